@@ -1,0 +1,217 @@
+/**
+ * Misfire and overlap decisions (docs/architecture.md, "Policies"). Each is a
+ * plain function from the facts the caller has read to a plan; the caller
+ * writes the plan (runs to claim, runs to record SKIPPED with their reasons).
+ */
+import { DEFAULT_RETRY_POLICY, type RetryPolicy } from "./retry.js";
+import type { FieldIssue } from "./validation.js";
+
+// ---------------------------------------------------------------- misfire
+
+export type MisfirePolicy = "skip" | "fire_once" | "fire_all";
+
+export const MISFIRE_POLICIES: readonly MisfirePolicy[] = ["skip", "fire_once", "fire_all"];
+export const DEFAULT_MISFIRE_POLICY: MisfirePolicy = "fire_once";
+export const DEFAULT_MISFIRE_GRACE_MS = 60_000;
+/** The most missed occurrences one plan lists, for fire_all runs and for skip records alike. */
+export const MAX_MISFIRE_CATCH_UP = 1000;
+
+/** True when the occurrence is older than the grace: running it now would be late, not on time. */
+export function isMisfired(
+  scheduledFor: Date,
+  now: Date,
+  graceMs: number = DEFAULT_MISFIRE_GRACE_MS,
+): boolean {
+  return now.getTime() - scheduledFor.getTime() > graceMs;
+}
+
+export interface SkippedOccurrence {
+  readonly scheduledFor: Date;
+  readonly reason: string;
+}
+
+export interface MisfirePlan {
+  /** Occurrences to run now, ascending. */
+  readonly run: Date[];
+  /** Occurrences to record as SKIPPED, ascending. */
+  readonly skipped: SkippedOccurrence[];
+  /** Set when more occurrences were missed than listed: those are neither run nor recorded. */
+  readonly note: string | null;
+}
+
+export interface MisfireInput {
+  readonly policy: MisfirePolicy;
+  /**
+   * The missed occurrences, strictly ascending, at most MAX_MISFIRE_CATCH_UP.
+   * When more were missed, list the latest ones (drop the oldest): fire_once
+   * runs the last one listed, which is then truly the most recent.
+   */
+  readonly missed: readonly Date[];
+  /** More occurrences were missed than listed. */
+  readonly truncated: boolean;
+  /** Only quoted in reasons; isMisfired is what applies it. */
+  readonly graceMs?: number;
+}
+
+function formatSeconds(ms: number): string {
+  return `${ms / 1000} s`;
+}
+
+/**
+ * What to do with the occurrences a job missed: `skip` records them all
+ * SKIPPED; `fire_once` runs the most recent and records the earlier ones
+ * SKIPPED; `fire_all` runs them all. Every missed occurrence listed is either
+ * run or skipped, never both, in the order given.
+ */
+export function planMisfire(input: MisfireInput): MisfirePlan {
+  const { policy, missed, truncated, graceMs = DEFAULT_MISFIRE_GRACE_MS } = input;
+  if (missed.length > MAX_MISFIRE_CATCH_UP) {
+    throw new RangeError(
+      `${missed.length} missed occurrences listed; the caller must cap them at ${MAX_MISFIRE_CATCH_UP}`,
+    );
+  }
+  for (let i = 1; i < missed.length; i++) {
+    const previous = missed[i - 1];
+    const current = missed[i];
+    if (previous !== undefined && current !== undefined && current <= previous) {
+      throw new RangeError("missed occurrences must be strictly ascending");
+    }
+  }
+  const note = truncated
+    ? `misfire: more than ${missed.length} occurrences were missed; only the latest ${missed.length} are planned (cap ${MAX_MISFIRE_CATCH_UP}), earlier ones are neither run nor recorded`
+    : null;
+  const last = missed.at(-1);
+  if (last === undefined) {
+    return { run: [], skipped: [], note };
+  }
+  switch (policy) {
+    case "skip": {
+      const reason = `misfire: missed by more than the ${formatSeconds(graceMs)} grace; policy skip`;
+      return { run: [], skipped: missed.map((scheduledFor) => ({ scheduledFor, reason })), note };
+    }
+    case "fire_once": {
+      const reason = `misfire: policy fire_once ran ${last.toISOString()} instead`;
+      const earlier = missed.slice(0, -1).map((scheduledFor) => ({ scheduledFor, reason }));
+      return { run: [last], skipped: earlier, note };
+    }
+    case "fire_all":
+      return { run: [...missed], skipped: [], note };
+  }
+}
+
+// ---------------------------------------------------------------- overlap
+
+export type OverlapPolicy = "skip" | "buffer_one" | "allow";
+
+export const OVERLAP_POLICIES: readonly OverlapPolicy[] = ["skip", "buffer_one", "allow"];
+export const DEFAULT_OVERLAP_POLICY: OverlapPolicy = "skip";
+/** Also the effective bound of `skip` and `buffer_one`, and of `allow` when none is given. */
+export const DEFAULT_MAX_CONCURRENT = 1;
+export const MAX_CONCURRENT_LIMIT = 100;
+
+export interface OverlapInput {
+  readonly policy: OverlapPolicy;
+  /** Read only under `allow`; the other policies run one at a time. */
+  readonly maxConcurrent?: number;
+  /** The run about to start. */
+  readonly runId: string;
+  /**
+   * The job's other runs that are RUNNING with leaseUntil > now. Runs whose
+   * lease has lapsed are left out by the caller, so that a crashed run blocks
+   * its job for one lease at most. `runId` itself is ignored if present.
+   */
+  readonly liveRunIds: readonly string[];
+  /** The run already waiting under buffer_one, if any. */
+  readonly bufferedRunId: string | null;
+}
+
+/**
+ * `buffer` means: do not start now and do not record anything final; keep the
+ * run waiting and try to start it again once a live run ends (the caller
+ * decides how, e.g. by delaying the message). Under `allow` at its bound every
+ * waiting run is buffered, with no one-waiter limit: the schedule itself
+ * bounds how many can pile up, and a user who set a pool size expects queueing,
+ * not dropped runs.
+ */
+export type OverlapDecision =
+  | { readonly action: "start" }
+  | { readonly action: "skip"; readonly reason: string }
+  | { readonly action: "buffer" };
+
+export function decideOverlap(input: OverlapInput): OverlapDecision {
+  const { policy, maxConcurrent = DEFAULT_MAX_CONCURRENT, runId, bufferedRunId } = input;
+  if (validateMaxConcurrent(maxConcurrent).length > 0) {
+    throw new RangeError(
+      `maxConcurrent must be an integer in 1..${MAX_CONCURRENT_LIMIT}: ${maxConcurrent}`,
+    );
+  }
+  const live = [...new Set(input.liveRunIds)].filter((id) => id !== runId);
+  const firstLive = live[0];
+  if (firstLive === undefined) {
+    return { action: "start" };
+  }
+  switch (policy) {
+    case "skip": {
+      const others = live.length > 1 ? ` (and ${live.length - 1} more)` : "";
+      return {
+        action: "skip",
+        reason: `overlap: run ${firstLive}${others} still running; policy skip`,
+      };
+    }
+    case "buffer_one":
+      if (bufferedRunId === null || bufferedRunId === runId) {
+        return { action: "buffer" };
+      }
+      return {
+        action: "skip",
+        reason: `overlap: another run (${bufferedRunId}) is already buffered; policy buffer_one`,
+      };
+    case "allow":
+      return live.length < maxConcurrent ? { action: "start" } : { action: "buffer" };
+  }
+}
+
+/**
+ * The API's check of a job's maxConcurrent; kept here so the bound lives next
+ * to the decision that relies on it. Returns no issues when valid.
+ */
+export function validateMaxConcurrent(
+  value: unknown,
+  field = "policies.maxConcurrent",
+): FieldIssue[] {
+  if (
+    typeof value !== "number" ||
+    !Number.isInteger(value) ||
+    value < 1 ||
+    value > MAX_CONCURRENT_LIMIT
+  ) {
+    return [
+      {
+        field,
+        message: `must be a whole number from 1 to ${MAX_CONCURRENT_LIMIT}, got ${String(value)}`,
+      },
+    ];
+  }
+  return [];
+}
+
+// ---------------------------------------------------------------- defaults
+
+/**
+ * The per-job policy defaults, flat like the job item's `policies` (see
+ * shared/model.ts). The misfire grace is a deployment setting, not a job's,
+ * so it stays out of here (DEFAULT_MISFIRE_GRACE_MS).
+ */
+export interface PolicyDefaults {
+  readonly retry: RetryPolicy;
+  readonly misfire: MisfirePolicy;
+  readonly overlap: OverlapPolicy;
+  readonly maxConcurrent: number;
+}
+
+export const DEFAULT_POLICIES: PolicyDefaults = Object.freeze({
+  retry: DEFAULT_RETRY_POLICY,
+  misfire: DEFAULT_MISFIRE_POLICY,
+  overlap: DEFAULT_OVERLAP_POLICY,
+  maxConcurrent: DEFAULT_MAX_CONCURRENT,
+});
