@@ -1,0 +1,472 @@
+import { CronExpressionParser } from "cron-parser";
+import { civilFromDays, DAY_MS, daysFromCivil, daysInMonth, weekdayOfDays } from "./calendar.js";
+
+/**
+ * A cron expression reduced to lookup tables. cron-parser only parses and expands the fields;
+ * the search over wall-clock time is ours, so the DST rules can be applied on top of it (its own
+ * iterator repeats some fall-back hours and not others).
+ */
+export interface CompiledCron {
+  /** The expression with runs of whitespace collapsed; this is what gets stored. */
+  readonly expression: string;
+  readonly seconds: readonly number[];
+  readonly minutes: readonly number[];
+  readonly hours: readonly number[];
+  readonly months: readonly number[];
+  /** `next*[v]` = smallest allowed value >= v, or -1; one slot past the field's range stays -1. */
+  readonly nextSecond: Int8Array;
+  readonly nextMinute: Int8Array;
+  readonly nextHour: Int8Array;
+  readonly nextMonth: Int8Array;
+  readonly dom: readonly boolean[];
+  readonly domLast: boolean;
+  readonly domWildcard: boolean;
+  readonly dow: readonly boolean[];
+  /** Weekdays that match on their last occurrence in the month (`5L`). */
+  readonly dowLast: readonly boolean[];
+  readonly dowHasLast: boolean;
+  /** `#n` occurrence within the month, 0 when unused. */
+  readonly nth: number;
+  readonly dowWildcard: boolean;
+}
+
+export type CronCompileResult =
+  | { readonly ok: true; readonly cron: CompiledCron }
+  | { readonly ok: false; readonly message: string };
+
+const FIELD_NAMES = ["second", "minute", "hour", "day-of-month", "month", "day-of-week"] as const;
+type FieldName = (typeof FIELD_NAMES)[number];
+
+const SHAPE =
+  "this scheduler takes 5 fields (minute hour day-of-month month day-of-week) or 6 with a leading seconds field";
+
+// Macros are rejected rather than expanded so that the stored expression is always plain fields
+// that every reader (people, the API, other tools) interprets the same way.
+const MACROS = new Map([
+  ["@yearly", "0 0 1 1 *"],
+  ["@annually", "0 0 1 1 *"],
+  ["@monthly", "0 0 1 * *"],
+  ["@weekly", "0 0 * * 0"],
+  ["@daily", "0 0 * * *"],
+  ["@midnight", "0 0 * * *"],
+  ["@hourly", "0 * * * *"],
+]);
+
+const RATE_UNITS = new Map<string, (n: string) => string>([
+  ["minute", (n) => `PT${n}M`],
+  ["minutes", (n) => `PT${n}M`],
+  ["hour", (n) => `PT${n}H`],
+  ["hours", (n) => `PT${n}H`],
+  ["day", (n) => `P${n}D`],
+  ["days", (n) => `P${n}D`],
+]);
+
+const cache = new Map<string, CronCompileResult>();
+const CACHE_LIMIT = 1_000;
+
+/** Validates and compiles a cron expression; results are cached by expression. */
+export function compileCron(expression: string): CronCompileResult {
+  const cached = cache.get(expression);
+  if (cached !== undefined) return cached;
+  const result = compileUncached(expression);
+  if (cache.size >= CACHE_LIMIT) cache.clear();
+  cache.set(expression, result);
+  return result;
+}
+
+function fail(message: string): CronCompileResult {
+  return { ok: false, message };
+}
+
+function compileUncached(raw: string): CronCompileResult {
+  const expression = raw.trim().replace(/\s+/g, " ");
+  if (expression === "") {
+    return fail(`must not be empty: ${SHAPE}, e.g. "0 9 * * MON-FRI"`);
+  }
+
+  const wrapped = /^cron\((.*)\)$/is.exec(expression);
+  if (wrapped !== null) {
+    return fail(quartzMessage((wrapped[1] ?? "").trim(), true));
+  }
+  const rate = /^rate\(\s*(\d+)\s+([a-z]+)\s*\)$/i.exec(expression);
+  if (rate !== null || /^rate\(/i.test(expression)) {
+    const toEvery = rate?.[2] === undefined ? undefined : RATE_UNITS.get(rate[2].toLowerCase());
+    const suggestion =
+      toEvery !== undefined && rate?.[1] !== undefined
+        ? `{"every": "${toEvery(rate[1])}"}`
+        : `{"every": "<ISO-8601 duration>"}`;
+    return fail(
+      `"${expression}" is an EventBridge rate expression, not cron: use an interval schedule such as ${suggestion} instead`,
+    );
+  }
+
+  if (expression.startsWith("@")) {
+    const macro = expression.split(" ")[0]?.toLowerCase() ?? "";
+    const equivalent = MACROS.get(macro);
+    if (equivalent !== undefined) {
+      return fail(
+        `macros such as "${macro}" are not accepted; write the fields out instead: "${equivalent}"`,
+      );
+    }
+    if (macro === "@every") {
+      return fail(
+        `"@every" is not cron: use an interval schedule such as {"every": "PT5M"} instead`,
+      );
+    }
+    return fail(`"${macro}" is not supported: ${SHAPE}`);
+  }
+
+  const fields = expression.split(" ");
+  if (fields.length === 7 || expression.includes("?")) {
+    return fail(quartzMessage(expression, false));
+  }
+  if (fields.length !== 5 && fields.length !== 6) {
+    return fail(
+      `has ${fields.length} field${fields.length === 1 ? "" : "s"}, expected 5 (minute hour day-of-month month day-of-week) or 6 (second minute hour day-of-month month day-of-week)`,
+    );
+  }
+  const six = fields.length === 6 ? fields : ["0", ...fields];
+
+  for (let i = 0; i < 6; i++) {
+    const value = six[i] ?? "";
+    const name = FIELD_NAMES[i] ?? "second";
+    if (/(?:^|[,\-/])H(?:$|[,/(])/.test(value)) {
+      return fail(
+        `${name} field "${value}" uses H (a hashed, random value), which is not supported because occurrences must be reproducible: pick a fixed value`,
+      );
+    }
+    if (name === "day-of-month" && /W/i.test(value)) {
+      return fail(
+        `day-of-month field "${value}" uses W (nearest weekday), which is not supported: list the days, or combine day-of-week with a day range (OR semantics apply when both are restricted)`,
+      );
+    }
+  }
+
+  let parsed: ReturnType<typeof CronExpressionParser.parse>;
+  try {
+    parsed = CronExpressionParser.parse(six.join(" "));
+  } catch (error) {
+    // cron-parser does not say which field it choked on; parsing each field alone does.
+    for (let i = 0; i < 6; i++) {
+      const probe = ["0", "*", "*", "*", "*", "*"];
+      probe[i] = six[i] ?? "*";
+      try {
+        CronExpressionParser.parse(probe.join(" "));
+      } catch (fieldError) {
+        const name = FIELD_NAMES[i] ?? "second";
+        return fail(
+          `${name} field "${six[i]}" is invalid: ${explain(errorText(fieldError), name)}`,
+        );
+      }
+    }
+    const text = errorText(error);
+    if (/Invalid explicit day of month/.test(text)) return fail(neverFires(six));
+    return fail(`is invalid: ${text}`);
+  }
+
+  const cron = build(expression, parsed.fields);
+  if (!isFeasible(cron)) return fail(neverFires(six));
+  return { ok: true, cron };
+}
+
+function neverFires(six: readonly string[]): string {
+  return `never fires: no calendar day matches day-of-month "${six[3]}", month "${six[4]}" and day-of-week "${six[5]}"`;
+}
+
+function quartzMessage(expression: string, wrapped: boolean): string {
+  const fields = expression.split(/\s+/);
+  const reasons = [
+    ...(wrapped ? ['"cron(...)" wrapper'] : []),
+    ...(fields.length === 7 ? ["7 fields"] : []),
+    ...(expression.includes("?") ? ["'?'"] : []),
+  ];
+  let text = `"${wrapped ? `cron(${expression})` : expression}" looks like a Quartz/EventBridge expression (${reasons.join(" / ")}): ${SHAPE}; ${wrapped ? "write the fields without the cron(...) wrapper, " : ""}drop the year field and replace '?' with '*'`;
+  // Quartz and EventBridge count weekdays 1-7 from Sunday where cron counts 0-6, so a numeric
+  // day-of-week would be silently shifted by one if copied over.
+  if (fields.some((f, i) => i >= 4 && /\d/.test(f) && !/^\d{4}(?:-\d{4})?$/.test(f))) {
+    text +=
+      "; note that Quartz/EventBridge number weekdays 1-7 from Sunday while cron uses 0-6 (names such as MON mean the same in both)";
+  }
+  return text;
+}
+
+function errorText(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+function explain(text: string, field: FieldName): string {
+  const value = /got value (\S+) expected range (\d+)-(\d+)/.exec(text);
+  if (value !== null) return `${value[1]} is out of range ${value[2]}-${value[3]}`;
+  const range = /got range (\S+)-(\S+) expected range (\d+)-(\d+)/.exec(text);
+  if (range !== null) {
+    if (range[1] === "NaN" || range[2] === "NaN") return "a range needs two numbers, e.g. 1-5";
+    return `range ${range[1]}-${range[2]} goes outside ${range[3]}-${range[4]}`;
+  }
+  const backwards = /Invalid range: (\d+)-(\d+), min/.exec(text);
+  if (backwards !== null) {
+    return `range ${backwards[1]}-${backwards[2]} runs backwards: write the smaller value first`;
+  }
+  const alias = /cannot resolve alias "(\w+)"/.exec(text);
+  if (alias !== null) {
+    const names = field === "month" ? "JAN-DEC" : "SUN-SAT";
+    return `unknown name "${alias[1]}" (use three-letter names ${names})`;
+  }
+  if (/unexpected standalone L/.test(text)) {
+    return 'L alone is not valid here: use "5L" for the last Friday of the month, or L in day-of-month for the last day';
+  }
+  if (/cannot repeat at every/.test(text)) return "a step must be a positive number";
+  if (/occurrence number \(#\)/.test(text)) return "# takes an occurrence from 1 to 5, e.g. MON#2";
+  const incompatible = /`#` and `(.)` special characters are incompatible/.exec(text);
+  if (incompatible !== null) {
+    return `# cannot be combined with "${incompatible[1]}": it takes a single weekday, e.g. MON#2`;
+  }
+  if (/Invalid characters|Invalid wildcard|Invalid list value|Invalid repeat/.test(text)) {
+    return "it is not a value, list, range or step this field accepts";
+  }
+  return text;
+}
+
+/** The slice of cron-parser's field objects that is read; its .d.ts narrows values too far. */
+interface ParsedField {
+  readonly values: readonly (number | string)[];
+  readonly isWildcard: boolean;
+  readonly hasLastChar: boolean;
+}
+interface ParsedFields {
+  readonly second: ParsedField;
+  readonly minute: ParsedField;
+  readonly hour: ParsedField;
+  readonly dayOfMonth: ParsedField;
+  readonly month: ParsedField;
+  readonly dayOfWeek: ParsedField & { readonly nthDay: number };
+}
+
+function numbers(field: ParsedField): number[] {
+  const out = new Set<number>();
+  for (const v of field.values) if (typeof v === "number") out.add(v);
+  return [...out].sort((a, b) => a - b);
+}
+
+function nextTable(values: readonly number[], size: number): Int8Array {
+  const table = new Int8Array(size + 1).fill(-1);
+  let next = -1;
+  for (let v = size - 1; v >= 0; v--) {
+    if (values.includes(v)) next = v;
+    table[v] = next;
+  }
+  return table;
+}
+
+function build(expression: string, fields: ParsedFields): CompiledCron {
+  const seconds = numbers(fields.second);
+  const minutes = numbers(fields.minute);
+  const hours = numbers(fields.hour);
+  const months = numbers(fields.month);
+  const dom: boolean[] = new Array<boolean>(32).fill(false);
+  for (const d of numbers(fields.dayOfMonth)) dom[d] = true;
+  const dow: boolean[] = new Array<boolean>(7).fill(false);
+  for (const d of numbers(fields.dayOfWeek)) dow[d % 7] = true;
+  // Mirrors cron-parser's matcher: with any "L" in the field, every listed weekday (by its first
+  // digit) also matches on its last occurrence in the month.
+  const dowLast: boolean[] = new Array<boolean>(7).fill(false);
+  const dowHasLast = fields.dayOfWeek.hasLastChar;
+  if (dowHasLast) {
+    for (const v of fields.dayOfWeek.values) {
+      const digit = Number.parseInt(String(v).charAt(0), 10);
+      if (!Number.isNaN(digit)) dowLast[digit % 7] = true;
+    }
+  }
+  return {
+    expression,
+    seconds,
+    minutes,
+    hours,
+    months,
+    nextSecond: nextTable(seconds, 60),
+    nextMinute: nextTable(minutes, 60),
+    nextHour: nextTable(hours, 24),
+    nextMonth: nextTable(months, 13),
+    dom,
+    domLast: fields.dayOfMonth.hasLastChar,
+    domWildcard: fields.dayOfMonth.isWildcard,
+    dow,
+    dowLast,
+    dowHasLast,
+    nth: fields.dayOfWeek.nthDay,
+    dowWildcard: fields.dayOfWeek.isWildcard,
+  };
+}
+
+/**
+ * Day matching exactly as cron-parser 5.10 does it: when both day-of-month and day-of-week are
+ * restricted a day matches either (standard cron OR); "restricted" means the raw field is not a
+ * bare `*`, so `1-31` or a stepped `*` counts as restricted.
+ */
+export function cronDayMatches(
+  c: CompiledCron,
+  day: number,
+  dim: number,
+  weekday: number,
+): boolean {
+  const domMatch = c.dom[day] === true || (c.domLast && day === dim);
+  const dowMatch =
+    (c.dow[weekday] === true && (c.nth <= 0 || Math.ceil(day / 7) === c.nth)) ||
+    (c.dowHasLast && day + 7 > dim && c.dowLast[weekday] === true);
+  if (!c.domWildcard && !c.dowWildcard) return domMatch || dowMatch;
+  if (!c.dowWildcard) return dowMatch;
+  return domMatch;
+}
+
+/**
+ * Every (month, leap year or not, weekday of the 1st) combination occurs in the 400-year
+ * Gregorian cycle, and day matching depends on nothing else, so visiting each combination once
+ * decides questions about all years.
+ */
+function someMonthShape(
+  c: CompiledCron,
+  visit: (month: number, dim: number, firstWeekday: number, leap: boolean) => boolean,
+): boolean {
+  for (const month of c.months) {
+    for (const leap of [false, true]) {
+      const dim = daysInMonth(leap ? 2000 : 2001, month);
+      for (let w = 0; w < 7; w++) if (visit(month, dim, w, leap)) return true;
+    }
+  }
+  return false;
+}
+
+function isFeasible(c: CompiledCron): boolean {
+  return someMonthShape(c, (_m, dim, first) => {
+    for (let d = 1; d <= dim; d++) if (cronDayMatches(c, d, dim, (first + d - 1) % 7)) return true;
+    return false;
+  });
+}
+
+function consecutiveDaysPossible(c: CompiledCron): boolean {
+  return someMonthShape(c, (month, dim, first, leap) => {
+    for (let d = 1; d < dim; d++) {
+      if (
+        cronDayMatches(c, d, dim, (first + d - 1) % 7) &&
+        cronDayMatches(c, d + 1, dim, (first + d) % 7)
+      ) {
+        return true;
+      }
+    }
+    const following = (month % 12) + 1;
+    if (!c.months.includes(following)) return false;
+    const lastWeekday = (first + dim - 1) % 7;
+    const followingDim = daysInMonth(leap ? 2000 : 2001, following);
+    return (
+      cronDayMatches(c, dim, dim, lastWeekday) &&
+      cronDayMatches(c, 1, followingDim, (lastWeekday + 1) % 7)
+    );
+  });
+}
+
+/**
+ * Smallest distance in ms between two consecutive wall-clock times the expression matches.
+ * DST shifts can bring two occurrences closer on a transition day (e.g. a 30-minute gap at
+ * Lord Howe interleaves shifted and unshifted times); that is accepted, the check is about the
+ * schedule as written.
+ */
+export function cronMinGapMs(c: CompiledCron): number {
+  const s = c.seconds;
+  const m = c.minutes;
+  const h = c.hours;
+  const first = (xs: readonly number[]): number => xs[0] ?? 0;
+  const last = (xs: readonly number[]): number => xs[xs.length - 1] ?? 0;
+  let best = Number.POSITIVE_INFINITY;
+  for (let i = 1; i < s.length; i++) best = Math.min(best, (s[i] ?? 0) - (s[i - 1] ?? 0));
+  const secondSpan = last(s) - first(s);
+  for (let i = 1; i < m.length; i++) {
+    best = Math.min(best, ((m[i] ?? 0) - (m[i - 1] ?? 0)) * 60 - secondSpan);
+  }
+  const minuteSpan = last(m) * 60 + last(s) - (first(m) * 60 + first(s));
+  for (let i = 1; i < h.length; i++) {
+    best = Math.min(best, ((h[i] ?? 0) - (h[i - 1] ?? 0)) * 3600 - minuteSpan);
+  }
+  const firstTime = first(h) * 3600 + first(m) * 60 + first(s);
+  const lastTime = last(h) * 3600 + last(m) * 60 + last(s);
+  const wrap = 86_400 - (lastTime - firstTime);
+  if (wrap < best) best = consecutiveDaysPossible(c) ? wrap : Math.min(best, wrap + 86_400);
+  return best * 1000;
+}
+
+/**
+ * Smallest wall time >= `fromWall` (whole seconds, wall ms) that the expression matches, or null
+ * when there is none up to the end of `maxYear`. Skips whole months, days, hours and minutes, so
+ * a yearly expression costs a few dozen steps, not a scan.
+ */
+export function findWall(c: CompiledCron, fromWall: number, maxYear: number): number | null {
+  const startDays = Math.floor(fromWall / DAY_MS);
+  const sod = Math.floor((fromWall - startDays * DAY_MS) / 1000);
+  let { year, month, day } = civilFromDays(startDays);
+  let hour = Math.floor(sod / 3600);
+  let minute = Math.floor(sod / 60) % 60;
+  let second = sod % 60;
+  for (;;) {
+    if (year > maxYear) return null;
+    const nextMonth = c.nextMonth[month] ?? -1;
+    if (nextMonth !== month) {
+      if (nextMonth < 0) {
+        year++;
+        month = c.nextMonth[1] ?? 1;
+      } else {
+        month = nextMonth;
+      }
+      day = 1;
+      hour = 0;
+      minute = 0;
+      second = 0;
+      continue;
+    }
+    const dim = daysInMonth(year, month);
+    if (day > dim) {
+      month++;
+      day = 1;
+      hour = 0;
+      minute = 0;
+      second = 0;
+      continue;
+    }
+    const days = daysFromCivil(year, month, day);
+    if (!cronDayMatches(c, day, dim, weekdayOfDays(days))) {
+      day++;
+      hour = 0;
+      minute = 0;
+      second = 0;
+      continue;
+    }
+    const nextHour = c.nextHour[hour] ?? -1;
+    if (nextHour < 0) {
+      day++;
+      hour = 0;
+      minute = 0;
+      second = 0;
+      continue;
+    }
+    if (nextHour !== hour) {
+      hour = nextHour;
+      minute = 0;
+      second = 0;
+    }
+    const nextMinute = c.nextMinute[minute] ?? -1;
+    if (nextMinute < 0) {
+      hour++;
+      minute = 0;
+      second = 0;
+      continue;
+    }
+    if (nextMinute !== minute) {
+      minute = nextMinute;
+      second = 0;
+    }
+    const nextSecond = c.nextSecond[second] ?? -1;
+    if (nextSecond < 0) {
+      minute++;
+      second = 0;
+      continue;
+    }
+    return days * DAY_MS + (hour * 3600 + minute * 60 + nextSecond) * 1000;
+  }
+}

@@ -1,0 +1,43 @@
+/**
+ * The schedule core: validating schedules and computing their occurrences. Pure: no I/O, and
+ * every "now" is a parameter.
+ *
+ * Decisions (each pinned by tests in test/unit/schedule):
+ * - Cron: 5 fields, or 6 with a leading seconds field, as parsed by cron-parser 5.10 (names,
+ *   ranges, lists, steps, `L` in day-of-month, `5L` and `MON#2` in day-of-week). Day-of-month and
+ *   day-of-week combine with OR when both are restricted, exactly as cron-parser matches them.
+ *   Rejected with an explanation: 7 fields or `?` (Quartz/EventBridge), `cron(...)`/`rate(...)`,
+ *   macros such as `@hourly` (the message gives the fields to write instead, so stored
+ *   expressions are always plain fields), `H` (random, so not reproducible) and `W` (cron-parser
+ *   has none). An expression that matches no calendar day is rejected as never firing.
+ * - Time zones: location-based IANA names (`Area/Location`, incl. `Etc/…` and links such as
+ *   `US/Eastern`) and `UTC`. Abbreviations and legacy names (`EST`, `CET`, `GMT`, `EST5EDT`) and
+ *   bare offsets are rejected even where Intl accepts them.
+ * - DST: a skipped wall time runs once at the same offset into the new hour; a repeated wall time
+ *   runs the first time only; two occurrences on one instant are one. A whole skipped day
+ *   (Pacific/Apia, 2011-12-30) maps onto the next day's times, so it gets no occurrence of its own.
+ * - `every`: ISO-8601 duration of elapsed time (weeks, days = 24 h, hours, minutes, seconds,
+ *   fractions down to whole milliseconds); years and months are rejected, since their length
+ *   varies. Occurrences are startAt + k·interval, k >= 0.
+ * - Minimum interval: `every` below it is rejected; for cron the smallest gap between matching
+ *   wall-clock times is checked, so a DST shift may still bring two occurrences closer on one day.
+ * - `firstOccurrence`: runAt as is (even if past); otherwise the first occurrence >= now
+ *   truncated to the second.
+ */
+export { firstOccurrence, nextOccurrence, occurrences } from "./occurrences.js";
+export {
+  DEFAULT_MIN_INTERVAL_MS,
+  normalizeSchedule,
+  type ParseScheduleOptions,
+  parseSchedule,
+  type ScheduleParseResult,
+  safeParseSchedule,
+} from "./parse.js";
+export type {
+  CronSchedule,
+  EverySchedule,
+  RunAtSchedule,
+  ScheduleKind,
+  ScheduleSpec,
+} from "./types.js";
+export { scheduleKind } from "./types.js";

@@ -1,0 +1,233 @@
+import { type FieldIssue, ValidationError } from "../validation.js";
+import { compileCron, cronMinGapMs } from "./cron.js";
+import { parseEvery } from "./duration.js";
+import { parseInstant } from "./instant.js";
+import type { ScheduleKind, ScheduleSpec } from "./types.js";
+import { checkTimeZone } from "./zone.js";
+
+/** Deployment-wide default: nothing fires more than once a second. */
+export const DEFAULT_MIN_INTERVAL_MS = 1_000;
+
+export interface ParseScheduleOptions {
+  /** Smallest allowed distance between two occurrences; default {@link DEFAULT_MIN_INTERVAL_MS}. */
+  readonly minIntervalMs?: number;
+  /** When given, the result is also normalized with it (see {@link normalizeSchedule}). */
+  readonly now?: Date;
+}
+
+export type ScheduleParseResult =
+  | { readonly ok: true; readonly schedule: ScheduleSpec }
+  | { readonly ok: false; readonly issues: readonly FieldIssue[] };
+
+const KINDS =
+  'give exactly one of {"runAt": "<ISO-8601 date-time>"}, {"cron": "<expression>", "timezone": "<IANA zone>"} or {"every": "<ISO-8601 duration>", "startAt"?: "<ISO-8601 date-time>"}';
+
+const ALLOWED_KEYS: Readonly<Record<ScheduleKind, readonly string[]>> = {
+  runAt: ["runAt"],
+  cron: ["cron", "timezone"],
+  every: ["every", "startAt"],
+};
+
+const SECOND_MS = 1_000;
+
+/**
+ * Validates untrusted input (an API body's `schedule`) into a {@link ScheduleSpec} in canonical
+ * form: instants as UTC `toISOString()`, cron whitespace collapsed, the zone in Intl's casing.
+ * Every issue's field is relative to the schedule and prefixed `schedule.`.
+ */
+export function safeParseSchedule(
+  input: unknown,
+  options: ParseScheduleOptions = {},
+): ScheduleParseResult {
+  const minIntervalMs = options.minIntervalMs ?? DEFAULT_MIN_INTERVAL_MS;
+  if (!(Number.isFinite(minIntervalMs) && minIntervalMs > 0)) {
+    throw new RangeError(`minIntervalMs must be a positive number, got ${minIntervalMs}`);
+  }
+
+  if (typeof input !== "object" || input === null || Array.isArray(input)) {
+    return failure("schedule", `must be an object: ${KINDS}; got ${describe(input)}`);
+  }
+  const record = input as Readonly<Record<string, unknown>>;
+  const keys = Object.keys(record);
+  const kinds = (["runAt", "cron", "every"] as const).filter((k) => keys.includes(k));
+  const [kind] = kinds;
+  if (kind === undefined) {
+    return failure("schedule", `has none of runAt, cron or every: ${KINDS}`);
+  }
+  if (kinds.length > 1) {
+    return failure("schedule", `mixes schedule kinds (${kinds.join(", ")}): ${KINDS}`);
+  }
+  const allowed = ALLOWED_KEYS[kind];
+  const shapeIssues = keys
+    .filter((key) => !allowed.includes(key))
+    .map((key) => ({ field: "schedule", message: unknownKeyMessage(key, kind) }));
+  if (shapeIssues.length > 0) return { ok: false, issues: shapeIssues };
+
+  const result =
+    kind === "runAt"
+      ? parseRunAt(record.runAt)
+      : kind === "cron"
+        ? parseCron(record.cron, record.timezone, minIntervalMs)
+        : parseEverySpec(record.every, record.startAt, minIntervalMs);
+  if (!result.ok || options.now === undefined) return result;
+  return { ok: true, schedule: normalizeSchedule(result.schedule, options.now) };
+}
+
+/** {@link safeParseSchedule} that throws a {@link ValidationError} instead. */
+export function parseSchedule(input: unknown, options: ParseScheduleOptions = {}): ScheduleSpec {
+  const result = safeParseSchedule(input, options);
+  if (!result.ok) throw new ValidationError(result.issues);
+  return result.schedule;
+}
+
+/**
+ * Makes a (valid) spec fully determined so that computing occurrences never depends on when it
+ * happens: `every` without `startAt` starts at `now` truncated to the second, instants are
+ * re-serialised as UTC with milliseconds. Idempotent. Throws {@link ValidationError} if a
+ * field it has to read is malformed.
+ */
+export function normalizeSchedule(spec: ScheduleSpec, now: Date): ScheduleSpec {
+  if ("runAt" in spec) {
+    return { runAt: instantOrThrow("schedule.runAt", spec.runAt) };
+  }
+  if ("cron" in spec) {
+    const zone = checkTimeZone(spec.timezone);
+    if (!zone.ok)
+      throw new ValidationError([{ field: "schedule.timezone", message: zone.message }]);
+    return { cron: spec.cron.trim().replace(/\s+/g, " "), timezone: zone.name };
+  }
+  const nowMs = now.getTime();
+  if (Number.isNaN(nowMs)) throw new RangeError("normalizeSchedule: now is an invalid Date");
+  const startAt =
+    spec.startAt === undefined
+      ? new Date(Math.floor(nowMs / SECOND_MS) * SECOND_MS).toISOString()
+      : instantOrThrow("schedule.startAt", spec.startAt);
+  return { every: spec.every, startAt };
+}
+
+type Parsed = ScheduleParseResult;
+
+function parseRunAt(value: unknown): Parsed {
+  if (typeof value !== "string") return failure("schedule.runAt", mustBeString(value));
+  const instant = parseInstant(value);
+  if (!instant.ok) return failure("schedule.runAt", instant.message);
+  return { ok: true, schedule: { runAt: new Date(instant.ms).toISOString() } };
+}
+
+function parseCron(cronValue: unknown, zoneValue: unknown, minIntervalMs: number): Parsed {
+  const issues: FieldIssue[] = [];
+  let expression: string | undefined;
+  let timezone: string | undefined;
+
+  if (typeof cronValue !== "string") {
+    issues.push({ field: "schedule.cron", message: mustBeString(cronValue) });
+  } else {
+    const compiled = compileCron(cronValue);
+    if (!compiled.ok) {
+      issues.push({ field: "schedule.cron", message: compiled.message });
+    } else {
+      const gap = cronMinGapMs(compiled.cron);
+      if (gap < minIntervalMs) {
+        issues.push({
+          field: "schedule.cron",
+          message: `fires as often as every ${formatMs(gap)}, more often than the minimum interval of ${formatMs(minIntervalMs)}`,
+        });
+      } else {
+        expression = compiled.cron.expression;
+      }
+    }
+  }
+
+  if (zoneValue === undefined) {
+    issues.push({
+      field: "schedule.timezone",
+      message:
+        'is required with cron: the expression is read in this IANA zone, e.g. "America/New_York" or "UTC"',
+    });
+  } else if (typeof zoneValue !== "string") {
+    issues.push({ field: "schedule.timezone", message: mustBeString(zoneValue) });
+  } else {
+    const zone = checkTimeZone(zoneValue);
+    if (zone.ok) timezone = zone.name;
+    else issues.push({ field: "schedule.timezone", message: zone.message });
+  }
+
+  if (expression === undefined || timezone === undefined) return { ok: false, issues };
+  return { ok: true, schedule: { cron: expression, timezone } };
+}
+
+function parseEverySpec(everyValue: unknown, startValue: unknown, minIntervalMs: number): Parsed {
+  const issues: FieldIssue[] = [];
+  let every: string | undefined;
+  let startAt: string | undefined;
+
+  if (typeof everyValue !== "string") {
+    issues.push({ field: "schedule.every", message: mustBeString(everyValue) });
+  } else {
+    const duration = parseEvery(everyValue);
+    if (!duration.ok) {
+      issues.push({ field: "schedule.every", message: duration.message });
+    } else if (duration.ms < minIntervalMs) {
+      issues.push({
+        field: "schedule.every",
+        message: `fires every ${formatMs(duration.ms)}, more often than the minimum interval of ${formatMs(minIntervalMs)}`,
+      });
+    } else {
+      every = everyValue;
+    }
+  }
+
+  if (startValue !== undefined) {
+    if (typeof startValue !== "string") {
+      issues.push({ field: "schedule.startAt", message: mustBeString(startValue) });
+    } else {
+      const instant = parseInstant(startValue);
+      if (instant.ok) startAt = new Date(instant.ms).toISOString();
+      else issues.push({ field: "schedule.startAt", message: instant.message });
+    }
+  }
+
+  if (every === undefined || issues.length > 0) return { ok: false, issues };
+  return { ok: true, schedule: startAt === undefined ? { every } : { every, startAt } };
+}
+
+function instantOrThrow(field: string, value: string): string {
+  const instant = parseInstant(value);
+  if (!instant.ok) throw new ValidationError([{ field, message: instant.message }]);
+  return new Date(instant.ms).toISOString();
+}
+
+function unknownKeyMessage(key: string, kind: ScheduleKind): string {
+  if (key === "timezone" && kind === "runAt") {
+    return '"timezone" does not apply to a runAt schedule: put the offset in the timestamp, e.g. "2026-03-08T09:00:00-05:00"';
+  }
+  if (key === "timezone" && kind === "every") {
+    return '"timezone" does not apply to an every schedule: it counts elapsed time, which time zones and DST do not change';
+  }
+  const allowed = ALLOWED_KEYS[kind].join(", ");
+  return `unknown key "${key}" for a ${kind} schedule (allowed: ${allowed})`;
+}
+
+function failure(field: string, message: string): Parsed {
+  return { ok: false, issues: [{ field, message }] };
+}
+
+function mustBeString(value: unknown): string {
+  return `must be a string; got ${describe(value)}`;
+}
+
+function describe(value: unknown): string {
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "an array";
+  if (value === undefined) return "nothing";
+  const type = typeof value;
+  return type === "object" ? "an object" : `a ${type}`;
+}
+
+/** Largest unit that divides evenly, so messages read "1 s", "90 s", "15 min", "500 ms". */
+export function formatMs(ms: number): string {
+  if (ms % 3_600_000 === 0) return `${ms / 3_600_000} h`;
+  if (ms % 60_000 === 0) return `${ms / 60_000} min`;
+  if (ms % 1_000 === 0) return `${ms / 1_000} s`;
+  return `${ms} ms`;
+}

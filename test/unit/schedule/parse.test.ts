@@ -1,0 +1,594 @@
+import { describe, expect, it } from "vitest";
+import {
+  DEFAULT_MIN_INTERVAL_MS,
+  normalizeSchedule,
+  type ParseScheduleOptions,
+  parseSchedule,
+  type ScheduleSpec,
+  safeParseSchedule,
+} from "../../../shared/schedule/index.js";
+import { ValidationError } from "../../../shared/validation.js";
+
+const NOW = new Date("2026-05-01T12:34:56.789Z");
+
+function issuesOf(input: unknown, options?: ParseScheduleOptions) {
+  const result = safeParseSchedule(input, options);
+  if (result.ok) throw new Error(`expected issues, got ${JSON.stringify(result.schedule)}`);
+  return result.issues;
+}
+
+const cron = (expression: string, timezone = "UTC") => ({ cron: expression, timezone });
+
+describe("accepted schedules and their canonical form", () => {
+  it.each<[unknown, ScheduleSpec]>([
+    [{ runAt: "2026-03-08T02:30:00-05:00" }, { runAt: "2026-03-08T07:30:00.000Z" }],
+    [{ runAt: "2026-03-08T07:30Z" }, { runAt: "2026-03-08T07:30:00.000Z" }],
+    [{ runAt: "2026-03-08T07:30:00.123456Z" }, { runAt: "2026-03-08T07:30:00.123Z" }],
+    [{ runAt: "2026-03-08T13:15:00+0545" }, { runAt: "2026-03-08T07:30:00.000Z" }],
+    [{ runAt: "2026-03-08T07:30:00,5+00" }, { runAt: "2026-03-08T07:30:00.500Z" }],
+    [cron("  0  9 * *   MON-FRI "), cron("0 9 * * MON-FRI")],
+    [cron("*/10 0 9 * * *"), cron("*/10 0 9 * * *")],
+    [cron("0 9 L * *"), cron("0 9 L * *")],
+    [cron("0 9 * * 5L"), cron("0 9 * * 5L")],
+    [cron("0 9 * * MON#2"), cron("0 9 * * MON#2")],
+    [cron("0 9 1,15 JAN-MAR,DEC *"), cron("0 9 1,15 JAN-MAR,DEC *")],
+    [cron("0 0 29 2 *"), cron("0 0 29 2 *")],
+    [cron("0 9 * * *", "america/new_york"), cron("0 9 * * *", "America/New_York")],
+    [cron("0 9 * * *", "US/Eastern"), cron("0 9 * * *", "US/Eastern")],
+    [cron("0 9 * * *", "Etc/GMT+5"), cron("0 9 * * *", "Etc/GMT+5")],
+    [cron("0 9 * * *", "utc"), cron("0 9 * * *", "UTC")],
+    [{ every: "PT15M" }, { every: "PT15M" }],
+    [{ every: "P1W" }, { every: "P1W" }],
+    [{ every: "P1DT12H" }, { every: "P1DT12H" }],
+    [{ every: "PT1.5S" }, { every: "PT1.5S" }],
+    [
+      { every: "PT1H", startAt: "2026-03-08T02:30:00-05:00" },
+      { every: "PT1H", startAt: "2026-03-08T07:30:00.000Z" },
+    ],
+  ])("%j → %j", (input, expected) => {
+    expect(parseSchedule(input)).toEqual(expected);
+  });
+
+  it("fills startAt from `now` (truncated to the second) only when asked to normalize", () => {
+    expect(parseSchedule({ every: "PT15M" })).toEqual({ every: "PT15M" });
+    expect(parseSchedule({ every: "PT15M" }, { now: NOW })).toEqual({
+      every: "PT15M",
+      startAt: "2026-05-01T12:34:56.000Z",
+    });
+  });
+
+  it("the default minimum interval is 1 s, and a deployment can raise it", () => {
+    expect(DEFAULT_MIN_INTERVAL_MS).toBe(1_000);
+    expect(parseSchedule({ every: "PT1S" })).toEqual({ every: "PT1S" });
+    expect(parseSchedule(cron("* * * * * *"))).toEqual(cron("* * * * * *"));
+    expect(parseSchedule(cron("0 * * * * *"), { minIntervalMs: 60_000 })).toEqual(
+      cron("0 * * * * *"),
+    );
+    expect(safeParseSchedule(cron("0,30 * * * * *"), { minIntervalMs: 60_000 }).ok).toBe(false);
+    expect(safeParseSchedule(cron("59 23 * * *"), { minIntervalMs: 60_000 }).ok).toBe(true);
+    // 23:59 then 00:00 the next day: one minute apart across midnight.
+    expect(safeParseSchedule(cron("0,59 0,23 * * *"), { minIntervalMs: 120_000 }).ok).toBe(false);
+    // Only on the 1st, so 23:59 and 00:00 are never on consecutive days.
+    expect(safeParseSchedule(cron("0,59 0,23 1 * *"), { minIntervalMs: 120_000 }).ok).toBe(true);
+    expect(() => safeParseSchedule(cron("0 * * * *"), { minIntervalMs: 0 })).toThrow(RangeError);
+  });
+
+  it("parseSchedule throws a ValidationError carrying every issue", () => {
+    const error = (() => {
+      try {
+        parseSchedule({ cron: "0 0 30 2 *", timezone: "Mars/Olympus" });
+      } catch (e) {
+        return e;
+      }
+      return undefined;
+    })();
+    expect(error).toBeInstanceOf(ValidationError);
+    const { issues, field } = error as ValidationError;
+    expect(field).toBe("schedule.cron");
+    expect(issues.map((i) => i.field)).toEqual(["schedule.cron", "schedule.timezone"]);
+  });
+});
+
+describe("normalizeSchedule", () => {
+  it("makes every kind fully determined and is idempotent", () => {
+    const specs: ScheduleSpec[] = [
+      { runAt: "2026-03-08T02:30:00-05:00" },
+      { cron: " 0 9  * * * ", timezone: "europe/london" },
+      { every: "PT15M" },
+      { every: "PT15M", startAt: "2026-01-01T00:00:00+01:00" },
+    ];
+    const once = specs.map((s) => normalizeSchedule(s, NOW));
+    expect(once).toEqual([
+      { runAt: "2026-03-08T07:30:00.000Z" },
+      { cron: "0 9 * * *", timezone: "Europe/London" },
+      { every: "PT15M", startAt: "2026-05-01T12:34:56.000Z" },
+      { every: "PT15M", startAt: "2025-12-31T23:00:00.000Z" },
+    ]);
+    const later = new Date("2030-01-01T00:00:00Z");
+    expect(once.map((s) => normalizeSchedule(s, later))).toEqual(once);
+  });
+
+  it("rejects a malformed field it has to read", () => {
+    expect(() => normalizeSchedule({ runAt: "tomorrow" }, NOW)).toThrow(ValidationError);
+    expect(() => normalizeSchedule({ cron: "0 * * * *", timezone: "EST" }, NOW)).toThrow(
+      ValidationError,
+    );
+  });
+});
+
+/**
+ * One snapshot per kind of bad input: the message must name what is wrong and how to fix it.
+ * The field is part of each snapshot.
+ */
+describe("error messages", () => {
+  describe("shape", () => {
+    it("not an object", () => {
+      expect(issuesOf("0 9 * * *")).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule",
+            "message": "must be an object: give exactly one of {"runAt": "<ISO-8601 date-time>"}, {"cron": "<expression>", "timezone": "<IANA zone>"} or {"every": "<ISO-8601 duration>", "startAt"?: "<ISO-8601 date-time>"}; got a string",
+          },
+        ]
+      `);
+    });
+    it("no kind", () => {
+      expect(issuesOf({ timezone: "UTC" })).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule",
+            "message": "has none of runAt, cron or every: give exactly one of {"runAt": "<ISO-8601 date-time>"}, {"cron": "<expression>", "timezone": "<IANA zone>"} or {"every": "<ISO-8601 duration>", "startAt"?: "<ISO-8601 date-time>"}",
+          },
+        ]
+      `);
+    });
+    it("mixed kinds", () => {
+      expect(issuesOf({ cron: "0 9 * * *", every: "PT1H" })).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule",
+            "message": "mixes schedule kinds (cron, every): give exactly one of {"runAt": "<ISO-8601 date-time>"}, {"cron": "<expression>", "timezone": "<IANA zone>"} or {"every": "<ISO-8601 duration>", "startAt"?: "<ISO-8601 date-time>"}",
+          },
+        ]
+      `);
+    });
+    it("unknown key", () => {
+      expect(issuesOf({ cron: "0 9 * * *", tz: "UTC" })).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule",
+            "message": "unknown key "tz" for a cron schedule (allowed: cron, timezone)",
+          },
+        ]
+      `);
+    });
+    it("timezone on a runAt schedule", () => {
+      expect(
+        issuesOf({ runAt: "2026-03-08T09:00:00", timezone: "America/New_York" }),
+      ).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule",
+            "message": ""timezone" does not apply to a runAt schedule: put the offset in the timestamp, e.g. "2026-03-08T09:00:00-05:00"",
+          },
+        ]
+      `);
+    });
+    it("timezone on an every schedule", () => {
+      expect(issuesOf({ every: "P1D", timezone: "Europe/London" })).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule",
+            "message": ""timezone" does not apply to an every schedule: it counts elapsed time, which time zones and DST do not change",
+          },
+        ]
+      `);
+    });
+    it("wrong type", () => {
+      expect(issuesOf({ cron: 5, timezone: ["UTC"] })).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": "must be a string; got a number",
+          },
+          {
+            "field": "schedule.timezone",
+            "message": "must be a string; got an array",
+          },
+        ]
+      `);
+    });
+  });
+
+  describe("runAt / startAt", () => {
+    it("not an ISO-8601 date-time", () => {
+      expect(issuesOf({ runAt: "next tuesday" })).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.runAt",
+            "message": "must be an ISO-8601 date-time with "Z" or a UTC offset, such as "2026-03-08T07:30:00Z" or "2026-03-08T02:30:00-05:00"; got "next tuesday"",
+          },
+        ]
+      `);
+    });
+    it("no offset", () => {
+      expect(issuesOf({ runAt: "2026-03-08T09:00:00" })).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.runAt",
+            "message": "has no "Z" or UTC offset, so it does not name a single instant: append "Z" for UTC or an offset such as "-05:00"; got "2026-03-08T09:00:00"",
+          },
+        ]
+      `);
+    });
+    it("not a real date", () => {
+      expect(issuesOf({ runAt: "2026-02-30T09:00:00Z" })).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.runAt",
+            "message": "is not a real date-time (February 2026 has 28 days); got "2026-02-30T09:00:00Z"",
+          },
+        ]
+      `);
+    });
+    it("not a real time", () => {
+      expect(issuesOf({ runAt: "2026-03-08T09:00:60Z" })).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.runAt",
+            "message": "is not a real date-time (second must be 00-59; leap seconds are not supported); got "2026-03-08T09:00:60Z"",
+          },
+        ]
+      `);
+    });
+    it("bad startAt", () => {
+      expect(issuesOf({ every: "PT1H", startAt: "2026-03-08" })).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.startAt",
+            "message": "must be an ISO-8601 date-time with "Z" or a UTC offset, such as "2026-03-08T07:30:00Z" or "2026-03-08T02:30:00-05:00"; got "2026-03-08"",
+          },
+        ]
+      `);
+    });
+  });
+
+  describe("every", () => {
+    it("not a duration", () => {
+      expect(issuesOf({ every: "15m" })).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.every",
+            "message": "must be an ISO-8601 duration such as "PT15M", "PT1H" or "P1D"; got "15m"",
+          },
+        ]
+      `);
+    });
+    it("calendar units", () => {
+      expect(issuesOf({ every: "P1M" })).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.every",
+            "message": "uses years or months, whose length varies; got "P1M": give a fixed length in weeks, days (24 h each), hours, minutes or seconds such as "P30D", or use a cron schedule for calendar dates",
+          },
+        ]
+      `);
+    });
+    it("not positive", () => {
+      expect(issuesOf({ every: "PT0S" })).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.every",
+            "message": "must be a positive duration; got "PT0S"",
+          },
+        ]
+      `);
+    });
+    it("finer than a millisecond", () => {
+      expect(issuesOf({ every: "PT0.0001S" })).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.every",
+            "message": "must be a whole number of milliseconds; got "PT0.0001S"",
+          },
+        ]
+      `);
+    });
+    it("more often than the minimum interval", () => {
+      expect(issuesOf({ every: "PT0.5S" })).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.every",
+            "message": "fires every 500 ms, more often than the minimum interval of 1 s",
+          },
+        ]
+      `);
+    });
+  });
+
+  describe("cron", () => {
+    it("empty", () => {
+      expect(issuesOf(cron("  "))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": "must not be empty: this scheduler takes 5 fields (minute hour day-of-month month day-of-week) or 6 with a leading seconds field, e.g. "0 9 * * MON-FRI"",
+          },
+        ]
+      `);
+    });
+    it("wrong number of fields", () => {
+      expect(issuesOf(cron("0 9 * *"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": "has 4 fields, expected 5 (minute hour day-of-month month day-of-week) or 6 (second minute hour day-of-month month day-of-week)",
+          },
+        ]
+      `);
+    });
+    it("Quartz, 7 fields with '?'", () => {
+      expect(issuesOf(cron("0 0 12 ? * 2 2026"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": ""0 0 12 ? * 2 2026" looks like a Quartz/EventBridge expression (7 fields / '?'): this scheduler takes 5 fields (minute hour day-of-month month day-of-week) or 6 with a leading seconds field; drop the year field and replace '?' with '*'; note that Quartz/EventBridge number weekdays 1-7 from Sunday while cron uses 0-6 (names such as MON mean the same in both)",
+          },
+        ]
+      `);
+    });
+    it("EventBridge, 6 fields with '?'", () => {
+      expect(issuesOf(cron("0 12 ? * MON-FRI *"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": ""0 12 ? * MON-FRI *" looks like a Quartz/EventBridge expression ('?'): this scheduler takes 5 fields (minute hour day-of-month month day-of-week) or 6 with a leading seconds field; drop the year field and replace '?' with '*'",
+          },
+        ]
+      `);
+    });
+    it("EventBridge cron(...) wrapper", () => {
+      expect(issuesOf(cron("cron(0 12 * * ? *)"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": ""cron(0 12 * * ? *)" looks like a Quartz/EventBridge expression ("cron(...)" wrapper / '?'): this scheduler takes 5 fields (minute hour day-of-month month day-of-week) or 6 with a leading seconds field; write the fields without the cron(...) wrapper, drop the year field and replace '?' with '*'",
+          },
+        ]
+      `);
+    });
+    it("EventBridge rate(...)", () => {
+      expect(issuesOf(cron("rate(5 minutes)"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": ""rate(5 minutes)" is an EventBridge rate expression, not cron: use an interval schedule such as {"every": "PT5M"} instead",
+          },
+        ]
+      `);
+    });
+    it("macro", () => {
+      expect(issuesOf(cron("@hourly"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": "macros such as "@hourly" are not accepted; write the fields out instead: "0 * * * *"",
+          },
+        ]
+      `);
+    });
+    it("@every", () => {
+      expect(issuesOf(cron("@every 5m"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": ""@every" is not cron: use an interval schedule such as {"every": "PT5M"} instead",
+          },
+        ]
+      `);
+    });
+    it("unknown macro", () => {
+      expect(issuesOf(cron("@reboot"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": ""@reboot" is not supported: this scheduler takes 5 fields (minute hour day-of-month month day-of-week) or 6 with a leading seconds field",
+          },
+        ]
+      `);
+    });
+    it("H (hashed)", () => {
+      expect(issuesOf(cron("H 9 * * *"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": "minute field "H" uses H (a hashed, random value), which is not supported because occurrences must be reproducible: pick a fixed value",
+          },
+        ]
+      `);
+    });
+    it("W (nearest weekday)", () => {
+      expect(issuesOf(cron("0 9 15W * *"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": "day-of-month field "15W" uses W (nearest weekday), which is not supported: list the days, or combine day-of-week with a day range (OR semantics apply when both are restricted)",
+          },
+        ]
+      `);
+    });
+    it("value out of range", () => {
+      expect(issuesOf(cron("60 9 * * *"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": "minute field "60" is invalid: 60 is out of range 0-59",
+          },
+        ]
+      `);
+    });
+    it("range out of range", () => {
+      expect(issuesOf(cron("0 20-25 * * *"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": "hour field "20-25" is invalid: range 20-25 goes outside 0-23",
+          },
+        ]
+      `);
+    });
+    it("range backwards", () => {
+      expect(issuesOf(cron("0 9 * * 5-1"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": "day-of-week field "5-1" is invalid: range 5-1 runs backwards: write the smaller value first",
+          },
+        ]
+      `);
+    });
+    it("unknown name", () => {
+      expect(issuesOf(cron("0 9 * * MON-FRY"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": "day-of-week field "MON-FRY" is invalid: unknown name "fry" (use three-letter names SUN-SAT)",
+          },
+        ]
+      `);
+    });
+    it("not a value", () => {
+      expect(issuesOf(cron("0 9 x * *"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": "day-of-month field "x" is invalid: it is not a value, list, range or step this field accepts",
+          },
+        ]
+      `);
+    });
+    it("zero step", () => {
+      expect(issuesOf(cron("*/0 9 * * *"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": "minute field "*/0" is invalid: a step must be a positive number",
+          },
+        ]
+      `);
+    });
+    it("bad # occurrence", () => {
+      expect(issuesOf(cron("0 9 * * MON#6"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": "day-of-week field "MON#6" is invalid: # takes an occurrence from 1 to 5, e.g. MON#2",
+          },
+        ]
+      `);
+    });
+    it("# with a list", () => {
+      expect(issuesOf(cron("0 9 * * 1#2,3"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": "day-of-week field "1#2,3" is invalid: # cannot be combined with ",": it takes a single weekday, e.g. MON#2",
+          },
+        ]
+      `);
+    });
+    it("standalone L in day-of-week", () => {
+      expect(issuesOf(cron("0 9 * * L"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": "day-of-week field "L" is invalid: L alone is not valid here: use "5L" for the last Friday of the month, or L in day-of-month for the last day",
+          },
+        ]
+      `);
+    });
+    it("never fires (rejected by the parser's own check)", () => {
+      expect(issuesOf(cron("0 0 30 2 *"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": "never fires: no calendar day matches day-of-month "30", month "2" and day-of-week "*"",
+          },
+        ]
+      `);
+    });
+    it("never fires (day in none of the listed months)", () => {
+      expect(issuesOf(cron("0 0 31 2,4 *"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": "never fires: no calendar day matches day-of-month "31", month "2,4" and day-of-week "*"",
+          },
+        ]
+      `);
+    });
+    it("more often than the minimum interval", () => {
+      expect(issuesOf(cron("*/20 * * * * *"), { minIntervalMs: 60_000 })).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.cron",
+            "message": "fires as often as every 20 s, more often than the minimum interval of 1 min",
+          },
+        ]
+      `);
+    });
+  });
+
+  describe("timezone", () => {
+    it("missing", () => {
+      expect(issuesOf({ cron: "0 9 * * *" })).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.timezone",
+            "message": "is required with cron: the expression is read in this IANA zone, e.g. "America/New_York" or "UTC"",
+          },
+        ]
+      `);
+    });
+    it("unknown", () => {
+      expect(issuesOf(cron("0 9 * * *", "America/New_Yrok"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.timezone",
+            "message": ""America/New_Yrok" is not a known IANA time zone: use a location-based IANA name such as "America/New_York", "Europe/London" or "UTC"",
+          },
+        ]
+      `);
+    });
+    it("abbreviation", () => {
+      expect(issuesOf(cron("0 9 * * *", "EST"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.timezone",
+            "message": ""EST" is an abbreviation or legacy zone name, not a location-based IANA zone (for example "EST" is a fixed -05:00 with no daylight-saving time): use a location-based IANA name such as "America/New_York", "Europe/London" or "UTC"",
+          },
+        ]
+      `);
+    });
+    it("offset", () => {
+      expect(issuesOf(cron("0 9 * * *", "+05:30"))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.timezone",
+            "message": ""+05:30" is a UTC offset, not a time zone: offsets change with daylight-saving time, so use a location-based IANA name such as "America/New_York", "Europe/London" or "UTC"",
+          },
+        ]
+      `);
+    });
+    it("empty", () => {
+      expect(issuesOf(cron("0 9 * * *", ""))).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.timezone",
+            "message": "must not be empty: use a location-based IANA name such as "America/New_York", "Europe/London" or "UTC"",
+          },
+        ]
+      `);
+    });
+  });
+});
