@@ -1,0 +1,88 @@
+/**
+ * Deployment-wide settings. Every Lambda and the local sandbox read the same
+ * environment variables, so that the CDK stack (which sets them) and the
+ * handlers (which read them) share one list of names.
+ */
+export const ENV = {
+  jobsTable: "JOBS_TABLE",
+  runsTable: "RUNS_TABLE",
+  queueHigh: "QUEUE_URL_HIGH",
+  queueNormal: "QUEUE_URL_NORMAL",
+  queueLow: "QUEUE_URL_LOW",
+  shardCount: "SHARD_COUNT",
+  maxShardCount: "MAX_SHARD_COUNT",
+  lookaheadSeconds: "LOOKAHEAD_SECONDS",
+  leaseSeconds: "LEASE_SECONDS",
+  misfireGraceSeconds: "MISFIRE_GRACE_SECONDS",
+  retentionDays: "RUN_RETENTION_DAYS",
+  minIntervalMs: "MIN_INTERVAL_MS",
+  dispatcherFunction: "DISPATCHER_FUNCTION_NAME",
+  webhookSecret: "WEBHOOK_SECRET",
+  webhookSecretArn: "WEBHOOK_SECRET_ARN",
+  allowPrivateTargets: "ALLOW_PRIVATE_TARGETS",
+} as const;
+
+export interface EngineSettings {
+  /** Shards new jobs are spread over (S in the design). */
+  readonly shardCount: number;
+  /** Shards the dispatcher scans: the largest S ever deployed, so S can grow. */
+  readonly maxShardCount: number;
+  /** How far ahead of now the dispatcher claims and enqueues with an SQS delay. */
+  readonly lookaheadMs: number;
+  /** Run lease (and per-message visibility) while a worker runs it; heartbeat every lease/3. */
+  readonly leaseMs: number;
+  readonly misfireGraceMs: number;
+  readonly retentionDays: number;
+  /** Schedules firing more often than this are refused. */
+  readonly minIntervalMs: number;
+  readonly maxPayloadBytes: number;
+}
+
+export const DEFAULT_SETTINGS: EngineSettings = {
+  shardCount: 8,
+  maxShardCount: 8,
+  lookaheadMs: 300_000,
+  leaseMs: 60_000,
+  misfireGraceMs: 60_000,
+  retentionDays: 30,
+  minIntervalMs: 1_000,
+  maxPayloadBytes: 64 * 1024,
+};
+
+/** The longest delay SQS accepts on a message. */
+export const MAX_SQS_DELAY_SECONDS = 900;
+
+type Env = Readonly<Record<string, string | undefined>>;
+
+function intFrom(env: Env, name: string, fallback: number, min: number, max: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === "") return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < min || value > max) {
+    throw new Error(`${name} must be an integer from ${min} to ${max}, got "${raw}"`);
+  }
+  return value;
+}
+
+export function loadSettings(env: Env = process.env): EngineSettings {
+  const shardCount = intFrom(env, ENV.shardCount, DEFAULT_SETTINGS.shardCount, 1, 1024);
+  const lookaheadSeconds = intFrom(env, ENV.lookaheadSeconds, 300, 60, 600);
+  return {
+    shardCount,
+    maxShardCount: Math.max(shardCount, intFrom(env, ENV.maxShardCount, shardCount, 1, 1024)),
+    lookaheadMs: lookaheadSeconds * 1000,
+    leaseMs: intFrom(env, ENV.leaseSeconds, 60, 6, 900) * 1000,
+    misfireGraceMs: intFrom(env, ENV.misfireGraceSeconds, 60, 1, 86_400) * 1000,
+    retentionDays: intFrom(env, ENV.retentionDays, 30, 1, 3650),
+    minIntervalMs: intFrom(env, ENV.minIntervalMs, 1000, 1, 86_400_000),
+    maxPayloadBytes: DEFAULT_SETTINGS.maxPayloadBytes,
+  };
+}
+
+export function requireEnv(name: string, env: Env = process.env): string {
+  const value = env[name];
+  if (value === undefined || value === "") {
+    throw new Error(`environment variable ${name} is not set`);
+  }
+  return value;
+}

@@ -1,0 +1,256 @@
+import type { TransactWriteCommandInput } from "@aws-sdk/lib-dynamodb";
+import { BatchWriteCommand, DeleteCommand, TransactWriteCommand } from "@aws-sdk/lib-dynamodb";
+import type { Engine } from "../engine.js";
+import { FenceLostError } from "../errors.js";
+import { bucketKey, dueSortKey, shardOf } from "../keys.js";
+import type { DueEntry, Run } from "../model.js";
+import { METRICS } from "../observability.js";
+import { transactionCancellationCodes } from "../storage/dynamo-errors.js";
+import { encodeDueEntry, jobKey, shardLeaseKey } from "../storage/items.js";
+import { queuedRun, skippedRun } from "../storage/runs.js";
+import { planClaim } from "./plan-claim.js";
+
+type TransactItem = NonNullable<TransactWriteCommandInput["TransactItems"]>[number];
+
+/** Leaves room under DynamoDB's 100 items per transaction for the entry, job, next entry and fence. */
+export const MAX_RUNS_PER_CLAIM = 50;
+/** The skipped records that ride in the claim transaction; the rest are written right after it. */
+const MAX_SKIPPED_IN_TRANSACTION = 40;
+
+export type ClaimResult =
+  | {
+      readonly outcome: "claimed";
+      readonly runs: readonly Run[];
+      readonly skipped: number;
+      /** The job's next due entry; the caller claims it too when it is inside its horizon. */
+      readonly next: DueEntry | null;
+    }
+  /** Another claimer took it, or it was deleted by a pause, cancel or edit. */
+  | { readonly outcome: "lost" }
+  /** The job no longer points at this entry; the orphan was removed. */
+  | { readonly outcome: "stale" };
+
+export interface ClaimOptions {
+  readonly now: Date;
+  readonly horizonEnd: Date;
+  /** A dispatcher claims under its shard lease; the fast path (API, worker) claims without one. */
+  readonly lease?: { readonly shard: number; readonly fence: number };
+}
+
+/**
+ * The due bucket an entry belongs in: its own minute, or the current minute
+ * when it is already overdue, because dispatchers do not rescan old buckets.
+ */
+export function dueEntryKey(
+  jobId: string,
+  dueAt: Date,
+  attempt: number,
+  now: Date,
+  shardCount: number,
+) {
+  const bucketTime = dueAt.getTime() < now.getTime() ? now : dueAt;
+  return {
+    pk: bucketKey(bucketTime, shardOf(jobId, shardCount)),
+    sk: dueSortKey(dueAt, jobId, attempt),
+  };
+}
+
+/**
+ * Claims one due entry in a single transaction: delete the entry (it must
+ * exist, which is what makes the claim exclusive), advance the job (it must
+ * still point at this entry and be active), put its next entry, and put the
+ * QUEUED runs (they must not exist). A lost race is a cancelled transaction;
+ * it is reported, never retried blindly.
+ */
+export function claimDueEntry(
+  engine: Engine,
+  entry: DueEntry,
+  options: ClaimOptions,
+): Promise<ClaimResult> {
+  return attemptClaim(engine, entry, options, new Set());
+}
+
+async function attemptClaim(
+  engine: Engine,
+  entry: DueEntry,
+  options: ClaimOptions,
+  alreadyRun: ReadonlySet<string>,
+): Promise<ClaimResult> {
+  const { now, horizonEnd, lease } = options;
+  const { settings, tables } = engine;
+  const plan = planClaim({
+    entry,
+    now,
+    horizonEnd,
+    misfireGraceMs: settings.misfireGraceMs,
+    maxRunsPerClaim: MAX_RUNS_PER_CLAIM,
+    alreadyRun,
+  });
+  const runSpec = (scheduledFor: Date, dueAt: Date, attempt: number) => ({
+    jobId: entry.jobId,
+    tenantId: entry.tenantId,
+    scheduledFor,
+    dueAt,
+    attempt,
+    priority: entry.priority,
+    jobVersion: entry.jobVersion,
+  });
+  const queued = plan.runs.map((r) =>
+    queuedRun(runSpec(r.scheduledFor, r.dueAt, r.attempt), now, settings),
+  );
+  const skippedItems = plan.skipped.map((s) =>
+    skippedRun(runSpec(s.scheduledFor, s.scheduledFor, 1), s.reason, now, settings),
+  );
+
+  let next: DueEntry | null = null;
+  if (plan.advancesJob && plan.next) {
+    const dueAt = plan.next.scheduledFor;
+    next = {
+      ...entry,
+      key: dueEntryKey(entry.jobId, dueAt, 1, now, settings.shardCount),
+      kind: "occurrence",
+      dueAt: dueAt.toISOString(),
+      scheduledFor: dueAt.toISOString(),
+      attempt: 1,
+      catchUpCount: plan.next.catchUpCount,
+    };
+  }
+
+  const items: TransactItem[] = [];
+  if (lease) {
+    items.push({
+      ConditionCheck: {
+        TableName: tables.jobs,
+        Key: shardLeaseKey(lease.shard),
+        ConditionExpression: "fence = :fence",
+        ExpressionAttributeValues: { ":fence": lease.fence },
+      },
+    });
+  }
+  const dueIndex = items.length;
+  items.push({
+    Delete: {
+      TableName: tables.jobs,
+      Key: entry.key,
+      ConditionExpression: "attribute_exists(pk)",
+    },
+  });
+  const jobIndex = plan.advancesJob ? items.length : -1;
+  if (plan.advancesJob) {
+    items.push({
+      Update: {
+        TableName: tables.jobs,
+        Key: jobKey(entry.jobId),
+        // The job must still point at this very entry: an edit, pause or cancel moves or removes it.
+        ConditionExpression: "#status = :active AND nextDueKey.pk = :pk AND nextDueKey.sk = :sk",
+        UpdateExpression: "SET nextRunAt = :nextRunAt, nextDueKey = :nextDueKey",
+        ExpressionAttributeNames: { "#status": "status" },
+        ExpressionAttributeValues: {
+          ":active": "ACTIVE",
+          ":pk": entry.key.pk,
+          ":sk": entry.key.sk,
+          ":nextRunAt": next ? next.scheduledFor : null,
+          ":nextDueKey": next ? next.key : null,
+        },
+      },
+    });
+    if (next) {
+      items.push({
+        Put: {
+          TableName: tables.jobs,
+          Item: encodeDueEntry(next),
+          ConditionExpression: "attribute_not_exists(pk)",
+        },
+      });
+    }
+  }
+  const firstRunIndex = items.length;
+  for (const { item } of queued) {
+    items.push({
+      Put: {
+        TableName: tables.runs,
+        Item: item,
+        // A QUEUED run of an older job version is replaced: the edit that bumped the version wins.
+        ConditionExpression:
+          "attribute_not_exists(pk) OR (#status = :queued AND jobVersion < :jobVersion)",
+        ExpressionAttributeNames: { "#status": "status" },
+        ExpressionAttributeValues: { ":queued": "QUEUED", ":jobVersion": entry.jobVersion },
+      },
+    });
+  }
+  const inTransaction = skippedItems.slice(0, MAX_SKIPPED_IN_TRANSACTION);
+  for (const item of inTransaction) {
+    items.push({
+      Put: { TableName: tables.runs, Item: item, ConditionExpression: "attribute_not_exists(pk)" },
+    });
+  }
+
+  try {
+    await engine.doc.send(new TransactWriteCommand({ TransactItems: items }));
+  } catch (error) {
+    const codes = transactionCancellationCodes(error);
+    if (codes === null) throw error;
+    const failed = (index: number) => codes[index] === "ConditionalCheckFailed";
+    if (lease && failed(0)) {
+      throw new FenceLostError(`shard ${lease.shard}`, lease.fence, { cause: error });
+    }
+    if (failed(dueIndex)) {
+      engine.obs.metrics.add(METRICS.claimsLost, 1, "Count");
+      return { outcome: "lost" };
+    }
+    if (jobIndex >= 0 && failed(jobIndex)) {
+      await removeOrphan(engine, entry);
+      return { outcome: "stale" };
+    }
+    const conflicts = queued.filter((_, i) => failed(firstRunIndex + i));
+    if (conflicts.length > 0 && alreadyRun.size === 0) {
+      // These occurrences already have a run past QUEUED (say, a trigger on the same millisecond):
+      // they are being handled, so advance over them rather than run them twice.
+      engine.obs.log.warn("claim found existing runs; claiming without them", {
+        jobId: entry.jobId,
+        scheduledFor: conflicts.map((c) => c.run.scheduledFor),
+      });
+      return attemptClaim(
+        engine,
+        entry,
+        options,
+        new Set(conflicts.map((c) => c.run.scheduledFor)),
+      );
+    }
+    throw error;
+  }
+
+  await writeRemainingSkipped(engine, skippedItems.slice(MAX_SKIPPED_IN_TRANSACTION));
+  if (plan.note) engine.obs.log.warn(plan.note, { jobId: entry.jobId });
+  engine.obs.metrics.add(METRICS.claims, queued.length, "Count");
+  return { outcome: "claimed", runs: queued.map((q) => q.run), skipped: skippedItems.length, next };
+}
+
+async function removeOrphan(engine: Engine, entry: DueEntry): Promise<void> {
+  engine.obs.metrics.add(METRICS.staleDueEntries, 1, "Count");
+  try {
+    await engine.doc.send(
+      new DeleteCommand({
+        TableName: engine.tables.jobs,
+        Key: entry.key,
+        ConditionExpression: "attribute_exists(pk)",
+      }),
+    );
+  } catch (error) {
+    if (!(error instanceof Error && error.name === "ConditionalCheckFailedException")) throw error;
+  }
+}
+
+async function writeRemainingSkipped(engine: Engine, items: readonly Record<string, unknown>[]) {
+  for (let i = 0; i < items.length; i += 25) {
+    let requests = items.slice(i, i + 25).map((Item) => ({ PutRequest: { Item } }));
+    for (let round = 0; requests.length > 0 && round < 5; round++) {
+      const result = await engine.doc.send(
+        new BatchWriteCommand({ RequestItems: { [engine.tables.runs]: requests } }),
+      );
+      requests = (result.UnprocessedItems?.[engine.tables.runs] ?? []).flatMap((r) =>
+        r.PutRequest?.Item ? [{ PutRequest: { Item: r.PutRequest.Item } }] : [],
+      );
+    }
+  }
+}

@@ -1,0 +1,39 @@
+import type { Engine } from "../engine.js";
+import type { DueEntry, Run } from "../model.js";
+import { claimChain, RunSender, type SweepStats } from "./dispatcher.js";
+
+/**
+ * A dispatcher pass has already swept up to its horizon (now + lookahead, to
+ * the end of that minute). An entry written below that line would wait for
+ * the two-minute resweep or be missed, so writers claim it themselves. The
+ * margin covers a minute of horizon rounding plus clock skew between hosts.
+ */
+const SWEPT_MARGIN_MS = 120_000;
+
+export function fastPathHorizonEnd(now: Date, lookaheadMs: number): Date {
+  return new Date(now.getTime() + lookaheadMs + SWEPT_MARGIN_MS);
+}
+
+export function needsFastPath(dueAt: Date, now: Date, lookaheadMs: number): boolean {
+  return dueAt < fastPathHorizonEnd(now, lookaheadMs);
+}
+
+/**
+ * Claims a freshly written due entry at once, and the job's following entries
+ * while they fall inside the fast-path horizon, then enqueues the runs. Used
+ * by create, resume and edit.
+ */
+export async function dispatchNow(engine: Engine, entry: DueEntry, now: Date): Promise<Run[]> {
+  const stats: SweepStats = { entries: 0, runs: 0, skipped: 0, lost: 0, stale: 0, sendFailures: 0 };
+  const claimed: Run[] = [];
+  const sender = new RunSender(engine, now, stats, (runs) => claimed.push(...runs));
+  await claimChain(
+    engine,
+    entry,
+    { now, horizonEnd: fastPathHorizonEnd(now, engine.settings.lookaheadMs) },
+    stats,
+    sender,
+  );
+  await sender.flush();
+  return claimed;
+}

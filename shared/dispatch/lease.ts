@@ -1,0 +1,111 @@
+import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import type { Engine } from "../engine.js";
+import { FenceLostError } from "../errors.js";
+import { isConditionalCheckFailed } from "../storage/dynamo-errors.js";
+import { shardLeaseKey } from "../storage/items.js";
+
+/** A dispatcher's hold on a shard for one pass. */
+export interface ShardLease {
+  readonly shard: number;
+  readonly owner: string;
+  /** Higher than every earlier owner's: writes conditioned on it fail once someone takes over. */
+  readonly fence: number;
+  readonly leaseUntil: Date;
+  /** The last minute bucket fully swept, or null for a shard never swept. */
+  readonly watermark: string | null;
+  /** The lease was still held by another owner whose time ran out. */
+  readonly tookOver: boolean;
+}
+
+/**
+ * Takes the shard's lease if it is free, expired, or already ours; returns
+ * null when another owner holds a live lease. Every take bumps the fence.
+ */
+export async function acquireShardLease(
+  engine: Engine,
+  shard: number,
+  owner: string,
+  now: Date,
+): Promise<ShardLease | null> {
+  const leaseUntil = new Date(now.getTime() + engine.settings.leaseMs);
+  try {
+    const result = await engine.doc.send(
+      new UpdateCommand({
+        TableName: engine.tables.jobs,
+        Key: shardLeaseKey(shard),
+        ConditionExpression: "attribute_not_exists(pk) OR leaseUntil < :now OR #owner = :owner",
+        UpdateExpression:
+          "SET #owner = :owner, leaseUntil = :until, released = :false, fence = if_not_exists(fence, :zero) + :one",
+        ExpressionAttributeNames: { "#owner": "owner" },
+        ExpressionAttributeValues: {
+          ":now": now.toISOString(),
+          ":owner": owner,
+          ":until": leaseUntil.toISOString(),
+          ":zero": 0,
+          ":one": 1,
+          ":false": false,
+        },
+        ReturnValues: "ALL_OLD",
+      }),
+    );
+    const old = result.Attributes;
+    const previousOwner = typeof old?.owner === "string" ? old.owner : null;
+    return {
+      shard,
+      owner,
+      fence: (typeof old?.fence === "number" ? old.fence : 0) + 1,
+      leaseUntil,
+      watermark: typeof old?.watermark === "string" ? old.watermark : null,
+      // The condition only lets another owner's lease through once it has expired.
+      tookOver: previousOwner !== null && previousOwner !== owner && old?.released !== true,
+    };
+  } catch (error) {
+    if (isConditionalCheckFailed(error)) return null;
+    throw error;
+  }
+}
+
+/** Records the last minute swept; only the current fence holder may. */
+export async function advanceWatermark(
+  engine: Engine,
+  lease: ShardLease,
+  minute: string,
+): Promise<void> {
+  await fencedLeaseUpdate(engine, lease, "SET watermark = :minute", { ":minute": minute });
+}
+
+/** Ends a pass early so the next tick's dispatcher need not wait for the lease to expire. */
+export async function releaseShardLease(
+  engine: Engine,
+  lease: ShardLease,
+  now: Date,
+): Promise<void> {
+  await fencedLeaseUpdate(engine, lease, "SET leaseUntil = :now, released = :true", {
+    ":now": now.toISOString(),
+    ":true": true,
+  });
+}
+
+async function fencedLeaseUpdate(
+  engine: Engine,
+  lease: ShardLease,
+  update: string,
+  values: Record<string, unknown>,
+): Promise<void> {
+  try {
+    await engine.doc.send(
+      new UpdateCommand({
+        TableName: engine.tables.jobs,
+        Key: shardLeaseKey(lease.shard),
+        ConditionExpression: "fence = :fence",
+        UpdateExpression: update,
+        ExpressionAttributeValues: { ...values, ":fence": lease.fence },
+      }),
+    );
+  } catch (error) {
+    if (isConditionalCheckFailed(error)) {
+      throw new FenceLostError(`shard ${lease.shard}`, lease.fence, { cause: error });
+    }
+    throw error;
+  }
+}

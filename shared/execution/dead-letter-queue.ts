@@ -1,0 +1,28 @@
+import type { Engine } from "../engine.js";
+import type { RunMessage } from "../model.js";
+import { METRICS } from "../observability.js";
+import { endUnownedRun } from "./run-store.js";
+
+/**
+ * A message lands in the SQS redrive DLQ when workers received it
+ * maxReceiveCount times without ever acknowledging it: the run crashed its
+ * worker each time. Its run is marked DEAD so it is listed for replay.
+ */
+export async function handleCrashedRun(
+  engine: Engine,
+  message: RunMessage,
+  receiveCount: number | null,
+): Promise<void> {
+  const times = receiveCount ? ` after ${receiveCount} deliveries` : "";
+  const run = await endUnownedRun(
+    engine,
+    message,
+    "DEAD",
+    `worker crashed: the run never recorded a result${times}`,
+    engine.clock(),
+  );
+  if (run) {
+    engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status: "DEAD" });
+    engine.obs.log.error("run dead-lettered by the redrive DLQ", { runId: run.runId });
+  }
+}

@@ -1,0 +1,370 @@
+import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import { sleep } from "../clock.js";
+import { dueEntryKey } from "../dispatch/claim.js";
+import { needsFastPath } from "../dispatch/fast-path.js";
+import type { Engine } from "../engine.js";
+import { FenceLostError } from "../errors.js";
+import { occurrenceKey, parseRunId } from "../keys.js";
+import type { Job, Run, RunMessage } from "../model.js";
+import { METRICS } from "../observability.js";
+import { type ReceivedRun, sendRuns, setVisibility } from "../queue/work-queue.js";
+import { decideAfterFailure } from "../retry.js";
+import { isConditionalCheckFailed } from "../storage/dynamo-errors.js";
+import { jobKey, runMessageOf } from "../storage/items.js";
+import { queuedRun } from "../storage/runs.js";
+import { admitRun, extendAdmission } from "./admission.js";
+import { type HandlerRegistry, isRetryable, type JobContext } from "./handlers.js";
+import {
+  endUnownedRun,
+  extendLease,
+  finishRun,
+  getJob,
+  type RunEnding,
+  requeueRun,
+  startRun,
+} from "./run-store.js";
+
+export interface WorkerDeps {
+  readonly engine: Engine;
+  readonly handlers: HandlerRegistry;
+  readonly workerId: string;
+  /** Tests stretch this past the lease to play a worker that froze. Defaults to lease / 3. */
+  readonly heartbeatEveryMs?: number;
+}
+
+/** `ack`: delete the message. `keep`: leave it, SQS delivers it again after its visibility. */
+export type Disposition = "ack" | "keep";
+
+/** A message may arrive up to a second early (SQS delays are whole seconds); later than this it is re-sent. */
+const MAX_EARLY_WAIT_MS = 2_000;
+/** How soon a run held back by its overlap policy looks again. */
+const OVERLAP_RECHECK_MS = 5_000;
+
+const isRecurring = (job: Job) => !("runAt" in job.schedule);
+
+/**
+ * Handles one delivery of a run message, start to finish. Safe to call for a
+ * duplicate or late delivery: the conditional start lets only one worker in,
+ * and a finished run is acknowledged without running anything.
+ */
+export async function processRun(deps: WorkerDeps, received: ReceivedRun): Promise<Disposition> {
+  const { engine } = deps;
+  const message = received.message;
+  const early = Date.parse(message.dueAt) - engine.clock().getTime();
+  if (early > MAX_EARLY_WAIT_MS) {
+    await resend(engine, message, new Date(message.dueAt));
+    return "ack";
+  }
+  if (early > 0) await sleep(early);
+
+  const job = await getJob(engine, message.jobId);
+  if (job === null) {
+    await endUnownedRun(engine, message, "CANCELLED", "job no longer exists", engine.clock());
+    return "ack";
+  }
+  const started = await startRun(engine, message, deps.workerId, engine.clock());
+  if (started.kind !== "started") {
+    engine.obs.log.info("delivery of a run that is not startable; acknowledged", {
+      runId: "run" in started ? started.run.runId : null,
+      state: started.kind,
+    });
+    return "ack";
+  }
+  const run = started.run;
+  try {
+    return await runStarted(deps, received, job, run);
+  } catch (error) {
+    if (error instanceof FenceLostError) {
+      engine.obs.metrics.add(METRICS.fenceLost, 1, "Count", { component: "worker" });
+      engine.obs.log.warn("another worker took the run over; this one writes nothing more", {
+        runId: run.runId,
+      });
+      return "ack";
+    }
+    throw error;
+  }
+}
+
+async function runStarted(
+  deps: WorkerDeps,
+  received: ReceivedRun,
+  job: Job,
+  run: Run,
+): Promise<Disposition> {
+  const { engine } = deps;
+  const leaseSeconds = engine.settings.leaseMs / 1000;
+  // Shrink the message's visibility to the lease: if this worker dies, another gets it a lease later.
+  await setVisibility(engine.sqs, received.queueUrl, received.receiptHandle, leaseSeconds);
+
+  const notRunnable = whyNotRunnable(job, run);
+  if (notRunnable) {
+    await finishRun(engine, run, { ...notRunnable, ran: false, tracked: false }, engine.clock());
+    return "ack";
+  }
+  const tracked = isRecurring(job);
+  if (tracked) {
+    const admission = await admitRun(
+      engine,
+      job,
+      run.runId,
+      new Date(run.leaseUntil ?? engine.clock()),
+    );
+    const decision = admission.decision;
+    if (decision.action === "skip") {
+      await finishRun(
+        engine,
+        run,
+        { status: "SKIPPED", reason: decision.reason, ran: false, tracked: false },
+        engine.clock(),
+      );
+      return "ack";
+    }
+    if (decision.action === "buffer") {
+      const retryAt = new Date(engine.clock().getTime() + OVERLAP_RECHECK_MS);
+      await requeueRun(engine, run, `waiting: overlap policy ${job.policies.overlap}`, retryAt);
+      await resend(engine, runMessageOf({ ...run, dueAt: retryAt.toISOString() }), retryAt);
+      return "ack";
+    }
+  }
+
+  const outcome = await execute(deps, received, job, run, tracked);
+  const now = engine.clock();
+  if (outcome.kind === "fence-lost") throw outcome.error;
+  const lag = Date.parse(run.startedAt ?? now.toISOString()) - Date.parse(run.dueAt);
+  engine.obs.metrics.add(METRICS.schedulingLagMs, Math.max(0, lag), "Milliseconds");
+
+  if (outcome.kind === "succeeded") {
+    await finishRun(engine, run, { status: "SUCCEEDED", ran: true, tracked }, now);
+    engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status: "SUCCEEDED" });
+    if (
+      !tracked &&
+      "runAt" in job.schedule &&
+      Date.parse(job.schedule.runAt) === Date.parse(run.scheduledFor)
+    ) {
+      await completeOneOff(engine, job.jobId);
+    }
+  } else {
+    const decision = decideAfterFailure({
+      attempt: run.attempt,
+      policy: job.policies.retry,
+      retryable: outcome.retryable,
+      error: outcome.error,
+      now,
+      random: engine.random,
+    });
+    if (decision.kind === "dead") {
+      await finishRun(
+        engine,
+        run,
+        { status: "DEAD", error: outcome.error, reason: decision.reason, ran: true, tracked },
+        now,
+      );
+      engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status: "DEAD" });
+    } else {
+      const retry = nextAttempt(engine, job, run, decision.nextAttempt, decision.dueAt, now);
+      await finishRun(
+        engine,
+        run,
+        { status: "FAILED", error: outcome.error, ran: true, tracked, retry: retry.ending },
+        now,
+      );
+      engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status: "FAILED" });
+      if (retry.queued) await resend(engine, runMessageOf(retry.queued), decision.dueAt);
+    }
+  }
+  if (tracked && job.policies.overlap === "buffer_one")
+    await wakeBuffered(engine, job.jobId, run.runId);
+  return "ack";
+}
+
+function whyNotRunnable(job: Job, run: Run): Pick<RunEnding, "status" | "reason"> | null {
+  if (job.status === "CANCELLED") return { status: "CANCELLED", reason: "job cancelled" };
+  if (job.status === "PAUSED") return { status: "SKIPPED", reason: "job paused" };
+  if (run.jobVersion < job.version && job.policies.inFlight !== "complete") {
+    return {
+      status: "SKIPPED",
+      reason: `job edited (version ${run.jobVersion} → ${job.version}) after this run was queued`,
+    };
+  }
+  return null;
+}
+
+/** The next attempt of a failed run: QUEUED right away when it is due soon, else a due entry. */
+function nextAttempt(engine: Engine, job: Job, run: Run, attempt: number, dueAt: Date, now: Date) {
+  const spec = {
+    jobId: run.jobId,
+    tenantId: run.tenantId,
+    scheduledFor: new Date(run.scheduledFor),
+    dueAt,
+    attempt,
+    priority: job.priority,
+    jobVersion: run.jobVersion,
+  };
+  if (needsFastPath(dueAt, now, engine.settings.lookaheadMs)) {
+    const { run: queued, item } = queuedRun(spec, now, engine.settings);
+    return { ending: { runItem: item }, queued };
+  }
+  const dueEntry = {
+    key: dueEntryKey(run.jobId, dueAt, attempt, now, engine.settings.shardCount),
+    kind: "retry" as const,
+    jobId: run.jobId,
+    tenantId: run.tenantId,
+    dueAt: dueAt.toISOString(),
+    scheduledFor: run.scheduledFor,
+    attempt,
+    jobVersion: run.jobVersion,
+    priority: job.priority,
+    schedule: job.schedule,
+    misfire: job.policies.misfire,
+  };
+  return { ending: { dueEntry }, queued: null };
+}
+
+type Outcome =
+  | { readonly kind: "succeeded" }
+  | { readonly kind: "failed"; readonly error: string; readonly retryable: boolean }
+  | { readonly kind: "fence-lost"; readonly error: FenceLostError };
+
+class RunTimeoutError extends Error {
+  override readonly name = "RunTimeoutError";
+}
+
+/**
+ * Runs the job's handler while a heartbeat extends both the message's
+ * visibility and the run's lease every lease/3. A heartbeat that fails its
+ * fence aborts the handler's signal: another worker owns the run now.
+ */
+async function execute(
+  deps: WorkerDeps,
+  received: ReceivedRun,
+  job: Job,
+  run: Run,
+  tracked: boolean,
+): Promise<Outcome> {
+  const { engine } = deps;
+  const handler = deps.handlers.get(job.type);
+  if (!handler)
+    return {
+      kind: "failed",
+      error: `no handler registered for job type "${job.type}"`,
+      retryable: false,
+    };
+
+  const controller = new AbortController();
+  const timeout = setTimeout(
+    () => controller.abort(new RunTimeoutError(`timed out after ${job.timeoutSeconds} s`)),
+    job.timeoutSeconds * 1000,
+  );
+  const stopHeartbeat = new AbortController();
+  const heartbeat = (async () => {
+    const every = deps.heartbeatEveryMs ?? engine.settings.leaseMs / 3;
+    while (!stopHeartbeat.signal.aborted) {
+      await sleep(every, stopHeartbeat.signal);
+      if (stopHeartbeat.signal.aborted) return;
+      try {
+        const leaseUntil = await extendLease(engine, run, engine.clock());
+        await setVisibility(
+          engine.sqs,
+          received.queueUrl,
+          received.receiptHandle,
+          engine.settings.leaseMs / 1000,
+        );
+        if (tracked) await extendAdmission(engine, run.jobId, run.runId, leaseUntil);
+      } catch (error) {
+        if (error instanceof FenceLostError) {
+          controller.abort(error);
+          return;
+        }
+        engine.obs.log.warn("heartbeat failed; will try again", {
+          runId: run.runId,
+          error: String(error),
+        });
+      }
+    }
+  })();
+
+  const ctx: JobContext = {
+    jobId: job.jobId,
+    tenantId: job.tenantId,
+    runId: run.runId,
+    type: job.type,
+    scheduledFor: run.scheduledFor,
+    attempt: run.attempt,
+    idempotencyKey: occurrenceKey(job.jobId, run.scheduledFor),
+    payload: job.payload,
+    target: job.target,
+    signal: controller.signal,
+  };
+  try {
+    await Promise.race([handler(ctx), rejectOnAbort(controller.signal)]);
+    if (controller.signal.reason instanceof FenceLostError)
+      return { kind: "fence-lost", error: controller.signal.reason };
+    return { kind: "succeeded" };
+  } catch (error) {
+    const reason: unknown = controller.signal.reason;
+    if (reason instanceof FenceLostError) return { kind: "fence-lost", error: reason };
+    if (reason instanceof RunTimeoutError)
+      return { kind: "failed", error: reason.message, retryable: true };
+    return { kind: "failed", error: errorText(error), retryable: isRetryable(error) };
+  } finally {
+    clearTimeout(timeout);
+    stopHeartbeat.abort();
+    await heartbeat;
+  }
+}
+
+function rejectOnAbort(signal: AbortSignal): Promise<never> {
+  return new Promise((_, reject) => {
+    const fail = () => reject(signal.reason);
+    if (signal.aborted) fail();
+    else signal.addEventListener("abort", fail, { once: true });
+  });
+}
+
+function errorText(error: unknown): string {
+  return error instanceof Error ? error.message || error.name : String(error);
+}
+
+async function resend(engine: Engine, message: RunMessage, dueAt: Date): Promise<void> {
+  await sendRuns(
+    engine.sqs,
+    engine.queues,
+    [{ message: { ...message, dueAt: dueAt.toISOString() }, dueAt }],
+    engine.clock(),
+  );
+}
+
+async function completeOneOff(engine: Engine, jobId: string): Promise<void> {
+  try {
+    await engine.doc.send(
+      new UpdateCommand({
+        TableName: engine.tables.jobs,
+        Key: jobKey(jobId),
+        ConditionExpression: "#status = :active",
+        UpdateExpression: "SET #status = :completed, nextRunAt = :null, nextDueKey = :null",
+        ExpressionAttributeNames: { "#status": "status" },
+        ExpressionAttributeValues: {
+          ":active": "ACTIVE",
+          ":completed": "COMPLETED",
+          ":null": null,
+        },
+      }),
+    );
+  } catch (error) {
+    // Paused or cancelled meanwhile: that status stands.
+    if (!isConditionalCheckFailed(error)) throw error;
+  }
+}
+
+/** A buffer_one job's waiting run starts as soon as the run ahead of it ends, not at its next recheck. */
+async function wakeBuffered(engine: Engine, jobId: string, finishedRunId: string): Promise<void> {
+  const job = await getJob(engine, jobId);
+  const buffered = job?.bufferedRunId ? parseRunId(job.bufferedRunId) : null;
+  if (!job || !buffered || job.bufferedRunId === finishedRunId) return;
+  const now = engine.clock();
+  await resend(
+    engine,
+    { ...buffered, dueAt: now.toISOString(), jobVersion: job.version, priority: job.priority },
+    now,
+  );
+}

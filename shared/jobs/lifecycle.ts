@@ -1,0 +1,530 @@
+import { createHash } from "node:crypto";
+import type { TransactWriteCommandInput } from "@aws-sdk/lib-dynamodb";
+import { GetCommand, QueryCommand, TransactWriteCommand } from "@aws-sdk/lib-dynamodb";
+import { dueEntryKey } from "../dispatch/claim.js";
+import { dispatchNow, needsFastPath } from "../dispatch/fast-path.js";
+import type { Engine } from "../engine.js";
+import {
+  ConcurrentUpdateError,
+  IdempotencyConflictError,
+  IllegalTransitionError,
+  JobNotFoundError,
+  NotReplayableError,
+  VersionMismatchError,
+} from "../errors.js";
+import { endUnownedRun, getJob } from "../execution/run-store.js";
+import { newJobId, shardOf } from "../keys.js";
+import type { DueEntry, HttpTarget, Job, JobPolicies, Priority, Run } from "../model.js";
+import { sendRuns } from "../queue/work-queue.js";
+import { firstOccurrence, type ScheduleSpec } from "../schedule/index.js";
+import { transactionCancellationCodes } from "../storage/dynamo-errors.js";
+import {
+  decodeRun,
+  encodeDueEntry,
+  encodeJob,
+  idempotencyKey,
+  inflightPk,
+  jobKey,
+  runMessageOf,
+} from "../storage/items.js";
+import { queuedRun, runKey } from "../storage/runs.js";
+import { RUNS_INFLIGHT_INDEX } from "../storage/tables.js";
+import { getTenantJob, getTenantRun } from "./queries.js";
+
+type TransactItem = NonNullable<TransactWriteCommandInput["TransactItems"]>[number];
+
+/** A job as the API hands it over: validated, schedule normalized, defaults applied. */
+export interface NewJob {
+  readonly tenantId: string;
+  readonly name: string;
+  readonly type: string;
+  readonly schedule: ScheduleSpec;
+  readonly payload: unknown;
+  readonly target?: HttpTarget;
+  readonly priority: Priority;
+  readonly timeoutSeconds: number;
+  readonly policies: JobPolicies;
+}
+
+export interface CreateOptions {
+  /** The caller's idempotency key and a hash of its request, so a repeat returns the same job. */
+  readonly idempotency?: { readonly key: string; readonly requestHash: string };
+}
+
+export function requestHash(body: unknown): string {
+  return createHash("sha256").update(canonicalJson(body)).digest("hex");
+}
+
+/** JSON with object keys sorted, so two bodies that differ only in key order hash alike. */
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
+  if (value !== null && typeof value === "object") {
+    const entries = Object.entries(value as Record<string, unknown>).sort(([a], [b]) =>
+      a < b ? -1 : 1,
+    );
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(",")}}`;
+  }
+  return JSON.stringify(value) ?? "null";
+}
+
+function dueEntryFor(engine: Engine, job: Job, at: Date, now: Date): DueEntry {
+  return {
+    key: dueEntryKey(job.jobId, at, 1, now, engine.settings.shardCount),
+    kind: "occurrence",
+    jobId: job.jobId,
+    tenantId: job.tenantId,
+    dueAt: at.toISOString(),
+    scheduledFor: at.toISOString(),
+    attempt: 1,
+    jobVersion: job.version,
+    priority: job.priority,
+    schedule: job.schedule,
+    misfire: job.policies.misfire,
+  };
+}
+
+const putDue = (engine: Engine, entry: DueEntry): TransactItem => ({
+  Put: {
+    TableName: engine.tables.jobs,
+    Item: encodeDueEntry(entry),
+    ConditionExpression: "attribute_not_exists(pk)",
+  },
+});
+
+/**
+ * Creates a job: one transaction writes the job, its first due entry and the
+ * idempotency record. A first occurrence inside the lookahead is claimed and
+ * enqueued right away (the fast path), because the dispatcher has swept past it.
+ */
+export async function createJob(
+  engine: Engine,
+  input: NewJob,
+  options: CreateOptions = {},
+): Promise<{ job: Job; created: boolean }> {
+  const now = engine.clock();
+  const jobId = newJobId(now, engine.random);
+  const first = firstOccurrence(input.schedule, now);
+  const base: Job = {
+    ...input,
+    jobId,
+    status: first === null ? "COMPLETED" : "ACTIVE",
+    version: 1,
+    nextRunAt: null,
+    nextDueKey: null,
+    createdAt: now.toISOString(),
+    updatedAt: now.toISOString(),
+    activeRuns: {},
+    activeRevision: 0,
+    bufferedRunId: null,
+    lastRun: null,
+  };
+  const entry = first ? dueEntryFor(engine, base, first, now) : null;
+  const job: Job = entry ? { ...base, nextRunAt: entry.scheduledFor, nextDueKey: entry.key } : base;
+  const items: TransactItem[] = [
+    {
+      Put: {
+        TableName: engine.tables.jobs,
+        Item: encodeJob(job),
+        ConditionExpression: "attribute_not_exists(pk)",
+      },
+    },
+  ];
+  if (entry) items.push(putDue(engine, entry));
+  const idem = options.idempotency;
+  if (idem) {
+    items.push({
+      Put: {
+        TableName: engine.tables.jobs,
+        Item: {
+          ...idempotencyKey(input.tenantId, idem.key),
+          jobId,
+          requestHash: idem.requestHash,
+          createdAt: job.createdAt,
+        },
+        ConditionExpression: "attribute_not_exists(pk)",
+      },
+    });
+  }
+  try {
+    await engine.doc.send(new TransactWriteCommand({ TransactItems: items }));
+  } catch (error) {
+    const codes = transactionCancellationCodes(error);
+    if (idem && codes?.at(-1) === "ConditionalCheckFailed") {
+      return { job: await replayIdempotent(engine, input.tenantId, idem), created: false };
+    }
+    throw error;
+  }
+  if (entry && needsFastPath(first ?? now, now, engine.settings.lookaheadMs)) {
+    await dispatchNow(engine, entry, now);
+    return { job: (await getJob(engine, jobId)) ?? job, created: true };
+  }
+  return { job, created: true };
+}
+
+async function replayIdempotent(
+  engine: Engine,
+  tenantId: string,
+  idem: { key: string; requestHash: string },
+): Promise<Job> {
+  const found = await engine.doc.send(
+    new GetCommand({
+      TableName: engine.tables.jobs,
+      Key: idempotencyKey(tenantId, idem.key),
+      ConsistentRead: true,
+    }),
+  );
+  const record = found.Item;
+  if (!record || record.requestHash !== idem.requestHash)
+    throw new IdempotencyConflictError(idem.key);
+  return getTenantJob(engine, tenantId, String(record.jobId));
+}
+
+/** Reads the job, lets `plan` build a transaction from it, retries when a claim moved the job meanwhile. */
+async function withJob<T>(
+  engine: Engine,
+  tenantId: string,
+  jobId: string,
+  plan: (job: Job, now: Date) => { items: TransactItem[]; result: (job: Job) => T } | { done: T },
+): Promise<T> {
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const job = await getTenantJob(engine, tenantId, jobId);
+    const now = engine.clock();
+    const step = plan(job, now);
+    if ("done" in step) return step.done;
+    try {
+      await engine.doc.send(new TransactWriteCommand({ TransactItems: step.items }));
+      return step.result(job);
+    } catch (error) {
+      if (transactionCancellationCodes(error)?.[0] !== "ConditionalCheckFailed") throw error;
+    }
+  }
+  throw new ConcurrentUpdateError(`job ${jobId} kept changing; try again`);
+}
+
+/** The job update shared by lifecycle changes: conditioned on the state the change was planned from. */
+function updateJobFrom(
+  engine: Engine,
+  job: Job,
+  set: Record<string, unknown>,
+  extra: { bumpVersion?: boolean } = {},
+): TransactItem {
+  const names: Record<string, string> = { "#status": "status" };
+  const values: Record<string, unknown> = {
+    ":seenStatus": job.status,
+    ":seenVersion": job.version,
+  };
+  const assignments = Object.entries(set).map(([field, value], i) => {
+    names[`#f${i}`] = field;
+    values[`:v${i}`] = value;
+    return `#f${i} = :v${i}`;
+  });
+  if (extra.bumpVersion) assignments.push("version = version + :one");
+  if (extra.bumpVersion) values[":one"] = 1;
+  // nextDueKey moves with every claim: the transaction must delete the entry the job points at now.
+  const dueCondition = job.nextDueKey
+    ? "nextDueKey.pk = :duePk AND nextDueKey.sk = :dueSk"
+    : "(attribute_not_exists(nextDueKey) OR nextDueKey = :null)";
+  if (job.nextDueKey) {
+    values[":duePk"] = job.nextDueKey.pk;
+    values[":dueSk"] = job.nextDueKey.sk;
+  } else {
+    values[":null"] = null;
+  }
+  return {
+    Update: {
+      TableName: engine.tables.jobs,
+      Key: jobKey(job.jobId),
+      ConditionExpression: `#status = :seenStatus AND version = :seenVersion AND ${dueCondition}`,
+      UpdateExpression: `SET ${assignments.join(", ")}`,
+      ExpressionAttributeNames: names,
+      ExpressionAttributeValues: values,
+    },
+  };
+}
+
+const deleteDue = (engine: Engine, job: Job): TransactItem[] =>
+  job.nextDueKey ? [{ Delete: { TableName: engine.tables.jobs, Key: job.nextDueKey } }] : [];
+
+export async function pauseJob(engine: Engine, tenantId: string, jobId: string): Promise<Job> {
+  return withJob<Job>(engine, tenantId, jobId, (job, now) => {
+    if (job.status === "PAUSED") return { done: job };
+    if (job.status !== "ACTIVE") throw new IllegalTransitionError("pause", job.status);
+    // nextRunAt stays: resume puts the pending occurrence back, and the misfire policy judges it.
+    const set = { status: "PAUSED", nextDueKey: null, updatedAt: now.toISOString() };
+    return {
+      items: [updateJobFrom(engine, job, set), ...deleteDue(engine, job)],
+      result: (j) => ({ ...j, status: "PAUSED", nextDueKey: null, updatedAt: set.updatedAt }),
+    };
+  });
+}
+
+export async function resumeJob(engine: Engine, tenantId: string, jobId: string): Promise<Job> {
+  let entry: DueEntry | null = null;
+  let now = engine.clock();
+  await withJob<Job | null>(engine, tenantId, jobId, (job, at) => {
+    if (job.status === "ACTIVE") return { done: job };
+    if (job.status !== "PAUSED") throw new IllegalTransitionError("resume", job.status);
+    now = at;
+    entry = job.nextRunAt ? dueEntryFor(engine, job, new Date(job.nextRunAt), now) : null;
+    const set = { status: "ACTIVE", nextDueKey: entry?.key ?? null, updatedAt: now.toISOString() };
+    return {
+      items: [updateJobFrom(engine, job, set), ...(entry ? [putDue(engine, entry)] : [])],
+      result: () => null,
+    };
+  });
+  const resumed: DueEntry | null = entry;
+  if (
+    resumed !== null &&
+    needsFastPath(new Date((resumed as DueEntry).dueAt), now, engine.settings.lookaheadMs)
+  ) {
+    await dispatchNow(engine, resumed, now);
+  }
+  return getTenantJob(engine, tenantId, jobId);
+}
+
+export async function cancelJob(engine: Engine, tenantId: string, jobId: string): Promise<Job> {
+  const job = await withJob<Job>(engine, tenantId, jobId, (current, now) => {
+    if (current.status === "CANCELLED") return { done: current };
+    if (current.status === "COMPLETED") throw new IllegalTransitionError("cancel", current.status);
+    const set = {
+      status: "CANCELLED",
+      nextRunAt: null,
+      nextDueKey: null,
+      updatedAt: now.toISOString(),
+    };
+    return {
+      items: [updateJobFrom(engine, current, set), ...deleteDue(engine, current)],
+      result: (j) => ({
+        ...j,
+        status: "CANCELLED",
+        nextRunAt: null,
+        nextDueKey: null,
+        updatedAt: set.updatedAt,
+      }),
+    };
+  });
+  await cancelQueuedRuns(engine, job);
+  return job;
+}
+
+/**
+ * Marks the job's QUEUED runs CANCELLED now rather than when their messages
+ * arrive (up to the lookahead later), so the history says so at once. A run
+ * missed here (the index is eventually consistent) is cancelled by its worker.
+ */
+async function cancelQueuedRuns(engine: Engine, job: Job): Promise<void> {
+  let startKey: Record<string, unknown> | undefined;
+  do {
+    const page = await engine.doc.send(
+      new QueryCommand({
+        TableName: engine.tables.runs,
+        IndexName: RUNS_INFLIGHT_INDEX,
+        KeyConditionExpression: "inflightPk = :pk",
+        FilterExpression: "jobId = :jobId AND #status = :queued",
+        ExpressionAttributeNames: { "#status": "status" },
+        ExpressionAttributeValues: {
+          ":pk": inflightPk(shardOf(job.jobId, engine.settings.shardCount)),
+          ":jobId": job.jobId,
+          ":queued": "QUEUED",
+        },
+        ExclusiveStartKey: startKey,
+      }),
+    );
+    for (const run of (page.Items ?? []).map(decodeRun)) {
+      await endUnownedRun(engine, run, "CANCELLED", "job cancelled", engine.clock());
+    }
+    startKey = page.LastEvaluatedKey;
+  } while (startKey);
+}
+
+export interface JobChanges {
+  readonly name?: string;
+  readonly schedule?: ScheduleSpec;
+  readonly payload?: unknown;
+  readonly target?: HttpTarget;
+  readonly priority?: Priority;
+  readonly timeoutSeconds?: number;
+  readonly policies?: JobPolicies;
+}
+
+/**
+ * Edits a job at the version the caller last saw. The version goes up, the
+ * due entry is rewritten (it carries a copy of the schedule and version), and
+ * runs already queued at the old version are skipped at start unless the edit
+ * says `inFlight: "complete"`. A new schedule takes effect from the first
+ * occurrence not yet claimed, so no occurrence is claimed twice.
+ */
+export async function editJob(
+  engine: Engine,
+  tenantId: string,
+  jobId: string,
+  expectedVersion: number,
+  changes: JobChanges,
+): Promise<Job> {
+  let entry: DueEntry | null = null;
+  let now = engine.clock();
+  await withJob<null>(engine, tenantId, jobId, (job, at) => {
+    if (job.version !== expectedVersion)
+      throw new VersionMismatchError(expectedVersion, job.version);
+    if (job.status === "CANCELLED" || job.status === "COMPLETED")
+      throw new IllegalTransitionError("edit", job.status);
+    now = at;
+    const edited: Job = {
+      ...job,
+      ...changes,
+      version: job.version + 1,
+      updatedAt: now.toISOString(),
+    };
+    const next = nextAfterEdit(job, edited, now);
+    entry = next && job.status === "ACTIVE" ? dueEntryFor(engine, edited, next, now) : null;
+    const { payload, ...fields } = changes;
+    const set: Record<string, unknown> = {
+      ...Object.fromEntries(Object.entries(fields).filter(([, value]) => value !== undefined)),
+      ...("payload" in changes ? { payloadJson: JSON.stringify(payload ?? null) } : {}),
+      nextRunAt: next ? next.toISOString() : null,
+      nextDueKey: entry?.key ?? null,
+      updatedAt: edited.updatedAt,
+    };
+    const sameKey =
+      entry !== null &&
+      job.nextDueKey !== null &&
+      entry.key.pk === job.nextDueKey.pk &&
+      entry.key.sk === job.nextDueKey.sk;
+    const items: TransactItem[] = [updateJobFrom(engine, job, set, { bumpVersion: true })];
+    if (!sameKey) items.push(...deleteDue(engine, job));
+    if (entry) {
+      items.push(
+        sameKey
+          ? { Put: { TableName: engine.tables.jobs, Item: encodeDueEntry(entry) } }
+          : putDue(engine, entry),
+      );
+    }
+    return { items, result: () => null };
+  });
+  const moved: DueEntry | null = entry;
+  if (
+    moved !== null &&
+    needsFastPath(new Date((moved as DueEntry).dueAt), now, engine.settings.lookaheadMs)
+  ) {
+    await dispatchNow(engine, moved, now);
+  }
+  return getTenantJob(engine, tenantId, jobId);
+}
+
+function nextAfterEdit(job: Job, edited: Job, now: Date): Date | null {
+  if ("runAt" in edited.schedule) {
+    // A one-off that has not completed runs at its (possibly new) time; a queued run of the old version is replaced.
+    return new Date(edited.schedule.runAt);
+  }
+  if (
+    edited.schedule === job.schedule ||
+    JSON.stringify(edited.schedule) === JSON.stringify(job.schedule)
+  ) {
+    return job.nextRunAt ? new Date(job.nextRunAt) : null;
+  }
+  const from =
+    job.nextRunAt && Date.parse(job.nextRunAt) > now.getTime() ? new Date(job.nextRunAt) : now;
+  return firstOccurrence(edited.schedule, from);
+}
+
+/** One extra run now, outside the schedule; its occurrence is the current instant. */
+export async function triggerJob(engine: Engine, tenantId: string, jobId: string): Promise<Run> {
+  const job = await getTenantJob(engine, tenantId, jobId);
+  if (job.status === "PAUSED" || job.status === "CANCELLED")
+    throw new IllegalTransitionError("trigger", job.status);
+  const now = engine.clock();
+  const { run, item } = queuedRun(
+    {
+      jobId,
+      tenantId,
+      scheduledFor: now,
+      dueAt: now,
+      attempt: 1,
+      priority: job.priority,
+      jobVersion: job.version,
+    },
+    now,
+    engine.settings,
+  );
+  await engine.doc.send(
+    new TransactWriteCommand({
+      TransactItems: [
+        {
+          Put: {
+            TableName: engine.tables.runs,
+            Item: item,
+            ConditionExpression: "attribute_not_exists(pk)",
+          },
+        },
+      ],
+    }),
+  );
+  await sendRuns(engine.sqs, engine.queues, [{ message: runMessageOf(run), dueAt: now }], now);
+  return run;
+}
+
+/**
+ * Replays a dead run as a new attempt of the same occurrence, at the job's
+ * current version. The dead run leaves the dead-letter list in the same
+ * transaction, so a second replay of it is refused.
+ */
+export async function replayDeadLetter(
+  engine: Engine,
+  tenantId: string,
+  runId: string,
+): Promise<Run> {
+  const dead = await getTenantRun(engine, tenantId, runId);
+  if (dead.status !== "DEAD")
+    throw new NotReplayableError(runId, `it is ${dead.status.toLowerCase()}, not dead`);
+  if (dead.replayedBy)
+    throw new NotReplayableError(runId, `it was already replayed as ${dead.replayedBy}`);
+  const job = await getJob(engine, dead.jobId);
+  if (job === null) throw new JobNotFoundError(dead.jobId);
+  if (job.status === "CANCELLED") throw new IllegalTransitionError("replay a run of", job.status);
+  const now = engine.clock();
+  const { run, item } = queuedRun(
+    {
+      jobId: dead.jobId,
+      tenantId,
+      scheduledFor: new Date(dead.scheduledFor),
+      dueAt: now,
+      attempt: dead.attempt + 1,
+      priority: job.priority,
+      jobVersion: job.version,
+    },
+    now,
+    engine.settings,
+  );
+  try {
+    await engine.doc.send(
+      new TransactWriteCommand({
+        TransactItems: [
+          {
+            Put: {
+              TableName: engine.tables.runs,
+              Item: item,
+              ConditionExpression: "attribute_not_exists(pk)",
+            },
+          },
+          {
+            Update: {
+              TableName: engine.tables.runs,
+              Key: runKey(dead.jobId, dead.scheduledFor, dead.attempt),
+              ConditionExpression:
+                "#status = :dead AND (attribute_not_exists(replayedBy) OR replayedBy = :null)",
+              UpdateExpression: "SET replayedBy = :newRun REMOVE deadPk, deadSk",
+              ExpressionAttributeNames: { "#status": "status" },
+              ExpressionAttributeValues: { ":dead": "DEAD", ":null": null, ":newRun": run.runId },
+            },
+          },
+        ],
+      }),
+    );
+  } catch (error) {
+    if (transactionCancellationCodes(error))
+      throw new NotReplayableError(runId, "it was replayed concurrently");
+    throw error;
+  }
+  await sendRuns(engine.sqs, engine.queues, [{ message: runMessageOf(run), dueAt: now }], now);
+  return run;
+}

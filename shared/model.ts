@@ -1,0 +1,137 @@
+import type { MisfirePolicy, OverlapPolicy } from "./policies.js";
+import type { RetryPolicy } from "./retry.js";
+import type { ScheduleSpec } from "./schedule/index.js";
+
+export type JobStatus = "ACTIVE" | "PAUSED" | "CANCELLED" | "COMPLETED";
+export type RunStatus =
+  | "QUEUED"
+  | "RUNNING"
+  | "SUCCEEDED"
+  | "FAILED"
+  | "DEAD"
+  | "SKIPPED"
+  | "CANCELLED";
+export type Priority = "high" | "normal" | "low";
+export const PRIORITIES: readonly Priority[] = ["high", "normal", "low"];
+
+export const TERMINAL_RUN_STATUSES: ReadonlySet<RunStatus> = new Set([
+  "SUCCEEDED",
+  "FAILED",
+  "DEAD",
+  "SKIPPED",
+  "CANCELLED",
+]);
+
+/** Where a webhook (`http` job) is delivered. */
+export interface HttpTarget {
+  readonly url: string;
+  readonly headers?: Readonly<Record<string, string>>;
+  readonly timeoutSeconds?: number;
+}
+
+export interface JobPolicies {
+  readonly retry: RetryPolicy;
+  readonly misfire: MisfirePolicy;
+  readonly overlap: OverlapPolicy;
+  readonly maxConcurrent: number;
+  /** What happens to runs already queued when the job is edited: skipped (default) or left to complete. */
+  readonly inFlight: "skip" | "complete";
+}
+
+/** The summary of a job's newest finished run, kept on the job for listings. */
+export interface RunSummary {
+  readonly runId: string;
+  readonly status: RunStatus;
+  readonly scheduledFor: string;
+  readonly attempt: number;
+  readonly finishedAt: string;
+}
+
+export interface Job {
+  readonly jobId: string;
+  readonly tenantId: string;
+  readonly name: string;
+  readonly type: string;
+  readonly schedule: ScheduleSpec;
+  readonly payload: unknown;
+  readonly target?: HttpTarget;
+  readonly priority: Priority;
+  readonly timeoutSeconds: number;
+  readonly policies: JobPolicies;
+  readonly status: JobStatus;
+  readonly version: number;
+  /** The pending occurrence, or null when none is pending (completed one-off, cancelled, or schedule ended). */
+  readonly nextRunAt: string | null;
+  /** Sort/partition key of the due entry that holds `nextRunAt`, so edits and pauses can remove it. */
+  readonly nextDueKey: DueKey | null;
+  readonly createdAt: string;
+  readonly updatedAt: string;
+  /** Runs of this job holding a live lease: runId → leaseUntil. Used only for overlap decisions. */
+  readonly activeRuns: Readonly<Record<string, string>>;
+  /** Bumped on every change of activeRuns/bufferedRunId, to serialise overlap admissions. */
+  readonly activeRevision: number;
+  readonly bufferedRunId: string | null;
+  readonly lastRun: RunSummary | null;
+}
+
+export interface DueKey {
+  readonly pk: string;
+  readonly sk: string;
+}
+
+export type DueKind = "occurrence" | "retry";
+
+/**
+ * One pending occurrence or retry, stored in its minute bucket. It carries
+ * what the dispatcher needs to claim it without reading the job.
+ */
+export interface DueEntry {
+  readonly key: DueKey;
+  readonly kind: DueKind;
+  readonly jobId: string;
+  readonly tenantId: string;
+  readonly dueAt: string;
+  readonly scheduledFor: string;
+  readonly attempt: number;
+  readonly jobVersion: number;
+  readonly priority: Priority;
+  readonly schedule: ScheduleSpec;
+  readonly misfire: MisfirePolicy;
+  /** fire_all only: missed occurrences already run in this catch-up, to enforce its cap. */
+  readonly catchUpCount?: number;
+}
+
+export interface Run {
+  readonly runId: string;
+  readonly jobId: string;
+  readonly tenantId: string;
+  readonly scheduledFor: string;
+  readonly attempt: number;
+  readonly status: RunStatus;
+  /** When it should start: scheduledFor, or the backoff time of a retry. */
+  readonly dueAt: string;
+  readonly priority: Priority;
+  readonly jobVersion: number;
+  readonly fence: number;
+  readonly enqueuedAt: string | null;
+  readonly startedAt: string | null;
+  readonly finishedAt: string | null;
+  readonly durationMs: number | null;
+  readonly leaseUntil: string | null;
+  readonly workerId: string | null;
+  readonly error: string | null;
+  readonly reason: string | null;
+  /** Set on a DEAD run once it has been replayed: the run that replaced it. */
+  readonly replayedBy: string | null;
+}
+
+/** The body of a work-queue message: enough to find the run and to check the job version without a read. */
+export interface RunMessage {
+  readonly jobId: string;
+  readonly scheduledFor: string;
+  /** When the run should start; a message that arrives early waits for it. */
+  readonly dueAt: string;
+  readonly attempt: number;
+  readonly jobVersion: number;
+  readonly priority: Priority;
+}

@@ -1,0 +1,60 @@
+/**
+ * The two things the engine reports besides its writes: log lines and metrics.
+ * Lambdas plug in Powertools Logger and Metrics (EMF); tests and the sandbox
+ * plug in their own. Metric names are listed once here so dashboards and
+ * alarms (infra/) can refer to the same names.
+ */
+export const METRICS = {
+  schedulingLagMs: "SchedulingLag",
+  runOutcome: "RunOutcome",
+  claims: "Claims",
+  claimsLost: "ClaimsLostToRaces",
+  staleDueEntries: "StaleDueEntries",
+  leaseTakeovers: "LeaseTakeovers",
+  reaperResends: "ReaperResends",
+  fenceLost: "FenceLost",
+} as const;
+
+export type MetricName = (typeof METRICS)[keyof typeof METRICS];
+export type MetricUnit = "Count" | "Milliseconds";
+
+export interface Logger {
+  debug(message: string, fields?: Record<string, unknown>): void;
+  info(message: string, fields?: Record<string, unknown>): void;
+  warn(message: string, fields?: Record<string, unknown>): void;
+  error(message: string, fields?: Record<string, unknown>): void;
+}
+
+export interface Metrics {
+  add(name: MetricName, value: number, unit: MetricUnit, dimensions?: Record<string, string>): void;
+}
+
+export interface Observability {
+  readonly log: Logger;
+  readonly metrics: Metrics;
+}
+
+const noop = () => undefined;
+
+export const silentObservability: Observability = {
+  log: { debug: noop, info: noop, warn: noop, error: noop },
+  metrics: { add: noop },
+};
+
+/** Collects metrics in memory; tests assert on them. */
+export class MetricsRecorder implements Metrics {
+  readonly points: { name: MetricName; value: number; dimensions: Record<string, string> }[] = [];
+
+  add(name: MetricName, value: number, _unit: MetricUnit, dimensions: Record<string, string> = {}) {
+    this.points.push({ name, value, dimensions });
+  }
+
+  sum(name: MetricName, dimensions: Record<string, string> = {}): number {
+    return this.points
+      .filter(
+        (p) =>
+          p.name === name && Object.entries(dimensions).every(([k, v]) => p.dimensions[k] === v),
+      )
+      .reduce((total, p) => total + p.value, 0);
+  }
+}

@@ -1,0 +1,182 @@
+import {
+  ChangeMessageVisibilityCommand,
+  DeleteMessageBatchCommand,
+  ReceiveMessageCommand,
+  SendMessageBatchCommand,
+  type SQSClient,
+} from "@aws-sdk/client-sqs";
+import { MAX_SQS_DELAY_SECONDS } from "../config.js";
+import type { Priority, RunMessage } from "../model.js";
+
+export type QueueUrls = Readonly<Record<Priority, string>>;
+
+/** A run message with when it should become visible. */
+export interface OutgoingRun {
+  readonly message: RunMessage;
+  readonly dueAt: Date;
+}
+
+export interface ReceivedRun {
+  readonly message: RunMessage;
+  readonly queueUrl: string;
+  readonly receiptHandle: string;
+  readonly messageId: string;
+  readonly receiveCount: number;
+}
+
+const SQS_BATCH = 10;
+
+/**
+ * Whole seconds of SQS delay for a run due at `dueAt`. Rounded down so the
+ * message is visible at most one second early; the worker waits out the
+ * remainder, which puts the start on its second rather than up to a second late.
+ */
+export function delaySecondsFor(dueAt: Date, now: Date): number {
+  const seconds = Math.floor((dueAt.getTime() - now.getTime()) / 1000);
+  return Math.min(MAX_SQS_DELAY_SECONDS, Math.max(0, seconds));
+}
+
+export function encodeRunMessage(message: RunMessage): string {
+  return JSON.stringify(message);
+}
+
+/** Parses a message body; returns null for anything that is not a run message (poison). */
+export function decodeRunMessage(body: string | undefined): RunMessage | null {
+  if (body === undefined) return null;
+  let value: unknown;
+  try {
+    value = JSON.parse(body);
+  } catch {
+    return null;
+  }
+  if (typeof value !== "object" || value === null) return null;
+  const v = value as Record<string, unknown>;
+  if (
+    typeof v.jobId !== "string" ||
+    typeof v.scheduledFor !== "string" ||
+    typeof v.dueAt !== "string" ||
+    typeof v.attempt !== "number" ||
+    typeof v.jobVersion !== "number" ||
+    (v.priority !== "high" && v.priority !== "normal" && v.priority !== "low")
+  ) {
+    return null;
+  }
+  return {
+    jobId: v.jobId,
+    scheduledFor: v.scheduledFor,
+    dueAt: v.dueAt,
+    attempt: v.attempt,
+    jobVersion: v.jobVersion,
+    priority: v.priority,
+  };
+}
+
+/** Sends runs to the queue of their priority, ten to a batch, each delayed to its due second. */
+export async function sendRuns(
+  sqs: SQSClient,
+  queues: QueueUrls,
+  runs: readonly OutgoingRun[],
+  now: Date,
+): Promise<void> {
+  const byQueue = new Map<string, OutgoingRun[]>();
+  for (const run of runs) {
+    const url = queues[run.message.priority];
+    const list = byQueue.get(url) ?? [];
+    list.push(run);
+    byQueue.set(url, list);
+  }
+  const sends: Promise<void>[] = [];
+  for (const [url, list] of byQueue) {
+    for (let i = 0; i < list.length; i += SQS_BATCH) {
+      sends.push(sendBatch(sqs, url, list.slice(i, i + SQS_BATCH), now));
+    }
+  }
+  await Promise.all(sends);
+}
+
+async function sendBatch(
+  sqs: SQSClient,
+  queueUrl: string,
+  batch: readonly OutgoingRun[],
+  now: Date,
+): Promise<void> {
+  let pending = batch.map((run, index) => ({ id: String(index), run }));
+  // SendMessageBatch can fail per entry; resend only those, a few times, then surface the error.
+  for (let round = 0; round < 3 && pending.length > 0; round++) {
+    const result = await sqs.send(
+      new SendMessageBatchCommand({
+        QueueUrl: queueUrl,
+        Entries: pending.map(({ id, run }) => ({
+          Id: id,
+          MessageBody: encodeRunMessage(run.message),
+          DelaySeconds: delaySecondsFor(run.dueAt, now),
+        })),
+      }),
+    );
+    const failed = new Set((result.Failed ?? []).map((f) => f.Id));
+    pending = pending.filter(({ id }) => failed.has(id));
+  }
+  if (pending.length > 0) {
+    throw new Error(`SQS refused ${pending.length} message(s) for ${queueUrl}`);
+  }
+}
+
+export async function receiveRuns(
+  sqs: SQSClient,
+  queueUrl: string,
+  options: { max: number; waitSeconds: number; signal?: AbortSignal },
+): Promise<ReceivedRun[]> {
+  const result = await sqs.send(
+    new ReceiveMessageCommand({
+      QueueUrl: queueUrl,
+      MaxNumberOfMessages: Math.min(SQS_BATCH, options.max),
+      WaitTimeSeconds: options.waitSeconds,
+      MessageSystemAttributeNames: ["ApproximateReceiveCount"],
+    }),
+    { abortSignal: options.signal },
+  );
+  const runs: ReceivedRun[] = [];
+  for (const m of result.Messages ?? []) {
+    const message = decodeRunMessage(m.Body);
+    if (message === null || m.ReceiptHandle === undefined || m.MessageId === undefined) continue;
+    runs.push({
+      message,
+      queueUrl,
+      receiptHandle: m.ReceiptHandle,
+      messageId: m.MessageId,
+      receiveCount: Number(m.Attributes?.ApproximateReceiveCount ?? "1"),
+    });
+  }
+  return runs;
+}
+
+export async function setVisibility(
+  sqs: SQSClient,
+  queueUrl: string,
+  receiptHandle: string,
+  seconds: number,
+): Promise<void> {
+  await sqs.send(
+    new ChangeMessageVisibilityCommand({
+      QueueUrl: queueUrl,
+      ReceiptHandle: receiptHandle,
+      VisibilityTimeout: Math.max(0, Math.min(43_200, Math.ceil(seconds))),
+    }),
+  );
+}
+
+export async function deleteMessages(
+  sqs: SQSClient,
+  queueUrl: string,
+  receiptHandles: readonly string[],
+): Promise<void> {
+  for (let i = 0; i < receiptHandles.length; i += SQS_BATCH) {
+    const batch = receiptHandles.slice(i, i + SQS_BATCH);
+    await sqs.send(
+      new DeleteMessageBatchCommand({
+        QueueUrl: queueUrl,
+        Entries: batch.map((handle, index) => ({ Id: String(index), ReceiptHandle: handle })),
+      }),
+    );
+  }
+}

@@ -1,0 +1,107 @@
+import type { DueEntry, DueKey, Job, Run, RunMessage } from "../model.js";
+
+/**
+ * Item layouts of both tables and the codecs between items and the domain
+ * types. Keys are built only here.
+ */
+type Item = Record<string, unknown>;
+
+export const JOB_SK = "JOB";
+export const LEASE_SK = "LEASE";
+export const IDEMPOTENCY_SK = "IDEMP";
+
+export const jobPk = (jobId: string) => `JOB#${jobId}`;
+export const jobKey = (jobId: string) => ({ pk: jobPk(jobId), sk: JOB_SK });
+export const tenantPk = (tenantId: string) => `TENANT#${tenantId}`;
+export const shardLeaseKey = (shard: number) => ({ pk: `SHARD#${shard}`, sk: LEASE_SK });
+export const idempotencyKey = (tenantId: string, key: string) => ({
+  pk: `IDEMP#${tenantId}#${key}`,
+  sk: IDEMPOTENCY_SK,
+});
+export const inflightPk = (shard: number) => `INFLIGHT#${shard}`;
+export const deadLetterPk = (tenantId: string) => `DEAD#${tenantId}`;
+
+export function encodeJob(job: Job): Item {
+  const { payload, ...rest } = job;
+  return {
+    ...jobKey(job.jobId),
+    tenantPk: tenantPk(job.tenantId),
+    tenantSk: job.jobId,
+    ...rest,
+    // Stored as text so any JSON (floats, big numbers, empty strings) round-trips exactly.
+    payloadJson: JSON.stringify(payload ?? null),
+  };
+}
+
+export function decodeJob(item: Item): Job {
+  const { pk, sk, tenantPk: _t, tenantSk: _s, payloadJson, ...rest } = item;
+  const job = rest as unknown as Omit<Job, "payload">;
+  return {
+    ...job,
+    activeRuns: job.activeRuns ?? {},
+    activeRevision: job.activeRevision ?? 0,
+    bufferedRunId: job.bufferedRunId ?? null,
+    lastRun: job.lastRun ?? null,
+    nextDueKey: job.nextDueKey ?? null,
+    nextRunAt: job.nextRunAt ?? null,
+    payload: typeof payloadJson === "string" ? JSON.parse(payloadJson) : null,
+  };
+}
+
+export function encodeDueEntry(entry: DueEntry): Item {
+  const { key, ...rest } = entry;
+  return { ...key, ...rest };
+}
+
+export function decodeDueEntry(item: Item): DueEntry {
+  const { pk, sk, ...rest } = item;
+  return { key: { pk: String(pk), sk: String(sk) }, ...(rest as unknown as Omit<DueEntry, "key">) };
+}
+
+export function dueKeyEquals(a: DueKey | null, b: DueKey | null): boolean {
+  return a !== null && b !== null && a.pk === b.pk && a.sk === b.sk;
+}
+
+export interface RunItemExtras {
+  /** Sparse reaper index: present only while QUEUED or RUNNING. */
+  readonly inflight?: { readonly shard: number; readonly deadline: string };
+  readonly expiresAt: number;
+}
+
+export function encodeRun(run: Run, runSortKey: string, extras: RunItemExtras): Item {
+  return {
+    pk: jobPk(run.jobId),
+    sk: runSortKey,
+    ...run,
+    ...(extras.inflight
+      ? { inflightPk: inflightPk(extras.inflight.shard), inflightSk: extras.inflight.deadline }
+      : {}),
+    expiresAt: extras.expiresAt,
+  };
+}
+
+export function decodeRun(item: Item): Run {
+  const {
+    pk,
+    sk,
+    inflightPk: _ip,
+    inflightSk: _is,
+    deadPk: _dp,
+    deadSk: _ds,
+    expiresAt: _e,
+    ...rest
+  } = item;
+  const run = rest as unknown as Run;
+  return { ...run, replayedBy: run.replayedBy ?? null };
+}
+
+export function runMessageOf(run: Run): RunMessage {
+  return {
+    jobId: run.jobId,
+    scheduledFor: run.scheduledFor,
+    dueAt: run.dueAt,
+    attempt: run.attempt,
+    jobVersion: run.jobVersion,
+    priority: run.priority,
+  };
+}

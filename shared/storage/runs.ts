@@ -1,0 +1,89 @@
+import type { EngineSettings } from "../config.js";
+import { runId, runSortKey, shardOf } from "../keys.js";
+import type { Priority, Run } from "../model.js";
+import { encodeRun, jobPk } from "./items.js";
+
+type Item = Record<string, unknown>;
+
+export const runKey = (jobId: string, scheduledFor: string, attempt: number) => ({
+  pk: jobPk(jobId),
+  sk: runSortKey(scheduledFor, attempt),
+});
+
+/** TTL epoch seconds: history is kept for the retention period after the run was created. */
+export function expiresAtFor(now: Date, settings: EngineSettings): number {
+  return Math.floor(now.getTime() / 1000) + settings.retentionDays * 86_400;
+}
+
+interface NewRun {
+  readonly jobId: string;
+  readonly tenantId: string;
+  readonly scheduledFor: Date;
+  readonly dueAt: Date;
+  readonly attempt: number;
+  readonly priority: Priority;
+  readonly jobVersion: number;
+}
+
+function baseRun(spec: NewRun): Omit<Run, "status"> {
+  const scheduledFor = spec.scheduledFor.toISOString();
+  return {
+    runId: runId(spec.jobId, scheduledFor, spec.attempt),
+    jobId: spec.jobId,
+    tenantId: spec.tenantId,
+    scheduledFor,
+    attempt: spec.attempt,
+    dueAt: spec.dueAt.toISOString(),
+    priority: spec.priority,
+    jobVersion: spec.jobVersion,
+    fence: 0,
+    enqueuedAt: null,
+    startedAt: null,
+    finishedAt: null,
+    durationMs: null,
+    leaseUntil: null,
+    workerId: null,
+    error: null,
+    reason: null,
+    replayedBy: null,
+  };
+}
+
+/**
+ * A claimed run waiting in its queue. Its reaper deadline is one lease after
+ * it should have started: if it is still QUEUED then, its message was lost.
+ */
+export function queuedRun(
+  spec: NewRun,
+  now: Date,
+  settings: EngineSettings,
+): { run: Run; item: Item } {
+  const run: Run = { ...baseRun(spec), status: "QUEUED", enqueuedAt: now.toISOString() };
+  const startBy = Math.max(spec.dueAt.getTime(), now.getTime()) + settings.leaseMs;
+  const item = encodeRun(run, runSortKey(run.scheduledFor, run.attempt), {
+    inflight: {
+      shard: shardOf(spec.jobId, settings.shardCount),
+      deadline: new Date(startBy).toISOString(),
+    },
+    expiresAt: expiresAtFor(now, settings),
+  });
+  return { run, item };
+}
+
+/** A run recorded only to say that an occurrence did not run, and why. */
+export function skippedRun(
+  spec: NewRun,
+  reason: string,
+  now: Date,
+  settings: EngineSettings,
+): Item {
+  const run: Run = {
+    ...baseRun(spec),
+    status: "SKIPPED",
+    reason,
+    finishedAt: now.toISOString(),
+  };
+  return encodeRun(run, runSortKey(run.scheduledFor, run.attempt), {
+    expiresAt: expiresAtFor(now, settings),
+  });
+}

@@ -1,0 +1,82 @@
+import type { CreateTableCommandInput } from "@aws-sdk/client-dynamodb";
+
+/**
+ * The two tables, described once. The local sandbox and the integration tests
+ * create them from here; the CDK stack declares the same keys, and a test
+ * compares the synthesized template with these definitions.
+ */
+export interface TableNames {
+  readonly jobs: string;
+  readonly runs: string;
+}
+
+export const JOBS_BY_TENANT_INDEX = "byTenant";
+export const RUNS_INFLIGHT_INDEX = "inflight";
+export const RUNS_DEAD_LETTER_INDEX = "deadLetters";
+export const RUNS_TTL_ATTRIBUTE = "expiresAt";
+
+export function jobsTableDefinition(tableName: string): CreateTableCommandInput {
+  return {
+    TableName: tableName,
+    BillingMode: "PAY_PER_REQUEST",
+    AttributeDefinitions: [
+      { AttributeName: "pk", AttributeType: "S" },
+      { AttributeName: "sk", AttributeType: "S" },
+      { AttributeName: "tenantPk", AttributeType: "S" },
+      { AttributeName: "tenantSk", AttributeType: "S" },
+    ],
+    KeySchema: [
+      { AttributeName: "pk", KeyType: "HASH" },
+      { AttributeName: "sk", KeyType: "RANGE" },
+    ],
+    GlobalSecondaryIndexes: [
+      {
+        IndexName: JOBS_BY_TENANT_INDEX,
+        KeySchema: [
+          { AttributeName: "tenantPk", KeyType: "HASH" },
+          { AttributeName: "tenantSk", KeyType: "RANGE" },
+        ],
+        Projection: { ProjectionType: "ALL" },
+      },
+    ],
+  };
+}
+
+export function runsTableDefinition(tableName: string): CreateTableCommandInput {
+  return {
+    TableName: tableName,
+    BillingMode: "PAY_PER_REQUEST",
+    AttributeDefinitions: [
+      { AttributeName: "pk", AttributeType: "S" },
+      { AttributeName: "sk", AttributeType: "S" },
+      { AttributeName: "inflightPk", AttributeType: "S" },
+      { AttributeName: "inflightSk", AttributeType: "S" },
+      { AttributeName: "deadPk", AttributeType: "S" },
+      { AttributeName: "deadSk", AttributeType: "S" },
+    ],
+    KeySchema: [
+      { AttributeName: "pk", KeyType: "HASH" },
+      { AttributeName: "sk", KeyType: "RANGE" },
+    ],
+    GlobalSecondaryIndexes: [
+      {
+        // Sparse: only QUEUED and RUNNING runs carry inflightPk, so the reaper reads only those.
+        IndexName: RUNS_INFLIGHT_INDEX,
+        KeySchema: [
+          { AttributeName: "inflightPk", KeyType: "HASH" },
+          { AttributeName: "inflightSk", KeyType: "RANGE" },
+        ],
+        Projection: { ProjectionType: "ALL" },
+      },
+      {
+        // Sparse: only DEAD runs not yet replayed carry deadPk.
+        IndexName: RUNS_DEAD_LETTER_INDEX,
+        KeySchema: [
+          { AttributeName: "deadPk", KeyType: "HASH" },
+          { AttributeName: "deadSk", KeyType: "RANGE" },
+        ],
+        Projection: { ProjectionType: "ALL" },
+      },
+    ],
+  };
+}

@@ -1,0 +1,243 @@
+import { BatchWriteCommand } from "@aws-sdk/lib-dynamodb";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { claimDueEntry, dueEntryKey } from "../../shared/dispatch/claim.js";
+import { dispatchShard, horizonOf, sweepShard } from "../../shared/dispatch/dispatcher.js";
+import { acquireShardLease, advanceWatermark } from "../../shared/dispatch/lease.js";
+import { FenceLostError } from "../../shared/errors.js";
+import { createJob } from "../../shared/jobs/lifecycle.js";
+import type { DueEntry, Job } from "../../shared/model.js";
+import { receiveRuns } from "../../shared/queue/work-queue.js";
+import { encodeDueEntry, encodeJob } from "../../shared/storage/items.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+
+const SECOND = 1000;
+
+/** Writes jobs and their first due entries straight into the table, as if created earlier. */
+async function seed(
+  f: EngineFixture,
+  count: number,
+  now: Date,
+  // Due 1–50 s ago by default: late enough to be sent at once, inside the misfire grace.
+  dueOf: (i: number) => Date = (i) => new Date(now.getTime() - (1 + (i % 50)) * SECOND),
+): Promise<Job[]> {
+  const jobs: Job[] = [];
+  const items: Record<string, unknown>[] = [];
+  for (let i = 0; i < count; i++) {
+    const jobId = `seed${String(i).padStart(5, "0")}`;
+    const at = dueOf(i);
+    const recurring = i % 2 === 0;
+    const schedule = recurring
+      ? { every: "PT1H", startAt: at.toISOString() }
+      : { runAt: at.toISOString() };
+    const entry: DueEntry = {
+      key: dueEntryKey(jobId, at, 1, now, f.engine.settings.shardCount),
+      kind: "occurrence",
+      jobId,
+      tenantId: "tenant-a",
+      dueAt: at.toISOString(),
+      scheduledFor: at.toISOString(),
+      attempt: 1,
+      jobVersion: 1,
+      priority: "normal",
+      schedule,
+      misfire: "fire_once",
+    };
+    const job: Job = {
+      ...testJob({ schedule }),
+      jobId,
+      status: "ACTIVE",
+      version: 1,
+      nextRunAt: entry.scheduledFor,
+      nextDueKey: entry.key,
+      createdAt: now.toISOString(),
+      updatedAt: now.toISOString(),
+      activeRuns: {},
+      activeRevision: 0,
+      bufferedRunId: null,
+      lastRun: null,
+    };
+    jobs.push(job);
+    items.push(encodeJob(job), encodeDueEntry(entry));
+  }
+  const batches = [];
+  for (let i = 0; i < items.length; i += 25) batches.push(items.slice(i, i + 25));
+  for (let i = 0; i < batches.length; i += 16) {
+    await Promise.all(
+      batches.slice(i, i + 16).map(async (batch) => {
+        let pending = batch.map((Item) => ({ PutRequest: { Item } }));
+        while (pending.length > 0) {
+          const result = await f.engine.doc.send(
+            new BatchWriteCommand({ RequestItems: { [f.engine.tables.jobs]: pending } }),
+          );
+          pending = (result.UnprocessedItems?.[f.engine.tables.jobs] ?? []) as typeof pending;
+        }
+      }),
+    );
+  }
+  return jobs;
+}
+
+describe.each([2, 4])("%i dispatchers racing on one shard over 2,000 due entries", (racers) => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture({ settings: { shardCount: 1, maxShardCount: 1 } });
+  });
+  afterAll(() => f.destroy());
+
+  it("claims each occurrence exactly once: one run, one message, nothing left behind", async () => {
+    const now = new Date();
+    const jobs = await seed(f, 2000, now);
+    const horizon = horizonOf(now, f.engine.settings.lookaheadMs);
+    const sweeps = await Promise.all(
+      Array.from({ length: racers }, () =>
+        // No lease: the due entry's conditional delete alone must make claims exclusive.
+        sweepShard(f.engine, 0, {
+          from: new Date(now.getTime() - 120 * SECOND),
+          to: now,
+          now,
+          horizonEnd: horizon.end,
+          concurrency: 8,
+        }),
+      ),
+    );
+    const claimedRuns = sweeps.reduce((n, s) => n + s.runs, 0);
+    const lost = sweeps.reduce((n, s) => n + s.lost, 0);
+    expect(claimedRuns).toBe(2000);
+    expect(lost).toBeGreaterThan(0);
+
+    const runs = await f.runs();
+    expect(runs).toHaveLength(2000);
+    expect(new Set(runs.map((r) => `${r.jobId}|${r.scheduledFor}`)).size).toBe(2000);
+    expect(runs.every((r) => r.status === "QUEUED" && r.attempt === 1)).toBe(true);
+
+    const messages = await f.receiveAll(f.engine.queues.normal);
+    expect(messages).toHaveLength(2000);
+    expect(new Set(messages.map((m) => `${m.message.jobId}|${m.message.scheduledFor}`)).size).toBe(
+      2000,
+    );
+
+    const due = await f.dueEntries();
+    const stored = new Map((await f.jobs()).map((j) => [j.jobId, j]));
+    const recurring = jobs.filter((j) => "every" in j.schedule);
+    // The only entries left are the recurring jobs' next occurrences, one each, an hour on.
+    expect(due).toHaveLength(recurring.length);
+    for (const job of recurring) {
+      const mine = due.filter((d) => d.jobId === job.jobId);
+      expect(mine).toHaveLength(1);
+      const after = stored.get(job.jobId);
+      expect(after?.nextRunAt).toBe(mine[0]?.scheduledFor);
+      expect(after?.nextDueKey).toEqual(mine[0]?.key);
+      expect(Date.parse(after?.nextRunAt ?? "")).toBe(Date.parse(job.nextRunAt ?? "") + 3_600_000);
+    }
+    for (const job of jobs.filter((j) => "runAt" in j.schedule)) {
+      expect(stored.get(job.jobId)?.nextRunAt).toBeNull();
+    }
+  }, 120_000);
+});
+
+describe("shard lease with fencing", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture({ settings: { shardCount: 1, maxShardCount: 1 } });
+  });
+  afterAll(() => f.destroy());
+
+  it("a dispatcher whose lease was taken over can neither claim nor advance the watermark", async () => {
+    const now = new Date();
+    const [job] = await seed(f, 1, now);
+    const a = await acquireShardLease(f.engine, 0, "dispatcher-a", now);
+    expect(a?.fence).toBe(1);
+    // B cannot take a live lease...
+    expect(await acquireShardLease(f.engine, 0, "dispatcher-b", now)).toBeNull();
+    // ...but takes it once A's lease has lapsed (A froze).
+    const later = new Date(now.getTime() + f.engine.settings.leaseMs + SECOND);
+    const b = await acquireShardLease(f.engine, 0, "dispatcher-b", later);
+    if (!a || !b || !job?.nextDueKey) throw new Error("setup failed");
+    expect(b.fence).toBeGreaterThan(a.fence);
+    expect(b.tookOver).toBe(true);
+
+    const [entry] = await f.dueEntries();
+    if (!entry) throw new Error("no due entry");
+    const horizonEnd = new Date(now.getTime() + 60 * SECOND);
+    await expect(
+      claimDueEntry(f.engine, entry, { now, horizonEnd, lease: { shard: 0, fence: a.fence } }),
+    ).rejects.toBeInstanceOf(FenceLostError);
+    await expect(advanceWatermark(f.engine, a, "2030-01-01T00:00")).rejects.toBeInstanceOf(
+      FenceLostError,
+    );
+    expect(await f.runs()).toHaveLength(0);
+
+    const claimed = await claimDueEntry(f.engine, entry, {
+      now,
+      horizonEnd,
+      lease: { shard: 0, fence: b.fence },
+    });
+    expect(claimed.outcome).toBe("claimed");
+    await advanceWatermark(f.engine, b, "2030-01-01T00:00");
+  });
+});
+
+describe("a dispatcher pass", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture({ settings: { shardCount: 1, maxShardCount: 1 } });
+  });
+  afterAll(() => f.destroy());
+
+  it("a full pass takes the lease, sweeps, records the watermark and releases", async () => {
+    const first = await dispatchShard(f.engine, 0, "pass-1");
+    expect(first.outcome).toBe("swept");
+    // Released: the next pass need not wait for the lease to expire, and its fence is higher.
+    const second = await dispatchShard(f.engine, 0, "pass-2");
+    expect(second.outcome).toBe("swept");
+    if (first.outcome === "swept" && second.outcome === "swept") {
+      expect(second.fence).toBe(first.fence + 1);
+      expect(second.tookOver).toBe(false);
+    }
+  });
+});
+
+describe("runs become visible on their second", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture({ settings: { shardCount: 1, maxShardCount: 1 } });
+  });
+  afterAll(() => f.destroy());
+
+  async function visibleAt(
+    queueUrl: string,
+    deadline: number,
+  ): Promise<{ at: number; dueAt: string }[]> {
+    const seen: { at: number; dueAt: string }[] = [];
+    while (Date.now() < deadline) {
+      const batch = await receiveRuns(f.engine.sqs, queueUrl, { max: 10, waitSeconds: 1 });
+      for (const r of batch) seen.push({ at: Date.now(), dueAt: r.message.dueAt });
+    }
+    return seen;
+  }
+
+  it("a job created inside the lookahead (fast path) and one swept by the dispatcher both appear within a second of due", async () => {
+    const now = Date.now();
+    const fastDue = new Date(now + 4 * SECOND);
+    await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: fastDue.toISOString() }, priority: "high" }),
+    );
+    // A due entry written straight into a bucket the dispatcher has not swept, then one pass.
+    const [seeded] = await seed(f, 1, new Date(now), () => new Date(now + 7 * SECOND));
+    const sweptDue = seeded?.nextRunAt;
+    const pass = await dispatchShard(f.engine, 0, "dispatcher");
+    expect(pass.outcome).toBe("swept");
+
+    const seenHigh = visibleAt(f.engine.queues.high, now + 7 * SECOND);
+    const seenNormal = visibleAt(f.engine.queues.normal, now + 10 * SECOND);
+    const [high, normal] = await Promise.all([seenHigh, seenNormal]);
+    expect(high).toHaveLength(1);
+    expect(normal).toHaveLength(1);
+    expect(Math.abs((high[0]?.at ?? 0) - fastDue.getTime())).toBeLessThanOrEqual(1000 + 250);
+    expect(normal[0]?.dueAt).toBe(sweptDue);
+    expect(Math.abs((normal[0]?.at ?? 0) - Date.parse(sweptDue ?? ""))).toBeLessThanOrEqual(
+      1000 + 250,
+    );
+  }, 30_000);
+});

@@ -1,0 +1,234 @@
+import {
+  GetQueueAttributesCommand,
+  PurgeQueueCommand,
+  ReceiveMessageCommand,
+} from "@aws-sdk/client-sqs";
+import { ScanCommand } from "@aws-sdk/lib-dynamodb";
+import { type Clock, systemClock } from "../../shared/clock.js";
+import { DEFAULT_SETTINGS, type EngineSettings } from "../../shared/config.js";
+import type { Engine } from "../../shared/engine.js";
+import { builtInHandlers, type JobHandler } from "../../shared/execution/handlers.js";
+import type { WorkerDeps } from "../../shared/execution/worker.js";
+import type { DueEntry, Priority, Run } from "../../shared/model.js";
+import {
+  MetricsRecorder,
+  type Observability,
+  silentObservability,
+} from "../../shared/observability.js";
+import {
+  decodeRunMessage,
+  type QueueUrls,
+  type ReceivedRun,
+} from "../../shared/queue/work-queue.js";
+import { decodeDueEntry, decodeJob, decodeRun } from "../../shared/storage/items.js";
+import {
+  jobsTableDefinition,
+  RUNS_TTL_ATTRIBUTE,
+  runsTableDefinition,
+} from "../../shared/storage/tables.js";
+import {
+  createQueue,
+  createTable,
+  createTestClients,
+  deleteQueue,
+  deleteTable,
+  testNamespace,
+} from "./namespace.js";
+
+export const TEST_WEBHOOK_SECRET = "test-webhook-secret";
+
+export interface EngineFixture {
+  readonly engine: Engine;
+  readonly metrics: MetricsRecorder;
+  readonly dlqUrl: string;
+  /** A worker's dependencies with the built-in handlers plus any given. */
+  workerDeps(
+    workerId: string,
+    extra?: Record<string, JobHandler>,
+    heartbeatEveryMs?: number,
+  ): WorkerDeps;
+  dueEntries(): Promise<DueEntry[]>;
+  jobs(): Promise<ReturnType<typeof decodeJob>[]>;
+  runs(): Promise<Run[]>;
+  /** Receives from one queue until it stays empty for `quietMs`, without deleting. */
+  receiveAll(
+    queueUrl: string,
+    options?: { quietMs?: number; visibilitySeconds?: number },
+  ): Promise<ReceivedRun[]>;
+  queueDepth(queueUrl: string): Promise<{ visible: number; delayed: number; inFlight: number }>;
+  purge(): Promise<void>;
+  destroy(): Promise<void>;
+}
+
+export interface FixtureOptions {
+  readonly settings?: Partial<EngineSettings>;
+  readonly clock?: Clock;
+  readonly random?: () => number;
+  /** Deliveries before SQS moves a message to the DLQ. */
+  readonly maxReceiveCount?: number;
+  readonly queueVisibilitySeconds?: number;
+  readonly obs?: Observability;
+}
+
+/** Fresh tables, three work queues and a redrive DLQ under a random prefix, and an engine over them. */
+export async function createEngineFixture(options: FixtureOptions = {}): Promise<EngineFixture> {
+  const clients = createTestClients({ maxSockets: 64 });
+  const ns = testNamespace();
+  const jobsTable = await createTable(clients.dynamo, jobsTableDefinition(ns.name("jobs")));
+  const runsTable = await createTable(clients.dynamo, runsTableDefinition(ns.name("runs")), {
+    timeToLiveAttribute: RUNS_TTL_ATTRIBUTE,
+  });
+  const dlq = await createQueue(clients.sqs, ns.name("dlq"));
+  const redrive = JSON.stringify({
+    deadLetterTargetArn: dlq.arn,
+    maxReceiveCount: options.maxReceiveCount ?? 5,
+  });
+  const queueAttributes = {
+    VisibilityTimeout: String(options.queueVisibilitySeconds ?? 30),
+    RedrivePolicy: redrive,
+  };
+  const [high, normal, low] = await Promise.all(
+    (["high", "normal", "low"] as const).map((p) =>
+      createQueue(clients.sqs, ns.name(p), queueAttributes),
+    ),
+  );
+  if (!high || !normal || !low) throw new Error("queue creation failed");
+  const queues: QueueUrls = { high: high.url, normal: normal.url, low: low.url };
+  const metrics = new MetricsRecorder();
+  const engine: Engine = {
+    doc: clients.doc,
+    sqs: clients.sqs,
+    tables: { jobs: jobsTable, runs: runsTable },
+    queues,
+    settings: { ...DEFAULT_SETTINGS, ...options.settings },
+    clock: options.clock ?? systemClock,
+    random: options.random ?? Math.random,
+    obs: { log: (options.obs ?? silentObservability).log, metrics },
+  };
+
+  async function scanAll(table: string) {
+    const items: Record<string, unknown>[] = [];
+    let startKey: Record<string, unknown> | undefined;
+    do {
+      const page = await clients.doc.send(
+        new ScanCommand({ TableName: table, ExclusiveStartKey: startKey, ConsistentRead: true }),
+      );
+      items.push(...(page.Items ?? []));
+      startKey = page.LastEvaluatedKey;
+    } while (startKey);
+    return items;
+  }
+
+  return {
+    engine,
+    metrics,
+    dlqUrl: dlq.url,
+    workerDeps(workerId, extra = {}, heartbeatEveryMs) {
+      const handlers = new Map([
+        ...builtInHandlers(
+          { secret: TEST_WEBHOOK_SECRET, allowPrivateTargets: true },
+          engine.clock,
+        ),
+        ...Object.entries(extra),
+      ]);
+      return { engine, handlers, workerId, ...(heartbeatEveryMs ? { heartbeatEveryMs } : {}) };
+    },
+    async dueEntries() {
+      return (await scanAll(jobsTable))
+        .filter((i) => String(i.pk).startsWith("DUE#"))
+        .map(decodeDueEntry);
+    },
+    async jobs() {
+      return (await scanAll(jobsTable))
+        .filter((i) => String(i.pk).startsWith("JOB#"))
+        .map(decodeJob);
+    },
+    async runs() {
+      return (await scanAll(runsTable)).map(decodeRun);
+    },
+    async receiveAll(queueUrl, { quietMs = 1500, visibilitySeconds = 60 } = {}) {
+      const received: ReceivedRun[] = [];
+      let quietSince = Date.now();
+      while (Date.now() - quietSince < quietMs) {
+        const result = await clients.sqs.send(
+          new ReceiveMessageCommand({
+            QueueUrl: queueUrl,
+            MaxNumberOfMessages: 10,
+            WaitTimeSeconds: 0,
+            VisibilityTimeout: visibilitySeconds,
+            MessageSystemAttributeNames: ["ApproximateReceiveCount"],
+          }),
+        );
+        const messages = result.Messages ?? [];
+        if (messages.length > 0) quietSince = Date.now();
+        else await new Promise((r) => setTimeout(r, 100));
+        for (const m of messages) {
+          const message = decodeRunMessage(m.Body);
+          if (message && m.ReceiptHandle && m.MessageId) {
+            received.push({
+              message,
+              queueUrl,
+              receiptHandle: m.ReceiptHandle,
+              messageId: m.MessageId,
+              receiveCount: Number(m.Attributes?.ApproximateReceiveCount ?? "1"),
+            });
+          }
+        }
+      }
+      return received;
+    },
+    async queueDepth(queueUrl) {
+      const { Attributes = {} } = await clients.sqs.send(
+        new GetQueueAttributesCommand({
+          QueueUrl: queueUrl,
+          AttributeNames: [
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesDelayed",
+            "ApproximateNumberOfMessagesNotVisible",
+          ],
+        }),
+      );
+      return {
+        visible: Number(Attributes.ApproximateNumberOfMessages ?? 0),
+        delayed: Number(Attributes.ApproximateNumberOfMessagesDelayed ?? 0),
+        inFlight: Number(Attributes.ApproximateNumberOfMessagesNotVisible ?? 0),
+      };
+    },
+    async purge() {
+      await Promise.all(
+        Object.values(queues).map((url) =>
+          clients.sqs.send(new PurgeQueueCommand({ QueueUrl: url })),
+        ),
+      );
+    },
+    async destroy() {
+      await Promise.all([
+        deleteTable(clients.dynamo, jobsTable),
+        deleteTable(clients.dynamo, runsTable),
+        ...[...Object.values(queues), dlq.url].map((url) => deleteQueue(clients.sqs, url)),
+      ]);
+      clients.destroy();
+    },
+  };
+}
+
+/** A job definition for tests, with the design's defaults. */
+export function testJob(overrides: Partial<import("../../shared/jobs/lifecycle.js").NewJob> = {}) {
+  return {
+    tenantId: "tenant-a",
+    name: "test job",
+    type: "noop",
+    schedule: { cron: "* * * * *", timezone: "UTC" },
+    payload: { hello: "world" },
+    priority: "normal" as Priority,
+    timeoutSeconds: 60,
+    policies: {
+      retry: { maxAttempts: 5, initialDelayMs: 30_000, maxDelayMs: 3_600_000 },
+      misfire: "fire_once" as const,
+      overlap: "skip" as const,
+      maxConcurrent: 1,
+      inFlight: "skip" as const,
+    },
+    ...overrides,
+  };
+}
