@@ -9,6 +9,7 @@ import { DEFAULT_SETTINGS, type EngineSettings } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";
 import { builtInHandlers, type JobHandler } from "../../shared/execution/handlers.js";
 import type { WorkerDeps } from "../../shared/execution/worker.js";
+import { processRun } from "../../shared/execution/worker.js";
 import type { DueEntry, Priority, Run } from "../../shared/model.js";
 import {
   MetricsRecorder,
@@ -17,8 +18,11 @@ import {
 } from "../../shared/observability.js";
 import {
   decodeRunMessage,
+  deleteMessages,
   type QueueUrls,
   type ReceivedRun,
+  receiveRuns,
+  setVisibility,
 } from "../../shared/queue/work-queue.js";
 import { decodeDueEntry, decodeJob, decodeRun } from "../../shared/storage/items.js";
 import {
@@ -47,6 +51,10 @@ export interface EngineFixture {
     extra?: Record<string, JobHandler>,
     heartbeatEveryMs?: number,
   ): WorkerDeps;
+  /** Processes a delivery as the worker loop does: the message is deleted when the worker acknowledges it. */
+  process(deps: WorkerDeps, received: ReceivedRun): Promise<"ack" | "keep">;
+  /** Waits for the next delivery of a message of `jobId` on a queue (others are left alone). */
+  nextDelivery(queueUrl: string, jobId: string, timeoutMs?: number): Promise<ReceivedRun>;
   dueEntries(): Promise<DueEntry[]>;
   jobs(): Promise<ReturnType<typeof decodeJob>[]>;
   runs(): Promise<Run[]>;
@@ -132,6 +140,27 @@ export async function createEngineFixture(options: FixtureOptions = {}): Promise
         ...Object.entries(extra),
       ]);
       return { engine, handlers, workerId, ...(heartbeatEveryMs ? { heartbeatEveryMs } : {}) };
+    },
+    async process(deps, received) {
+      const disposition = await processRun(deps, received);
+      if (disposition === "ack")
+        await deleteMessages(engine.sqs, received.queueUrl, [received.receiptHandle]);
+      return disposition;
+    },
+    async nextDelivery(queueUrl, jobId, timeoutMs = 20_000) {
+      const deadline = Date.now() + timeoutMs;
+      while (Date.now() < deadline) {
+        const batch = await receiveRuns(engine.sqs, queueUrl, { max: 10, waitSeconds: 1 });
+        const mine = batch.find((r) => r.message.jobId === jobId);
+        // Others' messages go straight back for their own tests.
+        await Promise.all(
+          batch
+            .filter((r) => r !== mine)
+            .map((r) => setVisibility(engine.sqs, r.queueUrl, r.receiptHandle, 0)),
+        );
+        if (mine) return mine;
+      }
+      throw new Error(`no delivery for job ${jobId} within ${timeoutMs} ms`);
     },
     async dueEntries() {
       return (await scanAll(jobsTable))

@@ -1,0 +1,193 @@
+import { SendMessageBatchCommand, SQSClient } from "@aws-sdk/client-sqs";
+import { mockClient } from "aws-sdk-client-mock";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { reap } from "../../shared/dispatch/reaper.js";
+import { FenceLostError } from "../../shared/errors.js";
+import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
+import type { JobContext } from "../../shared/execution/handlers.js";
+import { startRun } from "../../shared/execution/run-store.js";
+import { processRun } from "../../shared/execution/worker.js";
+import { createJob } from "../../shared/jobs/lifecycle.js";
+import { listDeadLetters } from "../../shared/jobs/queries.js";
+import { receiveRuns } from "../../shared/queue/work-queue.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { waitFor } from "../support/wait.js";
+
+const LEASE_MS = 3000;
+
+/** A one-off job due now, of the given type; returns the first delivery of its message. */
+async function dueNow(f: EngineFixture, type: string, payload: unknown = {}) {
+  const { job } = await createJob(
+    f.engine,
+    testJob({ type, payload, schedule: { runAt: new Date().toISOString() }, timeoutSeconds: 30 }),
+  );
+  const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+  return { job, received };
+}
+
+async function runOf(f: EngineFixture, jobId: string) {
+  const runs = (await f.runs()).filter((r) => r.jobId === jobId);
+  expect(runs).toHaveLength(1);
+  const [run] = runs;
+  if (!run) throw new Error("no run");
+  return run;
+}
+
+describe("fenced execution", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture({ settings: { leaseMs: LEASE_MS } });
+  });
+  afterAll(() => f.destroy());
+
+  it("a worker that froze past its lease is aborted when it wakes; the new holder's result stands", async () => {
+    let staleSignal: AbortSignal | undefined;
+    const frozen = f.workerDeps(
+      "worker-a",
+      {
+        block: (ctx: JobContext) => {
+          staleSignal = ctx.signal;
+          return new Promise((resolve) =>
+            ctx.signal.addEventListener("abort", resolve, { once: true }),
+          );
+        },
+      },
+      // Its first heartbeat comes after the lease has lapsed: it was frozen.
+      LEASE_MS * 2,
+    );
+    const healthy = f.workerDeps("worker-b", { block: async () => undefined });
+    const { job, received } = await dueNow(f, "block");
+
+    const startedAt = Date.now();
+    const stale = processRun(frozen, received);
+    // The frozen worker shrank the message's visibility to the lease, so it comes back in ~3 s, not 30.
+    const again = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const backAfter = Date.now() - startedAt;
+    expect(backAfter).toBeGreaterThanOrEqual(LEASE_MS - 500);
+    expect(backAfter).toBeLessThan(LEASE_MS + 3000);
+    expect(again.receiveCount).toBe(2);
+    expect(await f.process(healthy, again)).toBe("ack");
+
+    expect(await stale).toBe("ack");
+    expect(staleSignal?.aborted).toBe(true);
+    expect(staleSignal?.reason).toBeInstanceOf(FenceLostError);
+    const run = await runOf(f, job.jobId);
+    expect(run).toMatchObject({ status: "SUCCEEDED", workerId: "worker-b", fence: 2 });
+    expect(f.metrics.sum("FenceLost", { component: "worker" })).toBeGreaterThanOrEqual(1);
+  }, 30_000);
+
+  it("a stale worker that completes after losing the run is rejected and writes nothing", async () => {
+    const ignoresSignal = f.workerDeps(
+      "worker-a",
+      { slow: () => new Promise((resolve) => setTimeout(resolve, LEASE_MS + 2500)) },
+      60_000,
+    );
+    const healthy = f.workerDeps("worker-b", {
+      slow: () => Promise.reject(new Error("boom on attempt 1")),
+    });
+    const { job, received } = await dueNow(f, "slow", {});
+    const stale = processRun(ignoresSignal, received);
+    const again = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    await f.process(healthy, again);
+    // B failed it and queued attempt 2; A's late success must not overwrite either.
+    expect(await stale).toBe("ack");
+    const runs = (await f.runs())
+      .filter((r) => r.jobId === job.jobId)
+      .sort((a, b) => a.attempt - b.attempt);
+    expect(runs.map((r) => [r.attempt, r.status, r.workerId, r.fence])).toEqual([
+      [1, "FAILED", "worker-b", 2],
+      [2, "QUEUED", null, 0],
+    ]);
+    expect(runs[0]?.error).toBe("boom on attempt 1");
+  }, 30_000);
+});
+
+describe("crashes", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture({ settings: { leaseMs: LEASE_MS }, maxReceiveCount: 2 });
+  });
+  afterAll(() => f.destroy());
+
+  it("a worker that dies mid-run leaves the message to a second worker, which finishes with fence 2", async () => {
+    const { job, received } = await dueNow(f, "noop");
+    // What a worker does before it runs the handler, and then nothing: it died.
+    const started = await startRun(f.engine, received.message, "doomed", new Date());
+    expect(started.kind).toBe("started");
+    const { setVisibility } = await import("../../shared/queue/work-queue.js");
+    await setVisibility(f.engine.sqs, received.queueUrl, received.receiptHandle, LEASE_MS / 1000);
+
+    const again = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(await f.process(f.workerDeps("survivor"), again)).toBe("ack");
+    expect(await runOf(f, job.jobId)).toMatchObject({
+      status: "SUCCEEDED",
+      workerId: "survivor",
+      fence: 2,
+    });
+  }, 20_000);
+
+  it("a second delivery of a finished run is acknowledged without calling the handler", async () => {
+    let calls = 0;
+    const deps = f.workerDeps("w", { counted: async () => void calls++ });
+    const { job, received } = await dueNow(f, "counted");
+    expect(await processRun(deps, received)).toBe("ack");
+    expect(await f.process(deps, received)).toBe("ack");
+    expect(calls).toBe(1);
+    expect(await runOf(f, job.jobId)).toMatchObject({ status: "SUCCEEDED", fence: 1 });
+  });
+
+  it("a dispatcher that dies between its transaction and SendMessage leaves a QUEUED run the reaper sends", async () => {
+    // Fault injection: this engine's SQS refuses every send, as if the process died before sending.
+    const brokenSqs = new SQSClient({ region: "us-east-1" });
+    mockClient(brokenSqs).on(SendMessageBatchCommand).rejects(new Error("process died"));
+    const crashing = { ...f.engine, sqs: brokenSqs };
+    const { job } = await createJob(
+      crashing,
+      testJob({ schedule: { runAt: new Date().toISOString() } }),
+    );
+    const queued = await runOf(f, job.jobId);
+    expect(queued.status).toBe("QUEUED");
+    const depth = await f.queueDepth(f.engine.queues.normal);
+    expect(depth.visible + depth.delayed).toBe(0);
+
+    // Nothing is overdue yet; a lease past the run's start deadline, the reaper sends it.
+    expect((await reap(f.engine, new Date())).resent).toBe(0);
+    const later = new Date(Date.now() + LEASE_MS + 1000);
+    expect((await reap(f.engine, later)).resent).toBe(1);
+    const resent = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(await f.process(f.workerDeps("w"), resent)).toBe("ack");
+    expect(await runOf(f, job.jobId)).toMatchObject({ status: "SUCCEEDED", fence: 1 });
+    expect(f.metrics.sum("ReaperResends")).toBe(1);
+  }, 20_000);
+
+  it("a message that crashes its worker every time reaches the DLQ and its run is marked DEAD", async () => {
+    const { job, received } = await dueNow(f, "noop");
+    // Delivery 1 and 2 crash before recording anything; the queue's maxReceiveCount is 2.
+    await startRun(f.engine, received.message, "crash-1", new Date());
+    const { setVisibility } = await import("../../shared/queue/work-queue.js");
+    await setVisibility(f.engine.sqs, received.queueUrl, received.receiptHandle, 1);
+    const second = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    await setVisibility(f.engine.sqs, second.queueUrl, second.receiptHandle, 1);
+    const inDlq = await waitFor(
+      "the message in the DLQ",
+      async () => {
+        // Receiving from the work queue is what makes SQS move an over-received message.
+        await receiveRuns(f.engine.sqs, f.engine.queues.normal, { max: 1, waitSeconds: 1 });
+        return (await receiveRuns(f.engine.sqs, f.dlqUrl, { max: 1, waitSeconds: 0 }))[0];
+      },
+      LEASE_MS + 10_000,
+    );
+    expect(inDlq.message.jobId).toBe(job.jobId);
+    await waitFor(
+      "the crashed run's lease to lapse",
+      async () => ((await runOf(f, job.jobId)).leaseUntil ?? "") < new Date().toISOString(),
+      10_000,
+    );
+    await handleCrashedRun(f.engine, inDlq.message, inDlq.receiveCount);
+    const run = await runOf(f, job.jobId);
+    expect(run.status).toBe("DEAD");
+    expect(run.reason).toMatch(/^worker crashed/);
+    const dead = await listDeadLetters(f.engine, job.tenantId, { limit: 10 });
+    expect(dead.items.map((r) => r.runId)).toContain(run.runId);
+  }, 30_000);
+});
