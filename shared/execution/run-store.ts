@@ -295,8 +295,10 @@ export async function endUnownedRun(
   status: "DEAD" | "CANCELLED",
   reason: string,
   now: Date,
+  /** The run as the caller already read it; the write is conditioned on it being unchanged. */
+  seen?: Run,
 ): Promise<Run | null> {
-  const current = await getRun(engine, ref);
+  const current = seen ?? (await getRun(engine, ref));
   if (current === null || (current.status !== "QUEUED" && current.status !== "RUNNING"))
     return null;
   // A worker still holding a live lease will record the outcome itself.
@@ -331,7 +333,8 @@ export async function endUnownedRun(
       }),
     );
     const run = decodeRun(result.Attributes ?? {});
-    // The job may still count the run as active; overlap would wait a lease for nothing.
+    if (current.status === "QUEUED") return run;
+    // A RUNNING run may still count as active on its job; overlap would wait a lease for nothing.
     await engine.doc
       .send(
         new UpdateCommand({

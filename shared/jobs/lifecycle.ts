@@ -2,6 +2,7 @@ import { createHash } from "node:crypto";
 import type { TransactWriteCommandInput } from "@aws-sdk/lib-dynamodb";
 import { GetCommand, QueryCommand, TransactWriteCommand } from "@aws-sdk/lib-dynamodb";
 import { dueEntryKey } from "../dispatch/claim.js";
+import { forEachConcurrently } from "../dispatch/dispatcher.js";
 import { dispatchNow, needsFastPath } from "../dispatch/fast-path.js";
 import type { Engine } from "../engine.js";
 import {
@@ -330,9 +331,9 @@ async function cancelQueuedRuns(engine: Engine, job: Job): Promise<void> {
         ExclusiveStartKey: startKey,
       }),
     );
-    for (const run of (page.Items ?? []).map(decodeRun)) {
-      await endUnownedRun(engine, run, "CANCELLED", "job cancelled", engine.clock());
-    }
+    await forEachConcurrently((page.Items ?? []).map(decodeRun), 16, async (run) => {
+      await endUnownedRun(engine, run, "CANCELLED", "job cancelled", engine.clock(), run);
+    });
     startKey = page.LastEvaluatedKey;
   } while (startKey);
 }

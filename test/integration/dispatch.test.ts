@@ -1,80 +1,37 @@
-import { BatchWriteCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { claimDueEntry, dueEntryKey } from "../../shared/dispatch/claim.js";
+import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { dispatchShard, horizonOf, sweepShard } from "../../shared/dispatch/dispatcher.js";
 import { acquireShardLease, advanceWatermark } from "../../shared/dispatch/lease.js";
 import { FenceLostError } from "../../shared/errors.js";
 import { createJob } from "../../shared/jobs/lifecycle.js";
-import type { DueEntry, Job } from "../../shared/model.js";
+import type { Job } from "../../shared/model.js";
 import { receiveRuns } from "../../shared/queue/work-queue.js";
-import { encodeDueEntry, encodeJob } from "../../shared/storage/items.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { seedJobs } from "../support/seed.js";
 
 const SECOND = 1000;
 
-/** Writes jobs and their first due entries straight into the table, as if created earlier. */
-async function seed(
+/** Jobs due 1–50 s before `now` by default, half one-off and half hourly, on shard 0. */
+function seed(
   f: EngineFixture,
   count: number,
   now: Date,
-  // Due 1–50 s ago by default: late enough to be sent at once, inside the misfire grace.
-  dueOf: (i: number) => Date = (i) => new Date(now.getTime() - (1 + (i % 50)) * SECOND),
+  dueOf?: (i: number) => Date,
 ): Promise<Job[]> {
-  const jobs: Job[] = [];
-  const items: Record<string, unknown>[] = [];
-  for (let i = 0; i < count; i++) {
-    const jobId = `seed${String(i).padStart(5, "0")}`;
-    const at = dueOf(i);
-    const recurring = i % 2 === 0;
-    const schedule = recurring
-      ? { every: "PT1H", startAt: at.toISOString() }
-      : { runAt: at.toISOString() };
-    const entry: DueEntry = {
-      key: dueEntryKey(jobId, at, 1, now, f.engine.settings.shardCount),
-      kind: "occurrence",
-      jobId,
-      tenantId: "tenant-a",
-      dueAt: at.toISOString(),
-      scheduledFor: at.toISOString(),
-      attempt: 1,
-      jobVersion: 1,
-      priority: "normal",
-      schedule,
-      misfire: "fire_once",
-    };
-    const job: Job = {
-      ...testJob({ schedule }),
-      jobId,
-      status: "ACTIVE",
-      version: 1,
-      nextRunAt: entry.scheduledFor,
-      nextDueKey: entry.key,
-      createdAt: now.toISOString(),
-      updatedAt: now.toISOString(),
-      activeRuns: {},
-      activeRevision: 0,
-      bufferedRunId: null,
-      lastRun: null,
-    };
-    jobs.push(job);
-    items.push(encodeJob(job), encodeDueEntry(entry));
-  }
-  const batches = [];
-  for (let i = 0; i < items.length; i += 25) batches.push(items.slice(i, i + 25));
-  for (let i = 0; i < batches.length; i += 16) {
-    await Promise.all(
-      batches.slice(i, i + 16).map(async (batch) => {
-        let pending = batch.map((Item) => ({ PutRequest: { Item } }));
-        while (pending.length > 0) {
-          const result = await f.engine.doc.send(
-            new BatchWriteCommand({ RequestItems: { [f.engine.tables.jobs]: pending } }),
-          );
-          pending = (result.UnprocessedItems?.[f.engine.tables.jobs] ?? []) as typeof pending;
-        }
-      }),
-    );
-  }
-  return jobs;
+  const due = dueOf ?? ((i: number) => new Date(now.getTime() - (1 + (i % 50)) * SECOND));
+  return seedJobs(
+    f,
+    Array.from({ length: count }, (_, i) => {
+      const at = due(i);
+      return {
+        jobId: `seed${String(i).padStart(5, "0")}`,
+        schedule:
+          i % 2 === 0 ? { every: "PT1H", startAt: at.toISOString() } : { runAt: at.toISOString() },
+        dueAt: at,
+      };
+    }),
+    now,
+  );
 }
 
 describe.each([2, 4])("%i dispatchers racing on one shard over 2,000 due entries", (racers) => {

@@ -1,0 +1,105 @@
+import { BatchWriteCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
+import { dueEntryKey } from "../../shared/dispatch/claim.js";
+import { minuteOf } from "../../shared/keys.js";
+import type { DueEntry, Job } from "../../shared/model.js";
+import type { MisfirePolicy } from "../../shared/policies.js";
+import type { ScheduleSpec } from "../../shared/schedule/index.js";
+import { encodeDueEntry, encodeJob, shardLeaseKey } from "../../shared/storage/items.js";
+import { type EngineFixture, testJob } from "./engine-fixture.js";
+
+export interface SeedSpec {
+  readonly jobId: string;
+  readonly schedule: ScheduleSpec;
+  /** The pending occurrence: where the job's due entry sits. */
+  readonly dueAt: Date;
+  readonly misfire?: MisfirePolicy;
+  readonly type?: string;
+}
+
+/**
+ * Writes jobs and their pending due entries straight into the table, as if
+ * they had been created earlier and the dispatcher had not run since.
+ */
+export async function seedJobs(
+  f: EngineFixture,
+  specs: readonly SeedSpec[],
+  now: Date,
+): Promise<Job[]> {
+  const jobs: Job[] = [];
+  const items: Record<string, unknown>[] = [];
+  for (const spec of specs) {
+    const base = testJob({ schedule: spec.schedule, ...(spec.type ? { type: spec.type } : {}) });
+    const policies = { ...base.policies, misfire: spec.misfire ?? base.policies.misfire };
+    const entry: DueEntry = {
+      key: dueEntryKey(
+        spec.jobId,
+        spec.dueAt,
+        1,
+        spec.dueAt < now ? spec.dueAt : now,
+        f.engine.settings.shardCount,
+      ),
+      kind: "occurrence",
+      jobId: spec.jobId,
+      tenantId: base.tenantId,
+      dueAt: spec.dueAt.toISOString(),
+      scheduledFor: spec.dueAt.toISOString(),
+      attempt: 1,
+      jobVersion: 1,
+      priority: base.priority,
+      schedule: spec.schedule,
+      misfire: policies.misfire,
+    };
+    const job: Job = {
+      ...base,
+      policies,
+      jobId: spec.jobId,
+      status: "ACTIVE",
+      version: 1,
+      nextRunAt: entry.scheduledFor,
+      nextDueKey: entry.key,
+      createdAt: now.toISOString(),
+      updatedAt: now.toISOString(),
+      activeRuns: {},
+      activeRevision: 0,
+      bufferedRunId: null,
+      lastRun: null,
+    };
+    jobs.push(job);
+    items.push(encodeJob(job), encodeDueEntry(entry));
+  }
+  const batches: Record<string, unknown>[][] = [];
+  for (let i = 0; i < items.length; i += 25) batches.push(items.slice(i, i + 25));
+  for (let i = 0; i < batches.length; i += 16) {
+    await Promise.all(
+      batches.slice(i, i + 16).map(async (batch) => {
+        let pending = batch.map((Item) => ({ PutRequest: { Item } }));
+        while (pending.length > 0) {
+          const result = await f.engine.doc.send(
+            new BatchWriteCommand({ RequestItems: { [f.engine.tables.jobs]: pending } }),
+          );
+          pending = (result.UnprocessedItems?.[f.engine.tables.jobs] ?? []) as typeof pending;
+        }
+      }),
+    );
+  }
+  return jobs;
+}
+
+/** Pretends the shard was last swept up to `lastSwept`: what a dispatcher outage leaves behind. */
+export async function setWatermark(
+  f: EngineFixture,
+  shard: number,
+  lastSwept: Date,
+): Promise<void> {
+  await f.engine.doc.send(
+    new PutCommand({
+      TableName: f.engine.tables.jobs,
+      Item: {
+        ...shardLeaseKey(shard),
+        fence: 0,
+        leaseUntil: lastSwept.toISOString(),
+        watermark: minuteOf(lastSwept),
+      },
+    }),
+  );
+}
