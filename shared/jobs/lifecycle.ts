@@ -17,7 +17,7 @@ import { endUnownedRun, getJob } from "../execution/run-store.js";
 import { newJobId, shardOf } from "../keys.js";
 import type { DueEntry, HttpTarget, Job, JobPolicies, Priority, Run } from "../model.js";
 import { sendRuns } from "../queue/work-queue.js";
-import { firstOccurrence, type ScheduleSpec } from "../schedule/index.js";
+import { firstOccurrence, normalizeSchedule, type ScheduleSpec } from "../schedule/index.js";
 import { transactionCancellationCodes } from "../storage/dynamo-errors.js";
 import {
   decodeRun,
@@ -104,9 +104,12 @@ export async function createJob(
 ): Promise<{ job: Job; created: boolean }> {
   const now = engine.clock();
   const jobId = newJobId(now, engine.random);
-  const first = firstOccurrence(input.schedule, now);
+  // Stored normalized (an `every` gets its startAt), so occurrences never depend on when they are computed.
+  const schedule = normalizeSchedule(input.schedule, now);
+  const first = firstOccurrence(schedule, now);
   const base: Job = {
     ...input,
+    schedule,
     jobId,
     status: first === null ? "COMPLETED" : "ACTIVE",
     version: 1,
@@ -370,15 +373,18 @@ export async function editJob(
     if (job.status === "CANCELLED" || job.status === "COMPLETED")
       throw new IllegalTransitionError("edit", job.status);
     now = at;
+    const normalized = changes.schedule
+      ? { ...changes, schedule: normalizeSchedule(changes.schedule, now) }
+      : changes;
     const edited: Job = {
       ...job,
-      ...changes,
+      ...normalized,
       version: job.version + 1,
       updatedAt: now.toISOString(),
     };
     const next = nextAfterEdit(job, edited, now);
     entry = next && job.status === "ACTIVE" ? dueEntryFor(engine, edited, next, now) : null;
-    const { payload, ...fields } = changes;
+    const { payload, ...fields } = normalized;
     const set: Record<string, unknown> = {
       ...Object.fromEntries(Object.entries(fields).filter(([, value]) => value !== undefined)),
       ...("payload" in changes ? { payloadJson: JSON.stringify(payload ?? null) } : {}),
