@@ -30,6 +30,8 @@ export interface WorkerDeps {
   readonly workerId: string;
   /** Tests stretch this past the lease to play a worker that froze. Defaults to lease / 3. */
   readonly heartbeatEveryMs?: number;
+  /** Fires when a long-lived worker stops: runs in progress are released to QUEUED, not failed. */
+  readonly shutdown?: AbortSignal;
 }
 
 /** `ack`: delete the message. `keep`: leave it, SQS delivers it again after its visibility. */
@@ -130,12 +132,31 @@ async function runStarted(
   const outcome = await execute(deps, received, job, run, tracked);
   const now = engine.clock();
   if (outcome.kind === "fence-lost") throw outcome.error;
+  if (outcome.kind === "released") {
+    // Back to QUEUED for whoever runs next; its message may die with this process, the reaper re-sends.
+    await requeueRun(engine, run, "released: the worker shut down mid-run", now);
+    await resend(engine, runMessageOf(run), now).catch(() => undefined);
+    return "ack";
+  }
   const lag = Date.parse(run.startedAt ?? now.toISOString()) - Date.parse(run.dueAt);
   engine.obs.metrics.add(METRICS.schedulingLagMs, Math.max(0, lag), "Milliseconds");
+  const report = (status: "SUCCEEDED" | "FAILED" | "DEAD", error?: string) => {
+    engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status });
+    engine.obs.log.info("run finished", {
+      jobId: run.jobId,
+      runId: run.runId,
+      scheduledFor: run.scheduledFor,
+      attempt: run.attempt,
+      status,
+      lagMs: lag,
+      durationMs: now.getTime() - Date.parse(run.startedAt ?? now.toISOString()),
+      ...(error ? { error } : {}),
+    });
+  };
 
   if (outcome.kind === "succeeded") {
     await finishRun(engine, run, { status: "SUCCEEDED", ran: true, tracked }, now);
-    engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status: "SUCCEEDED" });
+    report("SUCCEEDED");
     if (
       !tracked &&
       "runAt" in job.schedule &&
@@ -159,7 +180,7 @@ async function runStarted(
         { status: "DEAD", error: outcome.error, reason: decision.reason, ran: true, tracked },
         now,
       );
-      engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status: "DEAD" });
+      report("DEAD", outcome.error);
     } else {
       const retry = nextAttempt(engine, job, run, decision.nextAttempt, decision.dueAt, now);
       await finishRun(
@@ -168,7 +189,7 @@ async function runStarted(
         { status: "FAILED", error: outcome.error, ran: true, tracked, retry: retry.ending },
         now,
       );
-      engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status: "FAILED" });
+      report("FAILED", outcome.error);
       if (retry.queued) await resend(engine, runMessageOf(retry.queued), decision.dueAt);
     }
   }
@@ -222,11 +243,16 @@ function nextAttempt(engine: Engine, job: Job, run: Run, attempt: number, dueAt:
 
 type Outcome =
   | { readonly kind: "succeeded" }
+  | { readonly kind: "released" }
   | { readonly kind: "failed"; readonly error: string; readonly retryable: boolean }
   | { readonly kind: "fence-lost"; readonly error: FenceLostError };
 
 class RunTimeoutError extends Error {
   override readonly name = "RunTimeoutError";
+}
+
+class WorkerShutdownError extends Error {
+  override readonly name = "WorkerShutdownError";
 }
 
 /**
@@ -251,6 +277,8 @@ async function execute(
     };
 
   const controller = new AbortController();
+  const onShutdown = () => controller.abort(new WorkerShutdownError("worker shutting down"));
+  deps.shutdown?.addEventListener("abort", onShutdown, { once: true });
   const timeout = setTimeout(
     () => controller.abort(new RunTimeoutError(`timed out after ${job.timeoutSeconds} s`)),
     job.timeoutSeconds * 1000,
@@ -303,10 +331,12 @@ async function execute(
   } catch (error) {
     const reason: unknown = controller.signal.reason;
     if (reason instanceof FenceLostError) return { kind: "fence-lost", error: reason };
+    if (reason instanceof WorkerShutdownError) return { kind: "released" };
     if (reason instanceof RunTimeoutError)
       return { kind: "failed", error: reason.message, retryable: true };
     return { kind: "failed", error: errorText(error), retryable: isRetryable(error) };
   } finally {
+    deps.shutdown?.removeEventListener("abort", onShutdown);
     clearTimeout(timeout);
     stopHeartbeat.abort();
     await heartbeat;
