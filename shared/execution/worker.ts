@@ -14,6 +14,7 @@ import { jobKey, runMessageOf } from "../storage/items.js";
 import { queuedRun } from "../storage/runs.js";
 import { admitRun, extendAdmission } from "./admission.js";
 import { type HandlerRegistry, isRetryable, type JobContext } from "./handlers.js";
+import { lateStartSkipReason } from "./late-start.js";
 import {
   endUnownedRun,
   extendLease,
@@ -98,7 +99,7 @@ async function runStarted(
   // Shrink the message's visibility to the lease: if this worker dies, another gets it a lease later.
   await setVisibility(engine.sqs, received.queueUrl, received.receiptHandle, leaseSeconds);
 
-  const notRunnable = whyNotRunnable(job, run);
+  const notRunnable = whyNotRunnable(job, run, engine.clock(), engine.settings.misfireGraceMs);
   if (notRunnable) {
     await finishRun(engine, run, { ...notRunnable, ran: false, tracked: false }, engine.clock());
     return "ack";
@@ -198,7 +199,12 @@ async function runStarted(
   return "ack";
 }
 
-function whyNotRunnable(job: Job, run: Run): Pick<RunEnding, "status" | "reason"> | null {
+function whyNotRunnable(
+  job: Job,
+  run: Run,
+  now: Date,
+  graceMs: number,
+): Pick<RunEnding, "status" | "reason"> | null {
   if (job.status === "CANCELLED") return { status: "CANCELLED", reason: "job cancelled" };
   if (job.status === "PAUSED") return { status: "SKIPPED", reason: "job paused" };
   if (run.jobVersion < job.version && job.policies.inFlight !== "complete") {
@@ -207,6 +213,15 @@ function whyNotRunnable(job: Job, run: Run): Pick<RunEnding, "status" | "reason"
       reason: `job edited (version ${run.jobVersion} → ${job.version}) after this run was queued`,
     };
   }
+  const late = lateStartSkipReason({
+    schedule: job.schedule,
+    policy: job.policies.misfire,
+    scheduledFor: new Date(run.scheduledFor),
+    attempt: run.attempt,
+    now,
+    graceMs,
+  });
+  if (late) return { status: "SKIPPED", reason: late };
   return null;
 }
 

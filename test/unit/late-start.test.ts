@@ -1,0 +1,65 @@
+import { describe, expect, it } from "vitest";
+import { lateStartSkipReason } from "../../shared/execution/late-start.js";
+
+const perMinute = { cron: "* * * * *", timezone: "UTC" };
+const at = (iso: string) => new Date(iso);
+const base = {
+  schedule: perMinute,
+  attempt: 1,
+  graceMs: 60_000,
+  now: at("2026-03-01T12:10:30.000Z"),
+};
+
+describe("lateStartSkipReason", () => {
+  it("runs anything inside the grace", () => {
+    for (const policy of ["skip", "fire_once", "fire_all"] as const) {
+      expect(
+        lateStartSkipReason({ ...base, policy, scheduledFor: at("2026-03-01T12:10:00.000Z") }),
+      ).toBeNull();
+    }
+  });
+
+  it("skip skips a first attempt past the grace", () => {
+    expect(
+      lateStartSkipReason({
+        ...base,
+        policy: "skip",
+        scheduledFor: at("2026-03-01T12:05:00.000Z"),
+      }),
+    ).toBe("misfire: started 330 s late, past the 60 s grace; policy skip");
+  });
+
+  it("fire_once runs only the most recent late occurrence", () => {
+    const policy = "fire_once" as const;
+    // 12:09 is the most recent occurrence past the grace (12:10 is inside it): it runs; 12:08 does not.
+    expect(
+      lateStartSkipReason({ ...base, policy, scheduledFor: at("2026-03-01T12:09:00.000Z") }),
+    ).toBeNull();
+    expect(
+      lateStartSkipReason({ ...base, policy, scheduledFor: at("2026-03-01T12:08:00.000Z") }),
+    ).toMatch(/policy fire_once runs only the most recent/);
+  });
+
+  it("fire_all, retries and runs that are not occurrences of the schedule always run", () => {
+    const late = at("2026-03-01T12:00:00.000Z");
+    expect(lateStartSkipReason({ ...base, policy: "fire_all", scheduledFor: late })).toBeNull();
+    expect(
+      lateStartSkipReason({ ...base, policy: "skip", attempt: 2, scheduledFor: late }),
+    ).toBeNull();
+    // A triggered run's occurrence is the instant it was triggered, off the schedule.
+    expect(
+      lateStartSkipReason({
+        ...base,
+        policy: "skip",
+        scheduledFor: at("2026-03-01T12:00:17.250Z"),
+      }),
+    ).toBeNull();
+  });
+
+  it("a one-off job starting late is skipped only under skip", () => {
+    const runAt = "2026-03-01T12:00:00.000Z";
+    const oneOff = { ...base, schedule: { runAt }, scheduledFor: at(runAt) };
+    expect(lateStartSkipReason({ ...oneOff, policy: "skip" })).toMatch(/^misfire: /);
+    expect(lateStartSkipReason({ ...oneOff, policy: "fire_once" })).toBeNull();
+  });
+});
