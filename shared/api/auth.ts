@@ -1,0 +1,148 @@
+import { createHash, timingSafeEqual } from "node:crypto";
+
+/**
+ * Who is calling, as a tenant id, or null to answer 401. Every job belongs to
+ * a tenant, and every read and write is scoped to the caller's.
+ *
+ * `env` is whatever the server adapter hands the app: the Lambda adapter's
+ * `{ event, requestContext, lambdaContext }`, or Node's `{ incoming, outgoing }`.
+ */
+export type Authenticator = (request: AuthRequest) => string | null | Promise<string | null>;
+
+export interface AuthRequest {
+  header(name: string): string | undefined;
+  readonly env: unknown;
+}
+
+// Tenant ids go into storage keys joined by "#" (IDEMP#<tenant>#<key>), so "#" would make them ambiguous.
+const TENANT_ID = /^[A-Za-z0-9._:/@+=,-]{1,256}$/;
+
+export function isValidTenantId(tenantId: string): boolean {
+  return TENANT_ID.test(tenantId);
+}
+
+// ---------------------------------------------------------------- local: bearer keys
+
+export const API_KEYS_ENV = "SCHEDULER_API_KEYS";
+export const DEV_API_KEY = "local-dev-key";
+export const DEV_TENANT = "default";
+
+export interface LocalApiKeys {
+  /** key → tenant */
+  readonly keys: ReadonlyMap<string, string>;
+  /** True when SCHEDULER_API_KEYS is unset and only the development key is accepted. */
+  readonly usingDevKey: boolean;
+}
+
+type Env = Readonly<Record<string, string | undefined>>;
+
+/** `SCHEDULER_API_KEYS="key1=tenantA,key2=tenantB"`; unset or empty → `local-dev-key` for tenant `default`. */
+export function localApiKeys(env: Env = process.env): LocalApiKeys {
+  const raw = env[API_KEYS_ENV]?.trim();
+  if (!raw) return { keys: new Map([[DEV_API_KEY, DEV_TENANT]]), usingDevKey: true };
+  const keys = new Map<string, string>();
+  for (const entry of raw.split(",")) {
+    const at = entry.indexOf("=");
+    const key = entry.slice(0, at).trim();
+    const tenant = entry.slice(at + 1).trim();
+    if (at < 1 || key === "" || !/^[\x21-\x7E]+$/.test(key) || !isValidTenantId(tenant)) {
+      throw new Error(
+        `${API_KEYS_ENV}: "${entry.trim()}" is not key=tenant (tenant: letters, digits and ._:/@+=,-)`,
+      );
+    }
+    if (keys.has(key)) throw new Error(`${API_KEYS_ENV}: key "${key}" is listed twice`);
+    keys.set(key, tenant);
+  }
+  return { keys, usingDevKey: false };
+}
+
+/** What a local server should print at startup, or null when keys are configured. */
+export function localAuthNotice(env: Env = process.env): string | null {
+  return localApiKeys(env).usingDevKey
+    ? `${API_KEYS_ENV} is not set: accepting "Authorization: Bearer ${DEV_API_KEY}" for tenant "${DEV_TENANT}"`
+    : null;
+}
+
+const digest = (value: string) => createHash("sha256").update(value).digest();
+
+/** `Authorization: Bearer <key>`, compared in constant time against every configured key. */
+export function bearerAuthenticator(keys: ReadonlyMap<string, string>): Authenticator {
+  const known = [...keys].map(([key, tenant]) => ({ digest: digest(key), tenant }));
+  return ({ header }) => {
+    const match = /^Bearer +(\S+)\s*$/i.exec(header("authorization") ?? "");
+    const presented = match?.[1];
+    if (presented === undefined) return null;
+    const candidate = digest(presented);
+    let tenant: string | null = null;
+    for (const entry of known) {
+      if (timingSafeEqual(entry.digest, candidate)) tenant = entry.tenant;
+    }
+    return tenant;
+  };
+}
+
+// ---------------------------------------------------------------- AWS: IAM principal
+
+/** `requestContext.authorizer.iam` of an API Gateway HTTP API (payload v2) request with IAM auth. */
+export interface IamPrincipal {
+  readonly accountId: string;
+  readonly userArn: string;
+  readonly userId?: string;
+  readonly callerId?: string;
+  readonly principalOrgId?: string | null;
+}
+
+/**
+ * The mapping hook: which tenant an IAM principal acts for; null refuses it
+ * (401). Replace it in functions/api/handler.ts to map principals your way,
+ * e.g. several roles onto one tenant, or an organisation onto one tenant.
+ */
+export type TenantOfPrincipal = (principal: IamPrincipal) => string | null;
+
+/**
+ * The default: the principal itself. An assumed-role session
+ * (`arn:aws:sts::123456789012:assumed-role/Reporter/i-0abc`) maps to its role
+ * (`arn:aws:iam::123456789012:role/Reporter`), since each session has its own
+ * name but all act for the same service; users and roots map to their ARN.
+ */
+export const defaultTenantOfPrincipal: TenantOfPrincipal = ({ userArn }) => {
+  const assumed = /^arn:(aws[a-z-]*):sts::(\d{12}):assumed-role\/([^/]+)\/[^/]+$/.exec(userArn);
+  if (assumed) {
+    const [, partition, account, role] = assumed;
+    return `arn:${partition}:iam::${account}:role/${role}`;
+  }
+  return userArn.startsWith("arn:") ? userArn : null;
+};
+
+export function iamAuthenticator(
+  tenantOf: TenantOfPrincipal = defaultTenantOfPrincipal,
+): Authenticator {
+  return ({ env }) => {
+    const principal = iamPrincipalOf(env);
+    return principal ? tenantOf(principal) : null;
+  };
+}
+
+function field(value: unknown, key: string): unknown {
+  return typeof value === "object" && value !== null
+    ? (value as Record<string, unknown>)[key]
+    : undefined;
+}
+
+function iamPrincipalOf(env: unknown): IamPrincipal | null {
+  const iam = field(field(field(env, "requestContext"), "authorizer"), "iam");
+  const userArn = field(iam, "userArn");
+  const accountId = field(iam, "accountId");
+  if (typeof userArn !== "string" || typeof accountId !== "string") return null;
+  const optional = (key: string) => {
+    const value = field(iam, key);
+    return typeof value === "string" ? value : undefined;
+  };
+  return {
+    userArn,
+    accountId,
+    userId: optional("userId"),
+    callerId: optional("callerId"),
+    principalOrgId: optional("principalOrgId") ?? null,
+  };
+}

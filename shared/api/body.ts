@@ -1,0 +1,108 @@
+import type { MiddlewareHandler } from "hono";
+import { ApiError } from "./errors.js";
+
+/** Beyond the payload limit, room for the rest of a job (schedule, target, headers). */
+export const BODY_OVERHEAD_BYTES = 16 * 1024;
+/** Deeper documents serve no job, and would overflow recursive code (hashing, serializing). */
+export const MAX_JSON_DEPTH = 64;
+
+// The same test the route validators apply, so a body that passes here is never dropped there.
+const JSON_CONTENT_TYPE = /^application\/([a-z-.]+\+)?json(;\s*[a-zA-Z0-9-]+=([^;]+))*$/i;
+
+/**
+ * Reads a JSON request body before the route's schema sees it, so that every
+ * way a body can be unreadable gets the API's own answer: 415 for another
+ * media type, 413 past the size limit (checked while reading, so a huge body
+ * is never buffered), 400 for bytes that are not UTF-8 JSON, too deeply nested,
+ * or that use `__proto__` as a field name outside the payload.
+ */
+export function jsonBody(maxBytes: number): MiddlewareHandler {
+  return async (c, next) => {
+    const type = c.req.header("content-type");
+    if (type === undefined || !JSON_CONTENT_TYPE.test(type.trim())) {
+      throw new ApiError(
+        415,
+        "unsupported_media_type",
+        `send the body as JSON with "Content-Type: application/json"${type ? `, not ${JSON.stringify(type.slice(0, 100))}` : ""}`,
+      );
+    }
+    const declared = Number(c.req.header("content-length") ?? "0");
+    if (declared > maxBytes) throw tooLarge(maxBytes);
+    const bytes = await readAtMost(c.req.raw, maxBytes);
+    if (bytes === null) throw tooLarge(maxBytes);
+    let text: string;
+    try {
+      text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+    } catch {
+      throw new ApiError(400, "malformed_json", "the body is not valid UTF-8");
+    }
+    if (text.trim() === "") throw new ApiError(400, "malformed_json", "a JSON body is required");
+    let value: unknown;
+    try {
+      value = JSON.parse(text);
+    } catch (error) {
+      const why = error instanceof Error ? `: ${error.message.slice(0, 200)}` : "";
+      throw new ApiError(400, "malformed_json", `the body is not valid JSON${why}`);
+    }
+    checkStructure(value);
+    // The raw stream is spent; the route's validator reads this copy.
+    c.req.raw = new Request(c.req.raw, { body: text });
+    await next();
+  };
+}
+
+const tooLarge = (maxBytes: number) =>
+  new ApiError(413, "payload_too_large", `the request body exceeds ${maxBytes} bytes`);
+
+async function readAtMost(request: Request, maxBytes: number): Promise<Uint8Array | null> {
+  if (request.body === null) return new Uint8Array(0);
+  const reader = request.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > maxBytes) {
+      await reader.cancel().catch(() => undefined);
+      return null;
+    }
+    chunks.push(value);
+  }
+  const bytes = new Uint8Array(size);
+  let offset = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return bytes;
+}
+
+/** Iterative, so that the check itself cannot overflow the stack it protects. */
+function checkStructure(root: unknown): void {
+  const stack: { value: unknown; depth: number; path: string; inPayload: boolean }[] = [
+    { value: root, depth: 0, path: "", inPayload: false },
+  ];
+  for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
+    const { value, depth, path, inPayload } = item;
+    if (typeof value !== "object" || value === null) continue;
+    if (depth >= MAX_JSON_DEPTH) {
+      throw new ApiError(
+        400,
+        "validation_failed",
+        `the body nests deeper than ${MAX_JSON_DEPTH} levels`,
+        path === "" ? {} : { field: path.split(".")[0] },
+      );
+    }
+    for (const [key, child] of Object.entries(value)) {
+      const childPath = path === "" ? key : `${path}.${key}`;
+      const payload = inPayload || (depth === 0 && key === "payload");
+      if (key === "__proto__" && !payload) {
+        throw new ApiError(400, "validation_failed", `${childPath}: is not an accepted field`, {
+          field: childPath,
+        });
+      }
+      stack.push({ value: child, depth: depth + 1, path: childPath, inPayload: payload });
+    }
+  }
+}

@@ -1,0 +1,91 @@
+import type { Job, JobPolicies, Run, RunStatus } from "../model.js";
+import type { ScheduleSpec } from "../schedule/index.js";
+import type { JobDto, RunDto } from "./schemas.js";
+
+/**
+ * Domain objects as the API shows them: statuses in lowercase, retry delays in
+ * seconds, and only documented fields, so internal bookkeeping (activeRuns,
+ * due keys, tenant) never leaks into responses.
+ */
+export function jobDto(job: Job): JobDto {
+  return {
+    id: job.jobId,
+    name: job.name,
+    type: job.type,
+    status: lower(job.status),
+    schedule: scheduleDto(job.schedule),
+    payload: job.payload ?? null,
+    target: job.target
+      ? {
+          url: job.target.url,
+          ...(job.target.headers ? { headers: { ...job.target.headers } } : {}),
+          ...(job.target.timeoutSeconds !== undefined
+            ? { timeoutSeconds: job.target.timeoutSeconds }
+            : {}),
+        }
+      : null,
+    priority: job.priority,
+    timeoutSeconds: job.timeoutSeconds,
+    nextRunAt: job.nextRunAt ?? null,
+    version: job.version,
+    policies: policiesDto(job.policies),
+    createdAt: job.createdAt,
+    updatedAt: job.updatedAt,
+    lastRun: job.lastRun
+      ? {
+          runId: job.lastRun.runId,
+          status: runStatus(job.lastRun.status),
+          scheduledFor: job.lastRun.scheduledFor,
+          attempt: job.lastRun.attempt,
+          finishedAt: job.lastRun.finishedAt,
+        }
+      : null,
+  };
+}
+
+export function scheduleDto(spec: ScheduleSpec): JobDto["schedule"] {
+  if ("runAt" in spec) return { runAt: spec.runAt };
+  if ("cron" in spec) return { cron: spec.cron, timezone: spec.timezone };
+  return spec.startAt === undefined
+    ? { every: spec.every }
+    : { every: spec.every, startAt: spec.startAt };
+}
+
+export function policiesDto(policies: JobPolicies): JobDto["policies"] {
+  return {
+    retry: {
+      maxAttempts: policies.retry.maxAttempts,
+      initialDelaySeconds: policies.retry.initialDelayMs / 1000,
+      maxDelaySeconds: policies.retry.maxDelayMs / 1000,
+    },
+    misfirePolicy: policies.misfire,
+    overlapPolicy: policies.overlap,
+    maxConcurrent: policies.maxConcurrent,
+    inFlight: policies.inFlight ?? "skip",
+  };
+}
+
+export function runDto(run: Run): RunDto {
+  return {
+    runId: run.runId,
+    jobId: run.jobId,
+    scheduledFor: run.scheduledFor,
+    dueAt: run.dueAt ?? run.scheduledFor,
+    attempt: run.attempt,
+    status: runStatus(run.status),
+    priority: run.priority,
+    enqueuedAt: run.enqueuedAt ?? null,
+    startedAt: run.startedAt ?? null,
+    finishedAt: run.finishedAt ?? null,
+    durationMs: run.durationMs ?? null,
+    error: run.error ?? null,
+    reason: run.reason ?? null,
+    workerId: run.workerId ?? null,
+    fence: run.fence ?? 0,
+    jobVersion: run.jobVersion,
+    replayedBy: run.replayedBy ?? null,
+  };
+}
+
+const lower = (status: Job["status"]) => status.toLowerCase() as JobDto["status"];
+const runStatus = (status: RunStatus) => status.toLowerCase() as RunDto["status"];

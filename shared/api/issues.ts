@@ -1,0 +1,82 @@
+import type { z } from "@hono/zod-openapi";
+import { safeParseSchedule } from "../schedule/index.js";
+import type { FieldIssue } from "../validation.js";
+import { type ApiError, invalid } from "./errors.js";
+
+type Issue = z.core.$ZodIssue;
+
+/**
+ * A failed schema check as a 400 naming the field. Unknown fields come first:
+ * a misspelt field is the likelier cause of the other issues. A schedule that
+ * matches none of the three shapes is explained by the schedule core, whose
+ * messages say what to write instead ("timezone is required with cron").
+ */
+export function schemaFailure(issues: readonly Issue[], target: string, input: unknown): ApiError {
+  const fields: FieldIssue[] = [];
+  const unknown: FieldIssue[] = [];
+  for (const issue of issues) {
+    const base = pathOf(issue.path, target);
+    if (issue.code === "unrecognized_keys") {
+      for (const key of issue.keys) {
+        const field = join(base, key);
+        unknown.push({
+          field,
+          message: `unknown ${target === "query" ? "parameter" : "field"} "${key}"`,
+        });
+      }
+    } else if (
+      issue.code === "invalid_union" &&
+      target === "json" &&
+      base.split(".").at(-1) === "schedule"
+    ) {
+      fields.push(...scheduleIssues(valueAt(input, issue.path), base, issue));
+    } else if (issue.code === "invalid_key") {
+      fields.push({ field: base, message: "is not an accepted name" });
+    } else if (base === "" && target === "json") {
+      fields.push({ field: "body", message: `must be a JSON object: ${issue.message}` });
+    } else {
+      fields.push({ field: base || target, message: issue.message });
+    }
+  }
+  return invalid([...unknown, ...fields]);
+}
+
+function scheduleIssues(schedule: unknown, base: string, issue: Issue): FieldIssue[] {
+  // A string over its length limit is reported as such, before the core spends time parsing it.
+  const tooLong = issue.code === "invalid_union" ? firstTooLong(issue.errors) : undefined;
+  if (tooLong) {
+    return [{ field: join(base, tooLong.path.map(String).join(".")), message: tooLong.message }];
+  }
+  const core = safeParseSchedule(schedule);
+  if (!core.ok && core.issues.length > 0) {
+    // The core names fields from "schedule"; a nested schedule keeps its prefix.
+    const prefix = base.slice(0, base.length - "schedule".length);
+    return core.issues.map((i) => ({ field: `${prefix}${i.field}`, message: i.message }));
+  }
+  return [{ field: base, message: issue.message }];
+}
+
+function firstTooLong(branches: readonly (readonly Issue[])[]): Issue | undefined {
+  for (const branch of branches) {
+    const found = branch.find((i) => i.code === "too_big");
+    if (found) return found;
+  }
+  return undefined;
+}
+
+function pathOf(path: readonly PropertyKey[], target: string): string {
+  const parts = path.map((p) => String(p));
+  // Query and header names are single keys; json paths are dotted.
+  return target === "json" ? parts.join(".") : (parts[0] ?? "");
+}
+
+const join = (base: string, key: string) => (base === "" ? key : `${base}.${key}`);
+
+function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
+  let value = input;
+  for (const key of path) {
+    if (typeof value !== "object" || value === null) return undefined;
+    value = (value as Record<PropertyKey, unknown>)[key];
+  }
+  return value;
+}

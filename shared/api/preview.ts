@@ -1,0 +1,59 @@
+import { DateTime, FixedOffsetZone, type Zone } from "luxon";
+import { occurrences, type ScheduleSpec } from "../schedule/index.js";
+import { scheduleDto } from "./dto.js";
+import type { PreviewDto } from "./schemas.js";
+
+// Occurrences past year 9999 cannot be stored, so a preview stops there too.
+const LAST_PREVIEWABLE = new Date(Date.UTC(9999, 11, 31, 23, 59, 59, 999));
+
+const OFFSET = /(Z|[+-]\d{2}(?::?\d{2})?)$/;
+
+/**
+ * The zone a preview shows local times in: a cron schedule's own zone; for
+ * runAt and every, the UTC offset their instant was written with (the stored,
+ * normalized form is UTC, so a stored job previews in UTC).
+ */
+export function displayZoneOf(input: ScheduleSpec): string {
+  if ("cron" in input) return input.timezone;
+  const instant = "runAt" in input ? input.runAt : input.startAt;
+  const offset = instant === undefined ? undefined : OFFSET.exec(instant)?.[1];
+  if (offset === undefined || offset === "Z") return "UTC";
+  const digits = offset.slice(1).replace(":", "");
+  const hours = digits.slice(0, 2);
+  const minutes = digits.length > 2 ? digits.slice(2) : "00";
+  if (hours === "00" && minutes === "00") return "UTC";
+  return `${offset[0]}${hours}:${minutes}`;
+}
+
+function luxonZone(label: string): Zone | string {
+  const fixed = /^([+-])(\d{2}):(\d{2})$/.exec(label);
+  if (fixed === null) return label;
+  const [, sign, hours = "0", minutes = "0"] = fixed;
+  const total = Number(hours) * 60 + Number(minutes);
+  return FixedOffsetZone.instance(sign === "-" ? -total : total);
+}
+
+/**
+ * The next `count` occurrences at or after now (to the second, as a new job's
+ * first occurrence is computed), in UTC and in the display zone. `schedule`
+ * must be normalized.
+ */
+export function previewOf(
+  schedule: ScheduleSpec,
+  zoneLabel: string,
+  now: Date,
+  count: number,
+): PreviewDto {
+  const from = new Date(Math.floor(now.getTime() / 1000) * 1000);
+  const zone = luxonZone(zoneLabel);
+  const times =
+    from <= LAST_PREVIEWABLE ? occurrences(schedule, from, LAST_PREVIEWABLE, count) : [];
+  return {
+    schedule: scheduleDto(schedule),
+    timezone: zoneLabel,
+    occurrences: times.map((at) => ({
+      utc: at.toISOString(),
+      local: DateTime.fromMillis(at.getTime(), { zone }).toISO() ?? at.toISOString(),
+    })),
+  };
+}

@@ -1,0 +1,261 @@
+import type { EngineSettings } from "../config.js";
+import type { JobChanges, NewJob } from "../jobs/lifecycle.js";
+import type { HttpTarget, Job, JobPolicies } from "../model.js";
+import { DEFAULT_MAX_CONCURRENT, DEFAULT_POLICIES, type OverlapPolicy } from "../policies.js";
+import type { RetryPolicy } from "../retry.js";
+import { normalizeSchedule, type ScheduleSpec, safeParseSchedule } from "../schedule/index.js";
+import { type FieldIssue, ValidationError } from "../validation.js";
+import { ApiError } from "./errors.js";
+import { type CreateJobBody, type EditJobBody, LIMITS } from "./schemas.js";
+
+/**
+ * The checks zod cannot do alone (they need the clock, the settings, or the
+ * stored job), and the translation of validated bodies into the engine's
+ * types. Everything here throws before anything is written.
+ */
+
+// Keys hold instants as ISO strings, which sort (and parse) only for four-digit years.
+const EARLIEST_MS = Date.UTC(1970, 0, 1);
+const LATEST_MS = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
+
+/** The schedule validated by the schedule core and normalized, as it must be stored. */
+export function parseScheduleInput(
+  input: unknown,
+  settings: EngineSettings,
+  now: Date,
+): ScheduleSpec {
+  const result = safeParseSchedule(input, { minIntervalMs: settings.minIntervalMs });
+  if (!result.ok) throw new ValidationError(result.issues);
+  const schedule = result.schedule;
+  const instants: [string, string | undefined][] =
+    "runAt" in schedule
+      ? [["schedule.runAt", schedule.runAt]]
+      : "every" in schedule
+        ? [["schedule.startAt", schedule.startAt]]
+        : [];
+  for (const [field, value] of instants) {
+    const ms = value === undefined ? Number.NaN : Date.parse(value);
+    if (value !== undefined && !(ms >= EARLIEST_MS && ms <= LATEST_MS)) {
+      throw new ValidationError([
+        { field, message: "must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z" },
+      ]);
+    }
+  }
+  return normalizeSchedule(schedule, now);
+}
+
+export function checkPayloadSize(payload: unknown, maxBytes: number): void {
+  const size = Buffer.byteLength(JSON.stringify(payload ?? null), "utf8");
+  if (size > maxBytes) {
+    throw new ApiError(
+      413,
+      "payload_too_large",
+      `payload is ${size} bytes serialized; at most ${maxBytes} are accepted`,
+      { field: "payload" },
+    );
+  }
+}
+
+type TargetInput = NonNullable<CreateJobBody["target"]>;
+
+function targetFrom(input: TargetInput): HttpTarget {
+  return {
+    url: input.url,
+    ...(input.headers !== undefined ? { headers: input.headers } : {}),
+    ...(input.timeoutSeconds !== undefined ? { timeoutSeconds: input.timeoutSeconds } : {}),
+  };
+}
+
+type RetryInput = NonNullable<CreateJobBody["retry"]>;
+
+/**
+ * On create, a default the caller did not set gives way to the one they did
+ * (maxDelaySeconds 10 alone lowers the initial delay to 10), since defaults are
+ * ours; on edit, values already on the job are the caller's, so a conflict is
+ * reported instead of silently changing one.
+ */
+function retryOnCreate(input: RetryInput | undefined): RetryPolicy {
+  const defaults = DEFAULT_POLICIES.retry;
+  const initialMs = seconds(input?.initialDelaySeconds);
+  const maxMs = seconds(input?.maxDelaySeconds);
+  const policy = {
+    maxAttempts: input?.maxAttempts ?? defaults.maxAttempts,
+    initialDelayMs:
+      initialMs ?? Math.min(defaults.initialDelayMs, maxMs ?? Number.POSITIVE_INFINITY),
+    maxDelayMs: maxMs ?? Math.max(defaults.maxDelayMs, initialMs ?? 0),
+  };
+  checkDelays(policy, input);
+  return policy;
+}
+
+function retryOnEdit(input: RetryInput, current: RetryPolicy): RetryPolicy {
+  const policy = {
+    maxAttempts: input.maxAttempts ?? current.maxAttempts,
+    initialDelayMs: seconds(input.initialDelaySeconds) ?? current.initialDelayMs,
+    maxDelayMs: seconds(input.maxDelaySeconds) ?? current.maxDelayMs,
+  };
+  checkDelays(policy, input);
+  return policy;
+}
+
+function checkDelays(policy: RetryPolicy, input: RetryInput | undefined): void {
+  if (policy.initialDelayMs <= policy.maxDelayMs) return;
+  const field =
+    input?.initialDelaySeconds !== undefined
+      ? "retry.initialDelaySeconds"
+      : "retry.maxDelaySeconds";
+  throw new ValidationError([
+    {
+      field,
+      message: `initialDelaySeconds (${policy.initialDelayMs / 1000}) must not exceed maxDelaySeconds (${policy.maxDelayMs / 1000})`,
+    },
+  ]);
+}
+
+const seconds = (value: number | undefined) => (value === undefined ? undefined : value * 1000);
+
+function maxConcurrentFor(
+  overlap: OverlapPolicy,
+  given: number | undefined,
+  current: number,
+): number {
+  if (given !== undefined && overlap !== "allow") {
+    throw new ValidationError([
+      {
+        field: "maxConcurrent",
+        message: `only applies with overlapPolicy "allow" (the policy is "${overlap}")`,
+      },
+    ]);
+  }
+  return overlap === "allow" ? (given ?? current) : DEFAULT_MAX_CONCURRENT;
+}
+
+function targetRule(type: string, hasTarget: boolean): FieldIssue | null {
+  if (type === "http" && !hasTarget) {
+    return { field: "target", message: "is required for http jobs: give at least its url" };
+  }
+  if (type !== "http" && hasTarget) {
+    return { field: "target", message: `only applies to http jobs, not to type "${type}"` };
+  }
+  return null;
+}
+
+export function newJobFrom(
+  body: CreateJobBody,
+  tenantId: string,
+  now: Date,
+  settings: EngineSettings,
+): NewJob {
+  const schedule = parseScheduleInput(body.schedule, settings, now);
+  const targetIssue = targetRule(body.type, body.target !== undefined);
+  if (targetIssue) throw new ValidationError([targetIssue]);
+  const retry = retryOnCreate(body.retry);
+  const overlap = body.overlapPolicy ?? DEFAULT_POLICIES.overlap;
+  const maxConcurrent = maxConcurrentFor(overlap, body.maxConcurrent, DEFAULT_MAX_CONCURRENT);
+  checkPayloadSize(body.payload, settings.maxPayloadBytes);
+  const policies: JobPolicies = {
+    retry,
+    misfire: body.misfirePolicy ?? DEFAULT_POLICIES.misfire,
+    overlap,
+    maxConcurrent,
+    inFlight: "skip",
+  };
+  return {
+    tenantId,
+    name: body.name ?? body.type,
+    type: body.type,
+    schedule,
+    payload: body.payload ?? null,
+    ...(body.target ? { target: targetFrom(body.target) } : {}),
+    priority: body.priority ?? "normal",
+    timeoutSeconds: body.timeoutSeconds ?? LIMITS.timeoutSeconds.default,
+    policies,
+  };
+}
+
+const EDITABLE = [
+  "name",
+  "schedule",
+  "payload",
+  "target",
+  "retry",
+  "misfirePolicy",
+  "overlapPolicy",
+  "maxConcurrent",
+  "priority",
+  "timeoutSeconds",
+  "inFlight",
+] as const;
+
+export function jobChangesFrom(
+  body: EditJobBody,
+  job: Job,
+  now: Date,
+  settings: EngineSettings,
+): JobChanges {
+  if (!EDITABLE.some((key) => key in body)) {
+    throw new ApiError(
+      400,
+      "validation_failed",
+      `nothing to change: give at least one of ${EDITABLE.join(", ")}`,
+    );
+  }
+  const schedule =
+    body.schedule !== undefined ? parseScheduleInput(body.schedule, settings, now) : undefined;
+  if (body.target !== undefined) {
+    const targetIssue = targetRule(job.type, true);
+    if (targetIssue) throw new ValidationError([targetIssue]);
+  }
+  const current = job.policies;
+  const touchesPolicies =
+    body.retry !== undefined ||
+    body.misfirePolicy !== undefined ||
+    body.overlapPolicy !== undefined ||
+    body.maxConcurrent !== undefined ||
+    body.inFlight !== undefined;
+  let policies: JobPolicies | undefined;
+  if (touchesPolicies) {
+    const overlap = body.overlapPolicy ?? current.overlap;
+    const currentMax = current.overlap === "allow" ? current.maxConcurrent : DEFAULT_MAX_CONCURRENT;
+    policies = {
+      retry: body.retry ? retryOnEdit(body.retry, current.retry) : current.retry,
+      misfire: body.misfirePolicy ?? current.misfire,
+      overlap,
+      maxConcurrent: maxConcurrentFor(overlap, body.maxConcurrent, currentMax),
+      inFlight: body.inFlight ?? current.inFlight ?? "skip",
+    };
+  }
+  if ("payload" in body) checkPayloadSize(body.payload, settings.maxPayloadBytes);
+  return {
+    ...(body.name !== undefined ? { name: body.name } : {}),
+    ...(schedule !== undefined ? { schedule } : {}),
+    ...("payload" in body ? { payload: body.payload ?? null } : {}),
+    ...(body.target !== undefined ? { target: targetFrom(body.target) } : {}),
+    ...(body.priority !== undefined ? { priority: body.priority } : {}),
+    ...(body.timeoutSeconds !== undefined ? { timeoutSeconds: body.timeoutSeconds } : {}),
+    ...(policies !== undefined ? { policies } : {}),
+  };
+}
+
+/** `"3"`, `W/"3"` or `3`: the version an edit is based on. */
+export function parseIfMatch(header: string | undefined): number {
+  if (header === undefined || header.trim() === "") {
+    throw new ApiError(
+      428,
+      "precondition_required",
+      'send If-Match with the job\'s version (its ETag, e.g. "3") so that concurrent edits cannot overwrite each other',
+      { field: "If-Match" },
+    );
+  }
+  const match = /^\s*(?:W\/)?"?([1-9]\d{0,14})"?\s*$/.exec(header);
+  const version = match?.[1];
+  if (version === undefined) {
+    throw new ValidationError([
+      {
+        field: "If-Match",
+        message: `must be the job's version, such as "3"; got ${JSON.stringify(header.slice(0, 40))}`,
+      },
+    ]);
+  }
+  return Number(version);
+}

@@ -1,0 +1,905 @@
+import { connect } from "node:net";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  JobPageSchema,
+  JobSchema,
+  PreviewSchema,
+  RunPageSchema,
+  RunSchema,
+} from "../../shared/api/schemas.js";
+import {
+  type ApiHarness,
+  deadRunVia,
+  expectError,
+  inMinutes,
+  laterJob,
+  type Reply,
+  runOnce,
+  startApi,
+} from "./support.js";
+
+/**
+ * The HTTP contract, over real HTTP against the local server, DynamoDB Local
+ * and the SQS emulator: every endpoint, every documented error. Responses are
+ * parsed with the same schemas the OpenAPI document is generated from, so the
+ * document cannot drift from what is served.
+ */
+let api: ApiHarness;
+beforeAll(async () => {
+  api = await startApi();
+});
+afterAll(() => api.close());
+
+const job = (reply: Reply) => JobSchema.parse(reply.body);
+
+async function create(body: Record<string, unknown>, headers: Record<string, string> = {}) {
+  const reply = await api.call("POST", "/jobs", { body, headers });
+  expect(reply.status, reply.text).toBe(201);
+  return job(reply);
+}
+
+async function itemCounts() {
+  const [jobs, due, runs] = await Promise.all([
+    api.fixture.jobs(),
+    api.fixture.dueEntries(),
+    api.fixture.runs(),
+  ]);
+  return { jobs: jobs.length, due: due.length, runs: runs.length };
+}
+
+describe("service endpoints and routing", () => {
+  it("GET /health and GET /openapi.json need no credentials", async () => {
+    const health = await api.call("GET", "/health", { key: null });
+    expect(health.status).toBe(200);
+    expect(health.body).toEqual({ status: "ok" });
+    const doc = await api.call("GET", "/openapi.json", { key: null });
+    expect(doc.status).toBe(200);
+    expect((doc.body as { openapi: string }).openapi).toMatch(/^3\./);
+  });
+
+  it("401 without credentials, with an unknown key, or with another scheme", async () => {
+    const variants: Record<string, string>[] = [
+      {},
+      { Authorization: "Bearer nope" },
+      { Authorization: "Basic a2V5LWZvci1hOg==" },
+    ];
+    for (const headers of variants) {
+      const reply = await api.call("GET", "/jobs", { key: null, headers });
+      expectError(reply, 401, { code: "unauthorized" });
+      expect(reply.headers.get("www-authenticate")).toMatch(/^Bearer/);
+    }
+    expectError(await api.call("POST", "/jobs", { key: null, body: laterJob() }), 401);
+  });
+
+  it("404 for unknown routes, 405 with Allow for a wrong method on a known path", async () => {
+    expectError(await api.call("GET", "/nope"), 404, { code: "not_found" });
+    expectError(await api.call("GET", "/jobs/x/y/z"), 404);
+    expectError(await api.call("GET", "/jobs/"), 404);
+    const onJobs = await api.call("DELETE", "/jobs");
+    expectError(onJobs, 405, { code: "method_not_allowed" });
+    expect(onJobs.headers.get("allow")).toBe("GET, HEAD, POST");
+    const onJob = await api.call("PUT", "/jobs/01ABC", { body: {} });
+    expectError(onJob, 405);
+    expect(onJob.headers.get("allow")).toBe("GET, HEAD, PATCH");
+    expect((await api.call("GET", "/jobs/01ABC/pause")).headers.get("allow")).toBe("POST");
+    expectError(await api.call("POST", "/health", { key: null }), 405);
+  });
+});
+
+describe("POST /jobs", () => {
+  it("creates a job with the documented defaults, Location and ETag", async () => {
+    const reply = await api.call("POST", "/jobs", {
+      body: { type: "noop", schedule: { cron: "0 9 * * *", timezone: "Europe/Berlin" } },
+    });
+    expect(reply.status).toBe(201);
+    const created = job(reply);
+    expect(reply.headers.get("location")).toBe(`/jobs/${created.id}`);
+    expect(reply.headers.get("etag")).toBe('"1"');
+    expect(created).toMatchObject({
+      name: "noop",
+      type: "noop",
+      status: "active",
+      priority: "normal",
+      timeoutSeconds: 300,
+      version: 1,
+      payload: null,
+      target: null,
+      lastRun: null,
+      policies: {
+        retry: { maxAttempts: 5, initialDelaySeconds: 30, maxDelaySeconds: 3600 },
+        misfirePolicy: "fire_once",
+        overlapPolicy: "skip",
+        maxConcurrent: 1,
+        inFlight: "skip",
+      },
+    });
+    // 09:00 in Berlin is 07:00 or 08:00 UTC depending on DST.
+    expect(created.nextRunAt).toMatch(/T0[78]:00:00\.000Z$/);
+    const stored = (await api.fixture.jobs()).find((j) => j.jobId === created.id);
+    expect(stored?.tenantId).toBe("tenant-a");
+  });
+
+  it("stores every given field, converting retry seconds to the engine's milliseconds", async () => {
+    const created = await create({
+      name: "reports",
+      type: "report",
+      schedule: { every: "PT1H", startAt: "2030-01-01T00:00:00+02:00" },
+      payload: { nested: { list: [1, 2.5, "ü"], empty: "" } },
+      retry: { maxAttempts: 3, initialDelaySeconds: 10, maxDelaySeconds: 60 },
+      misfirePolicy: "skip",
+      overlapPolicy: "allow",
+      maxConcurrent: 4,
+      priority: "high",
+      timeoutSeconds: 900,
+    });
+    expect(created).toMatchObject({
+      name: "reports",
+      type: "report",
+      schedule: { every: "PT1H", startAt: "2029-12-31T22:00:00.000Z" },
+      payload: { nested: { list: [1, 2.5, "ü"], empty: "" } },
+      priority: "high",
+      timeoutSeconds: 900,
+      policies: {
+        retry: { maxAttempts: 3, initialDelaySeconds: 10, maxDelaySeconds: 60 },
+        misfirePolicy: "skip",
+        overlapPolicy: "allow",
+        maxConcurrent: 4,
+      },
+    });
+    const stored = (await api.fixture.jobs()).find((j) => j.jobId === created.id);
+    expect(stored?.policies.retry).toEqual({
+      maxAttempts: 3,
+      initialDelayMs: 10_000,
+      maxDelayMs: 60_000,
+    });
+  });
+
+  it("normalizes an every schedule without startAt, so its occurrences are fixed", async () => {
+    const created = await create({ type: "noop", schedule: { every: "P1D" } });
+    expect(created.schedule).toEqual({ every: "P1D", startAt: expect.stringMatching(/\.000Z$/) });
+    const stored = (await api.fixture.jobs()).find((j) => j.jobId === created.id);
+    expect(stored?.schedule).toEqual(created.schedule);
+  });
+
+  it("adjusts only defaults to keep initialDelay ≤ maxDelay", async () => {
+    const low = await create(laterJob({ retry: { maxDelaySeconds: 10 } }));
+    expect(low.policies.retry).toMatchObject({ initialDelaySeconds: 10, maxDelaySeconds: 10 });
+    const high = await create(laterJob({ retry: { initialDelaySeconds: 7200 } }));
+    expect(high.policies.retry).toMatchObject({ initialDelaySeconds: 7200, maxDelaySeconds: 7200 });
+  });
+
+  it("requires a target for http jobs only, and keeps it", async () => {
+    const target = {
+      url: "https://example.com/hook",
+      headers: { Authorization: "Bearer t", "X-Team": "ops" },
+      timeoutSeconds: 10,
+    };
+    const created = await create(laterJob({ type: "http", target, payload: { a: 1 } }));
+    expect(created.target).toEqual(target);
+    expectError(await api.call("POST", "/jobs", { body: laterJob({ type: "http" }) }), 400, {
+      field: "target",
+    });
+    expectError(await api.call("POST", "/jobs", { body: laterJob({ target }) }), 400, {
+      field: "target",
+    });
+  });
+
+  it("defaults the name to the type, and a payload of exactly 64 KiB is accepted", async () => {
+    const payload = "x".repeat(64 * 1024 - 2);
+    const created = await create(laterJob({ payload }));
+    expect(created.name).toBe("noop");
+    expect(created.payload).toBe(payload);
+  });
+
+  it("keeps __proto__ and constructor keys inside the payload as plain data", async () => {
+    const raw = `{"type":"noop","schedule":{"runAt":"${inMinutes(600)}"},"payload":{"__proto__":{"polluted":true},"constructor":{"prototype":1}}}`;
+    const reply = await api.call("POST", "/jobs", {
+      raw,
+      headers: { "Content-Type": "application/json" },
+    });
+    expect(reply.status, reply.text).toBe(201);
+    expect(reply.text).toContain(
+      '"payload":{"__proto__":{"polluted":true},"constructor":{"prototype":1}}',
+    );
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+  });
+
+  it.each([
+    ["unknown field", laterJob({ colour: "red" }), "colour"],
+    ["unknown nested field", laterJob({ retry: { maxAttempts: 2, jitter: true } }), "retry.jitter"],
+    ["missing type", { schedule: { runAt: inMinutes(60) } }, "type"],
+    ["unregistered type", laterJob({ type: "nope" }), "type"],
+    ["missing schedule", { type: "noop" }, "schedule"],
+    ["bad cron", laterJob({ schedule: { cron: "61 * * * *", timezone: "UTC" } }), "schedule.cron"],
+    ["cron macro", laterJob({ schedule: { cron: "@hourly", timezone: "UTC" } }), "schedule.cron"],
+    [
+      "bad zone",
+      laterJob({ schedule: { cron: "0 9 * * *", timezone: "Mars/Olympus" } }),
+      "schedule.timezone",
+    ],
+    [
+      "abbreviated zone",
+      laterJob({ schedule: { cron: "0 9 * * *", timezone: "EST" } }),
+      "schedule.timezone",
+    ],
+    ["cron without zone", laterJob({ schedule: { cron: "0 9 * * *" } }), "schedule.timezone"],
+    [
+      "runAt without offset",
+      laterJob({ schedule: { runAt: "2030-01-01T09:00:00" } }),
+      "schedule.runAt",
+    ],
+    ["runAt not a date", laterJob({ schedule: { runAt: "tomorrow" } }), "schedule.runAt"],
+    [
+      "runAt year 0500",
+      laterJob({ schedule: { runAt: "0500-01-01T00:00:00Z" } }),
+      "schedule.runAt",
+    ],
+    [
+      "runAt past 9999",
+      laterJob({ schedule: { runAt: "9999-12-31T23:00:00-05:00" } }),
+      "schedule.runAt",
+    ],
+    ["mixed kinds", laterJob({ schedule: { runAt: inMinutes(5), every: "PT1H" } }), "schedule"],
+    ["every in months", laterJob({ schedule: { every: "P1M" } }), "schedule.every"],
+    ["every too often", laterJob({ schedule: { every: "PT0.5S" } }), "schedule.every"],
+    [
+      "cron too long",
+      laterJob({ schedule: { cron: "* ".repeat(200), timezone: "UTC" } }),
+      "schedule.cron",
+    ],
+    ["maxAttempts 0", laterJob({ retry: { maxAttempts: 0 } }), "retry.maxAttempts"],
+    ["maxAttempts 101", laterJob({ retry: { maxAttempts: 101 } }), "retry.maxAttempts"],
+    ["maxAttempts 2.5", laterJob({ retry: { maxAttempts: 2.5 } }), "retry.maxAttempts"],
+    [
+      "negative delay",
+      laterJob({ retry: { initialDelaySeconds: -1 } }),
+      "retry.initialDelaySeconds",
+    ],
+    [
+      "initial above max",
+      laterJob({ retry: { initialDelaySeconds: 100, maxDelaySeconds: 50 } }),
+      "retry.initialDelaySeconds",
+    ],
+    ["timeout 0", laterJob({ timeoutSeconds: 0 }), "timeoutSeconds"],
+    ["timeout 901", laterJob({ timeoutSeconds: 901 }), "timeoutSeconds"],
+    ["maxConcurrent without allow", laterJob({ maxConcurrent: 3 }), "maxConcurrent"],
+    [
+      "maxConcurrent 101",
+      laterJob({ overlapPolicy: "allow", maxConcurrent: 101 }),
+      "maxConcurrent",
+    ],
+    ["bad misfire", laterJob({ misfirePolicy: "sometimes" }), "misfirePolicy"],
+    ["bad overlap", laterJob({ overlapPolicy: "queue" }), "overlapPolicy"],
+    ["bad priority", laterJob({ priority: "urgent" }), "priority"],
+    ["name not a string", laterJob({ name: 42 }), "name"],
+    ["name too long", laterJob({ name: "n".repeat(201) }), "name"],
+    [
+      "ftp target",
+      laterJob({ type: "http", target: { url: "ftp://example.com/x" } }),
+      "target.url",
+    ],
+    ["relative target", laterJob({ type: "http", target: { url: "/hook" } }), "target.url"],
+    [
+      "reserved header",
+      laterJob({
+        type: "http",
+        target: { url: "https://e.com", headers: { "Content-Type": "text/plain" } },
+      }),
+      "target.headers.Content-Type",
+    ],
+    [
+      "header with CR LF",
+      laterJob({ type: "http", target: { url: "https://e.com", headers: { "X-A": "a\r\nB: c" } } }),
+      "target.headers.X-A",
+    ],
+    [
+      "header name with a space",
+      laterJob({ type: "http", target: { url: "https://e.com", headers: { "X A": "a" } } }),
+      "target.headers.X A",
+    ],
+    ["idempotencyKey with spaces", laterJob({ idempotencyKey: "a b" }), "idempotencyKey"],
+    ["body is an array", [laterJob()], "body"],
+  ])("400 naming the field: %s", async (_name, body, field) => {
+    const reply = await api.call("POST", "/jobs", { body });
+    const error = expectError(reply, 400, { code: "validation_failed" });
+    if (field !== "") expect(error.field).toBe(field);
+    expect(error.message.length).toBeGreaterThan(field.length);
+  });
+
+  it("413 for a payload over 64 KiB and for a body over the limit", async () => {
+    const over = await api.call("POST", "/jobs", {
+      body: laterJob({ payload: "x".repeat(64 * 1024) }),
+    });
+    expectError(over, 413, { code: "payload_too_large", field: "payload" });
+    const huge = await api.call("POST", "/jobs", {
+      body: laterJob({ payload: "x".repeat(300 * 1024) }),
+    });
+    expectError(huge, 413, { code: "payload_too_large" });
+  });
+
+  it("413 for an oversized chunked body without Content-Length, read no further than the limit", async () => {
+    const { port } = new URL(api.server.url);
+    const reply = await new Promise<string>((resolve, reject) => {
+      const socket = connect(Number(port), "127.0.0.1", () => {
+        socket.write(
+          "POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer key-for-a\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+        );
+        const chunk = "a".repeat(16 * 1024);
+        for (let i = 0; i < 8; i++) socket.write(`${chunk.length.toString(16)}\r\n${chunk}\r\n`);
+        socket.write("0\r\n\r\n");
+      });
+      let data = "";
+      socket.on("data", (d) => {
+        data += d.toString();
+      });
+      socket.on("end", () => resolve(data));
+      socket.on("error", (e) => (data ? resolve(data) : reject(e)));
+    });
+    expect(reply).toMatch(/^HTTP\/1\.1 413/);
+    expect(reply).toContain('"code":"payload_too_large"');
+  });
+
+  it("415 for a body that is not JSON, 400 for malformed or empty JSON", async () => {
+    for (const type of [
+      "text/plain",
+      "application/x-www-form-urlencoded",
+      "application/jsonx",
+      "json",
+    ]) {
+      const reply = await api.call("POST", "/jobs", {
+        raw: JSON.stringify(laterJob()),
+        headers: { "Content-Type": type },
+      });
+      expectError(reply, 415, { code: "unsupported_media_type" });
+    }
+    expectError(await api.call("POST", "/jobs", { raw: JSON.stringify(laterJob()) }), 415);
+    const json = { "Content-Type": "application/json" };
+    expectError(await api.call("POST", "/jobs", { raw: '{"type":', headers: json }), 400, {
+      code: "malformed_json",
+    });
+    expectError(await api.call("POST", "/jobs", { raw: "", headers: json }), 400, {
+      code: "malformed_json",
+    });
+    expectError(
+      await api.call("POST", "/jobs", { raw: new Uint8Array([0x7b, 0xff, 0x7d]), headers: json }),
+      400,
+      {
+        code: "malformed_json",
+      },
+    );
+    const charset = await api.call("POST", "/jobs", {
+      raw: JSON.stringify(laterJob()),
+      headers: { "Content-Type": "application/json; charset=utf-8" },
+    });
+    expect(charset.status).toBe(201);
+  });
+
+  it("400 for deep nesting and for a __proto__ field outside the payload", async () => {
+    const deep = laterJob({ payload: JSON.parse(`${"[".repeat(100)}${"]".repeat(100)}`) });
+    expectError(await api.call("POST", "/jobs", { body: deep }), 400, {
+      code: "validation_failed",
+      field: "payload",
+    });
+    const json = { "Content-Type": "application/json" };
+    const proto = `{"type":"noop","schedule":{"runAt":"${inMinutes(60)}"},"__proto__":{"admin":true}}`;
+    expectError(await api.call("POST", "/jobs", { raw: proto, headers: json }), 400, {
+      field: "__proto__",
+    });
+    const inHeaders = `{"type":"http","schedule":{"runAt":"${inMinutes(60)}"},"target":{"url":"https://e.com","headers":{"__proto__":"x"}}}`;
+    expectError(await api.call("POST", "/jobs", { raw: inHeaders, headers: json }), 400, {
+      field: "target.headers.__proto__",
+    });
+  });
+
+  it("writes nothing for any request that fails", async () => {
+    const before = await itemCounts();
+    await api.call("POST", "/jobs", {
+      body: laterJob({ schedule: { cron: "bad", timezone: "UTC" } }),
+    });
+    await api.call("POST", "/jobs", { body: laterJob({ payload: "x".repeat(70_000) }) });
+    await api.call("POST", "/jobs", {
+      body: laterJob({ maxConcurrent: 2 }),
+      headers: { "Idempotency-Key": "k-fail" },
+    });
+    await api.call("POST", "/jobs", { key: null, body: laterJob() });
+    expect(await itemCounts()).toEqual(before);
+  });
+
+  it("Idempotency-Key: same key and body → 200 with the same job; other body → 409", async () => {
+    const body = laterJob({ name: "once", schedule: { every: "PT1H" } });
+    const first = await api.call("POST", "/jobs", {
+      body,
+      headers: { "Idempotency-Key": "idem-1" },
+    });
+    expect(first.status).toBe(201);
+    const again = await api.call("POST", "/jobs", {
+      body,
+      headers: { "Idempotency-Key": "idem-1" },
+    });
+    expect(again.status).toBe(200);
+    expect(job(again).id).toBe(job(first).id);
+    expect(again.headers.get("location")).toBe(`/jobs/${job(first).id}`);
+    // The key may travel in the body instead; it is not part of what is compared.
+    const inBody = await api.call("POST", "/jobs", { body: { ...body, idempotencyKey: "idem-1" } });
+    expect(inBody.status).toBe(200);
+    expect(job(inBody).id).toBe(job(first).id);
+    const other = await api.call("POST", "/jobs", {
+      body: { ...body, name: "twice" },
+      headers: { "Idempotency-Key": "idem-1" },
+    });
+    expectError(other, 409, { code: "idempotency_conflict" });
+    const mismatch = await api.call("POST", "/jobs", {
+      body: { ...body, idempotencyKey: "idem-2" },
+      headers: { "Idempotency-Key": "idem-1" },
+    });
+    expectError(mismatch, 400, { field: "idempotencyKey" });
+    expectError(
+      await api.call("POST", "/jobs", { body, headers: { "Idempotency-Key": "bad key" } }),
+      400,
+      {
+        field: "Idempotency-Key",
+      },
+    );
+    const named = (await api.fixture.jobs()).filter((j) => j.name === "once" || j.name === "twice");
+    expect(named).toHaveLength(1);
+  });
+});
+
+describe("GET /jobs and GET /jobs/{id}", () => {
+  let tenantJobs: string[];
+  beforeAll(async () => {
+    const created = [];
+    for (let i = 0; i < 5; i++) created.push(await create(laterJob({ name: `page-${i}` }), {}));
+    tenantJobs = created.map((j) => j.id);
+  });
+
+  it("pages through the caller's jobs newest first with an opaque cursor", async () => {
+    const seen: string[] = [];
+    let cursor: string | null = null;
+    let pages = 0;
+    do {
+      const query: string = cursor ? `?limit=2&cursor=${encodeURIComponent(cursor)}` : "?limit=2";
+      const reply = await api.call("GET", `/jobs${query}`);
+      expect(reply.status).toBe(200);
+      const page = JobPageSchema.parse(reply.body);
+      expect(page.items.length).toBeLessThanOrEqual(2);
+      seen.push(...page.items.map((j) => j.id));
+      cursor = page.nextCursor;
+      pages++;
+    } while (cursor && pages < 100);
+    expect(new Set(seen).size).toBe(seen.length);
+    const positions = tenantJobs.map((id) => seen.indexOf(id));
+    expect(positions.every((p) => p >= 0)).toBe(true);
+    expect([...positions].sort((a, b) => b - a)).toEqual(positions);
+  });
+
+  it("filters by status, filling the page across filtered reads", async () => {
+    const paused = tenantJobs[1] ?? "";
+    expect((await api.call("POST", `/jobs/${paused}/pause`)).status).toBe(200);
+    const reply = await api.call("GET", "/jobs?status=paused&limit=5");
+    const page = JobPageSchema.parse(reply.body);
+    expect(page.items.map((j) => j.id)).toContain(paused);
+    expect(page.items.every((j) => j.status === "paused")).toBe(true);
+  });
+
+  it.each([
+    ["?status=PAUSED", "status"],
+    ["?status=sleeping", "status"],
+    ["?limit=0", "limit"],
+    ["?limit=101", "limit"],
+    ["?limit=ten", "limit"],
+    ["?cursor=%%%", "cursor"],
+    [`?cursor=${Buffer.from('{"pk":"JOB#x"}').toString("base64url")}`, "cursor"],
+    [`?cursor=${Buffer.from("[1]").toString("base64url")}`, "cursor"],
+    ["?colour=red", "colour"],
+  ])("400 for GET /jobs%s", async (query, field) => {
+    expectError(await api.call("GET", `/jobs${query}`), 400, { field });
+  });
+
+  it("GET /jobs/{id} returns the job with its ETag; 404 for unknown and malformed ids", async () => {
+    const id = tenantJobs[0] ?? "";
+    const reply = await api.call("GET", `/jobs/${id}`);
+    expect(reply.status).toBe(200);
+    expect(job(reply).id).toBe(id);
+    expect(reply.headers.get("etag")).toBe('"1"');
+    expectError(await api.call("GET", "/jobs/01ZZZZZZZZZZZZZZZZZZZZZZZZ"), 404, {
+      code: "not_found",
+    });
+    expectError(await api.call("GET", `/jobs/${"x".repeat(5000)}`), 404);
+    expectError(await api.call("GET", "/jobs/%E2%98%83"), 404);
+  });
+
+  it("GET /jobs/{id} carries lastRun once a run has finished", async () => {
+    const created = await create({ type: "noop", schedule: { runAt: new Date().toISOString() } });
+    await runOnce(api, created.id);
+    const reply = await api.call("GET", `/jobs/${created.id}`);
+    const after = job(reply);
+    expect(after.lastRun).toMatchObject({
+      status: "succeeded",
+      attempt: 1,
+      scheduledFor: "runAt" in created.schedule ? created.schedule.runAt : "",
+    });
+    expect(after.status).toBe("completed");
+  });
+});
+
+describe("PATCH /jobs/{id}", () => {
+  it("edits at the current version; 428 without If-Match, 412 when stale, 400 when unreadable", async () => {
+    const created = await create(laterJob({ schedule: { cron: "0 9 * * *", timezone: "UTC" } }));
+    const path = `/jobs/${created.id}`;
+    const body = {
+      schedule: { cron: "30 10 * * *", timezone: "Asia/Tokyo" },
+      retry: { maxAttempts: 2 },
+    };
+    expectError(await api.call("PATCH", path, { body }), 428, { code: "precondition_required" });
+    const stale = await api.call("PATCH", path, { body, headers: { "If-Match": '"7"' } });
+    expectError(stale, 412, { code: "version_mismatch" });
+    expect(stale.headers.get("etag")).toBe('"1"');
+    expectError(await api.call("PATCH", path, { body, headers: { "If-Match": "latest" } }), 400, {
+      field: "If-Match",
+    });
+    const edited = await api.call("PATCH", path, { body, headers: { "If-Match": '"1"' } });
+    expect(edited.status, edited.text).toBe(200);
+    expect(edited.headers.get("etag")).toBe('"2"');
+    expect(job(edited)).toMatchObject({
+      version: 2,
+      schedule: { cron: "30 10 * * *", timezone: "Asia/Tokyo" },
+      policies: { retry: { maxAttempts: 2, initialDelaySeconds: 30, maxDelaySeconds: 3600 } },
+    });
+    expect(job(edited).nextRunAt).toMatch(/T01:30:00\.000Z$/);
+    expectError(await api.call("PATCH", path, { body, headers: { "If-Match": '"1"' } }), 412);
+  });
+
+  it("accepts W/ and bare versions, stores inFlight and the other policies", async () => {
+    const created = await create(laterJob());
+    const path = `/jobs/${created.id}`;
+    const first = await api.call("PATCH", path, {
+      body: {
+        inFlight: "complete",
+        overlapPolicy: "allow",
+        maxConcurrent: 3,
+        misfirePolicy: "fire_all",
+      },
+      headers: { "If-Match": 'W/"1"' },
+    });
+    expect(job(first).policies).toMatchObject({
+      inFlight: "complete",
+      overlapPolicy: "allow",
+      maxConcurrent: 3,
+      misfirePolicy: "fire_all",
+    });
+    const second = await api.call("PATCH", path, {
+      body: {
+        name: "renamed",
+        priority: "low",
+        timeoutSeconds: 30,
+        payload: { v: 2 },
+        overlapPolicy: "skip",
+      },
+      headers: { "If-Match": "2" },
+    });
+    expect(job(second)).toMatchObject({
+      name: "renamed",
+      priority: "low",
+      timeoutSeconds: 30,
+      payload: { v: 2 },
+      version: 3,
+      policies: { overlapPolicy: "skip", maxConcurrent: 1, inFlight: "complete" },
+    });
+    const stored = (await api.fixture.jobs()).find((j) => j.jobId === created.id);
+    expect(stored?.policies.inFlight).toBe("complete");
+  });
+
+  it("edits an http job's target and refuses a target on other types", async () => {
+    const http = await create(laterJob({ type: "http", target: { url: "https://a.example/x" } }));
+    const edited = await api.call("PATCH", `/jobs/${http.id}`, {
+      body: { target: { url: "https://b.example/y", timeoutSeconds: 5 } },
+      headers: { "If-Match": '"1"' },
+    });
+    expect(job(edited).target).toEqual({ url: "https://b.example/y", timeoutSeconds: 5 });
+    const noop = await create(laterJob());
+    const refused = await api.call("PATCH", `/jobs/${noop.id}`, {
+      body: { target: { url: "https://b.example/y" } },
+      headers: { "If-Match": '"1"' },
+    });
+    expectError(refused, 400, { field: "target" });
+  });
+
+  it.each([
+    ["empty body", {}, undefined],
+    ["type cannot change", { type: "http" }, "type"],
+    ["unknown field", { colour: "red" }, "colour"],
+    ["bad cron", { schedule: { cron: "* * *", timezone: "UTC" } }, "schedule.cron"],
+    ["maxConcurrent without allow", { maxConcurrent: 2 }, "maxConcurrent"],
+    ["bad inFlight", { inFlight: "abort" }, "inFlight"],
+    [
+      "delays conflict with the stored ones",
+      { retry: { maxDelaySeconds: 5 } },
+      "retry.maxDelaySeconds",
+    ],
+  ])("400 for %s, and nothing changes", async (_name, body, field) => {
+    const created = await create(laterJob());
+    const reply = await api.call("PATCH", `/jobs/${created.id}`, {
+      body,
+      headers: { "If-Match": '"1"' },
+    });
+    const error = expectError(reply, 400);
+    if (field !== undefined) expect(error.field).toBe(field);
+    expect(job(await api.call("GET", `/jobs/${created.id}`)).version).toBe(1);
+  });
+
+  it("413 for a payload over the limit, 415 without JSON, 404 for unknown jobs, 409 when cancelled", async () => {
+    const created = await create(laterJob());
+    const path = `/jobs/${created.id}`;
+    const headers = { "If-Match": '"1"' };
+    expectError(
+      await api.call("PATCH", path, { body: { payload: "y".repeat(66_000) }, headers }),
+      413,
+      {
+        field: "payload",
+      },
+    );
+    expectError(
+      await api.call("PATCH", path, {
+        raw: "name=x",
+        headers: { ...headers, "Content-Type": "text/plain" },
+      }),
+      415,
+    );
+    expectError(
+      await api.call("PATCH", "/jobs/01ZZZZZZZZZZZZZZZZZZZZZZZZ", { body: { name: "x" }, headers }),
+      404,
+    );
+    await api.call("POST", `${path}/cancel`);
+    const cancelled = await api.call("PATCH", path, { body: { name: "x" }, headers });
+    const error = expectError(cancelled, 409, { code: "illegal_transition" });
+    expect(error.currentStatus).toBe("cancelled");
+  });
+});
+
+describe("pause, resume, cancel, trigger", () => {
+  it("moves through the lifecycle; repeats are harmless; illegal moves are 409 with the status", async () => {
+    const created = await create(laterJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" } }));
+    const path = `/jobs/${created.id}`;
+    const paused = await api.call("POST", `${path}/pause`);
+    expect(job(paused).status).toBe("paused");
+    expect(paused.headers.get("etag")).toBe('"1"');
+    expect(job(await api.call("POST", `${path}/pause`)).status).toBe("paused");
+    const triggerPaused = expectError(await api.call("POST", `${path}/trigger`), 409, {
+      code: "illegal_transition",
+    });
+    expect(triggerPaused.currentStatus).toBe("paused");
+    const resumed = job(await api.call("POST", `${path}/resume`));
+    expect(resumed.status).toBe("active");
+    expect(resumed.nextRunAt).toBe(created.nextRunAt);
+    expect(job(await api.call("POST", `${path}/resume`)).status).toBe("active");
+    const cancelled = job(await api.call("POST", `${path}/cancel`));
+    expect(cancelled).toMatchObject({ status: "cancelled", nextRunAt: null });
+    expect(job(await api.call("POST", `${path}/cancel`)).status).toBe("cancelled");
+    for (const action of ["resume", "pause", "trigger"]) {
+      const error = expectError(await api.call("POST", `${path}/${action}`), 409, {
+        code: "illegal_transition",
+      });
+      expect(error.currentStatus).toBe("cancelled");
+    }
+    expect(await api.fixture.dueEntries()).not.toContainEqual(
+      expect.objectContaining({ jobId: created.id }),
+    );
+  });
+
+  it("404 for unknown or malformed job ids on every action", async () => {
+    for (const action of ["pause", "resume", "cancel", "trigger"]) {
+      expectError(await api.call("POST", `/jobs/01ZZZZZZZZZZZZZZZZZZZZZZZZ/${action}`), 404);
+      expectError(await api.call("POST", `/jobs/bad%20id/${action}`), 404);
+    }
+  });
+
+  it("trigger queues one extra run now (202, Location), listed and readable under runs", async () => {
+    const created = await create(laterJob());
+    const reply = await api.call("POST", `/jobs/${created.id}/trigger`);
+    expect(reply.status).toBe(202);
+    const run = RunSchema.parse(reply.body);
+    expect(run).toMatchObject({ jobId: created.id, status: "queued", attempt: 1, jobVersion: 1 });
+    expect(reply.headers.get("location")).toBe(`/jobs/${created.id}/runs/${run.runId}`);
+    await runOnce(api, created.id);
+    const read = RunSchema.parse(
+      (await api.call("GET", `/jobs/${created.id}/runs/${run.runId}`)).body,
+    );
+    expect(read).toMatchObject({ runId: run.runId, status: "succeeded", workerId: "w", fence: 1 });
+    expect(read.durationMs).toBeGreaterThanOrEqual(0);
+  });
+});
+
+describe("runs", () => {
+  let jobId: string;
+  let runIds: string[];
+  beforeAll(async () => {
+    const created = await create(laterJob());
+    jobId = created.id;
+    runIds = [];
+    for (let i = 0; i < 3; i++) {
+      const reply = await api.call("POST", `/jobs/${jobId}/trigger`);
+      runIds.push(RunSchema.parse(reply.body).runId);
+      await new Promise((r) => setTimeout(r, 5));
+    }
+  });
+
+  it("lists a job's runs newest first, with a cursor", async () => {
+    const first = RunPageSchema.parse((await api.call("GET", `/jobs/${jobId}/runs?limit=2`)).body);
+    expect(first.items.map((r) => r.runId)).toEqual([runIds[2], runIds[1]]);
+    expect(first.nextCursor).not.toBeNull();
+    const second = RunPageSchema.parse(
+      (await api.call("GET", `/jobs/${jobId}/runs?limit=2&cursor=${first.nextCursor}`)).body,
+    );
+    expect(second.items.map((r) => r.runId)).toEqual([runIds[0]]);
+    expect(second.nextCursor).toBeNull();
+  });
+
+  it("400 for another listing's cursor and bad limits; 404 for unknown jobs and runs", async () => {
+    const jobsCursor = JobPageSchema.parse(
+      (await api.call("GET", "/jobs?limit=1")).body,
+    ).nextCursor;
+    expectError(await api.call("GET", `/jobs/${jobId}/runs?cursor=${jobsCursor}`), 400, {
+      field: "cursor",
+    });
+    const foreignRuns = Buffer.from(JSON.stringify({ pk: "JOB#other", sk: "RUN#x" })).toString(
+      "base64url",
+    );
+    expectError(await api.call("GET", `/jobs/${jobId}/runs?cursor=${foreignRuns}`), 400, {
+      field: "cursor",
+    });
+    expectError(await api.call("GET", `/jobs/${jobId}/runs?limit=-1`), 400, { field: "limit" });
+    expectError(await api.call("GET", "/jobs/01ZZZZZZZZZZZZZZZZZZZZZZZZ/runs"), 404);
+    expectError(await api.call("GET", `/jobs/${jobId}/runs/not-a-run`), 404);
+    expectError(await api.call("GET", `/jobs/${jobId}/runs/${jobId}-20300101T000000000-1`), 404);
+    const other = await create(laterJob());
+    expectError(await api.call("GET", `/jobs/${other.id}/runs/${runIds[0]}`), 404);
+  });
+});
+
+describe("previews", () => {
+  it("POST /schedules/preview: the next N times in UTC and in the cron's zone, across DST", async () => {
+    const reply = await api.call("POST", "/schedules/preview", {
+      body: { schedule: { cron: "30 2 * * *", timezone: "Europe/Berlin" }, count: 100 },
+    });
+    const preview = PreviewSchema.parse(reply.body);
+    expect(preview.timezone).toBe("Europe/Berlin");
+    expect(preview.occurrences).toHaveLength(100);
+    for (const { utc, local } of preview.occurrences) {
+      expect(Date.parse(local)).toBe(Date.parse(utc));
+      expect(local).toMatch(/T0[23]:30:00\.000\+0[12]:00$/);
+    }
+    const first = await api.call("POST", "/schedules/preview", {
+      body: { schedule: { cron: "0 9 * * 1-5", timezone: "Europe/Berlin" } },
+    });
+    expect(PreviewSchema.parse(first.body).occurrences).toHaveLength(5);
+  });
+
+  it("runAt previews in the offset it was written with; every without startAt starts now", async () => {
+    const at = await api.call("POST", "/schedules/preview", {
+      body: { schedule: { runAt: "2030-06-01T09:00:00-05:00" } },
+    });
+    expect(PreviewSchema.parse(at.body)).toMatchObject({
+      schedule: { runAt: "2030-06-01T14:00:00.000Z" },
+      timezone: "-05:00",
+      occurrences: [{ utc: "2030-06-01T14:00:00.000Z", local: "2030-06-01T09:00:00.000-05:00" }],
+    });
+    const past = PreviewSchema.parse(
+      (
+        await api.call("POST", "/schedules/preview", {
+          body: { schedule: { runAt: "2001-01-01T00:00:00Z" } },
+        })
+      ).body,
+    );
+    expect(past.occurrences).toEqual([]);
+    const every = PreviewSchema.parse(
+      (
+        await api.call("POST", "/schedules/preview", {
+          body: { schedule: { every: "PT1M" }, count: 3 },
+        })
+      ).body,
+    );
+    expect(every.timezone).toBe("UTC");
+    const [a, b, c] = every.occurrences.map((o) => Date.parse(o.utc));
+    expect([(b ?? 0) - (a ?? 0), (c ?? 0) - (b ?? 0)]).toEqual([60_000, 60_000]);
+    expect(Math.abs((a ?? 0) - Date.now())).toBeLessThan(5_000);
+  });
+
+  it("answers the validation errors as a 400, every issue listed", async () => {
+    const reply = await api.call("POST", "/schedules/preview", {
+      body: { schedule: { cron: "0 25 * * *", timezone: "Berlin" } },
+    });
+    const error = expectError(reply, 400, { code: "validation_failed", field: "schedule.cron" });
+    expect(error.issues?.map((i) => i.field)).toEqual(["schedule.cron", "schedule.timezone"]);
+    for (const [body, field] of [
+      [{ schedule: { cron: "* * * * * *", timezone: "UTC" }, count: 0 }, "count"],
+      [{ schedule: { cron: "* * * * *", timezone: "UTC" }, count: 101 }, "count"],
+      [{ schedule: { cron: "* * * * *", timezone: "UTC" }, extra: 1 }, "extra"],
+      [{ count: 3 }, "schedule"],
+      [{ schedule: "0 9 * * *" }, "schedule"],
+    ] as const) {
+      expectError(await api.call("POST", "/schedules/preview", { body }), 400, { field });
+    }
+    expectError(
+      await api.call("POST", "/schedules/preview", {
+        raw: "x",
+        headers: { "Content-Type": "text/plain" },
+      }),
+      415,
+    );
+  });
+
+  it("GET /jobs/{id}/preview shows the stored job's next occurrences", async () => {
+    const created = await create({
+      type: "noop",
+      schedule: { cron: "0 12 * * *", timezone: "America/New_York" },
+    });
+    const preview = PreviewSchema.parse(
+      (await api.call("GET", `/jobs/${created.id}/preview?count=3`)).body,
+    );
+    expect(preview.timezone).toBe("America/New_York");
+    expect(preview.occurrences).toHaveLength(3);
+    expect(preview.occurrences[0]?.utc).toBe(created.nextRunAt);
+    expect(preview.occurrences.every((o) => /T12:00:00\.000-0[45]:00$/.test(o.local))).toBe(true);
+    const fallback = PreviewSchema.parse(
+      (await api.call("GET", `/jobs/${created.id}/preview`)).body,
+    );
+    expect(fallback.occurrences).toHaveLength(5);
+    expectError(await api.call("GET", `/jobs/${created.id}/preview?count=0`), 400, {
+      field: "count",
+    });
+    expectError(await api.call("GET", `/jobs/${created.id}/preview?count=1000`), 400, {
+      field: "count",
+    });
+    expectError(await api.call("GET", "/jobs/01ZZZZZZZZZZZZZZZZZZZZZZZZ/preview"), 404);
+  });
+});
+
+describe("dead letters", () => {
+  it("lists dead runs, replays one as its next attempt (202), and refuses a second replay", async () => {
+    const { jobId } = await deadRunVia(api);
+    const listed = RunPageSchema.parse((await api.call("GET", "/dead-letters")).body);
+    const dead = listed.items.find((r) => r.jobId === jobId);
+    expect(dead).toMatchObject({ status: "dead", attempt: 1 });
+    expect(dead?.reason).toMatch(/non-retryable/);
+    const runId = dead?.runId ?? "";
+
+    const replayed = await api.call("POST", `/dead-letters/${runId}/replay`);
+    expect(replayed.status, replayed.text).toBe(202);
+    const run = RunSchema.parse(replayed.body);
+    expect(run).toMatchObject({
+      jobId,
+      status: "queued",
+      attempt: 2,
+      scheduledFor: dead?.scheduledFor,
+    });
+    expect(replayed.headers.get("location")).toBe(`/jobs/${jobId}/runs/${run.runId}`);
+
+    expectError(await api.call("POST", `/dead-letters/${runId}/replay`), 409, {
+      code: "not_replayable",
+    });
+    const after = RunPageSchema.parse((await api.call("GET", "/dead-letters")).body);
+    expect(after.items.map((r) => r.runId)).not.toContain(runId);
+    const original = RunSchema.parse((await api.call("GET", `/jobs/${jobId}/runs/${runId}`)).body);
+    expect(original.replayedBy).toBe(run.runId);
+  });
+
+  it("404 for unknown runs, 409 for a run that is not dead, 400 for bad paging", async () => {
+    expectError(await api.call("POST", "/dead-letters/nope/replay"), 404);
+    expectError(
+      await api.call(
+        "POST",
+        "/dead-letters/01ZZZZZZZZZZZZZZZZZZZZZZZZ-20300101T000000000-1/replay",
+      ),
+      404,
+    );
+    const created = await create(laterJob());
+    const queued = RunSchema.parse((await api.call("POST", `/jobs/${created.id}/trigger`)).body);
+    expectError(await api.call("POST", `/dead-letters/${queued.runId}/replay`), 409, {
+      code: "not_replayable",
+    });
+    expectError(await api.call("GET", "/dead-letters?limit=1000"), 400, { field: "limit" });
+    expectError(await api.call("GET", "/dead-letters?cursor=abc"), 400, { field: "cursor" });
+    expectError(await api.call("GET", "/dead-letters", { key: null }), 401);
+  });
+});

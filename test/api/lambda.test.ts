@@ -1,0 +1,133 @@
+import type { ApiGatewayRequestContextV2 } from "hono/aws-lambda";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { ENV } from "../../shared/config.js";
+import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
+
+/**
+ * functions/api/handler.ts as API Gateway invokes it: HTTP API payload v2
+ * events, IAM authorization, the tenant taken from requestContext.authorizer.iam.
+ * The handler builds its engine from the environment, as deployed.
+ */
+let fixture: EngineFixture;
+let handler: typeof import("../../functions/api/handler.js").handler;
+const saved = { ...process.env };
+
+beforeAll(async () => {
+  fixture = await createEngineFixture();
+  const { engine } = fixture;
+  Object.assign(process.env, {
+    [ENV.jobsTable]: engine.tables.jobs,
+    [ENV.runsTable]: engine.tables.runs,
+    [ENV.queueHigh]: engine.queues.high,
+    [ENV.queueNormal]: engine.queues.normal,
+    [ENV.queueLow]: engine.queues.low,
+    AWS_ENDPOINT_URL_DYNAMODB: inject("dynamoEndpoint"),
+    AWS_ENDPOINT_URL_SQS: inject("sqsEndpoint"),
+    POWERTOOLS_LOG_LEVEL: "SILENT",
+  });
+  ({ handler } = await import("../../functions/api/handler.js"));
+});
+
+afterAll(async () => {
+  process.env = saved;
+  await fixture.destroy();
+});
+
+const ROLE_SESSION = "arn:aws:sts::123456789012:assumed-role/Reporter/session-1";
+
+function event(
+  method: string,
+  path: string,
+  options: { body?: unknown; userArn?: string | null; query?: string } = {},
+) {
+  const userArn = options.userArn === undefined ? ROLE_SESSION : options.userArn;
+  const requestContext: ApiGatewayRequestContextV2 = {
+    accountId: "123456789012",
+    apiId: "api1",
+    authentication: null,
+    authorizer:
+      userArn === null
+        ? {}
+        : {
+            iam: {
+              accessKey: "ASIAEXAMPLE",
+              accountId: "123456789012",
+              callerId: "AROAEXAMPLE:session-1",
+              cognitoIdentity: null,
+              principalOrgId: null,
+              userArn,
+              userId: "AROAEXAMPLE:session-1",
+            },
+          },
+    domainName: "api1.execute-api.eu-central-1.amazonaws.com",
+    domainPrefix: "api1",
+    http: { method, path, protocol: "HTTP/1.1", sourceIp: "192.0.2.1", userAgent: "test" },
+    requestId: "req-1",
+    routeKey: "$default",
+    stage: "$default",
+    time: "29/Nov/2026:12:00:00 +0000",
+    timeEpoch: Date.now(),
+  };
+  return {
+    version: "2.0",
+    routeKey: "$default",
+    rawPath: path,
+    rawQueryString: options.query ?? "",
+    headers: {
+      host: "api1.execute-api.eu-central-1.amazonaws.com",
+      ...(options.body !== undefined ? { "content-type": "application/json" } : {}),
+    },
+    requestContext,
+    body: options.body !== undefined ? JSON.stringify(options.body) : null,
+    isBase64Encoded: false,
+  };
+}
+
+describe("API Lambda (payload v2, IAM)", () => {
+  it("creates and reads a job as the calling role, whatever the session", async () => {
+    const created = await handler(
+      event("POST", "/jobs", {
+        body: { type: "noop", schedule: { cron: "0 9 * * *", timezone: "Europe/Berlin" } },
+      }),
+    );
+    expect(created.statusCode).toBe(201);
+    const job = JSON.parse(created.body) as { id: string };
+    expect(created.headers?.location).toBe(`/jobs/${job.id}`);
+    const stored = (await fixture.jobs()).find((j) => j.jobId === job.id);
+    expect(stored?.tenantId).toBe("arn:aws:iam::123456789012:role/Reporter");
+
+    const otherSession = "arn:aws:sts::123456789012:assumed-role/Reporter/session-2";
+    const read = await handler(event("GET", `/jobs/${job.id}`, { userArn: otherSession }));
+    expect(read.statusCode).toBe(200);
+    const listed = await handler(event("GET", "/jobs", { query: "limit=5" }));
+    expect(JSON.parse(listed.body).items.map((j: { id: string }) => j.id)).toEqual([job.id]);
+  });
+
+  it("another principal is another tenant: 404, never 403", async () => {
+    const mine = await handler(
+      event("POST", "/jobs", {
+        body: { type: "noop", schedule: { cron: "0 0 1 1 *", timezone: "UTC" } },
+      }),
+    );
+    const { id } = JSON.parse(mine.body) as { id: string };
+    const stranger = "arn:aws:iam::999999999999:user/mallory";
+    expect((await handler(event("GET", `/jobs/${id}`, { userArn: stranger }))).statusCode).toBe(
+      404,
+    );
+    expect(
+      (await handler(event("POST", `/jobs/${id}/cancel`, { userArn: stranger }))).statusCode,
+    ).toBe(404);
+  });
+
+  it("401 without an IAM principal; /health and errors keep their shapes", async () => {
+    const refused = await handler(event("GET", "/jobs", { userArn: null }));
+    expect(refused.statusCode).toBe(401);
+    expect(JSON.parse(refused.body)).toMatchObject({ error: { code: "unauthorized" } });
+    expect((await handler(event("GET", "/health", { userArn: null }))).statusCode).toBe(200);
+    const bad = await handler(
+      event("POST", "/jobs", { body: { type: "noop", schedule: { cron: "x", timezone: "UTC" } } }),
+    );
+    expect(bad.statusCode).toBe(400);
+    expect(JSON.parse(bad.body)).toMatchObject({ error: { field: "schedule.cron" } });
+  });
+});

@@ -1,0 +1,140 @@
+import SwaggerParser from "@apidevtools/swagger-parser";
+import type { OpenAPIV3 } from "openapi-types";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { JobSchema, RunPageSchema, RunSchema } from "../../shared/api/schemas.js";
+import { type ApiHarness, deadRunVia, KEY_A, startApi } from "./support.js";
+
+/**
+ * The served OpenAPI document is valid OpenAPI 3.x, documents every route,
+ * and its examples are true: a request built from each operation (parameter
+ * examples, the request body's example) is accepted by the running API.
+ */
+let api: ApiHarness;
+let document: OpenAPIV3.Document;
+let deadRunId: string;
+
+beforeAll(async () => {
+  api = await startApi();
+  const reply = await api.call("GET", "/openapi.json", { key: null });
+  expect(reply.status).toBe(200);
+  document = reply.body as OpenAPIV3.Document;
+  const { jobId } = await deadRunVia(api);
+  const dead = RunPageSchema.parse((await api.call("GET", `/jobs/${jobId}/runs`)).body);
+  deadRunId = dead.items[0]?.runId ?? "";
+});
+afterAll(() => api.close());
+
+const METHODS = ["get", "post", "patch", "put", "delete"] as const;
+
+function operations(doc: OpenAPIV3.Document) {
+  return Object.entries(doc.paths).flatMap(([path, item]) =>
+    METHODS.flatMap((method) => {
+      const operation = item?.[method];
+      return operation ? [{ path, method, operation }] : [];
+    }),
+  );
+}
+
+describe("OpenAPI document", () => {
+  it("validates as OpenAPI 3.x", async () => {
+    expect(document.openapi).toMatch(/^3\.\d+\.\d+$/);
+    await expect(SwaggerParser.validate(structuredClone(document))).resolves.toBeDefined();
+  });
+
+  it("documents every route, with the error shape on every error response", async () => {
+    const listed = operations(document).map(
+      ({ method, path }) => `${method.toUpperCase()} ${path}`,
+    );
+    expect(listed.sort()).toEqual(
+      [
+        "GET /health",
+        "POST /jobs",
+        "GET /jobs",
+        "GET /jobs/{id}",
+        "PATCH /jobs/{id}",
+        "POST /jobs/{id}/pause",
+        "POST /jobs/{id}/resume",
+        "POST /jobs/{id}/cancel",
+        "POST /jobs/{id}/trigger",
+        "GET /jobs/{id}/runs",
+        "GET /jobs/{id}/runs/{runId}",
+        "GET /jobs/{id}/preview",
+        "POST /schedules/preview",
+        "GET /dead-letters",
+        "POST /dead-letters/{runId}/replay",
+      ].sort(),
+    );
+    for (const { operation } of operations(document)) {
+      expect(operation.operationId).toBeTruthy();
+      for (const [status, response] of Object.entries(operation.responses)) {
+        if (Number(status) < 400) continue;
+        const schema = (response as OpenAPIV3.ResponseObject).content?.["application/json"]?.schema;
+        expect(schema).toEqual({ $ref: "#/components/schemas/Error" });
+      }
+    }
+    const create = document.components?.schemas?.CreateJobRequest as OpenAPIV3.SchemaObject;
+    const type = create.properties?.type as OpenAPIV3.SchemaObject;
+    expect(type.enum).toEqual(["http", "noop", "sleep", "fail", "report"]);
+    expect(create.additionalProperties).toBe(false);
+  });
+
+  it("accepts a request built from each operation's parameters and example", async () => {
+    const dereferenced = (await SwaggerParser.dereference(
+      structuredClone(document),
+    )) as OpenAPIV3.Document;
+    for (const { path, method, operation } of operations(dereferenced)) {
+      // Fresh state per operation, so that each example meets the state it expects (version 1, active).
+      const job = JobSchema.parse(
+        (
+          await api.call("POST", "/jobs", {
+            body: { type: "noop", schedule: { cron: "0 0 1 1 *", timezone: "UTC" } },
+          })
+        ).body,
+      );
+      const run = RunSchema.parse((await api.call("POST", `/jobs/${job.id}/trigger`)).body);
+      const realValues: Record<string, string> = {
+        id: job.id,
+        runId: path.startsWith("/dead-letters") ? deadRunId : run.runId,
+      };
+
+      let url = path;
+      const query = new URLSearchParams();
+      const headers: Record<string, string> = {};
+      for (const raw of operation.parameters ?? []) {
+        const parameter = raw as OpenAPIV3.ParameterObject;
+        const schema = parameter.schema as OpenAPIV3.SchemaObject | undefined;
+        const example = realValues[parameter.name] ?? parameter.example ?? schema?.example;
+        if (parameter.in === "path") {
+          expect(example, `${path}: path parameter ${parameter.name} has no example`).toBeDefined();
+          url = url.replace(`{${parameter.name}}`, encodeURIComponent(String(example)));
+        } else if (example !== undefined && parameter.in === "query") {
+          query.set(parameter.name, String(example));
+        } else if (example !== undefined && parameter.in === "header") {
+          headers[parameter.name] = String(example);
+        }
+      }
+      const content = (operation.requestBody as OpenAPIV3.RequestBodyObject | undefined)?.content;
+      const bodySchema = content?.["application/json"]?.schema as
+        | OpenAPIV3.SchemaObject
+        | undefined;
+      if (content)
+        expect(bodySchema?.example, `${method} ${path}: body has no example`).toBeDefined();
+      const secured = (operation.security ?? []).length > 0;
+
+      const reply = await api.call(
+        method.toUpperCase(),
+        `${url}${query.size > 0 ? `?${query}` : ""}`,
+        {
+          key: secured ? KEY_A : null,
+          headers,
+          ...(bodySchema?.example !== undefined ? { body: bodySchema.example } : {}),
+        },
+      );
+      expect(
+        reply.status,
+        `${method.toUpperCase()} ${url}: ${reply.text.slice(0, 300)}`,
+      ).toBeLessThan(300);
+      expect(Object.keys(operation.responses)).toContain(String(reply.status));
+    }
+  });
+});

@@ -1,0 +1,140 @@
+import { expect } from "vitest";
+import type { z } from "zod";
+import { type LocalServer, startLocalServer } from "../../shared/api/local-server.js";
+import { ErrorSchema } from "../../shared/api/schemas.js";
+import { BUILT_IN_TYPES } from "../../shared/execution/handlers.js";
+import { processRun } from "../../shared/execution/worker.js";
+import { receiveRuns } from "../../shared/queue/work-queue.js";
+import {
+  createEngineFixture,
+  type EngineFixture,
+  type FixtureOptions,
+} from "../support/engine-fixture.js";
+
+export const KEY_A = "key-for-a";
+export const KEY_B = "key-for-b";
+export const TENANT_A = "tenant-a";
+export const TENANT_B = "tenant-b";
+export const API_ENV = { SCHEDULER_API_KEYS: `${KEY_A}=${TENANT_A}, ${KEY_B}=${TENANT_B}` };
+/** A custom type, as if registered in functions/worker/handlers. */
+export const JOB_TYPES = [...BUILT_IN_TYPES, "report"];
+
+export interface Reply {
+  readonly status: number;
+  readonly headers: Headers;
+  readonly body: unknown;
+  readonly text: string;
+}
+
+export interface CallOptions {
+  /** Bearer key; null sends no Authorization header. Default KEY_A. */
+  readonly key?: string | null;
+  /** Serialized as JSON with Content-Type: application/json unless `raw` is given. */
+  readonly body?: unknown;
+  readonly raw?: string | Uint8Array;
+  readonly headers?: Record<string, string>;
+}
+
+export interface ApiHarness {
+  readonly fixture: EngineFixture;
+  readonly server: LocalServer;
+  call(method: string, path: string, options?: CallOptions): Promise<Reply>;
+  close(): Promise<void>;
+}
+
+export async function startApi(options: FixtureOptions = {}): Promise<ApiHarness> {
+  const fixture = await createEngineFixture(options);
+  const server = await startLocalServer({
+    engine: fixture.engine,
+    jobTypes: JOB_TYPES,
+    env: API_ENV,
+  });
+  return {
+    fixture,
+    server,
+    async call(method, path, { key = KEY_A, body, raw, headers = {} } = {}) {
+      const sent: Record<string, string> = { ...headers };
+      if (key !== null) sent.Authorization ??= `Bearer ${key}`;
+      let payload: string | Uint8Array | undefined = raw;
+      if (payload === undefined && body !== undefined) {
+        payload = JSON.stringify(body);
+        sent["Content-Type"] ??= "application/json";
+      }
+      const response = await fetch(`${server.url}${path}`, {
+        method,
+        headers: sent,
+        ...(payload !== undefined ? { body: payload } : {}),
+      });
+      const text = await response.text();
+      let parsed: unknown = null;
+      try {
+        parsed = text === "" ? null : JSON.parse(text);
+      } catch {
+        parsed = text;
+      }
+      return { status: response.status, headers: response.headers, body: parsed, text };
+    },
+    async close() {
+      await server.close();
+      await fixture.destroy();
+    },
+  };
+}
+
+/** Asserts the one error shape and returns its inner object. */
+export function expectError(
+  reply: Reply,
+  status: number,
+  expected: { code?: string; field?: string } = {},
+): z.infer<typeof ErrorSchema>["error"] {
+  expect(reply.status, reply.text).toBe(status);
+  expect(reply.headers.get("content-type")).toMatch(/^application\/json/);
+  const parsed = ErrorSchema.parse(reply.body);
+  if (expected.code !== undefined) expect(parsed.error.code).toBe(expected.code);
+  if (expected.field !== undefined) expect(parsed.error.field).toBe(expected.field);
+  return parsed.error;
+}
+
+export const inMinutes = (minutes: number, from = Date.now()) =>
+  new Date(from + minutes * 60_000).toISOString();
+
+/** A job that will not come due during a test run. */
+export const laterJob = (overrides: Record<string, unknown> = {}) => ({
+  type: "noop",
+  schedule: { runAt: inMinutes(24 * 60) },
+  ...overrides,
+});
+
+/** Receives from the normal queue until a message of `jobId` arrives, and processes it like a worker. */
+export async function runOnce(api: ApiHarness, jobId: string): Promise<void> {
+  const deadline = Date.now() + 15_000;
+  while (Date.now() < deadline) {
+    const received = await receiveRuns(api.fixture.engine.sqs, api.fixture.engine.queues.normal, {
+      max: 10,
+      waitSeconds: 1,
+    });
+    const mine = received.filter((r) => r.message.jobId === jobId);
+    for (const message of mine) await processRun(api.fixture.workerDeps("w"), message);
+    if (mine.length > 0) return;
+  }
+  throw new Error(`no message for job ${jobId}`);
+}
+
+/**
+ * A DEAD run, made the way production makes one: the API creates a `fail`
+ * job (non-retryable) due now, and the worker code runs it.
+ */
+export async function deadRunVia(api: ApiHarness, key = KEY_A): Promise<{ jobId: string }> {
+  const created = await api.call("POST", "/jobs", {
+    key,
+    body: {
+      type: "fail",
+      payload: { times: 99, retryable: false },
+      schedule: { runAt: new Date().toISOString() },
+    },
+  });
+  expect(created.status, created.text).toBe(201);
+  const jobId = (created.body as { id: string }).id;
+  await runOnce(api, jobId);
+  return { jobId };
+}

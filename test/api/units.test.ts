@@ -1,0 +1,170 @@
+import { describe, expect, it } from "vitest";
+import {
+  bearerAuthenticator,
+  DEV_API_KEY,
+  defaultTenantOfPrincipal,
+  iamAuthenticator,
+  localApiKeys,
+  localAuthNotice,
+} from "../../shared/api/auth.js";
+import { ApiError } from "../../shared/api/errors.js";
+import { displayZoneOf, previewOf } from "../../shared/api/preview.js";
+import { parseIfMatch } from "../../shared/api/requests.js";
+import { ValidationError } from "../../shared/validation.js";
+
+describe("previewOf (fixed clock)", () => {
+  const berlin = { cron: "30 2 * * *", timezone: "Europe/Berlin" };
+
+  it("spring forward: the skipped 02:30 runs once at 03:30 CEST, later days at 02:30", () => {
+    const preview = previewOf(berlin, "Europe/Berlin", new Date("2031-03-29T12:00:00Z"), 3);
+    expect(preview.occurrences).toEqual([
+      { utc: "2031-03-30T01:30:00.000Z", local: "2031-03-30T03:30:00.000+02:00" },
+      { utc: "2031-03-31T00:30:00.000Z", local: "2031-03-31T02:30:00.000+02:00" },
+      { utc: "2031-04-01T00:30:00.000Z", local: "2031-04-01T02:30:00.000+02:00" },
+    ]);
+  });
+
+  it("fall back: a repeated 02:30 runs once, the first time", () => {
+    const preview = previewOf(berlin, "Europe/Berlin", new Date("2031-10-25T12:00:00Z"), 2);
+    expect(preview.occurrences).toEqual([
+      { utc: "2031-10-26T00:30:00.000Z", local: "2031-10-26T02:30:00.000+02:00" },
+      { utc: "2031-10-27T01:30:00.000Z", local: "2031-10-27T02:30:00.000+01:00" },
+    ]);
+  });
+
+  it("counts from now truncated to the second, and stops at year 9999", () => {
+    const every = { every: "PT1S", startAt: "2030-01-01T00:00:00.000Z" };
+    const at = previewOf(every, "UTC", new Date("2030-01-01T00:00:05.700Z"), 2);
+    expect(at.occurrences.map((o) => o.utc)).toEqual([
+      "2030-01-01T00:00:05.000Z",
+      "2030-01-01T00:00:06.000Z",
+    ]);
+    const end = previewOf(
+      { every: "P1D", startAt: "9999-12-30T00:00:00.000Z" },
+      "UTC",
+      new Date("9999-12-29T00:00:00Z"),
+      5,
+    );
+    expect(end.occurrences).toHaveLength(2);
+  });
+
+  it("shows runAt and startAt in the offset they were written with", () => {
+    expect(displayZoneOf({ runAt: "2030-01-01T09:00:00+0530" })).toBe("+05:30");
+    expect(displayZoneOf({ runAt: "2030-01-01T09:00:00-05" })).toBe("-05:00");
+    expect(displayZoneOf({ runAt: "2030-01-01T09:00:00Z" })).toBe("UTC");
+    expect(displayZoneOf({ runAt: "2030-01-01T09:00:00+00:00" })).toBe("UTC");
+    expect(displayZoneOf({ every: "PT1H" })).toBe("UTC");
+    expect(displayZoneOf({ every: "PT1H", startAt: "2030-01-01T09:00:00.5-03:30" })).toBe("-03:30");
+    const preview = previewOf(
+      { runAt: "2030-01-01T03:30:00.000Z" },
+      "+05:30",
+      new Date("2029-01-01T00:00:00Z"),
+      5,
+    );
+    expect(preview.occurrences).toEqual([
+      { utc: "2030-01-01T03:30:00.000Z", local: "2030-01-01T09:00:00.000+05:30" },
+    ]);
+  });
+});
+
+describe("local API keys", () => {
+  it("parses key=tenant pairs", () => {
+    const { keys, usingDevKey } = localApiKeys({
+      SCHEDULER_API_KEYS: " k1=tenantA , k2=arn:aws:iam::1:role/x",
+    });
+    expect(usingDevKey).toBe(false);
+    expect([...keys]).toEqual([
+      ["k1", "tenantA"],
+      ["k2", "arn:aws:iam::1:role/x"],
+    ]);
+    expect(localAuthNotice({ SCHEDULER_API_KEYS: "k1=a" })).toBeNull();
+  });
+
+  it("falls back to local-dev-key for tenant default, and says so", () => {
+    for (const env of [{}, { SCHEDULER_API_KEYS: "" }, { SCHEDULER_API_KEYS: "  " }]) {
+      expect(localApiKeys(env)).toEqual({
+        keys: new Map([[DEV_API_KEY, "default"]]),
+        usingDevKey: true,
+      });
+      expect(localAuthNotice(env)).toContain(
+        '"Authorization: Bearer local-dev-key" for tenant "default"',
+      );
+    }
+  });
+
+  it.each(["k1", "=t", "k1=", "k1=a#b", "k 1=t", "k1=a,k1=b"])("refuses %j", (value) => {
+    expect(() => localApiKeys({ SCHEDULER_API_KEYS: value })).toThrow(/SCHEDULER_API_KEYS/);
+  });
+
+  it("bearer authenticator maps exactly the configured keys", async () => {
+    const auth = bearerAuthenticator(new Map([["secret", "t1"]]));
+    const ask = (value: string | undefined) => auth({ header: () => value, env: {} });
+    expect(await ask("Bearer secret")).toBe("t1");
+    expect(await ask("bearer secret")).toBe("t1");
+    for (const value of [
+      undefined,
+      "",
+      "Bearer",
+      "Bearer secre",
+      "Bearer secrett",
+      "Basic secret",
+      "Bearer a b",
+    ]) {
+      expect(await ask(value)).toBeNull();
+    }
+  });
+});
+
+describe("IAM principal → tenant", () => {
+  it("maps an assumed-role session to its role, users to themselves", () => {
+    const of = (userArn: string) =>
+      defaultTenantOfPrincipal({ userArn, accountId: "123456789012" });
+    expect(of("arn:aws:sts::123456789012:assumed-role/Reporter/i-0abc")).toBe(
+      "arn:aws:iam::123456789012:role/Reporter",
+    );
+    expect(of("arn:aws:iam::123456789012:user/ops/alice")).toBe(
+      "arn:aws:iam::123456789012:user/ops/alice",
+    );
+    expect(of("not-an-arn")).toBeNull();
+  });
+
+  it("reads requestContext.authorizer.iam from the Lambda adapter's env, through the hook", async () => {
+    const env = {
+      requestContext: {
+        authorizer: { iam: { userArn: "arn:aws:iam::1:user/bob", accountId: "1" } },
+      },
+    };
+    expect(await iamAuthenticator()({ header: () => undefined, env })).toBe(
+      "arn:aws:iam::1:user/bob",
+    );
+    const custom = iamAuthenticator((p) => (p.accountId === "1" ? "team-one" : null));
+    expect(await custom({ header: () => undefined, env })).toBe("team-one");
+    for (const other of [
+      {},
+      null,
+      { requestContext: {} },
+      { requestContext: { authorizer: { iam: {} } } },
+    ]) {
+      expect(await iamAuthenticator()({ header: () => undefined, env: other })).toBeNull();
+    }
+  });
+});
+
+describe("If-Match", () => {
+  it.each([
+    ['"3"', 3],
+    ['W/"12"', 12],
+    ["7", 7],
+    [' "1" ', 1],
+  ])("%j → %i", (header, version) => {
+    expect(parseIfMatch(header)).toBe(version);
+  });
+
+  it("428 when absent, 400 when unreadable", () => {
+    expect(() => parseIfMatch(undefined)).toThrow(ApiError);
+    expect(() => parseIfMatch("")).toThrow(ApiError);
+    for (const header of ["*", '"0"', '"abc"', '"1", "2"', "-1", "1e3", '"9999999999999999"']) {
+      expect(() => parseIfMatch(header)).toThrow(ValidationError);
+    }
+  });
+});
