@@ -1,0 +1,65 @@
+import type { Table } from "aws-cdk-lib/aws-dynamodb";
+import { type IGrantable, PolicyStatement } from "aws-cdk-lib/aws-iam";
+import type { IQueue } from "aws-cdk-lib/aws-sqs";
+
+/**
+ * Item-level DynamoDB actions. A TransactWriteItems call is authorised item by
+ * item against PutItem / UpdateItem / DeleteItem / ConditionCheckItem; there is
+ * no IAM action of its own for it.
+ */
+export type ItemAction =
+  | "GetItem"
+  | "PutItem"
+  | "UpdateItem"
+  | "DeleteItem"
+  | "ConditionCheckItem"
+  | "BatchWriteItem"
+  | "Query";
+
+export type QueueAction = "SendMessage" | "ChangeMessageVisibility";
+
+export interface TableAccess {
+  readonly table: Table;
+  /** Known index names: a typo here would otherwise grant a Query that matches nothing. */
+  readonly indexNames: readonly string[];
+  readonly actions?: readonly ItemAction[];
+  /** Index name → actions on it (a Query on a GSI needs its own resource ARN). */
+  readonly indexes?: Readonly<Record<string, readonly "Query"[]>>;
+}
+
+/** Grants exactly the listed actions on a table and its indexes, no wildcard actions or resources. */
+export function allowTable(grantee: IGrantable, access: TableAccess): void {
+  const { table, actions = [], indexes = {} } = access;
+  if (actions.length > 0) {
+    grantee.grantPrincipal.addToPrincipalPolicy(
+      new PolicyStatement({
+        actions: actions.map((action) => `dynamodb:${action}`),
+        resources: [table.tableArn],
+      }),
+    );
+  }
+  for (const [indexName, indexActions] of Object.entries(indexes)) {
+    if (!access.indexNames.includes(indexName)) {
+      throw new Error(`no index ${indexName} on ${table.node.path}`);
+    }
+    grantee.grantPrincipal.addToPrincipalPolicy(
+      new PolicyStatement({
+        actions: indexActions.map((action) => `dynamodb:${action}`),
+        resources: [`${table.tableArn}/index/${indexName}`],
+      }),
+    );
+  }
+}
+
+export function allowQueues(
+  grantee: IGrantable,
+  queues: readonly IQueue[],
+  actions: readonly QueueAction[],
+): void {
+  grantee.grantPrincipal.addToPrincipalPolicy(
+    new PolicyStatement({
+      actions: actions.map((action) => `sqs:${action}`),
+      resources: queues.map((queue) => queue.queueArn),
+    }),
+  );
+}

@@ -1,0 +1,24 @@
+import { App, type AppProps, Validations } from "aws-cdk-lib";
+import { AwsSolutionsChecks } from "cdk-nag";
+import { SchedulerStack } from "./scheduler-stack.js";
+import { settingsFromContext } from "./settings.js";
+
+export function stackIdFor(stage: string): string {
+  return `Scheduler-${stage}`;
+}
+
+/**
+ * The CDK app: one SchedulerStack configured from context, checked by
+ * cdk-nag's AwsSolutions pack on every synth (a finding without a
+ * suppression fails the synth). Tests build it the same way.
+ */
+export function buildSchedulerApp(props: AppProps = {}): { app: App; stack: SchedulerStack } {
+  const app = new App(props);
+  const settings = settingsFromContext(app.node);
+  const stack = new SchedulerStack(app, stackIdFor(settings.stage), {
+    settings,
+    description: `Serverless job scheduler (${settings.stage})`,
+  });
+  Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
+  return { app, stack };
+}

@@ -1,0 +1,91 @@
+import { Duration, RemovalPolicy } from "aws-cdk-lib";
+import {
+  HttpApi,
+  HttpStage,
+  type IHttpRouteAuthorizer,
+  LogGroupLogDestination,
+} from "aws-cdk-lib/aws-apigatewayv2";
+import { HttpIamAuthorizer, HttpJwtAuthorizer } from "aws-cdk-lib/aws-apigatewayv2-authorizers";
+import { HttpLambdaIntegration } from "aws-cdk-lib/aws-apigatewayv2-integrations";
+import { LogGroup } from "aws-cdk-lib/aws-logs";
+import { Construct } from "constructs";
+import {
+  JOBS_BY_TENANT_INDEX,
+  RUNS_DEAD_LETTER_INDEX,
+  RUNS_INFLIGHT_INDEX,
+} from "../../shared/storage/tables.js";
+import { allowQueues, allowTable } from "../access.js";
+import { isDevStage, type SchedulerSettings } from "../settings.js";
+import type { Queues } from "./queues.js";
+import { SchedulerFunction } from "./scheduler-function.js";
+import type { Storage } from "./storage.js";
+
+export interface ApiProps {
+  readonly settings: SchedulerSettings;
+  readonly storage: Storage;
+  readonly queues: Queues;
+  readonly engineEnvironment: Readonly<Record<string, string>>;
+}
+
+/** The HTTP API: IAM (SigV4) authorization unless a JWT issuer is configured, throttled, access-logged. */
+export class Api extends Construct {
+  readonly handler: SchedulerFunction;
+  readonly httpApi: HttpApi;
+  readonly stage: HttpStage;
+
+  constructor(scope: Construct, id: string, props: ApiProps) {
+    super(scope, id);
+    const { settings, storage, queues } = props;
+
+    this.handler = new SchedulerFunction(this, "Handler", {
+      component: "api",
+      description: "Scheduler HTTP API: validates, stores, answers",
+      // HTTP API integrations give up after 30 s.
+      timeout: Duration.seconds(29),
+      memorySize: 512,
+      environment: props.engineEnvironment,
+      settings,
+    });
+    // Create / edit / pause / cancel transactions (Put, Update, Delete of jobs, due entries and
+    // idempotency items), job reads, the fast path's claim (Delete the due entry, orphan
+    // DeleteItem), tenant listing.
+    allowTable(this.handler.fn, {
+      ...storage.jobs,
+      actions: ["GetItem", "PutItem", "UpdateItem", "DeleteItem"],
+      indexes: { [JOBS_BY_TENANT_INDEX]: ["Query"] },
+    });
+    // Run history (Query), run reads, trigger and replay transactions, cancelling queued runs
+    // (inflight index + UpdateItem), dead-letter listing, the fast path's BatchWriteItem.
+    allowTable(this.handler.fn, {
+      ...storage.runs,
+      actions: ["GetItem", "PutItem", "UpdateItem", "Query", "BatchWriteItem"],
+      indexes: { [RUNS_INFLIGHT_INDEX]: ["Query"], [RUNS_DEAD_LETTER_INDEX]: ["Query"] },
+    });
+    // The fast path, trigger-now and replay enqueue runs directly.
+    allowQueues(this.handler.fn, queues.allWork, ["SendMessage"]);
+
+    const authorizer: IHttpRouteAuthorizer =
+      settings.auth.kind === "jwt"
+        ? new HttpJwtAuthorizer("JwtAuthorizer", settings.auth.issuer, {
+            jwtAudience: [...settings.auth.audience],
+          })
+        : new HttpIamAuthorizer();
+    this.httpApi = new HttpApi(this, "HttpApi", {
+      description: `Scheduler API (${settings.stage})`,
+      createDefaultStage: false,
+      defaultIntegration: new HttpLambdaIntegration("Lambda", this.handler.fn),
+      defaultAuthorizer: authorizer,
+    });
+    const accessLogs = new LogGroup(this, "AccessLogs", {
+      retention: settings.logRetentionDays,
+      removalPolicy: isDevStage(settings.stage) ? RemovalPolicy.DESTROY : RemovalPolicy.RETAIN,
+    });
+    this.stage = new HttpStage(this, "DefaultStage", {
+      httpApi: this.httpApi,
+      stageName: "$default",
+      autoDeploy: true,
+      throttle: { rateLimit: settings.apiRateLimit, burstLimit: settings.apiBurstLimit },
+      accessLogSettings: { destination: new LogGroupLogDestination(accessLogs) },
+    });
+  }
+}

@@ -1,0 +1,107 @@
+import { Duration } from "aws-cdk-lib";
+import { Rule, Schedule } from "aws-cdk-lib/aws-events";
+import { LambdaFunction } from "aws-cdk-lib/aws-events-targets";
+import { PolicyStatement } from "aws-cdk-lib/aws-iam";
+import { SqsDestination } from "aws-cdk-lib/aws-lambda-destinations";
+import { Construct } from "constructs";
+import { ENV } from "../../shared/config.js";
+import { RUNS_INFLIGHT_INDEX } from "../../shared/storage/tables.js";
+import { allowQueues, allowTable } from "../access.js";
+import type { SchedulerSettings } from "../settings.js";
+import type { Queues } from "./queues.js";
+import { SchedulerFunction } from "./scheduler-function.js";
+import type { Storage } from "./storage.js";
+
+export interface DispatchProps {
+  readonly settings: SchedulerSettings;
+  readonly storage: Storage;
+  readonly queues: Queues;
+  /** Table, queue and settings variables every engine-backed function reads. */
+  readonly engineEnvironment: Readonly<Record<string, string>>;
+}
+
+/**
+ * The once-a-minute rule, the tick (which fans out one asynchronous
+ * dispatcher invocation per shard, then runs the reaper), and the dispatcher.
+ */
+export class Dispatch extends Construct {
+  readonly tick: SchedulerFunction;
+  readonly dispatcher: SchedulerFunction;
+  readonly rule: Rule;
+
+  constructor(scope: Construct, id: string, props: DispatchProps) {
+    super(scope, id);
+    const { settings, storage, queues } = props;
+    const onFailure = new SqsDestination(queues.asyncFailures);
+
+    this.dispatcher = new SchedulerFunction(this, "Dispatcher", {
+      component: "dispatcher",
+      description: "Sweeps one shard's due buckets: claims due entries and enqueues their runs",
+      // A pass is bounded by its shard lease; the next tick's pass takes over a lapsed one.
+      timeout: Duration.seconds(60),
+      memorySize: 512,
+      environment: props.engineEnvironment,
+      settings,
+    });
+    this.dispatcher.fn.configureAsyncInvoke({
+      // One retry covers a transient failure; older events are superseded by the next tick's pass.
+      retryAttempts: 1,
+      maxEventAge: Duration.minutes(2),
+      onFailure,
+    });
+    // Lease (UpdateItem), bucket sweep (Query, consistent), claim transaction (ConditionCheck on
+    // the lease, Delete the due entry, Update the job, Put the next entry), orphan DeleteItem.
+    allowTable(this.dispatcher.fn, {
+      ...storage.jobs,
+      actions: ["Query", "UpdateItem", "DeleteItem", "PutItem", "ConditionCheckItem"],
+    });
+    // Claim transaction puts QUEUED and SKIPPED runs; skipped runs past the transaction's
+    // size go out in BatchWriteItem.
+    allowTable(this.dispatcher.fn, { ...storage.runs, actions: ["PutItem", "BatchWriteItem"] });
+    allowQueues(this.dispatcher.fn, queues.allWork, ["SendMessage"]);
+
+    this.tick = new SchedulerFunction(this, "Tick", {
+      component: "tick",
+      description: "Once a minute: one dispatcher invocation per shard, then the reaper",
+      timeout: Duration.seconds(60),
+      memorySize: 256,
+      environment: {
+        ...props.engineEnvironment,
+        [ENV.dispatcherFunction]: this.dispatcher.fn.functionName,
+      },
+      settings,
+    });
+    this.tick.fn.configureAsyncInvoke({
+      // A retried tick would land on top of the next one a minute later.
+      retryAttempts: 0,
+      maxEventAge: Duration.seconds(60),
+      onFailure,
+    });
+    // Not grantInvoke: that also grants every version and alias (`:*`); the tick invokes $LATEST.
+    this.tick.role.addToPrincipalPolicy(
+      new PolicyStatement({
+        actions: ["lambda:InvokeFunction"],
+        resources: [this.dispatcher.fn.functionArn],
+      }),
+    );
+    // The reaper: reads overdue runs from the inflight index, pushes each one's deadline, resends.
+    allowTable(this.tick.fn, {
+      ...storage.runs,
+      actions: ["UpdateItem"],
+      indexes: { [RUNS_INFLIGHT_INDEX]: ["Query"] },
+    });
+    allowQueues(this.tick.fn, queues.allWork, ["SendMessage"]);
+
+    this.rule = new Rule(this, "EveryMinute", {
+      description: "Starts a dispatcher pass per shard and the reaper",
+      schedule: Schedule.rate(Duration.minutes(1)),
+    });
+    this.rule.addTarget(
+      new LambdaFunction(this.tick.fn, {
+        retryAttempts: 2,
+        maxEventAge: Duration.minutes(1),
+        deadLetterQueue: queues.asyncFailures,
+      }),
+    );
+  }
+}

@@ -1,0 +1,329 @@
+import { Duration } from "aws-cdk-lib";
+import {
+  Alarm,
+  AlarmStatusWidget,
+  ComparisonOperator,
+  Dashboard,
+  GraphWidget,
+  type IMetric,
+  MathExpression,
+  Metric,
+  TreatMissingData,
+} from "aws-cdk-lib/aws-cloudwatch";
+import { SnsAction } from "aws-cdk-lib/aws-cloudwatch-actions";
+import { type ITopic, Topic } from "aws-cdk-lib/aws-sns";
+import { EmailSubscription } from "aws-cdk-lib/aws-sns-subscriptions";
+import { Construct } from "constructs";
+import { PRIORITIES } from "../../shared/model.js";
+import { METRICS, type MetricName } from "../../shared/observability.js";
+import type { SchedulerSettings } from "../settings.js";
+import type { Api } from "./api.js";
+import type { Dispatch } from "./dispatch.js";
+import type { Queues } from "./queues.js";
+import { type Component, type SchedulerFunction, SERVICE_NAMES } from "./scheduler-function.js";
+import type { Worker } from "./worker.js";
+
+export interface ObservabilityProps {
+  readonly settings: SchedulerSettings;
+  readonly queues: Queues;
+  readonly dispatch: Dispatch;
+  readonly worker: Worker;
+  readonly api: Api;
+}
+
+const MINUTE = Duration.minutes(1);
+
+/**
+ * Alarms (to an SNS topic) and a dashboard over the engine's Powertools
+ * metrics and the AWS metrics of the queues and functions. Every engine
+ * metric carries the emitting function's `service` dimension (Powertools
+ * adds it), so each reference names the service that emits it.
+ */
+export class Observability extends Construct {
+  readonly topic: ITopic;
+  readonly dashboard: Dashboard;
+  readonly alarms: Alarm[] = [];
+
+  private readonly settings: SchedulerSettings;
+
+  constructor(scope: Construct, id: string, props: ObservabilityProps) {
+    super(scope, id);
+    const { settings, queues, dispatch, worker, api } = props;
+    this.settings = settings;
+
+    if (settings.alarmTopicArn) {
+      this.topic = Topic.fromTopicArn(this, "AlarmTopic", settings.alarmTopicArn);
+    } else {
+      const topic = new Topic(this, "AlarmTopic", {
+        displayName: `Scheduler alarms (${settings.stage})`,
+        enforceSSL: true,
+      });
+      if (settings.alarmEmail) topic.addSubscription(new EmailSubscription(settings.alarmEmail));
+      this.topic = topic;
+    }
+    const action = new SnsAction(this.topic);
+    const alarm = (
+      alarmId: string,
+      metric: IMetric,
+      options: {
+        description: string;
+        threshold: number;
+        operator?: ComparisonOperator;
+        evaluationPeriods?: number;
+        datapointsToAlarm?: number;
+        missing?: TreatMissingData;
+      },
+    ) => {
+      const created = new Alarm(this, alarmId, {
+        metric,
+        alarmDescription: options.description,
+        threshold: options.threshold,
+        comparisonOperator:
+          options.operator ?? ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        evaluationPeriods: options.evaluationPeriods ?? 1,
+        datapointsToAlarm: options.datapointsToAlarm ?? options.evaluationPeriods ?? 1,
+        treatMissingData: options.missing ?? TreatMissingData.NOT_BREACHING,
+      });
+      created.addAlarmAction(action);
+      created.addOkAction(action);
+      this.alarms.push(created);
+      return created;
+    };
+
+    for (const priority of PRIORITIES) {
+      const dlq = queues.deadLetters[priority];
+      // The DLQ consumer drains a message within seconds, so "visible" alone would miss most;
+      // every redriven message is also received by it at least once.
+      alarm(
+        `DeadLetterQueue-${priority}`,
+        new MathExpression({
+          expression: "FILL(visible, 0) + FILL(received, 0)",
+          usingMetrics: {
+            visible: dlq.metricApproximateNumberOfMessagesVisible({
+              statistic: "Maximum",
+              period: MINUTE,
+            }),
+            received: dlq.metricNumberOfMessagesReceived({ statistic: "Sum", period: MINUTE }),
+          },
+          label: `${priority} DLQ messages`,
+          period: MINUTE,
+        }),
+        {
+          description: `A ${priority}-priority run crashed its worker ${settings.maxReceiveCount} times and reached the redrive DLQ; its run is marked DEAD.`,
+          threshold: 1,
+        },
+      );
+    }
+    alarm(
+      "AsyncInvokeFailures",
+      queues.asyncFailures.metricApproximateNumberOfMessagesVisible({
+        statistic: "Maximum",
+        period: MINUTE,
+      }),
+      {
+        description:
+          "A tick or dispatcher invocation failed for good (after its retries); the message in the async-failures queue says why.",
+        threshold: 1,
+      },
+    );
+    alarm(
+      "DeadRuns",
+      new MathExpression({
+        expression: "FILL(worker, 0) + FILL(dlq, 0)",
+        usingMetrics: {
+          worker: this.metric(METRICS.runOutcome, "worker", { status: "DEAD" }),
+          dlq: this.metric(METRICS.runOutcome, "dlq", { status: "DEAD" }),
+        },
+        label: "dead runs",
+        period: MINUTE,
+      }),
+      {
+        description:
+          "Runs went DEAD (retries exhausted, a non-retryable error, or a crashing worker); list them under dead letters and replay.",
+        threshold: 1,
+      },
+    );
+    alarm("SchedulingLagP99", this.metric(METRICS.schedulingLagMs, "worker", {}, "p99"), {
+      description: `p99 of scheduling lag (start minus due time) above ${settings.lagAlarmMs} ms in 3 of 5 minutes.`,
+      threshold: settings.lagAlarmMs,
+      operator: ComparisonOperator.GREATER_THAN_THRESHOLD,
+      evaluationPeriods: 5,
+      datapointsToAlarm: 3,
+    });
+    const errors = (alarmId: string, fn: SchedulerFunction, what: string) =>
+      alarm(alarmId, fn.fn.metricErrors({ period: MINUTE, statistic: "Sum" }), {
+        description: `${what} invocations failed in 2 of the last 3 minutes.`,
+        threshold: 1,
+        evaluationPeriods: 3,
+        datapointsToAlarm: 2,
+      });
+    errors("TickErrors", dispatch.tick, "Tick");
+    errors("DispatcherErrors", dispatch.dispatcher, "Dispatcher");
+    errors("WorkerErrors", worker.worker, "Worker");
+    alarm(
+      "TickNotRunning",
+      dispatch.tick.fn.metricInvocations({ period: MINUTE, statistic: "Sum" }),
+      {
+        description: "The per-minute tick has not run for 3 minutes: nothing is being dispatched.",
+        threshold: 1,
+        operator: ComparisonOperator.LESS_THAN_THRESHOLD,
+        evaluationPeriods: 3,
+        missing: TreatMissingData.BREACHING,
+      },
+    );
+    for (const priority of PRIORITIES) {
+      alarm(
+        `QueueAge-${priority}`,
+        queues.work[priority].metricApproximateAgeOfOldestMessage({
+          statistic: "Maximum",
+          period: MINUTE,
+        }),
+        {
+          description: `The oldest ${priority}-priority message is older than ${settings.queueAgeAlarmSeconds} s (lookahead + worker timeout + margin): workers are not keeping up.`,
+          threshold: settings.queueAgeAlarmSeconds,
+          operator: ComparisonOperator.GREATER_THAN_THRESHOLD,
+          evaluationPeriods: 3,
+        },
+      );
+    }
+
+    this.dashboard = new Dashboard(this, "Dashboard", {
+      defaultInterval: Duration.hours(3),
+    });
+    const functions: [string, SchedulerFunction][] = [
+      ["api", api.handler],
+      ["tick", dispatch.tick],
+      ["dispatcher", dispatch.dispatcher],
+      ["worker", worker.worker],
+      ["dlq", worker.deadLetterConsumer],
+    ];
+    const graph = (title: string, left: IMetric[], extra: { stacked?: boolean } = {}) =>
+      new GraphWidget({ title, left, width: 8, height: 6, ...extra });
+    this.dashboard.addWidgets(
+      graph(
+        "Scheduling lag (ms)",
+        ["p50", "p90", "p99"].map((stat) =>
+          this.metric(METRICS.schedulingLagMs, "worker", {}, stat).with({ label: stat }),
+        ),
+      ),
+      graph(
+        "Runs by outcome",
+        [
+          ...["SUCCEEDED", "FAILED", "DEAD"].map((status) =>
+            this.metric(METRICS.runOutcome, "worker", { status }).with({ label: status }),
+          ),
+          this.metric(METRICS.runOutcome, "dlq", { status: "DEAD" }).with({
+            label: "DEAD (worker crashed)",
+          }),
+        ],
+        { stacked: true },
+      ),
+      graph("Dispatcher claims", [
+        this.metric(METRICS.claims, "dispatcher").with({ label: "claimed" }),
+        this.metric(METRICS.claims, "api").with({ label: "claimed (fast path)" }),
+        this.metric(METRICS.claimsLost, "dispatcher").with({ label: "lost to races" }),
+        this.metric(METRICS.staleDueEntries, "dispatcher").with({ label: "stale due entries" }),
+      ]),
+    );
+    this.dashboard.addWidgets(
+      graph(
+        "Queue depth",
+        queues.allWork.flatMap((queue, i) => [
+          queue
+            .metricApproximateNumberOfMessagesVisible({ period: MINUTE, statistic: "Maximum" })
+            .with({ label: `${PRIORITIES[i]} visible` }),
+          queue
+            .metricApproximateNumberOfMessagesNotVisible({ period: MINUTE, statistic: "Maximum" })
+            .with({ label: `${PRIORITIES[i]} in flight` }),
+          queue
+            .metricApproximateNumberOfMessagesDelayed({ period: MINUTE, statistic: "Maximum" })
+            .with({ label: `${PRIORITIES[i]} delayed` }),
+        ]),
+      ),
+      graph(
+        "Age of oldest message (s)",
+        queues.allWork.map((queue, i) =>
+          queue
+            .metricApproximateAgeOfOldestMessage({ period: MINUTE, statistic: "Maximum" })
+            .with({ label: PRIORITIES[i] }),
+        ),
+      ),
+      graph("Dead-letter queues", [
+        ...queues.allDeadLetters.map((queue, i) =>
+          queue
+            .metricApproximateNumberOfMessagesVisible({ period: MINUTE, statistic: "Maximum" })
+            .with({ label: `${PRIORITIES[i]} DLQ` }),
+        ),
+        queues.asyncFailures
+          .metricApproximateNumberOfMessagesVisible({ period: MINUTE, statistic: "Maximum" })
+          .with({ label: "async invoke failures" }),
+      ]),
+    );
+    this.dashboard.addWidgets(
+      graph("Reaper re-sends", [
+        this.metric(METRICS.reaperResends, "tick").with({ label: "re-sent runs" }),
+      ]),
+      graph("Lease takeovers and lost fences", [
+        // One series per shard would need the shard count at deploy time; a search sums them all.
+        new MathExpression({
+          expression: `SUM(SEARCH('{${settings.metricsNamespace},service,shard} MetricName="${METRICS.leaseTakeovers}"', 'Sum', 60))`,
+          usingMetrics: {},
+          label: "lease takeovers (all shards)",
+          period: MINUTE,
+        }),
+        ...(["dispatcher", "worker"] as const).map((component) =>
+          this.metric(METRICS.fenceLost, component, { component }).with({
+            label: `fence lost (${component})`,
+          }),
+        ),
+      ]),
+      graph(
+        "Function errors",
+        functions.map(([name, f]) =>
+          f.fn.metricErrors({ period: MINUTE, statistic: "Sum" }).with({ label: name }),
+        ),
+      ),
+    );
+    this.dashboard.addWidgets(
+      graph(
+        "Function duration p99 (ms)",
+        functions.map(([name, f]) =>
+          f.fn.metricDuration({ period: MINUTE, statistic: "p99" }).with({ label: name }),
+        ),
+      ),
+      graph(
+        "Concurrent executions",
+        functions.map(([name, f]) =>
+          f.fn
+            .metric("ConcurrentExecutions", { period: MINUTE, statistic: "Maximum" })
+            .with({ label: name }),
+        ),
+      ),
+      graph(
+        "Throttles",
+        functions.map(([name, f]) =>
+          f.fn.metricThrottles({ period: MINUTE, statistic: "Sum" }).with({ label: name }),
+        ),
+      ),
+    );
+    this.dashboard.addWidgets(
+      new AlarmStatusWidget({ title: "Alarms", alarms: this.alarms, width: 24, height: 4 }),
+    );
+  }
+
+  /** An engine metric as Powertools publishes it: namespace, plus the emitter's service dimension. */
+  private metric(
+    name: MetricName,
+    emitter: Component,
+    dimensions: Record<string, string> = {},
+    statistic = "Sum",
+  ): Metric {
+    return new Metric({
+      namespace: this.settings.metricsNamespace,
+      metricName: name,
+      dimensionsMap: { service: SERVICE_NAMES[emitter], ...dimensions },
+      statistic,
+      period: MINUTE,
+    });
+  }
+}

@@ -1,0 +1,109 @@
+import { Duration, RemovalPolicy, Validations } from "aws-cdk-lib";
+import { PolicyStatement } from "aws-cdk-lib/aws-iam";
+import { SqsEventSource } from "aws-cdk-lib/aws-lambda-event-sources";
+import { Secret } from "aws-cdk-lib/aws-secretsmanager";
+import { Construct } from "constructs";
+import { ENV } from "../../shared/config.js";
+import { PRIORITIES } from "../../shared/model.js";
+import { allowQueues, allowTable } from "../access.js";
+import { isDevStage, type SchedulerSettings } from "../settings.js";
+import type { Queues } from "./queues.js";
+import { SchedulerFunction } from "./scheduler-function.js";
+import type { Storage } from "./storage.js";
+
+export const DEAD_LETTER_CONSUMER_TIMEOUT = Duration.seconds(30);
+/** AWS's lower bound for an SQS event source's maximum concurrency. */
+const MIN_EVENT_SOURCE_CONCURRENCY = 2;
+
+export interface WorkerProps {
+  readonly settings: SchedulerSettings;
+  readonly storage: Storage;
+  readonly queues: Queues;
+  readonly engineEnvironment: Readonly<Record<string, string>>;
+}
+
+/**
+ * The worker (one SQS event source per priority, concurrency capped per
+ * priority so high drains first), the webhook signing secret it reads, and
+ * the consumer of the redrive DLQs that marks crashed runs DEAD.
+ */
+export class Worker extends Construct {
+  readonly worker: SchedulerFunction;
+  readonly deadLetterConsumer: SchedulerFunction;
+  readonly webhookSecret: Secret;
+
+  constructor(scope: Construct, id: string, props: WorkerProps) {
+    super(scope, id);
+    const { settings, storage, queues } = props;
+
+    this.webhookSecret = new Secret(this, "WebhookSecret", {
+      description: "HMAC-SHA256 key the scheduler signs webhook deliveries with",
+      generateSecretString: { passwordLength: 64, excludePunctuation: true },
+      removalPolicy: isDevStage(settings.stage) ? RemovalPolicy.DESTROY : RemovalPolicy.RETAIN,
+    });
+    Validations.of(this.webhookSecret).acknowledge({
+      id: "AwsSolutions-SMG4",
+      reason:
+        "Webhook receivers verify with this key; rotating it needs a window where they accept both keys, which the worker does not support yet. Rotate by hand as docs/deploy.md describes.",
+    });
+
+    this.worker = new SchedulerFunction(this, "Worker", {
+      component: "worker",
+      description:
+        "Runs queued runs: fenced start, heartbeat, handler, result, retry or dead letter",
+      timeout: Duration.seconds(settings.workerTimeoutSeconds),
+      memorySize: 512,
+      environment: {
+        ...props.engineEnvironment,
+        [ENV.webhookSecretArn]: this.webhookSecret.secretArn,
+        // Deployed workers refuse webhook targets on private addresses (SSRF); only the sandbox allows them.
+        [ENV.allowPrivateTargets]: "false",
+      },
+      settings,
+    });
+    this.worker.role.addToPrincipalPolicy(
+      new PolicyStatement({
+        actions: ["secretsmanager:GetSecretValue"],
+        resources: [this.webhookSecret.secretArn],
+      }),
+    );
+    // Job read (GetItem), admission and one-off completion (UpdateItem), the finish transaction
+    // (Update the job, Put a retry's due entry).
+    allowTable(this.worker.fn, { ...storage.jobs, actions: ["GetItem", "UpdateItem", "PutItem"] });
+    // Start, heartbeat, requeue (UpdateItem), run read (GetItem), the finish transaction
+    // (Update the run, Put the next attempt's QUEUED run).
+    allowTable(this.worker.fn, { ...storage.runs, actions: ["GetItem", "UpdateItem", "PutItem"] });
+    // Visibility shrink and heartbeat; resends of early, retried and buffered runs.
+    allowQueues(this.worker.fn, queues.allWork, ["SendMessage", "ChangeMessageVisibility"]);
+    for (const priority of PRIORITIES) {
+      this.worker.fn.addEventSource(
+        new SqsEventSource(queues.work[priority], {
+          batchSize: settings.workerBatchSize,
+          reportBatchItemFailures: true,
+          maxConcurrency: settings.workerConcurrency[priority],
+        }),
+      );
+    }
+
+    this.deadLetterConsumer = new SchedulerFunction(this, "DeadLetterConsumer", {
+      component: "dlq",
+      description: "Marks the runs of messages that crashed their worker every time as DEAD",
+      timeout: DEAD_LETTER_CONSUMER_TIMEOUT,
+      memorySize: 256,
+      environment: props.engineEnvironment,
+      settings,
+    });
+    // endUnownedRun: read the run, conditionally end it, drop it from the job's active runs.
+    allowTable(this.deadLetterConsumer.fn, { ...storage.runs, actions: ["GetItem", "UpdateItem"] });
+    allowTable(this.deadLetterConsumer.fn, { ...storage.jobs, actions: ["UpdateItem"] });
+    for (const priority of PRIORITIES) {
+      this.deadLetterConsumer.fn.addEventSource(
+        new SqsEventSource(queues.deadLetters[priority], {
+          batchSize: 10,
+          reportBatchItemFailures: true,
+          maxConcurrency: MIN_EVENT_SOURCE_CONCURRENCY,
+        }),
+      );
+    }
+  }
+}

@@ -1,0 +1,81 @@
+import { Aws, CfnOutput, Stack, type StackProps } from "aws-cdk-lib";
+import type { Construct } from "constructs";
+import { ENV } from "../shared/config.js";
+import { Api } from "./constructs/api.js";
+import { Dispatch } from "./constructs/dispatch.js";
+import { Observability } from "./constructs/observability.js";
+import { Queues } from "./constructs/queues.js";
+import { Storage } from "./constructs/storage.js";
+import { DEAD_LETTER_CONSUMER_TIMEOUT, Worker } from "./constructs/worker.js";
+import { engineEnvironment, type SchedulerSettings } from "./settings.js";
+
+export interface SchedulerStackProps extends StackProps {
+  readonly settings: SchedulerSettings;
+}
+
+/** The whole scheduler: one construct per component of docs/architecture.md. */
+export class SchedulerStack extends Stack {
+  readonly settings: SchedulerSettings;
+  readonly storage: Storage;
+  readonly queues: Queues;
+  readonly dispatch: Dispatch;
+  readonly worker: Worker;
+  readonly api: Api;
+  readonly observability: Observability;
+
+  constructor(scope: Construct, id: string, props: SchedulerStackProps) {
+    super(scope, id, props);
+    const { settings } = props;
+    this.settings = settings;
+    this.storage = new Storage(this, "Storage", { settings });
+    this.queues = new Queues(this, "Queues", {
+      settings,
+      deadLetterConsumerTimeout: DEAD_LETTER_CONSUMER_TIMEOUT,
+    });
+    // What engineFromEnv (shared/runtime.ts) requires of every engine-backed function.
+    const environment = {
+      [ENV.jobsTable]: this.storage.jobs.table.tableName,
+      [ENV.runsTable]: this.storage.runs.table.tableName,
+      [ENV.queueHigh]: this.queues.work.high.queueUrl,
+      [ENV.queueNormal]: this.queues.work.normal.queueUrl,
+      [ENV.queueLow]: this.queues.work.low.queueUrl,
+      ...engineEnvironment(settings),
+    };
+    const shared = { settings, storage: this.storage, queues: this.queues };
+    this.dispatch = new Dispatch(this, "Dispatch", { ...shared, engineEnvironment: environment });
+    this.worker = new Worker(this, "Worker", { ...shared, engineEnvironment: environment });
+    this.api = new Api(this, "Api", { ...shared, engineEnvironment: environment });
+    this.observability = new Observability(this, "Observability", {
+      settings,
+      queues: this.queues,
+      dispatch: this.dispatch,
+      worker: this.worker,
+      api: this.api,
+    });
+
+    const output = (id: string, value: string, description: string) =>
+      new CfnOutput(this, id, { value, description });
+    output("ApiUrl", this.api.stage.url, "Base URL of the HTTP API");
+    output("JobsTableName", this.storage.jobs.table.tableName, "Jobs table");
+    output("RunsTableName", this.storage.runs.table.tableName, "Runs table (history, TTL)");
+    output("QueueUrlHigh", this.queues.work.high.queueUrl, "High-priority work queue");
+    output("QueueUrlNormal", this.queues.work.normal.queueUrl, "Normal-priority work queue");
+    output("QueueUrlLow", this.queues.work.low.queueUrl, "Low-priority work queue");
+    output(
+      "AsyncFailuresQueueUrl",
+      this.queues.asyncFailures.queueUrl,
+      "Tick and dispatcher invocations that failed for good",
+    );
+    output(
+      "WebhookSecretArn",
+      this.worker.webhookSecret.secretArn,
+      "HMAC key webhook deliveries are signed with",
+    );
+    output("AlarmTopicArn", this.observability.topic.topicArn, "Where the alarms go");
+    output(
+      "DashboardUrl",
+      `https://${Aws.REGION}.console.aws.amazon.com/cloudwatch/home?region=${Aws.REGION}#dashboards:name=${this.observability.dashboard.dashboardName}`,
+      "CloudWatch dashboard",
+    );
+  }
+}

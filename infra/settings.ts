@@ -1,0 +1,270 @@
+import { RetentionDays } from "aws-cdk-lib/aws-logs";
+import type { Node } from "constructs";
+import { DEFAULT_SETTINGS, ENV, loadSettings } from "../shared/config.js";
+import type { Priority } from "../shared/model.js";
+
+/** How callers of the HTTP API authenticate. */
+export type ApiAuth =
+  | { readonly kind: "iam" }
+  | { readonly kind: "jwt"; readonly issuer: string; readonly audience: readonly string[] };
+
+/** Everything a deployment can choose. Each has a default; `-c key=value` overrides it. */
+export interface SchedulerSettings {
+  /** `dev` stacks can be destroyed with their data; any other stage retains tables and the secret. */
+  readonly stage: string;
+  readonly shardCount: number;
+  /** The largest shard count this deployment ever had, so that lowering shardCount strands nothing. */
+  readonly maxShardCount: number;
+  readonly lookaheadSeconds: number;
+  readonly leaseSeconds: number;
+  readonly misfireGraceSeconds: number;
+  /** Run history kept in the runs table (TTL). */
+  readonly retentionDays: number;
+  readonly minIntervalMs: number;
+  /** CloudWatch Logs retention of every function and the API access log. */
+  readonly logRetentionDays: RetentionDays;
+  /** Subscribed to a topic the stack creates; or give alarmTopicArn to use a topic you have. */
+  readonly alarmEmail: string | undefined;
+  readonly alarmTopicArn: string | undefined;
+  readonly auth: ApiAuth;
+  readonly tracing: boolean;
+  readonly metricsNamespace: string;
+  /** The longest job a Lambda worker can run; also the work queues' visibility timeout. */
+  readonly workerTimeoutSeconds: number;
+  readonly workerBatchSize: number;
+  /** Concurrent worker invocations per priority queue: how the pool drains high first. */
+  readonly workerConcurrency: Readonly<Record<Priority, number>>;
+  /** Deliveries before SQS moves a message to the queue's DLQ. */
+  readonly maxReceiveCount: number;
+  readonly apiRateLimit: number;
+  readonly apiBurstLimit: number;
+  readonly lagAlarmMs: number;
+  readonly queueAgeAlarmSeconds: number;
+}
+
+export type SettingsInput = Partial<Omit<SchedulerSettings, "workerConcurrency">> & {
+  readonly workerConcurrency?: Partial<Record<Priority, number>>;
+};
+
+const STAGE_PATTERN = /^[a-z][a-z0-9-]{0,19}$/;
+/** Lambda's hard ceiling; the SQS event source also needs visibility >= timeout, so it bounds both. */
+const MAX_LAMBDA_TIMEOUT_SECONDS = 900;
+const RETENTION_CHOICES = new Set<number>(
+  Object.values(RetentionDays).filter((v): v is number => typeof v === "number"),
+);
+
+export function isDevStage(stage: string): boolean {
+  return stage === "dev";
+}
+
+/** Applies the design's defaults and refuses what the handlers or AWS would refuse later. */
+export function resolveSettings(input: SettingsInput = {}): SchedulerSettings {
+  const stage = input.stage ?? "dev";
+  if (!STAGE_PATTERN.test(stage)) {
+    throw new Error(`stage must match ${STAGE_PATTERN}, got "${stage}"`);
+  }
+  const shardCount = input.shardCount ?? DEFAULT_SETTINGS.shardCount;
+  const lookaheadSeconds = input.lookaheadSeconds ?? DEFAULT_SETTINGS.lookaheadMs / 1000;
+  const workerTimeoutSeconds = input.workerTimeoutSeconds ?? MAX_LAMBDA_TIMEOUT_SECONDS;
+  const leaseSeconds = input.leaseSeconds ?? DEFAULT_SETTINGS.leaseMs / 1000;
+  const settings: SchedulerSettings = {
+    stage,
+    shardCount,
+    maxShardCount: Math.max(shardCount, input.maxShardCount ?? shardCount),
+    lookaheadSeconds,
+    leaseSeconds,
+    misfireGraceSeconds: input.misfireGraceSeconds ?? DEFAULT_SETTINGS.misfireGraceMs / 1000,
+    retentionDays: input.retentionDays ?? DEFAULT_SETTINGS.retentionDays,
+    minIntervalMs: input.minIntervalMs ?? DEFAULT_SETTINGS.minIntervalMs,
+    logRetentionDays: input.logRetentionDays ?? RetentionDays.ONE_MONTH,
+    alarmEmail: input.alarmEmail,
+    alarmTopicArn: input.alarmTopicArn,
+    auth: input.auth ?? { kind: "iam" },
+    tracing: input.tracing ?? false,
+    // Per stage, so two stages in one account never share (and cross-trigger) alarm metrics.
+    metricsNamespace: input.metricsNamespace ?? `Scheduler/${stage}`,
+    workerTimeoutSeconds,
+    workerBatchSize: input.workerBatchSize ?? 10,
+    workerConcurrency: {
+      high: input.workerConcurrency?.high ?? 50,
+      normal: input.workerConcurrency?.normal ?? 20,
+      low: input.workerConcurrency?.low ?? 5,
+    },
+    maxReceiveCount: input.maxReceiveCount ?? 5,
+    apiRateLimit: input.apiRateLimit ?? 100,
+    apiBurstLimit: input.apiBurstLimit ?? 200,
+    lagAlarmMs: input.lagAlarmMs ?? 5_000,
+    // Messages wait out their SQS delay (up to the lookahead) and stay in flight while a job
+    // runs (up to the worker timeout); only age beyond both means nobody is consuming.
+    queueAgeAlarmSeconds:
+      input.queueAgeAlarmSeconds ?? lookaheadSeconds + workerTimeoutSeconds + 300,
+  };
+  validate(settings);
+  return settings;
+}
+
+function validate(s: SchedulerSettings): void {
+  // The handlers parse the same variables at cold start; failing here beats a deployed crash loop.
+  loadSettings(engineEnvironment(s));
+  const problems: string[] = [];
+  const check = (ok: boolean, message: string) => {
+    if (!ok) problems.push(message);
+  };
+  const intIn = (name: string, value: number, min: number, max: number) =>
+    check(
+      Number.isInteger(value) && value >= min && value <= max,
+      `${name} must be an integer from ${min} to ${max}, got ${value}`,
+    );
+  intIn("workerTimeoutSeconds", s.workerTimeoutSeconds, 30, MAX_LAMBDA_TIMEOUT_SECONDS);
+  check(
+    s.leaseSeconds < s.workerTimeoutSeconds,
+    `leaseSeconds (${s.leaseSeconds}) must be below workerTimeoutSeconds (${s.workerTimeoutSeconds}): the worker heartbeats within its own lifetime`,
+  );
+  intIn("workerBatchSize", s.workerBatchSize, 1, 10);
+  for (const [priority, value] of Object.entries(s.workerConcurrency)) {
+    // The limits AWS puts on an SQS event source's maximum concurrency.
+    intIn(`workerConcurrency.${priority}`, value, 2, 1000);
+  }
+  check(
+    s.workerConcurrency.high >= s.workerConcurrency.normal &&
+      s.workerConcurrency.normal >= s.workerConcurrency.low,
+    "workerConcurrency must not decrease with priority (high >= normal >= low)",
+  );
+  intIn("maxReceiveCount", s.maxReceiveCount, 1, 1000);
+  intIn("apiRateLimit", s.apiRateLimit, 1, 10_000);
+  intIn("apiBurstLimit", s.apiBurstLimit, 1, 5_000);
+  intIn("lagAlarmMs", s.lagAlarmMs, 100, 3_600_000);
+  intIn("queueAgeAlarmSeconds", s.queueAgeAlarmSeconds, 60, 1_209_600);
+  check(
+    RETENTION_CHOICES.has(s.logRetentionDays),
+    `logRetentionDays must be one CloudWatch Logs accepts (${[...RETENTION_CHOICES].join(", ")}), got ${s.logRetentionDays}`,
+  );
+  check(
+    !(s.alarmEmail && s.alarmTopicArn),
+    "give alarmEmail or alarmTopicArn, not both: an existing topic is subscribed to by its owner",
+  );
+  check(
+    s.alarmTopicArn === undefined ||
+      /^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:.+$/.test(s.alarmTopicArn),
+    `alarmTopicArn is not an SNS topic ARN: ${s.alarmTopicArn}`,
+  );
+  if (s.auth.kind === "jwt") {
+    check(s.auth.issuer.startsWith("https://"), "jwtIssuer must be an https:// URL");
+    check(s.auth.audience.length > 0, "jwtAudience needs at least one audience");
+  }
+  check(
+    s.metricsNamespace.length > 0 && s.metricsNamespace.length <= 255,
+    "metricsNamespace must be 1 to 255 characters",
+  );
+  if (problems.length > 0)
+    throw new Error(`invalid scheduler settings:\n- ${problems.join("\n- ")}`);
+}
+
+/** The engine settings as the handlers read them (shared/config.ts `loadSettings`). */
+export function engineEnvironment(s: SchedulerSettings): Record<string, string> {
+  return {
+    [ENV.shardCount]: String(s.shardCount),
+    [ENV.maxShardCount]: String(s.maxShardCount),
+    [ENV.lookaheadSeconds]: String(s.lookaheadSeconds),
+    [ENV.leaseSeconds]: String(s.leaseSeconds),
+    [ENV.misfireGraceSeconds]: String(s.misfireGraceSeconds),
+    [ENV.retentionDays]: String(s.retentionDays),
+    [ENV.minIntervalMs]: String(s.minIntervalMs),
+  };
+}
+
+/** Context keys read by `settingsFromContext`, each a setting of the same name unless noted. */
+export const CONTEXT_KEYS = [
+  "stage",
+  "shardCount",
+  "maxShardCount",
+  "lookaheadSeconds",
+  "leaseSeconds",
+  "misfireGraceSeconds",
+  "retentionDays",
+  "minIntervalMs",
+  "logRetentionDays",
+  "alarmEmail",
+  "alarmTopicArn",
+  "jwtIssuer",
+  "jwtAudience",
+  "tracing",
+  "metricsNamespace",
+  "workerTimeoutSeconds",
+  "workerBatchSize",
+  "workerConcurrencyHigh",
+  "workerConcurrencyNormal",
+  "workerConcurrencyLow",
+  "maxReceiveCount",
+  "apiRateLimit",
+  "apiBurstLimit",
+  "lagAlarmMs",
+  "queueAgeAlarmSeconds",
+] as const;
+
+type ContextKey = (typeof CONTEXT_KEYS)[number];
+
+/**
+ * Reads the settings from CDK context. `-c key=value` arrives as a string and
+ * cdk.json as JSON, so both shapes are accepted.
+ */
+export function settingsFromContext(node: Node): SchedulerSettings {
+  const raw = (key: ContextKey): unknown => node.tryGetContext(key);
+  const text = (key: ContextKey): string | undefined => {
+    const value = raw(key);
+    if (value === undefined || value === null || value === "") return undefined;
+    if (typeof value !== "string") throw new Error(`context ${key} must be a string`);
+    return value;
+  };
+  const int = (key: ContextKey): number | undefined => {
+    const value = raw(key);
+    if (value === undefined || value === null || value === "") return undefined;
+    const n = typeof value === "number" ? value : Number(value);
+    if (!Number.isInteger(n)) throw new Error(`context ${key} must be an integer, got "${value}"`);
+    return n;
+  };
+  const bool = (key: ContextKey): boolean | undefined => {
+    const value = raw(key);
+    if (value === undefined || value === null || value === "") return undefined;
+    if (value === true || value === "true") return true;
+    if (value === false || value === "false") return false;
+    throw new Error(`context ${key} must be true or false, got "${String(value)}"`);
+  };
+  const issuer = text("jwtIssuer");
+  const audience = (text("jwtAudience") ?? "")
+    .split(",")
+    .map((a) => a.trim())
+    .filter((a) => a.length > 0);
+  if ((issuer === undefined) !== (audience.length === 0)) {
+    throw new Error("jwtIssuer and jwtAudience go together: set both for a JWT authorizer");
+  }
+  const logRetention = int("logRetentionDays");
+  return resolveSettings({
+    stage: text("stage"),
+    shardCount: int("shardCount"),
+    maxShardCount: int("maxShardCount"),
+    lookaheadSeconds: int("lookaheadSeconds"),
+    leaseSeconds: int("leaseSeconds"),
+    misfireGraceSeconds: int("misfireGraceSeconds"),
+    retentionDays: int("retentionDays"),
+    minIntervalMs: int("minIntervalMs"),
+    logRetentionDays: logRetention === undefined ? undefined : (logRetention as RetentionDays),
+    alarmEmail: text("alarmEmail"),
+    alarmTopicArn: text("alarmTopicArn"),
+    auth: issuer === undefined ? undefined : { kind: "jwt", issuer, audience },
+    tracing: bool("tracing"),
+    metricsNamespace: text("metricsNamespace"),
+    workerTimeoutSeconds: int("workerTimeoutSeconds"),
+    workerBatchSize: int("workerBatchSize"),
+    workerConcurrency: {
+      high: int("workerConcurrencyHigh"),
+      normal: int("workerConcurrencyNormal"),
+      low: int("workerConcurrencyLow"),
+    },
+    maxReceiveCount: int("maxReceiveCount"),
+    apiRateLimit: int("apiRateLimit"),
+    apiBurstLimit: int("apiBurstLimit"),
+    lagAlarmMs: int("lagAlarmMs"),
+    queueAgeAlarmSeconds: int("queueAgeAlarmSeconds"),
+  });
+}

@@ -1,0 +1,93 @@
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { App } from "aws-cdk-lib";
+import { RetentionDays } from "aws-cdk-lib/aws-logs";
+import { describe, expect, it } from "vitest";
+import {
+  CONTEXT_KEYS,
+  engineEnvironment,
+  resolveSettings,
+  settingsFromContext,
+} from "../../infra/settings.js";
+import { DEFAULT_SETTINGS, loadSettings } from "../../shared/config.js";
+import { REPO_ROOT } from "./support/synth.js";
+
+const fromContext = (context: Record<string, unknown>) =>
+  settingsFromContext(new App({ context }).node);
+
+describe("settings", () => {
+  it("defaults to the design's values in a dev stage", () => {
+    const s = resolveSettings();
+    expect(s).toMatchObject({
+      stage: "dev",
+      shardCount: 8,
+      maxShardCount: 8,
+      lookaheadSeconds: 300,
+      leaseSeconds: 60,
+      misfireGraceSeconds: 60,
+      retentionDays: 30,
+      auth: { kind: "iam" },
+      tracing: false,
+      maxReceiveCount: 5,
+      metricsNamespace: "Scheduler/dev",
+      workerTimeoutSeconds: 900,
+    });
+    // What the handlers would derive from the environment the stack sets is the design's default.
+    expect(loadSettings(engineEnvironment(s))).toEqual(DEFAULT_SETTINGS);
+  });
+
+  it("reads -c strings and cdk.json values alike", () => {
+    const s = fromContext({
+      stage: "prod",
+      shardCount: "16",
+      maxShardCount: 32,
+      lookaheadSeconds: "120",
+      tracing: "true",
+      logRetentionDays: "90",
+      jwtIssuer: "https://id.example.com",
+      jwtAudience: "a, b",
+      workerConcurrencyHigh: "100",
+    });
+    expect(s).toMatchObject({
+      stage: "prod",
+      shardCount: 16,
+      maxShardCount: 32,
+      lookaheadSeconds: 120,
+      tracing: true,
+      logRetentionDays: RetentionDays.THREE_MONTHS,
+      auth: { kind: "jwt", issuer: "https://id.example.com", audience: ["a", "b"] },
+      workerConcurrency: { high: 100, normal: 20, low: 5 },
+    });
+  });
+
+  it("never lets maxShardCount fall below shardCount", () => {
+    expect(fromContext({ shardCount: "12", maxShardCount: "4" }).maxShardCount).toBe(12);
+  });
+
+  it.each([
+    [{ shardCount: "0" }, /SHARD_COUNT must be an integer from 1 to 1024/],
+    [{ lookaheadSeconds: "30" }, /LOOKAHEAD_SECONDS/],
+    [{ shardCount: "eight" }, /shardCount must be an integer/],
+    [{ stage: "Prod_1" }, /stage must match/],
+    [{ tracing: "yes" }, /tracing must be true or false/],
+    [{ jwtIssuer: "https://id.example.com" }, /jwtIssuer and jwtAudience go together/],
+    [{ jwtIssuer: "http://id.example.com", jwtAudience: "a" }, /https/],
+    [
+      { alarmEmail: "a@example.com", alarmTopicArn: "arn:aws:sns:eu-west-1:123456789012:t" },
+      /not both/,
+    ],
+    [{ alarmTopicArn: "ops-alarms" }, /not an SNS topic ARN/],
+    [{ workerTimeoutSeconds: "901" }, /workerTimeoutSeconds must be an integer from 30 to 900/],
+    [{ leaseSeconds: "120", workerTimeoutSeconds: "90" }, /leaseSeconds \(120\) must be below/],
+    [{ workerConcurrencyLow: "50" }, /must not decrease with priority/],
+    [{ workerConcurrencyHigh: "1" }, /workerConcurrency.high must be an integer from 2/],
+    [{ logRetentionDays: "10" }, /logRetentionDays must be one CloudWatch Logs accepts/],
+  ])("refuses %o", (context, message) => {
+    expect(() => fromContext(context)).toThrow(message);
+  });
+
+  it("documents every context key it reads in docs/deploy.md", () => {
+    const doc = readFileSync(join(REPO_ROOT, "docs", "deploy.md"), "utf8");
+    expect(CONTEXT_KEYS.filter((key) => !doc.includes(`\`${key}\``))).toEqual([]);
+  });
+});

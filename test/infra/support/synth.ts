@@ -1,0 +1,118 @@
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { type App, CfnElement, type Stack } from "aws-cdk-lib";
+import { Template } from "aws-cdk-lib/assertions";
+import type { IConstruct } from "constructs";
+import { buildSchedulerApp } from "../../../infra/build-app.js";
+import type { SchedulerStack } from "../../../infra/scheduler-stack.js";
+
+export const REPO_ROOT = fileURLToPath(new URL("../../../", import.meta.url));
+
+/** A CloudFormation value as it appears in a synthesized template. */
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+export type JsonObject = { [key: string]: Json };
+
+export interface CfnResourceJson {
+  readonly Type: string;
+  readonly Properties?: JsonObject;
+  readonly DeletionPolicy?: string;
+  readonly UpdateReplacePolicy?: string;
+  readonly Metadata?: JsonObject;
+}
+
+export interface Synthesized {
+  readonly app: App;
+  readonly stack: SchedulerStack;
+  readonly template: Template;
+  readonly resources: Readonly<Record<string, CfnResourceJson>>;
+  readonly outdir: string;
+}
+
+/** The feature flags cdk.json gives the CLI, so tests synthesize exactly what `cdk synth` does. */
+function cdkJsonContext(): Record<string, unknown> {
+  const parsed: unknown = JSON.parse(readFileSync(join(REPO_ROOT, "cdk.json"), "utf8"));
+  if (typeof parsed !== "object" || parsed === null || !("context" in parsed)) return {};
+  const context = parsed.context;
+  return typeof context === "object" && context !== null ? { ...context } : {};
+}
+
+/**
+ * Builds and synthesizes the app once per named context. All variants share
+ * one output directory, which is what lets CDK's per-process asset cache
+ * bundle each function once for all of them (its key includes the outdir).
+ */
+export function synthesizeVariants<K extends string>(
+  variants: Readonly<Record<K, Readonly<Record<string, string>>>>,
+): { readonly variants: Readonly<Record<K, Synthesized>>; dispose(): void } {
+  const outdir = mkdtempSync(join(tmpdir(), "scheduler-cdk-"));
+  const entries = Object.entries<Readonly<Record<string, string>>>(variants).map(
+    ([name, context]) => [name, synthesizeInto(outdir, context)] as const,
+  );
+  return {
+    variants: Object.fromEntries(entries) as Record<K, Synthesized>,
+    dispose: () => rmSync(outdir, { recursive: true, force: true }),
+  };
+}
+
+function synthesizeInto(outdir: string, context: Readonly<Record<string, string>>): Synthesized {
+  const { app, stack } = buildSchedulerApp({
+    context: { ...cdkJsonContext(), ...context },
+    outdir,
+    // CDK's built-in template validator costs ~9 s per synth; the CLI synth test runs it.
+    builtinCloudFormationValidation: false,
+  });
+  const template = Template.fromStack(stack);
+  const json: unknown = template.toJSON();
+  const resources = isObject(json) && isObject(json.Resources) ? json.Resources : {};
+  return {
+    app,
+    stack,
+    template,
+    resources: resources as unknown as Record<string, CfnResourceJson>,
+    outdir,
+  };
+}
+
+export function isObject(value: unknown): value is JsonObject {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+export function logicalIdOf(stack: Stack, construct: IConstruct): string {
+  const child = construct.node.defaultChild;
+  if (!CfnElement.isCfnElement(child)) {
+    throw new Error(`${construct.node.path} has no CloudFormation resource`);
+  }
+  return stack.getLogicalId(child);
+}
+
+export function resourceOf(synth: Synthesized, construct: IConstruct): CfnResourceJson {
+  const id = logicalIdOf(synth.stack, construct);
+  const resource = synth.resources[id];
+  if (!resource) throw new Error(`no resource ${id} in the template`);
+  return resource;
+}
+
+export function propertiesOf(synth: Synthesized, construct: IConstruct): JsonObject {
+  return resourceOf(synth, construct).Properties ?? {};
+}
+
+export function resourcesOfType(synth: Synthesized, type: string): [string, CfnResourceJson][] {
+  return Object.entries(synth.resources).filter(([, r]) => r.Type === type);
+}
+
+/** `{ Ref: id }` or `{ "Fn::GetAtt": [id, attr] }` → id; anything else → null. */
+export function referencedId(value: Json | undefined): string | null {
+  if (!isObject(value)) return null;
+  const ref = value.Ref;
+  if (typeof ref === "string") return ref;
+  const getAtt = value["Fn::GetAtt"];
+  if (Array.isArray(getAtt) && typeof getAtt[0] === "string") return getAtt[0];
+  return null;
+}
+
+export function asArray(value: Json | undefined): Json[] {
+  if (value === undefined) return [];
+  return Array.isArray(value) ? value : [value];
+}

@@ -1,0 +1,101 @@
+import { spawn } from "node:child_process";
+import {
+  chmodSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
+import { tmpdir } from "node:os";
+import { delimiter, join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { REPO_ROOT } from "./support/synth.js";
+
+let scratch: string;
+let result: { code: number | null; output: string };
+
+/**
+ * `npx cdk synth` as a user runs it on a fresh clone: no AWS credentials, no
+ * network (every HTTP(S) request goes to a closed local port), and a `docker`
+ * on the PATH that only records that someone called it.
+ */
+beforeAll(async () => {
+  scratch = mkdtempSync(join(tmpdir(), "scheduler-synth-"));
+  const dockerCalls = join(scratch, "docker-calls");
+  writeFileSync(join(scratch, "docker"), `#!/bin/sh\necho "$@" >> '${dockerCalls}'\nexit 1\n`);
+  chmodSync(join(scratch, "docker"), 0o755);
+
+  const env: NodeJS.ProcessEnv = {};
+  for (const [key, value] of Object.entries(process.env)) {
+    // No credentials, no profile, no endpoint overrides, and not vitest's NODE_ENV=test
+    // (which switches CDK apps to in-memory mode).
+    if (key.startsWith("AWS_") || key.startsWith("CDK_") || key === "NODE_ENV") continue;
+    env[key] = value;
+  }
+  Object.assign(env, {
+    PATH: `${scratch}${delimiter}${process.env.PATH ?? ""}`,
+    AWS_EC2_METADATA_DISABLED: "true",
+    HTTP_PROXY: "http://127.0.0.1:9",
+    HTTPS_PROXY: "http://127.0.0.1:9",
+    http_proxy: "http://127.0.0.1:9",
+    https_proxy: "http://127.0.0.1:9",
+    NO_PROXY: "",
+    no_proxy: "",
+    npm_config_offline: "true",
+    npm_config_update_notifier: "false",
+  });
+  const out = join(scratch, "cdk.out");
+  result = await new Promise((resolve, reject) => {
+    const child = spawn(
+      "npx",
+      ["cdk", "synth", "-q", "--no-notices", "-o", out, "-c", "stage=prod", "-c", "shardCount=8"],
+      { cwd: REPO_ROOT, env, stdio: ["ignore", "pipe", "pipe"] },
+    );
+    let output = "";
+    child.stdout.on("data", (chunk: Buffer) => {
+      output += chunk.toString();
+    });
+    child.stderr.on("data", (chunk: Buffer) => {
+      output += chunk.toString();
+    });
+    child.on("error", reject);
+    child.on("close", (code) => resolve({ code, output }));
+  });
+}, 240_000);
+
+afterAll(() => {
+  if (scratch) rmSync(scratch, { recursive: true, force: true });
+});
+
+describe("npx cdk synth", () => {
+  it("succeeds offline, with no account and no Docker", () => {
+    expect(result.code, result.output).toBe(0);
+    expect(existsSync(join(scratch, "docker-calls")), "docker was called").toBe(false);
+  });
+
+  it("writes the stack template and an esbuild bundle per function", () => {
+    const out = join(scratch, "cdk.out");
+    const template: unknown = JSON.parse(
+      readFileSync(join(out, "Scheduler-prod.template.json"), "utf8"),
+    );
+    expect(template).toHaveProperty("Resources");
+    const bundles = readdirSync(out).filter(
+      (entry) => entry.startsWith("asset.") && existsSync(join(out, entry, "index.mjs")),
+    );
+    expect(bundles).toHaveLength(5);
+  });
+
+  // A passing run lists no plugin reports; the in-process tests show cdk-nag is wired to fail it.
+  it("reports no failed validation (CDK's template validator, cdk-nag)", () => {
+    const report: unknown = JSON.parse(
+      readFileSync(join(scratch, "cdk.out", "validation-report.json"), "utf8"),
+    );
+    const plugins =
+      typeof report === "object" && report !== null && "pluginReports" in report
+        ? (report.pluginReports as { pluginName: string; conclusion: string }[])
+        : [];
+    expect(plugins.filter((p) => p.conclusion !== "success")).toEqual([]);
+  });
+});

@@ -1,0 +1,168 @@
+import { Validations } from "aws-cdk-lib";
+import { Queue, QueueEncryption } from "aws-cdk-lib/aws-sqs";
+import { AwsSolutionsChecks } from "cdk-nag";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { buildSchedulerApp } from "../../infra/build-app.js";
+import { COMPONENTS, grantsByComponent } from "./support/iam.js";
+import {
+  asArray,
+  isObject,
+  logicalIdOf,
+  propertiesOf,
+  referencedId,
+  resourcesOfType,
+  type Synthesized,
+  synthesizeVariants,
+} from "./support/synth.js";
+
+const TOPIC_ARN = "arn:aws:sns:eu-west-1:123456789012:ops-alarms";
+
+let variants: Readonly<Record<"dev" | "jwt" | "topic", Synthesized>>;
+let dispose = () => {};
+
+beforeAll(() => {
+  const synthesized = synthesizeVariants({
+    dev: { stage: "dev" },
+    jwt: {
+      stage: "prod",
+      jwtIssuer: "https://issuer.example.com/",
+      jwtAudience: "scheduler-api, scheduler-cli",
+      tracing: "true",
+      alarmEmail: "oncall@example.com",
+    },
+    topic: { stage: "staging", alarmTopicArn: TOPIC_ARN },
+  });
+  variants = synthesized.variants;
+  dispose = synthesized.dispose;
+});
+
+afterAll(() => dispose());
+
+describe("cdk-nag AwsSolutions", () => {
+  it.each(["dev", "jwt", "topic"] as const)(
+    "finds nothing unacknowledged in the %s variant",
+    (name) => {
+      const report = new AwsSolutionsChecks().validateScope(variants[name].app);
+      const findings = report.violations.map(
+        (v) =>
+          `${v.severity} ${v.ruleName}: ${v.description} at ${v.violatingResources.map((r) => r.constructPath).join(", ")}`,
+      );
+      expect(findings).toEqual([]);
+    },
+  );
+
+  it("acknowledges only the reviewed rules, each with its reason in the code", () => {
+    const acknowledged = new Map<string, Set<string>>();
+    for (const construct of variants.jwt.app.node.findAll()) {
+      for (const entry of construct.node.metadata) {
+        if (entry.type !== Validations.ACKNOWLEDGED_RULES_METADATA_KEY) continue;
+        const data: unknown = entry.data;
+        if (typeof data !== "object" || data === null) throw new Error("acknowledgement metadata");
+        for (const [id, reason] of Object.entries(data)) {
+          const rule = id.replace(/^annotation::/i, "");
+          expect(typeof reason === "string" ? reason.length : 0, rule).toBeGreaterThan(60);
+          const paths = acknowledged.get(rule) ?? new Set<string>();
+          paths.add(construct.node.path.replace(/^Scheduler-prod\//, ""));
+          acknowledged.set(rule, paths);
+        }
+      }
+    }
+    const functions = ["Api/Handler", "Dispatch/Tick", "Dispatch/Dispatcher", "Worker/Worker"];
+    functions.push("Worker/DeadLetterConsumer");
+    expect(
+      Object.fromEntries([...acknowledged].map(([rule, paths]) => [rule, [...paths].sort()])),
+    ).toEqual({
+      // Runtime pinned to nodejs22.x by the design.
+      "AwsSolutions-L1": functions.map((f) => `${f}/Function`).sort(),
+      // X-Ray actions take no resource ARN (only with tracing on).
+      "AwsSolutions-IAM5[Resource::*]": functions.map((f) => `${f}/Role`).sort(),
+      // The async-failures queue is itself a dead-letter destination.
+      "AwsSolutions-SQS3": ["Queues/AsyncFailures"],
+      // Webhook key rotation needs receivers to accept two keys.
+      "AwsSolutions-SMG4": ["Worker/WebhookSecret"],
+    });
+  });
+
+  it("fails the synth of the app on an unacknowledged finding", () => {
+    const { app, stack } = buildSchedulerApp({
+      // No stack needs its assets bundled: the check is about the template only.
+      context: { stage: "dev", "aws:cdk:bundling-stacks": [] },
+      builtinCloudFormationValidation: false,
+    });
+    new Queue(stack, "Unencrypted", { encryption: QueueEncryption.UNENCRYPTED });
+    expect(() => app.synth()).toThrow(/SQS Queue does not have server-side encryption/);
+  });
+});
+
+describe("options", () => {
+  it("uses a JWT authorizer with the issuer and audiences from context", () => {
+    const synth = variants.jwt;
+    synth.template.hasResourceProperties("AWS::ApiGatewayV2::Authorizer", {
+      AuthorizerType: "JWT",
+      IdentitySource: ["$request.header.Authorization"],
+      JwtConfiguration: {
+        Issuer: "https://issuer.example.com/",
+        Audience: ["scheduler-api", "scheduler-cli"],
+      },
+    });
+    for (const [, route] of resourcesOfType(synth, "AWS::ApiGatewayV2::Route")) {
+      expect(route.Properties?.AuthorizationType).toBe("JWT");
+    }
+  });
+
+  it("turns on active tracing, granting X-Ray writes and nothing else on *", () => {
+    const synth = variants.jwt;
+    for (const [, fn] of resourcesOfType(synth, "AWS::Lambda::Function")) {
+      expect(fn.Properties?.TracingConfig).toEqual({ Mode: "Active" });
+    }
+    for (const component of COMPONENTS) {
+      const onAnything = [...(grantsByComponent(synth).get(component) ?? [])]
+        .filter((grant) => grant.endsWith(" on *"))
+        .sort();
+      expect(onAnything, component).toEqual([
+        "xray:PutTelemetryRecords on *",
+        "xray:PutTraceSegments on *",
+      ]);
+    }
+    for (const [, fn] of resourcesOfType(variants.dev, "AWS::Lambda::Function")) {
+      expect(fn.Properties?.TracingConfig).toBeUndefined();
+    }
+  });
+
+  it("subscribes the alarm e-mail to the stack's topic", () => {
+    const synth = variants.jwt;
+    synth.template.hasResourceProperties("AWS::SNS::Subscription", {
+      Protocol: "email",
+      Endpoint: "oncall@example.com",
+      TopicArn: { Ref: logicalIdOf(synth.stack, synth.stack.observability.topic) },
+    });
+  });
+
+  it("sends alarms to a given topic without creating one", () => {
+    const synth = variants.topic;
+    expect(resourcesOfType(synth, "AWS::SNS::Topic")).toEqual([]);
+    const alarms = resourcesOfType(synth, "AWS::CloudWatch::Alarm");
+    expect(alarms.length).toBeGreaterThan(0);
+    for (const [, alarm] of alarms) {
+      expect(alarm.Properties?.AlarmActions).toEqual([TOPIC_ARN]);
+    }
+  });
+
+  it("treats every stage but dev as one to protect", () => {
+    const table = (synth: Synthesized) =>
+      propertiesOf(synth, synth.stack.storage.jobs.table).DeletionProtectionEnabled;
+    expect(table(variants.topic)).toBe(true);
+    expect(table(variants.dev)).toBe(false);
+  });
+
+  it("names the stack after the stage, so stages deploy side by side", () => {
+    expect(variants.topic.stack.stackName).toBe("Scheduler-staging");
+    const env = propertiesOf(variants.topic, variants.topic.stack.worker.worker.fn).Environment;
+    const namespace = isObject(env) && isObject(env.Variables) ? env.Variables : {};
+    expect(namespace.POWERTOOLS_METRICS_NAMESPACE).toBe("Scheduler/staging");
+    const rule = propertiesOf(variants.topic, variants.topic.stack.dispatch.rule);
+    expect(asArray(rule.Targets).map((t) => (isObject(t) ? referencedId(t.Arn) : null))).toEqual([
+      logicalIdOf(variants.topic.stack, variants.topic.stack.dispatch.tick.fn),
+    ]);
+  });
+});
