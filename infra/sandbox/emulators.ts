@@ -25,6 +25,8 @@ export interface DynamoDbLocalOptions {
   /** Extra JVM flags, placed before `-jar`. */
   jvmArgs?: readonly string[];
   timeoutMs?: number;
+  /** Keep the database in this folder (the sandbox) instead of in memory (the tests). */
+  dbPath?: string;
 }
 
 /**
@@ -73,12 +75,18 @@ function spawnJava(args: string[]): ChildProcess {
   return spawn(command, commandArgs, { stdio: ["ignore", "ignore", "pipe"] });
 }
 
-async function stopChild(child: ChildProcess): Promise<void> {
+async function stopChild(child: ChildProcess, graceful: boolean): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  // In-memory database: nothing to flush, so no reason to wait for a graceful stop.
-  child.kill("SIGKILL");
+  // In memory there is nothing to flush; a database on disk gets a clean shutdown, then a hard one.
+  if (!graceful) {
+    child.kill("SIGKILL");
+    return exited;
+  }
+  child.kill("SIGTERM");
+  const forced = setTimeout(() => child.kill("SIGKILL"), 5000);
   await exited;
+  clearTimeout(forced);
 }
 
 export async function startDynamoDbLocal(
@@ -92,7 +100,7 @@ export async function startDynamoDbLocal(
     `-Djava.library.path=${join(home, "DynamoDBLocal_lib")}`,
     "-jar",
     join(home, "DynamoDBLocal.jar"),
-    "-inMemory",
+    ...(options.dbPath ? ["-dbPath", options.dbPath] : ["-inMemory"]),
     "-sharedDb",
     "-disableTelemetry",
     "-port",
@@ -113,7 +121,7 @@ export async function startDynamoDbLocal(
   const endpoint = `http://127.0.0.1:${port}`;
   const stop = async () => {
     process.off("exit", killOnExit);
-    await stopChild(child);
+    await stopChild(child, options.dbPath !== undefined);
   };
   try {
     await waitForDynamo(endpoint, child, () => stderr, options.timeoutMs ?? 30_000);

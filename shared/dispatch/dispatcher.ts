@@ -113,7 +113,7 @@ export async function sweepShard(
   options: SweepOptions,
 ): Promise<SweepStats> {
   const stats: SweepStats = { entries: 0, runs: 0, skipped: 0, lost: 0, stale: 0, sendFailures: 0 };
-  const sender = new RunSender(engine, options.now, stats);
+  const sender = new RunSender(engine, stats);
   for (const minute of bucketsBetween(options.from, options.to)) {
     const pk = bucketKeyForMinute(minute, shard);
     let startKey: Record<string, unknown> | undefined;
@@ -180,7 +180,6 @@ export class RunSender {
 
   constructor(
     private readonly engine: Engine,
-    private readonly now: Date,
     private readonly stats: Pick<SweepStats, "sendFailures">,
     private readonly onClaimed?: (runs: readonly Run[]) => void,
   ) {}
@@ -200,7 +199,8 @@ export class RunSender {
         this.engine.sqs,
         this.engine.queues,
         batch.map((run) => ({ message: runMessageOf(run), dueAt: new Date(run.dueAt) })),
-        this.now,
+        // Delays count from the moment of sending: a pass that took seconds must not send them late.
+        this.engine.clock(),
       );
     } catch (error) {
       this.stats.sendFailures += batch.length;

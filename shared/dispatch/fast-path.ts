@@ -26,7 +26,7 @@ export function needsFastPath(dueAt: Date, now: Date, lookaheadMs: number): bool
 export async function dispatchNow(engine: Engine, entry: DueEntry, now: Date): Promise<Run[]> {
   const stats: SweepStats = { entries: 0, runs: 0, skipped: 0, lost: 0, stale: 0, sendFailures: 0 };
   const claimed: Run[] = [];
-  const sender = new RunSender(engine, now, stats, (runs) => claimed.push(...runs));
+  const sender = new RunSender(engine, stats, (runs) => claimed.push(...runs));
   await claimChain(
     engine,
     entry,

@@ -6,13 +6,13 @@ import { sendRuns } from "../queue/work-queue.js";
 import { isConditionalCheckFailed } from "../storage/dynamo-errors.js";
 import { decodeRun, inflightPk, runMessageOf } from "../storage/items.js";
 import { runKey } from "../storage/runs.js";
+import { forEachConcurrently } from "./dispatcher.js";
 
 export interface ReapResult {
   readonly examined: number;
   readonly resent: number;
 }
 
-/** Bounds one reaper pass; the rest waits for the next tick. */
 const MAX_PER_SHARD = 500;
 
 /**
@@ -22,26 +22,45 @@ const MAX_PER_SHARD = 500;
  * message up again). Sends each again and pushes its deadline on by a lease.
  * Repeating a send is harmless: a run starts only once.
  */
-export async function reap(engine: Engine, now: Date = engine.clock()): Promise<ReapResult> {
+export interface ReapOptions {
+  readonly now?: Date;
+  /**
+   * Runs whose deadline is before this are re-sent; defaults to now. The sandbox passes the far
+   * future after restarting its in-memory queue, which lost every message.
+   */
+  readonly overdueBefore?: Date;
+  /** Bounds one pass; the rest waits for the next tick. */
+  readonly maxPerShard?: number;
+}
+
+export async function reap(engine: Engine, options: ReapOptions = {}): Promise<ReapResult> {
+  const now = options.now ?? engine.clock();
+  const overdueBefore = options.overdueBefore ?? now;
   let examined = 0;
   let resent = 0;
   for (let shard = 0; shard < engine.settings.maxShardCount; shard++) {
-    const overdue = await overdueRuns(engine, shard, now);
+    const overdue = await overdueRuns(
+      engine,
+      shard,
+      overdueBefore,
+      options.maxPerShard ?? MAX_PER_SHARD,
+    );
     examined += overdue.length;
     const toSend: Run[] = [];
-    for (const run of overdue) {
+    await forEachConcurrently(overdue, 16, async (run) => {
       if (await pushDeadline(engine, run, now)) toSend.push(run);
-    }
+    });
     if (toSend.length > 0) {
       await sendRuns(
         engine.sqs,
         engine.queues,
         toSend.map((run) => ({ message: runMessageOf(run), dueAt: new Date(run.dueAt) })),
-        now,
+        // Delays count from the moment of sending, not from the start of a pass that may take seconds.
+        options.now ?? engine.clock(),
       );
       resent += toSend.length;
       engine.obs.metrics.add(METRICS.reaperResends, toSend.length, "Count");
-      engine.obs.log.warn("reaper re-sent runs", { shard, runs: toSend.map((r) => r.runId) });
+      engine.obs.log.warn("reaper re-sent runs", { shard, runs: toSend.length });
     }
   }
   return { examined, resent };
@@ -50,7 +69,8 @@ export async function reap(engine: Engine, now: Date = engine.clock()): Promise<
 async function overdueRuns(
   engine: Engine,
   shard: number,
-  now: Date,
+  before: Date,
+  max: number,
 ): Promise<(Run & { inflightSk: string })[]> {
   const found: (Run & { inflightSk: string })[] = [];
   let startKey: Record<string, unknown> | undefined;
@@ -60,15 +80,15 @@ async function overdueRuns(
         TableName: engine.tables.runs,
         IndexName: "inflight",
         KeyConditionExpression: "inflightPk = :pk AND inflightSk < :now",
-        ExpressionAttributeValues: { ":pk": inflightPk(shard), ":now": now.toISOString() },
+        ExpressionAttributeValues: { ":pk": inflightPk(shard), ":now": before.toISOString() },
         ExclusiveStartKey: startKey,
-        Limit: MAX_PER_SHARD,
+        Limit: Math.min(max, 1000),
       }),
     );
     for (const item of page.Items ?? []) {
       found.push({ ...decodeRun(item), inflightSk: String(item.inflightSk) });
     }
-    startKey = found.length < MAX_PER_SHARD ? page.LastEvaluatedKey : undefined;
+    startKey = found.length < max ? page.LastEvaluatedKey : undefined;
   } while (startKey);
   return found;
 }
@@ -91,7 +111,10 @@ async function pushDeadline(
           ":seen": run.inflightSk,
           ":status": run.status,
           ":fence": run.fence,
-          ":deadline": new Date(now.getTime() + engine.settings.leaseMs).toISOString(),
+          // A run re-sent ahead of time (after a restart) keeps its deadline relative to when it is due.
+          ":deadline": new Date(
+            Math.max(now.getTime(), Date.parse(run.dueAt)) + engine.settings.leaseMs,
+          ).toISOString(),
         },
       }),
     );

@@ -151,9 +151,9 @@ describe("crashes", () => {
     expect(depth.visible + depth.delayed).toBe(0);
 
     // Nothing is overdue yet; a lease past the run's start deadline, the reaper sends it.
-    expect((await reap(f.engine, new Date())).resent).toBe(0);
+    expect((await reap(f.engine)).resent).toBe(0);
     const later = new Date(Date.now() + LEASE_MS + 1000);
-    expect((await reap(f.engine, later)).resent).toBe(1);
+    expect((await reap(f.engine, { now: later })).resent).toBe(1);
     const resent = await f.nextDelivery(f.engine.queues.normal, job.jobId);
     expect(await f.process(f.workerDeps("w"), resent)).toBe("ack");
     expect(await runOf(f, job.jobId)).toMatchObject({ status: "SUCCEEDED", fence: 1 });

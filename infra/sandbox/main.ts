@@ -1,0 +1,77 @@
+import { parseArgs } from "node:util";
+
+// The SDK warns on every start that it will drop Node 20 next year; the sandbox says nothing it can act on.
+process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= "true";
+const { localAuthNotice } = await import("../../shared/api/auth.js");
+const { startSandbox } = await import("./sandbox.js");
+
+// `npm start`: the scheduler on this machine. Every option also reads an environment variable.
+const { values } = parseArgs({
+  options: {
+    port: { type: "string" },
+    "data-dir": { type: "string" },
+    "tick-seconds": { type: "string" },
+    workers: { type: "string" },
+    endpoint: { type: "string" },
+    help: { type: "boolean", short: "h" },
+  },
+});
+
+if (values.help) {
+  console.log(`usage: npm start -- [--port N] [--data-dir DIR] [--tick-seconds N] [--workers N] [--endpoint URL]
+  --port          PORT                  HTTP port of the API (3000)
+  --data-dir      SCHEDULER_DATA_DIR    where DynamoDB Local keeps its data (.data)
+  --tick-seconds  SCHEDULER_TICK_SECONDS  seconds between dispatcher passes (60)
+  --workers       SCHEDULER_WORKERS     runs in progress at once (8)
+  --endpoint      AWS_ENDPOINT_URL      use this AWS-compatible endpoint instead of the emulators`);
+  process.exit(0);
+}
+
+function positive(
+  name: string,
+  raw: string | undefined,
+  fallback: number,
+  allowZero = false,
+): number {
+  if (raw === undefined || raw === "") return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < (allowZero ? 0 : 1)) {
+    console.error(`${name} must be a whole number${allowZero ? "" : " above 0"}, got "${raw}"`);
+    process.exit(2);
+  }
+  return value;
+}
+
+const env = process.env;
+const endpoint = values.endpoint ?? env.AWS_ENDPOINT_URL;
+const sandbox = await startSandbox({
+  port: positive("--port", values.port ?? env.PORT, 3000, true),
+  dataDir: values["data-dir"] ?? env.SCHEDULER_DATA_DIR ?? ".data",
+  tickSeconds: positive("--tick-seconds", values["tick-seconds"] ?? env.SCHEDULER_TICK_SECONDS, 60),
+  workers: positive("--workers", values.workers ?? env.SCHEDULER_WORKERS, 8),
+  ...(endpoint ? { endpoint } : {}),
+});
+
+console.log(`scheduler sandbox ready at ${sandbox.url}`);
+console.log(
+  `  data:     ${sandbox.dataDir}${endpoint ? ` (tables and queues at ${endpoint})` : ""}`,
+);
+const notice = localAuthNotice(env);
+if (notice) console.log(`  auth:     ${notice}`);
+console.log("  docs:     GET /openapi.json; press Ctrl-C to stop");
+
+let stopping = false;
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  process.on(signal, () => {
+    if (stopping) return;
+    stopping = true;
+    console.log("stopping: no new claims; runs in progress get 3 s, then are released");
+    sandbox.stop().then(
+      () => process.exit(0),
+      (error: unknown) => {
+        console.error(error);
+        process.exit(1);
+      },
+    );
+  });
+}

@@ -1,0 +1,229 @@
+import { randomBytes } from "node:crypto";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { join, resolve } from "node:path";
+import { customHandlers } from "../../functions/worker/handlers/index.js";
+import { startLocalServer } from "../../shared/api/local-server.js";
+import { createAwsClients } from "../../shared/aws.js";
+import { sleep, systemClock } from "../../shared/clock.js";
+import { ENV, loadSettings } from "../../shared/config.js";
+import { reap } from "../../shared/dispatch/reaper.js";
+import { runTickLoop } from "../../shared/dispatch/tick.js";
+import type { Engine } from "../../shared/engine.js";
+import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
+import { BUILT_IN_TYPES, builtInHandlers } from "../../shared/execution/handlers.js";
+import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
+import type { Observability } from "../../shared/observability.js";
+import { deleteMessages, receiveRuns } from "../../shared/queue/work-queue.js";
+import { type RunningEmulator, startDynamoDbLocal, startSqsEmulator } from "./emulators.js";
+import { planFromTemplate, provision, type ResourcePlan, synthesizeTemplate } from "./resources.js";
+
+type Env = Readonly<Record<string, string | undefined>>;
+
+export interface SandboxOptions {
+  /** 0 picks a free port. */
+  readonly port: number;
+  readonly dataDir: string;
+  readonly tickSeconds: number;
+  /** Runs in progress at once. */
+  readonly workers: number;
+  /** Use this AWS-compatible endpoint (LocalStack, …) instead of starting the emulators. */
+  readonly endpoint?: string;
+  /** API keys (SCHEDULER_API_KEYS), webhook secret, and setting overrides (LEASE_SECONDS, …). */
+  readonly env?: Env;
+  /** Where log lines go. */
+  readonly print?: (line: string) => void;
+  /** A plan already read from the template (tests synthesize once per file). */
+  readonly plan?: ResourcePlan;
+}
+
+export interface Sandbox {
+  readonly url: string;
+  readonly dataDir: string;
+  readonly engine: Engine;
+  stop(): Promise<void>;
+}
+
+/** How long in-progress runs get to finish at shutdown before they are released back to QUEUED. */
+const SHUTDOWN_GRACE_MS = 3000;
+
+/**
+ * The whole scheduler on one machine: DynamoDB Local persisted under the data
+ * directory and an in-memory SQS emulator (or any endpoint given), tables and
+ * queues read from the synthesized CDK stack, the API, the tick (dispatcher
+ * for every shard, then the reaper), a worker loop and the DLQ consumer: the
+ * same code as the Lambdas.
+ */
+export async function startSandbox(options: SandboxOptions): Promise<Sandbox> {
+  const env = options.env ?? process.env;
+  const print = options.print ?? ((line: string) => console.log(line));
+  const dataDir = resolve(options.dataDir);
+  await mkdir(dataDir, { recursive: true });
+  const emulators: RunningEmulator[] = [];
+  const stopEmulators = () => Promise.all(emulators.map((e) => e.stop()));
+  try {
+    let dynamoEndpoint = options.endpoint;
+    let sqsEndpoint = options.endpoint;
+    if (!options.endpoint) {
+      const dbPath = join(dataDir, "dynamodb");
+      await mkdir(dbPath, { recursive: true });
+      const [dynamo, sqs] = await Promise.all([startDynamoDbLocal({ dbPath }), startSqsEmulator()]);
+      emulators.push(dynamo, sqs);
+      dynamoEndpoint = dynamo.endpoint;
+      sqsEndpoint = sqs.endpoint;
+    }
+    const dynamoSide = createAwsClients({
+      ...(dynamoEndpoint ? { endpoint: dynamoEndpoint } : {}),
+    });
+    const sqsSide = createAwsClients({ ...(sqsEndpoint ? { endpoint: sqsEndpoint } : {}) });
+    const plan = options.plan ?? planFromTemplate(synthesizeTemplate());
+    const resources = await provision(
+      { dynamo: dynamoSide.dynamo, sqs: sqsSide.sqs },
+      plan,
+      "sandbox",
+    );
+    const obs = sandboxObservability(print);
+    const engine: Engine = {
+      doc: dynamoSide.doc,
+      sqs: sqsSide.sqs,
+      tables: resources.tables,
+      queues: resources.queues,
+      settings: loadSettings({ ...plan.settingsEnv, ...pickDefined(env, SETTING_OVERRIDES) }),
+      clock: systemClock,
+      random: Math.random,
+      obs,
+    };
+
+    // An emulator started now has empty queues: every run in flight when the sandbox last stopped
+    // lost its message. Re-send them all at once rather than a lease later.
+    if (emulators.length > 0) {
+      const recovered = await reap(engine, {
+        overdueBefore: new Date("9999-12-31T00:00:00.000Z"),
+        maxPerShard: Number.POSITIVE_INFINITY,
+      });
+      if (recovered.resent > 0)
+        print(`recovered ${recovered.resent} run(s) in flight at the last stop`);
+    }
+
+    const secret = env[ENV.webhookSecret] ?? (await webhookSecretIn(dataDir));
+    const handlers = new Map([
+      ...builtInHandlers({ secret, allowPrivateTargets: true }, engine.clock),
+      ...customHandlers,
+    ]);
+    const server = await startLocalServer({
+      engine,
+      port: options.port,
+      hostname: "127.0.0.1",
+      jobTypes: [...BUILT_IN_TYPES, ...customHandlers.keys()],
+      env,
+    });
+
+    const stopping = new AbortController();
+    const release = new AbortController();
+    const owner = `sandbox-${process.pid}-${randomBytes(3).toString("hex")}`;
+    const loops = [
+      runTickLoop(engine, { owner, tickMs: options.tickSeconds * 1000, signal: stopping.signal }),
+      runWorkerLoop(
+        { engine, handlers, workerId: owner, shutdown: release.signal },
+        { concurrency: options.workers, signal: stopping.signal },
+      ),
+      consumeDeadLetters(engine, resources.deadLetterQueues, stopping.signal),
+    ];
+
+    let stopped: Promise<void> | null = null;
+    return {
+      url: server.url,
+      dataDir,
+      engine,
+      stop() {
+        stopped ??= (async () => {
+          stopping.abort();
+          const grace = setTimeout(() => release.abort(), SHUTDOWN_GRACE_MS);
+          await Promise.allSettled(loops);
+          clearTimeout(grace);
+          await server.close();
+          dynamoSide.dynamo.destroy();
+          sqsSide.sqs.destroy();
+          await stopEmulators();
+        })();
+        return stopped;
+      },
+    };
+  } catch (error) {
+    await stopEmulators();
+    throw error;
+  }
+}
+
+const SETTING_OVERRIDES = [
+  ENV.shardCount,
+  ENV.maxShardCount,
+  ENV.lookaheadSeconds,
+  ENV.leaseSeconds,
+  ENV.misfireGraceSeconds,
+  ENV.retentionDays,
+  ENV.minIntervalMs,
+];
+
+function pickDefined(env: Env, names: readonly string[]): Record<string, string> {
+  return Object.fromEntries(
+    names.flatMap((n) => (env[n] ? [[n, env[n]] as [string, string]] : [])),
+  );
+}
+
+/** A per-sandbox webhook secret, made once and kept with the data. */
+async function webhookSecretIn(dataDir: string): Promise<string> {
+  const path = join(dataDir, "webhook-secret");
+  try {
+    return (await readFile(path, "utf8")).trim();
+  } catch {
+    const secret = randomBytes(32).toString("hex");
+    await writeFile(path, `${secret}\n`, { mode: 0o600 });
+    return secret;
+  }
+}
+
+async function consumeDeadLetters(
+  engine: Engine,
+  queueUrls: readonly string[],
+  signal: AbortSignal,
+) {
+  while (!signal.aborted) {
+    for (const url of queueUrls) {
+      try {
+        const batch = await receiveRuns(engine.sqs, url, { max: 10, waitSeconds: 0, signal });
+        for (const received of batch) {
+          await handleCrashedRun(engine, received.message, received.receiveCount);
+          await deleteMessages(engine.sqs, url, [received.receiptHandle]);
+        }
+      } catch (error) {
+        if (!signal.aborted)
+          engine.obs.log.warn("DLQ consumer failed; will try again", { error: String(error) });
+      }
+    }
+    await sleep(2000, signal);
+  }
+}
+
+/** One readable line per finished run; warnings and errors as they come; the rest stays quiet. */
+export function sandboxObservability(print: (line: string) => void): Observability {
+  const time = () => new Date().toISOString().slice(11, 19);
+  const plain = (level: string) => (message: string, fields?: Record<string, unknown>) =>
+    print(`${time()} ${level} ${message}${fields ? ` ${JSON.stringify(fields)}` : ""}`);
+  return {
+    log: {
+      debug: () => undefined,
+      info: (message, fields) => {
+        if (message !== "run finished" || !fields) return;
+        const f = fields as Record<string, string | number | undefined>;
+        const error = f.error ? `  ${String(f.error)}` : "";
+        print(
+          `${time()} run ${String(f.status).padEnd(9)} job ${f.jobId} at ${f.scheduledFor} attempt ${f.attempt}` +
+            `  lag ${f.lagMs} ms, took ${f.durationMs} ms${error}`,
+        );
+      },
+      warn: plain("WARN"),
+      error: plain("ERROR"),
+    },
+    metrics: { add: () => undefined },
+  };
+}

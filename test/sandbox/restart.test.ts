@@ -1,0 +1,170 @@
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  planFromTemplate,
+  type ResourcePlan,
+  synthesizeTemplate,
+} from "../../infra/sandbox/resources.js";
+import { type Sandbox, startSandbox } from "../../infra/sandbox/sandbox.js";
+import { sleep } from "../../shared/clock.js";
+import { listRuns } from "../../shared/jobs/queries.js";
+import type { Run } from "../../shared/model.js";
+import { waitFor } from "../support/wait.js";
+
+const KEY = "restart-key";
+const TENANT = "restart-tenant";
+const ENV = {
+  SCHEDULER_API_KEYS: `${KEY}=${TENANT}`,
+  WEBHOOK_SECRET: "restart-secret",
+  // Short enough that a few seconds of downtime count as a misfire and a frozen lease lapses quickly.
+  MISFIRE_GRACE_SECONDS: "2",
+  LEASE_SECONDS: "6",
+  LOOKAHEAD_SECONDS: "60",
+};
+
+describe("sandbox restart", () => {
+  let plan: ResourcePlan;
+  let dataDir: string;
+  let sandbox: Sandbox | null = null;
+  const lines: string[] = [];
+
+  beforeAll(async () => {
+    plan = planFromTemplate(synthesizeTemplate());
+    dataDir = await mkdtemp(join(tmpdir(), "scheduler-restart-"));
+  }, 60_000);
+  afterAll(async () => {
+    await sandbox?.stop();
+    await rm(dataDir, { recursive: true, force: true });
+  });
+
+  const start = () =>
+    startSandbox({
+      port: 0,
+      dataDir,
+      tickSeconds: 1,
+      workers: 8,
+      env: ENV,
+      plan,
+      print: (l) => lines.push(l),
+    });
+
+  async function api(method: string, path: string, body?: unknown) {
+    if (!sandbox) throw new Error("sandbox not running");
+    const response = await fetch(`${sandbox.url}${path}`, {
+      method,
+      headers: { Authorization: `Bearer ${KEY}`, "Content-Type": "application/json" },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    const json = (await response.json()) as Record<string, unknown>;
+    if (!response.ok)
+      throw new Error(`${method} ${path}: ${response.status} ${JSON.stringify(json)}`);
+    return json;
+  }
+
+  async function runsOf(jobId: string): Promise<Run[]> {
+    if (!sandbox) throw new Error("sandbox not running");
+    const page = await listRuns(sandbox.engine, jobId, { limit: 500 });
+    return page.items;
+  }
+
+  it("loses nothing accepted, and what fell due while it was down follows each job's misfire policy", async () => {
+    sandbox = await start();
+    const inSeconds = (s: number) => new Date(Date.now() + s * 1000).toISOString();
+    const dueWhileDown = await api("POST", "/jobs", {
+      type: "noop",
+      schedule: { runAt: inSeconds(5) },
+    });
+    const inFlight = await api("POST", "/jobs", {
+      type: "sleep",
+      payload: { ms: 6000 },
+      schedule: { runAt: inSeconds(0) },
+    });
+    const startAt = inSeconds(2).replace(/\.\d{3}Z$/, ".000Z");
+    // Overlap allowed, so that what the catch-up does is the misfire policy's alone.
+    const perSecond = async (misfirePolicy: string) =>
+      api("POST", "/jobs", {
+        type: "noop",
+        misfirePolicy,
+        overlapPolicy: "allow",
+        maxConcurrent: 50,
+        schedule: { every: "PT1S", startAt },
+      });
+    const skip = await perSecond("skip");
+    const fireOnce = await perSecond("fire_once");
+    const fireAll = await perSecond("fire_all");
+
+    // Let the sleep job start, then stop: it is released back to QUEUED after the 3 s grace.
+    await waitFor(
+      "the sleep run to start",
+      async () => (await runsOf(String(inFlight.id)))[0]?.status === "RUNNING",
+    );
+    await sandbox.stop();
+    const stoppedAt = Date.now();
+    sandbox = null;
+    await sleep(8000);
+
+    sandbox = await start();
+    const restartedAt = Date.now();
+    expect(lines.some((l) => /recovered \d+ run\(s\) in flight/.test(l))).toBe(true);
+    await waitFor(
+      "the one-off and the released run to succeed",
+      async () =>
+        (await runsOf(String(dueWhileDown.id))).some((r) => r.status === "SUCCEEDED") &&
+        (await runsOf(String(inFlight.id))).some((r) => r.status === "SUCCEEDED"),
+      30_000,
+    );
+    await sleep(3000);
+    for (const job of [skip, fireOnce, fireAll])
+      await api("POST", `/jobs/${String(job.id)}/cancel`);
+
+    // Nothing accepted was lost: the one-off due while down ran once, the released run was finished
+    // by a later fence.
+    const oneOff = await runsOf(String(dueWhileDown.id));
+    expect(oneOff.map((r) => r.status)).toEqual(["SUCCEEDED"]);
+    const released = await runsOf(String(inFlight.id));
+    expect(released).toHaveLength(1);
+    expect(released[0]?.status).toBe("SUCCEEDED");
+    expect(released[0]?.fence).toBeGreaterThanOrEqual(2);
+
+    // Occurrences that fell due while down, more than the 2 s grace before the restart.
+    const downtime = (r: Run) =>
+      Date.parse(r.scheduledFor) > stoppedAt + 1000 &&
+      Date.parse(r.scheduledFor) < restartedAt - 3000;
+    const byPolicy = async (job: Record<string, unknown>) =>
+      (await runsOf(String(job.id))).filter(downtime);
+    const skipped = await byPolicy(skip);
+    expect(skipped.length).toBeGreaterThanOrEqual(3);
+    expect(skipped.every((r) => r.status === "SKIPPED" && /^misfire: /.test(r.reason ?? ""))).toBe(
+      true,
+    );
+    // fire_once: only the most recent late occurrence runs; these all had a later one past the grace.
+    const once = await byPolicy(fireOnce);
+    expect(once.length).toBeGreaterThanOrEqual(3);
+    expect(
+      once.every((r) => r.status === "SKIPPED" && /policy fire_once/.test(r.reason ?? "")),
+    ).toBe(true);
+    const afterRestart = (await runsOf(String(fireOnce.id))).filter(
+      (r) =>
+        Date.parse(r.scheduledFor) >= restartedAt - 3000 &&
+        Date.parse(r.scheduledFor) < restartedAt + 3000,
+    );
+    expect(afterRestart.some((r) => r.status === "SUCCEEDED")).toBe(true);
+    const all = await byPolicy(fireAll);
+    expect(all.length).toBeGreaterThanOrEqual(3);
+    expect(all.every((r) => r.status === "SUCCEEDED")).toBe(true);
+
+    // Every occurrence has one run at most, and none that was due is left queued or running.
+    for (const job of [skip, fireOnce, fireAll, dueWhileDown, inFlight]) {
+      const runs = await runsOf(String(job.id));
+      expect(new Set(runs.map((r) => `${r.scheduledFor}#${r.attempt}`)).size).toBe(runs.length);
+      const stuck = runs.filter(
+        (r) =>
+          (r.status === "QUEUED" || r.status === "RUNNING") &&
+          Date.parse(r.dueAt) < Date.now() - 5000,
+      );
+      expect(stuck).toEqual([]);
+    }
+  }, 120_000);
+});
