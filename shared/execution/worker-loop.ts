@@ -7,8 +7,13 @@ export interface WorkerLoopOptions {
   /** Runs in progress at once. */
   readonly concurrency: number;
   readonly signal: AbortSignal;
-  /** Long-poll wait on the last (lowest-priority) queue when all are empty. */
+  /**
+   * When every queue is empty: long-poll the lowest-priority queue this long (cheap on AWS, where
+   * each empty receive is billed, but a message for a higher queue waits it out), or, with 0,
+   * sleep `idleSleepMs` and look again (the sandbox: starts stay on their second).
+   */
   readonly idleWaitSeconds?: number;
+  readonly idleSleepMs?: number;
 }
 
 /**
@@ -25,7 +30,10 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
       await Promise.race(inFlight);
       continue;
     }
-    const batch = await receiveByPriority(deps, free, options.idleWaitSeconds ?? 1, signal);
+    const idleWaitSeconds = options.idleWaitSeconds ?? 1;
+    const batch = await receiveByPriority(deps, free, idleWaitSeconds, signal);
+    if (batch.length === 0 && idleWaitSeconds === 0)
+      await sleep(options.idleSleepMs ?? 100, signal);
     for (const received of batch) {
       const task = handle(deps, received).finally(() => inFlight.delete(task));
       inFlight.add(task);
