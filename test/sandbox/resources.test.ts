@@ -1,0 +1,117 @@
+import { DescribeTableCommand, DescribeTimeToLiveCommand } from "@aws-sdk/client-dynamodb";
+import { GetQueueAttributesCommand } from "@aws-sdk/client-sqs";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  type ProvisionedResources,
+  planFromTemplate,
+  provision,
+  synthesizeTemplate,
+  type Template,
+} from "../../infra/sandbox/resources.js";
+import { PRIORITIES } from "../../shared/model.js";
+import {
+  createTestClients,
+  deleteQueue,
+  deleteTable,
+  testNamespace,
+} from "../support/namespace.js";
+
+const sortBy = <T>(items: readonly T[] | undefined, key: (item: T) => string) =>
+  [...(items ?? [])].sort((a, b) => key(a).localeCompare(key(b)));
+
+describe("the sandbox's tables and queues", () => {
+  const clients = createTestClients();
+  const ns = testNamespace("sbx");
+  let template: Template;
+  let created: ProvisionedResources;
+
+  beforeAll(async () => {
+    template = synthesizeTemplate();
+    created = await provision(clients, planFromTemplate(template), ns.id);
+  }, 60_000);
+  afterAll(async () => {
+    await Promise.all([
+      deleteTable(clients.dynamo, created.tables.jobs),
+      deleteTable(clients.dynamo, created.tables.runs),
+      ...[...Object.values(created.queues), ...created.deadLetterQueues].map((url) =>
+        deleteQueue(clients.sqs, url),
+      ),
+    ]);
+    clients.destroy();
+  });
+
+  const resourcesOfType = (type: string) =>
+    Object.entries(template.Resources).filter(([, r]) => r.Type === type);
+
+  it("are the template's: keys, attributes, indexes and TTL of both tables", async () => {
+    const templateTables = resourcesOfType("AWS::DynamoDB::Table");
+    expect(templateTables).toHaveLength(2);
+    for (const name of [created.tables.jobs, created.tables.runs]) {
+      const { Table } = await clients.dynamo.send(new DescribeTableCommand({ TableName: name }));
+      const declared = templateTables.find(([id]) =>
+        id.includes(name.endsWith("-jobs") ? "Jobs" : "Runs"),
+      )?.[1].Properties as Record<string, unknown> | undefined;
+      expect(declared).toBeDefined();
+      expect(Table?.KeySchema).toEqual(declared?.KeySchema);
+      expect(sortBy(Table?.AttributeDefinitions, (a) => a.AttributeName ?? "")).toEqual(
+        sortBy(
+          declared?.AttributeDefinitions as { AttributeName: string }[],
+          (a) => a.AttributeName,
+        ),
+      );
+      const indexes = (Table?.GlobalSecondaryIndexes ?? []).map((i) => ({
+        IndexName: i.IndexName,
+        KeySchema: i.KeySchema,
+        Projection: i.Projection,
+      }));
+      expect(sortBy(indexes, (i) => i.IndexName ?? "")).toEqual(
+        sortBy(declared?.GlobalSecondaryIndexes as { IndexName: string }[], (i) => i.IndexName),
+      );
+      const ttl = await clients.dynamo.send(new DescribeTimeToLiveCommand({ TableName: name }));
+      const declaredTtl = declared?.TimeToLiveSpecification as
+        | { AttributeName: string }
+        | undefined;
+      expect(ttl.TimeToLiveDescription?.AttributeName).toBe(declaredTtl?.AttributeName);
+    }
+  });
+
+  it("are the template's: each work queue's visibility, retention and redrive to its own DLQ", async () => {
+    const templateQueues = Object.fromEntries(resourcesOfType("AWS::SQS::Queue"));
+    for (const priority of PRIORITIES) {
+      const { Attributes = {} } = await clients.sqs.send(
+        new GetQueueAttributesCommand({
+          QueueUrl: created.queues[priority],
+          AttributeNames: ["All"],
+        }),
+      );
+      const declared = Object.entries(templateQueues).find(([id]) =>
+        id.startsWith(`QueuesWork${priority}`),
+      )?.[1].Properties as Record<string, unknown> | undefined;
+      expect(Attributes.VisibilityTimeout).toBe(String(declared?.VisibilityTimeout));
+      expect(Attributes.MessageRetentionPeriod).toBe(String(declared?.MessageRetentionPeriod));
+      const redrive = JSON.parse(Attributes.RedrivePolicy ?? "{}") as {
+        deadLetterTargetArn: string;
+        maxReceiveCount: number;
+      };
+      const declaredRedrive = declared?.RedrivePolicy as {
+        maxReceiveCount: number;
+        deadLetterTargetArn: { "Fn::GetAtt": [string] };
+      };
+      expect(Number(redrive.maxReceiveCount)).toBe(declaredRedrive.maxReceiveCount);
+      // The DLQ it names is the sandbox's copy of the template's DLQ for this priority.
+      expect(declaredRedrive.deadLetterTargetArn["Fn::GetAtt"][0]).toMatch(
+        new RegExp(`^QueuesDeadLetters${priority}`),
+      );
+      const dlqArns = await Promise.all(
+        created.deadLetterQueues.map(async (url) => {
+          const got = await clients.sqs.send(
+            new GetQueueAttributesCommand({ QueueUrl: url, AttributeNames: ["QueueArn"] }),
+          );
+          return got.Attributes?.QueueArn;
+        }),
+      );
+      expect(dlqArns).toContain(redrive.deadLetterTargetArn);
+    }
+    expect(created.deadLetterQueues).toHaveLength(3);
+  });
+});
