@@ -20,7 +20,12 @@ const handlers = new Map([
 
 /** SQS event source with ReportBatchItemFailures: only the records that failed come back. */
 export async function handler(event: SQSEvent, context: Context): Promise<SQSBatchResponse> {
-  const deps = { engine, handlers, workerId: `lambda:${context.awsRequestId}` };
+  const deps = {
+    engine,
+    handlers,
+    workerId: `lambda:${context.awsRequestId}`,
+    remainingMs: () => context.getRemainingTimeInMillis(),
+  };
   try {
     const results = await Promise.all(event.Records.map((record) => processRecord(deps, record)));
     return { batchItemFailures: results.flatMap((id) => (id ? [{ itemIdentifier: id }] : [])) };

@@ -6,6 +6,7 @@ import { sendRuns } from "../queue/work-queue.js";
 import { isConditionalCheckFailed } from "../storage/dynamo-errors.js";
 import { decodeRun, inflightPk, runMessageOf } from "../storage/items.js";
 import { runKey } from "../storage/runs.js";
+import { RUNS_INFLIGHT_INDEX } from "../storage/tables.js";
 import { forEachConcurrently } from "./dispatcher.js";
 
 export interface ReapResult {
@@ -78,7 +79,7 @@ async function overdueRuns(
     const page = await engine.doc.send(
       new QueryCommand({
         TableName: engine.tables.runs,
-        IndexName: "inflight",
+        IndexName: RUNS_INFLIGHT_INDEX,
         KeyConditionExpression: "inflightPk = :pk AND inflightSk < :now",
         ExpressionAttributeValues: { ":pk": inflightPk(shard), ":now": before.toISOString() },
         ExclusiveStartKey: startKey,

@@ -33,7 +33,12 @@ export interface WorkerDeps {
   readonly heartbeatEveryMs?: number;
   /** Fires when a long-lived worker stops: runs in progress are released to QUEUED, not failed. */
   readonly shutdown?: AbortSignal;
+  /** Milliseconds this worker has left (a Lambda's remaining time): a run must end before it does. */
+  readonly remainingMs?: () => number;
 }
+
+/** Left for recording the result after a handler is cut short by the worker's own deadline. */
+const RESULT_MARGIN_MS = 10_000;
 
 /** `ack`: delete the message. `keep`: leave it, SQS delivers it again after its visibility. */
 export type Disposition = "ack" | "keep";
@@ -294,9 +299,22 @@ async function execute(
   const controller = new AbortController();
   const onShutdown = () => controller.abort(new WorkerShutdownError("worker shutting down"));
   deps.shutdown?.addEventListener("abort", onShutdown, { once: true });
+  // The job's timeout, or less when the worker itself (a Lambda) would be stopped first.
+  const jobTimeoutMs = job.timeoutSeconds * 1000;
+  const workerLeftMs = deps.remainingMs
+    ? deps.remainingMs() - RESULT_MARGIN_MS
+    : Number.POSITIVE_INFINITY;
+  const timeoutMs = Math.max(0, Math.min(jobTimeoutMs, workerLeftMs));
   const timeout = setTimeout(
-    () => controller.abort(new RunTimeoutError(`timed out after ${job.timeoutSeconds} s`)),
-    job.timeoutSeconds * 1000,
+    () =>
+      controller.abort(
+        new RunTimeoutError(
+          timeoutMs < jobTimeoutMs
+            ? `stopped after ${Math.round(timeoutMs / 1000)} s: the worker's own time limit was near`
+            : `timed out after ${job.timeoutSeconds} s`,
+        ),
+      ),
+    timeoutMs,
   );
   const stopHeartbeat = new AbortController();
   const heartbeat = (async () => {

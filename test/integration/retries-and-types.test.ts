@@ -314,3 +314,34 @@ describe("priority", () => {
     ]);
   });
 });
+
+describe("a worker near its own deadline", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  it("cuts a run short before the worker (a Lambda) is stopped, and records a retryable failure", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "sleep",
+        payload: { ms: 20_000 },
+        schedule: { runAt: new Date().toISOString() },
+      }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    // 11 s left: the run gets 1 s, leaving the 10 s margin to record its result.
+    const deps = { ...f.workerDeps("lambda"), remainingMs: () => 11_000 };
+    const started = Date.now();
+    expect(await f.process(deps, received)).toBe("ack");
+    expect(Date.now() - started).toBeLessThan(5000);
+    const runs = await runsOf(f, job.jobId);
+    expect(runs.map((r) => [r.attempt, r.status])).toEqual([
+      [1, "FAILED"],
+      [2, "QUEUED"],
+    ]);
+    expect(runs[0]?.error).toBe("stopped after 1 s: the worker's own time limit was near");
+  });
+});
