@@ -1,5 +1,9 @@
 import type { TestProject } from "vitest/node";
-import { startDynamoDbLocal, startSqsEmulator, type TimedEmulator } from "../../infra/sandbox/emulators.js";
+import {
+  startDynamoDbLocal,
+  startSqsEmulator,
+  type TimedEmulator,
+} from "../../infra/sandbox/emulators.js";
 
 interface Target {
   endpoint: string;
