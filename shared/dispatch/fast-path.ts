@@ -37,3 +37,11 @@ export async function dispatchNow(engine: Engine, entry: DueEntry, now: Date): P
   await sender.flush();
   return claimed;
 }
+
+/** Claims a just-written entry now when it is due inside the fast-path window; else the dispatcher will. */
+export async function dispatchIfDueSoon(engine: Engine, entry: DueEntry | null): Promise<Run[]> {
+  if (entry === null) return [];
+  const now = engine.clock();
+  if (!needsFastPath(new Date(entry.dueAt), now, engine.settings.lookaheadMs)) return [];
+  return dispatchNow(engine, entry, now);
+}

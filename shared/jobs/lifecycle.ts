@@ -3,7 +3,7 @@ import type { TransactWriteCommandInput } from "@aws-sdk/lib-dynamodb";
 import { GetCommand, QueryCommand, TransactWriteCommand } from "@aws-sdk/lib-dynamodb";
 import { dueEntryKey } from "../dispatch/claim.js";
 import { forEachConcurrently } from "../dispatch/dispatcher.js";
-import { dispatchNow, needsFastPath } from "../dispatch/fast-path.js";
+import { dispatchIfDueSoon } from "../dispatch/fast-path.js";
 import type { Engine } from "../engine.js";
 import {
   ConcurrentUpdateError,
@@ -34,18 +34,19 @@ import { getTenantJob, getTenantRun } from "./queries.js";
 
 type TransactItem = NonNullable<TransactWriteCommandInput["TransactItems"]>[number];
 
-/** A job as the API hands it over: validated, schedule normalized, defaults applied. */
-export interface NewJob {
-  readonly tenantId: string;
-  readonly name: string;
-  readonly type: string;
-  readonly schedule: ScheduleSpec;
-  readonly payload: unknown;
-  readonly target?: HttpTarget;
-  readonly priority: Priority;
-  readonly timeoutSeconds: number;
-  readonly policies: JobPolicies;
-}
+/** A job as the API hands it over: validated, defaults applied. */
+export type NewJob = Pick<
+  Job,
+  | "tenantId"
+  | "name"
+  | "type"
+  | "schedule"
+  | "payload"
+  | "target"
+  | "priority"
+  | "timeoutSeconds"
+  | "policies"
+>;
 
 export interface CreateOptions {
   /** The caller's idempotency key and a hash of its request, so a repeat returns the same job. */
@@ -158,11 +159,9 @@ export async function createJob(
     }
     throw error;
   }
-  if (entry && needsFastPath(first ?? now, now, engine.settings.lookaheadMs)) {
-    await dispatchNow(engine, entry, now);
-    return { job: (await getJob(engine, jobId)) ?? job, created: true };
-  }
-  return { job, created: true };
+  const claimed = await dispatchIfDueSoon(engine, entry);
+  // A claim moved the job on (nextRunAt): return it as stored.
+  return { job: claimed.length > 0 ? ((await getJob(engine, jobId)) ?? job) : job, created: true };
 }
 
 async function replayIdempotent(
@@ -263,26 +262,18 @@ export async function pauseJob(engine: Engine, tenantId: string, jobId: string):
 }
 
 export async function resumeJob(engine: Engine, tenantId: string, jobId: string): Promise<Job> {
-  let entry: DueEntry | null = null;
-  let now = engine.clock();
-  await withJob<Job | null>(engine, tenantId, jobId, (job, at) => {
-    if (job.status === "ACTIVE") return { done: job };
+  const entry = await withJob<DueEntry | null>(engine, tenantId, jobId, (job, now) => {
+    if (job.status === "ACTIVE") return { done: null };
     if (job.status !== "PAUSED") throw new IllegalTransitionError("resume", job.status);
-    now = at;
-    entry = job.nextRunAt ? dueEntryFor(engine, job, new Date(job.nextRunAt), now) : null;
-    const set = { status: "ACTIVE", nextDueKey: entry?.key ?? null, updatedAt: now.toISOString() };
+    const due = job.nextRunAt ? dueEntryFor(engine, job, new Date(job.nextRunAt), now) : null;
+    const set = { status: "ACTIVE", nextDueKey: due?.key ?? null, updatedAt: now.toISOString() };
     return {
-      items: [updateJobFrom(engine, job, set), ...(entry ? [putDue(engine, entry)] : [])],
-      result: () => null,
+      items: [updateJobFrom(engine, job, set), ...(due ? [putDue(engine, due)] : [])],
+      result: () => due,
     };
   });
-  const resumed: DueEntry | null = entry;
-  if (
-    resumed !== null &&
-    needsFastPath(new Date((resumed as DueEntry).dueAt), now, engine.settings.lookaheadMs)
-  ) {
-    await dispatchNow(engine, resumed, now);
-  }
+  // The claim applies the misfire policy to whatever fell due while the job was paused.
+  await dispatchIfDueSoon(engine, entry);
   return getTenantJob(engine, tenantId, jobId);
 }
 
@@ -365,14 +356,11 @@ export async function editJob(
   expectedVersion: number,
   changes: JobChanges,
 ): Promise<Job> {
-  let entry: DueEntry | null = null;
-  let now = engine.clock();
-  await withJob<null>(engine, tenantId, jobId, (job, at) => {
+  const moved = await withJob<DueEntry | null>(engine, tenantId, jobId, (job, now) => {
     if (job.version !== expectedVersion)
       throw new VersionMismatchError(expectedVersion, job.version);
     if (job.status === "CANCELLED" || job.status === "COMPLETED")
       throw new IllegalTransitionError("edit", job.status);
-    now = at;
     const normalized = changes.schedule
       ? { ...changes, schedule: normalizeSchedule(changes.schedule, now) }
       : changes;
@@ -383,7 +371,7 @@ export async function editJob(
       updatedAt: now.toISOString(),
     };
     const next = nextAfterEdit(job, edited, now);
-    entry = next && job.status === "ACTIVE" ? dueEntryFor(engine, edited, next, now) : null;
+    const entry = next && job.status === "ACTIVE" ? dueEntryFor(engine, edited, next, now) : null;
     const { payload, ...fields } = normalized;
     const set: Record<string, unknown> = {
       ...Object.fromEntries(Object.entries(fields).filter(([, value]) => value !== undefined)),
@@ -406,15 +394,9 @@ export async function editJob(
           : putDue(engine, entry),
       );
     }
-    return { items, result: () => null };
+    return { items, result: () => entry };
   });
-  const moved: DueEntry | null = entry;
-  if (
-    moved !== null &&
-    needsFastPath(new Date((moved as DueEntry).dueAt), now, engine.settings.lookaheadMs)
-  ) {
-    await dispatchNow(engine, moved, now);
-  }
+  await dispatchIfDueSoon(engine, moved);
   return getTenantJob(engine, tenantId, jobId);
 }
 

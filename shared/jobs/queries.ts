@@ -1,4 +1,4 @@
-import { QueryCommand } from "@aws-sdk/lib-dynamodb";
+import { QueryCommand, type QueryCommandInput } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { JobNotFoundError, RunNotFoundError } from "../errors.js";
 import { getJob, getRun } from "../execution/run-store.js";
@@ -23,17 +23,38 @@ export async function getTenantRun(engine: Engine, tenantId: string, runId: stri
   return run;
 }
 
-export async function listJobs(
+/** One page of a newest-first query, its cursor opaque to callers. */
+async function queryPage<T>(
+  engine: Engine,
+  query: Omit<QueryCommandInput, "ScanIndexForward" | "Limit" | "ExclusiveStartKey">,
+  options: { limit: number; cursor?: string },
+  decode: (item: Record<string, unknown>) => T,
+): Promise<Page<T>> {
+  const page = await engine.doc.send(
+    new QueryCommand({
+      ...query,
+      ScanIndexForward: false,
+      Limit: options.limit,
+      ExclusiveStartKey: decodeCursor(options.cursor),
+    }),
+  );
+  return { items: (page.Items ?? []).map(decode), nextCursor: encodeCursor(page.LastEvaluatedKey) };
+}
+
+/** The tenant's jobs, newest first (job ids are ULIDs, so descending key order is creation order). */
+export function listJobs(
   engine: Engine,
   tenantId: string,
   options: { status?: JobStatus; limit: number; cursor?: string },
 ): Promise<Page<Job>> {
-  const page = await engine.doc.send(
-    new QueryCommand({
+  const { status } = options;
+  return queryPage(
+    engine,
+    {
       TableName: engine.tables.jobs,
       IndexName: JOBS_BY_TENANT_INDEX,
       KeyConditionExpression: "tenantPk = :tenant",
-      ...(options.status
+      ...(status
         ? {
             FilterExpression: "#status = :status",
             ExpressionAttributeNames: { "#status": "status" },
@@ -41,61 +62,47 @@ export async function listJobs(
         : {}),
       ExpressionAttributeValues: {
         ":tenant": tenantPk(tenantId),
-        ...(options.status ? { ":status": options.status } : {}),
+        ...(status ? { ":status": status } : {}),
       },
-      // Job ids are ULIDs, so descending key order is newest first.
-      ScanIndexForward: false,
-      Limit: options.limit,
-      ExclusiveStartKey: decodeCursor(options.cursor),
-    }),
+    },
+    options,
+    decodeJob,
   );
-  return {
-    items: (page.Items ?? []).map(decodeJob),
-    nextCursor: encodeCursor(page.LastEvaluatedKey),
-  };
 }
 
 /** A job's runs, newest occurrence first. */
-export async function listRuns(
+export function listRuns(
   engine: Engine,
   jobId: string,
   options: { limit: number; cursor?: string },
 ): Promise<Page<Run>> {
-  const page = await engine.doc.send(
-    new QueryCommand({
+  return queryPage(
+    engine,
+    {
       TableName: engine.tables.runs,
       KeyConditionExpression: "pk = :pk AND begins_with(sk, :run)",
       ExpressionAttributeValues: { ":pk": jobPk(jobId), ":run": "RUN#" },
-      ScanIndexForward: false,
-      Limit: options.limit,
-      ExclusiveStartKey: decodeCursor(options.cursor),
-    }),
+    },
+    options,
+    decodeRun,
   );
-  return {
-    items: (page.Items ?? []).map(decodeRun),
-    nextCursor: encodeCursor(page.LastEvaluatedKey),
-  };
 }
 
 /** DEAD runs not yet replayed, newest first. */
-export async function listDeadLetters(
+export function listDeadLetters(
   engine: Engine,
   tenantId: string,
   options: { limit: number; cursor?: string },
 ): Promise<Page<Run>> {
-  const page = await engine.doc.send(
-    new QueryCommand({
+  return queryPage(
+    engine,
+    {
       TableName: engine.tables.runs,
       IndexName: RUNS_DEAD_LETTER_INDEX,
       KeyConditionExpression: "deadPk = :pk",
       ExpressionAttributeValues: { ":pk": deadLetterPk(tenantId) },
-      ScanIndexForward: false,
-      Limit: options.limit,
-      ExclusiveStartKey: decodeCursor(options.cursor),
-    }),
+    },
+    options,
+    decodeRun,
   );
-  return {
-    items: (page.Items ?? []).map(decodeRun),
-    nextCursor: encodeCursor(page.LastEvaluatedKey),
-  };
 }
