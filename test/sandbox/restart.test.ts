@@ -72,15 +72,6 @@ describe("sandbox restart", () => {
   it("loses nothing accepted, and what fell due while it was down follows each job's misfire policy", async () => {
     sandbox = await start();
     const inSeconds = (s: number) => new Date(Date.now() + s * 1000).toISOString();
-    const dueWhileDown = await api("POST", "/jobs", {
-      type: "noop",
-      schedule: { runAt: inSeconds(5) },
-    });
-    const inFlight = await api("POST", "/jobs", {
-      type: "sleep",
-      payload: { ms: 6000 },
-      schedule: { runAt: inSeconds(0) },
-    });
     const startAt = inSeconds(2).replace(/\.\d{3}Z$/, ".000Z");
     // Overlap allowed, so that what the catch-up does is the misfire policy's alone.
     const perSecond = async (misfirePolicy: string) =>
@@ -94,11 +85,23 @@ describe("sandbox restart", () => {
     const skip = await perSecond("skip");
     const fireOnce = await perSecond("fire_once");
     const fireAll = await perSecond("fire_all");
+    const dueWhileDown = await api("POST", "/jobs", {
+      type: "noop",
+      schedule: { runAt: inSeconds(8) },
+    });
+    // Created last, so it is still running when the sandbox stops however slow the creates were.
+    const inFlight = await api("POST", "/jobs", {
+      type: "sleep",
+      payload: { ms: 15_000 },
+      timeoutSeconds: 60,
+      schedule: { runAt: inSeconds(0) },
+    });
 
     // Let the sleep job start, then stop: it is released back to QUEUED after the 3 s grace.
     await waitFor(
       "the sleep run to start",
       async () => (await runsOf(String(inFlight.id)))[0]?.status === "RUNNING",
+      45_000,
     );
     await sandbox.stop();
     const stoppedAt = Date.now();
@@ -113,7 +116,7 @@ describe("sandbox restart", () => {
       async () =>
         (await runsOf(String(dueWhileDown.id))).some((r) => r.status === "SUCCEEDED") &&
         (await runsOf(String(inFlight.id))).some((r) => r.status === "SUCCEEDED"),
-      30_000,
+      60_000,
     );
     await sleep(3000);
     for (const job of [skip, fireOnce, fireAll])
@@ -166,5 +169,5 @@ describe("sandbox restart", () => {
       );
       expect(stuck).toEqual([]);
     }
-  }, 120_000);
+  }, 180_000);
 });
