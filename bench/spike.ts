@@ -1,0 +1,208 @@
+import { mkdir, writeFile } from "node:fs/promises";
+import { cpus, totalmem } from "node:os";
+import { join, resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+import { parseArgs } from "node:util";
+import { apiClient, type SandboxProcess, spawnSandbox } from "../test/support/sandbox-process.js";
+
+/**
+ * Spike: N one-off jobs, created ahead of time, all due on the same second.
+ * Reports the start lag (startedAt − scheduledFor) percentiles and the time
+ * to drain (last finishedAt − the due second). Talks to the API over HTTP
+ * only: a sandbox CLI it spawns, or SCHEDULER_API_URL with SCHEDULER_API_KEY.
+ */
+export interface SpikeOptions {
+  readonly jobs: number;
+  /** Sandbox worker concurrency (ignored with SCHEDULER_API_URL). */
+  readonly workers?: number;
+  /** Concurrent POSTs while creating. */
+  readonly concurrency?: number;
+  /** Lead time per job: the jobs are due this long (times N, plus 15 s) after the first create. */
+  readonly msPerCreate?: number;
+  readonly print?: (line: string) => void;
+  /** Where the JSON goes; null to write nothing. */
+  readonly resultsDir?: string | null;
+}
+
+export interface SpikeResult {
+  readonly jobs: number;
+  readonly succeeded: number;
+  readonly notSucceeded: number;
+  readonly dueAt: string;
+  readonly createSeconds: number;
+  readonly createPerSecond: number;
+  readonly lagMs: { p50: number; p95: number; p99: number; max: number; min: number };
+  readonly drainSeconds: number;
+  readonly workers: number;
+  readonly target: string;
+  readonly machine: string;
+  readonly measuredAt: string;
+}
+
+interface RunDto {
+  status: string;
+  scheduledFor: string;
+  startedAt: string | null;
+  finishedAt: string | null;
+}
+
+async function pool<T>(items: readonly T[], width: number, work: (item: T) => Promise<void>) {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(width, items.length) }, async () => {
+      while (next < items.length) {
+        const item = items[next++];
+        if (item !== undefined) await work(item);
+      }
+    }),
+  );
+}
+
+function percentile(sorted: readonly number[], p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  const index = Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1);
+  return sorted[Math.max(0, index)] ?? Number.NaN;
+}
+
+export async function runSpike(options: SpikeOptions): Promise<SpikeResult> {
+  const print = options.print ?? ((line: string) => console.log(line));
+  const workers = options.workers ?? 64;
+  const concurrency = options.concurrency ?? 8;
+  let sandbox: SandboxProcess | null = null;
+  let url = process.env.SCHEDULER_API_URL;
+  let key = process.env.SCHEDULER_API_KEY ?? "spike-key";
+  if (!url) {
+    key = "spike-key";
+    print(`starting a sandbox (${workers} workers)…`);
+    sandbox = await spawnSandbox({
+      workers,
+      tickSeconds: 1,
+      env: {
+        SCHEDULER_API_KEYS: `${key}=spike`,
+        // The widest lookahead, so that every job is claimed and enqueued (with its delay) at create.
+        LOOKAHEAD_SECONDS: "600",
+        // Late starts under the spike must still run, not be skipped as misfires.
+        MISFIRE_GRACE_SECONDS: "3600",
+      },
+    });
+    url = sandbox.url;
+  }
+  const api = apiClient(url, key);
+  try {
+    // DynamoDB Local took ~14 creates/s here (each create is two transactions); leave room for that.
+    const leadMs = 15_000 + options.jobs * (options.msPerCreate ?? 80);
+    const dueAt = new Date(Math.ceil((Date.now() + leadMs) / 1000) * 1000);
+    const due = dueAt.toISOString();
+    print(`creating ${options.jobs} one-off jobs due at ${due} (${concurrency} concurrent POSTs)…`);
+    const ids: string[] = [];
+    const createStart = Date.now();
+    await pool(
+      Array.from({ length: options.jobs }, (_, i) => i),
+      concurrency,
+      async (i) => {
+        for (let attempt = 1; ; attempt++) {
+          const response = await api<{ id: string }>("POST", "/jobs", {
+            name: `spike-${i}`,
+            type: "noop",
+            schedule: { runAt: due },
+          });
+          if (response.status === 201 || response.status === 200) {
+            ids.push(response.body.id);
+            return;
+          }
+          // Only a 503 (busy) is retried; a create that failed with a 5xx wrote nothing.
+          if (attempt >= 5 || response.status !== 503)
+            throw new Error(`create ${i}: ${response.status} ${JSON.stringify(response.body)}`);
+          await new Promise((r) => setTimeout(r, 200 * attempt));
+        }
+      },
+    );
+    const createSeconds = (Date.now() - createStart) / 1000;
+    print(
+      `created in ${createSeconds.toFixed(1)} s (${(options.jobs / createSeconds).toFixed(0)}/s), ` +
+        `${((dueAt.getTime() - Date.now()) / 1000).toFixed(1)} s before they are due`,
+    );
+    if (Date.now() >= dueAt.getTime())
+      throw new Error(
+        "creating the jobs took longer than the lead time; they were not ahead of time",
+      );
+
+    const finished = new Map<string, RunDto>();
+    const drainDeadline = dueAt.getTime() + 120_000 + options.jobs * 50;
+    await new Promise((r) => setTimeout(r, Math.max(0, dueAt.getTime() - Date.now() + 1000)));
+    while (finished.size < ids.length && Date.now() < drainDeadline) {
+      const pending = ids.filter((id) => !finished.has(id));
+      await pool(pending, concurrency, async (id) => {
+        const page = await api<{ items: RunDto[] }>("GET", `/jobs/${id}/runs?limit=10`);
+        const done = page.body.items?.find((r) => r.status !== "queued" && r.status !== "running");
+        if (done) finished.set(id, done);
+      });
+      if (finished.size < ids.length) {
+        print(`  ${finished.size}/${ids.length} finished`);
+        await new Promise((r) => setTimeout(r, 1000));
+      }
+    }
+    const runs = [...finished.values()];
+    const ok = runs.filter((r) => r.status === "succeeded");
+    const lags = ok
+      .map((r) => Date.parse(r.startedAt ?? "") - Date.parse(r.scheduledFor))
+      .sort((a, b) => a - b);
+    const lastFinish = Math.max(...ok.map((r) => Date.parse(r.finishedAt ?? "")));
+    const cpu = cpus();
+    const result: SpikeResult = {
+      jobs: options.jobs,
+      succeeded: ok.length,
+      notSucceeded: options.jobs - ok.length,
+      dueAt: due,
+      createSeconds,
+      createPerSecond: Math.round(options.jobs / createSeconds),
+      lagMs: {
+        p50: percentile(lags, 50),
+        p95: percentile(lags, 95),
+        p99: percentile(lags, 99),
+        max: lags.at(-1) ?? Number.NaN,
+        min: lags[0] ?? Number.NaN,
+      },
+      drainSeconds: (lastFinish - dueAt.getTime()) / 1000,
+      workers,
+      target: sandbox ? "sandbox (DynamoDB Local + fauxqs)" : url,
+      machine: `${cpu.length} × ${cpu[0]?.model ?? "cpu"}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`,
+      measuredAt: new Date().toISOString(),
+    };
+    print(
+      `spike N=${result.jobs}: succeeded ${result.succeeded}/${result.jobs}; start lag p50 ${result.lagMs.p50} ms, ` +
+        `p95 ${result.lagMs.p95} ms, p99 ${result.lagMs.p99} ms, max ${result.lagMs.max} ms; drained in ${result.drainSeconds.toFixed(1)} s`,
+    );
+    if (options.resultsDir !== null) {
+      const dir = resolve(options.resultsDir ?? join(import.meta.dirname, "results"));
+      await mkdir(dir, { recursive: true });
+      const file = join(
+        dir,
+        `spike-${result.jobs}-${result.measuredAt.replace(/[:.]/g, "-")}.json`,
+      );
+      await writeFile(file, `${JSON.stringify(result, null, 2)}\n`);
+      print(`wrote ${file}`);
+    }
+    return result;
+  } finally {
+    if (sandbox) await sandbox.stop();
+  }
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  const { values } = parseArgs({
+    options: {
+      jobs: { type: "string", default: "10000" },
+      workers: { type: "string", default: "64" },
+      concurrency: { type: "string", default: "8" },
+      "ms-per-create": { type: "string", default: "80" },
+    },
+  });
+  const result = await runSpike({
+    jobs: Number(values.jobs),
+    workers: Number(values.workers),
+    concurrency: Number(values.concurrency),
+    msPerCreate: Number(values["ms-per-create"]),
+  });
+  process.exit(result.notSucceeded === 0 ? 0 : 1);
+}

@@ -1,0 +1,476 @@
+import { randomBytes } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type Receiver, startReceiver, verifySignature } from "../support/receiver.js";
+import { apiClient, type SandboxProcess, spawnSandbox } from "../support/sandbox-process.js";
+import { waitFor } from "../support/wait.js";
+
+/**
+ * The scheduler's promises checked from outside: HTTP only, nothing imported
+ * from functions/ or shared/. By default a sandbox CLI is spawned on a free
+ * port with a fresh data directory. With SCHEDULER_API_URL the same
+ * assertions run against that URL, authenticated with bearer keys
+ * (SCHEDULER_API_KEY_A / _B; SigV4 for an IAM-authorized stack is not done
+ * yet), WEBHOOK_SECRET, and a receiver the target can reach
+ * (SCHEDULER_E2E_RECEIVER_URL, forwarded to the local receiver's port).
+ */
+
+interface Run {
+  runId: string;
+  jobId: string;
+  scheduledFor: string;
+  dueAt: string;
+  attempt: number;
+  status: string;
+  startedAt: string | null;
+  finishedAt: string | null;
+  workerId: string | null;
+  error: string | null;
+  reason: string | null;
+}
+interface Job {
+  id: string;
+  status: string;
+  version: number;
+  nextRunAt: string | null;
+  schedule: Record<string, string>;
+}
+interface Page<T> {
+  items: T[];
+  nextCursor: string | null;
+}
+
+const remote = process.env.SCHEDULER_API_URL;
+const KEY_A = remote ? (process.env.SCHEDULER_API_KEY_A ?? "") : "e2e-key-a";
+const KEY_B = remote ? (process.env.SCHEDULER_API_KEY_B ?? "") : "e2e-key-b";
+const SECRET = process.env.WEBHOOK_SECRET ?? randomBytes(16).toString("hex");
+
+let sandbox: SandboxProcess | null = null;
+let receiver: Receiver;
+let hookUrl: string;
+let baseUrl: string;
+let asA: ReturnType<typeof apiClient>;
+let asB: ReturnType<typeof apiClient>;
+/** Jobs whose webhooks the receiver refuses with a 400 (dead at once). */
+const refuse = new Set<string>();
+/** Jobs whose first delivery gets a 503 (retried with the same Idempotency-Key). */
+const flaky = new Set<string>();
+
+beforeAll(async () => {
+  receiver = await startReceiver({
+    secret: SECRET,
+    statusFor: ({ idempotencyKey, attempt }) => {
+      const jobId = idempotencyKey.split("@")[0] ?? "";
+      if (refuse.has(jobId)) return 400;
+      if (flaky.has(jobId) && attempt === 1) return 503;
+      return 200;
+    },
+  });
+  hookUrl = process.env.SCHEDULER_E2E_RECEIVER_URL ?? receiver.url;
+  let url = remote;
+  if (!url) {
+    sandbox = await spawnSandbox({
+      tickSeconds: 1,
+      workers: 16,
+      env: {
+        SCHEDULER_API_KEYS: `${KEY_A}=e2e-tenant-a,${KEY_B}=e2e-tenant-b`,
+        WEBHOOK_SECRET: SECRET,
+        LEASE_SECONDS: "6",
+        LOOKAHEAD_SECONDS: "60",
+      },
+    });
+    url = sandbox.url;
+  }
+  baseUrl = url;
+  asA = apiClient(url, KEY_A);
+  asB = apiClient(url, KEY_B);
+}, 120_000);
+
+afterAll(async () => {
+  await receiver?.close();
+  if (sandbox) {
+    // The CLI must stop on SIGINT by itself, within the shutdown grace, and exit 0.
+    const code = await sandbox.stop(20_000);
+    expect(code).toBe(0);
+  }
+}, 30_000);
+
+const inMs = (ms: number) => new Date(Date.now() + ms).toISOString();
+
+async function create(body: Record<string, unknown>, api = asA): Promise<Job> {
+  const response = await api<Job>("POST", "/jobs", body);
+  if (response.status !== 201)
+    throw new Error(`create: ${response.status} ${JSON.stringify(response.body)}`);
+  return response.body;
+}
+
+async function runsOf(jobId: string, api = asA): Promise<Run[]> {
+  const runs: Run[] = [];
+  let cursor: string | null = null;
+  do {
+    const query: string = cursor ? `&cursor=${encodeURIComponent(cursor)}` : "";
+    const page = await api<Page<Run>>("GET", `/jobs/${jobId}/runs?limit=100${query}`);
+    expect(page.status).toBe(200);
+    runs.push(...page.body.items);
+    cursor = page.body.nextCursor;
+  } while (cursor);
+  return runs;
+}
+
+const succeeded = (runs: Run[]) => runs.filter((r) => r.status === "succeeded");
+const lagMs = (run: Run) => Date.parse(run.startedAt ?? "") - Date.parse(run.scheduledFor);
+
+async function waitForRuns(jobId: string, what: (runs: Run[]) => boolean, timeoutMs = 20_000) {
+  return waitFor(
+    `runs of ${jobId}`,
+    async () => {
+      const runs = await runsOf(jobId);
+      return what(runs) ? runs : false;
+    },
+    timeoutMs,
+    250,
+  );
+}
+
+describe("schedules run on time", () => {
+  it("a one-off job starts within 1 s of its runAt", async () => {
+    const runAt = inMs(3000);
+    const job = await create({ type: "noop", schedule: { runAt } });
+    expect(job.schedule).toEqual({ runAt });
+    const [run] = await waitForRuns(job.id, (runs) => succeeded(runs).length === 1);
+    expect(run?.scheduledFor).toBe(runAt);
+    const lag = run ? lagMs(run) : Number.NaN;
+    expect(lag).toBeGreaterThanOrEqual(0);
+    expect(lag).toBeLessThan(1000);
+    await waitFor(
+      "the job to complete",
+      async () => (await asA<Job>("GET", `/jobs/${job.id}`)).body.status === "completed",
+    );
+  });
+
+  it("a cron with a seconds field fires on those seconds", async () => {
+    const second = (offset: number) => new Date(Date.now() + offset * 1000).getUTCSeconds();
+    const seconds = [second(3), second(6)].sort((a, b) => a - b);
+    const job = await create({
+      type: "noop",
+      schedule: { cron: `${seconds.join(",")} * * * * *`, timezone: "UTC" },
+    });
+    const runs = await waitForRuns(job.id, (r) => succeeded(r).length >= 2);
+    await asA("POST", `/jobs/${job.id}/cancel`);
+    for (const run of succeeded(runs)) {
+      const at = new Date(run.scheduledFor);
+      expect(seconds).toContain(at.getUTCSeconds());
+      expect(at.getUTCMilliseconds()).toBe(0);
+      expect(lagMs(run)).toBeLessThan(1000);
+    }
+  });
+
+  it("an every schedule fires at startAt and each interval after it", async () => {
+    const startAt = new Date(Math.ceil((Date.now() + 2000) / 1000) * 1000).toISOString();
+    const job = await create({ type: "noop", schedule: { every: "PT2S", startAt } });
+    expect(job.schedule).toEqual({ every: "PT2S", startAt });
+    const runs = await waitForRuns(job.id, (r) => succeeded(r).length >= 3);
+    await asA("POST", `/jobs/${job.id}/cancel`);
+    const times = succeeded(runs)
+      .map((r) => Date.parse(r.scheduledFor))
+      .sort((a, b) => a - b);
+    expect(times[0]).toBe(Date.parse(startAt));
+    for (const [i, t] of times.entries()) expect(t - Date.parse(startAt)).toBe(i * 2000);
+    // Without startAt it starts now, and the stored job says when.
+    const now = await create({ type: "noop", schedule: { every: "PT1H" } });
+    expect(Date.parse(now.schedule.startAt ?? "")).toBeLessThanOrEqual(Date.now());
+    await asA("POST", `/jobs/${now.id}/cancel`);
+  });
+});
+
+describe("webhooks", () => {
+  it("a delivery carries the payload, the occurrence key, and a signature that verifies", async () => {
+    const runAt = inMs(1500);
+    const payload = { invoice: 42, note: "ünïcode" };
+    const job = await create({
+      type: "http",
+      schedule: { runAt },
+      payload,
+      target: { url: hookUrl },
+    });
+    const [run] = await waitForRuns(job.id, (r) => succeeded(r).length === 1);
+    const delivery = receiver.deliveries.find((d) => d.jobId === job.id);
+    expect(delivery).toBeDefined();
+    if (!delivery || !run) return;
+    expect(JSON.parse(delivery.body)).toEqual(payload);
+    expect(delivery.idempotencyKey).toBe(`${job.id}@${runAt}`);
+    expect(delivery.runId).toBe(run.runId);
+    expect(delivery.attempt).toBe(1);
+    expect(delivery.signatureValid).toBe(true);
+    // The documented algorithm, and nothing else, accepts it.
+    const now = Math.floor(Date.now() / 1000);
+    expect(verifySignature(SECRET, delivery.signature, delivery.body, now)).toBe(true);
+    expect(verifySignature(`${SECRET}x`, delivery.signature, delivery.body, now)).toBe(false);
+    expect(verifySignature(SECRET, delivery.signature, `${delivery.body} `, now)).toBe(false);
+  });
+
+  it("a 503 is retried with the same Idempotency-Key; a 400 is dead at once", async () => {
+    const retry = { maxAttempts: 3, initialDelaySeconds: 1, maxDelaySeconds: 1 };
+    const flakyJob = await create({
+      type: "http",
+      schedule: { runAt: inMs(500) },
+      target: { url: hookUrl },
+      retry,
+    });
+    flaky.add(flakyJob.id);
+    const refusedJob = await create({
+      type: "http",
+      schedule: { runAt: inMs(500) },
+      target: { url: hookUrl },
+      retry,
+    });
+    refuse.add(refusedJob.id);
+    const runs = await waitForRuns(flakyJob.id, (r) => succeeded(r).length === 1);
+    expect(runs.map((r) => [r.attempt, r.status]).sort()).toEqual([
+      [1, "failed"],
+      [2, "succeeded"],
+    ]);
+    const keys = receiver.deliveries
+      .filter((d) => d.jobId === flakyJob.id)
+      .map((d) => d.idempotencyKey);
+    expect(keys).toHaveLength(2);
+    expect(new Set(keys).size).toBe(1);
+    const refused = await waitForRuns(refusedJob.id, (r) => r.some((x) => x.status === "dead"));
+    expect(refused).toHaveLength(1);
+    expect(refused[0]?.attempt).toBe(1);
+    expect(refused[0]?.error).toMatch(/400/);
+  });
+});
+
+describe("failures, dead letters and replay", () => {
+  it("retries to the dead letter list, and a replay runs the occurrence again", async () => {
+    const job = await create({
+      type: "fail",
+      payload: { times: 2 },
+      schedule: { runAt: inMs(500) },
+      retry: { maxAttempts: 2, initialDelaySeconds: 1, maxDelaySeconds: 1 },
+    });
+    const runs = await waitForRuns(job.id, (r) => r.some((x) => x.status === "dead"));
+    expect(runs.map((r) => [r.attempt, r.status]).sort()).toEqual([
+      [1, "failed"],
+      [2, "dead"],
+    ]);
+    const dead = runs.find((r) => r.status === "dead");
+    if (!dead) throw new Error("no dead run");
+    const letters = await asA<Page<Run>>("GET", "/dead-letters?limit=100");
+    expect(letters.body.items.map((r) => r.runId)).toContain(dead.runId);
+
+    const replay = await asA<Run>("POST", `/dead-letters/${dead.runId}/replay`);
+    expect(replay.status).toBe(202);
+    expect(replay.headers.get("location")).toBe(`/jobs/${job.id}/runs/${replay.body.runId}`);
+    expect(replay.body.attempt).toBe(3);
+    expect(replay.body.scheduledFor).toBe(dead.scheduledFor);
+    const after = await waitForRuns(job.id, (r) => succeeded(r).length === 1);
+    expect(succeeded(after)[0]?.attempt).toBe(3);
+    expect((await asA("POST", `/dead-letters/${dead.runId}/replay`)).status).toBe(409);
+    const lettersAfter = await asA<Page<Run>>("GET", "/dead-letters?limit=100");
+    expect(lettersAfter.body.items.map((r) => r.runId)).not.toContain(dead.runId);
+  });
+});
+
+describe("lifecycle", () => {
+  it("pause stops runs, resume brings them back, cancel ends the job, trigger runs it once now", async () => {
+    const job = await create({
+      type: "noop",
+      schedule: { every: "PT1S" },
+      overlapPolicy: "allow",
+      maxConcurrent: 5,
+    });
+    await waitForRuns(job.id, (r) => succeeded(r).length >= 2);
+    const paused = await asA<Job>("POST", `/jobs/${job.id}/pause`);
+    expect(paused.status).toBe(200);
+    expect(paused.body.status).toBe("paused");
+    expect((await asA<Job>("POST", `/jobs/${job.id}/pause`)).status).toBe(200);
+    const pausedAt = Date.now();
+    await new Promise((resolve) => setTimeout(resolve, 3000));
+    // Runs claimed before the pause may still be in the queue; they start as skipped, never succeed.
+    const whilePaused = (await runsOf(job.id)).filter(
+      (r) => Date.parse(r.scheduledFor) > pausedAt + 1000 && r.status === "succeeded",
+    );
+    expect(whilePaused).toEqual([]);
+
+    const resumed = await asA<Job>("POST", `/jobs/${job.id}/resume`);
+    expect(resumed.body.status).toBe("active");
+    const resumedAt = Date.now();
+    await waitForRuns(job.id, (r) =>
+      succeeded(r).some((x) => Date.parse(x.scheduledFor) > resumedAt),
+    );
+
+    const cancelled = await asA<Job>("POST", `/jobs/${job.id}/cancel`);
+    expect(cancelled.body.status).toBe("cancelled");
+    expect((await asA("POST", `/jobs/${job.id}/resume`)).status).toBe(409);
+    const cancelledAt = Date.now();
+    await new Promise((resolve) => setTimeout(resolve, 2500));
+    const afterCancel = (await runsOf(job.id)).filter(
+      (r) => Date.parse(r.scheduledFor) > cancelledAt + 1000 && r.status === "succeeded",
+    );
+    expect(afterCancel).toEqual([]);
+
+    const later = await create({ type: "noop", schedule: { runAt: inMs(3_600_000) } });
+    const trigger = await asA<Run>("POST", `/jobs/${later.id}/trigger`);
+    expect(trigger.status).toBe(202);
+    expect(trigger.headers.get("location")).toBe(`/jobs/${later.id}/runs/${trigger.body.runId}`);
+    const [run] = await waitForRuns(later.id, (r) => succeeded(r).length === 1);
+    expect(run?.runId).toBe(trigger.body.runId);
+    const stillScheduled = await asA<Job>("GET", `/jobs/${later.id}`);
+    expect(stillScheduled.body.status).toBe("active");
+    expect(stillScheduled.body.nextRunAt).toBe(later.schedule.runAt);
+    await asA("POST", `/jobs/${later.id}/cancel`);
+  });
+
+  it("edits need the current version in If-Match and take effect", async () => {
+    const job = await create({ type: "noop", schedule: { runAt: inMs(3_600_000) } });
+    const got = await asA<Job>("GET", `/jobs/${job.id}`);
+    expect(got.headers.get("etag")).toBe('"1"');
+    const runAt = inMs(2000);
+    const edit = { schedule: { runAt } };
+    expect((await asA("PATCH", `/jobs/${job.id}`, edit)).status).toBe(428);
+    const renamed = await asA<Job>(
+      "PATCH",
+      `/jobs/${job.id}`,
+      { name: "renamed" },
+      { "If-Match": '"1"' },
+    );
+    expect(renamed.status).toBe(200);
+    expect(renamed.headers.get("etag")).toBe('"2"');
+    const stale = await asA("PATCH", `/jobs/${job.id}`, edit, { "If-Match": '"1"' });
+    expect(stale.status).toBe(412);
+    expect(stale.headers.get("etag")).toBe('"2"');
+    const edited = await asA<Job>("PATCH", `/jobs/${job.id}`, edit, { "If-Match": 'W/"2"' });
+    expect(edited.status).toBe(200);
+    expect(edited.body.version).toBe(3);
+    // Due inside the lookahead, the edit claims the occurrence at once, so nextRunAt has moved past it.
+    expect(edited.body.schedule).toEqual({ runAt });
+    const [run] = await waitForRuns(job.id, (r) => succeeded(r).length === 1);
+    expect(run?.scheduledFor).toBe(runAt);
+    expect(lagMs(run as Run)).toBeLessThan(1000);
+  });
+});
+
+describe("history", () => {
+  it("runs and jobs page with cursors, newest first, nothing repeated or missing", async () => {
+    const job = await create({ type: "noop", schedule: { runAt: inMs(3_600_000) } });
+    const triggered: string[] = [];
+    for (let i = 0; i < 7; i++) {
+      triggered.push((await asA<Run>("POST", `/jobs/${job.id}/trigger`)).body.runId);
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    await waitForRuns(job.id, (r) => succeeded(r).length === 7);
+    const seen: Run[] = [];
+    let cursor: string | null = null;
+    let pages = 0;
+    do {
+      const query: string = cursor ? `&cursor=${encodeURIComponent(cursor)}` : "";
+      const page = await asA<Page<Run>>("GET", `/jobs/${job.id}/runs?limit=3${query}`);
+      expect(page.body.items.length).toBeLessThanOrEqual(3);
+      seen.push(...page.body.items);
+      cursor = page.body.nextCursor;
+      pages++;
+    } while (cursor);
+    expect(pages).toBeGreaterThanOrEqual(3);
+    expect(seen.map((r) => r.runId).sort()).toEqual([...triggered].sort());
+    const times = seen.map((r) => r.scheduledFor);
+    expect(times).toEqual([...times].sort().reverse());
+    for (const run of seen) {
+      expect(run.startedAt).not.toBeNull();
+      expect(run.finishedAt).not.toBeNull();
+      expect(run.workerId).not.toBeNull();
+    }
+    const one = await asA<Run>("GET", `/jobs/${job.id}/runs/${seen[0]?.runId}`);
+    expect(one.body).toEqual(seen[0]);
+
+    const ids: string[] = [];
+    cursor = null;
+    do {
+      const query: string = cursor ? `&cursor=${encodeURIComponent(cursor)}` : "";
+      const page = await asA<Page<Job>>("GET", `/jobs?limit=4${query}`);
+      ids.push(...page.body.items.map((j) => j.id));
+      cursor = page.body.nextCursor;
+    } while (cursor);
+    expect(new Set(ids).size).toBe(ids.length);
+    expect(ids).toContain(job.id);
+    await asA("POST", `/jobs/${job.id}/cancel`);
+  });
+});
+
+describe("previews", () => {
+  it("a Berlin cron across the 2027 spring-forward and fall-back transitions", async () => {
+    const spring = await asA<{ timezone: string; occurrences: { utc: string; local: string }[] }>(
+      "POST",
+      "/schedules/preview",
+      { schedule: { cron: "30 2 27-29 3 *", timezone: "Europe/Berlin" }, count: 3 },
+    );
+    expect(spring.status).toBe(200);
+    expect(spring.body.timezone).toBe("Europe/Berlin");
+    // 02:30 does not exist on 2027-03-28: it runs once, at the same offset into the new hour.
+    expect(spring.body.occurrences).toEqual([
+      { utc: "2027-03-27T01:30:00.000Z", local: "2027-03-27T02:30:00.000+01:00" },
+      { utc: "2027-03-28T01:30:00.000Z", local: "2027-03-28T03:30:00.000+02:00" },
+      { utc: "2027-03-29T00:30:00.000Z", local: "2027-03-29T02:30:00.000+02:00" },
+    ]);
+    // 02:30 happens twice on 2027-10-31: it runs once, the first time.
+    const fall = await asA<{ occurrences: { utc: string; local: string }[] }>(
+      "POST",
+      "/schedules/preview",
+      { schedule: { cron: "30 2 31 10 *", timezone: "Europe/Berlin" }, count: 1 },
+    );
+    expect(fall.body.occurrences).toEqual([
+      { utc: "2027-10-31T00:30:00.000Z", local: "2027-10-31T02:30:00.000+02:00" },
+    ]);
+    const invalid = await asA<{ error: { code: string; field: string } }>(
+      "POST",
+      "/schedules/preview",
+      {
+        schedule: { cron: "0 9 * * *", timezone: "CET" },
+      },
+    );
+    expect(invalid.status).toBe(400);
+    expect(invalid.body.error.field).toBe("schedule.timezone");
+  });
+});
+
+describe("tenants", () => {
+  it("another tenant sees none of it: 404 everywhere, never 403", async () => {
+    const job = await create({
+      type: "fail",
+      payload: { retryable: false },
+      schedule: { runAt: inMs(300) },
+      retry: { maxAttempts: 1 },
+    });
+    const [dead] = await waitForRuns(job.id, (r) => r.some((x) => x.status === "dead"));
+    if (!dead) throw new Error("no dead run");
+    const asOther = [
+      ["GET", `/jobs/${job.id}`],
+      ["GET", `/jobs/${job.id}/runs`],
+      ["GET", `/jobs/${job.id}/runs/${dead.runId}`],
+      ["GET", `/jobs/${job.id}/preview`],
+      ["POST", `/jobs/${job.id}/pause`],
+      ["POST", `/jobs/${job.id}/trigger`],
+      ["POST", `/jobs/${job.id}/cancel`],
+      ["POST", `/dead-letters/${dead.runId}/replay`],
+    ] as const;
+    for (const [method, path] of asOther)
+      expect([method, path, (await asB(method, path)).status]).toEqual([method, path, 404]);
+    expect(
+      (await asB("PATCH", `/jobs/${job.id}`, { name: "x" }, { "If-Match": '"1"' })).status,
+    ).toBe(404);
+    const listed = await asB<Page<Job>>("GET", "/jobs?limit=100");
+    expect(listed.body.items.map((j) => j.id)).not.toContain(job.id);
+    const letters = await asB<Page<Run>>("GET", "/dead-letters?limit=100");
+    expect(letters.body.items.map((r) => r.runId)).not.toContain(dead.runId);
+    // A's job is untouched.
+    const mine = await asA<Job>("GET", `/jobs/${job.id}`);
+    expect(mine.body.version).toBe(1);
+    expect(
+      (await asA<Page<Run>>("GET", "/dead-letters?limit=100")).body.items.map((r) => r.runId),
+    ).toContain(dead.runId);
+    expect(
+      (await apiClient(baseUrl, "no-such-key")("GET", "/jobs").catch(() => ({ status: 401 })))
+        .status,
+    ).toBe(401);
+  });
+});

@@ -1,0 +1,137 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+
+/** The sandbox CLI (`npm start`) as a child process: what a user runs, reached only over HTTP. */
+export interface SandboxProcess {
+  readonly url: string;
+  readonly dataDir: string;
+  /** Everything it printed so far, stdout and stderr. */
+  readonly output: string[];
+  /** SIGINT, then the exit code (null if it had to be killed after `timeoutMs`). */
+  stop(timeoutMs?: number): Promise<number | null>;
+}
+
+export interface SandboxProcessOptions {
+  readonly env?: Readonly<Record<string, string>>;
+  readonly tickSeconds?: number;
+  readonly workers?: number;
+  readonly startTimeoutMs?: number;
+  /** Keep the data directory after stop (default: removed). */
+  readonly keepData?: boolean;
+}
+
+const REPO = resolve(import.meta.dirname, "../..");
+const READY = /scheduler sandbox ready at (http:\/\/\S+)/;
+
+export async function spawnSandbox(options: SandboxProcessOptions = {}): Promise<SandboxProcess> {
+  const dataDir = await mkdtemp(join(tmpdir(), "scheduler-e2e-"));
+  const child: ChildProcess = spawn(
+    process.execPath,
+    [
+      join(REPO, "node_modules/tsx/dist/cli.mjs"),
+      join(REPO, "infra/sandbox/main.ts"),
+      "--port",
+      "0",
+      "--data-dir",
+      dataDir,
+      "--tick-seconds",
+      String(options.tickSeconds ?? 1),
+      "--workers",
+      String(options.workers ?? 16),
+    ],
+    {
+      cwd: REPO,
+      env: {
+        ...process.env,
+        AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: "true",
+        ...options.env,
+      },
+      stdio: ["ignore", "pipe", "pipe"],
+    },
+  );
+  const output: string[] = [];
+  const exited = new Promise<number | null>((done) => child.once("exit", (code) => done(code)));
+  const url = await new Promise<string>((done, fail) => {
+    const timer = setTimeout(
+      () =>
+        fail(
+          new Error(
+            `sandbox not ready after ${options.startTimeoutMs ?? 90_000} ms:\n${output.join("")}`,
+          ),
+        ),
+      options.startTimeoutMs ?? 90_000,
+    );
+    const onData = (chunk: Buffer) => {
+      const text = chunk.toString("utf8");
+      output.push(text);
+      const match = READY.exec(output.join(""));
+      if (match?.[1]) {
+        clearTimeout(timer);
+        done(match[1]);
+      }
+    };
+    child.stdout?.on("data", onData);
+    child.stderr?.on("data", onData);
+    void exited.then((code) => {
+      clearTimeout(timer);
+      fail(new Error(`sandbox exited (${code}) before it was ready:\n${output.join("")}`));
+    });
+  }).catch(async (error: unknown) => {
+    child.kill("SIGKILL");
+    await rm(dataDir, { recursive: true, force: true });
+    throw error;
+  });
+
+  let stopped: Promise<number | null> | null = null;
+  return {
+    url,
+    dataDir,
+    output,
+    stop(timeoutMs = 30_000) {
+      stopped ??= (async () => {
+        child.kill("SIGINT");
+        const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
+        const code = await exited;
+        clearTimeout(timer);
+        if (!options.keepData) await rm(dataDir, { recursive: true, force: true });
+        return code;
+      })();
+      return stopped;
+    },
+  };
+}
+
+/** A minimal client for the documented API: bearer auth locally, JSON in and out. */
+export interface ApiResponse<T = Record<string, unknown>> {
+  readonly status: number;
+  readonly headers: Headers;
+  readonly body: T;
+}
+
+export function apiClient(baseUrl: string, key: string) {
+  const base = baseUrl.replace(/\/$/, "");
+  return async function api<T = Record<string, unknown>>(
+    method: string,
+    path: string,
+    body?: unknown,
+    headers: Record<string, string> = {},
+  ): Promise<ApiResponse<T>> {
+    const response = await fetch(`${base}${path}`, {
+      method,
+      headers: {
+        Authorization: `Bearer ${key}`,
+        ...(body === undefined ? {} : { "Content-Type": "application/json" }),
+        ...headers,
+      },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    const text = await response.text();
+    return {
+      status: response.status,
+      headers: response.headers,
+      body: (text ? JSON.parse(text) : null) as T,
+    };
+  };
+}
