@@ -1,0 +1,172 @@
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+
+/**
+ * Scale on paper: N one-off jobs all due at 00:00:00. Arithmetic, not a
+ * measurement: every rate below is an input, printed with the result.
+ *
+ * Claim side. Due entries of one shard and minute share one partition key
+ * (DUE#minute#shard), so deleting them (inside each claim transaction) is
+ * bounded by that partition's 1,000 WCU/s; the query reading them by its
+ * 3,000 RCU/s. Claims for 00:00 can start with the first tick whose horizon
+ * reaches that minute: up to `lookahead` before (minus up to a tick).
+ * Start side. At 00:00 every run is started by a worker: one strongly
+ * consistent GetItem and one UpdateItem per run before the handler, then a
+ * finish transaction; these go to the jobs and runs tables' many partitions,
+ * so the table-level ceiling and the worker pool decide.
+ */
+
+interface Inputs {
+  readonly jobs: number;
+  /** Write units a claim spends on the bucket partition (the due entry's delete, transactional). */
+  readonly bucketWcuPerClaim: number;
+  /** All write units of one claim (job update, run put, GSIs…). */
+  readonly wruPerClaim: number;
+  /** Write units a worker spends before the handler starts (start UpdateItem). */
+  readonly startWruPerRun: number;
+  /** All write units of the worker per run. */
+  readonly workerWruPerRun: number;
+  readonly dueEntryBytes: number;
+  /** Per-table ceiling, write units/s (the default account quota for an on-demand table is 40,000). */
+  readonly tableWruPerSecond: number;
+  /** Claims in flight per dispatcher pass and the latency of one claim transaction on AWS. */
+  readonly claimConcurrency: number;
+  readonly claimLatencyMs: number;
+  /** Worker: runs started per second by the pool (concurrency × batch / invocation seconds). */
+  readonly workerConcurrency: number;
+  readonly batchSize: number;
+  readonly invocationMs: number;
+}
+
+function measuredDefaults(): Partial<Inputs> {
+  const dir = join(import.meta.dirname, "results");
+  let files: string[] = [];
+  try {
+    files = readdirSync(dir).filter((f) => f.endsWith("-requests.json"));
+  } catch {
+    return {};
+  }
+  const latest = files.sort().at(-1);
+  if (!latest) return {};
+  const raw: unknown = JSON.parse(readFileSync(join(dir, latest), "utf8"));
+  const scenarios =
+    typeof raw === "object" && raw !== null && "scenarios" in raw && Array.isArray(raw.scenarios)
+      ? (raw.scenarios as {
+          id: string;
+          ops: { side: string; op: string; unitsPerRun: number }[];
+        }[])
+      : [];
+  const b = scenarios.find((s) => s.id === "b");
+  if (!b) return {};
+  const units = (side: string, op: string) =>
+    b.ops.find((o) => o.side === side && o.op === op)?.unitsPerRun ?? Number.NaN;
+  const worker = b.ops
+    .filter(
+      (o) => o.side === "worker" && o.op.startsWith("DynamoDB.") && o.op !== "DynamoDB.GetItem",
+    )
+    .reduce((s, o) => s + o.unitsPerRun, 0);
+  return {
+    wruPerClaim: units("dispatcher", "DynamoDB.TransactWriteItems"),
+    workerWruPerRun: worker,
+  };
+}
+
+const defaults: Inputs = {
+  jobs: 1_000_000,
+  bucketWcuPerClaim: 2,
+  wruPerClaim: 10,
+  startWruPerRun: 2,
+  workerWruPerRun: 14,
+  dueEntryBytes: 600,
+  tableWruPerSecond: 40_000,
+  claimConcurrency: 16,
+  claimLatencyMs: 15,
+  workerConcurrency: 1_250,
+  batchSize: 10,
+  invocationMs: 100,
+  ...measuredDefaults(),
+};
+
+interface ClaimPlan {
+  readonly shards: number;
+  readonly lookaheadS: number;
+  readonly perShard: number;
+  readonly shardRate: number;
+  readonly limitedBy: string;
+  readonly claimSeconds: number;
+  /** Worst case: the first tick that sees the bucket comes up to 60 s after it could. */
+  readonly windowSeconds: number;
+  readonly claimedBeforeDue: number;
+  readonly bucketRcu: number;
+}
+
+export function claimPlan(input: Inputs, shards: number, lookaheadS: number): ClaimPlan {
+  const perShard = input.jobs / shards;
+  const partitionRate = 1_000 / input.bucketWcuPerClaim;
+  const dispatcherRate = input.claimConcurrency / (input.claimLatencyMs / 1000);
+  const tableRate = input.tableWruPerSecond / input.wruPerClaim / shards;
+  const shardRate = Math.min(partitionRate, dispatcherRate, tableRate);
+  const limitedBy =
+    shardRate === partitionRate
+      ? "bucket partition 1,000 WCU/s"
+      : shardRate === dispatcherRate
+        ? "dispatcher claim concurrency"
+        : "table write ceiling";
+  const claimSeconds = perShard / shardRate;
+  const windowSeconds = Math.max(0, lookaheadS - 60);
+  return {
+    shards,
+    lookaheadS,
+    perShard,
+    shardRate,
+    limitedBy,
+    claimSeconds,
+    windowSeconds,
+    claimedBeforeDue: Math.min(1, windowSeconds / claimSeconds),
+    bucketRcu: (perShard * input.dueEntryBytes) / 4096,
+  };
+}
+
+export function startSide(input: Inputs) {
+  const poolRate = (input.workerConcurrency * input.batchSize) / (input.invocationMs / 1000);
+  const startWriteRate = input.tableWruPerSecond / input.startWruPerRun;
+  const sustainedRate = input.tableWruPerSecond / input.workerWruPerRun;
+  const rate = Math.min(poolRate, startWriteRate, sustainedRate);
+  return {
+    poolRate,
+    startWriteRate,
+    sustainedRate,
+    rate,
+    p99LagSeconds: (0.99 * input.jobs) / rate,
+    neededTableWruPerSecond: input.jobs * input.workerWruPerRun,
+    neededConcurrency: (input.jobs / input.batchSize) * (input.invocationMs / 1000),
+  };
+}
+
+const n = (x: number, d = 0) => x.toLocaleString("en-US", { maximumFractionDigits: d });
+
+export function report(input: Inputs = defaults): string {
+  const lines = [
+    `Inputs: ${n(input.jobs)} jobs due at 00:00:00; claim = ${n(input.wruPerClaim, 1)} WRU (${input.bucketWcuPerClaim} on the bucket partition); worker = ${n(input.workerWruPerRun, 1)} WRU/run (${input.startWruPerRun} before the handler); table ceiling ${n(input.tableWruPerSecond)} WRU/s; ${input.claimConcurrency} claims in flight × ${input.claimLatencyMs} ms; ${n(input.workerConcurrency)} workers × batch ${input.batchSize} × ${input.invocationMs} ms.`,
+    "",
+    "| S | lookahead | entries per bucket | claims/s per shard | limited by | time to claim | window (lookahead − a tick) | claimed before 00:00 | bucket query RCU |",
+    "|---|---|---|---|---|---|---|---|---|",
+  ];
+  for (const shards of [8, 16, 32, 64, 128]) {
+    for (const lookahead of [300, 600]) {
+      const p = claimPlan(input, shards, lookahead);
+      lines.push(
+        `| ${shards} | ${lookahead} s | ${n(p.perShard)} | ${n(p.shardRate)} | ${p.limitedBy} | ${n(p.claimSeconds)} s | ${p.windowSeconds} s | ${n(p.claimedBeforeDue * 100)} % | ${n(p.bucketRcu)} |`,
+      );
+    }
+  }
+  const s = startSide(input);
+  lines.push(
+    "",
+    `Start side at 00:00: worker pool ${n(s.poolRate)} starts/s; start writes under the table ceiling ${n(s.startWriteRate)}/s; all worker writes ${n(s.sustainedRate)}/s → p99 start lag ≈ ${n(s.p99LagSeconds, 1)} s.`,
+    `For p99 < 1 s: ${n(s.neededTableWruPerSecond)} WRU/s on the tables for that second and ${n(s.neededConcurrency)} concurrent worker invocations already running.`,
+  );
+  return lines.join("\n");
+}
+
+if (process.argv[1]?.endsWith("simulate-spike.ts")) console.log(report());
