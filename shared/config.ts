@@ -20,6 +20,8 @@ export const ENV = {
   webhookSecret: "WEBHOOK_SECRET",
   webhookSecretArn: "WEBHOOK_SECRET_ARN",
   allowPrivateTargets: "ALLOW_PRIVATE_TARGETS",
+  /** How the API Lambda finds the caller's tenant: "iam" (default) or "jwt" (claims). */
+  apiAuth: "API_AUTH",
 } as const;
 
 export interface EngineSettings {

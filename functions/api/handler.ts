@@ -1,22 +1,32 @@
 import { handle } from "hono/aws-lambda";
 import { createApiApp } from "../../shared/api/app.js";
-import { defaultTenantOfPrincipal, iamAuthenticator } from "../../shared/api/auth.js";
+import {
+  defaultTenantOfClaims,
+  defaultTenantOfPrincipal,
+  iamAuthenticator,
+  jwtAuthenticator,
+} from "../../shared/api/auth.js";
+import { ENV } from "../../shared/config.js";
 import { BUILT_IN_TYPES } from "../../shared/execution/handlers.js";
 import { engineFromEnv, powertoolsObservability } from "../../shared/runtime.js";
 import { customHandlers } from "../worker/handlers/index.js";
 
 /**
- * API Gateway HTTP API (payload v2, IAM authorization) → the API app. The
- * tenant is the calling IAM principal; to map principals onto tenants your
- * way, pass your own function instead of defaultTenantOfPrincipal (see
- * TenantOfPrincipal in shared/api/auth.ts and docs/api.md).
+ * API Gateway HTTP API (payload v2) → the API app. With IAM authorization the
+ * tenant is the calling IAM principal; with the JWT authorizer (API_AUTH=jwt)
+ * it is the token's `tenant_id` claim, or its subject. To map callers onto
+ * tenants your way, pass your own function instead of the default (see
+ * TenantOfPrincipal / TenantOfClaims in shared/api/auth.ts and docs/api.md).
  */
 const engine = engineFromEnv(powertoolsObservability("scheduler-api"));
 
 const app = createApiApp({
   engine,
   jobTypes: [...BUILT_IN_TYPES, ...customHandlers.keys()],
-  authenticate: iamAuthenticator(defaultTenantOfPrincipal),
+  authenticate:
+    process.env[ENV.apiAuth] === "jwt"
+      ? jwtAuthenticator(defaultTenantOfClaims)
+      : iamAuthenticator(defaultTenantOfPrincipal),
 });
 
 export const handler = handle(app);

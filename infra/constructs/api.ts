@@ -9,6 +9,7 @@ import { HttpIamAuthorizer, HttpJwtAuthorizer } from "aws-cdk-lib/aws-apigateway
 import { HttpLambdaIntegration } from "aws-cdk-lib/aws-apigatewayv2-integrations";
 import { LogGroup } from "aws-cdk-lib/aws-logs";
 import { Construct } from "constructs";
+import { ENV } from "../../shared/config.js";
 import {
   JOBS_BY_TENANT_INDEX,
   RUNS_DEAD_LETTER_INDEX,
@@ -43,7 +44,7 @@ export class Api extends Construct {
       // HTTP API integrations give up after 30 s.
       timeout: Duration.seconds(29),
       memorySize: 512,
-      environment: props.engineEnvironment,
+      environment: { ...props.engineEnvironment, [ENV.apiAuth]: settings.auth.kind },
       settings,
     });
     // Create / edit / pause / cancel transactions (Put, Update, Delete of jobs, due entries and

@@ -123,6 +123,31 @@ export function iamAuthenticator(
   };
 }
 
+// ---------------------------------------------------------------- AWS: JWT claims
+
+/** `requestContext.authorizer.jwt.claims` of a request the HTTP API's JWT authorizer let through. */
+export type JwtClaims = Readonly<Record<string, unknown>>;
+
+/** The mapping hook for JWT callers: which tenant the token acts for; null refuses it (401). */
+export type TenantOfClaims = (claims: JwtClaims) => string | null;
+
+/**
+ * The default: a `tenant_id` claim when the issuer puts one in its tokens,
+ * else the subject (`sub`), which for a client-credentials token is the client.
+ */
+export const defaultTenantOfClaims: TenantOfClaims = (claims) => {
+  const tenant = claims.tenant_id ?? claims.sub;
+  return typeof tenant === "string" && isValidTenantId(tenant) ? tenant : null;
+};
+
+/** API Gateway has already verified the token's signature, issuer and audience. */
+export function jwtAuthenticator(tenantOf: TenantOfClaims = defaultTenantOfClaims): Authenticator {
+  return ({ env }) => {
+    const claims = field(field(field(field(env, "requestContext"), "authorizer"), "jwt"), "claims");
+    return typeof claims === "object" && claims !== null ? tenantOf(claims as JwtClaims) : null;
+  };
+}
+
 function field(value: unknown, key: string): unknown {
   return typeof value === "object" && value !== null
     ? (value as Record<string, unknown>)[key]

@@ -4,6 +4,7 @@ import {
   DEV_API_KEY,
   defaultTenantOfPrincipal,
   iamAuthenticator,
+  jwtAuthenticator,
   localApiKeys,
   localAuthNotice,
 } from "../../shared/api/auth.js";
@@ -147,6 +148,25 @@ describe("IAM principal → tenant", () => {
     ]) {
       expect(await iamAuthenticator()({ header: () => undefined, env: other })).toBeNull();
     }
+  });
+});
+
+describe("JWT claims → tenant", () => {
+  const authenticate = jwtAuthenticator();
+  const request = (claims: unknown) => ({
+    env: { requestContext: { authorizer: { jwt: { claims, scopes: null } } } },
+    header: () => undefined,
+  });
+
+  it("takes the tenant_id claim, else the subject", async () => {
+    expect(await authenticate(request({ sub: "client-1", tenant_id: "acme" }))).toBe("acme");
+    expect(await authenticate(request({ sub: "client-1" }))).toBe("client-1");
+  });
+
+  it("refuses a request without claims, or with a tenant the keys could not hold", async () => {
+    expect(await authenticate({ env: { requestContext: {} }, header: () => undefined })).toBeNull();
+    expect(await authenticate(request({ sub: "has#hash" }))).toBeNull();
+    expect(await authenticate(request({ sub: 42 }))).toBeNull();
   });
 });
 
