@@ -8,21 +8,6 @@ export function offsetClock(offsetMs: number): Clock {
   return () => new Date(Date.now() + offsetMs);
 }
 
-/** A manually driven clock for unit tests. */
-export function manualClock(
-  start: Date,
-): Clock & { set(at: Date): void; advance(ms: number): void } {
-  let current = start.getTime();
-  const clock = () => new Date(current);
-  clock.set = (at: Date) => {
-    current = at.getTime();
-  };
-  clock.advance = (ms: number) => {
-    current += ms;
-  };
-  return clock;
-}
-
 export const sleep = (ms: number, signal?: AbortSignal): Promise<void> =>
   new Promise((resolve) => {
     if (signal?.aborted) return resolve();

@@ -14,14 +14,6 @@ export type RunStatus =
 export type Priority = "high" | "normal" | "low";
 export const PRIORITIES: readonly Priority[] = ["high", "normal", "low"];
 
-export const TERMINAL_RUN_STATUSES: ReadonlySet<RunStatus> = new Set([
-  "SUCCEEDED",
-  "FAILED",
-  "DEAD",
-  "SKIPPED",
-  "CANCELLED",
-]);
-
 /** Where a webhook (`http` job) is delivered. */
 export interface HttpTarget {
   readonly url: string;

@@ -58,10 +58,6 @@ export function decodeDueEntry(item: Item): DueEntry {
   return { key: { pk: String(pk), sk: String(sk) }, ...(rest as unknown as Omit<DueEntry, "key">) };
 }
 
-export function dueKeyEquals(a: DueKey | null, b: DueKey | null): boolean {
-  return a !== null && b !== null && a.pk === b.pk && a.sk === b.sk;
-}
-
 export interface RunItemExtras {
   /** Sparse reaper index: present only while QUEUED or RUNNING. */
   readonly inflight?: { readonly shard: number; readonly deadline: string };
