@@ -422,19 +422,31 @@ export async function triggerJob(engine: Engine, tenantId: string, jobId: string
   if (job.status === "PAUSED" || job.status === "CANCELLED")
     throw new IllegalTransitionError("trigger", job.status);
   const now = engine.clock();
-  const { run, item } = queuedRun(
+  return runNow(
+    engine,
     {
       jobId,
       tenantId,
       scheduledFor: now,
-      dueAt: now,
       attempt: 1,
       priority: job.priority,
       jobVersion: job.version,
     },
-    now,
-    engine.settings,
+    () => [],
   );
+}
+
+/**
+ * Puts a QUEUED run due now, in one transaction with `alongside` (built from the run), then sends
+ * its message. A failed send is left to the reaper: the run is already stored.
+ */
+async function runNow(
+  engine: Engine,
+  spec: Omit<Parameters<typeof queuedRun>[0], "dueAt">,
+  alongside: (run: Run) => TransactItem[],
+): Promise<Run> {
+  const now = engine.clock();
+  const { run, item } = queuedRun({ ...spec, dueAt: now }, now, engine.settings);
   await engine.doc.send(
     new TransactWriteCommand({
       TransactItems: [
@@ -445,6 +457,7 @@ export async function triggerJob(engine: Engine, tenantId: string, jobId: string
             ConditionExpression: "attribute_not_exists(pk)",
           },
         },
+        ...alongside(run),
       ],
     }),
   );
@@ -470,50 +483,34 @@ export async function replayDeadLetter(
   const job = await getJob(engine, dead.jobId);
   if (job === null) throw new JobNotFoundError(dead.jobId);
   if (job.status === "CANCELLED") throw new IllegalTransitionError("replay a run of", job.status);
-  const now = engine.clock();
-  const { run, item } = queuedRun(
-    {
-      jobId: dead.jobId,
-      tenantId,
-      scheduledFor: new Date(dead.scheduledFor),
-      dueAt: now,
-      attempt: dead.attempt + 1,
-      priority: job.priority,
-      jobVersion: job.version,
-    },
-    now,
-    engine.settings,
-  );
   try {
-    await engine.doc.send(
-      new TransactWriteCommand({
-        TransactItems: [
-          {
-            Put: {
-              TableName: engine.tables.runs,
-              Item: item,
-              ConditionExpression: "attribute_not_exists(pk)",
-            },
+    return await runNow(
+      engine,
+      {
+        jobId: dead.jobId,
+        tenantId,
+        scheduledFor: new Date(dead.scheduledFor),
+        attempt: dead.attempt + 1,
+        priority: job.priority,
+        jobVersion: job.version,
+      },
+      (run) => [
+        {
+          Update: {
+            TableName: engine.tables.runs,
+            Key: runKey(dead.jobId, dead.scheduledFor, dead.attempt),
+            ConditionExpression:
+              "#status = :dead AND (attribute_not_exists(replayedBy) OR replayedBy = :null)",
+            UpdateExpression: "SET replayedBy = :newRun REMOVE deadPk, deadSk",
+            ExpressionAttributeNames: { "#status": "status" },
+            ExpressionAttributeValues: { ":dead": "DEAD", ":null": null, ":newRun": run.runId },
           },
-          {
-            Update: {
-              TableName: engine.tables.runs,
-              Key: runKey(dead.jobId, dead.scheduledFor, dead.attempt),
-              ConditionExpression:
-                "#status = :dead AND (attribute_not_exists(replayedBy) OR replayedBy = :null)",
-              UpdateExpression: "SET replayedBy = :newRun REMOVE deadPk, deadSk",
-              ExpressionAttributeNames: { "#status": "status" },
-              ExpressionAttributeValues: { ":dead": "DEAD", ":null": null, ":newRun": run.runId },
-            },
-          },
-        ],
-      }),
+        },
+      ],
     );
   } catch (error) {
     if (transactionCancellationCodes(error))
       throw new NotReplayableError(runId, "it was replayed concurrently");
     throw error;
   }
-  await sendRuns(engine.sqs, engine.queues, [{ message: runMessageOf(run), dueAt: now }], now);
-  return run;
 }
