@@ -443,7 +443,12 @@ describe("chaos", () => {
           startChaos(sandbox.engine);
           continue;
         }
-        const victim = workers.find((w) => w.busy);
+        // Catch a worker mid-run: sampling one instant misses them on a slow or idle machine.
+        let victim = workers.find((w) => w.busy);
+        for (const until = Date.now() + 1500; !victim && Date.now() < until; ) {
+          await sleep(20);
+          victim = workers.find((w) => w.busy);
+        }
         if (victim) {
           victim.kill();
           figures.workerKills++;
