@@ -1,5 +1,6 @@
 import { QueryCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
+import { getRunItem } from "../execution/run-store.js";
 import type { Run } from "../model.js";
 import { METRICS } from "../observability.js";
 import { sendRuns } from "../queue/work-queue.js";
@@ -21,6 +22,7 @@ const MAX_PER_SHARD = 500;
  * QUEUED past its start deadline (claimed but never sent, or the message was
  * lost), or RUNNING a lease past its lapsed lease (no worker picked the
  * message up again). Sends each again and pushes its deadline on by a lease.
+ * Lapsed means the lease, read from the run; the index only says when to look.
  * Repeating a send is harmless: a run starts only once.
  */
 export interface ReapOptions {
@@ -37,10 +39,12 @@ export interface ReapOptions {
 export async function reap(engine: Engine, options: ReapOptions = {}): Promise<ReapResult> {
   const now = options.now ?? engine.clock();
   const overdueBefore = options.overdueBefore ?? now;
+  // Asked to look past now: the caller knows the queue lost its messages, live leases included.
+  const messagesLost = overdueBefore > now;
   let examined = 0;
   let resent = 0;
   for (let shard = 0; shard < engine.settings.maxShardCount; shard++) {
-    const overdue = await overdueRuns(
+    const overdue = await overdueRunKeys(
       engine,
       shard,
       overdueBefore,
@@ -48,8 +52,18 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
     );
     examined += overdue.length;
     const toSend: Run[] = [];
-    await forEachConcurrently(overdue, 16, async (run) => {
-      if (await pushDeadline(engine, run, now)) toSend.push(run);
+    await forEachConcurrently(overdue, 16, async (key) => {
+      const run = await getRunByKey(engine, key);
+      if (run === null || (run.status !== "QUEUED" && run.status !== "RUNNING")) return;
+      // A run started on time keeps its queued deadline (starts and heartbeats do not move it,
+      // to spare the index a write); one still under a live lease only has its deadline moved.
+      const live = run.status === "RUNNING" && (run.leaseUntil ?? "") > now.toISOString();
+      const resend = !live || messagesLost;
+      const deadline = live
+        ? Date.parse(run.leaseUntil ?? "") + engine.settings.leaseMs
+        : // A run re-sent ahead of time (after a restart) keeps its deadline relative to when it is due.
+          Math.max(now.getTime(), Date.parse(run.dueAt)) + engine.settings.leaseMs;
+      if ((await pushDeadline(engine, run, new Date(deadline))) && resend) toSend.push(run);
     });
     if (toSend.length > 0) {
       await sendRuns(
@@ -67,13 +81,16 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
   return { examined, resent };
 }
 
-async function overdueRuns(
+type RunItemKey = { readonly pk: string; readonly sk: string };
+
+/** The index holds keys only: the overdue runs' table keys, oldest deadline first. */
+async function overdueRunKeys(
   engine: Engine,
   shard: number,
   before: Date,
   max: number,
-): Promise<(Run & { inflightSk: string })[]> {
-  const found: (Run & { inflightSk: string })[] = [];
+): Promise<RunItemKey[]> {
+  const found: RunItemKey[] = [];
   let startKey: Record<string, unknown> | undefined;
   do {
     const page = await engine.doc.send(
@@ -86,19 +103,26 @@ async function overdueRuns(
         Limit: Math.min(max, 1000),
       }),
     );
-    for (const item of page.Items ?? []) {
-      found.push({ ...decodeRun(item), inflightSk: String(item.inflightSk) });
-    }
+    for (const item of page.Items ?? []) found.push({ pk: String(item.pk), sk: String(item.sk) });
     startKey = found.length < max ? page.LastEvaluatedKey : undefined;
   } while (startKey);
   return found;
 }
 
-/** Moves the run's deadline a lease on, only if nobody touched it since the index was read. */
+async function getRunByKey(
+  engine: Engine,
+  key: RunItemKey,
+): Promise<(Run & { inflightSk: string }) | null> {
+  const item = await getRunItem(engine, key);
+  if (!item || typeof item.inflightSk !== "string") return null;
+  return { ...decodeRun(item), inflightSk: item.inflightSk };
+}
+
+/** Moves the run's deadline on, only if nobody touched it since it was read. */
 async function pushDeadline(
   engine: Engine,
   run: Run & { inflightSk: string },
-  now: Date,
+  deadline: Date,
 ): Promise<boolean> {
   try {
     await engine.doc.send(
@@ -112,10 +136,7 @@ async function pushDeadline(
           ":seen": run.inflightSk,
           ":status": run.status,
           ":fence": run.fence,
-          // A run re-sent ahead of time (after a restart) keeps its deadline relative to when it is due.
-          ":deadline": new Date(
-            Math.max(now.getTime(), Date.parse(run.dueAt)) + engine.settings.leaseMs,
-          ).toISOString(),
+          ":deadline": deadline.toISOString(),
         },
       }),
     );

@@ -28,10 +28,19 @@ export async function getRun(
   engine: Engine,
   ref: Pick<RunMessage, "jobId" | "scheduledFor" | "attempt">,
 ): Promise<Run | null> {
+  const item = await getRunItem(engine, keyOfMessage(ref));
+  return item ? decodeRun(item) : null;
+}
+
+/** A run's stored item, by its table key (as an index of keys gives it). */
+export async function getRunItem(
+  engine: Engine,
+  key: { readonly pk: string; readonly sk: string },
+): Promise<Item | null> {
   const result = await engine.doc.send(
-    new GetCommand({ TableName: engine.tables.runs, Key: keyOfMessage(ref), ConsistentRead: true }),
+    new GetCommand({ TableName: engine.tables.runs, Key: key, ConsistentRead: true }),
   );
-  return result.Item ? decodeRun(result.Item) : null;
+  return result.Item ?? null;
 }
 
 export type StartResult =
@@ -62,7 +71,7 @@ export async function startRun(
         ConditionExpression:
           "attribute_exists(pk) AND (#status = :queued OR (#status = :running AND leaseUntil < :now))",
         UpdateExpression:
-          "SET #status = :running, fence = fence + :one, leaseUntil = :leaseUntil, inflightSk = :deadline, workerId = :workerId, startedAt = :now REMOVE reason",
+          "SET #status = :running, fence = fence + :one, leaseUntil = :leaseUntil, workerId = :workerId, startedAt = :now REMOVE reason",
         ExpressionAttributeNames: { "#status": "status" },
         ExpressionAttributeValues: {
           ":queued": "QUEUED",
@@ -70,7 +79,6 @@ export async function startRun(
           ":now": now.toISOString(),
           ":one": 1,
           ":leaseUntil": leaseUntil.toISOString(),
-          ":deadline": reaperDeadline(leaseUntil, engine.settings.leaseMs),
           ":workerId": workerId,
         },
         ReturnValues: "ALL_NEW",
@@ -87,23 +95,12 @@ export async function startRun(
   }
 }
 
-/**
- * A RUNNING run shows up for the reaper one lease after its own lease ends:
- * by then SQS has redelivered its message to another worker if it still has it.
- */
-function reaperDeadline(leaseUntil: Date, leaseMs: number): string {
-  return new Date(leaseUntil.getTime() + leaseMs).toISOString();
-}
-
 /** Extends the run's lease; throws FenceLostError once another worker has taken it over. */
 export async function extendLease(engine: Engine, run: Run, now: Date): Promise<Date> {
   const leaseUntil = new Date(now.getTime() + engine.settings.leaseMs);
   await fencedRunUpdate(engine, run, {
-    update: "SET leaseUntil = :leaseUntil, inflightSk = :deadline",
-    values: {
-      ":leaseUntil": leaseUntil.toISOString(),
-      ":deadline": reaperDeadline(leaseUntil, engine.settings.leaseMs),
-    },
+    update: "SET leaseUntil = :leaseUntil",
+    values: { ":leaseUntil": leaseUntil.toISOString() },
   });
   return leaseUntil;
 }

@@ -13,7 +13,7 @@ import {
   NotReplayableError,
   VersionMismatchError,
 } from "../errors.js";
-import { endUnownedRun, getJob } from "../execution/run-store.js";
+import { endUnownedRun, getJob, getRunItem } from "../execution/run-store.js";
 import { newJobId, shardOf } from "../keys.js";
 import type { DueEntry, HttpTarget, Job, JobPolicies, Priority, Run } from "../model.js";
 import { sendRuns } from "../queue/work-queue.js";
@@ -26,6 +26,7 @@ import {
   idempotencyKey,
   inflightPk,
   jobKey,
+  jobPk,
   runMessageOf,
 } from "../storage/items.js";
 import { queuedRun, runKey } from "../storage/runs.js";
@@ -310,23 +311,25 @@ export async function cancelJob(engine: Engine, tenantId: string, jobId: string)
 async function cancelQueuedRuns(engine: Engine, job: Job): Promise<void> {
   let startKey: Record<string, unknown> | undefined;
   do {
+    // The index holds keys only; the table's key says whose run it is, the run itself whether it is QUEUED.
     const page = await engine.doc.send(
       new QueryCommand({
         TableName: engine.tables.runs,
         IndexName: RUNS_INFLIGHT_INDEX,
         KeyConditionExpression: "inflightPk = :pk",
-        FilterExpression: "jobId = :jobId AND #status = :queued",
-        ExpressionAttributeNames: { "#status": "status" },
+        FilterExpression: "pk = :jobPk",
         ExpressionAttributeValues: {
           ":pk": inflightPk(shardOf(job.jobId, engine.settings.shardCount)),
-          ":jobId": job.jobId,
-          ":queued": "QUEUED",
+          ":jobPk": jobPk(job.jobId),
         },
         ExclusiveStartKey: startKey,
       }),
     );
-    await forEachConcurrently((page.Items ?? []).map(decodeRun), 16, async (run) => {
-      await endUnownedRun(engine, run, "CANCELLED", "job cancelled", engine.clock(), run);
+    await forEachConcurrently(page.Items ?? [], 16, async (key) => {
+      const item = await getRunItem(engine, { pk: String(key.pk), sk: String(key.sk) });
+      const run = item ? decodeRun(item) : null;
+      if (run?.status === "QUEUED")
+        await endUnownedRun(engine, run, "CANCELLED", "job cancelled", engine.clock(), run);
     });
     startKey = page.LastEvaluatedKey;
   } while (startKey);

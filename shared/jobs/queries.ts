@@ -1,10 +1,11 @@
-import { QueryCommand, type QueryCommandInput } from "@aws-sdk/lib-dynamodb";
+import { BatchGetCommand, QueryCommand, type QueryCommandInput } from "@aws-sdk/lib-dynamodb";
+import { sleep } from "../clock.js";
 import type { Engine } from "../engine.js";
 import { JobNotFoundError, RunNotFoundError } from "../errors.js";
 import { getJob, getRun } from "../execution/run-store.js";
 import { parseRunId } from "../keys.js";
 import type { Job, JobStatus, Run } from "../model.js";
-import { deadLetterPk, decodeJob, decodeRun, jobPk, tenantPk } from "../storage/items.js";
+import { deadLetterPk, decodeJob, decodeRun, jobKey, jobPk, tenantPk } from "../storage/items.js";
 import { JOBS_BY_TENANT_INDEX, RUNS_DEAD_LETTER_INDEX } from "../storage/tables.js";
 import { decodeCursor, encodeCursor, type Page } from "./cursor.js";
 
@@ -41,33 +42,58 @@ async function queryPage<T>(
   return { items: (page.Items ?? []).map(decode), nextCursor: encodeCursor(page.LastEvaluatedKey) };
 }
 
-/** The tenant's jobs, newest first (job ids are ULIDs, so descending key order is creation order). */
-export function listJobs(
+/**
+ * The tenant's jobs, newest first (job ids are ULIDs, so descending key order
+ * is creation order). The index holds keys only, so the page's items are read
+ * from the table and the status filter applies to them; like a DynamoDB
+ * filter, it can leave a page short of the limit.
+ */
+export async function listJobs(
   engine: Engine,
   tenantId: string,
   options: { status?: JobStatus; limit: number; cursor?: string },
 ): Promise<Page<Job>> {
-  const { status } = options;
-  return queryPage(
+  const keys = await queryPage(
     engine,
     {
       TableName: engine.tables.jobs,
       IndexName: JOBS_BY_TENANT_INDEX,
       KeyConditionExpression: "tenantPk = :tenant",
-      ...(status
-        ? {
-            FilterExpression: "#status = :status",
-            ExpressionAttributeNames: { "#status": "status" },
-          }
-        : {}),
-      ExpressionAttributeValues: {
-        ":tenant": tenantPk(tenantId),
-        ...(status ? { ":status": status } : {}),
-      },
+      ExpressionAttributeValues: { ":tenant": tenantPk(tenantId) },
     },
     options,
-    decodeJob,
+    (item) => String(item.tenantSk),
   );
+  const jobs = await getJobs(engine, keys.items);
+  const { status } = options;
+  return {
+    items: jobs.filter((job) => job.tenantId === tenantId && (!status || job.status === status)),
+    nextCursor: keys.nextCursor,
+  };
+}
+
+const MAX_BATCH_GET_ROUNDS = 6;
+
+/** The jobs with these ids that exist, in the order given. */
+async function getJobs(engine: Engine, jobIds: readonly string[]): Promise<Job[]> {
+  const found = new Map<string, Job>();
+  for (let i = 0; i < jobIds.length; i += 100) {
+    let keys: Record<string, unknown>[] = jobIds.slice(i, i + 100).map(jobKey);
+    for (let round = 0; keys.length > 0; round++) {
+      if (round === MAX_BATCH_GET_ROUNDS)
+        throw new Error("jobs table kept throttling BatchGetItem");
+      if (round > 0) await sleep(50 * 2 ** round);
+      const result = await engine.doc.send(
+        new BatchGetCommand({ RequestItems: { [engine.tables.jobs]: { Keys: keys } } }),
+      );
+      for (const item of result.Responses?.[engine.tables.jobs] ?? []) {
+        const job = decodeJob(item);
+        found.set(job.jobId, job);
+      }
+      keys = result.UnprocessedKeys?.[engine.tables.jobs]?.Keys ?? [];
+    }
+  }
+  return jobIds.flatMap((id) => found.get(id) ?? []);
 }
 
 /** A job's runs, newest occurrence first. */

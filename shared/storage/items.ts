@@ -1,4 +1,4 @@
-import type { DueEntry, DueKey, Job, Run, RunMessage } from "../model.js";
+import type { DueEntry, Job, Run, RunMessage } from "../model.js";
 
 /**
  * Item layouts of both tables and the codecs between items and the domain

@@ -31,12 +31,14 @@ export function jobsTableDefinition(tableName: string): CreateTableCommandInput 
     ],
     GlobalSecondaryIndexes: [
       {
+        // Keys only: a job's item changes on every run (lastRun, nextRunAt), and a projected copy
+        // would be rewritten each time. Listing reads the page's keys here, then the items.
         IndexName: JOBS_BY_TENANT_INDEX,
         KeySchema: [
           { AttributeName: "tenantPk", KeyType: "HASH" },
           { AttributeName: "tenantSk", KeyType: "RANGE" },
         ],
-        Projection: { ProjectionType: "ALL" },
+        Projection: { ProjectionType: "KEYS_ONLY" },
       },
     ],
   };
@@ -61,12 +63,14 @@ export function runsTableDefinition(tableName: string): CreateTableCommandInput 
     GlobalSecondaryIndexes: [
       {
         // Sparse: only QUEUED and RUNNING runs carry inflightPk, so the reaper reads only those.
+        // Keys only, and its sort key is not moved by starts or heartbeats: the index is written
+        // once when a run is queued and once when it ends, not on every change in between.
         IndexName: RUNS_INFLIGHT_INDEX,
         KeySchema: [
           { AttributeName: "inflightPk", KeyType: "HASH" },
           { AttributeName: "inflightSk", KeyType: "RANGE" },
         ],
-        Projection: { ProjectionType: "ALL" },
+        Projection: { ProjectionType: "KEYS_ONLY" },
       },
       {
         // Sparse: only DEAD runs not yet replayed carry deadPk.
