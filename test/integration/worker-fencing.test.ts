@@ -160,6 +160,25 @@ describe("crashes", () => {
     expect(f.metrics.sum("ReaperResends")).toBe(1);
   }, 20_000);
 
+  it("the reaper leaves a run alone while its lease is live, and re-sends it once the lease lapses", async () => {
+    const { job, received } = await dueNow(f, "noop");
+    const t0 = Date.now();
+    // Started two seconds late: its lease outlives its start deadline, as a long run's does.
+    const started = await startRun(f.engine, received.message, "slow", new Date(t0 + 2000));
+    expect(started.kind).toBe("started");
+    const overdueButLive = await reap(f.engine, { now: new Date(t0 + LEASE_MS + 1000) });
+    expect(overdueButLive).toMatchObject({ resent: 0 });
+    expect(overdueButLive.examined).toBeGreaterThanOrEqual(1);
+    // Its deadline moved to a lease past its lease, so the next pass does not even read it.
+    const before = f.metrics.sum("ReaperResends");
+    expect((await reap(f.engine, { now: new Date(t0 + 2000 + LEASE_MS + 500) })).resent).toBe(0);
+    const lapsed = await reap(f.engine, { now: new Date(t0 + 2000 + 2 * LEASE_MS + 500) });
+    expect(lapsed.resent).toBe(1);
+    expect(f.metrics.sum("ReaperResends") - before).toBe(1);
+    const again = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(again.message.jobId).toBe(job.jobId);
+  }, 20_000);
+
   it("a message that crashes its worker every time reaches the DLQ and its run is marked DEAD", async () => {
     const { job, received } = await dueNow(f, "noop");
     // Delivery 1 and 2 crash before recording anything; the queue's maxReceiveCount is 2.
