@@ -70,14 +70,22 @@ export function claimDueEntry(
   return attemptClaim(engine, entry, options, new Set());
 }
 
-async function attemptClaim(
+/** The writes a claim of `entry` plans, before they are put in a transaction. */
+interface PlannedWrites {
+  readonly plan: ReturnType<typeof planClaim>;
+  readonly queued: readonly { readonly run: Run; readonly item: Record<string, unknown> }[];
+  readonly skippedItems: readonly Record<string, unknown>[];
+  readonly next: DueEntry | null;
+}
+
+function planWrites(
   engine: Engine,
   entry: DueEntry,
-  options: ClaimOptions,
+  now: Date,
+  horizonEnd: Date,
   alreadyRun: ReadonlySet<string>,
-): Promise<ClaimResult> {
-  const { now, horizonEnd, lease } = options;
-  const { settings, tables } = engine;
+): PlannedWrites {
+  const { settings } = engine;
   const plan = planClaim({
     entry,
     now,
@@ -115,6 +123,71 @@ async function attemptClaim(
       catchUpCount: plan.next.catchUpCount,
     };
   }
+  return { plan, queued, skippedItems, next };
+}
+
+const putNextEntry = (jobsTable: string, next: DueEntry): TransactItem => ({
+  Put: {
+    TableName: jobsTable,
+    Item: encodeDueEntry(next),
+    ConditionExpression: "attribute_not_exists(pk)",
+  },
+});
+
+/** A run item that must not exist yet. */
+const putNew = (runsTable: string, item: Record<string, unknown>): TransactItem => ({
+  Put: { TableName: runsTable, Item: item, ConditionExpression: "attribute_not_exists(pk)" },
+});
+
+/**
+ * A job created due inside the fast-path window is claimed in the transaction
+ * that creates it: no due entry is written only to be deleted a moment later.
+ * The caller puts the job (pointing at `next`) with `items`, then calls
+ * `claimed.finish()` and sends `runs`.
+ */
+export function claimInCreate(
+  engine: Engine,
+  entry: DueEntry,
+  now: Date,
+  horizonEnd: Date,
+): {
+  readonly runs: readonly Run[];
+  readonly next: DueEntry | null;
+  readonly items: readonly TransactItem[];
+  readonly finish: () => Promise<void>;
+} {
+  const planned = planWrites(engine, entry, now, horizonEnd, new Set());
+  const { queued, skippedItems, next } = planned;
+  const { tables } = engine;
+  const items: TransactItem[] = [
+    ...(next ? [putNextEntry(tables.jobs, next)] : []),
+    // A new job's runs cannot exist yet.
+    ...queued.map(({ item }) => putNew(tables.runs, item)),
+    ...skippedItems.slice(0, MAX_SKIPPED_IN_TRANSACTION).map((item) => putNew(tables.runs, item)),
+  ];
+  return {
+    runs: queued.map((q) => q.run),
+    next,
+    items,
+    finish: () => afterClaim(engine, entry, planned),
+  };
+}
+
+async function attemptClaim(
+  engine: Engine,
+  entry: DueEntry,
+  options: ClaimOptions,
+  alreadyRun: ReadonlySet<string>,
+): Promise<ClaimResult> {
+  const { now, horizonEnd, lease } = options;
+  const { tables } = engine;
+  const { plan, queued, skippedItems, next } = planWrites(
+    engine,
+    entry,
+    now,
+    horizonEnd,
+    alreadyRun,
+  );
 
   const items: TransactItem[] = [];
   if (lease) {
@@ -154,15 +227,7 @@ async function attemptClaim(
         },
       },
     });
-    if (next) {
-      items.push({
-        Put: {
-          TableName: tables.jobs,
-          Item: encodeDueEntry(next),
-          ConditionExpression: "attribute_not_exists(pk)",
-        },
-      });
-    }
+    if (next) items.push(putNextEntry(tables.jobs, next));
   }
   const firstRunIndex = items.length;
   for (const { item } of queued) {
@@ -179,11 +244,7 @@ async function attemptClaim(
     });
   }
   const inTransaction = skippedItems.slice(0, MAX_SKIPPED_IN_TRANSACTION);
-  for (const item of inTransaction) {
-    items.push({
-      Put: { TableName: tables.runs, Item: item, ConditionExpression: "attribute_not_exists(pk)" },
-    });
-  }
+  for (const item of inTransaction) items.push(putNew(tables.runs, item));
 
   try {
     await engine.doc.send(new TransactWriteCommand({ TransactItems: items }));
@@ -220,10 +281,15 @@ async function attemptClaim(
     throw error;
   }
 
-  await writeRemainingSkipped(engine, skippedItems.slice(MAX_SKIPPED_IN_TRANSACTION));
-  if (plan.note) engine.obs.log.warn(plan.note, { jobId: entry.jobId });
-  engine.obs.metrics.add(METRICS.claims, queued.length, "Count");
+  await afterClaim(engine, entry, { plan, queued, skippedItems, next });
   return { outcome: "claimed", runs: queued.map((q) => q.run), skipped: skippedItems.length, next };
+}
+
+/** What follows a committed claim: the skipped records that did not fit in it, a note, the count. */
+async function afterClaim(engine: Engine, entry: DueEntry, planned: PlannedWrites): Promise<void> {
+  await writeRemainingSkipped(engine, planned.skippedItems.slice(MAX_SKIPPED_IN_TRANSACTION));
+  if (planned.plan.note) engine.obs.log.warn(planned.plan.note, { jobId: entry.jobId });
+  engine.obs.metrics.add(METRICS.claims, planned.queued.length, "Count");
 }
 
 async function removeOrphan(engine: Engine, entry: DueEntry): Promise<void> {

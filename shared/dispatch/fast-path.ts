@@ -38,6 +38,13 @@ export async function dispatchNow(engine: Engine, entry: DueEntry, now: Date): P
   return claimed;
 }
 
+/** Sends runs just claimed outside a pass; a failed send leaves them QUEUED for the reaper, as in a pass. */
+export async function sendClaimed(engine: Engine, runs: readonly Run[]): Promise<void> {
+  const sender = new RunSender(engine, { sendFailures: 0 });
+  await sender.add(runs);
+  await sender.flush();
+}
+
 /** Claims a just-written entry now when it is due inside the fast-path window; else the dispatcher will. */
 export async function dispatchIfDueSoon(engine: Engine, entry: DueEntry | null): Promise<Run[]> {
   if (entry === null) return [];

@@ -1,9 +1,14 @@
 import { createHash } from "node:crypto";
 import type { TransactWriteCommandInput } from "@aws-sdk/lib-dynamodb";
 import { GetCommand, QueryCommand, TransactWriteCommand } from "@aws-sdk/lib-dynamodb";
-import { dueEntryKey } from "../dispatch/claim.js";
+import { claimInCreate, dueEntryKey } from "../dispatch/claim.js";
 import { forEachConcurrently } from "../dispatch/dispatcher.js";
-import { dispatchIfDueSoon } from "../dispatch/fast-path.js";
+import {
+  dispatchIfDueSoon,
+  dispatchNow,
+  fastPathHorizonEnd,
+  sendClaimed,
+} from "../dispatch/fast-path.js";
 import type { Engine } from "../engine.js";
 import {
   ConcurrentUpdateError,
@@ -96,8 +101,10 @@ const putDue = (engine: Engine, entry: DueEntry): TransactItem => ({
 
 /**
  * Creates a job: one transaction writes the job, its first due entry and the
- * idempotency record. A first occurrence inside the lookahead is claimed and
- * enqueued right away (the fast path), because the dispatcher has swept past it.
+ * idempotency record. A first occurrence inside the fast-path window (the
+ * dispatcher has swept past it) is claimed in that same transaction instead:
+ * its runs are written QUEUED, the job points at the entry after them, and
+ * they are enqueued right away.
  */
 export async function createJob(
   engine: Engine,
@@ -125,7 +132,16 @@ export async function createJob(
     lastRun: null,
   };
   const entry = first ? dueEntryFor(engine, base, first, now) : null;
-  const job: Job = entry ? { ...base, nextRunAt: entry.scheduledFor, nextDueKey: entry.key } : base;
+  const horizonEnd = fastPathHorizonEnd(now, engine.settings.lookaheadMs);
+  // Due soon: claimed in the same transaction, so its first runs are queued as it is created.
+  const claim =
+    entry && new Date(entry.dueAt) < horizonEnd
+      ? claimInCreate(engine, entry, now, horizonEnd)
+      : null;
+  const pending = claim ? claim.next : entry;
+  const job: Job = pending
+    ? { ...base, nextRunAt: pending.scheduledFor, nextDueKey: pending.key }
+    : base;
   const items: TransactItem[] = [
     {
       Put: {
@@ -135,7 +151,8 @@ export async function createJob(
       },
     },
   ];
-  if (entry) items.push(putDue(engine, entry));
+  if (claim) items.push(...claim.items);
+  else if (entry) items.push(putDue(engine, entry));
   const idem = options.idempotency;
   if (idem) {
     items.push({
@@ -160,9 +177,16 @@ export async function createJob(
     }
     throw error;
   }
-  const claimed = await dispatchIfDueSoon(engine, entry);
-  // A claim moved the job on (nextRunAt): return it as stored.
-  return { job: claimed.length > 0 ? ((await getJob(engine, jobId)) ?? job) : job, created: true };
+  if (claim === null) return { job, created: true };
+  await claim.finish();
+  await sendClaimed(engine, claim.runs);
+  // A per-second schedule has more runs inside the window than one transaction holds.
+  const further = claim.next && new Date(claim.next.dueAt) < horizonEnd ? claim.next : null;
+  const claimedMore = further ? await dispatchNow(engine, further, now) : [];
+  return {
+    job: claimedMore.length > 0 ? ((await getJob(engine, jobId)) ?? job) : job,
+    created: true,
+  };
 }
 
 async function replayIdempotent(
