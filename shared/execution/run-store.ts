@@ -166,12 +166,20 @@ export interface RunEnding {
   readonly retry?: { readonly runItem: Item } | { readonly dueEntry: DueEntry };
   /** Whether the job item keeps an activeRuns entry for this run that must go. */
   readonly tracked: boolean;
+  /** The run was a one-off job's own occurrence and succeeded: the job is COMPLETED with it. */
+  readonly completesJob?: boolean;
 }
 
+type UpdateInput = NonNullable<TransactItem["Update"]>;
+
 /**
- * Records how a run ended, in one transaction with its side effects on the
- * job (activeRuns, lastRun) and the next attempt, all conditioned on the
- * run's fence: a worker that lost the run writes nothing.
+ * Records how a run ended, conditioned on the run's fence: a worker that lost
+ * the run writes nothing. A failed run and its next attempt are written in one
+ * transaction, so an attempt exists exactly when its predecessor says FAILED.
+ * Any other ending is one write of the run, then one of the job (lastRun,
+ * activeRuns, completion): a transaction would bill both twice. If the worker
+ * dies between the two, the message comes back and `repairJobAfterRun` makes
+ * the job's write then.
  */
 export async function finishRun(
   engine: Engine,
@@ -181,7 +189,7 @@ export async function finishRun(
 ): Promise<Run> {
   const finishedAt = now.toISOString();
   const durationMs = ending.ran && run.startedAt ? now.getTime() - Date.parse(run.startedAt) : null;
-  const names: Record<string, string> = { "#status": "status" };
+  const names: Record<string, string> = { "#status": "status", "#error": "error" };
   const values: Record<string, unknown> = {
     ":fence": run.fence,
     ":running": "RUNNING",
@@ -193,43 +201,60 @@ export async function finishRun(
   };
   let set =
     "SET #status = :status, finishedAt = :finishedAt, durationMs = :durationMs, #error = :error, reason = :reason";
-  names["#error"] = "error";
   if (ending.status === "DEAD") {
     set += ", deadPk = :deadPk, deadSk = :deadSk";
     values[":deadPk"] = deadLetterPk(run.tenantId);
     values[":deadSk"] = `${finishedAt}#${run.runId}`;
   }
-  const items: TransactItem[] = [
-    {
-      Update: {
-        TableName: engine.tables.runs,
-        Key: keyOfMessage(run),
-        ConditionExpression: "fence = :fence AND #status = :running",
-        UpdateExpression: `${set} REMOVE leaseUntil, inflightPk, inflightSk`,
-        ExpressionAttributeNames: names,
-        ExpressionAttributeValues: values,
-      },
-    },
-  ];
-  const jobUpdate = jobAfterRun(engine.tables.jobs, run, ending, finishedAt);
-  if (jobUpdate) items.push(jobUpdate);
-  if (ending.retry && "runItem" in ending.retry) {
-    items.push({
-      Put: {
-        TableName: engine.tables.runs,
-        Item: ending.retry.runItem,
-        ConditionExpression: "attribute_not_exists(pk)",
-      },
-    });
-  } else if (ending.retry) {
-    items.push({
-      Put: {
-        TableName: engine.tables.jobs,
-        Item: encodeDueEntry(ending.retry.dueEntry),
-        ConditionExpression: "attribute_not_exists(pk)",
-      },
-    });
+  const runUpdate: UpdateInput = {
+    TableName: engine.tables.runs,
+    Key: keyOfMessage(run),
+    ConditionExpression: "fence = :fence AND #status = :running",
+    UpdateExpression: `${set} REMOVE leaseUntil, inflightPk, inflightSk`,
+    ExpressionAttributeNames: names,
+    ExpressionAttributeValues: values,
+  };
+  const finished: Run = {
+    ...run,
+    status: ending.status,
+    finishedAt,
+    durationMs,
+    error: ending.error ?? null,
+    reason: ending.reason ?? null,
+    leaseUntil: null,
+  };
+  if (!ending.retry) {
+    try {
+      await engine.doc.send(new UpdateCommand(runUpdate));
+    } catch (error) {
+      if (isConditionalCheckFailed(error))
+        throw new FenceLostError(`run ${run.runId}`, run.fence, { cause: error });
+      throw error;
+    }
+    await updateJobAfterRun(engine, finished, ending);
+    return finished;
   }
+
+  const items: TransactItem[] = [{ Update: runUpdate }];
+  const jobUpdate = jobAfterRun(engine.tables.jobs, finished, ending);
+  if (jobUpdate) items.push({ Update: jobUpdate });
+  items.push(
+    "runItem" in ending.retry
+      ? {
+          Put: {
+            TableName: engine.tables.runs,
+            Item: ending.retry.runItem,
+            ConditionExpression: "attribute_not_exists(pk)",
+          },
+        }
+      : {
+          Put: {
+            TableName: engine.tables.jobs,
+            Item: encodeDueEntry(ending.retry.dueEntry),
+            ConditionExpression: "attribute_not_exists(pk)",
+          },
+        },
+  );
   try {
     await engine.doc.send(new TransactWriteCommand({ TransactItems: items }));
   } catch (error) {
@@ -239,46 +264,92 @@ export async function finishRun(
     }
     throw error;
   }
-  return {
-    ...run,
-    status: ending.status,
-    finishedAt,
-    durationMs,
-    error: ending.error ?? null,
-    reason: ending.reason ?? null,
-    leaseUntil: null,
-  };
+  return finished;
+}
+
+/**
+ * A delivery of a run that already ended: if its worker died after recording
+ * the run and before the job's write (lastRun, activeRuns, completion), that
+ * write is made now. Both conditions hold only until the job's write lands,
+ * so a repeat changes nothing.
+ */
+export async function repairJobAfterRun(engine: Engine, job: Job, run: Run): Promise<void> {
+  if (run.durationMs === null || run.status === "QUEUED" || run.status === "RUNNING") return;
+  const recurring = !("runAt" in job.schedule);
+  const pending = recurring
+    ? job.activeRuns[run.runId] !== undefined
+    : run.status === "SUCCEEDED" && job.status === "ACTIVE" && completesOneOff(job, run);
+  if (!pending) return;
+  await updateJobAfterRun(
+    engine,
+    run,
+    { status: run.status, ran: true, tracked: recurring, completesJob: !recurring },
+    { repair: true },
+  );
+}
+
+/** Whether this run is the one occurrence of a one-off job (a replay of an older run is not). */
+export function completesOneOff(job: Job, run: Pick<Run, "scheduledFor">): boolean {
+  return "runAt" in job.schedule && Date.parse(job.schedule.runAt) === Date.parse(run.scheduledFor);
+}
+
+async function updateJobAfterRun(
+  engine: Engine,
+  run: Run,
+  ending: RunEnding,
+  options: { repair?: boolean } = {},
+): Promise<void> {
+  const update = jobAfterRun(engine.tables.jobs, run, ending, options);
+  if (update === null) return;
+  try {
+    await engine.doc.send(new UpdateCommand(update));
+  } catch (error) {
+    if (!isConditionalCheckFailed(error)) throw error;
+    // Paused or cancelled meanwhile: that status stands, the rest of the bookkeeping still applies.
+    if (ending.completesJob && !options.repair)
+      await updateJobAfterRun(engine, run, { ...ending, completesJob: false });
+  }
 }
 
 function jobAfterRun(
   jobsTable: string,
   run: Run,
   ending: RunEnding,
-  finishedAt: string,
-): TransactItem | null {
+  options: { repair?: boolean } = {},
+): UpdateInput | null {
   if (!ending.ran && !ending.tracked) return null;
   const sets = ["activeRevision = if_not_exists(activeRevision, :zero) + :one"];
   const values: Record<string, unknown> = { ":zero": 0, ":one": 1 };
+  const names: Record<string, string> = {};
+  const conditions = ["attribute_exists(pk)"];
   if (ending.ran) {
     const summary: RunSummary = {
       runId: run.runId,
       status: ending.status,
       scheduledFor: run.scheduledFor,
       attempt: run.attempt,
-      finishedAt,
+      finishedAt: run.finishedAt ?? "",
     };
     sets.push("lastRun = :lastRun");
     values[":lastRun"] = summary;
   }
+  if (ending.completesJob) {
+    sets.push("#status = :completed", "nextRunAt = :null", "nextDueKey = :null");
+    conditions.push("#status = :active");
+    names["#status"] = "status";
+    Object.assign(values, { ":completed": "COMPLETED", ":active": "ACTIVE", ":null": null });
+  }
+  if (ending.tracked) {
+    names["#runId"] = run.runId;
+    if (options.repair) conditions.push("attribute_exists(activeRuns.#runId)");
+  }
   return {
-    Update: {
-      TableName: jobsTable,
-      Key: jobKey(run.jobId),
-      ConditionExpression: "attribute_exists(pk)",
-      UpdateExpression: `SET ${sets.join(", ")}${ending.tracked ? " REMOVE activeRuns.#runId" : ""}`,
-      ...(ending.tracked ? { ExpressionAttributeNames: { "#runId": run.runId } } : {}),
-      ExpressionAttributeValues: values,
-    },
+    TableName: jobsTable,
+    Key: jobKey(run.jobId),
+    ConditionExpression: conditions.join(" AND "),
+    UpdateExpression: `SET ${sets.join(", ")}${ending.tracked ? " REMOVE activeRuns.#runId" : ""}`,
+    ...(Object.keys(names).length > 0 ? { ExpressionAttributeNames: names } : {}),
+    ExpressionAttributeValues: values,
   };
 }
 

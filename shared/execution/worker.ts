@@ -1,4 +1,3 @@
-import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { sleep } from "../clock.js";
 import { dueEntryKey } from "../dispatch/claim.js";
 import { needsFastPath } from "../dispatch/fast-path.js";
@@ -9,18 +8,19 @@ import type { Job, Run, RunMessage } from "../model.js";
 import { METRICS } from "../observability.js";
 import { type ReceivedRun, sendRuns, setVisibility } from "../queue/work-queue.js";
 import { decideAfterFailure } from "../retry.js";
-import { isConditionalCheckFailed } from "../storage/dynamo-errors.js";
-import { jobKey, runMessageOf } from "../storage/items.js";
+import { runMessageOf } from "../storage/items.js";
 import { queuedRun } from "../storage/runs.js";
 import { admitRun, extendAdmission } from "./admission.js";
 import { type HandlerRegistry, isRetryable, type JobContext } from "./handlers.js";
 import { lateStartSkipReason } from "./late-start.js";
 import {
+  completesOneOff,
   endUnownedRun,
   extendLease,
   finishRun,
   getJob,
   type RunEnding,
+  repairJobAfterRun,
   requeueRun,
   startRun,
 } from "./run-store.js";
@@ -71,6 +71,7 @@ export async function processRun(deps: WorkerDeps, received: ReceivedRun): Promi
     return "ack";
   }
   const started = await startRun(engine, message, deps.workerId, engine.clock());
+  if (started.kind === "finished") await repairJobAfterRun(engine, job, started.run);
   if (started.kind !== "started") {
     engine.obs.log.info("delivery of a run that is not startable; acknowledged", {
       runId: "run" in started ? started.run.runId : null,
@@ -161,15 +162,9 @@ async function runStarted(
   };
 
   if (outcome.kind === "succeeded") {
-    await finishRun(engine, run, { status: "SUCCEEDED", ran: true, tracked }, now);
+    const completesJob = !tracked && completesOneOff(job, run);
+    await finishRun(engine, run, { status: "SUCCEEDED", ran: true, tracked, completesJob }, now);
     report("SUCCEEDED");
-    if (
-      !tracked &&
-      "runAt" in job.schedule &&
-      Date.parse(job.schedule.runAt) === Date.parse(run.scheduledFor)
-    ) {
-      await completeOneOff(engine, job.jobId);
-    }
   } else {
     const decision = decideAfterFailure({
       attempt: run.attempt,
@@ -395,28 +390,6 @@ async function resend(engine: Engine, message: RunMessage, dueAt: Date): Promise
     [{ message: { ...message, dueAt: dueAt.toISOString() }, dueAt }],
     engine.clock(),
   );
-}
-
-async function completeOneOff(engine: Engine, jobId: string): Promise<void> {
-  try {
-    await engine.doc.send(
-      new UpdateCommand({
-        TableName: engine.tables.jobs,
-        Key: jobKey(jobId),
-        ConditionExpression: "#status = :active",
-        UpdateExpression: "SET #status = :completed, nextRunAt = :null, nextDueKey = :null",
-        ExpressionAttributeNames: { "#status": "status" },
-        ExpressionAttributeValues: {
-          ":active": "ACTIVE",
-          ":completed": "COMPLETED",
-          ":null": null,
-        },
-      }),
-    );
-  } catch (error) {
-    // Paused or cancelled meanwhile: that status stands.
-    if (!isConditionalCheckFailed(error)) throw error;
-  }
 }
 
 /** A buffer_one job's waiting run starts as soon as the run ahead of it ends, not at its next recheck. */
