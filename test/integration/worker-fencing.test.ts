@@ -5,12 +5,13 @@ import { reap } from "../../shared/dispatch/reaper.js";
 import { FenceLostError } from "../../shared/errors.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import type { JobContext } from "../../shared/execution/handlers.js";
-import { startRun } from "../../shared/execution/run-store.js";
+import { getJob, startRun } from "../../shared/execution/run-store.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { createJob } from "../../shared/jobs/lifecycle.js";
 import { listDeadLetters } from "../../shared/jobs/queries.js";
-import { receiveRuns } from "../../shared/queue/work-queue.js";
+import { receiveRuns, setVisibility } from "../../shared/queue/work-queue.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { createTestClients } from "../support/namespace.js";
 import { waitFor } from "../support/wait.js";
 
 const LEASE_MS = 3000;
@@ -114,7 +115,6 @@ describe("crashes", () => {
     // What a worker does before it runs the handler, and then nothing: it died.
     const started = await startRun(f.engine, received.message, "doomed", new Date());
     expect(started.kind).toBe("started");
-    const { setVisibility } = await import("../../shared/queue/work-queue.js");
     await setVisibility(f.engine.sqs, received.queueUrl, received.receiptHandle, LEASE_MS / 1000);
 
     const again = await f.nextDelivery(f.engine.queues.normal, job.jobId);
@@ -135,6 +135,52 @@ describe("crashes", () => {
     expect(calls).toBe(1);
     expect(await runOf(f, job.jobId)).toMatchObject({ status: "SUCCEEDED", fence: 1 });
   });
+
+  it("a worker that dies between recording its run and writing the job leaves that write to the next delivery", async () => {
+    // Fault injection on a real client: every write of a job's lastRun fails, as if the process died there.
+    const dying = createTestClients();
+    dying.doc.middlewareStack.add(
+      (next) => async (args) => {
+        const input: { UpdateExpression?: unknown } = args.input;
+        if (String(input.UpdateExpression ?? "").includes("lastRun"))
+          throw new Error("process died");
+        return next(args);
+      },
+      { step: "initialize", name: "dieBeforeTheJobWrite" },
+    );
+    let calls = 0;
+    const handlers = { counted: async () => void calls++ };
+    // An `every` starting now would begin an hour later by the time it is created; start it just ahead.
+    const soon = () => new Date(Date.now() + 200).toISOString();
+    try {
+      for (const schedule of [{ runAt: soon() }, { every: "PT1H", startAt: soon() }]) {
+        const { job } = await createJob(f.engine, testJob({ type: "counted", schedule }));
+        const first = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+        const crashing = {
+          ...f.workerDeps("dies", handlers),
+          engine: { ...f.engine, doc: dying.doc },
+        };
+        await expect(processRun(crashing, first)).rejects.toThrow("process died");
+        const run = await runOf(f, job.jobId);
+        expect(run.status).toBe("SUCCEEDED");
+        const before = await getJob(f.engine, job.jobId);
+        expect(before?.lastRun).toBeNull();
+        if ("runAt" in schedule) expect(before?.status).toBe("ACTIVE");
+        else expect(Object.keys(before?.activeRuns ?? {})).toEqual([run.runId]);
+
+        await setVisibility(f.engine.sqs, first.queueUrl, first.receiptHandle, 0);
+        const again = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+        expect(await f.process(f.workerDeps("next", handlers), again)).toBe("ack");
+        const after = await getJob(f.engine, job.jobId);
+        expect(after?.lastRun).toMatchObject({ runId: run.runId, status: "SUCCEEDED" });
+        expect(after?.activeRuns).toEqual({});
+        expect(after?.status).toBe("runAt" in schedule ? "COMPLETED" : "ACTIVE");
+      }
+      expect(calls).toBe(2);
+    } finally {
+      dying.destroy();
+    }
+  }, 20_000);
 
   it("a dispatcher that dies between its transaction and SendMessage leaves a QUEUED run the reaper sends", async () => {
     // Fault injection: this engine's SQS refuses every send, as if the process died before sending.
@@ -183,7 +229,6 @@ describe("crashes", () => {
     const { job, received } = await dueNow(f, "noop");
     // Delivery 1 and 2 crash before recording anything; the queue's maxReceiveCount is 2.
     await startRun(f.engine, received.message, "crash-1", new Date());
-    const { setVisibility } = await import("../../shared/queue/work-queue.js");
     await setVisibility(f.engine.sqs, received.queueUrl, received.receiptHandle, 1);
     const second = await f.nextDelivery(f.engine.queues.normal, job.jobId);
     await setVisibility(f.engine.sqs, second.queueUrl, second.receiptHandle, 1);
