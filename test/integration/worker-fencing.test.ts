@@ -141,9 +141,9 @@ describe("crashes", () => {
     const dying = createTestClients();
     dying.doc.middlewareStack.add(
       (next) => async (args) => {
-        const input: { UpdateExpression?: unknown } = args.input;
-        if (String(input.UpdateExpression ?? "").includes("lastRun"))
-          throw new Error("process died");
+        const input: object = args.input;
+        const update = "UpdateExpression" in input ? String(input.UpdateExpression) : "";
+        if (update.includes("lastRun")) throw new Error("process died");
         return next(args);
       },
       { step: "initialize", name: "dieBeforeTheJobWrite" },
