@@ -1,5 +1,6 @@
 import type { TransactWriteCommandInput } from "@aws-sdk/lib-dynamodb";
 import { BatchWriteCommand, DeleteCommand, TransactWriteCommand } from "@aws-sdk/lib-dynamodb";
+import { sleep } from "../clock.js";
 import type { Engine } from "../engine.js";
 import { FenceLostError } from "../errors.js";
 import { bucketKey, dueSortKey, shardOf } from "../keys.js";
@@ -140,37 +141,27 @@ const putNew = (runsTable: string, item: Record<string, unknown>): TransactItem 
 });
 
 /**
- * A job created due inside the fast-path window is claimed in the transaction
- * that creates it: no due entry is written only to be deleted a moment later.
- * The caller puts the job (pointing at `next`) with `items`, then calls
- * `claimed.finish()` and sends `runs`.
+ * A job created due inside the fast-path window is claimed as it is created,
+ * so no due entry is written only to be deleted a moment later. Its first runs
+ * are written here, with plain writes, before the job: the caller's write of
+ * the job (pointing at `next`, which it writes with the job) is the commit.
+ * Should that write never happen, the runs belong to no job, and a run of a
+ * job that does not exist is cancelled by its worker, never run.
  */
-export function claimInCreate(
+export async function claimBeforeCreate(
   engine: Engine,
   entry: DueEntry,
   now: Date,
   horizonEnd: Date,
-): {
-  readonly runs: readonly Run[];
-  readonly next: DueEntry | null;
-  readonly items: readonly TransactItem[];
-  readonly finish: () => Promise<void>;
-} {
+): Promise<{ readonly runs: readonly Run[]; readonly next: DueEntry | null }> {
   const planned = planWrites(engine, entry, now, horizonEnd, new Set());
-  const { queued, skippedItems, next } = planned;
-  const { tables } = engine;
-  const items: TransactItem[] = [
-    ...(next ? [putNextEntry(tables.jobs, next)] : []),
-    // A new job's runs cannot exist yet.
-    ...queued.map(({ item }) => putNew(tables.runs, item)),
-    ...skippedItems.slice(0, MAX_SKIPPED_IN_TRANSACTION).map((item) => putNew(tables.runs, item)),
-  ];
-  return {
-    runs: queued.map((q) => q.run),
-    next,
-    items,
-    finish: () => afterClaim(engine, entry, planned),
-  };
+  // A new job's runs cannot exist yet, so these need no conditions and can go in batches.
+  await batchPut(engine, engine.tables.runs, [
+    ...planned.queued.map((q) => q.item),
+    ...planned.skippedItems,
+  ]);
+  await afterClaim(engine, entry, { ...planned, skippedItems: [] });
+  return { runs: planned.queued.map((q) => q.run), next: planned.next };
 }
 
 async function attemptClaim(
@@ -287,7 +278,11 @@ async function attemptClaim(
 
 /** What follows a committed claim: the skipped records that did not fit in it, a note, the count. */
 async function afterClaim(engine: Engine, entry: DueEntry, planned: PlannedWrites): Promise<void> {
-  await writeRemainingSkipped(engine, planned.skippedItems.slice(MAX_SKIPPED_IN_TRANSACTION));
+  await batchPut(
+    engine,
+    engine.tables.runs,
+    planned.skippedItems.slice(MAX_SKIPPED_IN_TRANSACTION),
+  );
   if (planned.plan.note) engine.obs.log.warn(planned.plan.note, { jobId: entry.jobId });
   engine.obs.metrics.add(METRICS.claims, planned.queued.length, "Count");
 }
@@ -307,14 +302,24 @@ async function removeOrphan(engine: Engine, entry: DueEntry): Promise<void> {
   }
 }
 
-async function writeRemainingSkipped(engine: Engine, items: readonly Record<string, unknown>[]) {
+const MAX_BATCH_WRITE_ROUNDS = 6;
+
+/** Puts items that need no condition, 25 to a request, retrying what DynamoDB leaves unprocessed. */
+async function batchPut(
+  engine: Engine,
+  table: string,
+  items: readonly Record<string, unknown>[],
+): Promise<void> {
   for (let i = 0; i < items.length; i += 25) {
     let requests = items.slice(i, i + 25).map((Item) => ({ PutRequest: { Item } }));
-    for (let round = 0; requests.length > 0 && round < 5; round++) {
+    for (let round = 0; requests.length > 0; round++) {
+      if (round === MAX_BATCH_WRITE_ROUNDS)
+        throw new Error(`${table} kept throttling BatchWriteItem`);
+      if (round > 0) await sleep(50 * 2 ** round);
       const result = await engine.doc.send(
-        new BatchWriteCommand({ RequestItems: { [engine.tables.runs]: requests } }),
+        new BatchWriteCommand({ RequestItems: { [table]: requests } }),
       );
-      requests = (result.UnprocessedItems?.[engine.tables.runs] ?? []).flatMap((r) =>
+      requests = (result.UnprocessedItems?.[table] ?? []).flatMap((r) =>
         r.PutRequest?.Item ? [{ PutRequest: { Item: r.PutRequest.Item } }] : [],
       );
     }

@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import type { TransactWriteCommandInput } from "@aws-sdk/lib-dynamodb";
-import { GetCommand, QueryCommand, TransactWriteCommand } from "@aws-sdk/lib-dynamodb";
-import { claimInCreate, dueEntryKey } from "../dispatch/claim.js";
+import { GetCommand, PutCommand, QueryCommand, TransactWriteCommand } from "@aws-sdk/lib-dynamodb";
+import { claimBeforeCreate, dueEntryKey } from "../dispatch/claim.js";
 import { forEachConcurrently } from "../dispatch/dispatcher.js";
 import {
   dispatchIfDueSoon,
@@ -102,9 +102,10 @@ const putDue = (engine: Engine, entry: DueEntry): TransactItem => ({
 /**
  * Creates a job: one transaction writes the job, its first due entry and the
  * idempotency record. A first occurrence inside the fast-path window (the
- * dispatcher has swept past it) is claimed in that same transaction instead:
- * its runs are written QUEUED, the job points at the entry after them, and
- * they are enqueued right away.
+ * dispatcher has swept past it) is claimed first instead: its runs are written
+ * QUEUED, then the job pointing at the entry after them, and the runs are
+ * enqueued right away. A one-off claimed so has no entry left, and without an
+ * idempotency key its job is a single plain write.
  */
 export async function createJob(
   engine: Engine,
@@ -132,30 +133,28 @@ export async function createJob(
     lastRun: null,
   };
   const entry = first ? dueEntryFor(engine, base, first, now) : null;
+  const idem = options.idempotency;
   const horizonEnd = fastPathHorizonEnd(now, engine.settings.lookaheadMs);
-  // Due soon: claimed in the same transaction, so its first runs are queued as it is created.
-  const claim =
-    entry && new Date(entry.dueAt) < horizonEnd
-      ? claimInCreate(engine, entry, now, horizonEnd)
-      : null;
+  const claimNow = entry !== null && new Date(entry.dueAt) < horizonEnd;
+  if (claimNow && idem) {
+    // A repeated request must not write runs for a job it will not create.
+    const earlier = await idempotentReplay(engine, input.tenantId, idem);
+    if (earlier) return { job: earlier, created: false };
+  }
+  const claim = claimNow ? await claimBeforeCreate(engine, entry, now, horizonEnd) : null;
   const pending = claim ? claim.next : entry;
   const job: Job = pending
     ? { ...base, nextRunAt: pending.scheduledFor, nextDueKey: pending.key }
     : base;
-  const items: TransactItem[] = [
-    {
-      Put: {
-        TableName: engine.tables.jobs,
-        Item: encodeJob(job),
-        ConditionExpression: "attribute_not_exists(pk)",
-      },
-    },
-  ];
-  if (claim) items.push(...claim.items);
-  else if (entry) items.push(putDue(engine, entry));
-  const idem = options.idempotency;
+  const putJob = {
+    TableName: engine.tables.jobs,
+    Item: encodeJob(job),
+    ConditionExpression: "attribute_not_exists(pk)",
+  };
+  const companions: TransactItem[] = [];
+  if (pending) companions.push(putDue(engine, pending));
   if (idem) {
-    items.push({
+    companions.push({
       Put: {
         TableName: engine.tables.jobs,
         Item: {
@@ -169,18 +168,23 @@ export async function createJob(
     });
   }
   try {
-    await engine.doc.send(new TransactWriteCommand({ TransactItems: items }));
+    // Alone (a one-off claimed above) the job is one plain write; a transaction would bill it twice.
+    if (companions.length === 0) await engine.doc.send(new PutCommand(putJob));
+    else
+      await engine.doc.send(
+        new TransactWriteCommand({ TransactItems: [{ Put: putJob }, ...companions] }),
+      );
   } catch (error) {
     const codes = transactionCancellationCodes(error);
     if (idem && codes?.at(-1) === "ConditionalCheckFailed") {
-      return { job: await replayIdempotent(engine, input.tenantId, idem), created: false };
+      const earlier = await idempotentReplay(engine, input.tenantId, idem);
+      if (earlier) return { job: earlier, created: false };
     }
     throw error;
   }
   if (claim === null) return { job, created: true };
-  await claim.finish();
   await sendClaimed(engine, claim.runs);
-  // A per-second schedule has more runs inside the window than one transaction holds.
+  // A per-second schedule has more runs inside the window than one claim holds.
   const further = claim.next && new Date(claim.next.dueAt) < horizonEnd ? claim.next : null;
   const claimedMore = further ? await dispatchNow(engine, further, now) : [];
   return {
@@ -189,11 +193,12 @@ export async function createJob(
   };
 }
 
-async function replayIdempotent(
+/** The job an earlier request with this idempotency key created, or null when there was none. */
+async function idempotentReplay(
   engine: Engine,
   tenantId: string,
   idem: { key: string; requestHash: string },
-): Promise<Job> {
+): Promise<Job | null> {
   const found = await engine.doc.send(
     new GetCommand({
       TableName: engine.tables.jobs,
@@ -202,8 +207,8 @@ async function replayIdempotent(
     }),
   );
   const record = found.Item;
-  if (!record || record.requestHash !== idem.requestHash)
-    throw new IdempotencyConflictError(idem.key);
+  if (!record) return null;
+  if (record.requestHash !== idem.requestHash) throw new IdempotencyConflictError(idem.key);
   return getTenantJob(engine, tenantId, String(record.jobId));
 }
 

@@ -153,7 +153,11 @@ describe("crashes", () => {
     // An `every` starting now would begin an hour later by the time it is created; start it just ahead.
     const soon = () => new Date(Date.now() + 200).toISOString();
     try {
-      for (const schedule of [{ runAt: soon() }, { every: "PT1H", startAt: soon() }]) {
+      for (const scheduleOf of [
+        () => ({ runAt: soon() }),
+        () => ({ every: "PT1H", startAt: soon() }),
+      ]) {
+        const schedule = scheduleOf();
         const { job } = await createJob(f.engine, testJob({ type: "counted", schedule }));
         const first = await f.nextDelivery(f.engine.queues.normal, job.jobId);
         const crashing = {
