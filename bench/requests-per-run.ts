@@ -140,7 +140,7 @@ function price(prices: Record<string, number>, name: string): number {
   return value;
 }
 
-function percentile(sorted: readonly number[], p: number): number {
+export function percentile(sorted: readonly number[], p: number): number {
   if (sorted.length === 0) return Number.NaN;
   const index = Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1);
   return sorted[Math.max(0, index)] ?? Number.NaN;
@@ -153,7 +153,7 @@ interface Counted {
   readonly counter: CallCounter;
 }
 
-interface Harness {
+export interface Harness {
   readonly plain: AwsClients;
   readonly sides: Record<Side, Counted>;
   readonly tables: { jobs: string; runs: string };
@@ -185,7 +185,7 @@ async function transactionsDoubled(clients: AwsClients, table: string): Promise<
   return units >= 2;
 }
 
-async function createHarness(dynamoEndpoint: string, sqsEndpoint: string): Promise<Harness> {
+export async function createHarness(dynamoEndpoint: string, sqsEndpoint: string): Promise<Harness> {
   const clientsFor = (): AwsClients => {
     const d = createAwsClients({ endpoint: dynamoEndpoint, maxSockets: 64 });
     const s = createAwsClients({ endpoint: sqsEndpoint, maxSockets: 64 });
@@ -261,7 +261,7 @@ async function createHarness(dynamoEndpoint: string, sqsEndpoint: string): Promi
   };
 }
 
-async function allRuns(h: Harness): Promise<Run[]> {
+export async function allRuns(h: Harness): Promise<Run[]> {
   const items: Record<string, unknown>[] = [];
   let startKey: Record<string, unknown> | undefined;
   do {
@@ -323,7 +323,7 @@ const succeededOnce = (count: number) => (runs: Run[]) =>
   runs.filter((r) => r.status === "SUCCEEDED").length >= count &&
   runs.every((r) => r.status !== "QUEUED" && r.status !== "RUNNING");
 
-function noopJob(schedule: NewJob["schedule"], overrides: Partial<NewJob> = {}): NewJob {
+export function noopJob(schedule: NewJob["schedule"], overrides: Partial<NewJob> = {}): NewJob {
   return {
     tenantId: "bench",
     name: "bench",

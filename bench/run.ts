@@ -1,17 +1,26 @@
 import { existsSync } from "node:fs";
+import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
+import { type LagSeries, lagChartSvg, seriesFromResult } from "./lag-chart.js";
 import { runRequestsPerRun } from "./requests-per-run.js";
+import { runThroughput } from "./throughput.js";
 
 /**
  * `npm run bench`: runs every benchmark that exists and prints its tables.
- * Requests per run always; the spike (bench/spike.ts) when it is present and
- * exports `runSpike`, at a modest N.
+ * Requests per run always; sustained throughput (bench/throughput.ts) at a modest
+ * setting; the spike (bench/spike.ts) when it is present and exports `runSpike`,
+ * at a modest N. Then a chart of the start lags measured (bench/results/<date>-lags.svg).
  */
 const { values } = parseArgs({
   options: {
     runs: { type: "string", default: "50" },
+    "throughput-seconds": { type: "string", default: "45" },
+    "throughput-shards": { type: "string", default: "8" },
+    "throughput-concurrency": { type: "string", default: "16,64" },
+    "throughput-rate": { type: "string", default: "24" },
+    "skip-throughput": { type: "boolean", default: false },
     "spike-jobs": { type: "string", default: "500" },
     "skip-spike": { type: "boolean", default: false },
   },
@@ -20,8 +29,24 @@ const { values } = parseArgs({
 const started = Date.now();
 const progress = (line: string) =>
   console.log(`[bench ${((Date.now() - started) / 1000).toFixed(0).padStart(4)} s] ${line}`);
+const list = (text: string) => text.split(",").map((s) => Number(s.trim()));
 
 const requests = await runRequestsPerRun({ runs: Number(values.runs), print: progress });
+const lagSeries: LagSeries[] = [];
+
+let throughputNote = "skipped (--skip-throughput)";
+if (!values["skip-throughput"]) {
+  const throughput = await runThroughput({
+    seconds: Number(values["throughput-seconds"]),
+    shards: list(values["throughput-shards"]),
+    concurrency: list(values["throughput-concurrency"]),
+    rate: Number(values["throughput-rate"]),
+    print: progress,
+  });
+  const sustained = throughput.configurations.filter((c) => c.sustained).length;
+  throughputNote = `${throughput.configurations.length} configurations, ${sustained} sustained ${values["throughput-rate"]} runs/s`;
+  lagSeries.push(...seriesFromResult(throughput, "throughput"));
+}
 
 const spikePath = join(import.meta.dirname, "spike.ts");
 let spikeNote = "skipped: bench/spike.ts does not exist";
@@ -35,10 +60,32 @@ if (values["skip-spike"]) {
     progress(`spike: N = ${jobs}…`);
     const result: unknown = await runSpike({ jobs, print: progress });
     spikeNote = `ran at N = ${jobs}`;
-    progress(`spike result: ${JSON.stringify(result)}`);
+    // Per-run lags, when the spike records them, are for the chart, not for the log.
+    const brief = JSON.stringify(result, (key, value: unknown) =>
+      key === "lagsMs" && Array.isArray(value) ? `[${value.length} values]` : value,
+    );
+    progress(`spike result: ${brief}`);
+    try {
+      lagSeries.push(...seriesFromResult(result, "spike"));
+    } catch (error) {
+      progress(`spike result not charted: ${String(error)}`);
+    }
   } else {
     spikeNote = "skipped: bench/spike.ts exports no runSpike function";
   }
 }
 
-progress(`done: requests per run (${requests.scenarios.length} scenarios); spike ${spikeNote}`);
+if (lagSeries.length > 0) {
+  const date = new Date().toISOString().slice(0, 10);
+  const dir = join(import.meta.dirname, "results");
+  await mkdir(dir, { recursive: true });
+  await writeFile(
+    join(dir, `${date}-lags.svg`),
+    lagChartSvg(lagSeries, { title: `Start lag: throughput and spike (${date})` }),
+  );
+  progress(`wrote bench/results/${date}-lags.svg (${lagSeries.length} series)`);
+}
+
+progress(
+  `done: requests per run (${requests.scenarios.length} scenarios); throughput ${throughputNote}; spike ${spikeNote}`,
+);
