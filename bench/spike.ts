@@ -3,13 +3,17 @@ import { cpus, totalmem } from "node:os";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
-import { apiClient, type SandboxProcess, spawnSandbox } from "../test/support/sandbox-process.js";
+import { type ApiAuth, apiClient, authModeFromEnv } from "../test/support/api-client.js";
+import { type SandboxProcess, spawnSandbox } from "../test/support/sandbox-process.js";
 
 /**
  * Spike: N one-off jobs, created ahead of time, all due on the same second.
  * Reports the start lag (startedAt − scheduledFor) percentiles and the time
  * to drain (last finishedAt − the due second). Talks to the API over HTTP
- * only: a sandbox CLI it spawns, or SCHEDULER_API_URL with SCHEDULER_API_KEY.
+ * only: a sandbox CLI it spawns, or SCHEDULER_API_URL: with SCHEDULER_API_KEY
+ * as a bearer key, or without it (or with SCHEDULER_API_AUTH=iam) signed with
+ * SigV4 for a deployed stack's IAM-authorized API, credentials from the AWS
+ * SDK's default chain (AWS_PROFILE, AWS_REGION).
  */
 export interface SpikeOptions {
   readonly jobs: number;
@@ -33,6 +37,8 @@ export interface SpikeResult {
   readonly createPerSecond: number;
   readonly lagMs: { p50: number; p95: number; p99: number; max: number; min: number };
   readonly drainSeconds: number;
+  /** Every succeeded run's start lag, sorted: what the lag chart draws. */
+  readonly lagsMs: readonly number[];
   readonly workers: number;
   readonly target: string;
   readonly machine: string;
@@ -70,15 +76,20 @@ export async function runSpike(options: SpikeOptions): Promise<SpikeResult> {
   const concurrency = options.concurrency ?? 8;
   let sandbox: SandboxProcess | null = null;
   let url = process.env.SCHEDULER_API_URL;
-  let key = process.env.SCHEDULER_API_KEY ?? "spike-key";
+  const sandboxKey = "spike-key";
+  let auth: ApiAuth = { kind: "bearer", key: sandboxKey };
+  if (url)
+    auth =
+      authModeFromEnv(process.env) === "iam"
+        ? { kind: "iam" }
+        : { kind: "bearer", key: process.env.SCHEDULER_API_KEY ?? sandboxKey };
   if (!url) {
-    key = "spike-key";
     print(`starting a sandbox (${workers} workers)…`);
     sandbox = await spawnSandbox({
       workers,
       tickSeconds: 1,
       env: {
-        SCHEDULER_API_KEYS: `${key}=spike`,
+        SCHEDULER_API_KEYS: `${sandboxKey}=spike`,
         // The widest lookahead, so that every job is claimed and enqueued (with its delay) at create.
         LOOKAHEAD_SECONDS: "600",
         // Late starts under the spike must still run, not be skipped as misfires.
@@ -87,7 +98,7 @@ export async function runSpike(options: SpikeOptions): Promise<SpikeResult> {
     });
     url = sandbox.url;
   }
-  const api = apiClient(url, key);
+  const api = apiClient(url, auth);
   try {
     // DynamoDB Local took ~14 creates/s here (each create is two transactions); leave room for that.
     const leadMs = 15_000 + options.jobs * (options.msPerCreate ?? 80);
@@ -164,6 +175,7 @@ export async function runSpike(options: SpikeOptions): Promise<SpikeResult> {
         min: lags[0] ?? Number.NaN,
       },
       drainSeconds: (lastFinish - dueAt.getTime()) / 1000,
+      lagsMs: lags,
       workers,
       target: sandbox ? "sandbox (DynamoDB Local + fauxqs)" : url,
       machine: `${cpu.length} × ${cpu[0]?.model ?? "cpu"}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`,

@@ -1,17 +1,22 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type Api, type ApiAuth, apiClient, authModeFromEnv } from "../support/api-client.js";
 import { type Receiver, startReceiver, verifySignature } from "../support/receiver.js";
-import { apiClient, type SandboxProcess, spawnSandbox } from "../support/sandbox-process.js";
+import { type SandboxProcess, spawnSandbox } from "../support/sandbox-process.js";
 import { waitFor } from "../support/wait.js";
 
 /**
  * The scheduler's promises checked from outside: HTTP only, nothing imported
  * from functions/ or shared/. By default a sandbox CLI is spawned on a free
  * port with a fresh data directory. With SCHEDULER_API_URL the same
- * assertions run against that URL, authenticated with bearer keys
- * (SCHEDULER_API_KEY_A / _B; SigV4 for an IAM-authorized stack is not done
- * yet), WEBHOOK_SECRET, and a receiver the target can reach
- * (SCHEDULER_E2E_RECEIVER_URL, forwarded to the local receiver's port).
+ * assertions run against that URL, with WEBHOOK_SECRET and a receiver the
+ * target can reach (SCHEDULER_E2E_RECEIVER_URL, forwarded to the local
+ * receiver on SCHEDULER_E2E_RECEIVER_PORT). A deployed stack's IAM-authorized
+ * API gets every request signed with SigV4 (credentials from the AWS SDK's
+ * default chain, so AWS_PROFILE / AWS_REGION; tenant B is the principal of
+ * the profile SCHEDULER_API_PROFILE_B). With SCHEDULER_API_KEY_A / _B set (or
+ * SCHEDULER_API_AUTH=bearer) it sends those bearer keys instead, e.g. to a
+ * sandbox running elsewhere. README.md, "Testing", has the details.
  */
 
 interface Run {
@@ -40,16 +45,30 @@ interface Page<T> {
 }
 
 const remote = process.env.SCHEDULER_API_URL;
-const KEY_A = remote ? (process.env.SCHEDULER_API_KEY_A ?? "") : "e2e-key-a";
+const AUTH = remote
+  ? authModeFromEnv(process.env, ["SCHEDULER_API_KEY_A", "SCHEDULER_API_KEY"])
+  : "bearer";
+const KEY_A = remote
+  ? (process.env.SCHEDULER_API_KEY_A ?? process.env.SCHEDULER_API_KEY ?? "")
+  : "e2e-key-a";
 const KEY_B = remote ? (process.env.SCHEDULER_API_KEY_B ?? "") : "e2e-key-b";
+const PROFILE_B = process.env.SCHEDULER_API_PROFILE_B;
+const AUTH_A: ApiAuth = AUTH === "iam" ? { kind: "iam" } : { kind: "bearer", key: KEY_A };
+/** Null with IAM and no second profile: the tenants test then says what is missing. */
+const AUTH_B: ApiAuth | null =
+  AUTH === "bearer"
+    ? { kind: "bearer", key: KEY_B }
+    : PROFILE_B
+      ? { kind: "iam", profile: PROFILE_B }
+      : null;
 const SECRET = process.env.WEBHOOK_SECRET ?? randomBytes(16).toString("hex");
 
 let sandbox: SandboxProcess | null = null;
 let receiver: Receiver;
 let hookUrl: string;
 let baseUrl: string;
-let asA: ReturnType<typeof apiClient>;
-let asB: ReturnType<typeof apiClient>;
+let asA: Api;
+let asB: Api | null;
 /** Jobs whose webhooks the receiver refuses with a 400 (dead at once). */
 const refuse = new Set<string>();
 /** Jobs whose first delivery gets a 503 (retried with the same Idempotency-Key). */
@@ -58,6 +77,7 @@ const flaky = new Set<string>();
 beforeAll(async () => {
   receiver = await startReceiver({
     secret: SECRET,
+    port: Number(process.env.SCHEDULER_E2E_RECEIVER_PORT ?? 0),
     statusFor: ({ idempotencyKey, attempt }) => {
       const jobId = idempotencyKey.split("@")[0] ?? "";
       if (refuse.has(jobId)) return 400;
@@ -81,8 +101,8 @@ beforeAll(async () => {
     url = sandbox.url;
   }
   baseUrl = url;
-  asA = apiClient(url, KEY_A);
-  asB = apiClient(url, KEY_B);
+  asA = apiClient(url, AUTH_A);
+  asB = AUTH_B && apiClient(url, AUTH_B);
 }, 120_000);
 
 afterAll(async () => {
@@ -435,6 +455,11 @@ describe("previews", () => {
 
 describe("tenants", () => {
   it("another tenant sees none of it: 404 everywhere, never 403", async () => {
+    const other = asB;
+    if (!other)
+      throw new Error(
+        "a second tenant is needed: set SCHEDULER_API_PROFILE_B to an AWS profile of another principal",
+      );
     const job = await create({
       type: "fail",
       payload: { retryable: false },
@@ -454,13 +479,13 @@ describe("tenants", () => {
       ["POST", `/dead-letters/${dead.runId}/replay`],
     ] as const;
     for (const [method, path] of asOther)
-      expect([method, path, (await asB(method, path)).status]).toEqual([method, path, 404]);
+      expect([method, path, (await other(method, path)).status]).toEqual([method, path, 404]);
     expect(
-      (await asB("PATCH", `/jobs/${job.id}`, { name: "x" }, { "If-Match": '"1"' })).status,
+      (await other("PATCH", `/jobs/${job.id}`, { name: "x" }, { "If-Match": '"1"' })).status,
     ).toBe(404);
-    const listed = await asB<Page<Job>>("GET", "/jobs?limit=100");
+    const listed = await other<Page<Job>>("GET", "/jobs?limit=100");
     expect(listed.body.items.map((j) => j.id)).not.toContain(job.id);
-    const letters = await asB<Page<Run>>("GET", "/dead-letters?limit=100");
+    const letters = await other<Page<Run>>("GET", "/dead-letters?limit=100");
     expect(letters.body.items.map((r) => r.runId)).not.toContain(dead.runId);
     // A's job is untouched.
     const mine = await asA<Job>("GET", `/jobs/${job.id}`);
@@ -468,9 +493,16 @@ describe("tenants", () => {
     expect(
       (await asA<Page<Run>>("GET", "/dead-letters?limit=100")).body.items.map((r) => r.runId),
     ).toContain(dead.runId);
-    expect(
-      (await apiClient(baseUrl, "no-such-key")("GET", "/jobs").catch(() => ({ status: 401 })))
-        .status,
-    ).toBe(401);
+    if (AUTH === "iam") {
+      // API Gateway refuses an unsigned request before the API function sees it.
+      const unsigned = await fetch(`${baseUrl.replace(/\/$/, "")}/jobs`);
+      await unsigned.text();
+      expect([401, 403]).toContain(unsigned.status);
+    } else {
+      expect(
+        (await apiClient(baseUrl, "no-such-key")("GET", "/jobs").catch(() => ({ status: 401 })))
+          .status,
+      ).toBe(401);
+    }
   });
 });

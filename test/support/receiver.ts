@@ -26,6 +26,8 @@ export interface ReceiverOptions {
   readonly statusFor?: (delivery: { idempotencyKey: string; attempt: number }) => number;
   /** Signatures older than this are refused with 401, as a real receiver would. */
   readonly maxSkewSeconds?: number;
+  /** Port on 127.0.0.1; default 0, a free one. A fixed one can be forwarded to from outside. */
+  readonly port?: number;
 }
 
 export interface Receiver {
@@ -119,7 +121,7 @@ export async function startReceiver(options: ReceiverOptions): Promise<Receiver>
       response.end(String(error));
     });
   });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  await new Promise<void>((resolve) => server.listen(options.port ?? 0, "127.0.0.1", resolve));
   const { port } = server.address() as AddressInfo;
   return {
     url: `http://127.0.0.1:${port}/hook`,

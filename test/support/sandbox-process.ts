@@ -102,36 +102,3 @@ export async function spawnSandbox(options: SandboxProcessOptions = {}): Promise
     },
   };
 }
-
-/** A minimal client for the documented API: bearer auth locally, JSON in and out. */
-export interface ApiResponse<T = Record<string, unknown>> {
-  readonly status: number;
-  readonly headers: Headers;
-  readonly body: T;
-}
-
-export function apiClient(baseUrl: string, key: string) {
-  const base = baseUrl.replace(/\/$/, "");
-  return async function api<T = Record<string, unknown>>(
-    method: string,
-    path: string,
-    body?: unknown,
-    headers: Record<string, string> = {},
-  ): Promise<ApiResponse<T>> {
-    const response = await fetch(`${base}${path}`, {
-      method,
-      headers: {
-        Authorization: `Bearer ${key}`,
-        ...(body === undefined ? {} : { "Content-Type": "application/json" }),
-        ...headers,
-      },
-      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-    });
-    const text = await response.text();
-    return {
-      status: response.status,
-      headers: response.headers,
-      body: (text ? JSON.parse(text) : null) as T,
-    };
-  };
-}
