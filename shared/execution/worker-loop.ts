@@ -1,7 +1,7 @@
 import { sleep } from "../clock.js";
 import { PRIORITIES } from "../model.js";
 import { deleteMessages, type ReceivedRun, receiveRuns } from "../queue/work-queue.js";
-import { processRun, type WorkerDeps } from "./worker.js";
+import { MAX_EARLY_WAIT_MS, processRun, type WorkerDeps } from "./worker.js";
 
 export interface WorkerLoopOptions {
   /** Runs in progress at once. */
@@ -16,18 +16,30 @@ export interface WorkerLoopOptions {
   readonly idleSleepMs?: number;
 }
 
+/** Messages held at once, waiting for their second or running, per slot of concurrency. */
+const HELD_PER_SLOT = 4;
+
 /**
  * The worker as a long-lived process (the sandbox, a container): keeps up to
  * `concurrency` runs going, always taking from the high queue before normal
  * before low. The Lambda worker runs the same `processRun` per SQS record.
+ *
+ * A message that arrives early (SQS delays are whole seconds, rounded down)
+ * waits for its second without taking a slot: at a top-of-the-minute spike
+ * most messages arrive up to a second early, and slots spent waiting would
+ * hold back the runs already due.
  */
 export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions): Promise<void> {
-  const inFlight = new Set<Promise<void>>();
+  const held = new Set<Promise<void>>();
+  const slots = new Slots(options.concurrency);
   const { signal } = options;
   while (!signal.aborted) {
-    const free = options.concurrency - inFlight.size;
+    const free = Math.min(
+      options.concurrency - slots.busy,
+      options.concurrency * HELD_PER_SLOT - held.size,
+    );
     if (free <= 0) {
-      await Promise.race(inFlight);
+      await Promise.race(held);
       continue;
     }
     const idleWaitSeconds = options.idleWaitSeconds ?? 1;
@@ -35,11 +47,33 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
     if (batch.length === 0 && idleWaitSeconds === 0)
       await sleep(options.idleSleepMs ?? 100, signal);
     for (const received of batch) {
-      const task = handle(deps, received).finally(() => inFlight.delete(task));
-      inFlight.add(task);
+      const task = handle(deps, received, slots, signal).finally(() => held.delete(task));
+      held.add(task);
     }
   }
-  await Promise.allSettled(inFlight);
+  await Promise.allSettled(held);
+}
+
+/** A counting semaphore: at most `size` holders at once, the rest wait in arrival order. */
+class Slots {
+  busy = 0;
+  private readonly waiting: (() => void)[] = [];
+
+  constructor(private readonly size: number) {}
+
+  async acquire(): Promise<void> {
+    if (this.busy < this.size) {
+      this.busy++;
+      return;
+    }
+    await new Promise<void>((resolve) => this.waiting.push(resolve));
+  }
+
+  release(): void {
+    const next = this.waiting.shift();
+    if (next) next();
+    else this.busy--;
+  }
 }
 
 async function receiveByPriority(
@@ -68,7 +102,19 @@ async function receiveByPriority(
   return [];
 }
 
-async function handle(deps: WorkerDeps, received: ReceivedRun): Promise<void> {
+async function handle(
+  deps: WorkerDeps,
+  received: ReceivedRun,
+  slots: Slots,
+  signal: AbortSignal,
+): Promise<void> {
+  const early = Date.parse(received.message.dueAt) - deps.engine.clock().getTime();
+  if (early > 0 && early <= MAX_EARLY_WAIT_MS) {
+    await sleep(early, signal);
+    // Stopping: leave it undeleted; it comes back after its visibility, or the reaper re-sends it.
+    if (signal.aborted) return;
+  }
+  await slots.acquire();
   try {
     const disposition = await processRun(deps, received);
     if (disposition === "ack") {
@@ -81,5 +127,7 @@ async function handle(deps: WorkerDeps, received: ReceivedRun): Promise<void> {
       scheduledFor: received.message.scheduledFor,
       error: String(error),
     });
+  } finally {
+    slots.release();
   }
 }

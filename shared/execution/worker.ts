@@ -44,7 +44,7 @@ const RESULT_MARGIN_MS = 10_000;
 export type Disposition = "ack" | "keep";
 
 /** A message may arrive up to a second early (SQS delays are whole seconds); later than this it is re-sent. */
-const MAX_EARLY_WAIT_MS = 2_000;
+export const MAX_EARLY_WAIT_MS = 2_000;
 /** How soon a run held back by its overlap policy looks again. */
 const OVERLAP_RECHECK_MS = 5_000;
 

@@ -1,0 +1,79 @@
+import { SendMessageBatchCommand, SQSClient } from "@aws-sdk/client-sqs";
+import { mockClient } from "aws-sdk-client-mock";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
+import { createJob } from "../../shared/jobs/lifecycle.js";
+import { sendRuns } from "../../shared/queue/work-queue.js";
+import { runMessageOf } from "../../shared/storage/items.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { waitFor } from "../support/wait.js";
+
+describe("the worker loop", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  it("holds an early message until its second without taking the slot a due run needs", async () => {
+    // A's message is delivered at once though A is due 1.9 s later, as SQS's whole-second delays do.
+    const unsent = new SQSClient({ region: "us-east-1" });
+    mockClient(unsent).on(SendMessageBatchCommand).resolves({ Successful: [], Failed: [] });
+    const a = await createJob(
+      { ...f.engine, sqs: unsent },
+      testJob({ schedule: { runAt: new Date(Date.now() + 1900).toISOString() } }),
+    );
+    const [queuedA] = (await f.runs()).filter((r) => r.jobId === a.job.jobId);
+    if (!queuedA) throw new Error("A has no QUEUED run");
+    await sendRuns(
+      f.engine.sqs,
+      f.engine.queues,
+      [{ message: runMessageOf(queuedA), dueAt: new Date(queuedA.dueAt) }],
+      new Date(queuedA.dueAt),
+    );
+
+    const stop = new AbortController();
+    // One slot: before, A's wait for its second held it, and B, due at once, waited behind A.
+    const loop = runWorkerLoop(f.workerDeps("one-slot"), {
+      concurrency: 1,
+      signal: stop.signal,
+      idleWaitSeconds: 0,
+      idleSleepMs: 50,
+    });
+    try {
+      await waitFor(
+        "the loop to take A's message",
+        async () => (await f.queueDepth(f.engine.queues.normal)).inFlight === 1,
+        5000,
+      );
+      const b = await createJob(
+        f.engine,
+        testJob({ schedule: { runAt: new Date().toISOString() } }),
+      );
+      const finished = await waitFor(
+        "both runs to finish",
+        async () => {
+          const runs = (await f.runs()).filter(
+            (r) => r.jobId === a.job.jobId || r.jobId === b.job.jobId,
+          );
+          return runs.length === 2 && runs.every((r) => r.status === "SUCCEEDED")
+            ? runs
+            : undefined;
+        },
+        10_000,
+      );
+      const lag = (jobId: string) => {
+        const run = finished.find((r) => r.jobId === jobId);
+        return Date.parse(run?.startedAt ?? "") - Date.parse(run?.scheduledFor ?? "");
+      };
+      expect(lag(b.job.jobId)).toBeLessThan(1000);
+      expect(lag(a.job.jobId)).toBeGreaterThanOrEqual(0);
+      const startedA = finished.find((r) => r.jobId === a.job.jobId)?.startedAt ?? "";
+      const startedB = finished.find((r) => r.jobId === b.job.jobId)?.startedAt ?? "";
+      expect(startedB < startedA).toBe(true);
+    } finally {
+      stop.abort();
+      await loop;
+    }
+  }, 30_000);
+});
