@@ -1,7 +1,12 @@
 import { sleep } from "../clock.js";
 import { PRIORITIES } from "../model.js";
 import { deleteMessages, type ReceivedRun, receiveRuns } from "../queue/work-queue.js";
-import { MAX_EARLY_WAIT_MS, processRun, type WorkerDeps } from "./worker.js";
+import {
+  MAX_EARLY_WAIT_MS,
+  processRun,
+  receiveVisibilitySeconds,
+  type WorkerDeps,
+} from "./worker.js";
 
 export interface WorkerLoopOptions {
   /** Runs in progress at once. */
@@ -32,6 +37,7 @@ const HELD_PER_SLOT = 4;
 export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions): Promise<void> {
   const held = new Set<Promise<void>>();
   const slots = new Slots(options.concurrency);
+  const acks = new AckBatcher(deps);
   const { signal } = options;
   while (!signal.aborted) {
     const free = Math.min(
@@ -47,11 +53,56 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
     if (batch.length === 0 && idleWaitSeconds === 0)
       await sleep(options.idleSleepMs ?? 100, signal);
     for (const received of batch) {
-      const task = handle(deps, received, slots, signal).finally(() => held.delete(task));
+      const task = handle(deps, received, slots, acks, signal).finally(() => held.delete(task));
       held.add(task);
     }
   }
   await Promise.allSettled(held);
+  await acks.flush();
+}
+
+/**
+ * Deletes acknowledged messages ten to a request. A delete may wait a moment:
+ * the message stays invisible for a lease, and a run already ended is only
+ * acknowledged again if it comes back.
+ */
+class AckBatcher {
+  private readonly pending = new Map<string, string[]>();
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly deps: WorkerDeps,
+    private readonly lingerMs = 50,
+  ) {}
+
+  add(received: ReceivedRun): void {
+    const handles = this.pending.get(received.queueUrl) ?? [];
+    handles.push(received.receiptHandle);
+    this.pending.set(received.queueUrl, handles);
+    if (handles.length >= 10) void this.flushQueue(received.queueUrl);
+    else this.timer ??= setTimeout(() => void this.flush(), this.lingerMs);
+  }
+
+  async flush(): Promise<void> {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    await Promise.all([...this.pending.keys()].map((url) => this.flushQueue(url)));
+  }
+
+  private async flushQueue(queueUrl: string): Promise<void> {
+    const handles = this.pending.get(queueUrl) ?? [];
+    this.pending.delete(queueUrl);
+    if (handles.length === 0) return;
+    try {
+      await deleteMessages(this.deps.engine.sqs, queueUrl, handles);
+    } catch (error) {
+      // Undeleted, they come back after their visibility and are acknowledged again: nothing reruns.
+      this.deps.engine.obs.log.warn("could not delete acknowledged messages", {
+        messages: handles.length,
+        error: String(error),
+      });
+    }
+  }
 }
 
 /** A counting semaphore: at most `size` holders at once, the rest wait in arrival order. */
@@ -89,6 +140,7 @@ async function receiveByPriority(
       const batch = await receiveRuns(deps.engine.sqs, queues[priority], {
         max,
         waitSeconds: last ? idleWaitSeconds : 0,
+        visibilitySeconds: receiveVisibilitySeconds(deps.engine.settings.leaseMs / 1000),
         signal,
       });
       if (batch.length > 0) return batch;
@@ -106,6 +158,7 @@ async function handle(
   deps: WorkerDeps,
   received: ReceivedRun,
   slots: Slots,
+  acks: AckBatcher,
   signal: AbortSignal,
 ): Promise<void> {
   const early = Date.parse(received.message.dueAt) - deps.engine.clock().getTime();
@@ -116,10 +169,7 @@ async function handle(
   }
   await slots.acquire();
   try {
-    const disposition = await processRun(deps, received);
-    if (disposition === "ack") {
-      await deleteMessages(deps.engine.sqs, received.queueUrl, [received.receiptHandle]);
-    }
+    if ((await processRun(deps, received)) === "ack") acks.add(received);
   } catch (error) {
     // Left undeleted, the message comes back after its visibility: at-least-once.
     deps.engine.obs.log.error("run processing failed; the message will be delivered again", {

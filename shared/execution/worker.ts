@@ -45,6 +45,11 @@ export type Disposition = "ack" | "keep";
 
 /** A message may arrive up to a second early (SQS delays are whole seconds); later than this it is re-sent. */
 export const MAX_EARLY_WAIT_MS = 2_000;
+/** The visibility a long-lived loop receives with: a lease, plus the longest wait for an early message. */
+export function receiveVisibilitySeconds(leaseSeconds: number): number {
+  return Math.ceil(leaseSeconds + MAX_EARLY_WAIT_MS / 1000);
+}
+
 /** How soon a run held back by its overlap policy looks again. */
 const OVERLAP_RECHECK_MS = 5_000;
 
@@ -103,7 +108,12 @@ async function runStarted(
   const { engine } = deps;
   const leaseSeconds = engine.settings.leaseMs / 1000;
   // Shrink the message's visibility to the lease: if this worker dies, another gets it a lease later.
-  await setVisibility(engine.sqs, received.queueUrl, received.receiptHandle, leaseSeconds);
+  // A loop that received it with about that visibility already did, and saves the request.
+  if (
+    (received.visibilitySeconds ?? Number.POSITIVE_INFINITY) >
+    receiveVisibilitySeconds(leaseSeconds)
+  )
+    await setVisibility(engine.sqs, received.queueUrl, received.receiptHandle, leaseSeconds);
 
   const notRunnable = whyNotRunnable(job, run, engine.clock(), engine.settings.misfireGraceMs);
   if (notRunnable) {

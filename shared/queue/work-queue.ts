@@ -22,6 +22,8 @@ export interface ReceivedRun {
   readonly receiptHandle: string;
   readonly messageId: string;
   readonly receiveCount: number;
+  /** The visibility it was received with, when the receiver chose one; else the queue's default. */
+  readonly visibilitySeconds?: number;
 }
 
 const SQS_BATCH = 10;
@@ -124,13 +126,15 @@ async function sendBatch(
 export async function receiveRuns(
   sqs: SQSClient,
   queueUrl: string,
-  options: { max: number; waitSeconds: number; signal?: AbortSignal },
+  options: { max: number; waitSeconds: number; visibilitySeconds?: number; signal?: AbortSignal },
 ): Promise<ReceivedRun[]> {
+  const { visibilitySeconds } = options;
   const result = await sqs.send(
     new ReceiveMessageCommand({
       QueueUrl: queueUrl,
       MaxNumberOfMessages: Math.min(SQS_BATCH, options.max),
       WaitTimeSeconds: options.waitSeconds,
+      ...(visibilitySeconds === undefined ? {} : { VisibilityTimeout: visibilitySeconds }),
       MessageSystemAttributeNames: ["ApproximateReceiveCount"],
     }),
     { abortSignal: options.signal },
@@ -145,6 +149,7 @@ export async function receiveRuns(
       receiptHandle: m.ReceiptHandle,
       messageId: m.MessageId,
       receiveCount: Number(m.Attributes?.ApproximateReceiveCount ?? "1"),
+      ...(visibilitySeconds === undefined ? {} : { visibilitySeconds }),
     });
   }
   return runs;
