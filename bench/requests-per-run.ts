@@ -140,6 +140,24 @@ function price(prices: Record<string, number>, name: string): number {
   return value;
 }
 
+/**
+ * Writes a benchmark's result files, `<date>-<name>.<extension>`, into the results directory
+ * (bench/results unless given); returns their path without the extension.
+ */
+export async function writeResults(
+  resultsDir: string | undefined,
+  measuredAt: string,
+  name: string,
+  files: Readonly<Record<string, string>>,
+): Promise<string> {
+  const dir = resolve(resultsDir ?? join(import.meta.dirname, "results"));
+  await mkdir(dir, { recursive: true });
+  const base = join(dir, `${measuredAt.slice(0, 10)}-${name}`);
+  for (const [extension, text] of Object.entries(files))
+    await writeFile(`${base}.${extension}`, text);
+  return base;
+}
+
 export function percentile(sorted: readonly number[], p: number): number {
   if (sorted.length === 0) return Number.NaN;
   const index = Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1);
@@ -860,12 +878,11 @@ export async function runRequestsPerRun(options: RequestsOptions = {}): Promise<
     const table = markdown(result);
     print(table);
     if (options.resultsDir !== null) {
-      const dir = resolve(options.resultsDir ?? join(import.meta.dirname, "results"));
-      await mkdir(dir, { recursive: true });
-      const date = result.measuredAt.slice(0, 10);
-      await writeFile(join(dir, `${date}-requests.json`), `${JSON.stringify(result, null, 2)}\n`);
-      await writeFile(join(dir, `${date}-requests.md`), `${table}\n`);
-      print(`wrote bench/results/${date}-requests.json and .md`);
+      const base = await writeResults(options.resultsDir, result.measuredAt, "requests", {
+        json: `${JSON.stringify(result, null, 2)}\n`,
+        md: `${table}\n`,
+      });
+      print(`wrote ${base}.json and .md`);
     }
     return result;
   } finally {

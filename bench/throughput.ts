@@ -1,7 +1,5 @@
 import { readFileSync } from "node:fs";
-import { mkdir, writeFile } from "node:fs/promises";
 import { cpus, totalmem } from "node:os";
-import { join, resolve } from "node:path";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
@@ -24,7 +22,14 @@ import {
   type MetricUnit,
 } from "../shared/observability.js";
 import { lagChartSvg } from "./lag-chart.js";
-import { allRuns, createHarness, type Harness, noopJob, percentile } from "./requests-per-run.js";
+import {
+  allRuns,
+  createHarness,
+  type Harness,
+  noopJob,
+  percentile,
+  writeResults,
+} from "./requests-per-run.js";
 
 /**
  * Sustained throughput: for each configuration (shard count × worker concurrency), a steady
@@ -963,19 +968,15 @@ export async function runThroughput(options: ThroughputOptions = {}): Promise<Th
   const table = markdown(result);
   print(table);
   if (options.resultsDir !== null) {
-    const dir = resolve(options.resultsDir ?? join(import.meta.dirname, "results"));
-    await mkdir(dir, { recursive: true });
-    const date = result.measuredAt.slice(0, 10);
-    await writeFile(join(dir, `${date}-throughput.json`), `${JSON.stringify(result, null, 2)}\n`);
-    await writeFile(join(dir, `${date}-throughput.md`), `${table}\n`);
-    await writeFile(
-      join(dir, `${date}-throughput.svg`),
-      lagChartSvg(
+    const base = await writeResults(options.resultsDir, result.measuredAt, "throughput", {
+      json: `${JSON.stringify(result, null, 2)}\n`,
+      md: `${table}\n`,
+      svg: lagChartSvg(
         configurations.map((c) => ({ label: c.label, lagsMs: c.lagsMs })),
         { title: `Start lag under ${o.rate} runs/s offered (${result.measuredAt.slice(0, 10)})` },
       ),
-    );
-    print(`wrote ${join(dir, `${date}-throughput`)}.json, .md and .svg`);
+    });
+    print(`wrote ${base}.json, .md and .svg`);
   }
   return result;
 }

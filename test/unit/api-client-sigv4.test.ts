@@ -227,7 +227,7 @@ describe("apiClient with IAM auth", () => {
     const headers = Object.fromEntries(names.map((name) => [name, String(sent.headers[name])]));
     expect(headers.host).toBe(new URL(origin).host);
 
-    const expected = referenceSignature({
+    const signed = {
       method: sent.method,
       rawPath,
       rawQuery,
@@ -237,7 +237,8 @@ describe("apiClient with IAM auth", () => {
       region: "eu-west-1",
       service: "execute-api",
       secretAccessKey: SECRET_KEY,
-    });
+    };
+    const expected = referenceSignature(signed);
     expect(signature).toBe(expected.signature);
     // And the signature depends on each part: another body, path, query or host would not verify.
     const variants = [
@@ -248,18 +249,7 @@ describe("apiClient with IAM auth", () => {
       { method: "PUT" },
     ];
     for (const variant of variants) {
-      const other = referenceSignature({
-        method: sent.method,
-        rawPath,
-        rawQuery,
-        headers,
-        body: sent.body,
-        amzDate: AMZ_DATE,
-        region: "eu-west-1",
-        service: "execute-api",
-        secretAccessKey: SECRET_KEY,
-        ...variant,
-      });
+      const other = referenceSignature({ ...signed, ...variant });
       expect(other.signature).not.toBe(signature);
     }
   });
