@@ -1,3 +1,4 @@
+import { setMaxListeners } from "node:events";
 import { sleep } from "../clock.js";
 import { PRIORITIES } from "../model.js";
 import { deleteMessages, type ReceivedRun, receiveRuns } from "../queue/work-queue.js";
@@ -39,6 +40,8 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
   const slots = new Slots(options.concurrency);
   const acks = new AckBatcher(deps);
   const { signal } = options;
+  // Every message waiting for its second listens for the stop: that many listeners are expected.
+  setMaxListeners(options.concurrency * (HELD_PER_SLOT + 1) + 16, signal);
   while (!signal.aborted) {
     const free = Math.min(
       options.concurrency - slots.busy,
