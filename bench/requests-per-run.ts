@@ -634,7 +634,11 @@ function costPerMillion(
     ((runItems * c.runItemBytes) / 1e9) * c.retentionMonths * p("dynamodbStorageGbMonth") * M;
   // Lambda's event source: one receive and one DeleteMessageBatch per batch (assumption, see doc).
   const consumer = 2 / c.workerBatchSize;
-  const sqs = (perRun.sqsEngineRequests + consumer) * p("sqsStandardPerMillion");
+  // The Lambda worker shrinks each attempt's message visibility to the lease (ChangeMessageVisibility);
+  // the worker loop measured here receives with that visibility and skips it, so it is added here.
+  const visibilityShrinks = runItems;
+  const sqs =
+    (perRun.sqsEngineRequests + visibilityShrinks + consumer) * p("sqsStandardPerMillion");
   const workerInvocations = 1 / c.workerBatchSize;
   const workerGbs = (c.workerMemoryGb * (c.invocationMs / 1000)) / c.workerBatchSize;
   const dispatcherGbs = c.dispatcherMemoryGb * (perRun.dispatcherMs / 1000);
@@ -856,7 +860,7 @@ export async function runRequestsPerRun(options: RequestsOptions = {}): Promise<
       assumptions: [
         "Worker on Lambda: batch size 10 (infra/settings.ts workerBatchSize), 512 MB arm64 (infra/constructs/worker.ts); full batches. At low rates batches hold one record: add $0.18/M for invocations and up to 10× the consumer SQS requests.",
         "Worker duration: the p95 time of a Lambda-like batch measured here against DynamoDB Local (not AWS latencies), billed once per batch of 10.",
-        "SQS: the event source's ReceiveMessage and DeleteMessageBatch are billed as ordinary SQS requests: 2 per batch of 10 = 0.2 per run. The sandbox loop's receives and deletes (the 'SQS loop' column) are shown but not priced. The event source's idle long polling is a fixed cost, not per run.",
+        "SQS: the event source's ReceiveMessage and DeleteMessageBatch are billed as ordinary SQS requests: 2 per batch of 10 = 0.2 per run; plus one ChangeMessageVisibility per attempt, which the Lambda worker makes and the loop measured here does not. The sandbox loop's receives and deletes (the 'SQS loop' column) are shown but not priced. The event source's idle long polling is a fixed cost, not per run.",
         "DynamoDB provisioned at 70 %: unit-hour price / (3,600 s × 0.7), i.e. perfectly shaped capacity; spikes need headroom or on-demand.",
         "History: one run item (two for a retried run) kept for the retention (30 days ≈ 1 month) at the storage price; item size from the runs table here; GSI copies of in-flight runs are short-lived and not counted; PITR backup storage not counted.",
         "Dispatcher Lambda time per run is the pass time measured here divided by the runs it claimed (512 MB); its invocations are fixed per tick, not per run.",

@@ -75,7 +75,8 @@ const defaults: Inputs = {
   jobs: 1_000_000,
   bucketWcuPerClaim: 2,
   wruPerClaim: 10,
-  startWruPerRun: 2,
+  // The conditional start of the run; the in-flight index is not touched then (keys only, deadline unmoved).
+  startWruPerRun: 1,
   workerWruPerRun: 14,
   dueEntryBytes: 600,
   tableWruPerSecond: 40_000,
