@@ -23,7 +23,7 @@ export interface WorkerLoopOptions {
 }
 
 /** Messages held at once, waiting for their second or running, per slot of concurrency. */
-const HELD_PER_SLOT = 4;
+const HELD_PER_SLOT = 2;
 
 /**
  * The worker as a long-lived process (the sandbox, a container): keeps up to
