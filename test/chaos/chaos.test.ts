@@ -256,7 +256,8 @@ describe("chaos", () => {
           dataDir,
           // Parked: the test drives the ticks so that some of its dispatchers can die.
           tickSeconds: 3600,
-          workers: 4,
+          // One slot of its own: most runs go to the killable workers, so there are runs to kill.
+          workers: 1,
           env: ENV,
           plan,
           print: (line) => log.push(line),
