@@ -394,22 +394,33 @@ interface Measured {
   readonly dispatcherMs: number;
 }
 
-/** (a) one-off noop: create (fast path claims and sends at once) → worker. */
-async function oneOffFastPath(h: Harness, n: number): Promise<Measured> {
-  resetCounters(h, "a");
+/**
+ * Creates n one-off jobs due 2 s after each create, 50 ms apart, while a worker loop runs them,
+ * and waits until each has succeeded.
+ */
+async function oneOffsThroughWorker(
+  h: Harness,
+  n: number,
+  overrides: Partial<NewJob>,
+  timeoutMs: number,
+): Promise<void> {
   const producer = h.engine("producer");
   const ids = new Set<string>();
   await withWorkerLoop(h.engine("worker"), async () => {
     for (let i = 0; i < n; i++) {
-      const { job } = await createJob(
-        producer,
-        noopJob({ runAt: new Date(Date.now() + 2_000).toISOString() }),
-      );
+      const runAt = new Date(Date.now() + 2_000).toISOString();
+      const { job } = await createJob(producer, noopJob({ runAt }, overrides));
       ids.add(job.jobId);
       await sleep(50);
     }
-    return waitFor(h, ids, succeededOnce(n), 60_000);
+    return waitFor(h, ids, succeededOnce(n), timeoutMs);
   });
+}
+
+/** (a) one-off noop: create (fast path claims and sends at once) → worker. */
+async function oneOffFastPath(h: Harness, n: number): Promise<Measured> {
+  resetCounters(h, "a");
+  await oneOffsThroughWorker(h, n, {}, 60_000);
   return { ops: collect(h, "a", n), dispatcherMs: 0 };
 }
 
@@ -497,32 +508,22 @@ async function recurringSteadyState(h: Harness, jobs: number, minutes: number): 
 /** (d) a run that fails once (retryable) and succeeds on attempt 2; one occurrence = one run. */
 async function retriedRun(h: Harness, n: number): Promise<Measured> {
   resetCounters(h, "d");
-  const producer = h.engine("producer");
-  const ids = new Set<string>();
-  await withWorkerLoop(h.engine("worker"), async () => {
-    for (let i = 0; i < n; i++) {
-      const { job } = await createJob(
-        producer,
-        noopJob(
-          { runAt: new Date(Date.now() + 2_000).toISOString() },
-          {
-            type: "fail",
-            payload: { times: 1, retryable: true },
-            policies: {
-              retry: { maxAttempts: 3, initialDelayMs: 1_000, maxDelayMs: 2_000 },
-              misfire: "fire_once",
-              overlap: "skip",
-              maxConcurrent: 1,
-              inFlight: "skip",
-            },
-          },
-        ),
-      );
-      ids.add(job.jobId);
-      await sleep(50);
-    }
-    return waitFor(h, ids, succeededOnce(n), 90_000);
-  });
+  await oneOffsThroughWorker(
+    h,
+    n,
+    {
+      type: "fail",
+      payload: { times: 1, retryable: true },
+      policies: {
+        retry: { maxAttempts: 3, initialDelayMs: 1_000, maxDelayMs: 2_000 },
+        misfire: "fire_once",
+        overlap: "skip",
+        maxConcurrent: 1,
+        inFlight: "skip",
+      },
+    },
+    90_000,
+  );
   return { ops: collect(h, "d", n), dispatcherMs: 0 };
 }
 
