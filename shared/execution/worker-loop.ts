@@ -25,6 +25,12 @@ export interface WorkerLoopOptions {
 /** Messages held at once, waiting for their second or running, per slot of concurrency. */
 const HELD_PER_SLOT = 2;
 
+/** SQS returns at most this many messages a receive. */
+const RECEIVE_BATCH = 10;
+
+/** Receives in flight at once while the queues have a backlog. */
+const MAX_RECEIVERS = 8;
+
 /**
  * The worker as a long-lived process (the sandbox, a container): keeps up to
  * `concurrency` runs going, always taking from the high queue before normal
@@ -34,34 +40,89 @@ const HELD_PER_SLOT = 2;
  * waits for its second without taking a slot: at a top-of-the-minute spike
  * most messages arrive up to a second early, and slots spent waiting would
  * hold back the runs already due.
+ *
+ * One receiver polls all the time. Up to MAX_RECEIVERS − 1 more join it while
+ * receives come back full (a backlog) and go back to waiting when theirs comes
+ * back short, so an idle loop makes one receive at a time, while a spike is
+ * not read ten messages per round trip by one receiver whose responses wait
+ * behind the runs it has already started.
  */
 export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions): Promise<void> {
   const held = new Set<Promise<void>>();
   const slots = new Slots(options.concurrency);
   const acks = new AckBatcher(deps);
   const { signal } = options;
+  const capacity = options.concurrency * HELD_PER_SLOT;
   // Every message waiting for its second listens for the stop: that many listeners are expected.
-  setMaxListeners(options.concurrency * (HELD_PER_SLOT + 1) + 16, signal);
-  while (!signal.aborted) {
-    const free = Math.min(
-      options.concurrency - slots.busy,
-      options.concurrency * HELD_PER_SLOT - held.size,
-    );
-    if (free <= 0) {
-      await Promise.race(held);
-      continue;
+  setMaxListeners(capacity + options.concurrency + 16, signal);
+  const settled = new Wakeup();
+  const backlog = new Wakeup();
+  signal.addEventListener(
+    "abort",
+    () => {
+      settled.notify();
+      backlog.notify();
+    },
+    { once: true },
+  );
+  const idleWaitSeconds = options.idleWaitSeconds ?? 1;
+  let asked = 0;
+
+  const receiver = async (first: boolean) => {
+    let joined = first;
+    while (!signal.aborted) {
+      if (!joined) {
+        await backlog.wait();
+        joined = true;
+        continue;
+      }
+      const free = Math.min(options.concurrency - slots.busy, capacity - held.size) - asked;
+      if (free <= 0) {
+        await settled.wait();
+        continue;
+      }
+      const max = Math.min(RECEIVE_BATCH, free);
+      asked += max;
+      let batch: ReceivedRun[];
+      try {
+        batch = await receiveByPriority(deps, max, first ? idleWaitSeconds : 0, signal);
+      } finally {
+        asked -= max;
+        // What this receive did not fill is free again for a receiver waiting on it.
+        settled.notify();
+      }
+      for (const received of batch) {
+        const task = handle(deps, received, slots, acks, signal).finally(() => {
+          held.delete(task);
+          settled.notify();
+        });
+        held.add(task);
+      }
+      if (batch.length === RECEIVE_BATCH) backlog.notify();
+      else if (!first) joined = false;
+      else if (batch.length === 0 && idleWaitSeconds === 0)
+        await sleep(options.idleSleepMs ?? 100, signal);
     }
-    const idleWaitSeconds = options.idleWaitSeconds ?? 1;
-    const batch = await receiveByPriority(deps, free, idleWaitSeconds, signal);
-    if (batch.length === 0 && idleWaitSeconds === 0)
-      await sleep(options.idleSleepMs ?? 100, signal);
-    for (const received of batch) {
-      const task = handle(deps, received, slots, acks, signal).finally(() => held.delete(task));
-      held.add(task);
-    }
-  }
+  };
+  const receivers = Math.max(1, Math.min(MAX_RECEIVERS, Math.ceil(capacity / RECEIVE_BATCH)));
+  await Promise.all(Array.from({ length: receivers }, (_, i) => receiver(i === 0)));
   await Promise.allSettled(held);
   await acks.flush();
+}
+
+/** Wakes everyone waiting at once. */
+class Wakeup {
+  private waiting: (() => void)[] = [];
+
+  wait(): Promise<void> {
+    return new Promise((resolve) => this.waiting.push(resolve));
+  }
+
+  notify(): void {
+    const waiting = this.waiting;
+    this.waiting = [];
+    for (const resolve of waiting) resolve();
+  }
 }
 
 /**

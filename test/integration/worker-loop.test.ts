@@ -6,6 +6,7 @@ import { createJob } from "../../shared/jobs/lifecycle.js";
 import { sendRuns } from "../../shared/queue/work-queue.js";
 import { runMessageOf } from "../../shared/storage/items.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { createTestClients } from "../support/namespace.js";
 import { waitFor } from "../support/wait.js";
 
 describe("the worker loop", () => {
@@ -74,6 +75,62 @@ describe("the worker loop", () => {
     } finally {
       stop.abort();
       await loop;
+    }
+  }, 30_000);
+
+  it("reads a backlog with several receives at once, and makes one at a time when idle", async () => {
+    // A client of its own, so that counting its receives counts only this loop's.
+    const counted = createTestClients();
+    let inFlight = 0;
+    let mostInFlight = 0;
+    const inFlightAt: { at: number; inFlight: number }[] = [];
+    counted.sqs.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName !== "ReceiveMessageCommand") return next(args);
+        inFlight++;
+        mostInFlight = Math.max(mostInFlight, inFlight);
+        inFlightAt.push({ at: Date.now(), inFlight });
+        try {
+          return await next(args);
+        } finally {
+          inFlight--;
+        }
+      },
+      { step: "initialize", name: "countReceives" },
+    );
+    const jobs = 80;
+    const dueAt = new Date(Date.now() + 3000).toISOString();
+    const created = await Promise.all(
+      Array.from({ length: jobs }, () =>
+        createJob(f.engine, testJob({ schedule: { runAt: dueAt } })),
+      ),
+    );
+    const ids = new Set(created.map((c) => c.job.jobId));
+    const stop = new AbortController();
+    const loop = runWorkerLoop(
+      { ...f.workerDeps("backlog"), engine: { ...f.engine, sqs: counted.sqs } },
+      { concurrency: 100, signal: stop.signal, idleWaitSeconds: 0, idleSleepMs: 20 },
+    );
+    try {
+      await waitFor(
+        "every run to succeed",
+        async () => {
+          const done = (await f.runs()).filter((r) => ids.has(r.jobId) && r.status === "SUCCEEDED");
+          return done.length === jobs || undefined;
+        },
+        20_000,
+      );
+      expect(mostInFlight).toBeGreaterThan(1);
+      const idleSince = Date.now();
+      await new Promise((r) => setTimeout(r, 500));
+      const idle = inFlightAt.filter((r) => r.at > idleSince + 100);
+      expect(idle.length).toBeGreaterThan(0);
+      expect(Math.max(...idle.map((r) => r.inFlight))).toBe(1);
+    } finally {
+      stop.abort();
+      await loop;
+      counted.sqs.destroy();
+      counted.dynamo.destroy();
     }
   }, 30_000);
 });
