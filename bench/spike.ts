@@ -1,5 +1,6 @@
+import { existsSync } from "node:fs";
 import { mkdir, writeFile } from "node:fs/promises";
-import { cpus, totalmem } from "node:os";
+import { cpus, tmpdir, totalmem } from "node:os";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
@@ -17,13 +18,22 @@ import { type SandboxProcess, spawnSandbox } from "../test/support/sandbox-proce
  */
 export interface SpikeOptions {
   readonly jobs: number;
-  /** Sandbox worker concurrency (ignored with SCHEDULER_API_URL). */
+  /**
+   * Sandbox worker concurrency (ignored with SCHEDULER_API_URL). Default: one slot per job up to
+   * 1,000, as a Lambda fleet scaled out to the spike would have (workerConcurrency goes to 1,000).
+   */
   readonly workers?: number;
   /** Concurrent POSTs while creating. */
   readonly concurrency?: number;
   /** Lead time per job: the jobs are due this long (times N, plus 15 s) after the first create. */
   readonly msPerCreate?: number;
   readonly print?: (line: string) => void;
+  /**
+   * Where the sandbox keeps its DynamoDB Local data. Default: /dev/shm where there is one, so that
+   * the emulator's SQLite writes measure memory, not this machine's disk; else the OS's temporary
+   * directory.
+   */
+  readonly dataParent?: string;
   /** Where the JSON goes; null to write nothing. */
   readonly resultsDir?: string | null;
 }
@@ -41,9 +51,14 @@ export interface SpikeResult {
   readonly lagsMs: readonly number[];
   readonly workers: number;
   readonly target: string;
+  /** Where the sandbox's DynamoDB Local kept its data. */
+  readonly dataParent: string | null;
   readonly machine: string;
   readonly measuredAt: string;
 }
+
+const TMPFS = "/dev/shm";
+const DEFAULT_MS_PER_CREATE = 30;
 
 interface RunDto {
   status: string;
@@ -72,7 +87,8 @@ function percentile(sorted: readonly number[], p: number): number {
 
 export async function runSpike(options: SpikeOptions): Promise<SpikeResult> {
   const print = options.print ?? ((line: string) => console.log(line));
-  const workers = options.workers ?? 64;
+  const workers = options.workers ?? Math.min(options.jobs, 1000);
+  const dataParent = options.dataParent ?? (existsSync(TMPFS) ? TMPFS : tmpdir());
   const concurrency = options.concurrency ?? 8;
   let sandbox: SandboxProcess | null = null;
   let url = process.env.SCHEDULER_API_URL;
@@ -87,6 +103,7 @@ export async function runSpike(options: SpikeOptions): Promise<SpikeResult> {
     print(`starting a sandbox (${workers} workers)…`);
     sandbox = await spawnSandbox({
       workers,
+      dataParent,
       tickSeconds: 1,
       env: {
         SCHEDULER_API_KEYS: `${sandboxKey}=spike`,
@@ -100,8 +117,9 @@ export async function runSpike(options: SpikeOptions): Promise<SpikeResult> {
   }
   const api = apiClient(url, auth);
   try {
-    // DynamoDB Local took ~14 creates/s here (each create is two transactions); leave room for that.
-    const leadMs = 15_000 + options.jobs * (options.msPerCreate ?? 80);
+    // The sandbox takes 55-75 creates/s here (a create inside the lookahead is a BatchWriteItem and
+    // a PutItem); the default leaves room for half that.
+    const leadMs = 15_000 + options.jobs * (options.msPerCreate ?? DEFAULT_MS_PER_CREATE);
     const dueAt = new Date(Math.ceil((Date.now() + leadMs) / 1000) * 1000);
     const due = dueAt.toISOString();
     print(`creating ${options.jobs} one-off jobs due at ${due} (${concurrency} concurrent POSTs)…`);
@@ -185,6 +203,7 @@ export async function runSpike(options: SpikeOptions): Promise<SpikeResult> {
       lagsMs: lags,
       workers,
       target: sandbox ? "sandbox (DynamoDB Local + fauxqs)" : url,
+      dataParent: sandbox ? dataParent : null,
       machine: `${cpu.length} × ${cpu[0]?.model ?? "cpu"}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`,
       measuredAt: new Date().toISOString(),
     };
@@ -212,16 +231,18 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
   const { values } = parseArgs({
     options: {
       jobs: { type: "string", default: "10000" },
-      workers: { type: "string", default: "64" },
+      workers: { type: "string" },
       concurrency: { type: "string", default: "8" },
-      "ms-per-create": { type: "string", default: "80" },
+      "ms-per-create": { type: "string", default: String(DEFAULT_MS_PER_CREATE) },
+      "data-parent": { type: "string" },
     },
   });
   const result = await runSpike({
     jobs: Number(values.jobs),
-    workers: Number(values.workers),
+    ...(values.workers ? { workers: Number(values.workers) } : {}),
     concurrency: Number(values.concurrency),
     msPerCreate: Number(values["ms-per-create"]),
+    ...(values["data-parent"] ? { dataParent: values["data-parent"] } : {}),
   });
   process.exit(result.notSucceeded === 0 ? 0 : 1);
 }

@@ -2,19 +2,23 @@ import { describe, expect, it } from "vitest";
 import { runSpike } from "../../bench/spike.js";
 
 /**
- * The spike benchmark inside `npm test`, asserting only that nothing
- * collapsed: every job succeeded and p99 start lag stayed under 5 s.
+ * The spike benchmark inside `npm test`, at the brief's N = 1,000, asserting
+ * only that nothing collapsed: every job succeeded and p99 start lag stayed
+ * under 5 s. Measured here (2 cores): p99 2.6-3.4 s over six runs.
  *
- * N defaults to 100, not 1,000. On this 2-core machine the sandbox drains a
- * spike at about 45 runs/s, and that is CPU: during the drain DynamoDB Local
- * (Java) and the sandbox's Node process together hold both cores (measured
- * with top). 1,000 jobs due on one second therefore take about 22 s to drain
- * and their p99 lag is about 21 s (bench/results/spike-1000-*.json): the
- * emulator's speed, not a collapse. At N = 100 the bound of 5 s catches a
- * collapse with room to spare (p99 2.6 s measured). SPIKE_TEST_JOBS=1000 runs
- * the brief's size; SPIKE_P99_BOUND_MS sets the bound.
+ * Two of the benchmark's defaults keep it about the scheduler rather than
+ * this machine:
+ * - The sandbox has a worker slot per job, as a Lambda fleet scaled out to
+ *   the spike would have (workerConcurrency goes to 1,000 per priority). With
+ *   64 slots each run held its slot for most of a second while the emulators
+ *   queued requests: 1,000 took 14 s to drain, and p99 was 14 s.
+ * - DynamoDB Local keeps its data on tmpfs (/dev/shm) where there is one: on
+ *   this VM's disk its SQLite writes add about 3 s to the drain.
+ * What is left is the emulators' pace: about 450 DynamoDB requests a second
+ * on two cores shared with the sandbox, four a run.
+ * SPIKE_TEST_JOBS sets N; SPIKE_P99_BOUND_MS the bound.
  */
-const JOBS = Number(process.env.SPIKE_TEST_JOBS ?? 100);
+const JOBS = Number(process.env.SPIKE_TEST_JOBS ?? 1000);
 const P99_BOUND_MS = Number(process.env.SPIKE_P99_BOUND_MS ?? 5_000);
 
 describe("spike", () => {
@@ -25,13 +29,14 @@ describe("spike", () => {
       const result = await runSpike({
         jobs: JOBS,
         resultsDir: null,
-        msPerCreate: 60,
+        // Creates run at 55-75/s here: the jobs are due 15 s + 20 ms × N after the first.
+        msPerCreate: 20,
         print: (l) => lines.push(l),
       });
       console.log(lines.filter((l) => l.startsWith("spike") || l.startsWith("created")).join("\n"));
       expect(result.notSucceeded).toBe(0);
       expect(result.lagMs.p99).toBeLessThan(P99_BOUND_MS);
     },
-    60_000 + JOBS * 400,
+    60_000 + JOBS * 200,
   );
 });

@@ -20,13 +20,15 @@ export interface SandboxProcessOptions {
   readonly startTimeoutMs?: number;
   /** Keep the data directory after stop (default: removed). */
   readonly keepData?: boolean;
+  /** Where the temporary data directory is made (default: the OS's temporary directory). */
+  readonly dataParent?: string;
 }
 
 const REPO = resolve(import.meta.dirname, "../..");
 const READY = /scheduler sandbox ready at (http:\/\/\S+)/;
 
 export async function spawnSandbox(options: SandboxProcessOptions = {}): Promise<SandboxProcess> {
-  const dataDir = await mkdtemp(join(tmpdir(), "scheduler-e2e-"));
+  const dataDir = await mkdtemp(join(options.dataParent ?? tmpdir(), "scheduler-e2e-"));
   const child: ChildProcess = spawn(
     process.execPath,
     [
