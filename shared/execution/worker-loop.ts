@@ -1,6 +1,8 @@
 import { setMaxListeners } from "node:events";
+import type { SQSClient } from "@aws-sdk/client-sqs";
 import { sleep } from "../clock.js";
 import { PRIORITIES } from "../model.js";
+import type { Logger } from "../observability.js";
 import { deleteMessages, type ReceivedRun, receiveRuns } from "../queue/work-queue.js";
 import {
   MAX_EARLY_WAIT_MS,
@@ -50,7 +52,7 @@ const MAX_RECEIVERS = 8;
 export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions): Promise<void> {
   const held = new Set<Promise<void>>();
   const slots = new Slots(options.concurrency);
-  const acks = new AckBatcher(deps);
+  const acks = new AckBatcher(deps.engine.sqs, deps.engine.obs.log);
   const { signal } = options;
   const capacity = options.concurrency * HELD_PER_SLOT;
   // Every message waiting for its second listens for the stop: that many listeners are expected.
@@ -130,12 +132,14 @@ class Wakeup {
  * the message stays invisible for a lease, and a run already ended is only
  * acknowledged again if it comes back.
  */
-class AckBatcher {
+export class AckBatcher {
   private readonly pending = new Map<string, string[]>();
+  private readonly deleting = new Set<Promise<void>>();
   private timer: NodeJS.Timeout | undefined;
 
   constructor(
-    private readonly deps: WorkerDeps,
+    private readonly sqs: SQSClient,
+    private readonly log: Logger,
     private readonly lingerMs = 50,
   ) {}
 
@@ -143,14 +147,23 @@ class AckBatcher {
     const handles = this.pending.get(received.queueUrl) ?? [];
     handles.push(received.receiptHandle);
     this.pending.set(received.queueUrl, handles);
-    if (handles.length >= 10) void this.flushQueue(received.queueUrl);
-    else this.timer ??= setTimeout(() => void this.flush(), this.lingerMs);
+    if (handles.length >= 10) this.track(this.flushQueue(received.queueUrl));
+    else this.timer ??= setTimeout(() => this.track(this.flush()), this.lingerMs);
   }
 
+  /** Sends what is pending and waits for every delete already sent, so none is cut off at exit. */
   async flush(): Promise<void> {
     clearTimeout(this.timer);
     this.timer = undefined;
-    await Promise.all([...this.pending.keys()].map((url) => this.flushQueue(url)));
+    await Promise.all([
+      ...[...this.pending.keys()].map((url) => this.flushQueue(url)),
+      ...this.deleting,
+    ]);
+  }
+
+  private track(deleting: Promise<void>): void {
+    this.deleting.add(deleting);
+    void deleting.finally(() => this.deleting.delete(deleting));
   }
 
   private async flushQueue(queueUrl: string): Promise<void> {
@@ -158,10 +171,10 @@ class AckBatcher {
     this.pending.delete(queueUrl);
     if (handles.length === 0) return;
     try {
-      await deleteMessages(this.deps.engine.sqs, queueUrl, handles);
+      await deleteMessages(this.sqs, queueUrl, handles);
     } catch (error) {
       // Undeleted, they come back after their visibility and are acknowledged again: nothing reruns.
-      this.deps.engine.obs.log.warn("could not delete acknowledged messages", {
+      this.log.warn("could not delete acknowledged messages", {
         messages: handles.length,
         error: String(error),
       });
