@@ -65,11 +65,14 @@ export async function spawnSandbox(options: SandboxProcessOptions = {}): Promise
         ),
       options.startTimeoutMs ?? 90_000,
     );
+    let ready = false;
     const onData = (chunk: Buffer) => {
-      const text = chunk.toString("utf8");
-      output.push(text);
+      output.push(chunk.toString("utf8"));
+      // Once ready, stop joining: a spike prints a line per run, and joining it all per chunk is quadratic.
+      if (ready) return;
       const match = READY.exec(output.join(""));
       if (match?.[1]) {
+        ready = true;
         clearTimeout(timer);
         done(match[1]);
       }
