@@ -104,7 +104,9 @@ export async function runSpike(options: SpikeOptions): Promise<SpikeResult> {
     sandbox = await spawnSandbox({
       workers,
       dataParent,
-      tickSeconds: 1,
+      // The production tick: every run here is claimed at create (fast path), so a faster tick
+      // would only add its shard scans and lease writes to what the spike measures.
+      tickSeconds: 60,
       env: {
         SCHEDULER_API_KEYS: `${sandboxKey}=spike`,
         // The widest lookahead, so that every job is claimed and enqueued (with its delay) at create.
