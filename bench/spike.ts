@@ -119,7 +119,7 @@ export async function runSpike(options: SpikeOptions): Promise<SpikeResult> {
   }
   const api = apiClient(url, auth);
   try {
-    // The sandbox takes 55-75 creates/s here (a create inside the lookahead is a BatchWriteItem and
+    // The sandbox takes 55-100 creates/s here (a create inside the lookahead is a BatchWriteItem and
     // a PutItem); the default leaves room for half that.
     const leadMs = 15_000 + options.jobs * (options.msPerCreate ?? DEFAULT_MS_PER_CREATE);
     const dueAt = new Date(Math.ceil((Date.now() + leadMs) / 1000) * 1000);

@@ -29,7 +29,7 @@ describe("spike", () => {
       const result = await runSpike({
         jobs: JOBS,
         resultsDir: null,
-        // Creates run at 55-75/s here: the jobs are due 15 s + 20 ms × N after the first.
+        // Creates run at 55-100/s here: the jobs are due 15 s + 20 ms × N after the first.
         msPerCreate: 20,
         print: (l) => lines.push(l),
       });
