@@ -3,7 +3,7 @@ import type { SQSClient } from "@aws-sdk/client-sqs";
 import { sleep } from "../clock.js";
 import { PRIORITIES } from "../model.js";
 import type { Logger } from "../observability.js";
-import { deleteMessages, type ReceivedRun, receiveRuns } from "../queue/work-queue.js";
+import { deleteMessages, type ReceivedRun, receiveRuns, SQS_BATCH } from "../queue/work-queue.js";
 import {
   MAX_EARLY_WAIT_MS,
   processRun,
@@ -26,9 +26,6 @@ export interface WorkerLoopOptions {
 
 /** Messages held at once, waiting for their second or running, per slot of concurrency. */
 const HELD_PER_SLOT = 2;
-
-/** SQS returns at most this many messages a receive. */
-const RECEIVE_BATCH = 10;
 
 /** Receives in flight at once while the queues have a backlog. */
 const MAX_RECEIVERS = 8;
@@ -83,7 +80,7 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
         await settled.wait();
         continue;
       }
-      const max = Math.min(RECEIVE_BATCH, free);
+      const max = Math.min(SQS_BATCH, free);
       asked += max;
       let batch: ReceivedRun[];
       try {
@@ -100,13 +97,13 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
         });
         held.add(task);
       }
-      if (batch.length === RECEIVE_BATCH) backlog.notify();
+      if (batch.length === SQS_BATCH) backlog.notify();
       else if (!first) joined = false;
       else if (batch.length === 0 && idleWaitSeconds === 0)
         await sleep(options.idleSleepMs ?? 100, signal);
     }
   };
-  const receivers = Math.max(1, Math.min(MAX_RECEIVERS, Math.ceil(capacity / RECEIVE_BATCH)));
+  const receivers = Math.max(1, Math.min(MAX_RECEIVERS, Math.ceil(capacity / SQS_BATCH)));
   await Promise.all(Array.from({ length: receivers }, (_, i) => receiver(i === 0)));
   await Promise.allSettled(held);
   await acks.flush();
@@ -147,7 +144,7 @@ export class AckBatcher {
     const handles = this.pending.get(received.queueUrl) ?? [];
     handles.push(received.receiptHandle);
     this.pending.set(received.queueUrl, handles);
-    if (handles.length >= 10) this.track(this.flushQueue(received.queueUrl));
+    if (handles.length >= SQS_BATCH) this.track(this.flushQueue(received.queueUrl));
     else this.timer ??= setTimeout(() => this.track(this.flush()), this.lingerMs);
   }
 

@@ -26,7 +26,8 @@ export interface ReceivedRun {
   readonly visibilitySeconds?: number;
 }
 
-const SQS_BATCH = 10;
+/** SQS takes at most this many messages a batch request and returns at most this many a receive. */
+export const SQS_BATCH = 10;
 
 /**
  * Whole seconds of SQS delay for a run due at `dueAt`. Rounded down so the
