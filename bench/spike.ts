@@ -174,7 +174,11 @@ export async function runSpike(options: SpikeOptions): Promise<SpikeResult> {
       const sample = pending.filter((_, i) => i % every === 0);
       await pool(sample, concurrency, check);
       if (sample.length < pending.length && sample.every((id) => finished.has(id)))
-        await pool(pending, concurrency, check);
+        await pool(
+          pending.filter((id) => !finished.has(id)),
+          concurrency,
+          check,
+        );
       if (finished.size < ids.length) {
         print(`  ${finished.size}/${ids.length} finished`);
         await new Promise((r) => setTimeout(r, 1000));
