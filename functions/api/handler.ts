@@ -14,7 +14,7 @@ import { customHandlers } from "../worker/handlers/index.js";
 /**
  * API Gateway HTTP API (payload v2) → the API app. With IAM authorization the
  * tenant is the calling IAM principal; with the JWT authorizer (API_AUTH=jwt)
- * it is the token's `tenant_id` claim, or its subject. To map callers onto
+ * it is the token's `tenant_id` claim, or `sub:<subject>`. To map callers onto
  * tenants your way, pass your own function instead of the default (see
  * TenantOfPrincipal / TenantOfClaims in shared/api/auth.ts and docs/api.md).
  */

@@ -131,13 +131,28 @@ export type JwtClaims = Readonly<Record<string, unknown>>;
 /** The mapping hook for JWT callers: which tenant the token acts for; null refuses it (401). */
 export type TenantOfClaims = (claims: JwtClaims) => string | null;
 
+/** The prefix of tenants named by a token's subject, so they cannot be named by a `tenant_id` claim. */
+export const SUBJECT_TENANT_PREFIX = "sub:";
+
 /**
- * The default: a `tenant_id` claim when the issuer puts one in its tokens,
- * else the subject (`sub`), which for a client-credentials token is the client.
+ * The default: the `tenant_id` claim when the issuer puts one in its tokens,
+ * else `sub:<sub>` (for a client-credentials token, the client). The two never
+ * meet: a `tenant_id` starting with `sub:` is refused, so a token without the
+ * claim whose subject happens to equal another tenant's id acts only as
+ * `sub:<that id>`, never as that tenant.
  */
 export const defaultTenantOfClaims: TenantOfClaims = (claims) => {
-  const tenant = claims.tenant_id ?? claims.sub;
-  return typeof tenant === "string" && isValidTenantId(tenant) ? tenant : null;
+  if (claims.tenant_id !== undefined) {
+    const tenant = claims.tenant_id;
+    return typeof tenant === "string" &&
+      !tenant.startsWith(SUBJECT_TENANT_PREFIX) &&
+      isValidTenantId(tenant)
+      ? tenant
+      : null;
+  }
+  if (typeof claims.sub !== "string" || claims.sub === "") return null;
+  const tenant = `${SUBJECT_TENANT_PREFIX}${claims.sub}`;
+  return isValidTenantId(tenant) ? tenant : null;
 };
 
 /** API Gateway has already verified the token's signature, issuer and audience. */

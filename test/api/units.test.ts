@@ -158,15 +158,30 @@ describe("JWT claims → tenant", () => {
     header: () => undefined,
   });
 
-  it("takes the tenant_id claim, else the subject", async () => {
+  it("takes the tenant_id claim, else the subject namespaced as sub:<sub>", async () => {
     expect(await authenticate(request({ sub: "client-1", tenant_id: "acme" }))).toBe("acme");
-    expect(await authenticate(request({ sub: "client-1" }))).toBe("client-1");
+    expect(await authenticate(request({ sub: "client-1" }))).toBe("sub:client-1");
+  });
+
+  it("a token without tenant_id whose sub is another tenant's id does not act as that tenant", async () => {
+    const victim = await authenticate(request({ sub: "client-9", tenant_id: "acme" }));
+    const attacker = await authenticate(request({ sub: "acme" }));
+    expect(victim).toBe("acme");
+    expect(attacker).toBe("sub:acme");
+    expect(attacker).not.toBe(victim);
+    // Nor can a tenant_id claim name a subject's tenant.
+    expect(await authenticate(request({ sub: "x", tenant_id: "sub:client-1" }))).toBeNull();
+    // A tenant_id claim that is present but unusable is refused, not replaced by the subject.
+    expect(await authenticate(request({ sub: "client-1", tenant_id: 7 }))).toBeNull();
+    expect(await authenticate(request({ sub: "client-1", tenant_id: "" }))).toBeNull();
   });
 
   it("refuses a request without claims, or with a tenant the keys could not hold", async () => {
     expect(await authenticate({ env: { requestContext: {} }, header: () => undefined })).toBeNull();
     expect(await authenticate(request({ sub: "has#hash" }))).toBeNull();
     expect(await authenticate(request({ sub: 42 }))).toBeNull();
+    expect(await authenticate(request({ sub: "" }))).toBeNull();
+    expect(await authenticate(request({ sub: "x".repeat(253) }))).toBeNull();
   });
 });
 
