@@ -96,7 +96,15 @@ export function createAwsClients(options: AwsClientOptions = {}): AwsClients {
   };
   const explicit = options.endpoint !== undefined;
   const dynamo = new DynamoDBClient(config(explicit || endpointInEnv("DYNAMODB")));
-  const sqs = new SQSClient(config(explicit || endpointInEnv("SQS")));
+  const sqsLocal = explicit || endpointInEnv("SQS");
+  // With an endpoint override every request goes to that endpoint. Left on, the SDK sends each
+  // request to the host in its QueueUrl when that differs from an endpoint taken from the
+  // environment, and emulators write host names into their URLs (fauxqs `sqs.<region>.localhost`,
+  // LocalStack `sqs.<region>.localhost.localstack.cloud`) that need not resolve where tests run.
+  const sqs = new SQSClient({
+    ...config(sqsLocal),
+    ...(sqsLocal ? { useQueueUrlAsEndpoint: false } : {}),
+  });
   const doc = DynamoDBDocumentClient.from(dynamo, documentTranslateConfig);
   return { dynamo, doc, sqs };
 }
