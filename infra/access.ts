@@ -9,6 +9,7 @@ import type { IQueue } from "aws-cdk-lib/aws-sqs";
  */
 export type ItemAction =
   | "GetItem"
+  | "BatchGetItem"
   | "PutItem"
   | "UpdateItem"
   | "DeleteItem"

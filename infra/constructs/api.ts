@@ -49,10 +49,10 @@ export class Api extends Construct {
     });
     // Create / edit / pause / cancel transactions (Put, Update, Delete of jobs, due entries and
     // idempotency items), job reads, the fast path's claim (Delete the due entry, orphan
-    // DeleteItem), tenant listing.
+    // DeleteItem), tenant listing (the byTenant index holds keys only: BatchGetItem reads the jobs).
     allowTable(this.handler.fn, {
       ...storage.jobs,
-      actions: ["GetItem", "PutItem", "UpdateItem", "DeleteItem"],
+      actions: ["GetItem", "BatchGetItem", "PutItem", "UpdateItem", "DeleteItem"],
       indexes: { [JOBS_BY_TENANT_INDEX]: ["Query"] },
     });
     // Run history (Query), run reads, trigger and replay transactions, cancelling queued runs

@@ -84,10 +84,11 @@ export class Dispatch extends Construct {
         resources: [this.dispatcher.fn.functionArn],
       }),
     );
-    // The reaper: reads overdue runs from the inflight index, pushes each one's deadline, resends.
+    // The reaper: reads overdue runs' keys from the inflight index, then each run (GetItem: the
+    // index holds keys only), pushes its deadline on and resends it.
     allowTable(this.tick.fn, {
       ...storage.runs,
-      actions: ["UpdateItem"],
+      actions: ["GetItem", "UpdateItem"],
       indexes: { [RUNS_INFLIGHT_INDEX]: ["Query"] },
     });
     allowQueues(this.tick.fn, queues.allWork, ["SendMessage"]);

@@ -56,7 +56,22 @@ export function synthesizeVariants<K extends string>(
   };
 }
 
-function synthesizeInto(outdir: string, context: Readonly<Record<string, string>>): Synthesized {
+/**
+ * Synthesizes one app without bundling the functions (their code assets are
+ * placeholders): for tests that read the template, not the bundles.
+ */
+export function synthesizeUnbundled(context: Readonly<Record<string, string>> = {}): {
+  readonly synth: Synthesized;
+  dispose(): void;
+} {
+  const outdir = mkdtempSync(join(tmpdir(), "scheduler-cdk-"));
+  return {
+    synth: synthesizeInto(outdir, { ...context, "aws:cdk:bundling-stacks": [] }),
+    dispose: () => rmSync(outdir, { recursive: true, force: true }),
+  };
+}
+
+function synthesizeInto(outdir: string, context: Readonly<Record<string, unknown>>): Synthesized {
   const { app, stack } = buildSchedulerApp({
     context: { ...cdkJsonContext(), ...context },
     outdir,

@@ -1,0 +1,668 @@
+import type { CreateTableCommandInput } from "@aws-sdk/client-dynamodb";
+import { DescribeTableCommand } from "@aws-sdk/client-dynamodb";
+import {
+  DeleteMessageBatchCommand,
+  ReceiveMessageCommand,
+  SendMessageCommand,
+} from "@aws-sdk/client-sqs";
+import { DeleteCommand, ScanCommand } from "@aws-sdk/lib-dynamodb";
+import { CfnElement } from "aws-cdk-lib";
+import type { Context } from "aws-lambda";
+import { afterAll, beforeAll, describe, expect, inject, it, vi } from "vitest";
+import type { Component } from "../../infra/constructs/scheduler-function.js";
+import { loadSettings } from "../../shared/config.js";
+import type { Engine } from "../../shared/engine.js";
+import { admitRun } from "../../shared/execution/admission.js";
+import { getJob, startRun } from "../../shared/execution/run-store.js";
+import { createJob } from "../../shared/jobs/lifecycle.js";
+import { shardOf } from "../../shared/keys.js";
+import type { DueEntry, Run } from "../../shared/model.js";
+import { MetricsRecorder, silentObservability } from "../../shared/observability.js";
+import { decodeRunMessage } from "../../shared/queue/work-queue.js";
+import { decodeDueEntry, decodeRun, jobKey } from "../../shared/storage/items.js";
+import { testJob } from "../support/engine-fixture.js";
+import {
+  httpApiEvent,
+  type LambdaIdentity,
+  lambdaContext,
+  type ReceivedMessage,
+  scheduledEvent,
+  sqsEvent,
+} from "../support/lambda-events.js";
+import {
+  createQueue,
+  createTable,
+  createTestClients,
+  deleteQueue,
+  deleteTable,
+  type TestClients,
+  testNamespace,
+} from "../support/namespace.js";
+import { type AwsCallRecorder, type RecordedCall, recordAwsCalls } from "./support/aws-calls.js";
+import {
+  allows,
+  type Bindings,
+  COMPONENTS,
+  functionsOf,
+  grantsOfRole,
+  isAllowed,
+  resolveValue,
+  roleOfComponent,
+} from "./support/iam-policy.js";
+import {
+  isObject,
+  type Json,
+  logicalIdOf,
+  type Synthesized,
+  synthesizeUnbundled,
+} from "./support/synth.js";
+
+/**
+ * IAM conformance: each Lambda handler runs through its exported entry point
+ * with the events Lambda gives it, against DynamoDB Local and the SQS
+ * emulator, with the environment the synthesized stack gives that function.
+ * Every AWS call it makes is recorded (action and resource ARN, index
+ * included) and checked against the policies the template attaches to that
+ * function's role. A grant missing from infra/ fails here, naming the
+ * function, the action and the resource.
+ *
+ * To cover a new code path that calls AWS, add a step below that drives the
+ * handler through it; to cover a new kind of AWS call, teach
+ * support/aws-calls.ts how IAM authorizes it (until then it is reported).
+ */
+
+const REGION = "us-east-1";
+const ACCOUNT = "000000000000";
+/** The API caller: a role session, so the tenant is the role. */
+const CALLER = "arn:aws:sts::123456789012:assumed-role/Reporter/session-1";
+const WEBHOOK_SECRET_VALUE = "conformance-webhook-secret";
+
+let synth: Synthesized;
+let disposeSynth = () => {};
+let clients: TestClients;
+let recorder: AwsCallRecorder;
+let bindings: Bindings;
+/** ARN → the construct path it stands for, so failures read "Storage/RunsTable". */
+const labels = new Map<string, string>();
+const created: { tables: string[]; queues: string[] } = { tables: [], queues: [] };
+const savedEnv = { ...process.env };
+/** The dispatcher invocations the tick asked Lambda for, answered here instead. */
+const invocations: { functionName: string; payload: unknown }[] = [];
+
+const handlers: {
+  api?: typeof import("../../functions/api/handler.js").handler;
+  tick?: typeof import("../../functions/tick/handler.js").handler;
+  dispatcher?: typeof import("../../functions/dispatcher/handler.js").handler;
+  worker?: typeof import("../../functions/worker/handler.js").handler;
+  dlq?: typeof import("../../functions/dlq/handler.js").handler;
+} = {};
+
+/** Logical id → construct path ("Storage/RunsTable"), for messages a person reads. */
+function constructPaths(): Map<string, string> {
+  const paths = new Map<string, string>();
+  for (const construct of synth.stack.node.findAll()) {
+    if (!CfnElement.isCfnElement(construct)) continue;
+    const path = construct.node.path.split("/").slice(1);
+    if (path.at(-1) === "Resource") path.pop();
+    paths.set(synth.stack.getLogicalId(construct), path.join("/"));
+  }
+  return paths;
+}
+
+function functionResource(component: Component) {
+  const fn = functionsOf(synth).find(([c]) => c === component)?.[1];
+  if (!fn) throw new Error(`no function ${component}`);
+  const id = logicalIdOf(synth.stack, fn.fn);
+  const properties = synth.resources[id]?.Properties ?? {};
+  return { id, properties };
+}
+
+/** The function's name and limits, as its Lambda context reports them. */
+function identity(component: Component): LambdaIdentity {
+  const { id, properties } = functionResource(component);
+  return {
+    functionName: resolveValue({ Ref: id }, bindings),
+    region: REGION,
+    account: ACCOUNT,
+    timeoutSeconds: Number(properties.Timeout ?? 3),
+    memoryMb: Number(properties.MemorySize ?? 128),
+  };
+}
+
+/** The environment the stack gives the function, plus what the Lambda runtime adds. */
+function runtimeEnvironment(component: Component): Record<string, string> {
+  const { properties } = functionResource(component);
+  const environment = isObject(properties.Environment) ? properties.Environment : {};
+  const variables = isObject(environment.Variables) ? environment.Variables : {};
+  return {
+    ...Object.fromEntries(
+      Object.entries(variables).map(([name, value]) => [name, resolveValue(value, bindings)]),
+    ),
+    AWS_REGION: REGION,
+    AWS_DEFAULT_REGION: REGION,
+    AWS_LAMBDA_FUNCTION_NAME: identity(component).functionName,
+    // The emulators stand in for the two services; calls to any other are answered by the recorder.
+    AWS_ENDPOINT_URL_DYNAMODB: inject("dynamoEndpoint"),
+    AWS_ENDPOINT_URL_SQS: inject("sqsEndpoint"),
+    POWERTOOLS_LOG_LEVEL: "SILENT",
+    POWERTOOLS_METRICS_DISABLED: "true",
+  };
+}
+
+/** Runs `body` as the function: its environment set, its AWS calls recorded as its own. */
+async function as<T>(component: Component, body: () => Promise<T>): Promise<T> {
+  process.env = { ...savedEnv, ...runtimeEnvironment(component) };
+  return recorder.as(component, body);
+}
+
+function required<T>(value: T | undefined, what: string): T {
+  if (value === undefined) throw new Error(`${what} is not loaded`);
+  return value;
+}
+
+/** Creates an emulator twin of every table and queue in the template, bound to its logical id. */
+async function provision(): Promise<Bindings> {
+  const ns = testNamespace("iam");
+  const paths = constructPaths();
+  const pathOf = (id: string) => paths.get(id) ?? id;
+  const resources = new Map<string, { ref: string; attributes: Record<string, string> }>();
+  for (const [id, resource] of Object.entries(synth.resources)) {
+    const p = resource.Properties ?? {};
+    if (resource.Type === "AWS::DynamoDB::Table") {
+      const name = await createTable(clients.dynamo, {
+        TableName: ns.name(id),
+        BillingMode: "PAY_PER_REQUEST",
+        KeySchema: p.KeySchema,
+        AttributeDefinitions: p.AttributeDefinitions,
+        ...(p.GlobalSecondaryIndexes ? { GlobalSecondaryIndexes: p.GlobalSecondaryIndexes } : {}),
+      } as unknown as CreateTableCommandInput);
+      created.tables.push(name);
+      const { Table } = await clients.dynamo.send(new DescribeTableCommand({ TableName: name }));
+      const arn = Table?.TableArn ?? "";
+      resources.set(id, { ref: name, attributes: { Arn: arn } });
+      labels.set(arn, pathOf(id));
+    } else if (resource.Type === "AWS::SQS::Queue") {
+      const name = ns.name(id).slice(0, 80);
+      const queue = await createQueue(clients.sqs, name, {
+        VisibilityTimeout: String(p.VisibilityTimeout ?? 30),
+      });
+      created.queues.push(queue.url);
+      resources.set(id, { ref: queue.url, attributes: { Arn: queue.arn, QueueName: name } });
+      labels.set(queue.arn, pathOf(id));
+    } else if (resource.Type === "AWS::Lambda::Function") {
+      const name = ns.name(id);
+      const arn = `arn:aws:lambda:${REGION}:${ACCOUNT}:function:${name}`;
+      resources.set(id, { ref: name, attributes: { Arn: arn } });
+      labels.set(arn, pathOf(id));
+    } else if (resource.Type === "AWS::SecretsManager::Secret") {
+      const arn = `arn:aws:secretsmanager:${REGION}:${ACCOUNT}:secret:${ns.name(id)}-AbCdEf`;
+      resources.set(id, { ref: arn, attributes: {} });
+      labels.set(arn, pathOf(id));
+    }
+  }
+  return { partition: "aws", region: REGION, account: ACCOUNT, resources };
+}
+
+function boundArn(type: string, ref: string): string | undefined {
+  for (const [id, bound] of bindings.resources) {
+    if (synth.resources[id]?.Type === type && bound.ref === ref) {
+      return bound.attributes.Arn ?? bound.ref;
+    }
+  }
+  return undefined;
+}
+
+/** Seeds data through the engine's own code, on the test's clients (not recorded), at a given time. */
+function seedingEngine(clockOffsetMs: number): Engine {
+  const env = runtimeEnvironment("worker");
+  return {
+    doc: clients.doc,
+    sqs: clients.sqs,
+    tables: { jobs: env.JOBS_TABLE ?? "", runs: env.RUNS_TABLE ?? "" },
+    queues: {
+      high: env.QUEUE_URL_HIGH ?? "",
+      normal: env.QUEUE_URL_NORMAL ?? "",
+      low: env.QUEUE_URL_LOW ?? "",
+    },
+    settings: loadSettings(env),
+    clock: () => new Date(Date.now() + clockOffsetMs),
+    random: Math.random,
+    obs: { log: silentObservability.log, metrics: new MetricsRecorder() },
+  };
+}
+
+function queueUrl(priority: "high" | "normal" | "low"): string {
+  const url = runtimeEnvironment("worker")[`QUEUE_URL_${priority.toUpperCase()}`];
+  if (url === undefined) throw new Error(`no ${priority} queue`);
+  return url;
+}
+
+/** What Lambda's SQS poller would hand the function: every message visible now, as received. */
+async function receiveVisible(url: string): Promise<ReceivedMessage[]> {
+  const received: ReceivedMessage[] = [];
+  for (let empty = 0; empty < 2; ) {
+    const { Messages = [] } = await clients.sqs.send(
+      new ReceiveMessageCommand({
+        QueueUrl: url,
+        MaxNumberOfMessages: 10,
+        WaitTimeSeconds: 0,
+        VisibilityTimeout: 120,
+        MessageSystemAttributeNames: [
+          "ApproximateReceiveCount",
+          "SentTimestamp",
+          "SenderId",
+          "ApproximateFirstReceiveTimestamp",
+        ],
+      }),
+    );
+    if (Messages.length === 0) empty++;
+    received.push(...Messages);
+  }
+  return received;
+}
+
+async function runsOf(jobId: string): Promise<Run[]> {
+  const { Items = [] } = await clients.doc.send(
+    new ScanCommand({
+      TableName: runtimeEnvironment("worker").RUNS_TABLE,
+      ConsistentRead: true,
+      FilterExpression: "jobId = :jobId",
+      ExpressionAttributeValues: { ":jobId": jobId },
+    }),
+  );
+  return Items.map(decodeRun).sort((a, b) => a.attempt - b.attempt);
+}
+
+async function dueEntriesOf(jobId: string): Promise<DueEntry[]> {
+  const { Items = [] } = await clients.doc.send(
+    new ScanCommand({
+      TableName: runtimeEnvironment("worker").JOBS_TABLE,
+      ConsistentRead: true,
+      FilterExpression: "begins_with(pk, :due) AND jobId = :jobId",
+      ExpressionAttributeValues: { ":due": "DUE#", ":jobId": jobId },
+    }),
+  );
+  return Items.map(decodeDueEntry);
+}
+
+async function api(
+  method: string,
+  path: string,
+  options: { body?: unknown; query?: string; headers?: Record<string, string> } = {},
+) {
+  const handler = required(handlers.api, "the API handler");
+  const response = await as("api", () =>
+    handler(
+      httpApiEvent(method, path, { userArn: CALLER, ...options }),
+      lambdaContext(identity("api")) as never,
+    ),
+  );
+  return { status: response.statusCode, body: JSON.parse(response.body || "null") as unknown };
+}
+
+function field(value: unknown, name: string): unknown {
+  return isObject(value as Json) ? (value as Record<string, unknown>)[name] : undefined;
+}
+
+beforeAll(async () => {
+  ({ synth, dispose: disposeSynth } = synthesizeUnbundled());
+  clients = createTestClients();
+  bindings = await provision();
+  recorder = recordAwsCalls({
+    emulated: ["dynamodb", "sqs"],
+    arns: {
+      table: (name) =>
+        boundArn("AWS::DynamoDB::Table", name) ?? `<table ${name}, not in the stack>`,
+      queue: (url) => boundArn("AWS::SQS::Queue", url) ?? `<queue ${url}, not in the stack>`,
+      lambdaFunction: (name) =>
+        name.startsWith("arn:")
+          ? name
+          : (boundArn("AWS::Lambda::Function", name) ?? `<function ${name}, not in the stack>`),
+      secret: (id) => (id.startsWith("arn:") ? id : `<secret ${id}, named not by ARN>`),
+    },
+    interceptors: {
+      "lambda:Invoke": (input) => {
+        const payload = input.Payload instanceof Uint8Array ? input.Payload : new Uint8Array();
+        invocations.push({
+          functionName: String(input.FunctionName),
+          payload: JSON.parse(new TextDecoder().decode(payload)),
+        });
+        return { StatusCode: input.InvocationType === "Event" ? 202 : 200 };
+      },
+      "secretsmanager:GetSecretValue": (input) => ({
+        ARN: input.SecretId,
+        SecretString: WEBHOOK_SECRET_VALUE,
+      }),
+    },
+  });
+  // Each handler module builds its engine (and the worker reads its secret) when first imported.
+  handlers.api = (await as("api", () => import("../../functions/api/handler.js"))).handler;
+  handlers.tick = (await as("tick", () => import("../../functions/tick/handler.js"))).handler;
+  handlers.dispatcher = (
+    await as("dispatcher", () => import("../../functions/dispatcher/handler.js"))
+  ).handler;
+  handlers.worker = (await as("worker", () => import("../../functions/worker/handler.js"))).handler;
+  handlers.dlq = (await as("dlq", () => import("../../functions/dlq/handler.js"))).handler;
+});
+
+afterAll(async () => {
+  recorder?.restore();
+  process.env = savedEnv;
+  if (clients) {
+    await Promise.all([
+      ...created.tables.map((table) => deleteTable(clients.dynamo, table)),
+      ...created.queues.map((url) => deleteQueue(clients.sqs, url)),
+    ]);
+    clients.destroy();
+  }
+  disposeSynth();
+});
+
+describe("each handler, driven through its AWS-calling paths", () => {
+  const ids: Record<string, string> = {};
+
+  it("api: create (with a key, fast path), list, read, edit, preview, pause, resume, trigger, runs, cancel", async () => {
+    const created = await api("POST", "/jobs", {
+      body: { type: "noop", schedule: { cron: "0 9 * * *", timezone: "Europe/Berlin" } },
+      headers: { "idempotency-key": "conformance-1" },
+    });
+    expect(created.status).toBe(201);
+    const id = String(field(created.body, "id"));
+    const repeat = await api("POST", "/jobs", {
+      body: { type: "noop", schedule: { cron: "0 9 * * *", timezone: "Europe/Berlin" } },
+      headers: { "idempotency-key": "conformance-1" },
+    });
+    expect([repeat.status, field(repeat.body, "id")]).toEqual([200, id]);
+
+    const listed = await api("GET", "/jobs", { query: "limit=10" });
+    expect(listed.status).toBe(200);
+    const items = field(listed.body, "items");
+    expect(Array.isArray(items) && items.map((job) => field(job, "id"))).toContain(id);
+    expect((await api("GET", "/jobs", { query: "status=active" })).status).toBe(200);
+
+    const read = await api("GET", `/jobs/${id}`);
+    expect(read.status).toBe(200);
+    const edited = await api("PATCH", `/jobs/${id}`, {
+      body: { name: "renamed", payload: { n: 1 } },
+      headers: { "if-match": `"${String(field(read.body, "version"))}"` },
+    });
+    expect(edited.status).toBe(200);
+    const rescheduled = await api("PATCH", `/jobs/${id}`, {
+      body: { schedule: { every: "PT1M" } },
+      headers: { "if-match": `"${String(field(edited.body, "version"))}"` },
+    });
+    expect(rescheduled.status).toBe(200);
+    expect((await api("GET", `/jobs/${id}/preview`, { query: "count=3" })).status).toBe(200);
+    expect((await api("POST", `/jobs/${id}/pause`)).status).toBe(200);
+    expect((await api("POST", `/jobs/${id}/resume`)).status).toBe(200);
+    const triggered = await api("POST", `/jobs/${id}/trigger`);
+    expect(triggered.status).toBe(202);
+    const runs = await api("GET", `/jobs/${id}/runs`);
+    expect(runs.status).toBe(200);
+    const runId = String(field(triggered.body, "runId"));
+    expect((await api("GET", `/jobs/${id}/runs/${runId}`)).status).toBe(200);
+    expect((await api("POST", `/jobs/${id}/cancel`)).status).toBe(200);
+    expect((await runsOf(id)).every((run) => run.status === "CANCELLED")).toBe(true);
+
+    // Due at once: claimed by the writer (the fast path), one-off and recurring.
+    const oneOff = await api("POST", "/jobs", {
+      body: { type: "noop", schedule: { runAt: new Date().toISOString() } },
+    });
+    expect(oneOff.status).toBe(201);
+    ids.succeeds = String(field(oneOff.body, "id"));
+    const recurring = await api("POST", "/jobs", {
+      body: { type: "noop", schedule: { every: "PT1H" }, overlapPolicy: "buffer_one" },
+    });
+    expect(recurring.status).toBe(201);
+    ids.recurring = String(field(recurring.body, "id"));
+    for (const [name, retry] of [
+      ["retriesSoon", { maxAttempts: 3, initialDelaySeconds: 1, maxDelaySeconds: 1 }],
+      ["retriesLater", { maxAttempts: 3, initialDelaySeconds: 3600 }],
+      ["dies", { maxAttempts: 1 }],
+    ] as const) {
+      const failing = await api("POST", "/jobs", {
+        body: { type: "fail", schedule: { runAt: new Date().toISOString() }, retry },
+      });
+      expect(failing.status).toBe(201);
+      ids[name] = String(field(failing.body, "id"));
+    }
+  });
+
+  it("tick: fans out one dispatcher invocation per shard, then the reaper re-sends an overdue run", async () => {
+    // Claimed ten minutes ago and never started: its reaper deadline has long passed.
+    const { job } = await createJob(seedingEngine(-600_000), {
+      ...testJob(),
+      schedule: { runAt: new Date(Date.now() - 595_000).toISOString() },
+    });
+    ids.overdue = job.jobId;
+    const tick = required(handlers.tick, "the tick handler");
+    const rule = `arn:aws:events:${REGION}:${ACCOUNT}:rule/every-minute`;
+    const result = await as("tick", async () => {
+      const handler = tick as (event: unknown, context: Context) => ReturnType<typeof tick>;
+      return handler(scheduledEvent(rule, new Date()), lambdaContext(identity("tick")));
+    });
+    const shards = loadSettings(runtimeEnvironment("tick")).maxShardCount;
+    expect(result.shards).toBe(shards);
+    expect(invocations.map((i) => i.payload)).toEqual(
+      Array.from({ length: shards }, (_, shard) => ({ shard })),
+    );
+    expect(new Set(invocations.map((i) => i.functionName))).toEqual(
+      new Set([identity("dispatcher").functionName]),
+    );
+    expect(result.resent).toBeGreaterThanOrEqual(1);
+  });
+
+  it("dispatcher: passes over the shards the tick asked for claim due entries, skipping misfires", async () => {
+    // Created a quarter of an hour ago, so the fast path left them to the dispatcher: one due in
+    // a minute, and one due every second of the minute two minutes ago (skip on misfire), whose
+    // 60 SKIPPED records overflow the claim transaction into a batch write.
+    const engine = seedingEngine(-900_000);
+    const { job: due } = await createJob(engine, {
+      ...testJob(),
+      schedule: { every: "PT1H", startAt: new Date(Date.now() + 60_000).toISOString() },
+    });
+    // The pass sweeps from two minutes back, by minute: keep clear of a minute boundary.
+    const toBoundary = 60_000 - ((Date.now() - 120_000) % 60_000);
+    if (toBoundary < 5_000) await new Promise((resolve) => setTimeout(resolve, toBoundary + 100));
+    const missed = new Date(Math.floor((Date.now() - 120_000) / 60_000) * 60_000);
+    const { job: misfired } = await createJob(engine, {
+      ...testJob({ priority: "low" }),
+      schedule: {
+        cron: `* ${missed.getUTCMinutes()} ${missed.getUTCHours()} * * *`,
+        timezone: "UTC",
+      },
+      policies: { ...testJob().policies, misfire: "skip" },
+    });
+    const dispatcher = required(handlers.dispatcher, "the dispatcher handler");
+    const shards = new Set(
+      [due, misfired].map((job) => shardOf(job.jobId, engine.settings.shardCount)),
+    );
+    for (const shard of shards) {
+      const invocation = invocations.find((i) => field(i.payload, "shard") === shard);
+      if (!invocation) throw new Error(`the tick did not invoke the dispatcher for shard ${shard}`);
+      const result = await as("dispatcher", () =>
+        dispatcher(invocation.payload as { shard: number }, lambdaContext(identity("dispatcher"))),
+      );
+      expect(result).toMatchObject({ shard, outcome: "swept" });
+    }
+    expect((await runsOf(due.jobId)).map((run) => run.status)).toEqual(["QUEUED"]);
+    const skipped = (await runsOf(misfired.jobId)).filter((run) => run.status === "SKIPPED");
+    expect(skipped).toHaveLength(60);
+  });
+
+  it("worker: runs, finishes, retries (soon and later), dead-letters, admits a recurring run", async () => {
+    const worker = required(handlers.worker, "the worker handler");
+    // A run whose job was never written (a fast-path create that died before its job's write).
+    const orphaned = seedingEngine(0);
+    const { job: gone } = await createJob(orphaned, {
+      ...testJob(),
+      schedule: { runAt: new Date().toISOString() },
+    });
+    await clients.doc.send(
+      new DeleteCommand({ TableName: orphaned.tables.jobs, Key: jobKey(gone.jobId) }),
+    );
+    ids.gone = gone.jobId;
+    const url = queueUrl("normal");
+    const arn = boundArn("AWS::SQS::Queue", url) ?? "";
+    /** One event per ten messages, as the event source batches them; acknowledged ones are deleted. */
+    const deliver = async () => {
+      const messages = await receiveVisible(url);
+      for (let i = 0; i < messages.length; i += 10) {
+        const batch = sqsEvent(arn, messages.slice(i, i + 10));
+        const response = await as("worker", () => worker(batch, lambdaContext(identity("worker"))));
+        expect(response.batchItemFailures).toEqual([]);
+        await clients.sqs.send(
+          new DeleteMessageBatchCommand({
+            QueueUrl: url,
+            Entries: batch.Records.map((r, n) => ({
+              Id: String(n),
+              ReceiptHandle: r.receiptHandle,
+            })),
+          }),
+        );
+      }
+      return messages.length;
+    };
+    // Backoff is jittered over [0, ceiling]: drawing near the top makes the hour-long retry a due
+    // entry (not a run queued at once), so that path is taken every time.
+    const random = vi.spyOn(Math, "random").mockReturnValue(0.99);
+    try {
+      expect(await deliver()).toBeGreaterThanOrEqual(5);
+    } finally {
+      random.mockRestore();
+    }
+    const statuses = async (name: string) =>
+      (await runsOf(ids[name] ?? "")).map((run) => run.status);
+    expect(await statuses("succeeds")).toEqual(["SUCCEEDED"]);
+    expect(await statuses("recurring")).toEqual(["SUCCEEDED"]);
+    expect(await statuses("dies")).toEqual(["DEAD"]);
+    expect(await statuses("gone")).toEqual(["CANCELLED"]);
+    expect(await statuses("retriesLater")).toEqual(["FAILED"]);
+    expect(
+      (await dueEntriesOf(ids.retriesLater ?? "")).map((entry) => [entry.kind, entry.attempt]),
+    ).toEqual([["retry", 2]]);
+    expect((await statuses("retriesSoon"))[0]).toBe("FAILED");
+    // The soon retry was sent with its (one second) delay: deliver it too.
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    await deliver();
+    expect(await statuses("retriesSoon")).toEqual(["FAILED", "FAILED", "QUEUED"]);
+  });
+
+  it("dlq: marks DEAD a run whose message crashed its worker every time, and frees its job", async () => {
+    // A recurring run a worker started five minutes ago and died in: RUNNING, its lease lapsed.
+    const crashed = seedingEngine(-300_000);
+    const { job } = await createJob(crashed, { ...testJob(), schedule: { every: "PT1H" } });
+    const [message] = (await receiveVisible(queueUrl("normal"))).filter((m) =>
+      m.Body?.includes(job.jobId),
+    );
+    const decoded = decodeRunMessage(message?.Body);
+    if (!message?.Body || !decoded) throw new Error(`no message for job ${job.jobId}`);
+    const started = await startRun(crashed, decoded, "crashed-worker", crashed.clock());
+    if (started.kind !== "started") throw new Error(`could not start the run: ${started.kind}`);
+    const admitted = await admitRun(
+      crashed,
+      job,
+      started.run.runId,
+      new Date(started.run.leaseUntil ?? ""),
+    );
+    expect(admitted.decision.action).toBe("start");
+    // What redrive does after maxReceiveCount deliveries: the message moves to the DLQ as it is.
+    const workQueue = Object.entries(synth.resources).find(
+      ([id, r]) =>
+        r.Type === "AWS::SQS::Queue" && bindings.resources.get(id)?.ref === queueUrl("normal"),
+    );
+    const redrive = workQueue?.[1].Properties?.RedrivePolicy;
+    const dlqArn = resolveValue(
+      isObject(redrive) ? redrive.deadLetterTargetArn : undefined,
+      bindings,
+    );
+    const dlqUrl = [...bindings.resources.values()].find((b) => b.attributes.Arn === dlqArn)?.ref;
+    if (!dlqUrl) throw new Error(`no DLQ ${dlqArn}`);
+    await clients.sqs.send(new SendMessageCommand({ QueueUrl: dlqUrl, MessageBody: message.Body }));
+    const redriven = await receiveVisible(dlqUrl);
+    expect(redriven).toHaveLength(1);
+    const dlq = required(handlers.dlq, "the DLQ handler");
+    const response = await as("dlq", () => dlq(sqsEvent(dlqArn, redriven)));
+    expect(response.batchItemFailures).toEqual([]);
+    expect((await runsOf(job.jobId)).map((run) => run.status)).toEqual(["DEAD"]);
+    expect((await getJob(seedingEngine(0), job.jobId))?.activeRuns).toEqual({});
+  });
+
+  it("api: lists the dead letters and replays one", async () => {
+    const dead = await api("GET", "/dead-letters");
+    expect(dead.status).toBe(200);
+    const items = field(dead.body, "items");
+    const runIds = Array.isArray(items) ? items.map((run) => String(field(run, "runId"))) : [];
+    const dies = runIds.find((runId) => runId.startsWith(ids.dies ?? "-"));
+    expect(dies).toBeDefined();
+    expect((await api("POST", `/dead-letters/${dies}/replay`)).status).toBe(202);
+  });
+});
+
+/** An ARN with the construct it stands for: "…:table/x-RunsTable (Storage/RunsTable, index inflight)". */
+function describeResource(arn: string): string {
+  const index = /\/index\/([^/]+)$/.exec(arn);
+  const label = labels.get(index ? arn.slice(0, index.index) : arn);
+  if (label === undefined) return arn;
+  return `${arn} (${label}${index ? `, index ${index[1]}` : ""})`;
+}
+
+describe("IAM conformance", () => {
+  function violations(component: Component): string[] {
+    const grants = grantsOfRole(synth, roleOfComponent(synth, component), bindings);
+    const found = new Set<string>();
+    const mine = recorder.calls.filter((call: RecordedCall) => call.caller === component);
+    for (const call of mine) {
+      for (const { action, resource } of call.authorizations) {
+        if (resource === null) {
+          found.add(
+            `${component}: ${call.operation} — test/infra/support/aws-calls.ts does not know how IAM authorizes it`,
+          );
+        } else if (!isAllowed(grants, action, resource)) {
+          found.add(
+            `${component}: ${action} on ${describeResource(resource)} is not allowed by its role (in ${call.operation})`,
+          );
+        }
+      }
+    }
+    return [...found].sort();
+  }
+
+  it.each(COMPONENTS)("%s's role allows every AWS call its handler made", (component) => {
+    expect(violations(component)).toEqual([]);
+  });
+
+  // Least privilege, where only the code uses the grant: every DynamoDB action granted on a table
+  // or index is one some step above made. (Queue grants also serve Lambda's event sources and
+  // async destinations, which no handler call shows.)
+  it.each(COMPONENTS)("%s is granted no DynamoDB action its handler did not use", (component) => {
+    const grants = grantsOfRole(synth, roleOfComponent(synth, component), bindings);
+    const used = recorder.calls
+      .filter((call) => call.caller === component)
+      .flatMap((call) => call.authorizations);
+    const unused = grants.flatMap((grant) =>
+      grant.actions
+        .filter((action) => action.startsWith("dynamodb:"))
+        .flatMap((action) =>
+          grant.resources
+            .filter(
+              (resource) =>
+                !used.some(
+                  (call) =>
+                    call.resource !== null &&
+                    allows(
+                      { ...grant, actions: [action], resources: [resource] },
+                      call.action,
+                      call.resource,
+                    ),
+                ),
+            )
+            .map(
+              (resource) =>
+                `${component}: ${action} on ${describeResource(resource)} is granted, but no step used it: drop the grant, or drive the handler through the path that needs it`,
+            ),
+        ),
+    );
+    expect(unused).toEqual([]);
+  });
+});
