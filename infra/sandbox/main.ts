@@ -13,17 +13,19 @@ const { values } = parseArgs({
     "tick-seconds": { type: "string" },
     workers: { type: "string" },
     endpoint: { type: "string" },
+    prefix: { type: "string" },
     help: { type: "boolean", short: "h" },
   },
 });
 
 if (values.help) {
-  console.log(`usage: npm start -- [--port N] [--data-dir DIR] [--tick-seconds N] [--workers N] [--endpoint URL]
+  console.log(`usage: npm start -- [--port N] [--data-dir DIR] [--tick-seconds N] [--workers N] [--endpoint URL] [--prefix NAME]
   --port          PORT                  HTTP port of the API (3000)
   --data-dir      SCHEDULER_DATA_DIR    where DynamoDB Local keeps its data (.data)
   --tick-seconds  SCHEDULER_TICK_SECONDS  seconds between dispatcher passes (60)
   --workers       SCHEDULER_WORKERS     runs in progress at once (8)
-  --endpoint      AWS_ENDPOINT_URL      use this AWS-compatible endpoint instead of the emulators`);
+  --endpoint      AWS_ENDPOINT_URL      use this AWS-compatible endpoint instead of the emulators
+  --prefix        SCHEDULER_SANDBOX_PREFIX  names of the tables and queues: <prefix>-jobs, … (sandbox)`);
   process.exit(0);
 }
 
@@ -44,12 +46,19 @@ function positive(
 
 const env = process.env;
 const endpoint = values.endpoint ?? env.AWS_ENDPOINT_URL;
+const prefix = values.prefix ?? env.SCHEDULER_SANDBOX_PREFIX;
+if (prefix !== undefined && !/^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$/.test(prefix)) {
+  // Table and queue names allow letters, digits, "-" and "_"; queue names end at 80 characters.
+  console.error(`--prefix must be 1-40 letters, digits, "-" or "_", got "${prefix}"`);
+  process.exit(2);
+}
 const sandbox = await startSandbox({
   port: positive("--port", values.port ?? env.PORT, 3000, true),
   dataDir: values["data-dir"] ?? env.SCHEDULER_DATA_DIR ?? ".data",
   tickSeconds: positive("--tick-seconds", values["tick-seconds"] ?? env.SCHEDULER_TICK_SECONDS, 60),
   workers: positive("--workers", values.workers ?? env.SCHEDULER_WORKERS, 8),
   ...(endpoint ? { endpoint } : {}),
+  ...(prefix ? { prefix } : {}),
 });
 
 console.log(`scheduler sandbox ready at ${sandbox.url}`);

@@ -28,6 +28,11 @@ export interface SandboxOptions {
   readonly workers: number;
   /** Use this AWS-compatible endpoint (LocalStack, …) instead of starting the emulators. */
   readonly endpoint?: string;
+  /**
+   * Names the tables and queues (`<prefix>-jobs`, …; default `sandbox`). At an endpoint they outlive
+   * the sandbox, so sandboxes that must not share data (test runs) each take their own.
+   */
+  readonly prefix?: string;
   /** API keys (SCHEDULER_API_KEYS), webhook secret, and setting overrides (LEASE_SECONDS, …). */
   readonly env?: Env;
   /** Where log lines go. */
@@ -79,7 +84,7 @@ export async function startSandbox(options: SandboxOptions): Promise<Sandbox> {
     const resources = await provision(
       { dynamo: dynamoSide.dynamo, sqs: sqsSide.sqs },
       plan,
-      "sandbox",
+      options.prefix ?? "sandbox",
     );
     const obs = sandboxObservability(print);
     const engine: Engine = {

@@ -89,6 +89,8 @@ beforeAll(async () => {
   let url = remote;
   if (!url) {
     sandbox = await spawnSandbox({
+      // Fresh tables and queues also at an endpoint (LocalStack), where earlier runs' stay.
+      prefix: `e2e-${randomBytes(4).toString("hex")}`,
       tickSeconds: 1,
       workers: 16,
       env: {

@@ -1,6 +1,7 @@
-// Canary for the emulator behaviour the engine relies on. If an upgrade of
-// DynamoDB Local or fauxqs changes any of this, the engine suites would fail in
-// confusing ways; this file says which primitive broke.
+// Canary for the DynamoDB and SQS behaviour the engine relies on, run against
+// DynamoDB Local and fauxqs (or whatever AWS_ENDPOINT_URL names: LocalStack). If
+// an upgrade changes any of this, the engine suites would fail in confusing
+// ways; this file says which primitive broke.
 import {
   ConditionalCheckFailedException,
   DescribeTimeToLiveCommand,
@@ -59,7 +60,7 @@ async function rejection<E extends Error>(
   return error;
 }
 
-describe("DynamoDB Local", () => {
+describe("DynamoDB", () => {
   const table = ns.name("items");
 
   beforeAll(async () => {
@@ -250,7 +251,7 @@ describe("DynamoDB Local", () => {
 });
 
 // The SQS cases wait on real clocks, so they run side by side.
-describe.concurrent("fauxqs", () => {
+describe.concurrent("SQS", () => {
   async function queue(suffix: string, attributes: Record<string, string> = {}) {
     const created = await createQueue(sqs, ns.name(suffix), attributes);
     queues.push(created.url);

@@ -37,8 +37,9 @@ afterAll(async () => {
 });
 
 it("an SQS client configured from the environment sends to that endpoint, not to the queue URL's host", async () => {
+  // fauxqs names its queues at sqs.<region>.localhost:<port>, LocalStack by default at
+  // sqs.<region>.localhost.localstack.cloud:4566: neither is the endpoint's host.
   const endpoint = new URL(inject("sqsEndpoint"));
-  expect(new URL(queueUrl).host).not.toBe(endpoint.host);
   const hosts: string[] = [];
   fromEnvironment.sqs.middlewareStack.add(
     (next) => async (args) => {

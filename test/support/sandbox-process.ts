@@ -22,6 +22,8 @@ export interface SandboxProcessOptions {
   readonly keepData?: boolean;
   /** Where the temporary data directory is made (default: the OS's temporary directory). */
   readonly dataParent?: string;
+  /** Names its tables and queues (`--prefix`): at a shared endpoint (LocalStack), one per run. */
+  readonly prefix?: string;
 }
 
 const REPO = resolve(import.meta.dirname, "../..");
@@ -42,6 +44,7 @@ export async function spawnSandbox(options: SandboxProcessOptions = {}): Promise
       String(options.tickSeconds ?? 1),
       "--workers",
       String(options.workers ?? 16),
+      ...(options.prefix ? ["--prefix", options.prefix] : []),
     ],
     {
       cwd: REPO,
