@@ -38,6 +38,7 @@ import {
   type TestClients,
   testNamespace,
 } from "../support/namespace.js";
+import { waitFor } from "../support/wait.js";
 import { type AwsCallRecorder, type RecordedCall, recordAwsCalls } from "./support/aws-calls.js";
 import {
   allows,
@@ -314,7 +315,11 @@ beforeAll(async () => {
         name.startsWith("arn:")
           ? name
           : (boundArn("AWS::Lambda::Function", name) ?? `<function ${name}, not in the stack>`),
-      secret: (id) => (id.startsWith("arn:") ? id : `<secret ${id}, named not by ARN>`),
+      // By name, a secret's ARN ends in the name and six characters Secrets Manager adds.
+      secret: (id) =>
+        id.startsWith("arn:")
+          ? id
+          : `arn:aws:secretsmanager:${REGION}:${ACCOUNT}:secret:${id}-AbCdEf`,
     },
     interceptors: {
       "lambda:Invoke": (input) => {
@@ -539,9 +544,11 @@ describe("each handler, driven through its AWS-calling paths", () => {
       (await dueEntriesOf(ids.retriesLater ?? "")).map((entry) => [entry.kind, entry.attempt]),
     ).toEqual([["retry", 2]]);
     expect((await statuses("retriesSoon"))[0]).toBe("FAILED");
-    // The soon retry was sent with its (one second) delay: deliver it too.
-    await new Promise((resolve) => setTimeout(resolve, 1_500));
-    await deliver();
+    // The soon retry was sent with its (up to one second) delay: deliver it as it arrives.
+    await waitFor("the second attempt of the soon retry", async () => {
+      await deliver();
+      return (await statuses("retriesSoon")).length === 3;
+    });
     expect(await statuses("retriesSoon")).toEqual(["FAILED", "FAILED", "QUEUED"]);
   });
 
