@@ -14,11 +14,10 @@ import { type CreateJobBody, type EditJobBody, LIMITS } from "./schemas.js";
  * types. Everything here throws before anything is written.
  */
 
-// Keys hold instants as ISO strings, which sort (and parse) only for four-digit years.
-const EARLIEST_MS = Date.UTC(1970, 0, 1);
-const LATEST_MS = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
-
-/** The schedule validated by the schedule core and normalized, as it must be stored. */
+/**
+ * The schedule validated by the schedule core (which also keeps every instant
+ * inside the storable range) and normalized, as it must be stored.
+ */
 export function parseScheduleInput(
   input: unknown,
   settings: EngineSettings,
@@ -26,22 +25,7 @@ export function parseScheduleInput(
 ): ScheduleSpec {
   const result = safeParseSchedule(input, { minIntervalMs: settings.minIntervalMs });
   if (!result.ok) throw new ValidationError(result.issues);
-  const schedule = result.schedule;
-  const instants: [string, string | undefined][] =
-    "runAt" in schedule
-      ? [["schedule.runAt", schedule.runAt]]
-      : "every" in schedule
-        ? [["schedule.startAt", schedule.startAt]]
-        : [];
-  for (const [field, value] of instants) {
-    const ms = value === undefined ? Number.NaN : Date.parse(value);
-    if (value !== undefined && !(ms >= EARLIEST_MS && ms <= LATEST_MS)) {
-      throw new ValidationError([
-        { field, message: "must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z" },
-      ]);
-    }
-  }
-  return normalizeSchedule(schedule, now);
+  return normalizeSchedule(result.schedule, now);
 }
 
 export function checkPayloadSize(payload: unknown, maxBytes: number): void {

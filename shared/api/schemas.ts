@@ -60,7 +60,7 @@ const instant = (description: string, example: string) =>
 export const RunAtScheduleSchema = z
   .strictObject({
     runAt: instant(
-      'Once, at this instant: ISO-8601 with "Z" or a UTC offset. A past instant runs at once under the misfire policy.',
+      'Once, at this instant: ISO-8601 with "Z" or a UTC offset, from 1970-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z. A past instant runs at once under the misfire policy.',
       "2030-01-15T09:00:00+01:00",
     ),
   })
@@ -75,7 +75,7 @@ export const CronScheduleSchema = z
     }),
     timezone: z.string().max(LIMITS.zoneChars).openapi({
       description:
-        'An IANA zone such as "Europe/Berlin" or "UTC"; abbreviations (EST, CET) and bare offsets are refused. A wall time skipped by DST runs at the same offset into the new hour; one that happens twice runs once, the first time.',
+        'An IANA zone such as "Europe/Berlin" or "UTC"; abbreviations (EST, CET) and bare offsets are refused. A wall time skipped by DST runs at the same offset into the new hour; one that happens twice runs once, the first time. Occurrences after 9999-12-31T23:59:59.999Z are not run: the schedule ends at its last one before.',
       example: "Europe/Berlin",
     }),
   })
@@ -85,11 +85,11 @@ export const EveryScheduleSchema = z
   .strictObject({
     every: z.string().max(LIMITS.instantChars).openapi({
       description:
-        "A fixed ISO-8601 duration of elapsed time (weeks, days of 24 h, hours, minutes, seconds); DST does not move it.",
+        "A fixed ISO-8601 duration of elapsed time (weeks, days of 24 h, hours, minutes, seconds); DST does not move it. At most the storable range (1970-01-01 to 9999-12-31T23:59:59.999Z, about 418,985 weeks); the schedule ends at its last occurrence inside that range.",
       example: "PT15M",
     }),
     startAt: instant(
-      "The first occurrence; defaults to the time of creation, and jobs always return it.",
+      "The first occurrence, from 1970-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z; defaults to the time of creation, and jobs always return it.",
       "2030-01-15T09:00:00Z",
     ).optional(),
   })

@@ -16,6 +16,10 @@
  * - DST: a skipped wall time runs once at the same offset into the new hour; a repeated wall time
  *   runs the first time only; two occurrences on one instant are one. A whole skipped day
  *   (Pacific/Apia, 2011-12-30) maps onto the next day's times, so it gets no occurrence of its own.
+ * - Bounds: instants (runAt, startAt) lie in 1970-01-01 … 9999-12-31T23:59:59.999Z, the range
+ *   keys can hold; an `every` longer than that whole range is rejected (it could never run
+ *   twice); every other schedule ends at its last occurrence in the range: the occurrence
+ *   functions return null past it and never throw on a valid spec.
  * - `every`: ISO-8601 duration of elapsed time (weeks, days = 24 h, hours, minutes, seconds,
  *   fractions down to whole milliseconds); years and months are rejected, since their length
  *   varies. Occurrences are startAt + k·interval, k >= 0.
@@ -24,6 +28,7 @@
  * - `firstOccurrence`: runAt as is (even if past); otherwise the first occurrence >= now
  *   truncated to the second.
  */
+export { FIRST_STORABLE_MS, LAST_STORABLE_MS } from "./instant.js";
 export { firstOccurrence, nextOccurrence, occurrences } from "./occurrences.js";
 export {
   DEFAULT_MIN_INTERVAL_MS,

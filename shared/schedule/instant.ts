@@ -1,5 +1,14 @@
 import { DAY_MS, daysFromCivil, daysInMonth, MONTH_NAMES } from "./calendar.js";
 
+/**
+ * The storable range of instants. Keys write instants as `toISOString()` strings, which sort and
+ * parse only with four-digit years, so no occurrence may fall after the last of them; jobs start
+ * no earlier than 1970.
+ */
+export const FIRST_STORABLE_MS = Date.UTC(1970, 0, 1);
+export const LAST_STORABLE_MS = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
+export const STORABLE_RANGE_TEXT = "1970-01-01T00:00:00.000Z to 9999-12-31T23:59:59.999Z";
+
 export type InstantParse =
   | { readonly ok: true; readonly ms: number }
   | { readonly ok: false; readonly message: string };

@@ -2,7 +2,7 @@ import { ValidationError } from "../validation.js";
 import { civilFromDays, DAY_MS, SECOND_MS } from "./calendar.js";
 import { type CompiledCron, compileCron, findWall } from "./cron.js";
 import { parseEvery } from "./duration.js";
-import { parseInstant } from "./instant.js";
+import { LAST_STORABLE_MS, parseInstant } from "./instant.js";
 import type { ScheduleSpec } from "./types.js";
 import { checkTimeZone, type ZoneRules, zoneRules } from "./zone.js";
 
@@ -12,12 +12,15 @@ type Compiled =
   | { readonly kind: "cron"; readonly cron: CompiledCron; readonly zone: ZoneRules };
 
 // Far enough that every satisfiable expression fires at least once (the calendar repeats every
-// 400 years), and within the 4-digit years that instants are written in.
+// 400 years). Wall times run into year 10000, since east of UTC its first hours are still
+// instants of year 9999; anything past the last storable instant is then cut off.
 const SEARCH_YEARS = 401;
-const MAX_YEAR = 9999;
+const MAX_WALL_YEAR = 10_000;
 
 /**
- * Smallest occurrence strictly after `after`, or null when there is none (a past `runAt`).
+ * Smallest occurrence strictly after `after`, or null when there is none: a past `runAt`, or
+ * a schedule whose next occurrence would fall after the last storable instant
+ * (9999-12-31T23:59:59.999Z), where every schedule ends.
  * Cron occurrences are computed on the wall clock of the schedule's zone and returned in UTC:
  * a wall time skipped by a spring-forward jump runs once at the same offset into the new hour
  * (02:30 → 03:30 when 02:00 jumps to 03:00); a wall time that happens twice runs the first time
@@ -47,7 +50,8 @@ export function occurrences(spec: ScheduleSpec, from: Date, to: Date, limit: num
 }
 
 /**
- * The first occurrence of a newly created job. `runAt` is returned as is, even in the past:
+ * The first occurrence of a newly created job, or null past the last storable instant. `runAt`
+ * is returned as is, even in the past:
  * the caller decides whether that is a misfire or a rejection. `cron` and `every` give the
  * first occurrence at or after `now` truncated to the second, so a job created at 09:00:00.400
  * with "0 9 * * *" still runs today, and `every` without `startAt` starts right away.
@@ -55,13 +59,24 @@ export function occurrences(spec: ScheduleSpec, from: Date, to: Date, limit: num
 export function firstOccurrence(spec: ScheduleSpec, now: Date): Date | null {
   const compiled = compile(spec);
   const nowSecond = Math.floor(instantOf("now", now) / SECOND_MS) * SECOND_MS;
-  if (compiled.kind === "runAt") return new Date(compiled.at);
-  if (compiled.kind === "every" && compiled.start === undefined) return new Date(nowSecond);
+  if (compiled.kind === "runAt") return storable(compiled.at);
+  if (compiled.kind === "every" && compiled.start === undefined) return storable(nowSecond);
   const next = nextFrom(compiled, nowSecond - 1);
   return next === null ? null : new Date(next);
 }
 
+function storable(at: number): Date | null {
+  return at <= LAST_STORABLE_MS ? new Date(at) : null;
+}
+
+/** The next occurrence, or null when there is none up to the last storable instant. */
 function nextFrom(c: Compiled, after: number): number | null {
+  if (after >= LAST_STORABLE_MS) return null;
+  const next = nextUnbounded(c, after);
+  return next !== null && next <= LAST_STORABLE_MS ? next : null;
+}
+
+function nextUnbounded(c: Compiled, after: number): number | null {
   switch (c.kind) {
     case "runAt":
       return c.at > after ? c.at : null;
@@ -92,7 +107,10 @@ function nextCron(cron: CompiledCron, zone: ZoneRules, after: number): number | 
     start = recent.after > recent.before ? target + recent.before : recent.at + recent.before;
   }
 
-  const maxYear = Math.min(civilFromDays(Math.floor(start / DAY_MS)).year + SEARCH_YEARS, MAX_YEAR);
+  const maxYear = Math.min(
+    civilFromDays(Math.floor(start / DAY_MS)).year + SEARCH_YEARS,
+    MAX_WALL_YEAR,
+  );
   let best: number | null = null;
   let stopWall = Number.POSITIVE_INFINITY;
   let wall = findWall(cron, start, maxYear);

@@ -1,7 +1,12 @@
 import { type FieldIssue, ValidationError } from "../validation.js";
 import { compileCron, cronMinGapMs } from "./cron.js";
 import { parseEvery } from "./duration.js";
-import { parseInstant } from "./instant.js";
+import {
+  FIRST_STORABLE_MS,
+  LAST_STORABLE_MS,
+  parseInstant,
+  STORABLE_RANGE_TEXT,
+} from "./instant.js";
 import type { ScheduleKind, ScheduleSpec } from "./types.js";
 import { checkTimeZone } from "./zone.js";
 
@@ -109,9 +114,19 @@ type Parsed = ScheduleParseResult;
 
 function parseRunAt(value: unknown): Parsed {
   if (typeof value !== "string") return failure("schedule.runAt", mustBeString(value));
-  const instant = parseInstant(value);
+  const instant = storableInstant(value);
   if (!instant.ok) return failure("schedule.runAt", instant.message);
   return { ok: true, schedule: { runAt: new Date(instant.ms).toISOString() } };
+}
+
+/** An instant a job may name: parsed, and inside the range keys can hold. */
+function storableInstant(value: string): ReturnType<typeof parseInstant> {
+  const instant = parseInstant(value);
+  if (!instant.ok) return instant;
+  if (instant.ms < FIRST_STORABLE_MS || instant.ms > LAST_STORABLE_MS) {
+    return { ok: false, message: `must lie in ${STORABLE_RANGE_TEXT}; got "${value}"` };
+  }
+  return instant;
 }
 
 function parseCron(cronValue: unknown, zoneValue: unknown, minIntervalMs: number): Parsed {
@@ -172,6 +187,13 @@ function parseEverySpec(everyValue: unknown, startValue: unknown, minIntervalMs:
         field: "schedule.every",
         message: `fires every ${formatMs(duration.ms)}, more often than the minimum interval of ${formatMs(minIntervalMs)}`,
       });
+    } else if (duration.ms > LAST_STORABLE_MS - FIRST_STORABLE_MS) {
+      // Shorter intervals that still outrun year 9999 from a late startAt end at their last
+      // storable occurrence instead; this one could never have a second.
+      issues.push({
+        field: "schedule.every",
+        message: `is longer than the whole storable range of instants (${STORABLE_RANGE_TEXT}), so it could never run twice: use a runAt schedule for a single run; got "${everyValue}"`,
+      });
     } else {
       every = everyValue;
     }
@@ -181,7 +203,7 @@ function parseEverySpec(everyValue: unknown, startValue: unknown, minIntervalMs:
     if (typeof startValue !== "string") {
       issues.push({ field: "schedule.startAt", message: mustBeString(startValue) });
     } else {
-      const instant = parseInstant(startValue);
+      const instant = storableInstant(startValue);
       if (instant.ok) startAt = new Date(instant.ms).toISOString();
       else issues.push({ field: "schedule.startAt", message: instant.message });
     }
