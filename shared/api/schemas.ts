@@ -75,7 +75,7 @@ export const CronScheduleSchema = z
     }),
     timezone: z.string().max(LIMITS.zoneChars).openapi({
       description:
-        'An IANA zone such as "Europe/Berlin" or "UTC"; abbreviations (EST, CET) and bare offsets are refused. A wall time skipped by DST runs at the same offset into the new hour; one that happens twice runs once, the first time. Occurrences after 9999-12-31T23:59:59.999Z are not run: the schedule ends at its last one before.',
+        'An IANA zone such as "Europe/Berlin" or "UTC"; abbreviations (EST, CET) and bare offsets are refused. A wall time skipped by DST runs at the same offset into the new hour; one that happens twice runs once, the first time, unless the hour field covers every hour (`*`, `0-23`): then the schedule keeps firing through the repeated hour in real time. Occurrences after 9999-12-31T23:59:59.999Z are not run: the schedule ends at its last one before.',
       example: "Europe/Berlin",
     }),
   })

@@ -14,8 +14,10 @@
  *   `US/Eastern`) and `UTC`. Abbreviations and legacy names (`EST`, `CET`, `GMT`, `EST5EDT`) and
  *   bare offsets are rejected even where Intl accepts them.
  * - DST: a skipped wall time runs once at the same offset into the new hour; a repeated wall time
- *   runs the first time only; two occurrences on one instant are one. A whole skipped day
- *   (Pacific/Apia, 2011-12-30) maps onto the next day's times, so it gets no occurrence of its own.
+ *   runs the first time only, unless the hour field covers every hour (`*`, `0-23`): then the
+ *   expression keeps firing through the repeated stretch in real time, as Vixie cron does; two
+ *   occurrences on one instant are one. A whole skipped day (Pacific/Apia, 2011-12-30) maps onto
+ *   the next day's times, so it gets no occurrence of its own.
  * - Bounds: instants (runAt, startAt) lie in 1970-01-01 … 9999-12-31T23:59:59.999Z, the range
  *   keys can hold; an `every` longer than that whole range is rejected (it could never run
  *   twice); every other schedule ends at its last occurrence in the range: the occurrence

@@ -24,8 +24,10 @@ const MAX_WALL_YEAR = 10_000;
  * Cron occurrences are computed on the wall clock of the schedule's zone and returned in UTC:
  * a wall time skipped by a spring-forward jump runs once at the same offset into the new hour
  * (02:30 → 03:30 when 02:00 jumps to 03:00); a wall time that happens twice runs the first time
- * only; occurrences that land on the same instant are one occurrence. `every` needs a
- * normalized spec (with `startAt`).
+ * only, unless the hour field covers every hour: then the expression keeps firing through the
+ * repeated stretch in real time, as Vixie cron does, so a sub-hourly job has no hole on the
+ * fall-back night; occurrences that land on the same instant are one occurrence. `every` needs
+ * a normalized spec (with `startAt`).
  */
 export function nextOccurrence(spec: ScheduleSpec, after: Date): Date | null {
   const next = nextFrom(compile(spec), instantOf("after", after));
@@ -89,9 +91,39 @@ function nextUnbounded(c: Compiled, after: number): number | null {
       if (after < c.start) return c.start;
       return c.start + (Math.floor((after - c.start) / c.interval) + 1) * c.interval;
     }
-    case "cron":
-      return nextCron(c.cron, c.zone, after);
+    case "cron": {
+      const first = nextCron(c.cron, c.zone, after);
+      if (c.cron.hours.length < 24) return first;
+      const repeat = nextInRepeatedStretch(
+        c.cron,
+        c.zone,
+        Math.floor(after / SECOND_MS) * SECOND_MS + SECOND_MS,
+      );
+      return repeat !== null && (first === null || repeat < first) ? repeat : first;
+    }
   }
+}
+
+/**
+ * For an expression whose hour field covers every hour: the earliest occurrence >= `target` on
+ * the second pass through a wall-clock stretch that a fall-back repeats, or null. The second pass
+ * of a stretch [at, at + shift) shows the wall times [at + after, at + before) once more, at the
+ * new offset. Only stretches whose first pass began before `target` can give one: while the whole
+ * first pass is still ahead, any match in the stretch comes earlier on the first pass.
+ */
+function nextInRepeatedStretch(cron: CompiledCron, zone: ZoneRules, target: number): number | null {
+  let best: number | null = null;
+  for (const t of zone.transitionsIn(target - 2 * DAY_MS, target + 2 * DAY_MS)) {
+    const shift = t.before - t.after;
+    if (shift <= 0 || target <= t.at - shift || target >= t.at + shift) continue;
+    const stretchEnd = t.at + t.before;
+    const from = Math.max(t.at, target) + t.after;
+    const wall = findWall(cron, from, civilFromDays(Math.floor(stretchEnd / DAY_MS)).year);
+    if (wall === null || wall >= stretchEnd) continue;
+    const instant = wall - t.after;
+    if (best === null || instant < best) best = instant;
+  }
+  return best;
 }
 
 function nextCron(cron: CompiledCron, zone: ZoneRules, after: number): number | null {

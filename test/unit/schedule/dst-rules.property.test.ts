@@ -3,6 +3,7 @@ import { describe, expect, it } from "vitest";
 import { occurrences, type ScheduleSpec } from "../../../shared/schedule/index.js";
 import {
   HOUR,
+  instantsShowing,
   luxonOffset,
   referenceResolve,
   wallLabel,
@@ -45,7 +46,29 @@ describe("the DST rules, per local day and per local hour, 2010-2040", () => {
     );
   });
 
-  it("an hourly job fires at most once per local hour label, and in every hour whose HH:MM exists", () => {
+  it("with a fixed hour list, a job fires at most once per local hour label, and in every listed hour whose HH:MM exists", () => {
+    fc.assert(
+      fc.property(
+        zonedInstantArb,
+        fc.integer({ min: 0, max: 59 }),
+        fc.integer({ min: 0, max: 23 }),
+        ({ zone, instant }, minute, leftOut) => {
+          // Every hour but one: as dense as a fixed hour list gets, and never "every hour".
+          const hours = Array.from({ length: 24 }, (_, h) => h).filter((h) => h !== leftOut);
+          const spec: ScheduleSpec = { cron: `${minute} ${hours.join(",")} * * *`, timezone: zone };
+          const from = instant;
+          const to = instant + 16 * HOUR;
+          const got = ms(occurrences(spec, new Date(from), new Date(to), 1_000));
+          const fired = got.map((t) => wallLabel(zone, t, 13));
+          expect(new Set(fired).size).toBe(fired.length);
+          expect(missingHours(zone, from, to, minute, fired, (h) => h !== leftOut)).toEqual([]);
+        },
+      ),
+      RUNS,
+    );
+  });
+
+  it("covering every hour, a job fires in every hour whose HH:MM exists, each time the clock shows it", () => {
     fc.assert(
       fc.property(zonedInstantArb, fc.integer({ min: 0, max: 59 }), ({ zone, instant }, minute) => {
         const spec: ScheduleSpec = { cron: `${minute} * * * *`, timezone: zone };
@@ -53,25 +76,41 @@ describe("the DST rules, per local day and per local hour, 2010-2040", () => {
         const to = instant + 16 * HOUR;
         const got = ms(occurrences(spec, new Date(from), new Date(to), 1_000));
         const fired = got.map((t) => wallLabel(zone, t, 13));
-        expect(new Set(fired).size).toBe(fired.length);
-
-        // Walk the wall-clock hours well inside the window; an hour whose HH:MM exists must run.
-        const [fy = 0, fm = 0, fd = 0, fh = 0] = wallLabel(zone, from, 13)
-          .split(/[-T]/)
-          .map(Number);
-        const missing: string[] = [];
-        for (let h = fh + 3; h <= fh + 12; h++) {
-          const wall = wallOf(fy, fm, fd, h, minute);
-          const hourLabel = new Date(wall).toISOString().slice(0, 13);
-          const landed = referenceResolve(zone, wall);
-          const exists = landed - wall === -luxonOffset(zone, landed);
-          if (exists && landed >= from && landed <= to && !fired.includes(hourLabel)) {
-            missing.push(hourLabel);
-          }
+        expect(missingHours(zone, from, to, minute, fired, () => true)).toEqual([]);
+        // A label fires as often as the clock shows HH:MM inside the window: twice when repeated.
+        const times = new Map<string, number>();
+        for (const l of fired) times.set(l, (times.get(l) ?? 0) + 1);
+        for (const t of got) {
+          const wall = t + luxonOffset(zone, t);
+          const shown = instantsShowing(zone, wall).filter((u) => u >= from && u <= to);
+          expect(times.get(wallLabel(zone, t, 13))).toBe(Math.max(shown.length, 1));
         }
-        expect(missing).toEqual([]);
       }),
       RUNS,
     );
   });
 });
+
+/** Wall-clock hours well inside the window whose HH:MM exists and is in it, but did not fire. */
+function missingHours(
+  zone: string,
+  from: number,
+  to: number,
+  minute: number,
+  fired: readonly string[],
+  listed: (hour: number) => boolean,
+): string[] {
+  const [fy = 0, fm = 0, fd = 0, fh = 0] = wallLabel(zone, from, 13).split(/[-T]/).map(Number);
+  const missing: string[] = [];
+  for (let h = fh + 3; h <= fh + 12; h++) {
+    const wall = wallOf(fy, fm, fd, h, minute);
+    const hourLabel = new Date(wall).toISOString().slice(0, 13);
+    if (!listed(new Date(wall).getUTCHours())) continue;
+    const landed = referenceResolve(zone, wall);
+    const exists = landed - wall === -luxonOffset(zone, landed);
+    if (exists && landed >= from && landed <= to && !fired.includes(hourLabel)) {
+      missing.push(hourLabel);
+    }
+  }
+  return missing;
+}

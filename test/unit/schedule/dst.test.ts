@@ -30,22 +30,33 @@ describe("America/New_York", () => {
     ).toEqual(["2026-03-08T07:00:00.000Z", "2026-03-08T07:30:00.000Z"]);
   });
 
-  it("fall 2026-11-01: '0 * * * *' runs 01:00 once (EDT), where cron-parser runs it twice", () => {
-    const ours = fire("0 * * * *", "America/New_York", "2026-11-01T03:30Z", "2026-11-01T08:30Z");
+  it("fall 2026-11-01: '0 * * * *' covers every hour, so it runs 01:00 EDT and 01:00 EST, as cron-parser does", () => {
+    const ours = fire("0 * * * *", "America/New_York", "2026-11-01T03:30Z", "2026-11-01T07:30Z");
     expect(ours).toEqual([
       "2026-11-01T04:00:00.000Z", // 00:00 EDT
-      "2026-11-01T05:00:00.000Z", // 01:00 EDT; 01:00 EST (06:00Z) is the same wall time again
+      "2026-11-01T05:00:00.000Z", // 01:00 EDT
+      "2026-11-01T06:00:00.000Z", // 01:00 EST: the clock went back and the job keeps its hourly pace
       "2026-11-01T07:00:00.000Z", // 02:00 EST
-      "2026-11-01T08:00:00.000Z",
     ]);
     const parser = CronExpressionParser.parse("0 * * * *", {
       tz: "America/New_York",
       currentDate: "2026-11-01T03:30:00Z",
     });
-    expect(parser.take(4).map((d) => d.toISOString())).toEqual([
-      "2026-11-01T04:00:00.000Z",
+    expect(parser.take(4).map((d) => d.toISOString())).toEqual(ours);
+  });
+
+  it("fall 2026-11-01: '0 0-23 * * *' and '0 */1 * * *' cover every hour too; '0 0-22 * * *' runs 01:00 once", () => {
+    const hourly = [
       "2026-11-01T05:00:00.000Z",
       "2026-11-01T06:00:00.000Z",
+      "2026-11-01T07:00:00.000Z",
+    ];
+    const from = "2026-11-01T04:30Z";
+    const to = "2026-11-01T07:30Z";
+    expect(fire("0 0-23 * * *", "America/New_York", from, to)).toEqual(hourly);
+    expect(fire("0 */1 * * *", "America/New_York", from, to)).toEqual(hourly);
+    expect(fire("0 0-22 * * *", "America/New_York", from, to)).toEqual([
+      "2026-11-01T05:00:00.000Z",
       "2026-11-01T07:00:00.000Z",
     ]);
   });
@@ -72,11 +83,23 @@ describe("America/New_York", () => {
     expect(parser.take(6).map((d) => d.toISOString())).toEqual(ours);
   });
 
-  it("fall: nextOccurrence from inside the repeated hour skips to after it", () => {
-    const spec: ScheduleSpec = { cron: "*/20 * * * *", timezone: "America/New_York" };
+  it("fall: with a fixed hour, nextOccurrence from inside the repeated hour skips to after it", () => {
+    const spec: ScheduleSpec = { cron: "*/20 1,2 * * *", timezone: "America/New_York" };
     // 06:10Z is 01:10 EST, the second pass; 01:20 and 01:40 already ran during the first pass.
     expect(nextOccurrence(spec, at("2026-11-01T06:10:00Z"))?.toISOString()).toBe(
       "2026-11-01T07:00:00.000Z",
+    );
+  });
+
+  it("fall: covering every hour, nextOccurrence from inside the repeated hour finds the next second-pass time", () => {
+    const spec: ScheduleSpec = { cron: "*/20 * * * *", timezone: "America/New_York" };
+    // 06:10Z is 01:10 EST; 01:20 EST is 06:20Z.
+    expect(nextOccurrence(spec, at("2026-11-01T06:10:00Z"))?.toISOString()).toBe(
+      "2026-11-01T06:20:00.000Z",
+    );
+    // From the last second of the first pass (01:59:59 EDT), the next is 01:00 EST.
+    expect(nextOccurrence(spec, at("2026-11-01T05:59:59Z"))?.toISOString()).toBe(
+      "2026-11-01T06:00:00.000Z",
     );
   });
 
@@ -88,15 +111,101 @@ describe("America/New_York", () => {
     );
   });
 
-  it("a per-second expression across fall back: 600 seconds, no second pass", () => {
+  it("a per-second expression across fall back fires every second of both passes: 1,200 in 20 minutes", () => {
     const got = occurrences(
       { cron: "* * * * * *", timezone: "America/New_York" },
+      at("2026-11-01T05:50:00Z"),
+      at("2026-11-01T06:09:59Z"),
+      2_000,
+    );
+    expect(got).toHaveLength(1_200);
+    const gaps = new Set(got.slice(1).map((d, i) => d.getTime() - (got[i]?.getTime() ?? 0)));
+    expect([...gaps]).toEqual([1_000]);
+  });
+
+  it("a per-second expression with a fixed hour runs the repeated hour once: 600 seconds, no second pass", () => {
+    const got = occurrences(
+      { cron: "* * 1 * * *", timezone: "America/New_York" },
       at("2026-11-01T05:50:00Z"),
       at("2026-11-01T06:10:00Z"),
       1_000,
     );
     expect(got).toHaveLength(600);
     expect(got.at(-1)?.toISOString()).toBe("2026-11-01T05:59:59.000Z");
+  });
+});
+
+describe("fall back with a schedule covering every hour (the clock goes back, the job keeps its pace)", () => {
+  it("Europe/Berlin 2026-10-25: '*/15 * * * *' fires every 15 minutes through the repeated 02:00-03:00", () => {
+    expect(
+      fireLabelled("*/15 * * * *", "Europe/Berlin", "2026-10-25T00:30Z", "2026-10-25T02:15Z"),
+    ).toEqual([
+      "2026-10-25T00:30:00.000Z 10-25 02:30 +02:00",
+      "2026-10-25T00:45:00.000Z 10-25 02:45 +02:00",
+      "2026-10-25T01:00:00.000Z 10-25 02:00 +01:00",
+      "2026-10-25T01:15:00.000Z 10-25 02:15 +01:00",
+      "2026-10-25T01:30:00.000Z 10-25 02:30 +01:00",
+      "2026-10-25T01:45:00.000Z 10-25 02:45 +01:00",
+      "2026-10-25T02:00:00.000Z 10-25 03:00 +01:00",
+      "2026-10-25T02:15:00.000Z 10-25 03:15 +01:00",
+    ]);
+  });
+
+  it("Europe/Berlin: '*/10 * * * * *' fires every 10 s through the repeated hour, 720 in two hours", () => {
+    const got = occurrences(
+      { cron: "*/10 * * * * *", timezone: "Europe/Berlin" },
+      at("2026-10-25T00:00:00Z"),
+      at("2026-10-25T01:59:59Z"),
+      1_000,
+    );
+    expect(got).toHaveLength(720);
+    const gaps = new Set(got.slice(1).map((d, i) => d.getTime() - (got[i]?.getTime() ?? 0)));
+    expect([...gaps]).toEqual([10_000]);
+  });
+
+  it("Australia/Lord_Howe 2026-04-05 (02:00 → 01:30): '*/15 * * * *' repeats 01:30 and 01:45 at +10:30", () => {
+    expect(
+      fireLabelled("*/15 * * * *", "Australia/Lord_Howe", "2026-04-04T14:30Z", "2026-04-04T15:45Z"),
+    ).toEqual([
+      "2026-04-04T14:30:00.000Z 04-05 01:30 +11:00",
+      "2026-04-04T14:45:00.000Z 04-05 01:45 +11:00",
+      "2026-04-04T15:00:00.000Z 04-05 01:30 +10:30",
+      "2026-04-04T15:15:00.000Z 04-05 01:45 +10:30",
+      "2026-04-04T15:30:00.000Z 04-05 02:00 +10:30",
+      "2026-04-04T15:45:00.000Z 04-05 02:15 +10:30",
+    ]);
+  });
+
+  it("Australia/Lord_Howe: '0 * * * *' has a 90-minute hour that night, since only 01:30-02:00 repeats", () => {
+    expect(
+      fireLabelled("0 * * * *", "Australia/Lord_Howe", "2026-04-04T13:30Z", "2026-04-04T16:30Z"),
+    ).toEqual([
+      "2026-04-04T14:00:00.000Z 04-05 01:00 +11:00",
+      "2026-04-04T15:30:00.000Z 04-05 02:00 +10:30",
+      "2026-04-04T16:30:00.000Z 04-05 03:00 +10:30",
+    ]);
+  });
+
+  it("America/Santiago 2026-04-05 (00:00 → 23:00 on the 4th): '0,30 * * * SAT' repeats Saturday 23:00 and 23:30", () => {
+    expect(
+      fireLabelled("0,30 * * * SAT", "America/Santiago", "2026-04-05T01:45Z", "2026-04-05T04:00Z"),
+    ).toEqual([
+      "2026-04-05T02:00:00.000Z 04-04 23:00 -03:00",
+      "2026-04-05T02:30:00.000Z 04-04 23:30 -03:00",
+      "2026-04-05T03:00:00.000Z 04-04 23:00 -04:00",
+      "2026-04-05T03:30:00.000Z 04-04 23:30 -04:00",
+    ]);
+  });
+
+  it("gives the same answers whatever order it is asked in, even from a clock that goes back", () => {
+    const spec: ScheduleSpec = { cron: "*/15 * * * *", timezone: "Europe/Berlin" };
+    const forwards = occurrences(spec, at("2026-10-25T00:00Z"), at("2026-10-25T03:00Z"), 100);
+    // Ask from each instant, latest first: a dispatcher whose clock stepped back sees the same.
+    const asked = [...forwards]
+      .reverse()
+      .map((t) => nextOccurrence(spec, new Date(t.getTime() - 1))?.toISOString());
+    expect(asked.reverse()).toEqual(isoList(forwards));
+    expect(forwards).toHaveLength(13);
   });
 });
 

@@ -38,17 +38,35 @@ export function label(zone: string, instant: number, format = "yyyy-LL-dd HH:mm"
 }
 
 /**
- * The design's rule, written the way Temporal resolves local times: the candidates are the wall
- * time read with the offsets a day before and a day after; of those that really show this wall
- * time the earliest wins (fall back → first time); if none does, the time was skipped and is
- * read with the earlier offset (spring forward → same offset into the new hour).
+ * Every instant that shows a wall time, ascending: one normally, two in a stretch a fall-back
+ * repeats, none in a spring-forward gap. The candidates are the wall time read with the offsets
+ * a day before and a day after, as Temporal finds "possible instants".
  */
-export function referenceResolve(zone: string, wall: number): number {
+export function instantsShowing(zone: string, wall: number): number[] {
   const before = luxonOffset(zone, wall - DAY);
   const after = luxonOffset(zone, wall + DAY);
-  const candidates = [wall - before, wall - after].filter((u) => u + luxonOffset(zone, u) === wall);
-  if (candidates.length > 0) return Math.min(...candidates);
-  return wall - before;
+  return [...new Set([wall - before, wall - after])]
+    .filter((u) => u + luxonOffset(zone, u) === wall)
+    .sort((a, b) => a - b);
+}
+
+/**
+ * The design's rule for one wall time: of the instants that really show it the earliest wins
+ * (fall back → first time); if none does, the time was skipped and is read with the earlier
+ * offset (spring forward → same offset into the new hour).
+ */
+export function referenceResolve(zone: string, wall: number): number {
+  const candidates = instantsShowing(zone, wall);
+  return candidates[0] ?? wall - luxonOffset(zone, wall - DAY);
+}
+
+/**
+ * The rule for an expression whose hour field covers every hour: a repeated wall time runs each
+ * time it is shown (in real time, as Vixie cron does); a skipped one as in {@link referenceResolve}.
+ */
+export function referenceResolveEveryHour(zone: string, wall: number): number[] {
+  const candidates = instantsShowing(zone, wall);
+  return candidates.length > 0 ? candidates : [referenceResolve(zone, wall)];
 }
 
 /**
@@ -172,8 +190,9 @@ export const sparseCronArb: fc.Arbitrary<string> = fc
 
 /**
  * Brute force: every wall time the expression matches near the window, each resolved with
- * {@link referenceResolve}, then sorted and de-duplicated. Field matching is the core's own
- * (checked against cron-parser separately); the DST handling is entirely the reference's.
+ * {@link referenceResolve} (or {@link referenceResolveEveryHour} when the hour field covers every
+ * hour), then sorted and de-duplicated. Field matching is the core's own (checked against
+ * cron-parser separately); the DST handling is entirely the reference's.
  */
 export function referenceOccurrences(
   cron: string,
@@ -191,9 +210,10 @@ export function referenceOccurrences(
   const offsets = [from - 2 * DAY, from, to, to + 2 * DAY].map((t) => luxonOffset(zone, t));
   const lo = Math.floor((from + Math.min(...offsets)) / 1000) * 1000;
   const hi = to + Math.max(...offsets);
+  const everyHour = compiled.cron.hours.length === 24;
   for (let w = findWall(compiled.cron, lo, 9999); w !== null && w <= hi; ) {
-    const u = referenceResolve(zone, w);
-    if (u >= from && u <= to) out.push(u);
+    const landed = everyHour ? referenceResolveEveryHour(zone, w) : [referenceResolve(zone, w)];
+    out.push(...landed.filter((u) => u >= from && u <= to));
     w = findWall(compiled.cron, w + 1000, 9999);
   }
   return sortedUnique(out);
