@@ -22,7 +22,12 @@ import { endUnownedRun, getJob, getRunItem } from "../execution/run-store.js";
 import { newJobId, shardOf } from "../keys.js";
 import type { DueEntry, HttpTarget, Job, JobPolicies, Priority, Run } from "../model.js";
 import { sendRuns } from "../queue/work-queue.js";
-import { firstOccurrence, normalizeSchedule, type ScheduleSpec } from "../schedule/index.js";
+import {
+  firstOccurrence,
+  LAST_STORABLE_MS,
+  normalizeSchedule,
+  type ScheduleSpec,
+} from "../schedule/index.js";
 import { transactionCancellationCodes } from "../storage/dynamo-errors.js";
 import {
   decodeRun,
@@ -448,24 +453,39 @@ function nextAfterEdit(job: Job, edited: Job, now: Date): Date | null {
   return firstOccurrence(edited.schedule, from);
 }
 
-/** One extra run now, outside the schedule; its occurrence is the current instant. */
+// A run's occurrence is its identity, so two triggers in one millisecond need two instants.
+const TRIGGER_INSTANTS_TRIED = 20;
+
+/**
+ * One extra run now, outside the schedule; its occurrence is the current instant, or the first
+ * millisecond after it that the job has no run for (another trigger in the same millisecond, or
+ * an occurrence of the schedule already claimed for that instant).
+ */
 export async function triggerJob(engine: Engine, tenantId: string, jobId: string): Promise<Run> {
   const job = await getTenantJob(engine, tenantId, jobId);
   if (job.status === "PAUSED" || job.status === "CANCELLED")
     throw new IllegalTransitionError("trigger", job.status);
   const now = engine.clock();
-  return runNow(
-    engine,
-    {
-      jobId,
-      tenantId,
-      scheduledFor: now,
-      attempt: 1,
-      priority: job.priority,
-      jobVersion: job.version,
-    },
-    () => [],
-  );
+  for (let shift = 0; shift < TRIGGER_INSTANTS_TRIED; shift++) {
+    if (now.getTime() + shift > LAST_STORABLE_MS) break;
+    try {
+      return await runNow(
+        engine,
+        {
+          jobId,
+          tenantId,
+          scheduledFor: new Date(now.getTime() + shift),
+          attempt: 1,
+          priority: job.priority,
+          jobVersion: job.version,
+        },
+        () => [],
+      );
+    } catch (error) {
+      if (transactionCancellationCodes(error)?.[0] !== "ConditionalCheckFailed") throw error;
+    }
+  }
+  throw new ConcurrentUpdateError(`job ${jobId} was triggered too often at once; try again`);
 }
 
 /**

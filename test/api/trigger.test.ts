@@ -1,0 +1,73 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createApiApp } from "../../shared/api/app.js";
+import { bearerAuthenticator } from "../../shared/api/auth.js";
+import { JobSchema, RunSchema } from "../../shared/api/schemas.js";
+import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
+import { JOB_TYPES } from "./support.js";
+
+/**
+ * A triggered run's occurrence is the instant of the trigger, and (job, occurrence, attempt) is a
+ * run's key. Two triggers in one millisecond, or a trigger at the very instant of an occurrence
+ * the dispatcher already claimed, used to collide on that key and answer 500.
+ */
+const KEY = "trigger-key";
+let fixture: EngineFixture;
+let app: ReturnType<typeof createApiApp>;
+let now = new Date("2030-01-01T00:00:00.000Z");
+
+beforeAll(async () => {
+  fixture = await createEngineFixture({ clock: () => now });
+  app = createApiApp({
+    engine: fixture.engine,
+    jobTypes: JOB_TYPES,
+    authenticate: bearerAuthenticator(new Map([[KEY, "tenant-trigger"]])),
+  });
+});
+afterAll(() => fixture.destroy());
+
+async function send(method: string, path: string, body?: unknown) {
+  const response = await app.request(path, {
+    method,
+    headers: { Authorization: `Bearer ${KEY}`, "Content-Type": "application/json" },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  return { status: response.status, text: await response.text() };
+}
+
+async function createJob(schedule: unknown): Promise<string> {
+  const created = await send("POST", "/jobs", { type: "noop", schedule });
+  expect(created.status, created.text).toBe(201);
+  return JobSchema.parse(JSON.parse(created.text)).id;
+}
+
+describe("POST /jobs/{id}/trigger", () => {
+  it("two triggers in the same millisecond are two runs, one millisecond apart", async () => {
+    now = new Date("2030-01-01T00:00:00.500Z");
+    const id = await createJob({ runAt: "2031-01-01T00:00:00Z" });
+    const answers = await Promise.all([
+      send("POST", `/jobs/${id}/trigger`),
+      send("POST", `/jobs/${id}/trigger`),
+      send("POST", `/jobs/${id}/trigger`),
+    ]);
+    for (const answer of answers) expect(answer.status, answer.text).toBe(202);
+    const instants = answers.map((a) => RunSchema.parse(JSON.parse(a.text)).scheduledFor).sort();
+    expect(instants).toEqual([
+      "2030-01-01T00:00:00.500Z",
+      "2030-01-01T00:00:00.501Z",
+      "2030-01-01T00:00:00.502Z",
+    ]);
+  });
+
+  it("a trigger at the instant of an occurrence already claimed is a run of its own", async () => {
+    now = new Date("2030-01-02T00:00:00.000Z");
+    // Created on the second, a per-second job's occurrences from now on are claimed at once.
+    const id = await createJob({ cron: "* * * * * *", timezone: "UTC" });
+    const triggered = await send("POST", `/jobs/${id}/trigger`);
+    expect(triggered.status, triggered.text).toBe(202);
+    expect(RunSchema.parse(JSON.parse(triggered.text)).scheduledFor).toBe(
+      "2030-01-02T00:00:00.001Z",
+    );
+    const runs = (await fixture.runs()).filter((r) => r.jobId === id);
+    expect(runs.filter((r) => r.scheduledFor === "2030-01-02T00:00:00.000Z")).toHaveLength(1);
+  });
+});
