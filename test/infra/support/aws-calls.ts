@@ -124,6 +124,19 @@ const AUTHORIZATION: Readonly<
   },
 };
 
+/** What IAM checks for one call: `service` is the IAM prefix (`dynamodb`), `operation` the API name. */
+export function authorizationsOf(
+  service: string,
+  operation: string,
+  input: Input,
+  arns: ResourceArns,
+): Authorization[] {
+  const authorize = AUTHORIZATION[service];
+  return authorize
+    ? authorize(operation, input, arns)
+    : [{ action: `${service}:${operation}`, resource: null }];
+}
+
 /** `DynamoDBClient` → `dynamodb`: the IAM service prefix of each client the handlers use. */
 const SERVICE_OF_CLIENT: Readonly<Record<string, string>> = {
   DynamoDBClient: "dynamodb",
@@ -189,13 +202,10 @@ export function recordAwsCalls(options: RecorderOptions): AwsCallRecorder {
       const clientName = context.clientName ?? "<unknown client>";
       const service = SERVICE_OF_CLIENT[clientName] ?? clientName;
       const operation = (context.commandName ?? "<unknown command>").replace(/Command$/, "");
-      const authorize = AUTHORIZATION[service];
       calls.push({
         caller,
         operation: `${service}:${operation}`,
-        authorizations: authorize
-          ? authorize(operation, args.input, options.arns)
-          : [{ action: `${service}:${operation}`, resource: null }],
+        authorizations: authorizationsOf(service, operation, args.input, options.arns),
       });
       const intercept = options.interceptors[`${service}:${operation}`];
       if (intercept) {
