@@ -172,9 +172,11 @@ const RECORDER_NAME = "iamConformanceRecorder";
 
 /**
  * Records every command any AWS SDK client sends while a caller is set, with
- * an SDK middleware at the front of the serialize step (after the document
- * client's input, before endpoint resolution, signing and the network), so it
- * sees each command once however often the retry strategy resends it.
+ * an SDK middleware at the front of the serialize step: before endpoint
+ * resolution, signing and the network (so it can answer for a service with no
+ * emulator), and before the retry strategy (so it sees each command once). A
+ * document client's input is not yet marshalled there, which changes no name
+ * IAM looks at.
  *
  * The handlers build their clients at import and keep them private, so the
  * middleware is added to every client the first time it sends, by wrapping
