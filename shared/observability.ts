@@ -13,6 +13,10 @@ export const METRICS = {
   leaseTakeovers: "LeaseTakeovers",
   reaperResends: "ReaperResends",
   fenceLost: "FenceLost",
+  /** A due entry a pass could not claim, by `handling`: set aside for operators, or left for the next pass. */
+  dueEntryFailures: "DueEntryFailures",
+  /** A write sent again because a transaction conflict or throttling cancelled it, by `operation`. */
+  writeContention: "WriteContention",
 } as const;
 
 export type MetricName = (typeof METRICS)[keyof typeof METRICS];

@@ -2,7 +2,7 @@ import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import type { Job } from "../model.js";
 import { decideOverlap, type OverlapDecision } from "../policies.js";
-import { isConditionalCheckFailed } from "../storage/dynamo-errors.js";
+import { isConditionalCheckFailed, retryOnContention } from "../storage/dynamo-errors.js";
 import { jobKey } from "../storage/items.js";
 import { getJob } from "./run-store.js";
 
@@ -67,15 +67,17 @@ export async function admitRun(
     }
     const usesRunId = decision.action === "start";
     try {
-      await engine.doc.send(
-        new UpdateCommand({
-          TableName: engine.tables.jobs,
-          Key: jobKey(job.jobId),
-          ConditionExpression: "activeRevision = :revision",
-          UpdateExpression: `${update}${removals.length ? ` REMOVE ${removals.join(", ")}` : ""}`,
-          ExpressionAttributeNames: usesRunId ? names : withoutRunId(names),
-          ExpressionAttributeValues: values,
-        }),
+      await retryOnContention(engine, "admission", () =>
+        engine.doc.send(
+          new UpdateCommand({
+            TableName: engine.tables.jobs,
+            Key: jobKey(job.jobId),
+            ConditionExpression: "activeRevision = :revision",
+            UpdateExpression: `${update}${removals.length ? ` REMOVE ${removals.join(", ")}` : ""}`,
+            ExpressionAttributeNames: usesRunId ? names : withoutRunId(names),
+            ExpressionAttributeValues: values,
+          }),
+        ),
       );
       return { decision, job };
     } catch (error) {

@@ -6,6 +6,7 @@ import type { DueEntry, Job, Run, RunMessage, RunStatus, RunSummary } from "../m
 import {
   failedConditionItem,
   isConditionalCheckFailed,
+  retryOnContention,
   transactionCancellationCodes,
 } from "../storage/dynamo-errors.js";
 import { deadLetterPk, decodeJob, decodeRun, encodeDueEntry, jobKey } from "../storage/items.js";
@@ -225,7 +226,9 @@ export async function finishRun(
   };
   if (!ending.retry) {
     try {
-      await engine.doc.send(new UpdateCommand(runUpdate));
+      await retryOnContention(engine, "finish", () =>
+        engine.doc.send(new UpdateCommand(runUpdate)),
+      );
     } catch (error) {
       if (isConditionalCheckFailed(error))
         throw new FenceLostError(`run ${run.runId}`, run.fence, { cause: error });
@@ -256,7 +259,9 @@ export async function finishRun(
         },
   );
   try {
-    await engine.doc.send(new TransactWriteCommand({ TransactItems: items }));
+    await retryOnContention(engine, "finish", () =>
+      engine.doc.send(new TransactWriteCommand({ TransactItems: items })),
+    );
   } catch (error) {
     const codes = transactionCancellationCodes(error);
     if (codes?.[0] === "ConditionalCheckFailed") {
@@ -302,7 +307,7 @@ async function updateJobAfterRun(
   const update = jobAfterRun(engine.tables.jobs, run, ending, options);
   if (update === null) return;
   try {
-    await engine.doc.send(new UpdateCommand(update));
+    await retryOnContention(engine, "finish", () => engine.doc.send(new UpdateCommand(update)));
   } catch (error) {
     if (!isConditionalCheckFailed(error)) throw error;
     // Paused or cancelled meanwhile: that status stands, the rest of the bookkeeping still applies.

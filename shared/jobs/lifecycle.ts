@@ -28,7 +28,7 @@ import {
   normalizeSchedule,
   type ScheduleSpec,
 } from "../schedule/index.js";
-import { transactionCancellationCodes } from "../storage/dynamo-errors.js";
+import { retryOnContention, transactionCancellationCodes } from "../storage/dynamo-errors.js";
 import {
   decodeRun,
   encodeDueEntry,
@@ -230,7 +230,9 @@ async function withJob<T>(
     const step = plan(job, now);
     if ("done" in step) return step.done;
     try {
-      await engine.doc.send(new TransactWriteCommand({ TransactItems: step.items }));
+      await retryOnContention(engine, "lifecycle", () =>
+        engine.doc.send(new TransactWriteCommand({ TransactItems: step.items })),
+      );
       return step.result(job);
     } catch (error) {
       if (transactionCancellationCodes(error)?.[0] !== "ConditionalCheckFailed") throw error;

@@ -1,5 +1,8 @@
 import type { AttributeValue } from "@aws-sdk/client-dynamodb";
 import { unmarshall } from "@aws-sdk/util-dynamodb";
+import { sleep } from "../clock.js";
+import type { Engine } from "../engine.js";
+import { METRICS } from "../observability.js";
 
 /**
  * DynamoDB reports a failed condition as an exception; these turn the two
@@ -9,14 +12,31 @@ export function isConditionalCheckFailed(error: unknown): boolean {
   return error instanceof Error && error.name === "ConditionalCheckFailedException";
 }
 
+interface CancellationReason {
+  readonly Code?: string;
+  readonly Item?: Record<string, AttributeValue>;
+}
+
+function cancellationReasons(error: unknown): readonly CancellationReason[] | null {
+  if (!(error instanceof Error) || error.name !== "TransactionCanceledException") return null;
+  return (error as { CancellationReasons?: CancellationReason[] }).CancellationReasons ?? [];
+}
+
 /**
  * For a cancelled transaction, the reason code of each item in request order
  * ("None" where that item was fine); null when the error is something else.
  */
 export function transactionCancellationCodes(error: unknown): string[] | null {
-  if (!(error instanceof Error) || error.name !== "TransactionCanceledException") return null;
-  const reasons = (error as { CancellationReasons?: { Code?: string }[] }).CancellationReasons;
-  return (reasons ?? []).map((reason) => reason.Code ?? "None");
+  return cancellationReasons(error)?.map((reason) => reason.Code ?? "None") ?? null;
+}
+
+/**
+ * The item at `index` of a cancelled transaction whose condition failed, when
+ * that item asked for it (ReturnValuesOnConditionCheckFailure: ALL_OLD).
+ */
+export function cancelledItem(error: unknown, index: number): Record<string, unknown> | null {
+  const item = cancellationReasons(error)?.[index]?.Item;
+  return item ? unmarshall(item) : null;
 }
 
 /**
@@ -27,4 +47,105 @@ export function transactionCancellationCodes(error: unknown): string[] | null {
 export function failedConditionItem(error: unknown): Record<string, unknown> | null {
   const item = (error as { Item?: Record<string, AttributeValue> } | null)?.Item;
   return item ? unmarshall(item) : null;
+}
+
+/** Reasons a transaction is cancelled that say nothing about its items: the same request may well pass. */
+const CONTENTION_CODES = new Set([
+  "TransactionConflict",
+  "ProvisionedThroughputExceeded",
+  "ThrottlingError",
+  "RequestLimitExceeded",
+]);
+
+/**
+ * Whole-request errors of the same kind: a single-item write on an item that a
+ * transaction holds (the SDK does not retry it), and throttling that outlasted
+ * the SDK's own retries.
+ */
+const CONTENTION_ERRORS = new Set([
+  "TransactionConflictException",
+  "TransactionInProgressException",
+  "ProvisionedThroughputExceededException",
+  "ThrottlingException",
+  "RequestLimitExceeded",
+]);
+
+/**
+ * Whether a write failed only because other writes or the table's capacity got
+ * in the way. A failed condition is an answer rather than contention, even when
+ * another item of the transaction also conflicted: sent again, it fails again.
+ */
+export function isContention(error: unknown): boolean {
+  if (!(error instanceof Error)) return false;
+  if (CONTENTION_ERRORS.has(error.name)) return true;
+  const codes = transactionCancellationCodes(error);
+  return (
+    codes !== null &&
+    !codes.includes("ConditionalCheckFailed") &&
+    codes.some((code) => CONTENTION_CODES.has(code))
+  );
+}
+
+const NETWORK_ERROR_CODES = new Set([
+  "ECONNRESET",
+  "ECONNREFUSED",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+]);
+
+/**
+ * Whether an error says the service or the way to it failed for now, rather
+ * than anything about the request: contention, throttling, a 5xx, a timeout, a
+ * dropped connection. Such a request is worth sending again later; any other
+ * failure would repeat.
+ */
+export function isTransientFailure(error: unknown): boolean {
+  if (isContention(error)) return true;
+  if (!(error instanceof Error)) return false;
+  const meta = error as {
+    $retryable?: unknown;
+    $metadata?: { httpStatusCode?: number };
+    code?: unknown;
+  };
+  const status = meta.$metadata?.httpStatusCode ?? 0;
+  return (
+    meta.$retryable !== undefined ||
+    status >= 500 ||
+    status === 429 ||
+    ["TimeoutError", "RequestTimeout", "RequestTimeoutException"].includes(error.name) ||
+    (typeof meta.code === "string" && NETWORK_ERROR_CODES.has(meta.code))
+  );
+}
+
+/** Attempts of one write under contention, counting the first. */
+export const MAX_CONTENTION_ATTEMPTS = 8;
+const BACKOFF_BASE_MS = 25;
+const BACKOFF_CAP_MS = 1_000;
+
+/**
+ * Sends a write again while it fails only for contention (see `isContention`),
+ * waiting a full-jitter exponential backoff between attempts (25 ms doubling,
+ * capped at 1 s, `MAX_CONTENTION_ATTEMPTS` in all: at most about 3.5 s). Any
+ * other failure, or contention that outlasts the attempts, is thrown to the
+ * caller, which decides on its meaning as before.
+ */
+export async function retryOnContention<T>(
+  engine: Pick<Engine, "random" | "obs">,
+  operation: string,
+  write: () => Promise<T>,
+): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await write();
+    } catch (error) {
+      if (!isContention(error) || attempt >= MAX_CONTENTION_ATTEMPTS) throw error;
+      engine.obs.metrics.add(METRICS.writeContention, 1, "Count", { operation });
+      const ceiling = Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** attempt);
+      await sleep(Math.floor(engine.random() * ceiling));
+    }
+  }
 }

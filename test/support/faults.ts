@@ -1,0 +1,106 @@
+import {
+  TransactionCanceledException,
+  TransactionConflictException,
+} from "@aws-sdk/client-dynamodb";
+import type { Engine } from "../../shared/engine.js";
+import { createTestClients } from "./namespace.js";
+
+/** What DynamoDB says for each item of a cancelled transaction that the emulator cannot produce. */
+export type InjectedReason =
+  | "TransactionConflict"
+  | "ThrottlingError"
+  | "ProvisionedThroughputExceeded";
+
+const REASON_MESSAGES: Record<InjectedReason, string> = {
+  TransactionConflict: "Transaction is ongoing for the item",
+  ThrottlingError:
+    "Throughput exceeds the current capacity for one or more global secondary indexes",
+  ProvisionedThroughputExceeded:
+    "The level of configured provisioned throughput for the table was exceeded",
+};
+
+type Input = Record<string, unknown>;
+type TransactItem = Record<string, { TableName?: string } | undefined>;
+
+export interface FaultPlan {
+  /** The DynamoDB operation to fail, by its API name. */
+  readonly operation: "TransactWriteItems" | "UpdateItem" | "Query";
+  /** How many matching requests fail before the rest pass through. */
+  readonly times: number;
+  /** Only requests this accepts count (the document client's input, before marshalling). */
+  readonly match?: (input: Input) => boolean;
+  /** TransactWriteItems: the reason on the item the conflict is placed on (the others say None). */
+  readonly reason?: InjectedReason;
+  /** TransactWriteItems: which item conflicts; the first by default. */
+  readonly conflictOn?: (item: TransactItem, index: number) => boolean;
+  /** UpdateItem and Query: the error to throw; a TransactionConflictException by default. */
+  readonly error?: () => Error;
+}
+
+export interface FaultyEngine {
+  readonly engine: Engine;
+  /** Requests failed so far, by operation. */
+  readonly injected: { count: number };
+  destroy(): void;
+}
+
+/**
+ * An engine like `base` whose DynamoDB client fails the first `times` matching
+ * requests the way DynamoDB does under contention (the emulator serializes
+ * transactions, so it never does), then passes every request through.
+ */
+export function withFaults(base: Engine, plan: FaultPlan): FaultyEngine {
+  const clients = createTestClients({ maxSockets: 64 });
+  const injected = { count: 0 };
+  clients.doc.middlewareStack.add(
+    (next, context) => async (args) => {
+      const input = args.input as Input;
+      const command = context.commandName ?? "";
+      if (
+        injected.count < plan.times &&
+        command.startsWith(plan.operation) &&
+        (plan.match?.(input) ?? true)
+      ) {
+        injected.count++;
+        throw failureFor(plan, input);
+      }
+      return next(args);
+    },
+    { step: "initialize", name: "injectDynamoFaults" },
+  );
+  return {
+    engine: { ...base, doc: clients.doc },
+    injected,
+    destroy: () => clients.destroy(),
+  };
+}
+
+function failureFor(plan: FaultPlan, input: Input): Error {
+  if (plan.operation !== "TransactWriteItems") {
+    return (
+      plan.error?.() ??
+      new TransactionConflictException({
+        message: "Transaction is ongoing for the item",
+        $metadata: { httpStatusCode: 400 },
+      })
+    );
+  }
+  const reason = plan.reason ?? "TransactionConflict";
+  const items = (input.TransactItems as TransactItem[] | undefined) ?? [];
+  const conflictAt = Math.max(0, plan.conflictOn ? items.findIndex(plan.conflictOn) : 0);
+  const reasons = items.map((_, i) =>
+    i === conflictAt ? { Code: reason, Message: REASON_MESSAGES[reason] } : { Code: "None" },
+  );
+  return new TransactionCanceledException({
+    message: `Transaction cancelled, please refer cancellation reasons for specific reasons [${reasons
+      .map((r) => r.Code)
+      .join(", ")}]`,
+    $metadata: { httpStatusCode: 400 },
+    CancellationReasons: reasons,
+  });
+}
+
+/** The table an item of a transaction writes or checks. */
+export function tableOf(item: TransactItem): string | undefined {
+  return Object.values(item).find((op) => op?.TableName !== undefined)?.TableName;
+}

@@ -1,0 +1,112 @@
+import {
+  TransactionCanceledException,
+  TransactionConflictException,
+} from "@aws-sdk/client-dynamodb";
+import { describe, expect, it } from "vitest";
+import { METRICS, MetricsRecorder, silentObservability } from "../../shared/observability.js";
+import {
+  isContention,
+  isTransientFailure,
+  MAX_CONTENTION_ATTEMPTS,
+  retryOnContention,
+} from "../../shared/storage/dynamo-errors.js";
+
+const cancelled = (...codes: string[]) =>
+  new TransactionCanceledException({
+    message: `Transaction cancelled [${codes.join(", ")}]`,
+    $metadata: { httpStatusCode: 400 },
+    CancellationReasons: codes.map((Code) => ({ Code })),
+  });
+
+describe("classifying DynamoDB write failures", () => {
+  it("conflicts and throttling are contention; a failed condition is an answer, even beside a conflict", () => {
+    expect(isContention(cancelled("None", "TransactionConflict"))).toBe(true);
+    expect(isContention(cancelled("ThrottlingError", "None"))).toBe(true);
+    expect(isContention(cancelled("ProvisionedThroughputExceeded"))).toBe(true);
+    expect(
+      isContention(new TransactionConflictException({ message: "ongoing", $metadata: {} })),
+    ).toBe(true);
+    expect(isContention(cancelled("ConditionalCheckFailed", "TransactionConflict"))).toBe(false);
+    expect(isContention(cancelled("ValidationError"))).toBe(false);
+    expect(isContention(new RangeError("year 13526"))).toBe(false);
+  });
+
+  it("transient failures are contention, 5xx, timeouts and dropped connections; a bad request is not", () => {
+    expect(isTransientFailure(cancelled("TransactionConflict"))).toBe(true);
+    const serverError = Object.assign(new Error("internal"), {
+      name: "InternalServerError",
+      $metadata: { httpStatusCode: 500 },
+    });
+    expect(isTransientFailure(serverError)).toBe(true);
+    expect(isTransientFailure(Object.assign(new Error("reset"), { code: "ECONNRESET" }))).toBe(
+      true,
+    );
+    const validation = Object.assign(new Error("Item size has exceeded the maximum"), {
+      name: "ValidationException",
+      $metadata: { httpStatusCode: 400 },
+    });
+    expect(isTransientFailure(validation)).toBe(false);
+    expect(isTransientFailure(cancelled("ValidationError"))).toBe(false);
+    expect(isTransientFailure(new RangeError("attempt 10000"))).toBe(false);
+  });
+});
+
+describe("retryOnContention", () => {
+  const engineWith = (metrics: MetricsRecorder) => ({
+    random: () => 0,
+    obs: { log: silentObservability.log, metrics },
+  });
+
+  it("sends the write again while it only meets contention, then returns its result", async () => {
+    const metrics = new MetricsRecorder();
+    let calls = 0;
+    const result = await retryOnContention(engineWith(metrics), "claim", async () => {
+      calls++;
+      if (calls <= 3) throw cancelled("TransactionConflict");
+      return "written";
+    });
+    expect([result, calls]).toEqual(["written", 4]);
+    expect(metrics.sum(METRICS.writeContention, { operation: "claim" })).toBe(3);
+  });
+
+  it("gives up after its attempts, and never retries a failed condition", async () => {
+    const metrics = new MetricsRecorder();
+    let calls = 0;
+    await expect(
+      retryOnContention(engineWith(metrics), "claim", async () => {
+        calls++;
+        throw cancelled("ThrottlingError");
+      }),
+    ).rejects.toThrow(TransactionCanceledException);
+    expect(calls).toBe(MAX_CONTENTION_ATTEMPTS);
+
+    calls = 0;
+    await expect(
+      retryOnContention(engineWith(metrics), "claim", async () => {
+        calls++;
+        throw cancelled("ConditionalCheckFailed", "TransactionConflict");
+      }),
+    ).rejects.toThrow(TransactionCanceledException);
+    expect(calls).toBe(1);
+  });
+
+  it("waits a full-jitter backoff drawn from the engine's random source", async () => {
+    const metrics = new MetricsRecorder();
+    const draws: number[] = [];
+    const engine = {
+      random: () => {
+        draws.push(draws.length);
+        return 0.5;
+      },
+      obs: { log: silentObservability.log, metrics },
+    };
+    let calls = 0;
+    const started = Date.now();
+    await retryOnContention(engine, "edit", async () => {
+      if (++calls <= 2) throw cancelled("TransactionConflict");
+    });
+    // Half of 50 ms, then half of 100 ms.
+    expect(draws).toHaveLength(2);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(70);
+  });
+});
