@@ -143,6 +143,15 @@ export class Observability extends Construct {
         threshold: 1,
       },
     );
+    alarm(
+      "DueEntriesSetAside",
+      this.metric(METRICS.dueEntryFailures, "dispatcher", { handling: "set-aside" }),
+      {
+        description:
+          "A dispatcher pass set a due entry aside because no claim could process it; the ASIDE#<shard> item in the jobs table holds the entry and the error. Its job runs again once edited.",
+        threshold: 1,
+      },
+    );
     alarm("SchedulingLagP99", this.metric(METRICS.schedulingLagMs, "worker", {}, "p99"), {
       description: `p99 of scheduling lag (start minus due time) above ${settings.lagAlarmMs} ms in 3 of 5 minutes.`,
       threshold: settings.lagAlarmMs,

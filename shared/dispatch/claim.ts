@@ -2,12 +2,18 @@ import type { TransactWriteCommandInput } from "@aws-sdk/lib-dynamodb";
 import { BatchWriteCommand, DeleteCommand, TransactWriteCommand } from "@aws-sdk/lib-dynamodb";
 import { sleep } from "../clock.js";
 import type { Engine } from "../engine.js";
-import { FenceLostError } from "../errors.js";
+import { ConcurrentUpdateError, FenceLostError } from "../errors.js";
 import { bucketKey, dueSortKey, shardOf } from "../keys.js";
 import type { DueEntry, Run } from "../model.js";
 import { METRICS } from "../observability.js";
-import { transactionCancellationCodes } from "../storage/dynamo-errors.js";
-import { encodeDueEntry, jobKey, shardLeaseKey } from "../storage/items.js";
+import {
+  cancelledItem,
+  failedConditionItem,
+  isConditionalCheckFailed,
+  retryOnContention,
+  transactionCancellationCodes,
+} from "../storage/dynamo-errors.js";
+import { decodeDueEntry, encodeDueEntry, jobKey, shardLeaseKey } from "../storage/items.js";
 import { queuedRun, skippedRun } from "../storage/runs.js";
 import { planClaim } from "./plan-claim.js";
 
@@ -58,18 +64,53 @@ export function dueEntryKey(
 
 /**
  * Claims one due entry in a single transaction: delete the entry (it must
- * exist, which is what makes the claim exclusive), advance the job (it must
- * still point at this entry and be active), put its next entry, and put the
- * QUEUED runs (they must not exist). A lost race is a cancelled transaction;
- * it is reported, never retried blindly.
+ * exist and still carry the job version it was read with, which is what makes
+ * the claim exclusive and current), advance the job (it must still point at
+ * this entry and be active), put its next entry, and put the QUEUED runs (they
+ * must not exist). A cancelled transaction is classified: contention is sent
+ * again after a backoff; an entry rewritten since it was read (an edit) is
+ * claimed as it is now; occurrences already recorded are left out; a lost race
+ * is reported; anything else is thrown for the caller to set the entry aside.
  */
-export function claimDueEntry(
+export async function claimDueEntry(
   engine: Engine,
   entry: DueEntry,
   options: ClaimOptions,
 ): Promise<ClaimResult> {
-  return attemptClaim(engine, entry, options, new Set());
+  let current = entry;
+  let known: Known = { run: new Set(), recorded: new Set() };
+  for (let round = 1; ; round++) {
+    const step = await attemptClaim(engine, current, options, known);
+    if ("result" in step) return step.result;
+    if (round >= MAX_CLAIM_ROUNDS) {
+      throw new ConcurrentUpdateError(
+        `the claim of ${entry.key.sk} found it changed ${round} times; the next pass tries again`,
+      );
+    }
+    if ("reread" in step) {
+      current = step.reread;
+      known = { run: new Set(), recorded: new Set() };
+    } else {
+      known = step.known;
+    }
+  }
 }
+
+/** Rounds of one claim: a re-read entry or occurrences found already handled start a new one. */
+const MAX_CLAIM_ROUNDS = 4;
+
+/** Occurrences found handled already: with a run past QUEUED, or with a recorded outcome. */
+interface Known {
+  readonly run: ReadonlySet<string>;
+  readonly recorded: ReadonlySet<string>;
+}
+
+type ClaimStep =
+  | { readonly result: ClaimResult }
+  /** The entry was rewritten (an edit kept its key): claim it as it is now. */
+  | { readonly reread: DueEntry }
+  /** Some occurrences are handled already: plan again without them. */
+  | { readonly known: Known };
 
 /** The writes a claim of `entry` plans, before they are put in a transaction. */
 interface PlannedWrites {
@@ -84,17 +125,22 @@ function planWrites(
   entry: DueEntry,
   now: Date,
   horizonEnd: Date,
-  alreadyRun: ReadonlySet<string>,
+  known: Known,
 ): PlannedWrites {
   const { settings } = engine;
-  const plan = planClaim({
+  const planned = planClaim({
     entry,
     now,
     horizonEnd,
     misfireGraceMs: settings.misfireGraceMs,
     maxRunsPerClaim: MAX_RUNS_PER_CLAIM,
-    alreadyRun,
+    alreadyRun: known.run,
   });
+  // An occurrence whose outcome is already on record (a run or a skip) needs no SKIPPED record.
+  const plan = {
+    ...planned,
+    skipped: planned.skipped.filter((s) => !known.recorded.has(s.scheduledFor.toISOString())),
+  };
   const runSpec = (scheduledFor: Date, dueAt: Date, attempt: number) => ({
     jobId: entry.jobId,
     tenantId: entry.tenantId,
@@ -154,7 +200,10 @@ export async function claimBeforeCreate(
   now: Date,
   horizonEnd: Date,
 ): Promise<{ readonly runs: readonly Run[]; readonly next: DueEntry | null }> {
-  const planned = planWrites(engine, entry, now, horizonEnd, new Set());
+  const planned = planWrites(engine, entry, now, horizonEnd, {
+    run: new Set(),
+    recorded: new Set(),
+  });
   // A new job's runs cannot exist yet, so these need no conditions and can go in batches.
   await batchPut(engine, engine.tables.runs, [
     ...planned.queued.map((q) => q.item),
@@ -168,17 +217,11 @@ async function attemptClaim(
   engine: Engine,
   entry: DueEntry,
   options: ClaimOptions,
-  alreadyRun: ReadonlySet<string>,
-): Promise<ClaimResult> {
+  known: Known,
+): Promise<ClaimStep> {
   const { now, horizonEnd, lease } = options;
   const { tables } = engine;
-  const { plan, queued, skippedItems, next } = planWrites(
-    engine,
-    entry,
-    now,
-    horizonEnd,
-    alreadyRun,
-  );
+  const { plan, queued, skippedItems, next } = planWrites(engine, entry, now, horizonEnd, known);
 
   const items: TransactItem[] = [];
   if (lease) {
@@ -196,7 +239,11 @@ async function attemptClaim(
     Delete: {
       TableName: tables.jobs,
       Key: entry.key,
-      ConditionExpression: "attribute_exists(pk)",
+      // An edit that keeps the occurrence rewrites the entry under the same key with a new version:
+      // the copy read before it must not be claimed (its version, schedule and priority are stale).
+      ConditionExpression: "attribute_exists(pk) AND jobVersion = :jobVersion",
+      ExpressionAttributeValues: { ":jobVersion": entry.jobVersion },
+      ReturnValuesOnConditionCheckFailure: "ALL_OLD",
     },
   });
   const jobIndex = plan.advancesJob ? items.length : -1;
@@ -234,11 +281,14 @@ async function attemptClaim(
       },
     });
   }
+  const firstSkippedIndex = items.length;
   const inTransaction = skippedItems.slice(0, MAX_SKIPPED_IN_TRANSACTION);
   for (const item of inTransaction) items.push(putNew(tables.runs, item));
 
   try {
-    await engine.doc.send(new TransactWriteCommand({ TransactItems: items }));
+    await retryOnContention(engine, "claim", () =>
+      engine.doc.send(new TransactWriteCommand({ TransactItems: items })),
+    );
   } catch (error) {
     const codes = transactionCancellationCodes(error);
     if (codes === null) throw error;
@@ -247,33 +297,46 @@ async function attemptClaim(
       throw new FenceLostError(`shard ${lease.shard}`, lease.fence, { cause: error });
     }
     if (failed(dueIndex)) {
+      const rewritten = cancelledItem(error, dueIndex);
+      if (rewritten !== null) return { reread: decodeDueEntry(rewritten) };
       engine.obs.metrics.add(METRICS.claimsLost, 1, "Count");
-      return { outcome: "lost" };
+      return { result: { outcome: "lost" } };
     }
     if (jobIndex >= 0 && failed(jobIndex)) {
-      await removeOrphan(engine, entry);
-      return { outcome: "stale" };
+      const rewritten = await removeOrphan(engine, entry);
+      return rewritten ? { reread: rewritten } : { result: { outcome: "stale" } };
     }
     const conflicts = queued.filter((_, i) => failed(firstRunIndex + i));
-    if (conflicts.length > 0 && alreadyRun.size === 0) {
-      // These occurrences already have a run past QUEUED (say, a trigger on the same millisecond):
-      // they are being handled, so advance over them rather than run them twice.
-      engine.obs.log.warn("claim found existing runs; claiming without them", {
+    const recorded = inTransaction.flatMap((item, i) =>
+      failed(firstSkippedIndex + i) ? [String(item.scheduledFor)] : [],
+    );
+    if (conflicts.length > 0 || recorded.length > 0) {
+      // These occurrences are handled already: a run past QUEUED (say, a trigger on the same
+      // millisecond) or an outcome on record. Advance over them rather than run or record them twice.
+      engine.obs.log.warn("claim found occurrences already handled; claiming without them", {
         jobId: entry.jobId,
-        scheduledFor: conflicts.map((c) => c.run.scheduledFor),
+        running: conflicts.map((c) => c.run.scheduledFor),
+        recorded,
       });
-      return attemptClaim(
-        engine,
-        entry,
-        options,
-        new Set(conflicts.map((c) => c.run.scheduledFor)),
-      );
+      return {
+        known: {
+          run: new Set([...known.run, ...conflicts.map((c) => c.run.scheduledFor)]),
+          recorded: new Set([...known.recorded, ...recorded]),
+        },
+      };
     }
     throw error;
   }
 
   await afterClaim(engine, entry, { plan, queued, skippedItems, next });
-  return { outcome: "claimed", runs: queued.map((q) => q.run), skipped: skippedItems.length, next };
+  return {
+    result: {
+      outcome: "claimed",
+      runs: queued.map((q) => q.run),
+      skipped: skippedItems.length,
+      next,
+    },
+  };
 }
 
 /** What follows a committed claim: the skipped records that did not fit in it, a note, the count. */
@@ -287,18 +350,29 @@ async function afterClaim(engine: Engine, entry: DueEntry, planned: PlannedWrite
   engine.obs.metrics.add(METRICS.claims, planned.queued.length, "Count");
 }
 
-async function removeOrphan(engine: Engine, entry: DueEntry): Promise<void> {
+/**
+ * Deletes an entry its job no longer points at, only as it was read: one
+ * rewritten meanwhile (the job may point at it again) is returned instead.
+ */
+async function removeOrphan(engine: Engine, entry: DueEntry): Promise<DueEntry | null> {
   engine.obs.metrics.add(METRICS.staleDueEntries, 1, "Count");
   try {
-    await engine.doc.send(
-      new DeleteCommand({
-        TableName: engine.tables.jobs,
-        Key: entry.key,
-        ConditionExpression: "attribute_exists(pk)",
-      }),
+    await retryOnContention(engine, "remove-orphan", () =>
+      engine.doc.send(
+        new DeleteCommand({
+          TableName: engine.tables.jobs,
+          Key: entry.key,
+          ConditionExpression: "attribute_exists(pk) AND jobVersion = :jobVersion",
+          ExpressionAttributeValues: { ":jobVersion": entry.jobVersion },
+          ReturnValuesOnConditionCheckFailure: "ALL_OLD",
+        }),
+      ),
     );
+    return null;
   } catch (error) {
-    if (!(error instanceof Error && error.name === "ConditionalCheckFailedException")) throw error;
+    if (!isConditionalCheckFailed(error)) throw error;
+    const rewritten = failedConditionItem(error);
+    return rewritten ? decodeDueEntry(rewritten) : null;
   }
 }
 

@@ -1,19 +1,32 @@
 import { QueryCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
-import { FenceLostError } from "../errors.js";
+import { ConcurrentUpdateError, FenceLostError } from "../errors.js";
 import { bucketKeyForMinute, bucketsBetween, minuteOf } from "../keys.js";
 import type { DueEntry, Run } from "../model.js";
 import { METRICS } from "../observability.js";
 import { sendRuns } from "../queue/work-queue.js";
+import { isTransientFailure } from "../storage/dynamo-errors.js";
 import { decodeDueEntry, runMessageOf } from "../storage/items.js";
-import { claimDueEntry } from "./claim.js";
-import { acquireShardLease, advanceWatermark, releaseShardLease } from "./lease.js";
+import { type ClaimResult, claimDueEntry } from "./claim.js";
+import { acquireShardLease, endPass, releaseShardLease, type ShardLease } from "./lease.js";
+import { setEntryAside } from "./set-aside.js";
 
 const MINUTE_MS = 60_000;
-/** Buckets this far back are swept again every pass, in case a writer raced an earlier sweep. */
+/**
+ * Buckets from this far before a pass's start are read again by the next pass:
+ * a writer may file an entry into the current minute's bucket after the pass
+ * read it (clock skew, a slow write, a pass's own catch-up entries).
+ */
 const RESWEEP_MS = 2 * MINUTE_MS;
-/** A shard not swept for longer than this (an outage of days) restarts from here. */
-const MAX_CATCH_UP_MS = 9_000 * MINUTE_MS;
+/**
+ * A backlog (buckets not read since an outage of passes) is read at most this
+ * many buckets per pass, and for at most half a lease; the next pass goes on
+ * where this one stopped, so an outage of any length is swept in the end.
+ */
+export const MAX_BACKLOG_BUCKETS_PER_PASS = 2_880;
+/** Backlog buckets read between checks of the pass's time budget, 8 at a time. */
+const BACKLOG_CHUNK = 64;
+const BACKLOG_CONCURRENCY = 8;
 
 export interface SweepStats {
   entries: number;
@@ -22,6 +35,10 @@ export interface SweepStats {
   lost: number;
   stale: number;
   sendFailures: number;
+  /** Entries no claim could process, moved to the shard's set-aside list. */
+  setAside: number;
+  /** Entries that failed for a transient reason and stay in their bucket for the next pass. */
+  failed: number;
 }
 
 export type PassResult =
@@ -30,6 +47,10 @@ export type PassResult =
       readonly outcome: "swept";
       readonly tookOver: boolean;
       readonly fence: number;
+      /** Where the next pass starts: before now when a backlog or a failed entry remains. */
+      readonly sweepFrom: string;
+      /** Backlog buckets read by this pass. */
+      readonly backlogBuckets: number;
     } & SweepStats)
   | { readonly shard: number; readonly outcome: "lease-held" }
   | { readonly shard: number; readonly outcome: "fence-lost"; readonly fence: number };
@@ -37,6 +58,8 @@ export type PassResult =
 export interface PassOptions {
   /** Claims in flight at once; each follows its job's chain of next entries. */
   readonly concurrency?: number;
+  /** Bounds the backlog one pass reads; defaults to MAX_BACKLOG_BUCKETS_PER_PASS. */
+  readonly maxBacklogBuckets?: number;
 }
 
 /** The end of the claim window: the end of the minute that now + lookahead falls in. */
@@ -48,10 +71,28 @@ export function horizonOf(now: Date, lookaheadMs: number): { minute: string; end
   };
 }
 
+const floorMinute = (ms: number) => Math.floor(ms / MINUTE_MS) * MINUTE_MS;
+const minuteMs = (minute: string) => Date.parse(`${minute}:00.000Z`);
+
 /**
- * One dispatcher pass over a shard: take the lease, sweep the buckets from
- * the watermark (or two minutes back) to the horizon, advance the watermark
- * under the fence, release the lease.
+ * Where a pass starts reading: where the last completed pass said (two minutes
+ * before it began, or the rest of a backlog, or a bucket with a failed entry);
+ * for a lease last written without that, the watermark's next minute, or two
+ * minutes back when that is later; two minutes back for a shard never swept.
+ */
+function sweepStartMs(lease: ShardLease, recentFromMs: number): number {
+  if (lease.sweepFrom) return minuteMs(lease.sweepFrom);
+  if (lease.watermark) return Math.min(minuteMs(lease.watermark) + MINUTE_MS, recentFromMs);
+  return recentFromMs;
+}
+
+/**
+ * One dispatcher pass over a shard: take the lease; sweep the recent buckets
+ * (two minutes back to the horizon), then any backlog left by passes that did
+ * not run or did not complete (bounded per pass); record where the next pass
+ * starts and release the lease. A due entry that cannot be claimed does not
+ * stop the pass (see `sweepBuckets`), and the lease is released however the
+ * pass ends, so the next tick need not wait for it to lapse.
  */
 export async function dispatchShard(
   engine: Engine,
@@ -66,34 +107,96 @@ export async function dispatchShard(
     engine.obs.metrics.add(METRICS.leaseTakeovers, 1, "Count", { shard: String(shard) });
     engine.obs.log.warn("took over an expired shard lease", { shard, fence: lease.fence });
   }
-  const horizon = horizonOf(now, engine.settings.lookaheadMs);
-  const resweepFrom = now.getTime() - RESWEEP_MS;
-  const afterWatermark = lease.watermark
-    ? new Date(`${lease.watermark}:00.000Z`).getTime() + MINUTE_MS
-    : resweepFrom;
-  const from = new Date(
-    Math.max(Math.min(afterWatermark, resweepFrom), now.getTime() - MAX_CATCH_UP_MS),
-  );
+  let ended = false;
   try {
-    const stats = await sweepShard(engine, shard, {
-      from,
-      to: new Date(horizon.end.getTime() - 1),
-      now,
-      horizonEnd: horizon.end,
-      lease: { shard, fence: lease.fence },
-      concurrency: options.concurrency,
-    });
-    await advanceWatermark(engine, lease, horizon.minute);
-    await releaseShardLease(engine, lease, engine.clock());
-    return { shard, outcome: "swept", tookOver: lease.tookOver, fence: lease.fence, ...stats };
+    const pass = await sweepPass(engine, lease, now, options);
+    await endPass(
+      engine,
+      lease,
+      { watermark: pass.watermark, sweepFrom: pass.sweepFrom },
+      engine.clock(),
+    );
+    ended = true;
+    return {
+      shard,
+      outcome: "swept",
+      tookOver: lease.tookOver,
+      fence: lease.fence,
+      sweepFrom: pass.sweepFrom,
+      backlogBuckets: pass.backlogBuckets,
+      ...pass.stats,
+    };
   } catch (error) {
     if (error instanceof FenceLostError) {
+      ended = true;
       engine.obs.metrics.add(METRICS.fenceLost, 1, "Count", { component: "dispatcher" });
       engine.obs.log.warn("lost the shard lease mid-pass", { shard, fence: lease.fence });
       return { shard, outcome: "fence-lost", fence: lease.fence };
     }
+    engine.obs.log.error("dispatcher pass failed; the next pass starts where this one did", {
+      shard,
+      fence: lease.fence,
+      error: String(error),
+    });
     throw error;
+  } finally {
+    if (!ended) {
+      await releaseShardLease(engine, lease, engine.clock()).catch((error: unknown) =>
+        engine.obs.log.warn("could not release the shard lease; it lapses on its own", {
+          shard,
+          error: String(error),
+        }),
+      );
+    }
   }
+}
+
+async function sweepPass(
+  engine: Engine,
+  lease: ShardLease,
+  now: Date,
+  options: PassOptions,
+): Promise<{ stats: SweepStats; watermark: string; sweepFrom: string; backlogBuckets: number }> {
+  const horizon = horizonOf(now, engine.settings.lookaheadMs);
+  const recentFromMs = floorMinute(now.getTime() - RESWEEP_MS);
+  const startMs = sweepStartMs(lease, recentFromMs);
+  const sweep = {
+    now,
+    horizonEnd: horizon.end,
+    lease: { shard: lease.shard, fence: lease.fence },
+    concurrency: options.concurrency,
+  };
+  const stats = emptySweepStats();
+  // Recent buckets first: they hold what is due now, a backlog only what is late already.
+  const recent = bucketsBetween(new Date(recentFromMs), new Date(horizon.end.getTime() - 1));
+  let leftFrom = await sweepBuckets(engine, lease.shard, recent, sweep, stats);
+
+  const budget = options.maxBacklogBuckets ?? MAX_BACKLOG_BUCKETS_PER_PASS;
+  const backlogEndMs = Math.min(recentFromMs, startMs + budget * MINUTE_MS);
+  const deadline = now.getTime() + engine.settings.leaseMs / 2;
+  let nextMs = startMs;
+  while (nextMs < backlogEndMs && engine.clock().getTime() < deadline) {
+    const chunkEndMs = Math.min(backlogEndMs, nextMs + BACKLOG_CHUNK * MINUTE_MS);
+    const chunk = bucketsBetween(new Date(nextMs), new Date(chunkEndMs - 1));
+    const results = await mapConcurrently(chunk, BACKLOG_CONCURRENCY, (minute) =>
+      sweepBuckets(engine, lease.shard, [minute], sweep, stats),
+    );
+    leftFrom = earliest([leftFrom, ...results]);
+    nextMs = chunkEndMs;
+  }
+  const backlogBuckets = Math.max(0, (nextMs - startMs) / MINUTE_MS);
+  // Unread backlog, or a bucket where an entry failed for now, is where the next pass starts.
+  const sweepFromMs = Math.min(
+    nextMs,
+    recentFromMs,
+    leftFrom === null ? Number.POSITIVE_INFINITY : minuteMs(leftFrom),
+  );
+  return {
+    stats,
+    watermark: horizon.minute,
+    sweepFrom: minuteOf(new Date(sweepFromMs)),
+    backlogBuckets,
+  };
 }
 
 export interface SweepOptions {
@@ -112,9 +215,50 @@ export async function sweepShard(
   shard: number,
   options: SweepOptions,
 ): Promise<SweepStats> {
-  const stats: SweepStats = { entries: 0, runs: 0, skipped: 0, lost: 0, stale: 0, sendFailures: 0 };
+  const stats = emptySweepStats();
+  await sweepBuckets(engine, shard, bucketsBetween(options.from, options.to), options, stats);
+  return stats;
+}
+
+export const emptySweepStats = (): SweepStats => ({
+  entries: 0,
+  runs: 0,
+  skipped: 0,
+  lost: 0,
+  stale: 0,
+  sendFailures: 0,
+  setAside: 0,
+  failed: 0,
+});
+
+/**
+ * Claims every due entry of the given minute buckets and enqueues the runs.
+ * An entry whose claim fails is isolated, so the other entries (other tenants'
+ * jobs) are still claimed on time: a failure that would repeat (the claim
+ * cannot be planned or DynamoDB refuses its transaction) sets the entry aside
+ * for operators; a transient one (contention that outlasted its retries, a
+ * throttled or failing service) leaves it in place. Returns the earliest bucket
+ * where an entry was left, which the next pass must read again. Only a lost
+ * fence stops the sweep.
+ */
+async function sweepBuckets(
+  engine: Engine,
+  shard: number,
+  minutes: readonly string[],
+  options: Pick<SweepOptions, "now" | "horizonEnd" | "lease" | "concurrency">,
+  stats: SweepStats,
+): Promise<string | null> {
   const sender = new RunSender(engine, stats);
-  for (const minute of bucketsBetween(options.from, options.to)) {
+  let leftFrom: string | null = null;
+  const onFailure = async (entry: DueEntry, error: unknown) => {
+    const handling = await isolateFailure(engine, shard, entry, error, options.now);
+    if (handling === "set-aside") stats.setAside++;
+    else {
+      stats.failed++;
+      leftFrom = earliest([leftFrom, bucketMinuteOf(entry)]);
+    }
+  };
+  for (const minute of minutes) {
     const pk = bucketKeyForMinute(minute, shard);
     let startKey: Record<string, unknown> | undefined;
     do {
@@ -129,32 +273,102 @@ export async function sweepShard(
       );
       const entries = (page.Items ?? []).map(decodeDueEntry);
       await forEachConcurrently(entries, options.concurrency ?? 16, (entry) =>
-        claimChain(engine, entry, options, stats, sender),
+        claimChain(engine, entry, options, stats, sender, onFailure),
       );
       await sender.flush();
       startKey = page.LastEvaluatedKey;
     } while (startKey);
   }
   await sender.flush();
-  return stats;
+  return leftFrom;
 }
 
-/** Claims an entry and then, while the job's next entry is inside the horizon, that one too. */
+/**
+ * What becomes of a due entry whose claim failed: set aside when the failure
+ * would repeat, left for the next pass when it is transient (or when setting
+ * it aside failed too). Logged and counted either way.
+ */
+async function isolateFailure(
+  engine: Engine,
+  shard: number,
+  entry: DueEntry,
+  error: unknown,
+  now: Date,
+): Promise<"set-aside" | "left"> {
+  if (error instanceof FenceLostError) throw error;
+  const fields = {
+    shard,
+    jobId: entry.jobId,
+    tenantId: entry.tenantId,
+    dueKey: entry.key,
+    error: String(error),
+  };
+  // Contention, and entries that kept changing under the claim, may well pass next time.
+  if (!isTransientFailure(error) && !(error instanceof ConcurrentUpdateError)) {
+    try {
+      const aside = await setEntryAside(engine, shard, entry, error, now);
+      if (aside.outcome !== "changed") {
+        engine.obs.metrics.add(METRICS.dueEntryFailures, 1, "Count", { handling: "set-aside" });
+        engine.obs.log.error("set aside a due entry that cannot be claimed", {
+          ...fields,
+          outcome: aside.outcome,
+        });
+        return "set-aside";
+      }
+    } catch (asideError) {
+      if (asideError instanceof FenceLostError) throw asideError;
+      engine.obs.log.error("could not set a failed due entry aside", {
+        ...fields,
+        asideError: String(asideError),
+      });
+    }
+  }
+  engine.obs.metrics.add(METRICS.dueEntryFailures, 1, "Count", { handling: "left" });
+  engine.obs.log.error("could not claim a due entry; the next pass tries it again", fields);
+  return "left";
+}
+
+function bucketMinuteOf(entry: DueEntry): string | null {
+  // DUE#<yyyy-mm-ddTHH:MM>#<shard>
+  const minute = entry.key.pk.split("#")[1];
+  return minute !== undefined && Number.isFinite(minuteMs(minute)) ? minute : null;
+}
+
+function earliest(minutes: readonly (string | null)[]): string | null {
+  let first: string | null = null;
+  for (const minute of minutes)
+    if (minute !== null && (first === null || minute < first)) first = minute;
+  return first;
+}
+
+/**
+ * Claims an entry and then, while the job's next entry is inside the horizon,
+ * that one too. With `onFailure`, a claim that throws ends the chain there and
+ * is handed over (the failed entry is still in its bucket); without, it throws.
+ */
 export async function claimChain(
   engine: Engine,
   first: DueEntry,
   options: Pick<SweepOptions, "now" | "horizonEnd" | "lease">,
   stats: SweepStats,
   sender: RunSender,
+  onFailure?: (entry: DueEntry, error: unknown) => Promise<void>,
 ): Promise<void> {
   let entry: DueEntry | null = first;
   while (entry !== null) {
     stats.entries++;
-    const result = await claimDueEntry(engine, entry, {
-      now: options.now,
-      horizonEnd: options.horizonEnd,
-      ...(options.lease ? { lease: options.lease } : {}),
-    });
+    let result: ClaimResult;
+    try {
+      result = await claimDueEntry(engine, entry, {
+        now: options.now,
+        horizonEnd: options.horizonEnd,
+        ...(options.lease ? { lease: options.lease } : {}),
+      });
+    } catch (error) {
+      if (onFailure === undefined || error instanceof FenceLostError) throw error;
+      await onFailure(entry, error);
+      return;
+    }
     if (result.outcome === "lost") {
       stats.lost++;
       return;
@@ -210,6 +424,18 @@ export class RunSender {
       });
     }
   }
+}
+
+async function mapConcurrently<T, R>(
+  items: readonly T[],
+  concurrency: number,
+  work: (item: T) => Promise<R>,
+): Promise<R[]> {
+  const results: R[] = [];
+  await forEachConcurrently(items, concurrency, async (item) => {
+    results.push(await work(item));
+  });
+  return results;
 }
 
 export async function forEachConcurrently<T>(

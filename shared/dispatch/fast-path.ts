@@ -1,6 +1,6 @@
 import type { Engine } from "../engine.js";
 import type { DueEntry, Run } from "../model.js";
-import { claimChain, RunSender, type SweepStats } from "./dispatcher.js";
+import { claimChain, emptySweepStats, RunSender } from "./dispatcher.js";
 
 /**
  * A dispatcher pass has already swept up to its horizon (now + lookahead, to
@@ -24,7 +24,7 @@ export function needsFastPath(dueAt: Date, now: Date, lookaheadMs: number): bool
  * by create, resume and edit.
  */
 export async function dispatchNow(engine: Engine, entry: DueEntry, now: Date): Promise<Run[]> {
-  const stats: SweepStats = { entries: 0, runs: 0, skipped: 0, lost: 0, stale: 0, sendFailures: 0 };
+  const stats = emptySweepStats();
   const claimed: Run[] = [];
   const sender = new RunSender(engine, stats, (runs) => claimed.push(...runs));
   await claimChain(

@@ -13,6 +13,12 @@ export interface ShardLease {
   readonly leaseUntil: Date;
   /** The last minute bucket fully swept, or null for a shard never swept. */
   readonly watermark: string | null;
+  /**
+   * The first minute bucket the next pass must read: every earlier bucket was
+   * read after anything could still be written to it. Null for a shard never
+   * swept, or last swept by a dispatcher that did not record it.
+   */
+  readonly sweepFrom: string | null;
   /** The lease was still held by another owner whose time ran out. */
   readonly tookOver: boolean;
 }
@@ -33,7 +39,9 @@ export async function acquireShardLease(
       new UpdateCommand({
         TableName: engine.tables.jobs,
         Key: shardLeaseKey(shard),
-        ConditionExpression: "attribute_not_exists(pk) OR leaseUntil < :now OR #owner = :owner",
+        // A released lease is free at once, even to a dispatcher whose clock is behind its releaser's.
+        ConditionExpression:
+          "attribute_not_exists(pk) OR leaseUntil < :now OR released = :true OR #owner = :owner",
         UpdateExpression:
           "SET #owner = :owner, leaseUntil = :until, released = :false, fence = if_not_exists(fence, :zero) + :one",
         ExpressionAttributeNames: { "#owner": "owner" },
@@ -44,6 +52,7 @@ export async function acquireShardLease(
           ":zero": 0,
           ":one": 1,
           ":false": false,
+          ":true": true,
         },
         ReturnValues: "ALL_OLD",
       }),
@@ -56,6 +65,7 @@ export async function acquireShardLease(
       fence: (typeof old?.fence === "number" ? old.fence : 0) + 1,
       leaseUntil,
       watermark: typeof old?.watermark === "string" ? old.watermark : null,
+      sweepFrom: typeof old?.sweepFrom === "string" ? old.sweepFrom : null,
       // The condition only lets another owner's lease through once it has expired.
       tookOver: previousOwner !== null && previousOwner !== owner && old?.released !== true,
     };
@@ -72,6 +82,29 @@ export async function advanceWatermark(
   minute: string,
 ): Promise<void> {
   await fencedLeaseUpdate(engine, lease, "SET watermark = :minute", { ":minute": minute });
+}
+
+/**
+ * Ends a completed pass in one write under the fence: records how far it
+ * swept and where the next pass starts, and releases the lease.
+ */
+export async function endPass(
+  engine: Engine,
+  lease: ShardLease,
+  progress: { readonly watermark: string; readonly sweepFrom: string },
+  now: Date,
+): Promise<void> {
+  await fencedLeaseUpdate(
+    engine,
+    lease,
+    "SET watermark = :minute, sweepFrom = :sweepFrom, leaseUntil = :now, released = :true",
+    {
+      ":minute": progress.watermark,
+      ":sweepFrom": progress.sweepFrom,
+      ":now": now.toISOString(),
+      ":true": true,
+    },
+  );
 }
 
 /** Ends a pass early so the next tick's dispatcher need not wait for the lease to expire. */

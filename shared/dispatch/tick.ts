@@ -3,13 +3,28 @@ import type { Engine } from "../engine.js";
 import { dispatchShard, type PassResult } from "./dispatcher.js";
 import { type ReapResult, reap } from "./reaper.js";
 
-/** One tick in-process: a pass over every shard, then the reaper. Lambda fans the shards out instead. */
+/** A shard's pass in a tick: how it ended, or the error it failed with. */
+export type TickPass =
+  | PassResult
+  | { readonly shard: number; readonly outcome: "failed"; readonly error: string };
+
+/**
+ * One tick in-process: a pass over every shard, then the reaper. Lambda fans
+ * the shards out instead. A shard whose pass fails does not stop the others
+ * or the reaper (the pass logged it and released its lease).
+ */
 export async function tickOnce(
   engine: Engine,
   owner: string,
-): Promise<{ passes: PassResult[]; reaped: ReapResult }> {
+): Promise<{ passes: TickPass[]; reaped: ReapResult }> {
   const shards = Array.from({ length: engine.settings.maxShardCount }, (_, shard) => shard);
-  const passes = await Promise.all(shards.map((shard) => dispatchShard(engine, shard, owner)));
+  const passes = await Promise.all(
+    shards.map((shard) =>
+      dispatchShard(engine, shard, owner).catch(
+        (error: unknown): TickPass => ({ shard, outcome: "failed", error: String(error) }),
+      ),
+    ),
+  );
   const reaped = await reap(engine);
   return { passes, reaped };
 }

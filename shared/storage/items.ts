@@ -19,6 +19,8 @@ export const idempotencyKey = (tenantId: string, key: string) => ({
   sk: IDEMPOTENCY_SK,
 });
 export const inflightPk = (shard: number) => `INFLIGHT#${shard}`;
+/** Due entries of a shard that no claim could process, kept for operators. */
+export const setAsidePk = (shard: number) => `ASIDE#${shard}`;
 export const deadLetterPk = (tenantId: string) => `DEAD#${tenantId}`;
 
 export function encodeJob(job: Job): Item {

@@ -398,7 +398,7 @@ describe("observability", () => {
     }
   });
 
-  it("alarms on dead runs, p99 scheduling lag, dispatcher and worker errors, and queue age", () => {
+  it("alarms on dead runs, set-aside due entries, p99 scheduling lag, dispatcher and worker errors, and queue age", () => {
     const all = alarms(prod);
     const engine = (name: string) =>
       all.filter((a) =>
@@ -414,6 +414,13 @@ describe("observability", () => {
     expect(deadMetrics.every((m) => JSON.stringify(dimension(m, "status")).includes("DEAD"))).toBe(
       true,
     );
+    const setAside = engine(METRICS.dueEntryFailures).flatMap(alarmMetrics);
+    expect(setAside.map((m) => [dimension(m, "service"), dimension(m, "handling")])).toEqual([
+      [
+        { Name: "service", Value: SERVICE_NAMES.dispatcher },
+        { Name: "handling", Value: "set-aside" },
+      ],
+    ]);
     const lag = engine(METRICS.schedulingLagMs);
     expect(lag.map((a) => [a.ExtendedStatistic, a.Threshold])).toEqual([["p99", 5000]]);
     const errorsOf = (fn: SchedulerFunction) =>

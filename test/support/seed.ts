@@ -14,6 +14,12 @@ export interface SeedSpec {
   readonly dueAt: Date;
   readonly misfire?: MisfirePolicy;
   readonly type?: string;
+  /**
+   * When a writer filed the entry: an overdue entry goes into that minute's
+   * bucket. By default an overdue entry sits in its own minute's bucket, as if
+   * it had been filed on time and no pass had run since.
+   */
+  readonly filedAt?: Date;
 }
 
 /**
@@ -35,7 +41,7 @@ export async function seedJobs(
         spec.jobId,
         spec.dueAt,
         1,
-        spec.dueAt < now ? spec.dueAt : now,
+        spec.filedAt ?? (spec.dueAt < now ? spec.dueAt : now),
         f.engine.settings.shardCount,
       ),
       kind: "occurrence",

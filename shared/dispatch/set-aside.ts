@@ -1,0 +1,108 @@
+import { QueryCommand, TransactWriteCommand } from "@aws-sdk/lib-dynamodb";
+import type { Engine } from "../engine.js";
+import type { DueEntry } from "../model.js";
+import {
+  cancelledItem,
+  retryOnContention,
+  transactionCancellationCodes,
+} from "../storage/dynamo-errors.js";
+import { decodeDueEntry, encodeDueEntry, setAsidePk } from "../storage/items.js";
+
+/** Enough of the error to tell what went wrong; a stack or a huge message must not bloat the item. */
+const MAX_ERROR_CHARS = 2_000;
+
+/** A due entry that could not be claimed, as kept under `ASIDE#<shard>`. */
+export interface SetAsideEntry {
+  readonly entry: DueEntry;
+  readonly error: string;
+  readonly setAsideAt: string;
+}
+
+export type SetAsideResult =
+  | { readonly outcome: "set-aside" }
+  /** Claimed, or deleted by a pause, cancel or edit, meanwhile: nothing to keep. */
+  | { readonly outcome: "gone" }
+  /** Rewritten meanwhile (an edit kept its key): it is left where it is, as it is now. */
+  | { readonly outcome: "changed" };
+
+/**
+ * Moves a due entry that a claim cannot process (a schedule whose next
+ * occurrence cannot be stored, a transaction DynamoDB refuses) out of its
+ * bucket into the shard's set-aside list, with the error, in one transaction,
+ * so that passes stop tripping over it and an operator can see it. Its job
+ * still names the entry as its next; an edit of the job writes a fresh one.
+ */
+export async function setEntryAside(
+  engine: Engine,
+  shard: number,
+  entry: DueEntry,
+  error: unknown,
+  now: Date,
+): Promise<SetAsideResult> {
+  const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+  const { pk, sk, ...fields } = encodeDueEntry(entry);
+  try {
+    await retryOnContention(engine, "set-aside", () =>
+      engine.doc.send(
+        new TransactWriteCommand({
+          TransactItems: [
+            {
+              Delete: {
+                TableName: engine.tables.jobs,
+                Key: entry.key,
+                ConditionExpression: "attribute_exists(pk) AND jobVersion = :jobVersion",
+                ExpressionAttributeValues: { ":jobVersion": entry.jobVersion },
+                ReturnValuesOnConditionCheckFailure: "ALL_OLD",
+              },
+            },
+            {
+              Put: {
+                TableName: engine.tables.jobs,
+                Item: {
+                  ...fields,
+                  pk: setAsidePk(shard),
+                  sk: `${entry.key.pk}|${entry.key.sk}`,
+                  duePk: pk,
+                  dueSk: sk,
+                  error: text.slice(0, MAX_ERROR_CHARS),
+                  setAsideAt: now.toISOString(),
+                },
+              },
+            },
+          ],
+        }),
+      ),
+    );
+    return { outcome: "set-aside" };
+  } catch (failure) {
+    if (transactionCancellationCodes(failure)?.[0] !== "ConditionalCheckFailed") throw failure;
+    return cancelledItem(failure, 0) ? { outcome: "changed" } : { outcome: "gone" };
+  }
+}
+
+/** The shard's set-aside entries, oldest bucket first. */
+export async function listSetAsideEntries(engine: Engine, shard: number): Promise<SetAsideEntry[]> {
+  const found: SetAsideEntry[] = [];
+  let startKey: Record<string, unknown> | undefined;
+  do {
+    const page = await engine.doc.send(
+      new QueryCommand({
+        TableName: engine.tables.jobs,
+        KeyConditionExpression: "pk = :pk",
+        ExpressionAttributeValues: { ":pk": setAsidePk(shard) },
+        ConsistentRead: true,
+        ExclusiveStartKey: startKey,
+      }),
+    );
+    for (const item of page.Items ?? []) {
+      const { duePk, dueSk, error, setAsideAt, ...rest } = item;
+      found.push({
+        entry: decodeDueEntry({ ...rest, pk: duePk, sk: dueSk }),
+        error: String(error),
+        setAsideAt: String(setAsideAt),
+      });
+    }
+    startKey = page.LastEvaluatedKey;
+  } while (startKey);
+  return found;
+}

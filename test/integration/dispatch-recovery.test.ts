@@ -1,0 +1,328 @@
+import { PutCommand } from "@aws-sdk/lib-dynamodb";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { claimDueEntry, dueEntryKey } from "../../shared/dispatch/claim.js";
+import {
+  dispatchShard,
+  MAX_BACKLOG_BUCKETS_PER_PASS,
+  type PassResult,
+} from "../../shared/dispatch/dispatcher.js";
+import { sendClaimed } from "../../shared/dispatch/fast-path.js";
+import { listSetAsideEntries } from "../../shared/dispatch/set-aside.js";
+import { createJob, editJob } from "../../shared/jobs/lifecycle.js";
+import type { DueEntry } from "../../shared/model.js";
+import { METRICS } from "../../shared/observability.js";
+import { encodeDueEntry } from "../../shared/storage/items.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { withFaults } from "../support/faults.js";
+import { seedJobs } from "../support/seed.js";
+
+const SECOND = 1000;
+const MINUTE = 60 * SECOND;
+const DAY = 24 * 60 * MINUTE;
+
+/** A fixture on one shard whose clock the test sets. */
+async function fixedClockFixture(startMs: number) {
+  const time = { ms: startMs };
+  const f = await createEngineFixture({
+    settings: { shardCount: 1, maxShardCount: 1 },
+    clock: () => new Date(time.ms),
+  });
+  return { f, time };
+}
+
+/** Half a minute into the current minute, so that minute arithmetic in tests stays readable. */
+const startOfTest = () => Math.floor(Date.now() / MINUTE) * MINUTE + 30 * SECOND;
+
+function swept(pass: PassResult) {
+  if (pass.outcome !== "swept") throw new Error(`pass ended ${pass.outcome}`);
+  return pass;
+}
+
+describe("a due entry that cannot be claimed", () => {
+  let f: EngineFixture;
+  let time: { ms: number };
+  beforeAll(async () => {
+    ({ f, time } = await fixedClockFixture(startOfTest()));
+  });
+  afterAll(() => f.destroy());
+
+  it("a schedule past year 9999 does not stop the pass: every other tenant's entry is claimed on time", async () => {
+    const now = new Date(time.ms);
+    const due = new Date(now.getTime() - 10 * SECOND);
+    const others = await seedJobs(
+      f,
+      Array.from({ length: 20 }, (_, i) => ({
+        jobId: `other${String(i).padStart(2, "0")}`,
+        schedule: { runAt: due.toISOString() },
+        dueAt: due,
+      })),
+      now,
+    );
+    // The issue's poison: created with a later startAt, its next occurrence falls in year 13526.
+    await seedJobs(
+      f,
+      [
+        {
+          jobId: "poison-every",
+          schedule: { every: "P600000W", startAt: due.toISOString() },
+          dueAt: due,
+        },
+      ],
+      now,
+    );
+
+    const pass = swept(await dispatchShard(f.engine, 0, "pass-1"));
+    const runs = await f.runs();
+    for (const job of others) {
+      expect(runs.filter((r) => r.jobId === job.jobId).map((r) => r.status)).toEqual(["QUEUED"]);
+    }
+    // No entry of the poison job is left in a bucket for every later pass to trip over.
+    expect((await f.dueEntries()).filter((d) => d.jobId === "poison-every")).toEqual([]);
+    const aside = await listSetAsideEntries(f.engine, 0);
+    const poisonRuns = runs.filter((r) => r.jobId === "poison-every");
+    if (aside.length > 0) {
+      // Set aside for operators, with the reason, logged and counted.
+      expect(aside.map((a) => a.entry.jobId)).toEqual(["poison-every"]);
+      expect(aside[0]?.error).toMatch(/9999|storable|RangeError/);
+      expect(pass.setAside).toBe(1);
+      expect(f.metrics.sum(METRICS.dueEntryFailures, { handling: "set-aside" })).toBe(1);
+    } else {
+      // A schedule core that ends the schedule at its last storable occurrence lets it be claimed.
+      expect(poisonRuns).toHaveLength(1);
+    }
+  });
+
+  it("a corrupt entry is set aside with its error and the entry as it was; the others are claimed", async () => {
+    time.ms += 10 * MINUTE;
+    const now = new Date(time.ms);
+    const due = new Date(now.getTime() - 5 * SECOND);
+    const [other] = await seedJobs(
+      f,
+      [{ jobId: "other-b", schedule: { runAt: due.toISOString() }, dueAt: due }],
+      now,
+    );
+    const [victim] = await seedJobs(
+      f,
+      [
+        {
+          jobId: "corrupt",
+          schedule: { every: "PT1H", startAt: new Date(now.getTime() + DAY).toISOString() },
+          dueAt: new Date(now.getTime() + DAY),
+        },
+      ],
+      now,
+    );
+    if (!other || !victim) throw new Error("seed failed");
+    // A retry entry whose attempt no run key can hold: no schedule rule is involved.
+    const corrupt: DueEntry = {
+      key: {
+        pk: dueEntryKey("corrupt", due, 1, now, 1).pk,
+        sk: `${due.toISOString()}#corrupt#9999`,
+      },
+      kind: "retry",
+      jobId: "corrupt",
+      tenantId: victim.tenantId,
+      dueAt: due.toISOString(),
+      scheduledFor: due.toISOString(),
+      attempt: 10_000,
+      jobVersion: 1,
+      priority: "normal",
+      schedule: victim.schedule,
+      misfire: "fire_once",
+    };
+    await f.engine.doc.send(
+      new PutCommand({ TableName: f.engine.tables.jobs, Item: encodeDueEntry(corrupt) }),
+    );
+    const before = f.metrics.sum(METRICS.dueEntryFailures, { handling: "set-aside" });
+
+    const pass = swept(await dispatchShard(f.engine, 0, "pass-2"));
+    expect(pass.setAside).toBe(1);
+    expect((await f.runs()).filter((r) => r.jobId === other.jobId)).toHaveLength(1);
+    const aside = (await listSetAsideEntries(f.engine, 0)).filter(
+      (a) => a.entry.jobId === "corrupt",
+    );
+    expect(aside).toHaveLength(1);
+    expect(aside[0]?.entry).toEqual(corrupt);
+    expect(aside[0]?.error).toMatch(/attempt/);
+    expect(f.metrics.sum(METRICS.dueEntryFailures, { handling: "set-aside" })).toBe(before + 1);
+    // Its job's own occurrence entry is untouched.
+    expect((await f.dueEntries()).filter((d) => d.jobId === "corrupt")).toHaveLength(1);
+  });
+
+  it("a pass that fails releases its lease: the next tick's pass need not wait for it to lapse", async () => {
+    time.ms += 10 * MINUTE;
+    const faulty = withFaults(f.engine, {
+      operation: "Query",
+      times: 1,
+      match: (input) =>
+        String((input.ExpressionAttributeValues as Record<string, unknown>)[":pk"]).startsWith(
+          "DUE#",
+        ),
+      error: () =>
+        Object.assign(new Error("injected: the bucket could not be read"), {
+          name: "ValidationException",
+        }),
+    });
+    try {
+      await expect(dispatchShard(faulty.engine, 0, "failing-pass")).rejects.toThrow(/injected/);
+    } finally {
+      faulty.destroy();
+    }
+    time.ms += 20 * SECOND;
+    const next = await dispatchShard(f.engine, 0, "next-pass");
+    expect(next.outcome).toBe("swept");
+  });
+});
+
+describe("a claim that read its entry before an edit", () => {
+  let f: EngineFixture;
+  let time: { ms: number };
+  beforeAll(async () => {
+    ({ f, time } = await fixedClockFixture(startOfTest()));
+  });
+  afterAll(() => f.destroy());
+
+  it("claims the edited entry: the runs and the next entry carry the new version and priority", async () => {
+    const startAt = new Date(time.ms + 30 * MINUTE);
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { every: "PT1H", startAt: startAt.toISOString() } }),
+    );
+    // A dispatcher reads the entry...
+    const [read] = (await f.dueEntries()).filter((d) => d.jobId === job.jobId);
+    if (!read) throw new Error("no due entry");
+    // ...an edit that keeps the next occurrence rewrites it under the same key...
+    await editJob(f.engine, job.tenantId, job.jobId, 1, {
+      payload: { fixed: true },
+      priority: "high",
+    });
+    const [rewritten] = (await f.dueEntries()).filter((d) => d.jobId === job.jobId);
+    expect(rewritten?.key).toEqual(read.key);
+    expect(rewritten?.jobVersion).toBe(2);
+    // ...and then the dispatcher claims what it read, once the occurrence is due.
+    time.ms = startAt.getTime();
+    const now = new Date(time.ms);
+    const result = await claimDueEntry(f.engine, read, {
+      now,
+      horizonEnd: new Date(now.getTime() + MINUTE),
+    });
+    expect(result.outcome).toBe("claimed");
+    if (result.outcome === "claimed") await sendClaimed(f.engine, result.runs);
+    const runs = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    expect(runs.map((r) => [r.scheduledFor, r.jobVersion, r.priority])).toEqual([
+      [startAt.toISOString(), 2, "high"],
+    ]);
+    const [next] = (await f.dueEntries()).filter((d) => d.jobId === job.jobId);
+    expect(next?.scheduledFor).toBe(new Date(startAt.getTime() + 60 * MINUTE).toISOString());
+    expect([next?.jobVersion, next?.priority]).toEqual([2, "high"]);
+
+    // The run executes rather than being skipped as "job edited".
+    const delivery = await f.nextDelivery(f.engine.queues.high, job.jobId);
+    await f.process(f.workerDeps("worker-1"), delivery);
+    const [ran] = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    expect([ran?.status, ran?.reason]).toEqual(["SUCCEEDED", null]);
+  });
+});
+
+describe("overdue entries after an outage of passes", () => {
+  let f: EngineFixture;
+  let time: { ms: number };
+  beforeAll(async () => {
+    ({ f, time } = await fixedClockFixture(startOfTest()));
+  });
+  afterAll(() => f.destroy());
+
+  /** Passes a minute apart until one finds no backlog left; returns them all. */
+  async function passesUntilCaughtUp(max: number): Promise<PassResult[]> {
+    const passes: PassResult[] = [];
+    for (let i = 0; i < max; i++) {
+      const pass = swept(await dispatchShard(f.engine, 0, `pass-${time.ms}`));
+      passes.push(pass);
+      if (pass.backlogBuckets <= 2) return passes;
+      time.ms += MINUTE;
+    }
+    throw new Error(`still catching up after ${max} passes`);
+  }
+
+  it("a short outage: an entry filed in the current minute while no pass ran is claimed by the first pass after it", async () => {
+    swept(await dispatchShard(f.engine, 0, "before-outage"));
+    // A minute later a writer files an overdue entry (a resume, a retry, a catch-up) in the
+    // current minute's bucket; its own claim did not happen (it crashed, or the claim failed).
+    time.ms += MINUTE;
+    const writtenAt = new Date(time.ms);
+    const due = new Date(writtenAt.getTime() - 30 * MINUTE);
+    await seedJobs(
+      f,
+      [
+        {
+          jobId: "overdue-short",
+          schedule: { every: "PT1H", startAt: due.toISOString() },
+          dueAt: due,
+          filedAt: writtenAt,
+        },
+      ],
+      writtenAt,
+    );
+    // Ten minutes without a pass (tick outage, failing passes, a held lease), then one pass.
+    time.ms += 10 * MINUTE;
+    swept(await dispatchShard(f.engine, 0, "after-outage"));
+    const runs = (await f.runs()).filter((r) => r.jobId === "overdue-short");
+    expect(runs.map((r) => r.scheduledFor)).toEqual([due.toISOString()]);
+    expect((await f.dueEntries()).filter((d) => d.jobId === "overdue-short")).toEqual([
+      expect.objectContaining({
+        scheduledFor: new Date(due.getTime() + 60 * MINUTE).toISOString(),
+      }),
+    ]);
+  });
+
+  it("an outage longer than the old catch-up clamp (a week, the clamp was 6.25 days): every bucket is swept, a bounded backlog per pass", async () => {
+    time.ms += MINUTE;
+    swept(await dispatchShard(f.engine, 0, "before-long-outage"));
+    const outageStart = time.ms;
+    time.ms += MINUTE;
+    const writtenAt = new Date(time.ms);
+    const overdue = new Date(writtenAt.getTime() - 5 * MINUTE);
+    await seedJobs(
+      f,
+      [
+        // Filed in the current minute, overdue: the bucket no pass reads again before the outage.
+        {
+          jobId: "long-overdue",
+          schedule: { runAt: overdue.toISOString() },
+          dueAt: overdue,
+          filedAt: writtenAt,
+        },
+        // Due half a day and a day into the outage: buckets 6.5 and 6 days old when it ends.
+        {
+          jobId: "long-daily",
+          schedule: { every: "P1D", startAt: new Date(outageStart + DAY).toISOString() },
+          dueAt: new Date(outageStart + DAY),
+        },
+        {
+          jobId: "long-oneoff",
+          schedule: { runAt: new Date(outageStart + DAY / 2).toISOString() },
+          dueAt: new Date(outageStart + DAY / 2),
+        },
+      ],
+      writtenAt,
+    );
+    time.ms = outageStart + 7 * DAY + 30 * MINUTE;
+    const passes = await passesUntilCaughtUp(20);
+    const backlog = passes.map((p) => (p.outcome === "swept" ? p.backlogBuckets : 0));
+    expect(Math.max(...backlog)).toBeLessThanOrEqual(MAX_BACKLOG_BUCKETS_PER_PASS);
+    expect(backlog.reduce((a, b) => a + b, 0)).toBeGreaterThanOrEqual((7 * DAY) / MINUTE);
+
+    const runs = await f.runs();
+    const of = (jobId: string) => runs.filter((r) => r.jobId === jobId);
+    expect(of("long-overdue").map((r) => r.status)).toEqual(["QUEUED"]);
+    expect(of("long-oneoff").map((r) => r.status)).toEqual(["QUEUED"]);
+    // fire_once: the latest missed day runs, the six before it are recorded SKIPPED.
+    const daily = of("long-daily");
+    expect(daily.filter((r) => r.status === "QUEUED")).toHaveLength(1);
+    expect(daily.filter((r) => r.status === "SKIPPED")).toHaveLength(6);
+    // Nothing is left behind in a bucket before now: the daily job's next entry is in the future.
+    const left = (await f.dueEntries()).filter((d) => d.jobId.startsWith("long-"));
+    expect(left.map((d) => d.jobId)).toEqual(["long-daily"]);
+    expect(Date.parse(left[0]?.dueAt ?? "")).toBeGreaterThan(time.ms);
+  }, 180_000);
+});
