@@ -253,7 +253,7 @@ async function sweepBuckets(
   const onFailure = async (entry: DueEntry, error: unknown) => {
     const handling = await isolateFailure(engine, shard, entry, error, options.now);
     if (handling === "set-aside") stats.setAside++;
-    else {
+    else if (handling === "left") {
       stats.failed++;
       leftFrom = earliest([leftFrom, bucketMinuteOf(entry)]);
     }
@@ -286,7 +286,8 @@ async function sweepBuckets(
 /**
  * What becomes of a due entry whose claim failed: set aside when the failure
  * would repeat, left for the next pass when it is transient (or when setting
- * it aside failed too). Logged and counted either way.
+ * it aside failed too), logged and counted either way; nothing, when another
+ * claim or a lifecycle change has removed it meanwhile.
  */
 async function isolateFailure(
   engine: Engine,
@@ -294,7 +295,7 @@ async function isolateFailure(
   entry: DueEntry,
   error: unknown,
   now: Date,
-): Promise<"set-aside" | "left"> {
+): Promise<"set-aside" | "gone" | "left"> {
   if (error instanceof FenceLostError) throw error;
   const fields = {
     shard,
@@ -307,13 +308,15 @@ async function isolateFailure(
   if (!isTransientFailure(error) && !(error instanceof ConcurrentUpdateError)) {
     try {
       const aside = await setEntryAside(engine, shard, entry, error, now);
-      if (aside.outcome !== "changed") {
+      if (aside.outcome === "set-aside") {
         engine.obs.metrics.add(METRICS.dueEntryFailures, 1, "Count", { handling: "set-aside" });
-        engine.obs.log.error("set aside a due entry that cannot be claimed", {
-          ...fields,
-          outcome: aside.outcome,
-        });
+        engine.obs.log.error("set aside a due entry that cannot be claimed", fields);
         return "set-aside";
+      }
+      if (aside.outcome === "gone") {
+        // Claimed by another, or removed by a pause, cancel or edit, since it failed here.
+        engine.obs.log.warn("a due entry that failed its claim is gone already", fields);
+        return "gone";
       }
     } catch (asideError) {
       if (asideError instanceof FenceLostError) throw asideError;

@@ -1,6 +1,7 @@
 import { PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { dispatchShard, type PassResult } from "../../shared/dispatch/dispatcher.js";
+import { listSetAsideEntries } from "../../shared/dispatch/set-aside.js";
 import type { JobContext } from "../../shared/execution/handlers.js";
 import { createJob, editJob } from "../../shared/jobs/lifecycle.js";
 import { METRICS } from "../../shared/observability.js";
@@ -126,6 +127,43 @@ describe("a claim under transaction conflicts and throttling", () => {
     swept(await dispatchShard(f.engine, 0, "pass-later"));
     expect((await f.runs()).filter((r) => r.jobId === "contended")).toHaveLength(1);
     expect((await f.dueEntries()).map((d) => d.jobId)).not.toContain("contended");
+  });
+
+  it("a claim DynamoDB refuses for good (ValidationError) is set aside, not retried, and the others are claimed", async () => {
+    time.ms += 10 * MINUTE;
+    const now = new Date(time.ms);
+    const due = new Date(now.getTime() - 5 * SECOND);
+    await seedJobs(
+      f,
+      ["refused", "beside-refused"].map((jobId) => ({
+        jobId,
+        schedule: { runAt: due.toISOString() },
+        dueAt: due,
+        filedAt: now,
+      })),
+      now,
+    );
+    const before = f.metrics.sum(METRICS.writeContention, { operation: "claim" });
+    const faulty = withFaults(f.engine, {
+      operation: "TransactWriteItems",
+      times: 1,
+      match: isClaimOf("refused"),
+      reason: "ValidationError",
+      conflictOn: (item) => item.Put !== undefined,
+    });
+    try {
+      const pass = swept(await dispatchShard(faulty.engine, 0, "pass-refused"));
+      expect([pass.runs, pass.failed, pass.setAside]).toEqual([1, 0, 1]);
+    } finally {
+      faulty.destroy();
+    }
+    expect(f.metrics.sum(METRICS.writeContention, { operation: "claim" })).toBe(before);
+    const aside = await listSetAsideEntries(f.engine, 0);
+    expect(aside.filter((a) => a.entry.jobId === "refused").map((a) => a.error)).toEqual([
+      expect.stringMatching(/^TransactionCanceledException: .*ValidationError/),
+    ]);
+    expect((await f.runs()).map((r) => r.jobId)).toContain("beside-refused");
+    expect((await f.dueEntries()).map((d) => d.jobId)).not.toContain("refused");
   });
 
   it("an occurrence already recorded SKIPPED is done: the claim goes on without it", async () => {

@@ -5,11 +5,12 @@ import {
 import type { Engine } from "../../shared/engine.js";
 import { createTestClients } from "./namespace.js";
 
-/** What DynamoDB says for each item of a cancelled transaction that the emulator cannot produce. */
+/** Reasons DynamoDB gives for a cancelled transaction that the emulator cannot be made to give. */
 export type InjectedReason =
   | "TransactionConflict"
   | "ThrottlingError"
-  | "ProvisionedThroughputExceeded";
+  | "ProvisionedThroughputExceeded"
+  | "ValidationError";
 
 const REASON_MESSAGES: Record<InjectedReason, string> = {
   TransactionConflict: "Transaction is ongoing for the item",
@@ -17,6 +18,7 @@ const REASON_MESSAGES: Record<InjectedReason, string> = {
     "Throughput exceeds the current capacity for one or more global secondary indexes",
   ProvisionedThroughputExceeded:
     "The level of configured provisioned throughput for the table was exceeded",
+  ValidationError: "Item size has exceeded the maximum allowed size",
 };
 
 type Input = Record<string, unknown>;
