@@ -26,7 +26,11 @@ export interface JobPolicies {
   readonly misfire: MisfirePolicy;
   readonly overlap: OverlapPolicy;
   readonly maxConcurrent: number;
-  /** What happens to runs already queued when the job is edited: skipped (default) or left to complete. */
+  /**
+   * What happens to first attempts already queued when an edit changes the schedule and their
+   * occurrence is not in the new one: skipped (default) or left to complete. Queued runs of
+   * occurrences the schedule keeps always run, under the job's definition when they start.
+   */
   readonly inFlight: "skip" | "complete";
 }
 
@@ -63,6 +67,11 @@ export interface Job {
   /** Bumped on every change of activeRuns/bufferedRunId, to serialise overlap admissions. */
   readonly activeRevision: number;
   readonly bufferedRunId: string | null;
+  /**
+   * Runs that came up while the job was PAUSED: runId → when they were parked. They stay QUEUED
+   * without a message or reaper deadline until resume sends them (or cancel cancels them).
+   */
+  readonly parkedRuns: Readonly<Record<string, string>>;
   readonly lastRun: RunSummary | null;
 }
 
@@ -103,7 +112,12 @@ export interface Run {
   /** When it should start: scheduledFor, or the backoff time of a retry. */
   readonly dueAt: string;
   readonly priority: Priority;
+  /** The job's version when the run was queued. */
   readonly jobVersion: number;
+  /** The job's version whose definition (payload, target, type) the handler ran; null until it runs. */
+  readonly executedVersion: number | null;
+  /** An extra run from `trigger`, not an occurrence of the schedule. */
+  readonly triggered?: boolean;
   readonly fence: number;
   readonly enqueuedAt: string | null;
   readonly startedAt: string | null;

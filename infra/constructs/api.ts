@@ -10,11 +10,7 @@ import { HttpLambdaIntegration } from "aws-cdk-lib/aws-apigatewayv2-integrations
 import { LogGroup } from "aws-cdk-lib/aws-logs";
 import { Construct } from "constructs";
 import { ENV } from "../../shared/config.js";
-import {
-  JOBS_BY_TENANT_INDEX,
-  RUNS_DEAD_LETTER_INDEX,
-  RUNS_INFLIGHT_INDEX,
-} from "../../shared/storage/tables.js";
+import { JOBS_BY_TENANT_INDEX, RUNS_DEAD_LETTER_INDEX } from "../../shared/storage/tables.js";
 import { allowQueues, allowTable } from "../access.js";
 import { isDevStage, type SchedulerSettings } from "../settings.js";
 import type { Queues } from "./queues.js";
@@ -55,12 +51,13 @@ export class Api extends Construct {
       actions: ["GetItem", "BatchGetItem", "PutItem", "UpdateItem", "DeleteItem"],
       indexes: { [JOBS_BY_TENANT_INDEX]: ["Query"] },
     });
-    // Run history (Query), run reads, trigger and replay transactions, cancelling queued runs
-    // (inflight index + UpdateItem), dead-letter listing, the fast path's BatchWriteItem.
+    // Run history and cancelling queued runs (Query of the job's partition), run reads, trigger
+    // and replay transactions, cancel and resume (UpdateItem), dead-letter listing, the fast
+    // path's BatchWriteItem.
     allowTable(this.handler.fn, {
       ...storage.runs,
       actions: ["GetItem", "PutItem", "UpdateItem", "Query", "BatchWriteItem"],
-      indexes: { [RUNS_INFLIGHT_INDEX]: ["Query"], [RUNS_DEAD_LETTER_INDEX]: ["Query"] },
+      indexes: { [RUNS_DEAD_LETTER_INDEX]: ["Query"] },
     });
     // The fast path, trigger-now and replay enqueue runs directly.
     allowQueues(this.handler.fn, queues.allWork, ["SendMessage"]);

@@ -70,9 +70,9 @@ export class Worker extends Construct {
     // Job read (GetItem), admission and one-off completion (UpdateItem), the finish transaction
     // (Update the job, Put a retry's due entry).
     allowTable(this.worker.fn, { ...storage.jobs, actions: ["GetItem", "UpdateItem", "PutItem"] });
-    // Start, heartbeat, requeue (UpdateItem), run read (GetItem), the finish transaction
-    // (Update the run, Put the next attempt's QUEUED run).
-    allowTable(this.worker.fn, { ...storage.runs, actions: ["GetItem", "UpdateItem", "PutItem"] });
+    // Start (which returns the run), heartbeat, requeue, park (UpdateItem), the finish
+    // transaction (Update the run, Put the next attempt's QUEUED run).
+    allowTable(this.worker.fn, { ...storage.runs, actions: ["UpdateItem", "PutItem"] });
     // Visibility shrink and heartbeat; resends of early, retried and buffered runs.
     allowQueues(this.worker.fn, queues.allWork, ["SendMessage", "ChangeMessageVisibility"]);
     for (const priority of PRIORITIES) {

@@ -83,6 +83,7 @@ export function runDto(run: Run): RunDto {
     workerId: run.workerId ?? null,
     fence: run.fence ?? 0,
     jobVersion: run.jobVersion,
+    executedVersion: run.executedVersion ?? null,
     replayedBy: run.replayedBy ?? null,
   };
 }

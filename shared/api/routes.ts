@@ -207,6 +207,8 @@ export function apiRoutes({ jobTypes, maxBodyBytes }: RouteOptions) {
       operationId: "replayDeadLetter",
       tags: ["runs"],
       summary: "Run a dead occurrence again, as its next attempt",
+      description:
+        "The dead run leaves the dead-letter list and its new attempt is queued. While the job is paused the new attempt waits, queued, and runs after resume; a cancelled job's dead letters are refused (409).",
       security: secured,
       request: { params: DeadLetterParams },
       responses: {

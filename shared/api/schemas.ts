@@ -278,7 +278,7 @@ export const EditJobSchema = z
     timeoutSeconds: timeoutSeconds.optional(),
     inFlight: z.enum(IN_FLIGHT_VALUES).optional().openapi({
       description:
-        'Runs already queued at the old version: "skip" them when they start (default) or let them "complete". Kept on the job.',
+        'When the edit changes the schedule, queued first attempts of occurrences the new schedule does not have: "skip" them when they start (default) or let them "complete". Every other queued run (the schedule keeps its occurrence, a retry, a replay, a trigger) runs the edited definition. Kept on the job.',
     }),
   })
   .openapi("EditJobRequest", {
@@ -435,7 +435,14 @@ export const RunSchema = z
       .openapi({ description: "Why it was skipped, cancelled or dead." }),
     workerId: z.string().nullable(),
     fence: z.number().int(),
-    jobVersion: z.number().int(),
+    jobVersion: z
+      .number()
+      .int()
+      .openapi({ description: "The job's version when the run was queued." }),
+    executedVersion: z.number().int().nullable().openapi({
+      description:
+        "The job's version whose definition (payload, target) the run executed, read when it started; null until it has run.",
+    }),
     replayedBy: z
       .string()
       .nullable()

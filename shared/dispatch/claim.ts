@@ -247,6 +247,9 @@ async function attemptClaim(
     },
   });
   const jobIndex = plan.advancesJob ? items.length : -1;
+  // Everything this claim covered was skipped (a one-off past its grace under `skip`) and the
+  // schedule has nothing after it: the job is complete, not ACTIVE with nothing pending.
+  const leavesNothing = queued.length === 0 && next === null && known.run.size === 0;
   if (plan.advancesJob) {
     items.push({
       Update: {
@@ -254,7 +257,9 @@ async function attemptClaim(
         Key: jobKey(entry.jobId),
         // The job must still point at this very entry: an edit, pause or cancel moves or removes it.
         ConditionExpression: "#status = :active AND nextDueKey.pk = :pk AND nextDueKey.sk = :sk",
-        UpdateExpression: "SET nextRunAt = :nextRunAt, nextDueKey = :nextDueKey",
+        UpdateExpression: `SET nextRunAt = :nextRunAt, nextDueKey = :nextDueKey${
+          leavesNothing ? ", #status = :completed" : ""
+        }`,
         ExpressionAttributeNames: { "#status": "status" },
         ExpressionAttributeValues: {
           ":active": "ACTIVE",
@@ -262,6 +267,7 @@ async function attemptClaim(
           ":sk": entry.key.sk,
           ":nextRunAt": next ? next.scheduledFor : null,
           ":nextDueKey": next ? next.key : null,
+          ...(leavesNothing ? { ":completed": "COMPLETED" } : {}),
         },
       },
     });

@@ -167,8 +167,10 @@ export interface RunEnding {
   readonly retry?: { readonly runItem: Item } | { readonly dueEntry: DueEntry };
   /** Whether the job item keeps an activeRuns entry for this run that must go. */
   readonly tracked: boolean;
-  /** The run was a one-off job's own occurrence and succeeded: the job is COMPLETED with it. */
+  /** The run was a one-off job's own occurrence and ended for good: the job is COMPLETED with it. */
   readonly completesJob?: boolean;
+  /** The job version whose definition the handler ran (recorded as the run's executedVersion). */
+  readonly executedVersion?: number;
 }
 
 type UpdateInput = NonNullable<TransactItem["Update"]>;
@@ -202,6 +204,10 @@ export async function finishRun(
   };
   let set =
     "SET #status = :status, finishedAt = :finishedAt, durationMs = :durationMs, #error = :error, reason = :reason";
+  if (ending.executedVersion !== undefined) {
+    set += ", executedVersion = :executedVersion";
+    values[":executedVersion"] = ending.executedVersion;
+  }
   if (ending.status === "DEAD") {
     set += ", deadPk = :deadPk, deadSk = :deadSk";
     values[":deadPk"] = deadLetterPk(run.tenantId);
@@ -223,6 +229,7 @@ export async function finishRun(
     error: ending.error ?? null,
     reason: ending.reason ?? null,
     leaseUntil: null,
+    executedVersion: ending.executedVersion ?? run.executedVersion,
   };
   if (!ending.retry) {
     try {
@@ -279,16 +286,22 @@ export async function finishRun(
  * so a repeat changes nothing.
  */
 export async function repairJobAfterRun(engine: Engine, job: Job, run: Run): Promise<void> {
-  if (run.durationMs === null || run.status === "QUEUED" || run.status === "RUNNING") return;
+  if (run.status === "QUEUED" || run.status === "RUNNING") return;
   const recurring = !("runAt" in job.schedule);
-  const pending = recurring
-    ? job.activeRuns[run.runId] !== undefined
-    : run.status === "SUCCEEDED" && job.status === "ACTIVE" && completesOneOff(job, run);
-  if (!pending) return;
+  if (recurring) {
+    if (run.durationMs === null || job.activeRuns[run.runId] === undefined) return;
+  } else if (!(job.status === "ACTIVE" && endsOneOff(job, run, run.status))) {
+    return;
+  }
   await updateJobAfterRun(
     engine,
     run,
-    { status: run.status, ran: true, tracked: recurring, completesJob: !recurring },
+    {
+      status: run.status,
+      ran: run.durationMs !== null,
+      tracked: recurring,
+      completesJob: !recurring,
+    },
     { repair: true },
   );
 }
@@ -296,6 +309,17 @@ export async function repairJobAfterRun(engine: Engine, job: Job, run: Run): Pro
 /** Whether this run is the one occurrence of a one-off job (a replay of an older run is not). */
 export function completesOneOff(job: Job, run: Pick<Run, "scheduledFor">): boolean {
   return "runAt" in job.schedule && Date.parse(job.schedule.runAt) === Date.parse(run.scheduledFor);
+}
+
+/**
+ * Whether ending this run so leaves its one-off job nothing pending: its occurrence succeeded,
+ * went dead (a replay can still run it) or was skipped. A FAILED run has its next attempt.
+ */
+export function endsOneOff(job: Job, run: Pick<Run, "scheduledFor">, status: FinalStatus): boolean {
+  return (
+    completesOneOff(job, run) &&
+    (status === "SUCCEEDED" || status === "DEAD" || status === "SKIPPED")
+  );
 }
 
 async function updateJobAfterRun(
@@ -322,7 +346,7 @@ function jobAfterRun(
   ending: RunEnding,
   options: { repair?: boolean } = {},
 ): UpdateInput | null {
-  if (!ending.ran && !ending.tracked) return null;
+  if (!ending.ran && !ending.tracked && !ending.completesJob) return null;
   const sets = ["activeRevision = if_not_exists(activeRevision, :zero) + :one"];
   const values: Record<string, unknown> = { ":zero": 0, ":one": 1 };
   const names: Record<string, string> = {};
@@ -422,6 +446,120 @@ export async function endUnownedRun(
         if (!isConditionalCheckFailed(error)) throw error;
       });
     return run;
+  } catch (error) {
+    if (isConditionalCheckFailed(error)) return null;
+    throw error;
+  }
+}
+
+const PAUSED_REASON = "waiting: job paused";
+
+/**
+ * Parks a started run of a PAUSED job: the run goes back to QUEUED and the job
+ * lists it in `parkedRuns`, for resume to send (or cancel to cancel). Returns
+ * false when the job was no longer paused: the caller sends the run again and
+ * its next delivery decides. The run keeps a reaper deadline until the job
+ * lists it, so a worker that dies in between loses nothing; once listed, the
+ * deadline goes (conditioned on being this one: resume may already have set
+ * its own), so a long pause costs no resends.
+ */
+export async function parkRun(engine: Engine, run: Run, now: Date): Promise<boolean> {
+  const deadline = new Date(now.getTime() + engine.settings.leaseMs).toISOString();
+  await fencedRunUpdate(engine, run, {
+    update: "SET #status = :queued, reason = :reason, inflightSk = :deadline REMOVE leaseUntil",
+    values: { ":queued": "QUEUED", ":reason": PAUSED_REASON, ":deadline": deadline },
+  });
+  if (!(await listParked(engine, run, now))) return false;
+  try {
+    await engine.doc.send(
+      new UpdateCommand({
+        TableName: engine.tables.runs,
+        Key: keyOfMessage(run),
+        ConditionExpression: "#status = :queued AND fence = :fence AND inflightSk = :deadline",
+        UpdateExpression: "REMOVE inflightPk, inflightSk",
+        ExpressionAttributeNames: { "#status": "status" },
+        ExpressionAttributeValues: {
+          ":queued": "QUEUED",
+          ":fence": run.fence,
+          ":deadline": deadline,
+        },
+      }),
+    );
+  } catch (error) {
+    if (!isConditionalCheckFailed(error)) throw error;
+  }
+  return true;
+}
+
+async function listParked(engine: Engine, run: Run, now: Date): Promise<boolean> {
+  const base = {
+    TableName: engine.tables.jobs,
+    Key: jobKey(run.jobId),
+    ExpressionAttributeNames: { "#status": "status" },
+  };
+  try {
+    await engine.doc.send(
+      new UpdateCommand({
+        ...base,
+        ConditionExpression: "#status = :paused",
+        UpdateExpression: "SET parkedRuns.#runId = :at",
+        ExpressionAttributeNames: { ...base.ExpressionAttributeNames, "#runId": run.runId },
+        ExpressionAttributeValues: { ":paused": "PAUSED", ":at": now.toISOString() },
+      }),
+    );
+    return true;
+  } catch (error) {
+    if (isConditionalCheckFailed(error)) return false;
+    // A job paused before jobs carried the map has no map to add to.
+    if (!(error instanceof Error && error.name === "ValidationException")) throw error;
+  }
+  try {
+    await engine.doc.send(
+      new UpdateCommand({
+        ...base,
+        ConditionExpression: "#status = :paused AND attribute_not_exists(parkedRuns)",
+        UpdateExpression: "SET parkedRuns = :parked",
+        ExpressionAttributeValues: {
+          ":paused": "PAUSED",
+          ":parked": { [run.runId]: now.toISOString() },
+        },
+      }),
+    );
+    return true;
+  } catch (error) {
+    if (isConditionalCheckFailed(error)) return listParked(engine, run, now);
+    throw error;
+  }
+}
+
+/**
+ * Gives a parked run back its reaper deadline, before resume commits: should
+ * resume die before sending it, the reaper sends it. Returns the run when it
+ * is still QUEUED (cancel may have ended it).
+ */
+export async function rearmParkedRun(
+  engine: Engine,
+  ref: Pick<RunMessage, "jobId" | "scheduledFor" | "attempt">,
+  shardPk: string,
+  now: Date,
+): Promise<Run | null> {
+  try {
+    const result = await engine.doc.send(
+      new UpdateCommand({
+        TableName: engine.tables.runs,
+        Key: keyOfMessage(ref),
+        ConditionExpression: "#status = :queued",
+        UpdateExpression: "SET inflightPk = :pk, inflightSk = :deadline",
+        ExpressionAttributeNames: { "#status": "status" },
+        ExpressionAttributeValues: {
+          ":queued": "QUEUED",
+          ":pk": shardPk,
+          ":deadline": new Date(now.getTime() + engine.settings.leaseMs).toISOString(),
+        },
+        ReturnValues: "ALL_NEW",
+      }),
+    );
+    return decodeRun(result.Attributes ?? {});
   } catch (error) {
     if (isConditionalCheckFailed(error)) return null;
     throw error;

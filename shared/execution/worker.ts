@@ -8,17 +8,18 @@ import type { Job, Run, RunMessage } from "../model.js";
 import { METRICS } from "../observability.js";
 import { type ReceivedRun, sendRuns, setVisibility } from "../queue/work-queue.js";
 import { decideAfterFailure } from "../retry.js";
+import { occurrences, type ScheduleSpec } from "../schedule/index.js";
 import { runMessageOf } from "../storage/items.js";
 import { queuedRun } from "../storage/runs.js";
 import { admitRun, extendAdmission } from "./admission.js";
 import { type HandlerRegistry, isRetryable, type JobContext } from "./handlers.js";
 import { lateStartSkipReason } from "./late-start.js";
 import {
-  completesOneOff,
-  endUnownedRun,
+  endsOneOff,
   extendLease,
   finishRun,
   getJob,
+  parkRun,
   type RunEnding,
   repairJobAfterRun,
   requeueRun,
@@ -56,13 +57,25 @@ const OVERLAP_RECHECK_MS = 5_000;
 const isRecurring = (job: Job) => !("runAt" in job.schedule);
 
 /**
- * Handles one delivery of a run message, start to finish. Safe to call for a
- * duplicate or late delivery: the conditional start lets only one worker in,
- * and a finished run is acknowledged without running anything.
+ * Handles one delivery of a run message. Safe to call for a duplicate or late
+ * delivery: the conditional start lets only one worker in, and a finished run
+ * is acknowledged without running anything. Start, then decide: the job is
+ * read after the fenced start write, so a cancel, pause or edit committed
+ * before the start is seen, and one committed after it finds the run RUNNING.
  */
 export async function processRun(deps: WorkerDeps, received: ReceivedRun): Promise<Disposition> {
   const { engine } = deps;
   const message = received.message;
+  const leaseSeconds = engine.settings.leaseMs / 1000;
+  // First of all, shrink the message's visibility to the lease: a delivery that throws before
+  // this would stay hidden for the queue's default (the worker function's timeout, 15 min).
+  // A loop that received it with about that visibility already did, and saves the request.
+  if (
+    (received.visibilitySeconds ?? Number.POSITIVE_INFINITY) >
+    receiveVisibilitySeconds(leaseSeconds)
+  )
+    await setVisibility(engine.sqs, received.queueUrl, received.receiptHandle, leaseSeconds);
+
   const early = Date.parse(message.dueAt) - engine.clock().getTime();
   if (early > MAX_EARLY_WAIT_MS) {
     await resend(engine, message, new Date(message.dueAt));
@@ -70,13 +83,11 @@ export async function processRun(deps: WorkerDeps, received: ReceivedRun): Promi
   }
   if (early > 0) await sleep(early);
 
-  const job = await getJob(engine, message.jobId);
-  if (job === null) {
-    await endUnownedRun(engine, message, "CANCELLED", "job no longer exists", engine.clock());
-    return "ack";
-  }
   const started = await startRun(engine, message, deps.workerId, engine.clock());
-  if (started.kind === "finished") await repairJobAfterRun(engine, job, started.run);
+  if (started.kind === "finished") {
+    const job = await getJob(engine, message.jobId);
+    if (job !== null) await repairJobAfterRun(engine, job, started.run);
+  }
   if (started.kind !== "started") {
     engine.obs.log.info("delivery of a run that is not startable; acknowledged", {
       runId: "run" in started ? started.run.runId : null,
@@ -86,7 +97,7 @@ export async function processRun(deps: WorkerDeps, received: ReceivedRun): Promi
   }
   const run = started.run;
   try {
-    return await runStarted(deps, received, job, run);
+    return await runStarted(deps, received, run);
   } catch (error) {
     if (error instanceof FenceLostError) {
       engine.obs.metrics.add(METRICS.fenceLost, 1, "Count", { component: "worker" });
@@ -99,27 +110,36 @@ export async function processRun(deps: WorkerDeps, received: ReceivedRun): Promi
   }
 }
 
-async function runStarted(
+async function runStarted(deps: WorkerDeps, received: ReceivedRun, run: Run): Promise<Disposition> {
+  const { engine } = deps;
+  // Read after the start write, consistently: whatever the job says now is what this run obeys.
+  const job = await getJob(engine, run.jobId);
+  const decision = decideStart(job, run, engine.clock(), engine.settings.misfireGraceMs);
+  if (decision.action === "end") {
+    await finishRun(
+      engine,
+      run,
+      { ...decision.ending, ran: false, tracked: false },
+      engine.clock(),
+    );
+    return "ack";
+  }
+  if (decision.action === "park") {
+    const parked = await parkRun(engine, run, engine.clock());
+    // Resumed or cancelled meanwhile: the next delivery decides again.
+    if (!parked) await resend(engine, runMessageOf(run), engine.clock());
+    return "ack";
+  }
+  return runAdmitted(deps, received, decision.job, run);
+}
+
+async function runAdmitted(
   deps: WorkerDeps,
   received: ReceivedRun,
   job: Job,
   run: Run,
 ): Promise<Disposition> {
   const { engine } = deps;
-  const leaseSeconds = engine.settings.leaseMs / 1000;
-  // Shrink the message's visibility to the lease: if this worker dies, another gets it a lease later.
-  // A loop that received it with about that visibility already did, and saves the request.
-  if (
-    (received.visibilitySeconds ?? Number.POSITIVE_INFINITY) >
-    receiveVisibilitySeconds(leaseSeconds)
-  )
-    await setVisibility(engine.sqs, received.queueUrl, received.receiptHandle, leaseSeconds);
-
-  const notRunnable = whyNotRunnable(job, run, engine.clock(), engine.settings.misfireGraceMs);
-  if (notRunnable) {
-    await finishRun(engine, run, { ...notRunnable, ran: false, tracked: false }, engine.clock());
-    return "ack";
-  }
   const tracked = isRecurring(job);
   if (tracked) {
     const admission = await admitRun(
@@ -170,10 +190,16 @@ async function runStarted(
       ...(error ? { error } : {}),
     });
   };
+  const executedVersion = job.version;
 
   if (outcome.kind === "succeeded") {
-    const completesJob = !tracked && completesOneOff(job, run);
-    await finishRun(engine, run, { status: "SUCCEEDED", ran: true, tracked, completesJob }, now);
+    const completesJob = !tracked && endsOneOff(job, run, "SUCCEEDED");
+    await finishRun(
+      engine,
+      run,
+      { status: "SUCCEEDED", ran: true, tracked, completesJob, executedVersion },
+      now,
+    );
     report("SUCCEEDED");
   } else {
     const decision = decideAfterFailure({
@@ -185,10 +211,19 @@ async function runStarted(
       random: engine.random,
     });
     if (decision.kind === "dead") {
+      const completesJob = !tracked && endsOneOff(job, run, "DEAD");
       await finishRun(
         engine,
         run,
-        { status: "DEAD", error: outcome.error, reason: decision.reason, ran: true, tracked },
+        {
+          status: "DEAD",
+          error: outcome.error,
+          reason: decision.reason,
+          ran: true,
+          tracked,
+          completesJob,
+          executedVersion,
+        },
         now,
       );
       report("DEAD", outcome.error);
@@ -197,7 +232,14 @@ async function runStarted(
       await finishRun(
         engine,
         run,
-        { status: "FAILED", error: outcome.error, ran: true, tracked, retry: retry.ending },
+        {
+          status: "FAILED",
+          error: outcome.error,
+          ran: true,
+          tracked,
+          retry: retry.ending,
+          executedVersion,
+        },
         now,
       );
       report("FAILED", outcome.error);
@@ -209,18 +251,41 @@ async function runStarted(
   return "ack";
 }
 
-function whyNotRunnable(
-  job: Job,
-  run: Run,
-  now: Date,
-  graceMs: number,
-): Pick<RunEnding, "status" | "reason"> | null {
-  if (job.status === "CANCELLED") return { status: "CANCELLED", reason: "job cancelled" };
-  if (job.status === "PAUSED") return { status: "SKIPPED", reason: "job paused" };
-  if (run.jobVersion < job.version && job.policies.inFlight !== "complete") {
+type StartDecision =
+  | { readonly action: "run"; readonly job: Job }
+  | { readonly action: "park" }
+  | {
+      readonly action: "end";
+      readonly ending: Pick<RunEnding, "status" | "reason" | "completesJob">;
+    };
+
+/**
+ * What a started run does, from the job as read after the start. A paused
+ * job's runs are parked for resume, never skipped. An edit does not skip
+ * queued runs: they run the job's current definition, except first attempts
+ * whose occurrence the edited schedule no longer has (unless the edit said
+ * `inFlight: complete`). Retries, replays and triggered runs are not
+ * occurrences of the schedule, so a schedule change leaves them to run.
+ */
+export function decideStart(job: Job | null, run: Run, now: Date, graceMs: number): StartDecision {
+  if (job === null)
+    return { action: "end", ending: { status: "CANCELLED", reason: "job no longer exists" } };
+  if (job.status === "CANCELLED")
+    return { action: "end", ending: { status: "CANCELLED", reason: "job cancelled" } };
+  if (job.status === "PAUSED") return { action: "park" };
+  if (
+    run.attempt === 1 &&
+    run.triggered !== true &&
+    run.jobVersion < job.version &&
+    job.policies.inFlight !== "complete" &&
+    !isOccurrenceOf(job.schedule, new Date(run.scheduledFor))
+  ) {
     return {
-      status: "SKIPPED",
-      reason: `job edited (version ${run.jobVersion} → ${job.version}) after this run was queued`,
+      action: "end",
+      ending: {
+        status: "SKIPPED",
+        reason: `job edited (version ${run.jobVersion} → ${job.version}): ${run.scheduledFor} is not an occurrence of its new schedule`,
+      },
     };
   }
   const late = lateStartSkipReason({
@@ -231,8 +296,15 @@ function whyNotRunnable(
     now,
     graceMs,
   });
-  if (late) return { status: "SKIPPED", reason: late };
-  return null;
+  if (late) {
+    const completesJob = job.status === "ACTIVE" && endsOneOff(job, run, "SKIPPED");
+    return { action: "end", ending: { status: "SKIPPED", reason: late, completesJob } };
+  }
+  return { action: "run", job };
+}
+
+function isOccurrenceOf(schedule: ScheduleSpec, at: Date): boolean {
+  return occurrences(schedule, at, at, 1).length === 1;
 }
 
 /** The next attempt of a failed run: QUEUED right away when it is due soon, else a due entry. */

@@ -18,8 +18,8 @@ import {
   NotReplayableError,
   VersionMismatchError,
 } from "../errors.js";
-import { endUnownedRun, getJob, getRunItem } from "../execution/run-store.js";
-import { newJobId, shardOf } from "../keys.js";
+import { endUnownedRun, getJob, getRun, rearmParkedRun } from "../execution/run-store.js";
+import { newJobId, parseRunId, runSortKey, shardOf } from "../keys.js";
 import type { DueEntry, HttpTarget, Job, JobPolicies, Priority, Run } from "../model.js";
 import { sendRuns } from "../queue/work-queue.js";
 import {
@@ -40,8 +40,10 @@ import {
   runMessageOf,
 } from "../storage/items.js";
 import { queuedRun, runKey } from "../storage/runs.js";
-import { RUNS_INFLIGHT_INDEX } from "../storage/tables.js";
 import { getTenantJob, getTenantRun } from "./queries.js";
+
+/** Attempts are stored as four digits. */
+const MAX_ATTEMPT = 9999;
 
 type TransactItem = NonNullable<TransactWriteCommandInput["TransactItems"]>[number];
 
@@ -135,6 +137,7 @@ export async function createJob(
     activeRuns: {},
     activeRevision: 0,
     bufferedRunId: null,
+    parkedRuns: {},
     lastRun: null,
   };
   const entry = first ? dueEntryFor(engine, base, first, now) : null;
@@ -148,9 +151,13 @@ export async function createJob(
   }
   const claim = claimNow ? await claimBeforeCreate(engine, entry, now, horizonEnd) : null;
   const pending = claim ? claim.next : entry;
+  // A one-off past its grace under `skip` was only recorded SKIPPED: nothing is left to run.
+  const leavesNothing = claim !== null && claim.runs.length === 0 && claim.next === null;
   const job: Job = pending
     ? { ...base, nextRunAt: pending.scheduledFor, nextDueKey: pending.key }
-    : base;
+    : leavesNothing
+      ? { ...base, status: "COMPLETED" }
+      : base;
   const putJob = {
     TableName: engine.tables.jobs,
     Item: encodeJob(job),
@@ -217,17 +224,19 @@ async function idempotentReplay(
   return getTenantJob(engine, tenantId, String(record.jobId));
 }
 
+type JobStep<T> = { items: TransactItem[]; result: (job: Job) => T } | { done: T };
+
 /** Reads the job, lets `plan` build a transaction from it, retries when a claim moved the job meanwhile. */
 async function withJob<T>(
   engine: Engine,
   tenantId: string,
   jobId: string,
-  plan: (job: Job, now: Date) => { items: TransactItem[]; result: (job: Job) => T } | { done: T },
+  plan: (job: Job, now: Date) => Promise<JobStep<T>> | JobStep<T>,
 ): Promise<T> {
   for (let attempt = 0; attempt < 5; attempt++) {
     const job = await getTenantJob(engine, tenantId, jobId);
     const now = engine.clock();
-    const step = plan(job, now);
+    const step = await plan(job, now);
     if ("done" in step) return step.done;
     try {
       await retryOnContention(engine, "lifecycle", () =>
@@ -246,7 +255,7 @@ function updateJobFrom(
   engine: Engine,
   job: Job,
   set: Record<string, unknown>,
-  extra: { bumpVersion?: boolean } = {},
+  extra: { bumpVersion?: boolean; sameParkedRuns?: boolean } = {},
 ): TransactItem {
   const names: Record<string, string> = { "#status": "status" };
   const values: Record<string, unknown> = {
@@ -270,11 +279,18 @@ function updateJobFrom(
   } else {
     values[":null"] = null;
   }
+  // Workers only add to parkedRuns (while PAUSED), so the same size means the same runs.
+  let parkedCondition = "";
+  if (extra.sameParkedRuns) {
+    names["#parked"] = "parkedRuns";
+    values[":parkedCount"] = Object.keys(job.parkedRuns).length;
+    parkedCondition = ` AND (attribute_not_exists(#parked) OR size(#parked) = :parkedCount)`;
+  }
   return {
     Update: {
       TableName: engine.tables.jobs,
       Key: jobKey(job.jobId),
-      ConditionExpression: `#status = :seenStatus AND version = :seenVersion AND ${dueCondition}`,
+      ConditionExpression: `#status = :seenStatus AND version = :seenVersion AND ${dueCondition}${parkedCondition}`,
       UpdateExpression: `SET ${assignments.join(", ")}`,
       ExpressionAttributeNames: names,
       ExpressionAttributeValues: values,
@@ -290,83 +306,183 @@ export async function pauseJob(engine: Engine, tenantId: string, jobId: string):
     if (job.status === "PAUSED") return { done: job };
     if (job.status !== "ACTIVE") throw new IllegalTransitionError("pause", job.status);
     // nextRunAt stays: resume puts the pending occurrence back, and the misfire policy judges it.
-    const set = { status: "PAUSED", nextDueKey: null, updatedAt: now.toISOString() };
-    return {
-      items: [updateJobFrom(engine, job, set), ...deleteDue(engine, job)],
-      result: (j) => ({ ...j, status: "PAUSED", nextDueKey: null, updatedAt: set.updatedAt }),
-    };
-  });
-}
-
-export async function resumeJob(engine: Engine, tenantId: string, jobId: string): Promise<Job> {
-  const entry = await withJob<DueEntry | null>(engine, tenantId, jobId, (job, now) => {
-    if (job.status === "ACTIVE") return { done: null };
-    if (job.status !== "PAUSED") throw new IllegalTransitionError("resume", job.status);
-    const due = job.nextRunAt ? dueEntryFor(engine, job, new Date(job.nextRunAt), now) : null;
-    const set = { status: "ACTIVE", nextDueKey: due?.key ?? null, updatedAt: now.toISOString() };
-    return {
-      items: [updateJobFrom(engine, job, set), ...(due ? [putDue(engine, due)] : [])],
-      result: () => due,
-    };
-  });
-  // The claim applies the misfire policy to whatever fell due while the job was paused.
-  await dispatchIfDueSoon(engine, entry);
-  return getTenantJob(engine, tenantId, jobId);
-}
-
-export async function cancelJob(engine: Engine, tenantId: string, jobId: string): Promise<Job> {
-  const job = await withJob<Job>(engine, tenantId, jobId, (current, now) => {
-    if (current.status === "CANCELLED") return { done: current };
-    if (current.status === "COMPLETED") throw new IllegalTransitionError("cancel", current.status);
+    // Runs already queued are parked by their workers in parkedRuns (empty while ACTIVE).
     const set = {
-      status: "CANCELLED",
-      nextRunAt: null,
+      status: "PAUSED",
       nextDueKey: null,
+      parkedRuns: {},
       updatedAt: now.toISOString(),
     };
     return {
-      items: [updateJobFrom(engine, current, set), ...deleteDue(engine, current)],
+      items: [updateJobFrom(engine, job, set), ...deleteDue(engine, job)],
       result: (j) => ({
         ...j,
-        status: "CANCELLED",
-        nextRunAt: null,
+        status: "PAUSED",
         nextDueKey: null,
+        parkedRuns: {},
         updatedAt: set.updatedAt,
       }),
     };
   });
-  await cancelQueuedRuns(engine, job);
+}
+
+/**
+ * Resumes a paused job: its pending occurrence gets its due entry back (the
+ * claim applies the misfire policy to what fell due meanwhile), and the runs
+ * parked while it was paused are sent again (their workers apply the misfire
+ * policy at start). Each parked run gets its reaper deadline back before the
+ * job says ACTIVE, so a resume that dies before sending loses none of them.
+ */
+export async function resumeJob(engine: Engine, tenantId: string, jobId: string): Promise<Job> {
+  const resumed = await withJob<{ entry: DueEntry | null; parked: Run[]; job: Job } | null>(
+    engine,
+    tenantId,
+    jobId,
+    async (job, now) => {
+      if (job.status === "ACTIVE") return { done: null };
+      if (job.status !== "PAUSED") throw new IllegalTransitionError("resume", job.status);
+      const parked = await rearmParked(engine, job, now);
+      const due = job.nextRunAt ? dueEntryFor(engine, job, new Date(job.nextRunAt), now) : null;
+      const set = {
+        status: "ACTIVE",
+        nextDueKey: due?.key ?? null,
+        parkedRuns: {},
+        updatedAt: now.toISOString(),
+      };
+      return {
+        items: [
+          updateJobFrom(engine, job, set, { sameParkedRuns: true }),
+          ...(due ? [putDue(engine, due)] : []),
+        ],
+        result: (j) => ({ entry: due, parked, job: j }),
+      };
+    },
+  );
+  if (resumed) {
+    const now = engine.clock();
+    await sendRuns(
+      engine.sqs,
+      engine.queues,
+      resumed.parked.map((run) => {
+        const dueAt = new Date(Math.max(Date.parse(run.dueAt), now.getTime()));
+        return {
+          message: {
+            ...runMessageOf(run),
+            dueAt: dueAt.toISOString(),
+            priority: resumed.job.priority,
+          },
+          dueAt,
+        };
+      }),
+      now,
+    ).catch((error: unknown) => {
+      // Each run has its reaper deadline back: the reaper sends what this could not.
+      engine.obs.log.warn("resume could not send every parked run; the reaper will", {
+        jobId,
+        error: String(error),
+      });
+    });
+    // The claim applies the misfire policy to whatever fell due while the job was paused.
+    await dispatchIfDueSoon(engine, resumed.entry);
+  }
+  return getTenantJob(engine, tenantId, jobId);
+}
+
+/** The job's parked runs that are still QUEUED, each given its reaper deadline back. */
+async function rearmParked(engine: Engine, job: Job, now: Date): Promise<Run[]> {
+  const shardPk = inflightPk(shardOf(job.jobId, engine.settings.shardCount));
+  const runs: Run[] = [];
+  await forEachConcurrently(Object.keys(job.parkedRuns), 16, async (runId) => {
+    const ref = parseRunId(runId);
+    const run = ref ? await rearmParkedRun(engine, ref, shardPk, now) : null;
+    if (run) runs.push(run);
+  });
+  return runs;
+}
+
+export async function cancelJob(engine: Engine, tenantId: string, jobId: string): Promise<Job> {
+  const { job, parked } = await withJob<{ job: Job; parked: string[] }>(
+    engine,
+    tenantId,
+    jobId,
+    (current, now) => {
+      // A repeat also finishes what a cancel that died after its commit left queued.
+      if (current.status === "CANCELLED")
+        return { done: { job: current, parked: Object.keys(current.parkedRuns) } };
+      if (current.status === "COMPLETED")
+        throw new IllegalTransitionError("cancel", current.status);
+      const set = {
+        status: "CANCELLED",
+        nextRunAt: null,
+        nextDueKey: null,
+        updatedAt: now.toISOString(),
+      };
+      return {
+        items: [
+          updateJobFrom(engine, current, set, { sameParkedRuns: true }),
+          ...deleteDue(engine, current),
+        ],
+        result: (j) => ({
+          job: {
+            ...j,
+            status: "CANCELLED",
+            nextRunAt: null,
+            nextDueKey: null,
+            updatedAt: set.updatedAt,
+          },
+          parked: Object.keys(j.parkedRuns),
+        }),
+      };
+    },
+  );
+  await cancelQueuedRuns(engine, job, parked);
   return job;
 }
 
 /**
  * Marks the job's QUEUED runs CANCELLED now rather than when their messages
- * arrive (up to the lookahead later), so the history says so at once. A run
- * missed here (the index is eventually consistent) is cancelled by its worker.
+ * arrive (up to the lookahead later), so the history says so at once: the
+ * runs parked while it was paused (they have no message), and the runs in
+ * the job's own partition scheduled from one lookahead back to the end of the
+ * fast-path window, which holds every claimed occurrence. Older QUEUED runs
+ * (retries of older occurrences, replays, a worker backlog) still have their
+ * message, and their worker cancels them.
  */
-async function cancelQueuedRuns(engine: Engine, job: Job): Promise<void> {
+async function cancelQueuedRuns(
+  engine: Engine,
+  job: Job,
+  parked: readonly string[],
+): Promise<void> {
+  const now = engine.clock();
+  const cancel = async (run: Run) => {
+    await endUnownedRun(engine, run, "CANCELLED", "job cancelled", engine.clock(), run);
+  };
+  await forEachConcurrently(parked, 16, async (runId) => {
+    const ref = parseRunId(runId);
+    const run = ref ? await getRun(engine, ref) : null;
+    if (run?.status === "QUEUED") await cancel(run);
+  });
+  const from = new Date(now.getTime() - engine.settings.lookaheadMs);
+  const to = fastPathHorizonEnd(now, engine.settings.lookaheadMs);
   let startKey: Record<string, unknown> | undefined;
   do {
-    // The index holds keys only; the table's key says whose run it is, the run itself whether it is QUEUED.
     const page = await engine.doc.send(
       new QueryCommand({
         TableName: engine.tables.runs,
-        IndexName: RUNS_INFLIGHT_INDEX,
-        KeyConditionExpression: "inflightPk = :pk",
-        FilterExpression: "pk = :jobPk",
+        KeyConditionExpression: "pk = :pk AND sk BETWEEN :from AND :to",
+        FilterExpression: "#status = :queued",
+        ExpressionAttributeNames: { "#status": "status" },
         ExpressionAttributeValues: {
-          ":pk": inflightPk(shardOf(job.jobId, engine.settings.shardCount)),
-          ":jobPk": jobPk(job.jobId),
+          ":pk": jobPk(job.jobId),
+          ":from": runSortKey(from, 1),
+          ":to": runSortKey(to, MAX_ATTEMPT),
+          ":queued": "QUEUED",
         },
+        ConsistentRead: true,
         ExclusiveStartKey: startKey,
       }),
     );
-    await forEachConcurrently(page.Items ?? [], 16, async (key) => {
-      const item = await getRunItem(engine, { pk: String(key.pk), sk: String(key.sk) });
-      const run = item ? decodeRun(item) : null;
-      if (run?.status === "QUEUED")
-        await endUnownedRun(engine, run, "CANCELLED", "job cancelled", engine.clock(), run);
-    });
+    await forEachConcurrently((page.Items ?? []).map(decodeRun), 16, cancel);
     startKey = page.LastEvaluatedKey;
   } while (startKey);
 }
@@ -382,11 +498,14 @@ export interface JobChanges {
 }
 
 /**
- * Edits a job at the version the caller last saw. The version goes up, the
- * due entry is rewritten (it carries a copy of the schedule and version), and
- * runs already queued at the old version are skipped at start unless the edit
- * says `inFlight: "complete"`. A new schedule takes effect from the first
- * occurrence not yet claimed, so no occurrence is claimed twice.
+ * Edits a job at the version the caller last saw. The version goes up and the
+ * due entry is rewritten (it carries a copy of the schedule and version).
+ * Runs already queued are not skipped: they run the job's definition as it is
+ * when they start. An edit that keeps the schedule keeps the pending
+ * occurrence. A new schedule starts now: its occurrences are claimed afresh
+ * (a QUEUED run of the same occurrence is replaced, one already running is
+ * kept), and queued first attempts of occurrences it does not have are
+ * SKIPPED by their workers, unless the edit says `inFlight: "complete"`.
  */
 export async function editJob(
   engine: Engine,
@@ -440,19 +559,15 @@ export async function editJob(
 }
 
 function nextAfterEdit(job: Job, edited: Job, now: Date): Date | null {
-  if ("runAt" in edited.schedule) {
-    // A one-off that has not completed runs at its (possibly new) time; a queued run of the old version is replaced.
-    return new Date(edited.schedule.runAt);
-  }
   if (
     edited.schedule === job.schedule ||
     JSON.stringify(edited.schedule) === JSON.stringify(job.schedule)
   ) {
     return job.nextRunAt ? new Date(job.nextRunAt) : null;
   }
-  const from =
-    job.nextRunAt && Date.parse(job.nextRunAt) > now.getTime() ? new Date(job.nextRunAt) : now;
-  return firstOccurrence(edited.schedule, from);
+  // A one-off that has not completed runs at its new time, even a past one (the misfire policy judges it).
+  if ("runAt" in edited.schedule) return new Date(edited.schedule.runAt);
+  return firstOccurrence(edited.schedule, now);
 }
 
 // A run's occurrence is its identity, so two triggers in one millisecond need two instants.
@@ -480,6 +595,7 @@ export async function triggerJob(engine: Engine, tenantId: string, jobId: string
           attempt: 1,
           priority: job.priority,
           jobVersion: job.version,
+          triggered: true,
         },
         () => [],
       );

@@ -43,6 +43,7 @@ export function decodeJob(item: Item): Job {
     activeRuns: job.activeRuns ?? {},
     activeRevision: job.activeRevision ?? 0,
     bufferedRunId: job.bufferedRunId ?? null,
+    parkedRuns: job.parkedRuns ?? {},
     lastRun: job.lastRun ?? null,
     nextDueKey: job.nextDueKey ?? null,
     nextRunAt: job.nextRunAt ?? null,
@@ -90,7 +91,11 @@ export function decodeRun(item: Item): Run {
     ...rest
   } = item;
   const run = rest as unknown as Run;
-  return { ...run, replayedBy: run.replayedBy ?? null };
+  return {
+    ...run,
+    replayedBy: run.replayedBy ?? null,
+    executedVersion: run.executedVersion ?? null,
+  };
 }
 
 export function runMessageOf(run: Run): RunMessage {

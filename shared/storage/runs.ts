@@ -23,6 +23,7 @@ interface NewRun {
   readonly attempt: number;
   readonly priority: Priority;
   readonly jobVersion: number;
+  readonly triggered?: boolean;
 }
 
 function baseRun(spec: NewRun): Omit<Run, "status"> {
@@ -36,6 +37,8 @@ function baseRun(spec: NewRun): Omit<Run, "status"> {
     dueAt: spec.dueAt.toISOString(),
     priority: spec.priority,
     jobVersion: spec.jobVersion,
+    executedVersion: null,
+    ...(spec.triggered ? { triggered: true } : {}),
     fence: 0,
     enqueuedAt: null,
     startedAt: null,

@@ -70,7 +70,7 @@ describe("job lifecycle", () => {
     );
   });
 
-  it("an edit bumps the version and moves the due entry; queued runs of the old version are SKIPPED", async () => {
+  it("an edit bumps the version and moves the due entry; queued runs the new schedule lacks are SKIPPED", async () => {
     const { job } = await createJob(
       f.engine,
       testJob({ type: "noop", schedule: { every: "PT10S" } }),
@@ -94,7 +94,7 @@ describe("job lifecycle", () => {
     expect(entries[0]).toMatchObject({ jobVersion: 2, schedule: { every: "PT1H" } });
     expect(edited.nextRunAt).toBe(entries[0]?.scheduledFor);
 
-    // The first claimed run (due within seconds) still carries version 1: a worker skips it.
+    // The first claimed run (due within seconds) carries version 1, and the new schedule does not have it.
     const received = await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000);
     expect(received.message.jobVersion).toBe(1);
     await f.process(f.workerDeps("w"), received);
@@ -103,7 +103,7 @@ describe("job lifecycle", () => {
     );
     expect(run).toMatchObject({
       status: "SKIPPED",
-      reason: "job edited (version 1 → 2) after this run was queued",
+      reason: `job edited (version 1 → 2): ${received.message.scheduledFor} is not an occurrence of its new schedule`,
     });
   }, 30_000);
 });

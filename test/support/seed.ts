@@ -68,6 +68,7 @@ export async function seedJobs(
       activeRuns: {},
       activeRevision: 0,
       bufferedRunId: null,
+      parkedRuns: {},
       lastRun: null,
     };
     jobs.push(job);

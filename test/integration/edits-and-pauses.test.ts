@@ -1,0 +1,357 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Clock } from "../../shared/clock.js";
+import type { Engine } from "../../shared/engine.js";
+import { type JobContext, JobError, type JobHandler } from "../../shared/execution/handlers.js";
+import { getJob } from "../../shared/execution/run-store.js";
+import { processRun } from "../../shared/execution/worker.js";
+import {
+  cancelJob,
+  createJob,
+  editJob,
+  pauseJob,
+  replayDeadLetter,
+  resumeJob,
+} from "../../shared/jobs/lifecycle.js";
+import { listDeadLetters } from "../../shared/jobs/queries.js";
+import type { Run } from "../../shared/model.js";
+import type { ReceivedRun } from "../../shared/queue/work-queue.js";
+import { runMessageOf } from "../../shared/storage/items.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+
+const TENANT = "tenant-a";
+const MINUTE = 60_000;
+/** A retry due within a second, so the test does not wait out the default backoff. */
+const QUICK_RETRY = { maxAttempts: 5, initialDelayMs: 1000, maxDelayMs: 1000 };
+
+/**
+ * Regression tests for issue 13 item 7: an edit, a pause or a replay while
+ * paused never silently drops a run that should run.
+ */
+describe("edits, pauses and retries keep the runs that should run", () => {
+  let f: EngineFixture;
+  /** What each handler call saw: the payload of the job definition it ran. */
+  let seen: { runId: string; payload: unknown }[];
+  const handlers: Record<string, JobHandler> = {
+    recorded: async (ctx: JobContext) => void seen.push({ runId: ctx.runId, payload: ctx.payload }),
+    // Fails (retryably) until its payload says it is fixed: a payload fix is what a retry waits for.
+    flaky: async (ctx: JobContext) => {
+      seen.push({ runId: ctx.runId, payload: ctx.payload });
+      if ((ctx.payload as { fixed?: boolean } | null)?.fixed !== true) throw new Error("broken");
+    },
+    broken: async () => {
+      throw new JobError("bad request", { retryable: false });
+    },
+  };
+
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  const at = (ms: number): Clock => {
+    const offset = ms - Date.now();
+    return () => new Date(Date.now() + offset);
+  };
+  const withClock = (clock: Clock): Engine => ({ ...f.engine, clock });
+  const runsOf = async (jobId: string) =>
+    (await f.runs())
+      .filter((r) => r.jobId === jobId)
+      .sort((a, b) =>
+        a.scheduledFor === b.scheduledFor
+          ? a.attempt - b.attempt
+          : a.scheduledFor < b.scheduledFor
+            ? -1
+            : 1,
+      );
+  /** One delivery of a run's message to a worker whose clock reads `clock`; received with a lease-sized visibility. */
+  const deliver = (run: Run, clock: Clock) => {
+    const received: ReceivedRun = {
+      message: runMessageOf(run),
+      queueUrl: f.engine.queues[run.priority],
+      receiptHandle: "delivered-in-test",
+      messageId: `m-${run.runId}`,
+      receiveCount: 1,
+      visibilitySeconds: f.engine.settings.leaseMs / 1000,
+    };
+    return processRun({ ...f.workerDeps("w", handlers), engine: withClock(clock) }, received);
+  };
+
+  /** The queue's next delivery of a job's run `attempt`; stale deliveries (of runs already delivered in the test) are processed on the way. */
+  const deliveryOf = async (jobId: string, attempt: number): Promise<ReceivedRun> => {
+    for (;;) {
+      const received = await f.nextDelivery(f.engine.queues.normal, jobId);
+      if (received.message.attempt === attempt) return received;
+      await f.process(f.workerDeps("w", handlers), received);
+    }
+  };
+
+  it("a rename and payload fix does not skip queued runs: they run the current definition and record its version", async () => {
+    const startAt = new Date(Date.now() + MINUTE);
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "recorded",
+        schedule: { every: "PT1S", startAt: startAt.toISOString() },
+        payload: { v: 1 },
+      }),
+    );
+    const queued = (await runsOf(job.jobId)).filter((r) => r.status === "QUEUED");
+    expect(queued.length).toBeGreaterThan(100);
+    const edited = await editJob(f.engine, TENANT, job.jobId, 1, {
+      name: "renamed",
+      payload: { v: 2 },
+    });
+    expect(edited.version).toBe(2);
+    expect(Date.parse(edited.nextRunAt ?? "")).toBeGreaterThanOrEqual(
+      Date.parse(job.nextRunAt ?? ""),
+    );
+
+    seen = [];
+    const first = queued[0];
+    const later = queued[50];
+    if (!first || !later) throw new Error("no queued runs");
+    for (const run of [first, later]) {
+      expect(run.jobVersion).toBe(1);
+      await deliver(run, at(Date.parse(run.scheduledFor)));
+    }
+    const after = await runsOf(job.jobId);
+    for (const run of [first, later]) {
+      expect(after.find((r) => r.runId === run.runId)).toMatchObject({
+        status: "SUCCEEDED",
+        jobVersion: 1,
+        executedVersion: 2,
+      });
+    }
+    expect(seen).toEqual([
+      { runId: first.runId, payload: { v: 2 } },
+      { runId: later.runId, payload: { v: 2 } },
+    ]);
+  });
+
+  it("a schedule change skips only the queued occurrences its new schedule does not have", async () => {
+    const startAt = new Date(Math.ceil((Date.now() + MINUTE) / 1000) * 1000);
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "recorded",
+        schedule: { every: "PT10S", startAt: startAt.toISOString() },
+      }),
+    );
+    const queued = (await runsOf(job.jobId)).filter((r) => r.status === "QUEUED").slice(0, 4);
+    expect(queued.map((r) => Date.parse(r.scheduledFor) - startAt.getTime())).toEqual([
+      0, 10_000, 20_000, 30_000,
+    ]);
+    await editJob(f.engine, TENANT, job.jobId, 1, {
+      schedule: { every: "PT20S", startAt: startAt.toISOString() },
+    });
+    seen = [];
+    for (const run of queued) await deliver(run, at(Date.parse(run.scheduledFor)));
+    const after = await runsOf(job.jobId);
+    const outcome = queued.map((q) => {
+      const run = after.find((r) => r.scheduledFor === q.scheduledFor && r.attempt === 1);
+      return [Date.parse(q.scheduledFor) - startAt.getTime(), run?.status, run?.reason ?? null];
+    });
+    expect(outcome).toEqual([
+      [0, "SUCCEEDED", null],
+      [
+        10_000,
+        "SKIPPED",
+        `job edited (version 1 → 2): ${queued[1]?.scheduledFor} is not an occurrence of its new schedule`,
+      ],
+      [20_000, "SUCCEEDED", null],
+      [
+        30_000,
+        "SKIPPED",
+        `job edited (version 1 → 2): ${queued[3]?.scheduledFor} is not an occurrence of its new schedule`,
+      ],
+    ]);
+    expect(seen).toHaveLength(2);
+  });
+
+  it("a pending retry survives an edit: the payload fix is what it runs, and the one-off completes", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "flaky",
+        schedule: { runAt: new Date().toISOString() },
+        payload: {},
+        policies: { ...testJob().policies, retry: QUICK_RETRY },
+      }),
+    );
+    seen = [];
+    const [attempt1] = await runsOf(job.jobId);
+    if (!attempt1) throw new Error("no run");
+    await deliver(attempt1, at(Date.now()));
+    const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
+    expect(retry).toMatchObject({ status: "QUEUED", jobVersion: 1 });
+    if (!retry) throw new Error("no retry");
+
+    await editJob(f.engine, TENANT, job.jobId, 1, { payload: { fixed: true } });
+    await deliver(retry, at(Date.parse(retry.dueAt)));
+    expect((await runsOf(job.jobId)).map((r) => [r.attempt, r.status, r.executedVersion])).toEqual([
+      [1, "FAILED", 1],
+      [2, "SUCCEEDED", 2],
+    ]);
+    expect(seen.map((s) => s.payload)).toEqual([{}, { fixed: true }]);
+    expect(await getJob(f.engine, job.jobId)).toMatchObject({
+      status: "COMPLETED",
+      nextRunAt: null,
+    });
+  });
+
+  it("a pending retry survives a pause: it is parked and runs after resume", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "flaky",
+        schedule: { runAt: new Date().toISOString() },
+        payload: {},
+        policies: { ...testJob().policies, retry: QUICK_RETRY },
+      }),
+    );
+    seen = [];
+    const [attempt1] = await runsOf(job.jobId);
+    if (!attempt1) throw new Error("no run");
+    await deliver(attempt1, at(Date.now()));
+    const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
+    if (!retry) throw new Error("no retry");
+
+    await pauseJob(f.engine, TENANT, job.jobId);
+    await editJob(f.engine, TENANT, job.jobId, 1, { payload: { fixed: true } });
+    await deliver(retry, at(Date.parse(retry.dueAt)));
+    const parked = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
+    expect(parked).toMatchObject({ status: "QUEUED", reason: "waiting: job paused" });
+    expect((await getJob(f.engine, job.jobId))?.parkedRuns).toHaveProperty(retry.runId);
+
+    const resumed = await resumeJob(f.engine, TENANT, job.jobId);
+    expect(resumed).toMatchObject({ status: "ACTIVE", parkedRuns: {} });
+    const delivery = await deliveryOf(job.jobId, 2);
+    expect(delivery.message.scheduledFor).toBe(retry.scheduledFor);
+    await f.process(f.workerDeps("w", handlers), delivery);
+    expect((await runsOf(job.jobId)).map((r) => [r.attempt, r.status])).toEqual([
+      [1, "FAILED"],
+      [2, "SUCCEEDED"],
+    ]);
+    expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
+  }, 30_000);
+
+  it("pausing a one-off after its run was claimed keeps the run: it runs after resume", async () => {
+    const runAt = new Date(Date.now() + 3000);
+    const { job } = await createJob(
+      f.engine,
+      testJob({ type: "recorded", schedule: { runAt: runAt.toISOString() } }),
+    );
+    expect(job.nextRunAt).toBeNull();
+    const [claimed] = await runsOf(job.jobId);
+    if (!claimed) throw new Error("not claimed at create");
+    await pauseJob(f.engine, TENANT, job.jobId);
+    seen = [];
+    await deliver(claimed, at(runAt.getTime()));
+    expect(seen).toEqual([]);
+    await resumeJob(f.engine, TENANT, job.jobId);
+    const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    await f.process(f.workerDeps("w", handlers), delivery);
+    expect((await runsOf(job.jobId)).map((r) => r.status)).toEqual(["SUCCEEDED"]);
+    expect(seen).toHaveLength(1);
+    expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
+  }, 30_000);
+
+  it("cancelling a paused job cancels its parked runs, which have no message left", async () => {
+    const runAt = new Date(Date.now() + MINUTE);
+    const { job } = await createJob(
+      f.engine,
+      testJob({ type: "recorded", schedule: { runAt: runAt.toISOString() } }),
+    );
+    const [claimed] = await runsOf(job.jobId);
+    if (!claimed) throw new Error("not claimed at create");
+    await pauseJob(f.engine, TENANT, job.jobId);
+    await deliver(claimed, at(runAt.getTime()));
+    expect((await runsOf(job.jobId))[0]?.reason).toBe("waiting: job paused");
+    // Cancelled a day later: the run lies outside the window cancel queries; the parked list names it.
+    await cancelJob(withClock(at(runAt.getTime() + 24 * 60 * MINUTE)), TENANT, job.jobId);
+    expect((await runsOf(job.jobId)).map((r) => [r.status, r.reason])).toEqual([
+      ["CANCELLED", "job cancelled"],
+    ]);
+  });
+
+  it("a one-off parked through a long pause is judged by its misfire policy at resume, and never left ACTIVE with nothing pending", async () => {
+    const runAt = new Date(Date.now() + MINUTE);
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "recorded",
+        schedule: { runAt: runAt.toISOString() },
+        policies: { ...testJob().policies, misfire: "skip" },
+      }),
+    );
+    const [claimed] = await runsOf(job.jobId);
+    if (!claimed) throw new Error("not claimed at create");
+    await pauseJob(f.engine, TENANT, job.jobId);
+    await deliver(claimed, at(runAt.getTime()));
+    // Resumed an hour later: under `skip`, the occurrence is an hour past its grace.
+    const later = at(runAt.getTime() + 60 * MINUTE);
+    await resumeJob(withClock(later), TENANT, job.jobId);
+    seen = [];
+    const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    await processRun({ ...f.workerDeps("w", handlers), engine: withClock(later) }, delivery);
+    expect(seen).toEqual([]);
+    const [run] = await runsOf(job.jobId);
+    expect(run?.status).toBe("SKIPPED");
+    expect(run?.reason).toMatch(/^misfire: .*policy skip$/);
+    expect(await getJob(f.engine, job.jobId)).toMatchObject({
+      status: "COMPLETED",
+      nextRunAt: null,
+    });
+  }, 30_000);
+
+  it("a one-off created past its grace under skip is COMPLETED, not ACTIVE with nothing pending", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        schedule: { runAt: new Date(Date.now() - 10 * MINUTE).toISOString() },
+        policies: { ...testJob().policies, misfire: "skip" },
+      }),
+    );
+    expect((await runsOf(job.jobId)).map((r) => r.status)).toEqual(["SKIPPED"]);
+    expect(await getJob(f.engine, job.jobId)).toMatchObject({
+      status: "COMPLETED",
+      nextRunAt: null,
+    });
+  });
+
+  it("replaying a dead letter while the job is paused keeps it: the new attempt waits and runs after resume", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "broken",
+        schedule: { every: "PT1H", startAt: new Date(Date.now() + 1000).toISOString() },
+      }),
+    );
+    const [first] = await runsOf(job.jobId);
+    if (!first) throw new Error("no run");
+    await deliver(first, at(Date.parse(first.scheduledFor)));
+    const dead = (await runsOf(job.jobId)).find((r) => r.status === "DEAD");
+    if (!dead) throw new Error("not dead");
+    await pauseJob(f.engine, TENANT, job.jobId);
+    await editJob(f.engine, TENANT, job.jobId, 1, { name: "fixed" });
+    // The fix: from now on the job's handler succeeds.
+    handlers.broken = async () => undefined;
+    const replay = await replayDeadLetter(f.engine, TENANT, dead.runId);
+    const waiting = await deliveryOf(job.jobId, 2);
+    await f.process(f.workerDeps("w", handlers), waiting);
+    expect((await runsOf(job.jobId)).find((r) => r.runId === replay.runId)).toMatchObject({
+      status: "QUEUED",
+      reason: "waiting: job paused",
+    });
+
+    await resumeJob(f.engine, TENANT, job.jobId);
+    const delivery = await deliveryOf(job.jobId, 2);
+    await f.process(f.workerDeps("w", handlers), delivery);
+    expect((await runsOf(job.jobId)).find((r) => r.runId === replay.runId)).toMatchObject({
+      status: "SUCCEEDED",
+      executedVersion: 2,
+    });
+    const listed = await listDeadLetters(f.engine, TENANT, { limit: 50 });
+    expect(listed.items.map((r) => r.runId)).not.toContain(dead.runId);
+  }, 30_000);
+});
