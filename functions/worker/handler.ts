@@ -1,6 +1,6 @@
 import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from "aws-lambda";
-import { ENV } from "../../shared/config.js";
 import { builtInHandlers } from "../../shared/execution/handlers.js";
+import { allowPrivateTargetsFrom } from "../../shared/execution/private-targets.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { decodeRunMessage } from "../../shared/queue/work-queue.js";
 import { engineFromEnv, powertoolsObservability } from "../../shared/runtime.js";
@@ -12,7 +12,7 @@ const engine = engineFromEnv(obs);
 const secret = await loadWebhookSecret(process.env);
 const handlers = new Map([
   ...builtInHandlers(
-    { secret, allowPrivateTargets: process.env[ENV.allowPrivateTargets] === "true" },
+    { secret, allowPrivateTargets: allowPrivateTargetsFrom(process.env, false) },
     engine.clock,
   ),
   ...customHandlers,

@@ -25,7 +25,8 @@ if (values.help) {
   --tick-seconds  SCHEDULER_TICK_SECONDS  seconds between dispatcher passes (60)
   --workers       SCHEDULER_WORKERS     runs in progress at once (8)
   --endpoint      AWS_ENDPOINT_URL      use this AWS-compatible endpoint instead of the emulators
-  --prefix        SCHEDULER_SANDBOX_PREFIX  names of the tables and queues: <prefix>-jobs, … (sandbox)`);
+  --prefix        SCHEDULER_SANDBOX_PREFIX  names of the tables and queues: <prefix>-jobs, … (sandbox)
+  ALLOW_PRIVATE_TARGETS=false           refuse webhook targets that are not public addresses, as deployed`);
   process.exit(0);
 }
 
@@ -64,6 +65,11 @@ const sandbox = await startSandbox({
 console.log(`scheduler sandbox ready at ${sandbox.url}`);
 console.log(
   `  data:     ${sandbox.dataDir}${endpoint ? ` (tables and queues at ${endpoint})` : ""}`,
+);
+console.log(
+  env.ALLOW_PRIVATE_TARGETS === "false"
+    ? "  webhooks: public addresses only (ALLOW_PRIVATE_TARGETS=false), as deployed"
+    : "  webhooks: loopback and private addresses allowed (ALLOW_PRIVATE_TARGETS=false refuses them)",
 );
 const notice = localAuthNotice(env);
 if (notice) console.log(`  auth:     ${notice}`);

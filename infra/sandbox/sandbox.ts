@@ -11,6 +11,7 @@ import { runTickLoop } from "../../shared/dispatch/tick.js";
 import type { Engine } from "../../shared/engine.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import { BUILT_IN_TYPES, builtInHandlers } from "../../shared/execution/handlers.js";
+import { allowPrivateTargetsFrom } from "../../shared/execution/private-targets.js";
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
 import type { Observability } from "../../shared/observability.js";
 import { deleteMessages, receiveRuns } from "../../shared/queue/work-queue.js";
@@ -111,7 +112,12 @@ export async function startSandbox(options: SandboxOptions): Promise<Sandbox> {
 
     const secret = env[ENV.webhookSecret] ?? (await webhookSecretIn(dataDir));
     const handlers = new Map([
-      ...builtInHandlers({ secret, allowPrivateTargets: true }, engine.clock),
+      // Loopback receivers are the usual local target; ALLOW_PRIVATE_TARGETS=false refuses them
+      // as a deployed worker does.
+      ...builtInHandlers(
+        { secret, allowPrivateTargets: allowPrivateTargetsFrom(env, true) },
+        engine.clock,
+      ),
       ...customHandlers,
     ]);
     const server = await startLocalServer({

@@ -1,8 +1,14 @@
 import { createHmac } from "node:crypto";
-import { lookup } from "node:dns/promises";
-import { isIP } from "node:net";
+import { fetch, type Response } from "undici";
 import { sleep } from "../clock.js";
 import type { HttpTarget } from "../model.js";
+import {
+  literalTargetRefusal,
+  type OutboundOptions,
+  outboundDispatcher,
+  type RefusedTargetError,
+  refusalIn,
+} from "./outbound.js";
 
 /** What a job handler is given for one run. */
 export interface JobContext {
@@ -40,11 +46,10 @@ export function isRetryable(error: unknown): boolean {
 
 export type HandlerRegistry = ReadonlyMap<string, JobHandler>;
 
-export interface WebhookSettings {
+/** Where deliveries may connect (OutboundOptions) and what signs them. */
+export interface WebhookSettings extends OutboundOptions {
   /** The per-deployment secret the `X-Scheduler-Signature` HMAC is keyed with. */
   readonly secret: string;
-  /** The sandbox and tests post to loopback; a deployed stack refuses private addresses. */
-  readonly allowPrivateTargets: boolean;
 }
 
 export const SIGNATURE_HEADER = "X-Scheduler-Signature";
@@ -100,11 +105,13 @@ function numberField(payload: unknown, name: string): number | undefined {
 const RETRYABLE_STATUSES = new Set([408, 429]);
 
 function httpHandler(webhook: WebhookSettings, now: () => Date): JobHandler {
+  const dispatcher = outboundDispatcher(webhook);
   return async (ctx) => {
     const target = ctx.target;
     if (!target) throw new JobError("http job has no target", { retryable: false });
     const url = new URL(target.url);
-    if (!webhook.allowPrivateTargets) await refusePrivateTarget(url);
+    const literalRefusal = webhook.allowPrivateTargets ? null : literalTargetRefusal(url);
+    if (literalRefusal) throw refusedJobError(literalRefusal);
     const body = JSON.stringify(ctx.payload ?? null);
     const timestamp = Math.floor(now().getTime() / 1000);
     const timeout = AbortSignal.timeout((target.timeoutSeconds ?? 30) * 1000);
@@ -113,7 +120,9 @@ function httpHandler(webhook: WebhookSettings, now: () => Date): JobHandler {
       response = await fetch(url, {
         method: "POST",
         body,
+        // A redirect is the receiver's answer, not followed: its Location was never vetted.
         redirect: "manual",
+        dispatcher,
         signal: AbortSignal.any([ctx.signal, timeout]),
         headers: {
           ...target.headers,
@@ -126,6 +135,8 @@ function httpHandler(webhook: WebhookSettings, now: () => Date): JobHandler {
         },
       });
     } catch (error) {
+      const refusal = refusalIn(error);
+      if (refusal) throw refusedJobError(refusal);
       const why = timeout.aborted
         ? `timed out after ${target.timeoutSeconds ?? 30} s`
         : describe(error);
@@ -155,41 +166,7 @@ function describe(error: unknown): string {
   return String(error);
 }
 
-async function refusePrivateTarget(url: URL): Promise<void> {
-  const host = url.hostname.replace(/^\[|\]$/g, "");
-  const addresses = isIP(host) ? [host] : (await lookup(host, { all: true })).map((a) => a.address);
-  const blocked = addresses.find(isPrivateAddress);
-  if (blocked !== undefined) {
-    throw new JobError(
-      `target ${url.hostname} resolves to a private address (${blocked}); refused`,
-      {
-        retryable: false,
-      },
-    );
-  }
-}
-
-/** Loopback, private, link-local, unique-local and unspecified addresses, IPv4 and IPv6. */
-export function isPrivateAddress(address: string): boolean {
-  const v4 = address.startsWith("::ffff:") ? address.slice(7) : address;
-  if (isIP(v4) === 4) {
-    const [a = 0, b = 0] = v4.split(".").map(Number);
-    return (
-      a === 0 ||
-      a === 10 ||
-      a === 127 ||
-      (a === 100 && b >= 64 && b <= 127) ||
-      (a === 169 && b === 254) ||
-      (a === 172 && b >= 16 && b <= 31) ||
-      (a === 192 && b === 168)
-    );
-  }
-  const v6 = address.toLowerCase();
-  return (
-    v6 === "::1" ||
-    v6 === "::" ||
-    v6.startsWith("fc") ||
-    v6.startsWith("fd") ||
-    v6.startsWith("fe80")
-  );
+/** A refused target is refused every time: the run goes to the dead letters without a retry. */
+function refusedJobError(refusal: RefusedTargetError): JobError {
+  return new JobError(refusal.message, { retryable: false, cause: refusal });
 }

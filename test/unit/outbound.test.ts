@@ -1,0 +1,302 @@
+import type { LookupAddress } from "node:dns";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  builtInHandlers,
+  isRetryable,
+  type JobContext,
+  JobError,
+  type JobHandler,
+  type WebhookSettings,
+} from "../../shared/execution/handlers.js";
+import {
+  addressRefusal,
+  isPublicAddress,
+  literalTargetRefusal,
+  type Resolver,
+} from "../../shared/execution/outbound.js";
+
+// Each form as a URL host: the URL parser rewrites IPv4 shorthands (127.1, 0x7f.1, 2130706433, …)
+// to dotted quads and IPv6 to its compressed form ([::ffff:127.0.0.1] → [::ffff:7f00:1]).
+const REFUSED_HOSTS = [
+  // IPv4: loopback in every form inet_aton and the URL parser accept
+  "127.0.0.1",
+  "127.1",
+  "127.0.1",
+  "0x7f.1",
+  "0x7f000001",
+  "2130706433",
+  "0177.0.0.1",
+  "017700000001",
+  "127.255.255.254",
+  // IPv4: private, shared, link-local (metadata), unspecified, special-purpose, reserved
+  "10.0.0.1",
+  "172.16.0.1",
+  "172.31.255.255",
+  "192.168.1.1",
+  "100.64.0.1",
+  "169.254.169.254",
+  "0.0.0.0",
+  "0",
+  "192.0.0.1",
+  "192.0.2.1",
+  "198.18.0.1",
+  "198.19.255.255",
+  "203.0.113.7",
+  "240.0.0.1",
+  "224.0.0.1",
+  "239.255.255.250",
+  "255.255.255.255",
+  // IPv6: loopback, unspecified, mapped and compatible IPv4, NAT64, link-, site- and unique-local
+  "[::1]",
+  "[::]",
+  "[0:0:0:0:0:0:0:1]",
+  "[::ffff:127.0.0.1]",
+  "[::ffff:7f00:1]",
+  "[::ffff:a9fe:a9fe]",
+  "[::ffff:10.0.0.1]",
+  "[::ffff:0:7f00:1]",
+  "[::127.0.0.1]",
+  "[::7f00:1]",
+  "[::a9fe:a9fe]",
+  "[64:ff9b::7f00:1]",
+  "[64:ff9b::808:808]",
+  "[64:ff9b:1::a]",
+  "[fe80::1]",
+  "[fe90::1]",
+  "[febf::1]",
+  "[fec0::1]",
+  "[feff::1]",
+  "[fc00::1]",
+  "[fd00:ec2::254]",
+  "[ff02::1]",
+  "[2002:7f00:1::1]",
+  "[2001::1]",
+  "[2001:db8::1]",
+  "[100::1]",
+  "[4000::1]",
+];
+
+const PUBLIC_HOSTS = [
+  "8.8.8.8",
+  "1.1.1.1",
+  "0x08080808",
+  "134744072",
+  "172.32.0.1",
+  "100.128.0.1",
+  "198.20.0.1",
+  "[2606:4700::1111]",
+  "[2a00:1450:4001::200e]",
+  "[::ffff:8.8.8.8]",
+];
+
+describe("the address guard", () => {
+  it("has a table of at least 30 refused forms", () => {
+    expect(REFUSED_HOSTS.length).toBeGreaterThanOrEqual(30);
+  });
+
+  it.each(REFUSED_HOSTS)("refuses http://%s/", (host) => {
+    const url = new URL(`http://${host}:8080/hook`);
+    const refusal = literalTargetRefusal(url);
+    expect(refusal?.message).toMatch(/refused$/);
+    expect(isPublicAddress(url.hostname)).toBe(false);
+  });
+
+  it.each(PUBLIC_HOSTS)("lets http://%s/ through", (host) => {
+    const url = new URL(`http://${host}/hook`);
+    expect(literalTargetRefusal(url)).toBeNull();
+    expect(isPublicAddress(url.hostname)).toBe(true);
+  });
+
+  it("reads IPv4 shorthands itself too, not only after the URL parser", () => {
+    for (const raw of [
+      "127.1",
+      "0x7f.1",
+      "2130706433",
+      "0177.0.0.1",
+      "::ffff:7f00:1",
+      "::7f00:1",
+    ]) {
+      expect(addressRefusal(raw), raw).toBe("loopback");
+    }
+    expect(addressRefusal("::ffff:a9fe:a9fe")).toBe("linkLocal");
+    expect(addressRefusal("64:ff9b::a9fe:a9fe")).toBe("rfc6052");
+    expect(addressRefusal("not-an-address")).toBe("not an IP address");
+  });
+
+  it("leaves names to the connection's lookup", () => {
+    expect(literalTargetRefusal(new URL("http://receiver.example/hook"))).toBeNull();
+  });
+});
+
+// ---------------------------------------------------------------- deliveries
+
+interface LoopbackServer {
+  readonly port: number;
+  readonly requests: string[];
+  close(): Promise<void>;
+}
+
+async function loopbackServer(): Promise<LoopbackServer> {
+  const requests: string[] = [];
+  const server: Server = createServer((req, res) => {
+    requests.push(`${req.method} ${req.url}`);
+    res.writeHead(200, { "Content-Type": "text/plain" }).end("internal secret page");
+  });
+  // On 127.0.0.1 only (IPv4-mapped ::ffff:127.0.0.1 reaches it too), not on 127.0.0.2.
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    port: (server.address() as AddressInfo).port,
+    requests,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+function httpHandlerWith(settings: Partial<WebhookSettings>): JobHandler {
+  const handler = builtInHandlers(
+    { secret: "s", allowPrivateTargets: false, ...settings },
+    () => new Date(),
+  ).get("http");
+  if (!handler) throw new Error("no http handler");
+  return handler;
+}
+
+function contextFor(url: string): JobContext {
+  return {
+    jobId: "job-1",
+    tenantId: "tenant-a",
+    runId: "run-1",
+    type: "http",
+    scheduledFor: "2026-01-01T00:00:00.000Z",
+    attempt: 1,
+    idempotencyKey: "job-1@2026-01-01T00:00:00.000Z",
+    payload: { hello: "world" },
+    target: { url, timeoutSeconds: 5 },
+    signal: new AbortController().signal,
+  };
+}
+
+async function refusalOf(promise: Promise<unknown>): Promise<JobError> {
+  const outcome = await promise.then(
+    (value) => ({ value }),
+    (error: unknown) => ({ error }),
+  );
+  if (!("error" in outcome))
+    throw new Error(`delivered, answered ${JSON.stringify(outcome.value)}`);
+  expect(outcome.error).toBeInstanceOf(JobError);
+  return outcome.error as JobError;
+}
+
+describe("http deliveries with private targets refused", () => {
+  let server: LoopbackServer;
+  beforeAll(async () => {
+    server = await loopbackServer();
+  });
+  afterAll(async () => {
+    await server.close();
+  });
+
+  it("do not reach loopback through an IPv4-mapped literal ([::ffff:127.0.0.1] → [::ffff:7f00:1])", async () => {
+    const before = server.requests.length;
+    const error = await refusalOf(
+      httpHandlerWith({})(contextFor(`http://[::ffff:127.0.0.1]:${server.port}/admin`)),
+    );
+    expect(error.message).toMatch(/\[::ffff:7f00:1\] is loopback; refused/);
+    expect(isRetryable(error)).toBe(false);
+    expect(server.requests.length).toBe(before);
+    // The response body of a refused target is never read, so it cannot be stored either.
+    expect(error.message).not.toMatch(/internal secret page/);
+  });
+
+  it("do not reach a name that resolves to a private address (system resolver: localhost)", async () => {
+    const before = server.requests.length;
+    const error = await refusalOf(
+      httpHandlerWith({})(contextFor(`http://localhost:${server.port}/admin`)),
+    );
+    expect(error.message).toMatch(
+      /target localhost resolves to (127\.0\.0\.1|::1) \(loopback\); refused/,
+    );
+    expect(isRetryable(error)).toBe(false);
+    expect(server.requests.length).toBe(before);
+  });
+
+  it("do not reach a name an injected resolver maps to a private address", async () => {
+    const before = server.requests.length;
+    const resolve: Resolver = async () => [{ address: "10.0.0.7", family: 4 }];
+    const error = await refusalOf(
+      httpHandlerWith({ resolve })(contextFor(`http://intranet.test:${server.port}/`)),
+    );
+    expect(error.message).toMatch(/intranet\.test resolves to 10\.0\.0\.7 \(private\); refused/);
+    expect(server.requests.length).toBe(before);
+  });
+
+  it("refuse a name if any of its addresses is private, even when one is public", async () => {
+    const resolve: Resolver = async () => [
+      { address: "93.184.215.14", family: 4 },
+      { address: "127.0.0.1", family: 4 },
+    ];
+    const error = await refusalOf(
+      httpHandlerWith({ resolve })(contextFor(`http://mixed.test:${server.port}/`)),
+    );
+    expect(error.message).toMatch(/resolves to 127\.0\.0\.1 \(loopback\); refused/);
+  });
+
+  it("connect to the address that was vetted: a resolver answering public, then private, reaches nothing", async () => {
+    // Loopback only: 127.0.0.2 stands in for a public address (nothing listens on it), and
+    // 127.0.0.1, where the server listens, is the private address a rebinding name turns to.
+    const answers: LookupAddress[][] = [
+      [{ address: "127.0.0.2", family: 4 }],
+      [{ address: "127.0.0.1", family: 4 }],
+    ];
+    let calls = 0;
+    const rebinding: Resolver = async () => answers[Math.min(calls++, answers.length - 1)] ?? [];
+    const standIn = (address: string) =>
+      address === "127.0.0.2" ? null : (addressRefusal(address) ?? null);
+    const handler = httpHandlerWith({ resolve: rebinding, addressRefusal: standIn });
+    const before = server.requests.length;
+    const error = await refusalOf(handler(contextFor(`http://rebind.test:${server.port}/admin`)));
+    // The public answer was used to connect (and refused there: nothing listens on 127.0.0.2).
+    expect(error.message).toMatch(/ECONNREFUSED/);
+    expect(isRetryable(error)).toBe(true);
+    expect(calls).toBe(1);
+    expect(server.requests.length).toBe(before);
+
+    // The next delivery resolves afresh, gets the private answer, and is refused before connecting.
+    const second = await refusalOf(handler(contextFor(`http://rebind.test:${server.port}/admin`)));
+    expect(second.message).toMatch(/rebind\.test resolves to 127\.0\.0\.1 \(loopback\); refused/);
+    expect(server.requests.length).toBe(before);
+  });
+
+  it("follow no redirect: a 3xx is the receiver's answer", async () => {
+    const redirecting = createServer((_req, res) =>
+      res.writeHead(307, { Location: "http://169.254.169.254/latest/meta-data/" }).end(),
+    );
+    await new Promise<void>((resolve) => redirecting.listen(0, "127.0.0.1", resolve));
+    const port = (redirecting.address() as AddressInfo).port;
+    try {
+      const local = httpHandlerWith({ allowPrivateTargets: true });
+      const error = await refusalOf(local(contextFor(`http://127.0.0.1:${port}/`)));
+      expect(error.message).toMatch(/HTTP 307/);
+      expect(isRetryable(error)).toBe(false);
+    } finally {
+      redirecting.closeAllConnections();
+      await new Promise((resolve) => redirecting.close(resolve));
+    }
+  });
+
+  it("with private targets allowed (the sandbox's default), the same URLs reach loopback", async () => {
+    const before = server.requests.length;
+    const handler = httpHandlerWith({ allowPrivateTargets: true });
+    for (const host of ["127.0.0.1", "[::ffff:127.0.0.1]", "localhost"]) {
+      expect(await handler(contextFor(`http://${host}:${server.port}/hook`))).toEqual({
+        status: 200,
+      });
+    }
+    expect(server.requests.length).toBe(before + 3);
+  });
+});
