@@ -20,7 +20,13 @@ import type { Run } from "../shared/model.js";
 import { MetricsRecorder, silentObservability } from "../shared/observability.js";
 import { deleteMessages, type QueueUrls, receiveRuns } from "../shared/queue/work-queue.js";
 import { decodeRun } from "../shared/storage/items.js";
-import { jobsTableDefinition, runsTableDefinition } from "../shared/storage/tables.js";
+import {
+  jobsTableDefinition,
+  runsTableDefinition,
+  type TableNames,
+  webhookSecretsTableDefinition,
+} from "../shared/storage/tables.js";
+import { cachedSigningSecrets } from "../shared/webhooks/secrets.js";
 import {
   CallCounter,
   countDynamoDb,
@@ -174,7 +180,7 @@ interface Counted {
 export interface Harness {
   readonly plain: AwsClients;
   readonly sides: Record<Side, Counted>;
-  readonly tables: { jobs: string; runs: string };
+  readonly tables: TableNames;
   readonly queues: QueueUrls;
   readonly transactionsDoubled: boolean;
   engine(side: Side, settings?: Partial<EngineSettings>, clock?: Clock): Engine;
@@ -213,11 +219,19 @@ export async function createHarness(dynamoEndpoint: string, sqsEndpoint: string)
   };
   const plain = clientsFor();
   const prefix = `bench${Date.now().toString(36)}`;
-  const tables = { jobs: `${prefix}-jobs`, runs: `${prefix}-runs` };
+  const tables: TableNames = {
+    jobs: `${prefix}-jobs`,
+    runs: `${prefix}-runs`,
+    webhookSecrets: `${prefix}-webhook-secrets`,
+  };
   await plain.dynamo.send(new CreateTableCommand(jobsTableDefinition(tables.jobs)));
   await plain.dynamo.send(new CreateTableCommand(runsTableDefinition(tables.runs)));
+  await plain.dynamo.send(
+    new CreateTableCommand(webhookSecretsTableDefinition(tables.webhookSecrets)),
+  );
   await waitActive(plain, tables.jobs);
   await waitActive(plain, tables.runs);
+  await waitActive(plain, tables.webhookSecrets);
   const queueUrl = async (name: string, attributes: Record<string, string> = {}) => {
     const created = await plain.sqs.send(
       new CreateQueueCommand({ QueueName: `${prefix}-${name}`, Attributes: attributes }),
@@ -320,7 +334,10 @@ async function withWorkerLoop<T>(engine: Engine, until: () => Promise<T>): Promi
   const stop = new AbortController();
   const deps: WorkerDeps = {
     engine,
-    handlers: builtInHandlers({ secret: "bench", allowPrivateTargets: true }, engine.clock),
+    handlers: builtInHandlers(
+      { signingSecrets: cachedSigningSecrets(engine), allowPrivateTargets: true },
+      engine.clock,
+    ),
     workerId: "bench-worker",
   };
   const loop = runWorkerLoop(deps, {
@@ -545,7 +562,10 @@ async function lambdaLikeBatches(h: Harness, n: number): Promise<RequestsResult[
   const engine = h.engine("worker");
   const deps: WorkerDeps = {
     engine,
-    handlers: builtInHandlers({ secret: "bench", allowPrivateTargets: true }, engine.clock),
+    handlers: builtInHandlers(
+      { signingSecrets: cachedSigningSecrets(engine), allowPrivateTargets: true },
+      engine.clock,
+    ),
     workerId: "bench-lambda",
   };
   const batchMs: number[] = [];

@@ -21,6 +21,7 @@ import {
   type Metrics,
   type MetricUnit,
 } from "../shared/observability.js";
+import { cachedSigningSecrets } from "../shared/webhooks/secrets.js";
 import { lagChartSvg } from "./lag-chart.js";
 import {
   allRuns,
@@ -452,7 +453,7 @@ async function runConfiguration(
 
     const workerEngine = engineFor("worker");
     const handlers = builtInHandlers(
-      { secret: "bench", allowPrivateTargets: true },
+      { signingSecrets: cachedSigningSecrets(workerEngine), allowPrivateTargets: true },
       workerEngine.clock,
     );
     const workers = Array.from({ length: o.loops }, (_, i) =>
@@ -809,6 +810,7 @@ async function runConfiguration(
     await Promise.allSettled([
       h.plain.dynamo.send(new DeleteTableCommand({ TableName: h.tables.jobs })),
       h.plain.dynamo.send(new DeleteTableCommand({ TableName: h.tables.runs })),
+      h.plain.dynamo.send(new DeleteTableCommand({ TableName: h.tables.webhookSecrets })),
       ...Object.values(h.queues).map((url) =>
         h.plain.sqs.send(new DeleteQueueCommand({ QueueUrl: url })),
       ),

@@ -1,29 +1,38 @@
-import { createHmac, timingSafeEqual } from "node:crypto";
-import { readFileSync } from "node:fs";
 import { createServer } from "node:http";
+import { Webhook } from "standardwebhooks";
 
-// A webhook receiver for `http` jobs: checks the signature, refuses stale deliveries, and applies
-// each occurrence once however often it is delivered (the scheduler runs at least once).
-// Run: node --import tsx examples/webhook-receiver.ts   (PORT=4000; FAIL=1 answers 500 to every delivery)
-const secret = process.env.WEBHOOK_SECRET ?? readFileSync(".data/webhook-secret", "utf8").trim();
+// A webhook receiver for `http` jobs: verifies each delivery (Standard Webhooks: the signature over
+// "<webhook-id>.<webhook-timestamp>.<body>", a timestamp within five minutes) and applies each
+// occurrence once however often it is delivered (the scheduler runs at least once).
+// Run: WEBHOOK_SECRET=whsec_… node --import tsx examples/webhook-receiver.ts
+//   (the secret from GET /webhook-secret; PORT=4000; FAIL=1 answers 500 to every delivery)
+const secret = process.env.WEBHOOK_SECRET;
+if (!secret?.startsWith("whsec_")) throw new Error("set WEBHOOK_SECRET to GET /webhook-secret's");
+const webhook = new Webhook(secret);
 const applied = new Set<string>(); // use a database table with a unique key in production
 
 createServer((req, res) => {
   let body = "";
   req.on("data", (chunk) => (body += chunk));
   req.on("end", () => {
-    const [, t = "", v1 = ""] =
-      /^t=(\d+),v1=([0-9a-f]{64})$/.exec(String(req.headers["x-scheduler-signature"])) ?? [];
-    const expected = createHmac("sha256", secret).update(`${t}.${body}`).digest();
-    const valid = v1.length === 64 && timingSafeEqual(expected, Buffer.from(v1, "hex"));
-    if (!valid || Math.abs(Date.now() / 1000 - Number(t)) > 300)
+    const header = (name: string) => String(req.headers[name] ?? "");
+    const id = header("webhook-id");
+    try {
+      webhook.verify(body, {
+        "webhook-id": id,
+        "webhook-timestamp": header("webhook-timestamp"),
+        "webhook-signature": header("webhook-signature"),
+      });
+    } catch {
       return res.writeHead(401).end("bad signature");
+    }
     if (process.env.FAIL) return res.writeHead(500).end("failing on purpose");
-    const key = String(req.headers["idempotency-key"]);
-    const first = !applied.has(key);
-    if (first) applied.add(key); // ...do the work here, once per occurrence
+    // Deduplicate on the signed webhook-id (the occurrence key; Idempotency-Key carries the same
+    // value), so a delivery replayed under another key is still the same occurrence.
+    const first = !applied.has(id);
+    if (first) applied.add(id); // ...do the work here, once per occurrence
     console.log(
-      `${first ? "applied" : "duplicate"} ${key} attempt ${req.headers["x-scheduler-attempt"]}: ${body}`,
+      `${first ? "applied" : "duplicate"} ${id} attempt ${header("x-scheduler-attempt")}: ${body}`,
     );
     res.writeHead(200).end("ok");
   });

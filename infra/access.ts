@@ -1,5 +1,7 @@
+import { Stack } from "aws-cdk-lib";
 import type { Table } from "aws-cdk-lib/aws-dynamodb";
 import { type IGrantable, PolicyStatement } from "aws-cdk-lib/aws-iam";
+import type { IKey } from "aws-cdk-lib/aws-kms";
 import type { IQueue } from "aws-cdk-lib/aws-sqs";
 
 /**
@@ -61,6 +63,30 @@ export function allowQueues(
     new PolicyStatement({
       actions: actions.map((action) => `sqs:${action}`),
       resources: queues.map((queue) => queue.queueArn),
+    }),
+  );
+}
+
+/**
+ * What DynamoDB needs of a caller's role to read and write a table encrypted
+ * with `key`, usable only through DynamoDB in this region: the role cannot
+ * decrypt anything with the key directly.
+ */
+export function allowTableKey(grantee: IGrantable, key: IKey): void {
+  grantee.grantPrincipal.addToPrincipalPolicy(
+    new PolicyStatement({
+      actions: [
+        "kms:Decrypt",
+        "kms:DescribeKey",
+        "kms:Encrypt",
+        "kms:GenerateDataKey",
+        "kms:ReEncryptFrom",
+        "kms:ReEncryptTo",
+      ],
+      resources: [key.keyArn],
+      conditions: {
+        StringEquals: { "kms:ViaService": `dynamodb.${Stack.of(key).region}.amazonaws.com` },
+      },
     }),
   );
 }

@@ -36,6 +36,7 @@ export class SchedulerStack extends Stack {
     const environment = {
       [ENV.jobsTable]: this.storage.jobs.table.tableName,
       [ENV.runsTable]: this.storage.runs.table.tableName,
+      [ENV.webhookSecretsTable]: this.storage.webhookSecrets.table.tableName,
       [ENV.queueHigh]: this.queues.work.high.queueUrl,
       [ENV.queueNormal]: this.queues.work.normal.queueUrl,
       [ENV.queueLow]: this.queues.work.low.queueUrl,
@@ -67,9 +68,9 @@ export class SchedulerStack extends Stack {
       "Tick and dispatcher invocations that failed for good",
     );
     output(
-      "WebhookSecretArn",
-      this.worker.webhookSecret.secretArn,
-      "HMAC key webhook deliveries are signed with",
+      "WebhookSecretsTableName",
+      this.storage.webhookSecrets.table.tableName,
+      "Each tenant's webhook signing secrets (KMS-encrypted; read them through GET /webhook-secret)",
     );
     output("AlarmTopicArn", this.observability.topic.topicArn, "Where the alarms go");
     output(

@@ -17,8 +17,7 @@ export const ENV = {
   retentionDays: "RUN_RETENTION_DAYS",
   minIntervalMs: "MIN_INTERVAL_MS",
   dispatcherFunction: "DISPATCHER_FUNCTION_NAME",
-  webhookSecret: "WEBHOOK_SECRET",
-  webhookSecretArn: "WEBHOOK_SECRET_ARN",
+  webhookSecretsTable: "WEBHOOK_SECRETS_TABLE",
   allowPrivateTargets: "ALLOW_PRIVATE_TARGETS",
   /** How the API Lambda finds the caller's tenant: "iam" (default) or "jwt" (claims). */
   apiAuth: "API_AUTH",

@@ -61,7 +61,11 @@ export function engineFromEnv(obs: Observability, env: Env = process.env): Engin
   return {
     doc,
     sqs,
-    tables: { jobs: requireEnv(ENV.jobsTable, env), runs: requireEnv(ENV.runsTable, env) },
+    tables: {
+      jobs: requireEnv(ENV.jobsTable, env),
+      runs: requireEnv(ENV.runsTable, env),
+      webhookSecrets: requireEnv(ENV.webhookSecretsTable, env),
+    },
     queues: {
       high: requireEnv(ENV.queueHigh, env),
       normal: requireEnv(ENV.queueNormal, env),

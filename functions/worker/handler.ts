@@ -4,15 +4,17 @@ import { allowPrivateTargetsFrom } from "../../shared/execution/private-targets.
 import { processRun } from "../../shared/execution/worker.js";
 import { decodeRunMessage } from "../../shared/queue/work-queue.js";
 import { engineFromEnv, powertoolsObservability } from "../../shared/runtime.js";
-import { loadWebhookSecret } from "../../shared/secrets.js";
+import { cachedSigningSecrets } from "../../shared/webhooks/secrets.js";
 import { customHandlers } from "./handlers/index.js";
 
 const obs = powertoolsObservability("scheduler-worker");
 const engine = engineFromEnv(obs);
-const secret = await loadWebhookSecret(process.env);
 const handlers = new Map([
   ...builtInHandlers(
-    { secret, allowPrivateTargets: allowPrivateTargetsFrom(process.env, false) },
+    {
+      signingSecrets: cachedSigningSecrets(engine),
+      allowPrivateTargets: allowPrivateTargetsFrom(process.env, false),
+    },
     engine.clock,
   ),
   ...customHandlers,

@@ -11,7 +11,7 @@ import { LogGroup } from "aws-cdk-lib/aws-logs";
 import { Construct } from "constructs";
 import { ENV } from "../../shared/config.js";
 import { JOBS_BY_TENANT_INDEX, RUNS_DEAD_LETTER_INDEX } from "../../shared/storage/tables.js";
-import { allowQueues, allowTable } from "../access.js";
+import { allowQueues, allowTable, allowTableKey } from "../access.js";
 import { isDevStage, type SchedulerSettings } from "../settings.js";
 import type { Queues } from "./queues.js";
 import { SchedulerFunction } from "./scheduler-function.js";
@@ -59,6 +59,13 @@ export class Api extends Construct {
       actions: ["GetItem", "PutItem", "UpdateItem", "Query", "BatchWriteItem"],
       indexes: { [RUNS_DEAD_LETTER_INDEX]: ["Query"] },
     });
+    // GET /webhook-secret reads the caller's secret or makes it (conditional PutItem); rotate
+    // updates it conditioned on the version read.
+    allowTable(this.handler.fn, {
+      ...storage.webhookSecrets,
+      actions: ["GetItem", "PutItem", "UpdateItem"],
+    });
+    allowTableKey(this.handler.fn, storage.webhookSecretsKey);
     // The fast path, trigger-now and replay enqueue runs directly.
     allowQueues(this.handler.fn, queues.allWork, ["SendMessage"]);
 

@@ -10,12 +10,15 @@ import {
   BillingMode,
   ProjectionType,
   Table,
+  TableEncryption,
 } from "aws-cdk-lib/aws-dynamodb";
+import { Key } from "aws-cdk-lib/aws-kms";
 import { Construct } from "constructs";
 import {
   jobsTableDefinition,
   RUNS_TTL_ATTRIBUTE,
   runsTableDefinition,
+  webhookSecretsTableDefinition,
 } from "../../shared/storage/tables.js";
 import { isDevStage, type SchedulerSettings } from "../settings.js";
 
@@ -30,13 +33,17 @@ export interface DeclaredTable {
 }
 
 /**
- * The jobs and runs tables, built from the same definitions the sandbox and
- * the integration tests create their tables from (shared/storage/tables.ts),
- * so keys and indexes cannot drift between local and deployed.
+ * The jobs, runs and webhook secrets tables, built from the same definitions
+ * the sandbox and the integration tests create their tables from
+ * (shared/storage/tables.ts), so keys and indexes cannot drift between local
+ * and deployed. The webhook secrets table is encrypted with a key of its own,
+ * which only the roles granted it (the API's and the worker's) may use.
  */
 export class Storage extends Construct {
   readonly jobs: DeclaredTable;
   readonly runs: DeclaredTable;
+  readonly webhookSecrets: DeclaredTable;
+  readonly webhookSecretsKey: Key;
 
   constructor(scope: Construct, id: string, props: StorageProps) {
     super(scope, id);
@@ -51,6 +58,21 @@ export class Storage extends Construct {
       ...lifecycle,
       timeToLiveAttribute: RUNS_TTL_ATTRIBUTE,
     });
+    this.webhookSecretsKey = new Key(this, "WebhookSecretsKey", {
+      description: "Encrypts the tenants' webhook signing secrets (the webhook secrets table)",
+      enableKeyRotation: true,
+      removalPolicy: lifecycle.removalPolicy,
+    });
+    this.webhookSecrets = tableFromDefinition(
+      this,
+      "WebhookSecretsTable",
+      webhookSecretsTableDefinition("webhook-secrets"),
+      {
+        ...lifecycle,
+        encryption: TableEncryption.CUSTOMER_MANAGED,
+        encryptionKey: this.webhookSecretsKey,
+      },
+    );
   }
 }
 
@@ -86,6 +108,8 @@ function tableFromDefinition(
     removalPolicy: RemovalPolicy;
     deletionProtection: boolean;
     timeToLiveAttribute?: string;
+    encryption?: TableEncryption;
+    encryptionKey?: Key;
   },
 ): DeclaredTable {
   const attributes = definition.AttributeDefinitions ?? [];

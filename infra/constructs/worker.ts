@@ -1,12 +1,10 @@
-import { Duration, RemovalPolicy, Validations } from "aws-cdk-lib";
-import { PolicyStatement } from "aws-cdk-lib/aws-iam";
+import { Duration } from "aws-cdk-lib";
 import { SqsEventSource } from "aws-cdk-lib/aws-lambda-event-sources";
-import { Secret } from "aws-cdk-lib/aws-secretsmanager";
 import { Construct } from "constructs";
 import { ENV } from "../../shared/config.js";
 import { PRIORITIES } from "../../shared/model.js";
-import { allowQueues, allowTable } from "../access.js";
-import { isDevStage, type SchedulerSettings } from "../settings.js";
+import { allowQueues, allowTable, allowTableKey } from "../access.js";
+import type { SchedulerSettings } from "../settings.js";
 import type { Queues } from "./queues.js";
 import { SchedulerFunction } from "./scheduler-function.js";
 import type { Storage } from "./storage.js";
@@ -24,28 +22,16 @@ export interface WorkerProps {
 
 /**
  * The worker (one SQS event source per priority, concurrency capped per
- * priority so high drains first), the webhook signing secret it reads, and
- * the consumer of the redrive DLQs that marks crashed runs DEAD.
+ * priority so high drains first) and the consumer of the redrive DLQs that
+ * marks crashed runs DEAD.
  */
 export class Worker extends Construct {
   readonly worker: SchedulerFunction;
   readonly deadLetterConsumer: SchedulerFunction;
-  readonly webhookSecret: Secret;
 
   constructor(scope: Construct, id: string, props: WorkerProps) {
     super(scope, id);
     const { settings, storage, queues } = props;
-
-    this.webhookSecret = new Secret(this, "WebhookSecret", {
-      description: "HMAC-SHA256 key the scheduler signs webhook deliveries with",
-      generateSecretString: { passwordLength: 64, excludePunctuation: true },
-      removalPolicy: isDevStage(settings.stage) ? RemovalPolicy.DESTROY : RemovalPolicy.RETAIN,
-    });
-    Validations.of(this.webhookSecret).acknowledge({
-      id: "AwsSolutions-SMG4",
-      reason:
-        "Webhook receivers verify with this key; rotating it needs a window where they accept both keys, which the worker does not support yet. Rotate by hand as docs/deploy.md describes.",
-    });
 
     this.worker = new SchedulerFunction(this, "Worker", {
       component: "worker",
@@ -55,18 +41,15 @@ export class Worker extends Construct {
       memorySize: 512,
       environment: {
         ...props.engineEnvironment,
-        [ENV.webhookSecretArn]: this.webhookSecret.secretArn,
         // Deployed workers refuse webhook targets on private addresses (SSRF); only the sandbox allows them.
         [ENV.allowPrivateTargets]: "false",
       },
       settings,
     });
-    this.worker.role.addToPrincipalPolicy(
-      new PolicyStatement({
-        actions: ["secretsmanager:GetSecretValue"],
-        resources: [this.webhookSecret.secretArn],
-      }),
-    );
+    // The signing secrets of the tenants it delivers for: read, or made on first use (a
+    // conditional PutItem).
+    allowTable(this.worker.fn, { ...storage.webhookSecrets, actions: ["GetItem", "PutItem"] });
+    allowTableKey(this.worker.fn, storage.webhookSecretsKey);
     // Job read (GetItem), admission and one-off completion (UpdateItem), the finish transaction
     // (Update the job, Put a retry's due entry).
     allowTable(this.worker.fn, { ...storage.jobs, actions: ["GetItem", "UpdateItem", "PutItem"] });

@@ -34,6 +34,7 @@ export interface ResourcePlan {
   readonly tables: {
     readonly jobs: CreateTableCommandInput;
     readonly runs: CreateTableCommandInput;
+    readonly webhookSecrets: CreateTableCommandInput;
   };
   readonly ttl: { readonly runs?: string };
   readonly workQueues: Readonly<Record<Priority, QueuePlan>>;
@@ -67,7 +68,7 @@ export function planFromTemplate(template: Template): ResourcePlan {
     (r) =>
       r.Type === "AWS::Lambda::Function" &&
       (r.Properties?.Environment as { Variables?: Record<string, unknown> } | undefined)
-        ?.Variables?.[ENV.webhookSecretArn] !== undefined,
+        ?.Variables?.[ENV.allowPrivateTargets] !== undefined,
   );
   const env = (
     worker?.Properties?.Environment as { Variables?: Record<string, unknown> } | undefined
@@ -124,8 +125,9 @@ export function planFromTemplate(template: Template): ResourcePlan {
   const dlqIds = [...new Set(PRIORITIES.flatMap((p) => workQueues[p].redrive?.target ?? []))];
   const jobs = table(ENV.jobsTable);
   const runs = table(ENV.runsTable);
+  const webhookSecrets = table(ENV.webhookSecretsTable);
   return {
-    tables: { jobs: jobs.input, runs: runs.input },
+    tables: { jobs: jobs.input, runs: runs.input, webhookSecrets: webhookSecrets.input },
     ttl: runs.ttl ? { runs: runs.ttl } : {},
     workQueues,
     deadLetterQueues: dlqIds.map(queue),
@@ -159,6 +161,10 @@ export async function provision(
     { ...plan.tables.runs, TableName: `${prefix}-runs` },
     plan.ttl.runs,
   );
+  const webhookSecrets = await ensureTable(clients.dynamo, {
+    ...plan.tables.webhookSecrets,
+    TableName: `${prefix}-webhook-secrets`,
+  });
   const arns = new Map<string, { url: string; arn: string }>();
   const create = async (q: QueuePlan, name: string) => {
     const target = q.redrive ? arns.get(q.redrive.target) : undefined;
@@ -190,7 +196,7 @@ export async function provision(
   }
   const queues = {} as Record<Priority, string>;
   for (const p of PRIORITIES) queues[p] = (await create(plan.workQueues[p], `${prefix}-${p}`)).url;
-  return { tables: { jobs, runs }, queues, deadLetterQueues };
+  return { tables: { jobs, runs, webhookSecrets }, queues, deadLetterQueues };
 }
 
 async function ensureTable(

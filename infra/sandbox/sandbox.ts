@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { mkdir } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { customHandlers } from "../../functions/worker/handlers/index.js";
 import { startLocalServer } from "../../shared/api/local-server.js";
@@ -15,6 +15,7 @@ import { allowPrivateTargetsFrom } from "../../shared/execution/private-targets.
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
 import type { Observability } from "../../shared/observability.js";
 import { deleteMessages, receiveRuns } from "../../shared/queue/work-queue.js";
+import { cachedSigningSecrets } from "../../shared/webhooks/secrets.js";
 import { type RunningEmulator, startDynamoDbLocal, startSqsEmulator } from "./emulators.js";
 import { planFromTemplate, provision, type ResourcePlan, synthesizeTemplate } from "./resources.js";
 
@@ -34,7 +35,7 @@ export interface SandboxOptions {
    * the sandbox, so sandboxes that must not share data (test runs) each take their own.
    */
   readonly prefix?: string;
-  /** API keys (SCHEDULER_API_KEYS), webhook secret, and setting overrides (LEASE_SECONDS, …). */
+  /** API keys (SCHEDULER_API_KEYS), ALLOW_PRIVATE_TARGETS, and setting overrides (LEASE_SECONDS, …). */
   readonly env?: Env;
   /** Where log lines go. */
   readonly print?: (line: string) => void;
@@ -110,12 +111,14 @@ export async function startSandbox(options: SandboxOptions): Promise<Sandbox> {
         print(`recovered ${recovered.resent} run(s) in flight at the last stop`);
     }
 
-    const secret = env[ENV.webhookSecret] ?? (await webhookSecretIn(dataDir));
     const handlers = new Map([
       // Loopback receivers are the usual local target; ALLOW_PRIVATE_TARGETS=false refuses them
       // as a deployed worker does.
       ...builtInHandlers(
-        { secret, allowPrivateTargets: allowPrivateTargetsFrom(env, true) },
+        {
+          signingSecrets: cachedSigningSecrets(engine),
+          allowPrivateTargets: allowPrivateTargetsFrom(env, true),
+        },
         engine.clock,
       ),
       ...customHandlers,
@@ -185,18 +188,6 @@ function pickDefined(env: Env, names: readonly string[]): Record<string, string>
   return Object.fromEntries(
     names.flatMap((n) => (env[n] ? [[n, env[n]] as [string, string]] : [])),
   );
-}
-
-/** A per-sandbox webhook secret, made once and kept with the data. */
-async function webhookSecretIn(dataDir: string): Promise<string> {
-  const path = join(dataDir, "webhook-secret");
-  try {
-    return (await readFile(path, "utf8")).trim();
-  } catch {
-    const secret = randomBytes(32).toString("hex");
-    await writeFile(path, `${secret}\n`, { mode: 0o600 });
-    return secret;
-  }
 }
 
 async function consumeDeadLetters(

@@ -1,6 +1,7 @@
 import { OpenAPIHono } from "@hono/zod-openapi";
 import type { Context } from "hono";
 import type { Engine } from "../engine.js";
+import { ConcurrentUpdateError } from "../errors.js";
 import {
   cancelJob,
   createJob,
@@ -14,6 +15,7 @@ import {
 import { getTenantJob, getTenantRun } from "../jobs/queries.js";
 import type { Job, JobStatus } from "../model.js";
 import { ValidationError } from "../validation.js";
+import { rotateWebhookSecret, tenantWebhookSecrets } from "../webhooks/secrets.js";
 import { type Authenticator, isValidTenantId } from "./auth.js";
 import { BODY_OVERHEAD_BYTES } from "./body.js";
 import { jobDto, runDto } from "./dto.js";
@@ -238,6 +240,23 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
     const run = await replayDeadLetter(engine, tenantOf(c), c.req.valid("param").runId);
     c.header("Location", `/jobs/${run.jobId}/runs/${run.runId}`);
     return c.json(runDto(run), 202);
+  });
+
+  app.openapi(routes.getWebhookSecret, async (c) => {
+    const secrets = await tenantWebhookSecrets(engine, tenantOf(c));
+    c.header("Cache-Control", "no-store");
+    return c.json({ secret: secrets.current }, 200);
+  });
+
+  app.openapi(routes.rotateWebhookSecret, async (c) => {
+    const secrets = await rotateWebhookSecret(engine, tenantOf(c)).catch((error: unknown) => {
+      if (!(error instanceof ConcurrentUpdateError)) throw error;
+      throw new ApiError(503, "busy", "the webhook secret is being rotated by another request", {
+        headers: { "Retry-After": "1" },
+      });
+    });
+    c.header("Cache-Control", "no-store");
+    return c.json({ secret: secrets.current }, 200);
   });
 
   app.openAPIRegistry.registerComponent("securitySchemes", "bearerAuth", {

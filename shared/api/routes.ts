@@ -19,6 +19,7 @@ import {
   RunPageSchema,
   RunParams,
   RunSchema,
+  WebhookSecretSchema,
 } from "./schemas.js";
 
 const json = <T extends z.ZodType>(schema: T, description: string) => ({
@@ -214,6 +215,31 @@ export function apiRoutes({ jobTypes, maxBodyBytes }: RouteOptions) {
       responses: {
         202: json(RunSchema, "The new run; Location names it"),
         ...errors(401, 404, 409),
+      },
+    }),
+    getWebhookSecret: createRoute({
+      method: "get",
+      path: "/webhook-secret",
+      operationId: "getWebhookSecret",
+      tags: ["webhooks"],
+      summary: "The secret the caller's webhook deliveries are signed with (made on first use)",
+      security: secured,
+      responses: {
+        200: json(WebhookSecretSchema, "The current secret; not cached (Cache-Control: no-store)"),
+        ...errors(401),
+      },
+    }),
+    rotateWebhookSecret: createRoute({
+      method: "post",
+      path: "/webhook-secret/rotate",
+      operationId: "rotateWebhookSecret",
+      tags: ["webhooks"],
+      summary:
+        "A new secret; for 24 hours deliveries carry signatures of both the new and the replaced one",
+      security: secured,
+      responses: {
+        200: json(WebhookSecretSchema, "The new secret; not cached (Cache-Control: no-store)"),
+        ...errors(401, 503),
       },
     }),
   };

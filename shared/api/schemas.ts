@@ -121,7 +121,7 @@ export const TargetSchema = z
       .optional()
       .openapi({
         description:
-          "Sent with every delivery. The scheduler sets Content-Type, Idempotency-Key and X-Scheduler-* itself.",
+          "Sent with every delivery. The scheduler sets Content-Type, Idempotency-Key, webhook-* and X-Scheduler-* itself.",
         example: { Authorization: "Bearer receiver-token" },
       }),
     timeoutSeconds: z
@@ -152,7 +152,11 @@ function checkHeaderNames(headers: Record<string, string>, ctx: z.RefinementCtx)
   const seen = new Set<string>();
   for (const name of names) {
     const lower = name.toLowerCase();
-    if (RESERVED_HEADERS.has(lower) || lower.startsWith("x-scheduler-")) {
+    if (
+      RESERVED_HEADERS.has(lower) ||
+      lower.startsWith("x-scheduler-") ||
+      lower.startsWith("webhook-")
+    ) {
       ctx.addIssue({ code: "custom", path: [name], message: "is set by the scheduler itself" });
     } else if (seen.has(lower)) {
       ctx.addIssue({
@@ -511,3 +515,16 @@ export const ErrorSchema = z
   });
 
 export const HealthSchema = z.strictObject({ status: z.literal("ok") }).openapi("Health");
+
+export const WebhookSecretSchema = z
+  .strictObject({
+    secret: z
+      .string()
+      .regex(/^whsec_[A-Za-z0-9+/]+=*$/)
+      .openapi({
+        description:
+          'The caller\'s webhook signing secret: `whsec_` + base64 of 32 random bytes. Deliveries carry `webhook-signature: v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>">` keyed with the bytes after `whsec_` (Standard Webhooks).',
+        example: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+      }),
+  })
+  .openapi("WebhookSecret");

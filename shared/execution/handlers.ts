@@ -1,7 +1,7 @@
-import { createHmac } from "node:crypto";
 import { fetch, type Response } from "undici";
 import { sleep } from "../clock.js";
 import type { HttpTarget } from "../model.js";
+import { type WebhookSigningSecrets, webhookSignature } from "../webhooks/secrets.js";
 import {
   literalTargetRefusal,
   type OutboundOptions,
@@ -48,19 +48,31 @@ export type HandlerRegistry = ReadonlyMap<string, JobHandler>;
 
 /** Where deliveries may connect (OutboundOptions) and what signs them. */
 export interface WebhookSettings extends OutboundOptions {
-  /** The per-deployment secret the `X-Scheduler-Signature` HMAC is keyed with. */
-  readonly secret: string;
+  /** The secrets a tenant's deliveries are signed with (cachedSigningSecrets on a worker). */
+  readonly signingSecrets: WebhookSigningSecrets;
 }
 
-export const SIGNATURE_HEADER = "X-Scheduler-Signature";
-
 /**
- * `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`: the timestamp is
- * signed with the body so a receiver can refuse replays of old deliveries.
+ * Standard Webhooks headers: `webhook-id` is the occurrence key (the same
+ * value as Idempotency-Key, so a delivery replayed under another key fails
+ * verification), `webhook-timestamp` unix seconds, `webhook-signature` one
+ * `v1,<base64 HMAC>` per valid secret.
  */
-export function signWebhook(secret: string, body: string, timestampSeconds: number): string {
-  const mac = createHmac("sha256", secret).update(`${timestampSeconds}.${body}`).digest("hex");
-  return `t=${timestampSeconds},v1=${mac}`;
+export const WEBHOOK_HEADERS = {
+  id: "webhook-id",
+  timestamp: "webhook-timestamp",
+  signature: "webhook-signature",
+} as const;
+
+/** Header names the scheduler sets on every delivery; a target's own headers never replace them. */
+export function isSchedulerHeader(name: string): boolean {
+  const lower = name.toLowerCase();
+  return (
+    lower === "content-type" ||
+    lower === "idempotency-key" ||
+    lower.startsWith("x-scheduler-") ||
+    lower.startsWith("webhook-")
+  );
 }
 
 export function builtInHandlers(
@@ -114,6 +126,15 @@ function httpHandler(webhook: WebhookSettings, now: () => Date): JobHandler {
     if (literalRefusal) throw refusedJobError(literalRefusal);
     const body = JSON.stringify(ctx.payload ?? null);
     const timestamp = Math.floor(now().getTime() / 1000);
+    const signature = webhookSignature(
+      await webhook.signingSecrets(ctx.tenantId),
+      ctx.idempotencyKey,
+      timestamp,
+      body,
+    );
+    const ownHeaders = Object.entries(target.headers ?? {}).filter(
+      ([name]) => !isSchedulerHeader(name),
+    );
     const timeout = AbortSignal.timeout((target.timeoutSeconds ?? 30) * 1000);
     let response: Response;
     try {
@@ -125,13 +146,15 @@ function httpHandler(webhook: WebhookSettings, now: () => Date): JobHandler {
         dispatcher,
         signal: AbortSignal.any([ctx.signal, timeout]),
         headers: {
-          ...target.headers,
+          ...Object.fromEntries(ownHeaders),
           "Content-Type": "application/json",
           "Idempotency-Key": ctx.idempotencyKey,
+          [WEBHOOK_HEADERS.id]: ctx.idempotencyKey,
+          [WEBHOOK_HEADERS.timestamp]: String(timestamp),
+          [WEBHOOK_HEADERS.signature]: signature,
           "X-Scheduler-Attempt": String(ctx.attempt),
           "X-Scheduler-Job-Id": ctx.jobId,
           "X-Scheduler-Run-Id": ctx.runId,
-          [SIGNATURE_HEADER]: signWebhook(webhook.secret, body, timestamp),
         },
       });
     } catch (error) {

@@ -1,13 +1,15 @@
 import type { CreateTableCommandInput } from "@aws-sdk/client-dynamodb";
 
 /**
- * The two tables, described once. The local sandbox and the integration tests
+ * The three tables, described once. The local sandbox and the integration tests
  * create them from here; the CDK stack declares the same keys, and a test
  * compares the synthesized template with these definitions.
  */
 export interface TableNames {
   readonly jobs: string;
   readonly runs: string;
+  /** Each tenant's webhook signing secrets; only the API and the worker may read it. */
+  readonly webhookSecrets: string;
 }
 
 export const JOBS_BY_TENANT_INDEX = "byTenant";
@@ -82,5 +84,15 @@ export function runsTableDefinition(tableName: string): CreateTableCommandInput 
         Projection: { ProjectionType: "ALL" },
       },
     ],
+  };
+}
+
+/** One item per tenant (`pk` = `WEBHOOKSECRET#<tenantId>`), apart so its access can be apart. */
+export function webhookSecretsTableDefinition(tableName: string): CreateTableCommandInput {
+  return {
+    TableName: tableName,
+    BillingMode: "PAY_PER_REQUEST",
+    AttributeDefinitions: [{ AttributeName: "pk", AttributeType: "S" }],
+    KeySchema: [{ AttributeName: "pk", KeyType: "HASH" }],
   };
 }

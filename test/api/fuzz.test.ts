@@ -239,6 +239,8 @@ const badHeaderName = fc.constantFrom(
   "é",
   "Content-Type",
   "x-scheduler-run",
+  "Webhook-Signature",
+  "webhook-id",
   "Host",
   "a:b",
 );

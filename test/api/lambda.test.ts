@@ -18,6 +18,7 @@ beforeAll(async () => {
   Object.assign(process.env, {
     [ENV.jobsTable]: engine.tables.jobs,
     [ENV.runsTable]: engine.tables.runs,
+    [ENV.webhookSecretsTable]: engine.tables.webhookSecrets,
     [ENV.queueHigh]: engine.queues.high,
     [ENV.queueNormal]: engine.queues.normal,
     [ENV.queueLow]: engine.queues.low,

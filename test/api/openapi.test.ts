@@ -62,6 +62,8 @@ describe("OpenAPI document", () => {
         "POST /schedules/preview",
         "GET /dead-letters",
         "POST /dead-letters/{runId}/replay",
+        "GET /webhook-secret",
+        "POST /webhook-secret/rotate",
       ].sort(),
     );
     for (const { operation } of operations(document)) {

@@ -1,4 +1,3 @@
-import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -24,6 +23,7 @@ import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
 import { listRuns } from "../../shared/jobs/queries.js";
 import type { Run } from "../../shared/model.js";
 import type { Observability } from "../../shared/observability.js";
+import { cachedSigningSecrets } from "../../shared/webhooks/secrets.js";
 import { type Receiver, startReceiver } from "../support/receiver.js";
 
 /**
@@ -42,10 +42,8 @@ const WINDOW_S = Number(process.env.CHAOS_WINDOW_SECONDS ?? 25);
 const LONG = WINDOW_S >= 60;
 const KEY = "chaos-key";
 const TENANT = "chaos-tenant";
-const SECRET = randomBytes(16).toString("hex");
 const ENV = {
   SCHEDULER_API_KEYS: `${KEY}=${TENANT}`,
-  WEBHOOK_SECRET: SECRET,
   // A killed run's lease lapses (and its message reappears) in 6 s.
   LEASE_SECONDS: "6",
   LOOKAHEAD_SECONDS: "60",
@@ -233,13 +231,18 @@ describe("chaos", () => {
   let dataDir: string;
   let sandbox: Sandbox | null = null;
   let receiver: Receiver;
+  let tenantSecret = "";
   const log: string[] = [];
 
   beforeAll(async () => {
     plan = planFromTemplate(synthesizeTemplate());
     dataDir = await mkdtemp(join(tmpdir(), "scheduler-chaos-"));
     // Answers take a while, so that runs are in progress when a worker is killed.
-    receiver = await startReceiver({ secret: SECRET, delayMs: () => 30 + Math.random() * 250 });
+    // The tenant's secret is known once the sandbox has started (GET /webhook-secret).
+    receiver = await startReceiver({
+      secret: () => tenantSecret,
+      delayMs: () => 30 + Math.random() * 250,
+    });
   }, 60_000);
   afterAll(async () => {
     await sandbox?.stop();
@@ -264,15 +267,22 @@ describe("chaos", () => {
         });
       sandbox = await start();
       duplicateSomeSends(sandbox.engine, 0.2);
+      const secretResponse = await fetch(`${sandbox.url}/webhook-secret`, {
+        headers: { Authorization: `Bearer ${KEY}` },
+      });
+      tenantSecret = ((await secretResponse.json()) as { secret: string }).secret;
 
-      const handlers = builtInHandlers(
-        { secret: SECRET, allowPrivateTargets: true },
-        () => new Date(),
-      );
       let workers: KillableWorker[] = [];
       let generation = 0;
       const spawnWorker = (engine: Engine) =>
-        new KillableWorker(engine, handlers, `chaos-worker-${generation}-${workers.length}`);
+        new KillableWorker(
+          engine,
+          builtInHandlers(
+            { signingSecrets: cachedSigningSecrets(engine), allowPrivateTargets: true },
+            () => new Date(),
+          ),
+          `chaos-worker-${generation}-${workers.length}`,
+        );
       let ticks = new AbortController();
       let ticking: Promise<void> = Promise.resolve();
       const startChaos = (engine: Engine) => {

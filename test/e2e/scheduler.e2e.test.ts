@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Api, type ApiAuth, apiClient, authModeFromEnv } from "../support/api-client.js";
-import { type Receiver, startReceiver, verifySignature } from "../support/receiver.js";
+import { type Receiver, startReceiver, verifyDelivery } from "../support/receiver.js";
 import { type SandboxProcess, spawnSandbox } from "../support/sandbox-process.js";
 import { waitFor } from "../support/wait.js";
 
@@ -9,8 +9,7 @@ import { waitFor } from "../support/wait.js";
  * The scheduler's promises checked from outside: HTTP only, nothing imported
  * from functions/ or shared/. By default a sandbox CLI is spawned on a free
  * port with a fresh data directory. With SCHEDULER_API_URL the same
- * assertions run against that URL, with WEBHOOK_SECRET and a receiver the
- * target can reach (SCHEDULER_E2E_RECEIVER_URL, forwarded to the local
+ * assertions run against that URL, with a receiver the target can reach (SCHEDULER_E2E_RECEIVER_URL, forwarded to the local
  * receiver on SCHEDULER_E2E_RECEIVER_PORT). A deployed stack's IAM-authorized
  * API gets every request signed with SigV4 (credentials from the AWS SDK's
  * default chain, so AWS_PROFILE / AWS_REGION; tenant B is the principal of
@@ -61,11 +60,14 @@ const AUTH_B: ApiAuth | null =
     : PROFILE_B
       ? { kind: "iam", profile: PROFILE_B }
       : null;
-const SECRET = process.env.WEBHOOK_SECRET ?? randomBytes(16).toString("hex");
 
 let sandbox: SandboxProcess | null = null;
 let receiver: Receiver;
+/** Tenant A's endpoint on the receiver; tenant B's is hookUrlB. Each verifies with its tenant's secret. */
 let hookUrl: string;
+let hookUrlB: string;
+/** The tenants' webhook secrets as GET /webhook-secret returns them (B's stays empty without B). */
+const secrets = { a: "", b: "" };
 let baseUrl: string;
 let asA: Api;
 let asB: Api | null;
@@ -76,7 +78,7 @@ const flaky = new Set<string>();
 
 beforeAll(async () => {
   receiver = await startReceiver({
-    secret: SECRET,
+    secret: (path) => (path.startsWith("/hook/b") ? secrets.b : secrets.a),
     port: Number(process.env.SCHEDULER_E2E_RECEIVER_PORT ?? 0),
     statusFor: ({ idempotencyKey, attempt }) => {
       const jobId = idempotencyKey.split("@")[0] ?? "";
@@ -85,7 +87,9 @@ beforeAll(async () => {
       return 200;
     },
   });
-  hookUrl = process.env.SCHEDULER_E2E_RECEIVER_URL ?? receiver.url;
+  const hookBase = (process.env.SCHEDULER_E2E_RECEIVER_URL ?? receiver.url).replace(/\/$/, "");
+  hookUrl = `${hookBase}/a`;
+  hookUrlB = `${hookBase}/b`;
   let url = remote;
   if (!url) {
     sandbox = await spawnSandbox({
@@ -95,7 +99,6 @@ beforeAll(async () => {
       workers: 16,
       env: {
         SCHEDULER_API_KEYS: `${KEY_A}=e2e-tenant-a,${KEY_B}=e2e-tenant-b`,
-        WEBHOOK_SECRET: SECRET,
         LEASE_SECONDS: "6",
         LOOKAHEAD_SECONDS: "60",
       },
@@ -105,7 +108,16 @@ beforeAll(async () => {
   baseUrl = url;
   asA = apiClient(url, AUTH_A);
   asB = AUTH_B && apiClient(url, AUTH_B);
+  secrets.a = await webhookSecretOf(asA);
+  if (asB) secrets.b = await webhookSecretOf(asB);
 }, 120_000);
+
+async function webhookSecretOf(api: Api): Promise<string> {
+  const response = await api<{ secret: string }>("GET", "/webhook-secret");
+  if (response.status !== 200)
+    throw new Error(`GET /webhook-secret: ${response.status} ${JSON.stringify(response.body)}`);
+  return response.body.secret;
+}
 
 afterAll(async () => {
   await receiver?.close();
@@ -223,12 +235,111 @@ describe("webhooks", () => {
     expect(delivery.runId).toBe(run.runId);
     expect(delivery.attempt).toBe(1);
     expect(delivery.signatureValid).toBe(true);
-    // The documented algorithm, and nothing else, accepts it.
-    const now = Math.floor(Date.now() / 1000);
-    expect(verifySignature(SECRET, delivery.signature, delivery.body, now)).toBe(true);
-    expect(verifySignature(`${SECRET}x`, delivery.signature, delivery.body, now)).toBe(false);
-    expect(verifySignature(SECRET, delivery.signature, `${delivery.body} `, now)).toBe(false);
+    // Standard Webhooks: webhook-id is the occurrence key, verified with the tenant's secret.
+    expect(delivery.webhookHeaders["webhook-id"]).toBe(delivery.idempotencyKey);
+    expect(secrets.a).toMatch(/^whsec_[A-Za-z0-9+/]{32,}={0,2}$/);
+    expect(verifyDelivery(secrets.a, delivery)).toBe(true);
+    expect(verifyDelivery(secrets.a, { ...delivery, body: `${delivery.body} ` })).toBe(false);
+    // The secret stays the same across reads.
+    expect(await webhookSecretOf(asA)).toBe(secrets.a);
   });
+
+  it("each tenant's deliveries verify with its own secret only", async () => {
+    const other = asB;
+    if (!other)
+      throw new Error(
+        "a second tenant is needed: set SCHEDULER_API_PROFILE_B to an AWS profile of another principal",
+      );
+    expect(secrets.b).not.toBe(secrets.a);
+    const runAt = inMs(1500);
+    const jobA = await create({ type: "http", schedule: { runAt }, target: { url: hookUrl } });
+    const jobB = await create(
+      { type: "http", schedule: { runAt }, target: { url: hookUrlB } },
+      other,
+    );
+    await waitForRuns(jobA.id, (r) => succeeded(r).length === 1);
+    await waitFor(
+      "tenant B's delivery",
+      async () => succeeded(await runsOf(jobB.id, other)).length === 1,
+    );
+    const fromA = receiver.deliveries.find((d) => d.jobId === jobA.id);
+    const fromB = receiver.deliveries.find((d) => d.jobId === jobB.id);
+    if (!fromA || !fromB) throw new Error("a delivery is missing");
+    expect([fromA.signatureValid, fromB.signatureValid]).toEqual([true, true]);
+    expect(verifyDelivery(secrets.a, fromA)).toBe(true);
+    expect(verifyDelivery(secrets.b, fromB)).toBe(true);
+    // Tenant A's secret cannot vouch for B's deliveries, nor B's for A's: neither can forge the other's.
+    expect(verifyDelivery(secrets.a, fromB)).toBe(false);
+    expect(verifyDelivery(secrets.b, fromA)).toBe(false);
+  });
+
+  it("a captured delivery replayed with a different Idempotency-Key fails verification", async () => {
+    const job = await create({
+      type: "http",
+      schedule: { runAt: inMs(1000) },
+      payload: { transfer: 100 },
+      target: { url: hookUrl },
+    });
+    await waitForRuns(job.id, (r) => succeeded(r).length === 1);
+    const captured = receiver.deliveries.find((d) => d.jobId === job.id && d.applied);
+    if (!captured) throw new Error("no delivery");
+    const replay = (headers: Record<string, string>) =>
+      fetch(receiver.url.replace(/\/hook$/, "/hook/a"), {
+        method: "POST",
+        headers: { "Content-Type": "application/json", ...headers },
+        body: captured.body,
+      });
+    const fresh = `${job.id}@${inMs(3_600_000)}`;
+    // A new key with the captured signature headers: webhook-id no longer names the key applied.
+    const newKey = await replay({ ...captured.webhookHeaders, "Idempotency-Key": fresh });
+    // And the id changed along with it: the signature no longer covers what is sent.
+    const newKeyAndId = await replay({
+      ...captured.webhookHeaders,
+      "webhook-id": fresh,
+      "Idempotency-Key": fresh,
+    });
+    expect([newKey.status, newKeyAndId.status]).toEqual([401, 401]);
+    expect(receiver.applied.has(fresh)).toBe(false);
+    expect(
+      verifyDelivery(secrets.a, {
+        ...captured,
+        idempotencyKey: fresh,
+        webhookHeaders: { ...captured.webhookHeaders, "webhook-id": fresh },
+      }),
+    ).toBe(false);
+    // Replayed unchanged, it is the same occurrence: verified, and not applied twice.
+    const same = await replay({
+      ...captured.webhookHeaders,
+      "Idempotency-Key": captured.idempotencyKey,
+    });
+    expect(same.status).toBe(200);
+    expect(receiver.applied.get(captured.idempotencyKey)).toBe(1);
+  });
+
+  it("after a rotation deliveries verify with the new secret and, for a day, with the replaced one", async () => {
+    const before = secrets.a;
+    const rotated = await asA<{ secret: string }>("POST", "/webhook-secret/rotate");
+    expect(rotated.status).toBe(200);
+    const after = rotated.body.secret;
+    expect(after).toMatch(/^whsec_/);
+    expect(after).not.toBe(before);
+    expect(await webhookSecretOf(asA)).toBe(after);
+    // Workers cache a tenant's secrets for 30 s: a delivery 32 s after the rotation carries both.
+    const runAt = inMs(32_000);
+    const job = await create({ type: "http", schedule: { runAt }, target: { url: hookUrl } });
+    // The receiver moves to the new secret at once; deliveries it cannot verify yet get a 401.
+    secrets.a = after;
+    await waitForRuns(job.id, (r) => succeeded(r).length === 1, 60_000);
+    const delivery = receiver.deliveries.find((d) => d.jobId === job.id);
+    if (!delivery) throw new Error("no delivery");
+    expect(delivery.webhookHeaders["webhook-signature"].split(" ")).toHaveLength(2);
+    expect(verifyDelivery(after, delivery)).toBe(true);
+    expect(verifyDelivery(before, delivery)).toBe(true);
+    if (asB) {
+      expect(secrets.b).not.toBe(after);
+      expect(verifyDelivery(secrets.b, delivery)).toBe(false);
+    }
+  }, 90_000);
 
   it("a 503 is retried with the same Idempotency-Key; a 400 is dead at once", async () => {
     const retry = { maxAttempts: 3, initialDelaySeconds: 1, maxDelaySeconds: 1 };

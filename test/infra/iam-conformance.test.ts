@@ -70,7 +70,7 @@ const REGION = "us-east-1";
 const ACCOUNT = "000000000000";
 /** The API caller: a role session, so the tenant is the role. */
 const CALLER = "arn:aws:sts::123456789012:assumed-role/Reporter/session-1";
-const WEBHOOK_SECRET_VALUE = "conformance-webhook-secret";
+const TENANT = "arn:aws:iam::123456789012:role/Reporter";
 
 let synth: Synthesized;
 let disposeSynth = () => {};
@@ -189,10 +189,6 @@ async function provision(): Promise<Bindings> {
       const arn = `arn:aws:lambda:${REGION}:${ACCOUNT}:function:${name}`;
       resources.set(id, { ref: name, attributes: { Arn: arn } });
       labels.set(arn, pathOf(id));
-    } else if (resource.Type === "AWS::SecretsManager::Secret") {
-      const arn = `arn:aws:secretsmanager:${REGION}:${ACCOUNT}:secret:${ns.name(id)}-AbCdEf`;
-      resources.set(id, { ref: arn, attributes: {} });
-      labels.set(arn, pathOf(id));
     }
   }
   return { partition: "aws", region: REGION, account: ACCOUNT, resources };
@@ -213,7 +209,11 @@ function seedingEngine(clockOffsetMs: number): Engine {
   return {
     doc: clients.doc,
     sqs: clients.sqs,
-    tables: { jobs: env.JOBS_TABLE ?? "", runs: env.RUNS_TABLE ?? "" },
+    tables: {
+      jobs: env.JOBS_TABLE ?? "",
+      runs: env.RUNS_TABLE ?? "",
+      webhookSecrets: env.WEBHOOK_SECRETS_TABLE ?? "",
+    },
     queues: {
       high: env.QUEUE_URL_HIGH ?? "",
       normal: env.QUEUE_URL_NORMAL ?? "",
@@ -283,7 +283,13 @@ async function dueEntriesOf(jobId: string): Promise<DueEntry[]> {
 async function api(
   method: string,
   path: string,
-  options: { body?: unknown; query?: string; headers?: Record<string, string> } = {},
+  options: {
+    body?: unknown;
+    query?: string;
+    headers?: Record<string, string>;
+    /** Another caller than CALLER: another tenant. */
+    userArn?: string;
+  } = {},
 ) {
   const handler = required(handlers.api, "the API handler");
   const response = await as("api", () =>
@@ -315,11 +321,6 @@ beforeAll(async () => {
         name.startsWith("arn:")
           ? name
           : (boundArn("AWS::Lambda::Function", name) ?? `<function ${name}, not in the stack>`),
-      // By name, a secret's ARN ends in the name and six characters Secrets Manager adds.
-      secret: (id) =>
-        id.startsWith("arn:")
-          ? id
-          : `arn:aws:secretsmanager:${REGION}:${ACCOUNT}:secret:${id}-AbCdEf`,
     },
     interceptors: {
       "lambda:Invoke": (input) => {
@@ -331,13 +332,9 @@ beforeAll(async () => {
         invocations.push({ functionName: String(input.FunctionName), payload: { ...parsed } });
         return { StatusCode: input.InvocationType === "Event" ? 202 : 200 };
       },
-      "secretsmanager:GetSecretValue": (input) => ({
-        ARN: input.SecretId,
-        SecretString: WEBHOOK_SECRET_VALUE,
-      }),
     },
   });
-  // Each handler module builds its engine (and the worker reads its secret) when first imported.
+  // Each handler module builds its engine when first imported.
   handlers.api = (await as("api", () => import("../../functions/api/handler.js"))).handler;
   handlers.tick = (await as("tick", () => import("../../functions/tick/handler.js"))).handler;
   handlers.dispatcher = (
@@ -417,6 +414,18 @@ describe("each handler, driven through its AWS-calling paths", () => {
     });
     expect(recurring.status).toBe(201);
     ids.recurring = String(field(recurring.body, "id"));
+    // A webhook: the worker signs it with the tenant's secret, made on that first use; the stack's
+    // worker refuses the loopback target (ALLOW_PRIVATE_TARGETS=false) after signing.
+    const webhook = await api("POST", "/jobs", {
+      body: {
+        type: "http",
+        schedule: { runAt: new Date().toISOString() },
+        target: { url: "http://localhost/hook" },
+        payload: { n: 1 },
+      },
+    });
+    expect(webhook.status).toBe(201);
+    ids.webhook = String(field(webhook.body, "id"));
     for (const [name, retry] of [
       ["retriesSoon", { maxAttempts: 3, initialDelaySeconds: 1, maxDelaySeconds: 1 }],
       ["retriesLater", { maxAttempts: 3, initialDelaySeconds: 3600 }],
@@ -539,6 +548,14 @@ describe("each handler, driven through its AWS-calling paths", () => {
     expect(await statuses("recurring")).toEqual(["SUCCEEDED"]);
     expect(await statuses("dies")).toEqual(["DEAD"]);
     expect(await statuses("gone")).toEqual(["CANCELLED"]);
+    expect(await statuses("webhook")).toEqual(["DEAD"]);
+    expect((await runsOf(ids.webhook ?? ""))[0]?.error).toMatch(
+      /localhost resolves to .*; refused/,
+    );
+    const { Items: secrets = [] } = await clients.doc.send(
+      new ScanCommand({ TableName: runtimeEnvironment("worker").WEBHOOK_SECRETS_TABLE }),
+    );
+    expect(secrets.map((item) => item.pk)).toEqual([`WEBHOOKSECRET#${TENANT}`]);
     expect(await statuses("retriesLater")).toEqual(["FAILED"]);
     expect(
       (await dueEntriesOf(ids.retriesLater ?? "")).map((entry) => [entry.kind, entry.attempt]),
@@ -590,6 +607,21 @@ describe("each handler, driven through its AWS-calling paths", () => {
     expect(response.batchItemFailures).toEqual([]);
     expect((await runsOf(job.jobId)).map((run) => run.status)).toEqual(["DEAD"]);
     expect((await getJob(seedingEngine(0), job.jobId))?.activeRuns).toEqual({});
+  });
+
+  it("api: reads the caller's webhook secret (made by the worker), makes another tenant's, rotates", async () => {
+    const read = await api("GET", "/webhook-secret");
+    expect(read.status).toBe(200);
+    const secret = String(field(read.body, "secret"));
+    expect(secret).toMatch(/^whsec_/);
+    const other = await api("GET", "/webhook-secret", {
+      userArn: "arn:aws:sts::123456789012:assumed-role/Other/session-2",
+    });
+    expect(other.status).toBe(200);
+    expect(field(other.body, "secret")).not.toBe(secret);
+    const rotated = await api("POST", "/webhook-secret/rotate");
+    expect(rotated.status).toBe(200);
+    expect(field(rotated.body, "secret")).not.toBe(secret);
   });
 
   it("api: lists the dead letters and replays one", async () => {

@@ -15,6 +15,7 @@ import {
   jobsTableDefinition,
   RUNS_TTL_ATTRIBUTE,
   runsTableDefinition,
+  webhookSecretsTableDefinition,
 } from "../../shared/storage/tables.js";
 import { environmentReadBy, powertoolsServiceOf } from "./support/handler-source.js";
 import {
@@ -78,6 +79,7 @@ describe("storage", () => {
   const cases = [
     ["jobs", jobsTableDefinition("jobs")],
     ["runs", runsTableDefinition("runs")],
+    ["webhookSecrets", webhookSecretsTableDefinition("webhook-secrets")],
   ] as const;
 
   it.each(cases)(
@@ -114,7 +116,7 @@ describe("storage", () => {
   });
 
   it("protects the tables outside dev and lets dev tear them down", () => {
-    for (const name of ["jobs", "runs"] as const) {
+    for (const name of ["jobs", "runs", "webhookSecrets"] as const) {
       const retained = resourceOf(prod, prod.stack.storage[name].table);
       expect(retained.Properties?.DeletionProtectionEnabled).toBe(true);
       expect(retained.DeletionPolicy).toBe("Retain");
@@ -122,8 +124,21 @@ describe("storage", () => {
       expect(disposable.Properties?.DeletionProtectionEnabled).toBe(false);
       expect(disposable.DeletionPolicy).toBe("Delete");
     }
-    expect(resourceOf(prod, prod.stack.worker.webhookSecret).DeletionPolicy).toBe("Retain");
-    expect(resourceOf(dev, dev.stack.worker.webhookSecret).DeletionPolicy).toBe("Delete");
+    expect(resourceOf(prod, prod.stack.storage.webhookSecretsKey).DeletionPolicy).toBe("Retain");
+    expect(resourceOf(dev, dev.stack.storage.webhookSecretsKey).DeletionPolicy).toBe("Delete");
+  });
+
+  it("encrypts the webhook secrets table with its own rotating KMS key", () => {
+    const { stack } = prod;
+    const table = propertiesOf(prod, stack.storage.webhookSecrets.table);
+    expect(table.SSESpecification).toEqual({
+      SSEEnabled: true,
+      SSEType: "KMS",
+      KMSMasterKeyId: {
+        "Fn::GetAtt": [logicalIdOf(stack, stack.storage.webhookSecretsKey), "Arn"],
+      },
+    });
+    expect(propertiesOf(prod, stack.storage.webhookSecretsKey).EnableKeyRotation).toBe(true);
   });
 });
 
@@ -275,14 +290,7 @@ describe("functions", () => {
     const read = environmentReadBy(handlerEntry(component));
     // Set by the Lambda runtime, or only used to point the SDK at emulators.
     const providedByLambda = (name: string) => name.startsWith("AWS_");
-    // Local alternatives: the deployed stack sets the other member of the pair.
-    const alternatives: Record<string, string> = { [ENV.webhookSecret]: ENV.webhookSecretArn };
-    const missing = [...read.keys()].filter((name) => {
-      if (providedByLambda(name)) return false;
-      const alternative = alternatives[name];
-      if (alternative !== undefined && alternative in env) return false;
-      return !(name in env);
-    });
+    const missing = [...read.keys()].filter((name) => !providedByLambda(name) && !(name in env));
     expect(missing.map((name) => `${name} (read in ${read.get(name)?.join(", ")})`)).toEqual([]);
     // And nothing set that no code reads: a misspelt name would pass the check above.
     const readByLibraries = ["POWERTOOLS_SERVICE_NAME", "NODE_OPTIONS"];
@@ -342,7 +350,26 @@ describe("IAM", () => {
     const actions = (c: Component) => grantsOf(c).flatMap((grant) => grant.actions);
     expect(actions("dispatcher")).not.toContain("sqs:ChangeMessageVisibility");
     expect(actions("api")).not.toContain("lambda:InvokeFunction");
-    expect(actions("api")).not.toContain("secretsmanager:GetSecretValue");
+    // The webhook signing secrets: only the API (which hands them to their tenant) and the worker.
+    const { stack } = prod;
+    const secretIds = [stack.storage.webhookSecrets.table, stack.storage.webhookSecretsKey].map(
+      (construct) => logicalIdOf(stack, construct),
+    );
+    for (const component of ["tick", "dispatcher", "dlq"] as const) {
+      const resources = grantsOf(component).flatMap((grant) => grant.resources);
+      expect(
+        resources.filter((r) => secretIds.some((id) => r.includes(id))),
+        component,
+      ).toEqual([]);
+    }
+    for (const component of ["api", "worker"] as const) {
+      const resources = grantsOf(component).flatMap((grant) => grant.resources);
+      for (const id of secretIds)
+        expect(
+          resources.some((r) => r.includes(id)),
+          component,
+        ).toBe(true);
+    }
     expect(actions("dlq")).not.toContain("sqs:SendMessage");
   });
 });

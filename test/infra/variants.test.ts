@@ -78,8 +78,6 @@ describe("cdk-nag AwsSolutions", () => {
       "AwsSolutions-IAM5[Resource::*]": functions.map((f) => `${f}/Role`).sort(),
       // The async-failures queue is itself a dead-letter destination.
       "AwsSolutions-SQS3": ["Queues/AsyncFailures"],
-      // Webhook key rotation needs receivers to accept two keys.
-      "AwsSolutions-SMG4": ["Worker/WebhookSecret"],
     });
   });
 

@@ -1,18 +1,14 @@
-import { createHmac } from "node:crypto";
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { Webhook } from "standardwebhooks";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
 import { createJob, replayDeadLetter, triggerJob } from "../../shared/jobs/lifecycle.js";
 import { listDeadLetters } from "../../shared/jobs/queries.js";
 import type { Run } from "../../shared/model.js";
 import { backoffCeiling } from "../../shared/retry.js";
-import {
-  createEngineFixture,
-  type EngineFixture,
-  TEST_WEBHOOK_SECRET,
-  testJob,
-} from "../support/engine-fixture.js";
+import { tenantWebhookSecrets } from "../../shared/webhooks/secrets.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { waitFor } from "../support/wait.js";
 
 const RETRY = { maxAttempts: 3, initialDelayMs: 1000, maxDelayMs: 2000 };
@@ -188,14 +184,19 @@ describe("job types", () => {
     expect(delivery.headers["idempotency-key"]).toBe(`${job.jobId}@${run.scheduledFor}`);
     expect(delivery.headers["x-scheduler-attempt"]).toBe("1");
     expect(delivery.headers["x-custom"]).toBe("yes");
-    // The documented check: HMAC-SHA256 over "<t>.<body>" with the deployment's secret.
-    const signature = String(delivery.headers["x-scheduler-signature"]);
-    const match = /^t=(\d+),v1=([0-9a-f]{64})$/.exec(signature);
-    expect(match).not.toBeNull();
-    const expected = createHmac("sha256", TEST_WEBHOOK_SECRET)
-      .update(`${match?.[1]}.${delivery.body}`)
-      .digest("hex");
-    expect(match?.[2]).toBe(expected);
+    // The documented check (Standard Webhooks) with the tenant's secret, made on first use.
+    expect(delivery.headers["webhook-id"]).toBe(delivery.headers["idempotency-key"]);
+    const { current } = await tenantWebhookSecrets(f.engine, job.tenantId);
+    const headers = {
+      "webhook-id": String(delivery.headers["webhook-id"]),
+      "webhook-timestamp": String(delivery.headers["webhook-timestamp"]),
+      "webhook-signature": String(delivery.headers["webhook-signature"]),
+    };
+    expect(new Webhook(current).verify(delivery.body, headers)).toEqual({
+      order: 42,
+      note: "ünïcode",
+    });
+    expect(delivery.headers["x-scheduler-signature"]).toBeUndefined();
   });
 
   it.each([

@@ -26,7 +26,6 @@ describe("sandbox with ALLOW_PRIVATE_TARGETS=false", () => {
       workers: 2,
       env: {
         SCHEDULER_API_KEYS: `${KEY}=tenant-p`,
-        WEBHOOK_SECRET: "private-targets-secret",
         ALLOW_PRIVATE_TARGETS: "false",
       },
       plan: planFromTemplate(synthesizeTemplate()),

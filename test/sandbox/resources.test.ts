@@ -33,6 +33,7 @@ describe("the sandbox's tables and queues", () => {
     await Promise.all([
       deleteTable(clients.dynamo, created.tables.jobs),
       deleteTable(clients.dynamo, created.tables.runs),
+      deleteTable(clients.dynamo, created.tables.webhookSecrets),
       ...[...Object.values(created.queues), ...created.deadLetterQueues].map((url) =>
         deleteQueue(clients.sqs, url),
       ),
@@ -43,14 +44,20 @@ describe("the sandbox's tables and queues", () => {
   const resourcesOfType = (type: string) =>
     Object.entries(template.Resources).filter(([, r]) => r.Type === type);
 
-  it("are the template's: keys, attributes, indexes and TTL of both tables", async () => {
+  it("are the template's: keys, attributes, indexes and TTL of every table", async () => {
     const templateTables = resourcesOfType("AWS::DynamoDB::Table");
-    expect(templateTables).toHaveLength(2);
-    for (const name of [created.tables.jobs, created.tables.runs]) {
+    expect(templateTables).toHaveLength(3);
+    const logicalIdPart = {
+      jobs: "JobsTable",
+      runs: "RunsTable",
+      webhookSecrets: "WebhookSecrets",
+    };
+    for (const [table, name] of Object.entries(created.tables)) {
       const { Table } = await clients.dynamo.send(new DescribeTableCommand({ TableName: name }));
-      const declared = templateTables.find(([id]) =>
-        id.includes(name.endsWith("-jobs") ? "Jobs" : "Runs"),
-      )?.[1].Properties as Record<string, unknown> | undefined;
+      const part = logicalIdPart[table as keyof typeof logicalIdPart];
+      const declared = templateTables.find(([id]) => id.includes(part))?.[1].Properties as
+        | Record<string, unknown>
+        | undefined;
       expect(declared).toBeDefined();
       expect(Table?.KeySchema).toEqual(declared?.KeySchema);
       expect(sortBy(Table?.AttributeDefinitions, (a) => a.AttributeName ?? "")).toEqual(

@@ -17,7 +17,6 @@ const KEY = "restart-key";
 const TENANT = "restart-tenant";
 const ENV = {
   SCHEDULER_API_KEYS: `${KEY}=${TENANT}`,
-  WEBHOOK_SECRET: "restart-secret",
   // Short enough that a few seconds of downtime count as a misfire and a frozen lease lapses quickly.
   MISFIRE_GRACE_SECONDS: "2",
   LEASE_SECONDS: "6",

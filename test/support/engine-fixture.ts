@@ -29,7 +29,9 @@ import {
   jobsTableDefinition,
   RUNS_TTL_ATTRIBUTE,
   runsTableDefinition,
+  webhookSecretsTableDefinition,
 } from "../../shared/storage/tables.js";
+import { cachedSigningSecrets } from "../../shared/webhooks/secrets.js";
 import {
   createQueue,
   createTable,
@@ -38,8 +40,6 @@ import {
   deleteTable,
   testNamespace,
 } from "./namespace.js";
-
-export const TEST_WEBHOOK_SECRET = "test-webhook-secret";
 
 export interface EngineFixture {
   readonly engine: Engine;
@@ -86,6 +86,10 @@ export async function createEngineFixture(options: FixtureOptions = {}): Promise
   const runsTable = await createTable(clients.dynamo, runsTableDefinition(ns.name("runs")), {
     timeToLiveAttribute: RUNS_TTL_ATTRIBUTE,
   });
+  const secretsTable = await createTable(
+    clients.dynamo,
+    webhookSecretsTableDefinition(ns.name("webhook-secrets")),
+  );
   const dlq = await createQueue(clients.sqs, ns.name("dlq"));
   const redrive = JSON.stringify({
     deadLetterTargetArn: dlq.arn,
@@ -106,7 +110,7 @@ export async function createEngineFixture(options: FixtureOptions = {}): Promise
   const engine: Engine = {
     doc: clients.doc,
     sqs: clients.sqs,
-    tables: { jobs: jobsTable, runs: runsTable },
+    tables: { jobs: jobsTable, runs: runsTable, webhookSecrets: secretsTable },
     queues,
     settings: { ...DEFAULT_SETTINGS, ...options.settings },
     clock: options.clock ?? systemClock,
@@ -134,7 +138,7 @@ export async function createEngineFixture(options: FixtureOptions = {}): Promise
     workerDeps(workerId, extra = {}, heartbeatEveryMs) {
       const handlers = new Map([
         ...builtInHandlers(
-          { secret: TEST_WEBHOOK_SECRET, allowPrivateTargets: true },
+          { signingSecrets: cachedSigningSecrets(engine), allowPrivateTargets: true },
           engine.clock,
         ),
         ...Object.entries(extra),
@@ -234,6 +238,7 @@ export async function createEngineFixture(options: FixtureOptions = {}): Promise
       await Promise.all([
         deleteTable(clients.dynamo, jobsTable),
         deleteTable(clients.dynamo, runsTable),
+        deleteTable(clients.dynamo, secretsTable),
         ...[...Object.values(queues), dlq.url].map((url) => deleteQueue(clients.sqs, url)),
       ]);
       clients.destroy();

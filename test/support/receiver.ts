@@ -1,6 +1,6 @@
-import { createHmac, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { Webhook } from "standardwebhooks";
 
 /** One POST as the receiver saw it. */
 export interface Delivery {
@@ -8,8 +8,13 @@ export interface Delivery {
   readonly jobId: string;
   readonly runId: string;
   readonly attempt: number;
+  /** The request path, e.g. /hook/a. */
+  readonly path: string;
   readonly body: string;
-  readonly signature: string;
+  /** The Standard Webhooks headers as received: webhook-id, webhook-timestamp, webhook-signature. */
+  readonly webhookHeaders: Readonly<
+    Record<"webhook-id" | "webhook-timestamp" | "webhook-signature", string>
+  >;
   readonly signatureValid: boolean;
   readonly receivedAt: number;
   /** True for the delivery that applied its key; repeats of a key are recorded but not applied. */
@@ -18,14 +23,16 @@ export interface Delivery {
 }
 
 export interface ReceiverOptions {
-  /** The sandbox's webhook secret; signatures are checked with the documented algorithm. */
-  readonly secret: string;
+  /**
+   * The tenant's webhook secret (`whsec_…`, from GET /webhook-secret), or a function giving the
+   * secret for a request path (several tenants' endpoints on one receiver; or a receiver started
+   * before the secret is known).
+   */
+  readonly secret: string | ((path: string) => string);
   /** How long each answer takes, so that runs are in progress long enough to be killed. */
   readonly delayMs?: () => number;
   /** Status for a delivery before it is applied (e.g. a 503 to force a retry); default 200. */
   readonly statusFor?: (delivery: { idempotencyKey: string; attempt: number }) => number;
-  /** Signatures older than this are refused with 401, as a real receiver would. */
-  readonly maxSkewSeconds?: number;
   /** Port on 127.0.0.1; default 0, a free one. A fixed one can be forwarded to from outside. */
   readonly port?: number;
 }
@@ -39,29 +46,23 @@ export interface Receiver {
 }
 
 /**
- * Verifies `X-Scheduler-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<raw body>")>`
- * exactly as docs/api.md tells a receiver to, independently of the scheduler's signing code.
+ * Verifies a delivery as docs/api.md tells a receiver to, with the Standard
+ * Webhooks library (independently of the scheduler's signing code): the
+ * signature over `<webhook-id>.<webhook-timestamp>.<body>` by `secret`, a
+ * timestamp within five minutes, and the `webhook-id` it signs equal to the
+ * Idempotency-Key the receiver deduplicates on.
  */
-export function verifySignature(
+export function verifyDelivery(
   secret: string,
-  header: string,
-  rawBody: string,
-  nowSeconds: number,
-  maxSkewSeconds = 300,
+  delivery: Pick<Delivery, "body" | "webhookHeaders" | "idempotencyKey">,
 ): boolean {
-  const parts = new Map(
-    header.split(",").map((part) => {
-      const at = part.indexOf("=");
-      return [part.slice(0, at).trim(), part.slice(at + 1).trim()] as const;
-    }),
-  );
-  const t = parts.get("t");
-  const v1 = parts.get("v1");
-  if (t === undefined || v1 === undefined || !/^\d+$/.test(t) || !/^[0-9a-f]{64}$/.test(v1))
+  if (delivery.webhookHeaders["webhook-id"] !== delivery.idempotencyKey) return false;
+  try {
+    new Webhook(secret).verify(delivery.body, delivery.webhookHeaders);
+    return true;
+  } catch {
     return false;
-  if (Math.abs(nowSeconds - Number(t)) > maxSkewSeconds) return false;
-  const expected = createHmac("sha256", secret).update(`${t}.${rawBody}`).digest();
-  return timingSafeEqual(expected, Buffer.from(v1, "hex"));
+  }
 }
 
 async function readBody(request: IncomingMessage): Promise<string> {
@@ -72,7 +73,8 @@ async function readBody(request: IncomingMessage): Promise<string> {
 
 /**
  * A webhook receiver as a careful service would write one: it checks the
- * signature, and applies each Idempotency-Key once however often it arrives.
+ * signature (refusing with 401 what does not verify), and applies each
+ * Idempotency-Key once however often it arrives.
  */
 export async function startReceiver(options: ReceiverOptions): Promise<Receiver> {
   const deliveries: Delivery[] = [];
@@ -85,15 +87,15 @@ export async function startReceiver(options: ReceiverOptions): Promise<Receiver>
         return Array.isArray(value) ? (value[0] ?? "") : (value ?? "");
       };
       const idempotencyKey = header("idempotency-key");
-      const signature = header("x-scheduler-signature");
+      const webhookHeaders = {
+        "webhook-id": header("webhook-id"),
+        "webhook-timestamp": header("webhook-timestamp"),
+        "webhook-signature": header("webhook-signature"),
+      };
       const attempt = Number(header("x-scheduler-attempt"));
-      const signatureValid = verifySignature(
-        options.secret,
-        signature,
-        body,
-        Math.floor(Date.now() / 1000),
-        options.maxSkewSeconds,
-      );
+      const path = request.url ?? "/";
+      const secret = typeof options.secret === "string" ? options.secret : options.secret(path);
+      const signatureValid = verifyDelivery(secret, { body, webhookHeaders, idempotencyKey });
       const delay = options.delayMs?.() ?? 0;
       if (delay > 0) await new Promise((resolve) => setTimeout(resolve, delay));
       let status = signatureValid ? 200 : 401;
@@ -107,8 +109,9 @@ export async function startReceiver(options: ReceiverOptions): Promise<Receiver>
         jobId: header("x-scheduler-job-id"),
         runId: header("x-scheduler-run-id"),
         attempt,
+        path,
         body,
-        signature,
+        webhookHeaders,
         signatureValid,
         receivedAt: Date.now(),
         applied: applies,

@@ -17,6 +17,8 @@ import {
   type Resolver,
 } from "../../shared/execution/outbound.js";
 
+const SECRET = "whsec_c2VjcmV0LWZvci10aGUtb3V0Ym91bmQtdGVzdHM=";
+
 // Each form as a URL host: the URL parser rewrites IPv4 shorthands (127.1, 0x7f.1, 2130706433, …)
 // to dotted quads and IPv6 to its compressed form ([::ffff:127.0.0.1] → [::ffff:7f00:1]).
 const REFUSED_HOSTS = [
@@ -159,7 +161,7 @@ async function loopbackServer(): Promise<LoopbackServer> {
 
 function httpHandlerWith(settings: Partial<WebhookSettings>): JobHandler {
   const handler = builtInHandlers(
-    { secret: "s", allowPrivateTargets: false, ...settings },
+    { signingSecrets: async () => [SECRET], allowPrivateTargets: false, ...settings },
     () => new Date(),
   ).get("http");
   if (!handler) throw new Error("no http handler");

@@ -1,7 +1,6 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import { DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import { LambdaClient } from "@aws-sdk/client-lambda";
-import { SecretsManagerClient } from "@aws-sdk/client-secrets-manager";
 import { SQSClient } from "@aws-sdk/client-sqs";
 import type {
   HandlerExecutionContext,
@@ -32,7 +31,6 @@ export interface ResourceArns {
   table(name: string): string;
   queue(url: string): string;
   lambdaFunction(nameOrArn: string): string;
-  secret(idOrArn: string): string;
 }
 
 type Input = Record<string, unknown>;
@@ -114,14 +112,6 @@ const AUTHORIZATION: Readonly<
     const qualifier = typeof input.Qualifier === "string" ? `:${input.Qualifier}` : "";
     return [{ action: "lambda:InvokeFunction", resource: `${fn}${qualifier}` }];
   },
-  secretsmanager(operation, input, arns) {
-    return [
-      {
-        action: `secretsmanager:${operation}`,
-        resource: typeof input.SecretId === "string" ? arns.secret(input.SecretId) : null,
-      },
-    ];
-  },
 };
 
 /** What IAM checks for one call: `service` is the IAM prefix (`dynamodb`), `operation` the API name. */
@@ -142,7 +132,6 @@ const SERVICE_OF_CLIENT: Readonly<Record<string, string>> = {
   DynamoDBClient: "dynamodb",
   SQSClient: "sqs",
   LambdaClient: "lambda",
-  SecretsManagerClient: "secretsmanager",
 };
 
 /** Answers a call instead of sending it, for a service no emulator stands in for. */
@@ -185,7 +174,7 @@ const RECORDER_NAME = "iamConformanceRecorder";
  */
 export function recordAwsCalls(options: RecorderOptions): AwsCallRecorder {
   const base: unknown = Object.getPrototypeOf(DynamoDBClient);
-  for (const client of [SQSClient, LambdaClient, SecretsManagerClient]) {
+  for (const client of [SQSClient, LambdaClient]) {
     if (Object.getPrototypeOf(client) !== base) {
       throw new Error(`${client.name} does not share DynamoDBClient's base class`);
     }

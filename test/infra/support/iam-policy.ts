@@ -78,13 +78,17 @@ export interface Grant {
   readonly policy: string;
   readonly actions: readonly string[];
   readonly resources: readonly string[];
+  /** The statement's Condition block, if any: such a grant is never taken to allow a call here. */
+  readonly condition?: Json;
 }
 
 /**
  * Every Allow statement attached to a role: its AWS::IAM::Policy resources
  * and inline policies. What this evaluator cannot read faithfully (Deny,
- * NotAction, NotResource, conditions, managed policies) throws, so a change
- * that needs a richer evaluator cannot pass unnoticed.
+ * NotAction, NotResource, managed policies) throws, so a change that needs a
+ * richer evaluator cannot pass unnoticed. A statement with a Condition is
+ * kept with it, and `allows` never counts it: a condition only narrows a
+ * grant, so a call that needs it is reported, never let through wrongly.
  */
 export function grantsOfRole(synth: Synthesized, roleId: string, bindings: Bindings): Grant[] {
   const role = synth.resources[roleId];
@@ -103,7 +107,7 @@ export function grantsOfRole(synth: Synthesized, roleId: string, bindings: Bindi
   return documents.flatMap(([policy, document]) =>
     asArray(isObject(document) ? document.Statement : undefined).map((statement) => {
       if (!isObject(statement)) throw new Error(`${policy}: a statement is not an object`);
-      const unsupported = ["NotAction", "NotResource", "Condition", "NotPrincipal"].filter(
+      const unsupported = ["NotAction", "NotResource", "NotPrincipal"].filter(
         (key) => key in statement,
       );
       if (statement.Effect !== "Allow" || unsupported.length > 0) {
@@ -115,6 +119,7 @@ export function grantsOfRole(synth: Synthesized, roleId: string, bindings: Bindi
         policy,
         actions: asArray(statement.Action).map((a) => resolveValue(a, bindings)),
         resources: asArray(statement.Resource).map((r) => resolveValue(r, bindings)),
+        ...(statement.Condition !== undefined ? { condition: statement.Condition } : {}),
       };
     }),
   );
@@ -145,6 +150,7 @@ function wildcardPattern(pattern: string, flags: string): RegExp {
 /** Action names are case-insensitive in IAM; resource ARNs are not. */
 export function allows(grant: Grant, action: string, resource: string): boolean {
   return (
+    grant.condition === undefined &&
     grant.actions.some((a) => wildcardPattern(a, "i").test(action)) &&
     grant.resources.some((r) => wildcardPattern(r, "").test(resource))
   );

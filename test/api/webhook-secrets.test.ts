@@ -1,0 +1,212 @@
+import { createServer, type IncomingHttpHeaders } from "node:http";
+import type { AddressInfo } from "node:net";
+import { ScanCommand } from "@aws-sdk/lib-dynamodb";
+import { Webhook } from "standardwebhooks";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { WebhookSecretSchema } from "../../shared/api/schemas.js";
+import { builtInHandlers } from "../../shared/execution/handlers.js";
+import {
+  cachedSigningSecrets,
+  PREVIOUS_SECRET_VALID_MS,
+  rotateWebhookSecret,
+  tenantWebhookSecrets,
+} from "../../shared/webhooks/secrets.js";
+import {
+  type ApiHarness,
+  expectError,
+  KEY_A,
+  KEY_B,
+  laterJob,
+  startApi,
+  TENANT_A,
+} from "./support.js";
+
+let api: ApiHarness;
+beforeAll(async () => {
+  api = await startApi();
+});
+afterAll(() => api.close());
+
+const secretOf = async (key: string) => {
+  const reply = await api.call("GET", "/webhook-secret", { key });
+  expect(reply.status, reply.text).toBe(200);
+  expect(reply.headers.get("cache-control")).toBe("no-store");
+  return WebhookSecretSchema.parse(reply.body).secret;
+};
+
+describe("GET /webhook-secret", () => {
+  it("makes the caller's secret on first use and returns the same one after", async () => {
+    const first = await secretOf(KEY_A);
+    expect(first).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
+    expect(Buffer.from(first.slice(6), "base64")).toHaveLength(32);
+    expect(await secretOf(KEY_A)).toBe(first);
+  });
+
+  it("gives each tenant its own", async () => {
+    expect(await secretOf(KEY_B)).not.toBe(await secretOf(KEY_A));
+  });
+
+  it("needs credentials", async () => {
+    expectError(await api.call("GET", "/webhook-secret", { key: null }), 401);
+    expectError(await api.call("POST", "/webhook-secret/rotate", { key: null }), 401);
+  });
+
+  it("is race-safe: first uses at once all get the one secret that was stored", async () => {
+    const tenant = `race-${Date.now()}`;
+    const seen = await Promise.all(
+      Array.from({ length: 8 }, () => tenantWebhookSecrets(api.fixture.engine, tenant)),
+    );
+    expect(new Set(seen.map((s) => s.current)).size).toBe(1);
+    const stored = await tenantWebhookSecrets(api.fixture.engine, tenant);
+    expect(stored.current).toBe(seen[0]?.current);
+  });
+
+  it("is never part of a job read, and no job item holds it", async () => {
+    const secret = await secretOf(KEY_A);
+    const created = await api.call("POST", "/jobs", { key: KEY_A, body: laterJob() });
+    const id = (created.body as { id: string }).id;
+    const read = await api.call("GET", `/jobs/${id}`, { key: KEY_A });
+    const list = await api.call("GET", "/jobs", { key: KEY_A });
+    expect(read.text).not.toContain(secret.slice(6));
+    expect(list.text).not.toContain(secret.slice(6));
+    const { Items = [] } = await api.fixture.engine.doc.send(
+      new ScanCommand({ TableName: api.fixture.engine.tables.jobs }),
+    );
+    expect(JSON.stringify(Items)).not.toContain(secret.slice(6));
+  });
+});
+
+describe("target headers", () => {
+  it("cannot name a webhook-* header: the scheduler sets those", async () => {
+    const reply = await api.call("POST", "/jobs", {
+      key: KEY_A,
+      body: {
+        type: "http",
+        schedule: { runAt: new Date(Date.now() + 86_400_000).toISOString() },
+        target: { url: "https://receiver.example/hook", headers: { "Webhook-Signature": "v1,x" } },
+      },
+    });
+    expectError(reply, 400, { field: "target.headers.Webhook-Signature" });
+  });
+});
+
+describe("POST /webhook-secret/rotate", () => {
+  it("returns a new secret, which GET returns from then on; the other tenant's is untouched", async () => {
+    const before = await secretOf(KEY_A);
+    const other = await secretOf(KEY_B);
+    const reply = await api.call("POST", "/webhook-secret/rotate", { key: KEY_A });
+    expect(reply.status, reply.text).toBe(200);
+    expect(reply.headers.get("cache-control")).toBe("no-store");
+    const after = WebhookSecretSchema.parse(reply.body).secret;
+    expect(after).not.toBe(before);
+    expect(await secretOf(KEY_A)).toBe(after);
+    expect(await secretOf(KEY_B)).toBe(other);
+    const stored = await tenantWebhookSecrets(api.fixture.engine, TENANT_A);
+    expect(stored.previous?.secret).toBe(before);
+    expect(Date.parse(stored.previous?.validUntil ?? "") - Date.parse(stored.rotatedAt ?? "")).toBe(
+      PREVIOUS_SECRET_VALID_MS,
+    );
+  });
+
+  it("rotations at once all succeed, one after another, and the last one's secret is current", async () => {
+    const tenant = `rotate-race-${Date.now()}`;
+    const engine = api.fixture.engine;
+    await tenantWebhookSecrets(engine, tenant);
+    const outcomes = await Promise.allSettled([
+      rotateWebhookSecret(engine, tenant),
+      rotateWebhookSecret(engine, tenant),
+    ]);
+    const rotated = outcomes.flatMap((o) => (o.status === "fulfilled" ? [o.value] : []));
+    expect(rotated.length).toBeGreaterThanOrEqual(1);
+    const stored = await tenantWebhookSecrets(engine, tenant);
+    const newest = rotated.sort((a, b) => b.version - a.version)[0];
+    expect(stored.current).toBe(newest?.current);
+    expect(stored.version).toBe(1 + rotated.length);
+  });
+});
+
+describe("deliveries across a rotation", () => {
+  it("are signed with the new and the replaced secret for a day, then with the new one only", async () => {
+    const deliveries: { headers: IncomingHttpHeaders; body: string }[] = [];
+    const server = createServer((req, res) => {
+      let body = "";
+      req.on("data", (chunk) => (body += chunk));
+      req.on("end", () => {
+        deliveries.push({ headers: req.headers, body });
+        res.writeHead(200).end();
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`;
+    const tenant = `rotation-${Date.now()}`;
+    let now = new Date();
+    const engine = { ...api.fixture.engine, clock: () => now };
+    // No caching here: each delivery reads the secrets, so the clock alone decides.
+    const handler = builtInHandlers(
+      { signingSecrets: cachedSigningSecrets(engine, { ttlMs: 0 }), allowPrivateTargets: true },
+      () => new Date(),
+    ).get("http");
+    if (!handler) throw new Error("no http handler");
+    const deliver = (n: number) =>
+      handler({
+        jobId: "job",
+        tenantId: tenant,
+        runId: `run-${n}`,
+        type: "http",
+        scheduledFor: `2026-01-01T00:00:0${n}.000Z`,
+        attempt: 1,
+        idempotencyKey: `job@2026-01-01T00:00:0${n}.000Z`,
+        payload: { n },
+        // Stored before webhook-* names were refused: dropped, never merged into the signature.
+        target: { url, headers: { "Webhook-Signature": "v1,forged", "X-Extra": "kept" } },
+        signal: new AbortController().signal,
+      });
+    const verifies = (secret: string, index: number) => {
+      const delivery = deliveries[index];
+      if (!delivery) throw new Error(`no delivery ${index}`);
+      const headers = {
+        "webhook-id": String(delivery.headers["webhook-id"]),
+        "webhook-timestamp": String(delivery.headers["webhook-timestamp"]),
+        "webhook-signature": String(delivery.headers["webhook-signature"]),
+      };
+      try {
+        new Webhook(secret).verify(delivery.body, headers);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    try {
+      await deliver(0);
+      const old = (await tenantWebhookSecrets(engine, tenant)).current;
+      const rotated = (await rotateWebhookSecret(engine, tenant)).current;
+      await deliver(1);
+      now = new Date(now.getTime() + PREVIOUS_SECRET_VALID_MS + 1000);
+      await deliver(2);
+      expect([verifies(old, 0), verifies(rotated, 0)]).toEqual([true, false]);
+      expect([verifies(old, 1), verifies(rotated, 1)]).toEqual([true, true]);
+      expect(String(deliveries[1]?.headers["webhook-signature"]).split(" ")).toHaveLength(2);
+      expect([verifies(old, 2), verifies(rotated, 2)]).toEqual([false, true]);
+      expect(deliveries.map((d) => d.headers["x-extra"])).toEqual(["kept", "kept", "kept"]);
+      expect(deliveries.map((d) => d.headers["webhook-id"])).toEqual(
+        deliveries.map((d) => d.headers["idempotency-key"]),
+      );
+    } finally {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+
+  it("a worker's cache shows a rotation once its time is up", async () => {
+    const tenant = `cache-${Date.now()}`;
+    let now = new Date();
+    const engine = { ...api.fixture.engine, clock: () => now };
+    const source = cachedSigningSecrets(engine, { ttlMs: 30_000 });
+    const [first] = await source(tenant);
+    const rotated = (await rotateWebhookSecret(engine, tenant)).current;
+    now = new Date(now.getTime() + 29_000);
+    expect(await source(tenant)).toEqual([first]);
+    now = new Date(now.getTime() + 1_000);
+    expect(await source(tenant)).toEqual([rotated, first]);
+  });
+});
