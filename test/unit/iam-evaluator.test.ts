@@ -70,6 +70,16 @@ describe("allows", () => {
     );
   });
 
+  it("never counts a grant with a condition: the call is reported, not let through", () => {
+    const key = "arn:aws:kms:eu-west-1:111122223333:key/k";
+    const conditional: Grant = {
+      ...grant(["kms:Decrypt"], [key]),
+      condition: { StringEquals: { "kms:ViaService": "dynamodb.eu-west-1.amazonaws.com" } },
+    };
+    expect(allows(conditional, "kms:Decrypt", key)).toBe(false);
+    expect(allows(grant(["kms:Decrypt"], [key]), "kms:Decrypt", key)).toBe(true);
+  });
+
   it("compares resources case-sensitively and treats regex characters literally", () => {
     expect(
       allows(grant(["s3:GetObject"], ["arn:aws:s3:::b/a.b"]), "s3:GetObject", "arn:aws:s3:::b/aXb"),
@@ -85,7 +95,6 @@ describe("authorizationsOf", () => {
     table: (name) => `table:${name}`,
     queue: (url) => `queue:${url}`,
     lambdaFunction: (name) => `fn:${name}`,
-    secret: (id) => `secret:${id}`,
   };
 
   it("authorizes a transaction item by item, as the single-item actions", () => {
