@@ -17,6 +17,8 @@ export const METRICS = {
   dueEntryFailures: "DueEntryFailures",
   /** A write sent again because a transaction conflict or throttling cancelled it, by `operation`. */
   writeContention: "WriteContention",
+  /** A writer's fast-path claim that failed after its write committed, by `operation`. */
+  fastPathFailures: "FastPathFailures",
 } as const;
 
 export type MetricName = (typeof METRICS)[keyof typeof METRICS];

@@ -1,5 +1,6 @@
 import type { Engine } from "../engine.js";
 import type { DueEntry, Run } from "../model.js";
+import { METRICS } from "../observability.js";
 import { claimChain, emptySweepStats, RunSender } from "./dispatcher.js";
 
 /**
@@ -27,14 +28,18 @@ export async function dispatchNow(engine: Engine, entry: DueEntry, now: Date): P
   const stats = emptySweepStats();
   const claimed: Run[] = [];
   const sender = new RunSender(engine, stats, (runs) => claimed.push(...runs));
-  await claimChain(
-    engine,
-    entry,
-    { now, horizonEnd: fastPathHorizonEnd(now, engine.settings.lookaheadMs) },
-    stats,
-    sender,
-  );
-  await sender.flush();
+  try {
+    await claimChain(
+      engine,
+      entry,
+      { now, horizonEnd: fastPathHorizonEnd(now, engine.settings.lookaheadMs) },
+      stats,
+      sender,
+    );
+  } finally {
+    // Runs claimed before a later link of the chain failed are stored QUEUED: send them now.
+    await sender.flush();
+  }
   return claimed;
 }
 
@@ -51,4 +56,28 @@ export async function dispatchIfDueSoon(engine: Engine, entry: DueEntry | null):
   const now = engine.clock();
   if (!needsFastPath(new Date(entry.dueAt), now, engine.settings.lookaheadMs)) return [];
   return dispatchNow(engine, entry, now);
+}
+
+/**
+ * The fast path of a write that has already committed (create, edit, resume). Every dispatcher
+ * pass sweeps again from two minutes back to its horizon, so an entry this fails to claim is
+ * claimed by the next pass: the failure is logged and counted, not made the request's failure
+ * (the caller would see an error for a write that stands).
+ */
+export async function dispatchAfterCommit(
+  engine: Engine,
+  entry: DueEntry | null,
+  operation: string,
+): Promise<Run[]> {
+  try {
+    return await dispatchIfDueSoon(engine, entry);
+  } catch (error) {
+    engine.obs.metrics.add(METRICS.fastPathFailures, 1, "Count", { operation });
+    engine.obs.log.warn("fast-path claim failed; the next dispatcher pass claims the entry", {
+      operation,
+      jobId: entry?.jobId,
+      error: String(error),
+    });
+    return [];
+  }
 }

@@ -3,12 +3,7 @@ import type { TransactWriteCommandInput } from "@aws-sdk/lib-dynamodb";
 import { GetCommand, PutCommand, QueryCommand, TransactWriteCommand } from "@aws-sdk/lib-dynamodb";
 import { claimBeforeCreate, dueEntryKey } from "../dispatch/claim.js";
 import { forEachConcurrently } from "../dispatch/dispatcher.js";
-import {
-  dispatchIfDueSoon,
-  dispatchNow,
-  fastPathHorizonEnd,
-  sendClaimed,
-} from "../dispatch/fast-path.js";
+import { dispatchAfterCommit, fastPathHorizonEnd, sendClaimed } from "../dispatch/fast-path.js";
 import type { Engine } from "../engine.js";
 import {
   ConcurrentUpdateError,
@@ -183,8 +178,10 @@ export async function createJob(
     // Alone (a one-off claimed above) the job is one plain write; a transaction would bill it twice.
     if (companions.length === 0) await engine.doc.send(new PutCommand(putJob));
     else
-      await engine.doc.send(
-        new TransactWriteCommand({ TransactItems: [{ Put: putJob }, ...companions] }),
+      await retryOnContention(engine, "create", () =>
+        engine.doc.send(
+          new TransactWriteCommand({ TransactItems: [{ Put: putJob }, ...companions] }),
+        ),
       );
   } catch (error) {
     const codes = transactionCancellationCodes(error);
@@ -198,7 +195,7 @@ export async function createJob(
   await sendClaimed(engine, claim.runs);
   // A per-second schedule has more runs inside the window than one claim holds.
   const further = claim.next && new Date(claim.next.dueAt) < horizonEnd ? claim.next : null;
-  const claimedMore = further ? await dispatchNow(engine, further, now) : [];
+  const claimedMore = await dispatchAfterCommit(engine, further, "create");
   return {
     job: claimedMore.length > 0 ? ((await getJob(engine, jobId)) ?? job) : job,
     created: true,
@@ -383,7 +380,7 @@ export async function resumeJob(engine: Engine, tenantId: string, jobId: string)
       });
     });
     // The claim applies the misfire policy to whatever fell due while the job was paused.
-    await dispatchIfDueSoon(engine, resumed.entry);
+    await dispatchAfterCommit(engine, resumed.entry, "resume");
   }
   return getTenantJob(engine, tenantId, jobId);
 }
@@ -554,7 +551,7 @@ export async function editJob(
     }
     return { items, result: () => entry };
   });
-  await dispatchIfDueSoon(engine, moved);
+  await dispatchAfterCommit(engine, moved, "edit");
   return getTenantJob(engine, tenantId, jobId);
 }
 
@@ -588,6 +585,7 @@ export async function triggerJob(engine: Engine, tenantId: string, jobId: string
     try {
       return await runNow(
         engine,
+        "trigger",
         {
           jobId,
           tenantId,
@@ -612,24 +610,27 @@ export async function triggerJob(engine: Engine, tenantId: string, jobId: string
  */
 async function runNow(
   engine: Engine,
+  operation: "trigger" | "replay",
   spec: Omit<Parameters<typeof queuedRun>[0], "dueAt">,
   alongside: (run: Run) => TransactItem[],
 ): Promise<Run> {
   const now = engine.clock();
   const { run, item } = queuedRun({ ...spec, dueAt: now }, now, engine.settings);
-  await engine.doc.send(
-    new TransactWriteCommand({
-      TransactItems: [
-        {
-          Put: {
-            TableName: engine.tables.runs,
-            Item: item,
-            ConditionExpression: "attribute_not_exists(pk)",
+  await retryOnContention(engine, operation, () =>
+    engine.doc.send(
+      new TransactWriteCommand({
+        TransactItems: [
+          {
+            Put: {
+              TableName: engine.tables.runs,
+              Item: item,
+              ConditionExpression: "attribute_not_exists(pk)",
+            },
           },
-        },
-        ...alongside(run),
-      ],
-    }),
+          ...alongside(run),
+        ],
+      }),
+    ),
   );
   await sendRuns(engine.sqs, engine.queues, [{ message: runMessageOf(run), dueAt: now }], now);
   return run;
@@ -656,6 +657,7 @@ export async function replayDeadLetter(
   try {
     return await runNow(
       engine,
+      "replay",
       {
         jobId: dead.jobId,
         tenantId,
