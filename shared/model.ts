@@ -129,6 +129,11 @@ export interface Run {
   readonly reason: string | null;
   /** Set on a DEAD run once it has been replayed: the run that replaced it. */
   readonly replayedBy: string | null;
+  /**
+   * Set when the reaper first re-sends the run: the instant a late start counts from. The re-send
+   * itself for a message lost while the scheduler ran; the occurrence after a restart (it was down).
+   */
+  readonly misfireFrom: string | null;
 }
 
 /** The body of a work-queue message: enough to find the run and to check the job version without a read. */

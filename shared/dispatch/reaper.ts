@@ -63,7 +63,17 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
         ? Date.parse(run.leaseUntil ?? "") + engine.settings.leaseMs
         : // A run re-sent ahead of time (after a restart) keeps its deadline relative to when it is due.
           Math.max(now.getTime(), Date.parse(run.dueAt)) + engine.settings.leaseMs;
-      if ((await pushDeadline(engine, run, new Date(deadline))) && resend) toSend.push(run);
+      // The first re-send fixes when a late start counts from (the worker's misfire check): a
+      // message lost while the scheduler ran, from now; after a restart, when the scheduler itself
+      // was down, from the occurrence, so that what fell due meanwhile follows its misfire policy.
+      const misfireFrom =
+        resend && run.misfireFrom === null
+          ? messagesLost
+            ? new Date(run.scheduledFor)
+            : now
+          : null;
+      if ((await pushDeadline(engine, run, new Date(deadline), misfireFrom)) && resend)
+        toSend.push(run);
     });
     if (toSend.length > 0) {
       await sendRuns(
@@ -118,11 +128,12 @@ async function getRunByKey(
   return { ...decodeRun(item), inflightSk: item.inflightSk };
 }
 
-/** Moves the run's deadline on, only if nobody touched it since it was read. */
+/** Moves the run's deadline on (and notes a first re-send), only if nobody touched it since it was read. */
 async function pushDeadline(
   engine: Engine,
   run: Run & { inflightSk: string },
   deadline: Date,
+  misfireFrom: Date | null,
 ): Promise<boolean> {
   try {
     await engine.doc.send(
@@ -130,13 +141,14 @@ async function pushDeadline(
         TableName: engine.tables.runs,
         Key: runKey(run.jobId, run.scheduledFor, run.attempt),
         ConditionExpression: "inflightSk = :seen AND #status = :status AND fence = :fence",
-        UpdateExpression: "SET inflightSk = :deadline",
+        UpdateExpression: `SET inflightSk = :deadline${misfireFrom ? ", misfireFrom = :misfireFrom" : ""}`,
         ExpressionAttributeNames: { "#status": "status" },
         ExpressionAttributeValues: {
           ":seen": run.inflightSk,
           ":status": run.status,
           ":fence": run.fence,
           ":deadline": deadline.toISOString(),
+          ...(misfireFrom ? { ":misfireFrom": misfireFrom.toISOString() } : {}),
         },
       }),
     );

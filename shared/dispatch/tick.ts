@@ -42,7 +42,8 @@ export async function runTickLoop(
   while (!options.signal.aborted) {
     const started = Date.now();
     try {
-      options.onTick?.(await tickOnce(engine, options.owner));
+      const result = await tickOnce(engine, options.owner);
+      options.onTick?.(result);
     } catch (error) {
       engine.obs.log.error("tick failed", { error: String(error) });
     }

@@ -6,6 +6,13 @@ export interface LateStartInput {
   readonly policy: MisfirePolicy;
   readonly scheduledFor: Date;
   readonly attempt: number;
+  /**
+   * A worker started this run before: it was interrupted (its worker died or
+   * shut down) or held back by its overlap policy. It was on time then.
+   */
+  readonly startedBefore: boolean;
+  /** Set by the reaper's first re-send: lateness counts from here rather than the occurrence. */
+  readonly misfireFrom: Date | null;
   readonly now: Date;
   readonly graceMs: number;
 }
@@ -21,11 +28,19 @@ export interface LateStartInput {
  *   skipped when the schedule's next occurrence is also past the grace;
  * - fire_all: always runs.
  * Retries, replays and triggered runs (not occurrences of the schedule) always run.
+ *
+ * Recovery is not a misfire. A run started before (interrupted, or waiting on
+ * its overlap policy) runs again whatever the time. A run whose message was
+ * lost is late only if it starts more than the grace after the reaper re-sent
+ * it: the reaper looks a lease after the run was due, and the lease is as long
+ * as the grace, so counting from the occurrence would skip every such run.
  */
 export function lateStartSkipReason(input: LateStartInput): string | null {
   const { schedule, policy, scheduledFor, attempt, now, graceMs } = input;
   const cutoff = now.getTime() - graceMs;
-  if (attempt !== 1 || policy === "fire_all" || scheduledFor.getTime() >= cutoff) return null;
+  const expectedAt = Math.max(scheduledFor.getTime(), input.misfireFrom?.getTime() ?? 0);
+  if (input.startedBefore || attempt !== 1 || policy === "fire_all" || expectedAt >= cutoff)
+    return null;
   const isOccurrence = occurrences(schedule, scheduledFor, scheduledFor, 1).length === 1;
   if (!isOccurrence) return null;
   const lateBy = `${Math.round((now.getTime() - scheduledFor.getTime()) / 1000)} s`;

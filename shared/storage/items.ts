@@ -95,6 +95,7 @@ export function decodeRun(item: Item): Run {
     ...run,
     replayedBy: run.replayedBy ?? null,
     executedVersion: run.executedVersion ?? null,
+    misfireFrom: run.misfireFrom ?? null,
   };
 }
 

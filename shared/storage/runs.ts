@@ -49,6 +49,7 @@ function baseRun(spec: NewRun): Omit<Run, "status"> {
     error: null,
     reason: null,
     replayedBy: null,
+    misfireFrom: null,
   };
 }
 

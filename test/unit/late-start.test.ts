@@ -6,6 +6,8 @@ const at = (iso: string) => new Date(iso);
 const base = {
   schedule: perMinute,
   attempt: 1,
+  startedBefore: false,
+  misfireFrom: null,
   graceMs: 60_000,
   now: at("2026-03-01T12:10:30.000Z"),
 };
@@ -61,5 +63,36 @@ describe("lateStartSkipReason", () => {
     const oneOff = { ...base, schedule: { runAt }, scheduledFor: at(runAt) };
     expect(lateStartSkipReason({ ...oneOff, policy: "skip" })).toMatch(/^misfire: /);
     expect(lateStartSkipReason({ ...oneOff, policy: "fire_once" })).toBeNull();
+  });
+
+  it("an interrupted run, or one that waited on its overlap policy, is not a misfire: it runs", () => {
+    // Claimed and started on time, then its worker died; the redelivery comes a lease (= grace) later.
+    for (const policy of ["skip", "fire_once"] as const) {
+      expect(
+        lateStartSkipReason({
+          ...base,
+          policy,
+          startedBefore: true,
+          scheduledFor: at("2026-03-01T12:08:00.000Z"),
+        }),
+      ).toBeNull();
+    }
+  });
+
+  it("a run whose message was lost is late only if it starts past the grace after the reaper's re-send", () => {
+    const scheduledFor = at("2026-03-01T12:09:00.000Z");
+    // Re-sent a lease and a tick after it was due, started at once: on time for a recovery.
+    const misfireFrom = at("2026-03-01T12:10:25.000Z");
+    for (const policy of ["skip", "fire_once"] as const) {
+      expect(lateStartSkipReason({ ...base, policy, scheduledFor, misfireFrom })).toBeNull();
+    }
+    // Re-sent, but the workers were down for longer than the grace after it: an outage, the policy applies.
+    const outage = {
+      ...base,
+      scheduledFor: at("2026-03-01T12:07:00.000Z"),
+      misfireFrom: at("2026-03-01T12:08:05.000Z"),
+    };
+    expect(lateStartSkipReason({ ...outage, policy: "skip" })).toMatch(/policy skip/);
+    expect(lateStartSkipReason({ ...outage, policy: "fire_once" })).toMatch(/policy fire_once/);
   });
 });
