@@ -1,10 +1,11 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
+import { parseRunId } from "../keys.js";
 import type { Job } from "../model.js";
 import { decideOverlap, type OverlapDecision } from "../policies.js";
 import { isConditionalCheckFailed, retryOnContention } from "../storage/dynamo-errors.js";
 import { jobKey } from "../storage/items.js";
-import { getJob } from "./run-store.js";
+import { getJob, getRun } from "./run-store.js";
 
 /**
  * Overlap is decided when a run starts, against the job's runs whose leases
@@ -37,12 +38,22 @@ export async function admitRun(
   for (let attempt = 0; attempt < MAX_ADMISSION_ATTEMPTS; attempt++) {
     const now = engine.clock();
     const { live, lapsed } = liveRunIds(job, now);
+    // A buffered run that ended without being admitted no longer holds the slot, whichever path
+    // ended it: this run takes the slot over.
+    const buffered =
+      job.bufferedRunId !== null &&
+      job.bufferedRunId !== runId &&
+      live.some((id) => id !== runId) &&
+      job.policies.overlap === "buffer_one" &&
+      (await stillWaiting(engine, job.bufferedRunId))
+        ? job.bufferedRunId
+        : null;
     const decision = decideOverlap({
       policy: job.policies.overlap,
       maxConcurrent: job.policies.maxConcurrent,
       runId,
       liveRunIds: live,
-      bufferedRunId: job.bufferedRunId,
+      bufferedRunId: buffered,
     });
     if (decision.action === "skip") return { decision, job };
     const names: Record<string, string> = { "#runId": runId };
@@ -91,6 +102,12 @@ export async function admitRun(
   return { decision: { action: "buffer" }, job };
 }
 
+async function stillWaiting(engine: Engine, runId: string): Promise<boolean> {
+  const ref = parseRunId(runId);
+  const run = ref ? await getRun(engine, ref) : null;
+  return run !== null && (run.status === "QUEUED" || run.status === "RUNNING");
+}
+
 function withoutRunId(names: Record<string, string>): Record<string, string> | undefined {
   const { "#runId": _, ...rest } = names;
   return Object.keys(rest).length ? rest : undefined;
@@ -112,6 +129,28 @@ export async function extendAdmission(
         UpdateExpression: "SET activeRuns.#runId = :leaseUntil",
         ExpressionAttributeNames: { "#runId": runId },
         ExpressionAttributeValues: { ":leaseUntil": leaseUntil.toISOString() },
+      }),
+    );
+  } catch (error) {
+    if (!isConditionalCheckFailed(error)) throw error;
+  }
+}
+
+/**
+ * Frees the buffer_one slot a run held when that run ends without being
+ * admitted (skipped, cancelled, dead). Conditioned on the run still holding
+ * it, so a newer buffered run keeps its slot. Admission also takes over a slot
+ * whose run has ended, for an ending that could not get here (a crash).
+ */
+export async function releaseBufferSlot(engine: Engine, jobId: string, runId: string) {
+  try {
+    await engine.doc.send(
+      new UpdateCommand({
+        TableName: engine.tables.jobs,
+        Key: jobKey(jobId),
+        ConditionExpression: "bufferedRunId = :runId",
+        UpdateExpression: "SET activeRevision = activeRevision + :one REMOVE bufferedRunId",
+        ExpressionAttributeValues: { ":runId": runId, ":one": 1 },
       }),
     );
   } catch (error) {

@@ -1,6 +1,7 @@
 import type { Engine } from "../engine.js";
 import type { RunMessage } from "../model.js";
 import { METRICS } from "../observability.js";
+import { releaseBufferSlot } from "./admission.js";
 import { endUnownedRun } from "./run-store.js";
 
 /**
@@ -22,6 +23,8 @@ export async function handleCrashedRun(
     engine.clock(),
   );
   if (run) {
+    // A buffer_one job's waiting run may be the one that died; the next overlap may wait again.
+    await releaseBufferSlot(engine, run.jobId, run.runId);
     engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status: "DEAD" });
     engine.obs.log.error("run dead-lettered by the redrive DLQ", { runId: run.runId });
   }

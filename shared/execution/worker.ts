@@ -11,7 +11,7 @@ import { decideAfterFailure } from "../retry.js";
 import { occurrences, type ScheduleSpec } from "../schedule/index.js";
 import { runMessageOf } from "../storage/items.js";
 import { queuedRun } from "../storage/runs.js";
-import { admitRun, extendAdmission } from "./admission.js";
+import { admitRun, extendAdmission, releaseBufferSlot } from "./admission.js";
 import { type HandlerRegistry, isRetryable, type JobContext } from "./handlers.js";
 import { lateStartSkipReason } from "./late-start.js";
 import {
@@ -122,6 +122,7 @@ async function runStarted(deps: WorkerDeps, received: ReceivedRun, run: Run): Pr
       { ...decision.ending, ran: false, tracked: false },
       engine.clock(),
     );
+    if (job?.bufferedRunId === run.runId) await releaseBufferSlot(engine, run.jobId, run.runId);
     return "ack";
   }
   if (decision.action === "park") {
@@ -156,6 +157,8 @@ async function runAdmitted(
         { status: "SKIPPED", reason: decision.reason, ran: false, tracked: false },
         engine.clock(),
       );
+      if (admission.job.bufferedRunId === run.runId)
+        await releaseBufferSlot(engine, job.jobId, run.runId);
       return "ack";
     }
     if (decision.action === "buffer") {

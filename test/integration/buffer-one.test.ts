@@ -1,0 +1,162 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
+import type { JobContext } from "../../shared/execution/handlers.js";
+import { getJob } from "../../shared/execution/run-store.js";
+import { createJob, pauseJob, resumeJob } from "../../shared/jobs/lifecycle.js";
+import type { Run } from "../../shared/model.js";
+import { sendRuns } from "../../shared/queue/work-queue.js";
+import { runMessageOf } from "../../shared/storage/items.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { createTestClients } from "../support/namespace.js";
+import { waitFor } from "../support/wait.js";
+
+/** The engine's clock runs this far ahead of the machine's, to reach later occurrences at once. */
+let offsetMs = 0;
+const clock = () => new Date(Date.now() + offsetMs);
+
+let f: EngineFixture;
+beforeAll(async () => {
+  f = await createEngineFixture({ clock });
+});
+afterAll(() => f.destroy());
+
+async function runsOf(jobId: string): Promise<Run[]> {
+  return (await f.runs())
+    .filter((r) => r.jobId === jobId)
+    .sort((a, b) => a.scheduledFor.localeCompare(b.scheduledFor));
+}
+
+/**
+ * A per-minute buffer_one job whose first run blocks until released, started by a worker that
+ * heartbeats every 200 ms (so its lease stays live on the engine's clock as that jumps).
+ */
+async function jobWithARunningRun() {
+  offsetMs = 0;
+  let release: () => void = () => undefined;
+  const blocking = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  const startAt = new Date(Math.ceil((Date.now() + 1000) / 1000) * 1000).toISOString();
+  const handlers = {
+    block: (ctx: JobContext) => (ctx.scheduledFor === startAt ? blocking : Promise.resolve()),
+  };
+  const { job } = await createJob(
+    f.engine,
+    testJob({
+      type: "block",
+      schedule: { every: "PT1M", startAt },
+      policies: { ...testJob().policies, misfire: "fire_all", overlap: "buffer_one" },
+    }),
+  );
+  const first = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+  const running = f.process(f.workerDeps("ahead", handlers, 200), first);
+  await waitFor("the first run to be admitted", async () => {
+    const current = await getJob(f.engine, job.jobId);
+    return Object.keys(current?.activeRuns ?? {}).length === 1;
+  });
+  return { job, handlers, release, running };
+}
+
+/** Moves the engine's clock to occurrence `n` (0 is the first) and delivers that run. */
+async function deliverOccurrence(jobId: string, n: number) {
+  offsetMs = n * 60_000 + 1000;
+  await waitFor("a heartbeat on the new clock", async () => {
+    const current = await getJob(f.engine, jobId);
+    return Object.values(current?.activeRuns ?? {}).every((l) => l > clock().toISOString());
+  });
+  const run = (await runsOf(jobId))[n];
+  if (!run) throw new Error(`occurrence ${n} was not queued`);
+  await sendRuns(
+    f.engine.sqs,
+    f.engine.queues,
+    [{ message: runMessageOf(run), dueAt: new Date(run.dueAt) }],
+    clock(),
+  );
+  for (;;) {
+    const received = await f.nextDelivery(f.engine.queues.normal, jobId);
+    if (received.message.scheduledFor === run.scheduledFor) return { run, received };
+  }
+}
+
+async function statusOf(jobId: string, runId: string) {
+  const run = (await runsOf(jobId)).find((r) => r.runId === runId);
+  return { status: run?.status, reason: run?.reason };
+}
+
+describe("buffer_one after a buffered run ends without being admitted", () => {
+  it("a buffered run that dies (redrive DLQ) or is skipped (job paused) frees the slot for the next overlap", async () => {
+    const { job, handlers, release, running } = await jobWithARunningRun();
+    const worker = f.workerDeps("next", handlers);
+
+    // Occurrence 1 overlaps the running one and waits in the buffer; its message then reaches the DLQ.
+    const one = await deliverOccurrence(job.jobId, 1);
+    expect(await f.process(worker, one.received)).toBe("ack");
+    expect((await getJob(f.engine, job.jobId))?.bufferedRunId).toBe(one.run.runId);
+    await handleCrashedRun(f.engine, runMessageOf(one.run), 5);
+    expect(await statusOf(job.jobId, one.run.runId)).toMatchObject({ status: "DEAD" });
+    expect((await getJob(f.engine, job.jobId))?.bufferedRunId).toBeNull();
+
+    // Occurrence 2 overlaps too: it waits in the buffer rather than being skipped.
+    const two = await deliverOccurrence(job.jobId, 2);
+    expect(await f.process(worker, two.received)).toBe("ack");
+    expect(await statusOf(job.jobId, two.run.runId)).toMatchObject({
+      status: "QUEUED",
+      reason: "waiting: overlap policy buffer_one",
+    });
+    expect((await getJob(f.engine, job.jobId))?.bufferedRunId).toBe(two.run.runId);
+
+    // The job is paused: the buffered run's next delivery skips it, and frees the slot.
+    await pauseJob(f.engine, job.tenantId, job.jobId);
+    const again = await deliverOccurrence(job.jobId, 2);
+    expect(await f.process(worker, again.received)).toBe("ack");
+    expect(await statusOf(job.jobId, two.run.runId)).toMatchObject({
+      status: "SKIPPED",
+      reason: "job paused",
+    });
+    expect((await getJob(f.engine, job.jobId))?.bufferedRunId).toBeNull();
+    await resumeJob(f.engine, job.tenantId, job.jobId);
+
+    release();
+    expect(await running).toBe("ack");
+  }, 60_000);
+
+  it("a slot whose run ended without freeing it (the worker died in between) is taken over by the next overlap", async () => {
+    const { job, handlers, release, running } = await jobWithARunningRun();
+    const one = await deliverOccurrence(job.jobId, 1);
+    expect(await f.process(f.workerDeps("next", handlers), one.received)).toBe("ack");
+    // Fault injection on a real client: the write that frees the slot fails, as if the process died.
+    const dying = createTestClients();
+    dying.doc.middlewareStack.add(
+      (next) => async (args) => {
+        const input: object = args.input;
+        const update = "UpdateExpression" in input ? String(input.UpdateExpression) : "";
+        if (update.includes("REMOVE bufferedRunId")) throw new Error("process died");
+        return next(args);
+      },
+      { step: "initialize", name: "dieBeforeTheSlotIsFreed" },
+    );
+    try {
+      await expect(
+        handleCrashedRun({ ...f.engine, doc: dying.doc }, runMessageOf(one.run), 5),
+      ).rejects.toThrow("process died");
+    } finally {
+      dying.destroy();
+    }
+    expect(await statusOf(job.jobId, one.run.runId)).toMatchObject({ status: "DEAD" });
+    expect((await getJob(f.engine, job.jobId))?.bufferedRunId).toBe(one.run.runId);
+
+    const two = await deliverOccurrence(job.jobId, 2);
+    expect(await f.process(f.workerDeps("next", handlers), two.received)).toBe("ack");
+    expect(await statusOf(job.jobId, two.run.runId)).toMatchObject({ status: "QUEUED" });
+    expect((await getJob(f.engine, job.jobId))?.bufferedRunId).toBe(two.run.runId);
+
+    release();
+    expect(await running).toBe("ack");
+    // The run ahead ended: the buffered one is sent at once and runs.
+    const woken = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(woken.message.scheduledFor).toBe(two.run.scheduledFor);
+    expect(await f.process(f.workerDeps("next", handlers), woken)).toBe("ack");
+    expect(await statusOf(job.jobId, two.run.runId)).toMatchObject({ status: "SUCCEEDED" });
+    expect((await getJob(f.engine, job.jobId))?.bufferedRunId).toBeNull();
+  }, 60_000);
+});
