@@ -11,6 +11,7 @@ import {
 } from "../storage/dynamo-errors.js";
 import { deadLetterPk, decodeJob, decodeRun, encodeDueEntry, jobKey } from "../storage/items.js";
 import { runKey } from "../storage/runs.js";
+import { boundedOrNull, boundedText } from "../storage/stored-text.js";
 
 type TransactItem = NonNullable<TransactWriteCommandInput["TransactItems"]>[number];
 type Item = Record<string, unknown>;
@@ -118,7 +119,7 @@ export async function requeueRun(
       "SET #status = :queued, reason = :reason, dueAt = :dueAt, inflightSk = :deadline REMOVE leaseUntil",
     values: {
       ":queued": "QUEUED",
-      ":reason": reason,
+      ":reason": boundedText(reason),
       ":dueAt": dueAt.toISOString(),
       ":deadline": new Date(dueAt.getTime() + engine.settings.leaseMs).toISOString(),
     },
@@ -192,6 +193,8 @@ export async function finishRun(
 ): Promise<Run> {
   const finishedAt = now.toISOString();
   const durationMs = ending.ran && run.startedAt ? now.getTime() - Date.parse(run.startedAt) : null;
+  const error = boundedOrNull(ending.error);
+  const reason = boundedOrNull(ending.reason);
   const names: Record<string, string> = { "#status": "status", "#error": "error" };
   const values: Record<string, unknown> = {
     ":fence": run.fence,
@@ -199,8 +202,8 @@ export async function finishRun(
     ":status": ending.status,
     ":finishedAt": finishedAt,
     ":durationMs": durationMs,
-    ":error": ending.error ?? null,
-    ":reason": ending.reason ?? null,
+    ":error": error,
+    ":reason": reason,
   };
   let set =
     "SET #status = :status, finishedAt = :finishedAt, durationMs = :durationMs, #error = :error, reason = :reason";
@@ -226,8 +229,8 @@ export async function finishRun(
     status: ending.status,
     finishedAt,
     durationMs,
-    error: ending.error ?? null,
-    reason: ending.reason ?? null,
+    error,
+    reason,
     leaseUntil: null,
     executedVersion: ending.executedVersion ?? run.executedVersion,
   };
@@ -417,7 +420,7 @@ export async function endUnownedRun(
           ":was": current.status,
           ":fence": current.fence,
           ":status": status,
-          ":reason": reason,
+          ":reason": boundedText(reason),
           ":finishedAt": finishedAt,
           ...(dead
             ? {

@@ -11,6 +11,7 @@ import { decideAfterFailure } from "../retry.js";
 import { occurrences, type ScheduleSpec } from "../schedule/index.js";
 import { runMessageOf } from "../storage/items.js";
 import { queuedRun } from "../storage/runs.js";
+import { boundedText } from "../storage/stored-text.js";
 import { admitRun, extendAdmission, releaseBufferSlot } from "./admission.js";
 import { type HandlerRegistry, isRetryable, type JobContext } from "./handlers.js";
 import { lateStartSkipReason } from "./late-start.js";
@@ -468,7 +469,7 @@ function rejectOnAbort(signal: AbortSignal): Promise<never> {
 }
 
 function errorText(error: unknown): string {
-  return error instanceof Error ? error.message || error.name : String(error);
+  return boundedText(error instanceof Error ? error.message || error.name : String(error));
 }
 
 async function resend(engine: Engine, message: RunMessage, dueAt: Date): Promise<void> {

@@ -1,0 +1,31 @@
+/**
+ * Error and reason texts are stored on run items, and an item may not exceed
+ * DynamoDB's 400 KB. A handler's error can be anything (a whole response body,
+ * a serialized object), so what is stored is cut to this many UTF-8 bytes.
+ */
+export const MAX_STORED_TEXT_BYTES = 4096;
+
+/** The text, or its head and a note of the full size, within `maxBytes` UTF-8 bytes. */
+export function boundedText(text: string, maxBytes: number = MAX_STORED_TEXT_BYTES): string {
+  // Every UTF-16 unit is at most 3 bytes in UTF-8: short texts need no count.
+  if (text.length * 3 <= maxBytes) return text;
+  const total = Buffer.byteLength(text, "utf8");
+  if (total <= maxBytes) return text;
+  const note = ` … [cut: ${total} bytes in all]`;
+  const budget = maxBytes - Buffer.byteLength(note, "utf8");
+  let bytes = 0;
+  let end = 0;
+  // By code point, so that a character is never split.
+  for (const char of text) {
+    const size = Buffer.byteLength(char, "utf8");
+    if (bytes + size > budget) break;
+    bytes += size;
+    end += char.length;
+  }
+  return `${text.slice(0, end)}${note}`;
+}
+
+/** boundedText for a text that may be absent. */
+export function boundedOrNull(text: string | null | undefined): string | null {
+  return text === null || text === undefined ? null : boundedText(text);
+}
