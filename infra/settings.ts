@@ -1,6 +1,6 @@
 import { RetentionDays } from "aws-cdk-lib/aws-logs";
 import type { Node } from "constructs";
-import { DEFAULT_SETTINGS, ENV, loadSettings } from "../shared/config.js";
+import { DEFAULT_SETTINGS, ENV, loadSettings, MAX_TIMEOUT_SECONDS } from "../shared/config.js";
 import type { Priority } from "../shared/model.js";
 
 /** How callers of the HTTP API authenticate. */
@@ -48,7 +48,7 @@ export type SettingsInput = Partial<Omit<SchedulerSettings, "workerConcurrency">
 
 const STAGE_PATTERN = /^[a-z][a-z0-9-]{0,19}$/;
 /** Lambda's hard ceiling; the SQS event source also needs visibility >= timeout, so it bounds both. */
-const MAX_LAMBDA_TIMEOUT_SECONDS = 900;
+const MAX_LAMBDA_TIMEOUT_SECONDS = MAX_TIMEOUT_SECONDS;
 const RETENTION_CHOICES = new Set<number>(
   Object.values(RetentionDays).filter((v): v is number => typeof v === "number"),
 );
@@ -170,6 +170,8 @@ export function engineEnvironment(s: SchedulerSettings): Record<string, string> 
     [ENV.misfireGraceSeconds]: String(s.misfireGraceSeconds),
     [ENV.retentionDays]: String(s.retentionDays),
     [ENV.minIntervalMs]: String(s.minIntervalMs),
+    // The API refuses job timeouts the worker cannot run in full.
+    [ENV.workerTimeoutSeconds]: String(s.workerTimeoutSeconds),
   };
 }
 

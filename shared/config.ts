@@ -16,6 +16,8 @@ export const ENV = {
   misfireGraceSeconds: "MISFIRE_GRACE_SECONDS",
   retentionDays: "RUN_RETENTION_DAYS",
   minIntervalMs: "MIN_INTERVAL_MS",
+  /** The worker Lambda's timeout: the longest job it can run follows from it. */
+  workerTimeoutSeconds: "WORKER_TIMEOUT_SECONDS",
   dispatcherFunction: "DISPATCHER_FUNCTION_NAME",
   webhookSecretsTable: "WEBHOOK_SECRETS_TABLE",
   allowPrivateTargets: "ALLOW_PRIVATE_TARGETS",
@@ -37,6 +39,30 @@ export interface EngineSettings {
   /** Schedules firing more often than this are refused. */
   readonly minIntervalMs: number;
   readonly maxPayloadBytes: number;
+  /** The longest job timeout the deployment's workers can honour (jobTimeoutLimitSeconds). */
+  readonly maxTimeoutSeconds: number;
+}
+
+/** The longest job timeout accepted at all: Lambda's own ceiling. */
+export const MAX_TIMEOUT_SECONDS = 900;
+
+/** Left for recording the result after a handler is cut short by the worker's own deadline. */
+export const WORKER_RESULT_MARGIN_MS = 10_000;
+/**
+ * Spent in a worker invocation before the handler starts: an early message waits up to 2 s for
+ * its second, then the run's start write and the job's read.
+ */
+export const WORKER_START_ALLOWANCE_MS = 5_000;
+
+/**
+ * The longest job timeout a worker with this (Lambda) timeout can run in full: the worker stops a
+ * handler WORKER_RESULT_MARGIN_MS before its own end, and the handler starts a little after the
+ * invocation does. Never above Lambda's ceiling.
+ */
+export function jobTimeoutLimitSeconds(workerTimeoutSeconds: number): number {
+  const usableMs =
+    workerTimeoutSeconds * 1000 - WORKER_RESULT_MARGIN_MS - WORKER_START_ALLOWANCE_MS;
+  return Math.min(MAX_TIMEOUT_SECONDS, Math.max(0, Math.floor(usableMs / 1000)));
 }
 
 export const DEFAULT_SETTINGS: EngineSettings = {
@@ -48,6 +74,8 @@ export const DEFAULT_SETTINGS: EngineSettings = {
   retentionDays: 30,
   minIntervalMs: 1_000,
   maxPayloadBytes: 64 * 1024,
+  // The stack's default worker timeout is Lambda's ceiling.
+  maxTimeoutSeconds: jobTimeoutLimitSeconds(MAX_TIMEOUT_SECONDS),
 };
 
 /** The longest delay SQS accepts on a message. */
@@ -77,6 +105,10 @@ export function loadSettings(env: Env = process.env): EngineSettings {
     retentionDays: intFrom(env, ENV.retentionDays, 30, 1, 3650),
     minIntervalMs: intFrom(env, ENV.minIntervalMs, 1000, 1, 86_400_000),
     maxPayloadBytes: DEFAULT_SETTINGS.maxPayloadBytes,
+    // The stack checks its own bounds (30 to 900) with a clearer message; any positive value works.
+    maxTimeoutSeconds: jobTimeoutLimitSeconds(
+      intFrom(env, ENV.workerTimeoutSeconds, MAX_TIMEOUT_SECONDS, 1, 86_400),
+    ),
   };
 }
 

@@ -40,6 +40,30 @@ export function checkPayloadSize(payload: unknown, maxBytes: number): void {
   }
 }
 
+/**
+ * A timeout longer than the deployment's workers can run would fail every run
+ * (the Lambda worker stops a handler before its own end): refused up front.
+ */
+function checkTimeouts(
+  body: { timeoutSeconds?: number | undefined; target?: { timeoutSeconds?: number | undefined } },
+  settings: EngineSettings,
+): void {
+  const max = settings.maxTimeoutSeconds;
+  const issues: FieldIssue[] = [];
+  for (const [field, value] of [
+    ["timeoutSeconds", body.timeoutSeconds],
+    ["target.timeoutSeconds", body.target?.timeoutSeconds],
+  ] as const) {
+    if (value !== undefined && value > max) {
+      issues.push({
+        field,
+        message: `must be at most ${max}: the longest run this deployment's workers can finish (their time limit, less time to start and to record the result); got ${value}`,
+      });
+    }
+  }
+  if (issues.length > 0) throw new ValidationError(issues);
+}
+
 type TargetInput = NonNullable<CreateJobBody["target"]>;
 
 function targetFrom(input: TargetInput): HttpTarget {
@@ -137,6 +161,7 @@ export function newJobFrom(
   const overlap = body.overlapPolicy ?? DEFAULT_POLICIES.overlap;
   const maxConcurrent = maxConcurrentFor(overlap, body.maxConcurrent, DEFAULT_MAX_CONCURRENT);
   checkPayloadSize(body.payload, settings.maxPayloadBytes);
+  checkTimeouts(body, settings);
   const policies: JobPolicies = {
     retry,
     misfire: body.misfirePolicy ?? DEFAULT_POLICIES.misfire,
@@ -152,7 +177,8 @@ export function newJobFrom(
     payload: body.payload ?? null,
     ...(body.target ? { target: targetFrom(body.target) } : {}),
     priority: body.priority ?? "normal",
-    timeoutSeconds: body.timeoutSeconds ?? LIMITS.timeoutSeconds.default,
+    timeoutSeconds:
+      body.timeoutSeconds ?? Math.min(LIMITS.timeoutSeconds.default, settings.maxTimeoutSeconds),
     policies,
   };
 }
@@ -210,6 +236,7 @@ export function jobChangesFrom(
     };
   }
   if ("payload" in body) checkPayloadSize(body.payload, settings.maxPayloadBytes);
+  checkTimeouts(body, settings);
   return {
     ...(body.name !== undefined ? { name: body.name } : {}),
     ...(schedule !== undefined ? { schedule } : {}),

@@ -214,7 +214,8 @@ const timeoutSeconds = z
   .min(LIMITS.timeoutSeconds.min)
   .max(LIMITS.timeoutSeconds.max)
   .openapi({
-    description: "A run is aborted after this long (Lambda caps it at 900); default 300.",
+    description:
+      "A run is aborted after this long; default 300. At most 900, and at most what the deployment's workers can finish: their Lambda timeout less 15 s (885 with the default 900 s), else 400.",
   });
 
 export const IdempotencyKeySchema = z

@@ -1,4 +1,5 @@
 import { sleep } from "../clock.js";
+import { WORKER_RESULT_MARGIN_MS } from "../config.js";
 import { dueEntryKey } from "../dispatch/claim.js";
 import { needsFastPath } from "../dispatch/fast-path.js";
 import type { Engine } from "../engine.js";
@@ -38,9 +39,6 @@ export interface WorkerDeps {
   /** Milliseconds this worker has left (a Lambda's remaining time): a run must end before it does. */
   readonly remainingMs?: () => number;
 }
-
-/** Left for recording the result after a handler is cut short by the worker's own deadline. */
-const RESULT_MARGIN_MS = 10_000;
 
 /** `ack`: delete the message. `keep`: leave it, SQS delivers it again after its visibility. */
 export type Disposition = "ack" | "keep";
@@ -386,7 +384,7 @@ async function execute(
   // The job's timeout, or less when the worker itself (a Lambda) would be stopped first.
   const jobTimeoutMs = job.timeoutSeconds * 1000;
   const workerLeftMs = deps.remainingMs
-    ? deps.remainingMs() - RESULT_MARGIN_MS
+    ? deps.remainingMs() - WORKER_RESULT_MARGIN_MS
     : Number.POSITIVE_INFINITY;
   const timeoutMs = Math.max(0, Math.min(jobTimeoutMs, workerLeftMs));
   const timeout = setTimeout(

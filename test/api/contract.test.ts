@@ -130,7 +130,7 @@ describe("POST /jobs", () => {
       overlapPolicy: "allow",
       maxConcurrent: 4,
       priority: "high",
-      timeoutSeconds: 900,
+      timeoutSeconds: 885,
     });
     expect(created).toMatchObject({
       name: "reports",
@@ -138,7 +138,7 @@ describe("POST /jobs", () => {
       schedule: { every: "PT1H", startAt: "2029-12-31T22:00:00.000Z" },
       payload: { nested: { list: [1, 2.5, "ü"], empty: "" } },
       priority: "high",
-      timeoutSeconds: 900,
+      timeoutSeconds: 885,
       policies: {
         retry: { maxAttempts: 3, initialDelaySeconds: 10, maxDelaySeconds: 60 },
         misfirePolicy: "skip",

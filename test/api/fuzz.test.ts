@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApiApp } from "../../shared/api/app.js";
 import { bearerAuthenticator } from "../../shared/api/auth.js";
 import { ErrorSchema, JobSchema } from "../../shared/api/schemas.js";
+import { DEFAULT_SETTINGS } from "../../shared/config.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
 import { JOB_TYPES } from "./support.js";
 
@@ -113,7 +114,8 @@ const validBody: fc.Arbitrary<Body> = fc
         ),
       ),
       priority: fc.constantFrom("high", "normal", "low"),
-      timeoutSeconds: fc.integer({ min: 1, max: 900 }),
+      // What the default deployment's workers can finish; longer is refused (deployment-limits).
+      timeoutSeconds: fc.integer({ min: 1, max: DEFAULT_SETTINGS.maxTimeoutSeconds }),
       retry: fc.record(
         {
           maxAttempts: fc.integer({ min: 1, max: 100 }),
