@@ -144,14 +144,17 @@ export async function extendAdmission(
  */
 export async function releaseBufferSlot(engine: Engine, jobId: string, runId: string) {
   try {
-    await engine.doc.send(
-      new UpdateCommand({
-        TableName: engine.tables.jobs,
-        Key: jobKey(jobId),
-        ConditionExpression: "bufferedRunId = :runId",
-        UpdateExpression: "SET activeRevision = activeRevision + :one REMOVE bufferedRunId",
-        ExpressionAttributeValues: { ":runId": runId, ":one": 1 },
-      }),
+    // The job item is also written by claims' transactions: a conflict is waited out.
+    await retryOnContention(engine, "buffer release", () =>
+      engine.doc.send(
+        new UpdateCommand({
+          TableName: engine.tables.jobs,
+          Key: jobKey(jobId),
+          ConditionExpression: "bufferedRunId = :runId",
+          UpdateExpression: "SET activeRevision = activeRevision + :one REMOVE bufferedRunId",
+          ExpressionAttributeValues: { ":runId": runId, ":one": 1 },
+        }),
+      ),
     );
   } catch (error) {
     if (!isConditionalCheckFailed(error)) throw error;
