@@ -25,7 +25,8 @@ export interface SandboxOptions {
   /** 0 picks a free port. */
   readonly port: number;
   readonly dataDir: string;
-  readonly tickSeconds: number;
+  /** Seconds between ticks; null runs no tick loop (a test that drives passes and the reaper itself). */
+  readonly tickSeconds: number | null;
   /** Runs in progress at once. */
   readonly workers: number;
   /** Use this AWS-compatible endpoint (LocalStack, …) instead of starting the emulators. */
@@ -135,7 +136,15 @@ export async function startSandbox(options: SandboxOptions): Promise<Sandbox> {
     const release = new AbortController();
     const owner = `sandbox-${process.pid}-${randomBytes(3).toString("hex")}`;
     const loops = [
-      runTickLoop(engine, { owner, tickMs: options.tickSeconds * 1000, signal: stopping.signal }),
+      ...(options.tickSeconds === null
+        ? []
+        : [
+            runTickLoop(engine, {
+              owner,
+              tickMs: options.tickSeconds * 1000,
+              signal: stopping.signal,
+            }),
+          ]),
       runWorkerLoop(
         { engine, handlers, workerId: owner, shutdown: release.signal },
         // Empty receives cost nothing locally: poll often, so runs start on their second.

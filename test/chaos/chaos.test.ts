@@ -257,8 +257,8 @@ describe("chaos", () => {
         startSandbox({
           port: 0,
           dataDir,
-          // Parked: the test drives the ticks so that some of its dispatchers can die.
-          tickSeconds: 3600,
+          // None: the test drives the ticks so that some of its dispatchers can die.
+          tickSeconds: null,
           // One slot of its own: most runs go to the killable workers, so there are runs to kill.
           workers: 1,
           env: ENV,
