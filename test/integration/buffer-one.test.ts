@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import type { JobContext } from "../../shared/execution/handlers.js";
 import { getJob } from "../../shared/execution/run-store.js";
-import { createJob, pauseJob, resumeJob } from "../../shared/jobs/lifecycle.js";
+import { createJob, editJob } from "../../shared/jobs/lifecycle.js";
 import type { Run } from "../../shared/model.js";
 import { sendRuns } from "../../shared/queue/work-queue.js";
 import { runMessageOf } from "../../shared/storage/items.js";
@@ -84,7 +84,7 @@ async function statusOf(jobId: string, runId: string) {
 }
 
 describe("buffer_one after a buffered run ends without being admitted", () => {
-  it("a buffered run that dies (redrive DLQ) or is skipped (job paused) frees the slot for the next overlap", async () => {
+  it("a buffered run that dies (redrive DLQ) or is skipped (edited out of the schedule) frees the slot for the next overlap", async () => {
     const { job, handlers, release, running } = await jobWithARunningRun();
     const worker = f.workerDeps("next", handlers);
 
@@ -105,16 +105,21 @@ describe("buffer_one after a buffered run ends without being admitted", () => {
     });
     expect((await getJob(f.engine, job.jobId))?.bufferedRunId).toBe(two.run.runId);
 
-    // The job is paused: the buffered run's next delivery skips it, and frees the slot.
-    await pauseJob(f.engine, job.tenantId, job.jobId);
-    const again = await deliverOccurrence(job.jobId, 2);
-    expect(await f.process(worker, again.received)).toBe("ack");
-    expect(await statusOf(job.jobId, two.run.runId)).toMatchObject({
-      status: "SKIPPED",
-      reason: "job paused",
+    // A new schedule no longer has occurrence 2: the buffered run's next delivery skips it, and
+    // frees the slot.
+    const before = await getJob(f.engine, job.jobId);
+    if (!before) throw new Error("job gone");
+    const shifted = new Date(Date.parse(two.run.scheduledFor) + 30_000).toISOString();
+    await editJob(f.engine, job.tenantId, job.jobId, before.version, {
+      schedule: { every: "PT1M", startAt: shifted },
     });
+    const again = await deliverOccurrence(job.jobId, 2);
+    expect(again.run.runId).toBe(two.run.runId);
+    expect(await f.process(worker, again.received)).toBe("ack");
+    const skipped = await statusOf(job.jobId, two.run.runId);
+    expect(skipped.status).toBe("SKIPPED");
+    expect(skipped.reason).toMatch(/^job edited/);
     expect((await getJob(f.engine, job.jobId))?.bufferedRunId).toBeNull();
-    await resumeJob(f.engine, job.tenantId, job.jobId);
 
     release();
     expect(await running).toBe("ack");
