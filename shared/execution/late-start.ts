@@ -8,7 +8,9 @@ export interface LateStartInput {
   readonly attempt: number;
   /**
    * A worker started this run before: it was interrupted (its worker died or
-   * shut down) or held back by its overlap policy. It was on time then.
+   * shut down) or held back by its overlap policy. It was on time then. (A
+   * start that parked the run because its job was paused does not count: a
+   * parked run meets its misfire policy when the job resumes.)
    */
   readonly startedBefore: boolean;
   /** Set by the reaper's first re-send: lateness counts from here rather than the occurrence. */

@@ -469,7 +469,8 @@ const PAUSED_REASON = "waiting: job paused";
 export async function parkRun(engine: Engine, run: Run, now: Date): Promise<boolean> {
   const deadline = new Date(now.getTime() + engine.settings.leaseMs).toISOString();
   await fencedRunUpdate(engine, run, {
-    update: "SET #status = :queued, reason = :reason, inflightSk = :deadline REMOVE leaseUntil",
+    update:
+      "SET #status = :queued, reason = :reason, inflightSk = :deadline, parkedFence = :fence REMOVE leaseUntil",
     values: { ":queued": "QUEUED", ":reason": PAUSED_REASON, ":deadline": deadline },
   });
   if (!(await listParked(engine, run, now))) return false;

@@ -295,8 +295,9 @@ export function decideStart(job: Job | null, run: Run, now: Date, graceMs: numbe
     policy: job.policies.misfire,
     scheduledFor: new Date(run.scheduledFor),
     attempt: run.attempt,
-    // Every start takes the fence one higher, and a queued run has fence 0.
-    startedBefore: run.fence > 1,
+    // Every start takes the fence one higher, and a queued run has fence 0. A start that parked
+    // the run (paused job) held it back: from there on, lateness counts again.
+    startedBefore: run.fence - 1 > (run.parkedFence ?? 0),
     misfireFrom: run.misfireFrom === null ? null : new Date(run.misfireFrom),
     now,
     graceMs,
