@@ -21,21 +21,20 @@ export function needsFastPath(dueAt: Date, now: Date, lookaheadMs: number): bool
 
 /**
  * Claims a freshly written due entry at once, and the job's following entries
- * while they fall inside the fast-path horizon, then enqueues the runs. Used
- * by create, resume and edit.
+ * while they fall inside the fast-path horizon (or before `horizonEnd`), then
+ * enqueues the runs. Used by create, resume and edit.
  */
-export async function dispatchNow(engine: Engine, entry: DueEntry, now: Date): Promise<Run[]> {
+export async function dispatchNow(
+  engine: Engine,
+  entry: DueEntry,
+  now: Date,
+  horizonEnd: Date = fastPathHorizonEnd(now, engine.settings.lookaheadMs),
+): Promise<Run[]> {
   const stats = emptySweepStats();
   const claimed: Run[] = [];
   const sender = new RunSender(engine, stats, (runs) => claimed.push(...runs));
   try {
-    await claimChain(
-      engine,
-      entry,
-      { now, horizonEnd: fastPathHorizonEnd(now, engine.settings.lookaheadMs) },
-      stats,
-      sender,
-    );
+    await claimChain(engine, entry, { now, horizonEnd }, stats, sender);
   } finally {
     // Runs claimed before a later link of the chain failed are stored QUEUED: send them now.
     await sender.flush();

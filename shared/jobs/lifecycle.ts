@@ -3,7 +3,12 @@ import type { TransactWriteCommandInput } from "@aws-sdk/lib-dynamodb";
 import { GetCommand, PutCommand, QueryCommand, TransactWriteCommand } from "@aws-sdk/lib-dynamodb";
 import { claimBeforeCreate, dueEntryKey } from "../dispatch/claim.js";
 import { forEachConcurrently } from "../dispatch/dispatcher.js";
-import { dispatchAfterCommit, fastPathHorizonEnd, sendClaimed } from "../dispatch/fast-path.js";
+import {
+  dispatchAfterCommit,
+  dispatchNow,
+  fastPathHorizonEnd,
+  sendClaimed,
+} from "../dispatch/fast-path.js";
 import type { Engine } from "../engine.js";
 import {
   ConcurrentUpdateError,
@@ -25,6 +30,7 @@ import {
 } from "../schedule/index.js";
 import { retryOnContention, transactionCancellationCodes } from "../storage/dynamo-errors.js";
 import {
+  decodeDueEntry,
   decodeRun,
   encodeDueEntry,
   encodeJob,
@@ -503,6 +509,7 @@ export interface JobChanges {
  * (a QUEUED run of the same occurrence is replaced, one already running is
  * kept), and queued first attempts of occurrences it does not have are
  * SKIPPED by their workers, unless the edit says `inFlight: "complete"`.
+ * Occurrences the old schedule already had due are claimed before the edit.
  */
 export async function editJob(
   engine: Engine,
@@ -511,14 +518,27 @@ export async function editJob(
   expectedVersion: number,
   changes: JobChanges,
 ): Promise<Job> {
-  const moved = await withJob<DueEntry | null>(engine, tenantId, jobId, (job, now) => {
-    if (job.version !== expectedVersion)
-      throw new VersionMismatchError(expectedVersion, job.version);
-    if (job.status === "CANCELLED" || job.status === "COMPLETED")
-      throw new IllegalTransitionError("edit", job.status);
+  const moved = await withJob<DueEntry | null>(engine, tenantId, jobId, async (read, now) => {
+    const checked = (job: Job) => {
+      if (job.version !== expectedVersion)
+        throw new VersionMismatchError(expectedVersion, job.version);
+      if (job.status === "CANCELLED" || job.status === "COMPLETED")
+        throw new IllegalTransitionError("edit", job.status);
+      return job;
+    };
     const normalized = changes.schedule
       ? { ...changes, schedule: normalizeSchedule(changes.schedule, now) }
       : changes;
+    // Occurrences already due were due under the old schedule: claim them first, as a dispatcher
+    // would, so the misfire policy decides them rather than the edit dropping them unrecorded.
+    // A claim leaves the version alone, so the caller's version is still the one checked.
+    const changesSchedule =
+      normalized.schedule !== undefined &&
+      JSON.stringify(normalized.schedule) !== JSON.stringify(read.schedule);
+    const job =
+      changesSchedule && (await claimDueBeforeEdit(engine, checked(read), now))
+        ? checked(await getTenantJob(engine, tenantId, jobId))
+        : checked(read);
     const edited: Job = {
       ...job,
       ...normalized,
@@ -553,6 +573,23 @@ export async function editJob(
   });
   await dispatchAfterCommit(engine, moved, "edit");
   return getTenantJob(engine, tenantId, jobId);
+}
+
+/**
+ * Claims the job's pending due entry when it is already due (a dispatcher
+ * outage left it unclaimed), with the horizon at `now` so nothing not yet due
+ * is claimed under the old schedule. True when it claimed anything.
+ */
+async function claimDueBeforeEdit(engine: Engine, job: Job, now: Date): Promise<boolean> {
+  if (job.status !== "ACTIVE" || job.nextDueKey === null || job.nextRunAt === null) return false;
+  if (Date.parse(job.nextRunAt) > now.getTime()) return false;
+  const found = await engine.doc.send(
+    new GetCommand({ TableName: engine.tables.jobs, Key: job.nextDueKey, ConsistentRead: true }),
+  );
+  // Gone: a dispatcher claimed it meanwhile, and the job no longer points at it.
+  if (!found.Item) return true;
+  await dispatchNow(engine, decodeDueEntry(found.Item), now, new Date(now.getTime() + 1));
+  return true;
 }
 
 function nextAfterEdit(job: Job, edited: Job, now: Date): Date | null {

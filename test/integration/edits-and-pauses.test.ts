@@ -17,6 +17,7 @@ import type { Run } from "../../shared/model.js";
 import type { ReceivedRun } from "../../shared/queue/work-queue.js";
 import { runMessageOf } from "../../shared/storage/items.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { withFaults } from "../support/faults.js";
 
 const TENANT = "tenant-a";
 const MINUTE = 60_000;
@@ -84,6 +85,92 @@ describe("edits, pauses and retries keep the runs that should run", () => {
       await f.process(f.workerDeps("w", handlers), received);
     }
   };
+
+  it("a schedule edit after a dispatcher outage records every occurrence the old schedule had due: none is dropped", async () => {
+    const createdAt = Math.ceil((Date.now() + 60 * MINUTE) / MINUTE) * MINUTE;
+    const editedAt = createdAt + 10 * MINUTE;
+    const { job } = await createJob(
+      withClock(() => new Date(createdAt)),
+      testJob({ type: "recorded", schedule: { every: "PT1M" } }),
+    );
+    // No dispatcher pass runs for ten minutes; then the schedule is edited.
+    await editJob(
+      withClock(() => new Date(editedAt)),
+      TENANT,
+      job.jobId,
+      1,
+      {
+        schedule: { cron: "* * * * *", timezone: "UTC" },
+      },
+    );
+    const after = await runsOf(job.jobId);
+    const oldOccurrences = Array.from({ length: 10 }, (_, k) =>
+      new Date(createdAt + k * MINUTE).toISOString(),
+    );
+    const unrecorded = oldOccurrences.filter((at) => !after.some((r) => r.scheduledFor === at));
+    expect(unrecorded).toEqual([]);
+    const skippedWithoutReason = after.filter((r) => r.status === "SKIPPED" && !r.reason);
+    expect(skippedWithoutReason).toEqual([]);
+    // fire_once: the latest missed occurrence runs, the earlier missed ones are SKIPPED as missed.
+    const missed = after.filter(
+      (r) => r.scheduledFor < new Date(editedAt - MINUTE).toISOString() && r.status === "SKIPPED",
+    );
+    expect(missed.length).toBeGreaterThan(0);
+    for (const run of missed) expect(run.reason).toMatch(/misfire/);
+  });
+
+  it("a schedule edit after a resume whose claim failed records every occurrence due before it", async () => {
+    const createdAt = Math.ceil((Date.now() + 120 * MINUTE) / MINUTE) * MINUTE;
+    const editedAt = createdAt + 10 * MINUTE;
+    const { job } = await createJob(
+      withClock(() => new Date(createdAt)),
+      testJob({ type: "recorded", schedule: { every: "PT1M" } }),
+    );
+    await pauseJob(
+      withClock(() => new Date(createdAt)),
+      TENANT,
+      job.jobId,
+    );
+    // The resume commits, but its fast-path claim fails: the entry waits for a dispatcher pass.
+    const faulty = withFaults(
+      withClock(() => new Date(editedAt)),
+      {
+        operation: "TransactWriteItems",
+        times: 1,
+        match: (input) =>
+          (
+            (input.TransactItems as { Delete?: { Key?: { pk?: unknown; sk?: unknown } } }[]) ?? []
+          ).some(
+            (item) =>
+              String(item.Delete?.Key?.pk).startsWith("DUE#") &&
+              String(item.Delete?.Key?.sk).includes(`#${job.jobId}#`),
+          ),
+        reason: "ValidationError",
+        conflictOn: (item) => item.Put !== undefined,
+      },
+    );
+    try {
+      await resumeJob(faulty.engine, TENANT, job.jobId);
+      expect(faulty.injected.count).toBe(1);
+    } finally {
+      faulty.destroy();
+    }
+    await editJob(
+      withClock(() => new Date(editedAt)),
+      TENANT,
+      job.jobId,
+      1,
+      {
+        schedule: { cron: "* * * * *", timezone: "UTC" },
+      },
+    );
+    const after = await runsOf(job.jobId);
+    const unrecorded = Array.from({ length: 10 }, (_, k) =>
+      new Date(createdAt + k * MINUTE).toISOString(),
+    ).filter((at) => !after.some((r) => r.scheduledFor === at));
+    expect(unrecorded).toEqual([]);
+    expect(after.filter((r) => r.status === "SKIPPED" && !r.reason)).toEqual([]);
+  });
 
   it("a rename and payload fix does not skip queued runs: they run the current definition and record its version", async () => {
     const startAt = new Date(Date.now() + MINUTE);
