@@ -5,7 +5,7 @@ import type { IKey } from "aws-cdk-lib/aws-kms";
 import type { IQueue } from "aws-cdk-lib/aws-sqs";
 
 /**
- * Item-level DynamoDB actions. A TransactWriteItems call is authorised item by
+ * Item-level DynamoDB actions (and Scan). A TransactWriteItems call is authorised item by
  * item against PutItem / UpdateItem / DeleteItem / ConditionCheckItem; there is
  * no IAM action of its own for it.
  */
@@ -17,7 +17,8 @@ export type ItemAction =
   | "DeleteItem"
   | "ConditionCheckItem"
   | "BatchWriteItem"
-  | "Query";
+  | "Query"
+  | "Scan";
 
 export type QueueAction = "SendMessage" | "ChangeMessageVisibility";
 

@@ -50,10 +50,11 @@ export class Dispatch extends Construct {
       onFailure,
     });
     // Lease (UpdateItem), bucket sweep (Query, consistent), claim transaction (ConditionCheck on
-    // the lease, Delete the due entry, Update the job, Put the next entry), orphan DeleteItem.
+    // the lease, Delete the due entry, Update the job, Put the next entry), orphan DeleteItem;
+    // a shard's first pass ever finds its backlog by a consistent Scan, once in its life.
     allowTable(this.dispatcher.fn, {
       ...storage.jobs,
-      actions: ["Query", "UpdateItem", "DeleteItem", "PutItem", "ConditionCheckItem"],
+      actions: ["Query", "Scan", "UpdateItem", "DeleteItem", "PutItem", "ConditionCheckItem"],
     });
     // Claim transaction puts QUEUED and SKIPPED runs; skipped runs past the transaction's
     // size go out in BatchWriteItem.

@@ -1,4 +1,4 @@
-import { QueryCommand } from "@aws-sdk/lib-dynamodb";
+import { QueryCommand, ScanCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError, FenceLostError } from "../errors.js";
 import { bucketKeyForMinute, bucketsBetween, minuteOf } from "../keys.js";
@@ -47,8 +47,12 @@ export type PassResult =
       readonly outcome: "swept";
       readonly tookOver: boolean;
       readonly fence: number;
-      /** Where the next pass starts: before now when a backlog or a failed entry remains. */
-      readonly sweepFrom: string;
+      /**
+       * Where the next pass starts: before now when a backlog or a failed entry
+       * remains; null when a shard's first pass ran out of time finding its
+       * backlog, so the next pass looks again.
+       */
+      readonly sweepFrom: string | null;
       /** Backlog buckets read by this pass. */
       readonly backlogBuckets: number;
     } & SweepStats)
@@ -78,12 +82,13 @@ const minuteMs = (minute: string) => Date.parse(`${minute}:00.000Z`);
  * Where a pass starts reading: where the last completed pass said (two minutes
  * before it began, or the rest of a backlog, or a bucket with a failed entry);
  * for a lease last written without that, the watermark's next minute, or two
- * minutes back when that is later; two minutes back for a shard never swept.
+ * minutes back when that is later. Null for a shard no pass has completed on:
+ * its backlog has no known start, so the pass finds it by a scan.
  */
-function sweepStartMs(lease: ShardLease, recentFromMs: number): number {
+function sweepStartMs(lease: ShardLease, recentFromMs: number): number | null {
   if (lease.sweepFrom) return minuteMs(lease.sweepFrom);
   if (lease.watermark) return Math.min(minuteMs(lease.watermark) + MINUTE_MS, recentFromMs);
-  return recentFromMs;
+  return null;
 }
 
 /**
@@ -110,12 +115,17 @@ export async function dispatchShard(
   let ended = false;
   try {
     const pass = await sweepPass(engine, lease, now, options);
-    await endPass(
-      engine,
-      lease,
-      { watermark: pass.watermark, sweepFrom: pass.sweepFrom },
-      engine.clock(),
-    );
+    if (pass.sweepFrom === null) {
+      // Nothing recorded: the next pass must look for this shard's backlog again.
+      await releaseShardLease(engine, lease, engine.clock());
+    } else {
+      await endPass(
+        engine,
+        lease,
+        { watermark: pass.watermark, sweepFrom: pass.sweepFrom },
+        engine.clock(),
+      );
+    }
     ended = true;
     return {
       shard,
@@ -156,10 +166,14 @@ async function sweepPass(
   lease: ShardLease,
   now: Date,
   options: PassOptions,
-): Promise<{ stats: SweepStats; watermark: string; sweepFrom: string; backlogBuckets: number }> {
+): Promise<{
+  stats: SweepStats;
+  watermark: string;
+  sweepFrom: string | null;
+  backlogBuckets: number;
+}> {
   const horizon = horizonOf(now, engine.settings.lookaheadMs);
   const recentFromMs = floorMinute(now.getTime() - RESWEEP_MS);
-  const startMs = sweepStartMs(lease, recentFromMs);
   const sweep = {
     now,
     horizonEnd: horizon.end,
@@ -170,10 +184,33 @@ async function sweepPass(
   // Recent buckets first: they hold what is due now, a backlog only what is late already.
   const recent = bucketsBetween(new Date(recentFromMs), new Date(horizon.end.getTime() - 1));
   let leftFrom = await sweepBuckets(engine, lease.shard, recent, sweep, stats);
+  const deadline = now.getTime() + engine.settings.leaseMs / 2;
+
+  const startMs = sweepStartMs(lease, recentFromMs);
+  if (startMs === null) {
+    const backlog = await sweepUnpositionedBacklog(
+      engine,
+      lease.shard,
+      minuteOf(new Date(recentFromMs)),
+      deadline,
+      sweep,
+      stats,
+    );
+    leftFrom = earliest([leftFrom, backlog.leftFrom]);
+    const sweepFromMs = Math.min(
+      recentFromMs,
+      leftFrom === null ? Number.POSITIVE_INFINITY : minuteMs(leftFrom),
+    );
+    return {
+      stats,
+      watermark: horizon.minute,
+      sweepFrom: backlog.complete ? minuteOf(new Date(sweepFromMs)) : null,
+      backlogBuckets: 0,
+    };
+  }
 
   const budget = options.maxBacklogBuckets ?? MAX_BACKLOG_BUCKETS_PER_PASS;
   const backlogEndMs = Math.min(recentFromMs, startMs + budget * MINUTE_MS);
-  const deadline = now.getTime() + engine.settings.leaseMs / 2;
   let nextMs = startMs;
   while (nextMs < backlogEndMs && engine.clock().getTime() < deadline) {
     const chunkEndMs = Math.min(backlogEndMs, nextMs + BACKLOG_CHUNK * MINUTE_MS);
@@ -248,16 +285,14 @@ async function sweepBuckets(
   options: Pick<SweepOptions, "now" | "horizonEnd" | "lease" | "concurrency">,
   stats: SweepStats,
 ): Promise<string | null> {
-  const sender = new RunSender(engine, stats);
-  let leftFrom: string | null = null;
-  const onFailure = async (entry: DueEntry, error: unknown) => {
-    const handling = await isolateFailure(engine, shard, entry, error, options.now);
-    if (handling === "set-aside") stats.setAside++;
-    else if (handling === "left") {
-      stats.failed++;
-      leftFrom = earliest([leftFrom, bucketMinuteOf(entry)]);
-    }
-  };
+  return claimPages(engine, shard, bucketPages(engine, shard, minutes), options, stats);
+}
+
+async function* bucketPages(
+  engine: Engine,
+  shard: number,
+  minutes: readonly string[],
+): AsyncGenerator<DueEntry[]> {
   for (const minute of minutes) {
     const pk = bucketKeyForMinute(minute, shard);
     let startKey: Record<string, unknown> | undefined;
@@ -271,13 +306,86 @@ async function sweepBuckets(
           ExclusiveStartKey: startKey,
         }),
       );
-      const entries = (page.Items ?? []).map(decodeDueEntry);
-      await forEachConcurrently(entries, options.concurrency ?? 16, (entry) =>
-        claimChain(engine, entry, options, stats, sender, onFailure),
-      );
-      await sender.flush();
+      yield (page.Items ?? []).map(decodeDueEntry);
       startKey = page.LastEvaluatedKey;
     } while (startKey);
+  }
+}
+
+/**
+ * The backlog of a shard no pass has completed on: every due entry of the
+ * shard in a bucket before `beforeMinute`, however old, found by one strongly
+ * consistent scan of the jobs table (bucket by bucket there is no telling
+ * where to start). It runs once in a shard's life, at the deployment's first
+ * tick when the table is young; entries written meanwhile are filed at the
+ * current minute or later, which the recent sweep reads. `complete` is false
+ * when the time budget ran out first: the pass then records no position, and
+ * the next one scans again.
+ */
+async function sweepUnpositionedBacklog(
+  engine: Engine,
+  shard: number,
+  beforeMinute: string,
+  deadlineMs: number,
+  options: Pick<SweepOptions, "now" | "horizonEnd" | "lease" | "concurrency">,
+  stats: SweepStats,
+): Promise<{ complete: boolean; leftFrom: string | null }> {
+  const scan = { complete: false };
+  const ownShard = `#${shard}`;
+  async function* pages(): AsyncGenerator<DueEntry[]> {
+    let startKey: Record<string, unknown> | undefined;
+    do {
+      if (engine.clock().getTime() >= deadlineMs) return;
+      const page = await engine.doc.send(
+        new ScanCommand({
+          TableName: engine.tables.jobs,
+          FilterExpression: "begins_with(pk, :due) AND pk < :before",
+          ExpressionAttributeValues: { ":due": "DUE#", ":before": `DUE#${beforeMinute}` },
+          ConsistentRead: true,
+          ExclusiveStartKey: startKey,
+        }),
+      );
+      yield (page.Items ?? [])
+        .filter((item) => String(item.pk).endsWith(ownShard))
+        .map(decodeDueEntry);
+      startKey = page.LastEvaluatedKey;
+    } while (startKey);
+    scan.complete = true;
+  }
+  const leftFrom = await claimPages(engine, shard, pages(), options, stats);
+  engine.obs.log.info("scanned for the backlog of a shard never swept", {
+    shard,
+    complete: scan.complete,
+  });
+  return { complete: scan.complete, leftFrom };
+}
+
+/**
+ * Claims every due entry of the pages and enqueues the runs, isolating each
+ * failure (see `sweepBuckets`); returns the earliest bucket where an entry was left.
+ */
+async function claimPages(
+  engine: Engine,
+  shard: number,
+  pages: AsyncIterable<readonly DueEntry[]>,
+  options: Pick<SweepOptions, "now" | "horizonEnd" | "lease" | "concurrency">,
+  stats: SweepStats,
+): Promise<string | null> {
+  const sender = new RunSender(engine, stats);
+  let leftFrom: string | null = null;
+  const onFailure = async (entry: DueEntry, error: unknown) => {
+    const handling = await isolateFailure(engine, shard, entry, error, options.now);
+    if (handling === "set-aside") stats.setAside++;
+    else if (handling === "left") {
+      stats.failed++;
+      leftFrom = earliest([leftFrom, bucketMinuteOf(entry)]);
+    }
+  };
+  for await (const entries of pages) {
+    await forEachConcurrently(entries, options.concurrency ?? 16, (entry) =>
+      claimChain(engine, entry, options, stats, sender, onFailure),
+    );
+    await sender.flush();
   }
   await sender.flush();
   return leftFrom;

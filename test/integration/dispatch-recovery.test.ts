@@ -326,3 +326,95 @@ describe("overdue entries after an outage of passes", () => {
     expect(Date.parse(left[0]?.dueAt ?? "")).toBeGreaterThan(time.ms);
   }, 180_000);
 });
+
+describe("a shard's first pass ever", () => {
+  let f: EngineFixture;
+  let time: { ms: number };
+  beforeAll(async () => {
+    ({ f, time } = await fixedClockFixture(startOfTest()));
+  });
+  afterAll(() => f.destroy());
+
+  /** Scan requests the pass sent to DynamoDB: the cost of finding a first pass's backlog. */
+  async function countingScans<T>(pass: () => Promise<T>): Promise<{ result: T; scans: number }> {
+    let scans = 0;
+    const name = "countScans";
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === "ScanCommand") scans++;
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    try {
+      return { result: await pass(), scans };
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+  }
+
+  it("claims an entry filed in a bucket an hour before it (an outage from deployment on); the next pass does not scan", async () => {
+    // No pass has ever run on this shard (no lease item); the job's entry waited an hour.
+    const due = new Date(time.ms - 60 * MINUTE);
+    await seedJobs(
+      f,
+      [
+        {
+          jobId: "first-overdue",
+          schedule: { every: "PT1M", startAt: due.toISOString() },
+          dueAt: due,
+        },
+      ],
+      due,
+    );
+    const first = await countingScans(() => dispatchShard(f.engine, 0, "first-pass"));
+    swept(first.result);
+    const runs = (await f.runs()).filter((r) => r.jobId === "first-overdue");
+    expect(runs.filter((r) => r.status === "QUEUED")).not.toHaveLength(0);
+    // Its next entry is not left overdue: it is due within the window the recent sweep reads.
+    const entries = (await f.dueEntries()).filter((d) => d.jobId === "first-overdue");
+    expect(entries).toHaveLength(1);
+    expect(Date.parse(entries[0]?.dueAt ?? "")).toBeGreaterThan(time.ms - 2 * MINUTE);
+    expect(first.scans).toBeGreaterThanOrEqual(1);
+
+    time.ms += MINUTE;
+    const second = await countingScans(() => dispatchShard(f.engine, 0, "second-pass"));
+    // A steady pass: the one bucket between the first pass's recent window and its own.
+    expect(swept(second.result).backlogBuckets).toBe(1);
+    expect(second.scans).toBe(0);
+  });
+
+  it("a first pass whose time runs out before the scan records no position: the next pass scans and claims", async () => {
+    const late = await fixedClockFixture(startOfTest());
+    try {
+      const due = new Date(late.time.ms - 60 * MINUTE);
+      await seedJobs(
+        late.f,
+        [{ jobId: "late-scan", schedule: { runAt: due.toISOString() }, dueAt: due }],
+        due,
+      );
+      // A slow recent sweep: its first read takes past half the lease, the pass's time budget.
+      const name = "slowRecentSweep";
+      late.f.engine.doc.middlewareStack.add(
+        (next, context) => async (args) => {
+          if (context.commandName === "QueryCommand") {
+            late.time.ms += late.f.engine.settings.leaseMs / 2 + SECOND;
+            late.f.engine.doc.middlewareStack.remove(name);
+          }
+          return next(args);
+        },
+        { step: "initialize", name },
+      );
+      const cut = swept(await dispatchShard(late.f.engine, 0, "cut-short"));
+      expect(cut.sweepFrom).toBeNull();
+      expect((await late.f.runs()).filter((r) => r.jobId === "late-scan")).toEqual([]);
+
+      late.time.ms += MINUTE;
+      swept(await dispatchShard(late.f.engine, 0, "after-cut"));
+      const runs = (await late.f.runs()).filter((r) => r.jobId === "late-scan");
+      expect(runs.map((r) => r.status)).toEqual(["QUEUED"]);
+    } finally {
+      await late.f.destroy();
+    }
+  });
+});
