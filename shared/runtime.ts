@@ -73,7 +73,9 @@ export function engineFromEnv(obs: Observability, env: Env = process.env): Engin
     },
     settings: loadSettings(env),
     clock: systemClock,
-    random: Math.random,
+    // Looked up per draw, not captured at cold start, so a test that replaces Math.random steers
+    // a deployed handler's backoff jitter too.
+    random: () => Math.random(),
     obs,
   };
 }
