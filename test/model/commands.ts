@@ -1,0 +1,595 @@
+import fc from "fast-check";
+import type { MisfirePolicy, OverlapPolicy } from "../../shared/policies.js";
+import { occurrences, type ScheduleSpec } from "../../shared/schedule/index.js";
+import type { CrashPoint, WriteKind } from "./faults.js";
+import { type Behaviour, MODEL_TYPE, ModelViolation, type Sequence } from "./system.js";
+
+/**
+ * The model: what the test knows about each job from the answers of the API
+ * (never from the tables), version by version, so that the checks can say
+ * which schedule, policies and payload were in force when.
+ */
+export interface ModelVersion {
+  readonly version: number;
+  readonly schedule: ScheduleSpec;
+  readonly misfire: MisfirePolicy;
+  readonly overlap: OverlapPolicy;
+  readonly payload: unknown;
+  /** Virtual ms at which this version was written. */
+  readonly at: number;
+  /** Whether this version's schedule differs from the one before it. */
+  readonly scheduleChanged: boolean;
+}
+
+export interface ModelJob {
+  readonly id: string;
+  readonly createdAt: number;
+  readonly timeoutMs: number;
+  status: string;
+  readonly versions: ModelVersion[];
+  /** Occurrences the job's schedules have had so far: bounds how far the clock may jump. */
+  occurrences: number;
+}
+
+export interface Model {
+  readonly jobs: ModelJob[];
+  /** The virtual clock, as the model moved it. */
+  now: number;
+  /** Total virtual time jumped so far. */
+  jumpedMs: number;
+  readonly limits: ModelLimits;
+}
+
+export interface ModelLimits {
+  /** The largest single clock jump generated. */
+  readonly maxJumpMs: number;
+  /** Occurrences a job may accumulate over a sequence (a catch-up over many is slow, not different). */
+  readonly maxOccurrencesPerJob: number;
+  /** Total virtual time one sequence may jump (a dispatcher catching up reads every minute's bucket). */
+  readonly maxTotalJumpMs: number;
+}
+
+export function currentVersion(job: ModelJob): ModelVersion {
+  const last = job.versions.at(-1);
+  if (last === undefined) throw new Error(`job ${job.id} has no versions`);
+  return last;
+}
+
+type Cmd = fc.AsyncCommand<Model, Sequence>;
+type ConflictKind = Extract<WriteKind, "claim" | "finish" | "edit" | "admission">;
+
+// ------------------------------------------------------------------ job definitions
+
+type ScheduleChoice =
+  | { readonly kind: "once"; readonly offsetMs: number }
+  | { readonly kind: "cron"; readonly cron: string; readonly timezone: string }
+  | { readonly kind: "every"; readonly every: string; readonly offsetMs: number };
+
+const scheduleChoice: fc.Arbitrary<ScheduleChoice> = fc.oneof(
+  fc.record({
+    kind: fc.constant("once" as const),
+    offsetMs: fc.constantFrom(-90_000, 0, 10_000, 45_000, 180_000, 1_200_000, 7_200_000),
+  }),
+  fc.record({
+    kind: fc.constant("cron" as const),
+    cron: fc.constantFrom("* * * * *", "*/5 * * * *", "0 * * * *", "30 2 * * *", "0 0 * * 1"),
+    timezone: fc.constantFrom("UTC", "Europe/Berlin"),
+  }),
+  fc.record({
+    kind: fc.constant("every" as const),
+    every: fc.constantFrom("PT1M", "PT7M", "PT1H", "P1D", "P600000W"),
+    offsetMs: fc.constantFrom(0, 30_000, 300_000),
+  }),
+);
+
+function scheduleOf(choice: ScheduleChoice, now: number): ScheduleSpec {
+  const at = (offset: number) => new Date(Math.floor((now + offset) / 1000) * 1000).toISOString();
+  switch (choice.kind) {
+    case "once":
+      return { runAt: at(choice.offsetMs) };
+    case "cron":
+      return { cron: choice.cron, timezone: choice.timezone };
+    case "every":
+      return { every: choice.every, startAt: at(choice.offsetMs) };
+  }
+}
+
+const describeSchedule = (c: ScheduleChoice) =>
+  c.kind === "once"
+    ? `runAt now${c.offsetMs >= 0 ? "+" : ""}${c.offsetMs / 1000}s`
+    : c.kind === "cron"
+      ? `cron "${c.cron}" ${c.timezone}`
+      : `every ${c.every} from now+${c.offsetMs / 1000}s`;
+
+const behaviour: fc.Arbitrary<Behaviour> = fc.oneof(
+  { weight: 4, arbitrary: fc.record({ mode: fc.constant("ok" as const), tag: fc.nat(99) }) },
+  {
+    weight: 3,
+    arbitrary: fc.record({
+      mode: fc.constant("retry" as const),
+      failTimes: fc.integer({ min: 1, max: 3 }),
+      tag: fc.nat(99),
+    }),
+  },
+  { weight: 1, arbitrary: fc.record({ mode: fc.constant("fatal" as const), tag: fc.nat(99) }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({ mode: fc.constant("hugeError" as const), tag: fc.nat(99) }),
+  },
+  { weight: 2, arbitrary: fc.record({ mode: fc.constant("sleep" as const), tag: fc.nat(99) }) },
+);
+
+const describeBehaviour = (b: Behaviour) => (b.mode === "retry" ? `retry×${b.failTimes}` : b.mode);
+
+interface JobSpec {
+  readonly schedule: ScheduleChoice;
+  readonly behaviour: Behaviour;
+  readonly misfire: MisfirePolicy;
+  readonly overlap: OverlapPolicy;
+  readonly maxConcurrent: number;
+  readonly retry: {
+    readonly maxAttempts: number;
+    readonly initialDelaySeconds: number;
+    readonly maxDelaySeconds: number;
+  };
+  readonly priority: "high" | "normal" | "low";
+}
+
+const retryPolicy = fc
+  .record({
+    maxAttempts: fc.integer({ min: 1, max: 4 }),
+    initialDelaySeconds: fc.constantFrom(1, 20, 240),
+    factor: fc.constantFrom(1, 2),
+  })
+  .map(({ maxAttempts, initialDelaySeconds, factor }) => ({
+    maxAttempts,
+    initialDelaySeconds,
+    maxDelaySeconds: initialDelaySeconds * factor,
+  }));
+
+const jobSpec: fc.Arbitrary<JobSpec> = fc.record({
+  schedule: scheduleChoice,
+  behaviour,
+  misfire: fc.constantFrom<MisfirePolicy>("skip", "fire_once", "fire_all"),
+  overlap: fc.constantFrom<OverlapPolicy>("skip", "buffer_one", "allow"),
+  maxConcurrent: fc.integer({ min: 1, max: 2 }),
+  retry: retryPolicy,
+  priority: fc.constantFrom("high" as const, "normal" as const, "low" as const),
+});
+
+const TIMEOUT_SECONDS = 120;
+
+interface JobDto {
+  readonly id: string;
+  readonly status: string;
+  readonly version: number;
+  readonly schedule: ScheduleSpec;
+  readonly payload: unknown;
+  readonly policies: {
+    readonly misfirePolicy: MisfirePolicy;
+    readonly overlapPolicy: OverlapPolicy;
+  };
+}
+
+function isJobDto(body: unknown): body is JobDto {
+  return typeof body === "object" && body !== null && "id" in body && "version" in body;
+}
+
+/** Reads the job back and brings the model up to date with what the system says it is now. */
+async function sync(model: Model, seq: Sequence, job: ModelJob): Promise<void> {
+  const reply = await seq.api("GET", `/jobs/${job.id}`);
+  if (reply.status !== 200 || !isJobDto(reply.body)) return;
+  absorb(model, seq, job, reply.body);
+}
+
+function absorb(_model: Model, seq: Sequence, job: ModelJob, dto: JobDto): void {
+  job.status = dto.status.toUpperCase();
+  const last = currentVersion(job);
+  if (dto.version > last.version) {
+    job.versions.push({
+      version: dto.version,
+      schedule: dto.schedule,
+      misfire: dto.policies.misfirePolicy,
+      overlap: dto.policies.overlapPolicy,
+      payload: dto.payload,
+      at: seq.nowMs,
+      scheduleChanged: JSON.stringify(dto.schedule) !== JSON.stringify(last.schedule),
+    });
+  }
+}
+
+const pick = <T>(items: readonly T[], index: number): T | undefined =>
+  items.length === 0 ? undefined : items[index % items.length];
+
+// ------------------------------------------------------------------ commands
+
+class CreateJob implements Cmd {
+  constructor(readonly spec: JobSpec) {}
+  check = () => true;
+  async run(model: Model, seq: Sequence): Promise<void> {
+    const { spec } = this;
+    const schedule = scheduleOf(spec.schedule, seq.nowMs);
+    const body = {
+      type: MODEL_TYPE,
+      name: `model ${describeSchedule(spec.schedule)}`,
+      schedule,
+      payload: spec.behaviour,
+      retry: spec.retry,
+      misfirePolicy: spec.misfire,
+      overlapPolicy: spec.overlap,
+      ...(spec.overlap === "allow" ? { maxConcurrent: spec.maxConcurrent } : {}),
+      priority: spec.priority,
+      timeoutSeconds: TIMEOUT_SECONDS,
+    };
+    const reply = await seq.api("POST", "/jobs", body);
+    if (reply.status !== 201 || !isJobDto(reply.body)) return;
+    const dto = reply.body;
+    model.jobs.push({
+      id: dto.id,
+      createdAt: seq.nowMs,
+      timeoutMs: TIMEOUT_SECONDS * 1000,
+      status: dto.status.toUpperCase(),
+      versions: [
+        {
+          version: dto.version,
+          schedule: dto.schedule,
+          misfire: dto.policies.misfirePolicy,
+          overlap: dto.policies.overlapPolicy,
+          payload: dto.payload,
+          at: seq.nowMs,
+          scheduleChanged: true,
+        },
+      ],
+      occurrences: 0,
+    });
+  }
+  toString() {
+    const s = this.spec;
+    return `create(${describeSchedule(s.schedule)}, ${describeBehaviour(s.behaviour)}, misfire ${s.misfire}, overlap ${s.overlap}${s.overlap === "allow" ? `×${s.maxConcurrent}` : ""}, retry ${s.retry.maxAttempts}×${s.retry.initialDelaySeconds}..${s.retry.maxDelaySeconds}s, ${s.priority})`;
+  }
+}
+
+type EditChange =
+  | { readonly kind: "rename" }
+  | { readonly kind: "payload"; readonly behaviour: Behaviour }
+  | { readonly kind: "schedule"; readonly schedule: ScheduleChoice }
+  | { readonly kind: "policies"; readonly misfire: MisfirePolicy; readonly overlap: OverlapPolicy };
+
+const editChange: fc.Arbitrary<EditChange> = fc.oneof(
+  fc.record({ kind: fc.constant("rename" as const) }),
+  fc.record({ kind: fc.constant("payload" as const), behaviour }),
+  fc.record({
+    kind: fc.constant("schedule" as const),
+    schedule: scheduleChoice.filter((s) => !(s.kind === "every" && s.every === "P600000W")),
+  }),
+  fc.record({
+    kind: fc.constant("policies" as const),
+    misfire: fc.constantFrom<MisfirePolicy>("skip", "fire_once", "fire_all"),
+    overlap: fc.constantFrom<OverlapPolicy>("skip", "buffer_one", "allow"),
+  }),
+);
+
+const describeChange = (c: EditChange) =>
+  c.kind === "rename"
+    ? "rename"
+    : c.kind === "payload"
+      ? `payload ${describeBehaviour(c.behaviour)}`
+      : c.kind === "schedule"
+        ? `schedule ${describeSchedule(c.schedule)}`
+        : `policies misfire ${c.misfire} overlap ${c.overlap}`;
+
+async function edit(model: Model, seq: Sequence, job: ModelJob, change: EditChange) {
+  const current = await seq.api("GET", `/jobs/${job.id}`);
+  if (current.status !== 200 || current.etag === null) return;
+  const body =
+    change.kind === "rename"
+      ? { name: `renamed at ${new Date(seq.nowMs).toISOString()}` }
+      : change.kind === "payload"
+        ? { payload: change.behaviour }
+        : change.kind === "schedule"
+          ? { schedule: scheduleOf(change.schedule, seq.nowMs) }
+          : { misfirePolicy: change.misfire, overlapPolicy: change.overlap };
+  await seq.api("PATCH", `/jobs/${job.id}`, body, { "If-Match": current.etag });
+  await sync(model, seq, job);
+}
+
+class EditJob implements Cmd {
+  constructor(
+    readonly job: number,
+    readonly change: EditChange,
+  ) {}
+  check = (m: Readonly<Model>) => m.jobs.length > 0;
+  async run(model: Model, seq: Sequence): Promise<void> {
+    const job = pick(model.jobs, this.job);
+    if (job) await edit(model, seq, job, this.change);
+  }
+  toString() {
+    return `edit(job ${this.job}, ${describeChange(this.change)})`;
+  }
+}
+
+type Lifecycle = "pause" | "resume" | "cancel" | "trigger";
+
+async function lifecycle(model: Model, seq: Sequence, job: ModelJob, op: Lifecycle) {
+  await seq.api("POST", `/jobs/${job.id}/${op}`);
+  await sync(model, seq, job);
+}
+
+class LifecycleCommand implements Cmd {
+  constructor(
+    readonly job: number,
+    readonly op: Lifecycle,
+  ) {}
+  check = (m: Readonly<Model>) => m.jobs.length > 0;
+  async run(model: Model, seq: Sequence): Promise<void> {
+    const job = pick(model.jobs, this.job);
+    if (job) await lifecycle(model, seq, job, this.op);
+  }
+  toString() {
+    return `${this.op}(job ${this.job})`;
+  }
+}
+
+class ReplayDeadLetter implements Cmd {
+  constructor(readonly index: number) {}
+  check = (m: Readonly<Model>) => m.jobs.length > 0;
+  async run(model: Model, seq: Sequence): Promise<void> {
+    const { runs } = await seq.snapshot();
+    const dead = runs
+      .filter((r) => r.status === "DEAD" && r.replayedBy === null)
+      .sort((a, b) => a.runId.localeCompare(b.runId));
+    const run = pick(dead, this.index);
+    if (!run) return;
+    await seq.api("POST", `/dead-letters/${run.runId}/replay`);
+    const job = model.jobs.find((j) => j.id === run.jobId);
+    if (job) await sync(model, seq, job);
+  }
+  toString() {
+    return `replay(dead letter ${this.index})`;
+  }
+}
+
+class DispatcherPass implements Cmd {
+  check = () => true;
+  async run(_m: Model, seq: Sequence) {
+    await seq.pass();
+  }
+  toString() {
+    return "pass";
+  }
+}
+
+class ReaperPass implements Cmd {
+  check = () => true;
+  async run(_m: Model, seq: Sequence) {
+    await seq.reap();
+  }
+  toString() {
+    return "reap";
+  }
+}
+
+type DeliveryMode = "normal" | "duplicate" | CrashPoint;
+
+class Deliver implements Cmd {
+  constructor(
+    readonly count: number,
+    readonly mode: DeliveryMode,
+  ) {}
+  check = () => true;
+  async run(_m: Model, seq: Sequence) {
+    await seq.deliver(this.count, this.mode);
+  }
+  toString() {
+    return `deliver(${this.count}${this.mode === "normal" ? "" : `, first ${this.mode}`})`;
+  }
+}
+
+class HardRestart implements Cmd {
+  check = () => true;
+  async run(_m: Model, seq: Sequence) {
+    await seq.hardRestart();
+  }
+  toString() {
+    return "hard restart (workers killed, queue emptied, reaper resends)";
+  }
+}
+
+class ReleaseSleepers implements Cmd {
+  check = () => true;
+  async run(_m: Model, seq: Sequence) {
+    await seq.releaseSleepers();
+  }
+  toString() {
+    return "release sleeping handlers";
+  }
+}
+
+/** Occurrences of the job's current schedule in (from, to], at most `limit`. */
+function occurrencesBetween(job: ModelJob, from: number, to: number, limit: number): number {
+  try {
+    return occurrences(currentVersion(job).schedule, new Date(from + 1), new Date(to), limit)
+      .length;
+  } catch {
+    return 0;
+  }
+}
+
+class AdvanceClock implements Cmd {
+  constructor(readonly ms: number) {}
+  check(m: Readonly<Model>): boolean {
+    if (this.ms > m.limits.maxJumpMs || m.jumpedMs + this.ms > m.limits.maxTotalJumpMs)
+      return false;
+    const limit = m.limits.maxOccurrencesPerJob;
+    return m.jobs.every(
+      (job) =>
+        job.status === "CANCELLED" ||
+        job.occurrences + occurrencesBetween(job, m.now, m.now + this.ms, limit + 1) <= limit,
+    );
+  }
+  async run(model: Model, seq: Sequence) {
+    for (const job of model.jobs) {
+      const limit = model.limits.maxOccurrencesPerJob + 1;
+      job.occurrences += occurrencesBetween(job, model.now, model.now + this.ms, limit);
+    }
+    model.jumpedMs += this.ms;
+    model.now += this.ms;
+    await seq.advance(this.ms);
+  }
+  toString() {
+    return `advance(${formatMs(this.ms)})`;
+  }
+}
+
+export function formatMs(ms: number): string {
+  if (ms % 86_400_000 === 0) return `${ms / 86_400_000}d`;
+  if (ms % 3_600_000 === 0) return `${ms / 3_600_000}h`;
+  if (ms % 60_000 === 0) return `${ms / 60_000}min`;
+  return `${ms / 1000}s`;
+}
+
+class InjectConflicts implements Cmd {
+  constructor(
+    readonly kind: ConflictKind,
+    readonly times: number,
+  ) {}
+  check = () => true;
+  async run(_m: Model, seq: Sequence) {
+    seq.plan.conflicts.set(this.kind, (seq.plan.conflicts.get(this.kind) ?? 0) + this.times);
+  }
+  toString() {
+    return `conflict(next ${this.times} ${this.kind})`;
+  }
+}
+
+type HookOp =
+  | { readonly kind: "edit"; readonly change: EditChange }
+  | { readonly kind: "pause" }
+  | { readonly kind: "cancel" };
+
+const hookOp: fc.Arbitrary<HookOp> = fc.oneof(
+  { weight: 3, arbitrary: fc.record({ kind: fc.constant("edit" as const), change: editChange }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant("pause" as const) }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant("cancel" as const) }) },
+);
+
+const describeHook = (op: HookOp) =>
+  op.kind === "edit" ? `edit ${describeChange(op.change)}` : op.kind;
+
+/** A lifecycle change that lands while a claim or a worker's start is in flight: between its read and its write. */
+class Interleave implements Cmd {
+  constructor(
+    readonly during: "claim" | "start",
+    readonly job: number,
+    readonly op: HookOp,
+  ) {}
+  check = (m: Readonly<Model>) => m.jobs.length > 0;
+  async run(model: Model, seq: Sequence) {
+    const job = pick(model.jobs, this.job);
+    if (!job) return;
+    const op = this.op;
+    const hook = {
+      jobId: job.id,
+      run: () =>
+        op.kind === "edit" ? edit(model, seq, job, op.change) : lifecycle(model, seq, job, op.kind),
+    };
+    if (this.during === "claim") seq.plan.claimHook = hook;
+    else seq.plan.startHook = hook;
+  }
+  toString() {
+    return `during next ${this.during} of job ${this.job}: ${describeHook(this.op)}`;
+  }
+}
+
+/** Fails the sequence at the command that broke a promise, so shrinking keeps the steps that lead to it. */
+class Checked implements Cmd {
+  constructor(private readonly inner: Cmd) {}
+  check(m: Readonly<Model>): boolean {
+    return this.inner.check(m);
+  }
+  async run(m: Model, seq: Sequence): Promise<void> {
+    const t = performance.now();
+    await this.inner.run(m, seq);
+    if (process.env.MODEL_PROFILE && performance.now() - t > 200)
+      process.stderr.write(`  slow ${Math.round(performance.now() - t)} ms: ${this.inner}\n`);
+    if (seq.violations.length > 0) throw new ModelViolation(seq.violations);
+  }
+  toString(): string {
+    return this.inner.toString();
+  }
+}
+
+// ------------------------------------------------------------------ the command arbitrary
+
+const jump = (limits: ModelLimits) =>
+  fc
+    .constantFrom(
+      1_000,
+      5_000,
+      20_000,
+      60_000,
+      150_000,
+      600_000,
+      1_800_000,
+      3_600_000,
+      6 * 3_600_000,
+      86_400_000,
+      3 * 86_400_000,
+      7 * 86_400_000,
+    )
+    .filter((ms) => ms <= limits.maxJumpMs);
+
+export function commandArbitrary(limits: ModelLimits, maxCommands: number) {
+  const jobIndex = fc.nat(7);
+  const commands: fc.Arbitrary<Cmd>[] = [
+    jobSpec.map((s) => new CreateJob(s)),
+    fc.tuple(jobIndex, editChange).map(([j, c]) => new EditJob(j, c)),
+    fc
+      .tuple(jobIndex, fc.constantFrom<Lifecycle>("pause", "resume", "cancel", "trigger"))
+      .map(([j, op]) => new LifecycleCommand(j, op)),
+    fc.nat(5).map((i) => new ReplayDeadLetter(i)),
+    fc.constant(new DispatcherPass()),
+    fc.constant(new ReaperPass()),
+    fc
+      .tuple(
+        fc.integer({ min: 1, max: 6 }),
+        fc.constantFrom<DeliveryMode>(
+          "normal",
+          "normal",
+          "duplicate",
+          "afterStart",
+          "beforeFinish",
+          "betweenWrites",
+        ),
+      )
+      .map(([n, mode]) => new Deliver(n, mode)),
+    fc.constant(new ReleaseSleepers()),
+    fc.constant(new HardRestart()),
+    jump(limits).map((ms) => new AdvanceClock(ms)),
+    fc
+      .tuple(
+        fc.constantFrom<ConflictKind>("claim", "finish", "edit", "admission"),
+        fc.integer({ min: 1, max: 2 }),
+      )
+      .map(([kind, times]) => new InjectConflicts(kind, times)),
+    fc
+      .tuple(fc.constantFrom<"claim" | "start">("claim", "start"), jobIndex, hookOp)
+      .map(([during, j, op]) => new Interleave(during, j, op)),
+  ];
+  const all: fc.Arbitrary<Cmd>[] = [
+    ...commands,
+    // Time, passes and deliveries are what most steps of a real day are.
+    jump(limits).map((ms) => new AdvanceClock(ms)),
+    fc.constant(new DispatcherPass()),
+    fc.integer({ min: 1, max: 6 }).map((n) => new Deliver(n, "normal")),
+    jobSpec.map((s) => new CreateJob(s)),
+  ];
+  return fc.commands(
+    all.map((arb) => arb.map((cmd): Cmd => new Checked(cmd))),
+    { maxCommands, size: "max" },
+  );
+}
+
+export function newModel(limits: ModelLimits, now: number): Model {
+  return { jobs: [], now, jumpedMs: 0, limits };
+}

@@ -1,0 +1,241 @@
+import { AsyncLocalStorage } from "node:async_hooks";
+import type { DynamoDBClient } from "@aws-sdk/client-dynamodb";
+import {
+  type AttributeValue,
+  TransactionCanceledException,
+  TransactionConflictException,
+} from "@aws-sdk/client-dynamodb";
+import type { FinalizeRequestMiddleware, MetadataBearer } from "@smithy/types";
+
+/**
+ * Faults the emulators cannot produce, injected with SDK middleware on the
+ * real DynamoDB client: DynamoDB Local serializes transactions, so it never
+ * cancels one with TransactionConflict, and a process cannot be killed between
+ * two of its own writes without a seam. The middleware sits inside the SDK's
+ * retry loop, where a real service error would surface.
+ */
+
+/** The writes the model tells apart, by the shape of their request. */
+export type WriteKind =
+  | "claim"
+  | "finish"
+  | "edit"
+  | "admission"
+  | "start"
+  /** A run's own ending write when no next attempt goes with it: only ever crashed before, not conflicted. */
+  | "runEnd"
+  | "other";
+
+/** Where a worker dies: right after its start write, before its finishing write, or between the run's and the job's write. */
+export type CrashPoint = "afterStart" | "beforeFinish" | "betweenWrites";
+
+export class InjectedCrash extends Error {
+  override readonly name = "InjectedCrash";
+}
+
+/** One worker delivery, as the fault middleware sees it. */
+export interface DeliveryContext {
+  readonly crash: CrashPoint | null;
+  /** Set once the run's finishing write has gone through, for `betweenWrites`. */
+  runWritten: boolean;
+  crashed: boolean;
+  /** The process was killed: every further request of this delivery fails. */
+  killed: boolean;
+}
+
+const delivery = new AsyncLocalStorage<DeliveryContext>();
+
+export function newDelivery(crash: CrashPoint | null): DeliveryContext {
+  return { crash, runWritten: false, crashed: false, killed: false };
+}
+
+/** Runs `work` as one worker delivery, which dies as its context says. */
+export function inDelivery<T>(context: DeliveryContext, work: () => Promise<T>): Promise<T> {
+  return delivery.run(context, work);
+}
+
+/** Runs `work` outside any delivery: an API call made by a hook must not inherit the worker's crash. */
+export function outsideDelivery<T>(work: () => Promise<T>): Promise<T> {
+  return delivery.exit(work);
+}
+
+type Hook = () => Promise<void>;
+
+export interface FaultPlan {
+  /** Cancellations still to inject per kind of write. */
+  readonly conflicts: Map<WriteKind, number>;
+  /** Runs once, just before the next claim transaction of this job is sent. */
+  claimHook: { readonly jobId: string; readonly run: Hook } | null;
+  /** Runs once, just before the next start write of a run of this job is sent. */
+  startHook: { readonly jobId: string; readonly run: Hook } | null;
+  /** Every cancellation injected, for the report. */
+  readonly injected: { kind: WriteKind; at: string }[];
+}
+
+export function emptyFaultPlan(): FaultPlan {
+  return { conflicts: new Map(), claimHook: null, startHook: null, injected: [] };
+}
+
+type Marshalled = Record<string, AttributeValue>;
+
+interface WriteRequest {
+  readonly TableName?: string;
+  readonly Key?: Marshalled;
+  readonly UpdateExpression?: string;
+  readonly ConditionExpression?: string;
+}
+
+interface TransactRequest {
+  readonly TransactItems?: readonly {
+    readonly Update?: WriteRequest;
+    readonly Delete?: WriteRequest;
+    readonly Put?: WriteRequest & { readonly Item?: Marshalled };
+    readonly ConditionCheck?: WriteRequest;
+  }[];
+}
+
+type DynamoInput = WriteRequest & TransactRequest;
+
+const text = (value: AttributeValue | undefined): string =>
+  value !== undefined && "S" in value && typeof value.S === "string" ? value.S : "";
+
+export interface Tables {
+  readonly jobs: string;
+  readonly runs: string;
+}
+
+/** What kind of write a request is, and the job it touches. */
+export function classify(input: DynamoInput, tables: Tables): { kind: WriteKind; jobId: string } {
+  const items = input.TransactItems;
+  if (items !== undefined) {
+    const jobOf = (key: Marshalled | undefined) => {
+      const pk = text(key?.pk);
+      return pk.startsWith("JOB#") ? pk.slice(4) : "";
+    };
+    const jobId =
+      items.map((i) => jobOf((i.Update ?? i.Delete ?? i.ConditionCheck)?.Key)).find(Boolean) ?? "";
+    const first = items[0]?.Update;
+    if (first?.TableName === tables.runs && first.UpdateExpression?.includes("finishedAt"))
+      return { kind: "finish", jobId: jobOf(first.Key) };
+    if (items.some((i) => /version = version \+/.test(i.Update?.UpdateExpression ?? "")))
+      return { kind: "edit", jobId };
+    const claims = items.some(
+      (i) => text(i.Delete?.Key?.pk).startsWith("DUE#") && i.Delete?.ConditionExpression,
+    );
+    if (claims) {
+      // The due entry's sort key names the job even when the claim does not update it (a retry).
+      const entry = items.find((i) => text(i.Delete?.Key?.pk).startsWith("DUE#"))?.Delete?.Key;
+      return { kind: "claim", jobId: jobId || (text(entry?.sk).split("#")[1] ?? "") };
+    }
+    return { kind: "other", jobId };
+  }
+  const key = input.Key;
+  if (input.UpdateExpression !== undefined && key !== undefined) {
+    const pk = text(key.pk);
+    const jobId = pk.startsWith("JOB#") ? pk.slice(4) : "";
+    if (
+      input.TableName === tables.jobs &&
+      input.ConditionExpression?.includes("activeRevision = :")
+    )
+      return { kind: "admission", jobId };
+    if (input.TableName === tables.runs && /fence = fence \+/.test(input.UpdateExpression))
+      return { kind: "start", jobId };
+    if (input.TableName === tables.runs && input.UpdateExpression.includes("finishedAt"))
+      return { kind: "runEnd", jobId };
+    // The job's write after a run ended: it meets claims on the job item.
+    if (input.TableName === tables.jobs && /lastRun|REMOVE activeRuns/.test(input.UpdateExpression))
+      return { kind: "finish", jobId };
+  }
+  return { kind: "other", jobId: "" };
+}
+
+const metadata = { httpStatusCode: 400, attempts: 1, totalRetryDelay: 0 };
+
+function conflictFor(input: DynamoInput, tables: Tables): Error {
+  const items = input.TransactItems;
+  if (items === undefined) {
+    return new TransactionConflictException({
+      message: "Transaction is ongoing for the item",
+      $metadata: metadata,
+    });
+  }
+  // The conflict is reported on the item another transaction holds: the job, else the first.
+  const jobIndex = items.findIndex(
+    (i) => i.Update?.TableName === tables.jobs && text(i.Update.Key?.pk).startsWith("JOB#"),
+  );
+  const at = Math.max(jobIndex, 0);
+  const reasons = items.map((_, i) =>
+    i === at
+      ? { Code: "TransactionConflict", Message: "Transaction is ongoing for the item" }
+      : { Code: "None" },
+  );
+  return new TransactionCanceledException({
+    message: `Transaction cancelled, please refer cancellation reasons for specific reasons [${reasons.map((r) => r.Code).join(", ")}]`,
+    $metadata: metadata,
+    CancellationReasons: reasons,
+  });
+}
+
+/**
+ * Installs the fault middleware on a client. `plan()` gives the current
+ * sequence's plan and tables (null: pass everything through).
+ */
+export function installDynamoFaults(
+  client: DynamoDBClient,
+  current: () => { plan: FaultPlan; tables: Tables; now: () => string } | null,
+): void {
+  const middleware: FinalizeRequestMiddleware<object, MetadataBearer> = (next) => async (args) => {
+    const state = current();
+    if (state === null) return next(args);
+    const input = args.input as DynamoInput;
+    const { kind, jobId } = classify(input, state.tables);
+    const { plan } = state;
+    const crash = delivery.getStore();
+
+    if (kind === "claim" && plan.claimHook && plan.claimHook.jobId === jobId) {
+      const hook = plan.claimHook;
+      plan.claimHook = null;
+      await outsideDelivery(hook.run);
+    }
+    if (kind === "start" && plan.startHook && plan.startHook.jobId === jobId) {
+      const hook = plan.startHook;
+      plan.startHook = null;
+      await outsideDelivery(hook.run);
+    }
+    const pending = plan.conflicts.get(kind) ?? 0;
+    if (pending > 0 && kind !== "other" && kind !== "start") {
+      plan.conflicts.set(kind, pending - 1);
+      plan.injected.push({ kind, at: state.now() });
+      throw conflictFor(input, state.tables);
+    }
+    if (crash && !crash.crashed) {
+      if (crash.crash === "beforeFinish" && kind === "finish") {
+        crash.crashed = true;
+        throw new InjectedCrash("worker died before its finishing write");
+      }
+      if (
+        crash.crash === "betweenWrites" &&
+        crash.runWritten &&
+        input.TableName === state.tables.jobs &&
+        input.UpdateExpression !== undefined
+      ) {
+        crash.crashed = true;
+        throw new InjectedCrash("worker died between the run's write and the job's write");
+      }
+    }
+    const result = await next(args);
+    if (crash && !crash.crashed) {
+      if (kind === "finish" && input.TransactItems === undefined) crash.runWritten = true;
+      if (crash.crash === "afterStart" && kind === "start") {
+        crash.crashed = true;
+        throw new InjectedCrash("worker died right after its start write");
+      }
+    }
+    return result;
+  };
+  client.middlewareStack.add(middleware, {
+    step: "finalizeRequest",
+    priority: "low",
+    name: "modelFaults",
+  });
+}

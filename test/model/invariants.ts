@@ -1,0 +1,267 @@
+import type { Run } from "../../shared/model.js";
+import { nextOccurrence, occurrences, type ScheduleSpec } from "../../shared/schedule/index.js";
+import { currentVersion, type Model, type ModelJob, type ModelVersion } from "./commands.js";
+import { MODEL_SETTINGS, type Snapshot, TICK_MS, type Violation } from "./system.js";
+
+/** After an edit that changes the schedule, occurrences this close to it may follow either schedule. */
+const EDIT_WINDOW_MS = MODEL_SETTINGS.lookaheadMs + 2 * 60_000 + 1000;
+
+type SnapshotRun = Snapshot["runs"][number];
+
+const FINAL = new Set(["SUCCEEDED", "FAILED", "DEAD", "SKIPPED", "CANCELLED"]);
+
+function inSchedule(spec: ScheduleSpec, at: string): boolean {
+  try {
+    const t = new Date(at);
+    return occurrences(spec, t, t, 1).length === 1;
+  } catch {
+    return false;
+  }
+}
+
+function versionAt(job: ModelJob, version: number): ModelVersion {
+  return [...job.versions].reverse().find((v) => v.version <= version) ?? currentVersion(job);
+}
+
+/**
+ * The promises that hold whatever happened during a sequence, checked once
+ * the system is quiet: no occurrence succeeds twice; every occurrence of an
+ * active job ended well (succeeded, dead, or skipped for a reason its policies
+ * allow) or can still run; no active job's next run is overdue.
+ */
+export function checkInvariants(
+  model: Model,
+  snap: Snapshot,
+  effectiveSuccesses: ReadonlyMap<string, number>,
+): Violation[] {
+  const violations: Violation[] = [];
+  const violate = (invariant: string, detail: string) => violations.push({ invariant, detail });
+  const nowIso = new Date(snap.now).toISOString();
+
+  const byOccurrence = new Map<string, SnapshotRun[]>();
+  for (const run of snap.runs) {
+    const key = `${run.jobId}@${run.scheduledFor}`;
+    const group = byOccurrence.get(key) ?? [];
+    group.push(run);
+    byOccurrence.set(key, group);
+  }
+  for (const [key, group] of byOccurrence) {
+    const successes = group.filter((r) => r.status === "SUCCEEDED");
+    if (successes.length > 1)
+      violate(
+        "no occurrence succeeds twice",
+        `${key}: attempts ${successes.map((r) => r.attempt).join(", ")} all SUCCEEDED`,
+      );
+  }
+  for (const [key, count] of effectiveSuccesses) {
+    if (count > 1)
+      violate(
+        "no occurrence succeeds twice",
+        `${key}: the handler succeeded ${count} times and each success was recorded`,
+      );
+  }
+
+  for (const job of model.jobs) {
+    const real = snap.jobs.find((j) => j.jobId === job.id);
+    if (real === undefined) {
+      violate("an accepted job is never lost", `job ${job.id} is gone`);
+      continue;
+    }
+    const agrees =
+      real.status === job.status || (job.status === "ACTIVE" && real.status === "COMPLETED");
+    if (!agrees)
+      violate(
+        "the job's status is the one the API answered",
+        `${job.id}: API said ${job.status}, stored ${real.status}`,
+      );
+    if (real.status !== "ACTIVE") continue;
+    const version = currentVersion(job);
+    const runs = snap.runs.filter((r) => r.jobId === job.id);
+
+    // The next occurrence is claimed in time.
+    if (real.nextRunAt !== null) {
+      const overdue = snap.now - Date.parse(real.nextRunAt);
+      if (overdue > TICK_MS + MODEL_SETTINGS.lookaheadMs)
+        violate(
+          "no active job's next run is overdue by more than a tick plus the lookahead",
+          `${job.id}: next run ${real.nextRunAt} is ${Math.round(overdue / 1000)} s overdue at ${nowIso}`,
+        );
+    } else if (!("runAt" in version.schedule)) {
+      let next: Date | null = null;
+      try {
+        next = nextOccurrence(version.schedule, new Date(snap.now));
+      } catch {
+        next = null;
+      }
+      if (next !== null)
+        violate(
+          "an active recurring job has a next run",
+          `${job.id}: no next run, though its schedule has ${next.toISOString()}`,
+        );
+    }
+
+    // Each occurrence's latest attempt ended well or can still run.
+    const groups = new Map<string, SnapshotRun[]>();
+    for (const run of runs) {
+      const group = groups.get(run.scheduledFor) ?? [];
+      group.push(run);
+      groups.set(run.scheduledFor, group);
+    }
+    for (const group of groups.values()) {
+      const latest = group.reduce((a, b) => (b.attempt > a.attempt ? b : a));
+      for (const run of group) if (run.status === "SKIPPED") checkSkip(run, job, snap, violate);
+      switch (latest.status) {
+        case "SUCCEEDED":
+        case "DEAD":
+        case "SKIPPED":
+          break;
+        case "CANCELLED":
+          violate(
+            "an active job's runs are not cancelled",
+            `${latest.runId}: CANCELLED (${latest.reason ?? ""})`,
+          );
+          break;
+        case "FAILED": {
+          const retry = snap.due.some(
+            (d) =>
+              d.jobId === job.id &&
+              d.scheduledFor === latest.scheduledFor &&
+              d.attempt === latest.attempt + 1,
+          );
+          if (!retry)
+            violate(
+              "a failed attempt has its next attempt",
+              `${latest.runId}: FAILED with no attempt ${latest.attempt + 1} and no due entry for it`,
+            );
+          break;
+        }
+        case "QUEUED":
+        case "RUNNING": {
+          const message = snap.messages.some(
+            (m) =>
+              m.message.jobId === job.id &&
+              m.message.scheduledFor === latest.scheduledFor &&
+              m.message.attempt === latest.attempt,
+          );
+          const deadline = latest.inflightSk !== null && latest.inflightSk > nowIso;
+          if (!message && !deadline)
+            violate(
+              "a queued or running run has a live path to run (a message, a due entry or a reaper deadline)",
+              `${latest.runId}: ${latest.status} since ${latest.startedAt ?? latest.enqueuedAt ?? "?"}, no message, reaper deadline ${latest.inflightSk ?? "none"} (now ${nowIso})`,
+            );
+          break;
+        }
+      }
+    }
+
+    // Every occurrence up to now has a run.
+    const missing = expectedOccurrences(job, snap.now - TICK_MS).filter((at) => !groups.has(at));
+    if (missing.length > 0)
+      violate(
+        "every occurrence of an active job up to now has a run",
+        `${job.id}: ${missing.length} without a run, first ${missing.slice(0, 3).join(", ")}`,
+      );
+  }
+  return violations;
+}
+
+/** The occurrences the job's schedules had up to `until`, each schedule from when it took effect. */
+function expectedOccurrences(job: ModelJob, until: number): string[] {
+  const segments = job.versions.filter((v) => v.scheduleChanged);
+  const expected: string[] = [];
+  segments.forEach((segment, i) => {
+    const next = segments[i + 1];
+    const from = i === 0 ? job.createdAt : segment.at + EDIT_WINDOW_MS;
+    const to = Math.min(until, next ? next.at : until);
+    if ("runAt" in segment.schedule) {
+      // Only the last one-off time counts: an edit moves the occurrence.
+      const at = Date.parse(segment.schedule.runAt);
+      if (next === undefined && at <= until) expected.push(new Date(at).toISOString());
+      return;
+    }
+    if (to < from) return;
+    try {
+      const firstSecond = Math.floor(from / 1000) * 1000;
+      for (const at of occurrences(segment.schedule, new Date(firstSecond), new Date(to), 5000))
+        expected.push(at.toISOString());
+    } catch {
+      // A schedule past the storable years has no occurrences there to expect.
+    }
+  });
+  return expected;
+}
+
+function checkSkip(
+  run: Run,
+  job: ModelJob,
+  snap: Snapshot,
+  violate: (invariant: string, detail: string) => void,
+): void {
+  const reason = run.reason ?? "";
+  const version = versionAt(job, run.jobVersion);
+  if (reason.startsWith("misfire")) {
+    if (version.misfire === "fire_all" && !reason.includes("cap of"))
+      violate("a misfire is skipped only under skip or fire_once", `${run.runId}: ${reason}`);
+    if (run.fence >= 2)
+      violate(
+        "a run that was interrupted or waited is not a misfire",
+        `${run.runId}: started ${run.fence} times, then SKIPPED: ${reason}`,
+      );
+    return;
+  }
+  if (reason.startsWith("overlap:")) {
+    if (job.versions.every((v) => v.overlap === "allow"))
+      violate("overlap skips only under skip or buffer_one", `${run.runId}: ${reason}`);
+    const buffered = /another run \((\S+)\) is already buffered/.exec(reason)?.[1];
+    if (buffered !== undefined) {
+      const other = snap.runs.find((r) => r.runId === buffered);
+      const endedBefore =
+        other !== undefined &&
+        FINAL.has(other.status) &&
+        other.finishedAt !== null &&
+        run.startedAt !== null &&
+        other.finishedAt < run.startedAt;
+      if (endedBefore)
+        violate(
+          "buffer_one frees its slot when the buffered run ends",
+          `${run.runId} SKIPPED at ${run.startedAt}: ${buffered} is "buffered" but ended ${other?.status} at ${other?.finishedAt}`,
+        );
+    }
+    return;
+  }
+  if (reason.includes("job paused")) {
+    if (run.attempt > 1)
+      violate(
+        "a retry or replay survives a pause",
+        `${run.runId} (attempt ${run.attempt}) SKIPPED: ${reason}`,
+      );
+    return;
+  }
+  if (reason.includes("job edited")) {
+    const dropping = job.versions.some(
+      (v) =>
+        v.version > run.jobVersion &&
+        v.scheduleChanged &&
+        !inSchedule(v.schedule, run.scheduledFor),
+    );
+    if (!dropping) {
+      const edits = job.versions.filter((v) => v.version > run.jobVersion);
+      const claimedAfter = edits.some(
+        (v) => run.enqueuedAt !== null && Date.parse(run.enqueuedAt) > v.at,
+      );
+      violate(
+        claimedAfter
+          ? "a claim carries the job version it was claimed at"
+          : "an edit skips only the queued occurrences its new schedule drops",
+        `${run.runId} (version ${run.jobVersion}, enqueued ${run.enqueuedAt}) SKIPPED: ${reason}; edits: ${edits
+          .map(
+            (v) =>
+              `v${v.version} at ${new Date(v.at).toISOString()}${v.scheduleChanged ? " (schedule)" : ""}`,
+          )
+          .join(", ")}`,
+      );
+    }
+    return;
+  }
+  violate("a skip has a reason the job's policies allow", `${run.runId}: ${reason}`);
+}

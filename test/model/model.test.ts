@@ -1,0 +1,142 @@
+import fc from "fast-check";
+import { afterAll, beforeAll, describe, it } from "vitest";
+import { commandArbitrary, currentVersion, type ModelLimits, newModel } from "./commands.js";
+import { checkInvariants } from "./invariants.js";
+import { type Expectation, ModelSystem, ModelViolation } from "./system.js";
+
+/**
+ * Model-based test (issue 13, item 15): fast-check drives random sequences of
+ * API calls, dispatcher and reaper passes, worker deliveries (duplicated,
+ * crashing at each seam), clock jumps and injected transaction conflicts
+ * against DynamoDB Local and the SQS emulator, then lets the system settle
+ * and checks the scheduler's promises.
+ *
+ * `npm test` runs a few hundred short sequences with jumps up to a day;
+ * `npm run test:model` runs thousands with jumps up to a week (MODEL_RUNS,
+ * MODEL_LONG). A failure prints its seed and path and the shrunk command
+ * list; `MODEL_SEED=<seed> MODEL_PATH=<path>` replays it.
+ */
+const env = process.env;
+const long = env.MODEL_LONG === "1";
+const runs = Number(env.MODEL_RUNS ?? (long ? 2000 : 150));
+const limits: ModelLimits = long
+  ? { maxJumpMs: 7 * 86_400_000, maxTotalJumpMs: 10 * 86_400_000, maxOccurrencesPerJob: 300 }
+  : { maxJumpMs: 86_400_000, maxTotalJumpMs: 2 * 86_400_000, maxOccurrencesPerJob: 150 };
+/** Sequences (and a failure's shrinking) stop here; the test fails if not all sequences ran. */
+const timeLimitMs = Number(env.MODEL_TIME_LIMIT_MS ?? (long ? 3_600_000 : 150_000));
+/** Survey mode: run every sequence, shrink nothing, and list each broken promise once with an example. */
+const survey = env.MODEL_SURVEY === "1";
+/** Counts only the violations whose invariant contains this text (to shrink towards one defect). */
+const only = env.MODEL_ONLY;
+const surveyed = new Map<
+  string,
+  { count: number; seed: number; detail: string; commands: string }
+>();
+const maxCommands = Number(env.MODEL_MAX_COMMANDS ?? (long ? 40 : 25));
+/** Enough quiet time for retries (backoff up to 8 min), the reaper and the redrive DLQ to act. */
+const SETTLE_MS = 12 * 60_000;
+/** The first instant of every sequence: a fixed day, shifted by the seed within it. */
+const EPOCH = Date.UTC(2026, 11, 1);
+
+describe("model: random sequences keep the scheduler's promises", () => {
+  let system: ModelSystem;
+  beforeAll(async () => {
+    system = await ModelSystem.open();
+  });
+  afterAll(() => system.close());
+
+  it(
+    `${runs} sequences of up to ${maxCommands} commands`,
+    async () => {
+      const property = fc.asyncProperty(
+        fc.integer({ min: 0, max: 0x7fffffff }),
+        commandArbitrary(limits, maxCommands),
+        async (systemSeed, commands) => {
+          const t0 = performance.now();
+          const start = EPOCH + (systemSeed % 86_400) * 1000 + (systemSeed % 997);
+          const seq = await system.begin(start, systemSeed);
+          const model = newModel(limits, start);
+          seq.expectation = (jobId): Expectation | null => {
+            const job = model.jobs.find((j) => j.id === jobId);
+            if (!job) return null;
+            const version = currentVersion(job);
+            return {
+              status: job.status,
+              payload: version.payload,
+              timeoutMs: job.timeoutMs,
+              recurring: !("runAt" in version.schedule),
+            };
+          };
+          try {
+            const t1 = performance.now();
+            try {
+              await fc.asyncModelRun(() => ({ model, real: seq }), commands);
+            } catch (error) {
+              // A command that broke a promise stops the sequence; its violations are judged below.
+              if (!(error instanceof ModelViolation)) throw error;
+            }
+            const t2 = performance.now();
+            if (seq.violations.length === 0) {
+              await seq.settle(SETTLE_MS);
+              const snapshot = await seq.snapshot();
+              seq.violations.push(...checkInvariants(model, snapshot, seq.effectiveSuccesses));
+            }
+            if (env.MODEL_PROFILE)
+              process.stderr.write(
+                `begin ${Math.round(t1 - t0)} commands ${Math.round(t2 - t1)} settle+check ${Math.round(performance.now() - t2)} ms\n`,
+              );
+            const counted = only
+              ? seq.violations.filter((v) => v.invariant.includes(only))
+              : seq.violations;
+            if (counted.length > 0) {
+              if (survey) {
+                for (const v of counted) {
+                  const seen = surveyed.get(v.invariant);
+                  if (seen) seen.count++;
+                  else
+                    surveyed.set(v.invariant, {
+                      count: 1,
+                      seed: systemSeed,
+                      detail: v.detail,
+                      commands: String(commands),
+                    });
+                }
+                return;
+              }
+              throw new ModelViolation(counted);
+            }
+          } finally {
+            await system.end(seq);
+          }
+        },
+      );
+      const seed = env.MODEL_SEED === undefined ? undefined : Number(env.MODEL_SEED);
+      const details = await fc.check(property, {
+        numRuns: runs,
+        ...(seed === undefined ? {} : { seed }),
+        ...(env.MODEL_PATH ? { path: env.MODEL_PATH } : {}),
+        // A failure's shrinking reruns sequences; stop it in time to report what it has.
+        interruptAfterTimeLimit: timeLimitMs,
+        markInterruptAsFailure: false,
+      });
+      if (survey) {
+        const lines = [...surveyed].map(
+          ([invariant, s]) =>
+            `${s.count}× ${invariant}\n    e.g. system seed ${s.seed}: ${s.detail}\n    after ${s.commands}`,
+        );
+        process.stderr.write(`model survey, ${details.numRuns} sequences:\n${lines.join("\n")}\n`);
+      }
+      if (details.failed) {
+        const cause = details.errorInstance instanceof Error ? details.errorInstance.message : "";
+        throw new Error(
+          `${fc.defaultReportMessage(details)}\n\nReplay: MODEL_SEED=${details.seed} MODEL_PATH="${details.counterexamplePath ?? ""}"\n\nViolations:\n  ${cause}`,
+        );
+      }
+      if (details.interrupted)
+        throw new Error(
+          `only ${details.numRuns} of ${runs} sequences ran before the time limit; lower MODEL_RUNS or find what got slow`,
+        );
+    },
+    timeLimitMs + 60_000,
+  );
+});

@@ -1,0 +1,694 @@
+import { isDeepStrictEqual } from "node:util";
+import { BatchWriteCommand, QueryCommand, ScanCommand } from "@aws-sdk/lib-dynamodb";
+import type { OpenAPIHono } from "@hono/zod-openapi";
+import { type ApiEnv, createApiApp } from "../../shared/api/app.js";
+import { DEFAULT_SETTINGS, type EngineSettings } from "../../shared/config.js";
+import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
+import { reap } from "../../shared/dispatch/reaper.js";
+import type { Engine } from "../../shared/engine.js";
+import { FenceLostError } from "../../shared/errors.js";
+import { extendAdmission } from "../../shared/execution/admission.js";
+import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
+import { BUILT_IN_TYPES, type JobContext, JobError } from "../../shared/execution/handlers.js";
+import { extendLease, getRun } from "../../shared/execution/run-store.js";
+import { MAX_EARLY_WAIT_MS, processRun, type WorkerDeps } from "../../shared/execution/worker.js";
+import type { DueEntry, Job, Run } from "../../shared/model.js";
+import { MetricsRecorder, silentObservability } from "../../shared/observability.js";
+import { deleteMessages, type QueueUrls } from "../../shared/queue/work-queue.js";
+import { decodeDueEntry, decodeJob, decodeRun, inflightPk } from "../../shared/storage/items.js";
+import {
+  jobsTableDefinition,
+  RUNS_INFLIGHT_INDEX,
+  RUNS_TTL_ATTRIBUTE,
+  runsTableDefinition,
+} from "../../shared/storage/tables.js";
+import {
+  createQueue,
+  createTable,
+  createTestClients,
+  deleteQueue,
+  deleteTable,
+  type TestClients,
+  testNamespace,
+} from "../support/namespace.js";
+import {
+  type CrashPoint,
+  type DeliveryContext,
+  emptyFaultPlan,
+  type FaultPlan,
+  InjectedCrash,
+  inDelivery,
+  installDynamoFaults,
+  newDelivery,
+} from "./faults.js";
+import { type HeldMessage, VirtualQueues } from "./virtual-queue.js";
+
+export const TENANT = "tenant-model";
+export const MODEL_TYPE = "model";
+
+/** The engine settings the model runs with: one shard and a short lookahead keep a sequence's I/O small. */
+export const MODEL_SETTINGS: EngineSettings = {
+  ...DEFAULT_SETTINGS,
+  shardCount: 1,
+  maxShardCount: 1,
+  lookaheadMs: 60_000,
+  leaseMs: 60_000,
+  misfireGraceMs: 60_000,
+  retentionDays: 3650,
+};
+export const TICK_MS = 60_000;
+/** SQS moves a message to the redrive DLQ on the receive after this many. */
+export const MAX_RECEIVE_COUNT = 4;
+/** A worker loop receives with a lease of visibility plus the longest early wait. */
+const RECEIVE_VISIBILITY_SECONDS = Math.ceil(MODEL_SETTINGS.leaseMs / 1000 + 2);
+
+/** What the handler of type `model` does, read from the job's payload. */
+export type Behaviour =
+  | { readonly mode: "ok"; readonly tag: number }
+  | { readonly mode: "retry"; readonly failTimes: number; readonly tag: number }
+  | { readonly mode: "fatal"; readonly tag: number }
+  /** Fails with an error text larger than a DynamoDB item may be. */
+  | { readonly mode: "hugeError"; readonly tag: number }
+  | { readonly mode: "sleep"; readonly tag: number };
+
+export interface Invocation {
+  readonly delivery: number;
+  readonly workerId: string;
+  readonly jobId: string;
+  readonly runId: string;
+  readonly occurrence: string;
+  readonly attempt: number;
+  readonly payload: unknown;
+  readonly at: number;
+  outcome: "running" | "succeeded" | "failed";
+}
+
+export interface Violation {
+  readonly invariant: string;
+  readonly detail: string;
+}
+
+export class ModelViolation extends Error {
+  override readonly name = "ModelViolation";
+  constructor(readonly violations: readonly Violation[]) {
+    super(violations.map((v) => `${v.invariant}\n    ${v.detail}`).join("\n  "));
+  }
+}
+
+/** What the model knows about a job when a handler is called: what the handler must see. */
+export interface Expectation {
+  readonly status: string;
+  readonly payload: unknown;
+  readonly timeoutMs: number;
+  readonly recurring: boolean;
+}
+
+interface Sleeper {
+  readonly invocation: Invocation;
+  readonly release: (outcome: "succeed" | "timeout" | "abort") => void;
+}
+
+interface Delivery {
+  readonly id: number;
+  readonly workerId: string;
+  readonly held: HeldMessage;
+  readonly context: DeliveryContext;
+  readonly done: Promise<void>;
+  finished: boolean;
+  invocations: Invocation[];
+}
+
+interface SharedState {
+  readonly clients: TestClients;
+  readonly tables: { readonly jobs: string; readonly runs: string };
+  sequence: Sequence | null;
+}
+
+/** Tables and clients for every sequence of a test file; each sequence cleans the tables and gets fresh queues. */
+export class ModelSystem {
+  private constructor(private readonly shared: SharedState) {}
+
+  static async open(): Promise<ModelSystem> {
+    const clients = createTestClients({ maxSockets: 16 });
+    const ns = testNamespace("m");
+    const jobs = await createTable(clients.dynamo, jobsTableDefinition(ns.name("jobs")));
+    const runs = await createTable(clients.dynamo, runsTableDefinition(ns.name("runs")), {
+      timeToLiveAttribute: RUNS_TTL_ATTRIBUTE,
+    });
+    const shared: SharedState = { clients, tables: { jobs, runs }, sequence: null };
+    installDynamoFaults(clients.dynamo, () => {
+      const s = shared.sequence;
+      return s
+        ? { plan: s.plan, tables: shared.tables, now: () => new Date(s.nowMs).toISOString() }
+        : null;
+    });
+    clients.sqs.middlewareStack.add(
+      (next, context) => (args) => {
+        const queues = shared.sequence?.queues;
+        return queues ? queues.middleware()(next, context)(args) : next(args);
+      },
+      { step: "initialize", name: "modelVirtualQueues" },
+    );
+    return new ModelSystem(shared);
+  }
+
+  /** A fresh system at `startMs` of virtual time: empty tables, new queues. */
+  async begin(startMs: number, seed: number): Promise<Sequence> {
+    const { clients, tables } = this.shared;
+    await Promise.all([clearTable(clients, tables.jobs), clearTable(clients, tables.runs)]);
+    const ns = testNamespace("mq");
+    const [high, normal, low] = await Promise.all(
+      (["high", "normal", "low"] as const).map((p) => createQueue(clients.sqs, ns.name(p))),
+    );
+    if (!high || !normal || !low) throw new Error("queue creation failed");
+    const sequence = new Sequence(
+      clients,
+      tables,
+      { high: high.url, normal: normal.url, low: low.url },
+      startMs,
+      seed,
+    );
+    this.shared.sequence = sequence;
+    return sequence;
+  }
+
+  async end(sequence: Sequence): Promise<void> {
+    await sequence.dispose();
+    if (this.shared.sequence === sequence) this.shared.sequence = null;
+    await Promise.all(
+      Object.values(sequence.engine.queues).map((url) => deleteQueue(this.shared.clients.sqs, url)),
+    );
+  }
+
+  async close(): Promise<void> {
+    const { clients, tables } = this.shared;
+    await Promise.all([
+      deleteTable(clients.dynamo, tables.jobs),
+      deleteTable(clients.dynamo, tables.runs),
+    ]);
+    clients.destroy();
+  }
+}
+
+async function scanTable(clients: TestClients, table: string): Promise<Record<string, unknown>[]> {
+  const items: Record<string, unknown>[] = [];
+  let startKey: Record<string, unknown> | undefined;
+  do {
+    const page = await clients.doc.send(
+      new ScanCommand({ TableName: table, ExclusiveStartKey: startKey, ConsistentRead: true }),
+    );
+    items.push(...(page.Items ?? []));
+    startKey = page.LastEvaluatedKey;
+  } while (startKey);
+  return items;
+}
+
+async function clearTable(clients: TestClients, table: string): Promise<void> {
+  const items = await scanTable(clients, table);
+  for (let i = 0; i < items.length; i += 25) {
+    let requests: { DeleteRequest: { Key: Record<string, unknown> } }[] = items
+      .slice(i, i + 25)
+      .map((item) => ({ DeleteRequest: { Key: { pk: item.pk, sk: item.sk } } }));
+    while (requests.length > 0) {
+      const result = await clients.doc.send(
+        new BatchWriteCommand({ RequestItems: { [table]: requests } }),
+      );
+      requests = (result.UnprocessedItems?.[table] ?? []).flatMap((r) =>
+        r.DeleteRequest?.Key ? [{ DeleteRequest: { Key: r.DeleteRequest.Key } }] : [],
+      );
+    }
+  }
+}
+
+/** A small seeded PRNG (mulberry32), so ids and backoff jitter replay with the seed. */
+export function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
+  };
+}
+
+export interface ApiReply {
+  readonly status: number;
+  readonly body: unknown;
+}
+
+export interface Snapshot {
+  readonly now: number;
+  readonly jobs: Job[];
+  readonly runs: (Run & { readonly inflightSk: string | null })[];
+  readonly due: DueEntry[];
+  readonly messages: readonly HeldMessage[];
+}
+
+/** One model sequence's real system: the engine on a virtual clock, its API, workers, dispatcher and reaper. */
+export class Sequence {
+  nowMs: number;
+  readonly engine: Engine;
+  readonly queues: VirtualQueues;
+  readonly plan: FaultPlan = emptyFaultPlan();
+  readonly violations: Violation[] = [];
+  readonly invocations: Invocation[] = [];
+  /** Handler successes whose run was recorded SUCCEEDED by the same worker, per occurrence key. */
+  readonly effectiveSuccesses = new Map<string, number>();
+  /** How the model expects each job to look to a handler starting now. */
+  expectation: (jobId: string) => Expectation | null = () => null;
+  private readonly app: OpenAPIHono<ApiEnv>;
+  private readonly sleepers = new Map<number, Sleeper>();
+  private readonly deliveries = new Map<number, Delivery>();
+  private nextDelivery = 0;
+  private nextPass = 0;
+
+  constructor(
+    private readonly clients: TestClients,
+    private readonly tables: { readonly jobs: string; readonly runs: string },
+    queueUrls: QueueUrls,
+    startMs: number,
+    seed: number,
+  ) {
+    this.nowMs = startMs;
+    this.engine = {
+      doc: clients.doc,
+      sqs: clients.sqs,
+      tables,
+      queues: queueUrls,
+      settings: MODEL_SETTINGS,
+      clock: () => new Date(this.nowMs),
+      random: seededRandom(seed),
+      obs: { log: silentObservability.log, metrics: new MetricsRecorder() },
+    };
+    this.queues = new VirtualQueues(clients.sqs, Object.values(queueUrls), () => this.nowMs);
+    this.app = createApiApp({
+      engine: this.engine,
+      jobTypes: [...BUILT_IN_TYPES, MODEL_TYPE],
+      authenticate: () => TENANT,
+    });
+  }
+
+  violate(invariant: string, detail: string): void {
+    this.violations.push({ invariant, detail });
+  }
+
+  // ------------------------------------------------------------------ API
+
+  async api(method: string, path: string, body?: unknown, headers: Record<string, string> = {}) {
+    const response = await this.app.request(path, {
+      method,
+      headers: {
+        ...headers,
+        ...(body === undefined ? {} : { "Content-Type": "application/json" }),
+      },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    const text = await response.text();
+    const parsed: unknown = text === "" ? null : JSON.parse(text);
+    if (response.status >= 500)
+      this.violate(
+        "no request answers 5xx",
+        `${method} ${path} → ${response.status} ${text.slice(0, 300)}`,
+      );
+    return { status: response.status, body: parsed, etag: response.headers.get("ETag") };
+  }
+
+  // ------------------------------------------------------------------ dispatcher and reaper
+
+  async pass(): Promise<void> {
+    for (let shard = 0; shard < MODEL_SETTINGS.maxShardCount; shard++) {
+      try {
+        await dispatchShard(this.engine, shard, `dispatcher-${this.nextPass++}`);
+      } catch (error) {
+        this.violate("no dispatcher pass throws", `shard ${shard}: ${describe(error)}`);
+      }
+    }
+  }
+
+  async reap(): Promise<void> {
+    try {
+      await reap(this.engine);
+    } catch (error) {
+      this.violate("no reaper pass throws", describe(error));
+    }
+  }
+
+  // ------------------------------------------------------------------ workers
+
+  /**
+   * Delivers up to `count` visible messages one after another (the first
+   * with `mode`), as workers would receive them. A handler that sleeps keeps
+   * its delivery open until it is released or times out.
+   */
+  async deliver(count: number, mode: "normal" | "duplicate" | CrashPoint): Promise<number> {
+    let delivered = 0;
+    await this.queues.pull();
+    while (delivered < count) {
+      const next = this.queues.visible().find((m) => this.deliverable(m));
+      if (next === undefined) break;
+      if (next.receives >= MAX_RECEIVE_COUNT) {
+        await this.redrive(next);
+        continue;
+      }
+      const first = delivered === 0;
+      if (first && mode === "duplicate") {
+        await this.queues.duplicate(next);
+      }
+      await this.deliverOne(next, first && mode !== "normal" && mode !== "duplicate" ? mode : null);
+      delivered++;
+      await this.queues.pull();
+    }
+    return delivered;
+  }
+
+  /** An early message is delivered only once its wait would be over: the worker's wait is real time. */
+  private deliverable(m: HeldMessage): boolean {
+    const early = Date.parse(m.message.dueAt) - this.nowMs;
+    return early <= 0 || early > MAX_EARLY_WAIT_MS;
+  }
+
+  private async redrive(held: HeldMessage): Promise<void> {
+    await deleteMessages(this.engine.sqs, held.queueUrl, [held.receiptHandle]);
+    this.queues.forget(held.receiptHandle);
+    try {
+      await handleCrashedRun(this.engine, held.message, held.receives);
+    } catch (error) {
+      this.violate("no dead-letter consumer throws", describe(error));
+    }
+  }
+
+  private async deliverOne(held: HeldMessage, crash: CrashPoint | null): Promise<void> {
+    const id = this.nextDelivery++;
+    const workerId = `worker-${id}`;
+    held.receives++;
+    held.visibleAt = this.nowMs + RECEIVE_VISIBILITY_SECONDS * 1000;
+    held.busy = true;
+    let blocked: () => void = () => undefined;
+    const blockedSignal = new Promise<void>((resolve) => {
+      blocked = resolve;
+    });
+    const invocations: Invocation[] = [];
+    const deps: WorkerDeps = {
+      engine: this.engine,
+      workerId,
+      handlers: new Map([
+        [MODEL_TYPE, (ctx: JobContext) => this.handle(id, workerId, ctx, invocations, blocked)],
+      ]),
+      heartbeatEveryMs: 2_000_000_000,
+    };
+    const received = {
+      message: held.message,
+      queueUrl: held.queueUrl,
+      receiptHandle: held.receiptHandle,
+      messageId: held.messageId,
+      receiveCount: held.receives,
+      visibilitySeconds: RECEIVE_VISIBILITY_SECONDS,
+    };
+    const context = newDelivery(crash);
+    const delivery: Delivery = {
+      id,
+      workerId,
+      held,
+      context,
+      finished: false,
+      invocations,
+      done: inDelivery(context, () => processRun(deps, received))
+        .then(
+          async (disposition) => {
+            if (disposition === "ack") {
+              await deleteMessages(this.engine.sqs, held.queueUrl, [held.receiptHandle]);
+              this.queues.forget(held.receiptHandle);
+            }
+          },
+          (error: unknown) => {
+            if (!(error instanceof InjectedCrash))
+              this.violate(
+                "no worker delivery throws",
+                `${held.message.jobId}: ${describe(error)}`,
+              );
+          },
+        )
+        .then(() => this.afterDelivery(delivery))
+        .finally(() => {
+          held.busy = false;
+          delivery.finished = true;
+          this.deliveries.delete(id);
+        }),
+    };
+    this.deliveries.set(id, delivery);
+    await Promise.race([delivery.done, blockedSignal]);
+  }
+
+  private async handle(
+    delivery: number,
+    workerId: string,
+    ctx: JobContext,
+    invocations: Invocation[],
+    blocked: () => void,
+  ): Promise<unknown> {
+    const invocation: Invocation = {
+      delivery,
+      workerId,
+      jobId: ctx.jobId,
+      runId: ctx.runId,
+      occurrence: ctx.idempotencyKey,
+      attempt: ctx.attempt,
+      payload: ctx.payload,
+      at: this.nowMs,
+      outcome: "running",
+    };
+    invocations.push(invocation);
+    this.invocations.push(invocation);
+    const expected = this.expectation(ctx.jobId);
+    // A COMPLETED one-off may still run a trigger or replay accepted before it completed.
+    if (expected && (expected.status === "PAUSED" || expected.status === "CANCELLED"))
+      this.violate(
+        "no handler starts for a paused or cancelled job",
+        `${ctx.runId} started while the job was ${expected.status}`,
+      );
+    if (expected && !isDeepStrictEqual(expected.payload, ctx.payload))
+      this.violate(
+        "a run executes the job's current definition",
+        `${ctx.runId} got payload ${JSON.stringify(ctx.payload)}, the job's is ${JSON.stringify(expected.payload)}`,
+      );
+    const behaviour = ctx.payload as Behaviour;
+    try {
+      switch (behaviour.mode) {
+        case "ok":
+          break;
+        case "retry":
+          if (ctx.attempt <= behaviour.failTimes)
+            throw new JobError(`planned failure ${ctx.attempt}`, { retryable: true });
+          break;
+        case "fatal":
+          throw new JobError("planned permanent failure", { retryable: false });
+        case "hugeError":
+          throw new JobError(`planned failure with a long story: ${"x".repeat(450_000)}`, {
+            retryable: true,
+          });
+        case "sleep": {
+          const outcome = await new Promise<"succeed" | "timeout" | "abort">((release) => {
+            this.sleepers.set(delivery, { invocation, release });
+            blocked();
+          });
+          this.sleepers.delete(delivery);
+          if (outcome !== "succeed")
+            throw new JobError(`sleep ended: ${outcome}`, { retryable: true });
+          break;
+        }
+      }
+    } catch (error) {
+      invocation.outcome = "failed";
+      throw error;
+    }
+    invocation.outcome = "succeeded";
+    return null;
+  }
+
+  /** Counts a handler success that its worker also recorded: the run is SUCCEEDED under this worker. */
+  private async afterDelivery(delivery: Delivery): Promise<void> {
+    for (const invocation of delivery.invocations) {
+      if (invocation.outcome !== "succeeded") continue;
+      const run = await getRunById(this.engine, invocation);
+      if (run?.status === "SUCCEEDED" && run.workerId === delivery.workerId) {
+        const count = (this.effectiveSuccesses.get(invocation.occurrence) ?? 0) + 1;
+        this.effectiveSuccesses.set(invocation.occurrence, count);
+      }
+    }
+  }
+
+  /** Lets every sleeping handler finish (successfully), and waits for their deliveries. */
+  async releaseSleepers(outcome: "succeed" | "abort" = "succeed"): Promise<void> {
+    for (const sleeper of this.sleepers.values()) sleeper.release(outcome);
+    await Promise.all([...this.deliveries.values()].map((d) => d.done));
+  }
+
+  /**
+   * Moves virtual time on. A sleeping handler past its job's timeout is
+   * stopped at its timeout, as the worker's timer would; the others keep their
+   * lease and message, as the worker's heartbeat would.
+   */
+  async advance(ms: number): Promise<void> {
+    const target = this.nowMs + ms;
+    for (;;) {
+      const due = [...this.sleepers.entries()]
+        .map(([delivery, s]) => ({
+          delivery,
+          sleeper: s,
+          at: s.invocation.at + (this.expectation(s.invocation.jobId)?.timeoutMs ?? 60_000),
+        }))
+        .filter((s) => s.at <= target)
+        .sort((a, b) => a.at - b.at || a.delivery - b.delivery)[0];
+      if (due === undefined) break;
+      this.nowMs = Math.max(this.nowMs, due.at);
+      await this.heartbeat();
+      due.sleeper.release("timeout");
+      await this.deliveries.get(due.delivery)?.done;
+    }
+    this.nowMs = target;
+    await this.heartbeat();
+  }
+
+  private async heartbeat(): Promise<void> {
+    for (const [id, sleeper] of this.sleepers) {
+      const delivery = this.deliveries.get(id);
+      if (!delivery) continue;
+      const run = await getRun(this.engine, delivery.held.message);
+      if (run === null || run.status !== "RUNNING" || run.workerId !== delivery.workerId) {
+        sleeper.release("abort");
+        await delivery.done;
+        continue;
+      }
+      try {
+        const leaseUntil = await extendLease(this.engine, run, this.engine.clock());
+        delivery.held.visibleAt = this.nowMs + MODEL_SETTINGS.leaseMs;
+        if (this.expectation(run.jobId)?.recurring)
+          await extendAdmission(this.engine, run.jobId, run.runId, leaseUntil);
+      } catch (error) {
+        if (!(error instanceof FenceLostError)) throw error;
+        sleeper.release("abort");
+        await delivery.done;
+      }
+    }
+  }
+
+  get sleeping(): number {
+    return this.sleepers.size;
+  }
+
+  // ------------------------------------------------------------------ reading the state
+
+  async snapshot(): Promise<Snapshot> {
+    await this.queues.pull();
+    const [jobItems, runItems] = await Promise.all([
+      scanTable(this.clients, this.tables.jobs),
+      scanTable(this.clients, this.tables.runs),
+    ]);
+    return {
+      now: this.nowMs,
+      jobs: jobItems.filter((i) => String(i.pk).startsWith("JOB#")).map(decodeJob),
+      due: jobItems.filter((i) => String(i.pk).startsWith("DUE#")).map(decodeDueEntry),
+      runs: runItems.map((item) => ({
+        ...decodeRun(item),
+        inflightSk: typeof item.inflightSk === "string" ? item.inflightSk : null,
+      })),
+      messages: this.queues.all(),
+    };
+  }
+
+  /**
+   * Runs the system without faults until it is quiet: sleeping handlers end,
+   * then a dispatcher pass, a reaper pass and every delivery that is due, again
+   * at each next thing to happen (a message becoming visible, a due entry
+   * entering the lookahead, a reaper deadline, a tick at most apart while
+   * anything is in flight) for `windowMs` of virtual time. A tick in which
+   * nothing is due does nothing, so skipping it changes nothing.
+   */
+  async settle(windowMs: number): Promise<void> {
+    this.plan.conflicts.clear();
+    this.plan.claimHook = null;
+    this.plan.startHook = null;
+    await this.releaseSleepers();
+    const end = this.nowMs + windowMs;
+    for (;;) {
+      await this.pass();
+      await this.reap();
+      for (let round = 0; round < 50 && (await this.deliver(20, "normal")) > 0; round++) {
+        await this.releaseSleepers();
+      }
+      await this.releaseSleepers();
+      if (this.nowMs >= end) break;
+      const next = await this.nextEvent();
+      await this.advance(Math.min(Math.max(next, this.nowMs + 1000), end) - this.nowMs);
+    }
+  }
+
+  /** When the next pass, reaper or delivery has something to do. */
+  private async nextEvent(): Promise<number> {
+    const times: number[] = [];
+    for (const m of this.queues.all()) {
+      if (m.busy) continue;
+      const due = Date.parse(m.message.dueAt);
+      times.push(due - m.visibleAt > MAX_EARLY_WAIT_MS ? m.visibleAt : Math.max(m.visibleAt, due));
+    }
+    const jobItems = await scanTable(this.clients, this.tables.jobs);
+    for (const item of jobItems) {
+      if (String(item.pk).startsWith("DUE#"))
+        times.push(Date.parse(String(item.dueAt)) - MODEL_SETTINGS.lookaheadMs);
+    }
+    for (let shard = 0; shard < MODEL_SETTINGS.maxShardCount; shard++) {
+      const page = await this.clients.doc.send(
+        new QueryCommand({
+          TableName: this.tables.runs,
+          IndexName: RUNS_INFLIGHT_INDEX,
+          KeyConditionExpression: "inflightPk = :pk",
+          ExpressionAttributeValues: { ":pk": inflightPk(shard) },
+          Limit: 1,
+        }),
+      );
+      const first = page.Items?.[0]?.inflightSk;
+      if (typeof first === "string") times.push(Date.parse(first) + 1);
+    }
+    // What is due already and still undone (an orphaned entry, say) waits for no clock.
+    const ahead = times.filter((t) => t > this.nowMs);
+    return ahead.length === 0 ? Number.POSITIVE_INFINITY : Math.min(...ahead);
+  }
+
+  /**
+   * A hard restart of the sandbox (SIGKILL, power cut): every worker dies
+   * where it is, the in-memory queue loses every message, and at startup the
+   * reaper sends every run that was in flight again.
+   */
+  async hardRestart(): Promise<void> {
+    for (const delivery of this.deliveries.values()) delivery.context.killed = true;
+    await this.releaseSleepers();
+    await this.queues.pull();
+    for (const held of this.queues.all()) {
+      await deleteMessages(this.engine.sqs, held.queueUrl, [held.receiptHandle]);
+      this.queues.forget(held.receiptHandle);
+    }
+    try {
+      await reap(this.engine, { overdueBefore: new Date("9999-12-31T00:00:00.000Z") });
+    } catch (error) {
+      this.violate("no reaper pass throws", describe(error));
+    }
+  }
+
+  async dispose(): Promise<void> {
+    this.plan.conflicts.clear();
+    this.plan.claimHook = null;
+    this.plan.startHook = null;
+    await this.releaseSleepers("abort").catch(() => undefined);
+  }
+}
+
+async function getRunById(engine: Engine, invocation: Invocation): Promise<Run | null> {
+  const scheduledFor = invocation.occurrence.slice(invocation.occurrence.indexOf("@") + 1);
+  return getRun(engine, { jobId: invocation.jobId, scheduledFor, attempt: invocation.attempt });
+}
+
+export function describe(error: unknown): string {
+  if (error instanceof Error) return `${error.name}: ${error.message}`.slice(0, 400);
+  return String(error).slice(0, 400);
+}

@@ -1,0 +1,171 @@
+import {
+  ReceiveMessageCommand,
+  type SendMessageBatchRequestEntry,
+  SendMessageCommand,
+  type SQSClient,
+} from "@aws-sdk/client-sqs";
+import type { InitializeMiddleware, MetadataBearer } from "@smithy/types";
+import type { RunMessage } from "../../shared/model.js";
+import { decodeRunMessage, encodeRunMessage } from "../../shared/queue/work-queue.js";
+
+/**
+ * The work queues in virtual time. Messages really go through the SQS
+ * emulator, but its delays and visibility timeouts run on the wall clock,
+ * while the model's clock jumps by days. So middleware on the engine's SQS
+ * client sends every message without a delay and keeps every visibility
+ * change out of the emulator (a received message stays hidden there for
+ * 12 hours), and this store remembers when each message becomes visible in
+ * virtual time, how often it was received, and its receipt handle. Deletes
+ * still go to the emulator, which is what acknowledging means.
+ */
+export interface HeldMessage {
+  readonly seq: number;
+  readonly messageId: string;
+  readonly queueUrl: string;
+  readonly receiptHandle: string;
+  readonly message: RunMessage;
+  /** Virtual epoch ms at which a receive would return it. */
+  visibleAt: number;
+  receives: number;
+  /** A worker of the model holds it right now (its handler is still running). */
+  busy: boolean;
+}
+
+const HIDDEN_SECONDS = 43_200;
+
+export class VirtualQueues {
+  private readonly held = new Map<string, HeldMessage>();
+  /** Messages sent but not yet pulled from the emulator: their virtual visibility. */
+  private readonly sent = new Map<string, number>();
+  private seq = 0;
+
+  constructor(
+    private readonly sqs: SQSClient,
+    readonly urls: readonly string[],
+    private readonly now: () => number,
+  ) {}
+
+  /** Receives every message the emulator has for the model and holds it. */
+  async pull(): Promise<void> {
+    for (const url of this.urls) {
+      for (;;) {
+        const result = await this.sqs.send(
+          new ReceiveMessageCommand({
+            QueueUrl: url,
+            MaxNumberOfMessages: 10,
+            WaitTimeSeconds: 0,
+            VisibilityTimeout: HIDDEN_SECONDS,
+          }),
+        );
+        const messages = result.Messages ?? [];
+        if (messages.length === 0) break;
+        for (const m of messages) {
+          const message = decodeRunMessage(m.Body);
+          if (!message || !m.MessageId || !m.ReceiptHandle) continue;
+          const visibleAt = this.sent.get(m.MessageId) ?? this.now();
+          this.sent.delete(m.MessageId);
+          this.held.set(m.ReceiptHandle, {
+            seq: this.seq++,
+            messageId: m.MessageId,
+            queueUrl: url,
+            receiptHandle: m.ReceiptHandle,
+            message,
+            visibleAt,
+            receives: 0,
+            busy: false,
+          });
+        }
+      }
+    }
+  }
+
+  /** Messages a receive would return now, in a reproducible order. */
+  visible(): HeldMessage[] {
+    const now = this.now();
+    return [...this.held.values()]
+      .filter((m) => !m.busy && m.visibleAt <= now)
+      .sort((a, b) => a.visibleAt - b.visibleAt || order(a.message, b.message) || a.seq - b.seq);
+  }
+
+  all(): HeldMessage[] {
+    return [...this.held.values()];
+  }
+
+  /** The earliest virtual instant at which a message not held by a worker becomes visible. */
+  nextVisibleAt(): number | null {
+    const times = [...this.held.values()].filter((m) => !m.busy).map((m) => m.visibleAt);
+    return times.length ? Math.min(...times) : null;
+  }
+
+  /** A second copy of a message, as SQS's at-least-once delivery may hand out. */
+  async duplicate(original: HeldMessage): Promise<void> {
+    await this.sqs.send(
+      new SendMessageCommand({
+        QueueUrl: original.queueUrl,
+        MessageBody: encodeRunMessage(original.message),
+      }),
+    );
+    await this.pull();
+  }
+
+  forget(receiptHandle: string): void {
+    this.held.delete(receiptHandle);
+  }
+
+  /** The SQS client middleware that keeps delays and visibility in virtual time. */
+  middleware(): InitializeMiddleware<object, MetadataBearer> {
+    return (next, context) => async (args) => {
+      const command = context.commandName ?? "";
+      const input = args.input as Record<string, unknown>;
+      if (command === "SendMessageBatchCommand") {
+        const entries = (input.Entries ?? []) as SendMessageBatchRequestEntry[];
+        const delays = new Map(entries.map((e) => [e.Id ?? "", e.DelaySeconds ?? 0]));
+        const sentAt = this.now();
+        const result = await next({
+          ...args,
+          input: { ...input, Entries: entries.map((e) => ({ ...e, DelaySeconds: 0 })) },
+        });
+        const output = result.output as { Successful?: { Id?: string; MessageId?: string }[] };
+        for (const ok of output.Successful ?? []) {
+          if (ok.MessageId)
+            this.sent.set(ok.MessageId, sentAt + (delays.get(ok.Id ?? "") ?? 0) * 1000);
+        }
+        return result;
+      }
+      if (command === "SendMessageCommand") {
+        const sentAt = this.now();
+        const delay = typeof input.DelaySeconds === "number" ? input.DelaySeconds : 0;
+        const result = await next({ ...args, input: { ...input, DelaySeconds: 0 } });
+        const output = result.output as { MessageId?: string };
+        if (output.MessageId) this.sent.set(output.MessageId, sentAt + delay * 1000);
+        return result;
+      }
+      if (command === "ChangeMessageVisibilityCommand") {
+        const handle = String(input.ReceiptHandle ?? "");
+        const seconds = Number(input.VisibilityTimeout ?? 0);
+        const held = this.held.get(handle);
+        if (held) held.visibleAt = this.now() + seconds * 1000;
+        return next({ ...args, input: { ...input, VisibilityTimeout: HIDDEN_SECONDS } });
+      }
+      if (command === "DeleteMessageBatchCommand") {
+        const entries = (input.Entries ?? []) as { Id?: string; ReceiptHandle?: string }[];
+        const result = await next(args);
+        const output = result.output as { Successful?: { Id?: string }[] };
+        const deleted = new Set((output.Successful ?? []).map((s) => s.Id));
+        for (const e of entries)
+          if (deleted.has(e.Id) && e.ReceiptHandle) this.forget(e.ReceiptHandle);
+        return result;
+      }
+      return next(args);
+    };
+  }
+}
+
+function order(a: RunMessage, b: RunMessage): number {
+  return (
+    a.dueAt.localeCompare(b.dueAt) ||
+    a.jobId.localeCompare(b.jobId) ||
+    a.scheduledFor.localeCompare(b.scheduledFor) ||
+    a.attempt - b.attempt
+  );
+}
