@@ -62,6 +62,18 @@ export function checkInvariants(
   }
 
   for (const job of model.jobs) {
+    // A claim stamps its runs with the version of the job it claimed for: a run claimed after an
+    // edit at an older version comes from a stale copy of the job (a due entry edited under a claim).
+    for (const run of snap.runs) {
+      if (run.jobId !== job.id || run.attempt !== 1 || run.enqueuedAt === null) continue;
+      const enqueued = Date.parse(run.enqueuedAt);
+      const newer = job.versions.find((v) => v.version > run.jobVersion && v.at < enqueued);
+      if (newer)
+        violate(
+          "a claim carries the job version it was claimed at",
+          `${run.runId} enqueued ${run.enqueuedAt} at version ${run.jobVersion}; version ${newer.version} was written at ${new Date(newer.at).toISOString()}`,
+        );
+    }
     const real = snap.jobs.find((j) => j.jobId === job.id);
     if (real === undefined) {
       violate("an accepted job is never lost", `job ${job.id} is gone`);

@@ -18,7 +18,7 @@ import { type Expectation, ModelSystem, ModelViolation } from "./system.js";
  */
 const env = process.env;
 const long = env.MODEL_LONG === "1";
-const runs = Number(env.MODEL_RUNS ?? (long ? 2000 : 150));
+const runs = Number(env.MODEL_RUNS ?? (long ? 2000 : 200));
 const limits: ModelLimits = long
   ? { maxJumpMs: 7 * 86_400_000, maxTotalJumpMs: 10 * 86_400_000, maxOccurrencesPerJob: 300 }
   : { maxJumpMs: 86_400_000, maxTotalJumpMs: 2 * 86_400_000, maxOccurrencesPerJob: 150 };
@@ -26,7 +26,7 @@ const limits: ModelLimits = long
 const timeLimitMs = Number(env.MODEL_TIME_LIMIT_MS ?? (long ? 3_600_000 : 150_000));
 /** Survey mode: run every sequence, shrink nothing, and list each broken promise once with an example. */
 const survey = env.MODEL_SURVEY === "1";
-/** Counts only the violations whose invariant contains this text (to shrink towards one defect). */
+/** Counts only the violations whose invariant or detail contains this text (to shrink towards one defect). */
 const only = env.MODEL_ONLY;
 const surveyed = new Map<
   string,
@@ -86,7 +86,7 @@ describe("model: random sequences keep the scheduler's promises", () => {
                 `begin ${Math.round(t1 - t0)} commands ${Math.round(t2 - t1)} settle+check ${Math.round(performance.now() - t2)} ms\n`,
               );
             const counted = only
-              ? seq.violations.filter((v) => v.invariant.includes(only))
+              ? seq.violations.filter((v) => `${v.invariant}: ${v.detail}`.includes(only))
               : seq.violations;
             if (counted.length > 0) {
               if (survey) {
