@@ -23,7 +23,7 @@ const limits: ModelLimits = long
   ? { maxJumpMs: 7 * 86_400_000, maxTotalJumpMs: 10 * 86_400_000, maxOccurrencesPerJob: 300 }
   : { maxJumpMs: 86_400_000, maxTotalJumpMs: 2 * 86_400_000, maxOccurrencesPerJob: 150 };
 /** Sequences (and a failure's shrinking) stop here; the test fails if not all sequences ran. */
-const timeLimitMs = Number(env.MODEL_TIME_LIMIT_MS ?? (long ? 3_600_000 : 150_000));
+const timeLimitMs = Number(env.MODEL_TIME_LIMIT_MS ?? (long ? 3 * 3_600_000 : 150_000));
 /** Survey mode: run every sequence, shrink nothing, and list each broken promise once with an example. */
 const survey = env.MODEL_SURVEY === "1";
 /** Counts only the violations whose invariant or detail contains this text (to shrink towards one defect). */
