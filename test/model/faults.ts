@@ -64,8 +64,17 @@ type Hook = () => Promise<void>;
 export interface FaultPlan {
   /** Cancellations still to inject per kind of write. */
   readonly conflicts: Map<WriteKind, number>;
-  /** Runs once, just before the next claim transaction of this job is sent. */
+  /**
+   * Runs once, between the read and the write of the next claim of this job: it starts just
+   * before that claim's transaction is sent, and its own claims of the job wait until then.
+   */
   claimHook: { readonly jobId: string; readonly run: Hook } | null;
+  /** The claims of a change interleaved with a claim wait here for that claim's write. */
+  heldClaim: {
+    readonly jobId: string;
+    readonly reached: () => void;
+    readonly released: Promise<void>;
+  } | null;
   /** Runs once, just before the next start write of a run of this job is sent. */
   startHook: { readonly jobId: string; readonly run: Hook } | null;
   /** Every cancellation injected, for the report. */
@@ -73,7 +82,7 @@ export interface FaultPlan {
 }
 
 export function emptyFaultPlan(): FaultPlan {
-  return { conflicts: new Map(), claimHook: null, startHook: null, injected: [] };
+  return { conflicts: new Map(), claimHook: null, heldClaim: null, startHook: null, injected: [] };
 }
 
 type Marshalled = Record<string, AttributeValue>;
@@ -191,47 +200,75 @@ export function installDynamoFaults(
     const { kind, jobId } = classify(input, state.tables);
     const { plan } = state;
     const crash = delivery.getStore();
+    if (crash?.killed) throw new InjectedCrash("the worker's process was killed");
 
+    const held = plan.heldClaim;
+    if (kind === "claim" && held && held.jobId === jobId) {
+      // The interleaved change's own claim of the entry comes after the claim it interrupted.
+      held.reached();
+      await held.released;
+    }
+    let interleaved: Promise<void> | null = null;
+    let releaseHeld = () => {};
     if (kind === "claim" && plan.claimHook && plan.claimHook.jobId === jobId) {
       const hook = plan.claimHook;
       plan.claimHook = null;
-      await outsideDelivery(hook.run);
+      let reached = () => {};
+      const reachedClaim = new Promise<void>((resolve) => {
+        reached = resolve;
+      });
+      const released = new Promise<void>((resolve) => {
+        releaseHeld = resolve;
+      });
+      plan.heldClaim = { jobId, reached, released };
+      interleaved = outsideDelivery(hook.run);
+      await Promise.race([interleaved, reachedClaim]);
     }
-    if (kind === "start" && plan.startHook && plan.startHook.jobId === jobId) {
-      const hook = plan.startHook;
-      plan.startHook = null;
-      await outsideDelivery(hook.run);
-    }
-    const pending = plan.conflicts.get(kind) ?? 0;
-    if (pending > 0 && kind !== "other" && kind !== "start") {
-      plan.conflicts.set(kind, pending - 1);
-      plan.injected.push({ kind, at: state.now() });
-      throw conflictFor(input, state.tables);
-    }
-    if (crash && !crash.crashed) {
-      if (crash.crash === "beforeFinish" && kind === "finish") {
-        crash.crashed = true;
-        throw new InjectedCrash("worker died before its finishing write");
+    try {
+      if (kind === "start" && plan.startHook && plan.startHook.jobId === jobId) {
+        const hook = plan.startHook;
+        plan.startHook = null;
+        await outsideDelivery(hook.run);
       }
-      if (
-        crash.crash === "betweenWrites" &&
-        crash.runWritten &&
-        input.TableName === state.tables.jobs &&
-        input.UpdateExpression !== undefined
-      ) {
-        crash.crashed = true;
-        throw new InjectedCrash("worker died between the run's write and the job's write");
+      const pending = plan.conflicts.get(kind) ?? 0;
+      if (pending > 0) {
+        plan.conflicts.set(kind, pending - 1);
+        plan.injected.push({ kind, at: state.now() });
+        throw conflictFor(input, state.tables);
+      }
+      if (crash && !crash.crashed) {
+        const ending =
+          kind === "runEnd" || (kind === "finish" && input.TransactItems !== undefined);
+        if (crash.crash === "beforeFinish" && ending) {
+          crash.crashed = true;
+          throw new InjectedCrash("worker died before its finishing write");
+        }
+        if (
+          crash.crash === "betweenWrites" &&
+          crash.runWritten &&
+          input.TableName === state.tables.jobs &&
+          input.UpdateExpression !== undefined
+        ) {
+          crash.crashed = true;
+          throw new InjectedCrash("worker died between the run's write and the job's write");
+        }
+      }
+      const result = await next(args);
+      if (crash && !crash.crashed) {
+        if (kind === "runEnd") crash.runWritten = true;
+        if (crash.crash === "afterStart" && kind === "start") {
+          crash.crashed = true;
+          throw new InjectedCrash("worker died right after its start write");
+        }
+      }
+      return result;
+    } finally {
+      if (interleaved) {
+        plan.heldClaim = null;
+        releaseHeld();
+        await interleaved;
       }
     }
-    const result = await next(args);
-    if (crash && !crash.crashed) {
-      if (kind === "finish" && input.TransactItems === undefined) crash.runWritten = true;
-      if (crash.crash === "afterStart" && kind === "start") {
-        crash.crashed = true;
-        throw new InjectedCrash("worker died right after its start write");
-      }
-    }
-    return result;
   };
   client.middlewareStack.add(middleware, {
     step: "finalizeRequest",
