@@ -88,7 +88,7 @@ describe("model: random sequences keep the scheduler's promises", () => {
             }
             if (env.MODEL_PROFILE)
               process.stderr.write(
-                `begin ${Math.round(t1 - t0)} commands ${Math.round(t2 - t1)} settle+check ${Math.round(performance.now() - t2)} ms\n`,
+                `begin ${Math.round(t1 - t0)} commands ${Math.round(t2 - t1)} settle+check ${Math.round(performance.now() - t2)} ms; crashes ${JSON.stringify(Object.fromEntries(seq.crashes))}, conflicts ${seq.plan.injected.map((i) => i.kind).join(" ")}\n`,
               );
             const counted = only
               ? seq.violations.filter((v) => `${v.invariant}: ${v.detail}`.includes(only))

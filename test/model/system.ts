@@ -255,6 +255,8 @@ export class Sequence {
   readonly invocations: Invocation[] = [];
   /** Handler successes whose run was recorded SUCCEEDED by the same worker, per occurrence key. */
   readonly effectiveSuccesses = new Map<string, number>();
+  /** Worker deaths that happened, by where (for MODEL_PROFILE). */
+  readonly crashes = new Map<string, number>();
   /** How the model expects each job to look to a handler starting now. */
   expectation: (jobId: string) => Expectation | null = () => null;
   private readonly app: OpenAPIHono<ApiEnv>;
@@ -422,6 +424,10 @@ export class Sequence {
             }
           },
           (error: unknown) => {
+            if (error instanceof InjectedCrash) {
+              const point = context.killed ? "killed" : (context.crash ?? "none");
+              this.crashes.set(point, (this.crashes.get(point) ?? 0) + 1);
+            }
             if (!(error instanceof InjectedCrash))
               this.violate(
                 "no worker delivery throws",
