@@ -1,6 +1,6 @@
 import type { Run } from "../../shared/model.js";
 import { nextOccurrence, occurrences, type ScheduleSpec } from "../../shared/schedule/index.js";
-import { currentVersion, type Model, type ModelJob, type ModelVersion } from "./commands.js";
+import { currentVersion, type Model, type ModelJob } from "./commands.js";
 import { MODEL_SETTINGS, type Snapshot, TICK_MS, type Violation } from "./system.js";
 
 /** After an edit that changes the schedule, occurrences this close to it may follow either schedule. */
@@ -17,10 +17,6 @@ function inSchedule(spec: ScheduleSpec, at: string): boolean {
   } catch {
     return false;
   }
-}
-
-function versionAt(job: ModelJob, version: number): ModelVersion {
-  return [...job.versions].reverse().find((v) => v.version <= version) ?? currentVersion(job);
 }
 
 /**
@@ -210,9 +206,10 @@ function checkSkip(
   violate: (invariant: string, detail: string) => void,
 ): void {
   const reason = run.reason ?? "";
-  const version = versionAt(job, run.jobVersion);
   if (reason.startsWith("misfire")) {
-    if (version.misfire === "fire_all" && !reason.includes("cap of"))
+    // A queued run meets the policy of the job as it is when the run starts, not when it was claimed.
+    const policies = job.versions.filter((v) => v.version >= run.jobVersion).map((v) => v.misfire);
+    if (policies.every((p) => p === "fire_all") && !reason.includes("cap of"))
       violate("a misfire is skipped only under skip or fire_once", `${run.runId}: ${reason}`);
     if (run.fence >= 2)
       violate(

@@ -21,6 +21,8 @@ import {
   RUNS_INFLIGHT_INDEX,
   RUNS_TTL_ATTRIBUTE,
   runsTableDefinition,
+  type TableNames,
+  webhookSecretsTableDefinition,
 } from "../../shared/storage/tables.js";
 import {
   createQueue,
@@ -120,7 +122,7 @@ interface Delivery {
 
 interface SharedState {
   readonly clients: TestClients;
-  readonly tables: { readonly jobs: string; readonly runs: string };
+  readonly tables: TableNames;
   sequence: Sequence | null;
 }
 
@@ -135,7 +137,16 @@ export class ModelSystem {
     const runs = await createTable(clients.dynamo, runsTableDefinition(ns.name("runs")), {
       timeToLiveAttribute: RUNS_TTL_ATTRIBUTE,
     });
-    const shared: SharedState = { clients, tables: { jobs, runs }, sequence: null };
+    // The model's jobs post no webhooks; the engine still names a table for their secrets.
+    const webhookSecrets = await createTable(
+      clients.dynamo,
+      webhookSecretsTableDefinition(ns.name("webhook-secrets")),
+    );
+    const shared: SharedState = {
+      clients,
+      tables: { jobs, runs, webhookSecrets },
+      sequence: null,
+    };
     installDynamoFaults(clients.dynamo, () => {
       const s = shared.sequence;
       return s
@@ -269,7 +280,7 @@ export class Sequence {
 
   constructor(
     private readonly clients: TestClients,
-    private readonly tables: { readonly jobs: string; readonly runs: string },
+    private readonly tables: TableNames,
     queueUrls: QueueUrls,
     startMs: number,
     seed: number,
