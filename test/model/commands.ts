@@ -539,7 +539,8 @@ const jump = (limits: ModelLimits) =>
     )
     .filter((ms) => ms <= limits.maxJumpMs);
 
-export function commandArbitrary(limits: ModelLimits, maxCommands: number) {
+/** `replayPath` replays a shrunk command list exactly (fast-check prints it with the counterexample). */
+export function commandArbitrary(limits: ModelLimits, maxCommands: number, replayPath?: string) {
   const jobIndex = fc.nat(7);
   const commands: fc.Arbitrary<Cmd>[] = [
     jobSpec.map((s) => new CreateJob(s)),
@@ -586,7 +587,7 @@ export function commandArbitrary(limits: ModelLimits, maxCommands: number) {
   ];
   return fc.commands(
     all.map((arb) => arb.map((cmd): Cmd => new Checked(cmd))),
-    { maxCommands, size: "max" },
+    { maxCommands, size: "max", ...(replayPath ? { replayPath } : {}) },
   );
 }
 

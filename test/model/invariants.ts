@@ -167,7 +167,13 @@ export function checkInvariants(
     if (missing.length > 0)
       violate(
         "every occurrence of an active job up to now has a run",
-        `${job.id}: ${missing.length} without a run, first ${missing.slice(0, 3).join(", ")}`,
+        `${job.id}: ${missing.length} without a run, first ${missing.slice(0, 3).join(", ")}; schedules ${job.versions
+          .filter((v) => v.scheduleChanged)
+          .map(
+            (v) =>
+              `v${v.version} ${JSON.stringify(v.schedule)} from ${new Date(v.at).toISOString()}`,
+          )
+          .join(", ")}`,
       );
   }
   return violations;

@@ -14,7 +14,7 @@ import { type Expectation, ModelSystem, ModelViolation } from "./system.js";
  * `npm test` runs a few hundred short sequences with jumps up to a day;
  * `npm run test:model` runs thousands with jumps up to a week (MODEL_RUNS,
  * MODEL_LONG). A failure prints its seed and path and the shrunk command
- * list; `MODEL_SEED=<seed> MODEL_PATH=<path>` replays it. MODEL_SURVEY and
+ * list; `MODEL_SEED=<seed> MODEL_PATH=<path> MODEL_REPLAY=<replayPath>` replays it. MODEL_SURVEY and
  * MODEL_ONLY (below) help map failures to defects; MODEL_PROFILE prints the
  * time each sequence and each slow command took.
  */
@@ -55,7 +55,7 @@ describe("model: random sequences keep the scheduler's promises", () => {
     async () => {
       const property = fc.asyncProperty(
         fc.integer({ min: 0, max: 0x7fffffff }),
-        commandArbitrary(limits, maxCommands),
+        commandArbitrary(limits, maxCommands, env.MODEL_REPLAY),
         async (systemSeed, commands) => {
           const t0 = performance.now();
           const start = EPOCH + (systemSeed % 86_400) * 1000 + (systemSeed % 997);
@@ -133,8 +133,9 @@ describe("model: random sequences keep the scheduler's promises", () => {
       }
       if (details.failed) {
         const cause = details.errorInstance instanceof Error ? details.errorInstance.message : "";
+        const replay = /replayPath="([^"]*)"/.exec(fc.stringify(details.counterexample))?.[1] ?? "";
         throw new Error(
-          `${fc.defaultReportMessage(details)}\n\nReplay: MODEL_SEED=${details.seed} MODEL_PATH="${details.counterexamplePath ?? ""}"\n\nViolations:\n  ${cause}`,
+          `${fc.defaultReportMessage(details)}\n\nReplay: MODEL_SEED=${details.seed} MODEL_PATH="${details.counterexamplePath ?? ""}" MODEL_REPLAY="${replay}" npx vitest run test/model\n\nViolations:\n  ${cause}`,
         );
       }
       if (details.interrupted)
