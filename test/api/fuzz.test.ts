@@ -1,4 +1,3 @@
-import { ScanCommand } from "@aws-sdk/lib-dynamodb";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApiApp } from "../../shared/api/app.js";
@@ -6,6 +5,7 @@ import { bearerAuthenticator } from "../../shared/api/auth.js";
 import { ErrorSchema, JobSchema } from "../../shared/api/schemas.js";
 import { DEFAULT_SETTINGS } from "../../shared/config.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
+import { scanTable } from "../support/namespace.js";
 import { JOB_TYPES } from "./support.js";
 
 /**
@@ -721,16 +721,8 @@ const requests: fc.Arbitrary<FuzzRequest> = fc.oneof(
 // ---------------------------------------------------------------- state
 
 async function scan(table: string): Promise<string[]> {
-  const items: string[] = [];
-  let startKey: Record<string, unknown> | undefined;
-  do {
-    const page = await fixture.engine.doc.send(
-      new ScanCommand({ TableName: table, ExclusiveStartKey: startKey, ConsistentRead: true }),
-    );
-    items.push(...(page.Items ?? []).map((item) => JSON.stringify(item, Object.keys(item).sort())));
-    startKey = page.LastEvaluatedKey;
-  } while (startKey);
-  return items.sort();
+  const items = await scanTable(fixture.engine.doc, table);
+  return items.map((item) => JSON.stringify(item, Object.keys(item).sort())).sort();
 }
 
 async function state() {

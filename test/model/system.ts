@@ -1,5 +1,5 @@
 import { isDeepStrictEqual } from "node:util";
-import { BatchWriteCommand, QueryCommand, ScanCommand } from "@aws-sdk/lib-dynamodb";
+import { BatchWriteCommand, QueryCommand } from "@aws-sdk/lib-dynamodb";
 import type { OpenAPIHono } from "@hono/zod-openapi";
 import { type ApiEnv, createApiApp } from "../../shared/api/app.js";
 import { DEFAULT_SETTINGS, type EngineSettings } from "../../shared/config.js";
@@ -30,6 +30,7 @@ import {
   createTestClients,
   deleteQueue,
   deleteTable,
+  scanTable,
   type TestClients,
   testNamespace,
 } from "../support/namespace.js";
@@ -201,21 +202,8 @@ export class ModelSystem {
   }
 }
 
-async function scanTable(clients: TestClients, table: string): Promise<Record<string, unknown>[]> {
-  const items: Record<string, unknown>[] = [];
-  let startKey: Record<string, unknown> | undefined;
-  do {
-    const page = await clients.doc.send(
-      new ScanCommand({ TableName: table, ExclusiveStartKey: startKey, ConsistentRead: true }),
-    );
-    items.push(...(page.Items ?? []));
-    startKey = page.LastEvaluatedKey;
-  } while (startKey);
-  return items;
-}
-
 async function clearTable(clients: TestClients, table: string): Promise<void> {
-  const items = await scanTable(clients, table);
+  const items = await scanTable(clients.doc, table);
   for (let i = 0; i < items.length; i += 25) {
     let requests: { DeleteRequest: { Key: Record<string, unknown> } }[] = items
       .slice(i, i + 25)
@@ -606,8 +594,8 @@ export class Sequence {
   async snapshot(): Promise<Snapshot> {
     await this.queues.pull();
     const [jobItems, runItems] = await Promise.all([
-      scanTable(this.clients, this.tables.jobs),
-      scanTable(this.clients, this.tables.runs),
+      scanTable(this.clients.doc, this.tables.jobs),
+      scanTable(this.clients.doc, this.tables.runs),
     ]);
     return {
       now: this.nowMs,
@@ -656,7 +644,7 @@ export class Sequence {
       const due = Date.parse(m.message.dueAt);
       times.push(due - m.visibleAt > MAX_EARLY_WAIT_MS ? m.visibleAt : Math.max(m.visibleAt, due));
     }
-    const jobItems = await scanTable(this.clients, this.tables.jobs);
+    const jobItems = await scanTable(this.clients.doc, this.tables.jobs);
     for (const item of jobItems) {
       if (String(item.pk).startsWith("DUE#"))
         times.push(Date.parse(String(item.dueAt)) - MODEL_SETTINGS.lookaheadMs);

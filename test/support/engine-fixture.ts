@@ -3,7 +3,6 @@ import {
   PurgeQueueCommand,
   ReceiveMessageCommand,
 } from "@aws-sdk/client-sqs";
-import { ScanCommand } from "@aws-sdk/lib-dynamodb";
 import { type Clock, systemClock } from "../../shared/clock.js";
 import { DEFAULT_SETTINGS, type EngineSettings } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";
@@ -38,6 +37,7 @@ import {
   createTestClients,
   deleteQueue,
   deleteTable,
+  scanTable,
   testNamespace,
 } from "./namespace.js";
 
@@ -118,18 +118,7 @@ export async function createEngineFixture(options: FixtureOptions = {}): Promise
     obs: { log: (options.obs ?? silentObservability).log, metrics },
   };
 
-  async function scanAll(table: string) {
-    const items: Record<string, unknown>[] = [];
-    let startKey: Record<string, unknown> | undefined;
-    do {
-      const page = await clients.doc.send(
-        new ScanCommand({ TableName: table, ExclusiveStartKey: startKey, ConsistentRead: true }),
-      );
-      items.push(...(page.Items ?? []));
-      startKey = page.LastEvaluatedKey;
-    } while (startKey);
-    return items;
-  }
+  const scanAll = (table: string) => scanTable(clients.doc, table);
 
   return {
     engine,

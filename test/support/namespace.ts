@@ -16,6 +16,7 @@ import {
   QueueDoesNotExist,
   type SQSClient,
 } from "@aws-sdk/client-sqs";
+import { type DynamoDBDocumentClient, ScanCommand } from "@aws-sdk/lib-dynamodb";
 import { inject } from "vitest";
 import { type AwsClients, createAwsClients } from "../../shared/aws.js";
 
@@ -147,4 +148,21 @@ export async function deleteTable(dynamo: DynamoDBClient, tableName: string): Pr
   } catch (error) {
     if (!(error instanceof ResourceNotFoundException)) throw error;
   }
+}
+
+/** Every item of a table, read strongly consistent page by page: tests' view of what is stored. */
+export async function scanTable(
+  doc: DynamoDBDocumentClient,
+  table: string,
+): Promise<Record<string, unknown>[]> {
+  const items: Record<string, unknown>[] = [];
+  let startKey: Record<string, unknown> | undefined;
+  do {
+    const page = await doc.send(
+      new ScanCommand({ TableName: table, ExclusiveStartKey: startKey, ConsistentRead: true }),
+    );
+    items.push(...(page.Items ?? []));
+    startKey = page.LastEvaluatedKey;
+  } while (startKey);
+  return items;
 }
