@@ -1,0 +1,77 @@
+import type { TransactWriteCommandInput } from "@aws-sdk/lib-dynamodb";
+import { TransactWriteCommand } from "@aws-sdk/lib-dynamodb";
+import type { Engine } from "../engine.js";
+import { SchedulerError } from "../errors.js";
+import { cancelledItem, retryOnContention, transactionCancellationCodes } from "./dynamo-errors.js";
+
+export type TransactItem = NonNullable<TransactWriteCommandInput["TransactItems"]>[number];
+
+/**
+ * One item of a transaction under the name of the condition it carries
+ * ("lease", "dueEntry", "job", "run:2026-…"), so that a cancellation is read by
+ * name rather than by the item's position in the request.
+ */
+export interface NamedWrite<Name extends string> {
+  readonly name: Name;
+  readonly write: TransactItem;
+}
+
+/**
+ * A transaction was cancelled because the conditions of one or more of its
+ * items failed. `item(name)` is the item as it stood, for writes that asked for
+ * it (ReturnValuesOnConditionCheckFailure: ALL_OLD).
+ */
+export class ConditionsFailedError<Name extends string = string> extends SchedulerError {
+  readonly failed: ReadonlySet<Name>;
+  readonly #items: ReadonlyMap<Name, Record<string, unknown> | null>;
+
+  constructor(items: ReadonlyMap<Name, Record<string, unknown> | null>, cause: unknown) {
+    super(`conditions failed: ${[...items.keys()].join(", ")}`, { cause });
+    this.failed = new Set(items.keys());
+    this.#items = items;
+  }
+
+  has(name: Name): boolean {
+    return this.failed.has(name);
+  }
+
+  item(name: Name): Record<string, unknown> | null {
+    return this.#items.get(name) ?? null;
+  }
+}
+
+/**
+ * Sends `writes` as one transaction, again while it fails only for contention
+ * (see `retryOnContention`, recorded under `operation`). A cancellation with a
+ * failed condition becomes a `ConditionsFailedError` naming those writes; any
+ * other failure is thrown as it came.
+ */
+export async function writeTransaction<Name extends string>(
+  engine: Pick<Engine, "doc" | "random" | "obs">,
+  operation: string,
+  writes: readonly NamedWrite<Name>[],
+): Promise<void> {
+  try {
+    await retryOnContention(engine, operation, () =>
+      engine.doc.send(new TransactWriteCommand({ TransactItems: writes.map((w) => w.write) })),
+    );
+  } catch (error) {
+    const failed = failedConditions(error, writes);
+    if (failed === null) throw error;
+    throw new ConditionsFailedError(failed, error);
+  }
+}
+
+function failedConditions<Name extends string>(
+  error: unknown,
+  writes: readonly NamedWrite<Name>[],
+): Map<Name, Record<string, unknown> | null> | null {
+  const codes = transactionCancellationCodes(error);
+  if (codes === null) return null;
+  const failed = new Map<Name, Record<string, unknown> | null>();
+  writes.forEach((write, index) => {
+    if (codes[index] === "ConditionalCheckFailed")
+      failed.set(write.name, cancelledItem(error, index));
+  });
+  return failed.size > 0 ? failed : null;
+}
