@@ -1,6 +1,7 @@
 import { ValidationError } from "../validation.js";
 import { civilFromDays, DAY_MS, SECOND_MS } from "./calendar.js";
-import { type CompiledCron, compileCron, findWall } from "./cron.js";
+import { compileCron } from "./cron.js";
+import { type CompiledCron, findWall } from "./cron-search.js";
 import { parseEvery } from "./duration.js";
 import { LAST_STORABLE_MS, parseInstant } from "./instant.js";
 import type { ScheduleSpec } from "./types.js";

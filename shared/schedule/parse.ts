@@ -1,5 +1,6 @@
 import { type FieldIssue, ValidationError } from "../validation.js";
-import { compileCron, cronMinGapMs } from "./cron.js";
+import { compileCron } from "./cron.js";
+import { cronMinGapMs } from "./cron-search.js";
 import { parseEvery } from "./duration.js";
 import {
   FIRST_STORABLE_MS,

@@ -5,7 +5,8 @@
  */
 import fc from "fast-check";
 import { DateTime, IANAZone } from "luxon";
-import { compileCron, findWall } from "../../../shared/schedule/cron.js";
+import { compileCron } from "../../../shared/schedule/cron.js";
+import { findWall } from "../../../shared/schedule/cron-search.js";
 
 export const ZONES = [
   "America/New_York",
