@@ -1,11 +1,11 @@
 import { QueryCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
-import { getRunItem } from "../execution/run-store.js";
 import type { Run } from "../model.js";
 import { METRICS } from "../observability.js";
 import { sendRuns } from "../queue/work-queue.js";
 import { isConditionalCheckFailed } from "../storage/dynamo-errors.js";
 import { decodeRun, inflightPk, runMessageOf } from "../storage/items.js";
+import { getRunItem } from "../storage/run-reads.js";
 import { runKey } from "../storage/runs.js";
 import { RUNS_INFLIGHT_INDEX } from "../storage/tables.js";
 import { forEachConcurrently } from "./dispatcher.js";

@@ -5,7 +5,7 @@ import type { Job } from "../model.js";
 import { decideOverlap, type OverlapDecision } from "../policies.js";
 import { isConditionalCheckFailed, retryOnContention } from "../storage/dynamo-errors.js";
 import { jobKey } from "../storage/items.js";
-import { getJob, getRun } from "./run-store.js";
+import { getJob, getRun } from "../storage/run-reads.js";
 
 /**
  * Overlap is decided when a run starts, against the job's runs whose leases

@@ -1,5 +1,5 @@
 import type { TransactWriteCommandInput } from "@aws-sdk/lib-dynamodb";
-import { GetCommand, TransactWriteCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import { TransactWriteCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { FenceLostError } from "../errors.js";
 import type { DueEntry, Job, Run, RunMessage, RunStatus, RunSummary } from "../model.js";
@@ -9,41 +9,12 @@ import {
   retryOnContention,
   transactionCancellationCodes,
 } from "../storage/dynamo-errors.js";
-import { deadLetterPk, decodeJob, decodeRun, encodeDueEntry, jobKey } from "../storage/items.js";
-import { runKey } from "../storage/runs.js";
+import { deadLetterPk, decodeRun, encodeDueEntry, jobKey } from "../storage/items.js";
+import { getRun, runKeyOf } from "../storage/run-reads.js";
 import { boundedOrNull, boundedText } from "../storage/stored-text.js";
 
 type TransactItem = NonNullable<TransactWriteCommandInput["TransactItems"]>[number];
 type Item = Record<string, unknown>;
-
-const keyOfMessage = (m: Pick<RunMessage, "jobId" | "scheduledFor" | "attempt">) =>
-  runKey(m.jobId, m.scheduledFor, m.attempt);
-
-export async function getJob(engine: Engine, jobId: string): Promise<Job | null> {
-  const result = await engine.doc.send(
-    new GetCommand({ TableName: engine.tables.jobs, Key: jobKey(jobId), ConsistentRead: true }),
-  );
-  return result.Item ? decodeJob(result.Item) : null;
-}
-
-export async function getRun(
-  engine: Engine,
-  ref: Pick<RunMessage, "jobId" | "scheduledFor" | "attempt">,
-): Promise<Run | null> {
-  const item = await getRunItem(engine, keyOfMessage(ref));
-  return item ? decodeRun(item) : null;
-}
-
-/** A run's stored item, by its table key (as an index of keys gives it). */
-export async function getRunItem(
-  engine: Engine,
-  key: { readonly pk: string; readonly sk: string },
-): Promise<Item | null> {
-  const result = await engine.doc.send(
-    new GetCommand({ TableName: engine.tables.runs, Key: key, ConsistentRead: true }),
-  );
-  return result.Item ?? null;
-}
 
 export type StartResult =
   | { readonly kind: "started"; readonly run: Run }
@@ -69,7 +40,7 @@ export async function startRun(
     const result = await engine.doc.send(
       new UpdateCommand({
         TableName: engine.tables.runs,
-        Key: keyOfMessage(message),
+        Key: runKeyOf(message),
         ConditionExpression:
           "attribute_exists(pk) AND (#status = :queued OR (#status = :running AND leaseUntil < :now))",
         UpdateExpression:
@@ -135,7 +106,7 @@ async function fencedRunUpdate(
     await engine.doc.send(
       new UpdateCommand({
         TableName: engine.tables.runs,
-        Key: keyOfMessage(run),
+        Key: runKeyOf(run),
         ConditionExpression: "fence = :fence AND #status = :running",
         UpdateExpression: expression.update,
         ExpressionAttributeNames: { "#status": "status" },
@@ -218,7 +189,7 @@ export async function finishRun(
   }
   const runUpdate: UpdateInput = {
     TableName: engine.tables.runs,
-    Key: keyOfMessage(run),
+    Key: runKeyOf(run),
     ConditionExpression: "fence = :fence AND #status = :running",
     UpdateExpression: `${set} REMOVE leaseUntil, inflightPk, inflightSk`,
     ExpressionAttributeNames: names,
@@ -409,7 +380,7 @@ export async function endUnownedRun(
     const result = await engine.doc.send(
       new UpdateCommand({
         TableName: engine.tables.runs,
-        Key: keyOfMessage(ref),
+        Key: runKeyOf(ref),
         // Unchanged since the read: a worker that started it meanwhile keeps it.
         ConditionExpression: "#status = :was AND fence = :fence",
         UpdateExpression: `SET #status = :status, reason = :reason, finishedAt = :finishedAt${
@@ -478,7 +449,7 @@ export async function parkRun(engine: Engine, run: Run, now: Date): Promise<bool
     await engine.doc.send(
       new UpdateCommand({
         TableName: engine.tables.runs,
-        Key: keyOfMessage(run),
+        Key: runKeyOf(run),
         ConditionExpression: "#status = :queued AND fence = :fence AND inflightSk = :deadline",
         UpdateExpression: "REMOVE inflightPk, inflightSk",
         ExpressionAttributeNames: { "#status": "status" },
@@ -551,7 +522,7 @@ export async function rearmParkedRun(
     const result = await engine.doc.send(
       new UpdateCommand({
         TableName: engine.tables.runs,
-        Key: keyOfMessage(ref),
+        Key: runKeyOf(ref),
         ConditionExpression: "#status = :queued",
         UpdateExpression: "SET inflightPk = :pk, inflightSk = :deadline",
         ExpressionAttributeNames: { "#status": "status" },

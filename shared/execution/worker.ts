@@ -11,6 +11,7 @@ import { type ReceivedRun, sendRuns, setVisibility } from "../queue/work-queue.j
 import { decideAfterFailure } from "../retry.js";
 import { occurrences, type ScheduleSpec } from "../schedule/index.js";
 import { runMessageOf } from "../storage/items.js";
+import { getJob } from "../storage/run-reads.js";
 import { queuedRun } from "../storage/runs.js";
 import { boundedText } from "../storage/stored-text.js";
 import { admitRun, extendAdmission, releaseBufferSlot } from "./admission.js";
@@ -20,7 +21,6 @@ import {
   endsOneOff,
   extendLease,
   finishRun,
-  getJob,
   parkRun,
   type RunEnding,
   repairJobAfterRun,

@@ -18,7 +18,7 @@ import {
   NotReplayableError,
   VersionMismatchError,
 } from "../errors.js";
-import { endUnownedRun, getJob, getRun, rearmParkedRun } from "../execution/run-store.js";
+import { endUnownedRun, rearmParkedRun } from "../execution/run-store.js";
 import { newJobId, parseRunId, runSortKey, shardOf } from "../keys.js";
 import type { DueEntry, HttpTarget, Job, JobPolicies, Priority, Run } from "../model.js";
 import { sendRuns } from "../queue/work-queue.js";
@@ -40,6 +40,7 @@ import {
   jobPk,
   runMessageOf,
 } from "../storage/items.js";
+import { getJob, getRun } from "../storage/run-reads.js";
 import { queuedRun, runKey } from "../storage/runs.js";
 import { getTenantJob, getTenantRun } from "./queries.js";
 

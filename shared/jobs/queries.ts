@@ -2,10 +2,10 @@ import { BatchGetCommand, QueryCommand, type QueryCommandInput } from "@aws-sdk/
 import { sleep } from "../clock.js";
 import type { Engine } from "../engine.js";
 import { JobNotFoundError, RunNotFoundError } from "../errors.js";
-import { getJob, getRun } from "../execution/run-store.js";
 import { parseRunId } from "../keys.js";
 import type { Job, JobStatus, Run } from "../model.js";
 import { deadLetterPk, decodeJob, decodeRun, jobKey, jobPk, tenantPk } from "../storage/items.js";
+import { getJob, getRun } from "../storage/run-reads.js";
 import { JOBS_BY_TENANT_INDEX, RUNS_DEAD_LETTER_INDEX } from "../storage/tables.js";
 import { decodeCursor, encodeCursor, type Page } from "./cursor.js";
 

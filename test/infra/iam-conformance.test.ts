@@ -13,13 +13,14 @@ import type { Component } from "../../infra/constructs/scheduler-function.js";
 import { loadSettings } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";
 import { admitRun } from "../../shared/execution/admission.js";
-import { getJob, startRun } from "../../shared/execution/run-store.js";
+import { startRun } from "../../shared/execution/run-store.js";
 import { createJob } from "../../shared/jobs/lifecycle.js";
 import { shardOf } from "../../shared/keys.js";
 import type { DueEntry, Run } from "../../shared/model.js";
 import { MetricsRecorder, silentObservability } from "../../shared/observability.js";
 import { decodeRunMessage } from "../../shared/queue/work-queue.js";
 import { decodeDueEntry, decodeRun, jobKey } from "../../shared/storage/items.js";
+import { getJob } from "../../shared/storage/run-reads.js";
 import { testJob } from "../support/engine-fixture.js";
 import {
   httpApiEvent,

@@ -1,11 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import type { JobContext } from "../../shared/execution/handlers.js";
-import { getJob } from "../../shared/execution/run-store.js";
 import { createJob, editJob } from "../../shared/jobs/lifecycle.js";
 import type { Run } from "../../shared/model.js";
 import { sendRuns } from "../../shared/queue/work-queue.js";
 import { runMessageOf } from "../../shared/storage/items.js";
+import { getJob } from "../../shared/storage/run-reads.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { createTestClients } from "../support/namespace.js";
 import { waitFor } from "../support/wait.js";

@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Engine } from "../../shared/engine.js";
 import type { JobContext } from "../../shared/execution/handlers.js";
-import { getJob } from "../../shared/execution/run-store.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { cancelJob, createJob, pauseJob } from "../../shared/jobs/lifecycle.js";
 import { shardOf } from "../../shared/keys.js";
+import { getJob } from "../../shared/storage/run-reads.js";
 import { RUNS_INFLIGHT_INDEX } from "../../shared/storage/tables.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { createTestClients, type TestClients } from "../support/namespace.js";

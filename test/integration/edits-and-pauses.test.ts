@@ -2,7 +2,6 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Clock } from "../../shared/clock.js";
 import type { Engine } from "../../shared/engine.js";
 import { type JobContext, JobError, type JobHandler } from "../../shared/execution/handlers.js";
-import { getJob } from "../../shared/execution/run-store.js";
 import { processRun } from "../../shared/execution/worker.js";
 import {
   cancelJob,
@@ -16,6 +15,7 @@ import { listDeadLetters } from "../../shared/jobs/queries.js";
 import type { Run } from "../../shared/model.js";
 import type { ReceivedRun } from "../../shared/queue/work-queue.js";
 import { runMessageOf } from "../../shared/storage/items.js";
+import { getJob } from "../../shared/storage/run-reads.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { withFaults } from "../support/faults.js";
 

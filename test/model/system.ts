@@ -10,12 +10,13 @@ import { FenceLostError } from "../../shared/errors.js";
 import { extendAdmission } from "../../shared/execution/admission.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import { BUILT_IN_TYPES, type JobContext, JobError } from "../../shared/execution/handlers.js";
-import { extendLease, getRun } from "../../shared/execution/run-store.js";
+import { extendLease } from "../../shared/execution/run-store.js";
 import { MAX_EARLY_WAIT_MS, processRun, type WorkerDeps } from "../../shared/execution/worker.js";
 import type { DueEntry, Job, Run } from "../../shared/model.js";
 import { MetricsRecorder, silentObservability } from "../../shared/observability.js";
 import { deleteMessages, type QueueUrls } from "../../shared/queue/work-queue.js";
 import { decodeDueEntry, decodeJob, decodeRun, inflightPk } from "../../shared/storage/items.js";
+import { getRun } from "../../shared/storage/run-reads.js";
 import {
   jobsTableDefinition,
   RUNS_INFLIGHT_INDEX,

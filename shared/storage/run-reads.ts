@@ -1,0 +1,38 @@
+import { GetCommand } from "@aws-sdk/lib-dynamodb";
+import type { Engine } from "../engine.js";
+import type { Job, Run, RunMessage } from "../model.js";
+import { decodeJob, decodeRun, jobKey } from "./items.js";
+import { runKey } from "./runs.js";
+
+type Item = Record<string, unknown>;
+
+/** A run's identity as messages and run ids carry it. */
+export type RunRef = Pick<RunMessage, "jobId" | "scheduledFor" | "attempt">;
+
+/** The run's table key. */
+export const runKeyOf = (ref: RunRef) => runKey(ref.jobId, ref.scheduledFor, ref.attempt);
+
+/** The job as it stands (a consistent read), or null when there is none. */
+export async function getJob(engine: Engine, jobId: string): Promise<Job | null> {
+  const result = await engine.doc.send(
+    new GetCommand({ TableName: engine.tables.jobs, Key: jobKey(jobId), ConsistentRead: true }),
+  );
+  return result.Item ? decodeJob(result.Item) : null;
+}
+
+/** The run as it stands (a consistent read), or null when there is none. */
+export async function getRun(engine: Engine, ref: RunRef): Promise<Run | null> {
+  const item = await getRunItem(engine, runKeyOf(ref));
+  return item ? decodeRun(item) : null;
+}
+
+/** A run's stored item, by its table key (as an index of keys gives it). */
+export async function getRunItem(
+  engine: Engine,
+  key: { readonly pk: string; readonly sk: string },
+): Promise<Item | null> {
+  const result = await engine.doc.send(
+    new GetCommand({ TableName: engine.tables.runs, Key: key, ConsistentRead: true }),
+  );
+  return result.Item ?? null;
+}
