@@ -1,43 +1,28 @@
 import { sleep } from "../clock.js";
-import { WORKER_RESULT_MARGIN_MS } from "../config.js";
-import { dueEntryKey } from "../dispatch/claim.js";
-import { needsFastPath } from "../dispatch/fast-path.js";
 import type { Engine } from "../engine.js";
 import { FenceLostError } from "../errors.js";
-import { occurrenceKey, parseRunId } from "../keys.js";
+import { parseRunId } from "../keys.js";
 import type { Job, Run, RunMessage } from "../model.js";
 import { METRICS } from "../observability.js";
 import { type ReceivedRun, sendRuns, setVisibility } from "../queue/work-queue.js";
 import { decideAfterFailure } from "../retry.js";
-import { occurrences, type ScheduleSpec } from "../schedule/index.js";
 import { runMessageOf } from "../storage/items.js";
 import { getJob } from "../storage/run-reads.js";
-import { queuedRun } from "../storage/runs.js";
-import { boundedText } from "../storage/stored-text.js";
-import { admitRun, extendAdmission, releaseBufferSlot } from "./admission.js";
-import { type HandlerRegistry, isRetryable, type JobContext } from "./handlers.js";
-import { lateStartSkipReason } from "./late-start.js";
+import { admitRun, releaseBufferSlot } from "./admission.js";
+import { nextAttempt } from "./next-attempt.js";
+import { execute, type RunExecutionDeps } from "./run-execution.js";
 import {
   endsOneOff,
-  extendLease,
   finishRun,
   parkRun,
-  type RunEnding,
   repairJobAfterRun,
   requeueRun,
   startRun,
 } from "./run-store.js";
+import { decideStart } from "./start-decision.js";
 
-export interface WorkerDeps {
-  readonly engine: Engine;
-  readonly handlers: HandlerRegistry;
+export interface WorkerDeps extends RunExecutionDeps {
   readonly workerId: string;
-  /** Tests stretch this past the lease to play a worker that froze. Defaults to lease / 3. */
-  readonly heartbeatEveryMs?: number;
-  /** Fires when a long-lived worker stops: runs in progress are released to QUEUED, not failed. */
-  readonly shutdown?: AbortSignal;
-  /** Milliseconds this worker has left (a Lambda's remaining time): a run must end before it does. */
-  readonly remainingMs?: () => number;
 }
 
 /** `ack`: delete the message. `keep`: leave it, SQS delivers it again after its visibility. */
@@ -251,224 +236,6 @@ async function runAdmitted(
   if (tracked && job.policies.overlap === "buffer_one")
     await wakeBuffered(engine, job.jobId, run.runId);
   return "ack";
-}
-
-type StartDecision =
-  | { readonly action: "run"; readonly job: Job }
-  | { readonly action: "park" }
-  | {
-      readonly action: "end";
-      readonly ending: Pick<RunEnding, "status" | "reason" | "completesJob">;
-    };
-
-/**
- * What a started run does, from the job as read after the start. A paused
- * job's runs are parked for resume, never skipped. An edit does not skip
- * queued runs: they run the job's current definition, except first attempts
- * whose occurrence the edited schedule no longer has (unless the edit said
- * `inFlight: complete`). Retries, replays and triggered runs are not
- * occurrences of the schedule, so a schedule change leaves them to run.
- */
-export function decideStart(job: Job | null, run: Run, now: Date, graceMs: number): StartDecision {
-  if (job === null)
-    return { action: "end", ending: { status: "CANCELLED", reason: "job no longer exists" } };
-  if (job.status === "CANCELLED")
-    return { action: "end", ending: { status: "CANCELLED", reason: "job cancelled" } };
-  if (job.status === "PAUSED") return { action: "park" };
-  if (
-    run.attempt === 1 &&
-    run.triggered !== true &&
-    run.jobVersion < job.version &&
-    job.policies.inFlight !== "complete" &&
-    !isOccurrenceOf(job.schedule, new Date(run.scheduledFor))
-  ) {
-    return {
-      action: "end",
-      ending: {
-        status: "SKIPPED",
-        reason: `job edited (version ${run.jobVersion} → ${job.version}): ${run.scheduledFor} is not an occurrence of its new schedule`,
-      },
-    };
-  }
-  const late = lateStartSkipReason({
-    schedule: job.schedule,
-    policy: job.policies.misfire,
-    scheduledFor: new Date(run.scheduledFor),
-    attempt: run.attempt,
-    // Every start takes the fence one higher, and a queued run has fence 0. A start that parked
-    // the run (paused job) held it back: from there on, lateness counts again.
-    startedBefore: run.fence - 1 > (run.parkedFence ?? 0),
-    misfireFrom: run.misfireFrom === null ? null : new Date(run.misfireFrom),
-    now,
-    graceMs,
-  });
-  if (late) {
-    const completesJob = job.status === "ACTIVE" && endsOneOff(job, run, "SKIPPED");
-    return { action: "end", ending: { status: "SKIPPED", reason: late, completesJob } };
-  }
-  return { action: "run", job };
-}
-
-function isOccurrenceOf(schedule: ScheduleSpec, at: Date): boolean {
-  return occurrences(schedule, at, at, 1).length === 1;
-}
-
-/** The next attempt of a failed run: QUEUED right away when it is due soon, else a due entry. */
-function nextAttempt(engine: Engine, job: Job, run: Run, attempt: number, dueAt: Date, now: Date) {
-  const spec = {
-    jobId: run.jobId,
-    tenantId: run.tenantId,
-    scheduledFor: new Date(run.scheduledFor),
-    dueAt,
-    attempt,
-    priority: job.priority,
-    jobVersion: run.jobVersion,
-  };
-  if (needsFastPath(dueAt, now, engine.settings.lookaheadMs)) {
-    const { run: queued, item } = queuedRun(spec, now, engine.settings);
-    return { ending: { runItem: item }, queued };
-  }
-  const dueEntry = {
-    key: dueEntryKey(run.jobId, dueAt, attempt, now, engine.settings.shardCount),
-    kind: "retry" as const,
-    jobId: run.jobId,
-    tenantId: run.tenantId,
-    dueAt: dueAt.toISOString(),
-    scheduledFor: run.scheduledFor,
-    attempt,
-    jobVersion: run.jobVersion,
-    priority: job.priority,
-    schedule: job.schedule,
-    misfire: job.policies.misfire,
-  };
-  return { ending: { dueEntry }, queued: null };
-}
-
-type Outcome =
-  | { readonly kind: "succeeded" }
-  | { readonly kind: "released" }
-  | { readonly kind: "failed"; readonly error: string; readonly retryable: boolean }
-  | { readonly kind: "fence-lost"; readonly error: FenceLostError };
-
-class RunTimeoutError extends Error {
-  override readonly name = "RunTimeoutError";
-}
-
-class WorkerShutdownError extends Error {
-  override readonly name = "WorkerShutdownError";
-}
-
-/**
- * Runs the job's handler while a heartbeat extends both the message's
- * visibility and the run's lease every lease/3. A heartbeat that fails its
- * fence aborts the handler's signal: another worker owns the run now.
- */
-async function execute(
-  deps: WorkerDeps,
-  received: ReceivedRun,
-  job: Job,
-  run: Run,
-  tracked: boolean,
-): Promise<Outcome> {
-  const { engine } = deps;
-  const handler = deps.handlers.get(job.type);
-  if (!handler)
-    return {
-      kind: "failed",
-      error: `no handler registered for job type "${job.type}"`,
-      retryable: false,
-    };
-
-  const controller = new AbortController();
-  const onShutdown = () => controller.abort(new WorkerShutdownError("worker shutting down"));
-  deps.shutdown?.addEventListener("abort", onShutdown, { once: true });
-  // The job's timeout, or less when the worker itself (a Lambda) would be stopped first.
-  const jobTimeoutMs = job.timeoutSeconds * 1000;
-  const workerLeftMs = deps.remainingMs
-    ? deps.remainingMs() - WORKER_RESULT_MARGIN_MS
-    : Number.POSITIVE_INFINITY;
-  const timeoutMs = Math.max(0, Math.min(jobTimeoutMs, workerLeftMs));
-  const timeout = setTimeout(
-    () =>
-      controller.abort(
-        new RunTimeoutError(
-          timeoutMs < jobTimeoutMs
-            ? `stopped after ${Math.round(timeoutMs / 1000)} s: the worker's own time limit was near`
-            : `timed out after ${job.timeoutSeconds} s`,
-        ),
-      ),
-    timeoutMs,
-  );
-  const stopHeartbeat = new AbortController();
-  const heartbeat = (async () => {
-    const every = deps.heartbeatEveryMs ?? engine.settings.leaseMs / 3;
-    while (!stopHeartbeat.signal.aborted) {
-      await sleep(every, stopHeartbeat.signal);
-      if (stopHeartbeat.signal.aborted) return;
-      try {
-        const leaseUntil = await extendLease(engine, run, engine.clock());
-        await setVisibility(
-          engine.sqs,
-          received.queueUrl,
-          received.receiptHandle,
-          engine.settings.leaseMs / 1000,
-        );
-        if (tracked) await extendAdmission(engine, run.jobId, run.runId, leaseUntil);
-      } catch (error) {
-        if (error instanceof FenceLostError) {
-          controller.abort(error);
-          return;
-        }
-        engine.obs.log.warn("heartbeat failed; will try again", {
-          runId: run.runId,
-          error: String(error),
-        });
-      }
-    }
-  })();
-
-  const ctx: JobContext = {
-    jobId: job.jobId,
-    tenantId: job.tenantId,
-    runId: run.runId,
-    type: job.type,
-    scheduledFor: run.scheduledFor,
-    attempt: run.attempt,
-    idempotencyKey: occurrenceKey(job.jobId, run.scheduledFor),
-    payload: job.payload,
-    target: job.target,
-    signal: controller.signal,
-  };
-  try {
-    await Promise.race([handler(ctx), rejectOnAbort(controller.signal)]);
-    if (controller.signal.reason instanceof FenceLostError)
-      return { kind: "fence-lost", error: controller.signal.reason };
-    return { kind: "succeeded" };
-  } catch (error) {
-    const reason: unknown = controller.signal.reason;
-    if (reason instanceof FenceLostError) return { kind: "fence-lost", error: reason };
-    if (reason instanceof WorkerShutdownError) return { kind: "released" };
-    if (reason instanceof RunTimeoutError)
-      return { kind: "failed", error: reason.message, retryable: true };
-    return { kind: "failed", error: errorText(error), retryable: isRetryable(error) };
-  } finally {
-    deps.shutdown?.removeEventListener("abort", onShutdown);
-    clearTimeout(timeout);
-    stopHeartbeat.abort();
-    await heartbeat;
-  }
-}
-
-function rejectOnAbort(signal: AbortSignal): Promise<never> {
-  return new Promise((_, reject) => {
-    const fail = () => reject(signal.reason);
-    if (signal.aborted) fail();
-    else signal.addEventListener("abort", fail, { once: true });
-  });
-}
-
-function errorText(error: unknown): string {
-  return boundedText(error instanceof Error ? error.message || error.name : String(error));
 }
 
 async function resend(engine: Engine, message: RunMessage, dueAt: Date): Promise<void> {

@@ -1,0 +1,43 @@
+import { dueEntryKey } from "../dispatch/claim.js";
+import { needsFastPath } from "../dispatch/fast-path.js";
+import type { Engine } from "../engine.js";
+import type { Job, Run } from "../model.js";
+import { queuedRun } from "../storage/runs.js";
+
+/** The next attempt of a failed run: QUEUED right away when it is due soon, else a due entry. */
+export function nextAttempt(
+  engine: Engine,
+  job: Job,
+  run: Run,
+  attempt: number,
+  dueAt: Date,
+  now: Date,
+) {
+  const spec = {
+    jobId: run.jobId,
+    tenantId: run.tenantId,
+    scheduledFor: new Date(run.scheduledFor),
+    dueAt,
+    attempt,
+    priority: job.priority,
+    jobVersion: run.jobVersion,
+  };
+  if (needsFastPath(dueAt, now, engine.settings.lookaheadMs)) {
+    const { run: queued, item } = queuedRun(spec, now, engine.settings);
+    return { ending: { runItem: item }, queued };
+  }
+  const dueEntry = {
+    key: dueEntryKey(run.jobId, dueAt, attempt, now, engine.settings.shardCount),
+    kind: "retry" as const,
+    jobId: run.jobId,
+    tenantId: run.tenantId,
+    dueAt: dueAt.toISOString(),
+    scheduledFor: run.scheduledFor,
+    attempt,
+    jobVersion: run.jobVersion,
+    priority: job.priority,
+    schedule: job.schedule,
+    misfire: job.policies.misfire,
+  };
+  return { ending: { dueEntry }, queued: null };
+}

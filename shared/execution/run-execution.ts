@@ -1,0 +1,150 @@
+import { sleep } from "../clock.js";
+import { WORKER_RESULT_MARGIN_MS } from "../config.js";
+import type { Engine } from "../engine.js";
+import { FenceLostError } from "../errors.js";
+import { occurrenceKey } from "../keys.js";
+import type { Job, Run } from "../model.js";
+import { type ReceivedRun, setVisibility } from "../queue/work-queue.js";
+import { boundedText } from "../storage/stored-text.js";
+import { extendAdmission } from "./admission.js";
+import { type HandlerRegistry, isRetryable, type JobContext } from "./handlers.js";
+import { extendLease } from "./run-store.js";
+
+/** What running a job's handler needs from the worker. */
+export interface RunExecutionDeps {
+  readonly engine: Engine;
+  readonly handlers: HandlerRegistry;
+  /** Tests stretch this past the lease to play a worker that froze. Defaults to lease / 3. */
+  readonly heartbeatEveryMs?: number;
+  /** Fires when a long-lived worker stops: runs in progress are released to QUEUED, not failed. */
+  readonly shutdown?: AbortSignal;
+  /** Milliseconds this worker has left (a Lambda's remaining time): a run must end before it does. */
+  readonly remainingMs?: () => number;
+}
+
+type Outcome =
+  | { readonly kind: "succeeded" }
+  | { readonly kind: "released" }
+  | { readonly kind: "failed"; readonly error: string; readonly retryable: boolean }
+  | { readonly kind: "fence-lost"; readonly error: FenceLostError };
+
+class RunTimeoutError extends Error {
+  override readonly name = "RunTimeoutError";
+}
+
+class WorkerShutdownError extends Error {
+  override readonly name = "WorkerShutdownError";
+}
+
+/**
+ * Runs the job's handler while a heartbeat extends both the message's
+ * visibility and the run's lease every lease/3. A heartbeat that fails its
+ * fence aborts the handler's signal: another worker owns the run now.
+ */
+export async function execute(
+  deps: RunExecutionDeps,
+  received: ReceivedRun,
+  job: Job,
+  run: Run,
+  tracked: boolean,
+): Promise<Outcome> {
+  const { engine } = deps;
+  const handler = deps.handlers.get(job.type);
+  if (!handler)
+    return {
+      kind: "failed",
+      error: `no handler registered for job type "${job.type}"`,
+      retryable: false,
+    };
+
+  const controller = new AbortController();
+  const onShutdown = () => controller.abort(new WorkerShutdownError("worker shutting down"));
+  deps.shutdown?.addEventListener("abort", onShutdown, { once: true });
+  // The job's timeout, or less when the worker itself (a Lambda) would be stopped first.
+  const jobTimeoutMs = job.timeoutSeconds * 1000;
+  const workerLeftMs = deps.remainingMs
+    ? deps.remainingMs() - WORKER_RESULT_MARGIN_MS
+    : Number.POSITIVE_INFINITY;
+  const timeoutMs = Math.max(0, Math.min(jobTimeoutMs, workerLeftMs));
+  const timeout = setTimeout(
+    () =>
+      controller.abort(
+        new RunTimeoutError(
+          timeoutMs < jobTimeoutMs
+            ? `stopped after ${Math.round(timeoutMs / 1000)} s: the worker's own time limit was near`
+            : `timed out after ${job.timeoutSeconds} s`,
+        ),
+      ),
+    timeoutMs,
+  );
+  const stopHeartbeat = new AbortController();
+  const heartbeat = (async () => {
+    const every = deps.heartbeatEveryMs ?? engine.settings.leaseMs / 3;
+    while (!stopHeartbeat.signal.aborted) {
+      await sleep(every, stopHeartbeat.signal);
+      if (stopHeartbeat.signal.aborted) return;
+      try {
+        const leaseUntil = await extendLease(engine, run, engine.clock());
+        await setVisibility(
+          engine.sqs,
+          received.queueUrl,
+          received.receiptHandle,
+          engine.settings.leaseMs / 1000,
+        );
+        if (tracked) await extendAdmission(engine, run.jobId, run.runId, leaseUntil);
+      } catch (error) {
+        if (error instanceof FenceLostError) {
+          controller.abort(error);
+          return;
+        }
+        engine.obs.log.warn("heartbeat failed; will try again", {
+          runId: run.runId,
+          error: String(error),
+        });
+      }
+    }
+  })();
+
+  const ctx: JobContext = {
+    jobId: job.jobId,
+    tenantId: job.tenantId,
+    runId: run.runId,
+    type: job.type,
+    scheduledFor: run.scheduledFor,
+    attempt: run.attempt,
+    idempotencyKey: occurrenceKey(job.jobId, run.scheduledFor),
+    payload: job.payload,
+    target: job.target,
+    signal: controller.signal,
+  };
+  try {
+    await Promise.race([handler(ctx), rejectOnAbort(controller.signal)]);
+    if (controller.signal.reason instanceof FenceLostError)
+      return { kind: "fence-lost", error: controller.signal.reason };
+    return { kind: "succeeded" };
+  } catch (error) {
+    const reason: unknown = controller.signal.reason;
+    if (reason instanceof FenceLostError) return { kind: "fence-lost", error: reason };
+    if (reason instanceof WorkerShutdownError) return { kind: "released" };
+    if (reason instanceof RunTimeoutError)
+      return { kind: "failed", error: reason.message, retryable: true };
+    return { kind: "failed", error: errorText(error), retryable: isRetryable(error) };
+  } finally {
+    deps.shutdown?.removeEventListener("abort", onShutdown);
+    clearTimeout(timeout);
+    stopHeartbeat.abort();
+    await heartbeat;
+  }
+}
+
+function rejectOnAbort(signal: AbortSignal): Promise<never> {
+  return new Promise((_, reject) => {
+    const fail = () => reject(signal.reason);
+    if (signal.aborted) fail();
+    else signal.addEventListener("abort", fail, { once: true });
+  });
+}
+
+function errorText(error: unknown): string {
+  return boundedText(error instanceof Error ? error.message || error.name : String(error));
+}

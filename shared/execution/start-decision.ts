@@ -1,0 +1,64 @@
+import type { Job, Run } from "../model.js";
+import { occurrences, type ScheduleSpec } from "../schedule/index.js";
+import { lateStartSkipReason } from "./late-start.js";
+import { endsOneOff, type RunEnding } from "./run-store.js";
+
+export type StartDecision =
+  | { readonly action: "run"; readonly job: Job }
+  | { readonly action: "park" }
+  | {
+      readonly action: "end";
+      readonly ending: Pick<RunEnding, "status" | "reason" | "completesJob">;
+    };
+
+/**
+ * What a started run does, from the job as read after the start. A paused
+ * job's runs are parked for resume, never skipped. An edit does not skip
+ * queued runs: they run the job's current definition, except first attempts
+ * whose occurrence the edited schedule no longer has (unless the edit said
+ * `inFlight: complete`). Retries, replays and triggered runs are not
+ * occurrences of the schedule, so a schedule change leaves them to run.
+ */
+export function decideStart(job: Job | null, run: Run, now: Date, graceMs: number): StartDecision {
+  if (job === null)
+    return { action: "end", ending: { status: "CANCELLED", reason: "job no longer exists" } };
+  if (job.status === "CANCELLED")
+    return { action: "end", ending: { status: "CANCELLED", reason: "job cancelled" } };
+  if (job.status === "PAUSED") return { action: "park" };
+  if (
+    run.attempt === 1 &&
+    run.triggered !== true &&
+    run.jobVersion < job.version &&
+    job.policies.inFlight !== "complete" &&
+    !isOccurrenceOf(job.schedule, new Date(run.scheduledFor))
+  ) {
+    return {
+      action: "end",
+      ending: {
+        status: "SKIPPED",
+        reason: `job edited (version ${run.jobVersion} → ${job.version}): ${run.scheduledFor} is not an occurrence of its new schedule`,
+      },
+    };
+  }
+  const late = lateStartSkipReason({
+    schedule: job.schedule,
+    policy: job.policies.misfire,
+    scheduledFor: new Date(run.scheduledFor),
+    attempt: run.attempt,
+    // Every start takes the fence one higher, and a queued run has fence 0. A start that parked
+    // the run (paused job) held it back: from there on, lateness counts again.
+    startedBefore: run.fence - 1 > (run.parkedFence ?? 0),
+    misfireFrom: run.misfireFrom === null ? null : new Date(run.misfireFrom),
+    now,
+    graceMs,
+  });
+  if (late) {
+    const completesJob = job.status === "ACTIVE" && endsOneOff(job, run, "SKIPPED");
+    return { action: "end", ending: { status: "SKIPPED", reason: late, completesJob } };
+  }
+  return { action: "run", job };
+}
+
+function isOccurrenceOf(schedule: ScheduleSpec, at: Date): boolean {
+  return occurrences(schedule, at, at, 1).length === 1;
+}
