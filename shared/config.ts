@@ -81,7 +81,8 @@ export const DEFAULT_SETTINGS: EngineSettings = {
 /** The longest delay SQS accepts on a message. */
 export const MAX_SQS_DELAY_SECONDS = 900;
 
-type Env = Readonly<Record<string, string | undefined>>;
+/** Environment variables as read: `process.env`, or a record a test or the sandbox passes. */
+export type Env = Readonly<Record<string, string | undefined>>;
 
 function intFrom(env: Env, name: string, fallback: number, min: number, max: number): number {
   const raw = env[name];

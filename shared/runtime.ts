@@ -2,11 +2,9 @@ import { Logger as PowertoolsLogger } from "@aws-lambda-powertools/logger";
 import { MetricUnit, Metrics as PowertoolsMetrics } from "@aws-lambda-powertools/metrics";
 import { createAwsClients } from "./aws.js";
 import { systemClock } from "./clock.js";
-import { ENV, loadSettings, requireEnv } from "./config.js";
+import { ENV, type Env, loadSettings, requireEnv } from "./config.js";
 import type { Engine } from "./engine.js";
 import type { Observability } from "./observability.js";
-
-type Env = Readonly<Record<string, string | undefined>>;
 
 /** Powertools Logger and Metrics (CloudWatch EMF) behind the engine's small interfaces. */
 export function powertoolsObservability(serviceName: string): Observability & {

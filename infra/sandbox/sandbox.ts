@@ -5,7 +5,7 @@ import { customHandlers } from "../../functions/worker/handlers/index.js";
 import { startLocalServer } from "../../shared/api/local-server.js";
 import { createAwsClients } from "../../shared/aws.js";
 import { sleep, systemClock } from "../../shared/clock.js";
-import { ENV, loadSettings } from "../../shared/config.js";
+import { ENV, type Env, loadSettings } from "../../shared/config.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import { runTickLoop } from "../../shared/dispatch/tick.js";
 import type { Engine } from "../../shared/engine.js";
@@ -18,8 +18,6 @@ import { deleteMessages, receiveRuns } from "../../shared/queue/work-queue.js";
 import { cachedSigningSecrets } from "../../shared/webhooks/secrets.js";
 import { type RunningEmulator, startDynamoDbLocal, startSqsEmulator } from "./emulators.js";
 import { planFromTemplate, provision, type ResourcePlan, synthesizeTemplate } from "./resources.js";
-
-type Env = Readonly<Record<string, string | undefined>>;
 
 export interface SandboxOptions {
   /** 0 picks a free port. */

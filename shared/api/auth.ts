@@ -1,4 +1,5 @@
 import { createHash, timingSafeEqual } from "node:crypto";
+import type { Env } from "../config.js";
 
 /**
  * Who is calling, as a tenant id, or null to answer 401. Every job belongs to
@@ -33,8 +34,6 @@ export interface LocalApiKeys {
   /** True when SCHEDULER_API_KEYS is unset and only the development key is accepted. */
   readonly usingDevKey: boolean;
 }
-
-type Env = Readonly<Record<string, string | undefined>>;
 
 /** `SCHEDULER_API_KEYS="key1=tenantA,key2=tenantB"`; unset or empty → `local-dev-key` for tenant `default`. */
 export function localApiKeys(env: Env = process.env): LocalApiKeys {

@@ -1,6 +1,4 @@
-import { ENV } from "../config.js";
-
-type Env = Readonly<Record<string, string | undefined>>;
+import { ENV, type Env } from "../config.js";
 
 /**
  * ALLOW_PRIVATE_TARGETS: "true" lets webhooks reach loopback and private

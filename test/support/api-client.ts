@@ -2,6 +2,7 @@ import { fromNodeProviderChain } from "@aws-sdk/credential-providers";
 import { Sha256 } from "@smithy/core/checksum";
 import { SignatureV4 } from "@smithy/signature-v4";
 import type { AwsCredentialIdentity, AwsCredentialIdentityProvider } from "@smithy/types";
+import type { Env } from "../../shared/config.js";
 
 /**
  * A minimal client for the documented API, for the e2e suite and the
@@ -37,8 +38,6 @@ export type ApiAuth =
     }
   /** Nothing at all: to check that an unauthenticated request is refused. */
   | { readonly kind: "none" };
-
-type Env = Readonly<Record<string, string | undefined>>;
 
 export const SIGNING_SERVICE = "execute-api";
 
