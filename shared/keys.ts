@@ -8,6 +8,7 @@
  * why instants outside 0000–9999 are refused rather than written.
  */
 import { encodeTime, ulid } from "ulid";
+import { daysInMonth } from "./schedule/calendar.js";
 
 /** 0000-01-01T00:00:00.000Z: earlier years get a sign and six digits in ISO form. */
 const MIN_STORABLE_MS = -62_167_219_200_000;
@@ -27,7 +28,8 @@ const MINUTE_MS = 60_000;
  * URL-safe characters so that tests can use readable ids; what matters to the
  * keys is that an id never contains their separators (`#`, `@`).
  */
-const JOB_ID_PATTERN = /^[0-9A-Za-z_-]{1,64}$/;
+const JOB_ID_CHARS = "[0-9A-Za-z_-]{1,64}";
+export const JOB_ID_PATTERN = new RegExp(`^${JOB_ID_CHARS}$`);
 
 const ISO_INSTANT_PATTERN = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
 /** Strings handed to key builders may be any full ISO-8601 instant; they are normalized. */
@@ -70,11 +72,6 @@ function instantOf(value: Date | string): Date {
     throw new RangeError(`not an ISO-8601 instant with a zone: ${JSON.stringify(value)}`);
   }
   return new Date(value);
-}
-
-function daysInMonth(year: number, month: number): number {
-  const leap = (year % 4 === 0 && year % 100 !== 0) || year % 400 === 0;
-  return [31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][month - 1] ?? 0;
 }
 
 /** True for a string already in storage form, rejecting impossible dates such as Feb 30. */
@@ -224,8 +221,9 @@ export function runSortKey(scheduledFor: Date | string, attempt: number): string
   return `RUN#${toStorageIso(instantOf(scheduledFor))}#${padAttempt(attempt)}`;
 }
 
-const RUN_ID_PATTERN =
-  /^([0-9A-Za-z_-]{1,64})-(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})(\d{3})-([1-9]\d{0,3})$/;
+const RUN_ID_PATTERN = new RegExp(
+  String.raw`^(${JOB_ID_CHARS})-(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})(\d{3})-([1-9]\d{0,3})$`,
+);
 
 /**
  * The public id of a run: `<jobId>-<yyyymmddTHHMMSSmmm>-<attempt>`, e.g.

@@ -13,6 +13,7 @@ import {
   triggerJob,
 } from "../jobs/lifecycle.js";
 import { getTenantJob, getTenantRun } from "../jobs/queries.js";
+import { JOB_ID_PATTERN } from "../keys.js";
 import type { Job, JobStatus } from "../model.js";
 import { ValidationError } from "../validation.js";
 import { rotateWebhookSecret, tenantWebhookSecrets } from "../webhooks/secrets.js";
@@ -41,9 +42,6 @@ export interface ApiEnv {
 
 export const OPENAPI_PATH = "/openapi.json";
 const PUBLIC_PATHS = new Set(["/health", OPENAPI_PATH]);
-
-// Job ids are ULIDs; anything else cannot name a job, and must not reach a storage key.
-const JOB_ID = /^[0-9A-Za-z_-]{1,64}$/;
 
 /**
  * The HTTP API as one Hono app, served by the API Lambda (API Gateway HTTP
@@ -113,7 +111,8 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
 
   const tenantOf = (c: Context<ApiEnv>) => c.get("tenantId");
   const jobOf = (c: Context<ApiEnv>, id: string): Promise<Job> => {
-    if (!JOB_ID.test(id)) throw notFound(`job ${id.slice(0, 64)} not found`);
+    // An id no job can have must not reach a storage key.
+    if (!JOB_ID_PATTERN.test(id)) throw notFound(`job ${id.slice(0, 64)} not found`);
     return getTenantJob(engine, tenantOf(c), id);
   };
   const jobHeaders = (c: Context<ApiEnv>, job: Job) => {
