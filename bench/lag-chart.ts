@@ -2,6 +2,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { basename } from "node:path";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
+import { percentile } from "./percentile.js";
 
 /**
  * Start-lag chart: the cumulative distribution of start lags (startedAt − scheduledFor), one
@@ -60,12 +61,6 @@ export function formatMs(ms: number): string {
   return `${Number((ms / 60_000).toPrecision(3))} min`;
 }
 
-function quantile(sorted: readonly number[], p: number): number {
-  if (sorted.length === 0) return Number.NaN;
-  const index = Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1);
-  return sorted[Math.max(0, index)] ?? Number.NaN;
-}
-
 /** The 1–2–5 step that cuts [0, max] into about `count` intervals. */
 function niceStep(max: number, count: number): number {
   const raw = max / count;
@@ -116,7 +111,7 @@ function chooseAxis(series: readonly LagSeries[], options: LagChartOptions): Axi
   const maxLag = all.length > 0 ? Math.max(...all) : 1000;
   const positive = all.filter((x) => x > 0).sort((a, b) => a - b);
   // Log when the bulk and the tail are far apart: the 5th percentile and the largest lag.
-  const low = positive.length > 0 ? quantile(positive, 5) : 1;
+  const low = positive.length > 0 ? percentile(positive, 5) : 1;
   const scale =
     options.scale === "log" || options.scale === "linear"
       ? options.scale
@@ -266,7 +261,7 @@ export function lagChartSvg(series: readonly LagSeries[], options: LagChartOptio
     const stats =
       sorted.length === 0
         ? "no runs"
-        : `n = ${count} · p50 ${formatMs(quantile(sorted, 50))} · p95 ${formatMs(quantile(sorted, 95))} · p99 ${formatMs(quantile(sorted, 99))} · max ${formatMs(sorted.at(-1) ?? 0)}${s.approximate ? " · curve interpolated between these" : ""}`;
+        : `n = ${count} · p50 ${formatMs(percentile(sorted, 50))} · p95 ${formatMs(percentile(sorted, 95))} · p99 ${formatMs(percentile(sorted, 99))} · max ${formatMs(sorted.at(-1) ?? 0)}${s.approximate ? " · curve interpolated between these" : ""}`;
     out.push(
       `<line x1="${plot.left}" y1="${rowY - 4}" x2="${plot.left + 26}" y2="${rowY - 4}" stroke="${colour}" stroke-width="2.5"${dash ? ` stroke-dasharray="${dash}"` : ""}/>`,
     );

@@ -34,6 +34,7 @@ import {
   isReadOperation,
   type OperationCount,
 } from "./aws-counter.js";
+import { percentile } from "./percentile.js";
 
 /**
  * Requests per run: every AWS call the engine makes from "job created" to "run recorded",
@@ -162,12 +163,6 @@ export async function writeResults(
   for (const [extension, text] of Object.entries(files))
     await writeFile(`${base}.${extension}`, text);
   return base;
-}
-
-export function percentile(sorted: readonly number[], p: number): number {
-  if (sorted.length === 0) return Number.NaN;
-  const index = Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1);
-  return sorted[Math.max(0, index)] ?? Number.NaN;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -6,6 +6,7 @@ import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import { type ApiAuth, apiClient, authModeFromEnv } from "../test/support/api-client.js";
 import { type SandboxProcess, spawnSandbox } from "../test/support/sandbox-process.js";
+import { percentile } from "./percentile.js";
 
 /**
  * Spike: N one-off jobs, created ahead of time, all due on the same second.
@@ -77,12 +78,6 @@ async function pool<T>(items: readonly T[], width: number, work: (item: T) => Pr
       }
     }),
   );
-}
-
-function percentile(sorted: readonly number[], p: number): number {
-  if (sorted.length === 0) return Number.NaN;
-  const index = Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1);
-  return sorted[Math.max(0, index)] ?? Number.NaN;
 }
 
 export async function runSpike(options: SpikeOptions): Promise<SpikeResult> {

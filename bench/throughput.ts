@@ -23,14 +23,8 @@ import {
 } from "../shared/observability.js";
 import { cachedSigningSecrets } from "../shared/webhooks/secrets.js";
 import { lagChartSvg } from "./lag-chart.js";
-import {
-  allRuns,
-  createHarness,
-  type Harness,
-  noopJob,
-  percentile,
-  writeResults,
-} from "./requests-per-run.js";
+import { percentile } from "./percentile.js";
+import { allRuns, createHarness, type Harness, noopJob, writeResults } from "./requests-per-run.js";
 
 /**
  * Sustained throughput: for each configuration (shard count × worker concurrency), a steady
