@@ -7,7 +7,7 @@ import { CreateTableCommand, DescribeTableCommand } from "@aws-sdk/client-dynamo
 import { CreateQueueCommand, GetQueueAttributesCommand } from "@aws-sdk/client-sqs";
 import { ScanCommand, TransactWriteCommand } from "@aws-sdk/lib-dynamodb";
 import { type AwsClients, createAwsClients } from "../shared/aws.js";
-import type { Clock } from "../shared/clock.js";
+import { type Clock, sleep } from "../shared/clock.js";
 import { DEFAULT_SETTINGS, type EngineSettings } from "../shared/config.js";
 import { dispatchShard } from "../shared/dispatch/dispatcher.js";
 import { tickOnce } from "../shared/dispatch/tick.js";
@@ -164,8 +164,6 @@ export async function writeResults(
     await writeFile(`${base}.${extension}`, text);
   return base;
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 interface Counted {
   readonly clients: AwsClients;

@@ -4,6 +4,7 @@ import { cpus, tmpdir, totalmem } from "node:os";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
+import { sleep } from "../shared/clock.js";
 import { type ApiAuth, apiClient, authModeFromEnv } from "../test/support/api-client.js";
 import { type SandboxProcess, spawnSandbox } from "../test/support/sandbox-process.js";
 import { percentile } from "./percentile.js";
@@ -139,7 +140,7 @@ export async function runSpike(options: SpikeOptions): Promise<SpikeResult> {
           // Only a 503 (busy) is retried; a create that failed with a 5xx wrote nothing.
           if (attempt >= 5 || response.status !== 503)
             throw new Error(`create ${i}: ${response.status} ${JSON.stringify(response.body)}`);
-          await new Promise((r) => setTimeout(r, 200 * attempt));
+          await sleep(200 * attempt);
         }
       },
     );
@@ -155,7 +156,7 @@ export async function runSpike(options: SpikeOptions): Promise<SpikeResult> {
 
     const finished = new Map<string, RunDto>();
     const drainDeadline = dueAt.getTime() + 120_000 + options.jobs * 50;
-    await new Promise((r) => setTimeout(r, Math.max(0, dueAt.getTime() - Date.now() + 1000)));
+    await sleep(Math.max(0, dueAt.getTime() - Date.now() + 1000));
     const check = async (id: string) => {
       const page = await api<{ items: RunDto[] }>("GET", `/jobs/${id}/runs?limit=10`);
       const done = page.body.items?.find((r) => r.status !== "queued" && r.status !== "running");
@@ -176,7 +177,7 @@ export async function runSpike(options: SpikeOptions): Promise<SpikeResult> {
         );
       if (finished.size < ids.length) {
         print(`  ${finished.size}/${ids.length} finished`);
-        await new Promise((r) => setTimeout(r, 1000));
+        await sleep(1000);
       }
     }
     const runs = [...finished.values()];

@@ -4,6 +4,7 @@ import { createRequire } from "node:module";
 import { createServer } from "node:net";
 import { dirname, join } from "node:path";
 import { startFauxqs } from "fauxqs";
+import { sleep } from "../../shared/clock.js";
 
 export interface RunningEmulator {
   endpoint: string;
@@ -175,7 +176,7 @@ async function waitForDynamo(
     } catch (error) {
       lastError = error;
     }
-    await new Promise((resolve) => setTimeout(resolve, 25));
+    await sleep(25);
   }
   throw new Error(`DynamoDB Local did not answer within ${timeoutMs} ms: ${stderr()}`, {
     cause: lastError,

@@ -7,6 +7,7 @@ import {
   RunPageSchema,
   RunSchema,
 } from "../../shared/api/schemas.js";
+import { sleep } from "../../shared/clock.js";
 import {
   type ApiHarness,
   deadRunVia,
@@ -720,7 +721,7 @@ describe("runs", () => {
     for (let i = 0; i < 3; i++) {
       const reply = await api.call("POST", `/jobs/${jobId}/trigger`);
       runIds.push(RunSchema.parse(reply.body).runId);
-      await new Promise((r) => setTimeout(r, 5));
+      await sleep(5);
     }
   });
 

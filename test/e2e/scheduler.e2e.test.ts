@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { sleep } from "../../shared/clock.js";
 import { type Api, type ApiAuth, apiClient, authModeFromEnv } from "../support/api-client.js";
 import { type Receiver, startReceiver, verifyDelivery } from "../support/receiver.js";
 import { type SandboxProcess, spawnSandbox } from "../support/sandbox-process.js";
@@ -419,7 +420,7 @@ describe("lifecycle", () => {
     expect(paused.body.status).toBe("paused");
     expect((await asA<Job>("POST", `/jobs/${job.id}/pause`)).status).toBe(200);
     const pausedAt = Date.now();
-    await new Promise((resolve) => setTimeout(resolve, 3000));
+    await sleep(3000);
     // Runs claimed before the pause may still be in the queue; they start as skipped, never succeed.
     const whilePaused = (await runsOf(job.id)).filter(
       (r) => Date.parse(r.scheduledFor) > pausedAt + 1000 && r.status === "succeeded",
@@ -437,7 +438,7 @@ describe("lifecycle", () => {
     expect(cancelled.body.status).toBe("cancelled");
     expect((await asA("POST", `/jobs/${job.id}/resume`)).status).toBe(409);
     const cancelledAt = Date.now();
-    await new Promise((resolve) => setTimeout(resolve, 2500));
+    await sleep(2500);
     const afterCancel = (await runsOf(job.id)).filter(
       (r) => Date.parse(r.scheduledFor) > cancelledAt + 1000 && r.status === "succeeded",
     );
@@ -490,7 +491,7 @@ describe("history", () => {
     const triggered: string[] = [];
     for (let i = 0; i < 7; i++) {
       triggered.push((await asA<Run>("POST", `/jobs/${job.id}/trigger`)).body.runId);
-      await new Promise((resolve) => setTimeout(resolve, 5));
+      await sleep(5);
     }
     await waitForRuns(job.id, (r) => succeeded(r).length === 7);
     const seen: Run[] = [];

@@ -10,6 +10,7 @@ import { CfnElement } from "aws-cdk-lib";
 import type { Context } from "aws-lambda";
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from "vitest";
 import type { Component } from "../../infra/constructs/scheduler-function.js";
+import { sleep } from "../../shared/clock.js";
 import { loadSettings } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";
 import { admitRun } from "../../shared/execution/admission.js";
@@ -475,7 +476,7 @@ describe("each handler, driven through its AWS-calling paths", () => {
     });
     // The pass sweeps from two minutes back, by minute: keep clear of a minute boundary.
     const toBoundary = 60_000 - ((Date.now() - 120_000) % 60_000);
-    if (toBoundary < 5_000) await new Promise((resolve) => setTimeout(resolve, toBoundary + 100));
+    if (toBoundary < 5_000) await sleep(toBoundary + 100);
     const missed = new Date(Math.floor((Date.now() - 120_000) / 60_000) * 60_000);
     const { job: misfired } = await createJob(engine, {
       ...testJob({ priority: "low" }),

@@ -27,6 +27,7 @@ import {
   UpdateCommand,
 } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { sleep } from "../../shared/clock.js";
 import {
   createQueue,
   createTable,
@@ -287,7 +288,6 @@ describe.concurrent("SQS", () => {
   }
 
   const seconds = (since: number) => (performance.now() - since) / 1000;
-  const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
   test("DelaySeconds on SendMessage and SendMessageBatch hides a message until its delay ends", async () => {
     const { url } = await queue("delay");

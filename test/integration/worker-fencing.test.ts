@@ -1,6 +1,7 @@
 import { SendMessageBatchCommand, SQSClient } from "@aws-sdk/client-sqs";
 import { mockClient } from "aws-sdk-client-mock";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { sleep } from "../../shared/clock.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import { FenceLostError } from "../../shared/errors.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
@@ -79,11 +80,7 @@ describe("fenced execution", () => {
   }, 30_000);
 
   it("a stale worker that completes after losing the run is rejected and writes nothing", async () => {
-    const ignoresSignal = f.workerDeps(
-      "worker-a",
-      { slow: () => new Promise((resolve) => setTimeout(resolve, LEASE_MS + 2500)) },
-      60_000,
-    );
+    const ignoresSignal = f.workerDeps("worker-a", { slow: () => sleep(LEASE_MS + 2500) }, 60_000);
     const healthy = f.workerDeps("worker-b", {
       slow: () => Promise.reject(new Error("boom on attempt 1")),
     });

@@ -1,6 +1,7 @@
 import { SendMessageBatchCommand, SQSClient } from "@aws-sdk/client-sqs";
 import { mockClient } from "aws-sdk-client-mock";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { sleep } from "../../shared/clock.js";
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
 import { createJob } from "../../shared/jobs/lifecycle.js";
 import { sendRuns } from "../../shared/queue/work-queue.js";
@@ -122,7 +123,7 @@ describe("the worker loop", () => {
       );
       expect(mostInFlight).toBeGreaterThan(1);
       const idleSince = Date.now();
-      await new Promise((r) => setTimeout(r, 500));
+      await sleep(500);
       const idle = inFlightAt.filter((r) => r.at > idleSince + 100);
       expect(idle.length).toBeGreaterThan(0);
       expect(Math.max(...idle.map((r) => r.inFlight))).toBe(1);

@@ -3,7 +3,7 @@ import {
   PurgeQueueCommand,
   ReceiveMessageCommand,
 } from "@aws-sdk/client-sqs";
-import { type Clock, systemClock } from "../../shared/clock.js";
+import { type Clock, sleep, systemClock } from "../../shared/clock.js";
 import { DEFAULT_SETTINGS, type EngineSettings } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";
 import { builtInHandlers, type JobHandler } from "../../shared/execution/handlers.js";
@@ -183,7 +183,7 @@ export async function createEngineFixture(options: FixtureOptions = {}): Promise
         );
         const messages = result.Messages ?? [];
         if (messages.length > 0) quietSince = Date.now();
-        else await new Promise((r) => setTimeout(r, 100));
+        else await sleep(100);
         for (const m of messages) {
           const message = decodeRunMessage(m.Body);
           if (message && m.ReceiptHandle && m.MessageId) {

@@ -19,6 +19,7 @@ import {
 import { type DynamoDBDocumentClient, ScanCommand } from "@aws-sdk/lib-dynamodb";
 import { inject } from "vitest";
 import { type AwsClients, createAwsClients } from "../../shared/aws.js";
+import { sleep } from "../../shared/clock.js";
 
 export interface TestNamespace {
   /** The unique prefix, e.g. `t3f9a1c02`. */
@@ -138,7 +139,7 @@ async function waitForActive(
     const indexes = Table?.GlobalSecondaryIndexes ?? [];
     if (Table?.TableStatus === "ACTIVE" && indexes.every((i) => i.IndexStatus === "ACTIVE")) return;
     if (Date.now() > deadline) throw new Error(`table ${tableName} not ACTIVE in ${timeoutMs} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 250));
+    await sleep(250);
   }
 }
 

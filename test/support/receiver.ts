@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { Webhook } from "standardwebhooks";
+import { sleep } from "../../shared/clock.js";
 
 /** One POST as the receiver saw it. */
 export interface Delivery {
@@ -97,7 +98,7 @@ export async function startReceiver(options: ReceiverOptions): Promise<Receiver>
       const secret = typeof options.secret === "string" ? options.secret : options.secret(path);
       const signatureValid = verifyDelivery(secret, { body, webhookHeaders, idempotencyKey });
       const delay = options.delayMs?.() ?? 0;
-      if (delay > 0) await new Promise((resolve) => setTimeout(resolve, delay));
+      if (delay > 0) await sleep(delay);
       let status = signatureValid ? 200 : 401;
       if (signatureValid && !applied.has(idempotencyKey))
         status = options.statusFor?.({ idempotencyKey, attempt }) ?? 200;

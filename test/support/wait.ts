@@ -1,3 +1,5 @@
+import { sleep } from "../../shared/clock.js";
+
 /** Polls `probe` until it returns a value that is not undefined/false, or fails after `timeoutMs`. */
 export async function waitFor<T>(
   what: string,
@@ -19,6 +21,6 @@ export async function waitFor<T>(
         `timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ""}`,
       );
     }
-    await new Promise((resolve) => setTimeout(resolve, everyMs));
+    await sleep(everyMs);
   }
 }

@@ -1,6 +1,7 @@
 import { DeleteMessageBatchCommand, SQSClient } from "@aws-sdk/client-sqs";
 import { mockClient } from "aws-sdk-client-mock";
 import { describe, expect, it } from "vitest";
+import { sleep } from "../../shared/clock.js";
 import { AckBatcher } from "../../shared/execution/worker-loop.js";
 import type { Logger } from "../../shared/observability.js";
 import type { ReceivedRun } from "../../shared/queue/work-queue.js";
@@ -33,7 +34,7 @@ describe("AckBatcher", () => {
     mockClient(sqs)
       .on(DeleteMessageBatchCommand)
       .callsFake(async (input: { Entries?: { ReceiptHandle?: string }[] }) => {
-        await new Promise((r) => setTimeout(r, 200));
+        await sleep(200);
         for (const e of input.Entries ?? []) deleted.push(e.ReceiptHandle ?? "");
         return { Successful: [], Failed: [] };
       });
