@@ -5,6 +5,7 @@ import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import { sleep } from "../shared/clock.js";
+import { forEachConcurrently } from "../shared/concurrency.js";
 import { type ApiAuth, apiClient, authModeFromEnv } from "../test/support/api-client.js";
 import { type SandboxProcess, spawnSandbox } from "../test/support/sandbox-process.js";
 import { percentile } from "./percentile.js";
@@ -69,18 +70,6 @@ interface RunDto {
   finishedAt: string | null;
 }
 
-async function pool<T>(items: readonly T[], width: number, work: (item: T) => Promise<void>) {
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.min(width, items.length) }, async () => {
-      while (next < items.length) {
-        const item = items[next++];
-        if (item !== undefined) await work(item);
-      }
-    }),
-  );
-}
-
 export async function runSpike(options: SpikeOptions): Promise<SpikeResult> {
   const print = options.print ?? ((line: string) => console.log(line));
   const workers = options.workers ?? Math.min(options.jobs, 1000);
@@ -123,7 +112,7 @@ export async function runSpike(options: SpikeOptions): Promise<SpikeResult> {
     print(`creating ${options.jobs} one-off jobs due at ${due} (${concurrency} concurrent POSTs)…`);
     const ids: string[] = [];
     const createStart = Date.now();
-    await pool(
+    await forEachConcurrently(
       Array.from({ length: options.jobs }, (_, i) => i),
       concurrency,
       async (i) => {
@@ -168,9 +157,9 @@ export async function runSpike(options: SpikeOptions): Promise<SpikeResult> {
       // of up to 200 until it has finished, then read the rest. Lags come from the runs themselves.
       const every = Math.ceil(pending.length / 200);
       const sample = pending.filter((_, i) => i % every === 0);
-      await pool(sample, concurrency, check);
+      await forEachConcurrently(sample, concurrency, check);
       if (sample.length < pending.length && sample.every((id) => finished.has(id)))
-        await pool(
+        await forEachConcurrently(
           pending.filter((id) => !finished.has(id)),
           concurrency,
           check,

@@ -1,4 +1,5 @@
 import { QueryCommand, ScanCommand } from "@aws-sdk/lib-dynamodb";
+import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError, FenceLostError } from "../errors.js";
 import { bucketKeyForMinute, bucketsBetween, minuteOf } from "../keys.js";
@@ -547,19 +548,4 @@ async function mapConcurrently<T, R>(
     results.push(await work(item));
   });
   return results;
-}
-
-export async function forEachConcurrently<T>(
-  items: readonly T[],
-  concurrency: number,
-  work: (item: T) => Promise<void>,
-): Promise<void> {
-  let index = 0;
-  const lanes = Array.from({ length: Math.min(concurrency, items.length) }, async () => {
-    while (index < items.length) {
-      const item = items[index++];
-      if (item !== undefined) await work(item);
-    }
-  });
-  await Promise.all(lanes);
 }

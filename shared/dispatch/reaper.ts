@@ -1,4 +1,5 @@
 import { QueryCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
 import { METRICS } from "../observability.js";
@@ -8,7 +9,6 @@ import { decodeRun, inflightPk, runMessageOf } from "../storage/items.js";
 import { getRunItem } from "../storage/run-reads.js";
 import { runKey } from "../storage/runs.js";
 import { RUNS_INFLIGHT_INDEX } from "../storage/tables.js";
-import { forEachConcurrently } from "./dispatcher.js";
 
 export interface ReapResult {
   readonly examined: number;

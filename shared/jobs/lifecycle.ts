@@ -1,8 +1,8 @@
 import { createHash } from "node:crypto";
 import type { TransactWriteCommandInput } from "@aws-sdk/lib-dynamodb";
 import { GetCommand, PutCommand, QueryCommand, TransactWriteCommand } from "@aws-sdk/lib-dynamodb";
+import { forEachConcurrently } from "../concurrency.js";
 import { claimBeforeCreate, dueEntryKey } from "../dispatch/claim.js";
-import { forEachConcurrently } from "../dispatch/dispatcher.js";
 import {
   dispatchAfterCommit,
   dispatchNow,
