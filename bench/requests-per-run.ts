@@ -12,7 +12,7 @@ import { DEFAULT_SETTINGS, type EngineSettings } from "../shared/config.js";
 import { dispatchShard } from "../shared/dispatch/dispatcher.js";
 import { tickOnce } from "../shared/dispatch/tick.js";
 import type { Engine } from "../shared/engine.js";
-import { builtInHandlers } from "../shared/execution/handlers.js";
+import { builtInHandlers } from "../shared/execution/built-in-handlers.js";
 import { processRun, type WorkerDeps } from "../shared/execution/worker.js";
 import { runWorkerLoop } from "../shared/execution/worker-loop.js";
 import { createJob, type NewJob } from "../shared/jobs/lifecycle.js";

@@ -11,7 +11,7 @@ import type { EngineSettings } from "../shared/config.js";
 import { horizonOf } from "../shared/dispatch/dispatcher.js";
 import { tickOnce } from "../shared/dispatch/tick.js";
 import type { Engine } from "../shared/engine.js";
-import { builtInHandlers } from "../shared/execution/handlers.js";
+import { builtInHandlers } from "../shared/execution/built-in-handlers.js";
 import { runWorkerLoop } from "../shared/execution/worker-loop.js";
 import { createJob } from "../shared/jobs/lifecycle.js";
 import type { Run } from "../shared/model.js";

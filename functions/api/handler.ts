@@ -7,9 +7,10 @@ import {
   jwtAuthenticator,
 } from "../../shared/api/auth.js";
 import { ENV } from "../../shared/config.js";
-import { BUILT_IN_TYPES } from "../../shared/execution/handlers.js";
+import { demoJobTypesFrom } from "../../shared/job-types/demo-types.js";
+import { jobTypeCatalog } from "../../shared/job-types/registry.js";
 import { engineFromEnv, powertoolsObservability } from "../../shared/runtime.js";
-import { customHandlers } from "../worker/handlers/index.js";
+import { customJobTypes } from "../worker/handlers/index.js";
 
 /**
  * API Gateway HTTP API (payload v2) → the API app. With IAM authorization the
@@ -20,9 +21,15 @@ import { customHandlers } from "../worker/handlers/index.js";
  */
 const engine = engineFromEnv(powertoolsObservability("scheduler-api"));
 
+// The demo types (sleep, fail) only where the stack enables them (the demoJobTypes option).
+const jobTypes = jobTypeCatalog({
+  custom: customJobTypes.map((t) => t.definition),
+  demoTypes: demoJobTypesFrom(process.env, false),
+});
+
 const app = createApiApp({
   engine,
-  jobTypes: [...BUILT_IN_TYPES, ...customHandlers.keys()],
+  jobTypes: jobTypes.accepted,
   authenticate:
     process.env[ENV.apiAuth] === "jwt"
       ? jwtAuthenticator(defaultTenantOfClaims)

@@ -1,23 +1,24 @@
 import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from "aws-lambda";
-import { builtInHandlers } from "../../shared/execution/handlers.js";
+import { builtInJobTypes } from "../../shared/execution/built-in-handlers.js";
+import { handlerRegistry } from "../../shared/execution/job-contract.js";
 import { allowPrivateTargetsFrom } from "../../shared/execution/private-targets.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { decodeRunMessage } from "../../shared/queue/work-queue.js";
 import { engineFromEnv, powertoolsObservability } from "../../shared/runtime.js";
 import { cachedSigningSecrets } from "../../shared/webhooks/secrets.js";
-import { customHandlers } from "./handlers/index.js";
+import { customJobTypes } from "./handlers/index.js";
 
 const obs = powertoolsObservability("scheduler-worker");
 const engine = engineFromEnv(obs);
-const handlers = new Map([
-  ...builtInHandlers(
+const handlers = handlerRegistry([
+  ...builtInJobTypes(
     {
       signingSecrets: cachedSigningSecrets(engine),
       allowPrivateTargets: allowPrivateTargetsFrom(process.env, false),
     },
     engine.clock,
   ),
-  ...customHandlers,
+  ...customJobTypes,
 ]);
 
 /** SQS event source with ReportBatchItemFailures: only the records that failed come back. */

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { mkdir } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { customHandlers } from "../../functions/worker/handlers/index.js";
+import { customJobTypes } from "../../functions/worker/handlers/index.js";
 import { startLocalServer } from "../../shared/api/local-server.js";
 import { createAwsClients } from "../../shared/aws.js";
 import { sleep, systemClock } from "../../shared/clock.js";
@@ -9,10 +9,13 @@ import { ENV, type Env, loadSettings } from "../../shared/config.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import { runTickLoop } from "../../shared/dispatch/tick.js";
 import type { Engine } from "../../shared/engine.js";
+import { builtInJobTypes } from "../../shared/execution/built-in-handlers.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
-import { BUILT_IN_TYPES, builtInHandlers } from "../../shared/execution/handlers.js";
+import { handlerRegistry } from "../../shared/execution/job-contract.js";
 import { allowPrivateTargetsFrom } from "../../shared/execution/private-targets.js";
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
+import { demoJobTypesFrom } from "../../shared/job-types/demo-types.js";
+import { jobTypeCatalog } from "../../shared/job-types/registry.js";
 import type { Observability } from "../../shared/observability.js";
 import { deleteMessages, receiveRuns } from "../../shared/queue/work-queue.js";
 import { cachedSigningSecrets } from "../../shared/webhooks/secrets.js";
@@ -110,23 +113,28 @@ export async function startSandbox(options: SandboxOptions): Promise<Sandbox> {
         print(`recovered ${recovered.resent} run(s) in flight at the last stop`);
     }
 
-    const handlers = new Map([
+    const handlers = handlerRegistry([
       // Loopback receivers are the usual local target; ALLOW_PRIVATE_TARGETS=false refuses them
       // as a deployed worker does.
-      ...builtInHandlers(
+      ...builtInJobTypes(
         {
           signingSecrets: cachedSigningSecrets(engine),
           allowPrivateTargets: allowPrivateTargetsFrom(env, true),
         },
         engine.clock,
       ),
-      ...customHandlers,
+      ...customJobTypes,
     ]);
+    // The demo types are accepted locally; DEMO_JOB_TYPES=false refuses them as a deployed API does.
+    const jobTypes = jobTypeCatalog({
+      custom: customJobTypes.map((t) => t.definition),
+      demoTypes: demoJobTypesFrom(env, true),
+    });
     const server = await startLocalServer({
       engine,
       port: options.port,
       hostname: "127.0.0.1",
-      jobTypes: [...BUILT_IN_TYPES, ...customHandlers.keys()],
+      jobTypes: jobTypes.accepted,
       env,
     });
 

@@ -7,7 +7,7 @@ import type { Job, Run } from "../model.js";
 import { type ReceivedRun, setVisibility } from "../queue/work-queue.js";
 import { boundedText } from "../storage/stored-text.js";
 import { extendAdmission } from "./admission.js";
-import { type HandlerRegistry, isRetryable, type JobContext } from "./handlers.js";
+import { type HandlerRegistry, isRetryable, type JobContext } from "./job-contract.js";
 import { extendLease } from "./run-store.js";
 
 /** What running a job's handler needs from the worker. */

@@ -2,8 +2,8 @@ import { expect } from "vitest";
 import type { z } from "zod";
 import { type LocalServer, startLocalServer } from "../../shared/api/local-server.js";
 import { ErrorSchema } from "../../shared/api/schemas.js";
-import { BUILT_IN_TYPES } from "../../shared/execution/handlers.js";
 import { processRun } from "../../shared/execution/worker.js";
+import { BUILT_IN_TYPES } from "../../shared/job-types/registry.js";
 import { receiveRuns } from "../../shared/queue/work-queue.js";
 import {
   createEngineFixture,

@@ -4,7 +4,7 @@ import { ScanCommand } from "@aws-sdk/lib-dynamodb";
 import { Webhook } from "standardwebhooks";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { WebhookSecretSchema } from "../../shared/api/schemas.js";
-import { builtInHandlers } from "../../shared/execution/handlers.js";
+import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import {
   cachedSigningSecrets,
   PREVIOUS_SECRET_VALID_MS,

@@ -13,13 +13,10 @@ import { sleep } from "../../shared/clock.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import type { Engine } from "../../shared/engine.js";
-import {
-  BUILT_IN_TYPES,
-  builtInHandlers,
-  type HandlerRegistry,
-  type JobHandler,
-} from "../../shared/execution/handlers.js";
+import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
+import type { HandlerRegistry, JobHandler } from "../../shared/execution/job-contract.js";
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
+import { BUILT_IN_TYPES } from "../../shared/job-types/registry.js";
 import { listRuns } from "../../shared/jobs/queries.js";
 import type { Run } from "../../shared/model.js";
 import type { Observability } from "../../shared/observability.js";

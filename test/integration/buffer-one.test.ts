@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
-import type { JobContext } from "../../shared/execution/handlers.js";
+import type { JobContext } from "../../shared/execution/job-contract.js";
 import { createJob, editJob } from "../../shared/jobs/lifecycle.js";
 import type { Run } from "../../shared/model.js";
 import { sendRuns } from "../../shared/queue/work-queue.js";

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Engine } from "../../shared/engine.js";
-import type { JobContext } from "../../shared/execution/handlers.js";
+import type { JobContext } from "../../shared/execution/job-contract.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { cancelJob, createJob, pauseJob } from "../../shared/jobs/lifecycle.js";
 import { shardOf } from "../../shared/keys.js";

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Clock } from "../../shared/clock.js";
 import type { Engine } from "../../shared/engine.js";
-import { type JobContext, JobError, type JobHandler } from "../../shared/execution/handlers.js";
+import { type JobContext, JobError, type JobHandler } from "../../shared/execution/job-contract.js";
 import { processRun } from "../../shared/execution/worker.js";
 import {
   cancelJob,

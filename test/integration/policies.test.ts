@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sleep } from "../../shared/clock.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
-import type { JobContext } from "../../shared/execution/handlers.js";
+import type { JobContext } from "../../shared/execution/job-contract.js";
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
 import { cancelJob, createJob } from "../../shared/jobs/lifecycle.js";
 import type { MisfirePolicy, OverlapPolicy } from "../../shared/policies.js";

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { reap } from "../../shared/dispatch/reaper.js";
 import { runTickLoop } from "../../shared/dispatch/tick.js";
-import type { JobContext } from "../../shared/execution/handlers.js";
+import type { JobContext } from "../../shared/execution/job-contract.js";
 import { startRun } from "../../shared/execution/run-store.js";
 import { createJob } from "../../shared/jobs/lifecycle.js";
 import type { Run } from "../../shared/model.js";

@@ -5,7 +5,7 @@ import { sleep } from "../../shared/clock.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import { FenceLostError } from "../../shared/errors.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
-import type { JobContext } from "../../shared/execution/handlers.js";
+import type { JobContext } from "../../shared/execution/job-contract.js";
 import { startRun } from "../../shared/execution/run-store.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { createJob } from "../../shared/jobs/lifecycle.js";

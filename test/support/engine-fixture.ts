@@ -6,7 +6,8 @@ import {
 import { type Clock, sleep, systemClock } from "../../shared/clock.js";
 import { DEFAULT_SETTINGS, type EngineSettings } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";
-import { builtInHandlers, type JobHandler } from "../../shared/execution/handlers.js";
+import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
+import type { JobHandler } from "../../shared/execution/job-contract.js";
 import type { WorkerDeps } from "../../shared/execution/worker.js";
 import { processRun } from "../../shared/execution/worker.js";
 import type { DueEntry, Priority, Run } from "../../shared/model.js";

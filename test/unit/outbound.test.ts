@@ -2,20 +2,20 @@ import type { LookupAddress } from "node:dns";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import {
-  builtInHandlers,
   isRetryable,
   type JobContext,
   JobError,
   type JobHandler,
-  type WebhookSettings,
-} from "../../shared/execution/handlers.js";
+} from "../../shared/execution/job-contract.js";
 import {
   addressRefusal,
   isPublicAddress,
   literalTargetRefusal,
   type Resolver,
 } from "../../shared/execution/outbound.js";
+import type { WebhookSettings } from "../../shared/execution/webhook-handler.js";
 
 const SECRET = "whsec_c2VjcmV0LWZvci10aGUtb3V0Ym91bmQtdGVzdHM=";
 

@@ -1,15 +1,28 @@
-import type { JobHandler } from "../../../shared/execution/handlers.js";
+import type { RegisteredJobType } from "../../../shared/execution/job-contract.js";
 
 /**
- * Your own job types: map a `type` name to a handler. A handler gets the
- * run's context (payload, ids, attempt, idempotencyKey, an AbortSignal that
- * fires at the timeout or when another worker takes the run over) and either
+ * Your own job types: each declares its payload schema (zod), checked by the
+ * API at create and edit (a 400 naming `payload.<field>`) and before each run,
+ * and its handler. A handler gets the run's context (the payload as its
+ * schema parsed it, ids, attempt, idempotencyKey, an AbortSignal that fires
+ * at the timeout or when another worker takes the run over) and either
  * resolves (SUCCEEDED) or throws (a JobError with `retryable: false` goes to
- * the dead letters at once; anything else is retried with backoff).
+ * the dead letters at once; anything else is retried with backoff). Naming
+ * the payload in JobPayloads types `ctx.payload` (as GraphileWorker.Tasks does).
  *
  * Example:
- *   export const customHandlers = new Map<string, JobHandler>([
- *     ["send-report", async (ctx) => { await sendReport(ctx.payload, { signal: ctx.signal }); }],
- *   ]);
+ *   import { z } from "zod";
+ *   import { jobType } from "../../../shared/execution/job-contract.js";
+ *
+ *   const SendReportPayload = z.strictObject({ reportId: z.string() });
+ *   declare module "../../../shared/job-types/registry.js" {
+ *     interface JobPayloads { "send-report": z.infer<typeof SendReportPayload> }
+ *   }
+ *   export const customJobTypes: readonly RegisteredJobType[] = [
+ *     jobType(
+ *       { name: "send-report", payload: SendReportPayload, description: "Sends a report." },
+ *       async (ctx) => { await sendReport(ctx.payload.reportId, { signal: ctx.signal }); },
+ *     ),
+ *   ];
  */
-export const customHandlers = new Map<string, JobHandler>();
+export const customJobTypes: readonly RegisteredJobType[] = [];

@@ -1,7 +1,7 @@
 import { fetch, type Response } from "undici";
-import { sleep } from "../clock.js";
-import type { HttpTarget } from "../model.js";
-import { type WebhookSigningSecrets, webhookSignature } from "../webhooks/secrets.js";
+import type { WebhookSigningSecrets } from "../webhooks/secrets.js";
+import { webhookSignature } from "../webhooks/secrets.js";
+import { JobError, type JobHandler } from "./job-contract.js";
 import {
   literalTargetRefusal,
   type OutboundOptions,
@@ -9,42 +9,6 @@ import {
   type RefusedTargetError,
   refusalIn,
 } from "./outbound.js";
-
-/** What a job handler is given for one run. */
-export interface JobContext {
-  readonly jobId: string;
-  readonly tenantId: string;
-  readonly runId: string;
-  readonly type: string;
-  readonly scheduledFor: string;
-  readonly attempt: number;
-  /** `<jobId>@<scheduledFor>`: the same for every attempt of an occurrence. */
-  readonly idempotencyKey: string;
-  readonly payload: unknown;
-  readonly target: HttpTarget | undefined;
-  /** Fires at the job's timeout, or when another worker has taken the run over. */
-  readonly signal: AbortSignal;
-}
-
-export type JobHandler = (ctx: JobContext) => Promise<unknown>;
-
-/** A failure a handler reports on purpose; `retryable: false` sends the run to the dead letters at once. */
-export class JobError extends Error {
-  override readonly name = "JobError";
-  readonly retryable: boolean;
-
-  constructor(message: string, options: { retryable: boolean; cause?: unknown }) {
-    super(message, { cause: options.cause });
-    this.retryable = options.retryable;
-  }
-}
-
-/** Any other exception is treated as retryable: a crash is more often transient than permanent. */
-export function isRetryable(error: unknown): boolean {
-  return error instanceof JobError ? error.retryable : true;
-}
-
-export type HandlerRegistry = ReadonlyMap<string, JobHandler>;
 
 /** Where deliveries may connect (OutboundOptions) and what signs them. */
 export interface WebhookSettings extends OutboundOptions {
@@ -75,48 +39,10 @@ export function isSchedulerHeader(name: string): boolean {
   );
 }
 
-export function builtInHandlers(
-  webhook: WebhookSettings,
-  now: () => Date,
-): Map<string, JobHandler> {
-  return new Map<string, JobHandler>([
-    ["noop", async () => undefined],
-    ["sleep", sleepHandler],
-    ["fail", failHandler],
-    ["http", httpHandler(webhook, now)],
-  ]);
-}
-
-export const BUILT_IN_TYPES = ["http", "noop", "sleep", "fail"] as const;
-
-async function sleepHandler(ctx: JobContext): Promise<unknown> {
-  const ms = numberField(ctx.payload, "ms") ?? 0;
-  await sleep(ms, ctx.signal);
-  if (ctx.signal.aborted)
-    throw new JobError(`sleep interrupted: ${String(ctx.signal.reason)}`, { retryable: true });
-  return { sleptMs: ms };
-}
-
-/** Fails the first `times` attempts of each occurrence, then succeeds; a test and demo type. */
-async function failHandler(ctx: JobContext): Promise<unknown> {
-  const times = numberField(ctx.payload, "times") ?? Number.POSITIVE_INFINITY;
-  const payload = ctx.payload as { retryable?: unknown } | null;
-  const retryable = payload?.retryable !== false;
-  if (ctx.attempt <= times) {
-    throw new JobError(`fail: attempt ${ctx.attempt} of ${times} planned failures`, { retryable });
-  }
-  return { succeededOnAttempt: ctx.attempt };
-}
-
-function numberField(payload: unknown, name: string): number | undefined {
-  if (typeof payload !== "object" || payload === null) return undefined;
-  const value = (payload as Record<string, unknown>)[name];
-  return typeof value === "number" && Number.isFinite(value) ? value : undefined;
-}
-
 const RETRYABLE_STATUSES = new Set([408, 429]);
 
-function httpHandler(webhook: WebhookSettings, now: () => Date): JobHandler {
+/** The `http` job type: POSTs the payload to the target, signed; connects only where allowed. */
+export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHandler<"http"> {
   const dispatcher = outboundDispatcher(webhook);
   return async (ctx) => {
     const target = ctx.target;

@@ -1,0 +1,75 @@
+import { fieldIssuesOf, type JobTypeDefinition, type PayloadOf } from "../job-types/registry.js";
+import type { HttpTarget } from "../model.js";
+
+/** What a job handler is given for one run; `payload` is typed by the job type's declaration. */
+export interface JobContext<T extends string = string> {
+  readonly jobId: string;
+  readonly tenantId: string;
+  readonly runId: string;
+  readonly type: T;
+  readonly scheduledFor: string;
+  readonly attempt: number;
+  /** `<jobId>@<scheduledFor>`: the same for every attempt of an occurrence. */
+  readonly idempotencyKey: string;
+  readonly payload: PayloadOf<T>;
+  readonly target: HttpTarget | undefined;
+  /** Fires at the job's timeout, or when another worker has taken the run over. */
+  readonly signal: AbortSignal;
+}
+
+/** Resolves: the run SUCCEEDED. Throws: it failed (see JobError). */
+export type JobHandler<T extends string = string> = (ctx: JobContext<T>) => Promise<unknown>;
+
+/** A failure a handler reports on purpose; `retryable: false` sends the run to the dead letters at once. */
+export class JobError extends Error {
+  override readonly name = "JobError";
+  readonly retryable: boolean;
+
+  constructor(message: string, options: { retryable: boolean; cause?: unknown }) {
+    super(message, { cause: options.cause });
+    this.retryable = options.retryable;
+  }
+}
+
+/** Any other exception is treated as retryable: a crash is more often transient than permanent. */
+export function isRetryable(error: unknown): boolean {
+  return error instanceof JobError ? error.retryable : true;
+}
+
+/** The handler of each type name, as the worker looks them up. */
+export type HandlerRegistry = ReadonlyMap<string, JobHandler>;
+
+/** A job type with its handler, ready for a HandlerRegistry. */
+export interface RegisteredJobType {
+  readonly definition: JobTypeDefinition;
+  readonly handler: JobHandler;
+}
+
+/**
+ * A type's definition and its handler, typed together: `handle` gets the
+ * payload its schema produces. The payload is parsed again before each run
+ * (a job stored before its type's schema changed may not match it): a payload
+ * that does not parse fails the run without a retry, naming the field.
+ */
+export function jobType<T extends string>(
+  definition: JobTypeDefinition<T>,
+  handle: JobHandler<T>,
+): RegisteredJobType {
+  const handler: JobHandler = async (ctx) => {
+    const parsed = definition.payload.safeParse(ctx.payload);
+    if (!parsed.success) {
+      const issues = fieldIssuesOf(parsed.error.issues, "payload");
+      const text = issues.map((issue) => `${issue.field}: ${issue.message}`).join("; ");
+      throw new JobError(`the payload does not fit type "${definition.name}": ${text}`, {
+        retryable: false,
+      });
+    }
+    return handle({ ...ctx, type: definition.name, payload: parsed.data });
+  };
+  return { definition, handler };
+}
+
+/** The worker's registry: each type's name to its handler. */
+export function handlerRegistry(types: readonly RegisteredJobType[]): Map<string, JobHandler> {
+  return new Map(types.map((t) => [t.definition.name, t.handler]));
+}
