@@ -40,6 +40,8 @@ export interface SchedulerSettings {
   readonly apiBurstLimit: number;
   readonly lagAlarmMs: number;
   readonly queueAgeAlarmSeconds: number;
+  /** Whether the API accepts the demo job types `sleep` and `fail`; off unless asked for. */
+  readonly demoJobTypes: boolean;
 }
 
 export type SettingsInput = Partial<Omit<SchedulerSettings, "workerConcurrency">> & {
@@ -98,6 +100,7 @@ export function resolveSettings(input: SettingsInput = {}): SchedulerSettings {
     // runs (up to the worker timeout); only age beyond both means nobody is consuming.
     queueAgeAlarmSeconds:
       input.queueAgeAlarmSeconds ?? lookaheadSeconds + workerTimeoutSeconds + 300,
+    demoJobTypes: input.demoJobTypes ?? false,
   };
   validate(settings);
   return settings;
@@ -202,6 +205,7 @@ export const CONTEXT_KEYS = [
   "apiBurstLimit",
   "lagAlarmMs",
   "queueAgeAlarmSeconds",
+  "demoJobTypes",
 ] as const;
 
 type ContextKey = (typeof CONTEXT_KEYS)[number];
@@ -268,5 +272,6 @@ export function settingsFromContext(node: Node): SchedulerSettings {
     apiBurstLimit: int("apiBurstLimit"),
     lagAlarmMs: int("lagAlarmMs"),
     queueAgeAlarmSeconds: int("queueAgeAlarmSeconds"),
+    demoJobTypes: bool("demoJobTypes"),
   });
 }

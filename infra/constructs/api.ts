@@ -40,7 +40,12 @@ export class Api extends Construct {
       // HTTP API integrations give up after 30 s.
       timeout: Duration.seconds(29),
       memorySize: 512,
-      environment: { ...props.engineEnvironment, [ENV.apiAuth]: settings.auth.kind },
+      environment: {
+        ...props.engineEnvironment,
+        [ENV.apiAuth]: settings.auth.kind,
+        // The demo types (sleep, fail) are refused with a 400 naming `type` unless enabled.
+        [ENV.demoJobTypes]: String(settings.demoJobTypes),
+      },
       settings,
     });
     // Create / edit / pause / cancel transactions (Put, Update, Delete of jobs, due entries and

@@ -310,7 +310,8 @@ function field(value: unknown, name: string): unknown {
 }
 
 beforeAll(async () => {
-  ({ synth, dispose: disposeSynth } = synthesizeUnbundled());
+  // The fail type drives the worker's retry and dead-letter paths: a demo type, enabled here.
+  ({ synth, dispose: disposeSynth } = synthesizeUnbundled({ demoJobTypes: "true" }));
   clients = createTestClients();
   bindings = await provision();
   recorder = recordAwsCalls({

@@ -31,6 +31,7 @@ describe("settings", () => {
       maxReceiveCount: 5,
       metricsNamespace: "Scheduler/dev",
       workerTimeoutSeconds: 900,
+      demoJobTypes: false,
     });
     // What the handlers would derive from the environment the stack sets is the design's default.
     expect(loadSettings(engineEnvironment(s))).toEqual(DEFAULT_SETTINGS);
@@ -47,6 +48,7 @@ describe("settings", () => {
       jwtIssuer: "https://id.example.com",
       jwtAudience: "a, b",
       workerConcurrencyHigh: "100",
+      demoJobTypes: "true",
     });
     expect(s).toMatchObject({
       stage: "prod",
@@ -57,6 +59,7 @@ describe("settings", () => {
       logRetentionDays: RetentionDays.THREE_MONTHS,
       auth: { kind: "jwt", issuer: "https://id.example.com", audience: ["a", "b"] },
       workerConcurrency: { high: 100, normal: 20, low: 5 },
+      demoJobTypes: true,
     });
   });
 

@@ -3,6 +3,7 @@ import { Queue, QueueEncryption } from "aws-cdk-lib/aws-sqs";
 import { AwsSolutionsChecks } from "cdk-nag";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildSchedulerApp } from "../../infra/build-app.js";
+import { ENV } from "../../shared/config.js";
 import { COMPONENTS, grantsOfRole, roleOfComponent } from "./support/iam-policy.js";
 import {
   asArray,
@@ -30,7 +31,7 @@ beforeAll(() => {
       tracing: "true",
       alarmEmail: "oncall@example.com",
     },
-    topic: { stage: "staging", alarmTopicArn: TOPIC_ARN },
+    topic: { stage: "staging", alarmTopicArn: TOPIC_ARN, demoJobTypes: "true" },
   });
   variants = synthesized.variants;
   dispose = synthesized.dispose;
@@ -93,6 +94,21 @@ describe("cdk-nag AwsSolutions", () => {
 });
 
 describe("options", () => {
+  it("lets the API accept the demo job types only with demoJobTypes", () => {
+    const apiEnvironment = (synth: Synthesized) => {
+      const fn = propertiesOf(synth, synth.stack.api.handler.fn);
+      return isObject(fn.Environment) && isObject(fn.Environment.Variables)
+        ? fn.Environment.Variables
+        : {};
+    };
+    expect(apiEnvironment(variants.dev)[ENV.demoJobTypes]).toBe("false");
+    expect(apiEnvironment(variants.jwt)[ENV.demoJobTypes]).toBe("false");
+    expect(apiEnvironment(variants.topic)[ENV.demoJobTypes]).toBe("true");
+    // Only the API decides: a worker runs whatever job it is given.
+    const worker = propertiesOf(variants.topic, variants.topic.stack.worker.worker.fn);
+    expect(JSON.stringify(worker.Environment)).not.toContain(ENV.demoJobTypes);
+  });
+
   it("uses a JWT authorizer with the issuer and audiences from context", () => {
     const synth = variants.jwt;
     synth.template.hasResourceProperties("AWS::ApiGatewayV2::Authorizer", {
