@@ -1,4 +1,4 @@
-import { ENV } from "../config.js";
+import { ENV, type Env } from "../config.js";
 
 /**
  * DEMO_JOB_TYPES: "true" lets the API accept the demo types (`sleep`, `fail`),
@@ -6,10 +6,7 @@ import { ENV } from "../config.js";
  * for a deployed API, true for the sandbox). A module of its own so that only
  * what serves the API reads it.
  */
-export function demoJobTypesFrom(
-  env: Readonly<Record<string, string | undefined>>,
-  fallback: boolean,
-): boolean {
+export function demoJobTypesFrom(env: Env, fallback: boolean): boolean {
   const raw = env[ENV.demoJobTypes];
   if (raw === undefined || raw === "") return fallback;
   if (raw === "true") return true;
