@@ -15,7 +15,7 @@ import type { Engine } from "../shared/engine.js";
 import { builtInHandlers } from "../shared/execution/built-in-handlers.js";
 import { processRun, type WorkerDeps } from "../shared/execution/worker.js";
 import { runWorkerLoop } from "../shared/execution/worker-loop.js";
-import { createJob, type NewJob } from "../shared/jobs/lifecycle.js";
+import { createJob, type NewJob } from "../shared/jobs/index.js";
 import type { Run } from "../shared/model.js";
 import { MetricsRecorder, silentObservability } from "../shared/observability.js";
 import { deleteMessages, type QueueUrls, receiveRuns } from "../shared/queue/work-queue.js";

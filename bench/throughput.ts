@@ -13,7 +13,7 @@ import { tickOnce } from "../shared/dispatch/tick.js";
 import type { Engine } from "../shared/engine.js";
 import { builtInHandlers } from "../shared/execution/built-in-handlers.js";
 import { runWorkerLoop } from "../shared/execution/worker-loop.js";
-import { createJob } from "../shared/jobs/lifecycle.js";
+import { createJob } from "../shared/jobs/index.js";
 import type { Run } from "../shared/model.js";
 import {
   type Logger,

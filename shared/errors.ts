@@ -72,3 +72,16 @@ export class NotReplayableError extends SchedulerError {
     super(`run ${runId} cannot be replayed: ${why}`);
   }
 }
+
+/**
+ * A create found its idempotency key taken: the request may repeat an earlier
+ * one (the caller reads that one's record), or use the key with another body.
+ */
+export class IdempotencyKeyTakenError extends SchedulerError {
+  constructor(
+    readonly key: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`idempotency key "${key}" is taken`, options);
+  }
+}

@@ -11,7 +11,7 @@ import {
   requestHash,
   resumeJob,
   triggerJob,
-} from "../jobs/lifecycle.js";
+} from "../jobs/index.js";
 import { getTenantJob, getTenantRun } from "../jobs/queries.js";
 import { JOB_ID_PATTERN } from "../keys.js";
 import type { Job, JobStatus } from "../model.js";

@@ -1,5 +1,5 @@
 import type { EngineSettings } from "../config.js";
-import type { JobChanges, NewJob } from "../jobs/lifecycle.js";
+import type { JobChanges, NewJob } from "../jobs/index.js";
 import type { HttpTarget, Job, JobPolicies } from "../model.js";
 import { DEFAULT_MAX_CONCURRENT, DEFAULT_POLICIES, type OverlapPolicy } from "../policies.js";
 import type { RetryPolicy } from "../retry.js";

@@ -1,8 +1,12 @@
 import { createHmac, randomBytes } from "node:crypto";
-import { GetCommand, PutCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
-import { isConditionalCheckFailed } from "../storage/dynamo-errors.js";
+import {
+  readWebhookSecrets,
+  type TenantWebhookSecrets,
+  writeFirstWebhookSecrets,
+  writeRotatedWebhookSecrets,
+} from "../storage/webhook-secrets.js";
 
 /**
  * Each tenant's webhook signing secret (Standard Webhooks): `whsec_` + base64
@@ -17,21 +21,9 @@ const SECRET_BYTES = 32;
 /** How long deliveries are also signed with the secret a rotation replaced. */
 export const PREVIOUS_SECRET_VALID_MS = 24 * 60 * 60 * 1000;
 
-export interface TenantWebhookSecrets {
-  readonly tenantId: string;
-  readonly current: string;
-  readonly previous?: { readonly secret: string; readonly validUntil: string };
-  /** Bumped by every rotation; a rotation is conditioned on the version it read. */
-  readonly version: number;
-  readonly createdAt: string;
-  readonly rotatedAt?: string;
-}
-
 export function newWebhookSecret(): string {
   return `${SECRET_PREFIX}${randomBytes(SECRET_BYTES).toString("base64")}`;
 }
-
-export const webhookSecretKey = (tenantId: string) => ({ pk: `WEBHOOKSECRET#${tenantId}` });
 
 /** The secrets a delivery is signed with now: the current one, and a rotated-out one for a day. */
 export function signingSecrets(secrets: TenantWebhookSecrets, now: Date): string[] {
@@ -60,33 +52,6 @@ export function webhookSignature(
     .join(" ");
 }
 
-function decode(tenantId: string, item: Record<string, unknown>): TenantWebhookSecrets {
-  const { current, previous, previousValidUntil, version, createdAt, rotatedAt } = item;
-  if (typeof current !== "string" || typeof version !== "number" || typeof createdAt !== "string")
-    throw new Error(`webhook secret item of tenant ${tenantId} is malformed`);
-  return {
-    tenantId,
-    current,
-    ...(typeof previous === "string" && typeof previousValidUntil === "string"
-      ? { previous: { secret: previous, validUntil: previousValidUntil } }
-      : {}),
-    version,
-    createdAt,
-    ...(typeof rotatedAt === "string" ? { rotatedAt } : {}),
-  };
-}
-
-async function read(engine: Engine, tenantId: string): Promise<TenantWebhookSecrets | null> {
-  const { Item } = await engine.doc.send(
-    new GetCommand({
-      TableName: engine.tables.webhookSecrets,
-      Key: webhookSecretKey(tenantId),
-      ConsistentRead: true,
-    }),
-  );
-  return Item ? decode(tenantId, Item) : null;
-}
-
 /**
  * The tenant's secrets, made on first use. Two first uses at once both try a
  * conditional put; the one that loses reads the winner's, so every caller
@@ -96,7 +61,7 @@ export async function tenantWebhookSecrets(
   engine: Engine,
   tenantId: string,
 ): Promise<TenantWebhookSecrets> {
-  const existing = await read(engine, tenantId);
+  const existing = await readWebhookSecrets(engine, tenantId);
   if (existing) return existing;
   const created: TenantWebhookSecrets = {
     tenantId,
@@ -104,26 +69,10 @@ export async function tenantWebhookSecrets(
     version: 1,
     createdAt: engine.clock().toISOString(),
   };
-  try {
-    await engine.doc.send(
-      new PutCommand({
-        TableName: engine.tables.webhookSecrets,
-        Item: {
-          ...webhookSecretKey(tenantId),
-          current: created.current,
-          version: created.version,
-          createdAt: created.createdAt,
-        },
-        ConditionExpression: "attribute_not_exists(pk)",
-      }),
-    );
-    return created;
-  } catch (error) {
-    if (!isConditionalCheckFailed(error)) throw error;
-    const winner = await read(engine, tenantId);
-    if (!winner) throw new Error(`webhook secret of tenant ${tenantId} vanished`, { cause: error });
-    return winner;
-  }
+  if (await writeFirstWebhookSecrets(engine, created)) return created;
+  const winner = await readWebhookSecrets(engine, tenantId);
+  if (!winner) throw new Error(`webhook secret of tenant ${tenantId} vanished`);
+  return winner;
 }
 
 const ROTATE_ATTEMPTS = 3;
@@ -151,27 +100,10 @@ export async function rotateWebhookSecret(
       rotatedAt: now.toISOString(),
     };
     try {
-      await engine.doc.send(
-        new UpdateCommand({
-          TableName: engine.tables.webhookSecrets,
-          Key: webhookSecretKey(tenantId),
-          UpdateExpression:
-            "SET #current = :current, previous = :previous, previousValidUntil = :until, version = :next, rotatedAt = :at",
-          ConditionExpression: "version = :read",
-          ExpressionAttributeNames: { "#current": "current" },
-          ExpressionAttributeValues: {
-            ":current": rotated.current,
-            ":previous": before.current,
-            ":until": rotated.previous?.validUntil,
-            ":next": rotated.version,
-            ":at": rotated.rotatedAt,
-            ":read": before.version,
-          },
-        }),
-      );
+      await writeRotatedWebhookSecrets(engine, before, rotated);
       return rotated;
     } catch (error) {
-      if (!isConditionalCheckFailed(error)) throw error;
+      if (!(error instanceof ConcurrentUpdateError)) throw error;
     }
   }
   throw new ConcurrentUpdateError(`the webhook secret of ${tenantId} is being rotated elsewhere`);

@@ -15,7 +15,7 @@ import { loadSettings } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";
 import { admitRun } from "../../shared/execution/admission.js";
 import { startRun } from "../../shared/execution/run-store.js";
-import { createJob } from "../../shared/jobs/lifecycle.js";
+import { createJob } from "../../shared/jobs/index.js";
 import { shardOf } from "../../shared/keys.js";
 import type { DueEntry, Run } from "../../shared/model.js";
 import { MetricsRecorder, silentObservability } from "../../shared/observability.js";

@@ -1,12 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
-import {
-  createJob,
-  editJob,
-  pauseJob,
-  resumeJob,
-  triggerJob,
-} from "../../shared/jobs/lifecycle.js";
+import { createJob, editJob, pauseJob, resumeJob, triggerJob } from "../../shared/jobs/index.js";
 import { METRICS } from "../../shared/observability.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { tableOf, withFaults } from "../support/faults.js";

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
-import { createJob, editJob } from "../../shared/jobs/lifecycle.js";
+import { createJob, editJob } from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
 import { sendRuns } from "../../shared/queue/work-queue.js";
 import { runMessageOf } from "../../shared/storage/items.js";

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { dispatchShard, type PassResult } from "../../shared/dispatch/dispatcher.js";
 import { listSetAsideEntries } from "../../shared/dispatch/set-aside.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
-import { createJob, editJob } from "../../shared/jobs/lifecycle.js";
+import { createJob, editJob } from "../../shared/jobs/index.js";
 import { METRICS } from "../../shared/observability.js";
 
 const MAX_CONTENTION_ATTEMPTS = 8;

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Engine } from "../../shared/engine.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
 import { processRun } from "../../shared/execution/worker.js";
-import { cancelJob, createJob, pauseJob } from "../../shared/jobs/lifecycle.js";
+import { cancelJob, createJob, pauseJob } from "../../shared/jobs/index.js";
 import { shardOf } from "../../shared/keys.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import { RUNS_INFLIGHT_INDEX } from "../../shared/storage/tables.js";

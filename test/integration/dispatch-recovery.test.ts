@@ -8,7 +8,7 @@ import {
 } from "../../shared/dispatch/dispatcher.js";
 import { sendClaimed } from "../../shared/dispatch/fast-path.js";
 import { listSetAsideEntries } from "../../shared/dispatch/set-aside.js";
-import { createJob, editJob } from "../../shared/jobs/lifecycle.js";
+import { createJob, editJob } from "../../shared/jobs/index.js";
 import type { DueEntry } from "../../shared/model.js";
 import { METRICS } from "../../shared/observability.js";
 import { encodeDueEntry } from "../../shared/storage/items.js";

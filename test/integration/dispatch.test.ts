@@ -3,7 +3,7 @@ import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { dispatchShard, horizonOf, sweepShard } from "../../shared/dispatch/dispatcher.js";
 import { acquireShardLease, advanceWatermark } from "../../shared/dispatch/lease.js";
 import { FenceLostError } from "../../shared/errors.js";
-import { createJob } from "../../shared/jobs/lifecycle.js";
+import { createJob } from "../../shared/jobs/index.js";
 import type { Job } from "../../shared/model.js";
 import { receiveRuns } from "../../shared/queue/work-queue.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";

@@ -10,7 +10,7 @@ import {
   pauseJob,
   replayDeadLetter,
   resumeJob,
-} from "../../shared/jobs/lifecycle.js";
+} from "../../shared/jobs/index.js";
 import { listDeadLetters } from "../../shared/jobs/queries.js";
 import type { Run } from "../../shared/model.js";
 import type { ReceivedRun } from "../../shared/queue/work-queue.js";

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { offsetClock } from "../../shared/clock.js";
 import { IllegalTransitionError, VersionMismatchError } from "../../shared/errors.js";
-import { cancelJob, createJob, editJob, pauseJob, resumeJob } from "../../shared/jobs/lifecycle.js";
+import { cancelJob, createJob, editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { seedJobs } from "../support/seed.js";

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { JobError } from "../../shared/execution/job-contract.js";
-import { createJob } from "../../shared/jobs/lifecycle.js";
+import { createJob } from "../../shared/jobs/index.js";
 import { MAX_STORED_TEXT_BYTES } from "../../shared/storage/stored-text.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 

@@ -3,7 +3,7 @@ import { sleep } from "../../shared/clock.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
-import { cancelJob, createJob } from "../../shared/jobs/lifecycle.js";
+import { cancelJob, createJob } from "../../shared/jobs/index.js";
 import type { MisfirePolicy, OverlapPolicy } from "../../shared/policies.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { seedJobs, setWatermark } from "../support/seed.js";

@@ -3,7 +3,7 @@ import { reap } from "../../shared/dispatch/reaper.js";
 import { runTickLoop } from "../../shared/dispatch/tick.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
 import { startRun } from "../../shared/execution/run-store.js";
-import { createJob } from "../../shared/jobs/lifecycle.js";
+import { createJob } from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
 import { deleteMessages, sendRuns, setVisibility } from "../../shared/queue/work-queue.js";
 import { runMessageOf } from "../../shared/storage/items.js";

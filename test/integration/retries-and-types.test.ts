@@ -3,7 +3,7 @@ import type { AddressInfo } from "node:net";
 import { Webhook } from "standardwebhooks";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
-import { createJob, replayDeadLetter, triggerJob } from "../../shared/jobs/lifecycle.js";
+import { createJob, replayDeadLetter, triggerJob } from "../../shared/jobs/index.js";
 import { listDeadLetters } from "../../shared/jobs/queries.js";
 import type { Run } from "../../shared/model.js";
 import { backoffCeiling } from "../../shared/retry.js";

@@ -8,7 +8,7 @@ import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
 import { startRun } from "../../shared/execution/run-store.js";
 import { processRun } from "../../shared/execution/worker.js";
-import { createJob } from "../../shared/jobs/lifecycle.js";
+import { createJob } from "../../shared/jobs/index.js";
 import { listDeadLetters } from "../../shared/jobs/queries.js";
 import { receiveRuns, setVisibility } from "../../shared/queue/work-queue.js";
 import { getJob } from "../../shared/storage/run-reads.js";

@@ -3,7 +3,7 @@ import { mockClient } from "aws-sdk-client-mock";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sleep } from "../../shared/clock.js";
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
-import { createJob } from "../../shared/jobs/lifecycle.js";
+import { createJob } from "../../shared/jobs/index.js";
 import { sendRuns } from "../../shared/queue/work-queue.js";
 import { runMessageOf } from "../../shared/storage/items.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";

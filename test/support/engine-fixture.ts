@@ -237,7 +237,7 @@ export async function createEngineFixture(options: FixtureOptions = {}): Promise
 }
 
 /** A job definition for tests, with the design's defaults. */
-export function testJob(overrides: Partial<import("../../shared/jobs/lifecycle.js").NewJob> = {}) {
+export function testJob(overrides: Partial<import("../../shared/jobs/index.js").NewJob> = {}) {
   return {
     tenantId: "tenant-a",
     name: "test job",

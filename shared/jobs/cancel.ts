@@ -1,0 +1,68 @@
+import { forEachConcurrently } from "../concurrency.js";
+import { fastPathHorizonEnd } from "../dispatch/fast-path.js";
+import type { Engine } from "../engine.js";
+import { IllegalTransitionError } from "../errors.js";
+import { endUnownedRun } from "../execution/run-store.js";
+import { parseRunId } from "../keys.js";
+import type { Job, Run } from "../model.js";
+import { queuedRunsOfJob } from "../storage/job-queries.js";
+import { writeCancelledJob } from "../storage/job-status.js";
+import { getRun } from "../storage/run-reads.js";
+import { withJob } from "./with-job.js";
+
+/**
+ * Cancels a job that has not completed: its pending due entry goes, and its
+ * queued runs are cancelled (see `cancelQueuedRuns`). A repeat also finishes
+ * what a cancel that died after its commit left queued.
+ */
+export async function cancelJob(engine: Engine, tenantId: string, jobId: string): Promise<Job> {
+  const { job, parked } = await withJob<{ job: Job; parked: string[] }>(
+    engine,
+    tenantId,
+    jobId,
+    (current, now) => {
+      if (current.status === "CANCELLED")
+        return { done: { job: current, parked: Object.keys(current.parkedRuns) } };
+      if (current.status === "COMPLETED")
+        throw new IllegalTransitionError("cancel", current.status);
+      return {
+        write: async () => ({
+          job: await writeCancelledJob(engine, current, now),
+          parked: Object.keys(current.parkedRuns),
+        }),
+      };
+    },
+  );
+  await cancelQueuedRuns(engine, job, parked);
+  return job;
+}
+
+/**
+ * Marks the job's QUEUED runs CANCELLED now rather than when their messages
+ * arrive (up to the lookahead later), so the history says so at once: the
+ * runs parked while it was paused (they have no message), and the runs in
+ * the job's own partition scheduled from one lookahead back to the end of the
+ * fast-path window, which holds every claimed occurrence. Older QUEUED runs
+ * (retries of older occurrences, replays, a worker backlog) still have their
+ * message, and their worker cancels them.
+ */
+async function cancelQueuedRuns(
+  engine: Engine,
+  job: Job,
+  parked: readonly string[],
+): Promise<void> {
+  const now = engine.clock();
+  const cancel = async (run: Run) => {
+    await endUnownedRun(engine, run, "CANCELLED", "job cancelled", engine.clock(), run);
+  };
+  await forEachConcurrently(parked, 16, async (runId) => {
+    const ref = parseRunId(runId);
+    const run = ref ? await getRun(engine, ref) : null;
+    if (run?.status === "QUEUED") await cancel(run);
+  });
+  const from = new Date(now.getTime() - engine.settings.lookaheadMs);
+  const to = fastPathHorizonEnd(now, engine.settings.lookaheadMs);
+  for await (const runs of queuedRunsOfJob(engine, job.jobId, from, to)) {
+    await forEachConcurrently(runs, 16, cancel);
+  }
+}

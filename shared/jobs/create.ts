@@ -1,0 +1,135 @@
+import { createHash } from "node:crypto";
+import { claimBeforeCreate } from "../dispatch/claim.js";
+import { dispatchAfterCommit, fastPathHorizonEnd, sendClaimed } from "../dispatch/fast-path.js";
+import type { Engine } from "../engine.js";
+import { IdempotencyConflictError, IdempotencyKeyTakenError } from "../errors.js";
+import { newJobId } from "../keys.js";
+import type { Job } from "../model.js";
+import { firstOccurrence, normalizeSchedule } from "../schedule/index.js";
+import {
+  type IdempotentRequest,
+  readIdempotencyRecord,
+  writeNewJob,
+} from "../storage/job-create.js";
+import { getJob } from "../storage/run-reads.js";
+import { dueEntryFor } from "./due-entry.js";
+import { getTenantJob } from "./queries.js";
+
+/** A job as the API hands it over: validated, defaults applied. */
+export type NewJob = Pick<
+  Job,
+  | "tenantId"
+  | "name"
+  | "type"
+  | "schedule"
+  | "payload"
+  | "target"
+  | "priority"
+  | "timeoutSeconds"
+  | "policies"
+>;
+
+interface CreateOptions {
+  /** The caller's idempotency key and a hash of its request, so a repeat returns the same job. */
+  readonly idempotency?: IdempotentRequest;
+}
+
+export function requestHash(body: unknown): string {
+  return createHash("sha256").update(canonicalJson(body)).digest("hex");
+}
+
+/** JSON with object keys sorted, so two bodies that differ only in key order hash alike. */
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
+  if (value !== null && typeof value === "object") {
+    const entries = Object.entries(value as Record<string, unknown>).sort(([a], [b]) =>
+      a < b ? -1 : 1,
+    );
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(",")}}`;
+  }
+  return JSON.stringify(value) ?? "null";
+}
+
+/**
+ * Creates a job: one transaction writes the job, its first due entry and the
+ * idempotency record. A first occurrence inside the fast-path window (the
+ * dispatcher has swept past it) is claimed first instead: its runs are written
+ * QUEUED, then the job pointing at the entry after them, and the runs are
+ * enqueued right away. A one-off claimed so has no entry left, and without an
+ * idempotency key its job is a single plain write.
+ */
+export async function createJob(
+  engine: Engine,
+  input: NewJob,
+  options: CreateOptions = {},
+): Promise<{ job: Job; created: boolean }> {
+  const now = engine.clock();
+  const jobId = newJobId(now, engine.random);
+  // Stored normalized (an `every` gets its startAt), so occurrences never depend on when they are computed.
+  const schedule = normalizeSchedule(input.schedule, now);
+  const first = firstOccurrence(schedule, now);
+  const base: Job = {
+    ...input,
+    schedule,
+    jobId,
+    status: first === null ? "COMPLETED" : "ACTIVE",
+    version: 1,
+    nextRunAt: null,
+    nextDueKey: null,
+    createdAt: now.toISOString(),
+    updatedAt: now.toISOString(),
+    activeRuns: {},
+    activeRevision: 0,
+    bufferedRunId: null,
+    parkedRuns: {},
+    lastRun: null,
+  };
+  const entry = first ? dueEntryFor(engine, base, first, now) : null;
+  const idem = options.idempotency;
+  const horizonEnd = fastPathHorizonEnd(now, engine.settings.lookaheadMs);
+  const claimNow = entry !== null && new Date(entry.dueAt) < horizonEnd;
+  if (claimNow && idem) {
+    // A repeated request must not write runs for a job it will not create.
+    const earlier = await idempotentReplay(engine, input.tenantId, idem);
+    if (earlier) return { job: earlier, created: false };
+  }
+  const claim = claimNow ? await claimBeforeCreate(engine, entry, now, horizonEnd) : null;
+  const pending = claim ? claim.next : entry;
+  // A one-off past its grace under `skip` was only recorded SKIPPED: nothing is left to run.
+  const leavesNothing = claim !== null && claim.runs.length === 0 && claim.next === null;
+  const job: Job = pending
+    ? { ...base, nextRunAt: pending.scheduledFor, nextDueKey: pending.key }
+    : leavesNothing
+      ? { ...base, status: "COMPLETED" }
+      : base;
+  try {
+    await writeNewJob(engine, job, pending, idem);
+  } catch (error) {
+    if (idem && error instanceof IdempotencyKeyTakenError) {
+      const earlier = await idempotentReplay(engine, input.tenantId, idem);
+      if (earlier) return { job: earlier, created: false };
+    }
+    throw error;
+  }
+  if (claim === null) return { job, created: true };
+  await sendClaimed(engine, claim.runs);
+  // A per-second schedule has more runs inside the window than one claim holds.
+  const further = claim.next && new Date(claim.next.dueAt) < horizonEnd ? claim.next : null;
+  const claimedMore = await dispatchAfterCommit(engine, further, "create");
+  return {
+    job: claimedMore.length > 0 ? ((await getJob(engine, jobId)) ?? job) : job,
+    created: true,
+  };
+}
+
+/** The job an earlier request with this idempotency key created, or null when there was none. */
+async function idempotentReplay(
+  engine: Engine,
+  tenantId: string,
+  idem: IdempotentRequest,
+): Promise<Job | null> {
+  const record = await readIdempotencyRecord(engine, tenantId, idem.key);
+  if (!record) return null;
+  if (record.requestHash !== idem.requestHash) throw new IdempotencyConflictError(idem.key);
+  return getTenantJob(engine, tenantId, record.jobId);
+}

@@ -1,0 +1,104 @@
+import { dispatchAfterCommit, dispatchNow } from "../dispatch/fast-path.js";
+import type { Engine } from "../engine.js";
+import { IllegalTransitionError, VersionMismatchError } from "../errors.js";
+import type { DueEntry, HttpTarget, Job, JobPolicies, Priority } from "../model.js";
+import { firstOccurrence, normalizeSchedule, type ScheduleSpec } from "../schedule/index.js";
+import { readDueEntry, writeEditedJob } from "../storage/job-edit.js";
+import { dueEntryFor } from "./due-entry.js";
+import { getTenantJob } from "./queries.js";
+import { withJob } from "./with-job.js";
+
+export interface JobChanges {
+  readonly name?: string;
+  readonly schedule?: ScheduleSpec;
+  readonly payload?: unknown;
+  readonly target?: HttpTarget;
+  readonly priority?: Priority;
+  readonly timeoutSeconds?: number;
+  readonly policies?: JobPolicies;
+}
+
+/**
+ * Edits a job at the version the caller last saw. The version goes up and the
+ * due entry is rewritten (it carries a copy of the schedule and version).
+ * Runs already queued are not skipped: they run the job's definition as it is
+ * when they start. An edit that keeps the schedule keeps the pending
+ * occurrence. A new schedule starts now: its occurrences are claimed afresh
+ * (a QUEUED run of the same occurrence is replaced, one already running is
+ * kept), and queued first attempts of occurrences it does not have are
+ * SKIPPED by their workers, unless the edit says `inFlight: "complete"`.
+ * Occurrences the old schedule already had due are claimed before the edit.
+ */
+export async function editJob(
+  engine: Engine,
+  tenantId: string,
+  jobId: string,
+  expectedVersion: number,
+  changes: JobChanges,
+): Promise<Job> {
+  const moved = await withJob<DueEntry | null>(engine, tenantId, jobId, async (read, now) => {
+    const checked = (job: Job) => {
+      if (job.version !== expectedVersion)
+        throw new VersionMismatchError(expectedVersion, job.version);
+      if (job.status === "CANCELLED" || job.status === "COMPLETED")
+        throw new IllegalTransitionError("edit", job.status);
+      return job;
+    };
+    const normalized = changes.schedule
+      ? { ...changes, schedule: normalizeSchedule(changes.schedule, now) }
+      : changes;
+    // Occurrences already due were due under the old schedule: claim them first, as a dispatcher
+    // would, so the misfire policy decides them rather than the edit dropping them unrecorded.
+    // A claim leaves the version alone, so the caller's version is still the one checked.
+    const changesSchedule =
+      normalized.schedule !== undefined &&
+      JSON.stringify(normalized.schedule) !== JSON.stringify(read.schedule);
+    const job =
+      changesSchedule && (await claimDueBeforeEdit(engine, checked(read), now))
+        ? checked(await getTenantJob(engine, tenantId, jobId))
+        : checked(read);
+    const edited: Job = {
+      ...job,
+      ...normalized,
+      version: job.version + 1,
+      updatedAt: now.toISOString(),
+    };
+    const next = nextAfterEdit(job, edited, now);
+    const entry = next && job.status === "ACTIVE" ? dueEntryFor(engine, edited, next, now) : null;
+    return {
+      write: async () => {
+        await writeEditedJob(engine, job, normalized, { nextRunAt: next, entry, now });
+        return entry;
+      },
+    };
+  });
+  await dispatchAfterCommit(engine, moved, "edit");
+  return getTenantJob(engine, tenantId, jobId);
+}
+
+/**
+ * Claims the job's pending due entry when it is already due (a dispatcher
+ * outage left it unclaimed), with the horizon at `now` so nothing not yet due
+ * is claimed under the old schedule. True when it claimed anything.
+ */
+async function claimDueBeforeEdit(engine: Engine, job: Job, now: Date): Promise<boolean> {
+  if (job.status !== "ACTIVE" || job.nextDueKey === null || job.nextRunAt === null) return false;
+  if (Date.parse(job.nextRunAt) > now.getTime()) return false;
+  const entry = await readDueEntry(engine, job.nextDueKey);
+  // Gone: a dispatcher claimed it meanwhile, and the job no longer points at it.
+  if (entry === null) return true;
+  await dispatchNow(engine, entry, now, new Date(now.getTime() + 1));
+  return true;
+}
+
+function nextAfterEdit(job: Job, edited: Job, now: Date): Date | null {
+  if (
+    edited.schedule === job.schedule ||
+    JSON.stringify(edited.schedule) === JSON.stringify(job.schedule)
+  ) {
+    return job.nextRunAt ? new Date(job.nextRunAt) : null;
+  }
+  // A one-off that has not completed runs at its new time, even a past one (the misfire policy judges it).
+  if ("runAt" in edited.schedule) return new Date(edited.schedule.runAt);
+  return firstOccurrence(edited.schedule, now);
+}

@@ -1,0 +1,8 @@
+/** What can be done to a job: one module per operation. */
+export { cancelJob } from "./cancel.js";
+export { createJob, type NewJob, requestHash } from "./create.js";
+export { editJob, type JobChanges } from "./edit.js";
+export { pauseJob } from "./pause.js";
+export { replayDeadLetter } from "./replay.js";
+export { resumeJob } from "./resume.js";
+export { triggerJob } from "./trigger.js";

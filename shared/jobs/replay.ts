@@ -1,0 +1,38 @@
+import type { Engine } from "../engine.js";
+import { IllegalTransitionError, JobNotFoundError, NotReplayableError } from "../errors.js";
+import type { Run } from "../model.js";
+import { writeReplay } from "../storage/dead-letter-replay.js";
+import { getJob } from "../storage/run-reads.js";
+import { getTenantRun } from "./queries.js";
+import { runDueNow, sendRunDueNow } from "./run-now.js";
+
+/**
+ * Replays a dead run as a new attempt of the same occurrence, at the job's
+ * current version. The dead run leaves the dead-letter list in the same
+ * transaction, so a second replay of it is refused.
+ */
+export async function replayDeadLetter(
+  engine: Engine,
+  tenantId: string,
+  runId: string,
+): Promise<Run> {
+  const dead = await getTenantRun(engine, tenantId, runId);
+  if (dead.status !== "DEAD")
+    throw new NotReplayableError(runId, `it is ${dead.status.toLowerCase()}, not dead`);
+  if (dead.replayedBy)
+    throw new NotReplayableError(runId, `it was already replayed as ${dead.replayedBy}`);
+  const job = await getJob(engine, dead.jobId);
+  if (job === null) throw new JobNotFoundError(dead.jobId);
+  if (job.status === "CANCELLED") throw new IllegalTransitionError("replay a run of", job.status);
+  const { run, item, now } = runDueNow(engine, {
+    jobId: dead.jobId,
+    tenantId,
+    scheduledFor: new Date(dead.scheduledFor),
+    attempt: dead.attempt + 1,
+    priority: job.priority,
+    jobVersion: job.version,
+  });
+  await writeReplay(engine, dead, { runId: run.runId, item });
+  await sendRunDueNow(engine, run, now);
+  return run;
+}

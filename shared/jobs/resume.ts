@@ -1,0 +1,81 @@
+import { forEachConcurrently } from "../concurrency.js";
+import { dispatchAfterCommit } from "../dispatch/fast-path.js";
+import type { Engine } from "../engine.js";
+import { IllegalTransitionError } from "../errors.js";
+import { rearmParkedRun } from "../execution/run-store.js";
+import { parseRunId, shardOf } from "../keys.js";
+import type { DueEntry, Job, Run } from "../model.js";
+import { sendRuns } from "../queue/work-queue.js";
+import { inflightPk, runMessageOf } from "../storage/items.js";
+import { writeResumedJob } from "../storage/job-status.js";
+import { dueEntryFor } from "./due-entry.js";
+import { getTenantJob } from "./queries.js";
+import { withJob } from "./with-job.js";
+
+/**
+ * Resumes a paused job: its pending occurrence gets its due entry back (the
+ * claim applies the misfire policy to what fell due meanwhile), and the runs
+ * parked while it was paused are sent again (their workers apply the misfire
+ * policy at start). Each parked run gets its reaper deadline back before the
+ * job says ACTIVE, so a resume that dies before sending loses none of them.
+ */
+export async function resumeJob(engine: Engine, tenantId: string, jobId: string): Promise<Job> {
+  const resumed = await withJob<{ entry: DueEntry | null; parked: Run[]; job: Job } | null>(
+    engine,
+    tenantId,
+    jobId,
+    async (job, now) => {
+      if (job.status === "ACTIVE") return { done: null };
+      if (job.status !== "PAUSED") throw new IllegalTransitionError("resume", job.status);
+      const parked = await rearmParked(engine, job, now);
+      const due = job.nextRunAt ? dueEntryFor(engine, job, new Date(job.nextRunAt), now) : null;
+      return {
+        write: async () => ({
+          entry: due,
+          parked,
+          job: await writeResumedJob(engine, job, due, now),
+        }),
+      };
+    },
+  );
+  if (resumed) {
+    const now = engine.clock();
+    await sendRuns(
+      engine.sqs,
+      engine.queues,
+      resumed.parked.map((run) => {
+        const dueAt = new Date(Math.max(Date.parse(run.dueAt), now.getTime()));
+        return {
+          message: {
+            ...runMessageOf(run),
+            dueAt: dueAt.toISOString(),
+            priority: resumed.job.priority,
+          },
+          dueAt,
+        };
+      }),
+      now,
+    ).catch((error: unknown) => {
+      // Each run has its reaper deadline back: the reaper sends what this could not.
+      engine.obs.log.warn("resume could not send every parked run; the reaper will", {
+        jobId,
+        error: String(error),
+      });
+    });
+    // The claim applies the misfire policy to whatever fell due while the job was paused.
+    await dispatchAfterCommit(engine, resumed.entry, "resume");
+  }
+  return getTenantJob(engine, tenantId, jobId);
+}
+
+/** The job's parked runs that are still QUEUED, each given its reaper deadline back. */
+async function rearmParked(engine: Engine, job: Job, now: Date): Promise<Run[]> {
+  const shardPk = inflightPk(shardOf(job.jobId, engine.settings.shardCount));
+  const runs: Run[] = [];
+  await forEachConcurrently(Object.keys(job.parkedRuns), 16, async (runId) => {
+    const ref = parseRunId(runId);
+    const run = ref ? await rearmParkedRun(engine, ref, shardPk, now) : null;
+    if (run) runs.push(run);
+  });
+  return runs;
+}

@@ -1,0 +1,19 @@
+import type { Engine } from "../engine.js";
+import type { Run } from "../model.js";
+import { sendRuns } from "../queue/work-queue.js";
+import { runMessageOf } from "../storage/items.js";
+import { queuedRun } from "../storage/runs.js";
+
+/** A run due now outside the schedule (trigger, replay): QUEUED, its item not yet stored. */
+export function runDueNow(
+  engine: Engine,
+  spec: Omit<Parameters<typeof queuedRun>[0], "dueAt">,
+): { run: Run; item: Record<string, unknown>; now: Date } {
+  const now = engine.clock();
+  return { ...queuedRun({ ...spec, dueAt: now }, now, engine.settings), now };
+}
+
+/** Sends the message of a run `runDueNow` made, once it is stored; a failed send is left to the reaper. */
+export async function sendRunDueNow(engine: Engine, run: Run, now: Date): Promise<void> {
+  await sendRuns(engine.sqs, engine.queues, [{ message: runMessageOf(run), dueAt: now }], now);
+}

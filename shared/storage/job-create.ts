@@ -1,0 +1,82 @@
+import { GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
+import type { Engine } from "../engine.js";
+import { IdempotencyKeyTakenError } from "../errors.js";
+import type { DueEntry, Job } from "../model.js";
+import { encodeJob, idempotencyKey } from "./items.js";
+import { putDueEntry } from "./job-update.js";
+import { ConditionsFailedError, type NamedWrite, writeTransaction } from "./transaction.js";
+
+/** A create's idempotency key and a hash of its request, so a repeat returns the same job. */
+export interface IdempotentRequest {
+  readonly key: string;
+  readonly requestHash: string;
+}
+
+/** The job id and request hash an earlier create with this idempotency key recorded, if any. */
+export async function readIdempotencyRecord(
+  engine: Engine,
+  tenantId: string,
+  key: string,
+): Promise<{ jobId: string; requestHash: string } | null> {
+  const found = await engine.doc.send(
+    new GetCommand({
+      TableName: engine.tables.jobs,
+      Key: idempotencyKey(tenantId, key),
+      ConsistentRead: true,
+    }),
+  );
+  const record = found.Item;
+  if (!record) return null;
+  return { jobId: String(record.jobId), requestHash: String(record.requestHash) };
+}
+
+/**
+ * Writes a new job with its pending due entry and idempotency record, all or
+ * nothing, each conditioned on its key being free. A taken idempotency key is
+ * `IdempotencyKeyTakenError`. Alone (no entry, no key) the job is one plain
+ * put: a transaction would bill it twice.
+ */
+export async function writeNewJob(
+  engine: Engine,
+  job: Job,
+  pending: DueEntry | null,
+  idempotency: IdempotentRequest | undefined,
+): Promise<void> {
+  const putJob = {
+    TableName: engine.tables.jobs,
+    Item: encodeJob(job),
+    ConditionExpression: "attribute_not_exists(pk)",
+  };
+  const writes: NamedWrite<"job" | "dueEntry" | "idempotency">[] = [
+    { name: "job", write: { Put: putJob } },
+  ];
+  if (pending) writes.push({ name: "dueEntry", write: putDueEntry(engine, pending) });
+  if (idempotency) {
+    writes.push({
+      name: "idempotency",
+      write: {
+        Put: {
+          TableName: engine.tables.jobs,
+          Item: {
+            ...idempotencyKey(job.tenantId, idempotency.key),
+            jobId: job.jobId,
+            requestHash: idempotency.requestHash,
+            createdAt: job.createdAt,
+          },
+          ConditionExpression: "attribute_not_exists(pk)",
+        },
+      },
+    });
+  }
+  if (writes.length === 1) {
+    await engine.doc.send(new PutCommand(putJob));
+    return;
+  }
+  try {
+    await writeTransaction(engine, "create", writes);
+  } catch (error) {
+    if (idempotency && error instanceof ConditionsFailedError && error.has("idempotency"))
+      throw new IdempotencyKeyTakenError(idempotency.key, { cause: error });
+    throw error;
+  }
+}

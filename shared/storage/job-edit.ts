@@ -1,0 +1,64 @@
+import { GetCommand } from "@aws-sdk/lib-dynamodb";
+import type { Engine } from "../engine.js";
+import type { DueEntry, DueKey, Job } from "../model.js";
+import { decodeDueEntry, encodeDueEntry } from "./items.js";
+import {
+  deletePendingDueEntry,
+  type JobChangeWrite,
+  putDueEntry,
+  updateJobFrom,
+  writeJobChange,
+} from "./job-update.js";
+
+/** The fields of a job an edit may change. */
+export type EditedFields = Partial<
+  Pick<Job, "name" | "schedule" | "payload" | "target" | "priority" | "timeoutSeconds" | "policies">
+>;
+
+/** The due entry at `key`, read strongly consistent; null when it is gone (claimed). */
+export async function readDueEntry(engine: Engine, key: DueKey): Promise<DueEntry | null> {
+  const found = await engine.doc.send(
+    new GetCommand({ TableName: engine.tables.jobs, Key: key, ConsistentRead: true }),
+  );
+  return found.Item ? decodeDueEntry(found.Item) : null;
+}
+
+/**
+ * Writes an edit of `job` as read (`ConcurrentUpdateError` when it has changed
+ * since): the changed fields (a payload present in `changes`, even undefined,
+ * is written), the version bumped, and the pending occurrence moved to `entry`
+ * (the entry is rewritten in place when its key stays: it carries a copy of the
+ * schedule and the version).
+ */
+export async function writeEditedJob(
+  engine: Engine,
+  job: Job,
+  changes: EditedFields,
+  next: { readonly nextRunAt: Date | null; readonly entry: DueEntry | null; readonly now: Date },
+): Promise<void> {
+  const { payload, ...fields } = changes;
+  const { entry } = next;
+  const set: Record<string, unknown> = {
+    ...Object.fromEntries(Object.entries(fields).filter(([, value]) => value !== undefined)),
+    ...("payload" in changes ? { payloadJson: JSON.stringify(payload ?? null) } : {}),
+    nextRunAt: next.nextRunAt ? next.nextRunAt.toISOString() : null,
+    nextDueKey: entry?.key ?? null,
+    updatedAt: next.now.toISOString(),
+  };
+  const sameKey =
+    entry !== null &&
+    job.nextDueKey !== null &&
+    entry.key.pk === job.nextDueKey.pk &&
+    entry.key.sk === job.nextDueKey.sk;
+  const writes: JobChangeWrite[] = [updateJobFrom(engine, job, set, { bumpVersion: true })];
+  if (!sameKey) writes.push(...deletePendingDueEntry(engine, job));
+  if (entry) {
+    writes.push({
+      name: "dueEntry",
+      write: sameKey
+        ? { Put: { TableName: engine.tables.jobs, Item: encodeDueEntry(entry) } }
+        : putDueEntry(engine, entry),
+    });
+  }
+  await writeJobChange(engine, job, writes);
+}

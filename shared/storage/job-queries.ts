@@ -1,0 +1,150 @@
+import { BatchGetCommand, QueryCommand, type QueryCommandInput } from "@aws-sdk/lib-dynamodb";
+import { sleep } from "../clock.js";
+import type { Engine } from "../engine.js";
+import { runSortKey } from "../keys.js";
+import type { Job, Run } from "../model.js";
+import { deadLetterPk, decodeJob, decodeRun, jobKey, jobPk, tenantPk } from "./items.js";
+import { JOBS_BY_TENANT_INDEX, RUNS_DEAD_LETTER_INDEX } from "./tables.js";
+
+/** Attempts are stored as four digits. */
+const MAX_ATTEMPT = 9999;
+
+type Key = Record<string, unknown>;
+
+/** One page of a query, and the key to read the next one from (absent on the last page). */
+export interface KeyPage<T> {
+  readonly items: T[];
+  readonly lastKey: Key | undefined;
+}
+
+export interface PageRequest {
+  readonly limit: number;
+  readonly startKey: Key | undefined;
+}
+
+/** One page of a newest-first query. */
+async function queryPage<T>(
+  engine: Engine,
+  query: Omit<QueryCommandInput, "ScanIndexForward" | "Limit" | "ExclusiveStartKey">,
+  page: PageRequest,
+  decode: (item: Key) => T,
+): Promise<KeyPage<T>> {
+  const result = await engine.doc.send(
+    new QueryCommand({
+      ...query,
+      ScanIndexForward: false,
+      Limit: page.limit,
+      ExclusiveStartKey: page.startKey,
+    }),
+  );
+  return { items: (result.Items ?? []).map(decode), lastKey: result.LastEvaluatedKey };
+}
+
+/** The ids of a tenant's jobs, newest first (job ids are ULIDs: descending is creation order). */
+export function tenantJobIds(
+  engine: Engine,
+  tenantId: string,
+  page: PageRequest,
+): Promise<KeyPage<string>> {
+  return queryPage(
+    engine,
+    {
+      TableName: engine.tables.jobs,
+      IndexName: JOBS_BY_TENANT_INDEX,
+      KeyConditionExpression: "tenantPk = :tenant",
+      ExpressionAttributeValues: { ":tenant": tenantPk(tenantId) },
+    },
+    page,
+    (item) => String(item.tenantSk),
+  );
+}
+
+const MAX_BATCH_GET_ROUNDS = 6;
+
+/** The jobs with these ids that exist, in the order given. */
+export async function getJobs(engine: Engine, jobIds: readonly string[]): Promise<Job[]> {
+  const found = new Map<string, Job>();
+  for (let i = 0; i < jobIds.length; i += 100) {
+    let keys: Key[] = jobIds.slice(i, i + 100).map(jobKey);
+    for (let round = 0; keys.length > 0; round++) {
+      if (round === MAX_BATCH_GET_ROUNDS)
+        throw new Error("jobs table kept throttling BatchGetItem");
+      if (round > 0) await sleep(50 * 2 ** round);
+      const result = await engine.doc.send(
+        new BatchGetCommand({ RequestItems: { [engine.tables.jobs]: { Keys: keys } } }),
+      );
+      for (const item of result.Responses?.[engine.tables.jobs] ?? []) {
+        const job = decodeJob(item);
+        found.set(job.jobId, job);
+      }
+      keys = result.UnprocessedKeys?.[engine.tables.jobs]?.Keys ?? [];
+    }
+  }
+  return jobIds.flatMap((id) => found.get(id) ?? []);
+}
+
+/** A job's runs, newest occurrence first. */
+export function runsOfJob(engine: Engine, jobId: string, page: PageRequest): Promise<KeyPage<Run>> {
+  return queryPage(
+    engine,
+    {
+      TableName: engine.tables.runs,
+      KeyConditionExpression: "pk = :pk AND begins_with(sk, :run)",
+      ExpressionAttributeValues: { ":pk": jobPk(jobId), ":run": "RUN#" },
+    },
+    page,
+    decodeRun,
+  );
+}
+
+/** A tenant's DEAD runs not yet replayed, newest first. */
+export function deadRunsOfTenant(
+  engine: Engine,
+  tenantId: string,
+  page: PageRequest,
+): Promise<KeyPage<Run>> {
+  return queryPage(
+    engine,
+    {
+      TableName: engine.tables.runs,
+      IndexName: RUNS_DEAD_LETTER_INDEX,
+      KeyConditionExpression: "deadPk = :pk",
+      ExpressionAttributeValues: { ":pk": deadLetterPk(tenantId) },
+    },
+    page,
+    decodeRun,
+  );
+}
+
+/**
+ * A job's QUEUED runs scheduled from `from` to `to` (every attempt), page by
+ * page, oldest first, read strongly consistent.
+ */
+export async function* queuedRunsOfJob(
+  engine: Engine,
+  jobId: string,
+  from: Date,
+  to: Date,
+): AsyncGenerator<Run[]> {
+  let startKey: Key | undefined;
+  do {
+    const page = await engine.doc.send(
+      new QueryCommand({
+        TableName: engine.tables.runs,
+        KeyConditionExpression: "pk = :pk AND sk BETWEEN :from AND :to",
+        FilterExpression: "#status = :queued",
+        ExpressionAttributeNames: { "#status": "status" },
+        ExpressionAttributeValues: {
+          ":pk": jobPk(jobId),
+          ":from": runSortKey(from, 1),
+          ":to": runSortKey(to, MAX_ATTEMPT),
+          ":queued": "QUEUED",
+        },
+        ConsistentRead: true,
+        ExclusiveStartKey: startKey,
+      }),
+    );
+    yield (page.Items ?? []).map(decodeRun);
+    startKey = page.LastEvaluatedKey;
+  } while (startKey);
+}

@@ -1,0 +1,69 @@
+import type { Engine } from "../engine.js";
+import type { DueEntry, Job } from "../model.js";
+import { deletePendingDueEntry, putDueEntry, updateJobFrom, writeJobChange } from "./job-update.js";
+
+/**
+ * The status changes of a job as read (`ConcurrentUpdateError` when it has
+ * changed since): each returns the job as it now stands.
+ */
+
+/**
+ * PAUSED, with its pending due entry deleted. nextRunAt stays: resume puts the
+ * pending occurrence back. parkedRuns starts empty: workers add the runs they
+ * park while it is paused.
+ */
+export async function writePausedJob(engine: Engine, job: Job, now: Date): Promise<Job> {
+  const set = {
+    status: "PAUSED",
+    nextDueKey: null,
+    parkedRuns: {},
+    updatedAt: now.toISOString(),
+  } as const;
+  await writeJobChange(engine, job, [
+    updateJobFrom(engine, job, set),
+    ...deletePendingDueEntry(engine, job),
+  ]);
+  return { ...job, ...set };
+}
+
+/**
+ * ACTIVE, with `due` (its pending occurrence) as its due entry, conditioned on
+ * the parked runs being the ones read: a run parked meanwhile would be left
+ * unsent.
+ */
+export async function writeResumedJob(
+  engine: Engine,
+  job: Job,
+  due: DueEntry | null,
+  now: Date,
+): Promise<Job> {
+  const set = {
+    status: "ACTIVE",
+    nextDueKey: due?.key ?? null,
+    parkedRuns: {},
+    updatedAt: now.toISOString(),
+  } as const;
+  await writeJobChange(engine, job, [
+    updateJobFrom(engine, job, set, { sameParkedRuns: true }),
+    ...(due ? [{ name: "dueEntry" as const, write: putDueEntry(engine, due) }] : []),
+  ]);
+  return { ...job, ...set };
+}
+
+/**
+ * CANCELLED, with no next run and its pending due entry deleted, conditioned on
+ * the parked runs being the ones read (the caller cancels those).
+ */
+export async function writeCancelledJob(engine: Engine, job: Job, now: Date): Promise<Job> {
+  const set = {
+    status: "CANCELLED",
+    nextRunAt: null,
+    nextDueKey: null,
+    updatedAt: now.toISOString(),
+  } as const;
+  await writeJobChange(engine, job, [
+    updateJobFrom(engine, job, set, { sameParkedRuns: true }),
+    ...deletePendingDueEntry(engine, job),
+  ]);
+  return { ...job, ...set };
+}

@@ -1,0 +1,110 @@
+import type { Engine } from "../engine.js";
+import { ConcurrentUpdateError } from "../errors.js";
+import type { DueEntry, Job } from "../model.js";
+import { encodeDueEntry, jobKey } from "./items.js";
+import {
+  ConditionsFailedError,
+  type NamedWrite,
+  type TransactItem,
+  writeTransaction,
+} from "./transaction.js";
+
+/**
+ * The writes a lifecycle change (pause, resume, cancel, edit) is made of: the
+ * job's update, conditioned on the job as the change was planned from it, and
+ * the due entries it deletes or puts.
+ */
+export type JobChangeWrite = NamedWrite<"job" | "pendingDueEntry" | "dueEntry">;
+
+/** The job update shared by lifecycle changes: conditioned on the state the change was planned from. */
+export function updateJobFrom(
+  engine: Engine,
+  job: Job,
+  set: Record<string, unknown>,
+  extra: { bumpVersion?: boolean; sameParkedRuns?: boolean } = {},
+): JobChangeWrite {
+  const names: Record<string, string> = { "#status": "status" };
+  const values: Record<string, unknown> = {
+    ":seenStatus": job.status,
+    ":seenVersion": job.version,
+  };
+  const assignments = Object.entries(set).map(([field, value], i) => {
+    names[`#f${i}`] = field;
+    values[`:v${i}`] = value;
+    return `#f${i} = :v${i}`;
+  });
+  if (extra.bumpVersion) assignments.push("version = version + :one");
+  if (extra.bumpVersion) values[":one"] = 1;
+  // nextDueKey moves with every claim: the transaction must delete the entry the job points at now.
+  const dueCondition = job.nextDueKey
+    ? "nextDueKey.pk = :duePk AND nextDueKey.sk = :dueSk"
+    : "(attribute_not_exists(nextDueKey) OR nextDueKey = :null)";
+  if (job.nextDueKey) {
+    values[":duePk"] = job.nextDueKey.pk;
+    values[":dueSk"] = job.nextDueKey.sk;
+  } else {
+    values[":null"] = null;
+  }
+  // Workers only add to parkedRuns (while PAUSED), so the same size means the same runs.
+  let parkedCondition = "";
+  if (extra.sameParkedRuns) {
+    names["#parked"] = "parkedRuns";
+    values[":parkedCount"] = Object.keys(job.parkedRuns).length;
+    parkedCondition = ` AND (attribute_not_exists(#parked) OR size(#parked) = :parkedCount)`;
+  }
+  return {
+    name: "job",
+    write: {
+      Update: {
+        TableName: engine.tables.jobs,
+        Key: jobKey(job.jobId),
+        ConditionExpression: `#status = :seenStatus AND version = :seenVersion AND ${dueCondition}${parkedCondition}`,
+        UpdateExpression: `SET ${assignments.join(", ")}`,
+        ExpressionAttributeNames: names,
+        ExpressionAttributeValues: values,
+      },
+    },
+  };
+}
+
+/** Deletes the due entry the job points at, if any. */
+export const deletePendingDueEntry = (engine: Engine, job: Job): JobChangeWrite[] =>
+  job.nextDueKey
+    ? [
+        {
+          name: "pendingDueEntry",
+          write: { Delete: { TableName: engine.tables.jobs, Key: job.nextDueKey } },
+        },
+      ]
+    : [];
+
+/** A new due entry, conditioned on its key being free. */
+export const putDueEntry = (engine: Engine, entry: DueEntry): TransactItem => ({
+  Put: {
+    TableName: engine.tables.jobs,
+    Item: encodeDueEntry(entry),
+    ConditionExpression: "attribute_not_exists(pk)",
+  },
+});
+
+/**
+ * Sends a lifecycle change as one transaction. A failed condition on the job
+ * means another writer (a claim, a worker, another request) changed it since
+ * it was read: `ConcurrentUpdateError`, and the caller plans again from a
+ * fresh read.
+ */
+export async function writeJobChange(
+  engine: Engine,
+  job: Job,
+  writes: readonly JobChangeWrite[],
+): Promise<void> {
+  try {
+    await writeTransaction(engine, "lifecycle", writes);
+  } catch (error) {
+    if (error instanceof ConditionsFailedError && error.has("job"))
+      throw new ConcurrentUpdateError(`job ${job.jobId} changed since it was read`, {
+        cause: error,
+      });
+    throw error;
+  }
+}

@@ -1,0 +1,111 @@
+import { GetCommand, PutCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import type { Engine } from "../engine.js";
+import { ConcurrentUpdateError } from "../errors.js";
+import { isConditionalCheckFailed } from "./dynamo-errors.js";
+
+/** A tenant's webhook signing secrets as stored: one item per tenant in the webhook secrets table. */
+export interface TenantWebhookSecrets {
+  readonly tenantId: string;
+  readonly current: string;
+  readonly previous?: { readonly secret: string; readonly validUntil: string };
+  /** Bumped by every rotation; a rotation is conditioned on the version it read. */
+  readonly version: number;
+  readonly createdAt: string;
+  readonly rotatedAt?: string;
+}
+
+const webhookSecretKey = (tenantId: string) => ({ pk: `WEBHOOKSECRET#${tenantId}` });
+
+function decode(tenantId: string, item: Record<string, unknown>): TenantWebhookSecrets {
+  const { current, previous, previousValidUntil, version, createdAt, rotatedAt } = item;
+  if (typeof current !== "string" || typeof version !== "number" || typeof createdAt !== "string")
+    throw new Error(`webhook secret item of tenant ${tenantId} is malformed`);
+  return {
+    tenantId,
+    current,
+    ...(typeof previous === "string" && typeof previousValidUntil === "string"
+      ? { previous: { secret: previous, validUntil: previousValidUntil } }
+      : {}),
+    version,
+    createdAt,
+    ...(typeof rotatedAt === "string" ? { rotatedAt } : {}),
+  };
+}
+
+/** The tenant's secrets, read strongly consistent; null before its first use. */
+export async function readWebhookSecrets(
+  engine: Engine,
+  tenantId: string,
+): Promise<TenantWebhookSecrets | null> {
+  const { Item } = await engine.doc.send(
+    new GetCommand({
+      TableName: engine.tables.webhookSecrets,
+      Key: webhookSecretKey(tenantId),
+      ConsistentRead: true,
+    }),
+  );
+  return Item ? decode(tenantId, Item) : null;
+}
+
+/** Stores a tenant's first secrets, conditioned on it having none. False when it had some already. */
+export async function writeFirstWebhookSecrets(
+  engine: Engine,
+  secrets: TenantWebhookSecrets,
+): Promise<boolean> {
+  try {
+    await engine.doc.send(
+      new PutCommand({
+        TableName: engine.tables.webhookSecrets,
+        Item: {
+          ...webhookSecretKey(secrets.tenantId),
+          current: secrets.current,
+          version: secrets.version,
+          createdAt: secrets.createdAt,
+        },
+        ConditionExpression: "attribute_not_exists(pk)",
+      }),
+    );
+    return true;
+  } catch (error) {
+    if (isConditionalCheckFailed(error)) return false;
+    throw error;
+  }
+}
+
+/**
+ * Stores a rotation (`rotated`, which names the replaced secret as `previous`),
+ * conditioned on the secrets still being at the version `before` was read at:
+ * `ConcurrentUpdateError` when another rotation came first.
+ */
+export async function writeRotatedWebhookSecrets(
+  engine: Engine,
+  before: TenantWebhookSecrets,
+  rotated: TenantWebhookSecrets,
+): Promise<void> {
+  try {
+    await engine.doc.send(
+      new UpdateCommand({
+        TableName: engine.tables.webhookSecrets,
+        Key: webhookSecretKey(before.tenantId),
+        UpdateExpression:
+          "SET #current = :current, previous = :previous, previousValidUntil = :until, version = :next, rotatedAt = :at",
+        ConditionExpression: "version = :read",
+        ExpressionAttributeNames: { "#current": "current" },
+        ExpressionAttributeValues: {
+          ":current": rotated.current,
+          ":previous": rotated.previous?.secret,
+          ":until": rotated.previous?.validUntil,
+          ":next": rotated.version,
+          ":at": rotated.rotatedAt,
+          ":read": before.version,
+        },
+      }),
+    );
+  } catch (error) {
+    if (!isConditionalCheckFailed(error)) throw error;
+    throw new ConcurrentUpdateError(
+      `the webhook secret of ${before.tenantId} changed since it was read`,
+      { cause: error },
+    );
+  }
+}
