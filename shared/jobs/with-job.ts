@@ -6,7 +6,7 @@ import { getTenantJob } from "./queries.js";
 const ATTEMPTS = 5;
 
 /** What a change planned from a job does: nothing more (`done`), or a write conditioned on that job. */
-export type JobStep<T> = { write: () => Promise<T> } | { done: T };
+type JobStep<T> = { write: () => Promise<T> } | { done: T };
 
 /**
  * Reads the job and lets `plan` decide from it; plans again from a fresh read

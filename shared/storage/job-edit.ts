@@ -11,7 +11,7 @@ import {
 } from "./job-update.js";
 
 /** The fields of a job an edit may change. */
-export type EditedFields = Partial<
+type EditedFields = Partial<
   Pick<Job, "name" | "schedule" | "payload" | "target" | "priority" | "timeoutSeconds" | "policies">
 >;
 
