@@ -24,9 +24,6 @@ async function target(fromEnv: string | undefined, start: () => Promise<TimedEmu
  * run against LocalStack or AWS.
  */
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
-  // Node 20 is our runtime; the SDK's end-of-support notice would otherwise be
-  // printed by every test worker. Workers inherit this environment.
-  process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= "true";
   const env = process.env;
 
   const [dynamo, sqs] = await Promise.allSettled([
