@@ -82,9 +82,9 @@ export interface JobTypeCatalog {
   readonly accepted: readonly [string, ...string[]];
   /** The definition of an accepted type. */
   definition(type: string): JobTypeDefinition | undefined;
-  /** Why a create naming `type` is refused (unknown, or a demo type not enabled), or null. */
-  typeRefusal(type: string): string | null;
-  /** The payload checked against its type's schema; each issue names payload.<field>. */
+  /** Why a create naming `type` is refused when it is a demo type this deployment does not enable, else null. */
+  demoRefusal(type: string): string | null;
+  /** The payload checked against its type's schema (any known type's); each issue names payload.<field>. */
   payloadIssues(type: string, payload: unknown): FieldIssue[];
 }
 
@@ -112,15 +112,14 @@ export function jobTypeCatalog(options: CatalogOptions): JobTypeCatalog {
   return {
     accepted,
     definition,
-    typeRefusal(type) {
+    demoRefusal(type) {
       const found = all.get(type);
-      if (found?.demo && !isAccepted(found)) {
-        return `"${type}" is a demo type, not enabled on this deployment (the demoJobTypes stack option); accepted: ${accepted.join(", ")}`;
-      }
-      return found ? null : `unknown job type "${type}"; accepted: ${accepted.join(", ")}`;
+      if (!found?.demo || isAccepted(found)) return null;
+      return `"${type}" is a demo type, not enabled on this deployment (the demoJobTypes stack option); accepted: ${accepted.join(", ")}`;
     },
     payloadIssues(type, payload) {
-      const schema = definition(type)?.payload;
+      // Also a demo type's: a job made while they were enabled may still be edited.
+      const schema = all.get(type)?.payload;
       if (!schema) return [];
       const result = schema.safeParse(payload);
       return result.success ? [] : fieldIssuesOf(result.error.issues, "payload");

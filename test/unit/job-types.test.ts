@@ -109,12 +109,12 @@ describe("job type catalog", () => {
   it("accepts the demo types only when enabled, and says why it refuses them", () => {
     const deployed = jobTypeCatalog({ demoTypes: false });
     expect(deployed.accepted).toEqual(["http", "noop"]);
-    expect(deployed.typeRefusal("sleep")).toMatch(/"sleep" is a demo type, not enabled/);
-    expect(deployed.typeRefusal("nope")).toMatch(/unknown job type "nope"/);
-    expect(deployed.typeRefusal("noop")).toBeNull();
+    expect(deployed.demoRefusal("sleep")).toMatch(/"sleep" is a demo type, not enabled/);
+    expect(deployed.demoRefusal("nope")).toBeNull();
+    expect(deployed.demoRefusal("noop")).toBeNull();
     const sandbox = jobTypeCatalog({ demoTypes: true, custom: [reportDefinition] });
     expect(sandbox.accepted).toEqual([...BUILT_IN_TYPES, "typed-test-report"]);
-    expect(sandbox.typeRefusal("fail")).toBeNull();
+    expect(sandbox.demoRefusal("fail")).toBeNull();
   });
 
   it("names payload.<field> for each built-in type with a schema", () => {
