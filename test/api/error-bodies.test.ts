@@ -1,0 +1,403 @@
+import type { DynamoDBDocumentClient } from "@aws-sdk/lib-dynamodb";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createApiApp } from "../../shared/api/app.js";
+import { bearerAuthenticator } from "../../shared/api/auth.js";
+import { JobSchema, RunSchema } from "../../shared/api/schemas.js";
+import type { Engine } from "../../shared/engine.js";
+import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
+import { createTestClients } from "../support/namespace.js";
+import { JOB_TYPES } from "./support.js";
+
+/**
+ * Every documented error answer, byte for byte: status, the headers a client
+ * acts on, and the exact body text. The other API suites check codes and
+ * fields; this one pins messages, key order and headers, so that a change to
+ * how errors are built or mapped cannot alter what a client receives.
+ */
+const KEY = "error-bodies-key";
+const TENANT = "tenant-errors";
+const NOW = new Date("2030-01-01T00:00:00.000Z");
+const LATER = "2030-01-02T00:00:00Z";
+
+let fixture: EngineFixture;
+let app: ReturnType<typeof createApiApp>;
+const faultClients: { destroy(): void }[] = [];
+
+beforeAll(async () => {
+  fixture = await createEngineFixture({ clock: () => NOW });
+  app = appOver(fixture.engine);
+});
+afterAll(async () => {
+  for (const clients of faultClients) clients.destroy();
+  await fixture.destroy();
+});
+
+function appOver(engine: Engine) {
+  return createApiApp({
+    engine,
+    jobTypes: JOB_TYPES,
+    authenticate: bearerAuthenticator(new Map([[KEY, TENANT]])),
+  });
+}
+
+interface Answer {
+  readonly status: number;
+  readonly headers: Record<string, string>;
+  readonly body: string;
+}
+
+const PINNED_HEADERS = ["content-type", "allow", "etag", "retry-after", "www-authenticate"];
+
+async function send(
+  target: ReturnType<typeof createApiApp>,
+  method: string,
+  path: string,
+  init: { body?: string | Uint8Array; headers?: Record<string, string>; auth?: boolean } = {},
+): Promise<Answer> {
+  const headers: Record<string, string> = { ...init.headers };
+  if (init.auth !== false) headers.Authorization = `Bearer ${KEY}`;
+  if (init.body !== undefined) headers["Content-Type"] ??= "application/json";
+  const response = await target.request(path, {
+    method,
+    headers,
+    ...(init.body !== undefined ? { body: init.body } : {}),
+  });
+  const pinned: Record<string, string> = {};
+  for (const name of PINNED_HEADERS) {
+    const value = response.headers.get(name);
+    if (value !== null) pinned[name] = value;
+  }
+  return { status: response.status, headers: pinned, body: await response.text() };
+}
+
+const call = (method: string, path: string, init?: Parameters<typeof send>[3]) =>
+  send(app, method, path, init);
+const json = (value: unknown) => JSON.stringify(value);
+const JSON_TYPE = { "content-type": "application/json" };
+
+async function createJob(
+  body: Record<string, unknown> = {},
+  headers: Record<string, string> = {},
+): Promise<string> {
+  const created = await call("POST", "/jobs", {
+    body: json({ type: "noop", schedule: { runAt: LATER }, ...body }),
+    headers,
+  });
+  expect(created.status, created.body).toBe(201);
+  return JobSchema.parse(JSON.parse(created.body)).id;
+}
+
+describe("error bodies, byte for byte", () => {
+  it("routing and credentials: 401, 404, 405", async () => {
+    expect(await call("GET", "/jobs", { auth: false })).toEqual({
+      status: 401,
+      headers: { ...JSON_TYPE, "www-authenticate": 'Bearer realm="scheduler"' },
+      body: '{"error":{"code":"unauthorized","message":"missing or unknown credentials"}}',
+    });
+    expect(await call("GET", "/nowhere")).toEqual({
+      status: 404,
+      headers: JSON_TYPE,
+      body: '{"error":{"code":"not_found","message":"no route for GET /nowhere"}}',
+    });
+    expect(await call("DELETE", "/jobs")).toEqual({
+      status: 405,
+      headers: { ...JSON_TYPE, allow: "GET, HEAD, POST" },
+      body: '{"error":{"code":"method_not_allowed","message":"DELETE is not allowed here; use GET, HEAD, POST"}}',
+    });
+  });
+
+  it("unreadable bodies: 415, 400 malformed_json, 400 structure, 413", async () => {
+    expect(
+      await call("POST", "/jobs", { body: "x", headers: { "Content-Type": "text/plain" } }),
+    ).toEqual(
+      error(415, {
+        code: "unsupported_media_type",
+        message: 'send the body as JSON with "Content-Type: application/json", not "text/plain"',
+      }),
+    );
+    expect(await call("POST", "/jobs", { body: " " })).toEqual(
+      error(400, { code: "malformed_json", message: "a JSON body is required" }),
+    );
+    expect(await call("POST", "/jobs", { body: new Uint8Array([0x7b, 0xff, 0x7d]) })).toEqual(
+      error(400, { code: "malformed_json", message: "the body is not valid UTF-8" }),
+    );
+    expect(await call("POST", "/jobs", { body: "{" })).toEqual(
+      error(400, {
+        code: "malformed_json",
+        message: "the body is not valid JSON: Expected property name or '}' in JSON at position 1",
+      }),
+    );
+    expect(
+      await call("POST", "/jobs", {
+        body: `{"type":"noop","payload":${"[".repeat(70)}${"]".repeat(70)}}`,
+      }),
+    ).toEqual(
+      error(400, {
+        code: "validation_failed",
+        message: "the body nests deeper than 64 levels",
+        field: "payload",
+      }),
+    );
+    expect(await call("POST", "/jobs", { body: '{"__proto__":{"a":1},"type":"noop"}' })).toEqual(
+      error(400, {
+        code: "validation_failed",
+        message: "__proto__: is not an accepted field",
+        field: "__proto__",
+      }),
+    );
+    expect(
+      await call("POST", "/jobs", { body: json({ type: "noop", pad: "x".repeat(100_000) }) }),
+    ).toEqual(
+      error(413, { code: "payload_too_large", message: "the request body exceeds 81920 bytes" }),
+    );
+    expect(
+      await call("POST", "/jobs", {
+        body: json({ type: "noop", schedule: { runAt: LATER }, payload: "x".repeat(66_000) }),
+      }),
+    ).toEqual(
+      error(413, {
+        code: "payload_too_large",
+        message: "payload is 66002 bytes serialized; at most 65536 are accepted",
+        field: "payload",
+      }),
+    );
+  });
+
+  it("validation: every issue listed, unknown fields first, the first one named", async () => {
+    expect(
+      await call("POST", "/jobs", {
+        body: json({ type: "noop", schedule: { runAt: LATER }, colour: "red", name: 5 }),
+      }),
+    ).toEqual(
+      invalid([
+        { field: "colour", message: 'unknown field "colour"' },
+        { field: "name", message: "Invalid input: expected string, received number" },
+      ]),
+    );
+    expect(
+      await call("POST", "/jobs", {
+        body: json({ type: "noop", schedule: { cron: "0 9 * *", timezone: "CET" } }),
+      }),
+    ).toEqual(
+      invalid([
+        {
+          field: "schedule.cron",
+          message:
+            "has 4 fields, expected 5 (minute hour day-of-month month day-of-week) or 6 (second minute hour day-of-month month day-of-week)",
+        },
+        {
+          field: "schedule.timezone",
+          message:
+            '"CET" is an abbreviation or legacy zone name, not a location-based IANA zone (for example "EST" is a fixed -05:00 with no daylight-saving time): use a location-based IANA name such as "America/New_York", "Europe/London" or "UTC"',
+        },
+      ]),
+    );
+    expect(
+      await call("POST", "/jobs", { body: json({ type: "nope", schedule: { runAt: LATER } }) }),
+    ).toEqual(
+      invalid([
+        {
+          field: "type",
+          message: 'Invalid option: expected one of "http"|"noop"|"sleep"|"fail"|"report"',
+        },
+      ]),
+    );
+    expect(
+      await call("POST", "/jobs", {
+        body: json({ type: "noop", schedule: { runAt: LATER }, idempotencyKey: "a" }),
+        headers: { "Idempotency-Key": "b" },
+      }),
+    ).toEqual(
+      invalid([
+        {
+          field: "idempotencyKey",
+          message: "differs from the Idempotency-Key header; send one or make them equal",
+        },
+      ]),
+    );
+    expect(
+      await call("POST", "/jobs", { body: json({ type: "http", schedule: { runAt: LATER } }) }),
+    ).toEqual(
+      invalid([{ field: "target", message: "is required for http jobs: give at least its url" }]),
+    );
+    expect(await call("GET", "/jobs?limit=0&colour=red")).toEqual(
+      invalid([
+        { field: "colour", message: 'unknown parameter "colour"' },
+        { field: "limit", message: "Too small: expected number to be >=1" },
+      ]),
+    );
+    expect(await call("GET", "/jobs?cursor=nonsense")).toEqual(
+      invalid([{ field: "cursor", message: "is not a cursor returned by this API" }]),
+    );
+    expect(
+      await call("POST", "/schedules/preview", { body: json({ schedule: { every: "soon" } }) }),
+    ).toEqual(
+      invalid([
+        {
+          field: "schedule.every",
+          message: 'must be an ISO-8601 duration such as "PT15M", "PT1H" or "P1D"; got "soon"',
+        },
+      ]),
+    );
+    expect(
+      await call("POST", "/schedules/preview", {
+        body: json({ schedule: { runAt: LATER }, count: 0 }),
+      }),
+    ).toEqual(invalid([{ field: "count", message: "Too small: expected number to be >=1" }]));
+  });
+
+  it("domain errors: 404, 428, 412, 409", async () => {
+    const id = await createJob();
+    const cancelled = await createJob();
+    expect((await call("POST", `/jobs/${cancelled}/cancel`)).status).toBe(200);
+    const triggered = await call("POST", `/jobs/${id}/trigger`);
+    const runId = RunSchema.parse(JSON.parse(triggered.body)).runId;
+    const unknownRun = `${id}-20300101T000000000-9`;
+
+    expect(await call("GET", "/jobs/01J9Z3V6K8N4QX2M7R5T0W1Y3B")).toEqual(
+      error(404, { code: "not_found", message: "job 01J9Z3V6K8N4QX2M7R5T0W1Y3B not found" }),
+    );
+    expect(await call("GET", "/jobs/not!an!id")).toEqual(
+      error(404, { code: "not_found", message: "job not!an!id not found" }),
+    );
+    expect(await call("GET", `/jobs/${id}/runs/${unknownRun}`)).toEqual(
+      error(404, { code: "not_found", message: `run ${unknownRun} not found` }),
+    );
+    expect(await call("POST", `/dead-letters/${unknownRun}/replay`)).toEqual(
+      error(404, { code: "not_found", message: `run ${unknownRun} not found` }),
+    );
+
+    const rename = json({ name: "x" });
+    expect(await call("PATCH", `/jobs/${id}`, { body: rename })).toEqual(
+      error(428, {
+        code: "precondition_required",
+        message:
+          'send If-Match with the job\'s version (its ETag, e.g. "3") so that concurrent edits cannot overwrite each other',
+        field: "If-Match",
+      }),
+    );
+    expect(
+      await call("PATCH", `/jobs/${id}`, { body: rename, headers: { "If-Match": '"7"' } }),
+    ).toEqual(
+      error(
+        412,
+        { code: "version_mismatch", message: "job is at version 1, not 7", field: "If-Match" },
+        { etag: '"1"' },
+      ),
+    );
+    expect(
+      await call("PATCH", `/jobs/${id}`, { body: rename, headers: { "If-Match": "v1" } }),
+    ).toEqual(
+      invalid([
+        { field: "If-Match", message: 'must be the job\'s version, such as "3"; got "v1"' },
+      ]),
+    );
+    expect(
+      await call("PATCH", `/jobs/${id}`, { body: json({}), headers: { "If-Match": '"1"' } }),
+    ).toEqual(
+      error(400, {
+        code: "validation_failed",
+        message:
+          "nothing to change: give at least one of name, schedule, payload, target, retry, misfirePolicy, overlapPolicy, maxConcurrent, priority, timeoutSeconds, inFlight",
+      }),
+    );
+    expect(
+      await call("PATCH", `/jobs/${cancelled}`, { body: rename, headers: { "If-Match": '"1"' } }),
+    ).toEqual(
+      error(409, {
+        code: "illegal_transition",
+        message: "cannot edit a job that is cancelled",
+        currentStatus: "cancelled",
+      }),
+    );
+    expect(await call("POST", `/jobs/${cancelled}/resume`)).toEqual(
+      error(409, {
+        code: "illegal_transition",
+        message: "cannot resume a job that is cancelled",
+        currentStatus: "cancelled",
+      }),
+    );
+    const keyed = { headers: { "Idempotency-Key": "same" } };
+    await createJob({}, keyed.headers);
+    expect(
+      await call("POST", "/jobs", {
+        body: json({ type: "noop", name: "other", schedule: { runAt: LATER } }),
+        ...keyed,
+      }),
+    ).toEqual(
+      error(409, {
+        code: "idempotency_conflict",
+        message: 'idempotency key "same" was already used with a different request',
+        field: "idempotencyKey",
+      }),
+    );
+    expect(await call("POST", `/dead-letters/${runId}/replay`)).toEqual(
+      error(409, {
+        code: "not_replayable",
+        message: `run ${runId} cannot be replayed: it is queued, not dead`,
+      }),
+    );
+  });
+
+  it("storage faults: throttling is 503 busy, anything unforeseen a 500 that hides its details", async () => {
+    const id = await createJob();
+    const throttled = appOver({ ...fixture.engine, doc: failingDoc("ThrottlingException") });
+    expect(await send(throttled, "GET", `/jobs/${id}`)).toEqual(
+      error(
+        503,
+        { code: "busy", message: "the job is being changed by another request; try again" },
+        { "retry-after": "1" },
+      ),
+    );
+    const denied = appOver({ ...fixture.engine, doc: failingDoc("AccessDeniedException") });
+    expect(await send(denied, "GET", `/jobs/${id}`)).toEqual(
+      error(500, { code: "internal", message: "internal error" }),
+    );
+    const rotating = appOver({
+      ...fixture.engine,
+      doc: failingDoc("ConditionalCheckFailedException", "UpdateItemCommand"),
+    });
+    expect(await send(rotating, "POST", "/webhook-secret/rotate")).toEqual(
+      error(
+        503,
+        { code: "busy", message: "the webhook secret is being rotated by another request" },
+        { "retry-after": "1" },
+      ),
+    );
+  });
+});
+
+/** The one error shape: `{"error":{...}}` with the keys in the order given. */
+function error(
+  status: number,
+  body: Record<string, unknown>,
+  headers: Record<string, string> = {},
+): Answer {
+  return { status, headers: { ...JSON_TYPE, ...headers }, body: JSON.stringify({ error: body }) };
+}
+
+/** A 400 listing `issues`, named by the first. */
+function invalid(issues: readonly { field: string; message: string }[]): Answer {
+  const [first] = issues;
+  if (first === undefined) throw new Error("invalid: no issues");
+  return error(400, {
+    code: "validation_failed",
+    message: `${first.field}: ${first.message}`,
+    field: first.field,
+    issues,
+  });
+}
+
+/** A document client whose requests fail with `name` (only `command` requests, when given). */
+function failingDoc(name: string, command?: string): DynamoDBDocumentClient {
+  const clients = createTestClients();
+  faultClients.push(clients);
+  clients.doc.middlewareStack.add(
+    (next, context) => async (args) => {
+      if (command !== undefined && context.commandName !== command) return next(args);
+      throw Object.assign(new Error(`injected ${name}`), { name });
+    },
+    { step: "initialize", name: "injectedFault" },
+  );
+  return clients.doc;
+}
