@@ -1,32 +1,16 @@
 import { OpenAPIHono } from "@hono/zod-openapi";
-import type { Context } from "hono";
 import type { Engine } from "../engine.js";
-import { ConcurrentUpdateError } from "../errors.js";
-import {
-  cancelJob,
-  createJob,
-  editJob,
-  pauseJob,
-  replayDeadLetter,
-  requestHash,
-  resumeJob,
-  triggerJob,
-} from "../jobs/index.js";
-import { getTenantJob, getTenantRun } from "../jobs/queries.js";
-import { JOB_ID_PATTERN } from "../keys.js";
-import type { Job, JobStatus } from "../model.js";
-import { ValidationError } from "../validation.js";
-import { rotateWebhookSecret, tenantWebhookSecrets } from "../webhooks/secrets.js";
 import { type Authenticator, isValidTenantId } from "./auth.js";
-import { BODY_OVERHEAD_BYTES } from "./body.js";
-import { jobDto, runDto } from "./dto.js";
-import { ApiError, etagOf, notFound, toApiError } from "./errors.js";
+import { BODY_OVERHEAD_BYTES, jsonBody } from "./body.js";
+import { deadLettersRouter } from "./dead-letters-router.js";
+import { ApiError, notFound, toApiError } from "./errors.js";
 import { schemaFailure } from "./issues.js";
-import { deadLettersPage, jobsPage, runsPage } from "./pages.js";
-import { displayZoneOf, previewOf } from "./preview.js";
-import { jobChangesFrom, newJobFrom, parseIfMatch, parseScheduleInput } from "./requests.js";
-import { apiRoutes } from "./routes.js";
-import { LIMITS } from "./schemas.js";
+import { jobsRouter } from "./jobs-router.js";
+import { previewsRouter } from "./previews-router.js";
+import type { ApiEnv, RouterDeps } from "./router.js";
+import { runsRouter } from "./runs-router.js";
+import { serviceRouter } from "./service-router.js";
+import { webhookSecretRouter } from "./webhook-secret-router.js";
 
 export interface ApiOptions {
   /** Clients, tables, queues, settings and the clock every request uses. */
@@ -36,26 +20,25 @@ export interface ApiOptions {
   readonly authenticate: Authenticator;
 }
 
-export interface ApiEnv {
-  Variables: { tenantId: string };
-}
-
 export const OPENAPI_PATH = "/openapi.json";
 const PUBLIC_PATHS = new Set(["/health", OPENAPI_PATH]);
 
 /**
  * The HTTP API as one Hono app, served by the API Lambda (API Gateway HTTP
- * API, payload v2) and by a Node server locally. Handlers only translate:
- * validation is in the schemas and ./requests.ts, behaviour in shared/jobs.
+ * API, payload v2) and by a Node server locally. The app authenticates, turns
+ * every failure into the one error shape, and serves the OpenAPI document;
+ * one router per resource (./*-router.ts) translates its requests: validation
+ * is in the schemas and ./requests.ts, behaviour in shared/jobs.
  */
 export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
   const { engine, authenticate } = options;
   const [firstType, ...otherTypes] = [...new Set(options.jobTypes)];
   if (firstType === undefined) throw new Error("createApiApp: no job types given");
-  const routes = apiRoutes({
+  const deps: RouterDeps = {
+    engine,
     jobTypes: [firstType, ...otherTypes],
-    maxBodyBytes: engine.settings.maxPayloadBytes + BODY_OVERHEAD_BYTES,
-  });
+    body: jsonBody(engine.settings.maxPayloadBytes + BODY_OVERHEAD_BYTES),
+  };
 
   const app = new OpenAPIHono<ApiEnv>({
     defaultHook: (result) => {
@@ -109,155 +92,20 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
     await next();
   });
 
-  const tenantOf = (c: Context<ApiEnv>) => c.get("tenantId");
-  const jobOf = (c: Context<ApiEnv>, id: string): Promise<Job> => {
-    // An id no job can have must not reach a storage key.
-    if (!JOB_ID_PATTERN.test(id)) throw notFound(`job ${id.slice(0, 64)} not found`);
-    return getTenantJob(engine, tenantOf(c), id);
-  };
-  const jobHeaders = (c: Context<ApiEnv>, job: Job) => {
-    c.header("ETag", etagOf(job.version));
-  };
+  // The document lists the operations in the order mounted here.
+  app.route("/", serviceRouter());
+  app.route("/", jobsRouter(deps));
+  app.route("/", runsRouter(deps));
+  app.route("/", previewsRouter(deps));
+  app.route("/", deadLettersRouter(deps));
+  app.route("/", webhookSecretRouter(deps));
 
-  app.openapi(routes.health, (c) => c.json({ status: "ok" as const }, 200));
+  serveOpenApiDocument(app);
+  return app;
+}
 
-  app.openapi(routes.createJob, async (c) => {
-    const body = c.req.valid("json");
-    const headerKey = c.req.valid("header")["Idempotency-Key"];
-    const { idempotencyKey: bodyKey, ...definition } = body;
-    if (headerKey !== undefined && bodyKey !== undefined && headerKey !== bodyKey) {
-      throw new ValidationError([
-        {
-          field: "idempotencyKey",
-          message: "differs from the Idempotency-Key header; send one or make them equal",
-        },
-      ]);
-    }
-    const key = headerKey ?? bodyKey;
-    const newJob = newJobFrom(body, tenantOf(c), engine.clock(), engine.settings);
-    const { job, created } = await createJob(
-      engine,
-      newJob,
-      key === undefined ? {} : { idempotency: { key, requestHash: requestHash(definition) } },
-    );
-    c.header("Location", `/jobs/${job.jobId}`);
-    jobHeaders(c, job);
-    return created ? c.json(jobDto(job), 201) : c.json(jobDto(job), 200);
-  });
-
-  app.openapi(routes.listJobs, async (c) => {
-    const query = c.req.valid("query");
-    const page = await jobsPage(engine, tenantOf(c), {
-      ...(query.status ? { status: query.status.toUpperCase() as JobStatus } : {}),
-      limit: query.limit ?? LIMITS.pageSize.default,
-      ...(query.cursor ? { cursor: query.cursor } : {}),
-    });
-    return c.json({ items: page.items.map(jobDto), nextCursor: page.nextCursor }, 200);
-  });
-
-  app.openapi(routes.getJob, async (c) => {
-    const job = await jobOf(c, c.req.valid("param").id);
-    jobHeaders(c, job);
-    return c.json(jobDto(job), 200);
-  });
-
-  app.openapi(routes.editJob, async (c) => {
-    const { id } = c.req.valid("param");
-    const job = await jobOf(c, id);
-    const expected = parseIfMatch(c.req.valid("header")["If-Match"]);
-    const changes = jobChangesFrom(c.req.valid("json"), job, engine.clock(), engine.settings);
-    const edited = await editJob(engine, tenantOf(c), id, expected, changes);
-    jobHeaders(c, edited);
-    return c.json(jobDto(edited), 200);
-  });
-
-  const lifecycle = [
-    [routes.pauseJob, pauseJob],
-    [routes.resumeJob, resumeJob],
-    [routes.cancelJob, cancelJob],
-  ] as const;
-  for (const [route, change] of lifecycle) {
-    app.openapi(route, async (c) => {
-      const { id } = c.req.valid("param");
-      await jobOf(c, id);
-      const job = await change(engine, tenantOf(c), id);
-      jobHeaders(c, job);
-      return c.json(jobDto(job), 200);
-    });
-  }
-
-  app.openapi(routes.triggerJob, async (c) => {
-    const { id } = c.req.valid("param");
-    await jobOf(c, id);
-    const run = await triggerJob(engine, tenantOf(c), id);
-    c.header("Location", `/jobs/${run.jobId}/runs/${run.runId}`);
-    return c.json(runDto(run), 202);
-  });
-
-  app.openapi(routes.listRuns, async (c) => {
-    const { id } = c.req.valid("param");
-    const query = c.req.valid("query");
-    await jobOf(c, id);
-    const page = await runsPage(engine, id, {
-      limit: query.limit ?? LIMITS.pageSize.default,
-      ...(query.cursor ? { cursor: query.cursor } : {}),
-    });
-    return c.json({ items: page.items.map(runDto), nextCursor: page.nextCursor }, 200);
-  });
-
-  app.openapi(routes.getRun, async (c) => {
-    const { id, runId } = c.req.valid("param");
-    const run = await getTenantRun(engine, tenantOf(c), runId);
-    if (run.jobId !== id) throw notFound(`run ${runId.slice(0, 100)} not found`);
-    return c.json(runDto(run), 200);
-  });
-
-  app.openapi(routes.previewJob, async (c) => {
-    const job = await jobOf(c, c.req.valid("param").id);
-    const count = c.req.valid("query").count ?? LIMITS.previewCount.default;
-    return c.json(previewOf(job.schedule, displayZoneOf(job.schedule), engine.clock(), count), 200);
-  });
-
-  app.openapi(routes.previewSchedule, (c) => {
-    const body = c.req.valid("json");
-    const now = engine.clock();
-    const schedule = parseScheduleInput(body.schedule, engine.settings, now);
-    const count = body.count ?? LIMITS.previewCount.default;
-    return c.json(previewOf(schedule, displayZoneOf(body.schedule), now, count), 200);
-  });
-
-  app.openapi(routes.listDeadLetters, async (c) => {
-    const query = c.req.valid("query");
-    const page = await deadLettersPage(engine, tenantOf(c), {
-      limit: query.limit ?? LIMITS.pageSize.default,
-      ...(query.cursor ? { cursor: query.cursor } : {}),
-    });
-    return c.json({ items: page.items.map(runDto), nextCursor: page.nextCursor }, 200);
-  });
-
-  app.openapi(routes.replayDeadLetter, async (c) => {
-    const run = await replayDeadLetter(engine, tenantOf(c), c.req.valid("param").runId);
-    c.header("Location", `/jobs/${run.jobId}/runs/${run.runId}`);
-    return c.json(runDto(run), 202);
-  });
-
-  app.openapi(routes.getWebhookSecret, async (c) => {
-    const secrets = await tenantWebhookSecrets(engine, tenantOf(c));
-    c.header("Cache-Control", "no-store");
-    return c.json({ secret: secrets.current }, 200);
-  });
-
-  app.openapi(routes.rotateWebhookSecret, async (c) => {
-    const secrets = await rotateWebhookSecret(engine, tenantOf(c)).catch((error: unknown) => {
-      if (!(error instanceof ConcurrentUpdateError)) throw error;
-      throw new ApiError(503, "busy", "the webhook secret is being rotated by another request", {
-        headers: { "Retry-After": "1" },
-      });
-    });
-    c.header("Cache-Control", "no-store");
-    return c.json({ secret: secrets.current }, 200);
-  });
-
+/** GET /openapi.json: the document generated from every mounted route, with the two ways to sign in. */
+function serveOpenApiDocument(app: OpenAPIHono<ApiEnv>): void {
   app.openAPIRegistry.registerComponent("securitySchemes", "bearerAuth", {
     type: "http",
     scheme: "bearer",
@@ -284,8 +132,6 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
     });
     return c.json(document);
   });
-
-  return app;
 }
 
 /** The methods routed at a path, for 405 and its Allow header. */

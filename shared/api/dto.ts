@@ -1,6 +1,7 @@
 import type { Job, JobPolicies, Run, RunStatus } from "../model.js";
 import type { ScheduleSpec } from "../schedule/index.js";
-import type { JobDto, RunDto } from "./schemas.js";
+import type { JobDto } from "./schemas/jobs.js";
+import type { RunDto } from "./schemas/runs.js";
 
 /**
  * Domain objects as the API shows them: statuses in lowercase, retry delays in

@@ -11,6 +11,7 @@ import {
 } from "../errors.js";
 import { transactionCancellationCodes } from "../storage/dynamo-errors.js";
 import { type FieldIssue, ValidationError } from "../validation.js";
+import type { ErrorCode } from "./schemas/errors.js";
 
 /**
  * Every error the API answers with, and the only place status codes of
@@ -19,25 +20,6 @@ import { type FieldIssue, ValidationError } from "../validation.js";
  * every issue, and illegal transitions name the job's current status, because
  * a client can act on both without parsing the message.
  */
-export const ERROR_CODES = [
-  "validation_failed",
-  "malformed_json",
-  "unauthorized",
-  "not_found",
-  "method_not_allowed",
-  "conflict",
-  "illegal_transition",
-  "idempotency_conflict",
-  "not_replayable",
-  "version_mismatch",
-  "precondition_required",
-  "payload_too_large",
-  "unsupported_media_type",
-  "busy",
-  "internal",
-] as const;
-export type ErrorCode = (typeof ERROR_CODES)[number];
-
 export interface ErrorBody {
   readonly error: {
     readonly code: ErrorCode;

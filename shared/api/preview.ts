@@ -1,7 +1,7 @@
 import { DateTime, FixedOffsetZone, type Zone } from "luxon";
 import { occurrences, type ScheduleSpec } from "../schedule/index.js";
 import { scheduleDto } from "./dto.js";
-import type { PreviewDto } from "./schemas.js";
+import type { PreviewDto } from "./schemas/previews.js";
 
 // Occurrences past year 9999 cannot be stored, so a preview stops there too.
 const LAST_PREVIEWABLE = new Date(Date.UTC(9999, 11, 31, 23, 59, 59, 999));

@@ -6,7 +6,8 @@ import type { RetryPolicy } from "../retry.js";
 import { normalizeSchedule, type ScheduleSpec, safeParseSchedule } from "../schedule/index.js";
 import { type FieldIssue, ValidationError } from "../validation.js";
 import { ApiError } from "./errors.js";
-import { type CreateJobBody, type EditJobBody, LIMITS } from "./schemas.js";
+import { LIMITS } from "./schemas/common.js";
+import type { CreateJobBody, EditJobBody } from "./schemas/jobs.js";
 
 /**
  * The checks zod cannot do alone (they need the clock, the settings, or the

@@ -1,12 +1,8 @@
 import { connect } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  JobPageSchema,
-  JobSchema,
-  PreviewSchema,
-  RunPageSchema,
-  RunSchema,
-} from "../../shared/api/schemas.js";
+import { JobPageSchema, JobSchema } from "../../shared/api/schemas/jobs.js";
+import { PreviewSchema } from "../../shared/api/schemas/previews.js";
+import { RunPageSchema, RunSchema } from "../../shared/api/schemas/runs.js";
 import { sleep } from "../../shared/clock.js";
 import {
   type ApiHarness,

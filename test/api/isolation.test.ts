@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { JobPageSchema, JobSchema, RunPageSchema, RunSchema } from "../../shared/api/schemas.js";
+import { JobPageSchema, JobSchema } from "../../shared/api/schemas/jobs.js";
+import { RunPageSchema, RunSchema } from "../../shared/api/schemas/runs.js";
 import {
   type ApiHarness,
   deadRunVia,

@@ -1,7 +1,8 @@
 import SwaggerParser from "@apidevtools/swagger-parser";
 import type { OpenAPIV3 } from "openapi-types";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { JobSchema, RunPageSchema, RunSchema } from "../../shared/api/schemas.js";
+import { JobSchema } from "../../shared/api/schemas/jobs.js";
+import { RunPageSchema, RunSchema } from "../../shared/api/schemas/runs.js";
 import { type ApiHarness, deadRunVia, KEY_A, startApi } from "./support.js";
 
 /**

@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApiApp } from "../../shared/api/app.js";
 import { bearerAuthenticator } from "../../shared/api/auth.js";
-import { ErrorSchema, JobSchema } from "../../shared/api/schemas.js";
+import { ErrorSchema } from "../../shared/api/schemas/errors.js";
+import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
 import { JOB_TYPES } from "./support.js";
 

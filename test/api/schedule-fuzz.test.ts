@@ -2,7 +2,9 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApiApp } from "../../shared/api/app.js";
 import { bearerAuthenticator } from "../../shared/api/auth.js";
-import { ErrorSchema, JobSchema, PreviewSchema } from "../../shared/api/schemas.js";
+import { ErrorSchema } from "../../shared/api/schemas/errors.js";
+import { JobSchema } from "../../shared/api/schemas/jobs.js";
+import { PreviewSchema } from "../../shared/api/schemas/previews.js";
 import {
   LAST_STORABLE_MS,
   nextOccurrence,

@@ -1,7 +1,7 @@
 import { expect } from "vitest";
 import type { z } from "zod";
 import { type LocalServer, startLocalServer } from "../../shared/api/local-server.js";
-import { ErrorSchema } from "../../shared/api/schemas.js";
+import { ErrorSchema } from "../../shared/api/schemas/errors.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { BUILT_IN_TYPES } from "../../shared/job-types/registry.js";
 import { receiveRuns } from "../../shared/queue/work-queue.js";

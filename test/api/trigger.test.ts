@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApiApp } from "../../shared/api/app.js";
 import { bearerAuthenticator } from "../../shared/api/auth.js";
-import { JobSchema, RunSchema } from "../../shared/api/schemas.js";
+import { JobSchema } from "../../shared/api/schemas/jobs.js";
+import { RunSchema } from "../../shared/api/schemas/runs.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
 import { JOB_TYPES } from "./support.js";
 

@@ -2,7 +2,7 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApiApp } from "../../shared/api/app.js";
 import { bearerAuthenticator } from "../../shared/api/auth.js";
-import { JobSchema } from "../../shared/api/schemas.js";
+import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
 import { scheduleInputArb } from "../support/schedules.js";

@@ -3,7 +3,7 @@ import type { AddressInfo } from "node:net";
 import { ScanCommand } from "@aws-sdk/lib-dynamodb";
 import { Webhook } from "standardwebhooks";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { WebhookSecretSchema } from "../../shared/api/schemas.js";
+import { WebhookSecretSchema } from "../../shared/api/schemas/webhook-secret.js";
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import {
   cachedSigningSecrets,

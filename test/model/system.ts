@@ -1,7 +1,8 @@
 import { isDeepStrictEqual } from "node:util";
 import { BatchWriteCommand, QueryCommand } from "@aws-sdk/lib-dynamodb";
 import type { OpenAPIHono } from "@hono/zod-openapi";
-import { type ApiEnv, createApiApp } from "../../shared/api/app.js";
+import { createApiApp } from "../../shared/api/app.js";
+import type { ApiEnv } from "../../shared/api/router.js";
 import { DEFAULT_SETTINGS, type EngineSettings } from "../../shared/config.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { reap } from "../../shared/dispatch/reaper.js";

@@ -1,0 +1,218 @@
+import { createRoute } from "@hono/zod-openapi";
+import {
+  cancelJob,
+  createJob,
+  editJob,
+  pauseJob,
+  requestHash,
+  resumeJob,
+  triggerJob,
+} from "../jobs/index.js";
+import type { JobStatus } from "../model.js";
+import { ValidationError } from "../validation.js";
+import { jobDto, runDto } from "./dto.js";
+import { jobsPage } from "./pages.js";
+import { jobChangesFrom, newJobFrom, parseIfMatch } from "./requests.js";
+import {
+  errors,
+  jobOf,
+  json,
+  newRouter,
+  type RouterDeps,
+  secured,
+  setJobHeaders,
+  tenantOf,
+} from "./router.js";
+import { LIMITS } from "./schemas/common.js";
+import {
+  CreateHeaders,
+  createJobSchema,
+  EditHeaders,
+  EditJobSchema,
+  JobIdParams,
+  JobPageSchema,
+  JobSchema,
+  ListJobsQuery,
+} from "./schemas/jobs.js";
+import { RunSchema } from "./schemas/runs.js";
+
+const listJobs = createRoute({
+  method: "get",
+  path: "/jobs",
+  operationId: "listJobs",
+  tags: ["jobs"],
+  summary: "The caller's jobs, newest first",
+  security: secured,
+  request: { query: ListJobsQuery },
+  responses: { 200: json(JobPageSchema, "One page"), ...errors(400, 401) },
+});
+
+const getJob = createRoute({
+  method: "get",
+  path: "/jobs/{id}",
+  operationId: "getJob",
+  tags: ["jobs"],
+  summary: "One job, with a summary of its newest finished run",
+  security: secured,
+  request: { params: JobIdParams },
+  responses: { 200: json(JobSchema, "The job; ETag is its version"), ...errors(401, 404) },
+});
+
+function lifecycleRoute(action: "pause" | "resume" | "cancel", summary: string) {
+  return createRoute({
+    method: "post",
+    path: `/jobs/{id}/${action}`,
+    operationId: `${action}Job`,
+    tags: ["jobs"],
+    summary,
+    security: secured,
+    request: { params: JobIdParams },
+    responses: {
+      200: json(JobSchema, "The job; repeating the call changes nothing"),
+      ...errors(401, 404, 409, 503),
+    },
+  });
+}
+
+const lifecycle = [
+  [lifecycleRoute("pause", "Stop scheduling; the pending occurrence waits for resume"), pauseJob],
+  [
+    lifecycleRoute(
+      "resume",
+      "Schedule again; a pending occurrence missed meanwhile follows the misfire policy",
+    ),
+    resumeJob,
+  ],
+  [lifecycleRoute("cancel", "Stop for good; queued runs are cancelled"), cancelJob],
+] as const;
+
+const triggerJobRoute = createRoute({
+  method: "post",
+  path: "/jobs/{id}/trigger",
+  operationId: "triggerJob",
+  tags: ["jobs"],
+  summary: "One extra run now, outside the schedule",
+  security: secured,
+  request: { params: JobIdParams },
+  responses: {
+    202: json(RunSchema, "The queued run; Location names it"),
+    ...errors(401, 404, 409),
+  },
+});
+
+/** The caller's jobs: create, list, read, edit, pause, resume, cancel, trigger. */
+export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
+  const createJobRoute = createRoute({
+    method: "post",
+    path: "/jobs",
+    operationId: "createJob",
+    tags: ["jobs"],
+    summary: "Schedule a job",
+    security: secured,
+    middleware: [body] as const,
+    request: {
+      headers: CreateHeaders,
+      body: {
+        content: { "application/json": { schema: createJobSchema(jobTypes) } },
+        required: true,
+      },
+    },
+    responses: {
+      201: {
+        ...json(JobSchema, "Created; Location names the job"),
+        headers: { Location: { schema: { type: "string" }, description: "/jobs/{id}" } },
+      },
+      200: json(JobSchema, "The job an earlier request with the same idempotency key created"),
+      ...errors(400, 401, 409, 413, 415, 503),
+    },
+  });
+  const editJobRoute = createRoute({
+    method: "patch",
+    path: "/jobs/{id}",
+    operationId: "editJob",
+    tags: ["jobs"],
+    summary: "Change a job at the version the caller last saw",
+    security: secured,
+    middleware: [body] as const,
+    request: {
+      params: JobIdParams,
+      headers: EditHeaders,
+      body: { content: { "application/json": { schema: EditJobSchema } }, required: true },
+    },
+    responses: {
+      200: json(JobSchema, "The edited job, one version up"),
+      ...errors(400, 401, 404, 409, 412, 413, 415, 428, 503),
+    },
+  });
+  const router = newRouter();
+
+  router.openapi(createJobRoute, async (c) => {
+    const request = c.req.valid("json");
+    const headerKey = c.req.valid("header")["Idempotency-Key"];
+    const { idempotencyKey: bodyKey, ...definition } = request;
+    if (headerKey !== undefined && bodyKey !== undefined && headerKey !== bodyKey) {
+      throw new ValidationError([
+        {
+          field: "idempotencyKey",
+          message: "differs from the Idempotency-Key header; send one or make them equal",
+        },
+      ]);
+    }
+    const key = headerKey ?? bodyKey;
+    const newJob = newJobFrom(request, tenantOf(c), engine.clock(), engine.settings);
+    const { job, created } = await createJob(
+      engine,
+      newJob,
+      key === undefined ? {} : { idempotency: { key, requestHash: requestHash(definition) } },
+    );
+    c.header("Location", `/jobs/${job.jobId}`);
+    setJobHeaders(c, job);
+    return created ? c.json(jobDto(job), 201) : c.json(jobDto(job), 200);
+  });
+
+  router.openapi(listJobs, async (c) => {
+    const query = c.req.valid("query");
+    const page = await jobsPage(engine, tenantOf(c), {
+      ...(query.status ? { status: query.status.toUpperCase() as JobStatus } : {}),
+      limit: query.limit ?? LIMITS.pageSize.default,
+      ...(query.cursor ? { cursor: query.cursor } : {}),
+    });
+    return c.json({ items: page.items.map(jobDto), nextCursor: page.nextCursor }, 200);
+  });
+
+  router.openapi(getJob, async (c) => {
+    const job = await jobOf(engine, c, c.req.valid("param").id);
+    setJobHeaders(c, job);
+    return c.json(jobDto(job), 200);
+  });
+
+  router.openapi(editJobRoute, async (c) => {
+    const { id } = c.req.valid("param");
+    const job = await jobOf(engine, c, id);
+    const expected = parseIfMatch(c.req.valid("header")["If-Match"]);
+    const changes = jobChangesFrom(c.req.valid("json"), job, engine.clock(), engine.settings);
+    const edited = await editJob(engine, tenantOf(c), id, expected, changes);
+    setJobHeaders(c, edited);
+    return c.json(jobDto(edited), 200);
+  });
+
+  for (const [route, change] of lifecycle) {
+    router.openapi(route, async (c) => {
+      const { id } = c.req.valid("param");
+      await jobOf(engine, c, id);
+      const job = await change(engine, tenantOf(c), id);
+      setJobHeaders(c, job);
+      return c.json(jobDto(job), 200);
+    });
+  }
+
+  router.openapi(triggerJobRoute, async (c) => {
+    const { id } = c.req.valid("param");
+    await jobOf(engine, c, id);
+    const run = await triggerJob(engine, tenantOf(c), id);
+    c.header("Location", `/jobs/${run.jobId}/runs/${run.runId}`);
+    return c.json(runDto(run), 202);
+  });
+
+  return router;
+}

@@ -1,0 +1,55 @@
+import { createRoute } from "@hono/zod-openapi";
+import { displayZoneOf, previewOf } from "./preview.js";
+import { parseScheduleInput } from "./requests.js";
+import { errors, jobOf, json, newRouter, type RouterDeps, secured } from "./router.js";
+import { LIMITS } from "./schemas/common.js";
+import { JobIdParams } from "./schemas/jobs.js";
+import { PreviewQuery, PreviewRequestSchema, PreviewSchema } from "./schemas/previews.js";
+
+const previewJob = createRoute({
+  method: "get",
+  path: "/jobs/{id}/preview",
+  operationId: "previewJob",
+  tags: ["schedules"],
+  summary: "The job's next occurrences",
+  security: secured,
+  request: { params: JobIdParams, query: PreviewQuery },
+  responses: { 200: json(PreviewSchema, "The next occurrences"), ...errors(400, 401, 404) },
+});
+
+/** A schedule's next occurrences: a stored job's, or one given to check before trusting it. */
+export function previewsRouter({ engine, body }: RouterDeps) {
+  const previewSchedule = createRoute({
+    method: "post",
+    path: "/schedules/preview",
+    operationId: "previewSchedule",
+    tags: ["schedules"],
+    summary: "Check a schedule before trusting it: its next occurrences, or what is wrong",
+    security: secured,
+    middleware: [body] as const,
+    request: {
+      body: { content: { "application/json": { schema: PreviewRequestSchema } }, required: true },
+    },
+    responses: {
+      200: json(PreviewSchema, "The next occurrences"),
+      ...errors(400, 401, 413, 415),
+    },
+  });
+  const router = newRouter();
+
+  router.openapi(previewJob, async (c) => {
+    const job = await jobOf(engine, c, c.req.valid("param").id);
+    const count = c.req.valid("query").count ?? LIMITS.previewCount.default;
+    return c.json(previewOf(job.schedule, displayZoneOf(job.schedule), engine.clock(), count), 200);
+  });
+
+  router.openapi(previewSchedule, (c) => {
+    const request = c.req.valid("json");
+    const now = engine.clock();
+    const schedule = parseScheduleInput(request.schedule, engine.settings, now);
+    const count = request.count ?? LIMITS.previewCount.default;
+    return c.json(previewOf(schedule, displayZoneOf(request.schedule), now, count), 200);
+  });
+
+  return router;
+}

@@ -1,0 +1,74 @@
+import { OpenAPIHono, type z } from "@hono/zod-openapi";
+import type { Context, MiddlewareHandler } from "hono";
+import type { Engine } from "../engine.js";
+import { getTenantJob } from "../jobs/queries.js";
+import { JOB_ID_PATTERN } from "../keys.js";
+import type { Job } from "../model.js";
+import { etagOf, notFound } from "./errors.js";
+import { ErrorSchema } from "./schemas/errors.js";
+
+/**
+ * What every resource's router shares: the request context, the dependencies
+ * the app hands each router, and the pieces its route declarations are built
+ * from. The app (./app.ts) mounts the routers and owns authentication, the
+ * error answers and the OpenAPI document; a router only translates requests of
+ * its resource into calls on shared/jobs and shared/webhooks.
+ */
+export interface ApiEnv {
+  Variables: { tenantId: string };
+}
+
+export interface RouterDeps {
+  /** Clients, tables, queues, settings and the clock every request uses. */
+  readonly engine: Engine;
+  /** The accepted job `type`s, deduplicated. */
+  readonly jobTypes: readonly [string, ...string[]];
+  /** Reads a JSON body within the size limit before the route's schema sees it (./body.ts). */
+  readonly body: MiddlewareHandler;
+}
+
+/**
+ * A router of one resource. Its schema failures are answered by the app's
+ * default hook, its errors by the app's error handler, once it is mounted.
+ */
+export const newRouter = () => new OpenAPIHono<ApiEnv>();
+
+export const tenantOf = (c: Context<ApiEnv>) => c.get("tenantId");
+
+/** The caller's job `id`, or 404: another tenant's job is not found either. */
+export function jobOf(engine: Engine, c: Context<ApiEnv>, id: string): Promise<Job> {
+  // An id no job can have must not reach a storage key.
+  if (!JOB_ID_PATTERN.test(id)) throw notFound(`job ${id.slice(0, 64)} not found`);
+  return getTenantJob(engine, tenantOf(c), id);
+}
+
+export function setJobHeaders(c: Context<ApiEnv>, job: Job): void {
+  c.header("ETag", etagOf(job.version));
+}
+
+export const json = <T extends z.ZodType>(schema: T, description: string) => ({
+  content: { "application/json": { schema } },
+  description,
+});
+
+const ERROR_DESCRIPTIONS = {
+  400: "Invalid input: `field` names it, `issues` lists every problem",
+  401: "Missing or unknown credentials",
+  404: "No such job or run for this tenant",
+  409: "Not allowed in the job's current status, or an idempotency or replay conflict",
+  412: "If-Match is not the job's current version",
+  413: "The body or its payload is over the size limit",
+  415: "The body is not application/json",
+  428: "If-Match is missing",
+  503: "Contention on the job; retry after Retry-After seconds",
+} as const;
+type ErrorStatus = keyof typeof ERROR_DESCRIPTIONS;
+
+/** The documented error responses of a route, each in the one error shape. */
+export function errors<S extends ErrorStatus>(...statuses: S[]) {
+  const out = {} as Record<S, ReturnType<typeof json<typeof ErrorSchema>>>;
+  for (const status of statuses) out[status] = json(ErrorSchema, ERROR_DESCRIPTIONS[status]);
+  return out;
+}
+
+export const secured: Record<string, string[]>[] = [{ bearerAuth: [] }, { sigv4: [] }];

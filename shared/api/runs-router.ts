@@ -1,0 +1,56 @@
+import { createRoute } from "@hono/zod-openapi";
+import { getTenantRun } from "../jobs/queries.js";
+import { runDto } from "./dto.js";
+import { notFound } from "./errors.js";
+import { runsPage } from "./pages.js";
+import { errors, jobOf, json, newRouter, type RouterDeps, secured, tenantOf } from "./router.js";
+import { LIMITS, PageQuery } from "./schemas/common.js";
+import { JobIdParams } from "./schemas/jobs.js";
+import { RunPageSchema, RunParams, RunSchema } from "./schemas/runs.js";
+
+const listRuns = createRoute({
+  method: "get",
+  path: "/jobs/{id}/runs",
+  operationId: "listRuns",
+  tags: ["runs"],
+  summary: "A job's runs, newest occurrence first",
+  security: secured,
+  request: { params: JobIdParams, query: PageQuery },
+  responses: { 200: json(RunPageSchema, "One page"), ...errors(400, 401, 404) },
+});
+
+const getRun = createRoute({
+  method: "get",
+  path: "/jobs/{id}/runs/{runId}",
+  operationId: "getRun",
+  tags: ["runs"],
+  summary: "One run: did it run, when, where, and why not",
+  security: secured,
+  request: { params: RunParams },
+  responses: { 200: json(RunSchema, "The run"), ...errors(401, 404) },
+});
+
+/** A job's runs: the list, and one run. */
+export function runsRouter({ engine }: RouterDeps) {
+  const router = newRouter();
+
+  router.openapi(listRuns, async (c) => {
+    const { id } = c.req.valid("param");
+    const query = c.req.valid("query");
+    await jobOf(engine, c, id);
+    const page = await runsPage(engine, id, {
+      limit: query.limit ?? LIMITS.pageSize.default,
+      ...(query.cursor ? { cursor: query.cursor } : {}),
+    });
+    return c.json({ items: page.items.map(runDto), nextCursor: page.nextCursor }, 200);
+  });
+
+  router.openapi(getRun, async (c) => {
+    const { id, runId } = c.req.valid("param");
+    const run = await getTenantRun(engine, tenantOf(c), runId);
+    if (run.jobId !== id) throw notFound(`run ${runId.slice(0, 100)} not found`);
+    return c.json(runDto(run), 200);
+  });
+
+  return router;
+}

@@ -1,0 +1,59 @@
+/**
+ * What the API's schemas share: the limits on input, the status and priority
+ * values, instants and paging. Each resource's request and response shapes are
+ * declared once in its own module beside this one; the routes validate with
+ * them and the OpenAPI document is generated from them. Checks that need the
+ * clock or the settings (schedule semantics, payload size, cross-field rules)
+ * live in ../requests.ts.
+ */
+import { z } from "@hono/zod-openapi";
+
+export const LIMITS = {
+  nameChars: 200,
+  idempotencyKeyChars: 200,
+  timeoutSeconds: { min: 1, max: 900, default: 300 },
+  maxAttempts: 100,
+  /** A week: a longer backoff is a schedule, not a retry. */
+  retryDelaySeconds: 7 * 86_400,
+  pageSize: { default: 20, max: 100 },
+  previewCount: { default: 5, max: 100 },
+  targetHeaders: 50,
+  headerValueChars: 4096,
+  urlChars: 2048,
+  cursorChars: 2048,
+  instantChars: 64,
+  cronChars: 256,
+  zoneChars: 64,
+} as const;
+
+export const JOB_STATUSES = ["active", "paused", "cancelled", "completed"] as const;
+export const RUN_STATUSES = [
+  "queued",
+  "running",
+  "succeeded",
+  "failed",
+  "dead",
+  "skipped",
+  "cancelled",
+] as const;
+export const PRIORITY_VALUES = ["high", "normal", "low"] as const;
+
+export const Priority = z.enum(PRIORITY_VALUES);
+
+export const instant = (description: string, example: string) =>
+  z.string().max(LIMITS.instantChars).openapi({ description, example, format: "date-time" });
+
+export const pageLimit = z.coerce
+  .number()
+  .int()
+  .min(1)
+  .max(LIMITS.pageSize.max)
+  .optional()
+  .openapi({ description: "Page size; default 20." });
+export const cursor = z
+  .string()
+  .max(LIMITS.cursorChars)
+  .optional()
+  .openapi({ description: "The nextCursor of the previous page." });
+
+export const PageQuery = z.strictObject({ limit: pageLimit, cursor });

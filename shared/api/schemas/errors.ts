@@ -1,0 +1,54 @@
+/** The one error shape every failed request is answered with. */
+import { z } from "@hono/zod-openapi";
+import { JOB_STATUSES } from "./common.js";
+
+/** Every `error.code` the API answers with; ../errors.ts decides which error gets which. */
+export const ERROR_CODES = [
+  "validation_failed",
+  "malformed_json",
+  "unauthorized",
+  "not_found",
+  "method_not_allowed",
+  "conflict",
+  "illegal_transition",
+  "idempotency_conflict",
+  "not_replayable",
+  "version_mismatch",
+  "precondition_required",
+  "payload_too_large",
+  "unsupported_media_type",
+  "busy",
+  "internal",
+] as const;
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+export const FieldIssueSchema = z.strictObject({ field: z.string(), message: z.string() });
+
+export const ErrorSchema = z
+  .strictObject({
+    error: z.strictObject({
+      code: z.enum(ERROR_CODES),
+      message: z.string(),
+      field: z
+        .string()
+        .optional()
+        .openapi({ description: "The offending input, e.g. schedule.cron." }),
+      currentStatus: z
+        .enum(JOB_STATUSES)
+        .optional()
+        .openapi({ description: "With illegal_transition: the job's status now." }),
+      issues: z
+        .array(FieldIssueSchema)
+        .optional()
+        .openapi({ description: "Every validation issue." }),
+    }),
+  })
+  .openapi("Error", {
+    example: {
+      error: {
+        code: "validation_failed",
+        message: "schedule.cron: expected 5 or 6 fields",
+        field: "schedule.cron",
+      },
+    },
+  });

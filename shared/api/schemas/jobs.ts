@@ -1,0 +1,222 @@
+/** A job as created, edited and returned, and the parameters and headers of the job routes. */
+import { z } from "@hono/zod-openapi";
+import { MAX_CONCURRENT_LIMIT, MISFIRE_POLICIES, OVERLAP_POLICIES } from "../../policies.js";
+import { cursor, JOB_STATUSES, LIMITS, Priority, pageLimit, RUN_STATUSES } from "./common.js";
+import { ScheduleSchema } from "./schedule.js";
+import { TargetSchema } from "./target.js";
+
+export const IN_FLIGHT_VALUES = ["skip", "complete"] as const;
+
+const [misfire0, ...misfireRest] = MISFIRE_POLICIES;
+const [overlap0, ...overlapRest] = OVERLAP_POLICIES;
+if (misfire0 === undefined || overlap0 === undefined) throw new Error("policy lists are empty");
+const MisfirePolicy = z.enum([misfire0, ...misfireRest]).openapi({
+  description:
+    "What to do with occurrences missed by more than the grace (60 s): skip them, run the latest once (default), or run them all (up to 1,000).",
+});
+const OverlapPolicy = z.enum([overlap0, ...overlapRest]).openapi({
+  description:
+    "What to do when a run is due while another run of the job is still running: skip it (default), run it right after (buffer_one), or allow up to maxConcurrent at once.",
+});
+
+export const RetryInputSchema = z
+  .strictObject({
+    maxAttempts: z
+      .number()
+      .int()
+      .min(1)
+      .max(LIMITS.maxAttempts)
+      .optional()
+      .openapi({ description: "Attempts in all, the first included; default 5." }),
+    initialDelaySeconds: z
+      .number()
+      .int()
+      .min(0)
+      .max(LIMITS.retryDelaySeconds)
+      .optional()
+      .openapi({ description: "Backoff ceiling after the first failure, doubling; default 30." }),
+    maxDelaySeconds: z
+      .number()
+      .int()
+      .min(0)
+      .max(LIMITS.retryDelaySeconds)
+      .optional()
+      .openapi({ description: "Largest backoff; default 3600. Must be ≥ initialDelaySeconds." }),
+  })
+  .openapi("RetryInput", { description: "Exponential backoff with full jitter." });
+
+const maxConcurrent = z
+  .number()
+  .int()
+  .min(1)
+  .max(MAX_CONCURRENT_LIMIT)
+  .openapi({ description: 'Runs at once; only with overlapPolicy "allow". Default 1.' });
+
+const timeoutSeconds = z
+  .number()
+  .int()
+  .min(LIMITS.timeoutSeconds.min)
+  .max(LIMITS.timeoutSeconds.max)
+  .openapi({
+    description:
+      "A run is aborted after this long; default 300. At most 900, and at most what the deployment's workers can finish: their Lambda timeout less 15 s (885 with the default 900 s), else 400.",
+  });
+
+export const IdempotencyKeySchema = z
+  .string()
+  .min(1)
+  .max(LIMITS.idempotencyKeyChars)
+  .regex(/^[\x21-\x7E]+$/, "must be visible ASCII characters")
+  .openapi({ example: "report-2030-01-15" });
+
+const payload = z.unknown().openapi({
+  description:
+    "Any JSON, at most 64 KiB serialized; handed to the handler (or POSTed by http jobs).",
+  example: { report: "daily" },
+});
+
+/** The create body; `type` is an enum of the deployment's job types, so the document lists them. */
+export function createJobSchema(jobTypes: readonly [string, ...string[]]) {
+  return z
+    .strictObject({
+      name: z
+        .string()
+        .max(LIMITS.nameChars)
+        .optional()
+        .openapi({ description: "Default: the type." }),
+      type: z.enum(jobTypes).openapi({ description: "A built-in or registered job type." }),
+      schedule: ScheduleSchema,
+      payload: payload.optional(),
+      target: TargetSchema.optional().openapi({ description: "Required for, and only for, http." }),
+      retry: RetryInputSchema.optional(),
+      misfirePolicy: MisfirePolicy.optional(),
+      overlapPolicy: OverlapPolicy.optional(),
+      maxConcurrent: maxConcurrent.optional(),
+      priority: Priority.optional().openapi({ description: "Default normal." }),
+      timeoutSeconds: timeoutSeconds.optional(),
+      idempotencyKey: IdempotencyKeySchema.optional().openapi({
+        description:
+          "Or the Idempotency-Key header: the same key with the same body returns the first job (200); with another body, 409.",
+      }),
+    })
+    .openapi("CreateJobRequest", {
+      example: {
+        name: "weekday report",
+        type: jobTypes.includes("noop") ? "noop" : jobTypes[0],
+        schedule: { cron: "0 9 * * 1-5", timezone: "Europe/Berlin" },
+        payload: { report: "daily" },
+        retry: { maxAttempts: 3 },
+      },
+    });
+}
+export type CreateJobBody = z.infer<ReturnType<typeof createJobSchema>>;
+
+export const EditJobSchema = z
+  .strictObject({
+    name: z.string().max(LIMITS.nameChars).optional(),
+    schedule: ScheduleSchema.optional(),
+    payload: payload.optional(),
+    target: TargetSchema.optional(),
+    retry: RetryInputSchema.optional().openapi({
+      description: "Merged into the current retry policy.",
+    }),
+    misfirePolicy: MisfirePolicy.optional(),
+    overlapPolicy: OverlapPolicy.optional(),
+    maxConcurrent: maxConcurrent.optional(),
+    priority: Priority.optional(),
+    timeoutSeconds: timeoutSeconds.optional(),
+    inFlight: z.enum(IN_FLIGHT_VALUES).optional().openapi({
+      description:
+        'When the edit changes the schedule, queued first attempts of occurrences the new schedule does not have: "skip" them when they start (default) or let them "complete". Every other queued run (the schedule keeps its occurrence, a retry, a replay, a trigger) runs the edited definition. Kept on the job.',
+    }),
+  })
+  .openapi("EditJobRequest", {
+    example: {
+      schedule: { cron: "30 9 * * 1-5", timezone: "Europe/Berlin" },
+      inFlight: "complete",
+    },
+  });
+export type EditJobBody = z.infer<typeof EditJobSchema>;
+
+// ---------------------------------------------------------------- parameters
+
+export const JobIdParams = z.object({
+  id: z.string().openapi({
+    param: { name: "id", in: "path" },
+    example: "01J9Z3V6K8N4QX2M7R5T0W1Y3B",
+  }),
+});
+export const ListJobsQuery = z.strictObject({
+  status: z.enum(JOB_STATUSES).optional(),
+  limit: pageLimit,
+  cursor,
+});
+
+export const CreateHeaders = z.object({
+  "Idempotency-Key": IdempotencyKeySchema.optional(),
+});
+export const EditHeaders = z.object({
+  "If-Match": z.string().optional().openapi({
+    description:
+      'The version the edit is based on, as returned in ETag (e.g. "3"). Required: 428 without it, 412 when stale.',
+    example: '"1"',
+  }),
+});
+
+// ---------------------------------------------------------------- responses
+
+export const RetryPolicySchema = z
+  .strictObject({
+    maxAttempts: z.number().int(),
+    initialDelaySeconds: z.number(),
+    maxDelaySeconds: z.number(),
+  })
+  .openapi("RetryPolicy");
+
+export const PoliciesSchema = z
+  .strictObject({
+    retry: RetryPolicySchema,
+    misfirePolicy: MisfirePolicy,
+    overlapPolicy: OverlapPolicy,
+    maxConcurrent: z.number().int(),
+    inFlight: z.enum(IN_FLIGHT_VALUES),
+  })
+  .openapi("Policies");
+
+export const RunSummarySchema = z
+  .strictObject({
+    runId: z.string(),
+    status: z.enum(RUN_STATUSES),
+    scheduledFor: z.string(),
+    attempt: z.number().int(),
+    finishedAt: z.string(),
+  })
+  .openapi("RunSummary", { description: "The newest run that finished." });
+
+export const JobSchema = z
+  .strictObject({
+    id: z.string(),
+    name: z.string(),
+    type: z.string(),
+    status: z.enum(JOB_STATUSES),
+    schedule: ScheduleSchema,
+    payload: z.unknown(),
+    target: TargetSchema.nullable(),
+    priority: Priority,
+    timeoutSeconds: z.number().int(),
+    nextRunAt: z.string().nullable().openapi({ description: "The pending occurrence, if any." }),
+    version: z.number().int().openapi({ description: "Send it back as If-Match to edit." }),
+    policies: PoliciesSchema,
+    createdAt: z.string(),
+    updatedAt: z.string(),
+    lastRun: RunSummarySchema.nullable(),
+  })
+  .openapi("Job");
+export type JobDto = z.infer<typeof JobSchema>;
+
+export const JobPageSchema = z
+  .strictObject({ items: z.array(JobSchema), nextCursor: z.string().nullable() })
+  .openapi("JobPage", {
+    description:
+      "A page may hold fewer items than the limit; the list ends when nextCursor is null.",
+  });

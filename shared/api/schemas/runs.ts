@@ -1,0 +1,61 @@
+/** A run as returned, and the parameters that name one (under its job, or as a dead letter). */
+import { z } from "@hono/zod-openapi";
+import { Priority, RUN_STATUSES } from "./common.js";
+
+export const RunParams = z.object({
+  id: z
+    .string()
+    .openapi({ param: { name: "id", in: "path" }, example: "01J9Z3V6K8N4QX2M7R5T0W1Y3B" }),
+  runId: z.string().openapi({
+    param: { name: "runId", in: "path" },
+    example: "01J9Z3V6K8N4QX2M7R5T0W1Y3B-20300115T080000000-1",
+  }),
+});
+export const DeadLetterParams = z.object({
+  runId: z.string().openapi({
+    param: { name: "runId", in: "path" },
+    example: "01J9Z3V6K8N4QX2M7R5T0W1Y3B-20300115T080000000-1",
+  }),
+});
+
+export const RunSchema = z
+  .strictObject({
+    runId: z.string(),
+    jobId: z.string(),
+    scheduledFor: z
+      .string()
+      .openapi({ description: "The occurrence; with jobId, its idempotency key." }),
+    dueAt: z.string().openapi({ description: "When it should start (a retry's backoff time)." }),
+    attempt: z.number().int(),
+    status: z.enum(RUN_STATUSES),
+    priority: Priority,
+    enqueuedAt: z.string().nullable(),
+    startedAt: z.string().nullable(),
+    finishedAt: z.string().nullable(),
+    durationMs: z.number().nullable(),
+    error: z.string().nullable(),
+    reason: z
+      .string()
+      .nullable()
+      .openapi({ description: "Why it was skipped, cancelled or dead." }),
+    workerId: z.string().nullable(),
+    fence: z.number().int(),
+    jobVersion: z
+      .number()
+      .int()
+      .openapi({ description: "The job's version when the run was queued." }),
+    executedVersion: z.number().int().nullable().openapi({
+      description:
+        "The job's version whose definition (payload, target) the run executed, read when it started; null until it has run.",
+    }),
+    replayedBy: z
+      .string()
+      .nullable()
+      .openapi({ description: "For a replayed dead run: the new run." }),
+  })
+  .openapi("Run");
+export type RunDto = z.infer<typeof RunSchema>;
+
+export const RunPageSchema = z
+  .strictObject({ items: z.array(RunSchema), nextCursor: z.string().nullable() })
+  .openapi("RunPage");

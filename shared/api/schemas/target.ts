@@ -1,0 +1,77 @@
+/** Where an http job delivers: the URL, the receiver's headers and the per-delivery timeout. */
+import { z } from "@hono/zod-openapi";
+import { LIMITS } from "./common.js";
+
+const HEADER_NAME = /^[A-Za-z0-9][A-Za-z0-9-]*$/;
+// Visible ASCII, spaces and tabs: anything else would make the worker's request fail at run time.
+const HEADER_VALUE = /^[\x20-\x7E\t]*$/;
+
+export const TargetSchema = z
+  .strictObject({
+    url: z
+      .string()
+      .max(LIMITS.urlChars)
+      .refine(isHttpUrl, { message: "must be an absolute http:// or https:// URL" })
+      .openapi({ example: "https://example.com/hooks/report", format: "uri" }),
+    headers: z
+      .record(
+        z.string().max(256).regex(HEADER_NAME, "must be letters, digits and hyphens"),
+        z.string().max(LIMITS.headerValueChars).regex(HEADER_VALUE, "must be printable ASCII"),
+      )
+      .superRefine(checkHeaderNames)
+      .optional()
+      .openapi({
+        description:
+          "Sent with every delivery. The scheduler sets Content-Type, Idempotency-Key, webhook-* and X-Scheduler-* itself.",
+        example: { Authorization: "Bearer receiver-token" },
+      }),
+    timeoutSeconds: z
+      .number()
+      .int()
+      .min(1)
+      .max(LIMITS.timeoutSeconds.max)
+      .optional()
+      .openapi({ description: "Per-delivery timeout; default 30." }),
+  })
+  .openapi("HttpTarget", { description: "Where an http job POSTs its payload." });
+
+const RESERVED_HEADERS = new Set([
+  "content-type",
+  "content-length",
+  "host",
+  "connection",
+  "transfer-encoding",
+  "idempotency-key",
+]);
+
+/** Names fetch would merge or that the worker sets itself would reach the receiver garbled. */
+function checkHeaderNames(headers: Record<string, string>, ctx: z.RefinementCtx): void {
+  const names = Object.keys(headers);
+  if (names.length > LIMITS.targetHeaders) {
+    ctx.addIssue({ code: "custom", message: `at most ${LIMITS.targetHeaders} headers` });
+  }
+  const seen = new Set<string>();
+  for (const name of names) {
+    const lower = name.toLowerCase();
+    if (
+      RESERVED_HEADERS.has(lower) ||
+      lower.startsWith("x-scheduler-") ||
+      lower.startsWith("webhook-")
+    ) {
+      ctx.addIssue({ code: "custom", path: [name], message: "is set by the scheduler itself" });
+    } else if (seen.has(lower)) {
+      ctx.addIssue({
+        code: "custom",
+        path: [name],
+        message: "is given twice (names are case-insensitive)",
+      });
+    }
+    seen.add(lower);
+  }
+}
+
+function isHttpUrl(value: string): boolean {
+  if (!URL.canParse(value)) return false;
+  const url = new URL(value);
+  return (url.protocol === "http:" || url.protocol === "https:") && url.hostname !== "";
+}

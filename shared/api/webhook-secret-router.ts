@@ -1,0 +1,57 @@
+import { createRoute } from "@hono/zod-openapi";
+import { ConcurrentUpdateError } from "../errors.js";
+import { rotateWebhookSecret, tenantWebhookSecrets } from "../webhooks/secrets.js";
+import { ApiError } from "./errors.js";
+import { errors, json, newRouter, type RouterDeps, secured, tenantOf } from "./router.js";
+import { WebhookSecretSchema } from "./schemas/webhook-secret.js";
+
+const getWebhookSecret = createRoute({
+  method: "get",
+  path: "/webhook-secret",
+  operationId: "getWebhookSecret",
+  tags: ["webhooks"],
+  summary: "The secret the caller's webhook deliveries are signed with (made on first use)",
+  security: secured,
+  responses: {
+    200: json(WebhookSecretSchema, "The current secret; not cached (Cache-Control: no-store)"),
+    ...errors(401),
+  },
+});
+
+const rotateWebhookSecretRoute = createRoute({
+  method: "post",
+  path: "/webhook-secret/rotate",
+  operationId: "rotateWebhookSecret",
+  tags: ["webhooks"],
+  summary:
+    "A new secret; for 24 hours deliveries carry signatures of both the new and the replaced one",
+  security: secured,
+  responses: {
+    200: json(WebhookSecretSchema, "The new secret; not cached (Cache-Control: no-store)"),
+    ...errors(401, 503),
+  },
+});
+
+/** The caller's webhook signing secret: read it, rotate it. */
+export function webhookSecretRouter({ engine }: RouterDeps) {
+  const router = newRouter();
+
+  router.openapi(getWebhookSecret, async (c) => {
+    const secrets = await tenantWebhookSecrets(engine, tenantOf(c));
+    c.header("Cache-Control", "no-store");
+    return c.json({ secret: secrets.current }, 200);
+  });
+
+  router.openapi(rotateWebhookSecretRoute, async (c) => {
+    const secrets = await rotateWebhookSecret(engine, tenantOf(c)).catch((error: unknown) => {
+      if (!(error instanceof ConcurrentUpdateError)) throw error;
+      throw new ApiError(503, "busy", "the webhook secret is being rotated by another request", {
+        headers: { "Retry-After": "1" },
+      });
+    });
+    c.header("Cache-Control", "no-store");
+    return c.json({ secret: secrets.current }, 200);
+  });
+
+  return router;
+}
