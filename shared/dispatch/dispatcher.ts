@@ -1,16 +1,19 @@
-import { QueryCommand, ScanCommand } from "@aws-sdk/lib-dynamodb";
 import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
-import { ConcurrentUpdateError, FenceLostError } from "../errors.js";
-import { bucketKeyForMinute, bucketsBetween, minuteOf } from "../keys.js";
-import type { DueEntry, Run } from "../model.js";
+import { FenceLostError } from "../errors.js";
+import { bucketsBetween, minuteOf } from "../keys.js";
+import type { DueEntry } from "../model.js";
 import { METRICS } from "../observability.js";
-import { sendRuns } from "../queue/work-queue.js";
-import { isTransientFailure } from "../storage/dynamo-errors.js";
-import { decodeDueEntry, runMessageOf } from "../storage/items.js";
-import { type ClaimResult, claimDueEntry } from "./claim.js";
-import { acquireShardLease, endPass, releaseShardLease, type ShardLease } from "./lease.js";
-import { setEntryAside } from "./set-aside.js";
+import { dueBucketPages, scanDueEntriesBefore } from "../storage/due-entries.js";
+import {
+  acquireShardLease,
+  endPass,
+  releaseShardLease,
+  type ShardLease,
+} from "../storage/lease.js";
+import { type ChainOptions, claimChain, emptySweepStats, type SweepStats } from "./claim-chain.js";
+import { isolateFailure } from "./failed-claims.js";
+import { RunSender } from "./run-sender.js";
 
 const MINUTE_MS = 60_000;
 /**
@@ -28,19 +31,6 @@ export const MAX_BACKLOG_BUCKETS_PER_PASS = 2_880;
 /** Backlog buckets read between checks of the pass's time budget, 8 at a time. */
 const BACKLOG_CHUNK = 64;
 const BACKLOG_CONCURRENCY = 8;
-
-export interface SweepStats {
-  entries: number;
-  runs: number;
-  skipped: number;
-  lost: number;
-  stale: number;
-  sendFailures: number;
-  /** Entries no claim could process, moved to the shard's set-aside list. */
-  setAside: number;
-  /** Entries that failed for a transient reason and stay in their bucket for the next pass. */
-  failed: number;
-}
 
 export type PassResult =
   | ({
@@ -237,13 +227,9 @@ async function sweepPass(
   };
 }
 
-export interface SweepOptions {
+export interface SweepOptions extends ChainOptions {
   readonly from: Date;
   readonly to: Date;
-  readonly now: Date;
-  readonly horizonEnd: Date;
-  /** Without a lease the sweep still claims exclusively (the due entry's delete decides), just unfenced. */
-  readonly lease?: { readonly shard: number; readonly fence: number };
   readonly concurrency?: number | undefined;
 }
 
@@ -257,17 +243,6 @@ export async function sweepShard(
   await sweepBuckets(engine, shard, bucketsBetween(options.from, options.to), options, stats);
   return stats;
 }
-
-export const emptySweepStats = (): SweepStats => ({
-  entries: 0,
-  runs: 0,
-  skipped: 0,
-  lost: 0,
-  stale: 0,
-  sendFailures: 0,
-  setAside: 0,
-  failed: 0,
-});
 
 /**
  * Claims every due entry of the given minute buckets and enqueues the runs.
@@ -286,31 +261,7 @@ async function sweepBuckets(
   options: Pick<SweepOptions, "now" | "horizonEnd" | "lease" | "concurrency">,
   stats: SweepStats,
 ): Promise<string | null> {
-  return claimPages(engine, shard, bucketPages(engine, shard, minutes), options, stats);
-}
-
-async function* bucketPages(
-  engine: Engine,
-  shard: number,
-  minutes: readonly string[],
-): AsyncGenerator<DueEntry[]> {
-  for (const minute of minutes) {
-    const pk = bucketKeyForMinute(minute, shard);
-    let startKey: Record<string, unknown> | undefined;
-    do {
-      const page = await engine.doc.send(
-        new QueryCommand({
-          TableName: engine.tables.jobs,
-          KeyConditionExpression: "pk = :pk",
-          ExpressionAttributeValues: { ":pk": pk },
-          ConsistentRead: true,
-          ExclusiveStartKey: startKey,
-        }),
-      );
-      yield (page.Items ?? []).map(decodeDueEntry);
-      startKey = page.LastEvaluatedKey;
-    } while (startKey);
-  }
+  return claimPages(engine, shard, dueBucketPages(engine, shard, minutes), options, stats);
 }
 
 /**
@@ -332,24 +283,13 @@ async function sweepUnpositionedBacklog(
   stats: SweepStats,
 ): Promise<{ complete: boolean; leftFrom: string | null }> {
   const scan = { complete: false };
-  const ownShard = `#${shard}`;
   async function* pages(): AsyncGenerator<DueEntry[]> {
     let startKey: Record<string, unknown> | undefined;
     do {
       if (engine.clock().getTime() >= deadlineMs) return;
-      const page = await engine.doc.send(
-        new ScanCommand({
-          TableName: engine.tables.jobs,
-          FilterExpression: "begins_with(pk, :due) AND pk < :before",
-          ExpressionAttributeValues: { ":due": "DUE#", ":before": `DUE#${beforeMinute}` },
-          ConsistentRead: true,
-          ExclusiveStartKey: startKey,
-        }),
-      );
-      yield (page.Items ?? [])
-        .filter((item) => String(item.pk).endsWith(ownShard))
-        .map(decodeDueEntry);
-      startKey = page.LastEvaluatedKey;
+      const page = await scanDueEntriesBefore(engine, shard, beforeMinute, startKey);
+      yield page.entries;
+      startKey = page.nextKey;
     } while (startKey);
     scan.complete = true;
   }
@@ -392,54 +332,6 @@ async function claimPages(
   return leftFrom;
 }
 
-/**
- * What becomes of a due entry whose claim failed: set aside when the failure
- * would repeat, left for the next pass when it is transient (or when setting
- * it aside failed too), logged and counted either way; nothing, when another
- * claim or a lifecycle change has removed it meanwhile.
- */
-async function isolateFailure(
-  engine: Engine,
-  shard: number,
-  entry: DueEntry,
-  error: unknown,
-  now: Date,
-): Promise<"set-aside" | "gone" | "left"> {
-  if (error instanceof FenceLostError) throw error;
-  const fields = {
-    shard,
-    jobId: entry.jobId,
-    tenantId: entry.tenantId,
-    dueKey: entry.key,
-    error: String(error),
-  };
-  // Contention, and entries that kept changing under the claim, may well pass next time.
-  if (!isTransientFailure(error) && !(error instanceof ConcurrentUpdateError)) {
-    try {
-      const aside = await setEntryAside(engine, shard, entry, error, now);
-      if (aside.outcome === "set-aside") {
-        engine.obs.metrics.add(METRICS.dueEntryFailures, 1, "Count", { handling: "set-aside" });
-        engine.obs.log.error("set aside a due entry that cannot be claimed", fields);
-        return "set-aside";
-      }
-      if (aside.outcome === "gone") {
-        // Claimed by another, or removed by a pause, cancel or edit, since it failed here.
-        engine.obs.log.warn("a due entry that failed its claim is gone already", fields);
-        return "gone";
-      }
-    } catch (asideError) {
-      if (asideError instanceof FenceLostError) throw asideError;
-      engine.obs.log.error("could not set a failed due entry aside", {
-        ...fields,
-        asideError: String(asideError),
-      });
-    }
-  }
-  engine.obs.metrics.add(METRICS.dueEntryFailures, 1, "Count", { handling: "left" });
-  engine.obs.log.error("could not claim a due entry; the next pass tries it again", fields);
-  return "left";
-}
-
 function bucketMinuteOf(entry: DueEntry): string | null {
   // DUE#<yyyy-mm-ddTHH:MM>#<shard>
   const minute = entry.key.pk.split("#")[1];
@@ -451,91 +343,6 @@ function earliest(minutes: readonly (string | null)[]): string | null {
   for (const minute of minutes)
     if (minute !== null && (first === null || minute < first)) first = minute;
   return first;
-}
-
-/**
- * Claims an entry and then, while the job's next entry is inside the horizon,
- * that one too. With `onFailure`, a claim that throws ends the chain there and
- * is handed over (the failed entry is still in its bucket); without, it throws.
- */
-export async function claimChain(
-  engine: Engine,
-  first: DueEntry,
-  options: Pick<SweepOptions, "now" | "horizonEnd" | "lease">,
-  stats: SweepStats,
-  sender: RunSender,
-  onFailure?: (entry: DueEntry, error: unknown) => Promise<void>,
-): Promise<void> {
-  let entry: DueEntry | null = first;
-  while (entry !== null) {
-    stats.entries++;
-    let result: ClaimResult;
-    try {
-      result = await claimDueEntry(engine, entry, {
-        now: options.now,
-        horizonEnd: options.horizonEnd,
-        ...(options.lease ? { lease: options.lease } : {}),
-      });
-    } catch (error) {
-      if (onFailure === undefined || error instanceof FenceLostError) throw error;
-      await onFailure(entry, error);
-      return;
-    }
-    if (result.outcome === "lost") {
-      stats.lost++;
-      return;
-    }
-    if (result.outcome === "stale") {
-      stats.stale++;
-      return;
-    }
-    stats.runs += result.runs.length;
-    stats.skipped += result.skipped;
-    await sender.add(result.runs);
-    const next = result.next;
-    entry = next !== null && new Date(next.dueAt) < options.horizonEnd ? next : null;
-  }
-}
-
-/**
- * Buffers claimed runs and sends them ten to a batch. A failed send is not
- * fatal: the runs are QUEUED in the table and the reaper sends them again.
- */
-export class RunSender {
-  private pending: Run[] = [];
-
-  constructor(
-    private readonly engine: Engine,
-    private readonly stats: Pick<SweepStats, "sendFailures">,
-    private readonly onClaimed?: (runs: readonly Run[]) => void,
-  ) {}
-
-  async add(runs: readonly Run[]): Promise<void> {
-    this.onClaimed?.(runs);
-    this.pending.push(...runs);
-    if (this.pending.length >= 10) await this.flush();
-  }
-
-  async flush(): Promise<void> {
-    if (this.pending.length === 0) return;
-    const batch = this.pending;
-    this.pending = [];
-    try {
-      await sendRuns(
-        this.engine.sqs,
-        this.engine.queues,
-        batch.map((run) => ({ message: runMessageOf(run), dueAt: new Date(run.dueAt) })),
-        // Delays count from the moment of sending: a pass that took seconds must not send them late.
-        this.engine.clock(),
-      );
-    } catch (error) {
-      this.stats.sendFailures += batch.length;
-      this.engine.obs.log.error("could not enqueue claimed runs; the reaper will resend them", {
-        runs: batch.map((r) => r.runId),
-        error: String(error),
-      });
-    }
-  }
 }
 
 async function mapConcurrently<T, R>(

@@ -1,23 +1,9 @@
 import type { Engine } from "../engine.js";
 import type { DueEntry, Run } from "../model.js";
 import { METRICS } from "../observability.js";
-import { claimChain, emptySweepStats, RunSender } from "./dispatcher.js";
-
-/**
- * A dispatcher pass has already swept up to its horizon (now + lookahead, to
- * the end of that minute). An entry written below that line would wait for
- * the two-minute resweep or be missed, so writers claim it themselves. The
- * margin covers a minute of horizon rounding plus clock skew between hosts.
- */
-const SWEPT_MARGIN_MS = 120_000;
-
-export function fastPathHorizonEnd(now: Date, lookaheadMs: number): Date {
-  return new Date(now.getTime() + lookaheadMs + SWEPT_MARGIN_MS);
-}
-
-export function needsFastPath(dueAt: Date, now: Date, lookaheadMs: number): boolean {
-  return dueAt < fastPathHorizonEnd(now, lookaheadMs);
-}
+import { claimChain, emptySweepStats } from "./claim-chain.js";
+import { fastPathHorizonEnd, needsFastPath } from "./fast-path-window.js";
+import { RunSender } from "./run-sender.js";
 
 /**
  * Claims a freshly written due entry at once, and the job's following entries

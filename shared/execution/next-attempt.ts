@@ -1,7 +1,7 @@
-import { dueEntryKey } from "../dispatch/claim.js";
-import { needsFastPath } from "../dispatch/fast-path.js";
+import { needsFastPath } from "../dispatch/fast-path-window.js";
 import type { Engine } from "../engine.js";
 import type { Job, Run } from "../model.js";
+import { dueEntryKey } from "../storage/due-entries.js";
 import { queuedRun } from "../storage/runs.js";
 
 /** The next attempt of a failed run: QUEUED right away when it is due soon, else a due entry. */

@@ -1,5 +1,5 @@
 import { forEachConcurrently } from "../concurrency.js";
-import { fastPathHorizonEnd } from "../dispatch/fast-path.js";
+import { fastPathHorizonEnd } from "../dispatch/fast-path-window.js";
 import type { Engine } from "../engine.js";
 import { IllegalTransitionError } from "../errors.js";
 import { endUnownedRun } from "../execution/run-store.js";

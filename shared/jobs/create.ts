@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import { claimBeforeCreate } from "../dispatch/claim.js";
-import { dispatchAfterCommit, fastPathHorizonEnd, sendClaimed } from "../dispatch/fast-path.js";
+import { dispatchAfterCommit, sendClaimed } from "../dispatch/fast-path.js";
+import { fastPathHorizonEnd } from "../dispatch/fast-path-window.js";
 import type { Engine } from "../engine.js";
 import { IdempotencyConflictError, IdempotencyKeyTakenError } from "../errors.js";
 import { newJobId } from "../keys.js";

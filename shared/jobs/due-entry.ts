@@ -1,6 +1,6 @@
-import { dueEntryKey } from "../dispatch/claim.js";
 import type { Engine } from "../engine.js";
 import type { DueEntry, Job } from "../model.js";
+import { dueEntryKey } from "../storage/due-entries.js";
 
 /** The due entry of the job's first attempt of the occurrence at `at`, filed as of `now`. */
 export function dueEntryFor(engine: Engine, job: Job, at: Date, now: Date): DueEntry {

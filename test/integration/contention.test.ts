@@ -1,10 +1,10 @@
 import { PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { dispatchShard, type PassResult } from "../../shared/dispatch/dispatcher.js";
-import { listSetAsideEntries } from "../../shared/dispatch/set-aside.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
 import { createJob, editJob } from "../../shared/jobs/index.js";
 import { METRICS } from "../../shared/observability.js";
+import { listSetAsideEntries } from "../../shared/storage/set-aside.js";
 
 const MAX_CONTENTION_ATTEMPTS = 8;
 

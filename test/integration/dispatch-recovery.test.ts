@@ -1,17 +1,18 @@
 import { PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { claimDueEntry, dueEntryKey } from "../../shared/dispatch/claim.js";
+import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import {
   dispatchShard,
   MAX_BACKLOG_BUCKETS_PER_PASS,
   type PassResult,
 } from "../../shared/dispatch/dispatcher.js";
 import { sendClaimed } from "../../shared/dispatch/fast-path.js";
-import { listSetAsideEntries } from "../../shared/dispatch/set-aside.js";
 import { createJob, editJob } from "../../shared/jobs/index.js";
 import type { DueEntry } from "../../shared/model.js";
 import { METRICS } from "../../shared/observability.js";
+import { dueEntryKey } from "../../shared/storage/due-entries.js";
 import { encodeDueEntry } from "../../shared/storage/items.js";
+import { listSetAsideEntries } from "../../shared/storage/set-aside.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { withFaults } from "../support/faults.js";
 import { seedJobs } from "../support/seed.js";

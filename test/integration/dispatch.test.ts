@@ -1,11 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { dispatchShard, horizonOf, sweepShard } from "../../shared/dispatch/dispatcher.js";
-import { acquireShardLease, advanceWatermark } from "../../shared/dispatch/lease.js";
 import { FenceLostError } from "../../shared/errors.js";
 import { createJob } from "../../shared/jobs/index.js";
 import type { Job } from "../../shared/model.js";
 import { receiveRuns } from "../../shared/queue/work-queue.js";
+import { acquireShardLease, advanceWatermark } from "../../shared/storage/lease.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { seedJobs } from "../support/seed.js";
 

@@ -1,9 +1,9 @@
 import { BatchWriteCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
-import { dueEntryKey } from "../../shared/dispatch/claim.js";
 import { minuteOf } from "../../shared/keys.js";
 import type { DueEntry, Job } from "../../shared/model.js";
 import type { MisfirePolicy } from "../../shared/policies.js";
 import type { ScheduleSpec } from "../../shared/schedule/index.js";
+import { dueEntryKey } from "../../shared/storage/due-entries.js";
 import { encodeDueEntry, encodeJob, shardLeaseKey } from "../../shared/storage/items.js";
 import { type EngineFixture, testJob } from "./engine-fixture.js";
 

@@ -1,12 +1,8 @@
-import { QueryCommand, TransactWriteCommand } from "@aws-sdk/lib-dynamodb";
+import { QueryCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import type { DueEntry } from "../model.js";
-import {
-  cancelledItem,
-  retryOnContention,
-  transactionCancellationCodes,
-} from "../storage/dynamo-errors.js";
-import { decodeDueEntry, encodeDueEntry, setAsidePk } from "../storage/items.js";
+import { decodeDueEntry, encodeDueEntry, setAsidePk } from "./items.js";
+import { ConditionsFailedError, writeTransaction } from "./transaction.js";
 
 /** Enough of the error to tell what went wrong; a stack or a huge message must not bloat the item. */
 const MAX_ERROR_CHARS = 2_000;
@@ -42,41 +38,42 @@ export async function setEntryAside(
   const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
   const { pk, sk, ...fields } = encodeDueEntry(entry);
   try {
-    await retryOnContention(engine, "set-aside", () =>
-      engine.doc.send(
-        new TransactWriteCommand({
-          TransactItems: [
-            {
-              Delete: {
-                TableName: engine.tables.jobs,
-                Key: entry.key,
-                ConditionExpression: "attribute_exists(pk) AND jobVersion = :jobVersion",
-                ExpressionAttributeValues: { ":jobVersion": entry.jobVersion },
-                ReturnValuesOnConditionCheckFailure: "ALL_OLD",
-              },
+    await writeTransaction(engine, "set-aside", [
+      {
+        name: "dueEntry",
+        write: {
+          Delete: {
+            TableName: engine.tables.jobs,
+            Key: entry.key,
+            // Only the entry as it was read: one claimed, removed or rewritten meanwhile stays as it is.
+            ConditionExpression: "attribute_exists(pk) AND jobVersion = :jobVersion",
+            ExpressionAttributeValues: { ":jobVersion": entry.jobVersion },
+            ReturnValuesOnConditionCheckFailure: "ALL_OLD",
+          },
+        },
+      },
+      {
+        name: "setAside",
+        write: {
+          Put: {
+            TableName: engine.tables.jobs,
+            Item: {
+              ...fields,
+              pk: setAsidePk(shard),
+              sk: `${entry.key.pk}|${entry.key.sk}`,
+              duePk: pk,
+              dueSk: sk,
+              error: text.slice(0, MAX_ERROR_CHARS),
+              setAsideAt: now.toISOString(),
             },
-            {
-              Put: {
-                TableName: engine.tables.jobs,
-                Item: {
-                  ...fields,
-                  pk: setAsidePk(shard),
-                  sk: `${entry.key.pk}|${entry.key.sk}`,
-                  duePk: pk,
-                  dueSk: sk,
-                  error: text.slice(0, MAX_ERROR_CHARS),
-                  setAsideAt: now.toISOString(),
-                },
-              },
-            },
-          ],
-        }),
-      ),
-    );
+          },
+        },
+      },
+    ]);
     return { outcome: "set-aside" };
   } catch (failure) {
-    if (transactionCancellationCodes(failure)?.[0] !== "ConditionalCheckFailed") throw failure;
-    return cancelledItem(failure, 0) ? { outcome: "changed" } : { outcome: "gone" };
+    if (!(failure instanceof ConditionsFailedError) || !failure.has("dueEntry")) throw failure;
+    return failure.item("dueEntry") ? { outcome: "changed" } : { outcome: "gone" };
   }
 }
 

@@ -1,8 +1,8 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { FenceLostError } from "../errors.js";
-import { isConditionalCheckFailed } from "../storage/dynamo-errors.js";
-import { shardLeaseKey } from "../storage/items.js";
+import { isConditionalCheckFailed } from "./dynamo-errors.js";
+import { shardLeaseKey } from "./items.js";
 
 /** A dispatcher's hold on a shard for one pass. */
 export interface ShardLease {

@@ -1,0 +1,81 @@
+import type { Engine } from "../engine.js";
+import { FenceLostError } from "../errors.js";
+import type { DueEntry } from "../model.js";
+import { type ClaimResult, claimDueEntry } from "./claim.js";
+import type { RunSender } from "./run-sender.js";
+
+/** What a sweep (or a fast-path claim) did, counted entry by entry. */
+export interface SweepStats {
+  entries: number;
+  runs: number;
+  skipped: number;
+  lost: number;
+  stale: number;
+  sendFailures: number;
+  /** Entries no claim could process, moved to the shard's set-aside list. */
+  setAside: number;
+  /** Entries that failed for a transient reason and stay in their bucket for the next pass. */
+  failed: number;
+}
+
+export interface ChainOptions {
+  readonly now: Date;
+  readonly horizonEnd: Date;
+  /** Without a lease the claims are still exclusive (the due entry's delete decides), just unfenced. */
+  readonly lease?: { readonly shard: number; readonly fence: number };
+}
+
+export const emptySweepStats = (): SweepStats => ({
+  entries: 0,
+  runs: 0,
+  skipped: 0,
+  lost: 0,
+  stale: 0,
+  sendFailures: 0,
+  setAside: 0,
+  failed: 0,
+});
+
+/**
+ * Claims an entry and then, while the job's next entry is inside the horizon,
+ * that one too. With `onFailure`, a claim that throws ends the chain there and
+ * is handed over (the failed entry is still in its bucket); without, it throws.
+ */
+export async function claimChain(
+  engine: Engine,
+  first: DueEntry,
+  options: ChainOptions,
+  stats: SweepStats,
+  sender: RunSender,
+  onFailure?: (entry: DueEntry, error: unknown) => Promise<void>,
+): Promise<void> {
+  let entry: DueEntry | null = first;
+  while (entry !== null) {
+    stats.entries++;
+    let result: ClaimResult;
+    try {
+      result = await claimDueEntry(engine, entry, {
+        now: options.now,
+        horizonEnd: options.horizonEnd,
+        ...(options.lease ? { lease: options.lease } : {}),
+      });
+    } catch (error) {
+      if (onFailure === undefined || error instanceof FenceLostError) throw error;
+      await onFailure(entry, error);
+      return;
+    }
+    if (result.outcome === "lost") {
+      stats.lost++;
+      return;
+    }
+    if (result.outcome === "stale") {
+      stats.stale++;
+      return;
+    }
+    stats.runs += result.runs.length;
+    stats.skipped += result.skipped;
+    await sender.add(result.runs);
+    const next = result.next;
+    entry = next !== null && new Date(next.dueAt) < options.horizonEnd ? next : null;
+  }
+}

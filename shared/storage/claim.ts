@@ -1,0 +1,220 @@
+import { BatchWriteCommand } from "@aws-sdk/lib-dynamodb";
+import { sleep } from "../clock.js";
+import type { Engine } from "../engine.js";
+import { FenceLostError } from "../errors.js";
+import type { DueEntry, Run } from "../model.js";
+import { decodeDueEntry, encodeDueEntry, jobKey, shardLeaseKey } from "./items.js";
+import { ConditionsFailedError, type NamedWrite, writeTransaction } from "./transaction.js";
+
+/**
+ * The claim of a due entry as one transaction, and the plain writes of runs
+ * around it. Each write carries the name of its condition; a cancellation is
+ * read by those names into what the claimer does next.
+ */
+
+type Item = Record<string, unknown>;
+
+export interface ClaimWrites {
+  readonly entry: DueEntry;
+  /** A dispatcher claims under its shard lease; the fast path (API, worker) claims without one. */
+  readonly lease?: { readonly shard: number; readonly fence: number };
+  /**
+   * How the job moves on, when the claim advances it: to `next` (null when the
+   * schedule has nothing after), and to COMPLETED when `completes`.
+   */
+  readonly advance: { readonly next: DueEntry | null; readonly completes: boolean } | null;
+  /** QUEUED runs with their items. */
+  readonly queued: readonly { readonly run: Run; readonly item: Item }[];
+  /** SKIPPED records written in the transaction. */
+  readonly skipped: readonly Item[];
+}
+
+export type ClaimWriteResult =
+  | { readonly outcome: "committed" }
+  /** The entry is gone: another claimer took it, or a pause, cancel or edit deleted it. */
+  | { readonly outcome: "entry-gone" }
+  /** The entry was rewritten under the same key (an edit kept the occurrence): as it is now. */
+  | { readonly outcome: "entry-rewritten"; readonly entry: DueEntry }
+  /** The job no longer points at the entry, or is no longer active. */
+  | { readonly outcome: "job-moved" }
+  /** Occurrences handled already: runs past QUEUED, and outcomes on record (by scheduledFor). */
+  | {
+      readonly outcome: "occurrences-handled";
+      readonly running: readonly string[];
+      readonly recorded: readonly string[];
+    };
+
+type ClaimCondition =
+  | "lease"
+  | "dueEntry"
+  | "job"
+  | "nextEntry"
+  | `run:${string}`
+  | `skipped:${string}`;
+
+const runCondition = (scheduledFor: string): ClaimCondition => `run:${scheduledFor}`;
+const skippedCondition = (scheduledFor: string): ClaimCondition => `skipped:${scheduledFor}`;
+
+/**
+ * Sends a claim in one transaction (retrying contention): check the shard
+ * lease's fence; delete the due entry (it must exist and still carry the job
+ * version it was read with, which is what makes the claim exclusive and
+ * current); advance the job (it must still point at this entry and be active)
+ * and put its next entry; put the QUEUED runs and the SKIPPED records (they
+ * must not exist). A lost fence is thrown as `FenceLostError`; a failed
+ * condition of another write that says nothing the claimer can act on is
+ * thrown as the `ConditionsFailedError` naming it.
+ */
+export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<ClaimWriteResult> {
+  const { entry, lease, advance, queued, skipped } = claim;
+  const { tables } = engine;
+  const writes: NamedWrite<ClaimCondition>[] = [];
+  if (lease) {
+    writes.push({
+      name: "lease",
+      write: {
+        ConditionCheck: {
+          TableName: tables.jobs,
+          Key: shardLeaseKey(lease.shard),
+          ConditionExpression: "fence = :fence",
+          ExpressionAttributeValues: { ":fence": lease.fence },
+        },
+      },
+    });
+  }
+  writes.push({
+    name: "dueEntry",
+    write: {
+      Delete: {
+        TableName: tables.jobs,
+        Key: entry.key,
+        // An edit that keeps the occurrence rewrites the entry under the same key with a new version:
+        // the copy read before it must not be claimed (its version, schedule and priority are stale).
+        ConditionExpression: "attribute_exists(pk) AND jobVersion = :jobVersion",
+        ExpressionAttributeValues: { ":jobVersion": entry.jobVersion },
+        ReturnValuesOnConditionCheckFailure: "ALL_OLD",
+      },
+    },
+  });
+  if (advance) {
+    const { next, completes } = advance;
+    writes.push({
+      name: "job",
+      write: {
+        Update: {
+          TableName: tables.jobs,
+          Key: jobKey(entry.jobId),
+          // The job must still point at this very entry: an edit, pause or cancel moves or removes it.
+          ConditionExpression: "#status = :active AND nextDueKey.pk = :pk AND nextDueKey.sk = :sk",
+          UpdateExpression: `SET nextRunAt = :nextRunAt, nextDueKey = :nextDueKey${
+            completes ? ", #status = :completed" : ""
+          }`,
+          ExpressionAttributeNames: { "#status": "status" },
+          ExpressionAttributeValues: {
+            ":active": "ACTIVE",
+            ":pk": entry.key.pk,
+            ":sk": entry.key.sk,
+            ":nextRunAt": next ? next.scheduledFor : null,
+            ":nextDueKey": next ? next.key : null,
+            ...(completes ? { ":completed": "COMPLETED" } : {}),
+          },
+        },
+      },
+    });
+    if (next) {
+      writes.push({
+        name: "nextEntry",
+        write: {
+          Put: {
+            TableName: tables.jobs,
+            Item: encodeDueEntry(next),
+            ConditionExpression: "attribute_not_exists(pk)",
+          },
+        },
+      });
+    }
+  }
+  for (const { run, item } of queued) {
+    writes.push({
+      name: runCondition(run.scheduledFor),
+      write: {
+        Put: {
+          TableName: tables.runs,
+          Item: item,
+          // A QUEUED run of an older job version is replaced: the edit that bumped the version wins.
+          ConditionExpression:
+            "attribute_not_exists(pk) OR (#status = :queued AND jobVersion < :jobVersion)",
+          ExpressionAttributeNames: { "#status": "status" },
+          ExpressionAttributeValues: { ":queued": "QUEUED", ":jobVersion": entry.jobVersion },
+        },
+      },
+    });
+  }
+  for (const item of skipped) {
+    writes.push({
+      name: skippedCondition(String(item.scheduledFor)),
+      write: {
+        Put: {
+          TableName: tables.runs,
+          Item: item,
+          ConditionExpression: "attribute_not_exists(pk)",
+        },
+      },
+    });
+  }
+
+  try {
+    await writeTransaction(engine, "claim", writes);
+    return { outcome: "committed" };
+  } catch (error) {
+    if (!(error instanceof ConditionsFailedError)) throw error;
+    if (lease && error.has("lease")) {
+      throw new FenceLostError(`shard ${lease.shard}`, lease.fence, { cause: error.cause });
+    }
+    if (error.has("dueEntry")) {
+      const rewritten = error.item("dueEntry");
+      return rewritten === null
+        ? { outcome: "entry-gone" }
+        : { outcome: "entry-rewritten", entry: decodeDueEntry(rewritten) };
+    }
+    if (error.has("job")) return { outcome: "job-moved" };
+    const running = queued
+      .filter(({ run }) => error.has(runCondition(run.scheduledFor)))
+      .map(({ run }) => run.scheduledFor);
+    const recorded = skipped
+      .map((item) => String(item.scheduledFor))
+      .filter((scheduledFor) => error.has(skippedCondition(scheduledFor)));
+    if (running.length > 0 || recorded.length > 0) {
+      return { outcome: "occurrences-handled", running, recorded };
+    }
+    throw error;
+  }
+}
+
+const MAX_BATCH_WRITE_ROUNDS = 6;
+
+/**
+ * Puts run items that need no condition (the runs of a job not yet written,
+ * SKIPPED records beyond a transaction's share), 25 to a request, retrying
+ * what DynamoDB leaves unprocessed.
+ */
+export async function putRunsUnconditionally(
+  engine: Engine,
+  items: readonly Item[],
+): Promise<void> {
+  const table = engine.tables.runs;
+  for (let i = 0; i < items.length; i += 25) {
+    let requests = items.slice(i, i + 25).map((Item) => ({ PutRequest: { Item } }));
+    for (let round = 0; requests.length > 0; round++) {
+      if (round === MAX_BATCH_WRITE_ROUNDS)
+        throw new Error(`${table} kept throttling BatchWriteItem`);
+      if (round > 0) await sleep(50 * 2 ** round);
+      const result = await engine.doc.send(
+        new BatchWriteCommand({ RequestItems: { [table]: requests } }),
+      );
+      requests = (result.UnprocessedItems?.[table] ?? []).flatMap((r) =>
+        r.PutRequest?.Item ? [{ PutRequest: { Item: r.PutRequest.Item } }] : [],
+      );
+    }
+  }
+}

@@ -1,0 +1,123 @@
+import { DeleteCommand, QueryCommand, ScanCommand } from "@aws-sdk/lib-dynamodb";
+import type { Engine } from "../engine.js";
+import { bucketKey, bucketKeyForMinute, dueSortKey, shardOf } from "../keys.js";
+import type { DueEntry } from "../model.js";
+import {
+  failedConditionItem,
+  isConditionalCheckFailed,
+  retryOnContention,
+} from "./dynamo-errors.js";
+import { decodeDueEntry } from "./items.js";
+
+/**
+ * Due entries in their minute buckets (`DUE#<minute>#<shard>`): where an entry
+ * is filed, and the reads and deletes of entries outside a claim.
+ */
+
+/**
+ * The due bucket an entry belongs in: its own minute, or the current minute
+ * when it is already overdue, because dispatchers do not rescan old buckets.
+ */
+export function dueEntryKey(
+  jobId: string,
+  dueAt: Date,
+  attempt: number,
+  now: Date,
+  shardCount: number,
+) {
+  const bucketTime = dueAt.getTime() < now.getTime() ? now : dueAt;
+  return {
+    pk: bucketKey(bucketTime, shardOf(jobId, shardCount)),
+    sk: dueSortKey(dueAt, jobId, attempt),
+  };
+}
+
+/** Every due entry of the shard's buckets for the given minutes, a page at a time, strongly consistent. */
+export async function* dueBucketPages(
+  engine: Engine,
+  shard: number,
+  minutes: readonly string[],
+): AsyncGenerator<DueEntry[]> {
+  for (const minute of minutes) {
+    const pk = bucketKeyForMinute(minute, shard);
+    let startKey: Record<string, unknown> | undefined;
+    do {
+      const page = await engine.doc.send(
+        new QueryCommand({
+          TableName: engine.tables.jobs,
+          KeyConditionExpression: "pk = :pk",
+          ExpressionAttributeValues: { ":pk": pk },
+          ConsistentRead: true,
+          ExclusiveStartKey: startKey,
+        }),
+      );
+      yield (page.Items ?? []).map(decodeDueEntry);
+      startKey = page.LastEvaluatedKey;
+    } while (startKey);
+  }
+}
+
+export interface DueEntryScanPage {
+  readonly entries: DueEntry[];
+  /** Where the next page starts; undefined after the last page. */
+  readonly nextKey: Record<string, unknown> | undefined;
+}
+
+/**
+ * One page of a strongly consistent scan of the jobs table for the shard's
+ * due entries in buckets before `beforeMinute`, however old: the only way to
+ * find a backlog with no known start.
+ */
+export async function scanDueEntriesBefore(
+  engine: Engine,
+  shard: number,
+  beforeMinute: string,
+  startKey: Record<string, unknown> | undefined,
+): Promise<DueEntryScanPage> {
+  const ownShard = `#${shard}`;
+  const page = await engine.doc.send(
+    new ScanCommand({
+      TableName: engine.tables.jobs,
+      FilterExpression: "begins_with(pk, :due) AND pk < :before",
+      ExpressionAttributeValues: { ":due": "DUE#", ":before": `DUE#${beforeMinute}` },
+      ConsistentRead: true,
+      ExclusiveStartKey: startKey,
+    }),
+  );
+  return {
+    entries: (page.Items ?? [])
+      .filter((item) => String(item.pk).endsWith(ownShard))
+      .map(decodeDueEntry),
+    nextKey: page.LastEvaluatedKey,
+  };
+}
+
+/**
+ * Deletes an entry its job no longer points at, only as it was read (it exists
+ * and still carries the job version it was read with). Returns null once it is
+ * gone, or the entry as it is now when it was rewritten meanwhile (an edit kept
+ * its key, and the job may point at it again).
+ */
+export async function removeOrphanDueEntry(
+  engine: Engine,
+  entry: DueEntry,
+): Promise<DueEntry | null> {
+  try {
+    await retryOnContention(engine, "remove-orphan", () =>
+      engine.doc.send(
+        new DeleteCommand({
+          TableName: engine.tables.jobs,
+          Key: entry.key,
+          ConditionExpression: "attribute_exists(pk) AND jobVersion = :jobVersion",
+          ExpressionAttributeValues: { ":jobVersion": entry.jobVersion },
+          ReturnValuesOnConditionCheckFailure: "ALL_OLD",
+        }),
+      ),
+    );
+    return null;
+  } catch (error) {
+    if (!isConditionalCheckFailed(error)) throw error;
+    const rewritten = failedConditionItem(error);
+    return rewritten ? decodeDueEntry(rewritten) : null;
+  }
+}
