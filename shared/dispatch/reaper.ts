@@ -1,14 +1,10 @@
-import { QueryCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
 import { METRICS } from "../observability.js";
 import { sendRuns } from "../queue/work-queue.js";
-import { isConditionalCheckFailed } from "../storage/dynamo-errors.js";
-import { decodeRun, inflightPk, runMessageOf } from "../storage/items.js";
-import { getRunItem } from "../storage/run-reads.js";
-import { runKey } from "../storage/runs.js";
-import { RUNS_INFLIGHT_INDEX } from "../storage/tables.js";
+import { overdueRunKeys, pushInflightDeadline, readInflightRun } from "../storage/inflight.js";
+import { runMessageOf } from "../storage/items.js";
 
 export interface ReapResult {
   readonly examined: number;
@@ -53,7 +49,7 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
     examined += overdue.length;
     const toSend: Run[] = [];
     await forEachConcurrently(overdue, 16, async (key) => {
-      const run = await getRunByKey(engine, key);
+      const run = await readInflightRun(engine, key);
       if (run === null || (run.status !== "QUEUED" && run.status !== "RUNNING")) return;
       // A run started on time keeps its queued deadline (starts and heartbeats do not move it,
       // to spare the index a write); one still under a live lease only has its deadline moved.
@@ -72,7 +68,7 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
             ? new Date(run.scheduledFor)
             : now
           : null;
-      if ((await pushDeadline(engine, run, new Date(deadline), misfireFrom)) && resend)
+      if ((await pushInflightDeadline(engine, run, new Date(deadline), misfireFrom)) && resend)
         toSend.push(run);
     });
     if (toSend.length > 0) {
@@ -89,72 +85,4 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
     }
   }
   return { examined, resent };
-}
-
-type RunItemKey = { readonly pk: string; readonly sk: string };
-
-/** The index holds keys only: the overdue runs' table keys, oldest deadline first. */
-async function overdueRunKeys(
-  engine: Engine,
-  shard: number,
-  before: Date,
-  max: number,
-): Promise<RunItemKey[]> {
-  const found: RunItemKey[] = [];
-  let startKey: Record<string, unknown> | undefined;
-  do {
-    const page = await engine.doc.send(
-      new QueryCommand({
-        TableName: engine.tables.runs,
-        IndexName: RUNS_INFLIGHT_INDEX,
-        KeyConditionExpression: "inflightPk = :pk AND inflightSk < :now",
-        ExpressionAttributeValues: { ":pk": inflightPk(shard), ":now": before.toISOString() },
-        ExclusiveStartKey: startKey,
-        Limit: Math.min(max, 1000),
-      }),
-    );
-    for (const item of page.Items ?? []) found.push({ pk: String(item.pk), sk: String(item.sk) });
-    startKey = found.length < max ? page.LastEvaluatedKey : undefined;
-  } while (startKey);
-  return found;
-}
-
-async function getRunByKey(
-  engine: Engine,
-  key: RunItemKey,
-): Promise<(Run & { inflightSk: string }) | null> {
-  const item = await getRunItem(engine, key);
-  if (!item || typeof item.inflightSk !== "string") return null;
-  return { ...decodeRun(item), inflightSk: item.inflightSk };
-}
-
-/** Moves the run's deadline on (and notes a first re-send), only if nobody touched it since it was read. */
-async function pushDeadline(
-  engine: Engine,
-  run: Run & { inflightSk: string },
-  deadline: Date,
-  misfireFrom: Date | null,
-): Promise<boolean> {
-  try {
-    await engine.doc.send(
-      new UpdateCommand({
-        TableName: engine.tables.runs,
-        Key: runKey(run.jobId, run.scheduledFor, run.attempt),
-        ConditionExpression: "inflightSk = :seen AND #status = :status AND fence = :fence",
-        UpdateExpression: `SET inflightSk = :deadline${misfireFrom ? ", misfireFrom = :misfireFrom" : ""}`,
-        ExpressionAttributeNames: { "#status": "status" },
-        ExpressionAttributeValues: {
-          ":seen": run.inflightSk,
-          ":status": run.status,
-          ":fence": run.fence,
-          ":deadline": deadline.toISOString(),
-          ...(misfireFrom ? { ":misfireFrom": misfireFrom.toISOString() } : {}),
-        },
-      }),
-    );
-    return true;
-  } catch (error) {
-    if (isConditionalCheckFailed(error)) return false;
-    throw error;
-  }
 }
