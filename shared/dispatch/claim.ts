@@ -33,14 +33,13 @@ export interface ClaimOptions {
 }
 
 /**
- * Claims one due entry in a single transaction: delete the entry (it must
- * exist and still carry the job version it was read with, which is what makes
- * the claim exclusive and current), advance the job (it must still point at
- * this entry and be active), put its next entry, and put the QUEUED runs (they
- * must not exist). A cancelled transaction is classified: contention is sent
- * again after a backoff; an entry rewritten since it was read (an edit) is
- * claimed as it is now; occurrences already recorded are left out; a lost race
- * is reported; anything else is thrown for the caller to set the entry aside.
+ * Claims one due entry: plan which occurrences run, which are SKIPPED and
+ * where the job goes next, then write it all in one transaction (`writeClaim`,
+ * which retries contention). What a failed condition says decides the next
+ * step: an entry rewritten since it was read (an edit) is claimed as it is
+ * now; occurrences already handled are planned again without them; an entry
+ * its job no longer points at is removed as an orphan; a lost race is
+ * reported; anything else is thrown for the caller to set the entry aside.
  */
 export async function claimDueEntry(
   engine: Engine,

@@ -13,14 +13,6 @@ export interface ReapResult {
 
 const MAX_PER_SHARD = 500;
 
-/**
- * Finds runs whose message should have been acted on by now and was not:
- * QUEUED past its start deadline (claimed but never sent, or the message was
- * lost), or RUNNING a lease past its lapsed lease (no worker picked the
- * message up again). Sends each again and pushes its deadline on by a lease.
- * Lapsed means the lease, read from the run; the index only says when to look.
- * Repeating a send is harmless: a run starts only once.
- */
 export interface ReapOptions {
   readonly now?: Date;
   /**
@@ -32,6 +24,14 @@ export interface ReapOptions {
   readonly maxPerShard?: number;
 }
 
+/**
+ * Finds runs whose message should have been acted on by now and was not:
+ * QUEUED past its start deadline (claimed but never sent, or the message was
+ * lost), or RUNNING a lease past its lapsed lease (no worker picked the
+ * message up again). Sends each again and pushes its deadline on by a lease.
+ * Lapsed means the lease, read from the run; the index only says when to look.
+ * Repeating a send is harmless: a run starts only once.
+ */
 export async function reap(engine: Engine, options: ReapOptions = {}): Promise<ReapResult> {
   const now = options.now ?? engine.clock();
   const overdueBefore = options.overdueBefore ?? now;
