@@ -1,10 +1,9 @@
-import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
+import { ConcurrentUpdateError } from "../errors.js";
 import { parseRunId } from "../keys.js";
 import type { Job } from "../model.js";
 import { decideOverlap, type OverlapDecision } from "../policies.js";
-import { isConditionalCheckFailed, retryOnContention } from "../storage/dynamo-errors.js";
-import { jobKey } from "../storage/items.js";
+import { type AdmissionChange, recordAdmission } from "../storage/admission.js";
 import { getJob, getRun } from "../storage/run-reads.js";
 
 /**
@@ -56,43 +55,16 @@ export async function admitRun(
       bufferedRunId: buffered,
     });
     if (decision.action === "skip") return { decision, job };
-    const names: Record<string, string> = { "#runId": runId };
-    const removals = lapsed
-      .filter((id) => id !== runId)
-      .map((id, i) => {
-        names[`#lapsed${i}`] = id;
-        return `activeRuns.#lapsed${i}`;
-      });
-    let update: string;
-    const values: Record<string, unknown> = { ":revision": job.activeRevision, ":one": 1 };
-    if (decision.action === "start") {
-      update = "SET activeRuns.#runId = :leaseUntil, activeRevision = activeRevision + :one";
-      values[":leaseUntil"] = leaseUntil.toISOString();
-      if (job.bufferedRunId === runId) removals.push("bufferedRunId");
-    } else if (job.policies.overlap === "buffer_one") {
-      update = "SET bufferedRunId = :runId, activeRevision = activeRevision + :one";
-      values[":runId"] = runId;
-    } else {
-      // allow at its bound: nothing to record, the run just waits its turn.
-      return { decision, job };
-    }
-    const usesRunId = decision.action === "start";
+    let change: AdmissionChange;
+    if (decision.action === "start") change = { kind: "start", runId, leaseUntil };
+    else if (job.policies.overlap === "buffer_one") change = { kind: "buffer", runId };
+    // allow at its bound: nothing to record, the run just waits its turn.
+    else return { decision, job };
     try {
-      await retryOnContention(engine, "admission", () =>
-        engine.doc.send(
-          new UpdateCommand({
-            TableName: engine.tables.jobs,
-            Key: jobKey(job.jobId),
-            ConditionExpression: "activeRevision = :revision",
-            UpdateExpression: `${update}${removals.length ? ` REMOVE ${removals.join(", ")}` : ""}`,
-            ExpressionAttributeNames: usesRunId ? names : withoutRunId(names),
-            ExpressionAttributeValues: values,
-          }),
-        ),
-      );
+      await recordAdmission(engine, job, change, lapsed);
       return { decision, job };
     } catch (error) {
-      if (!isConditionalCheckFailed(error)) throw error;
+      if (!(error instanceof ConcurrentUpdateError)) throw error;
       const fresh = await getJob(engine, job.jobId);
       if (fresh === null) throw error;
       job = fresh;
@@ -106,57 +78,4 @@ async function stillWaiting(engine: Engine, runId: string): Promise<boolean> {
   const ref = parseRunId(runId);
   const run = ref ? await getRun(engine, ref) : null;
   return run !== null && (run.status === "QUEUED" || run.status === "RUNNING");
-}
-
-function withoutRunId(names: Record<string, string>): Record<string, string> | undefined {
-  const { "#runId": _, ...rest } = names;
-  return Object.keys(rest).length ? rest : undefined;
-}
-
-/** Keeps the job's view of a running run's lease current, so overlap sees it as live. */
-export async function extendAdmission(
-  engine: Engine,
-  jobId: string,
-  runId: string,
-  leaseUntil: Date,
-) {
-  try {
-    await engine.doc.send(
-      new UpdateCommand({
-        TableName: engine.tables.jobs,
-        Key: jobKey(jobId),
-        ConditionExpression: "attribute_exists(activeRuns.#runId)",
-        UpdateExpression: "SET activeRuns.#runId = :leaseUntil",
-        ExpressionAttributeNames: { "#runId": runId },
-        ExpressionAttributeValues: { ":leaseUntil": leaseUntil.toISOString() },
-      }),
-    );
-  } catch (error) {
-    if (!isConditionalCheckFailed(error)) throw error;
-  }
-}
-
-/**
- * Frees the buffer_one slot a run held when that run ends without being
- * admitted (skipped, cancelled, dead). Conditioned on the run still holding
- * it, so a newer buffered run keeps its slot. Admission also takes over a slot
- * whose run has ended, for an ending that could not get here (a crash).
- */
-export async function releaseBufferSlot(engine: Engine, jobId: string, runId: string) {
-  try {
-    // The job item is also written by claims' transactions: a conflict is waited out.
-    await retryOnContention(engine, "buffer release", () =>
-      engine.doc.send(
-        new UpdateCommand({
-          TableName: engine.tables.jobs,
-          Key: jobKey(jobId),
-          ConditionExpression: "bufferedRunId = :runId",
-          UpdateExpression: "SET activeRevision = activeRevision + :one REMOVE bufferedRunId",
-          ExpressionAttributeValues: { ":runId": runId, ":one": 1 },
-        }),
-      ),
-    );
-  } catch (error) {
-    if (!isConditionalCheckFailed(error)) throw error;
-  }
 }

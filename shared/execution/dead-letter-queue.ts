@@ -1,8 +1,8 @@
 import type { Engine } from "../engine.js";
 import type { RunMessage } from "../model.js";
 import { METRICS } from "../observability.js";
-import { releaseBufferSlot } from "./admission.js";
-import { endUnownedRun } from "./run-store.js";
+import { releaseBufferSlot } from "../storage/admission.js";
+import { endUnownedRun } from "./run-endings.js";
 
 /**
  * A message lands in the SQS redrive DLQ when workers received it

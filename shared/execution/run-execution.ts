@@ -5,10 +5,10 @@ import { FenceLostError } from "../errors.js";
 import { occurrenceKey } from "../keys.js";
 import type { Job, Run } from "../model.js";
 import { type ReceivedRun, setVisibility } from "../queue/work-queue.js";
+import { extendAdmission } from "../storage/admission.js";
+import { extendLease } from "../storage/run-heartbeat.js";
 import { boundedText } from "../storage/stored-text.js";
-import { extendAdmission } from "./admission.js";
 import { type HandlerRegistry, isRetryable, type JobContext } from "./job-contract.js";
-import { extendLease } from "./run-store.js";
 
 /** What running a job's handler needs from the worker. */
 export interface RunExecutionDeps {

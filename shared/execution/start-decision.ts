@@ -1,7 +1,8 @@
 import type { Job, Run } from "../model.js";
 import { occurrences, type ScheduleSpec } from "../schedule/index.js";
+import type { RunEnding } from "../storage/run-finish.js";
 import { lateStartSkipReason } from "./late-start.js";
-import { endsOneOff, type RunEnding } from "./run-store.js";
+import { endsOneOff } from "./run-endings.js";
 
 export type StartDecision =
   | { readonly action: "run"; readonly job: Job }

@@ -6,19 +6,17 @@ import type { Job, Run, RunMessage } from "../model.js";
 import { METRICS } from "../observability.js";
 import { type ReceivedRun, sendRuns, setVisibility } from "../queue/work-queue.js";
 import { decideAfterFailure } from "../retry.js";
+import { releaseBufferSlot } from "../storage/admission.js";
 import { runMessageOf } from "../storage/items.js";
+import { finishRun } from "../storage/run-finish.js";
+import { parkRun } from "../storage/run-park.js";
 import { getJob } from "../storage/run-reads.js";
-import { admitRun, releaseBufferSlot } from "./admission.js";
+import { requeueRun } from "../storage/run-requeue.js";
+import { startRun } from "../storage/run-start.js";
+import { admitRun } from "./admission.js";
 import { nextAttempt } from "./next-attempt.js";
+import { endsOneOff, repairJobAfterRun } from "./run-endings.js";
 import { execute, type RunExecutionDeps } from "./run-execution.js";
-import {
-  endsOneOff,
-  finishRun,
-  parkRun,
-  repairJobAfterRun,
-  requeueRun,
-  startRun,
-} from "./run-store.js";
 import { decideStart } from "./start-decision.js";
 
 export interface WorkerDeps extends RunExecutionDeps {

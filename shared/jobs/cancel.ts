@@ -2,7 +2,7 @@ import { forEachConcurrently } from "../concurrency.js";
 import { fastPathHorizonEnd } from "../dispatch/fast-path-window.js";
 import type { Engine } from "../engine.js";
 import { IllegalTransitionError } from "../errors.js";
-import { endUnownedRun } from "../execution/run-store.js";
+import { endUnownedRun } from "../execution/run-endings.js";
 import { parseRunId } from "../keys.js";
 import type { Job, Run } from "../model.js";
 import { queuedRunsOfJob } from "../storage/job-queries.js";

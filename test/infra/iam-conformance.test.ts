@@ -14,7 +14,6 @@ import { sleep } from "../../shared/clock.js";
 import { loadSettings } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";
 import { admitRun } from "../../shared/execution/admission.js";
-import { startRun } from "../../shared/execution/run-store.js";
 import { createJob } from "../../shared/jobs/index.js";
 import { shardOf } from "../../shared/keys.js";
 import type { DueEntry, Run } from "../../shared/model.js";
@@ -22,6 +21,7 @@ import { MetricsRecorder, silentObservability } from "../../shared/observability
 import { decodeRunMessage } from "../../shared/queue/work-queue.js";
 import { decodeDueEntry, decodeRun, jobKey } from "../../shared/storage/items.js";
 import { getJob } from "../../shared/storage/run-reads.js";
+import { startRun } from "../../shared/storage/run-start.js";
 import { testJob } from "../support/engine-fixture.js";
 import {
   httpApiEvent,

@@ -2,12 +2,12 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { reap } from "../../shared/dispatch/reaper.js";
 import { runTickLoop } from "../../shared/dispatch/tick.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
-import { startRun } from "../../shared/execution/run-store.js";
 import { createJob } from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
 import { deleteMessages, sendRuns, setVisibility } from "../../shared/queue/work-queue.js";
 import { runMessageOf } from "../../shared/storage/items.js";
 import { getJob } from "../../shared/storage/run-reads.js";
+import { startRun } from "../../shared/storage/run-start.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { waitFor } from "../support/wait.js";
 

@@ -8,16 +8,16 @@ import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import type { Engine } from "../../shared/engine.js";
 import { FenceLostError } from "../../shared/errors.js";
-import { extendAdmission } from "../../shared/execution/admission.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import { type JobContext, JobError } from "../../shared/execution/job-contract.js";
-import { extendLease } from "../../shared/execution/run-store.js";
 import { MAX_EARLY_WAIT_MS, processRun, type WorkerDeps } from "../../shared/execution/worker.js";
 import { BUILT_IN_TYPES } from "../../shared/job-types/registry.js";
 import type { DueEntry, Job, Run } from "../../shared/model.js";
 import { MetricsRecorder, silentObservability } from "../../shared/observability.js";
 import { deleteMessages, type QueueUrls } from "../../shared/queue/work-queue.js";
+import { extendAdmission } from "../../shared/storage/admission.js";
 import { decodeDueEntry, decodeJob, decodeRun, inflightPk } from "../../shared/storage/items.js";
+import { extendLease } from "../../shared/storage/run-heartbeat.js";
 import { getRun } from "../../shared/storage/run-reads.js";
 import {
   jobsTableDefinition,

@@ -1,0 +1,124 @@
+import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import type { Engine } from "../engine.js";
+import { ConcurrentUpdateError } from "../errors.js";
+import type { Job } from "../model.js";
+import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
+import { jobKey } from "./items.js";
+
+/**
+ * Writes of a job's overlap bookkeeping: `activeRuns` (runId → leaseUntil of
+ * its running runs), `bufferedRunId` (buffer_one's waiting run) and
+ * `activeRevision`, which serialises admissions of one job.
+ */
+
+/** No other admission (or ending) changed the job since the caller read it. */
+const REVISION_UNCHANGED = "activeRevision = :revision";
+/** The run is still listed as active: a heartbeat does not bring back an entry that went. */
+const RUN_LISTED = "attribute_exists(activeRuns.#runId)";
+/** The run still holds the buffer_one slot: a newer buffered run keeps its own. */
+const HOLDS_BUFFER = "bufferedRunId = :runId";
+
+export type AdmissionChange =
+  /** The run is admitted: listed in activeRuns until `leaseUntil` (and out of the buffer slot). */
+  | { readonly kind: "start"; readonly runId: string; readonly leaseUntil: Date }
+  /** The run takes the buffer_one slot. */
+  | { readonly kind: "buffer"; readonly runId: string };
+
+/**
+ * Records an admission decided on `job` as read, dropping the lapsed
+ * entries `lapsed` on the way. Throws ConcurrentUpdateError when the job's
+ * activeRevision moved since that read: decide again from a fresh one.
+ */
+export async function recordAdmission(
+  engine: Engine,
+  job: Job,
+  change: AdmissionChange,
+  lapsed: readonly string[],
+): Promise<void> {
+  const names: Record<string, string> = {};
+  const removals = lapsed
+    .filter((id) => id !== change.runId)
+    .map((id, i) => {
+      names[`#lapsed${i}`] = id;
+      return `activeRuns.#lapsed${i}`;
+    });
+  let update: string;
+  const values: Record<string, unknown> = { ":revision": job.activeRevision, ":one": 1 };
+  if (change.kind === "start") {
+    update = "SET activeRuns.#runId = :leaseUntil, activeRevision = activeRevision + :one";
+    names["#runId"] = change.runId;
+    values[":leaseUntil"] = change.leaseUntil.toISOString();
+    if (job.bufferedRunId === change.runId) removals.push("bufferedRunId");
+  } else {
+    update = "SET bufferedRunId = :runId, activeRevision = activeRevision + :one";
+    values[":runId"] = change.runId;
+  }
+  try {
+    await retryOnContention(engine, "admission", () =>
+      engine.doc.send(
+        new UpdateCommand({
+          TableName: engine.tables.jobs,
+          Key: jobKey(job.jobId),
+          ConditionExpression: REVISION_UNCHANGED,
+          UpdateExpression: `${update}${removals.length ? ` REMOVE ${removals.join(", ")}` : ""}`,
+          ExpressionAttributeNames: Object.keys(names).length ? names : undefined,
+          ExpressionAttributeValues: values,
+        }),
+      ),
+    );
+  } catch (error) {
+    if (isConditionalCheckFailed(error))
+      throw new ConcurrentUpdateError(`job ${job.jobId}: admission raced another`, {
+        cause: error,
+      });
+    throw error;
+  }
+}
+
+/** Keeps the job's view of a running run's lease current, so overlap sees it as live. */
+export async function extendAdmission(
+  engine: Engine,
+  jobId: string,
+  runId: string,
+  leaseUntil: Date,
+) {
+  try {
+    await engine.doc.send(
+      new UpdateCommand({
+        TableName: engine.tables.jobs,
+        Key: jobKey(jobId),
+        ConditionExpression: RUN_LISTED,
+        UpdateExpression: "SET activeRuns.#runId = :leaseUntil",
+        ExpressionAttributeNames: { "#runId": runId },
+        ExpressionAttributeValues: { ":leaseUntil": leaseUntil.toISOString() },
+      }),
+    );
+  } catch (error) {
+    if (!isConditionalCheckFailed(error)) throw error;
+  }
+}
+
+/**
+ * Frees the buffer_one slot a run held when that run ends without being
+ * admitted (skipped, cancelled, dead). Conditioned on the run still holding
+ * it, so a newer buffered run keeps its slot. Admission also takes over a slot
+ * whose run has ended, for an ending that could not get here (a crash).
+ */
+export async function releaseBufferSlot(engine: Engine, jobId: string, runId: string) {
+  try {
+    // The job item is also written by claims' transactions: a conflict is waited out.
+    await retryOnContention(engine, "buffer release", () =>
+      engine.doc.send(
+        new UpdateCommand({
+          TableName: engine.tables.jobs,
+          Key: jobKey(jobId),
+          ConditionExpression: HOLDS_BUFFER,
+          UpdateExpression: "SET activeRevision = activeRevision + :one REMOVE bufferedRunId",
+          ExpressionAttributeValues: { ":runId": runId, ":one": 1 },
+        }),
+      ),
+    );
+  } catch (error) {
+    if (!isConditionalCheckFailed(error)) throw error;
+  }
+}

@@ -1,0 +1,79 @@
+import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import type { Engine } from "../engine.js";
+import type { Run } from "../model.js";
+import { isConditionalCheckFailed } from "./dynamo-errors.js";
+import { deadLetterPk, decodeRun, jobKey } from "./items.js";
+import { runKeyOf } from "./run-reads.js";
+import { boundedText } from "./stored-text.js";
+
+/** Unchanged since the caller read it: a worker that started it meanwhile keeps it. */
+const AS_SEEN = "#status = :was AND fence = :fence";
+/** The job item is still there: removing an entry must not create it. */
+const JOB_EXISTS = "attribute_exists(pk)";
+
+/**
+ * Ends a run that no worker holds, as DEAD (listed for replay) or CANCELLED,
+ * conditioned on the run being as the caller saw it. Returns the ended run,
+ * or null when it had changed. A RUNNING run's entry in its job's activeRuns
+ * goes too: overlap would otherwise wait a lease for nothing.
+ */
+export async function endRunAsSeen(
+  engine: Engine,
+  seen: Run,
+  status: "DEAD" | "CANCELLED",
+  reason: string,
+  now: Date,
+): Promise<Run | null> {
+  const finishedAt = now.toISOString();
+  const dead = status === "DEAD";
+  let run: Run;
+  try {
+    const result = await engine.doc.send(
+      new UpdateCommand({
+        TableName: engine.tables.runs,
+        Key: runKeyOf(seen),
+        ConditionExpression: AS_SEEN,
+        UpdateExpression: `SET #status = :status, reason = :reason, finishedAt = :finishedAt${
+          dead ? ", deadPk = :deadPk, deadSk = :deadSk, #error = :reason" : ""
+        } REMOVE leaseUntil, inflightPk, inflightSk`,
+        ExpressionAttributeNames: { "#status": "status", ...(dead ? { "#error": "error" } : {}) },
+        ExpressionAttributeValues: {
+          ":was": seen.status,
+          ":fence": seen.fence,
+          ":status": status,
+          ":reason": boundedText(reason),
+          ":finishedAt": finishedAt,
+          ...(dead
+            ? {
+                ":deadPk": deadLetterPk(seen.tenantId),
+                ":deadSk": `${finishedAt}#${seen.runId}`,
+              }
+            : {}),
+        },
+        ReturnValues: "ALL_NEW",
+      }),
+    );
+    run = decodeRun(result.Attributes ?? {});
+  } catch (error) {
+    if (isConditionalCheckFailed(error)) return null;
+    throw error;
+  }
+  if (seen.status === "RUNNING") await forgetActiveRun(engine, run.jobId, run.runId);
+  return run;
+}
+
+async function forgetActiveRun(engine: Engine, jobId: string, runId: string): Promise<void> {
+  try {
+    await engine.doc.send(
+      new UpdateCommand({
+        TableName: engine.tables.jobs,
+        Key: jobKey(jobId),
+        ConditionExpression: JOB_EXISTS,
+        UpdateExpression: "REMOVE activeRuns.#runId",
+        ExpressionAttributeNames: { "#runId": runId },
+      }),
+    );
+  } catch (error) {
+    if (!isConditionalCheckFailed(error)) throw error;
+  }
+}

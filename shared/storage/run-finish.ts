@@ -1,0 +1,217 @@
+import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import type { Engine } from "../engine.js";
+import type { DueEntry, Run, RunStatus, RunSummary } from "../model.js";
+import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
+import { deadLetterPk, encodeDueEntry, jobKey } from "./items.js";
+import { FENCE_HELD, fenceHeld, fenceLost } from "./run-fence.js";
+import { runKeyOf } from "./run-reads.js";
+import { boundedOrNull } from "./stored-text.js";
+import {
+  ConditionsFailedError,
+  type NamedWrite,
+  type TransactItem,
+  writeTransaction,
+} from "./transaction.js";
+
+type Item = Record<string, unknown>;
+type UpdateInput = NonNullable<TransactItem["Update"]>;
+
+export type FinalStatus = Extract<
+  RunStatus,
+  "SUCCEEDED" | "FAILED" | "DEAD" | "SKIPPED" | "CANCELLED"
+>;
+
+export interface RunEnding {
+  readonly status: FinalStatus;
+  readonly error?: string | null;
+  readonly reason?: string | null;
+  /** Whether the handler ran: only then are finishedAt − startedAt and lastRun meaningful. */
+  readonly ran: boolean;
+  /** For FAILED: the next attempt, as a QUEUED run to send or a due entry for the dispatcher. */
+  readonly retry?: { readonly runItem: Item } | { readonly dueEntry: DueEntry };
+  /** Whether the job item keeps an activeRuns entry for this run that must go. */
+  readonly tracked: boolean;
+  /** The run was a one-off job's own occurrence and ended for good: the job is COMPLETED with it. */
+  readonly completesJob?: boolean;
+  /** The job version whose definition the handler ran (recorded as the run's executedVersion). */
+  readonly executedVersion?: number;
+}
+
+/** The writes of a failed run's transaction, by the names their conditions fail under. */
+type FinishWrite = "run" | "job" | "nextAttempt";
+
+/** The job item is still there (a job's bookkeeping never creates it). */
+const JOB_EXISTS = "attribute_exists(pk)";
+/** A one-off job completes with its run only while ACTIVE: a pause or cancel meanwhile stands. */
+const JOB_ACTIVE = "#status = :active";
+/** A repair finds the run still listed as active: the job's write has not landed yet. */
+const RUN_STILL_ACTIVE = "attribute_exists(activeRuns.#runId)";
+/** A next attempt is written once: its item must not exist yet. */
+const NOT_WRITTEN_YET = "attribute_not_exists(pk)";
+
+/**
+ * Records how a run ended, conditioned on the run's fence: a worker that lost
+ * the run writes nothing (FenceLostError). A failed run and its next attempt
+ * are written in one transaction, so an attempt exists exactly when its
+ * predecessor says FAILED. Any other ending is one write of the run, then one
+ * of the job (lastRun, activeRuns, completion): a transaction would bill both
+ * twice. If the worker dies between the two, the message comes back and the
+ * job's write is made then (`recordRunOnJob` with `repair`).
+ */
+export async function finishRun(
+  engine: Engine,
+  run: Run,
+  ending: RunEnding,
+  now: Date,
+): Promise<Run> {
+  const finishedAt = now.toISOString();
+  const durationMs = ending.ran && run.startedAt ? now.getTime() - Date.parse(run.startedAt) : null;
+  const error = boundedOrNull(ending.error);
+  const reason = boundedOrNull(ending.reason);
+  const held = fenceHeld(run);
+  const values: Record<string, unknown> = {
+    ...held.values,
+    ":status": ending.status,
+    ":finishedAt": finishedAt,
+    ":durationMs": durationMs,
+    ":error": error,
+    ":reason": reason,
+  };
+  let set =
+    "SET #status = :status, finishedAt = :finishedAt, durationMs = :durationMs, #error = :error, reason = :reason";
+  if (ending.executedVersion !== undefined) {
+    set += ", executedVersion = :executedVersion";
+    values[":executedVersion"] = ending.executedVersion;
+  }
+  if (ending.status === "DEAD") {
+    set += ", deadPk = :deadPk, deadSk = :deadSk";
+    values[":deadPk"] = deadLetterPk(run.tenantId);
+    values[":deadSk"] = `${finishedAt}#${run.runId}`;
+  }
+  const runUpdate: UpdateInput = {
+    TableName: engine.tables.runs,
+    Key: runKeyOf(run),
+    ConditionExpression: FENCE_HELD,
+    UpdateExpression: `${set} REMOVE leaseUntil, inflightPk, inflightSk`,
+    ExpressionAttributeNames: { ...held.names, "#error": "error" },
+    ExpressionAttributeValues: values,
+  };
+  const finished: Run = {
+    ...run,
+    status: ending.status,
+    finishedAt,
+    durationMs,
+    error,
+    reason,
+    leaseUntil: null,
+    executedVersion: ending.executedVersion ?? run.executedVersion,
+  };
+  if (!ending.retry) {
+    try {
+      await retryOnContention(engine, "finish", () =>
+        engine.doc.send(new UpdateCommand(runUpdate)),
+      );
+    } catch (error) {
+      if (isConditionalCheckFailed(error)) throw fenceLost(run, error);
+      throw error;
+    }
+    await recordRunOnJob(engine, finished, ending);
+    return finished;
+  }
+
+  const writes: NamedWrite<FinishWrite>[] = [{ name: "run", write: { Update: runUpdate } }];
+  const jobUpdate = jobAfterRun(engine.tables.jobs, finished, ending);
+  if (jobUpdate) writes.push({ name: "job", write: { Update: jobUpdate } });
+  writes.push({
+    name: "nextAttempt",
+    write:
+      "runItem" in ending.retry
+        ? {
+            Put: {
+              TableName: engine.tables.runs,
+              Item: ending.retry.runItem,
+              ConditionExpression: NOT_WRITTEN_YET,
+            },
+          }
+        : {
+            Put: {
+              TableName: engine.tables.jobs,
+              Item: encodeDueEntry(ending.retry.dueEntry),
+              ConditionExpression: NOT_WRITTEN_YET,
+            },
+          },
+  });
+  try {
+    await writeTransaction(engine, "finish", writes);
+  } catch (error) {
+    if (error instanceof ConditionsFailedError && error.has("run")) throw fenceLost(run, error);
+    throw error;
+  }
+  return finished;
+}
+
+/**
+ * The job's side of a run's ending: lastRun when the handler ran, the run out
+ * of activeRuns when tracked, COMPLETED for a one-off's own occurrence. A
+ * repair is conditioned on the run still being listed as active (recurring
+ * jobs), so a repeat changes nothing.
+ */
+export async function recordRunOnJob(
+  engine: Engine,
+  run: Run,
+  ending: Pick<RunEnding, "status" | "ran" | "tracked" | "completesJob">,
+  options: { repair?: boolean } = {},
+): Promise<void> {
+  const update = jobAfterRun(engine.tables.jobs, run, ending, options);
+  if (update === null) return;
+  try {
+    await retryOnContention(engine, "finish", () => engine.doc.send(new UpdateCommand(update)));
+  } catch (error) {
+    if (!isConditionalCheckFailed(error)) throw error;
+    // Paused or cancelled meanwhile: that status stands, the rest of the bookkeeping still applies.
+    if (ending.completesJob && !options.repair)
+      await recordRunOnJob(engine, run, { ...ending, completesJob: false });
+  }
+}
+
+function jobAfterRun(
+  jobsTable: string,
+  run: Run,
+  ending: Pick<RunEnding, "status" | "ran" | "tracked" | "completesJob">,
+  options: { repair?: boolean } = {},
+): UpdateInput | null {
+  if (!ending.ran && !ending.tracked && !ending.completesJob) return null;
+  const sets = ["activeRevision = if_not_exists(activeRevision, :zero) + :one"];
+  const values: Record<string, unknown> = { ":zero": 0, ":one": 1 };
+  const names: Record<string, string> = {};
+  const conditions = [JOB_EXISTS];
+  if (ending.ran) {
+    const summary: RunSummary = {
+      runId: run.runId,
+      status: ending.status,
+      scheduledFor: run.scheduledFor,
+      attempt: run.attempt,
+      finishedAt: run.finishedAt ?? "",
+    };
+    sets.push("lastRun = :lastRun");
+    values[":lastRun"] = summary;
+  }
+  if (ending.completesJob) {
+    sets.push("#status = :completed", "nextRunAt = :null", "nextDueKey = :null");
+    conditions.push(JOB_ACTIVE);
+    names["#status"] = "status";
+    Object.assign(values, { ":completed": "COMPLETED", ":active": "ACTIVE", ":null": null });
+  }
+  if (ending.tracked) {
+    names["#runId"] = run.runId;
+    if (options.repair) conditions.push(RUN_STILL_ACTIVE);
+  }
+  return {
+    TableName: jobsTable,
+    Key: jobKey(run.jobId),
+    ConditionExpression: conditions.join(" AND "),
+    UpdateExpression: `SET ${sets.join(", ")}${ending.tracked ? " REMOVE activeRuns.#runId" : ""}`,
+    ...(Object.keys(names).length > 0 ? { ExpressionAttributeNames: names } : {}),
+    ExpressionAttributeValues: values,
+  };
+}

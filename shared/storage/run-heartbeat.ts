@@ -1,0 +1,13 @@
+import type { Engine } from "../engine.js";
+import type { Run } from "../model.js";
+import { fencedRunUpdate } from "./run-fence.js";
+
+/** Extends the run's lease; throws FenceLostError once another worker has taken it over. */
+export async function extendLease(engine: Engine, run: Run, now: Date): Promise<Date> {
+  const leaseUntil = new Date(now.getTime() + engine.settings.leaseMs);
+  await fencedRunUpdate(engine, run, {
+    update: "SET leaseUntil = :leaseUntil",
+    values: { ":leaseUntil": leaseUntil.toISOString() },
+  });
+  return leaseUntil;
+}

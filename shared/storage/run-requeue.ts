@@ -1,0 +1,27 @@
+import type { Engine } from "../engine.js";
+import type { Run } from "../model.js";
+import { fencedRunUpdate } from "./run-fence.js";
+import { boundedText } from "./stored-text.js";
+
+/**
+ * Puts a started run back to QUEUED (overlap made it wait, or its worker shut
+ * down), with a reaper deadline a lease after `dueAt`; its new message is sent
+ * by the caller. Throws FenceLostError once another worker has taken it over.
+ */
+export async function requeueRun(
+  engine: Engine,
+  run: Run,
+  reason: string,
+  dueAt: Date,
+): Promise<void> {
+  await fencedRunUpdate(engine, run, {
+    update:
+      "SET #status = :queued, reason = :reason, dueAt = :dueAt, inflightSk = :deadline REMOVE leaseUntil",
+    values: {
+      ":queued": "QUEUED",
+      ":reason": boundedText(reason),
+      ":dueAt": dueAt.toISOString(),
+      ":deadline": new Date(dueAt.getTime() + engine.settings.leaseMs).toISOString(),
+    },
+  });
+}
