@@ -13,11 +13,11 @@ import { getJob, getRun } from "../storage/run-reads.js";
  * slot. Lapsed entries are dropped on the way, which is why a crashed run
  * blocks its job for one lease at most.
  */
-export type Admission = { readonly decision: OverlapDecision; readonly job: Job };
+type Admission = { readonly decision: OverlapDecision; readonly job: Job };
 
 const MAX_ADMISSION_ATTEMPTS = 8;
 
-export function liveRunIds(job: Job, now: Date): { live: string[]; lapsed: string[] } {
+function liveRunIds(job: Job, now: Date): { live: string[]; lapsed: string[] } {
   const live: string[] = [];
   const lapsed: string[] = [];
   const nowIso = now.toISOString();

@@ -32,7 +32,7 @@ export async function repairJobAfterRun(engine: Engine, job: Job, run: Run): Pro
 }
 
 /** Whether this run is the one occurrence of a one-off job (a replay of an older run is not). */
-export function completesOneOff(job: Job, run: Pick<Run, "scheduledFor">): boolean {
+function completesOneOff(job: Job, run: Pick<Run, "scheduledFor">): boolean {
   return "runAt" in job.schedule && Date.parse(job.schedule.runAt) === Date.parse(run.scheduledFor);
 }
 

@@ -4,7 +4,7 @@ import type { RunEnding } from "../storage/run-finish.js";
 import { lateStartSkipReason } from "./late-start.js";
 import { endsOneOff } from "./run-endings.js";
 
-export type StartDecision =
+type StartDecision =
   | { readonly action: "run"; readonly job: Job }
   | { readonly action: "park" }
   | {

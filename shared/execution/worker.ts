@@ -24,7 +24,7 @@ export interface WorkerDeps extends RunExecutionDeps {
 }
 
 /** `ack`: delete the message. `keep`: leave it, SQS delivers it again after its visibility. */
-export type Disposition = "ack" | "keep";
+type Disposition = "ack" | "keep";
 
 /** A message may arrive up to a second early (SQS delays are whole seconds); later than this it is re-sent. */
 export const MAX_EARLY_WAIT_MS = 2_000;

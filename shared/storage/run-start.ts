@@ -5,7 +5,7 @@ import { failedConditionItem, isConditionalCheckFailed } from "./dynamo-errors.j
 import { decodeRun } from "./items.js";
 import { type RunRef, runKeyOf } from "./run-reads.js";
 
-export type StartResult =
+type StartResult =
   | { readonly kind: "started"; readonly run: Run }
   /** Already finished: a duplicate or late delivery. */
   | { readonly kind: "finished"; readonly run: Run }
