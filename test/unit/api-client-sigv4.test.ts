@@ -2,7 +2,9 @@ import { createHash, createHmac } from "node:crypto";
 import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { apiClient, authModeFromEnv, regionOfHost, signingRegion } from "../support/api-client.js";
+import { SchedulerClient } from "../../client/index.js";
+import { regionOfHost, signingRegion } from "../../client/sigv4.js";
+import { apiClient, authModeFromEnv } from "../support/api-client.js";
 
 /**
  * The e2e client's SigV4 signing, checked against an independent
@@ -275,6 +277,60 @@ describe("apiClient with IAM auth", () => {
       secretAccessKey: SECRET_KEY,
     });
     expect(match?.[6]).toBe(expected.signature);
+  });
+});
+
+describe("SchedulerClient with SigV4", () => {
+  const credentials = { accessKeyId: ACCESS_KEY, secretAccessKey: SECRET_KEY };
+  const client = () =>
+    new SchedulerClient({
+      baseUrl: `${origin}/v1/`,
+      auth: { kind: "sigv4", region: "eu-west-1", credentials, now: () => SIGNING_DATE },
+    });
+
+  function verify(sent: Captured): void {
+    const match = AUTHORIZATION.exec(sent.headers.authorization ?? "");
+    expect(match, sent.headers.authorization).not.toBeNull();
+    const names = (match?.[5] ?? "").split(";");
+    expect(names).toContain("host");
+    const headers = Object.fromEntries(names.map((name) => [name, String(sent.headers[name])]));
+    const [rawPath = "", rawQuery = ""] = sent.url.split("?");
+    const expected = referenceSignature({
+      method: sent.method,
+      rawPath,
+      rawQuery,
+      headers,
+      body: sent.body,
+      amzDate: AMZ_DATE,
+      region: "eu-west-1",
+      service: "execute-api",
+      secretAccessKey: SECRET_KEY,
+    });
+    expect(match?.[6]).toBe(expected.signature);
+  }
+
+  it("signs an edit: path, If-Match, JSON body and Host as they went over the wire", async () => {
+    await client().jobs.handle("01J0ABC").edit({ name: "spike ünïcode" }, { version: 3 });
+    const sent = only();
+    expect(sent.method).toBe("PATCH");
+    expect(sent.url).toBe("/v1/jobs/01J0ABC");
+    expect(sent.headers["if-match"]).toBe('"3"');
+    expect(sent.body.toString("utf8")).toBe(JSON.stringify({ name: "spike ünïcode" }));
+    expect(AUTHORIZATION.exec(sent.headers.authorization ?? "")?.[5]).toBe(
+      "content-type;host;if-match;x-amz-date",
+    );
+    verify(sent);
+  });
+
+  it("signs a listing's query as sent, cursor characters included", async () => {
+    const cursor = "a/b+c= d*'";
+    await client().runs.page("01J0ABC", { limit: 3, cursor });
+    const sent = only();
+    expect(sent.body).toHaveLength(0);
+    const params = new URLSearchParams(sent.url.split("?")[1] ?? "");
+    expect(params.get("cursor")).toBe(cursor);
+    expect(params.get("limit")).toBe("3");
+    verify(sent);
   });
 });
 

@@ -1,0 +1,143 @@
+import type { components } from "./generated/api.js";
+
+type ErrorBody = components["schemas"]["Error"]["error"];
+
+/** The `code` of every error the API answers with (docs/api.md, "Errors"). */
+export type ApiErrorCode = ErrorBody["code"];
+
+/**
+ * `unexpected_response`: an answer not in the API's error shape (a proxy's
+ * page, API Gateway refusing a signature with 403 `{"message"}`).
+ */
+export type ErrorCode = ApiErrorCode | "unexpected_response";
+
+export type FieldIssue = NonNullable<ErrorBody["issues"]>[number];
+
+/**
+ * A request the API refused, typed by its `code`: `error.is("not_found")`
+ * narrows it, and a stale `If-Match` is a {@link VersionConflictError}.
+ */
+export class SchedulerApiError<C extends ErrorCode = ErrorCode> extends Error {
+  override readonly name: string = "SchedulerApiError";
+  readonly status: number;
+  readonly code: C;
+  /** The offending input, e.g. `schedule.cron`. */
+  readonly field: string | undefined;
+  /** With `illegal_transition`: the job's status now. */
+  readonly currentStatus: ErrorBody["currentStatus"];
+  /** With `validation_failed`: every issue. */
+  readonly issues: readonly FieldIssue[];
+  /** With `busy`: the seconds the API asks to wait (Retry-After). */
+  readonly retryAfterSeconds: number | undefined;
+  /** With `version_mismatch`: the job's version now (the answer's ETag). */
+  readonly currentVersion: number | undefined;
+
+  constructor(
+    status: number,
+    code: C,
+    message: string,
+    details: {
+      field?: string | undefined;
+      currentStatus?: ErrorBody["currentStatus"];
+      issues?: readonly FieldIssue[] | undefined;
+      retryAfterSeconds?: number | undefined;
+      currentVersion?: number | undefined;
+    } = {},
+  ) {
+    super(message);
+    this.status = status;
+    this.code = code;
+    this.field = details.field;
+    this.currentStatus = details.currentStatus;
+    this.issues = details.issues ?? [];
+    this.retryAfterSeconds = details.retryAfterSeconds;
+    this.currentVersion = details.currentVersion;
+  }
+
+  is<K extends C>(code: K): this is SchedulerApiError<K> {
+    return (this.code as ErrorCode) === code;
+  }
+}
+
+/** 412: the job changed since the version the edit was based on. */
+export class VersionConflictError extends SchedulerApiError<"version_mismatch"> {
+  override readonly name = "VersionConflictError";
+
+  constructor(
+    message: string,
+    /** The version the edit was based on. */
+    readonly expectedVersion: number,
+    currentVersion: number | undefined,
+  ) {
+    super(412, "version_mismatch", message, { field: "If-Match", currentVersion });
+  }
+}
+
+/** Whether `error` is an API error, with that code when one is given. */
+export function isSchedulerApiError<K extends ErrorCode = ErrorCode>(
+  error: unknown,
+  code?: K,
+): error is SchedulerApiError<K> {
+  return error instanceof SchedulerApiError && (code === undefined || error.code === code);
+}
+
+const API_CODES: ReadonlySet<string> = new Set<ApiErrorCode>([
+  "validation_failed",
+  "malformed_json",
+  "unauthorized",
+  "not_found",
+  "method_not_allowed",
+  "conflict",
+  "illegal_transition",
+  "idempotency_conflict",
+  "not_replayable",
+  "version_mismatch",
+  "precondition_required",
+  "payload_too_large",
+  "unsupported_media_type",
+  "busy",
+  "internal",
+]);
+
+function isErrorBody(body: unknown): body is { error: ErrorBody } {
+  if (typeof body !== "object" || body === null || !("error" in body)) return false;
+  const inner: unknown = body.error;
+  return (
+    typeof inner === "object" &&
+    inner !== null &&
+    "code" in inner &&
+    typeof inner.code === "string" &&
+    API_CODES.has(inner.code) &&
+    "message" in inner &&
+    typeof inner.message === "string"
+  );
+}
+
+/** Parses `"3"` or `W/"3"`. */
+export function versionOfEtag(etag: string | null): number | null {
+  const match = /^(?:W\/)?"(\d+)"$/.exec(etag?.trim() ?? "");
+  return match?.[1] === undefined ? null : Number(match[1]);
+}
+
+/** The error an answer that is not a success stands for. */
+export function errorOf(response: Response, body: unknown): SchedulerApiError {
+  const retryAfter = Number(response.headers.get("retry-after") ?? Number.NaN);
+  const retryAfterSeconds = Number.isFinite(retryAfter) ? retryAfter : undefined;
+  if (!isErrorBody(body)) {
+    const text = typeof body === "string" ? body : JSON.stringify(body);
+    return new SchedulerApiError(
+      response.status,
+      "unexpected_response",
+      `${response.status} ${response.statusText}: ${text?.slice(0, 300) ?? ""}`,
+      { retryAfterSeconds },
+    );
+  }
+  const { code, message, field, currentStatus, issues } = body.error;
+  return new SchedulerApiError(response.status, code, message, {
+    field,
+    currentStatus,
+    issues,
+    retryAfterSeconds,
+    currentVersion: versionOfEtag(response.headers.get("etag")) ?? undefined,
+  });
+}

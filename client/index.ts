@@ -1,0 +1,37 @@
+/**
+ * The scheduler's typed client: `import { SchedulerClient } from "serverless-scheduler/client"`.
+ * Request and response types are generated from the API's OpenAPI document
+ * (`npm run client:generate`).
+ */
+export type { ClientAuth } from "./auth.js";
+export {
+  type ApiErrorCode,
+  type ErrorCode,
+  type FieldIssue,
+  isSchedulerApiError,
+  SchedulerApiError,
+  VersionConflictError,
+} from "./errors.js";
+export type { components, operations, paths } from "./generated/api.js";
+export { type EditOptions, JobHandle, type WaitForRunOptions } from "./job-handle.js";
+export type { Page } from "./paging.js";
+export { type WaitOptions, WaitTimeoutError } from "./requests.js";
+export {
+  type CreateOptions,
+  type ListOptions,
+  type PageOptions,
+  SchedulerClient,
+  type SchedulerClientOptions,
+} from "./scheduler-client.js";
+export type { SigV4Options } from "./sigv4.js";
+export {
+  type CreateJobRequest,
+  type EditJobRequest,
+  FINAL_RUN_STATUSES,
+  type Job,
+  type JobStatus,
+  type Preview,
+  type Run,
+  type RunStatus,
+  type Schedule,
+} from "./types.js";

@@ -1,0 +1,156 @@
+import { isSchedulerApiError, VersionConflictError } from "./errors.js";
+import { pollForRun, unwrap, unwrapWithResponse, type WaitOptions } from "./requests.js";
+import type { ListOptions, SchedulerClient } from "./scheduler-client.js";
+import {
+  type EditJobRequest,
+  FINAL_RUN_STATUSES,
+  type Job,
+  type Preview,
+  type Run,
+} from "./types.js";
+
+export interface EditOptions {
+  /**
+   * The version the edit is based on (sent as If-Match). Default: the
+   * version this handle last saw, or the job's current one read first.
+   */
+  readonly version?: number;
+}
+
+export interface WaitForRunOptions extends WaitOptions {
+  /**
+   * The run to wait for. Without it: the next run of the job to reach a
+   * status waited for, one that had not reached it when the wait began (the
+   * first run of a job just created, the run a trigger queued, …).
+   */
+  readonly runId?: string;
+}
+
+/**
+ * One job: its id, the job as last seen, and what can be done to it. Every
+ * method that answers with the job updates `job`, so an edit after a pause
+ * sends the version the pause returned.
+ */
+export class JobHandle {
+  #job: Job | undefined;
+
+  constructor(
+    private readonly client: SchedulerClient,
+    readonly id: string,
+    job?: Job,
+    /** False when create found the job an earlier request with the same idempotency key made. */
+    readonly created = true,
+  ) {
+    this.#job = job;
+  }
+
+  /** The job as last seen by this handle; undefined until read. */
+  get job(): Job | undefined {
+    return this.#job;
+  }
+
+  #seen(job: Job): Job {
+    this.#job = job;
+    return job;
+  }
+
+  /** Reads the job again. */
+  async get(): Promise<Job> {
+    return this.#seen(
+      await unwrap(this.client.http.GET("/jobs/{id}", { params: { path: { id: this.id } } })),
+    );
+  }
+
+  async pause(): Promise<Job> {
+    return this.#seen(
+      await unwrap(
+        this.client.http.POST("/jobs/{id}/pause", { params: { path: { id: this.id } } }),
+      ),
+    );
+  }
+
+  async resume(): Promise<Job> {
+    return this.#seen(
+      await unwrap(
+        this.client.http.POST("/jobs/{id}/resume", { params: { path: { id: this.id } } }),
+      ),
+    );
+  }
+
+  async cancel(): Promise<Job> {
+    return this.#seen(
+      await unwrap(
+        this.client.http.POST("/jobs/{id}/cancel", { params: { path: { id: this.id } } }),
+      ),
+    );
+  }
+
+  /** One extra run now, outside the schedule; returns the queued run. */
+  trigger(): Promise<Run> {
+    return unwrap(
+      this.client.http.POST("/jobs/{id}/trigger", { params: { path: { id: this.id } } }),
+    );
+  }
+
+  /**
+   * Changes the job at a version (If-Match). When the job changed since, the
+   * API answers 412 and this throws a VersionConflictError with the current
+   * version: read the job again, decide, and edit at that version.
+   */
+  async edit(changes: EditJobRequest, options: EditOptions = {}): Promise<Job> {
+    const version = options.version ?? this.#job?.version ?? (await this.get()).version;
+    try {
+      const { data } = await unwrapWithResponse(
+        this.client.http.PATCH("/jobs/{id}", {
+          params: { path: { id: this.id }, header: { "If-Match": `"${version}"` } },
+          body: changes,
+        }),
+      );
+      return this.#seen(data);
+    } catch (error) {
+      if (!isSchedulerApiError(error, "version_mismatch")) throw error;
+      throw new VersionConflictError(error.message, version, error.currentVersion);
+    }
+  }
+
+  /** The job's next occurrences, in UTC and in its zone. */
+  preview(count?: number): Promise<Preview> {
+    return unwrap(
+      this.client.http.GET("/jobs/{id}/preview", {
+        params: { path: { id: this.id }, query: count === undefined ? {} : { count } },
+      }),
+    );
+  }
+
+  /** Every run of the job, newest occurrence first, fetching pages as they are read. */
+  runs(options: ListOptions = {}): AsyncGenerator<Run, void, undefined> {
+    return this.client.runs.list(this.id, options);
+  }
+
+  run(runId: string): Promise<Run> {
+    return this.client.runs.get(this.id, runId);
+  }
+
+  /**
+   * Waits for a run to reach a final status (or one of `until`) and returns
+   * it. Without `runId` each poll reads the job's whole run history.
+   */
+  async waitForRun(options: WaitForRunOptions = {}): Promise<Run> {
+    if (options.runId !== undefined) return this.client.waitForRun(this.id, options.runId, options);
+    const until = options.until ?? FINAL_RUN_STATUSES;
+    const reached = async () => {
+      const runs: Run[] = [];
+      for await (const run of this.runs({ pageSize: 100 })) runs.push(run);
+      return runs.filter((run) => until.includes(run.status));
+    };
+    const before = new Set((await reached()).map((run) => run.runId));
+    return pollForRun(
+      `the next run of job ${this.id}`,
+      async () => {
+        const fresh = (await reached()).filter((run) => !before.has(run.runId));
+        return { done: fresh.at(-1) ?? null, seen: null };
+      },
+      options,
+    );
+  }
+}

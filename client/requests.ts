@@ -1,0 +1,80 @@
+import { errorOf } from "./errors.js";
+import type { Run, RunStatus } from "./types.js";
+
+export interface WaitOptions {
+  /** Default 60 s. */
+  readonly timeoutMs?: number;
+  /** Between polls; default 500 ms. */
+  readonly pollMs?: number;
+  /** The statuses to wait for; default every final one. */
+  readonly until?: readonly RunStatus[];
+  readonly signal?: AbortSignal;
+}
+
+/** waitForRun gave up: the run had not reached a status waited for in time. */
+export class WaitTimeoutError extends Error {
+  override readonly name = "WaitTimeoutError";
+
+  constructor(
+    message: string,
+    /** The run as last seen, if it was seen at all. */
+    readonly lastSeen: Run | null,
+  ) {
+    super(message);
+  }
+}
+
+type Result<T> = { data?: T; error?: unknown; response: Response };
+
+/** The data of a success, or the typed error of anything else. */
+export async function unwrap<T>(pending: Promise<Result<T>>): Promise<T> {
+  return (await unwrapWithResponse(pending)).data;
+}
+
+export async function unwrapWithResponse<T>(
+  pending: Promise<Result<T>>,
+): Promise<{ data: T; response: Response }> {
+  const { data, error, response } = await pending;
+  if (!response.ok || data === undefined) throw errorOf(response, error);
+  return { data, response };
+}
+
+const sleep = (ms: number, signal?: AbortSignal) =>
+  new Promise<void>((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+
+/**
+ * Polls `probe` until it returns a run, or gives up after `timeoutMs` with a
+ * WaitTimeoutError naming `what`.
+ */
+export async function pollForRun(
+  what: string,
+  probe: () => Promise<{ done: Run | null; seen: Run | null }>,
+  options: WaitOptions,
+): Promise<Run> {
+  const deadline = Date.now() + (options.timeoutMs ?? 60_000);
+  let lastSeen: Run | null = null;
+  for (;;) {
+    const { done, seen } = await probe();
+    if (done) return done;
+    lastSeen = seen ?? lastSeen;
+    if (Date.now() >= deadline) {
+      const status = lastSeen ? ` (last seen ${lastSeen.status})` : "";
+      throw new WaitTimeoutError(
+        `timed out after ${options.timeoutMs ?? 60_000} ms waiting for ${what}${status}`,
+        lastSeen,
+      );
+    }
+    await sleep(options.pollMs ?? 500, options.signal);
+  }
+}

@@ -1,0 +1,211 @@
+import createClient, { type Client } from "openapi-fetch";
+import { authMiddleware, type ClientAuth } from "./auth.js";
+import type { paths } from "./generated/api.js";
+import { JobHandle } from "./job-handle.js";
+import { everyItem, type Page } from "./paging.js";
+import { pollForRun, unwrap, unwrapWithResponse, type WaitOptions } from "./requests.js";
+import {
+  type CreateJobRequest,
+  FINAL_RUN_STATUSES,
+  type Job,
+  type JobStatus,
+  type Preview,
+  type Run,
+  type Schedule,
+} from "./types.js";
+
+export interface SchedulerClientOptions {
+  /** The API's URL: the sandbox's (http://127.0.0.1:3000) or the stack's ApiUrl output. */
+  readonly baseUrl: string;
+  readonly auth: ClientAuth;
+  /** Replaces the global fetch (a proxy agent, a test double). */
+  readonly fetch?: typeof fetch;
+}
+
+export interface ListOptions {
+  /** Items per request (1-100); the iterator fetches as many pages as the caller reads. */
+  readonly pageSize?: number;
+}
+
+export interface PageOptions {
+  readonly limit?: number;
+  readonly cursor?: string;
+}
+
+/**
+ * The scheduler's HTTP API, typed from its OpenAPI document
+ * (client/generated/api.ts). Every method throws a SchedulerApiError, typed
+ * by `code`, when the API refuses.
+ *
+ * ```ts
+ * const client = new SchedulerClient({ baseUrl, auth: { kind: "bearer", key } });
+ * const job = await client.jobs.create({ type: "noop", schedule: { runAt } });
+ * const run = await job.waitForRun();
+ * ```
+ */
+export class SchedulerClient {
+  /** The generated client itself, for anything the methods below do not cover. */
+  readonly http: Client<paths>;
+  readonly jobs: JobsApi;
+  readonly runs: RunsApi;
+  readonly deadLetters: DeadLettersApi;
+  readonly schedules: SchedulesApi;
+  readonly webhookSecret: WebhookSecretApi;
+
+  constructor(options: SchedulerClientOptions) {
+    this.http = createClient<paths>({
+      baseUrl: options.baseUrl.replace(/\/+$/, ""),
+      ...(options.fetch ? { fetch: options.fetch } : {}),
+    });
+    this.http.use(authMiddleware(options.auth, options.baseUrl));
+    this.jobs = new JobsApi(this);
+    this.runs = new RunsApi(this);
+    this.deadLetters = new DeadLettersApi(this);
+    this.schedules = new SchedulesApi(this);
+    this.webhookSecret = new WebhookSecretApi(this);
+  }
+
+  async health(): Promise<{ status: "ok" }> {
+    return unwrap(this.http.GET("/health"));
+  }
+
+  /** Waits until the run reaches a final status (or one of `until`), polling GET of the run. */
+  waitForRun(jobId: string, runId: string, options: WaitOptions = {}): Promise<Run> {
+    const until = options.until ?? FINAL_RUN_STATUSES;
+    return pollForRun(
+      `run ${runId}`,
+      async () => {
+        const run = await this.runs.get(jobId, runId);
+        return { done: until.includes(run.status) ? run : null, seen: run };
+      },
+      options,
+    );
+  }
+}
+
+export interface CreateOptions {
+  /** The same key with the same body returns the first job instead of a second one. */
+  readonly idempotencyKey?: string;
+}
+
+class JobsApi {
+  constructor(private readonly client: SchedulerClient) {}
+
+  /** Schedules a job and returns its handle. */
+  async create(body: CreateJobRequest, options: CreateOptions = {}): Promise<JobHandle> {
+    const { data, response } = await unwrapWithResponse(
+      this.client.http.POST("/jobs", {
+        body,
+        ...(options.idempotencyKey
+          ? { params: { header: { "Idempotency-Key": options.idempotencyKey } } }
+          : {}),
+      }),
+    );
+    return new JobHandle(this.client, data.id, data, response.status === 201);
+  }
+
+  /** A handle for a job by id, without a request. */
+  handle(id: string): JobHandle {
+    return new JobHandle(this.client, id);
+  }
+
+  /** Reads the job and returns its handle (which knows its version for edits). */
+  async get(id: string): Promise<JobHandle> {
+    const handle = this.handle(id);
+    await handle.get();
+    return handle;
+  }
+
+  /** Every job of the caller, newest first, over as many pages as are read. */
+  list(options: ListOptions & { status?: JobStatus } = {}): AsyncGenerator<Job, void, undefined> {
+    return everyItem((cursor) =>
+      this.page({
+        ...(options.status ? { status: options.status } : {}),
+        ...(options.pageSize ? { limit: options.pageSize } : {}),
+        ...(cursor ? { cursor } : {}),
+      }),
+    );
+  }
+
+  page(query: PageOptions & { status?: JobStatus } = {}): Promise<Page<Job>> {
+    return unwrap(this.client.http.GET("/jobs", { params: { query } }));
+  }
+}
+
+class RunsApi {
+  constructor(private readonly client: SchedulerClient) {}
+
+  /** Every run of a job, newest occurrence first, over as many pages as are read. */
+  list(jobId: string, options: ListOptions = {}): AsyncGenerator<Run, void, undefined> {
+    return everyItem((cursor) =>
+      this.page(jobId, {
+        ...(options.pageSize ? { limit: options.pageSize } : {}),
+        ...(cursor ? { cursor } : {}),
+      }),
+    );
+  }
+
+  page(jobId: string, query: PageOptions = {}): Promise<Page<Run>> {
+    return unwrap(
+      this.client.http.GET("/jobs/{id}/runs", { params: { path: { id: jobId }, query } }),
+    );
+  }
+
+  get(jobId: string, runId: string): Promise<Run> {
+    return unwrap(
+      this.client.http.GET("/jobs/{id}/runs/{runId}", { params: { path: { id: jobId, runId } } }),
+    );
+  }
+}
+
+class DeadLettersApi {
+  constructor(private readonly client: SchedulerClient) {}
+
+  /** Dead runs not yet replayed, newest first. */
+  list(options: ListOptions = {}): AsyncGenerator<Run, void, undefined> {
+    return everyItem((cursor) =>
+      this.page({
+        ...(options.pageSize ? { limit: options.pageSize } : {}),
+        ...(cursor ? { cursor } : {}),
+      }),
+    );
+  }
+
+  page(query: PageOptions = {}): Promise<Page<Run>> {
+    return unwrap(this.client.http.GET("/dead-letters", { params: { query } }));
+  }
+
+  /** Runs the dead occurrence again as its next attempt; returns the new run. */
+  replay(runId: string): Promise<Run> {
+    return unwrap(
+      this.client.http.POST("/dead-letters/{runId}/replay", { params: { path: { runId } } }),
+    );
+  }
+}
+
+class SchedulesApi {
+  constructor(private readonly client: SchedulerClient) {}
+
+  /** The schedule's next occurrences, in UTC and in its zone; a 400 names what is wrong. */
+  preview(schedule: Schedule, count?: number): Promise<Preview> {
+    return unwrap(
+      this.client.http.POST("/schedules/preview", {
+        body: { schedule, ...(count === undefined ? {} : { count }) },
+      }),
+    );
+  }
+}
+
+class WebhookSecretApi {
+  constructor(private readonly client: SchedulerClient) {}
+
+  /** The secret the caller's webhook deliveries are signed with (made on first use). */
+  async get(): Promise<string> {
+    return (await unwrap(this.client.http.GET("/webhook-secret"))).secret;
+  }
+
+  /** A new secret; for 24 hours deliveries carry signatures of both. */
+  async rotate(): Promise<string> {
+    return (await unwrap(this.client.http.POST("/webhook-secret/rotate"))).secret;
+  }
+}

@@ -1,0 +1,21 @@
+import type { components } from "./generated/api.js";
+
+type Schemas = components["schemas"];
+
+export type Job = Schemas["Job"];
+export type Run = Schemas["Run"];
+export type Preview = Schemas["Preview"];
+export type Schedule = Schemas["Schedule"];
+export type CreateJobRequest = Schemas["CreateJobRequest"];
+export type EditJobRequest = Schemas["EditJobRequest"];
+export type JobStatus = Job["status"];
+export type RunStatus = Run["status"];
+
+/** A run in one of these statuses does not change again (a failed attempt's retry is a new run). */
+export const FINAL_RUN_STATUSES: readonly RunStatus[] = [
+  "succeeded",
+  "failed",
+  "dead",
+  "skipped",
+  "cancelled",
+];

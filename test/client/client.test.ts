@@ -1,0 +1,268 @@
+import { randomBytes } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  isSchedulerApiError,
+  type Run,
+  SchedulerApiError,
+  SchedulerClient,
+  VersionConflictError,
+  WaitTimeoutError,
+} from "../../client/index.js";
+import { type SandboxProcess, spawnSandbox } from "../support/sandbox-process.js";
+
+/**
+ * The typed client against the sandbox (`npm start` as a child process), over
+ * HTTP only: every method, the job handle, paging, waiting, and errors typed
+ * by their code.
+ */
+const KEY = "client-key";
+const OTHER_KEY = "client-other-key";
+let sandbox: SandboxProcess;
+let client: SchedulerClient;
+
+beforeAll(async () => {
+  sandbox = await spawnSandbox({
+    prefix: `client-${randomBytes(4).toString("hex")}`,
+    tickSeconds: 1,
+    workers: 8,
+    env: {
+      SCHEDULER_API_KEYS: `${KEY}=client-tenant,${OTHER_KEY}=other-tenant`,
+      LOOKAHEAD_SECONDS: "60",
+    },
+  });
+  client = new SchedulerClient({ baseUrl: sandbox.url, auth: { kind: "bearer", key: KEY } });
+}, 120_000);
+
+afterAll(async () => {
+  await sandbox?.stop();
+}, 30_000);
+
+const inSeconds = (seconds: number) => new Date(Date.now() + seconds * 1000).toISOString();
+const later = () => ({ runAt: inSeconds(86_400) });
+
+async function caught(promise: Promise<unknown>): Promise<unknown> {
+  try {
+    await promise;
+  } catch (error) {
+    return error;
+  }
+  throw new Error("expected a rejection");
+}
+
+describe("the package", () => {
+  it('exports the client as "serverless-scheduler/client"', async () => {
+    const exported = await import("serverless-scheduler/client");
+    expect(exported.SchedulerClient).toBe(SchedulerClient);
+  });
+
+  it("reaches the API without credentials for GET /health", async () => {
+    const anonymous = new SchedulerClient({ baseUrl: `${sandbox.url}/`, auth: { kind: "none" } });
+    await expect(anonymous.health()).resolves.toEqual({ status: "ok" });
+  });
+});
+
+describe("a job handle", () => {
+  it("create returns a handle with the job; the same idempotency key returns the same job", async () => {
+    const body = { name: "report", type: "noop", schedule: later() } as const;
+    const handle = await client.jobs.create(body, { idempotencyKey: "client-report-1" });
+    expect(handle.created).toBe(true);
+    expect(handle.job).toMatchObject({ id: handle.id, name: "report", status: "active" });
+    const again = await client.jobs.create(body, { idempotencyKey: "client-report-1" });
+    expect(again.created).toBe(false);
+    expect(again.id).toBe(handle.id);
+    const other = await caught(
+      client.jobs.create({ ...body, name: "other" }, { idempotencyKey: "client-report-1" }),
+    );
+    expect(isSchedulerApiError(other, "idempotency_conflict")).toBe(true);
+  });
+
+  it("pause, resume, trigger, cancel; each answer updates the handle's job", async () => {
+    const handle = await client.jobs.create({ type: "noop", schedule: later() });
+    expect((await handle.pause()).status).toBe("paused");
+    expect(handle.job?.status).toBe("paused");
+    expect((await handle.resume()).status).toBe("active");
+    const run = await handle.trigger();
+    expect(run).toMatchObject({ jobId: handle.id, status: "queued", attempt: 1 });
+    expect((await handle.cancel()).status).toBe("cancelled");
+    expect((await client.jobs.get(handle.id)).job?.status).toBe("cancelled");
+
+    const refused = await caught(handle.resume());
+    expect(refused).toBeInstanceOf(SchedulerApiError);
+    if (!isSchedulerApiError(refused, "illegal_transition")) throw refused;
+    expect(refused.status).toBe(409);
+    expect(refused.currentStatus).toBe("cancelled");
+  });
+
+  it("edit sends the version the handle last saw; a stale one is a VersionConflictError", async () => {
+    const handle = await client.jobs.create({ type: "noop", schedule: later() });
+    const edited = await handle.edit({ name: "renamed" });
+    expect(edited).toMatchObject({ name: "renamed", version: 2 });
+    // Another client changes the job: this handle's version (2) is now stale.
+    await client.jobs.handle(handle.id).edit({ name: "by someone else" });
+    const conflict = await caught(handle.edit({ name: "mine" }));
+    expect(conflict).toBeInstanceOf(VersionConflictError);
+    if (!(conflict instanceof VersionConflictError)) throw conflict;
+    expect(conflict).toMatchObject({
+      status: 412,
+      code: "version_mismatch",
+      field: "If-Match",
+      expectedVersion: 2,
+      currentVersion: 3,
+    });
+    // Read again, decide, and edit at that version.
+    await handle.get();
+    expect((await handle.edit({ name: "mine" })).version).toBe(4);
+    expect((await handle.edit({ name: "explicit" }, { version: 4 })).name).toBe("explicit");
+  });
+
+  it("runs() iterates over every page of the job's runs", async () => {
+    // Every second, with a minute of lookahead: the first pass queues about 60 runs.
+    const handle = await client.jobs.create({ type: "noop", schedule: { every: "PT1S" } });
+    let firstPage: Run[] = [];
+    for (let tries = 0; tries < 100 && firstPage.length < 30; tries++) {
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      firstPage = (await client.runs.page(handle.id, { limit: 100 })).items;
+    }
+    await handle.pause();
+    const byPages: Run[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await client.runs.page(handle.id, { limit: 100, ...(cursor ? { cursor } : {}) });
+      byPages.push(...page.items);
+      cursor = page.nextCursor ?? undefined;
+    } while (cursor);
+    const iterated: Run[] = [];
+    for await (const run of handle.runs({ pageSize: 7 })) iterated.push(run);
+    expect(iterated.length).toBeGreaterThan(7 * 3);
+    expect(iterated.map((run) => run.runId)).toEqual(byPages.map((run) => run.runId));
+    expect(new Set(iterated.map((run) => run.runId)).size).toBe(iterated.length);
+    await handle.cancel();
+  });
+
+  it("preview gives the job's next occurrences in its zone", async () => {
+    const handle = await client.jobs.create({
+      type: "noop",
+      schedule: { cron: "0 9 * * 1-5", timezone: "Europe/Berlin" },
+    });
+    const preview = await handle.preview(3);
+    expect(preview.timezone).toBe("Europe/Berlin");
+    expect(preview.occurrences).toHaveLength(3);
+    for (const occurrence of preview.occurrences)
+      expect(occurrence.local).toMatch(/T09:00:00\.000\+0[12]:00$/);
+    await handle.cancel();
+  });
+});
+
+describe("waiting for runs", () => {
+  it("waitForRun() returns the job's next run once it ends", async () => {
+    const handle = await client.jobs.create({ type: "noop", schedule: { runAt: inSeconds(2) } });
+    const run = await handle.waitForRun({ timeoutMs: 30_000, pollMs: 200 });
+    expect(run).toMatchObject({ jobId: handle.id, status: "succeeded", attempt: 1 });
+    expect(await handle.run(run.runId)).toEqual(run);
+  });
+
+  it("waitForRun({ runId }) follows a triggered run; client.waitForRun takes ids", async () => {
+    const handle = await client.jobs.create({ type: "noop", schedule: later() });
+    const queued = await handle.trigger();
+    const ended = await handle.waitForRun({ runId: queued.runId, timeoutMs: 30_000, pollMs: 200 });
+    expect(ended).toMatchObject({ runId: queued.runId, status: "succeeded" });
+    const again = await client.waitForRun(handle.id, queued.runId, { timeoutMs: 1000 });
+    expect(again.status).toBe("succeeded");
+  });
+
+  it("gives up with a WaitTimeoutError that carries the run as last seen", async () => {
+    const handle = await client.jobs.create({
+      type: "sleep",
+      payload: { ms: 5000 },
+      schedule: later(),
+    });
+    const queued = await handle.trigger();
+    const error = await caught(
+      handle.waitForRun({ runId: queued.runId, timeoutMs: 600, pollMs: 100 }),
+    );
+    expect(error).toBeInstanceOf(WaitTimeoutError);
+    expect(["queued", "running"]).toContain((error as WaitTimeoutError).lastSeen?.status);
+    expect((error as Error).message).toMatch(
+      /timed out after 600 ms waiting for run .* \(last seen (queued|running)\)/,
+    );
+    await handle.cancel();
+  });
+});
+
+describe("dead letters, schedules, the webhook secret", () => {
+  it("lists a dead run and replays it once; a second replay is not_replayable", async () => {
+    const handle = await client.jobs.create({
+      type: "fail",
+      payload: { times: 1, retryable: false },
+      schedule: { runAt: inSeconds(1) },
+    });
+    const dead = await handle.waitForRun({ timeoutMs: 30_000, pollMs: 200 });
+    expect(dead.status).toBe("dead");
+    const letters: Run[] = [];
+    for await (const run of client.deadLetters.list({ pageSize: 1 })) letters.push(run);
+    expect(letters.map((run) => run.runId)).toContain(dead.runId);
+    const replayed = await client.deadLetters.replay(dead.runId);
+    expect(replayed).toMatchObject({ jobId: handle.id, attempt: 2 });
+    const ended = await handle.waitForRun({ runId: replayed.runId, timeoutMs: 30_000 });
+    expect(ended.status).toBe("succeeded");
+    const twice = await caught(client.deadLetters.replay(dead.runId));
+    expect(isSchedulerApiError(twice, "not_replayable")).toBe(true);
+  });
+
+  it("previews a schedule, and a bad one is a validation error naming the field", async () => {
+    const preview = await client.schedules.preview(
+      { cron: "30 9 * * MON-FRI", timezone: "Europe/Berlin" },
+      2,
+    );
+    expect(preview.occurrences).toHaveLength(2);
+    const error = await caught(client.schedules.preview({ cron: "0 9 * * *", timezone: "CET" }));
+    if (!isSchedulerApiError(error, "validation_failed")) throw error;
+    expect(error.status).toBe(400);
+    expect(error.field).toBe("schedule.timezone");
+    expect(error.issues.map((issue) => issue.field)).toContain("schedule.timezone");
+  });
+
+  it("reads and rotates the webhook secret", async () => {
+    const first = await client.webhookSecret.get();
+    expect(first).toMatch(/^whsec_/);
+    expect(await client.webhookSecret.get()).toBe(first);
+    const rotated = await client.webhookSecret.rotate();
+    expect(rotated).not.toBe(first);
+    expect(await client.webhookSecret.get()).toBe(rotated);
+  });
+});
+
+describe("errors and tenants", () => {
+  it("lists only the caller's jobs, over pages, filtered by status", async () => {
+    const other = new SchedulerClient({
+      baseUrl: sandbox.url,
+      auth: { kind: "bearer", key: OTHER_KEY },
+    });
+    const mine = await Promise.all(
+      [1, 2, 3].map(() => other.jobs.create({ type: "noop", schedule: later() })),
+    );
+    await mine[0]?.pause();
+    const listed: string[] = [];
+    for await (const job of other.jobs.list({ pageSize: 1 })) listed.push(job.id);
+    expect(listed.sort()).toEqual(mine.map((handle) => handle.id).sort());
+    const paused: string[] = [];
+    for await (const job of other.jobs.list({ status: "paused" })) paused.push(job.id);
+    expect(paused).toEqual([mine[0]?.id]);
+    const notMine = await caught(client.jobs.get(listed[0] ?? ""));
+    expect(isSchedulerApiError(notMine, "not_found")).toBe(true);
+  });
+
+  it("401 is unauthorized; an unknown run is not_found", async () => {
+    const stranger = new SchedulerClient({
+      baseUrl: sandbox.url,
+      auth: { kind: "bearer", key: "nobody" },
+    });
+    const refused = await caught(stranger.jobs.page());
+    if (!isSchedulerApiError(refused, "unauthorized")) throw refused;
+    expect(refused.status).toBe(401);
+    const handle = await client.jobs.create({ type: "noop", schedule: later() });
+    const missing = await caught(handle.run(`${handle.id}-20300101T000000000-1`));
+    expect(isSchedulerApiError(missing, "not_found")).toBe(true);
+    await handle.cancel();
+  });
+});
