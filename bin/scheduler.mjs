@@ -1,0 +1,21 @@
+#!/usr/bin/env node
+// `scheduler` (npx scheduler … in a clone): the CLI in client/cli, run from its TypeScript source.
+import { register } from "tsx/esm/api";
+
+process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= "true";
+register();
+// `scheduler … | head` closes the pipe early; that is not an error of the command.
+for (const stream of [process.stdout, process.stderr])
+  stream.on("error", (error) => {
+    if (error.code === "EPIPE") process.exit(process.exitCode ?? 0);
+    throw error;
+  });
+const { runCli } = await import("../client/cli/main.ts");
+const interrupted = new AbortController();
+process.once("SIGINT", () => interrupted.abort());
+process.exitCode = await runCli(process.argv.slice(2), {
+  stdout: (text) => process.stdout.write(text),
+  stderr: (text) => process.stderr.write(text),
+  env: process.env,
+  signal: interrupted.signal,
+});

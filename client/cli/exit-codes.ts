@@ -1,0 +1,76 @@
+import { type ErrorCode, isSchedulerApiError, WaitTimeoutError } from "../index.js";
+
+/**
+ * What `scheduler` exits with, so that scripts can tell outcomes apart
+ * (docs/cli.md lists them).
+ */
+export const EXIT = {
+  ok: 0,
+  /** Anything unforeseen: a 5xx, an answer not in the API's error shape, a bug. */
+  failed: 1,
+  /** The command line itself: unknown command or option, a missing or malformed argument. */
+  usage: 2,
+  /** The API refused the input (400, 413, 415, 428): nothing was written. */
+  invalid: 3,
+  /** No such job or run for this caller (404). */
+  notFound: 4,
+  /** Not allowed in the job's status, an idempotency or replay conflict (409). */
+  conflict: 5,
+  /** The job changed since the version the edit was based on (412). */
+  versionConflict: 6,
+  /** Missing or unknown credentials (401, or API Gateway's 403 for a bad signature). */
+  unauthorized: 7,
+  /** The API is busy with the same job; try again (503). */
+  busy: 8,
+  /** The API could not be reached. */
+  unreachable: 9,
+  /** A wait (`runs watch --count`) ended before what it waited for happened. */
+  timedOut: 10,
+  /** The API has no such operation (`jobs delete`: DELETE /jobs/{id} does not exist yet). */
+  unsupported: 11,
+} as const;
+
+/** Raised to end a command with an exit code and a message of its own. */
+export class CliExit extends Error {
+  constructor(
+    readonly exitCode: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+const BY_CODE: Readonly<Record<ErrorCode, number>> = {
+  validation_failed: EXIT.invalid,
+  malformed_json: EXIT.invalid,
+  payload_too_large: EXIT.invalid,
+  unsupported_media_type: EXIT.invalid,
+  precondition_required: EXIT.invalid,
+  unauthorized: EXIT.unauthorized,
+  not_found: EXIT.notFound,
+  method_not_allowed: EXIT.unsupported,
+  conflict: EXIT.conflict,
+  illegal_transition: EXIT.conflict,
+  idempotency_conflict: EXIT.conflict,
+  not_replayable: EXIT.conflict,
+  version_mismatch: EXIT.versionConflict,
+  busy: EXIT.busy,
+  internal: EXIT.failed,
+  unexpected_response: EXIT.failed,
+};
+
+/** Node's fetch fails with a TypeError whose cause names the network error. */
+export function isUnreachable(error: unknown): boolean {
+  return error instanceof TypeError && error.message === "fetch failed";
+}
+
+export function exitCodeOf(error: unknown): number {
+  if (isSchedulerApiError(error)) {
+    if (error.code === "unexpected_response" && error.status === 403) return EXIT.unauthorized;
+    return BY_CODE[error.code];
+  }
+  if (error instanceof CliExit) return error.exitCode;
+  if (error instanceof WaitTimeoutError) return EXIT.timedOut;
+  if (isUnreachable(error)) return EXIT.unreachable;
+  return EXIT.failed;
+}

@@ -1,0 +1,183 @@
+import { readFileSync } from "node:fs";
+import { type Command, InvalidArgumentError, Option } from "commander";
+import type { CreateJobRequest, EditJobRequest, Schedule } from "../index.js";
+
+/** A whole number for an option; commander reports the error as a usage error. */
+export function wholeNumber(raw: string): number {
+  const value = Number(raw);
+  if (!/^\d+$/.test(raw.trim()) || !Number.isSafeInteger(value))
+    throw new InvalidArgumentError(`"${raw}" is not a whole number.`);
+  return value;
+}
+
+export function jsonValue(raw: string): unknown {
+  try {
+    return JSON.parse(raw);
+  } catch (error) {
+    throw new InvalidArgumentError(`not JSON: ${(error as Error).message}`);
+  }
+}
+
+function jsonObject(raw: string, what: string): Record<string, unknown> {
+  const value = jsonValue(raw);
+  if (typeof value !== "object" || value === null || Array.isArray(value))
+    throw new InvalidArgumentError(`${what} must be a JSON object.`);
+  return value as Record<string, unknown>;
+}
+
+function bodyFile(path: string): Record<string, unknown> {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (error) {
+    throw new InvalidArgumentError(`cannot read ${path}: ${(error as Error).message}`);
+  }
+  return jsonObject(text, path);
+}
+
+function header(raw: string, previous: Record<string, string> = {}): Record<string, string> {
+  const at = raw.indexOf(":");
+  if (at < 1) throw new InvalidArgumentError(`"${raw}" is not "Name: value".`);
+  return { ...previous, [raw.slice(0, at).trim()]: raw.slice(at + 1).trim() };
+}
+
+/** The schedule flags every command that takes a schedule shares. */
+export function addScheduleOptions(command: Command): Command {
+  return command
+    .option("--run-at <instant>", "once, at this ISO-8601 instant (with Z or an offset)")
+    .option("--cron <expression>", "a cron of 5 fields (or 6 with seconds); needs --timezone")
+    .option("--timezone <zone>", 'the cron\'s IANA zone, e.g. "Europe/Berlin" or "UTC"')
+    .option("--every <duration>", "a fixed ISO-8601 duration, e.g. PT15M")
+    .option("--start-at <instant>", "with --every: the first occurrence (default: now)");
+}
+
+export interface ScheduleFlags {
+  readonly runAt?: string;
+  readonly cron?: string;
+  readonly timezone?: string;
+  readonly every?: string;
+  readonly startAt?: string;
+}
+
+/**
+ * The schedule the flags spell, or undefined when none is given. Several at
+ * once are sent as they are: the API answers which combination is wrong.
+ */
+export function scheduleFrom(flags: ScheduleFlags): Schedule | undefined {
+  const given = {
+    ...(flags.runAt !== undefined ? { runAt: flags.runAt } : {}),
+    ...(flags.cron !== undefined ? { cron: flags.cron } : {}),
+    ...(flags.timezone !== undefined ? { timezone: flags.timezone } : {}),
+    ...(flags.every !== undefined ? { every: flags.every } : {}),
+    ...(flags.startAt !== undefined ? { startAt: flags.startAt } : {}),
+  };
+  return Object.keys(given).length === 0 ? undefined : (given as Schedule);
+}
+
+/** The flags of create and edit: each sets one field of the body. */
+export function addDefinitionOptions(command: Command): Command {
+  return addScheduleOptions(command)
+    .option("--name <name>", "a name (default: the type)")
+    .option("--payload <json>", "any JSON handed to the handler (POSTed by http jobs)", jsonValue)
+    .option("--url <url>", "http jobs: where to POST the payload")
+    .option("--header <name: value>", "http jobs: a header to send (repeatable)", header)
+    .option("--target-timeout <seconds>", "http jobs: per-delivery timeout", wholeNumber)
+    .option("--max-attempts <n>", "attempts in all, the first included", wholeNumber)
+    .option("--initial-delay <seconds>", "backoff after the first failure, doubling", wholeNumber)
+    .option("--max-delay <seconds>", "largest backoff", wholeNumber)
+    .addOption(
+      new Option("--misfire <policy>", "occurrences missed by more than the grace").choices([
+        "skip",
+        "fire_once",
+        "fire_all",
+      ]),
+    )
+    .addOption(
+      new Option("--overlap <policy>", "a run due while another still runs").choices([
+        "skip",
+        "buffer_one",
+        "allow",
+      ]),
+    )
+    .option("--max-concurrent <n>", 'runs at once, with --overlap "allow"', wholeNumber)
+    .addOption(new Option("--priority <priority>").choices(["high", "normal", "low"]))
+    .option("--timeout <seconds>", "a run is aborted after this long", wholeNumber)
+    .option("--body <json>", "the whole request body as JSON; the flags above override it")
+    .option("--file <path>", "the whole request body from a JSON file; the flags override it");
+}
+
+interface DefinitionFlags extends ScheduleFlags {
+  readonly name?: string;
+  readonly payload?: unknown;
+  readonly url?: string;
+  readonly header?: Record<string, string>;
+  readonly targetTimeout?: number;
+  readonly maxAttempts?: number;
+  readonly initialDelay?: number;
+  readonly maxDelay?: number;
+  readonly misfire?: string;
+  readonly overlap?: string;
+  readonly maxConcurrent?: number;
+  readonly priority?: string;
+  readonly timeout?: number;
+  readonly body?: string;
+  readonly file?: string;
+}
+
+const defined = <T extends Record<string, unknown>>(fields: T) =>
+  Object.fromEntries(Object.entries(fields).filter(([, value]) => value !== undefined));
+
+/**
+ * The body the flags spell, over --file and --body. Values are not checked
+ * here: the API checks them and names the field it refuses.
+ */
+function definitionFrom(flags: DefinitionFlags): Record<string, unknown> {
+  const base = {
+    ...(flags.file !== undefined ? bodyFile(flags.file) : {}),
+    ...(flags.body !== undefined ? jsonObject(flags.body, "--body") : {}),
+  };
+  const baseTarget = (base.target ?? {}) as Record<string, unknown>;
+  const baseRetry = (base.retry ?? {}) as Record<string, unknown>;
+  const target = defined({
+    ...baseTarget,
+    url: flags.url,
+    headers:
+      flags.header === undefined
+        ? baseTarget.headers
+        : { ...(baseTarget.headers as object), ...flags.header },
+    timeoutSeconds: flags.targetTimeout,
+  });
+  const retry = defined({
+    ...baseRetry,
+    maxAttempts: flags.maxAttempts,
+    initialDelaySeconds: flags.initialDelay,
+    maxDelaySeconds: flags.maxDelay,
+  });
+  return defined({
+    ...base,
+    name: flags.name,
+    schedule: scheduleFrom(flags) ?? base.schedule,
+    payload: flags.payload,
+    target: Object.keys(target).length > 0 ? target : undefined,
+    retry: Object.keys(retry).length > 0 ? retry : undefined,
+    misfirePolicy: flags.misfire,
+    overlapPolicy: flags.overlap,
+    maxConcurrent: flags.maxConcurrent,
+    priority: flags.priority,
+    timeoutSeconds: flags.timeout,
+  });
+}
+
+export function createBodyFrom(
+  flags: DefinitionFlags & { type?: string; idempotencyKey?: string },
+): CreateJobRequest {
+  // Sent as given; the API's 400 names a missing or unknown type or schedule.
+  return defined({
+    ...definitionFrom(flags),
+    ...(flags.type !== undefined ? { type: flags.type } : {}),
+  }) as CreateJobRequest;
+}
+
+export function editBodyFrom(flags: DefinitionFlags & { inFlight?: string }): EditJobRequest {
+  return defined({ ...definitionFrom(flags), inFlight: flags.inFlight }) as EditJobRequest;
+}

@@ -1,0 +1,122 @@
+import { type Command, Option } from "commander";
+import type { Job } from "../index.js";
+import { contextOf } from "./context.js";
+import { CliExit, EXIT } from "./exit-codes.js";
+import { addDefinitionOptions, createBodyFrom, editBodyFrom, wholeNumber } from "./job-options.js";
+import { type CliIo, jobFields, jobsTable, runFields } from "./output.js";
+
+export function jobsCommand(program: Command, io: CliIo): void {
+  const jobs = program.command("jobs").description("schedule jobs and change them");
+
+  addDefinitionOptions(
+    jobs
+      .command("create")
+      .description("schedule a job (flags, or a whole body with --body / --file)")
+      .option("--type <type>", "the job type: http, noop, or a registered one")
+      .option("--idempotency-key <key>", "the same key and body return the first job"),
+  ).action(async (flags, command: Command) => {
+    const context = contextOf(command, io);
+    const body = createBodyFrom(flags);
+    const handle = await context.client.jobs.create(
+      body,
+      flags.idempotencyKey ? { idempotencyKey: flags.idempotencyKey } : {},
+    );
+    context.print(handle.job, (job) => (job ? jobFields(job) : handle.id));
+  });
+
+  jobs
+    .command("list")
+    .description("the jobs, newest first")
+    .addOption(
+      new Option("--status <status>").choices(["active", "paused", "cancelled", "completed"]),
+    )
+    .option("--limit <n>", "at most this many (pages are followed)", wholeNumber, 50)
+    .action(async (flags: { status?: Job["status"]; limit: number }, command: Command) => {
+      const context = contextOf(command, io);
+      const listed: Job[] = [];
+      if (flags.limit > 0) {
+        for await (const job of context.client.jobs.list({
+          ...(flags.status ? { status: flags.status } : {}),
+          pageSize: Math.min(flags.limit, 100),
+        })) {
+          listed.push(job);
+          if (listed.length >= flags.limit) break;
+        }
+      }
+      context.print(listed, jobsTable);
+    });
+
+  jobs
+    .command("get")
+    .description("one job, with its policies and last run")
+    .argument("<id>", "the job's id")
+    .action(async (id: string, _flags, command: Command) => {
+      const context = contextOf(command, io);
+      const handle = await context.client.jobs.get(id);
+      context.print(handle.job, (job) => (job ? jobFields(job) : id));
+    });
+
+  addDefinitionOptions(
+    jobs
+      .command("edit")
+      .description("change a job at the version it was last read (If-Match)")
+      .argument("<id>", "the job's id")
+      .option(
+        "--version <n>",
+        "the version the change is based on (default: read the job first); a stale one exits 6",
+        wholeNumber,
+      )
+      .addOption(
+        new Option(
+          "--in-flight <what>",
+          "with a new schedule: queued runs of occurrences it drops",
+        ).choices(["skip", "complete"]),
+      ),
+  ).action(async (id: string, flags, command: Command) => {
+    const context = contextOf(command, io);
+    const job = await context.client.jobs
+      .handle(id)
+      .edit(editBodyFrom(flags), flags.version === undefined ? {} : { version: flags.version });
+    context.print(job, jobFields);
+  });
+
+  for (const [name, description] of [
+    ["pause", "stop scheduling; the pending occurrence waits for resume"],
+    ["resume", "schedule again; missed occurrences follow the misfire policy"],
+    ["cancel", "stop for good; queued runs are cancelled"],
+  ] as const) {
+    jobs
+      .command(name)
+      .description(description)
+      .argument("<id>", "the job's id")
+      .action(async (id: string, _flags, command: Command) => {
+        const context = contextOf(command, io);
+        const job = await context.client.jobs.handle(id)[name]();
+        context.print(job, jobFields);
+      });
+  }
+
+  jobs
+    .command("trigger")
+    .description("one extra run now, outside the schedule")
+    .argument("<id>", "the job's id")
+    .action(async (id: string, _flags, command: Command) => {
+      const context = contextOf(command, io);
+      const run = await context.client.jobs.handle(id).trigger();
+      context.print(run, runFields);
+    });
+
+  jobs
+    .command("delete")
+    .description(
+      `not available: the API has no DELETE /jobs/{id} yet (exits ${EXIT.unsupported}); cancel stops a job for good`,
+    )
+    .argument("<id>", "the job's id")
+    .action((id: string) => {
+      throw new CliExit(
+        EXIT.unsupported,
+        `jobs delete: the API has no DELETE /jobs/{id} yet (issue 15), so nothing was deleted. ` +
+          `"scheduler jobs cancel ${id}" stops the job for good; its record and run history stay.`,
+      );
+    });
+}

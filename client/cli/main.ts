@@ -1,0 +1,104 @@
+import { Command, CommanderError, Option } from "commander";
+import { isSchedulerApiError, VersionConflictError } from "../index.js";
+import { DEFAULT_API } from "./context.js";
+import { EXIT, exitCodeOf, isUnreachable } from "./exit-codes.js";
+import { jobsCommand } from "./jobs.js";
+import type { CliIo } from "./output.js";
+import { deadLettersCommand, runsCommand } from "./runs.js";
+import { schedulesCommand, webhookSecretCommand } from "./schedules.js";
+
+/** The `scheduler` command with its subcommands, writing to `io`. */
+export function cliProgram(io: CliIo): Command {
+  const program = new Command("scheduler")
+    .description("The scheduler's API from the command line (docs/cli.md).")
+    .exitOverride()
+    .configureOutput({ writeOut: io.stdout, writeErr: io.stderr })
+    .showHelpAfterError()
+    .option(
+      "--api <url>",
+      `the API's URL (env SCHEDULER_API_URL; default ${DEFAULT_API}, the sandbox)`,
+    )
+    .option("--key <key>", "a bearer key (env SCHEDULER_API_KEY); the sandbox's is local-dev-key")
+    .option("--profile <name>", "sign requests with SigV4 using this AWS profile")
+    .option("--region <region>", "the region to sign for (default: from the URL, else AWS_REGION)")
+    .addOption(
+      new Option("-o, --output <format>", "table for people, json for scripts")
+        .choices(["table", "json"])
+        .default("table"),
+    )
+    .addHelpText(
+      "after",
+      `
+Without --key or --profile, a loopback --api (the sandbox) gets local-dev-key and any
+other is signed with SigV4 from the AWS SDK's default credential chain.
+
+Exit codes: ${Object.entries(EXIT)
+        .map(([name, code]) => `${code} ${name}`)
+        .join(", ")}.`,
+    );
+  jobsCommand(program, io);
+  runsCommand(program, io);
+  deadLettersCommand(program, io);
+  schedulesCommand(program, io);
+  webhookSecretCommand(program, io);
+  return program;
+}
+
+function report(error: unknown, json: boolean, io: CliIo): void {
+  if (isSchedulerApiError(error)) {
+    const detail = {
+      status: error.status,
+      code: error.code,
+      message: error.message,
+      ...(error.field !== undefined ? { field: error.field } : {}),
+      ...(error.currentStatus !== undefined ? { currentStatus: error.currentStatus } : {}),
+      ...(error.issues.length > 0 ? { issues: error.issues } : {}),
+      ...(error instanceof VersionConflictError
+        ? { expectedVersion: error.expectedVersion, currentVersion: error.currentVersion ?? null }
+        : {}),
+      ...(error.retryAfterSeconds !== undefined
+        ? { retryAfterSeconds: error.retryAfterSeconds }
+        : {}),
+    };
+    if (json) {
+      io.stderr(`${JSON.stringify({ error: detail })}\n`);
+      return;
+    }
+    const lines = [`error: ${error.code} (${error.status}): ${error.message}`];
+    for (const issue of error.issues.slice(1)) lines.push(`  ${issue.field}: ${issue.message}`);
+    if (error instanceof VersionConflictError)
+      lines.push(
+        `  the job is at version ${error.currentVersion ?? "?"}, not ${error.expectedVersion}: read it again (jobs get) and edit at that version`,
+      );
+    if (error.retryAfterSeconds !== undefined)
+      lines.push(`  try again in ${error.retryAfterSeconds} s`);
+    io.stderr(`${lines.join("\n")}\n`);
+    return;
+  }
+  const message = isUnreachable(error)
+    ? `cannot reach the API: ${String((error as Error).cause ?? (error as Error).message)}`
+    : error instanceof Error
+      ? error.message
+      : String(error);
+  io.stderr(json ? `${JSON.stringify({ error: { message } })}\n` : `error: ${message}\n`);
+}
+
+/** Runs `scheduler <argv…>` and resolves with its exit code; never exits the process itself. */
+export async function runCli(argv: readonly string[], io: CliIo): Promise<number> {
+  const program = cliProgram(io);
+  try {
+    await program.parseAsync([...argv], { from: "user" });
+    return EXIT.ok;
+  } catch (error) {
+    if (error instanceof CommanderError) {
+      // Help and version are "errors" to commander; exitCode 0 says they are not.
+      if (error.exitCode === 0) return EXIT.ok;
+      // A usage error raised inside an action is not printed by commander itself.
+      if (error.code === "commander.invalidArgument" && !error.message.startsWith("error:"))
+        io.stderr(`error: ${error.message}\n`);
+      return EXIT.usage;
+    }
+    report(error, program.opts<{ output?: string }>().output === "json", io);
+    return exitCodeOf(error);
+  }
+}

@@ -1,0 +1,156 @@
+import { DateTime } from "luxon";
+import type { Job, Run, Schedule } from "../index.js";
+
+export type OutputFormat = "table" | "json";
+
+/** Where a command writes; the bin passes the process's streams, tests collect the text. */
+export interface CliIo {
+  readonly stdout: (text: string) => void;
+  readonly stderr: (text: string) => void;
+  readonly env: Readonly<Record<string, string | undefined>>;
+  /** Aborted on Ctrl-C: `runs watch` stops and exits 0. */
+  readonly signal?: AbortSignal;
+}
+
+/** Columns padded to their widest cell; the last column is not padded. */
+export function table(headers: readonly string[], rows: readonly (readonly string[])[]): string {
+  const widths = headers.map((header, column) =>
+    Math.max(header.length, ...rows.map((row) => (row[column] ?? "").length)),
+  );
+  const line = (cells: readonly string[]) =>
+    cells
+      .map((cell, column) =>
+        column === cells.length - 1 ? cell : cell.padEnd(widths[column] ?? 0),
+      )
+      .join("  ")
+      .trimEnd();
+  return [line(headers), ...rows.map(line)].join("\n");
+}
+
+/** One object as `name  value` lines. */
+export function fields(pairs: readonly (readonly [string, string])[]): string {
+  const width = Math.max(...pairs.map(([name]) => name.length));
+  return pairs.map(([name, value]) => `${name.padEnd(width)}  ${value}`).join("\n");
+}
+
+const dash = (value: string | number | null | undefined) =>
+  value === null || value === undefined || value === "" ? "-" : String(value);
+
+/** The zone a schedule's times read best in: the cron's zone, else UTC (stored instants are UTC). */
+export function zoneOf(schedule: Schedule): string {
+  return "timezone" in schedule ? schedule.timezone : "UTC";
+}
+
+/** An instant in a zone, e.g. `2030-01-15 09:00:00 +01:00`. */
+export function inZone(iso: string | null, zone: string): string {
+  if (iso === null) return "-";
+  const time = DateTime.fromISO(iso, { setZone: true }).setZone(zone);
+  return time.isValid ? time.toFormat("yyyy-MM-dd HH:mm:ss ZZ") : iso;
+}
+
+/** The schedule in words. */
+export function describeSchedule(schedule: Schedule): string {
+  if ("cron" in schedule) return `cron "${schedule.cron}" in ${schedule.timezone}`;
+  if ("every" in schedule)
+    return `every ${schedule.every}${schedule.startAt ? ` from ${schedule.startAt}` : ""}`;
+  return `once at ${schedule.runAt}`;
+}
+
+function lastRunOf(job: Job): string {
+  const last = job.lastRun;
+  return last ? `${last.status} (${inZone(last.finishedAt, zoneOf(job.schedule))})` : "-";
+}
+
+export function jobFields(job: Job): string {
+  const zone = zoneOf(job.schedule);
+  const { retry, misfirePolicy, overlapPolicy, maxConcurrent, inFlight } = job.policies;
+  return fields([
+    ["id", job.id],
+    ["name", job.name],
+    ["type", job.type],
+    ["status", job.status],
+    ["schedule", describeSchedule(job.schedule)],
+    ["next run", inZone(job.nextRunAt, zone)],
+    ["last run", lastRunOf(job)],
+    ["version", String(job.version)],
+    ["priority", job.priority],
+    ["timeout", `${job.timeoutSeconds} s`],
+    [
+      "retry",
+      `${retry.maxAttempts} attempts, backoff ${retry.initialDelaySeconds}-${retry.maxDelaySeconds} s`,
+    ],
+    [
+      "policies",
+      `misfire ${misfirePolicy}, overlap ${overlapPolicy}${overlapPolicy === "allow" ? ` (max ${maxConcurrent})` : ""}, in flight ${inFlight}`,
+    ],
+    ["target", job.target ? job.target.url : "-"],
+    [
+      "payload",
+      job.payload === undefined || job.payload === null ? "-" : JSON.stringify(job.payload),
+    ],
+    ["created", job.createdAt],
+    ["updated", job.updatedAt],
+  ]);
+}
+
+export function jobsTable(jobs: readonly Job[]): string {
+  return table(
+    ["ID", "NAME", "TYPE", "STATUS", "SCHEDULE", "NEXT RUN", "LAST RUN"],
+    jobs.map((job) => [
+      job.id,
+      job.name,
+      job.type,
+      job.status,
+      describeSchedule(job.schedule),
+      inZone(job.nextRunAt, zoneOf(job.schedule)),
+      lastRunOf(job),
+    ]),
+  );
+}
+
+export function runFields(run: Run): string {
+  return fields([
+    ["run", run.runId],
+    ["job", run.jobId],
+    ["status", run.status],
+    ["attempt", String(run.attempt)],
+    ["scheduled for", run.scheduledFor],
+    ["due at", run.dueAt],
+    ["started", dash(run.startedAt)],
+    ["finished", dash(run.finishedAt)],
+    ["duration", run.durationMs === null ? "-" : `${run.durationMs} ms`],
+    ["worker", dash(run.workerId)],
+    ["error", dash(run.error)],
+    ["reason", dash(run.reason)],
+    ["job version", `${run.jobVersion} queued, ${dash(run.executedVersion)} executed`],
+    ["replayed by", dash(run.replayedBy)],
+  ]);
+}
+
+export function runRow(run: Run): string[] {
+  return [
+    run.runId,
+    String(run.attempt),
+    run.status,
+    run.scheduledFor,
+    dash(run.startedAt),
+    run.durationMs === null ? "-" : `${run.durationMs} ms`,
+    dash(run.error ?? run.reason),
+  ];
+}
+
+export const RUN_COLUMNS = [
+  "RUN",
+  "ATTEMPT",
+  "STATUS",
+  "SCHEDULED FOR",
+  "STARTED",
+  "DURATION",
+  "ERROR / REASON",
+];
+
+export function runsTable(runs: readonly Run[]): string {
+  return table(RUN_COLUMNS, runs.map(runRow));
+}
+
+export const json = (value: unknown) => JSON.stringify(value, null, 2);

@@ -1,0 +1,159 @@
+import type { Command } from "commander";
+import { FINAL_RUN_STATUSES, type Run } from "../index.js";
+import { contextOf } from "./context.js";
+import { CliExit, EXIT } from "./exit-codes.js";
+import { wholeNumber } from "./job-options.js";
+import { type CliIo, RUN_COLUMNS, runFields, runRow, runsTable, table } from "./output.js";
+
+async function firstRuns(list: AsyncIterable<Run>, limit: number): Promise<Run[]> {
+  const runs: Run[] = [];
+  if (limit === 0) return runs;
+  for await (const run of list) {
+    runs.push(run);
+    if (runs.length >= limit) break;
+  }
+  return runs;
+}
+
+const wait = (ms: number, signal: AbortSignal | undefined) =>
+  new Promise<void>((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
+  });
+
+// Lines printed one at a time cannot be measured together: runs ids are about 48 characters.
+const WATCH_WIDTHS = [48, 7, 9, 24, 24, 9];
+const fixedColumns = (cells: readonly string[]) =>
+  cells
+    .map((cell, column) => cell.padEnd(WATCH_WIDTHS[column] ?? 0))
+    .join("  ")
+    .trimEnd();
+
+export function runsCommand(program: Command, io: CliIo): void {
+  const runs = program.command("runs").description("what ran, when, where, and why not");
+
+  runs
+    .command("list")
+    .description("a job's runs, newest occurrence first")
+    .argument("<job-id>", "the job's id")
+    .option("--limit <n>", "at most this many (pages are followed)", wholeNumber, 20)
+    .action(async (jobId: string, flags: { limit: number }, command: Command) => {
+      const context = contextOf(command, io);
+      const listed = await firstRuns(
+        context.client.runs.list(jobId, { pageSize: Math.min(Math.max(flags.limit, 1), 100) }),
+        flags.limit,
+      );
+      context.print(listed, runsTable);
+    });
+
+  runs
+    .command("get")
+    .description("one run: status, times, worker, error, reason")
+    .argument("<job-id>", "the job's id")
+    .argument("<run-id>", "the run's id")
+    .action(async (jobId: string, runId: string, _flags, command: Command) => {
+      const context = contextOf(command, io);
+      context.print(await context.client.runs.get(jobId, runId), runFields);
+    });
+
+  runs
+    .command("watch")
+    .description(
+      "follow a job's runs live until Ctrl-C: prints the runs running now, then each run as it starts and as it ends (JSON: one object a line); each poll reads the job's run history",
+    )
+    .argument("<job-id>", "the job's id")
+    .option("--interval <ms>", "between polls", wholeNumber, 2000)
+    .option(
+      "--count <n>",
+      `stop once this many runs reached a final status while watched (exits ${EXIT.ok})`,
+      wholeNumber,
+    )
+    .option(
+      "--timeout <seconds>",
+      `stop after this long: exits ${EXIT.ok}, or ${EXIT.timedOut} when --count was not reached`,
+      wholeNumber,
+    )
+    .action(
+      async (
+        jobId: string,
+        flags: { interval: number; count?: number; timeout?: number },
+        command: Command,
+      ) => {
+        const context = contextOf(command, io);
+        const everyRun = async () => {
+          const runs: Run[] = [];
+          for await (const run of context.client.runs.list(jobId, { pageSize: 100 }))
+            runs.push(run);
+          return runs.reverse();
+        };
+        const line = (run: Run) =>
+          `${context.format === "json" ? JSON.stringify(run) : fixedColumns(runRow(run))}\n`;
+        const before = await everyRun();
+        const seen = new Map(before.map((run) => [run.runId, run.status]));
+        if (context.format === "table") io.stdout(`${fixedColumns(RUN_COLUMNS)}\n`);
+        for (const run of before) if (run.status === "running") io.stdout(line(run));
+        const deadline =
+          flags.timeout === undefined
+            ? Number.POSITIVE_INFINITY
+            : Date.now() + flags.timeout * 1000;
+        let ended = 0;
+        while (!io.signal?.aborted) {
+          for (const run of await everyRun()) {
+            if (seen.get(run.runId) === run.status) continue;
+            seen.set(run.runId, run.status);
+            // A queued run is a plan (the dispatcher queues minutes ahead): shown once it starts or ends.
+            if (run.status === "queued") continue;
+            io.stdout(line(run));
+            if (FINAL_RUN_STATUSES.includes(run.status)) ended += 1;
+            if (flags.count !== undefined && ended >= flags.count) return;
+          }
+          if (Date.now() >= deadline) {
+            if (flags.count === undefined) return;
+            throw new CliExit(
+              EXIT.timedOut,
+              `runs watch: ${ended} of ${flags.count} runs ended within ${flags.timeout} s`,
+            );
+          }
+          await wait(Math.min(flags.interval, Math.max(0, deadline - Date.now())), io.signal);
+        }
+      },
+    );
+}
+
+export function deadLettersCommand(program: Command, io: CliIo): void {
+  const deadLetters = program
+    .command("dead-letters")
+    .description("dead runs not yet replayed, and replaying them");
+
+  deadLetters
+    .command("list")
+    .description("dead runs not yet replayed, newest first")
+    .option("--limit <n>", "at most this many (pages are followed)", wholeNumber, 20)
+    .action(async (flags: { limit: number }, command: Command) => {
+      const context = contextOf(command, io);
+      const listed = await firstRuns(
+        context.client.deadLetters.list({ pageSize: Math.min(Math.max(flags.limit, 1), 100) }),
+        flags.limit,
+      );
+      context.print(listed, (runs) =>
+        table(
+          ["JOB", ...RUN_COLUMNS],
+          runs.map((run) => [run.jobId, ...runRow(run)]),
+        ),
+      );
+    });
+
+  deadLetters
+    .command("replay")
+    .description("run a dead occurrence again as its next attempt; prints the new run")
+    .argument("<run-id>", "the dead run's id")
+    .action(async (runId: string, _flags, command: Command) => {
+      const context = contextOf(command, io);
+      context.print(await context.client.deadLetters.replay(runId), runFields);
+    });
+}

@@ -1,0 +1,73 @@
+import { type Command, InvalidArgumentError } from "commander";
+import type { Preview } from "../index.js";
+import { contextOf } from "./context.js";
+import { addScheduleOptions, scheduleFrom, wholeNumber } from "./job-options.js";
+import { type CliIo, describeSchedule, table } from "./output.js";
+
+function previewTable(preview: Preview): string {
+  return [
+    `${describeSchedule(preview.schedule)}; times in ${preview.timezone}`,
+    table(
+      ["#", `LOCAL (${preview.timezone})`, "UTC"],
+      preview.occurrences.map((occurrence, index) => [
+        String(index + 1),
+        occurrence.local,
+        occurrence.utc,
+      ]),
+    ),
+  ].join("\n");
+}
+
+export function schedulesCommand(program: Command, io: CliIo): void {
+  const schedules = program
+    .command("schedules")
+    .description("check schedules before trusting them");
+
+  addScheduleOptions(
+    schedules
+      .command("preview")
+      .description(
+        "the next occurrences of a schedule (or of a job, with --job), in its own zone and in UTC",
+      )
+      .option("--job <id>", "preview this job's schedule instead")
+      .option("--count <n>", "how many occurrences (default 5, at most 100)", wholeNumber),
+  ).action(async (flags, command: Command) => {
+    const context = contextOf(command, io);
+    const schedule = scheduleFrom(flags);
+    let preview: Preview;
+    if (flags.job !== undefined) {
+      if (schedule !== undefined)
+        throw new InvalidArgumentError("give either --job or a schedule, not both");
+      preview = await context.client.jobs.handle(flags.job).preview(flags.count);
+    } else {
+      if (schedule === undefined)
+        throw new InvalidArgumentError(
+          "give a schedule (--run-at, --cron with --timezone, or --every) or --job",
+        );
+      preview = await context.client.schedules.preview(schedule, flags.count);
+    }
+    context.print(preview, previewTable);
+  });
+}
+
+export function webhookSecretCommand(program: Command, io: CliIo): void {
+  const secret = program
+    .command("webhook-secret")
+    .description("the secret your webhook deliveries are signed with");
+
+  secret
+    .command("get")
+    .description("the current secret (made on first use)")
+    .action(async (_flags, command: Command) => {
+      const context = contextOf(command, io);
+      context.print({ secret: await context.client.webhookSecret.get() }, (s) => s.secret);
+    });
+
+  secret
+    .command("rotate")
+    .description("a new secret; deliveries carry signatures of both for 24 hours")
+    .action(async (_flags, command: Command) => {
+      const context = contextOf(command, io);
+      context.print({ secret: await context.client.webhookSecret.rotate() }, (s) => s.secret);
+    });
+}

@@ -1,0 +1,473 @@
+import { spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdtemp, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import type { Command } from "commander";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { authFrom, SANDBOX_KEY } from "../../client/cli/context.js";
+import { EXIT } from "../../client/cli/exit-codes.js";
+import { cliProgram, runCli } from "../../client/cli/main.js";
+import type { Job, Preview, Run } from "../../client/index.js";
+import { type SandboxProcess, spawnSandbox } from "../support/sandbox-process.js";
+
+/**
+ * `scheduler`, the CLI, against the sandbox (`npm start` as a child process)
+ * over HTTP: every command, its JSON output parsed, its exit codes and error
+ * output. Most run in-process through runCli (what bin/scheduler.mjs calls);
+ * the bin itself and `npx scheduler` are run as processes too.
+ */
+const REPO = resolve(import.meta.dirname, "../..");
+let sandbox: SandboxProcess;
+
+beforeAll(async () => {
+  // SCHEDULER_API_KEYS empty: the sandbox takes local-dev-key, which the CLI sends to a loopback API.
+  sandbox = await spawnSandbox({
+    prefix: `cli-${randomBytes(4).toString("hex")}`,
+    tickSeconds: 1,
+    workers: 8,
+    env: { SCHEDULER_API_KEYS: "" },
+  });
+}, 120_000);
+
+afterAll(async () => {
+  await sandbox?.stop();
+}, 30_000);
+
+interface Outcome {
+  readonly code: number;
+  readonly out: string;
+  readonly err: string;
+}
+
+async function cli(args: readonly string[], env: Record<string, string> = {}): Promise<Outcome> {
+  let out = "";
+  let err = "";
+  const code = await runCli(["--api", sandbox.url, ...args], {
+    stdout: (text) => {
+      out += text;
+    },
+    stderr: (text) => {
+      err += text;
+    },
+    env,
+  });
+  return { code, out, err };
+}
+
+/** Runs a command with `-o json`, expects exit 0 and returns its parsed output. */
+async function json<T>(...args: string[]): Promise<T> {
+  const outcome = await cli(["-o", "json", ...args]);
+  expect(outcome.code, outcome.err).toBe(EXIT.ok);
+  expect(outcome.err).toBe("");
+  return JSON.parse(outcome.out) as T;
+}
+
+/** Runs a command with `-o json` that must fail, and returns the parsed error it printed. */
+async function failing(code: number, ...args: string[]) {
+  const outcome = await cli(["-o", "json", ...args]);
+  expect(outcome.code, `${outcome.out}${outcome.err}`).toBe(code);
+  expect(outcome.out).toBe("");
+  return (JSON.parse(outcome.err) as { error: Record<string, unknown> }).error;
+}
+
+const inSeconds = (seconds: number) => new Date(Date.now() + seconds * 1000).toISOString();
+const tomorrow = () => inSeconds(86_400);
+
+describe("jobs", () => {
+  it("create from flags, get, list (json and table)", async () => {
+    const job = await json<Job>(
+      "jobs",
+      "create",
+      "--type",
+      "noop",
+      "--name",
+      "weekday report",
+      "--cron",
+      "0 9 * * 1-5",
+      "--timezone",
+      "Europe/Berlin",
+      "--payload",
+      '{"report":"daily"}',
+      "--max-attempts",
+      "3",
+      "--misfire",
+      "skip",
+    );
+    expect(job).toMatchObject({
+      name: "weekday report",
+      status: "active",
+      schedule: { cron: "0 9 * * 1-5", timezone: "Europe/Berlin" },
+      payload: { report: "daily" },
+      policies: { misfirePolicy: "skip", retry: { maxAttempts: 3 } },
+    });
+    expect(await json<Job>("jobs", "get", job.id)).toEqual(job);
+    const listed = await json<Job[]>("jobs", "list", "--status", "active");
+    expect(listed.map((j) => j.id)).toContain(job.id);
+
+    const table = await cli(["jobs", "list"]);
+    expect(table.code).toBe(EXIT.ok);
+    const [header, ...rows] = table.out.trimEnd().split("\n");
+    expect(header).toMatch(/^ID\s+NAME\s+TYPE\s+STATUS\s+SCHEDULE\s+NEXT RUN\s+LAST RUN$/);
+    const row = rows.find((line) => line.startsWith(job.id));
+    // The next run in the schedule's own zone (09:00 Berlin is +01:00 or +02:00).
+    expect(row).toMatch(
+      /cron "0 9 \* \* 1-5" in Europe\/Berlin\s+\d{4}-\d\d-\d\d 09:00:00 \+0[12]:00/,
+    );
+    const one = await cli(["jobs", "get", job.id]);
+    expect(one.out).toMatch(/^next run\s+\d{4}-\d\d-\d\d 09:00:00 \+0[12]:00$/m);
+  });
+
+  it("create from a body file with flags over it; --limit caps the listing", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "scheduler-cli-"));
+    const file = join(dir, "job.json");
+    await writeFile(
+      file,
+      JSON.stringify({ type: "noop", name: "from file", schedule: { runAt: tomorrow() } }),
+    );
+    const job = await json<Job>("jobs", "create", "--file", file, "--name", "flag wins");
+    expect(job).toMatchObject({ name: "flag wins", type: "noop" });
+    await json<Job>(
+      "jobs",
+      "create",
+      "--body",
+      JSON.stringify({ type: "noop" }),
+      "--run-at",
+      tomorrow(),
+    );
+    expect(await json<Job[]>("jobs", "list", "--limit", "1")).toHaveLength(1);
+  });
+
+  it("create with input the API refuses exits 3 naming the field; bad flags exit 2", async () => {
+    const error = await failing(
+      EXIT.invalid,
+      "jobs",
+      "create",
+      "--type",
+      "noop",
+      "--cron",
+      "0 9 * * *",
+      "--timezone",
+      "CET",
+    );
+    expect(error).toMatchObject({
+      status: 400,
+      code: "validation_failed",
+      field: "schedule.timezone",
+    });
+    const text = await cli(["jobs", "create", "--type", "noop", "--run-at", "yesterday-ish"]);
+    expect(text.code).toBe(EXIT.invalid);
+    expect(text.err).toMatch(/^error: validation_failed \(400\): schedule\.runAt/);
+
+    for (const args of [
+      ["jobs", "create", "--max-attempts", "three"],
+      ["jobs", "create", "--payload", "{not json"],
+      ["jobs", "create", "--misfire", "sometimes"],
+      ["jobs", "create", "--file", "/nonexistent/job.json"],
+      ["jobs", "get"],
+      ["jobs", "frobnicate"],
+      ["--output", "yaml", "jobs", "list"],
+    ]) {
+      const outcome = await cli(args);
+      expect(outcome.code, args.join(" ")).toBe(EXIT.usage);
+      expect(outcome.err, args.join(" ")).toMatch(/error/);
+    }
+  });
+
+  it("edit reads the version itself, or takes --version; a stale one exits 6", async () => {
+    const job = await json<Job>("jobs", "create", "--type", "noop", "--run-at", tomorrow());
+    const edited = await json<Job>(
+      "jobs",
+      "edit",
+      job.id,
+      "--name",
+      "renamed",
+      "--priority",
+      "high",
+    );
+    expect(edited).toMatchObject({ name: "renamed", priority: "high", version: 2 });
+    const stale = await failing(
+      EXIT.versionConflict,
+      "jobs",
+      "edit",
+      job.id,
+      "--version",
+      "1",
+      "--name",
+      "x",
+    );
+    expect(stale).toMatchObject({
+      status: 412,
+      code: "version_mismatch",
+      expectedVersion: 1,
+      currentVersion: 2,
+    });
+    const text = await cli(["jobs", "edit", job.id, "--version", "1", "--name", "x"]);
+    expect(text.err).toMatch(/the job is at version 2, not 1/);
+    const atVersion = await json<Job>(
+      "jobs",
+      "edit",
+      job.id,
+      "--version",
+      "2",
+      "--every",
+      "PT1H",
+      "--in-flight",
+      "complete",
+    );
+    expect(atVersion).toMatchObject({ version: 3, policies: { inFlight: "complete" } });
+    expect(atVersion.schedule).toMatchObject({ every: "PT1H" });
+  });
+
+  it("pause, resume, trigger, cancel; a refused transition exits 5; an unknown job exits 4", async () => {
+    const job = await json<Job>("jobs", "create", "--type", "noop", "--run-at", tomorrow());
+    expect((await json<Job>("jobs", "pause", job.id)).status).toBe("paused");
+    expect((await json<Job>("jobs", "resume", job.id)).status).toBe("active");
+    const run = await json<Run>("jobs", "trigger", job.id);
+    expect(run).toMatchObject({ jobId: job.id, status: "queued" });
+    expect((await json<Job>("jobs", "cancel", job.id)).status).toBe("cancelled");
+    const refused = await failing(EXIT.conflict, "jobs", "resume", job.id);
+    expect(refused).toMatchObject({ code: "illegal_transition", currentStatus: "cancelled" });
+    const missing = await failing(EXIT.notFound, "jobs", "get", "01J0000000000000000000000X");
+    expect(missing).toMatchObject({ status: 404, code: "not_found" });
+  });
+
+  it("delete says the API cannot delete yet and exits 11", async () => {
+    const job = await json<Job>("jobs", "create", "--type", "noop", "--run-at", tomorrow());
+    const outcome = await cli(["jobs", "delete", job.id]);
+    expect(outcome.code).toBe(EXIT.unsupported);
+    expect(outcome.out).toBe("");
+    expect(outcome.err).toMatch(/no DELETE \/jobs\/\{id\} yet.*nothing was deleted/);
+    expect(outcome.err).toContain(`scheduler jobs cancel ${job.id}`);
+    expect((await json<Job>("jobs", "get", job.id)).status).toBe("active");
+  });
+});
+
+describe("runs and dead letters", () => {
+  it("runs watch follows runs live; runs list and get show them", async () => {
+    const job = await json<Job>("jobs", "create", "--type", "noop", "--run-at", inSeconds(4));
+    const watched = await cli([
+      "-o",
+      "json",
+      "runs",
+      "watch",
+      job.id,
+      "--count",
+      "1",
+      "--interval",
+      "200",
+      "--timeout",
+      "40",
+    ]);
+    expect(watched.code, watched.err).toBe(EXIT.ok);
+    const lines = watched.out
+      .trimEnd()
+      .split("\n")
+      .map((line) => JSON.parse(line) as Run);
+    expect(lines.at(-1)).toMatchObject({ jobId: job.id, status: "succeeded" });
+    const runs = await json<Run[]>("runs", "list", job.id);
+    expect(runs.map((run) => run.status)).toEqual(["succeeded"]);
+    const runId = runs[0]?.runId ?? "";
+    expect(await json<Run>("runs", "get", job.id, runId)).toEqual(runs[0]);
+    const table = await cli(["runs", "list", job.id]);
+    expect(table.out).toMatch(/^RUN\s+ATTEMPT\s+STATUS\s+SCHEDULED FOR/);
+    expect(table.out).toContain(runId);
+    await failing(EXIT.notFound, "runs", "get", job.id, `${job.id}-20300101T000000000-1`);
+  });
+
+  it("runs watch exits 10 when --count is not reached within --timeout", async () => {
+    const job = await json<Job>("jobs", "create", "--type", "noop", "--run-at", tomorrow());
+    const outcome = await cli([
+      "runs",
+      "watch",
+      job.id,
+      "--count",
+      "1",
+      "--timeout",
+      "1",
+      "--interval",
+      "200",
+    ]);
+    expect(outcome.code).toBe(EXIT.timedOut);
+    expect(outcome.err).toMatch(/0 of 1 runs ended within 1 s/);
+  });
+
+  it("dead-letters list and replay; a second replay exits 5", async () => {
+    const job = await json<Job>(
+      "jobs",
+      "create",
+      "--type",
+      "fail",
+      "--payload",
+      '{"times":1,"retryable":false}',
+      "--run-at",
+      inSeconds(1),
+    );
+    let dead: Run | undefined;
+    for (let tries = 0; tries < 150 && !dead; tries++) {
+      await new Promise((done) => setTimeout(done, 200));
+      dead = (await json<Run[]>("dead-letters", "list")).find((run) => run.jobId === job.id);
+    }
+    expect(dead?.status).toBe("dead");
+    const replayed = await json<Run>("dead-letters", "replay", dead?.runId ?? "");
+    expect(replayed).toMatchObject({ jobId: job.id, attempt: 2 });
+    const twice = await failing(EXIT.conflict, "dead-letters", "replay", dead?.runId ?? "");
+    expect(twice.code).toBe("not_replayable");
+    const table = await cli(["dead-letters", "list"]);
+    expect(table.out).toMatch(/^JOB\s+RUN\s+ATTEMPT\s+STATUS/);
+  });
+});
+
+describe("schedules and the webhook secret", () => {
+  it("schedules preview: a table in the schedule's own zone, JSON, a job's, and errors", async () => {
+    const args = [
+      "schedules",
+      "preview",
+      "--cron",
+      "30 9 * * MON-FRI",
+      "--timezone",
+      "America/New_York",
+    ];
+    const preview = await json<Preview>(...args, "--count", "3");
+    expect(preview.timezone).toBe("America/New_York");
+    expect(preview.occurrences).toHaveLength(3);
+    const table = await cli([...args, "--count", "2"]);
+    expect(table.code).toBe(EXIT.ok);
+    const lines = table.out.trimEnd().split("\n");
+    expect(lines[0]).toBe('cron "30 9 * * MON-FRI" in America/New_York; times in America/New_York');
+    expect(lines[1]).toMatch(/^#\s+LOCAL \(America\/New_York\)\s+UTC$/);
+    expect(lines.slice(2)).toHaveLength(2);
+    for (const line of lines.slice(2)) expect(line).toMatch(/T09:30:00\.000-0[45]:00\s+\S+Z$/);
+
+    const job = await json<Job>("jobs", "create", "--type", "noop", "--every", "PT15M");
+    const ofJob = await json<Preview>("schedules", "preview", "--job", job.id, "--count", "4");
+    expect(ofJob.occurrences).toHaveLength(4);
+
+    expect((await cli(["schedules", "preview"])).code).toBe(EXIT.usage);
+    const invalid = await failing(EXIT.invalid, "schedules", "preview", "--every", "PT0S");
+    expect(invalid.field).toBe("schedule.every");
+  });
+
+  it("webhook-secret get and rotate", async () => {
+    const first = await json<{ secret: string }>("webhook-secret", "get");
+    expect(first.secret).toMatch(/^whsec_/);
+    const plain = await cli(["webhook-secret", "get"]);
+    expect(plain.out).toBe(`${first.secret}\n`);
+    const rotated = await json<{ secret: string }>("webhook-secret", "rotate");
+    expect(rotated.secret).not.toBe(first.secret);
+    expect((await json<{ secret: string }>("webhook-secret", "get")).secret).toBe(rotated.secret);
+  });
+});
+
+describe("credentials, reachability, help", () => {
+  it("an unknown key exits 7; an API nobody listens on exits 9", async () => {
+    const refused = await failing(EXIT.unauthorized, "--key", "nobody", "jobs", "list");
+    expect(refused).toMatchObject({ status: 401, code: "unauthorized" });
+    const fromEnv = await cli(["jobs", "list"], { SCHEDULER_API_KEY: "nobody" });
+    expect(fromEnv.code).toBe(EXIT.unauthorized);
+    let err = "";
+    const code = await runCli(["--api", "http://127.0.0.1:9", "jobs", "list"], {
+      stdout: () => undefined,
+      stderr: (text) => {
+        err += text;
+      },
+      env: {},
+    });
+    expect(code).toBe(EXIT.unreachable);
+    expect(err).toMatch(/^error: cannot reach the API/);
+  });
+
+  it("chooses the bearer key, the sandbox's key, or SigV4", () => {
+    const io = { stdout: () => undefined, stderr: () => undefined };
+    const flags = { output: "table" as const };
+    expect(authFrom({ ...flags, key: "k" }, "https://api.example.com", { ...io, env: {} })).toEqual(
+      {
+        kind: "bearer",
+        key: "k",
+      },
+    );
+    expect(
+      authFrom(flags, "https://api.example.com", { ...io, env: { SCHEDULER_API_KEY: "e" } }),
+    ).toEqual({ kind: "bearer", key: "e" });
+    expect(authFrom(flags, "http://127.0.0.1:3000", { ...io, env: {} })).toEqual({
+      kind: "bearer",
+      key: SANDBOX_KEY,
+    });
+    expect(authFrom(flags, "http://localhost:3000", { ...io, env: {} })).toEqual({
+      kind: "bearer",
+      key: SANDBOX_KEY,
+    });
+    expect(
+      authFrom({ ...flags, profile: "dev" }, "http://127.0.0.1:3000", { ...io, env: {} }),
+    ).toEqual({ kind: "sigv4", profile: "dev" });
+    expect(
+      authFrom(
+        { ...flags, region: "eu-west-1" },
+        "https://abc.execute-api.eu-west-1.amazonaws.com",
+        { ...io, env: {} },
+      ),
+    ).toEqual({ kind: "sigv4", region: "eu-west-1" });
+  });
+
+  it("--help works on every command and exits 0", async () => {
+    const commands: string[][] = [];
+    const walk = (command: Command, path: string[]) => {
+      commands.push(path);
+      for (const sub of command.commands) walk(sub, [...path, sub.name()]);
+    };
+    walk(cliProgram({ stdout: () => undefined, stderr: () => undefined, env: {} }), []);
+    expect(commands.length).toBeGreaterThanOrEqual(1 + 5 + 9 + 3 + 2 + 1 + 2);
+    for (const path of commands) {
+      const outcome = await cli([...path, "--help"]);
+      expect(outcome.code, path.join(" ")).toBe(EXIT.ok);
+      expect(outcome.out).toContain(`Usage: scheduler${path.map((p) => ` ${p}`).join("")}`);
+    }
+  });
+
+  it("bin/scheduler.mjs and `npx scheduler` run the CLI as a process", async () => {
+    const run = (command: string, args: string[]) =>
+      new Promise<Outcome>((done, fail) => {
+        const child = spawn(command, args, {
+          cwd: REPO,
+          // Offline: npx must find the bin in this package, never look a package up.
+          env: { ...process.env, npm_config_offline: "true" },
+          stdio: ["ignore", "pipe", "pipe"],
+        });
+        let out = "";
+        let err = "";
+        child.stdout.on("data", (chunk: Buffer) => {
+          out += chunk.toString("utf8");
+        });
+        child.stderr.on("data", (chunk: Buffer) => {
+          err += chunk.toString("utf8");
+        });
+        child.once("error", fail);
+        child.once("exit", (code) => done({ code: code ?? -1, out, err }));
+      });
+    const listed = await run(process.execPath, [
+      "bin/scheduler.mjs",
+      "--api",
+      sandbox.url,
+      "-o",
+      "json",
+      "jobs",
+      "list",
+      "--limit",
+      "2",
+    ]);
+    expect(listed.code, listed.err).toBe(EXIT.ok);
+    expect(JSON.parse(listed.out)).toHaveLength(2);
+    const deleted = await run(process.execPath, [
+      "bin/scheduler.mjs",
+      "--api",
+      sandbox.url,
+      "jobs",
+      "delete",
+      "x",
+    ]);
+    expect(deleted.code).toBe(EXIT.unsupported);
+    const viaNpx = await run("npx", ["scheduler", "--api", sandbox.url, "webhook-secret", "get"]);
+    expect(viaNpx.code, viaNpx.err).toBe(EXIT.ok);
+    expect(viaNpx.out).toMatch(/^whsec_\S+\n$/);
+  }, 60_000);
+});
