@@ -17,5 +17,6 @@ process.exitCode = await runCli(process.argv.slice(2), {
   stdout: (text) => process.stdout.write(text),
   stderr: (text) => process.stderr.write(text),
   env: process.env,
+  startedAt: new Date(performance.timeOrigin),
   signal: interrupted.signal,
 });

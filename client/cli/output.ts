@@ -8,6 +8,8 @@ export interface CliIo {
   readonly stdout: (text: string) => void;
   readonly stderr: (text: string) => void;
   readonly env: Readonly<Record<string, string | undefined>>;
+  /** When the command started (the process's start for the bin): `runs watch` shows runs ended since. */
+  readonly startedAt?: Date;
   /** Aborted on Ctrl-C: `runs watch` stops and exits 0. */
   readonly signal?: AbortSignal;
 }

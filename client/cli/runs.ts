@@ -1,4 +1,4 @@
-import type { Command } from "commander";
+import { type Command, InvalidArgumentError } from "commander";
 import { FINAL_RUN_STATUSES, type Run } from "../index.js";
 import { contextOf } from "./context.js";
 import { CliExit, EXIT } from "./exit-codes.js";
@@ -69,6 +69,10 @@ export function runsCommand(program: Command, io: CliIo): void {
     .argument("<job-id>", "the job's id")
     .option("--interval <ms>", "between polls", wholeNumber, 2000)
     .option(
+      "--since <instant>",
+      "runs that ended at or after this ISO-8601 instant are shown as new (default: when the command started)",
+    )
+    .option(
       "--count <n>",
       `stop once this many runs reached a final status while watched (exits ${EXIT.ok})`,
       wholeNumber,
@@ -81,7 +85,7 @@ export function runsCommand(program: Command, io: CliIo): void {
     .action(
       async (
         jobId: string,
-        flags: { interval: number; count?: number; timeout?: number },
+        flags: { interval: number; count?: number; timeout?: number; since?: string },
         command: Command,
       ) => {
         const context = contextOf(command, io);
@@ -93,8 +97,21 @@ export function runsCommand(program: Command, io: CliIo): void {
         };
         const line = (run: Run) =>
           `${context.format === "json" ? JSON.stringify(run) : fixedColumns(runRow(run))}\n`;
+        const since =
+          flags.since === undefined
+            ? (io.startedAt ?? new Date()).getTime()
+            : Date.parse(flags.since);
+        if (Number.isNaN(since))
+          throw new InvalidArgumentError(`--since: "${flags.since}" is not an ISO-8601 instant`);
         const before = await everyRun();
-        const seen = new Map(before.map((run) => [run.runId, run.status]));
+        // A run that ended since `since` is news even when it ended before the first read.
+        const endedBefore = (run: Run) =>
+          FINAL_RUN_STATUSES.includes(run.status) && Date.parse(run.finishedAt ?? "") < since;
+        const seen = new Map(
+          before
+            .filter((run) => !FINAL_RUN_STATUSES.includes(run.status) || endedBefore(run))
+            .map((run) => [run.runId, run.status]),
+        );
         if (context.format === "table") io.stdout(`${fixedColumns(RUN_COLUMNS)}\n`);
         for (const run of before) if (run.status === "running") io.stdout(line(run));
         const deadline =

@@ -275,6 +275,34 @@ describe("runs and dead letters", () => {
     await failing(EXIT.notFound, "runs", "get", job.id, `${job.id}-20300101T000000000-1`);
   });
 
+  it("runs watch --since shows a run that ended before the watch began", async () => {
+    const since = new Date().toISOString();
+    const job = await json<Job>("jobs", "create", "--type", "noop", "--run-at", inSeconds(1));
+    let runs: Run[] = [];
+    for (let tries = 0; tries < 150 && runs[0]?.status !== "succeeded"; tries++) {
+      await new Promise((done) => setTimeout(done, 200));
+      runs = await json<Run[]>("runs", "list", job.id);
+    }
+    const watched = await cli([
+      "-o",
+      "json",
+      "runs",
+      "watch",
+      job.id,
+      "--since",
+      since,
+      "--count",
+      "1",
+      "--timeout",
+      "10",
+    ]);
+    expect(watched.code, watched.err).toBe(EXIT.ok);
+    expect(JSON.parse(watched.out)).toEqual(runs[0]);
+    const late = await cli(["runs", "watch", job.id, "--count", "1", "--timeout", "1"]);
+    expect(late.code).toBe(EXIT.timedOut);
+    expect((await cli(["runs", "watch", job.id, "--since", "soon"])).code).toBe(EXIT.usage);
+  });
+
   it("runs watch exits 10 when --count is not reached within --timeout", async () => {
     const job = await json<Job>("jobs", "create", "--type", "noop", "--run-at", tomorrow());
     const outcome = await cli([
