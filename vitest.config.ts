@@ -13,7 +13,11 @@ const SYNTH_TESTS = [
   "test/infra/synth-offline.test.ts",
   "test/infra/variants.test.ts",
 ];
-const UNIT_TESTS = ["test/unit/**/*.test.ts", "test/api/units.test.ts"];
+const UNIT_TESTS = [
+  "test/unit/**/*.test.ts",
+  "test/api/units.test.ts",
+  "test/client/generated.test.ts",
+];
 
 export default defineConfig({
   test: {

@@ -2,12 +2,12 @@ import { writeFile } from "node:fs/promises";
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import openapiTS, { astToString } from "openapi-typescript";
-import { customHandlers } from "../functions/worker/handlers/index.js";
+import { customJobTypes } from "../functions/worker/handlers/index.js";
 import { createApiApp, OPENAPI_PATH } from "../shared/api/app.js";
 import { createAwsClients } from "../shared/aws.js";
 import { systemClock } from "../shared/clock.js";
 import { DEFAULT_SETTINGS } from "../shared/config.js";
-import { BUILT_IN_TYPES } from "../shared/execution/handlers.js";
+import { jobTypeCatalog } from "../shared/job-types/registry.js";
 import { silentObservability } from "../shared/observability.js";
 
 /**
@@ -27,8 +27,8 @@ const HEADER = `/**
 
 /**
  * The document exactly as the sandbox serves it: the API app answering
- * GET /openapi.json in-process, with the sandbox's job types (the built-ins and
- * functions/worker/handlers) and the default settings. No request reaches AWS.
+ * GET /openapi.json in-process, with the sandbox's job types (the built-ins, the
+ * demo types, functions/worker/handlers) and the default settings. No request reaches AWS.
  */
 export async function servedDocument(): Promise<unknown> {
   const clients = createAwsClients({ region: "us-east-1", endpoint: "http://127.0.0.1:9" });
@@ -44,7 +44,11 @@ export async function servedDocument(): Promise<unknown> {
         random: Math.random,
         obs: silentObservability,
       },
-      jobTypes: [...BUILT_IN_TYPES, ...customHandlers.keys()],
+      // The sandbox's catalog: the built-ins, the demo types it enables, functions/worker/handlers.
+      jobTypes: jobTypeCatalog({
+        custom: customJobTypes.map((type) => type.definition),
+        demoTypes: true,
+      }).accepted,
       authenticate: () => null,
     });
     const response = await app.request(OPENAPI_PATH);
