@@ -114,7 +114,7 @@ function isErrorBody(body: unknown): body is { error: ErrorBody } {
 }
 
 /** Parses `"3"` or `W/"3"`. */
-export function versionOfEtag(etag: string | null): number | null {
+function versionOfEtag(etag: string | null): number | null {
   const match = /^(?:W\/)?"(\d+)"$/.exec(etag?.trim() ?? "");
   return match?.[1] === undefined ? null : Number(match[1]);
 }

@@ -20,7 +20,7 @@ export interface SigV4Options {
   readonly now?: () => Date;
 }
 
-export const SIGNING_SERVICE = "execute-api";
+const SIGNING_SERVICE = "execute-api";
 
 const EXECUTE_API_HOST =
   /^[a-z0-9-]+\.execute-api\.([a-z]{2}(?:-[a-z]+)+-\d+)\.(?:vpce\.)?amazonaws\.com(?:\.cn)?$/i;
@@ -77,7 +77,7 @@ function serializeQuery(query: Query): string {
     .join("&");
 }
 
-export interface RequestToSign {
+interface RequestToSign {
   /** Its query is rewritten to the encoding that was signed. */
   readonly url: URL;
   readonly method: string;
@@ -87,7 +87,7 @@ export interface RequestToSign {
 }
 
 /** Request headers with the values signing added (and without `host`, which fetch sets from the URL). */
-export type Signer = (request: RequestToSign) => Promise<Record<string, string>>;
+type Signer = (request: RequestToSign) => Promise<Record<string, string>>;
 
 export function sigV4Signer(options: SigV4Options, base: URL): Signer {
   const signer = new SignatureV4({

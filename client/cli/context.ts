@@ -36,7 +36,7 @@ export function authFrom(flags: GlobalFlags, api: string, io: CliIo): ClientAuth
 }
 
 /** What every command's action gets: the client for the global flags, and how to print. */
-export class CommandContext {
+class CommandContext {
   readonly client: SchedulerClient;
   readonly format: OutputFormat;
 

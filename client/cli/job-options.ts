@@ -10,7 +10,7 @@ export function wholeNumber(raw: string): number {
   return value;
 }
 
-export function jsonValue(raw: string): unknown {
+function jsonValue(raw: string): unknown {
   try {
     return JSON.parse(raw);
   } catch (error) {
@@ -51,7 +51,7 @@ export function addScheduleOptions(command: Command): Command {
     .option("--start-at <instant>", "with --every: the first occurrence (default: now)");
 }
 
-export interface ScheduleFlags {
+interface ScheduleFlags {
   readonly runAt?: string;
   readonly cron?: string;
   readonly timezone?: string;

@@ -30,7 +30,7 @@ export function table(headers: readonly string[], rows: readonly (readonly strin
 }
 
 /** One object as `name  value` lines. */
-export function fields(pairs: readonly (readonly [string, string])[]): string {
+function fields(pairs: readonly (readonly [string, string])[]): string {
   const width = Math.max(...pairs.map(([name]) => name.length));
   return pairs.map(([name, value]) => `${name.padEnd(width)}  ${value}`).join("\n");
 }
@@ -39,12 +39,12 @@ const dash = (value: string | number | null | undefined) =>
   value === null || value === undefined || value === "" ? "-" : String(value);
 
 /** The zone a schedule's times read best in: the cron's zone, else UTC (stored instants are UTC). */
-export function zoneOf(schedule: Schedule): string {
+function zoneOf(schedule: Schedule): string {
   return "timezone" in schedule ? schedule.timezone : "UTC";
 }
 
 /** An instant in a zone, e.g. `2030-01-15 09:00:00 +01:00`. */
-export function inZone(iso: string | null, zone: string): string {
+function inZone(iso: string | null, zone: string): string {
   if (iso === null) return "-";
   const time = DateTime.fromISO(iso, { setZone: true }).setZone(zone);
   return time.isValid ? time.toFormat("yyyy-MM-dd HH:mm:ss ZZ") : iso;

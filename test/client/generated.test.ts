@@ -1,4 +1,5 @@
-import { readFile } from "node:fs/promises";
+import { readdir, readFile } from "node:fs/promises";
+import { join, resolve } from "node:path";
 import { describe, expect, it } from "vitest";
 import { GENERATED_TYPES_PATH, generatedTypes, servedDocument } from "../../client/generate.js";
 
@@ -27,5 +28,25 @@ describe("client/generated/api.ts", () => {
     );
     expect(operationIds.length).toBeGreaterThanOrEqual(17);
     for (const id of operationIds) expect(committed).toContain(`    ${id}: {`);
+  });
+});
+
+describe("client/ at run time", () => {
+  it("imports nothing from shared/ or functions/ but types (the generator aside): it talks HTTP only", async () => {
+    const root = resolve(import.meta.dirname, "../../client");
+    const files = (await readdir(root, { recursive: true })).filter(
+      (file) => file.endsWith(".ts") && file !== "generate.ts",
+    );
+    expect(files).toContain("scheduler-client.ts");
+    expect(files).toContain(join("cli", "main.ts"));
+    for (const file of files) {
+      const source = await readFile(join(root, file), "utf8");
+      const runtimeImports = [
+        ...source.matchAll(
+          /^import (?!type )[^;]*? from "((?:\.\.\/)+(?:shared|functions)\/[^"]*)"/gms,
+        ),
+      ].map((match) => match[1]);
+      expect(runtimeImports, file).toEqual([]);
+    }
   });
 });
