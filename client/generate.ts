@@ -48,7 +48,7 @@ export async function servedDocument(): Promise<unknown> {
       jobTypes: jobTypeCatalog({
         custom: customJobTypes.map((type) => type.definition),
         demoTypes: true,
-      }).accepted,
+      }),
       authenticate: () => null,
     });
     const response = await app.request(OPENAPI_PATH);

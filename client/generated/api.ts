@@ -305,7 +305,7 @@ export interface components {
              */
             overlapPolicy?: "skip" | "buffer_one" | "allow";
             /**
-             * @description Any JSON, at most 64 KiB serialized; handed to the handler (or POSTed by http jobs).
+             * @description JSON that fits the job type's payload schema (JobPayloads lists each type's), at most 64 KiB serialized; handed to the handler (or POSTed by http jobs).
              * @example {
              *       "report": "daily"
              *     }
@@ -322,7 +322,7 @@ export interface components {
             /** @description A run is aborted after this long; default 300. At most 900, and at most what the deployment's workers can finish: their Lambda timeout less 15 s (885 with the default 900 s), else 400. */
             timeoutSeconds?: number;
             /**
-             * @description A built-in or registered job type.
+             * @description A built-in or registered job type; its payload must fit the type's schema (JobPayloads).
              * @enum {string}
              */
             type: "http" | "noop" | "sleep" | "fail";
@@ -368,7 +368,7 @@ export interface components {
              */
             overlapPolicy?: "skip" | "buffer_one" | "allow";
             /**
-             * @description Any JSON, at most 64 KiB serialized; handed to the handler (or POSTed by http jobs).
+             * @description JSON that fits the job type's payload schema (JobPayloads lists each type's), at most 64 KiB serialized; handed to the handler (or POSTed by http jobs).
              * @example {
              *       "report": "daily"
              *     }
@@ -423,10 +423,19 @@ export interface components {
              */
             startAt?: string;
         };
+        /** @description fail (a demo and test type): fails the first `times` attempts, then succeeds. */
+        FailPayload: {
+            /** @description false sends the failed run to the dead letters at once; default true. */
+            retryable?: boolean;
+            /** @description How many attempts of each occurrence fail before one succeeds; default: every attempt fails. */
+            times?: number;
+        } | null;
         Health: {
             /** @enum {string} */
             status: "ok";
         };
+        /** @description http: any JSON; POSTed as the request body to target.url (with the scheduler's headers). */
+        HttpPayload: unknown;
         /** @description Where an http job POSTs its payload. */
         HttpTarget: {
             /**
@@ -472,6 +481,15 @@ export interface components {
             items: components["schemas"]["Job"][];
             nextCursor: string | null;
         };
+        /** @description The payload each job type accepts, by type. A create or edit whose payload does not fit its type's schema is refused with a 400 naming payload.<field>, and nothing is written. */
+        JobPayloads: {
+            fail: components["schemas"]["FailPayload"];
+            http: components["schemas"]["HttpPayload"];
+            noop: components["schemas"]["NoopPayload"];
+            sleep: components["schemas"]["SleepPayload"];
+        };
+        /** @description noop: any JSON; the handler does nothing with it. */
+        NoopPayload: unknown;
         Policies: {
             /** @enum {string} */
             inFlight: "skip" | "complete";
@@ -580,6 +598,11 @@ export interface components {
         } | null;
         /** @description Exactly one of runAt, cron + timezone, or every. */
         Schedule: components["schemas"]["RunAtSchedule"] | components["schemas"]["CronSchedule"] | components["schemas"]["EverySchedule"];
+        /** @description sleep (a demo type): sleeps `ms`, then succeeds; the job's timeout cuts it short. */
+        SleepPayload: {
+            /** @description How long the run sleeps, in milliseconds; default 0. */
+            ms?: number;
+        } | null;
         WebhookSecret: {
             /**
              * @description The caller's webhook signing secret: `whsec_` + base64 of 32 random bytes. Deliveries carry `webhook-signature: v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>">` keyed with the bytes after `whsec_` (Standard Webhooks).

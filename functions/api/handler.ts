@@ -29,7 +29,7 @@ const jobTypes = jobTypeCatalog({
 
 const app = createApiApp({
   engine,
-  jobTypes: jobTypes.accepted,
+  jobTypes,
   authenticate:
     process.env[ENV.apiAuth] === "jwt"
       ? jwtAuthenticator(defaultTenantOfClaims)

@@ -134,7 +134,7 @@ export async function startSandbox(options: SandboxOptions): Promise<Sandbox> {
       engine,
       port: options.port,
       hostname: "127.0.0.1",
-      jobTypes: jobTypes.accepted,
+      jobTypes,
       env,
     });
 

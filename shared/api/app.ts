@@ -1,5 +1,6 @@
 import { OpenAPIHono } from "@hono/zod-openapi";
 import type { Engine } from "../engine.js";
+import type { JobTypeCatalog } from "../job-types/registry.js";
 import { type Authenticator, isValidTenantId } from "./auth.js";
 import { BODY_OVERHEAD_BYTES, jsonBody } from "./body.js";
 import { deadLettersRouter } from "./dead-letters-router.js";
@@ -15,8 +16,8 @@ import { webhookSecretRouter } from "./webhook-secret-router.js";
 export interface ApiOptions {
   /** Clients, tables, queues, settings and the clock every request uses. */
   readonly engine: Engine;
-  /** The accepted job `type`s: the built-ins plus the names of registered custom handlers. */
-  readonly jobTypes: readonly string[];
+  /** The accepted job types (the built-ins, demo types where enabled, the registered custom types) and their payload schemas. */
+  readonly jobTypes: JobTypeCatalog;
   readonly authenticate: Authenticator;
 }
 
@@ -32,11 +33,9 @@ const PUBLIC_PATHS = new Set(["/health", OPENAPI_PATH]);
  */
 export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
   const { engine, authenticate } = options;
-  const [firstType, ...otherTypes] = [...new Set(options.jobTypes)];
-  if (firstType === undefined) throw new Error("createApiApp: no job types given");
   const deps: RouterDeps = {
     engine,
-    jobTypes: [firstType, ...otherTypes],
+    jobTypes: options.jobTypes,
     body: jsonBody(engine.settings.maxPayloadBytes + BODY_OVERHEAD_BYTES),
   };
 

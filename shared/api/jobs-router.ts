@@ -24,6 +24,7 @@ import {
   tenantOf,
 } from "./router.js";
 import { LIMITS } from "./schemas/common.js";
+import { jobPayloadsSchema } from "./schemas/job-types.js";
 import {
   CreateHeaders,
   createJobSchema,
@@ -145,6 +146,7 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
     },
   });
   const router = newRouter();
+  router.openAPIRegistry.register("JobPayloads", jobPayloadsSchema(jobTypes));
 
   router.openapi(createJobRoute, async (c) => {
     const request = c.req.valid("json");
@@ -159,7 +161,7 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
       ]);
     }
     const key = headerKey ?? bodyKey;
-    const newJob = newJobFrom(request, tenantOf(c), engine.clock(), engine.settings);
+    const newJob = newJobFrom(request, tenantOf(c), engine.clock(), engine.settings, jobTypes);
     const { job, created } = await createJob(
       engine,
       newJob,
@@ -190,7 +192,13 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
     const { id } = c.req.valid("param");
     const job = await jobOf(engine, c, id);
     const expected = parseIfMatch(c.req.valid("header")["If-Match"]);
-    const changes = jobChangesFrom(c.req.valid("json"), job, engine.clock(), engine.settings);
+    const changes = jobChangesFrom(
+      c.req.valid("json"),
+      job,
+      engine.clock(),
+      engine.settings,
+      jobTypes,
+    );
     const edited = await editJob(engine, tenantOf(c), id, expected, changes);
     setJobHeaders(c, edited);
     return c.json(jobDto(edited), 200);

@@ -1,6 +1,7 @@
 import type { AddressInfo } from "node:net";
 import { serve } from "@hono/node-server";
 import type { Engine } from "../engine.js";
+import type { JobTypeCatalog } from "../job-types/registry.js";
 import { createApiApp } from "./app.js";
 import { type Authenticator, bearerAuthenticator, localApiKeys } from "./auth.js";
 
@@ -9,8 +10,8 @@ export interface LocalServerOptions {
   /** 0 picks a free port. */
   readonly port?: number;
   readonly hostname?: string;
-  /** The built-ins plus the names of registered custom handlers. */
-  readonly jobTypes: readonly string[];
+  /** The accepted job types and their payload schemas (jobTypeCatalog). */
+  readonly jobTypes: JobTypeCatalog;
   /** Where SCHEDULER_API_KEYS is read from; default process.env. Print localAuthNotice(env) at startup. */
   readonly env?: Readonly<Record<string, string | undefined>>;
   /** Replaces the bearer keys, e.g. to accept a fixed tenant in a test. */

@@ -1,4 +1,5 @@
 import type { EngineSettings } from "../config.js";
+import type { JobTypeCatalog } from "../job-types/registry.js";
 import type { JobChanges, NewJob } from "../jobs/index.js";
 import type { HttpTarget, Job, JobPolicies } from "../model.js";
 import { DEFAULT_MAX_CONCURRENT, DEFAULT_POLICIES, type OverlapPolicy } from "../policies.js";
@@ -39,6 +40,12 @@ export function checkPayloadSize(payload: unknown, maxBytes: number): void {
       { field: "payload" },
     );
   }
+}
+
+/** The payload as it would be stored (none is null) fits its type's schema, else a 400 naming payload.<field>. */
+function checkPayloadFits(jobTypes: JobTypeCatalog, type: string, payload: unknown): void {
+  const issues = jobTypes.payloadIssues(type, payload ?? null);
+  if (issues.length > 0) throw new ValidationError(issues);
 }
 
 /**
@@ -154,6 +161,7 @@ export function newJobFrom(
   tenantId: string,
   now: Date,
   settings: EngineSettings,
+  jobTypes: JobTypeCatalog,
 ): NewJob {
   const schedule = parseScheduleInput(body.schedule, settings, now);
   const targetIssue = targetRule(body.type, body.target !== undefined);
@@ -162,6 +170,7 @@ export function newJobFrom(
   const overlap = body.overlapPolicy ?? DEFAULT_POLICIES.overlap;
   const maxConcurrent = maxConcurrentFor(overlap, body.maxConcurrent, DEFAULT_MAX_CONCURRENT);
   checkPayloadSize(body.payload, settings.maxPayloadBytes);
+  checkPayloadFits(jobTypes, body.type, body.payload);
   checkTimeouts(body, settings);
   const policies: JobPolicies = {
     retry,
@@ -203,6 +212,7 @@ export function jobChangesFrom(
   job: Job,
   now: Date,
   settings: EngineSettings,
+  jobTypes: JobTypeCatalog,
 ): JobChanges {
   if (!EDITABLE.some((key) => key in body)) {
     throw new ApiError(
@@ -236,7 +246,10 @@ export function jobChangesFrom(
       inFlight: body.inFlight ?? current.inFlight ?? "skip",
     };
   }
-  if ("payload" in body) checkPayloadSize(body.payload, settings.maxPayloadBytes);
+  if ("payload" in body) {
+    checkPayloadSize(body.payload, settings.maxPayloadBytes);
+    checkPayloadFits(jobTypes, job.type, body.payload);
+  }
   checkTimeouts(body, settings);
   return {
     ...(body.name !== undefined ? { name: body.name } : {}),

@@ -1,6 +1,7 @@
 import { OpenAPIHono, type z } from "@hono/zod-openapi";
 import type { Context, MiddlewareHandler } from "hono";
 import type { Engine } from "../engine.js";
+import type { JobTypeCatalog } from "../job-types/registry.js";
 import { getTenantJob } from "../jobs/queries.js";
 import { JOB_ID_PATTERN } from "../keys.js";
 import type { Job } from "../model.js";
@@ -21,8 +22,8 @@ export interface ApiEnv {
 export interface RouterDeps {
   /** Clients, tables, queues, settings and the clock every request uses. */
   readonly engine: Engine;
-  /** The accepted job `type`s, deduplicated. */
-  readonly jobTypes: readonly [string, ...string[]];
+  /** The accepted job types, each with its payload schema. */
+  readonly jobTypes: JobTypeCatalog;
   /** Reads a JSON body within the size limit before the route's schema sees it (./body.ts). */
   readonly body: MiddlewareHandler;
 }

@@ -1,9 +1,9 @@
 import { expect } from "vitest";
-import type { z } from "zod";
+import { z } from "zod";
 import { type LocalServer, startLocalServer } from "../../shared/api/local-server.js";
 import { ErrorSchema } from "../../shared/api/schemas/errors.js";
 import { processRun } from "../../shared/execution/worker.js";
-import { BUILT_IN_TYPES } from "../../shared/job-types/registry.js";
+import { type JobTypeCatalog, jobTypeCatalog } from "../../shared/job-types/registry.js";
 import { receiveRuns } from "../../shared/queue/work-queue.js";
 import {
   createEngineFixture,
@@ -16,8 +16,11 @@ export const KEY_B = "key-for-b";
 export const TENANT_A = "tenant-a";
 export const TENANT_B = "tenant-b";
 export const API_ENV = { SCHEDULER_API_KEYS: `${KEY_A}=${TENANT_A}, ${KEY_B}=${TENANT_B}` };
-/** A custom type, as if registered in functions/worker/handlers. */
-export const JOB_TYPES = [...BUILT_IN_TYPES, "report"];
+/** The built-ins with the demo types, as the sandbox has them, and a custom type `report` taking any JSON, as if registered in functions/worker/handlers. */
+export const JOB_TYPES = jobTypeCatalog({
+  demoTypes: true,
+  custom: [{ name: "report", payload: z.unknown(), description: "Any JSON, for the tests." }],
+});
 
 export interface Reply {
   readonly status: number;
@@ -42,11 +45,19 @@ export interface ApiHarness {
   close(): Promise<void>;
 }
 
-export async function startApi(options: FixtureOptions = {}): Promise<ApiHarness> {
+export interface ApiHarnessOptions extends FixtureOptions {
+  /** Default JOB_TYPES. */
+  readonly jobTypes?: JobTypeCatalog;
+}
+
+export async function startApi({
+  jobTypes = JOB_TYPES,
+  ...options
+}: ApiHarnessOptions = {}): Promise<ApiHarness> {
   const fixture = await createEngineFixture(options);
   const server = await startLocalServer({
     engine: fixture.engine,
-    jobTypes: JOB_TYPES,
+    jobTypes,
     env: API_ENV,
   });
   return {

@@ -16,7 +16,7 @@ import type { Engine } from "../../shared/engine.js";
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import type { HandlerRegistry, JobHandler } from "../../shared/execution/job-contract.js";
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
-import { BUILT_IN_TYPES } from "../../shared/job-types/registry.js";
+import { jobTypeCatalog } from "../../shared/job-types/registry.js";
 import { listRuns } from "../../shared/jobs/queries.js";
 import type { Run } from "../../shared/model.js";
 import type { Observability } from "../../shared/observability.js";
@@ -369,7 +369,7 @@ describe("chaos", () => {
           ),
           obs: quiet,
         },
-        jobTypes: BUILT_IN_TYPES,
+        jobTypes: jobTypeCatalog({ demoTypes: true }),
         authenticate: () => TENANT,
       });
       for (let i = 0; i < oneOffs; i++)
@@ -398,7 +398,7 @@ describe("chaos", () => {
       // minutes behind, so that its fast path sees them as far off and only files the due entries.
       const behind = createApiApp({
         engine: { ...sandbox.engine, clock: () => new Date(Date.now() - 600_000), obs: quiet },
-        jobTypes: BUILT_IN_TYPES,
+        jobTypes: jobTypeCatalog({ demoTypes: true }),
         authenticate: () => TENANT,
       });
       for (let i = 0; i < dispatcherOneOffs; i++)

@@ -1,6 +1,7 @@
 import { isDeepStrictEqual } from "node:util";
 import { BatchWriteCommand, QueryCommand } from "@aws-sdk/lib-dynamodb";
 import type { OpenAPIHono } from "@hono/zod-openapi";
+import { z } from "zod";
 import { createApiApp } from "../../shared/api/app.js";
 import type { ApiEnv } from "../../shared/api/router.js";
 import { DEFAULT_SETTINGS, type EngineSettings } from "../../shared/config.js";
@@ -11,7 +12,7 @@ import { FenceLostError } from "../../shared/errors.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import { type JobContext, JobError } from "../../shared/execution/job-contract.js";
 import { MAX_EARLY_WAIT_MS, processRun, type WorkerDeps } from "../../shared/execution/worker.js";
-import { BUILT_IN_TYPES } from "../../shared/job-types/registry.js";
+import { jobTypeCatalog } from "../../shared/job-types/registry.js";
 import type { DueEntry, Job, Run } from "../../shared/model.js";
 import { MetricsRecorder, silentObservability } from "../../shared/observability.js";
 import { deleteMessages, type QueueUrls } from "../../shared/queue/work-queue.js";
@@ -290,7 +291,10 @@ export class Sequence {
     this.queues = new VirtualQueues(clients.sqs, Object.values(queueUrls), () => this.nowMs);
     this.app = createApiApp({
       engine: this.engine,
-      jobTypes: [...BUILT_IN_TYPES, MODEL_TYPE],
+      jobTypes: jobTypeCatalog({
+        demoTypes: true,
+        custom: [{ name: MODEL_TYPE, payload: z.unknown(), description: "The model's behaviour." }],
+      }),
       authenticate: () => TENANT,
     });
   }

@@ -1,7 +1,9 @@
 /** A job as created, edited and returned, and the parameters and headers of the job routes. */
 import { z } from "@hono/zod-openapi";
+import type { JobTypeCatalog } from "../../job-types/registry.js";
 import { MAX_CONCURRENT_LIMIT, MISFIRE_POLICIES, OVERLAP_POLICIES } from "../../policies.js";
 import { cursor, JOB_STATUSES, LIMITS, Priority, pageLimit, RUN_STATUSES } from "./common.js";
+import { jobTypeSchema } from "./job-types.js";
 import { ScheduleSchema } from "./schedule.js";
 import { TargetSchema } from "./target.js";
 
@@ -71,12 +73,12 @@ export const IdempotencyKeySchema = z
 
 const payload = z.unknown().openapi({
   description:
-    "Any JSON, at most 64 KiB serialized; handed to the handler (or POSTed by http jobs).",
+    "JSON that fits the job type's payload schema (JobPayloads lists each type's), at most 64 KiB serialized; handed to the handler (or POSTed by http jobs).",
   example: { report: "daily" },
 });
 
 /** The create body; `type` is an enum of the deployment's job types, so the document lists them. */
-export function createJobSchema(jobTypes: readonly [string, ...string[]]) {
+export function createJobSchema(jobTypes: JobTypeCatalog) {
   return z
     .strictObject({
       name: z
@@ -84,7 +86,7 @@ export function createJobSchema(jobTypes: readonly [string, ...string[]]) {
         .max(LIMITS.nameChars)
         .optional()
         .openapi({ description: "Default: the type." }),
-      type: z.enum(jobTypes).openapi({ description: "A built-in or registered job type." }),
+      type: jobTypeSchema(jobTypes),
       schedule: ScheduleSchema,
       payload: payload.optional(),
       target: TargetSchema.optional().openapi({ description: "Required for, and only for, http." }),
@@ -102,7 +104,7 @@ export function createJobSchema(jobTypes: readonly [string, ...string[]]) {
     .openapi("CreateJobRequest", {
       example: {
         name: "weekday report",
-        type: jobTypes.includes("noop") ? "noop" : jobTypes[0],
+        type: jobTypes.accepted.includes("noop") ? "noop" : jobTypes.accepted[0],
         schedule: { cron: "0 9 * * 1-5", timezone: "Europe/Berlin" },
         payload: { report: "daily" },
         retry: { maxAttempts: 3 },
