@@ -22,14 +22,14 @@ export interface WebhookSettings extends OutboundOptions {
  * verification), `webhook-timestamp` unix seconds, `webhook-signature` one
  * `v1,<base64 HMAC>` per valid secret.
  */
-export const WEBHOOK_HEADERS = {
+const WEBHOOK_HEADERS = {
   id: "webhook-id",
   timestamp: "webhook-timestamp",
   signature: "webhook-signature",
 } as const;
 
 /** Header names the scheduler sets on every delivery; a target's own headers never replace them. */
-export function isSchedulerHeader(name: string): boolean {
+function isSchedulerHeader(name: string): boolean {
   const lower = name.toLowerCase();
   return (
     lower === "content-type" ||

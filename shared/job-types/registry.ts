@@ -41,9 +41,7 @@ export interface JobTypeDefinition<T extends string = string> {
 }
 
 /** A definition whose schema must produce the payload declared for its name in JobPayloads. */
-export function defineJobType<T extends string>(
-  definition: JobTypeDefinition<T>,
-): JobTypeDefinition<T> {
+function defineJobType<T extends string>(definition: JobTypeDefinition<T>): JobTypeDefinition<T> {
   return definition;
 }
 
@@ -72,7 +70,6 @@ export const BUILT_IN_JOB_TYPES = {
   }),
 } as const;
 
-export type BuiltInType = keyof typeof BUILT_IN_JOB_TYPES;
 const builtInDefinitions: readonly JobTypeDefinition[] = Object.values(BUILT_IN_JOB_TYPES);
 export const BUILT_IN_TYPES: readonly string[] = builtInDefinitions.map((t) => t.name);
 
@@ -88,7 +85,7 @@ export interface JobTypeCatalog {
   payloadIssues(type: string, payload: unknown): FieldIssue[];
 }
 
-export interface CatalogOptions {
+interface CatalogOptions {
   /** The deployment's own types (functions/worker/handlers), after the built-ins. */
   readonly custom?: readonly JobTypeDefinition[];
   /** Accept the demo types (`sleep`, `fail`): the sandbox and tests do, a deployed stack only when enabled. */
