@@ -12,7 +12,11 @@ for (const stream of [process.stdout, process.stderr])
   });
 const { runCli } = await import("../client/cli/main.ts");
 const interrupted = new AbortController();
-process.once("SIGINT", () => interrupted.abort());
+// Ctrl-C ends runs watch (exit 0); a command still running 2 s later is stopped with 130.
+process.once("SIGINT", () => {
+  interrupted.abort();
+  setTimeout(() => process.exit(130), 2000).unref();
+});
 process.exitCode = await runCli(process.argv.slice(2), {
   stdout: (text) => process.stdout.write(text),
   stderr: (text) => process.stderr.write(text),

@@ -22,7 +22,7 @@ const wait = (ms: number, signal: AbortSignal | undefined) =>
       signal?.removeEventListener("abort", done);
       resolve();
     };
-    const timer = setTimeout(done, ms);
+    const timer = setTimeout(done, signal?.aborted ? 0 : ms);
     signal?.addEventListener("abort", done, { once: true });
   });
 

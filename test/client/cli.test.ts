@@ -494,6 +494,20 @@ describe("credentials, reachability, help", () => {
       "x",
     ]);
     expect(deleted.code).toBe(EXIT.unsupported);
+    // runs watch follows until Ctrl-C, then exits 0.
+    const job = await json<Job>("jobs", "create", "--type", "noop", "--run-at", tomorrow());
+    const watch = spawn(
+      process.execPath,
+      ["bin/scheduler.mjs", "--api", sandbox.url, "runs", "watch", job.id],
+      {
+        cwd: REPO,
+        stdio: ["ignore", "pipe", "pipe"],
+      },
+    );
+    const watchExit = new Promise<number | null>((done) => watch.once("exit", done));
+    await new Promise<void>((done) => watch.stdout.once("data", () => done()));
+    watch.kill("SIGINT");
+    expect(await watchExit).toBe(EXIT.ok);
     const viaNpx = await run("npx", ["scheduler", "--api", sandbox.url, "webhook-secret", "get"]);
     expect(viaNpx.code, viaNpx.err).toBe(EXIT.ok);
     expect(viaNpx.out).toMatch(/^whsec_\S+\n$/);
