@@ -26,7 +26,8 @@ if (values.help) {
   --workers       SCHEDULER_WORKERS     runs in progress at once (8)
   --endpoint      AWS_ENDPOINT_URL      use this AWS-compatible endpoint instead of the emulators
   --prefix        SCHEDULER_SANDBOX_PREFIX  names of the tables and queues: <prefix>-jobs, … (sandbox)
-  ALLOW_PRIVATE_TARGETS=false           refuse webhook targets that are not public addresses, as deployed`);
+  ALLOW_PRIVATE_TARGETS=false           refuse webhook targets that are not public addresses, as deployed
+  DEMO_JOB_TYPES=false                  refuse the demo job types sleep and fail, as a deployed API does`);
   process.exit(0);
 }
 
@@ -70,6 +71,11 @@ console.log(
   env.ALLOW_PRIVATE_TARGETS === "false"
     ? "  webhooks: public addresses only (ALLOW_PRIVATE_TARGETS=false), as deployed"
     : "  webhooks: loopback and private addresses allowed (ALLOW_PRIVATE_TARGETS=false refuses them)",
+);
+console.log(
+  env.DEMO_JOB_TYPES === "false"
+    ? "  types:    no demo types (DEMO_JOB_TYPES=false), as deployed"
+    : "  types:    demo types sleep and fail accepted (DEMO_JOB_TYPES=false refuses them)",
 );
 const notice = localAuthNotice(env);
 if (notice) console.log(`  auth:     ${notice}`);
