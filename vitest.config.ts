@@ -43,5 +43,17 @@ export default defineConfig({
         },
       },
     ],
+    coverage: {
+      provider: "v8",
+      reportOnFailure: true,
+      include: ["shared/**/*.ts", "functions/**/*.ts"],
+      reporter: ["text-summary", "json-summary", "html"],
+      reportsDirectory: "coverage",
+      // The floor for shared/, a little under what the whole suite measures (README, Testing):
+      // 95.8 % of lines, 94.3 % of statements, 95.9 % of functions, 87.6 % of branches.
+      thresholds: {
+        "shared/**/*.ts": { lines: 93, statements: 92, functions: 93, branches: 85 },
+      },
+    },
   },
 });
