@@ -39,18 +39,20 @@ export async function unwrapWithResponse<T>(
   return { data, response };
 }
 
-const sleep = (ms: number, signal?: AbortSignal) =>
-  new Promise<void>((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    const onAbort = () => {
+/**
+ * Waits `ms`, or less when `signal` aborts (also when it already has): the
+ * caller checks the signal afterwards. The client talks HTTP only, so it
+ * keeps its own rather than shared/clock.ts's.
+ */
+export const waitOrAbort = (ms: number, signal: AbortSignal | undefined) =>
+  new Promise<void>((resolve) => {
+    const done = () => {
       clearTimeout(timer);
-      reject(signal?.reason);
+      signal?.removeEventListener("abort", done);
+      resolve();
     };
-    signal?.addEventListener("abort", onAbort, { once: true });
+    const timer = setTimeout(done, signal?.aborted ? 0 : ms);
+    signal?.addEventListener("abort", done, { once: true });
   });
 
 /**
@@ -75,6 +77,7 @@ export async function pollForRun(
         lastSeen,
       );
     }
-    await sleep(options.pollMs ?? 500, options.signal);
+    await waitOrAbort(options.pollMs ?? 500, options.signal);
+    options.signal?.throwIfAborted();
   }
 }

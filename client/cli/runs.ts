@@ -1,5 +1,6 @@
 import { type Command, InvalidArgumentError } from "commander";
 import { FINAL_RUN_STATUSES, type Run } from "../index.js";
+import { waitOrAbort } from "../requests.js";
 import { contextOf } from "./context.js";
 import { CliExit, EXIT } from "./exit-codes.js";
 import { wholeNumber } from "./job-options.js";
@@ -14,17 +15,6 @@ async function firstRuns(list: AsyncIterable<Run>, limit: number): Promise<Run[]
   }
   return runs;
 }
-
-const wait = (ms: number, signal: AbortSignal | undefined) =>
-  new Promise<void>((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, signal?.aborted ? 0 : ms);
-    signal?.addEventListener("abort", done, { once: true });
-  });
 
 // Lines printed one at a time cannot be measured together: runs ids are about 48 characters.
 const WATCH_WIDTHS = [48, 7, 9, 24, 24, 9];
@@ -136,7 +126,10 @@ export function runsCommand(program: Command, io: CliIo): void {
               `runs watch: ${ended} of ${flags.count} runs ended within ${flags.timeout} s`,
             );
           }
-          await wait(Math.min(flags.interval, Math.max(0, deadline - Date.now())), io.signal);
+          await waitOrAbort(
+            Math.min(flags.interval, Math.max(0, deadline - Date.now())),
+            io.signal,
+          );
         }
       },
     );

@@ -173,7 +173,7 @@ describe("waiting for runs", () => {
   it("gives up with a WaitTimeoutError that carries the run as last seen", async () => {
     const handle = await client.jobs.create({
       type: "sleep",
-      payload: { ms: 5000 },
+      payload: { ms: 20_000 },
       schedule: later(),
     });
     const queued = await handle.trigger();
@@ -185,6 +185,13 @@ describe("waiting for runs", () => {
     expect((error as Error).message).toMatch(
       /timed out after 600 ms waiting for run .* \(last seen (queued|running)\)/,
     );
+    // An aborted signal ends the wait at once, with the signal's reason.
+    const stop = new AbortController();
+    const waiting = handle.waitForRun({ runId: queued.runId, pollMs: 60_000, signal: stop.signal });
+    setTimeout(() => stop.abort(new Error("stopped by the caller")), 200);
+    const started = Date.now();
+    await expect(waiting).rejects.toThrow("stopped by the caller");
+    expect(Date.now() - started).toBeLessThan(10_000);
     await handle.cancel();
   });
 });
