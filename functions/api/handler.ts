@@ -1,3 +1,4 @@
+import { fileURLToPath } from "node:url";
 import { handle } from "hono/aws-lambda";
 import { createApiApp } from "../../shared/api/app.js";
 import {
@@ -7,6 +8,8 @@ import {
   jwtAuthenticator,
 } from "../../shared/api/auth.js";
 import { ENV } from "../../shared/config.js";
+import { readConsoleAssets } from "../../shared/console/assets.js";
+import type { ConsoleAuth } from "../../shared/console/config.js";
 import { demoJobTypesFrom } from "../../shared/job-types/demo-types.js";
 import { jobTypeCatalog } from "../../shared/job-types/registry.js";
 import { engineFromEnv, powertoolsObservability } from "../../shared/runtime.js";
@@ -26,14 +29,29 @@ const jobTypes = jobTypeCatalog({
   custom: customJobTypes.map((t) => t.definition),
   demoTypes: demoJobTypesFrom(process.env, false),
 });
+const jwt = process.env[ENV.apiAuth] === "jwt";
+
+// With the JWT option the console signs in at the issuer (PKCE); browsers cannot sign with IAM.
+const consoleAuth: ConsoleAuth = jwt
+  ? {
+      kind: "oidc",
+      issuer: process.env[ENV.jwtIssuer] ?? "",
+      clientId: process.env[ENV.consoleClientId] ?? "",
+      scope: process.env[ENV.consoleScope] ?? "openid",
+    }
+  : { kind: "iam" };
 
 const app = createApiApp({
   engine,
   jobTypes,
-  authenticate:
-    process.env[ENV.apiAuth] === "jwt"
-      ? jwtAuthenticator(defaultTenantOfClaims)
-      : iamAuthenticator(defaultTenantOfPrincipal),
+  authenticate: jwt
+    ? jwtAuthenticator(defaultTenantOfClaims)
+    : iamAuthenticator(defaultTenantOfPrincipal),
+  console: {
+    // The bundle carries the console's build in console/ beside this module (infra/constructs/api.ts).
+    assets: readConsoleAssets(fileURLToPath(new URL("./console/", import.meta.url))),
+    config: { auth: consoleAuth, jobTypes: jobTypes.accepted },
+  },
 });
 
 export const handler = handle(app);

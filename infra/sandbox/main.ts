@@ -2,7 +2,7 @@ import { parseArgs } from "node:util";
 
 // The SDK warns on every start that it will drop Node 20 next year; the sandbox says nothing it can act on.
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= "true";
-const { localAuthNotice } = await import("../../shared/api/auth.js");
+const { localAuthFromEnv } = await import("../../shared/api/local-auth.js");
 const { startSandbox } = await import("./sandbox.js");
 
 // `npm start`: the scheduler on this machine. Every option also reads an environment variable.
@@ -77,9 +77,10 @@ console.log(
     ? "  types:    no demo types (DEMO_JOB_TYPES=false), as deployed"
     : "  types:    demo types sleep and fail accepted (DEMO_JOB_TYPES=false refuses them)",
 );
-const notice = localAuthNotice(env);
+const notice = localAuthFromEnv(env).notice;
 if (notice) console.log(`  auth:     ${notice}`);
-console.log("  docs:     GET /openapi.json; press Ctrl-C to stop");
+console.log(`  console:  ${sandbox.url}/console`);
+console.log(`  docs:     ${sandbox.url}/docs (GET /openapi.json); press Ctrl-C to stop`);
 
 let stopping = false;
 for (const signal of ["SIGINT", "SIGTERM"] as const) {

@@ -6,6 +6,7 @@ import { startLocalServer } from "../../shared/api/local-server.js";
 import { createAwsClients } from "../../shared/aws.js";
 import { sleep, systemClock } from "../../shared/clock.js";
 import { ENV, type Env, loadSettings } from "../../shared/config.js";
+import { buildConsoleAssets } from "../../shared/console/build.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import { runTickLoop } from "../../shared/dispatch/tick.js";
 import type { Engine } from "../../shared/engine.js";
@@ -136,6 +137,7 @@ export async function startSandbox(options: SandboxOptions): Promise<Sandbox> {
       hostname: "127.0.0.1",
       jobTypes,
       env,
+      consoleAssets: await buildConsoleAssets(),
     });
 
     const stopping = new AbortController();

@@ -1,9 +1,12 @@
 import { OpenAPIHono } from "@hono/zod-openapi";
+import { DOCS_PATH } from "../console/config.js";
 import type { Engine } from "../engine.js";
 import type { JobTypeCatalog } from "../job-types/registry.js";
 import { type Authenticator, isValidTenantId } from "./auth.js";
 import { BODY_OVERHEAD_BYTES, jsonBody } from "./body.js";
+import { type ConsoleOptions, consoleRouter, isConsolePath } from "./console-router.js";
 import { deadLettersRouter } from "./dead-letters-router.js";
+import { docsRouter } from "./docs-router.js";
 import { ApiError, notFound, toApiError } from "./errors.js";
 import { schemaFailure } from "./issues.js";
 import { jobsRouter } from "./jobs-router.js";
@@ -19,10 +22,12 @@ export interface ApiOptions {
   /** The accepted job types (the built-ins, demo types where enabled, the registered custom types) and their payload schemas. */
   readonly jobTypes: JobTypeCatalog;
   readonly authenticate: Authenticator;
+  /** The web console at /console; without it, /console is an unknown route. */
+  readonly console?: ConsoleOptions;
 }
 
 export const OPENAPI_PATH = "/openapi.json";
-const PUBLIC_PATHS = new Set(["/health", OPENAPI_PATH]);
+const PUBLIC_PATHS = new Set(["/health", OPENAPI_PATH, DOCS_PATH]);
 
 /**
  * The HTTP API as one Hono app, served by the API Lambda (API Gateway HTTP
@@ -80,7 +85,9 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
   });
 
   app.use("*", async (c, next) => {
-    if (PUBLIC_PATHS.has(c.req.path)) return next();
+    if (PUBLIC_PATHS.has(c.req.path) || (options.console && isConsolePath(c.req.path))) {
+      return next();
+    }
     const tenantId = await authenticate({ header: (name) => c.req.header(name), env: c.env });
     if (tenantId === null || !isValidTenantId(tenantId)) {
       throw new ApiError(401, "unauthorized", "missing or unknown credentials", {
@@ -99,12 +106,17 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
   app.route("/", deadLettersRouter(deps));
   app.route("/", webhookSecretRouter(deps));
 
-  serveOpenApiDocument(app);
+  const openApiDocument = serveOpenApiDocument(app);
+  app.route("/", docsRouter(openApiDocument));
+  if (options.console) app.route("/", consoleRouter(options.console));
   return app;
 }
 
-/** GET /openapi.json: the document generated from every mounted route, with the two ways to sign in. */
-function serveOpenApiDocument(app: OpenAPIHono<ApiEnv>): void {
+/**
+ * GET /openapi.json: the document generated from every mounted route, with the
+ * two ways to sign in. Returns it, for the reference page at /docs.
+ */
+function serveOpenApiDocument(app: OpenAPIHono<ApiEnv>): () => unknown {
   app.openAPIRegistry.registerComponent("securitySchemes", "bearerAuth", {
     type: "http",
     scheme: "bearer",
@@ -119,7 +131,7 @@ function serveOpenApiDocument(app: OpenAPIHono<ApiEnv>): void {
       "On AWS: requests signed with SigV4 (API Gateway IAM authorization); the principal is the tenant.",
   });
   let document: unknown;
-  app.get(OPENAPI_PATH, (c) => {
+  const openApiDocument = () => {
     document ??= app.getOpenAPIDocument({
       openapi: "3.0.3",
       info: {
@@ -129,8 +141,10 @@ function serveOpenApiDocument(app: OpenAPIHono<ApiEnv>): void {
           'Schedule jobs once (runAt), on a cron schedule in an IANA time zone, or at a fixed interval; follow their runs; replay dead letters. Errors are always {"error": {"code", "message", "field"?}}.',
       },
     });
-    return c.json(document);
-  });
+    return document;
+  };
+  app.get(OPENAPI_PATH, (c) => c.json(openApiDocument()));
+  return openApiDocument;
 }
 
 /** The methods routed at a path, for 405 and its Allow header. */

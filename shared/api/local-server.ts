@@ -1,9 +1,11 @@
 import type { AddressInfo } from "node:net";
 import { serve } from "@hono/node-server";
+import type { ConsoleAssets } from "../console/assets.js";
 import type { Engine } from "../engine.js";
 import type { JobTypeCatalog } from "../job-types/registry.js";
 import { createApiApp } from "./app.js";
-import { type Authenticator, bearerAuthenticator, localApiKeys } from "./auth.js";
+import type { Authenticator } from "./auth.js";
+import { localAuthFromEnv } from "./local-auth.js";
 
 export interface LocalServerOptions {
   readonly engine: Engine;
@@ -12,10 +14,15 @@ export interface LocalServerOptions {
   readonly hostname?: string;
   /** The accepted job types and their payload schemas (jobTypeCatalog). */
   readonly jobTypes: JobTypeCatalog;
-  /** Where SCHEDULER_API_KEYS is read from; default process.env. Print localAuthNotice(env) at startup. */
+  /**
+   * Where SCHEDULER_API_KEYS (or SCHEDULER_JWT_ISSUER and SCHEDULER_JWT_AUDIENCE) are read from;
+   * default process.env. Print localAuthFromEnv(env).notice at startup.
+   */
   readonly env?: Readonly<Record<string, string | undefined>>;
   /** Replaces the bearer keys, e.g. to accept a fixed tenant in a test. */
   readonly authenticate?: Authenticator;
+  /** Serves the web console at /console with this build (buildConsoleAssets()). */
+  readonly consoleAssets?: ConsoleAssets;
 }
 
 export interface LocalServer {
@@ -26,9 +33,20 @@ export interface LocalServer {
 
 /** The API on a plain Node HTTP server, for the sandbox and for tests over real HTTP. */
 export async function startLocalServer(options: LocalServerOptions): Promise<LocalServer> {
-  const authenticate =
-    options.authenticate ?? bearerAuthenticator(localApiKeys(options.env ?? process.env).keys);
-  const app = createApiApp({ engine: options.engine, jobTypes: options.jobTypes, authenticate });
+  const auth = localAuthFromEnv(options.env ?? process.env);
+  const app = createApiApp({
+    engine: options.engine,
+    jobTypes: options.jobTypes,
+    authenticate: options.authenticate ?? auth.authenticate,
+    ...(options.consoleAssets
+      ? {
+          console: {
+            assets: options.consoleAssets,
+            config: { auth: auth.console, jobTypes: options.jobTypes.accepted },
+          },
+        }
+      : {}),
+  });
   const hostname = options.hostname ?? "127.0.0.1";
   const { server, port } = await new Promise<{ server: ReturnType<typeof serve>; port: number }>(
     (resolve, reject) => {

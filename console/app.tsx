@@ -1,0 +1,101 @@
+import { useEffect, useRef, useState } from "preact/hooks";
+import { CALLBACK_PATH, type ConsoleConfig } from "../shared/console/config.js";
+import { whenUnauthorized } from "./api.js";
+import { currentCredential, finishSignIn, signOut } from "./auth.js";
+import { Announcer, ErrorMessage } from "./components.js";
+import { DeadLettersPage } from "./pages/dead-letters.js";
+import { JobPage } from "./pages/job.js";
+import { JobsPage } from "./pages/jobs.js";
+import { SignInPage } from "./pages/sign-in.js";
+import { Link, navigate, useLocation } from "./router.js";
+
+export function App({ config }: { config: ConsoleConfig }) {
+  const url = useLocation();
+  const [signedIn, setSignedIn] = useState(() => currentCredential() !== null);
+  const [callbackError, setCallbackError] = useState<unknown>(null);
+  const main = useRef<HTMLElement>(null);
+
+  useEffect(
+    () =>
+      whenUnauthorized(() => {
+        signOut();
+        setSignedIn(false);
+      }),
+    [],
+  );
+
+  // Back from the identity provider with a code: exchange it once, then go where the user was.
+  useEffect(() => {
+    if (url.pathname !== CALLBACK_PATH || config.auth.kind !== "oidc") return;
+    finishSignIn(config.auth, url).then((returnTo) => {
+      setSignedIn(true);
+      navigate(
+        returnTo.startsWith("/console") && returnTo !== CALLBACK_PATH ? returnTo : "/console",
+        {
+          replace: true,
+        },
+      );
+    }, setCallbackError);
+  }, [url, config.auth]);
+
+  // A new page: move focus to its heading, so screen readers and keyboards start there.
+  useEffect(() => {
+    main.current?.querySelector<HTMLElement>("h1")?.focus();
+  }, [url.pathname, signedIn]);
+
+  const path = url.pathname.replace(/\/+$/, "");
+  const job = /^\/console\/jobs\/([^/]+)$/.exec(path)?.[1];
+  let page = null;
+  if (path === CALLBACK_PATH) {
+    page = callbackError ? <ErrorMessage error={callbackError} /> : <p>Signing in…</p>;
+  } else if (!signedIn) {
+    page = <SignInPage auth={config.auth} onSignedIn={() => setSignedIn(true)} />;
+  } else if (path === "/console" || path === "/console/jobs") {
+    page = <JobsPage jobTypes={config.jobTypes} />;
+  } else if (job !== undefined) {
+    page = <JobPage id={decodeURIComponent(job)} />;
+  } else if (path === "/console/dead-letters") {
+    page = <DeadLettersPage />;
+  } else {
+    page = (
+      <>
+        <h1 tabIndex={-1}>Not found</h1>
+        <p>
+          The console has no page here. <Link href="/console">All jobs</Link>
+        </p>
+      </>
+    );
+  }
+
+  return (
+    <>
+      <a class="skip" href="#main">
+        Skip to content
+      </a>
+      <header>
+        <nav aria-label="Console">
+          <span class="brand">Scheduler</span>
+          <Link href="/console">Jobs</Link>
+          <Link href="/console/dead-letters">Dead letters</Link>
+          <a href="/docs">API reference</a>
+          {signedIn && config.auth.kind !== "iam" ? (
+            <button
+              type="button"
+              class="link"
+              onClick={() => {
+                signOut();
+                setSignedIn(false);
+              }}
+            >
+              Sign out{currentCredential()?.who ? ` (${currentCredential()?.who})` : ""}
+            </button>
+          ) : null}
+        </nav>
+      </header>
+      <main id="main" ref={main}>
+        {page}
+      </main>
+      <Announcer />
+    </>
+  );
+}

@@ -1,0 +1,119 @@
+import * as oauth from "oauth4webapi";
+import { CALLBACK_PATH, type ConsoleAuth } from "../shared/console/config.js";
+
+/**
+ * The credential the console sends as `Authorization: Bearer …`: a key typed
+ * in (sandbox), or the access token of an OIDC sign-in (authorization code
+ * with PKCE, a public client; the JWT stack). Kept in sessionStorage: it
+ * lasts as long as the tab, and other sites cannot read it.
+ */
+const CREDENTIAL = "scheduler.credential";
+const PENDING = "scheduler.signIn";
+
+interface Credential {
+  readonly token: string;
+  /** Epoch ms; absent for a key. */
+  readonly expiresAt?: number;
+  readonly who?: string;
+}
+
+interface PendingSignIn {
+  readonly verifier: string;
+  readonly state: string;
+  readonly nonce: string;
+  readonly returnTo: string;
+}
+
+export function currentCredential(): Credential | null {
+  const raw = sessionStorage.getItem(CREDENTIAL);
+  if (raw === null) return null;
+  const credential = JSON.parse(raw) as Credential;
+  // A token that expires within the next ten seconds would fail mid-request.
+  if (credential.expiresAt !== undefined && credential.expiresAt < Date.now() + 10_000) {
+    sessionStorage.removeItem(CREDENTIAL);
+    return null;
+  }
+  return credential;
+}
+
+export function rememberKey(key: string): void {
+  sessionStorage.setItem(CREDENTIAL, JSON.stringify({ token: key } satisfies Credential));
+}
+
+export function signOut(): void {
+  sessionStorage.removeItem(CREDENTIAL);
+}
+
+type Oidc = Extract<ConsoleAuth, { kind: "oidc" }>;
+
+// Plain http is for an issuer on this machine only (a local identity provider in development).
+const insecureAllowed = (issuer: URL) =>
+  issuer.protocol === "http:" && ["localhost", "127.0.0.1", "[::1]"].includes(issuer.hostname);
+
+async function discover(auth: Oidc): Promise<oauth.AuthorizationServer> {
+  const issuer = new URL(auth.issuer);
+  const options = { [oauth.allowInsecureRequests]: insecureAllowed(issuer) };
+  const response = await oauth.discoveryRequest(issuer, options);
+  return oauth.processDiscoveryResponse(issuer, response);
+}
+
+const redirectUri = () => new URL(CALLBACK_PATH, location.origin).href;
+
+/** Off to the identity provider; it sends the browser back to /console/callback. */
+export async function startSignIn(auth: Oidc, returnTo: string): Promise<void> {
+  const server = await discover(auth);
+  if (server.authorization_endpoint === undefined) {
+    throw new Error(`${auth.issuer} has no authorization endpoint`);
+  }
+  const pending: PendingSignIn = {
+    verifier: oauth.generateRandomCodeVerifier(),
+    state: oauth.generateRandomState(),
+    nonce: oauth.generateRandomNonce(),
+    returnTo,
+  };
+  sessionStorage.setItem(PENDING, JSON.stringify(pending));
+  const url = new URL(server.authorization_endpoint);
+  url.searchParams.set("client_id", auth.clientId);
+  url.searchParams.set("redirect_uri", redirectUri());
+  url.searchParams.set("response_type", "code");
+  url.searchParams.set("scope", auth.scope);
+  url.searchParams.set("state", pending.state);
+  url.searchParams.set("nonce", pending.nonce);
+  url.searchParams.set("code_challenge", await oauth.calculatePKCECodeChallenge(pending.verifier));
+  url.searchParams.set("code_challenge_method", "S256");
+  location.assign(url.href);
+}
+
+/** Back from the identity provider: the code and the verifier become an access token. */
+export async function finishSignIn(auth: Oidc, callback: URL): Promise<string> {
+  const raw = sessionStorage.getItem(PENDING);
+  sessionStorage.removeItem(PENDING);
+  if (raw === null) throw new Error("no sign-in was started in this tab; sign in again");
+  const pending = JSON.parse(raw) as PendingSignIn;
+  const server = await discover(auth);
+  const client: oauth.Client = { client_id: auth.clientId };
+  const params = oauth.validateAuthResponse(server, client, callback, pending.state);
+  const options = { [oauth.allowInsecureRequests]: insecureAllowed(new URL(auth.issuer)) };
+  const response = await oauth.authorizationCodeGrantRequest(
+    server,
+    client,
+    oauth.None(),
+    params,
+    redirectUri(),
+    pending.verifier,
+    options,
+  );
+  const tokens = await oauth.processAuthorizationCodeResponse(server, client, response, {
+    expectedNonce: pending.nonce,
+  });
+  const claims = oauth.getValidatedIdTokenClaims(tokens);
+  const credential: Credential = {
+    token: tokens.access_token,
+    ...(tokens.expires_in !== undefined
+      ? { expiresAt: Date.now() + tokens.expires_in * 1000 }
+      : {}),
+    ...(typeof claims?.sub === "string" ? { who: claims.sub } : {}),
+  };
+  sessionStorage.setItem(CREDENTIAL, JSON.stringify(credential));
+  return pending.returnTo;
+}

@@ -1,0 +1,56 @@
+import cronstrue from "cronstrue";
+import { Duration } from "luxon";
+import type { Job } from "./api.js";
+
+export type Schedule = Job["schedule"];
+
+/** The zone a schedule's times are shown in: a cron's own zone; instants are stored in UTC. */
+export function zoneOf(schedule: Schedule): string {
+  return "cron" in schedule ? schedule.timezone : "UTC";
+}
+
+export function scheduleInWords(schedule: Schedule): string {
+  if ("runAt" in schedule) return `once, at ${formatInstant(schedule.runAt, "UTC")}`;
+  if ("cron" in schedule) {
+    let words: string;
+    try {
+      words = cronstrue.toString(schedule.cron, { use24HourTimeFormat: true, verbose: false });
+    } catch {
+      words = schedule.cron;
+    }
+    return `${words} (${schedule.timezone})`;
+  }
+  const every = Duration.fromISO(schedule.every);
+  const words = every.isValid ? every.rescale().toHuman({ unitDisplay: "long" }) : schedule.every;
+  const start = schedule.startAt ? `, from ${formatInstant(schedule.startAt, "UTC")}` : "";
+  return `every ${words}${start}`;
+}
+
+export function formatInstant(iso: string | null | undefined, zone: string): string {
+  if (!iso) return "—";
+  const date = new Date(iso);
+  if (Number.isNaN(date.getTime())) return iso;
+  try {
+    return new Intl.DateTimeFormat("en-GB", {
+      timeZone: zone,
+      dateStyle: "medium",
+      timeStyle: "medium",
+    })
+      .format(date)
+      .concat(` ${zone}`);
+  } catch {
+    return iso;
+  }
+}
+
+export function formatDuration(ms: number | null): string {
+  if (ms === null) return "—";
+  return ms < 1000 ? `${ms} ms` : `${(ms / 1000).toFixed(1)} s`;
+}
+
+/** A previewed occurrence in the preview's zone: an IANA zone, UTC, or a fixed offset such as +01:00. */
+export function formatOccurrence(occurrence: { utc: string; local: string }, zone: string): string {
+  if (/^[+-]\d{2}:\d{2}$/.test(zone))
+    return `${occurrence.local.replace("T", " ").slice(0, 19)} (${zone})`;
+  return formatInstant(occurrence.utc, zone);
+}

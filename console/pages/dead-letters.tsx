@@ -1,0 +1,79 @@
+import { useState } from "preact/hooks";
+import { api, type Run } from "../api.js";
+import { announce, ErrorMessage, messageOf, usePoll } from "../components.js";
+import { formatInstant } from "../format.js";
+import { Link } from "../router.js";
+
+export function DeadLettersPage() {
+  const { data, error, reload } = usePoll(() => api.listDeadLetters({ limit: 100 }), 3000, []);
+  const [replayed, setReplayed] = useState<Run | null>(null);
+  const [replayError, setReplayError] = useState<unknown>(null);
+
+  const replay = async (run: Run) => {
+    setReplayError(null);
+    try {
+      const next = await api.replay(run.runId);
+      setReplayed(next);
+      announce(`Replayed: attempt ${next.attempt} of the occurrence is queued`);
+      await reload();
+    } catch (caught) {
+      setReplayError(caught);
+      announce(messageOf(caught));
+    }
+  };
+
+  return (
+    <>
+      <h1 tabIndex={-1}>Dead letters</h1>
+      <p>
+        Runs that failed for good and are not replayed yet, newest first. A replay runs the
+        occurrence again as its next attempt.
+      </p>
+      {replayed ? (
+        <p class="notice">
+          Replayed: attempt {replayed.attempt} is {replayed.status}.{" "}
+          <Link href={`/console/jobs/${replayed.jobId}`}>Follow it on its job</Link>
+        </p>
+      ) : null}
+      <ErrorMessage error={replayError ?? error} />
+      <table>
+        <caption class="visually-hidden">Dead letters; updated every few seconds</caption>
+        <thead>
+          <tr>
+            <th scope="col">Job</th>
+            <th scope="col">Occurrence</th>
+            <th scope="col">Attempt</th>
+            <th scope="col">Died</th>
+            <th scope="col">Error</th>
+            <th scope="col">
+              <span class="visually-hidden">Action</span>
+            </th>
+          </tr>
+        </thead>
+        <tbody>
+          {data?.items.map((run) => (
+            <tr key={run.runId} data-run-id={run.runId}>
+              <th scope="row">
+                <Link href={`/console/jobs/${run.jobId}`}>{run.jobId}</Link>
+              </th>
+              <td>{formatInstant(run.scheduledFor, "UTC")}</td>
+              <td>{run.attempt}</td>
+              <td>{formatInstant(run.finishedAt, "UTC")}</td>
+              <td>{run.error ?? run.reason ?? ""}</td>
+              <td>
+                <button
+                  type="button"
+                  aria-label={`Replay the run of ${run.jobId} at ${run.scheduledFor}`}
+                  onClick={() => void replay(run)}
+                >
+                  Replay
+                </button>
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      {data && data.items.length === 0 ? <p>No dead letters.</p> : null}
+    </>
+  );
+}

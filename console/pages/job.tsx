@@ -1,0 +1,443 @@
+import { useState } from "preact/hooks";
+import { ApiProblem, api, type EditJob, type FieldIssue, type Job, type Run } from "../api.js";
+import {
+  announce,
+  ErrorMessage,
+  ErrorSummary,
+  messageOf,
+  StatusBadge,
+  usePoll,
+} from "../components.js";
+import {
+  formatDuration,
+  formatInstant,
+  formatOccurrence,
+  scheduleInWords,
+  zoneOf,
+} from "../format.js";
+import { changesBetween, formFromJob, issuesOf, JobFields, type JobForm } from "../job-form.js";
+import { Link } from "../router.js";
+
+const RUN_STATUSES = ["queued", "running", "succeeded", "failed", "dead", "skipped", "cancelled"];
+
+export function JobPage({ id }: { id: string }) {
+  const job = usePoll(() => api.getJob(id), 2000, [id]);
+  const [actionError, setActionError] = useState<unknown>(null);
+  const current = job.data;
+
+  if (job.error instanceof ApiProblem && job.error.status === 404) {
+    return (
+      <>
+        <h1 tabIndex={-1}>Job not found</h1>
+        <p>
+          No job <code>{id}</code> for you. <Link href="/console">All jobs</Link>
+        </p>
+      </>
+    );
+  }
+  if (current === null) {
+    return (
+      <>
+        <h1 tabIndex={-1}>Job</h1>
+        <ErrorMessage error={job.error} />
+        <p>Loading…</p>
+      </>
+    );
+  }
+
+  const act = async (label: string, action: () => Promise<unknown>) => {
+    setActionError(null);
+    try {
+      await action();
+      announce(label);
+      await job.reload();
+    } catch (caught) {
+      setActionError(caught);
+    }
+  };
+  const zone = zoneOf(current.schedule);
+  const ended = current.status === "cancelled" || current.status === "completed";
+
+  return (
+    <>
+      <h1 tabIndex={-1}>
+        {current.name} <StatusBadge status={current.status} />
+      </h1>
+      <p class="hint">
+        {current.type} job <code>{current.id}</code>, version {current.version}
+      </p>
+      <fieldset class="actions">
+        <legend class="visually-hidden">Job actions</legend>
+        {current.status === "active" ? (
+          <button
+            type="button"
+            onClick={() => void act("Job paused", () => api.changeStatus(id, "pause"))}
+          >
+            Pause
+          </button>
+        ) : null}
+        {current.status === "paused" ? (
+          <button
+            type="button"
+            onClick={() => void act("Job resumed", () => api.changeStatus(id, "resume"))}
+          >
+            Resume
+          </button>
+        ) : null}
+        {!ended ? (
+          <button type="button" onClick={() => void act("Run queued", () => api.trigger(id))}>
+            Trigger now
+          </button>
+        ) : null}
+        {!ended ? (
+          <button
+            type="button"
+            class="danger"
+            onClick={() => {
+              if (confirm(`Cancel ${current.name} for good? Queued runs are cancelled.`)) {
+                void act("Job cancelled", () => api.changeStatus(id, "cancel"));
+              }
+            }}
+          >
+            Cancel job
+          </button>
+        ) : null}
+      </fieldset>
+      <ErrorMessage error={actionError} />
+
+      <div class="columns">
+        <section aria-labelledby="schedule-title">
+          <h2 id="schedule-title">Schedule</h2>
+          <dl>
+            <dt>Schedule</dt>
+            <dd>{scheduleInWords(current.schedule)}</dd>
+            <dt>Next run</dt>
+            <dd>{formatInstant(current.nextRunAt, zone)}</dd>
+            <dt>Last run</dt>
+            <dd>
+              {current.lastRun ? (
+                <>
+                  <StatusBadge status={current.lastRun.status} />{" "}
+                  {formatInstant(current.lastRun.finishedAt, zone)}
+                </>
+              ) : (
+                "none yet"
+              )}
+            </dd>
+          </dl>
+          <NextRuns id={id} version={current.version} />
+        </section>
+        <Policies job={current} />
+      </div>
+      {ended ? null : <EditSection job={current} onSaved={() => void job.reload()} />}
+      <RunsTimeline id={id} zone={zone} />
+    </>
+  );
+}
+
+function NextRuns({ id, version }: { id: string; version: number }) {
+  const { data, error } = usePoll(() => api.previewJob(id, 10), 60_000, [id, version]);
+  return (
+    <section aria-labelledby="next-runs-title">
+      <h3 id="next-runs-title">Next runs</h3>
+      <ErrorMessage error={error} />
+      {data && data.occurrences.length === 0 ? <p>No more occurrences.</p> : null}
+      <ol class="next-runs">
+        {data?.occurrences.map((o) => (
+          <li key={o.utc}>
+            <time dateTime={o.utc}>{formatOccurrence(o, data.timezone)}</time>
+          </li>
+        ))}
+      </ol>
+    </section>
+  );
+}
+
+function Policies({ job }: { job: Job }) {
+  const p = job.policies;
+  return (
+    <section aria-labelledby="policies-title">
+      <h2 id="policies-title">Policies</h2>
+      <dl>
+        <dt>Retries</dt>
+        <dd>
+          {p.retry.maxAttempts} attempts in all, backoff from {p.retry.initialDelaySeconds} s up to{" "}
+          {p.retry.maxDelaySeconds} s
+        </dd>
+        <dt>Missed occurrences</dt>
+        <dd>{p.misfirePolicy}</dd>
+        <dt>While a run is still running</dt>
+        <dd>
+          {p.overlapPolicy}
+          {p.overlapPolicy === "allow" ? ` (up to ${p.maxConcurrent} at once)` : ""}
+        </dd>
+        <dt>Queued runs after a schedule change</dt>
+        <dd>{p.inFlight}</dd>
+        <dt>Priority</dt>
+        <dd>{job.priority}</dd>
+        <dt>Timeout</dt>
+        <dd>{job.timeoutSeconds} s</dd>
+        {job.target ? (
+          <>
+            <dt>Webhook</dt>
+            <dd>
+              <code>{job.target.url}</code>
+            </dd>
+          </>
+        ) : null}
+      </dl>
+    </section>
+  );
+}
+
+interface Conflict {
+  /** The job as it is now, changed by someone else since the form was opened. */
+  readonly theirs: Job;
+  readonly theirChanges: EditJob;
+  readonly mine: EditJob;
+}
+
+const partLabel = (part: string) => part.replace(/([A-Z])/g, " $1").toLowerCase();
+const show = (value: unknown) => (typeof value === "string" ? value : JSON.stringify(value));
+
+/**
+ * Edit at the version the form was opened on (If-Match). A 412 means the job
+ * changed meanwhile: the console shows what changed on each side and lets the
+ * user apply their changes to the new version or drop them.
+ */
+function EditSection({ job, onSaved }: { job: Job; onSaved: () => void }) {
+  const [base, setBase] = useState<{ job: Job; form: JobForm } | null>(null);
+  const [form, setForm] = useState<JobForm | null>(null);
+  const [issues, setIssues] = useState<FieldIssue[]>([]);
+  const [error, setError] = useState<unknown>(null);
+  const [conflict, setConflict] = useState<Conflict | null>(null);
+  const [busy, setBusy] = useState(false);
+
+  const open = (from: Job) => {
+    const opened = formFromJob(from);
+    setBase({ job: from, form: opened });
+    setForm(opened);
+    setIssues([]);
+    setError(null);
+    setConflict(null);
+  };
+  const close = () => {
+    setBase(null);
+    setForm(null);
+    setConflict(null);
+  };
+
+  const save = async (version: number, changes: EditJob) => {
+    setBusy(true);
+    setIssues([]);
+    setError(null);
+    try {
+      await api.editJob(job.id, version, changes);
+      announce("Changes saved");
+      close();
+      onSaved();
+    } catch (caught) {
+      if (caught instanceof ApiProblem && caught.status === 412 && base && form) {
+        const theirs = await api.getJob(job.id);
+        setConflict({
+          theirs,
+          theirChanges: changesBetween(base.form, formFromJob(theirs)),
+          mine: changes,
+        });
+      } else {
+        const found = issuesOf(caught);
+        setIssues(found);
+        setError(found.length > 0 ? null : caught);
+      }
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  if (base === null || form === null) {
+    return (
+      <section aria-labelledby="edit-title">
+        <h2 id="edit-title">Edit</h2>
+        <button type="button" onClick={() => open(job)}>
+          Edit job
+        </button>
+      </section>
+    );
+  }
+
+  const submit = (event: Event) => {
+    event.preventDefault();
+    let changes: EditJob;
+    try {
+      changes = changesBetween(base.form, form);
+    } catch (caught) {
+      setIssues(issuesOf(caught));
+      return;
+    }
+    if (Object.keys(changes).length === 0) {
+      setError(new Error("Nothing to save: the form is as the job was."));
+      return;
+    }
+    void save(base.job.version, changes);
+  };
+
+  return (
+    <section aria-labelledby="edit-title">
+      <h2 id="edit-title">Edit (from version {base.job.version})</h2>
+      {conflict ? (
+        <div class="conflict" role="alert" aria-labelledby="conflict-title">
+          <h3 id="conflict-title">This job changed while you were editing it</h3>
+          <p>
+            You opened it at version {base.job.version}; it is now at version{" "}
+            {conflict.theirs.version}, so your changes were not saved (the API answered 412: the
+            If-Match version is stale).
+          </p>
+          <ChangeList title="Changed meanwhile by someone else" changes={conflict.theirChanges} />
+          <ChangeList title="Your changes" changes={conflict.mine} />
+          {Object.keys(conflict.mine).some((part) => part in conflict.theirChanges) ? (
+            <p>
+              Both of you changed{" "}
+              {Object.keys(conflict.mine)
+                .filter((part) => part in conflict.theirChanges)
+                .map(partLabel)
+                .join(", ")}
+              : applying yours replaces theirs.
+            </p>
+          ) : null}
+          <div class="actions">
+            <button
+              type="button"
+              disabled={busy}
+              onClick={() => {
+                setBase({ job: conflict.theirs, form: formFromJob(conflict.theirs) });
+                void save(conflict.theirs.version, conflict.mine);
+              }}
+            >
+              Apply my changes to version {conflict.theirs.version}
+            </button>
+            <button type="button" onClick={() => open(conflict.theirs)}>
+              Discard my changes and edit version {conflict.theirs.version}
+            </button>
+          </div>
+        </div>
+      ) : null}
+      <form onSubmit={submit} aria-label="Edit job" noValidate>
+        <ErrorSummary issues={issues} title="The changes were not saved" />
+        <ErrorMessage error={error} />
+        <JobFields form={form} onChange={setForm} issues={issues} />
+        <div class="actions">
+          <button type="submit" disabled={busy}>
+            Save changes
+          </button>
+          <button type="button" onClick={close}>
+            Close without saving
+          </button>
+        </div>
+      </form>
+    </section>
+  );
+}
+
+function ChangeList({ title, changes }: { title: string; changes: EditJob }) {
+  const entries = Object.entries(changes);
+  return (
+    <>
+      <h4>{title}</h4>
+      {entries.length === 0 ? (
+        <p>nothing the form shows (another setting or a lifecycle change)</p>
+      ) : (
+        <ul>
+          {entries.map(([part, value]) => (
+            <li key={part}>
+              {partLabel(part)}: <code>{show(value)}</code>
+            </li>
+          ))}
+        </ul>
+      )}
+    </>
+  );
+}
+
+/** The job's runs, newest occurrence first, refreshed every two seconds; filtered by status. */
+function RunsTimeline({ id, zone }: { id: string; zone: string }) {
+  const [hidden, setHidden] = useState<ReadonlySet<string>>(new Set());
+  const [older, setOlder] = useState<{ items: Run[]; cursor: string | null }>({
+    items: [],
+    cursor: null,
+  });
+  const { data, error } = usePoll(() => api.listRuns(id, { limit: 50 }), 2000, [id]);
+  const newest = new Set(data?.items.map((run) => run.runId));
+  const runs = [...(data?.items ?? []), ...older.items.filter((run) => !newest.has(run.runId))];
+  const shown = runs.filter((run) => !hidden.has(run.status));
+  const cursor = older.cursor ?? data?.nextCursor ?? null;
+  const loadOlder = async () => {
+    if (cursor === null) return;
+    try {
+      const page = await api.listRuns(id, { limit: 50, cursor });
+      setOlder({ items: [...older.items, ...page.items], cursor: page.nextCursor });
+    } catch (caught) {
+      announce(messageOf(caught));
+    }
+  };
+  return (
+    <section aria-labelledby="runs-title">
+      <h2 id="runs-title">Runs</h2>
+      <fieldset class="filters">
+        <legend>Show runs that are</legend>
+        {RUN_STATUSES.map((status) => (
+          <label key={status} class="inline">
+            <input
+              type="checkbox"
+              checked={!hidden.has(status)}
+              onChange={(event) => {
+                const next = new Set(hidden);
+                if (event.currentTarget.checked) next.delete(status);
+                else next.add(status);
+                setHidden(next);
+              }}
+            />{" "}
+            {status}
+          </label>
+        ))}
+      </fieldset>
+      <ErrorMessage error={error} />
+      <table>
+        <caption class="visually-hidden">
+          Runs, newest occurrence first; updated every two seconds
+        </caption>
+        <thead>
+          <tr>
+            <th scope="col">Occurrence</th>
+            <th scope="col">Attempt</th>
+            <th scope="col">Status</th>
+            <th scope="col">Started</th>
+            <th scope="col">Took</th>
+            <th scope="col">Detail</th>
+          </tr>
+        </thead>
+        <tbody>
+          {shown.map((run) => (
+            <tr key={run.runId} data-run-id={run.runId}>
+              <th scope="row">{formatInstant(run.scheduledFor, zone)}</th>
+              <td>{run.attempt}</td>
+              <td>
+                <StatusBadge status={run.status} />
+              </td>
+              <td>{formatInstant(run.startedAt, zone)}</td>
+              <td>{formatDuration(run.durationMs)}</td>
+              <td>{run.error ?? run.reason ?? ""}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      {data && shown.length === 0 ? (
+        <p>No runs{runs.length > 0 ? " with these statuses" : " yet"}.</p>
+      ) : null}
+      {cursor !== null ? (
+        <button type="button" onClick={() => void loadOlder()}>
+          Load older runs
+        </button>
+      ) : null}
+    </section>
+  );
+}

@@ -1,0 +1,135 @@
+import { useState } from "preact/hooks";
+import { api, type FieldIssue, type Job } from "../api.js";
+import { announce, ErrorMessage, ErrorSummary, StatusBadge, usePoll } from "../components.js";
+import { formatInstant, scheduleInWords, zoneOf } from "../format.js";
+import { createBody, emptyForm, issuesOf, JobFields, type JobForm } from "../job-form.js";
+import { Link, navigate } from "../router.js";
+
+const STATUSES = ["active", "paused", "cancelled", "completed"];
+
+export function JobsPage({ jobTypes }: { jobTypes: readonly string[] }) {
+  const [status, setStatus] = useState("");
+  const [older, setOlder] = useState<{ items: Job[]; cursor: string | null }>({
+    items: [],
+    cursor: null,
+  });
+  const { data, error } = usePoll(() => api.listJobs({ status, limit: 50 }), 3000, [status]);
+  const firstIds = new Set(data?.items.map((job) => job.id));
+  const jobs = [...(data?.items ?? []), ...older.items.filter((job) => !firstIds.has(job.id))];
+  const cursor = older.cursor ?? data?.nextCursor ?? null;
+
+  const loadMore = async () => {
+    if (cursor === null) return;
+    const page = await api.listJobs({ status, limit: 50, cursor });
+    setOlder({ items: [...older.items, ...page.items], cursor: page.nextCursor });
+  };
+
+  return (
+    <>
+      <h1 tabIndex={-1}>Jobs</h1>
+      <details class="create">
+        <summary>Create a job</summary>
+        <CreateJobForm jobTypes={jobTypes} />
+      </details>
+      <section aria-labelledby="jobs-title">
+        <h2 id="jobs-title">Your jobs</h2>
+        <label for="status-filter">Status</label>{" "}
+        <select
+          id="status-filter"
+          value={status}
+          onChange={(event) => {
+            setStatus(event.currentTarget.value);
+            setOlder({ items: [], cursor: null });
+          }}
+        >
+          <option value="">all</option>
+          {STATUSES.map((s) => (
+            <option key={s} value={s}>
+              {s}
+            </option>
+          ))}
+        </select>
+        <ErrorMessage error={error} />
+        <table>
+          <caption class="visually-hidden">Jobs, newest first; updated every few seconds</caption>
+          <thead>
+            <tr>
+              <th scope="col">Name</th>
+              <th scope="col">Status</th>
+              <th scope="col">Schedule</th>
+              <th scope="col">Next run</th>
+              <th scope="col">Last run</th>
+            </tr>
+          </thead>
+          <tbody>
+            {jobs.map((job) => (
+              <tr key={job.id}>
+                <th scope="row">
+                  <Link href={`/console/jobs/${job.id}`}>{job.name}</Link>
+                  <span class="hint"> {job.type}</span>
+                </th>
+                <td>
+                  <StatusBadge status={job.status} />
+                </td>
+                <td>{scheduleInWords(job.schedule)}</td>
+                <td>{formatInstant(job.nextRunAt, zoneOf(job.schedule))}</td>
+                <td>
+                  {job.lastRun ? (
+                    <>
+                      <StatusBadge status={job.lastRun.status} />{" "}
+                      {formatInstant(job.lastRun.finishedAt, zoneOf(job.schedule))}
+                    </>
+                  ) : (
+                    "—"
+                  )}
+                </td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+        {data && jobs.length === 0 ? <p>No jobs yet.</p> : null}
+        {cursor !== null ? (
+          <button type="button" onClick={() => void loadMore()}>
+            Load more jobs
+          </button>
+        ) : null}
+      </section>
+    </>
+  );
+}
+
+function CreateJobForm({ jobTypes }: { jobTypes: readonly string[] }) {
+  const [form, setForm] = useState<JobForm>(() =>
+    emptyForm(jobTypes.includes("noop") ? "noop" : (jobTypes[0] ?? "")),
+  );
+  const [issues, setIssues] = useState<FieldIssue[]>([]);
+  const [error, setError] = useState<unknown>(null);
+  const [busy, setBusy] = useState(false);
+
+  const submit = async (event: Event) => {
+    event.preventDefault();
+    setBusy(true);
+    try {
+      const job = await api.createJob(createBody(form));
+      announce(`Job ${job.name} created`);
+      navigate(`/console/jobs/${job.id}`);
+    } catch (caught) {
+      const found = issuesOf(caught);
+      setIssues(found);
+      setError(found.length > 0 ? null : caught);
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  return (
+    <form onSubmit={(event) => void submit(event)} aria-label="Create a job" noValidate>
+      <ErrorSummary issues={issues} title="The job was not created" />
+      <ErrorMessage error={error} />
+      <JobFields form={form} onChange={setForm} issues={issues} jobTypes={jobTypes} />
+      <button type="submit" disabled={busy}>
+        Create job
+      </button>
+    </form>
+  );
+}

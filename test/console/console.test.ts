@@ -1,0 +1,251 @@
+import { mkdir } from "node:fs/promises";
+import { join } from "node:path";
+import type { Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type Browser, launchBrowser } from "../support/browser.js";
+import { type SandboxProcess, spawnSandbox } from "../support/sandbox-process.js";
+import { waitFor } from "../support/wait.js";
+
+/**
+ * The web console in headless Chromium against `npm start` (the sandbox CLI,
+ * its own DynamoDB Local and SQS emulator): what a user clicks, checked
+ * against what the API says. With CONSOLE_SCREENSHOTS=<dir> each page is
+ * also saved there (`npm run console:screenshots` writes docs/console/).
+ */
+const KEY = "console-key";
+const SCREENSHOTS = process.env.CONSOLE_SCREENSHOTS;
+
+interface Job {
+  id: string;
+  name: string;
+  version: number;
+  schedule: Record<string, string>;
+}
+interface Run {
+  runId: string;
+  status: string;
+  attempt: number;
+  replayedBy: string | null;
+}
+interface Preview {
+  timezone: string;
+  occurrences: { utc: string; local: string }[];
+}
+
+let sandbox: SandboxProcess;
+let browser: Browser;
+let page: Page;
+
+async function api<T>(method: string, path: string, body?: unknown, headers = {}): Promise<T> {
+  const response = await fetch(`${sandbox.url}${path}`, {
+    method,
+    headers: {
+      Authorization: `Bearer ${KEY}`,
+      ...(body === undefined ? {} : { "Content-Type": "application/json" }),
+      ...headers,
+    },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  const text = await response.text();
+  if (!response.ok) throw new Error(`${method} ${path}: ${response.status} ${text}`);
+  return JSON.parse(text) as T;
+}
+
+async function screenshot(name: string): Promise<void> {
+  if (!SCREENSHOTS) return;
+  await mkdir(SCREENSHOTS, { recursive: true });
+  await page.screenshot({ path: join(SCREENSHOTS, `${name}.png`), fullPage: true });
+}
+
+/** Runs of a job's table as the page shows them: run id → status text. */
+async function runRows(): Promise<Map<string, string>> {
+  const rows = page.locator("tr[data-run-id]");
+  const out = new Map<string, string>();
+  for (const row of await rows.all()) {
+    const id = await row.getAttribute("data-run-id");
+    const status = await row.locator(".status").textContent();
+    if (id) out.set(id, status ?? "");
+  }
+  return out;
+}
+
+beforeAll(async () => {
+  [sandbox, browser] = await Promise.all([
+    spawnSandbox({ env: { SCHEDULER_API_KEYS: `${KEY}=console-tenant` }, tickSeconds: 1 }),
+    launchBrowser(),
+  ]);
+  page = await browser.context.newPage();
+  await page.goto(`${sandbox.url}/console`);
+  await screenshot("sign-in");
+  await page.getByLabel("API key", { exact: true }).fill(KEY);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("heading", { name: "Jobs", level: 1 }).waitFor();
+}, 180_000);
+
+afterAll(async () => {
+  await browser?.close();
+  await sandbox?.stop();
+});
+
+describe("web console", () => {
+  it("creates a cron job through the form and shows its next runs in its zone", async () => {
+    await page.getByText("Create a job", { exact: true }).click();
+    const form = page.getByRole("form", { name: "Create a job" });
+    await form.getByLabel("Name", { exact: true }).fill("nightly export");
+    await form.getByLabel("Cron expression", { exact: true }).fill("30 2 * * *");
+    await form.getByLabel("Time zone", { exact: true }).fill("America/New_York");
+    // The form previews the schedule as it is typed.
+    const previewed = form.locator(".preview li", { hasText: "America/New_York" });
+    await previewed.nth(4).waitFor();
+    expect(await previewed.first().textContent()).toContain("02:30:00 America/New_York");
+    await screenshot("create-job");
+    await form.getByRole("button", { name: "Create job" }).click();
+
+    await page.waitForURL(/\/console\/jobs\/[0-9A-Z]+$/);
+    const id = page.url().split("/").at(-1) ?? "";
+    await page.getByRole("heading", { name: /nightly export/, level: 1 }).waitFor();
+    const nextRuns = page.locator(".next-runs li");
+    await nextRuns.nth(9).waitFor();
+    const preview = await api<Preview>("GET", `/jobs/${id}/preview?count=10`);
+    expect(preview.timezone).toBe("America/New_York");
+    const shown = await nextRuns
+      .locator("time")
+      .evaluateAll((times) => times.map((t) => t.getAttribute("datetime")));
+    expect(shown).toEqual(preview.occurrences.map((o) => o.utc));
+    expect(await nextRuns.first().textContent()).toContain("02:30:00 America/New_York");
+    const job = await api<Job>("GET", `/jobs/${id}`);
+    expect(job.schedule).toEqual({ cron: "30 2 * * *", timezone: "America/New_York" });
+    expect(job.name).toBe("nightly export");
+    await screenshot("job");
+
+    await page.getByRole("link", { name: "Jobs", exact: true }).click();
+    const row = page.getByRole("row", { name: /nightly export/ });
+    await row.waitFor();
+    expect(await row.textContent()).toContain("At 02:30 (America/New_York)");
+    await screenshot("jobs");
+  });
+
+  it("shows a one-off's run appear and finish without a reload", async () => {
+    const runAt = new Date(Date.now() + 6_000).toISOString();
+    const job = await api<Job>("POST", "/jobs", {
+      name: "one-off",
+      type: "noop",
+      schedule: { runAt },
+    });
+    await page.goto(`${sandbox.url}/console/jobs/${job.id}`);
+    await page.getByRole("heading", { name: /one-off/, level: 1 }).waitFor();
+    await page.getByRole("table").last().waitFor();
+    const before = await runRows();
+    expect([...before.values()]).not.toContain("succeeded");
+    let navigations = 0;
+    page.on("framenavigated", () => navigations++);
+
+    const row = page.locator("tr[data-run-id]", { has: page.locator(".status-succeeded") });
+    await row.waitFor({ timeout: 30_000 });
+    expect(navigations).toBe(0);
+    const runs = await api<{ items: Run[] }>("GET", `/jobs/${job.id}/runs`);
+    const succeeded = runs.items.find((r) => r.status === "succeeded");
+    expect(await row.getAttribute("data-run-id")).toBe(succeeded?.runId);
+    await screenshot("job-runs");
+  });
+
+  it("replays a dead letter from the dead-letters page", async () => {
+    const job = await api<Job>("POST", "/jobs", {
+      name: "always fails",
+      type: "fail",
+      payload: { retryable: false },
+      schedule: { runAt: new Date().toISOString() },
+    });
+    const dead = await waitFor(
+      "the run to be a dead letter",
+      async () =>
+        (await api<{ items: (Run & { jobId: string })[] }>("GET", "/dead-letters")).items.find(
+          (r) => r.jobId === job.id,
+        ),
+      30_000,
+      250,
+    );
+    await page.getByRole("link", { name: "Dead letters" }).click();
+    const row = page.locator(`tr[data-run-id="${dead.runId}"]`);
+    await row.waitFor();
+    expect(await row.textContent()).toContain("fail: attempt 1");
+    await screenshot("dead-letters");
+    await row.getByRole("button", { name: /^Replay/ }).click();
+
+    await page
+      .getByText(/Replayed: attempt 2/)
+      .first()
+      .waitFor();
+    await row.waitFor({ state: "detached" });
+    const replayed = await api<Run>("GET", `/jobs/${job.id}/runs/${dead.runId}`);
+    expect(replayed.replayedBy).not.toBeNull();
+    const runs = await api<{ items: Run[] }>("GET", `/jobs/${job.id}/runs`);
+    expect(runs.items.find((r) => r.runId === replayed.replayedBy)?.attempt).toBe(2);
+  });
+
+  it("explains a conflict when the job changed since the edit form was opened, then applies the edit", async () => {
+    const job = await api<Job>("POST", "/jobs", {
+      name: "report",
+      type: "noop",
+      schedule: { cron: "0 9 * * 1-5", timezone: "Europe/Berlin" },
+    });
+    await page.goto(`${sandbox.url}/console/jobs/${job.id}`);
+    await page.getByRole("button", { name: "Edit job" }).click();
+    const form = page.getByRole("form", { name: "Edit job" });
+    await form.getByLabel("Name", { exact: true }).fill("weekday report");
+
+    // Someone else moves the schedule meanwhile: version 1 → 2.
+    await api(
+      "PATCH",
+      `/jobs/${job.id}`,
+      { schedule: { cron: "30 9 * * 1-5", timezone: "Europe/Berlin" } },
+      {
+        "If-Match": '"1"',
+      },
+    );
+    await form.getByRole("button", { name: "Save changes" }).click();
+
+    const conflict = page.getByRole("alert").filter({ hasText: "changed while you were editing" });
+    await conflict.waitFor();
+    const text = (await conflict.textContent()) ?? "";
+    expect(text).toContain("You opened it at version 1; it is now at version 2");
+    expect(text).toContain("412");
+    expect(text).toMatch(/Changed meanwhile by someone else\s*schedule: \{"cron":"30 9 \* \* 1-5"/);
+    expect(text).toMatch(/Your changes\s*name: weekday report/);
+    await screenshot("edit-conflict");
+    expect((await api<Job>("GET", `/jobs/${job.id}`)).name).toBe("report");
+
+    await conflict.getByRole("button", { name: "Apply my changes to version 2" }).click();
+    await page.getByRole("heading", { name: /weekday report/, level: 1 }).waitFor();
+    const edited = await api<Job>("GET", `/jobs/${job.id}`);
+    expect(edited).toMatchObject({
+      name: "weekday report",
+      version: 3,
+      schedule: { cron: "30 9 * * 1-5", timezone: "Europe/Berlin" },
+    });
+  });
+
+  it("serves the API reference at /docs from the OpenAPI document", async () => {
+    const document = await api<{ paths: Record<string, Record<string, { operationId: string }>> }>(
+      "GET",
+      "/openapi.json",
+    );
+    await page.goto(`${sandbox.url}/docs`);
+    const operations = Object.values(document.paths).flatMap((item) =>
+      Object.values(item).map((op) => op.operationId),
+    );
+    expect(operations.length).toBeGreaterThan(10);
+    for (const id of operations) {
+      await page.locator(`section#${id} h3`).waitFor();
+    }
+    expect(await page.locator("section#schema-Job").textContent()).toContain("nextRunAt");
+    await screenshot("docs");
+  });
+
+  it("loads nothing from outside the machine and logs no script error", () => {
+    const origin = new URL(sandbox.url).origin;
+    const elsewhere = browser.requested.filter((url) => new URL(url).origin !== origin);
+    expect(elsewhere).toEqual([]);
+    expect(browser.errors.filter((e) => !e.includes("status of 4"))).toEqual([]);
+  });
+});
