@@ -6,7 +6,15 @@ import type { Priority } from "../shared/model.js";
 /** How callers of the HTTP API authenticate. */
 export type ApiAuth =
   | { readonly kind: "iam" }
-  | { readonly kind: "jwt"; readonly issuer: string; readonly audience: readonly string[] };
+  | {
+      readonly kind: "jwt";
+      readonly issuer: string;
+      readonly audience: readonly string[];
+      /** The web console signs in at the issuer as this public client (PKCE); default the first audience. */
+      readonly consoleClientId: string;
+      /** The scopes the console asks for; default "openid". */
+      readonly consoleScope: string;
+    };
 
 /** Everything a deployment can choose. Each has a default; `-c key=value` overrides it. */
 export interface SchedulerSettings {
@@ -154,6 +162,14 @@ function validate(s: SchedulerSettings): void {
   if (s.auth.kind === "jwt") {
     check(s.auth.issuer.startsWith("https://"), "jwtIssuer must be an https:// URL");
     check(s.auth.audience.length > 0, "jwtAudience needs at least one audience");
+    check(
+      /^[\x21-\x7E]{1,256}$/.test(s.auth.consoleClientId),
+      "consoleClientId must be a client id (visible ASCII, at most 256 characters)",
+    );
+    check(
+      /^[\x21\x23-\x5B\x5D-\x7E]+( [\x21\x23-\x5B\x5D-\x7E]+)*$/.test(s.auth.consoleScope),
+      "consoleScope must be space-separated OAuth scopes",
+    );
   }
   check(
     s.metricsNamespace.length > 0 && s.metricsNamespace.length <= 255,
@@ -193,6 +209,8 @@ export const CONTEXT_KEYS = [
   "alarmTopicArn",
   "jwtIssuer",
   "jwtAudience",
+  "consoleClientId",
+  "consoleScope",
   "tracing",
   "metricsNamespace",
   "workerTimeoutSeconds",
@@ -257,7 +275,16 @@ export function settingsFromContext(node: Node): SchedulerSettings {
     logRetentionDays: logRetention === undefined ? undefined : (logRetention as RetentionDays),
     alarmEmail: text("alarmEmail"),
     alarmTopicArn: text("alarmTopicArn"),
-    auth: issuer === undefined ? undefined : { kind: "jwt", issuer, audience },
+    auth:
+      issuer === undefined
+        ? undefined
+        : {
+            kind: "jwt",
+            issuer,
+            audience,
+            consoleClientId: text("consoleClientId") ?? audience[0] ?? "",
+            consoleScope: text("consoleScope") ?? "openid",
+          },
     tracing: bool("tracing"),
     metricsNamespace: text("metricsNamespace"),
     workerTimeoutSeconds: int("workerTimeoutSeconds"),

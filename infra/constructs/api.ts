@@ -1,6 +1,9 @@
-import { Duration, RemovalPolicy } from "aws-cdk-lib";
+import { join } from "node:path";
+import { Duration, RemovalPolicy, Validations } from "aws-cdk-lib";
 import {
   HttpApi,
+  HttpMethod,
+  HttpNoneAuthorizer,
   HttpStage,
   type IHttpRouteAuthorizer,
   LogGroupLogDestination,
@@ -10,6 +13,8 @@ import { HttpLambdaIntegration } from "aws-cdk-lib/aws-apigatewayv2-integrations
 import { LogGroup } from "aws-cdk-lib/aws-logs";
 import { Construct } from "constructs";
 import { ENV } from "../../shared/config.js";
+import { writeConsoleAssets } from "../../shared/console/build.js";
+import { CONSOLE_PATH, DOCS_PATH } from "../../shared/console/config.js";
 import { JOBS_BY_TENANT_INDEX, RUNS_DEAD_LETTER_INDEX } from "../../shared/storage/tables.js";
 import { allowQueues, allowTable, allowTableKey } from "../access.js";
 import { isDevStage, type SchedulerSettings } from "../settings.js";
@@ -24,7 +29,12 @@ export interface ApiProps {
   readonly engineEnvironment: Readonly<Record<string, string>>;
 }
 
-/** The HTTP API: IAM (SigV4) authorization unless a JWT issuer is configured, throttled, access-logged. */
+/**
+ * The HTTP API: IAM (SigV4) authorization unless a JWT issuer is configured,
+ * throttled, access-logged. The same function serves the web console's page
+ * and bundle (/console) and the API reference (/docs) without authorization:
+ * they hold no data, and the console then calls the API with the user's token.
+ */
 export class Api extends Construct {
   readonly handler: SchedulerFunction;
   readonly httpApi: HttpApi;
@@ -45,8 +55,17 @@ export class Api extends Construct {
         [ENV.apiAuth]: settings.auth.kind,
         // The demo types (sleep, fail) are refused with a 400 naming `type` unless enabled.
         [ENV.demoJobTypes]: String(settings.demoJobTypes),
+        ...(settings.auth.kind === "jwt"
+          ? {
+              [ENV.jwtIssuer]: settings.auth.issuer,
+              [ENV.consoleClientId]: settings.auth.consoleClientId,
+              [ENV.consoleScope]: settings.auth.consoleScope,
+            }
+          : {}),
       },
       settings,
+      // The console's browser bundle, beside the handler (functions/api/handler.ts reads console/).
+      addToBundle: (outputDir) => writeConsoleAssets(join(outputDir, "console")),
     });
     // Create / edit / pause / cancel transactions (Put, Update, Delete of jobs, due entries and
     // idempotency items), job reads, the fast path's claim (Delete the due entry, orphan
@@ -86,6 +105,21 @@ export class Api extends Construct {
       defaultIntegration: new HttpLambdaIntegration("Lambda", this.handler.fn),
       defaultAuthorizer: authorizer,
     });
+    const integration = new HttpLambdaIntegration("Pages", this.handler.fn);
+    for (const path of [CONSOLE_PATH, `${CONSOLE_PATH}/{proxy+}`, DOCS_PATH]) {
+      for (const route of this.httpApi.addRoutes({
+        path,
+        methods: [HttpMethod.GET],
+        integration,
+        authorizer: new HttpNoneAuthorizer(),
+      })) {
+        Validations.of(route).acknowledge({
+          id: "AwsSolutions-APIG4",
+          reason:
+            "The console's page and bundle and the API reference are public and hold no data; the console calls the authorized API routes with the user's token (a browser cannot present one when it loads a page).",
+        });
+      }
+    }
     const accessLogs = new LogGroup(this, "AccessLogs", {
       retention: settings.logRetentionDays,
       removalPolicy: isDevStage(settings.stage) ? RemovalPolicy.DESTROY : RemovalPolicy.RETAIN,

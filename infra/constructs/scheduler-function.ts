@@ -45,6 +45,8 @@ export interface SchedulerFunctionProps {
   readonly memorySize: number;
   readonly environment: Readonly<Record<string, string>>;
   readonly settings: SchedulerSettings;
+  /** Files to add to the bundle beside the handler: called with the bundle's directory, once bundling runs. */
+  readonly addToBundle?: (outputDir: string) => void;
 }
 
 /**
@@ -109,6 +111,19 @@ export class SchedulerFunction extends Construct {
         // versions in package-lock.json (shared/aws.ts relies on their endpoint resolution).
         externalModules: [],
         logLevel: LogLevel.ERROR,
+        ...(props.addToBundle
+          ? {
+              commandHooks: {
+                beforeBundling: () => [],
+                beforeInstall: () => [],
+                // Only called when the asset is bundled (not when a test skips bundling).
+                afterBundling: (_inputDir: string, outputDir: string) => {
+                  props.addToBundle?.(outputDir);
+                  return [];
+                },
+              },
+            }
+          : {}),
       },
     });
     Validations.of(this.fn).acknowledge({

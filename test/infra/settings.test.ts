@@ -57,7 +57,13 @@ describe("settings", () => {
       lookaheadSeconds: 120,
       tracing: true,
       logRetentionDays: RetentionDays.THREE_MONTHS,
-      auth: { kind: "jwt", issuer: "https://id.example.com", audience: ["a", "b"] },
+      auth: {
+        kind: "jwt",
+        issuer: "https://id.example.com",
+        audience: ["a", "b"],
+        consoleClientId: "a",
+        consoleScope: "openid",
+      },
       workerConcurrency: { high: 100, normal: 20, low: 5 },
       demoJobTypes: true,
     });
@@ -75,6 +81,10 @@ describe("settings", () => {
     [{ tracing: "yes" }, /tracing must be true or false/],
     [{ jwtIssuer: "https://id.example.com" }, /jwtIssuer and jwtAudience go together/],
     [{ jwtIssuer: "http://id.example.com", jwtAudience: "a" }, /https/],
+    [
+      { jwtIssuer: "https://id.example.com", jwtAudience: "a", consoleScope: 'openid "x"' },
+      /consoleScope must be space-separated OAuth scopes/,
+    ],
     [
       { alarmEmail: "a@example.com", alarmTopicArn: "arn:aws:sns:eu-west-1:123456789012:t" },
       /not both/,

@@ -85,6 +85,11 @@ describe("npx cdk synth", () => {
       (entry) => entry.startsWith("asset.") && existsSync(join(out, entry, "index.mjs")),
     );
     expect(bundles).toHaveLength(5);
+    // The API function's bundle carries the web console's build beside its handler.
+    const withConsole = bundles.filter((bundle) =>
+      ["app.js", "app.css"].every((file) => existsSync(join(out, bundle, "console", file))),
+    );
+    expect(withConsole).toHaveLength(1);
   });
 
   // A passing run lists no plugin reports; the in-process tests show cdk-nag is wired to fail it.

@@ -28,6 +28,7 @@ beforeAll(() => {
       stage: "prod",
       jwtIssuer: "https://issuer.example.com/",
       jwtAudience: "scheduler-api, scheduler-cli",
+      consoleClientId: "scheduler-console",
       tracing: "true",
       alarmEmail: "oncall@example.com",
     },
@@ -79,6 +80,12 @@ describe("cdk-nag AwsSolutions", () => {
       "AwsSolutions-IAM5[Resource::*]": functions.map((f) => `${f}/Role`).sort(),
       // The async-failures queue is itself a dead-letter destination.
       "AwsSolutions-SQS3": ["Queues/AsyncFailures"],
+      // The console's page and bundle and the API reference: public, holding no data.
+      "AwsSolutions-APIG4": [
+        "Api/HttpApi/GET--console",
+        "Api/HttpApi/GET--console--{proxy+}",
+        "Api/HttpApi/GET--docs",
+      ],
     });
   });
 
@@ -119,9 +126,30 @@ describe("options", () => {
         Audience: ["scheduler-api", "scheduler-cli"],
       },
     });
+    const open: string[] = [];
     for (const [, route] of resourcesOfType(synth, "AWS::ApiGatewayV2::Route")) {
-      expect(route.Properties?.AuthorizationType).toBe("JWT");
+      if (route.Properties?.AuthorizationType === "NONE")
+        open.push(String(route.Properties.RouteKey));
+      else expect(route.Properties?.AuthorizationType).toBe("JWT");
     }
+    // Only the console's page and bundle and the API reference; every API route needs a token.
+    expect(open.sort()).toEqual(["GET /console", "GET /console/{proxy+}", "GET /docs"]);
+  });
+
+  it("tells the API function where the console signs in, and as which client", () => {
+    const api = logicalIdOf(variants.jwt.stack, variants.jwt.stack.api.handler.fn);
+    expect(variants.jwt.resources[api]?.Properties?.Environment).toMatchObject({
+      Variables: {
+        API_AUTH: "jwt",
+        JWT_ISSUER: "https://issuer.example.com/",
+        CONSOLE_CLIENT_ID: "scheduler-console",
+        CONSOLE_SCOPE: "openid",
+      },
+    });
+    const devApi = logicalIdOf(variants.dev.stack, variants.dev.stack.api.handler.fn);
+    expect(variants.dev.resources[devApi]?.Properties?.Environment).toMatchObject({
+      Variables: { API_AUTH: "iam" },
+    });
   });
 
   it("turns on active tracing, granting X-Ray writes and nothing else on *", () => {
