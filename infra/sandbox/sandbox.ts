@@ -68,6 +68,10 @@ export async function startSandbox(options: SandboxOptions): Promise<Sandbox> {
   const print = options.print ?? ((line: string) => console.log(line));
   const dataDir = resolve(options.dataDir);
   await mkdir(dataDir, { recursive: true });
+  // Built while the emulators start: it takes a moment, and only the server needs it.
+  const consoleAssets = buildConsoleAssets();
+  // Awaited below; if start-up fails first, its failure is not the one to report.
+  consoleAssets.catch(() => undefined);
   const emulators: RunningEmulator[] = [];
   const stopEmulators = () => Promise.all(emulators.map((e) => e.stop()));
   try {
@@ -137,7 +141,7 @@ export async function startSandbox(options: SandboxOptions): Promise<Sandbox> {
       hostname: "127.0.0.1",
       jobTypes,
       env,
-      consoleAssets: await buildConsoleAssets(),
+      consoleAssets: await consoleAssets,
     });
 
     const stopping = new AbortController();

@@ -244,7 +244,9 @@ describe("web console", () => {
 
   it("loads nothing from outside the machine and logs no script error", () => {
     const origin = new URL(sandbox.url).origin;
-    const elsewhere = browser.requested.filter((url) => new URL(url).origin !== origin);
+    const elsewhere = browser.requested
+      .map((request) => request.url)
+      .filter((url) => new URL(url).origin !== origin);
     expect(elsewhere).toEqual([]);
     expect(browser.errors.filter((e) => !e.includes("status of 4"))).toEqual([]);
   });

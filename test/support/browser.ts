@@ -19,8 +19,8 @@ const FLAGS = [
 
 export interface Browser {
   readonly context: BrowserContext;
-  /** Every URL the browser requested, to check that nothing left the machine. */
-  readonly requested: string[];
+  /** Every request the browser made, with the page it came from, to check what left the machine. */
+  readonly requested: { readonly url: string; readonly from: string }[];
   /** Uncaught page errors and console errors. */
   readonly errors: string[];
   close(): Promise<void>;
@@ -37,9 +37,22 @@ export async function launchBrowser(): Promise<Browser> {
     locale: "en-GB",
     timezoneId: "Europe/Berlin",
   });
-  const requested: string[] = [];
+  const requested: { url: string; from: string }[] = [];
   const errors: string[] = [];
-  context.on("request", (request) => requested.push(request.url()));
+  context.on("request", (request) => {
+    let from = "";
+    try {
+      from = request.frame().url();
+    } catch {
+      // A service worker's request has no frame.
+    }
+    requested.push({ url: request.url(), from });
+  });
+  // Tests run offline: anything off this machine fails at once instead of waiting for a timeout.
+  await context.route(
+    (url) => !["127.0.0.1", "localhost", "[::1]"].includes(url.hostname),
+    (route) => route.abort("blockedbyclient"),
+  );
   context.on("page", (page) => {
     page.on("pageerror", (error) => errors.push(String(error)));
     page.on("console", (message) => {

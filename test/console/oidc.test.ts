@@ -1,0 +1,155 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import Provider from "oidc-provider";
+import type { Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type LocalServer, startLocalServer } from "../../shared/api/local-server.js";
+import { buildConsoleAssets } from "../../shared/console/build.js";
+import { BUILT_IN_TYPES } from "../../shared/job-types/registry.js";
+import { listJobs } from "../../shared/jobs/queries.js";
+import { type Browser, launchBrowser } from "../support/browser.js";
+import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
+
+/**
+ * The stack's JWT option, end to end in a browser: a real OpenID Connect
+ * provider (the `oidc-provider` package, with its development login and
+ * consent pages) on loopback, the API checking its tokens as API Gateway's
+ * JWT authorizer would (SCHEDULER_JWT_ISSUER / SCHEDULER_JWT_AUDIENCE), and
+ * the console signing in with the authorization code flow and PKCE.
+ */
+const AUDIENCE = "scheduler-api";
+const CLIENT_ID = "scheduler-console";
+const RESOURCE = "urn:scheduler:api";
+
+let fixture: EngineFixture;
+let idpServer: Server;
+let issuer: string;
+let api: LocalServer;
+let browser: Browser;
+let page: Page;
+/** Every authorization request the console sent to the provider. */
+const authorizationRequests: URL[] = [];
+
+beforeAll(async () => {
+  fixture = await createEngineFixture();
+  // The provider needs its own URL (the issuer) before it exists, and the console's URL
+  // (its client's redirect URI) before it answers: listen first, hand requests over after.
+  let handle: ((req: IncomingMessage, res: ServerResponse) => void) | undefined;
+  idpServer = createServer((req, res) => {
+    if (req.url?.startsWith("/auth")) authorizationRequests.push(new URL(req.url, issuer));
+    if (handle) handle(req, res);
+    else res.writeHead(503).end();
+  });
+  await new Promise<void>((resolve) => idpServer.listen(0, "127.0.0.1", resolve));
+  issuer = `http://127.0.0.1:${(idpServer.address() as AddressInfo).port}`;
+
+  api = await startLocalServer({
+    engine: fixture.engine,
+    jobTypes: BUILT_IN_TYPES,
+    env: {
+      SCHEDULER_JWT_ISSUER: issuer,
+      SCHEDULER_JWT_AUDIENCE: AUDIENCE,
+      SCHEDULER_CONSOLE_CLIENT_ID: CLIENT_ID,
+      SCHEDULER_CONSOLE_SCOPE: "openid scheduler",
+    },
+    consoleAssets: await buildConsoleAssets(),
+  });
+
+  const provider = new Provider(issuer, {
+    clients: [
+      {
+        client_id: CLIENT_ID,
+        // A public client: no secret, so the provider requires PKCE.
+        token_endpoint_auth_method: "none",
+        redirect_uris: [`${api.url}/console/callback`],
+        grant_types: ["authorization_code"],
+        response_types: ["code"],
+      },
+    ],
+    scopes: ["openid", "scheduler"],
+    features: {
+      devInteractions: { enabled: true },
+      // Access tokens as JWTs for the API's audience, as API Gateway's JWT authorizer needs them.
+      resourceIndicators: {
+        enabled: true,
+        defaultResource: () => RESOURCE,
+        useGrantedResource: () => true,
+        getResourceServerInfo: () => ({
+          scope: "scheduler",
+          audience: AUDIENCE,
+          accessTokenFormat: "jwt",
+          accessTokenTTL: 600,
+        }),
+      },
+    },
+    findAccount: (_ctx, sub) => ({ accountId: sub, claims: () => ({ sub }) }),
+    ttl: { IdToken: 600 },
+  });
+  const callback = provider.callback();
+  handle = (req, res) => void callback(req, res);
+  browser = await launchBrowser();
+  page = await browser.context.newPage();
+}, 120_000);
+
+afterAll(async () => {
+  await browser?.close();
+  await api?.close();
+  await new Promise((resolve) => idpServer?.close(resolve));
+  await fixture?.destroy();
+});
+
+describe("console sign-in with OIDC (the stack's JWT option)", () => {
+  it("refuses API requests without a token from the issuer", async () => {
+    const response = await fetch(`${api.url}/jobs`, {
+      headers: { Authorization: "Bearer not-a-token" },
+    });
+    expect(response.status).toBe(401);
+  });
+
+  it("signs in at the provider with PKCE, then creates a job as the token's subject", async () => {
+    await page.goto(`${api.url}/console/dead-letters`);
+    await page.getByRole("button", { name: /^Sign in with 127\.0\.0\.1/ }).click();
+
+    // The provider's development login and consent pages.
+    await page.waitForURL(`${issuer}/**`);
+    await page.locator('input[name="login"]').fill("alice");
+    await page.locator('input[name="password"]').fill("any");
+    await page.locator('button[type="submit"]').click();
+    await page.getByRole("button", { name: "Continue" }).click();
+
+    // Back where the user started, signed in.
+    await page.waitForURL(`${api.url}/console/dead-letters`);
+    await page.getByRole("heading", { name: "Dead letters", level: 1 }).waitFor();
+    await page.getByRole("button", { name: "Sign out (alice)" }).waitFor();
+
+    const [request] = authorizationRequests;
+    expect(request?.searchParams.get("code_challenge_method")).toBe("S256");
+    expect(request?.searchParams.get("code_challenge")).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(request?.searchParams.get("client_id")).toBe(CLIENT_ID);
+
+    await page.getByRole("link", { name: "Jobs", exact: true }).click();
+    await page.getByText("Create a job", { exact: true }).click();
+    const form = page.getByRole("form", { name: "Create a job" });
+    await form.getByLabel("Name", { exact: true }).fill("signed in");
+    await form.getByRole("button", { name: "Create job" }).click();
+    await page.waitForURL(/\/console\/jobs\/[0-9A-Z]+$/);
+    await page.getByRole("heading", { name: /signed in/, level: 1 }).waitFor();
+
+    // The job belongs to the token's subject (no tenant_id claim: tenant sub:<sub>).
+    const page1 = await listJobs(fixture.engine, "sub:alice", { limit: 10 });
+    expect(page1.items.map((job) => job.name)).toEqual(["signed in"]);
+  });
+
+  it("asks to sign in again once the user signs out, and reached nothing but the API and the issuer", async () => {
+    await page.getByRole("button", { name: "Sign out (alice)" }).click();
+    await page.getByRole("button", { name: /^Sign in with 127\.0\.0\.1/ }).waitFor();
+    // The console's pages reach the API and the issuer only (the provider's own login page is its business).
+    const apiOrigin = new URL(api.url).origin;
+    const fromConsole = browser.requested.filter((r) => r.from.startsWith(`${apiOrigin}/`));
+    expect(fromConsole.length).toBeGreaterThan(5);
+    const elsewhere = fromConsole
+      .map((r) => r.url)
+      .filter((url) => ![apiOrigin, issuer].includes(new URL(url).origin));
+    expect(elsewhere).toEqual([]);
+  });
+});
