@@ -1,12 +1,7 @@
 import type { ErrorBody } from "../shared/api/errors.js";
-import type {
-  CreateJobBody,
-  EditJobBody,
-  JobDto,
-  PreviewDto,
-  PreviewRequestBody,
-  RunDto,
-} from "../shared/api/schemas.js";
+import type { CreateJobBody, EditJobBody, JobDto } from "../shared/api/schemas/jobs.js";
+import type { PreviewDto, PreviewRequestBody } from "../shared/api/schemas/previews.js";
+import type { RunDto } from "../shared/api/schemas/runs.js";
 import { currentCredential } from "./auth.js";
 
 export type Job = JobDto;
