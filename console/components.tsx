@@ -14,6 +14,12 @@ export function Announcer() {
     announcers.add(setMessage);
     return () => announcers.delete(setMessage);
   }, []);
+  // Shown for a while, then cleared, so the next message is read out even when it is the same.
+  useEffect(() => {
+    if (message === "") return;
+    const timer = setTimeout(() => setMessage(""), 8000);
+    return () => clearTimeout(timer);
+  }, [message]);
   return (
     <p class="announcer" role="status" aria-live="polite">
       {message}

@@ -27,7 +27,11 @@ if (values.help) {
   --endpoint      AWS_ENDPOINT_URL      use this AWS-compatible endpoint instead of the emulators
   --prefix        SCHEDULER_SANDBOX_PREFIX  names of the tables and queues: <prefix>-jobs, … (sandbox)
   ALLOW_PRIVATE_TARGETS=false           refuse webhook targets that are not public addresses, as deployed
-  DEMO_JOB_TYPES=false                  refuse the demo job types sleep and fail, as a deployed API does`);
+  DEMO_JOB_TYPES=false                  refuse the demo job types sleep and fail, as a deployed API does
+  SCHEDULER_API_KEYS=key=tenant,…       bearer keys (default: local-dev-key for tenant default)
+  SCHEDULER_JWT_ISSUER, SCHEDULER_JWT_AUDIENCE  take tokens from this OIDC issuer instead, as the
+                                        stack's JWT option does; the console at /console signs in there
+                                        as SCHEDULER_CONSOLE_CLIENT_ID (default: the first audience)`);
   process.exit(0);
 }
 
@@ -54,6 +58,13 @@ if (prefix !== undefined && !/^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$/.test(prefix)) {
   console.error(`--prefix must be 1-40 letters, digits, "-" or "_", got "${prefix}"`);
   process.exit(2);
 }
+let notice: string | null;
+try {
+  notice = localAuthFromEnv(env).notice;
+} catch (error) {
+  console.error(error instanceof Error ? error.message : String(error));
+  process.exit(2);
+}
 const sandbox = await startSandbox({
   port: positive("--port", values.port ?? env.PORT, 3000, true),
   dataDir: values["data-dir"] ?? env.SCHEDULER_DATA_DIR ?? ".data",
@@ -77,7 +88,6 @@ console.log(
     ? "  types:    no demo types (DEMO_JOB_TYPES=false), as deployed"
     : "  types:    demo types sleep and fail accepted (DEMO_JOB_TYPES=false refuses them)",
 );
-const notice = localAuthFromEnv(env).notice;
 if (notice) console.log(`  auth:     ${notice}`);
 console.log(`  console:  ${sandbox.url}/console`);
 console.log(`  docs:     ${sandbox.url}/docs (GET /openapi.json); press Ctrl-C to stop`);

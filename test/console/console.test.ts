@@ -51,10 +51,10 @@ async function api<T>(method: string, path: string, body?: unknown, headers = {}
   return JSON.parse(text) as T;
 }
 
-async function screenshot(name: string): Promise<void> {
+async function screenshot(name: string, fullPage = true): Promise<void> {
   if (!SCREENSHOTS) return;
   await mkdir(SCREENSHOTS, { recursive: true });
-  await page.screenshot({ path: join(SCREENSHOTS, `${name}.png`), fullPage: true });
+  await page.screenshot({ path: join(SCREENSHOTS, `${name}.png`), fullPage });
 }
 
 /** Runs of a job's table as the page shows them: run id → status text. */
@@ -122,7 +122,6 @@ describe("web console", () => {
     const row = page.getByRole("row", { name: /nightly export/ });
     await row.waitFor();
     expect(await row.textContent()).toContain("At 02:30 (America/New_York)");
-    await screenshot("jobs");
   });
 
   it("shows a one-off's run appear and finish without a reload", async () => {
@@ -239,10 +238,18 @@ describe("web console", () => {
       await page.locator(`section#${id} h3`).waitFor();
     }
     expect(await page.locator("section#schema-Job").textContent()).toContain("nextRunAt");
-    await screenshot("docs");
+    await screenshot("docs", false);
   });
 
-  it("loads nothing from outside the machine and logs no script error", () => {
+  it("lists every job created above with its status, and loaded nothing from outside the machine", async () => {
+    await page.goto(`${sandbox.url}/console`);
+    await page.locator("tbody tr").nth(3).waitFor();
+    expect(await page.locator("tbody tr").count()).toBe(4);
+    expect(await page.getByRole("row", { name: /always fails/ }).textContent()).toContain(
+      "completed",
+    );
+    await screenshot("jobs");
+
     const origin = new URL(sandbox.url).origin;
     const elsewhere = browser.requested
       .map((request) => request.url)
