@@ -25,10 +25,8 @@ export const ENV = {
   demoJobTypes: "DEMO_JOB_TYPES",
   /** How the API Lambda finds the caller's tenant: "iam" (default) or "jwt" (claims). */
   apiAuth: "API_AUTH",
-  /** With API_AUTH=jwt: the issuer the web console signs in at, and as which client, for which scopes. */
-  jwtIssuer: "JWT_ISSUER",
-  consoleClientId: "CONSOLE_CLIENT_ID",
-  consoleScope: "CONSOLE_SCOPE",
+  /** How the web console signs in: a ConsoleAuth as JSON (shared/console/config.ts). */
+  consoleAuth: "CONSOLE_AUTH",
 } as const;
 
 export interface EngineSettings {

@@ -9,7 +9,7 @@ import {
 } from "../../shared/api/auth.js";
 import { ENV } from "../../shared/config.js";
 import { readConsoleAssets } from "../../shared/console/assets.js";
-import type { ConsoleAuth } from "../../shared/console/config.js";
+import { parseConsoleAuth } from "../../shared/console/config.js";
 import { demoJobTypesFrom } from "../../shared/job-types/demo-types.js";
 import { jobTypeCatalog } from "../../shared/job-types/registry.js";
 import { engineFromEnv, powertoolsObservability } from "../../shared/runtime.js";
@@ -30,16 +30,8 @@ const jobTypes = jobTypeCatalog({
   demoTypes: demoJobTypesFrom(process.env, false),
 });
 const jwt = process.env[ENV.apiAuth] === "jwt";
-
 // With the JWT option the console signs in at the issuer (PKCE); browsers cannot sign with IAM.
-const consoleAuth: ConsoleAuth = jwt
-  ? {
-      kind: "oidc",
-      issuer: process.env[ENV.jwtIssuer] ?? "",
-      clientId: process.env[ENV.consoleClientId] ?? "",
-      scope: process.env[ENV.consoleScope] ?? "openid",
-    }
-  : { kind: "iam" };
+const consoleAuth = parseConsoleAuth(process.env[ENV.consoleAuth]);
 
 const app = createApiApp({
   engine,

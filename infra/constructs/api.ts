@@ -14,7 +14,7 @@ import { LogGroup } from "aws-cdk-lib/aws-logs";
 import { Construct } from "constructs";
 import { ENV } from "../../shared/config.js";
 import { writeConsoleAssets } from "../../shared/console/build.js";
-import { CONSOLE_PATH, DOCS_PATH } from "../../shared/console/config.js";
+import { CONSOLE_PATH, type ConsoleAuth, DOCS_PATH } from "../../shared/console/config.js";
 import { JOBS_BY_TENANT_INDEX, RUNS_DEAD_LETTER_INDEX } from "../../shared/storage/tables.js";
 import { allowQueues, allowTable, allowTableKey } from "../access.js";
 import { isDevStage, type SchedulerSettings } from "../settings.js";
@@ -55,13 +55,17 @@ export class Api extends Construct {
         [ENV.apiAuth]: settings.auth.kind,
         // The demo types (sleep, fail) are refused with a 400 naming `type` unless enabled.
         [ENV.demoJobTypes]: String(settings.demoJobTypes),
-        ...(settings.auth.kind === "jwt"
-          ? {
-              [ENV.jwtIssuer]: settings.auth.issuer,
-              [ENV.consoleClientId]: settings.auth.consoleClientId,
-              [ENV.consoleScope]: settings.auth.consoleScope,
-            }
-          : {}),
+        // How the web console signs in: at the JWT issuer, or not at all (a browser cannot sign).
+        [ENV.consoleAuth]: JSON.stringify(
+          (settings.auth.kind === "jwt"
+            ? {
+                kind: "oidc",
+                issuer: settings.auth.issuer,
+                clientId: settings.auth.consoleClientId,
+                scope: settings.auth.consoleScope,
+              }
+            : { kind: "iam" }) satisfies ConsoleAuth,
+        ),
       },
       settings,
       // The console's browser bundle, beside the handler (functions/api/handler.ts reads console/).

@@ -29,3 +29,23 @@ export const CONSOLE_PATH = "/console";
 export const DOCS_PATH = "/docs";
 /** Where the identity provider sends the browser back with the authorization code. */
 export const CALLBACK_PATH = `${CONSOLE_PATH}/callback`;
+
+/**
+ * The console's sign-in as the stack hands it to the API function (CONSOLE_AUTH,
+ * JSON); unset means IAM, where the console can only explain itself.
+ */
+export function parseConsoleAuth(text: string | undefined): ConsoleAuth {
+  if (text === undefined || text === "") return { kind: "iam" };
+  const value = JSON.parse(text) as Partial<Record<string, unknown>>;
+  if (value.kind === "iam" || value.kind === "key") return { kind: value.kind };
+  const { issuer, clientId, scope } = value;
+  if (
+    value.kind === "oidc" &&
+    typeof issuer === "string" &&
+    typeof clientId === "string" &&
+    typeof scope === "string"
+  ) {
+    return { kind: "oidc", issuer, clientId, scope };
+  }
+  throw new Error(`CONSOLE_AUTH is not a console sign-in: ${text.slice(0, 200)}`);
+}

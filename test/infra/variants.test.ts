@@ -4,6 +4,7 @@ import { AwsSolutionsChecks } from "cdk-nag";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildSchedulerApp } from "../../infra/build-app.js";
 import { ENV } from "../../shared/config.js";
+import { parseConsoleAuth } from "../../shared/console/config.js";
 import { COMPONENTS, grantsOfRole, roleOfComponent } from "./support/iam-policy.js";
 import {
   asArray,
@@ -101,13 +102,14 @@ describe("cdk-nag AwsSolutions", () => {
 });
 
 describe("options", () => {
+  const apiEnvironment = (synth: Synthesized) => {
+    const fn = propertiesOf(synth, synth.stack.api.handler.fn);
+    return isObject(fn.Environment) && isObject(fn.Environment.Variables)
+      ? fn.Environment.Variables
+      : {};
+  };
+
   it("lets the API accept the demo job types only with demoJobTypes", () => {
-    const apiEnvironment = (synth: Synthesized) => {
-      const fn = propertiesOf(synth, synth.stack.api.handler.fn);
-      return isObject(fn.Environment) && isObject(fn.Environment.Variables)
-        ? fn.Environment.Variables
-        : {};
-    };
     expect(apiEnvironment(variants.dev)[ENV.demoJobTypes]).toBe("false");
     expect(apiEnvironment(variants.jwt)[ENV.demoJobTypes]).toBe("false");
     expect(apiEnvironment(variants.topic)[ENV.demoJobTypes]).toBe("true");
@@ -137,18 +139,16 @@ describe("options", () => {
   });
 
   it("tells the API function where the console signs in, and as which client", () => {
-    const api = logicalIdOf(variants.jwt.stack, variants.jwt.stack.api.handler.fn);
-    expect(variants.jwt.resources[api]?.Properties?.Environment).toMatchObject({
-      Variables: {
-        API_AUTH: "jwt",
-        JWT_ISSUER: "https://issuer.example.com/",
-        CONSOLE_CLIENT_ID: "scheduler-console",
-        CONSOLE_SCOPE: "openid",
-      },
+    expect(apiEnvironment(variants.jwt).API_AUTH).toBe("jwt");
+    expect(parseConsoleAuth(String(apiEnvironment(variants.jwt).CONSOLE_AUTH))).toEqual({
+      kind: "oidc",
+      issuer: "https://issuer.example.com/",
+      clientId: "scheduler-console",
+      scope: "openid",
     });
-    const devApi = logicalIdOf(variants.dev.stack, variants.dev.stack.api.handler.fn);
-    expect(variants.dev.resources[devApi]?.Properties?.Environment).toMatchObject({
-      Variables: { API_AUTH: "iam" },
+    expect(apiEnvironment(variants.dev).API_AUTH).toBe("iam");
+    expect(parseConsoleAuth(String(apiEnvironment(variants.dev).CONSOLE_AUTH))).toEqual({
+      kind: "iam",
     });
   });
 

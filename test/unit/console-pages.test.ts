@@ -3,7 +3,7 @@ import { consoleRouter } from "../../shared/api/console-router.js";
 import { docsRouter } from "../../shared/api/docs-router.js";
 import { localAuthFromEnv } from "../../shared/api/local-auth.js";
 import { consoleAssetsFrom } from "../../shared/console/assets.js";
-import type { ConsoleConfig } from "../../shared/console/config.js";
+import { type ConsoleConfig, parseConsoleAuth } from "../../shared/console/config.js";
 
 const assets = consoleAssetsFrom(
   new Map([
@@ -124,5 +124,21 @@ describe("local authentication", () => {
     { SCHEDULER_JWT_ISSUER: "not a url", SCHEDULER_JWT_AUDIENCE: "api" },
   ])("refuses half a JWT configuration: %o", (env) => {
     expect(() => localAuthFromEnv(env)).toThrow(/go together/);
+  });
+});
+
+describe("the console's sign-in as the stack hands it over", () => {
+  it("reads CONSOLE_AUTH, IAM when unset, and refuses anything else", () => {
+    expect(parseConsoleAuth(undefined)).toEqual({ kind: "iam" });
+    const oidcAuth = {
+      kind: "oidc",
+      issuer: "https://id.example.com",
+      clientId: "c",
+      scope: "openid",
+    };
+    expect(parseConsoleAuth(JSON.stringify(oidcAuth))).toEqual(oidcAuth);
+    expect(() => parseConsoleAuth('{"kind":"oidc","issuer":"https://id.example.com"}')).toThrow(
+      /CONSOLE_AUTH is not a console sign-in/,
+    );
   });
 });
