@@ -125,7 +125,11 @@ export function JobPage({ id }: { id: string }) {
               )}
             </dd>
           </dl>
-          <NextRuns id={id} version={current.version} />
+          {ended ? (
+            <p>No more runs: the job is {current.status}.</p>
+          ) : (
+            <NextRuns id={id} version={current.version} />
+          )}
         </section>
         <Policies job={current} />
       </div>
