@@ -5,7 +5,7 @@ import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type LocalServer, startLocalServer } from "../../shared/api/local-server.js";
 import { buildConsoleAssets } from "../../shared/console/build.js";
-import { BUILT_IN_TYPES } from "../../shared/job-types/registry.js";
+import { jobTypeCatalog } from "../../shared/job-types/registry.js";
 import { listJobs } from "../../shared/jobs/queries.js";
 import { type Browser, launchBrowser } from "../support/browser.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
@@ -45,7 +45,7 @@ beforeAll(async () => {
 
   api = await startLocalServer({
     engine: fixture.engine,
-    jobTypes: BUILT_IN_TYPES,
+    jobTypes: jobTypeCatalog({ demoTypes: false }),
     env: {
       SCHEDULER_JWT_ISSUER: issuer,
       SCHEDULER_JWT_AUDIENCE: AUDIENCE,
