@@ -1,20 +1,20 @@
-import type { ErrorBody } from "../shared/api/errors.js";
-import type { CreateJobBody, EditJobBody, JobDto } from "../shared/api/schemas/jobs.js";
-import type { PreviewDto, PreviewRequestBody } from "../shared/api/schemas/previews.js";
-import type { RunDto } from "../shared/api/schemas/runs.js";
+import createClient from "openapi-fetch";
+import type { components, paths } from "../client/generated/api.js";
 import { currentCredential } from "./auth.js";
 
-export type Job = JobDto;
-export type Run = RunDto;
-export type Preview = PreviewDto;
-export type CreateJob = CreateJobBody;
-export type EditJob = EditJobBody;
+/**
+ * The JSON API, typed by the same generated file as the CLI and the client
+ * (`npm run client:generate`, from GET /openapi.json): the console cannot ask
+ * for a route or read a field the API does not have.
+ */
+type Schemas = components["schemas"];
+export type Job = Schemas["Job"];
+export type Run = Schemas["Run"];
+export type Preview = Schemas["Preview"];
+export type CreateJob = Schemas["CreateJobRequest"];
+export type EditJob = Schemas["EditJobRequest"];
+type ErrorBody = Schemas["Error"];
 export type FieldIssue = { readonly field: string; readonly message: string };
-
-export interface Page<T> {
-  readonly items: T[];
-  readonly nextCursor: string | null;
-}
 
 /** An answer in the API's error shape (docs/api.md, "Errors"). */
 export class ApiProblem extends Error {
@@ -37,66 +37,87 @@ export function whenUnauthorized(handler: () => void): void {
   onUnauthorized = handler;
 }
 
-async function call<T>(
-  method: string,
-  path: string,
-  options: { body?: unknown; headers?: Record<string, string> } = {},
-): Promise<{ data: T; etag: string | null }> {
-  const credential = currentCredential();
-  const headers: Record<string, string> = { Accept: "application/json", ...options.headers };
-  if (credential) headers.Authorization = `Bearer ${credential.token}`;
-  if (options.body !== undefined) headers["Content-Type"] = "application/json";
-  const response = await fetch(path, {
-    method,
-    headers,
-    ...(options.body !== undefined ? { body: JSON.stringify(options.body) } : {}),
-  });
-  const text = await response.text();
-  const parsed: unknown = text === "" ? null : JSON.parse(text);
-  if (!response.ok) {
-    if (response.status === 401) onUnauthorized();
-    const error = (parsed as Partial<ErrorBody> | null)?.error;
-    throw new ApiProblem(
-      response.status,
-      error?.code ?? "internal",
-      error?.message ?? `${method} ${path}: ${response.status}`,
-      error?.field,
-      error?.issues ?? [],
-      error?.currentStatus,
-    );
-  }
-  return { data: parsed as T, etag: response.headers.get("ETag") };
+const client = createClient<paths>({ baseUrl: location.origin });
+client.use({
+  onRequest({ request }) {
+    const credential = currentCredential();
+    if (credential) request.headers.set("Authorization", `Bearer ${credential.token}`);
+    return request;
+  },
+});
+
+/** The answer's body, or an ApiProblem for an error answer. */
+async function answer<T>(
+  call: Promise<{ data?: T; error?: unknown; response: Response }>,
+): Promise<T> {
+  const { data, error, response } = await call;
+  if (response.ok && data !== undefined) return data;
+  if (response.status === 401) onUnauthorized();
+  const body = (error as Partial<ErrorBody> | undefined)?.error;
+  throw new ApiProblem(
+    response.status,
+    body?.code ?? "internal",
+    body?.message ?? `${response.url}: ${response.status}`,
+    body?.field,
+    body?.issues ?? [],
+    body?.currentStatus,
+  );
 }
 
-const query = (params: Record<string, string | number | undefined>) => {
-  const search = new URLSearchParams();
-  for (const [name, value] of Object.entries(params)) {
-    if (value !== undefined && value !== "") search.set(name, String(value));
-  }
-  const text = search.toString();
-  return text === "" ? "" : `?${text}`;
-};
-
-const jobPath = (id: string) => `/jobs/${encodeURIComponent(id)}`;
+const job = (id: string) => ({ path: { id } });
 
 export const api = {
-  listJobs: async (params: { status?: string; cursor?: string; limit?: number }) =>
-    (await call<Page<Job>>("GET", `/jobs${query(params)}`)).data,
-  getJob: async (id: string) => (await call<Job>("GET", jobPath(id))).data,
-  createJob: async (body: CreateJob) => (await call<Job>("POST", "/jobs", { body })).data,
-  editJob: async (id: string, version: number, body: EditJob) =>
-    (await call<Job>("PATCH", jobPath(id), { body, headers: { "If-Match": `"${version}"` } })).data,
-  changeStatus: async (id: string, action: "pause" | "resume" | "cancel") =>
-    (await call<Job>("POST", `${jobPath(id)}/${action}`)).data,
-  trigger: async (id: string) => (await call<Run>("POST", `${jobPath(id)}/trigger`)).data,
-  listRuns: async (id: string, params: { cursor?: string; limit?: number }) =>
-    (await call<Page<Run>>("GET", `${jobPath(id)}/runs${query(params)}`)).data,
-  previewJob: async (id: string, count: number) =>
-    (await call<Preview>("GET", `${jobPath(id)}/preview${query({ count })}`)).data,
-  previewSchedule: async (body: PreviewRequestBody) =>
-    (await call<Preview>("POST", "/schedules/preview", { body })).data,
-  listDeadLetters: async (params: { cursor?: string; limit?: number }) =>
-    (await call<Page<Run>>("GET", `/dead-letters${query(params)}`)).data,
-  replay: async (runId: string) =>
-    (await call<Run>("POST", `/dead-letters/${encodeURIComponent(runId)}/replay`)).data,
+  listJobs: (query: { status?: Job["status"] | ""; cursor?: string; limit?: number }) =>
+    answer(
+      client.GET("/jobs", {
+        params: {
+          query: {
+            ...(query.status ? { status: query.status } : {}),
+            ...(query.cursor ? { cursor: query.cursor } : {}),
+            ...(query.limit ? { limit: query.limit } : {}),
+          },
+        },
+      }),
+    ),
+  getJob: (id: string) => answer(client.GET("/jobs/{id}", { params: job(id) })),
+  createJob: (body: CreateJob) => answer(client.POST("/jobs", { body })),
+  editJob: (id: string, version: number, body: EditJob) =>
+    answer(
+      client.PATCH("/jobs/{id}", {
+        params: { ...job(id), header: { "If-Match": `"${version}"` } },
+        body,
+      }),
+    ),
+  changeStatus: (id: string, action: "pause" | "resume" | "cancel") =>
+    answer(
+      action === "pause"
+        ? client.POST("/jobs/{id}/pause", { params: job(id) })
+        : action === "resume"
+          ? client.POST("/jobs/{id}/resume", { params: job(id) })
+          : client.POST("/jobs/{id}/cancel", { params: job(id) }),
+    ),
+  trigger: (id: string) => answer(client.POST("/jobs/{id}/trigger", { params: job(id) })),
+  listRuns: (id: string, query: { cursor?: string; limit?: number }) =>
+    answer(
+      client.GET("/jobs/{id}/runs", {
+        params: {
+          ...job(id),
+          query: { ...(query.cursor ? { cursor: query.cursor } : {}), limit: query.limit },
+        },
+      }),
+    ),
+  previewJob: (id: string, count: number) =>
+    answer(client.GET("/jobs/{id}/preview", { params: { ...job(id), query: { count } } })),
+  previewSchedule: (body: Schemas["PreviewRequest"]) =>
+    answer(client.POST("/schedules/preview", { body })),
+  listDeadLetters: (query: { cursor?: string; limit?: number }) =>
+    answer(
+      client.GET("/dead-letters", {
+        params: {
+          query: { ...(query.cursor ? { cursor: query.cursor } : {}), limit: query.limit },
+        },
+      }),
+    ),
+  replay: (runId: string) =>
+    answer(client.POST("/dead-letters/{runId}/replay", { params: { path: { runId } } })),
 };

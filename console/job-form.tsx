@@ -143,7 +143,9 @@ function partsOf(form: JobForm): EditJob {
 }
 
 export function createBody(form: JobForm): CreateJob {
-  return { ...partsOf(form), type: form.type, schedule: scheduleOf(form) };
+  // The generated enum lists the types of the catalog it was generated from; a deployment's own
+  // types come from the page's configuration, and the API refuses any it does not accept.
+  return { ...partsOf(form), type: form.type as CreateJob["type"], schedule: scheduleOf(form) };
 }
 
 /** The edit an edit form asks for: only the parts that differ from the job it was opened on. */

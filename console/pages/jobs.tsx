@@ -5,10 +5,10 @@ import { formatInstant, scheduleInWords, zoneOf } from "../format.js";
 import { createBody, emptyForm, issuesOf, JobFields, type JobForm } from "../job-form.js";
 import { Link, navigate } from "../router.js";
 
-const STATUSES = ["active", "paused", "cancelled", "completed"];
+const STATUSES: readonly Job["status"][] = ["active", "paused", "cancelled", "completed"];
 
 export function JobsPage({ jobTypes }: { jobTypes: readonly string[] }) {
-  const [status, setStatus] = useState("");
+  const [status, setStatus] = useState<Job["status"] | "">("");
   const [older, setOlder] = useState<{ items: Job[]; cursor: string | null }>({
     items: [],
     cursor: null,
@@ -38,7 +38,7 @@ export function JobsPage({ jobTypes }: { jobTypes: readonly string[] }) {
           id="status-filter"
           value={status}
           onChange={(event) => {
-            setStatus(event.currentTarget.value);
+            setStatus(STATUSES.find((s) => s === event.currentTarget.value) ?? "");
             setOlder({ items: [], cursor: null });
           }}
         >
