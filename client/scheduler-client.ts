@@ -5,10 +5,10 @@ import { JobHandle } from "./job-handle.js";
 import { everyItem, type Page } from "./paging.js";
 import { pollForRun, unwrap, unwrapWithResponse, type WaitOptions } from "./requests.js";
 import {
-  type CreateJobRequest,
   FINAL_RUN_STATUSES,
   type Job,
   type JobStatus,
+  type NewJob,
   type Preview,
   type Run,
   type Schedule,
@@ -91,8 +91,8 @@ export interface CreateOptions {
 class JobsApi {
   constructor(private readonly client: SchedulerClient) {}
 
-  /** Schedules a job and returns its handle. */
-  async create(body: CreateJobRequest, options: CreateOptions = {}): Promise<JobHandle> {
+  /** Schedules a job and returns its handle; the payload is typed by the job's type. */
+  async create(body: NewJob, options: CreateOptions = {}): Promise<JobHandle> {
     const { data, response } = await unwrapWithResponse(
       this.client.http.POST("/jobs", {
         body,

@@ -9,6 +9,18 @@ export type Schedule = Schemas["Schedule"];
 export type CreateJobRequest = Schemas["CreateJobRequest"];
 export type EditJobRequest = Schemas["EditJobRequest"];
 export type JobStatus = Job["status"];
+
+/** Each job type's payload, as the document's JobPayloads declares it. */
+export type JobPayloads = Schemas["JobPayloads"];
+export type JobType = keyof JobPayloads;
+
+/** The create body with its `payload` typed by its `type`. */
+export type NewJob = {
+  [T in JobType]: Omit<CreateJobRequest, "type" | "payload"> & {
+    type: T;
+    payload?: JobPayloads[T];
+  };
+}[JobType];
 export type RunStatus = Run["status"];
 
 /** A run in one of these statuses does not change again (a failed attempt's retry is a new run). */

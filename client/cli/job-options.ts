@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { type Command, InvalidArgumentError, Option } from "commander";
-import type { CreateJobRequest, EditJobRequest, Schedule } from "../index.js";
+import type { EditJobRequest, NewJob, Schedule } from "../index.js";
 
 /** A whole number for an option; commander reports the error as a usage error. */
 export function wholeNumber(raw: string): number {
@@ -170,12 +170,12 @@ function definitionFrom(flags: DefinitionFlags): Record<string, unknown> {
 
 export function createBodyFrom(
   flags: DefinitionFlags & { type?: string; idempotencyKey?: string },
-): CreateJobRequest {
+): NewJob {
   // Sent as given; the API's 400 names a missing or unknown type or schedule.
   return defined({
     ...definitionFrom(flags),
     ...(flags.type !== undefined ? { type: flags.type } : {}),
-  }) as CreateJobRequest;
+  }) as NewJob;
 }
 
 export function editBodyFrom(flags: DefinitionFlags & { inFlight?: string }): EditJobRequest {

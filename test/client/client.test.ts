@@ -1,7 +1,8 @@
 import { randomBytes } from "node:crypto";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from "vitest";
 import {
   isSchedulerApiError,
+  type NewJob,
   type Run,
   SchedulerApiError,
   SchedulerClient,
@@ -53,6 +54,17 @@ describe("the package", () => {
   it('exports the client as "serverless-scheduler/client"', async () => {
     const exported = await import("serverless-scheduler/client");
     expect(exported.SchedulerClient).toBe(SchedulerClient);
+  });
+
+  it("types a job's payload by its type, as the document's JobPayloads declares it", () => {
+    type PayloadOf<T extends NewJob["type"]> = Extract<NewJob, { type: T }>["payload"];
+    expectTypeOf<PayloadOf<"sleep">>().toEqualTypeOf<{ ms?: number } | null | undefined>();
+    expectTypeOf<PayloadOf<"fail">>().toEqualTypeOf<
+      { retryable?: boolean; times?: number } | null | undefined
+    >();
+    const schedule = { runAt: "2030-01-15T09:00:00Z" };
+    expectTypeOf({ type: "sleep" as const, schedule, payload: { ms: 5 } }).toExtend<NewJob>();
+    expectTypeOf({ type: "sleep" as const, schedule, payload: { ms: "5" } }).not.toExtend<NewJob>();
   });
 
   it("reaches the API without credentials for GET /health", async () => {
