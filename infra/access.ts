@@ -9,7 +9,7 @@ import type { IQueue } from "aws-cdk-lib/aws-sqs";
  * item against PutItem / UpdateItem / DeleteItem / ConditionCheckItem; there is
  * no IAM action of its own for it.
  */
-export type ItemAction =
+type ItemAction =
   | "GetItem"
   | "BatchGetItem"
   | "PutItem"

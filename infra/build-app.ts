@@ -3,7 +3,7 @@ import { AwsSolutionsChecks } from "cdk-nag";
 import { SchedulerStack } from "./scheduler-stack.js";
 import { settingsFromContext } from "./settings.js";
 
-export function stackIdFor(stage: string): string {
+function stackIdFor(stage: string): string {
   return `Scheduler-${stage}`;
 }
 

@@ -4,7 +4,7 @@ import { DEFAULT_SETTINGS, ENV, loadSettings, MAX_TIMEOUT_SECONDS } from "../sha
 import type { Priority } from "../shared/model.js";
 
 /** How callers of the HTTP API authenticate. */
-export type ApiAuth =
+type ApiAuth =
   | { readonly kind: "iam" }
   | {
       readonly kind: "jwt";

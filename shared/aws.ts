@@ -40,7 +40,7 @@ const LOCAL_CREDENTIALS = { accessKeyId: "local", secretAccessKey: "local" };
  * - convertClassInstanceToMap stays false: items are plain objects; a class
  *   instance reaching storage is a bug that should fail loudly.
  */
-export const documentTranslateConfig: TranslateConfig = {
+const documentTranslateConfig: TranslateConfig = {
   marshallOptions: {
     removeUndefinedValues: true,
     convertEmptyValues: false,

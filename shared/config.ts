@@ -56,14 +56,14 @@ export const WORKER_RESULT_MARGIN_MS = 10_000;
  * Spent in a worker invocation before the handler starts: an early message waits up to 2 s for
  * its second, then the run's start write and the job's read.
  */
-export const WORKER_START_ALLOWANCE_MS = 5_000;
+const WORKER_START_ALLOWANCE_MS = 5_000;
 
 /**
  * The longest job timeout a worker with this (Lambda) timeout can run in full: the worker stops a
  * handler WORKER_RESULT_MARGIN_MS before its own end, and the handler starts a little after the
  * invocation does. Never above Lambda's ceiling.
  */
-export function jobTimeoutLimitSeconds(workerTimeoutSeconds: number): number {
+function jobTimeoutLimitSeconds(workerTimeoutSeconds: number): number {
   const usableMs =
     workerTimeoutSeconds * 1000 - WORKER_RESULT_MARGIN_MS - WORKER_START_ALLOWANCE_MS;
   return Math.min(MAX_TIMEOUT_SECONDS, Math.max(0, Math.floor(usableMs / 1000)));

@@ -80,7 +80,7 @@ export interface DueKey {
   readonly sk: string;
 }
 
-export type DueKind = "occurrence" | "retry";
+type DueKind = "occurrence" | "retry";
 
 /**
  * One pending occurrence or retry, stored in its minute bucket. It carries

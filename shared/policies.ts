@@ -11,7 +11,7 @@ import type { FieldIssue } from "./validation.js";
 export type MisfirePolicy = "skip" | "fire_once" | "fire_all";
 
 export const MISFIRE_POLICIES: readonly MisfirePolicy[] = ["skip", "fire_once", "fire_all"];
-export const DEFAULT_MISFIRE_POLICY: MisfirePolicy = "fire_once";
+const DEFAULT_MISFIRE_POLICY: MisfirePolicy = "fire_once";
 export const DEFAULT_MISFIRE_GRACE_MS = 60_000;
 /** The most missed occurrences one plan lists, for fire_all runs and for skip records alike. */
 export const MAX_MISFIRE_CATCH_UP = 1000;
@@ -104,7 +104,7 @@ export function planMisfire(input: MisfireInput): MisfirePlan {
 export type OverlapPolicy = "skip" | "buffer_one" | "allow";
 
 export const OVERLAP_POLICIES: readonly OverlapPolicy[] = ["skip", "buffer_one", "allow"];
-export const DEFAULT_OVERLAP_POLICY: OverlapPolicy = "skip";
+const DEFAULT_OVERLAP_POLICY: OverlapPolicy = "skip";
 /** Also the effective bound of `skip` and `buffer_one`, and of `allow` when none is given. */
 export const DEFAULT_MAX_CONCURRENT = 1;
 export const MAX_CONCURRENT_LIMIT = 100;

@@ -8,7 +8,7 @@ import { LogGroup } from "aws-cdk-lib/aws-logs";
 import { Construct } from "constructs";
 import { isDevStage, type SchedulerSettings } from "../settings.js";
 
-export const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
+const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
 
 /** One folder per function under functions/, each with a `handler.ts` exporting `handler`. */
 export type Component = "api" | "tick" | "dispatcher" | "worker" | "dlq";

@@ -38,10 +38,10 @@ export interface DynamoDbLocalOptions {
  * The serial collector and -Xmx made no measurable difference, so the JVM
  * keeps its defaults there.
  */
-export const DEFAULT_DYNAMODB_JVM_ARGS: readonly string[] = ["-XX:TieredStopAtLevel=1"];
+const DEFAULT_DYNAMODB_JVM_ARGS: readonly string[] = ["-XX:TieredStopAtLevel=1"];
 
 /** Asks the OS for an unused port. Racy in theory; the emulator fails loudly if it lost the race. */
-export async function freePort(): Promise<number> {
+async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.unref();

@@ -22,7 +22,7 @@ export interface Template {
   >;
 }
 
-export interface QueuePlan {
+interface QueuePlan {
   readonly logicalId: string;
   readonly attributes: Record<string, string>;
   /** The logical id of the queue this one redrives to, with its maxReceiveCount. */

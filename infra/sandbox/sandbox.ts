@@ -234,7 +234,7 @@ async function consumeDeadLetters(
 }
 
 /** One readable line per finished run; warnings and errors as they come; the rest stays quiet. */
-export function sandboxObservability(print: (line: string) => void): Observability {
+function sandboxObservability(print: (line: string) => void): Observability {
   const time = () => new Date().toISOString().slice(11, 19);
   const plain = (level: string) => (message: string, fields?: Record<string, unknown>) =>
     print(`${time()} ${level} ${message}${fields ? ` ${JSON.stringify(fields)}` : ""}`);

@@ -10,7 +10,7 @@ import type { Env } from "../config.js";
  */
 export type Authenticator = (request: AuthRequest) => string | null | Promise<string | null>;
 
-export interface AuthRequest {
+interface AuthRequest {
   header(name: string): string | undefined;
   readonly env: unknown;
 }
@@ -24,9 +24,9 @@ export function isValidTenantId(tenantId: string): boolean {
 
 // ---------------------------------------------------------------- local: bearer keys
 
-export const API_KEYS_ENV = "SCHEDULER_API_KEYS";
+const API_KEYS_ENV = "SCHEDULER_API_KEYS";
 export const DEV_API_KEY = "local-dev-key";
-export const DEV_TENANT = "default";
+const DEV_TENANT = "default";
 
 export interface LocalApiKeys {
   /** key → tenant */
@@ -83,7 +83,7 @@ export function bearerAuthenticator(keys: ReadonlyMap<string, string>): Authenti
 // ---------------------------------------------------------------- AWS: IAM principal
 
 /** `requestContext.authorizer.iam` of an API Gateway HTTP API (payload v2) request with IAM auth. */
-export interface IamPrincipal {
+interface IamPrincipal {
   readonly accountId: string;
   readonly userArn: string;
   readonly userId?: string;
@@ -131,7 +131,7 @@ export type JwtClaims = Readonly<Record<string, unknown>>;
 export type TenantOfClaims = (claims: JwtClaims) => string | null;
 
 /** The prefix of tenants named by a token's subject, so they cannot be named by a `tenant_id` claim. */
-export const SUBJECT_TENANT_PREFIX = "sub:";
+const SUBJECT_TENANT_PREFIX = "sub:";
 
 /**
  * The default: the `tenant_id` claim when the issuer puts one in its tokens,

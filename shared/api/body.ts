@@ -4,7 +4,7 @@ import { ApiError } from "./errors.js";
 /** Beyond the payload limit, room for the rest of a job (schedule, target, headers). */
 export const BODY_OVERHEAD_BYTES = 16 * 1024;
 /** Deeper documents serve no job, and would overflow recursive code (hashing, serializing). */
-export const MAX_JSON_DEPTH = 64;
+const MAX_JSON_DEPTH = 64;
 
 // The same test the route validators apply, so a body that passes here is never dropped there.
 const JSON_CONTENT_TYPE = /^application\/([a-z-.]+\+)?json(;\s*[a-zA-Z0-9-]+=([^;]+))*$/i;

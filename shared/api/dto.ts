@@ -52,7 +52,7 @@ export function scheduleDto(spec: ScheduleSpec): JobDto["schedule"] {
     : { every: spec.every, startAt: spec.startAt };
 }
 
-export function policiesDto(policies: JobPolicies): JobDto["policies"] {
+function policiesDto(policies: JobPolicies): JobDto["policies"] {
   return {
     retry: {
       maxAttempts: policies.retry.maxAttempts,

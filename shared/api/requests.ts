@@ -30,7 +30,7 @@ export function parseScheduleInput(
   return normalizeSchedule(result.schedule, now);
 }
 
-export function checkPayloadSize(payload: unknown, maxBytes: number): void {
+function checkPayloadSize(payload: unknown, maxBytes: number): void {
   const size = Buffer.byteLength(JSON.stringify(payload ?? null), "utf8");
   if (size > maxBytes) {
     throw new ApiError(

@@ -8,7 +8,7 @@ import { queuedRun, skippedRun } from "../storage/runs.js";
 import { planClaim } from "./plan-claim.js";
 
 /** Leaves room under DynamoDB's 100 items per transaction for the entry, job, next entry and fence. */
-export const MAX_RUNS_PER_CLAIM = 50;
+const MAX_RUNS_PER_CLAIM = 50;
 /** The skipped records that ride in the claim transaction; the rest are written right after it. */
 const MAX_SKIPPED_IN_TRANSACTION = 40;
 

@@ -36,7 +36,7 @@ export async function sendClaimed(engine: Engine, runs: readonly Run[]): Promise
 }
 
 /** Claims a just-written entry now when it is due inside the fast-path window; else the dispatcher will. */
-export async function dispatchIfDueSoon(engine: Engine, entry: DueEntry | null): Promise<Run[]> {
+async function dispatchIfDueSoon(engine: Engine, entry: DueEntry | null): Promise<Run[]> {
   if (entry === null) return [];
   const now = engine.clock();
   if (!needsFastPath(new Date(entry.dueAt), now, engine.settings.lookaheadMs)) return [];

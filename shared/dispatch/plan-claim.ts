@@ -14,7 +14,7 @@ import { nextOccurrence, occurrences, type ScheduleSpec } from "../schedule/inde
  * horizon, so a per-second job costs one transaction per claim window rather
  * than one per second.
  */
-export interface PlannedRun {
+interface PlannedRun {
   readonly scheduledFor: Date;
   readonly dueAt: Date;
   readonly attempt: number;

@@ -16,7 +16,7 @@ import { Agent, type Dispatcher } from "undici";
 /** A name → its addresses, as `dns.lookup(name, { all: true })` answers. */
 export type Resolver = (hostname: string) => Promise<readonly LookupAddress[]>;
 
-export const systemResolver: Resolver = (hostname) =>
+const systemResolver: Resolver = (hostname) =>
   systemLookup(hostname, { all: true, verbatim: true });
 
 /** A target the worker will not connect to; delivering to it again cannot succeed. */
@@ -71,7 +71,7 @@ export function isPublicAddress(literal: string): boolean {
  * when every address is public; otherwise the connection fails with a
  * RefusedTargetError before any socket is opened.
  */
-export function vettedLookup(
+function vettedLookup(
   resolve: Resolver,
   refusal: (address: string) => string | null = addressRefusal,
 ): LookupFunction {

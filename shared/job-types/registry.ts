@@ -18,6 +18,7 @@ import {
  *   }
  *
  * and their handler's `ctx.payload` is typed; a type not named here gets `unknown`.
+ * @public
  */
 export interface JobPayloads {
   http: unknown;

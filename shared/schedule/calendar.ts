@@ -6,10 +6,9 @@
 
 export const SECOND_MS = 1_000;
 export const MINUTE_MS = 60_000;
-export const HOUR_MS = 3_600_000;
 export const DAY_MS = 86_400_000;
 
-export function isLeapYear(year: number): boolean {
+function isLeapYear(year: number): boolean {
   return (year % 4 === 0 && year % 100 !== 0) || year % 400 === 0;
 }
 

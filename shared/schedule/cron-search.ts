@@ -34,12 +34,7 @@ export interface CompiledCron {
  * restricted a day matches either (standard cron OR); "restricted" means the raw field is not a
  * bare `*`, so `1-31` or a stepped `*` counts as restricted.
  */
-export function cronDayMatches(
-  c: CompiledCron,
-  day: number,
-  dim: number,
-  weekday: number,
-): boolean {
+function cronDayMatches(c: CompiledCron, day: number, dim: number, weekday: number): boolean {
   const domMatch = c.dom[day] === true || (c.domLast && day === dim);
   const dowMatch =
     (c.dow[weekday] === true && (c.nth <= 0 || Math.ceil(day / 7) === c.nth)) ||

@@ -37,14 +37,6 @@ export {
   normalizeSchedule,
   type ParseScheduleOptions,
   parseSchedule,
-  type ScheduleParseResult,
   safeParseSchedule,
 } from "./parse.js";
-export type {
-  CronSchedule,
-  EverySchedule,
-  RunAtSchedule,
-  ScheduleKind,
-  ScheduleSpec,
-} from "./types.js";
-export { scheduleKind } from "./types.js";
+export type { ScheduleSpec } from "./types.js";

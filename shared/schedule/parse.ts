@@ -248,7 +248,7 @@ function describe(value: unknown): string {
 }
 
 /** Largest unit that divides evenly, so messages read "1 s", "90 s", "15 min", "500 ms". */
-export function formatMs(ms: number): string {
+function formatMs(ms: number): string {
   if (ms % 3_600_000 === 0) return `${ms / 3_600_000} h`;
   if (ms % 60_000 === 0) return `${ms / 60_000} min`;
   if (ms % 1_000 === 0) return `${ms / 1_000} s`;

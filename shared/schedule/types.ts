@@ -8,24 +8,18 @@
  */
 export type ScheduleSpec = RunAtSchedule | CronSchedule | EverySchedule;
 
-export interface RunAtSchedule {
+interface RunAtSchedule {
   readonly runAt: string;
 }
 
-export interface CronSchedule {
+interface CronSchedule {
   readonly cron: string;
   readonly timezone: string;
 }
 
-export interface EverySchedule {
+interface EverySchedule {
   readonly every: string;
   readonly startAt?: string;
 }
 
 export type ScheduleKind = "runAt" | "cron" | "every";
-
-export function scheduleKind(spec: ScheduleSpec): ScheduleKind {
-  if ("runAt" in spec) return "runAt";
-  if ("cron" in spec) return "cron";
-  return "every";
-}

@@ -6,9 +6,9 @@ import type { DueEntry, Job, Run, RunMessage } from "../model.js";
  */
 type Item = Record<string, unknown>;
 
-export const JOB_SK = "JOB";
-export const LEASE_SK = "LEASE";
-export const IDEMPOTENCY_SK = "IDEMP";
+const JOB_SK = "JOB";
+const LEASE_SK = "LEASE";
+const IDEMPOTENCY_SK = "IDEMP";
 
 export const jobPk = (jobId: string) => `JOB#${jobId}`;
 export const jobKey = (jobId: string) => ({ pk: jobPk(jobId), sk: JOB_SK });

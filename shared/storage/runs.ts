@@ -11,7 +11,7 @@ export const runKey = (jobId: string, scheduledFor: string, attempt: number) => 
 });
 
 /** TTL epoch seconds: history is kept for the retention period after the run was created. */
-export function expiresAtFor(now: Date, settings: EngineSettings): number {
+function expiresAtFor(now: Date, settings: EngineSettings): number {
   return Math.floor(now.getTime() / 1000) + settings.retentionDays * 86_400;
 }
 

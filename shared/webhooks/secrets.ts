@@ -16,7 +16,7 @@ import {
  * deliveries are signed with both meanwhile.
  */
 
-export const SECRET_PREFIX = "whsec_";
+const SECRET_PREFIX = "whsec_";
 const SECRET_BYTES = 32;
 /** How long deliveries are also signed with the secret a rotation replaced. */
 export const PREVIOUS_SECRET_VALID_MS = 24 * 60 * 60 * 1000;
@@ -119,7 +119,7 @@ export interface SecretCacheOptions {
   readonly maxTenants?: number;
 }
 
-export const SECRET_CACHE_TTL_MS = 30_000;
+const SECRET_CACHE_TTL_MS = 30_000;
 
 /**
  * The worker's source of signing secrets: read (or made) per tenant, reused

@@ -14,8 +14,8 @@ import {
 export const KEY_A = "key-for-a";
 export const KEY_B = "key-for-b";
 export const TENANT_A = "tenant-a";
-export const TENANT_B = "tenant-b";
-export const API_ENV = { SCHEDULER_API_KEYS: `${KEY_A}=${TENANT_A}, ${KEY_B}=${TENANT_B}` };
+const TENANT_B = "tenant-b";
+const API_ENV = { SCHEDULER_API_KEYS: `${KEY_A}=${TENANT_A}, ${KEY_B}=${TENANT_B}` };
 /** The built-ins with the demo types, as the sandbox has them, and a custom type `report` taking any JSON, as if registered in functions/worker/handlers. */
 export const JOB_TYPES = jobTypeCatalog({
   demoTypes: true,
@@ -29,7 +29,7 @@ export interface Reply {
   readonly text: string;
 }
 
-export interface CallOptions {
+interface CallOptions {
   /** Bearer key; null sends no Authorization header. Default KEY_A. */
   readonly key?: string | null;
   /** Serialized as JSON with Content-Type: application/json unless `raw` is given. */

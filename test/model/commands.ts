@@ -441,7 +441,7 @@ class AdvanceClock implements Cmd {
   }
 }
 
-export function formatMs(ms: number): string {
+function formatMs(ms: number): string {
   if (ms % 86_400_000 === 0) return `${ms / 86_400_000}d`;
   if (ms % 3_600_000 === 0) return `${ms / 3_600_000}h`;
   if (ms % 60_000 === 0) return `${ms / 60_000}min`;

@@ -55,7 +55,7 @@ export function inDelivery<T>(context: DeliveryContext, work: () => Promise<T>):
 }
 
 /** Runs `work` outside any delivery: an API call made by a hook must not inherit the worker's crash. */
-export function outsideDelivery<T>(work: () => Promise<T>): Promise<T> {
+function outsideDelivery<T>(work: () => Promise<T>): Promise<T> {
   return delivery.exit(work);
 }
 
@@ -114,7 +114,7 @@ export interface Tables {
 }
 
 /** What kind of write a request is, and the job it touches. */
-export function classify(input: DynamoInput, tables: Tables): { kind: WriteKind; jobId: string } {
+function classify(input: DynamoInput, tables: Tables): { kind: WriteKind; jobId: string } {
   const items = input.TransactItems;
   if (items !== undefined) {
     const jobOf = (key: Marshalled | undefined) => {

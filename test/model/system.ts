@@ -50,7 +50,7 @@ import {
 } from "./faults.js";
 import { type HeldMessage, VirtualQueues } from "./virtual-queue.js";
 
-export const TENANT = "tenant-model";
+const TENANT = "tenant-model";
 export const MODEL_TYPE = "model";
 
 /** The engine settings the model runs with: one shard and a short lookahead keep a sequence's I/O small. */
@@ -65,7 +65,7 @@ export const MODEL_SETTINGS: EngineSettings = {
 };
 export const TICK_MS = 60_000;
 /** SQS moves a message to the redrive DLQ on the receive after this many. */
-export const MAX_RECEIVE_COUNT = 4;
+const MAX_RECEIVE_COUNT = 4;
 /** A worker loop receives with a lease of visibility plus the longest early wait. */
 const RECEIVE_VISIBILITY_SECONDS = Math.ceil(MODEL_SETTINGS.leaseMs / 1000 + 2);
 
@@ -224,7 +224,7 @@ async function clearTable(clients: TestClients, table: string): Promise<void> {
 }
 
 /** A small seeded PRNG (mulberry32), so ids and backoff jitter replay with the seed. */
-export function seededRandom(seed: number): () => number {
+function seededRandom(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;
@@ -233,11 +233,6 @@ export function seededRandom(seed: number): () => number {
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
   };
-}
-
-export interface ApiReply {
-  readonly status: number;
-  readonly body: unknown;
 }
 
 export interface Snapshot {
@@ -708,7 +703,7 @@ async function getRunById(engine: Engine, invocation: Invocation): Promise<Run |
   return getRun(engine, { jobId: invocation.jobId, scheduledFor, attempt: invocation.attempt });
 }
 
-export function describe(error: unknown): string {
+function describe(error: unknown): string {
   if (error instanceof Error) return `${error.name}: ${error.message}`.slice(0, 400);
   return String(error).slice(0, 400);
 }

@@ -7,7 +7,7 @@ import type { Env } from "../../shared/config.js";
  * key (the sandbox, or a stack with keys) or signs every request with SigV4
  * for `execute-api` (a deployed stack's IAM-authorized API).
  */
-export interface ApiResponse<T = Record<string, unknown>> {
+interface ApiResponse<T = Record<string, unknown>> {
   readonly status: number;
   readonly headers: Headers;
   readonly body: T;

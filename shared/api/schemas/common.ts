@@ -36,7 +36,7 @@ export const RUN_STATUSES = [
   "skipped",
   "cancelled",
 ] as const;
-export const PRIORITY_VALUES = ["high", "normal", "low"] as const;
+const PRIORITY_VALUES = ["high", "normal", "low"] as const;
 
 export const Priority = z.enum(PRIORITY_VALUES);
 

@@ -3,7 +3,7 @@ import { z } from "@hono/zod-openapi";
 import { JOB_STATUSES } from "./common.js";
 
 /** Every `error.code` the API answers with; ../errors.ts decides which error gets which. */
-export const ERROR_CODES = [
+const ERROR_CODES = [
   "validation_failed",
   "malformed_json",
   "unauthorized",
@@ -22,7 +22,7 @@ export const ERROR_CODES = [
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
-export const FieldIssueSchema = z.strictObject({ field: z.string(), message: z.string() });
+const FieldIssueSchema = z.strictObject({ field: z.string(), message: z.string() });
 
 export const ErrorSchema = z
   .strictObject({

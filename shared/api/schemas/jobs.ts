@@ -7,7 +7,7 @@ import { jobTypeSchema } from "./job-types.js";
 import { ScheduleSchema } from "./schedule.js";
 import { TargetSchema } from "./target.js";
 
-export const IN_FLIGHT_VALUES = ["skip", "complete"] as const;
+const IN_FLIGHT_VALUES = ["skip", "complete"] as const;
 
 const [misfire0, ...misfireRest] = MISFIRE_POLICIES;
 const [overlap0, ...overlapRest] = OVERLAP_POLICIES;
@@ -21,7 +21,7 @@ const OverlapPolicy = z.enum([overlap0, ...overlapRest]).openapi({
     "What to do when a run is due while another run of the job is still running: skip it (default), run it right after (buffer_one), or allow up to maxConcurrent at once.",
 });
 
-export const RetryInputSchema = z
+const RetryInputSchema = z
   .strictObject({
     maxAttempts: z
       .number()
@@ -64,7 +64,7 @@ const timeoutSeconds = z
       "A run is aborted after this long; default 300. At most 900, and at most what the deployment's workers can finish: their Lambda timeout less 15 s (885 with the default 900 s), else 400.",
   });
 
-export const IdempotencyKeySchema = z
+const IdempotencyKeySchema = z
   .string()
   .min(1)
   .max(LIMITS.idempotencyKeyChars)
@@ -167,7 +167,7 @@ export const EditHeaders = z.object({
 
 // ---------------------------------------------------------------- responses
 
-export const RetryPolicySchema = z
+const RetryPolicySchema = z
   .strictObject({
     maxAttempts: z.number().int(),
     initialDelaySeconds: z.number(),
@@ -175,7 +175,7 @@ export const RetryPolicySchema = z
   })
   .openapi("RetryPolicy");
 
-export const PoliciesSchema = z
+const PoliciesSchema = z
   .strictObject({
     retry: RetryPolicySchema,
     misfirePolicy: MisfirePolicy,
@@ -185,7 +185,7 @@ export const PoliciesSchema = z
   })
   .openapi("Policies");
 
-export const RunSummarySchema = z
+const RunSummarySchema = z
   .strictObject({
     runId: z.string(),
     status: z.enum(RUN_STATUSES),

@@ -2,7 +2,7 @@
 import { z } from "@hono/zod-openapi";
 import { instant, LIMITS } from "./common.js";
 
-export const RunAtScheduleSchema = z
+const RunAtScheduleSchema = z
   .strictObject({
     runAt: instant(
       'Once, at this instant: ISO-8601 with "Z" or a UTC offset, from 1970-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z. A past instant runs at once under the misfire policy.',
@@ -11,7 +11,7 @@ export const RunAtScheduleSchema = z
   })
   .openapi("RunAtSchedule");
 
-export const CronScheduleSchema = z
+const CronScheduleSchema = z
   .strictObject({
     cron: z.string().max(LIMITS.cronChars).openapi({
       description:
@@ -26,7 +26,7 @@ export const CronScheduleSchema = z
   })
   .openapi("CronSchedule");
 
-export const EveryScheduleSchema = z
+const EveryScheduleSchema = z
   .strictObject({
     every: z.string().max(LIMITS.instantChars).openapi({
       description:

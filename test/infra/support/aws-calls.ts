@@ -135,7 +135,7 @@ const SERVICE_OF_CLIENT: Readonly<Record<string, string>> = {
 };
 
 /** Answers a call instead of sending it, for a service no emulator stands in for. */
-export type Interceptor = (input: Input) => Record<string, unknown>;
+type Interceptor = (input: Input) => Record<string, unknown>;
 
 export interface RecorderOptions {
   readonly arns: ResourceArns;

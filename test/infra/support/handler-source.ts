@@ -7,7 +7,7 @@ import { REPO_ROOT } from "./synth.js";
  * The project files a handler loads at run time: its relative imports,
  * followed transitively. Type-only imports are skipped (erased by esbuild).
  */
-export function importGraph(entry: string): string[] {
+function importGraph(entry: string): string[] {
   const seen = new Set<string>();
   const pending = [resolve(entry)];
   const importPattern =

@@ -126,7 +126,7 @@ export function grantsOfRole(synth: Synthesized, roleId: string, bindings: Bindi
 }
 
 /** The role of a function resource, from its `Role: { "Fn::GetAtt": [role, "Arn"] }`. */
-export function roleOfFunction(synth: Synthesized, functionId: string): string {
+function roleOfFunction(synth: Synthesized, functionId: string): string {
   const role = referencedId(synth.resources[functionId]?.Properties?.Role);
   if (role === null) throw new Error(`function ${functionId} has no role in the template`);
   return role;

@@ -8,7 +8,7 @@ import { DateTime, IANAZone } from "luxon";
 import { compileCron } from "../../../shared/schedule/cron.js";
 import { findWall } from "../../../shared/schedule/cron-search.js";
 
-export const ZONES = [
+const ZONES = [
   "America/New_York",
   "Europe/London",
   "Europe/Dublin",
@@ -19,13 +19,13 @@ export const ZONES = [
   "Pacific/Chatham",
   "UTC",
 ] as const;
-export type Zone = (typeof ZONES)[number];
+type Zone = (typeof ZONES)[number];
 
 export const MINUTE = 60_000;
 export const HOUR = 3_600_000;
 export const DAY = 86_400_000;
 
-export const iso = (d: Date): string => d.toISOString();
+const iso = (d: Date): string => d.toISOString();
 export const isoList = (ds: readonly Date[]): string[] => ds.map(iso);
 
 /** Offset in ms at an instant, straight from luxon. */
@@ -65,7 +65,7 @@ export function referenceResolve(zone: string, wall: number): number {
  * The rule for an expression whose hour field covers every hour: a repeated wall time runs each
  * time it is shown (in real time, as Vixie cron does); a skipped one as in {@link referenceResolve}.
  */
-export function referenceResolveEveryHour(zone: string, wall: number): number[] {
+function referenceResolveEveryHour(zone: string, wall: number): number[] {
   const candidates = instantsShowing(zone, wall);
   return candidates.length > 0 ? candidates : [referenceResolve(zone, wall)];
 }
@@ -118,15 +118,15 @@ export function transitionsOf(zone: string, year: number): number[] {
 }
 
 /** Zones with the instant the Apia skip happened, so arbitraries can aim at it. */
-export const APIA_SKIP = Date.parse("2011-12-30T10:00:00Z");
+const APIA_SKIP = Date.parse("2011-12-30T10:00:00Z");
 
-export const zoneArb = fc.constantFrom(...ZONES);
+const zoneArb = fc.constantFrom(...ZONES);
 
 /**
  * An instant in 2010-2040; about half the time within a few hours of one of the zone's
  * transitions, and now and then right at the Apia skip, where the rules actually matter.
  */
-export function instantNear(zone: Zone): fc.Arbitrary<number> {
+function instantNear(zone: Zone): fc.Arbitrary<number> {
   const anywhere = fc
     .integer({ min: Date.UTC(2010, 0, 1) / MINUTE, max: Date.UTC(2040, 11, 31) / MINUTE })
     .map((m) => m * MINUTE);
