@@ -86,7 +86,7 @@ export function ErrorMessage({ error }: { error: unknown }) {
   );
 }
 
-export const fieldId = (field: string) => `field-${field.replace(/[^A-Za-z0-9]+/g, "-")}`;
+const fieldId = (field: string) => `field-${field.replace(/[^A-Za-z0-9]+/g, "-")}`;
 
 /** Every issue of a refused form, each a link to its field (the pattern of the GOV.UK error summary). */
 export function ErrorSummary({ issues, title }: { issues: readonly FieldIssue[]; title: string }) {

@@ -87,7 +87,7 @@ export function formFromJob(job: Job): JobForm {
 
 type Schedule = CreateJob["schedule"];
 
-export function scheduleOf(form: JobForm): Schedule {
+function scheduleOf(form: JobForm): Schedule {
   if (form.scheduleKind === "cron")
     return { cron: form.cron.trim(), timezone: form.timezone.trim() };
   if (form.scheduleKind === "runAt") return { runAt: form.runAt.trim() };
@@ -169,7 +169,7 @@ export function issuesOf(error: unknown): FieldIssue[] {
 }
 
 /** The next occurrences of the schedule being typed, from POST /schedules/preview. */
-export function SchedulePreview({ schedule }: { schedule: Schedule }) {
+function SchedulePreview({ schedule }: { schedule: Schedule }) {
   const [preview, setPreview] = useState<Preview | null>(null);
   const [problem, setProblem] = useState<string | null>(null);
   const key = JSON.stringify(schedule);

@@ -189,7 +189,7 @@ function operationBlock(method: string, path: string, op: Operation): Html {
   </section>`;
 }
 
-export function renderReference(doc: OpenApiDocument): Html {
+function renderReference(doc: OpenApiDocument): Html {
   const operations = Object.entries(doc.paths).flatMap(([path, item]) =>
     METHODS.flatMap((method) => {
       const op = item[method];

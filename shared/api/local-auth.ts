@@ -10,7 +10,7 @@ import {
   type TenantOfClaims,
 } from "./auth.js";
 
-export interface LocalJwtOptions {
+interface LocalJwtOptions {
   /** The OIDC issuer: its discovery document names the keys tokens are signed with. */
   readonly issuer: string;
   /** A token is accepted when its `aud` names one of these. */
@@ -23,7 +23,7 @@ export interface LocalJwtOptions {
  * issuer's keys, `iss`, `aud`, `exp`, `nbf`), then the same claims-to-tenant
  * mapping as the deployed API (`jwtAuthenticator`).
  */
-export function localJwtAuthenticator(
+function localJwtAuthenticator(
   options: LocalJwtOptions,
   tenantOf: TenantOfClaims = defaultTenantOfClaims,
 ): Authenticator {
@@ -58,7 +58,7 @@ const withSlash = (url: string) => (url.endsWith("/") ? url : `${url}/`);
 
 type Env = Readonly<Record<string, string | undefined>>;
 
-export const LOCAL_JWT_ENV = {
+const LOCAL_JWT_ENV = {
   issuer: "SCHEDULER_JWT_ISSUER",
   audience: "SCHEDULER_JWT_AUDIENCE",
   consoleClientId: "SCHEDULER_CONSOLE_CLIENT_ID",

@@ -6,7 +6,7 @@ import { join } from "node:path";
 export const CONSOLE_FILES = ["app.js", "app.css"] as const;
 export type ConsoleFile = (typeof CONSOLE_FILES)[number];
 
-export interface ConsoleAsset {
+interface ConsoleAsset {
   readonly body: string;
   readonly contentType: string;
 }

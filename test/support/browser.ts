@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { type BrowserContext, chromium } from "playwright-core";
 
 /** Debian's chromium package; CHROMIUM_PATH overrides it. `.ci/run` installs it when missing. */
-export const CHROMIUM_PATH = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
+const CHROMIUM_PATH = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 
 const FLAGS = [
   "--headless",
