@@ -1,6 +1,11 @@
+import { execFile } from "node:child_process";
 import { createHash, createHmac } from "node:crypto";
+import { mkdtemp, writeFile } from "node:fs/promises";
 import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { promisify } from "node:util";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { SchedulerClient } from "../../client/index.js";
 import { regionOfHost, signingRegion } from "../../client/sigv4.js";
@@ -332,6 +337,54 @@ describe("SchedulerClient with SigV4", () => {
     expect(params.get("limit")).toBe("3");
     verify(sent);
   });
+});
+
+describe("the CLI with an AWS profile", () => {
+  it("signs with the profile's credentials from the default chain (--profile)", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "scheduler-cli-aws-"));
+    const credentialsFile = join(dir, "credentials");
+    await writeFile(
+      credentialsFile,
+      `[cli-test]\naws_access_key_id = ${ACCESS_KEY}\naws_secret_access_key = ${SECRET_KEY}\n`,
+    );
+    const { AWS_ACCESS_KEY_ID: _id, AWS_SECRET_ACCESS_KEY: _secret, ...env } = process.env;
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      [
+        "bin/scheduler.mjs",
+        ...["--api", `${origin}/v1`, "--profile", "cli-test", "--region", "eu-west-1"],
+        ...["-o", "json", "jobs", "get", "01J0ABC"],
+      ],
+      {
+        cwd: resolve(import.meta.dirname, "../.."),
+        env: {
+          ...env,
+          AWS_SHARED_CREDENTIALS_FILE: credentialsFile,
+          AWS_CONFIG_FILE: join(dir, "config"),
+          SCHEDULER_API_KEY: "",
+        },
+      },
+    );
+    expect(JSON.parse(stdout)).toEqual({ ok: true });
+    const sent = only();
+    expect(sent.url).toBe("/v1/jobs/01J0ABC");
+    const match = AUTHORIZATION.exec(sent.headers.authorization ?? "");
+    expect(match?.slice(1, 5)).toEqual([ACCESS_KEY, match?.[2], "eu-west-1", "execute-api"]);
+    const names = (match?.[5] ?? "").split(";");
+    const amzDate = String(sent.headers["x-amz-date"]);
+    const expected = referenceSignature({
+      method: "GET",
+      rawPath: sent.url,
+      rawQuery: "",
+      headers: Object.fromEntries(names.map((name) => [name, String(sent.headers[name])])),
+      body: sent.body,
+      amzDate,
+      region: "eu-west-1",
+      service: "execute-api",
+      secretAccessKey: SECRET_KEY,
+    });
+    expect(match?.[6]).toBe(expected.signature);
+  }, 30_000);
 });
 
 describe("apiClient with a bearer key", () => {
