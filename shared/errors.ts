@@ -1,75 +1,127 @@
 /**
- * Domain errors, one class per case. Storage turns DynamoDB's
- * ConditionalCheckFailed / TransactionCanceled into these so that callers
- * (the API, the worker) decide on meaning, not on SDK exception names.
+ * Every failure the scheduler names has one root, as in Powertools'
+ * idempotency errors: a `SchedulerError` carries a stable `code` (what logs,
+ * the worker and the API's one mapping to HTTP, shared/api/errors.ts, decide
+ * on), the `cause` it wraps (standard ErrorOptions), and a typed `context`: the
+ * facts of the case, whose shape its code declares in `ErrorContexts`. Storage
+ * turns DynamoDB's ConditionalCheckFailed / TransactionCanceled into these, so
+ * callers decide on meaning, not on SDK exception names.
+ *
+ * A module that defines an error elsewhere (the worker's, the API's) declares
+ * its code next to it by adding to `ErrorContexts`
+ * (`declare module "…/errors.js" { interface ErrorContexts { … } }`).
  */
-export class SchedulerError extends Error {
-  constructor(message: string, options?: { cause?: unknown }) {
+export interface ErrorContexts {
+  /** A job that does not exist, or is another tenant's (HTTP 404). */
+  readonly job_not_found: { readonly jobId: string };
+  /** A run that does not exist, or is another tenant's (HTTP 404). */
+  readonly run_not_found: { readonly runId: string };
+  /** An edit carried a version that is no longer current (HTTP 412). */
+  readonly version_mismatch: { readonly expected: number; readonly actual: number };
+  /** A lifecycle change that the job's status does not allow (HTTP 409). */
+  readonly illegal_transition: { readonly action: string; readonly status: string };
+  /** A create found its idempotency key taken; the create reads the earlier request's record. */
+  readonly idempotency_key_taken: { readonly key: string };
+  /** The same idempotency key was used with a different request body (HTTP 409). */
+  readonly idempotency_conflict: { readonly key: string };
+  /** A dead-letter replay of a run that is not dead, or was replayed already (HTTP 409). */
+  readonly not_replayable: { readonly runId: string; readonly why: string };
+  /** Another writer kept changing the item between our read and our conditional write (HTTP 503). */
+  readonly concurrent_update: { readonly subject: "job" | "webhook secret" };
+  /** A write conditioned on our fence failed: another worker or dispatcher owns the run or shard now. */
+  readonly fence_lost: { readonly resource: string; readonly fence: number };
+  /** Input that cannot be accepted, every problem by field (HTTP 400). */
+  readonly validation_failed: { readonly issues: readonly FieldIssue[] };
+}
+
+export type SchedulerErrorCode = keyof ErrorContexts;
+
+/** One problem with one input field. */
+export interface FieldIssue {
+  /** Dotted path of the offending input, e.g. `schedule.cron` or `retry.maxAttempts`. */
+  readonly field: string;
+  readonly message: string;
+}
+
+export class SchedulerError<Code extends SchedulerErrorCode = SchedulerErrorCode> extends Error {
+  readonly code: Code;
+  readonly context: ErrorContexts[Code];
+
+  constructor(code: Code, message: string, context: ErrorContexts[Code], options?: ErrorOptions) {
     super(message, options);
     this.name = new.target.name;
+    this.code = code;
+    this.context = context;
   }
 }
 
-export class JobNotFoundError extends SchedulerError {
-  constructor(readonly jobId: string) {
-    super(`job ${jobId} not found`);
+export class JobNotFoundError extends SchedulerError<"job_not_found"> {
+  constructor(jobId: string) {
+    super("job_not_found", `job ${jobId} not found`, { jobId });
   }
 }
 
-export class RunNotFoundError extends SchedulerError {
-  constructor(readonly runId: string) {
-    super(`run ${runId} not found`);
+export class RunNotFoundError extends SchedulerError<"run_not_found"> {
+  constructor(runId: string) {
+    super("run_not_found", `run ${runId} not found`, { runId });
   }
 }
 
-/** An edit carried a version that is no longer current (HTTP 412). */
-export class VersionMismatchError extends SchedulerError {
+export class VersionMismatchError extends SchedulerError<"version_mismatch"> {
+  constructor(expected: number, actual: number) {
+    super("version_mismatch", `job is at version ${actual}, not ${expected}`, {
+      expected,
+      actual,
+    });
+  }
+}
+
+export class IllegalTransitionError extends SchedulerError<"illegal_transition"> {
+  constructor(action: string, status: string) {
+    super("illegal_transition", `cannot ${action} a job that is ${status.toLowerCase()}`, {
+      action,
+      status,
+    });
+  }
+}
+
+export class IdempotencyConflictError extends SchedulerError<"idempotency_conflict"> {
+  constructor(key: string) {
+    super(
+      "idempotency_conflict",
+      `idempotency key "${key}" was already used with a different request`,
+      { key },
+    );
+  }
+}
+
+export class NotReplayableError extends SchedulerError<"not_replayable"> {
+  constructor(runId: string, why: string) {
+    super("not_replayable", `run ${runId} cannot be replayed: ${why}`, { runId, why });
+  }
+}
+
+/** Retry from a fresh read, or answer "busy": contention passes within moments. */
+export class ConcurrentUpdateError extends SchedulerError<"concurrent_update"> {
   constructor(
-    readonly expected: number,
-    readonly actual: number,
+    message: string,
+    {
+      subject = "job",
+      ...options
+    }: ErrorOptions & Partial<ErrorContexts["concurrent_update"]> = {},
   ) {
-    super(`job is at version ${actual}, not ${expected}`);
+    super("concurrent_update", message, { subject }, options);
   }
 }
 
-/** A lifecycle change that the job's status does not allow (HTTP 409). */
-export class IllegalTransitionError extends SchedulerError {
-  constructor(
-    readonly action: string,
-    readonly status: string,
-  ) {
-    super(`cannot ${action} a job that is ${status.toLowerCase()}`);
-  }
-}
-
-/** The same idempotency key was used with a different request body (HTTP 409). */
-export class IdempotencyConflictError extends SchedulerError {
-  constructor(readonly key: string) {
-    super(`idempotency key "${key}" was already used with a different request`);
-  }
-}
-
-/** Another writer changed the item between our read and our conditional write; retry from a fresh read. */
-export class ConcurrentUpdateError extends SchedulerError {}
-
-/** A write conditioned on our fence failed: another worker or dispatcher owns the run or shard now. */
-export class FenceLostError extends SchedulerError {
-  constructor(
-    readonly resource: string,
-    readonly fence: number,
-    options?: { cause?: unknown },
-  ) {
-    super(`lost ${resource} (fence ${fence}) to another owner`, options);
-  }
-}
-
-/** A dead-letter replay of a run that is not dead, or was replayed already (HTTP 409). */
-export class NotReplayableError extends SchedulerError {
-  constructor(
-    readonly runId: string,
-    readonly why: string,
-  ) {
-    super(`run ${runId} cannot be replayed: ${why}`);
+export class FenceLostError extends SchedulerError<"fence_lost"> {
+  constructor(resource: string, fence: number, options?: ErrorOptions) {
+    super(
+      "fence_lost",
+      `lost ${resource} (fence ${fence}) to another owner`,
+      { resource, fence },
+      options,
+    );
   }
 }
 
@@ -77,11 +129,8 @@ export class NotReplayableError extends SchedulerError {
  * A create found its idempotency key taken: the request may repeat an earlier
  * one (the caller reads that one's record), or use the key with another body.
  */
-export class IdempotencyKeyTakenError extends SchedulerError {
-  constructor(
-    readonly key: string,
-    options?: { cause?: unknown },
-  ) {
-    super(`idempotency key "${key}" is taken`, options);
+export class IdempotencyKeyTakenError extends SchedulerError<"idempotency_key_taken"> {
+  constructor(key: string, options?: ErrorOptions) {
+    super("idempotency_key_taken", `idempotency key "${key}" is taken`, { key }, options);
   }
 }

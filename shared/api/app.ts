@@ -7,7 +7,7 @@ import { BODY_OVERHEAD_BYTES, jsonBody } from "./body.js";
 import { type ConsoleOptions, consoleRouter, isConsolePath } from "./console-router.js";
 import { deadLettersRouter } from "./dead-letters-router.js";
 import { docsRouter } from "./docs-router.js";
-import { ApiError, notFound, toApiError } from "./errors.js";
+import { ApiError, httpAnswerOf, notFound } from "./errors.js";
 import { schemaFailure } from "./issues.js";
 import { jobsRouter } from "./jobs-router.js";
 import { previewsRouter } from "./previews-router.js";
@@ -57,20 +57,20 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
   });
 
   app.onError((error, c) => {
-    const apiError = toApiError(error);
-    if (apiError.status >= 500) {
+    const answer = httpAnswerOf(error);
+    if (answer.status >= 500) {
       engine.obs.log.error("api request failed", {
         method: c.req.method,
         path: c.req.path,
         error: error instanceof Error ? (error.stack ?? error.message) : String(error),
       });
     }
-    return c.json(apiError.body(), apiError.status, apiError.details.headers);
+    return c.json(answer.body, answer.status, answer.headers);
   });
 
   app.notFound((c) => {
     const allowed = methodsFor(app, c.req.path);
-    const error =
+    const { context } =
       allowed.length > 0
         ? new ApiError(
             405,
@@ -81,7 +81,7 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
             },
           )
         : notFound(`no route for ${c.req.method} ${c.req.path.slice(0, 200)}`);
-    return c.json(error.body(), error.status, error.details.headers);
+    return c.json(context.body, context.status, context.headers);
   });
 
   app.use("*", async (c, next) => {

@@ -1,26 +1,28 @@
 import { HTTPException } from "hono/http-exception";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import {
-  ConcurrentUpdateError,
-  IdempotencyConflictError,
-  IllegalTransitionError,
-  JobNotFoundError,
-  NotReplayableError,
-  RunNotFoundError,
-  VersionMismatchError,
+  type ErrorContexts,
+  type FieldIssue,
+  SchedulerError,
+  type SchedulerErrorCode,
 } from "../errors.js";
 import { transactionCancellationCodes } from "../storage/dynamo-errors.js";
-import { type FieldIssue, ValidationError } from "../validation.js";
 import type { ErrorCode } from "./schemas/errors.js";
 
+declare module "../errors.js" {
+  interface ErrorContexts {
+    /** A request the API refuses itself (its body, headers, route or credentials); the context is the answer. */
+    readonly request_refused: HttpAnswer;
+  }
+}
+
 /**
- * Every error the API answers with, and the only place status codes of
- * domain errors are decided. The body is always
- * `{ "error": { "code", "message", "field"? } }`; validation errors also list
- * every issue, and illegal transitions name the job's current status, because
- * a client can act on both without parsing the message.
+ * The body is always `{ "error": { "code", "message", "field"? } }`;
+ * validation errors also list every issue, and illegal transitions name the
+ * job's current status, because a client can act on both without parsing the
+ * message.
  */
-export interface ErrorBody {
+interface ErrorBody {
   readonly error: {
     readonly code: ErrorCode;
     readonly message: string;
@@ -30,6 +32,14 @@ export interface ErrorBody {
   };
 }
 
+/** What the API sends for a failed request. */
+export interface HttpAnswer {
+  readonly status: ContentfulStatusCode;
+  readonly body: ErrorBody;
+  /** The headers a client acts on: Allow, ETag, Retry-After, WWW-Authenticate. */
+  readonly headers?: Readonly<Record<string, string>>;
+}
+
 export interface ApiErrorDetails {
   readonly field?: string | undefined;
   readonly currentStatus?: string;
@@ -37,30 +47,39 @@ export interface ApiErrorDetails {
   readonly headers?: Readonly<Record<string, string>>;
 }
 
-export class ApiError extends Error {
+/** A refusal the API decides itself, before or beside the domain: thrown, then answered as it is. */
+export class ApiError extends SchedulerError<"request_refused"> {
   override readonly name = "ApiError";
 
   constructor(
-    readonly status: ContentfulStatusCode,
-    readonly code: ErrorCode,
+    status: ContentfulStatusCode,
+    code: ErrorCode,
     message: string,
-    readonly details: ApiErrorDetails = {},
+    details: ApiErrorDetails = {},
   ) {
-    super(message);
+    super("request_refused", message, answer(status, code, message, details));
   }
+}
 
-  body(): ErrorBody {
-    const { field, currentStatus, issues } = this.details;
-    return {
+function answer(
+  status: ContentfulStatusCode,
+  code: ErrorCode,
+  message: string,
+  { field, currentStatus, issues, headers }: ApiErrorDetails = {},
+): HttpAnswer {
+  return {
+    status,
+    body: {
       error: {
-        code: this.code,
-        message: this.message,
+        code,
+        message,
         ...(field !== undefined ? { field } : {}),
         ...(currentStatus !== undefined ? { currentStatus } : {}),
         ...(issues !== undefined && issues.length > 0 ? { issues } : {}),
       },
-    };
-  }
+    },
+    ...(headers !== undefined ? { headers } : {}),
+  };
 }
 
 export function invalid(issues: readonly FieldIssue[]): ApiError {
@@ -70,6 +89,59 @@ export function invalid(issues: readonly FieldIssue[]): ApiError {
 }
 
 export const notFound = (what = "no such resource") => new ApiError(404, "not_found", what);
+
+// Contention passes within moments; 409 would tell the client its request itself conflicts.
+const BUSY = {
+  job: answer(503, "busy", "the job is being changed by another request; try again", {
+    headers: { "Retry-After": "1" },
+  }),
+  "webhook secret": answer(503, "busy", "the webhook secret is being rotated by another request", {
+    headers: { "Retry-After": "1" },
+  }),
+} as const;
+
+const INTERNAL = answer(500, "internal", "internal error");
+// The worker's failures and storage's unmapped conditions never describe a request: if one
+// reaches the API it is a fault of the API's own, answered without its details.
+const internal = () => INTERNAL;
+
+type Answers = {
+  readonly [Code in SchedulerErrorCode]: (
+    context: ErrorContexts[Code],
+    error: SchedulerError<Code>,
+  ) => HttpAnswer;
+};
+
+/** The HTTP answer to each SchedulerError, by code: the one place status codes are decided. */
+const ANSWERS: Answers = {
+  request_refused: (context) => context,
+  validation_failed: ({ issues }) => invalid(issues).context,
+  job_not_found: ({ jobId }) => notFound(`job ${jobId} not found`).context,
+  run_not_found: ({ runId }) => notFound(`run ${runId} not found`).context,
+  version_mismatch: ({ actual }, { message }) =>
+    answer(412, "version_mismatch", message, {
+      field: "If-Match",
+      headers: { ETag: etagOf(actual) },
+    }),
+  illegal_transition: ({ status }, { message }) =>
+    answer(409, "illegal_transition", message, { currentStatus: status.toLowerCase() }),
+  idempotency_conflict: (_, { message }) =>
+    answer(409, "idempotency_conflict", message, { field: "idempotencyKey" }),
+  not_replayable: (_, { message }) => answer(409, "not_replayable", message),
+  concurrent_update: ({ subject }) => BUSY[subject],
+  idempotency_key_taken: internal,
+  conditions_failed: internal,
+  fence_lost: internal,
+  job_failed: internal,
+  target_refused: internal,
+  run_timed_out: internal,
+  worker_shutdown: internal,
+};
+
+function answerTo<Code extends SchedulerErrorCode>(error: SchedulerError<Code>): HttpAnswer {
+  const answerOf: Answers[Code] = ANSWERS[error.code];
+  return answerOf(error.context, error);
+}
 
 const BY_STATUS: Partial<Record<number, ErrorCode>> = {
   400: "validation_failed",
@@ -84,40 +156,19 @@ const BY_STATUS: Partial<Record<number, ErrorCode>> = {
   503: "busy",
 };
 
-/** Domain and framework errors as API errors; anything unforeseen is a 500 that hides its details. */
-export function toApiError(error: unknown): ApiError {
-  if (error instanceof ApiError) return error;
-  if (error instanceof ValidationError) return invalid(error.issues);
-  if (error instanceof JobNotFoundError) return notFound(`job ${error.jobId} not found`);
-  if (error instanceof RunNotFoundError) return notFound(`run ${error.runId} not found`);
-  if (error instanceof VersionMismatchError) {
-    return new ApiError(412, "version_mismatch", error.message, {
-      field: "If-Match",
-      headers: { ETag: etagOf(error.actual) },
-    });
-  }
-  if (error instanceof IllegalTransitionError) {
-    return new ApiError(409, "illegal_transition", error.message, {
-      currentStatus: error.status.toLowerCase(),
-    });
-  }
-  if (error instanceof IdempotencyConflictError) {
-    return new ApiError(409, "idempotency_conflict", error.message, { field: "idempotencyKey" });
-  }
-  if (error instanceof NotReplayableError) {
-    return new ApiError(409, "not_replayable", error.message);
-  }
-  if (error instanceof ConcurrentUpdateError || isContention(error)) {
-    // Contention passes within moments; 409 would tell the client its request itself conflicts.
-    return new ApiError(503, "busy", "the job is being changed by another request; try again", {
-      headers: { "Retry-After": "1" },
-    });
-  }
+/**
+ * Every failure of a request as its HTTP answer: a SchedulerError by its code,
+ * DynamoDB contention as "busy", the framework's own refusals by status, and
+ * anything unforeseen as a 500 that hides its details.
+ */
+export function httpAnswerOf(error: unknown): HttpAnswer {
+  if (error instanceof SchedulerError) return answerTo(error);
+  if (isContention(error)) return BUSY.job;
   if (error instanceof HTTPException) {
     const code = BY_STATUS[error.status] ?? (error.status >= 500 ? "internal" : "conflict");
-    return new ApiError(error.status, code, error.message || "request refused");
+    return answer(error.status, code, error.message || "request refused");
   }
-  return new ApiError(500, "internal", "internal error");
+  return INTERNAL;
 }
 
 function isContention(error: unknown): boolean {

@@ -1,7 +1,5 @@
 import { createRoute } from "@hono/zod-openapi";
-import { ConcurrentUpdateError } from "../errors.js";
 import { rotateWebhookSecret, tenantWebhookSecrets } from "../webhooks/secrets.js";
-import { ApiError } from "./errors.js";
 import { errors, json, newRouter, type RouterDeps, secured, tenantOf } from "./router.js";
 import { WebhookSecretSchema } from "./schemas/webhook-secret.js";
 
@@ -43,12 +41,7 @@ export function webhookSecretRouter({ engine }: RouterDeps) {
   });
 
   router.openapi(rotateWebhookSecretRoute, async (c) => {
-    const secrets = await rotateWebhookSecret(engine, tenantOf(c)).catch((error: unknown) => {
-      if (!(error instanceof ConcurrentUpdateError)) throw error;
-      throw new ApiError(503, "busy", "the webhook secret is being rotated by another request", {
-        headers: { "Retry-After": "1" },
-      });
-    });
+    const secrets = await rotateWebhookSecret(engine, tenantOf(c));
     c.header("Cache-Control", "no-store");
     return c.json({ secret: secrets.current }, 200);
   });

@@ -1,3 +1,4 @@
+import { SchedulerError } from "../errors.js";
 import { fieldIssuesOf, type JobTypeDefinition, type PayloadOf } from "../job-types/registry.js";
 import type { HttpTarget } from "../model.js";
 
@@ -20,14 +21,23 @@ export interface JobContext<T extends string = string> {
 /** Resolves: the run SUCCEEDED. Throws: it failed (see JobError). */
 export type JobHandler<T extends string = string> = (ctx: JobContext<T>) => Promise<unknown>;
 
+declare module "../errors.js" {
+  interface ErrorContexts {
+    /** A handler's failure, reported on purpose; the run is retried or dead by `retryable`. */
+    readonly job_failed: { readonly retryable: boolean };
+  }
+}
+
 /** A failure a handler reports on purpose; `retryable: false` sends the run to the dead letters at once. */
-export class JobError extends Error {
+export class JobError extends SchedulerError<"job_failed"> {
   override readonly name = "JobError";
-  readonly retryable: boolean;
 
   constructor(message: string, options: { retryable: boolean; cause?: unknown }) {
-    super(message, { cause: options.cause });
-    this.retryable = options.retryable;
+    super("job_failed", message, { retryable: options.retryable }, { cause: options.cause });
+  }
+
+  get retryable(): boolean {
+    return this.context.retryable;
   }
 }
 

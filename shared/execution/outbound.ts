@@ -3,6 +3,7 @@ import { lookup as systemLookup } from "node:dns/promises";
 import { isIP, type LookupFunction } from "node:net";
 import ipaddr from "ipaddr.js";
 import { Agent, type Dispatcher } from "undici";
+import { SchedulerError } from "../errors.js";
 
 /**
  * Where webhook deliveries may connect. A deployed worker reaches only public
@@ -19,9 +20,20 @@ export type Resolver = (hostname: string) => Promise<readonly LookupAddress[]>;
 const systemResolver: Resolver = (hostname) =>
   systemLookup(hostname, { all: true, verbatim: true });
 
+declare module "../errors.js" {
+  interface ErrorContexts {
+    /** A webhook target the worker will not connect to (not a public unicast address). */
+    readonly target_refused: { readonly hostname: string };
+  }
+}
+
 /** A target the worker will not connect to; delivering to it again cannot succeed. */
-export class RefusedTargetError extends Error {
+export class RefusedTargetError extends SchedulerError<"target_refused"> {
   override readonly name = "RefusedTargetError";
+
+  constructor(hostname: string, why: string) {
+    super("target_refused", `target ${hostname} ${why}; refused`, { hostname });
+  }
 }
 
 /** Public IPv6 unicast is allocated from 2000::/3; anything outside it is not a webhook receiver. */
@@ -81,10 +93,7 @@ function vettedLookup(
         for (const { address } of resolved) {
           const why = refusal(address);
           if (why !== null) {
-            callback(
-              new RefusedTargetError(`target ${hostname} resolves to ${address} (${why}); refused`),
-              "",
-            );
+            callback(new RefusedTargetError(hostname, `resolves to ${address} (${why})`), "");
             return;
           }
         }
@@ -119,7 +128,7 @@ export function literalTargetRefusal(url: URL): RefusedTargetError | null {
   const host = url.hostname.replace(/^\[|\]$/g, "");
   if (isIP(host) === 0) return null;
   const why = addressRefusal(host);
-  return why === null ? null : new RefusedTargetError(`target ${url.hostname} is ${why}; refused`);
+  return why === null ? null : new RefusedTargetError(url.hostname, `is ${why}`);
 }
 
 export interface OutboundOptions {

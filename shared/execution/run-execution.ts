@@ -1,7 +1,7 @@
 import { sleep } from "../clock.js";
 import { WORKER_RESULT_MARGIN_MS } from "../config.js";
 import type { Engine } from "../engine.js";
-import { FenceLostError } from "../errors.js";
+import { FenceLostError, SchedulerError } from "../errors.js";
 import { occurrenceKey } from "../keys.js";
 import type { Job, Run } from "../model.js";
 import { type ReceivedRun, setVisibility } from "../queue/work-queue.js";
@@ -28,12 +28,29 @@ type Outcome =
   | { readonly kind: "failed"; readonly error: string; readonly retryable: boolean }
   | { readonly kind: "fence-lost"; readonly error: FenceLostError };
 
-class RunTimeoutError extends Error {
-  override readonly name = "RunTimeoutError";
+declare module "../errors.js" {
+  interface ErrorContexts {
+    /** A run stopped at its timeout, or before the worker's own time limit: retried like a failure. */
+    readonly run_timed_out: { readonly timeoutMs: number };
+    /** A run stopped because its worker is shutting down: released to another worker. */
+    readonly worker_shutdown: Readonly<Record<string, never>>;
+  }
 }
 
-class WorkerShutdownError extends Error {
+class RunTimeoutError extends SchedulerError<"run_timed_out"> {
+  override readonly name = "RunTimeoutError";
+
+  constructor(message: string, timeoutMs: number) {
+    super("run_timed_out", message, { timeoutMs });
+  }
+}
+
+class WorkerShutdownError extends SchedulerError<"worker_shutdown"> {
   override readonly name = "WorkerShutdownError";
+
+  constructor() {
+    super("worker_shutdown", "worker shutting down", {});
+  }
 }
 
 /**
@@ -58,7 +75,7 @@ export async function execute(
     };
 
   const controller = new AbortController();
-  const onShutdown = () => controller.abort(new WorkerShutdownError("worker shutting down"));
+  const onShutdown = () => controller.abort(new WorkerShutdownError());
   deps.shutdown?.addEventListener("abort", onShutdown, { once: true });
   // The job's timeout, or less when the worker itself (a Lambda) would be stopped first.
   const jobTimeoutMs = job.timeoutSeconds * 1000;
@@ -73,6 +90,7 @@ export async function execute(
           timeoutMs < jobTimeoutMs
             ? `stopped after ${Math.round(timeoutMs / 1000)} s: the worker's own time limit was near`
             : `timed out after ${job.timeoutSeconds} s`,
+          timeoutMs,
         ),
       ),
     timeoutMs,

@@ -4,6 +4,16 @@ import type { Engine } from "../engine.js";
 import { SchedulerError } from "../errors.js";
 import { cancelledItem, retryOnContention, transactionCancellationCodes } from "./dynamo-errors.js";
 
+declare module "../errors.js" {
+  interface ErrorContexts {
+    /**
+     * A transaction cancelled for the named writes' conditions; the storage
+     * operation that sent it turns this into a domain error by name.
+     */
+    readonly conditions_failed: { readonly failed: readonly string[] };
+  }
+}
+
 export type TransactItem = NonNullable<TransactWriteCommandInput["TransactItems"]>[number];
 
 /**
@@ -21,18 +31,24 @@ export interface NamedWrite<Name extends string> {
  * items failed. `item(name)` is the item as it stood, for writes that asked for
  * it (ReturnValuesOnConditionCheckFailure: ALL_OLD).
  */
-export class ConditionsFailedError<Name extends string = string> extends SchedulerError {
-  readonly failed: ReadonlySet<Name>;
+export class ConditionsFailedError<
+  Name extends string = string,
+> extends SchedulerError<"conditions_failed"> {
   readonly #items: ReadonlyMap<Name, Record<string, unknown> | null>;
 
   constructor(items: ReadonlyMap<Name, Record<string, unknown> | null>, cause: unknown) {
-    super(`conditions failed: ${[...items.keys()].join(", ")}`, { cause });
-    this.failed = new Set(items.keys());
+    const failed = [...items.keys()];
+    super("conditions_failed", `conditions failed: ${failed.join(", ")}`, { failed }, { cause });
     this.#items = items;
   }
 
+  /** The writes whose conditions failed, by name. */
+  get failed(): ReadonlySet<Name> {
+    return new Set(this.#items.keys());
+  }
+
   has(name: Name): boolean {
-    return this.failed.has(name);
+    return this.#items.has(name);
   }
 
   item(name: Name): Record<string, unknown> | null {

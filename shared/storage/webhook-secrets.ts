@@ -105,7 +105,7 @@ export async function writeRotatedWebhookSecrets(
     if (!isConditionalCheckFailed(error)) throw error;
     throw new ConcurrentUpdateError(
       `the webhook secret of ${before.tenantId} changed since it was read`,
-      { cause: error },
+      { cause: error, subject: "webhook secret" },
     );
   }
 }

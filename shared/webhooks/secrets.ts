@@ -106,7 +106,9 @@ export async function rotateWebhookSecret(
       if (!(error instanceof ConcurrentUpdateError)) throw error;
     }
   }
-  throw new ConcurrentUpdateError(`the webhook secret of ${tenantId} is being rotated elsewhere`);
+  throw new ConcurrentUpdateError(`the webhook secret of ${tenantId} is being rotated elsewhere`, {
+    subject: "webhook secret",
+  });
 }
 
 /** Where the worker gets the secrets a tenant's deliveries are signed with. */
