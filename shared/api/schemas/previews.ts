@@ -18,7 +18,6 @@ export const PreviewRequestSchema = z
   .openapi("PreviewRequest", {
     example: { schedule: { cron: "0 9 * * 1-5", timezone: "Europe/Berlin" }, count: 5 },
   });
-export type PreviewRequestBody = z.infer<typeof PreviewRequestSchema>;
 
 export const PreviewQuery = z.strictObject({ count: previewCount.optional() });
 
