@@ -2,7 +2,7 @@ import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Browser, launchBrowser } from "../support/browser.js";
+import { accessibilityViolations, type Browser, launchBrowser } from "../support/browser.js";
 import { type SandboxProcess, spawnSandbox } from "../support/sandbox-process.js";
 import { waitFor } from "../support/wait.js";
 
@@ -51,7 +51,13 @@ async function api<T>(method: string, path: string, body?: unknown, headers = {}
   return JSON.parse(text) as T;
 }
 
-async function screenshot(name: string, fullPage = true): Promise<void> {
+/** Each page is checked for accessibility where it is pictured. */
+async function checkPage(name: string, fullPage = true): Promise<void> {
+  expect(await accessibilityViolations(page), name).toEqual([]);
+  await screenshot(name, fullPage);
+}
+
+async function screenshot(name: string, fullPage: boolean): Promise<void> {
   if (!SCREENSHOTS) return;
   await mkdir(SCREENSHOTS, { recursive: true });
   await page.screenshot({ path: join(SCREENSHOTS, `${name}.png`), fullPage });
@@ -76,7 +82,7 @@ beforeAll(async () => {
   ]);
   page = await browser.context.newPage();
   await page.goto(`${sandbox.url}/console`);
-  await screenshot("sign-in");
+  await checkPage("sign-in");
   await page.getByLabel("API key", { exact: true }).fill(KEY);
   await page.getByRole("button", { name: "Sign in" }).click();
   await page.getByRole("heading", { name: "Jobs", level: 1 }).waitFor();
@@ -98,7 +104,7 @@ describe("web console", () => {
     const previewed = form.locator(".preview li", { hasText: "America/New_York" });
     await previewed.nth(4).waitFor();
     expect(await previewed.first().textContent()).toContain("02:30:00 America/New_York");
-    await screenshot("create-job");
+    await checkPage("create-job");
     await form.getByRole("button", { name: "Create job" }).click();
 
     await page.waitForURL(/\/console\/jobs\/[0-9A-Z]+$/);
@@ -116,7 +122,7 @@ describe("web console", () => {
     const job = await api<Job>("GET", `/jobs/${id}`);
     expect(job.schedule).toEqual({ cron: "30 2 * * *", timezone: "America/New_York" });
     expect(job.name).toBe("nightly export");
-    await screenshot("job");
+    await checkPage("job");
 
     await page.getByRole("link", { name: "Jobs", exact: true }).click();
     const row = page.getByRole("row", { name: /nightly export/ });
@@ -145,7 +151,7 @@ describe("web console", () => {
     const runs = await api<{ items: Run[] }>("GET", `/jobs/${job.id}/runs`);
     const succeeded = runs.items.find((r) => r.status === "succeeded");
     expect(await row.getAttribute("data-run-id")).toBe(succeeded?.runId);
-    await screenshot("job-runs");
+    await checkPage("job-runs");
   });
 
   it("replays a dead letter from the dead-letters page", async () => {
@@ -168,7 +174,7 @@ describe("web console", () => {
     const row = page.locator(`tr[data-run-id="${dead.runId}"]`);
     await row.waitFor();
     expect(await row.textContent()).toContain("fail: attempt 1");
-    await screenshot("dead-letters");
+    await checkPage("dead-letters");
     await row.getByRole("button", { name: /^Replay/ }).click();
 
     await page
@@ -211,7 +217,7 @@ describe("web console", () => {
     expect(text).toContain("412");
     expect(text).toMatch(/Changed meanwhile by someone else\s*schedule: \{"cron":"30 9 \* \* 1-5"/);
     expect(text).toMatch(/Your changes\s*name: weekday report/);
-    await screenshot("edit-conflict");
+    await checkPage("edit-conflict");
     expect((await api<Job>("GET", `/jobs/${job.id}`)).name).toBe("report");
 
     await conflict.getByRole("button", { name: "Apply my changes to version 2" }).click();
@@ -222,6 +228,36 @@ describe("web console", () => {
       version: 3,
       schedule: { cron: "30 9 * * 1-5", timezone: "Europe/Berlin" },
     });
+  });
+
+  it("pauses and resumes a job with the keyboard alone", async () => {
+    const job = await api<Job>("POST", "/jobs", {
+      name: "keyboard",
+      type: "noop",
+      schedule: { every: "PT1H" },
+    });
+    await page.goto(`${sandbox.url}/console/jobs/${job.id}`);
+    await page.getByRole("button", { name: "Pause" }).waitFor();
+    /** Tabs forward until the button named `name` has focus, then presses Enter on it. */
+    const press = async (name: string) => {
+      for (let tab = 0; tab < 30; tab++) {
+        await page.keyboard.press("Tab");
+        const focused = await page.evaluate(
+          "document.activeElement && document.activeElement.textContent",
+        );
+        if (focused === name) {
+          await page.keyboard.press("Enter");
+          return;
+        }
+      }
+      throw new Error(`no focusable ${name} within 30 tabs`);
+    };
+    await press("Pause");
+    await page.getByRole("heading", { name: /keyboard\s*paused/, level: 1 }).waitFor();
+    expect((await api<{ status: string }>("GET", `/jobs/${job.id}`)).status).toBe("paused");
+    await press("Resume");
+    await page.getByRole("heading", { name: /keyboard\s*active/, level: 1 }).waitFor();
+    expect((await api<{ status: string }>("GET", `/jobs/${job.id}`)).status).toBe("active");
   });
 
   it("serves the API reference at /docs from the OpenAPI document", async () => {
@@ -238,17 +274,17 @@ describe("web console", () => {
       await page.locator(`section#${id} h3`).waitFor();
     }
     expect(await page.locator("section#schema-Job").textContent()).toContain("nextRunAt");
-    await screenshot("docs", false);
+    await checkPage("docs", false);
   });
 
   it("lists every job created above with its status, and loaded nothing from outside the machine", async () => {
     await page.goto(`${sandbox.url}/console`);
-    await page.locator("tbody tr").nth(3).waitFor();
-    expect(await page.locator("tbody tr").count()).toBe(4);
+    await page.locator("tbody tr").nth(4).waitFor();
+    expect(await page.locator("tbody tr").count()).toBe(5);
     expect(await page.getByRole("row", { name: /always fails/ }).textContent()).toContain(
       "completed",
     );
-    await screenshot("jobs");
+    await checkPage("jobs");
 
     const origin = new URL(sandbox.url).origin;
     const elsewhere = browser.requested

@@ -1,7 +1,9 @@
+import { readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
+import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { type BrowserContext, chromium } from "playwright-core";
+import { type BrowserContext, chromium, type Page } from "playwright-core";
 
 /** Debian's chromium package; CHROMIUM_PATH overrides it. `.ci/run` installs it when missing. */
 const CHROMIUM_PATH = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
@@ -68,4 +70,24 @@ export async function launchBrowser(): Promise<Browser> {
       await rm(profile, { recursive: true, force: true });
     },
   };
+}
+
+const AXE_SOURCE = readFileSync(
+  createRequire(import.meta.url).resolve("axe-core/axe.min.js"),
+  "utf8",
+);
+
+/**
+ * What axe-core (Deque's accessibility engine) finds against WCAG 2.1 A and AA
+ * on the page as it is now: missing labels and names, contrast, landmarks,
+ * ARIA misuse. Evaluated over the DevTools protocol, so the page's CSP does
+ * not stop it.
+ */
+export async function accessibilityViolations(page: Page): Promise<string[]> {
+  await page.evaluate(AXE_SOURCE);
+  const found: unknown = await page.evaluate(`axe
+    .run(document, { runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"] } })
+    .then((result) => result.violations.map((v) =>
+      v.id + " (" + v.impact + "): " + v.nodes.map((n) => n.target.join(" ")).join(", ")))`);
+  return Array.isArray(found) ? found.map(String) : [`axe returned ${String(found)}`];
 }
