@@ -1,8 +1,7 @@
-import { readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
-import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import axe from "axe-core";
 import { type BrowserContext, chromium, type Page } from "playwright-core";
 
 /** Debian's chromium package; CHROMIUM_PATH overrides it. `.ci/run` installs it when missing. */
@@ -72,11 +71,6 @@ export async function launchBrowser(): Promise<Browser> {
   };
 }
 
-const AXE_SOURCE = readFileSync(
-  createRequire(import.meta.url).resolve("axe-core/axe.min.js"),
-  "utf8",
-);
-
 /**
  * What axe-core (Deque's accessibility engine) finds against WCAG 2.1 A and AA
  * on the page as it is now: missing labels and names, contrast, landmarks,
@@ -84,7 +78,7 @@ const AXE_SOURCE = readFileSync(
  * not stop it.
  */
 export async function accessibilityViolations(page: Page): Promise<string[]> {
-  await page.evaluate(AXE_SOURCE);
+  await page.evaluate(axe.source);
   const found: unknown = await page.evaluate(`axe
     .run(document, { runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"] } })
     .then((result) => result.violations.map((v) =>
