@@ -330,7 +330,11 @@ const badMutation: fc.Arbitrary<(body: Body) => Body> = fc.oneof(
       junk
         .filter((s) => !["skip", "buffer_one", "allow"].includes(s))
         .map((v) => ({ overlapPolicy: v })),
-      fc.integer({ min: 1, max: 100 }).map((v) => ({ maxConcurrent: v })),
+      // With a policy other than allow, whatever an earlier mutation set: after
+      // "allow" a valid maxConcurrent would make the body valid.
+      fc
+        .tuple(fc.integer({ min: 1, max: 100 }), fc.constantFrom("skip", "buffer_one"))
+        .map(([v, overlapPolicy]) => ({ overlapPolicy, maxConcurrent: v })),
       fc
         .oneof(fc.integer({ max: 0 }), fc.integer({ min: 101 }), fc.double({ noInteger: true }))
         .map((v) => ({
