@@ -92,6 +92,64 @@ describe("npx cdk synth", () => {
     expect(withConsole).toHaveLength(1);
   });
 
+  it("bundles an API function that serves the console and the reference from its own files", async () => {
+    const out = join(scratch, "cdk.out");
+    const bundle = readdirSync(out).find((entry) =>
+      existsSync(join(out, entry, "console", "app.js")),
+    );
+    expect(bundle).toBeDefined();
+    // The bundle as Lambda loads it, in a Node process of its own; nothing it serves here touches AWS.
+    const requests = ["/console/jobs/01ABC", "/console/assets/app.js", "/docs"];
+    const script = `
+      const { handler } = await import(${JSON.stringify(join(out, bundle ?? "", "index.mjs"))});
+      for (const path of ${JSON.stringify(requests)}) {
+        const answer = await handler({
+          version: "2.0", routeKey: "GET " + path, rawPath: path, rawQueryString: "",
+          headers: { host: "api1.execute-api.eu-west-1.amazonaws.com" },
+          requestContext: { http: { method: "GET", path, protocol: "HTTP/1.1", sourceIp: "192.0.2.1", userAgent: "t" },
+            domainName: "api1.execute-api.eu-west-1.amazonaws.com", stage: "$default", requestId: "r", routeKey: "GET " + path },
+          isBase64Encoded: false,
+        }, {});
+        console.log(JSON.stringify({ path, status: answer.statusCode, type: answer.headers["content-type"], body: answer.body.slice(0, 2000) }));
+      }`;
+    const env: NodeJS.ProcessEnv = {
+      PATH: process.env.PATH,
+      AWS_REGION: "eu-west-1",
+      POWERTOOLS_LOG_LEVEL: "SILENT",
+      AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: "true",
+      CONSOLE_AUTH: JSON.stringify({ kind: "iam" }),
+    };
+    for (const name of ["JOBS_TABLE", "RUNS_TABLE", "WEBHOOK_SECRETS_TABLE"]) env[name] = "t";
+    for (const name of ["QUEUE_URL_HIGH", "QUEUE_URL_NORMAL", "QUEUE_URL_LOW"]) env[name] = "q";
+    const printed = await new Promise<string>((resolve, reject) => {
+      const child = spawn(process.execPath, ["--input-type=module", "-e", script], {
+        env,
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      let text = "";
+      child.stdout.on("data", (chunk: Buffer) => {
+        text += chunk.toString();
+      });
+      child.stderr.on("data", (chunk: Buffer) => {
+        text += chunk.toString();
+      });
+      child.on("error", reject);
+      child.on("close", (code) => (code === 0 ? resolve(text) : reject(new Error(text))));
+    });
+    const answers = printed
+      .trim()
+      .split("\n")
+      .map(
+        (line) => JSON.parse(line) as { path: string; status: number; type: string; body: string },
+      );
+    expect(answers.map((a) => [a.path, a.status])).toEqual(requests.map((path) => [path, 200]));
+    const [page, script_, docs] = answers;
+    expect(page?.body).toContain('<script type="module" src="/console/assets/app.js?v=');
+    expect(page?.body).toContain('{"auth":{"kind":"iam"}');
+    expect(script_?.type).toContain("text/javascript");
+    expect(docs?.body).toContain("<title>Scheduler API reference</title>");
+  });
+
   // A passing run lists no plugin reports; the in-process tests show cdk-nag is wired to fail it.
   it("reports no failed validation (CDK's template validator, cdk-nag)", () => {
     const report: unknown = JSON.parse(
