@@ -50,7 +50,7 @@ export default defineConfig({
       reporter: ["text-summary", "json-summary", "html"],
       reportsDirectory: "coverage",
       // The floor for shared/, a little under what the whole suite measures (README, Testing):
-      // 95.8 % of lines, 94.3 % of statements, 95.9 % of functions, 87.6 % of branches.
+      // 96.7 % of lines, 95.2 % of statements, 96.8 % of functions, 87.9 % of branches.
       thresholds: {
         "shared/**/*.ts": { lines: 93, statements: 92, functions: 93, branches: 85 },
       },
