@@ -1,4 +1,5 @@
 import { createRemoteJWKSet, type JWTPayload, jwtVerify } from "jose";
+import type { Env } from "../config.js";
 import type { ConsoleAuth } from "../console/config.js";
 import {
   type Authenticator,
@@ -55,8 +56,6 @@ function localJwtAuthenticator(
 }
 
 const withSlash = (url: string) => (url.endsWith("/") ? url : `${url}/`);
-
-type Env = Readonly<Record<string, string | undefined>>;
 
 const LOCAL_JWT_ENV = {
   issuer: "SCHEDULER_JWT_ISSUER",

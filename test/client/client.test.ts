@@ -9,6 +9,7 @@ import {
   VersionConflictError,
   WaitTimeoutError,
 } from "../../client/index.js";
+import { sleep } from "../../shared/clock.js";
 import { type SandboxProcess, spawnSandbox } from "../support/sandbox-process.js";
 
 /**
@@ -132,7 +133,7 @@ describe("a job handle", () => {
     const handle = await client.jobs.create({ type: "noop", schedule: { every: "PT1S" } });
     let firstPage: Run[] = [];
     for (let tries = 0; tries < 100 && firstPage.length < 30; tries++) {
-      await new Promise((resolve) => setTimeout(resolve, 200));
+      await sleep(200);
       firstPage = (await client.runs.page(handle.id, { limit: 100 })).items;
     }
     await handle.pause();
