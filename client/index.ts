@@ -20,6 +20,7 @@ export {
   type CreateOptions,
   type ListOptions,
   type PageOptions,
+  type RunFilter,
   SchedulerClient,
   type SchedulerClientOptions,
 } from "./scheduler-client.js";
@@ -34,6 +35,7 @@ export {
   type JobType,
   type NewJob,
   type Preview,
+  RUN_STATUSES,
   type Run,
   type RunStatus,
   type Schedule,

@@ -1,6 +1,6 @@
 import { isSchedulerApiError, VersionConflictError } from "./errors.js";
 import { pollForRun, unwrap, unwrapWithResponse, type WaitOptions } from "./requests.js";
-import type { ListOptions, SchedulerClient } from "./scheduler-client.js";
+import type { ListOptions, RunFilter, SchedulerClient } from "./scheduler-client.js";
 import {
   type EditJobRequest,
   FINAL_RUN_STATUSES,
@@ -113,17 +113,22 @@ export class JobHandle {
     }
   }
 
-  /** The job's next occurrences, in UTC and in its zone. */
-  preview(count?: number): Promise<Preview> {
+  /** The job's next occurrences, in UTC and in its zone, from `from` (default now). */
+  preview(count?: number, from?: Date | string): Promise<Preview> {
+    const query = {
+      ...(count === undefined ? {} : { count }),
+      ...(from === undefined ? {} : { from: from instanceof Date ? from.toISOString() : from }),
+    };
     return unwrap(
-      this.client.http.GET("/jobs/{id}/preview", {
-        params: { path: { id: this.id }, query: count === undefined ? {} : { count } },
-      }),
+      this.client.http.GET("/jobs/{id}/preview", { params: { path: { id: this.id }, query } }),
     );
   }
 
-  /** Every run of the job, newest occurrence first, fetching pages as they are read. */
-  runs(options: ListOptions = {}): AsyncGenerator<Run, void, undefined> {
+  /**
+   * Every run of the job, newest occurrence first, fetching pages as they are
+   * read; `status`, `from` and `to` filter on the server.
+   */
+  runs(options: ListOptions & RunFilter = {}): AsyncGenerator<Run, void, undefined> {
     return this.client.runs.list(this.id, options);
   }
 
@@ -133,15 +138,15 @@ export class JobHandle {
 
   /**
    * Waits for a run to reach a final status (or one of `until`) and returns
-   * it. Without `runId` each poll reads the job's whole run history.
+   * it. Without `runId` each poll reads the job's runs of those statuses.
    */
   async waitForRun(options: WaitForRunOptions = {}): Promise<Run> {
     if (options.runId !== undefined) return this.client.waitForRun(this.id, options.runId, options);
     const until = options.until ?? FINAL_RUN_STATUSES;
     const reached = async () => {
       const runs: Run[] = [];
-      for await (const run of this.runs({ pageSize: 100 })) runs.push(run);
-      return runs.filter((run) => until.includes(run.status));
+      for await (const run of this.runs({ pageSize: 100, status: until })) runs.push(run);
+      return runs;
     };
     const before = new Set((await reached()).map((run) => run.runId));
     return pollForRun(

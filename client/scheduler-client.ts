@@ -11,6 +11,7 @@ import {
   type NewJob,
   type Preview,
   type Run,
+  type RunStatus,
   type Schedule,
 } from "./types.js";
 
@@ -30,6 +31,27 @@ export interface ListOptions {
 export interface PageOptions {
   readonly limit?: number;
   readonly cursor?: string;
+}
+
+/** Which runs a listing returns: any of these statuses, occurrences in [from, to). */
+export interface RunFilter {
+  readonly status?: RunStatus | readonly RunStatus[];
+  /** The earliest occurrence, inclusive (a Date, or an ISO-8601 instant with a zone). */
+  readonly from?: Date | string;
+  /** The end of the occurrence range, exclusive. */
+  readonly to?: Date | string;
+}
+
+const instantText = (value: Date | string) => (value instanceof Date ? value.toISOString() : value);
+
+/** The query parameters of a run filter. */
+function runQuery(filter: RunFilter): { status?: string; from?: string; to?: string } {
+  const statuses = filter.status === undefined ? [] : [filter.status].flat();
+  return {
+    ...(statuses.length > 0 ? { status: statuses.join(",") } : {}),
+    ...(filter.from === undefined ? {} : { from: instantText(filter.from) }),
+    ...(filter.to === undefined ? {} : { to: instantText(filter.to) }),
+  };
 }
 
 /**
@@ -135,17 +157,25 @@ class JobsApi {
 class RunsApi {
   constructor(private readonly client: SchedulerClient) {}
 
-  /** Every run of a job, newest occurrence first, over as many pages as are read. */
-  list(jobId: string, options: ListOptions = {}): AsyncGenerator<Run, void, undefined> {
+  /**
+   * Every run of a job, newest occurrence first, over as many pages as are
+   * read; only runs of these statuses and occurrences when a filter is given.
+   */
+  list(jobId: string, options: ListOptions & RunFilter = {}): AsyncGenerator<Run, void, undefined> {
     return everyItem((cursor) =>
       this.page(jobId, {
+        ...runQuery(options),
         ...(options.pageSize ? { limit: options.pageSize } : {}),
         ...(cursor ? { cursor } : {}),
       }),
     );
   }
 
-  page(jobId: string, query: PageOptions = {}): Promise<Page<Run>> {
+  /** One page; a filter's cursor is only taken with the same filter. */
+  page(
+    jobId: string,
+    query: PageOptions & { status?: string; from?: string; to?: string } = {},
+  ): Promise<Page<Run>> {
     return unwrap(
       this.client.http.GET("/jobs/{id}/runs", { params: { path: { id: jobId }, query } }),
     );
@@ -186,11 +216,18 @@ class DeadLettersApi {
 class SchedulesApi {
   constructor(private readonly client: SchedulerClient) {}
 
-  /** The schedule's next occurrences, in UTC and in its zone; a 400 names what is wrong. */
-  preview(schedule: Schedule, count?: number): Promise<Preview> {
+  /**
+   * The schedule's next occurrences, in UTC and in its zone, from `from`
+   * (default now); a 400 names what is wrong.
+   */
+  preview(schedule: Schedule, count?: number, from?: Date | string): Promise<Preview> {
     return unwrap(
       this.client.http.POST("/schedules/preview", {
-        body: { schedule, ...(count === undefined ? {} : { count }) },
+        body: {
+          schedule,
+          ...(count === undefined ? {} : { count }),
+          ...(from === undefined ? {} : { from: instantText(from) }),
+        },
       }),
     );
   }

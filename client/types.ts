@@ -23,6 +23,18 @@ export type NewJob = {
 }[JobType];
 export type RunStatus = Run["status"];
 
+/** Every run status; the record makes the type check fail when the API adds one. */
+const RUN_STATUS_SET: Record<RunStatus, true> = {
+  queued: true,
+  running: true,
+  succeeded: true,
+  failed: true,
+  dead: true,
+  skipped: true,
+  cancelled: true,
+};
+export const RUN_STATUSES = Object.keys(RUN_STATUS_SET) as readonly RunStatus[];
+
 /** A run in one of these statuses does not change again (a failed attempt's retry is a new run). */
 export const FINAL_RUN_STATUSES: readonly RunStatus[] = [
   "succeeded",

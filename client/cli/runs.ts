@@ -1,5 +1,5 @@
 import { type Command, InvalidArgumentError } from "commander";
-import { FINAL_RUN_STATUSES, type Run } from "../index.js";
+import { FINAL_RUN_STATUSES, RUN_STATUSES, type Run, type RunStatus } from "../index.js";
 import { waitOrAbort } from "../requests.js";
 import { contextOf } from "./context.js";
 import { CliExit, EXIT } from "./exit-codes.js";
@@ -14,6 +14,21 @@ async function firstRuns(list: AsyncIterable<Run>, limit: number): Promise<Run[]
     if (runs.length >= limit) break;
   }
   return runs;
+}
+
+/** An instant flag as given, or the present for `now`. */
+const instantFlag = (value: string): string | Date => (value === "now" ? new Date() : value);
+
+/** `--status succeeded,failed`: run statuses separated by commas. */
+function runStatuses(value: string): RunStatus[] {
+  const names = value.split(",").map((name) => name.trim().toLowerCase());
+  const known = (name: string): name is RunStatus => RUN_STATUSES.some((status) => status === name);
+  const unknown = names.find((name) => !known(name));
+  if (unknown !== undefined)
+    throw new InvalidArgumentError(
+      `"${unknown}" is not a run status; give any of ${RUN_STATUSES.join(", ")}, separated by commas`,
+    );
+  return names.filter(known);
 }
 
 // Lines printed one at a time cannot be measured together: runs ids are about 48 characters.
@@ -32,14 +47,32 @@ export function runsCommand(program: Command, io: CliIo): void {
     .description("a job's runs, newest occurrence first")
     .argument("<job-id>", "the job's id")
     .option("--limit <n>", "at most this many (pages are followed)", wholeNumber, 20)
-    .action(async (jobId: string, flags: { limit: number }, command: Command) => {
-      const context = contextOf(command, io);
-      const listed = await firstRuns(
-        context.client.runs.list(jobId, { pageSize: Math.min(Math.max(flags.limit, 1), 100) }),
-        flags.limit,
-      );
-      context.print(listed, runsTable);
-    });
+    .option(
+      "--status <list>",
+      `only runs of these statuses, separated by commas (${RUN_STATUSES.join(", ")})`,
+      runStatuses,
+    )
+    .option("--from <instant>", "only occurrences at or after this ISO-8601 instant")
+    .option("--to <instant>", "only occurrences before this ISO-8601 instant (`now`: the present)")
+    .action(
+      async (
+        jobId: string,
+        flags: { limit: number; status?: RunStatus[]; from?: string; to?: string },
+        command: Command,
+      ) => {
+        const context = contextOf(command, io);
+        const listed = await firstRuns(
+          context.client.runs.list(jobId, {
+            pageSize: Math.min(Math.max(flags.limit, 1), 100),
+            ...(flags.status ? { status: flags.status } : {}),
+            ...(flags.from === undefined ? {} : { from: instantFlag(flags.from) }),
+            ...(flags.to === undefined ? {} : { to: instantFlag(flags.to) }),
+          }),
+          flags.limit,
+        );
+        context.print(listed, runsTable);
+      },
+    );
 
   runs
     .command("get")

@@ -30,7 +30,11 @@ export function schedulesCommand(program: Command, io: CliIo): void {
         "the next occurrences of a schedule (or of a job, with --job), in its own zone and in UTC",
       )
       .option("--job <id>", "preview this job's schedule instead")
-      .option("--count <n>", "how many occurrences (default 5, at most 100)", wholeNumber),
+      .option("--count <n>", "how many occurrences (default 5, at most 100)", wholeNumber)
+      .option(
+        "--from <instant>",
+        "occurrences at or after this ISO-8601 instant, such as a DST night months ahead (default now)",
+      ),
   ).action(async (flags, command: Command) => {
     const context = contextOf(command, io);
     const schedule = scheduleFrom(flags);
@@ -38,13 +42,13 @@ export function schedulesCommand(program: Command, io: CliIo): void {
     if (flags.job !== undefined) {
       if (schedule !== undefined)
         throw new InvalidArgumentError("give either --job or a schedule, not both");
-      preview = await context.client.jobs.handle(flags.job).preview(flags.count);
+      preview = await context.client.jobs.handle(flags.job).preview(flags.count, flags.from);
     } else {
       if (schedule === undefined)
         throw new InvalidArgumentError(
           "give a schedule (--run-at, --cron with --timezone, or --every) or --job",
         );
-      preview = await context.client.schedules.preview(schedule, flags.count);
+      preview = await context.client.schedules.preview(schedule, flags.count, flags.from);
     }
     context.print(preview, previewTable);
   });

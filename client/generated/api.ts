@@ -169,7 +169,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A job's runs, newest occurrence first */
+        /** A job's runs, newest occurrence first; by status and occurrence range */
         get: operations["listRuns"];
         put?: never;
         post?: never;
@@ -531,6 +531,12 @@ export interface components {
          */
         PreviewRequest: {
             count?: number;
+            /**
+             * Format: date-time
+             * @description Occurrences at or after this instant (to the second); default now. A DST night months ahead can be checked.
+             * @example 2030-03-31T00:00:00Z
+             */
+            from?: string;
             schedule: components["schemas"]["Schedule"];
         };
         /** @description Exponential backoff with full jitter. */
@@ -1137,6 +1143,8 @@ export interface operations {
             query?: {
                 /** @description How many occurrences; default 5. */
                 count?: number;
+                /** @description Occurrences at or after this instant (to the second); default now. A DST night months ahead can be checked. */
+                from?: string;
             };
             header?: never;
             path: {
@@ -1247,8 +1255,14 @@ export interface operations {
             query?: {
                 /** @description The nextCursor of the previous page. */
                 cursor?: string;
+                /** @description Only occurrences at or after this instant (scheduledFor, inclusive). */
+                from?: string;
                 /** @description Page size; default 20. */
                 limit?: number;
+                /** @description Only runs in any of these statuses, separated by commas: queued, running, succeeded, failed, dead, skipped, cancelled. A filter of only running, succeeded, failed and dead reads no occurrence after now. */
+                status?: string;
+                /** @description Only occurrences before this instant (scheduledFor, exclusive); after from. */
+                to?: string;
             };
             header?: never;
             path: {

@@ -1,6 +1,6 @@
 import type { Engine } from "../engine.js";
 import { decodeCursor, type Page } from "../jobs/cursor.js";
-import { listDeadLetters, listJobs, listRuns } from "../jobs/queries.js";
+import { listDeadLetters, listJobs, listRuns, type RunFilter } from "../jobs/queries.js";
 import type { Job, JobStatus, Run } from "../model.js";
 import { deadLetterPk, jobPk, tenantPk } from "../storage/items.js";
 import { ValidationError } from "../validation.js";
@@ -62,16 +62,36 @@ export async function jobsPage(
   return { items, nextCursor: cursor ?? null };
 }
 
+/** `binding` names the listing's filter; a cursor carries it and is refused under another. */
 export function runsPage(
   engine: Engine,
   jobId: string,
-  options: { limit: number; cursor?: string },
+  options: { limit: number; cursor?: string; filter: RunFilter; binding: string | undefined },
 ): Promise<Page<Run>> {
-  const cursor = checkCursor(options.cursor, { pk: jobPk(jobId) }, ["sk"], {
-    key: "sk",
-    prefix: "RUN#",
+  const { binding } = options;
+  if (options.cursor !== undefined && options.cursor !== "") {
+    const issued = decodeCursor(options.cursor)?.filter;
+    if (issued !== binding) {
+      throw new ValidationError([
+        {
+          field: "cursor",
+          message: `was returned for other filters (${issued ?? "none"}) than these (${binding ?? "none"}); start again without it`,
+        },
+      ]);
+    }
+  }
+  const cursor = checkCursor(
+    options.cursor,
+    { pk: jobPk(jobId), ...(binding ? { filter: binding } : {}) },
+    ["sk"],
+    { key: "sk", prefix: "RUN#" },
+  );
+  return listRuns(engine, jobId, {
+    limit: options.limit,
+    filter: options.filter,
+    ...(binding ? { binding } : {}),
+    ...(cursor ? { cursor } : {}),
   });
-  return listRuns(engine, jobId, { limit: options.limit, ...(cursor ? { cursor } : {}) });
 }
 
 export function deadLettersPage(

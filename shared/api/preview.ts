@@ -34,8 +34,9 @@ function luxonZone(label: string): Zone | string {
 }
 
 /**
- * The next `count` occurrences at or after now (to the second, as a new job's
- * first occurrence is computed), in UTC and in the display zone. `schedule`
+ * The next `count` occurrences at or after `now` (the current time, or the
+ * instant a caller asks from; to the second, as a new job's first occurrence
+ * is computed), in UTC and in the display zone. `schedule`
  * must be normalized.
  */
 export function previewOf(

@@ -1,5 +1,6 @@
 import { createRoute } from "@hono/zod-openapi";
 import { displayZoneOf, previewOf } from "./preview.js";
+import { instantParam } from "./query-params.js";
 import { parseScheduleInput } from "./requests.js";
 import { errors, jobOf, json, newRouter, type RouterDeps, secured } from "./router.js";
 import { LIMITS } from "./schemas/common.js";
@@ -38,17 +39,20 @@ export function previewsRouter({ engine, body }: RouterDeps) {
   const router = newRouter();
 
   router.openapi(previewJob, async (c) => {
+    const query = c.req.valid("query");
+    const from = query.from === undefined ? engine.clock() : instantParam("from", query.from);
     const job = await jobOf(engine, c, c.req.valid("param").id);
-    const count = c.req.valid("query").count ?? LIMITS.previewCount.default;
-    return c.json(previewOf(job.schedule, displayZoneOf(job.schedule), engine.clock(), count), 200);
+    const count = query.count ?? LIMITS.previewCount.default;
+    return c.json(previewOf(job.schedule, displayZoneOf(job.schedule), from, count), 200);
   });
 
   router.openapi(previewSchedule, (c) => {
     const request = c.req.valid("json");
     const now = engine.clock();
+    const from = request.from === undefined ? now : instantParam("from", request.from);
     const schedule = parseScheduleInput(request.schedule, engine.settings, now);
     const count = request.count ?? LIMITS.previewCount.default;
-    return c.json(previewOf(schedule, displayZoneOf(request.schedule), now, count), 200);
+    return c.json(previewOf(schedule, displayZoneOf(request.schedule), from, count), 200);
   });
 
   return router;

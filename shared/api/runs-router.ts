@@ -3,19 +3,20 @@ import { getTenantRun } from "../jobs/queries.js";
 import { runDto } from "./dto.js";
 import { notFound } from "./errors.js";
 import { runsPage } from "./pages.js";
+import { runFilterFrom } from "./query-params.js";
 import { errors, jobOf, json, newRouter, type RouterDeps, secured, tenantOf } from "./router.js";
-import { LIMITS, PageQuery } from "./schemas/common.js";
+import { LIMITS } from "./schemas/common.js";
 import { JobIdParams } from "./schemas/jobs.js";
-import { RunPageSchema, RunParams, RunSchema } from "./schemas/runs.js";
+import { RunPageSchema, RunParams, RunSchema, RunsQuery } from "./schemas/runs.js";
 
 const listRuns = createRoute({
   method: "get",
   path: "/jobs/{id}/runs",
   operationId: "listRuns",
   tags: ["runs"],
-  summary: "A job's runs, newest occurrence first",
+  summary: "A job's runs, newest occurrence first; by status and occurrence range",
   security: secured,
-  request: { params: JobIdParams, query: PageQuery },
+  request: { params: JobIdParams, query: RunsQuery },
   responses: { 200: json(RunPageSchema, "One page"), ...errors(400, 401, 404) },
 });
 
@@ -37,9 +38,12 @@ export function runsRouter({ engine }: RouterDeps) {
   router.openapi(listRuns, async (c) => {
     const { id } = c.req.valid("param");
     const query = c.req.valid("query");
+    const { filter, binding } = runFilterFrom(query);
     await jobOf(engine, c, id);
     const page = await runsPage(engine, id, {
       limit: query.limit ?? LIMITS.pageSize.default,
+      filter,
+      binding,
       ...(query.cursor ? { cursor: query.cursor } : {}),
     });
     return c.json({ items: page.items.map(runDto), nextCursor: page.nextCursor }, 200);

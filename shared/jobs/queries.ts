@@ -1,16 +1,18 @@
 import type { Engine } from "../engine.js";
 import { JobNotFoundError, RunNotFoundError } from "../errors.js";
 import { parseRunId } from "../keys.js";
-import type { Job, JobStatus, Run } from "../model.js";
+import type { Job, JobStatus, Run, RunStatus } from "../model.js";
 import {
   deadRunsOfTenant,
   getJobs,
   type KeyPage,
   type PageRequest,
+  type RunRange,
   runsOfJob,
   tenantJobIds,
 } from "../storage/job-queries.js";
 import { getJob, getRun } from "../storage/run-reads.js";
+import { runKey } from "../storage/runs.js";
 import { decodeCursor, encodeCursor, type Page } from "./cursor.js";
 
 /** Reads scoped to a tenant: another tenant's job is reported as not found, so existence does not leak. */
@@ -63,13 +65,86 @@ export async function listJobs(
   });
 }
 
-/** A job's runs, newest occurrence first. */
+/** What a runs listing reads: an occurrence range and statuses. */
+export interface RunFilter {
+  /** The earliest occurrence, inclusive. */
+  readonly from?: Date;
+  /** The end of the occurrence range, exclusive. */
+  readonly to?: Date;
+  /** Any of these statuses; empty: all. */
+  readonly statuses: readonly RunStatus[];
+}
+
+/**
+ * A run reaches these statuses only once a worker started it, and a worker
+ * starts no run before its occurrence (it waits out an early message), so a
+ * listing of only these statuses reads no occurrence after now: the future
+ * QUEUED runs the lookahead writes are not read.
+ */
+const STARTED_STATUSES: ReadonlySet<RunStatus> = new Set([
+  "RUNNING",
+  "SUCCEEDED",
+  "FAILED",
+  "DEAD",
+]);
+
+/** A status filter drops items DynamoDB has read; a few more reads fill the page. */
+const MAX_READS_PER_PAGE = 10;
+/** Each filtered read asks for twice the items of the one before, up to this many. */
+const MAX_ITEMS_PER_READ = 1000;
+
+function runRangeOf(engine: Engine, filter: RunFilter): RunRange {
+  const ends = filter.to ? [filter.to.getTime() - 1] : [];
+  const startedOnly =
+    filter.statuses.length > 0 && filter.statuses.every((s) => STARTED_STATUSES.has(s));
+  if (startedOnly) ends.push(engine.clock().getTime());
+  return {
+    ...(filter.from ? { from: filter.from } : {}),
+    ...(ends.length > 0 ? { through: new Date(Math.min(...ends)) } : {}),
+    statuses: filter.statuses,
+  };
+}
+
+/**
+ * A job's runs, newest occurrence first, of an occurrence range and statuses.
+ * A filtered page may come back short of the limit, with a cursor, when its
+ * reads ran out before enough runs matched. `binding` names the filter in each
+ * cursor, so a cursor is not taken up again under another filter.
+ */
 export async function listRuns(
   engine: Engine,
   jobId: string,
-  options: PageOptions,
+  options: PageOptions & { readonly filter?: RunFilter; readonly binding?: string },
 ): Promise<Page<Run>> {
-  return pageOf(await runsOfJob(engine, jobId, pageRequest(options)));
+  const range = runRangeOf(engine, options.filter ?? { statuses: [] });
+  if (range.from && range.through && range.through < range.from) {
+    return { items: [], nextCursor: null };
+  }
+  const { filter: _binding, ...start } = decodeCursor(options.cursor) ?? {};
+  let startKey: Record<string, unknown> | undefined = options.cursor ? start : undefined;
+  const cursorOf = (key: Record<string, unknown> | undefined) =>
+    encodeCursor(key && { ...key, ...(options.binding ? { filter: options.binding } : {}) });
+  const items: Run[] = [];
+  let readLimit = options.limit;
+  for (let read = 0; read < MAX_READS_PER_PAGE; read++) {
+    const wanted = options.limit - items.length;
+    const page = await runsOfJob(engine, jobId, { limit: readLimit, startKey }, range);
+    if (page.items.length >= wanted) {
+      const kept = page.items.slice(0, wanted);
+      items.push(...kept);
+      const last = kept.at(-1);
+      const resumeAt =
+        page.items.length > wanted && last
+          ? runKey(last.jobId, last.scheduledFor, last.attempt)
+          : page.lastKey;
+      return { items, nextCursor: cursorOf(resumeAt) };
+    }
+    items.push(...page.items);
+    startKey = page.lastKey;
+    if (startKey === undefined) break;
+    if (range.statuses?.length) readLimit = Math.min(MAX_ITEMS_PER_READ, readLimit * 2);
+  }
+  return { items, nextCursor: cursorOf(startKey) };
 }
 
 /** DEAD runs not yet replayed, newest first. */

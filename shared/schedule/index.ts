@@ -30,7 +30,12 @@
  * - `firstOccurrence`: runAt as is (even if past); otherwise the first occurrence >= now
  *   truncated to the second.
  */
-export { FIRST_STORABLE_MS, LAST_STORABLE_MS } from "./instant.js";
+export {
+  FIRST_STORABLE_MS,
+  LAST_STORABLE_MS,
+  parseInstant,
+  STORABLE_RANGE_TEXT,
+} from "./instant.js";
 export { firstOccurrence, nextOccurrence, occurrences } from "./occurrences.js";
 export {
   DEFAULT_MIN_INTERVAL_MS,

@@ -83,14 +83,48 @@ export async function getJobs(engine: Engine, jobIds: readonly string[]): Promis
   return jobIds.flatMap((id) => found.get(id) ?? []);
 }
 
-/** A job's runs, newest occurrence first. */
-export function runsOfJob(engine: Engine, jobId: string, page: PageRequest): Promise<KeyPage<Run>> {
+/** Which of a job's runs a listing reads: a sort-key range of occurrences and a status filter. */
+export interface RunRange {
+  /** The earliest occurrence, inclusive. */
+  readonly from?: Date;
+  /** The latest occurrence, inclusive (a range's exclusive end, less a millisecond). */
+  readonly through?: Date;
+  /** Stored statuses (upper case); empty or absent: every status. */
+  readonly statuses?: readonly string[];
+}
+
+/**
+ * A job's runs, newest occurrence first. The occurrence range is a sort-key
+ * range, so runs outside it are not read at all; the status filter is a
+ * DynamoDB filter: the items it drops are still read (and paid for), and
+ * `page.limit` counts the items read, not the ones kept.
+ */
+export function runsOfJob(
+  engine: Engine,
+  jobId: string,
+  page: PageRequest,
+  range: RunRange = {},
+): Promise<KeyPage<Run>> {
+  const statuses = range.statuses ?? [];
+  const statusValues = Object.fromEntries(statuses.map((status, i) => [`:s${i}`, status]));
   return queryPage(
     engine,
     {
       TableName: engine.tables.runs,
-      KeyConditionExpression: "pk = :pk AND begins_with(sk, :run)",
-      ExpressionAttributeValues: { ":pk": jobPk(jobId), ":run": "RUN#" },
+      KeyConditionExpression: "pk = :pk AND sk BETWEEN :lo AND :hi",
+      ...(statuses.length > 0
+        ? {
+            FilterExpression: `#status IN (${Object.keys(statusValues).join(", ")})`,
+            ExpressionAttributeNames: { "#status": "status" },
+          }
+        : {}),
+      ExpressionAttributeValues: {
+        ":pk": jobPk(jobId),
+        // "RUN#" sorts before and "RUN#~" after every run key: instants start with a digit.
+        ":lo": range.from ? runSortKey(range.from, 1) : "RUN#",
+        ":hi": range.through ? runSortKey(range.through, MAX_ATTEMPT) : "RUN#~",
+        ...statusValues,
+      },
     },
     page,
     decodeRun,

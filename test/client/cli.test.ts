@@ -346,6 +346,58 @@ describe("runs and dead letters", () => {
   });
 });
 
+describe("searching run history", () => {
+  it("runs list --status --from --to filters on the server; a bad filter is refused", async () => {
+    const job = await json<Job>("jobs", "create", "--type", "noop", "--every", "PT1S");
+    let succeeded: Run[] = [];
+    for (let tries = 0; tries < 100 && succeeded.length < 2; tries++) {
+      await new Promise((done) => setTimeout(done, 200));
+      succeeded = await json<Run[]>(
+        "runs",
+        "list",
+        job.id,
+        "--status",
+        "succeeded",
+        "--limit",
+        "2",
+      );
+    }
+    expect(succeeded.map((run) => run.status)).toEqual(["succeeded", "succeeded"]);
+    const past = await json<Run[]>("runs", "list", job.id, "--to", "now", "--limit", "2");
+    const after = Date.now();
+    expect(past).toHaveLength(2);
+    for (const run of past) expect(Date.parse(run.scheduledFor)).toBeLessThan(after);
+    const [newest, older] = succeeded;
+    const between = await json<Run[]>(
+      ...["runs", "list", job.id, "--status", "succeeded,failed"],
+      ...["--from", older?.scheduledFor ?? "", "--to", newest?.scheduledFor ?? ""],
+    );
+    expect(between.map((run) => run.runId)).toEqual([older?.runId]);
+    const usage = await cli(["runs", "list", job.id, "--status", "succeeded,finished"]);
+    expect(usage.code).toBe(EXIT.usage);
+    expect(usage.err).toMatch(/"finished" is not a run status/);
+    const invalid = await failing(EXIT.invalid, "runs", "list", job.id, "--from", "yesterday");
+    expect(invalid.field).toBe("from");
+    expect((await cli(["jobs", "cancel", job.id])).code).toBe(EXIT.ok);
+  });
+
+  it("schedules preview --from: a DST night months ahead, of a schedule and of a job", async () => {
+    const schedule = ["--cron", "30 2 * * *", "--timezone", "Europe/Berlin"];
+    const from = ["--from", "2030-03-30T12:00:00Z", "--count", "2"];
+    const expected = [
+      { utc: "2030-03-31T01:30:00.000Z", local: "2030-03-31T03:30:00.000+02:00" },
+      { utc: "2030-04-01T00:30:00.000Z", local: "2030-04-01T02:30:00.000+02:00" },
+    ];
+    const checked = await json<Preview>("schedules", "preview", ...schedule, ...from);
+    expect(checked.occurrences).toEqual(expected);
+    const job = await json<Job>("jobs", "create", "--type", "noop", ...schedule);
+    const ofJob = await json<Preview>("schedules", "preview", "--job", job.id, ...from);
+    expect(ofJob.occurrences).toEqual(expected);
+    const invalid = await failing(EXIT.invalid, "schedules", "preview", ...schedule, "--from", "x");
+    expect(invalid.field).toBe("from");
+  });
+});
+
 describe("schedules and the webhook secret", () => {
   it("schedules preview: a table in the schedule's own zone, JSON, a job's, and errors", async () => {
     const args = [

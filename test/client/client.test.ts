@@ -152,6 +152,52 @@ describe("a job handle", () => {
     await handle.cancel();
   });
 
+  it("runs() filters by status and occurrence range on the server", async () => {
+    // Every second, with a minute of lookahead: queued runs lie ahead of the finished ones.
+    const handle = await client.jobs.create({ type: "noop", schedule: { every: "PT1S" } });
+    const firstOf = async (options: Parameters<typeof handle.runs>[0]) => {
+      const runs: Run[] = [];
+      for await (const run of handle.runs(options)) if (runs.push(run) >= 3) break;
+      return runs;
+    };
+    let succeeded: Run[] = [];
+    for (let tries = 0; tries < 100 && succeeded.length < 3; tries++) {
+      await sleep(200);
+      succeeded = await firstOf({ status: "succeeded", pageSize: 3 });
+    }
+    expect(succeeded.map((run) => run.status)).toEqual(["succeeded", "succeeded", "succeeded"]);
+    const now = new Date();
+    const past = await firstOf({ to: now, pageSize: 2 });
+    expect(past).toHaveLength(3);
+    for (const run of past) expect(Date.parse(run.scheduledFor)).toBeLessThan(now.getTime());
+    const queued = await firstOf({ status: ["queued"], from: now });
+    for (const run of queued) {
+      expect(run.status).toBe("queued");
+      expect(Date.parse(run.scheduledFor)).toBeGreaterThanOrEqual(now.getTime());
+    }
+    const range = { from: succeeded[2]?.scheduledFor ?? "", to: succeeded[0]?.scheduledFor ?? "" };
+    const between = await firstOf({ status: ["succeeded", "failed"], ...range });
+    expect(between.map((run) => run.runId)).toEqual([succeeded[1]?.runId, succeeded[2]?.runId]);
+    const error = await caught(firstOf({ from: "yesterday" }));
+    expect(isSchedulerApiError(error, "validation_failed") && error.field).toBe("from");
+    await handle.cancel();
+  });
+
+  it("preview from an instant: a DST night months ahead", async () => {
+    // Berlin springs forward on 2030-03-31; 02:30 does not exist that night.
+    const schedule = { cron: "30 2 * * *", timezone: "Europe/Berlin" };
+    const handle = await client.jobs.create({ type: "noop", schedule });
+    const from = new Date("2030-03-30T12:00:00Z");
+    const ofJob = await handle.preview(2, from);
+    const checked = await client.schedules.preview(schedule, 2, "2030-03-30T13:00:00+01:00");
+    for (const preview of [ofJob, checked])
+      expect(preview.occurrences).toEqual([
+        { utc: "2030-03-31T01:30:00.000Z", local: "2030-03-31T03:30:00.000+02:00" },
+        { utc: "2030-04-01T00:30:00.000Z", local: "2030-04-01T02:30:00.000+02:00" },
+      ]);
+    await handle.cancel();
+  });
+
   it("preview gives the job's next occurrences in its zone", async () => {
     const handle = await client.jobs.create({
       type: "noop",

@@ -1,6 +1,6 @@
 /** A schedule's next occurrences: the preview request, its query and its answer. */
 import { z } from "@hono/zod-openapi";
-import { LIMITS } from "./common.js";
+import { instant, LIMITS } from "./common.js";
 import { ScheduleSchema } from "./schedule.js";
 
 const previewCount = z.coerce
@@ -10,16 +10,25 @@ const previewCount = z.coerce
   .max(LIMITS.previewCount.max)
   .openapi({ description: "How many occurrences; default 5.", example: 5 });
 
+const previewFrom = instant(
+  "Occurrences at or after this instant (to the second); default now. A DST night months ahead can be checked.",
+  "2030-03-31T00:00:00Z",
+);
+
 export const PreviewRequestSchema = z
   .strictObject({
     schedule: ScheduleSchema,
     count: z.number().int().min(1).max(LIMITS.previewCount.max).optional(),
+    from: previewFrom.optional(),
   })
   .openapi("PreviewRequest", {
     example: { schedule: { cron: "0 9 * * 1-5", timezone: "Europe/Berlin" }, count: 5 },
   });
 
-export const PreviewQuery = z.strictObject({ count: previewCount.optional() });
+export const PreviewQuery = z.strictObject({
+  count: previewCount.optional(),
+  from: previewFrom.optional(),
+});
 
 export const PreviewSchema = z
   .strictObject({

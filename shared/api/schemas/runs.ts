@@ -1,6 +1,6 @@
 /** A run as returned, and the parameters that name one (under its job, or as a dead letter). */
 import { z } from "@hono/zod-openapi";
-import { Priority, RUN_STATUSES } from "./common.js";
+import { cursor, instant, Priority, pageLimit, RUN_STATUSES } from "./common.js";
 
 export const RunParams = z.object({
   id: z
@@ -59,3 +59,24 @@ export type RunDto = z.infer<typeof RunSchema>;
 export const RunPageSchema = z
   .strictObject({ items: z.array(RunSchema), nextCursor: z.string().nullable() })
   .openapi("RunPage");
+
+export const RunsQuery = z.strictObject({
+  limit: pageLimit,
+  cursor,
+  status: z
+    .string()
+    .max(200)
+    .optional()
+    .openapi({
+      description: `Only runs in any of these statuses, separated by commas: ${RUN_STATUSES.join(", ")}. A filter of only running, succeeded, failed and dead reads no occurrence after now.`,
+      example: "succeeded,failed",
+    }),
+  from: instant(
+    "Only occurrences at or after this instant (scheduledFor, inclusive).",
+    "2030-01-15T08:00:00Z",
+  ).optional(),
+  to: instant(
+    "Only occurrences before this instant (scheduledFor, exclusive); after from.",
+    "2030-01-15T09:00:00Z",
+  ).optional(),
+});
