@@ -97,12 +97,16 @@ export const api = {
           : client.POST("/jobs/{id}/cancel", { params: job(id) }),
     ),
   trigger: (id: string) => answer(client.POST("/jobs/{id}/trigger", { params: job(id) })),
-  listRuns: (id: string, query: { cursor?: string; limit?: number }) =>
+  listRuns: (id: string, query: { cursor?: string; limit?: number; status?: string }) =>
     answer(
       client.GET("/jobs/{id}/runs", {
         params: {
           ...job(id),
-          query: { ...(query.cursor ? { cursor: query.cursor } : {}), limit: query.limit },
+          query: {
+            ...(query.cursor ? { cursor: query.cursor } : {}),
+            ...(query.status ? { status: query.status } : {}),
+            limit: query.limit,
+          },
         },
       }),
     ),

@@ -362,23 +362,39 @@ function ChangeList({ title, changes }: { title: string; changes: EditJob }) {
   );
 }
 
-/** The job's runs, newest occurrence first, refreshed every two seconds; filtered by status. */
+/**
+ * The job's runs, newest occurrence first, refreshed every two seconds;
+ * filtered by status on the server, so a job's queued future runs do not push
+ * its finished ones off the page.
+ */
 function RunsTimeline({ id, zone }: { id: string; zone: string }) {
   const [hidden, setHidden] = useState<ReadonlySet<string>>(new Set());
-  const [older, setOlder] = useState<{ items: Run[]; cursor: string | null }>({
-    items: [],
-    cursor: null,
-  });
-  const { data, error } = usePoll(() => api.listRuns(id, { limit: 50 }), 2000, [id]);
+  const shownStatuses = RUN_STATUSES.filter((status) => !hidden.has(status));
+  const status = hidden.size === 0 ? undefined : shownStatuses.join(",");
+  const [older, setOlder] = useState<{
+    status: string | undefined;
+    items: Run[];
+    cursor: string | null;
+  }>({ status: undefined, items: [], cursor: null });
+  const { data, error } = usePoll(
+    () =>
+      shownStatuses.length === 0
+        ? Promise.resolve({ items: [], nextCursor: null })
+        : api.listRuns(id, { limit: 50, ...(status ? { status } : {}) }),
+    2000,
+    [id, status],
+  );
+  // Older pages belong to the filter they were loaded under.
+  const olderHere = older.status === status ? older : { status, items: [], cursor: null };
   const newest = new Set(data?.items.map((run) => run.runId));
-  const runs = [...(data?.items ?? []), ...older.items.filter((run) => !newest.has(run.runId))];
+  const runs = [...(data?.items ?? []), ...olderHere.items.filter((run) => !newest.has(run.runId))];
   const shown = runs.filter((run) => !hidden.has(run.status));
-  const cursor = older.cursor ?? data?.nextCursor ?? null;
+  const cursor = olderHere.cursor ?? data?.nextCursor ?? null;
   const loadOlder = async () => {
     if (cursor === null) return;
     try {
-      const page = await api.listRuns(id, { limit: 50, cursor });
-      setOlder({ items: [...older.items, ...page.items], cursor: page.nextCursor });
+      const page = await api.listRuns(id, { limit: 50, cursor, ...(status ? { status } : {}) });
+      setOlder({ status, items: [...olderHere.items, ...page.items], cursor: page.nextCursor });
     } catch (caught) {
       announce(messageOf(caught));
     }
