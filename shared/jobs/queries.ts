@@ -90,7 +90,7 @@ const STARTED_STATUSES: ReadonlySet<RunStatus> = new Set([
 
 /** A status filter drops items DynamoDB has read; a few more reads fill the page. */
 const MAX_READS_PER_PAGE = 10;
-/** Each filtered read asks for twice the items of the one before, up to this many. */
+/** The most items one filtered read asks for. */
 const MAX_ITEMS_PER_READ = 1000;
 
 function runRangeOf(engine: Engine, filter: RunFilter): RunRange {
@@ -125,9 +125,12 @@ export async function listRuns(
   const cursorOf = (key: Record<string, unknown> | undefined) =>
     encodeCursor(key && { ...key, ...(options.binding ? { filter: options.binding } : {}) });
   const items: Run[] = [];
-  let readLimit = options.limit;
   for (let read = 0; read < MAX_READS_PER_PAGE; read++) {
     const wanted = options.limit - items.length;
+    // Unfiltered, every item read is kept. Filtered, each read asks for twice as many items per
+    // run still wanted as the one before: a common status fills the page in two reads, a rare
+    // one reaches deep into the partition in a few.
+    const readLimit = Math.min(MAX_ITEMS_PER_READ, wanted * 2 ** read);
     const page = await runsOfJob(engine, jobId, { limit: readLimit, startKey }, range);
     if (page.items.length >= wanted) {
       const kept = page.items.slice(0, wanted);
@@ -142,7 +145,6 @@ export async function listRuns(
     items.push(...page.items);
     startKey = page.lastKey;
     if (startKey === undefined) break;
-    if (range.statuses?.length) readLimit = Math.min(MAX_ITEMS_PER_READ, readLimit * 2);
   }
   return { items, nextCursor: cursorOf(startKey) };
 }
