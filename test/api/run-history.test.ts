@@ -158,6 +158,13 @@ describe("GET /jobs/{id}/runs, a job that fires every second", () => {
     ]);
   });
 
+  it("finished statuses from a future instant: nothing, since no run started there", async () => {
+    const future = await page(`status=succeeded,failed&from=${at(120)}`);
+    expect(future).toEqual({ items: [], nextCursor: null });
+    const queued = await page(`status=queued&from=${at(120)}&limit=3`);
+    expect(times(queued.items)).toHaveLength(3);
+  });
+
   it("a cursor is bound to its filters: reused with others it is a 400 naming cursor", async () => {
     const succeeded = await page("status=succeeded&limit=5");
     const unfiltered = await page("limit=5");
