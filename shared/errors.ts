@@ -22,7 +22,7 @@ export interface ErrorContexts {
   readonly illegal_transition: { readonly action: string; readonly status: string };
   /** A create found its idempotency key taken; the create reads the earlier request's record. */
   readonly idempotency_key_taken: { readonly key: string };
-  /** The same idempotency key was used with a different request body (HTTP 409). */
+  /** The same idempotency key was used with a different request body, or its job was deleted (HTTP 409). */
   readonly idempotency_conflict: { readonly key: string };
   /** A dead-letter replay of a run that is not dead, or was replayed already (HTTP 409). */
   readonly not_replayable: { readonly runId: string; readonly why: string };
@@ -56,8 +56,8 @@ export class SchedulerError<Code extends SchedulerErrorCode = SchedulerErrorCode
 }
 
 export class JobNotFoundError extends SchedulerError<"job_not_found"> {
-  constructor(jobId: string) {
-    super("job_not_found", `job ${jobId} not found`, { jobId });
+  constructor(jobId: string, options?: ErrorOptions) {
+    super("job_not_found", `job ${jobId} not found`, { jobId }, options);
   }
 }
 
@@ -86,12 +86,8 @@ export class IllegalTransitionError extends SchedulerError<"illegal_transition">
 }
 
 export class IdempotencyConflictError extends SchedulerError<"idempotency_conflict"> {
-  constructor(key: string) {
-    super(
-      "idempotency_conflict",
-      `idempotency key "${key}" was already used with a different request`,
-      { key },
-    );
+  constructor(key: string, why = "was already used with a different request") {
+    super("idempotency_conflict", `idempotency key "${key}" ${why}`, { key });
   }
 }
 

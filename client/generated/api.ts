@@ -87,7 +87,8 @@ export interface paths {
         get: operations["getJob"];
         put?: never;
         post?: never;
-        delete?: never;
+        /** Cancel the job and remove it; its run history stays until it expires */
+        delete: operations["deleteJob"];
         options?: never;
         head?: never;
         /** Change a job at the version the caller last saw */
@@ -169,7 +170,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A job's runs, newest occurrence first; by status and occurrence range */
+        /** A job's runs, newest occurrence first; by status and occurrence range (a deleted job's too, until they expire) */
         get: operations["listRuns"];
         put?: never;
         post?: never;
@@ -903,6 +904,53 @@ export interface operations {
             };
             /** @description No such job or run for this tenant */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    deleteJob: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted; a repeat is a 404, as for any job that does not exist */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Missing or unknown credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description No such job or run for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Contention on the job; retry after Retry-After seconds */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };

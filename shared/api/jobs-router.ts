@@ -2,6 +2,7 @@ import { createRoute } from "@hono/zod-openapi";
 import {
   cancelJob,
   createJob,
+  deleteJob,
   editJob,
   pauseJob,
   requestHash,
@@ -87,6 +88,20 @@ const lifecycle = [
   [lifecycleRoute("cancel", "Stop for good; queued runs are cancelled"), cancelJob],
 ] as const;
 
+const deleteJobRoute = createRoute({
+  method: "delete",
+  path: "/jobs/{id}",
+  operationId: "deleteJob",
+  tags: ["jobs"],
+  summary: "Cancel the job and remove it; its run history stays until it expires",
+  security: secured,
+  request: { params: JobIdParams },
+  responses: {
+    204: { description: "Deleted; a repeat is a 404, as for any job that does not exist" },
+    ...errors(401, 404, 503),
+  },
+});
+
 const triggerJobRoute = createRoute({
   method: "post",
   path: "/jobs/{id}/trigger",
@@ -101,7 +116,7 @@ const triggerJobRoute = createRoute({
   },
 });
 
-/** The caller's jobs: create, list, read, edit, pause, resume, cancel, trigger. */
+/** The caller's jobs: create, list, read, edit, pause, resume, cancel, delete, trigger. */
 export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
   const createJobRoute = createRoute({
     method: "post",
@@ -213,6 +228,13 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
       return c.json(jobDto(job), 200);
     });
   }
+
+  router.openapi(deleteJobRoute, async (c) => {
+    const { id } = c.req.valid("param");
+    await jobOf(engine, c, id);
+    await deleteJob(engine, tenantOf(c), id);
+    return c.body(null, 204);
+  });
 
   router.openapi(triggerJobRoute, async (c) => {
     const { id } = c.req.valid("param");

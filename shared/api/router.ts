@@ -2,7 +2,7 @@ import { OpenAPIHono, type z } from "@hono/zod-openapi";
 import type { Context, MiddlewareHandler } from "hono";
 import type { Engine } from "../engine.js";
 import type { JobTypeCatalog } from "../job-types/registry.js";
-import { getTenantJob } from "../jobs/queries.js";
+import { assertTenantHistory, getTenantJob } from "../jobs/queries.js";
 import { JOB_ID_PATTERN } from "../keys.js";
 import type { Job } from "../model.js";
 import { etagOf, notFound } from "./errors.js";
@@ -38,9 +38,18 @@ export const tenantOf = (c: Context<ApiEnv>) => c.get("tenantId");
 
 /** The caller's job `id`, or 404: another tenant's job is not found either. */
 export function jobOf(engine: Engine, c: Context<ApiEnv>, id: string): Promise<Job> {
-  // An id no job can have must not reach a storage key.
+  return getTenantJob(engine, tenantOf(c), checkedJobId(id));
+}
+
+/** Checks the caller may read job `id`'s runs: its job, or a deleted one whose runs are its; else 404. */
+export function historyOf(engine: Engine, c: Context<ApiEnv>, id: string): Promise<void> {
+  return assertTenantHistory(engine, tenantOf(c), checkedJobId(id));
+}
+
+/** An id no job can have must not reach a storage key. */
+function checkedJobId(id: string): string {
   if (!JOB_ID_PATTERN.test(id)) throw notFound(`job ${id.slice(0, 64)} not found`);
-  return getTenantJob(engine, tenantOf(c), id);
+  return id;
 }
 
 export function setJobHeaders(c: Context<ApiEnv>, job: Job): void {

@@ -4,7 +4,15 @@ import { runDto } from "./dto.js";
 import { notFound } from "./errors.js";
 import { runsPage } from "./pages.js";
 import { runFilterFrom } from "./query-params.js";
-import { errors, jobOf, json, newRouter, type RouterDeps, secured, tenantOf } from "./router.js";
+import {
+  errors,
+  historyOf,
+  json,
+  newRouter,
+  type RouterDeps,
+  secured,
+  tenantOf,
+} from "./router.js";
 import { LIMITS } from "./schemas/common.js";
 import { JobIdParams } from "./schemas/jobs.js";
 import { RunPageSchema, RunParams, RunSchema, RunsQuery } from "./schemas/runs.js";
@@ -14,7 +22,8 @@ const listRuns = createRoute({
   path: "/jobs/{id}/runs",
   operationId: "listRuns",
   tags: ["runs"],
-  summary: "A job's runs, newest occurrence first; by status and occurrence range",
+  summary:
+    "A job's runs, newest occurrence first; by status and occurrence range (a deleted job's too, until they expire)",
   security: secured,
   request: { params: JobIdParams, query: RunsQuery },
   responses: { 200: json(RunPageSchema, "One page"), ...errors(400, 401, 404) },
@@ -39,7 +48,7 @@ export function runsRouter({ engine }: RouterDeps) {
     const { id } = c.req.valid("param");
     const query = c.req.valid("query");
     const { filter, binding } = runFilterFrom(query);
-    await jobOf(engine, c, id);
+    await historyOf(engine, c, id);
     const page = await runsPage(engine, id, {
       limit: query.limit ?? LIMITS.pageSize.default,
       filter,

@@ -1,5 +1,5 @@
 import type { Engine } from "../engine.js";
-import { ConcurrentUpdateError } from "../errors.js";
+import { ConcurrentUpdateError, JobNotFoundError } from "../errors.js";
 import { parseRunId } from "../keys.js";
 import type { Job } from "../model.js";
 import { decideOverlap, type OverlapDecision } from "../policies.js";
@@ -11,7 +11,8 @@ import { getJob, getRun } from "../storage/run-reads.js";
  * are live (job.activeRuns). Admissions of one job are serialised by the
  * job's activeRevision, so two runs starting at once cannot both see a free
  * slot. Lapsed entries are dropped on the way, which is why a crashed run
- * blocks its job for one lease at most.
+ * blocks its job for one lease at most. A job deleted meanwhile is
+ * `JobNotFoundError`.
  */
 type Admission = { readonly decision: OverlapDecision; readonly job: Job };
 
@@ -66,7 +67,7 @@ export async function admitRun(
     } catch (error) {
       if (!(error instanceof ConcurrentUpdateError)) throw error;
       const fresh = await getJob(engine, job.jobId);
-      if (fresh === null) throw error;
+      if (fresh === null) throw new JobNotFoundError(job.jobId, { cause: error });
       job = fresh;
     }
   }

@@ -1,6 +1,6 @@
 import { sleep } from "../clock.js";
 import type { Engine } from "../engine.js";
-import { FenceLostError } from "../errors.js";
+import { FenceLostError, JobNotFoundError } from "../errors.js";
 import { parseRunId } from "../keys.js";
 import type { Job, Run, RunMessage } from "../model.js";
 import { METRICS } from "../observability.js";
@@ -130,7 +130,14 @@ async function runAdmitted(
       job,
       run.runId,
       new Date(run.leaseUntil ?? engine.clock()),
-    );
+    ).catch((error: unknown) => {
+      if (!(error instanceof JobNotFoundError)) throw error;
+      return null;
+    });
+    if (admission === null) {
+      await endForDeletedJob(engine, run, { ran: false, reason: "job deleted" });
+      return "ack";
+    }
     const decision = admission.decision;
     if (decision.action === "skip") {
       await finishRun(
@@ -214,19 +221,30 @@ async function runAdmitted(
       report("DEAD", outcome.error);
     } else {
       const retry = nextAttempt(engine, job, run, decision.nextAttempt, decision.dueAt, now);
-      await finishRun(
-        engine,
-        run,
-        {
-          status: "FAILED",
-          error: outcome.error,
+      try {
+        await finishRun(
+          engine,
+          run,
+          {
+            status: "FAILED",
+            error: outcome.error,
+            ran: true,
+            tracked,
+            retry: retry.ending,
+            executedVersion,
+          },
+          now,
+        );
+      } catch (error) {
+        if (!(error instanceof JobNotFoundError)) throw error;
+        await endForDeletedJob(engine, run, {
           ran: true,
-          tracked,
-          retry: retry.ending,
+          reason: "job deleted while the run ran; no retry",
+          error: outcome.error,
           executedVersion,
-        },
-        now,
-      );
+        });
+        return "ack";
+      }
       report("FAILED", outcome.error);
       if (retry.queued) await resend(engine, runMessageOf(retry.queued), decision.dueAt);
     }
@@ -234,6 +252,19 @@ async function runAdmitted(
   if (tracked && job.policies.overlap === "buffer_one")
     await wakeBuffered(engine, job.jobId, run.runId);
   return "ack";
+}
+
+/**
+ * Ends a started run whose job was deleted: CANCELLED, with no next attempt
+ * and no write of the job (its item is gone).
+ */
+async function endForDeletedJob(
+  engine: Engine,
+  run: Run,
+  ending: { ran: boolean; reason: string; error?: string; executedVersion?: number },
+): Promise<void> {
+  await finishRun(engine, run, { status: "CANCELLED", tracked: false, ...ending }, engine.clock());
+  engine.obs.log.info("run of a deleted job cancelled", { jobId: run.jobId, runId: run.runId });
 }
 
 async function resend(engine: Engine, message: RunMessage, dueAt: Date): Promise<void> {

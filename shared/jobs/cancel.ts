@@ -15,16 +15,30 @@ import { withJob } from "./with-job.js";
  * queued runs are cancelled (see `cancelQueuedRuns`). A repeat also finishes
  * what a cancel that died after its commit left queued.
  */
-export async function cancelJob(engine: Engine, tenantId: string, jobId: string): Promise<Job> {
+export function cancelJob(engine: Engine, tenantId: string, jobId: string): Promise<Job> {
+  return endJob(engine, tenantId, jobId, "cancel");
+}
+
+/**
+ * Ends a job for good: a job that has not ended is cancelled as `cancelJob`
+ * does; a COMPLETED one stays so for `delete` (a cancel of it is refused).
+ * Either way the job's queued runs end CANCELLED, so a repeat finishes what an
+ * earlier call that died after its commit left queued.
+ */
+export async function endJob(
+  engine: Engine,
+  tenantId: string,
+  jobId: string,
+  action: "cancel" | "delete",
+): Promise<Job> {
   const { job, parked } = await withJob<{ job: Job; parked: string[] }>(
     engine,
     tenantId,
     jobId,
     (current, now) => {
-      if (current.status === "CANCELLED")
+      if (current.status === "CANCELLED" || (current.status === "COMPLETED" && action === "delete"))
         return { done: { job: current, parked: Object.keys(current.parkedRuns) } };
-      if (current.status === "COMPLETED")
-        throw new IllegalTransitionError("cancel", current.status);
+      if (current.status === "COMPLETED") throw new IllegalTransitionError(action, current.status);
       return {
         write: async () => ({
           job: await writeCancelledJob(engine, current, now),

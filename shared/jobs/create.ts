@@ -3,7 +3,7 @@ import { claimBeforeCreate } from "../dispatch/claim.js";
 import { dispatchAfterCommit, sendClaimed } from "../dispatch/fast-path.js";
 import { fastPathHorizonEnd } from "../dispatch/fast-path-window.js";
 import type { Engine } from "../engine.js";
-import { IdempotencyConflictError, IdempotencyKeyTakenError } from "../errors.js";
+import { IdempotencyConflictError, IdempotencyKeyTakenError, JobNotFoundError } from "../errors.js";
 import { newJobId } from "../keys.js";
 import type { Job } from "../model.js";
 import { firstOccurrence, normalizeSchedule } from "../schedule/index.js";
@@ -132,5 +132,11 @@ async function idempotentReplay(
   const record = await readIdempotencyRecord(engine, tenantId, idem.key);
   if (!record) return null;
   if (record.requestHash !== idem.requestHash) throw new IdempotencyConflictError(idem.key);
-  return getTenantJob(engine, tenantId, record.jobId);
+  try {
+    return await getTenantJob(engine, tenantId, record.jobId);
+  } catch (error) {
+    if (!(error instanceof JobNotFoundError)) throw error;
+    // The record outlives a deleted job: the key's one result is gone, and is not made again.
+    throw new IdempotencyConflictError(idem.key, `created job ${record.jobId}, which was deleted`);
+  }
 }

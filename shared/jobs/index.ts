@@ -1,6 +1,7 @@
 /** What can be done to a job: one module per operation. */
 export { cancelJob } from "./cancel.js";
 export { createJob, type NewJob, requestHash } from "./create.js";
+export { deleteJob } from "./delete.js";
 export { editJob, type JobChanges } from "./edit.js";
 export { pauseJob } from "./pause.js";
 export { replayDeadLetter } from "./replay.js";

@@ -22,6 +22,26 @@ export async function getTenantJob(engine: Engine, tenantId: string, jobId: stri
   return job;
 }
 
+/**
+ * Checks that the tenant may read job `jobId`'s run history: the job is
+ * theirs, or it was deleted and its remaining runs (one read of one) are
+ * theirs. A deleted job's history answers until its runs expire; another
+ * tenant's, or a job with neither item nor runs, is not found.
+ */
+export async function assertTenantHistory(
+  engine: Engine,
+  tenantId: string,
+  jobId: string,
+): Promise<void> {
+  const job = await getJob(engine, jobId);
+  if (job !== null) {
+    if (job.tenantId !== tenantId) throw new JobNotFoundError(jobId);
+    return;
+  }
+  const [anyRun] = (await runsOfJob(engine, jobId, { limit: 1, startKey: undefined })).items;
+  if (anyRun?.tenantId !== tenantId) throw new JobNotFoundError(jobId);
+}
+
 export async function getTenantRun(engine: Engine, tenantId: string, runId: string): Promise<Run> {
   const ref = parseRunId(runId);
   if (ref === null) throw new RunNotFoundError(runId);

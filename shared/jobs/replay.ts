@@ -1,5 +1,5 @@
 import type { Engine } from "../engine.js";
-import { IllegalTransitionError, JobNotFoundError, NotReplayableError } from "../errors.js";
+import { IllegalTransitionError, NotReplayableError } from "../errors.js";
 import type { Run } from "../model.js";
 import { writeReplay } from "../storage/dead-letter-replay.js";
 import { getJob } from "../storage/run-reads.js";
@@ -22,7 +22,8 @@ export async function replayDeadLetter(
   if (dead.replayedBy)
     throw new NotReplayableError(runId, `it was already replayed as ${dead.replayedBy}`);
   const job = await getJob(engine, dead.jobId);
-  if (job === null) throw new JobNotFoundError(dead.jobId);
+  // A dead run outlives its job when the job is deleted: there is nothing to run it as.
+  if (job === null) throw new NotReplayableError(runId, "its job was deleted");
   if (job.status === "CANCELLED") throw new IllegalTransitionError("replay a run of", job.status);
   const { run, item, now } = runDueNow(engine, {
     jobId: dead.jobId,

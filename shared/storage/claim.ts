@@ -35,7 +35,7 @@ export type ClaimWriteResult =
   | { readonly outcome: "entry-gone" }
   /** The entry was rewritten under the same key (an edit kept the occurrence): as it is now. */
   | { readonly outcome: "entry-rewritten"; readonly entry: DueEntry }
-  /** The job no longer points at the entry, or is no longer active. */
+  /** The job no longer points at the entry, is no longer active, or (for a retry entry) is gone. */
   | { readonly outcome: "job-moved" }
   /** Occurrences handled already: runs past QUEUED, and outcomes on record (by scheduledFor). */
   | {
@@ -60,7 +60,7 @@ const skippedCondition = (scheduledFor: string): ClaimCondition => `skipped:${sc
  * lease's fence; delete the due entry (it must exist and still carry the job
  * version it was read with, which is what makes the claim exclusive and
  * current); advance the job (it must still point at this entry and be active)
- * and put its next entry; put the QUEUED runs and the SKIPPED records (they
+ * and put its next entry, or, for a retry entry, check that the job exists; put the QUEUED runs and the SKIPPED records (they
  * must not exist). A lost fence is thrown as `FenceLostError`; a failed
  * condition of another write that says nothing the claimer can act on is
  * thrown as the `ConditionsFailedError` naming it.
@@ -96,6 +96,19 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
       },
     },
   });
+  if (!advance) {
+    // A retry entry leaves the job alone, but a deleted job's leftover retry must not run.
+    writes.push({
+      name: "job",
+      write: {
+        ConditionCheck: {
+          TableName: tables.jobs,
+          Key: jobKey(entry.jobId),
+          ConditionExpression: "attribute_exists(pk)",
+        },
+      },
+    });
+  }
   if (advance) {
     const { next, completes } = advance;
     writes.push({

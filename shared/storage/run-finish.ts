@@ -1,5 +1,6 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
+import { JobNotFoundError } from "../errors.js";
 import type { DueEntry, Run, RunStatus, RunSummary } from "../model.js";
 import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
 import { deadLetterPk, encodeDueEntry, jobKey } from "./items.js";
@@ -53,7 +54,8 @@ const NOT_WRITTEN_YET = "attribute_not_exists(pk)";
  * Records how a run ended, conditioned on the run's fence: a worker that lost
  * the run writes nothing (FenceLostError). A failed run and its next attempt
  * are written in one transaction, so an attempt exists exactly when its
- * predecessor says FAILED. Any other ending is one write of the run, then one
+ * predecessor says FAILED; it is refused when the job is gone (deleted):
+ * `JobNotFoundError`, nothing written. Any other ending is one write of the run, then one
  * of the job (lastRun, activeRuns, completion): a transaction would bill both
  * twice. If the worker dies between the two, the message comes back and the
  * job's write is made then (`recordRunOnJob` with `repair`).
@@ -145,6 +147,9 @@ export async function finishRun(
     await writeTransaction(engine, "finish", writes);
   } catch (error) {
     if (error instanceof ConditionsFailedError && error.has("run")) throw fenceLost(run, error);
+    // The job's only condition here is that it exists: it was deleted while the run ran.
+    if (error instanceof ConditionsFailedError && error.has("job"))
+      throw new JobNotFoundError(run.jobId, { cause: error });
     throw error;
   }
   return finished;

@@ -77,7 +77,7 @@ describe("service endpoints and routing", () => {
     expect(onJobs.headers.get("allow")).toBe("GET, HEAD, POST");
     const onJob = await api.call("PUT", "/jobs/01ABC", { body: {} });
     expectError(onJob, 405);
-    expect(onJob.headers.get("allow")).toBe("GET, HEAD, PATCH");
+    expect(onJob.headers.get("allow")).toBe("DELETE, GET, HEAD, PATCH");
     expect((await api.call("GET", "/jobs/01ABC/pause")).headers.get("allow")).toBe("POST");
     expectError(await api.call("POST", "/health", { key: null }), 405);
   });
@@ -704,6 +704,83 @@ describe("pause, resume, cancel, trigger", () => {
     );
     expect(read).toMatchObject({ runId: run.runId, status: "succeeded", workerId: "w", fence: 1 });
     expect(read.durationMs).toBeGreaterThanOrEqual(0);
+  });
+});
+
+describe("DELETE /jobs/{id}", () => {
+  it("cancels and removes the job (204): not read, listed or changed after; its runs stay readable; a repeat is 404", async () => {
+    const created = await create(
+      laterJob({ schedule: { every: "PT1H", startAt: inMinutes(120) } }),
+    );
+    const path = `/jobs/${created.id}`;
+    const triggered = RunSchema.parse((await api.call("POST", `${path}/trigger`)).body);
+
+    const deleted = await api.call("DELETE", path);
+    expect(deleted.status, deleted.text).toBe(204);
+    expect(deleted.text).toBe("");
+
+    expectError(await api.call("GET", path), 404, { code: "not_found" });
+    const listed = JobPageSchema.parse((await api.call("GET", "/jobs?limit=100")).body);
+    expect(listed.items.map((j) => j.id)).not.toContain(created.id);
+    for (const action of ["pause", "resume", "cancel", "trigger"]) {
+      expectError(await api.call("POST", `${path}/${action}`), 404);
+    }
+    expectError(
+      await api.call("PATCH", path, { body: { name: "x" }, headers: { "If-Match": '"1"' } }),
+      404,
+    );
+    expectError(await api.call("GET", `${path}/preview`), 404);
+    // The history stays until it expires: the triggered run, cancelled by the delete.
+    const runs = RunPageSchema.parse((await api.call("GET", `${path}/runs`)).body);
+    expect(runs.items.map((r) => [r.runId, r.status])).toEqual([[triggered.runId, "cancelled"]]);
+    const run = RunSchema.parse((await api.call("GET", `${path}/runs/${triggered.runId}`)).body);
+    expect(run).toMatchObject({ status: "cancelled", reason: "job cancelled" });
+    expect(await api.fixture.dueEntries()).not.toContainEqual(
+      expect.objectContaining({ jobId: created.id }),
+    );
+
+    expectError(await api.call("DELETE", path), 404, { code: "not_found" });
+  });
+
+  it("a create repeating the idempotency key of a deleted job is a 409 naming why", async () => {
+    const body = laterJob();
+    const headers = { "Idempotency-Key": "deleted-later" };
+    const created = await create(body, headers);
+    expect((await api.call("DELETE", `/jobs/${created.id}`)).status).toBe(204);
+    const repeat = expectError(await api.call("POST", "/jobs", { body, headers }), 409, {
+      code: "idempotency_conflict",
+    });
+    expect(repeat.message).toContain(`created job ${created.id}, which was deleted`);
+  });
+
+  it("deletes a cancelled and a completed job alike; 404 for unknown and malformed ids", async () => {
+    const cancelled = await create(laterJob());
+    await api.call("POST", `/jobs/${cancelled.id}/cancel`);
+    expect((await api.call("DELETE", `/jobs/${cancelled.id}`)).status).toBe(204);
+    const done = await create({ type: "noop", schedule: { runAt: new Date().toISOString() } });
+    await runOnce(api, done.id);
+    expect(job(await api.call("GET", `/jobs/${done.id}`)).status).toBe("completed");
+    expect((await api.call("DELETE", `/jobs/${done.id}`)).status).toBe(204);
+    expectError(await api.call("GET", `/jobs/${done.id}`), 404);
+    expectError(await api.call("DELETE", "/jobs/01ZZZZZZZZZZZZZZZZZZZZZZZZ"), 404);
+    expectError(await api.call("DELETE", "/jobs/bad%20id"), 404);
+    expectError(await api.call("DELETE", `/jobs/${done.id}`, { key: null }), 401);
+  });
+
+  it("a dead letter of a deleted job stays listed and cannot be replayed: 409 naming why", async () => {
+    const { jobId } = await deadRunVia(api);
+    const dead = RunPageSchema.parse((await api.call("GET", "/dead-letters")).body).items.find(
+      (r) => r.jobId === jobId,
+    );
+    expect((await api.call("DELETE", `/jobs/${jobId}`)).status).toBe(204);
+    const listed = RunPageSchema.parse((await api.call("GET", "/dead-letters")).body);
+    expect(listed.items.map((r) => r.runId)).toContain(dead?.runId);
+    const refused = expectError(
+      await api.call("POST", `/dead-letters/${dead?.runId}/replay`),
+      409,
+      { code: "not_replayable" },
+    );
+    expect(refused.message).toMatch(/its job was deleted/);
   });
 });
 

@@ -100,6 +100,29 @@ describe("tenant B against tenant A's data", () => {
     }
   });
 
+  it("cannot delete A's job, nor read the history of A's deleted job", async () => {
+    expectError(await asB("DELETE", `/jobs/${jobA}`), 404);
+    const doomed = JobSchema.parse(
+      (await api.call("POST", "/jobs", { key: KEY_A, body: laterJob() })).body,
+    ).id;
+    const doomedRun = RunSchema.parse(
+      (await api.call("POST", `/jobs/${doomed}/trigger`, { key: KEY_A })).body,
+    ).runId;
+    expect((await api.call("DELETE", `/jobs/${doomed}`, { key: KEY_A })).status).toBe(204);
+    const ownHistory = RunPageSchema.parse(
+      (await api.call("GET", `/jobs/${doomed}/runs`, { key: KEY_A })).body,
+    );
+    expect(ownHistory.items.map((r) => r.runId)).toEqual([doomedRun]);
+    const missing = await asB("GET", "/jobs/01ZZZZZZZZZZZZZZZZZZZZZZZZ/runs");
+    const hidden = await asB("GET", `/jobs/${doomed}/runs`);
+    expectError(hidden, 404, { code: "not_found" });
+    expect(hidden.text.replaceAll(doomed, "ID")).toBe(
+      missing.text.replaceAll("01ZZZZZZZZZZZZZZZZZZZZZZZZ", "ID"),
+    );
+    expectError(await asB("GET", `/jobs/${doomed}/runs/${doomedRun}`), 404);
+    expectError(await asB("DELETE", `/jobs/${doomed}`), 404);
+  });
+
   it("cannot replay A's dead letters", async () => {
     expectError(await asB("POST", `/dead-letters/${deadRunA}/replay`), 404);
     const dead = RunPageSchema.parse((await api.call("GET", "/dead-letters", { key: KEY_A })).body);

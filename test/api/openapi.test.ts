@@ -53,6 +53,7 @@ describe("OpenAPI document", () => {
         "GET /jobs",
         "GET /jobs/{id}",
         "PATCH /jobs/{id}",
+        "DELETE /jobs/{id}",
         "POST /jobs/{id}/pause",
         "POST /jobs/{id}/resume",
         "POST /jobs/{id}/cancel",

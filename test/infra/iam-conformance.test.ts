@@ -363,7 +363,7 @@ afterAll(async () => {
 describe("each handler, driven through its AWS-calling paths", () => {
   const ids: Record<string, string> = {};
 
-  it("api: create (with a key, fast path), list, read, edit, preview, pause, resume, trigger, runs, cancel", async () => {
+  it("api: create (with a key, fast path), list, read, edit, preview, pause, resume, trigger, runs, cancel, delete", async () => {
     const created = await api("POST", "/jobs", {
       body: { type: "noop", schedule: { cron: "0 9 * * *", timezone: "Europe/Berlin" } },
       headers: { "idempotency-key": "conformance-1" },
@@ -405,6 +405,10 @@ describe("each handler, driven through its AWS-calling paths", () => {
     expect((await api("GET", `/jobs/${id}/runs/${runId}`)).status).toBe(200);
     expect((await api("POST", `/jobs/${id}/cancel`)).status).toBe(200);
     expect(new Set((await runsOf(id)).map((run) => run.status))).toEqual(new Set(["CANCELLED"]));
+    // Delete removes the job; its run history is still read, the tenant taken from the runs.
+    expect((await api("DELETE", `/jobs/${id}`)).status).toBe(204);
+    expect((await api("GET", `/jobs/${id}`)).status).toBe(404);
+    expect((await api("GET", `/jobs/${id}/runs`)).status).toBe(200);
 
     // Due at once: claimed by the writer (the fast path), one-off and recurring.
     const oneOff = await api("POST", "/jobs", {

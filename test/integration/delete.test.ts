@@ -1,0 +1,227 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { claimDueEntry } from "../../shared/dispatch/claim.js";
+import { JobNotFoundError, NotReplayableError } from "../../shared/errors.js";
+import { admitRun } from "../../shared/execution/admission.js";
+import { JobError } from "../../shared/execution/job-contract.js";
+import {
+  createJob,
+  deleteJob,
+  pauseJob,
+  replayDeadLetter,
+  triggerJob,
+} from "../../shared/jobs/index.js";
+import {
+  assertTenantHistory,
+  getTenantJob,
+  getTenantRun,
+  listJobs,
+  listRuns,
+} from "../../shared/jobs/queries.js";
+import type { Run } from "../../shared/model.js";
+import { startRun } from "../../shared/storage/run-start.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+
+const TENANT = "tenant-a";
+const OTHER = "tenant-b";
+const HOUR = 3_600_000;
+
+describe("deleting a job", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  const runsOf = async (jobId: string): Promise<Run[]> =>
+    (await f.runs()).filter((r) => r.jobId === jobId).sort((a, b) => a.attempt - b.attempt);
+  const jobItem = async (jobId: string) => (await f.jobs()).find((j) => j.jobId === jobId);
+
+  it("cancels the queued runs, removes the due entry and the job; the history stays for its tenant only", async () => {
+    const { job } = await createJob(f.engine, testJob({ schedule: { every: "PT30S" } }));
+    const queued = await runsOf(job.jobId);
+    expect(queued.length).toBeGreaterThan(5);
+
+    await deleteJob(f.engine, TENANT, job.jobId);
+
+    expect(await jobItem(job.jobId)).toBeUndefined();
+    expect((await f.dueEntries()).filter((d) => d.jobId === job.jobId)).toEqual([]);
+    const runs = await runsOf(job.jobId);
+    expect(runs).toHaveLength(queued.length);
+    expect(runs.every((r) => r.status === "CANCELLED" && r.reason === "job cancelled")).toBe(true);
+    await expect(getTenantJob(f.engine, TENANT, job.jobId)).rejects.toBeInstanceOf(
+      JobNotFoundError,
+    );
+    const listed = await listJobs(f.engine, TENANT, { limit: 100 });
+    expect(listed.items.map((j) => j.jobId)).not.toContain(job.jobId);
+    // The run history answers its tenant, and only its tenant.
+    await assertTenantHistory(f.engine, TENANT, job.jobId);
+    await expect(assertTenantHistory(f.engine, OTHER, job.jobId)).rejects.toBeInstanceOf(
+      JobNotFoundError,
+    );
+    const page = await listRuns(f.engine, job.jobId, { limit: 100 });
+    expect(page.items).toHaveLength(queued.length);
+    const first = runs[0];
+    if (!first) throw new Error("no run");
+    expect((await getTenantRun(f.engine, TENANT, first.runId)).status).toBe("CANCELLED");
+    // A repeat finds nothing to delete; so do a trigger and another tenant.
+    await expect(deleteJob(f.engine, TENANT, job.jobId)).rejects.toBeInstanceOf(JobNotFoundError);
+    await expect(triggerJob(f.engine, TENANT, job.jobId)).rejects.toBeInstanceOf(JobNotFoundError);
+  });
+
+  it("another tenant cannot delete the job; a job with neither item nor runs has no history", async () => {
+    const { job } = await createJob(f.engine, testJob({ schedule: { every: "PT1H" } }));
+    await expect(deleteJob(f.engine, OTHER, job.jobId)).rejects.toBeInstanceOf(JobNotFoundError);
+    expect((await jobItem(job.jobId))?.status).toBe("ACTIVE");
+    await expect(assertTenantHistory(f.engine, OTHER, job.jobId)).rejects.toBeInstanceOf(
+      JobNotFoundError,
+    );
+    await expect(
+      assertTenantHistory(f.engine, TENANT, "01JZZZZZZZZZZZZZZZZZZZZZZZ"),
+    ).rejects.toBeInstanceOf(JobNotFoundError);
+  });
+
+  it("deletes a completed job as it is, and a paused one with its parked runs cancelled", async () => {
+    const { job: done } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: new Date().toISOString() } }),
+    );
+    const delivered = await f.nextDelivery(f.engine.queues.normal, done.jobId, 15_000);
+    await f.process(f.workerDeps("w"), delivered);
+    expect((await jobItem(done.jobId))?.status).toBe("COMPLETED");
+    await deleteJob(f.engine, TENANT, done.jobId);
+    expect(await jobItem(done.jobId)).toBeUndefined();
+    expect((await runsOf(done.jobId)).map((r) => r.status)).toEqual(["SUCCEEDED"]);
+
+    const { job: paused } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: new Date().toISOString() } }),
+    );
+    await pauseJob(f.engine, TENANT, paused.jobId);
+    const parkedDelivery = await f.nextDelivery(f.engine.queues.normal, paused.jobId, 15_000);
+    await f.process(f.workerDeps("w"), parkedDelivery);
+    expect(Object.keys((await jobItem(paused.jobId))?.parkedRuns ?? {})).toHaveLength(1);
+    await deleteJob(f.engine, TENANT, paused.jobId);
+    expect(await jobItem(paused.jobId)).toBeUndefined();
+    expect((await runsOf(paused.jobId)).map((r) => [r.status, r.reason])).toEqual([
+      ["CANCELLED", "job cancelled"],
+    ]);
+  }, 40_000);
+
+  it("a run RUNNING at the delete that then fails ends CANCELLED with its error: no retry, no job written, acknowledged", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "deletes-its-job",
+        schedule: { runAt: new Date().toISOString() },
+        policies: {
+          ...testJob().policies,
+          retry: { maxAttempts: 3, initialDelayMs: 1000, maxDelayMs: 1000 },
+        },
+      }),
+    );
+    const deps = f.workerDeps("w", {
+      "deletes-its-job": async (ctx) => {
+        await deleteJob(f.engine, TENANT, ctx.jobId);
+        throw new JobError("failed after its job was deleted", { retryable: true });
+      },
+    });
+    const delivered = await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000);
+
+    expect(await f.process(deps, delivered)).toBe("ack");
+
+    const runs = await runsOf(job.jobId);
+    expect(runs.map((r) => [r.attempt, r.status, r.reason, r.error])).toEqual([
+      [
+        1,
+        "CANCELLED",
+        "job deleted while the run ran; no retry",
+        "failed after its job was deleted",
+      ],
+    ]);
+    expect(await jobItem(job.jobId)).toBeUndefined();
+    expect((await f.dueEntries()).filter((d) => d.jobId === job.jobId)).toEqual([]);
+  }, 30_000);
+
+  it("a recurring run RUNNING at the delete finishes SUCCEEDED and does not bring the job back", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ type: "deletes-its-job", schedule: { every: "PT1H" } }),
+    );
+    const deps = f.workerDeps("w", {
+      "deletes-its-job": async (ctx) => {
+        await deleteJob(f.engine, TENANT, ctx.jobId);
+      },
+    });
+    const delivered = await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000);
+    expect(await f.process(deps, delivered)).toBe("ack");
+    expect((await runsOf(job.jobId)).map((r) => r.status)).toEqual(["SUCCEEDED"]);
+    expect(await jobItem(job.jobId)).toBeUndefined();
+  }, 30_000);
+
+  it("an admission that finds the job deleted since the worker read it is JobNotFoundError", async () => {
+    const { job } = await createJob(f.engine, testJob({ schedule: { every: "PT1H" } }));
+    const delivered = await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000);
+    const started = await startRun(f.engine, delivered.message, "w", f.engine.clock());
+    if (started.kind !== "started") throw new Error(`not started: ${started.kind}`);
+    const seen = await getTenantJob(f.engine, TENANT, job.jobId);
+    await deleteJob(f.engine, TENANT, job.jobId);
+    await expect(
+      admitRun(f.engine, seen, started.run.runId, new Date(started.run.leaseUntil ?? "")),
+    ).rejects.toBeInstanceOf(JobNotFoundError);
+  }, 30_000);
+
+  it("the claim of a deleted job's leftover retry entry is stale: the entry goes, no run is queued", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "fail",
+        payload: { times: 1, retryable: true },
+        schedule: { runAt: new Date().toISOString() },
+        policies: {
+          ...testJob().policies,
+          retry: { maxAttempts: 3, initialDelayMs: HOUR, maxDelayMs: HOUR },
+        },
+      }),
+    );
+    // Backoff is jittered over [0, ceiling]: near the top the retry is a due entry an hour out.
+    const deps = { ...f.workerDeps("w"), engine: { ...f.engine, random: () => 0.99 } };
+    const delivered = await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000);
+    await f.process(deps, delivered);
+    const [entry] = (await f.dueEntries()).filter((d) => d.jobId === job.jobId);
+    expect(entry).toMatchObject({ kind: "retry", attempt: 2 });
+    if (!entry) throw new Error("no retry entry");
+
+    await deleteJob(f.engine, TENANT, job.jobId);
+    const due = new Date(entry.dueAt);
+    const result = await claimDueEntry(f.engine, entry, {
+      now: due,
+      horizonEnd: new Date(due.getTime() + 60_000),
+    });
+
+    expect(result.outcome).toBe("stale");
+    expect((await f.dueEntries()).filter((d) => d.jobId === job.jobId)).toEqual([]);
+    expect((await runsOf(job.jobId)).map((r) => [r.attempt, r.status])).toEqual([[1, "FAILED"]]);
+  }, 30_000);
+
+  it("a dead letter of a deleted job stays listed in the history and cannot be replayed (why)", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "fail",
+        payload: { times: 1, retryable: false },
+        schedule: { runAt: new Date().toISOString() },
+      }),
+    );
+    const delivered = await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000);
+    await f.process(f.workerDeps("w"), delivered);
+    const [dead] = await runsOf(job.jobId);
+    expect(dead?.status).toBe("DEAD");
+    if (!dead) throw new Error("no dead run");
+
+    await deleteJob(f.engine, TENANT, job.jobId);
+    const refused = replayDeadLetter(f.engine, TENANT, dead.runId);
+    await expect(refused).rejects.toBeInstanceOf(NotReplayableError);
+    await expect(refused).rejects.toThrow(/its job was deleted/);
+    expect((await runsOf(job.jobId)).map((r) => r.status)).toEqual(["DEAD"]);
+  }, 30_000);
+});
