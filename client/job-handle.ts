@@ -1,4 +1,4 @@
-import { isSchedulerApiError, VersionConflictError } from "./errors.js";
+import { errorOf, isSchedulerApiError, VersionConflictError } from "./errors.js";
 import { pollForRun, unwrap, unwrapWithResponse, type WaitOptions } from "./requests.js";
 import type { ListOptions, RunFilter, SchedulerClient } from "./scheduler-client.js";
 import {
@@ -83,6 +83,18 @@ export class JobHandle {
         this.client.http.POST("/jobs/{id}/cancel", { params: { path: { id: this.id } } }),
       ),
     );
+  }
+
+  /**
+   * Cancels the job and removes it (queued runs end cancelled). Its runs stay
+   * readable through `runs()` and `run()` until they expire. A second delete
+   * throws a `not_found` error, as for any job that does not exist.
+   */
+  async delete(): Promise<void> {
+    const { error, response } = await this.client.http.DELETE("/jobs/{id}", {
+      params: { path: { id: this.id } },
+    });
+    if (!response.ok) throw errorOf(response, error);
   }
 
   /** One extra run now, outside the schedule; returns the queued run. */

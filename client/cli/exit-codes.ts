@@ -26,7 +26,7 @@ export const EXIT = {
   unreachable: 9,
   /** A wait (`runs watch --count`) ended before what it waited for happened. */
   timedOut: 10,
-  /** The API has no such operation (`jobs delete`: DELETE /jobs/{id} does not exist yet). */
+  /** The API has no such operation (405): a server older than this CLI. */
   unsupported: 11,
 } as const;
 

@@ -1,7 +1,6 @@
 import { type Command, Option } from "commander";
 import type { Job } from "../index.js";
 import { contextOf } from "./context.js";
-import { CliExit, EXIT } from "./exit-codes.js";
 import { addDefinitionOptions, createBodyFrom, editBodyFrom, wholeNumber } from "./job-options.js";
 import { type CliIo, jobFields, jobsTable, runFields } from "./output.js";
 
@@ -109,14 +108,12 @@ export function jobsCommand(program: Command, io: CliIo): void {
   jobs
     .command("delete")
     .description(
-      `not available: the API has no DELETE /jobs/{id} yet (exits ${EXIT.unsupported}); cancel stops a job for good`,
+      "cancel the job and remove it; its run history stays until it expires (a repeat exits 4)",
     )
     .argument("<id>", "the job's id")
-    .action((id: string) => {
-      throw new CliExit(
-        EXIT.unsupported,
-        `jobs delete: the API has no DELETE /jobs/{id} yet (issue 15), so nothing was deleted. ` +
-          `"scheduler jobs cancel ${id}" stops the job for good; its record and run history stay.`,
-      );
+    .action(async (id: string, _flags, command: Command) => {
+      const context = contextOf(command, io);
+      await context.client.jobs.handle(id).delete();
+      context.print({ id, deleted: true }, () => `deleted job ${id}`);
     });
 }

@@ -232,14 +232,20 @@ describe("jobs", () => {
     expect(missing).toMatchObject({ status: 404, code: "not_found" });
   });
 
-  it("delete says the API cannot delete yet and exits 11", async () => {
+  it("delete cancels and removes the job (exit 0); its runs stay listed; a repeat exits 4", async () => {
     const job = await json<Job>("jobs", "create", "--type", "noop", "--run-at", tomorrow());
-    const outcome = await cli(["jobs", "delete", job.id]);
-    expect(outcome.code).toBe(EXIT.unsupported);
-    expect(outcome.out).toBe("");
-    expect(outcome.err).toMatch(/no DELETE \/jobs\/\{id\} yet.*nothing was deleted/);
-    expect(outcome.err).toContain(`scheduler jobs cancel ${job.id}`);
-    expect((await json<Job>("jobs", "get", job.id)).status).toBe("active");
+    const run = await json<Run>("jobs", "trigger", job.id);
+    expect(await json<{ id: string; deleted: boolean }>("jobs", "delete", job.id)).toEqual({
+      id: job.id,
+      deleted: true,
+    });
+    const missing = await failing(EXIT.notFound, "jobs", "get", job.id);
+    expect(missing).toMatchObject({ status: 404, code: "not_found" });
+    const runs = await json<Run[]>("runs", "list", job.id);
+    expect(runs.map((r) => [r.runId, r.status])).toEqual([[run.runId, "cancelled"]]);
+    await failing(EXIT.notFound, "jobs", "delete", job.id);
+    const table = await cli(["jobs", "delete", job.id]);
+    expect(table.code).toBe(EXIT.notFound);
   });
 });
 
@@ -543,9 +549,9 @@ describe("credentials, reachability, help", () => {
       sandbox.url,
       "jobs",
       "delete",
-      "x",
+      "01J0000000000000000000000X",
     ]);
-    expect(deleted.code).toBe(EXIT.unsupported);
+    expect(deleted.code).toBe(EXIT.notFound);
     // runs watch follows until Ctrl-C, then exits 0.
     const job = await json<Job>("jobs", "create", "--type", "noop", "--run-at", tomorrow());
     const watch = spawn(

@@ -106,6 +106,17 @@ describe("a job handle", () => {
     expect(refused.currentStatus).toBe("cancelled");
   });
 
+  it("delete removes the job; its runs stay readable; a repeat is not_found", async () => {
+    const handle = await client.jobs.create({ type: "noop", schedule: later() });
+    const run = await handle.trigger();
+    await handle.delete();
+    expect(isSchedulerApiError(await caught(handle.get()), "not_found")).toBe(true);
+    expect((await handle.run(run.runId)).status).toBe("cancelled");
+    const gone = await caught(handle.delete());
+    if (!isSchedulerApiError(gone, "not_found")) throw gone;
+    expect(gone.status).toBe(404);
+  });
+
   it("edit sends the version the handle last saw; a stale one is a VersionConflictError", async () => {
     const handle = await client.jobs.create({ type: "noop", schedule: later() });
     const edited = await handle.edit({ name: "renamed" });
