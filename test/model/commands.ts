@@ -308,9 +308,18 @@ class EditJob implements Cmd {
   }
 }
 
-type Lifecycle = "pause" | "resume" | "cancel" | "trigger";
+type Lifecycle = "pause" | "resume" | "cancel" | "trigger" | "delete";
+
+/** The model's status of a job the API deleted (204): no item, no longer read or listed. */
+export const DELETED = "DELETED";
 
 async function lifecycle(model: Model, seq: Sequence, job: ModelJob, op: Lifecycle) {
+  if (op === "delete") {
+    const reply = await seq.api("DELETE", `/jobs/${job.id}`);
+    if (reply.status === 204) job.status = DELETED;
+    else await sync(model, seq, job);
+    return;
+  }
   await seq.api("POST", `/jobs/${job.id}/${op}`);
   await sync(model, seq, job);
 }
@@ -465,12 +474,14 @@ class InjectConflicts implements Cmd {
 type HookOp =
   | { readonly kind: "edit"; readonly change: EditChange }
   | { readonly kind: "pause" }
-  | { readonly kind: "cancel" };
+  | { readonly kind: "cancel" }
+  | { readonly kind: "delete" };
 
 const hookOp: fc.Arbitrary<HookOp> = fc.oneof(
   { weight: 3, arbitrary: fc.record({ kind: fc.constant("edit" as const), change: editChange }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant("pause" as const) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant("cancel" as const) }) },
+  { weight: 1, arbitrary: fc.record({ kind: fc.constant("delete" as const) }) },
 );
 
 const describeHook = (op: HookOp) =>
@@ -546,7 +557,7 @@ export function commandArbitrary(limits: ModelLimits, maxCommands: number, repla
     jobSpec.map((s) => new CreateJob(s)),
     fc.tuple(jobIndex, editChange).map(([j, c]) => new EditJob(j, c)),
     fc
-      .tuple(jobIndex, fc.constantFrom<Lifecycle>("pause", "resume", "cancel", "trigger"))
+      .tuple(jobIndex, fc.constantFrom<Lifecycle>("pause", "resume", "cancel", "trigger", "delete"))
       .map(([j, op]) => new LifecycleCommand(j, op)),
     fc.nat(5).map((i) => new ReplayDeadLetter(i)),
     fc.constant(new DispatcherPass()),

@@ -1,6 +1,6 @@
 import type { Run } from "../../shared/model.js";
 import { nextOccurrence, occurrences, type ScheduleSpec } from "../../shared/schedule/index.js";
-import { currentVersion, type Model, type ModelJob } from "./commands.js";
+import { currentVersion, DELETED, type Model, type ModelJob } from "./commands.js";
 import { MODEL_SETTINGS, type Snapshot, TICK_MS, type Violation } from "./system.js";
 
 /** After an edit that changes the schedule, occurrences this close to it may follow either schedule. */
@@ -71,6 +71,26 @@ export function checkInvariants(
         );
     }
     const real = snap.jobs.find((j) => j.jobId === job.id);
+    if (job.status === DELETED) {
+      if (real !== undefined)
+        violate("a deleted job is gone", `${job.id}: stored as ${real.status} after its delete`);
+      // Its runs not yet ended are ended by their worker (CANCELLED), so each needs a way there.
+      for (const run of snap.runs) {
+        if (run.jobId !== job.id || (run.status !== "QUEUED" && run.status !== "RUNNING")) continue;
+        const message = snap.messages.some(
+          (m) =>
+            m.message.jobId === job.id &&
+            m.message.scheduledFor === run.scheduledFor &&
+            m.message.attempt === run.attempt,
+        );
+        if (!message && !(run.inflightSk !== null && run.inflightSk > nowIso))
+          violate(
+            "a deleted job's unfinished run has a live path to its end",
+            `${run.runId}: ${run.status}, no message, reaper deadline ${run.inflightSk ?? "none"} (now ${nowIso})`,
+          );
+      }
+      continue;
+    }
     if (real === undefined) {
       violate("an accepted job is never lost", `job ${job.id} is gone`);
       continue;

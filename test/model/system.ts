@@ -476,9 +476,14 @@ export class Sequence {
     this.invocations.push(invocation);
     const expected = this.expectation(ctx.jobId);
     // A COMPLETED one-off may still run a trigger or replay accepted before it completed.
-    if (expected && (expected.status === "PAUSED" || expected.status === "CANCELLED"))
+    if (
+      expected &&
+      (expected.status === "PAUSED" ||
+        expected.status === "CANCELLED" ||
+        expected.status === "DELETED")
+    )
       this.violate(
-        "no handler starts for a paused or cancelled job",
+        "no handler starts for a paused, cancelled or deleted job",
         `${ctx.runId} started while the job was ${expected.status}`,
       );
     if (expected && !isDeepStrictEqual(expected.payload, ctx.payload))
