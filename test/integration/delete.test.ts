@@ -158,6 +158,46 @@ describe("deleting a job", () => {
     expect(await jobItem(job.jobId)).toBeUndefined();
   }, 30_000);
 
+  it("a delete that lands between the worker's read of the job and its admission ends the run CANCELLED, unrun", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ type: "counts-calls", schedule: { every: "PT1H" } }),
+    );
+    let calls = 0;
+    const deps = f.workerDeps("w", {
+      "counts-calls": async () => {
+        calls++;
+      },
+    });
+    const delivered = await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000);
+    const name = "deleteBeforeAdmission";
+    let deleted = false;
+    f.engine.doc.middlewareStack.add(
+      (next) => async (args) => {
+        const input = args.input as { ConditionExpression?: string };
+        if (!deleted && input.ConditionExpression === "activeRevision = :revision") {
+          deleted = true;
+          await deleteJob(f.engine, TENANT, job.jobId);
+        }
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    try {
+      expect(await f.process(deps, delivered)).toBe("ack");
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+
+    expect(deleted).toBe(true);
+    expect(calls).toBe(0);
+    const [run] = (await runsOf(job.jobId)).filter(
+      (r) => r.scheduledFor === delivered.message.scheduledFor,
+    );
+    expect([run?.status, run?.reason]).toEqual(["CANCELLED", "job deleted"]);
+    expect(await jobItem(job.jobId)).toBeUndefined();
+  }, 30_000);
+
   it("an admission that finds the job deleted since the worker read it is JobNotFoundError", async () => {
     const { job } = await createJob(f.engine, testJob({ schedule: { every: "PT1H" } }));
     const delivered = await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000);
