@@ -237,10 +237,13 @@ function checkSkip(
     const policies = job.versions.filter((v) => v.version >= run.jobVersion).map((v) => v.misfire);
     if (policies.every((p) => p === "fire_all") && !reason.includes("cap of"))
       violate("a misfire is skipped only under skip or fire_once", `${run.runId}: ${reason}`);
-    if (run.fence >= 2)
+    // Starts before the one that skipped, less those that parked the run for a paused job: a
+    // parked run meets its misfire policy when the job resumes (docs/architecture.md, Policies).
+    const parkedAt = run.parkedFence ?? 0;
+    if (run.fence - 1 > parkedAt)
       violate(
         "a run that was interrupted or waited is not a misfire",
-        `${run.runId}: started ${run.fence} times, then SKIPPED: ${reason}`,
+        `${run.runId}: started ${run.fence} times (parked at start ${parkedAt || "none"}), then SKIPPED: ${reason}`,
       );
     return;
   }
