@@ -10,17 +10,27 @@ import { runDueNow, sendRunDueNow } from "./run-now.js";
 const TRIGGER_INSTANTS_TRIED = 20;
 
 /**
+ * The instants a trigger at `now` may take, in order: now and the milliseconds after it, and at
+ * the end of the storable range, where there are none after it, the milliseconds before.
+ */
+function triggerInstants(now: number): number[] {
+  const after = Math.max(0, Math.min(TRIGGER_INSTANTS_TRIED, LAST_STORABLE_MS - now + 1));
+  const forward = Array.from({ length: after }, (_, shift) => now + shift);
+  const backward = Array.from({ length: TRIGGER_INSTANTS_TRIED - after }, (_, i) => now - 1 - i);
+  return [...forward, ...backward];
+}
+
+/**
  * One extra run now, outside the schedule; its occurrence is the current instant, or the first
  * millisecond after it that the job has no run for (another trigger in the same millisecond, or
- * an occurrence of the schedule already claimed for that instant).
+ * an occurrence of the schedule already claimed for that instant); at the last storable instant,
+ * the first millisecond before it.
  */
 export async function triggerJob(engine: Engine, tenantId: string, jobId: string): Promise<Run> {
   const job = await getTenantJob(engine, tenantId, jobId);
   if (job.status === "PAUSED" || job.status === "CANCELLED")
     throw new IllegalTransitionError("trigger", job.status);
-  const now = engine.clock();
-  for (let shift = 0; shift < TRIGGER_INSTANTS_TRIED; shift++) {
-    if (now.getTime() + shift > LAST_STORABLE_MS) break;
+  for (const instant of triggerInstants(engine.clock().getTime())) {
     const {
       run,
       item,
@@ -28,7 +38,7 @@ export async function triggerJob(engine: Engine, tenantId: string, jobId: string
     } = runDueNow(engine, {
       jobId,
       tenantId,
-      scheduledFor: new Date(now.getTime() + shift),
+      scheduledFor: new Date(instant),
       attempt: 1,
       priority: job.priority,
       jobVersion: job.version,

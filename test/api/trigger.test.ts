@@ -71,4 +71,31 @@ describe("POST /jobs/{id}/trigger", () => {
     const runs = (await fixture.runs()).filter((r) => r.jobId === id);
     expect(runs.filter((r) => r.scheduledFor === "2030-01-02T00:00:00.000Z")).toHaveLength(1);
   });
+
+  it("a trigger at the last storable instant, taken by a claimed occurrence, takes the millisecond before", async () => {
+    now = new Date("2030-01-03T00:00:00.000Z");
+    const id = await createJob({ runAt: "9999-12-31T23:59:59.999Z" });
+    now = new Date("9999-12-31T23:59:59.999Z");
+    // The edit claims the old schedule's occurrence, due now, before it changes the schedule.
+    const edited = await app.request(`/jobs/${id}`, {
+      method: "PATCH",
+      headers: {
+        Authorization: `Bearer ${KEY}`,
+        "Content-Type": "application/json",
+        "If-Match": '"1"',
+      },
+      body: JSON.stringify({ schedule: { cron: "0 * * * *", timezone: "UTC" } }),
+    });
+    expect(edited.status, await edited.text()).toBe(200);
+    const triggered = await send("POST", `/jobs/${id}/trigger`);
+    expect(triggered.status, triggered.text).toBe(202);
+    expect(RunSchema.parse(JSON.parse(triggered.text)).scheduledFor).toBe(
+      "9999-12-31T23:59:59.998Z",
+    );
+    const occurrences = (await fixture.runs())
+      .filter((r) => r.jobId === id)
+      .map((r) => r.scheduledFor)
+      .sort();
+    expect(occurrences).toEqual(["9999-12-31T23:59:59.998Z", "9999-12-31T23:59:59.999Z"]);
+  });
 });
