@@ -520,7 +520,7 @@ describe("chaos", () => {
           if (!win) {
             lost++;
             incomplete.push(
-              `${e.kind} ${e.jobId}@${at}: ${list.map((r) => r.status).join(",") || "no run"}`,
+              `${e.kind} ${e.jobId}@${at}: ${list.map((r) => `${r.status} fence ${r.fence} (${r.reason ?? ""})`).join(",") || "no run"}`,
             );
             continue;
           }
