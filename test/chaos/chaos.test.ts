@@ -504,8 +504,10 @@ describe("chaos", () => {
       let doubleSuccesses = 0;
       const incomplete: string[] = [];
       const notApplied: string[] = [];
+      const startsPerRun = new Map<number, number>();
       for (const e of expected) {
         const runs = await allRuns(engine, e.jobId);
+        for (const r of runs) startsPerRun.set(r.fence, (startsPerRun.get(r.fence) ?? 0) + 1);
         const byOccurrence = groupBy(runs, (r) => r.scheduledFor);
         for (const [at, list] of byOccurrence) {
           const wins = list.filter((r) => r.status === "SUCCEEDED").length;
@@ -547,7 +549,7 @@ describe("chaos", () => {
       console.log(
         `chaos: occurrences ${occurrences}, kills ${figures.workerKills} worker + ${figures.dispatcherKills} dispatcher + ${figures.writerKills} fast-path writer, ` +
           `restarts ${figures.restarts}, redeliveries ${figures.duplicateMessages} duplicate messages + ${webhookRepeats} repeated webhooks, ` +
-          `lost ${lost}, double successes ${doubleSuccesses}`,
+          `lost ${lost}, double successes ${doubleSuccesses}, runs by starts ${JSON.stringify(Object.fromEntries([...startsPerRun].sort((a, b) => a[0] - b[0])))}`,
       );
       // One assertion, so a lost occurrence is reported with what its runs say.
       expect({
