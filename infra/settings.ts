@@ -191,6 +191,8 @@ export function engineEnvironment(s: SchedulerSettings): Record<string, string> 
     [ENV.minIntervalMs]: String(s.minIntervalMs),
     // The API refuses job timeouts the worker cannot run in full.
     [ENV.workerTimeoutSeconds]: String(s.workerTimeoutSeconds),
+    // The DLQ consumer tells a poison run from deliveries that never started it.
+    [ENV.maxReceiveCount]: String(s.maxReceiveCount),
   };
 }
 

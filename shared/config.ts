@@ -16,6 +16,8 @@ export const ENV = {
   misfireGraceSeconds: "MISFIRE_GRACE_SECONDS",
   retentionDays: "RUN_RETENTION_DAYS",
   minIntervalMs: "MIN_INTERVAL_MS",
+  /** Deliveries before SQS moves a work message to its redrive DLQ (the queues' maxReceiveCount). */
+  maxReceiveCount: "MAX_RECEIVE_COUNT",
   /** The worker Lambda's timeout: the longest job it can run follows from it. */
   workerTimeoutSeconds: "WORKER_TIMEOUT_SECONDS",
   dispatcherFunction: "DISPATCHER_FUNCTION_NAME",
@@ -45,6 +47,11 @@ export interface EngineSettings {
   readonly maxPayloadBytes: number;
   /** The longest job timeout the deployment's workers can honour (jobTimeoutLimitSeconds). */
   readonly maxTimeoutSeconds: number;
+  /**
+   * The work queues' maxReceiveCount: the redrive DLQ consumer dead-letters a run only once it has
+   * been started this many times by the deliveries of one message (a poison run).
+   */
+  readonly maxReceiveCount: number;
 }
 
 /** The longest job timeout accepted at all: Lambda's own ceiling. */
@@ -80,6 +87,7 @@ export const DEFAULT_SETTINGS: EngineSettings = {
   maxPayloadBytes: 64 * 1024,
   // The stack's default worker timeout is Lambda's ceiling.
   maxTimeoutSeconds: jobTimeoutLimitSeconds(MAX_TIMEOUT_SECONDS),
+  maxReceiveCount: 5,
 };
 
 /** The longest delay SQS accepts on a message. */
@@ -114,6 +122,7 @@ export function loadSettings(env: Env = process.env): EngineSettings {
     maxTimeoutSeconds: jobTimeoutLimitSeconds(
       intFrom(env, ENV.workerTimeoutSeconds, MAX_TIMEOUT_SECONDS, 1, 86_400),
     ),
+    maxReceiveCount: intFrom(env, ENV.maxReceiveCount, DEFAULT_SETTINGS.maxReceiveCount, 1, 1000),
   };
 }
 

@@ -150,4 +150,10 @@ export interface RunMessage {
   readonly attempt: number;
   readonly jobVersion: number;
   readonly priority: Priority;
+  /**
+   * The run's fence when this message was sent: starts beyond it happened while the message was
+   * out, which is how the redrive DLQ consumer tells a run that crashed its workers from a message
+   * whose deliveries never started it. Absent (0) for a run not yet started.
+   */
+  readonly fence?: number;
 }

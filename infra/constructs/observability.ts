@@ -109,7 +109,7 @@ export class Observability extends Construct {
           period: MINUTE,
         }),
         {
-          description: `A ${priority}-priority run crashed its worker ${settings.maxReceiveCount} times and reached the redrive DLQ; its run is marked DEAD.`,
+          description: `A ${priority}-priority message was received ${settings.maxReceiveCount} times without an acknowledgement and reached the redrive DLQ: its run is marked DEAD if it crashed its worker on every delivery, else the reaper sends it again.`,
           threshold: 1,
         },
       );

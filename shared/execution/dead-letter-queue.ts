@@ -2,18 +2,40 @@ import type { Engine } from "../engine.js";
 import type { RunMessage } from "../model.js";
 import { METRICS } from "../observability.js";
 import { releaseBufferSlot } from "../storage/admission.js";
+import { getRun } from "../storage/run-reads.js";
 import { endUnownedRun } from "./run-endings.js";
 
 /**
  * A message lands in the SQS redrive DLQ when workers received it
- * maxReceiveCount times without ever acknowledging it: the run crashed its
- * worker each time. Its run is marked DEAD so it is listed for replay.
+ * maxReceiveCount times without acknowledging it. That alone does not make
+ * its run a poison: a worker that dies holding a batch loses every message it
+ * had not started yet, and a delivery that fails on a storage error charges a
+ * receive without running anything. So the run is marked DEAD (listed for
+ * replay) only when it was started maxReceiveCount times while this message
+ * was out, each start ending in a crash. Otherwise it stays QUEUED, or RUNNING
+ * with a lapsed lease, and the reaper sends it again once its deadline passes,
+ * as it does for any run whose message went missing.
  */
 export async function handleCrashedRun(
   engine: Engine,
   message: RunMessage,
   receiveCount: number | null,
 ): Promise<void> {
+  const seen = await getRun(engine, message);
+  if (seen === null) return;
+  const starts = seen.fence - (message.fence ?? 0);
+  if (starts < engine.settings.maxReceiveCount) {
+    if (seen.status === "QUEUED" || seen.status === "RUNNING")
+      engine.obs.log.warn(
+        "redrive: the run was not started on every delivery; left to the reaper",
+        {
+          runId: seen.runId,
+          starts,
+          deliveries: receiveCount,
+        },
+      );
+    return;
+  }
   const times = receiveCount ? ` after ${receiveCount} deliveries` : "";
   const run = await endUnownedRun(
     engine,
@@ -21,6 +43,7 @@ export async function handleCrashedRun(
     "DEAD",
     `worker crashed: the run never recorded a result${times}`,
     engine.clock(),
+    seen,
   );
   if (run) {
     // A buffer_one job's waiting run may be the one that died; the next overlap may wait again.

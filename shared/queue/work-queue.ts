@@ -60,7 +60,9 @@ export function decodeRunMessage(body: string | undefined): RunMessage | null {
     typeof v.dueAt !== "string" ||
     typeof v.attempt !== "number" ||
     typeof v.jobVersion !== "number" ||
-    (v.priority !== "high" && v.priority !== "normal" && v.priority !== "low")
+    (v.priority !== "high" && v.priority !== "normal" && v.priority !== "low") ||
+    (v.fence !== undefined &&
+      !(typeof v.fence === "number" && Number.isInteger(v.fence) && v.fence >= 0))
   ) {
     return null;
   }
@@ -71,6 +73,7 @@ export function decodeRunMessage(body: string | undefined): RunMessage | null {
     attempt: v.attempt,
     jobVersion: v.jobVersion,
     priority: v.priority,
+    ...(typeof v.fence === "number" && v.fence > 0 ? { fence: v.fence } : {}),
   };
 }
 

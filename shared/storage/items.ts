@@ -107,5 +107,6 @@ export function runMessageOf(run: Run): RunMessage {
     attempt: run.attempt,
     jobVersion: run.jobVersion,
     priority: run.priority,
+    ...(run.fence > 0 ? { fence: run.fence } : {}),
   };
 }

@@ -577,16 +577,23 @@ describe("each handler, driven through its AWS-calling paths", () => {
   });
 
   it("dlq: marks DEAD a run whose message crashed its worker every time, and frees its job", async () => {
-    // A recurring run a worker started five minutes ago and died in: RUNNING, its lease lapsed.
-    const crashed = seedingEngine(-300_000);
+    // A recurring run that crashed every worker that started it, the last one minutes ago:
+    // RUNNING, its lease lapsed, started as often as the redrive delivers a message.
+    const crashed = seedingEngine(-900_000);
     const { job } = await createJob(crashed, { ...testJob(), schedule: { every: "PT1H" } });
     const [message] = (await receiveVisible(queueUrl("normal"))).filter((m) =>
       m.Body?.includes(job.jobId),
     );
     const decoded = decodeRunMessage(message?.Body);
     if (!message?.Body || !decoded) throw new Error(`no message for job ${job.jobId}`);
-    const started = await startRun(crashed, decoded, "crashed-worker", crashed.clock());
+    const { leaseMs, maxReceiveCount } = crashed.settings;
+    let started: Awaited<ReturnType<typeof startRun>> = { kind: "missing" };
+    for (let i = 0; i < maxReceiveCount; i++) {
+      const at = new Date(crashed.clock().getTime() + i * (leaseMs + 1000));
+      started = await startRun(crashed, decoded, `crashed-worker-${i}`, at);
+    }
     if (started.kind !== "started") throw new Error(`could not start the run: ${started.kind}`);
+    expect(started.run.fence).toBe(maxReceiveCount);
     const admitted = await admitRun(
       crashed,
       job,

@@ -9,8 +9,15 @@ import type { JobContext } from "../../shared/execution/job-contract.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { createJob } from "../../shared/jobs/index.js";
 import { listDeadLetters } from "../../shared/jobs/queries.js";
-import { receiveRuns, setVisibility } from "../../shared/queue/work-queue.js";
+import {
+  deleteMessages,
+  receiveRuns,
+  sendRuns,
+  setVisibility,
+} from "../../shared/queue/work-queue.js";
+import { runMessageOf } from "../../shared/storage/items.js";
 import { getJob } from "../../shared/storage/run-reads.js";
+import { requeueRun } from "../../shared/storage/run-requeue.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { createTestClients } from "../support/namespace.js";
@@ -229,21 +236,15 @@ describe("crashes", () => {
 
   it("a message that crashes its worker every time reaches the DLQ and its run is marked DEAD", async () => {
     const { job, received } = await dueNow(f, "noop");
-    // Delivery 1 and 2 crash before recording anything; the queue's maxReceiveCount is 2.
+    // Delivery 1 and 2 each start the run and crash before recording anything; the queue's
+    // maxReceiveCount is 2.
     await startRun(f.engine, received.message, "crash-1", new Date());
     await setVisibility(f.engine.sqs, received.queueUrl, received.receiptHandle, 1);
     const second = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const afterLease = new Date(Date.now() + LEASE_MS + 1000);
+    expect((await startRun(f.engine, second.message, "crash-2", afterLease)).kind).toBe("started");
     await setVisibility(f.engine.sqs, second.queueUrl, second.receiptHandle, 1);
-    const inDlq = await waitFor(
-      "the message in the DLQ",
-      async () => {
-        // Receiving from the work queue is what makes SQS move an over-received message.
-        await receiveRuns(f.engine.sqs, f.engine.queues.normal, { max: 1, waitSeconds: 1 });
-        return (await receiveRuns(f.engine.sqs, f.dlqUrl, { max: 1, waitSeconds: 0 }))[0];
-      },
-      LEASE_MS + 10_000,
-    );
-    expect(inDlq.message.jobId).toBe(job.jobId);
+    const inDlq = await redriven(f, job.jobId);
     await waitFor(
       "the crashed run's lease to lapse",
       async () => ((await runOf(f, job.jobId)).leaseUntil ?? "") < new Date().toISOString(),
@@ -256,4 +257,75 @@ describe("crashes", () => {
     const dead = await listDeadLetters(f.engine, job.tenantId, { limit: 10 });
     expect(dead.items.map((r) => r.runId)).toContain(run.runId);
   }, 30_000);
+
+  it("a message whose deliveries never start its run reaches the DLQ, but the run is not dead: the reaper sends it again", async () => {
+    const { job, received } = await dueNow(f, "noop");
+    // Two workers each die holding the message before they start it (or fail a storage call).
+    await setVisibility(f.engine.sqs, received.queueUrl, received.receiptHandle, 1);
+    const second = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    await setVisibility(f.engine.sqs, second.queueUrl, second.receiptHandle, 1);
+    const inDlq = await redriven(f, job.jobId);
+    await handleCrashedRun(f.engine, inDlq.message, inDlq.receiveCount);
+    const run = await runOf(f, job.jobId);
+    expect(run).toMatchObject({ status: "QUEUED", fence: 0 });
+
+    const reaped = await reap(f.engine, { now: new Date(Date.parse(run.dueAt) + LEASE_MS + 1000) });
+    expect(reaped.resent).toBeGreaterThanOrEqual(1);
+    expect(
+      await f.process(
+        f.workerDeps("survivor"),
+        await f.nextDelivery(f.engine.queues.normal, job.jobId),
+      ),
+    ).toBe("ack");
+    expect(await runOf(f, job.jobId)).toMatchObject({ status: "SUCCEEDED", fence: 1 });
+  }, 30_000);
+
+  it("starts before a message was sent do not count against it: a requeued run is not dead when its new message is redriven unstarted", async () => {
+    const { job, received } = await dueNow(f, "noop");
+    await deleteMessages(f.engine.sqs, received.queueUrl, [received.receiptHandle]);
+    // Started twice (the first start's worker died), then put back to QUEUED with a new message,
+    // as an overlap wait or a worker's shutdown does.
+    const first = await startRun(f.engine, received.message, "died", new Date());
+    expect(first.kind).toBe("started");
+    const second = await startRun(
+      f.engine,
+      received.message,
+      "waiter",
+      new Date(Date.now() + LEASE_MS + 1000),
+    );
+    if (second.kind !== "started") throw new Error(`not started: ${second.kind}`);
+    expect(second.run.fence).toBe(2);
+    await requeueRun(f.engine, second.run, "waiting", new Date());
+    await sendRuns(
+      f.engine.sqs,
+      f.engine.queues,
+      [{ message: runMessageOf(second.run), dueAt: new Date() }],
+      new Date(),
+    );
+    // Its new message's two deliveries die before starting it.
+    for (let i = 0; i < 2; i++) {
+      const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+      expect(delivery.message.fence).toBe(2);
+      await setVisibility(f.engine.sqs, delivery.queueUrl, delivery.receiptHandle, 1);
+    }
+    const inDlq = await redriven(f, job.jobId);
+    await handleCrashedRun(f.engine, inDlq.message, inDlq.receiveCount);
+    expect(await runOf(f, job.jobId)).toMatchObject({ status: "QUEUED", fence: 2 });
+  }, 30_000);
 });
+
+/** Waits for the job's message to be moved to the redrive DLQ and receives it there. */
+async function redriven(f: EngineFixture, jobId: string) {
+  const inDlq = await waitFor(
+    "the message in the DLQ",
+    async () => {
+      // Receiving from the work queue is what makes SQS move an over-received message.
+      await receiveRuns(f.engine.sqs, f.engine.queues.normal, { max: 1, waitSeconds: 1 });
+      const batch = await receiveRuns(f.engine.sqs, f.dlqUrl, { max: 10, waitSeconds: 0 });
+      return batch.find((r) => r.message.jobId === jobId);
+    },
+    LEASE_MS + 10_000,
+  );
+  expect(inDlq.message.jobId).toBe(jobId);
+  return inDlq;
+}

@@ -53,6 +53,9 @@ import { type HeldMessage, VirtualQueues } from "./virtual-queue.js";
 const TENANT = "tenant-model";
 export const MODEL_TYPE = "model";
 
+/** SQS moves a message to the redrive DLQ on the receive after this many. */
+const MAX_RECEIVE_COUNT = 4;
+
 /** The engine settings the model runs with: one shard and a short lookahead keep a sequence's I/O small. */
 export const MODEL_SETTINGS: EngineSettings = {
   ...DEFAULT_SETTINGS,
@@ -62,10 +65,9 @@ export const MODEL_SETTINGS: EngineSettings = {
   leaseMs: 60_000,
   misfireGraceMs: 60_000,
   retentionDays: 3650,
+  maxReceiveCount: MAX_RECEIVE_COUNT,
 };
 export const TICK_MS = 60_000;
-/** SQS moves a message to the redrive DLQ on the receive after this many. */
-const MAX_RECEIVE_COUNT = 4;
 /** A worker loop receives with a lease of visibility plus the longest early wait. */
 const RECEIVE_VISIBILITY_SECONDS = Math.ceil(MODEL_SETTINGS.leaseMs / 1000 + 2);
 

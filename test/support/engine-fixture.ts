@@ -113,7 +113,11 @@ export async function createEngineFixture(options: FixtureOptions = {}): Promise
     sqs: clients.sqs,
     tables: { jobs: jobsTable, runs: runsTable, webhookSecrets: secretsTable },
     queues,
-    settings: { ...DEFAULT_SETTINGS, ...options.settings },
+    settings: {
+      ...DEFAULT_SETTINGS,
+      ...(options.maxReceiveCount ? { maxReceiveCount: options.maxReceiveCount } : {}),
+      ...options.settings,
+    },
     clock: options.clock ?? systemClock,
     random: options.random ?? Math.random,
     obs: { log: (options.obs ?? silentObservability).log, metrics },
