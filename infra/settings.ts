@@ -26,8 +26,10 @@ export interface SchedulerSettings {
   readonly lookaheadSeconds: number;
   readonly leaseSeconds: number;
   readonly misfireGraceSeconds: number;
-  /** Run history kept in the runs table (TTL). */
+  /** Run history, and completed or cancelled jobs, kept in the tables (TTL). */
   readonly retentionDays: number;
+  /** A dead letter stays listed at least this long after its run died (TTL). */
+  readonly deadLetterRetentionDays: number;
   readonly minIntervalMs: number;
   /** CloudWatch Logs retention of every function and the API access log. */
   readonly logRetentionDays: RetentionDays;
@@ -85,6 +87,8 @@ export function resolveSettings(input: SettingsInput = {}): SchedulerSettings {
     leaseSeconds,
     misfireGraceSeconds: input.misfireGraceSeconds ?? DEFAULT_SETTINGS.misfireGraceMs / 1000,
     retentionDays: input.retentionDays ?? DEFAULT_SETTINGS.retentionDays,
+    deadLetterRetentionDays:
+      input.deadLetterRetentionDays ?? DEFAULT_SETTINGS.deadLetterRetentionDays,
     minIntervalMs: input.minIntervalMs ?? DEFAULT_SETTINGS.minIntervalMs,
     logRetentionDays: input.logRetentionDays ?? RetentionDays.ONE_MONTH,
     alarmEmail: input.alarmEmail,
@@ -188,6 +192,7 @@ export function engineEnvironment(s: SchedulerSettings): Record<string, string> 
     [ENV.leaseSeconds]: String(s.leaseSeconds),
     [ENV.misfireGraceSeconds]: String(s.misfireGraceSeconds),
     [ENV.retentionDays]: String(s.retentionDays),
+    [ENV.deadLetterRetentionDays]: String(s.deadLetterRetentionDays),
     [ENV.minIntervalMs]: String(s.minIntervalMs),
     // The API refuses job timeouts the worker cannot run in full.
     [ENV.workerTimeoutSeconds]: String(s.workerTimeoutSeconds),
@@ -205,6 +210,7 @@ export const CONTEXT_KEYS = [
   "leaseSeconds",
   "misfireGraceSeconds",
   "retentionDays",
+  "deadLetterRetentionDays",
   "minIntervalMs",
   "logRetentionDays",
   "alarmEmail",
@@ -273,6 +279,7 @@ export function settingsFromContext(node: Node): SchedulerSettings {
     leaseSeconds: int("leaseSeconds"),
     misfireGraceSeconds: int("misfireGraceSeconds"),
     retentionDays: int("retentionDays"),
+    deadLetterRetentionDays: int("deadLetterRetentionDays"),
     minIntervalMs: int("minIntervalMs"),
     logRetentionDays: logRetention === undefined ? undefined : (logRetention as RetentionDays),
     alarmEmail: text("alarmEmail"),

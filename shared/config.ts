@@ -15,6 +15,7 @@ export const ENV = {
   leaseSeconds: "LEASE_SECONDS",
   misfireGraceSeconds: "MISFIRE_GRACE_SECONDS",
   retentionDays: "RUN_RETENTION_DAYS",
+  deadLetterRetentionDays: "DEAD_LETTER_RETENTION_DAYS",
   minIntervalMs: "MIN_INTERVAL_MS",
   /** Deliveries before SQS moves a work message to its redrive DLQ (the queues' maxReceiveCount). */
   maxReceiveCount: "MAX_RECEIVE_COUNT",
@@ -41,7 +42,10 @@ export interface EngineSettings {
   /** Run lease (and per-message visibility) while a worker runs it; heartbeat every lease/3. */
   readonly leaseMs: number;
   readonly misfireGraceMs: number;
+  /** Run history, and ended (completed, cancelled) jobs, are kept this long (TTL). */
   readonly retentionDays: number;
+  /** A dead letter stays listed at least this long after its run died. */
+  readonly deadLetterRetentionDays: number;
   /** Schedules firing more often than this are refused. */
   readonly minIntervalMs: number;
   readonly maxPayloadBytes: number;
@@ -83,6 +87,7 @@ export const DEFAULT_SETTINGS: EngineSettings = {
   leaseMs: 60_000,
   misfireGraceMs: 60_000,
   retentionDays: 30,
+  deadLetterRetentionDays: 30,
   minIntervalMs: 1_000,
   maxPayloadBytes: 64 * 1024,
   // The stack's default worker timeout is Lambda's ceiling.
@@ -116,6 +121,7 @@ export function loadSettings(env: Env = process.env): EngineSettings {
     leaseMs: intFrom(env, ENV.leaseSeconds, 60, 6, 900) * 1000,
     misfireGraceMs: intFrom(env, ENV.misfireGraceSeconds, 60, 1, 86_400) * 1000,
     retentionDays: intFrom(env, ENV.retentionDays, 30, 1, 3650),
+    deadLetterRetentionDays: intFrom(env, ENV.deadLetterRetentionDays, 30, 1, 3650),
     minIntervalMs: intFrom(env, ENV.minIntervalMs, 1000, 1, 86_400_000),
     maxPayloadBytes: DEFAULT_SETTINGS.maxPayloadBytes,
     // The stack checks its own bounds (30 to 900) with a clearer message; any positive value works.

@@ -73,6 +73,18 @@ export interface Job {
    */
   readonly parkedRuns: Readonly<Record<string, string>>;
   readonly lastRun: RunSummary | null;
+  /** Recurring jobs: no occurrence after this instant runs; reaching it completes the job. */
+  readonly endAt?: string | null;
+  /** Recurring jobs: occurrences queued in all (triggers and retries excluded) before the job completes. */
+  readonly maxRuns?: number | null;
+  /** Occurrences of the schedule the claims have queued so far (each counts once, retries not). */
+  readonly occurrencesQueued?: number;
+}
+
+/** Where a recurring job ends, copied onto its due entries so a claim decides without a read. */
+interface JobEnd {
+  readonly endAt?: string | null;
+  readonly maxRuns?: number | null;
 }
 
 export interface DueKey {
@@ -100,6 +112,10 @@ export interface DueEntry {
   readonly misfire: MisfirePolicy;
   /** fire_all only: missed occurrences already run in this catch-up, to enforce its cap. */
   readonly catchUpCount?: number;
+  /** The job's end condition (endAt, maxRuns) as of `jobVersion`. */
+  readonly end?: JobEnd;
+  /** Occurrences of the job queued before this entry's: what `end.maxRuns` is counted against. */
+  readonly queuedBefore?: number;
 }
 
 export interface Run {

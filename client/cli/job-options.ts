@@ -10,6 +10,17 @@ export function wholeNumber(raw: string): number {
   return value;
 }
 
+/**
+ * An option that "none" clears: sent as null, which removes the field on edit. (Commander
+ * turns a parser's null into "", so "none" is kept until the body is made.)
+ */
+const NONE = "none";
+function orNone<T>(parse: (raw: string) => T): (raw: string) => T | typeof NONE {
+  return (raw) => (raw.trim() === NONE ? NONE : parse(raw));
+}
+const noneAsNull = <T>(value: T | typeof NONE | undefined): T | null | undefined =>
+  value === NONE ? null : value;
+
 function jsonValue(raw: string): unknown {
   try {
     return JSON.parse(raw);
@@ -102,6 +113,16 @@ export function addDefinitionOptions(command: Command): Command {
     .option("--max-concurrent <n>", 'runs at once, with --overlap "allow"', wholeNumber)
     .addOption(new Option("--priority <priority>").choices(["high", "normal", "low"]))
     .option("--timeout <seconds>", "a run is aborted after this long", wholeNumber)
+    .option(
+      "--end-at <instant>",
+      'recurring jobs: no occurrence after this ISO-8601 instant runs ("none" removes it)',
+      orNone((raw) => raw),
+    )
+    .option(
+      "--max-runs <n>",
+      'recurring jobs: occurrences queued in all, then the job completes ("none" removes it)',
+      orNone(wholeNumber),
+    )
     .option("--body <json>", "the whole request body as JSON; the flags above override it")
     .option("--file <path>", "the whole request body from a JSON file; the flags override it");
 }
@@ -120,6 +141,8 @@ interface DefinitionFlags extends ScheduleFlags {
   readonly maxConcurrent?: number;
   readonly priority?: string;
   readonly timeout?: number;
+  readonly endAt?: string;
+  readonly maxRuns?: number | typeof NONE;
   readonly body?: string;
   readonly file?: string;
 }
@@ -165,6 +188,8 @@ function definitionFrom(flags: DefinitionFlags): Record<string, unknown> {
     maxConcurrent: flags.maxConcurrent,
     priority: flags.priority,
     timeoutSeconds: flags.timeout,
+    endAt: noneAsNull(flags.endAt),
+    maxRuns: noneAsNull(flags.maxRuns),
   });
 }
 

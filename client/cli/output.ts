@@ -63,6 +63,17 @@ function lastRunOf(job: Job): string {
   return last ? `${last.status} (${inZone(last.finishedAt, zoneOf(job.schedule))})` : "-";
 }
 
+/** Where a recurring job ends: at endAt, after maxRuns occurrences (with the count so far), or never. */
+function endsOf(job: Job, zone: string): string {
+  const parts = [
+    ...(job.endAt ? [`at ${inZone(job.endAt, zone)}`] : []),
+    ...(job.maxRuns !== null
+      ? [`after ${job.maxRuns} runs (${job.occurrencesQueued} queued)`]
+      : []),
+  ];
+  return parts.length > 0 ? parts.join(", or ") : "-";
+}
+
 export function jobFields(job: Job): string {
   const zone = zoneOf(job.schedule);
   const { retry, misfirePolicy, overlapPolicy, maxConcurrent, inFlight } = job.policies;
@@ -73,6 +84,7 @@ export function jobFields(job: Job): string {
     ["status", job.status],
     ["schedule", describeSchedule(job.schedule)],
     ["next run", inZone(job.nextRunAt, zone)],
+    ["ends", endsOf(job, zone)],
     ["last run", lastRunOf(job)],
     ["version", String(job.version)],
     ["priority", job.priority],

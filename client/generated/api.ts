@@ -287,12 +287,23 @@ export interface components {
          */
         CreateJobRequest: {
             /**
+             * Format: date-time
+             * @description Recurring jobs only: no occurrence after this instant runs (one at it does). Must lie in the future and not before schedule.startAt. The job completes once its last occurrence before it is queued.
+             * @example 2030-06-30T23:59:59Z
+             */
+            endAt?: string;
+            /**
              * @description Or the Idempotency-Key header: the same key with the same body returns the first job (200); with another body, 409.
              * @example report-2030-01-15
              */
             idempotencyKey?: string;
             /** @description Runs at once; only with overlapPolicy "allow". Default 1. */
             maxConcurrent?: number;
+            /**
+             * @description Recurring jobs only: how many occurrences run in all, counted as they are queued (each occurrence once; retries, triggers and occurrences skipped by the misfire policy are not counted). The job completes with the last one queued.
+             * @example 10
+             */
+            maxRuns?: number;
             /**
              * @description What to do with occurrences missed by more than the grace (60 s): skip them, run the latest once (default), or run them all (up to 1,000).
              * @enum {string}
@@ -351,12 +362,23 @@ export interface components {
          */
         EditJobRequest: {
             /**
+             * Format: date-time
+             * @description A new end instant (null removes it). It applies from the pending occurrence: when it leaves nothing more to run, the job completes; queued runs of occurrences after it are skipped.
+             * @example 2030-06-30T23:59:59Z
+             */
+            endAt?: string | null;
+            /**
              * @description When the edit changes the schedule, queued first attempts of occurrences the new schedule does not have: "skip" them when they start (default) or let them "complete". Every other queued run (the schedule keeps its occurrence, a retry, a replay, a trigger) runs the edited definition. Kept on the job.
              * @enum {string}
              */
             inFlight?: "skip" | "complete";
             /** @description Runs at once; only with overlapPolicy "allow". Default 1. */
             maxConcurrent?: number;
+            /**
+             * @description A new count (null removes it), against the occurrences queued so far (occurrencesQueued): when they reach it, the job completes; runs already queued still run.
+             * @example 10
+             */
+            maxRuns?: number | null;
             /**
              * @description What to do with occurrences missed by more than the grace (60 s): skip them, run the latest once (default), or run them all (up to 1,000).
              * @enum {string}
@@ -458,11 +480,17 @@ export interface components {
         } | null;
         Job: {
             createdAt: string;
+            /** @description No occurrence after it runs; null: none. */
+            endAt: string | null;
             id: string;
             lastRun: components["schemas"]["RunSummary"];
+            /** @description Occurrences queued in all before the job completes; null: no limit. */
+            maxRuns: number | null;
             name: string;
             /** @description The pending occurrence, if any. */
             nextRunAt: string | null;
+            /** @description Occurrences of the schedule queued so far: what maxRuns counts. */
+            occurrencesQueued: number;
             payload?: unknown;
             policies: components["schemas"]["Policies"];
             /** @enum {string} */

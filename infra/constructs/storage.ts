@@ -15,6 +15,7 @@ import {
 import { Key } from "aws-cdk-lib/aws-kms";
 import { Construct } from "constructs";
 import {
+  JOBS_TTL_ATTRIBUTE,
   jobsTableDefinition,
   RUNS_TTL_ATTRIBUTE,
   runsTableDefinition,
@@ -53,7 +54,10 @@ export class Storage extends Construct {
       deletionProtection: !dev,
     };
     // Table names are left to CloudFormation so stages (and replacements) never collide.
-    this.jobs = tableFromDefinition(this, "JobsTable", jobsTableDefinition("jobs"), lifecycle);
+    this.jobs = tableFromDefinition(this, "JobsTable", jobsTableDefinition("jobs"), {
+      ...lifecycle,
+      timeToLiveAttribute: JOBS_TTL_ATTRIBUTE,
+    });
     this.runs = tableFromDefinition(this, "RunsTable", runsTableDefinition("runs"), {
       ...lifecycle,
       timeToLiveAttribute: RUNS_TTL_ATTRIBUTE,

@@ -36,7 +36,7 @@ export interface ResourcePlan {
     readonly runs: CreateTableCommandInput;
     readonly webhookSecrets: CreateTableCommandInput;
   };
-  readonly ttl: { readonly runs?: string };
+  readonly ttl: { readonly jobs?: string; readonly runs?: string };
   readonly workQueues: Readonly<Record<Priority, QueuePlan>>;
   readonly deadLetterQueues: readonly QueuePlan[];
   /** The worker function's plain-string environment: shard count, lookahead, lease, and so on. */
@@ -128,7 +128,7 @@ export function planFromTemplate(template: Template): ResourcePlan {
   const webhookSecrets = table(ENV.webhookSecretsTable);
   return {
     tables: { jobs: jobs.input, runs: runs.input, webhookSecrets: webhookSecrets.input },
-    ttl: runs.ttl ? { runs: runs.ttl } : {},
+    ttl: { ...(jobs.ttl ? { jobs: jobs.ttl } : {}), ...(runs.ttl ? { runs: runs.ttl } : {}) },
     workQueues,
     deadLetterQueues: dlqIds.map(queue),
     settingsEnv: Object.fromEntries(
@@ -152,10 +152,11 @@ export async function provision(
   plan: ResourcePlan,
   prefix: string,
 ): Promise<ProvisionedResources> {
-  const jobs = await ensureTable(clients.dynamo, {
-    ...plan.tables.jobs,
-    TableName: `${prefix}-jobs`,
-  });
+  const jobs = await ensureTable(
+    clients.dynamo,
+    { ...plan.tables.jobs, TableName: `${prefix}-jobs` },
+    plan.ttl.jobs,
+  );
   const runs = await ensureTable(
     clients.dynamo,
     { ...plan.tables.runs, TableName: `${prefix}-runs` },

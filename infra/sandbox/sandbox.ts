@@ -19,6 +19,7 @@ import { demoJobTypesFrom } from "../../shared/job-types/demo-types.js";
 import { jobTypeCatalog } from "../../shared/job-types/registry.js";
 import type { Observability } from "../../shared/observability.js";
 import { deleteMessages, receiveRuns } from "../../shared/queue/work-queue.js";
+import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
 import { cachedSigningSecrets } from "../../shared/webhooks/secrets.js";
 import { type RunningEmulator, startDynamoDbLocal, startSqsEmulator } from "./emulators.js";
 import { planFromTemplate, provision, type ResourcePlan, synthesizeTemplate } from "./resources.js";
@@ -168,6 +169,7 @@ export async function startSandbox(options: SandboxOptions): Promise<Sandbox> {
         },
       ),
       consumeDeadLetters(engine, resources.deadLetterQueues, stopping.signal),
+      sweepExpiredItems(engine, stopping.signal),
     ];
 
     let stopped: Promise<void> | null = null;
@@ -202,6 +204,7 @@ const SETTING_OVERRIDES = [
   ENV.leaseSeconds,
   ENV.misfireGraceSeconds,
   ENV.retentionDays,
+  ENV.deadLetterRetentionDays,
   ENV.minIntervalMs,
 ];
 
@@ -209,6 +212,22 @@ function pickDefined(env: Env, names: readonly string[]): Record<string, string>
   return Object.fromEntries(
     names.flatMap((n) => (env[n] ? [[n, env[n]] as [string, string]] : [])),
   );
+}
+
+/** How often the sandbox deletes expired items: DynamoDB Local has no TTL of its own. */
+const EXPIRY_SWEEP_MS = 10 * 60_000;
+
+/** The sandbox's stand-in for DynamoDB TTL: a sweep at start, then every ten minutes. */
+async function sweepExpiredItems(engine: Engine, signal: AbortSignal): Promise<void> {
+  while (!signal.aborted) {
+    try {
+      const swept = await sweepExpired(engine, engine.clock());
+      if (swept.jobs + swept.runs > 0) engine.obs.log.info("expired items deleted", swept);
+    } catch (error) {
+      engine.obs.log.error("expiry sweep failed", { error: String(error) });
+    }
+    await sleep(EXPIRY_SWEEP_MS, signal);
+  }
 }
 
 async function consumeDeadLetters(

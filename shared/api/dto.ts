@@ -41,6 +41,9 @@ export function jobDto(job: Job): JobDto {
           finishedAt: job.lastRun.finishedAt,
         }
       : null,
+    endAt: job.endAt ?? null,
+    maxRuns: job.maxRuns ?? null,
+    occurrencesQueued: job.occurrencesQueued ?? 0,
   };
 }
 

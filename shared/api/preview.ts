@@ -1,4 +1,6 @@
 import { DateTime, FixedOffsetZone, type Zone } from "luxon";
+import { hasEnd } from "../jobs/index.js";
+import type { Job } from "../model.js";
 import { occurrences, type ScheduleSpec } from "../schedule/index.js";
 import { scheduleDto } from "./dto.js";
 import type { PreviewDto } from "./schemas/previews.js";
@@ -44,11 +46,11 @@ export function previewOf(
   zoneLabel: string,
   now: Date,
   count: number,
+  until: Date = LAST_PREVIEWABLE,
 ): PreviewDto {
   const from = new Date(Math.floor(now.getTime() / 1000) * 1000);
   const zone = luxonZone(zoneLabel);
-  const times =
-    from <= LAST_PREVIEWABLE ? occurrences(schedule, from, LAST_PREVIEWABLE, count) : [];
+  const times = from <= until ? occurrences(schedule, from, until, count) : [];
   return {
     schedule: scheduleDto(schedule),
     timezone: zoneLabel,
@@ -56,5 +58,36 @@ export function previewOf(
       utc: at.toISOString(),
       local: DateTime.fromMillis(at.getTime(), { zone }).toISO() ?? at.toISOString(),
     })),
+  };
+}
+
+/**
+ * A stored job's preview: it stops where the job ends, at `endAt` and at the occurrence that
+ * reaches `maxRuns` (counted from the pending occurrence on, after the ones already queued). A
+ * job that has ended shows none.
+ */
+export function previewOfJob(job: Job, now: Date, count: number): PreviewDto {
+  const zoneLabel = displayZoneOf(job.schedule);
+  if (!hasEnd(job)) return previewOf(job.schedule, zoneLabel, now, count);
+  if (job.nextRunAt === null) return previewOf(job.schedule, zoneLabel, now, count, new Date(0));
+  let until = LAST_PREVIEWABLE;
+  if (job.endAt) until = new Date(Math.min(Date.parse(job.endAt), until.getTime()));
+  const preview = previewOf(job.schedule, zoneLabel, now, count, until);
+  const lastShown = preview.occurrences.at(-1);
+  if (job.maxRuns === undefined || job.maxRuns === null || lastShown === undefined) return preview;
+  // Only the occurrences up to the last one shown need counting.
+  const remaining = Math.max(0, job.maxRuns - (job.occurrencesQueued ?? 0));
+  const counted = occurrences(
+    job.schedule,
+    new Date(job.nextRunAt),
+    new Date(lastShown.utc),
+    remaining + 1,
+  );
+  const last = remaining === 0 ? null : counted[remaining - 1];
+  if (counted.length <= remaining) return preview;
+  const cut = last === undefined || last === null ? Date.parse(job.nextRunAt) - 1 : last.getTime();
+  return {
+    ...preview,
+    occurrences: preview.occurrences.filter((o) => Date.parse(o.utc) <= cut),
   };
 }

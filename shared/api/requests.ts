@@ -7,6 +7,7 @@ import type { RetryPolicy } from "../retry.js";
 import { normalizeSchedule, type ScheduleSpec, safeParseSchedule } from "../schedule/index.js";
 import { type FieldIssue, ValidationError } from "../validation.js";
 import { ApiError } from "./errors.js";
+import { instantParam } from "./query-params.js";
 import { LIMITS } from "./schemas/common.js";
 import type { CreateJobBody, EditJobBody } from "./schemas/jobs.js";
 
@@ -156,6 +157,42 @@ function targetRule(type: string, hasTarget: boolean): FieldIssue | null {
   return null;
 }
 
+/**
+ * The end condition of a recurring job, checked: `endAt` an instant after now and not before
+ * the schedule's startAt; neither field on a one-off (it runs once anyway). Returns endAt
+ * normalized to UTC.
+ */
+function checkedEnd(
+  end: { endAt?: string | null | undefined; maxRuns?: number | null | undefined },
+  schedule: ScheduleSpec,
+  now: Date,
+): string | null | undefined {
+  const issues: FieldIssue[] = [];
+  if ("runAt" in schedule) {
+    for (const field of ["endAt", "maxRuns"] as const) {
+      if (end[field] !== undefined && end[field] !== null)
+        issues.push({ field, message: "applies to recurring jobs only, not to a runAt schedule" });
+    }
+    if (issues.length > 0) throw new ValidationError(issues);
+  }
+  if (end.endAt === undefined || end.endAt === null) return end.endAt;
+  const endAt = instantParam("endAt", end.endAt);
+  if (endAt.getTime() <= now.getTime()) {
+    throw new ValidationError([
+      { field: "endAt", message: `must lie in the future; got ${endAt.toISOString()}` },
+    ]);
+  }
+  if ("every" in schedule && schedule.startAt && endAt < new Date(schedule.startAt)) {
+    throw new ValidationError([
+      {
+        field: "endAt",
+        message: `must not be before schedule.startAt (${schedule.startAt}); got ${endAt.toISOString()}`,
+      },
+    ]);
+  }
+  return endAt.toISOString();
+}
+
 export function newJobFrom(
   body: CreateJobBody,
   tenantId: string,
@@ -172,6 +209,7 @@ export function newJobFrom(
   checkPayloadSize(body.payload, settings.maxPayloadBytes);
   checkPayloadFits(jobTypes, body.type, body.payload);
   checkTimeouts(body, settings);
+  const endAt = checkedEnd(body, schedule, now);
   const policies: JobPolicies = {
     retry,
     misfire: body.misfirePolicy ?? DEFAULT_POLICIES.misfire,
@@ -190,6 +228,8 @@ export function newJobFrom(
     timeoutSeconds:
       body.timeoutSeconds ?? Math.min(LIMITS.timeoutSeconds.default, settings.maxTimeoutSeconds),
     policies,
+    ...(endAt ? { endAt } : {}),
+    ...(body.maxRuns !== undefined ? { maxRuns: body.maxRuns } : {}),
   };
 }
 
@@ -205,6 +245,8 @@ const EDITABLE = [
   "priority",
   "timeoutSeconds",
   "inFlight",
+  "endAt",
+  "maxRuns",
 ] as const;
 
 export function jobChangesFrom(
@@ -251,8 +293,20 @@ export function jobChangesFrom(
     checkPayloadFits(jobTypes, job.type, body.payload);
   }
   checkTimeouts(body, settings);
+  // Checked against the schedule the job will have, and the end it will keep.
+  const end = {
+    endAt: "endAt" in body ? body.endAt : job.endAt,
+    maxRuns: "maxRuns" in body ? body.maxRuns : job.maxRuns,
+  };
+  const endAt = checkedEnd(
+    "endAt" in body ? end : { maxRuns: end.maxRuns, endAt: schedule ? end.endAt : undefined },
+    schedule ?? job.schedule,
+    now,
+  );
   return {
     ...(body.name !== undefined ? { name: body.name } : {}),
+    ...("endAt" in body ? { endAt: endAt ?? null } : {}),
+    ...("maxRuns" in body ? { maxRuns: body.maxRuns ?? null } : {}),
     ...(schedule !== undefined ? { schedule } : {}),
     ...("payload" in body ? { payload: body.payload ?? null } : {}),
     ...(body.target !== undefined ? { target: targetFrom(body.target) } : {}),

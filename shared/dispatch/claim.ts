@@ -4,6 +4,7 @@ import type { DueEntry, Run } from "../model.js";
 import { METRICS } from "../observability.js";
 import { putRunsUnconditionally, writeClaim } from "../storage/claim.js";
 import { dueEntryKey, removeOrphanDueEntry } from "../storage/due-entries.js";
+import { jobExpiresAt } from "../storage/retention.js";
 import { queuedRun, skippedRun } from "../storage/runs.js";
 import { planClaim } from "./plan-claim.js";
 
@@ -137,9 +138,15 @@ function planWrites(
       scheduledFor: dueAt.toISOString(),
       attempt: 1,
       catchUpCount: plan.next.catchUpCount,
+      queuedBefore: queuedThrough(entry, plan),
     };
   }
   return { plan, queued, skippedItems, next };
+}
+
+/** The job's count of queued occurrences once this claim's are in. */
+function queuedThrough(entry: DueEntry, plan: ReturnType<typeof planClaim>): number {
+  return (entry.queuedBefore ?? 0) + (plan.occurrencesQueued ?? 0);
 }
 
 /**
@@ -155,7 +162,13 @@ export async function claimBeforeCreate(
   entry: DueEntry,
   now: Date,
   horizonEnd: Date,
-): Promise<{ readonly runs: readonly Run[]; readonly next: DueEntry | null }> {
+): Promise<{
+  readonly runs: readonly Run[];
+  readonly next: DueEntry | null;
+  /** Occurrences queued, for the job's count; and whether its end condition completed it. */
+  readonly occurrencesQueued: number;
+  readonly ended: boolean;
+}> {
   const planned = planWrites(engine, entry, now, horizonEnd, {
     run: new Set(),
     recorded: new Set(),
@@ -166,7 +179,12 @@ export async function claimBeforeCreate(
     ...planned.skippedItems,
   ]);
   await afterClaim(engine, entry, { ...planned, skippedItems: [] });
-  return { runs: planned.queued.map((q) => q.run), next: planned.next };
+  return {
+    runs: planned.queued.map((q) => q.run),
+    next: planned.next,
+    occurrencesQueued: queuedThrough(entry, planned.plan),
+    ended: planned.plan.ended === true,
+  };
 }
 
 async function attemptClaim(
@@ -180,10 +198,17 @@ async function attemptClaim(
   // Everything this claim covered was skipped (a one-off past its grace under `skip`) and the
   // schedule has nothing after it: the job is complete, not ACTIVE with nothing pending.
   const leavesNothing = queued.length === 0 && next === null && known.run.size === 0;
+  const completes = leavesNothing || plan.ended === true;
   const written = await writeClaim(engine, {
     entry,
     ...(lease ? { lease } : {}),
-    advance: plan.advancesJob ? { next, completes: leavesNothing } : null,
+    advance: plan.advancesJob
+      ? {
+          next,
+          occurrencesQueued: queuedThrough(entry, plan),
+          completes: completes ? { expiresAt: jobExpiresAt(now, engine.settings) } : null,
+        }
+      : null,
     queued,
     skipped: skippedItems.slice(0, MAX_SKIPPED_IN_TRANSACTION),
   });

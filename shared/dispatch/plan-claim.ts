@@ -28,6 +28,13 @@ export interface ClaimPlan {
   readonly advancesJob: boolean;
   /** The job's next pending occurrence, or null when its schedule has no more. */
   readonly next: { readonly scheduledFor: Date; readonly catchUpCount: number } | null;
+  /**
+   * The job's end condition (endAt, maxRuns) stopped it in this claim: no occurrence follows,
+   * and the job completes.
+   */
+  readonly ended?: boolean;
+  /** Occurrences this claim queued (those already run included), counted against maxRuns. */
+  readonly occurrencesQueued?: number;
 }
 
 export interface ClaimPlanInput {
@@ -43,10 +50,46 @@ export interface ClaimPlanInput {
 }
 
 export function planClaim(input: ClaimPlanInput): ClaimPlan {
-  const plan = planOccurrences(input);
+  const plan = withinEnd(planOccurrences(input), input.entry);
   const alreadyRun = input.alreadyRun;
   if (alreadyRun === undefined || alreadyRun.size === 0) return plan;
   return { ...plan, runs: plan.runs.filter((r) => !alreadyRun.has(r.scheduledFor.toISOString())) };
+}
+
+/**
+ * The plan cut at the job's end condition: no occurrence after `endAt` runs or is recorded, and
+ * no more than `maxRuns` occurrences are queued in all (the entry carries how many were before
+ * it). The job ends when the cut leaves it nothing more: its next occurrence lies after `endAt`,
+ * or the count is reached.
+ */
+function withinEnd(plan: ClaimPlan, entry: DueEntry): ClaimPlan {
+  if (!plan.advancesJob) return plan;
+  const endAt = entry.end?.endAt ? new Date(entry.end.endAt) : null;
+  const maxRuns = entry.end?.maxRuns ?? null;
+  if (endAt === null && maxRuns === null) return { ...plan, occurrencesQueued: plan.runs.length };
+  const before = entry.queuedBefore ?? 0;
+  const remaining = maxRuns === null ? Number.POSITIVE_INFINITY : Math.max(0, maxRuns - before);
+  const inTime = plan.runs.filter((r) => endAt === null || r.scheduledFor <= endAt);
+  const runs = inTime.slice(0, remaining);
+  const countReached = runs.length === remaining;
+  const last = runs.at(-1);
+  const skipped = plan.skipped.filter(
+    (s) =>
+      (endAt === null || s.scheduledFor <= endAt) &&
+      (!countReached || (last !== undefined && s.scheduledFor < last.scheduledFor)),
+  );
+  const ended =
+    countReached ||
+    runs.length < plan.runs.length ||
+    (plan.next !== null && endAt !== null && plan.next.scheduledFor > endAt);
+  return {
+    ...plan,
+    runs,
+    skipped,
+    next: ended ? null : plan.next,
+    ended,
+    occurrencesQueued: runs.length,
+  };
 }
 
 function planOccurrences(input: ClaimPlanInput): ClaimPlan {

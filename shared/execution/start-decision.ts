@@ -41,6 +41,18 @@ export function decideStart(job: Job | null, run: Run, now: Date, graceMs: numbe
       },
     };
   }
+  if (
+    run.attempt === 1 &&
+    run.triggered !== true &&
+    job.endAt &&
+    Date.parse(run.scheduledFor) > Date.parse(job.endAt)
+  ) {
+    // Queued before an edit moved endAt before its occurrence.
+    return {
+      action: "end",
+      ending: { status: "SKIPPED", reason: `after the job's endAt (${job.endAt})` },
+    };
+  }
   const late = lateStartSkipReason({
     schedule: job.schedule,
     policy: job.policies.misfire,

@@ -13,7 +13,7 @@ import {
   writeNewJob,
 } from "../storage/job-create.js";
 import { getJob } from "../storage/run-reads.js";
-import { dueEntryFor } from "./due-entry.js";
+import { dueEntryFor, withinJobEnd } from "./due-entry.js";
 import { getTenantJob } from "./queries.js";
 
 /** A job as the API hands it over: validated, defaults applied. */
@@ -28,6 +28,8 @@ export type NewJob = Pick<
   | "priority"
   | "timeoutSeconds"
   | "policies"
+  | "endAt"
+  | "maxRuns"
 >;
 
 interface CreateOptions {
@@ -68,12 +70,11 @@ export async function createJob(
   const jobId = newJobId(now, engine.random);
   // Stored normalized (an `every` gets its startAt), so occurrences never depend on when they are computed.
   const schedule = normalizeSchedule(input.schedule, now);
-  const first = firstOccurrence(schedule, now);
-  const base: Job = {
+  const base0: Job = {
     ...input,
     schedule,
     jobId,
-    status: first === null ? "COMPLETED" : "ACTIVE",
+    status: "ACTIVE",
     version: 1,
     nextRunAt: null,
     nextDueKey: null,
@@ -84,7 +85,10 @@ export async function createJob(
     bufferedRunId: null,
     parkedRuns: {},
     lastRun: null,
+    occurrencesQueued: 0,
   };
+  const first = withinJobEnd(base0, firstOccurrence(schedule, now));
+  const base: Job = first === null ? { ...base0, status: "COMPLETED" } : base0;
   const entry = first ? dueEntryFor(engine, base, first, now) : null;
   const idem = options.idempotency;
   const horizonEnd = fastPathHorizonEnd(now, engine.settings.lookaheadMs);
@@ -98,11 +102,12 @@ export async function createJob(
   const pending = claim ? claim.next : entry;
   // A one-off past its grace under `skip` was only recorded SKIPPED: nothing is left to run.
   const leavesNothing = claim !== null && claim.runs.length === 0 && claim.next === null;
+  const counted: Job = claim ? { ...base, occurrencesQueued: claim.occurrencesQueued } : base;
   const job: Job = pending
-    ? { ...base, nextRunAt: pending.scheduledFor, nextDueKey: pending.key }
-    : leavesNothing
-      ? { ...base, status: "COMPLETED" }
-      : base;
+    ? { ...counted, nextRunAt: pending.scheduledFor, nextDueKey: pending.key }
+    : leavesNothing || claim?.ended
+      ? { ...counted, status: "COMPLETED" }
+      : counted;
   try {
     await writeNewJob(engine, job, pending, idem);
   } catch (error) {

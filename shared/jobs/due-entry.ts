@@ -16,5 +16,28 @@ export function dueEntryFor(engine: Engine, job: Job, at: Date, now: Date): DueE
     priority: job.priority,
     schedule: job.schedule,
     misfire: job.policies.misfire,
+    ...(hasEnd(job) ? { end: { endAt: job.endAt ?? null, maxRuns: job.maxRuns ?? null } } : {}),
+    queuedBefore: job.occurrencesQueued ?? 0,
   };
+}
+
+/** Whether the job has an end condition (endAt or maxRuns). */
+export const hasEnd = (job: Job) =>
+  (job.endAt !== undefined && job.endAt !== null) ||
+  (job.maxRuns !== undefined && job.maxRuns !== null);
+
+/**
+ * `at` when the job's end condition still lets an occurrence there run: not after `endAt`, and
+ * fewer than `maxRuns` occurrences queued so far. Null when the job has ended before it.
+ */
+export function withinJobEnd(job: Job, at: Date | null): Date | null {
+  if (at === null) return null;
+  if (job.endAt && at.getTime() > Date.parse(job.endAt)) return null;
+  if (
+    job.maxRuns !== undefined &&
+    job.maxRuns !== null &&
+    (job.occurrencesQueued ?? 0) >= job.maxRuns
+  )
+    return null;
+  return at;
 }

@@ -4,7 +4,7 @@ import { IllegalTransitionError, VersionMismatchError } from "../errors.js";
 import type { DueEntry, HttpTarget, Job, JobPolicies, Priority } from "../model.js";
 import { firstOccurrence, normalizeSchedule, type ScheduleSpec } from "../schedule/index.js";
 import { readDueEntry, writeEditedJob } from "../storage/job-edit.js";
-import { dueEntryFor } from "./due-entry.js";
+import { dueEntryFor, withinJobEnd } from "./due-entry.js";
 import { getTenantJob } from "./queries.js";
 import { withJob } from "./with-job.js";
 
@@ -16,6 +16,9 @@ export interface JobChanges {
   readonly priority?: Priority;
   readonly timeoutSeconds?: number;
   readonly policies?: JobPolicies;
+  /** null removes the end condition. */
+  readonly endAt?: string | null;
+  readonly maxRuns?: number | null;
 }
 
 /**
@@ -28,6 +31,9 @@ export interface JobChanges {
  * kept), and queued first attempts of occurrences it does not have are
  * SKIPPED by their workers, unless the edit says `inFlight: "complete"`.
  * Occurrences the old schedule already had due are claimed before the edit.
+ * A new `endAt` or `maxRuns` applies from the pending occurrence: when it
+ * leaves nothing more to run, the job completes (runs already queued still
+ * run, but first attempts of occurrences after `endAt`, which their workers skip).
  */
 export async function editJob(
   engine: Engine,
@@ -63,11 +69,14 @@ export async function editJob(
       version: job.version + 1,
       updatedAt: now.toISOString(),
     };
-    const next = nextAfterEdit(job, edited, now);
+    const unbounded = nextAfterEdit(job, edited, now);
+    const next = withinJobEnd(edited, unbounded);
+    // The new endAt or maxRuns leaves nothing more to run: the job is complete.
+    const completes = unbounded !== null && next === null && job.status === "ACTIVE";
     const entry = next && job.status === "ACTIVE" ? dueEntryFor(engine, edited, next, now) : null;
     return {
       write: async () => {
-        await writeEditedJob(engine, job, normalized, { nextRunAt: next, entry, now });
+        await writeEditedJob(engine, job, normalized, { nextRunAt: next, entry, now, completes });
         return entry;
       },
     };

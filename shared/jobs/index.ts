@@ -2,6 +2,7 @@
 export { cancelJob } from "./cancel.js";
 export { createJob, type NewJob, requestHash } from "./create.js";
 export { deleteJob } from "./delete.js";
+export { hasEnd } from "./due-entry.js";
 export { editJob, type JobChanges } from "./edit.js";
 export { pauseJob } from "./pause.js";
 export { replayDeadLetter } from "./replay.js";

@@ -8,7 +8,7 @@ import { sendRuns } from "../queue/work-queue.js";
 import { inflightPk, runMessageOf } from "../storage/items.js";
 import { writeResumedJob } from "../storage/job-status.js";
 import { rearmParkedRun } from "../storage/run-park.js";
-import { dueEntryFor } from "./due-entry.js";
+import { dueEntryFor, hasEnd } from "./due-entry.js";
 import { getTenantJob } from "./queries.js";
 import { withJob } from "./with-job.js";
 
@@ -29,11 +29,13 @@ export async function resumeJob(engine: Engine, tenantId: string, jobId: string)
       if (job.status !== "PAUSED") throw new IllegalTransitionError("resume", job.status);
       const parked = await rearmParked(engine, job, now);
       const due = job.nextRunAt ? dueEntryFor(engine, job, new Date(job.nextRunAt), now) : null;
+      // An edit while paused set an end the job had already reached: nothing is left to run.
+      const completes = due === null && hasEnd(job);
       return {
         write: async () => ({
           entry: due,
           parked,
-          job: await writeResumedJob(engine, job, due, now),
+          job: await writeResumedJob(engine, job, due, now, completes),
         }),
       };
     },

@@ -20,9 +20,14 @@ export interface ClaimWrites {
   readonly lease?: { readonly shard: number; readonly fence: number };
   /**
    * How the job moves on, when the claim advances it: to `next` (null when the
-   * schedule has nothing after), and to COMPLETED when `completes`.
+   * schedule has nothing after), with its count of queued occurrences, and to
+   * COMPLETED when `completes` (expiring at its retention).
    */
-  readonly advance: { readonly next: DueEntry | null; readonly completes: boolean } | null;
+  readonly advance: {
+    readonly next: DueEntry | null;
+    readonly occurrencesQueued: number;
+    readonly completes: { readonly expiresAt: number } | null;
+  } | null;
   /** QUEUED runs with their items. */
   readonly queued: readonly { readonly run: Run; readonly item: Item }[];
   /** SKIPPED records written in the transaction. */
@@ -110,7 +115,7 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
     });
   }
   if (advance) {
-    const { next, completes } = advance;
+    const { next, occurrencesQueued, completes } = advance;
     writes.push({
       name: "job",
       write: {
@@ -119,8 +124,8 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
           Key: jobKey(entry.jobId),
           // The job must still point at this very entry: an edit, pause or cancel moves or removes it.
           ConditionExpression: "#status = :active AND nextDueKey.pk = :pk AND nextDueKey.sk = :sk",
-          UpdateExpression: `SET nextRunAt = :nextRunAt, nextDueKey = :nextDueKey${
-            completes ? ", #status = :completed" : ""
+          UpdateExpression: `SET nextRunAt = :nextRunAt, nextDueKey = :nextDueKey, occurrencesQueued = :queued${
+            completes ? ", #status = :completed, expiresAt = :expiresAt" : ""
           }`,
           ExpressionAttributeNames: { "#status": "status" },
           ExpressionAttributeValues: {
@@ -129,7 +134,8 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
             ":sk": entry.key.sk,
             ":nextRunAt": next ? next.scheduledFor : null,
             ":nextDueKey": next ? next.key : null,
-            ...(completes ? { ":completed": "COMPLETED" } : {}),
+            ":queued": occurrencesQueued,
+            ...(completes ? { ":completed": "COMPLETED", ":expiresAt": completes.expiresAt } : {}),
           },
         },
       },

@@ -36,7 +36,7 @@ export function encodeJob(job: Job): Item {
 }
 
 export function decodeJob(item: Item): Job {
-  const { pk, sk, tenantPk: _t, tenantSk: _s, payloadJson, ...rest } = item;
+  const { pk, sk, tenantPk: _t, tenantSk: _s, payloadJson, expiresAt: _e, ...rest } = item;
   const job = rest as unknown as Omit<Job, "payload">;
   return {
     ...job,

@@ -4,6 +4,7 @@ import { IdempotencyKeyTakenError } from "../errors.js";
 import type { DueEntry, Job } from "../model.js";
 import { encodeJob, idempotencyKey } from "./items.js";
 import { putDueEntry } from "./job-update.js";
+import { hasExpired, idempotencyExpiresAt, jobExpiresAt } from "./retention.js";
 import { ConditionsFailedError, type NamedWrite, writeTransaction } from "./transaction.js";
 
 /** A create's idempotency key and a hash of its request, so a repeat returns the same job. */
@@ -26,15 +27,18 @@ export async function readIdempotencyRecord(
     }),
   );
   const record = found.Item;
-  if (!record) return null;
+  // Past its window the key is free again, whether or not TTL has deleted the record yet.
+  if (!record || hasExpired(record, engine.clock())) return null;
   return { jobId: String(record.jobId), requestHash: String(record.requestHash) };
 }
 
 /**
  * Writes a new job with its pending due entry and idempotency record, all or
- * nothing, each conditioned on its key being free. A taken idempotency key is
+ * nothing, each conditioned on its key being free (an idempotency record past
+ * its window is free: it is replaced). A taken idempotency key is
  * `IdempotencyKeyTakenError`. Alone (no entry, no key) the job is one plain
- * put: a transaction would bill it twice.
+ * put: a transaction would bill it twice. A job created COMPLETED (nothing of
+ * its schedule is left to run) expires at its retention.
  */
 export async function writeNewJob(
   engine: Engine,
@@ -42,9 +46,15 @@ export async function writeNewJob(
   pending: DueEntry | null,
   idempotency: IdempotentRequest | undefined,
 ): Promise<void> {
+  const createdAt = new Date(job.createdAt);
   const putJob = {
     TableName: engine.tables.jobs,
-    Item: encodeJob(job),
+    Item: {
+      ...encodeJob(job),
+      ...(job.status === "COMPLETED"
+        ? { expiresAt: jobExpiresAt(createdAt, engine.settings) }
+        : {}),
+    },
     ConditionExpression: "attribute_not_exists(pk)",
   };
   const writes: NamedWrite<"job" | "dueEntry" | "idempotency">[] = [
@@ -62,8 +72,10 @@ export async function writeNewJob(
             jobId: job.jobId,
             requestHash: idempotency.requestHash,
             createdAt: job.createdAt,
+            expiresAt: idempotencyExpiresAt(createdAt),
           },
-          ConditionExpression: "attribute_not_exists(pk)",
+          ConditionExpression: "attribute_not_exists(pk) OR expiresAt <= :now",
+          ExpressionAttributeValues: { ":now": Math.floor(createdAt.getTime() / 1000) },
         },
       },
     });

@@ -9,10 +9,22 @@ import {
   updateJobFrom,
   writeJobChange,
 } from "./job-update.js";
+import { jobExpiresAt } from "./retention.js";
 
 /** The fields of a job an edit may change. */
 type EditedFields = Partial<
-  Pick<Job, "name" | "schedule" | "payload" | "target" | "priority" | "timeoutSeconds" | "policies">
+  Pick<
+    Job,
+    | "name"
+    | "schedule"
+    | "payload"
+    | "target"
+    | "priority"
+    | "timeoutSeconds"
+    | "policies"
+    | "endAt"
+    | "maxRuns"
+  >
 >;
 
 /** The due entry at `key`, read strongly consistent; null when it is gone (claimed). */
@@ -34,7 +46,13 @@ export async function writeEditedJob(
   engine: Engine,
   job: Job,
   changes: EditedFields,
-  next: { readonly nextRunAt: Date | null; readonly entry: DueEntry | null; readonly now: Date },
+  next: {
+    readonly nextRunAt: Date | null;
+    readonly entry: DueEntry | null;
+    readonly now: Date;
+    /** The edited end condition leaves nothing to run: COMPLETED, expiring at its retention. */
+    readonly completes?: boolean;
+  },
 ): Promise<void> {
   const { payload, ...fields } = changes;
   const { entry } = next;
@@ -44,6 +62,9 @@ export async function writeEditedJob(
     nextRunAt: next.nextRunAt ? next.nextRunAt.toISOString() : null,
     nextDueKey: entry?.key ?? null,
     updatedAt: next.now.toISOString(),
+    ...(next.completes
+      ? { status: "COMPLETED", expiresAt: jobExpiresAt(next.now, engine.settings) }
+      : {}),
   };
   const sameKey =
     entry !== null &&

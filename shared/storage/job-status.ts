@@ -1,6 +1,7 @@
 import type { Engine } from "../engine.js";
 import type { DueEntry, Job } from "../model.js";
 import { deletePendingDueEntry, putDueEntry, updateJobFrom, writeJobChange } from "./job-update.js";
+import { jobExpiresAt } from "./retention.js";
 
 /**
  * The status changes of a job as read (`ConcurrentUpdateError` when it has
@@ -29,22 +30,25 @@ export async function writePausedJob(engine: Engine, job: Job, now: Date): Promi
 /**
  * ACTIVE, with `due` (its pending occurrence) as its due entry, conditioned on
  * the parked runs being the ones read: a run parked meanwhile would be left
- * unsent.
+ * unsent. COMPLETED instead when `completes` (its end condition left it
+ * nothing to run), expiring at its retention.
  */
 export async function writeResumedJob(
   engine: Engine,
   job: Job,
   due: DueEntry | null,
   now: Date,
+  completes = false,
 ): Promise<Job> {
   const set = {
-    status: "ACTIVE",
+    status: completes ? "COMPLETED" : "ACTIVE",
     nextDueKey: due?.key ?? null,
     parkedRuns: {},
     updatedAt: now.toISOString(),
   } as const;
+  const expiry = completes ? { expiresAt: jobExpiresAt(now, engine.settings) } : {};
   await writeJobChange(engine, job, [
-    updateJobFrom(engine, job, set, { sameParkedRuns: true }),
+    updateJobFrom(engine, job, { ...set, ...expiry }, { sameParkedRuns: true }),
     ...(due ? [{ name: "dueEntry" as const, write: putDueEntry(engine, due) }] : []),
   ]);
   return { ...job, ...set };
@@ -52,7 +56,8 @@ export async function writeResumedJob(
 
 /**
  * CANCELLED, with no next run and its pending due entry deleted, conditioned on
- * the parked runs being the ones read (the caller cancels those).
+ * the parked runs being the ones read (the caller cancels those). The job
+ * expires at its retention.
  */
 export async function writeCancelledJob(engine: Engine, job: Job, now: Date): Promise<Job> {
   const set = {
@@ -62,7 +67,14 @@ export async function writeCancelledJob(engine: Engine, job: Job, now: Date): Pr
     updatedAt: now.toISOString(),
   } as const;
   await writeJobChange(engine, job, [
-    updateJobFrom(engine, job, set, { sameParkedRuns: true }),
+    updateJobFrom(
+      engine,
+      job,
+      { ...set, expiresAt: jobExpiresAt(now, engine.settings) },
+      {
+        sameParkedRuns: true,
+      },
+    ),
     ...deletePendingDueEntry(engine, job),
   ]);
   return { ...job, ...set };

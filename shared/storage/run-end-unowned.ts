@@ -3,6 +3,7 @@ import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
 import { isConditionalCheckFailed } from "./dynamo-errors.js";
 import { deadLetterPk, decodeRun, jobKey } from "./items.js";
+import { deadRunExpiresAt } from "./retention.js";
 import { runKeyOf } from "./run-reads.js";
 import { boundedText } from "./stored-text.js";
 
@@ -34,7 +35,9 @@ export async function endRunAsSeen(
         Key: runKeyOf(seen),
         ConditionExpression: AS_SEEN,
         UpdateExpression: `SET #status = :status, reason = :reason, finishedAt = :finishedAt${
-          dead ? ", deadPk = :deadPk, deadSk = :deadSk, #error = :reason" : ""
+          dead
+            ? ", deadPk = :deadPk, deadSk = :deadSk, #error = :reason, expiresAt = :expiresAt"
+            : ""
         } REMOVE leaseUntil, inflightPk, inflightSk`,
         ExpressionAttributeNames: { "#status": "status", ...(dead ? { "#error": "error" } : {}) },
         ExpressionAttributeValues: {
@@ -47,6 +50,7 @@ export async function endRunAsSeen(
             ? {
                 ":deadPk": deadLetterPk(seen.tenantId),
                 ":deadSk": `${finishedAt}#${seen.runId}`,
+                ":expiresAt": deadRunExpiresAt(now, engine.settings),
               }
             : {}),
         },

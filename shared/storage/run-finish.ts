@@ -4,6 +4,7 @@ import { JobNotFoundError } from "../errors.js";
 import type { DueEntry, Run, RunStatus, RunSummary } from "../model.js";
 import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
 import { deadLetterPk, encodeDueEntry, jobKey } from "./items.js";
+import { deadRunExpiresAt, jobExpiresAt } from "./retention.js";
 import { FENCE_HELD, fenceHeld, fenceLost } from "./run-fence.js";
 import { runKeyOf } from "./run-reads.js";
 import { boundedOrNull } from "./stored-text.js";
@@ -86,9 +87,11 @@ export async function finishRun(
     values[":executedVersion"] = ending.executedVersion;
   }
   if (ending.status === "DEAD") {
-    set += ", deadPk = :deadPk, deadSk = :deadSk";
+    // Listed as a dead letter for its own retention, which the run's TTL must not cut short.
+    set += ", deadPk = :deadPk, deadSk = :deadSk, expiresAt = :expiresAt";
     values[":deadPk"] = deadLetterPk(run.tenantId);
     values[":deadSk"] = `${finishedAt}#${run.runId}`;
+    values[":expiresAt"] = deadRunExpiresAt(now, engine.settings);
   }
   const runUpdate: UpdateInput = {
     TableName: engine.tables.runs,
@@ -122,7 +125,7 @@ export async function finishRun(
   }
 
   const writes: NamedWrite<FinishWrite>[] = [{ name: "run", write: { Update: runUpdate } }];
-  const jobUpdate = jobAfterRun(engine.tables.jobs, finished, ending);
+  const jobUpdate = jobAfterRun(engine, finished, ending);
   if (jobUpdate) writes.push({ name: "job", write: { Update: jobUpdate } });
   writes.push({
     name: "nextAttempt",
@@ -167,7 +170,7 @@ export async function recordRunOnJob(
   ending: Pick<RunEnding, "status" | "ran" | "tracked" | "completesJob">,
   options: { repair?: boolean } = {},
 ): Promise<void> {
-  const update = jobAfterRun(engine.tables.jobs, run, ending, options);
+  const update = jobAfterRun(engine, run, ending, options);
   if (update === null) return;
   try {
     await retryOnContention(engine, "finish", () => engine.doc.send(new UpdateCommand(update)));
@@ -180,7 +183,7 @@ export async function recordRunOnJob(
 }
 
 function jobAfterRun(
-  jobsTable: string,
+  engine: Engine,
   run: Run,
   ending: Pick<RunEnding, "status" | "ran" | "tracked" | "completesJob">,
   options: { repair?: boolean } = {},
@@ -202,17 +205,28 @@ function jobAfterRun(
     values[":lastRun"] = summary;
   }
   if (ending.completesJob) {
-    sets.push("#status = :completed", "nextRunAt = :null", "nextDueKey = :null");
+    sets.push(
+      "#status = :completed",
+      "nextRunAt = :null",
+      "nextDueKey = :null",
+      "expiresAt = :expiresAt",
+    );
     conditions.push(JOB_ACTIVE);
     names["#status"] = "status";
-    Object.assign(values, { ":completed": "COMPLETED", ":active": "ACTIVE", ":null": null });
+    const completedAt = run.finishedAt === null ? engine.clock() : new Date(run.finishedAt);
+    Object.assign(values, {
+      ":completed": "COMPLETED",
+      ":active": "ACTIVE",
+      ":null": null,
+      ":expiresAt": jobExpiresAt(completedAt, engine.settings),
+    });
   }
   if (ending.tracked) {
     names["#runId"] = run.runId;
     if (options.repair) conditions.push(RUN_STILL_ACTIVE);
   }
   return {
-    TableName: jobsTable,
+    TableName: engine.tables.jobs,
     Key: jobKey(run.jobId),
     ConditionExpression: conditions.join(" AND "),
     UpdateExpression: `SET ${sets.join(", ")}${ending.tracked ? " REMOVE activeRuns.#runId" : ""}`,

@@ -2,6 +2,7 @@ import type { EngineSettings } from "../config.js";
 import { runId, runSortKey, shardOf } from "../keys.js";
 import type { Priority, Run } from "../model.js";
 import { encodeRun, jobPk } from "./items.js";
+import { runExpiresAt } from "./retention.js";
 
 type Item = Record<string, unknown>;
 
@@ -9,11 +10,6 @@ export const runKey = (jobId: string, scheduledFor: string, attempt: number) => 
   pk: jobPk(jobId),
   sk: runSortKey(scheduledFor, attempt),
 });
-
-/** TTL epoch seconds: history is kept for the retention period after the run was created. */
-function expiresAtFor(now: Date, settings: EngineSettings): number {
-  return Math.floor(now.getTime() / 1000) + settings.retentionDays * 86_400;
-}
 
 interface NewRun {
   readonly jobId: string;
@@ -69,7 +65,7 @@ export function queuedRun(
       shard: shardOf(spec.jobId, settings.shardCount),
       deadline: new Date(startBy).toISOString(),
     },
-    expiresAt: expiresAtFor(now, settings),
+    expiresAt: runExpiresAt(now, settings),
   });
   return { run, item };
 }
@@ -88,6 +84,6 @@ export function skippedRun(
     finishedAt: now.toISOString(),
   };
   return encodeRun(run, runSortKey(run.scheduledFor, run.attempt), {
-    expiresAt: expiresAtFor(now, settings),
+    expiresAt: runExpiresAt(now, settings),
   });
 }

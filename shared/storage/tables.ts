@@ -16,6 +16,8 @@ export const JOBS_BY_TENANT_INDEX = "byTenant";
 export const RUNS_INFLIGHT_INDEX = "inflight";
 export const RUNS_DEAD_LETTER_INDEX = "deadLetters";
 export const RUNS_TTL_ATTRIBUTE = "expiresAt";
+/** Completed and cancelled jobs, and idempotency records, expire by it (see retention.ts). */
+export const JOBS_TTL_ATTRIBUTE = "expiresAt";
 
 export function jobsTableDefinition(tableName: string): CreateTableCommandInput {
   return {

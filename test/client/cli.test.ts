@@ -219,6 +219,43 @@ describe("jobs", () => {
     expect(atVersion.schedule).toMatchObject({ every: "PT1H" });
   });
 
+  it("--end-at and --max-runs on create and edit; none removes them; a one-off refuses them (exit 3)", async () => {
+    const endAt = inSeconds(30 * 86_400);
+    const job = await json<Job>(
+      "jobs",
+      "create",
+      "--type",
+      "noop",
+      "--every",
+      "PT1H",
+      "--start-at",
+      tomorrow(),
+      "--end-at",
+      endAt,
+      "--max-runs",
+      "10",
+    );
+    expect(job).toMatchObject({ endAt, maxRuns: 10, occurrencesQueued: 0 });
+    const shown = await cli(["jobs", "get", job.id]);
+    expect(shown.out).toMatch(/^ends\s+at \d{4}-.*, or after 10 runs \(0 queued\)$/m);
+    const edited = await json<Job>("jobs", "edit", job.id, "--max-runs", "3", "--end-at", "none");
+    expect(edited).toMatchObject({ endAt: null, maxRuns: 3 });
+    const cleared = await json<Job>("jobs", "edit", job.id, "--max-runs", "none");
+    expect(cleared).toMatchObject({ endAt: null, maxRuns: null });
+    const refused = await failing(
+      EXIT.invalid,
+      "jobs",
+      "create",
+      "--type",
+      "noop",
+      "--run-at",
+      tomorrow(),
+      "--max-runs",
+      "2",
+    );
+    expect(refused).toMatchObject({ status: 400, field: "maxRuns" });
+  });
+
   it("pause, resume, trigger, cancel; a refused transition exits 5; an unknown job exits 4", async () => {
     const job = await json<Job>("jobs", "create", "--type", "noop", "--run-at", tomorrow());
     expect((await json<Job>("jobs", "pause", job.id)).status).toBe("paused");

@@ -12,6 +12,7 @@ import { ENV } from "../../shared/config.js";
 import { PRIORITIES } from "../../shared/model.js";
 import { METRICS } from "../../shared/observability.js";
 import {
+  JOBS_TTL_ATTRIBUTE,
   jobsTableDefinition,
   RUNS_TTL_ATTRIBUTE,
   runsTableDefinition,
@@ -105,14 +106,15 @@ describe("storage", () => {
     },
   );
 
-  it("expires runs by their TTL attribute and never expires jobs", () => {
+  it("expires runs, and ended jobs and idempotency records, by their TTL attribute", () => {
     expect(propertiesOf(prod, prod.stack.storage.runs.table).TimeToLiveSpecification).toEqual({
       AttributeName: RUNS_TTL_ATTRIBUTE,
       Enabled: true,
     });
-    expect(
-      propertiesOf(prod, prod.stack.storage.jobs.table).TimeToLiveSpecification,
-    ).toBeUndefined();
+    expect(propertiesOf(prod, prod.stack.storage.jobs.table).TimeToLiveSpecification).toEqual({
+      AttributeName: JOBS_TTL_ATTRIBUTE,
+      Enabled: true,
+    });
   });
 
   it("protects the tables outside dev and lets dev tear them down", () => {

@@ -21,6 +21,7 @@ import { decodeDueEntry, decodeJob, decodeRun, inflightPk } from "../../shared/s
 import { extendLease } from "../../shared/storage/run-heartbeat.js";
 import { getRun } from "../../shared/storage/run-reads.js";
 import {
+  JOBS_TTL_ATTRIBUTE,
   jobsTableDefinition,
   RUNS_INFLIGHT_INDEX,
   RUNS_TTL_ATTRIBUTE,
@@ -140,7 +141,9 @@ export class ModelSystem {
   static async open(): Promise<ModelSystem> {
     const clients = createTestClients({ maxSockets: 16 });
     const ns = testNamespace("m");
-    const jobs = await createTable(clients.dynamo, jobsTableDefinition(ns.name("jobs")));
+    const jobs = await createTable(clients.dynamo, jobsTableDefinition(ns.name("jobs")), {
+      timeToLiveAttribute: JOBS_TTL_ATTRIBUTE,
+    });
     const runs = await createTable(clients.dynamo, runsTableDefinition(ns.name("runs")), {
       timeToLiveAttribute: RUNS_TTL_ATTRIBUTE,
     });

@@ -26,6 +26,7 @@ import {
 } from "../../shared/queue/work-queue.js";
 import { decodeDueEntry, decodeJob, decodeRun } from "../../shared/storage/items.js";
 import {
+  JOBS_TTL_ATTRIBUTE,
   jobsTableDefinition,
   RUNS_TTL_ATTRIBUTE,
   runsTableDefinition,
@@ -83,7 +84,9 @@ export interface FixtureOptions {
 export async function createEngineFixture(options: FixtureOptions = {}): Promise<EngineFixture> {
   const clients = createTestClients({ maxSockets: 64 });
   const ns = testNamespace();
-  const jobsTable = await createTable(clients.dynamo, jobsTableDefinition(ns.name("jobs")));
+  const jobsTable = await createTable(clients.dynamo, jobsTableDefinition(ns.name("jobs")), {
+    timeToLiveAttribute: JOBS_TTL_ATTRIBUTE,
+  });
   const runsTable = await createTable(clients.dynamo, runsTableDefinition(ns.name("runs")), {
     timeToLiveAttribute: RUNS_TTL_ATTRIBUTE,
   });

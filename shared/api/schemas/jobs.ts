@@ -2,7 +2,15 @@
 import { z } from "@hono/zod-openapi";
 import type { JobTypeCatalog } from "../../job-types/registry.js";
 import { MAX_CONCURRENT_LIMIT, MISFIRE_POLICIES, OVERLAP_POLICIES } from "../../policies.js";
-import { cursor, JOB_STATUSES, LIMITS, Priority, pageLimit, RUN_STATUSES } from "./common.js";
+import {
+  cursor,
+  instant,
+  JOB_STATUSES,
+  LIMITS,
+  Priority,
+  pageLimit,
+  RUN_STATUSES,
+} from "./common.js";
 import { jobTypeSchema } from "./job-types.js";
 import { ScheduleSchema } from "./schedule.js";
 import { TargetSchema } from "./target.js";
@@ -71,6 +79,19 @@ const IdempotencyKeySchema = z
   .regex(/^[\x21-\x7E]+$/, "must be visible ASCII characters")
   .openapi({ example: "report-2030-01-15" });
 
+const MAX_RUNS_LIMIT = 1_000_000;
+
+const endAt = instant(
+  "Recurring jobs only: no occurrence after this instant runs (one at it does). Must lie in the future and not before schedule.startAt. The job completes once its last occurrence before it is queued.",
+  "2030-06-30T23:59:59Z",
+);
+
+const maxRuns = z.number().int().min(1).max(MAX_RUNS_LIMIT).openapi({
+  description:
+    "Recurring jobs only: how many occurrences run in all, counted as they are queued (each occurrence once; retries, triggers and occurrences skipped by the misfire policy are not counted). The job completes with the last one queued.",
+  example: 10,
+});
+
 const payload = z.unknown().openapi({
   description:
     "JSON that fits the job type's payload schema (JobPayloads lists each type's), at most 64 KiB serialized; handed to the handler (or POSTed by http jobs).",
@@ -96,6 +117,8 @@ export function createJobSchema(jobTypes: JobTypeCatalog) {
       maxConcurrent: maxConcurrent.optional(),
       priority: Priority.optional().openapi({ description: "Default normal." }),
       timeoutSeconds: timeoutSeconds.optional(),
+      endAt: endAt.optional(),
+      maxRuns: maxRuns.optional(),
       idempotencyKey: IdempotencyKeySchema.optional().openapi({
         description:
           "Or the Idempotency-Key header: the same key with the same body returns the first job (200); with another body, 409.",
@@ -127,6 +150,14 @@ export const EditJobSchema = z
     maxConcurrent: maxConcurrent.optional(),
     priority: Priority.optional(),
     timeoutSeconds: timeoutSeconds.optional(),
+    endAt: endAt.nullable().optional().openapi({
+      description:
+        "A new end instant (null removes it). It applies from the pending occurrence: when it leaves nothing more to run, the job completes; queued runs of occurrences after it are skipped.",
+    }),
+    maxRuns: maxRuns.nullable().optional().openapi({
+      description:
+        "A new count (null removes it), against the occurrences queued so far (occurrencesQueued): when they reach it, the job completes; runs already queued still run.",
+    }),
     inFlight: z.enum(IN_FLIGHT_VALUES).optional().openapi({
       description:
         'When the edit changes the schedule, queued first attempts of occurrences the new schedule does not have: "skip" them when they start (default) or let them "complete". Every other queued run (the schedule keeps its occurrence, a retry, a replay, a trigger) runs the edited definition. Kept on the job.',
@@ -212,6 +243,16 @@ export const JobSchema = z
     createdAt: z.string(),
     updatedAt: z.string(),
     lastRun: RunSummarySchema.nullable(),
+    endAt: z
+      .string()
+      .nullable()
+      .openapi({ description: "No occurrence after it runs; null: none." }),
+    maxRuns: z.number().int().nullable().openapi({
+      description: "Occurrences queued in all before the job completes; null: no limit.",
+    }),
+    occurrencesQueued: z.number().int().openapi({
+      description: "Occurrences of the schedule queued so far: what maxRuns counts.",
+    }),
   })
   .openapi("Job");
 export type JobDto = z.infer<typeof JobSchema>;

@@ -1,0 +1,180 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type ApiHarness, expectError, inMinutes, startApi } from "./support.js";
+
+/** A recurring job far enough ahead that no run of it is claimed during the test. */
+const recurring = (overrides: Record<string, unknown> = {}) => ({
+  type: "noop",
+  schedule: { every: "PT1H", startAt: inMinutes(24 * 60) },
+  ...overrides,
+});
+
+describe("endAt and maxRuns", () => {
+  let api: ApiHarness;
+  beforeAll(async () => {
+    api = await startApi();
+  });
+  afterAll(() => api.close());
+
+  it("a created job shows them, with the occurrences queued so far", async () => {
+    const endAt = inMinutes(30 * 24 * 60);
+    const created = await api.call("POST", "/jobs", {
+      body: recurring({ endAt, maxRuns: 10 }),
+    });
+    expect(created.status, created.text).toBe(201);
+    expect(created.body).toMatchObject({
+      status: "active",
+      endAt: new Date(endAt).toISOString(),
+      maxRuns: 10,
+      occurrencesQueued: 0,
+    });
+    const plain = await api.call("POST", "/jobs", { body: recurring() });
+    expect(plain.body).toMatchObject({ endAt: null, maxRuns: null, occurrencesQueued: 0 });
+  });
+
+  it("400 naming endAt: in the past, before startAt, not an instant, or on a one-off", async () => {
+    expectError(
+      await api.call("POST", "/jobs", { body: recurring({ endAt: inMinutes(-1) }) }),
+      400,
+      { code: "validation_failed", field: "endAt" },
+    );
+    expectError(
+      await api.call("POST", "/jobs", {
+        body: recurring({
+          schedule: { every: "PT1H", startAt: inMinutes(120) },
+          endAt: inMinutes(60),
+        }),
+      }),
+      400,
+      { field: "endAt" },
+    );
+    expectError(
+      await api.call("POST", "/jobs", { body: recurring({ endAt: "next tuesday" }) }),
+      400,
+      { field: "endAt" },
+    );
+    expectError(
+      await api.call("POST", "/jobs", {
+        body: { type: "noop", schedule: { runAt: inMinutes(60) }, endAt: inMinutes(120) },
+      }),
+      400,
+      { field: "endAt" },
+    );
+  });
+
+  it("400 naming maxRuns: below 1, not an integer, or on a one-off", async () => {
+    for (const maxRuns of [0, -3, 1.5, "3"]) {
+      expectError(await api.call("POST", "/jobs", { body: recurring({ maxRuns }) }), 400, {
+        field: "maxRuns",
+      });
+    }
+    expectError(
+      await api.call("POST", "/jobs", {
+        body: { type: "noop", schedule: { runAt: inMinutes(60) }, maxRuns: 1 },
+      }),
+      400,
+      { field: "maxRuns" },
+    );
+    const jobs = await api.call("GET", "/jobs?limit=100");
+    const bodies = (jobs.body as { items: { maxRuns: number | null }[] }).items;
+    expect(bodies.some((j) => j.maxRuns === 0 || j.maxRuns === -3)).toBe(false);
+  });
+
+  it("PATCH sets, changes and removes them, with the same checks", async () => {
+    const created = await api.call("POST", "/jobs", { body: recurring() });
+    const id = (created.body as { id: string }).id;
+    const endAt = inMinutes(10 * 24 * 60);
+    const edited = await api.call("PATCH", `/jobs/${id}`, {
+      body: { endAt, maxRuns: 5 },
+      headers: { "If-Match": '"1"' },
+    });
+    expect(edited.status, edited.text).toBe(200);
+    expect(edited.body).toMatchObject({ endAt: new Date(endAt).toISOString(), maxRuns: 5 });
+    expectError(
+      await api.call("PATCH", `/jobs/${id}`, {
+        body: { endAt: inMinutes(-5) },
+        headers: { "If-Match": '"2"' },
+      }),
+      400,
+      { field: "endAt" },
+    );
+    expectError(
+      await api.call("PATCH", `/jobs/${id}`, {
+        body: { maxRuns: 0 },
+        headers: { "If-Match": '"2"' },
+      }),
+      400,
+      { field: "maxRuns" },
+    );
+    // A schedule turned into a one-off cannot keep them.
+    expectError(
+      await api.call("PATCH", `/jobs/${id}`, {
+        body: { schedule: { runAt: inMinutes(60) } },
+        headers: { "If-Match": '"2"' },
+      }),
+      400,
+      { field: "endAt" },
+    );
+    const cleared = await api.call("PATCH", `/jobs/${id}`, {
+      body: { endAt: null, maxRuns: null },
+      headers: { "If-Match": '"2"' },
+    });
+    expect(cleared.status, cleared.text).toBe(200);
+    expect(cleared.body).toMatchObject({ endAt: null, maxRuns: null, version: 3 });
+  });
+
+  it("the job's preview stops at endAt and at maxRuns", async () => {
+    const startAt = new Date(Date.parse(inMinutes(24 * 60)));
+    const byEnd = await api.call("POST", "/jobs", {
+      body: recurring({
+        schedule: { every: "PT1H", startAt: startAt.toISOString() },
+        endAt: new Date(startAt.getTime() + 2 * 3_600_000).toISOString(),
+      }),
+    });
+    const endPreview = await api.call(
+      "GET",
+      `/jobs/${(byEnd.body as { id: string }).id}/preview?count=10`,
+    );
+    expect(
+      (endPreview.body as { occurrences: { utc: string }[] }).occurrences.map((o) => o.utc),
+    ).toEqual([0, 1, 2].map((h) => new Date(startAt.getTime() + h * 3_600_000).toISOString()));
+
+    const byCount = await api.call("POST", "/jobs", {
+      body: recurring({ schedule: { every: "PT1H", startAt: startAt.toISOString() }, maxRuns: 4 }),
+    });
+    const countPreview = await api.call(
+      "GET",
+      `/jobs/${(byCount.body as { id: string }).id}/preview?count=10`,
+    );
+    expect((countPreview.body as { occurrences: unknown[] }).occurrences).toHaveLength(4);
+    // From a later instant, only what is left of the four.
+    const from = new Date(startAt.getTime() + 2 * 3_600_000).toISOString();
+    const laterPreview = await api.call(
+      "GET",
+      `/jobs/${(byCount.body as { id: string }).id}/preview?count=10&from=${from}`,
+    );
+    expect((laterPreview.body as { occurrences: unknown[] }).occurrences).toHaveLength(2);
+  });
+
+  it("a job whose maxRuns is reached shows completed, and the edit that would extend it is refused", async () => {
+    const created = await api.call("POST", "/jobs", {
+      body: { type: "noop", schedule: { every: "PT1M" }, maxRuns: 2 },
+    });
+    expect(created.status, created.text).toBe(201);
+    expect(created.body).toMatchObject({
+      status: "completed",
+      occurrencesQueued: 2,
+      nextRunAt: null,
+    });
+    const id = (created.body as { id: string }).id;
+    expect(
+      (await api.call("GET", `/jobs/${id}/preview?count=5`)).body as { occurrences: unknown[] },
+    ).toMatchObject({ occurrences: [] });
+    expectError(
+      await api.call("PATCH", `/jobs/${id}`, {
+        body: { maxRuns: 5 },
+        headers: { "If-Match": '"1"' },
+      }),
+      409,
+    );
+  });
+});
