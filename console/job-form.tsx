@@ -120,8 +120,11 @@ function parseWhole(field: string, text: string): number | undefined {
   return value;
 }
 
+/** What the form edits: the end conditions (null removes one on edit) are not among them. */
+type FormParts = Omit<EditJob, "endAt" | "maxRuns">;
+
 /** The parts of a job the form edits, each as the API takes it; a part left empty is absent. */
-function partsOf(form: JobForm): EditJob {
+function partsOf(form: JobForm): FormParts {
   const maxAttempts = parseWhole("retry.maxAttempts", form.maxAttempts);
   const timeoutSeconds = parseWhole("timeoutSeconds", form.timeoutSeconds);
   const payload = parsePayload(form.payload);
