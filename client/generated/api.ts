@@ -562,10 +562,18 @@ export interface components {
             count?: number;
             /**
              * Format: date-time
+             * @description As on a job: the preview stops at this instant (recurring schedules only; in the future).
+             * @example 2030-06-30T23:59:59Z
+             */
+            endAt?: string;
+            /**
+             * Format: date-time
              * @description Occurrences at or after this instant (to the second); default now. A DST night months ahead can be checked.
              * @example 2030-03-31T00:00:00Z
              */
             from?: string;
+            /** @description As on a job: the preview stops after this many occurrences, counted from the first one a job created now would have (recurring schedules only). */
+            maxRuns?: number;
             schedule: components["schemas"]["Schedule"];
         };
         /** @description Exponential backoff with full jitter. */

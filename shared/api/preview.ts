@@ -62,12 +62,18 @@ export function previewOf(
 }
 
 /**
- * A stored job's preview: it stops where the job ends, at `endAt` and at the occurrence that
+ * A stored job's preview (or a new one's: nothing queued yet, its first occurrence pending, with
+ * the preview's zone of its schedule as written): it stops where the job ends, at `endAt` and at the occurrence that
  * reaches `maxRuns` (counted from the pending occurrence on, after the ones already queued). A
  * job that has ended shows none.
  */
-export function previewOfJob(job: Job, now: Date, count: number): PreviewDto {
-  const zoneLabel = displayZoneOf(job.schedule);
+export function previewOfJob(
+  job: Pick<Job, "schedule" | "endAt" | "maxRuns" | "occurrencesQueued" | "nextRunAt">,
+  now: Date,
+  count: number,
+  zoneOf?: string,
+): PreviewDto {
+  const zoneLabel = zoneOf ?? displayZoneOf(job.schedule);
   if (!hasEnd(job)) return previewOf(job.schedule, zoneLabel, now, count);
   if (job.nextRunAt === null) return previewOf(job.schedule, zoneLabel, now, count, new Date(0));
   let until = LAST_PREVIEWABLE;

@@ -1,7 +1,8 @@
 import { createRoute } from "@hono/zod-openapi";
+import { firstOccurrence } from "../schedule/index.js";
 import { displayZoneOf, previewOf, previewOfJob } from "./preview.js";
 import { instantParam } from "./query-params.js";
-import { parseScheduleInput } from "./requests.js";
+import { checkedEnd, parseScheduleInput } from "./requests.js";
 import { errors, jobOf, json, newRouter, type RouterDeps, secured } from "./router.js";
 import { LIMITS } from "./schemas/common.js";
 import { JobIdParams } from "./schemas/jobs.js";
@@ -52,7 +53,20 @@ export function previewsRouter({ engine, body }: RouterDeps) {
     const from = request.from === undefined ? now : instantParam("from", request.from);
     const schedule = parseScheduleInput(request.schedule, engine.settings, now);
     const count = request.count ?? LIMITS.previewCount.default;
-    return c.json(previewOf(schedule, displayZoneOf(request.schedule), from, count), 200);
+    const zone = displayZoneOf(request.schedule);
+    if (request.endAt === undefined && request.maxRuns === undefined)
+      return c.json(previewOf(schedule, zone, from, count), 200);
+    // Ended as a job created now with this end would be.
+    const endAt = checkedEnd(request, schedule, now) ?? null;
+    const first = firstOccurrence(schedule, now);
+    const asJob = {
+      schedule,
+      endAt,
+      maxRuns: request.maxRuns ?? null,
+      occurrencesQueued: 0,
+      nextRunAt: first === null ? null : first.toISOString(),
+    };
+    return c.json(previewOfJob(asJob, from, count, zone), 200);
   });
 
   return router;

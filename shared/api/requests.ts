@@ -162,7 +162,7 @@ function targetRule(type: string, hasTarget: boolean): FieldIssue | null {
  * the schedule's startAt; neither field on a one-off (it runs once anyway). Returns endAt
  * normalized to UTC.
  */
-function checkedEnd(
+export function checkedEnd(
   end: { endAt?: string | null | undefined; maxRuns?: number | null | undefined },
   schedule: ScheduleSpec,
   now: Date,

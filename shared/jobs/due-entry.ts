@@ -22,7 +22,7 @@ export function dueEntryFor(engine: Engine, job: Job, at: Date, now: Date): DueE
 }
 
 /** Whether the job has an end condition (endAt or maxRuns). */
-export const hasEnd = (job: Job) =>
+export const hasEnd = (job: Pick<Job, "endAt" | "maxRuns">) =>
   (job.endAt !== undefined && job.endAt !== null) ||
   (job.maxRuns !== undefined && job.maxRuns !== null);
 

@@ -155,6 +155,33 @@ describe("endAt and maxRuns", () => {
     expect((laterPreview.body as { occurrences: unknown[] }).occurrences).toHaveLength(2);
   });
 
+  it("POST /schedules/preview stops at endAt and maxRuns as a job created now would", async () => {
+    const startAt = new Date(Date.parse(inMinutes(24 * 60)));
+    const schedule = { every: "PT1H", startAt: startAt.toISOString() };
+    const utcOf = (reply: { body: unknown }) =>
+      (reply.body as { occurrences: { utc: string }[] }).occurrences.map((o) => o.utc);
+    const hours = (n: number) =>
+      Array.from({ length: n }, (_, h) =>
+        new Date(startAt.getTime() + h * 3_600_000).toISOString(),
+      );
+    expect(
+      utcOf(
+        await api.call("POST", "/schedules/preview", { body: { schedule, count: 10, maxRuns: 3 } }),
+      ),
+    ).toEqual(hours(3));
+    const endAt = new Date(startAt.getTime() + 4 * 3_600_000).toISOString();
+    expect(
+      utcOf(await api.call("POST", "/schedules/preview", { body: { schedule, count: 10, endAt } })),
+    ).toEqual(hours(5));
+    expectError(
+      await api.call("POST", "/schedules/preview", {
+        body: { schedule: { runAt: inMinutes(60) }, maxRuns: 2 },
+      }),
+      400,
+      { field: "maxRuns" },
+    );
+  });
+
   it("a job whose maxRuns is reached shows completed, and the edit that would extend it is refused", async () => {
     const created = await api.call("POST", "/jobs", {
       body: { type: "noop", schedule: { every: "PT1M" }, maxRuns: 2 },

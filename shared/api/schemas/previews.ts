@@ -20,6 +20,14 @@ export const PreviewRequestSchema = z
     schedule: ScheduleSchema,
     count: z.number().int().min(1).max(LIMITS.previewCount.max).optional(),
     from: previewFrom.optional(),
+    endAt: instant(
+      "As on a job: the preview stops at this instant (recurring schedules only; in the future).",
+      "2030-06-30T23:59:59Z",
+    ).optional(),
+    maxRuns: z.number().int().min(1).max(1_000_000).optional().openapi({
+      description:
+        "As on a job: the preview stops after this many occurrences, counted from the first one a job created now would have (recurring schedules only).",
+    }),
   })
   .openapi("PreviewRequest", {
     example: { schedule: { cron: "0 9 * * 1-5", timezone: "Europe/Berlin" }, count: 5 },
