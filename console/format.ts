@@ -20,6 +20,8 @@ export function scheduleInWords(schedule: Schedule): string {
     }
     return `${words} (${schedule.timezone})`;
   }
+  if ("after" in schedule)
+    return `after ${schedule.after.jobs.join(", ")}, on ${schedule.after.on ?? "success"}`;
   const every = Duration.fromISO(schedule.every);
   const words = every.isValid ? every.rescale().toHuman({ unitDisplay: "long" }) : schedule.every;
   const start = schedule.startAt ? `, from ${formatInstant(schedule.startAt, "UTC")}` : "";

@@ -180,6 +180,22 @@ export function dueSortKey(dueAt: Date, jobId: string, attempt: number): string 
   return `${toStorageIso(dueAt)}#${jobId}#${padAttempt(attempt)}`;
 }
 
+/**
+ * The sort key of a `trigger` due entry: `<dueAtIso>#<upstream run id>#trigger`, one per
+ * upstream run (a run ends once), in due-time order among the bucket's entries.
+ */
+export function triggerSortKey(dueAt: Date, upstreamRunId: string): string {
+  return `${toStorageIso(dueAt)}#${upstreamRunId}#trigger`;
+}
+
+/**
+ * The Runs table sort key of the record that an upstream run's trigger was fanned out to a
+ * dependent (kept in the dependent's partition, outside the `RUN#` range the history reads).
+ */
+export function triggeredMarkerSortKey(upstreamRunId: string): string {
+  return `TRIGGERED#${upstreamRunId}`;
+}
+
 export interface DueSortKeyParts {
   readonly dueAt: string;
   readonly jobId: string;

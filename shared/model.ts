@@ -79,6 +79,11 @@ export interface Job {
   readonly maxRuns?: number | null;
   /** Occurrences of the schedule the claims have queued so far (each counts once, retries not). */
   readonly occurrencesQueued?: number;
+  /**
+   * Jobs whose `after` schedule names this one, sorted (a string set on the item, added to when
+   * a dependent is created or edited to name it, taken from when it is cancelled or edited away).
+   */
+  readonly dependents: readonly string[];
 }
 
 /** Where a recurring job ends, copied onto its due entries so a claim decides without a read. */
@@ -92,7 +97,24 @@ export interface DueKey {
   readonly sk: string;
 }
 
-type DueKind = "occurrence" | "retry";
+type DueKind = "occurrence" | "retry" | "trigger";
+
+/**
+ * What a `trigger` entry carries: an upstream run that ended, and the dependents its job had
+ * when the run started (each checks its own `after` schedule when it is fanned out to).
+ */
+export interface TriggerFanOut {
+  readonly runId: string;
+  readonly status: "SUCCEEDED" | "DEAD";
+  readonly dependents: readonly string[];
+}
+
+/** The upstream run that queued a dependent's run, as the run records it and its handler sees it. */
+export interface RunTrigger {
+  readonly jobId: string;
+  readonly runId: string;
+  readonly scheduledFor: string;
+}
 
 /**
  * One pending occurrence or retry, stored in its minute bucket. It carries
@@ -116,6 +138,10 @@ export interface DueEntry {
   readonly end?: JobEnd;
   /** Occurrences of the job queued before this entry's: what `end.maxRuns` is counted against. */
   readonly queuedBefore?: number;
+  /** `trigger` entries only: the upstream run that ended (jobId, scheduledFor, attempt are its). */
+  readonly fanOut?: TriggerFanOut;
+  /** A retry of a dependent's run: the upstream run its first attempt records, kept on every attempt. */
+  readonly runTrigger?: RunTrigger;
 }
 
 export interface Run {
@@ -139,6 +165,8 @@ export interface Run {
    */
   readonly parkedFence?: number;
   readonly triggered?: boolean;
+  /** A run of an `after` job: the upstream run whose ending queued it. */
+  readonly trigger?: RunTrigger;
   readonly fence: number;
   readonly enqueuedAt: string | null;
   readonly startedAt: string | null;

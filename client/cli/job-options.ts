@@ -59,7 +59,28 @@ export function addScheduleOptions(command: Command): Command {
     .option("--cron <expression>", "a cron of 5 fields (or 6 with seconds); needs --timezone")
     .option("--timezone <zone>", 'the cron\'s IANA zone, e.g. "Europe/Berlin" or "UTC"')
     .option("--every <duration>", "a fixed ISO-8601 duration, e.g. PT15M")
-    .option("--start-at <instant>", "with --every: the first occurrence (default: now)");
+    .option("--start-at <instant>", "with --every: the first occurrence (default: now)")
+    .option(
+      "--after <ids>",
+      "run after these jobs (comma-separated ids): each of their runs that ends as --on says queues one run",
+      jobIds,
+    )
+    .addOption(
+      new Option(
+        "--on <ending>",
+        "with --after: which ending of an upstream run (default: success)",
+      ).choices(["success", "failure", "completion"]),
+    );
+}
+
+function jobIds(raw: string): string[] {
+  const ids = raw
+    .split(",")
+    .map((id) => id.trim())
+    .filter((id) => id !== "");
+  if (ids.length === 0)
+    throw new InvalidArgumentError("give one or more job ids, comma-separated.");
+  return ids;
 }
 
 interface ScheduleFlags {
@@ -68,6 +89,8 @@ interface ScheduleFlags {
   readonly timezone?: string;
   readonly every?: string;
   readonly startAt?: string;
+  readonly after?: string[];
+  readonly on?: string;
 }
 
 /**
@@ -81,6 +104,9 @@ export function scheduleFrom(flags: ScheduleFlags): Schedule | undefined {
     ...(flags.timezone !== undefined ? { timezone: flags.timezone } : {}),
     ...(flags.every !== undefined ? { every: flags.every } : {}),
     ...(flags.startAt !== undefined ? { startAt: flags.startAt } : {}),
+    ...(flags.after !== undefined || flags.on !== undefined
+      ? { after: { jobs: flags.after ?? [], ...(flags.on !== undefined ? { on: flags.on } : {}) } }
+      : {}),
   };
   return Object.keys(given).length === 0 ? undefined : (given as Schedule);
 }

@@ -55,6 +55,8 @@ export function describeSchedule(schedule: Schedule): string {
   if ("cron" in schedule) return `cron "${schedule.cron}" in ${schedule.timezone}`;
   if ("every" in schedule)
     return `every ${schedule.every}${schedule.startAt ? ` from ${schedule.startAt}` : ""}`;
+  if ("after" in schedule)
+    return `after ${schedule.after.jobs.join(", ")} on ${schedule.after.on ?? "success"}`;
   return `once at ${schedule.runAt}`;
 }
 
@@ -98,6 +100,7 @@ export function jobFields(job: Job): string {
       `misfire ${misfirePolicy}, overlap ${overlapPolicy}${overlapPolicy === "allow" ? ` (max ${maxConcurrent})` : ""}, in flight ${inFlight}`,
     ],
     ["target", job.target ? job.target.url : "-"],
+    ["dependents", job.dependents.length > 0 ? job.dependents.join(", ") : "-"],
     [
       "payload",
       job.payload === undefined || job.payload === null ? "-" : JSON.stringify(job.payload),
@@ -138,6 +141,7 @@ export function runFields(run: Run): string {
     ["reason", dash(run.reason)],
     ["job version", `${run.jobVersion} queued, ${dash(run.executedVersion)} executed`],
     ["replayed by", dash(run.replayedBy)],
+    ["after", run.trigger ? `${run.trigger.runId} (job ${run.trigger.jobId})` : "-"],
   ]);
 }
 

@@ -269,6 +269,24 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        AfterCondition: {
+            /**
+             * @description Ids of 1 to 20 jobs of the same tenant. Each of their runs that ends as `on` says queues one run of this job; each upstream run triggers on its own (no fan-in: a job after A and B runs once per A run and once per B run). A job cannot depend on itself, directly or through others (400 naming the cycle).
+             * @example [
+             *       "01JD3Q6Z8Y0000000000000000"
+             *     ]
+             */
+            jobs: string[];
+            /**
+             * @description success: an upstream run SUCCEEDED; failure: it ended DEAD (failed for good, retries used up); completion: either. Default success. Skipped and cancelled upstream runs trigger nothing.
+             * @enum {string}
+             */
+            on?: "success" | "failure" | "completion";
+        };
+        /** @description No times of its own: the job runs after other jobs. The dependent's run records its upstream run (`trigger`), and `GET /jobs/{id}` of an upstream lists its `dependents`. */
+        AfterSchedule: {
+            after: components["schemas"]["AfterCondition"];
+        };
         /**
          * @example {
          *       "name": "weekday report",
@@ -480,6 +498,8 @@ export interface components {
         } | null;
         Job: {
             createdAt: string;
+            /** @description Ids of the jobs whose `after` schedule names this one (sorted): each of this job's runs that ends as a dependent's `on` says queues one run of it. */
+            dependents: string[];
             /** @description No occurrence after it runs; null: none. */
             endAt: string | null;
             id: string;
@@ -616,6 +636,7 @@ export interface components {
             startedAt: string | null;
             /** @enum {string} */
             status: "queued" | "running" | "succeeded" | "failed" | "dead" | "skipped" | "cancelled";
+            trigger: components["schemas"]["RunTrigger"];
             workerId: string | null;
         };
         RunAtSchedule: {
@@ -639,8 +660,15 @@ export interface components {
             /** @enum {string} */
             status: "queued" | "running" | "succeeded" | "failed" | "dead" | "skipped" | "cancelled";
         } | null;
-        /** @description Exactly one of runAt, cron + timezone, or every. */
-        Schedule: components["schemas"]["RunAtSchedule"] | components["schemas"]["CronSchedule"] | components["schemas"]["EverySchedule"];
+        /** @description For a run of a job with an `after` schedule: the upstream run whose ending queued it (kept on its retries and replays); null otherwise. The handler sees it as `ctx.trigger`. */
+        RunTrigger: {
+            jobId: string;
+            runId: string;
+            /** @description The upstream run's occurrence (its idempotency key's instant). */
+            scheduledFor: string;
+        } | null;
+        /** @description Exactly one of runAt, cron + timezone, every, or after. */
+        Schedule: components["schemas"]["RunAtSchedule"] | components["schemas"]["CronSchedule"] | components["schemas"]["EverySchedule"] | components["schemas"]["AfterSchedule"];
         /** @description sleep (a demo type): sleeps `ms`, then succeeds; the job's timeout cuts it short. */
         SleepPayload: {
             /** @description How long the run sleeps, in milliseconds; default 0. */

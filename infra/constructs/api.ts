@@ -76,7 +76,15 @@ export class Api extends Construct {
     // DeleteItem), tenant listing (the byTenant index holds keys only: BatchGetItem reads the jobs).
     allowTable(this.handler.fn, {
       ...storage.jobs,
-      actions: ["GetItem", "BatchGetItem", "PutItem", "UpdateItem", "DeleteItem"],
+      // ConditionCheckItem: an edit of an `after` schedule holds the jobs its cycle check read.
+      actions: [
+        "GetItem",
+        "BatchGetItem",
+        "PutItem",
+        "UpdateItem",
+        "DeleteItem",
+        "ConditionCheckItem",
+      ],
       indexes: { [JOBS_BY_TENANT_INDEX]: ["Query"] },
     });
     // Run history and cancelling queued runs (Query of the job's partition), run reads, trigger

@@ -51,10 +51,19 @@ export class Dispatch extends Construct {
     });
     // Lease (UpdateItem), bucket sweep (Query, consistent), claim transaction (ConditionCheck on
     // the lease, Delete the due entry, Update the job, Put the next entry), orphan DeleteItem;
-    // a shard's first pass ever finds its backlog by a consistent Scan, once in its life.
+    // a shard's first pass ever finds its backlog by a consistent Scan, once in its life; a
+    // trigger entry's fan-out reads each dependent (GetItem) and checks it in its transaction.
     allowTable(this.dispatcher.fn, {
       ...storage.jobs,
-      actions: ["Query", "Scan", "UpdateItem", "DeleteItem", "PutItem", "ConditionCheckItem"],
+      actions: [
+        "GetItem",
+        "Query",
+        "Scan",
+        "UpdateItem",
+        "DeleteItem",
+        "PutItem",
+        "ConditionCheckItem",
+      ],
     });
     // Claim transaction puts QUEUED and SKIPPED runs; skipped runs past the transaction's
     // size go out in BatchWriteItem.

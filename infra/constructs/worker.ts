@@ -51,8 +51,12 @@ export class Worker extends Construct {
     allowTable(this.worker.fn, { ...storage.webhookSecrets, actions: ["GetItem", "PutItem"] });
     allowTableKey(this.worker.fn, storage.webhookSecretsKey);
     // Job read (GetItem), admission and one-off completion (UpdateItem), the finish transaction
-    // (Update the job, Put a retry's due entry).
-    allowTable(this.worker.fn, { ...storage.jobs, actions: ["GetItem", "UpdateItem", "PutItem"] });
+    // (Update the job, Put a retry's due entry or an upstream's trigger entry); the fan-out of a
+    // trigger to its dependents (GetItem, ConditionCheck each dependent, DeleteItem the entry).
+    allowTable(this.worker.fn, {
+      ...storage.jobs,
+      actions: ["GetItem", "UpdateItem", "PutItem", "DeleteItem", "ConditionCheckItem"],
+    });
     // Start (which returns the run), heartbeat, requeue, park (UpdateItem), the finish
     // transaction (Update the run, Put the next attempt's QUEUED run).
     allowTable(this.worker.fn, { ...storage.runs, actions: ["UpdateItem", "PutItem"] });

@@ -44,12 +44,14 @@ export function jobDto(job: Job): JobDto {
     endAt: job.endAt ?? null,
     maxRuns: job.maxRuns ?? null,
     occurrencesQueued: job.occurrencesQueued ?? 0,
+    dependents: [...(job.dependents ?? [])],
   };
 }
 
 export function scheduleDto(spec: ScheduleSpec): JobDto["schedule"] {
   if ("runAt" in spec) return { runAt: spec.runAt };
   if ("cron" in spec) return { cron: spec.cron, timezone: spec.timezone };
+  if ("after" in spec) return { after: { jobs: [...spec.after.jobs], on: spec.after.on } };
   return spec.startAt === undefined
     ? { every: spec.every }
     : { every: spec.every, startAt: spec.startAt };
@@ -89,6 +91,13 @@ export function runDto(run: Run): RunDto {
     jobVersion: run.jobVersion,
     executedVersion: run.executedVersion ?? null,
     replayedBy: run.replayedBy ?? null,
+    trigger: run.trigger
+      ? {
+          jobId: run.trigger.jobId,
+          runId: run.trigger.runId,
+          scheduledFor: run.trigger.scheduledFor,
+        }
+      : null,
   };
 }
 

@@ -15,8 +15,9 @@ const OFFSET = /(Z|[+-]\d{2}(?::?\d{2})?)$/;
  * runAt and every, the UTC offset their instant was written with (the stored,
  * normalized form is UTC, so a stored job previews in UTC).
  */
-export function displayZoneOf(input: ScheduleSpec): string {
+export function displayZoneOf(input: ScheduleSpec | { readonly after: unknown }): string {
   if ("cron" in input) return input.timezone;
+  if ("after" in input) return "UTC";
   const instant = "runAt" in input ? input.runAt : input.startAt;
   const offset = instant === undefined ? undefined : OFFSET.exec(instant)?.[1];
   if (offset === undefined || offset === "Z") return "UTC";

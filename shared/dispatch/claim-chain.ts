@@ -3,6 +3,7 @@ import { FenceLostError } from "../errors.js";
 import type { DueEntry } from "../model.js";
 import { type ClaimResult, claimDueEntry } from "./claim.js";
 import type { RunSender } from "./run-sender.js";
+import { fanOutTrigger } from "./trigger-fan-out.js";
 
 /** What a sweep (or a fast-path claim) did, counted entry by entry. */
 export interface SweepStats {
@@ -38,7 +39,7 @@ export const emptySweepStats = (): SweepStats => ({
 
 /**
  * Claims an entry and then, while the job's next entry is inside the horizon,
- * that one too. With `onFailure`, a claim that throws ends the chain there and
+ * that one too; a `trigger` entry is fanned out to its dependents instead. With `onFailure`, a claim that throws ends the chain there and
  * is handed over (the failed entry is still in its bucket); without, it throws.
  */
 export async function claimChain(
@@ -49,6 +50,19 @@ export async function claimChain(
   sender: RunSender,
   onFailure?: (entry: DueEntry, error: unknown) => Promise<void>,
 ): Promise<void> {
+  if (first.kind === "trigger") {
+    // An upstream run's ending whose worker did not fan it out (it died, or the fan-out failed).
+    stats.entries++;
+    try {
+      const fanned = await fanOutTrigger(engine, first);
+      stats.runs += fanned.queued;
+      stats.skipped += fanned.skipped;
+    } catch (error) {
+      if (onFailure === undefined) throw error;
+      await onFailure(first, error);
+    }
+    return;
+  }
   let entry: DueEntry | null = first;
   while (entry !== null) {
     stats.entries++;

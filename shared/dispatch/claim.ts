@@ -119,6 +119,7 @@ function planWrites(
     attempt,
     priority: entry.priority,
     jobVersion: entry.jobVersion,
+    ...(entry.runTrigger ? { trigger: entry.runTrigger } : {}),
   });
   const queued = plan.runs.map((r) =>
     queuedRun(runSpec(r.scheduledFor, r.dueAt, r.attempt), now, settings),

@@ -1,6 +1,6 @@
 import { SchedulerError } from "../errors.js";
 import { fieldIssuesOf, type JobTypeDefinition, type PayloadOf } from "../job-types/registry.js";
-import type { HttpTarget } from "../model.js";
+import type { HttpTarget, RunTrigger } from "../model.js";
 
 /** What a job handler is given for one run; `payload` is typed by the job type's declaration. */
 export interface JobContext<T extends string = string> {
@@ -14,6 +14,11 @@ export interface JobContext<T extends string = string> {
   readonly idempotencyKey: string;
   readonly payload: PayloadOf<T>;
   readonly target: HttpTarget | undefined;
+  /**
+   * For a job with an `after` schedule: the upstream run whose ending queued this run (its job,
+   * run id and occurrence); absent for a run of the schedule's own times, a trigger or a replay.
+   */
+  readonly trigger?: RunTrigger;
   /** Fires at the job's timeout, or when another worker has taken the run over. */
   readonly signal: AbortSignal;
 }

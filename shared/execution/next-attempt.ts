@@ -21,6 +21,7 @@ export function nextAttempt(
     attempt,
     priority: job.priority,
     jobVersion: run.jobVersion,
+    ...(run.trigger ? { trigger: run.trigger } : {}),
   };
   if (needsFastPath(dueAt, now, engine.settings.lookaheadMs)) {
     const { run: queued, item } = queuedRun(spec, now, engine.settings);
@@ -38,6 +39,7 @@ export function nextAttempt(
     priority: job.priority,
     schedule: job.schedule,
     misfire: job.policies.misfire,
+    ...(run.trigger ? { runTrigger: run.trigger } : {}),
   };
   return { ending: { dueEntry }, queued: null };
 }

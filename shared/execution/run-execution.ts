@@ -133,6 +133,7 @@ export async function execute(
     idempotencyKey: occurrenceKey(job.jobId, run.scheduledFor),
     payload: job.payload,
     target: job.target,
+    ...(run.trigger ? { trigger: run.trigger } : {}),
     signal: controller.signal,
   };
   try {

@@ -17,8 +17,8 @@ type StartDecision =
  * job's runs are parked for resume, never skipped. An edit does not skip
  * queued runs: they run the job's current definition, except first attempts
  * whose occurrence the edited schedule no longer has (unless the edit said
- * `inFlight: complete`). Retries, replays and triggered runs are not
- * occurrences of the schedule, so a schedule change leaves them to run.
+ * `inFlight: complete`). Retries, replays, triggered runs and runs queued by
+ * an upstream (`after`) are not occurrences of the schedule, so a schedule change leaves them to run.
  */
 export function decideStart(job: Job | null, run: Run, now: Date, graceMs: number): StartDecision {
   if (job === null)
@@ -29,6 +29,7 @@ export function decideStart(job: Job | null, run: Run, now: Date, graceMs: numbe
   if (
     run.attempt === 1 &&
     run.triggered !== true &&
+    run.trigger === undefined &&
     run.jobVersion < job.version &&
     job.policies.inFlight !== "complete" &&
     !isOccurrenceOf(job.schedule, new Date(run.scheduledFor))

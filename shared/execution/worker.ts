@@ -1,8 +1,9 @@
 import { sleep } from "../clock.js";
+import { fanOutTrigger } from "../dispatch/trigger-fan-out.js";
 import type { Engine } from "../engine.js";
 import { FenceLostError, JobNotFoundError } from "../errors.js";
 import { parseRunId } from "../keys.js";
-import type { Job, Run, RunMessage } from "../model.js";
+import type { DueEntry, Job, Run, RunMessage } from "../model.js";
 import { METRICS } from "../observability.js";
 import { type ReceivedRun, sendRuns, setVisibility } from "../queue/work-queue.js";
 import { decideAfterFailure } from "../retry.js";
@@ -13,6 +14,7 @@ import { parkRun } from "../storage/run-park.js";
 import { getJob } from "../storage/run-reads.js";
 import { requeueRun } from "../storage/run-requeue.js";
 import { startRun } from "../storage/run-start.js";
+import { triggerEntryOf } from "../storage/trigger.js";
 import { admitRun } from "./admission.js";
 import { nextAttempt } from "./next-attempt.js";
 import { endsOneOff, repairJobAfterRun } from "./run-endings.js";
@@ -183,16 +185,21 @@ async function runAdmitted(
     });
   };
   const executedVersion = job.version;
+  // The job's dependents as read at start: the ending writes their trigger with itself.
+  const triggerOf = (status: "SUCCEEDED" | "DEAD") =>
+    job.dependents.length > 0 ? { trigger: triggerEntryOf(engine, job, run, status, now) } : {};
 
   if (outcome.kind === "succeeded") {
     const completesJob = !tracked && endsOneOff(job, run, "SUCCEEDED");
+    const trigger = triggerOf("SUCCEEDED");
     await finishRun(
       engine,
       run,
-      { status: "SUCCEEDED", ran: true, tracked, completesJob, executedVersion },
+      { status: "SUCCEEDED", ran: true, tracked, completesJob, executedVersion, ...trigger },
       now,
     );
     report("SUCCEEDED");
+    await fanOutNow(engine, trigger.trigger);
   } else {
     const decision = decideAfterFailure({
       attempt: run.attempt,
@@ -204,6 +211,7 @@ async function runAdmitted(
     });
     if (decision.kind === "dead") {
       const completesJob = !tracked && endsOneOff(job, run, "DEAD");
+      const trigger = triggerOf("DEAD");
       await finishRun(
         engine,
         run,
@@ -215,10 +223,12 @@ async function runAdmitted(
           tracked,
           completesJob,
           executedVersion,
+          ...trigger,
         },
         now,
       );
       report("DEAD", outcome.error);
+      await fanOutNow(engine, trigger.trigger);
     } else {
       const retry = nextAttempt(engine, job, run, decision.nextAttempt, decision.dueAt, now);
       try {
@@ -252,6 +262,23 @@ async function runAdmitted(
   if (tracked && job.policies.overlap === "buffer_one")
     await wakeBuffered(engine, job.jobId, run.runId);
   return "ack";
+}
+
+/**
+ * Queues the dependents' runs right after the ending that wrote their trigger entry, so they do
+ * not wait for the next dispatcher pass; a failure here leaves the entry to that pass.
+ */
+async function fanOutNow(engine: Engine, trigger: DueEntry | undefined): Promise<void> {
+  if (trigger === undefined) return;
+  try {
+    await fanOutTrigger(engine, trigger);
+  } catch (error) {
+    engine.obs.log.warn("could not fan a trigger out; the next dispatcher pass will", {
+      jobId: trigger.jobId,
+      upstreamRunId: trigger.fanOut?.runId,
+      error: String(error),
+    });
+  }
 }
 
 /**

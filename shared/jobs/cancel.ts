@@ -5,9 +5,11 @@ import { IllegalTransitionError } from "../errors.js";
 import { endUnownedRun } from "../execution/run-endings.js";
 import { parseRunId } from "../keys.js";
 import type { Job, Run } from "../model.js";
+import { detachFromUpstream } from "../storage/dependents.js";
 import { queuedRunsOfJob } from "../storage/job-queries.js";
 import { writeCancelledJob } from "../storage/job-status.js";
 import { getRun } from "../storage/run-reads.js";
+import { upstreamsOf } from "./dependencies.js";
 import { withJob } from "./with-job.js";
 
 /**
@@ -48,6 +50,8 @@ export async function endJob(
     },
   );
   await cancelQueuedRuns(engine, job, parked);
+  // An ended dependent leaves its upstreams' dependents (a repeat finishes what a crash left).
+  await Promise.all(upstreamsOf(job.schedule).map((id) => detachFromUpstream(engine, id, jobId)));
   return job;
 }
 

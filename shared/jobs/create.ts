@@ -6,13 +6,14 @@ import type { Engine } from "../engine.js";
 import { IdempotencyConflictError, IdempotencyKeyTakenError, JobNotFoundError } from "../errors.js";
 import { newJobId } from "../keys.js";
 import type { Job } from "../model.js";
-import { firstOccurrence, normalizeSchedule } from "../schedule/index.js";
+import { firstOccurrence, isAfterSchedule, normalizeSchedule } from "../schedule/index.js";
 import {
   type IdempotentRequest,
   readIdempotencyRecord,
   writeNewJob,
 } from "../storage/job-create.js";
 import { getJob } from "../storage/run-reads.js";
+import { linkNewDependent } from "./dependencies.js";
 import { dueEntryFor, withinJobEnd } from "./due-entry.js";
 import { getTenantJob } from "./queries.js";
 
@@ -86,9 +87,12 @@ export async function createJob(
     parkedRuns: {},
     lastRun: null,
     occurrencesQueued: 0,
+    dependents: [],
   };
   const first = withinJobEnd(base0, firstOccurrence(schedule, now));
-  const base: Job = first === null ? { ...base0, status: "COMPLETED" } : base0;
+  // An `after` job has no times of its own: it waits for its upstreams' runs.
+  const base: Job =
+    first === null && !isAfterSchedule(schedule) ? { ...base0, status: "COMPLETED" } : base0;
   const entry = first ? dueEntryFor(engine, base, first, now) : null;
   const idem = options.idempotency;
   const horizonEnd = fastPathHorizonEnd(now, engine.settings.lookaheadMs);
@@ -108,8 +112,9 @@ export async function createJob(
     : leavesNothing || claim?.ended
       ? { ...counted, status: "COMPLETED" }
       : counted;
+  const upstreams = await linkNewDependent(engine, input.tenantId, jobId, schedule);
   try {
-    await writeNewJob(engine, job, pending, idem);
+    await writeNewJob(engine, job, pending, idem, upstreams);
   } catch (error) {
     if (idem && error instanceof IdempotencyKeyTakenError) {
       const earlier = await idempotentReplay(engine, input.tenantId, idem);

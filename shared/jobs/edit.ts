@@ -4,6 +4,7 @@ import { IllegalTransitionError, VersionMismatchError } from "../errors.js";
 import type { DueEntry, HttpTarget, Job, JobPolicies, Priority } from "../model.js";
 import { firstOccurrence, normalizeSchedule, type ScheduleSpec } from "../schedule/index.js";
 import { readDueEntry, writeEditedJob } from "../storage/job-edit.js";
+import { relinkDependent } from "./dependencies.js";
 import { dueEntryFor, withinJobEnd } from "./due-entry.js";
 import { getTenantJob } from "./queries.js";
 import { withJob } from "./with-job.js";
@@ -74,9 +75,16 @@ export async function editJob(
     // The new endAt or maxRuns leaves nothing more to run: the job is complete.
     const completes = unbounded !== null && next === null && job.status === "ACTIVE";
     const entry = next && job.status === "ACTIVE" ? dueEntryFor(engine, edited, next, now) : null;
+    const upstreams = changesSchedule ? await relinkDependent(engine, job, edited.schedule) : [];
     return {
       write: async () => {
-        await writeEditedJob(engine, job, normalized, { nextRunAt: next, entry, now, completes });
+        await writeEditedJob(
+          engine,
+          job,
+          normalized,
+          { nextRunAt: next, entry, now, completes },
+          upstreams,
+        );
         return entry;
       },
     };

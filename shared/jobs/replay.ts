@@ -32,6 +32,7 @@ export async function replayDeadLetter(
     attempt: dead.attempt + 1,
     priority: job.priority,
     jobVersion: job.version,
+    ...(dead.trigger ? { trigger: dead.trigger } : {}),
   });
   await writeReplay(engine, dead, { runId: run.runId, item });
   await sendRunDueNow(engine, run, now);

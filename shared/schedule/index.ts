@@ -27,6 +27,8 @@
  *   varies. Occurrences are startAt + k·interval, k >= 0.
  * - Minimum interval: `every` below it is rejected; for cron the smallest gap between matching
  *   wall-clock times is checked, so a DST shift may still bring two occurrences closer on one day.
+ * - `after`: a schedule of dependencies, not times: it has no occurrences (the occurrence functions
+ *   return none), `on` is success, failure or completion, and `jobs` names 1 to 20 upstream job ids.
  * - `firstOccurrence`: runAt as is (even if past); otherwise the first occurrence >= now
  *   truncated to the second.
  */
@@ -44,4 +46,9 @@ export {
   parseSchedule,
   safeParseSchedule,
 } from "./parse.js";
-export type { ScheduleSpec } from "./types.js";
+export {
+  AFTER_ON,
+  type AfterOn,
+  isAfterSchedule,
+  type ScheduleSpec,
+} from "./types.js";

@@ -10,7 +10,8 @@ import { checkTimeZone, type ZoneRules, zoneRules } from "./zone.js";
 type Compiled =
   | { readonly kind: "runAt"; readonly at: number }
   | { readonly kind: "every"; readonly start: number | undefined; readonly interval: number }
-  | { readonly kind: "cron"; readonly cron: CompiledCron; readonly zone: ZoneRules };
+  | { readonly kind: "cron"; readonly cron: CompiledCron; readonly zone: ZoneRules }
+  | { readonly kind: "after" };
 
 // Far enough that every satisfiable expression fires at least once (the calendar repeats every
 // 400 years). Wall times run into year 10000, since east of UTC its first hours are still
@@ -81,6 +82,8 @@ function nextFrom(c: Compiled, after: number): number | null {
 
 function nextUnbounded(c: Compiled, after: number): number | null {
   switch (c.kind) {
+    case "after":
+      return null;
     case "runAt":
       return c.at > after ? c.at : null;
     case "every": {
@@ -185,6 +188,7 @@ function compile(spec: ScheduleSpec): Compiled {
 }
 
 function compileUncached(spec: ScheduleSpec): Compiled {
+  if ("after" in spec) return { kind: "after" };
   if ("runAt" in spec) {
     return { kind: "runAt", at: instantOrThrow("schedule.runAt", spec.runAt) };
   }

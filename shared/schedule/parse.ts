@@ -8,7 +8,7 @@ import {
   parseInstant,
   STORABLE_RANGE_TEXT,
 } from "./instant.js";
-import type { ScheduleKind, ScheduleSpec } from "./types.js";
+import { AFTER_ON, type AfterOn, type ScheduleKind, type ScheduleSpec } from "./types.js";
 import { checkTimeZone } from "./zone.js";
 
 /** Deployment-wide default: nothing fires more than once a second. */
@@ -26,12 +26,18 @@ export type ScheduleParseResult =
   | { readonly ok: false; readonly issues: readonly FieldIssue[] };
 
 const KINDS =
-  'give exactly one of {"runAt": "<ISO-8601 date-time>"}, {"cron": "<expression>", "timezone": "<IANA zone>"} or {"every": "<ISO-8601 duration>", "startAt"?: "<ISO-8601 date-time>"}';
+  'give exactly one of {"runAt": "<ISO-8601 date-time>"}, {"cron": "<expression>", "timezone": "<IANA zone>"}, {"every": "<ISO-8601 duration>", "startAt"?: "<ISO-8601 date-time>"} or {"after": {"jobs": ["<job id>", …], "on": "success" | "failure" | "completion"}}';
+
+/** The most upstream jobs one `after` schedule may name (each is one more write at create and edit). */
+export const MAX_AFTER_JOBS = 20;
+/** What a job id may hold (as shared/keys.ts has it); an unknown id is refused by the API later. */
+const JOB_ID_TEXT = /^[0-9A-Za-z_-]{1,64}$/;
 
 const ALLOWED_KEYS: Readonly<Record<ScheduleKind, readonly string[]>> = {
   runAt: ["runAt"],
   cron: ["cron", "timezone"],
   every: ["every", "startAt"],
+  after: ["after"],
 };
 
 const SECOND_MS = 1_000;
@@ -55,10 +61,10 @@ export function safeParseSchedule(
   }
   const record = input as Readonly<Record<string, unknown>>;
   const keys = Object.keys(record);
-  const kinds = (["runAt", "cron", "every"] as const).filter((k) => keys.includes(k));
+  const kinds = (["runAt", "cron", "every", "after"] as const).filter((k) => keys.includes(k));
   const [kind] = kinds;
   if (kind === undefined) {
-    return failure("schedule", `has none of runAt, cron or every: ${KINDS}`);
+    return failure("schedule", `has none of runAt, cron, every or after: ${KINDS}`);
   }
   if (kinds.length > 1) {
     return failure("schedule", `mixes schedule kinds (${kinds.join(", ")}): ${KINDS}`);
@@ -74,7 +80,9 @@ export function safeParseSchedule(
       ? parseRunAt(record.runAt)
       : kind === "cron"
         ? parseCron(record.cron, record.timezone, minIntervalMs)
-        : parseEverySpec(record.every, record.startAt, minIntervalMs);
+        : kind === "after"
+          ? parseAfter(record.after)
+          : parseEverySpec(record.every, record.startAt, minIntervalMs);
   if (!result.ok || options.now === undefined) return result;
   return { ok: true, schedule: normalizeSchedule(result.schedule, options.now) };
 }
@@ -93,6 +101,9 @@ export function parseSchedule(input: unknown, options: ParseScheduleOptions = {}
  * field it has to read is malformed.
  */
 export function normalizeSchedule(spec: ScheduleSpec, now: Date): ScheduleSpec {
+  if ("after" in spec) {
+    return { after: { jobs: [...new Set(spec.after.jobs)].sort(), on: spec.after.on } };
+  }
   if ("runAt" in spec) {
     return { runAt: instantOrThrow("schedule.runAt", spec.runAt) };
   }
@@ -212,6 +223,47 @@ function parseEverySpec(everyValue: unknown, startValue: unknown, minIntervalMs:
 
   if (every === undefined || issues.length > 0) return { ok: false, issues };
   return { ok: true, schedule: startAt === undefined ? { every } : { every, startAt } };
+}
+
+function parseAfter(value: unknown): Parsed {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    return failure(
+      "schedule.after",
+      `must be an object {"jobs": ["<job id>", …], "on": "success" | "failure" | "completion"}; got ${describe(value)}`,
+    );
+  }
+  const record = value as Readonly<Record<string, unknown>>;
+  const issues: FieldIssue[] = Object.keys(record)
+    .filter((key) => key !== "jobs" && key !== "on")
+    .map((key) => ({
+      field: "schedule.after",
+      message: `unknown key "${key}" (allowed: jobs, on)`,
+    }));
+  const jobs = record.jobs;
+  if (!Array.isArray(jobs) || jobs.length === 0 || jobs.length > MAX_AFTER_JOBS) {
+    issues.push({
+      field: "schedule.after.jobs",
+      message: `must be a list of 1 to ${MAX_AFTER_JOBS} job ids; got ${describe(jobs)}${Array.isArray(jobs) ? ` of ${jobs.length}` : ""}`,
+    });
+  } else {
+    jobs.forEach((id, i) => {
+      if (typeof id !== "string" || !JOB_ID_TEXT.test(id))
+        issues.push({
+          field: `schedule.after.jobs.${i}`,
+          message: `must be a job id; got ${typeof id === "string" ? JSON.stringify(id) : describe(id)}`,
+        });
+    });
+  }
+  const on = record.on ?? "success";
+  if (typeof on !== "string" || !AFTER_ON.includes(on as AfterOn)) {
+    issues.push({
+      field: "schedule.after.on",
+      message: `must be one of ${AFTER_ON.join(", ")}; got ${typeof on === "string" ? JSON.stringify(on) : describe(on)}`,
+    });
+  }
+  if (issues.length > 0) return { ok: false, issues };
+  const ids = [...new Set(jobs as string[])].sort();
+  return { ok: true, schedule: { after: { jobs: ids, on: on as AfterOn } } };
 }
 
 function instantOrThrow(field: string, value: string): string {

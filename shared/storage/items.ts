@@ -24,22 +24,34 @@ export const setAsidePk = (shard: number) => `ASIDE#${shard}`;
 export const deadLetterPk = (tenantId: string) => `DEAD#${tenantId}`;
 
 export function encodeJob(job: Job): Item {
-  const { payload, ...rest } = job;
+  const { payload, dependents, ...rest } = job;
   return {
     ...jobKey(job.jobId),
     tenantPk: tenantPk(job.tenantId),
     tenantSk: job.jobId,
     ...rest,
+    // A string set (ADD and DELETE keep it without a read); DynamoDB stores no empty set.
+    ...(dependents.length > 0 ? { dependents: new Set(dependents) } : {}),
     // Stored as text so any JSON (floats, big numbers, empty strings) round-trips exactly.
     payloadJson: JSON.stringify(payload ?? null),
   };
 }
 
 export function decodeJob(item: Item): Job {
-  const { pk, sk, tenantPk: _t, tenantSk: _s, payloadJson, expiresAt: _e, ...rest } = item;
-  const job = rest as unknown as Omit<Job, "payload">;
+  const {
+    pk,
+    sk,
+    tenantPk: _t,
+    tenantSk: _s,
+    payloadJson,
+    expiresAt: _e,
+    dependents,
+    ...rest
+  } = item;
+  const job = rest as unknown as Omit<Job, "payload" | "dependents">;
   return {
     ...job,
+    dependents: dependents instanceof Set ? [...dependents].map(String).sort() : [],
     activeRuns: job.activeRuns ?? {},
     activeRevision: job.activeRevision ?? 0,
     bufferedRunId: job.bufferedRunId ?? null,

@@ -2,6 +2,8 @@ import { GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { IdempotencyKeyTakenError } from "../errors.js";
 import type { DueEntry, Job } from "../model.js";
+import { ValidationError } from "../validation.js";
+import { type UpstreamWriteName, upstreamOfWriteName } from "./dependents.js";
 import { encodeJob, idempotencyKey } from "./items.js";
 import { putDueEntry } from "./job-update.js";
 import { hasExpired, idempotencyExpiresAt, jobExpiresAt } from "./retention.js";
@@ -36,15 +38,19 @@ export async function readIdempotencyRecord(
  * Writes a new job with its pending due entry and idempotency record, all or
  * nothing, each conditioned on its key being free (an idempotency record past
  * its window is free: it is replaced). A taken idempotency key is
- * `IdempotencyKeyTakenError`. Alone (no entry, no key) the job is one plain
- * put: a transaction would bill it twice. A job created COMPLETED (nothing of
- * its schedule is left to run) expires at its retention.
+ * `IdempotencyKeyTakenError`. An `after` job adds itself to its upstreams'
+ * dependents in the same transaction (`upstreams`, see dependents.ts): an upstream
+ * gone or another tenant's meanwhile is a `ValidationError` naming
+ * `schedule.after.jobs`. Alone (no entry, no key, no upstream) the job is one
+ * plain put: a transaction would bill it twice. A job created COMPLETED
+ * (nothing of its schedule is left to run) expires at its retention.
  */
 export async function writeNewJob(
   engine: Engine,
   job: Job,
   pending: DueEntry | null,
   idempotency: IdempotentRequest | undefined,
+  upstreams: readonly NamedWrite<UpstreamWriteName>[] = [],
 ): Promise<void> {
   const createdAt = new Date(job.createdAt);
   const putJob = {
@@ -57,8 +63,9 @@ export async function writeNewJob(
     },
     ConditionExpression: "attribute_not_exists(pk)",
   };
-  const writes: NamedWrite<"job" | "dueEntry" | "idempotency">[] = [
+  const writes: NamedWrite<"job" | "dueEntry" | "idempotency" | UpstreamWriteName>[] = [
     { name: "job", write: { Put: putJob } },
+    ...upstreams,
   ];
   if (pending) writes.push({ name: "dueEntry", write: putDueEntry(engine, pending) });
   if (idempotency) {
@@ -89,6 +96,14 @@ export async function writeNewJob(
   } catch (error) {
     if (idempotency && error instanceof ConditionsFailedError && error.has("idempotency"))
       throw new IdempotencyKeyTakenError(idempotency.key, { cause: error });
+    if (error instanceof ConditionsFailedError) {
+      const gone = [...error.failed].map(upstreamOfWriteName).filter((id) => id !== null);
+      if (gone.length > 0)
+        throw new ValidationError(
+          [{ field: "schedule.after.jobs", message: `no job ${gone.join(", ")} of this tenant` }],
+          { cause: error },
+        );
+    }
     throw error;
   }
 }

@@ -1,6 +1,7 @@
 import { GetCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import type { DueEntry, DueKey, Job } from "../model.js";
+import type { UpstreamWriteName } from "./dependents.js";
 import { decodeDueEntry, encodeDueEntry } from "./items.js";
 import {
   deletePendingDueEntry,
@@ -10,6 +11,7 @@ import {
   writeJobChange,
 } from "./job-update.js";
 import { jobExpiresAt } from "./retention.js";
+import type { NamedWrite } from "./transaction.js";
 
 /** The fields of a job an edit may change. */
 type EditedFields = Partial<
@@ -40,7 +42,8 @@ export async function readDueEntry(engine: Engine, key: DueKey): Promise<DueEntr
  * since): the changed fields (a payload present in `changes`, even undefined,
  * is written), the version bumped, and the pending occurrence moved to `entry`
  * (the entry is rewritten in place when its key stays: it carries a copy of the
- * schedule and the version).
+ * schedule and the version). An edit of an `after` schedule moves the job
+ * between its upstreams' dependents in the same transaction (`upstreams`).
  */
 export async function writeEditedJob(
   engine: Engine,
@@ -53,6 +56,7 @@ export async function writeEditedJob(
     /** The edited end condition leaves nothing to run: COMPLETED, expiring at its retention. */
     readonly completes?: boolean;
   },
+  upstreams: readonly NamedWrite<UpstreamWriteName>[] = [],
 ): Promise<void> {
   const { payload, ...fields } = changes;
   const { entry } = next;
@@ -81,5 +85,5 @@ export async function writeEditedJob(
         : putDueEntry(engine, entry),
     });
   }
-  await writeJobChange(engine, job, writes);
+  await writeJobChange(engine, job, [...writes, ...upstreams]);
 }

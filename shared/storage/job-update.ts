@@ -1,6 +1,7 @@
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
 import type { DueEntry, Job } from "../model.js";
+import { type UpstreamWriteName, upstreamOfWriteName } from "./dependents.js";
 import { encodeDueEntry, jobKey } from "./items.js";
 import {
   ConditionsFailedError,
@@ -91,17 +92,21 @@ export const putDueEntry = (engine: Engine, entry: DueEntry): TransactItem => ({
  * Sends a lifecycle change as one transaction. A failed condition on the job
  * means another writer (a claim, a worker, another request) changed it since
  * it was read: `ConcurrentUpdateError`, and the caller plans again from a
- * fresh read.
+ * fresh read. So does one on an upstream of an `after` schedule (see
+ * dependents.ts): it changed or went since the edit's check read it.
  */
 export async function writeJobChange(
   engine: Engine,
   job: Job,
-  writes: readonly JobChangeWrite[],
+  writes: readonly (JobChangeWrite | NamedWrite<UpstreamWriteName>)[],
 ): Promise<void> {
   try {
-    await writeTransaction(engine, "lifecycle", writes);
+    await writeTransaction<string>(engine, "lifecycle", writes);
   } catch (error) {
-    if (error instanceof ConditionsFailedError && error.has("job"))
+    const upstreamChanged =
+      error instanceof ConditionsFailedError &&
+      [...error.failed].some((name) => upstreamOfWriteName(name) !== null);
+    if (error instanceof ConditionsFailedError && (error.has("job") || upstreamChanged))
       throw new ConcurrentUpdateError(`job ${job.jobId} changed since it was read`, {
         cause: error,
       });

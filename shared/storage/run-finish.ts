@@ -37,10 +37,15 @@ export interface RunEnding {
   readonly completesJob?: boolean;
   /** The job version whose definition the handler ran (recorded as the run's executedVersion). */
   readonly executedVersion?: number;
+  /**
+   * The job has dependents and this ending may queue their runs: the `trigger` due entry is
+   * written in one transaction with the run's ending, so a crash can neither lose nor double it.
+   */
+  readonly trigger?: DueEntry;
 }
 
 /** The writes of a failed run's transaction, by the names their conditions fail under. */
-type FinishWrite = "run" | "job" | "nextAttempt";
+type FinishWrite = "run" | "job" | "nextAttempt" | "trigger";
 
 /** The job item is still there (a job's bookkeeping never creates it). */
 const JOB_EXISTS = "attribute_exists(pk)";
@@ -59,7 +64,9 @@ const NOT_WRITTEN_YET = "attribute_not_exists(pk)";
  * `JobNotFoundError`, nothing written. Any other ending is one write of the run, then one
  * of the job (lastRun, activeRuns, completion): a transaction would bill both
  * twice. If the worker dies between the two, the message comes back and the
- * job's write is made then (`recordRunOnJob` with `repair`).
+ * job's write is made then (`recordRunOnJob` with `repair`). An ending that
+ * writes a `trigger` entry for the job's dependents writes it with the run in
+ * one transaction.
  */
 export async function finishRun(
   engine: Engine,
@@ -111,6 +118,28 @@ export async function finishRun(
     leaseUntil: null,
     executedVersion: ending.executedVersion ?? run.executedVersion,
   };
+  if (!ending.retry && ending.trigger) {
+    try {
+      await writeTransaction<FinishWrite>(engine, "finish", [
+        { name: "run", write: { Update: runUpdate } },
+        {
+          name: "trigger",
+          write: {
+            Put: {
+              TableName: engine.tables.jobs,
+              Item: encodeDueEntry(ending.trigger),
+              ConditionExpression: NOT_WRITTEN_YET,
+            },
+          },
+        },
+      ]);
+    } catch (error) {
+      if (error instanceof ConditionsFailedError && error.has("run")) throw fenceLost(run, error);
+      throw error;
+    }
+    await recordRunOnJob(engine, finished, ending);
+    return finished;
+  }
   if (!ending.retry) {
     try {
       await retryOnContention(engine, "finish", () =>

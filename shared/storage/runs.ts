@@ -1,6 +1,6 @@
 import type { EngineSettings } from "../config.js";
 import { runId, runSortKey, shardOf } from "../keys.js";
-import type { Priority, Run } from "../model.js";
+import type { Priority, Run, RunTrigger } from "../model.js";
 import { encodeRun, jobPk } from "./items.js";
 import { runExpiresAt } from "./retention.js";
 
@@ -20,6 +20,7 @@ interface NewRun {
   readonly priority: Priority;
   readonly jobVersion: number;
   readonly triggered?: boolean;
+  readonly trigger?: RunTrigger;
 }
 
 function baseRun(spec: NewRun): Omit<Run, "status"> {
@@ -35,6 +36,7 @@ function baseRun(spec: NewRun): Omit<Run, "status"> {
     jobVersion: spec.jobVersion,
     executedVersion: null,
     ...(spec.triggered ? { triggered: true } : {}),
+    ...(spec.trigger ? { trigger: spec.trigger } : {}),
     fence: 0,
     enqueuedAt: null,
     startedAt: null,

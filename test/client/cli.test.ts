@@ -256,6 +256,43 @@ describe("jobs", () => {
     expect(refused).toMatchObject({ status: 400, field: "maxRuns" });
   });
 
+  it("create --after --on: the dependent runs after its upstream; get shows dependents and the run's upstream", async () => {
+    const upstream = await json<Job>("jobs", "create", "--type", "noop", "--run-at", tomorrow());
+    const dependent = await json<Job>(
+      "jobs",
+      "create",
+      "--type",
+      "noop",
+      "--after",
+      upstream.id,
+      "--on",
+      "completion",
+    );
+    expect(dependent.schedule).toEqual({ after: { jobs: [upstream.id], on: "completion" } });
+    expect((await json<Job>("jobs", "get", upstream.id)).dependents).toEqual([dependent.id]);
+    const upstreamTable = await cli(["jobs", "get", upstream.id]);
+    expect(upstreamTable.out).toMatch(new RegExp(`dependents\\s+${dependent.id}`));
+    const dependentTable = await cli(["jobs", "get", dependent.id]);
+    expect(dependentTable.out).toContain(`after ${upstream.id} on completion`);
+    const upstreamRun = await json<Run>("jobs", "trigger", upstream.id);
+    let runs: Run[] = [];
+    for (let tries = 0; tries < 100 && runs.length === 0; tries++) {
+      await new Promise((done) => setTimeout(done, 200));
+      runs = await json<Run[]>("runs", "list", dependent.id);
+    }
+    expect(runs.map((run) => run.trigger?.runId)).toEqual([upstreamRun.runId]);
+    const refused = await failing(
+      EXIT.invalid,
+      "jobs",
+      "create",
+      "--type",
+      "noop",
+      "--after",
+      "01J0000000000000000000000X",
+    );
+    expect(refused).toMatchObject({ field: "schedule.after.jobs" });
+  });
+
   it("pause, resume, trigger, cancel; a refused transition exits 5; an unknown job exits 4", async () => {
     const job = await json<Job>("jobs", "create", "--type", "noop", "--run-at", tomorrow());
     expect((await json<Job>("jobs", "pause", job.id)).status).toBe("paused");

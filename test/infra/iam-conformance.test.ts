@@ -5,7 +5,7 @@ import {
   ReceiveMessageCommand,
   SendMessageCommand,
 } from "@aws-sdk/client-sqs";
-import { DeleteCommand, ScanCommand } from "@aws-sdk/lib-dynamodb";
+import { DeleteCommand, PutCommand, ScanCommand } from "@aws-sdk/lib-dynamodb";
 import { CfnElement } from "aws-cdk-lib";
 import type { Context } from "aws-lambda";
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from "vitest";
@@ -19,9 +19,11 @@ import { shardOf } from "../../shared/keys.js";
 import type { DueEntry, Run } from "../../shared/model.js";
 import { MetricsRecorder, silentObservability } from "../../shared/observability.js";
 import { decodeRunMessage } from "../../shared/queue/work-queue.js";
-import { decodeDueEntry, decodeRun, jobKey } from "../../shared/storage/items.js";
+import { decodeDueEntry, decodeRun, encodeDueEntry, jobKey } from "../../shared/storage/items.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
+import { queuedRun } from "../../shared/storage/runs.js";
+import { triggerEntryOf } from "../../shared/storage/trigger.js";
 import { testJob } from "../support/engine-fixture.js";
 import {
   httpApiEvent,
@@ -421,6 +423,18 @@ describe("each handler, driven through its AWS-calling paths", () => {
     });
     expect(recurring.status).toBe(201);
     ids.recurring = String(field(recurring.body, "id"));
+    // A dependent of the one-off (its create adds it to the one-off's dependents); an edit that
+    // keeps that upstream and adds another holds the kept one unchanged (a ConditionCheck).
+    const dependent = await api("POST", "/jobs", {
+      body: { type: "noop", schedule: { after: { jobs: [ids.succeeds] } } },
+    });
+    expect(dependent.status).toBe(201);
+    const dependentId = String(field(dependent.body, "id"));
+    const moreUpstreams = await api("PATCH", `/jobs/${dependentId}`, {
+      body: { schedule: { after: { jobs: [ids.succeeds, ids.recurring], on: "completion" } } },
+      headers: { "if-match": `"${String(field(dependent.body, "version"))}"` },
+    });
+    expect(moreUpstreams.status).toBe(200);
     // A webhook: the worker signs it with the tenant's secret, made on that first use; the stack's
     // worker refuses the loopback target (ALLOW_PRIVATE_TARGETS=false) after signing.
     const webhook = await api("POST", "/jobs", {
@@ -491,9 +505,36 @@ describe("each handler, driven through its AWS-calling paths", () => {
       },
       policies: { ...testJob().policies, misfire: "skip" },
     });
+    // An upstream run's ending whose worker did not fan it out: the pass fans it out.
+    const { job: upstream } = await createJob(engine, {
+      ...testJob(),
+      schedule: { cron: "0 0 1 1 *", timezone: "UTC" },
+    });
+    const { job: dependent } = await createJob(engine, {
+      ...testJob(),
+      schedule: { after: { jobs: [upstream.jobId], on: "success" } },
+    });
+    const ended = queuedRun(
+      {
+        jobId: upstream.jobId,
+        tenantId: upstream.tenantId,
+        scheduledFor: new Date(Date.now() - 60_000),
+        dueAt: new Date(Date.now() - 60_000),
+        attempt: 1,
+        priority: upstream.priority,
+        jobVersion: upstream.version,
+      },
+      new Date(),
+      engine.settings,
+    ).run;
+    const withDependent = { ...upstream, dependents: [dependent.jobId] };
+    const trigger = triggerEntryOf(engine, withDependent, ended, "SUCCEEDED", new Date());
+    await clients.doc.send(
+      new PutCommand({ TableName: engine.tables.jobs, Item: encodeDueEntry(trigger) }),
+    );
     const dispatcher = required(handlers.dispatcher, "the dispatcher handler");
     const shards = new Set(
-      [due, misfired].map((job) => shardOf(job.jobId, engine.settings.shardCount)),
+      [due, misfired, upstream].map((job) => shardOf(job.jobId, engine.settings.shardCount)),
     );
     for (const shard of shards) {
       const invocation = invocations.find((i) => field(i.payload, "shard") === shard);
@@ -506,6 +547,7 @@ describe("each handler, driven through its AWS-calling paths", () => {
     expect((await runsOf(due.jobId)).map((run) => run.status)).toEqual(["QUEUED"]);
     const skipped = (await runsOf(misfired.jobId)).filter((run) => run.status === "SKIPPED");
     expect(skipped).toHaveLength(60);
+    expect((await runsOf(dependent.jobId)).map((run) => run.trigger?.runId)).toEqual([ended.runId]);
   });
 
   it("worker: runs, finishes, retries (soon and later), dead-letters, admits a recurring run", async () => {

@@ -70,6 +70,7 @@ export async function seedJobs(
       bufferedRunId: null,
       parkedRuns: {},
       lastRun: null,
+      dependents: [],
     };
     jobs.push(job);
     items.push(encodeJob(job), encodeDueEntry(entry));

@@ -253,6 +253,10 @@ export const JobSchema = z
     occurrencesQueued: z.number().int().openapi({
       description: "Occurrences of the schedule queued so far: what maxRuns counts.",
     }),
+    dependents: z.array(z.string()).openapi({
+      description:
+        "Ids of the jobs whose `after` schedule names this one (sorted): each of this job's runs that ends as a dependent's `on` says queues one run of it.",
+    }),
   })
   .openapi("Job");
 export type JobDto = z.infer<typeof JobSchema>;

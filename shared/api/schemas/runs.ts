@@ -52,6 +52,19 @@ export const RunSchema = z
       .string()
       .nullable()
       .openapi({ description: "For a replayed dead run: the new run." }),
+    trigger: z
+      .strictObject({
+        jobId: z.string(),
+        runId: z.string(),
+        scheduledFor: z.string().openapi({
+          description: "The upstream run's occurrence (its idempotency key's instant).",
+        }),
+      })
+      .nullable()
+      .openapi("RunTrigger", {
+        description:
+          "For a run of a job with an `after` schedule: the upstream run whose ending queued it (kept on its retries and replays); null otherwise. The handler sees it as `ctx.trigger`.",
+      }),
   })
   .openapi("Run");
 export type RunDto = z.infer<typeof RunSchema>;

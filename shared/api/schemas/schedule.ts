@@ -1,5 +1,7 @@
-/** The three shapes of a schedule: once, cron in a zone, or a fixed interval. */
+/** The four shapes of a schedule: once, cron in a zone, a fixed interval, or after other jobs. */
 import { z } from "@hono/zod-openapi";
+import { AFTER_ON } from "../../schedule/index.js";
+import { MAX_AFTER_JOBS } from "../../schedule/parse.js";
 import { instant, LIMITS } from "./common.js";
 
 const RunAtScheduleSchema = z
@@ -40,6 +42,32 @@ const EveryScheduleSchema = z
   })
   .openapi("EverySchedule");
 
+const AfterScheduleSchema = z
+  .strictObject({
+    after: z
+      .strictObject({
+        jobs: z
+          .array(z.string().max(64))
+          .min(1)
+          .max(MAX_AFTER_JOBS)
+          .openapi({
+            description: `Ids of 1 to ${MAX_AFTER_JOBS} jobs of the same tenant. Each of their runs that ends as \`on\` says queues one run of this job; each upstream run triggers on its own (no fan-in: a job after A and B runs once per A run and once per B run). A job cannot depend on itself, directly or through others (400 naming the cycle).`,
+            example: ["01JD3Q6Z8Y0000000000000000"],
+          }),
+        on: z.enum(AFTER_ON).optional().openapi({
+          description:
+            "success: an upstream run SUCCEEDED; failure: it ended DEAD (failed for good, retries used up); completion: either. Default success. Skipped and cancelled upstream runs trigger nothing.",
+        }),
+      })
+      .openapi("AfterCondition"),
+  })
+  .openapi("AfterSchedule", {
+    description:
+      "No times of its own: the job runs after other jobs. The dependent's run records its upstream run (`trigger`), and `GET /jobs/{id}` of an upstream lists its `dependents`.",
+  });
+
 export const ScheduleSchema = z
-  .union([RunAtScheduleSchema, CronScheduleSchema, EveryScheduleSchema])
-  .openapi("Schedule", { description: "Exactly one of runAt, cron + timezone, or every." });
+  .union([RunAtScheduleSchema, CronScheduleSchema, EveryScheduleSchema, AfterScheduleSchema])
+  .openapi("Schedule", {
+    description: "Exactly one of runAt, cron + timezone, every, or after.",
+  });

@@ -1,7 +1,10 @@
 import { describe, expect, it } from "vitest";
 import {
   DEFAULT_MIN_INTERVAL_MS,
+  firstOccurrence,
+  nextOccurrence,
   normalizeSchedule,
+  occurrences,
   type ParseScheduleOptions,
   parseSchedule,
   type ScheduleSpec,
@@ -127,7 +130,7 @@ describe("error messages", () => {
         [
           {
             "field": "schedule",
-            "message": "must be an object: give exactly one of {"runAt": "<ISO-8601 date-time>"}, {"cron": "<expression>", "timezone": "<IANA zone>"} or {"every": "<ISO-8601 duration>", "startAt"?: "<ISO-8601 date-time>"}; got a string",
+            "message": "must be an object: give exactly one of {"runAt": "<ISO-8601 date-time>"}, {"cron": "<expression>", "timezone": "<IANA zone>"}, {"every": "<ISO-8601 duration>", "startAt"?: "<ISO-8601 date-time>"} or {"after": {"jobs": ["<job id>", …], "on": "success" | "failure" | "completion"}}; got a string",
           },
         ]
       `);
@@ -137,7 +140,7 @@ describe("error messages", () => {
         [
           {
             "field": "schedule",
-            "message": "has none of runAt, cron or every: give exactly one of {"runAt": "<ISO-8601 date-time>"}, {"cron": "<expression>", "timezone": "<IANA zone>"} or {"every": "<ISO-8601 duration>", "startAt"?: "<ISO-8601 date-time>"}",
+            "message": "has none of runAt, cron, every or after: give exactly one of {"runAt": "<ISO-8601 date-time>"}, {"cron": "<expression>", "timezone": "<IANA zone>"}, {"every": "<ISO-8601 duration>", "startAt"?: "<ISO-8601 date-time>"} or {"after": {"jobs": ["<job id>", …], "on": "success" | "failure" | "completion"}}",
           },
         ]
       `);
@@ -147,7 +150,7 @@ describe("error messages", () => {
         [
           {
             "field": "schedule",
-            "message": "mixes schedule kinds (cron, every): give exactly one of {"runAt": "<ISO-8601 date-time>"}, {"cron": "<expression>", "timezone": "<IANA zone>"} or {"every": "<ISO-8601 duration>", "startAt"?: "<ISO-8601 date-time>"}",
+            "message": "mixes schedule kinds (cron, every): give exactly one of {"runAt": "<ISO-8601 date-time>"}, {"cron": "<expression>", "timezone": "<IANA zone>"}, {"every": "<ISO-8601 duration>", "startAt"?: "<ISO-8601 date-time>"} or {"after": {"jobs": ["<job id>", …], "on": "success" | "failure" | "completion"}}",
           },
         ]
       `);
@@ -590,5 +593,42 @@ describe("error messages", () => {
         ]
       `);
     });
+  });
+});
+
+describe("after schedules", () => {
+  const A = "01JD3Q6Z8Y0000000000000000";
+  const B = "01JD3Q6Z8Y0000000000000001";
+
+  it("parses, sorting and deduplicating the upstream ids, on defaulting to success", () => {
+    expect(parseSchedule({ after: { jobs: [B, A, B] } })).toEqual({
+      after: { jobs: [A, B], on: "success" },
+    });
+    expect(parseSchedule({ after: { jobs: [A], on: "completion" } }, { now: new Date(0) })).toEqual(
+      { after: { jobs: [A], on: "completion" } },
+    );
+  });
+
+  it("has no occurrences of its own", () => {
+    const spec = parseSchedule({ after: { jobs: [A], on: "failure" } });
+    expect(firstOccurrence(spec, new Date())).toBeNull();
+    expect(nextOccurrence(spec, new Date())).toBeNull();
+    expect(occurrences(spec, new Date(0), new Date(), 10)).toEqual([]);
+  });
+
+  it.each([
+    ["not an object", { after: [A] }, "schedule.after"],
+    ["an unknown key", { after: { jobs: [A], when: "now" } }, "schedule.after"],
+    ["no jobs", { after: { jobs: [] } }, "schedule.after.jobs"],
+    [
+      "too many jobs",
+      { after: { jobs: Array.from({ length: 21 }, (_, i) => `J${i}`) } },
+      "schedule.after.jobs",
+    ],
+    ["a job id that is not one", { after: { jobs: [A, "not an id!"] } }, "schedule.after.jobs.1"],
+    ["a bad on", { after: { jobs: [A], on: "always" } }, "schedule.after.on"],
+    ["mixed with another kind", { after: { jobs: [A] }, every: "PT1H" }, "schedule"],
+  ])("refuses %s, naming the field", (_name, input, field) => {
+    expect(issuesOf(input).map((issue) => issue.field)).toContain(field);
   });
 });

@@ -1,0 +1,161 @@
+import type { Engine } from "../engine.js";
+import type { Job } from "../model.js";
+import { isAfterSchedule, type ScheduleSpec } from "../schedule/index.js";
+import {
+  linkUpstream,
+  type UpstreamWriteName,
+  unlinkUpstream,
+  upstreamUnchanged,
+} from "../storage/dependents.js";
+import { getJob } from "../storage/run-reads.js";
+import type { NamedWrite } from "../storage/transaction.js";
+import { ValidationError } from "../validation.js";
+
+/**
+ * Jobs a cycle check may read up a dependent's chain, and so hold unchanged in its transaction
+ * (DynamoDB's limit is 100 items a transaction; the edit needs a few of its own).
+ */
+const MAX_CHAIN_JOBS = 80;
+
+const FIELD = "schedule.after.jobs";
+
+/** The upstream job ids a schedule names (none for a schedule of times). */
+export const upstreamsOf = (schedule: ScheduleSpec): readonly string[] =>
+  isAfterSchedule(schedule) ? schedule.after.jobs : [];
+
+/**
+ * The writes that add a new `after` job to its upstreams' dependents, after checking each
+ * upstream is the tenant's (400 naming `schedule.after.jobs` when not). A new job cannot close a
+ * cycle: nothing names its id yet.
+ */
+export async function linkNewDependent(
+  engine: Engine,
+  tenantId: string,
+  jobId: string,
+  schedule: ScheduleSpec,
+): Promise<NamedWrite<UpstreamWriteName>[]> {
+  const upstreams = upstreamsOf(schedule);
+  await Promise.all(upstreams.map((id) => tenantUpstream(engine, tenantId, id)));
+  return upstreams.map((id) => linkUpstream(engine, id, jobId, tenantId));
+}
+
+/**
+ * The writes that move an edited job's links from its old upstreams to its new ones, after
+ * checking each new upstream is the tenant's and that none of them depends on the job (400
+ * naming the cycle). The jobs the check walked are held at the versions it read, so two edits
+ * that would close a cycle together cannot both commit.
+ */
+export async function relinkDependent(
+  engine: Engine,
+  job: Job,
+  schedule: ScheduleSpec,
+): Promise<NamedWrite<UpstreamWriteName>[]> {
+  const before = new Set(upstreamsOf(job.schedule));
+  const after = upstreamsOf(schedule);
+  if (after.length === 0 && before.size === 0) return [];
+  const walked = await walkUpstreams(engine, job, after);
+  const writes: NamedWrite<UpstreamWriteName>[] = [];
+  const written = new Set<string>();
+  for (const id of after) {
+    written.add(id);
+    if (!before.has(id)) {
+      writes.push(linkUpstream(engine, id, job.jobId, job.tenantId, walked.get(id)));
+    } else {
+      writes.push(upstreamUnchanged(engine, id, walked.get(id) ?? 0));
+    }
+  }
+  for (const id of before) {
+    if (written.has(id)) continue;
+    written.add(id);
+    // A deleted upstream has no dependents left to take this job out of.
+    if ((await getJob(engine, id)) !== null) writes.push(unlinkUpstream(engine, id, job.jobId));
+  }
+  for (const [id, version] of walked) {
+    if (!written.has(id)) writes.push(upstreamUnchanged(engine, id, version));
+  }
+  return writes;
+}
+
+/**
+ * Reads the chain above `upstreams` (each job's own `after` upstreams, and theirs); the job's
+ * versions by id. Throws a 400 naming `schedule.after.jobs` for an upstream that is not the
+ * tenant's, a chain that leads back to `job` (the message names the cycle), or one longer than
+ * the check may hold.
+ */
+async function walkUpstreams(
+  engine: Engine,
+  job: Job,
+  upstreams: readonly string[],
+): Promise<Map<string, number>> {
+  const versions = new Map<string, number>();
+  const cameFrom = new Map<string, string>();
+  let frontier = [...upstreams];
+  for (const id of upstreams) cameFrom.set(id, job.jobId);
+  for (const id of upstreams) {
+    if (id === job.jobId) throw cycleError([job.jobId, job.jobId]);
+  }
+  while (frontier.length > 0) {
+    const read = await Promise.all(
+      frontier.map((id) =>
+        upstreams.includes(id)
+          ? tenantUpstream(engine, job.tenantId, id)
+          : getJob(engine, id).then((found) => (found?.tenantId === job.tenantId ? found : null)),
+      ),
+    );
+    const next: string[] = [];
+    for (const upstream of read) {
+      if (upstream === null) continue;
+      versions.set(upstream.jobId, upstream.version);
+      if (versions.size > MAX_CHAIN_JOBS) {
+        throw new ValidationError([
+          {
+            field: FIELD,
+            message: `the jobs above this one's upstreams are more than ${MAX_CHAIN_JOBS}: too many to check for a cycle`,
+          },
+        ]);
+      }
+      for (const above of upstreamsOf(upstream.schedule)) {
+        if (above === job.jobId) {
+          throw cycleError(pathBack(cameFrom, upstream.jobId, job.jobId));
+        }
+        if (cameFrom.has(above)) continue;
+        cameFrom.set(above, upstream.jobId);
+        next.push(above);
+      }
+    }
+    frontier = next;
+  }
+  return versions;
+}
+
+/** The cycle as "job → upstream → … → job", each step a job that runs after the next. */
+function pathBack(cameFrom: ReadonlyMap<string, string>, from: string, job: string): string[] {
+  const path = [from];
+  let at = from;
+  while (at !== job) {
+    const previous = cameFrom.get(at);
+    if (previous === undefined) break;
+    path.push(previous);
+    at = previous;
+  }
+  return [job, ...path.reverse().slice(1), job].filter(
+    (id, i, all) => i === 0 || id !== all[i - 1],
+  );
+}
+
+function cycleError(path: readonly string[]): ValidationError {
+  return new ValidationError([
+    {
+      field: FIELD,
+      message: `would make a cycle: ${path.join(" → ")} (each job runs after the next)`,
+    },
+  ]);
+}
+
+/** The upstream when it is the tenant's job, else a 400 naming `schedule.after.jobs`. */
+async function tenantUpstream(engine: Engine, tenantId: string, id: string): Promise<Job> {
+  const upstream = await getJob(engine, id);
+  if (upstream === null || upstream.tenantId !== tenantId)
+    throw new ValidationError([{ field: FIELD, message: `no job ${id} of this tenant` }]);
+  return upstream;
+}

@@ -1,0 +1,125 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createApiApp } from "../../shared/api/app.js";
+import { bearerAuthenticator } from "../../shared/api/auth.js";
+import { ErrorSchema } from "../../shared/api/schemas/errors.js";
+import { JobSchema } from "../../shared/api/schemas/jobs.js";
+import { RunPageSchema } from "../../shared/api/schemas/runs.js";
+import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
+import { JOB_TYPES } from "./support.js";
+
+/** `"schedule": {"after": …}` over HTTP: create, the upstream's dependents, the run's trigger, the 400s. */
+const KEYS = new Map([
+  ["key-a", "tenant-after-a"],
+  ["key-b", "tenant-after-b"],
+]);
+let f: EngineFixture;
+let app: ReturnType<typeof createApiApp>;
+
+beforeAll(async () => {
+  f = await createEngineFixture();
+  app = createApiApp({
+    engine: f.engine,
+    jobTypes: JOB_TYPES,
+    authenticate: bearerAuthenticator(KEYS),
+  });
+});
+afterAll(() => f.destroy());
+
+async function send(
+  method: string,
+  path: string,
+  body?: unknown,
+  options: { key?: string; headers?: Record<string, string> } = {},
+) {
+  const response = await app.request(path, {
+    method,
+    headers: {
+      Authorization: `Bearer ${options.key ?? "key-a"}`,
+      "Content-Type": "application/json",
+      ...options.headers,
+    },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  const text = await response.text();
+  return { status: response.status, text, json: JSON.parse(text) as unknown };
+}
+
+async function created(schedule: unknown, key = "key-a") {
+  const answer = await send("POST", "/jobs", { type: "noop", schedule }, { key });
+  expect(answer.status, answer.text).toBe(201);
+  return JobSchema.parse(answer.json);
+}
+
+function errorOf(answer: { status: number; json: unknown }, status: number) {
+  expect(answer.status).toBe(status);
+  return ErrorSchema.parse(answer.json).error;
+}
+
+describe("jobs with an after schedule", () => {
+  it("creates a dependent, lists it on the upstream, and shows the upstream run on the dependent's run", async () => {
+    const upstream = await created({ runAt: new Date().toISOString() });
+    const dependent = await created({ after: { jobs: [upstream.id] } });
+    expect(dependent.schedule).toEqual({ after: { jobs: [upstream.id], on: "success" } });
+    expect(dependent.status).toBe("active");
+    expect(dependent.nextRunAt).toBeNull();
+    expect(dependent.dependents).toEqual([]);
+    const read = JobSchema.parse((await send("GET", `/jobs/${upstream.id}`)).json);
+    expect(read.dependents).toEqual([dependent.id]);
+
+    const deps = f.workerDeps("api-worker");
+    await f.process(deps, await f.nextDelivery(f.engine.queues.normal, upstream.id));
+    const upstreamRuns = RunPageSchema.parse((await send("GET", `/jobs/${upstream.id}/runs`)).json);
+    const [upstreamRun] = upstreamRuns.items;
+    const runs = RunPageSchema.parse((await send("GET", `/jobs/${dependent.id}/runs`)).json);
+    expect(runs.items).toHaveLength(1);
+    expect(runs.items[0]?.trigger).toEqual({
+      jobId: upstream.id,
+      runId: upstreamRun?.runId,
+      scheduledFor: upstreamRun?.scheduledFor,
+    });
+    expect(upstreamRun?.trigger).toBeNull();
+  });
+
+  it.each([
+    ["no jobs", { after: { jobs: [] } }, "schedule.after.jobs"],
+    [
+      "a bad on",
+      { after: { jobs: ["01JD0000000000000000000000"], on: "always" } },
+      "schedule.after.on",
+    ],
+    ["an unknown job", { after: { jobs: ["01JD0000000000000000000000"] } }, "schedule.after.jobs"],
+  ])("400 naming the field: %s", async (_name, schedule, field) => {
+    const error = errorOf(await send("POST", "/jobs", { type: "noop", schedule }), 400);
+    expect(error.field).toBe(field);
+  });
+
+  it("400 for another tenant's upstream, which does not learn of it", async () => {
+    const theirs = await created({ cron: "0 0 1 1 *", timezone: "UTC" }, "key-b");
+    const error = errorOf(
+      await send("POST", "/jobs", { type: "noop", schedule: { after: { jobs: [theirs.id] } } }),
+      400,
+    );
+    expect(error.field).toBe("schedule.after.jobs");
+    const read = JobSchema.parse(
+      (await send("GET", `/jobs/${theirs.id}`, undefined, { key: "key-b" })).json,
+    );
+    expect(read.dependents).toEqual([]);
+  });
+
+  it("400 naming the cycle when an edit would close one", async () => {
+    const a = await created({ cron: "0 0 1 1 *", timezone: "UTC" });
+    const b = await created({ after: { jobs: [a.id], on: "completion" } });
+    const answer = await send(
+      "PATCH",
+      `/jobs/${a.id}`,
+      { schedule: { after: { jobs: [b.id] } } },
+      { headers: { "If-Match": `"${a.version}"` } },
+    );
+    const error = errorOf(answer, 400);
+    expect(error.field).toBe("schedule.after.jobs");
+    expect(error.message).toContain(`${a.id} → ${b.id} → ${a.id}`);
+    const unchanged = JobSchema.parse((await send("GET", `/jobs/${a.id}`)).json);
+    expect(unchanged.version).toBe(a.version);
+    expect(unchanged.schedule).toEqual({ cron: "0 0 1 1 *", timezone: "UTC" });
+  });
+});

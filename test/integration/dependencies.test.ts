@@ -1,0 +1,318 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
+import { fanOutTrigger } from "../../shared/dispatch/trigger-fan-out.js";
+import type { JobContext } from "../../shared/execution/job-contract.js";
+import {
+  cancelJob,
+  createJob,
+  deleteJob,
+  editJob,
+  pauseJob,
+  resumeJob,
+} from "../../shared/jobs/index.js";
+import { getTenantJob } from "../../shared/jobs/queries.js";
+import type { Job, Run, RunTrigger } from "../../shared/model.js";
+import type { AfterOn } from "../../shared/schedule/index.js";
+import { ValidationError } from "../../shared/validation.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { withFaults } from "../support/faults.js";
+
+type Input = Record<string, unknown>;
+type TransactItem = Record<string, { Item?: Record<string, unknown> } | undefined>;
+const transactItems = (input: Input) => (input.TransactItems as TransactItem[] | undefined) ?? [];
+
+/** A fan-out's write for `dependentId` (or any dependent): it puts the TRIGGERED# record. */
+const isFanOutTo = (dependentId?: string) => (input: Input) =>
+  transactItems(input).some((item) => {
+    const put = item.Put?.Item;
+    return (
+      String(put?.sk).startsWith("TRIGGERED#") &&
+      (dependentId === undefined || put?.pk === `JOB#${dependentId}`)
+    );
+  });
+
+describe("dependencies: a job runs after other jobs", () => {
+  let f: EngineFixture;
+  const seen: JobContext[] = [];
+  beforeAll(async () => {
+    f = await createEngineFixture({ settings: { shardCount: 1, maxShardCount: 1 } });
+  });
+  afterAll(() => f.destroy());
+
+  const deps = (engine = f.engine) => ({
+    ...f.workerDeps("worker", {
+      record: async (ctx: JobContext) => {
+        seen.push(ctx);
+      },
+    }),
+    engine,
+  });
+
+  const upstreamJob = (overrides: Partial<Parameters<typeof testJob>[0]> = {}) =>
+    createJob(
+      f.engine,
+      testJob({
+        type: "record",
+        schedule: { runAt: new Date().toISOString() },
+        ...overrides,
+      }),
+    ).then((created) => created.job);
+
+  const dependentOf = (upstreams: readonly Job[], on: AfterOn = "success", type = "record") =>
+    createJob(
+      f.engine,
+      testJob({
+        type,
+        schedule: { after: { jobs: upstreams.map((u) => u.jobId), on } },
+      }),
+    ).then((created) => created.job);
+
+  const runsOf = async (jobId: string): Promise<Run[]> =>
+    (await f.runs()).filter((r) => r.jobId === jobId && r.status !== undefined);
+
+  /** Delivers the job's next message to a worker on `engine` and processes it. */
+  async function runNext(jobId: string, engine = f.engine): Promise<void> {
+    const received = await f.nextDelivery(f.engine.queues.normal, jobId);
+    expect(await f.process(deps(engine), received)).toBe("ack");
+  }
+
+  const triggerEntries = async (jobId: string) =>
+    (await f.dueEntries()).filter((d) => d.kind === "trigger" && d.jobId === jobId);
+
+  it("a chain A → B → C: each success queues exactly one run of the next, which records and sees its upstream", async () => {
+    const a = await upstreamJob();
+    const b = await dependentOf([a]);
+    const c = await dependentOf([b]);
+    expect(b.status).toBe("ACTIVE");
+    expect(b.nextRunAt).toBeNull();
+    expect((await getTenantJob(f.engine, a.tenantId, a.jobId)).dependents).toEqual([b.jobId]);
+    expect((await getTenantJob(f.engine, a.tenantId, b.jobId)).dependents).toEqual([c.jobId]);
+
+    await runNext(a.jobId);
+    const [aRun] = await runsOf(a.jobId);
+    expect(aRun?.status).toBe("SUCCEEDED");
+    await runNext(b.jobId);
+    const [bRun, ...moreB] = await runsOf(b.jobId);
+    expect(moreB).toEqual([]);
+    expect(bRun?.status).toBe("SUCCEEDED");
+    expect(bRun?.trigger).toEqual({
+      jobId: a.jobId,
+      runId: aRun?.runId,
+      scheduledFor: aRun?.scheduledFor,
+    } satisfies Partial<RunTrigger>);
+    await runNext(c.jobId);
+    const [cRun, ...moreC] = await runsOf(c.jobId);
+    expect(moreC).toEqual([]);
+    expect(cRun?.trigger?.runId).toBe(bRun?.runId);
+    expect(seen.find((ctx) => ctx.jobId === c.jobId)?.trigger).toEqual(cRun?.trigger);
+    // The worker fanned out right away: no trigger entry is left for a pass.
+    expect(await triggerEntries(a.jobId)).toEqual([]);
+    await dispatchShard(f.engine, 0, "chain-pass");
+    expect(await runsOf(b.jobId)).toHaveLength(1);
+    expect(await runsOf(c.jobId)).toHaveLength(1);
+  });
+
+  it("a crash between the upstream's ending and its fan-out: the next pass queues the dependent exactly once", async () => {
+    const a = await upstreamJob();
+    const b = await dependentOf([a]);
+    const crashing = withFaults(f.engine, {
+      operation: "TransactWriteItems",
+      times: 1_000,
+      match: isFanOutTo(),
+      reason: "ValidationError",
+    });
+    try {
+      await runNext(a.jobId, crashing.engine);
+      expect(crashing.injected.count).toBeGreaterThan(0);
+    } finally {
+      crashing.destroy();
+    }
+    expect((await runsOf(a.jobId)).map((r) => r.status)).toEqual(["SUCCEEDED"]);
+    expect(await runsOf(b.jobId)).toEqual([]);
+    const [entry, ...more] = await triggerEntries(a.jobId);
+    expect(more).toEqual([]);
+    expect(entry?.fanOut).toMatchObject({ status: "SUCCEEDED", dependents: [b.jobId] });
+
+    await dispatchShard(f.engine, 0, "recovery-pass");
+    await dispatchShard(f.engine, 0, "second-pass");
+    expect((await runsOf(b.jobId)).map((r) => r.status)).toEqual(["QUEUED"]);
+    expect(await triggerEntries(a.jobId)).toEqual([]);
+    await runNext(b.jobId);
+    expect((await runsOf(b.jobId)).map((r) => r.status)).toEqual(["SUCCEEDED"]);
+  });
+
+  it("a crash midway through a fan-out, and fan-outs of one entry at once: each dependent gets exactly one run", async () => {
+    const a = await upstreamJob();
+    const [b1, b2, b3] = [await dependentOf([a]), await dependentOf([a]), await dependentOf([a])];
+    if (!b1 || !b2 || !b3) throw new Error("dependents not created");
+    const crashing = withFaults(f.engine, {
+      operation: "TransactWriteItems",
+      times: 1_000,
+      match: isFanOutTo(b2.jobId),
+      reason: "ValidationError",
+    });
+    try {
+      await runNext(a.jobId, crashing.engine);
+    } finally {
+      crashing.destroy();
+    }
+    expect(await runsOf(b1.jobId)).toHaveLength(1);
+    expect(await runsOf(b2.jobId)).toHaveLength(0);
+    expect(await runsOf(b3.jobId)).toHaveLength(1);
+    const [entry] = await triggerEntries(a.jobId);
+    if (entry === undefined) throw new Error("the trigger entry is gone");
+    await Promise.all([
+      fanOutTrigger(f.engine, entry),
+      fanOutTrigger(f.engine, entry),
+      dispatchShard(f.engine, 0, "racing-pass"),
+    ]);
+    await fanOutTrigger(f.engine, entry);
+    for (const dependent of [b1, b2, b3]) {
+      const runs = await runsOf(dependent.jobId);
+      expect(runs).toHaveLength(1);
+      expect(runs[0]?.trigger?.jobId).toBe(a.jobId);
+    }
+  });
+
+  it("on failure and on completion: a DEAD upstream run queues those dependents, not the ones on success", async () => {
+    const a = await upstreamJob({
+      type: "fail",
+      payload: { retryable: false },
+    });
+    const onSuccess = await dependentOf([a], "success");
+    const onFailure = await dependentOf([a], "failure");
+    const onCompletion = await dependentOf([a], "completion");
+    await runNext(a.jobId);
+    expect((await runsOf(a.jobId)).map((r) => r.status)).toEqual(["DEAD"]);
+    expect(await runsOf(onSuccess.jobId)).toEqual([]);
+    expect((await runsOf(onFailure.jobId)).map((r) => r.status)).toEqual(["QUEUED"]);
+    expect((await runsOf(onCompletion.jobId)).map((r) => r.status)).toEqual(["QUEUED"]);
+
+    const ok = await upstreamJob();
+    const okFailure = await dependentOf([ok], "failure");
+    const okCompletion = await dependentOf([ok], "completion");
+    await runNext(ok.jobId);
+    expect(await runsOf(okFailure.jobId)).toEqual([]);
+    expect(await runsOf(okCompletion.jobId)).toHaveLength(1);
+  });
+
+  it("a failed attempt that is retried triggers nothing until the occurrence ends", async () => {
+    const a = await upstreamJob({
+      type: "fail",
+      payload: { times: 1 },
+      policies: {
+        ...testJob().policies,
+        retry: { maxAttempts: 3, initialDelayMs: 1000, maxDelayMs: 1000 },
+      },
+    });
+    const onCompletion = await dependentOf([a], "completion");
+    await runNext(a.jobId);
+    expect((await runsOf(a.jobId)).map((r) => r.status)).toEqual(["FAILED", "QUEUED"]);
+    expect(await runsOf(onCompletion.jobId)).toEqual([]);
+    await runNext(a.jobId);
+    expect((await runsOf(onCompletion.jobId)).map((r) => r.trigger?.runId)).toEqual([
+      (await runsOf(a.jobId)).find((r) => r.status === "SUCCEEDED")?.runId,
+    ]);
+  });
+
+  it("an edit of the dependent while its triggered run waits does not skip that run", async () => {
+    const a = await upstreamJob();
+    const b = await dependentOf([a]);
+    await runNext(a.jobId);
+    expect((await runsOf(b.jobId)).map((r) => r.status)).toEqual(["QUEUED"]);
+    await editJob(f.engine, b.tenantId, b.jobId, b.version, { name: "renamed" });
+    await runNext(b.jobId);
+    const [run] = await runsOf(b.jobId);
+    expect([run?.status, run?.executedVersion]).toEqual(["SUCCEEDED", b.version + 1]);
+  });
+
+  it("fans out to 100 dependents, one run each", async () => {
+    const a = await upstreamJob();
+    const dependents: Job[] = [];
+    for (let i = 0; i < 100; i++) dependents.push(await dependentOf([a], "success", "noop"));
+    expect((await getTenantJob(f.engine, a.tenantId, a.jobId)).dependents).toHaveLength(100);
+    await runNext(a.jobId);
+    await dispatchShard(f.engine, 0, "fan-out-pass");
+    const runs = (await f.runs()).filter(
+      (r) => r.status !== undefined && r.trigger?.jobId === a.jobId,
+    );
+    expect(runs).toHaveLength(100);
+    expect(new Set(runs.map((r) => r.jobId))).toEqual(new Set(dependents.map((d) => d.jobId)));
+    expect(runs.every((r) => r.status === "QUEUED")).toBe(true);
+  }, 120_000);
+
+  it("refuses cycles at edit, naming them, and upstreams that are not the tenant's", async () => {
+    const a = await createJob(
+      f.engine,
+      testJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" } }),
+    ).then((c) => c.job);
+    const b = await dependentOf([a]);
+    const c = await dependentOf([b]);
+    const cycle = await editJob(f.engine, a.tenantId, a.jobId, a.version, {
+      schedule: { after: { jobs: [c.jobId], on: "success" } },
+    }).catch((error: unknown) => error);
+    expect(cycle).toBeInstanceOf(ValidationError);
+    expect((cycle as ValidationError).field).toBe("schedule.after.jobs");
+    expect((cycle as ValidationError).message).toContain(
+      `${a.jobId} → ${c.jobId} → ${b.jobId} → ${a.jobId}`,
+    );
+    const self = await editJob(f.engine, b.tenantId, b.jobId, b.version, {
+      schedule: { after: { jobs: [b.jobId], on: "success" } },
+    }).catch((error: unknown) => error);
+    expect((self as ValidationError).message).toContain(`cycle: ${b.jobId} → ${b.jobId}`);
+    // Nothing was written: the jobs are as they were.
+    expect((await getTenantJob(f.engine, a.tenantId, a.jobId)).version).toBe(a.version);
+
+    const foreign = await createJob(f.engine, testJob({ tenantId: "tenant-b" })).then((x) => x.job);
+    for (const jobs of [[foreign.jobId], ["01JD0000000000000000000000"]]) {
+      const refused = await createJob(
+        f.engine,
+        testJob({ schedule: { after: { jobs, on: "success" } } }),
+      ).catch((error: unknown) => error);
+      expect((refused as ValidationError).field).toBe("schedule.after.jobs");
+    }
+    expect((await getTenantJob(f.engine, "tenant-b", foreign.jobId)).dependents).toEqual([]);
+
+    // An edit that moves a dependent moves it between its upstreams' dependents.
+    await editJob(f.engine, c.tenantId, c.jobId, c.version, {
+      schedule: { after: { jobs: [a.jobId], on: "success" } },
+    });
+    expect((await getTenantJob(f.engine, a.tenantId, b.jobId)).dependents).toEqual([]);
+    expect((await getTenantJob(f.engine, a.tenantId, a.jobId)).dependents).toEqual(
+      [b.jobId, c.jobId].sort(),
+    );
+  });
+
+  it("a paused dependent records the triggered run SKIPPED with the reason, and resumes idle", async () => {
+    const a = await upstreamJob();
+    const b = await dependentOf([a]);
+    await pauseJob(f.engine, b.tenantId, b.jobId);
+    await runNext(a.jobId);
+    const [skipped, ...more] = await runsOf(b.jobId);
+    expect(more).toEqual([]);
+    expect(skipped?.status).toBe("SKIPPED");
+    expect(skipped?.reason).toContain("job paused");
+    expect(skipped?.trigger?.jobId).toBe(a.jobId);
+    const resumed = await resumeJob(f.engine, b.tenantId, b.jobId);
+    expect(resumed.status).toBe("ACTIVE");
+    expect(resumed.nextRunAt).toBeNull();
+    expect(await runsOf(b.jobId)).toHaveLength(1);
+  });
+
+  it("cancelling or deleting an upstream leaves its dependents idle; a cancelled dependent leaves its upstream", async () => {
+    const a = await createJob(f.engine, testJob({ type: "record" })).then((c) => c.job);
+    const b = await dependentOf([a]);
+    await cancelJob(f.engine, a.tenantId, a.jobId);
+    expect((await getTenantJob(f.engine, b.tenantId, b.jobId)).status).toBe("ACTIVE");
+    expect(await runsOf(b.jobId)).toEqual([]);
+    await deleteJob(f.engine, a.tenantId, a.jobId);
+    expect((await getTenantJob(f.engine, b.tenantId, b.jobId)).status).toBe("ACTIVE");
+
+    const up = await upstreamJob();
+    const gone = await dependentOf([up]);
+    await cancelJob(f.engine, gone.tenantId, gone.jobId);
+    expect((await getTenantJob(f.engine, up.tenantId, up.jobId)).dependents).toEqual([]);
+    await runNext(up.jobId);
+    expect(await runsOf(gone.jobId)).toEqual([]);
+  });
+});
