@@ -91,6 +91,7 @@ const API_CODES: ReadonlySet<string> = new Set<ApiErrorCode>([
   "illegal_transition",
   "idempotency_conflict",
   "not_replayable",
+  "stale_run_token",
   "version_mismatch",
   "precondition_required",
   "payload_too_large",

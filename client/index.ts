@@ -20,7 +20,9 @@ export {
   type CreateOptions,
   type ListOptions,
   type PageOptions,
+  type RunCompletion,
   type RunFilter,
+  type RunHeartbeat,
   SchedulerClient,
   type SchedulerClientOptions,
 } from "./scheduler-client.js";

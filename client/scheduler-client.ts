@@ -1,6 +1,6 @@
 import createClient, { type Client } from "openapi-fetch";
 import { authMiddleware, type ClientAuth } from "./auth.js";
-import type { paths } from "./generated/api.js";
+import type { components, paths } from "./generated/api.js";
 import { JobHandle } from "./job-handle.js";
 import { everyItem, type Page } from "./paging.js";
 import { pollForRun, unwrap, unwrapWithResponse, type WaitOptions } from "./requests.js";
@@ -14,6 +14,11 @@ import {
   type RunStatus,
   type Schedule,
 } from "./types.js";
+
+/** What an async target reports when it completes the run it took over. */
+export type RunCompletion = components["schemas"]["CompleteRunRequest"];
+/** A heartbeat's answer: the lease's new end, and when the run times out. */
+export type RunHeartbeat = components["schemas"]["RunHeartbeat"];
 
 export interface SchedulerClientOptions {
   /** The API's URL: the sandbox's (http://127.0.0.1:3000) or the stack's ApiUrl output. */
@@ -73,12 +78,17 @@ export class SchedulerClient {
   readonly deadLetters: DeadLettersApi;
   readonly schedules: SchedulesApi;
   readonly webhookSecret: WebhookSecretApi;
+  /** The same API without the tenant's credentials: an async target's calls carry its run token. */
+  private readonly runTokenHttp: Client<paths>;
 
   constructor(options: SchedulerClientOptions) {
-    this.http = createClient<paths>({
-      baseUrl: options.baseUrl.replace(/\/+$/, ""),
-      ...(options.fetch ? { fetch: options.fetch } : {}),
-    });
+    const http = () =>
+      createClient<paths>({
+        baseUrl: options.baseUrl.replace(/\/+$/, ""),
+        ...(options.fetch ? { fetch: options.fetch } : {}),
+      });
+    this.http = http();
+    this.runTokenHttp = http();
     this.http.use(authMiddleware(options.auth, options.baseUrl));
     this.jobs = new JobsApi(this);
     this.runs = new RunsApi(this);
@@ -89,6 +99,32 @@ export class SchedulerClient {
 
   async health(): Promise<{ status: "ok" }> {
     return unwrap(this.http.GET("/health"));
+  }
+
+  /**
+   * For an async (long-job) target: extends the lease of the run it took over with a 202, using
+   * the run token its delivery carried (X-Scheduler-Run-Token). No tenant credentials are sent, so
+   * a target may use a client made with `auth: { kind: "none" }`. 409 (`stale_run_token`) once the
+   * run ended, was cancelled or was started again.
+   */
+  runHeartbeat(runId: string, token: string): Promise<RunHeartbeat> {
+    return unwrap(
+      this.runTokenHttp.POST("/runs/{runId}/heartbeat", {
+        params: { path: { runId } },
+        headers: { Authorization: `Bearer ${token}` },
+      }),
+    );
+  }
+
+  /** For an async target: ends its run, succeeded or failed (the job's retry policy applies). */
+  completeRun(runId: string, token: string, completion: RunCompletion): Promise<Run> {
+    return unwrap(
+      this.runTokenHttp.POST("/runs/{runId}/complete", {
+        params: { path: { runId } },
+        body: completion,
+        headers: { Authorization: `Bearer ${token}` },
+      }),
+    );
   }
 
   /** Waits until the run reaches a final status (or one of `until`), polling GET of the run. */

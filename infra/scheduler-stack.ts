@@ -44,8 +44,12 @@ export class SchedulerStack extends Stack {
     };
     const shared = { settings, storage: this.storage, queues: this.queues };
     this.dispatch = new Dispatch(this, "Dispatch", { ...shared, engineEnvironment: environment });
-    this.worker = new Worker(this, "Worker", { ...shared, engineEnvironment: environment });
     this.api = new Api(this, "Api", { ...shared, engineEnvironment: environment });
+    this.worker = new Worker(this, "Worker", {
+      ...shared,
+      engineEnvironment: environment,
+      apiUrl: this.api.stage.url,
+    });
     this.observability = new Observability(this, "Observability", {
       settings,
       queues: this.queues,

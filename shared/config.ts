@@ -24,6 +24,8 @@ export const ENV = {
   dispatcherFunction: "DISPATCHER_FUNCTION_NAME",
   webhookSecretsTable: "WEBHOOK_SECRETS_TABLE",
   allowPrivateTargets: "ALLOW_PRIVATE_TARGETS",
+  /** The API's base URL as webhook targets reach it: async (long-job) targets heartbeat there. */
+  apiUrl: "API_URL",
   /** Whether the API accepts the demo job types (`sleep`, `fail`): "true" or "false". */
   demoJobTypes: "DEMO_JOB_TYPES",
   /** How the API Lambda finds the caller's tenant: "iam" (default) or "jwt" (claims). */

@@ -19,6 +19,11 @@ export interface HttpTarget {
   readonly url: string;
   readonly headers?: Readonly<Record<string, string>>;
   readonly timeoutSeconds?: number;
+  /**
+   * `async`: the target answers 202 and takes the run over, heartbeating and completing it with
+   * its run token (docs/api.md "Long jobs"). Absent: the delivery's answer is the run's result.
+   */
+  readonly mode?: "async";
 }
 
 export interface JobPolicies {
@@ -183,6 +188,10 @@ export interface Run {
    * itself for a message lost while the scheduler ran; the occurrence after a restart (it was down).
    */
   readonly misfireFrom: string | null;
+  /** Async mode: when the target answered 202 and took the run over (it heartbeats and completes it). */
+  readonly handedOverAt?: string | null;
+  /** Async mode: when a run handed over times out (its start plus the job's timeout). */
+  readonly timesOutAt?: string | null;
 }
 
 /** The body of a work-queue message: enough to find the run and to check the job version without a read. */

@@ -53,6 +53,7 @@ const BY_CODE: Readonly<Record<ErrorCode, number>> = {
   illegal_transition: EXIT.conflict,
   idempotency_conflict: EXIT.conflict,
   not_replayable: EXIT.conflict,
+  stale_run_token: EXIT.conflict,
   version_mismatch: EXIT.versionConflict,
   busy: EXIT.busy,
   internal: EXIT.failed,

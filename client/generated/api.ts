@@ -214,6 +214,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/runs/{runId}/complete": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** An async target completes its run: succeeded, or failed with the job's retry policy (authenticated by the run token) */
+        post: operations["completeRun"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/runs/{runId}/heartbeat": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** An async target's heartbeat: extends its run's lease (authenticated by the run token, not tenant credentials) */
+        post: operations["heartbeatRun"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/schedules/preview": {
         parameters: {
             query?: never;
@@ -289,6 +323,23 @@ export interface components {
         };
         /**
          * @example {
+         *       "status": "failed",
+         *       "error": "upstream export failed",
+         *       "retryable": true
+         *     }
+         */
+        CompleteRunRequest: {
+            /** @description With failed: what went wrong, recorded on the run. */
+            error?: string;
+            /** @description With succeeded: the job's result; accepted and not stored (as a webhook's answer). */
+            result?: unknown;
+            /** @description With failed: false sends the run to the dead letters at once; default true (the job's retry policy). */
+            retryable?: boolean;
+            /** @enum {string} */
+            status: "succeeded" | "failed";
+        };
+        /**
+         * @example {
          *       "name": "weekday report",
          *       "type": "noop",
          *       "schedule": {
@@ -349,7 +400,7 @@ export interface components {
             retry?: components["schemas"]["RetryInput"];
             schedule: components["schemas"]["Schedule"];
             target?: components["schemas"]["HttpTarget"] & unknown;
-            /** @description A run is aborted after this long; default 300. At most 900, and at most what the deployment's workers can finish: their Lambda timeout less 15 s (885 with the default 900 s), else 400. */
+            /** @description A run is aborted after this long; default 300. At most 900, and at most what the deployment's workers can finish: their Lambda timeout less 15 s (885 with the default 900 s), else 400. An http job whose target has mode "async" may take up to 86400 (24 h): its target heartbeats and completes the run. */
             timeoutSeconds?: number;
             /**
              * @description A built-in or registered job type; its payload must fit the type's schema (JobPayloads).
@@ -420,7 +471,7 @@ export interface components {
             retry?: components["schemas"]["RetryInput"] & unknown;
             schedule?: components["schemas"]["Schedule"];
             target?: components["schemas"]["HttpTarget"];
-            /** @description A run is aborted after this long; default 300. At most 900, and at most what the deployment's workers can finish: their Lambda timeout less 15 s (885 with the default 900 s), else 400. */
+            /** @description A run is aborted after this long; default 300. At most 900, and at most what the deployment's workers can finish: their Lambda timeout less 15 s (885 with the default 900 s), else 400. An http job whose target has mode "async" may take up to 86400 (24 h): its target heartbeats and completes the run. */
             timeoutSeconds?: number;
         };
         /**
@@ -435,7 +486,7 @@ export interface components {
         Error: {
             error: {
                 /** @enum {string} */
-                code: "validation_failed" | "malformed_json" | "unauthorized" | "not_found" | "method_not_allowed" | "conflict" | "illegal_transition" | "idempotency_conflict" | "not_replayable" | "version_mismatch" | "precondition_required" | "payload_too_large" | "unsupported_media_type" | "busy" | "internal";
+                code: "validation_failed" | "malformed_json" | "unauthorized" | "not_found" | "method_not_allowed" | "conflict" | "illegal_transition" | "idempotency_conflict" | "not_replayable" | "stale_run_token" | "version_mismatch" | "precondition_required" | "payload_too_large" | "unsupported_media_type" | "busy" | "internal";
                 /**
                  * @description With illegal_transition: the job's status now.
                  * @enum {string}
@@ -488,6 +539,11 @@ export interface components {
             headers?: {
                 [key: string]: string;
             };
+            /**
+             * @description sync (default): the delivery's answer is the run's result. async (long jobs): a 202 answer hands the run over to the target, which heartbeats and completes it with the run token its delivery carries (POST /runs/{runId}/heartbeat and /complete); any other 2xx is the result at once.
+             * @enum {string}
+             */
+            mode?: "sync" | "async";
             /** @description Per-delivery timeout; default 30. */
             timeoutSeconds?: number;
             /**
@@ -621,9 +677,13 @@ export interface components {
             executedVersion: number | null;
             fence: number;
             finishedAt: string | null;
+            /** @description Async mode (long jobs): when the target answered 202 and took this start of the run over. */
+            handedOverAt?: string;
             jobId: string;
             /** @description The job's version when the run was queued. */
             jobVersion: number;
+            /** @description Async mode: until when the run's lease holds; the target's heartbeats extend it, and a run whose lease lapses is started again. */
+            leaseUntil?: string | null;
             /** @enum {string} */
             priority: "high" | "normal" | "low";
             /** @description Why it was skipped, cancelled or dead. */
@@ -636,6 +696,8 @@ export interface components {
             startedAt: string | null;
             /** @enum {string} */
             status: "queued" | "running" | "succeeded" | "failed" | "dead" | "skipped" | "cancelled";
+            /** @description Async mode: when the run times out (its start plus the job's timeoutSeconds); a heartbeat or completion after it ends the run as timed out. */
+            timesOutAt?: string | null;
             trigger: components["schemas"]["RunTrigger"];
             workerId: string | null;
         };
@@ -646,6 +708,12 @@ export interface components {
              * @example 2030-01-15T09:00:00+01:00
              */
             runAt: string;
+        };
+        RunHeartbeat: {
+            /** @description The run's lease now ends here: heartbeat again before it (a third of the lease ahead is safe), or the run is started again. */
+            leaseUntil: string;
+            /** @description When the run times out (its start plus the job's timeoutSeconds): a heartbeat or completion after it ends the run as timed out. */
+            timesOutAt: string | null;
         };
         RunPage: {
             items: components["schemas"]["Run"][];
@@ -1481,6 +1549,135 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Run"];
+                };
+            };
+            /** @description Missing or unknown credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description No such job or run for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not allowed in the job's current status, or an idempotency or replay conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    completeRun: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                runId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CompleteRunRequest"];
+            };
+        };
+        responses: {
+            /** @description The run as it ended */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Run"];
+                };
+            };
+            /** @description Invalid input: `field` names it, `issues` lists every problem */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Missing or unknown credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description No such job or run for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not allowed in the job's current status, or an idempotency or replay conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The body or its payload is over the size limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The body is not application/json */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    heartbeatRun: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                runId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The lease's new end */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunHeartbeat"];
                 };
             };
             /** @description Missing or unknown credentials */

@@ -1,4 +1,5 @@
 import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from "aws-lambda";
+import { asyncCallbacksFrom } from "../../shared/execution/async-callbacks.js";
 import { builtInJobTypes } from "../../shared/execution/built-in-handlers.js";
 import { handlerRegistry } from "../../shared/execution/job-contract.js";
 import { allowPrivateTargetsFrom } from "../../shared/execution/private-targets.js";
@@ -15,6 +16,7 @@ const handlers = handlerRegistry([
     {
       signingSecrets: cachedSigningSecrets(engine),
       allowPrivateTargets: allowPrivateTargetsFrom(process.env, false),
+      ...asyncCallbacksFrom(process.env, engine.settings),
     },
     engine.clock,
   ),

@@ -132,6 +132,22 @@ export class Api extends Construct {
         });
       }
     }
+    // An async target's run routes authenticate in the function, by the run token its delivery
+    // carried (HMAC, bound to the run and its fence): the target holds no AWS or tenant credentials.
+    for (const path of ["/runs/{runId}/heartbeat", "/runs/{runId}/complete"]) {
+      for (const route of this.httpApi.addRoutes({
+        path,
+        methods: [HttpMethod.POST],
+        integration,
+        authorizer: new HttpNoneAuthorizer(),
+      })) {
+        Validations.of(route).acknowledge({
+          id: "AwsSolutions-APIG4",
+          reason:
+            "An async target's heartbeat and completion are authorized by the run token (verified by the API function against the tenant's signing secret), not by IAM or JWT: the target holds neither.",
+        });
+      }
+    }
     const accessLogs = new LogGroup(this, "AccessLogs", {
       retention: settings.logRetentionDays,
       removalPolicy: isDevStage(settings.stage) ? RemovalPolicy.DESTROY : RemovalPolicy.RETAIN,

@@ -18,6 +18,8 @@ export interface WorkerProps {
   readonly storage: Storage;
   readonly queues: Queues;
   readonly engineEnvironment: Readonly<Record<string, string>>;
+  /** The API's base URL: async targets are told to heartbeat and complete their runs there. */
+  readonly apiUrl: string;
 }
 
 /**
@@ -43,6 +45,7 @@ export class Worker extends Construct {
         ...props.engineEnvironment,
         // Deployed workers refuse webhook targets on private addresses (SSRF); only the sandbox allows them.
         [ENV.allowPrivateTargets]: "false",
+        [ENV.apiUrl]: props.apiUrl,
       },
       settings,
     });

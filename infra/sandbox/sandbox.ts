@@ -10,6 +10,7 @@ import { buildConsoleAssets } from "../../shared/console/build.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import { runTickLoop } from "../../shared/dispatch/tick.js";
 import type { Engine } from "../../shared/engine.js";
+import { asyncCallbacksFrom } from "../../shared/execution/async-callbacks.js";
 import { builtInJobTypes } from "../../shared/execution/built-in-handlers.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import { handlerRegistry } from "../../shared/execution/job-contract.js";
@@ -119,18 +120,6 @@ export async function startSandbox(options: SandboxOptions): Promise<Sandbox> {
         print(`recovered ${recovered.resent} run(s) in flight at the last stop`);
     }
 
-    const handlers = handlerRegistry([
-      // Loopback receivers are the usual local target; ALLOW_PRIVATE_TARGETS=false refuses them
-      // as a deployed worker does.
-      ...builtInJobTypes(
-        {
-          signingSecrets: cachedSigningSecrets(engine),
-          allowPrivateTargets: allowPrivateTargetsFrom(env, true),
-        },
-        engine.clock,
-      ),
-      ...customJobTypes,
-    ]);
     // The demo types are accepted locally; DEMO_JOB_TYPES=false refuses them as a deployed API does.
     const jobTypes = jobTypeCatalog({
       custom: customJobTypes.map((t) => t.definition),
@@ -145,6 +134,20 @@ export async function startSandbox(options: SandboxOptions): Promise<Sandbox> {
       consoleAssets: await consoleAssets,
     });
 
+    const handlers = handlerRegistry([
+      // Loopback receivers are the usual local target; ALLOW_PRIVATE_TARGETS=false refuses them
+      // as a deployed worker does.
+      ...builtInJobTypes(
+        {
+          signingSecrets: cachedSigningSecrets(engine),
+          allowPrivateTargets: allowPrivateTargetsFrom(env, true),
+          // Async targets call back on this sandbox's own API unless API_URL names another way in.
+          ...asyncCallbacksFrom({ [ENV.apiUrl]: server.url, ...env }, engine.settings),
+        },
+        engine.clock,
+      ),
+      ...customJobTypes,
+    ]);
     const stopping = new AbortController();
     const release = new AbortController();
     const owner = `sandbox-${process.pid}-${randomBytes(3).toString("hex")}`;

@@ -2,6 +2,7 @@ import { OpenAPIHono } from "@hono/zod-openapi";
 import { DOCS_PATH } from "../console/config.js";
 import type { Engine } from "../engine.js";
 import type { JobTypeCatalog } from "../job-types/registry.js";
+import { asyncRunsRouter, RUN_TOKEN_PATH } from "./async-runs-router.js";
 import { type Authenticator, isValidTenantId } from "./auth.js";
 import { BODY_OVERHEAD_BYTES, jsonBody } from "./body.js";
 import { type ConsoleOptions, consoleRouter, isConsolePath } from "./console-router.js";
@@ -88,6 +89,8 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
     if (PUBLIC_PATHS.has(c.req.path) || (options.console && isConsolePath(c.req.path))) {
       return next();
     }
+    // An async target's run routes authenticate by the run token it was given (./async-runs-router.ts).
+    if (c.req.method === "POST" && RUN_TOKEN_PATH.test(c.req.path)) return next();
     const tenantId = await authenticate({ header: (name) => c.req.header(name), env: c.env });
     if (tenantId === null || !isValidTenantId(tenantId)) {
       throw new ApiError(401, "unauthorized", "missing or unknown credentials", {
@@ -102,6 +105,7 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
   app.route("/", serviceRouter());
   app.route("/", jobsRouter(deps));
   app.route("/", runsRouter(deps));
+  app.route("/", asyncRunsRouter(deps));
   app.route("/", previewsRouter(deps));
   app.route("/", deadLettersRouter(deps));
   app.route("/", webhookSecretRouter(deps));
@@ -122,6 +126,12 @@ function serveOpenApiDocument(app: OpenAPIHono<ApiEnv>): () => unknown {
     scheme: "bearer",
     description:
       "Local server: a key from SCHEDULER_API_KEYS (key=tenant pairs), or local-dev-key when unset.",
+  });
+  app.openAPIRegistry.registerComponent("securitySchemes", "runToken", {
+    type: "http",
+    scheme: "bearer",
+    description:
+      "Only POST /runs/{runId}/heartbeat and /complete: the run token an async target's delivery carried (X-Scheduler-Run-Token), bound to the run and the start that delivered it.",
   });
   app.openAPIRegistry.registerComponent("securitySchemes", "sigv4", {
     type: "apiKey",

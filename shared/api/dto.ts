@@ -23,6 +23,7 @@ export function jobDto(job: Job): JobDto {
           ...(job.target.timeoutSeconds !== undefined
             ? { timeoutSeconds: job.target.timeoutSeconds }
             : {}),
+          ...(job.target.mode === "async" ? { mode: "async" as const } : {}),
         }
       : null,
     priority: job.priority,
@@ -98,6 +99,13 @@ export function runDto(run: Run): RunDto {
           scheduledFor: run.trigger.scheduledFor,
         }
       : null,
+    ...(run.handedOverAt
+      ? {
+          handedOverAt: run.handedOverAt,
+          leaseUntil: run.leaseUntil ?? null,
+          timesOutAt: run.timesOutAt ?? null,
+        }
+      : {}),
   };
 }
 

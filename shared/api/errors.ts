@@ -136,6 +136,11 @@ const ANSWERS: Answers = {
   target_refused: internal,
   run_timed_out: internal,
   worker_shutdown: internal,
+  run_token_invalid: (_, { message }) =>
+    answer(401, "unauthorized", message, {
+      headers: { "WWW-Authenticate": 'Bearer realm="scheduler-run"' },
+    }),
+  run_token_stale: (_, { message }) => answer(409, "stale_run_token", message),
 };
 
 function answerTo<Code extends SchedulerErrorCode>(error: SchedulerError<Code>): HttpAnswer {

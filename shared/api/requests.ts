@@ -52,23 +52,36 @@ function checkPayloadFits(jobTypes: JobTypeCatalog, type: string, payload: unkno
 /**
  * A timeout longer than the deployment's workers can run would fail every run
  * (the Lambda worker stops a handler before its own end): refused up front.
+ * An async target's run is not held by a worker once handed over: its job
+ * timeout may reach a day (the delivery itself is still bounded).
  */
 function checkTimeouts(
   body: { timeoutSeconds?: number | undefined; target?: { timeoutSeconds?: number | undefined } },
   settings: EngineSettings,
+  effective: { readonly timeoutSeconds: number | undefined; readonly async: boolean },
 ): void {
   const max = settings.maxTimeoutSeconds;
   const issues: FieldIssue[] = [];
-  for (const [field, value] of [
-    ["timeoutSeconds", body.timeoutSeconds],
-    ["target.timeoutSeconds", body.target?.timeoutSeconds],
-  ] as const) {
-    if (value !== undefined && value > max) {
+  const timeout = effective.timeoutSeconds;
+  if (timeout !== undefined) {
+    if (effective.async && timeout > LIMITS.asyncTimeoutSeconds) {
       issues.push({
-        field,
-        message: `must be at most ${max}: the longest run this deployment's workers can finish (their time limit, less time to start and to record the result); got ${value}`,
+        field: "timeoutSeconds",
+        message: `must be at most ${LIMITS.asyncTimeoutSeconds} (24 h) for an async target; got ${timeout}`,
+      });
+    } else if (!effective.async && timeout > max) {
+      issues.push({
+        field: "timeoutSeconds",
+        message: `must be at most ${max}: the longest run this deployment's workers can finish (their time limit, less time to start and to record the result); up to ${LIMITS.asyncTimeoutSeconds} only with target.mode "async"; got ${timeout}`,
       });
     }
+  }
+  const delivery = body.target?.timeoutSeconds;
+  if (delivery !== undefined && delivery > max) {
+    issues.push({
+      field: "target.timeoutSeconds",
+      message: `must be at most ${max}: the longest run this deployment's workers can finish (their time limit, less time to start and to record the result); got ${delivery}`,
+    });
   }
   if (issues.length > 0) throw new ValidationError(issues);
 }
@@ -80,6 +93,7 @@ function targetFrom(input: TargetInput): HttpTarget {
     url: input.url,
     ...(input.headers !== undefined ? { headers: input.headers } : {}),
     ...(input.timeoutSeconds !== undefined ? { timeoutSeconds: input.timeoutSeconds } : {}),
+    ...(input.mode === "async" ? { mode: "async" as const } : {}),
   };
 }
 
@@ -208,7 +222,10 @@ export function newJobFrom(
   const maxConcurrent = maxConcurrentFor(overlap, body.maxConcurrent, DEFAULT_MAX_CONCURRENT);
   checkPayloadSize(body.payload, settings.maxPayloadBytes);
   checkPayloadFits(jobTypes, body.type, body.payload);
-  checkTimeouts(body, settings);
+  checkTimeouts(body, settings, {
+    timeoutSeconds: body.timeoutSeconds,
+    async: body.target?.mode === "async",
+  });
   const endAt = checkedEnd(body, schedule, now);
   const policies: JobPolicies = {
     retry,
@@ -292,7 +309,12 @@ export function jobChangesFrom(
     checkPayloadSize(body.payload, settings.maxPayloadBytes);
     checkPayloadFits(jobTypes, job.type, body.payload);
   }
-  checkTimeouts(body, settings);
+  checkTimeouts(body, settings, {
+    // An edit that keeps the timeout still checks it against a target it changes to sync.
+    timeoutSeconds:
+      body.timeoutSeconds ?? (body.target !== undefined ? job.timeoutSeconds : undefined),
+    async: body.target !== undefined ? body.target.mode === "async" : job.target?.mode === "async",
+  });
   // Checked against the schedule the job will have, and the end it will keep.
   const end = {
     endAt: "endAt" in body ? body.endAt : job.endAt,

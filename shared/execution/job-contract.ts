@@ -21,6 +21,17 @@ export interface JobContext<T extends string = string> {
   readonly trigger?: RunTrigger;
   /** Fires at the job's timeout, or when another worker has taken the run over. */
   readonly signal: AbortSignal;
+  /** The fence of this start: an async run's token is bound to it, so a later start's supersedes it. */
+  readonly fence: number;
+}
+
+/**
+ * What a handler returns when the run goes on elsewhere (an async target answered 202): the worker
+ * records the hand-over, acknowledges the message and stops heartbeating; the run stays RUNNING
+ * under a lease the target extends until it completes the run.
+ */
+export class RunHandedOver {
+  readonly handedOver = true;
 }
 
 /** Resolves: the run SUCCEEDED. Throws: it failed (see JobError). */

@@ -8,7 +8,12 @@ import { type ReceivedRun, setVisibility } from "../queue/work-queue.js";
 import { extendAdmission } from "../storage/admission.js";
 import { extendLease } from "../storage/run-heartbeat.js";
 import { boundedText } from "../storage/stored-text.js";
-import { type HandlerRegistry, isRetryable, type JobContext } from "./job-contract.js";
+import {
+  type HandlerRegistry,
+  isRetryable,
+  type JobContext,
+  RunHandedOver,
+} from "./job-contract.js";
 
 /** What running a job's handler needs from the worker. */
 export interface RunExecutionDeps {
@@ -24,6 +29,7 @@ export interface RunExecutionDeps {
 
 type Outcome =
   | { readonly kind: "succeeded" }
+  | { readonly kind: "handed-over" }
   | { readonly kind: "released" }
   | { readonly kind: "failed"; readonly error: string; readonly retryable: boolean }
   | { readonly kind: "fence-lost"; readonly error: FenceLostError };
@@ -135,12 +141,13 @@ export async function execute(
     target: job.target,
     ...(run.trigger ? { trigger: run.trigger } : {}),
     signal: controller.signal,
+    fence: run.fence,
   };
   try {
-    await Promise.race([handler(ctx), rejectOnAbort(controller.signal)]);
+    const result = await Promise.race([handler(ctx), rejectOnAbort(controller.signal)]);
     if (controller.signal.reason instanceof FenceLostError)
       return { kind: "fence-lost", error: controller.signal.reason };
-    return { kind: "succeeded" };
+    return result instanceof RunHandedOver ? { kind: "handed-over" } : { kind: "succeeded" };
   } catch (error) {
     const reason: unknown = controller.signal.reason;
     if (reason instanceof FenceLostError) return { kind: "fence-lost", error: reason };

@@ -1,7 +1,8 @@
 import { fetch, type Response } from "undici";
+import { signRunToken } from "../webhooks/run-token.js";
 import type { WebhookSigningSecrets } from "../webhooks/secrets.js";
 import { webhookSignature } from "../webhooks/secrets.js";
-import { JobError, type JobHandler } from "./job-contract.js";
+import { type JobContext, JobError, type JobHandler, RunHandedOver } from "./job-contract.js";
 import {
   literalTargetRefusal,
   type OutboundOptions,
@@ -14,7 +15,22 @@ import {
 export interface WebhookSettings extends OutboundOptions {
   /** The secrets a tenant's deliveries are signed with (cachedSigningSecrets on a worker). */
   readonly signingSecrets: WebhookSigningSecrets;
+  /**
+   * The API's base URL as targets reach it (`API_URL`): async targets are told to heartbeat and
+   * complete their runs there. Without it, an async job's runs fail without a retry.
+   */
+  readonly apiUrl?: string;
+  /** How long a heartbeat extends an async run's lease, told to its target (the deployment's lease). */
+  readonly leaseSeconds?: number;
 }
+
+/** The headers that hand an async target its run: the token and where to use it. */
+const ASYNC_HEADERS = {
+  token: "X-Scheduler-Run-Token",
+  heartbeatUrl: "X-Scheduler-Heartbeat-Url",
+  completeUrl: "X-Scheduler-Complete-Url",
+  leaseSeconds: "X-Scheduler-Lease-Seconds",
+} as const;
 
 /**
  * Standard Webhooks headers: `webhook-id` is the occurrence key (the same
@@ -61,6 +77,10 @@ export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHa
     const ownHeaders = Object.entries(target.headers ?? {}).filter(
       ([name]) => !isSchedulerHeader(name),
     );
+    const handOver =
+      target.mode === "async"
+        ? asyncHeaders(webhook, ctx, await webhook.signingSecrets(ctx.tenantId))
+        : {};
     const timeout = AbortSignal.timeout((target.timeoutSeconds ?? 30) * 1000);
     let response: Response;
     try {
@@ -81,6 +101,7 @@ export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHa
           "X-Scheduler-Attempt": String(ctx.attempt),
           "X-Scheduler-Job-Id": ctx.jobId,
           "X-Scheduler-Run-Id": ctx.runId,
+          ...handOver,
         },
       });
     } catch (error) {
@@ -96,6 +117,8 @@ export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHa
     }
     // Drain the body so the connection is reused; a receiver's answer is not stored.
     const text = await response.text().catch(() => "");
+    // An async target that answers 202 has taken the run over; any other 2xx is its result now.
+    if (response.status === 202 && target.mode === "async") return new RunHandedOver();
     if (response.ok) return { status: response.status };
     const retryable = response.status >= 500 || RETRYABLE_STATUSES.has(response.status);
     throw new JobError(
@@ -104,6 +127,33 @@ export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHa
         retryable,
       },
     );
+  };
+}
+
+function asyncHeaders(
+  webhook: WebhookSettings,
+  ctx: JobContext<"http">,
+  secrets: readonly string[],
+): Record<string, string> {
+  const secret = secrets[0];
+  if (webhook.apiUrl === undefined || secret === undefined)
+    throw new JobError(
+      "async mode needs the scheduler API's URL (API_URL) to tell the target where to heartbeat",
+      { retryable: false },
+    );
+  const base = webhook.apiUrl.replace(/\/+$/, "");
+  const runPath = `${base}/runs/${encodeURIComponent(ctx.runId)}`;
+  return {
+    [ASYNC_HEADERS.token]: signRunToken(secret, {
+      runId: ctx.runId,
+      fence: ctx.fence,
+      tenantId: ctx.tenantId,
+    }),
+    [ASYNC_HEADERS.heartbeatUrl]: `${runPath}/heartbeat`,
+    [ASYNC_HEADERS.completeUrl]: `${runPath}/complete`,
+    ...(webhook.leaseSeconds !== undefined
+      ? { [ASYNC_HEADERS.leaseSeconds]: String(webhook.leaseSeconds) }
+      : {}),
   };
 }
 

@@ -1,12 +1,8 @@
 import { sleep } from "../clock.js";
-import { fanOutTrigger } from "../dispatch/trigger-fan-out.js";
-import type { Engine } from "../engine.js";
 import { FenceLostError, JobNotFoundError } from "../errors.js";
-import { parseRunId } from "../keys.js";
-import type { DueEntry, Job, Run, RunMessage } from "../model.js";
+import type { Job, Run } from "../model.js";
 import { METRICS } from "../observability.js";
-import { type ReceivedRun, sendRuns, setVisibility } from "../queue/work-queue.js";
-import { decideAfterFailure } from "../retry.js";
+import { type ReceivedRun, setVisibility } from "../queue/work-queue.js";
 import { releaseBufferSlot } from "../storage/admission.js";
 import { runMessageOf } from "../storage/items.js";
 import { finishRun } from "../storage/run-finish.js";
@@ -14,11 +10,11 @@ import { parkRun } from "../storage/run-park.js";
 import { getJob } from "../storage/run-reads.js";
 import { requeueRun } from "../storage/run-requeue.js";
 import { startRun } from "../storage/run-start.js";
-import { triggerEntryOf } from "../storage/trigger.js";
 import { admitRun } from "./admission.js";
-import { nextAttempt } from "./next-attempt.js";
-import { endsOneOff, repairJobAfterRun } from "./run-endings.js";
+import { handOverRun } from "./async-runs.js";
+import { repairJobAfterRun } from "./run-endings.js";
 import { execute, type RunExecutionDeps } from "./run-execution.js";
+import { endForDeletedJob, isRecurring, recordResult, resend } from "./run-outcome.js";
 import { decideStart } from "./start-decision.js";
 
 export interface WorkerDeps extends RunExecutionDeps {
@@ -37,8 +33,6 @@ export function receiveVisibilitySeconds(leaseSeconds: number): number {
 
 /** How soon a run held back by its overlap policy looks again. */
 const OVERLAP_RECHECK_MS = 5_000;
-
-const isRecurring = (job: Job) => !("runAt" in job.schedule);
 
 /**
  * Handles one delivery of a run message. Safe to call for a duplicate or late
@@ -169,149 +163,11 @@ async function runAdmitted(
     await resend(engine, runMessageOf(run), now).catch(() => undefined);
     return "ack";
   }
-  const lag = Date.parse(run.startedAt ?? now.toISOString()) - Date.parse(run.dueAt);
-  engine.obs.metrics.add(METRICS.schedulingLagMs, Math.max(0, lag), "Milliseconds");
-  const report = (status: "SUCCEEDED" | "FAILED" | "DEAD", error?: string) => {
-    engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status });
-    engine.obs.log.info("run finished", {
-      jobId: run.jobId,
-      runId: run.runId,
-      scheduledFor: run.scheduledFor,
-      attempt: run.attempt,
-      status,
-      lagMs: lag,
-      durationMs: now.getTime() - Date.parse(run.startedAt ?? now.toISOString()),
-      ...(error ? { error } : {}),
-    });
-  };
-  const executedVersion = job.version;
-  // The job's dependents as read at start: the ending writes their trigger with itself.
-  const triggerOf = (status: "SUCCEEDED" | "DEAD") =>
-    job.dependents.length > 0 ? { trigger: triggerEntryOf(engine, job, run, status, now) } : {};
-
-  if (outcome.kind === "succeeded") {
-    const completesJob = !tracked && endsOneOff(job, run, "SUCCEEDED");
-    const trigger = triggerOf("SUCCEEDED");
-    await finishRun(
-      engine,
-      run,
-      { status: "SUCCEEDED", ran: true, tracked, completesJob, executedVersion, ...trigger },
-      now,
-    );
-    report("SUCCEEDED");
-    await fanOutNow(engine, trigger.trigger);
-  } else {
-    const decision = decideAfterFailure({
-      attempt: run.attempt,
-      policy: job.policies.retry,
-      retryable: outcome.retryable,
-      error: outcome.error,
-      now,
-      random: engine.random,
-    });
-    if (decision.kind === "dead") {
-      const completesJob = !tracked && endsOneOff(job, run, "DEAD");
-      const trigger = triggerOf("DEAD");
-      await finishRun(
-        engine,
-        run,
-        {
-          status: "DEAD",
-          error: outcome.error,
-          reason: decision.reason,
-          ran: true,
-          tracked,
-          completesJob,
-          executedVersion,
-          ...trigger,
-        },
-        now,
-      );
-      report("DEAD", outcome.error);
-      await fanOutNow(engine, trigger.trigger);
-    } else {
-      const retry = nextAttempt(engine, job, run, decision.nextAttempt, decision.dueAt, now);
-      try {
-        await finishRun(
-          engine,
-          run,
-          {
-            status: "FAILED",
-            error: outcome.error,
-            ran: true,
-            tracked,
-            retry: retry.ending,
-            executedVersion,
-          },
-          now,
-        );
-      } catch (error) {
-        if (!(error instanceof JobNotFoundError)) throw error;
-        await endForDeletedJob(engine, run, {
-          ran: true,
-          reason: "job deleted while the run ran; no retry",
-          error: outcome.error,
-          executedVersion,
-        });
-        return "ack";
-      }
-      report("FAILED", outcome.error);
-      if (retry.queued) await resend(engine, runMessageOf(retry.queued), decision.dueAt);
-    }
+  if (outcome.kind === "handed-over") {
+    // The target answered 202: it heartbeats and completes the run itself from now on.
+    await handOverRun(engine, run, job, tracked, now);
+    return "ack";
   }
-  if (tracked && job.policies.overlap === "buffer_one")
-    await wakeBuffered(engine, job.jobId, run.runId);
+  await recordResult(engine, job, run, outcome, now, job.version);
   return "ack";
-}
-
-/**
- * Queues the dependents' runs right after the ending that wrote their trigger entry, so they do
- * not wait for the next dispatcher pass; a failure here leaves the entry to that pass.
- */
-async function fanOutNow(engine: Engine, trigger: DueEntry | undefined): Promise<void> {
-  if (trigger === undefined) return;
-  try {
-    await fanOutTrigger(engine, trigger);
-  } catch (error) {
-    engine.obs.log.warn("could not fan a trigger out; the next dispatcher pass will", {
-      jobId: trigger.jobId,
-      upstreamRunId: trigger.fanOut?.runId,
-      error: String(error),
-    });
-  }
-}
-
-/**
- * Ends a started run whose job was deleted: CANCELLED, with no next attempt
- * and no write of the job (its item is gone).
- */
-async function endForDeletedJob(
-  engine: Engine,
-  run: Run,
-  ending: { ran: boolean; reason: string; error?: string; executedVersion?: number },
-): Promise<void> {
-  await finishRun(engine, run, { status: "CANCELLED", tracked: false, ...ending }, engine.clock());
-  engine.obs.log.info("run of a deleted job cancelled", { jobId: run.jobId, runId: run.runId });
-}
-
-async function resend(engine: Engine, message: RunMessage, dueAt: Date): Promise<void> {
-  await sendRuns(
-    engine.sqs,
-    engine.queues,
-    [{ message: { ...message, dueAt: dueAt.toISOString() }, dueAt }],
-    engine.clock(),
-  );
-}
-
-/** A buffer_one job's waiting run starts as soon as the run ahead of it ends, not at its next recheck. */
-async function wakeBuffered(engine: Engine, jobId: string, finishedRunId: string): Promise<void> {
-  const job = await getJob(engine, jobId);
-  const buffered = job?.bufferedRunId ? parseRunId(job.bufferedRunId) : null;
-  if (!job || !buffered || job.bufferedRunId === finishedRunId) return;
-  const now = engine.clock();
-  await resend(
-    engine,
-    { ...buffered, dueAt: now.toISOString(), jobVersion: job.version, priority: job.priority },
-    now,
-  );
 }

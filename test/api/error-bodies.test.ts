@@ -5,6 +5,8 @@ import { bearerAuthenticator } from "../../shared/api/auth.js";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { RunSchema } from "../../shared/api/schemas/runs.js";
 import type { Engine } from "../../shared/engine.js";
+import { signRunToken } from "../../shared/webhooks/run-token.js";
+import { tenantWebhookSecrets } from "../../shared/webhooks/secrets.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
 import { createTestClients } from "../support/namespace.js";
 import { JOB_TYPES } from "./support.js";
@@ -105,6 +107,40 @@ describe("error bodies, byte for byte", () => {
       headers: { ...JSON_TYPE, allow: "GET, HEAD, POST" },
       body: '{"error":{"code":"method_not_allowed","message":"DELETE is not allowed here; use GET, HEAD, POST"}}',
     });
+  });
+
+  it("an async target's run routes: 401 without a good run token, 409 for a run not held", async () => {
+    const id = await createJob();
+    const triggered = await call("POST", `/jobs/${id}/trigger`);
+    const runId = RunSchema.parse(JSON.parse(triggered.body)).runId;
+    const secret = (await tenantWebhookSecrets(fixture.engine, TENANT)).current;
+    const token = signRunToken(secret, { runId, fence: 1, tenantId: TENANT });
+    const heartbeat = `/runs/${runId}/heartbeat`;
+    const runRealm = { ...JSON_TYPE, "www-authenticate": 'Bearer realm="scheduler-run"' };
+
+    expect(await call("POST", heartbeat, { auth: false })).toEqual({
+      status: 401,
+      headers: runRealm,
+      body: '{"error":{"code":"unauthorized","message":"send the run token as Authorization: Bearer <token>"}}',
+    });
+    expect(await call("POST", heartbeat)).toEqual({
+      status: 401,
+      headers: runRealm,
+      body: '{"error":{"code":"unauthorized","message":"run token refused: not a run token"}}',
+    });
+    expect(
+      await call("POST", heartbeat, {
+        auth: false,
+        headers: { Authorization: `Bearer ${token.slice(0, -4)}AAAA` },
+      }),
+    ).toEqual({
+      status: 401,
+      headers: runRealm,
+      body: '{"error":{"code":"unauthorized","message":"run token refused: bad signature"}}',
+    });
+    expect(
+      await call("POST", heartbeat, { auth: false, headers: { Authorization: `Bearer ${token}` } }),
+    ).toEqual(error(409, { code: "stale_run_token", message: `run ${runId}: the run is queued` }));
   });
 
   it("unreadable bodies: 415, 400 malformed_json, 400 structure, 413", async () => {

@@ -3,7 +3,11 @@ import type { OpenAPIV3 } from "openapi-types";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { RunPageSchema, RunSchema } from "../../shared/api/schemas/runs.js";
-import { type ApiHarness, deadRunVia, KEY_A, startApi } from "./support.js";
+import { parseRunId } from "../../shared/keys.js";
+import { startRun } from "../../shared/storage/run-start.js";
+import { signRunToken } from "../../shared/webhooks/run-token.js";
+import { tenantWebhookSecrets } from "../../shared/webhooks/secrets.js";
+import { type ApiHarness, deadRunVia, KEY_A, startApi, TENANT_A } from "./support.js";
 
 /**
  * The served OpenAPI document is valid OpenAPI 3.x, documents every route,
@@ -26,6 +30,17 @@ beforeAll(async () => {
 afterAll(() => api.close());
 
 const METHODS = ["get", "post", "patch", "put", "delete"] as const;
+
+/** Starts the run as a worker would and signs the token its async target would be handed. */
+async function runTokenOfStarted(runId: string): Promise<string> {
+  const ref = parseRunId(runId);
+  if (ref === null) throw new Error(`not a run id: ${runId}`);
+  const engine = api.fixture.engine;
+  const started = await startRun(engine, ref, "openapi-test", engine.clock());
+  if (started.kind !== "started") throw new Error(`run ${runId} did not start`);
+  const secret = (await tenantWebhookSecrets(engine, TENANT_A)).current;
+  return signRunToken(secret, { runId, fence: started.run.fence, tenantId: TENANT_A });
+}
 
 function operations(doc: OpenAPIV3.Document) {
   return Object.entries(doc.paths).flatMap(([path, item]) =>
@@ -66,6 +81,8 @@ describe("OpenAPI document", () => {
         "POST /dead-letters/{runId}/replay",
         "GET /webhook-secret",
         "POST /webhook-secret/rotate",
+        "POST /runs/{runId}/heartbeat",
+        "POST /runs/{runId}/complete",
       ].sort(),
     );
     for (const { operation } of operations(document)) {
@@ -124,12 +141,15 @@ describe("OpenAPI document", () => {
       if (content)
         expect(bodySchema?.example, `${method} ${path}: body has no example`).toBeDefined();
       const secured = (operation.security ?? []).length > 0;
+      // An async target's routes take a run token for a RUNNING run, not the tenant's key.
+      const byRunToken = JSON.stringify(operation.security) === JSON.stringify([{ runToken: [] }]);
+      if (byRunToken) headers.Authorization = `Bearer ${await runTokenOfStarted(run.runId)}`;
 
       const reply = await api.call(
         method.toUpperCase(),
         `${url}${query.size > 0 ? `?${query}` : ""}`,
         {
-          key: secured ? KEY_A : null,
+          key: secured && !byRunToken ? KEY_A : null,
           headers,
           ...(bodySchema?.example !== undefined ? { body: bodySchema.example } : {}),
         },

@@ -160,6 +160,7 @@ describe("deliveries across a rotation", () => {
         // Stored before webhook-* names were refused: dropped, never merged into the signature.
         target: { url, headers: { "Webhook-Signature": "v1,forged", "X-Extra": "kept" } },
         signal: new AbortController().signal,
+        fence: 1,
       });
     const verifies = (secret: string, index: number) => {
       const delivery = deliveries[index];

@@ -1,4 +1,6 @@
 import { randomBytes } from "node:crypto";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from "vitest";
 import {
   isSchedulerApiError,
@@ -306,6 +308,57 @@ describe("dead letters, schedules, the webhook secret", () => {
     const rotated = await client.webhookSecret.rotate();
     expect(rotated).not.toBe(first);
     expect(await client.webhookSecret.get()).toBe(rotated);
+  });
+});
+
+describe("long jobs: an async target", () => {
+  it("takes its run over with 202, heartbeats and completes it with runHeartbeat and completeRun", async () => {
+    const handedOver: Record<string, string>[] = [];
+    const server = createServer((request, response) => {
+      request.resume();
+      request.on("end", () => {
+        const header = (name: string) => String(request.headers[name] ?? "");
+        handedOver.push({
+          runId: header("x-scheduler-run-id"),
+          token: header("x-scheduler-run-token"),
+          heartbeatUrl: header("x-scheduler-heartbeat-url"),
+        });
+        response.writeHead(202).end();
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    try {
+      const { port } = server.address() as AddressInfo;
+      const handle = await client.jobs.create({
+        type: "http",
+        schedule: { runAt: inSeconds(1) },
+        target: { url: `http://127.0.0.1:${port}/long`, mode: "async" },
+        timeoutSeconds: 7200,
+      });
+      const deadline = Date.now() + 20_000;
+      while (handedOver.length === 0 && Date.now() < deadline) await sleep(50);
+      const [handOff] = handedOver;
+      if (handOff === undefined) throw new Error("the target was never called");
+      const running = await handle.run(handOff.runId ?? "");
+      expect(running).toMatchObject({ status: "running", fence: 1 });
+      expect(running.handedOverAt).toBeDefined();
+      expect(handOff.heartbeatUrl).toBe(`${sandbox.url}/runs/${running.runId}/heartbeat`);
+
+      // The target holds no tenant credentials: only its run token.
+      const target = new SchedulerClient({ baseUrl: sandbox.url, auth: { kind: "none" } });
+      const beat = await target.runHeartbeat(running.runId, handOff.token ?? "");
+      expect(Date.parse(beat.leaseUntil)).toBeGreaterThan(Date.now());
+      const done = await target.completeRun(running.runId, handOff.token ?? "", {
+        status: "succeeded",
+      });
+      expect(done).toMatchObject({ runId: running.runId, status: "succeeded" });
+      const stale = await caught(target.runHeartbeat(running.runId, handOff.token ?? ""));
+      expect(isSchedulerApiError(stale, "stale_run_token")).toBe(true);
+      const forged = await caught(target.runHeartbeat(running.runId, "rt1.e30.AAAA"));
+      expect(isSchedulerApiError(forged, "unauthorized")).toBe(true);
+    } finally {
+      await new Promise((resolve) => server.close(resolve));
+    }
   });
 });
 

@@ -76,6 +76,8 @@ let asB: Api | null;
 const refuse = new Set<string>();
 /** Jobs whose first delivery gets a 503 (retried with the same Idempotency-Key). */
 const flaky = new Set<string>();
+/** Async (long) jobs: the receiver takes each delivery over with a 202. */
+const longJobs = new Set<string>();
 
 beforeAll(async () => {
   receiver = await startReceiver({
@@ -85,6 +87,7 @@ beforeAll(async () => {
       const jobId = idempotencyKey.split("@")[0] ?? "";
       if (refuse.has(jobId)) return 400;
       if (flaky.has(jobId) && attempt === 1) return 503;
+      if (longJobs.has(jobId)) return 202;
       return 200;
     },
   });
@@ -372,6 +375,56 @@ describe("webhooks", () => {
     expect(refused).toHaveLength(1);
     expect(refused[0]?.attempt).toBe(1);
     expect(refused[0]?.error).toMatch(/400/);
+  });
+});
+
+describe("long jobs", () => {
+  it("an async target takes its run over with 202, heartbeats it past its lease and completes it", async () => {
+    const job = await create({
+      type: "http",
+      schedule: { runAt: inMs(500) },
+      target: { url: hookUrl, mode: "async" },
+      timeoutSeconds: 3600,
+    });
+    longJobs.add(job.id);
+    const delivery = await waitFor(
+      "the async delivery",
+      async () => receiver.deliveries.find((d) => d.jobId === job.id) ?? false,
+      20_000,
+      100,
+    );
+    const handOff = delivery.handOff;
+    if (handOff === undefined) throw new Error("the delivery carried no run token");
+    expect(delivery.status).toBe(202);
+    expect(handOff.heartbeatUrl).toBe(
+      `${baseUrl.replace(/\/$/, "")}/runs/${delivery.runId}/heartbeat`,
+    );
+    // The run token is the only credential: no tenant key, no signature.
+    const post = (url: string, body?: unknown) =>
+      fetch(url, {
+        method: "POST",
+        headers: {
+          Authorization: `Bearer ${handOff.token}`,
+          ...(body !== undefined ? { "Content-Type": "application/json" } : {}),
+        },
+        ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+      });
+    // Heartbeats over more than two of the sandbox's 6 s leases keep the run from being started again.
+    for (let beat = 0; beat < 7; beat++) {
+      const reply = await post(handOff.heartbeatUrl);
+      expect(reply.status, await reply.clone().text()).toBe(200);
+      await sleep(2_000);
+    }
+    const done = await post(handOff.completeUrl, { status: "succeeded" });
+    expect(done.status, await done.clone().text()).toBe(200);
+    const runs = await runsOf(job.id);
+    expect(runs.map((r) => [r.runId, r.status])).toEqual([[delivery.runId, "succeeded"]]);
+    expect(receiver.deliveries.filter((d) => d.jobId === job.id)).toHaveLength(1);
+    const stale = await post(handOff.heartbeatUrl);
+    expect(stale.status).toBe(409);
+    expect(((await stale.json()) as { error: { code: string } }).error.code).toBe(
+      "stale_run_token",
+    );
   });
 });
 

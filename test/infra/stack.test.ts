@@ -223,6 +223,14 @@ describe("dispatch", () => {
   });
 });
 
+describe("async targets", () => {
+  it("tells the worker the API's URL, where async targets heartbeat and complete their runs", () => {
+    const url = JSON.stringify(environmentOf(prod, "worker")[ENV.apiUrl]);
+    expect(url).toContain(logicalIdOf(prod.stack, prod.stack.api.httpApi));
+    expect(url).toContain("execute-api");
+  });
+});
+
 describe("worker event sources", () => {
   function mappingsOf(synth: Synthesized, fnId: string) {
     return resourcesOfType(synth, "AWS::Lambda::EventSourceMapping")
@@ -386,8 +394,15 @@ describe("API", () => {
         open.push(String(route.Properties.RouteKey));
       else expect(route.Properties?.AuthorizationType).toBe("AWS_IAM");
     }
-    // Only the console's page and bundle and the API reference, which hold no data.
-    expect(open.sort()).toEqual(["GET /console", "GET /console/{proxy+}", "GET /docs"]);
+    // Only the console's page and bundle and the API reference, which hold no data, and an async target's run routes,
+    // which authenticate by the run token in the function.
+    expect(open.sort()).toEqual([
+      "GET /console",
+      "GET /console/{proxy+}",
+      "GET /docs",
+      "POST /runs/{runId}/complete",
+      "POST /runs/{runId}/heartbeat",
+    ]);
     const stage = propertiesOf(prod, prod.stack.api.stage);
     expect(stage.StageName).toBe("$default");
     expect(stage.DefaultRouteSettings).toEqual({

@@ -86,6 +86,8 @@ describe("cdk-nag AwsSolutions", () => {
         "Api/HttpApi/GET--console",
         "Api/HttpApi/GET--console--{proxy+}",
         "Api/HttpApi/GET--docs",
+        "Api/HttpApi/POST--runs--{runId}--complete",
+        "Api/HttpApi/POST--runs--{runId}--heartbeat",
       ],
     });
   });
@@ -134,8 +136,15 @@ describe("options", () => {
         open.push(String(route.Properties.RouteKey));
       else expect(route.Properties?.AuthorizationType).toBe("JWT");
     }
-    // Only the console's page and bundle and the API reference; every API route needs a token.
-    expect(open.sort()).toEqual(["GET /console", "GET /console/{proxy+}", "GET /docs"]);
+    // Only the console's page and bundle and the API reference; every API route needs a token, and an async target's run routes,
+    // which authenticate by the run token in the function.
+    expect(open.sort()).toEqual([
+      "GET /console",
+      "GET /console/{proxy+}",
+      "GET /docs",
+      "POST /runs/{runId}/complete",
+      "POST /runs/{runId}/heartbeat",
+    ]);
   });
 
   it("tells the API function where the console signs in, and as which client", () => {

@@ -21,6 +21,12 @@ export interface Delivery {
   /** True for the delivery that applied its key; repeats of a key are recorded but not applied. */
   readonly applied: boolean;
   readonly status: number;
+  /** An async (long-job) delivery's run token and where to use it; absent on other deliveries. */
+  readonly handOff?: {
+    readonly token: string;
+    readonly heartbeatUrl: string;
+    readonly completeUrl: string;
+  };
 }
 
 export interface ReceiverOptions {
@@ -32,7 +38,7 @@ export interface ReceiverOptions {
   readonly secret: string | ((path: string) => string);
   /** How long each answer takes, so that runs are in progress long enough to be killed. */
   readonly delayMs?: () => number;
-  /** Status for a delivery before it is applied (e.g. a 503 to force a retry); default 200. */
+  /** Status for a delivery before it is applied (e.g. a 503 to force a retry, a 202 to take an async run over); default 200. */
   readonly statusFor?: (delivery: { idempotencyKey: string; attempt: number }) => number;
   /** Port on 127.0.0.1; default 0, a free one. A fixed one can be forwarded to from outside. */
   readonly port?: number;
@@ -117,6 +123,15 @@ export async function startReceiver(options: ReceiverOptions): Promise<Receiver>
         receivedAt: Date.now(),
         applied: applies,
         status,
+        ...(header("x-scheduler-run-token") !== ""
+          ? {
+              handOff: {
+                token: header("x-scheduler-run-token"),
+                heartbeatUrl: header("x-scheduler-heartbeat-url"),
+                completeUrl: header("x-scheduler-complete-url"),
+              },
+            }
+          : {}),
       });
       response.writeHead(status, { "Content-Type": "application/json" });
       response.end(JSON.stringify({ applied: applies }));

@@ -40,6 +40,7 @@ function contextOf(type: string, payload: unknown): JobContext {
     payload,
     target: undefined,
     signal: new AbortController().signal,
+    fence: 1,
   };
 }
 

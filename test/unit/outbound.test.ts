@@ -180,6 +180,7 @@ function contextFor(url: string): JobContext {
     payload: { hello: "world" },
     target: { url, timeoutSeconds: 5 },
     signal: new AbortController().signal,
+    fence: 1,
   };
 }
 

@@ -12,6 +12,8 @@ export const LIMITS = {
   nameChars: 200,
   idempotencyKeyChars: 200,
   timeoutSeconds: { min: 1, max: 900, default: 300 },
+  /** A run handed over to an async target (long jobs) may last a day. */
+  asyncTimeoutSeconds: 86_400,
   maxAttempts: 100,
   /** A week: a longer backoff is a schedule, not a retry. */
   retryDelaySeconds: 7 * 86_400,

@@ -13,6 +13,7 @@ const ERROR_CODES = [
   "illegal_transition",
   "idempotency_conflict",
   "not_replayable",
+  "stale_run_token",
   "version_mismatch",
   "precondition_required",
   "payload_too_large",

@@ -66,10 +66,10 @@ const timeoutSeconds = z
   .number()
   .int()
   .min(LIMITS.timeoutSeconds.min)
-  .max(LIMITS.timeoutSeconds.max)
+  .max(LIMITS.asyncTimeoutSeconds)
   .openapi({
     description:
-      "A run is aborted after this long; default 300. At most 900, and at most what the deployment's workers can finish: their Lambda timeout less 15 s (885 with the default 900 s), else 400.",
+      'A run is aborted after this long; default 300. At most 900, and at most what the deployment\'s workers can finish: their Lambda timeout less 15 s (885 with the default 900 s), else 400. An http job whose target has mode "async" may take up to 86400 (24 h): its target heartbeats and completes the run.',
   });
 
 const IdempotencyKeySchema = z

@@ -65,6 +65,18 @@ export const RunSchema = z
         description:
           "For a run of a job with an `after` schedule: the upstream run whose ending queued it (kept on its retries and replays); null otherwise. The handler sees it as `ctx.trigger`.",
       }),
+    handedOverAt: z.string().optional().openapi({
+      description:
+        "Async mode (long jobs): when the target answered 202 and took this start of the run over.",
+    }),
+    leaseUntil: z.string().nullable().optional().openapi({
+      description:
+        "Async mode: until when the run's lease holds; the target's heartbeats extend it, and a run whose lease lapses is started again.",
+    }),
+    timesOutAt: z.string().nullable().optional().openapi({
+      description:
+        "Async mode: when the run times out (its start plus the job's timeoutSeconds); a heartbeat or completion after it ends the run as timed out.",
+    }),
   })
   .openapi("Run");
 export type RunDto = z.infer<typeof RunSchema>;

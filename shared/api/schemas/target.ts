@@ -32,6 +32,10 @@ export const TargetSchema = z
       .max(LIMITS.timeoutSeconds.max)
       .optional()
       .openapi({ description: "Per-delivery timeout; default 30." }),
+    mode: z.enum(["sync", "async"]).optional().openapi({
+      description:
+        "sync (default): the delivery's answer is the run's result. async (long jobs): a 202 answer hands the run over to the target, which heartbeats and completes it with the run token its delivery carries (POST /runs/{runId}/heartbeat and /complete); any other 2xx is the result at once.",
+    }),
   })
   .openapi("HttpTarget", { description: "Where an http job POSTs its payload." });
 

@@ -1,0 +1,104 @@
+import { createRoute } from "@hono/zod-openapi";
+import type { Context } from "hono";
+import {
+  type AsyncCompletion,
+  completeAsyncRun,
+  heartbeatAsyncRun,
+} from "../execution/async-runs.js";
+import { runDto } from "./dto.js";
+import { ApiError, invalid } from "./errors.js";
+import { errors, json, newRouter, type RouterDeps } from "./router.js";
+import {
+  AsyncRunParams,
+  type CompleteRunBody,
+  CompleteRunSchema,
+  HeartbeatSchema,
+} from "./schemas/async-runs.js";
+import { RunSchema } from "./schemas/runs.js";
+
+/** Paths an async target calls with its run token instead of tenant credentials. */
+export const RUN_TOKEN_PATH = /^\/runs\/[^/]+\/(heartbeat|complete)$/;
+
+/** The run token: `Authorization: Bearer <token>`. */
+const runTokenSecurity: Record<string, string[]>[] = [{ runToken: [] }];
+
+const heartbeatRoute = createRoute({
+  method: "post",
+  path: "/runs/{runId}/heartbeat",
+  operationId: "heartbeatRun",
+  tags: ["long jobs"],
+  summary:
+    "An async target's heartbeat: extends its run's lease (authenticated by the run token, not tenant credentials)",
+  security: runTokenSecurity,
+  request: { params: AsyncRunParams },
+  responses: {
+    200: json(HeartbeatSchema, "The lease's new end"),
+    ...errors(401, 404, 409),
+  },
+});
+
+const completeRoute = createRoute({
+  method: "post",
+  path: "/runs/{runId}/complete",
+  operationId: "completeRun",
+  tags: ["long jobs"],
+  summary:
+    "An async target completes its run: succeeded, or failed with the job's retry policy (authenticated by the run token)",
+  security: runTokenSecurity,
+  request: {
+    params: AsyncRunParams,
+    body: { content: { "application/json": { schema: CompleteRunSchema } }, required: true },
+  },
+  responses: {
+    200: json(RunSchema, "The run as it ended"),
+    ...errors(400, 401, 404, 409, 413, 415),
+  },
+});
+
+function runTokenOf(c: Context): string {
+  const match = /^Bearer +(\S+)\s*$/i.exec(c.req.header("authorization") ?? "");
+  const token = match?.[1];
+  if (token === undefined) {
+    throw new ApiError(401, "unauthorized", "send the run token as Authorization: Bearer <token>", {
+      headers: { "WWW-Authenticate": 'Bearer realm="scheduler-run"' },
+    });
+  }
+  return token;
+}
+
+function completionOf(body: CompleteRunBody): AsyncCompletion {
+  if (body.status === "succeeded") {
+    for (const field of ["error", "retryable"] as const) {
+      if (body[field] !== undefined)
+        throw invalid([{ field, message: 'only with status "failed"' }]);
+    }
+    return { status: "succeeded", result: body.result };
+  }
+  if (body.result !== undefined)
+    throw invalid([{ field: "result", message: 'only with status "succeeded"' }]);
+  return {
+    status: "failed",
+    ...(body.error !== undefined ? { error: body.error } : {}),
+    ...(body.retryable !== undefined ? { retryable: body.retryable } : {}),
+  };
+}
+
+/** The routes an async target uses to keep and end the run it took over. */
+export function asyncRunsRouter({ engine, body }: RouterDeps) {
+  const router = newRouter();
+
+  router.openapi(heartbeatRoute, async (c) => {
+    const { runId } = c.req.valid("param");
+    const beat = await heartbeatAsyncRun(engine, runId, runTokenOf(c));
+    return c.json({ leaseUntil: beat.leaseUntil.toISOString(), timesOutAt: beat.timesOutAt }, 200);
+  });
+
+  router.openapi({ ...completeRoute, middleware: [body] as const }, async (c) => {
+    const { runId } = c.req.valid("param");
+    const token = runTokenOf(c);
+    const run = await completeAsyncRun(engine, runId, token, completionOf(c.req.valid("json")));
+    return c.json(runDto(run), 200);
+  });
+
+  return router;
+}

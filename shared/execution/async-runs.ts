@@ -1,0 +1,195 @@
+import type { Engine } from "../engine.js";
+import { FenceLostError, RunNotFoundError, SchedulerError } from "../errors.js";
+import { parseRunId } from "../keys.js";
+import type { Job, Run } from "../model.js";
+import { extendAdmission } from "../storage/admission.js";
+import { recordHandOver } from "../storage/run-handover.js";
+import { extendLease } from "../storage/run-heartbeat.js";
+import { getJob, getRun } from "../storage/run-reads.js";
+import { boundedText } from "../storage/stored-text.js";
+import { readWebhookSecrets } from "../storage/webhook-secrets.js";
+import { readRunToken, runTokenSignedBy } from "../webhooks/run-token.js";
+import { signingSecrets } from "../webhooks/secrets.js";
+import { endForDeletedJob, type RunResult, recordResult } from "./run-outcome.js";
+
+/**
+ * Async (long) runs of `http` jobs whose target is `mode: "async"`: the target answers 202 and
+ * takes the run over. It heartbeats (`POST /runs/{runId}/heartbeat`) to extend the run's lease and
+ * completes it (`POST /runs/{runId}/complete`), presenting the run token its delivery carried. A
+ * token is good while the run is RUNNING under the fence the token names: once the run ended, was
+ * cancelled or was started again (its lease lapsed and the reaper re-sent it), it is stale (409).
+ */
+
+declare module "../errors.js" {
+  interface ErrorContexts {
+    /** A run token that is malformed, not signed by the run's tenant, or for another run (HTTP 401). */
+    readonly run_token_invalid: { readonly runId: string };
+    /** A run token of a run no longer held under its fence: ended, cancelled, taken over (HTTP 409). */
+    readonly run_token_stale: { readonly runId: string; readonly status: string };
+  }
+}
+
+class RunTokenInvalidError extends SchedulerError<"run_token_invalid"> {
+  override readonly name = "RunTokenInvalidError";
+
+  constructor(runId: string, why: string) {
+    super("run_token_invalid", `run token refused: ${why}`, { runId });
+  }
+}
+
+class RunTokenStaleError extends SchedulerError<"run_token_stale"> {
+  override readonly name = "RunTokenStaleError";
+
+  constructor(run: Pick<Run, "runId" | "status">, why: string) {
+    super("run_token_stale", `run ${run.runId}: ${why}`, {
+      runId: run.runId,
+      status: run.status,
+    });
+  }
+}
+
+/** What the worker does when the target answered 202: records the hand-over, keeps the job's overlap view live. */
+export async function handOverRun(
+  engine: Engine,
+  run: Run,
+  job: Job,
+  tracked: boolean,
+  now: Date,
+): Promise<void> {
+  const leaseUntil = new Date(now.getTime() + engine.settings.leaseMs);
+  const startedAt = Date.parse(run.startedAt ?? now.toISOString());
+  const timesOutAt = new Date(startedAt + job.timeoutSeconds * 1000);
+  await recordHandOver(engine, run, { leaseUntil, timesOutAt, executedVersion: job.version }, now);
+  if (tracked) await extendAdmission(engine, run.jobId, run.runId, leaseUntil);
+  engine.obs.log.info("run handed over to its async target", {
+    jobId: run.jobId,
+    runId: run.runId,
+    fence: run.fence,
+    timesOutAt: timesOutAt.toISOString(),
+  });
+}
+
+/** The run a token holds: verified, the tenant's, and still RUNNING under the token's fence. */
+async function heldRun(engine: Engine, runId: string, token: string): Promise<Run> {
+  const claims = readRunToken(token);
+  if (claims === null) throw new RunTokenInvalidError(runId, "not a run token");
+  if (claims.runId !== runId) throw new RunTokenInvalidError(runId, "it is another run's token");
+  const ref = parseRunId(runId);
+  if (ref === null || claims.tenantId.length > 256)
+    throw new RunTokenInvalidError(runId, "it names no run");
+  const secrets = await readWebhookSecrets(engine, claims.tenantId);
+  if (secrets === null || !runTokenSignedBy(token, signingSecrets(secrets, engine.clock())))
+    throw new RunTokenInvalidError(runId, "bad signature");
+  const run = await getRun(engine, ref);
+  if (run === null) throw new RunNotFoundError(runId);
+  // A tenant can sign tokens with its own secret: never for another tenant's run.
+  if (run.tenantId !== claims.tenantId)
+    throw new RunTokenInvalidError(runId, "it is another run's token");
+  if (run.status !== "RUNNING")
+    throw new RunTokenStaleError(run, `the run is ${run.status.toLowerCase()}`);
+  if (run.fence !== claims.fence)
+    throw new RunTokenStaleError(
+      run,
+      `the run was started again (fence ${run.fence}); this token is of fence ${claims.fence}`,
+    );
+  return run;
+}
+
+const timedOut = (run: Run, now: Date) =>
+  typeof run.timesOutAt === "string" && Date.parse(run.timesOutAt) <= now.getTime();
+
+/** Ends a handed-over run past its timeout as a failure (retried by the job's policy) and says so. */
+async function timeOut(engine: Engine, run: Run, now: Date): Promise<never> {
+  const startedAt = Date.parse(run.startedAt ?? now.toISOString());
+  const seconds = Math.round((Date.parse(run.timesOutAt ?? "") - startedAt) / 1000);
+  await finish(
+    engine,
+    run,
+    { kind: "failed", error: `timed out after ${seconds} s`, retryable: true },
+    now,
+  );
+  throw new RunTokenStaleError(
+    { ...run, status: "FAILED" },
+    `the run timed out after ${seconds} s`,
+  );
+}
+
+async function finish(engine: Engine, run: Run, result: RunResult, now: Date): Promise<void> {
+  const job = await getJob(engine, run.jobId);
+  const executedVersion = run.executedVersion ?? job?.version ?? run.jobVersion;
+  try {
+    if (job === null) {
+      await endForDeletedJob(engine, run, {
+        ran: true,
+        reason: "job deleted while the run ran; no retry",
+        ...(result.kind === "failed" ? { error: result.error } : {}),
+        executedVersion,
+      });
+    } else {
+      await recordResult(engine, job, run, result, now, executedVersion);
+    }
+  } catch (error) {
+    if (error instanceof FenceLostError)
+      throw new RunTokenStaleError(run, "the run ended or was started again meanwhile");
+    throw error;
+  }
+}
+
+/**
+ * A heartbeat: the run's lease (and its job's view of it) runs a lease from now. Past the run's
+ * timeout, the run ends FAILED as timed out instead (retried by the job's policy) and the
+ * heartbeat is refused as stale.
+ */
+export async function heartbeatAsyncRun(
+  engine: Engine,
+  runId: string,
+  token: string,
+): Promise<{ readonly leaseUntil: Date; readonly timesOutAt: string | null }> {
+  const run = await heldRun(engine, runId, token);
+  const now = engine.clock();
+  if (timedOut(run, now)) return timeOut(engine, run, now);
+  let leaseUntil: Date;
+  try {
+    leaseUntil = await extendLease(engine, run, now);
+  } catch (error) {
+    if (error instanceof FenceLostError)
+      throw new RunTokenStaleError(run, "the run ended or was started again meanwhile");
+    throw error;
+  }
+  // Conditioned on the run being listed: a one-off's run is not, and the write changes nothing.
+  await extendAdmission(engine, run.jobId, run.runId, leaseUntil);
+  return { leaseUntil, timesOutAt: run.timesOutAt ?? null };
+}
+
+/** What a target reports when it completes its run. */
+export type AsyncCompletion =
+  | { readonly status: "succeeded"; readonly result?: unknown }
+  | { readonly status: "failed"; readonly error?: string; readonly retryable?: boolean };
+
+/**
+ * Completes the run as its target reports: SUCCEEDED, or a failure with the job's retry policy
+ * (FAILED and its next attempt, or DEAD; `retryable: false` goes DEAD at once). Past the run's
+ * timeout it ends as timed out whatever the report. Returns the run as it ended.
+ */
+export async function completeAsyncRun(
+  engine: Engine,
+  runId: string,
+  token: string,
+  completion: AsyncCompletion,
+): Promise<Run> {
+  const run = await heldRun(engine, runId, token);
+  const now = engine.clock();
+  if (timedOut(run, now)) return timeOut(engine, run, now);
+  const result: RunResult =
+    completion.status === "succeeded"
+      ? { kind: "succeeded" }
+      : {
+          kind: "failed",
+          error: boundedText(completion.error ?? "the target reported a failure"),
+          retryable: completion.retryable ?? true,
+        };
+  await finish(engine, run, result, now);
+  const ended = await getRun(engine, run);
+  if (ended === null) throw new RunNotFoundError(runId);
+  return ended;
+}

@@ -1,0 +1,183 @@
+import { fanOutTrigger } from "../dispatch/trigger-fan-out.js";
+import type { Engine } from "../engine.js";
+import { JobNotFoundError } from "../errors.js";
+import { parseRunId } from "../keys.js";
+import type { DueEntry, Job, Run, RunMessage } from "../model.js";
+import { METRICS } from "../observability.js";
+import { sendRuns } from "../queue/work-queue.js";
+import { decideAfterFailure } from "../retry.js";
+import { runMessageOf } from "../storage/items.js";
+import { finishRun } from "../storage/run-finish.js";
+import { getJob } from "../storage/run-reads.js";
+import { triggerEntryOf } from "../storage/trigger.js";
+import { nextAttempt } from "./next-attempt.js";
+import { endsOneOff } from "./run-endings.js";
+
+/** How a handler's run came out: it succeeded, or it failed (retried or dead by `retryable`). */
+export type RunResult =
+  | { readonly kind: "succeeded" }
+  | { readonly kind: "failed"; readonly error: string; readonly retryable: boolean };
+
+export const isRecurring = (job: Job) => !("runAt" in job.schedule);
+
+/**
+ * Records a run's result as its worker (or, for an async run, its target) reports it, conditioned
+ * on the run's fence: SUCCEEDED, or a failure with the job's retry policy applied (FAILED plus the
+ * next attempt in one transaction, or DEAD). A failure whose job was deleted meanwhile ends
+ * CANCELLED with no retry. Throws FenceLostError when the run is no longer held under `run.fence`.
+ */
+export async function recordResult(
+  engine: Engine,
+  job: Job,
+  run: Run,
+  result: RunResult,
+  now: Date,
+  executedVersion: number,
+): Promise<void> {
+  const tracked = isRecurring(job);
+  const lag = Date.parse(run.startedAt ?? now.toISOString()) - Date.parse(run.dueAt);
+  engine.obs.metrics.add(METRICS.schedulingLagMs, Math.max(0, lag), "Milliseconds");
+  const report = (status: "SUCCEEDED" | "FAILED" | "DEAD", error?: string) => {
+    engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status });
+    engine.obs.log.info("run finished", {
+      jobId: run.jobId,
+      runId: run.runId,
+      scheduledFor: run.scheduledFor,
+      attempt: run.attempt,
+      status,
+      lagMs: lag,
+      durationMs: now.getTime() - Date.parse(run.startedAt ?? now.toISOString()),
+      ...(error ? { error } : {}),
+    });
+  };
+
+  // The job's dependents as read (at start, or at an async completion): the ending writes their
+  // trigger with itself.
+  const triggerOf = (status: "SUCCEEDED" | "DEAD") =>
+    job.dependents.length > 0 ? { trigger: triggerEntryOf(engine, job, run, status, now) } : {};
+
+  if (result.kind === "succeeded") {
+    const completesJob = !tracked && endsOneOff(job, run, "SUCCEEDED");
+    const trigger = triggerOf("SUCCEEDED");
+    await finishRun(
+      engine,
+      run,
+      { status: "SUCCEEDED", ran: true, tracked, completesJob, executedVersion, ...trigger },
+      now,
+    );
+    report("SUCCEEDED");
+    await fanOutNow(engine, trigger.trigger);
+  } else {
+    const decision = decideAfterFailure({
+      attempt: run.attempt,
+      policy: job.policies.retry,
+      retryable: result.retryable,
+      error: result.error,
+      now,
+      random: engine.random,
+    });
+    if (decision.kind === "dead") {
+      const completesJob = !tracked && endsOneOff(job, run, "DEAD");
+      const trigger = triggerOf("DEAD");
+      await finishRun(
+        engine,
+        run,
+        {
+          status: "DEAD",
+          error: result.error,
+          reason: decision.reason,
+          ran: true,
+          tracked,
+          completesJob,
+          executedVersion,
+          ...trigger,
+        },
+        now,
+      );
+      report("DEAD", result.error);
+      await fanOutNow(engine, trigger.trigger);
+    } else {
+      const retry = nextAttempt(engine, job, run, decision.nextAttempt, decision.dueAt, now);
+      try {
+        await finishRun(
+          engine,
+          run,
+          {
+            status: "FAILED",
+            error: result.error,
+            ran: true,
+            tracked,
+            retry: retry.ending,
+            executedVersion,
+          },
+          now,
+        );
+      } catch (error) {
+        if (!(error instanceof JobNotFoundError)) throw error;
+        await endForDeletedJob(engine, run, {
+          ran: true,
+          reason: "job deleted while the run ran; no retry",
+          error: result.error,
+          executedVersion,
+        });
+        return;
+      }
+      report("FAILED", result.error);
+      if (retry.queued) await resend(engine, runMessageOf(retry.queued), decision.dueAt);
+    }
+  }
+  if (tracked && job.policies.overlap === "buffer_one")
+    await wakeBuffered(engine, job.jobId, run.runId);
+}
+
+/**
+ * Queues the dependents' runs right after the ending that wrote their trigger entry, so they do
+ * not wait for the next dispatcher pass; a failure here leaves the entry to that pass.
+ */
+async function fanOutNow(engine: Engine, trigger: DueEntry | undefined): Promise<void> {
+  if (trigger === undefined) return;
+  try {
+    await fanOutTrigger(engine, trigger);
+  } catch (error) {
+    engine.obs.log.warn("could not fan a trigger out; the next dispatcher pass will", {
+      jobId: trigger.jobId,
+      upstreamRunId: trigger.fanOut?.runId,
+      error: String(error),
+    });
+  }
+}
+
+/**
+ * Ends a started run whose job was deleted: CANCELLED, with no next attempt
+ * and no write of the job (its item is gone).
+ */
+export async function endForDeletedJob(
+  engine: Engine,
+  run: Run,
+  ending: { ran: boolean; reason: string; error?: string; executedVersion?: number },
+): Promise<void> {
+  await finishRun(engine, run, { status: "CANCELLED", tracked: false, ...ending }, engine.clock());
+  engine.obs.log.info("run of a deleted job cancelled", { jobId: run.jobId, runId: run.runId });
+}
+
+export async function resend(engine: Engine, message: RunMessage, dueAt: Date): Promise<void> {
+  await sendRuns(
+    engine.sqs,
+    engine.queues,
+    [{ message: { ...message, dueAt: dueAt.toISOString() }, dueAt }],
+    engine.clock(),
+  );
+}
+
+/** A buffer_one job's waiting run starts as soon as the run ahead of it ends, not at its next recheck. */
+async function wakeBuffered(engine: Engine, jobId: string, finishedRunId: string): Promise<void> {
+  const job = await getJob(engine, jobId);
+  const buffered = job?.bufferedRunId ? parseRunId(job.bufferedRunId) : null;
+  if (!job || !buffered || job.bufferedRunId === finishedRunId) return;
+  const now = engine.clock();
+  await resend(
+    engine,
+    { ...buffered, dueAt: now.toISOString(), jobVersion: job.version, priority: job.priority },
+    now,
+  );
+}

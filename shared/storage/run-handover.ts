@@ -1,0 +1,31 @@
+import type { Engine } from "../engine.js";
+import type { Run } from "../model.js";
+import { fencedRunUpdate } from "./run-fence.js";
+
+/**
+ * An async target answered 202 and took the run over: the run stays RUNNING under this start's
+ * fence with a fresh lease (its target's heartbeats extend it), the instant it times out, and the
+ * job version it runs. Throws FenceLostError when the run is no longer held (the target already
+ * completed it, or another start took it over).
+ */
+export async function recordHandOver(
+  engine: Engine,
+  run: Run,
+  handOver: {
+    readonly leaseUntil: Date;
+    readonly timesOutAt: Date;
+    readonly executedVersion: number;
+  },
+  now: Date,
+): Promise<void> {
+  await fencedRunUpdate(engine, run, {
+    update:
+      "SET handedOverAt = :now, leaseUntil = :leaseUntil, timesOutAt = :timesOutAt, executedVersion = :executedVersion",
+    values: {
+      ":now": now.toISOString(),
+      ":leaseUntil": handOver.leaseUntil.toISOString(),
+      ":timesOutAt": handOver.timesOutAt.toISOString(),
+      ":executedVersion": handOver.executedVersion,
+    },
+  });
+}

@@ -1,0 +1,393 @@
+import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { reap } from "../../shared/dispatch/reaper.js";
+import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
+import type { WorkerDeps } from "../../shared/execution/worker.js";
+import { processRun } from "../../shared/execution/worker.js";
+import { runId as runIdOf } from "../../shared/keys.js";
+import { receiveRuns } from "../../shared/queue/work-queue.js";
+import { getRun } from "../../shared/storage/run-reads.js";
+import { signRunToken } from "../../shared/webhooks/run-token.js";
+import { cachedSigningSecrets, tenantWebhookSecrets } from "../../shared/webhooks/secrets.js";
+import { type ApiHarness, expectError, KEY_B, startApi, TENANT_A } from "../api/support.js";
+
+/**
+ * Long jobs: an `http` job whose target has `mode: "async"` answers 202 and takes the run over.
+ * The target heartbeats and completes the run over the API with the run token its delivery
+ * carried; the engine's clock is fixed and moved by hand, so a 30-minute run takes seconds.
+ */
+
+const LEASE_MS = 60_000;
+let now = new Date(Math.ceil(Date.now() / 1000) * 1000);
+let api: ApiHarness;
+let target: AsyncTarget;
+let worker: WorkerDeps;
+
+interface HandOff {
+  readonly runId: string;
+  readonly attempt: number;
+  readonly token: string;
+  readonly heartbeatUrl: string;
+  readonly completeUrl: string;
+  readonly leaseSeconds: string;
+}
+
+interface AsyncTarget {
+  readonly url: string;
+  readonly handOffs: HandOff[];
+  close(): Promise<void>;
+}
+
+/** A long-job service: takes every delivery over with 202 and keeps what it was handed. */
+async function startAsyncTarget(): Promise<AsyncTarget> {
+  const handOffs: HandOff[] = [];
+  const header = (headers: IncomingHttpHeaders, name: string) => String(headers[name] ?? "");
+  const server: Server = createServer((request, response) => {
+    request.resume();
+    request.on("end", () => {
+      handOffs.push({
+        runId: header(request.headers, "x-scheduler-run-id"),
+        attempt: Number(header(request.headers, "x-scheduler-attempt")),
+        token: header(request.headers, "x-scheduler-run-token"),
+        heartbeatUrl: header(request.headers, "x-scheduler-heartbeat-url"),
+        completeUrl: header(request.headers, "x-scheduler-complete-url"),
+        leaseSeconds: header(request.headers, "x-scheduler-lease-seconds"),
+      });
+      response.writeHead(202).end();
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}/long`,
+    handOffs,
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  };
+}
+
+beforeAll(async () => {
+  api = await startApi({ clock: () => now, settings: { leaseMs: LEASE_MS } });
+  target = await startAsyncTarget();
+  const engine = api.fixture.engine;
+  worker = {
+    engine,
+    workerId: "long-jobs-worker",
+    handlers: builtInHandlers(
+      {
+        signingSecrets: cachedSigningSecrets(engine),
+        allowPrivateTargets: true,
+        apiUrl: api.server.url,
+        leaseSeconds: LEASE_MS / 1000,
+      },
+      engine.clock,
+    ),
+  };
+});
+afterAll(async () => {
+  await target?.close();
+  await api?.close();
+});
+
+const advance = (ms: number) => {
+  now = new Date(now.getTime() + ms);
+};
+
+/** Creates an async http job due one second from the clock, and sets the clock to its time. */
+async function createAsyncJob(overrides: Record<string, unknown> = {}): Promise<string> {
+  const runAt = new Date(now.getTime() + 1000);
+  const created = await api.call("POST", "/jobs", {
+    body: {
+      type: "http",
+      schedule: { runAt: runAt.toISOString() },
+      target: { url: target.url, mode: "async" },
+      timeoutSeconds: 3600,
+      ...overrides,
+    },
+  });
+  expect(created.status, created.text).toBe(201);
+  now = runAt;
+  return (created.body as { id: string }).id;
+}
+
+/** Delivers the job's next queued message to the worker; returns what the target was handed. */
+async function deliver(jobId: string): Promise<HandOff> {
+  const before = target.handOffs.length;
+  const deadline = Date.now() + 20_000;
+  while (Date.now() < deadline) {
+    const batch = await receiveRuns(api.fixture.engine.sqs, api.fixture.engine.queues.normal, {
+      max: 10,
+      waitSeconds: 1,
+    });
+    const mine = batch.filter((r) => r.message.jobId === jobId);
+    for (const received of mine) await api.fixture.process(worker, received);
+    if (mine.length > 0) break;
+  }
+  const handOff = target.handOffs[before];
+  if (handOff === undefined) throw new Error(`job ${jobId} was not delivered`);
+  return handOff;
+}
+
+/** What the target does with its token: a POST to one of the URLs it was handed. */
+async function callBack(url: string, token: string | null, body?: unknown) {
+  const headers: Record<string, string> = {};
+  if (token !== null) headers.Authorization = `Bearer ${token}`;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(url, {
+    method: "POST",
+    headers,
+    ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+  });
+  const text = await response.text();
+  return {
+    status: response.status,
+    headers: response.headers,
+    text,
+    body: (text === "" ? null : JSON.parse(text)) as Record<string, unknown>,
+  };
+}
+
+async function runOf(jobId: string, runId: string) {
+  const reply = await api.call("GET", `/jobs/${jobId}/runs/${runId}`);
+  expect(reply.status, reply.text).toBe(200);
+  return reply.body as Record<string, unknown>;
+}
+
+describe("async mode (long jobs)", () => {
+  it("a 30-minute run heartbeated by its target ends SUCCEEDED; the worker let go at the 202", async () => {
+    const jobId = await createAsyncJob();
+    const handOff = await deliver(jobId);
+    const runId = runIdOf(jobId, now, 1);
+    expect(handOff.runId).toBe(runId);
+    expect(handOff.heartbeatUrl).toBe(`${api.server.url}/runs/${runId}/heartbeat`);
+    expect(handOff.completeUrl).toBe(`${api.server.url}/runs/${runId}/complete`);
+    expect(handOff.leaseSeconds).toBe("60");
+    const startedAt = now.getTime();
+
+    // The worker acknowledged the message and stopped heartbeating: the run waits on its target.
+    const handedOver = await runOf(jobId, runId);
+    expect(handedOver).toMatchObject({
+      status: "running",
+      fence: 1,
+      handedOverAt: now.toISOString(),
+      leaseUntil: new Date(startedAt + LEASE_MS).toISOString(),
+      timesOutAt: new Date(startedAt + 3600_000).toISOString(),
+    });
+    expect(await api.fixture.queueDepth(api.fixture.engine.queues.normal)).toMatchObject({
+      inFlight: 0,
+    });
+
+    // 36 heartbeats 50 s apart: each extends the lease a minute from its own time, and the
+    // reaper, looking on the way, finds a live lease every time and sends nothing.
+    for (let beat = 1; beat <= 36; beat++) {
+      advance(50_000);
+      const reply = await callBack(handOff.heartbeatUrl, handOff.token);
+      expect(reply.status, reply.text).toBe(200);
+      expect(reply.body).toEqual({
+        leaseUntil: new Date(now.getTime() + LEASE_MS).toISOString(),
+        timesOutAt: new Date(startedAt + 3600_000).toISOString(),
+      });
+      if (beat % 6 === 0) expect((await reap(api.fixture.engine, { now })).resent).toBe(0);
+    }
+    expect(now.getTime() - startedAt).toBe(30 * 60_000);
+
+    const completed = await callBack(handOff.completeUrl, handOff.token, {
+      status: "succeeded",
+      result: { rows: 1200 },
+    });
+    expect(completed.status, completed.text).toBe(200);
+    expect(completed.body).toMatchObject({
+      runId,
+      status: "succeeded",
+      attempt: 1,
+      durationMs: 30 * 60_000,
+      finishedAt: now.toISOString(),
+      executedVersion: 1,
+    });
+    const job = await api.call("GET", `/jobs/${jobId}`);
+    expect(job.body).toMatchObject({
+      status: "completed",
+      lastRun: { runId, status: "succeeded" },
+    });
+
+    // Its token is spent: the run has ended.
+    const late = await callBack(handOff.heartbeatUrl, handOff.token);
+    expect(late.status, late.text).toBe(409);
+    expect(late.body).toMatchObject({ error: { code: "stale_run_token" } });
+  });
+
+  it("a lease with no heartbeat lapses and the run is started again, like a crashed one; the old token is stale", async () => {
+    const jobId = await createAsyncJob();
+    const first = await deliver(jobId);
+    const runId = first.runId;
+
+    // The target goes quiet: at its lease's end the run is still live, a moment later the reaper
+    // finds it lapsed and sends it again.
+    advance(LEASE_MS - 1);
+    expect((await reap(api.fixture.engine, { now })).resent).toBe(0);
+    advance(2);
+    expect((await reap(api.fixture.engine, { now })).resent).toBe(1);
+    const second = await deliver(jobId);
+    expect(second).toMatchObject({ runId, attempt: 1 });
+    expect(second.token).not.toBe(first.token);
+    expect(await runOf(jobId, runId)).toMatchObject({ status: "running", fence: 2, attempt: 1 });
+
+    for (const url of [first.heartbeatUrl, first.completeUrl]) {
+      const stale = await callBack(
+        url,
+        first.token,
+        url.endsWith("complete") ? { status: "succeeded" } : undefined,
+      );
+      expect(stale.status, stale.text).toBe(409);
+      expect(stale.body).toMatchObject({ error: { code: "stale_run_token" } });
+      expect(String((stale.body.error as { message: string }).message)).toContain("fence 2");
+    }
+    expect((await callBack(second.heartbeatUrl, second.token)).status).toBe(200);
+    const done = await callBack(second.completeUrl, second.token, { status: "succeeded" });
+    expect(done.body).toMatchObject({ status: "succeeded", fence: 2 });
+  });
+
+  it("a completion that failed is retried by the job's policy, then dead", async () => {
+    const jobId = await createAsyncJob({ retry: { maxAttempts: 2, initialDelaySeconds: 0 } });
+    const first = await deliver(jobId);
+    const failed = await callBack(first.completeUrl, first.token, {
+      status: "failed",
+      error: "export failed upstream",
+    });
+    expect(failed.status, failed.text).toBe(200);
+    expect(failed.body).toMatchObject({
+      status: "failed",
+      attempt: 1,
+      error: "export failed upstream",
+    });
+
+    const second = await deliver(jobId);
+    expect(second.attempt).toBe(2);
+    const dead = await callBack(second.completeUrl, second.token, {
+      status: "failed",
+      error: "still failing",
+    });
+    expect(dead.body).toMatchObject({ status: "dead", attempt: 2, error: "still failing" });
+    const letters = await api.call("GET", "/dead-letters");
+    expect(JSON.stringify(letters.body)).toContain(second.runId);
+  });
+
+  it("a failure reported not retryable goes dead at once", async () => {
+    const jobId = await createAsyncJob({ retry: { maxAttempts: 5, initialDelaySeconds: 0 } });
+    const handOff = await deliver(jobId);
+    const dead = await callBack(handOff.completeUrl, handOff.token, {
+      status: "failed",
+      error: "bad input",
+      retryable: false,
+    });
+    expect(dead.body).toMatchObject({ status: "dead", attempt: 1 });
+  });
+
+  it("past the job's timeout a heartbeat ends the run as timed out (retried) and is refused", async () => {
+    const jobId = await createAsyncJob({
+      timeoutSeconds: 120,
+      retry: { maxAttempts: 2, initialDelaySeconds: 0 },
+    });
+    const handOff = await deliver(jobId);
+    advance(50_000);
+    expect((await callBack(handOff.heartbeatUrl, handOff.token)).status).toBe(200);
+    advance(50_000);
+    expect((await callBack(handOff.heartbeatUrl, handOff.token)).status).toBe(200);
+    advance(20_000);
+    const late = await callBack(handOff.heartbeatUrl, handOff.token);
+    expect(late.status, late.text).toBe(409);
+    expect(late.body).toMatchObject({ error: { code: "stale_run_token" } });
+    expect(await runOf(jobId, handOff.runId)).toMatchObject({
+      status: "failed",
+      error: "timed out after 120 s",
+    });
+    expect((await deliver(jobId)).attempt).toBe(2);
+  });
+
+  it("refuses a missing, malformed, misdirected or another tenant's token with 401", async () => {
+    const jobId = await createAsyncJob();
+    const handOff = await deliver(jobId);
+    const handedOverAt = now.getTime();
+    const expect401 = async (token: string | null, url = handOff.heartbeatUrl) => {
+      const reply = await callBack(url, token);
+      expect(reply.status, reply.text).toBe(401);
+      expect(reply.body).toMatchObject({ error: { code: "unauthorized" } });
+      expect(reply.headers.get("www-authenticate")).toMatch(/^Bearer /);
+    };
+    await expect401(null);
+    await expect401("not-a-token");
+    // A signature that does not match its claims: one character of the MAC changed.
+    const tampered = `${handOff.token.slice(0, -2)}${handOff.token.endsWith("A") ? "B" : "A"}A`;
+    await expect401(tampered);
+    // A good token of one run presented for another.
+    const otherJob = await createAsyncJob();
+    const other = await deliver(otherJob);
+    await expect401(handOff.token, other.heartbeatUrl);
+    // Tenant B signs a token with its own secret naming A's run: B's key never reaches A's runs.
+    const secretOfB = (await tenantWebhookSecrets(api.fixture.engine, "tenant-b")).current;
+    await expect401(
+      signRunToken(secretOfB, { runId: handOff.runId, fence: 1, tenantId: "tenant-b" }),
+    );
+    // Tenant credentials are not a run token.
+    await expect401(KEY_B);
+    // Nothing of the above touched the run.
+    const run = await getRun(api.fixture.engine, {
+      jobId,
+      scheduledFor: (await runOf(jobId, handOff.runId)).scheduledFor as string,
+      attempt: 1,
+    });
+    expect(run).toMatchObject({ status: "RUNNING", fence: 1, tenantId: TENANT_A });
+    expect(run?.leaseUntil).toBe(new Date(handedOverAt + LEASE_MS).toISOString());
+  });
+
+  it("an unknown run with a well-formed token of its tenant is 404", async () => {
+    const secretOfA = (await tenantWebhookSecrets(api.fixture.engine, TENANT_A)).current;
+    const runId = runIdOf("01J9Z3V6K8N4QX2M7R5T0W1Y3B", now, 1);
+    const token = signRunToken(secretOfA, { runId, fence: 1, tenantId: TENANT_A });
+    const reply = await callBack(`${api.server.url}/runs/${runId}/heartbeat`, token);
+    expectError({ ...reply, body: reply.body as unknown }, 404, { code: "not_found" });
+  });
+
+  it("a 202 from a target without async mode is an ordinary success", async () => {
+    const runAt = new Date(now.getTime() + 1000);
+    const created = await api.call("POST", "/jobs", {
+      body: { type: "http", schedule: { runAt: runAt.toISOString() }, target: { url: target.url } },
+    });
+    now = runAt;
+    const jobId = (created.body as { id: string }).id;
+    const handOff = await deliver(jobId);
+    expect(handOff.token).toBe("");
+    expect(await runOf(jobId, handOff.runId)).toMatchObject({ status: "succeeded" });
+  });
+});
+
+describe("async mode without the API's URL", () => {
+  it("fails the run without a retry, naming API_URL", async () => {
+    const jobId = await createAsyncJob();
+    const engine = api.fixture.engine;
+    const unconfigured: WorkerDeps = {
+      engine,
+      workerId: "no-api-url",
+      handlers: builtInHandlers(
+        { signingSecrets: cachedSigningSecrets(engine), allowPrivateTargets: true },
+        engine.clock,
+      ),
+    };
+    const deadline = Date.now() + 20_000;
+    let processed = false;
+    while (!processed && Date.now() < deadline) {
+      const batch = await receiveRuns(engine.sqs, engine.queues.normal, {
+        max: 10,
+        waitSeconds: 1,
+      });
+      for (const received of batch.filter((r) => r.message.jobId === jobId)) {
+        await processRun(unconfigured, received);
+        processed = true;
+      }
+    }
+    const runs = await api.call("GET", `/jobs/${jobId}/runs`);
+    expect((runs.body as { items: unknown[] }).items).toMatchObject([
+      { status: "dead", error: expect.stringContaining("API_URL") },
+    ]);
+  });
+});
