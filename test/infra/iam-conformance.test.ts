@@ -24,6 +24,8 @@ import { getJob } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { queuedRun } from "../../shared/storage/runs.js";
 import { triggerEntryOf } from "../../shared/storage/trigger.js";
+import { signRunToken } from "../../shared/webhooks/run-token.js";
+import { tenantWebhookSecrets } from "../../shared/webhooks/secrets.js";
 import { testJob } from "../support/engine-fixture.js";
 import {
   httpApiEvent,
@@ -678,6 +680,45 @@ describe("each handler, driven through its AWS-calling paths", () => {
     const rotated = await api("POST", "/webhook-secret/rotate");
     expect(rotated.status).toBe(200);
     expect(field(rotated.body, "secret")).not.toBe(secret);
+  });
+
+  it("api: an async target heartbeats its run and completes it (failed: the retry transaction) with its run token", async () => {
+    const seed = seedingEngine(0);
+    const { job } = await createJob(seed, {
+      ...testJob(),
+      type: "fail",
+      schedule: { runAt: new Date(Date.now() + 3_600_000).toISOString() },
+    });
+    const { run, item } = queuedRun(
+      {
+        jobId: job.jobId,
+        tenantId: TENANT,
+        scheduledFor: new Date(),
+        dueAt: new Date(),
+        attempt: 1,
+        priority: "normal",
+        jobVersion: job.version,
+      },
+      new Date(),
+      seed.settings,
+    );
+    await clients.doc.send(new PutCommand({ TableName: seed.tables.runs, Item: item }));
+    const started = await startRun(seed, run, "async-worker", new Date());
+    if (started.kind !== "started") throw new Error("the async run did not start");
+    const secret = (await tenantWebhookSecrets(seed, TENANT)).current;
+    const token = signRunToken(secret, {
+      runId: run.runId,
+      fence: started.run.fence,
+      tenantId: TENANT,
+    });
+    const headers = { Authorization: `Bearer ${token}` };
+    expect((await api("POST", `/runs/${run.runId}/heartbeat`, { headers })).status).toBe(200);
+    const completed = await api("POST", `/runs/${run.runId}/complete`, {
+      headers,
+      body: { status: "failed", error: "the export failed" },
+    });
+    expect(completed.status).toBe(200);
+    expect(field(completed.body, "status")).toBe("failed");
   });
 
   it("api: lists the dead letters and replays one", async () => {
