@@ -4,7 +4,12 @@ import type { JobChanges, NewJob } from "../jobs/index.js";
 import type { HttpTarget, Job, JobPolicies } from "../model.js";
 import { DEFAULT_MAX_CONCURRENT, DEFAULT_POLICIES, type OverlapPolicy } from "../policies.js";
 import type { RetryPolicy } from "../retry.js";
-import { normalizeSchedule, type ScheduleSpec, safeParseSchedule } from "../schedule/index.js";
+import {
+  isAfterSchedule,
+  normalizeSchedule,
+  type ScheduleSpec,
+  safeParseSchedule,
+} from "../schedule/index.js";
 import { type FieldIssue, ValidationError } from "../validation.js";
 import { ApiError } from "./errors.js";
 import { instantParam } from "./query-params.js";
@@ -182,10 +187,16 @@ export function checkedEnd(
   now: Date,
 ): string | null | undefined {
   const issues: FieldIssue[] = [];
-  if ("runAt" in schedule) {
+  // A one-off runs once anyway; an `after` job has no occurrences of its own to end or count.
+  const notFor =
+    "runAt" in schedule ? "a runAt schedule" : isAfterSchedule(schedule) ? "schedule.after" : null;
+  if (notFor !== null) {
     for (const field of ["endAt", "maxRuns"] as const) {
       if (end[field] !== undefined && end[field] !== null)
-        issues.push({ field, message: "applies to recurring jobs only, not to a runAt schedule" });
+        issues.push({
+          field,
+          message: `applies to cron and every schedules only, not to ${notFor}`,
+        });
     }
     if (issues.length > 0) throw new ValidationError(issues);
   }

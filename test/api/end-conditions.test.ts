@@ -79,6 +79,25 @@ describe("endAt and maxRuns", () => {
     expect(bodies.some((j) => j.maxRuns === 0 || j.maxRuns === -3)).toBe(false);
   });
 
+  it("400 naming the field for either on a job that runs after others (schedule.after)", async () => {
+    const upstream = await api.call("POST", "/jobs", { body: recurring() });
+    const after = { after: { jobs: [(upstream.body as { id: string }).id], on: "success" } };
+    expectError(
+      await api.call("POST", "/jobs", { body: { type: "noop", schedule: after, maxRuns: 2 } }),
+      400,
+      { field: "maxRuns" },
+    );
+    expectError(
+      await api.call("POST", "/jobs", {
+        body: { type: "noop", schedule: after, endAt: inMinutes(60) },
+      }),
+      400,
+      { field: "endAt" },
+    );
+    const plain = await api.call("POST", "/jobs", { body: { type: "noop", schedule: after } });
+    expect(plain.status, plain.text).toBe(201);
+  });
+
   it("PATCH sets, changes and removes them, with the same checks", async () => {
     const created = await api.call("POST", "/jobs", { body: recurring() });
     const id = (created.body as { id: string }).id;
