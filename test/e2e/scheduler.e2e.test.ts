@@ -31,6 +31,7 @@ interface Run {
   workerId: string | null;
   error: string | null;
   reason: string | null;
+  trigger?: { jobId: string; runId: string; scheduledFor: string } | null;
 }
 interface Job {
   id: string;
@@ -38,6 +39,7 @@ interface Job {
   version: number;
   nextRunAt: string | null;
   schedule: Record<string, string>;
+  dependents?: string[];
 }
 interface Page<T> {
   items: T[];
@@ -456,6 +458,30 @@ describe("failures, dead letters and replay", () => {
     expect((await asA("POST", `/dead-letters/${dead.runId}/replay`)).status).toBe(409);
     const lettersAfter = await asA<Page<Run>>("GET", "/dead-letters?limit=100");
     expect(lettersAfter.body.items.map((r) => r.runId)).not.toContain(dead.runId);
+  });
+});
+
+describe("dependencies", () => {
+  it("a chain A → B → C over HTTP: each success runs the next once, and the chain reads from either end", async () => {
+    const a = await create({ type: "noop", schedule: { runAt: inMs(500) } });
+    const b = await create({ type: "noop", schedule: { after: { jobs: [a.id] } } });
+    const c = await create({
+      type: "noop",
+      schedule: { after: { jobs: [b.id], on: "completion" } },
+    });
+    const cRuns = await waitForRuns(c.id, (r) => succeeded(r).length === 1);
+    const [aRun] = await runsOf(a.id);
+    const bRuns = await runsOf(b.id);
+    expect(bRuns).toHaveLength(1);
+    expect(bRuns[0]?.trigger).toEqual({
+      jobId: a.id,
+      runId: aRun?.runId,
+      scheduledFor: aRun?.scheduledFor,
+    });
+    expect(cRuns).toHaveLength(1);
+    expect(cRuns[0]?.trigger?.runId).toBe(bRuns[0]?.runId);
+    expect((await asA<Job>("GET", `/jobs/${a.id}`)).body.dependents).toEqual([b.id]);
+    expect((await asA<Job>("GET", `/jobs/${b.id}`)).body.dependents).toEqual([c.id]);
   });
 });
 
