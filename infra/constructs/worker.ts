@@ -85,7 +85,11 @@ export class Worker extends Construct {
     });
     // endUnownedRun: read the run, conditionally end it, drop it from the job's active runs.
     allowTable(this.deadLetterConsumer.fn, { ...storage.runs, actions: ["GetItem", "UpdateItem"] });
-    allowTable(this.deadLetterConsumer.fn, { ...storage.jobs, actions: ["UpdateItem"] });
+    // The job's dependents (GetItem) and their trigger entry, written with the DEAD ending (PutItem).
+    allowTable(this.deadLetterConsumer.fn, {
+      ...storage.jobs,
+      actions: ["GetItem", "UpdateItem", "PutItem"],
+    });
     for (const priority of PRIORITIES) {
       this.deadLetterConsumer.fn.addEventSource(
         new SqsEventSource(queues.deadLetters[priority], {

@@ -2,7 +2,8 @@ import type { Engine } from "../engine.js";
 import type { RunMessage } from "../model.js";
 import { METRICS } from "../observability.js";
 import { releaseBufferSlot } from "../storage/admission.js";
-import { getRun } from "../storage/run-reads.js";
+import { getJob, getRun } from "../storage/run-reads.js";
+import { triggerEntryOf } from "../storage/trigger.js";
 import { endUnownedRun } from "./run-endings.js";
 
 /**
@@ -37,13 +38,22 @@ export async function handleCrashedRun(
     return;
   }
   const times = receiveCount ? ` after ${receiveCount} deliveries` : "";
+  const now = engine.clock();
+  // A DEAD ending triggers the job's `failure` and `completion` dependents like a worker's does;
+  // the next dispatcher pass fans the entry out.
+  const job = await getJob(engine, seen.jobId);
+  const trigger =
+    job !== null && job.dependents.length > 0
+      ? triggerEntryOf(engine, job, seen, "DEAD", now)
+      : undefined;
   const run = await endUnownedRun(
     engine,
     message,
     "DEAD",
     `worker crashed: the run never recorded a result${times}`,
-    engine.clock(),
+    now,
     seen,
+    trigger,
   );
   if (run) {
     // A buffer_one job's waiting run may be the one that died; the next overlap may wait again.

@@ -1,5 +1,5 @@
 import type { Engine } from "../engine.js";
-import type { Job, Run } from "../model.js";
+import type { DueEntry, Job, Run } from "../model.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";
 import { type FinalStatus, recordRunOnJob } from "../storage/run-finish.js";
 import { getRun, type RunRef } from "../storage/run-reads.js";
@@ -59,11 +59,13 @@ export async function endUnownedRun(
   now: Date,
   /** The run as the caller already read it; the write is conditioned on it being unchanged. */
   seen?: Run,
+  /** The trigger entry of the job's dependents, written with a DEAD ending (see run-finish.ts). */
+  trigger?: DueEntry,
 ): Promise<Run | null> {
   const current = seen ?? (await getRun(engine, ref));
   if (current === null || (current.status !== "QUEUED" && current.status !== "RUNNING"))
     return null;
   // A worker still holding a live lease will record the outcome itself.
   if (current.status === "RUNNING" && (current.leaseUntil ?? "") > now.toISOString()) return null;
-  return endRunAsSeen(engine, current, status, reason, now);
+  return endRunAsSeen(engine, current, status, reason, now, trigger);
 }

@@ -1,11 +1,12 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
-import type { Run } from "../model.js";
+import type { DueEntry, Run } from "../model.js";
 import { isConditionalCheckFailed } from "./dynamo-errors.js";
-import { deadLetterPk, decodeRun, jobKey } from "./items.js";
+import { deadLetterPk, decodeRun, encodeDueEntry, jobKey } from "./items.js";
 import { deadRunExpiresAt } from "./retention.js";
 import { runKeyOf } from "./run-reads.js";
 import { boundedText } from "./stored-text.js";
+import { ConditionsFailedError, writeTransaction } from "./transaction.js";
 
 /** Unchanged since the caller read it: a worker that started it meanwhile keeps it. */
 const AS_SEEN = "#status = :was AND fence = :fence";
@@ -24,43 +25,72 @@ export async function endRunAsSeen(
   status: "DEAD" | "CANCELLED",
   reason: string,
   now: Date,
+  /** A DEAD ending of a job with dependents: their trigger entry, written with the ending. */
+  trigger?: DueEntry,
 ): Promise<Run | null> {
   const finishedAt = now.toISOString();
   const dead = status === "DEAD";
+  const update = {
+    TableName: engine.tables.runs,
+    Key: runKeyOf(seen),
+    ConditionExpression: AS_SEEN,
+    UpdateExpression: `SET #status = :status, reason = :reason, finishedAt = :finishedAt${
+      dead ? ", deadPk = :deadPk, deadSk = :deadSk, #error = :reason, expiresAt = :expiresAt" : ""
+    } REMOVE leaseUntil, inflightPk, inflightSk`,
+    ExpressionAttributeNames: { "#status": "status", ...(dead ? { "#error": "error" } : {}) },
+    ExpressionAttributeValues: {
+      ":was": seen.status,
+      ":fence": seen.fence,
+      ":status": status,
+      ":reason": boundedText(reason),
+      ":finishedAt": finishedAt,
+      ...(dead
+        ? {
+            ":deadPk": deadLetterPk(seen.tenantId),
+            ":deadSk": `${finishedAt}#${seen.runId}`,
+            ":expiresAt": deadRunExpiresAt(now, engine.settings),
+          }
+        : {}),
+    },
+  };
   let run: Run;
-  try {
-    const result = await engine.doc.send(
-      new UpdateCommand({
-        TableName: engine.tables.runs,
-        Key: runKeyOf(seen),
-        ConditionExpression: AS_SEEN,
-        UpdateExpression: `SET #status = :status, reason = :reason, finishedAt = :finishedAt${
-          dead
-            ? ", deadPk = :deadPk, deadSk = :deadSk, #error = :reason, expiresAt = :expiresAt"
-            : ""
-        } REMOVE leaseUntil, inflightPk, inflightSk`,
-        ExpressionAttributeNames: { "#status": "status", ...(dead ? { "#error": "error" } : {}) },
-        ExpressionAttributeValues: {
-          ":was": seen.status,
-          ":fence": seen.fence,
-          ":status": status,
-          ":reason": boundedText(reason),
-          ":finishedAt": finishedAt,
-          ...(dead
-            ? {
-                ":deadPk": deadLetterPk(seen.tenantId),
-                ":deadSk": `${finishedAt}#${seen.runId}`,
-                ":expiresAt": deadRunExpiresAt(now, engine.settings),
-              }
-            : {}),
+  if (trigger) {
+    try {
+      await writeTransaction<"run" | "trigger">(engine, "end-unowned", [
+        { name: "run", write: { Update: update } },
+        {
+          name: "trigger",
+          write: {
+            Put: {
+              TableName: engine.tables.jobs,
+              Item: encodeDueEntry(trigger),
+              ConditionExpression: "attribute_not_exists(pk)",
+            },
+          },
         },
-        ReturnValues: "ALL_NEW",
-      }),
-    );
-    run = decodeRun(result.Attributes ?? {});
-  } catch (error) {
-    if (isConditionalCheckFailed(error)) return null;
-    throw error;
+      ]);
+    } catch (error) {
+      if (error instanceof ConditionsFailedError && error.has("run")) return null;
+      throw error;
+    }
+    run = {
+      ...seen,
+      status,
+      reason: boundedText(reason),
+      finishedAt,
+      leaseUntil: null,
+      ...(dead ? { error: boundedText(reason) } : {}),
+    };
+  } else {
+    try {
+      const result = await engine.doc.send(
+        new UpdateCommand({ ...update, ReturnValues: "ALL_NEW" }),
+      );
+      run = decodeRun(result.Attributes ?? {});
+    } catch (error) {
+      if (isConditionalCheckFailed(error)) return null;
+      throw error;
+    }
   }
   if (seen.status === "RUNNING") await forgetActiveRun(engine, run.jobId, run.runId);
   return run;

@@ -625,6 +625,11 @@ describe("each handler, driven through its AWS-calling paths", () => {
     // RUNNING, its lease lapsed, started as often as the redrive delivers a message.
     const crashed = seedingEngine(-900_000);
     const { job } = await createJob(crashed, { ...testJob(), schedule: { every: "PT1H" } });
+    // A dependent on failure: the DEAD ending writes its trigger entry with itself.
+    await createJob(crashed, {
+      ...testJob(),
+      schedule: { after: { jobs: [job.jobId], on: "failure" } },
+    });
     const [message] = (await receiveVisible(queueUrl("normal"))).filter((m) =>
       m.Body?.includes(job.jobId),
     );
@@ -665,6 +670,7 @@ describe("each handler, driven through its AWS-calling paths", () => {
     expect(response.batchItemFailures).toEqual([]);
     expect((await runsOf(job.jobId)).map((run) => run.status)).toEqual(["DEAD"]);
     expect((await getJob(seedingEngine(0), job.jobId))?.activeRuns).toEqual({});
+    expect((await dueEntriesOf(job.jobId)).map((entry) => entry.kind)).toContain("trigger");
   });
 
   it("api: reads the caller's webhook secret (made by the worker), makes another tenant's, rotates", async () => {

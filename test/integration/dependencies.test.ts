@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { fanOutTrigger } from "../../shared/dispatch/trigger-fan-out.js";
+import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
 import {
   cancelJob,
@@ -13,6 +14,7 @@ import {
 import { getTenantJob } from "../../shared/jobs/queries.js";
 import type { Job, Run, RunTrigger } from "../../shared/model.js";
 import type { AfterOn } from "../../shared/schedule/index.js";
+import { startRun } from "../../shared/storage/run-start.js";
 import { ValidationError } from "../../shared/validation.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { withFaults } from "../support/faults.js";
@@ -224,6 +226,32 @@ describe("dependencies: a job runs after other jobs", () => {
     await runNext(b.jobId);
     const [run] = await runsOf(b.jobId);
     expect([run?.status, run?.executedVersion]).toEqual(["SUCCEEDED", b.version + 1]);
+  });
+
+  it("a run the redrive DLQ marks DEAD triggers the failure dependents, once, through the next pass", async () => {
+    const a = await upstreamJob();
+    const onFailure = await dependentOf([a], "failure");
+    const onSuccess = await dependentOf([a], "success");
+    const received = await f.nextDelivery(f.engine.queues.normal, a.jobId);
+    // Every delivery crashed its worker after the start: started as often as the redrive allows.
+    const { leaseMs, maxReceiveCount } = f.engine.settings;
+    for (let i = 0; i < maxReceiveCount; i++) {
+      const at = new Date(Date.now() + i * (leaseMs + 1000));
+      expect((await startRun(f.engine, received.message, `crashed-${i}`, at)).kind).toBe("started");
+    }
+    const late = {
+      ...f.engine,
+      clock: () => new Date(Date.now() + maxReceiveCount * (leaseMs + 1000)),
+    };
+    await handleCrashedRun(late, received.message, maxReceiveCount);
+    await handleCrashedRun(late, received.message, maxReceiveCount);
+    expect((await runsOf(a.jobId)).map((r) => r.status)).toEqual(["DEAD"]);
+    expect(await triggerEntries(a.jobId)).toHaveLength(1);
+    await dispatchShard(f.engine, 0, "dlq-pass");
+    await dispatchShard(f.engine, 0, "dlq-second-pass");
+    const runs = await runsOf(onFailure.jobId);
+    expect(runs.map((r) => [r.status, r.trigger?.jobId])).toEqual([["QUEUED", a.jobId]]);
+    expect(await runsOf(onSuccess.jobId)).toEqual([]);
   });
 
   it("fans out to 100 dependents, one run each", async () => {
