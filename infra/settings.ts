@@ -1,6 +1,12 @@
 import { RetentionDays } from "aws-cdk-lib/aws-logs";
 import type { Node } from "constructs";
-import { DEFAULT_SETTINGS, ENV, loadSettings, MAX_TIMEOUT_SECONDS } from "../shared/config.js";
+import {
+  DEFAULT_LOW_PRIORITY_SHARE,
+  DEFAULT_SETTINGS,
+  ENV,
+  loadSettings,
+  MAX_TIMEOUT_SECONDS,
+} from "../shared/config.js";
 import type { Priority } from "../shared/model.js";
 
 /** How callers of the HTTP API authenticate. */
@@ -44,6 +50,11 @@ export interface SchedulerSettings {
   readonly workerBatchSize: number;
   /** Concurrent worker invocations per priority queue: how the pool drains high first. */
   readonly workerConcurrency: Readonly<Record<Priority, number>>;
+  /**
+   * The starvation guard: the smallest share of the worker pool the low queue keeps while high is
+   * saturated (0 to 0.5). Low's event source gets at least this share of the three maximums.
+   */
+  readonly lowPriorityShare: number;
   /** Deliveries before SQS moves a message to the queue's DLQ. */
   readonly maxReceiveCount: number;
   readonly apiRateLimit: number;
@@ -104,6 +115,7 @@ export function resolveSettings(input: SettingsInput = {}): SchedulerSettings {
       normal: input.workerConcurrency?.normal ?? 20,
       low: input.workerConcurrency?.low ?? 5,
     },
+    lowPriorityShare: input.lowPriorityShare ?? DEFAULT_LOW_PRIORITY_SHARE,
     maxReceiveCount: input.maxReceiveCount ?? 5,
     apiRateLimit: input.apiRateLimit ?? 100,
     apiBurstLimit: input.apiBurstLimit ?? 200,
@@ -145,6 +157,14 @@ function validate(s: SchedulerSettings): void {
       s.workerConcurrency.normal >= s.workerConcurrency.low,
     "workerConcurrency must not decrease with priority (high >= normal >= low)",
   );
+  check(
+    Number.isFinite(s.lowPriorityShare) && s.lowPriorityShare >= 0 && s.lowPriorityShare <= 0.5,
+    `lowPriorityShare must be a number from 0 to 0.5, got ${s.lowPriorityShare}`,
+  );
+  check(
+    workerEventSourceConcurrency(s).low <= 1000,
+    "lowPriorityShare asks for more than 1000 concurrent low-priority workers",
+  );
   intIn("maxReceiveCount", s.maxReceiveCount, 1, 1000);
   intIn("apiRateLimit", s.apiRateLimit, 1, 10_000);
   intIn("apiBurstLimit", s.apiBurstLimit, 1, 5_000);
@@ -181,6 +201,19 @@ function validate(s: SchedulerSettings): void {
   );
   if (problems.length > 0)
     throw new Error(`invalid scheduler settings:\n- ${problems.join("\n- ")}`);
+}
+
+/**
+ * Each work queue's event source maximum concurrency. Each queue has its own pollers, so high's
+ * backlog never takes low's invocations; low's maximum is raised, when needed, to
+ * `lowPriorityShare` of the three together: low's runs keep that share of the pool while high is
+ * saturated (the starvation guard on Lambda).
+ */
+export function workerEventSourceConcurrency(s: SchedulerSettings): Record<Priority, number> {
+  const { high, normal, low } = s.workerConcurrency;
+  const share = s.lowPriorityShare;
+  const guarded = Math.ceil(((high + normal) * share) / (1 - share) - 1e-9);
+  return { high, normal, low: Math.max(low, guarded) };
 }
 
 /** The engine settings as the handlers read them (shared/config.ts `loadSettings`). */
@@ -226,6 +259,7 @@ export const CONTEXT_KEYS = [
   "workerConcurrencyHigh",
   "workerConcurrencyNormal",
   "workerConcurrencyLow",
+  "lowPriorityShare",
   "maxReceiveCount",
   "apiRateLimit",
   "apiBurstLimit",
@@ -261,6 +295,13 @@ export function settingsFromContext(node: Node): SchedulerSettings {
     if (value === true || value === "true") return true;
     if (value === false || value === "false") return false;
     throw new Error(`context ${key} must be true or false, got "${String(value)}"`);
+  };
+  const num = (key: ContextKey): number | undefined => {
+    const value = raw(key);
+    if (value === undefined || value === null || value === "") return undefined;
+    const n = typeof value === "number" ? value : Number(value);
+    if (!Number.isFinite(n)) throw new Error(`context ${key} must be a number, got "${value}"`);
+    return n;
   };
   const issuer = text("jwtIssuer");
   const audience = (text("jwtAudience") ?? "")
@@ -303,6 +344,7 @@ export function settingsFromContext(node: Node): SchedulerSettings {
       normal: int("workerConcurrencyNormal"),
       low: int("workerConcurrencyLow"),
     },
+    lowPriorityShare: num("lowPriorityShare"),
     maxReceiveCount: int("maxReceiveCount"),
     apiRateLimit: int("apiRateLimit"),
     apiBurstLimit: int("apiBurstLimit"),

@@ -97,6 +97,9 @@ export const DEFAULT_SETTINGS: EngineSettings = {
   maxReceiveCount: 5,
 };
 
+/** The starvation guard's default: low priority keeps 10 % of the workers while high is saturated. */
+export const DEFAULT_LOW_PRIORITY_SHARE = 0.1;
+
 /** The longest delay SQS accepts on a message. */
 export const MAX_SQS_DELAY_SECONDS = 900;
 

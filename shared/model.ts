@@ -209,4 +209,9 @@ export interface RunMessage {
    * whose deliveries never started it. Absent (0) for a run not yet started.
    */
   readonly fence?: number;
+  /**
+   * The job's tenant: the message's `MessageGroupId` (SQS fair queues) and what the worker loop
+   * takes turns between. Empty in a message sent before the field existed.
+   */
+  readonly tenantId: string;
 }

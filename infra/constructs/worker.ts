@@ -4,7 +4,7 @@ import { Construct } from "constructs";
 import { ENV } from "../../shared/config.js";
 import { PRIORITIES } from "../../shared/model.js";
 import { allowQueues, allowTable, allowTableKey } from "../access.js";
-import type { SchedulerSettings } from "../settings.js";
+import { type SchedulerSettings, workerEventSourceConcurrency } from "../settings.js";
 import type { Queues } from "./queues.js";
 import { SchedulerFunction } from "./scheduler-function.js";
 import type { Storage } from "./storage.js";
@@ -24,7 +24,7 @@ export interface WorkerProps {
 
 /**
  * The worker (one SQS event source per priority, concurrency capped per
- * priority so high drains first) and the consumer of the redrive DLQs that
+ * priority so high drains first, low keeping its share: the starvation guard) and the consumer of the redrive DLQs that
  * marks crashed runs DEAD.
  */
 export class Worker extends Construct {
@@ -65,12 +65,13 @@ export class Worker extends Construct {
     allowTable(this.worker.fn, { ...storage.runs, actions: ["UpdateItem", "PutItem"] });
     // Visibility shrink and heartbeat; resends of early, retried and buffered runs.
     allowQueues(this.worker.fn, queues.allWork, ["SendMessage", "ChangeMessageVisibility"]);
+    const concurrency = workerEventSourceConcurrency(settings);
     for (const priority of PRIORITIES) {
       this.worker.fn.addEventSource(
         new SqsEventSource(queues.work[priority], {
           batchSize: settings.workerBatchSize,
           reportBatchItemFailures: true,
-          maxConcurrency: settings.workerConcurrency[priority],
+          maxConcurrency: concurrency[priority],
         }),
       );
     }

@@ -5,7 +5,7 @@ import { customJobTypes } from "../../functions/worker/handlers/index.js";
 import { startLocalServer } from "../../shared/api/local-server.js";
 import { createAwsClients } from "../../shared/aws.js";
 import { sleep, systemClock } from "../../shared/clock.js";
-import { ENV, type Env, loadSettings } from "../../shared/config.js";
+import { DEFAULT_LOW_PRIORITY_SHARE, ENV, type Env, loadSettings } from "../../shared/config.js";
 import { buildConsoleAssets } from "../../shared/console/build.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import { runTickLoop } from "../../shared/dispatch/tick.js";
@@ -169,6 +169,7 @@ export async function startSandbox(options: SandboxOptions): Promise<Sandbox> {
           signal: stopping.signal,
           idleWaitSeconds: 0,
           idleSleepMs: 50,
+          lowPriorityShare: lowPriorityShareFrom(env),
         },
       ),
       consumeDeadLetters(engine, resources.deadLetterQueues, stopping.signal),
@@ -277,4 +278,14 @@ function sandboxObservability(print: (line: string) => void): Observability {
     },
     metrics: { add: () => undefined },
   };
+}
+
+/** The worker loop's starvation guard: the share of its slots normal and low each keep (0 to 0.5). */
+function lowPriorityShareFrom(env: Env): number {
+  const raw = env.LOW_PRIORITY_SHARE;
+  if (raw === undefined || raw === "") return DEFAULT_LOW_PRIORITY_SHARE;
+  const value = Number(raw);
+  if (!Number.isFinite(value) || value < 0 || value > 0.5)
+    throw new Error(`LOW_PRIORITY_SHARE must be a number from 0 to 0.5, got "${raw}"`);
+  return value;
 }

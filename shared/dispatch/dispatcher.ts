@@ -11,9 +11,8 @@ import {
   releaseShardLease,
   type ShardLease,
 } from "../storage/lease.js";
-import { type ChainOptions, claimChain, emptySweepStats, type SweepStats } from "./claim-chain.js";
-import { isolateFailure } from "./failed-claims.js";
-import { RunSender } from "./run-sender.js";
+import { type ChainOptions, emptySweepStats, type SweepStats } from "./claim-chain.js";
+import { claimPages, earliest } from "./claim-pages.js";
 
 const MINUTE_MS = 60_000;
 /**
@@ -299,50 +298,6 @@ async function sweepUnpositionedBacklog(
     complete: scan.complete,
   });
   return { complete: scan.complete, leftFrom };
-}
-
-/**
- * Claims every due entry of the pages and enqueues the runs, isolating each
- * failure (see `sweepBuckets`); returns the earliest bucket where an entry was left.
- */
-async function claimPages(
-  engine: Engine,
-  shard: number,
-  pages: AsyncIterable<readonly DueEntry[]>,
-  options: Pick<SweepOptions, "now" | "horizonEnd" | "lease" | "concurrency">,
-  stats: SweepStats,
-): Promise<string | null> {
-  const sender = new RunSender(engine, stats);
-  let leftFrom: string | null = null;
-  const onFailure = async (entry: DueEntry, error: unknown) => {
-    const handling = await isolateFailure(engine, shard, entry, error, options.now);
-    if (handling === "set-aside") stats.setAside++;
-    else if (handling === "left") {
-      stats.failed++;
-      leftFrom = earliest([leftFrom, bucketMinuteOf(entry)]);
-    }
-  };
-  for await (const entries of pages) {
-    await forEachConcurrently(entries, options.concurrency ?? 16, (entry) =>
-      claimChain(engine, entry, options, stats, sender, onFailure),
-    );
-    await sender.flush();
-  }
-  await sender.flush();
-  return leftFrom;
-}
-
-function bucketMinuteOf(entry: DueEntry): string | null {
-  // DUE#<yyyy-mm-ddTHH:MM>#<shard>
-  const minute = entry.key.pk.split("#")[1];
-  return minute !== undefined && Number.isFinite(minuteMs(minute)) ? minute : null;
-}
-
-function earliest(minutes: readonly (string | null)[]): string | null {
-  let first: string | null = null;
-  for (const minute of minutes)
-    if (minute !== null && (first === null || minute < first)) first = minute;
-  return first;
 }
 
 async function mapConcurrently<T, R>(

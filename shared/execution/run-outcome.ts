@@ -177,7 +177,13 @@ async function wakeBuffered(engine: Engine, jobId: string, finishedRunId: string
   const now = engine.clock();
   await resend(
     engine,
-    { ...buffered, dueAt: now.toISOString(), jobVersion: job.version, priority: job.priority },
+    {
+      ...buffered,
+      dueAt: now.toISOString(),
+      jobVersion: job.version,
+      priority: job.priority,
+      tenantId: job.tenantId,
+    },
     now,
   );
 }

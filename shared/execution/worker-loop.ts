@@ -1,7 +1,9 @@
 import { setMaxListeners } from "node:events";
 import type { SQSClient } from "@aws-sdk/client-sqs";
 import { sleep } from "../clock.js";
-import { PRIORITIES } from "../model.js";
+import { RoundRobin, Wakeup } from "../concurrency.js";
+import { DEFAULT_LOW_PRIORITY_SHARE } from "../config.js";
+import { PRIORITIES, type Priority } from "../model.js";
 import type { Logger } from "../observability.js";
 import { deleteMessages, type ReceivedRun, receiveRuns, SQS_BATCH } from "../queue/work-queue.js";
 import {
@@ -22,7 +24,15 @@ export interface WorkerLoopOptions {
    */
   readonly idleWaitSeconds?: number;
   readonly idleSleepMs?: number;
+  /**
+   * The starvation guard: the share of `concurrency` that each queue below high (normal, low) is
+   * guaranteed while it has runs waiting, however busy the queues above it are. Default 10 %.
+   */
+  readonly lowPriorityShare?: number;
 }
+
+/** After an empty receive from a queue below its share, the loop looks there first again this much later. */
+const GUARD_EMPTY_BACKOFF_MS = 1000;
 
 /** Messages held at once, waiting for their second or running, per slot of concurrency. */
 const HELD_PER_SLOT = 2;
@@ -32,8 +42,13 @@ const MAX_RECEIVERS = 8;
 
 /**
  * The worker as a long-lived process (the sandbox, a container): keeps up to
- * `concurrency` runs going, always taking from the high queue before normal
- * before low. The Lambda worker runs the same `processRun` per SQS record.
+ * `concurrency` runs going, taking from the high queue before normal before
+ * low, except that normal and low each keep a minimum share of the slots
+ * (`lowPriorityShare`) while they have runs waiting: a queue below its share
+ * is received from first, and a freed slot goes to its waiting run first. Within
+ * a priority, the runs it holds take slots in turn by tenant, so a tenant with
+ * a backlog does not hold back another's runs. The Lambda worker runs the same
+ * `processRun` per SQS record.
  *
  * A message that arrives early (SQS delays are whole seconds, rounded down)
  * waits for its second without taking a slot: at a top-of-the-minute spike
@@ -48,7 +63,9 @@ const MAX_RECEIVERS = 8;
  */
 export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions): Promise<void> {
   const held = new Set<Promise<void>>();
-  const slots = new Slots(options.concurrency);
+  const share = options.lowPriorityShare ?? DEFAULT_LOW_PRIORITY_SHARE;
+  const slots = new FairSlots(options.concurrency, share);
+  const guard = new ReceiveGuard(slots, deps.engine.clock);
   const acks = new AckBatcher(deps.engine.sqs, deps.engine.obs.log);
   const { signal } = options;
   const capacity = options.concurrency * HELD_PER_SLOT;
@@ -84,14 +101,16 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
       asked += max;
       let batch: ReceivedRun[];
       try {
-        batch = await receiveByPriority(deps, max, first ? idleWaitSeconds : 0, signal);
+        batch = await receiveByPriority(deps, guard, max, first ? idleWaitSeconds : 0, signal);
       } finally {
         asked -= max;
         // What this receive did not fill is free again for a receiver waiting on it.
         settled.notify();
       }
       for (const received of batch) {
+        slots.hold(received.message.priority);
         const task = handle(deps, received, slots, acks, signal).finally(() => {
+          slots.unhold(received.message.priority);
           held.delete(task);
           settled.notify();
         });
@@ -107,21 +126,6 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
   await Promise.all(Array.from({ length: receivers }, (_, i) => receiver(i === 0)));
   await Promise.allSettled(held);
   await acks.flush();
-}
-
-/** Wakes everyone waiting at once. */
-class Wakeup {
-  private waiting: (() => void)[] = [];
-
-  wait(): Promise<void> {
-    return new Promise((resolve) => this.waiting.push(resolve));
-  }
-
-  notify(): void {
-    const waiting = this.waiting;
-    this.waiting = [];
-    for (const resolve of waiting) resolve();
-  }
 }
 
 /**
@@ -179,51 +183,146 @@ export class AckBatcher {
   }
 }
 
-/** A counting semaphore: at most `size` holders at once, the rest wait in arrival order. */
-class Slots {
+/**
+ * At most `size` runs at once. A freed slot goes to a waiting run of a queue below high that is
+ * under its reserved share (lowest first), else to the highest priority with a run waiting; within
+ * a priority, to the waiting tenant with the fewest runs in progress (ties in turn), so a tenant
+ * whose runs fill the slots does not take the next one from a tenant that has none.
+ */
+class FairSlots {
   busy = 0;
-  private readonly waiting: (() => void)[] = [];
+  /** Runs holding a slot, by priority. */
+  private readonly running: Record<Priority, number> = { high: 0, normal: 0, low: 0 };
+  private readonly runningByTenant = new Map<string, number>();
+  /** Messages held (waiting for their second or a slot, or running), by priority. */
+  private readonly holding: Record<Priority, number> = { high: 0, normal: 0, low: 0 };
+  private readonly waiting: Record<Priority, RoundRobin<() => void>> = {
+    high: new RoundRobin(),
+    normal: new RoundRobin(),
+    low: new RoundRobin(),
+  };
+  /** Slots a queue below high is guaranteed while it has runs: at least one. */
+  private readonly reserved: number;
 
-  constructor(private readonly size: number) {}
-
-  async acquire(): Promise<void> {
-    if (this.busy < this.size) {
-      this.busy++;
-      return;
-    }
-    await new Promise<void>((resolve) => this.waiting.push(resolve));
+  constructor(
+    private readonly size: number,
+    share: number,
+  ) {
+    this.reserved = share > 0 ? Math.max(1, Math.floor(size * share)) : 0;
   }
 
-  release(): void {
-    const next = this.waiting.shift();
-    if (next) next();
-    else this.busy--;
+  hold(priority: Priority): void {
+    this.holding[priority]++;
+  }
+
+  unhold(priority: Priority): void {
+    this.holding[priority]--;
+  }
+
+  /** How many runs short of its share a queue below high holds: what it is received for first. */
+  owed(priority: Priority): number {
+    return priority === "high" ? 0 : Math.max(0, this.reserved - this.holding[priority]);
+  }
+
+  async acquire(priority: Priority, tenantId: string): Promise<void> {
+    if (this.busy < this.size) {
+      this.busy++;
+      this.count(priority, tenantId, 1);
+      return;
+    }
+    // The releasing run hands its slot over and counts it (see release).
+    await new Promise<void>((resolve) =>
+      this.waiting[priority].push(tenantId, () => {
+        this.count(priority, tenantId, 1);
+        resolve();
+      }),
+    );
+  }
+
+  release(priority: Priority, tenantId: string): void {
+    this.count(priority, tenantId, -1);
+    const next = this.nextWaiting();
+    if (next === undefined) this.busy--;
+    else this.waiting[next].shift((tenant) => this.runningByTenant.get(tenant) ?? 0)?.();
+  }
+
+  private count(priority: Priority, tenantId: string, delta: 1 | -1): void {
+    this.running[priority] += delta;
+    const tenantRuns = (this.runningByTenant.get(tenantId) ?? 0) + delta;
+    if (tenantRuns === 0) this.runningByTenant.delete(tenantId);
+    else this.runningByTenant.set(tenantId, tenantRuns);
+  }
+
+  /** Whose waiting run gets a freed slot. */
+  private nextWaiting(): Priority | undefined {
+    const guarded = (["low", "normal"] as const).find(
+      (p) => this.running[p] < this.reserved && this.waiting[p].size > 0,
+    );
+    return guarded ?? PRIORITIES.find((p) => this.waiting[p].size > 0);
+  }
+}
+
+/**
+ * The starvation guard on the receive side: a queue below high that holds fewer runs than its
+ * share is asked first (lowest first), for what it is owed. After it came back empty it is asked
+ * only in its normal turn for a second, so an empty low queue does not cost a receive before
+ * every other one.
+ */
+class ReceiveGuard {
+  private readonly emptyUntil: Record<Priority, number> = { high: 0, normal: 0, low: 0 };
+
+  constructor(
+    private readonly slots: FairSlots,
+    private readonly clock: () => Date,
+  ) {}
+
+  /** The queues to ask first, each with how many runs it is owed. */
+  firsts(): { priority: Priority; owed: number }[] {
+    const now = this.clock().getTime();
+    return (["low", "normal"] as const)
+      .filter((p) => this.emptyUntil[p] <= now)
+      .map((priority) => ({ priority, owed: this.slots.owed(priority) }))
+      .filter(({ owed }) => owed > 0);
+  }
+
+  cameBackEmpty(priority: Priority): void {
+    this.emptyUntil[priority] = this.clock().getTime() + GUARD_EMPTY_BACKOFF_MS;
   }
 }
 
 async function receiveByPriority(
   deps: WorkerDeps,
+  guard: ReceiveGuard,
   max: number,
   idleWaitSeconds: number,
   signal: AbortSignal,
 ): Promise<ReceivedRun[]> {
-  const queues = deps.engine.queues;
-  for (const [index, priority] of PRIORITIES.entries()) {
-    const last = index === PRIORITIES.length - 1;
+  const receive = async (priority: Priority, count: number, waitSeconds: number) => {
     try {
-      const batch = await receiveRuns(deps.engine.sqs, queues[priority], {
-        max,
-        waitSeconds: last ? idleWaitSeconds : 0,
+      return await receiveRuns(deps.engine.sqs, deps.engine.queues[priority], {
+        max: count,
+        waitSeconds,
         visibilitySeconds: receiveVisibilitySeconds(deps.engine.settings.leaseMs / 1000),
         signal,
       });
-      if (batch.length > 0) return batch;
     } catch (error) {
-      if (signal.aborted) return [];
+      if (signal.aborted) return null;
       deps.engine.obs.log.warn("receive failed; backing off", { priority, error: String(error) });
       await sleep(1000, signal);
-      return [];
+      return null;
     }
+  };
+  for (const { priority, owed } of guard.firsts()) {
+    const batch = await receive(priority, Math.min(max, owed), 0);
+    if (batch === null) return [];
+    if (batch.length > 0) return batch;
+    guard.cameBackEmpty(priority);
+  }
+  for (const [index, priority] of PRIORITIES.entries()) {
+    const last = index === PRIORITIES.length - 1;
+    const batch = await receive(priority, max, last ? idleWaitSeconds : 0);
+    if (batch === null) return [];
+    if (batch.length > 0) return batch;
   }
   return [];
 }
@@ -231,7 +330,7 @@ async function receiveByPriority(
 async function handle(
   deps: WorkerDeps,
   received: ReceivedRun,
-  slots: Slots,
+  slots: FairSlots,
   acks: AckBatcher,
   signal: AbortSignal,
 ): Promise<void> {
@@ -241,7 +340,7 @@ async function handle(
     // Stopping: leave it undeleted; it comes back after its visibility, or the reaper re-sends it.
     if (signal.aborted) return;
   }
-  await slots.acquire();
+  await slots.acquire(received.message.priority, received.message.tenantId);
   try {
     if ((await processRun(deps, received)) === "ack") acks.add(received);
   } catch (error) {
@@ -252,6 +351,6 @@ async function handle(
       error: String(error),
     });
   } finally {
-    slots.release();
+    slots.release(received.message.priority, received.message.tenantId);
   }
 }

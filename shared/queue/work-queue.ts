@@ -74,10 +74,15 @@ export function decodeRunMessage(body: string | undefined): RunMessage | null {
     jobVersion: v.jobVersion,
     priority: v.priority,
     ...(typeof v.fence === "number" && v.fence > 0 ? { fence: v.fence } : {}),
+    tenantId: typeof v.tenantId === "string" ? v.tenantId : "",
   };
 }
 
-/** Sends runs to the queue of their priority, ten to a batch, each delayed to its due second. */
+/**
+ * Sends runs to the queue of their priority, ten to a batch, each delayed to its due second and
+ * in the message group of its tenant: on a standard queue that makes it an SQS fair queue, which
+ * hands out the messages of a tenant with a backlog behind those of quieter tenants.
+ */
 export async function sendRuns(
   sqs: SQSClient,
   queues: QueueUrls,
@@ -116,6 +121,7 @@ async function sendBatch(
           Id: id,
           MessageBody: encodeRunMessage(run.message),
           DelaySeconds: delaySecondsFor(run.dueAt, now),
+          ...messageGroupOf(run.message),
         })),
       }),
     );
@@ -125,6 +131,11 @@ async function sendBatch(
   if (pending.length > 0) {
     throw new Error(`SQS refused ${pending.length} message(s) for ${queueUrl}`);
   }
+}
+
+/** A message sent before messages named their tenant has none to give (SQS refuses an empty id). */
+function messageGroupOf(message: RunMessage): { MessageGroupId?: string } {
+  return message.tenantId === "" ? {} : { MessageGroupId: message.tenantId };
 }
 
 export async function receiveRuns(

@@ -120,5 +120,6 @@ export function runMessageOf(run: Run): RunMessage {
     jobVersion: run.jobVersion,
     priority: run.priority,
     ...(run.fence > 0 ? { fence: run.fence } : {}),
+    tenantId: run.tenantId,
   };
 }

@@ -8,6 +8,7 @@ import {
   engineEnvironment,
   resolveSettings,
   settingsFromContext,
+  workerEventSourceConcurrency,
 } from "../../infra/settings.js";
 import { DEFAULT_SETTINGS, loadSettings } from "../../shared/config.js";
 import { REPO_ROOT } from "./support/synth.js";
@@ -69,6 +70,21 @@ describe("settings", () => {
     });
   });
 
+  it("raises low's event source concurrency to its share of the pool (the starvation guard)", () => {
+    for (const [context, low] of [
+      [{}, 8],
+      [{ workerConcurrencyHigh: "100" }, 14],
+      [{ workerConcurrencyLow: "20" }, 20],
+      [{ lowPriorityShare: "0" }, 5],
+      [{ lowPriorityShare: "0.25" }, 24],
+    ] as const) {
+      const concurrency = workerEventSourceConcurrency(fromContext(context));
+      expect(concurrency.low, JSON.stringify(context)).toBe(low);
+      const total = concurrency.high + concurrency.normal + concurrency.low;
+      expect(concurrency.low / total).toBeGreaterThanOrEqual(fromContext(context).lowPriorityShare);
+    }
+  });
+
   it("never lets maxShardCount fall below shardCount", () => {
     expect(fromContext({ shardCount: "12", maxShardCount: "4" }).maxShardCount).toBe(12);
   });
@@ -95,6 +111,8 @@ describe("settings", () => {
     [{ workerConcurrencyLow: "50" }, /must not decrease with priority/],
     [{ workerConcurrencyHigh: "1" }, /workerConcurrency.high must be an integer from 2/],
     [{ logRetentionDays: "10" }, /logRetentionDays must be one CloudWatch Logs accepts/],
+    [{ lowPriorityShare: "0.6" }, /lowPriorityShare must be a number from 0 to 0.5/],
+    [{ lowPriorityShare: "ten" }, /lowPriorityShare must be a number/],
   ])("refuses %o", (context, message) => {
     expect(() => fromContext(context)).toThrow(message);
   });

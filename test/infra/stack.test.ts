@@ -256,6 +256,10 @@ describe("worker event sources", () => {
     expect(high).toBeGreaterThan(normal ?? Number.NaN);
     expect(normal).toBeGreaterThan(low ?? Number.NaN);
     expect(low).toBeGreaterThanOrEqual(2);
+    // The starvation guard: low keeps its share of the pool while high and normal are saturated.
+    expect((low ?? 0) / ((high ?? 0) + (normal ?? 0) + (low ?? 0))).toBeGreaterThanOrEqual(
+      prod.stack.settings.lowPriorityShare,
+    );
   });
 
   it("feeds every DLQ to the DLQ consumer, also with partial batch responses", () => {

@@ -20,6 +20,8 @@ export interface SeedSpec {
    * it had been filed on time and no pass had run since.
    */
   readonly filedAt?: Date;
+  /** The job's tenant; testJob's by default. */
+  readonly tenantId?: string;
 }
 
 /**
@@ -34,7 +36,11 @@ export async function seedJobs(
   const jobs: Job[] = [];
   const items: Record<string, unknown>[] = [];
   for (const spec of specs) {
-    const base = testJob({ schedule: spec.schedule, ...(spec.type ? { type: spec.type } : {}) });
+    const base = testJob({
+      schedule: spec.schedule,
+      ...(spec.type ? { type: spec.type } : {}),
+      ...(spec.tenantId ? { tenantId: spec.tenantId } : {}),
+    });
     const policies = { ...base.policies, misfire: spec.misfire ?? base.policies.misfire };
     const entry: DueEntry = {
       key: dueEntryKey(

@@ -17,6 +17,7 @@ function received(queueUrl: string, i: number): ReceivedRun {
       attempt: 1,
       jobVersion: 1,
       priority: "normal",
+      tenantId: "tenant-a",
     },
     queueUrl,
     receiptHandle: `handle-${i}`,

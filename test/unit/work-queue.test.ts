@@ -29,10 +29,16 @@ describe("run messages", () => {
     attempt: 2,
     jobVersion: 3,
     priority: "high" as const,
+    tenantId: "tenant-a",
   };
 
   it("round-trip", () => {
     expect(decodeRunMessage(encodeRunMessage(message))).toEqual(message);
+  });
+
+  it("a message sent before messages named their tenant decodes with an empty tenant", () => {
+    const { tenantId: _, ...withoutTenant } = message;
+    expect(decodeRunMessage(JSON.stringify(withoutTenant))).toEqual({ ...message, tenantId: "" });
   });
 
   it("anything else is poison, not a crash", () => {

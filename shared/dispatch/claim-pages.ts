@@ -1,0 +1,106 @@
+import { RoundRobin, Wakeup } from "../concurrency.js";
+import type { Engine } from "../engine.js";
+import type { DueEntry } from "../model.js";
+import { type ChainOptions, claimChain, type SweepStats } from "./claim-chain.js";
+import { isolateFailure } from "./failed-claims.js";
+import { RunSender } from "./run-sender.js";
+
+/**
+ * Due entries a pass reads ahead of its claims to take turns between tenants: one tenant's entries
+ * beyond this many ahead of another's (in one shard's sweep) still hold that one back.
+ */
+const READ_AHEAD_ENTRIES = 50_000;
+
+/**
+ * Claims every due entry of the pages and enqueues the runs, isolating each
+ * failure (see `sweepBuckets` in dispatcher.ts); returns the earliest bucket where an entry was
+ * left.
+ *
+ * Claims take turns between tenants: the pages are read ahead (up to
+ * READ_AHEAD_ENTRIES entries) into one queue per tenant, and each claim lane
+ * takes the next tenant's oldest entry, so one tenant's 100,000 entries in a
+ * bucket do not hold back another tenant's 10 behind them in key order. The
+ * reads are the same Query pages as in key order, so the fairness costs no
+ * request, only the memory of the entries read ahead.
+ */
+export async function claimPages(
+  engine: Engine,
+  shard: number,
+  pages: AsyncIterable<readonly DueEntry[]>,
+  options: ChainOptions & { readonly concurrency?: number | undefined },
+  stats: SweepStats,
+): Promise<string | null> {
+  const sender = new RunSender(engine, stats);
+  let leftFrom: string | null = null;
+  const onFailure = async (entry: DueEntry, error: unknown) => {
+    const handling = await isolateFailure(engine, shard, entry, error, options.now);
+    if (handling === "set-aside") stats.setAside++;
+    else if (handling === "left") {
+      stats.failed++;
+      leftFrom = earliest([leftFrom, bucketMinuteOf(entry)]);
+    }
+  };
+  const turns = new RoundRobin<DueEntry>();
+  const queued = new Wakeup();
+  const taken = new Wakeup();
+  let reading = true;
+  let stopped: { error: unknown } | null = null;
+  const stop = (error: unknown) => {
+    stopped ??= { error };
+    queued.notify();
+    taken.notify();
+  };
+
+  const read = async () => {
+    try {
+      for await (const entries of pages) {
+        for (const entry of entries) turns.push(entry.tenantId, entry);
+        queued.notify();
+        while (turns.size >= READ_AHEAD_ENTRIES && stopped === null) await taken.wait();
+        if (stopped !== null) return;
+      }
+    } catch (error) {
+      stop(error);
+    } finally {
+      reading = false;
+      queued.notify();
+    }
+  };
+  const lane = async () => {
+    while (stopped === null) {
+      const entry = turns.shift();
+      if (entry === undefined) {
+        if (!reading) return;
+        // Nothing to claim until the next page: send what is claimed so far.
+        await sender.flush();
+        if (turns.size === 0 && reading && stopped === null) await queued.wait();
+        continue;
+      }
+      taken.notify();
+      try {
+        await claimChain(engine, entry, options, stats, sender, onFailure);
+      } catch (error) {
+        stop(error);
+      }
+    }
+  };
+  const lanes = Math.max(1, options.concurrency ?? 16);
+  await Promise.all([read(), ...Array.from({ length: lanes }, lane)]);
+  // Runs already claimed are sent even when the pass stops: they are committed.
+  await sender.flush();
+  if (stopped !== null) throw (stopped as { error: unknown }).error;
+  return leftFrom;
+}
+
+function bucketMinuteOf(entry: DueEntry): string | null {
+  // DUE#<yyyy-mm-ddTHH:MM>#<shard>
+  const minute = entry.key.pk.split("#")[1];
+  return minute !== undefined && Number.isFinite(Date.parse(`${minute}:00.000Z`)) ? minute : null;
+}
+
+export function earliest(minutes: readonly (string | null)[]): string | null {
+  let first: string | null = null;
+  for (const minute of minutes)
+    if (minute !== null && (first === null || minute < first)) first = minute;
+  return first;
+}

@@ -1,0 +1,300 @@
+import { SendMessageBatchCommand, SQSClient } from "@aws-sdk/client-sqs";
+import { mockClient } from "aws-sdk-client-mock";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { horizonOf, sweepShard } from "../../shared/dispatch/dispatcher.js";
+import { reap } from "../../shared/dispatch/reaper.js";
+import type { JobHandler } from "../../shared/execution/job-contract.js";
+import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
+import { createJob, pauseJob, resumeJob, triggerJob } from "../../shared/jobs/index.js";
+import type { Priority } from "../../shared/model.js";
+import { decodeRunMessage } from "../../shared/queue/work-queue.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { seedJobs } from "../support/seed.js";
+import { waitFor } from "../support/wait.js";
+
+const SECOND = 1000;
+
+interface SentMessage {
+  readonly jobId: string;
+  readonly tenantId: string;
+  readonly messageGroupId: string | undefined;
+}
+
+/**
+ * Records every message the engine's SQS client sends, in order. The emulator accepts
+ * `MessageGroupId` on a standard queue but does not keep it, so the request is where to look.
+ */
+function recordSends(f: EngineFixture): { sent: SentMessage[]; stop(): void } {
+  const sent: SentMessage[] = [];
+  const name = `recordSends-${Math.random()}`;
+  f.engine.sqs.middlewareStack.add(
+    (next, context) => async (args) => {
+      if (context.commandName === "SendMessageBatchCommand") {
+        const input = args.input as SendMessageBatchCommand["input"];
+        for (const entry of input.Entries ?? []) {
+          const message = decodeRunMessage(entry.MessageBody);
+          if (message)
+            sent.push({
+              jobId: message.jobId,
+              tenantId: message.tenantId,
+              messageGroupId: entry.MessageGroupId,
+            });
+        }
+      }
+      return next(args);
+    },
+    { step: "initialize", name },
+  );
+  return { sent, stop: () => f.engine.sqs.middlewareStack.remove(name) };
+}
+
+describe("fair claiming", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture({ settings: { shardCount: 1, maxShardCount: 1 } });
+  });
+  afterAll(() => f.destroy());
+
+  it("takes turns between two tenants' entries in one bucket, whatever their key order", async () => {
+    const now = new Date();
+    const dueAt = new Date(Math.floor(now.getTime() / SECOND) * SECOND - 5 * SECOND);
+    // One second, one bucket: the big tenant's job ids sort before the small tenant's, so in key
+    // order all 300 of its entries come first.
+    const spec = (tenantId: string, prefix: string, count: number) =>
+      Array.from({ length: count }, (_, i) => ({
+        jobId: `${prefix}${String(i).padStart(5, "0")}`,
+        schedule: { runAt: dueAt.toISOString() },
+        dueAt,
+        tenantId,
+      }));
+    await seedJobs(f, [...spec("tenant-big", "a", 300), ...spec("tenant-small", "b", 5)], now);
+    const recording = recordSends(f);
+    try {
+      const stats = await sweepShard(f.engine, 0, {
+        from: new Date(now.getTime() - 120 * SECOND),
+        to: now,
+        now,
+        horizonEnd: horizonOf(now, f.engine.settings.lookaheadMs).end,
+        // One claim at a time: the order of the claims is the order of the sends.
+        concurrency: 1,
+      });
+      expect(stats.runs).toBe(305);
+      const order = recording.sent.map((m) => m.jobId);
+      expect(order).toHaveLength(305);
+      const small = order.flatMap((jobId, i) => (jobId.startsWith("b") ? [i] : []));
+      // In turns: big, small, big, small, … until the small tenant has none left.
+      expect(small).toEqual([1, 3, 5, 7, 9]);
+      const tenantOf = (jobId: string) => (jobId.startsWith("b") ? "tenant-small" : "tenant-big");
+      expect(recording.sent.filter((m) => m.messageGroupId !== tenantOf(m.jobId))).toEqual([]);
+    } finally {
+      recording.stop();
+    }
+  }, 60_000);
+});
+
+describe("MessageGroupId", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  it("is the job's tenant on every send: create, trigger, retry, reaper re-send, resume", async () => {
+    const recording = recordSends(f);
+    try {
+      const soon = () => new Date(Date.now() + 2 * SECOND).toISOString();
+      // Create's fast path sends the run it claims.
+      const created = await createJob(
+        f.engine,
+        testJob({ tenantId: "t-create", schedule: { runAt: soon() } }),
+      );
+      // A trigger sends its run at once.
+      const hourly = await createJob(
+        f.engine,
+        testJob({ tenantId: "t-trigger", schedule: { cron: "0 * * * *", timezone: "UTC" } }),
+      );
+      await triggerJob(f.engine, "t-trigger", hourly.job.jobId);
+      // A failure's next attempt inside the fast-path window is sent by the worker.
+      const failing = await createJob(
+        f.engine,
+        testJob({
+          tenantId: "t-retry",
+          type: "fail",
+          payload: { times: 1 },
+          schedule: { runAt: new Date().toISOString() },
+          policies: {
+            ...testJob().policies,
+            retry: { maxAttempts: 3, initialDelayMs: 1000, maxDelayMs: 1000 },
+          },
+        }),
+      );
+      const delivery = await f.nextDelivery(f.engine.queues.normal, failing.job.jobId);
+      await f.process(f.workerDeps("w1"), delivery);
+      // The reaper re-sends a run whose message never went out.
+      const unsent = new SQSClient({ region: "us-east-1" });
+      mockClient(unsent).on(SendMessageBatchCommand).resolves({ Successful: [], Failed: [] });
+      const lost = await createJob(
+        { ...f.engine, sqs: unsent },
+        testJob({ tenantId: "t-reaper", schedule: { runAt: new Date().toISOString() } }),
+      );
+      await reap(f.engine, { overdueBefore: new Date(Date.now() + 10 * 60 * SECOND) });
+      // Resume sends the runs its worker parked while the job was paused.
+      const paused = await createJob(
+        f.engine,
+        testJob({ tenantId: "t-resume", schedule: { runAt: new Date().toISOString() } }),
+      );
+      await pauseJob(f.engine, "t-resume", paused.job.jobId);
+      const parked = await f.nextDelivery(f.engine.queues.normal, paused.job.jobId);
+      await f.process(f.workerDeps("w2"), parked);
+      const sentBeforeResume = recording.sent.length;
+      await resumeJob(f.engine, "t-resume", paused.job.jobId);
+
+      const tenantOf = new Map([
+        [created.job.jobId, "t-create"],
+        [hourly.job.jobId, "t-trigger"],
+        [failing.job.jobId, "t-retry"],
+        [lost.job.jobId, "t-reaper"],
+        [paused.job.jobId, "t-resume"],
+      ]);
+      const sends = recording.sent.filter((m) => tenantOf.has(m.jobId));
+      const sentFor = (jobId: string) => sends.filter((m) => m.jobId === jobId).length;
+      expect(sentFor(created.job.jobId)).toBeGreaterThanOrEqual(1);
+      expect(sentFor(hourly.job.jobId)).toBeGreaterThanOrEqual(1);
+      // The first attempt at create, the retry by the worker.
+      expect(sentFor(failing.job.jobId)).toBeGreaterThanOrEqual(2);
+      expect(sentFor(lost.job.jobId)).toBeGreaterThanOrEqual(1);
+      expect(
+        recording.sent.slice(sentBeforeResume).filter((m) => m.jobId === paused.job.jobId),
+      ).toHaveLength(1);
+      for (const message of sends) {
+        expect(message.messageGroupId, message.jobId).toBe(tenantOf.get(message.jobId));
+        expect(message.tenantId, message.jobId).toBe(tenantOf.get(message.jobId));
+      }
+    } finally {
+      recording.stop();
+    }
+  }, 60_000);
+});
+
+describe("the worker loop's fairness", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  /** A handler that takes `ms` and records when each job started and how many ran at once. */
+  function tracked(ms: number) {
+    const startedAt = new Map<string, number>();
+    let running = 0;
+    let mostRunning = 0;
+    const handler: JobHandler = async (ctx) => {
+      startedAt.set(ctx.jobId, Date.now());
+      running++;
+      mostRunning = Math.max(mostRunning, running);
+      try {
+        await new Promise((resolve) => setTimeout(resolve, ms));
+      } finally {
+        running--;
+      }
+    };
+    return { handler, startedAt, mostRunning: () => mostRunning };
+  }
+
+  async function createMany(
+    count: number,
+    overrides: { tenantId: string; priority: Priority; type: string; runAt: string },
+  ): Promise<string[]> {
+    const ids: string[] = [];
+    // One at a time: the queue holds them in this order.
+    for (let i = 0; i < count; i++) {
+      const created = await createJob(
+        f.engine,
+        testJob({
+          tenantId: overrides.tenantId,
+          priority: overrides.priority,
+          type: overrides.type,
+          schedule: { runAt: overrides.runAt },
+        }),
+      );
+      ids.push(created.job.jobId);
+    }
+    return ids;
+  }
+
+  it("keeps low priority's share of the slots while high is saturated (the starvation guard)", async () => {
+    const track = tracked(300);
+    const now = new Date().toISOString();
+    const high = await createMany(40, {
+      tenantId: "t-high",
+      priority: "high",
+      type: "tracked-guard",
+      runAt: now,
+    });
+    const low = await createMany(3, {
+      tenantId: "t-low",
+      priority: "low",
+      type: "tracked-guard",
+      runAt: now,
+    });
+    const stop = new AbortController();
+    const loop = runWorkerLoop(f.workerDeps("guard", { "tracked-guard": track.handler }), {
+      concurrency: 10,
+      signal: stop.signal,
+      idleWaitSeconds: 0,
+      idleSleepMs: 20,
+      lowPriorityShare: 0.1,
+    });
+    try {
+      await waitFor(
+        "every run to start",
+        () => track.startedAt.size === high.length + low.length,
+        30_000,
+      );
+    } finally {
+      stop.abort();
+      await loop;
+    }
+    const starts = (ids: string[]) => ids.map((id) => track.startedAt.get(id) ?? Number.NaN);
+    const firstLow = Math.min(...starts(low));
+    // High had a backlog of 40 for 10 slots: most of it started after low's first run did.
+    const highAfterLow = starts(high).filter((at) => at > firstLow).length;
+    expect(highAfterLow).toBeGreaterThanOrEqual(20);
+    expect(track.mostRunning()).toBeLessThanOrEqual(10);
+  }, 60_000);
+
+  it("gives a freed slot to the tenant with no run in progress before one whose runs fill the slots", async () => {
+    const track = tracked(1000);
+    // Due together 3 s out: the loop holds four messages (two per slot) while they wait for
+    // their second, in queue order big, big, big, small.
+    const runAt = new Date(Math.ceil(Date.now() / SECOND) * SECOND + 3 * SECOND).toISOString();
+    const big = await createMany(3, {
+      tenantId: "t-big",
+      priority: "normal",
+      type: "tracked-turns",
+      runAt,
+    });
+    const [small] = await createMany(1, {
+      tenantId: "t-small",
+      priority: "normal",
+      type: "tracked-turns",
+      runAt,
+    });
+    if (small === undefined) throw new Error("no small job");
+    const stop = new AbortController();
+    const loop = runWorkerLoop(f.workerDeps("turns", { "tracked-turns": track.handler }), {
+      concurrency: 2,
+      signal: stop.signal,
+      idleWaitSeconds: 0,
+      idleSleepMs: 20,
+    });
+    try {
+      await waitFor("every run to start", () => track.startedAt.size === 4, 30_000);
+    } finally {
+      stop.abort();
+      await loop;
+    }
+    const [, , thirdBig] = big.map((id) => track.startedAt.get(id) ?? Number.NaN);
+    expect(track.startedAt.get(small)).toBeLessThan(thirdBig ?? Number.NaN);
+  }, 60_000);
+});
