@@ -16,12 +16,13 @@ const READ_AHEAD_ENTRIES = 50_000;
  * failure (see `sweepBuckets` in dispatcher.ts); returns the earliest bucket where an entry was
  * left.
  *
- * Claims take turns between tenants: the pages are read ahead (up to
- * READ_AHEAD_ENTRIES entries) into one queue per tenant, and each claim lane
- * takes the next tenant's oldest entry, so one tenant's 100,000 entries in a
- * bucket do not hold back another tenant's 10 behind them in key order. The
- * reads are the same Query pages as in key order, so the fairness costs no
- * request, only the memory of the entries read ahead.
+ * Within a bucket, claims take turns between tenants: the bucket's pages are
+ * read ahead (up to READ_AHEAD_ENTRIES entries) into one queue per tenant, and
+ * each claim lane takes the next tenant's oldest entry, so one tenant's 100,000
+ * entries in a bucket do not hold back another tenant's 10 behind them in key
+ * order. Buckets go in order, each once the one before is claimed and its runs
+ * sent. The reads are the same Query pages as in key order, so the fairness
+ * costs no request, only the memory of the entries read ahead.
  */
 export async function claimPages(
   engine: Engine,
@@ -51,10 +52,26 @@ export async function claimPages(
     taken.notify();
   };
 
+  let claiming = 0;
+  /** Until every entry handed out so far is claimed (or the pass stops), then sends their runs. */
+  const drained = async () => {
+    while ((turns.size > 0 || claiming > 0) && stopped === null) await taken.wait();
+    await sender.flush();
+  };
   const read = async () => {
+    let bucket: string | undefined;
     try {
       for await (const entries of pages) {
-        for (const entry of entries) turns.push(entry.tenantId, entry);
+        for (const entry of entries) {
+          // Bucket by bucket, as in key order: a later minute waits for the earlier one's claims.
+          if (bucket !== undefined && entry.key.pk !== bucket) {
+            queued.notify();
+            await drained();
+          }
+          if (stopped !== null) return;
+          bucket = entry.key.pk;
+          turns.push(entry.tenantId, entry);
+        }
         queued.notify();
         while (turns.size >= READ_AHEAD_ENTRIES && stopped === null) await taken.wait();
         if (stopped !== null) return;
@@ -76,11 +93,15 @@ export async function claimPages(
         if (turns.size === 0 && reading && stopped === null) await queued.wait();
         continue;
       }
+      claiming++;
       taken.notify();
       try {
         await claimChain(engine, entry, options, stats, sender, onFailure);
       } catch (error) {
         stop(error);
+      } finally {
+        claiming--;
+        taken.notify();
       }
     }
   };
