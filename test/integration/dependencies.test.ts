@@ -235,14 +235,14 @@ describe("dependencies: a job runs after other jobs", () => {
     const received = await f.nextDelivery(f.engine.queues.normal, a.jobId);
     // Every delivery crashed its worker after the start: started as often as the redrive allows.
     const { leaseMs, maxReceiveCount } = f.engine.settings;
+    const base = Date.now();
     for (let i = 0; i < maxReceiveCount; i++) {
-      const at = new Date(Date.now() + i * (leaseMs + 1000));
-      expect((await startRun(f.engine, received.message, `crashed-${i}`, at)).kind).toBe("started");
+      const at = new Date(base + i * (leaseMs + 1000));
+      const started = await startRun(f.engine, received.message, `crashed-${i}`, at);
+      expect(started.kind, `start ${i}: ${JSON.stringify(started)}`).toBe("started");
     }
-    const late = {
-      ...f.engine,
-      clock: () => new Date(Date.now() + maxReceiveCount * (leaseMs + 1000)),
-    };
+    const diedAt = new Date(base + maxReceiveCount * (leaseMs + 1000));
+    const late = { ...f.engine, clock: () => diedAt };
     await handleCrashedRun(late, received.message, maxReceiveCount);
     await handleCrashedRun(late, received.message, maxReceiveCount);
     expect((await runsOf(a.jobId)).map((r) => r.status)).toEqual(["DEAD"]);
