@@ -28,6 +28,7 @@ export interface JobForm {
   overlapPolicy: string;
   priority: string;
   timeoutSeconds: string;
+  window: string;
 }
 
 const browserZone = () => Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC";
@@ -60,6 +61,7 @@ export function emptyForm(type: string): JobForm {
     overlapPolicy: "",
     priority: "",
     timeoutSeconds: "",
+    window: "",
   };
 }
 
@@ -82,6 +84,7 @@ export function formFromJob(job: Job): JobForm {
     overlapPolicy: job.policies.overlapPolicy,
     priority: job.priority,
     timeoutSeconds: String(job.timeoutSeconds),
+    window: job.window ?? "",
   };
 }
 
@@ -120,8 +123,11 @@ function parseWhole(field: string, text: string): number | undefined {
   return value;
 }
 
-/** What the form edits: the end conditions (null removes one on edit) are not among them. */
-type FormParts = Omit<EditJob, "endAt" | "maxRuns">;
+/**
+ * What the form edits: the end conditions (null removes one on edit) are not among them, and a
+ * window is set or changed, not removed (null), so a create body can take the same parts.
+ */
+type FormParts = Omit<EditJob, "endAt" | "maxRuns" | "window"> & { window?: string };
 
 /** The parts of a job the form edits, each as the API takes it; a part left empty is absent. */
 function partsOf(form: JobForm): FormParts {
@@ -142,6 +148,7 @@ function partsOf(form: JobForm): FormParts {
       : {}),
     ...(form.priority ? { priority: form.priority as EditJob["priority"] } : {}),
     ...(timeoutSeconds !== undefined ? { timeoutSeconds } : {}),
+    ...(form.window.trim() !== "" ? { window: form.window.trim() } : {}),
   };
 }
 
@@ -353,6 +360,12 @@ export function JobFields(props: {
         {choice("overlapPolicy", "overlapPolicy", "While a run is still running", OVERLAP)}
         {choice("priority", "priority", "Priority", PRIORITY)}
         {text("timeoutSeconds", "timeoutSeconds", "Timeout (seconds)", "Default 300.")}
+        {text(
+          "window",
+          "window",
+          "Jitter window",
+          "Optional ISO-8601 duration such as PT5M: each run starts at a stable offset inside it.",
+        )}
       </fieldset>
     </>
   );

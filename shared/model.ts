@@ -59,6 +59,11 @@ export interface Job {
   readonly priority: Priority;
   readonly timeoutSeconds: number;
   readonly policies: JobPolicies;
+  /**
+   * Jitter: an ISO-8601 duration; each occurrence runs at a stable offset inside
+   * [occurrence, occurrence + window) (shared/schedule/jitter.ts). Absent or null: on the occurrence.
+   */
+  readonly window?: string | null;
   readonly status: JobStatus;
   readonly version: number;
   /** The pending occurrence, or null when none is pending (completed one-off, cancelled, or schedule ended). */
@@ -137,6 +142,10 @@ export interface DueEntry {
   readonly priority: Priority;
   readonly schedule: ScheduleSpec;
   readonly misfire: MisfirePolicy;
+  /** The job's jitter window, so a claim plans each occurrence's time without reading the job. */
+  readonly window?: string | null;
+  /** A retry's planned time of its occurrence (the first attempt's `plannedFor`), to carry over. */
+  readonly plannedFor?: string;
   /** fire_all only: missed occurrences already run in this catch-up, to enforce its cap. */
   readonly catchUpCount?: number;
   /** The job's end condition (endAt, maxRuns) as of `jobVersion`. */
@@ -156,8 +165,13 @@ export interface Run {
   readonly scheduledFor: string;
   readonly attempt: number;
   readonly status: RunStatus;
-  /** When it should start: scheduledFor, or the backoff time of a retry. */
+  /** When it should start: its planned time, or the backoff time of a retry. */
   readonly dueAt: string;
+  /**
+   * When its occurrence was planned to run: scheduledFor plus the job's jitter offset (the same
+   * for every attempt). Lateness (misfire) counts from here. Absent on runs written before jitter.
+   */
+  readonly plannedFor?: string;
   readonly priority: Priority;
   /** The job's version when the run was queued. */
   readonly jobVersion: number;

@@ -149,6 +149,10 @@ export function addDefinitionOptions(command: Command): Command {
       'recurring jobs: occurrences queued in all, then the job completes ("none" removes it)',
       orNone(wholeNumber),
     )
+    .option(
+      "--window <duration>",
+      'jitter: each run starts at a stable offset inside this ISO-8601 duration (e.g. PT5M), at most the period; on edit, "none" removes it',
+    )
     .option("--body <json>", "the whole request body as JSON; the flags above override it")
     .option("--file <path>", "the whole request body from a JSON file; the flags override it");
 }
@@ -169,6 +173,7 @@ interface DefinitionFlags extends ScheduleFlags {
   readonly timeout?: number;
   readonly endAt?: string;
   readonly maxRuns?: number | typeof NONE;
+  readonly window?: string;
   readonly body?: string;
   readonly file?: string;
 }
@@ -216,6 +221,7 @@ function definitionFrom(flags: DefinitionFlags): Record<string, unknown> {
     timeoutSeconds: flags.timeout,
     endAt: noneAsNull(flags.endAt),
     maxRuns: noneAsNull(flags.maxRuns),
+    window: flags.window === "none" ? null : flags.window,
   });
 }
 

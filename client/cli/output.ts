@@ -91,6 +91,7 @@ export function jobFields(job: Job): string {
     ["version", String(job.version)],
     ["priority", job.priority],
     ["timeout", `${job.timeoutSeconds} s`],
+    ["window", job.window ?? "-"],
     [
       "retry",
       `${retry.maxAttempts} attempts, backoff ${retry.initialDelaySeconds}-${retry.maxDelaySeconds} s`,
@@ -132,6 +133,7 @@ export function runFields(run: Run): string {
     ["status", run.status],
     ["attempt", String(run.attempt)],
     ["scheduled for", run.scheduledFor],
+    ["planned for", run.plannedFor],
     ["due at", run.dueAt],
     ["started", dash(run.startedAt)],
     ["finished", dash(run.finishedAt)],

@@ -5,14 +5,17 @@ import { addScheduleOptions, scheduleFrom, wholeNumber } from "./job-options.js"
 import { type CliIo, describeSchedule, table } from "./output.js";
 
 function previewTable(preview: Preview): string {
+  // A job with a jitter window: each occurrence's planned time, a column of its own.
+  const jittered = preview.occurrences.some((occurrence) => occurrence.plannedFor !== undefined);
   return [
     `${describeSchedule(preview.schedule)}; times in ${preview.timezone}`,
     table(
-      ["#", `LOCAL (${preview.timezone})`, "UTC"],
+      ["#", `LOCAL (${preview.timezone})`, "UTC", ...(jittered ? ["PLANNED (UTC)"] : [])],
       preview.occurrences.map((occurrence, index) => [
         String(index + 1),
         occurrence.local,
         occurrence.utc,
+        ...(jittered ? [occurrence.plannedFor ?? "-"] : []),
       ]),
     ),
   ].join("\n");

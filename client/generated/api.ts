@@ -407,6 +407,11 @@ export interface components {
              * @enum {string}
              */
             type: "http" | "noop" | "sleep" | "fail";
+            /**
+             * @description Jitter: an ISO-8601 duration such as "PT5M". Each occurrence runs at a stable pseudo-random offset inside [occurrence, occurrence + window), the same for every attempt and preview (a hash of the job id and the occurrence); runs keep the occurrence as scheduledFor and show the planned time as plannedFor. Recurring schedules only, at most the period (an every interval, or the smallest gap between two of a cron's times), else 400 naming window.
+             * @example PT5M
+             */
+            window?: string;
         };
         CronSchedule: {
             /**
@@ -473,6 +478,11 @@ export interface components {
             target?: components["schemas"]["HttpTarget"];
             /** @description A run is aborted after this long; default 300. At most 900, and at most what the deployment's workers can finish: their Lambda timeout less 15 s (885 with the default 900 s), else 400. An http job whose target has mode "async" may take up to 86400 (24 h): its target heartbeats and completes the run. */
             timeoutSeconds?: number;
+            /**
+             * @description A new jitter window, or null to run on the occurrences again; applies from the next occurrence not yet claimed (runs already queued keep their planned time).
+             * @example PT5M
+             */
+            window?: string | null;
         };
         /**
          * @example {
@@ -580,6 +590,8 @@ export interface components {
             updatedAt: string;
             /** @description Send it back as If-Match to edit. */
             version: number;
+            /** @description The jitter window, or null: runs start on their occurrences. */
+            window: string | null;
         };
         /** @description A page may hold fewer items than the limit; the list ends when nextCursor is null. */
         JobPage: {
@@ -615,6 +627,11 @@ export interface components {
             occurrences: {
                 /** @example 2030-01-15T09:00:00.000+01:00 */
                 local: string;
+                /**
+                 * @description A job with a jitter window: when this occurrence is planned to run (UTC). Only a job's preview has it: the offset depends on the job id.
+                 * @example 2030-01-15T08:03:17.412Z
+                 */
+                plannedFor?: string;
                 /** @example 2030-01-15T08:00:00.000Z */
                 utc: string;
             }[];
@@ -668,7 +685,7 @@ export interface components {
         };
         Run: {
             attempt: number;
-            /** @description When it should start (a retry's backoff time). */
+            /** @description When it should start: plannedFor, or a retry's backoff time. */
             dueAt: string;
             durationMs: number | null;
             enqueuedAt: string | null;
@@ -684,6 +701,8 @@ export interface components {
             jobVersion: number;
             /** @description Async mode: until when the run's lease holds; the target's heartbeats extend it, and a run whose lease lapses is started again. */
             leaseUntil?: string | null;
+            /** @description When its occurrence was planned to run: scheduledFor plus the job's jitter offset (equal to scheduledFor without a window). Lateness and misfires count from here. */
+            plannedFor: string;
             /** @enum {string} */
             priority: "high" | "normal" | "low";
             /** @description Why it was skipped, cancelled or dead. */

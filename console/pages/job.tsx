@@ -438,7 +438,12 @@ function RunsTimeline({ id, zone }: { id: string; zone: string }) {
         <tbody>
           {shown.map((run) => (
             <tr key={run.runId} data-run-id={run.runId}>
-              <th scope="row">{formatInstant(run.scheduledFor, zone)}</th>
+              <th scope="row">
+                {formatInstant(run.scheduledFor, zone)}
+                {run.plannedFor !== run.scheduledFor ? (
+                  <small> (planned {formatInstant(run.plannedFor, zone)})</small>
+                ) : null}
+              </th>
               <td>{run.attempt}</td>
               <td>
                 <StatusBadge status={run.status} />

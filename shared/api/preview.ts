@@ -1,7 +1,7 @@
 import { DateTime, FixedOffsetZone, type Zone } from "luxon";
 import { hasEnd } from "../jobs/index.js";
 import type { Job } from "../model.js";
-import { occurrences, type ScheduleSpec } from "../schedule/index.js";
+import { occurrences, plannedTime, type ScheduleSpec, windowMsOf } from "../schedule/index.js";
 import { scheduleDto } from "./dto.js";
 import type { PreviewDto } from "./schemas/previews.js";
 
@@ -58,6 +58,22 @@ export function previewOf(
     occurrences: times.map((at) => ({
       utc: at.toISOString(),
       local: DateTime.fromMillis(at.getTime(), { zone }).toISO() ?? at.toISOString(),
+    })),
+  };
+}
+
+/** A job with a jitter window: each occurrence with its planned time (it depends on the job id). */
+export function withPlannedTimes(
+  job: Pick<Job, "jobId" | "window">,
+  preview: PreviewDto,
+): PreviewDto {
+  const windowMs = windowMsOf(job.window);
+  if (windowMs === null) return preview;
+  return {
+    ...preview,
+    occurrences: preview.occurrences.map((o) => ({
+      ...o,
+      plannedFor: plannedTime(job.jobId, new Date(o.utc), windowMs).toISOString(),
     })),
   };
 }

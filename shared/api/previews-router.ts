@@ -1,6 +1,6 @@
 import { createRoute } from "@hono/zod-openapi";
 import { firstOccurrence } from "../schedule/index.js";
-import { displayZoneOf, previewOf, previewOfJob } from "./preview.js";
+import { displayZoneOf, previewOf, previewOfJob, withPlannedTimes } from "./preview.js";
 import { instantParam } from "./query-params.js";
 import { checkedEnd, parseScheduleInput } from "./requests.js";
 import { errors, jobOf, json, newRouter, type RouterDeps, secured } from "./router.js";
@@ -44,7 +44,7 @@ export function previewsRouter({ engine, body }: RouterDeps) {
     const from = query.from === undefined ? engine.clock() : instantParam("from", query.from);
     const job = await jobOf(engine, c, c.req.valid("param").id);
     const count = query.count ?? LIMITS.previewCount.default;
-    return c.json(previewOfJob(job, from, count), 200);
+    return c.json(withPlannedTimes(job, previewOfJob(job, from, count)), 200);
   });
 
   router.openapi(previewSchedule, (c) => {

@@ -7,6 +7,7 @@ import type { RetryPolicy } from "../retry.js";
 import {
   isAfterSchedule,
   normalizeSchedule,
+  parseWindow,
   type ScheduleSpec,
   safeParseSchedule,
 } from "../schedule/index.js";
@@ -34,6 +35,16 @@ export function parseScheduleInput(
   const result = safeParseSchedule(input, { minIntervalMs: settings.minIntervalMs });
   if (!result.ok) throw new ValidationError(result.issues);
   return normalizeSchedule(result.schedule, now);
+}
+
+/**
+ * A jitter window fits the schedule it is used with (recurring, at most its period), else a 400
+ * naming window; an edit that changes only the schedule checks the job's window against it.
+ */
+function checkWindow(window: string | null | undefined, schedule: ScheduleSpec): void {
+  if (window === null || window === undefined) return;
+  const parsed = parseWindow(window, schedule);
+  if (!parsed.ok) throw new ValidationError([{ field: "window", message: parsed.message }]);
 }
 
 function checkPayloadSize(payload: unknown, maxBytes: number): void {
@@ -238,6 +249,7 @@ export function newJobFrom(
     async: body.target?.mode === "async",
   });
   const endAt = checkedEnd(body, schedule, now);
+  checkWindow(body.window, schedule);
   const policies: JobPolicies = {
     retry,
     misfire: body.misfirePolicy ?? DEFAULT_POLICIES.misfire,
@@ -258,6 +270,7 @@ export function newJobFrom(
     policies,
     ...(endAt ? { endAt } : {}),
     ...(body.maxRuns !== undefined ? { maxRuns: body.maxRuns } : {}),
+    ...(body.window !== undefined ? { window: body.window } : {}),
   };
 }
 
@@ -272,6 +285,7 @@ const EDITABLE = [
   "maxConcurrent",
   "priority",
   "timeoutSeconds",
+  "window",
   "inFlight",
   "endAt",
   "maxRuns",
@@ -336,6 +350,7 @@ export function jobChangesFrom(
     schedule ?? job.schedule,
     now,
   );
+  checkWindow(body.window === undefined ? job.window : body.window, schedule ?? job.schedule);
   return {
     ...(body.name !== undefined ? { name: body.name } : {}),
     ...("endAt" in body ? { endAt: endAt ?? null } : {}),
@@ -346,6 +361,7 @@ export function jobChangesFrom(
     ...(body.priority !== undefined ? { priority: body.priority } : {}),
     ...(body.timeoutSeconds !== undefined ? { timeoutSeconds: body.timeoutSeconds } : {}),
     ...(policies !== undefined ? { policies } : {}),
+    ...(body.window !== undefined ? { window: body.window } : {}),
   };
 }
 

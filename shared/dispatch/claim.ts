@@ -111,18 +111,19 @@ function planWrites(
     ...planned,
     skipped: planned.skipped.filter((s) => !known.recorded.has(s.scheduledFor.toISOString())),
   };
-  const runSpec = (scheduledFor: Date, dueAt: Date, attempt: number) => ({
+  const runSpec = (scheduledFor: Date, dueAt: Date, attempt: number, plannedFor?: Date) => ({
     jobId: entry.jobId,
     tenantId: entry.tenantId,
     scheduledFor,
     dueAt,
+    ...(plannedFor ? { plannedFor } : {}),
     attempt,
     priority: entry.priority,
     jobVersion: entry.jobVersion,
     ...(entry.runTrigger ? { trigger: entry.runTrigger } : {}),
   });
   const queued = plan.runs.map((r) =>
-    queuedRun(runSpec(r.scheduledFor, r.dueAt, r.attempt), now, settings),
+    queuedRun(runSpec(r.scheduledFor, r.dueAt, r.attempt, r.plannedFor), now, settings),
   );
   const skippedItems = plan.skipped.map((s) =>
     skippedRun(runSpec(s.scheduledFor, s.scheduledFor, 1), s.reason, now, settings),
@@ -130,13 +131,14 @@ function planWrites(
 
   let next: DueEntry | null = null;
   if (plan.advancesJob && plan.next) {
-    const dueAt = plan.next.scheduledFor;
+    // Filed at its planned time (jitter), so the pass that reads it claims it in time for that.
+    const { dueAt, scheduledFor } = plan.next;
     next = {
       ...entry,
       key: dueEntryKey(entry.jobId, dueAt, 1, now, settings.shardCount),
       kind: "occurrence",
       dueAt: dueAt.toISOString(),
-      scheduledFor: dueAt.toISOString(),
+      scheduledFor: scheduledFor.toISOString(),
       attempt: 1,
       catchUpCount: plan.next.catchUpCount,
       queuedBefore: queuedThrough(entry, plan),

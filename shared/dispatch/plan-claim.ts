@@ -5,7 +5,13 @@ import {
   planMisfire,
   type SkippedOccurrence,
 } from "../policies.js";
-import { nextOccurrence, occurrences, type ScheduleSpec } from "../schedule/index.js";
+import {
+  nextOccurrence,
+  occurrences,
+  plannedTime,
+  type ScheduleSpec,
+  windowMsOf,
+} from "../schedule/index.js";
 
 /**
  * What one claim of a due entry does, decided without I/O: which runs it
@@ -17,6 +23,8 @@ import { nextOccurrence, occurrences, type ScheduleSpec } from "../schedule/inde
 interface PlannedRun {
   readonly scheduledFor: Date;
   readonly dueAt: Date;
+  /** The occurrence's planned time (jitter); absent when the job has no window. */
+  readonly plannedFor?: Date;
   readonly attempt: number;
 }
 
@@ -26,8 +34,12 @@ export interface ClaimPlan {
   readonly note: string | null;
   /** Occurrence entries move the job on to `next`; retry entries leave the job alone. */
   readonly advancesJob: boolean;
-  /** The job's next pending occurrence, or null when its schedule has no more. */
-  readonly next: { readonly scheduledFor: Date; readonly catchUpCount: number } | null;
+  /** The job's next pending occurrence and its planned time, or null when its schedule has no more. */
+  readonly next: {
+    readonly scheduledFor: Date;
+    readonly dueAt: Date;
+    readonly catchUpCount: number;
+  } | null;
   /**
    * The job's end condition (endAt, maxRuns) stopped it in this claim: no occurrence follows,
    * and the job completes.
@@ -96,8 +108,10 @@ function planOccurrences(input: ClaimPlanInput): ClaimPlan {
   const { entry, now, horizonEnd, misfireGraceMs, maxRunsPerClaim } = input;
   const scheduledFor = new Date(entry.scheduledFor);
   if (entry.kind === "retry") {
+    const plannedFor =
+      entry.plannedFor === undefined ? {} : { plannedFor: new Date(entry.plannedFor) };
     return {
-      runs: [{ scheduledFor, dueAt: new Date(entry.dueAt), attempt: entry.attempt }],
+      runs: [{ scheduledFor, dueAt: new Date(entry.dueAt), ...plannedFor, attempt: entry.attempt }],
       skipped: [],
       note: null,
       advancesJob: false,
@@ -106,23 +120,36 @@ function planOccurrences(input: ClaimPlanInput): ClaimPlan {
   }
 
   const spec = entry.schedule;
+  // Jitter: each occurrence is due at its planned time, and every bound below (the misfire
+  // cutoff, the horizon) is compared with that. The window is at most the period, so planned
+  // times keep the occurrences' order, and those before a bound are a prefix of them.
+  const windowMs = windowMsOf(entry.window);
+  const planned = (at: Date) => plannedTime(entry.jobId, at, windowMs);
+  const plannedBy = (bound: Date) => (at: Date) => planned(at) <= bound;
   const runs: PlannedRun[] = [];
   let skipped: SkippedOccurrence[] = [];
   let note: string | null = null;
   let cursor: Date | null = scheduledFor;
   let catchUpCount = entry.catchUpCount ?? 0;
-  const onTime = (at: Date): PlannedRun => ({ scheduledFor: at, dueAt: at, attempt: 1 });
+  const onTime = (at: Date): PlannedRun =>
+    windowMs === null
+      ? { scheduledFor: at, dueAt: at, attempt: 1 }
+      : { scheduledFor: at, dueAt: planned(at), plannedFor: planned(at), attempt: 1 };
 
-  if (isMisfired(scheduledFor, now, misfireGraceMs)) {
+  if (isMisfired(planned(scheduledFor), now, misfireGraceMs)) {
     const cutoff = new Date(now.getTime() - misfireGraceMs);
+    const missedBy = plannedBy(cutoff);
     if (entry.misfire === "fire_all") {
       const budget = Math.min(MAX_MISFIRE_CATCH_UP - catchUpCount, maxRunsPerClaim);
-      const batch = budget > 0 ? occurrences(spec, scheduledFor, cutoff, budget) : [];
+      const batch = takeWhile(
+        budget > 0 ? occurrences(spec, scheduledFor, cutoff, budget) : [],
+        missedBy,
+      );
       runs.push(...batch.map(onTime));
       catchUpCount += batch.length;
       const last = batch.at(-1);
       cursor = last ? nextOccurrence(spec, last) : scheduledFor;
-      if (cursor !== null && cursor <= cutoff) {
+      if (cursor !== null && missedBy(cursor)) {
         if (catchUpCount < MAX_MISFIRE_CATCH_UP) {
           // More missed occurrences than one transaction holds: the next claim continues the catch-up.
           return {
@@ -130,20 +157,18 @@ function planOccurrences(input: ClaimPlanInput): ClaimPlan {
             skipped,
             note,
             advancesJob: true,
-            next: { scheduledFor: cursor, catchUpCount },
+            next: { scheduledFor: cursor, dueAt: planned(cursor), catchUpCount },
           };
         }
         note = `misfire: fire_all ran its cap of ${MAX_MISFIRE_CATCH_UP} missed occurrences; those missed from ${cursor.toISOString()} to ${cutoff.toISOString()} were not run`;
         skipped = [{ scheduledFor: cursor, reason: note }];
-        cursor = nextOccurrence(spec, cutoff);
+        cursor = firstPlannedAfter(spec, scheduledFor, cutoff, windowMs, missedBy);
       }
     } else {
-      const { missed, truncated } = latestOccurrences(
-        spec,
-        scheduledFor,
-        cutoff,
-        MAX_MISFIRE_CATCH_UP,
-      );
+      const latest = latestOccurrences(spec, scheduledFor, cutoff, MAX_MISFIRE_CATCH_UP);
+      // An occurrence before the cutoff whose planned time is after it was not missed.
+      const missed = takeWhile(latest.missed, missedBy);
+      const truncated = latest.truncated;
       const plan = planMisfire({
         policy: entry.misfire,
         missed,
@@ -153,12 +178,12 @@ function planOccurrences(input: ClaimPlanInput): ClaimPlan {
       runs.push(...plan.run.map(onTime));
       skipped = plan.skipped;
       note = plan.note;
-      cursor = nextOccurrence(spec, cutoff);
+      cursor = firstPlannedAfter(spec, scheduledFor, cutoff, windowMs, missedBy);
     }
     catchUpCount = 0;
   }
 
-  while (cursor !== null && cursor < horizonEnd && runs.length < maxRunsPerClaim) {
+  while (cursor !== null && planned(cursor) < horizonEnd && runs.length < maxRunsPerClaim) {
     runs.push(onTime(cursor));
     cursor = nextOccurrence(spec, cursor);
   }
@@ -167,8 +192,33 @@ function planOccurrences(input: ClaimPlanInput): ClaimPlan {
     skipped,
     note,
     advancesJob: true,
-    next: cursor === null ? null : { scheduledFor: cursor, catchUpCount },
+    next: cursor === null ? null : { scheduledFor: cursor, dueAt: planned(cursor), catchUpCount },
   };
+}
+
+function takeWhile<T>(items: readonly T[], keep: (item: T) => boolean): T[] {
+  const end = items.findIndex((item) => !keep(item));
+  return end === -1 ? [...items] : items.slice(0, end);
+}
+
+/**
+ * The first occurrence planned after `cutoff`: one at or before it whose jitter puts it after it
+ * (only the last window before the cutoff can hold one), else the first one after it.
+ */
+function firstPlannedAfter(
+  spec: ScheduleSpec,
+  from: Date,
+  cutoff: Date,
+  windowMs: number | null,
+  missedBy: (at: Date) => boolean,
+): Date | null {
+  if (windowMs !== null) {
+    const windowStart = Math.max(from.getTime(), cutoff.getTime() - windowMs + 1);
+    const inLastWindow = occurrences(spec, new Date(windowStart), cutoff, 2);
+    const notMissed = inLastWindow.find((at) => !missedBy(at));
+    if (notMissed !== undefined) return notMissed;
+  }
+  return nextOccurrence(spec, cutoff);
 }
 
 /**

@@ -65,7 +65,7 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
       const misfireFrom =
         resend && run.misfireFrom === null
           ? messagesLost
-            ? new Date(run.scheduledFor)
+            ? new Date(run.plannedFor ?? run.scheduledFor)
             : now
           : null;
       if ((await pushInflightDeadline(engine, run, new Date(deadline), misfireFrom)) && resend)

@@ -5,6 +5,10 @@ export interface LateStartInput {
   readonly schedule: ScheduleSpec;
   readonly policy: MisfirePolicy;
   readonly scheduledFor: Date;
+  /** When the occurrence was planned to run (its jitter offset added); default scheduledFor. Lateness counts from here. */
+  readonly plannedFor?: Date;
+  /** The planned time of another occurrence of the schedule (the job's jitter); default itself. */
+  readonly plannedOf?: (occurrence: Date) => Date;
   readonly attempt: number;
   /**
    * A worker started this run before: it was interrupted (its worker died or
@@ -40,16 +44,18 @@ export interface LateStartInput {
 export function lateStartSkipReason(input: LateStartInput): string | null {
   const { schedule, policy, scheduledFor, attempt, now, graceMs } = input;
   const cutoff = now.getTime() - graceMs;
-  const expectedAt = Math.max(scheduledFor.getTime(), input.misfireFrom?.getTime() ?? 0);
+  const plannedFor = input.plannedFor ?? scheduledFor;
+  const expectedAt = Math.max(plannedFor.getTime(), input.misfireFrom?.getTime() ?? 0);
   if (input.startedBefore || attempt !== 1 || policy === "fire_all" || expectedAt >= cutoff)
     return null;
   const isOccurrence = occurrences(schedule, scheduledFor, scheduledFor, 1).length === 1;
   if (!isOccurrence) return null;
-  const lateBy = `${Math.round((now.getTime() - scheduledFor.getTime()) / 1000)} s`;
+  const lateBy = `${Math.round((now.getTime() - plannedFor.getTime()) / 1000)} s`;
   if (policy === "skip")
     return `misfire: started ${lateBy} late, past the ${graceMs / 1000} s grace; policy skip`;
   const next = nextOccurrence(schedule, scheduledFor);
-  if (next !== null && next.getTime() < cutoff) {
+  const nextPlanned = next === null ? null : (input.plannedOf?.(next) ?? next);
+  if (nextPlanned !== null && nextPlanned.getTime() < cutoff) {
     return `misfire: started ${lateBy} late; policy fire_once runs only the most recent missed occurrence`;
   }
   return null;

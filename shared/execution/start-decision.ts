@@ -1,5 +1,5 @@
 import type { Job, Run } from "../model.js";
-import { occurrences, type ScheduleSpec } from "../schedule/index.js";
+import { occurrences, plannedTime, type ScheduleSpec, windowMsOf } from "../schedule/index.js";
 import type { RunEnding } from "../storage/run-finish.js";
 import { lateStartSkipReason } from "./late-start.js";
 import { endsOneOff } from "./run-endings.js";
@@ -58,6 +58,8 @@ export function decideStart(job: Job | null, run: Run, now: Date, graceMs: numbe
     schedule: job.schedule,
     policy: job.policies.misfire,
     scheduledFor: new Date(run.scheduledFor),
+    plannedFor: new Date(run.plannedFor ?? run.scheduledFor),
+    plannedOf: (at) => plannedTime(job.jobId, at, windowMsOf(job.window)),
     attempt: run.attempt,
     // Every start takes the fence one higher, and a queued run has fence 0. A start that parked
     // the run (paused job) held it back: from there on, lateness counts again.

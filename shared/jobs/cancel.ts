@@ -5,6 +5,7 @@ import { IllegalTransitionError } from "../errors.js";
 import { endUnownedRun } from "../execution/run-endings.js";
 import { parseRunId } from "../keys.js";
 import type { Job, Run } from "../model.js";
+import { windowMsOf } from "../schedule/index.js";
 import { detachFromUpstream } from "../storage/dependents.js";
 import { queuedRunsOfJob } from "../storage/job-queries.js";
 import { writeCancelledJob } from "../storage/job-status.js";
@@ -59,7 +60,8 @@ export async function endJob(
  * Marks the job's QUEUED runs CANCELLED now rather than when their messages
  * arrive (up to the lookahead later), so the history says so at once: the
  * runs parked while it was paused (they have no message), and the runs in
- * the job's own partition scheduled from one lookahead back to the end of the
+ * the job's own partition scheduled from one lookahead (and its jitter window,
+ * which plans an occurrence up to that much later) back to the end of the
  * fast-path window, which holds every claimed occurrence. Older QUEUED runs
  * (retries of older occurrences, replays, a worker backlog) still have their
  * message, and their worker cancels them.
@@ -78,7 +80,9 @@ async function cancelQueuedRuns(
     const run = ref ? await getRun(engine, ref) : null;
     if (run?.status === "QUEUED") await cancel(run);
   });
-  const from = new Date(now.getTime() - engine.settings.lookaheadMs);
+  const from = new Date(
+    now.getTime() - engine.settings.lookaheadMs - (windowMsOf(job.window) ?? 0),
+  );
   const to = fastPathHorizonEnd(now, engine.settings.lookaheadMs);
   for await (const runs of queuedRunsOfJob(engine, job.jobId, from, to)) {
     await forEachConcurrently(runs, 16, cancel);

@@ -31,6 +31,7 @@ export type NewJob = Pick<
   | "policies"
   | "endAt"
   | "maxRuns"
+  | "window"
 >;
 
 interface CreateOptions {

@@ -1,15 +1,20 @@
 import type { Engine } from "../engine.js";
 import type { DueEntry, Job } from "../model.js";
+import { plannedTime, windowMsOf } from "../schedule/index.js";
 import { dueEntryKey } from "../storage/due-entries.js";
 
-/** The due entry of the job's first attempt of the occurrence at `at`, filed as of `now`. */
+/**
+ * The due entry of the job's first attempt of the occurrence at `at`, filed as of `now`, at the
+ * occurrence's planned time (its jitter offset added, when the job has a window).
+ */
 export function dueEntryFor(engine: Engine, job: Job, at: Date, now: Date): DueEntry {
+  const dueAt = plannedTime(job.jobId, at, windowMsOf(job.window));
   return {
-    key: dueEntryKey(job.jobId, at, 1, now, engine.settings.shardCount),
+    key: dueEntryKey(job.jobId, dueAt, 1, now, engine.settings.shardCount),
     kind: "occurrence",
     jobId: job.jobId,
     tenantId: job.tenantId,
-    dueAt: at.toISOString(),
+    dueAt: dueAt.toISOString(),
     scheduledFor: at.toISOString(),
     attempt: 1,
     jobVersion: job.version,
@@ -18,6 +23,7 @@ export function dueEntryFor(engine: Engine, job: Job, at: Date, now: Date): DueE
     misfire: job.policies.misfire,
     ...(hasEnd(job) ? { end: { endAt: job.endAt ?? null, maxRuns: job.maxRuns ?? null } } : {}),
     queuedBefore: job.occurrencesQueued ?? 0,
+    ...(job.window ? { window: job.window } : {}),
   };
 }
 

@@ -20,6 +20,8 @@ export interface JobChanges {
   /** null removes the end condition. */
   readonly endAt?: string | null;
   readonly maxRuns?: number | null;
+  /** A new jitter window, or null to remove it: the pending due entry is refiled at its planned time. */
+  readonly window?: string | null;
 }
 
 /**

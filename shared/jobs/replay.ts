@@ -29,6 +29,7 @@ export async function replayDeadLetter(
     jobId: dead.jobId,
     tenantId,
     scheduledFor: new Date(dead.scheduledFor),
+    ...(dead.plannedFor ? { plannedFor: new Date(dead.plannedFor) } : {}),
     attempt: dead.attempt + 1,
     priority: job.priority,
     jobVersion: job.version,

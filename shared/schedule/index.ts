@@ -29,6 +29,9 @@
  *   wall-clock times is checked, so a DST shift may still bring two occurrences closer on one day.
  * - `after`: a schedule of dependencies, not times: it has no occurrences (the occurrence functions
  *   return none), `on` is success, failure or completion, and `jobs` names 1 to 20 upstream job ids.
+ * - Jitter (`window`): an occurrence is planned at occurrence + offset, the offset a hash of the
+ *   job id and the occurrence spread over [0, window); the window is at most the period, so
+ *   planned times keep the occurrences' order.
  * - `firstOccurrence`: runAt as is (even if past); otherwise the first occurrence >= now
  *   truncated to the second.
  */
@@ -38,6 +41,7 @@ export {
   parseInstant,
   STORABLE_RANGE_TEXT,
 } from "./instant.js";
+export { jitterOffsetMs, parseWindow, plannedTime, windowMsOf } from "./jitter.js";
 export { firstOccurrence, nextOccurrence, occurrences } from "./occurrences.js";
 export {
   DEFAULT_MIN_INTERVAL_MS,

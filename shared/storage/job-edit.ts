@@ -26,6 +26,7 @@ type EditedFields = Partial<
     | "policies"
     | "endAt"
     | "maxRuns"
+    | "window"
   >
 >;
 

@@ -16,6 +16,8 @@ interface NewRun {
   readonly tenantId: string;
   readonly scheduledFor: Date;
   readonly dueAt: Date;
+  /** The occurrence's planned time, when the job has a jitter window. */
+  readonly plannedFor?: Date;
   readonly attempt: number;
   readonly priority: Priority;
   readonly jobVersion: number;
@@ -32,6 +34,7 @@ function baseRun(spec: NewRun): Omit<Run, "status"> {
     scheduledFor,
     attempt: spec.attempt,
     dueAt: spec.dueAt.toISOString(),
+    ...(spec.plannedFor ? { plannedFor: spec.plannedFor.toISOString() } : {}),
     priority: spec.priority,
     jobVersion: spec.jobVersion,
     executedVersion: null,

@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { latestOccurrences, planClaim } from "../../shared/dispatch/plan-claim.js";
 import type { DueEntry } from "../../shared/model.js";
 import type { MisfirePolicy } from "../../shared/policies.js";
-import type { ScheduleSpec } from "../../shared/schedule/index.js";
+import { plannedTime, type ScheduleSpec } from "../../shared/schedule/index.js";
 
 const MINUTE = 60_000;
 const T0 = new Date("2026-03-01T12:00:00.000Z");
@@ -51,7 +51,11 @@ describe("planClaim, on time", () => {
     ).toBe(true);
     expect(p.skipped).toEqual([]);
     expect(p.advancesJob).toBe(true);
-    expect(p.next).toEqual({ scheduledFor: at(5 * MINUTE), catchUpCount: 0 });
+    expect(p.next).toEqual({
+      scheduledFor: at(5 * MINUTE),
+      dueAt: at(5 * MINUTE),
+      catchUpCount: 0,
+    });
   });
 
   it("stops at the transaction bound and continues from the first unclaimed occurrence", () => {
@@ -166,5 +170,70 @@ describe("latestOccurrences", () => {
     const { missed, truncated } = latestOccurrences(perMinute, T0, at(20 * MINUTE), 1000);
     expect(truncated).toBe(false);
     expect(missed).toHaveLength(21);
+  });
+});
+
+describe("planClaim, with a jitter window", () => {
+  const hourly: ScheduleSpec = { cron: "0 * * * *", timezone: "UTC" };
+  const HOUR = 60 * MINUTE;
+  const planned = (occurrence: Date) => plannedTime("job1", occurrence, 30 * MINUTE);
+  const jittered = (overrides: Partial<DueEntry> = {}) =>
+    entry({ schedule: hourly, window: "PT30M", dueAt: iso(planned(T0)), ...overrides });
+
+  it("makes each run due at its planned time, and claims by planned time against the horizon", () => {
+    // A horizon two hours ahead of the first occurrence: the third is claimed only if planned before it.
+    const horizon = at(2 * HOUR + 15 * MINUTE);
+    const p = plan(jittered(), at(-1000), horizon.getTime() - at(-1000).getTime());
+    const occurrences = [0, 1, 2].map((h) => at(h * HOUR)).filter((o) => planned(o) < horizon);
+    expect(p.runs.map((r) => r.scheduledFor)).toEqual(occurrences);
+    for (const r of p.runs) {
+      expect(r.dueAt).toEqual(planned(r.scheduledFor));
+      expect(r.plannedFor).toEqual(planned(r.scheduledFor));
+      expect(r.dueAt.getTime() - r.scheduledFor.getTime()).toBeLessThan(30 * MINUTE);
+    }
+    const next = at(occurrences.length * HOUR);
+    expect(p.next).toEqual({ scheduledFor: next, dueAt: planned(next), catchUpCount: 0 });
+  });
+
+  it("counts lateness from the planned time: an occurrence past its grace but planned inside it runs", () => {
+    // Now is 30 s after the planned time, so more than the 60 s grace after the occurrence when
+    // the offset is above 30 s; pick an hour whose offset is above 2 minutes.
+    const late = [0, 1, 2, 3, 4, 5, 6, 7]
+      .map((h) => at(h * HOUR))
+      .find((o) => planned(o).getTime() - o.getTime() > 2 * MINUTE);
+    expect(late).toBeDefined();
+    if (late === undefined) return;
+    const p = plan(
+      jittered({ scheduledFor: iso(late), dueAt: iso(planned(late)), misfire: "skip" }),
+      new Date(planned(late).getTime() + 30_000),
+    );
+    expect(p.skipped).toEqual([]);
+    expect(p.runs[0]?.scheduledFor).toEqual(late);
+  });
+
+  it("skips under skip only the occurrences planned before the cutoff, and resumes at the first planned after it", () => {
+    const now = at(5 * HOUR + 20 * MINUTE);
+    const cutoff = new Date(now.getTime() - MINUTE);
+    const p = plan(jittered({ misfire: "skip" }), now);
+    const all = [0, 1, 2, 3, 4, 5, 6].map((h) => at(h * HOUR));
+    const missed = all.filter((o) => planned(o) <= cutoff);
+    expect(p.skipped.map((s) => s.scheduledFor)).toEqual(missed);
+    const firstNotMissed = all.find((o) => planned(o) > cutoff);
+    expect(p.runs[0]?.scheduledFor ?? p.next?.scheduledFor).toEqual(firstNotMissed);
+  });
+
+  it("a retry entry keeps the occurrence's planned time", () => {
+    const p = plan(
+      jittered({
+        kind: "retry",
+        attempt: 2,
+        dueAt: iso(at(10 * MINUTE)),
+        plannedFor: iso(planned(T0)),
+      }),
+      at(9 * MINUTE),
+    );
+    expect(p.runs).toEqual([
+      { scheduledFor: T0, dueAt: at(10 * MINUTE), plannedFor: planned(T0), attempt: 2 },
+    ]);
   });
 });

@@ -26,6 +26,7 @@ export const LIMITS = {
   instantChars: 64,
   cronChars: 256,
   zoneChars: 64,
+  windowChars: 64,
 } as const;
 
 export const JOB_STATUSES = ["active", "paused", "cancelled", "completed"] as const;

@@ -72,6 +72,12 @@ const timeoutSeconds = z
       'A run is aborted after this long; default 300. At most 900, and at most what the deployment\'s workers can finish: their Lambda timeout less 15 s (885 with the default 900 s), else 400. An http job whose target has mode "async" may take up to 86400 (24 h): its target heartbeats and completes the run.',
   });
 
+const window = z.string().max(LIMITS.windowChars).openapi({
+  description:
+    'Jitter: an ISO-8601 duration such as "PT5M". Each occurrence runs at a stable pseudo-random offset inside [occurrence, occurrence + window), the same for every attempt and preview (a hash of the job id and the occurrence); runs keep the occurrence as scheduledFor and show the planned time as plannedFor. Recurring schedules only, at most the period (an every interval, or the smallest gap between two of a cron\'s times), else 400 naming window.',
+  example: "PT5M",
+});
+
 const IdempotencyKeySchema = z
   .string()
   .min(1)
@@ -119,6 +125,7 @@ export function createJobSchema(jobTypes: JobTypeCatalog) {
       timeoutSeconds: timeoutSeconds.optional(),
       endAt: endAt.optional(),
       maxRuns: maxRuns.optional(),
+      window: window.optional(),
       idempotencyKey: IdempotencyKeySchema.optional().openapi({
         description:
           "Or the Idempotency-Key header: the same key with the same body returns the first job (200); with another body, 409.",
@@ -157,6 +164,10 @@ export const EditJobSchema = z
     maxRuns: maxRuns.nullable().optional().openapi({
       description:
         "A new count (null removes it), against the occurrences queued so far (occurrencesQueued): when they reach it, the job completes; runs already queued still run.",
+    }),
+    window: window.nullable().optional().openapi({
+      description:
+        "A new jitter window, or null to run on the occurrences again; applies from the next occurrence not yet claimed (runs already queued keep their planned time).",
     }),
     inFlight: z.enum(IN_FLIGHT_VALUES).optional().openapi({
       description:
@@ -237,6 +248,10 @@ export const JobSchema = z
     target: TargetSchema.nullable(),
     priority: Priority,
     timeoutSeconds: z.number().int(),
+    window: z
+      .string()
+      .nullable()
+      .openapi({ description: "The jitter window, or null: runs start on their occurrences." }),
     nextRunAt: z.string().nullable().openapi({ description: "The pending occurrence, if any." }),
     version: z.number().int().openapi({ description: "Send it back as If-Match to edit." }),
     policies: PoliciesSchema,

@@ -50,6 +50,11 @@ export const PreviewSchema = z
       z.strictObject({
         utc: z.string().openapi({ example: "2030-01-15T08:00:00.000Z" }),
         local: z.string().openapi({ example: "2030-01-15T09:00:00.000+01:00" }),
+        plannedFor: z.string().optional().openapi({
+          description:
+            "A job with a jitter window: when this occurrence is planned to run (UTC). Only a job's preview has it: the offset depends on the job id.",
+          example: "2030-01-15T08:03:17.412Z",
+        }),
       }),
     ),
   })

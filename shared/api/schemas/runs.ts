@@ -25,7 +25,13 @@ export const RunSchema = z
     scheduledFor: z
       .string()
       .openapi({ description: "The occurrence; with jobId, its idempotency key." }),
-    dueAt: z.string().openapi({ description: "When it should start (a retry's backoff time)." }),
+    plannedFor: z.string().openapi({
+      description:
+        "When its occurrence was planned to run: scheduledFor plus the job's jitter offset (equal to scheduledFor without a window). Lateness and misfires count from here.",
+    }),
+    dueAt: z
+      .string()
+      .openapi({ description: "When it should start: plannedFor, or a retry's backoff time." }),
     attempt: z.number().int(),
     status: z.enum(RUN_STATUSES),
     priority: Priority,

@@ -1,0 +1,99 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { JobSchema } from "../../shared/api/schemas/jobs.js";
+import { PreviewSchema } from "../../shared/api/schemas/previews.js";
+import { RunPageSchema } from "../../shared/api/schemas/runs.js";
+import { plannedTime } from "../../shared/schedule/index.js";
+import { type ApiHarness, expectError, runOnce, startApi } from "./support.js";
+
+/** The job's `window` (jitter) over HTTP: accepted, shown, previewed, refused with its field. */
+let api: ApiHarness;
+beforeAll(async () => {
+  api = await startApi();
+});
+afterAll(() => api.close());
+
+const MINUTE = 60_000;
+const hourly = { cron: "0 * * * *", timezone: "UTC" };
+
+async function create(body: Record<string, unknown>) {
+  const reply = await api.call("POST", "/jobs", { body: { type: "noop", ...body } });
+  expect(reply.status, reply.text).toBe(201);
+  return JobSchema.parse(reply.body);
+}
+
+describe("window", () => {
+  it("is stored and shown; the job's preview gives each occurrence's planned time inside it", async () => {
+    const job = await create({ schedule: hourly, window: "PT5M" });
+    expect(job.window).toBe("PT5M");
+    expect((await create({ schedule: hourly })).window).toBeNull();
+
+    const reply = await api.call("GET", `/jobs/${job.id}/preview?count=24`);
+    expect(reply.status, reply.text).toBe(200);
+    const preview = PreviewSchema.parse(reply.body);
+    expect(preview.occurrences).toHaveLength(24);
+    for (const occurrence of preview.occurrences) {
+      const at = new Date(occurrence.utc);
+      expect(occurrence.plannedFor).toBe(plannedTime(job.id, at, 5 * MINUTE).toISOString());
+      const offset = Date.parse(occurrence.plannedFor ?? "") - at.getTime();
+      expect(offset).toBeGreaterThanOrEqual(0);
+      expect(offset).toBeLessThan(5 * MINUTE);
+    }
+    // Asked again, the same planned times: they are a function of the job and the occurrence.
+    const again = PreviewSchema.parse(
+      (await api.call("GET", `/jobs/${job.id}/preview?count=24`)).body,
+    );
+    expect(again.occurrences).toEqual(preview.occurrences);
+    // A schedule's preview has no job id to plan with, and a job without a window plans nothing.
+    const bare = await api.call("POST", "/schedules/preview", { body: { schedule: hourly } });
+    expect(PreviewSchema.parse(bare.body).occurrences[0]?.plannedFor).toBeUndefined();
+  });
+
+  it("400 naming window: not a duration, longer than the period, on a one-off; nothing written", async () => {
+    const before = (await api.fixture.jobs()).length;
+    for (const [body, message] of [
+      [{ schedule: hourly, window: "5 minutes" }, /ISO-8601 duration/],
+      [{ schedule: hourly, window: "PT0S" }, /positive/],
+      [{ schedule: hourly, window: "PT61M" }, /longer than the schedule's period \(3600 s/],
+      [{ schedule: { every: "PT10M" }, window: "PT11M" }, /longer than the schedule's period/],
+      [{ schedule: { runAt: "2031-01-01T00:00:00Z" }, window: "PT5M" }, /recurring schedules/],
+    ] as const) {
+      const reply = await api.call("POST", "/jobs", { body: { type: "noop", ...body } });
+      const error = expectError(reply, 400, { code: "validation_failed", field: "window" });
+      expect(JSON.stringify(error)).toMatch(message);
+    }
+    expect((await api.fixture.jobs()).length).toBe(before);
+  });
+
+  it("an edit may change or remove it; a schedule it no longer fits is refused naming window", async () => {
+    const job = await create({ schedule: hourly, window: "PT30M" });
+    const patch = (version: number, body: Record<string, unknown>) =>
+      api.call("PATCH", `/jobs/${job.id}`, { body, headers: { "If-Match": `"${version}"` } });
+
+    const tooShort = await patch(1, { schedule: { cron: "*/10 * * * *", timezone: "UTC" } });
+    expectError(tooShort, 400, { code: "validation_failed", field: "window" });
+
+    const narrowed = await patch(1, {
+      schedule: { cron: "*/10 * * * *", timezone: "UTC" },
+      window: "PT10M",
+    });
+    expect(narrowed.status, narrowed.text).toBe(200);
+    expect(JobSchema.parse(narrowed.body)).toMatchObject({ version: 2, window: "PT10M" });
+
+    const removed = await patch(2, { window: null });
+    expect(removed.status, removed.text).toBe(200);
+    expect(JobSchema.parse(removed.body).window).toBeNull();
+    const preview = PreviewSchema.parse((await api.call("GET", `/jobs/${job.id}/preview`)).body);
+    expect(preview.occurrences[0]?.plannedFor).toBeUndefined();
+  });
+
+  it("a run shows plannedFor: its occurrence when the job has no window", async () => {
+    const reply = await api.call("POST", "/jobs", {
+      body: { type: "noop", schedule: { runAt: new Date(Date.now() - 1000).toISOString() } },
+    });
+    const job = JobSchema.parse(reply.body);
+    await runOnce(api, job.id);
+    const runs = RunPageSchema.parse((await api.call("GET", `/jobs/${job.id}/runs`)).body);
+    expect(runs.items).toHaveLength(1);
+    expect(runs.items[0]?.plannedFor).toBe(runs.items[0]?.scheduledFor);
+  });
+});
