@@ -335,7 +335,7 @@ describe("error bodies, byte for byte", () => {
       error(400, {
         code: "validation_failed",
         message:
-          "nothing to change: give at least one of name, schedule, payload, target, retry, misfirePolicy, overlapPolicy, maxConcurrent, priority, timeoutSeconds, inFlight, endAt, maxRuns",
+          "nothing to change: give at least one of name, schedule, payload, target, retry, misfirePolicy, overlapPolicy, maxConcurrent, priority, timeoutSeconds, window, inFlight, endAt, maxRuns",
       }),
     );
     expect(
