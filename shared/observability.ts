@@ -22,6 +22,18 @@ export const METRICS = {
 } as const;
 
 export type MetricName = (typeof METRICS)[keyof typeof METRICS];
+
+/**
+ * Log lines that name their tenant (`tenantId`), counted per tenant by the stack's Contributor
+ * Insights rules (infra/constructs/observability.ts): runs by outcome and their lag (`lagMs`,
+ * from the worker's line), and requests refused with 429. Per-tenant figures come from these
+ * rules rather than from a `tenant` metric dimension, whose cost grows with every tenant
+ * (docs/architecture.md, "Observability").
+ */
+export const TENANT_LOG_EVENTS = {
+  runFinished: "run finished",
+  requestThrottled: "request throttled",
+} as const;
 export type MetricUnit = "Count" | "Milliseconds";
 
 export interface Logger {

@@ -1,7 +1,8 @@
-import { Duration } from "aws-cdk-lib";
+import { Duration, Stack } from "aws-cdk-lib";
 import {
   Alarm,
   AlarmStatusWidget,
+  CfnInsightRule,
   ComparisonOperator,
   Dashboard,
   GraphWidget,
@@ -15,7 +16,7 @@ import { type ITopic, Topic } from "aws-cdk-lib/aws-sns";
 import { EmailSubscription } from "aws-cdk-lib/aws-sns-subscriptions";
 import { Construct } from "constructs";
 import { PRIORITIES } from "../../shared/model.js";
-import { METRICS, type MetricName } from "../../shared/observability.js";
+import { METRICS, type MetricName, TENANT_LOG_EVENTS } from "../../shared/observability.js";
 import type { SchedulerSettings } from "../settings.js";
 import type { Api } from "./api.js";
 import type { Dispatch } from "./dispatch.js";
@@ -43,6 +44,8 @@ export class Observability extends Construct {
   readonly topic: ITopic;
   readonly dashboard: Dashboard;
   readonly alarms: Alarm[] = [];
+  /** Contributor Insights rules: runs, lag and throttles per tenant, read from the logs. */
+  readonly tenantRules: CfnInsightRule[] = [];
 
   private readonly settings: SchedulerSettings;
 
@@ -317,6 +320,70 @@ export class Observability extends Construct {
     );
     this.dashboard.addWidgets(
       new AlarmStatusWidget({ title: "Alarms", alarms: this.alarms, width: 24, height: 4 }),
+    );
+    this.addTenantRules(worker.worker, api.handler);
+  }
+
+  /**
+   * Per-tenant visibility from the log lines that name their tenant (TENANT_LOG_EVENTS), as
+   * Contributor Insights rules: a flat price per rule plus a little per matched line, where a
+   * `tenant` metric dimension would add a custom metric per tenant (docs/architecture.md,
+   * "Observability").
+   */
+  private addTenantRules(worker: SchedulerFunction, api: SchedulerFunction): void {
+    const stack = Stack.of(this);
+    const runFinished = { Match: "$.message", In: [TENANT_LOG_EVENTS.runFinished] };
+    // A run's ending is logged by the worker, and by the API when an async target completes it.
+    const runLogs = [worker.logGroup, api.logGroup];
+    const rule = (
+      id: string,
+      logGroups: readonly SchedulerFunction["logGroup"][],
+      contribution: Record<string, unknown>,
+      aggregateOn: "Count" | "Sum",
+    ) => {
+      this.tenantRules.push(
+        new CfnInsightRule(this, id, {
+          ruleName: `${stack.stackName}-${id}`,
+          ruleState: "ENABLED",
+          ruleBody: stack.toJsonString({
+            Schema: { Name: "CloudWatchLogRule", Version: 1 },
+            LogGroupNames: logGroups.map((group) => group.logGroupName),
+            LogFormat: "JSON",
+            Contribution: contribution,
+            AggregateOn: aggregateOn,
+          }),
+        }),
+      );
+    };
+    rule(
+      "TenantRuns",
+      runLogs,
+      { Keys: ["$.tenantId", "$.status"], Filters: [runFinished] },
+      "Count",
+    );
+    rule(
+      "TenantLag",
+      runLogs,
+      { Keys: ["$.tenantId"], ValueOf: "$.lagMs", Filters: [runFinished] },
+      "Sum",
+    );
+    rule(
+      "TenantLateStarts",
+      runLogs,
+      {
+        Keys: ["$.tenantId"],
+        Filters: [runFinished, { Match: "$.lagMs", GreaterThan: this.settings.lagAlarmMs }],
+      },
+      "Count",
+    );
+    rule(
+      "TenantThrottles",
+      [api.logGroup],
+      {
+        Keys: ["$.tenantId", "$.code"],
+        Filters: [{ Match: "$.message", In: [TENANT_LOG_EVENTS.requestThrottled] }],
+      },
+      "Count",
     );
   }
 

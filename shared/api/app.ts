@@ -2,6 +2,7 @@ import { OpenAPIHono } from "@hono/zod-openapi";
 import { DOCS_PATH } from "../console/config.js";
 import type { Engine } from "../engine.js";
 import type { JobTypeCatalog } from "../job-types/registry.js";
+import { TENANT_LOG_EVENTS } from "../observability.js";
 import { asyncRunsRouter, RUN_TOKEN_PATH } from "./async-runs-router.js";
 import { type Authenticator, isValidTenantId } from "./auth.js";
 import { BODY_OVERHEAD_BYTES, jsonBody } from "./body.js";
@@ -59,6 +60,16 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
 
   app.onError((error, c) => {
     const answer = httpAnswerOf(error);
+    if (answer.status === 429) {
+      // Counted per tenant by the stack's Contributor Insights rule (TENANT_LOG_EVENTS).
+      engine.obs.log.warn(TENANT_LOG_EVENTS.requestThrottled, {
+        tenantId: c.get("tenantId") ?? null,
+        code: answer.body.error.code,
+        reason: answer.body.error.message,
+        method: c.req.method,
+        path: c.req.path,
+      });
+    }
     if (answer.status >= 500) {
       engine.obs.log.error("api request failed", {
         method: c.req.method,

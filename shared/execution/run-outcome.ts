@@ -3,7 +3,7 @@ import type { Engine } from "../engine.js";
 import { JobNotFoundError } from "../errors.js";
 import { parseRunId } from "../keys.js";
 import type { DueEntry, Job, Run, RunMessage } from "../model.js";
-import { METRICS } from "../observability.js";
+import { METRICS, TENANT_LOG_EVENTS } from "../observability.js";
 import { sendRuns } from "../queue/work-queue.js";
 import { decideAfterFailure } from "../retry.js";
 import { runMessageOf } from "../storage/items.js";
@@ -39,7 +39,8 @@ export async function recordResult(
   engine.obs.metrics.add(METRICS.schedulingLagMs, Math.max(0, lag), "Milliseconds");
   const report = (status: "SUCCEEDED" | "FAILED" | "DEAD", error?: string) => {
     engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status });
-    engine.obs.log.info("run finished", {
+    engine.obs.log.info(TENANT_LOG_EVENTS.runFinished, {
+      tenantId: run.tenantId,
       jobId: run.jobId,
       runId: run.runId,
       scheduledFor: run.scheduledFor,

@@ -10,7 +10,7 @@ import {
 } from "../../infra/constructs/scheduler-function.js";
 import { ENV } from "../../shared/config.js";
 import { PRIORITIES } from "../../shared/model.js";
-import { METRICS } from "../../shared/observability.js";
+import { METRICS, TENANT_LOG_EVENTS } from "../../shared/observability.js";
 import {
   JOBS_TTL_ATTRIBUTE,
   jobsTableDefinition,
@@ -509,6 +509,72 @@ describe("observability", () => {
       "ApproximateAgeOfOldestMessage",
     ]) {
       expect(body, name).toContain(name);
+    }
+  });
+
+  it("counts runs, lag, late starts and throttles per tenant with Contributor Insights rules over the worker's and the API's logs", () => {
+    const { stack } = prod;
+    /** A rule body as written: its Fn::Join parts, a reference standing in as `<LogicalId>`. */
+    const bodyOf = (rule: Record<string, Json>) => {
+      const body = rule.RuleBody;
+      if (typeof body === "string") return JSON.parse(body) as Record<string, unknown>;
+      const join = isObject(body) ? body["Fn::Join"] : undefined;
+      const parts = Array.isArray(join) ? asArray(join[1]) : [];
+      const text = parts.map((part) =>
+        typeof part === "string" ? part : `<${referencedId(part)}>`,
+      );
+      return JSON.parse(text.join("")) as Record<string, unknown>;
+    };
+    const rules = resourcesOfType(prod, "AWS::CloudWatch::InsightRule").map(
+      ([, r]) => r.Properties ?? {},
+    );
+    const byName = new Map(rules.map((r) => [String(r.RuleName).split("-").at(-1), r]));
+    expect([...byName.keys()].sort()).toEqual([
+      "TenantLag",
+      "TenantLateStarts",
+      "TenantRuns",
+      "TenantThrottles",
+    ]);
+    const logGroup = (fn: SchedulerFunction) => [`<${logicalIdOf(stack, fn.logGroup)}>`];
+    // Runs end in the worker, and in the API when an async target completes them.
+    const worker = [...logGroup(stack.worker.worker), ...logGroup(stack.api.handler)];
+    const runFinished = { Match: "$.message", In: [TENANT_LOG_EVENTS.runFinished] };
+    const expected = {
+      TenantRuns: {
+        LogGroupNames: worker,
+        Contribution: { Keys: ["$.tenantId", "$.status"], Filters: [runFinished] },
+        AggregateOn: "Count",
+      },
+      TenantLag: {
+        LogGroupNames: worker,
+        Contribution: { Keys: ["$.tenantId"], ValueOf: "$.lagMs", Filters: [runFinished] },
+        AggregateOn: "Sum",
+      },
+      TenantLateStarts: {
+        LogGroupNames: worker,
+        Contribution: {
+          Keys: ["$.tenantId"],
+          Filters: [runFinished, { Match: "$.lagMs", GreaterThan: 5000 }],
+        },
+        AggregateOn: "Count",
+      },
+      TenantThrottles: {
+        LogGroupNames: logGroup(stack.api.handler),
+        Contribution: {
+          Keys: ["$.tenantId", "$.code"],
+          Filters: [{ Match: "$.message", In: [TENANT_LOG_EVENTS.requestThrottled] }],
+        },
+        AggregateOn: "Count",
+      },
+    };
+    for (const [name, want] of Object.entries(expected)) {
+      const rule = byName.get(name) ?? {};
+      expect(rule.RuleState, name).toBe("ENABLED");
+      expect(bodyOf(rule), name).toEqual({
+        Schema: { Name: "CloudWatchLogRule", Version: 1 },
+        LogFormat: "JSON",
+        ...want,
+      });
     }
   });
 
