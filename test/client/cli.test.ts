@@ -508,6 +508,29 @@ describe("schedules and the webhook secret", () => {
     expect(invalid.field).toBe("schedule.every");
   });
 
+  it("--window sets the jitter window, edit --window none removes it; a job's preview shows planned times", async () => {
+    const job = await json<Job>(
+      "jobs",
+      "create",
+      "--type",
+      "noop",
+      "--every",
+      "PT15M",
+      "--window",
+      "PT5M",
+    );
+    expect(job.window).toBe("PT5M");
+    const table = await cli(["schedules", "preview", "--job", job.id, "--count", "2"]);
+    expect(table.code).toBe(EXIT.ok);
+    const lines = table.out.trimEnd().split("\n");
+    expect(lines[1]).toMatch(/^#\s+LOCAL \(UTC\)\s+UTC\s+PLANNED \(UTC\)$/);
+    for (const line of lines.slice(2)) expect(line).toMatch(/Z\s+\S+Z$/);
+    const tooLong = await failing(EXIT.invalid, "jobs", "edit", job.id, "--window", "PT16M");
+    expect(tooLong.field).toBe("window");
+    const cleared = await json<Job>("jobs", "edit", job.id, "--window", "none");
+    expect(cleared.window).toBeNull();
+  });
+
   it("webhook-secret get and rotate", async () => {
     const first = await json<{ secret: string }>("webhook-secret", "get");
     expect(first.secret).toMatch(/^whsec_/);
