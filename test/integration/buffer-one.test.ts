@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Engine } from "../../shared/engine.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
 import { createJob, editJob } from "../../shared/jobs/index.js";
@@ -78,6 +79,14 @@ async function deliverOccurrence(jobId: string, n: number) {
   }
 }
 
+/**
+ * The engine as a queue whose redrive allows one delivery sees it: the start that put the run in the
+ * buffer is the one its message crashed on, so the DLQ consumer marks it DEAD.
+ */
+function oneDeliveryRedrive(): Engine {
+  return { ...f.engine, settings: { ...f.engine.settings, maxReceiveCount: 1 } };
+}
+
 async function statusOf(jobId: string, runId: string) {
   const run = (await runsOf(jobId)).find((r) => r.runId === runId);
   return { status: run?.status, reason: run?.reason };
@@ -92,7 +101,7 @@ describe("buffer_one after a buffered run ends without being admitted", () => {
     const one = await deliverOccurrence(job.jobId, 1);
     expect(await f.process(worker, one.received)).toBe("ack");
     expect((await getJob(f.engine, job.jobId))?.bufferedRunId).toBe(one.run.runId);
-    await handleCrashedRun(f.engine, runMessageOf(one.run), 5);
+    await handleCrashedRun(oneDeliveryRedrive(), runMessageOf(one.run), 1);
     expect(await statusOf(job.jobId, one.run.runId)).toMatchObject({ status: "DEAD" });
     expect((await getJob(f.engine, job.jobId))?.bufferedRunId).toBeNull();
 
@@ -142,7 +151,7 @@ describe("buffer_one after a buffered run ends without being admitted", () => {
     );
     try {
       await expect(
-        handleCrashedRun({ ...f.engine, doc: dying.doc }, runMessageOf(one.run), 5),
+        handleCrashedRun({ ...oneDeliveryRedrive(), doc: dying.doc }, runMessageOf(one.run), 1),
       ).rejects.toThrow("process died");
     } finally {
       dying.destroy();
