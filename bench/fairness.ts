@@ -386,11 +386,11 @@ function markdownOf(r: FairnessResult): string {
 Measured ${r.measuredAt} on ${r.machine}; load average ${r.loadAverage.atStart.join(", ")} at the
 start, ${r.loadAverage.atEnd.join(", ")} at the end. Sandbox (DynamoDB Local + fauxqs), ${r.settings.workers}
 worker slots, each run a \`sleep\` of ${r.settings.sleepMs} ms, lookahead ${r.settings.lookaheadSeconds} s,
-tick ${r.settings.tickSeconds} s; every job created ${r.createSeconds.toFixed(0)} s ahead and claimed by a dispatcher pass.
+tick ${r.settings.tickSeconds} s; created over ${r.createSeconds.toFixed(0)} s, all before the fast-path window, so a dispatcher pass claimed every job.
 
 ## Start lag (startedAt − scheduledFor, ms)
 
-| runs | succeeded | p50 | p95 | p99 | max |
+| series | succeeded | p50 | p95 | p99 | max |
 | --- | --- | --- | --- | --- | --- |
 ${lagRow(`B alone (due ${r.bAlone.dueAt})`, r.bAlone)}
 ${lagRow(`B beside A (due ${r.bBesideA.dueAt})`, r.bBesideA)}
@@ -401,7 +401,7 @@ ${lagRow("A (same second)", r.a)}
 
 ## API flood (\`GET /jobs?limit=1\`, latency of the 200s in ms)
 
-| requests | sent | 200 | 429 | other | p50 | p99 | max |
+| series | sent | 200 | 429 | other | p50 | p99 | max |
 | --- | --- | --- | --- | --- | --- | --- | --- |
 ${latencyRow("B alone", r.flood.bAlone)}
 ${latencyRow("A's flood", r.flood.aRequests)}
