@@ -2,10 +2,12 @@ import { RetentionDays } from "aws-cdk-lib/aws-logs";
 import type { Node } from "constructs";
 import {
   DEFAULT_LOW_PRIORITY_SHARE,
+  DEFAULT_QUOTAS,
   DEFAULT_SETTINGS,
   ENV,
   loadSettings,
   MAX_TIMEOUT_SECONDS,
+  type TenantQuotas,
 } from "../shared/config.js";
 import type { Priority } from "../shared/model.js";
 
@@ -63,10 +65,15 @@ export interface SchedulerSettings {
   readonly queueAgeAlarmSeconds: number;
   /** Whether the API accepts the demo job types `sleep` and `fail`; off unless asked for. */
   readonly demoJobTypes: boolean;
+  /** Every tenant's quotas unless its stored override says otherwise (docs/api.md "Quotas"). */
+  readonly quotas: TenantQuotas;
+  /** Tenants that may read and set any tenant's quota override over the API. */
+  readonly adminTenants: readonly string[];
 }
 
-export type SettingsInput = Partial<Omit<SchedulerSettings, "workerConcurrency">> & {
+export type SettingsInput = Partial<Omit<SchedulerSettings, "workerConcurrency" | "quotas">> & {
   readonly workerConcurrency?: Partial<Record<Priority, number>>;
+  readonly quotas?: Partial<TenantQuotas>;
 };
 
 const STAGE_PATTERN = /^[a-z][a-z0-9-]{0,19}$/;
@@ -125,6 +132,8 @@ export function resolveSettings(input: SettingsInput = {}): SchedulerSettings {
     queueAgeAlarmSeconds:
       input.queueAgeAlarmSeconds ?? lookaheadSeconds + workerTimeoutSeconds + 300,
     demoJobTypes: input.demoJobTypes ?? false,
+    quotas: { ...DEFAULT_QUOTAS, ...definedOnly(input.quotas ?? {}) },
+    adminTenants: input.adminTenants ?? [],
   };
   validate(settings);
   return settings;
@@ -203,6 +212,10 @@ function validate(s: SchedulerSettings): void {
     throw new Error(`invalid scheduler settings:\n- ${problems.join("\n- ")}`);
 }
 
+function definedOnly<T extends object>(value: T): Partial<T> {
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== undefined)) as Partial<T>;
+}
+
 /**
  * Each work queue's event source maximum concurrency. Each queue has its own pollers, so high's
  * backlog never takes low's invocations; low's maximum is raised, when needed, to
@@ -219,6 +232,12 @@ export function workerEventSourceConcurrency(s: SchedulerSettings): Record<Prior
 /** The engine settings as the handlers read them (shared/config.ts `loadSettings`). */
 export function engineEnvironment(s: SchedulerSettings): Record<string, string> {
   return {
+    // The API checks creates, edits and requests against them; the worker, concurrent runs.
+    [ENV.quotaActiveJobs]: String(s.quotas.activeJobs),
+    [ENV.quotaRunsPerMinute]: String(s.quotas.runsPerMinute),
+    [ENV.quotaConcurrentRuns]: String(s.quotas.concurrentRuns),
+    [ENV.quotaRequestsPerSecond]: String(s.quotas.requestsPerSecond),
+    [ENV.quotaMaxPriority]: s.quotas.maxPriority,
     [ENV.shardCount]: String(s.shardCount),
     [ENV.maxShardCount]: String(s.maxShardCount),
     [ENV.lookaheadSeconds]: String(s.lookaheadSeconds),
@@ -266,6 +285,12 @@ export const CONTEXT_KEYS = [
   "lagAlarmMs",
   "queueAgeAlarmSeconds",
   "demoJobTypes",
+  "quotaActiveJobs",
+  "quotaRunsPerMinute",
+  "quotaConcurrentRuns",
+  "quotaRequestsPerSecond",
+  "quotaMaxPriority",
+  "adminTenants",
 ] as const;
 
 type ContextKey = (typeof CONTEXT_KEYS)[number];
@@ -351,5 +376,22 @@ export function settingsFromContext(node: Node): SchedulerSettings {
     lagAlarmMs: int("lagAlarmMs"),
     queueAgeAlarmSeconds: int("queueAgeAlarmSeconds"),
     demoJobTypes: bool("demoJobTypes"),
+    quotas: {
+      activeJobs: int("quotaActiveJobs"),
+      runsPerMinute: int("quotaRunsPerMinute"),
+      concurrentRuns: int("quotaConcurrentRuns"),
+      requestsPerSecond: int("quotaRequestsPerSecond"),
+      maxPriority: priorityOf(text("quotaMaxPriority")),
+    },
+    adminTenants: (text("adminTenants") ?? "")
+      .split(",")
+      .map((t) => t.trim())
+      .filter((t) => t !== ""),
   });
+}
+
+function priorityOf(value: string | undefined): Priority | undefined {
+  if (value === undefined) return undefined;
+  if (value === "high" || value === "normal" || value === "low") return value;
+  throw new Error(`context quotaMaxPriority must be high, normal or low, got "${value}"`);
 }

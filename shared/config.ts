@@ -1,3 +1,5 @@
+import type { Priority } from "./model.js";
+
 /**
  * Deployment-wide settings. Every Lambda and the local sandbox read the same
  * environment variables, so that the CDK stack (which sets them) and the
@@ -32,7 +34,44 @@ export const ENV = {
   apiAuth: "API_AUTH",
   /** How the web console signs in: a ConsoleAuth as JSON (shared/console/config.ts). */
   consoleAuth: "CONSOLE_AUTH",
+  /** The default per-tenant quotas (a tenant's stored override wins). */
+  quotaActiveJobs: "QUOTA_ACTIVE_JOBS",
+  quotaRunsPerMinute: "QUOTA_RUNS_PER_MINUTE",
+  quotaConcurrentRuns: "QUOTA_CONCURRENT_RUNS",
+  quotaRequestsPerSecond: "QUOTA_REQUESTS_PER_SECOND",
+  quotaMaxPriority: "QUOTA_MAX_PRIORITY",
+  /** The API's: tenants (comma-separated) that may read and set every tenant's quotas. */
+  adminTenants: "ADMIN_TENANTS",
 } as const;
+
+/**
+ * What one tenant may use. The deployment's defaults are settings; a tenant's
+ * override is stored (shared/storage/tenant-quotas.ts) and read without a restart.
+ */
+export interface TenantQuotas {
+  /** Jobs not yet ended (ACTIVE or PAUSED). */
+  readonly activeJobs: number;
+  /** Peak runs per minute summed over the tenant's recurring jobs (shared/quotas/limits.ts). */
+  readonly runsPerMinute: number;
+  /** Runs RUNNING at once; the worker makes the rest wait. */
+  readonly concurrentRuns: number;
+  /** API requests per second (a token bucket holding two seconds' worth). */
+  readonly requestsPerSecond: number;
+  /** The highest priority the tenant's jobs may take. */
+  readonly maxPriority: Priority;
+}
+
+/**
+ * Generous, so a deployment with one tenant behaves as without quotas; a deployment that serves
+ * many tenants sets lower ones (docs/deploy.md).
+ */
+export const DEFAULT_QUOTAS: TenantQuotas = {
+  activeJobs: 100_000,
+  runsPerMinute: 60_000,
+  concurrentRuns: 1_000,
+  requestsPerSecond: 1_000,
+  maxPriority: "high",
+};
 
 export interface EngineSettings {
   /** Shards new jobs are spread over (S in the design). */
@@ -58,6 +97,8 @@ export interface EngineSettings {
    * been started this many times by the deliveries of one message (a poison run).
    */
   readonly maxReceiveCount: number;
+  /** Each tenant's quotas unless it has an override. */
+  readonly quotas: TenantQuotas;
 }
 
 /** The longest job timeout accepted at all: Lambda's own ceiling. */
@@ -95,6 +136,7 @@ export const DEFAULT_SETTINGS: EngineSettings = {
   // The stack's default worker timeout is Lambda's ceiling.
   maxTimeoutSeconds: jobTimeoutLimitSeconds(MAX_TIMEOUT_SECONDS),
   maxReceiveCount: 5,
+  quotas: DEFAULT_QUOTAS,
 };
 
 /** The starvation guard's default: low priority keeps 10 % of the workers while high is saturated. */
@@ -134,6 +176,39 @@ export function loadSettings(env: Env = process.env): EngineSettings {
       intFrom(env, ENV.workerTimeoutSeconds, MAX_TIMEOUT_SECONDS, 1, 86_400),
     ),
     maxReceiveCount: intFrom(env, ENV.maxReceiveCount, DEFAULT_SETTINGS.maxReceiveCount, 1, 1000),
+    quotas: quotasFrom(env),
+  };
+}
+
+/** The highest value a quota's setting or override may take. */
+export const QUOTA_MAXIMUM = 1_000_000;
+/** The highest concurrent-runs quota: the worker reads every slot item of a tenant at each start. */
+export const MAX_CONCURRENT_RUNS_QUOTA = 1_000;
+
+function quotasFrom(env: Env): TenantQuotas {
+  const d = DEFAULT_QUOTAS;
+  const priority = env[ENV.quotaMaxPriority] || d.maxPriority;
+  if (priority !== "high" && priority !== "normal" && priority !== "low") {
+    throw new Error(`${ENV.quotaMaxPriority} must be high, normal or low, got "${priority}"`);
+  }
+  return {
+    activeJobs: intFrom(env, ENV.quotaActiveJobs, d.activeJobs, 1, QUOTA_MAXIMUM),
+    runsPerMinute: intFrom(env, ENV.quotaRunsPerMinute, d.runsPerMinute, 1, QUOTA_MAXIMUM),
+    concurrentRuns: intFrom(
+      env,
+      ENV.quotaConcurrentRuns,
+      d.concurrentRuns,
+      1,
+      MAX_CONCURRENT_RUNS_QUOTA,
+    ),
+    requestsPerSecond: intFrom(
+      env,
+      ENV.quotaRequestsPerSecond,
+      d.requestsPerSecond,
+      1,
+      QUOTA_MAXIMUM,
+    ),
+    maxPriority: priority,
   };
 }
 

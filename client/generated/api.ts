@@ -214,6 +214,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/quotas": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The caller's quotas: what applies, its override, and its runs running now */
+        get: operations["getQuotas"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/runs/{runId}/complete": {
         parameters: {
             query?: never;
@@ -259,6 +276,24 @@ export interface paths {
         put?: never;
         /** Check a schedule before trusting it: its next occurrences, or what is wrong */
         post: operations["previewSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/tenants/{tenantId}/quotas": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A tenant's quotas (admin tenants only) */
+        get: operations["getTenantQuotas"];
+        /** Replace a tenant's quota override (admin tenants only); quotas it leaves out take the defaults */
+        put: operations["putTenantQuotas"];
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -496,7 +531,7 @@ export interface components {
         Error: {
             error: {
                 /** @enum {string} */
-                code: "validation_failed" | "malformed_json" | "unauthorized" | "not_found" | "method_not_allowed" | "conflict" | "illegal_transition" | "idempotency_conflict" | "not_replayable" | "stale_run_token" | "version_mismatch" | "precondition_required" | "payload_too_large" | "unsupported_media_type" | "busy" | "internal";
+                code: "validation_failed" | "malformed_json" | "unauthorized" | "not_found" | "method_not_allowed" | "conflict" | "illegal_transition" | "idempotency_conflict" | "not_replayable" | "stale_run_token" | "version_mismatch" | "precondition_required" | "payload_too_large" | "unsupported_media_type" | "busy" | "quota_exceeded" | "rate_limited" | "forbidden" | "internal";
                 /**
                  * @description With illegal_transition: the job's status now.
                  * @enum {string}
@@ -510,6 +545,11 @@ export interface components {
                     message: string;
                 }[];
                 message: string;
+                /**
+                 * @description With quota_exceeded and rate_limited: the tenant's quota the request is over.
+                 * @enum {string}
+                 */
+                quota?: "activeJobs" | "runsPerMinute" | "concurrentRuns" | "requestsPerSecond" | "maxPriority";
             };
         };
         EverySchedule: {
@@ -669,6 +709,44 @@ export interface components {
             maxRuns?: number;
             schedule: components["schemas"]["Schedule"];
         };
+        /**
+         * @description The tenant's stored override ({} when it has none).
+         * @example {
+         *       "concurrentRuns": 20,
+         *       "requestsPerSecond": 10
+         *     }
+         */
+        QuotaOverride: {
+            /** @description Jobs not yet ended (active or paused). */
+            activeJobs?: number;
+            /** @description Runs running at once; the rest wait. */
+            concurrentRuns?: number;
+            /**
+             * @description The highest priority the tenant's jobs may take.
+             * @enum {string}
+             */
+            maxPriority?: "high" | "normal" | "low";
+            /** @description API requests per second (a token bucket holding two seconds' worth, per API process). */
+            requestsPerSecond?: number;
+            /** @description Peak runs per minute summed over the tenant's recurring jobs: for each, the runs it starts in the 60 s from its next occurrence. */
+            runsPerMinute?: number;
+        };
+        /** @description What applies now: the override where it sets a quota, else the default. */
+        Quotas: {
+            /** @description Jobs not yet ended (active or paused). */
+            activeJobs: number;
+            /** @description Runs running at once; the rest wait. */
+            concurrentRuns: number;
+            /**
+             * @description The highest priority the tenant's jobs may take.
+             * @enum {string}
+             */
+            maxPriority: "high" | "normal" | "low";
+            /** @description API requests per second (a token bucket holding two seconds' worth, per API process). */
+            requestsPerSecond: number;
+            /** @description Peak runs per minute summed over the tenant's recurring jobs: for each, the runs it starts in the 60 s from its next occurrence. */
+            runsPerMinute: number;
+        };
         /** @description Exponential backoff with full jitter. */
         RetryInput: {
             /** @description Backoff ceiling after the first failure, doubling; default 30. */
@@ -761,6 +839,13 @@ export interface components {
             /** @description How long the run sleeps, in milliseconds; default 0. */
             ms?: number;
         } | null;
+        TenantQuotas: {
+            override: components["schemas"]["QuotaOverride"];
+            quotas: components["schemas"]["Quotas"];
+            /** @description Runs holding a concurrent-runs slot now. */
+            runningRuns: number;
+            tenantId: string;
+        };
         WebhookSecret: {
             /**
              * @description The caller's webhook signing secret: `whsec_` + base64 of 32 random bytes. Deliveries carry `webhook-signature: v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>">` keyed with the bytes after `whsec_` (Standard Webhooks).
@@ -818,6 +903,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     replayDeadLetter: {
@@ -860,6 +954,15 @@ export interface operations {
             };
             /** @description Not allowed in the job's current status, or an idempotency or replay conflict */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -924,6 +1027,15 @@ export interface operations {
             };
             /** @description Missing or unknown credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1013,6 +1125,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Contention on the job; retry after Retry-After seconds */
             503: {
                 headers: {
@@ -1062,6 +1183,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     deleteJob: {
@@ -1093,6 +1223,15 @@ export interface operations {
             };
             /** @description No such job or run for this tenant */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1210,6 +1349,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Contention on the job; retry after Retry-After seconds */
             503: {
                 headers: {
@@ -1268,6 +1416,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Contention on the job; retry after Retry-After seconds */
             503: {
                 headers: {
@@ -1319,6 +1476,15 @@ export interface operations {
             };
             /** @description Not allowed in the job's current status, or an idempotency or replay conflict */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1389,6 +1555,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     resumeJob: {
@@ -1431,6 +1606,15 @@ export interface operations {
             };
             /** @description Not allowed in the job's current status, or an idempotency or replay conflict */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1507,6 +1691,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     getRun: {
@@ -1541,6 +1734,15 @@ export interface operations {
             };
             /** @description No such job or run for this tenant */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1590,6 +1792,53 @@ export interface operations {
             };
             /** @description Not allowed in the job's current status, or an idempotency or replay conflict */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getQuotas: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The caller's quotas */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantQuotas"];
+                };
+            };
+            /** @description Missing or unknown credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1677,6 +1926,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     heartbeatRun: {
@@ -1719,6 +1977,15 @@ export interface operations {
             };
             /** @description Not allowed in the job's current status, or an idempotency or replay conflict */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1786,6 +2053,162 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    getTenantQuotas: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tenantId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The tenant's quotas */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantQuotas"];
+                };
+            };
+            /** @description Missing or unknown credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Over one of the tenant's quotas (`quota` names it, `field` the input it refuses), or an admin route called by a tenant that is not an admin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description No such job or run for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    putTenantQuotas: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tenantId: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["QuotaOverride"];
+            };
+        };
+        responses: {
+            /** @description The tenant's quotas with the new override */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantQuotas"];
+                };
+            };
+            /** @description Invalid input: `field` names it, `issues` lists every problem */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Missing or unknown credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Over one of the tenant's quotas (`quota` names it, `field` the input it refuses), or an admin route called by a tenant that is not an admin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description No such job or run for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The body or its payload is over the size limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The body is not application/json */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     getWebhookSecret: {
@@ -1815,6 +2238,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     rotateWebhookSecret: {
@@ -1837,6 +2269,15 @@ export interface operations {
             };
             /** @description Missing or unknown credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -2,6 +2,7 @@ import { fileURLToPath } from "node:url";
 import { handle } from "hono/aws-lambda";
 import { createApiApp } from "../../shared/api/app.js";
 import {
+  adminTenantsFrom,
   defaultTenantOfClaims,
   defaultTenantOfPrincipal,
   iamAuthenticator,
@@ -36,6 +37,7 @@ const consoleAuth = parseConsoleAuth(process.env[ENV.consoleAuth]);
 const app = createApiApp({
   engine,
   jobTypes,
+  adminTenants: adminTenantsFrom(process.env),
   authenticate: jwt
     ? jwtAuthenticator(defaultTenantOfClaims)
     : iamAuthenticator(defaultTenantOfPrincipal),

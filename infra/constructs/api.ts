@@ -55,6 +55,7 @@ export class Api extends Construct {
         [ENV.apiAuth]: settings.auth.kind,
         // The demo types (sleep, fail) are refused with a 400 naming `type` unless enabled.
         [ENV.demoJobTypes]: String(settings.demoJobTypes),
+        [ENV.adminTenants]: settings.adminTenants.join(","),
         // How the web console signs in: at the JWT issuer, or not at all (a browser cannot sign).
         [ENV.consoleAuth]: JSON.stringify(
           (settings.auth.kind === "jwt"
@@ -73,7 +74,9 @@ export class Api extends Construct {
     });
     // Create / edit / pause / cancel transactions (Put, Update, Delete of jobs, due entries and
     // idempotency items), job reads, the fast path's claim (Delete the due entry, orphan
-    // DeleteItem), tenant listing (the byTenant index holds keys only: BatchGetItem reads the jobs).
+    // DeleteItem), tenant listing (the byTenant index holds keys only: BatchGetItem reads the jobs),
+    // quotas (a Query of the tenant's quota partition, the usage reserved with UpdateItem and
+    // recounted with PutItem, the override read with GetItem and written with PutItem).
     allowTable(this.handler.fn, {
       ...storage.jobs,
       // ConditionCheckItem: an edit of an `after` schedule holds the jobs its cycle check read.
@@ -84,6 +87,7 @@ export class Api extends Construct {
         "UpdateItem",
         "DeleteItem",
         "ConditionCheckItem",
+        "Query",
       ],
       indexes: { [JOBS_BY_TENANT_INDEX]: ["Query"] },
     });

@@ -55,10 +55,12 @@ export class Worker extends Construct {
     allowTableKey(this.worker.fn, storage.webhookSecretsKey);
     // Job read (GetItem), admission and one-off completion (UpdateItem), the finish transaction
     // (Update the job, Put a retry's due entry or an upstream's trigger entry); the fan-out of a
-    // trigger to its dependents (GetItem, ConditionCheck each dependent, DeleteItem the entry).
+    // trigger to its dependents (GetItem, ConditionCheck each dependent, DeleteItem the entry); the
+    // tenant's concurrent-runs quota: its override and slots read in one Query of its quota
+    // partition, a slot taken (PutItem), extended (UpdateItem) and freed (DeleteItem).
     allowTable(this.worker.fn, {
       ...storage.jobs,
-      actions: ["GetItem", "UpdateItem", "PutItem", "DeleteItem", "ConditionCheckItem"],
+      actions: ["GetItem", "UpdateItem", "PutItem", "DeleteItem", "ConditionCheckItem", "Query"],
     });
     // Start (which returns the run), heartbeat, requeue, park (UpdateItem), the finish
     // transaction (Update the run, Put the next attempt's QUEUED run).

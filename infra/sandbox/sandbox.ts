@@ -210,6 +210,11 @@ const SETTING_OVERRIDES = [
   ENV.retentionDays,
   ENV.deadLetterRetentionDays,
   ENV.minIntervalMs,
+  ENV.quotaActiveJobs,
+  ENV.quotaRunsPerMinute,
+  ENV.quotaConcurrentRuns,
+  ENV.quotaRequestsPerSecond,
+  ENV.quotaMaxPriority,
 ];
 
 function pickDefined(env: Env, names: readonly string[]): Record<string, string> {

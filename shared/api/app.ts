@@ -3,6 +3,7 @@ import { DOCS_PATH } from "../console/config.js";
 import type { Engine } from "../engine.js";
 import type { JobTypeCatalog } from "../job-types/registry.js";
 import { TENANT_LOG_EVENTS } from "../observability.js";
+import { RequestRateLimiter } from "../quotas/request-rate.js";
 import { asyncRunsRouter, RUN_TOKEN_PATH } from "./async-runs-router.js";
 import { type Authenticator, isValidTenantId } from "./auth.js";
 import { BODY_OVERHEAD_BYTES, jsonBody } from "./body.js";
@@ -13,6 +14,7 @@ import { ApiError, httpAnswerOf, notFound } from "./errors.js";
 import { schemaFailure } from "./issues.js";
 import { jobsRouter } from "./jobs-router.js";
 import { previewsRouter } from "./previews-router.js";
+import { quotasRouter } from "./quotas-router.js";
 import type { ApiEnv, RouterDeps } from "./router.js";
 import { runsRouter } from "./runs-router.js";
 import { serviceRouter } from "./service-router.js";
@@ -26,6 +28,8 @@ export interface ApiOptions {
   readonly authenticate: Authenticator;
   /** The web console at /console; without it, /console is an unknown route. */
   readonly console?: ConsoleOptions;
+  /** Tenants that may read and set any tenant's quota override (`ADMIN_TENANTS`); default none. */
+  readonly adminTenants?: readonly string[];
 }
 
 export const OPENAPI_PATH = "/openapi.json";
@@ -40,10 +44,12 @@ const PUBLIC_PATHS = new Set(["/health", OPENAPI_PATH, DOCS_PATH]);
  */
 export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
   const { engine, authenticate } = options;
+  const requestRate = new RequestRateLimiter(engine);
   const deps: RouterDeps = {
     engine,
     jobTypes: options.jobTypes,
     body: jsonBody(engine.settings.maxPayloadBytes + BODY_OVERHEAD_BYTES),
+    adminTenants: new Set(options.adminTenants ?? []),
   };
 
   const app = new OpenAPIHono<ApiEnv>({
@@ -108,6 +114,7 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
         headers: { "WWW-Authenticate": 'Bearer realm="scheduler"' },
       });
     }
+    await requestRate.take(tenantId);
     c.set("tenantId", tenantId);
     await next();
   });
@@ -120,6 +127,7 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
   app.route("/", previewsRouter(deps));
   app.route("/", deadLettersRouter(deps));
   app.route("/", webhookSecretRouter(deps));
+  app.route("/", quotasRouter(deps));
 
   const openApiDocument = serveOpenApiDocument(app);
   app.route("/", docsRouter(openApiDocument));

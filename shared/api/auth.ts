@@ -1,5 +1,5 @@
 import { createHash, timingSafeEqual } from "node:crypto";
-import type { Env } from "../config.js";
+import { ENV, type Env } from "../config.js";
 
 /**
  * Who is calling, as a tenant id, or null to answer 401. Every job belongs to
@@ -20,6 +20,17 @@ const TENANT_ID = /^[A-Za-z0-9._:/@+=,-]{1,256}$/;
 
 export function isValidTenantId(tenantId: string): boolean {
   return TENANT_ID.test(tenantId);
+}
+
+/**
+ * The tenants that may read and set any tenant's quota override (`ADMIN_TENANTS`, comma-separated
+ * tenant ids as the authenticator names them, e.g. an operator role's ARN); none when unset.
+ */
+export function adminTenantsFrom(env: Env = process.env): readonly string[] {
+  return (env[ENV.adminTenants] ?? "")
+    .split(",")
+    .map((t) => t.trim())
+    .filter((t) => t !== "");
 }
 
 // ---------------------------------------------------------------- local: bearer keys

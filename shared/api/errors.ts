@@ -6,6 +6,7 @@ import {
   SchedulerError,
   type SchedulerErrorCode,
 } from "../errors.js";
+import type { QuotaName } from "../quotas/limits.js";
 import { transactionCancellationCodes } from "../storage/dynamo-errors.js";
 import type { ErrorCode } from "./schemas/errors.js";
 
@@ -29,6 +30,7 @@ interface ErrorBody {
     readonly field?: string;
     readonly currentStatus?: string;
     readonly issues?: readonly FieldIssue[];
+    readonly quota?: QuotaName;
   };
 }
 
@@ -44,6 +46,7 @@ export interface ApiErrorDetails {
   readonly field?: string | undefined;
   readonly currentStatus?: string;
   readonly issues?: readonly FieldIssue[];
+  readonly quota?: QuotaName;
   readonly headers?: Readonly<Record<string, string>>;
 }
 
@@ -65,7 +68,7 @@ function answer(
   status: ContentfulStatusCode,
   code: ErrorCode,
   message: string,
-  { field, currentStatus, issues, headers }: ApiErrorDetails = {},
+  { field, currentStatus, issues, quota, headers }: ApiErrorDetails = {},
 ): HttpAnswer {
   return {
     status,
@@ -76,6 +79,7 @@ function answer(
         ...(field !== undefined ? { field } : {}),
         ...(currentStatus !== undefined ? { currentStatus } : {}),
         ...(issues !== undefined && issues.length > 0 ? { issues } : {}),
+        ...(quota !== undefined ? { quota } : {}),
       },
     },
     ...(headers !== undefined ? { headers } : {}),
@@ -129,6 +133,13 @@ const ANSWERS: Answers = {
     answer(409, "idempotency_conflict", message, { field: "idempotencyKey" }),
   not_replayable: (_, { message }) => answer(409, "not_replayable", message),
   concurrent_update: ({ subject }) => BUSY[subject],
+  quota_exceeded: ({ quota, field }, { message }) =>
+    answer(403, "quota_exceeded", message, { quota, field }),
+  rate_limited: ({ quota, retryAfterSeconds }, { message }) =>
+    answer(429, "rate_limited", message, {
+      quota,
+      headers: { "Retry-After": String(retryAfterSeconds) },
+    }),
   idempotency_key_taken: internal,
   conditions_failed: internal,
   fence_lost: internal,
@@ -151,6 +162,7 @@ function answerTo<Code extends SchedulerErrorCode>(error: SchedulerError<Code>):
 const BY_STATUS: Partial<Record<number, ErrorCode>> = {
   400: "validation_failed",
   401: "unauthorized",
+  403: "forbidden",
   404: "not_found",
   405: "method_not_allowed",
   409: "conflict",

@@ -4,7 +4,7 @@ import type { ConsoleAssets } from "../console/assets.js";
 import type { Engine } from "../engine.js";
 import type { JobTypeCatalog } from "../job-types/registry.js";
 import { createApiApp } from "./app.js";
-import type { Authenticator } from "./auth.js";
+import { type Authenticator, adminTenantsFrom } from "./auth.js";
 import { localAuthFromEnv } from "./local-auth.js";
 
 export interface LocalServerOptions {
@@ -37,6 +37,7 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Loc
   const app = createApiApp({
     engine: options.engine,
     jobTypes: options.jobTypes,
+    adminTenants: adminTenantsFrom(options.env ?? process.env),
     authenticate: options.authenticate ?? auth.authenticate,
     ...(options.consoleAssets
       ? {

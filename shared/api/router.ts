@@ -26,6 +26,8 @@ export interface RouterDeps {
   readonly jobTypes: JobTypeCatalog;
   /** Reads a JSON body within the size limit before the route's schema sees it (./body.ts). */
   readonly body: MiddlewareHandler;
+  /** Tenants that may read and set any tenant's quota override. */
+  readonly adminTenants: ReadonlySet<string>;
 }
 
 /**
@@ -64,20 +66,28 @@ export const json = <T extends z.ZodType>(schema: T, description: string) => ({
 const ERROR_DESCRIPTIONS = {
   400: "Invalid input: `field` names it, `issues` lists every problem",
   401: "Missing or unknown credentials",
+  403: "Over one of the tenant's quotas (`quota` names it, `field` the input it refuses), or an admin route called by a tenant that is not an admin",
   404: "No such job or run for this tenant",
   409: "Not allowed in the job's current status, or an idempotency or replay conflict",
   412: "If-Match is not the job's current version",
   413: "The body or its payload is over the size limit",
   415: "The body is not application/json",
   428: "If-Match is missing",
+  429: "Over the tenant's requestsPerSecond quota; retry after Retry-After seconds",
   503: "Contention on the job; retry after Retry-After seconds",
 } as const;
 type ErrorStatus = keyof typeof ERROR_DESCRIPTIONS;
 
-/** The documented error responses of a route, each in the one error shape. */
+/**
+ * The documented error responses of a route, each in the one error shape. A route that
+ * authenticates (401) also answers 429: every authenticated request takes a token of the
+ * tenant's requestsPerSecond bucket.
+ */
 export function errors<S extends ErrorStatus>(...statuses: S[]) {
-  const out = {} as Record<S, ReturnType<typeof json<typeof ErrorSchema>>>;
+  const out = {} as Record<S | 429, ReturnType<typeof json<typeof ErrorSchema>>>;
   for (const status of statuses) out[status] = json(ErrorSchema, ERROR_DESCRIPTIONS[status]);
+  if ((statuses as ErrorStatus[]).includes(401))
+    out[429] = json(ErrorSchema, ERROR_DESCRIPTIONS[429]);
   return out;
 }
 

@@ -8,6 +8,7 @@ import { type ReceivedRun, setVisibility } from "../queue/work-queue.js";
 import { extendAdmission } from "../storage/admission.js";
 import { extendLease } from "../storage/run-heartbeat.js";
 import { boundedText } from "../storage/stored-text.js";
+import { extendRunSlot, type RunSlot } from "../storage/tenant-quotas.js";
 import {
   type HandlerRegistry,
   isRetryable,
@@ -60,8 +61,8 @@ class WorkerShutdownError extends SchedulerError<"worker_shutdown"> {
 }
 
 /**
- * Runs the job's handler while a heartbeat extends both the message's
- * visibility and the run's lease every lease/3. A heartbeat that fails its
+ * Runs the job's handler while a heartbeat extends the message's visibility,
+ * the run's lease and its tenant's concurrent-runs slot every lease/3. A heartbeat that fails its
  * fence aborts the handler's signal: another worker owns the run now.
  */
 export async function execute(
@@ -70,6 +71,7 @@ export async function execute(
   job: Job,
   run: Run,
   tracked: boolean,
+  slot: RunSlot,
 ): Promise<Outcome> {
   const { engine } = deps;
   const handler = deps.handlers.get(job.type);
@@ -116,6 +118,7 @@ export async function execute(
           engine.settings.leaseMs / 1000,
         );
         if (tracked) await extendAdmission(engine, run.jobId, run.runId, leaseUntil);
+        await extendRunSlot(engine, slot, leaseUntil);
       } catch (error) {
         if (error instanceof FenceLostError) {
           controller.abort(error);

@@ -3,6 +3,7 @@ import { FenceLostError, JobNotFoundError } from "../errors.js";
 import type { Job, Run } from "../model.js";
 import { METRICS } from "../observability.js";
 import { type ReceivedRun, setVisibility } from "../queue/work-queue.js";
+import { takeTenantSlot } from "../quotas/concurrency.js";
 import { releaseBufferSlot } from "../storage/admission.js";
 import { runMessageOf } from "../storage/items.js";
 import { finishRun } from "../storage/run-finish.js";
@@ -10,6 +11,7 @@ import { parkRun } from "../storage/run-park.js";
 import { getJob } from "../storage/run-reads.js";
 import { requeueRun } from "../storage/run-requeue.js";
 import { startRun } from "../storage/run-start.js";
+import { type RunSlot, releaseRunSlot } from "../storage/tenant-quotas.js";
 import { admitRun } from "./admission.js";
 import { handOverRun } from "./async-runs.js";
 import { repairJobAfterRun } from "./run-endings.js";
@@ -33,6 +35,9 @@ export function receiveVisibilitySeconds(leaseSeconds: number): number {
 
 /** How soon a run held back by its overlap policy looks again. */
 const OVERLAP_RECHECK_MS = 5_000;
+/** How soon a run held back by its tenant's concurrent-runs quota first looks again, and at most. */
+const QUOTA_RECHECK_MS = 1_000;
+const QUOTA_RECHECK_MAX_MS = 16_000;
 
 /**
  * Handles one delivery of a run message. Safe to call for a duplicate or late
@@ -112,11 +117,63 @@ async function runStarted(deps: WorkerDeps, received: ReceivedRun, run: Run): Pr
   return runAdmitted(deps, received, decision.job, run);
 }
 
+/**
+ * The tenant's concurrent-runs quota, then the job's overlap policy. A run
+ * over the quota waits: back to QUEUED with a fresh message a little later,
+ * started before, so its misfire clock does not run while it waits. The slot
+ * is freed when the run ends here, whatever the ending.
+ */
 async function runAdmitted(
   deps: WorkerDeps,
   received: ReceivedRun,
   job: Job,
   run: Run,
+): Promise<Disposition> {
+  const { engine } = deps;
+  const taken = await takeTenantSlot(engine, run, engine.clock());
+  if (taken.kind === "full") {
+    const retryAt = new Date(engine.clock().getTime() + quotaRecheckMs(run, engine.random));
+    await requeueRun(
+      engine,
+      run,
+      `waiting: tenant at its concurrentRuns quota (${taken.limit})`,
+      retryAt,
+    );
+    await resend(engine, runMessageOf({ ...run, dueAt: retryAt.toISOString() }), retryAt);
+    return "ack";
+  }
+  try {
+    return await runInSlot(deps, received, job, run, taken.slot);
+  } finally {
+    await releaseRunSlot(engine, taken.slot).catch((error: unknown) => {
+      // Its lease frees it: the slot is held a lease at most by a run that ended.
+      engine.obs.log.warn("could not free a concurrent-runs slot", {
+        runId: run.runId,
+        error: String(error),
+      });
+    });
+  }
+}
+
+/**
+ * How long a run over its tenant's concurrent-runs quota waits: 1 s, doubling
+ * with each start it has had up to 16 s, less up to half at random so waiting
+ * runs do not come back together.
+ */
+function quotaRecheckMs(run: Run, random: () => number): number {
+  const ceiling = Math.min(
+    QUOTA_RECHECK_MAX_MS,
+    QUOTA_RECHECK_MS * 2 ** Math.max(0, run.fence - 1),
+  );
+  return Math.round(ceiling * (1 - random() / 2));
+}
+
+async function runInSlot(
+  deps: WorkerDeps,
+  received: ReceivedRun,
+  job: Job,
+  run: Run,
+  slot: RunSlot,
 ): Promise<Disposition> {
   const { engine } = deps;
   const tracked = isRecurring(job);
@@ -154,7 +211,7 @@ async function runAdmitted(
     }
   }
 
-  const outcome = await execute(deps, received, job, run, tracked);
+  const outcome = await execute(deps, received, job, run, tracked, slot);
   const now = engine.clock();
   if (outcome.kind === "fence-lost") throw outcome.error;
   if (outcome.kind === "released") {

@@ -6,6 +6,8 @@ import type { Engine } from "../engine.js";
 import { IdempotencyConflictError, IdempotencyKeyTakenError, JobNotFoundError } from "../errors.js";
 import { newJobId } from "../keys.js";
 import type { Job } from "../model.js";
+import { QuotaExceededError } from "../quotas/limits.js";
+import { reserveJobQuotas } from "../quotas/usage.js";
 import { firstOccurrence, isAfterSchedule, normalizeSchedule } from "../schedule/index.js";
 import {
   type IdempotentRequest,
@@ -61,7 +63,8 @@ function canonicalJson(value: unknown): string {
  * dispatcher has swept past it) is claimed first instead: its runs are written
  * QUEUED, then the job pointing at the entry after them, and the runs are
  * enqueued right away. A one-off claimed so has no entry left, and without an
- * idempotency key its job is a single plain write.
+ * idempotency key its job is a single plain write. The tenant's quotas are
+ * checked and its share reserved before anything is written.
  */
 export async function createJob(
   engine: Engine,
@@ -102,6 +105,21 @@ export async function createJob(
     // A repeated request must not write runs for a job it will not create.
     const earlier = await idempotentReplay(engine, input.tenantId, idem);
     if (earlier) return { job: earlier, created: false };
+  }
+  try {
+    await reserveJobQuotas(
+      engine,
+      input.tenantId,
+      { priority: input.priority, jobs: 1, schedule },
+      now,
+    );
+  } catch (error) {
+    // A repeat of a request that created its job gets that job, whatever the quotas say now.
+    if (idem && error instanceof QuotaExceededError) {
+      const earlier = await idempotentReplay(engine, input.tenantId, idem);
+      if (earlier) return { job: earlier, created: false };
+    }
+    throw error;
   }
   const claim = claimNow ? await claimBeforeCreate(engine, entry, now, horizonEnd) : null;
   const pending = claim ? claim.next : entry;

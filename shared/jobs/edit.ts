@@ -2,6 +2,7 @@ import { dispatchAfterCommit, dispatchNow } from "../dispatch/fast-path.js";
 import type { Engine } from "../engine.js";
 import { IllegalTransitionError, VersionMismatchError } from "../errors.js";
 import type { DueEntry, HttpTarget, Job, JobPolicies, Priority } from "../model.js";
+import { reserveJobQuotas } from "../quotas/usage.js";
 import { firstOccurrence, normalizeSchedule, type ScheduleSpec } from "../schedule/index.js";
 import { readDueEntry, writeEditedJob } from "../storage/job-edit.js";
 import { relinkDependent } from "./dependencies.js";
@@ -72,6 +73,19 @@ export async function editJob(
       version: job.version + 1,
       updatedAt: now.toISOString(),
     };
+    if (normalized.priority !== undefined || changesSchedule) {
+      await reserveJobQuotas(
+        engine,
+        tenantId,
+        {
+          ...(normalized.priority !== undefined ? { priority: normalized.priority } : {}),
+          jobs: 0,
+          schedule: edited.schedule,
+          replaces: job,
+        },
+        now,
+      );
+    }
     const unbounded = nextAfterEdit(job, edited, now);
     const next = withinJobEnd(edited, unbounded);
     // The new endAt or maxRuns leaves nothing more to run: the job is complete.

@@ -4,6 +4,7 @@ import { createApiApp } from "../../shared/api/app.js";
 import { bearerAuthenticator } from "../../shared/api/auth.js";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { RunSchema } from "../../shared/api/schemas/runs.js";
+import { DEFAULT_QUOTAS, type TenantQuotas } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";
 import { signRunToken } from "../../shared/webhooks/run-token.js";
 import { tenantWebhookSecrets } from "../../shared/webhooks/secrets.js";
@@ -373,6 +374,71 @@ describe("error bodies, byte for byte", () => {
         code: "not_replayable",
         message: `run ${runId} cannot be replayed: it is queued, not dead`,
       }),
+    );
+  });
+
+  it("quotas: 403 quota_exceeded naming the quota (and the field it refuses), 403 forbidden, 429 with Retry-After", async () => {
+    const limited = (quotas: Partial<TenantQuotas>) =>
+      createApiApp({
+        engine: {
+          ...fixture.engine,
+          settings: { ...fixture.engine.settings, quotas: { ...DEFAULT_QUOTAS, ...quotas } },
+        },
+        jobTypes: JOB_TYPES,
+        authenticate: bearerAuthenticator(new Map([[KEY, "tenant-quotas"]])),
+      });
+    const quotaApp = limited({ activeJobs: 2, runsPerMinute: 10, maxPriority: "normal" });
+    const post = (body: Record<string, unknown>) =>
+      send(quotaApp, "POST", "/jobs", {
+        body: json({ type: "noop", schedule: { runAt: LATER }, ...body }),
+      });
+    expect((await post({})).status).toBe(201);
+    expect(await post({ priority: "high" })).toEqual(
+      error(403, {
+        code: "quota_exceeded",
+        message: "priority high is above this tenant's maxPriority quota (normal)",
+        field: "priority",
+        quota: "maxPriority",
+      }),
+    );
+    expect(await post({ schedule: { every: "PT5S" } })).toEqual(
+      error(403, {
+        code: "quota_exceeded",
+        message:
+          "this job adds 12 runs per minute at its peak to the 0 of this tenant's jobs; its runsPerMinute quota is 10",
+        field: "schedule",
+        quota: "runsPerMinute",
+      }),
+    );
+    expect((await post({})).status).toBe(201);
+    expect(await post({})).toEqual(
+      error(403, {
+        code: "quota_exceeded",
+        message: "this tenant has 2 active job(s); its activeJobs quota is 2",
+        quota: "activeJobs",
+      }),
+    );
+    expect(await send(quotaApp, "GET", "/tenants/tenant-quotas/quotas")).toEqual(
+      error(403, {
+        code: "forbidden",
+        message:
+          "only the deployment's admin tenants (ADMIN_TENANTS) may read or set another tenant's quotas",
+      }),
+    );
+    // A bucket of two seconds' worth: two requests pass, the third waits for a token.
+    const slow = limited({ requestsPerSecond: 1 });
+    expect((await send(slow, "GET", "/quotas")).status).toBe(200);
+    expect((await send(slow, "GET", "/quotas")).status).toBe(200);
+    expect(await send(slow, "GET", "/quotas")).toEqual(
+      error(
+        429,
+        {
+          code: "rate_limited",
+          message: "over the requestsPerSecond quota (1 requests per second); retry after 1 s",
+          quota: "requestsPerSecond",
+        },
+        { "retry-after": "1" },
+      ),
     );
   });
 

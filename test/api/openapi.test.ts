@@ -83,6 +83,9 @@ describe("OpenAPI document", () => {
         "POST /webhook-secret/rotate",
         "POST /runs/{runId}/heartbeat",
         "POST /runs/{runId}/complete",
+        "GET /quotas",
+        "GET /tenants/{tenantId}/quotas",
+        "PUT /tenants/{tenantId}/quotas",
       ].sort(),
     );
     for (const { operation } of operations(document)) {

@@ -15,7 +15,11 @@ export const KEY_A = "key-for-a";
 export const KEY_B = "key-for-b";
 export const TENANT_A = "tenant-a";
 const TENANT_B = "tenant-b";
-const API_ENV = { SCHEDULER_API_KEYS: `${KEY_A}=${TENANT_A}, ${KEY_B}=${TENANT_B}` };
+/** Tenant A is also the deployment's admin tenant: it may read and set any tenant's quotas. */
+const API_ENV = {
+  SCHEDULER_API_KEYS: `${KEY_A}=${TENANT_A}, ${KEY_B}=${TENANT_B}`,
+  ADMIN_TENANTS: TENANT_A,
+};
 /** The built-ins with the demo types, as the sandbox has them, and a custom type `report` taking any JSON, as if registered in functions/worker/handlers. */
 export const JOB_TYPES = jobTypeCatalog({
   demoTypes: true,

@@ -6,7 +6,9 @@
  * clock or the settings (schedule semantics, payload size, cross-field rules)
  * live in ../requests.ts.
  */
+
 import { z } from "@hono/zod-openapi";
+import type { QuotaName } from "../../quotas/limits.js";
 
 export const LIMITS = {
   nameChars: 200,
@@ -30,6 +32,15 @@ export const LIMITS = {
 } as const;
 
 export const JOB_STATUSES = ["active", "paused", "cancelled", "completed"] as const;
+
+/** The per-tenant quotas by name (docs/api.md "Quotas"). */
+export const QUOTA_NAMES = [
+  "activeJobs",
+  "runsPerMinute",
+  "concurrentRuns",
+  "requestsPerSecond",
+  "maxPriority",
+] as const satisfies readonly QuotaName[];
 export const RUN_STATUSES = [
   "queued",
   "running",

@@ -1,6 +1,6 @@
 /** The one error shape every failed request is answered with. */
 import { z } from "@hono/zod-openapi";
-import { JOB_STATUSES } from "./common.js";
+import { JOB_STATUSES, QUOTA_NAMES } from "./common.js";
 
 /** Every `error.code` the API answers with; ../errors.ts decides which error gets which. */
 const ERROR_CODES = [
@@ -19,6 +19,9 @@ const ERROR_CODES = [
   "payload_too_large",
   "unsupported_media_type",
   "busy",
+  "quota_exceeded",
+  "rate_limited",
+  "forbidden",
   "internal",
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
@@ -42,6 +45,10 @@ export const ErrorSchema = z
         .array(FieldIssueSchema)
         .optional()
         .openapi({ description: "Every validation issue." }),
+      quota: z.enum(QUOTA_NAMES).optional().openapi({
+        description:
+          "With quota_exceeded and rate_limited: the tenant's quota the request is over.",
+      }),
     }),
   })
   .openapi("Error", {

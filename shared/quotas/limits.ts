@@ -1,0 +1,82 @@
+import type { TenantQuotas } from "../config.js";
+import { SchedulerError } from "../errors.js";
+import { PRIORITIES, type Priority } from "../model.js";
+import {
+  firstOccurrence,
+  isAfterSchedule,
+  occurrences,
+  type ScheduleSpec,
+} from "../schedule/index.js";
+import type { QuotaOverride } from "../storage/tenant-quotas.js";
+
+export type QuotaName = keyof TenantQuotas;
+
+declare module "../errors.js" {
+  interface ErrorContexts {
+    /** A create or edit would take the tenant past one of its quotas (HTTP 403). */
+    readonly quota_exceeded: {
+      readonly quota: QuotaName;
+      readonly limit: number | string;
+      /** The request's field the quota refuses, when one does (`priority`). */
+      readonly field?: string;
+    };
+    /** The tenant sent more requests than its token bucket holds (HTTP 429). */
+    readonly rate_limited: {
+      readonly quota: "requestsPerSecond";
+      readonly retryAfterSeconds: number;
+    };
+  }
+}
+
+export class QuotaExceededError extends SchedulerError<"quota_exceeded"> {
+  constructor(message: string, context: QuotaExceededError["context"]) {
+    super("quota_exceeded", message, context);
+  }
+}
+
+export class RateLimitedError extends SchedulerError<"rate_limited"> {
+  constructor(limit: number, retryAfterSeconds: number) {
+    super(
+      "rate_limited",
+      `over the requestsPerSecond quota (${limit} requests per second); retry after ${retryAfterSeconds} s`,
+      { quota: "requestsPerSecond", retryAfterSeconds },
+    );
+  }
+}
+
+/** The deployment's defaults with the tenant's override on top. */
+export function effectiveQuotas(defaults: TenantQuotas, override: QuotaOverride): TenantQuotas {
+  return { ...defaults, ...override };
+}
+
+/** high outranks normal outranks low. */
+function priorityAllowed(priority: Priority, maxPriority: Priority): boolean {
+  return PRIORITIES.indexOf(priority) >= PRIORITIES.indexOf(maxPriority);
+}
+
+export function assertPriorityAllowed(priority: Priority, quotas: TenantQuotas): void {
+  if (!priorityAllowed(priority, quotas.maxPriority)) {
+    throw new QuotaExceededError(
+      `priority ${priority} is above this tenant's maxPriority quota (${quotas.maxPriority})`,
+      { quota: "maxPriority", limit: quotas.maxPriority, field: "priority" },
+    );
+  }
+}
+
+const MINUTE_MS = 60_000;
+
+/**
+ * What a schedule counts towards the runsPerMinute quota: its peak, the runs
+ * it starts in the 60 seconds from its next occurrence (an `every` of 7 s
+ * counts 9, a cron with a seconds field the seconds it names, any other cron
+ * 1). Summed over a tenant's jobs this is the most they could start in one
+ * minute if all fired together, which top-of-the-hour schedules do. A one-off
+ * counts 0: it runs once, and activeJobs bounds how many there are. So does a
+ * dependent (`after`): its runs follow its upstreams' endings, not a clock.
+ */
+export function peakRunsPerMinute(schedule: ScheduleSpec, now: Date): number {
+  if ("runAt" in schedule || isAfterSchedule(schedule)) return 0;
+  const first = firstOccurrence(schedule, now);
+  if (first === null) return 0;
+  return occurrences(schedule, first, new Date(first.getTime() + MINUTE_MS - 1), 61).length;
+}

@@ -1,0 +1,112 @@
+import type { TenantQuotas } from "../config.js";
+import type { Engine } from "../engine.js";
+import { ConcurrentUpdateError } from "../errors.js";
+import type { Job, Priority } from "../model.js";
+import type { ScheduleSpec } from "../schedule/index.js";
+import { getJobs, tenantJobIds } from "../storage/job-queries.js";
+import {
+  type QuotaUsage,
+  readQuotaPartition,
+  reserveUsage,
+  writeRecountedUsage,
+} from "../storage/tenant-quotas.js";
+import {
+  assertPriorityAllowed,
+  effectiveQuotas,
+  peakRunsPerMinute,
+  QuotaExceededError,
+} from "./limits.js";
+
+/** What a create or an edit adds to the tenant's jobs. */
+interface JobShare {
+  /** Checked against maxPriority when given (an edit that keeps the priority gives none). */
+  readonly priority?: Priority;
+  /** 1 for a create, 0 for an edit. */
+  readonly jobs: number;
+  /** The job's peak runs per minute now (an edit: as edited). */
+  readonly schedule: ScheduleSpec;
+  /** An edit: the job as it stands, whose share is already counted. */
+  readonly replaces?: Job;
+}
+
+/** Reads over the counted quotas are recounted at most this often before the request is refused. */
+const MAX_RESERVE_ROUNDS = 4;
+
+/**
+ * Checks a create or an edit against the tenant's quotas and reserves its
+ * share before it writes: the priority against maxPriority, one more job
+ * against activeJobs, and the schedule's peak runs per minute (an edit: only
+ * what it adds) against runsPerMinute. Throws QuotaExceededError naming the
+ * quota. The usage is an upper bound: jobs that end are not taken off it, and
+ * a reservation whose write then fails stays on it; when a reservation would
+ * go over, the tenant's jobs are recounted (the byTenant index and a read of
+ * each job) and the usage is corrected before the request is refused.
+ */
+export async function reserveJobQuotas(
+  engine: Engine,
+  tenantId: string,
+  share: JobShare,
+  now: Date,
+): Promise<void> {
+  for (let round = 1; ; round++) {
+    const partition = await readQuotaPartition(engine, tenantId);
+    const quotas = effectiveQuotas(engine.settings.quotas, partition.override);
+    if (share.priority !== undefined) assertPriorityAllowed(share.priority, quotas);
+    const rate = peakRunsPerMinute(share.schedule, now);
+    const before = share.replaces ? peakRunsPerMinute(share.replaces.schedule, now) : 0;
+    const add: QuotaUsage = { activeJobs: share.jobs, runsPerMinute: Math.max(0, rate - before) };
+    if (add.activeJobs === 0 && add.runsPerMinute === 0) return;
+    const limits = { activeJobs: quotas.activeJobs, runsPerMinute: quotas.runsPerMinute };
+    if (await reserveUsage(engine, tenantId, add, limits)) return;
+    const counted = await countUsage(engine, tenantId, now);
+    const over = overQuota(counted, add, quotas, share.replaces !== undefined);
+    if (over) {
+      // Keep the corrected count, so the next request does not recount for nothing.
+      await writeRecountedUsage(engine, tenantId, counted, partition.usage, now);
+      throw over;
+    }
+    const written = await writeRecountedUsage(engine, tenantId, counted, partition.usage, now);
+    if (!written && round >= MAX_RESERVE_ROUNDS) {
+      // Others keep reserving meanwhile: answer as contention does, "busy".
+      throw new ConcurrentUpdateError("the tenant's quota usage kept changing during a recount");
+    }
+  }
+}
+
+function overQuota(
+  counted: QuotaUsage,
+  add: QuotaUsage,
+  quotas: TenantQuotas,
+  isEdit: boolean,
+): QuotaExceededError | null {
+  if (counted.activeJobs + add.activeJobs > quotas.activeJobs) {
+    return new QuotaExceededError(
+      `this tenant has ${counted.activeJobs} active job(s); its activeJobs quota is ${quotas.activeJobs}`,
+      { quota: "activeJobs", limit: quotas.activeJobs },
+    );
+  }
+  if (counted.runsPerMinute + add.runsPerMinute > quotas.runsPerMinute) {
+    return new QuotaExceededError(
+      `this ${isEdit ? "edit" : "job"} adds ${add.runsPerMinute} runs per minute at its peak to the ${counted.runsPerMinute} of this tenant's jobs; its runsPerMinute quota is ${quotas.runsPerMinute}`,
+      { quota: "runsPerMinute", limit: quotas.runsPerMinute, field: "schedule" },
+    );
+  }
+  return null;
+}
+
+/** The tenant's usage as its jobs stand: those not ended (ACTIVE or PAUSED) and their peak runs per minute. */
+async function countUsage(engine: Engine, tenantId: string, now: Date): Promise<QuotaUsage> {
+  let activeJobs = 0;
+  let runsPerMinute = 0;
+  let cursor: Record<string, unknown> | undefined;
+  do {
+    const page = await tenantJobIds(engine, tenantId, { limit: 100, startKey: cursor });
+    for (const job of await getJobs(engine, page.items)) {
+      if (job.status !== "ACTIVE" && job.status !== "PAUSED") continue;
+      activeJobs++;
+      runsPerMinute += peakRunsPerMinute(job.schedule, now);
+    }
+    cursor = page.lastKey;
+  } while (cursor !== undefined);
+  return { activeJobs, runsPerMinute };
+}

@@ -1,0 +1,297 @@
+import {
+  DeleteCommand,
+  GetCommand,
+  PutCommand,
+  QueryCommand,
+  UpdateCommand,
+} from "@aws-sdk/lib-dynamodb";
+import type { TenantQuotas } from "../config.js";
+import type { Engine } from "../engine.js";
+import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
+
+/**
+ * A tenant's quota items, one partition of the jobs table (`QUOTA#<tenantId>`):
+ *
+ * - `LIMITS`: the tenant's override, the quotas it sets (the others are the deployment's defaults);
+ * - `USAGE`: what its jobs take of `activeJobs` and `runsPerMinute`, an upper bound that creates
+ *   and edits add to before they write, and a recount corrects (shared/quotas/usage.ts);
+ * - `SLOT#<n>`: the concurrent-runs slots, one per running run, each under the run's lease.
+ *
+ * One consistent Query of the partition reads the override and the slots, so the worker's check
+ * at start is one read.
+ */
+type Item = Record<string, unknown>;
+
+export type QuotaOverride = Partial<TenantQuotas>;
+
+export interface QuotaUsage {
+  readonly activeJobs: number;
+  readonly runsPerMinute: number;
+}
+
+export interface RunSlot {
+  readonly tenantId: string;
+  readonly index: number;
+  readonly runId: string;
+  /** The fence of the start that holds it: a later start of the same run takes it over. */
+  readonly fence: number;
+  readonly leaseUntil: string;
+}
+
+interface QuotaPartition {
+  readonly override: QuotaOverride;
+  readonly usage: QuotaUsage | null;
+  readonly slots: readonly RunSlot[];
+}
+
+const LIMITS_SK = "LIMITS";
+const USAGE_SK = "USAGE";
+const SLOT_PREFIX = "SLOT#";
+
+const quotaPk = (tenantId: string) => `QUOTA#${tenantId}`;
+const slotSk = (index: number) => `${SLOT_PREFIX}${String(index).padStart(4, "0")}`;
+
+const QUOTA_FIELDS = [
+  "activeJobs",
+  "runsPerMinute",
+  "concurrentRuns",
+  "requestsPerSecond",
+  "maxPriority",
+] as const satisfies readonly (keyof TenantQuotas)[];
+
+function decodeOverride(item: Item | undefined): QuotaOverride {
+  if (item === undefined) return {};
+  const out: Record<string, unknown> = {};
+  for (const field of QUOTA_FIELDS) if (item[field] !== undefined) out[field] = item[field];
+  return out as QuotaOverride;
+}
+
+/** The override, the usage and the slots, read consistently in one Query. */
+export async function readQuotaPartition(
+  engine: Engine,
+  tenantId: string,
+): Promise<QuotaPartition> {
+  const items: Item[] = [];
+  let start: Record<string, unknown> | undefined;
+  do {
+    const page = await engine.doc.send(
+      new QueryCommand({
+        TableName: engine.tables.jobs,
+        KeyConditionExpression: "pk = :pk",
+        ExpressionAttributeValues: { ":pk": quotaPk(tenantId) },
+        ConsistentRead: true,
+        ExclusiveStartKey: start,
+      }),
+    );
+    items.push(...(page.Items ?? []));
+    start = page.LastEvaluatedKey;
+  } while (start !== undefined);
+  const bySk = (sk: string) => items.find((i) => i.sk === sk);
+  const usage = bySk(USAGE_SK);
+  return {
+    override: decodeOverride(bySk(LIMITS_SK)),
+    usage:
+      usage === undefined
+        ? null
+        : {
+            activeJobs: Number(usage.activeJobs ?? 0),
+            runsPerMinute: Number(usage.runsPerMinute ?? 0),
+          },
+    slots: items
+      .filter((i) => String(i.sk).startsWith(SLOT_PREFIX))
+      .map((i) => ({
+        tenantId,
+        index: Number(String(i.sk).slice(SLOT_PREFIX.length)),
+        runId: String(i.runId),
+        fence: Number(i.fence),
+        leaseUntil: String(i.leaseUntil),
+      })),
+  };
+}
+
+/** The tenant's override alone (eventually consistent: the API's cache reads it). */
+export async function readQuotaOverride(engine: Engine, tenantId: string): Promise<QuotaOverride> {
+  const result = await engine.doc.send(
+    new GetCommand({
+      TableName: engine.tables.jobs,
+      Key: { pk: quotaPk(tenantId), sk: LIMITS_SK },
+    }),
+  );
+  return decodeOverride(result.Item);
+}
+
+/** Replaces the tenant's override: quotas it does not set fall back to the defaults. */
+export async function writeQuotaOverride(
+  engine: Engine,
+  tenantId: string,
+  override: QuotaOverride,
+  now: Date,
+): Promise<void> {
+  await engine.doc.send(
+    new PutCommand({
+      TableName: engine.tables.jobs,
+      Item: {
+        pk: quotaPk(tenantId),
+        sk: LIMITS_SK,
+        tenantId,
+        ...override,
+        updatedAt: now.toISOString(),
+      },
+    }),
+  );
+}
+
+// ---------------------------------------------------------------- usage
+
+/** Both additions stay within their limits (a missing item or attribute counts as zero). */
+const WITHIN_LIMITS =
+  "(attribute_not_exists(activeJobs) OR activeJobs <= :jobsRoom) AND (attribute_not_exists(runsPerMinute) OR runsPerMinute <= :rateRoom)";
+
+/**
+ * Adds a create's or an edit's share to the tenant's usage when both stay
+ * within `limits`. False when either would go over: the caller recounts.
+ */
+export async function reserveUsage(
+  engine: Engine,
+  tenantId: string,
+  add: QuotaUsage,
+  limits: QuotaUsage,
+): Promise<boolean> {
+  try {
+    await retryOnContention(engine, "quota-usage", () =>
+      engine.doc.send(
+        new UpdateCommand({
+          TableName: engine.tables.jobs,
+          Key: { pk: quotaPk(tenantId), sk: USAGE_SK },
+          ConditionExpression: WITHIN_LIMITS,
+          UpdateExpression: "ADD activeJobs :jobs, runsPerMinute :rate SET tenantId = :tenant",
+          ExpressionAttributeValues: {
+            ":jobs": add.activeJobs,
+            ":rate": add.runsPerMinute,
+            ":jobsRoom": limits.activeJobs - add.activeJobs,
+            ":rateRoom": limits.runsPerMinute - add.runsPerMinute,
+            ":tenant": tenantId,
+          },
+        }),
+      ),
+    );
+    return true;
+  } catch (error) {
+    if (isConditionalCheckFailed(error)) return false;
+    throw error;
+  }
+}
+
+/**
+ * Replaces the usage with a recount, unless it changed since `seen` was read
+ * (another create reserved meanwhile): false, and the caller reads again.
+ */
+export async function writeRecountedUsage(
+  engine: Engine,
+  tenantId: string,
+  counted: QuotaUsage,
+  seen: QuotaUsage | null,
+  now: Date,
+): Promise<boolean> {
+  try {
+    await engine.doc.send(
+      new PutCommand({
+        TableName: engine.tables.jobs,
+        Item: {
+          pk: quotaPk(tenantId),
+          sk: USAGE_SK,
+          tenantId,
+          ...counted,
+          recountedAt: now.toISOString(),
+        },
+        ...(seen === null
+          ? { ConditionExpression: "attribute_not_exists(pk)" }
+          : {
+              ConditionExpression: "activeJobs = :jobs AND runsPerMinute = :rate",
+              ExpressionAttributeValues: {
+                ":jobs": seen.activeJobs,
+                ":rate": seen.runsPerMinute,
+              },
+            }),
+      }),
+    );
+    return true;
+  } catch (error) {
+    if (isConditionalCheckFailed(error)) return false;
+    throw error;
+  }
+}
+
+// ---------------------------------------------------------------- concurrent-runs slots
+
+/** The slot is free: never taken, released, its lease lapsed, or held by an earlier start of this run. */
+const SLOT_FREE = "attribute_not_exists(pk) OR leaseUntil < :now OR runId = :runId";
+/** The slot is still this start's. */
+const SLOT_HELD = "runId = :runId AND fence = :fence";
+
+/** Takes slot `index` for a started run; false when another run holds it now. */
+export async function takeRunSlot(engine: Engine, slot: RunSlot, now: Date): Promise<boolean> {
+  try {
+    await engine.doc.send(
+      new PutCommand({
+        TableName: engine.tables.jobs,
+        Item: {
+          pk: quotaPk(slot.tenantId),
+          sk: slotSk(slot.index),
+          runId: slot.runId,
+          fence: slot.fence,
+          leaseUntil: slot.leaseUntil,
+        },
+        ConditionExpression: SLOT_FREE,
+        ExpressionAttributeValues: { ":now": now.toISOString(), ":runId": slot.runId },
+      }),
+    );
+    return true;
+  } catch (error) {
+    if (isConditionalCheckFailed(error)) return false;
+    throw error;
+  }
+}
+
+/** A heartbeat's: the slot's lease follows the run's. False when the slot is no longer this start's. */
+export async function extendRunSlot(
+  engine: Engine,
+  slot: RunSlot,
+  leaseUntil: Date,
+): Promise<boolean> {
+  try {
+    await engine.doc.send(
+      new UpdateCommand({
+        TableName: engine.tables.jobs,
+        Key: { pk: quotaPk(slot.tenantId), sk: slotSk(slot.index) },
+        ConditionExpression: SLOT_HELD,
+        UpdateExpression: "SET leaseUntil = :leaseUntil",
+        ExpressionAttributeValues: {
+          ":runId": slot.runId,
+          ":fence": slot.fence,
+          ":leaseUntil": leaseUntil.toISOString(),
+        },
+      }),
+    );
+    return true;
+  } catch (error) {
+    if (isConditionalCheckFailed(error)) return false;
+    throw error;
+  }
+}
+
+/** Frees the slot when it is still this start's (a later start of the run keeps its own). */
+export async function releaseRunSlot(engine: Engine, slot: RunSlot): Promise<void> {
+  try {
+    await engine.doc.send(
+      new DeleteCommand({
+        TableName: engine.tables.jobs,
+        Key: { pk: quotaPk(slot.tenantId), sk: slotSk(slot.index) },
+        ConditionExpression: SLOT_HELD,
+        ExpressionAttributeValues: { ":runId": slot.runId, ":fence": slot.fence },
+      }),
+    );
+  } catch (error) {
+    if (!isConditionalCheckFailed(error)) throw error;
+  }
+}
