@@ -27,8 +27,10 @@ export class SchedulerApiError<C extends ErrorCode = ErrorCode> extends Error {
   readonly currentStatus: ErrorBody["currentStatus"];
   /** With `validation_failed`: every issue. */
   readonly issues: readonly FieldIssue[];
-  /** With `busy`: the seconds the API asks to wait (Retry-After). */
+  /** With `busy` and `rate_limited`: the seconds the API asks to wait (Retry-After). */
   readonly retryAfterSeconds: number | undefined;
+  /** With `quota_exceeded` and `rate_limited`: the tenant's quota the request is over. */
+  readonly quota: ErrorBody["quota"];
   /** With `version_mismatch`: the job's version now (the answer's ETag). */
   readonly currentVersion: number | undefined;
 
@@ -42,6 +44,7 @@ export class SchedulerApiError<C extends ErrorCode = ErrorCode> extends Error {
       issues?: readonly FieldIssue[] | undefined;
       retryAfterSeconds?: number | undefined;
       currentVersion?: number | undefined;
+      quota?: ErrorBody["quota"];
     } = {},
   ) {
     super(message);
@@ -52,6 +55,7 @@ export class SchedulerApiError<C extends ErrorCode = ErrorCode> extends Error {
     this.issues = details.issues ?? [];
     this.retryAfterSeconds = details.retryAfterSeconds;
     this.currentVersion = details.currentVersion;
+    this.quota = details.quota;
   }
 
   is<K extends C>(code: K): this is SchedulerApiError<K> {
@@ -97,6 +101,9 @@ const API_CODES: ReadonlySet<string> = new Set<ApiErrorCode>([
   "payload_too_large",
   "unsupported_media_type",
   "busy",
+  "quota_exceeded",
+  "rate_limited",
+  "forbidden",
   "internal",
 ]);
 
@@ -133,11 +140,12 @@ export function errorOf(response: Response, body: unknown): SchedulerApiError {
       { retryAfterSeconds },
     );
   }
-  const { code, message, field, currentStatus, issues } = body.error;
+  const { code, message, field, currentStatus, issues, quota } = body.error;
   return new SchedulerApiError(response.status, code, message, {
     field,
     currentStatus,
     issues,
+    quota,
     retryAfterSeconds,
     currentVersion: versionOfEtag(response.headers.get("etag")) ?? undefined,
   });

@@ -37,8 +37,10 @@ export {
   type JobType,
   type NewJob,
   type Preview,
+  type QuotaOverride,
   RUN_STATUSES,
   type Run,
   type RunStatus,
   type Schedule,
+  type TenantQuotas,
 } from "./types.js";

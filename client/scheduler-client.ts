@@ -10,9 +10,11 @@ import {
   type JobStatus,
   type NewJob,
   type Preview,
+  type QuotaOverride,
   type Run,
   type RunStatus,
   type Schedule,
+  type TenantQuotas,
 } from "./types.js";
 
 /** What an async target reports when it completes the run it took over. */
@@ -78,6 +80,7 @@ export class SchedulerClient {
   readonly deadLetters: DeadLettersApi;
   readonly schedules: SchedulesApi;
   readonly webhookSecret: WebhookSecretApi;
+  readonly quotas: QuotasApi;
   /** The same API without the tenant's credentials: an async target's calls carry its run token. */
   private readonly runTokenHttp: Client<paths>;
 
@@ -95,6 +98,7 @@ export class SchedulerClient {
     this.deadLetters = new DeadLettersApi(this);
     this.schedules = new SchedulesApi(this);
     this.webhookSecret = new WebhookSecretApi(this);
+    this.quotas = new QuotasApi(this);
   }
 
   async health(): Promise<{ status: "ok" }> {
@@ -280,5 +284,34 @@ class WebhookSecretApi {
   /** A new secret; for 24 hours deliveries carry signatures of both. */
   async rotate(): Promise<string> {
     return (await unwrap(this.client.http.POST("/webhook-secret/rotate"))).secret;
+  }
+}
+
+class QuotasApi {
+  constructor(private readonly client: SchedulerClient) {}
+
+  /** The caller's quotas: what applies, its override, and its runs running now. */
+  async get(): Promise<TenantQuotas> {
+    return unwrap(this.client.http.GET("/quotas"));
+  }
+
+  /** Any tenant's quotas; for the deployment's admin tenants only (403 `forbidden` otherwise). */
+  async getTenant(tenantId: string): Promise<TenantQuotas> {
+    return unwrap(
+      this.client.http.GET("/tenants/{tenantId}/quotas", { params: { path: { tenantId } } }),
+    );
+  }
+
+  /**
+   * Replaces a tenant's override (admin tenants only): the quotas given apply from the next
+   * create, start or request; those left out take the deployment's defaults; `{}` removes it.
+   */
+  async setTenant(tenantId: string, override: QuotaOverride): Promise<TenantQuotas> {
+    return unwrap(
+      this.client.http.PUT("/tenants/{tenantId}/quotas", {
+        params: { path: { tenantId } },
+        body: override,
+      }),
+    );
   }
 }

@@ -8,6 +8,8 @@ export type Preview = Schemas["Preview"];
 export type Schedule = Schemas["Schedule"];
 export type CreateJobRequest = Schemas["CreateJobRequest"];
 export type EditJobRequest = Schemas["EditJobRequest"];
+export type TenantQuotas = Schemas["TenantQuotas"];
+export type QuotaOverride = Schemas["QuotaOverride"];
 export type JobStatus = Job["status"];
 
 /** Each job type's payload, as the document's JobPayloads declares it. */

@@ -28,6 +28,10 @@ export const EXIT = {
   timedOut: 10,
   /** The API has no such operation (405): a server older than this CLI. */
   unsupported: 11,
+  /** Over one of the tenant's quotas (403 quota_exceeded): nothing was written. */
+  quotaExceeded: 12,
+  /** Not allowed for this caller (403 forbidden: an admin command by a tenant that is not one). */
+  forbidden: 13,
 } as const;
 
 /** Raised to end a command with an exit code and a message of its own. */
@@ -56,6 +60,10 @@ const BY_CODE: Readonly<Record<ErrorCode, number>> = {
   stale_run_token: EXIT.conflict,
   version_mismatch: EXIT.versionConflict,
   busy: EXIT.busy,
+  // Over the tenant's requests per second: try again after Retry-After, as with busy.
+  rate_limited: EXIT.busy,
+  quota_exceeded: EXIT.quotaExceeded,
+  forbidden: EXIT.forbidden,
   internal: EXIT.failed,
   unexpected_response: EXIT.failed,
 };

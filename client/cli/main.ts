@@ -4,6 +4,7 @@ import { DEFAULT_API } from "./context.js";
 import { EXIT, exitCodeOf, isUnreachable } from "./exit-codes.js";
 import { jobsCommand } from "./jobs.js";
 import type { CliIo } from "./output.js";
+import { quotasCommand } from "./quotas.js";
 import { deadLettersCommand, runsCommand } from "./runs.js";
 import { schedulesCommand, webhookSecretCommand } from "./schedules.js";
 
@@ -34,13 +35,15 @@ other is signed with SigV4 from the AWS SDK's default credential chain.
 
 Exit codes: 0 done; 1 failed unexpectedly; 2 usage; 3 input refused (400, 413, 415, 428);
 4 not found; 5 conflict (409); 6 stale version (412); 7 unauthorized; 8 busy (503);
-9 API unreachable; 10 runs watch timed out; 11 not supported by the API (405). See docs/cli.md.`,
+9 API unreachable; 10 runs watch timed out; 11 not supported by the API (405); 12 over a
+quota (403 quota_exceeded); 13 not allowed (403 forbidden). A 429 (rate_limited) exits 8. See docs/cli.md.`,
     );
   jobsCommand(program, io);
   runsCommand(program, io);
   deadLettersCommand(program, io);
   schedulesCommand(program, io);
   webhookSecretCommand(program, io);
+  quotasCommand(program, io);
   return program;
 }
 
@@ -52,6 +55,7 @@ function report(error: unknown, json: boolean, io: CliIo): void {
       message: error.message,
       ...(error.field !== undefined ? { field: error.field } : {}),
       ...(error.currentStatus !== undefined ? { currentStatus: error.currentStatus } : {}),
+      ...(error.quota !== undefined ? { quota: error.quota } : {}),
       ...(error.issues.length > 0 ? { issues: error.issues } : {}),
       ...(error instanceof VersionConflictError
         ? { expectedVersion: error.expectedVersion, currentVersion: error.currentVersion ?? null }

@@ -6,7 +6,8 @@ import type { ScheduleSpec } from "../schedule/index.js";
 import { getJobs, tenantJobIds } from "../storage/job-queries.js";
 import {
   type QuotaUsage,
-  readQuotaPartition,
+  readQuotaOverride,
+  readQuotaUsage,
   reserveUsage,
   writeRecountedUsage,
 } from "../storage/tenant-quotas.js";
@@ -49,8 +50,10 @@ export async function reserveJobQuotas(
   now: Date,
 ): Promise<void> {
   for (let round = 1; ; round++) {
-    const partition = await readQuotaPartition(engine, tenantId);
-    const quotas = effectiveQuotas(engine.settings.quotas, partition.override);
+    const quotas = effectiveQuotas(
+      engine.settings.quotas,
+      await readQuotaOverride(engine, tenantId, true),
+    );
     if (share.priority !== undefined) assertPriorityAllowed(share.priority, quotas);
     const rate = peakRunsPerMinute(share.schedule, now);
     const before = share.replaces ? peakRunsPerMinute(share.replaces.schedule, now) : 0;
@@ -58,14 +61,15 @@ export async function reserveJobQuotas(
     if (add.activeJobs === 0 && add.runsPerMinute === 0) return;
     const limits = { activeJobs: quotas.activeJobs, runsPerMinute: quotas.runsPerMinute };
     if (await reserveUsage(engine, tenantId, add, limits)) return;
+    const seen = await readQuotaUsage(engine, tenantId);
     const counted = await countUsage(engine, tenantId, now);
     const over = overQuota(counted, add, quotas, share.replaces !== undefined);
     if (over) {
       // Keep the corrected count, so the next request does not recount for nothing.
-      await writeRecountedUsage(engine, tenantId, counted, partition.usage, now);
+      await writeRecountedUsage(engine, tenantId, counted, seen, now);
       throw over;
     }
-    const written = await writeRecountedUsage(engine, tenantId, counted, partition.usage, now);
+    const written = await writeRecountedUsage(engine, tenantId, counted, seen, now);
     if (!written && round >= MAX_RESERVE_ROUNDS) {
       // Others keep reserving meanwhile: answer as contention does, "busy".
       throw new ConcurrentUpdateError("the tenant's quota usage kept changing during a recount");

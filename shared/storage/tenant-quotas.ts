@@ -40,7 +40,6 @@ export interface RunSlot {
 
 interface QuotaPartition {
   readonly override: QuotaOverride;
-  readonly usage: QuotaUsage | null;
   readonly slots: readonly RunSlot[];
 }
 
@@ -66,7 +65,7 @@ function decodeOverride(item: Item | undefined): QuotaOverride {
   return out as QuotaOverride;
 }
 
-/** The override, the usage and the slots, read consistently in one Query. */
+/** The override and the slots (and the usage, unread), consistently in one Query. */
 export async function readQuotaPartition(
   engine: Engine,
   tenantId: string,
@@ -87,16 +86,8 @@ export async function readQuotaPartition(
     start = page.LastEvaluatedKey;
   } while (start !== undefined);
   const bySk = (sk: string) => items.find((i) => i.sk === sk);
-  const usage = bySk(USAGE_SK);
   return {
     override: decodeOverride(bySk(LIMITS_SK)),
-    usage:
-      usage === undefined
-        ? null
-        : {
-            activeJobs: Number(usage.activeJobs ?? 0),
-            runsPerMinute: Number(usage.runsPerMinute ?? 0),
-          },
     slots: items
       .filter((i) => String(i.sk).startsWith(SLOT_PREFIX))
       .map((i) => ({
@@ -109,15 +100,39 @@ export async function readQuotaPartition(
   };
 }
 
-/** The tenant's override alone (eventually consistent: the API's cache reads it). */
-export async function readQuotaOverride(engine: Engine, tenantId: string): Promise<QuotaOverride> {
+/** The tenant's override alone; `consistent` when it must reflect a change made just before. */
+export async function readQuotaOverride(
+  engine: Engine,
+  tenantId: string,
+  consistent = false,
+): Promise<QuotaOverride> {
   const result = await engine.doc.send(
     new GetCommand({
       TableName: engine.tables.jobs,
       Key: { pk: quotaPk(tenantId), sk: LIMITS_SK },
+      ConsistentRead: consistent,
     }),
   );
   return decodeOverride(result.Item);
+}
+
+/** The tenant's reserved usage as it stands (consistent), or null before its first reservation. */
+export async function readQuotaUsage(engine: Engine, tenantId: string): Promise<QuotaUsage | null> {
+  const result = await engine.doc.send(
+    new GetCommand({
+      TableName: engine.tables.jobs,
+      Key: { pk: quotaPk(tenantId), sk: USAGE_SK },
+      ConsistentRead: true,
+    }),
+  );
+  return result.Item === undefined ? null : decodeUsage(result.Item);
+}
+
+function decodeUsage(item: Item): QuotaUsage {
+  return {
+    activeJobs: Number(item.activeJobs ?? 0),
+    runsPerMinute: Number(item.runsPerMinute ?? 0),
+  };
 }
 
 /** Replaces the tenant's override: quotas it does not set fall back to the defaults. */

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { authFrom, SANDBOX_KEY } from "../../client/cli/context.js";
 import { EXIT } from "../../client/cli/exit-codes.js";
 import { cliProgram, runCli } from "../../client/cli/main.js";
-import type { Job, Preview, Run } from "../../client/index.js";
+import type { Job, Preview, Run, TenantQuotas } from "../../client/index.js";
 import { type SandboxProcess, spawnSandbox } from "../support/sandbox-process.js";
 
 /**
@@ -26,7 +26,8 @@ beforeAll(async () => {
     prefix: `cli-${randomBytes(4).toString("hex")}`,
     tickSeconds: 1,
     workers: 8,
-    env: { SCHEDULER_API_KEYS: "" },
+    // The dev key's tenant is the admin tenant, for `quotas set`.
+    env: { SCHEDULER_API_KEYS: "", ADMIN_TENANTS: "default" },
   });
 }, 120_000);
 
@@ -539,6 +540,37 @@ describe("schedules and the webhook secret", () => {
     const rotated = await json<{ secret: string }>("webhook-secret", "rotate");
     expect(rotated.secret).not.toBe(first.secret);
     expect((await json<{ secret: string }>("webhook-secret", "get")).secret).toBe(rotated.secret);
+  });
+});
+
+describe("quotas", () => {
+  it("quotas get and set; a create over a quota exits 12 naming it; set with no quota removes the override", async () => {
+    const own = await json<TenantQuotas>("quotas", "get");
+    expect(own).toMatchObject({ tenantId: "default", override: {} });
+    const set = await json<TenantQuotas>("quotas", "set", "default", "--max-priority", "normal");
+    expect(set.override).toEqual({ maxPriority: "normal" });
+    expect(set.quotas.maxPriority).toBe("normal");
+    const table = await cli(["quotas", "get", "default"]);
+    expect(table.out).toMatch(/maxPriority\s+normal\s+override/);
+    const refused = await failing(
+      EXIT.quotaExceeded,
+      "jobs",
+      "create",
+      "--type",
+      "noop",
+      "--run-at",
+      tomorrow(),
+      "--priority",
+      "high",
+    );
+    expect(refused).toMatchObject({
+      code: "quota_exceeded",
+      field: "priority",
+      quota: "maxPriority",
+    });
+    expect((await json<TenantQuotas>("quotas", "set", "default")).override).toEqual({});
+    const bad = await cli(["quotas", "set", "default", "--concurrent-runs", "many"]);
+    expect(bad.code).toBe(EXIT.usage);
   });
 });
 

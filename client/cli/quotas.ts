@@ -1,0 +1,81 @@
+import { type Command, Option } from "commander";
+import type { QuotaOverride, TenantQuotas } from "../index.js";
+import { contextOf } from "./context.js";
+import { wholeNumber } from "./job-options.js";
+import { type CliIo, table } from "./output.js";
+
+const QUOTA_ROWS: readonly (keyof TenantQuotas["quotas"])[] = [
+  "activeJobs",
+  "runsPerMinute",
+  "concurrentRuns",
+  "requestsPerSecond",
+  "maxPriority",
+];
+
+function quotasTable(view: TenantQuotas): string {
+  return [
+    `tenant ${view.tenantId}: ${view.runningRuns} run(s) running now`,
+    table(
+      ["QUOTA", "APPLIES", "FROM"],
+      QUOTA_ROWS.map((name) => [
+        name,
+        String(view.quotas[name]),
+        view.override[name] === undefined ? "default" : "override",
+      ]),
+    ),
+  ].join("\n");
+}
+
+export function quotasCommand(program: Command, io: CliIo): void {
+  const quotas = program
+    .command("quotas")
+    .description("your tenant's quotas; an admin tenant's view and overrides of any tenant's");
+
+  quotas
+    .command("get")
+    .description("the quotas that apply (yours, or TENANT's for an admin tenant)")
+    .argument("[tenant]", "another tenant (admin tenants only)")
+    .action(async (tenant: string | undefined, _flags, command: Command) => {
+      const context = contextOf(command, io);
+      const view =
+        tenant === undefined
+          ? await context.client.quotas.get()
+          : await context.client.quotas.getTenant(tenant);
+      context.print(view, quotasTable);
+    });
+
+  quotas
+    .command("set")
+    .description(
+      "replace TENANT's override (admin tenants only); quotas not given take the defaults, none given removes it",
+    )
+    .argument("<tenant>", "the tenant whose quotas to set")
+    .option("--active-jobs <n>", "jobs not ended (active or paused)", wholeNumber)
+    .option(
+      "--runs-per-minute <n>",
+      "peak runs per minute over the tenant's recurring jobs",
+      wholeNumber,
+    )
+    .option("--concurrent-runs <n>", "runs running at once (1-1000)", wholeNumber)
+    .option("--requests-per-second <n>", "API requests per second", wholeNumber)
+    .addOption(
+      new Option("--max-priority <priority>", "the highest priority its jobs may take").choices([
+        "high",
+        "normal",
+        "low",
+      ]),
+    )
+    .action(async (tenant: string, flags, command: Command) => {
+      const context = contextOf(command, io);
+      const override: QuotaOverride = {
+        ...(flags.activeJobs === undefined ? {} : { activeJobs: flags.activeJobs }),
+        ...(flags.runsPerMinute === undefined ? {} : { runsPerMinute: flags.runsPerMinute }),
+        ...(flags.concurrentRuns === undefined ? {} : { concurrentRuns: flags.concurrentRuns }),
+        ...(flags.requestsPerSecond === undefined
+          ? {}
+          : { requestsPerSecond: flags.requestsPerSecond }),
+        ...(flags.maxPriority === undefined ? {} : { maxPriority: flags.maxPriority }),
+      };
+      context.print(await context.client.quotas.setTenant(tenant, override), quotasTable);
+    });
+}
