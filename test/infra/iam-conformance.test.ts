@@ -727,6 +727,12 @@ describe("each handler, driven through its AWS-calling paths", () => {
     expect(field(completed.body, "status")).toBe("failed");
   });
 
+  it("api: shows the caller its quotas (its override and running runs: a Query of its quota partition)", async () => {
+    const quotas = await api("GET", "/quotas");
+    expect(quotas.status).toBe(200);
+    expect(field(quotas.body, "override")).toEqual({});
+  });
+
   it("api: lists the dead letters and replays one", async () => {
     const dead = await api("GET", "/dead-letters");
     expect(dead.status).toBe(200);
