@@ -26,18 +26,21 @@ function concurrencyProbe(holdMs: number) {
   return { handler, peak: (tenant: string) => peak.get(tenant) ?? 0, reset: () => peak.clear() };
 }
 
+const GRACE_MS = 2_000;
+
 describe("the concurrent-runs quota at the worker", () => {
   let f: EngineFixture;
   beforeAll(async () => {
     f = await createEngineFixture({
-      // A one-second grace: a run whose wait for the quota counted as lateness would be SKIPPED.
-      settings: { quotas: { ...DEFAULT_QUOTAS, concurrentRuns: 2 }, misfireGraceMs: 1_000 },
+      // A two-second grace: a run whose wait for the quota counted as lateness would be SKIPPED.
+      settings: { quotas: { ...DEFAULT_QUOTAS, concurrentRuns: 2 }, misfireGraceMs: GRACE_MS },
     });
   });
   afterAll(() => f.destroy());
 
   const createBatch = async (tenantId: string, count: number) => {
-    const due = new Date(Date.now() + 500).toISOString();
+    // Due once every create has been written, so that no first start is late.
+    const due = new Date(Date.now() + 3_000).toISOString();
     const jobs = await Promise.all(
       Array.from({ length: count }, () =>
         createJob(
@@ -86,6 +89,10 @@ describe("the concurrent-runs quota at the worker", () => {
       expect(probe.peak("other")).toBe(2);
       const waited = runs.filter((r) => r.fence > 1);
       expect(waited.length).toBeGreaterThan(0);
+      // Some waited past the grace, and ran.
+      const lateBy = (r: (typeof runs)[number]) =>
+        Date.parse(r.startedAt ?? "") - Date.parse(r.scheduledFor);
+      expect(Math.max(...waited.map(lateBy))).toBeGreaterThan(GRACE_MS);
 
       // Lowered without a restart: the next starts read it.
       await writeQuotaOverride(f.engine, "capped", { concurrentRuns: 1 }, new Date());
