@@ -30,6 +30,17 @@ export interface ErrorContexts {
   readonly concurrent_update: { readonly subject: "job" | "webhook secret" };
   /** A write conditioned on our fence failed: another worker or dispatcher owns the run or shard now. */
   readonly fence_lost: { readonly resource: string; readonly fence: number };
+  /** A run cancel asked of a run that has already ended (HTTP 409, naming its status). */
+  readonly run_ended: { readonly runId: string; readonly status: string };
+  /**
+   * A worker's write found a cancel requested on the run it still holds: it ends the run
+   * CANCELLED instead. Also the reason of the handler's AbortSignal.
+   */
+  readonly run_cancelled: {
+    readonly runId: string;
+    readonly cancelledBy: string;
+    readonly cancelRequestedAt: string;
+  };
   /** Input that cannot be accepted, every problem by field (HTTP 400). */
   readonly validation_failed: { readonly issues: readonly FieldIssue[] };
 }
@@ -82,6 +93,34 @@ export class IllegalTransitionError extends SchedulerError<"illegal_transition">
       action,
       status,
     });
+  }
+}
+
+export class RunEndedError extends SchedulerError<"run_ended"> {
+  constructor(runId: string, status: string) {
+    super("run_ended", `run ${runId} has already ended: it is ${status.toLowerCase()}`, {
+      runId,
+      status,
+    });
+  }
+}
+
+/** The run was cancelled (by `cancelledBy`) while this worker held it: it ends CANCELLED, no retry. */
+export class RunCancelledError extends SchedulerError<"run_cancelled"> {
+  override readonly name = "RunCancelledError";
+
+  constructor(
+    runId: string,
+    cancelledBy: string,
+    cancelRequestedAt: string,
+    options?: ErrorOptions,
+  ) {
+    super(
+      "run_cancelled",
+      `run cancelled (by ${cancelledBy} at ${cancelRequestedAt})`,
+      { runId, cancelledBy, cancelRequestedAt },
+      options,
+    );
   }
 }
 

@@ -206,7 +206,22 @@ export interface Run {
   readonly handedOverAt?: string | null;
   /** Async mode: when a run handed over times out (its start plus the job's timeout). */
   readonly timesOutAt?: string | null;
+  /**
+   * Set when a cancel of this run was asked for: a QUEUED run ends CANCELLED at once; a RUNNING
+   * one's worker sees it at its next heartbeat (or end write) and ends it CANCELLED.
+   */
+  readonly cancelRequestedAt?: string | null;
+  /** Who asked for the cancel: the run's own route, a cancel of its job, or a pause with running: cancel. */
+  readonly cancelledBy?: CancelSource | null;
 }
+
+/** What cancelled a run: `POST …/runs/{runId}/cancel`, `POST /jobs/{id}/cancel`, or a pause with `running: "cancel"`. */
+export const CANCEL_SOURCES = ["api", "job-cancel", "pause"] as const;
+export type CancelSource = (typeof CANCEL_SOURCES)[number];
+
+/** What a pause does to runs in progress: let them finish (default), or cancel them. */
+export const PAUSE_RUNNING = ["finish", "cancel"] as const;
+export type PauseRunning = (typeof PAUSE_RUNNING)[number];
 
 /** The body of a work-queue message: enough to find the run and to check the job version without a read. */
 export interface RunMessage {

@@ -132,6 +132,8 @@ const ANSWERS: Answers = {
   idempotency_conflict: (_, { message }) =>
     answer(409, "idempotency_conflict", message, { field: "idempotencyKey" }),
   not_replayable: (_, { message }) => answer(409, "not_replayable", message),
+  run_ended: ({ status }, { message }) =>
+    answer(409, "illegal_transition", message, { currentStatus: status.toLowerCase() }),
   concurrent_update: ({ subject }) => BUSY[subject],
   quota_exceeded: ({ quota, field }, { message }) =>
     answer(403, "quota_exceeded", message, { quota, field }),
@@ -143,6 +145,7 @@ const ANSWERS: Answers = {
   idempotency_key_taken: internal,
   conditions_failed: internal,
   fence_lost: internal,
+  run_cancelled: internal,
   job_failed: internal,
   target_refused: internal,
   run_timed_out: internal,

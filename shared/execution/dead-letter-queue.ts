@@ -53,7 +53,7 @@ export async function handleCrashedRun(
     `worker crashed: the run never recorded a result${times}`,
     now,
     seen,
-    trigger,
+    { trigger },
   );
   if (run) {
     // A buffer_one job's waiting run may be the one that died; the next overlap may wait again.

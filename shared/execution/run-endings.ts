@@ -1,8 +1,11 @@
 import type { Engine } from "../engine.js";
-import type { DueEntry, Job, Run } from "../model.js";
+import type { RunCancelledError } from "../errors.js";
+import { CANCEL_SOURCES, type CancelSource, type DueEntry, type Job, type Run } from "../model.js";
+import { METRICS } from "../observability.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";
-import { type FinalStatus, recordRunOnJob } from "../storage/run-finish.js";
-import { getRun, type RunRef } from "../storage/run-reads.js";
+import { type FinalStatus, finishRun, recordRunOnJob } from "../storage/run-finish.js";
+import { getJob, getRun, type RunRef } from "../storage/run-reads.js";
+import { CANCEL_REASONS } from "./cancel-reasons.js";
 
 /**
  * A delivery of a run that already ended: if its worker died after recording
@@ -38,12 +41,12 @@ function completesOneOff(job: Job, run: Pick<Run, "scheduledFor">): boolean {
 
 /**
  * Whether ending this run so leaves its one-off job nothing pending: its occurrence succeeded,
- * went dead (a replay can still run it) or was skipped. A FAILED run has its next attempt.
+ * went dead (a replay can still run it), was skipped or cancelled. A FAILED run has its next attempt.
  */
 export function endsOneOff(job: Job, run: Pick<Run, "scheduledFor">, status: FinalStatus): boolean {
   return (
     completesOneOff(job, run) &&
-    (status === "SUCCEEDED" || status === "DEAD" || status === "SKIPPED")
+    (status === "SUCCEEDED" || status === "DEAD" || status === "SKIPPED" || status === "CANCELLED")
   );
 }
 
@@ -59,13 +62,72 @@ export async function endUnownedRun(
   now: Date,
   /** The run as the caller already read it; the write is conditioned on it being unchanged. */
   seen?: Run,
-  /** The trigger entry of the job's dependents, written with a DEAD ending (see run-finish.ts). */
-  trigger?: DueEntry,
+  extra: {
+    /** The trigger entry of the job's dependents, written with a DEAD ending (see run-finish.ts). */
+    readonly trigger?: DueEntry | undefined;
+    /** A CANCELLED ending: who cancelled it. */
+    readonly by?: CancelSource | undefined;
+  } = {},
 ): Promise<Run | null> {
   const current = seen ?? (await getRun(engine, ref));
   if (current === null || (current.status !== "QUEUED" && current.status !== "RUNNING"))
     return null;
   // A worker still holding a live lease will record the outcome itself.
   if (current.status === "RUNNING" && (current.leaseUntil ?? "") > now.toISOString()) return null;
-  return endRunAsSeen(engine, current, status, reason, now, trigger);
+  // A run asked to cancel ends as asked, whatever else ends it (its worker crashed meanwhile).
+  if (current.cancelRequestedAt) {
+    const asked = current.cancelledBy ?? "api";
+    return endRunAsSeen(engine, current, "CANCELLED", CANCEL_REASONS[asked], now, { by: asked });
+  }
+  return endRunAsSeen(engine, current, status, reason, now, extra);
+}
+
+/** How far a started run got, for ending it CANCELLED when a cancel request stops it anywhere. */
+export interface RunProgress {
+  /** Admitted: the job's activeRuns lists it. */
+  tracked: boolean;
+  /** The handler ran (or the run was handed to its async target), under this job version. */
+  executedVersion: number | null;
+  /** The handler's error, when it failed: kept on the run if a cancel request ends it instead. */
+  error?: string;
+}
+
+/**
+ * Ends a started run whose cancel was requested (a fenced write of its holder failed on the
+ * request): CANCELLED, with who asked and when already on the run, and no next attempt. Whatever
+ * the handler did, no other ending could be written: every other write of the run fails on the
+ * request. A one-off job's own occurrence completes the job (while ACTIVE). Throws
+ * FenceLostError when the run is no longer held under its fence.
+ */
+export async function endOnCancelRequest(
+  engine: Engine,
+  run: Run,
+  cancel: RunCancelledError,
+  progress: RunProgress,
+): Promise<void> {
+  const by = CANCEL_SOURCES.find((source) => source === cancel.context.cancelledBy) ?? "api";
+  const job = progress.tracked ? null : await getJob(engine, run.jobId);
+  const completesJob = job !== null && job.status === "ACTIVE" && endsOneOff(job, run, "CANCELLED");
+  await finishRun(
+    engine,
+    run,
+    {
+      status: "CANCELLED",
+      reason: CANCEL_REASONS[by],
+      ran: progress.executedVersion !== null,
+      tracked: progress.tracked,
+      completesJob,
+      honoursCancel: true,
+      ...(progress.executedVersion !== null ? { executedVersion: progress.executedVersion } : {}),
+      ...(progress.error !== undefined ? { error: progress.error } : {}),
+    },
+    engine.clock(),
+  );
+  engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status: "CANCELLED" });
+  engine.obs.log.info("run cancelled on request", {
+    jobId: run.jobId,
+    runId: run.runId,
+    cancelledBy: by,
+    cancelRequestedAt: cancel.context.cancelRequestedAt,
+  });
 }

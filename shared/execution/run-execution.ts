@@ -1,7 +1,7 @@
 import { sleep } from "../clock.js";
 import { WORKER_RESULT_MARGIN_MS } from "../config.js";
 import type { Engine } from "../engine.js";
-import { FenceLostError, SchedulerError } from "../errors.js";
+import { FenceLostError, RunCancelledError, SchedulerError } from "../errors.js";
 import { occurrenceKey } from "../keys.js";
 import type { Job, Run } from "../model.js";
 import { type ReceivedRun, setVisibility } from "../queue/work-queue.js";
@@ -20,7 +20,10 @@ import {
 export interface RunExecutionDeps {
   readonly engine: Engine;
   readonly handlers: HandlerRegistry;
-  /** Tests stretch this past the lease to play a worker that froze. Defaults to lease / 3. */
+  /**
+   * Tests stretch this past the lease to play a worker that froze. Defaults to lease / 3, at most
+   * `MAX_HEARTBEAT_MS`: a heartbeat is also how the worker learns its run was cancelled.
+   */
   readonly heartbeatEveryMs?: number;
   /** Fires when a long-lived worker stops: runs in progress are released to QUEUED, not failed. */
   readonly shutdown?: AbortSignal;
@@ -28,9 +31,13 @@ export interface RunExecutionDeps {
   readonly remainingMs?: () => number;
 }
 
+/** The longest wait between heartbeats, so a cancel request is seen within it. */
+const MAX_HEARTBEAT_MS = 10_000;
+
 type Outcome =
   | { readonly kind: "succeeded" }
   | { readonly kind: "handed-over" }
+  | { readonly kind: "cancelled"; readonly error: RunCancelledError }
   | { readonly kind: "released" }
   | { readonly kind: "failed"; readonly error: string; readonly retryable: boolean }
   | { readonly kind: "fence-lost"; readonly error: FenceLostError };
@@ -62,8 +69,11 @@ class WorkerShutdownError extends SchedulerError<"worker_shutdown"> {
 
 /**
  * Runs the job's handler while a heartbeat extends the message's visibility,
- * the run's lease and its tenant's concurrent-runs slot every lease/3. A heartbeat that fails its
- * fence aborts the handler's signal: another worker owns the run now.
+ * the run's lease and its tenant's concurrent-runs slot every lease/3 (at most
+ * every 10 s). A heartbeat that fails its fence aborts the handler's signal:
+ * another worker owns the run now, or (RunCancelledError, the signal's reason)
+ * a cancel of the run was requested. Either way the outcome no longer waits for
+ * the handler.
  */
 export async function execute(
   deps: RunExecutionDeps,
@@ -105,7 +115,7 @@ export async function execute(
   );
   const stopHeartbeat = new AbortController();
   const heartbeat = (async () => {
-    const every = deps.heartbeatEveryMs ?? engine.settings.leaseMs / 3;
+    const every = deps.heartbeatEveryMs ?? Math.min(engine.settings.leaseMs / 3, MAX_HEARTBEAT_MS);
     while (!stopHeartbeat.signal.aborted) {
       await sleep(every, stopHeartbeat.signal);
       if (stopHeartbeat.signal.aborted) return;
@@ -120,7 +130,7 @@ export async function execute(
         if (tracked) await extendAdmission(engine, run.jobId, run.runId, leaseUntil);
         await extendRunSlot(engine, slot, leaseUntil);
       } catch (error) {
-        if (error instanceof FenceLostError) {
+        if (error instanceof FenceLostError || error instanceof RunCancelledError) {
           controller.abort(error);
           return;
         }
@@ -150,10 +160,13 @@ export async function execute(
     const result = await Promise.race([handler(ctx), rejectOnAbort(controller.signal)]);
     if (controller.signal.reason instanceof FenceLostError)
       return { kind: "fence-lost", error: controller.signal.reason };
+    if (controller.signal.reason instanceof RunCancelledError)
+      return { kind: "cancelled", error: controller.signal.reason };
     return result instanceof RunHandedOver ? { kind: "handed-over" } : { kind: "succeeded" };
   } catch (error) {
     const reason: unknown = controller.signal.reason;
     if (reason instanceof FenceLostError) return { kind: "fence-lost", error: reason };
+    if (reason instanceof RunCancelledError) return { kind: "cancelled", error: reason };
     if (reason instanceof WorkerShutdownError) return { kind: "released" };
     if (reason instanceof RunTimeoutError)
       return { kind: "failed", error: reason.message, retryable: true };

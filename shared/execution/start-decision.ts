@@ -1,6 +1,7 @@
 import type { Job, Run } from "../model.js";
 import { occurrences, plannedTime, type ScheduleSpec, windowMsOf } from "../schedule/index.js";
 import type { RunEnding } from "../storage/run-finish.js";
+import { CANCEL_REASONS } from "./cancel-reasons.js";
 import { lateStartSkipReason } from "./late-start.js";
 import { endsOneOff } from "./run-endings.js";
 
@@ -9,7 +10,7 @@ type StartDecision =
   | { readonly action: "park" }
   | {
       readonly action: "end";
-      readonly ending: Pick<RunEnding, "status" | "reason" | "completesJob">;
+      readonly ending: Pick<RunEnding, "status" | "reason" | "completesJob" | "honoursCancel">;
     };
 
 /**
@@ -21,6 +22,17 @@ type StartDecision =
  * an upstream (`after`) are not occurrences of the schedule, so a schedule change leaves them to run.
  */
 export function decideStart(job: Job | null, run: Run, now: Date, graceMs: number): StartDecision {
+  // Asked to cancel while an earlier worker held it (that worker died): it never runs again.
+  if (run.cancelRequestedAt)
+    return {
+      action: "end",
+      ending: {
+        status: "CANCELLED",
+        reason: CANCEL_REASONS[run.cancelledBy ?? "api"],
+        honoursCancel: true,
+        completesJob: job?.status === "ACTIVE" && endsOneOff(job, run, "CANCELLED"),
+      },
+    };
   if (job === null)
     return { action: "end", ending: { status: "CANCELLED", reason: "job no longer exists" } };
   if (job.status === "CANCELLED")

@@ -1,5 +1,5 @@
 import { sleep } from "../clock.js";
-import { FenceLostError, JobNotFoundError } from "../errors.js";
+import { FenceLostError, JobNotFoundError, RunCancelledError } from "../errors.js";
 import type { Job, Run } from "../model.js";
 import { METRICS } from "../observability.js";
 import { type ReceivedRun, setVisibility } from "../queue/work-queue.js";
@@ -14,7 +14,7 @@ import { startRun } from "../storage/run-start.js";
 import { type RunSlot, releaseRunSlot } from "../storage/tenant-quotas.js";
 import { admitRun } from "./admission.js";
 import { handOverRun } from "./async-runs.js";
-import { repairJobAfterRun } from "./run-endings.js";
+import { endOnCancelRequest, type RunProgress, repairJobAfterRun } from "./run-endings.js";
 import { execute, type RunExecutionDeps } from "./run-execution.js";
 import { endForDeletedJob, isRecurring, recordResult, resend } from "./run-outcome.js";
 import { decideStart } from "./start-decision.js";
@@ -79,8 +79,15 @@ export async function processRun(deps: WorkerDeps, received: ReceivedRun): Promi
     return "ack";
   }
   const run = started.run;
+  const progress: RunProgress = { tracked: false, executedVersion: null };
   try {
-    return await runStarted(deps, received, run);
+    try {
+      return await runStarted(deps, received, run, progress);
+    } catch (error) {
+      if (!(error instanceof RunCancelledError)) throw error;
+      await endOnCancelRequest(engine, run, error, progress);
+      return "ack";
+    }
   } catch (error) {
     if (error instanceof FenceLostError) {
       engine.obs.metrics.add(METRICS.fenceLost, 1, "Count", { component: "worker" });
@@ -93,7 +100,12 @@ export async function processRun(deps: WorkerDeps, received: ReceivedRun): Promi
   }
 }
 
-async function runStarted(deps: WorkerDeps, received: ReceivedRun, run: Run): Promise<Disposition> {
+async function runStarted(
+  deps: WorkerDeps,
+  received: ReceivedRun,
+  run: Run,
+  progress: RunProgress,
+): Promise<Disposition> {
   const { engine } = deps;
   // Read after the start write, consistently: whatever the job says now is what this run obeys.
   const job = await getJob(engine, run.jobId);
@@ -114,7 +126,7 @@ async function runStarted(deps: WorkerDeps, received: ReceivedRun, run: Run): Pr
     if (!parked) await resend(engine, runMessageOf(run), engine.clock());
     return "ack";
   }
-  return runAdmitted(deps, received, decision.job, run);
+  return runAdmitted(deps, received, decision.job, run, progress);
 }
 
 /**
@@ -128,6 +140,7 @@ async function runAdmitted(
   received: ReceivedRun,
   job: Job,
   run: Run,
+  progress: RunProgress,
 ): Promise<Disposition> {
   const { engine } = deps;
   const taken = await takeTenantSlot(engine, run, engine.clock());
@@ -143,7 +156,7 @@ async function runAdmitted(
     return "ack";
   }
   try {
-    return await runInSlot(deps, received, job, run, taken.slot);
+    return await runInSlot(deps, received, job, run, taken.slot, progress);
   } finally {
     await releaseRunSlot(engine, taken.slot).catch((error: unknown) => {
       // Its lease frees it: the slot is held a lease at most by a run that ended.
@@ -174,6 +187,7 @@ async function runInSlot(
   job: Job,
   run: Run,
   slot: RunSlot,
+  progress: RunProgress,
 ): Promise<Disposition> {
   const { engine } = deps;
   const tracked = isRecurring(job);
@@ -211,9 +225,11 @@ async function runInSlot(
     }
   }
 
+  progress.tracked = tracked;
+  progress.executedVersion = job.version;
   const outcome = await execute(deps, received, job, run, tracked, slot);
   const now = engine.clock();
-  if (outcome.kind === "fence-lost") throw outcome.error;
+  if (outcome.kind === "fence-lost" || outcome.kind === "cancelled") throw outcome.error;
   if (outcome.kind === "released") {
     // Back to QUEUED for whoever runs next; its message may die with this process, the reaper re-sends.
     await requeueRun(engine, run, "released: the worker shut down mid-run", now);
@@ -225,6 +241,7 @@ async function runInSlot(
     await handOverRun(engine, run, job, tracked, now);
     return "ack";
   }
+  if (outcome.kind === "failed") progress.error = outcome.error;
   await recordResult(engine, job, run, outcome, now, job.version);
   return "ack";
 }

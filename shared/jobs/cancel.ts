@@ -1,21 +1,20 @@
 import { forEachConcurrently } from "../concurrency.js";
-import { fastPathHorizonEnd } from "../dispatch/fast-path-window.js";
 import type { Engine } from "../engine.js";
 import { IllegalTransitionError } from "../errors.js";
+import { CANCEL_REASONS } from "../execution/cancel-reasons.js";
 import { endUnownedRun } from "../execution/run-endings.js";
 import { parseRunId } from "../keys.js";
-import type { Job, Run } from "../model.js";
-import { windowMsOf } from "../schedule/index.js";
+import type { Job } from "../model.js";
 import { detachFromUpstream } from "../storage/dependents.js";
-import { queuedRunsOfJob } from "../storage/job-queries.js";
 import { writeCancelledJob } from "../storage/job-status.js";
 import { getRun } from "../storage/run-reads.js";
+import { cancelRunsOfJob } from "./cancel-run.js";
 import { upstreamsOf } from "./dependencies.js";
 import { withJob } from "./with-job.js";
 
 /**
- * Cancels a job that has not completed: its pending due entry goes, and its
- * queued runs are cancelled (see `cancelQueuedRuns`). A repeat also finishes
+ * Cancels a job that has not completed: its pending due entry goes, its
+ * queued runs are cancelled and its running runs asked to cancel (see `cancelJobRuns`). A repeat also finishes
  * what a cancel that died after its commit left queued.
  */
 export function cancelJob(engine: Engine, tenantId: string, jobId: string): Promise<Job> {
@@ -50,7 +49,7 @@ export async function endJob(
       };
     },
   );
-  await cancelQueuedRuns(engine, job, parked);
+  await cancelJobRuns(engine, job, parked);
   // An ended dependent leaves its upstreams' dependents (a repeat finishes what a crash left).
   await Promise.all(upstreamsOf(job.schedule).map((id) => detachFromUpstream(engine, id, jobId)));
   return job;
@@ -64,27 +63,23 @@ export async function endJob(
  * which plans an occurrence up to that much later) back to the end of the
  * fast-path window, which holds every claimed occurrence. Older QUEUED runs
  * (retries of older occurrences, replays, a worker backlog) still have their
- * message, and their worker cancels them.
+ * message, and their worker cancels them. Its running runs get a cancel
+ * request (`cancelledBy: "job-cancel"`) their workers carry out within a heartbeat.
  */
-async function cancelQueuedRuns(
-  engine: Engine,
-  job: Job,
-  parked: readonly string[],
-): Promise<void> {
-  const now = engine.clock();
-  const cancel = async (run: Run) => {
-    await endUnownedRun(engine, run, "CANCELLED", "job cancelled", engine.clock(), run);
-  };
+async function cancelJobRuns(engine: Engine, job: Job, parked: readonly string[]): Promise<void> {
   await forEachConcurrently(parked, 16, async (runId) => {
     const ref = parseRunId(runId);
     const run = ref ? await getRun(engine, ref) : null;
-    if (run?.status === "QUEUED") await cancel(run);
+    if (run?.status === "QUEUED")
+      await endUnownedRun(
+        engine,
+        run,
+        "CANCELLED",
+        CANCEL_REASONS["job-cancel"],
+        engine.clock(),
+        run,
+        { by: "job-cancel" },
+      );
   });
-  const from = new Date(
-    now.getTime() - engine.settings.lookaheadMs - (windowMsOf(job.window) ?? 0),
-  );
-  const to = fastPathHorizonEnd(now, engine.settings.lookaheadMs);
-  for await (const runs of queuedRunsOfJob(engine, job.jobId, from, to)) {
-    await forEachConcurrently(runs, 16, cancel);
-  }
+  await cancelRunsOfJob(engine, job, "job-cancel", true);
 }

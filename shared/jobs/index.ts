@@ -1,5 +1,6 @@
 /** What can be done to a job: one module per operation. */
 export { cancelJob } from "./cancel.js";
+export { cancelRun } from "./cancel-run.js";
 export { createJob, type NewJob, requestHash } from "./create.js";
 export { deleteJob } from "./delete.js";
 export { hasEnd } from "./due-entry.js";

@@ -1,18 +1,28 @@
 import type { Engine } from "../engine.js";
 import { IllegalTransitionError } from "../errors.js";
-import type { Job } from "../model.js";
+import type { Job, PauseRunning } from "../model.js";
 import { writePausedJob } from "../storage/job-status.js";
+import { cancelRunsOfJob } from "./cancel-run.js";
 import { withJob } from "./with-job.js";
 
 /**
  * Pauses an active job: its pending due entry goes (nextRunAt stays, so resume
  * puts the occurrence back and the misfire policy judges it). Runs already
- * queued are parked by their workers in parkedRuns (empty while ACTIVE).
+ * queued are parked by their workers in parkedRuns (empty while ACTIVE). With
+ * `running: "cancel"`, runs in progress are asked to cancel
+ * (`cancelledBy: "pause"`) once the pause has committed; a repeat asks again.
  */
-export async function pauseJob(engine: Engine, tenantId: string, jobId: string): Promise<Job> {
-  return withJob<Job>(engine, tenantId, jobId, (job, now) => {
+export async function pauseJob(
+  engine: Engine,
+  tenantId: string,
+  jobId: string,
+  options: { readonly running?: PauseRunning } = {},
+): Promise<Job> {
+  const job = await withJob<Job>(engine, tenantId, jobId, (job, now) => {
     if (job.status === "PAUSED") return { done: job };
     if (job.status !== "ACTIVE") throw new IllegalTransitionError("pause", job.status);
     return { write: () => writePausedJob(engine, job, now) };
   });
+  if (options.running === "cancel") await cancelRunsOfJob(engine, job, "pause", false);
+  return job;
 }

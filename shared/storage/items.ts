@@ -108,6 +108,8 @@ export function decodeRun(item: Item): Run {
     replayedBy: run.replayedBy ?? null,
     executedVersion: run.executedVersion ?? null,
     misfireFrom: run.misfireFrom ?? null,
+    cancelRequestedAt: run.cancelRequestedAt ?? null,
+    cancelledBy: run.cancelledBy ?? null,
   };
 }
 

@@ -151,28 +151,31 @@ export function deadRunsOfTenant(
 }
 
 /**
- * A job's QUEUED runs scheduled from `from` to `to` (every attempt), page by
- * page, oldest first, read strongly consistent.
+ * A job's runs in `statuses` (QUEUED and RUNNING: the runs not yet ended)
+ * scheduled from `from` to `to` (every attempt), page by page, oldest first,
+ * read strongly consistent.
  */
-export async function* queuedRunsOfJob(
+export async function* liveRunsOfJob(
   engine: Engine,
   jobId: string,
   from: Date,
   to: Date,
+  statuses: readonly ("QUEUED" | "RUNNING")[],
 ): AsyncGenerator<Run[]> {
+  const statusValues = Object.fromEntries(statuses.map((status, i) => [`:s${i}`, status]));
   let startKey: Key | undefined;
   do {
     const page = await engine.doc.send(
       new QueryCommand({
         TableName: engine.tables.runs,
         KeyConditionExpression: "pk = :pk AND sk BETWEEN :from AND :to",
-        FilterExpression: "#status = :queued",
+        FilterExpression: `#status IN (${Object.keys(statusValues).join(", ")})`,
         ExpressionAttributeNames: { "#status": "status" },
         ExpressionAttributeValues: {
           ":pk": jobPk(jobId),
           ":from": runSortKey(from, 1),
           ":to": runSortKey(to, MAX_ATTEMPT),
-          ":queued": "QUEUED",
+          ...statusValues,
         },
         ConsistentRead: true,
         ExclusiveStartKey: startKey,

@@ -1,6 +1,6 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
-import type { DueEntry, Run } from "../model.js";
+import type { CancelSource, DueEntry, Run } from "../model.js";
 import { isConditionalCheckFailed } from "./dynamo-errors.js";
 import { deadLetterPk, decodeRun, encodeDueEntry, jobKey } from "./items.js";
 import { deadRunExpiresAt } from "./retention.js";
@@ -17,7 +17,8 @@ const JOB_EXISTS = "attribute_exists(pk)";
  * Ends a run that no worker holds, as DEAD (listed for replay) or CANCELLED,
  * conditioned on the run being as the caller saw it. Returns the ended run,
  * or null when it had changed. A RUNNING run's entry in its job's activeRuns
- * goes too: overlap would otherwise wait a lease for nothing.
+ * goes too: overlap would otherwise wait a lease for nothing. A cancel names
+ * who asked (`cancelledBy`, with `cancelRequestedAt`) when `by` is given.
  */
 export async function endRunAsSeen(
   engine: Engine,
@@ -25,17 +26,29 @@ export async function endRunAsSeen(
   status: "DEAD" | "CANCELLED",
   reason: string,
   now: Date,
-  /** A DEAD ending of a job with dependents: their trigger entry, written with the ending. */
-  trigger?: DueEntry,
+  {
+    trigger,
+    by,
+  }: {
+    /** A DEAD ending of a job with dependents: their trigger entry, written with the ending. */
+    readonly trigger?: DueEntry | undefined;
+    /** A CANCELLED ending: who cancelled it. */
+    readonly by?: CancelSource | undefined;
+  } = {},
 ): Promise<Run | null> {
   const finishedAt = now.toISOString();
   const dead = status === "DEAD";
+  const attributed = !dead && by !== undefined;
   const update = {
     TableName: engine.tables.runs,
     Key: runKeyOf(seen),
     ConditionExpression: AS_SEEN,
     UpdateExpression: `SET #status = :status, reason = :reason, finishedAt = :finishedAt${
       dead ? ", deadPk = :deadPk, deadSk = :deadSk, #error = :reason, expiresAt = :expiresAt" : ""
+    }${
+      attributed
+        ? ", cancelRequestedAt = if_not_exists(cancelRequestedAt, :finishedAt), cancelledBy = if_not_exists(cancelledBy, :by)"
+        : ""
     } REMOVE leaseUntil, inflightPk, inflightSk`,
     ExpressionAttributeNames: { "#status": "status", ...(dead ? { "#error": "error" } : {}) },
     ExpressionAttributeValues: {
@@ -44,6 +57,7 @@ export async function endRunAsSeen(
       ":status": status,
       ":reason": boundedText(reason),
       ":finishedAt": finishedAt,
+      ...(attributed ? { ":by": by } : {}),
       ...(dead
         ? {
             ":deadPk": deadLetterPk(seen.tenantId),

@@ -2,10 +2,14 @@ import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { JobNotFoundError } from "../errors.js";
 import type { DueEntry, Run, RunStatus, RunSummary } from "../model.js";
-import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
+import {
+  failedConditionItem,
+  isConditionalCheckFailed,
+  retryOnContention,
+} from "./dynamo-errors.js";
 import { deadLetterPk, encodeDueEntry, jobKey } from "./items.js";
 import { deadRunExpiresAt, jobExpiresAt } from "./retention.js";
-import { FENCE_HELD, fenceHeld, fenceLost } from "./run-fence.js";
+import { FENCE_HELD, FENCE_HELD_CANCELLING, fenceFailure, fenceHeld } from "./run-fence.js";
 import { runKeyOf } from "./run-reads.js";
 import { boundedOrNull } from "./stored-text.js";
 import {
@@ -42,6 +46,11 @@ export interface RunEnding {
    * written in one transaction with the run's ending, so a crash can neither lose nor double it.
    */
   readonly trigger?: DueEntry;
+  /**
+   * A CANCELLED ending that carries out a requested cancel: conditioned on the fence alone
+   * (`FENCE_HELD_CANCELLING`), since every other write fails once the request is there.
+   */
+  readonly honoursCancel?: boolean;
 }
 
 /** The writes of a failed run's transaction, by the names their conditions fail under. */
@@ -58,7 +67,8 @@ const NOT_WRITTEN_YET = "attribute_not_exists(pk)";
 
 /**
  * Records how a run ended, conditioned on the run's fence: a worker that lost
- * the run writes nothing (FenceLostError). A failed run and its next attempt
+ * the run writes nothing (FenceLostError), and one whose run has a cancel
+ * requested writes nothing but the CANCELLED ending (RunCancelledError). A failed run and its next attempt
  * are written in one transaction, so an attempt exists exactly when its
  * predecessor says FAILED; it is refused when the job is gone (deleted):
  * `JobNotFoundError`, nothing written. Any other ending is one write of the run, then one
@@ -103,10 +113,11 @@ export async function finishRun(
   const runUpdate: UpdateInput = {
     TableName: engine.tables.runs,
     Key: runKeyOf(run),
-    ConditionExpression: FENCE_HELD,
+    ConditionExpression: ending.honoursCancel ? FENCE_HELD_CANCELLING : FENCE_HELD,
     UpdateExpression: `${set} REMOVE leaseUntil, inflightPk, inflightSk`,
     ExpressionAttributeNames: { ...held.names, "#error": "error" },
     ExpressionAttributeValues: values,
+    ReturnValuesOnConditionCheckFailure: "ALL_OLD",
   };
   const finished: Run = {
     ...run,
@@ -134,7 +145,8 @@ export async function finishRun(
         },
       ]);
     } catch (error) {
-      if (error instanceof ConditionsFailedError && error.has("run")) throw fenceLost(run, error);
+      if (error instanceof ConditionsFailedError && error.has("run"))
+        throw fenceFailure(run, error.item("run"), error);
       throw error;
     }
     await recordRunOnJob(engine, finished, ending);
@@ -146,7 +158,8 @@ export async function finishRun(
         engine.doc.send(new UpdateCommand(runUpdate)),
       );
     } catch (error) {
-      if (isConditionalCheckFailed(error)) throw fenceLost(run, error);
+      if (isConditionalCheckFailed(error))
+        throw fenceFailure(run, failedConditionItem(error), error);
       throw error;
     }
     await recordRunOnJob(engine, finished, ending);
@@ -178,7 +191,8 @@ export async function finishRun(
   try {
     await writeTransaction(engine, "finish", writes);
   } catch (error) {
-    if (error instanceof ConditionsFailedError && error.has("run")) throw fenceLost(run, error);
+    if (error instanceof ConditionsFailedError && error.has("run"))
+      throw fenceFailure(run, error.item("run"), error);
     // The job's only condition here is that it exists: it was deleted while the run ran.
     if (error instanceof ConditionsFailedError && error.has("job"))
       throw new JobNotFoundError(run.jobId, { cause: error });

@@ -107,7 +107,7 @@ describe("deleting a job", () => {
     ]);
   }, 40_000);
 
-  it("a run RUNNING at the delete that then fails ends CANCELLED with its error: no retry, no job written, acknowledged", async () => {
+  it("a run RUNNING at the delete that then fails ends CANCELLED by the delete's cancel, with its error: no retry, no job written, acknowledged", async () => {
     const { job } = await createJob(
       f.engine,
       testJob({
@@ -130,19 +130,16 @@ describe("deleting a job", () => {
     expect(await f.process(deps, delivered)).toBe("ack");
 
     const runs = await runsOf(job.jobId);
-    expect(runs.map((r) => [r.attempt, r.status, r.reason, r.error])).toEqual([
-      [
-        1,
-        "CANCELLED",
-        "job deleted while the run ran; no retry",
-        "failed after its job was deleted",
-      ],
+    // A delete cancels the job first, and a cancel asks the running run to stop: its failure
+    // cannot record a next attempt.
+    expect(runs.map((r) => [r.attempt, r.status, r.reason, r.error, r.cancelledBy])).toEqual([
+      [1, "CANCELLED", "job cancelled", "failed after its job was deleted", "job-cancel"],
     ]);
     expect(await jobItem(job.jobId)).toBeUndefined();
     expect((await f.dueEntries()).filter((d) => d.jobId === job.jobId)).toEqual([]);
   }, 30_000);
 
-  it("a recurring run RUNNING at the delete finishes SUCCEEDED and does not bring the job back", async () => {
+  it("a recurring run RUNNING at the delete is cancelled by it, even when its handler returns, and does not bring the job back", async () => {
     const { job } = await createJob(
       f.engine,
       testJob({ type: "deletes-its-job", schedule: { every: "PT1H" } }),
@@ -154,7 +151,9 @@ describe("deleting a job", () => {
     });
     const delivered = await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000);
     expect(await f.process(deps, delivered)).toBe("ack");
-    expect((await runsOf(job.jobId)).map((r) => r.status)).toEqual(["SUCCEEDED"]);
+    expect((await runsOf(job.jobId)).map((r) => [r.status, r.cancelledBy])).toEqual([
+      ["CANCELLED", "job-cancel"],
+    ]);
     expect(await jobItem(job.jobId)).toBeUndefined();
   }, 30_000);
 
@@ -194,7 +193,12 @@ describe("deleting a job", () => {
     const [run] = (await runsOf(job.jobId)).filter(
       (r) => r.scheduledFor === delivered.message.scheduledFor,
     );
-    expect([run?.status, run?.reason]).toEqual(["CANCELLED", "job deleted"]);
+    // The delete's cancel found it RUNNING (started, not yet admitted) and asked it to stop.
+    expect([run?.status, run?.reason, run?.cancelledBy]).toEqual([
+      "CANCELLED",
+      "job cancelled",
+      "job-cancel",
+    ]);
     expect(await jobItem(job.jobId)).toBeUndefined();
   }, 30_000);
 

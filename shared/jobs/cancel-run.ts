@@ -1,0 +1,124 @@
+import { forEachConcurrently } from "../concurrency.js";
+import { fastPathHorizonEnd } from "../dispatch/fast-path-window.js";
+import type { Engine } from "../engine.js";
+import { ConcurrentUpdateError, RunEndedError, RunNotFoundError } from "../errors.js";
+import { CANCEL_REASONS } from "../execution/cancel-reasons.js";
+import { endsOneOff } from "../execution/run-endings.js";
+import { parseRunId } from "../keys.js";
+import type { CancelSource, Job, Run } from "../model.js";
+import { windowMsOf } from "../schedule/index.js";
+import { liveRunsOfJob } from "../storage/job-queries.js";
+import { requestRunCancel } from "../storage/run-cancel.js";
+import { endRunAsSeen } from "../storage/run-end-unowned.js";
+import { recordRunOnJob } from "../storage/run-finish.js";
+import { getRun } from "../storage/run-reads.js";
+import { getTenantJob } from "./queries.js";
+
+const ATTEMPTS = 5;
+
+/**
+ * Cancels one run of the tenant's job (`POST /jobs/{id}/runs/{runId}/cancel`).
+ * A QUEUED run ends CANCELLED now (its message, when it comes, is acknowledged
+ * without running); a RUNNING one gets a cancel request its worker carries out
+ * within a heartbeat. A one-off job whose own occurrence is cancelled has
+ * nothing left to run and completes. A run that has ended is refused
+ * (`RunEndedError`, naming its status); a repeat of a pending request answers
+ * the run as it stands.
+ */
+export async function cancelRun(
+  engine: Engine,
+  tenantId: string,
+  jobId: string,
+  runId: string,
+): Promise<Run> {
+  const job = await getTenantJob(engine, tenantId, jobId);
+  const ref = parseRunId(runId);
+  if (ref === null || ref.jobId !== jobId) throw new RunNotFoundError(runId);
+  for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
+    const run = await getRun(engine, ref);
+    if (run === null) throw new RunNotFoundError(runId);
+    const outcome = await cancelLiveRun(engine, run, "api");
+    if (outcome === "ended") throw new RunEndedError(runId, run.status);
+    if (outcome === null) continue;
+    if (
+      outcome.status === "CANCELLED" &&
+      job.status === "ACTIVE" &&
+      endsOneOff(job, run, "CANCELLED")
+    )
+      await recordRunOnJob(engine, outcome, {
+        status: "CANCELLED",
+        ran: false,
+        tracked: false,
+        completesJob: true,
+      });
+    return outcome;
+  }
+  throw new ConcurrentUpdateError(`run ${runId} kept changing; try again`);
+}
+
+/**
+ * Cancels a run not yet ended, as read: QUEUED, or RUNNING under a lapsed lease
+ * (no worker holds it), ends CANCELLED now; RUNNING under a live lease gets a
+ * cancel request (one already asked is left as it is). Returns the run as it
+ * now stands, "ended" when it had ended, or null when it changed meanwhile.
+ */
+async function cancelLiveRun(
+  engine: Engine,
+  run: Run,
+  by: CancelSource,
+): Promise<Run | "ended" | null> {
+  const now = engine.clock();
+  if (run.status !== "QUEUED" && run.status !== "RUNNING") return "ended";
+  if (run.status === "RUNNING" && run.cancelRequestedAt) return run;
+  const held = run.status === "RUNNING" && (run.leaseUntil ?? "") > now.toISOString();
+  if (held) return requestRunCancel(engine, run, by, now);
+  return endRunAsSeen(engine, run, "CANCELLED", CANCEL_REASONS[by], now, { by });
+}
+
+/**
+ * Cancels the job's runs that are under way (`POST /jobs/{id}/cancel`, and a
+ * pause with `running: "cancel"`), and with `queued` its QUEUED runs too.
+ * A running run is one listed in the job's `activeRuns` (every admitted run of
+ * a recurring job), or a RUNNING run of an occurrence from one lookahead back
+ * to the end of the fast-path window (runs started and not yet admitted; for a
+ * one-off job the range reaches its occurrence too): one consistent query of
+ * the job's own partition, plus a read of each active run outside it.
+ */
+export async function cancelRunsOfJob(
+  engine: Engine,
+  job: Job,
+  by: CancelSource,
+  queued: boolean,
+): Promise<void> {
+  const now = engine.clock();
+  const cancel = async (run: Run) => {
+    for (let attempt = 0, current: Run | null = run; current && attempt < ATTEMPTS; attempt++) {
+      if ((await cancelLiveRun(engine, current, by)) !== null) return;
+      current = await getRun(engine, current);
+    }
+  };
+  // A one-off's retries and replays keep its occurrence, which may lie anywhere: its partition is small.
+  const oneOff = "runAt" in job.schedule ? Date.parse(job.schedule.runAt) : null;
+  // A jittered occurrence runs up to its window after scheduledFor: the range reaches back that far too.
+  const windowFrom = now.getTime() - engine.settings.lookaheadMs - (windowMsOf(job.window) ?? 0);
+  const windowTo = fastPathHorizonEnd(now, engine.settings.lookaheadMs).getTime();
+  const from = new Date(oneOff === null ? windowFrom : Math.min(oneOff, windowFrom));
+  const to = new Date(oneOff === null ? windowTo : Math.max(oneOff, windowTo));
+  const seen = new Set<string>();
+  for await (const runs of liveRunsOfJob(
+    engine,
+    job.jobId,
+    from,
+    to,
+    queued ? ["QUEUED", "RUNNING"] : ["RUNNING"],
+  )) {
+    for (const run of runs) seen.add(run.runId);
+    await forEachConcurrently(runs, 16, cancel);
+  }
+  const active = Object.keys(job.activeRuns).filter((runId) => !seen.has(runId));
+  await forEachConcurrently(active, 16, async (runId) => {
+    const ref = parseRunId(runId);
+    const run = ref ? await getRun(engine, ref) : null;
+    if (run?.status === "RUNNING") await cancel(run);
+  });
+}

@@ -1,0 +1,344 @@
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { sleep } from "../../shared/clock.js";
+import {
+  JobNotFoundError,
+  RunCancelledError,
+  RunEndedError,
+  RunNotFoundError,
+} from "../../shared/errors.js";
+import type { JobContext } from "../../shared/execution/job-contract.js";
+import { processRun } from "../../shared/execution/worker.js";
+import { cancelJob, cancelRun, createJob, pauseJob, triggerJob } from "../../shared/jobs/index.js";
+import type { Job, Run } from "../../shared/model.js";
+import { getJob, getRun } from "../../shared/storage/run-reads.js";
+import { startRun } from "../../shared/storage/run-start.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { waitFor } from "../support/wait.js";
+
+const LEASE_MS = 3_000;
+const HEARTBEAT_MS = 300;
+/** A cancel is carried out within one heartbeat; the rest is the end write under a loaded machine. */
+const WITHIN_HEARTBEAT_MS = HEARTBEAT_MS + 1_500;
+/** Never comes: no near occurrence, so the only runs are the ones a test triggers. */
+const YEARLY = { cron: "0 0 1 1 *", timezone: "UTC" };
+
+async function oneOffDueNow(f: EngineFixture, type: string, payload: unknown = {}) {
+  const { job } = await createJob(
+    f.engine,
+    testJob({ type, payload, schedule: { runAt: new Date().toISOString() }, timeoutSeconds: 60 }),
+  );
+  const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+  return { job, received };
+}
+
+async function recurringTriggered(f: EngineFixture, type: string, payload: unknown = {}) {
+  const { job } = await createJob(
+    f.engine,
+    testJob({ type, payload, schedule: YEARLY, timeoutSeconds: 60 }),
+  );
+  const run = await triggerJob(f.engine, job.tenantId, job.jobId);
+  const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+  return { job, run, received };
+}
+
+async function runsOf(f: EngineFixture, jobId: string): Promise<Run[]> {
+  return (await f.runs()).filter((r) => r.jobId === jobId);
+}
+
+async function runningRun(f: EngineFixture, jobId: string): Promise<Run> {
+  return waitFor("the run to be running", async () =>
+    (await runsOf(f, jobId)).find((r) => r.status === "RUNNING"),
+  );
+}
+
+async function jobOf(f: EngineFixture, jobId: string): Promise<Job> {
+  const job = await getJob(f.engine, jobId);
+  if (job === null) throw new Error(`job ${jobId} is gone`);
+  return job;
+}
+
+describe("cancelling a run", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture({ settings: { leaseMs: LEASE_MS } });
+  });
+  afterAll(() => f.destroy());
+
+  it("a running sleep is cancelled within one heartbeat: its signal says cancelled, the run ends CANCELLED with when and by what, and no retry follows", async () => {
+    let signal: AbortSignal | undefined;
+    const deps = f.workerDeps(
+      "worker-a",
+      {
+        sleepy: async (ctx: JobContext) => {
+          signal = ctx.signal;
+          await sleep(30_000, ctx.signal);
+        },
+      },
+      HEARTBEAT_MS,
+    );
+    const { job, received } = await oneOffDueNow(f, "sleepy");
+    const processing = f.process(deps, received);
+    const running = await runningRun(f, job.jobId);
+
+    const asked = await cancelRun(f.engine, job.tenantId, job.jobId, running.runId);
+    const askedAt = Date.now();
+    expect(asked).toMatchObject({ status: "RUNNING", cancelledBy: "api" });
+    expect(asked.cancelRequestedAt).not.toBeNull();
+
+    expect(await processing).toBe("ack");
+    expect(Date.now() - askedAt).toBeLessThan(WITHIN_HEARTBEAT_MS);
+    expect(signal?.aborted).toBe(true);
+    expect(signal?.reason).toBeInstanceOf(RunCancelledError);
+    const reason: unknown = signal?.reason;
+    expect(reason instanceof Error ? reason.message : "").toContain("cancelled");
+
+    const runs = await runsOf(f, job.jobId);
+    expect(runs).toHaveLength(1);
+    const [ended] = runs;
+    expect(ended).toMatchObject({
+      status: "CANCELLED",
+      cancelledBy: "api",
+      cancelRequestedAt: asked.cancelRequestedAt,
+      reason: "run cancelled",
+    });
+    expect(Date.parse(ended?.finishedAt ?? "")).toBeGreaterThanOrEqual(
+      Date.parse(asked.cancelRequestedAt ?? ""),
+    );
+    // The one-off has nothing left to run.
+    expect((await jobOf(f, job.jobId)).status).toBe("COMPLETED");
+    // A repeat is refused, naming the status.
+    await expect(cancelRun(f.engine, job.tenantId, job.jobId, running.runId)).rejects.toThrow(
+      RunEndedError,
+    );
+    await expect(cancelRun(f.engine, job.tenantId, job.jobId, running.runId)).rejects.toMatchObject(
+      { context: { status: "CANCELLED" } },
+    );
+  }, 40_000);
+
+  it("a running webhook is cancelled within one heartbeat and its request is aborted", async () => {
+    const closedEarly: number[] = [];
+    const server: Server = createServer((request, response) => {
+      request.resume();
+      const answer = setTimeout(() => {
+        response.writeHead(200);
+        response.end("{}");
+      }, 30_000);
+      // The connection closing before the answer is the worker giving up on the request.
+      response.on("close", () => {
+        if (!response.writableFinished) closedEarly.push(Date.now());
+        clearTimeout(answer);
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    try {
+      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`;
+      const { job } = await createJob(
+        f.engine,
+        testJob({
+          type: "http",
+          payload: { hello: "slow" },
+          target: { url, timeoutSeconds: 60 },
+          schedule: { runAt: new Date().toISOString() },
+          timeoutSeconds: 60,
+        }),
+      );
+      const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+      const processing = f.process(f.workerDeps("worker-web", {}, HEARTBEAT_MS), received);
+      const running = await runningRun(f, job.jobId);
+      // The request is under way at the receiver.
+      await sleep(200);
+
+      await cancelRun(f.engine, job.tenantId, job.jobId, running.runId);
+      const askedAt = Date.now();
+      expect(await processing).toBe("ack");
+      expect(Date.now() - askedAt).toBeLessThan(WITHIN_HEARTBEAT_MS);
+      await waitFor("the request to be aborted", () => closedEarly.length === 1, 5_000);
+      expect((closedEarly[0] ?? 0) - askedAt).toBeLessThan(WITHIN_HEARTBEAT_MS);
+      const runs = await runsOf(f, job.jobId);
+      expect(runs.map((r) => [r.status, r.cancelledBy])).toEqual([["CANCELLED", "api"]]);
+    } finally {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
+  }, 40_000);
+
+  it.each([
+    ["succeeds", async () => ({ ok: true })],
+    [
+      "fails (retryable)",
+      async () => {
+        throw new Error("boom");
+      },
+    ],
+  ])(
+    "a handler that ignores its signal and then %s records nothing but CANCELLED; no retry",
+    async (_, ending) => {
+      let release: () => void = () => undefined;
+      const released = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      // Its heartbeat never comes before the handler ends: only the end write can see the cancel.
+      const deps = f.workerDeps(
+        "worker-deaf",
+        {
+          deaf: async () => {
+            await released;
+            return ending();
+          },
+        },
+        60_000,
+      );
+      const { job, received } = await oneOffDueNow(f, "deaf");
+      const processing = f.process(deps, received);
+      const running = await runningRun(f, job.jobId);
+      await cancelRun(f.engine, job.tenantId, job.jobId, running.runId);
+      release();
+      expect(await processing).toBe("ack");
+
+      const runs = await runsOf(f, job.jobId);
+      expect(runs.map((r) => [r.attempt, r.status, r.cancelledBy])).toEqual([
+        [1, "CANCELLED", "api"],
+      ]);
+      expect(runs[0]?.durationMs).not.toBeNull();
+      expect((await f.dueEntries()).filter((e) => e.jobId === job.jobId)).toEqual([]);
+      expect((await jobOf(f, job.jobId)).status).toBe("COMPLETED");
+    },
+    40_000,
+  );
+
+  it("a queued run is cancelled at once; its message is acknowledged without running", async () => {
+    let ran = false;
+    const deps = f.workerDeps("worker-q", {
+      marker: async () => {
+        ran = true;
+      },
+    });
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "marker",
+        payload: {},
+        schedule: { runAt: new Date(Date.now() + 2_000).toISOString() },
+      }),
+    );
+    const [queued] = await runsOf(f, job.jobId);
+    expect(queued?.status).toBe("QUEUED");
+    const cancelled = await cancelRun(f.engine, job.tenantId, job.jobId, queued?.runId ?? "");
+    expect(cancelled).toMatchObject({
+      status: "CANCELLED",
+      cancelledBy: "api",
+      reason: "run cancelled",
+    });
+    expect(cancelled.cancelRequestedAt).toBe(cancelled.finishedAt);
+    expect((await jobOf(f, job.jobId)).status).toBe("COMPLETED");
+
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(await f.process(deps, received)).toBe("ack");
+    expect(ran).toBe(false);
+    expect((await runsOf(f, job.jobId)).map((r) => r.status)).toEqual(["CANCELLED"]);
+  }, 30_000);
+
+  it("a run whose worker died after the cancel request is ended by its next delivery without running", async () => {
+    let ran = false;
+    const deps = f.workerDeps("worker-next", {
+      marker: async () => {
+        ran = true;
+      },
+    });
+    const { job, received } = await oneOffDueNow(f, "marker");
+    // A worker starts it and dies: the run is RUNNING under its lease.
+    const started = await startRun(f.engine, received.message, "worker-dead", new Date());
+    expect(started.kind).toBe("started");
+    const run = await getRun(f.engine, received.message);
+    const asked = await cancelRun(f.engine, job.tenantId, job.jobId, run?.runId ?? "");
+    expect(asked.status).toBe("RUNNING");
+    await sleep(LEASE_MS + 200);
+
+    expect(await processRun(deps, received)).toBe("ack");
+    expect(ran).toBe(false);
+    const runs = await runsOf(f, job.jobId);
+    expect(runs.map((r) => [r.status, r.cancelledBy, r.fence])).toEqual([["CANCELLED", "api", 2]]);
+  }, 30_000);
+
+  it("unknown runs, another job's run and another tenant's job are not found", async () => {
+    const { job } = await createJob(f.engine, testJob({ schedule: YEARLY }));
+    const { job: other } = await createJob(f.engine, testJob({ schedule: YEARLY }));
+    const run = await triggerJob(f.engine, job.tenantId, job.jobId);
+    await expect(cancelRun(f.engine, "tenant-b", job.jobId, run.runId)).rejects.toThrow(
+      JobNotFoundError,
+    );
+    await expect(cancelRun(f.engine, job.tenantId, other.jobId, run.runId)).rejects.toThrow(
+      RunNotFoundError,
+    );
+    await expect(cancelRun(f.engine, job.tenantId, job.jobId, "nonsense")).rejects.toThrow(
+      RunNotFoundError,
+    );
+    await expect(
+      cancelRun(f.engine, job.tenantId, job.jobId, `${job.jobId}-20300101T000000000-1`),
+    ).rejects.toThrow(RunNotFoundError);
+  });
+});
+
+describe("cancelling a job's running runs", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture({ settings: { leaseMs: LEASE_MS } });
+  });
+  afterAll(() => f.destroy());
+
+  const sleepy = (f: EngineFixture, workerId: string) =>
+    f.workerDeps(
+      workerId,
+      { sleepy: async (ctx: JobContext) => sleep(30_000, ctx.signal) },
+      HEARTBEAT_MS,
+    );
+
+  it("POST /jobs/{id}/cancel also cancels a running run (cancelledBy job-cancel), within a heartbeat", async () => {
+    const { job, received } = await recurringTriggered(f, "sleepy");
+    const processing = f.process(sleepy(f, "worker-jc"), received);
+    await runningRun(f, job.jobId);
+    expect(Object.keys((await jobOf(f, job.jobId)).activeRuns)).toHaveLength(1);
+
+    const cancelled = await cancelJob(f.engine, job.tenantId, job.jobId);
+    const askedAt = Date.now();
+    expect(cancelled.status).toBe("CANCELLED");
+    expect(await processing).toBe("ack");
+    expect(Date.now() - askedAt).toBeLessThan(WITHIN_HEARTBEAT_MS);
+    const runs = await runsOf(f, job.jobId);
+    expect(runs.map((r) => [r.status, r.cancelledBy, r.reason])).toEqual([
+      ["CANCELLED", "job-cancel", "job cancelled"],
+    ]);
+    const after = await jobOf(f, job.jobId);
+    expect(after.activeRuns).toEqual({});
+    expect(after.lastRun?.status).toBe("CANCELLED");
+  }, 40_000);
+
+  it("pause with running: cancel cancels the run in progress (cancelledBy pause); the job stays paused", async () => {
+    const { job, received } = await recurringTriggered(f, "sleepy");
+    const processing = f.process(sleepy(f, "worker-pc"), received);
+    await runningRun(f, job.jobId);
+
+    const paused = await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+    const askedAt = Date.now();
+    expect(paused.status).toBe("PAUSED");
+    expect(await processing).toBe("ack");
+    expect(Date.now() - askedAt).toBeLessThan(WITHIN_HEARTBEAT_MS);
+    const runs = await runsOf(f, job.jobId);
+    expect(runs.map((r) => [r.status, r.cancelledBy])).toEqual([["CANCELLED", "pause"]]);
+    expect((await jobOf(f, job.jobId)).status).toBe("PAUSED");
+  }, 40_000);
+
+  it("pause with running: finish (the default) lets the run in progress succeed", async () => {
+    const { job, received } = await recurringTriggered(f, "sleep", { ms: 1_500 });
+    const processing = f.process(f.workerDeps("worker-pf", {}, HEARTBEAT_MS), received);
+    await runningRun(f, job.jobId);
+
+    const paused = await pauseJob(f.engine, job.tenantId, job.jobId, { running: "finish" });
+    expect(paused.status).toBe("PAUSED");
+    expect(await processing).toBe("ack");
+    const runs = await runsOf(f, job.jobId);
+    expect(runs.map((r) => [r.status, r.cancelledBy ?? null])).toEqual([["SUCCEEDED", null]]);
+  }, 40_000);
+});
