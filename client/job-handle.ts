@@ -61,10 +61,17 @@ export class JobHandle {
     );
   }
 
-  async pause(): Promise<Job> {
+  /**
+   * Pauses the job. Runs in progress finish (`running: "finish"`, the default),
+   * or with `running: "cancel"` each ends CANCELLED within a heartbeat.
+   */
+  async pause(options: { running?: "finish" | "cancel" } = {}): Promise<Job> {
     return this.#seen(
       await unwrap(
-        this.client.http.POST("/jobs/{id}/pause", { params: { path: { id: this.id } } }),
+        this.client.http.POST("/jobs/{id}/pause", {
+          params: { path: { id: this.id } },
+          ...(options.running ? { body: { running: options.running } } : {}),
+        }),
       ),
     );
   }
@@ -77,6 +84,7 @@ export class JobHandle {
     );
   }
 
+  /** Stops the job for good: queued runs end cancelled, running runs within a heartbeat. */
   async cancel(): Promise<Job> {
     return this.#seen(
       await unwrap(
@@ -95,6 +103,16 @@ export class JobHandle {
       params: { path: { id: this.id } },
     });
     if (!response.ok) throw errorOf(response, error);
+  }
+
+  /**
+   * Cancels one run of this job: a queued run comes back CANCELLED; a running
+   * one comes back RUNNING with `cancelRequestedAt`, and its worker ends it
+   * CANCELLED within a heartbeat (wait with `waitForRun`). A run that already
+   * ended throws a `SchedulerApiError` with code `illegal_transition` (409).
+   */
+  cancelRun(runId: string): Promise<Run> {
+    return this.client.runs.cancel(this.id, runId);
   }
 
   /** One extra run now, outside the schedule; returns the queued run. */

@@ -226,6 +226,15 @@ class RunsApi {
       this.client.http.GET("/jobs/{id}/runs/{runId}", { params: { path: { id: jobId, runId } } }),
     );
   }
+
+  /** Cancels one run (see `JobHandle.cancelRun`). */
+  cancel(jobId: string, runId: string): Promise<Run> {
+    return unwrap(
+      this.client.http.POST("/jobs/{id}/runs/{runId}/cancel", {
+        params: { path: { id: jobId, runId } },
+      }),
+    );
+  }
 }
 
 class DeadLettersApi {

@@ -97,6 +97,8 @@ export const api = {
           : client.POST("/jobs/{id}/cancel", { params: job(id) }),
     ),
   trigger: (id: string) => answer(client.POST("/jobs/{id}/trigger", { params: job(id) })),
+  cancelRun: (id: string, runId: string) =>
+    answer(client.POST("/jobs/{id}/runs/{runId}/cancel", { params: { path: { id, runId } } })),
   listRuns: (id: string, query: { cursor?: string; limit?: number; status?: string }) =>
     answer(
       client.GET("/jobs/{id}/runs", {

@@ -79,10 +79,27 @@ export function jobsCommand(program: Command, io: CliIo): void {
     context.print(job, jobFields);
   });
 
+  jobs
+    .command("pause")
+    .description("stop scheduling; the pending occurrence waits for resume")
+    .argument("<id>", "the job's id")
+    .addOption(
+      new Option(
+        "--running <what>",
+        "runs in progress: finish (default) or cancel (each ends cancelled within a heartbeat)",
+      ).choices(["finish", "cancel"]),
+    )
+    .action(async (id: string, flags: { running?: "finish" | "cancel" }, command: Command) => {
+      const context = contextOf(command, io);
+      const job = await context.client.jobs
+        .handle(id)
+        .pause(flags.running ? { running: flags.running } : {});
+      context.print(job, jobFields);
+    });
+
   for (const [name, description] of [
-    ["pause", "stop scheduling; the pending occurrence waits for resume"],
     ["resume", "schedule again; missed occurrences follow the misfire policy"],
-    ["cancel", "stop for good; queued runs are cancelled"],
+    ["cancel", "stop for good; queued runs are cancelled, running runs within a heartbeat"],
   ] as const) {
     jobs
       .command(name)

@@ -144,6 +144,12 @@ export function runFields(run: Run): string {
     ["job version", `${run.jobVersion} queued, ${dash(run.executedVersion)} executed`],
     ["replayed by", dash(run.replayedBy)],
     ["after", run.trigger ? `${run.trigger.runId} (job ${run.trigger.jobId})` : "-"],
+    [
+      "cancel",
+      run.cancelRequestedAt === null
+        ? "-"
+        : `asked ${run.cancelRequestedAt} by ${dash(run.cancelledBy)}`,
+    ],
   ]);
 }
 

@@ -85,6 +85,18 @@ export function runsCommand(program: Command, io: CliIo): void {
     });
 
   runs
+    .command("cancel")
+    .description(
+      "cancel one run: a queued run ends cancelled now, a running one within a heartbeat (prints the run)",
+    )
+    .argument("<job-id>", "the job's id")
+    .argument("<run-id>", "the run's id")
+    .action(async (jobId: string, runId: string, _flags, command: Command) => {
+      const context = contextOf(command, io);
+      context.print(await context.client.jobs.handle(jobId).cancelRun(runId), runFields);
+    });
+
+  runs
     .command("watch")
     .description(
       "follow a job's runs live until Ctrl-C: prints the runs running now, then each run as it starts and as it ends (JSON: one object a line); each poll reads the job's run history",

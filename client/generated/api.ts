@@ -104,7 +104,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Stop for good; queued runs are cancelled */
+        /** Stop for good; queued runs are cancelled, running runs end cancelled within a heartbeat */
         post: operations["cancelJob"];
         delete?: never;
         options?: never;
@@ -121,7 +121,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Stop scheduling; the pending occurrence waits for resume */
+        /** Stop scheduling; the pending occurrence waits for resume, runs in progress finish or are cancelled */
         post: operations["pauseJob"];
         delete?: never;
         options?: never;
@@ -191,6 +191,23 @@ export interface paths {
         get: operations["getRun"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/jobs/{id}/runs/{runId}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Cancel one run: a queued run ends cancelled now, a running one within a heartbeat (its handler's signal aborts); no retry follows */
+        post: operations["cancelRun"];
         delete?: never;
         options?: never;
         head?: never;
@@ -647,6 +664,18 @@ export interface components {
         };
         /** @description noop: any JSON; the handler does nothing with it. */
         NoopPayload: unknown;
+        /**
+         * @example {
+         *       "running": "finish"
+         *     }
+         */
+        PauseRequest: {
+            /**
+             * @description What becomes of runs in progress: "finish" (default) lets them finish; "cancel" cancels them (each ends CANCELLED within a heartbeat, cancelledBy "pause"). Queued runs wait for resume either way.
+             * @enum {string}
+             */
+            running?: "finish" | "cancel";
+        };
         Policies: {
             /** @enum {string} */
             inFlight: "skip" | "complete";
@@ -763,6 +792,13 @@ export interface components {
         };
         Run: {
             attempt: number;
+            /**
+             * @description What cancelled it: "api" (POST /jobs/{id}/runs/{runId}/cancel), "job-cancel" (POST /jobs/{id}/cancel or a delete), "pause" (a pause with running: cancel).
+             * @enum {string|null}
+             */
+            cancelledBy: "api" | "job-cancel" | "pause" | null;
+            /** @description When a cancel of this run was asked for (a queued run ended then; a running one ends within a heartbeat); null when none was. */
+            cancelRequestedAt: string | null;
             /** @description When it should start: plannedFor, or a retry's backoff time. */
             dueAt: string;
             durationMs: number | null;
@@ -1445,7 +1481,11 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["PauseRequest"];
+            };
+        };
         responses: {
             /** @description The job; repeating the call changes nothing */
             200: {
@@ -1454,6 +1494,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Job"];
+                };
+            };
+            /** @description Invalid input: `field` names it, `issues` lists every problem */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             /** @description Missing or unknown credentials */
@@ -1476,6 +1525,24 @@ export interface operations {
             };
             /** @description Not allowed in the job's current status, or an idempotency or replay conflict */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The body or its payload is over the size limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The body is not application/json */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1743,6 +1810,74 @@ export interface operations {
             };
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    cancelRun: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+                runId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The run: cancelled, or running with cancelRequestedAt set until its worker ends it; a repeat answers the same */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Run"];
+                };
+            };
+            /** @description Missing or unknown credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description No such job or run for this tenant */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not allowed in the job's current status, or an idempotency or replay conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Contention on the job; retry after Retry-After seconds */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };

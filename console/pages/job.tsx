@@ -399,6 +399,18 @@ function RunsTimeline({ id, zone }: { id: string; zone: string }) {
       announce(messageOf(caught));
     }
   };
+  const cancelRun = async (run: Run) => {
+    try {
+      const asked = await api.cancelRun(id, run.runId);
+      announce(
+        asked.status === "cancelled"
+          ? "Run cancelled"
+          : "Cancel requested: the run stops at its next heartbeat",
+      );
+    } catch (caught) {
+      announce(messageOf(caught));
+    }
+  };
   return (
     <section aria-labelledby="runs-title">
       <h2 id="runs-title">Runs</h2>
@@ -433,6 +445,9 @@ function RunsTimeline({ id, zone }: { id: string; zone: string }) {
             <th scope="col">Started</th>
             <th scope="col">Took</th>
             <th scope="col">Detail</th>
+            <th scope="col">
+              <span class="visually-hidden">Actions</span>
+            </th>
           </tr>
         </thead>
         <tbody>
@@ -451,6 +466,17 @@ function RunsTimeline({ id, zone }: { id: string; zone: string }) {
               <td>{formatInstant(run.startedAt, zone)}</td>
               <td>{formatDuration(run.durationMs)}</td>
               <td>{run.error ?? run.reason ?? ""}</td>
+              <td>
+                {run.status === "queued" || run.status === "running" ? (
+                  run.cancelRequestedAt ? (
+                    "cancelling…"
+                  ) : (
+                    <button type="button" onClick={() => void cancelRun(run)}>
+                      Cancel
+                    </button>
+                  )
+                ) : null}
+              </td>
             </tr>
           ))}
         </tbody>

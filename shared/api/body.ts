@@ -51,6 +51,21 @@ export function jsonBody(maxBytes: number): MiddlewareHandler {
   };
 }
 
+/**
+ * `read` (a `jsonBody`) for a route whose body may be left out: a request
+ * with neither a body nor a Content-Type goes on without one.
+ */
+export function optionalBody(read: MiddlewareHandler): MiddlewareHandler {
+  return async (c, next) => {
+    const empty =
+      c.req.header("content-type") === undefined &&
+      c.req.header("transfer-encoding") === undefined &&
+      Number(c.req.header("content-length") ?? "0") === 0;
+    if (empty) await next();
+    else return read(c, next);
+  };
+}
+
 const tooLarge = (maxBytes: number) =>
   new ApiError(413, "payload_too_large", `the request body exceeds ${maxBytes} bytes`);
 

@@ -108,6 +108,8 @@ export function runDto(run: Run): RunDto {
           timesOutAt: run.timesOutAt ?? null,
         }
       : {}),
+    cancelRequestedAt: run.cancelRequestedAt ?? null,
+    cancelledBy: run.cancelledBy ?? null,
   };
 }
 

@@ -11,6 +11,7 @@ import {
 } from "../jobs/index.js";
 import type { JobStatus } from "../model.js";
 import { ValidationError } from "../validation.js";
+import { optionalBody } from "./body.js";
 import { jobDto, runDto } from "./dto.js";
 import { jobsPage } from "./pages.js";
 import { jobChangesFrom, newJobFrom, parseIfMatch } from "./requests.js";
@@ -35,6 +36,7 @@ import {
   JobPageSchema,
   JobSchema,
   ListJobsQuery,
+  PauseBody,
 } from "./schemas/jobs.js";
 import { RunSchema } from "./schemas/runs.js";
 
@@ -60,7 +62,7 @@ const getJob = createRoute({
   responses: { 200: json(JobSchema, "The job; ETag is its version"), ...errors(401, 404) },
 });
 
-function lifecycleRoute(action: "pause" | "resume" | "cancel", summary: string) {
+function lifecycleRoute(action: "resume" | "cancel", summary: string) {
   return createRoute({
     method: "post",
     path: `/jobs/{id}/${action}`,
@@ -77,7 +79,6 @@ function lifecycleRoute(action: "pause" | "resume" | "cancel", summary: string) 
 }
 
 const lifecycle = [
-  [lifecycleRoute("pause", "Stop scheduling; the pending occurrence waits for resume"), pauseJob],
   [
     lifecycleRoute(
       "resume",
@@ -85,7 +86,13 @@ const lifecycle = [
     ),
     resumeJob,
   ],
-  [lifecycleRoute("cancel", "Stop for good; queued runs are cancelled"), cancelJob],
+  [
+    lifecycleRoute(
+      "cancel",
+      "Stop for good; queued runs are cancelled, running runs end cancelled within a heartbeat",
+    ),
+    cancelJob,
+  ],
 ] as const;
 
 const deleteJobRoute = createRoute({
@@ -160,6 +167,24 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
       ...errors(400, 401, 404, 409, 412, 413, 415, 428, 503),
     },
   });
+  const pauseJobRoute = createRoute({
+    method: "post",
+    path: "/jobs/{id}/pause",
+    operationId: "pauseJob",
+    tags: ["jobs"],
+    summary:
+      "Stop scheduling; the pending occurrence waits for resume, runs in progress finish or are cancelled",
+    security: secured,
+    middleware: [optionalBody(body)] as const,
+    request: {
+      params: JobIdParams,
+      body: { content: { "application/json": { schema: PauseBody } }, required: false },
+    },
+    responses: {
+      200: json(JobSchema, "The job; repeating the call changes nothing"),
+      ...errors(400, 401, 404, 409, 413, 415, 503),
+    },
+  });
   const router = newRouter();
   router.openAPIRegistry.register("JobPayloads", jobPayloadsSchema(jobTypes));
 
@@ -228,6 +253,15 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
       return c.json(jobDto(job), 200);
     });
   }
+
+  router.openapi(pauseJobRoute, async (c) => {
+    const { id } = c.req.valid("param");
+    const { running } = c.req.valid("json");
+    await jobOf(engine, c, id);
+    const job = await pauseJob(engine, tenantOf(c), id, running ? { running } : {});
+    setJobHeaders(c, job);
+    return c.json(jobDto(job), 200);
+  });
 
   router.openapi(deleteJobRoute, async (c) => {
     const { id } = c.req.valid("param");

@@ -1,4 +1,5 @@
 import { createRoute } from "@hono/zod-openapi";
+import { cancelRun } from "../jobs/index.js";
 import { getTenantRun } from "../jobs/queries.js";
 import { runDto } from "./dto.js";
 import { notFound } from "./errors.js";
@@ -40,7 +41,25 @@ const getRun = createRoute({
   responses: { 200: json(RunSchema, "The run"), ...errors(401, 404) },
 });
 
-/** A job's runs: the list, and one run. */
+const cancelRunRoute = createRoute({
+  method: "post",
+  path: "/jobs/{id}/runs/{runId}/cancel",
+  operationId: "cancelRun",
+  tags: ["runs"],
+  summary:
+    "Cancel one run: a queued run ends cancelled now, a running one within a heartbeat (its handler's signal aborts); no retry follows",
+  security: secured,
+  request: { params: RunParams },
+  responses: {
+    200: json(
+      RunSchema,
+      "The run: cancelled, or running with cancelRequestedAt set until its worker ends it; a repeat answers the same",
+    ),
+    ...errors(401, 404, 409, 503),
+  },
+});
+
+/** A job's runs: the list, one run, and cancelling one. */
 export function runsRouter({ engine }: RouterDeps) {
   const router = newRouter();
 
@@ -62,6 +81,12 @@ export function runsRouter({ engine }: RouterDeps) {
     const { id, runId } = c.req.valid("param");
     const run = await getTenantRun(engine, tenantOf(c), runId);
     if (run.jobId !== id) throw notFound(`run ${runId.slice(0, 100)} not found`);
+    return c.json(runDto(run), 200);
+  });
+
+  router.openapi(cancelRunRoute, async (c) => {
+    const { id, runId } = c.req.valid("param");
+    const run = await cancelRun(engine, tenantOf(c), id, runId);
     return c.json(runDto(run), 200);
   });
 

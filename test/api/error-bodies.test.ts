@@ -375,6 +375,25 @@ describe("error bodies, byte for byte", () => {
         message: `run ${runId} cannot be replayed: it is queued, not dead`,
       }),
     );
+    expect(await call("POST", `/jobs/${id}/runs/${unknownRun}/cancel`)).toEqual(
+      error(404, { code: "not_found", message: `run ${unknownRun} not found` }),
+    );
+    expect((await call("POST", `/jobs/${id}/runs/${runId}/cancel`)).status).toBe(200);
+    expect(await call("POST", `/jobs/${id}/runs/${runId}/cancel`)).toEqual(
+      error(409, {
+        code: "illegal_transition",
+        message: `run ${runId} has already ended: it is cancelled`,
+        currentStatus: "cancelled",
+      }),
+    );
+    expect(await call("POST", `/jobs/${id}/pause`, { body: json({ running: "stop" }) })).toEqual(
+      invalid([
+        {
+          field: "running",
+          message: 'Invalid option: expected one of "finish"|"cancel"',
+        },
+      ]),
+    );
   });
 
   it("quotas: 403 quota_exceeded naming the quota (and the field it refuses), 403 forbidden, 429 with Retry-After", async () => {

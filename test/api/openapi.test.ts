@@ -75,6 +75,7 @@ describe("OpenAPI document", () => {
         "POST /jobs/{id}/trigger",
         "GET /jobs/{id}/runs",
         "GET /jobs/{id}/runs/{runId}",
+        "POST /jobs/{id}/runs/{runId}/cancel",
         "GET /jobs/{id}/preview",
         "POST /schedules/preview",
         "GET /dead-letters",

@@ -10,6 +10,7 @@ import { EXIT } from "../../client/cli/exit-codes.js";
 import { cliProgram, runCli } from "../../client/cli/main.js";
 import type { Job, Preview, Run, TenantQuotas } from "../../client/index.js";
 import { type SandboxProcess, spawnSandbox } from "../support/sandbox-process.js";
+import { waitFor } from "../support/wait.js";
 
 /**
  * `scheduler`, the CLI, against the sandbox (`npm start` as a child process)
@@ -322,6 +323,58 @@ describe("jobs", () => {
     const table = await cli(["jobs", "delete", job.id]);
     expect(table.code).toBe(EXIT.notFound);
   });
+});
+
+describe("cancelling runs", () => {
+  /** A `sleep` job due now whose run the sandbox's workers have started. */
+  async function runningSleep(extra: string[] = []): Promise<{ job: Job; run: Run }> {
+    const job = await json<Job>(
+      "jobs",
+      "create",
+      "--type",
+      "sleep",
+      "--payload",
+      '{"ms":60000}',
+      ...extra,
+    );
+    const run = await waitFor("its run to be running", async () =>
+      (await json<Run[]>("runs", "list", job.id)).find((r) => r.status === "running"),
+    );
+    return { job, run };
+  }
+
+  it("runs cancel JOB RUN cancels a running run within a heartbeat; a second cancel exits 5", async () => {
+    const { job, run } = await runningSleep(["--run-at", new Date().toISOString()]);
+    const asked = await json<Run>("runs", "cancel", job.id, run.runId);
+    expect(asked).toMatchObject({ runId: run.runId, status: "running", cancelledBy: "api" });
+    // The sandbox's heartbeat: a third of the lease, at most 10 s.
+    const ended = await waitFor(
+      "the run to end",
+      async () => {
+        const now = await json<Run>("runs", "get", job.id, run.runId);
+        return now.status === "running" ? undefined : now;
+      },
+      15_000,
+    );
+    expect(ended).toMatchObject({ status: "cancelled", cancelledBy: "api" });
+    const refused = await failing(EXIT.conflict, "runs", "cancel", job.id, run.runId);
+    expect(refused).toMatchObject({ code: "illegal_transition", currentStatus: "cancelled" });
+  }, 40_000);
+
+  it("jobs pause --running cancel cancels the run in progress; a bad --running exits 2", async () => {
+    const { job, run } = await runningSleep(["--run-at", new Date().toISOString()]);
+    expect((await cli(["jobs", "pause", job.id, "--running", "stop"])).code).toBe(EXIT.usage);
+    expect((await json<Job>("jobs", "pause", job.id, "--running", "cancel")).status).toBe("paused");
+    const ended = await waitFor(
+      "the run to end",
+      async () => {
+        const now = await json<Run>("runs", "get", job.id, run.runId);
+        return now.status === "running" ? undefined : now;
+      },
+      15_000,
+    );
+    expect(ended).toMatchObject({ status: "cancelled", cancelledBy: "pause" });
+  }, 40_000);
 });
 
 describe("runs and dead letters", () => {

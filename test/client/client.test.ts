@@ -268,6 +268,49 @@ describe("waiting for runs", () => {
   });
 });
 
+describe("cancelling runs", () => {
+  it("cancelRun() on a running run answers it with cancelRequestedAt; it ends cancelled; a repeat is illegal_transition", async () => {
+    const handle = await client.jobs.create({
+      type: "sleep",
+      payload: { ms: 60_000 },
+      schedule: later(),
+    });
+    const queued = await handle.trigger();
+    await handle.waitForRun({ runId: queued.runId, until: ["running"], timeoutMs: 20_000 });
+    const asked = await handle.cancelRun(queued.runId);
+    expect(asked).toMatchObject({ status: "running", cancelledBy: "api" });
+    expect(asked.cancelRequestedAt).not.toBeNull();
+    const ended = await handle.waitForRun({ runId: queued.runId, timeoutMs: 15_000, pollMs: 200 });
+    expect(ended).toMatchObject({ status: "cancelled", cancelledBy: "api" });
+    const refused = await caught(handle.cancelRun(queued.runId));
+    expect(isSchedulerApiError(refused, "illegal_transition")).toBe(true);
+    await handle.cancel();
+  }, 40_000);
+
+  it("pause({ running: 'cancel' }) cancels the run in progress; cancelRun() of a queued run is immediate", async () => {
+    const handle = await client.jobs.create({
+      type: "sleep",
+      payload: { ms: 60_000 },
+      schedule: later(),
+    });
+    const first = await handle.trigger();
+    await handle.waitForRun({ runId: first.runId, until: ["running"], timeoutMs: 20_000 });
+    expect((await handle.pause({ running: "cancel" })).status).toBe("paused");
+    expect(handle.job?.status).toBe("paused");
+    const ended = await handle.waitForRun({ runId: first.runId, timeoutMs: 15_000, pollMs: 200 });
+    expect(ended).toMatchObject({ status: "cancelled", cancelledBy: "pause" });
+
+    // Due inside the lookahead: the create queued its run at once.
+    const other = await client.jobs.create({ type: "noop", schedule: { runAt: inSeconds(30) } });
+    const queued: Run[] = [];
+    for await (const run of other.runs()) queued.push(run);
+    expect(queued.map((r) => r.status)).toEqual(["queued"]);
+    const cancelled = await other.cancelRun(queued[0]?.runId ?? "");
+    expect(cancelled).toMatchObject({ status: "cancelled", cancelledBy: "api" });
+    expect((await other.get()).status).toBe("completed");
+  }, 40_000);
+});
+
 describe("dead letters, schedules, the webhook secret", () => {
   it("lists a dead run and replays it once; a second replay is not_replayable", async () => {
     const handle = await client.jobs.create({

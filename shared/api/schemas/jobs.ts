@@ -1,6 +1,7 @@
 /** A job as created, edited and returned, and the parameters and headers of the job routes. */
 import { z } from "@hono/zod-openapi";
 import type { JobTypeCatalog } from "../../job-types/registry.js";
+import { PAUSE_RUNNING } from "../../model.js";
 import { MAX_CONCURRENT_LIMIT, MISFIRE_POLICIES, OVERLAP_POLICIES } from "../../policies.js";
 import {
   cursor,
@@ -206,6 +207,15 @@ export const EditHeaders = z.object({
     example: '"1"',
   }),
 });
+
+export const PauseBody = z
+  .strictObject({
+    running: z.enum(PAUSE_RUNNING).optional().openapi({
+      description:
+        'What becomes of runs in progress: "finish" (default) lets them finish; "cancel" cancels them (each ends CANCELLED within a heartbeat, cancelledBy "pause"). Queued runs wait for resume either way.',
+    }),
+  })
+  .openapi("PauseRequest", { example: { running: "finish" } });
 
 // ---------------------------------------------------------------- responses
 

@@ -1,5 +1,6 @@
 /** A run as returned, and the parameters that name one (under its job, or as a dead letter). */
 import { z } from "@hono/zod-openapi";
+import { CANCEL_SOURCES } from "../../model.js";
 import { cursor, instant, Priority, pageLimit, RUN_STATUSES } from "./common.js";
 
 export const RunParams = z.object({
@@ -82,6 +83,14 @@ export const RunSchema = z
     timesOutAt: z.string().nullable().optional().openapi({
       description:
         "Async mode: when the run times out (its start plus the job's timeoutSeconds); a heartbeat or completion after it ends the run as timed out.",
+    }),
+    cancelRequestedAt: z.string().nullable().openapi({
+      description:
+        "When a cancel of this run was asked for (a queued run ended then; a running one ends within a heartbeat); null when none was.",
+    }),
+    cancelledBy: z.enum(CANCEL_SOURCES).nullable().openapi({
+      description:
+        'What cancelled it: "api" (POST /jobs/{id}/runs/{runId}/cancel), "job-cancel" (POST /jobs/{id}/cancel or a delete), "pause" (a pause with running: cancel).',
     }),
   })
   .openapi("Run");

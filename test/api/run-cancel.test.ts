@@ -1,0 +1,156 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { JobSchema } from "../../shared/api/schemas/jobs.js";
+import { RunPageSchema, RunSchema } from "../../shared/api/schemas/runs.js";
+import { sleep } from "../../shared/clock.js";
+import type { JobContext } from "../../shared/execution/job-contract.js";
+import { waitFor } from "../support/wait.js";
+import { type ApiHarness, expectError, KEY_B, laterJob, startApi } from "./support.js";
+
+/** POST /jobs/{id}/runs/{runId}/cancel, POST /jobs/{id}/cancel and pause's `running` over HTTP. */
+let api: ApiHarness;
+const LEASE_MS = 3_000;
+const HEARTBEAT_MS = 300;
+
+beforeAll(async () => {
+  api = await startApi({ settings: { leaseMs: LEASE_MS } });
+});
+afterAll(() => api.close());
+
+async function created(body: Record<string, unknown>): Promise<string> {
+  const reply = await api.call("POST", "/jobs", { body });
+  expect(reply.status, reply.text).toBe(201);
+  return JobSchema.parse(reply.body).id;
+}
+
+async function runsOf(jobId: string) {
+  const reply = await api.call("GET", `/jobs/${jobId}/runs`);
+  expect(reply.status, reply.text).toBe(200);
+  return RunPageSchema.parse(reply.body).items;
+}
+
+describe("POST /jobs/{id}/runs/{runId}/cancel", () => {
+  it("a queued run: 200 with the run cancelled, when and by what; a repeat is 409 naming its status", async () => {
+    const id = await created(laterJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" } }));
+    const triggered = await api.call("POST", `/jobs/${id}/trigger`);
+    const runId = RunSchema.parse(triggered.body).runId;
+
+    const reply = await api.call("POST", `/jobs/${id}/runs/${runId}/cancel`);
+    expect(reply.status, reply.text).toBe(200);
+    const run = RunSchema.parse(reply.body);
+    expect(run).toMatchObject({ runId, status: "cancelled", cancelledBy: "api" });
+    expect(run.cancelRequestedAt).toBe(run.finishedAt);
+    expect(RunSchema.parse((await api.call("GET", `/jobs/${id}/runs/${runId}`)).body)).toEqual(run);
+
+    const again = expectError(await api.call("POST", `/jobs/${id}/runs/${runId}/cancel`), 409, {
+      code: "illegal_transition",
+    });
+    expect(again.currentStatus).toBe("cancelled");
+  });
+
+  it("a running run: 200 with cancelRequestedAt, then CANCELLED within a heartbeat", async () => {
+    const jobId = await created({
+      type: "report",
+      payload: {},
+      schedule: { runAt: new Date().toISOString() },
+    });
+    const { processing, running } = await startedSleepyReport(jobId);
+
+    const reply = await api.call("POST", `/jobs/${jobId}/runs/${running.runId}/cancel`);
+    const askedAt = Date.now();
+    expect(reply.status, reply.text).toBe(200);
+    const asked = RunSchema.parse(reply.body);
+    expect(asked).toMatchObject({ status: "running", cancelledBy: "api" });
+    expect(asked.cancelRequestedAt).not.toBeNull();
+
+    expect(await processing).toBe("ack");
+    expect(Date.now() - askedAt).toBeLessThan(HEARTBEAT_MS + 1_500);
+    const [ended] = await runsOf(jobId);
+    expect(ended).toMatchObject({
+      status: "cancelled",
+      cancelledBy: "api",
+      cancelRequestedAt: asked.cancelRequestedAt,
+      reason: "run cancelled",
+    });
+  }, 30_000);
+
+  it("404 for an unknown run, another job's run, or another tenant's", async () => {
+    const id = await created(laterJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" } }));
+    const other = await created(laterJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" } }));
+    const runId = RunSchema.parse((await api.call("POST", `/jobs/${id}/trigger`)).body).runId;
+    expectError(await api.call("POST", `/jobs/${other}/runs/${runId}/cancel`), 404, {
+      code: "not_found",
+    });
+    expectError(await api.call("POST", `/jobs/${id}/runs/${runId}/cancel`, { key: KEY_B }), 404, {
+      code: "not_found",
+    });
+    expectError(await api.call("POST", `/jobs/${id}/runs/${id}-20300101T000000000-1/cancel`), 404, {
+      code: "not_found",
+    });
+    // Nothing was changed by the refusals.
+    expect(RunSchema.parse((await api.call("GET", `/jobs/${id}/runs/${runId}`)).body).status).toBe(
+      "queued",
+    );
+  });
+});
+
+describe("POST /jobs/{id}/pause with running", () => {
+  it("400 naming running for a bad value, and nothing is changed", async () => {
+    const id = await created(laterJob());
+    expectError(await api.call("POST", `/jobs/${id}/pause`, { body: { running: "stop" } }), 400, {
+      code: "validation_failed",
+      field: "running",
+    });
+    expectError(await api.call("POST", `/jobs/${id}/pause`, { body: { runing: "cancel" } }), 400, {
+      code: "validation_failed",
+    });
+    expect(JobSchema.parse((await api.call("GET", `/jobs/${id}`)).body).status).toBe("active");
+  });
+
+  it("without a body, and with running: finish, pauses as before", async () => {
+    const a = await created(laterJob());
+    const b = await created(laterJob());
+    expect(JobSchema.parse((await api.call("POST", `/jobs/${a}/pause`)).body).status).toBe(
+      "paused",
+    );
+    const reply = await api.call("POST", `/jobs/${b}/pause`, { body: { running: "finish" } });
+    expect(reply.status, reply.text).toBe(200);
+    expect(JobSchema.parse(reply.body).status).toBe("paused");
+  });
+
+  it("running: cancel ends the run in progress CANCELLED by pause; POST /jobs/{id}/cancel by job-cancel", async () => {
+    const schedule = { cron: "0 0 1 1 *", timezone: "UTC" };
+    for (const [action, by] of [
+      ["pause", "pause"],
+      ["cancel", "job-cancel"],
+    ] as const) {
+      const id = await created({ type: "report", payload: {}, schedule });
+      expect((await api.call("POST", `/jobs/${id}/trigger`)).status).toBe(202);
+      const { processing } = await startedSleepyReport(id);
+      const reply = await api.call(
+        "POST",
+        `/jobs/${id}/${action}`,
+        action === "pause" ? { body: { running: "cancel" } } : {},
+      );
+      expect(reply.status, reply.text).toBe(200);
+      expect(await processing).toBe("ack");
+      const runs = await runsOf(id);
+      expect(runs.map((r) => [r.status, r.cancelledBy])).toEqual([["cancelled", by]]);
+    }
+  }, 40_000);
+});
+
+/** As `startedSleepy`, for a job of the custom type `report` (the API accepts it; the worker sleeps). */
+async function startedSleepyReport(jobId: string) {
+  const f = api.fixture;
+  const deps = f.workerDeps(
+    "worker-api",
+    { report: async (ctx: JobContext) => sleep(30_000, ctx.signal) },
+    HEARTBEAT_MS,
+  );
+  const received = await f.nextDelivery(f.engine.queues.normal, jobId);
+  const processing = f.process(deps, received);
+  const running = await waitFor("the run to be running", async () =>
+    (await runsOf(jobId)).find((r) => r.status === "running"),
+  );
+  return { processing, running };
+}
