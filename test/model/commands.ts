@@ -308,7 +308,7 @@ class EditJob implements Cmd {
   }
 }
 
-type Lifecycle = "pause" | "resume" | "cancel" | "trigger" | "delete";
+type Lifecycle = "pause" | "pause-cancel" | "resume" | "cancel" | "trigger" | "delete";
 
 /** The model's status of a job the API deleted (204): no item, no longer read or listed. */
 export const DELETED = "DELETED";
@@ -320,7 +320,8 @@ async function lifecycle(model: Model, seq: Sequence, job: ModelJob, op: Lifecyc
     else await sync(model, seq, job);
     return;
   }
-  await seq.api("POST", `/jobs/${job.id}/${op}`);
+  if (op === "pause-cancel") await seq.api("POST", `/jobs/${job.id}/pause`, { running: "cancel" });
+  else await seq.api("POST", `/jobs/${job.id}/${op}`);
   await sync(model, seq, job);
 }
 
@@ -355,6 +356,26 @@ class ReplayDeadLetter implements Cmd {
   }
   toString() {
     return `replay(dead letter ${this.index})`;
+  }
+}
+
+/** `POST /jobs/{id}/runs/{runId}/cancel` on one of the runs not yet ended (queued or running). */
+class CancelRun implements Cmd {
+  constructor(readonly index: number) {}
+  check = (m: Readonly<Model>) => m.jobs.length > 0;
+  async run(model: Model, seq: Sequence): Promise<void> {
+    const { runs } = await seq.snapshot();
+    const live = runs
+      .filter((r) => r.status === "QUEUED" || r.status === "RUNNING")
+      .sort((a, b) => a.runId.localeCompare(b.runId));
+    const run = pick(live, this.index);
+    if (!run) return;
+    await seq.api("POST", `/jobs/${run.jobId}/runs/${run.runId}/cancel`);
+    const job = model.jobs.find((j) => j.id === run.jobId);
+    if (job && job.status !== DELETED) await sync(model, seq, job);
+  }
+  toString() {
+    return `cancel(run ${this.index} not yet ended)`;
   }
 }
 
@@ -557,9 +578,20 @@ export function commandArbitrary(limits: ModelLimits, maxCommands: number, repla
     jobSpec.map((s) => new CreateJob(s)),
     fc.tuple(jobIndex, editChange).map(([j, c]) => new EditJob(j, c)),
     fc
-      .tuple(jobIndex, fc.constantFrom<Lifecycle>("pause", "resume", "cancel", "trigger", "delete"))
+      .tuple(
+        jobIndex,
+        fc.constantFrom<Lifecycle>(
+          "pause",
+          "pause-cancel",
+          "resume",
+          "cancel",
+          "trigger",
+          "delete",
+        ),
+      )
       .map(([j, op]) => new LifecycleCommand(j, op)),
     fc.nat(5).map((i) => new ReplayDeadLetter(i)),
+    fc.nat(7).map((i) => new CancelRun(i)),
     fc.constant(new DispatcherPass()),
     fc.constant(new ReaperPass()),
     fc

@@ -57,6 +57,14 @@ export function checkInvariants(
       );
   }
 
+  // A cancel asked of a run is the last word on it: nothing but CANCELLED is recorded after it.
+  for (const run of snap.runs) {
+    if (run.cancelRequestedAt && run.status !== "RUNNING" && run.status !== "CANCELLED")
+      violate(
+        "a run asked to cancel ends cancelled",
+        `${run.runId}: ${run.status} after a cancel asked at ${run.cancelRequestedAt} by ${run.cancelledBy ?? "?"}`,
+      );
+  }
   for (const job of model.jobs) {
     // A claim stamps its runs with the version of the job it claimed for: a run claimed after an
     // edit at an older version comes from a stale copy of the job (a due entry edited under a claim).
@@ -144,10 +152,12 @@ export function checkInvariants(
         case "SKIPPED":
           break;
         case "CANCELLED":
-          violate(
-            "an active job's runs are not cancelled",
-            `${latest.runId}: CANCELLED (${latest.reason ?? ""})`,
-          );
+          // Only a cancel of the run itself, or a pause that cancelled it before a resume, may.
+          if (latest.cancelledBy !== "api" && latest.cancelledBy !== "pause")
+            violate(
+              "an active job's runs are not cancelled",
+              `${latest.runId}: CANCELLED (${latest.reason ?? ""})`,
+            );
           break;
         case "FAILED": {
           const retry = snap.due.some(
