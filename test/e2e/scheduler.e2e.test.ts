@@ -80,11 +80,14 @@ const refuse = new Set<string>();
 const flaky = new Set<string>();
 /** Async (long) jobs: the receiver takes each delivery over with a 202. */
 const longJobs = new Set<string>();
+/** Jobs whose deliveries the receiver answers only after 20 s: runs in progress to cancel. */
+const slow = new Set<string>();
 
 beforeAll(async () => {
   receiver = await startReceiver({
     secret: (path) => (path.startsWith("/hook/b") ? secrets.b : secrets.a),
     port: Number(process.env.SCHEDULER_E2E_RECEIVER_PORT ?? 0),
+    delayMs: ({ idempotencyKey }) => (slow.has(idempotencyKey.split("@")[0] ?? "") ? 20_000 : 0),
     statusFor: ({ idempotencyKey, attempt }) => {
       const jobId = idempotencyKey.split("@")[0] ?? "";
       if (refuse.has(jobId)) return 400;
@@ -533,6 +536,44 @@ describe("lifecycle", () => {
     expect(stillScheduled.body.status).toBe("active");
     expect(stillScheduled.body.nextRunAt).toBe(later.schedule.runAt);
     await asA("POST", `/jobs/${later.id}/cancel`);
+  });
+
+  it("a running webhook is cancelled within a heartbeat: cancelled by api, no retry; a repeat is 409", async () => {
+    const job = await create({
+      type: "http",
+      schedule: { runAt: inMs(3_000) },
+      target: { url: hookUrl, timeoutSeconds: 60 },
+      retry: { maxAttempts: 3, initialDelaySeconds: 1, maxDelaySeconds: 1 },
+    });
+    slow.add(job.id);
+    const [running] = await waitForRuns(job.id, (r) => r.some((x) => x.status === "running"));
+    if (running === undefined) throw new Error("no run");
+    const asked = await asA<Run & { cancelRequestedAt: string | null; cancelledBy: string | null }>(
+      "POST",
+      `/jobs/${job.id}/runs/${running.runId}/cancel`,
+    );
+    expect(asked.status).toBe(200);
+    expect(asked.body).toMatchObject({ status: "running", cancelledBy: "api" });
+    const askedAt = Date.now();
+    // The sandbox's lease is 6 s: a heartbeat every 2 s.
+    const [ended] = await waitForRuns(
+      job.id,
+      (r) => r.every((x) => x.status !== "running"),
+      10_000,
+    );
+    expect(Date.now() - askedAt).toBeLessThan(6_000);
+    expect(ended).toMatchObject({ status: "cancelled", attempt: 1, reason: "run cancelled" });
+    await sleep(2_000);
+    expect((await runsOf(job.id)).map((r) => r.status)).toEqual(["cancelled"]);
+    const again = await asA<{ error: { code: string; currentStatus?: string } }>(
+      "POST",
+      `/jobs/${job.id}/runs/${running.runId}/cancel`,
+    );
+    expect(again.status).toBe(409);
+    expect(again.body.error).toMatchObject({
+      code: "illegal_transition",
+      currentStatus: "cancelled",
+    });
   });
 
   it("edits need the current version in If-Match and take effect", async () => {

@@ -36,8 +36,8 @@ export interface ReceiverOptions {
    * before the secret is known).
    */
   readonly secret: string | ((path: string) => string);
-  /** How long each answer takes, so that runs are in progress long enough to be killed. */
-  readonly delayMs?: () => number;
+  /** How long each answer takes, so that runs are in progress long enough to be killed (or cancelled). */
+  readonly delayMs?: (delivery: { idempotencyKey: string }) => number;
   /** Status for a delivery before it is applied (e.g. a 503 to force a retry, a 202 to take an async run over); default 200. */
   readonly statusFor?: (delivery: { idempotencyKey: string; attempt: number }) => number;
   /** Port on 127.0.0.1; default 0, a free one. A fixed one can be forwarded to from outside. */
@@ -103,7 +103,7 @@ export async function startReceiver(options: ReceiverOptions): Promise<Receiver>
       const path = request.url ?? "/";
       const secret = typeof options.secret === "string" ? options.secret : options.secret(path);
       const signatureValid = verifyDelivery(secret, { body, webhookHeaders, idempotencyKey });
-      const delay = options.delayMs?.() ?? 0;
+      const delay = options.delayMs?.({ idempotencyKey }) ?? 0;
       if (delay > 0) await sleep(delay);
       let status = signatureValid ? 200 : 401;
       if (signatureValid && !applied.has(idempotencyKey))
