@@ -154,6 +154,26 @@ describe("web console", () => {
     await checkPage("job-runs");
   });
 
+  it("cancels a queued run from its row: the run ends cancelled and its button goes", async () => {
+    const job = await api<Job>("POST", "/jobs", {
+      name: "to cancel",
+      type: "noop",
+      schedule: { runAt: new Date(Date.now() + 120_000).toISOString() },
+    });
+    const [queued] = (await api<{ items: Run[] }>("GET", `/jobs/${job.id}/runs`)).items;
+    expect(queued?.status).toBe("queued");
+    await page.goto(`${sandbox.url}/console/jobs/${job.id}`);
+    const row = page.locator(`tr[data-run-id="${queued?.runId}"]`);
+    await row.getByRole("button", { name: "Cancel" }).click();
+    await row.locator(".status-cancelled").waitFor();
+    expect(await row.getByRole("button", { name: "Cancel" }).count()).toBe(0);
+    const run = await api<Run & { cancelledBy: string }>(
+      "GET",
+      `/jobs/${job.id}/runs/${queued?.runId}`,
+    );
+    expect([run.status, run.cancelledBy]).toEqual(["cancelled", "api"]);
+  });
+
   it("the runs filter asks the server: finished runs of an every-second job are not buried", async () => {
     const job = await api<Job>("POST", "/jobs", {
       name: "every second",
