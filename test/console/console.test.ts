@@ -325,8 +325,10 @@ describe("web console", () => {
 
   it("lists every job created above with its status, and loaded nothing from outside the machine", async () => {
     await page.goto(`${sandbox.url}/console`);
-    await page.locator("tbody tr").nth(5).waitFor();
-    expect(await page.locator("tbody tr").count()).toBe(6);
+    await page.locator("tbody tr").nth(6).waitFor();
+    expect(await page.locator("tbody tr").count()).toBe(7);
+    // A one-off whose run was cancelled has nothing left to run.
+    expect(await page.getByRole("row", { name: /to cancel/ }).textContent()).toContain("completed");
     expect(await page.getByRole("row", { name: /every second/ }).textContent()).toContain(
       "cancelled",
     );
