@@ -1,5 +1,5 @@
 import type { Engine } from "../engine.js";
-import { FenceLostError, RunNotFoundError, SchedulerError } from "../errors.js";
+import { FenceLostError, RunCancelledError, RunNotFoundError, SchedulerError } from "../errors.js";
 import { parseRunId } from "../keys.js";
 import type { Job, Run } from "../model.js";
 import { extendAdmission } from "../storage/admission.js";
@@ -10,6 +10,7 @@ import { boundedText } from "../storage/stored-text.js";
 import { readWebhookSecrets } from "../storage/webhook-secrets.js";
 import { readRunToken, runTokenSignedBy } from "../webhooks/run-token.js";
 import { signingSecrets } from "../webhooks/secrets.js";
+import { endOnCancelRequest } from "./run-endings.js";
 import { endForDeletedJob, type RunResult, recordResult } from "./run-outcome.js";
 
 /**
@@ -92,7 +93,31 @@ async function heldRun(engine: Engine, runId: string, token: string): Promise<Ru
       run,
       `the run was started again (fence ${run.fence}); this token is of fence ${claims.fence}`,
     );
+  if (run.cancelRequestedAt)
+    return cancelled(
+      engine,
+      run,
+      new RunCancelledError(run.runId, run.cancelledBy ?? "api", run.cancelRequestedAt),
+    );
   return run;
+}
+
+/**
+ * A run asked to cancel before it was handed over (its worker's request was under way): it ends
+ * CANCELLED now, and the target's call is refused as stale.
+ */
+async function cancelled(engine: Engine, run: Run, cancel: RunCancelledError): Promise<never> {
+  const job = await getJob(engine, run.jobId);
+  try {
+    await endOnCancelRequest(engine, run, cancel, {
+      // A recurring job's handed-over run is listed in its activeRuns until it ends.
+      tracked: job !== null && !("runAt" in job.schedule),
+      executedVersion: run.executedVersion,
+    });
+  } catch (error) {
+    if (!(error instanceof FenceLostError)) throw error;
+  }
+  throw new RunTokenStaleError({ ...run, status: "CANCELLED" }, "the run was cancelled");
 }
 
 const timedOut = (run: Run, now: Date) =>
@@ -129,6 +154,7 @@ async function finish(engine: Engine, run: Run, result: RunResult, now: Date): P
       await recordResult(engine, job, run, result, now, executedVersion);
     }
   } catch (error) {
+    if (error instanceof RunCancelledError) return cancelled(engine, run, error);
     if (error instanceof FenceLostError)
       throw new RunTokenStaleError(run, "the run ended or was started again meanwhile");
     throw error;
@@ -152,6 +178,7 @@ export async function heartbeatAsyncRun(
   try {
     leaseUntil = await extendLease(engine, run, now);
   } catch (error) {
+    if (error instanceof RunCancelledError) return cancelled(engine, run, error);
     if (error instanceof FenceLostError)
       throw new RunTokenStaleError(run, "the run ended or was started again meanwhile");
     throw error;

@@ -57,8 +57,8 @@ export async function cancelRun(
 }
 
 /**
- * Cancels a run not yet ended, as read: QUEUED, or RUNNING under a lapsed lease
- * (no worker holds it), ends CANCELLED now; RUNNING under a live lease gets a
+ * Cancels a run not yet ended, as read: QUEUED, RUNNING under a lapsed lease
+ * (no worker holds it), or handed over to its async target, ends CANCELLED now; RUNNING under a live lease gets a
  * cancel request (one already asked is left as it is). Returns the run as it
  * now stands, "ended" when it had ended, or null when it changed meanwhile.
  */
@@ -70,7 +70,10 @@ async function cancelLiveRun(
   const now = engine.clock();
   if (run.status !== "QUEUED" && run.status !== "RUNNING") return "ended";
   if (run.status === "RUNNING" && run.cancelRequestedAt) return run;
-  const held = run.status === "RUNNING" && (run.leaseUntil ?? "") > now.toISOString();
+  // A run handed over to its async target has no worker to tell: it ends now, and the target's
+  // next heartbeat or completion is refused (409).
+  const held =
+    run.status === "RUNNING" && !run.handedOverAt && (run.leaseUntil ?? "") > now.toISOString();
   if (held) return requestRunCancel(engine, run, by, now);
   return endRunAsSeen(engine, run, "CANCELLED", CANCEL_REASONS[by], now, { by });
 }

@@ -5,8 +5,9 @@ import { reap } from "../../shared/dispatch/reaper.js";
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import type { WorkerDeps } from "../../shared/execution/worker.js";
 import { processRun } from "../../shared/execution/worker.js";
-import { runId as runIdOf } from "../../shared/keys.js";
+import { parseRunId, runId as runIdOf } from "../../shared/keys.js";
 import { receiveRuns } from "../../shared/queue/work-queue.js";
+import { requestRunCancel } from "../../shared/storage/run-cancel.js";
 import { getRun } from "../../shared/storage/run-reads.js";
 import { signRunToken } from "../../shared/webhooks/run-token.js";
 import { cachedSigningSecrets, tenantWebhookSecrets } from "../../shared/webhooks/secrets.js";
@@ -147,6 +148,12 @@ async function callBack(url: string, token: string | null, body?: unknown) {
   };
 }
 
+function parseRunIdOrThrow(runId: string) {
+  const ref = parseRunId(runId);
+  if (ref === null) throw new Error(`not a run id: ${runId}`);
+  return ref;
+}
+
 async function runOf(jobId: string, runId: string) {
   const reply = await api.call("GET", `/jobs/${jobId}/runs/${runId}`);
   expect(reply.status, reply.text).toBe(200);
@@ -245,6 +252,52 @@ describe("async mode (long jobs)", () => {
     expect((await callBack(second.heartbeatUrl, second.token)).status).toBe(200);
     const done = await callBack(second.completeUrl, second.token, { status: "succeeded" });
     expect(done.body).toMatchObject({ status: "succeeded", fence: 2 });
+  });
+
+  it("a cancel of a handed-over run ends it CANCELLED at once; the target's heartbeat and completion are then 409, and no retry follows", async () => {
+    const jobId = await createAsyncJob({ retry: { maxAttempts: 3 } });
+    const handOff = await deliver(jobId);
+    const asked = await api.call("POST", `/jobs/${jobId}/runs/${handOff.runId}/cancel`);
+    expect(asked.status, asked.text).toBe(200);
+    expect(asked.body).toMatchObject({ status: "cancelled", cancelledBy: "api" });
+
+    for (const url of [handOff.heartbeatUrl, handOff.completeUrl]) {
+      const stale = await callBack(
+        url,
+        handOff.token,
+        url.endsWith("complete") ? { status: "succeeded" } : undefined,
+      );
+      expect(stale.status, stale.text).toBe(409);
+      expect(stale.body).toMatchObject({ error: { code: "stale_run_token" } });
+    }
+    const runs = await api.call("GET", `/jobs/${jobId}/runs`);
+    expect(
+      (runs.body as { items: { status: string; cancelledBy: string | null }[] }).items.map((r) => [
+        r.status,
+        r.cancelledBy,
+      ]),
+    ).toEqual([["cancelled", "api"]]);
+    // The one-off has nothing left to run.
+    expect((await api.call("GET", `/jobs/${jobId}`)).body).toMatchObject({ status: "completed" });
+  });
+
+  it("a cancel asked while the worker hands the run over ends it at the target's first call (409)", async () => {
+    const jobId = await createAsyncJob();
+    const handOff = await deliver(jobId);
+    // As if the request had landed before the hand-over was recorded: a live run with a request.
+    const run = await getRun(api.fixture.engine, parseRunIdOrThrow(handOff.runId));
+    if (run === null) throw new Error("no run");
+    const asked = await requestRunCancel(api.fixture.engine, run, "job-cancel", now);
+    expect(asked?.cancelRequestedAt).not.toBeNull();
+
+    const stale = await callBack(handOff.heartbeatUrl, handOff.token);
+    expect(stale.status, stale.text).toBe(409);
+    expect(String((stale.body.error as { message: string }).message)).toContain("cancelled");
+    expect(await runOf(jobId, handOff.runId)).toMatchObject({
+      status: "cancelled",
+      cancelledBy: "job-cancel",
+      reason: "job cancelled",
+    });
   });
 
   it("a completion that failed is retried by the job's policy, then dead", async () => {
