@@ -8,7 +8,7 @@ import { DEFAULT_SETTINGS, type EngineSettings } from "../../shared/config.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import type { Engine } from "../../shared/engine.js";
-import { FenceLostError } from "../../shared/errors.js";
+import { FenceLostError, RunCancelledError } from "../../shared/errors.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import { type JobContext, JobError } from "../../shared/execution/job-contract.js";
 import { MAX_EARLY_WAIT_MS, processRun, type WorkerDeps } from "../../shared/execution/worker.js";
@@ -590,7 +590,8 @@ export class Sequence {
         if (this.expectation(run.jobId)?.recurring)
           await extendAdmission(this.engine, run.jobId, run.runId, leaseUntil);
       } catch (error) {
-        if (!(error instanceof FenceLostError)) throw error;
+        // Lost, or asked to cancel: the worker's own heartbeat aborts the handler either way.
+        if (!(error instanceof FenceLostError || error instanceof RunCancelledError)) throw error;
         sleeper.release("abort");
         await delivery.done;
       }
