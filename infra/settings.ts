@@ -6,7 +6,10 @@ import {
   DEFAULT_SETTINGS,
   ENV,
   loadSettings,
+  MAX_CONCURRENT_RUNS_QUOTA,
   MAX_TIMEOUT_SECONDS,
+  NO_QUOTA,
+  QUOTA_MAXIMUM,
   type TenantQuotas,
 } from "../shared/config.js";
 import type { Priority } from "../shared/model.js";
@@ -140,6 +143,17 @@ export function resolveSettings(input: SettingsInput = {}): SchedulerSettings {
 }
 
 function validate(s: SchedulerSettings): void {
+  for (const [name, value, max] of [
+    ["activeJobs", s.quotas.activeJobs, QUOTA_MAXIMUM],
+    ["runsPerMinute", s.quotas.runsPerMinute, QUOTA_MAXIMUM],
+    ["concurrentRuns", s.quotas.concurrentRuns, MAX_CONCURRENT_RUNS_QUOTA],
+  ] as const) {
+    if (value !== null && !(Number.isInteger(value) && value >= 1 && value <= max)) {
+      throw new Error(
+        `quotas.${name} must be ${NO_QUOTA} (null) or an integer from 1 to ${max}, got ${value}`,
+      );
+    }
+  }
   // The handlers parse the same variables at cold start; failing here beats a deployed crash loop.
   loadSettings(engineEnvironment(s));
   const problems: string[] = [];
@@ -233,9 +247,9 @@ export function workerEventSourceConcurrency(s: SchedulerSettings): Record<Prior
 export function engineEnvironment(s: SchedulerSettings): Record<string, string> {
   return {
     // The API checks creates, edits and requests against them; the worker, concurrent runs.
-    [ENV.quotaActiveJobs]: String(s.quotas.activeJobs),
-    [ENV.quotaRunsPerMinute]: String(s.quotas.runsPerMinute),
-    [ENV.quotaConcurrentRuns]: String(s.quotas.concurrentRuns),
+    [ENV.quotaActiveJobs]: String(s.quotas.activeJobs ?? NO_QUOTA),
+    [ENV.quotaRunsPerMinute]: String(s.quotas.runsPerMinute ?? NO_QUOTA),
+    [ENV.quotaConcurrentRuns]: String(s.quotas.concurrentRuns ?? NO_QUOTA),
     [ENV.quotaRequestsPerSecond]: String(s.quotas.requestsPerSecond),
     [ENV.quotaMaxPriority]: s.quotas.maxPriority,
     [ENV.shardCount]: String(s.shardCount),
@@ -314,6 +328,9 @@ export function settingsFromContext(node: Node): SchedulerSettings {
     if (!Number.isInteger(n)) throw new Error(`context ${key} must be an integer, got "${value}"`);
     return n;
   };
+  // A counted quota: a whole number, or "none" for no limit.
+  const capOf = (key: ContextKey): number | null | undefined =>
+    raw(key) === NO_QUOTA ? null : int(key);
   const bool = (key: ContextKey): boolean | undefined => {
     const value = raw(key);
     if (value === undefined || value === null || value === "") return undefined;
@@ -377,9 +394,9 @@ export function settingsFromContext(node: Node): SchedulerSettings {
     queueAgeAlarmSeconds: int("queueAgeAlarmSeconds"),
     demoJobTypes: bool("demoJobTypes"),
     quotas: {
-      activeJobs: int("quotaActiveJobs"),
-      runsPerMinute: int("quotaRunsPerMinute"),
-      concurrentRuns: int("quotaConcurrentRuns"),
+      activeJobs: capOf("quotaActiveJobs"),
+      runsPerMinute: capOf("quotaRunsPerMinute"),
+      concurrentRuns: capOf("quotaConcurrentRuns"),
       requestsPerSecond: int("quotaRequestsPerSecond"),
       maxPriority: priorityOf(text("quotaMaxPriority")),
     },

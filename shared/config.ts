@@ -49,12 +49,12 @@ export const ENV = {
  * override is stored (shared/storage/tenant-quotas.ts) and read without a restart.
  */
 export interface TenantQuotas {
-  /** Jobs not yet ended (ACTIVE or PAUSED). */
-  readonly activeJobs: number;
-  /** Peak runs per minute summed over the tenant's recurring jobs (shared/quotas/limits.ts). */
-  readonly runsPerMinute: number;
-  /** Runs RUNNING at once; the worker makes the rest wait. */
-  readonly concurrentRuns: number;
+  /** Jobs not yet ended (ACTIVE or PAUSED); null: no limit. */
+  readonly activeJobs: number | null;
+  /** Peak runs per minute summed over the tenant's recurring jobs (shared/quotas/limits.ts); null: no limit. */
+  readonly runsPerMinute: number | null;
+  /** Runs RUNNING at once; the worker makes the rest wait; null: no limit. */
+  readonly concurrentRuns: number | null;
   /** API requests per second (a token bucket holding two seconds' worth). */
   readonly requestsPerSecond: number;
   /** The highest priority the tenant's jobs may take. */
@@ -62,13 +62,14 @@ export interface TenantQuotas {
 }
 
 /**
- * Generous, so a deployment with one tenant behaves as without quotas; a deployment that serves
- * many tenants sets lower ones (docs/deploy.md).
+ * The counted quotas default to no limit, so a deployment with one tenant behaves as without
+ * quotas and pays no request for them (a quota that cannot bind is not counted); a deployment
+ * that serves many tenants sets caps (docs/deploy.md).
  */
 export const DEFAULT_QUOTAS: TenantQuotas = {
-  activeJobs: 100_000,
-  runsPerMinute: 60_000,
-  concurrentRuns: 1_000,
+  activeJobs: null,
+  runsPerMinute: null,
+  concurrentRuns: null,
   requestsPerSecond: 1_000,
   maxPriority: "high",
 };
@@ -99,6 +100,8 @@ export interface EngineSettings {
   readonly maxReceiveCount: number;
   /** Each tenant's quotas unless it has an override. */
   readonly quotas: TenantQuotas;
+  /** How long a process keeps a tenant's quota override before it reads it again (shared/quotas/override-cache.ts). */
+  readonly quotaCacheMs: number;
 }
 
 /** The longest job timeout accepted at all: Lambda's own ceiling. */
@@ -137,6 +140,7 @@ export const DEFAULT_SETTINGS: EngineSettings = {
   maxTimeoutSeconds: jobTimeoutLimitSeconds(MAX_TIMEOUT_SECONDS),
   maxReceiveCount: 5,
   quotas: DEFAULT_QUOTAS,
+  quotaCacheMs: 10_000,
 };
 
 /** The starvation guard's default: low priority keeps 10 % of the workers while high is saturated. */
@@ -177,6 +181,7 @@ export function loadSettings(env: Env = process.env): EngineSettings {
     ),
     maxReceiveCount: intFrom(env, ENV.maxReceiveCount, DEFAULT_SETTINGS.maxReceiveCount, 1, 1000),
     quotas: quotasFrom(env),
+    quotaCacheMs: DEFAULT_SETTINGS.quotaCacheMs,
   };
 }
 
@@ -192,13 +197,12 @@ function quotasFrom(env: Env): TenantQuotas {
     throw new Error(`${ENV.quotaMaxPriority} must be high, normal or low, got "${priority}"`);
   }
   return {
-    activeJobs: intFrom(env, ENV.quotaActiveJobs, d.activeJobs, 1, QUOTA_MAXIMUM),
-    runsPerMinute: intFrom(env, ENV.quotaRunsPerMinute, d.runsPerMinute, 1, QUOTA_MAXIMUM),
-    concurrentRuns: intFrom(
+    activeJobs: capFrom(env, ENV.quotaActiveJobs, d.activeJobs, QUOTA_MAXIMUM),
+    runsPerMinute: capFrom(env, ENV.quotaRunsPerMinute, d.runsPerMinute, QUOTA_MAXIMUM),
+    concurrentRuns: capFrom(
       env,
       ENV.quotaConcurrentRuns,
       d.concurrentRuns,
-      1,
       MAX_CONCURRENT_RUNS_QUOTA,
     ),
     requestsPerSecond: intFrom(
@@ -210,6 +214,16 @@ function quotasFrom(env: Env): TenantQuotas {
     ),
     maxPriority: priority,
   };
+}
+
+/** What a counted quota's setting says when it sets none: no limit. */
+export const NO_QUOTA = "none";
+
+/** A counted quota's setting: 1 … max, or `none` (no limit); unset: the default. */
+function capFrom(env: Env, name: string, fallback: number | null, max: number): number | null {
+  const raw = env[name];
+  if (raw === NO_QUOTA) return null;
+  return raw === undefined || raw === "" ? fallback : intFrom(env, name, 1, 1, max);
 }
 
 export function requireEnv(name: string, env: Env = process.env): string {

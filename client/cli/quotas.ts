@@ -12,6 +12,11 @@ const QUOTA_ROWS: readonly (keyof TenantQuotas["quotas"])[] = [
   "maxPriority",
 ];
 
+/** A counted quota's option: a whole number, or `none` for no limit. */
+function capOrNone(raw: string): number | null {
+  return raw === "none" ? null : wholeNumber(raw);
+}
+
 function quotasTable(view: TenantQuotas): string {
   return [
     `tenant ${view.tenantId}: ${view.runningRuns} run(s) running now`,
@@ -19,7 +24,7 @@ function quotasTable(view: TenantQuotas): string {
       ["QUOTA", "APPLIES", "FROM"],
       QUOTA_ROWS.map((name) => [
         name,
-        String(view.quotas[name]),
+        String(view.quotas[name] ?? "none"),
         view.override[name] === undefined ? "default" : "override",
       ]),
     ),
@@ -50,13 +55,13 @@ export function quotasCommand(program: Command, io: CliIo): void {
       "replace TENANT's override (admin tenants only); quotas not given take the defaults, none given removes it",
     )
     .argument("<tenant>", "the tenant whose quotas to set")
-    .option("--active-jobs <n>", "jobs not ended (active or paused)", wholeNumber)
+    .option("--active-jobs <n>", "jobs not ended (active or paused), or none", capOrNone)
     .option(
       "--runs-per-minute <n>",
-      "peak runs per minute over the tenant's recurring jobs",
-      wholeNumber,
+      "peak runs per minute over the tenant's recurring jobs, or none",
+      capOrNone,
     )
-    .option("--concurrent-runs <n>", "runs running at once (1-1000)", wholeNumber)
+    .option("--concurrent-runs <n>", "runs running at once (1-1000), or none", capOrNone)
     .option("--requests-per-second <n>", "API requests per second", wholeNumber)
     .addOption(
       new Option("--max-priority <priority>", "the highest priority its jobs may take").choices([

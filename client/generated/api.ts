@@ -746,10 +746,10 @@ export interface components {
          *     }
          */
         QuotaOverride: {
-            /** @description Jobs not yet ended (active or paused). */
-            activeJobs?: number;
-            /** @description Runs running at once; the rest wait. */
-            concurrentRuns?: number;
+            /** @description Jobs not yet ended (active or paused). null: no limit. */
+            activeJobs?: number | null;
+            /** @description Runs running at once; the rest wait. null: no limit. */
+            concurrentRuns?: number | null;
             /**
              * @description The highest priority the tenant's jobs may take.
              * @enum {string}
@@ -757,15 +757,15 @@ export interface components {
             maxPriority?: "high" | "normal" | "low";
             /** @description API requests per second (a token bucket holding two seconds' worth, per API process). */
             requestsPerSecond?: number;
-            /** @description Peak runs per minute summed over the tenant's recurring jobs: for each, the runs it starts in the 60 s from its next occurrence. */
-            runsPerMinute?: number;
+            /** @description Peak runs per minute summed over the tenant's recurring jobs: for each, the runs it starts in the 60 s from its next occurrence. null: no limit. */
+            runsPerMinute?: number | null;
         };
         /** @description What applies now: the override where it sets a quota, else the default. */
         Quotas: {
-            /** @description Jobs not yet ended (active or paused). */
-            activeJobs: number;
-            /** @description Runs running at once; the rest wait. */
-            concurrentRuns: number;
+            /** @description Jobs not yet ended (active or paused). null: no limit. */
+            activeJobs: number | null;
+            /** @description Runs running at once; the rest wait. null: no limit. */
+            concurrentRuns: number | null;
             /**
              * @description The highest priority the tenant's jobs may take.
              * @enum {string}
@@ -773,8 +773,8 @@ export interface components {
             maxPriority: "high" | "normal" | "low";
             /** @description API requests per second (a token bucket holding two seconds' worth, per API process). */
             requestsPerSecond: number;
-            /** @description Peak runs per minute summed over the tenant's recurring jobs: for each, the runs it starts in the 60 s from its next occurrence. */
-            runsPerMinute: number;
+            /** @description Peak runs per minute summed over the tenant's recurring jobs: for each, the runs it starts in the 60 s from its next occurrence. null: no limit. */
+            runsPerMinute: number | null;
         };
         /** @description Exponential backoff with full jitter. */
         RetryInput: {

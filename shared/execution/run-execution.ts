@@ -81,7 +81,8 @@ export async function execute(
   job: Job,
   run: Run,
   tracked: boolean,
-  slot: RunSlot,
+  /** The tenant's concurrent-runs slot, or null when it has no limit. */
+  slot: RunSlot | null,
 ): Promise<Outcome> {
   const { engine } = deps;
   const handler = deps.handlers.get(job.type);
@@ -128,7 +129,7 @@ export async function execute(
           engine.settings.leaseMs / 1000,
         );
         if (tracked) await extendAdmission(engine, run.jobId, run.runId, leaseUntil);
-        await extendRunSlot(engine, slot, leaseUntil);
+        if (slot !== null) await extendRunSlot(engine, slot, leaseUntil);
       } catch (error) {
         if (error instanceof FenceLostError || error instanceof RunCancelledError) {
           controller.abort(error);

@@ -133,7 +133,8 @@ async function runStarted(
  * The tenant's concurrent-runs quota, then the job's overlap policy. A run
  * over the quota waits: back to QUEUED with a fresh message a little later,
  * started before, so its misfire clock does not run while it waits. The slot
- * is freed when the run ends here, whatever the ending.
+ * is freed when the run ends here, whatever the ending. A tenant with no
+ * concurrent-runs limit takes no slot.
  */
 async function runAdmitted(
   deps: WorkerDeps,
@@ -155,6 +156,7 @@ async function runAdmitted(
     await resend(engine, runMessageOf({ ...run, dueAt: retryAt.toISOString() }), retryAt);
     return "ack";
   }
+  if (taken.kind === "unlimited") return runInSlot(deps, received, job, run, null, progress);
   try {
     return await runInSlot(deps, received, job, run, taken.slot, progress);
   } finally {
@@ -186,7 +188,7 @@ async function runInSlot(
   received: ReceivedRun,
   job: Job,
   run: Run,
-  slot: RunSlot,
+  slot: RunSlot | null,
   progress: RunProgress,
 ): Promise<Disposition> {
   const { engine } = deps;

@@ -2,6 +2,7 @@ import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
 import { type RunSlot, readQuotaPartition, takeRunSlot } from "../storage/tenant-quotas.js";
 import { effectiveQuotas } from "./limits.js";
+import { cachedQuotaOverride } from "./override-cache.js";
 
 /** Free slots tried after one read (another start may win each at the same moment), and reads. */
 const TAKE_ATTEMPTS = 4;
@@ -9,6 +10,8 @@ const SLOT_READS = 3;
 
 export type SlotDecision =
   | { readonly kind: "taken"; readonly slot: RunSlot }
+  /** The tenant has no concurrent-runs limit: no slot is taken, read or written. */
+  | { readonly kind: "unlimited" }
   | { readonly kind: "full"; readonly limit: number };
 
 /**
@@ -19,15 +22,21 @@ export type SlotDecision =
  * redelivery after a crash takes its own slot back). The quota is read with
  * the slots, so an override applies at the next start; lowering it leaves
  * running runs alone and makes new ones wait until enough have ended.
+ * While the tenant has no limit (the override as this process caches it, read
+ * again within 10 s) the start costs no request: `unlimited`, and no slot.
  */
 export async function takeTenantSlot(engine: Engine, run: Run, now: Date): Promise<SlotDecision> {
   const leaseUntil =
     run.leaseUntil ?? new Date(now.getTime() + engine.settings.leaseMs).toISOString();
   const nowIso = now.toISOString();
-  let limit = engine.settings.quotas.concurrentRuns;
+  const cached = await cachedQuotaOverride(engine, run.tenantId);
+  const cachedLimit = effectiveQuotas(engine.settings.quotas, cached).concurrentRuns;
+  if (cachedLimit === null) return { kind: "unlimited" };
+  let limit: number = cachedLimit;
   for (let read = 1; read <= SLOT_READS; read++) {
     const partition = await readQuotaPartition(engine, run.tenantId);
-    limit = effectiveQuotas(engine.settings.quotas, partition.override).concurrentRuns;
+    // The fresh override wins; one that lifted the limit since leaves the last one standing.
+    limit = effectiveQuotas(engine.settings.quotas, partition.override).concurrentRuns ?? limit;
     const own = partition.slots.find((s) => s.runId === run.runId && s.index < limit);
     const live = new Set(
       partition.slots

@@ -1,11 +1,13 @@
 import type { TenantQuotas } from "../config.js";
 import type { Engine } from "../engine.js";
 import {
+  forgetQuotaUsage,
   type QuotaOverride,
   readQuotaPartition,
   writeQuotaOverride,
 } from "../storage/tenant-quotas.js";
 import { effectiveQuotas } from "./limits.js";
+import { forgetCachedQuotaOverride } from "./override-cache.js";
 
 export interface QuotaView {
   readonly tenantId: string;
@@ -29,9 +31,10 @@ export async function quotaView(engine: Engine, tenantId: string, now: Date): Pr
 }
 
 /**
- * Replaces a tenant's override. The worker reads it at each start; the API's
- * creates and edits read it each time, its request buckets within
- * QUOTA_CACHE_MS (shared/quotas/request-rate.ts).
+ * Replaces a tenant's override. Every process reads it again within
+ * `quotaCacheMs` (10 s; this one at once). Its usage is dropped, so the next
+ * reservation under a limit recounts the tenant's jobs, those created while
+ * it had none included.
  */
 export async function setQuotaOverride(
   engine: Engine,
@@ -43,5 +46,7 @@ export async function setQuotaOverride(
     Object.entries(override).filter(([, value]) => value !== undefined),
   ) as QuotaOverride;
   await writeQuotaOverride(engine, tenantId, defined, now);
+  await forgetQuotaUsage(engine, tenantId);
+  forgetCachedQuotaOverride(engine, tenantId);
   return quotaView(engine, tenantId, now);
 }

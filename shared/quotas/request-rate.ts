@@ -1,9 +1,7 @@
 import type { Engine } from "../engine.js";
-import { readQuotaOverride } from "../storage/tenant-quotas.js";
 import { effectiveQuotas, RateLimitedError } from "./limits.js";
+import { cachedQuotaOverride } from "./override-cache.js";
 
-/** A tenant's override is read again after this long, so a change reaches every API process within it. */
-const QUOTA_CACHE_MS = 10_000;
 /** A bucket holds this many seconds' worth of requests: the burst a quiet tenant may send at once. */
 const BURST_SECONDS = 2;
 /** Buckets kept per process; past it, the full ones (idle tenants) are dropped. */
@@ -12,11 +10,7 @@ const MAX_BUCKETS = 10_000;
 interface Bucket {
   tokens: number;
   refilledAt: number;
-}
-
-interface CachedLimit {
-  readonly perSecond: number;
-  readonly readAt: number;
+  perSecond: number;
 }
 
 /**
@@ -30,7 +24,6 @@ interface CachedLimit {
  */
 export class RequestRateLimiter {
   private readonly buckets = new Map<string, Bucket>();
-  private readonly limits = new Map<string, CachedLimit>();
 
   /**
    * `elapsedMs` is a monotonic clock, not the engine's: a bucket refills with the time that
@@ -43,10 +36,12 @@ export class RequestRateLimiter {
 
   /** Takes one token of the tenant's bucket, or throws RateLimitedError. */
   async take(tenantId: string): Promise<void> {
-    const perSecond = await this.limitOf(tenantId);
+    const override = await cachedQuotaOverride(this.engine, tenantId, this.elapsedMs);
+    const perSecond = effectiveQuotas(this.engine.settings.quotas, override).requestsPerSecond;
     const now = this.elapsedMs();
     const capacity = perSecond * BURST_SECONDS;
-    const bucket = this.buckets.get(tenantId) ?? { tokens: capacity, refilledAt: now };
+    const bucket = this.buckets.get(tenantId) ?? { tokens: capacity, refilledAt: now, perSecond };
+    bucket.perSecond = perSecond;
     bucket.tokens = Math.min(
       capacity,
       bucket.tokens + (Math.max(0, now - bucket.refilledAt) * perSecond) / 1000,
@@ -64,24 +59,12 @@ export class RequestRateLimiter {
     this.buckets.set(tenantId, bucket);
   }
 
-  private async limitOf(tenantId: string): Promise<number> {
-    const now = this.elapsedMs();
-    const cached = this.limits.get(tenantId);
-    if (cached && now - cached.readAt < QUOTA_CACHE_MS) return cached.perSecond;
-    const override = await readQuotaOverride(this.engine, tenantId);
-    const perSecond = effectiveQuotas(this.engine.settings.quotas, override).requestsPerSecond;
-    if (this.limits.size >= MAX_BUCKETS) this.limits.clear();
-    this.limits.set(tenantId, { perSecond, readAt: now });
-    return perSecond;
-  }
-
   /** A bucket refilled to its capacity is the same as no bucket. */
   private dropIdle(now: number): void {
     for (const [tenantId, bucket] of this.buckets) {
-      const perSecond = this.limits.get(tenantId)?.perSecond ?? 0;
       if (
-        bucket.tokens + ((now - bucket.refilledAt) * perSecond) / 1000 >=
-        perSecond * BURST_SECONDS
+        bucket.tokens + ((now - bucket.refilledAt) * bucket.perSecond) / 1000 >=
+        bucket.perSecond * BURST_SECONDS
       )
         this.buckets.delete(tenantId);
     }

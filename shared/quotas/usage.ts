@@ -17,6 +17,7 @@ import {
   peakRunsPerMinute,
   QuotaExceededError,
 } from "./limits.js";
+import { cachedQuotaOverride } from "./override-cache.js";
 
 /** What a create or an edit adds to the tenant's jobs. */
 interface JobShare {
@@ -41,7 +42,11 @@ const MAX_RESERVE_ROUNDS = 4;
  * quota. The usage is an upper bound: jobs that end are not taken off it, and
  * a reservation whose write then fails stays on it; when a reservation would
  * go over, the tenant's jobs are recounted (the byTenant index and a read of
- * each job) and the usage is corrected before the request is refused.
+ * each job) and the usage is corrected before the request is refused; a
+ * tenant with no usage item yet is counted the same way before its first
+ * reservation. While neither activeJobs nor runsPerMinute has a limit (the
+ * override as this process caches it, read again within 10 s) nothing is
+ * reserved and nothing is read: only maxPriority is checked.
  */
 export async function reserveJobQuotas(
   engine: Engine,
@@ -49,6 +54,14 @@ export async function reserveJobQuotas(
   share: JobShare,
   now: Date,
 ): Promise<void> {
+  const cached = effectiveQuotas(
+    engine.settings.quotas,
+    await cachedQuotaOverride(engine, tenantId),
+  );
+  if (cached.activeJobs === null && cached.runsPerMinute === null) {
+    if (share.priority !== undefined) assertPriorityAllowed(share.priority, cached);
+    return;
+  }
   for (let round = 1; ; round++) {
     const quotas = effectiveQuotas(
       engine.settings.quotas,
@@ -59,7 +72,10 @@ export async function reserveJobQuotas(
     const before = share.replaces ? peakRunsPerMinute(share.replaces.schedule, now) : 0;
     const add: QuotaUsage = { activeJobs: share.jobs, runsPerMinute: Math.max(0, rate - before) };
     if (add.activeJobs === 0 && add.runsPerMinute === 0) return;
-    const limits = { activeJobs: quotas.activeJobs, runsPerMinute: quotas.runsPerMinute };
+    const limits = {
+      activeJobs: quotas.activeJobs ?? Number.MAX_SAFE_INTEGER,
+      runsPerMinute: quotas.runsPerMinute ?? Number.MAX_SAFE_INTEGER,
+    };
     if (await reserveUsage(engine, tenantId, add, limits)) return;
     const seen = await readQuotaUsage(engine, tenantId);
     const counted = await countUsage(engine, tenantId, now);
@@ -83,13 +99,16 @@ function overQuota(
   quotas: TenantQuotas,
   isEdit: boolean,
 ): QuotaExceededError | null {
-  if (counted.activeJobs + add.activeJobs > quotas.activeJobs) {
+  if (quotas.activeJobs !== null && counted.activeJobs + add.activeJobs > quotas.activeJobs) {
     return new QuotaExceededError(
       `this tenant has ${counted.activeJobs} active job(s); its activeJobs quota is ${quotas.activeJobs}`,
       { quota: "activeJobs", limit: quotas.activeJobs },
     );
   }
-  if (counted.runsPerMinute + add.runsPerMinute > quotas.runsPerMinute) {
+  if (
+    quotas.runsPerMinute !== null &&
+    counted.runsPerMinute + add.runsPerMinute > quotas.runsPerMinute
+  ) {
     return new QuotaExceededError(
       `this ${isEdit ? "edit" : "job"} adds ${add.runsPerMinute} runs per minute at its peak to the ${counted.runsPerMinute} of this tenant's jobs; its runsPerMinute quota is ${quotas.runsPerMinute}`,
       { quota: "runsPerMinute", limit: quotas.runsPerMinute, field: "schedule" },

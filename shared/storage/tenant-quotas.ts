@@ -156,15 +156,32 @@ export async function writeQuotaOverride(
   );
 }
 
+/**
+ * Drops the tenant's usage, so its next reservation recounts its jobs: while
+ * a quota had no limit, its creates and edits reserved nothing.
+ */
+export async function forgetQuotaUsage(engine: Engine, tenantId: string): Promise<void> {
+  await engine.doc.send(
+    new DeleteCommand({
+      TableName: engine.tables.jobs,
+      Key: { pk: quotaPk(tenantId), sk: USAGE_SK },
+    }),
+  );
+}
+
 // ---------------------------------------------------------------- usage
 
-/** Both additions stay within their limits (a missing item or attribute counts as zero). */
+/**
+ * Both additions stay within their limits. A missing item is not zero: while the tenant had no
+ * limit its creates reserved nothing, so its first reservation follows a recount.
+ */
 const WITHIN_LIMITS =
-  "(attribute_not_exists(activeJobs) OR activeJobs <= :jobsRoom) AND (attribute_not_exists(runsPerMinute) OR runsPerMinute <= :rateRoom)";
+  "attribute_exists(pk) AND (attribute_not_exists(activeJobs) OR activeJobs <= :jobsRoom) AND (attribute_not_exists(runsPerMinute) OR runsPerMinute <= :rateRoom)";
 
 /**
  * Adds a create's or an edit's share to the tenant's usage when both stay
- * within `limits`. False when either would go over: the caller recounts.
+ * within `limits`. False when either would go over, or the tenant has no
+ * usage item: the caller recounts.
  */
 export async function reserveUsage(
   engine: Engine,

@@ -23,6 +23,28 @@ describe("quotas over HTTP", () => {
     });
   });
 
+  it("shows the counted quotas without a limit as null, and an override sets or lifts each", async () => {
+    const shown = await api.call("GET", "/quotas", asB);
+    expect(shown.body).toMatchObject({
+      quotas: { activeJobs: null, runsPerMinute: null, concurrentRuns: null },
+    });
+    const capped = await api.call("PUT", "/tenants/tenant-c/quotas", {
+      body: { concurrentRuns: 5, activeJobs: null },
+    });
+    expect(capped.status).toBe(200);
+    expect(capped.body).toMatchObject({
+      quotas: { activeJobs: null, concurrentRuns: 5 },
+      override: { concurrentRuns: 5, activeJobs: null },
+    });
+    const lifted = await api.call("PUT", "/tenants/tenant-c/quotas", {
+      body: { concurrentRuns: null },
+    });
+    expect(lifted.body).toMatchObject({
+      quotas: { concurrentRuns: null },
+      override: { concurrentRuns: null },
+    });
+  });
+
   it("lets only an admin tenant read or set another tenant's quotas", async () => {
     expectError(await api.call("GET", "/tenants/tenant-a/quotas", asB), 403, { code: "forbidden" });
     expectError(

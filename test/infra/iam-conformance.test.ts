@@ -315,7 +315,11 @@ function field(value: unknown, name: string): unknown {
 
 beforeAll(async () => {
   // The fail type drives the worker's retry and dead-letter paths: a demo type, enabled here.
-  ({ synth, dispose: disposeSynth } = synthesizeUnbundled({ demoJobTypes: "true" }));
+  // A concurrent-runs cap, so the worker takes, extends and frees slots (without one it reads none).
+  ({ synth, dispose: disposeSynth } = synthesizeUnbundled({
+    demoJobTypes: "true",
+    quotaConcurrentRuns: "100",
+  }));
   clients = createTestClients();
   bindings = await provision();
   recorder = recordAwsCalls({

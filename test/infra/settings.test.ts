@@ -85,6 +85,20 @@ describe("settings", () => {
     }
   });
 
+  it("reads a counted quota as a limit or none (no limit), and hands the handlers the same", () => {
+    const s = fromContext({ quotaActiveJobs: "500", quotaConcurrentRuns: "none" });
+    expect(s.quotas).toMatchObject({ activeJobs: 500, runsPerMinute: null, concurrentRuns: null });
+    const env = engineEnvironment(s);
+    expect(env).toMatchObject({
+      QUOTA_ACTIVE_JOBS: "500",
+      QUOTA_RUNS_PER_MINUTE: "none",
+      QUOTA_CONCURRENT_RUNS: "none",
+    });
+    expect(loadSettings(env).quotas).toEqual(s.quotas);
+    expect(() => fromContext({ quotaConcurrentRuns: "0" })).toThrow(/concurrentRuns/);
+    expect(() => loadSettings({ QUOTA_ACTIVE_JOBS: "0" })).toThrow(/QUOTA_ACTIVE_JOBS/);
+  });
+
   it("never lets maxShardCount fall below shardCount", () => {
     expect(fromContext({ shardCount: "12", maxShardCount: "4" }).maxShardCount).toBe(12);
   });

@@ -33,7 +33,12 @@ describe("the concurrent-runs quota at the worker", () => {
   beforeAll(async () => {
     f = await createEngineFixture({
       // A two-second grace: a run whose wait for the quota counted as lateness would be SKIPPED.
-      settings: { quotas: { ...DEFAULT_QUOTAS, concurrentRuns: 2 }, misfireGraceMs: GRACE_MS },
+      settings: {
+        quotas: { ...DEFAULT_QUOTAS, concurrentRuns: 2 },
+        // Overrides are written here and must apply at the next start: no cached override.
+        quotaCacheMs: 0,
+        misfireGraceMs: GRACE_MS,
+      },
     });
   });
   afterAll(() => f.destroy());
@@ -111,7 +116,10 @@ describe("the job quotas at create and edit", () => {
   let f: EngineFixture;
   beforeAll(async () => {
     f = await createEngineFixture({
-      settings: { quotas: { ...DEFAULT_QUOTAS, activeJobs: 2, runsPerMinute: 100 } },
+      settings: {
+        quotas: { ...DEFAULT_QUOTAS, activeJobs: 2, runsPerMinute: 100 },
+        quotaCacheMs: 0,
+      },
     });
   });
   afterAll(() => f.destroy());

@@ -5,12 +5,22 @@ import { Priority } from "./common.js";
 const count = (description: string, max = QUOTA_MAXIMUM) =>
   z.number().int().min(1).max(max).openapi({ description });
 
+/** A counted quota: null is no limit (it costs no request to enforce). */
+const cap = (description: string, max = QUOTA_MAXIMUM) =>
+  z
+    .number()
+    .int()
+    .min(1)
+    .max(max)
+    .nullable()
+    .openapi({ description: `${description} null: no limit.` });
+
 const QUOTA_FIELDS = {
-  activeJobs: count("Jobs not yet ended (active or paused)."),
-  runsPerMinute: count(
+  activeJobs: cap("Jobs not yet ended (active or paused)."),
+  runsPerMinute: cap(
     "Peak runs per minute summed over the tenant's recurring jobs: for each, the runs it starts in the 60 s from its next occurrence.",
   ),
-  concurrentRuns: count("Runs running at once; the rest wait.", MAX_CONCURRENT_RUNS_QUOTA),
+  concurrentRuns: cap("Runs running at once; the rest wait.", MAX_CONCURRENT_RUNS_QUOTA),
   requestsPerSecond: count(
     "API requests per second (a token bucket holding two seconds' worth, per API process).",
   ),
@@ -21,7 +31,10 @@ const QUOTA_FIELDS = {
 
 const QuotasSchema = z.strictObject(QUOTA_FIELDS).openapi("Quotas");
 
-/** PUT body: the quotas the tenant's override sets; those left out take the deployment's defaults. */
+/**
+ * PUT body: the quotas the tenant's override sets; those left out take the deployment's defaults,
+ * a counted quota set to null has no limit for this tenant.
+ */
 export const QuotaOverrideSchema = z
   .strictObject({
     activeJobs: QUOTA_FIELDS.activeJobs.optional(),

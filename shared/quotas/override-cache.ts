@@ -1,0 +1,45 @@
+import type { Engine } from "../engine.js";
+import { type QuotaOverride, readQuotaOverride } from "../storage/tenant-quotas.js";
+
+/** Overrides kept per process; past it, the cache starts over. */
+const MAX_CACHED_TENANTS = 10_000;
+
+interface Cached {
+  readonly override: QuotaOverride;
+  readonly readAt: number;
+}
+
+const caches = new WeakMap<Engine, Map<string, Cached>>();
+
+/**
+ * A tenant's override as this process last read it, read again once it is
+ * `settings.quotaCacheMs` old (10 s): the worker's starts, the API's creates,
+ * edits and request buckets read it here, so a quota that cannot bind costs no
+ * request per run or per create, and a changed override applies everywhere
+ * within that time. The age is measured on a monotonic clock, not the
+ * engine's: a test's fixed or shifted scheduling clock does not measure the
+ * time that passes for the process.
+ */
+export async function cachedQuotaOverride(
+  engine: Engine,
+  tenantId: string,
+  elapsedMs: () => number = () => performance.now(),
+): Promise<QuotaOverride> {
+  let cache = caches.get(engine);
+  if (cache === undefined) {
+    cache = new Map();
+    caches.set(engine, cache);
+  }
+  const now = elapsedMs();
+  const cached = cache.get(tenantId);
+  if (cached && now - cached.readAt < engine.settings.quotaCacheMs) return cached.override;
+  const override = await readQuotaOverride(engine, tenantId);
+  if (cache.size >= MAX_CACHED_TENANTS) cache.clear();
+  cache.set(tenantId, { override, readAt: now });
+  return override;
+}
+
+/** This process's own change applies here at once (other processes: within the cache time). */
+export function forgetCachedQuotaOverride(engine: Engine, tenantId: string): void {
+  caches.get(engine)?.delete(tenantId);
+}
