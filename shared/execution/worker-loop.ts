@@ -201,14 +201,17 @@ class FairSlots {
     normal: new RoundRobin(),
     low: new RoundRobin(),
   };
-  /** Slots a queue below high is guaranteed while it has runs: at least one. */
+  /**
+   * Slots a queue below high is guaranteed while it has runs: its share of the slots, rounded down,
+   * so a loop with fewer than 1/share slots reserves none and keeps strict priority order.
+   */
   private readonly reserved: number;
 
   constructor(
     private readonly size: number,
     share: number,
   ) {
-    this.reserved = share > 0 ? Math.max(1, Math.floor(size * share)) : 0;
+    this.reserved = Math.floor(size * share);
   }
 
   hold(priority: Priority): void {
