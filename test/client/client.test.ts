@@ -382,7 +382,12 @@ describe("long jobs: an async target", () => {
       while (handedOver.length === 0 && Date.now() < deadline) await sleep(50);
       const [handOff] = handedOver;
       if (handOff === undefined) throw new Error("the target was never called");
-      const running = await handle.run(handOff.runId ?? "");
+      // The worker records the hand-over once the 202 has reached it, a moment after the target sent it.
+      let running = await handle.run(handOff.runId ?? "");
+      while (running.handedOverAt === undefined && Date.now() < deadline) {
+        await sleep(50);
+        running = await handle.run(handOff.runId ?? "");
+      }
       expect(running).toMatchObject({ status: "running", fence: 1 });
       expect(running.handedOverAt).toBeDefined();
       expect(handOff.heartbeatUrl).toBe(`${sandbox.url}/runs/${running.runId}/heartbeat`);
