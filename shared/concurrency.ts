@@ -1,17 +1,28 @@
-/** Runs `work` on every item, at most `concurrency` at a time, in order of start. */
+/**
+ * Runs `work` on every item, at most `concurrency` at a time, in order of start. An item that fails
+ * does not stop the rest: every item is tried, and once all have settled the first failure is
+ * thrown, so nothing is still in flight when the caller learns of it.
+ */
 export async function forEachConcurrently<T>(
   items: readonly T[],
   concurrency: number,
   work: (item: T) => Promise<void>,
 ): Promise<void> {
   let index = 0;
+  let failure: { readonly error: unknown } | undefined;
   const lanes = Array.from({ length: Math.min(concurrency, items.length) }, async () => {
     while (index < items.length) {
       const item = items[index++];
-      if (item !== undefined) await work(item);
+      if (item === undefined) continue;
+      try {
+        await work(item);
+      } catch (error) {
+        failure ??= { error };
+      }
     }
   });
   await Promise.all(lanes);
+  if (failure !== undefined) throw failure.error;
 }
 
 /** Wakes everyone waiting at once. */

@@ -43,19 +43,21 @@ export async function fanOutTrigger(engine: Engine, entry: DueEntry): Promise<Fa
       scheduledFor: entry.scheduledFor,
     };
     const toSend: Run[] = [];
-    // One dependent that cannot be written does not hold back the others: every one is tried,
-    // what was written is sent, and then the failure keeps the entry for the next pass.
-    let failure: { readonly error: unknown } | undefined;
-    await forEachConcurrently(fanOut.dependents, FAN_OUT_CONCURRENCY, async (dependentId) => {
-      try {
+    // Every dependent is tried even when one cannot be written: what was written is sent, and
+    // then the failure keeps the entry for the next pass.
+    const failure = await forEachConcurrently(
+      fanOut.dependents,
+      FAN_OUT_CONCURRENCY,
+      async (dependentId) => {
         const written = await triggerDependent(engine, entry, fanOut, upstream, dependentId);
         if (written === null) return;
         if (written.status === "QUEUED") toSend.push(written);
         else skipped++;
-      } catch (error) {
-        failure ??= { error };
-      }
-    });
+      },
+    ).then(
+      () => undefined,
+      (error: unknown) => ({ error }),
+    );
     queued = toSend.length;
     const now = engine.clock();
     await sendRuns(
