@@ -1,7 +1,7 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import type { CancelSource, DueEntry, Run } from "../model.js";
-import { isConditionalCheckFailed } from "./dynamo-errors.js";
+import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
 import { deadLetterPk, decodeRun, encodeDueEntry, jobKey } from "./items.js";
 import { deadRunExpiresAt } from "./retention.js";
 import { runKeyOf } from "./run-reads.js";
@@ -112,14 +112,17 @@ export async function endRunAsSeen(
 
 async function forgetActiveRun(engine: Engine, jobId: string, runId: string): Promise<void> {
   try {
-    await engine.doc.send(
-      new UpdateCommand({
-        TableName: engine.tables.jobs,
-        Key: jobKey(jobId),
-        ConditionExpression: JOB_EXISTS,
-        UpdateExpression: "REMOVE activeRuns.#runId",
-        ExpressionAttributeNames: { "#runId": runId },
-      }),
+    // The job item meets claims' transactions, as the worker's own run-end write does.
+    await retryOnContention(engine, "forget-active-run", () =>
+      engine.doc.send(
+        new UpdateCommand({
+          TableName: engine.tables.jobs,
+          Key: jobKey(jobId),
+          ConditionExpression: JOB_EXISTS,
+          UpdateExpression: "REMOVE activeRuns.#runId",
+          ExpressionAttributeNames: { "#runId": runId },
+        }),
+      ),
     );
   } catch (error) {
     if (!isConditionalCheckFailed(error)) throw error;

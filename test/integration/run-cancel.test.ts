@@ -1,5 +1,6 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { TransactionConflictException } from "@aws-sdk/client-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sleep } from "../../shared/clock.js";
 import {
@@ -260,6 +261,42 @@ describe("cancelling a run", () => {
     expect(ran).toBe(false);
     const runs = await runsOf(f, job.jobId);
     expect(runs.map((r) => [r.status, r.cancelledBy, r.fence])).toEqual([["CANCELLED", "api", 2]]);
+  }, 30_000);
+
+  it("a cancel whose job write meets a claim's transaction (TransactionConflict) tries it again and ends the run", async () => {
+    const { job, received } = await recurringTriggered(f, "noop");
+    // A worker started it a lease ago and died: no worker holds it, so the cancel ends it now.
+    const started = await startRun(
+      f.engine,
+      received.message,
+      "worker-dead",
+      new Date(Date.now() - LEASE_MS - 1_000),
+    );
+    if (started.kind !== "started") throw new Error(`not started: ${started.kind}`);
+    const name = "conflictOnForgetActiveRun";
+    let conflicts = 0;
+    f.engine.doc.middlewareStack.add(
+      (next) => async (args) => {
+        const input = args.input as { UpdateExpression?: string };
+        if (conflicts === 0 && input.UpdateExpression?.startsWith("REMOVE activeRuns")) {
+          conflicts++;
+          throw new TransactionConflictException({
+            message: "Transaction is ongoing for the item",
+            $metadata: {},
+          });
+        }
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    try {
+      const cancelled = await cancelRun(f.engine, job.tenantId, job.jobId, started.run.runId);
+      expect(cancelled).toMatchObject({ status: "CANCELLED", cancelledBy: "api" });
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+    expect(conflicts).toBe(1);
+    expect((await jobOf(f, job.jobId)).activeRuns).not.toHaveProperty(started.run.runId);
   }, 30_000);
 
   it("unknown runs, another job's run and another tenant's job are not found", async () => {
