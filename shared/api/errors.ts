@@ -7,7 +7,7 @@ import {
   type SchedulerErrorCode,
 } from "../errors.js";
 import type { QuotaName } from "../quotas/limits.js";
-import { transactionCancellationCodes } from "../storage/dynamo-errors.js";
+import { isContention, transactionCancellationCodes } from "../storage/dynamo-errors.js";
 import type { ErrorCode } from "./schemas/errors.js";
 
 declare module "../errors.js" {
@@ -183,7 +183,7 @@ const BY_STATUS: Partial<Record<number, ErrorCode>> = {
  */
 export function httpAnswerOf(error: unknown): HttpAnswer {
   if (error instanceof SchedulerError) return answerTo(error);
-  if (isContention(error)) return BUSY.job;
+  if (isBusy(error)) return BUSY.job;
   if (error instanceof HTTPException) {
     const code = BY_STATUS[error.status] ?? (error.status >= 500 ? "internal" : "conflict");
     return answer(error.status, code, error.message || "request refused");
@@ -191,16 +191,15 @@ export function httpAnswerOf(error: unknown): HttpAnswer {
   return INTERNAL;
 }
 
-function isContention(error: unknown): boolean {
-  if (!(error instanceof Error)) return false;
-  if (
-    error.name === "ThrottlingException" ||
-    error.name === "ProvisionedThroughputExceededException" ||
-    error.name === "RequestLimitExceeded"
-  ) {
-    return true;
-  }
-  return transactionCancellationCodes(error)?.includes("TransactionConflict") ?? false;
+/**
+ * Contention as storage judges it, and also a transaction that met a conflict while a condition
+ * failed: the condition may have failed on the conflicting writer's change, so it is worth a retry.
+ */
+function isBusy(error: unknown): boolean {
+  return (
+    isContention(error) ||
+    (transactionCancellationCodes(error)?.includes("TransactionConflict") ?? false)
+  );
 }
 
 export const etagOf = (version: number) => `"${version}"`;

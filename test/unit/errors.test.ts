@@ -134,11 +134,16 @@ describe("httpAnswerOf: the one mapping from an error to its HTTP answer", () =>
 
   it("answers DynamoDB contention as busy and the framework's refusals by status", () => {
     const throttled = Object.assign(new Error("slow down"), { name: "ThrottlingException" });
-    expect(answer(throttled)).toEqual({
-      status: 503,
-      code: "busy",
-      headers: { "Retry-After": "1" },
+    // A single-item write on an item a transaction holds, after the write's own retries.
+    const held = Object.assign(new Error("Transaction is ongoing for the item"), {
+      name: "TransactionConflictException",
     });
+    for (const error of [throttled, held])
+      expect(answer(error)).toEqual({
+        status: 503,
+        code: "busy",
+        headers: { "Retry-After": "1" },
+      });
     expect(answer(new HTTPException(413, { message: "too big" }))).toEqual({
       status: 413,
       code: "payload_too_large",
