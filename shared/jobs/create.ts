@@ -7,7 +7,7 @@ import { IdempotencyConflictError, IdempotencyKeyTakenError, JobNotFoundError } 
 import { newJobId } from "../keys.js";
 import type { Job } from "../model.js";
 import { QuotaExceededError } from "../quotas/limits.js";
-import { reserveJobQuotas } from "../quotas/usage.js";
+import { giveBackJobQuotas, refusedUnwritten, reserveJobQuotas } from "../quotas/usage.js";
 import { firstOccurrence, isAfterSchedule, normalizeSchedule } from "../schedule/index.js";
 import {
   type IdempotentRequest,
@@ -15,6 +15,7 @@ import {
   writeNewJob,
 } from "../storage/job-create.js";
 import { getJob } from "../storage/run-reads.js";
+import type { UsageReservation } from "../storage/tenant-quotas.js";
 import { linkNewDependent } from "./dependencies.js";
 import { dueEntryFor, withinJobEnd } from "./due-entry.js";
 import { getTenantJob } from "./queries.js";
@@ -63,8 +64,10 @@ function canonicalJson(value: unknown): string {
  * dispatcher has swept past it) is claimed first instead: its runs are written
  * QUEUED, then the job pointing at the entry after them, and the runs are
  * enqueued right away. A one-off claimed so has no entry left, and without an
- * idempotency key its job is a single plain write. The tenant's quotas are
- * checked and its share reserved before anything is written.
+ * idempotency key its job is a single plain write. The request is checked
+ * (its upstreams) before the tenant's quotas are, and its share of them is
+ * reserved before anything is written; a write refused after that gives the
+ * share back.
  */
 export async function createJob(
   engine: Engine,
@@ -98,6 +101,8 @@ export async function createJob(
   const base: Job =
     first === null && !isAfterSchedule(schedule) ? { ...base0, status: "COMPLETED" } : base0;
   const entry = first ? dueEntryFor(engine, base, first, now) : null;
+  // Bad input is refused before anything is reserved: a 400 leaves the tenant's usage as it was.
+  const upstreams = await linkNewDependent(engine, input.tenantId, jobId, schedule);
   const idem = options.idempotency;
   const horizonEnd = fastPathHorizonEnd(now, engine.settings.lookaheadMs);
   const claimNow = entry !== null && new Date(entry.dueAt) < horizonEnd;
@@ -106,8 +111,9 @@ export async function createJob(
     const earlier = await idempotentReplay(engine, input.tenantId, idem);
     if (earlier) return { job: earlier, created: false };
   }
+  let reservation: UsageReservation | null;
   try {
-    await reserveJobQuotas(
+    reservation = await reserveJobQuotas(
       engine,
       input.tenantId,
       { priority: input.priority, jobs: 1, schedule },
@@ -121,7 +127,13 @@ export async function createJob(
     }
     throw error;
   }
-  const claim = claimNow ? await claimBeforeCreate(engine, entry, now, horizonEnd) : null;
+  const claim = claimNow
+    ? await claimBeforeCreate(engine, entry, now, horizonEnd).catch(async (error: unknown) => {
+        // The job is not written: its claimed runs, if any, are cancelled by their workers.
+        await giveBackJobQuotas(engine, reservation);
+        throw error;
+      })
+    : null;
   const pending = claim ? claim.next : entry;
   // A one-off past its grace under `skip` was only recorded SKIPPED: nothing is left to run.
   const leavesNothing = claim !== null && claim.runs.length === 0 && claim.next === null;
@@ -131,10 +143,10 @@ export async function createJob(
     : leavesNothing || claim?.ended
       ? { ...counted, status: "COMPLETED" }
       : counted;
-  const upstreams = await linkNewDependent(engine, input.tenantId, jobId, schedule);
   try {
     await writeNewJob(engine, job, pending, idem, upstreams);
   } catch (error) {
+    if (refusedUnwritten(error)) await giveBackJobQuotas(engine, reservation);
     if (idem && error instanceof IdempotencyKeyTakenError) {
       const earlier = await idempotentReplay(engine, input.tenantId, idem);
       if (earlier) return { job: earlier, created: false };

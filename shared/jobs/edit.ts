@@ -2,7 +2,7 @@ import { dispatchAfterCommit, dispatchNow } from "../dispatch/fast-path.js";
 import type { Engine } from "../engine.js";
 import { IllegalTransitionError, VersionMismatchError } from "../errors.js";
 import type { DueEntry, HttpTarget, Job, JobPolicies, Priority } from "../model.js";
-import { reserveJobQuotas } from "../quotas/usage.js";
+import { giveBackJobQuotas, refusedUnwritten, reserveJobQuotas } from "../quotas/usage.js";
 import { firstOccurrence, normalizeSchedule, type ScheduleSpec } from "../schedule/index.js";
 import { readDueEntry, writeEditedJob } from "../storage/job-edit.js";
 import { relinkDependent } from "./dependencies.js";
@@ -73,34 +73,42 @@ export async function editJob(
       version: job.version + 1,
       updatedAt: now.toISOString(),
     };
-    if (normalized.priority !== undefined || changesSchedule) {
-      await reserveJobQuotas(
-        engine,
-        tenantId,
-        {
-          ...(normalized.priority !== undefined ? { priority: normalized.priority } : {}),
-          jobs: 0,
-          schedule: edited.schedule,
-          replaces: job,
-        },
-        now,
-      );
-    }
     const unbounded = nextAfterEdit(job, edited, now);
     const next = withinJobEnd(edited, unbounded);
     // The new endAt or maxRuns leaves nothing more to run: the job is complete.
     const completes = unbounded !== null && next === null && job.status === "ACTIVE";
     const entry = next && job.status === "ACTIVE" ? dueEntryFor(engine, edited, next, now) : null;
+    // Bad input (an upstream not the tenant's, a cycle) is refused before anything is reserved.
     const upstreams = changesSchedule ? await relinkDependent(engine, job, edited.schedule) : [];
+    const reservation =
+      normalized.priority !== undefined || changesSchedule
+        ? await reserveJobQuotas(
+            engine,
+            tenantId,
+            {
+              ...(normalized.priority !== undefined ? { priority: normalized.priority } : {}),
+              jobs: 0,
+              schedule: edited.schedule,
+              replaces: job,
+            },
+            now,
+          )
+        : null;
     return {
       write: async () => {
-        await writeEditedJob(
-          engine,
-          job,
-          normalized,
-          { nextRunAt: next, entry, now, completes },
-          upstreams,
-        );
+        try {
+          await writeEditedJob(
+            engine,
+            job,
+            normalized,
+            { nextRunAt: next, entry, now, completes },
+            upstreams,
+          );
+        } catch (error) {
+          // Refused (the job changed since it was read, and is planned again): its share with it.
+          if (refusedUnwritten(error)) await giveBackJobQuotas(engine, reservation);
+          throw error;
+        }
         return entry;
       },
     };

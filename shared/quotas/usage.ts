@@ -3,14 +3,18 @@ import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
 import type { Job, Priority } from "../model.js";
 import type { ScheduleSpec } from "../schedule/index.js";
+import { isConditionalCheckFailed, isContention } from "../storage/dynamo-errors.js";
 import { getJobs, tenantJobIds } from "../storage/job-queries.js";
 import {
+  giveBackUsage,
   type QuotaUsage,
   readQuotaOverride,
   readQuotaUsage,
   reserveUsage,
+  type UsageReservation,
   writeRecountedUsage,
 } from "../storage/tenant-quotas.js";
+import { ConditionsFailedError } from "../storage/transaction.js";
 import {
   assertPriorityAllowed,
   effectiveQuotas,
@@ -40,27 +44,29 @@ const MAX_RESERVE_ROUNDS = 4;
  * against activeJobs, and the schedule's peak runs per minute (an edit: only
  * what it adds) against runsPerMinute. Throws QuotaExceededError naming the
  * quota. The usage is an upper bound: jobs that end are not taken off it, and
- * a reservation whose write then fails stays on it; when a reservation would
+ * a reservation whose write then fails stays on it unless the failure shows
+ * nothing was written (`giveBackJobQuotas`); when a reservation would
  * go over, the tenant's jobs are recounted (the byTenant index and a read of
  * each job) and the usage is corrected before the request is refused; a
  * tenant with no usage item yet is counted the same way before its first
  * reservation. While neither activeJobs nor runsPerMinute has a limit (the
  * override as this process caches it, read again within 10 s) nothing is
- * reserved and nothing is read: only maxPriority is checked.
+ * reserved and nothing is read: only maxPriority is checked. The reservation,
+ * or null when nothing was reserved.
  */
 export async function reserveJobQuotas(
   engine: Engine,
   tenantId: string,
   share: JobShare,
   now: Date,
-): Promise<void> {
+): Promise<UsageReservation | null> {
   const cached = effectiveQuotas(
     engine.settings.quotas,
     await cachedQuotaOverride(engine, tenantId),
   );
   if (cached.activeJobs === null && cached.runsPerMinute === null) {
     if (share.priority !== undefined) assertPriorityAllowed(share.priority, cached);
-    return;
+    return null;
   }
   for (let round = 1; ; round++) {
     const quotas = effectiveQuotas(
@@ -71,12 +77,13 @@ export async function reserveJobQuotas(
     const rate = peakRunsPerMinute(share.schedule, now);
     const before = share.replaces ? peakRunsPerMinute(share.replaces.schedule, now) : 0;
     const add: QuotaUsage = { activeJobs: share.jobs, runsPerMinute: Math.max(0, rate - before) };
-    if (add.activeJobs === 0 && add.runsPerMinute === 0) return;
+    if (add.activeJobs === 0 && add.runsPerMinute === 0) return null;
     const limits = {
       activeJobs: quotas.activeJobs ?? Number.MAX_SAFE_INTEGER,
       runsPerMinute: quotas.runsPerMinute ?? Number.MAX_SAFE_INTEGER,
     };
-    if (await reserveUsage(engine, tenantId, add, limits)) return;
+    const reservation = await reserveUsage(engine, tenantId, add, limits);
+    if (reservation) return reservation;
     const seen = await readQuotaUsage(engine, tenantId);
     const counted = await countUsage(engine, tenantId, now);
     const over = overQuota(counted, add, quotas, share.replaces !== undefined);
@@ -91,6 +98,44 @@ export async function reserveJobQuotas(
       throw new ConcurrentUpdateError("the tenant's quota usage kept changing during a recount");
     }
   }
+}
+
+/**
+ * Takes what a create or an edit reserved off the tenant's usage once its
+ * write is known not to have been applied (see `refusedUnwritten`). A recount
+ * since the reservation already left the share out, so nothing is taken off
+ * then (see `giveBackUsage`). When the give-back itself fails the share stays:
+ * an upper bound, which a recount corrects.
+ */
+export async function giveBackJobQuotas(
+  engine: Engine,
+  reservation: UsageReservation | null,
+): Promise<void> {
+  if (reservation === null) return;
+  try {
+    await giveBackUsage(engine, reservation);
+  } catch (error) {
+    // The caller answers with its write's failure, not this one.
+    engine.obs.log.warn("could not give back a refused write's quota reservation", {
+      tenantId: reservation.tenantId,
+      error: String(error),
+    });
+  }
+}
+
+/**
+ * Whether a write's failure shows it was not applied: a failed condition, a
+ * cancelled transaction, contention or throttling that outlasted the retries
+ * (the error or one it wraps). Any other failure (a timeout, a dropped
+ * connection) may have written it, so its reservation must stay.
+ */
+export function refusedUnwritten(error: unknown): boolean {
+  for (let e: unknown = error, depth = 0; e instanceof Error && depth < 8; e = e.cause, depth++) {
+    if (e instanceof ConditionsFailedError || isConditionalCheckFailed(e) || isContention(e))
+      return true;
+    if (e.name === "TransactionCanceledException") return true;
+  }
+  return false;
 }
 
 function overQuota(

@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import {
   DeleteCommand,
   GetCommand,
@@ -14,7 +15,8 @@ import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js"
  *
  * - `LIMITS`: the tenant's override, the quotas it sets (the others are the deployment's defaults);
  * - `USAGE`: what its jobs take of `activeJobs` and `runsPerMinute`, an upper bound that creates
- *   and edits add to before they write, and a recount corrects (shared/quotas/usage.ts);
+ *   and edits add to before they write (and take back when the write is refused), and a recount
+ *   corrects; each recount marks it with a fresh `recount` token (shared/quotas/usage.ts);
  * - `SLOT#<n>`: the concurrent-runs slots, one per running run, each under the run's lease.
  *
  * One consistent Query of the partition reads the override and the slots, so the worker's check
@@ -27,6 +29,14 @@ export type QuotaOverride = Partial<TenantQuotas>;
 export interface QuotaUsage {
   readonly activeJobs: number;
   readonly runsPerMinute: number;
+}
+
+/** What one reservation added to a tenant's usage, and the recount it was added on top of. */
+export interface UsageReservation {
+  readonly tenantId: string;
+  readonly added: QuotaUsage;
+  /** The usage's `recount` token when the share was added; null on an item no recount marked. */
+  readonly recount: string | null;
 }
 
 export interface RunSlot {
@@ -180,17 +190,18 @@ const WITHIN_LIMITS =
 
 /**
  * Adds a create's or an edit's share to the tenant's usage when both stay
- * within `limits`. False when either would go over, or the tenant has no
- * usage item: the caller recounts.
+ * within `limits`: the reservation, to give back should its write be refused.
+ * Null when either would go over, or the tenant has no usage item: the caller
+ * recounts.
  */
 export async function reserveUsage(
   engine: Engine,
   tenantId: string,
   add: QuotaUsage,
   limits: QuotaUsage,
-): Promise<boolean> {
+): Promise<UsageReservation | null> {
   try {
-    await retryOnContention(engine, "quota-usage", () =>
+    const result = await retryOnContention(engine, "quota-usage", () =>
       engine.doc.send(
         new UpdateCommand({
           TableName: engine.tables.jobs,
@@ -204,6 +215,49 @@ export async function reserveUsage(
             ":rateRoom": limits.runsPerMinute - add.runsPerMinute,
             ":tenant": tenantId,
           },
+          ReturnValues: "ALL_NEW",
+        }),
+      ),
+    );
+    const recount = result.Attributes?.recount;
+    return { tenantId, added: add, recount: typeof recount === "string" ? recount : null };
+  } catch (error) {
+    if (isConditionalCheckFailed(error)) return null;
+    throw error;
+  }
+}
+
+/**
+ * No recount has replaced the usage since the reservation: the share is still in it. (A recount
+ * counted the tenant's jobs without the refused one, so taking the share off what it wrote
+ * would count less than the jobs there are.)
+ */
+const SAME_RECOUNT = "attribute_exists(pk) AND recount = :recount";
+const NO_RECOUNT_YET = "attribute_exists(pk) AND attribute_not_exists(recount)";
+
+/**
+ * Takes a reservation whose write was refused off the tenant's usage, unless a
+ * recount (or a dropped usage) has replaced the usage since it was added: that
+ * count left the share out already. False when it did not take it off.
+ */
+export async function giveBackUsage(
+  engine: Engine,
+  reservation: UsageReservation,
+): Promise<boolean> {
+  const { tenantId, added, recount } = reservation;
+  try {
+    await retryOnContention(engine, "quota-usage", () =>
+      engine.doc.send(
+        new UpdateCommand({
+          TableName: engine.tables.jobs,
+          Key: { pk: quotaPk(tenantId), sk: USAGE_SK },
+          ConditionExpression: recount === null ? NO_RECOUNT_YET : SAME_RECOUNT,
+          UpdateExpression: "ADD activeJobs :jobs, runsPerMinute :rate",
+          ExpressionAttributeValues: {
+            ":jobs": -added.activeJobs,
+            ":rate": -added.runsPerMinute,
+            ...(recount === null ? {} : { ":recount": recount }),
+          },
         }),
       ),
     );
@@ -215,8 +269,9 @@ export async function reserveUsage(
 }
 
 /**
- * Replaces the usage with a recount, unless it changed since `seen` was read
- * (another create reserved meanwhile): false, and the caller reads again.
+ * Replaces the usage with a recount, marked with a fresh `recount` token,
+ * unless it changed since `seen` was read (another create reserved meanwhile):
+ * false, and the caller reads again.
  */
 export async function writeRecountedUsage(
   engine: Engine,
@@ -234,6 +289,7 @@ export async function writeRecountedUsage(
           sk: USAGE_SK,
           tenantId,
           ...counted,
+          recount: randomUUID(),
           recountedAt: now.toISOString(),
         },
         ...(seen === null

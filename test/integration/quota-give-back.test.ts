@@ -1,0 +1,184 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { DEFAULT_QUOTAS } from "../../shared/config.js";
+import { VersionMismatchError } from "../../shared/errors.js";
+import { createJob, editJob, pauseJob } from "../../shared/jobs/index.js";
+import { newJobId } from "../../shared/keys.js";
+import type { QuotaExceededError } from "../../shared/quotas/limits.js";
+import {
+  forgetQuotaUsage,
+  giveBackUsage,
+  readQuotaUsage,
+  reserveUsage,
+  writeQuotaOverride,
+  writeRecountedUsage,
+} from "../../shared/storage/tenant-quotas.js";
+import { ValidationError } from "../../shared/validation.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+
+const far = () => ({ runAt: new Date(Date.now() + 3_600_000).toISOString() });
+const hourly = { cron: "0 * * * *", timezone: "UTC" };
+
+describe("a refused create or edit reserves nothing of the tenant's quotas", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    // Overrides are written here and must apply at once: no cached override.
+    f = await createEngineFixture({ settings: { quotas: DEFAULT_QUOTAS, quotaCacheMs: 0 } });
+  });
+  afterAll(() => f.destroy());
+
+  /** Runs `during` once, just before the next transaction the engine sends. */
+  const beforeNextTransaction = (name: string, during: () => Promise<unknown>) => {
+    let ran = false;
+    f.engine.doc.middlewareStack.add(
+      (next) => async (args) => {
+        if (!ran && "TransactItems" in (args.input as object)) {
+          ran = true;
+          await during();
+        }
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    return {
+      ran: () => ran,
+      remove: () => f.engine.doc.middlewareStack.remove(name),
+    };
+  };
+
+  it("a create refused with a 400 for its upstreams leaves the usage as it was, and the quota's creates still pass", async () => {
+    const tenant = "bad-upstreams";
+    await writeQuotaOverride(f.engine, tenant, { activeJobs: 3 }, new Date());
+    await createJob(f.engine, testJob({ tenantId: tenant, schedule: far() }));
+    const others = await createJob(f.engine, testJob({ tenantId: "other", schedule: far() }));
+    const before = await readQuotaUsage(f.engine, tenant);
+    expect(before).toEqual({ activeJobs: 1, runsPerMinute: 0 });
+
+    // More refusals than the quota has room for: each reserving a job would reach it.
+    for (let i = 0; i < 4; i++) {
+      for (const upstream of [newJobId(new Date()), others.job.jobId]) {
+        const refused = await createJob(
+          f.engine,
+          testJob({ tenantId: tenant, schedule: { after: { jobs: [upstream], on: "success" } } }),
+        ).catch((e: unknown) => e);
+        expect(refused).toBeInstanceOf(ValidationError);
+        expect((refused as ValidationError).issues[0]?.field).toBe("schedule.after.jobs");
+        expect(await readQuotaUsage(f.engine, tenant)).toEqual(before);
+      }
+    }
+
+    for (let i = 0; i < 2; i++) {
+      expect(
+        (await createJob(f.engine, testJob({ tenantId: tenant, schedule: far() }))).created,
+      ).toBe(true);
+    }
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual({ activeJobs: 3, runsPerMinute: 0 });
+    const over = await createJob(f.engine, testJob({ tenantId: tenant, schedule: far() })).catch(
+      (e: unknown) => e,
+    );
+    expect((over as QuotaExceededError).context.quota).toBe("activeJobs");
+  });
+
+  it("a repeated create with an idempotency key returns the first job and reserves nothing more", async () => {
+    const tenant = "repeats";
+    await writeQuotaOverride(f.engine, tenant, { activeJobs: 2 }, new Date());
+    const input = testJob({ tenantId: tenant, schedule: far() });
+    const idempotency = { key: "the-one-job", requestHash: "h1" };
+    const first = await createJob(f.engine, input, { idempotency });
+    expect(first.created).toBe(true);
+    for (let i = 0; i < 4; i++) {
+      const repeat = await createJob(f.engine, input, { idempotency });
+      expect([repeat.created, repeat.job.jobId]).toEqual([false, first.job.jobId]);
+      expect(await readQuotaUsage(f.engine, tenant)).toEqual({ activeJobs: 1, runsPerMinute: 0 });
+    }
+    expect(
+      (await createJob(f.engine, testJob({ tenantId: tenant, schedule: far() }))).created,
+    ).toBe(true);
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual({ activeJobs: 2, runsPerMinute: 0 });
+  });
+
+  it("an edit whose write loses to a pause is planned again and reserves its share once", async () => {
+    const tenant = "edit-retried";
+    await writeQuotaOverride(f.engine, tenant, { runsPerMinute: 100 }, new Date());
+    const { job } = await createJob(f.engine, testJob({ tenantId: tenant, schedule: hourly }));
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual({ activeJobs: 1, runsPerMinute: 1 });
+
+    const pause = beforeNextTransaction("pauseBeforeEdit", () =>
+      pauseJob(f.engine, tenant, job.jobId),
+    );
+    try {
+      // Every two seconds: 30 runs a minute at its peak, 29 more than hourly.
+      const edited = await editJob(f.engine, tenant, job.jobId, job.version, {
+        schedule: { every: "PT2S" },
+      });
+      expect([edited.status, edited.version]).toEqual(["PAUSED", 2]);
+    } finally {
+      pause.remove();
+    }
+    expect(pause.ran()).toBe(true);
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual({ activeJobs: 1, runsPerMinute: 30 });
+  });
+
+  it("an edit refused with a 409 because another edit came first gives its share back", async () => {
+    const tenant = "edit-refused";
+    await writeQuotaOverride(f.engine, tenant, { runsPerMinute: 100 }, new Date());
+    const { job } = await createJob(f.engine, testJob({ tenantId: tenant, schedule: hourly }));
+    const before = await readQuotaUsage(f.engine, tenant);
+
+    const rename = beforeNextTransaction("renameBeforeEdit", () =>
+      editJob(f.engine, tenant, job.jobId, job.version, { name: "renamed first" }),
+    );
+    try {
+      const refused = await editJob(f.engine, tenant, job.jobId, job.version, {
+        schedule: { every: "PT2S" },
+      }).catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(VersionMismatchError);
+    } finally {
+      rename.remove();
+    }
+    expect(rename.ran()).toBe(true);
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual(before);
+  });
+});
+
+describe("giving a reservation back in storage", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  const limits = { activeJobs: 10, runsPerMinute: 100 };
+  const oneJob = { activeJobs: 1, runsPerMinute: 5 };
+
+  it("takes the share off while no recount has replaced the usage, and nothing once one has", async () => {
+    const tenant = "give-back";
+    const now = new Date();
+    expect(await reserveUsage(f.engine, tenant, oneJob, limits)).toBeNull();
+    expect(await writeRecountedUsage(f.engine, tenant, oneJob, null, now)).toBe(true);
+
+    const given = await reserveUsage(f.engine, tenant, oneJob, limits);
+    if (given === null) throw new Error("the reservation was refused");
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual({ activeJobs: 2, runsPerMinute: 10 });
+    expect(await giveBackUsage(f.engine, given)).toBe(true);
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual(oneJob);
+
+    // A recount meanwhile counted the jobs without the refused one: taking it off again would undercount.
+    const recounted = await reserveUsage(f.engine, tenant, oneJob, limits);
+    if (recounted === null) throw new Error("the reservation was refused");
+    const seen = await readQuotaUsage(f.engine, tenant);
+    expect(await writeRecountedUsage(f.engine, tenant, oneJob, seen, now)).toBe(true);
+    expect(await giveBackUsage(f.engine, recounted)).toBe(false);
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual(oneJob);
+
+    // Dropped (an override was set): the next reservation recounts, nothing to take off.
+    const dropped = await reserveUsage(f.engine, tenant, oneJob, limits);
+    if (dropped === null) throw new Error("the reservation was refused");
+    await forgetQuotaUsage(f.engine, tenant);
+    expect(await giveBackUsage(f.engine, dropped)).toBe(false);
+    expect(await readQuotaUsage(f.engine, tenant)).toBeNull();
+    // And a recount that wrote it afresh is not the one the reservation was added to.
+    expect(await writeRecountedUsage(f.engine, tenant, oneJob, null, now)).toBe(true);
+    expect(await giveBackUsage(f.engine, dropped)).toBe(false);
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual(oneJob);
+  });
+});
