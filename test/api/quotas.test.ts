@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { RunPageSchema } from "../../shared/api/schemas/runs.js";
 import { DEFAULT_QUOTAS } from "../../shared/config.js";
+import { waitFor } from "../support/wait.js";
 import { type ApiHarness, expectError, KEY_B, laterJob, startApi } from "./support.js";
 
 /** Tenant A is the harness's admin tenant; B is an ordinary one. */
@@ -81,11 +83,12 @@ describe("quotas over HTTP", () => {
       override: { activeJobs: 1, maxPriority: "normal" },
       runningRuns: 0,
     });
-    expectError(
+    const tooHigh = expectError(
       await api.call("POST", "/jobs", { ...asB, body: laterJob({ priority: "high" }) }),
       403,
       { code: "quota_exceeded", field: "priority" },
     );
+    expect(tooHigh.quota).toBe("maxPriority");
     expect((await api.call("POST", "/jobs", { ...asB, body: laterJob() })).status).toBe(201);
     const over = expectError(await api.call("POST", "/jobs", { ...asB, body: laterJob() }), 403, {
       code: "quota_exceeded",
@@ -112,7 +115,67 @@ describe("quotas over HTTP", () => {
       { code: "quota_exceeded", field: "schedule" },
     );
     expect(tooFast.quota).toBe("runsPerMinute");
+    // An edit is held to the same quotas.
+    const mine = await api.call("POST", "/jobs", { ...asB, body: laterJob() });
+    expect(mine.status, mine.text).toBe(201);
+    const editedTooFast = expectError(
+      await api.call("PATCH", `/jobs/${(mine.body as { id: string }).id}`, {
+        ...asB,
+        body: { schedule: { every: "PT2S" } },
+        headers: { "If-Match": '"1"' },
+      }),
+      403,
+      { code: "quota_exceeded", field: "schedule" },
+    );
+    expect(editedTooFast.quota).toBe("runsPerMinute");
   });
+
+  it("makes a run over concurrentRuns wait, queued with a reason naming the quota, and runs it once a slot frees", async () => {
+    const own = await startApi();
+    try {
+      await own.call("PUT", "/tenants/tenant-b/quotas", { body: { concurrentRuns: 1 } });
+      const due = { schedule: { runAt: new Date().toISOString() } };
+      const ids: string[] = [];
+      for (let i = 0; i < 2; i++) {
+        const created = await own.call("POST", "/jobs", { ...asB, body: laterJob(due) });
+        expect(created.status, created.text).toBe(201);
+        ids.push((created.body as { id: string }).id);
+      }
+      const [holderId, waiterId] = ids;
+      if (holderId === undefined || waiterId === undefined) throw new Error("no jobs created");
+      const { fixture } = own;
+      const queue = fixture.engine.queues.normal;
+      const holderRun = await fixture.nextDelivery(queue, holderId);
+      const waiterRun = await fixture.nextDelivery(queue, waiterId);
+      let release = () => {};
+      const held = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      const holding = fixture.process(fixture.workerDeps("w", { noop: () => held }), holderRun);
+      try {
+        await waitFor("the first run to hold the tenant's slot", async () => {
+          const shown = await own.call("GET", "/quotas", asB);
+          return (shown.body as { runningRuns: number }).runningRuns === 1 ? true : undefined;
+        });
+        expect(await fixture.process(fixture.workerDeps("w"), waiterRun)).toBe("ack");
+        const waiting = RunPageSchema.parse(
+          (await own.call("GET", `/jobs/${waiterId}/runs`, asB)).body,
+        );
+        expect(waiting.items.map((r) => [r.status, r.reason])).toEqual([
+          ["queued", "waiting: tenant at its concurrentRuns quota (1)"],
+        ]);
+      } finally {
+        release();
+        await holding;
+      }
+      // Sent again a second later: now the slot is free and it runs.
+      await fixture.process(fixture.workerDeps("w"), await fixture.nextDelivery(queue, waiterId));
+      const ran = RunPageSchema.parse((await own.call("GET", `/jobs/${waiterId}/runs`, asB)).body);
+      expect(ran.items.map((r) => r.status)).toEqual(["succeeded"]);
+    } finally {
+      await own.close();
+    }
+  }, 60_000);
 
   it("answers 429 with Retry-After once a tenant spends its requests per second", async () => {
     const flood = await startApi();
