@@ -1,9 +1,11 @@
+import { PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DEFAULT_QUOTAS } from "../../shared/config.js";
 import { VersionMismatchError } from "../../shared/errors.js";
 import { createJob, editJob, pauseJob } from "../../shared/jobs/index.js";
 import { newJobId } from "../../shared/keys.js";
 import type { QuotaExceededError } from "../../shared/quotas/limits.js";
+import { MAX_CONTENTION_ATTEMPTS } from "../../shared/storage/dynamo-errors.js";
 import {
   forgetQuotaUsage,
   giveBackUsage,
@@ -14,6 +16,7 @@ import {
 } from "../../shared/storage/tenant-quotas.js";
 import { ValidationError } from "../../shared/validation.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { withFaults } from "../support/faults.js";
 
 const far = () => ({ runAt: new Date(Date.now() + 3_600_000).toISOString() });
 const hourly = { cron: "0 * * * *", timezone: "UTC" };
@@ -138,6 +141,57 @@ describe("a refused create or edit reserves nothing of the tenant's quotas", () 
     expect(rename.ran()).toBe(true);
     expect(await readQuotaUsage(f.engine, tenant)).toEqual(before);
   });
+
+  it("a create whose transaction stays in conflict past its retries (503 busy) gives its share back", async () => {
+    const tenant = "busy";
+    await writeQuotaOverride(f.engine, tenant, { activeJobs: 3 }, new Date());
+    await createJob(f.engine, testJob({ tenantId: tenant, schedule: far() }));
+    const before = await readQuotaUsage(f.engine, tenant);
+    const faulty = withFaults(f.engine, {
+      operation: "TransactWriteItems",
+      times: MAX_CONTENTION_ATTEMPTS,
+    });
+    try {
+      const busy = await createJob(faulty.engine, testJob({ tenantId: tenant, schedule: far() }), {
+        idempotency: { key: "under-conflict", requestHash: "h1" },
+      }).catch((e: unknown) => e);
+      expect((busy as Error).name).toBe("TransactionCanceledException");
+      expect(faulty.injected.count).toBe(MAX_CONTENTION_ATTEMPTS);
+    } finally {
+      faulty.destroy();
+    }
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual(before);
+  }, 30_000);
+
+  it("a create whose answer is lost after its transaction was applied keeps its share: the usage never counts less than the jobs", async () => {
+    const tenant = "lost-answer";
+    await writeQuotaOverride(f.engine, tenant, { activeJobs: 3 }, new Date());
+    await createJob(f.engine, testJob({ tenantId: tenant, schedule: far() }));
+    const name = "loseTheAnswer";
+    let lost = false;
+    f.engine.doc.middlewareStack.add(
+      (next) => async (args) => {
+        const result = await next(args);
+        if (!lost && "TransactItems" in (args.input as object)) {
+          lost = true;
+          throw Object.assign(new Error("socket hang up"), { name: "TimeoutError" });
+        }
+        return result;
+      },
+      { step: "initialize", name },
+    );
+    try {
+      const failed = await createJob(f.engine, testJob({ tenantId: tenant, schedule: far() }), {
+        idempotency: { key: "answer-lost", requestHash: "h1" },
+      }).catch((e: unknown) => e);
+      expect((failed as Error).name).toBe("TimeoutError");
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+    const mine = (await f.jobs()).filter((j) => j.tenantId === tenant);
+    expect(mine).toHaveLength(2);
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual({ activeJobs: 2, runsPerMinute: 0 });
+  });
 });
 
 describe("giving a reservation back in storage", () => {
@@ -179,6 +233,28 @@ describe("giving a reservation back in storage", () => {
     // And a recount that wrote it afresh is not the one the reservation was added to.
     expect(await writeRecountedUsage(f.engine, tenant, oneJob, null, now)).toBe(true);
     expect(await giveBackUsage(f.engine, dropped)).toBe(false);
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual(oneJob);
+  });
+
+  it("gives back on a usage item written before recounts were marked, until a recount marks it", async () => {
+    const tenant = "unmarked";
+    await f.engine.doc.send(
+      new PutCommand({
+        TableName: f.engine.tables.jobs,
+        Item: { pk: `QUOTA#${tenant}`, sk: "USAGE", tenantId: tenant, ...oneJob },
+      }),
+    );
+    const given = await reserveUsage(f.engine, tenant, oneJob, limits);
+    expect(given?.recount).toBeNull();
+    if (given === null) throw new Error("the reservation was refused");
+    expect(await giveBackUsage(f.engine, given)).toBe(true);
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual(oneJob);
+
+    const again = await reserveUsage(f.engine, tenant, oneJob, limits);
+    if (again === null) throw new Error("the reservation was refused");
+    const seen = await readQuotaUsage(f.engine, tenant);
+    expect(await writeRecountedUsage(f.engine, tenant, oneJob, seen, new Date())).toBe(true);
+    expect(await giveBackUsage(f.engine, again)).toBe(false);
     expect(await readQuotaUsage(f.engine, tenant)).toEqual(oneJob);
   });
 });
