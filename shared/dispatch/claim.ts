@@ -6,7 +6,7 @@ import { putRunsUnconditionally, writeClaim } from "../storage/claim.js";
 import { dueEntryKey, removeOrphanDueEntry } from "../storage/due-entries.js";
 import { jobExpiresAt } from "../storage/retention.js";
 import { queuedRun, skippedRun } from "../storage/runs.js";
-import { planClaim } from "./plan-claim.js";
+import { attemptOf, planClaim } from "./plan-claim.js";
 
 /** Leaves room under DynamoDB's 100 items per transaction for the entry, job, next entry and fence. */
 const MAX_RUNS_PER_CLAIM = 50;
@@ -126,7 +126,12 @@ function planWrites(
     queuedRun(runSpec(r.scheduledFor, r.dueAt, r.attempt, r.plannedFor), now, settings),
   );
   const skippedItems = plan.skipped.map((s) =>
-    skippedRun(runSpec(s.scheduledFor, s.scheduledFor, 1), s.reason, now, settings),
+    skippedRun(
+      runSpec(s.scheduledFor, s.scheduledFor, attemptOf(entry, s.scheduledFor)),
+      s.reason,
+      now,
+      settings,
+    ),
   );
 
   let next: DueEntry | null = null;

@@ -133,8 +133,13 @@ function planOccurrences(input: ClaimPlanInput): ClaimPlan {
   let catchUpCount = entry.catchUpCount ?? 0;
   const onTime = (at: Date): PlannedRun =>
     windowMs === null
-      ? { scheduledFor: at, dueAt: at, attempt: 1 }
-      : { scheduledFor: at, dueAt: planned(at), plannedFor: planned(at), attempt: 1 };
+      ? { scheduledFor: at, dueAt: at, attempt: attemptOf(entry, at) }
+      : {
+          scheduledFor: at,
+          dueAt: planned(at),
+          plannedFor: planned(at),
+          attempt: attemptOf(entry, at),
+        };
 
   if (isMisfired(planned(scheduledFor), now, misfireGraceMs)) {
     const cutoff = new Date(now.getTime() - misfireGraceMs);
@@ -194,6 +199,17 @@ function planOccurrences(input: ClaimPlanInput): ClaimPlan {
     advancesJob: true,
     next: cursor === null ? null : { scheduledFor: cursor, dueAt: planned(cursor), catchUpCount },
   };
+}
+
+/**
+ * The attempt a claim writes for an occurrence: the first, except for the entry's own occurrence
+ * when the entry names a later one (a one-off whose run a pause cancelled runs again on resume as
+ * its next attempt).
+ */
+export function attemptOf(entry: DueEntry, at: Date): number {
+  return entry.kind === "occurrence" && at.getTime() === Date.parse(entry.scheduledFor)
+    ? entry.attempt
+    : 1;
 }
 
 function takeWhile<T>(items: readonly T[], keep: (item: T) => boolean): T[] {

@@ -41,9 +41,15 @@ function completesOneOff(job: Job, run: Pick<Run, "scheduledFor">): boolean {
 
 /**
  * Whether ending this run so leaves its one-off job nothing pending: its occurrence succeeded,
- * went dead (a replay can still run it), was skipped or cancelled. A FAILED run has its next attempt.
+ * went dead (a replay can still run it), was skipped or cancelled. A FAILED run has its next
+ * attempt, and so does a run a pause cancelled: the job's resume gives its occurrence a new run.
  */
-export function endsOneOff(job: Job, run: Pick<Run, "scheduledFor">, status: FinalStatus): boolean {
+export function endsOneOff(
+  job: Job,
+  run: Pick<Run, "scheduledFor" | "cancelledBy">,
+  status: FinalStatus,
+): boolean {
+  if (status === "CANCELLED" && run.cancelledBy === "pause") return false;
   return (
     completesOneOff(job, run) &&
     (status === "SUCCEEDED" || status === "DEAD" || status === "SKIPPED" || status === "CANCELLED")
@@ -107,7 +113,10 @@ export async function endOnCancelRequest(
 ): Promise<void> {
   const by = CANCEL_SOURCES.find((source) => source === cancel.context.cancelledBy) ?? "api";
   const job = progress.tracked ? null : await getJob(engine, run.jobId);
-  const completesJob = job !== null && job.status === "ACTIVE" && endsOneOff(job, run, "CANCELLED");
+  const completesJob =
+    job !== null &&
+    job.status === "ACTIVE" &&
+    endsOneOff(job, { ...run, cancelledBy: by }, "CANCELLED");
   await finishRun(
     engine,
     run,

@@ -4,19 +4,20 @@ import { plannedTime, windowMsOf } from "../schedule/index.js";
 import { dueEntryKey } from "../storage/due-entries.js";
 
 /**
- * The due entry of the job's first attempt of the occurrence at `at`, filed as of `now`, at the
- * occurrence's planned time (its jitter offset added, when the job has a window).
+ * The due entry of the job's occurrence at `at` (its first attempt, unless `attempt` says
+ * otherwise), filed as of `now`, at the occurrence's planned time (its jitter offset added, when
+ * the job has a window).
  */
-export function dueEntryFor(engine: Engine, job: Job, at: Date, now: Date): DueEntry {
+export function dueEntryFor(engine: Engine, job: Job, at: Date, now: Date, attempt = 1): DueEntry {
   const dueAt = plannedTime(job.jobId, at, windowMsOf(job.window));
   return {
-    key: dueEntryKey(job.jobId, dueAt, 1, now, engine.settings.shardCount),
+    key: dueEntryKey(job.jobId, dueAt, attempt, now, engine.settings.shardCount),
     kind: "occurrence",
     jobId: job.jobId,
     tenantId: job.tenantId,
     dueAt: dueAt.toISOString(),
     scheduledFor: at.toISOString(),
-    attempt: 1,
+    attempt,
     jobVersion: job.version,
     priority: job.priority,
     schedule: job.schedule,

@@ -6,6 +6,7 @@ import { parseRunId, shardOf } from "../keys.js";
 import type { DueEntry, Job, Run } from "../model.js";
 import { sendRuns } from "../queue/work-queue.js";
 import { inflightPk, runMessageOf } from "../storage/items.js";
+import { latestAttemptOf } from "../storage/job-queries.js";
 import { writeResumedJob } from "../storage/job-status.js";
 import { rearmParkedRun } from "../storage/run-park.js";
 import { dueEntryFor, hasEnd } from "./due-entry.js";
@@ -14,7 +15,8 @@ import { withJob } from "./with-job.js";
 
 /**
  * Resumes a paused job: its pending occurrence gets its due entry back (the
- * claim applies the misfire policy to what fell due meanwhile), and the runs
+ * claim applies the misfire policy to what fell due meanwhile; a one-off whose
+ * run the pause cancelled gets its occurrence back too), and the runs
  * parked while it was paused are sent again (their workers apply the misfire
  * policy at start). Each parked run gets its reaper deadline back before the
  * job says ACTIVE, so a resume that dies before sending loses none of them.
@@ -28,7 +30,9 @@ export async function resumeJob(engine: Engine, tenantId: string, jobId: string)
       if (job.status === "ACTIVE") return { done: null };
       if (job.status !== "PAUSED") throw new IllegalTransitionError("resume", job.status);
       const parked = await rearmParked(engine, job, now);
-      const due = job.nextRunAt ? dueEntryFor(engine, job, new Date(job.nextRunAt), now) : null;
+      const due = job.nextRunAt
+        ? dueEntryFor(engine, job, new Date(job.nextRunAt), now)
+        : await rerunOfPauseCancelled(engine, job, now);
       // An edit while paused set an end the job had already reached: nothing is left to run.
       const completes = due === null && hasEnd(job);
       return {
@@ -80,4 +84,24 @@ async function rearmParked(engine: Engine, job: Job, now: Date): Promise<Run[]> 
     if (run) runs.push(run);
   });
   return runs;
+}
+
+/**
+ * A one-off whose run a pause with `running: "cancel"` cancelled (or is cancelling) has nothing
+ * pending: its occurrence goes back as a due entry for that run's next attempt, so the claim
+ * applies the misfire policy to it as to any occurrence that fell due while the job was paused.
+ * The run's key makes it one run however many resumes plan it; the occurrence was counted when it
+ * was first claimed and is not counted again.
+ */
+async function rerunOfPauseCancelled(
+  engine: Engine,
+  job: Job,
+  now: Date,
+): Promise<DueEntry | null> {
+  if (!("runAt" in job.schedule)) return null;
+  const latest = await latestAttemptOf(engine, job.jobId, job.schedule.runAt);
+  if (latest === null || latest.cancelledBy !== "pause") return null;
+  if (latest.status !== "CANCELLED" && latest.status !== "RUNNING") return null;
+  const entry = dueEntryFor(engine, job, new Date(latest.scheduledFor), now, latest.attempt + 1);
+  return { ...entry, queuedBefore: Math.max(0, (entry.queuedBefore ?? 0) - 1) };
 }

@@ -185,3 +185,27 @@ export async function* liveRunsOfJob(
     startKey = page.LastEvaluatedKey;
   } while (startKey);
 }
+
+/** The latest attempt of one occurrence of the job (a consistent read), or null when it has none. */
+export async function latestAttemptOf(
+  engine: Engine,
+  jobId: string,
+  scheduledFor: string,
+): Promise<Run | null> {
+  const page = await engine.doc.send(
+    new QueryCommand({
+      TableName: engine.tables.runs,
+      KeyConditionExpression: "pk = :pk AND sk BETWEEN :first AND :last",
+      ExpressionAttributeValues: {
+        ":pk": jobPk(jobId),
+        ":first": runSortKey(scheduledFor, 1),
+        ":last": runSortKey(scheduledFor, MAX_ATTEMPT),
+      },
+      ScanIndexForward: false,
+      Limit: 1,
+      ConsistentRead: true,
+    }),
+  );
+  const [item] = page.Items ?? [];
+  return item ? decodeRun(item) : null;
+}

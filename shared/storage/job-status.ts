@@ -42,6 +42,7 @@ export async function writeResumedJob(
 ): Promise<Job> {
   const set = {
     status: completes ? "COMPLETED" : "ACTIVE",
+    nextRunAt: due?.scheduledFor ?? null,
     nextDueKey: due?.key ?? null,
     parkedRuns: {},
     updatedAt: now.toISOString(),

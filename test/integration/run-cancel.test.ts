@@ -11,8 +11,16 @@ import {
 } from "../../shared/errors.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
 import { processRun } from "../../shared/execution/worker.js";
-import { cancelJob, cancelRun, createJob, pauseJob, triggerJob } from "../../shared/jobs/index.js";
+import {
+  cancelJob,
+  cancelRun,
+  createJob,
+  pauseJob,
+  resumeJob,
+  triggerJob,
+} from "../../shared/jobs/index.js";
 import type { Job, Run } from "../../shared/model.js";
+import type { MisfirePolicy } from "../../shared/policies.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
@@ -377,5 +385,116 @@ describe("cancelling a job's running runs", () => {
     expect(await processing).toBe("ack");
     const runs = await runsOf(f, job.jobId);
     expect(runs.map((r) => [r.status, r.cancelledBy ?? null])).toEqual([["SUCCEEDED", null]]);
+  }, 40_000);
+
+  /** A one-off `sleep` of `ms`, running under a worker, paused with running: cancel until its run ended. */
+  async function pauseCancelledOneOff(ms: number, misfire: MisfirePolicy = "fire_once") {
+    const runAt = new Date().toISOString();
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "sleep",
+        payload: { ms },
+        schedule: { runAt },
+        policies: { ...testJob().policies, misfire },
+      }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const processing = f.process(f.workerDeps("worker-pr", {}, HEARTBEAT_MS), received);
+    await runningRun(f, job.jobId);
+    await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+    expect(await processing).toBe("ack");
+    const runs = await runsOf(f, job.jobId);
+    expect(runs.map((r) => [r.attempt, r.status, r.cancelledBy])).toEqual([
+      [1, "CANCELLED", "pause"],
+    ]);
+    expect((await jobOf(f, job.jobId)).status).toBe("PAUSED");
+    return { job, runAt };
+  }
+
+  const byAttempt = (runs: Run[]) => [...runs].sort((a, b) => a.attempt - b.attempt);
+
+  it("a one-off paused with running: cancel runs again on resume (its next attempt) and completes", async () => {
+    const { job, runAt } = await pauseCancelledOneOff(2_000);
+
+    const resumed = await resumeJob(f.engine, job.tenantId, job.jobId);
+    expect(resumed.status).toBe("ACTIVE");
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(received.message.attempt).toBe(2);
+    expect(await f.process(f.workerDeps("worker-pr2", {}, HEARTBEAT_MS), received)).toBe("ack");
+
+    const runs = byAttempt(await runsOf(f, job.jobId));
+    expect(runs.map((r) => [r.attempt, r.status, r.scheduledFor])).toEqual([
+      [1, "CANCELLED", runAt],
+      [2, "SUCCEEDED", runAt],
+    ]);
+    expect(await jobOf(f, job.jobId)).toMatchObject({ status: "COMPLETED", nextRunAt: null });
+    expect((await f.dueEntries()).filter((e) => e.jobId === job.jobId)).toEqual([]);
+  }, 40_000);
+
+  it("resume called twice at once, and once more, gives the paused-and-cancelled one-off exactly one new run", async () => {
+    const { job } = await pauseCancelledOneOff(30_000);
+
+    const both = await Promise.all([
+      resumeJob(f.engine, job.tenantId, job.jobId),
+      resumeJob(f.engine, job.tenantId, job.jobId),
+    ]);
+    expect(both.map((j) => j.status)).toEqual(["ACTIVE", "ACTIVE"]);
+    expect((await resumeJob(f.engine, job.tenantId, job.jobId)).status).toBe("ACTIVE");
+
+    const runs = byAttempt(await runsOf(f, job.jobId));
+    expect(runs.map((r) => [r.attempt, r.status])).toEqual([
+      [1, "CANCELLED"],
+      [2, "QUEUED"],
+    ]);
+    expect((await f.dueEntries()).filter((e) => e.jobId === job.jobId)).toEqual([]);
+    const deliveries = await f.receiveAll(f.engine.queues.normal, { quietMs: 1_500 });
+    expect(
+      deliveries.filter((d) => d.message.jobId === job.jobId).map((d) => d.message.attempt),
+    ).toEqual([2]);
+  }, 40_000);
+
+  it("under misfire skip, a resume past the grace records the one-off's new run SKIPPED and completes the job", async () => {
+    const { job } = await pauseCancelledOneOff(30_000, "skip");
+    const later = new Date(Date.now() + f.engine.settings.misfireGraceMs + 60_000);
+
+    const resumed = await resumeJob({ ...f.engine, clock: () => later }, job.tenantId, job.jobId);
+    expect(resumed.status).toBe("COMPLETED");
+    const runs = byAttempt(await runsOf(f, job.jobId));
+    expect(runs.map((r) => [r.attempt, r.status])).toEqual([
+      [1, "CANCELLED"],
+      [2, "SKIPPED"],
+    ]);
+    expect(runs[1]?.reason).toContain("policy skip");
+    expect((await f.dueEntries()).filter((e) => e.jobId === job.jobId)).toEqual([]);
+  }, 40_000);
+
+  it("a resume before the paused one-off's cancelled run has ended: that ending does not complete the job, and the new run does", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "sleep",
+        payload: { ms: 1_000 },
+        schedule: { runAt: new Date().toISOString() },
+      }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    // No heartbeat before the handler ends: only the end write sees the pause's cancel request.
+    const processing = f.process(f.workerDeps("worker-late", {}, 60_000), received);
+    await runningRun(f, job.jobId);
+    await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+    expect((await resumeJob(f.engine, job.tenantId, job.jobId)).status).toBe("ACTIVE");
+    expect(await processing).toBe("ack");
+    expect((await jobOf(f, job.jobId)).status).toBe("ACTIVE");
+
+    const next = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(next.message.attempt).toBe(2);
+    expect(await f.process(f.workerDeps("worker-late2", {}, HEARTBEAT_MS), next)).toBe("ack");
+    const runs = byAttempt(await runsOf(f, job.jobId));
+    expect(runs.map((r) => [r.attempt, r.status, r.cancelledBy ?? null])).toEqual([
+      [1, "CANCELLED", "pause"],
+      [2, "SUCCEEDED", null],
+    ]);
+    expect((await jobOf(f, job.jobId)).status).toBe("COMPLETED");
   }, 40_000);
 });
