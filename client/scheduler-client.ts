@@ -267,15 +267,23 @@ class SchedulesApi {
 
   /**
    * The schedule's next occurrences, in UTC and in its zone, from `from`
-   * (default now); a 400 names what is wrong.
+   * (default now), stopping where a job created now with `end` (its `endAt`,
+   * `maxRuns`) would; a 400 names what is wrong.
    */
-  preview(schedule: Schedule, count?: number, from?: Date | string): Promise<Preview> {
+  preview(
+    schedule: Schedule,
+    count?: number,
+    from?: Date | string,
+    end: { readonly endAt?: Date | string; readonly maxRuns?: number } = {},
+  ): Promise<Preview> {
     return unwrap(
       this.client.http.POST("/schedules/preview", {
         body: {
           schedule,
           ...(count === undefined ? {} : { count }),
           ...(from === undefined ? {} : { from: instantText(from) }),
+          ...(end.endAt === undefined ? {} : { endAt: instantText(end.endAt) }),
+          ...(end.maxRuns === undefined ? {} : { maxRuns: end.maxRuns }),
         },
       }),
     );

@@ -37,21 +37,38 @@ export function schedulesCommand(program: Command, io: CliIo): void {
       .option(
         "--from <instant>",
         "occurrences at or after this ISO-8601 instant, such as a DST night months ahead (default now)",
+      )
+      .option(
+        "--end-at <instant>",
+        "recurring schedules: stop at this ISO-8601 instant, as a job's endAt would",
+      )
+      .option(
+        "--max-runs <n>",
+        "recurring schedules: stop after this many occurrences, as a job's maxRuns would",
+        wholeNumber,
       ),
   ).action(async (flags, command: Command) => {
     const context = contextOf(command, io);
     const schedule = scheduleFrom(flags);
+    const end = {
+      ...(flags.endAt !== undefined ? { endAt: flags.endAt } : {}),
+      ...(flags.maxRuns !== undefined ? { maxRuns: flags.maxRuns } : {}),
+    };
     let preview: Preview;
     if (flags.job !== undefined) {
       if (schedule !== undefined)
         throw new InvalidArgumentError("give either --job or a schedule, not both");
+      if (Object.keys(end).length > 0)
+        throw new InvalidArgumentError(
+          "--end-at and --max-runs go with a schedule; a job's preview stops at the job's own end",
+        );
       preview = await context.client.jobs.handle(flags.job).preview(flags.count, flags.from);
     } else {
       if (schedule === undefined)
         throw new InvalidArgumentError(
           "give a schedule (--run-at, --cron with --timezone, or --every) or --job",
         );
-      preview = await context.client.schedules.preview(schedule, flags.count, flags.from);
+      preview = await context.client.schedules.preview(schedule, flags.count, flags.from, end);
     }
     context.print(preview, previewTable);
   });

@@ -564,6 +564,53 @@ describe("schedules and the webhook secret", () => {
     expect(invalid.field).toBe("schedule.every");
   });
 
+  it("schedules preview --end-at and --max-runs stop where a job created with them would; bad values are refused", async () => {
+    const hourly = [
+      "schedules",
+      "preview",
+      "--every",
+      "PT1H",
+      "--start-at",
+      "2030-01-01T00:00:00Z",
+    ];
+    const hours = (preview: Preview) => preview.occurrences.map((occurrence) => occurrence.utc);
+    const ended = await json<Preview>(
+      ...hourly,
+      "--end-at",
+      "2030-01-01T02:30:00Z",
+      "--count",
+      "10",
+    );
+    expect(hours(ended)).toEqual([
+      "2030-01-01T00:00:00.000Z",
+      "2030-01-01T01:00:00.000Z",
+      "2030-01-01T02:00:00.000Z",
+    ]);
+    const counted = await json<Preview>(...hourly, "--max-runs", "2", "--count", "10");
+    expect(hours(counted)).toEqual(["2030-01-01T00:00:00.000Z", "2030-01-01T01:00:00.000Z"]);
+    const both = await json<Preview>(
+      ...hourly,
+      ...["--end-at", "2030-01-01T05:00:00Z", "--max-runs", "4", "--count", "10"],
+    );
+    expect(hours(both)).toHaveLength(4);
+    const table = await cli([...hourly, "--max-runs", "1"]);
+    expect(table.code).toBe(EXIT.ok);
+    expect(table.out.trimEnd().split("\n").slice(2)).toHaveLength(1);
+
+    const notNumber = await cli([...hourly, "--max-runs", "three"]);
+    expect(notNumber.code).toBe(EXIT.usage);
+    expect(notNumber.err).toMatch(/"three" is not a whole number/);
+    expect((await failing(EXIT.invalid, ...hourly, "--max-runs", "0")).field).toBe("maxRuns");
+    expect((await failing(EXIT.invalid, ...hourly, "--end-at", "soon")).field).toBe("endAt");
+    const oneOff = ["schedules", "preview", "--run-at", "2030-01-01T00:00:00Z"];
+    expect((await failing(EXIT.invalid, ...oneOff, "--max-runs", "2")).field).toBe("maxRuns");
+    const job = await json<Job>("jobs", "create", "--type", "noop", "--every", "PT15M");
+    const withJob = await cli(["schedules", "preview", "--job", job.id, "--max-runs", "2"]);
+    expect(withJob.code).toBe(EXIT.usage);
+    expect(withJob.err).toMatch(/--end-at and --max-runs go with a schedule/);
+    expect((await cli(["jobs", "cancel", job.id])).code).toBe(EXIT.ok);
+  });
+
   it("--window sets the jitter window, edit --window none removes it; a job's preview shows planned times", async () => {
     const job = await json<Job>(
       "jobs",
