@@ -3,6 +3,7 @@ import { IllegalTransitionError } from "../errors.js";
 import type { Job, PauseRunning } from "../model.js";
 import { writePausedJob } from "../storage/job-status.js";
 import { cancelRunsOfJob } from "./cancel-run.js";
+import { rerunIfResumedMeanwhile } from "./resume.js";
 import { withJob } from "./with-job.js";
 
 /**
@@ -23,6 +24,9 @@ export async function pauseJob(
     if (job.status !== "ACTIVE") throw new IllegalTransitionError("pause", job.status);
     return { write: () => writePausedJob(engine, job, now) };
   });
-  if (options.running === "cancel") await cancelRunsOfJob(engine, job, "pause", false);
+  if (options.running === "cancel") {
+    await cancelRunsOfJob(engine, job, "pause", false);
+    if ("runAt" in job.schedule) await rerunIfResumedMeanwhile(engine, tenantId, jobId);
+  }
   return job;
 }

@@ -2,6 +2,7 @@ import { forEachConcurrently } from "../concurrency.js";
 import { dispatchAfterCommit } from "../dispatch/fast-path.js";
 import type { Engine } from "../engine.js";
 import { IllegalTransitionError } from "../errors.js";
+import { endsOneOff } from "../execution/run-endings.js";
 import { parseRunId, shardOf } from "../keys.js";
 import type { DueEntry, Job, Run } from "../model.js";
 import { sendRuns } from "../queue/work-queue.js";
@@ -30,11 +31,13 @@ export async function resumeJob(engine: Engine, tenantId: string, jobId: string)
       if (job.status === "ACTIVE") return { done: null };
       if (job.status !== "PAUSED") throw new IllegalTransitionError("resume", job.status);
       const parked = await rearmParked(engine, job, now);
+      const claimed = job.nextRunAt ? null : await claimedOneOff(engine, job, now);
       const due = job.nextRunAt
         ? dueEntryFor(engine, job, new Date(job.nextRunAt), now)
-        : await rerunOfPauseCancelled(engine, job, now);
-      // An edit while paused set an end the job had already reached: nothing is left to run.
-      const completes = due === null && hasEnd(job);
+        : (claimed?.rerun ?? null);
+      // Nothing is left to run: an edit while paused set an end the job had already reached, or a
+      // one-off's occurrence ended for good while the job was paused.
+      const completes = due === null && (hasEnd(job) || claimed?.ended === true);
       return {
         write: async () => ({
           entry: due,
@@ -87,21 +90,65 @@ async function rearmParked(engine: Engine, job: Job, now: Date): Promise<Run[]> 
 }
 
 /**
- * A one-off whose run a pause with `running: "cancel"` cancelled (or is cancelling) has nothing
- * pending: its occurrence goes back as a due entry for that run's next attempt, so the claim
- * applies the misfire policy to it as to any occurrence that fell due while the job was paused.
- * The run's key makes it one run however many resumes plan it; the occurrence was counted when it
- * was first claimed and is not counted again.
+ * What resume does with a one-off whose occurrence was claimed (nothing pending), from the
+ * occurrence's latest attempt: a run the pause cancelled (ended, or still asked to) gets its next
+ * attempt as a due entry (`rerun`), so the claim applies the misfire policy to it as to any
+ * occurrence that fell due while the job was paused; a run that ended for good while the job was
+ * paused (its ending completes a one-off only while ACTIVE) completes the job (`ended`). Queued,
+ * parked, running and failed runs (with their next attempt) end the job themselves.
  */
-async function rerunOfPauseCancelled(
+async function claimedOneOff(
   engine: Engine,
   job: Job,
   now: Date,
-): Promise<DueEntry | null> {
+): Promise<{ readonly rerun?: DueEntry; readonly ended?: boolean } | null> {
   if (!("runAt" in job.schedule)) return null;
   const latest = await latestAttemptOf(engine, job.jobId, job.schedule.runAt);
-  if (latest === null || latest.cancelledBy !== "pause") return null;
+  if (latest === null) return null;
+  const rerun = rerunOf(engine, job, latest, now);
+  if (rerun) return { rerun };
+  const ended =
+    latest.status !== "QUEUED" &&
+    latest.status !== "RUNNING" &&
+    endsOneOff(job, latest, latest.status);
+  return { ended };
+}
+
+/**
+ * The due entry of the next attempt of a one-off's run that a pause with `running: "cancel"`
+ * cancelled, or null for any other run. The run's key makes it one run however many writers plan
+ * it; the occurrence was counted when it was first claimed and is not counted again.
+ */
+function rerunOf(engine: Engine, job: Job, latest: Run, now: Date): DueEntry | null {
+  if (latest.cancelledBy !== "pause") return null;
   if (latest.status !== "CANCELLED" && latest.status !== "RUNNING") return null;
   const entry = dueEntryFor(engine, job, new Date(latest.scheduledFor), now, latest.attempt + 1);
   return { ...entry, queuedBefore: Math.max(0, (entry.queuedBefore ?? 0) - 1) };
+}
+
+/**
+ * A pause with `running: "cancel"` writes its cancel requests after the pause has committed: a
+ * resume that committed in between found the one-off's run still running, uncancelled, and left
+ * nothing pending. Once the requests are written, an ACTIVE one-off with nothing pending whose
+ * latest run the pause cancelled gets that run's next attempt here, as the resume would have.
+ */
+export async function rerunIfResumedMeanwhile(
+  engine: Engine,
+  tenantId: string,
+  jobId: string,
+): Promise<void> {
+  const entry = await withJob<DueEntry | null>(engine, tenantId, jobId, async (job, now) => {
+    if (job.status !== "ACTIVE" || job.nextDueKey || job.nextRunAt || !("runAt" in job.schedule))
+      return { done: null };
+    const latest = await latestAttemptOf(engine, job.jobId, job.schedule.runAt);
+    const rerun = latest ? rerunOf(engine, job, latest, now) : null;
+    if (rerun === null) return { done: null };
+    return {
+      write: async () => {
+        await writeResumedJob(engine, job, rerun, now);
+        return rerun;
+      },
+    };
+  });
+  await dispatchAfterCommit(engine, entry, "resume");
 }

@@ -3,6 +3,7 @@ import type { AddressInfo } from "node:net";
 import { TransactionConflictException } from "@aws-sdk/client-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sleep } from "../../shared/clock.js";
+import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import {
   JobNotFoundError,
   RunCancelledError,
@@ -19,11 +20,13 @@ import {
   resumeJob,
   triggerJob,
 } from "../../shared/jobs/index.js";
+import { shardOf } from "../../shared/keys.js";
 import type { Job, Run } from "../../shared/model.js";
 import type { MisfirePolicy } from "../../shared/policies.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { withFaults } from "../support/faults.js";
 import { waitFor } from "../support/wait.js";
 
 const LEASE_MS = 3_000;
@@ -496,5 +499,107 @@ describe("cancelling a job's running runs", () => {
       [2, "SUCCEEDED", null],
     ]);
     expect((await jobOf(f, job.jobId)).status).toBe("COMPLETED");
+  }, 40_000);
+
+  it("a resume whose claim never happens (it died after its write) leaves the entry: the next pass gives the one-off its one new run", async () => {
+    const { job, runAt } = await pauseCancelledOneOff(30_000);
+    const putsRuns = (input: Record<string, unknown>) =>
+      ((input.TransactItems as { Put?: { TableName?: string } }[] | undefined) ?? []).some(
+        (item) => item.Put?.TableName === f.engine.tables.runs,
+      );
+    const faulty = withFaults(f.engine, {
+      operation: "TransactWriteItems",
+      times: 1,
+      match: putsRuns,
+      reason: "ValidationError",
+      conflictOn: (item) => item.Put !== undefined,
+    });
+    try {
+      const resumed = await resumeJob(faulty.engine, job.tenantId, job.jobId);
+      expect(resumed).toMatchObject({ status: "ACTIVE", nextRunAt: runAt });
+      expect(faulty.injected.count).toBe(1);
+    } finally {
+      faulty.destroy();
+    }
+    expect((await runsOf(f, job.jobId)).map((r) => r.attempt)).toEqual([1]);
+    expect((await resumeJob(f.engine, job.tenantId, job.jobId)).status).toBe("ACTIVE");
+    const shard = shardOf(job.jobId, f.engine.settings.shardCount);
+    await dispatchShard(f.engine, shard, "pass-resume-1");
+    await dispatchShard(f.engine, shard, "pass-resume-2");
+    const runs = byAttempt(await runsOf(f, job.jobId));
+    expect(runs.map((r) => [r.attempt, r.status])).toEqual([
+      [1, "CANCELLED"],
+      [2, "QUEUED"],
+    ]);
+    expect((await f.dueEntries()).filter((e) => e.jobId === job.jobId)).toEqual([]);
+  }, 40_000);
+
+  it("a resume that commits before the pause has asked its running run to cancel: the one-off still gets its new run", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "sleep",
+        payload: { ms: 1_000 },
+        schedule: { runAt: new Date().toISOString() },
+      }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const processing = f.process(f.workerDeps("worker-race", {}, HEARTBEAT_MS), received);
+    await runningRun(f, job.jobId);
+    const name = "resumeBeforeCancelRequest";
+    let resumedFirst = false;
+    f.engine.doc.middlewareStack.add(
+      (next) => async (args) => {
+        const input = args.input as { UpdateExpression?: string };
+        if (!resumedFirst && input.UpdateExpression?.startsWith("SET cancelRequestedAt")) {
+          resumedFirst = true;
+          expect((await resumeJob(f.engine, job.tenantId, job.jobId)).status).toBe("ACTIVE");
+        }
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    try {
+      await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+    expect(resumedFirst).toBe(true);
+    expect(await processing).toBe("ack");
+
+    const next = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(next.message.attempt).toBe(2);
+    expect(await f.process(f.workerDeps("worker-race2", {}, HEARTBEAT_MS), next)).toBe("ack");
+    const runs = byAttempt(await runsOf(f, job.jobId));
+    expect(runs.map((r) => [r.attempt, r.status, r.cancelledBy ?? null])).toEqual([
+      [1, "CANCELLED", "pause"],
+      [2, "SUCCEEDED", null],
+    ]);
+    expect((await jobOf(f, job.jobId)).status).toBe("COMPLETED");
+  }, 40_000);
+
+  it("a one-off whose run finished while it was paused (running: finish) is COMPLETED on resume, not ACTIVE with nothing to run", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "sleep",
+        payload: { ms: 1_000 },
+        schedule: { runAt: new Date().toISOString() },
+      }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const processing = f.process(f.workerDeps("worker-fin", {}, HEARTBEAT_MS), received);
+    await runningRun(f, job.jobId);
+    await pauseJob(f.engine, job.tenantId, job.jobId, { running: "finish" });
+    expect(await processing).toBe("ack");
+    expect((await runsOf(f, job.jobId)).map((r) => r.status)).toEqual(["SUCCEEDED"]);
+    expect((await jobOf(f, job.jobId)).status).toBe("PAUSED");
+
+    expect(await resumeJob(f.engine, job.tenantId, job.jobId)).toMatchObject({
+      status: "COMPLETED",
+      nextRunAt: null,
+    });
+    expect((await runsOf(f, job.jobId)).map((r) => r.status)).toEqual(["SUCCEEDED"]);
+    expect((await f.dueEntries()).filter((e) => e.jobId === job.jobId)).toEqual([]);
   }, 40_000);
 });
