@@ -1,11 +1,13 @@
 import { setMaxListeners } from "node:events";
-import type { SQSClient } from "@aws-sdk/client-sqs";
 import { sleep } from "../clock.js";
 import { RoundRobin, Wakeup } from "../concurrency.js";
 import { DEFAULT_LOW_PRIORITY_SHARE } from "../config.js";
 import { PRIORITIES, type Priority } from "../model.js";
-import type { Logger } from "../observability.js";
-import { deleteMessages, type ReceivedRun, receiveRuns, SQS_BATCH } from "../queue/work-queue.js";
+import { type ReceivedRun, receiveRuns, SQS_BATCH } from "../queue/work-queue.js";
+import { concurrentRunsCap } from "../quotas/concurrency.js";
+import { AckBatcher } from "./ack-batcher.js";
+import { HeldVisibility } from "./held-visibility.js";
+import { TenantGates } from "./tenant-gates.js";
 import {
   MAX_EARLY_WAIT_MS,
   processRun,
@@ -34,8 +36,14 @@ export interface WorkerLoopOptions {
 /** After an empty receive from a queue below its share, the loop looks there first again this much later. */
 const GUARD_EMPTY_BACKOFF_MS = 1000;
 
-/** Messages held at once, waiting for their second or running, per slot of concurrency. */
+/**
+ * Messages held at once, waiting for their second or running, per slot of concurrency; messages
+ * waiting at their tenant's gate do not count (tenant-gates.ts).
+ */
 const HELD_PER_SLOT = 2;
+
+/** Messages held at all, those waiting at a gate too, per slot of concurrency. */
+const MOST_HELD_PER_SLOT = 100;
 
 /** Receives in flight at once while the queues have a backlog. */
 const MAX_RECEIVERS = 8;
@@ -47,7 +55,9 @@ const MAX_RECEIVERS = 8;
  * (`lowPriorityShare`) while they have runs waiting: a queue below its share
  * is received from first, and a freed slot goes to its waiting run first. Within
  * a priority, the runs it holds take slots in turn by tenant, so a tenant with
- * a backlog does not hold back another's runs. The Lambda worker runs the same
+ * a backlog does not hold back another's runs; a tenant at its concurrent-runs
+ * quota waits at its gate without taking the loop's capacity (tenant-gates.ts),
+ * so the loop receives past its backlog. The Lambda worker runs the same
  * `processRun` per SQS record.
  *
  * A message that arrives early (SQS delays are whole seconds, rounded down)
@@ -69,9 +79,19 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
   const acks = new AckBatcher(deps.engine.sqs, deps.engine.obs.log);
   const { signal } = options;
   const capacity = options.concurrency * HELD_PER_SLOT;
-  // Every message waiting for its second listens for the stop: that many listeners are expected.
-  setMaxListeners(capacity + options.concurrency + 16, signal);
+  const mostHeld = options.concurrency * MOST_HELD_PER_SLOT;
+  // Every message held listens for the stop: that many listeners are expected.
+  setMaxListeners(mostHeld + options.concurrency + 16, signal);
   const settled = new Wakeup();
+  const gates = new TenantGates(
+    (tenantId) => concurrentRunsCap(deps.engine, tenantId),
+    () => settled.notify(),
+  );
+  const visibility = new HeldVisibility(
+    deps.engine.sqs,
+    deps.engine.obs.log,
+    receiveVisibilitySeconds(deps.engine.settings.leaseMs / 1000),
+  );
   const backlog = new Wakeup();
   signal.addEventListener(
     "abort",
@@ -92,7 +112,12 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
         joined = true;
         continue;
       }
-      const free = Math.min(options.concurrency - slots.busy, capacity - held.size) - asked;
+      const free =
+        Math.min(
+          options.concurrency - slots.busy,
+          capacity - gates.counted(),
+          mostHeld - held.size,
+        ) - asked;
       if (free <= 0) {
         await settled.wait();
         continue;
@@ -108,12 +133,17 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
         settled.notify();
       }
       for (const received of batch) {
-        slots.hold(received.message.priority);
-        const task = handle(deps, received, slots, acks, signal).finally(() => {
-          slots.unhold(received.message.priority);
-          held.delete(task);
-          settled.notify();
-        });
+        const { priority, tenantId } = received.message;
+        slots.hold(priority);
+        gates.hold(tenantId);
+        const task = handle(deps, received, { slots, gates, visibility, acks }, signal).finally(
+          () => {
+            slots.unhold(priority);
+            gates.unhold(tenantId);
+            held.delete(task);
+            settled.notify();
+          },
+        );
         held.add(task);
       }
       if (batch.length === SQS_BATCH) backlog.notify();
@@ -125,62 +155,8 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
   const receivers = Math.max(1, Math.min(MAX_RECEIVERS, Math.ceil(capacity / SQS_BATCH)));
   await Promise.all(Array.from({ length: receivers }, (_, i) => receiver(i === 0)));
   await Promise.allSettled(held);
+  await visibility.stop();
   await acks.flush();
-}
-
-/**
- * Deletes acknowledged messages ten to a request. A delete may wait a moment:
- * the message stays invisible for a lease, and a run already ended is only
- * acknowledged again if it comes back.
- */
-export class AckBatcher {
-  private readonly pending = new Map<string, string[]>();
-  private readonly deleting = new Set<Promise<void>>();
-  private timer: NodeJS.Timeout | undefined;
-
-  constructor(
-    private readonly sqs: SQSClient,
-    private readonly log: Logger,
-    private readonly lingerMs = 50,
-  ) {}
-
-  add(received: ReceivedRun): void {
-    const handles = this.pending.get(received.queueUrl) ?? [];
-    handles.push(received.receiptHandle);
-    this.pending.set(received.queueUrl, handles);
-    if (handles.length >= SQS_BATCH) this.track(this.flushQueue(received.queueUrl));
-    else this.timer ??= setTimeout(() => this.track(this.flush()), this.lingerMs);
-  }
-
-  /** Sends what is pending and waits for every delete already sent, so none is cut off at exit. */
-  async flush(): Promise<void> {
-    clearTimeout(this.timer);
-    this.timer = undefined;
-    await Promise.all([
-      ...[...this.pending.keys()].map((url) => this.flushQueue(url)),
-      ...this.deleting,
-    ]);
-  }
-
-  private track(deleting: Promise<void>): void {
-    this.deleting.add(deleting);
-    void deleting.finally(() => this.deleting.delete(deleting));
-  }
-
-  private async flushQueue(queueUrl: string): Promise<void> {
-    const handles = this.pending.get(queueUrl) ?? [];
-    this.pending.delete(queueUrl);
-    if (handles.length === 0) return;
-    try {
-      await deleteMessages(this.sqs, queueUrl, handles);
-    } catch (error) {
-      // Undeleted, they come back after their visibility and are acknowledged again: nothing reruns.
-      this.log.warn("could not delete acknowledged messages", {
-        messages: handles.length,
-        error: String(error),
-      });
-    }
-  }
 }
 
 /**
@@ -330,20 +306,60 @@ async function receiveByPriority(
   return [];
 }
 
+interface LoopParts {
+  readonly slots: FairSlots;
+  readonly gates: TenantGates;
+  readonly visibility: HeldVisibility;
+  readonly acks: AckBatcher;
+}
+
 async function handle(
   deps: WorkerDeps,
   received: ReceivedRun,
-  slots: FairSlots,
-  acks: AckBatcher,
+  parts: LoopParts,
   signal: AbortSignal,
+): Promise<void> {
+  const { tenantId } = received.message;
+  const letGo = parts.visibility.track(received);
+  try {
+    let gate: { passed: boolean; waitedMs: number };
+    try {
+      gate = await parts.gates.enter(tenantId, signal);
+    } catch (error) {
+      // Its tenant's quota could not be read: left undeleted, the message comes back.
+      deps.engine.obs.log.warn("could not read the tenant's quota; the message will come back", {
+        tenantId,
+        error: String(error),
+      });
+      return;
+    }
+    // Stopping: leave it undeleted; it comes back after its visibility, or the reaper re-sends it.
+    if (!gate.passed) return;
+    try {
+      await runHeld(deps, { ...received, waitedForQuotaMs: gate.waitedMs }, parts, signal, letGo);
+    } finally {
+      parts.gates.leave(tenantId);
+    }
+  } finally {
+    letGo();
+  }
+}
+
+async function runHeld(
+  deps: WorkerDeps,
+  received: ReceivedRun,
+  { slots, acks }: LoopParts,
+  signal: AbortSignal,
+  starting: () => void,
 ): Promise<void> {
   const early = Date.parse(received.message.dueAt) - deps.engine.clock().getTime();
   if (early > 0 && early <= MAX_EARLY_WAIT_MS) {
     await sleep(early, signal);
-    // Stopping: leave it undeleted; it comes back after its visibility, or the reaper re-sends it.
     if (signal.aborted) return;
   }
   await slots.acquire(received.message.priority, received.message.tenantId);
+  // From here on the run's own heartbeat keeps the message invisible.
+  starting();
   try {
     if ((await processRun(deps, received)) === "ack") acks.add(received);
   } catch (error) {

@@ -109,7 +109,9 @@ async function runStarted(
   const { engine } = deps;
   // Read after the start write, consistently: whatever the job says now is what this run obeys.
   const job = await getJob(engine, run.jobId);
-  const decision = decideStart(job, run, engine.clock(), engine.settings.misfireGraceMs);
+  // A wait for the tenant's concurrent-runs quota in the worker loop is not lateness.
+  const lateAsOf = new Date(engine.clock().getTime() - (received.waitedForQuotaMs ?? 0));
+  const decision = decideStart(job, run, lateAsOf, engine.settings.misfireGraceMs);
   if (decision.action === "end") {
     await finishRun(
       engine,

@@ -1,4 +1,5 @@
 import {
+  ChangeMessageVisibilityBatchCommand,
   ChangeMessageVisibilityCommand,
   DeleteMessageBatchCommand,
   ReceiveMessageCommand,
@@ -24,6 +25,11 @@ export interface ReceivedRun {
   readonly receiveCount: number;
   /** The visibility it was received with, when the receiver chose one; else the queue's default. */
   readonly visibilitySeconds?: number;
+  /**
+   * How long the worker loop held it back because its tenant was at its concurrent-runs quota:
+   * a wait for the quota is not lateness (the misfire policy does not count it).
+   */
+  readonly waitedForQuotaMs?: number;
 }
 
 /** SQS takes at most this many messages a batch request and returns at most this many a receive. */
@@ -183,6 +189,34 @@ export async function setVisibility(
       VisibilityTimeout: Math.max(0, Math.min(43_200, Math.ceil(seconds))),
     }),
   );
+}
+
+/** Sets the visibility of many received messages, ten to a request; returns the handles that failed. */
+export async function setVisibilities(
+  sqs: SQSClient,
+  queueUrl: string,
+  receiptHandles: readonly string[],
+  seconds: number,
+): Promise<string[]> {
+  const failed: string[] = [];
+  for (let i = 0; i < receiptHandles.length; i += SQS_BATCH) {
+    const batch = receiptHandles.slice(i, i + SQS_BATCH);
+    const result = await sqs.send(
+      new ChangeMessageVisibilityBatchCommand({
+        QueueUrl: queueUrl,
+        Entries: batch.map((handle, index) => ({
+          Id: String(index),
+          ReceiptHandle: handle,
+          VisibilityTimeout: Math.max(0, Math.min(43_200, Math.ceil(seconds))),
+        })),
+      }),
+    );
+    for (const entry of result.Failed ?? []) {
+      const handle = batch[Number(entry.Id)];
+      if (handle !== undefined) failed.push(handle);
+    }
+  }
+  return failed;
 }
 
 export async function deleteMessages(

@@ -14,6 +14,12 @@ export type SlotDecision =
   | { readonly kind: "unlimited" }
   | { readonly kind: "full"; readonly limit: number };
 
+/** The tenant's concurrent-runs quota as this process caches it; null: no limit. */
+export async function concurrentRunsCap(engine: Engine, tenantId: string): Promise<number | null> {
+  return effectiveQuotas(engine.settings.quotas, await cachedQuotaOverride(engine, tenantId))
+    .concurrentRuns;
+}
+
 /**
  * The tenant's concurrent-runs quota at a run's start: takes one of the
  * tenant's slots `0 … concurrentRuns − 1` for the run, under the run's lease,
@@ -29,8 +35,7 @@ export async function takeTenantSlot(engine: Engine, run: Run, now: Date): Promi
   const leaseUntil =
     run.leaseUntil ?? new Date(now.getTime() + engine.settings.leaseMs).toISOString();
   const nowIso = now.toISOString();
-  const cached = await cachedQuotaOverride(engine, run.tenantId);
-  const cachedLimit = effectiveQuotas(engine.settings.quotas, cached).concurrentRuns;
+  const cachedLimit = await concurrentRunsCap(engine, run.tenantId);
   if (cachedLimit === null) return { kind: "unlimited" };
   let limit: number = cachedLimit;
   for (let read = 1; read <= SLOT_READS; read++) {

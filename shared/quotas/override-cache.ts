@@ -5,7 +5,8 @@ import { type QuotaOverride, readQuotaOverride } from "../storage/tenant-quotas.
 const MAX_CACHED_TENANTS = 10_000;
 
 interface Cached {
-  readonly override: QuotaOverride;
+  /** A read still in flight is shared: a burst of starts for one tenant makes one read. */
+  readonly override: Promise<QuotaOverride>;
   readonly readAt: number;
 }
 
@@ -33,9 +34,14 @@ export async function cachedQuotaOverride(
   const now = elapsedMs();
   const cached = cache.get(tenantId);
   if (cached && now - cached.readAt < engine.settings.quotaCacheMs) return cached.override;
-  const override = await readQuotaOverride(engine, tenantId);
+  const override = readQuotaOverride(engine, tenantId);
   if (cache.size >= MAX_CACHED_TENANTS) cache.clear();
-  cache.set(tenantId, { override, readAt: now });
+  const entry = { override, readAt: now };
+  cache.set(tenantId, entry);
+  // A failed read is not kept: the next caller reads again.
+  override.catch(() => {
+    if (cache.get(tenantId) === entry) cache.delete(tenantId);
+  });
   return override;
 }
 

@@ -9,6 +9,7 @@ import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
 import { createJob, pauseJob, resumeJob, triggerJob } from "../../shared/jobs/index.js";
 import type { Priority } from "../../shared/model.js";
 import { decodeRunMessage } from "../../shared/queue/work-queue.js";
+import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { seedJobs } from "../support/seed.js";
 import { waitFor } from "../support/wait.js";
@@ -192,18 +193,32 @@ describe("the worker loop's fairness", () => {
     const startedAt = new Map<string, number>();
     let running = 0;
     let mostRunning = 0;
+    const runningOf = new Map<string, number>();
+    const mostRunningOf = new Map<string, number>();
     const handler: JobHandler = async (ctx) => {
       const duration = ms[startedAt.size] ?? ms.at(-1) ?? 0;
       startedAt.set(ctx.jobId, Date.now());
       running++;
       mostRunning = Math.max(mostRunning, running);
+      const tenantRunning = (runningOf.get(ctx.tenantId) ?? 0) + 1;
+      runningOf.set(ctx.tenantId, tenantRunning);
+      mostRunningOf.set(
+        ctx.tenantId,
+        Math.max(mostRunningOf.get(ctx.tenantId) ?? 0, tenantRunning),
+      );
       try {
         await new Promise((resolve) => setTimeout(resolve, duration));
       } finally {
         running--;
+        runningOf.set(ctx.tenantId, (runningOf.get(ctx.tenantId) ?? 1) - 1);
       }
     };
-    return { handler, startedAt, mostRunning: () => mostRunning };
+    return {
+      handler,
+      startedAt,
+      mostRunning: () => mostRunning,
+      mostRunningOf: (tenantId: string) => mostRunningOf.get(tenantId) ?? 0,
+    };
   }
 
   async function createMany(
@@ -268,6 +283,57 @@ describe("the worker loop's fairness", () => {
     expect(track.mostRunning()).toBeLessThanOrEqual(10);
   }, 60_000);
 
+  it("receives past a capped tenant's backlog: another tenant's runs behind it start at once, the capped one never runs more than its cap nor goes back through the table", async () => {
+    const track = tracked(300);
+    await writeQuotaOverride(f.engine, "t-backlog", { concurrentRuns: 2 }, new Date());
+    const runAt = new Date().toISOString();
+    // In queue order: the capped tenant's 40, then the quiet tenant's 3.
+    const backlog = await createMany(40, {
+      tenantId: "t-backlog",
+      priority: "normal",
+      type: "tracked-gate",
+      runAt,
+    });
+    const quiet = await createMany(3, {
+      tenantId: "t-quiet",
+      priority: "normal",
+      type: "tracked-gate",
+      runAt,
+    });
+    const stop = new AbortController();
+    // Four slots, eight messages held: without the gate, the backlog's messages fill the loop.
+    const loop = runWorkerLoop(f.workerDeps("gate", { "tracked-gate": track.handler }), {
+      concurrency: 4,
+      signal: stop.signal,
+      idleWaitSeconds: 0,
+      idleSleepMs: 20,
+    });
+    try {
+      await waitFor(
+        "the quiet tenant's runs to start",
+        () => quiet.every((id) => track.startedAt.has(id)),
+        30_000,
+      );
+      const startedBacklog = backlog.filter((id) => track.startedAt.has(id)).length;
+      // Two at a time for 300 ms each: the quiet runs did not wait for the backlog to drain.
+      expect(startedBacklog).toBeLessThanOrEqual(10);
+      await waitFor("every run to start", () => track.startedAt.size === 43, 60_000);
+    } finally {
+      stop.abort();
+      await loop;
+    }
+    const ours = async () =>
+      (await f.runs()).filter((r) => backlog.includes(r.jobId) || quiet.includes(r.jobId));
+    await waitFor("every run to end", async () =>
+      (await ours()).every((r) => r.status === "SUCCEEDED"),
+    );
+    const runs = await ours();
+    expect(runs).toHaveLength(43);
+    // Held at the gate, not sent back to wait: every run started once.
+    expect(runs.map((r) => r.fence)).toEqual(runs.map(() => 1));
+    expect(track.mostRunningOf("t-backlog")).toBeLessThanOrEqual(2);
+  }, 90_000);
+
   it("gives a freed slot to the tenant with no run in progress before one whose runs fill the slots", async () => {
     // The first run takes 0.5 s and the second 3 s, so one slot is freed well before the other.
     const track = tracked(500, 3000, 100);
@@ -307,4 +373,65 @@ describe("the worker loop's fairness", () => {
     const lastBig = Math.max(...big.map((id) => track.startedAt.get(id) ?? Number.NaN));
     expect(track.startedAt.get(small)).toBeLessThan(lastBig);
   }, 60_000);
+});
+
+describe("messages held at a tenant's gate", () => {
+  let f: EngineFixture;
+  // A 3 s lease: the loop receives with 5 s of visibility (the lease and the early wait).
+  beforeAll(async () => {
+    f = await createEngineFixture({ settings: { leaseMs: 3_000, misfireGraceMs: 60_000 } });
+  });
+  afterAll(() => f.destroy());
+
+  it("stay invisible while they wait longer than the visibility they were received with", async () => {
+    await writeQuotaOverride(f.engine, "t-slow", { concurrentRuns: 1 }, new Date());
+    const received: string[] = [];
+    f.engine.sqs.middlewareStack.add(
+      (next, context) => async (args) => {
+        const result = await next(args);
+        if (context.commandName === "ReceiveMessageCommand") {
+          const output = result.output as { Messages?: { Body?: string }[] };
+          for (const m of output.Messages ?? []) {
+            const message = decodeRunMessage(m.Body);
+            if (message) received.push(message.jobId);
+          }
+        }
+        return result;
+      },
+      { step: "initialize", name: "recordReceives" },
+    );
+    const runAt = new Date().toISOString();
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const created = await createJob(
+        f.engine,
+        testJob({ tenantId: "t-slow", type: "slow-gate", schedule: { runAt } }),
+      );
+      ids.push(created.job.jobId);
+    }
+    const handler: JobHandler = () => sleep(4_000);
+    const stop = new AbortController();
+    const loop = runWorkerLoop(f.workerDeps("held", { "slow-gate": handler }, 1_000), {
+      concurrency: 4,
+      signal: stop.signal,
+      idleWaitSeconds: 0,
+      idleSleepMs: 20,
+    });
+    try {
+      // The third waits about 8 s at the gate, past its 5 s of visibility.
+      await waitFor(
+        "every run to succeed",
+        async () => {
+          const runs = (await f.runs()).filter((r) => ids.includes(r.jobId));
+          return runs.length === 3 && runs.every((r) => r.status === "SUCCEEDED");
+        },
+        60_000,
+        200,
+      );
+    } finally {
+      stop.abort();
+      await loop;
+    }
+    expect(received.filter((id) => ids.includes(id)).sort()).toEqual([...ids].sort());
+  }, 90_000);
 });

@@ -2,7 +2,7 @@ import { DeleteMessageBatchCommand, SQSClient } from "@aws-sdk/client-sqs";
 import { mockClient } from "aws-sdk-client-mock";
 import { describe, expect, it } from "vitest";
 import { sleep } from "../../shared/clock.js";
-import { AckBatcher } from "../../shared/execution/worker-loop.js";
+import { AckBatcher } from "../../shared/execution/ack-batcher.js";
 import type { Logger } from "../../shared/observability.js";
 import type { ReceivedRun } from "../../shared/queue/work-queue.js";
 
