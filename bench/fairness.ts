@@ -17,6 +17,9 @@ import { percentile } from "./percentile.js";
  * drain time. Then an API flood: A sends 2,000 requests in 10 s while B makes its usual requests;
  * reports A's 429s and B's latency beside its baseline. Everything goes over HTTP.
  *
+ * Before anything is created, an admin tenant sets A's quotas as an operator would for a tenant
+ * known to burst: concurrent runs (default half the worker slots) and requests per second.
+ *
  * The jobs are created more than the fast-path window (lookahead + 2 min) before they are due, so
  * the dispatcher claims them, as it does for jobs created ahead of time: its turns between tenants
  * decide the order of the messages.
@@ -24,6 +27,10 @@ import { percentile } from "./percentile.js";
 export interface FairnessOptions {
   readonly aJobs?: number;
   readonly bJobs?: number;
+  /** A's concurrentRuns quota; null: none. */
+  readonly aConcurrentRuns?: number | null;
+  /** A's requestsPerSecond quota. */
+  readonly aRequestsPerSecond?: number;
   /** Sandbox worker slots. */
   readonly workers?: number;
   /** How long each run sleeps. */
@@ -71,8 +78,9 @@ export interface FairnessResult {
   readonly a: LagFigures & {
     readonly highestConcurrentRuns: number;
     readonly drainSeconds: number;
-    /** A's concurrency cap, when the sandbox has per-tenant quotas; else null. */
+    /** A's concurrentRuns quota as `GET /quotas` tells A; null: none. */
     readonly concurrencyCap: number | null;
+    readonly requestsPerSecond: number;
   };
   readonly flood: {
     readonly aRequests: LatencyFigures;
@@ -103,7 +111,10 @@ export async function runFairness(options: FairnessOptions = {}): Promise<Fairne
   const print = options.print ?? ((line: string) => console.log(line));
   const aJobs = options.aJobs ?? 3000;
   const bJobs = options.bJobs ?? 30;
-  const workers = options.workers ?? 32;
+  const workers = options.workers ?? 64;
+  const aConcurrentRuns =
+    options.aConcurrentRuns === undefined ? Math.floor(workers / 2) : options.aConcurrentRuns;
+  const aRequestsPerSecond = options.aRequestsPerSecond ?? 50;
   const sleepMs = options.sleepMs ?? 200;
   const loadAtStart = loadavg().map((l) => Number(l.toFixed(2)));
   print(`load average ${loadAtStart.join(", ")}; starting a sandbox (${workers} workers)…`);
@@ -112,7 +123,8 @@ export async function runFairness(options: FairnessOptions = {}): Promise<Fairne
     tickSeconds: TICK_SECONDS,
     dataParent: existsSync(TMPFS) ? TMPFS : tmpdir(),
     env: {
-      SCHEDULER_API_KEYS: "a-key=tenant-a,b-key=tenant-b",
+      SCHEDULER_API_KEYS: "a-key=tenant-a,b-key=tenant-b,ops-key=ops",
+      ADMIN_TENANTS: "ops",
       LOOKAHEAD_SECONDS: String(LOOKAHEAD_SECONDS),
       // Late starts must still run, not be skipped as misfires: lag is what is measured.
       MISFIRE_GRACE_SECONDS: "3600",
@@ -120,8 +132,18 @@ export async function runFairness(options: FairnessOptions = {}): Promise<Fairne
   });
   const a = apiClient(sandbox.url, { kind: "bearer", key: "a-key" });
   const b = apiClient(sandbox.url, { kind: "bearer", key: "b-key" });
+  const ops = apiClient(sandbox.url, { kind: "bearer", key: "ops-key" });
   try {
+    const quotas = await ops("PUT", "/tenants/tenant-a/quotas", {
+      ...(aConcurrentRuns === null ? {} : { concurrentRuns: aConcurrentRuns }),
+      requestsPerSecond: aRequestsPerSecond,
+    });
+    if (quotas.status !== 200)
+      throw new Error(`setting A's quotas: ${quotas.status} ${JSON.stringify(quotas.body)}`);
     const concurrencyCap = await readConcurrencyCap(a);
+    print(
+      `A's quotas: concurrentRuns ${concurrencyCap ?? "none"}, requestsPerSecond ${aRequestsPerSecond}`,
+    );
     // A's jobs (and B's second batch) first, due far enough out that creating them all ends
     // before the fast-path window; B's baseline 30 s before them, created last.
     const estimatedCreateMs = (aJobs + 2 * bJobs) * 60;
@@ -165,6 +187,7 @@ export async function runFairness(options: FairnessOptions = {}): Promise<Fairne
         highestConcurrentRuns: highestConcurrency(aRuns),
         drainSeconds: (Math.max(...aFinished) - dueTogether.getTime()) / 1000,
         concurrencyCap,
+        requestsPerSecond: aRequestsPerSecond,
       },
     };
     print(
@@ -224,12 +247,12 @@ export async function runFairness(options: FairnessOptions = {}): Promise<Fairne
 const wholeSecond = (ms: number) => new Date(Math.ceil(ms / 1000) * 1000);
 const ratio = (x: number, y: number) => (y > 0 ? x / y : Number.NaN);
 
-/** A's concurrency cap from `GET /quotas`, when the sandbox has per-tenant quotas. */
+/** The caller's concurrentRuns quota, as `GET /quotas` tells it. */
 async function readConcurrencyCap(api: Api): Promise<number | null> {
-  const response = await api<Record<string, unknown>>("GET", "/quotas");
-  if (response.status !== 200) return null;
-  const found = JSON.stringify(response.body).match(/"concurrentRuns"\s*:\s*(\d+)/);
-  return found?.[1] ? Number(found[1]) : null;
+  const response = await api<{ quotas?: { concurrentRuns?: number | null } }>("GET", "/quotas");
+  if (response.status !== 200)
+    throw new Error(`GET /quotas: ${response.status} ${JSON.stringify(response.body)}`);
+  return response.body.quotas?.concurrentRuns ?? null;
 }
 
 async function createOneOffs(
@@ -397,7 +420,8 @@ ${lagRow(`B beside A (due ${r.bBesideA.dueAt})`, r.bBesideA)}
 ${lagRow("A (same second)", r.a)}
 
 - B's p99 beside A is ${r.bP99Ratio.toFixed(2)}× its p99 alone (goal: at most 1.5×).
-- A ran at most ${r.a.highestConcurrentRuns} runs at once (cap: ${r.a.concurrencyCap ?? "none: no per-tenant quota in this build"}) and drained in ${r.a.drainSeconds.toFixed(1)} s.
+- A's quotas: concurrentRuns ${r.a.concurrencyCap ?? "none"}, requestsPerSecond ${r.a.requestsPerSecond}.
+- A ran at most ${r.a.highestConcurrentRuns} runs at once and drained in ${r.a.drainSeconds.toFixed(1)} s.
 
 ## API flood (\`GET /jobs?limit=1\`, latency of the 200s in ms)
 
@@ -416,7 +440,9 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
     options: {
       "a-jobs": { type: "string", default: "3000" },
       "b-jobs": { type: "string", default: "30" },
-      workers: { type: "string", default: "32" },
+      workers: { type: "string", default: "64" },
+      "a-concurrent-runs": { type: "string" },
+      "a-requests-per-second": { type: "string", default: "50" },
       "sleep-ms": { type: "string", default: "200" },
       "flood-requests": { type: "string", default: "2000" },
     },
@@ -425,6 +451,13 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
     aJobs: Number(values["a-jobs"]),
     bJobs: Number(values["b-jobs"]),
     workers: Number(values.workers),
+    ...(values["a-concurrent-runs"] === undefined
+      ? {}
+      : {
+          aConcurrentRuns:
+            values["a-concurrent-runs"] === "none" ? null : Number(values["a-concurrent-runs"]),
+        }),
+    aRequestsPerSecond: Number(values["a-requests-per-second"]),
     sleepMs: Number(values["sleep-ms"]),
     floodRequests: Number(values["flood-requests"]),
   });
