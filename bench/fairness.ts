@@ -130,8 +130,11 @@ export async function runFairness(options: FairnessOptions = {}): Promise<Fairne
       MISFIRE_GRACE_SECONDS: "3600",
     },
   });
-  const a = apiClient(sandbox.url, { kind: "bearer", key: "a-key" });
-  const b = apiClient(sandbox.url, { kind: "bearer", key: "b-key" });
+  // Raw clients for the API flood; patient ones for everything else.
+  const rawA = apiClient(sandbox.url, { kind: "bearer", key: "a-key" });
+  const rawB = apiClient(sandbox.url, { kind: "bearer", key: "b-key" });
+  const a = patient(rawA);
+  const b = patient(rawB);
   const ops = apiClient(sandbox.url, { kind: "bearer", key: "ops-key" });
   try {
     const quotas = await ops("PUT", "/tenants/tenant-a/quotas", {
@@ -199,11 +202,11 @@ export async function runFairness(options: FairnessOptions = {}): Promise<Fairne
     print("API: B's baseline…");
     const bRate = options.bRequestsPerSecond ?? 10;
     const floodSeconds = options.floodSeconds ?? 10;
-    const bAloneLatency = await paced(b, bRate * floodSeconds, floodSeconds);
+    const bAloneLatency = await paced(rawB, bRate * floodSeconds, floodSeconds);
     print(`API: A floods with ${options.floodRequests ?? 2000} requests in ${floodSeconds} s…`);
     const [aFlood, bDuring] = await Promise.all([
-      paced(a, options.floodRequests ?? 2000, floodSeconds),
-      paced(b, bRate * floodSeconds, floodSeconds),
+      paced(rawA, options.floodRequests ?? 2000, floodSeconds),
+      paced(rawB, bRate * floodSeconds, floodSeconds),
     ]);
     const flood = {
       aRequests: aFlood,
@@ -247,6 +250,24 @@ export async function runFairness(options: FairnessOptions = {}): Promise<Fairne
 const wholeSecond = (ms: number) => new Date(Math.ceil(ms / 1000) * 1000);
 const ratio = (x: number, y: number) => (y > 0 ? x / y : Number.NaN);
 
+/**
+ * The same client, except that a 429 (the tenant's request rate) waits as told and a 503 (busy)
+ * backs off, up to 20 attempts: the bench's own setup and reading must not lose answers to A's
+ * quota.
+ */
+function patient(api: Api): Api {
+  return async <T>(method: string, path: string, body?: unknown) => {
+    for (let attempt = 1; ; attempt++) {
+      const response = await api<T>(method, path, body);
+      if ((response.status !== 429 && response.status !== 503) || attempt >= 20) return response;
+      const retryAfter = Number(response.headers.get("retry-after") ?? "");
+      await sleep(
+        Number.isFinite(retryAfter) && retryAfter > 0 ? retryAfter * 1000 : 200 * attempt,
+      );
+    }
+  };
+}
+
 /** The caller's concurrentRuns quota, as `GET /quotas` tells it. */
 async function readConcurrencyCap(api: Api): Promise<number | null> {
   const response = await api<{ quotas?: { concurrentRuns?: number | null } }>("GET", "/quotas");
@@ -267,27 +288,15 @@ async function createOneOffs(
     Array.from({ length: count }, (_, i) => i),
     8,
     async (i) => {
-      for (let attempt = 1; ; attempt++) {
-        const response = await api<{ id: string }>("POST", "/jobs", {
-          name: `${name}-${i}`,
-          type: "sleep",
-          payload: { ms: sleepMs },
-          schedule: { runAt: runAt.toISOString() },
-        });
-        if (response.status === 201 || response.status === 200) {
-          ids.push(response.body.id);
-          return;
-        }
-        // 429 (the tenant's request rate) waits as told; 503 (busy) backs off; nothing else is retried.
-        if (attempt >= 20 || (response.status !== 503 && response.status !== 429))
-          throw new Error(
-            `create ${name}-${i}: ${response.status} ${JSON.stringify(response.body)}`,
-          );
-        const retryAfter = Number(response.headers.get("retry-after") ?? "");
-        await sleep(
-          Number.isFinite(retryAfter) && retryAfter > 0 ? retryAfter * 1000 : 200 * attempt,
-        );
-      }
+      const response = await api<{ id: string }>("POST", "/jobs", {
+        name: `${name}-${i}`,
+        type: "sleep",
+        payload: { ms: sleepMs },
+        schedule: { runAt: runAt.toISOString() },
+      });
+      if (response.status !== 201 && response.status !== 200)
+        throw new Error(`create ${name}-${i}: ${response.status} ${JSON.stringify(response.body)}`);
+      ids.push(response.body.id);
     },
   );
   return ids;
@@ -307,6 +316,8 @@ async function waitUntilFinished(
     const sample = pending.filter((_, i) => i % every === 0);
     const check = async (id: string) => {
       const page = await api<{ items?: RunDto[] }>("GET", `/jobs/${id}/runs?limit=5`);
+      if (page.status !== 200)
+        throw new Error(`GET /jobs/${id}/runs: ${page.status} ${JSON.stringify(page.body)}`);
       if (page.body.items?.some((r) => r.status !== "queued" && r.status !== "running"))
         finished.add(id);
     };
@@ -329,6 +340,8 @@ async function runsOf(api: Api, ids: readonly string[]): Promise<RunDto[]> {
   const runs: RunDto[] = [];
   await forEachConcurrently(ids, 8, async (id) => {
     const page = await api<{ items?: RunDto[] }>("GET", `/jobs/${id}/runs?limit=10`);
+    if (page.status !== 200)
+      throw new Error(`GET /jobs/${id}/runs: ${page.status} ${JSON.stringify(page.body)}`);
     const items = page.body.items ?? [];
     const first = items.at(-1);
     if (first) runs.push(first);
