@@ -44,6 +44,11 @@ export class TenantGates {
       this.gates.delete(tenantId);
   }
 
+  /** Messages of the tenant the loop holds, wherever they are. */
+  heldBy(tenantId: string): number {
+    return this.gates.get(tenantId)?.held ?? 0;
+  }
+
   /**
    * Messages that count against the loop's capacity: each tenant's held messages up to its cap.
    * A tenant whose cap is not read yet counts in full.

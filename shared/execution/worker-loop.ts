@@ -74,7 +74,9 @@ const MAX_RECEIVERS = 8;
 export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions): Promise<void> {
   const held = new Set<Promise<void>>();
   const share = options.lowPriorityShare ?? DEFAULT_LOW_PRIORITY_SHARE;
-  const slots = new FairSlots(options.concurrency, share);
+  const slots: FairSlots = new FairSlots(options.concurrency, share, (tenantId) =>
+    gates.heldBy(tenantId),
+  );
   const guard = new ReceiveGuard(slots, deps.engine.clock);
   const acks = new AckBatcher(deps.engine.sqs, deps.engine.obs.log);
   const { signal } = options;
@@ -160,16 +162,19 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
 }
 
 /**
- * At most `size` runs at once. A freed slot goes to a waiting run of a queue below high that is
+ * At most `size` runs at once. A free slot goes to a waiting run of a queue below high that is
  * under its reserved share (lowest first), else to the highest priority with a run waiting; within
- * a priority, to the waiting tenant with the fewest runs in progress (ties in turn), so a tenant
- * whose runs fill the slots does not take the next one from a tenant that has none.
+ * a priority, to the waiting tenant whose backlog in the loop is smallest (the messages it holds,
+ * its runs in progress included; ties in turn), so a tenant whose runs fill the slots, or that has
+ * thousands waiting, does not take the next one from a tenant that has a few. Free slots are
+ * handed out once the runs that became due at the same moment have all asked for one (on the
+ * next turn of the event loop), so that the order among them is this one, not the order their
+ * timers fired in.
  */
 class FairSlots {
   busy = 0;
   /** Runs holding a slot, by priority. */
   private readonly running: Record<Priority, number> = { high: 0, normal: 0, low: 0 };
-  private readonly runningByTenant = new Map<string, number>();
   /** Messages held (waiting for their second or a slot, or running), by priority. */
   private readonly holding: Record<Priority, number> = { high: 0, normal: 0, low: 0 };
   private readonly waiting: Record<Priority, RoundRobin<() => void>> = {
@@ -182,10 +187,12 @@ class FairSlots {
    * so a loop with fewer than 1/share slots reserves none and keeps strict priority order.
    */
   private readonly reserved: number;
+  private granting = false;
 
   constructor(
     private readonly size: number,
     share: number,
+    private readonly backlogOf: (tenantId: string) => number,
   ) {
     this.reserved = Math.floor(size * share);
   }
@@ -204,32 +211,38 @@ class FairSlots {
   }
 
   async acquire(priority: Priority, tenantId: string): Promise<void> {
-    if (this.busy < this.size) {
-      this.busy++;
-      this.count(priority, tenantId, 1);
-      return;
-    }
-    // The releasing run hands its slot over and counts it (see release).
-    await new Promise<void>((resolve) =>
+    await new Promise<void>((resolve) => {
       this.waiting[priority].push(tenantId, () => {
-        this.count(priority, tenantId, 1);
+        this.count(priority, 1);
         resolve();
-      }),
-    );
+      });
+      if (this.busy < this.size && !this.granting) {
+        this.granting = true;
+        setImmediate(() => this.grant());
+      }
+    });
   }
 
-  release(priority: Priority, tenantId: string): void {
-    this.count(priority, tenantId, -1);
+  /** A run is done with its slot: it goes to the next waiting run, if any. */
+  release(priority: Priority): void {
+    this.count(priority, -1);
     const next = this.nextWaiting();
     if (next === undefined) this.busy--;
-    else this.waiting[next].shift((tenant) => this.runningByTenant.get(tenant) ?? 0)?.();
+    else this.waiting[next].shift(this.backlogOf)?.();
   }
 
-  private count(priority: Priority, tenantId: string, delta: 1 | -1): void {
+  private grant(): void {
+    this.granting = false;
+    while (this.busy < this.size) {
+      const next = this.nextWaiting();
+      if (next === undefined) return;
+      this.busy++;
+      this.waiting[next].shift(this.backlogOf)?.();
+    }
+  }
+
+  private count(priority: Priority, delta: 1 | -1): void {
     this.running[priority] += delta;
-    const tenantRuns = (this.runningByTenant.get(tenantId) ?? 0) + delta;
-    if (tenantRuns === 0) this.runningByTenant.delete(tenantId);
-    else this.runningByTenant.set(tenantId, tenantRuns);
   }
 
   /** Whose waiting run gets a freed slot. */
@@ -370,6 +383,6 @@ async function runHeld(
       error: String(error),
     });
   } finally {
-    slots.release(received.message.priority, received.message.tenantId);
+    slots.release(received.message.priority);
   }
 }

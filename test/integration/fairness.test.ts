@@ -334,6 +334,47 @@ describe("the worker loop's fairness", () => {
     expect(track.mostRunningOf("t-backlog")).toBeLessThanOrEqual(2);
   }, 90_000);
 
+  it("gives the slots free when runs fall due together to the tenant with the smaller backlog first, whatever order their timers fire in", async () => {
+    const track = tracked(500);
+    await writeQuotaOverride(f.engine, "t-flood", { concurrentRuns: 4 }, new Date());
+    // Due together 3 s out; in queue order the flood's 40 come first, so their timers fire first.
+    const runAt = new Date(Math.ceil(Date.now() / SECOND) * SECOND + 3 * SECOND).toISOString();
+    const flood = await createMany(40, {
+      tenantId: "t-flood",
+      priority: "normal",
+      type: "tracked-due",
+      runAt,
+    });
+    const few = await createMany(4, {
+      tenantId: "t-few",
+      priority: "normal",
+      type: "tracked-due",
+      runAt,
+    });
+    const stop = new AbortController();
+    const loop = runWorkerLoop(f.workerDeps("due", { "tracked-due": track.handler }), {
+      concurrency: 4,
+      signal: stop.signal,
+      idleWaitSeconds: 0,
+      idleSleepMs: 20,
+    });
+    try {
+      await waitFor(
+        "the few's runs and one of the flood's to start",
+        () =>
+          few.every((id) => track.startedAt.has(id)) && flood.some((id) => track.startedAt.has(id)),
+        30_000,
+      );
+    } finally {
+      stop.abort();
+      await loop;
+    }
+    // Four slots, eight runs due at once (the flood's gate lets four by): the few took all four.
+    const firstFlood = Math.min(...flood.flatMap((id) => track.startedAt.get(id) ?? []));
+    const lastFew = Math.max(...few.map((id) => track.startedAt.get(id) ?? Number.NaN));
+    expect(lastFew).toBeLessThan(firstFlood);
+  }, 60_000);
+
   it("gives a freed slot to the tenant with no run in progress before one whose runs fill the slots", async () => {
     // The first run takes 0.5 s and the second 3 s, so one slot is freed well before the other.
     const track = tracked(500, 3000, 100);
