@@ -213,7 +213,7 @@ class FairSlots {
   async acquire(priority: Priority, tenantId: string): Promise<void> {
     await new Promise<void>((resolve) => {
       this.waiting[priority].push(tenantId, () => {
-        this.count(priority, 1);
+        this.running[priority]++;
         resolve();
       });
       if (this.busy < this.size && !this.granting) {
@@ -225,7 +225,7 @@ class FairSlots {
 
   /** A run is done with its slot: it goes to the next waiting run, if any. */
   release(priority: Priority): void {
-    this.count(priority, -1);
+    this.running[priority]--;
     const next = this.nextWaiting();
     if (next === undefined) this.busy--;
     else this.waiting[next].shift(this.backlogOf)?.();
@@ -239,10 +239,6 @@ class FairSlots {
       this.busy++;
       this.waiting[next].shift(this.backlogOf)?.();
     }
-  }
-
-  private count(priority: Priority, delta: 1 | -1): void {
-    this.running[priority] += delta;
   }
 
   /** Whose waiting run gets a freed slot. */
