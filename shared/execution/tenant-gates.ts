@@ -1,10 +1,12 @@
+import { PRIORITIES, type Priority } from "../model.js";
+
 interface Gate {
   /** Messages held in the loop, wherever they are. */
   held: number;
   /** Messages past the gate: waiting for their second or a slot, or running. */
   passed: number;
-  /** Waiting at the gate, oldest first. */
-  readonly waiting: (() => void)[];
+  /** Waiting at the gate, by priority, oldest first. */
+  readonly waiting: Record<Priority, (() => void)[]>;
   /** The tenant's concurrent-runs quota as last read; undefined until read, null: no limit. */
   cap: number | null | undefined;
 }
@@ -12,11 +14,11 @@ interface Gate {
 /**
  * The worker loop's side of the concurrent-runs quota, and what makes it a fair queue on one
  * machine. A tenant with a cap has at most `cap` of its messages past its gate in this loop
- * (waiting for their second or a slot, or running); the rest wait at the gate in the order they
- * came, with no timer and no request, until one of its runs ends. Messages waiting at a gate do
- * not count against the loop's capacity, so the loop receives past a capped tenant's backlog to
- * the other tenants' messages behind it, as SQS fair queues deliver a quiet tenant's messages
- * before a noisy one's backlog on AWS.
+ * (waiting for their second or a slot, or running); the rest wait at the gate, higher priority
+ * first and in the order they came within one, with no timer and no request, until one of its
+ * runs ends. Messages waiting at a gate do not count against the loop's capacity, so the loop
+ * receives past a capped tenant's backlog to the other tenants' messages behind it, as SQS fair
+ * queues deliver a quiet tenant's messages before a noisy one's backlog on AWS.
  *
  * The quota itself holds across every worker at start (shared/quotas/concurrency.ts): the gate
  * only keeps a tenant at its cap from spending this loop's slots, and the table's requests, on
@@ -40,8 +42,7 @@ export class TenantGates {
   unhold(tenantId: string): void {
     const gate = this.gate(tenantId);
     gate.held--;
-    if (gate.held === 0 && gate.passed === 0 && gate.waiting.length === 0)
-      this.gates.delete(tenantId);
+    if (gate.held === 0 && gate.passed === 0 && waitingAt(gate) === 0) this.gates.delete(tenantId);
   }
 
   /** Messages of the tenant the loop holds, wherever they are. */
@@ -62,41 +63,32 @@ export class TenantGates {
 
   /**
    * Waits until the tenant has fewer than its cap past the gate (reading the cap, which is
-   * cached), then passes; returns how long it waited. A stop ends the wait without passing.
+   * cached), then passes: true. A stop ends the wait without passing: false.
    */
-  async enter(
-    tenantId: string,
-    signal: AbortSignal,
-  ): Promise<{ passed: boolean; waitedMs: number }> {
+  async enter(tenantId: string, priority: Priority, signal: AbortSignal): Promise<boolean> {
     const cap = await this.capOf(tenantId);
     const gate = this.gate(tenantId);
-    if (gate.cap !== cap) {
-      gate.cap = cap;
-      // A cap lifted or raised lets those waiting through first.
-      this.admit(gate);
-      this.capRead();
-    }
-    if (cap === null || (gate.passed < cap && gate.waiting.length === 0)) {
+    this.setCap(gate, cap);
+    if (cap === null || (gate.passed < cap && waitingAt(gate) === 0)) {
       gate.passed++;
-      return { passed: true, waitedMs: 0 };
+      return true;
     }
-    const since = performance.now();
-    const passed = await new Promise<boolean>((resolve) => {
+    return new Promise<boolean>((resolve) => {
+      if (signal.aborted) return resolve(false);
+      const queue = gate.waiting[priority];
       const onAbort = () => {
-        const index = gate.waiting.indexOf(admit);
-        if (index >= 0) gate.waiting.splice(index, 1);
+        const index = queue.indexOf(admit);
+        if (index >= 0) queue.splice(index, 1);
         resolve(false);
       };
-      // The one who frees its place counts it (see `leave`).
+      // The one who frees its place counts it (see `admit`).
       const admit = () => {
         signal.removeEventListener("abort", onAbort);
         resolve(true);
       };
-      if (signal.aborted) return resolve(false);
       signal.addEventListener("abort", onAbort, { once: true });
-      gate.waiting.push(admit);
+      queue.push(admit);
     });
-    return { passed, waitedMs: performance.now() - since };
   }
 
   /** A message that passed the gate is done: the next one waiting may pass. */
@@ -106,19 +98,46 @@ export class TenantGates {
     this.admit(gate);
   }
 
+  /**
+   * Reads the caps of the tenants with messages waiting at their gates again (the reads are
+   * cached), so a quota raised or lifted reaches a backlog the loop already holds.
+   */
+  async refreshCaps(): Promise<void> {
+    const waiting = [...this.gates].filter(([, gate]) => waitingAt(gate) > 0);
+    await Promise.all(
+      waiting.map(async ([tenantId, gate]) => {
+        this.setCap(gate, await this.capOf(tenantId));
+      }),
+    );
+  }
+
+  private setCap(gate: Gate, cap: number | null): void {
+    if (gate.cap === cap) return;
+    gate.cap = cap;
+    // A cap lifted or raised lets those waiting through first.
+    this.admit(gate);
+    this.capRead();
+  }
+
   private admit(gate: Gate): void {
-    while (gate.waiting.length > 0 && (gate.cap == null || gate.passed < gate.cap)) {
+    while (gate.cap == null || gate.passed < gate.cap) {
+      const next = PRIORITIES.find((p) => gate.waiting[p].length > 0);
+      if (next === undefined) return;
       gate.passed++;
-      gate.waiting.shift()?.();
+      gate.waiting[next].shift()?.();
     }
   }
 
   private gate(tenantId: string): Gate {
     let gate = this.gates.get(tenantId);
     if (gate === undefined) {
-      gate = { held: 0, passed: 0, waiting: [], cap: undefined };
+      gate = { held: 0, passed: 0, waiting: { high: [], normal: [], low: [] }, cap: undefined };
       this.gates.set(tenantId, gate);
     }
     return gate;
   }
+}
+
+function waitingAt(gate: Gate): number {
+  return gate.waiting.high.length + gate.waiting.normal.length + gate.waiting.low.length;
 }

@@ -6,7 +6,7 @@ import { PRIORITIES, type Priority } from "../model.js";
 import { type ReceivedRun, receiveRuns, SQS_BATCH } from "../queue/work-queue.js";
 import { concurrentRunsCap } from "../quotas/concurrency.js";
 import { AckBatcher } from "./ack-batcher.js";
-import { HeldVisibility } from "./held-visibility.js";
+import { HeldMessages } from "./held-messages.js";
 import { TenantGates } from "./tenant-gates.js";
 import {
   MAX_EARLY_WAIT_MS,
@@ -44,6 +44,9 @@ const HELD_PER_SLOT = 2;
 
 /** Messages held at all, those waiting at a gate too, per slot of concurrency. */
 const MOST_HELD_PER_SLOT = 100;
+
+/** How often the caps of tenants with messages waiting at their gates are read again (cached 10 s). */
+const CAP_REFRESH_MS = 5_000;
 
 /** Receives in flight at once while the queues have a backlog. */
 const MAX_RECEIVERS = 8;
@@ -89,11 +92,16 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
     (tenantId) => concurrentRunsCap(deps.engine, tenantId),
     () => settled.notify(),
   );
-  const visibility = new HeldVisibility(
-    deps.engine.sqs,
-    deps.engine.obs.log,
+  const kept = new HeldMessages(
+    deps.engine,
     receiveVisibilitySeconds(deps.engine.settings.leaseMs / 1000),
   );
+  const capRefresh = setInterval(() => {
+    gates.refreshCaps().catch((error: unknown) => {
+      deps.engine.obs.log.warn("could not read waiting tenants' quotas", { error: String(error) });
+    });
+  }, CAP_REFRESH_MS);
+  capRefresh.unref();
   const backlog = new Wakeup();
   signal.addEventListener(
     "abort",
@@ -135,17 +143,13 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
         settled.notify();
       }
       for (const received of batch) {
-        const { priority, tenantId } = received.message;
-        slots.hold(priority);
+        const { tenantId } = received.message;
         gates.hold(tenantId);
-        const task = handle(deps, received, { slots, gates, visibility, acks }, signal).finally(
-          () => {
-            slots.unhold(priority);
-            gates.unhold(tenantId);
-            held.delete(task);
-            settled.notify();
-          },
-        );
+        const task = handle(deps, received, { slots, gates, kept, acks }, signal).finally(() => {
+          gates.unhold(tenantId);
+          held.delete(task);
+          settled.notify();
+        });
         held.add(task);
       }
       if (batch.length === SQS_BATCH) backlog.notify();
@@ -157,7 +161,8 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
   const receivers = Math.max(1, Math.min(MAX_RECEIVERS, Math.ceil(capacity / SQS_BATCH)));
   await Promise.all(Array.from({ length: receivers }, (_, i) => receiver(i === 0)));
   await Promise.allSettled(held);
-  await visibility.stop();
+  clearInterval(capRefresh);
+  await kept.stop();
   await acks.flush();
 }
 
@@ -318,7 +323,7 @@ async function receiveByPriority(
 interface LoopParts {
   readonly slots: FairSlots;
   readonly gates: TenantGates;
-  readonly visibility: HeldVisibility;
+  readonly kept: HeldMessages;
   readonly acks: AckBatcher;
 }
 
@@ -328,12 +333,14 @@ async function handle(
   parts: LoopParts,
   signal: AbortSignal,
 ): Promise<void> {
-  const { tenantId } = received.message;
-  const letGo = parts.visibility.track(received);
+  const { tenantId, priority } = received.message;
+  const clock = deps.engine.clock;
+  parts.kept.track(received);
   try {
-    let gate: { passed: boolean; waitedMs: number };
+    const arrivedAt = clock().getTime();
+    let passed: boolean;
     try {
-      gate = await parts.gates.enter(tenantId, signal);
+      passed = await parts.gates.enter(tenantId, priority, signal);
     } catch (error) {
       // Its tenant's quota could not be read: left undeleted, the message comes back.
       deps.engine.obs.log.warn("could not read the tenant's quota; the message will come back", {
@@ -342,33 +349,39 @@ async function handle(
       });
       return;
     }
-    // Stopping: leave it undeleted; it comes back after its visibility, or the reaper re-sends it.
-    if (!gate.passed) return;
+    // Stopping: made visible again for the next loop (HeldMessages.stop).
+    if (!passed) return parts.kept.release(received);
+    // Lateness the gate caused: from when it was due (or arrived, if later) until it passed.
+    const waitedForQuotaMs = Math.max(
+      0,
+      clock().getTime() - Math.max(arrivedAt, Date.parse(received.message.dueAt)),
+    );
+    parts.slots.hold(priority);
     try {
-      await runHeld(deps, { ...received, waitedForQuotaMs: gate.waitedMs }, parts, signal, letGo);
+      await runHeld(deps, { ...received, waitedForQuotaMs }, parts, signal);
     } finally {
+      parts.slots.unhold(priority);
       parts.gates.leave(tenantId);
     }
   } finally {
-    letGo();
+    parts.kept.untrack(received);
   }
 }
 
 async function runHeld(
   deps: WorkerDeps,
   received: ReceivedRun,
-  { slots, acks }: LoopParts,
+  { slots, kept, acks }: LoopParts,
   signal: AbortSignal,
-  starting: () => void,
 ): Promise<void> {
   const early = Date.parse(received.message.dueAt) - deps.engine.clock().getTime();
   if (early > 0 && early <= MAX_EARLY_WAIT_MS) {
     await sleep(early, signal);
-    if (signal.aborted) return;
+    if (signal.aborted) return kept.release(received);
   }
   await slots.acquire(received.message.priority, received.message.tenantId);
-  // From here on the run's own heartbeat keeps the message invisible.
-  starting();
+  // From here on the run's own heartbeat keeps the message invisible and the run off the reaper's list.
+  kept.untrack(received);
   try {
     if ((await processRun(deps, received)) === "ack") acks.add(received);
   } catch (error) {

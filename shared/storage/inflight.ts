@@ -3,7 +3,7 @@ import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
 import { isConditionalCheckFailed } from "./dynamo-errors.js";
 import { decodeRun, inflightPk } from "./items.js";
-import { getRunItem } from "./run-reads.js";
+import { getRunItem, type RunRef, runKeyOf } from "./run-reads.js";
 import { runKey } from "./runs.js";
 import { RUNS_INFLIGHT_INDEX } from "./tables.js";
 
@@ -79,6 +79,39 @@ export async function pushInflightDeadline(
           ":fence": run.fence,
           ":deadline": deadline.toISOString(),
           ...(misfireFrom ? { ":misfireFrom": misfireFrom.toISOString() } : {}),
+        },
+      }),
+    );
+    return true;
+  } catch (error) {
+    if (isConditionalCheckFailed(error)) return false;
+    throw error;
+  }
+}
+
+/**
+ * Moves a QUEUED run's reaper deadline on to `deadline`, while it is still QUEUED under the fence
+ * its message carries: the worker loop holds its message and will start it, so the reaper must not
+ * take it for lost. False when the run started, ended or moved on meanwhile.
+ */
+export async function pushQueuedDeadline(
+  engine: Engine,
+  ref: RunRef,
+  fence: number,
+  deadline: Date,
+): Promise<boolean> {
+  try {
+    await engine.doc.send(
+      new UpdateCommand({
+        TableName: engine.tables.runs,
+        Key: runKeyOf(ref),
+        ConditionExpression: "#status = :queued AND fence = :fence AND inflightSk < :deadline",
+        UpdateExpression: "SET inflightSk = :deadline",
+        ExpressionAttributeNames: { "#status": "status" },
+        ExpressionAttributeValues: {
+          ":queued": "QUEUED",
+          ":fence": fence,
+          ":deadline": deadline.toISOString(),
         },
       }),
     );
