@@ -1,11 +1,12 @@
 import { setMaxListeners } from "node:events";
 import { sleep } from "../clock.js";
-import { RoundRobin, Wakeup } from "../concurrency.js";
+import { Wakeup } from "../concurrency.js";
 import { DEFAULT_LOW_PRIORITY_SHARE } from "../config.js";
 import { PRIORITIES, type Priority } from "../model.js";
 import { type ReceivedRun, receiveRuns, SQS_BATCH } from "../queue/work-queue.js";
 import { concurrentRunsCap } from "../quotas/concurrency.js";
 import { AckBatcher } from "./ack-batcher.js";
+import { DueTimers, FairSlots } from "./fair-slots.js";
 import { HeldMessages } from "./held-messages.js";
 import { TenantGates } from "./tenant-gates.js";
 import {
@@ -92,6 +93,7 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
     (tenantId) => concurrentRunsCap(deps.engine, tenantId),
     () => settled.notify(),
   );
+  const due = new DueTimers();
   const kept = new HeldMessages(
     deps.engine,
     receiveVisibilitySeconds(deps.engine.settings.leaseMs / 1000),
@@ -145,11 +147,13 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
       for (const received of batch) {
         const { tenantId } = received.message;
         gates.hold(tenantId);
-        const task = handle(deps, received, { slots, gates, kept, acks }, signal).finally(() => {
-          gates.unhold(tenantId);
-          held.delete(task);
-          settled.notify();
-        });
+        const task = handle(deps, received, { due, slots, gates, kept, acks }, signal).finally(
+          () => {
+            gates.unhold(tenantId);
+            held.delete(task);
+            settled.notify();
+          },
+        );
         held.add(task);
       }
       if (batch.length === SQS_BATCH) backlog.notify();
@@ -164,95 +168,6 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
   clearInterval(capRefresh);
   await kept.stop();
   await acks.flush();
-}
-
-/**
- * At most `size` runs at once. A free slot goes to a waiting run of a queue below high that is
- * under its reserved share (lowest first), else to the highest priority with a run waiting; within
- * a priority, to the waiting tenant whose backlog in the loop is smallest (the messages it holds,
- * its runs in progress included; ties in turn), so a tenant whose runs fill the slots, or that has
- * thousands waiting, does not take the next one from a tenant that has a few. Free slots are
- * handed out once the runs that became due at the same moment have all asked for one (on the
- * next turn of the event loop), so that the order among them is this one, not the order their
- * timers fired in.
- */
-class FairSlots {
-  busy = 0;
-  /** Runs holding a slot, by priority. */
-  private readonly running: Record<Priority, number> = { high: 0, normal: 0, low: 0 };
-  /** Messages held (waiting for their second or a slot, or running), by priority. */
-  private readonly holding: Record<Priority, number> = { high: 0, normal: 0, low: 0 };
-  private readonly waiting: Record<Priority, RoundRobin<() => void>> = {
-    high: new RoundRobin(),
-    normal: new RoundRobin(),
-    low: new RoundRobin(),
-  };
-  /**
-   * Slots a queue below high is guaranteed while it has runs: its share of the slots, rounded down,
-   * so a loop with fewer than 1/share slots reserves none and keeps strict priority order.
-   */
-  private readonly reserved: number;
-  private granting = false;
-
-  constructor(
-    private readonly size: number,
-    share: number,
-    private readonly backlogOf: (tenantId: string) => number,
-  ) {
-    this.reserved = Math.floor(size * share);
-  }
-
-  hold(priority: Priority): void {
-    this.holding[priority]++;
-  }
-
-  unhold(priority: Priority): void {
-    this.holding[priority]--;
-  }
-
-  /** How many runs short of its share a queue below high holds: what it is received for first. */
-  owed(priority: Priority): number {
-    return priority === "high" ? 0 : Math.max(0, this.reserved - this.holding[priority]);
-  }
-
-  async acquire(priority: Priority, tenantId: string): Promise<void> {
-    await new Promise<void>((resolve) => {
-      this.waiting[priority].push(tenantId, () => {
-        this.running[priority]++;
-        resolve();
-      });
-      if (this.busy < this.size && !this.granting) {
-        this.granting = true;
-        setImmediate(() => this.grant());
-      }
-    });
-  }
-
-  /** A run is done with its slot: it goes to the next waiting run, if any. */
-  release(priority: Priority): void {
-    this.running[priority]--;
-    const next = this.nextWaiting();
-    if (next === undefined) this.busy--;
-    else this.waiting[next].shift(this.backlogOf)?.();
-  }
-
-  private grant(): void {
-    this.granting = false;
-    while (this.busy < this.size) {
-      const next = this.nextWaiting();
-      if (next === undefined) return;
-      this.busy++;
-      this.waiting[next].shift(this.backlogOf)?.();
-    }
-  }
-
-  /** Whose waiting run gets a freed slot. */
-  private nextWaiting(): Priority | undefined {
-    const guarded = (["low", "normal"] as const).find(
-      (p) => this.running[p] < this.reserved && this.waiting[p].size > 0,
-    );
-    return guarded ?? PRIORITIES.find((p) => this.waiting[p].size > 0);
-  }
 }
 
 /**
@@ -321,6 +236,7 @@ async function receiveByPriority(
 }
 
 interface LoopParts {
+  readonly due: DueTimers;
   readonly slots: FairSlots;
   readonly gates: TenantGates;
   readonly kept: HeldMessages;
@@ -371,12 +287,13 @@ async function handle(
 async function runHeld(
   deps: WorkerDeps,
   received: ReceivedRun,
-  { slots, kept, acks }: LoopParts,
+  { due, slots, kept, acks }: LoopParts,
   signal: AbortSignal,
 ): Promise<void> {
-  const early = Date.parse(received.message.dueAt) - deps.engine.clock().getTime();
-  if (early > 0 && early <= MAX_EARLY_WAIT_MS) {
-    await sleep(early, signal);
+  const dueMs = Date.parse(received.message.dueAt);
+  const nowMs = deps.engine.clock().getTime();
+  if (dueMs > nowMs && dueMs - nowMs <= MAX_EARLY_WAIT_MS) {
+    await due.until(dueMs, nowMs, signal);
     if (signal.aborted) return kept.release(received);
   }
   await slots.acquire(received.message.priority, received.message.tenantId);

@@ -337,8 +337,9 @@ describe("the worker loop's fairness", () => {
   it("gives the slots free when runs fall due together to the tenant with the smaller backlog first, whatever order their timers fire in", async () => {
     const track = tracked(500, 500, 500, 500, 100);
     await writeQuotaOverride(f.engine, "t-flood", { concurrentRuns: 4 }, new Date());
-    // Due together 3 s out; in queue order the flood's 40 come first, so their timers fire first.
-    const runAt = new Date(Math.ceil(Date.now() / SECOND) * SECOND + 3 * SECOND).toISOString();
+    // Due together 10 s out, so that every message is held before then however slowly the creates
+    // go; in queue order the flood's 40 come first, so their timers fire first.
+    const runAt = new Date(Math.ceil(Date.now() / SECOND) * SECOND + 10 * SECOND).toISOString();
     const flood = await createMany(40, {
       tenantId: "t-flood",
       priority: "normal",
@@ -351,6 +352,8 @@ describe("the worker loop's fairness", () => {
       type: "tracked-due",
       runAt,
     });
+    if (Date.parse(runAt) - Date.now() < 2 * SECOND)
+      throw new Error("the creates took too long: the runs were due before the loop held them");
     const stop = new AbortController();
     const loop = runWorkerLoop(f.workerDeps("due", { "tracked-due": track.handler }), {
       concurrency: 4,
