@@ -233,9 +233,12 @@ describe("dependencies: a job runs after other jobs", () => {
     const onFailure = await dependentOf([a], "failure");
     const onSuccess = await dependentOf([a], "success");
     const received = await f.nextDelivery(f.engine.queues.normal, a.jobId);
-    // Every delivery crashed its worker after the start: started as often as the redrive allows.
+    // Every delivery crashed its worker after the start: started as often as the redrive allows,
+    // the last lease lapsing now, so that the trigger entry the DLQ writes is due now. (Counted
+    // from now, it was due maxReceiveCount leases ahead, past the lookahead, and the pass claimed
+    // it only when the horizon's minute happened to reach that far: about one run in twelve.)
     const { leaseMs, maxReceiveCount } = f.engine.settings;
-    const base = Date.now();
+    const base = Date.now() - maxReceiveCount * (leaseMs + 1000);
     for (let i = 0; i < maxReceiveCount; i++) {
       const at = new Date(base + i * (leaseMs + 1000));
       const started = await startRun(f.engine, received.message, `crashed-${i}`, at);
