@@ -334,50 +334,6 @@ describe("the worker loop's fairness", () => {
     expect(track.mostRunningOf("t-backlog")).toBeLessThanOrEqual(2);
   }, 90_000);
 
-  it("gives the slots free when runs fall due together to the tenant with the smaller backlog first, whatever order their timers fire in", async () => {
-    const track = tracked(500, 500, 500, 500, 100);
-    await writeQuotaOverride(f.engine, "t-flood", { concurrentRuns: 4 }, new Date());
-    // Due together 10 s out, so that every message is held before then however slowly the creates
-    // go; in queue order the flood's 40 come first, so their timers fire first.
-    const runAt = new Date(Math.ceil(Date.now() / SECOND) * SECOND + 10 * SECOND).toISOString();
-    const flood = await createMany(40, {
-      tenantId: "t-flood",
-      priority: "normal",
-      type: "tracked-due",
-      runAt,
-    });
-    const few = await createMany(4, {
-      tenantId: "t-few",
-      priority: "normal",
-      type: "tracked-due",
-      runAt,
-    });
-    if (Date.parse(runAt) - Date.now() < 2 * SECOND)
-      throw new Error("the creates took too long: the runs were due before the loop held them");
-    const stop = new AbortController();
-    const loop = runWorkerLoop(f.workerDeps("due", { "tracked-due": track.handler }), {
-      concurrency: 4,
-      signal: stop.signal,
-      idleWaitSeconds: 0,
-      idleSleepMs: 20,
-    });
-    try {
-      await waitFor(
-        // Every run, so that no message is left for the next test's loop.
-        "every run to start",
-        () => track.startedAt.size === 44,
-        60_000,
-      );
-    } finally {
-      stop.abort();
-      await loop;
-    }
-    // Four slots, eight runs due at once (the flood's gate lets four by): the few took all four.
-    const firstFlood = Math.min(...flood.flatMap((id) => track.startedAt.get(id) ?? []));
-    const lastFew = Math.max(...few.map((id) => track.startedAt.get(id) ?? Number.NaN));
-    expect(lastFew).toBeLessThan(firstFlood);
-  }, 60_000);
-
   it("gives a freed slot to the tenant with no run in progress before one whose runs fill the slots", async () => {
     // The first run takes 0.5 s and the second 3 s, so one slot is freed well before the other.
     const track = tracked(500, 3000, 100);
