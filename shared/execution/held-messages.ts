@@ -1,6 +1,6 @@
 import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
-import { type ReceivedRun, setVisibilities } from "../queue/work-queue.js";
+import { type ReceivedRun, SQS_BATCH, setVisibilityBatch } from "../queue/work-queue.js";
 import { pushQueuedDeadline } from "../storage/inflight.js";
 
 interface Held {
@@ -111,15 +111,17 @@ export class HeldMessages {
       byQueue.set(queueUrl, handles);
     }
     const batches = [...byQueue].flatMap(([queueUrl, handles]) =>
-      Array.from({ length: Math.ceil(handles.length / 10) }, (_, i) => ({
+      Array.from({ length: Math.ceil(handles.length / SQS_BATCH) }, (_, i) => ({
         queueUrl,
-        handles: handles.slice(i * 10, i * 10 + 10),
+        handles: handles.slice(i * SQS_BATCH, (i + 1) * SQS_BATCH),
       })),
     );
     const done = new Set<string>();
     await forEachConcurrently(batches, LANES, async ({ queueUrl, handles }) => {
       try {
-        const failed = new Set(await setVisibilities(this.engine.sqs, queueUrl, handles, seconds));
+        const failed = new Set(
+          await setVisibilityBatch(this.engine.sqs, queueUrl, handles, seconds),
+        );
         for (const handle of handles) if (!failed.has(handle)) done.add(handle);
       } catch (error) {
         // Visible again once its time is up: delivered again, a duplicate the fence makes harmless.

@@ -191,32 +191,24 @@ export async function setVisibility(
   );
 }
 
-/** Sets the visibility of many received messages, ten to a request; returns the handles that failed. */
-export async function setVisibilities(
+/** Sets the visibility of up to SQS_BATCH received messages in one request; returns the handles that failed. */
+export async function setVisibilityBatch(
   sqs: SQSClient,
   queueUrl: string,
   receiptHandles: readonly string[],
   seconds: number,
 ): Promise<string[]> {
-  const failed: string[] = [];
-  for (let i = 0; i < receiptHandles.length; i += SQS_BATCH) {
-    const batch = receiptHandles.slice(i, i + SQS_BATCH);
-    const result = await sqs.send(
-      new ChangeMessageVisibilityBatchCommand({
-        QueueUrl: queueUrl,
-        Entries: batch.map((handle, index) => ({
-          Id: String(index),
-          ReceiptHandle: handle,
-          VisibilityTimeout: Math.max(0, Math.min(43_200, Math.ceil(seconds))),
-        })),
-      }),
-    );
-    for (const entry of result.Failed ?? []) {
-      const handle = batch[Number(entry.Id)];
-      if (handle !== undefined) failed.push(handle);
-    }
-  }
-  return failed;
+  const result = await sqs.send(
+    new ChangeMessageVisibilityBatchCommand({
+      QueueUrl: queueUrl,
+      Entries: receiptHandles.map((handle, index) => ({
+        Id: String(index),
+        ReceiptHandle: handle,
+        VisibilityTimeout: Math.max(0, Math.min(43_200, Math.ceil(seconds))),
+      })),
+    }),
+  );
+  return (result.Failed ?? []).flatMap((entry) => receiptHandles[Number(entry.Id)] ?? []);
 }
 
 export async function deleteMessages(
