@@ -12,6 +12,7 @@ import { deadLettersRouter } from "./dead-letters-router.js";
 import { docsRouter } from "./docs-router.js";
 import { ApiError, httpAnswerOf, notFound } from "./errors.js";
 import { schemaFailure } from "./issues.js";
+import { jobsBatchRouter } from "./jobs-batch-router.js";
 import { jobsRouter } from "./jobs-router.js";
 import { previewsRouter } from "./previews-router.js";
 import { quotasRouter } from "./quotas-router.js";
@@ -122,6 +123,7 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
   // The document lists the operations in the order mounted here.
   app.route("/", serviceRouter());
   app.route("/", jobsRouter(deps));
+  app.route("/", jobsBatchRouter(deps));
   app.route("/", runsRouter(deps));
   app.route("/", asyncRunsRouter(deps));
   app.route("/", previewsRouter(deps));
@@ -181,7 +183,8 @@ function methodsFor(app: OpenAPIHono<ApiEnv>, path: string): string[] {
   const methods = new Set<string>();
   for (const route of app.routes) {
     if (route.method === "ALL") continue;
-    const pattern = new RegExp(`^${route.path.replace(/:[^/]+/g, "[^/]+")}$`);
+    // A parameter is a whole segment (`/jobs/:id`); a colon inside one is literal (`/jobs:batch`).
+    const pattern = new RegExp(`^${route.path.replace(/\/:[^/]+/g, "/[^/]+")}$`);
     if (pattern.test(path)) methods.add(route.method);
   }
   if (methods.has("GET")) methods.add("HEAD");

@@ -5,6 +5,8 @@ import { ApiError } from "./errors.js";
 export const BODY_OVERHEAD_BYTES = 16 * 1024;
 /** Deeper documents serve no job, and would overflow recursive code (hashing, serializing). */
 const MAX_JSON_DEPTH = 64;
+/** Where a job's payload is in a create's body (its dotted path): any JSON may be in it. */
+const TOP_LEVEL_PAYLOAD = /^payload$/;
 
 // The same test the route validators apply, so a body that passes here is never dropped there.
 const JSON_CONTENT_TYPE = /^application\/([a-z-.]+\+)?json(;\s*[a-zA-Z0-9-]+=([^;]+))*$/i;
@@ -14,9 +16,9 @@ const JSON_CONTENT_TYPE = /^application\/([a-z-.]+\+)?json(;\s*[a-zA-Z0-9-]+=([^
  * way a body can be unreadable gets the API's own answer: 415 for another
  * media type, 413 past the size limit (checked while reading, so a huge body
  * is never buffered), 400 for bytes that are not UTF-8 JSON, too deeply nested,
- * or that use `__proto__` as a field name outside the payload.
+ * or that use `__proto__` as a field name outside the payload (at `payloadPath`).
  */
-export function jsonBody(maxBytes: number): MiddlewareHandler {
+export function jsonBody(maxBytes: number, payloadPath = TOP_LEVEL_PAYLOAD): MiddlewareHandler {
   return async (c, next) => {
     const type = c.req.header("content-type");
     if (type === undefined || !JSON_CONTENT_TYPE.test(type.trim())) {
@@ -44,7 +46,7 @@ export function jsonBody(maxBytes: number): MiddlewareHandler {
       const why = error instanceof Error ? `: ${error.message.slice(0, 200)}` : "";
       throw new ApiError(400, "malformed_json", `the body is not valid JSON${why}`);
     }
-    checkStructure(value);
+    checkStructure(value, payloadPath);
     // The raw stream is spent; the route's validator reads this copy.
     c.req.raw = new Request(c.req.raw, { body: text });
     await next();
@@ -94,7 +96,7 @@ async function readAtMost(request: Request, maxBytes: number): Promise<Uint8Arra
 }
 
 /** Iterative, so that the check itself cannot overflow the stack it protects. */
-function checkStructure(root: unknown): void {
+function checkStructure(root: unknown, payloadPath: RegExp): void {
   const stack: { value: unknown; depth: number; path: string; inPayload: boolean }[] = [
     { value: root, depth: 0, path: "", inPayload: false },
   ];
@@ -111,7 +113,7 @@ function checkStructure(root: unknown): void {
     }
     for (const [key, child] of Object.entries(value)) {
       const childPath = path === "" ? key : `${path}.${key}`;
-      const payload = inPayload || (depth === 0 && key === "payload");
+      const payload = inPayload || payloadPath.test(childPath);
       if (key === "__proto__" && !payload) {
         throw new ApiError(400, "validation_failed", `${childPath}: is not an accepted field`, {
           field: childPath,

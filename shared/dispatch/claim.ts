@@ -157,6 +157,54 @@ function queuedThrough(entry: DueEntry, plan: ReturnType<typeof planClaim>): num
   return (entry.queuedBefore ?? 0) + (plan.occurrencesQueued ?? 0);
 }
 
+/** A new job's first claim, planned: its run items (QUEUED, and SKIPPED records) to write before the job. */
+export interface ClaimBeforeCreate {
+  readonly runs: readonly Run[];
+  /** The items to put, unconditionally (a new job's runs cannot exist yet), before the job. */
+  readonly runItems: readonly Record<string, unknown>[];
+  readonly next: DueEntry | null;
+  /** Occurrences queued, for the job's count; and whether its end condition completed it. */
+  readonly occurrencesQueued: number;
+  readonly ended: boolean;
+  /** What the plan has to say (a fire_all catch-up cut at its cap), logged once it is written. */
+  readonly note: string | null;
+}
+
+/**
+ * Plans the claim of a new job's first entry (see `claimBeforeCreate`)
+ * without writing it, so a batch of creates can write the runs of many jobs
+ * in shared requests; `claimedBeforeCreate` then records it as claimed.
+ */
+export function planClaimBeforeCreate(
+  engine: Engine,
+  entry: DueEntry,
+  now: Date,
+  horizonEnd: Date,
+): ClaimBeforeCreate {
+  const planned = planWrites(engine, entry, now, horizonEnd, {
+    run: new Set(),
+    recorded: new Set(),
+  });
+  return {
+    runs: planned.queued.map((q) => q.run),
+    runItems: [...planned.queued.map((q) => q.item), ...planned.skippedItems],
+    next: planned.next,
+    occurrencesQueued: queuedThrough(entry, planned.plan),
+    ended: planned.plan.ended === true,
+    note: planned.plan.note,
+  };
+}
+
+/** What follows a new job's first claim once its runs are written: the note and the count. */
+export function claimedBeforeCreate(
+  engine: Engine,
+  entry: DueEntry,
+  claim: ClaimBeforeCreate,
+): void {
+  if (claim.note) engine.obs.log.warn(claim.note, { jobId: entry.jobId });
+  engine.obs.metrics.add(METRICS.claims, claim.runs.length, "Count");
+}
+
 /**
  * A job created due inside the fast-path window is claimed as it is created,
  * so no due entry is written only to be deleted a moment later. Its first runs
@@ -170,29 +218,12 @@ export async function claimBeforeCreate(
   entry: DueEntry,
   now: Date,
   horizonEnd: Date,
-): Promise<{
-  readonly runs: readonly Run[];
-  readonly next: DueEntry | null;
-  /** Occurrences queued, for the job's count; and whether its end condition completed it. */
-  readonly occurrencesQueued: number;
-  readonly ended: boolean;
-}> {
-  const planned = planWrites(engine, entry, now, horizonEnd, {
-    run: new Set(),
-    recorded: new Set(),
-  });
+): Promise<ClaimBeforeCreate> {
+  const claim = planClaimBeforeCreate(engine, entry, now, horizonEnd);
   // A new job's runs cannot exist yet, so these need no conditions and can go in batches.
-  await putRunsUnconditionally(engine, [
-    ...planned.queued.map((q) => q.item),
-    ...planned.skippedItems,
-  ]);
-  await afterClaim(engine, entry, { ...planned, skippedItems: [] });
-  return {
-    runs: planned.queued.map((q) => q.run),
-    next: planned.next,
-    occurrencesQueued: queuedThrough(entry, planned.plan),
-    ended: planned.plan.ended === true,
-  };
+  await putRunsUnconditionally(engine, claim.runItems);
+  claimedBeforeCreate(engine, entry, claim);
+  return claim;
 }
 
 async function attemptClaim(

@@ -1,11 +1,11 @@
 import { createHash } from "node:crypto";
-import { claimBeforeCreate } from "../dispatch/claim.js";
+import { type ClaimBeforeCreate, claimBeforeCreate } from "../dispatch/claim.js";
 import { dispatchAfterCommit, sendClaimed } from "../dispatch/fast-path.js";
 import { fastPathHorizonEnd } from "../dispatch/fast-path-window.js";
 import type { Engine } from "../engine.js";
 import { IdempotencyConflictError, IdempotencyKeyTakenError, JobNotFoundError } from "../errors.js";
 import { newJobId } from "../keys.js";
-import type { Job } from "../model.js";
+import type { DueEntry, Job } from "../model.js";
 import { QuotaExceededError } from "../quotas/limits.js";
 import { giveBackJobQuotas, refusedUnwritten, reserveJobQuotas } from "../quotas/usage.js";
 import { firstOccurrence, isAfterSchedule, normalizeSchedule } from "../schedule/index.js";
@@ -75,32 +75,8 @@ export async function createJob(
   options: CreateOptions = {},
 ): Promise<{ job: Job; created: boolean }> {
   const now = engine.clock();
-  const jobId = newJobId(now, engine.random);
-  // Stored normalized (an `every` gets its startAt), so occurrences never depend on when they are computed.
-  const schedule = normalizeSchedule(input.schedule, now);
-  const base0: Job = {
-    ...input,
-    schedule,
-    jobId,
-    status: "ACTIVE",
-    version: 1,
-    nextRunAt: null,
-    nextDueKey: null,
-    createdAt: now.toISOString(),
-    updatedAt: now.toISOString(),
-    activeRuns: {},
-    activeRevision: 0,
-    bufferedRunId: null,
-    parkedRuns: {},
-    lastRun: null,
-    occurrencesQueued: 0,
-    dependents: [],
-  };
-  const first = withinJobEnd(base0, firstOccurrence(schedule, now));
-  // An `after` job has no times of its own: it waits for its upstreams' runs.
-  const base: Job =
-    first === null && !isAfterSchedule(schedule) ? { ...base0, status: "COMPLETED" } : base0;
-  const entry = first ? dueEntryFor(engine, base, first, now) : null;
+  const { base, entry } = prepareNewJob(engine, input, now);
+  const { jobId, schedule } = base;
   // Bad input is refused before anything is reserved: a 400 leaves the tenant's usage as it was.
   const upstreams = await linkNewDependent(engine, input.tenantId, jobId, schedule);
   const idem = options.idempotency;
@@ -134,15 +110,7 @@ export async function createJob(
         throw error;
       })
     : null;
-  const pending = claim ? claim.next : entry;
-  // A one-off past its grace under `skip` was only recorded SKIPPED: nothing is left to run.
-  const leavesNothing = claim !== null && claim.runs.length === 0 && claim.next === null;
-  const counted: Job = claim ? { ...base, occurrencesQueued: claim.occurrencesQueued } : base;
-  const job: Job = pending
-    ? { ...counted, nextRunAt: pending.scheduledFor, nextDueKey: pending.key }
-    : leavesNothing || claim?.ended
-      ? { ...counted, status: "COMPLETED" }
-      : counted;
+  const { job, pending } = jobAfterClaim(base, entry, claim);
   try {
     await writeNewJob(engine, job, pending, idem, upstreams);
   } catch (error) {
@@ -164,14 +132,75 @@ export async function createJob(
   };
 }
 
+/** A new job as it is before its first claim, and its first due entry (null when it has none). */
+export function prepareNewJob(
+  engine: Engine,
+  input: NewJob,
+  now: Date,
+): { base: Job; entry: DueEntry | null } {
+  const jobId = newJobId(now, engine.random);
+  // Stored normalized (an `every` gets its startAt), so occurrences never depend on when they are computed.
+  const schedule = normalizeSchedule(input.schedule, now);
+  const base0: Job = {
+    ...input,
+    schedule,
+    jobId,
+    status: "ACTIVE",
+    version: 1,
+    nextRunAt: null,
+    nextDueKey: null,
+    createdAt: now.toISOString(),
+    updatedAt: now.toISOString(),
+    activeRuns: {},
+    activeRevision: 0,
+    bufferedRunId: null,
+    parkedRuns: {},
+    lastRun: null,
+    occurrencesQueued: 0,
+    dependents: [],
+  };
+  const first = withinJobEnd(base0, firstOccurrence(schedule, now));
+  // An `after` job has no times of its own: it waits for its upstreams' runs.
+  const base: Job =
+    first === null && !isAfterSchedule(schedule) ? { ...base0, status: "COMPLETED" } : base0;
+  return { base, entry: first ? dueEntryFor(engine, base, first, now) : null };
+}
+
+/** The new job as it is written: pointing at its pending entry, counting what the claim queued. */
+export function jobAfterClaim(
+  base: Job,
+  entry: DueEntry | null,
+  claim: Pick<ClaimBeforeCreate, "runs" | "next" | "occurrencesQueued" | "ended"> | null,
+): { job: Job; pending: DueEntry | null } {
+  const pending = claim ? claim.next : entry;
+  // A one-off past its grace under `skip` was only recorded SKIPPED: nothing is left to run.
+  const leavesNothing = claim !== null && claim.runs.length === 0 && claim.next === null;
+  const counted: Job = claim ? { ...base, occurrencesQueued: claim.occurrencesQueued } : base;
+  const job: Job = pending
+    ? { ...counted, nextRunAt: pending.scheduledFor, nextDueKey: pending.key }
+    : leavesNothing || claim?.ended
+      ? { ...counted, status: "COMPLETED" }
+      : counted;
+  return { job, pending };
+}
+
 /** The job an earlier request with this idempotency key created, or null when there was none. */
-async function idempotentReplay(
+export async function idempotentReplay(
   engine: Engine,
   tenantId: string,
   idem: IdempotentRequest,
 ): Promise<Job | null> {
   const record = await readIdempotencyRecord(engine, tenantId, idem.key);
-  if (!record) return null;
+  return record ? replayOf(engine, tenantId, idem, record) : null;
+}
+
+/** The job `record` names, when the request is the same as the one that made it; else 409. */
+export async function replayOf(
+  engine: Engine,
+  tenantId: string,
+  idem: IdempotentRequest,
+  record: { readonly jobId: string; readonly requestHash: string },
+): Promise<Job> {
   if (record.requestHash !== idem.requestHash) throw new IdempotencyConflictError(idem.key);
   try {
     return await getTenantJob(engine, tenantId, record.jobId);

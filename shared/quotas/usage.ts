@@ -101,6 +101,107 @@ export async function reserveJobQuotas(
 }
 
 /**
+ * The quotas of a batch of creates, checked per job and reserved in one
+ * write: each job's priority against maxPriority, then the batch's jobs and
+ * peak runs per minute added to the usage together. When the sum would go over,
+ * the tenant's jobs are recounted (as for one create) and the jobs are let in
+ * in the batch's order while each still fits; the others are refused as a
+ * single create would be. Per job: its share of the reservation (null when
+ * nothing is limited, as for one create) or its QuotaExceededError. Any other
+ * failure is thrown: it is every job's.
+ */
+export async function reserveBatchQuotas(
+  engine: Engine,
+  tenantId: string,
+  shares: readonly { readonly priority: Priority; readonly schedule: ScheduleSpec }[],
+  now: Date,
+): Promise<(UsageReservation | null | QuotaExceededError)[]> {
+  const refusal = (check: () => void): QuotaExceededError | null => {
+    try {
+      check();
+      return null;
+    } catch (error) {
+      if (error instanceof QuotaExceededError) return error;
+      throw error;
+    }
+  };
+  const cached = effectiveQuotas(
+    engine.settings.quotas,
+    await cachedQuotaOverride(engine, tenantId),
+  );
+  if (cached.activeJobs === null && cached.runsPerMinute === null)
+    return shares.map((s) => refusal(() => assertPriorityAllowed(s.priority, cached)));
+  const outcomes: (UsageReservation | null | QuotaExceededError)[] = shares.map(() => null);
+  const adds = shares.map((s) => ({
+    activeJobs: 1,
+    runsPerMinute: peakRunsPerMinute(s.schedule, now),
+  }));
+  let candidates = shares.map((_, i) => i);
+  for (let round = 1; ; round++) {
+    const quotas = effectiveQuotas(
+      engine.settings.quotas,
+      await readQuotaOverride(engine, tenantId, true),
+    );
+    candidates = candidates.filter((i) => {
+      const share = shares[i];
+      const refused = share && refusal(() => assertPriorityAllowed(share.priority, quotas));
+      if (refused) outcomes[i] = refused;
+      return !refused;
+    });
+    if (candidates.length === 0) return outcomes;
+    const total = sumUsage(candidates.map((i) => adds[i] ?? ZERO));
+    const limits = {
+      activeJobs: quotas.activeJobs ?? Number.MAX_SAFE_INTEGER,
+      runsPerMinute: quotas.runsPerMinute ?? Number.MAX_SAFE_INTEGER,
+    };
+    const reservation = await reserveUsage(engine, tenantId, total, limits);
+    if (reservation) {
+      for (const i of candidates) outcomes[i] = { ...reservation, added: adds[i] ?? ZERO };
+      return outcomes;
+    }
+    const seen = await readQuotaUsage(engine, tenantId);
+    const counted = await countUsage(engine, tenantId, now);
+    let running = counted;
+    candidates = candidates.filter((i) => {
+      const add = adds[i] ?? ZERO;
+      const over = overQuota(running, add, quotas, false);
+      if (over) outcomes[i] = over;
+      else running = sumUsage([running, add]);
+      return over === null;
+    });
+    const written = await writeRecountedUsage(engine, tenantId, counted, seen, now);
+    if (candidates.length === 0) return outcomes;
+    if (!written && round >= MAX_RESERVE_ROUNDS) {
+      throw new ConcurrentUpdateError("the tenant's quota usage kept changing during a recount");
+    }
+  }
+}
+
+const ZERO: QuotaUsage = { activeJobs: 0, runsPerMinute: 0 };
+
+const sumUsage = (usages: readonly QuotaUsage[]): QuotaUsage =>
+  usages.reduce(
+    (sum, u) => ({
+      activeJobs: sum.activeJobs + u.activeJobs,
+      runsPerMinute: sum.runsPerMinute + u.runsPerMinute,
+    }),
+    ZERO,
+  );
+
+/**
+ * Gives back the shares of a batch's jobs whose writes were refused, in one
+ * write: they were reserved together, under the same recount token.
+ */
+export async function giveBackBatchShares(
+  engine: Engine,
+  shares: readonly UsageReservation[],
+): Promise<void> {
+  const [first] = shares;
+  if (first === undefined) return;
+  await giveBackJobQuotas(engine, { ...first, added: sumUsage(shares.map((s) => s.added)) });
+}
+
+/**
  * Takes what a create or an edit reserved off the tenant's usage once its
  * write is known not to have been applied (see `refusedUnwritten`). A recount
  * since the reservation already left the share out, so nothing is taken off

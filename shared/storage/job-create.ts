@@ -34,6 +34,16 @@ export async function readIdempotencyRecord(
   return { jobId: String(record.jobId), requestHash: String(record.requestHash) };
 }
 
+/** A new job's item; one created COMPLETED (nothing of its schedule is left to run) expires at its retention. */
+export function newJobItem(engine: Engine, job: Job): Record<string, unknown> {
+  return {
+    ...encodeJob(job),
+    ...(job.status === "COMPLETED"
+      ? { expiresAt: jobExpiresAt(new Date(job.createdAt), engine.settings) }
+      : {}),
+  };
+}
+
 /**
  * Writes a new job with its pending due entry and idempotency record, all or
  * nothing, each conditioned on its key being free (an idempotency record past
@@ -55,12 +65,7 @@ export async function writeNewJob(
   const createdAt = new Date(job.createdAt);
   const putJob = {
     TableName: engine.tables.jobs,
-    Item: {
-      ...encodeJob(job),
-      ...(job.status === "COMPLETED"
-        ? { expiresAt: jobExpiresAt(createdAt, engine.settings) }
-        : {}),
-    },
+    Item: newJobItem(engine, job),
     ConditionExpression: "attribute_not_exists(pk)",
   };
   const writes: NamedWrite<"job" | "dueEntry" | "idempotency" | UpstreamWriteName>[] = [

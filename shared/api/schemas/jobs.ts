@@ -1,6 +1,7 @@
 /** A job as created, edited and returned, and the parameters and headers of the job routes. */
 import { z } from "@hono/zod-openapi";
 import type { JobTypeCatalog } from "../../job-types/registry.js";
+import { MAX_BATCH_JOBS } from "../../jobs/create-batch.js";
 import { PAUSE_RUNNING } from "../../model.js";
 import { MAX_CONCURRENT_LIMIT, MISFIRE_POLICIES, OVERLAP_POLICIES } from "../../policies.js";
 import {
@@ -12,6 +13,7 @@ import {
   pageLimit,
   RUN_STATUSES,
 } from "./common.js";
+import { ErrorSchema } from "./errors.js";
 import { jobTypeSchema } from "./job-types.js";
 import { ScheduleSchema } from "./schedule.js";
 import { TargetSchema } from "./target.js";
@@ -291,4 +293,47 @@ export const JobPageSchema = z
   .openapi("JobPage", {
     description:
       "A page may hold fewer items than the limit; the list ends when nextCursor is null.",
+  });
+
+// ---------------------------------------------------------------- batch create
+
+/** The batch body as documented; each item is checked on its own (shared/api/jobs-batch-router.ts). */
+export function createJobsBatchSchema(jobTypes: JobTypeCatalog) {
+  return z
+    .strictObject({
+      jobs: z
+        .array(createJobSchema(jobTypes))
+        .min(1)
+        .max(MAX_BATCH_JOBS)
+        .openapi({
+          description: `1 to ${MAX_BATCH_JOBS} jobs, each exactly a POST /jobs body, its idempotencyKey in the body. Each is answered on its own: one job's bad input does not refuse the others.`,
+        }),
+    })
+    .openapi("CreateJobsBatchRequest");
+}
+
+/** The envelope every batch body must have before its items are read. */
+export const BatchEnvelope = z.strictObject({
+  jobs: z.array(z.unknown()).min(1).max(MAX_BATCH_JOBS),
+});
+
+export const BatchResultSchema = z
+  .strictObject({
+    index: z.number().int().openapi({ description: "The job's place in the request's jobs." }),
+    status: z.number().int().openapi({
+      description:
+        "What POST /jobs would have answered for this job alone: 201 created, 200 the job an earlier request with its idempotencyKey created, or its 4xx/5xx.",
+    }),
+    job: JobSchema.optional().openapi({ description: "With 201 and 200: the job." }),
+    error: ErrorSchema.shape.error.optional().openapi({
+      description:
+        "Otherwise: the error POST /jobs would have answered (its `field` names the job's own field, e.g. schedule.cron).",
+    }),
+  })
+  .openapi("CreateJobsBatchResult");
+
+export const BatchResultsSchema = z
+  .strictObject({ results: z.array(BatchResultSchema) })
+  .openapi("CreateJobsBatchResponse", {
+    description: "One result per job, in the request's order.",
   });

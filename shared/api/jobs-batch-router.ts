@@ -1,0 +1,134 @@
+import { createRoute } from "@hono/zod-openapi";
+import { type BatchCreateItem, createJobs, MAX_BATCH_JOBS } from "../jobs/create-batch.js";
+import { requestHash } from "../jobs/index.js";
+import { BODY_OVERHEAD_BYTES, jsonBody } from "./body.js";
+import { jobDto } from "./dto.js";
+import { ApiError, type HttpAnswer, httpAnswerOf, invalid } from "./errors.js";
+import { schemaFailure } from "./issues.js";
+import { newJobFrom } from "./requests.js";
+import { errors, json, newRouter, type RouterDeps, secured, tenantOf } from "./router.js";
+import {
+  BatchEnvelope,
+  BatchResultsSchema,
+  createJobSchema,
+  createJobsBatchSchema,
+  type JobDto,
+} from "./schemas/jobs.js";
+
+const PATH = "/jobs:batch";
+/** Each job's payload, where any JSON may be. */
+const BATCH_PAYLOAD_PATH = /^jobs\.\d+\.payload$/;
+
+interface BatchResult {
+  readonly index: number;
+  readonly status: number;
+  readonly job?: JobDto;
+  readonly error?: HttpAnswer["body"]["error"];
+}
+
+/**
+ * POST /jobs:batch: up to 25 creates in one request, each answered as POST
+ * /jobs would answer it alone. The body's envelope is checked as a whole (a
+ * 400 naming `jobs` writes nothing); each job is then checked on its own, so
+ * the route validates by hand and the document shows the schema it checks
+ * against. The request takes one token of the tenant's requestsPerSecond
+ * bucket: the quota bounds requests, and the jobs they create are bounded by
+ * activeJobs and runsPerMinute, which count every job of the batch.
+ */
+export function jobsBatchRouter({ engine, jobTypes }: RouterDeps) {
+  const route = createRoute({
+    method: "post",
+    path: PATH,
+    operationId: "createJobsBatch",
+    tags: ["jobs"],
+    summary: `Schedule up to ${MAX_BATCH_JOBS} jobs in one request, each with its own result`,
+    security: secured,
+    request: {
+      body: {
+        content: { "application/json": { schema: createJobsBatchSchema(jobTypes) } },
+        required: true,
+      },
+    },
+    responses: {
+      200: json(BatchResultsSchema, "One result per job, in the request's order"),
+      ...errors(400, 401, 413, 415),
+    },
+  });
+  const itemSchema = createJobSchema(jobTypes);
+  const router = newRouter();
+  router.openAPIRegistry.registerPath(route);
+  const body = jsonBody(
+    MAX_BATCH_JOBS * (engine.settings.maxPayloadBytes + BODY_OVERHEAD_BYTES),
+    BATCH_PAYLOAD_PATH,
+  );
+
+  router.post(PATH, body, async (c) => {
+    if (c.req.header("Idempotency-Key") !== undefined) {
+      throw new ApiError(
+        400,
+        "validation_failed",
+        "Idempotency-Key: a batch takes each job's idempotencyKey in its body, not the header",
+        { field: "Idempotency-Key" },
+      );
+    }
+    const envelope = BatchEnvelope.safeParse(await c.req.json());
+    if (!envelope.success) {
+      const issue = envelope.error.issues[0];
+      throw invalid([
+        {
+          field: "jobs",
+          message: `must be a list of 1 to ${MAX_BATCH_JOBS} jobs${issue ? ` (${issue.message})` : ""}`,
+        },
+      ]);
+    }
+    const tenantId = tenantOf(c);
+    const now = engine.clock();
+    const results: (BatchResult | undefined)[] = [];
+    const valid: { index: number; item: BatchCreateItem }[] = [];
+    envelope.data.jobs.forEach((raw, index) => {
+      try {
+        const parsed = itemSchema.safeParse(raw);
+        if (!parsed.success) throw schemaFailure(parsed.error.issues, "json", raw);
+        const { idempotencyKey, ...definition } = parsed.data;
+        const input = newJobFrom(parsed.data, tenantId, now, engine.settings, jobTypes);
+        valid.push({
+          index,
+          item: {
+            input,
+            ...(idempotencyKey === undefined
+              ? {}
+              : { idempotency: { key: idempotencyKey, requestHash: requestHash(definition) } }),
+          },
+        });
+      } catch (error) {
+        results[index] = failed(index, error);
+      }
+    });
+    const outcomes = await createJobs(
+      engine,
+      tenantId,
+      valid.map((v) => v.item),
+    );
+    valid.forEach(({ index }, i) => {
+      const outcome = outcomes[i];
+      results[index] =
+        outcome === undefined || "error" in outcome
+          ? failed(index, outcome?.error)
+          : { index, status: outcome.created ? 201 : 200, job: jobDto(outcome.job) };
+    });
+    return c.json({ results: results.map((r, index) => r ?? failed(index, undefined)) }, 200);
+  });
+
+  function failed(index: number, error: unknown): BatchResult {
+    const answer = httpAnswerOf(error);
+    if (answer.status >= 500) {
+      engine.obs.log.error("a job of a batch create failed", {
+        index,
+        error: error instanceof Error ? (error.stack ?? error.message) : String(error),
+      });
+    }
+    return { index, status: answer.status, error: answer.body.error };
+  }
+
+  return router;
+}

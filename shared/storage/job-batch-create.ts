@@ -1,0 +1,163 @@
+import { BatchGetCommand, BatchWriteCommand } from "@aws-sdk/lib-dynamodb";
+import { sleep } from "../clock.js";
+import type { Engine } from "../engine.js";
+import type { DueEntry, Job } from "../model.js";
+import { isTransientFailure } from "./dynamo-errors.js";
+import { encodeDueEntry, idempotencyKey } from "./items.js";
+import { newJobItem } from "./job-create.js";
+import { hasExpired } from "./retention.js";
+
+type Item = Record<string, unknown>;
+
+/** DynamoDB's limits: items per BatchWriteItem and keys per BatchGetItem. */
+const WRITES_PER_REQUEST = 25;
+const READS_PER_REQUEST = 100;
+/** Rounds of one request while DynamoDB leaves some of it unprocessed (throttling), the first included. */
+const MAX_BATCH_ROUNDS = 6;
+const BACKOFF_BASE_MS = 50;
+
+/** One item of a batch create to put, and which job of the batch it belongs to. */
+export interface BatchPut {
+  readonly table: "jobs" | "runs";
+  readonly item: Item;
+  /** The job's index in the batch: a put that fails fails its job. */
+  readonly owner: number;
+}
+
+/** A new job's put in a batch (see `putBatchItems`): the job's write, the commit of its create. */
+export const jobPut = (engine: Engine, job: Job, owner: number): BatchPut => ({
+  table: "jobs",
+  item: newJobItem(engine, job),
+  owner,
+});
+
+/** A new job's pending due entry, put before the job: without the job it is an orphan a claim removes. */
+export const dueEntryPut = (entry: DueEntry, owner: number): BatchPut => ({
+  table: "jobs",
+  item: encodeDueEntry(entry),
+  owner,
+});
+
+/** The jobs of a batch whose puts did not all apply. */
+export interface BatchPutFailures {
+  /** Left unprocessed after every round (throttling): known not written. */
+  readonly unwritten: ReadonlySet<number>;
+  /** A request that failed as a whole: whether it was applied is not known. */
+  readonly uncertain: ReadonlyMap<number, unknown>;
+}
+
+/**
+ * Puts the items of a batch create that need no condition (a new job's runs,
+ * its due entry, a job with no idempotency key or upstream: their keys are
+ * new), 25 to a BatchWriteItem across both tables, sending what DynamoDB left
+ * unprocessed again after a backoff (50 ms doubling, 6 rounds). A BatchWriteItem
+ * is not atomic: each item applies or not on its own, so the answer is by job,
+ * and the caller writes a job only once the items that must precede it applied.
+ */
+export async function putBatchItems(
+  engine: Engine,
+  puts: readonly BatchPut[],
+): Promise<BatchPutFailures> {
+  const unwritten = new Set<number>();
+  const uncertain = new Map<number, unknown>();
+  const tableName = (table: BatchPut["table"]) => engine.tables[table];
+  const ownerOf = new Map<string, number>();
+  const keyOf = (table: string, item: Item) => `${table}|${String(item.pk)}|${String(item.sk)}`;
+  for (const put of puts) ownerOf.set(keyOf(tableName(put.table), put.item), put.owner);
+
+  const chunks: BatchPut[][] = [];
+  for (let i = 0; i < puts.length; i += WRITES_PER_REQUEST)
+    chunks.push(puts.slice(i, i + WRITES_PER_REQUEST));
+  await Promise.all(
+    chunks.map(async (chunk) => {
+      let pending: Record<string, { PutRequest: { Item: Item } }[]> = {};
+      for (const put of chunk) {
+        const table = tableName(put.table);
+        pending[table] = [...(pending[table] ?? []), { PutRequest: { Item: put.item } }];
+      }
+      for (let round = 1; Object.keys(pending).length > 0; round++) {
+        if (round > MAX_BATCH_ROUNDS) {
+          for (const [table, requests] of Object.entries(pending))
+            for (const r of requests)
+              unwritten.add(ownerOf.get(keyOf(table, r.PutRequest.Item)) ?? -1);
+          return;
+        }
+        if (round > 1) await sleep(BACKOFF_BASE_MS * 2 ** (round - 2));
+        try {
+          const result = await engine.doc.send(new BatchWriteCommand({ RequestItems: pending }));
+          pending = {};
+          for (const [table, requests] of Object.entries(result.UnprocessedItems ?? {})) {
+            const items = requests.flatMap((r) =>
+              r.PutRequest?.Item ? [{ PutRequest: { Item: r.PutRequest.Item } }] : [],
+            );
+            if (items.length > 0) pending[table] = items;
+          }
+        } catch (error) {
+          // Throttling of the whole request applied none of it; other failures may have applied some.
+          const known = isTransientFailure(error) && isThrottling(error);
+          for (const [table, requests] of Object.entries(pending)) {
+            for (const r of requests) {
+              const owner = ownerOf.get(keyOf(table, r.PutRequest.Item)) ?? -1;
+              if (known) unwritten.add(owner);
+              else if (!unwritten.has(owner)) uncertain.set(owner, error);
+            }
+          }
+          return;
+        }
+      }
+    }),
+  );
+  for (const owner of unwritten) uncertain.delete(owner);
+  return { unwritten, uncertain };
+}
+
+function isThrottling(error: unknown): boolean {
+  return (
+    error instanceof Error &&
+    [
+      "ProvisionedThroughputExceededException",
+      "ThrottlingException",
+      "RequestLimitExceeded",
+    ].includes(error.name)
+  );
+}
+
+/**
+ * The records of earlier creates under these idempotency keys (strongly
+ * consistent, one BatchGetItem per 100 keys), by key; a key without one, or
+ * whose record is past its window, is absent.
+ */
+export async function readIdempotencyRecords(
+  engine: Engine,
+  tenantId: string,
+  keys: readonly string[],
+): Promise<Map<string, { jobId: string; requestHash: string }>> {
+  const found = new Map<string, { jobId: string; requestHash: string }>();
+  const table = engine.tables.jobs;
+  const now = engine.clock();
+  for (let i = 0; i < keys.length; i += READS_PER_REQUEST) {
+    const byPk = new Map(
+      keys.slice(i, i + READS_PER_REQUEST).map((k) => [idempotencyKey(tenantId, k).pk, k]),
+    );
+    let pending: Item[] = [...byPk.keys()].map((pk) => ({
+      pk,
+      sk: idempotencyKey(tenantId, "").sk,
+    }));
+    for (let round = 1; pending.length > 0; round++) {
+      if (round > MAX_BATCH_ROUNDS) throw new Error(`${table} kept throttling BatchGetItem`);
+      if (round > 1) await sleep(BACKOFF_BASE_MS * 2 ** (round - 2));
+      const result = await engine.doc.send(
+        new BatchGetCommand({ RequestItems: { [table]: { Keys: pending, ConsistentRead: true } } }),
+      );
+      for (const record of result.Responses?.[table] ?? []) {
+        // Past its window the key is free again, whether or not TTL has deleted the record yet.
+        if (hasExpired(record, now)) continue;
+        const key = byPk.get(String(record.pk));
+        if (key !== undefined)
+          found.set(key, { jobId: String(record.jobId), requestHash: String(record.requestHash) });
+      }
+      pending = result.UnprocessedKeys?.[table]?.Keys ?? [];
+    }
+  }
+  return found;
+}

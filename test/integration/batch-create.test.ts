@@ -1,0 +1,175 @@
+import { ProvisionedThroughputExceededException } from "@aws-sdk/client-dynamodb";
+import type { BatchWriteCommandInput, BatchWriteCommandOutput } from "@aws-sdk/lib-dynamodb";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { DEFAULT_QUOTAS } from "../../shared/config.js";
+import { ConcurrentUpdateError } from "../../shared/errors.js";
+import { type BatchCreateOutcome, createJobs } from "../../shared/jobs/create-batch.js";
+import { readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+
+type WriteRequests = NonNullable<BatchWriteCommandInput["RequestItems"]>;
+
+const now = () => ({ runAt: new Date().toISOString() });
+const later = () => ({ runAt: new Date(Date.now() + 3_600_000).toISOString() });
+
+const createdName = (outcome: BatchCreateOutcome | undefined) =>
+  outcome && "job" in outcome ? outcome.job.name : null;
+
+describe("a batch create under write faults: each job is created whole or not at all, and its answer says which", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture({ settings: { quotas: DEFAULT_QUOTAS, quotaCacheMs: 0 } });
+  });
+  afterAll(() => f.destroy());
+  beforeEach(() => f.purge());
+
+  /**
+   * Until removed, every BatchWriteItem the engine sends is changed by `change`: what it takes
+   * out is not sent, and comes back as UnprocessedItems, as DynamoDB answers under throttling.
+   */
+  const onBatchWrites = (
+    name: string,
+    change: (requests: WriteRequests, call: number) => WriteRequests,
+  ) => {
+    let calls = 0;
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName !== "BatchWriteItemCommand") return next(args);
+        const input = args.input as BatchWriteCommandInput;
+        const all = input.RequestItems ?? {};
+        const sent = change(all, ++calls);
+        const unprocessed: WriteRequests = {};
+        for (const [table, requests] of Object.entries(all)) {
+          const kept = new Set(sent[table] ?? []);
+          const left = requests.filter((r) => !kept.has(r));
+          if (left.length > 0) unprocessed[table] = left;
+        }
+        const result =
+          Object.keys(sent).length > 0
+            ? ((await next({ ...args, input: { ...input, RequestItems: sent } })) as {
+                output: BatchWriteCommandOutput;
+              })
+            : { output: { $metadata: {} } as BatchWriteCommandOutput, response: {} };
+        return { ...result, output: { ...result.output, UnprocessedItems: unprocessed } };
+      },
+      { step: "initialize", name },
+    );
+    return { calls: () => calls, remove: () => f.engine.doc.middlewareStack.remove(name) };
+  };
+
+  const without = (requests: WriteRequests, drop: (item: Record<string, unknown>) => boolean) =>
+    Object.fromEntries(
+      Object.entries(requests)
+        .map(
+          ([table, rs]) =>
+            [table, rs.filter((r) => !(r.PutRequest?.Item && drop(r.PutRequest.Item)))] as const,
+        )
+        .filter(([, rs]) => rs.length > 0),
+    );
+
+  it("a job DynamoDB keeps leaving unprocessed is not created and its quota share is given back; the others are created and their runs sent", async () => {
+    const tenant = "unprocessed-job";
+    await writeQuotaOverride(f.engine, tenant, { activeJobs: 10 }, new Date());
+    const fault = onBatchWrites("dropVictimJob", (requests) =>
+      without(requests, (item) => item.sk === "JOB" && item.name === "victim"),
+    );
+    try {
+      const outcomes = await createJobs(f.engine, tenant, [
+        { input: testJob({ tenantId: tenant, name: "a", schedule: now() }) },
+        { input: testJob({ tenantId: tenant, name: "victim", schedule: now() }) },
+        { input: testJob({ tenantId: tenant, name: "per minute" }) },
+        {
+          input: testJob({ tenantId: tenant, name: "keyed", schedule: later() }),
+          idempotency: { key: "k1", requestHash: "h1" },
+        },
+      ]);
+      expect(outcomes.map(createdName)).toEqual(["a", null, "per minute", "keyed"]);
+      const refused = outcomes[1];
+      expect(refused && "error" in refused && refused.error).toBeInstanceOf(ConcurrentUpdateError);
+      // Sent again after a backoff until the rounds ran out (the runs' write went through first).
+      expect(fault.calls()).toBeGreaterThanOrEqual(7);
+    } finally {
+      fault.remove();
+    }
+    const jobs = (await f.jobs()).filter((j) => j.tenantId === tenant);
+    expect(jobs.map((j) => j.name).sort()).toEqual(["a", "keyed", "per minute"]);
+    // The victim's run was written before its job and belongs to no job: it is never sent
+    // (a worker that met it would cancel it, "job no longer exists").
+    const sent = await f.receiveAll(f.engine.queues.normal);
+    const sentJobs = new Set(sent.map((m) => m.message.jobId));
+    const byName = new Map(jobs.map((j) => [j.name, j.jobId]));
+    expect(sentJobs.has(String(byName.get("a")))).toBe(true);
+    // The per-minute job's first runs (sent with their delay) were claimed with it.
+    const perMinuteRuns = (await f.runs()).filter((r) => r.jobId === byName.get("per minute"));
+    expect(perMinuteRuns.length).toBeGreaterThan(0);
+    const orphanRuns = (await f.runs()).filter(
+      (r) => r.tenantId === tenant && !jobs.some((j) => j.jobId === r.jobId),
+    );
+    expect(orphanRuns).toHaveLength(1);
+    expect(sentJobs.has(String(orphanRuns[0]?.jobId))).toBe(false);
+    expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ activeJobs: jobs.length });
+  });
+
+  it("items left unprocessed once are sent again and every job is created", async () => {
+    const tenant = "unprocessed-once";
+    const fault = onBatchWrites("dropFirstRound", (requests, call) =>
+      call === 1 ? without(requests, (item) => item.sk !== "JOB" || item.name === "b") : requests,
+    );
+    try {
+      const outcomes = await createJobs(f.engine, tenant, [
+        { input: testJob({ tenantId: tenant, name: "a", schedule: now() }) },
+        { input: testJob({ tenantId: tenant, name: "b", schedule: now() }) },
+        { input: testJob({ tenantId: tenant, name: "c" }) },
+      ]);
+      expect(outcomes.map(createdName)).toEqual(["a", "b", "c"]);
+    } finally {
+      fault.remove();
+    }
+    const jobs = (await f.jobs()).filter((j) => j.tenantId === tenant);
+    expect(jobs.map((j) => j.name).sort()).toEqual(["a", "b", "c"]);
+    expect((await f.dueEntries()).filter((e) => e.tenantId === tenant)).toHaveLength(1);
+  });
+
+  it("a throttled write of the runs creates none of their jobs and gives their shares back; a job with its own transaction is created", async () => {
+    const tenant = "throttled-runs";
+    await writeQuotaOverride(f.engine, tenant, { activeJobs: 10 }, new Date());
+    let thrown = 0;
+    const name = "throttleFirstBatchWrite";
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === "BatchWriteItemCommand" && thrown === 0) {
+          thrown++;
+          throw new ProvisionedThroughputExceededException({
+            message: "The level of configured provisioned throughput for the table was exceeded",
+            $metadata: {},
+          });
+        }
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    try {
+      const outcomes = await createJobs(f.engine, tenant, [
+        { input: testJob({ tenantId: tenant, name: "a", schedule: now() }) },
+        { input: testJob({ tenantId: tenant, name: "per minute" }) },
+        {
+          input: testJob({ tenantId: tenant, name: "keyed", schedule: later() }),
+          idempotency: { key: "k2", requestHash: "h2" },
+        },
+      ]);
+      expect(outcomes.map(createdName)).toEqual([null, null, "keyed"]);
+      for (const outcome of outcomes.slice(0, 2))
+        expect(outcome && "error" in outcome && outcome.error).toBeInstanceOf(
+          ConcurrentUpdateError,
+        );
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+    expect(thrown).toBe(1);
+    expect((await f.jobs()).filter((j) => j.tenantId === tenant).map((j) => j.name)).toEqual([
+      "keyed",
+    ]);
+    expect(await f.receiveAll(f.engine.queues.normal, { quietMs: 1_500 })).toEqual([]);
+    expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ activeJobs: 1 });
+  });
+});
