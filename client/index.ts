@@ -28,6 +28,7 @@ export {
 } from "./scheduler-client.js";
 export type { SigV4Options } from "./sigv4.js";
 export {
+  type BatchCreateResult,
   type CreateJobRequest,
   type EditJobRequest,
   FINAL_RUN_STATUSES,

@@ -24,6 +24,8 @@ export type NewJob = {
   };
 }[JobType];
 export type RunStatus = Run["status"];
+/** One job's result in a batch create: `job` with 201/200, else `error`. */
+export type BatchCreateResult = Schemas["CreateJobsBatchResult"];
 
 /** Every run status; the record makes the type check fail when the API adds one. */
 const RUN_STATUS_SET: Record<RunStatus, true> = {

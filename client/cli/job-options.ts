@@ -36,14 +36,28 @@ function jsonObject(raw: string, what: string): Record<string, unknown> {
   return value as Record<string, unknown>;
 }
 
-function bodyFile(path: string): Record<string, unknown> {
-  let text: string;
+function readText(path: string): string {
   try {
-    text = readFileSync(path, "utf8");
+    return readFileSync(path, "utf8");
   } catch (error) {
     throw new InvalidArgumentError(`cannot read ${path}: ${(error as Error).message}`);
   }
-  return jsonObject(text, path);
+}
+
+function bodyFile(path: string): Record<string, unknown> {
+  return jsonObject(readText(path), path);
+}
+
+/** A batch's jobs from a file: `{ "jobs": [...] }` or the list itself, sent as given (the API checks each). */
+export function batchFile(path: string): NewJob[] {
+  const value = jsonValue(readText(path));
+  const jobs =
+    typeof value === "object" && value !== null && !Array.isArray(value) && "jobs" in value
+      ? value.jobs
+      : value;
+  if (!Array.isArray(jobs))
+    throw new InvalidArgumentError(`${path} must hold a JSON list of jobs, or { "jobs": [...] }.`);
+  return jobs as NewJob[];
 }
 
 function header(raw: string, previous: Record<string, string> = {}): Record<string, string> {

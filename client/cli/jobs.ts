@@ -1,8 +1,16 @@
 import { type Command, Option } from "commander";
+import { SchedulerApiError } from "../errors.js";
 import type { Job } from "../index.js";
 import { contextOf } from "./context.js";
-import { addDefinitionOptions, createBodyFrom, editBodyFrom, wholeNumber } from "./job-options.js";
-import { type CliIo, jobFields, jobsTable, runFields } from "./output.js";
+import { CliExit, exitCodeOf } from "./exit-codes.js";
+import {
+  addDefinitionOptions,
+  batchFile,
+  createBodyFrom,
+  editBodyFrom,
+  wholeNumber,
+} from "./job-options.js";
+import { batchResultsTable, type CliIo, jobFields, jobsTable, runFields } from "./output.js";
 
 export function jobsCommand(program: Command, io: CliIo): void {
   const jobs = program.command("jobs").description("schedule jobs and change them");
@@ -22,6 +30,29 @@ export function jobsCommand(program: Command, io: CliIo): void {
     );
     context.print(handle.job, (job) => (job ? jobFields(job) : handle.id));
   });
+
+  jobs
+    .command("create-batch")
+    .description(
+      "schedule up to 25 jobs in one request, each answered on its own (POST /jobs:batch)",
+    )
+    .requiredOption(
+      "--file <path>",
+      'a JSON file: { "jobs": [ ... ] } or the list itself, each job a create body (its idempotencyKey in it)',
+    )
+    .action(async (flags: { file: string }, command: Command) => {
+      const context = contextOf(command, io);
+      const results = await context.client.jobs.createBatch(batchFile(flags.file));
+      context.print(results, batchResultsTable);
+      const refused = results.filter((r) => r.status >= 300);
+      const first = refused[0];
+      if (first?.error) {
+        throw new CliExit(
+          exitCodeOf(new SchedulerApiError(first.status, first.error.code, first.error.message)),
+          `${refused.length} of ${results.length} jobs were not created`,
+        );
+      }
+    });
 
   jobs
     .command("list")

@@ -1,5 +1,5 @@
 import { DateTime } from "luxon";
-import type { Job, Run, Schedule } from "../index.js";
+import type { BatchCreateResult, Job, Run, Schedule } from "../index.js";
 
 export type OutputFormat = "table" | "json";
 
@@ -122,6 +122,22 @@ export function jobsTable(jobs: readonly Job[]): string {
       describeSchedule(job.schedule),
       inZone(job.nextRunAt, zoneOf(job.schedule)),
       lastRunOf(job),
+    ]),
+  );
+}
+
+/** A batch create's results: each job's index, status, and its id or why it was refused. */
+export function batchResultsTable(results: readonly BatchCreateResult[]): string {
+  return table(
+    ["#", "STATUS", "ID", "NAME", "ERROR"],
+    results.map((r) => [
+      String(r.index),
+      String(r.status),
+      r.job?.id ?? "-",
+      r.job?.name ?? "-",
+      r.error
+        ? `${r.error.code}${r.error.field ? ` (${r.error.field})` : ""}: ${r.error.message}`
+        : "-",
     ]),
   );
 }

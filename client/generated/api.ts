@@ -76,6 +76,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/jobs:batch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Schedule up to 25 jobs in one request, each with its own result */
+        post: operations["createJobsBatch"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/jobs/{id}": {
         parameters: {
             query?: never;
@@ -464,6 +481,65 @@ export interface components {
              * @example PT5M
              */
             window?: string;
+        };
+        /**
+         * @example {
+         *       "jobs": [
+         *         {
+         *           "type": "noop",
+         *           "schedule": {
+         *             "runAt": "2030-01-15T09:00:00Z"
+         *           }
+         *         },
+         *         {
+         *           "name": "weekday report",
+         *           "type": "noop",
+         *           "schedule": {
+         *             "cron": "0 9 * * 1-5",
+         *             "timezone": "Europe/Berlin"
+         *           },
+         *           "idempotencyKey": "report-2030-01-15"
+         *         }
+         *       ]
+         *     }
+         */
+        CreateJobsBatchRequest: {
+            /** @description 1 to 25 jobs, each exactly a POST /jobs body, its idempotencyKey in the body. Each is answered on its own: one job's bad input does not refuse the others. */
+            jobs: components["schemas"]["CreateJobRequest"][];
+        };
+        /** @description One result per job, in the request's order. */
+        CreateJobsBatchResponse: {
+            results: components["schemas"]["CreateJobsBatchResult"][];
+        };
+        CreateJobsBatchResult: {
+            /** @description Otherwise: the error POST /jobs would have answered (its `field` names the job's own field, e.g. schedule.cron). */
+            error?: {
+                /** @enum {string} */
+                code: "validation_failed" | "malformed_json" | "unauthorized" | "not_found" | "method_not_allowed" | "conflict" | "illegal_transition" | "idempotency_conflict" | "not_replayable" | "stale_run_token" | "version_mismatch" | "precondition_required" | "payload_too_large" | "unsupported_media_type" | "busy" | "quota_exceeded" | "rate_limited" | "forbidden" | "internal";
+                /**
+                 * @description With illegal_transition: the job's status now.
+                 * @enum {string}
+                 */
+                currentStatus?: "active" | "paused" | "cancelled" | "completed";
+                /** @description The offending input, e.g. schedule.cron. */
+                field?: string;
+                /** @description Every validation issue. */
+                issues?: {
+                    field: string;
+                    message: string;
+                }[];
+                message: string;
+                /**
+                 * @description With quota_exceeded and rate_limited: the tenant's quota the request is over.
+                 * @enum {string}
+                 */
+                quota?: "activeJobs" | "runsPerMinute" | "concurrentRuns" | "requestsPerSecond" | "maxPriority";
+            };
+            /** @description The job's place in the request's jobs. */
+            index: number;
+            job?: components["schemas"]["Job"] & unknown;
+            /** @description What POST /jobs would have answered for this job alone: 201 created, 200 the job an earlier request with its idempotencyKey created, or its 4xx/5xx. */
+            status: number;
         };
         CronSchedule: {
             /**
@@ -1172,6 +1248,75 @@ export interface operations {
             };
             /** @description Contention on the job; retry after Retry-After seconds */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    createJobsBatch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateJobsBatchRequest"];
+            };
+        };
+        responses: {
+            /** @description One result per job, in the request's order */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreateJobsBatchResponse"];
+                };
+            };
+            /** @description Invalid input: `field` names it, `issues` lists every problem */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Missing or unknown credentials */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The body or its payload is over the size limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The body is not application/json */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -76,7 +76,9 @@ export class Api extends Construct {
     // idempotency items), job reads, the fast path's claim (Delete the due entry, orphan
     // DeleteItem), tenant listing (the byTenant index holds keys only: BatchGetItem reads the jobs),
     // quotas (a Query of the tenant's quota partition, the usage reserved with UpdateItem and
-    // recounted with PutItem, the override read with GetItem and written with PutItem).
+    // recounted with PutItem, the override read with GetItem and written with PutItem), a batch
+    // create (its idempotency records read with BatchGetItem, the plain jobs and their due entries
+    // put with BatchWriteItem).
     allowTable(this.handler.fn, {
       ...storage.jobs,
       // ConditionCheckItem: an edit of an `after` schedule holds the jobs its cycle check read.
@@ -84,6 +86,7 @@ export class Api extends Construct {
         "GetItem",
         "BatchGetItem",
         "PutItem",
+        "BatchWriteItem",
         "UpdateItem",
         "DeleteItem",
         "ConditionCheckItem",
@@ -93,7 +96,7 @@ export class Api extends Construct {
     });
     // Run history and cancelling queued runs (Query of the job's partition), run reads, trigger
     // and replay transactions, cancel and resume (UpdateItem), dead-letter listing, the fast
-    // path's BatchWriteItem.
+    // path's BatchWriteItem (a create's runs, a batch create's runs of all its jobs).
     allowTable(this.handler.fn, {
       ...storage.runs,
       actions: ["GetItem", "PutItem", "UpdateItem", "Query", "BatchWriteItem"],

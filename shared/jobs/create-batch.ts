@@ -199,8 +199,12 @@ export async function createJobs(
       );
       for (const p of plain) {
         if (failed.unwritten.has(p.index)) refuse(p, unwrittenError(), true);
-        // It may have been written: its share stays reserved (an upper bound a recount corrects).
-        else if (failed.uncertain.has(p.index)) refuse(p, failed.uncertain.get(p.index), false);
+        else if (failed.uncertain.has(p.index)) {
+          // It may have been written: a consistent read says whether, so the answer does too.
+          const written = p.job && (await getJob(engine, p.job.jobId).catch(() => null));
+          // Not found, its share stays reserved all the same (an upper bound a recount corrects).
+          if (!written) refuse(p, failed.uncertain.get(p.index), false);
+        }
       }
     })(),
     ...transacted.map(async (p) => {

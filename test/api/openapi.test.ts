@@ -65,6 +65,7 @@ describe("OpenAPI document", () => {
       [
         "GET /health",
         "POST /jobs",
+        "POST /jobs:batch",
         "GET /jobs",
         "GET /jobs/{id}",
         "PATCH /jobs/{id}",

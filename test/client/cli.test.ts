@@ -140,6 +140,43 @@ describe("jobs", () => {
     expect(await json<Job[]>("jobs", "list", "--limit", "1")).toHaveLength(1);
   });
 
+  it("create-batch from a file answers each job; one refused sets the exit code of its error", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "scheduler-cli-"));
+    const good = join(dir, "jobs.json");
+    await writeFile(
+      good,
+      JSON.stringify({
+        jobs: [
+          { type: "noop", name: "batch 1", schedule: { runAt: tomorrow() } },
+          { type: "noop", name: "batch 2", schedule: { every: "PT1H" } },
+        ],
+      }),
+    );
+    const results = await json<{ status: number; job: Job }[]>(
+      "jobs",
+      "create-batch",
+      "--file",
+      good,
+    );
+    expect(results.map((r) => [r.status, r.job.name])).toEqual([
+      [201, "batch 1"],
+      [201, "batch 2"],
+    ]);
+    const mixed = join(dir, "mixed.json");
+    await writeFile(
+      mixed,
+      JSON.stringify([
+        { type: "noop", name: "batch 3", schedule: { runAt: tomorrow() } },
+        { type: "noop", schedule: { cron: "0 9 * * *" } },
+      ]),
+    );
+    const outcome = await cli(["jobs", "create-batch", "--file", mixed]);
+    expect(outcome.code, outcome.err).toBe(EXIT.invalid);
+    expect(outcome.out).toMatch(/^0\s+201\s+\S+\s+batch 3/m);
+    expect(outcome.out).toMatch(/^1\s+400\s+-\s+-\s+validation_failed \(schedule\.timezone\)/m);
+    expect(outcome.err).toMatch(/1 of 2 jobs were not created/);
+  });
+
   it("create with input the API refuses exits 3 naming the field; bad flags exit 2", async () => {
     const error = await failing(
       EXIT.invalid,

@@ -91,6 +91,29 @@ describe("a job handle", () => {
     expect(isSchedulerApiError(other, "idempotency_conflict")).toBe(true);
   });
 
+  it("createBatch answers each job in order: created, the key's earlier job, or why not; a bad envelope throws", async () => {
+    const jobs = [
+      { type: "noop", name: "batch a", schedule: later() },
+      { type: "noop", name: "batch b", schedule: later(), idempotencyKey: "client-batch-b" },
+      { type: "noop", schedule: { cron: "0 9 * * *", timezone: "Mars/Olympus" } },
+    ] as const;
+    const first = await client.jobs.createBatch(jobs);
+    expect(first.map((r) => [r.index, r.status])).toEqual([
+      [0, 201],
+      [1, 201],
+      [2, 400],
+    ]);
+    expect(first[0]?.job).toMatchObject({ name: "batch a", status: "active" });
+    expect(first[2]?.error).toMatchObject({
+      code: "validation_failed",
+      field: "schedule.timezone",
+    });
+    const again = await client.jobs.createBatch([jobs[1]]);
+    expect(again).toEqual([{ index: 0, status: 200, job: first[1]?.job }]);
+    const empty = await caught(client.jobs.createBatch([]));
+    expect(isSchedulerApiError(empty, "validation_failed") && empty.field).toBe("jobs");
+  });
+
   it("pause, resume, trigger, cancel; each answer updates the handle's job", async () => {
     const handle = await client.jobs.create({ type: "noop", schedule: later() });
     expect((await handle.pause()).status).toBe("paused");

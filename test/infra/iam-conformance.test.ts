@@ -453,6 +453,21 @@ describe("each handler, driven through its AWS-calling paths", () => {
     });
     expect(webhook.status).toBe(201);
     ids.webhook = String(field(webhook.body, "id"));
+    // A batch create: the idempotency records in one BatchGetItem, the fast-path runs and the plain
+    // jobs' due entries, then the plain jobs, with BatchWriteItem; a keyed job in its transaction.
+    const batch = await api("POST", "/jobs:batch", {
+      body: {
+        jobs: [
+          { type: "noop", schedule: { runAt: new Date().toISOString() } },
+          { type: "noop", schedule: { every: "PT1H" } },
+          { type: "noop", schedule: { every: "PT1H" }, idempotencyKey: "iam-batch" },
+        ],
+      },
+    });
+    expect(batch.status).toBe(200);
+    expect((batch.body as { results: { status: number }[] }).results.map((r) => r.status)).toEqual([
+      201, 201, 201,
+    ]);
     for (const [name, retry] of [
       ["retriesSoon", { maxAttempts: 3, initialDelaySeconds: 1, maxDelaySeconds: 1 }],
       ["retriesLater", { maxAttempts: 3, initialDelaySeconds: 3600 }],

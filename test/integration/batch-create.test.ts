@@ -44,13 +44,17 @@ describe("a batch create under write faults: each job is created whole or not at
           const left = requests.filter((r) => !kept.has(r));
           if (left.length > 0) unprocessed[table] = left;
         }
-        const result =
-          Object.keys(sent).length > 0
-            ? ((await next({ ...args, input: { ...input, RequestItems: sent } })) as {
-                output: BatchWriteCommandOutput;
-              })
-            : { output: { $metadata: {} } as BatchWriteCommandOutput, response: {} };
-        return { ...result, output: { ...result.output, UnprocessedItems: unprocessed } };
+        // Nothing left to send: DynamoDB's answer to a request it processed none of.
+        if (Object.keys(sent).length === 0) {
+          const output: BatchWriteCommandOutput = { $metadata: {}, UnprocessedItems: unprocessed };
+          return { output, response: {} } as Awaited<ReturnType<typeof next>>;
+        }
+        const result = await next({ ...args, input: { ...input, RequestItems: sent } });
+        const output = {
+          ...(result.output as BatchWriteCommandOutput),
+          UnprocessedItems: unprocessed,
+        };
+        return { ...result, output };
       },
       { step: "initialize", name },
     );

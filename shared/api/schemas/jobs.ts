@@ -107,6 +107,9 @@ const payload = z.unknown().openapi({
   example: { report: "daily" },
 });
 
+const exampleType = (jobTypes: JobTypeCatalog) =>
+  jobTypes.accepted.includes("noop") ? "noop" : jobTypes.accepted[0];
+
 /** The create body; `type` is an enum of the deployment's job types, so the document lists them. */
 export function createJobSchema(jobTypes: JobTypeCatalog) {
   return z
@@ -137,7 +140,7 @@ export function createJobSchema(jobTypes: JobTypeCatalog) {
     .openapi("CreateJobRequest", {
       example: {
         name: "weekday report",
-        type: jobTypes.accepted.includes("noop") ? "noop" : jobTypes.accepted[0],
+        type: exampleType(jobTypes),
         schedule: { cron: "0 9 * * 1-5", timezone: "Europe/Berlin" },
         payload: { report: "daily" },
         retry: { maxAttempts: 3 },
@@ -309,7 +312,19 @@ export function createJobsBatchSchema(jobTypes: JobTypeCatalog) {
           description: `1 to ${MAX_BATCH_JOBS} jobs, each exactly a POST /jobs body, its idempotencyKey in the body. Each is answered on its own: one job's bad input does not refuse the others.`,
         }),
     })
-    .openapi("CreateJobsBatchRequest");
+    .openapi("CreateJobsBatchRequest", {
+      example: {
+        jobs: [
+          { type: exampleType(jobTypes), schedule: { runAt: "2030-01-15T09:00:00Z" } },
+          {
+            name: "weekday report",
+            type: exampleType(jobTypes),
+            schedule: { cron: "0 9 * * 1-5", timezone: "Europe/Berlin" },
+            idempotencyKey: "report-2030-01-15",
+          },
+        ],
+      },
+    });
 }
 
 /** The envelope every batch body must have before its items are read. */
@@ -317,7 +332,7 @@ export const BatchEnvelope = z.strictObject({
   jobs: z.array(z.unknown()).min(1).max(MAX_BATCH_JOBS),
 });
 
-export const BatchResultSchema = z
+const BatchResultSchema = z
   .strictObject({
     index: z.number().int().openapi({ description: "The job's place in the request's jobs." }),
     status: z.number().int().openapi({
