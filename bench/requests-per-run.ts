@@ -15,6 +15,7 @@ import type { Engine } from "../shared/engine.js";
 import { builtInHandlers } from "../shared/execution/built-in-handlers.js";
 import { processRun, type WorkerDeps } from "../shared/execution/worker.js";
 import { runWorkerLoop } from "../shared/execution/worker-loop.js";
+import { createJobs, MAX_BATCH_JOBS } from "../shared/jobs/create-batch.js";
 import { createJob, type NewJob } from "../shared/jobs/index.js";
 import type { Run } from "../shared/model.js";
 import { MetricsRecorder, silentObservability } from "../shared/observability.js";
@@ -83,6 +84,10 @@ export interface ScenarioResult {
     readonly dispatcherMs: number;
     /** Whether the run came in through the API (a one-off is created per run). */
     readonly viaApi: boolean;
+    /** API requests per run: 1 for a one-off created alone, 1/25 through a full batch, 0 recurring. */
+    readonly apiRequestsPerRun: number;
+    /** The API Lambda's duration of one of those requests (assumed for a single create, measured for a batch). */
+    readonly apiMsPerRequest: number;
   };
   readonly costPerMillion: CostBreakdown;
 }
@@ -434,6 +439,43 @@ async function oneOffFastPath(h: Harness, n: number): Promise<Measured> {
   return { ops: collect(h, "a", n), dispatcherMs: 0 };
 }
 
+/** Jobs per request in scenario (e): a full batch. */
+const BATCH_SIZE = MAX_BATCH_JOBS;
+
+/**
+ * (e) one-off noop created through the batch create, 25 to a request, each due 2 s after its
+ * batch is created (the fast path claims and sends them at once) → worker. Also returns the mean
+ * time of a batch create, which stands for the API Lambda's duration of one batch request.
+ */
+async function oneOffBatchFastPath(h: Harness, n: number): Promise<Measured & { batchMs: number }> {
+  resetCounters(h, "e");
+  const producer = h.engine("producer");
+  const ids = new Set<string>();
+  const batchMs: number[] = [];
+  await withWorkerLoop(h.engine("worker"), async () => {
+    for (let i = 0; i < n; i += BATCH_SIZE) {
+      const runAt = new Date(Date.now() + 2_000).toISOString();
+      const items = Array.from({ length: Math.min(BATCH_SIZE, n - i) }, () => ({
+        input: noopJob({ runAt }),
+      }));
+      const started = performance.now();
+      const outcomes = await createJobs(producer, "bench", items);
+      batchMs.push(performance.now() - started);
+      for (const outcome of outcomes) {
+        if (!("job" in outcome)) throw new Error(`a batch create failed: ${String(outcome.error)}`);
+        ids.add(outcome.job.jobId);
+      }
+      await sleep(50);
+    }
+    return waitFor(h, ids, succeededOnce(n), 60_000);
+  });
+  return {
+    ops: collect(h, "e", n),
+    dispatcherMs: 0,
+    batchMs: batchMs.reduce((sum, ms) => sum + ms, 0) / Math.max(1, batchMs.length),
+  };
+}
+
 /** (b) one-off due beyond the fast-path window, claimed by a dispatcher pass (clock moved ahead). */
 async function oneOffDispatched(h: Harness, n: number): Promise<Measured> {
   resetCounters(h, "b");
@@ -623,7 +665,6 @@ interface CostInputs {
   readonly dispatcherMemoryGb: number;
   readonly apiMemoryGb: number;
   readonly invocationMs: number;
-  readonly apiMs: number;
   readonly runItemBytes: number;
   readonly retentionMonths: number;
 }
@@ -659,11 +700,13 @@ function costPerMillion(
   const lambda =
     workerInvocations * p("lambdaRequestsPerMillion") +
     (workerGbs + dispatcherGbs) * p("lambdaArmGbSecond") * M;
-  const apiGatewayAndLambda = perRun.viaApi
-    ? p("apiGatewayHttpPerMillion") +
+  // One API request (API Gateway, a Lambda invocation and its duration) per create request,
+  // spread over the runs a request creates (25 for a full batch).
+  const apiGatewayAndLambda =
+    perRun.apiRequestsPerRun *
+    (p("apiGatewayHttpPerMillion") +
       p("lambdaRequestsPerMillion") +
-      c.apiMemoryGb * (c.apiMs / 1000) * p("lambdaArmGbSecond") * M
-    : 0;
+      c.apiMemoryGb * (perRun.apiMsPerRequest / 1000) * p("lambdaArmGbSecond") * M);
   const common = historyStorage + sqs + lambda;
   return {
     dynamoOnDemand,
@@ -761,6 +804,8 @@ export interface RequestsOptions {
   readonly print?: (line: string) => void;
   /** Where results go; null writes nothing. */
   readonly resultsDir?: string | null;
+  /** Only these scenarios (ids a–e); all when absent. A selection writes `requests-<ids>` files. */
+  readonly scenarios?: readonly string[];
 }
 
 export async function runRequestsPerRun(options: RequestsOptions = {}): Promise<RequestsResult> {
@@ -768,6 +813,7 @@ export async function runRequestsPerRun(options: RequestsOptions = {}): Promise<
   const print = options.print ?? ((line: string) => console.log(line));
   const n = options.runs ?? 50;
   const recurringMinutes = options.recurringMinutes ?? 3;
+  const selected = options.scenarios ? new Set(options.scenarios) : null;
   const prices = loadPrices();
   const { startDynamoDbLocal, startSqsEmulator } = await import("../infra/sandbox/emulators.js");
   print("requests-per-run: starting DynamoDB Local and fauxqs…");
@@ -777,40 +823,80 @@ export async function runRequestsPerRun(options: RequestsOptions = {}): Promise<
     // First, while the tables are empty: later scenarios leave recurring jobs' due entries behind.
     print("requests-per-run: an idle tick (fixed cost)…");
     const idle = await idleTick(h);
-    const measured: { id: string; title: string; notes: string; runs: number; m: Measured }[] = [];
-    print(`requests-per-run: (a) ${n} one-off noop runs, fast path…`);
-    measured.push({
-      id: "a",
-      title: "(a) one-off, fast path",
-      notes: "create (transaction) → fast-path claim + send at once → worker loop",
-      runs: n,
-      m: await oneOffFastPath(h, n),
-    });
-    print(`requests-per-run: (b) ${n} one-off runs claimed by a dispatcher pass…`);
-    measured.push({
-      id: "b",
-      title: "(b) one-off, dispatcher",
-      notes: `created ${DEFAULT_SETTINGS.lookaheadMs / MINUTE + 3} min ahead (beyond the fast path), claimed by one pass over ${DEFAULT_SETTINGS.maxShardCount} shards with ${n} due entries (pass overhead included, amortized over ${n})`,
-      runs: n,
-      m: await oneOffDispatched(h, n),
-    });
-    print(`requests-per-run: (c) ${n} per-minute jobs, ${recurringMinutes} steady-state minutes…`);
-    measured.push({
-      id: "c",
-      title: "(c) recurring, per minute",
-      notes: `${n} jobs every PT1M, ${recurringMinutes} steady-state passes; creation excluded; pass overhead amortized over ${n} runs a pass`,
-      runs: n * recurringMinutes,
-      m: await recurringSteadyState(h, n, recurringMinutes),
-    });
-    print(`requests-per-run: (d) ${n} one-off runs that fail once and succeed on attempt 2…`);
-    measured.push({
-      id: "d",
-      title: "(d) one-off, retried once",
-      notes:
-        "as (a), type fail {times: 1}: attempt 1 FAILED, attempt 2 QUEUED at once (fast path) and SUCCEEDED",
-      runs: n,
-      m: await retriedRun(h, n),
-    });
+    const measured: {
+      id: string;
+      title: string;
+      notes: string;
+      runs: number;
+      m: Measured;
+      api: { requestsPerRun: number; msPerRequest: number };
+    }[] = [];
+    const wanted = (id: string) => selected === null || selected.has(id);
+    // The create as the API Lambda runs it: scenario (a)'s producer time is not timed
+    // separately; a create is 2–4 DynamoDB calls and a send, taken as 50 ms.
+    const singleCreate = { requestsPerRun: 1, msPerRequest: 50 };
+    const noApi = { requestsPerRun: 0, msPerRequest: 0 };
+    if (wanted("a")) {
+      print(`requests-per-run: (a) ${n} one-off noop runs, fast path…`);
+      measured.push({
+        id: "a",
+        title: "(a) one-off, fast path",
+        notes: "create (transaction) → fast-path claim + send at once → worker loop",
+        runs: n,
+        m: await oneOffFastPath(h, n),
+        api: singleCreate,
+      });
+    }
+    if (wanted("b")) {
+      print(`requests-per-run: (b) ${n} one-off runs claimed by a dispatcher pass…`);
+      measured.push({
+        id: "b",
+        title: "(b) one-off, dispatcher",
+        notes: `created ${DEFAULT_SETTINGS.lookaheadMs / MINUTE + 3} min ahead (beyond the fast path), claimed by one pass over ${DEFAULT_SETTINGS.maxShardCount} shards with ${n} due entries (pass overhead included, amortized over ${n})`,
+        runs: n,
+        m: await oneOffDispatched(h, n),
+        api: singleCreate,
+      });
+    }
+    if (wanted("c")) {
+      print(
+        `requests-per-run: (c) ${n} per-minute jobs, ${recurringMinutes} steady-state minutes…`,
+      );
+      measured.push({
+        id: "c",
+        title: "(c) recurring, per minute",
+        notes: `${n} jobs every PT1M, ${recurringMinutes} steady-state passes; creation excluded; pass overhead amortized over ${n} runs a pass`,
+        runs: n * recurringMinutes,
+        m: await recurringSteadyState(h, n, recurringMinutes),
+        api: noApi,
+      });
+    }
+    if (wanted("d")) {
+      print(`requests-per-run: (d) ${n} one-off runs that fail once and succeed on attempt 2…`);
+      measured.push({
+        id: "d",
+        title: "(d) one-off, retried once",
+        notes:
+          "as (a), type fail {times: 1}: attempt 1 FAILED, attempt 2 QUEUED at once (fast path) and SUCCEEDED",
+        runs: n,
+        m: await retriedRun(h, n),
+        api: singleCreate,
+      });
+    }
+    if (wanted("e")) {
+      print(
+        `requests-per-run: (e) ${n} one-off noop runs, batch create of ${BATCH_SIZE}, fast path…`,
+      );
+      const e = await oneOffBatchFastPath(h, n);
+      measured.push({
+        id: "e",
+        title: `(e) one-off, batch create of ${BATCH_SIZE}`,
+        notes: `created ${BATCH_SIZE} to a batch (createJobs: BatchWriteItem of the runs, then of the jobs) → fast-path claim + send, ten to a message batch → worker loop; the API request is spread over the batch (its Lambda duration: the batch create's measured mean, ${Math.round(e.batchMs)} ms here)`,
+        runs: n,
+        m: e,
+        api: { requestsPerRun: 1 / BATCH_SIZE, msPerRequest: e.batchMs },
+      });
+    }
     print("requests-per-run: Lambda-like batches (timing)…");
     const lambdaLike = await lambdaLikeBatches(h, n);
     const sampleRuns = (await allRuns(h)).filter((r) => r.status === "SUCCEEDED");
@@ -828,9 +914,6 @@ export async function runRequestsPerRun(options: RequestsOptions = {}): Promise<
       dispatcherMemoryGb: 512 / 1024,
       apiMemoryGb: 512 / 1024,
       invocationMs: lambdaLike.batchMsP95,
-      // The create as the API Lambda runs it: scenario (a)'s producer time is not timed
-      // separately; a create is 2–4 DynamoDB calls and a send, taken as 50 ms.
-      apiMs: 50,
       runItemBytes,
       retentionMonths: DEFAULT_SETTINGS.retentionDays / 30,
     };
@@ -842,13 +925,15 @@ export async function runRequestsPerRun(options: RequestsOptions = {}): Promise<
         idleSummary.readUnits * price(prices, "dynamodbOnDemandReadPerMillion") * 1e-6 +
         (1 + DEFAULT_SETTINGS.maxShardCount) * price(prices, "lambdaRequestsPerMillion") * 1e-6 +
         0.5 * (idle.ms / 1000) * price(prices, "lambdaArmGbSecond"));
-    const scenarios: ScenarioResult[] = measured.map(({ id, title, notes, runs, m }) => {
+    const scenarios: ScenarioResult[] = measured.map(({ id, title, notes, runs, m, api }) => {
       const s = summarize(m.ops);
       const perRun: ScenarioResult["perRun"] = {
         ...s,
         workerMs: lambdaLike.batchMsP95 / 10,
         dispatcherMs: m.dispatcherMs,
-        viaApi: id === "a" || id === "b" || id === "d",
+        viaApi: api.requestsPerRun > 0,
+        apiRequestsPerRun: api.requestsPerRun,
+        apiMsPerRequest: api.msPerRequest,
       };
       // A retried run leaves two run items (attempts 1 and 2) in the history.
       return {
@@ -878,7 +963,7 @@ export async function runRequestsPerRun(options: RequestsOptions = {}): Promise<
         "DynamoDB provisioned at 70 %: unit-hour price / (3,600 s × 0.7), i.e. perfectly shaped capacity; spikes need headroom or on-demand.",
         "History: one run item (two for a retried run) kept for the retention (30 days ≈ 1 month) at the storage price; item size from the runs table here; GSI copies of in-flight runs are short-lived and not counted; PITR backup storage not counted.",
         "Dispatcher Lambda time per run is the pass time measured here divided by the runs it claimed (512 MB); its invocations are fixed per tick, not per run.",
-        "API Gateway HTTP API and the API Lambda (50 ms at 512 MB assumed) are priced separately ('+ API' column) for runs created over HTTP: one create per one-off run; recurring runs have none.",
+        "API Gateway HTTP API and the API Lambda (512 MB; 50 ms assumed for a single create, the measured mean of a batch create for a batch) are priced separately ('+ API' column) for runs created over HTTP: one create per one-off run, one request per 25 runs through a full batch (e); recurring runs have none.",
         "EventBridge Scheduler: $1.00 per million invocations, no run history, 1-minute precision; its target's own costs are not included there either.",
       ],
       lambdaLike,
@@ -896,7 +981,9 @@ export async function runRequestsPerRun(options: RequestsOptions = {}): Promise<
     const table = markdown(result);
     print(table);
     if (options.resultsDir !== null) {
-      const base = await writeResults(options.resultsDir, result.measuredAt, "requests", {
+      // A selection does not overwrite the day's full run.
+      const name = selected ? `requests-${[...selected].sort().join("")}` : "requests";
+      const base = await writeResults(options.resultsDir, result.measuredAt, name, {
         json: `${JSON.stringify(result, null, 2)}\n`,
         md: `${table}\n`,
       });
@@ -909,6 +996,16 @@ export async function runRequestsPerRun(options: RequestsOptions = {}): Promise<
   }
 }
 
+/** `BENCH_SCENARIOS=a,e`: only those scenarios (the idle tick and the Lambda-like timing always run). */
+export function scenarioSelection(): { scenarios?: string[] } {
+  const raw = process.env.BENCH_SCENARIOS?.trim();
+  if (!raw) return {};
+  const ids = raw.split(",").map((id) => id.trim().toLowerCase());
+  const unknown = ids.filter((id) => !["a", "b", "c", "d", "e"].includes(id));
+  if (unknown.length > 0) throw new Error(`BENCH_SCENARIOS: no scenario ${unknown.join(", ")}`);
+  return { scenarios: ids };
+}
+
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const { values } = parseArgs({
     options: {
@@ -916,5 +1013,9 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
       minutes: { type: "string", default: "3" },
     },
   });
-  await runRequestsPerRun({ runs: Number(values.runs), recurringMinutes: Number(values.minutes) });
+  await runRequestsPerRun({
+    runs: Number(values.runs),
+    recurringMinutes: Number(values.minutes),
+    ...scenarioSelection(),
+  });
 }

@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 import { type LagSeries, lagChartSvg, seriesFromResult } from "./lag-chart.js";
-import { runRequestsPerRun } from "./requests-per-run.js";
+import { runRequestsPerRun, scenarioSelection } from "./requests-per-run.js";
 import { runThroughput } from "./throughput.js";
 
 /**
@@ -32,7 +32,11 @@ const progress = (line: string) =>
   console.log(`[bench ${((Date.now() - started) / 1000).toFixed(0).padStart(4)} s] ${line}`);
 const list = (text: string) => text.split(",").map((s) => Number(s.trim()));
 
-const requests = await runRequestsPerRun({ runs: Number(values.runs), print: progress });
+const requests = await runRequestsPerRun({
+  runs: Number(values.runs),
+  print: progress,
+  ...scenarioSelection(),
+});
 const lagSeries: LagSeries[] = [];
 
 let throughputNote = "skipped (--skip-throughput)";

@@ -159,19 +159,25 @@ export async function createJobs(
     }
   }
 
-  for (const p of live) {
-    const claimNow = p.entry !== null && new Date(p.entry.dueAt) < horizonEnd;
-    p.claim = claimNow && p.entry ? planClaimBeforeCreate(engine, p.entry, now, horizonEnd) : null;
-    Object.assign(p, jobAfterClaim(p.base, p.entry, p.claim));
-  }
-  const isPlain = (p: Pending) => p.item.idempotency === undefined && p.upstreams.length === 0;
-
-  // Before any job: the claimed runs (and skipped records) of all, and the plain jobs' due entries.
   const giveBack: UsageReservation[] = [];
   const refuse = (p: Pending, error: unknown, unwritten: boolean) => {
     fail(p.index, error);
     if (unwritten && p.reservation) giveBack.push(p.reservation);
   };
+  for (const p of live) {
+    const claimNow = p.entry !== null && new Date(p.entry.dueAt) < horizonEnd;
+    try {
+      p.claim =
+        claimNow && p.entry ? planClaimBeforeCreate(engine, p.entry, now, horizonEnd) : null;
+      Object.assign(p, jobAfterClaim(p.base, p.entry, p.claim));
+    } catch (error) {
+      refuse(p, error, true);
+    }
+  }
+  live = live.filter((p) => outcomes[p.index] === undefined);
+  const isPlain = (p: Pending) => p.item.idempotency === undefined && p.upstreams.length === 0;
+
+  // Before any job: the claimed runs (and skipped records) of all, and the plain jobs' due entries.
   const before: BatchPut[] = live.flatMap((p) => [
     ...(p.claim?.runItems ?? []).map((item) => ({ table: "runs" as const, item, owner: p.index })),
     ...(isPlain(p) && p.pending ? [dueEntryPut(p.pending, p.index)] : []),
