@@ -1,5 +1,10 @@
 import { createRoute } from "@hono/zod-openapi";
-import { type BatchCreateItem, createJobs, MAX_BATCH_JOBS } from "../jobs/create-batch.js";
+import {
+  type BatchCreateItem,
+  createJobs,
+  MAX_BATCH_JOBS,
+  repeatedKeyError,
+} from "../jobs/create-batch.js";
 import { requestHash } from "../jobs/index.js";
 import { BODY_OVERHEAD_BYTES, jsonBody } from "./body.js";
 import { jobDto } from "./dto.js";
@@ -85,12 +90,19 @@ export function jobsBatchRouter({ engine, jobTypes }: RouterDeps) {
     const now = engine.clock();
     const results: (BatchResult | undefined)[] = [];
     const valid: { index: number; item: BatchCreateItem }[] = [];
+    // By the request's index: createJobs sees only the valid jobs, so its own check counts those.
+    const firstWithKey = new Map<string, number>();
     envelope.data.jobs.forEach((raw, index) => {
       try {
         const parsed = itemSchema.safeParse(raw);
         if (!parsed.success) throw schemaFailure(parsed.error.issues, "json", raw);
         const { idempotencyKey, ...definition } = parsed.data;
         const input = newJobFrom(parsed.data, tenantId, now, engine.settings, jobTypes);
+        if (idempotencyKey !== undefined) {
+          const earlier = firstWithKey.get(idempotencyKey);
+          if (earlier !== undefined) throw repeatedKeyError(earlier);
+          firstWithKey.set(idempotencyKey, index);
+        }
         valid.push({
           index,
           item: {

@@ -50,6 +50,12 @@ interface Pending {
   pending?: DueEntry | null;
 }
 
+/** A job whose idempotency key an earlier job of its batch (at `earlier`) already has. */
+export const repeatedKeyError = (earlier: number) =>
+  new ValidationError([
+    { field: "idempotencyKey", message: `repeats the key of jobs[${earlier}] in this batch` },
+  ]);
+
 const unwrittenError = () =>
   new ConcurrentUpdateError(
     "DynamoDB left this job's writes unprocessed (throttling); nothing of it was written: send it again",
@@ -86,14 +92,7 @@ export async function createJobs(
       try {
         const key = item.idempotency?.key;
         const earlier = key === undefined ? undefined : firstWithKey.get(key);
-        if (key !== undefined && earlier !== undefined) {
-          throw new ValidationError([
-            {
-              field: "idempotencyKey",
-              message: `repeats the key of jobs[${earlier}] in this batch`,
-            },
-          ]);
-        }
+        if (key !== undefined && earlier !== undefined) throw repeatedKeyError(earlier);
         if (key !== undefined) firstWithKey.set(key, index);
         const { base, entry } = prepareNewJob(engine, item.input, now);
         const upstreams = await linkNewDependent(engine, tenantId, base.jobId, base.schedule);

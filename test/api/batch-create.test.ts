@@ -14,7 +14,12 @@ interface Result {
     readonly status: string;
     readonly nextRunAt: string | null;
   };
-  readonly error?: { readonly code: string; readonly field?: string; readonly quota?: string };
+  readonly error?: {
+    readonly code: string;
+    readonly message?: string;
+    readonly field?: string;
+    readonly quota?: string;
+  };
 }
 
 const resultsOf = (body: unknown): Result[] => (body as { results: Result[] }).results;
@@ -146,6 +151,24 @@ describe("POST /jobs:batch", () => {
     const results = resultsOf(reply.body);
     expect(results.map((r) => r.status)).toEqual([201, 400]);
     expect(results[1]?.error).toMatchObject({ field: "idempotencyKey" });
+  });
+
+  it("names the job whose key is repeated by its place in the request, past an invalid job", async () => {
+    const reply = await api.call("POST", "/jobs:batch", {
+      body: {
+        jobs: [
+          laterJob({ schedule: { cron: "not a cron", timezone: "UTC" } }),
+          laterJob({ idempotencyKey: "twice-past-invalid" }),
+          laterJob({ idempotencyKey: "twice-past-invalid", name: "x" }),
+        ],
+      },
+    });
+    const results = resultsOf(reply.body);
+    expect(results.map((r) => r.status)).toEqual([400, 201, 400]);
+    expect(results[2]?.error).toMatchObject({
+      field: "idempotencyKey",
+      message: "idempotencyKey: repeats the key of jobs[1] in this batch",
+    });
   });
 
   it("refuses a body that is not 1 to 25 jobs with a 400 naming jobs, and writes nothing", async () => {
