@@ -68,10 +68,12 @@ const unwrittenError = () =>
  * one read of every idempotency key's record, one reservation of the jobs'
  * quota shares (and one give-back for those then refused), the runs of every
  * job claimed at once (the fast path) and the due entries and jobs of the
- * plain ones (no idempotency key, no `after` links) written with BatchWriteItem,
+ * plain ones (no idempotency key, no `after` links, no pending entry a pass may
+ * already sweep) written with BatchWriteItem,
  * runs and entries first and the jobs after them (the job's write is each
  * create's commit), and the claimed runs sent ten to a message batch across
- * jobs. A job with an idempotency key or `after` links keeps its transaction.
+ * jobs. A job with an idempotency key, `after` links or such an entry keeps its
+ * transaction.
  */
 export async function createJobs(
   engine: Engine,
@@ -174,7 +176,12 @@ export async function createJobs(
     }
   }
   live = live.filter((p) => outcomes[p.index] === undefined);
-  const isPlain = (p: Pending) => p.item.idempotency === undefined && p.upstreams.length === 0;
+  // A pending entry due inside the window passes sweep goes in its job's transaction: put before
+  // the job, a pass could claim it first, find no job, remove it, and leave the job naming nothing.
+  const isPlain = (p: Pending) =>
+    p.item.idempotency === undefined &&
+    p.upstreams.length === 0 &&
+    !(p.pending && new Date(p.pending.dueAt) < horizonEnd);
 
   // Before any job: the claimed runs (and skipped records) of all, and the plain jobs' due entries.
   const before: BatchPut[] = live.flatMap((p) => [

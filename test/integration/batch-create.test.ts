@@ -2,8 +2,10 @@ import { ProvisionedThroughputExceededException } from "@aws-sdk/client-dynamodb
 import type { BatchWriteCommandInput, BatchWriteCommandOutput } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { DEFAULT_QUOTAS } from "../../shared/config.js";
+import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { ConcurrentUpdateError } from "../../shared/errors.js";
 import { type BatchCreateOutcome, createJobs } from "../../shared/jobs/create-batch.js";
+import { shardOf } from "../../shared/keys.js";
 import { readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 
@@ -175,5 +177,59 @@ describe("a batch create under write faults: each job is created whole or not at
     ]);
     expect(await f.receiveAll(f.engine.queues.normal, { quietMs: 1_500 })).toEqual([]);
     expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ activeJobs: 1 });
+  });
+
+  it("a recurring job's next entry inside a pass's window outlives a dispatcher pass that runs just before its job is written", async () => {
+    const tenant = "pass-before-commit";
+    // Every 5 s: more occurrences fall inside the fast-path window than one claim takes, so the
+    // job's pending entry is due inside the window a dispatcher pass sweeps.
+    const jobItem = (input: Record<string, unknown>): Record<string, unknown> | undefined => {
+      const puts = [
+        ...Object.values((input.RequestItems ?? {}) as Record<string, WriteRequests[string]>)
+          .flat()
+          .map((r) => r.PutRequest?.Item),
+        ...((input.TransactItems ?? []) as { Put?: { Item?: Record<string, unknown> } }[]).map(
+          (t) => t.Put?.Item,
+        ),
+        (input as { Item?: Record<string, unknown> }).Item,
+      ];
+      return puts.find((item) => item?.sk === "JOB" && item.tenantId === tenant);
+    };
+    let passes = 0;
+    const name = "passBeforeJobWrite";
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const job = jobItem(args.input as Record<string, unknown>);
+        if (job !== undefined && passes === 0 && context.commandName !== "GetItemCommand") {
+          passes++;
+          // Another process's pass, at the moment the job's own write is about to go out.
+          const shard = shardOf(String(job.jobId), f.engine.settings.shardCount);
+          await dispatchShard(f.engine, shard, "pass-before-commit");
+        }
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    let outcomes: BatchCreateOutcome[];
+    try {
+      outcomes = await createJobs(f.engine, tenant, [
+        {
+          input: testJob({
+            tenantId: tenant,
+            name: "every 5 s",
+            schedule: { every: "PT5S", startAt: new Date().toISOString() },
+          }),
+        },
+      ]);
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+    expect(passes).toBe(1);
+    expect(outcomes.map(createdName)).toEqual(["every 5 s"]);
+    const [job] = (await f.jobs()).filter((j) => j.tenantId === tenant);
+    expect(job?.status).toBe("ACTIVE");
+    // The job names its next entry, and that entry is there for a pass to claim: the schedule goes on.
+    const entries = (await f.dueEntries()).filter((e) => e.jobId === job?.jobId);
+    expect(entries.map((e) => e.key.sk)).toEqual([job?.nextDueKey?.sk]);
   });
 });
