@@ -20,7 +20,14 @@ import { type IdempotentRequest, writeNewJob } from "../storage/job-create.js";
 import { getJob } from "../storage/run-reads.js";
 import type { UsageReservation } from "../storage/tenant-quotas.js";
 import { ValidationError } from "../validation.js";
-import { idempotentReplay, jobAfterClaim, type NewJob, prepareNewJob, replayOf } from "./create.js";
+import {
+  answeredJob,
+  idempotentReplay,
+  jobAfterClaim,
+  type NewJob,
+  prepareNewJob,
+  replayOf,
+} from "./create.js";
 import { linkNewDependent } from "./dependencies.js";
 
 /** One job of a batch: what a single create takes. */
@@ -256,10 +263,7 @@ export async function createJobs(
       const next = p.claim?.next;
       const further = next && new Date(next.dueAt) < horizonEnd ? next : null;
       const claimedMore = await dispatchAfterCommit(engine, further, "create");
-      outcomes[p.index] = {
-        job: claimedMore.length > 0 ? ((await getJob(engine, job.jobId)) ?? job) : job,
-        created: true,
-      };
+      outcomes[p.index] = { job: await answeredJob(engine, job, claimedMore), created: true };
     }),
   );
   return outcomes.map(

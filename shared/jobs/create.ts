@@ -126,10 +126,29 @@ export async function createJob(
   // A per-second schedule has more runs inside the window than one claim holds.
   const further = claim.next && new Date(claim.next.dueAt) < horizonEnd ? claim.next : null;
   const claimedMore = await dispatchAfterCommit(engine, further, "create");
-  return {
-    job: claimedMore.length > 0 ? ((await getJob(engine, jobId)) ?? job) : job,
-    created: true,
-  };
+  return { job: await answeredJob(engine, job, claimedMore), created: true };
+}
+
+/**
+ * The committed job as its answer shows it: read again when the fast path claimed more of it
+ * after the write. That read failing leaves the answer the job as written: the create stands, so
+ * its answer is never a failure (a retry would create the job again).
+ */
+export async function answeredJob(
+  engine: Engine,
+  job: Job,
+  claimedMore: readonly unknown[],
+): Promise<Job> {
+  if (claimedMore.length === 0) return job;
+  try {
+    return (await getJob(engine, job.jobId)) ?? job;
+  } catch (error) {
+    engine.obs.log.warn("could not read a created job again; answering it as written", {
+      jobId: job.jobId,
+      error: String(error),
+    });
+    return job;
+  }
 }
 
 /** A new job as it is before its first claim, and its first due entry (null when it has none). */

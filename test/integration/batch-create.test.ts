@@ -5,6 +5,7 @@ import { DEFAULT_QUOTAS } from "../../shared/config.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { ConcurrentUpdateError } from "../../shared/errors.js";
 import { type BatchCreateOutcome, createJobs } from "../../shared/jobs/create-batch.js";
+import { createJob } from "../../shared/jobs/index.js";
 import { shardOf } from "../../shared/keys.js";
 import { readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
@@ -231,5 +232,52 @@ describe("a batch create under write faults: each job is created whole or not at
     // The job names its next entry, and that entry is there for a pass to claim: the schedule goes on.
     const entries = (await f.dueEntries()).filter((e) => e.jobId === job?.jobId);
     expect(entries.map((e) => e.key.sk)).toEqual([job?.nextDueKey?.sk]);
+  });
+
+  it("a job whose re-read after its further claims fails is still answered as created, and so are the others of its batch", async () => {
+    const tenant = "reread-fails";
+    const failed: string[] = [];
+    const name = "failJobReread";
+    // Every consistent read of the tenant's job item fails, as a read that timed out after the
+    // SDK's retries; the writes pass.
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const key = (args.input as { Key?: Record<string, unknown> }).Key;
+        if (context.commandName === "GetItemCommand" && key?.sk === "JOB") {
+          const job = (await f.jobs()).find((j) => j.jobId === String(key.pk).slice(4));
+          if (job?.tenantId === tenant) {
+            failed.push(job.name);
+            throw Object.assign(new Error("the read timed out"), { name: "TimeoutError" });
+          }
+        }
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    const perSecond = (label: string) =>
+      testJob({
+        tenantId: tenant,
+        name: label,
+        schedule: { every: "PT5S", startAt: new Date().toISOString() },
+      });
+    try {
+      const outcomes = await createJobs(f.engine, tenant, [
+        { input: perSecond("batched every 5 s") },
+        { input: testJob({ tenantId: tenant, name: "one-off", schedule: now() }) },
+      ]);
+      expect(outcomes.map(createdName)).toEqual(["batched every 5 s", "one-off"]);
+      const single = await createJob(f.engine, perSecond("single every 5 s"));
+      expect(single).toMatchObject({ created: true, job: { name: "single every 5 s" } });
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+    // The reads did fail: the answers are the jobs as written.
+    expect(failed.sort()).toEqual(["batched every 5 s", "single every 5 s"]);
+    const jobs = (await f.jobs()).filter((j) => j.tenantId === tenant);
+    expect(jobs.map((j) => j.name).sort()).toEqual([
+      "batched every 5 s",
+      "one-off",
+      "single every 5 s",
+    ]);
   });
 });
