@@ -144,7 +144,9 @@ export async function createJobs(
       );
       live = live.filter((p) => outcomes[p.index] === undefined);
     } catch (error) {
-      failAll(error);
+      // Only the jobs with a key needed the records: the others go on.
+      for (const p of keyed) fail(p.index, error);
+      live = live.filter((p) => outcomes[p.index] === undefined);
     }
   }
 

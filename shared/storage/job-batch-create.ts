@@ -1,6 +1,7 @@
 import { BatchGetCommand, BatchWriteCommand } from "@aws-sdk/lib-dynamodb";
 import { sleep } from "../clock.js";
 import type { Engine } from "../engine.js";
+import { ConcurrentUpdateError } from "../errors.js";
 import type { DueEntry, Job } from "../model.js";
 import { isTransientFailure } from "./dynamo-errors.js";
 import { encodeDueEntry, idempotencyKey } from "./items.js";
@@ -144,7 +145,11 @@ export async function readIdempotencyRecords(
       sk: idempotencyKey(tenantId, "").sk,
     }));
     for (let round = 1; pending.length > 0; round++) {
-      if (round > MAX_BATCH_ROUNDS) throw new Error(`${table} kept throttling BatchGetItem`);
+      if (round > MAX_BATCH_ROUNDS) {
+        throw new ConcurrentUpdateError(
+          "DynamoDB kept leaving this job's idempotency record unread (throttling); nothing of it was written: send it again",
+        );
+      }
       if (round > 1) await sleep(BACKOFF_BASE_MS * 2 ** (round - 2));
       const result = await engine.doc.send(
         new BatchGetCommand({ RequestItems: { [table]: { Keys: pending, ConsistentRead: true } } }),

@@ -1,5 +1,10 @@
 import { ProvisionedThroughputExceededException } from "@aws-sdk/client-dynamodb";
-import type { BatchWriteCommandInput, BatchWriteCommandOutput } from "@aws-sdk/lib-dynamodb";
+import type {
+  BatchGetCommandInput,
+  BatchGetCommandOutput,
+  BatchWriteCommandInput,
+  BatchWriteCommandOutput,
+} from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { DEFAULT_QUOTAS } from "../../shared/config.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
@@ -279,5 +284,45 @@ describe("a batch create under write faults: each job is created whole or not at
       "one-off",
       "single every 5 s",
     ]);
+  });
+
+  it("idempotency records DynamoDB keeps leaving unread fail only the jobs with a key, as busy; the others are created", async () => {
+    const tenant = "records-unread";
+    let reads = 0;
+    const name = "leaveRecordsUnprocessed";
+    // DynamoDB's answer under throttling: none of the keys read, all of them UnprocessedKeys.
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName !== "BatchGetItemCommand") return next(args);
+        const input = args.input as BatchGetCommandInput;
+        reads++;
+        const output: BatchGetCommandOutput = {
+          $metadata: {},
+          Responses: {},
+          UnprocessedKeys: input.RequestItems,
+        };
+        return { output, response: {} } as Awaited<ReturnType<typeof next>>;
+      },
+      { step: "initialize", name },
+    );
+    let outcomes: BatchCreateOutcome[];
+    try {
+      outcomes = await createJobs(f.engine, tenant, [
+        { input: testJob({ tenantId: tenant, name: "plain", schedule: now() }) },
+        {
+          input: testJob({ tenantId: tenant, name: "keyed", schedule: later() }),
+          idempotency: { key: "unread", requestHash: "h" },
+        },
+        { input: testJob({ tenantId: tenant, name: "per minute" }) },
+      ]);
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+    expect(reads).toBe(6);
+    expect(outcomes.map(createdName)).toEqual(["plain", null, "per minute"]);
+    const keyed = outcomes[1];
+    expect(keyed && "error" in keyed && keyed.error).toBeInstanceOf(ConcurrentUpdateError);
+    const jobs = (await f.jobs()).filter((j) => j.tenantId === tenant);
+    expect(jobs.map((j) => j.name).sort()).toEqual(["per minute", "plain"]);
   });
 });
