@@ -17,8 +17,14 @@ const JSON_CONTENT_TYPE = /^application\/([a-z-.]+\+)?json(;\s*[a-zA-Z0-9-]+=([^
  * media type, 413 past the size limit (checked while reading, so a huge body
  * is never buffered), 400 for bytes that are not UTF-8 JSON, too deeply nested,
  * or that use `__proto__` as a field name outside the payload (at `payloadPath`).
+ * A body that holds create bodies `itemDepth` levels down (a batch's
+ * `jobs[i]`: 2) may nest that much deeper, so each of them may nest as a create's.
  */
-export function jsonBody(maxBytes: number, payloadPath = TOP_LEVEL_PAYLOAD): MiddlewareHandler {
+export function jsonBody(
+  maxBytes: number,
+  payloadPath = TOP_LEVEL_PAYLOAD,
+  itemDepth = 0,
+): MiddlewareHandler {
   return async (c, next) => {
     const type = c.req.header("content-type");
     if (type === undefined || !JSON_CONTENT_TYPE.test(type.trim())) {
@@ -46,7 +52,7 @@ export function jsonBody(maxBytes: number, payloadPath = TOP_LEVEL_PAYLOAD): Mid
       const why = error instanceof Error ? `: ${error.message.slice(0, 200)}` : "";
       throw new ApiError(400, "malformed_json", `the body is not valid JSON${why}`);
     }
-    checkStructure(value, payloadPath);
+    checkStructure(value, payloadPath, MAX_JSON_DEPTH + itemDepth);
     // The raw stream is spent; the route's validator reads this copy.
     c.req.raw = new Request(c.req.raw, { body: text });
     await next();
@@ -96,18 +102,18 @@ async function readAtMost(request: Request, maxBytes: number): Promise<Uint8Arra
 }
 
 /** Iterative, so that the check itself cannot overflow the stack it protects. */
-function checkStructure(root: unknown, payloadPath: RegExp): void {
+function checkStructure(root: unknown, payloadPath: RegExp, maxDepth: number): void {
   const stack: { value: unknown; depth: number; path: string; inPayload: boolean }[] = [
     { value: root, depth: 0, path: "", inPayload: false },
   ];
   for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
     const { value, depth, path, inPayload } = item;
     if (typeof value !== "object" || value === null) continue;
-    if (depth >= MAX_JSON_DEPTH) {
+    if (depth >= maxDepth) {
       throw new ApiError(
         400,
         "validation_failed",
-        `the body nests deeper than ${MAX_JSON_DEPTH} levels`,
+        `the body nests deeper than ${maxDepth} levels`,
         path === "" ? {} : { field: path.split(".")[0] },
       );
     }

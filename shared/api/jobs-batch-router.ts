@@ -23,6 +23,8 @@ import {
 const PATH = "/jobs:batch";
 /** Each job's payload, where any JSON may be. */
 const BATCH_PAYLOAD_PATH = /^jobs\.\d+\.payload$/;
+/** Each job's body sits this deep in the batch's (`jobs[i]`). */
+const JOB_BODY_DEPTH = 2;
 
 interface BatchResult {
   readonly index: number;
@@ -65,6 +67,7 @@ export function jobsBatchRouter({ engine, jobTypes }: RouterDeps) {
   const body = jsonBody(
     MAX_BATCH_JOBS * (engine.settings.maxPayloadBytes + BODY_OVERHEAD_BYTES),
     BATCH_PAYLOAD_PATH,
+    JOB_BODY_DEPTH,
   );
 
   router.post(PATH, body, async (c) => {

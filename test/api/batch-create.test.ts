@@ -171,6 +171,21 @@ describe("POST /jobs:batch", () => {
     });
   });
 
+  it("takes a job whose payload nests as deep as a single create takes, and refuses one deeper", async () => {
+    // `{"payload": <63 levels>}` is the deepest body POST /jobs takes (64 levels).
+    const nested = (levels: number): unknown => (levels === 0 ? 1 : [nested(levels - 1)]);
+    const deepest = { type: "report", schedule: { runAt: inMinutes(60) }, payload: nested(63) };
+    expect((await api.call("POST", "/jobs", { body: deepest })).status).toBe(201);
+    const reply = await api.call("POST", "/jobs:batch", { body: { jobs: [deepest, laterJob()] } });
+    expect(reply.status, reply.text).toBe(200);
+    expect(resultsOf(reply.body).map((r) => r.status)).toEqual([201, 201]);
+    const deeper = { ...deepest, payload: nested(64) };
+    expectError(await api.call("POST", "/jobs", { body: deeper }), 400, { field: "payload" });
+    expectError(await api.call("POST", "/jobs:batch", { body: { jobs: [deeper] } }), 400, {
+      field: "jobs",
+    });
+  });
+
   it("refuses a body that is not 1 to 25 jobs with a 400 naming jobs, and writes nothing", async () => {
     const before = await jobIds();
     const many = Array.from({ length: 26 }, () => laterJob());
