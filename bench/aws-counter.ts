@@ -151,6 +151,71 @@ export interface DynamoCountOptions {
    * reports them like plain writes, checked by bench/requests-per-run.ts at start).
    */
   readonly transactionsDoubled: boolean;
+  /** The partition-key attribute of every GSI of the tables, for `transactionWriteUnits`. */
+  readonly indexKeyAttributes: readonly string[];
+}
+
+/**
+ * What AWS bills a TransactWriteItems: two units per item and KB (condition checks included),
+ * plus one index unit for each index key an item's put carries or its update sets or removes.
+ * DynamoDB Local reports one item's worth per table, whatever the number of items (a probe:
+ * 1, 3 and 10 puts in one transaction all reported 2 table units and 2 index units), so the
+ * counter books the larger of this and the report. Items updated, deleted or checked are taken
+ * as under 1 KB (the stored item is not in the request).
+ */
+export function transactionWriteUnits(
+  input: Record<string, unknown>,
+  indexKeyAttributes: readonly string[],
+): { table: number; index: number } {
+  const items = Array.isArray(input.TransactItems) ? input.TransactItems : [];
+  let table = 0;
+  let index = 0;
+  for (const item of items) {
+    if (!isRecord(item)) continue;
+    const put = isRecord(item.Put) ? item.Put : null;
+    const update = isRecord(item.Update) ? item.Update : null;
+    if (put !== null && isRecord(put.Item)) {
+      table += 2 * Math.max(1, Math.ceil(itemBytes(put.Item) / 1024));
+      const keys = put.Item;
+      index += indexKeyAttributes.filter((a) => a in keys).length;
+      continue;
+    }
+    table += 2;
+    if (update !== null && typeof update.UpdateExpression === "string") {
+      const names = isRecord(update.ExpressionAttributeNames)
+        ? Object.entries(update.ExpressionAttributeNames)
+        : [];
+      const expression = update.UpdateExpression.replace(/#[A-Za-z0-9_]+/g, (ref) => {
+        const found = names.find(([name]) => name === ref);
+        return typeof found?.[1] === "string" ? found[1] : ref;
+      });
+      const words = new Set(expression.split(/[^A-Za-z0-9_]+/));
+      index += indexKeyAttributes.filter((a) => words.has(a)).length;
+    }
+  }
+  return { table, index };
+}
+
+/** An item's size as DynamoDB counts it: attribute names plus values. */
+function itemBytes(item: Record<string, unknown>): number {
+  return Object.entries(item).reduce(
+    (sum, [name, value]) => sum + name.length + valueBytes(value),
+    0,
+  );
+}
+
+function valueBytes(value: unknown): number {
+  if (!isRecord(value)) return 0;
+  if (typeof value.S === "string") return Buffer.byteLength(value.S);
+  if (typeof value.N === "string") return Math.ceil(value.N.replace(/^-|\./g, "").length / 2) + 1;
+  if (value.B instanceof Uint8Array) return value.B.byteLength;
+  if ("BOOL" in value || "NULL" in value) return 1;
+  if (isRecord(value.M)) return 3 + itemBytes(value.M);
+  if (Array.isArray(value.L)) return 3 + value.L.reduce<number>((s, v) => s + 1 + valueBytes(v), 0);
+  for (const set of [value.SS, value.NS]) {
+    if (Array.isArray(set)) return set.reduce<number>((s, v) => s + byteLength(v), 0);
+  }
+  return 0;
 }
 
 /**
@@ -189,11 +254,20 @@ export function countDynamoDb(
           count.capacityUnits += estimate;
           return;
         }
-        const tableUnits = capacity.total - capacity.index;
+        const reportedTable = capacity.total - capacity.index;
         const doubling = TRANSACTIONS.has(operation) && !options.transactionsDoubled ? 2 : 1;
+        let tableUnits = reportedTable * doubling;
+        let indexUnits = capacity.index;
+        if (operation === "TransactWriteItems" && isRecord(input)) {
+          const billed = transactionWriteUnits(input, options.indexKeyAttributes);
+          count.estimatedUnits +=
+            Math.max(0, billed.table - tableUnits) + Math.max(0, billed.index - indexUnits);
+          tableUnits = Math.max(tableUnits, billed.table);
+          indexUnits = Math.max(indexUnits, billed.index);
+        }
         count.reportedUnits += capacity.total;
-        count.capacityUnits += tableUnits * doubling + capacity.index;
-        count.indexCapacityUnits += capacity.index;
+        count.capacityUnits += tableUnits + indexUnits;
+        count.indexCapacityUnits += indexUnits;
         // DynamoDB Local reports 0 for a Get or Query that finds nothing; AWS bills at least
         // one read unit for it (half for an eventually consistent read).
         if (SINGLE_READS.has(operation) && isRecord(input)) {
