@@ -1,6 +1,7 @@
 import { RetentionDays } from "aws-cdk-lib/aws-logs";
 import type { Node } from "constructs";
 import {
+  CLAIM_REACH_SECONDS,
   DEFAULT_LOW_PRIORITY_SHARE,
   DEFAULT_QUOTAS,
   DEFAULT_SETTINGS,
@@ -130,10 +131,10 @@ export function resolveSettings(input: SettingsInput = {}): SchedulerSettings {
     apiRateLimit: input.apiRateLimit ?? 100,
     apiBurstLimit: input.apiBurstLimit ?? 200,
     lagAlarmMs: input.lagAlarmMs ?? 5_000,
-    // Messages wait out their SQS delay (up to the lookahead) and stay in flight while a job
+    // Messages wait out their SQS delay (up to a claim's reach) and stay in flight while a job
     // runs (up to the worker timeout); only age beyond both means nobody is consuming.
     queueAgeAlarmSeconds:
-      input.queueAgeAlarmSeconds ?? lookaheadSeconds + workerTimeoutSeconds + 300,
+      input.queueAgeAlarmSeconds ?? CLAIM_REACH_SECONDS + workerTimeoutSeconds + 300,
     demoJobTypes: input.demoJobTypes ?? false,
     quotas: { ...DEFAULT_QUOTAS, ...definedOnly(input.quotas ?? {}) },
     adminTenants: input.adminTenants ?? [],

@@ -148,6 +148,11 @@ export const DEFAULT_LOW_PRIORITY_SHARE = 0.1;
 
 /** The longest delay SQS accepts on a message. */
 export const MAX_SQS_DELAY_SECONDS = 900;
+/**
+ * How far ahead a claim queues a job's occurrences (shared/dispatch/fast-path-window.ts): SQS's
+ * longest delay less a minute for the send and for clock skew.
+ */
+export const CLAIM_REACH_SECONDS = MAX_SQS_DELAY_SECONDS - 60;
 
 /** Environment variables as read: `process.env`, or a record a test or the sandbox passes. */
 export type Env = Readonly<Record<string, string | undefined>>;

@@ -191,7 +191,7 @@ export class Observability extends Construct {
           period: MINUTE,
         }),
         {
-          description: `The oldest ${priority}-priority message is older than ${settings.queueAgeAlarmSeconds} s (lookahead + worker timeout + margin): workers are not keeping up.`,
+          description: `The oldest ${priority}-priority message is older than ${settings.queueAgeAlarmSeconds} s (a claim's reach + worker timeout + margin): workers are not keeping up.`,
           threshold: settings.queueAgeAlarmSeconds,
           operator: ComparisonOperator.GREATER_THAN_THRESHOLD,
           evaluationPeriods: 3,

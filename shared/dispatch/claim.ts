@@ -6,6 +6,7 @@ import { putRunsUnconditionally, writeClaim } from "../storage/claim.js";
 import { dueEntryKey, removeOrphanDueEntry } from "../storage/due-entries.js";
 import { jobExpiresAt } from "../storage/retention.js";
 import { queuedRun, skippedRun } from "../storage/runs.js";
+import { claimReachEnd } from "./fast-path-window.js";
 import { attemptOf, planClaim } from "./plan-claim.js";
 
 /** Leaves room under DynamoDB's 100 items per transaction for the entry, job, next entry and fence. */
@@ -101,7 +102,7 @@ function planWrites(
   const planned = planClaim({
     entry,
     now,
-    horizonEnd,
+    horizonEnd: claimReachEnd(now, horizonEnd),
     misfireGraceMs: settings.misfireGraceMs,
     maxRunsPerClaim: MAX_RUNS_PER_CLAIM,
     alreadyRun: known.run,

@@ -1,8 +1,10 @@
 /**
  * The fast-path window, a pure rule shared by the writers that claim at once
  * (create, resume, edit: `fast-path.ts`) and the worker, whose retries due
- * inside it go straight to a QUEUED run instead of a due entry.
+ * inside it go straight to a QUEUED run instead of a due entry; and the claim's
+ * reach, how far ahead of now a claim queues a job's occurrences.
  */
+import { CLAIM_REACH_SECONDS } from "../config.js";
 
 /**
  * A dispatcher pass has already swept up to its horizon (now + lookahead, to
@@ -18,4 +20,18 @@ export function fastPathHorizonEnd(now: Date, lookaheadMs: number): Date {
 
 export function needsFastPath(dueAt: Date, now: Date, lookaheadMs: number): boolean {
   return dueAt < fastPathHorizonEnd(now, lookaheadMs);
+}
+
+const CLAIM_REACH_MS = CLAIM_REACH_SECONDS * 1000;
+
+/**
+ * A claim queues the job's occurrences planned before this instant, not only
+ * those before the horizon that found its entry: the claim's transaction (the
+ * entry, the job, the next entry, the fence) is then shared by every
+ * occurrence of the next 14 minutes, so a per-minute job costs one claim
+ * every ten minutes or so instead of one a minute. Every run it queues can
+ * still be sent at once with its delay.
+ */
+export function claimReachEnd(now: Date, horizonEnd: Date): Date {
+  return new Date(Math.max(horizonEnd.getTime(), now.getTime() + CLAIM_REACH_MS));
 }

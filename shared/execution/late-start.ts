@@ -25,7 +25,7 @@ export interface LateStartInput {
 
 /**
  * The misfire policy for a run that was claimed on time but starts late (the
- * workers or the queue were down): claims happen up to the lookahead ahead, so
+ * workers or the queue were down): claims queue runs up to 14 minutes ahead, so
  * an outage can hit occurrences that are already QUEUED. Returns the reason to
  * record the run SKIPPED, or null to run it.
  *

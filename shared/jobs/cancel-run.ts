@@ -1,5 +1,5 @@
 import { forEachConcurrently } from "../concurrency.js";
-import { fastPathHorizonEnd } from "../dispatch/fast-path-window.js";
+import { claimReachEnd, fastPathHorizonEnd } from "../dispatch/fast-path-window.js";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError, RunEndedError, RunNotFoundError } from "../errors.js";
 import { CANCEL_REASONS } from "../execution/cancel-reasons.js";
@@ -104,7 +104,10 @@ export async function cancelRunsOfJob(
   const oneOff = "runAt" in job.schedule ? Date.parse(job.schedule.runAt) : null;
   // A jittered occurrence runs up to its window after scheduledFor: the range reaches back that far too.
   const windowFrom = now.getTime() - engine.settings.lookaheadMs - (windowMsOf(job.window) ?? 0);
-  const windowTo = fastPathHorizonEnd(now, engine.settings.lookaheadMs).getTime();
+  const windowTo = claimReachEnd(
+    now,
+    fastPathHorizonEnd(now, engine.settings.lookaheadMs),
+  ).getTime();
   const from = new Date(oneOff === null ? windowFrom : Math.min(oneOff, windowFrom));
   const to = new Date(oneOff === null ? windowTo : Math.max(oneOff, windowTo));
   const seen = new Set<string>();

@@ -10,7 +10,7 @@ import {
   settingsFromContext,
   workerEventSourceConcurrency,
 } from "../../infra/settings.js";
-import { DEFAULT_SETTINGS, loadSettings } from "../../shared/config.js";
+import { CLAIM_REACH_SECONDS, DEFAULT_SETTINGS, loadSettings } from "../../shared/config.js";
 import { REPO_ROOT } from "./support/synth.js";
 
 const fromContext = (context: Record<string, unknown>) =>
@@ -36,6 +36,13 @@ describe("settings", () => {
     });
     // What the handlers would derive from the environment the stack sets is the design's default.
     expect(loadSettings(engineEnvironment(s))).toEqual(DEFAULT_SETTINGS);
+  });
+
+  it("alarms on queue age only past a claim's reach (the longest SQS delay a run is sent with) plus the worker timeout", () => {
+    const s = resolveSettings();
+    // A per-minute job's run is sent up to 14 minutes before it is due.
+    expect(s.queueAgeAlarmSeconds).toBe(CLAIM_REACH_SECONDS + s.workerTimeoutSeconds + 300);
+    expect(CLAIM_REACH_SECONDS).toBeGreaterThanOrEqual(s.lookaheadSeconds);
   });
 
   it("reads -c strings and cdk.json values alike", () => {

@@ -88,12 +88,13 @@ describe("edits, pauses and retries keep the runs that should run", () => {
 
   it("a schedule edit after a dispatcher outage records every occurrence the old schedule had due: none is dropped", async () => {
     const createdAt = Math.ceil((Date.now() + 60 * MINUTE) / MINUTE) * MINUTE;
-    const editedAt = createdAt + 10 * MINUTE;
+    // Longer than a claim reaches (14 minutes), so some occurrences were never claimed.
+    const editedAt = createdAt + 20 * MINUTE;
     const { job } = await createJob(
       withClock(() => new Date(createdAt)),
       testJob({ type: "recorded", schedule: { every: "PT1M" } }),
     );
-    // No dispatcher pass runs for ten minutes; then the schedule is edited.
+    // No dispatcher pass runs for twenty minutes; then the schedule is edited.
     await editJob(
       withClock(() => new Date(editedAt)),
       TENANT,
@@ -104,7 +105,7 @@ describe("edits, pauses and retries keep the runs that should run", () => {
       },
     );
     const after = await runsOf(job.jobId);
-    const oldOccurrences = Array.from({ length: 10 }, (_, k) =>
+    const oldOccurrences = Array.from({ length: 20 }, (_, k) =>
       new Date(createdAt + k * MINUTE).toISOString(),
     );
     const unrecorded = oldOccurrences.filter((at) => !after.some((r) => r.scheduledFor === at));
