@@ -4,7 +4,7 @@ import { IdempotencyKeyTakenError } from "../errors.js";
 import type { DueEntry, Job } from "../model.js";
 import { ValidationError } from "../validation.js";
 import { type UpstreamWriteName, upstreamOfWriteName } from "./dependents.js";
-import { encodeJob, idempotencyKey } from "./items.js";
+import { encodeDueEntry, encodeJob, idempotencyKey } from "./items.js";
 import { putDueEntry } from "./job-update.js";
 import { hasExpired, idempotencyExpiresAt, jobExpiresAt } from "./retention.js";
 import { ConditionsFailedError, type NamedWrite, writeTransaction } from "./transaction.js";
@@ -52,8 +52,14 @@ export function newJobItem(engine: Engine, job: Job): Record<string, unknown> {
  * dependents in the same transaction (`upstreams`, see dependents.ts): an upstream
  * gone or another tenant's meanwhile is a `ValidationError` naming
  * `schedule.after.jobs`. Alone (no entry, no key, no upstream) the job is one
- * plain put: a transaction would bill it twice. A job created COMPLETED
- * (nothing of its schedule is left to run) expires at its retention.
+ * plain put: a transaction would bill it twice. With only an entry that no pass
+ * sweeps yet (`pendingUnswept`: due past the fast-path window), two plain puts, the entry
+ * first: the job's put is the commit, and an entry whose job was never written
+ * is removed as an orphan by the claim that finds no job pointing at it. An
+ * entry inside the window goes in a transaction with its job: a pass could
+ * sweep it between two puts, find no job and remove it, and the job would
+ * name an entry that is gone. A job created COMPLETED (nothing of its schedule
+ * is left to run) expires at its retention.
  */
 export async function writeNewJob(
   engine: Engine,
@@ -61,6 +67,7 @@ export async function writeNewJob(
   pending: DueEntry | null,
   idempotency: IdempotentRequest | undefined,
   upstreams: readonly NamedWrite<UpstreamWriteName>[] = [],
+  pendingUnswept = false,
 ): Promise<void> {
   const createdAt = new Date(job.createdAt);
   const putJob = {
@@ -93,6 +100,13 @@ export async function writeNewJob(
     });
   }
   if (writes.length === 1) {
+    await engine.doc.send(new PutCommand(putJob));
+    return;
+  }
+  if (writes.length === 2 && pending !== null && pendingUnswept) {
+    await engine.doc.send(
+      new PutCommand({ TableName: engine.tables.jobs, Item: encodeDueEntry(pending) }),
+    );
     await engine.doc.send(new PutCommand(putJob));
     return;
   }

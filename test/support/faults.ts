@@ -26,7 +26,7 @@ type TransactItem = Record<string, { TableName?: string } | undefined>;
 
 export interface FaultPlan {
   /** The DynamoDB operation to fail, by its API name. */
-  readonly operation: "TransactWriteItems" | "UpdateItem" | "Query";
+  readonly operation: "TransactWriteItems" | "UpdateItem" | "PutItem" | "Query";
   /** How many matching requests fail before the rest pass through. */
   readonly times: number;
   /** Only requests this accepts count (the document client's input, before marshalling). */
@@ -35,7 +35,7 @@ export interface FaultPlan {
   readonly reason?: InjectedReason;
   /** TransactWriteItems: which item conflicts; the first by default. */
   readonly conflictOn?: (item: TransactItem, index: number) => boolean;
-  /** UpdateItem and Query: the error to throw; a TransactionConflictException by default. */
+  /** UpdateItem, PutItem and Query: the error to throw; a TransactionConflictException by default. */
   readonly error?: () => Error;
 }
 
