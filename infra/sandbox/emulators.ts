@@ -28,7 +28,18 @@ export interface DynamoDbLocalOptions {
   timeoutMs?: number;
   /** Keep the database in this folder (the sandbox) instead of in memory (the tests). */
   dbPath?: string;
+  /** Picks the port when none is given (a free one by default). */
+  pickPort?: () => Promise<number>;
 }
+
+/**
+ * A picked port is free when picked, yet another process can bind it before
+ * the JVM does (emulators started side by side: the test files' sandboxes):
+ * then the start is tried again on a fresh pick, this many times in all.
+ */
+const PORT_PICKS = 3;
+
+class PortTakenError extends Error {}
 
 /**
  * C1-only JIT, measured on 2 cores: startup 2.1 s instead of 2.9 s, and
@@ -93,8 +104,22 @@ async function stopChild(child: ChildProcess, graceful: boolean): Promise<void> 
 export async function startDynamoDbLocal(
   options: DynamoDbLocalOptions = {},
 ): Promise<RunningDynamoDbLocal> {
+  for (let pick = 1; ; pick++) {
+    const port = options.port ?? (await (options.pickPort ?? freePort)());
+    try {
+      return await startDynamoDbLocalOn(port, options);
+    } catch (error) {
+      if (options.port !== undefined || pick >= PORT_PICKS || !(error instanceof PortTakenError))
+        throw error;
+    }
+  }
+}
+
+async function startDynamoDbLocalOn(
+  port: number,
+  options: DynamoDbLocalOptions,
+): Promise<RunningDynamoDbLocal> {
   const started = performance.now();
-  const port = options.port ?? (await freePort());
   const home = dynamoDbLocalHome();
   const child = spawnJava([
     ...(options.jvmArgs ?? DEFAULT_DYNAMODB_JVM_ARGS),
@@ -155,7 +180,10 @@ async function waitForDynamo(
   let lastError: unknown;
   while (performance.now() < deadline) {
     if (child.exitCode !== null || child.signalCode !== null) {
-      throw new Error(`DynamoDB Local exited during startup (${child.exitCode}): ${stderr()}`);
+      const Failure = /BindException|Address already in use/.test(stderr())
+        ? PortTakenError
+        : Error;
+      throw new Failure(`DynamoDB Local exited during startup (${child.exitCode}): ${stderr()}`);
     }
     try {
       const response = await fetch(endpoint, {
