@@ -28,9 +28,10 @@ const CLAIM_REACH_MS = CLAIM_REACH_SECONDS * 1000;
  * A claim queues the job's occurrences planned before this instant, not only
  * those before the horizon that found its entry: the claim's transaction (the
  * entry, the job, the next entry, the fence) is then shared by every
- * occurrence of the next 14 minutes, so a per-minute job costs one claim
- * every ten minutes or so instead of one a minute. Every run it queues can
- * still be sent at once with its delay.
+ * occurrence of the next 14 minutes. The next entry lies past them, and a pass
+ * reaches it once its horizon does: with the default 300 s lookahead a
+ * per-minute job is claimed every nine or ten minutes instead of every minute.
+ * Every run a claim queues can still be sent at once with its delay.
  */
 export function claimReachEnd(now: Date, horizonEnd: Date): Date {
   return new Date(Math.max(horizonEnd.getTime(), now.getTime() + CLAIM_REACH_MS));
