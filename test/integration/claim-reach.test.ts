@@ -1,11 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { offsetClock } from "../../shared/clock.js";
 import { tickOnce } from "../../shared/dispatch/tick.js";
 import type { Engine } from "../../shared/engine.js";
 import { cancelJob, createJob } from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
 import type { Run } from "../../shared/model.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  createEngineFixture,
+  type EngineFixture,
+  engineAt,
+  testJob,
+} from "../support/engine-fixture.js";
 
 const TENANT = "tenant-a";
 const MINUTE = 60_000;
@@ -22,10 +26,7 @@ describe("a claim's reach", () => {
   });
   afterAll(() => f.destroy());
 
-  const at = (instant: number): Engine => ({
-    ...f.engine,
-    clock: offsetClock(instant - Date.now()),
-  });
+  const at = (instant: number): Engine => engineAt(f.engine, instant);
   const runsOf = async (jobId: string): Promise<Run[]> =>
     (await f.runs())
       .filter((r) => r.jobId === jobId)

@@ -1,10 +1,14 @@
 import { ProvisionedThroughputExceededException } from "@aws-sdk/client-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { offsetClock } from "../../shared/clock.js";
 import { tickOnce } from "../../shared/dispatch/tick.js";
 import type { Engine } from "../../shared/engine.js";
 import { createJob } from "../../shared/jobs/index.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  createEngineFixture,
+  type EngineFixture,
+  engineAt,
+  testJob,
+} from "../support/engine-fixture.js";
 import { withFaults } from "../support/faults.js";
 
 const MINUTE = 60_000;
@@ -21,10 +25,7 @@ describe("a create's writes", () => {
   });
   afterAll(() => f.destroy());
 
-  const at = (instant: number): Engine => ({
-    ...f.engine,
-    clock: offsetClock(instant - Date.now()),
-  });
+  const at = (instant: number): Engine => engineAt(f.engine, instant);
 
   /** The DynamoDB writes `work` sends through `engine`'s client, by command name. */
   const commandsOf = async (engine: Engine, work: () => Promise<unknown>): Promise<string[]> => {

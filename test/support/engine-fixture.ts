@@ -3,7 +3,7 @@ import {
   PurgeQueueCommand,
   ReceiveMessageCommand,
 } from "@aws-sdk/client-sqs";
-import { type Clock, sleep, systemClock } from "../../shared/clock.js";
+import { type Clock, offsetClock, sleep, systemClock } from "../../shared/clock.js";
 import { DEFAULT_SETTINGS, type EngineSettings } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
@@ -244,6 +244,12 @@ export async function createEngineFixture(options: FixtureOptions = {}): Promise
 }
 
 /** A job definition for tests, with the design's defaults. */
+/** The engine with its clock at `instant` (epoch ms), running on from there. */
+export const engineAt = (engine: Engine, instant: number): Engine => ({
+  ...engine,
+  clock: offsetClock(instant - Date.now()),
+});
+
 export function testJob(overrides: Partial<import("../../shared/jobs/index.js").NewJob> = {}) {
   return {
     tenantId: "tenant-a",
