@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import { type ClaimBeforeCreate, claimBeforeCreate } from "../dispatch/claim.js";
 import { dispatchAfterCommit, sendClaimed } from "../dispatch/fast-path.js";
-import { fastPathHorizonEnd, needsFastPath } from "../dispatch/fast-path-window.js";
+import { fastPathHorizonEnd } from "../dispatch/fast-path-window.js";
 import type { Engine } from "../engine.js";
 import { IdempotencyConflictError, IdempotencyKeyTakenError, JobNotFoundError } from "../errors.js";
 import { newJobId } from "../keys.js";
@@ -112,8 +112,7 @@ export async function createJob(
     : null;
   const { job, pending } = jobAfterClaim(base, entry, claim);
   try {
-    const unswept =
-      pending !== null && !needsFastPath(new Date(pending.dueAt), now, engine.settings.lookaheadMs);
+    const unswept = pending !== null && new Date(pending.dueAt) >= horizonEnd;
     await writeNewJob(engine, job, pending, idem, upstreams, unswept);
   } catch (error) {
     if (refusedUnwritten(error)) await giveBackJobQuotas(engine, reservation);
