@@ -113,6 +113,10 @@ export async function createJobs(
     }),
   );
   let live = prepared.filter((p): p is Pending => p !== null);
+  /** Drops the jobs that have their answer already (a refusal or a replay). */
+  const keepUnanswered = () => {
+    live = live.filter((p) => outcomes[p.index] === undefined);
+  };
   const failAll = (error: unknown) => {
     for (const p of live) fail(p.index, error);
     live = [];
@@ -142,11 +146,11 @@ export async function createJobs(
           }
         }),
       );
-      live = live.filter((p) => outcomes[p.index] === undefined);
+      keepUnanswered();
     } catch (error) {
       // Only the jobs with a key needed the records: the others go on.
       for (const p of keyed) fail(p.index, error);
-      live = live.filter((p) => outcomes[p.index] === undefined);
+      keepUnanswered();
     }
   }
 
@@ -184,7 +188,7 @@ export async function createJobs(
       refuse(p, error, true);
     }
   }
-  live = live.filter((p) => outcomes[p.index] === undefined);
+  keepUnanswered();
   // A pending entry due inside the window passes sweep goes in its job's transaction: put before
   // the job, a pass could claim it first, find no job, remove it, and leave the job naming nothing.
   const isPlain = (p: Pending) =>
@@ -205,7 +209,7 @@ export async function createJobs(
       if (failed.unwritten.has(p.index)) refuse(p, unwrittenError(), true);
       else if (failed.uncertain.has(p.index)) refuse(p, failed.uncertain.get(p.index), true);
     }
-    live = live.filter((p) => outcomes[p.index] === undefined);
+    keepUnanswered();
   }
 
   // The commit of each create: its job.
