@@ -1,8 +1,8 @@
-import { BatchGetCommand, QueryCommand, type QueryCommandInput } from "@aws-sdk/lib-dynamodb";
-import { sleep } from "../clock.js";
+import { QueryCommand, type QueryCommandInput } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { runSortKey } from "../keys.js";
 import type { Job, Run } from "../model.js";
+import { batchGetItems } from "./batch-get.js";
 import { deadLetterPk, decodeJob, decodeRun, jobKey, jobPk, tenantPk } from "./items.js";
 import { JOBS_BY_TENANT_INDEX, RUNS_DEAD_LETTER_INDEX } from "./tables.js";
 
@@ -59,27 +59,12 @@ export function tenantJobIds(
   );
 }
 
-const MAX_BATCH_GET_ROUNDS = 6;
-
 /** The jobs with these ids that exist, in the order given. */
 export async function getJobs(engine: Engine, jobIds: readonly string[]): Promise<Job[]> {
-  const found = new Map<string, Job>();
-  for (let i = 0; i < jobIds.length; i += 100) {
-    let keys: Key[] = jobIds.slice(i, i + 100).map(jobKey);
-    for (let round = 0; keys.length > 0; round++) {
-      if (round === MAX_BATCH_GET_ROUNDS)
-        throw new Error("jobs table kept throttling BatchGetItem");
-      if (round > 0) await sleep(50 * 2 ** round);
-      const result = await engine.doc.send(
-        new BatchGetCommand({ RequestItems: { [engine.tables.jobs]: { Keys: keys } } }),
-      );
-      for (const item of result.Responses?.[engine.tables.jobs] ?? []) {
-        const job = decodeJob(item);
-        found.set(job.jobId, job);
-      }
-      keys = result.UnprocessedKeys?.[engine.tables.jobs]?.Keys ?? [];
-    }
-  }
+  const items = await batchGetItems(engine, engine.tables.jobs, jobIds.map(jobKey), {
+    consistentRead: false,
+  });
+  const found = new Map(items.map(decodeJob).map((job) => [job.jobId, job]));
   return jobIds.flatMap((id) => found.get(id) ?? []);
 }
 
