@@ -94,13 +94,15 @@ export class Dispatch extends Construct {
         resources: [this.dispatcher.fn.functionArn],
       }),
     );
-    // The reaper: reads overdue runs' keys from the inflight index, then each run (GetItem: the
-    // index holds keys only), pushes its deadline on and resends it.
+    // The reaper: reads overdue runs' keys from the inflight index past its cursor, then the runs
+    // (BatchGetItem: the index holds keys only), pushes each one's deadline on and resends it;
+    // then moves the shard's cursor (a jobs table item).
     allowTable(this.tick.fn, {
       ...storage.runs,
-      actions: ["GetItem", "UpdateItem"],
+      actions: ["BatchGetItem", "UpdateItem"],
       indexes: { [RUNS_INFLIGHT_INDEX]: ["Query"] },
     });
+    allowTable(this.tick.fn, { ...storage.jobs, actions: ["BatchGetItem", "UpdateItem"] });
     allowQueues(this.tick.fn, queues.allWork, ["SendMessage"]);
 
     this.rule = new Rule(this, "EveryMinute", {

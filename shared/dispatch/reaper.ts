@@ -3,15 +3,44 @@ import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
 import { METRICS } from "../observability.js";
 import { sendRuns } from "../queue/work-queue.js";
-import { overdueRunKeys, pushInflightDeadline, readInflightRun } from "../storage/inflight.js";
+import {
+  entryId,
+  type IndexStart,
+  type InflightEntry,
+  type InflightRun,
+  overdueEntries,
+  pushInflightDeadline,
+  readInflightRuns,
+} from "../storage/inflight.js";
 import { runMessageOf } from "../storage/items.js";
+import { advanceReaperCursor, readReaperCursors } from "../storage/reaper-cursor.js";
 
 export interface ReapResult {
+  /** Index entries read, the ended runs' included. */
   readonly examined: number;
   readonly resent: number;
 }
 
-const MAX_PER_SHARD = 500;
+/**
+ * Every run's entry is read once, at its deadline: a pass reads the entries
+ * whose deadline passed since the last one. 10,000 a shard covers the eight
+ * default shards at 1,300 runs a second with one pass a minute; past that the
+ * cursor falls behind, and lost messages are re-sent later, not never.
+ */
+const MAX_PER_SHARD = 10_000;
+/**
+ * A pass reads the entries whose deadline is this far behind its now, and the
+ * next pass the ones after. Every deadline is written at least a lease (6 s or
+ * more) after its writer's now; this covers index propagation and clock skew
+ * between hosts on top, so no entry turns up behind the cursor later.
+ */
+export const REAPER_SETTLE_MS = 5_000;
+/**
+ * A cursor ahead of a pass's settle line was moved by a clock ahead of this
+ * one, or this clock went back: entries written since may lie behind it, so
+ * the pass reads again from this far behind its line.
+ */
+const CLOCK_DISAGREEMENT_MS = 15 * 60_000;
 
 export interface ReapOptions {
   readonly now?: Date;
@@ -24,53 +53,60 @@ export interface ReapOptions {
   readonly maxPerShard?: number;
 }
 
+/** An entry the cursor may pass (its run ended, or its deadline moved on), or one to read again. */
+type Examined = "done" | "unsettled";
+
 /**
  * Finds runs whose message should have been acted on by now and was not:
  * QUEUED past its start deadline (claimed but never sent, or the message was
  * lost), or RUNNING a lease past its lapsed lease (no worker picked the
  * message up again). Sends each again and pushes its deadline on by a lease.
  * Lapsed means the lease, read from the run; the index only says when to look.
- * Repeating a send is harmless: a run starts only once.
+ * Repeating a send is harmless: a run starts only once. Runs that ended keep
+ * their index entry; each shard's cursor keeps the reaper from reading one
+ * twice (`reaper-cursor.ts`).
  */
 export async function reap(engine: Engine, options: ReapOptions = {}): Promise<ReapResult> {
   const now = options.now ?? engine.clock();
   const overdueBefore = options.overdueBefore ?? now;
   // Asked to look past now: the caller knows the queue lost its messages, live leases included.
   const messagesLost = overdueBefore > now;
+  const settled = new Date(now.getTime() - REAPER_SETTLE_MS);
+  const settledBefore = settled.toISOString();
   let examined = 0;
   let resent = 0;
-  for (let shard = 0; shard < engine.settings.maxShardCount; shard++) {
-    const overdue = await overdueRunKeys(
-      engine,
-      shard,
-      overdueBefore,
-      options.maxPerShard ?? MAX_PER_SHARD,
-    );
-    examined += overdue.length;
-    const toSend: Run[] = [];
-    await forEachConcurrently(overdue, 16, async (key) => {
-      const run = await readInflightRun(engine, key);
-      if (run === null || (run.status !== "QUEUED" && run.status !== "RUNNING")) return;
-      // A run started on time keeps its queued deadline (starts and heartbeats do not move it,
-      // to spare the index a write); one still under a live lease only has its deadline moved.
-      const live = run.status === "RUNNING" && (run.leaseUntil ?? "") > now.toISOString();
-      const resend = !live || messagesLost;
-      const deadline = live
-        ? Date.parse(run.leaseUntil ?? "") + engine.settings.leaseMs
-        : // A run re-sent ahead of time (after a restart) keeps its deadline relative to when it is due.
-          Math.max(now.getTime(), Date.parse(run.dueAt)) + engine.settings.leaseMs;
-      // The first re-send fixes when a late start counts from (the worker's misfire check): a
-      // message lost while the scheduler ran, from now; after a restart, when the scheduler itself
-      // was down, from the occurrence, so that what fell due meanwhile follows its misfire policy.
-      const misfireFrom =
-        resend && run.misfireFrom === null
-          ? messagesLost
-            ? new Date(run.plannedFor ?? run.scheduledFor)
-            : now
-          : null;
-      if ((await pushInflightDeadline(engine, run, new Date(deadline), misfireFrom)) && resend)
-        toSend.push(run);
+  let failure: { readonly error: unknown } | undefined;
+  const shards = Array.from({ length: engine.settings.maxShardCount }, (_, shard) => shard);
+  const cursors = await readReaperCursors(engine, shards);
+  for (const shard of shards) {
+    const cursor = cursors.get(shard);
+    const start: IndexStart =
+      cursor === undefined
+        ? { fromStart: true }
+        : cursor.deadline < settledBefore
+          ? { after: cursor }
+          : { from: new Date(settled.getTime() - CLOCK_DISAGREEMENT_MS).toISOString() };
+    const entries = await overdueEntries(engine, shard, {
+      start,
+      // After a restart every run still waiting is re-sent, however far ahead its deadline.
+      before: messagesLost ? overdueBefore : settled,
+      max: options.maxPerShard ?? MAX_PER_SHARD,
     });
+    examined += entries.length;
+    const runs = await readInflightRuns(engine, entries, { consistentRead: false });
+    const toSend: Run[] = [];
+    const outcomes: Examined[] = entries.map(() => "unsettled");
+    await forEachConcurrently(
+      entries.map((entry, index) => ({ entry, index })),
+      16,
+      async ({ entry, index }) => {
+        try {
+          outcomes[index] = await examine(entry, runs.get(entryId(entry)) ?? null);
+        } catch (error) {
+          failure ??= { error };
+        }
+      },
+    );
     if (toSend.length > 0) {
       await sendRuns(
         engine.sqs,
@@ -83,6 +119,56 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
       engine.obs.metrics.add(METRICS.reaperResends, toSend.length, "Count");
       engine.obs.log.warn("reaper re-sent runs", { shard, runs: toSend.length });
     }
+    // The cursor passes the entries dealt with, in order, up to the first one that was not.
+    let passed: InflightEntry | null = null;
+    for (const [index, entry] of entries.entries()) {
+      if (outcomes[index] !== "done" || entry.deadline >= settledBefore) break;
+      passed = entry;
+    }
+    if (passed) await advanceReaperCursor(engine, shard, passed);
+
+    /**
+     * Deals with the run an entry names, read eventually consistent: when a conditional push
+     * finds the run changed, it reads it again and decides anew, so that the cursor passes no
+     * run still QUEUED or RUNNING under a deadline behind it.
+     */
+    async function examine(entry: InflightEntry, read: InflightRun | null): Promise<Examined> {
+      let run = read;
+      for (let attempt = 0; attempt < 3; attempt++) {
+        if (attempt > 0) {
+          const fresh = await readInflightRuns(engine, [entry], { consistentRead: true });
+          run = fresh.get(entryId(entry)) ?? null;
+        }
+        if (run === null || (run.status !== "QUEUED" && run.status !== "RUNNING")) return "done";
+        // Filed again further along (moved on since the index was read): that entry is the one.
+        if (run.inflightSk > entry.deadline && run.inflightSk >= overdueBefore.toISOString())
+          return "done";
+        // A run started on time keeps its queued deadline (starts and heartbeats do not move it,
+        // to spare the index a write); one still under a live lease only has its deadline moved.
+        const live = run.status === "RUNNING" && (run.leaseUntil ?? "") > now.toISOString();
+        const resend = !live || messagesLost;
+        const deadline = live
+          ? Date.parse(run.leaseUntil ?? "") + engine.settings.leaseMs
+          : // A run re-sent ahead of time (after a restart) keeps its deadline relative to when it is due.
+            Math.max(now.getTime(), Date.parse(run.dueAt)) + engine.settings.leaseMs;
+        // The first re-send fixes when a late start counts from (the worker's misfire check): a
+        // message lost while the scheduler ran, from now; after a restart, when the scheduler
+        // itself was down, from the occurrence, so that what fell due meanwhile follows its
+        // misfire policy.
+        const misfireFrom =
+          resend && run.misfireFrom === null
+            ? messagesLost
+              ? new Date(run.plannedFor ?? run.scheduledFor)
+              : now
+            : null;
+        if (await pushInflightDeadline(engine, run, new Date(deadline), misfireFrom)) {
+          if (resend) toSend.push(run);
+          return "done";
+        }
+      }
+      return "unsettled";
+    }
   }
+  if (failure) throw failure.error;
   return { examined, resent };
 }

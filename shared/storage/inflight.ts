@@ -1,58 +1,109 @@
 import { QueryCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
+import { batchGetItems } from "./batch-get.js";
 import { isConditionalCheckFailed } from "./dynamo-errors.js";
 import { decodeRun, inflightPk } from "./items.js";
-import { getRunItem, type RunRef, runKeyOf } from "./run-reads.js";
+import { type RunRef, runKeyOf } from "./run-reads.js";
 import { runKey } from "./runs.js";
 import { RUNS_INFLIGHT_INDEX } from "./tables.js";
 
 /**
- * The reaper's index of QUEUED and RUNNING runs (`inflight`, sparse, keys
- * only): its sort key is the deadline by which the reaper should look at the
- * run again.
+ * The reaper's index of queued runs (`inflight`, sparse, keys only): its sort
+ * key is the deadline by which the reaper should look at the run again. A run
+ * enters it when it is queued and keeps its entry when it ends (removing it
+ * would cost an index write on every run): the reaper reads each entry once,
+ * walking a shard's deadlines behind its cursor (`reaper-cursor.ts`).
  */
 
-export type RunItemKey = { readonly pk: string; readonly sk: string };
+/** An entry of the index: the run's table key and the deadline it is filed under. */
+export type InflightEntry = { readonly pk: string; readonly sk: string; readonly deadline: string };
 
-/** A run as read for the reaper, with the deadline its index entry carries. */
+/** A run as read for the reaper, with the deadline its item carries now. */
 export type InflightRun = Run & { readonly inflightSk: string };
 
-/** The table keys of the shard's runs whose deadline is before `before`, oldest first, at most `max`. */
-export async function overdueRunKeys(
+/** Where a read of the index starts: after an entry (exclusive), at a deadline, or at the start. */
+export type IndexStart =
+  | { readonly after: InflightEntry }
+  | { readonly from: string }
+  | { readonly fromStart: true };
+
+/** The shard's entries from `start` whose deadline is before `before`, in index order, at most `max`. */
+export async function overdueEntries(
   engine: Engine,
   shard: number,
-  before: Date,
-  max: number,
-): Promise<RunItemKey[]> {
-  const found: RunItemKey[] = [];
-  let startKey: Record<string, unknown> | undefined;
+  { start, before, max }: { start: IndexStart; before: Date; max: number },
+): Promise<InflightEntry[]> {
+  const found: InflightEntry[] = [];
+  const pk = inflightPk(shard);
+  const range =
+    "from" in start
+      ? {
+          KeyConditionExpression: "inflightPk = :pk AND inflightSk BETWEEN :from AND :last",
+          ExpressionAttributeValues: {
+            ":pk": pk,
+            ":from": start.from,
+            ":last": new Date(before.getTime() - 1).toISOString(),
+          },
+        }
+      : {
+          KeyConditionExpression: "inflightPk = :pk AND inflightSk < :before",
+          ExpressionAttributeValues: { ":pk": pk, ":before": before.toISOString() },
+        };
+  let startKey: Record<string, unknown> | undefined =
+    "after" in start
+      ? { inflightPk: pk, inflightSk: start.after.deadline, pk: start.after.pk, sk: start.after.sk }
+      : undefined;
   do {
     const page = await engine.doc.send(
       new QueryCommand({
         TableName: engine.tables.runs,
         IndexName: RUNS_INFLIGHT_INDEX,
-        KeyConditionExpression: "inflightPk = :pk AND inflightSk < :now",
-        ExpressionAttributeValues: { ":pk": inflightPk(shard), ":now": before.toISOString() },
+        ...range,
         ExclusiveStartKey: startKey,
-        Limit: Math.min(max, 1000),
+        Limit: Math.min(max - found.length, 1000),
       }),
     );
-    for (const item of page.Items ?? []) found.push({ pk: String(item.pk), sk: String(item.sk) });
+    for (const item of page.Items ?? []) {
+      found.push({ pk: String(item.pk), sk: String(item.sk), deadline: String(item.inflightSk) });
+    }
     startKey = found.length < max ? page.LastEvaluatedKey : undefined;
   } while (startKey);
   return found;
 }
 
-/** The run at `key` with its index deadline; null when it is gone or no longer in the index. */
-export async function readInflightRun(
-  engine: Engine,
-  key: RunItemKey,
-): Promise<InflightRun | null> {
-  const item = await getRunItem(engine, key);
-  if (!item || typeof item.inflightSk !== "string") return null;
+/** The run's item carries an index entry: it is the reaper's to look at. */
+function inflightRunOf(item: Record<string, unknown>): InflightRun | null {
+  if (typeof item.inflightSk !== "string") return null;
   return { ...decodeRun(item), inflightSk: item.inflightSk };
 }
+
+/**
+ * The runs of these entries by table key (`entryId`); a run gone or out of the
+ * index is absent. The reaper reads them eventually consistent (a stale read
+ * only makes a conditional push fail) and a run that changed again consistently.
+ */
+export async function readInflightRuns(
+  engine: Engine,
+  entries: readonly InflightEntry[],
+  { consistentRead }: { readonly consistentRead: boolean },
+): Promise<Map<string, InflightRun>> {
+  const items = await batchGetItems(
+    engine,
+    engine.tables.runs,
+    entries.map(({ pk, sk }) => ({ pk, sk })),
+    { consistentRead },
+  );
+  const runs = new Map<string, InflightRun>();
+  for (const item of items) {
+    const run = inflightRunOf(item);
+    if (run) runs.set(entryId({ pk: String(item.pk), sk: String(item.sk) }), run);
+  }
+  return runs;
+}
+
+/** One string per run item, to find an entry's run among those read. */
+export const entryId = (key: { readonly pk: string; readonly sk: string }) => `${key.pk}|${key.sk}`;
 
 /**
  * Moves the run's deadline on (and notes a first re-send), only if nobody

@@ -8,12 +8,14 @@ type Item = Record<string, unknown>;
 
 const JOB_SK = "JOB";
 const LEASE_SK = "LEASE";
+const REAPER_CURSOR_SK = "REAPER";
 const IDEMPOTENCY_SK = "IDEMP";
 
 export const jobPk = (jobId: string) => `JOB#${jobId}`;
 export const jobKey = (jobId: string) => ({ pk: jobPk(jobId), sk: JOB_SK });
 export const tenantPk = (tenantId: string) => `TENANT#${tenantId}`;
 export const shardLeaseKey = (shard: number) => ({ pk: `SHARD#${shard}`, sk: LEASE_SK });
+export const reaperCursorKey = (shard: number) => ({ pk: `SHARD#${shard}`, sk: REAPER_CURSOR_SK });
 export const idempotencyKey = (tenantId: string, key: string) => ({
   pk: `IDEMP#${tenantId}#${key}`,
   sk: IDEMPOTENCY_SK,

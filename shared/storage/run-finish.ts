@@ -114,7 +114,9 @@ export async function finishRun(
     TableName: engine.tables.runs,
     Key: runKeyOf(run),
     ConditionExpression: ending.honoursCancel ? FENCE_HELD_CANCELLING : FENCE_HELD,
-    UpdateExpression: `${set} REMOVE leaseUntil, inflightPk, inflightSk`,
+    // The run keeps its reaper index entry: the reaper reads it once, at its deadline, and passes
+    // it; removing it here would be one more index write on every run.
+    UpdateExpression: `${set} REMOVE leaseUntil`,
     ExpressionAttributeNames: { ...held.names, "#error": "error" },
     ExpressionAttributeValues: values,
     ReturnValuesOnConditionCheckFailure: "ALL_OLD",

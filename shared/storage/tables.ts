@@ -66,9 +66,9 @@ export function runsTableDefinition(tableName: string): CreateTableCommandInput 
     ],
     GlobalSecondaryIndexes: [
       {
-        // Sparse: only QUEUED and RUNNING runs carry inflightPk, so the reaper reads only those.
-        // Keys only, and its sort key is not moved by starts or heartbeats: the index is written
-        // once when a run is queued and once when it ends, not on every change in between.
+        // Sparse: a run carries inflightPk from when it is queued (SKIPPED records never do).
+        // Keys only, and its sort key is moved neither by starts and heartbeats nor by the run's
+        // end: the index is written once for most runs, and the reaper reads each entry once.
         IndexName: RUNS_INFLIGHT_INDEX,
         KeySchema: [
           { AttributeName: "inflightPk", KeyType: "HASH" },

@@ -1,7 +1,7 @@
 import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { reap } from "../../shared/dispatch/reaper.js";
+import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import type { WorkerDeps } from "../../shared/execution/worker.js";
 import { processRun } from "../../shared/execution/worker.js";
@@ -228,11 +228,11 @@ describe("async mode (long jobs)", () => {
     const first = await deliver(jobId);
     const runId = first.runId;
 
-    // The target goes quiet: at its lease's end the run is still live, a moment later the reaper
-    // finds it lapsed and sends it again.
+    // The target goes quiet: at its lease's end the run is still live; once the reaper reads that
+    // far (its passes settle a few seconds behind their clock) it finds it lapsed and sends it again.
     advance(LEASE_MS - 1);
     expect((await reap(api.fixture.engine, { now })).resent).toBe(0);
-    advance(2);
+    advance(2 + REAPER_SETTLE_MS);
     expect((await reap(api.fixture.engine, { now })).resent).toBe(1);
     const second = await deliver(jobId);
     expect(second).toMatchObject({ runId, attempt: 1 });

@@ -1,5 +1,5 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { reap } from "../../shared/dispatch/reaper.js";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { runTickLoop } from "../../shared/dispatch/tick.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
 import { createJob } from "../../shared/jobs/index.js";
@@ -24,16 +24,16 @@ let offsetMs = 0;
 const clock = () => new Date(Date.now() + offsetMs);
 
 let f: EngineFixture;
-beforeAll(async () => {
+// A fixture per test: each test's clock starts at the machine's again, and the reaper's cursor only
+// moves forward (a clock gone back by minutes would find it ahead).
+beforeEach(async () => {
+  offsetMs = 0;
   f = await createEngineFixture({
     settings: { leaseMs: LEASE_MS, misfireGraceMs: GRACE_MS },
     clock,
   });
 });
-afterAll(() => f.destroy());
-beforeEach(() => {
-  offsetMs = 0;
-});
+afterEach(() => f.destroy());
 
 async function runsOf(jobId: string): Promise<Run[]> {
   return (await f.runs())
@@ -88,7 +88,7 @@ describe("a run whose worker died with the process (SIGKILL) is re-sent until it
       const resent = await f.nextDelivery(f.engine.queues.normal, job.jobId);
       // That message is lost as well: the reaper sends it again a lease later.
       await deleteMessages(f.engine.sqs, resent.queueUrl, [resent.receiptHandle]);
-      offsetMs += LEASE_MS + 5_000;
+      offsetMs += LEASE_MS + REAPER_SETTLE_MS + 5_000;
       const again = await f.nextDelivery(f.engine.queues.normal, job.jobId);
       expect(await f.process(f.workerDeps("restarted"), again)).toBe("ack");
     } finally {
@@ -158,7 +158,7 @@ describe("recovered runs are not misfires (lease = grace)", () => {
     );
     const lost = await f.nextDelivery(f.engine.queues.normal, job.jobId);
     await deleteMessages(f.engine.sqs, lost.queueUrl, [lost.receiptHandle]);
-    offsetMs = LEASE_MS + 5_000;
+    offsetMs = LEASE_MS + REAPER_SETTLE_MS + 5_000;
     expect((await reap(f.engine)).resent).toBeGreaterThanOrEqual(1);
     const resent = await deliveryOf(job.jobId, lost.message.scheduledFor);
     // The workers were down: the re-sent message is taken only two minutes later.
@@ -185,7 +185,7 @@ describe("recovered runs are not misfires (lease = grace)", () => {
     const first = await deliveryOf(job.jobId, lost.message.scheduledFor);
     await deleteMessages(f.engine.sqs, first.queueUrl, [first.receiptHandle]);
     // The catch-up is slow: a lease later the tick's reaper sends it again.
-    offsetMs += LEASE_MS + 5_000;
+    offsetMs += LEASE_MS + REAPER_SETTLE_MS + 5_000;
     expect((await reap(f.engine)).resent).toBeGreaterThanOrEqual(1);
     const again = await deliveryOf(job.jobId, lost.message.scheduledFor);
     expect(await f.process(f.workerDeps("w"), again)).toBe("ack");

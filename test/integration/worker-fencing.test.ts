@@ -1,8 +1,8 @@
 import { SendMessageBatchCommand, SQSClient } from "@aws-sdk/client-sqs";
 import { mockClient } from "aws-sdk-client-mock";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { sleep } from "../../shared/clock.js";
-import { reap } from "../../shared/dispatch/reaper.js";
+import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { FenceLostError } from "../../shared/errors.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
@@ -110,10 +110,12 @@ describe("fenced execution", () => {
 
 describe("crashes", () => {
   let f: EngineFixture;
-  beforeAll(async () => {
+  // A fixture per test: some reap on a clock ahead, and the reaper's cursor only moves forward, so
+  // a later test's runs (on the machine's clock) could lie behind it.
+  beforeEach(async () => {
     f = await createEngineFixture({ settings: { leaseMs: LEASE_MS }, maxReceiveCount: 2 });
   });
-  afterAll(() => f.destroy());
+  afterEach(() => f.destroy());
 
   it("a worker that dies mid-run leaves the message to a second worker, which finishes with fence 2", async () => {
     const { job, received } = await dueNow(f, "noop");
@@ -207,7 +209,7 @@ describe("crashes", () => {
 
     // Nothing is overdue yet; a lease past the run's start deadline, the reaper sends it.
     expect((await reap(f.engine)).resent).toBe(0);
-    const later = new Date(Date.now() + LEASE_MS + 1000);
+    const later = new Date(Date.now() + LEASE_MS + REAPER_SETTLE_MS + 1000);
     expect((await reap(f.engine, { now: later })).resent).toBe(1);
     const resent = await f.nextDelivery(f.engine.queues.normal, job.jobId);
     expect(await f.process(f.workerDeps("w"), resent)).toBe("ack");
@@ -218,16 +220,21 @@ describe("crashes", () => {
   it("the reaper leaves a run alone while its lease is live, and re-sends it once the lease lapses", async () => {
     const { job, received } = await dueNow(f, "noop");
     const t0 = Date.now();
-    // Started two seconds late: its lease outlives its start deadline, as a long run's does.
-    const started = await startRun(f.engine, received.message, "slow", new Date(t0 + 2000));
+    // Started late (two seconds past the reaper's settle line): its lease outlives its start
+    // deadline, as a long run's does.
+    const startedAt = t0 + REAPER_SETTLE_MS + 2000;
+    const started = await startRun(f.engine, received.message, "slow", new Date(startedAt));
     expect(started.kind).toBe("started");
-    const overdueButLive = await reap(f.engine, { now: new Date(t0 + LEASE_MS + 1000) });
+    const overdueButLive = await reap(f.engine, {
+      now: new Date(t0 + LEASE_MS + REAPER_SETTLE_MS + 1000),
+    });
     expect(overdueButLive).toMatchObject({ resent: 0 });
     expect(overdueButLive.examined).toBeGreaterThanOrEqual(1);
     // Its deadline moved to a lease past its lease, so the next pass does not even read it.
     const before = f.metrics.sum("ReaperResends");
-    expect((await reap(f.engine, { now: new Date(t0 + 2000 + LEASE_MS + 500) })).resent).toBe(0);
-    const lapsed = await reap(f.engine, { now: new Date(t0 + 2000 + 2 * LEASE_MS + 500) });
+    const afterLease = startedAt + LEASE_MS + REAPER_SETTLE_MS;
+    expect((await reap(f.engine, { now: new Date(afterLease + 500) })).resent).toBe(0);
+    const lapsed = await reap(f.engine, { now: new Date(afterLease + LEASE_MS + 500) });
     expect(lapsed.resent).toBe(1);
     expect(f.metrics.sum("ReaperResends") - before).toBe(1);
     const again = await f.nextDelivery(f.engine.queues.normal, job.jobId);
@@ -269,7 +276,9 @@ describe("crashes", () => {
     const run = await runOf(f, job.jobId);
     expect(run).toMatchObject({ status: "QUEUED", fence: 0 });
 
-    const reaped = await reap(f.engine, { now: new Date(Date.parse(run.dueAt) + LEASE_MS + 1000) });
+    const reaped = await reap(f.engine, {
+      now: new Date(Date.parse(run.dueAt) + LEASE_MS + REAPER_SETTLE_MS + 1000),
+    });
     expect(reaped.resent).toBeGreaterThanOrEqual(1);
     expect(
       await f.process(

@@ -1,0 +1,161 @@
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { reap } from "../../shared/dispatch/reaper.js";
+import { createJob } from "../../shared/jobs/index.js";
+import { deleteMessages } from "../../shared/queue/work-queue.js";
+import { readReaperCursors } from "../../shared/storage/reaper-cursor.js";
+import { getRunItem } from "../../shared/storage/run-reads.js";
+import { runKey } from "../../shared/storage/runs.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { withFaults } from "../support/faults.js";
+import { createTestClients } from "../support/namespace.js";
+
+const LEASE_MS = 60_000;
+
+/** The engine's clock runs `offsetMs` ahead of the machine's, so a test can reach a deadline. */
+let offsetMs = 0;
+const clock = () => new Date(Date.now() + offsetMs);
+
+let f: EngineFixture;
+beforeEach(async () => {
+  offsetMs = 0;
+  // One shard, so that every run's entry lies in the index range one cursor walks.
+  f = await createEngineFixture({
+    settings: { leaseMs: LEASE_MS, shardCount: 1, maxShardCount: 1 },
+    clock,
+  });
+});
+afterEach(() => f.destroy());
+
+/** A one-off due now: its message is sent by the create (the fast path). */
+async function dueNow() {
+  const { job } = await createJob(
+    f.engine,
+    testJob({ schedule: { runAt: clock().toISOString() } }),
+  );
+  return { job, delivery: await f.nextDelivery(f.engine.queues.normal, job.jobId) };
+}
+
+async function finished() {
+  const { job, delivery } = await dueNow();
+  expect(await f.process(f.workerDeps("w"), delivery)).toBe("ack");
+  return { job, run: runKey(job.jobId, delivery.message.scheduledFor, delivery.message.attempt) };
+}
+
+/** Claimed and queued, and its message lost before any worker took it. */
+async function lost() {
+  const { job, delivery } = await dueNow();
+  await deleteMessages(f.engine.sqs, delivery.queueUrl, [delivery.receiptHandle]);
+  return { job, run: runKey(job.jobId, delivery.message.scheduledFor, delivery.message.attempt) };
+}
+
+/** Past every deadline written so far (a lease after now), as the next tick would be. */
+const pastTheDeadlines = () => {
+  offsetMs += LEASE_MS + 15_000;
+};
+
+describe("the reaper's cursor", () => {
+  it("a run that ended keeps its index entry, which the reaper reads once and then passes", async () => {
+    const { run } = await finished();
+    // The end write leaves the entry: removing it would be an index write on every run.
+    expect((await getRunItem(f.engine, run))?.inflightSk).toEqual(expect.any(String));
+
+    pastTheDeadlines();
+    expect(await reap(f.engine)).toEqual({ examined: 1, resent: 0 });
+    expect((await readReaperCursors(f.engine, [0])).get(0)).toMatchObject(run);
+    expect(await reap(f.engine)).toEqual({ examined: 0, resent: 0 });
+  }, 30_000);
+
+  it("finds a lost run among ended ones, and passes it only once it is re-sent", async () => {
+    await finished();
+    const missing = await lost();
+    await finished();
+    pastTheDeadlines();
+
+    const first = await reap(f.engine);
+    expect(first).toEqual({ examined: 3, resent: 1 });
+    const again = await f.nextDelivery(f.engine.queues.normal, missing.job.jobId);
+    expect(again.message.jobId).toBe(missing.job.jobId);
+    // Re-filed a lease on: not read again until then.
+    expect(await reap(f.engine)).toEqual({ examined: 0, resent: 0 });
+    await deleteMessages(f.engine.sqs, again.queueUrl, [again.receiptHandle]);
+    pastTheDeadlines();
+    expect(await reap(f.engine)).toEqual({ examined: 1, resent: 1 });
+  }, 30_000);
+
+  it("stops before an entry it failed on, so the next pass sends that run", async () => {
+    const before = await finished();
+    const missing = await lost();
+    pastTheDeadlines();
+    const faulty = withFaults(f.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) => (input.Key as { sk?: string } | undefined)?.sk === missing.run.sk,
+      error: () =>
+        Object.assign(new Error("Rate of requests exceeds the allowed throughput"), {
+          name: "ThrottlingException",
+        }),
+    });
+    try {
+      await expect(reap(faulty.engine)).rejects.toThrow(/allowed throughput/);
+      expect(faulty.injected.count).toBe(1);
+    } finally {
+      faulty.destroy();
+    }
+    // The ended run before it was passed; the lost run was not.
+    expect((await readReaperCursors(f.engine, [0])).get(0)).toMatchObject(before.run);
+    expect(await reap(f.engine)).toEqual({ examined: 1, resent: 1 });
+    const resent = await f.nextDelivery(f.engine.queues.normal, missing.job.jobId);
+    expect(await f.process(f.workerDeps("w"), resent)).toBe("ack");
+  }, 30_000);
+
+  it("a run that ended after the reaper read it is not sent again, and is passed", async () => {
+    const { job, delivery } = await dueNow();
+    pastTheDeadlines();
+    // The reaper reads the run QUEUED; its worker finishes it before the reaper's conditional push.
+    const clients = createTestClients({ maxSockets: 8 });
+    let finishedFirst = false;
+    clients.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const update = String((args.input as { UpdateExpression?: string }).UpdateExpression);
+        if (
+          !finishedFirst &&
+          String(context.commandName).startsWith("UpdateItem") &&
+          update.startsWith("SET inflightSk")
+        ) {
+          finishedFirst = true;
+          expect(await f.process(f.workerDeps("w"), delivery)).toBe("ack");
+        }
+        return next(args);
+      },
+      { step: "initialize", name: "finishBeforePush" },
+    );
+    try {
+      expect(await reap({ ...f.engine, doc: clients.doc })).toEqual({ examined: 1, resent: 0 });
+    } finally {
+      clients.destroy();
+    }
+    expect(finishedFirst).toBe(true);
+    expect((await f.runs()).filter((r) => r.jobId === job.jobId).map((r) => r.status)).toEqual([
+      "SUCCEEDED",
+    ]);
+    expect(await reap(f.engine)).toEqual({ examined: 0, resent: 0 });
+  }, 30_000);
+
+  it("a cursor moved by a clock ahead is read from well behind, so a run lost since is found", async () => {
+    // Claimed at once (the fast path) and queued due in five minutes: its entry lies six ahead.
+    await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: new Date(clock().getTime() + 5 * 60_000).toISOString() } }),
+    );
+    // A pass on a clock ten minutes ahead passes it.
+    offsetMs = 10 * 60_000;
+    expect((await reap(f.engine)).examined).toBe(1);
+    // Back to the right time: a run queued now lies behind that cursor.
+    offsetMs = 0;
+    const missing = await lost();
+    pastTheDeadlines();
+    expect((await reap(f.engine)).resent).toBe(1);
+    const resent = await f.nextDelivery(f.engine.queues.normal, missing.job.jobId);
+    expect(resent.message.jobId).toBe(missing.job.jobId);
+  }, 30_000);
+});
