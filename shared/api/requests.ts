@@ -24,17 +24,23 @@ import type { CreateJobBody, EditJobBody } from "./schemas/jobs.js";
  */
 
 /**
- * The schedule validated by the schedule core (which also keeps every instant
- * inside the storable range) and normalized, as it must be stored.
+ * The schedule validated by the schedule core (which also keeps every instant inside the storable
+ * range) and normalized, as it must be stored. For a create or an edit, an `every` without
+ * `startAt` stays without one: a `startAt` fixed here would lie a second before the instant the
+ * write finds the first occurrence from (a later reading of the clock) whenever a second boundary
+ * fell between the two, and put the first run one whole interval late.
  */
 export function parseScheduleInput(
   input: unknown,
   settings: EngineSettings,
   now: Date,
+  { everyStartsWhenPlanned = false }: { readonly everyStartsWhenPlanned?: boolean } = {},
 ): ScheduleSpec {
   const result = safeParseSchedule(input, { minIntervalMs: settings.minIntervalMs });
   if (!result.ok) throw new ValidationError(result.issues);
-  return normalizeSchedule(result.schedule, now);
+  const { schedule } = result;
+  const leftOpen = everyStartsWhenPlanned && "every" in schedule && schedule.startAt === undefined;
+  return leftOpen ? schedule : normalizeSchedule(schedule, now);
 }
 
 /**
@@ -236,7 +242,9 @@ export function newJobFrom(
   settings: EngineSettings,
   jobTypes: JobTypeCatalog,
 ): NewJob {
-  const schedule = parseScheduleInput(body.schedule, settings, now);
+  const schedule = parseScheduleInput(body.schedule, settings, now, {
+    everyStartsWhenPlanned: true,
+  });
   const targetIssue = targetRule(body.type, body.target !== undefined);
   if (targetIssue) throw new ValidationError([targetIssue]);
   const retry = retryOnCreate(body.retry);
@@ -306,7 +314,9 @@ export function jobChangesFrom(
     );
   }
   const schedule =
-    body.schedule !== undefined ? parseScheduleInput(body.schedule, settings, now) : undefined;
+    body.schedule !== undefined
+      ? parseScheduleInput(body.schedule, settings, now, { everyStartsWhenPlanned: true })
+      : undefined;
   if (body.target !== undefined) {
     const targetIssue = targetRule(job.type, true);
     if (targetIssue) throw new ValidationError([targetIssue]);
