@@ -44,17 +44,38 @@ describe("POST /jobs:batch", () => {
   const runsOf = async (jobId: string) =>
     RunPageSchema.parse((await api.call("GET", `/jobs/${jobId}/runs`)).body).items;
 
-  /** Receives from the normal queue until a message of each job has arrived. */
+  /**
+   * Receives from the normal queue until a message of each job has arrived; else fails naming the
+   * jobs none arrived for, with their runs as stored (a run QUEUED due later was sent delayed).
+   */
   const delivered = async (ids: readonly string[]) => {
     const seen = new Set<string>();
-    await waitFor("a message for each due job", async () => {
-      const received = await receiveRuns(api.fixture.engine.sqs, api.fixture.engine.queues.normal, {
-        max: 10,
-        waitSeconds: 1,
+    try {
+      await waitFor("a message for each due job", async () => {
+        const received = await receiveRuns(
+          api.fixture.engine.sqs,
+          api.fixture.engine.queues.normal,
+          { max: 10, waitSeconds: 1 },
+        );
+        for (const r of received) seen.add(r.message.jobId);
+        return ids.every((id) => seen.has(id));
       });
-      for (const r of received) seen.add(r.message.jobId);
-      return ids.every((id) => seen.has(id));
-    });
+    } catch (error) {
+      const missing = ids.filter((id) => !seen.has(id));
+      const described = await Promise.all(
+        missing.map(async (id) => {
+          const runs = (await runsOf(id)).toSorted((a, b) =>
+            a.scheduledFor.localeCompare(b.scheduledFor),
+          );
+          const shown = runs.slice(0, 3).map((r) => `${r.status} due ${r.dueAt}`);
+          const more = runs.length > shown.length ? `, … (${runs.length} runs)` : "";
+          return `job ${id}: ${runs.length === 0 ? "no runs" : shown.join(", ") + more}`;
+        }),
+      );
+      throw new Error(
+        `${error instanceof Error ? error.message : String(error)} (at ${new Date().toISOString()}); no message of ${described.join("; ")}`,
+      );
+    }
     return seen;
   };
 
