@@ -123,8 +123,11 @@ function planWrites(
     jobVersion: entry.jobVersion,
     ...(entry.runTrigger ? { trigger: entry.runTrigger } : {}),
   });
+  // Read again here, not the pass's clock: the reaper's cursor may have passed `now + lease`
+  // by the time a long pass writes this claim.
+  const writtenAt = engine.clock();
   const queued = plan.runs.map((r) =>
-    queuedRun(runSpec(r.scheduledFor, r.dueAt, r.attempt, r.plannedFor), now, settings),
+    queuedRun(runSpec(r.scheduledFor, r.dueAt, r.attempt, r.plannedFor), now, settings, writtenAt),
   );
   const skippedItems = plan.skipped.map((s) =>
     skippedRun(

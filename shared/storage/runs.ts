@@ -57,14 +57,20 @@ function baseRun(spec: NewRun): Omit<Run, "status"> {
 /**
  * A claimed run waiting in its queue. Its reaper deadline is one lease after
  * it should have started: if it is still QUEUED then, its message was lost.
+ * The deadline counts from `writtenAt` when given, a clock reading just before
+ * the write: a dispatcher pass plans with the clock it read at its start, and
+ * a deadline a lease after that can lie behind a reaper's cursor by the time a
+ * long pass writes it.
  */
 export function queuedRun(
   spec: NewRun,
   now: Date,
   settings: EngineSettings,
+  writtenAt: Date = now,
 ): { run: Run; item: Item } {
   const run: Run = { ...baseRun(spec), status: "QUEUED", enqueuedAt: now.toISOString() };
-  const startBy = Math.max(spec.dueAt.getTime(), now.getTime()) + settings.leaseMs;
+  const startBy =
+    Math.max(spec.dueAt.getTime(), now.getTime(), writtenAt.getTime()) + settings.leaseMs;
   const item = encodeRun(run, runSortKey(run.scheduledFor, run.attempt), {
     inflight: {
       shard: shardOf(spec.jobId, settings.shardCount),

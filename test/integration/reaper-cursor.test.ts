@@ -1,5 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { reap } from "../../shared/dispatch/reaper.js";
+import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
+import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { createJob } from "../../shared/jobs/index.js";
 import { deleteMessages } from "../../shared/queue/work-queue.js";
 import { readReaperCursors } from "../../shared/storage/reaper-cursor.js";
@@ -158,4 +159,67 @@ describe("the reaper's cursor", () => {
     const resent = await f.nextDelivery(f.engine.queues.normal, missing.job.jobId);
     expect(resent.message.jobId).toBe(missing.job.jobId);
   }, 30_000);
+
+  it("a claim written late in a long dispatcher pass lies ahead of a cursor moved meanwhile", async () => {
+    // A short lease (the least leaseSeconds allows is 6): a pass that runs longer than a lease
+    // writes its late claims after a reaper on the same clock can have passed their deadline.
+    const leaseMs = 10_000;
+    const engine = { ...f.engine, settings: { ...f.engine.settings, leaseMs } };
+    const start = clock().getTime();
+    // Due past the fast-path window, so a dispatcher pass claims it.
+    const dueAt = new Date(start + engine.settings.lookaheadMs + 5 * 60_000);
+    const { job } = await createJob(engine, testJob({ schedule: { runAt: dueAt.toISOString() } }));
+    offsetMs = dueAt.getTime() - Date.now();
+
+    // The pass reads its clock, then stalls before reading its buckets (many claims ahead of it).
+    const clients = createTestClients({ maxSockets: 8 });
+    let release = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let stalled = false;
+    clients.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const input = args.input as { TableName?: string };
+        if (
+          !stalled &&
+          String(context.commandName).startsWith("Query") &&
+          input.TableName === engine.tables.jobs
+        ) {
+          stalled = true;
+          await released;
+        }
+        return next(args);
+      },
+      { step: "initialize", name: "longPass" },
+    );
+    try {
+      const pass = dispatchShard({ ...engine, doc: clients.doc }, 0, "long-pass");
+      await expect.poll(() => stalled).toBe(true);
+      // Meanwhile a run is queued, ends, and a reaper past its deadline moves the cursor over it.
+      offsetMs += 2_000;
+      const { job: other } = await createJob(
+        engine,
+        testJob({ schedule: { runAt: clock().toISOString() } }),
+      );
+      const delivery = await f.nextDelivery(engine.queues.normal, other.jobId);
+      expect(await f.process({ ...f.workerDeps("w"), engine }, delivery)).toBe("ack");
+      offsetMs += leaseMs + REAPER_SETTLE_MS + 3_000;
+      expect(await reap(engine)).toEqual({ examined: 1, resent: 0 });
+      expect((await readReaperCursors(engine, [0])).get(0)?.pk).toBe(`JOB#${other.jobId}`);
+      // The pass goes on: it claims the job and sends its run, and that message is lost.
+      release();
+      await pass;
+    } finally {
+      release();
+      clients.destroy();
+    }
+    const sent = await f.nextDelivery(engine.queues.normal, job.jobId);
+    await deleteMessages(engine.sqs, sent.queueUrl, [sent.receiptHandle]);
+
+    offsetMs += leaseMs + REAPER_SETTLE_MS + 3_000;
+    expect((await reap(engine)).resent).toBe(1);
+    const again = await f.nextDelivery(engine.queues.normal, job.jobId);
+    expect(await f.process({ ...f.workerDeps("w"), engine }, again)).toBe("ack");
+  }, 60_000);
 });
