@@ -31,7 +31,9 @@ const MAX_PER_SHARD = 10_000;
 /**
  * A pass reads the entries whose deadline is this far behind its now, and the
  * next pass the ones after. Every deadline is written at least a lease (6 s or
- * more) after its writer's now; this covers index propagation and clock skew
+ * more) after a clock reading taken just before its write (the reaper's own
+ * pushes are conditioned on the entry it read, so a concurrent pass that
+ * passed it has moved it first); this covers index propagation and clock skew
  * between hosts on top, so no entry turns up behind the cursor later.
  */
 export const REAPER_SETTLE_MS = 5_000;
