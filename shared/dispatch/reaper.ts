@@ -13,7 +13,12 @@ import {
   readInflightRuns,
 } from "../storage/inflight.js";
 import { runMessageOf } from "../storage/items.js";
-import { advanceReaperCursor, readReaperCursors } from "../storage/reaper-cursor.js";
+import {
+  advanceReaperCursor,
+  cursorDeadline,
+  readReaperCursors,
+  rewindReaperCursor,
+} from "../storage/reaper-cursor.js";
 
 export interface ReapResult {
   /** Index entries read, the ended runs' included. */
@@ -40,7 +45,7 @@ export const REAPER_SETTLE_MS = 5_000;
 /**
  * A cursor ahead of a pass's settle line was moved by a clock ahead of this
  * one, or this clock went back: entries written since may lie behind it, so
- * the pass reads again from this far behind its line.
+ * the pass moves it back this far behind its line and reads on from there.
  */
 const CLOCK_DISAGREEMENT_MS = 15 * 60_000;
 
@@ -82,12 +87,15 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
   const cursors = await readReaperCursors(engine, shards);
   for (const shard of shards) {
     const cursor = cursors.get(shard);
-    const start: IndexStart =
-      cursor === undefined
-        ? { fromStart: true }
-        : cursor.deadline < settledBefore
-          ? { after: cursor }
-          : { from: new Date(settled.getTime() - CLOCK_DISAGREEMENT_MS).toISOString() };
+    let start: IndexStart;
+    if (cursor === undefined) start = { fromStart: true };
+    else if (cursorDeadline(cursor) < settledBefore) start = cursor;
+    else {
+      // Moved back, not only read back: the passes after this one read on from where it
+      // did, so an entry behind the cursor that falls due after this pass is read too.
+      start = { from: new Date(settled.getTime() - CLOCK_DISAGREEMENT_MS).toISOString() };
+      await rewindReaperCursor(engine, shard, cursor, start.from);
+    }
     const entries = await overdueEntries(engine, shard, {
       start,
       // After a restart every run still waiting is re-sent, however far ahead its deadline.

@@ -9,28 +9,43 @@ import { reaperCursorKey } from "./items.js";
  * How far the reaper has read a shard's `inflight` index: every entry up to
  * and including the cursor's was dealt with (its run had ended, or its
  * deadline was moved on, which files it again further along). One item per
- * shard beside the shard's lease in the jobs table.
+ * shard beside the shard's lease in the jobs table. A cursor moved back (a
+ * pass found it ahead of its clock) holds only a deadline: read from there on.
  */
+
+/** Where a shard's next pass reads from: after the last entry dealt with, or at a deadline. */
+export type ReaperCursor = { readonly after: InflightEntry } | { readonly from: string };
+
+/** The deadline a cursor stands at. */
+export const cursorDeadline = (cursor: ReaperCursor) =>
+  "after" in cursor ? cursor.after.deadline : cursor.from;
 
 /** Each shard's cursor (one BatchGetItem); a shard the reaper has not read yet has none (read it from the start). */
 export async function readReaperCursors(
   engine: Engine,
   shards: readonly number[],
-): Promise<Map<number, InflightEntry>> {
+): Promise<Map<number, ReaperCursor>> {
   const items = await batchGetItems(engine, engine.tables.jobs, shards.map(reaperCursorKey), {
     consistentRead: true,
   });
-  const cursors = new Map<number, InflightEntry>();
+  const cursors = new Map<number, ReaperCursor>();
   for (const item of items) {
     const shard = shards.find((s) => reaperCursorKey(s).pk === item.pk);
     if (shard === undefined || typeof item.deadline !== "string") continue;
-    cursors.set(shard, { deadline: item.deadline, pk: String(item.runPk), sk: String(item.runSk) });
+    cursors.set(
+      shard,
+      typeof item.runPk === "string" && typeof item.runSk === "string"
+        ? { after: { deadline: item.deadline, pk: item.runPk, sk: item.runSk } }
+        : { from: item.deadline },
+    );
   }
   return cursors;
 }
 
 /** Only forward: two reapers at once leave the cursor at the further of theirs. */
 const NOT_BEHIND = "attribute_not_exists(deadline) OR deadline <= :deadline";
+/** A move back is for the cursor the pass read: one moved since is left to the next pass. */
+const AS_READ = "deadline = :seen";
 
 /** Moves the shard's cursor to `entry`; a cursor already further along is left as it is. */
 export async function advanceReaperCursor(
@@ -50,6 +65,32 @@ export async function advanceReaperCursor(
           ":runPk": entry.pk,
           ":runSk": entry.sk,
         },
+      }),
+    );
+  } catch (error) {
+    if (!isConditionalCheckFailed(error)) throw error;
+  }
+}
+
+/**
+ * Moves a cursor found ahead of a pass's clock back to `from` (entries from that deadline on are
+ * read again), so that passes read on from there as the entries behind it fall due, rather than
+ * from after a position a clock ahead of theirs reached.
+ */
+export async function rewindReaperCursor(
+  engine: Engine,
+  shard: number,
+  seen: ReaperCursor,
+  from: string,
+): Promise<void> {
+  try {
+    await engine.doc.send(
+      new UpdateCommand({
+        TableName: engine.tables.jobs,
+        Key: reaperCursorKey(shard),
+        ConditionExpression: AS_READ,
+        UpdateExpression: "SET deadline = :from REMOVE runPk, runSk",
+        ExpressionAttributeValues: { ":seen": cursorDeadline(seen), ":from": from },
       }),
     );
   } catch (error) {

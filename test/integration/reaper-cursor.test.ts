@@ -3,7 +3,12 @@ import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { createJob } from "../../shared/jobs/index.js";
 import { deleteMessages } from "../../shared/queue/work-queue.js";
-import { readReaperCursors } from "../../shared/storage/reaper-cursor.js";
+import {
+  advanceReaperCursor,
+  cursorDeadline,
+  readReaperCursors,
+  rewindReaperCursor,
+} from "../../shared/storage/reaper-cursor.js";
 import { getRunItem } from "../../shared/storage/run-reads.js";
 import { runKey } from "../../shared/storage/runs.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
@@ -62,7 +67,7 @@ describe("the reaper's cursor", () => {
 
     pastTheDeadlines();
     expect(await reap(f.engine)).toEqual({ examined: 1, resent: 0 });
-    expect((await readReaperCursors(f.engine, [0])).get(0)).toMatchObject(run);
+    expect((await readReaperCursors(f.engine, [0])).get(0)).toMatchObject({ after: run });
     expect(await reap(f.engine)).toEqual({ examined: 0, resent: 0 });
   }, 30_000);
 
@@ -103,7 +108,7 @@ describe("the reaper's cursor", () => {
       faulty.destroy();
     }
     // The ended run before it was passed; the lost run was not.
-    expect((await readReaperCursors(f.engine, [0])).get(0)).toMatchObject(before.run);
+    expect((await readReaperCursors(f.engine, [0])).get(0)).toMatchObject({ after: before.run });
     expect(await reap(f.engine)).toEqual({ examined: 1, resent: 1 });
     const resent = await f.nextDelivery(f.engine.queues.normal, missing.job.jobId);
     expect(await f.process(f.workerDeps("w"), resent)).toBe("ack");
@@ -160,6 +165,49 @@ describe("the reaper's cursor", () => {
     expect(resent.message.jobId).toBe(missing.job.jobId);
   }, 30_000);
 
+  it("a cursor moved by a clock ahead: a run lost just behind it, due after the pass that read back, is found", async () => {
+    // Queued due in five minutes: its entry lies six ahead, and a pass ten minutes ahead passes it.
+    await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: new Date(clock().getTime() + 5 * 60_000).toISOString() } }),
+    );
+    offsetMs = 10 * 60_000;
+    expect((await reap(f.engine)).examined).toBe(1);
+    const cursor = (await readReaperCursors(f.engine, [0])).get(0);
+    const ahead = cursor ? cursorDeadline(cursor) : "";
+    // On the right clock again, a run is queued whose deadline lies a little behind that cursor,
+    offsetMs = Date.parse(ahead) - Date.now() - LEASE_MS - 5_000;
+    const missing = await lost();
+    expect(String((await getRunItem(f.engine, missing.run))?.inflightSk) < ahead).toBe(true);
+    // read back by a pass before it is due, and due only once the passes' line is past the cursor.
+    offsetMs = Date.parse(ahead) - Date.now() - 10_000;
+    expect((await reap(f.engine)).resent).toBe(0);
+    offsetMs = Date.parse(ahead) - Date.now() + 60_000;
+    expect((await reap(f.engine)).resent).toBe(1);
+    const resent = await f.nextDelivery(f.engine.queues.normal, missing.job.jobId);
+    expect(resent.message.jobId).toBe(missing.job.jobId);
+  }, 30_000);
+
+  it("a cursor is moved back only from where the pass read it", async () => {
+    const entry = { pk: "JOB#a", sk: "RUN#x", deadline: "2030-01-01T00:10:00.000Z" };
+    await advanceReaperCursor(f.engine, 0, entry);
+    // A pass that read it elsewhere (another pass moved it since) leaves it.
+    await rewindReaperCursor(
+      f.engine,
+      0,
+      { from: "2030-01-01T00:20:00.000Z" },
+      "2029-12-31T23:55:00.000Z",
+    );
+    expect((await readReaperCursors(f.engine, [0])).get(0)).toEqual({ after: entry });
+    await rewindReaperCursor(f.engine, 0, { after: entry }, "2029-12-31T23:55:00.000Z");
+    expect((await readReaperCursors(f.engine, [0])).get(0)).toEqual({
+      from: "2029-12-31T23:55:00.000Z",
+    });
+    // And forward again from there.
+    await advanceReaperCursor(f.engine, 0, entry);
+    expect((await readReaperCursors(f.engine, [0])).get(0)).toEqual({ after: entry });
+  });
+
   it("a claim written late in a long dispatcher pass lies ahead of a cursor moved meanwhile", async () => {
     // A short lease (the least leaseSeconds allows is 6): a pass that runs longer than a lease
     // writes its late claims after a reaper on the same clock can have passed their deadline.
@@ -206,7 +254,9 @@ describe("the reaper's cursor", () => {
       expect(await f.process({ ...f.workerDeps("w"), engine }, delivery)).toBe("ack");
       offsetMs += leaseMs + REAPER_SETTLE_MS + 3_000;
       expect(await reap(engine)).toEqual({ examined: 1, resent: 0 });
-      expect((await readReaperCursors(engine, [0])).get(0)?.pk).toBe(`JOB#${other.jobId}`);
+      expect((await readReaperCursors(engine, [0])).get(0)).toMatchObject({
+        after: { pk: `JOB#${other.jobId}` },
+      });
       // The pass goes on: it claims the job and sends its run, and that message is lost.
       release();
       await pass;
