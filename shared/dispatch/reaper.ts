@@ -85,7 +85,16 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
   let failure: { readonly error: unknown } | undefined;
   const shards = Array.from({ length: engine.settings.maxShardCount }, (_, shard) => shard);
   const cursors = await readReaperCursors(engine, shards);
-  for (const shard of shards) {
+  // Furthest behind first: a pass cut short (the tick's 60 s timeout, its reads growing with the
+  // runs a minute) leaves the shards it did not reach to start the next one, not to wait forever.
+  const behind = (shard: number) => {
+    const cursor = cursors.get(shard);
+    return cursor === undefined ? "" : cursorDeadline(cursor);
+  };
+  const order = [...shards].sort((a, b) =>
+    behind(a) < behind(b) ? -1 : behind(a) > behind(b) ? 1 : a - b,
+  );
+  for (const shard of order) {
     const cursor = cursors.get(shard);
     let start: IndexStart;
     if (cursor === undefined) start = { fromStart: true };

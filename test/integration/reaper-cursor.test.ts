@@ -2,6 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { createJob } from "../../shared/jobs/index.js";
+import { shardOf } from "../../shared/keys.js";
 import { deleteMessages } from "../../shared/queue/work-queue.js";
 import {
   advanceReaperCursor,
@@ -207,6 +208,58 @@ describe("the reaper's cursor", () => {
     await advanceReaperCursor(f.engine, 0, entry);
     expect((await readReaperCursors(f.engine, [0])).get(0)).toEqual({ after: entry });
   });
+
+  it("a pass cut short by the tick's timeout every minute still reaches every shard in turn", async () => {
+    const shardCount = 4;
+    const engine = {
+      ...f.engine,
+      settings: { ...f.engine.settings, shardCount, maxShardCount: shardCount },
+    };
+    // A lost run in every shard.
+    const missing = new Map<number, string>();
+    while (missing.size < shardCount) {
+      const { job } = await createJob(
+        engine,
+        testJob({ schedule: { runAt: clock().toISOString() } }),
+      );
+      const delivery = await f.nextDelivery(engine.queues.normal, job.jobId);
+      await deleteMessages(engine.sqs, delivery.queueUrl, [delivery.receiptHandle]);
+      const shard = shardOf(job.jobId, shardCount);
+      if (!missing.has(shard)) missing.set(shard, job.jobId);
+    }
+    // Each shard's read takes 25 s of the pass; the tick's Lambda is stopped at 60 s.
+    const clients = createTestClients({ maxSockets: 8 });
+    let passStarted = 0;
+    clients.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const input = args.input as { IndexName?: string };
+        if (String(context.commandName).startsWith("Query") && input.IndexName === "inflight") {
+          if (Date.now() + offsetMs - passStarted >= 60_000) throw new Error("Task timed out");
+          offsetMs += 25_000;
+        }
+        return next(args);
+      },
+      { step: "initialize", name: "slowShards" },
+    );
+    const resent = new Set<string>();
+    try {
+      for (let pass = 0; pass < shardCount; pass++) {
+        offsetMs += 60_000 + LEASE_MS;
+        passStarted = Date.now() + offsetMs;
+        await reap({ ...engine, doc: clients.doc }).catch((error: unknown) => {
+          expect(String(error)).toMatch(/timed out/);
+        });
+        const runs = await f.runs();
+        for (const [, jobId] of missing) {
+          const run = runs.find((r) => r.jobId === jobId);
+          if (run?.misfireFrom) resent.add(jobId);
+        }
+      }
+    } finally {
+      clients.destroy();
+    }
+    expect([...missing.values()].filter((jobId) => !resent.has(jobId))).toEqual([]);
+  }, 60_000);
 
   it("a claim written late in a long dispatcher pass lies ahead of a cursor moved meanwhile", async () => {
     // A short lease (the least leaseSeconds allows is 6): a pass that runs longer than a lease
