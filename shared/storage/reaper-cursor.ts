@@ -1,4 +1,4 @@
-import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import { UpdateCommand, type UpdateCommandInput } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { batchGetItems } from "./batch-get.js";
 import { isConditionalCheckFailed } from "./dynamo-errors.js";
@@ -53,23 +53,15 @@ export async function advanceReaperCursor(
   shard: number,
   entry: InflightEntry,
 ): Promise<void> {
-  try {
-    await engine.doc.send(
-      new UpdateCommand({
-        TableName: engine.tables.jobs,
-        Key: reaperCursorKey(shard),
-        ConditionExpression: NOT_BEHIND,
-        UpdateExpression: "SET deadline = :deadline, runPk = :runPk, runSk = :runSk",
-        ExpressionAttributeValues: {
-          ":deadline": entry.deadline,
-          ":runPk": entry.pk,
-          ":runSk": entry.sk,
-        },
-      }),
-    );
-  } catch (error) {
-    if (!isConditionalCheckFailed(error)) throw error;
-  }
+  await updateCursorIf(engine, shard, {
+    ConditionExpression: NOT_BEHIND,
+    UpdateExpression: "SET deadline = :deadline, runPk = :runPk, runSk = :runSk",
+    ExpressionAttributeValues: {
+      ":deadline": entry.deadline,
+      ":runPk": entry.pk,
+      ":runSk": entry.sk,
+    },
+  });
 }
 
 /**
@@ -83,15 +75,25 @@ export async function rewindReaperCursor(
   seen: ReaperCursor,
   from: string,
 ): Promise<void> {
+  await updateCursorIf(engine, shard, {
+    ConditionExpression: AS_READ,
+    UpdateExpression: "SET deadline = :from REMOVE runPk, runSk",
+    ExpressionAttributeValues: { ":seen": cursorDeadline(seen), ":from": from },
+  });
+}
+
+/** A failed condition leaves the cursor as another pass left it: nothing to do. */
+async function updateCursorIf(
+  engine: Engine,
+  shard: number,
+  write: Pick<
+    UpdateCommandInput,
+    "ConditionExpression" | "UpdateExpression" | "ExpressionAttributeValues"
+  >,
+): Promise<void> {
   try {
     await engine.doc.send(
-      new UpdateCommand({
-        TableName: engine.tables.jobs,
-        Key: reaperCursorKey(shard),
-        ConditionExpression: AS_READ,
-        UpdateExpression: "SET deadline = :from REMOVE runPk, runSk",
-        ExpressionAttributeValues: { ":seen": cursorDeadline(seen), ":from": from },
-      }),
+      new UpdateCommand({ TableName: engine.tables.jobs, Key: reaperCursorKey(shard), ...write }),
     );
   } catch (error) {
     if (!isConditionalCheckFailed(error)) throw error;
