@@ -52,8 +52,9 @@ const CLOCK_DISAGREEMENT_MS = 15 * 60_000;
 export interface ReapOptions {
   readonly now?: Date;
   /**
-   * Runs whose deadline is before this are re-sent; defaults to now. The sandbox passes the far
-   * future after restarting its in-memory queue, which lost every message.
+   * Runs whose deadline is before this are re-sent; by default those before the settle line
+   * (now less REAPER_SETTLE_MS). The sandbox passes the far future after restarting its in-memory
+   * queue, which lost every message.
    */
   readonly overdueBefore?: Date;
   /** Bounds one pass; the rest waits for the next tick. */
