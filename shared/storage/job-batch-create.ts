@@ -1,8 +1,9 @@
-import { BatchGetCommand, BatchWriteCommand } from "@aws-sdk/lib-dynamodb";
+import { BatchWriteCommand } from "@aws-sdk/lib-dynamodb";
 import { sleep } from "../clock.js";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
 import type { DueEntry, Job } from "../model.js";
+import { BATCH_BACKOFF_BASE_MS, batchGetItems, MAX_BATCH_ROUNDS } from "./batch-get.js";
 import { isTransientFailure } from "./dynamo-errors.js";
 import { encodeDueEntry, idempotencyKey } from "./items.js";
 import { newJobItem } from "./job-create.js";
@@ -10,12 +11,8 @@ import { hasExpired } from "./retention.js";
 
 type Item = Record<string, unknown>;
 
-/** DynamoDB's limits: items per BatchWriteItem and keys per BatchGetItem. */
+/** DynamoDB's limit of items per BatchWriteItem. */
 const WRITES_PER_REQUEST = 25;
-const READS_PER_REQUEST = 100;
-/** Rounds of one request while DynamoDB leaves some of it unprocessed (throttling), the first included. */
-const MAX_BATCH_ROUNDS = 6;
-const BACKOFF_BASE_MS = 50;
 
 /** One item of a batch create to put, and which job of the batch it belongs to. */
 export interface BatchPut {
@@ -83,7 +80,7 @@ export async function putBatchItems(
               unwritten.add(ownerOf.get(keyOf(table, r.PutRequest.Item)) ?? -1);
           return;
         }
-        if (round > 1) await sleep(BACKOFF_BASE_MS * 2 ** (round - 2));
+        if (round > 1) await sleep(BATCH_BACKOFF_BASE_MS * 2 ** (round - 2));
         try {
           const result = await engine.doc.send(new BatchWriteCommand({ RequestItems: pending }));
           pending = {};
@@ -133,36 +130,27 @@ export async function readIdempotencyRecords(
   tenantId: string,
   keys: readonly string[],
 ): Promise<Map<string, { jobId: string; requestHash: string }>> {
-  const found = new Map<string, { jobId: string; requestHash: string }>();
-  const table = engine.tables.jobs;
   const now = engine.clock();
-  for (let i = 0; i < keys.length; i += READS_PER_REQUEST) {
-    const byPk = new Map(
-      keys.slice(i, i + READS_PER_REQUEST).map((k) => [idempotencyKey(tenantId, k).pk, k]),
-    );
-    let pending: Item[] = [...byPk.keys()].map((pk) => ({
-      pk,
-      sk: idempotencyKey(tenantId, "").sk,
-    }));
-    for (let round = 1; pending.length > 0; round++) {
-      if (round > MAX_BATCH_ROUNDS) {
-        throw new ConcurrentUpdateError(
+  const byPk = new Map(keys.map((k) => [idempotencyKey(tenantId, k).pk, k]));
+  const records = await batchGetItems(
+    engine,
+    engine.tables.jobs,
+    [...byPk.keys()].map((pk) => ({ pk, sk: idempotencyKey(tenantId, "").sk })),
+    {
+      consistentRead: true,
+      exhausted: () =>
+        new ConcurrentUpdateError(
           "DynamoDB kept leaving this job's idempotency record unread (throttling); nothing of it was written: send it again",
-        );
-      }
-      if (round > 1) await sleep(BACKOFF_BASE_MS * 2 ** (round - 2));
-      const result = await engine.doc.send(
-        new BatchGetCommand({ RequestItems: { [table]: { Keys: pending, ConsistentRead: true } } }),
-      );
-      for (const record of result.Responses?.[table] ?? []) {
-        // Past its window the key is free again, whether or not TTL has deleted the record yet.
-        if (hasExpired(record, now)) continue;
-        const key = byPk.get(String(record.pk));
-        if (key !== undefined)
-          found.set(key, { jobId: String(record.jobId), requestHash: String(record.requestHash) });
-      }
-      pending = result.UnprocessedKeys?.[table]?.Keys ?? [];
-    }
+        ),
+    },
+  );
+  const found = new Map<string, { jobId: string; requestHash: string }>();
+  for (const record of records) {
+    // Past its window the key is free again, whether or not TTL has deleted the record yet.
+    if (hasExpired(record, now)) continue;
+    const key = byPk.get(String(record.pk));
+    if (key !== undefined)
+      found.set(key, { jobId: String(record.jobId), requestHash: String(record.requestHash) });
   }
   return found;
 }
