@@ -55,6 +55,19 @@ async function lost() {
   return { job, run: runKey(job.jobId, delivery.message.scheduledFor, delivery.message.attempt) };
 }
 
+/**
+ * A run claimed at once (the fast path) and queued due in five minutes, so its entry lies six
+ * ahead, read and passed by a reaper on a clock ten minutes ahead.
+ */
+async function passedByAClockAhead() {
+  await createJob(
+    f.engine,
+    testJob({ schedule: { runAt: new Date(clock().getTime() + 5 * 60_000).toISOString() } }),
+  );
+  offsetMs = 10 * 60_000;
+  expect((await reap(f.engine)).examined).toBe(1);
+}
+
 /** Past every deadline written so far (a lease after now), as the next tick would be. */
 const pastTheDeadlines = () => {
   offsetMs += LEASE_MS + 15_000;
@@ -149,14 +162,7 @@ describe("the reaper's cursor", () => {
   }, 30_000);
 
   it("a cursor moved by a clock ahead is read from well behind, so a run lost since is found", async () => {
-    // Claimed at once (the fast path) and queued due in five minutes: its entry lies six ahead.
-    await createJob(
-      f.engine,
-      testJob({ schedule: { runAt: new Date(clock().getTime() + 5 * 60_000).toISOString() } }),
-    );
-    // A pass on a clock ten minutes ahead passes it.
-    offsetMs = 10 * 60_000;
-    expect((await reap(f.engine)).examined).toBe(1);
+    await passedByAClockAhead();
     // Back to the right time: a run queued now lies behind that cursor.
     offsetMs = 0;
     const missing = await lost();
@@ -167,13 +173,7 @@ describe("the reaper's cursor", () => {
   }, 30_000);
 
   it("a cursor moved by a clock ahead: a run lost just behind it, due after the pass that read back, is found", async () => {
-    // Queued due in five minutes: its entry lies six ahead, and a pass ten minutes ahead passes it.
-    await createJob(
-      f.engine,
-      testJob({ schedule: { runAt: new Date(clock().getTime() + 5 * 60_000).toISOString() } }),
-    );
-    offsetMs = 10 * 60_000;
-    expect((await reap(f.engine)).examined).toBe(1);
+    await passedByAClockAhead();
     const cursor = (await readReaperCursors(f.engine, [0])).get(0);
     const ahead = cursor ? cursorDeadline(cursor) : "";
     // On the right clock again, a run is queued whose deadline lies a little behind that cursor,
