@@ -123,6 +123,8 @@ export interface RequestsResult {
     readonly batchMsP95: number;
     readonly receivesPerRun: number;
     readonly deletesPerRun: number;
+    /** ChangeMessageVisibility requests the Lambda worker made per run (none for a run that ends before its first heartbeat). */
+    readonly visibilityChangesPerRun: number;
   };
   readonly runItemBytes: number;
   readonly idleTick: {
@@ -674,6 +676,8 @@ async function lambdaLikeBatches(h: Harness, n: number): Promise<RequestsResult[
     batchMsP95: percentile(sorted, 95),
     receivesPerRun: per("SQS.ReceiveMessage"),
     deletesPerRun: per("SQS.DeleteMessageBatch") + per("SQS.DeleteMessage"),
+    visibilityChangesPerRun:
+      per("SQS.ChangeMessageVisibility") + per("SQS.ChangeMessageVisibilityBatch"),
   };
 }
 
@@ -710,6 +714,8 @@ interface CostInputs {
   readonly dispatcherMemoryGb: number;
   readonly apiMemoryGb: number;
   readonly invocationMs: number;
+  /** ChangeMessageVisibility requests per attempt the Lambda worker makes and the loop does not. */
+  readonly lambdaVisibilityChangesPerAttempt: number;
   readonly runItemBytes: number;
   readonly retentionMonths: number;
 }
@@ -734,11 +740,12 @@ function costPerMillion(
     ((runItems * c.runItemBytes) / 1e9) * c.retentionMonths * p("dynamodbStorageGbMonth") * M;
   // Lambda's event source: one receive and one DeleteMessageBatch per batch (assumption, see doc).
   const consumer = 2 / c.workerBatchSize;
-  // The Lambda worker shrinks each attempt's message visibility to the lease (ChangeMessageVisibility);
-  // the worker loop measured here receives with that visibility and skips it, so it is added here.
-  const visibilityShrinks = runItems;
+  // The visibility changes the Lambda worker makes beyond the loop measured here (whose heartbeats'
+  // are in sqsEngineRequests), as the Lambda-like pass measured them: none for a run that ends
+  // before its first heartbeat; a delivery that fails, or comes again, makes one.
+  const visibilityChanges = runItems * c.lambdaVisibilityChangesPerAttempt;
   const sqs =
-    (perRun.sqsEngineRequests + visibilityShrinks + consumer) * p("sqsStandardPerMillion");
+    (perRun.sqsEngineRequests + visibilityChanges + consumer) * p("sqsStandardPerMillion");
   const workerInvocations = 1 / c.workerBatchSize;
   const workerGbs = (c.workerMemoryGb * (c.invocationMs / 1000)) / c.workerBatchSize;
   const dispatcherGbs = c.dispatcherMemoryGb * (perRun.dispatcherMs / 1000);
@@ -833,7 +840,7 @@ export function markdown(result: RequestsResult): string {
   const t = result.idleTick;
   lines.push(
     "",
-    `Lambda-like worker (batch of ≤10 processed concurrently, then one DeleteMessageBatch): ${l.batches} batches, mean ${fmt(l.meanBatchSize, 1)} records, batch time p50 ${fmt(l.batchMsP50, 0)} ms / p95 ${fmt(l.batchMsP95, 0)} ms, ${fmt(l.receivesPerRun, 3)} receives and ${fmt(l.deletesPerRun, 3)} deletes per run.`,
+    `Lambda-like worker (batch of ≤10 processed concurrently, then one DeleteMessageBatch): ${l.batches} batches, mean ${fmt(l.meanBatchSize, 1)} records, batch time p50 ${fmt(l.batchMsP50, 0)} ms / p95 ${fmt(l.batchMsP95, 0)} ms, ${fmt(l.receivesPerRun, 3)} receives, ${fmt(l.deletesPerRun, 3)} deletes and ${fmt(l.visibilityChangesPerRun, 3)} ChangeMessageVisibility per run.`,
     `Fixed cost, not per run: one idle tick (${DEFAULT_SETTINGS.maxShardCount} shard passes + reaper) = ${fmt(t.dynamoCalls, 0)} DynamoDB calls, ${fmt(t.writeUnits, 1)} WRU, ${fmt(t.readUnits, 1)} RRU, ${fmt(t.ms, 0)} ms here; about $${fmt(t.monthlyUsd)} per month at one tick a minute (DynamoDB on-demand + Lambda).`,
     `Run item ≈ ${result.runItemBytes} bytes.`,
     "",
@@ -962,6 +969,7 @@ export async function runRequestsPerRun(options: RequestsOptions = {}): Promise<
       dispatcherMemoryGb: 512 / 1024,
       apiMemoryGb: 512 / 1024,
       invocationMs: lambdaLike.batchMsP95,
+      lambdaVisibilityChangesPerAttempt: lambdaLike.visibilityChangesPerRun,
       runItemBytes,
       retentionMonths: DEFAULT_SETTINGS.retentionDays / 30,
     };
@@ -1007,7 +1015,7 @@ export async function runRequestsPerRun(options: RequestsOptions = {}): Promise<
       assumptions: [
         "Worker on Lambda: batch size 10 (infra/settings.ts workerBatchSize), 512 MB arm64 (infra/constructs/worker.ts); full batches. At low rates batches hold one record: add $0.18/M for invocations and up to 10× the consumer SQS requests.",
         "Worker duration: the p95 time of a Lambda-like batch measured here against DynamoDB Local (not AWS latencies), billed once per batch of 10.",
-        "SQS: the event source's ReceiveMessage and DeleteMessageBatch are billed as ordinary SQS requests: 2 per batch of 10 = 0.2 per run; plus one ChangeMessageVisibility per attempt, which the Lambda worker makes and the loop measured here does not. The sandbox loop's receives and deletes (the 'SQS loop' column) are shown but not priced. The event source's idle long polling is a fixed cost, not per run.",
+        "SQS: the event source's ReceiveMessage and DeleteMessageBatch are billed as ordinary SQS requests: 2 per batch of 10 = 0.2 per run. The Lambda worker changes a message's visibility at each heartbeat (as the loop measured here does; counted with its requests), and otherwise only for a delivery that failed or came again: the ChangeMessageVisibility per run the Lambda-like pass made (see below) is priced per attempt on top. The sandbox loop's receives and deletes (the 'SQS loop' column) are shown but not priced. The event source's idle long polling is a fixed cost, not per run.",
         "DynamoDB provisioned at 70 %: unit-hour price / (3,600 s × 0.7), i.e. perfectly shaped capacity; spikes need headroom or on-demand.",
         "History: one run item (two for a retried run) kept for the retention (30 days ≈ 1 month) at the storage price; item size from the runs table here; GSI copies of in-flight runs are short-lived and not counted; PITR backup storage not counted.",
         "Dispatcher Lambda time per run is the pass time measured here divided by the runs it claimed (512 MB); its invocations are fixed per tick, not per run.",

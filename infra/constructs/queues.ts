@@ -44,7 +44,8 @@ export class Queues extends Construct {
       work[priority] = new Queue(this, `Work-${priority}`, {
         ...common,
         // An event source is refused unless visibility >= the function's timeout. The worker
-        // shrinks each message's visibility to the run lease when it starts the run.
+        // sets a message's visibility to the run lease at each heartbeat and when a delivery
+        // fails; a worker that dies before either leaves its run to the reaper.
         visibilityTimeout: Duration.seconds(settings.workerTimeoutSeconds),
         retentionPeriod: MAX_RETENTION,
         deadLetterQueue: { queue: dlq, maxReceiveCount: settings.maxReceiveCount },

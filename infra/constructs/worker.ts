@@ -65,7 +65,7 @@ export class Worker extends Construct {
     // Start (which returns the run), heartbeat, requeue, park (UpdateItem), the finish
     // transaction (Update the run, Put the next attempt's QUEUED run).
     allowTable(this.worker.fn, { ...storage.runs, actions: ["UpdateItem", "PutItem"] });
-    // Visibility shrink and heartbeat; resends of early, retried and buffered runs.
+    // Visibility: heartbeats, failed deliveries and redeliveries; resends of early, retried and buffered runs.
     allowQueues(this.worker.fn, queues.allWork, ["SendMessage", "ChangeMessageVisibility"]);
     const concurrency = workerEventSourceConcurrency(settings);
     for (const priority of PRIORITIES) {

@@ -1,4 +1,5 @@
 import { sleep } from "../clock.js";
+import type { Engine } from "../engine.js";
 import { FenceLostError, JobNotFoundError, RunCancelledError } from "../errors.js";
 import type { Job, Run } from "../model.js";
 import { METRICS } from "../observability.js";
@@ -45,20 +46,58 @@ const QUOTA_RECHECK_MAX_MS = 16_000;
  * is acknowledged without running anything. Start, then decide: the job is
  * read after the fenced start write, so a cancel, pause or edit committed
  * before the start is seen, and one committed after it finds the run RUNNING.
+ *
+ * A message the Lambda event source hands over stays hidden for the queue's
+ * visibility (the worker function's timeout, 15 min by default), a loop's for
+ * about a lease. Such a message is not shrunk to the lease up front, which
+ * would cost a request per attempt: a delivery that throws is shown again a
+ * lease later from its failure, a run that outlives its first heartbeat has its
+ * message hidden for a lease at each beat, and a worker that dies before either
+ * leaves its run to the reaper. Only a message delivered before (it came back
+ * unacknowledged) is hidden for a lease once its run starts, so that a run that
+ * kills every worker it starts on reaches the redrive's maxReceiveCount a lease
+ * apart rather than a queue visibility apart.
  */
 export async function processRun(deps: WorkerDeps, received: ReceivedRun): Promise<Disposition> {
+  const leaseSeconds = deps.engine.settings.leaseMs / 1000;
+  const hiddenPastLease =
+    (received.visibilitySeconds ?? Number.POSITIVE_INFINITY) >
+    receiveVisibilitySeconds(leaseSeconds);
+  try {
+    return await processDelivery(deps, received, hiddenPastLease);
+  } catch (error) {
+    if (hiddenPastLease) await hideForALease(deps.engine, received, "the delivery failed");
+    throw error;
+  }
+}
+
+/**
+ * Sets a message's visibility to the lease, best effort: should SQS refuse, the
+ * message stays hidden for the queue's visibility and the reaper re-sends its run
+ * once its deadline passes.
+ */
+async function hideForALease(engine: Engine, received: ReceivedRun, why: string): Promise<void> {
+  await setVisibility(
+    engine.sqs,
+    received.queueUrl,
+    received.receiptHandle,
+    engine.settings.leaseMs / 1000,
+  ).catch((error: unknown) => {
+    engine.obs.log.warn("could not set a message's visibility to the lease; the reaper covers it", {
+      messageId: received.messageId,
+      why,
+      error: String(error),
+    });
+  });
+}
+
+async function processDelivery(
+  deps: WorkerDeps,
+  received: ReceivedRun,
+  hiddenPastLease: boolean,
+): Promise<Disposition> {
   const { engine } = deps;
   const message = received.message;
-  const leaseSeconds = engine.settings.leaseMs / 1000;
-  // First of all, shrink the message's visibility to the lease: a delivery that throws before
-  // this would stay hidden for the queue's default (the worker function's timeout, 15 min).
-  // A loop that received it with about that visibility already did, and saves the request.
-  if (
-    (received.visibilitySeconds ?? Number.POSITIVE_INFINITY) >
-    receiveVisibilitySeconds(leaseSeconds)
-  )
-    await setVisibility(engine.sqs, received.queueUrl, received.receiptHandle, leaseSeconds);
-
   const early = Date.parse(message.dueAt) - engine.clock().getTime();
   if (early > MAX_EARLY_WAIT_MS) {
     await resend(engine, message, new Date(message.dueAt));
@@ -78,6 +117,10 @@ export async function processRun(deps: WorkerDeps, received: ReceivedRun): Promi
     });
     return "ack";
   }
+  // After the start, so that the message is shown again only once the run's lease has lapsed
+  // and its next delivery can start it: each such start counts towards the redrive DLQ.
+  if (hiddenPastLease && received.receiveCount > 1)
+    await hideForALease(engine, received, "a redelivery started its run");
   const run = started.run;
   const progress: RunProgress = { tracked: false, executedVersion: null };
   try {

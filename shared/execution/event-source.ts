@@ -1,0 +1,51 @@
+import type { SQSBatchResponse, SQSRecord } from "aws-lambda";
+import type { QueueUrls } from "../queue/work-queue.js";
+import { decodeRunMessage } from "../queue/work-queue.js";
+import { processRun, type WorkerDeps } from "./worker.js";
+
+/**
+ * One batch from the SQS event source, as the Lambda worker gets it (with
+ * ReportBatchItemFailures): its records run concurrently, and only those that
+ * failed come back, each shown again a lease after its failure (`processRun`).
+ */
+export async function processRecords(
+  deps: WorkerDeps,
+  records: readonly SQSRecord[],
+): Promise<SQSBatchResponse> {
+  const results = await Promise.all(records.map((record) => processRecord(deps, record)));
+  return { batchItemFailures: results.flatMap((id) => (id ? [{ itemIdentifier: id }] : [])) };
+}
+
+/** The record's message id when it failed, else null (acknowledged, or unreadable and dropped). */
+async function processRecord(deps: WorkerDeps, record: SQSRecord): Promise<string | null> {
+  const { log } = deps.engine.obs;
+  const message = decodeRunMessage(record.body);
+  if (message === null) {
+    log.error("unreadable run message; dropped", { messageId: record.messageId });
+    return null;
+  }
+  try {
+    const disposition = await processRun(deps, {
+      message,
+      queueUrl: queueUrlOf(deps.engine.queues, record.eventSourceARN),
+      receiptHandle: record.receiptHandle,
+      messageId: record.messageId,
+      receiveCount: Number(record.attributes.ApproximateReceiveCount) || 1,
+    });
+    return disposition === "ack" ? null : record.messageId;
+  } catch (error) {
+    log.error("run failed to process; SQS delivers it again a lease later", {
+      messageId: record.messageId,
+      error: String(error),
+    });
+    return record.messageId;
+  }
+}
+
+/** The queue URL of an event source ARN, from the configured URLs (the worker changes visibility by URL). */
+function queueUrlOf(queues: QueueUrls, arn: string): string {
+  const name = arn.split(":").at(-1) ?? "";
+  const url = Object.values(queues).find((candidate) => candidate.endsWith(`/${name}`));
+  if (!url) throw new Error(`message from an unknown queue ${arn}`);
+  return url;
+}
