@@ -54,6 +54,12 @@ export function inDelivery<T>(context: DeliveryContext, work: () => Promise<T>):
   return delivery.run(context, work);
 }
 
+/** Whether the delivery this call belongs to has died: a dead process sends nothing more (to SQS either). */
+export function deliveryDied(): boolean {
+  const context = delivery.getStore();
+  return context !== undefined && (context.crashed || context.killed);
+}
+
 /** Runs `work` outside any delivery: an API call made by a hook must not inherit the worker's crash. */
 function outsideDelivery<T>(work: () => Promise<T>): Promise<T> {
   return delivery.exit(work);

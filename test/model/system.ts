@@ -71,6 +71,8 @@ export const MODEL_SETTINGS: EngineSettings = {
 export const TICK_MS = 60_000;
 /** A worker loop receives with a lease of visibility plus the longest early wait. */
 const RECEIVE_VISIBILITY_SECONDS = Math.ceil(MODEL_SETTINGS.leaseMs / 1000 + 2);
+/** The Lambda worker's deliveries are hidden for the queue's visibility, the function's timeout. */
+const LAMBDA_VISIBILITY_SECONDS = 900;
 
 /** What the handler of type `model` does, read from the job's payload. */
 export type Behaviour =
@@ -397,7 +399,11 @@ export class Sequence {
     const id = this.nextDelivery++;
     const workerId = `worker-${id}`;
     held.receives++;
-    held.visibleAt = this.nowMs + RECEIVE_VISIBILITY_SECONDS * 1000;
+    // Every other delivery is the Lambda worker's: the event source receives with the queue's
+    // visibility and does not say so; the others are a worker loop's.
+    const lambda = id % 2 === 1;
+    const visibilitySeconds = lambda ? LAMBDA_VISIBILITY_SECONDS : RECEIVE_VISIBILITY_SECONDS;
+    held.visibleAt = this.nowMs + visibilitySeconds * 1000;
     held.busy = true;
     let blocked: () => void = () => undefined;
     const blockedSignal = new Promise<void>((resolve) => {
@@ -418,7 +424,7 @@ export class Sequence {
       receiptHandle: held.receiptHandle,
       messageId: held.messageId,
       receiveCount: held.receives,
-      visibilitySeconds: RECEIVE_VISIBILITY_SECONDS,
+      ...(lambda ? {} : { visibilitySeconds }),
     };
     const context = newDelivery(crash);
     const delivery: Delivery = {

@@ -7,6 +7,7 @@ import {
 import type { InitializeMiddleware, MetadataBearer } from "@smithy/types";
 import type { RunMessage } from "../../shared/model.js";
 import { decodeRunMessage, encodeRunMessage } from "../../shared/queue/work-queue.js";
+import { deliveryDied, InjectedCrash } from "./faults.js";
 
 /**
  * The work queues in virtual time. Messages really go through the SQS
@@ -141,6 +142,8 @@ export class VirtualQueues {
         return result;
       }
       if (command === "ChangeMessageVisibilityCommand") {
+        // A worker that died runs nothing more: its message keeps the visibility it had.
+        if (deliveryDied()) throw new InjectedCrash("the worker's process died");
         const handle = String(input.ReceiptHandle ?? "");
         const seconds = Number(input.VisibilityTimeout ?? 0);
         const held = this.held.get(handle);
