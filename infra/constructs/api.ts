@@ -96,10 +96,11 @@ export class Api extends Construct {
     });
     // Run history and cancelling queued runs (Query of the job's partition), run reads, trigger
     // and replay transactions, cancel and resume (UpdateItem), dead-letter listing, the fast
-    // path's BatchWriteItem (a create's runs, a batch create's runs of all its jobs).
+    // path's BatchWriteItem (a create's runs, a batch create's runs of all its jobs), the runs
+    // a job lists read with it (BatchGetItem).
     allowTable(this.handler.fn, {
       ...storage.runs,
-      actions: ["GetItem", "PutItem", "UpdateItem", "Query", "BatchWriteItem"],
+      actions: ["GetItem", "BatchGetItem", "PutItem", "UpdateItem", "Query", "BatchWriteItem"],
       indexes: { [RUNS_DEAD_LETTER_INDEX]: ["Query"] },
     });
     // GET /webhook-secret reads the caller's secret or makes it (conditional PutItem); rotate

@@ -63,8 +63,12 @@ export class Worker extends Construct {
       actions: ["GetItem", "UpdateItem", "PutItem", "DeleteItem", "ConditionCheckItem", "Query"],
     });
     // Start (which returns the run), heartbeat, requeue, park (UpdateItem), the finish
-    // transaction (Update the run, Put the next attempt's QUEUED run).
-    allowTable(this.worker.fn, { ...storage.runs, actions: ["UpdateItem", "PutItem"] });
+    // transaction (Update the run, Put the next attempt's QUEUED run), admission's read of the
+    // runs its job lists (BatchGetItem).
+    allowTable(this.worker.fn, {
+      ...storage.runs,
+      actions: ["UpdateItem", "PutItem", "BatchGetItem"],
+    });
     // Visibility: heartbeats, failed deliveries and redeliveries; resends of early, retried and buffered runs.
     allowQueues(this.worker.fn, queues.allWork, ["SendMessage", "ChangeMessageVisibility"]);
     const concurrency = workerEventSourceConcurrency(settings);

@@ -6,6 +6,7 @@ import {
   repeatedKeyError,
 } from "../jobs/create-batch.js";
 import { requestHash } from "../jobs/index.js";
+import { jobsAsTheyStand } from "../jobs/queries.js";
 import { BODY_OVERHEAD_BYTES, jsonBody } from "./body.js";
 import { jobDto } from "./dto.js";
 import { ApiError, type HttpAnswer, httpAnswerOf, invalid } from "./errors.js";
@@ -124,12 +125,21 @@ export function jobsBatchRouter({ engine, jobTypes }: RouterDeps) {
       tenantId,
       valid.map((v) => v.item),
     );
+    // A key's repeat answers the job made first, which may have runs by now.
+    const repeats = outcomes.flatMap((o) => ("job" in o && !o.created ? [o.job] : []));
+    const standing = new Map(
+      (await jobsAsTheyStand(engine, repeats)).map((job) => [job.jobId, job]),
+    );
     valid.forEach(({ index }, i) => {
       const outcome = outcomes[i];
       results[index] =
         outcome === undefined || "error" in outcome
           ? failed(index, outcome?.error)
-          : { index, status: outcome.created ? 201 : 200, job: jobDto(outcome.job) };
+          : {
+              index,
+              status: outcome.created ? 201 : 200,
+              job: jobDto(standing.get(outcome.job.jobId) ?? outcome.job),
+            };
     });
     return c.json({ results: results.map((r, index) => r ?? failed(index, undefined)) }, 200);
   });

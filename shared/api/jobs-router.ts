@@ -9,6 +9,7 @@ import {
   resumeJob,
   triggerJob,
 } from "../jobs/index.js";
+import { jobAsItStands } from "../jobs/queries.js";
 import type { JobStatus } from "../model.js";
 import { ValidationError } from "../validation.js";
 import { optionalBody } from "./body.js";
@@ -209,7 +210,8 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
     );
     c.header("Location", `/jobs/${job.jobId}`);
     setJobHeaders(c, job);
-    return created ? c.json(jobDto(job), 201) : c.json(jobDto(job), 200);
+    const shown = jobDto(await jobAsItStands(engine, job));
+    return created ? c.json(shown, 201) : c.json(shown, 200);
   });
 
   router.openapi(listJobs, async (c) => {
@@ -225,7 +227,7 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
   router.openapi(getJob, async (c) => {
     const job = await jobOf(engine, c, c.req.valid("param").id);
     setJobHeaders(c, job);
-    return c.json(jobDto(job), 200);
+    return c.json(jobDto(await jobAsItStands(engine, job)), 200);
   });
 
   router.openapi(editJobRoute, async (c) => {
@@ -241,7 +243,7 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
     );
     const edited = await editJob(engine, tenantOf(c), id, expected, changes);
     setJobHeaders(c, edited);
-    return c.json(jobDto(edited), 200);
+    return c.json(jobDto(await jobAsItStands(engine, edited)), 200);
   });
 
   for (const [route, change] of lifecycle) {
@@ -250,7 +252,7 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
       await jobOf(engine, c, id);
       const job = await change(engine, tenantOf(c), id);
       setJobHeaders(c, job);
-      return c.json(jobDto(job), 200);
+      return c.json(jobDto(await jobAsItStands(engine, job)), 200);
     });
   }
 
@@ -260,7 +262,7 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
     await jobOf(engine, c, id);
     const job = await pauseJob(engine, tenantOf(c), id, running ? { running } : {});
     setJobHeaders(c, job);
-    return c.json(jobDto(job), 200);
+    return c.json(jobDto(await jobAsItStands(engine, job)), 200);
   });
 
   router.openapi(deleteJobRoute, async (c) => {

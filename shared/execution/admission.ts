@@ -1,18 +1,20 @@
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError, JobNotFoundError } from "../errors.js";
-import { parseRunId } from "../keys.js";
 import type { Job } from "../model.js";
 import { decideOverlap, type OverlapDecision } from "../policies.js";
 import { type AdmissionChange, recordAdmission } from "../storage/admission.js";
-import { getJob, getRun } from "../storage/run-reads.js";
+import { readListedRuns } from "../storage/job-runs.js";
+import { getJob } from "../storage/run-reads.js";
 
 /**
  * Overlap is decided when a run starts, against the job's runs whose leases
  * are live (job.activeRuns). Admissions of one job are serialised by the
  * job's activeRevision, so two runs starting at once cannot both see a free
- * slot. Lapsed entries are dropped on the way, which is why a crashed run
- * blocks its job for one lease at most. A job deleted meanwhile is
- * `JobNotFoundError`.
+ * slot. A run's ending leaves its entry in place (job-runs.ts): the listed
+ * runs are read, and the entries of ended runs are dropped on the way with the
+ * lapsed ones (the latest run that ran becomes the job's lastRun), which is
+ * also why a crashed run blocks its job for one lease at most. A job deleted
+ * meanwhile is `JobNotFoundError`.
  */
 type Admission = { readonly decision: OverlapDecision; readonly job: Job };
 
@@ -36,8 +38,10 @@ export async function admitRun(
 ): Promise<Admission> {
   let job = initial;
   for (let attempt = 0; attempt < MAX_ADMISSION_ATTEMPTS; attempt++) {
+    const [listed] = await readListedRuns(engine, [job]);
+    const view = listed?.job ?? job;
     const now = engine.clock();
-    const { live, lapsed } = liveRunIds(job, now);
+    const { live, lapsed } = liveRunIds(view, now);
     // A buffered run that ended without being admitted no longer holds the slot, whichever path
     // ended it: this run takes the slot over.
     const buffered =
@@ -45,7 +49,7 @@ export async function admitRun(
       job.bufferedRunId !== runId &&
       live.some((id) => id !== runId) &&
       job.policies.overlap === "buffer_one" &&
-      (await stillWaiting(engine, job.bufferedRunId))
+      listed?.bufferedWaiting === true
         ? job.bufferedRunId
         : null;
     const decision = decideOverlap({
@@ -62,7 +66,10 @@ export async function admitRun(
     // allow at its bound: nothing to record, the run just waits its turn.
     else return { decision, job };
     try {
-      await recordAdmission(engine, job, change, lapsed);
+      await recordAdmission(engine, job, change, {
+        dropped: [...lapsed, ...(listed?.ended ?? [])],
+        lastRun: view.lastRun,
+      });
       return { decision, job };
     } catch (error) {
       if (!(error instanceof ConcurrentUpdateError)) throw error;
@@ -73,10 +80,4 @@ export async function admitRun(
   }
   // Heavy contention on one job: let the run wait and try again rather than spin.
   return { decision: { action: "buffer" }, job };
-}
-
-async function stillWaiting(engine: Engine, runId: string): Promise<boolean> {
-  const ref = parseRunId(runId);
-  const run = ref ? await getRun(engine, ref) : null;
-  return run !== null && (run.status === "QUEUED" || run.status === "RUNNING");
 }

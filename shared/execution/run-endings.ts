@@ -11,7 +11,8 @@ import { CANCEL_REASONS } from "./cancel-reasons.js";
  * A delivery of a run that already ended: if its worker died after recording
  * the run and before the job's write (lastRun, activeRuns, completion), that
  * write is made now. Both conditions hold only until the job's write lands,
- * so a repeat changes nothing.
+ * so a repeat changes nothing. A recurring run whose ending left that write to
+ * the job's next admission (`nextAdmissionSoon`) gets it here too, early.
  */
 export async function repairJobAfterRun(engine: Engine, job: Job, run: Run): Promise<void> {
   if (run.status === "QUEUED" || run.status === "RUNNING") return;
@@ -31,6 +32,25 @@ export async function repairJobAfterRun(engine: Engine, job: Job, run: Run): Pro
       completesJob: !recurring,
     },
     { repair: true },
+  );
+}
+
+/** How soon a recurring job's next run must come for its run's ending to leave the job alone. */
+const NEXT_ADMISSION_WITHIN_MS = 60 * 60_000;
+
+/**
+ * Whether a recurring run's ending may leave the job's write (lastRun, the run out of activeRuns)
+ * to the job's next admission (job-runs.ts): the job, as the worker read it, is ACTIVE with its
+ * next run within the hour, and the run's occurrence is within the last hour. The run's item then
+ * outlives that admission by most of the retention (at least a day), so the admission can still
+ * read it; a sparse schedule or a long run writes the job at once, as a one-off does.
+ */
+export function nextAdmissionSoon(job: Job, run: Pick<Run, "scheduledFor">, now: Date): boolean {
+  if (job.status !== "ACTIVE" || job.nextRunAt === null) return false;
+  const at = now.getTime();
+  return (
+    Date.parse(job.nextRunAt) - at <= NEXT_ADMISSION_WITHIN_MS &&
+    at - Date.parse(run.scheduledFor) <= NEXT_ADMISSION_WITHIN_MS
   );
 }
 

@@ -11,7 +11,7 @@ import { finishRun } from "../storage/run-finish.js";
 import { getJob } from "../storage/run-reads.js";
 import { triggerEntryOf } from "../storage/trigger.js";
 import { nextAttempt } from "./next-attempt.js";
-import { endsOneOff } from "./run-endings.js";
+import { endsOneOff, nextAdmissionSoon } from "./run-endings.js";
 
 /** How a handler's run came out: it succeeded, or it failed (retried or dead by `retryable`). */
 export type RunResult =
@@ -35,6 +35,7 @@ export async function recordResult(
   executedVersion: number,
 ): Promise<void> {
   const tracked = isRecurring(job);
+  const jobWriteDeferred = tracked && nextAdmissionSoon(job, run, now);
   const lag = Date.parse(run.startedAt ?? now.toISOString()) - Date.parse(run.dueAt);
   engine.obs.metrics.add(METRICS.schedulingLagMs, Math.max(0, lag), "Milliseconds");
   const report = (status: "SUCCEEDED" | "FAILED" | "DEAD", error?: string) => {
@@ -63,7 +64,15 @@ export async function recordResult(
     await finishRun(
       engine,
       run,
-      { status: "SUCCEEDED", ran: true, tracked, completesJob, executedVersion, ...trigger },
+      {
+        status: "SUCCEEDED",
+        ran: true,
+        tracked,
+        jobWriteDeferred,
+        completesJob,
+        executedVersion,
+        ...trigger,
+      },
       now,
     );
     report("SUCCEEDED");
@@ -89,6 +98,7 @@ export async function recordResult(
           reason: decision.reason,
           ran: true,
           tracked,
+          jobWriteDeferred,
           completesJob,
           executedVersion,
           ...trigger,

@@ -11,6 +11,7 @@ import {
   runsOfJob,
   tenantJobIds,
 } from "../storage/job-queries.js";
+import { readListedRuns } from "../storage/job-runs.js";
 import { getJob, getRun } from "../storage/run-reads.js";
 import { runKey } from "../storage/runs.js";
 import { decodeCursor, encodeCursor, type Page } from "./cursor.js";
@@ -77,12 +78,25 @@ export async function listJobs(
   options: PageOptions & { status?: JobStatus },
 ): Promise<Page<Job>> {
   const ids = await tenantJobIds(engine, tenantId, pageRequest(options));
-  const jobs = await getJobs(engine, ids.items);
   const { status } = options;
-  return pageOf({
-    items: jobs.filter((job) => job.tenantId === tenantId && (!status || job.status === status)),
-    lastKey: ids.lastKey,
-  });
+  const jobs = (await getJobs(engine, ids.items)).filter(
+    (job) => job.tenantId === tenantId && (!status || job.status === status),
+  );
+  return pageOf({ items: await jobsAsTheyStand(engine, jobs), lastKey: ids.lastKey });
+}
+
+/**
+ * The jobs as a reader sees them: a recurring run's ending leaves the job's
+ * lastRun to be brought up to it later, so the runs the jobs list are read
+ * with them (one request for all, none when none is listed; job-runs.ts).
+ */
+export async function jobsAsTheyStand(engine: Engine, jobs: readonly Job[]): Promise<Job[]> {
+  return (await readListedRuns(engine, jobs)).map((listed) => listed.job);
+}
+
+export async function jobAsItStands(engine: Engine, job: Job): Promise<Job> {
+  const [listed] = await readListedRuns(engine, [job]);
+  return listed?.job ?? job;
 }
 
 /** What a runs listing reads: an occurrence range and statuses. */

@@ -1,7 +1,7 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
-import type { Job } from "../model.js";
+import type { Job, RunSummary } from "../model.js";
 import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
 import { jobKey } from "./items.js";
 
@@ -25,34 +25,43 @@ export type AdmissionChange =
   | { readonly kind: "buffer"; readonly runId: string };
 
 /**
- * Records an admission decided on `job` as read, dropping the lapsed
- * entries `lapsed` on the way. Throws ConcurrentUpdateError when the job's
- * activeRevision moved since that read: decide again from a fresh one.
+ * Records an admission decided on `job` as read, dropping the entries
+ * `dropped` (lapsed leases, ended runs) on the way and, when it differs from
+ * the one read, setting the job's `lastRun`. Throws ConcurrentUpdateError when
+ * the job's activeRevision moved since that read: decide again from a fresh one.
  */
 export async function recordAdmission(
   engine: Engine,
   job: Job,
   change: AdmissionChange,
-  lapsed: readonly string[],
+  {
+    dropped,
+    lastRun = job.lastRun,
+  }: { readonly dropped: readonly string[]; readonly lastRun?: RunSummary | null },
 ): Promise<void> {
   const names: Record<string, string> = {};
-  const removals = lapsed
+  const removals = dropped
     .filter((id) => id !== change.runId)
     .map((id, i) => {
-      names[`#lapsed${i}`] = id;
-      return `activeRuns.#lapsed${i}`;
+      names[`#dropped${i}`] = id;
+      return `activeRuns.#dropped${i}`;
     });
-  let update: string;
   const values: Record<string, unknown> = { ":revision": job.activeRevision, ":one": 1 };
+  const sets = ["activeRevision = activeRevision + :one"];
   if (change.kind === "start") {
-    update = "SET activeRuns.#runId = :leaseUntil, activeRevision = activeRevision + :one";
+    sets.push("activeRuns.#runId = :leaseUntil");
     names["#runId"] = change.runId;
     values[":leaseUntil"] = change.leaseUntil.toISOString();
     if (job.bufferedRunId === change.runId) removals.push("bufferedRunId");
   } else {
-    update = "SET bufferedRunId = :runId, activeRevision = activeRevision + :one";
+    sets.push("bufferedRunId = :runId");
     values[":runId"] = change.runId;
   }
+  if (lastRun !== job.lastRun) {
+    sets.push("lastRun = :lastRun");
+    values[":lastRun"] = lastRun;
+  }
+  const update = `SET ${sets.join(", ")}`;
   try {
     await retryOnContention(engine, "admission", () =>
       engine.doc.send(

@@ -37,6 +37,12 @@ export interface RunEnding {
   readonly retry?: { readonly runItem: Item } | { readonly dueEntry: DueEntry };
   /** Whether the job item keeps an activeRuns entry for this run that must go. */
   readonly tracked: boolean;
+  /**
+   * A tracked ending whose job's next admission comes soon (`nextAdmissionSoon`) writes the run
+   * alone: the entry stays, the job's next admission drops it and takes lastRun from the run, and
+   * readers of the job read the run meanwhile (job-runs.ts). Ignored by a failed run's transaction.
+   */
+  readonly jobWriteDeferred?: boolean;
   /** The run was a one-off job's own occurrence and ended for good: the job is COMPLETED with it. */
   readonly completesJob?: boolean;
   /** The job version whose definition the handler ran (recorded as the run's executedVersion). */
@@ -74,7 +80,9 @@ const NOT_WRITTEN_YET = "attribute_not_exists(pk)";
  * `JobNotFoundError`, nothing written. Any other ending is one write of the run, then one
  * of the job (lastRun, activeRuns, completion): a transaction would bill both
  * twice. If the worker dies between the two, the message comes back and the
- * job's write is made then (`recordRunOnJob` with `repair`). An ending that
+ * job's write is made then (`recordRunOnJob` with `repair`). A recurring run
+ * whose job's next admission comes soon leaves that write to the admission
+ * (`jobWriteDeferred`). An ending that
  * writes a `trigger` entry for the job's dependents writes it with the run in
  * one transaction.
  */
@@ -151,7 +159,7 @@ export async function finishRun(
         throw fenceFailure(run, error.item("run"), error);
       throw error;
     }
-    await recordRunOnJob(engine, finished, ending);
+    if (!ending.jobWriteDeferred) await recordRunOnJob(engine, finished, ending);
     return finished;
   }
   if (!ending.retry) {
@@ -164,7 +172,7 @@ export async function finishRun(
         throw fenceFailure(run, failedConditionItem(error), error);
       throw error;
     }
-    await recordRunOnJob(engine, finished, ending);
+    if (!ending.jobWriteDeferred) await recordRunOnJob(engine, finished, ending);
     return finished;
   }
 

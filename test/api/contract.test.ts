@@ -518,6 +518,24 @@ describe("GET /jobs and GET /jobs/{id}", () => {
     });
     expect(after.status).toBe("completed");
   });
+
+  it("GET /jobs/{id} and GET /jobs carry a recurring job's lastRun as soon as its run has finished", async () => {
+    const created = await create(
+      laterJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" }, name: "recurring lastRun" }),
+    );
+    const triggered = await api.call("POST", `/jobs/${created.id}/trigger`);
+    expect(triggered.status).toBe(202);
+    await runOnce(api, created.id);
+    const expected = {
+      runId: (triggered.body as { runId: string }).runId,
+      status: "succeeded",
+      attempt: 1,
+    };
+    expect(job(await api.call("GET", `/jobs/${created.id}`)).lastRun).toMatchObject(expected);
+    const listed = await api.call("GET", "/jobs?limit=100");
+    const items = (listed.body as { items: { id: string; lastRun: unknown }[] }).items;
+    expect(items.find((item) => item.id === created.id)?.lastRun).toMatchObject(expected);
+  });
 });
 
 describe("PATCH /jobs/{id}", () => {

@@ -637,6 +637,16 @@ describe("each handler, driven through its AWS-calling paths", () => {
       return (await statuses("retriesSoon")).length === 3;
     });
     expect(await statuses("retriesSoon")).toEqual(["FAILED", "FAILED", "QUEUED"]);
+    // A second run of the recurring job: its admission reads the runs its job lists (the first,
+    // ended), and the API reads the job with the run it lists now.
+    expect((await api("POST", `/jobs/${ids.recurring}/trigger`)).status).toBe(202);
+    await waitFor("the recurring job's second run", async () => {
+      await deliver();
+      return (await statuses("recurring")).length === 2;
+    });
+    expect(await statuses("recurring")).toEqual(["SUCCEEDED", "SUCCEEDED"]);
+    const shown = await api("GET", `/jobs/${ids.recurring}`);
+    expect(field(shown.body, "lastRun")).toMatchObject({ status: "succeeded" });
   });
 
   it("dlq: marks DEAD a run whose message crashed its worker every time, and frees its job", async () => {

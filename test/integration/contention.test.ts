@@ -4,6 +4,7 @@ import { dispatchShard, type PassResult } from "../../shared/dispatch/dispatcher
 import type { JobContext } from "../../shared/execution/job-contract.js";
 import { createJob, editJob } from "../../shared/jobs/index.js";
 import { METRICS } from "../../shared/observability.js";
+import type { ScheduleSpec } from "../../shared/schedule/index.js";
 import { listSetAsideEntries } from "../../shared/storage/set-aside.js";
 
 const MAX_CONTENTION_ATTEMPTS = 8;
@@ -228,13 +229,17 @@ describe("the worker's and the API's writes under transaction conflicts", () => 
   afterAll(() => f.destroy());
 
   /** Claims a job due now and processes its delivery through an engine with `plan`'s faults. */
-  async function runThroughFaults(jobId: string, type: string, plan: FaultPlan) {
+  async function runThroughFaults(
+    jobId: string,
+    type: string,
+    plan: FaultPlan,
+    schedule: (now: Date) => ScheduleSpec = (now) => ({
+      every: "PT1H",
+      startAt: now.toISOString(),
+    }),
+  ) {
     const now = new Date();
-    await seedJobs(
-      f,
-      [{ jobId, type, schedule: { every: "PT1H", startAt: now.toISOString() }, dueAt: now }],
-      now,
-    );
+    await seedJobs(f, [{ jobId, type, schedule: schedule(now), dueAt: now }], now);
     swept(await dispatchShard(f.engine, 0, `pass-${jobId}`));
     const delivery = await f.nextDelivery(f.engine.queues.normal, jobId);
     const faulty = withFaults(f.engine, plan);
@@ -279,16 +284,21 @@ describe("the worker's and the API's writes under transaction conflicts", () => 
     ]);
   });
 
-  it("finish: the job's write after a success rides out a conflict", async () => {
-    const runs = await runThroughFaults("finished-ok", "noop", {
-      operation: "UpdateItem",
-      times: 2,
-      match: (input) => String(input.UpdateExpression).includes("lastRun = :lastRun"),
-    });
+  it("finish: a one-off's job write after a success rides out a conflict", async () => {
+    const runs = await runThroughFaults(
+      "finished-ok",
+      "noop",
+      {
+        operation: "UpdateItem",
+        times: 2,
+        match: (input) => String(input.UpdateExpression).includes("lastRun = :lastRun"),
+      },
+      (now) => ({ runAt: now.toISOString() }),
+    );
     expect(runs.map((r) => r.status)).toEqual(["SUCCEEDED"]);
     const job = (await f.jobs()).find((j) => j.jobId === "finished-ok");
     expect(job?.lastRun?.status).toBe("SUCCEEDED");
-    expect(job?.activeRuns).toEqual({});
+    expect(job?.status).toBe("COMPLETED");
   });
 
   it("edit: a cancelled edit transaction is sent again and the edit lands once", async () => {

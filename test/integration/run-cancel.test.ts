@@ -347,7 +347,11 @@ describe("cancelling a job's running runs", () => {
     const { job, received } = await recurringTriggered(f, "sleepy");
     const processing = f.process(sleepy(f, "worker-jc"), received);
     await runningRun(f, job.jobId);
-    expect(Object.keys((await jobOf(f, job.jobId)).activeRuns)).toHaveLength(1);
+    // The worker lists the run on its job (its admission) a moment after starting it.
+    await waitFor(
+      "the run's admission",
+      async () => Object.keys((await jobOf(f, job.jobId)).activeRuns).length === 1,
+    );
 
     const cancelled = await cancelJob(f.engine, job.tenantId, job.jobId);
     const askedAt = Date.now();

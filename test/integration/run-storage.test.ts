@@ -85,11 +85,21 @@ describe("run storage operations turn failed conditions into what they mean", ()
     const leaseUntil = new Date(Date.now() + 60_000);
     const stale = { ...job, activeRevision: job.activeRevision + 1 };
     await expect(
-      recordAdmission(f.engine, stale, { kind: "start", runId: "run-a", leaseUntil }, []),
+      recordAdmission(
+        f.engine,
+        stale,
+        { kind: "start", runId: "run-a", leaseUntil },
+        { dropped: [] },
+      ),
     ).rejects.toBeInstanceOf(ConcurrentUpdateError);
     expect((await getJob(f.engine, job.jobId))?.activeRuns).toEqual({});
 
-    await recordAdmission(f.engine, job, { kind: "start", runId: "run-a", leaseUntil }, []);
+    await recordAdmission(
+      f.engine,
+      job,
+      { kind: "start", runId: "run-a", leaseUntil },
+      { dropped: [] },
+    );
     expect(await getJob(f.engine, job.jobId)).toMatchObject({
       activeRuns: { "run-a": leaseUntil.toISOString() },
       activeRevision: job.activeRevision + 1,

@@ -180,7 +180,8 @@ describe("crashes", () => {
     try {
       for (const scheduleOf of [
         () => ({ runAt: soon() }),
-        () => ({ every: "PT1H", startAt: soon() }),
+        // Daily: its next run is too far off for the ending to leave the job's write to it.
+        () => ({ every: "P1D", startAt: soon() }),
       ]) {
         const schedule = scheduleOf();
         const { job } = await createJob(f.engine, testJob({ type: "counted", schedule }));

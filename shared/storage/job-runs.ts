@@ -1,0 +1,86 @@
+import type { Engine } from "../engine.js";
+import { parseRunId } from "../keys.js";
+import type { Job, Run, RunSummary } from "../model.js";
+import { batchGetItems } from "./batch-get.js";
+import { decodeRun } from "./items.js";
+import { runKeyOf } from "./run-reads.js";
+
+/**
+ * A recurring run's ending writes the run alone: its entry in the job's
+ * `activeRuns` stays until the job's next admission drops it, and the job's
+ * `lastRun` is brought up to it then. Until then, whoever reads the job reads
+ * its listed runs too, and sees the job as they stand.
+ */
+export interface ListedRuns {
+  /** The job as its runs stand: `activeRuns` without the ended ones, `lastRun` the latest that ran. */
+  readonly job: Job;
+  /** The listed runs that ended (or are gone): entries a write of the job may drop. */
+  readonly ended: readonly string[];
+  /** The job's buffered run (buffer_one) is still waiting: it has not ended. */
+  readonly bufferedWaiting: boolean;
+}
+
+const underWay = (run: Run) => run.status === "QUEUED" || run.status === "RUNNING";
+
+/**
+ * The jobs as their listed runs stand: one consistent BatchGetItem of every
+ * job's `activeRuns` and buffered run (none when nothing is listed), in the
+ * jobs' order.
+ */
+export async function readListedRuns(engine: Engine, jobs: readonly Job[]): Promise<ListedRuns[]> {
+  const keys = jobs.flatMap((job) =>
+    listedRunIds(job).flatMap((runId) => {
+      const ref = parseRunId(runId);
+      return ref === null ? [] : [runKeyOf(ref)];
+    }),
+  );
+  const runs =
+    keys.length === 0
+      ? new Map<string, Run>()
+      : new Map(
+          (await batchGetItems(engine, engine.tables.runs, keys, { consistentRead: true }))
+            .map(decodeRun)
+            .map((run) => [run.runId, run]),
+        );
+  return jobs.map((job) => withListedRuns(job, runs));
+}
+
+const listedRunIds = (job: Job) => [
+  ...Object.keys(job.activeRuns),
+  ...(job.bufferedRunId === null ? [] : [job.bufferedRunId]),
+];
+
+function withListedRuns(job: Job, runs: ReadonlyMap<string, Run>): ListedRuns {
+  const activeRuns: Record<string, string> = {};
+  const ended: string[] = [];
+  let lastRun = job.lastRun;
+  for (const [runId, leaseUntil] of Object.entries(job.activeRuns)) {
+    const run = runs.get(runId);
+    if (run !== undefined && underWay(run)) {
+      activeRuns[runId] = leaseUntil;
+      continue;
+    }
+    ended.push(runId);
+    const summary = run === undefined ? null : summaryOf(run);
+    if (summary !== null && (lastRun === null || summary.finishedAt > lastRun.finishedAt))
+      lastRun = summary;
+  }
+  const buffered = job.bufferedRunId === null ? undefined : runs.get(job.bufferedRunId);
+  return {
+    job: ended.length === 0 ? job : { ...job, activeRuns, lastRun },
+    ended,
+    bufferedWaiting: buffered !== undefined && underWay(buffered),
+  };
+}
+
+/** The run as its job's `lastRun`: only a run whose handler ran (it has a duration) counts. */
+function summaryOf(run: Run): RunSummary | null {
+  if (run.durationMs === null || run.finishedAt === null) return null;
+  return {
+    runId: run.runId,
+    status: run.status,
+    scheduledFor: run.scheduledFor,
+    attempt: run.attempt,
+    finishedAt: run.finishedAt,
+  };
+}
