@@ -28,6 +28,7 @@ if (values.help) {
   --prefix        SCHEDULER_SANDBOX_PREFIX  names of the tables and queues: <prefix>-jobs, … (sandbox)
   ALLOW_PRIVATE_TARGETS=false           refuse webhook targets that are not public addresses, as deployed
   DEMO_JOB_TYPES=false                  refuse the demo job types sleep and fail, as a deployed API does
+  WEBHOOK_SECRET_CACHE_SECONDS=N        how long workers reuse a tenant's webhook secrets (30)
   SCHEDULER_API_KEYS=key=tenant,…       bearer keys (default: local-dev-key for tenant default)
   SCHEDULER_JWT_ISSUER, SCHEDULER_JWT_AUDIENCE  take tokens from this OIDC issuer instead, as the
                                         stack's JWT option does; the console at /console signs in there

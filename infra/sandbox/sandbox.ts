@@ -21,7 +21,7 @@ import { jobTypeCatalog } from "../../shared/job-types/registry.js";
 import type { Observability } from "../../shared/observability.js";
 import { deleteMessages, receiveRuns } from "../../shared/queue/work-queue.js";
 import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
-import { cachedSigningSecrets } from "../../shared/webhooks/secrets.js";
+import { cachedSigningSecrets, type SecretCacheOptions } from "../../shared/webhooks/secrets.js";
 import { type RunningEmulator, startDynamoDbLocal, startSqsEmulator } from "./emulators.js";
 import { planFromTemplate, provision, type ResourcePlan, synthesizeTemplate } from "./resources.js";
 
@@ -139,7 +139,7 @@ export async function startSandbox(options: SandboxOptions): Promise<Sandbox> {
       // as a deployed worker does.
       ...builtInJobTypes(
         {
-          signingSecrets: cachedSigningSecrets(engine),
+          signingSecrets: cachedSigningSecrets(engine, secretCacheFrom(env)),
           allowPrivateTargets: allowPrivateTargetsFrom(env, true),
           // Async targets call back on this sandbox's own API unless API_URL names another way in.
           ...asyncCallbacksFrom({ [ENV.apiUrl]: server.url, ...env }, engine.settings),
@@ -283,6 +283,21 @@ function sandboxObservability(print: (line: string) => void): Observability {
     },
     metrics: { add: () => undefined },
   };
+}
+
+/**
+ * How long the worker reuses a tenant's webhook secrets (WEBHOOK_SECRET_CACHE_SECONDS; unset, the
+ * deployed worker's 30 s): a test that rotates a secret sets it short rather than wait 30 s.
+ */
+function secretCacheFrom(env: Env): SecretCacheOptions {
+  const raw = env.WEBHOOK_SECRET_CACHE_SECONDS;
+  if (raw === undefined || raw === "") return {};
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < 0 || value > 3600)
+    throw new Error(
+      `WEBHOOK_SECRET_CACHE_SECONDS must be a whole number from 0 to 3600, got "${raw}"`,
+    );
+  return { ttlMs: value * 1000 };
 }
 
 /** The worker loop's starvation guard: the share of its slots normal and low each keep (0 to 0.5). */

@@ -55,6 +55,12 @@ const KEY_A = remote
   : "e2e-key-a";
 const KEY_B = remote ? (process.env.SCHEDULER_API_KEY_B ?? "") : "e2e-key-b";
 const PROFILE_B = process.env.SCHEDULER_API_PROFILE_B;
+/**
+ * How long workers reuse a tenant's webhook secrets: a rotation reaches deliveries after at most
+ * this. A deployed worker keeps them 30 s; the spawned sandbox is told 1 s, so the rotation test
+ * waits that rather than half a minute.
+ */
+const SECRET_CACHE_SECONDS = remote ? 30 : 1;
 const AUTH_A: ApiAuth = AUTH === "iam" ? { kind: "iam" } : { kind: "bearer", key: KEY_A };
 /** Null with IAM and no second profile: the tenants test then says what is missing. */
 const AUTH_B: ApiAuth | null =
@@ -110,6 +116,7 @@ beforeAll(async () => {
         SCHEDULER_API_KEYS: `${KEY_A}=e2e-tenant-a,${KEY_B}=e2e-tenant-b`,
         LEASE_SECONDS: "6",
         LOOKAHEAD_SECONDS: "60",
+        WEBHOOK_SECRET_CACHE_SECONDS: String(SECRET_CACHE_SECONDS),
       },
     });
     url = sandbox.url;
@@ -333,8 +340,8 @@ describe("webhooks", () => {
     expect(after).toMatch(/^whsec_/);
     expect(after).not.toBe(before);
     expect(await webhookSecretOf(asA)).toBe(after);
-    // Workers cache a tenant's secrets for 30 s: a delivery 32 s after the rotation carries both.
-    const runAt = inMs(32_000);
+    // Workers cache a tenant's secrets: a delivery 2 s past that after the rotation carries both.
+    const runAt = inMs(SECRET_CACHE_SECONDS * 1000 + 2_000);
     const job = await create({ type: "http", schedule: { runAt }, target: { url: hookUrl } });
     // The receiver moves to the new secret at once; deliveries it cannot verify yet get a 401.
     secrets.a = after;
