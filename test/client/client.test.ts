@@ -32,6 +32,8 @@ beforeAll(async () => {
     env: {
       SCHEDULER_API_KEYS: `${KEY}=client-tenant,${OTHER_KEY}=other-tenant`,
       LOOKAHEAD_SECONDS: "60",
+      // The shortest lease: the heartbeat, which carries a cancel to a running run, every 2 s rather than 10 s.
+      LEASE_SECONDS: "6",
     },
   });
   client = new SchedulerClient({ baseUrl: sandbox.url, auth: { kind: "bearer", key: KEY } });
