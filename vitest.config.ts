@@ -1,17 +1,47 @@
 import { defineConfig } from "vitest/config";
 
 /**
- * Three projects. `unit`: pure tests, no emulator, seconds. `synth`: the CDK
+ * Four projects. `unit`: pure tests, no emulator, seconds. `synth`: the CDK
  * app synthesized and checked offline, no emulator. `services`: everything
- * that talks to DynamoDB and SQS; only this project has the global setup that
- * starts DynamoDB Local and fauxqs, so a run that selects no file of it (e.g.
- * `npm run test:unit`) starts neither.
+ * that talks to DynamoDB and SQS. `timed`: the services files that bound how
+ * soon something happens in wall-clock time. Only `services` and `timed` have
+ * the global setup that starts DynamoDB Local and fauxqs, so a run that
+ * selects no file of theirs (e.g. `npm run test:unit`) starts neither.
+ *
+ * `unit`, `synth` and `services` run their files two at a time (vitest's
+ * default on two cores is one: cores - 1); much of a services file's time is
+ * waiting for a second, a lease or a heartbeat to pass, which another file
+ * can use. The `timed` files run one at a time after them, with nothing else
+ * running, so that another file's burst of CPU (a CDK synth, a JVM starting,
+ * Chromium) does not count against their bounds. Each of `services` and
+ * `timed` starts its own pair of emulators.
  */
 const SYNTH_TESTS = [
   "test/infra/settings.test.ts",
   "test/infra/stack.test.ts",
   "test/infra/synth-offline.test.ts",
   "test/infra/variants.test.ts",
+];
+/**
+ * What each asserts in wall-clock time: a start lag under 1 s (e2e,
+ * dispatch-on-time, worker-loop), a retry's start within 1.5 s of its due time (retries-and-types),
+ * a buffered run starting within 1.5 s of the one ahead (policies), a cancel
+ * within a heartbeat plus 1.5 s (run-cancel), a message back within a lease
+ * plus 3 s (worker-fencing), a delayed message visible within 1 s of its delay
+ * (emulators), a spike's p99 start lag (bench) and chaos's drain windows.
+ */
+const TIMED_TESTS = [
+  "test/bench/spike.test.ts",
+  "test/chaos/chaos.test.ts",
+  "test/e2e/scheduler.e2e.test.ts",
+  "test/integration/dispatch-on-time.test.ts",
+  "test/integration/worker-loop.test.ts",
+  "test/integration/retries-and-types.test.ts",
+  "test/integration/policies.test.ts",
+  "test/integration/run-cancel.test.ts",
+  "test/api/run-cancel.test.ts",
+  "test/integration/worker-fencing.test.ts",
+  "test/integration/emulators.test.ts",
 ];
 const UNIT_TESTS = [
   "test/unit/**/*.test.ts",
@@ -23,6 +53,7 @@ export default defineConfig({
   test: {
     environment: "node",
     testTimeout: 30_000,
+    maxWorkers: 2,
     hookTimeout: 120_000,
     env: {
       // Node 20 is our runtime; the SDK's end-of-support notice would otherwise
@@ -38,8 +69,18 @@ export default defineConfig({
         test: {
           name: "services",
           include: ["test/**/*.test.ts"],
-          exclude: [...UNIT_TESTS, ...SYNTH_TESTS],
+          exclude: [...UNIT_TESTS, ...SYNTH_TESTS, ...TIMED_TESTS],
           globalSetup: ["test/support/global-setup.ts"],
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: "timed",
+          include: TIMED_TESTS,
+          globalSetup: ["test/support/global-setup.ts"],
+          // One worker: vitest runs the files of such a project in a group of their own, after the rest.
+          maxWorkers: 1,
         },
       },
     ],
