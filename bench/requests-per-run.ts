@@ -121,6 +121,8 @@ export interface RequestsResult {
     readonly meanBatchSize: number;
     readonly batchMsP50: number;
     readonly batchMsP95: number;
+    /** The batches' total time over the runs they held: what Lambda bills a run, on average. */
+    readonly msPerRun: number;
     readonly receivesPerRun: number;
     readonly deletesPerRun: number;
     /** ChangeMessageVisibility requests the Lambda worker made per run (none for a run that ends before its first heartbeat). */
@@ -674,6 +676,7 @@ async function lambdaLikeBatches(h: Harness, n: number): Promise<RequestsResult[
     meanBatchSize: sizes.reduce((s, x) => s + x, 0) / Math.max(1, sizes.length),
     batchMsP50: percentile(sorted, 50),
     batchMsP95: percentile(sorted, 95),
+    msPerRun: batchMs.reduce((s, x) => s + x, 0) / Math.max(1, processed),
     receivesPerRun: per("SQS.ReceiveMessage"),
     deletesPerRun: per("SQS.DeleteMessageBatch") + per("SQS.DeleteMessage"),
     visibilityChangesPerRun:
@@ -713,7 +716,8 @@ interface CostInputs {
   readonly workerMemoryGb: number;
   readonly dispatcherMemoryGb: number;
   readonly apiMemoryGb: number;
-  readonly invocationMs: number;
+  /** The worker's billed time per run: the Lambda-like batches' total time over the runs they held. */
+  readonly workerMsPerRun: number;
   /** ChangeMessageVisibility requests per attempt the Lambda worker makes and the loop does not. */
   readonly lambdaVisibilityChangesPerAttempt: number;
   readonly runItemBytes: number;
@@ -747,7 +751,7 @@ function costPerMillion(
   const sqs =
     (perRun.sqsEngineRequests + visibilityChanges + consumer) * p("sqsStandardPerMillion");
   const workerInvocations = 1 / c.workerBatchSize;
-  const workerGbs = (c.workerMemoryGb * (c.invocationMs / 1000)) / c.workerBatchSize;
+  const workerGbs = c.workerMemoryGb * (c.workerMsPerRun / 1000);
   const dispatcherGbs = c.dispatcherMemoryGb * (perRun.dispatcherMs / 1000);
   const lambda =
     workerInvocations * p("lambdaRequestsPerMillion") +
@@ -840,7 +844,7 @@ export function markdown(result: RequestsResult): string {
   const t = result.idleTick;
   lines.push(
     "",
-    `Lambda-like worker (batch of ≤10 processed concurrently, then one DeleteMessageBatch): ${l.batches} batches, mean ${fmt(l.meanBatchSize, 1)} records, batch time p50 ${fmt(l.batchMsP50, 0)} ms / p95 ${fmt(l.batchMsP95, 0)} ms, ${fmt(l.receivesPerRun, 3)} receives, ${fmt(l.deletesPerRun, 3)} deletes and ${fmt(l.visibilityChangesPerRun, 3)} ChangeMessageVisibility per run.`,
+    `Lambda-like worker (batch of ≤10 processed concurrently, then one DeleteMessageBatch): ${l.batches} batches, mean ${fmt(l.meanBatchSize, 1)} records, batch time p50 ${fmt(l.batchMsP50, 0)} ms / p95 ${fmt(l.batchMsP95, 0)} ms (${fmt(l.msPerRun, 1)} ms a run), ${fmt(l.receivesPerRun, 3)} receives, ${fmt(l.deletesPerRun, 3)} deletes and ${fmt(l.visibilityChangesPerRun, 3)} ChangeMessageVisibility per run.`,
     `Fixed cost, not per run: one idle tick (${DEFAULT_SETTINGS.maxShardCount} shard passes + reaper) = ${fmt(t.dynamoCalls, 0)} DynamoDB calls, ${fmt(t.writeUnits, 1)} WRU, ${fmt(t.readUnits, 1)} RRU, ${fmt(t.ms, 0)} ms here; about $${fmt(t.monthlyUsd)} per month at one tick a minute (DynamoDB on-demand + Lambda).`,
     `Run item ≈ ${result.runItemBytes} bytes.`,
     "",
@@ -968,7 +972,7 @@ export async function runRequestsPerRun(options: RequestsOptions = {}): Promise<
       workerMemoryGb: 512 / 1024,
       dispatcherMemoryGb: 512 / 1024,
       apiMemoryGb: 512 / 1024,
-      invocationMs: lambdaLike.batchMsP95,
+      workerMsPerRun: lambdaLike.msPerRun,
       lambdaVisibilityChangesPerAttempt: lambdaLike.visibilityChangesPerRun,
       runItemBytes,
       retentionMonths: DEFAULT_SETTINGS.retentionDays / 30,
@@ -985,7 +989,7 @@ export async function runRequestsPerRun(options: RequestsOptions = {}): Promise<
       const s = summarize(m.ops);
       const perRun: ScenarioResult["perRun"] = {
         ...s,
-        workerMs: lambdaLike.batchMsP95 / 10,
+        workerMs: lambdaLike.msPerRun,
         dispatcherMs: m.dispatcherMs,
         viaApi: api.requestsPerRun > 0,
         apiRequestsPerRun: api.requestsPerRun,
@@ -1014,7 +1018,7 @@ export async function runRequestsPerRun(options: RequestsOptions = {}): Promise<
       },
       assumptions: [
         "Worker on Lambda: batch size 10 (infra/settings.ts workerBatchSize), 512 MB arm64 (infra/constructs/worker.ts); full batches. At low rates batches hold one record: add $0.18/M for invocations and up to 10× the consumer SQS requests.",
-        "Worker duration: the p95 time of a Lambda-like batch measured here against DynamoDB Local (not AWS latencies), billed once per batch of 10.",
+        "Worker duration: the Lambda-like batches' total time over the runs they held, measured here against DynamoDB Local (not AWS latencies): what Lambda bills a run on average, a run's wait for its early message included.",
         "SQS: the event source's ReceiveMessage and DeleteMessageBatch are billed as ordinary SQS requests: 2 per batch of 10 = 0.2 per run. The Lambda worker changes a message's visibility at each heartbeat (as the loop measured here does; counted with its requests), and otherwise only for a delivery that failed or came again: the ChangeMessageVisibility per run the Lambda-like pass made (see below) is priced per attempt on top. The sandbox loop's receives and deletes (the 'SQS loop' column) are shown but not priced. The event source's idle long polling is a fixed cost, not per run.",
         "DynamoDB provisioned at 70 %: unit-hour price / (3,600 s × 0.7), i.e. perfectly shaped capacity; spikes need headroom or on-demand.",
         "History: one run item (two for a retried run) kept for the retention (30 days ≈ 1 month) at the storage price; item size from the runs table here; GSI copies of in-flight runs are short-lived and not counted; PITR backup storage not counted.",
