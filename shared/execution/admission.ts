@@ -65,19 +65,39 @@ export async function admitRun(
     else if (job.policies.overlap === "buffer_one") change = { kind: "buffer", runId };
     // allow at its bound: nothing to record, the run just waits its turn.
     else return { decision, job };
+    let raced: ConcurrentUpdateError | undefined;
     try {
       await recordAdmission(engine, job, change, {
         dropped: [...lapsed, ...(listed?.ended ?? [])],
         lastRun: view.lastRun,
       });
-      return { decision, job };
+      // The runs ahead end without writing the job, so one may have ended (and found no run to
+      // wake) between the read above and the write that gave this run the slot: they are read
+      // again, and if one has ended, this run decides again now rather than at its recheck. A
+      // run that held the slot already is woken by such an ending.
+      if (
+        change.kind === "start" ||
+        job.bufferedRunId === runId ||
+        !(await anyEnded(engine, view, live))
+      )
+        return { decision, job };
     } catch (error) {
       if (!(error instanceof ConcurrentUpdateError)) throw error;
-      const fresh = await getJob(engine, job.jobId);
-      if (fresh === null) throw new JobNotFoundError(job.jobId, { cause: error });
-      job = fresh;
+      raced = error;
     }
+    const fresh = await getJob(engine, job.jobId);
+    if (fresh === null) throw new JobNotFoundError(job.jobId, { cause: raced });
+    job = fresh;
   }
   // Heavy contention on one job: let the run wait and try again rather than spin.
   return { decision: { action: "buffer" }, job };
+}
+
+/** Whether any of the live runs `live` of the job as `view` shows it has ended by now. */
+async function anyEnded(engine: Engine, view: Job, live: readonly string[]): Promise<boolean> {
+  const ahead = Object.fromEntries(live.map((runId) => [runId, view.activeRuns[runId] ?? ""]));
+  const [listed] = await readListedRuns(engine, [
+    { ...view, activeRuns: ahead, bufferedRunId: null },
+  ]);
+  return (listed?.ended.length ?? 0) > 0;
 }

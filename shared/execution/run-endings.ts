@@ -11,23 +11,27 @@ import { CANCEL_REASONS } from "./cancel-reasons.js";
  * A delivery of a run that already ended: if its worker died after recording
  * the run and before the job's write (lastRun, activeRuns, completion), that
  * write is made now. Both conditions hold only until the job's write lands,
- * so a repeat changes nothing. A recurring run whose ending left that write to
- * the job's next admission (`nextAdmissionSoon`) gets it here too, early.
+ * so a repeat changes nothing. A recurring run still listed while its job's
+ * next admission comes soon is left to that admission, as its ending was
+ * (`nextAdmissionSoon`): a repeat delivery costs no write. A listed run that
+ * finished before the job's lastRun only leaves activeRuns.
  */
 export async function repairJobAfterRun(engine: Engine, job: Job, run: Run): Promise<void> {
   if (run.status === "QUEUED" || run.status === "RUNNING") return;
   const recurring = !("runAt" in job.schedule);
   if (recurring) {
     if (run.durationMs === null || job.activeRuns[run.runId] === undefined) return;
+    if (nextAdmissionSoon(job, run, engine.clock())) return;
   } else if (!(job.status === "ACTIVE" && endsOneOff(job, run, run.status))) {
     return;
   }
+  const supersededBy = job.lastRun?.finishedAt ?? "";
   await recordRunOnJob(
     engine,
     run,
     {
       status: run.status,
-      ran: run.durationMs !== null,
+      ran: run.durationMs !== null && (run.finishedAt ?? "") > supersededBy,
       tracked: recurring,
       completesJob: !recurring,
     },

@@ -10,6 +10,7 @@ import { writeCancelledJob } from "../storage/job-status.js";
 import { getRun } from "../storage/run-reads.js";
 import { cancelRunsOfJob } from "./cancel-run.js";
 import { upstreamsOf } from "./dependencies.js";
+import { recordRunsEndedBy } from "./ended-runs.js";
 import { withJob } from "./with-job.js";
 
 /**
@@ -50,9 +51,11 @@ export async function endJob(
     },
   );
   await cancelJobRuns(engine, job, parked);
+  // No admission comes any more: the runs that have ended are recorded now.
+  const ended = action === "cancel" ? await recordRunsEndedBy(engine, job) : job;
   // An ended dependent leaves its upstreams' dependents (a repeat finishes what a crash left).
   await Promise.all(upstreamsOf(job.schedule).map((id) => detachFromUpstream(engine, id, jobId)));
-  return job;
+  return ended;
 }
 
 /**

@@ -7,6 +7,7 @@ import { firstOccurrence, normalizeSchedule, type ScheduleSpec } from "../schedu
 import { readDueEntry, writeEditedJob } from "../storage/job-edit.js";
 import { relinkDependent } from "./dependencies.js";
 import { dueEntryFor, withinJobEnd } from "./due-entry.js";
+import { recordRunsEndedBy } from "./ended-runs.js";
 import { getTenantJob } from "./queries.js";
 import { withJob } from "./with-job.js";
 
@@ -114,7 +115,8 @@ export async function editJob(
     };
   });
   await dispatchAfterCommit(engine, moved, "edit");
-  return getTenantJob(engine, tenantId, jobId);
+  // A new schedule or end may put the job's next admission off: its ended runs are recorded now.
+  return recordRunsEndedBy(engine, await getTenantJob(engine, tenantId, jobId));
 }
 
 /**

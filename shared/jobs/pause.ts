@@ -3,6 +3,7 @@ import { IllegalTransitionError } from "../errors.js";
 import type { Job, PauseRunning } from "../model.js";
 import { writePausedJob } from "../storage/job-status.js";
 import { cancelRunsOfJob } from "./cancel-run.js";
+import { recordRunsEndedBy } from "./ended-runs.js";
 import { rerunIfResumedMeanwhile } from "./resume.js";
 import { withJob } from "./with-job.js";
 
@@ -28,5 +29,6 @@ export async function pauseJob(
     await cancelRunsOfJob(engine, job, "pause", false);
     if ("runAt" in job.schedule) await rerunIfResumedMeanwhile(engine, tenantId, jobId);
   }
-  return job;
+  // No admission comes while it is paused: the runs that have ended are recorded now.
+  return recordRunsEndedBy(engine, job);
 }

@@ -84,6 +84,49 @@ export async function recordAdmission(
   }
 }
 
+/**
+ * Drops the entries of the ended runs `ended` from the job's activeRuns and sets its lastRun to
+ * `lastRun`, without an admission: for a job whose next admission may not come while the runs'
+ * items last (paused, cancelled, edited). Throws ConcurrentUpdateError when the job's
+ * activeRevision moved since `job` was read (an admission or a job write of an ending).
+ */
+export async function recordEndedRuns(
+  engine: Engine,
+  job: Job,
+  ended: readonly string[],
+  lastRun: RunSummary | null,
+): Promise<void> {
+  const names = Object.fromEntries(ended.map((id, i) => [`#ended${i}`, id]));
+  try {
+    await retryOnContention(engine, "ended runs", () =>
+      engine.doc.send(
+        new UpdateCommand({
+          TableName: engine.tables.jobs,
+          Key: jobKey(job.jobId),
+          ConditionExpression: REVISION_UNCHANGED,
+          UpdateExpression: `SET lastRun = :lastRun, activeRevision = activeRevision + :one REMOVE ${Object.keys(
+            names,
+          )
+            .map((name) => `activeRuns.${name}`)
+            .join(", ")}`,
+          ExpressionAttributeNames: names,
+          ExpressionAttributeValues: {
+            ":revision": job.activeRevision,
+            ":one": 1,
+            ":lastRun": lastRun,
+          },
+        }),
+      ),
+    );
+  } catch (error) {
+    if (isConditionalCheckFailed(error))
+      throw new ConcurrentUpdateError(`job ${job.jobId}: its runs changed meanwhile`, {
+        cause: error,
+      });
+    throw error;
+  }
+}
+
 /** Keeps the job's view of a running run's lease current, so overlap sees it as live. */
 export async function extendAdmission(
   engine: Engine,

@@ -1,10 +1,14 @@
+import { DeleteCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJob, triggerJob } from "../../shared/jobs/index.js";
+import { resend } from "../../shared/execution/run-outcome.js";
+import { cancelJob, createJob, editJob, pauseJob, triggerJob } from "../../shared/jobs/index.js";
 import { jobAsItStands } from "../../shared/jobs/queries.js";
 import type { Job, Run } from "../../shared/model.js";
-import { getJob } from "../../shared/storage/run-reads.js";
+import { runMessageOf } from "../../shared/storage/items.js";
+import { getJob, runKeyOf } from "../../shared/storage/run-reads.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { createTestClients } from "../support/namespace.js";
+import { waitFor } from "../support/wait.js";
 
 /** Every minute: the job's next run comes soon, so a run's ending leaves the job's write to it. */
 const MINUTELY = { cron: "* * * * *", timezone: "UTC" };
@@ -118,5 +122,247 @@ describe("a frequent recurring run's ending writes the run alone", () => {
     const stored = await jobOf(job.jobId);
     expect(stored.activeRuns).toEqual({});
     expect(stored.lastRun).toMatchObject({ runId: ran.runId, status: "SUCCEEDED" });
+  });
+});
+
+describe("buffer_one after an ending that writes the run alone", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  it("a run buffered behind a run that ended meanwhile starts at once, not at its recheck", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "gated",
+        schedule: MINUTELY,
+        policies: { ...testJob().policies, overlap: "buffer_one" },
+      }),
+    );
+    let open = () => {};
+    const gate = new Promise<void>((resolve) => {
+      open = resolve;
+    });
+    const gated = { gated: async () => gate };
+
+    // The first run starts and holds the job (its handler waits at the gate).
+    const firstRun = await triggerJob(f.engine, job.tenantId, job.jobId);
+    const first = f.process(
+      f.workerDeps("worker-1", gated),
+      await f.nextDelivery(f.engine.queues.normal, job.jobId),
+    );
+    await waitFor("the first run's admission", async () => {
+      const stored = await getJob(f.engine, job.jobId);
+      return Object.keys(stored?.activeRuns ?? {}).length === 1;
+    });
+
+    // The second run reads the first as running and decides to wait in the buffer; the first
+    // ends (and wakes whoever is buffered) after that read and before the buffer write lands.
+    const second = await triggerJob(f.engine, job.tenantId, job.jobId);
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const racing = createTestClients();
+    let raced = false;
+    racing.doc.middlewareStack.add(
+      (next) => async (args) => {
+        const input: { UpdateExpression?: string } = args.input as object;
+        if (!raced && String(input.UpdateExpression).includes("bufferedRunId = :runId")) {
+          raced = true;
+          open();
+          expect(await first).toBe("ack");
+        }
+        return next(args);
+      },
+      { step: "initialize", name: "endTheFirstBeforeTheBufferWrite" },
+    );
+    try {
+      const engine = { ...f.engine, doc: racing.doc };
+      expect(await f.process({ ...f.workerDeps("worker-2", gated), engine }, received)).toBe("ack");
+    } finally {
+      racing.destroy();
+    }
+    expect(raced).toBe(true);
+    const runs = await f.runs();
+    const statusOf = (runId: string) => runs.find((r) => r.runId === runId)?.status;
+    expect([statusOf(firstRun.runId), statusOf(second.runId)]).toEqual(["SUCCEEDED", "SUCCEEDED"]);
+    expect((await getJob(f.engine, job.jobId))?.bufferedRunId).toBeNull();
+  });
+});
+
+describe("a repeat delivery of a run whose ending left the job's write to the next admission", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  /** Sends the run's message again, as SQS may, and has a worker process it on `engine`. */
+  async function deliverAgain(run: Run, engine = f.engine) {
+    await resend(f.engine, runMessageOf(run), f.engine.clock());
+    const received = await f.nextDelivery(f.engine.queues.normal, run.jobId);
+    expect(received.message.scheduledFor).toBe(run.scheduledFor);
+    return f.process({ ...f.workerDeps("worker-again"), engine }, received);
+  }
+
+  it("makes no write of the job: its next admission drops the entry", async () => {
+    const { job } = await createJob(f.engine, testJob({ schedule: MINUTELY }));
+    await triggerJob(f.engine, job.tenantId, job.jobId);
+    expect(
+      await f.process(
+        f.workerDeps("worker"),
+        await f.nextDelivery(f.engine.queues.normal, job.jobId),
+      ),
+    ).toBe("ack");
+    const [ended] = (await f.runs()).filter((r) => r.jobId === job.jobId && r.status !== "QUEUED");
+    if (ended === undefined) throw new Error("the run did not end");
+    expect(ended.status).toBe("SUCCEEDED");
+
+    const counted = createTestClients();
+    const jobWrites: string[] = [];
+    counted.doc.middlewareStack.add(
+      (next) => async (args) => {
+        const input: { TableName?: string; UpdateExpression?: string } = args.input as object;
+        if (input.TableName === f.engine.tables.jobs && input.UpdateExpression !== undefined)
+          jobWrites.push(input.UpdateExpression);
+        return next(args);
+      },
+      { step: "initialize", name: "countJobWrites" },
+    );
+    try {
+      expect(await deliverAgain(ended, { ...f.engine, doc: counted.doc })).toBe("ack");
+    } finally {
+      counted.destroy();
+    }
+    expect(jobWrites).toEqual([]);
+    const shown = await jobAsItStands(f.engine, await jobOfFixture(f, job.jobId));
+    expect(shown.lastRun?.runId).toBe(ended.runId);
+  });
+
+  it("does not bring the job's lastRun back to it after a later run ended", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "ordered",
+        schedule: MINUTELY,
+        policies: { ...testJob().policies, overlap: "allow", maxConcurrent: 2 },
+      }),
+    );
+    let open = () => {};
+    const gate = new Promise<void>((resolve) => {
+      open = resolve;
+    });
+    const firstRun = await triggerJob(f.engine, job.tenantId, job.jobId);
+    let first: Promise<"ack" | "keep"> = Promise.resolve("ack");
+    // The first run waits at the gate; the second opens it, waits for the first to end, then
+    // fails: it ends later, FAILED, and its ending (a retry) writes the job's lastRun.
+    const handlers = {
+      ordered: async (ctx: { runId: string }) => {
+        if (ctx.runId === firstRun.runId) return gate;
+        open();
+        await first;
+        throw new Error("the later run failed");
+      },
+    };
+    first = f.process(
+      f.workerDeps("worker-1", handlers),
+      await f.nextDelivery(f.engine.queues.normal, job.jobId),
+    );
+    await waitFor("the first run's admission", async () => {
+      const stored = await getJob(f.engine, job.jobId);
+      return Object.keys(stored?.activeRuns ?? {}).length === 1;
+    });
+    const secondRun = await triggerJob(f.engine, job.tenantId, job.jobId);
+    expect(
+      await f.process(
+        f.workerDeps("worker-2", handlers),
+        await f.nextDelivery(f.engine.queues.normal, job.jobId),
+      ),
+    ).toBe("ack");
+    const runs = await f.runs();
+    const ran = (runId: string) => runs.find((r) => r.runId === runId && r.attempt === 1);
+    expect([ran(firstRun.runId)?.status, ran(secondRun.runId)?.status]).toEqual([
+      "SUCCEEDED",
+      "FAILED",
+    ]);
+    const endedFirst = ran(firstRun.runId);
+    if (endedFirst === undefined) throw new Error("the first run is gone");
+
+    expect(await deliverAgain(endedFirst)).toBe("ack");
+    const stored = await jobOfFixture(f, job.jobId);
+    const shown = await jobAsItStands(f.engine, stored);
+    expect(shown.lastRun).toMatchObject({ runId: secondRun.runId, status: "FAILED" });
+  });
+});
+
+async function jobOfFixture(f: EngineFixture, jobId: string): Promise<Job> {
+  const job = await getJob(f.engine, jobId);
+  if (job === null) throw new Error(`job ${jobId} is gone`);
+  return job;
+}
+
+describe("a change that puts the next admission off records the runs that ended", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  /** A minutely job whose one run ended, leaving its entry and lastRun to the next admission. */
+  async function endedRun(): Promise<{ job: Job; run: Run }> {
+    const { job } = await createJob(f.engine, testJob({ schedule: MINUTELY }));
+    const triggered = await triggerJob(f.engine, job.tenantId, job.jobId);
+    expect(
+      await f.process(
+        f.workerDeps("worker"),
+        await f.nextDelivery(f.engine.queues.normal, job.jobId),
+      ),
+    ).toBe("ack");
+    const run = (await f.runs()).find((r) => r.runId === triggered.runId);
+    if (run === undefined) throw new Error("the run is gone");
+    expect(run.status).toBe("SUCCEEDED");
+    expect(Object.keys((await jobOfFixture(f, job.jobId)).activeRuns)).toEqual([run.runId]);
+    return { job, run };
+  }
+
+  /** The run's item outlived its retention: DynamoDB's TTL deleted it. */
+  async function expire(run: Run) {
+    await f.engine.doc.send(
+      new DeleteCommand({ TableName: f.engine.tables.runs, Key: runKeyOf(run) }),
+    );
+  }
+
+  const summaryOf = (run: Run) => ({
+    runId: run.runId,
+    status: run.status,
+    scheduledFor: run.scheduledFor,
+    attempt: run.attempt,
+    finishedAt: run.finishedAt,
+  });
+
+  it("a pause: the job's lastRun outlives the run's item however long it stays paused", async () => {
+    const { job, run } = await endedRun();
+    await pauseJob(f.engine, job.tenantId, job.jobId);
+    await expire(run);
+    const stored = await jobOfFixture(f, job.jobId);
+    expect(stored.activeRuns).toEqual({});
+    expect((await jobAsItStands(f.engine, stored)).lastRun).toEqual(summaryOf(run));
+  });
+
+  it("a cancel: no admission comes any more, and the lastRun stays", async () => {
+    const { job, run } = await endedRun();
+    await cancelJob(f.engine, job.tenantId, job.jobId);
+    await expire(run);
+    const stored = await jobOfFixture(f, job.jobId);
+    expect(stored.status).toBe("CANCELLED");
+    expect((await jobAsItStands(f.engine, stored)).lastRun).toEqual(summaryOf(run));
+  });
+
+  it("an edit to a sparse schedule: the lastRun does not wait for a run a year off", async () => {
+    const { job, run } = await endedRun();
+    await editJob(f.engine, job.tenantId, job.jobId, job.version, { schedule: YEARLY });
+    await expire(run);
+    const stored = await jobOfFixture(f, job.jobId);
+    expect((await jobAsItStands(f.engine, stored)).lastRun).toEqual(summaryOf(run));
   });
 });
