@@ -313,3 +313,43 @@ function checkSkip(
   }
   violate("a skip has a reason the job's policies allow", `${run.runId}: ${reason}`);
 }
+
+/**
+ * What a user reads as a job's lastRun (GET /jobs/{id} and GET /jobs alike) is its newest run
+ * whose handler ran: a run's ending may leave the job's item to its next admission, never the
+ * answer. Checked once the system is quiet, for every job the API still lists.
+ */
+export function checkLastRuns(
+  snap: Snapshot,
+  answered: ReadonlyMap<string, { readonly get: unknown; readonly list: unknown }>,
+): Violation[] {
+  const violations: Violation[] = [];
+  for (const [jobId, { get, list }] of answered) {
+    const ran = snap.runs.filter((r) => r.jobId === jobId && r.durationMs !== null);
+    const newest = ran.reduce<SnapshotRun | null>(
+      (a, b) => (a === null || (b.finishedAt ?? "") > (a.finishedAt ?? "") ? b : a),
+      null,
+    );
+    const shown = get as { runId?: string; status?: string; finishedAt?: string } | null;
+    const named = shown === null ? undefined : ran.find((r) => r.runId === shown.runId);
+    const agrees =
+      newest === null
+        ? shown === null
+        : shown !== null &&
+          named !== undefined &&
+          named.finishedAt === newest.finishedAt &&
+          shown.finishedAt === newest.finishedAt &&
+          shown.status === named.status.toLowerCase();
+    if (!agrees)
+      violations.push({
+        invariant: "a job's lastRun is its newest run that ran",
+        detail: `${jobId}: answered ${JSON.stringify(shown)}, newest ${newest === null ? "none" : `${newest.runId} ${newest.status} at ${newest.finishedAt}`}`,
+      });
+    if (JSON.stringify(list) !== JSON.stringify(get))
+      violations.push({
+        invariant: "GET /jobs and GET /jobs/{id} answer the same lastRun",
+        detail: `${jobId}: listed ${JSON.stringify(list)}, read ${JSON.stringify(get)}`,
+      });
+  }
+  return violations;
+}

@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, it } from "vitest";
 import { commandArbitrary, currentVersion, type ModelLimits, newModel } from "./commands.js";
-import { checkInvariants } from "./invariants.js";
+import { checkInvariants, checkLastRuns } from "./invariants.js";
 import { type Expectation, ModelSystem, ModelViolation } from "./system.js";
 
 /**
@@ -85,6 +85,7 @@ describe("model: random sequences keep the scheduler's promises", () => {
               await seq.settle(SETTLE_MS);
               const snapshot = await seq.snapshot();
               seq.violations.push(...checkInvariants(model, snapshot, seq.effectiveSuccesses));
+              seq.violations.push(...checkLastRuns(snapshot, await seq.lastRunsAsAnswered()));
             }
             if (env.MODEL_PROFILE)
               process.stderr.write(

@@ -610,6 +610,35 @@ export class Sequence {
 
   // ------------------------------------------------------------------ reading the state
 
+  /**
+   * The lastRun each job shows, as GET /jobs/{id} and as GET /jobs answer it (the list paged
+   * through), by job id: what a user reads, not the stored item.
+   */
+  async lastRunsAsAnswered(): Promise<
+    Map<string, { readonly get: unknown; readonly list: unknown }>
+  > {
+    const listed = new Map<string, unknown>();
+    let cursor: string | null = null;
+    do {
+      const page = await this.api(
+        "GET",
+        `/jobs?limit=100${cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`}`,
+      );
+      const body = page.body as {
+        items?: { id: string; lastRun: unknown }[];
+        nextCursor?: string | null;
+      };
+      for (const item of body.items ?? []) listed.set(item.id, item.lastRun);
+      cursor = body.nextCursor ?? null;
+    } while (cursor !== null);
+    const answered = new Map<string, { get: unknown; list: unknown }>();
+    for (const id of listed.keys()) {
+      const one = await this.api("GET", `/jobs/${id}`);
+      answered.set(id, { get: (one.body as { lastRun?: unknown }).lastRun, list: listed.get(id) });
+    }
+    return answered;
+  }
+
   async snapshot(): Promise<Snapshot> {
     await this.queues.pull();
     const [jobItems, runItems] = await Promise.all([
