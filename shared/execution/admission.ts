@@ -38,9 +38,28 @@ export async function admitRun(
 ): Promise<Admission> {
   let job = initial;
   for (let attempt = 0; attempt < MAX_ADMISSION_ATTEMPTS; attempt++) {
-    const [listed] = await readListedRuns(engine, [job]);
-    const view = listed?.job ?? job;
     const now = engine.clock();
+    // A run that starts whatever its job's live leases say (none, or allow under its bound) learns
+    // nothing from reading the runs under way: it reads only the lapsed entries it drops, for
+    // lastRun. Otherwise it reads every listed run, to count only those still under way.
+    const byLease = liveRunIds(job, now).live;
+    const startsAnyway =
+      decideOverlap({
+        policy: job.policies.overlap,
+        maxConcurrent: job.policies.maxConcurrent,
+        runId,
+        liveRunIds: byLease,
+        bufferedRunId: null,
+      }).action === "start";
+    const read = startsAnyway
+      ? { ...job, activeRuns: omit(job.activeRuns, byLease), bufferedRunId: null }
+      : job;
+    const [listed] = await readListedRuns(engine, [read]);
+    const view: Job = {
+      ...job,
+      activeRuns: omit(job.activeRuns, listed?.ended ?? []),
+      lastRun: listed?.job.lastRun ?? job.lastRun,
+    };
     const { live, lapsed } = liveRunIds(view, now);
     // A buffered run that ended without being admitted no longer holds the slot, whichever path
     // ended it: this run takes the slot over.
@@ -91,6 +110,12 @@ export async function admitRun(
   }
   // Heavy contention on one job: let the run wait and try again rather than spin.
   return { decision: { action: "buffer" }, job };
+}
+
+function omit(entries: Readonly<Record<string, string>>, ids: readonly string[]) {
+  const left = { ...entries };
+  for (const id of ids) delete left[id];
+  return left;
 }
 
 /** Whether any of the live runs `live` of the job as `view` shows it has ended by now. */

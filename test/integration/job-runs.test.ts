@@ -1,12 +1,18 @@
 import { DeleteCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { admitRun } from "../../shared/execution/admission.js";
 import { resend } from "../../shared/execution/run-outcome.js";
 import { cancelJob, createJob, editJob, pauseJob, triggerJob } from "../../shared/jobs/index.js";
 import { jobAsItStands } from "../../shared/jobs/queries.js";
 import type { Job, Run } from "../../shared/model.js";
 import { runMessageOf } from "../../shared/storage/items.js";
 import { getJob, runKeyOf } from "../../shared/storage/run-reads.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  createEngineFixture,
+  type EngineFixture,
+  engineAt,
+  testJob,
+} from "../support/engine-fixture.js";
 import { createTestClients } from "../support/namespace.js";
 import { waitFor } from "../support/wait.js";
 
@@ -364,5 +370,90 @@ describe("a change that puts the next admission off records the runs that ended"
     await expire(run);
     const stored = await jobOfFixture(f, job.jobId);
     expect((await jobAsItStands(f.engine, stored)).lastRun).toEqual(summaryOf(run));
+  });
+});
+
+describe("an admission that starts whatever the live leases say", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  /** An engine whose BatchGetItem keys are counted. */
+  function countingReads(engine = f.engine) {
+    const clients = createTestClients();
+    const keys: number[] = [];
+    clients.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (String(context.commandName).startsWith("BatchGet")) {
+          const input = args.input as { RequestItems?: Record<string, { Keys?: unknown[] }> };
+          for (const table of Object.values(input.RequestItems ?? {}))
+            keys.push(table.Keys?.length ?? 0);
+        }
+        return next(args);
+      },
+      { step: "initialize", name: "countBatchGetKeys" },
+    );
+    return { engine: { ...engine, doc: clients.doc }, keys, destroy: () => clients.destroy() };
+  }
+
+  it("allow under its bound reads no run under way, and records a lapsed ended one as it drops it", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        schedule: MINUTELY,
+        policies: { ...testJob().policies, overlap: "allow", maxConcurrent: 3 },
+      }),
+    );
+    const first = await triggerJob(f.engine, job.tenantId, job.jobId);
+    expect(
+      await f.process(
+        f.workerDeps("worker"),
+        await f.nextDelivery(f.engine.queues.normal, job.jobId),
+      ),
+    ).toBe("ack");
+    const ended = (await f.runs()).find((r) => r.runId === first.runId);
+    expect(ended?.status).toBe("SUCCEEDED");
+
+    // The first run's entry stays, its lease live: a second run under the bound starts without
+    // reading it.
+    const second = await triggerJob(f.engine, job.tenantId, job.jobId);
+    const reads = countingReads();
+    try {
+      const admitted = await admitRun(
+        reads.engine,
+        await jobOfFixture(f, job.jobId),
+        second.runId,
+        new Date(Date.now() + 60_000),
+      );
+      expect(admitted.decision.action).toBe("start");
+    } finally {
+      reads.destroy();
+    }
+    expect(reads.keys).toEqual([]);
+    expect(Object.keys((await jobOfFixture(f, job.jobId)).activeRuns).sort()).toEqual(
+      [first.runId, second.runId].sort(),
+    );
+
+    // Both leases lapse: the next admission reads the two entries it drops, and the ended one
+    // becomes the job's lastRun.
+    const later = countingReads(engineAt(f.engine, Date.now() + 5 * 60_000));
+    const third = await triggerJob(f.engine, job.tenantId, job.jobId);
+    try {
+      const admitted = await admitRun(
+        later.engine,
+        await jobOfFixture(f, job.jobId),
+        third.runId,
+        new Date(Date.now() + 6 * 60_000),
+      );
+      expect(admitted.decision.action).toBe("start");
+    } finally {
+      later.destroy();
+    }
+    expect(later.keys).toEqual([2]);
+    const stored = await jobOfFixture(f, job.jobId);
+    expect(Object.keys(stored.activeRuns)).toEqual([third.runId]);
+    expect(stored.lastRun).toMatchObject({ runId: first.runId, status: "SUCCEEDED" });
   });
 });
