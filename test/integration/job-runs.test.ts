@@ -1,4 +1,4 @@
-import { DeleteCommand } from "@aws-sdk/lib-dynamodb";
+import { DeleteCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { admitRun } from "../../shared/execution/admission.js";
 import { resend } from "../../shared/execution/run-outcome.js";
@@ -457,3 +457,62 @@ describe("an admission that starts whatever the live leases say", () => {
     expect(stored.lastRun).toMatchObject({ runId: first.runId, status: "SUCCEEDED" });
   });
 });
+
+describe("skip after a run whose ending left its entry", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  it("of two runs admitted at once, exactly one starts", async () => {
+    const { job } = await createJob(f.engine, testJob({ schedule: MINUTELY }));
+    await triggerJob(f.engine, job.tenantId, job.jobId);
+    expect(
+      await f.process(
+        f.workerDeps("worker"),
+        await f.nextDelivery(f.engine.queues.normal, job.jobId),
+      ),
+    ).toBe("ack");
+    const read = await jobOfFixture(f, job.jobId);
+    expect(Object.keys(read.activeRuns)).toHaveLength(1);
+    for (let round = 0; round < 5; round++) {
+      const [a, b] = await Promise.all([
+        triggerJob(f.engine, job.tenantId, job.jobId),
+        triggerJob(f.engine, job.tenantId, job.jobId),
+      ]);
+      if (a === undefined || b === undefined) throw new Error("no run triggered");
+      // Both read the job as it was before either admission, as two workers starting at once do.
+      const before = await jobOfFixture(f, job.jobId);
+      const lease = new Date(Date.now() + 60_000);
+      const decisions = await Promise.all(
+        [a, b].map((run) => admitRun(f.engine, before, run.runId, lease)),
+      );
+      expect(decisions.map((d) => d.decision.action).sort()).toEqual(["skip", "start"]);
+      const started = decisions[0]?.decision.action === "start" ? a : b;
+      const stored = await jobOfFixture(f, job.jobId);
+      expect(Object.keys(stored.activeRuns)).toContain(started.runId);
+      // The started run ends, leaving its entry: the next round's runs find it ended.
+      await endAsSucceeded(f, started.runId, job.jobId);
+    }
+  });
+});
+
+/** Ends a run SUCCEEDED the way a deferred ending does: the run's item alone. */
+async function endAsSucceeded(f: EngineFixture, runId: string, jobId: string) {
+  const run = (await f.runs()).find((r) => r.runId === runId && r.jobId === jobId);
+  if (run === undefined) throw new Error(`run ${runId} is gone`);
+  await f.engine.doc.send(
+    new UpdateCommand({
+      TableName: f.engine.tables.runs,
+      Key: runKeyOf(run),
+      UpdateExpression: "SET #status = :status, finishedAt = :at, durationMs = :ms",
+      ExpressionAttributeNames: { "#status": "status" },
+      ExpressionAttributeValues: {
+        ":status": "SUCCEEDED",
+        ":at": new Date().toISOString(),
+        ":ms": 1,
+      },
+    }),
+  );
+}
