@@ -28,12 +28,6 @@ describe("a frequent recurring run's ending writes the run alone", () => {
   });
   afterAll(() => f.destroy());
 
-  async function jobOf(jobId: string): Promise<Job> {
-    const job = await getJob(f.engine, jobId);
-    if (job === null) throw new Error(`job ${jobId} is gone`);
-    return job;
-  }
-
   /** Triggers a run of the job and has a worker (on `engine`) process its message to the end. */
   async function runOnce(job: Job, engine = f.engine): Promise<Run> {
     const run = await triggerJob(f.engine, job.tenantId, job.jobId);
@@ -76,7 +70,7 @@ describe("a frequent recurring run's ending writes the run alone", () => {
     const first = await runOnce(job);
     expect(first.status).toBe("SUCCEEDED");
 
-    const stored = await jobOf(job.jobId);
+    const stored = await jobOf(f, job.jobId);
     expect(Object.keys(stored.activeRuns)).toEqual([first.runId]);
     expect(stored.lastRun).toBeNull();
     const shown = await jobAsItStands(f.engine, stored);
@@ -91,7 +85,7 @@ describe("a frequent recurring run's ending writes the run alone", () => {
 
     const second = await runOnce(job);
     expect(second.status).toBe("SUCCEEDED");
-    const after = await jobOf(job.jobId);
+    const after = await jobOf(f, job.jobId);
     expect(Object.keys(after.activeRuns)).toEqual([second.runId]);
     expect(after.lastRun?.runId).toBe(first.runId);
     expect((await jobAsItStands(f.engine, after)).lastRun?.runId).toBe(second.runId);
@@ -100,7 +94,7 @@ describe("a frequent recurring run's ending writes the run alone", () => {
   it("under overlap skip, a run right after an ended one starts, though that one's lease is live", async () => {
     const { job } = await createJob(f.engine, testJob({ schedule: MINUTELY }));
     const first = await runOnce(job);
-    const listed = (await jobOf(job.jobId)).activeRuns[first.runId] ?? "";
+    const listed = (await jobOf(f, job.jobId)).activeRuns[first.runId] ?? "";
     expect(listed > f.engine.clock().toISOString()).toBe(true);
     const second = await runOnce(job);
     expect([first.status, second.status]).toEqual(["SUCCEEDED", "SUCCEEDED"]);
@@ -109,7 +103,7 @@ describe("a frequent recurring run's ending writes the run alone", () => {
   it("a stored lastRun that finished later than a listed run stays the job's lastRun", async () => {
     const { job } = await createJob(f.engine, testJob({ schedule: MINUTELY }));
     const listed = await runOnce(job);
-    const stored = await jobOf(job.jobId);
+    const stored = await jobOf(f, job.jobId);
     const later = {
       runId: "a-later-run",
       status: "FAILED" as const,
@@ -125,7 +119,7 @@ describe("a frequent recurring run's ending writes the run alone", () => {
   it("a sparse schedule's run writes the job at once: lastRun does not wait for a run a year off", async () => {
     const { job } = await createJob(f.engine, testJob({ schedule: YEARLY }));
     const ran = await runOnce(job);
-    const stored = await jobOf(job.jobId);
+    const stored = await jobOf(f, job.jobId);
     expect(stored.activeRuns).toEqual({});
     expect(stored.lastRun).toMatchObject({ runId: ran.runId, status: "SUCCEEDED" });
   });
@@ -159,10 +153,7 @@ describe("buffer_one after an ending that writes the run alone", () => {
       f.workerDeps("worker-1", gated),
       await f.nextDelivery(f.engine.queues.normal, job.jobId),
     );
-    await waitFor("the first run's admission", async () => {
-      const stored = await getJob(f.engine, job.jobId);
-      return Object.keys(stored?.activeRuns ?? {}).length === 1;
-    });
+    await admittedOne(f, job.jobId);
 
     // The second run reads the first as running and decides to wait in the buffer; the first
     // ends (and wakes whoever is buffered) after that read and before the buffer write lands.
@@ -247,7 +238,7 @@ describe("a repeat delivery of a run whose ending left the job's write to the ne
       counted.destroy();
     }
     expect(jobWrites).toEqual([]);
-    const shown = await jobAsItStands(f.engine, await jobOfFixture(f, job.jobId));
+    const shown = await jobAsItStands(f.engine, await jobOf(f, job.jobId));
     expect(shown.lastRun?.runId).toBe(ended.runId);
   });
 
@@ -280,10 +271,7 @@ describe("a repeat delivery of a run whose ending left the job's write to the ne
       f.workerDeps("worker-1", handlers),
       await f.nextDelivery(f.engine.queues.normal, job.jobId),
     );
-    await waitFor("the first run's admission", async () => {
-      const stored = await getJob(f.engine, job.jobId);
-      return Object.keys(stored?.activeRuns ?? {}).length === 1;
-    });
+    await admittedOne(f, job.jobId);
     const secondRun = await triggerJob(f.engine, job.tenantId, job.jobId);
     expect(
       await f.process(
@@ -301,13 +289,21 @@ describe("a repeat delivery of a run whose ending left the job's write to the ne
     if (endedFirst === undefined) throw new Error("the first run is gone");
 
     expect(await deliverAgain(endedFirst)).toBe("ack");
-    const stored = await jobOfFixture(f, job.jobId);
+    const stored = await jobOf(f, job.jobId);
     const shown = await jobAsItStands(f.engine, stored);
     expect(shown.lastRun).toMatchObject({ runId: secondRun.runId, status: "FAILED" });
   });
 });
 
-async function jobOfFixture(f: EngineFixture, jobId: string): Promise<Job> {
+/** Waits until the job lists one admitted run. */
+async function admittedOne(f: EngineFixture, jobId: string): Promise<void> {
+  await waitFor("the first run's admission", async () => {
+    const stored = await getJob(f.engine, jobId);
+    return Object.keys(stored?.activeRuns ?? {}).length === 1;
+  });
+}
+
+async function jobOf(f: EngineFixture, jobId: string): Promise<Job> {
   const job = await getJob(f.engine, jobId);
   if (job === null) throw new Error(`job ${jobId} is gone`);
   return job;
@@ -333,7 +329,7 @@ describe("a change that puts the next admission off records the runs that ended"
     const run = (await f.runs()).find((r) => r.runId === triggered.runId);
     if (run === undefined) throw new Error("the run is gone");
     expect(run.status).toBe("SUCCEEDED");
-    expect(Object.keys((await jobOfFixture(f, job.jobId)).activeRuns)).toEqual([run.runId]);
+    expect(Object.keys((await jobOf(f, job.jobId)).activeRuns)).toEqual([run.runId]);
     return { job, run };
   }
 
@@ -356,7 +352,7 @@ describe("a change that puts the next admission off records the runs that ended"
     const { job, run } = await endedRun();
     await pauseJob(f.engine, job.tenantId, job.jobId);
     await expire(run);
-    const stored = await jobOfFixture(f, job.jobId);
+    const stored = await jobOf(f, job.jobId);
     expect(stored.activeRuns).toEqual({});
     expect((await jobAsItStands(f.engine, stored)).lastRun).toEqual(summaryOf(run));
   });
@@ -365,7 +361,7 @@ describe("a change that puts the next admission off records the runs that ended"
     const { job, run } = await endedRun();
     await cancelJob(f.engine, job.tenantId, job.jobId);
     await expire(run);
-    const stored = await jobOfFixture(f, job.jobId);
+    const stored = await jobOf(f, job.jobId);
     expect(stored.status).toBe("CANCELLED");
     expect((await jobAsItStands(f.engine, stored)).lastRun).toEqual(summaryOf(run));
   });
@@ -374,7 +370,7 @@ describe("a change that puts the next admission off records the runs that ended"
     const { job, run } = await endedRun();
     await editJob(f.engine, job.tenantId, job.jobId, job.version, { schedule: YEARLY });
     await expire(run);
-    const stored = await jobOfFixture(f, job.jobId);
+    const stored = await jobOf(f, job.jobId);
     expect((await jobAsItStands(f.engine, stored)).lastRun).toEqual(summaryOf(run));
   });
 });
@@ -429,7 +425,7 @@ describe("an admission that starts whatever the live leases say", () => {
     try {
       const admitted = await admitRun(
         reads.engine,
-        await jobOfFixture(f, job.jobId),
+        await jobOf(f, job.jobId),
         second.runId,
         new Date(Date.now() + 60_000),
       );
@@ -438,7 +434,7 @@ describe("an admission that starts whatever the live leases say", () => {
       reads.destroy();
     }
     expect(reads.keys).toEqual([]);
-    expect(Object.keys((await jobOfFixture(f, job.jobId)).activeRuns).sort()).toEqual(
+    expect(Object.keys((await jobOf(f, job.jobId)).activeRuns).sort()).toEqual(
       [first.runId, second.runId].sort(),
     );
 
@@ -449,7 +445,7 @@ describe("an admission that starts whatever the live leases say", () => {
     try {
       const admitted = await admitRun(
         later.engine,
-        await jobOfFixture(f, job.jobId),
+        await jobOf(f, job.jobId),
         third.runId,
         new Date(Date.now() + 6 * 60_000),
       );
@@ -458,7 +454,7 @@ describe("an admission that starts whatever the live leases say", () => {
       later.destroy();
     }
     expect(later.keys).toEqual([2]);
-    const stored = await jobOfFixture(f, job.jobId);
+    const stored = await jobOf(f, job.jobId);
     expect(Object.keys(stored.activeRuns)).toEqual([third.runId]);
     expect(stored.lastRun).toMatchObject({ runId: first.runId, status: "SUCCEEDED" });
   });
@@ -480,7 +476,7 @@ describe("skip after a run whose ending left its entry", () => {
         await f.nextDelivery(f.engine.queues.normal, job.jobId),
       ),
     ).toBe("ack");
-    const read = await jobOfFixture(f, job.jobId);
+    const read = await jobOf(f, job.jobId);
     expect(Object.keys(read.activeRuns)).toHaveLength(1);
     for (let round = 0; round < 5; round++) {
       const [a, b] = await Promise.all([
@@ -489,14 +485,14 @@ describe("skip after a run whose ending left its entry", () => {
       ]);
       if (a === undefined || b === undefined) throw new Error("no run triggered");
       // Both read the job as it was before either admission, as two workers starting at once do.
-      const before = await jobOfFixture(f, job.jobId);
+      const before = await jobOf(f, job.jobId);
       const lease = new Date(Date.now() + 60_000);
       const decisions = await Promise.all(
         [a, b].map((run) => admitRun(f.engine, before, run.runId, lease)),
       );
       expect(decisions.map((d) => d.decision.action).sort()).toEqual(["skip", "start"]);
       const started = decisions[0]?.decision.action === "start" ? a : b;
-      const stored = await jobOfFixture(f, job.jobId);
+      const stored = await jobOf(f, job.jobId);
       expect(Object.keys(stored.activeRuns)).toContain(started.runId);
       // The started run ends, leaving its entry: the next round's runs find it ended.
       await endAsSucceeded(f, started.runId, job.jobId);
