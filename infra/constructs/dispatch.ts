@@ -49,8 +49,9 @@ export class Dispatch extends Construct {
       maxEventAge: Duration.minutes(2),
       onFailure,
     });
-    // Lease (UpdateItem), bucket sweep (Query, consistent), claim transaction (ConditionCheck on
-    // the lease, Delete the due entry, Update the job, Put the next entry), orphan DeleteItem;
+    // Lease (UpdateItem), bucket sweep (Query, consistent), claim transaction (Delete the due
+    // entry, Update the job or, for a retry entry, ConditionCheck it, Put the next entry), orphan
+    // DeleteItem;
     // a shard's first pass ever finds its backlog by a consistent Scan, once in its life; a
     // trigger entry's fan-out reads each dependent (GetItem) and checks it in its transaction.
     allowTable(this.dispatcher.fn, {

@@ -1,5 +1,4 @@
 import type { Engine } from "../engine.js";
-import { FenceLostError } from "../errors.js";
 import type { DueEntry } from "../model.js";
 import { type ClaimResult, claimDueEntry } from "./claim.js";
 import type { RunSender } from "./run-sender.js";
@@ -22,8 +21,6 @@ export interface SweepStats {
 export interface ChainOptions {
   readonly now: Date;
   readonly horizonEnd: Date;
-  /** Without a lease the claims are still exclusive (the due entry's delete decides), just unfenced. */
-  readonly lease?: { readonly shard: number; readonly fence: number };
 }
 
 export const emptySweepStats = (): SweepStats => ({
@@ -71,10 +68,9 @@ export async function claimChain(
       result = await claimDueEntry(engine, entry, {
         now: options.now,
         horizonEnd: options.horizonEnd,
-        ...(options.lease ? { lease: options.lease } : {}),
       });
     } catch (error) {
-      if (onFailure === undefined || error instanceof FenceLostError) throw error;
+      if (onFailure === undefined) throw error;
       await onFailure(entry, error);
       return;
     }

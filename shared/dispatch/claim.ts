@@ -9,7 +9,7 @@ import { queuedRun, skippedRun } from "../storage/runs.js";
 import { claimReachEnd } from "./fast-path-window.js";
 import { attemptOf, planClaim } from "./plan-claim.js";
 
-/** Leaves room under DynamoDB's 100 items per transaction for the entry, job, next entry and fence. */
+/** Leaves room under DynamoDB's 100 items per transaction for the entry, job, next entry and skips. */
 const MAX_RUNS_PER_CLAIM = 50;
 /** The skipped records that ride in the claim transaction; the rest are written right after it. */
 const MAX_SKIPPED_IN_TRANSACTION = 40;
@@ -30,8 +30,6 @@ export type ClaimResult =
 export interface ClaimOptions {
   readonly now: Date;
   readonly horizonEnd: Date;
-  /** A dispatcher claims under its shard lease; the fast path (API, worker) claims without one. */
-  readonly lease?: { readonly shard: number; readonly fence: number };
 }
 
 /**
@@ -124,7 +122,7 @@ function planWrites(
     ...(entry.runTrigger ? { trigger: entry.runTrigger } : {}),
   });
   // Read again here, not the pass's clock: the reaper's cursor may have passed `now + lease`
-  // by the time a long pass writes this claim.
+  // by the time a long pass writes this claim, and a pass's `now` can be minutes old (below).
   const writtenAt = engine.clock();
   const queued = plan.runs.map((r) =>
     queuedRun(runSpec(r.scheduledFor, r.dueAt, r.attempt, r.plannedFor), now, settings, writtenAt),
@@ -140,11 +138,14 @@ function planWrites(
 
   let next: DueEntry | null = null;
   if (plan.advancesJob && plan.next) {
-    // Filed at its planned time (jitter), so the pass that reads it claims it in time for that.
+    // Filed at its planned time (jitter), so the pass that reads it claims it in time for that;
+    // when that is past, in the minute of this write: a pass that lost its lease claims on (no
+    // fence in the claim), and filed by its start it could land in a bucket the new owner has
+    // read and moved `sweepFrom` past, and the job would wait on an entry no pass reads again.
     const { dueAt, scheduledFor } = plan.next;
     next = {
       ...entry,
-      key: dueEntryKey(entry.jobId, dueAt, 1, now, settings.shardCount),
+      key: dueEntryKey(entry.jobId, dueAt, 1, writtenAt, settings.shardCount),
       kind: "occurrence",
       dueAt: dueAt.toISOString(),
       scheduledFor: scheduledFor.toISOString(),
@@ -236,7 +237,7 @@ async function attemptClaim(
   options: ClaimOptions,
   known: Known,
 ): Promise<ClaimStep> {
-  const { now, horizonEnd, lease } = options;
+  const { now, horizonEnd } = options;
   const { plan, queued, skippedItems, next } = planWrites(engine, entry, now, horizonEnd, known);
   // Everything this claim covered was skipped (a one-off past its grace under `skip`) and the
   // schedule has nothing after it: the job is complete, not ACTIVE with nothing pending.
@@ -244,7 +245,6 @@ async function attemptClaim(
   const completes = leavesNothing || plan.ended === true;
   const written = await writeClaim(engine, {
     entry,
-    ...(lease ? { lease } : {}),
     advance: plan.advancesJob
       ? {
           next,

@@ -87,7 +87,10 @@ function sweepStartMs(lease: ShardLease, recentFromMs: number): number | null {
  * not run or did not complete (bounded per pass); record where the next pass
  * starts and release the lease. A due entry that cannot be claimed does not
  * stop the pass (see `sweepBuckets`), and the lease is released however the
- * pass ends, so the next tick need not wait for it to lapse.
+ * pass ends, so the next tick need not wait for it to lapse. A pass whose lease
+ * lapsed and was taken over claims on, racing the new owner entry by entry (a
+ * claim needs no lease: the due entry's delete lets one claimer through), and
+ * learns it at its end write, which records nothing and releases nothing.
  */
 export async function dispatchShard(
   engine: Engine,
@@ -130,7 +133,10 @@ export async function dispatchShard(
     if (error instanceof FenceLostError) {
       ended = true;
       engine.obs.metrics.add(METRICS.fenceLost, 1, "Count", { component: "dispatcher" });
-      engine.obs.log.warn("lost the shard lease mid-pass", { shard, fence: lease.fence });
+      engine.obs.log.warn("lost the shard lease to a takeover; the pass records nothing", {
+        shard,
+        fence: lease.fence,
+      });
       return { shard, outcome: "fence-lost", fence: lease.fence };
     }
     engine.obs.log.error("dispatcher pass failed; the next pass starts where this one did", {
@@ -167,7 +173,6 @@ async function sweepPass(
   const sweep = {
     now,
     horizonEnd: horizon.end,
-    lease: { shard: lease.shard, fence: lease.fence },
     concurrency: options.concurrency,
   };
   const stats = emptySweepStats();
@@ -250,14 +255,14 @@ export async function sweepShard(
  * cannot be planned or DynamoDB refuses its transaction) sets the entry aside
  * for operators; a transient one (contention that outlasted its retries, a
  * throttled or failing service) leaves it in place. Returns the earliest bucket
- * where an entry was left, which the next pass must read again. Only a lost
- * fence stops the sweep.
+ * where an entry was left, which the next pass must read again. Only a bucket
+ * that cannot be read stops the sweep.
  */
 async function sweepBuckets(
   engine: Engine,
   shard: number,
   minutes: readonly string[],
-  options: Pick<SweepOptions, "now" | "horizonEnd" | "lease" | "concurrency">,
+  options: Pick<SweepOptions, "now" | "horizonEnd" | "concurrency">,
   stats: SweepStats,
 ): Promise<string | null> {
   return claimPages(engine, shard, dueBucketPages(engine, shard, minutes), options, stats);
@@ -278,7 +283,7 @@ async function sweepUnpositionedBacklog(
   shard: number,
   beforeMinute: string,
   deadlineMs: number,
-  options: Pick<SweepOptions, "now" | "horizonEnd" | "lease" | "concurrency">,
+  options: Pick<SweepOptions, "now" | "horizonEnd" | "concurrency">,
   stats: SweepStats,
 ): Promise<{ complete: boolean; leftFrom: string | null }> {
   const scan = { complete: false };

@@ -1,5 +1,5 @@
 import type { Engine } from "../engine.js";
-import { ConcurrentUpdateError, FenceLostError } from "../errors.js";
+import { ConcurrentUpdateError } from "../errors.js";
 import type { DueEntry } from "../model.js";
 import { METRICS } from "../observability.js";
 import { isTransientFailure } from "../storage/dynamo-errors.js";
@@ -18,7 +18,6 @@ export async function isolateFailure(
   error: unknown,
   now: Date,
 ): Promise<"set-aside" | "gone" | "left"> {
-  if (error instanceof FenceLostError) throw error;
   const fields = {
     shard,
     jobId: entry.jobId,
@@ -41,7 +40,6 @@ export async function isolateFailure(
         return "gone";
       }
     } catch (asideError) {
-      if (asideError instanceof FenceLostError) throw asideError;
       engine.obs.log.error("could not set a failed due entry aside", {
         ...fields,
         asideError: String(asideError),

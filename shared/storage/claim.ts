@@ -1,9 +1,8 @@
 import { BatchWriteCommand } from "@aws-sdk/lib-dynamodb";
 import { sleep } from "../clock.js";
 import type { Engine } from "../engine.js";
-import { FenceLostError } from "../errors.js";
 import type { DueEntry, Run } from "../model.js";
-import { decodeDueEntry, encodeDueEntry, jobKey, shardLeaseKey } from "./items.js";
+import { decodeDueEntry, encodeDueEntry, jobKey } from "./items.js";
 import { ConditionsFailedError, type NamedWrite, writeTransaction } from "./transaction.js";
 
 /**
@@ -16,8 +15,6 @@ type Item = Record<string, unknown>;
 
 export interface ClaimWrites {
   readonly entry: DueEntry;
-  /** A dispatcher claims under its shard lease; the fast path (API, worker) claims without one. */
-  readonly lease?: { readonly shard: number; readonly fence: number };
   /**
    * How the job moves on, when the claim advances it: to `next` (null when the
    * schedule has nothing after), with its count of queued occurrences, and to
@@ -49,58 +46,46 @@ export type ClaimWriteResult =
       readonly recorded: readonly string[];
     };
 
-type ClaimCondition =
-  | "lease"
-  | "dueEntry"
-  | "job"
-  | "nextEntry"
-  | `run:${string}`
-  | `skipped:${string}`;
+type ClaimCondition = "dueEntry" | "job" | "nextEntry" | `run:${string}` | `skipped:${string}`;
 
 const runCondition = (scheduledFor: string): ClaimCondition => `run:${scheduledFor}`;
 const skippedCondition = (scheduledFor: string): ClaimCondition => `skipped:${scheduledFor}`;
 
 /**
- * Sends a claim in one transaction (retrying contention): check the shard
- * lease's fence; delete the due entry (it must exist and still carry the job
- * version it was read with, which is what makes the claim exclusive and
- * current); advance the job (it must still point at this entry and be active)
- * and put its next entry, or, for a retry entry, check that the job exists; put the QUEUED runs and the SKIPPED records (they
- * must not exist). A lost fence is thrown as `FenceLostError`; a failed
- * condition of another write that says nothing the claimer can act on is
- * thrown as the `ConditionsFailedError` naming it.
+ * Sends a claim in one transaction (retrying contention): delete the due entry
+ * (it must exist and still carry the job version it was read with, which is
+ * what makes the claim exclusive and current); advance the job (it must still
+ * point at this entry and be active) and put its next entry, or, for a retry
+ * entry, check that the job exists; put the QUEUED runs and the SKIPPED records
+ * (they must not exist). A failed condition that says nothing the claimer can
+ * act on is thrown as the `ConditionsFailedError` naming it.
+ *
+ * No write checks the shard lease (it would bill two write units a claim): a
+ * dispatcher pass claims as the fast path does. A pass whose lease was taken
+ * over races the new owner's claims as any two claimers do, and the entry's
+ * delete lets one through; the claimer files the next entry by its clock read
+ * just before this write, so a late pass's claim is a slow write, which the
+ * next passes' re-sweep covers.
  */
 export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<ClaimWriteResult> {
-  const { entry, lease, advance, queued, skipped } = claim;
+  const { entry, advance, queued, skipped } = claim;
   const { tables } = engine;
-  const writes: NamedWrite<ClaimCondition>[] = [];
-  if (lease) {
-    writes.push({
-      name: "lease",
+  const writes: NamedWrite<ClaimCondition>[] = [
+    {
+      name: "dueEntry",
       write: {
-        ConditionCheck: {
+        Delete: {
           TableName: tables.jobs,
-          Key: shardLeaseKey(lease.shard),
-          ConditionExpression: "fence = :fence",
-          ExpressionAttributeValues: { ":fence": lease.fence },
+          Key: entry.key,
+          // An edit that keeps the occurrence rewrites the entry under the same key with a new version:
+          // the copy read before it must not be claimed (its version, schedule and priority are stale).
+          ConditionExpression: "attribute_exists(pk) AND jobVersion = :jobVersion",
+          ExpressionAttributeValues: { ":jobVersion": entry.jobVersion },
+          ReturnValuesOnConditionCheckFailure: "ALL_OLD",
         },
       },
-    });
-  }
-  writes.push({
-    name: "dueEntry",
-    write: {
-      Delete: {
-        TableName: tables.jobs,
-        Key: entry.key,
-        // An edit that keeps the occurrence rewrites the entry under the same key with a new version:
-        // the copy read before it must not be claimed (its version, schedule and priority are stale).
-        ConditionExpression: "attribute_exists(pk) AND jobVersion = :jobVersion",
-        ExpressionAttributeValues: { ":jobVersion": entry.jobVersion },
-        ReturnValuesOnConditionCheckFailure: "ALL_OLD",
-      },
     },
-  });
+  ];
   if (!advance) {
     // A retry entry leaves the job alone, but a deleted job's leftover retry must not run.
     writes.push({
@@ -187,9 +172,6 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
     return { outcome: "committed" };
   } catch (error) {
     if (!(error instanceof ConditionsFailedError)) throw error;
-    if (lease && error.has("lease")) {
-      throw new FenceLostError(`shard ${lease.shard}`, lease.fence, { cause: error.cause });
-    }
     if (error.has("dueEntry")) {
       const rewritten = error.item("dueEntry");
       return rewritten === null

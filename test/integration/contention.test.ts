@@ -55,7 +55,7 @@ describe("a claim under transaction conflicts and throttling", () => {
 
   const reasons: InjectedReason[] = ["TransactionConflict", "ThrottlingError"];
   it.each(reasons)(
-    "%s on the shard lease item: the claim is sent again and the pass claims every entry",
+    "%s on a claim's job item: the claim is sent again and the pass claims every entry",
     async (reason) => {
       time.ms += 10 * MINUTE;
       const now = new Date(time.ms);
@@ -70,13 +70,13 @@ describe("a claim under transaction conflicts and throttling", () => {
         now,
       );
       const before = f.metrics.sum(METRICS.writeContention, { operation: "claim" });
-      // Every claim checks the same lease item: that is where DynamoDB reports the conflict.
+      // A write to the job in flight (a worker's, an edit's): DynamoDB reports the conflict on it.
       const faulty = withFaults(f.engine, {
         operation: "TransactWriteItems",
         times: 3,
         match: isClaimOf(),
         reason,
-        conflictOn: (item) => item.ConditionCheck !== undefined,
+        conflictOn: (item) => item.Update !== undefined,
       });
       try {
         const pass = swept(await dispatchShard(faulty.engine, 0, `pass-${reason}`));

@@ -1,13 +1,24 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { GetCommand, type TransactWriteCommandInput } from "@aws-sdk/lib-dynamodb";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
-import { dispatchShard, horizonOf, sweepShard } from "../../shared/dispatch/dispatcher.js";
+import {
+  dispatchShard,
+  horizonOf,
+  type PassResult,
+  sweepShard,
+} from "../../shared/dispatch/dispatcher.js";
+import type { Engine } from "../../shared/engine.js";
 import { FenceLostError } from "../../shared/errors.js";
+import { bucketKeyForMinute } from "../../shared/keys.js";
 import type { Job } from "../../shared/model.js";
-import { acquireShardLease, advanceWatermark } from "../../shared/storage/lease.js";
+import { shardLeaseKey } from "../../shared/storage/items.js";
+import { acquireShardLease, advanceWatermark, endPass } from "../../shared/storage/lease.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
+import { createTestClients } from "../support/namespace.js";
 import { seedJobs } from "../support/seed.js";
 
 const SECOND = 1000;
+const MINUTE = 60 * SECOND;
 
 /** Jobs due 1–50 s before `now` by default, half one-off and half hourly, on shard 0. */
 function seed(
@@ -106,9 +117,8 @@ describe("shard lease with fencing", () => {
   });
   afterAll(() => f.destroy());
 
-  it("a dispatcher whose lease was taken over can neither claim nor advance the watermark", async () => {
+  it("a dispatcher whose lease was taken over can neither advance the watermark nor end its pass", async () => {
     const now = new Date();
-    const [job] = await seed(f, 1, now);
     const a = await acquireShardLease(f.engine, 0, "dispatcher-a", now);
     expect(a?.fence).toBe(1);
     // B cannot take a live lease...
@@ -116,28 +126,238 @@ describe("shard lease with fencing", () => {
     // ...but takes it once A's lease has lapsed (A froze).
     const later = new Date(now.getTime() + f.engine.settings.leaseMs + SECOND);
     const b = await acquireShardLease(f.engine, 0, "dispatcher-b", later);
-    if (!a || !b || !job?.nextDueKey) throw new Error("setup failed");
+    if (!a || !b) throw new Error("setup failed");
     expect(b.fence).toBeGreaterThan(a.fence);
     expect(b.tookOver).toBe(true);
 
-    const [entry] = await f.dueEntries();
-    if (!entry) throw new Error("no due entry");
-    const horizonEnd = new Date(now.getTime() + 60 * SECOND);
-    await expect(
-      claimDueEntry(f.engine, entry, { now, horizonEnd, lease: { shard: 0, fence: a.fence } }),
-    ).rejects.toBeInstanceOf(FenceLostError);
-    await expect(advanceWatermark(f.engine, a, "2030-01-01T00:00")).rejects.toBeInstanceOf(
+    const progress = { watermark: "2030-01-01T00:00", sweepFrom: "2030-01-01T00:00" };
+    await expect(advanceWatermark(f.engine, a, progress.watermark)).rejects.toBeInstanceOf(
       FenceLostError,
     );
-    expect(await f.runs()).toHaveLength(0);
+    await expect(endPass(f.engine, a, progress, later)).rejects.toBeInstanceOf(FenceLostError);
+    await advanceWatermark(f.engine, b, progress.watermark);
+  });
+});
 
-    const claimed = await claimDueEntry(f.engine, entry, {
-      now,
-      horizonEnd,
-      lease: { shard: 0, fence: b.fence },
+/** The jobs table's item for the shard's lease. */
+async function leaseItem(f: EngineFixture, shard: number): Promise<Record<string, unknown>> {
+  const { Item } = await f.engine.doc.send(
+    new GetCommand({
+      TableName: f.engine.tables.jobs,
+      Key: shardLeaseKey(shard),
+      ConsistentRead: true,
+    }),
+  );
+  if (!Item) throw new Error(`no lease item for shard ${shard}`);
+  return Item;
+}
+
+type TransactItems = NonNullable<TransactWriteCommandInput["TransactItems"]>;
+
+/**
+ * An engine whose first claim transaction of a due entry that `matches` (by key) waits for
+ * `hooks.before`, and is followed by `hooks.after` once it committed; counts the claims committed.
+ */
+function claimingAround(
+  f: EngineFixture,
+  matches: (entryKey: Record<string, unknown>) => boolean,
+  hooks: { before?: () => Promise<void>; after?: () => void },
+): { engine: Engine; committed: () => number; destroy: () => void } {
+  const clients = createTestClients({ maxSockets: 64 });
+  let held = false;
+  let committed = 0;
+  clients.doc.middlewareStack.add(
+    (next, context) => async (args) => {
+      if (context.commandName !== "TransactWriteItemsCommand") return next(args);
+      const items = (args.input as TransactWriteCommandInput).TransactItems ?? [];
+      const deleted = items.find((item) => item.Delete)?.Delete?.Key;
+      const first = !held && deleted !== undefined && matches(deleted);
+      if (first) {
+        held = true;
+        await hooks.before?.();
+      }
+      const result = await next(args);
+      committed++;
+      if (first) hooks.after?.();
+      return result;
+    },
+    { step: "initialize", name: "claimingAfter" },
+  );
+  return {
+    engine: { ...f.engine, doc: clients.doc },
+    committed: () => committed,
+    destroy: () => clients.destroy(),
+  };
+}
+
+describe("a pass whose shard lease was taken over", () => {
+  let f: EngineFixture;
+  // Late in a minute, so that a per-second job's 50 runs end before the pass began (below).
+  const time = { ms: Math.floor(Date.now() / MINUTE) * MINUTE + 58 * SECOND };
+  // A table each: a pass sweeps every job of its shard.
+  beforeEach(async () => {
+    f = await createEngineFixture({
+      settings: { shardCount: 1, maxShardCount: 1 },
+      clock: () => new Date(time.ms),
     });
-    expect(claimed.outcome).toBe("claimed");
-    await advanceWatermark(f.engine, b, "2030-01-01T00:00");
+  });
+  afterEach(() => f.destroy());
+
+  it("claims on, exclusively against the new owner: one run per occurrence; it stops at its end write, recording nothing", async () => {
+    time.ms += 10 * MINUTE;
+    const t0 = new Date(time.ms);
+    const jobs = await seedJobs(
+      f,
+      Array.from({ length: 40 }, (_, i) => {
+        const at = new Date(t0.getTime() - (1 + i) * SECOND);
+        return {
+          jobId: `taken${String(i).padStart(3, "0")}`,
+          schedule:
+            i % 2 === 0
+              ? { every: "PT1H", startAt: at.toISOString() }
+              : { runAt: at.toISOString() },
+          dueAt: at,
+        };
+      }),
+      t0,
+    );
+    const passB: { started?: Promise<PassResult> } = {};
+    // A's first claim waits until its lease has lapsed and B has taken the shard; once it has
+    // committed, B's pass sweeps the same buckets while A claims on.
+    const stale = claimingAround(f, () => true, {
+      before: async () => {
+        time.ms += f.engine.settings.leaseMs + SECOND;
+        const b = await acquireShardLease(f.engine, 0, "dispatcher-b", new Date(time.ms));
+        expect(b?.tookOver).toBe(true);
+      },
+      after: () => {
+        passB.started = dispatchShard(f.engine, 0, "dispatcher-b", { concurrency: 4 });
+      },
+    });
+    try {
+      const a = await dispatchShard(stale.engine, 0, "dispatcher-a", { concurrency: 4 });
+      expect(a).toEqual({ shard: 0, outcome: "fence-lost", fence: expect.any(Number) });
+      // Its claims after the takeover committed: the fence is not in the claim.
+      expect(stale.committed()).toBeGreaterThan(0);
+      if (!passB.started) throw new Error("B's pass never started");
+      const b = await passB.started;
+      expect(b.outcome).toBe("swept");
+      if (b.outcome !== "swept" || a.outcome !== "fence-lost") return;
+      expect(b.fence).toBeGreaterThan(a.fence);
+
+      // Whichever pass claimed an entry, each occurrence has one run and one message.
+      const runs = await f.runs();
+      const keys = (xs: readonly { jobId: string; scheduledFor: string }[]) =>
+        xs.map((x) => `${x.jobId}|${x.scheduledFor}`).sort();
+      expect(keys(runs)).toEqual(
+        keys(jobs.map((j) => ({ jobId: j.jobId, scheduledFor: j.nextRunAt ?? "" }))),
+      );
+      const messages = await f.receiveAll(f.engine.queues.normal);
+      expect(keys(messages.map((m) => m.message))).toEqual(keys(runs));
+
+      // The hourly jobs' next entries, one each; the one-offs have none.
+      const due = await f.dueEntries();
+      const stored = new Map((await f.jobs()).map((j) => [j.jobId, j]));
+      expect(due).toHaveLength(jobs.length / 2);
+      for (const entry of due) expect(stored.get(entry.jobId)?.nextDueKey).toEqual(entry.key);
+
+      // B's record stands: A's end write failed under B's fence, so the lease is B's, released.
+      const lease = await leaseItem(f, 0);
+      expect(lease).toMatchObject({ owner: "dispatcher-b", fence: b.fence, released: true });
+      expect(lease.sweepFrom).toBe(b.sweepFrom);
+    } finally {
+      stale.destroy();
+    }
+  });
+
+  it("files a job's next entry by the clock of its claim, so a claim that lands after the new owner read the bucket is still found", async () => {
+    time.ms += 10 * MINUTE;
+    const t0 = new Date(time.ms);
+    // A completed pass half a minute before, so the next ones read on from where it began.
+    time.ms = t0.getTime() - 30 * SECOND;
+    expect((await dispatchShard(f.engine, 0, "dispatcher-before")).outcome).toBe("swept");
+    time.ms = t0.getTime();
+    const minuteStart = Math.floor(t0.getTime() / MINUTE) * MINUTE;
+    // A per-second job due early in this minute: a claim takes 50 occurrences, so its next one
+    // is due before t0, and a claim planned at t0 files it in t0's minute, the bucket of its entry.
+    const dueAt = new Date(minuteStart + 3 * SECOND);
+    const [job] = await seedJobs(
+      f,
+      [{ jobId: "late-claim", schedule: { every: "PT1S", startAt: dueAt.toISOString() }, dueAt }],
+      t0,
+    );
+    const [entry] = (await f.dueEntries()).filter((e) => e.jobId === "late-claim");
+    if (!job || !entry) throw new Error("setup failed");
+    const a = await acquireShardLease(f.engine, 0, "dispatcher-a", t0);
+    if (!a) throw new Error("A could not take the lease");
+
+    // Minutes later B takes the lapsed lease and sweeps; A, having read the entry at t0, claims it
+    // just before B does, after B has read its bucket.
+    time.ms += 5 * MINUTE;
+    const b = claimingAround(f, (key) => key.pk === entry.key.pk && key.sk === entry.key.sk, {
+      before: async () => {
+        const claimed = await claimDueEntry(f.engine, entry, {
+          now: t0,
+          horizonEnd: horizonOf(t0, f.engine.settings.lookaheadMs).end,
+        });
+        expect(claimed.outcome).toBe("claimed");
+      },
+    });
+    let passB: PassResult;
+    try {
+      passB = await dispatchShard(b.engine, 0, "dispatcher-b");
+    } finally {
+      b.destroy();
+    }
+    if (passB.outcome !== "swept") throw new Error(`B's pass ended ${passB.outcome}`);
+    expect(passB.lost).toBe(1);
+
+    // A's claim's next entry lies where the passes after B read.
+    const afterA = (await f.jobs()).find((j) => j.jobId === "late-claim");
+    const next = afterA?.nextDueKey;
+    if (!afterA?.nextRunAt || !next || passB.sweepFrom === null) throw new Error("no next entry");
+    expect(Date.parse(afterA.nextRunAt)).toBeLessThan(t0.getTime());
+    expect(next.pk >= bucketKeyForMinute(passB.sweepFrom, 0)).toBe(true);
+
+    time.ms += MINUTE;
+    expect((await dispatchShard(f.engine, 0, "dispatcher-c")).outcome).toBe("swept");
+    const afterC = (await f.jobs()).find((j) => j.jobId === "late-claim");
+    expect(Date.parse(afterC?.nextRunAt ?? "")).toBeGreaterThan(Date.parse(afterA.nextRunAt));
+    expect((await f.dueEntries()).filter((e) => e.key.sk === next.sk)).toEqual([]);
+  });
+
+  it("claims in a transaction of the entry, the job and the runs: no item checks the lease", async () => {
+    time.ms += 10 * MINUTE;
+    const t0 = new Date(time.ms);
+    const at = new Date(t0.getTime() - 5 * SECOND);
+    await seedJobs(
+      f,
+      [{ jobId: "one-claim", schedule: { runAt: at.toISOString() }, dueAt: at }],
+      t0,
+    );
+    const sent: TransactItems[] = [];
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === "TransactWriteItemsCommand") {
+          sent.push((args.input as TransactWriteCommandInput).TransactItems ?? []);
+        }
+        return next(args);
+      },
+      { step: "initialize", name: "captureClaims" },
+    );
+    try {
+      const pass = await dispatchShard(f.engine, 0, "dispatcher-count");
+      expect(pass.outcome === "swept" && pass.runs).toBe(1);
+    } finally {
+      f.engine.doc.middlewareStack.remove("captureClaims");
+    }
+    expect(sent).toHaveLength(1);
+    const [claim] = sent;
+    // Delete the due entry, update the job, put the run: three items, six write units on AWS.
+    expect(claim?.map((item) => Object.keys(item))).toEqual([["Delete"], ["Update"], ["Put"]]);
+    expect(claim?.some((item) => String(item.ConditionCheck?.Key?.pk).startsWith("SHARD#"))).toBe(
+      false,
+    );
   });
 });
 
