@@ -1,6 +1,6 @@
 import { GetCommand, type TransactWriteCommandInput } from "@aws-sdk/lib-dynamodb";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { claimDueEntry } from "../../shared/dispatch/claim.js";
+import { type ClaimResult, claimDueEntry } from "../../shared/dispatch/claim.js";
 import {
   dispatchShard,
   horizonOf,
@@ -12,7 +12,12 @@ import { FenceLostError } from "../../shared/errors.js";
 import { bucketKeyForMinute } from "../../shared/keys.js";
 import type { Job } from "../../shared/model.js";
 import { shardLeaseKey } from "../../shared/storage/items.js";
-import { acquireShardLease, advanceWatermark, endPass } from "../../shared/storage/lease.js";
+import {
+  acquireShardLease,
+  advanceWatermark,
+  endPass,
+  type ShardLease,
+} from "../../shared/storage/lease.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
 import { createTestClients } from "../support/namespace.js";
 import { seedJobs } from "../support/seed.js";
@@ -192,8 +197,7 @@ function claimingAround(
 
 describe("a pass whose shard lease was taken over", () => {
   let f: EngineFixture;
-  // Late in a minute, so that a per-second job's 50 runs end before the pass began (below).
-  const time = { ms: Math.floor(Date.now() / MINUTE) * MINUTE + 58 * SECOND };
+  const time = { ms: Math.floor(Date.now() / MINUTE) * MINUTE };
   // A table each: a pass sweeps every job of its shard.
   beforeEach(async () => {
     f = await createEngineFixture({
@@ -221,14 +225,13 @@ describe("a pass whose shard lease was taken over", () => {
       }),
       t0,
     );
-    const passB: { started?: Promise<PassResult> } = {};
+    const passB: { takeover?: ShardLease | null; started?: Promise<PassResult> } = {};
     // A's first claim waits until its lease has lapsed and B has taken the shard; once it has
     // committed, B's pass sweeps the same buckets while A claims on.
     const stale = claimingAround(f, () => true, {
       before: async () => {
         time.ms += f.engine.settings.leaseMs + SECOND;
-        const b = await acquireShardLease(f.engine, 0, "dispatcher-b", new Date(time.ms));
-        expect(b?.tookOver).toBe(true);
+        passB.takeover = await acquireShardLease(f.engine, 0, "dispatcher-b", new Date(time.ms));
       },
       after: () => {
         passB.started = dispatchShard(f.engine, 0, "dispatcher-b", { concurrency: 4 });
@@ -236,6 +239,7 @@ describe("a pass whose shard lease was taken over", () => {
     });
     try {
       const a = await dispatchShard(stale.engine, 0, "dispatcher-a", { concurrency: 4 });
+      expect(passB.takeover?.tookOver).toBe(true);
       expect(a).toEqual({ shard: 0, outcome: "fence-lost", fence: expect.any(Number) });
       // Its claims after the takeover committed: the fence is not in the claim.
       expect(stale.committed()).toBeGreaterThan(0);
@@ -271,7 +275,8 @@ describe("a pass whose shard lease was taken over", () => {
   });
 
   it("files a job's next entry by the clock of its claim, so a claim that lands after the new owner read the bucket is still found", async () => {
-    time.ms += 10 * MINUTE;
+    // Late in a minute, so that a per-second job's 50 runs from early in it end before t0.
+    time.ms = Math.floor(time.ms / MINUTE) * MINUTE + 10 * MINUTE + 58 * SECOND;
     const t0 = new Date(time.ms);
     // A completed pass half a minute before, so the next ones read on from where it began.
     time.ms = t0.getTime() - 30 * SECOND;
@@ -294,13 +299,13 @@ describe("a pass whose shard lease was taken over", () => {
     // Minutes later B takes the lapsed lease and sweeps; A, having read the entry at t0, claims it
     // just before B does, after B has read its bucket.
     time.ms += 5 * MINUTE;
+    const claimA: { result?: ClaimResult } = {};
     const b = claimingAround(f, (key) => key.pk === entry.key.pk && key.sk === entry.key.sk, {
       before: async () => {
-        const claimed = await claimDueEntry(f.engine, entry, {
+        claimA.result = await claimDueEntry(f.engine, entry, {
           now: t0,
           horizonEnd: horizonOf(t0, f.engine.settings.lookaheadMs).end,
         });
-        expect(claimed.outcome).toBe("claimed");
       },
     });
     let passB: PassResult;
@@ -309,6 +314,7 @@ describe("a pass whose shard lease was taken over", () => {
     } finally {
       b.destroy();
     }
+    expect(claimA.result?.outcome).toBe("claimed");
     if (passB.outcome !== "swept") throw new Error(`B's pass ended ${passB.outcome}`);
     expect(passB.lost).toBe(1);
 
