@@ -95,7 +95,7 @@ export interface EngineSettings {
   readonly maxTimeoutSeconds: number;
   /**
    * The work queues' maxReceiveCount: the redrive DLQ consumer dead-letters a run only once it has
-   * been started this many times by the deliveries of one message (a poison run).
+   * been started by every delivery of one message after its first (a poison run; see dead-letter-queue.ts).
    */
   readonly maxReceiveCount: number;
   /** Each tenant's quotas unless it has an override. */

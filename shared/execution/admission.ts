@@ -16,7 +16,10 @@ import { getJob } from "../storage/run-reads.js";
  * also why a crashed run blocks its job for one lease at most. A job deleted
  * meanwhile is `JobNotFoundError`.
  */
-type Admission = { readonly decision: OverlapDecision; readonly job: Job };
+type Admission =
+  | { readonly decision: OverlapDecision; readonly job: Job }
+  /** The run is listed under a live lease: another delivery of it was admitted and runs it. */
+  | { readonly decision: { readonly action: "held elsewhere" }; readonly job: Job };
 
 const MAX_ADMISSION_ATTEMPTS = 8;
 
@@ -35,10 +38,20 @@ export async function admitRun(
   initial: Job,
   runId: string,
   leaseUntil: Date,
+  options: {
+    /**
+     * The run's start is unwritten (a first start, see run-fence.ts), so nothing yet kept another
+     * delivery of it from starting too: if the job lists the run under a live lease, that delivery
+     * was admitted and runs it, and this one must not.
+     */
+    readonly startUnwritten?: boolean;
+  } = {},
 ): Promise<Admission> {
   let job = initial;
   for (let attempt = 0; attempt < MAX_ADMISSION_ATTEMPTS; attempt++) {
     const now = engine.clock();
+    if (options.startUnwritten && (job.activeRuns[runId] ?? "") > now.toISOString())
+      return { decision: { action: "held elsewhere" }, job };
     // A run that starts whatever its job's live leases say (none, or allow under its bound) learns
     // nothing from reading the runs under way: it reads only the lapsed entries it drops, for
     // lastRun. Otherwise it reads every listed run, to count only those still under way.

@@ -3,9 +3,10 @@ import { WORKER_RESULT_MARGIN_MS } from "../config.js";
 import type { Engine } from "../engine.js";
 import { FenceLostError, RunCancelledError, SchedulerError } from "../errors.js";
 import { occurrenceKey } from "../keys.js";
-import type { Job, Run } from "../model.js";
+import type { Job } from "../model.js";
 import { type ReceivedRun, setVisibility } from "../queue/work-queue.js";
 import { extendAdmission } from "../storage/admission.js";
+import type { HeldRun } from "../storage/run-fence.js";
 import { extendLease } from "../storage/run-heartbeat.js";
 import { boundedText } from "../storage/stored-text.js";
 import { extendRunSlot, type RunSlot } from "../storage/tenant-quotas.js";
@@ -33,6 +34,13 @@ export interface RunExecutionDeps {
 
 /** The longest wait between heartbeats, so a cancel request is seen within it. */
 const MAX_HEARTBEAT_MS = 10_000;
+
+/** How often a run's heartbeat beats: lease / 3, at most `MAX_HEARTBEAT_MS`, unless a test says otherwise. */
+export function heartbeatEveryMs(
+  deps: Pick<RunExecutionDeps, "engine" | "heartbeatEveryMs">,
+): number {
+  return deps.heartbeatEveryMs ?? Math.min(deps.engine.settings.leaseMs / 3, MAX_HEARTBEAT_MS);
+}
 
 type Outcome =
   | { readonly kind: "succeeded" }
@@ -79,7 +87,7 @@ export async function execute(
   deps: RunExecutionDeps,
   received: ReceivedRun,
   job: Job,
-  run: Run,
+  run: HeldRun,
   tracked: boolean,
   /** The tenant's concurrent-runs slot, or null when it has no limit. */
   slot: RunSlot | null,
@@ -116,9 +124,16 @@ export async function execute(
   );
   const stopHeartbeat = new AbortController();
   const heartbeat = (async () => {
-    const every = deps.heartbeatEveryMs ?? Math.min(engine.settings.leaseMs / 3, MAX_HEARTBEAT_MS);
+    const every = heartbeatEveryMs(deps);
+    // A start still unwritten is written by the first beat, before the reaper would re-send the run.
+    const unwritten = run.unwrittenStart?.written === false ? run.unwrittenStart : null;
+    let wait =
+      unwritten === null
+        ? every
+        : Math.max(0, Math.min(every, unwritten.writeBy.getTime() - engine.clock().getTime()));
     while (!stopHeartbeat.signal.aborted) {
-      await sleep(every, stopHeartbeat.signal);
+      await sleep(wait, stopHeartbeat.signal);
+      wait = every;
       if (stopHeartbeat.signal.aborted) return;
       try {
         const leaseUntil = await extendLease(engine, run, engine.clock());

@@ -7,16 +7,17 @@ import { type ReceivedRun, setVisibility } from "../queue/work-queue.js";
 import { takeTenantSlot } from "../quotas/concurrency.js";
 import { releaseBufferSlot } from "../storage/admission.js";
 import { runMessageOf } from "../storage/items.js";
+import type { HeldRun } from "../storage/run-fence.js";
 import { finishRun } from "../storage/run-finish.js";
 import { parkRun } from "../storage/run-park.js";
 import { getJob } from "../storage/run-reads.js";
 import { requeueRun } from "../storage/run-requeue.js";
-import { startRun } from "../storage/run-start.js";
+import { startRun, takeRun, writeStart } from "../storage/run-start.js";
 import { type RunSlot, releaseRunSlot } from "../storage/tenant-quotas.js";
 import { admitRun } from "./admission.js";
 import { handOverRun } from "./async-runs.js";
 import { endOnCancelRequest, type RunProgress, repairJobAfterRun } from "./run-endings.js";
-import { execute, type RunExecutionDeps } from "./run-execution.js";
+import { execute, heartbeatEveryMs, type RunExecutionDeps } from "./run-execution.js";
 import { endForDeletedJob, isRecurring, recordResult, resend } from "./run-outcome.js";
 import { decideStart } from "./start-decision.js";
 
@@ -46,6 +47,10 @@ const QUOTA_RECHECK_MAX_MS = 16_000;
  * is acknowledged without running anything. Start, then decide: the job is
  * read after the fenced start write, so a cancel, pause or edit committed
  * before the start is seen, and one committed after it finds the run RUNNING.
+ * A first delivery of a run never started holds its start unwritten until the
+ * run's first write (`takeRun`): the job is read after the run, and until that
+ * write the run is QUEUED to others (its fenced writes then fail if a cancel or
+ * another start came first; a recurring job's admission lets one delivery on).
  *
  * A message the Lambda event source hands over stays hidden for the queue's
  * visibility (the worker function's timeout, 15 min by default), a loop's for
@@ -105,7 +110,12 @@ async function processDelivery(
   }
   if (early > 0) await sleep(early);
 
-  const started = await startRun(engine, message, deps.workerId, engine.clock());
+  // A first delivery may hold its start unwritten (takeRun); a message that came back starts at
+  // once, so that each delivery of a run that kills its worker counts as a start (the redrive DLQ).
+  const started =
+    received.receiveCount > 1
+      ? await startRun(engine, message, deps.workerId, engine.clock())
+      : await takeRun(engine, message, deps.workerId, engine.clock(), heartbeatEveryMs(deps));
   if (started.kind === "finished") {
     const job = await getJob(engine, message.jobId);
     if (job !== null) await repairJobAfterRun(engine, job, started.run);
@@ -146,7 +156,7 @@ async function processDelivery(
 async function runStarted(
   deps: WorkerDeps,
   received: ReceivedRun,
-  run: Run,
+  run: HeldRun,
   progress: RunProgress,
 ): Promise<Disposition> {
   const { engine } = deps;
@@ -185,7 +195,7 @@ async function runAdmitted(
   deps: WorkerDeps,
   received: ReceivedRun,
   job: Job,
-  run: Run,
+  run: HeldRun,
   progress: RunProgress,
 ): Promise<Disposition> {
   const { engine } = deps;
@@ -232,7 +242,7 @@ async function runInSlot(
   deps: WorkerDeps,
   received: ReceivedRun,
   job: Job,
-  run: Run,
+  run: HeldRun,
   slot: RunSlot | null,
   progress: RunProgress,
 ): Promise<Disposition> {
@@ -244,6 +254,7 @@ async function runInSlot(
       job,
       run.runId,
       new Date(run.leaseUntil ?? engine.clock()),
+      { startUnwritten: run.unwrittenStart?.written === false },
     ).catch((error: unknown) => {
       if (!(error instanceof JobNotFoundError)) throw error;
       return null;
@@ -253,6 +264,12 @@ async function runInSlot(
       return "ack";
     }
     const decision = admission.decision;
+    if (decision.action === "held elsewhere") {
+      engine.obs.log.info("another delivery of the run was admitted and runs it; acknowledged", {
+        runId: run.runId,
+      });
+      return "ack";
+    }
     if (decision.action === "skip") {
       await finishRun(
         engine,
@@ -272,6 +289,8 @@ async function runInSlot(
     }
   }
 
+  // An async target may call back under this start's fence before it answers.
+  if (job.target?.mode === "async") await writeStart(engine, run, engine.clock());
   progress.tracked = tracked;
   progress.executedVersion = job.version;
   const outcome = await execute(deps, received, job, run, tracked, slot);

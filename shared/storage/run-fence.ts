@@ -13,18 +13,82 @@ import { runKeyOf } from "./run-reads.js";
  * but the CANCELLED ending (`FENCE_HELD_CANCELLING`) fails, so a handler that
  * ignored its signal cannot record success, a failure or a next attempt.
  */
-export const FENCE_HELD =
+const FENCE_HELD =
   "fence = :fence AND #status = :running AND attribute_not_exists(cancelRequestedAt)";
 
 /** The worker's CANCELLED ending of a run whose cancel was requested: the fence alone. */
-export const FENCE_HELD_CANCELLING = "fence = :fence AND #status = :running";
+const FENCE_HELD_CANCELLING = "fence = :fence AND #status = :running";
 
-/** The names and values `FENCE_HELD` (and `FENCE_HELD_CANCELLING`) refer to, for `run`. */
-export function fenceHeld(run: Pick<Run, "fence">) {
+/**
+ * A start the worker has not written yet (`takeRun`): it read the run QUEUED and runs it as
+ * started under the next fence, and its first write to the run (the ending of a run that ends
+ * quickly, else the first heartbeat, a wait or a park) writes the start with it, one write where
+ * there were two. Until then the run is QUEUED to everyone else.
+ */
+interface UnwrittenStart {
+  /** The run's fence as read: the start takes it one higher. */
+  readonly fromFence: number;
+  /**
+   * The run's job version as read: a claim that queues the occurrence again after an edit puts a
+   * new run item under the same key, at a later version, which this start must not write over.
+   */
+  readonly jobVersion: number;
+  /** The latest the start may be written: before the reaper's deadline for the run, which it would re-send. */
+  readonly writeBy: Date;
+  /** Set once a write of the run carried the start: later writes are fenced as any start's. */
+  written: boolean;
+}
+
+/** A run as its worker holds it: started, or read to start with the start still to write. */
+export type HeldRun = Run & { readonly unwrittenStart?: UnwrittenStart };
+
+/** The run is as the worker read it to start: QUEUED under that fence and job version, no cancel asked. */
+const START_UNWRITTEN =
+  "fence = :fromFence AND #status = :queued AND jobVersion = :readVersion AND attribute_not_exists(cancelRequestedAt)";
+
+/** What a fenced write of `run` is conditioned on, and what it sets besides its own fields. */
+interface FencedWrite {
+  readonly condition: string;
+  readonly names: Record<string, string>;
+  readonly values: Record<string, unknown>;
+  /** `SET` clauses the write adds: the start's, when it is still unwritten; else none. */
+  readonly startSets: readonly string[];
+  /** Call once the write succeeded: the start it carried is written. */
+  readonly written: () => void;
+}
+
+/**
+ * The condition of a worker's write to a run it holds, and the start it carries when the start is
+ * still unwritten. `cancelling` is the CANCELLED ending of a requested cancel
+ * (`FENCE_HELD_CANCELLING`); a run with an unwritten start has no cancel request (a cancel of a
+ * QUEUED run ends it at once, and the condition then fails).
+ */
+export function fencedWrite(run: HeldRun, options: { cancelling?: boolean } = {}): FencedWrite {
+  const start = run.unwrittenStart;
+  if (start === undefined || start.written)
+    return {
+      condition: options.cancelling ? FENCE_HELD_CANCELLING : FENCE_HELD,
+      names: { "#status": "status" },
+      values: { ":fence": run.fence, ":running": "RUNNING" },
+      startSets: [],
+      written: () => undefined,
+    };
   return {
+    condition: START_UNWRITTEN,
     names: { "#status": "status" },
-    values: { ":fence": run.fence, ":running": "RUNNING" },
-  } as const;
+    values: {
+      ":fromFence": start.fromFence,
+      ":queued": "QUEUED",
+      ":readVersion": start.jobVersion,
+      ":fence": run.fence,
+      ":workerId": run.workerId,
+      ":startedAt": run.startedAt,
+    },
+    startSets: ["fence = :fence", "workerId = :workerId", "startedAt = :startedAt"],
+    written: () => {
+      start.written = true;
+    },
+  };
 }
 
 /** The error for a write whose `FENCE_HELD` condition failed. */
@@ -38,11 +102,14 @@ function fenceLost(run: Pick<Run, "runId" | "fence">, cause: unknown): FenceLost
  * ours but with a cancel requested → `RunCancelledError`; anything else → `FenceLostError`.
  */
 export function fenceFailure(
-  run: Pick<Run, "runId" | "fence">,
+  run: Pick<HeldRun, "runId" | "fence" | "unwrittenStart">,
   old: Record<string, unknown> | null,
   cause: unknown,
 ): FenceLostError | RunCancelledError {
+  // A start never written holds nothing to cancel: whoever holds the run under this fence is another worker.
+  const held = run.unwrittenStart === undefined || run.unwrittenStart.written;
   if (
+    held &&
     old !== null &&
     old.fence === run.fence &&
     old.status === "RUNNING" &&
@@ -55,23 +122,30 @@ export function fenceFailure(
 }
 
 /**
- * One update of a run conditioned on `FENCE_HELD`; throws FenceLostError once
- * another worker has taken the run over, RunCancelledError once a cancel of it
- * was requested.
+ * One update of a run conditioned on `FENCE_HELD` (or, while its start is unwritten, on the run
+ * being as read, and writing the start with it); throws FenceLostError once another worker has
+ * taken the run over, RunCancelledError once a cancel of it was requested.
  */
 export async function fencedRunUpdate(
   engine: Engine,
-  run: Run,
-  expression: { readonly update: string; readonly values: Record<string, unknown> },
+  run: HeldRun,
+  expression: {
+    /** The `SET` clauses, comma-separated. */
+    readonly set: string;
+    /** The `REMOVE` clause's attributes, if any. */
+    readonly remove?: string;
+    readonly values: Record<string, unknown>;
+  },
 ): Promise<void> {
-  const held = fenceHeld(run);
+  const held = fencedWrite(run);
+  const set = [expression.set, ...held.startSets].join(", ");
   try {
     await engine.doc.send(
       new UpdateCommand({
         TableName: engine.tables.runs,
         Key: runKeyOf(run),
-        ConditionExpression: FENCE_HELD,
-        UpdateExpression: expression.update,
+        ConditionExpression: held.condition,
+        UpdateExpression: `SET ${set}${expression.remove ? ` REMOVE ${expression.remove}` : ""}`,
         ExpressionAttributeNames: held.names,
         ExpressionAttributeValues: { ...expression.values, ...held.values },
         ReturnValuesOnConditionCheckFailure: "ALL_OLD",
@@ -81,4 +155,5 @@ export async function fencedRunUpdate(
     if (isConditionalCheckFailed(error)) throw fenceFailure(run, failedConditionItem(error), error);
     throw error;
   }
+  held.written();
 }

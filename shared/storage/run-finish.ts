@@ -9,7 +9,7 @@ import {
 } from "./dynamo-errors.js";
 import { deadLetterPk, encodeDueEntry, jobKey } from "./items.js";
 import { deadRunExpiresAt, jobExpiresAt } from "./retention.js";
-import { FENCE_HELD, FENCE_HELD_CANCELLING, fenceFailure, fenceHeld } from "./run-fence.js";
+import { fencedWrite, fenceFailure, type HeldRun } from "./run-fence.js";
 import { runKeyOf } from "./run-reads.js";
 import { boundedOrNull } from "./stored-text.js";
 import {
@@ -88,7 +88,7 @@ const NOT_WRITTEN_YET = "attribute_not_exists(pk)";
  */
 export async function finishRun(
   engine: Engine,
-  run: Run,
+  run: HeldRun,
   ending: RunEnding,
   now: Date,
 ): Promise<Run> {
@@ -96,7 +96,7 @@ export async function finishRun(
   const durationMs = ending.ran && run.startedAt ? now.getTime() - Date.parse(run.startedAt) : null;
   const error = boundedOrNull(ending.error);
   const reason = boundedOrNull(ending.reason);
-  const held = fenceHeld(run);
+  const held = fencedWrite(run, { cancelling: ending.honoursCancel === true });
   const values: Record<string, unknown> = {
     ...held.values,
     ":status": ending.status,
@@ -105,8 +105,10 @@ export async function finishRun(
     ":error": error,
     ":reason": reason,
   };
-  let set =
-    "SET #status = :status, finishedAt = :finishedAt, durationMs = :durationMs, #error = :error, reason = :reason";
+  let set = [
+    "SET #status = :status, finishedAt = :finishedAt, durationMs = :durationMs, #error = :error, reason = :reason",
+    ...held.startSets,
+  ].join(", ");
   if (ending.executedVersion !== undefined) {
     set += ", executedVersion = :executedVersion";
     values[":executedVersion"] = ending.executedVersion;
@@ -121,7 +123,7 @@ export async function finishRun(
   const runUpdate: UpdateInput = {
     TableName: engine.tables.runs,
     Key: runKeyOf(run),
-    ConditionExpression: ending.honoursCancel ? FENCE_HELD_CANCELLING : FENCE_HELD,
+    ConditionExpression: held.condition,
     // The run keeps its reaper index entry: the reaper reads it once, at its deadline, and passes
     // it; removing it here would be one more index write on every run.
     UpdateExpression: `${set} REMOVE leaseUntil`,
@@ -159,6 +161,7 @@ export async function finishRun(
         throw fenceFailure(run, error.item("run"), error);
       throw error;
     }
+    held.written();
     if (!ending.jobWriteDeferred) await recordRunOnJob(engine, finished, ending);
     return finished;
   }
@@ -172,6 +175,7 @@ export async function finishRun(
         throw fenceFailure(run, failedConditionItem(error), error);
       throw error;
     }
+    held.written();
     if (!ending.jobWriteDeferred) await recordRunOnJob(engine, finished, ending);
     return finished;
   }
@@ -208,6 +212,7 @@ export async function finishRun(
       throw new JobNotFoundError(run.jobId, { cause: error });
     throw error;
   }
+  held.written();
   return finished;
 }
 

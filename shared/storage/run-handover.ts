@@ -19,9 +19,11 @@ export async function recordHandOver(
   now: Date,
 ): Promise<void> {
   await fencedRunUpdate(engine, run, {
-    update:
-      "SET handedOverAt = :now, leaseUntil = :leaseUntil, timesOutAt = :timesOutAt, executedVersion = :executedVersion",
+    // The status and reason are a start's, for a hand-over that writes its run's start.
+    set: "#status = :running, handedOverAt = :now, leaseUntil = :leaseUntil, timesOutAt = :timesOutAt, executedVersion = :executedVersion",
+    remove: "reason",
     values: {
+      ":running": "RUNNING",
       ":now": now.toISOString(),
       ":leaseUntil": handOver.leaseUntil.toISOString(),
       ":timesOutAt": handOver.timesOutAt.toISOString(),

@@ -6,8 +6,10 @@ import { fencedRunUpdate } from "./run-fence.js";
 export async function extendLease(engine: Engine, run: Run, now: Date): Promise<Date> {
   const leaseUntil = new Date(now.getTime() + engine.settings.leaseMs);
   await fencedRunUpdate(engine, run, {
-    update: "SET leaseUntil = :leaseUntil",
-    values: { ":leaseUntil": leaseUntil.toISOString() },
+    // The status and reason are a start's, for the first beat of a run whose start is unwritten.
+    set: "#status = :running, leaseUntil = :leaseUntil",
+    remove: "reason",
+    values: { ":leaseUntil": leaseUntil.toISOString(), ":running": "RUNNING" },
   });
   return leaseUntil;
 }

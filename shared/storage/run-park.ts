@@ -28,8 +28,8 @@ const STILL_QUEUED = "#status = :queued";
 export async function parkRun(engine: Engine, run: Run, now: Date): Promise<boolean> {
   const deadline = new Date(now.getTime() + engine.settings.leaseMs).toISOString();
   await fencedRunUpdate(engine, run, {
-    update:
-      "SET #status = :queued, reason = :reason, inflightSk = :deadline, parkedFence = :fence REMOVE leaseUntil",
+    set: "#status = :queued, reason = :reason, inflightSk = :deadline, parkedFence = :fence",
+    remove: "leaseUntil",
     values: { ":queued": "QUEUED", ":reason": PAUSED_REASON, ":deadline": deadline },
   });
   if (!(await listParked(engine, run, now))) return false;

@@ -15,8 +15,8 @@ export async function requeueRun(
   dueAt: Date,
 ): Promise<void> {
   await fencedRunUpdate(engine, run, {
-    update:
-      "SET #status = :queued, reason = :reason, dueAt = :dueAt, inflightSk = :deadline REMOVE leaseUntil",
+    set: "#status = :queued, reason = :reason, dueAt = :dueAt, inflightSk = :deadline",
+    remove: "leaseUntil",
     values: {
       ":queued": "QUEUED",
       ":reason": boundedText(reason),

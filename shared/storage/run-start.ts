@@ -3,10 +3,12 @@ import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
 import { failedConditionItem, isConditionalCheckFailed } from "./dynamo-errors.js";
 import { decodeRun } from "./items.js";
-import { type RunRef, runKeyOf } from "./run-reads.js";
+import type { HeldRun } from "./run-fence.js";
+import { extendLease } from "./run-heartbeat.js";
+import { getRunItem, type RunRef, runKeyOf } from "./run-reads.js";
 
 type StartResult =
-  | { readonly kind: "started"; readonly run: Run }
+  | { readonly kind: "started"; readonly run: HeldRun }
   /** Already finished: a duplicate or late delivery. */
   | { readonly kind: "finished"; readonly run: Run }
   /** Another worker holds a live lease on it. */
@@ -61,4 +63,66 @@ export async function startRun(
     const run = decodeRun(old);
     return run.status === "RUNNING" ? { kind: "busy", run } : { kind: "finished", run };
   }
+}
+
+/** How long before the reaper's deadline for a run an unwritten start must be written, for clocks that disagree. */
+const START_WRITE_MARGIN_MS = 1_000;
+
+/**
+ * Takes the run as `startRun` does, but a run never started (QUEUED, fence 0) is read
+ * (consistently) and held as started under fence 1 with its start unwritten (`UnwrittenStart`):
+ * its worker's first write to the run writes the start with it, at the latest `firstWriteWithinMs`
+ * after now (its first heartbeat), so a run that ends sooner is written once. The start can wait
+ * only while that first write still comes before the reaper's deadline for the run (the reaper
+ * re-sends a run still QUEUED then). Otherwise, and for a run started before (its waits, parks and
+ * releases come back by several messages, of which one must start it) or RUNNING under a lapsed
+ * lease (a takeover), the start is written now.
+ */
+export async function takeRun(
+  engine: Engine,
+  ref: RunRef,
+  workerId: string,
+  now: Date,
+  firstWriteWithinMs: number,
+): Promise<StartResult> {
+  const item = await getRunItem(engine, runKeyOf(ref));
+  if (item === null) return { kind: "missing" };
+  const run = decodeRun(item);
+  if (run.status === "RUNNING") {
+    const lapsed = run.leaseUntil !== null && Date.parse(run.leaseUntil) < now.getTime();
+    return lapsed ? startRun(engine, ref, workerId, now) : { kind: "busy", run };
+  }
+  if (run.status !== "QUEUED") return { kind: "finished", run };
+  if (run.fence > 0) return startRun(engine, ref, workerId, now);
+  const deadline = typeof item.inflightSk === "string" ? Date.parse(item.inflightSk) : Number.NaN;
+  const writeBy = deadline - START_WRITE_MARGIN_MS;
+  if (!(now.getTime() + firstWriteWithinMs < writeBy)) return startRun(engine, ref, workerId, now);
+  return {
+    kind: "started",
+    run: {
+      ...run,
+      status: "RUNNING",
+      fence: run.fence + 1,
+      leaseUntil: new Date(now.getTime() + engine.settings.leaseMs).toISOString(),
+      workerId,
+      startedAt: now.toISOString(),
+      reason: null,
+      unwrittenStart: {
+        fromFence: run.fence,
+        jobVersion: run.jobVersion,
+        writeBy: new Date(writeBy),
+        written: false,
+      },
+    },
+  };
+}
+
+/**
+ * Writes a held run's start now, if it is still unwritten: for a run that others must find RUNNING
+ * from its first moment, such as an async delivery whose target may call back under the new fence
+ * before it answers.
+ */
+export async function writeStart(engine: Engine, run: HeldRun, now: Date): Promise<void> {
+  if (run.unwrittenStart === undefined || run.unwrittenStart.written) return;
+  await extendLease(engine, run, now);
 }

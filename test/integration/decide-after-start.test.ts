@@ -11,7 +11,7 @@ import { createTestClients, type TestClients } from "../support/namespace.js";
 
 const TENANT = "tenant-a";
 
-/** Issue 13 item 11: the worker decides on the job as it is after its start write. */
+/** Issue 13 item 11: the worker decides on the job as it is once it has taken the run. */
 describe("a worker decides after it starts the run", () => {
   let f: EngineFixture;
   const clients: TestClients[] = [];
@@ -24,30 +24,37 @@ describe("a worker decides after it starts the run", () => {
   });
 
   /**
-   * A client that commits `between` (through the fixture's own client) just
-   * before the worker's start write: the interleaving of a lifecycle request
-   * landing between a worker's read of the job and its start.
+   * A client that commits `between` (through the fixture's own client) just before the first
+   * request `at` matches: a lifecycle request landing at that point of a worker's delivery.
    */
-  function clientCommittingBeforeStart(between: () => Promise<unknown>): Engine {
+  function clientCommittingBefore(
+    at: (command: string, input: Record<string, unknown>) => boolean,
+    between: () => Promise<unknown>,
+  ): Engine {
     const c = createTestClients();
     clients.push(c);
     let done = false;
     c.doc.middlewareStack.add(
-      (next) => async (args) => {
-        const input: object = args.input;
-        const update = "UpdateExpression" in input ? String(input.UpdateExpression) : "";
-        if (!done && update.includes("fence = fence + :one")) {
+      (next, context) => async (args) => {
+        if (!done && at(String(context.commandName), args.input as Record<string, unknown>)) {
           done = true;
           await between();
         }
         return next(args);
       },
-      { step: "initialize", name: "lifecycleRequestBeforeStart" },
+      { step: "initialize", name: "lifecycleRequestBefore" },
     );
     return { ...f.engine, doc: c.doc };
   }
 
-  it("a cancel or pause committed just before the start write is obeyed: the handler never runs", async () => {
+  /** The worker's consistent read of the job, which it decides on (after it took the run). */
+  const jobRead = (command: string, input: Record<string, unknown>) =>
+    command === "GetItemCommand" && input.TableName === f.engine.tables.jobs;
+  /** The run's first write: the ending of a run that ends quickly, which writes its start too. */
+  const firstRunWrite = (command: string, input: Record<string, unknown>) =>
+    command === "UpdateItemCommand" && input.TableName === f.engine.tables.runs;
+
+  it("a cancel or pause committed just before the worker reads the job is obeyed: the handler never runs", async () => {
     let calls = 0;
     const handlers = { counted: async (_ctx: JobContext) => void calls++ };
     const outcomes: [string, string | undefined, string | null | undefined][] = [];
@@ -57,7 +64,7 @@ describe("a worker decides after it starts the run", () => {
         testJob({ type: "counted", schedule: { runAt: new Date().toISOString() } }),
       );
       const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-      const engine = clientCommittingBeforeStart(() => action(f.engine, TENANT, job.jobId));
+      const engine = clientCommittingBefore(jobRead, () => action(f.engine, TENANT, job.jobId));
       expect(await processRun({ ...f.workerDeps("w", handlers), engine }, received)).toBe("ack");
       const run = (await f.runs()).find((r) => r.jobId === job.jobId);
       outcomes.push([(await getJob(f.engine, job.jobId))?.status ?? "", run?.status, run?.reason]);
@@ -67,6 +74,26 @@ describe("a worker decides after it starts the run", () => {
       ["CANCELLED", "CANCELLED", "job cancelled"],
       ["PAUSED", "QUEUED", "waiting: job paused"],
     ]);
+  });
+
+  it("a pause committed after the worker read the job finds the run under way and lets it finish", async () => {
+    let calls = 0;
+    const handlers = { counted: async (_ctx: JobContext) => void calls++ };
+    const { job } = await createJob(
+      f.engine,
+      testJob({ type: "counted", schedule: { runAt: new Date().toISOString() } }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const engine = clientCommittingBefore(firstRunWrite, () =>
+      pauseJob(f.engine, TENANT, job.jobId),
+    );
+    expect(await processRun({ ...f.workerDeps("w", handlers), engine }, received)).toBe("ack");
+    expect(calls).toBe(1);
+    expect((await getJob(f.engine, job.jobId))?.status).toBe("PAUSED");
+    expect((await f.runs()).find((r) => r.jobId === job.jobId)).toMatchObject({
+      status: "SUCCEEDED",
+      fence: 1,
+    });
   });
 });
 

@@ -20,6 +20,7 @@ import {
 import type { Run } from "../../shared/model.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { waitFor } from "../support/wait.js";
 
 const TENANT = "tenant-a";
 const OTHER = "tenant-b";
@@ -119,12 +120,20 @@ describe("deleting a job", () => {
         },
       }),
     );
-    const deps = f.workerDeps("w", {
-      "deletes-its-job": async (ctx) => {
-        await deleteJob(f.engine, TENANT, ctx.jobId);
-        throw new JobError("failed after its job was deleted", { retryable: true });
+    const deps = f.workerDeps(
+      "w",
+      {
+        "deletes-its-job": async (ctx) => {
+          // RUNNING once its first heartbeat wrote the start.
+          await waitFor("the run's start", async () =>
+            (await runsOf(ctx.jobId)).some((r) => r.status === "RUNNING"),
+          );
+          await deleteJob(f.engine, TENANT, ctx.jobId);
+          throw new JobError("failed after its job was deleted", { retryable: true });
+        },
       },
-    });
+      200,
+    );
     const delivered = await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000);
 
     expect(await f.process(deps, delivered)).toBe("ack");

@@ -118,14 +118,19 @@ describe("the concurrent-runs quota at the worker", () => {
     const holding = new Promise<void>((resolve) => {
       release = resolve;
     });
-    const deps = f.workerDeps("lambda", { probe: () => holding });
+    let entered = 0;
+    const deps = f.workerDeps("lambda", {
+      probe: () => {
+        entered++;
+        return holding;
+      },
+    });
     const [first, second] = await createBatch("lambda-capped", 2);
     if (first === undefined || second === undefined) throw new Error("two jobs expected");
     const firstDelivery = await f.nextDelivery(f.engine.queues.normal, first);
     const running = f.process(deps, firstDelivery);
-    await waitFor("the first run to start", async () =>
-      (await f.runs()).some((r) => r.jobId === first && r.status === "RUNNING"),
-    );
+    // Its handler runs in the tenant's one slot (its start is written by its first heartbeat).
+    await waitFor("the first run's handler", () => entered === 1);
     const secondDelivery = await f.nextDelivery(f.engine.queues.normal, second);
     expect(await f.process(deps, secondDelivery)).toBe("ack");
     const waiting = (await f.runs()).find((r) => r.jobId === second);

@@ -1,0 +1,247 @@
+import { PutCommand } from "@aws-sdk/lib-dynamodb";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { sleep } from "../../shared/clock.js";
+import type { Engine } from "../../shared/engine.js";
+import { FenceLostError } from "../../shared/errors.js";
+import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
+import type { JobContext } from "../../shared/execution/job-contract.js";
+import { processRun } from "../../shared/execution/worker.js";
+import { cancelRun, createJob } from "../../shared/jobs/index.js";
+import type { Run } from "../../shared/model.js";
+import { runKeyOf } from "../../shared/storage/run-reads.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { createTestClients, type TestClients } from "../support/namespace.js";
+import { waitFor } from "../support/wait.js";
+
+const LEASE_MS = 3000;
+const WRITES = new Set(["UpdateItemCommand", "PutItemCommand", "DeleteItemCommand"]);
+
+/**
+ * A first delivery holds its run's start unwritten (`takeRun`): the run's first write (its
+ * ending, or else its first heartbeat, a wait or a park) writes the start with it, so a run that
+ * ends quickly is written once.
+ */
+describe("a start held unwritten until the run's first write", () => {
+  let f: EngineFixture;
+  const clients: TestClients[] = [];
+  beforeAll(async () => {
+    f = await createEngineFixture({ settings: { leaseMs: LEASE_MS }, maxReceiveCount: 3 });
+  });
+  afterEach(() => {
+    for (const c of clients.splice(0)) c.destroy();
+  });
+  afterAll(() => f.destroy());
+
+  /** A one-off job of `type` due now, and the first delivery of its message. */
+  async function dueNow(type: string) {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ type, schedule: { runAt: new Date().toISOString() }, timeoutSeconds: 30 }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    return { job, received };
+  }
+
+  async function runOf(jobId: string): Promise<Run> {
+    const runs = (await f.runs()).filter((r) => r.jobId === jobId);
+    expect(runs).toHaveLength(1);
+    const [run] = runs;
+    if (!run) throw new Error("no run");
+    return run;
+  }
+
+  /** The engine with its writes to the runs table counted, by update expression. */
+  function countingRunWrites(): { engine: Engine; writes: string[] } {
+    const c = createTestClients();
+    clients.push(c);
+    const writes: string[] = [];
+    c.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const input: object = args.input;
+        const table = "TableName" in input ? String(input.TableName) : "";
+        if (table === f.engine.tables.runs && WRITES.has(String(context.commandName)))
+          writes.push(
+            `${context.commandName}: ${"UpdateExpression" in input ? String(input.UpdateExpression) : ""}`,
+          );
+        return next(args);
+      },
+      { step: "initialize", name: "countRunWrites" },
+    );
+    return { engine: { ...f.engine, doc: c.doc }, writes };
+  }
+
+  /** A handler that runs until `release` is called, recording its context. */
+  function heldHandler() {
+    const contexts: JobContext[] = [];
+    let release: () => void = () => undefined;
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const handler = async (ctx: JobContext) => {
+      contexts.push(ctx);
+      await Promise.race([
+        released,
+        new Promise((resolve) => ctx.signal.addEventListener("abort", resolve, { once: true })),
+      ]);
+    };
+    return { handler, contexts, release: () => release() };
+  }
+
+  it("a run that ends before its first heartbeat is written once, its history whole", async () => {
+    const { engine, writes } = countingRunWrites();
+    const { job, received } = await dueNow("noop");
+    const deps = { ...f.workerDeps("worker-a"), engine };
+    expect(await f.process(deps, received)).toBe("ack");
+
+    expect(writes).toHaveLength(1);
+    expect(writes[0]).toContain("fence = :fence");
+    const run = await runOf(job.jobId);
+    expect(run).toMatchObject({ status: "SUCCEEDED", fence: 1, workerId: "worker-a" });
+    expect(Date.parse(run.finishedAt ?? "")).toBeGreaterThanOrEqual(
+      Date.parse(run.startedAt ?? ""),
+    );
+    expect(run.durationMs).toBeGreaterThanOrEqual(0);
+  });
+
+  it("a run that outlives its first heartbeat is RUNNING from that beat, under the fence its handler got", async () => {
+    const held = heldHandler();
+    const { job, received } = await dueNow("held");
+    const delivery = f.process(f.workerDeps("worker-a", { held: held.handler }), received);
+    await waitFor("the handler's start", () => held.contexts.length === 1);
+    expect((await runOf(job.jobId)).status).toBe("QUEUED");
+    const running = await waitFor("the first heartbeat", async () => {
+      const run = await runOf(job.jobId);
+      return run.status === "RUNNING" ? run : undefined;
+    });
+    expect(running).toMatchObject({ fence: 1, workerId: "worker-a" });
+    expect(held.contexts[0]?.fence).toBe(1);
+    held.release();
+    expect(await delivery).toBe("ack");
+    expect(await runOf(job.jobId)).toMatchObject({ status: "SUCCEEDED", fence: 1 });
+  });
+
+  it("a cancel that finds the run QUEUED ends it; the handler is aborted at its first heartbeat and nothing more is written", async () => {
+    const held = heldHandler();
+    const { job, received } = await dueNow("held");
+    const delivery = f.process(f.workerDeps("worker-a", { held: held.handler }), received);
+    await waitFor("the handler's start", () => held.contexts.length === 1);
+    const run = await runOf(job.jobId);
+    const cancelled = await cancelRun(f.engine, job.tenantId, job.jobId, run.runId);
+    expect(cancelled.status).toBe("CANCELLED");
+
+    expect(await delivery).toBe("ack");
+    expect(held.contexts[0]?.signal.reason).toBeInstanceOf(FenceLostError);
+    expect(await runOf(job.jobId)).toMatchObject({ status: "CANCELLED", fence: 0 });
+  });
+
+  it("two deliveries at once both run the handler under the same fence; one ending is recorded", async () => {
+    let calls = 0;
+    const slow = async () => {
+      calls++;
+      await sleep(300);
+    };
+    const { job, received } = await dueNow("slow");
+    const [a, b] = await Promise.all([
+      processRun(f.workerDeps("worker-a", { slow }), received),
+      processRun(f.workerDeps("worker-b", { slow }), received),
+    ]);
+    expect([a, b]).toEqual(["ack", "ack"]);
+    expect(calls).toBe(2);
+    const run = await runOf(job.jobId);
+    expect(run).toMatchObject({ status: "SUCCEEDED", fence: 1 });
+    expect(["worker-a", "worker-b"]).toContain(run.workerId);
+  });
+
+  it("two deliveries of a recurring run at once: the job's admission lets one run it", async () => {
+    let calls = 0;
+    const slow = async () => {
+      calls++;
+      await sleep(300);
+    };
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "slow",
+        schedule: { every: "PT1H", startAt: new Date(Date.now() + 200).toISOString() },
+        policies: { ...testJob().policies, overlap: "allow", maxConcurrent: 5 },
+      }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const dispositions = await Promise.all([
+      processRun(f.workerDeps("worker-a", { slow }), received),
+      processRun(f.workerDeps("worker-b", { slow }), received),
+    ]);
+    expect(dispositions).toEqual(["ack", "ack"]);
+    expect(calls).toBe(1);
+    expect(await runOf(job.jobId)).toMatchObject({ status: "SUCCEEDED", fence: 1 });
+  });
+
+  it("a message that came back writes its run's start at once", async () => {
+    const held = heldHandler();
+    const { job, received } = await dueNow("held");
+    const delivery = f.process(f.workerDeps("worker-a", { held: held.handler }), {
+      ...received,
+      receiveCount: 2,
+    });
+    await waitFor("the handler's start", () => held.contexts.length === 1);
+    expect(await runOf(job.jobId)).toMatchObject({ status: "RUNNING", fence: 1 });
+    held.release();
+    expect(await delivery).toBe("ack");
+  });
+
+  it("a run taken too near the reaper's deadline for it writes its start at once", async () => {
+    const held = heldHandler();
+    const { job, received } = await dueNow("held");
+    const queued = await runOf(job.jobId);
+    // The deadline is a lease after the run was due; its first heartbeat would come after it.
+    await sleep(Math.max(0, Date.parse(queued.dueAt) + LEASE_MS - 1500 - Date.now()));
+    const delivery = f.process(f.workerDeps("worker-a", { held: held.handler }), received);
+    await waitFor("the handler's start", () => held.contexts.length === 1);
+    expect(await runOf(job.jobId)).toMatchObject({ status: "RUNNING", fence: 1 });
+    held.release();
+    expect(await delivery).toBe("ack");
+  });
+
+  it("a run queued again by a claim after an edit is another run: the held start's ending fails", async () => {
+    const held = heldHandler();
+    const { job, received } = await dueNow("held");
+    const delivery = f.process(f.workerDeps("worker-a", { held: held.handler }), received);
+    await waitFor("the handler's start", () => held.contexts.length === 1);
+    const run = await runOf(job.jobId);
+    // What a claim of the edited job puts over a QUEUED run of an older version.
+    const requeued = { ...run, jobVersion: run.jobVersion + 1, reason: null };
+    await f.engine.doc.send(
+      new PutCommand({
+        TableName: f.engine.tables.runs,
+        Item: { ...runKeyOf(run), ...requeued },
+      }),
+    );
+    held.release();
+    expect(await delivery).toBe("ack");
+    expect(await runOf(job.jobId)).toMatchObject({
+      status: "QUEUED",
+      fence: 0,
+      jobVersion: run.jobVersion + 1,
+    });
+  });
+
+  it("the redrive DLQ dead-letters a run started by every delivery after the first", async () => {
+    const { job, received } = await dueNow("noop");
+    const run = await runOf(job.jobId);
+    // The first delivery died holding an unwritten start; the next two (maxReceiveCount 3) started it.
+    await f.engine.doc.send(
+      new PutCommand({
+        TableName: f.engine.tables.runs,
+        Item: {
+          ...runKeyOf(run),
+          ...run,
+          status: "RUNNING",
+          fence: 2,
+          leaseUntil: new Date(Date.now() - 1000).toISOString(),
+        },
+      }),
+    );
+    await handleCrashedRun(f.engine, received.message, 3);
+    expect((await runOf(job.jobId)).status).toBe("DEAD");
+  });
+});
