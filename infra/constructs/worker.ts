@@ -62,12 +62,13 @@ export class Worker extends Construct {
       ...storage.jobs,
       actions: ["GetItem", "UpdateItem", "PutItem", "DeleteItem", "ConditionCheckItem", "Query"],
     });
-    // Start (which returns the run), heartbeat, requeue, park (UpdateItem), the finish
+    // A first delivery's read of its run (GetItem: its start is written with the run's first
+    // write), start (which returns the run), heartbeat, requeue, park (UpdateItem), the finish
     // transaction (Update the run, Put the next attempt's QUEUED run), admission's read of the
     // runs its job lists (BatchGetItem).
     allowTable(this.worker.fn, {
       ...storage.runs,
-      actions: ["UpdateItem", "PutItem", "BatchGetItem"],
+      actions: ["GetItem", "UpdateItem", "PutItem", "BatchGetItem"],
     });
     // Visibility: heartbeats, failed deliveries and redeliveries; resends of early, retried and buffered runs.
     allowQueues(this.worker.fn, queues.allWork, ["SendMessage", "ChangeMessageVisibility"]);
