@@ -95,7 +95,8 @@ export interface EngineSettings {
   readonly maxTimeoutSeconds: number;
   /**
    * The work queues' maxReceiveCount: the redrive DLQ consumer dead-letters a run only once it has
-   * been started by every delivery of one message after its first (a poison run; see dead-letter-queue.ts).
+   * been started by every delivery of one message (but the first, for a run never started: a poison
+   * run; see dead-letter-queue.ts).
    */
   readonly maxReceiveCount: number;
   /** Each tenant's quotas unless it has an override. */

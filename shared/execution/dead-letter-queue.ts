@@ -12,9 +12,10 @@ import { endUnownedRun } from "./run-endings.js";
  * its run a poison: a worker that dies holding a batch loses every message it
  * had not started yet, and a delivery that fails on a storage error charges a
  * receive without running anything. So the run is marked DEAD (listed for
- * replay) only when every delivery of this message after its first started
- * it (maxReceiveCount − 1 starts, each ending in a crash): the first delivery
- * may run it without writing its start (`takeRun`). Otherwise it stays QUEUED, or RUNNING
+ * replay) only when every delivery of this message started it, each start
+ * ending in a crash: maxReceiveCount starts, or maxReceiveCount − 1 for a
+ * message sent while its run was never started, whose first delivery may run
+ * it without writing its start (`takeRun`). Otherwise it stays QUEUED, or RUNNING
  * with a lapsed lease, and the reaper sends it again once its deadline passes,
  * as it does for any run whose message went missing.
  */
@@ -25,10 +26,14 @@ export async function handleCrashedRun(
 ): Promise<void> {
   const seen = await getRun(engine, message);
   if (seen === null) return;
-  const starts = seen.fence - (message.fence ?? 0);
-  // A message's first delivery may hold its run's start unwritten (takeRun) and leave no trace
-  // when it crashes; every later delivery writes its start.
-  if (starts < Math.max(1, engine.settings.maxReceiveCount - 1)) {
+  const sentAt = message.fence ?? 0;
+  const starts = seen.fence - sentAt;
+  // The first delivery of a message sent for a run never started may hold its start unwritten
+  // (takeRun) and leave no trace when it crashes; every later delivery writes its start, and so
+  // does every delivery of a message sent for a run started before.
+  const poisonAt =
+    sentAt > 0 ? engine.settings.maxReceiveCount : Math.max(1, engine.settings.maxReceiveCount - 1);
+  if (starts < poisonAt) {
     if (seen.status === "QUEUED" || seen.status === "RUNNING")
       engine.obs.log.warn(
         "redrive: the run was not started on every delivery; left to the reaper",

@@ -121,10 +121,14 @@ export async function cancelRunsOfJob(
     for (const run of runs) seen.add(run.runId);
     await forEachConcurrently(runs, 16, cancel);
   }
-  const active = Object.keys(job.activeRuns).filter((runId) => !seen.has(runId));
-  await forEachConcurrently(active, 16, async (runId) => {
+  const active = Object.entries(job.activeRuns).filter(([runId]) => !seen.has(runId));
+  await forEachConcurrently(active, 16, async ([runId, leaseUntil]) => {
     const ref = parseRunId(runId);
     const run = ref ? await getRun(engine, ref) : null;
-    if (run?.status === "RUNNING") await cancel(run);
+    // A run never started that is listed under a live lease was admitted by a worker that runs it
+    // with its start unwritten (run-fence.ts): it is under way, though it reads QUEUED.
+    const heldUnwritten =
+      run?.status === "QUEUED" && run.fence === 0 && leaseUntil > now.toISOString();
+    if (run?.status === "RUNNING" || heldUnwritten) await cancel(run);
   });
 }

@@ -91,6 +91,25 @@ export function fencedWrite(run: HeldRun, options: { cancelling?: boolean } = {}
   };
 }
 
+/**
+ * Whether a write of `run` that failed on its unwritten start's condition failed because an
+ * earlier write of this worker carried the start after all (it applied, but its answer was lost:
+ * a timeout, a dropped connection): the run stands RUNNING under this start's fence, worker and
+ * `startedAt`. The start is then marked written, and the write is to be made again under the
+ * fence alone.
+ */
+export function ownStartWritten(run: HeldRun, old: Record<string, unknown> | null): boolean {
+  const start = run.unwrittenStart;
+  if (start === undefined || start.written || old === null) return false;
+  const ours =
+    old.status === "RUNNING" &&
+    old.fence === run.fence &&
+    old.workerId === run.workerId &&
+    old.startedAt === run.startedAt;
+  if (ours) start.written = true;
+  return ours;
+}
+
 /** The error for a write whose `FENCE_HELD` condition failed. */
 function fenceLost(run: Pick<Run, "runId" | "fence">, cause: unknown): FenceLostError {
   return new FenceLostError(`run ${run.runId}`, run.fence, { cause });
@@ -152,8 +171,10 @@ export async function fencedRunUpdate(
       }),
     );
   } catch (error) {
-    if (isConditionalCheckFailed(error)) throw fenceFailure(run, failedConditionItem(error), error);
-    throw error;
+    if (!isConditionalCheckFailed(error)) throw error;
+    const old = failedConditionItem(error);
+    if (ownStartWritten(run, old)) return fencedRunUpdate(engine, run, expression);
+    throw fenceFailure(run, old, error);
   }
   held.written();
 }

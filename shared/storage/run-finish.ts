@@ -9,7 +9,7 @@ import {
 } from "./dynamo-errors.js";
 import { deadLetterPk, encodeDueEntry, jobKey } from "./items.js";
 import { deadRunExpiresAt, jobExpiresAt } from "./retention.js";
-import { fencedWrite, fenceFailure, type HeldRun } from "./run-fence.js";
+import { fencedWrite, fenceFailure, type HeldRun, ownStartWritten } from "./run-fence.js";
 import { runKeyOf } from "./run-reads.js";
 import { boundedOrNull } from "./stored-text.js";
 import {
@@ -157,9 +157,9 @@ export async function finishRun(
         },
       ]);
     } catch (error) {
-      if (error instanceof ConditionsFailedError && error.has("run"))
-        throw fenceFailure(run, error.item("run"), error);
-      throw error;
+      if (!(error instanceof ConditionsFailedError && error.has("run"))) throw error;
+      if (ownStartWritten(run, error.item("run"))) return finishRun(engine, run, ending, now);
+      throw fenceFailure(run, error.item("run"), error);
     }
     held.written();
     if (!ending.jobWriteDeferred) await recordRunOnJob(engine, finished, ending);
@@ -171,9 +171,10 @@ export async function finishRun(
         engine.doc.send(new UpdateCommand(runUpdate)),
       );
     } catch (error) {
-      if (isConditionalCheckFailed(error))
-        throw fenceFailure(run, failedConditionItem(error), error);
-      throw error;
+      if (!isConditionalCheckFailed(error)) throw error;
+      const old = failedConditionItem(error);
+      if (ownStartWritten(run, old)) return finishRun(engine, run, ending, now);
+      throw fenceFailure(run, old, error);
     }
     held.written();
     if (!ending.jobWriteDeferred) await recordRunOnJob(engine, finished, ending);
@@ -205,8 +206,10 @@ export async function finishRun(
   try {
     await writeTransaction(engine, "finish", writes);
   } catch (error) {
-    if (error instanceof ConditionsFailedError && error.has("run"))
+    if (error instanceof ConditionsFailedError && error.has("run")) {
+      if (ownStartWritten(run, error.item("run"))) return finishRun(engine, run, ending, now);
       throw fenceFailure(run, error.item("run"), error);
+    }
     // The job's only condition here is that it exists: it was deleted while the run ran.
     if (error instanceof ConditionsFailedError && error.has("job"))
       throw new JobNotFoundError(run.jobId, { cause: error });

@@ -6,7 +6,7 @@ import { FenceLostError } from "../../shared/errors.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
 import { processRun } from "../../shared/execution/worker.js";
-import { cancelRun, createJob } from "../../shared/jobs/index.js";
+import { cancelRun, createJob, pauseJob } from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
 import { runKeyOf } from "../../shared/storage/run-reads.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
@@ -243,5 +243,93 @@ describe("a start held unwritten until the run's first write", () => {
     );
     await handleCrashedRun(f.engine, received.message, 3);
     expect((await runOf(job.jobId)).status).toBe("DEAD");
+  });
+  it("a pause with running: cancel cancels a recurring run admitted with its start unwritten", async () => {
+    const held = heldHandler();
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "held",
+        schedule: { every: "PT1H", startAt: new Date(Date.now() + 200).toISOString() },
+      }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const delivery = f.process(f.workerDeps("worker-a", { held: held.handler }), received);
+    await waitFor("the handler's start", () => held.contexts.length === 1);
+    // Admitted (listed in activeRuns) and running, its start still unwritten: the run reads QUEUED.
+    expect(await runOf(job.jobId)).toMatchObject({ status: "QUEUED", fence: 0 });
+    await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+
+    expect(await runOf(job.jobId)).toMatchObject({ status: "CANCELLED", cancelledBy: "pause" });
+    expect(await delivery).toBe("ack");
+    expect(held.contexts[0]?.signal.aborted).toBe(true);
+    expect(await runOf(job.jobId)).toMatchObject({ status: "CANCELLED", cancelledBy: "pause" });
+  });
+
+  it("a start whose write applied but answered an error is the worker's own: the run still ends once", async () => {
+    const c = createTestClients();
+    clients.push(c);
+    let failed = 0;
+    c.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const input: object = args.input;
+        const table = "TableName" in input ? String(input.TableName) : "";
+        const result = await next(args);
+        // The first write of the run (its first heartbeat, carrying the start) applies, and the
+        // answer is lost on the way back: a timeout or a dropped connection.
+        if (
+          failed === 0 &&
+          table === f.engine.tables.runs &&
+          context.commandName === "UpdateItemCommand"
+        ) {
+          failed++;
+          throw Object.assign(new Error("socket hang up"), { name: "TimeoutError" });
+        }
+        return result;
+      },
+      { step: "initialize", name: "loseTheFirstRunWriteAnswer" },
+    );
+    let calls = 0;
+    const handler = async (ctx: JobContext) => {
+      calls++;
+      // Outlives two heartbeats: the first (its answer lost) and the next, under the written start.
+      await sleep(700);
+      if (ctx.signal.aborted) throw ctx.signal.reason;
+    };
+    const { job, received } = await dueNow("lost-answer");
+    const deps = {
+      ...f.workerDeps("worker-a", { "lost-answer": handler }, 200),
+      engine: { ...f.engine, doc: c.doc },
+    };
+    expect(await f.process(deps, received)).toBe("ack");
+    expect(failed).toBe(1);
+    expect(calls).toBe(1);
+    expect(await runOf(job.jobId)).toMatchObject({
+      status: "SUCCEEDED",
+      fence: 1,
+      workerId: "worker-a",
+    });
+  });
+
+  it("the redrive DLQ leaves alone a run one of whose started message's deliveries never started it", async () => {
+    const { job, received } = await dueNow("noop");
+    const run = await runOf(job.jobId);
+    // A message sent with the run under fence 1 (a wait's recheck): its every delivery writes its
+    // start, so three deliveries (maxReceiveCount 3) of which one never reached the run (its worker
+    // died holding a batch) started it twice.
+    await f.engine.doc.send(
+      new PutCommand({
+        TableName: f.engine.tables.runs,
+        Item: {
+          ...runKeyOf(run),
+          ...run,
+          status: "RUNNING",
+          fence: 3,
+          leaseUntil: new Date(Date.now() - 1000).toISOString(),
+        },
+      }),
+    );
+    await handleCrashedRun(f.engine, { ...received.message, fence: 1 }, 3);
+    expect((await runOf(job.jobId)).status).toBe("RUNNING");
   });
 });
