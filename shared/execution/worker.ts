@@ -211,17 +211,27 @@ async function runAdmitted(
     await resend(engine, runMessageOf({ ...run, dueAt: retryAt.toISOString() }), retryAt);
     return "ack";
   }
-  if (taken.kind === "unlimited") return runInSlot(deps, received, job, run, null, progress);
+  if (taken.kind === "unlimited") {
+    const disposition = await runInSlot(deps, received, job, run, null, progress);
+    return disposition === "held elsewhere" ? "ack" : disposition;
+  }
+  let heldElsewhere = false;
   try {
-    return await runInSlot(deps, received, job, run, taken.slot, progress);
+    const disposition = await runInSlot(deps, received, job, run, taken.slot, progress);
+    if (disposition !== "held elsewhere") return disposition;
+    heldElsewhere = true;
+    return "ack";
   } finally {
-    await releaseRunSlot(engine, taken.slot).catch((error: unknown) => {
-      // Its lease frees it: the slot is held a lease at most by a run that ended.
-      engine.obs.log.warn("could not free a concurrent-runs slot", {
-        runId: run.runId,
-        error: String(error),
+    // Another delivery of the run holds this slot (the same run and fence) while it runs the run:
+    // the slot is its to free.
+    if (!heldElsewhere)
+      await releaseRunSlot(engine, taken.slot).catch((error: unknown) => {
+        // Its lease frees it: the slot is held a lease at most by a run that ended.
+        engine.obs.log.warn("could not free a concurrent-runs slot", {
+          runId: run.runId,
+          error: String(error),
+        });
       });
-    });
   }
 }
 
@@ -245,7 +255,7 @@ async function runInSlot(
   run: HeldRun,
   slot: RunSlot | null,
   progress: RunProgress,
-): Promise<Disposition> {
+): Promise<Disposition | "held elsewhere"> {
   const { engine } = deps;
   const tracked = isRecurring(job);
   if (tracked) {
@@ -268,7 +278,7 @@ async function runInSlot(
       engine.obs.log.info("another delivery of the run was admitted and runs it; acknowledged", {
         runId: run.runId,
       });
-      return "ack";
+      return "held elsewhere";
     }
     if (decision.action === "skip") {
       await finishRun(

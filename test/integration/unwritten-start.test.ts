@@ -9,6 +9,7 @@ import { processRun } from "../../shared/execution/worker.js";
 import { cancelRun, createJob, pauseJob } from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
 import { runKeyOf } from "../../shared/storage/run-reads.js";
+import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { createTestClients, type TestClients } from "../support/namespace.js";
 import { waitFor } from "../support/wait.js";
@@ -25,7 +26,11 @@ describe("a start held unwritten until the run's first write", () => {
   let f: EngineFixture;
   const clients: TestClients[] = [];
   beforeAll(async () => {
-    f = await createEngineFixture({ settings: { leaseMs: LEASE_MS }, maxReceiveCount: 3 });
+    f = await createEngineFixture({
+      // Quota overrides written here apply at the next start: no cached override.
+      settings: { leaseMs: LEASE_MS, quotaCacheMs: 0 },
+      maxReceiveCount: 3,
+    });
   });
   afterEach(() => {
     for (const c of clients.splice(0)) c.destroy();
@@ -331,5 +336,42 @@ describe("a start held unwritten until the run's first write", () => {
     );
     await handleCrashedRun(f.engine, { ...received.message, fence: 1 }, 3);
     expect((await runOf(job.jobId)).status).toBe("RUNNING");
+  });
+  it("a duplicate delivery let off by the admission leaves the tenant's concurrent-runs slot to the delivery that runs", async () => {
+    const tenantId = "one-slot";
+    await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 1 }, new Date());
+    const held = heldHandler();
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        tenantId,
+        type: "held",
+        schedule: { every: "PT1H", startAt: new Date(Date.now() + 200).toISOString() },
+      }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const running = f.process(f.workerDeps("worker-a", { held: held.handler }), received);
+    await waitFor("the handler's start", () => held.contexts.length === 1);
+    // The same message again (SQS's at-least-once): the job lists the run, so it is let off.
+    expect(await processRun(f.workerDeps("worker-b", { held: held.handler }), received)).toBe(
+      "ack",
+    );
+    expect(held.contexts).toHaveLength(1);
+
+    // Another run of the tenant finds its one slot taken: it waits.
+    let otherCalls = 0;
+    const other = await createJob(
+      f.engine,
+      testJob({ tenantId, type: "other", schedule: { runAt: new Date().toISOString() } }),
+    );
+    const otherDelivery = await f.nextDelivery(f.engine.queues.normal, other.job.jobId);
+    const otherDeps = f.workerDeps("worker-c", { other: async () => void otherCalls++ });
+    expect(await f.process(otherDeps, otherDelivery)).toBe("ack");
+    expect(otherCalls).toBe(0);
+    expect((await runOf(other.job.jobId)).reason).toMatch(/concurrentRuns quota \(1\)/);
+
+    held.release();
+    expect(await running).toBe("ack");
+    expect(await runOf(job.jobId)).toMatchObject({ status: "SUCCEEDED", fence: 1 });
   });
 });
