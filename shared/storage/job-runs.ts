@@ -23,6 +23,15 @@ export interface ListedRuns {
 const underWay = (run: Run) => run.status === "QUEUED" || run.status === "RUNNING";
 
 /**
+ * A listed run counts as under way while QUEUED or RUNNING, and also while it ended never started
+ * (fence 0) under a live lease: only a worker holding its start unwritten (run-fence.ts) lists
+ * such a run, and a cancel that found it QUEUED ended it while its handler runs on until that
+ * worker's next write fails.
+ */
+const listedUnderWay = (run: Run, leaseUntil: string, now: string) =>
+  underWay(run) || (run.fence === 0 && leaseUntil > now);
+
+/**
  * The jobs as their listed runs stand: one consistent BatchGetItem of every
  * job's `activeRuns` and buffered run (none when nothing is listed), in the
  * jobs' order.
@@ -42,7 +51,8 @@ export async function readListedRuns(engine: Engine, jobs: readonly Job[]): Prom
             .map(decodeRun)
             .map((run) => [run.runId, run]),
         );
-  return jobs.map((job) => withListedRuns(job, runs));
+  const now = engine.clock().toISOString();
+  return jobs.map((job) => withListedRuns(job, runs, now));
 }
 
 const listedRunIds = (job: Job) => [
@@ -50,13 +60,13 @@ const listedRunIds = (job: Job) => [
   ...(job.bufferedRunId === null ? [] : [job.bufferedRunId]),
 ];
 
-function withListedRuns(job: Job, runs: ReadonlyMap<string, Run>): ListedRuns {
+function withListedRuns(job: Job, runs: ReadonlyMap<string, Run>, now: string): ListedRuns {
   const activeRuns: Record<string, string> = {};
   const ended: string[] = [];
   let lastRun = job.lastRun;
   for (const [runId, leaseUntil] of Object.entries(job.activeRuns)) {
     const run = runs.get(runId);
-    if (run !== undefined && underWay(run)) {
+    if (run !== undefined && listedUnderWay(run, leaseUntil, now)) {
       activeRuns[runId] = leaseUntil;
       continue;
     }

@@ -500,7 +500,10 @@ describe("skip after a run whose ending left its entry", () => {
   });
 });
 
-/** Ends a run SUCCEEDED the way a deferred ending does: the run's item alone. */
+/**
+ * Ends a run SUCCEEDED the way a deferred ending does: the run's item alone, under its worker's
+ * start (a listed run ended at fence 0 was cancelled under a worker still running it; job-runs.ts).
+ */
 async function endAsSucceeded(f: EngineFixture, runId: string, jobId: string) {
   const run = (await f.runs()).find((r) => r.runId === runId && r.jobId === jobId);
   if (run === undefined) throw new Error(`run ${runId} is gone`);
@@ -508,12 +511,15 @@ async function endAsSucceeded(f: EngineFixture, runId: string, jobId: string) {
     new UpdateCommand({
       TableName: f.engine.tables.runs,
       Key: runKeyOf(run),
-      UpdateExpression: "SET #status = :status, finishedAt = :at, durationMs = :ms",
+      UpdateExpression:
+        "SET #status = :status, finishedAt = :at, durationMs = :ms, fence = if_not_exists(fence, :zero) + :one",
       ExpressionAttributeNames: { "#status": "status" },
       ExpressionAttributeValues: {
         ":status": "SUCCEEDED",
         ":at": new Date().toISOString(),
         ":ms": 1,
+        ":zero": 0,
+        ":one": 1,
       },
     }),
   );

@@ -6,7 +6,7 @@ import { FenceLostError } from "../../shared/errors.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
 import { processRun } from "../../shared/execution/worker.js";
-import { cancelRun, createJob, pauseJob } from "../../shared/jobs/index.js";
+import { cancelRun, createJob, pauseJob, triggerJob } from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
 import { runKeyOf } from "../../shared/storage/run-reads.js";
 import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
@@ -373,5 +373,39 @@ describe("a start held unwritten until the run's first write", () => {
     held.release();
     expect(await running).toBe("ack");
     expect(await runOf(job.jobId)).toMatchObject({ status: "SUCCEEDED", fence: 1 });
+  });
+  it("a run cancelled while its handler runs with the start unwritten still counts against its job's overlap until its lease lapses", async () => {
+    const held = heldHandler();
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "held",
+        schedule: { every: "PT1H", startAt: new Date(Date.now() + 200).toISOString() },
+      }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const first = f.process(f.workerDeps("worker-a", { held: held.handler }), received);
+    await waitFor("the handler's start", () => held.contexts.length === 1);
+    const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    if (!run) throw new Error("no run");
+    // Found QUEUED, the run ends at once; its handler runs on until its first heartbeat.
+    expect((await cancelRun(f.engine, job.tenantId, job.jobId, run.runId)).status).toBe(
+      "CANCELLED",
+    );
+
+    // A second run of the job (overlap skip) meanwhile must not run beside it.
+    const triggered = await triggerJob(f.engine, job.tenantId, job.jobId);
+    const second = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(second.message.scheduledFor).toBe(triggered.scheduledFor);
+    let secondCalls = 0;
+    const deps = f.workerDeps("worker-b", {
+      held: async () => {
+        // Counted only while the first handler still runs: that is the overlap.
+        if (held.contexts[0]?.signal.aborted === false) secondCalls++;
+      },
+    });
+    expect(await f.process(deps, second)).toBe("ack");
+    expect(secondCalls).toBe(0);
+    expect(await first).toBe("ack");
   });
 });
