@@ -92,7 +92,8 @@ export class HeldMessages {
       await pushQueuedDeadline(this.engine, message, message.fence ?? 0, deadline);
       h.deadlineKeptAt = now;
     }).catch((error: unknown) => {
-      // Kept again at the next turn; meanwhile the reaper may send a copy the fence makes harmless.
+      // Kept again at the next turn; meanwhile the reaper may send a copy: a duplicate delivery
+      // (see docs/architecture.md, Known limits, on duplicates of a run's first start).
       this.engine.obs.log.warn("could not keep held runs from the reaper", {
         error: String(error),
       });
@@ -124,7 +125,7 @@ export class HeldMessages {
         );
         for (const handle of handles) if (!failed.has(handle)) done.add(handle);
       } catch (error) {
-        // Visible again once its time is up: delivered again, a duplicate the fence makes harmless.
+        // Visible again once its time is up: delivered again, a duplicate delivery.
         this.engine.obs.log.warn("could not set held messages' visibility", {
           messages: handles.length,
           error: String(error),
