@@ -41,16 +41,19 @@ export async function admitRun(
   options: {
     /**
      * The run's start is unwritten (a first start, see run-fence.ts), so nothing yet kept another
-     * delivery of it from starting too: if the job lists the run under a live lease, that delivery
-     * was admitted and runs it, and this one must not.
+     * delivery of it from starting too. If the job lists the run under a live lease, another
+     * delivery was admitted with it: one that took the run less than `firstWriteWithinMs` ago
+     * (its listed lease is a lease from its take) runs it, and this one must not; one that took
+     * it longer ago has missed the first write it owed by then (the run would read RUNNING), so
+     * it died, and this delivery takes the run over.
      */
-    readonly startUnwritten?: boolean;
+    readonly unwrittenStart?: { readonly firstWriteWithinMs: number };
   } = {},
 ): Promise<Admission> {
   let job = initial;
   for (let attempt = 0; attempt < MAX_ADMISSION_ATTEMPTS; attempt++) {
     const now = engine.clock();
-    if (options.startUnwritten && (job.activeRuns[runId] ?? "") > now.toISOString())
+    if (options.unwrittenStart && heldElsewhere(engine, job, runId, now, options.unwrittenStart))
       return { decision: { action: "held elsewhere" }, job };
     // A run that starts whatever its job's live leases say (none, or allow under its bound) learns
     // nothing from reading the runs under way: it reads only the lapsed entries it drops, for
@@ -123,6 +126,22 @@ export async function admitRun(
   }
   // Heavy contention on one job: let the run wait and try again rather than spin.
   return { decision: { action: "buffer" }, job };
+}
+
+/** Slack for the holder's first write: its clock, its request. */
+const FIRST_WRITE_SLACK_MS = 1_000;
+
+function heldElsewhere(
+  engine: Engine,
+  job: Job,
+  runId: string,
+  now: Date,
+  start: { readonly firstWriteWithinMs: number },
+): boolean {
+  const listed = job.activeRuns[runId];
+  if (listed === undefined || listed <= now.toISOString()) return false;
+  const takenAt = Date.parse(listed) - engine.settings.leaseMs;
+  return now.getTime() - takenAt <= start.firstWriteWithinMs + FIRST_WRITE_SLACK_MS;
 }
 
 function omit(entries: Readonly<Record<string, string>>, ids: readonly string[]) {

@@ -264,7 +264,9 @@ async function runInSlot(
       job,
       run.runId,
       new Date(run.leaseUntil ?? engine.clock()),
-      { startUnwritten: run.unwrittenStart?.written === false },
+      run.unwrittenStart?.written === false
+        ? { unwrittenStart: { firstWriteWithinMs: heartbeatEveryMs(deps) } }
+        : {},
     ).catch((error: unknown) => {
       if (!(error instanceof JobNotFoundError)) throw error;
       return null;

@@ -1,6 +1,7 @@
 import { PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { sleep } from "../../shared/clock.js";
+import { reap } from "../../shared/dispatch/reaper.js";
 import type { Engine } from "../../shared/engine.js";
 import { FenceLostError } from "../../shared/errors.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
@@ -10,7 +11,12 @@ import { cancelRun, createJob, pauseJob, triggerJob } from "../../shared/jobs/in
 import type { Run } from "../../shared/model.js";
 import { runKeyOf } from "../../shared/storage/run-reads.js";
 import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  createEngineFixture,
+  type EngineFixture,
+  engineAt,
+  testJob,
+} from "../support/engine-fixture.js";
 import { createTestClients, type TestClients } from "../support/namespace.js";
 import { waitFor } from "../support/wait.js";
 
@@ -408,4 +414,59 @@ describe("a start held unwritten until the run's first write", () => {
     expect(secondCalls).toBe(0);
     expect(await first).toBe("ack");
   });
+});
+
+describe("a start held unwritten by a worker that died after its admission", () => {
+  /** Long enough that the holder's listed lease outlives the reaper's first look at the run. */
+  const LONG_LEASE_MS = 12_000;
+  let f: EngineFixture;
+  let dying: TestClients;
+  beforeAll(async () => {
+    f = await createEngineFixture({ settings: { leaseMs: LONG_LEASE_MS } });
+    dying = createTestClients();
+    let dead = false;
+    dying.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (dead) return new Promise<never>(() => undefined);
+        const input: object = args.input;
+        const update = "UpdateExpression" in input ? String(input.UpdateExpression) : "";
+        const result = await next(args);
+        if (context.commandName === "UpdateItemCommand" && update.includes("activeRuns.#"))
+          dead = true;
+        return result;
+      },
+      { step: "initialize", name: "dieAfterTheAdmission" },
+    );
+  });
+  afterAll(async () => {
+    dying.destroy();
+    await f.destroy();
+  });
+
+  it("is taken over by the reaper's re-send, not left to wait out the dead holder's lease", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { every: "PT1H", startAt: new Date(Date.now() + 200).toISOString() } }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const dueAt = Date.parse(received.message.dueAt);
+    // Taken 6 s late (a backlog), early enough to hold its start unwritten; dies once admitted.
+    const holder = {
+      ...f.workerDeps("holder"),
+      engine: { ...engineAt(f.engine, dueAt + 6000), doc: dying.doc },
+    };
+    void processRun(holder, received);
+    await waitFor("the holder's admission", async () => {
+      const stored = (await f.jobs()).find((j) => j.jobId === job.jobId);
+      return Object.keys(stored?.activeRuns ?? {}).length === 1;
+    });
+    // The reaper finds the run QUEUED past its deadline (a lease after it was due) and re-sends it,
+    // while the dead holder's listed lease (from its take, 6 s late) is still live.
+    const reapedAt = dueAt + LONG_LEASE_MS + 5500;
+    expect((await reap(f.engine, { now: new Date(reapedAt) })).resent).toBe(1);
+    const survivor = { ...f.workerDeps("survivor"), engine: engineAt(f.engine, reapedAt + 100) };
+    expect(await processRun(survivor, received)).toBe("ack");
+    const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    expect(run).toMatchObject({ status: "SUCCEEDED", workerId: "survivor", fence: 1 });
+  }, 30_000);
 });
