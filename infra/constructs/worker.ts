@@ -53,22 +53,31 @@ export class Worker extends Construct {
     // conditional PutItem).
     allowTable(this.worker.fn, { ...storage.webhookSecrets, actions: ["GetItem", "PutItem"] });
     allowTableKey(this.worker.fn, storage.webhookSecretsKey);
-    // Job read (GetItem), admission and one-off completion (UpdateItem), the finish transaction
+    // Job read (GetItem; BatchGetItem with its run's, by a first delivery), admission and one-off
+    // completion (UpdateItem), the finish transaction
     // (Update the job, Put a retry's due entry or an upstream's trigger entry); the fan-out of a
     // trigger to its dependents (GetItem, ConditionCheck each dependent, DeleteItem the entry); the
     // tenant's concurrent-runs quota: its override and slots read in one Query of its quota
     // partition, a slot taken (PutItem), extended (UpdateItem) and freed (DeleteItem).
     allowTable(this.worker.fn, {
       ...storage.jobs,
-      actions: ["GetItem", "UpdateItem", "PutItem", "DeleteItem", "ConditionCheckItem", "Query"],
+      actions: [
+        "GetItem",
+        "BatchGetItem",
+        "UpdateItem",
+        "PutItem",
+        "DeleteItem",
+        "ConditionCheckItem",
+        "Query",
+      ],
     });
-    // A first delivery's read of its run (GetItem: its start is written with the run's first
-    // write), start (which returns the run), heartbeat, requeue, park (UpdateItem), the finish
+    // A first delivery's read of its run with its job (BatchGetItem: its start is written with
+    // the run's first write), start (which returns the run), heartbeat, requeue, park (UpdateItem), the finish
     // transaction (Update the run, Put the next attempt's QUEUED run), admission's read of the
     // runs its job lists (BatchGetItem).
     allowTable(this.worker.fn, {
       ...storage.runs,
-      actions: ["GetItem", "UpdateItem", "PutItem", "BatchGetItem"],
+      actions: ["UpdateItem", "PutItem", "BatchGetItem"],
     });
     // Visibility: heartbeats, failed deliveries and redeliveries; resends of early, retried and buffered runs.
     allowQueues(this.worker.fn, queues.allWork, ["SendMessage", "ChangeMessageVisibility"]);

@@ -135,7 +135,7 @@ async function processDelivery(
   const progress: RunProgress = { tracked: false, executedVersion: null };
   try {
     try {
-      return await runStarted(deps, received, run, progress);
+      return await runStarted(deps, received, run, progress, started.job);
     } catch (error) {
       if (!(error instanceof RunCancelledError)) throw error;
       await endOnCancelRequest(engine, run, error, progress);
@@ -158,10 +158,12 @@ async function runStarted(
   received: ReceivedRun,
   run: HeldRun,
   progress: RunProgress,
+  /** The job as read with the run, for a start held unwritten. */
+  readWithRun: Job | null | undefined,
 ): Promise<Disposition> {
   const { engine } = deps;
   // Read after the start write, consistently: whatever the job says now is what this run obeys.
-  const job = await getJob(engine, run.jobId);
+  const job = readWithRun === undefined ? await getJob(engine, run.jobId) : readWithRun;
   // A wait for the tenant's concurrent-runs quota in the worker loop is not lateness.
   const lateAsOf = new Date(engine.clock().getTime() - (received.waitedForQuotaMs ?? 0));
   const decision = decideStart(job, run, lateAsOf, engine.settings.misfireGraceMs);

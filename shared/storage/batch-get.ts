@@ -21,25 +21,61 @@ export async function batchGetItems(
   engine: Engine,
   table: string,
   keys: readonly Item[],
+  options: { readonly consistentRead: boolean; readonly exhausted?: () => Error },
+): Promise<Item[]> {
+  return (await batchGetByTable(engine, { [table]: keys }, options))[table] ?? [];
+}
+
+/**
+ * `batchGetItems` over several tables at once: the items found, by table. Keys of different
+ * tables share each request (100 keys a request in all).
+ */
+export async function batchGetByTable(
+  engine: Engine,
+  keysByTable: Readonly<Record<string, readonly Item[]>>,
   {
     consistentRead,
-    exhausted = () => new Error(`${table} kept throttling BatchGetItem`),
+    exhausted = () =>
+      new Error(`${Object.keys(keysByTable).join(", ")} kept throttling BatchGetItem`),
   }: { readonly consistentRead: boolean; readonly exhausted?: () => Error },
-): Promise<Item[]> {
-  const found: Item[] = [];
-  for (let i = 0; i < keys.length; i += KEYS_PER_REQUEST) {
-    let pending = keys.slice(i, i + KEYS_PER_REQUEST);
-    for (let round = 1; pending.length > 0; round++) {
+): Promise<Record<string, Item[]>> {
+  const found: Record<string, Item[]> = Object.fromEntries(
+    Object.keys(keysByTable).map((table) => [table, []]),
+  );
+  const all = Object.entries(keysByTable).flatMap(([table, keys]) =>
+    keys.map((key) => ({ table, key })),
+  );
+  for (let i = 0; i < all.length; i += KEYS_PER_REQUEST) {
+    let pending = byTable(all.slice(i, i + KEYS_PER_REQUEST));
+    for (let round = 1; Object.keys(pending).length > 0; round++) {
       if (round > MAX_BATCH_ROUNDS) throw exhausted();
       if (round > 1) await sleep(BATCH_BACKOFF_BASE_MS * 2 ** (round - 2));
       const result = await engine.doc.send(
         new BatchGetCommand({
-          RequestItems: { [table]: { Keys: [...pending], ConsistentRead: consistentRead } },
+          RequestItems: Object.fromEntries(
+            Object.entries(pending).map(([table, keys]) => [
+              table,
+              { Keys: keys, ConsistentRead: consistentRead },
+            ]),
+          ),
         }),
       );
-      found.push(...(result.Responses?.[table] ?? []));
-      pending = result.UnprocessedKeys?.[table]?.Keys ?? [];
+      for (const [table, items] of Object.entries(result.Responses ?? {}))
+        found[table]?.push(...items);
+      pending = Object.fromEntries(
+        Object.entries(result.UnprocessedKeys ?? {})
+          .map(([table, request]) => [table, request.Keys ?? []] as const)
+          .filter(([, keys]) => keys.length > 0),
+      );
     }
   }
   return found;
+}
+
+function byTable(
+  keys: readonly { readonly table: string; readonly key: Item }[],
+): Record<string, Item[]> {
+  const grouped: Record<string, Item[]> = {};
+  for (const { table, key } of keys) grouped[table] = [...(grouped[table] ?? []), key];
+  return grouped;
 }

@@ -1,14 +1,20 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
-import type { Run } from "../model.js";
+import type { Job, Run } from "../model.js";
+import { batchGetByTable } from "./batch-get.js";
 import { failedConditionItem, isConditionalCheckFailed } from "./dynamo-errors.js";
-import { decodeRun } from "./items.js";
+import { decodeJob, decodeRun, jobKey } from "./items.js";
 import type { HeldRun } from "./run-fence.js";
 import { extendLease } from "./run-heartbeat.js";
-import { getRunItem, type RunRef, runKeyOf } from "./run-reads.js";
+import { type RunRef, runKeyOf } from "./run-reads.js";
 
 type StartResult =
-  | { readonly kind: "started"; readonly run: HeldRun }
+  | {
+      readonly kind: "started";
+      readonly run: HeldRun;
+      /** The job as read with the run, for a start held unwritten; absent: read it after the start. */
+      readonly job?: Job | null;
+    }
   /** Already finished: a duplicate or late delivery. */
   | { readonly kind: "finished"; readonly run: Run }
   /** Another worker holds a live lease on it. */
@@ -85,8 +91,18 @@ export async function takeRun(
   now: Date,
   firstWriteWithinMs: number,
 ): Promise<StartResult> {
-  const item = await getRunItem(engine, runKeyOf(ref));
-  if (item === null) return { kind: "missing" };
+  // The run and its job in one request: a start held unwritten decides on this read of the job,
+  // whatever came first (every write it makes is conditioned on the run as read); a start written
+  // now reads the job again after it.
+  const { runs, jobs } = engine.tables;
+  const found = await batchGetByTable(
+    engine,
+    { [runs]: [runKeyOf(ref)], [jobs]: [jobKey(ref.jobId)] },
+    { consistentRead: true },
+  );
+  const item = found[runs]?.[0];
+  if (item === undefined) return { kind: "missing" };
+  const jobItem = found[jobs]?.[0];
   const run = decodeRun(item);
   if (run.status === "RUNNING") {
     const lapsed = run.leaseUntil !== null && Date.parse(run.leaseUntil) < now.getTime();
@@ -99,6 +115,7 @@ export async function takeRun(
   if (!(now.getTime() + firstWriteWithinMs < writeBy)) return startRun(engine, ref, workerId, now);
   return {
     kind: "started",
+    job: jobItem === undefined ? null : decodeJob(jobItem),
     run: {
       ...run,
       status: "RUNNING",

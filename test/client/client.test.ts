@@ -134,7 +134,12 @@ describe("a job handle", () => {
   });
 
   it("delete removes the job; its runs stay readable; a repeat is not_found", async () => {
-    const handle = await client.jobs.create({ type: "noop", schedule: later() });
+    // Its run outlasts the delete that cancels it (a noop could end first, SUCCEEDED).
+    const handle = await client.jobs.create({
+      type: "sleep",
+      payload: { ms: 5000 },
+      schedule: later(),
+    });
     const run = await handle.trigger();
     await handle.delete();
     expect(isSchedulerApiError(await caught(handle.get()), "not_found")).toBe(true);

@@ -47,14 +47,13 @@ describe("a worker decides after it starts the run", () => {
     return { ...f.engine, doc: c.doc };
   }
 
-  /** The worker's consistent read of the job, which it decides on (after it took the run). */
-  const jobRead = (command: string, input: Record<string, unknown>) =>
-    command === "GetItemCommand" && input.TableName === f.engine.tables.jobs;
+  /** The worker's consistent read of the run and its job, which a first start decides on. */
+  const jobRead = (command: string) => command === "BatchGetItemCommand";
   /** The run's first write: the ending of a run that ends quickly, which writes its start too. */
   const firstRunWrite = (command: string, input: Record<string, unknown>) =>
     command === "UpdateItemCommand" && input.TableName === f.engine.tables.runs;
 
-  it("a cancel or pause committed just before the worker reads the job is obeyed: the handler never runs", async () => {
+  it("a cancel or pause committed just before the worker reads the run and its job is obeyed: the handler never runs", async () => {
     let calls = 0;
     const handlers = { counted: async (_ctx: JobContext) => void calls++ };
     const outcomes: [string, string | undefined, string | null | undefined][] = [];

@@ -104,8 +104,8 @@ describe("the Lambda worker and its messages' visibility", () => {
 
   /**
    * A DynamoDB client whose process dies right after it took the run: its start write (a message
-   * that came back), or its read of the run (a first delivery, whose start waits for the run's
-   * first write). Nothing it sends later returns.
+   * that came back), or its read of the run and its job (a first delivery, whose start waits for
+   * the run's first write). Nothing it sends later returns.
    */
   function diesAfterTakingTheRun(): TestClients {
     const c = createTestClients();
@@ -116,11 +116,10 @@ describe("the Lambda worker and its messages' visibility", () => {
         if (dead) return new Promise<never>(() => undefined);
         const input: object = args.input;
         const update = "UpdateExpression" in input ? String(input.UpdateExpression) : "";
-        const table = "TableName" in input ? String(input.TableName) : "";
         const result = await next(args);
         if (
           update.includes("fence = fence + :one") ||
-          (context.commandName === "GetItemCommand" && table === f.engine.tables.runs)
+          context.commandName === "BatchGetItemCommand"
         )
           dead = true;
         return result;

@@ -61,15 +61,22 @@ describe("a start held unwritten until the run's first write", () => {
     return run;
   }
 
-  /** The engine with its writes to the runs table counted, by update expression. */
-  function countingRunWrites(): { engine: Engine; writes: string[] } {
+  /**
+   * The engine with its writes to the runs table counted, by update expression, and every
+   * DynamoDB request it makes for the run and its job named in `requests`.
+   */
+  function countingRunWrites(): { engine: Engine; writes: string[]; requests: string[] } {
     const c = createTestClients();
     clients.push(c);
     const writes: string[] = [];
+    const requests: string[] = [];
     c.doc.middlewareStack.add(
       (next, context) => async (args) => {
         const input: object = args.input;
         const table = "TableName" in input ? String(input.TableName) : "";
+        // The tenant's quota override, read once per process (cached), is not the run's.
+        const key = "Key" in input ? JSON.stringify(input.Key) : "";
+        if (!key.includes('"QUOTA#')) requests.push(String(context.commandName));
         if (table === f.engine.tables.runs && WRITES.has(String(context.commandName)))
           writes.push(
             `${context.commandName}: ${"UpdateExpression" in input ? String(input.UpdateExpression) : ""}`,
@@ -78,7 +85,7 @@ describe("a start held unwritten until the run's first write", () => {
       },
       { step: "initialize", name: "countRunWrites" },
     );
-    return { engine: { ...f.engine, doc: c.doc }, writes };
+    return { engine: { ...f.engine, doc: c.doc }, writes, requests };
   }
 
   /** A handler that runs until `release` is called, recording its context. */
@@ -99,11 +106,13 @@ describe("a start held unwritten until the run's first write", () => {
   }
 
   it("a run that ends before its first heartbeat is written once, its history whole", async () => {
-    const { engine, writes } = countingRunWrites();
+    const { engine, writes, requests } = countingRunWrites();
     const { job, received } = await dueNow("noop");
     const deps = { ...f.workerDeps("worker-a"), engine };
     expect(await f.process(deps, received)).toBe("ack");
 
+    // The run and its job read in one request; the run's ending; the one-off's completion.
+    expect(requests).toEqual(["BatchGetItemCommand", "UpdateItemCommand", "UpdateItemCommand"]);
     expect(writes).toHaveLength(1);
     expect(writes[0]).toContain("fence = :fence");
     const run = await runOf(job.jobId);
