@@ -48,7 +48,7 @@ const QUOTA_RECHECK_MAX_MS = 16_000;
  * read after the fenced start write, so a cancel, pause or edit committed
  * before the start is seen, and one committed after it finds the run RUNNING.
  * A first delivery of a run never started holds its start unwritten until the
- * run's first write (`takeRun`): the job is read after the run, and until that
+ * run's first write (`takeRun`): the job is read with the run, and until that
  * write the run is QUEUED to others (its fenced writes then fail if a cancel or
  * another start came first; a recurring job's admission lets one delivery on).
  *
@@ -162,7 +162,8 @@ async function runStarted(
   readWithRun: Job | null | undefined,
 ): Promise<Disposition> {
   const { engine } = deps;
-  // Read after the start write, consistently: whatever the job says now is what this run obeys.
+  // Read after the start write (or with the run, for a start held unwritten), consistently:
+  // whatever the job says then is what this run obeys.
   const job = readWithRun === undefined ? await getJob(engine, run.jobId) : readWithRun;
   // A wait for the tenant's concurrent-runs quota in the worker loop is not lateness.
   const lateAsOf = new Date(engine.clock().getTime() - (received.waitedForQuotaMs ?? 0));

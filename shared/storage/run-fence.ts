@@ -22,8 +22,8 @@ const FENCE_HELD_CANCELLING = "fence = :fence AND #status = :running";
 /**
  * A start the worker has not written yet (`takeRun`): it read the run QUEUED and runs it as
  * started under the next fence, and its first write to the run (the ending of a run that ends
- * quickly, else the first heartbeat, a wait or a park) writes the start with it, one write where
- * there were two. Until then the run is QUEUED to everyone else.
+ * quickly, else the first heartbeat, a wait or a park) writes the start with it, so a run that
+ * ends quickly is written once. Until then the run is QUEUED to everyone else.
  */
 interface UnwrittenStart {
   /** The run's fence as read: the start takes it one higher. */

@@ -88,6 +88,22 @@ describe("a start held unwritten until the run's first write", () => {
     return { engine: { ...f.engine, doc: c.doc }, writes, requests };
   }
 
+  /** Stores the run RUNNING under `fence` with its lease lapsed: its last start's worker crashed. */
+  async function storeCrashed(run: Run, fence: number): Promise<void> {
+    await f.engine.doc.send(
+      new PutCommand({
+        TableName: f.engine.tables.runs,
+        Item: {
+          ...runKeyOf(run),
+          ...run,
+          status: "RUNNING",
+          fence,
+          leaseUntil: new Date(Date.now() - 1000).toISOString(),
+        },
+      }),
+    );
+  }
+
   /** A handler that runs until `release` is called, recording its context. */
   function heldHandler() {
     const contexts: JobContext[] = [];
@@ -249,18 +265,7 @@ describe("a start held unwritten until the run's first write", () => {
     const { job, received } = await dueNow("noop");
     const run = await runOf(job.jobId);
     // The first delivery died holding an unwritten start; the next two (maxReceiveCount 3) started it.
-    await f.engine.doc.send(
-      new PutCommand({
-        TableName: f.engine.tables.runs,
-        Item: {
-          ...runKeyOf(run),
-          ...run,
-          status: "RUNNING",
-          fence: 2,
-          leaseUntil: new Date(Date.now() - 1000).toISOString(),
-        },
-      }),
-    );
+    await storeCrashed(run, 2);
     await handleCrashedRun(f.engine, received.message, 3);
     expect((await runOf(job.jobId)).status).toBe("DEAD");
   });
@@ -337,18 +342,7 @@ describe("a start held unwritten until the run's first write", () => {
     // A message sent with the run under fence 1 (a wait's recheck): its every delivery writes its
     // start, so three deliveries (maxReceiveCount 3) of which one never reached the run (its worker
     // died holding a batch) started it twice.
-    await f.engine.doc.send(
-      new PutCommand({
-        TableName: f.engine.tables.runs,
-        Item: {
-          ...runKeyOf(run),
-          ...run,
-          status: "RUNNING",
-          fence: 3,
-          leaseUntil: new Date(Date.now() - 1000).toISOString(),
-        },
-      }),
-    );
+    await storeCrashed(run, 3);
     await handleCrashedRun(f.engine, { ...received.message, fence: 1 }, 3);
     expect((await runOf(job.jobId)).status).toBe("RUNNING");
   });
