@@ -88,6 +88,26 @@ describe("a start held unwritten until the run's first write", () => {
     return { engine: { ...f.engine, doc: c.doc }, writes, requests };
   }
 
+  /**
+   * An hourly job (of `tenantId`) whose first run worker-a is running with its start unwritten:
+   * its handler has been entered and holds until `held.release()`.
+   */
+  async function recurringRunHeld(tenantId?: string) {
+    const held = heldHandler();
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        ...(tenantId === undefined ? {} : { tenantId }),
+        type: "held",
+        schedule: { every: "PT1H", startAt: new Date(Date.now() + 200).toISOString() },
+      }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const delivery = f.process(f.workerDeps("worker-a", { held: held.handler }), received);
+    await waitFor("the handler's start", () => held.contexts.length === 1);
+    return { held, job, received, delivery };
+  }
+
   /** Stores the run RUNNING under `fence` with its lease lapsed: its last start's worker crashed. */
   async function storeCrashed(run: Run, fence: number): Promise<void> {
     await f.engine.doc.send(
@@ -270,17 +290,7 @@ describe("a start held unwritten until the run's first write", () => {
     expect((await runOf(job.jobId)).status).toBe("DEAD");
   });
   it("a pause with running: cancel cancels a recurring run admitted with its start unwritten", async () => {
-    const held = heldHandler();
-    const { job } = await createJob(
-      f.engine,
-      testJob({
-        type: "held",
-        schedule: { every: "PT1H", startAt: new Date(Date.now() + 200).toISOString() },
-      }),
-    );
-    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-    const delivery = f.process(f.workerDeps("worker-a", { held: held.handler }), received);
-    await waitFor("the handler's start", () => held.contexts.length === 1);
+    const { held, job, delivery } = await recurringRunHeld();
     // Admitted (listed in activeRuns) and running, its start still unwritten: the run reads QUEUED.
     expect(await runOf(job.jobId)).toMatchObject({ status: "QUEUED", fence: 0 });
     await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
@@ -349,18 +359,7 @@ describe("a start held unwritten until the run's first write", () => {
   it("a duplicate delivery let off by the admission leaves the tenant's concurrent-runs slot to the delivery that runs", async () => {
     const tenantId = "one-slot";
     await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 1 }, new Date());
-    const held = heldHandler();
-    const { job } = await createJob(
-      f.engine,
-      testJob({
-        tenantId,
-        type: "held",
-        schedule: { every: "PT1H", startAt: new Date(Date.now() + 200).toISOString() },
-      }),
-    );
-    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-    const running = f.process(f.workerDeps("worker-a", { held: held.handler }), received);
-    await waitFor("the handler's start", () => held.contexts.length === 1);
+    const { held, job, received, delivery: running } = await recurringRunHeld(tenantId);
     // The same message again (SQS's at-least-once): the job lists the run, so it is let off.
     expect(await processRun(f.workerDeps("worker-b", { held: held.handler }), received)).toBe(
       "ack",
@@ -384,17 +383,7 @@ describe("a start held unwritten until the run's first write", () => {
     expect(await runOf(job.jobId)).toMatchObject({ status: "SUCCEEDED", fence: 1 });
   });
   it("a run cancelled while its handler runs with the start unwritten still counts against its job's overlap until its lease lapses", async () => {
-    const held = heldHandler();
-    const { job } = await createJob(
-      f.engine,
-      testJob({
-        type: "held",
-        schedule: { every: "PT1H", startAt: new Date(Date.now() + 200).toISOString() },
-      }),
-    );
-    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-    const first = f.process(f.workerDeps("worker-a", { held: held.handler }), received);
-    await waitFor("the handler's start", () => held.contexts.length === 1);
+    const { held, job, delivery: first } = await recurringRunHeld();
     const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
     if (!run) throw new Error("no run");
     // Found QUEUED, the run ends at once; its handler runs on until its first heartbeat.
