@@ -5,6 +5,7 @@ import { bearerAuthenticator } from "../../shared/api/auth.js";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
+import { fuzzCases, fuzzTimeoutMs } from "../support/fuzz-scale.js";
 import { scheduleInputArb } from "../support/schedules.js";
 import { JOB_TYPES } from "./support.js";
 
@@ -15,6 +16,8 @@ import { JOB_TYPES } from "./support.js";
  * jobs (triggers also two at once) while the clock moves on by whole seconds and milliseconds
  * and dispatcher passes claim what they wrote. No answer may be a 5xx, and no pass may fail.
  */
+const CASES = fuzzCases(12);
+const TIMEOUT_MS = fuzzTimeoutMs(300_000);
 const KEY = "valid-fuzz-key";
 let fixture: EngineFixture;
 let app: ReturnType<typeof createApiApp>;
@@ -100,7 +103,9 @@ const tickArb = fc.oneof(
 );
 
 describe("fuzz: well-formed requests in any combination", () => {
-  it("never answer 5xx, and dispatcher passes over what they wrote never fail", async () => {
+  it("never answer 5xx, and dispatcher passes over what they wrote never fail", {
+    timeout: TIMEOUT_MS,
+  }, async () => {
     now = new Date(Math.floor(Date.now() / 1000) * 1000);
     await fc.assert(
       fc.asyncProperty(
@@ -145,7 +150,7 @@ describe("fuzz: well-formed requests in any combination", () => {
           expect((await send("POST", `/jobs/${id}/cancel`)).status).toBeLessThan(500);
         },
       ),
-      { numRuns: 25, seed: Number(process.env.FUZZ_SEED ?? Date.now() % 2 ** 31) },
+      { numRuns: CASES, seed: Number(process.env.FUZZ_SEED ?? Date.now() % 2 ** 31) },
     );
-  }, 300_000);
+  });
 });

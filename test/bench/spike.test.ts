@@ -2,9 +2,11 @@ import { describe, expect, it } from "vitest";
 import { runSpike } from "../../bench/spike.js";
 
 /**
- * The spike benchmark inside `npm test`, at the brief's N = 1,000, asserting
- * only that nothing collapsed: every job succeeded and p99 start lag stayed
- * under 5 s. Measured here (2 cores): p99 2.6-3.4 s over six runs.
+ * The spike benchmark inside `npm test`, at N = 300, asserting only that
+ * nothing collapsed: every job succeeded and p99 start lag stayed under 5 s.
+ * The issue's N = 1,000 and 10,000 are measured by `npm run bench:spike`
+ * (README); at 1,000 this test took a minute of `npm test`, with nothing
+ * beside it (the `alone` project).
  *
  * Two of the benchmark's defaults keep it about the scheduler rather than
  * this machine:
@@ -18,7 +20,7 @@ import { runSpike } from "../../bench/spike.js";
  * on two cores shared with the sandbox, four a run.
  * SPIKE_TEST_JOBS sets N; SPIKE_P99_BOUND_MS the bound.
  */
-const JOBS = Number(process.env.SPIKE_TEST_JOBS ?? 1000);
+const JOBS = Number(process.env.SPIKE_TEST_JOBS ?? 300);
 const P99_BOUND_MS = Number(process.env.SPIKE_P99_BOUND_MS ?? 5_000);
 
 describe("spike", () => {

@@ -7,7 +7,7 @@ import { seedJobs } from "../support/seed.js";
 
 /**
  * A file of its own because it bounds a wall-clock lag: vitest.config.ts runs it in the `timed`
- * project, with no other file beside it, while dispatch.test.ts's races run beside others.
+ * project, beside one other such file at most, while dispatch.test.ts's races run beside others.
  */
 const SECOND = 1000;
 
