@@ -136,10 +136,15 @@ describe("the Lambda worker and its messages' visibility", () => {
   }
 
   it("a run that starts and ends normally costs no SQS request of the worker's own, one-off or recurring", async () => {
+    // Each schedule is due 200 ms after its own create: one computed before the one-off ran would be
+    // in the past, its first occurrence an hour on.
     const soon = () => new Date(Date.now() + 200).toISOString();
-    for (const schedule of [{ runAt: soon() }, { every: "PT1H", startAt: soon() }]) {
+    for (const scheduleSoon of [
+      () => ({ runAt: soon() }),
+      () => ({ every: "PT1H", startAt: soon() }),
+    ]) {
       sqsCalls = [];
-      const { job } = await createJob(f.engine, testJob({ schedule }));
+      const { job } = await createJob(f.engine, testJob({ schedule: scheduleSoon() }));
       const event = await deliveryOf(job.jobId);
       expect(await invoke({ ...f.workerDeps("lambda"), engine: counted }, event)).toEqual([]);
       expect(await runOf(job.jobId)).toMatchObject({ status: "SUCCEEDED", fence: 1 });

@@ -125,14 +125,19 @@ describe("recovered runs are not misfires (lease = grace)", () => {
 
   it("a run whose message was lost runs when the reaper re-sends it, under skip and fire_once", async () => {
     // fire_once skips a late run only when a later occurrence is late too: a frequent schedule.
-    for (const [misfire, schedule] of [
-      ["skip", hourly(secondAfter(1000))],
-      ["fire_once", { every: "PT30S", startAt: secondAfter(1000).toISOString() }],
+    // Each schedule starts a second after its own create: one computed before the first case ran
+    // would have started in the past, its first occurrence 30 s on.
+    for (const [misfire, scheduleFrom] of [
+      ["skip", hourly],
+      ["fire_once", (startAt: Date) => ({ every: "PT30S", startAt: startAt.toISOString() })],
     ] as const) {
       offsetMs = 0;
       const { job } = await createJob(
         f.engine,
-        testJob({ schedule, policies: { ...testJob().policies, misfire } }),
+        testJob({
+          schedule: scheduleFrom(secondAfter(1000)),
+          policies: { ...testJob().policies, misfire },
+        }),
       );
       const lost = await f.nextDelivery(f.engine.queues.normal, job.jobId);
       await deleteMessages(f.engine.sqs, lost.queueUrl, [lost.receiptHandle]);
