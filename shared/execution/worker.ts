@@ -117,7 +117,7 @@ async function processDelivery(
       ? await startRun(engine, message, deps.workerId, engine.clock())
       : await takeRun(engine, message, deps.workerId, engine.clock(), heartbeatEveryMs(deps));
   if (started.kind === "finished") {
-    const job = await getJob(engine, message.jobId);
+    const job = started.job === undefined ? await getJob(engine, message.jobId) : started.job;
     if (job !== null) await repairJobAfterRun(engine, job, started.run);
   }
   if (started.kind !== "started") {

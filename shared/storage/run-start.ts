@@ -16,7 +16,12 @@ type StartResult =
       readonly job?: Job | null;
     }
   /** Already finished: a duplicate or late delivery. */
-  | { readonly kind: "finished"; readonly run: Run }
+  | {
+      readonly kind: "finished";
+      readonly run: Run;
+      /** The job as read with the run (null: gone); absent: not read. */
+      readonly job?: Job | null;
+    }
   /** Another worker holds a live lease on it. */
   | { readonly kind: "busy"; readonly run: Run }
   | { readonly kind: "missing" };
@@ -103,19 +108,20 @@ export async function takeRun(
   const item = found[runs]?.[0];
   if (item === undefined) return { kind: "missing" };
   const jobItem = found[jobs]?.[0];
+  const job = jobItem === undefined ? null : decodeJob(jobItem);
   const run = decodeRun(item);
   if (run.status === "RUNNING") {
     const lapsed = run.leaseUntil !== null && Date.parse(run.leaseUntil) < now.getTime();
     return lapsed ? startRun(engine, ref, workerId, now) : { kind: "busy", run };
   }
-  if (run.status !== "QUEUED") return { kind: "finished", run };
+  if (run.status !== "QUEUED") return { kind: "finished", run, job };
   if (run.fence > 0) return startRun(engine, ref, workerId, now);
   const deadline = typeof item.inflightSk === "string" ? Date.parse(item.inflightSk) : Number.NaN;
   const writeBy = deadline - START_WRITE_MARGIN_MS;
   if (!(now.getTime() + firstWriteWithinMs < writeBy)) return startRun(engine, ref, workerId, now);
   return {
     kind: "started",
-    job: jobItem === undefined ? null : decodeJob(jobItem),
+    job,
     run: {
       ...run,
       status: "RUNNING",

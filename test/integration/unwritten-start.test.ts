@@ -159,6 +159,36 @@ describe("a start held unwritten until the run's first write", () => {
     expect(run.durationMs).toBeGreaterThanOrEqual(0);
   });
 
+  it("a first delivery that finds its run ended makes the job's missing write from the job read with the run", async () => {
+    const c = createTestClients();
+    clients.push(c);
+    let ended = false;
+    c.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        // The worker dies between the run's ending and the job's write after it.
+        if (ended) return new Promise<never>(() => undefined);
+        const input: object = args.input;
+        const result = await next(args);
+        if ("TableName" in input && input.TableName === f.engine.tables.runs)
+          ended = context.commandName === "UpdateItemCommand";
+        return result;
+      },
+      { step: "initialize", name: "dieBeforeTheJobWrite" },
+    );
+    const { job, received } = await dueNow("noop");
+    void f.process({ ...f.workerDeps("worker-a"), engine: { ...f.engine, doc: c.doc } }, received);
+    await waitFor("the run's ending", async () => (await runOf(job.jobId)).status === "SUCCEEDED");
+
+    // A duplicate of the first delivery (receive count 1) finds the run ended.
+    const { engine, requests } = countingRunWrites();
+    expect(await f.process({ ...f.workerDeps("worker-b"), engine }, received)).toBe("ack");
+    expect(requests).toEqual(["BatchGetItemCommand", "UpdateItemCommand"]);
+    expect((await f.jobs()).find((j) => j.jobId === job.jobId)).toMatchObject({
+      status: "COMPLETED",
+      lastRun: { status: "SUCCEEDED" },
+    });
+  });
+
   it("a run that outlives its first heartbeat is RUNNING from that beat, under the fence its handler got", async () => {
     const held = heldHandler();
     const { job, received } = await dueNow("held");
