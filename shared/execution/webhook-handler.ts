@@ -115,8 +115,8 @@ export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHa
         cause: error,
       });
     }
-    // Drain the body so the connection is reused; a receiver's answer is not stored.
-    const text = await response.text().catch(() => "");
+    // A receiver's answer is not stored: only its start is read (see answerStart).
+    const text = await answerStart(response);
     // An async target that answers 202 has taken the run over; any other 2xx is its result now.
     if (response.status === 202 && target.mode === "async") return new RunHandedOver();
     if (response.ok) return { status: response.status };
@@ -128,6 +128,34 @@ export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHa
       },
     );
   };
+}
+
+/** How much of a receiver's answer a delivery reads; a failure's message keeps its first 200 characters. */
+const MAX_ANSWER_BYTES = 64 * 1024;
+
+/**
+ * The start of the receiver's answer, at most MAX_ANSWER_BYTES. A shorter answer is read to its
+ * end, so the connection is reused; a longer one is cut off there and its connection closed, so a
+ * receiver cannot make the worker, which runs other tenants' runs beside this one, hold an answer
+ * of any size. An answer that fails while it is read is what was read of it.
+ */
+async function answerStart(response: Response): Promise<string> {
+  if (response.body === null) return "";
+  const reader = response.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  try {
+    while (size <= MAX_ANSWER_BYTES) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      chunks.push(value);
+      size += value.byteLength;
+    }
+    if (size > MAX_ANSWER_BYTES) await reader.cancel();
+  } catch {
+    // Aborted (the run's signal or timeout) or reset by the receiver: keep what was read.
+  }
+  return new TextDecoder().decode(Buffer.concat(chunks).subarray(0, MAX_ANSWER_BYTES));
 }
 
 function asyncHeaders(

@@ -1,7 +1,7 @@
 import type { LookupAddress } from "node:dns";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import {
   isRetryable,
@@ -289,6 +289,51 @@ describe("http deliveries with private targets refused", () => {
     } finally {
       redirecting.closeAllConnections();
       await new Promise((resolve) => redirecting.close(resolve));
+    }
+  });
+
+  it("read at most the start of a receiver's answer: a huge one is cut off, not held", async () => {
+    // 32 MiB in 64 KiB chunks, each written once the one before was taken: the server writes what
+    // the worker reads. Read whole, a receiver's gigabytes would take down a worker that runs
+    // other tenants' runs too.
+    const total = 32 * 1024 * 1024;
+    const chunk = Buffer.alloc(64 * 1024, "x");
+    const answers: { written: number; closed: boolean; finished: boolean }[] = [];
+    const flooding = createServer((req, res) => {
+      const answer = { written: 0, closed: false, finished: false };
+      answers.push(answer);
+      res.on("close", () => {
+        answer.closed = true;
+        answer.finished = res.writableFinished;
+      });
+      res.writeHead(Number(req.url?.slice(1)), { "Content-Type": "text/plain" });
+      const more = () => {
+        while (answer.written < total && !res.destroyed) {
+          answer.written += chunk.length;
+          if (!res.write(chunk)) return void res.once("drain", more);
+        }
+        if (answer.written >= total) res.end();
+      };
+      more();
+    });
+    await new Promise<void>((resolve) => flooding.listen(0, "127.0.0.1", resolve));
+    const port = (flooding.address() as AddressInfo).port;
+    try {
+      const local = httpHandlerWith({ allowPrivateTargets: true });
+      expect(await local(contextFor(`http://127.0.0.1:${port}/200`))).toEqual({ status: 200 });
+      const error = await refusalOf(local(contextFor(`http://127.0.0.1:${port}/500`)));
+      // A failure still says what the receiver answered, from the start of its answer.
+      expect(error.message).toBe(`POST http://127.0.0.1:${port}/500: HTTP 500 ${"x".repeat(200)}`);
+      expect(isRetryable(error)).toBe(true);
+      expect(answers).toHaveLength(2);
+      await vi.waitFor(() => expect(answers.every((a) => a.closed)).toBe(true));
+      for (const answer of answers) {
+        expect(answer.finished).toBe(false);
+        expect(answer.written).toBeLessThan(total / 4);
+      }
+    } finally {
+      flooding.closeAllConnections();
+      await new Promise((resolve) => flooding.close(resolve));
     }
   });
 
