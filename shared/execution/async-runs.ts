@@ -82,10 +82,9 @@ async function heldRun(engine: Engine, runId: string, token: string): Promise<Ru
   if (secrets === null || !runTokenSignedBy(token, signingSecrets(secrets, engine.clock())))
     throw new RunTokenInvalidError(runId, "bad signature");
   const run = await getRun(engine, ref);
-  if (run === null) throw new RunNotFoundError(runId);
-  // A tenant can sign tokens with its own secret: never for another tenant's run.
-  if (run.tenantId !== claims.tenantId)
-    throw new RunTokenInvalidError(runId, "it is another run's token");
+  // A tenant can sign tokens with its own secret: another tenant's run is answered as one that
+  // does not exist (404), so such a token tells it nothing of that run, not even that it exists.
+  if (run === null || run.tenantId !== claims.tenantId) throw new RunNotFoundError(runId);
   if (run.status !== "RUNNING")
     throw new RunTokenStaleError(run, `the run is ${run.status.toLowerCase()}`);
   if (run.fence !== claims.fence)

@@ -376,10 +376,10 @@ describe("async mode (long jobs)", () => {
     const otherJob = await createAsyncJob();
     const other = await deliver(otherJob);
     await expect401(handOff.token, other.heartbeatUrl);
-    // Tenant B signs a token with its own secret naming A's run: B's key never reaches A's runs.
+    // A token naming A as its tenant, signed with B's secret: it verifies for no tenant.
     const secretOfB = (await tenantWebhookSecrets(api.fixture.engine, "tenant-b")).current;
     await expect401(
-      signRunToken(secretOfB, { runId: handOff.runId, fence: 1, tenantId: "tenant-b" }),
+      signRunToken(secretOfB, { runId: handOff.runId, fence: 1, tenantId: TENANT_A }),
     );
     // Tenant credentials are not a run token.
     await expect401(KEY_B);
@@ -399,6 +399,39 @@ describe("async mode (long jobs)", () => {
     const token = signRunToken(secretOfA, { runId, fence: 1, tenantId: TENANT_A });
     const reply = await callBack(`${api.server.url}/runs/${runId}/heartbeat`, token);
     expectError({ ...reply, body: reply.body as unknown }, 404, { code: "not_found" });
+  });
+
+  it("another tenant's token naming a run of A is answered as for a run that does not exist", async () => {
+    // Tenant B can sign tokens for its own tenant with its own secret. Naming A's run, it must learn
+    // nothing of it: not whether the run exists, so not A's occurrences or how many attempts they took.
+    const jobId = await createAsyncJob();
+    const handOff = await deliver(jobId);
+    const secretOfB = (await tenantWebhookSecrets(api.fixture.engine, "tenant-b")).current;
+    const asB = async (runId: string, action: "heartbeat" | "complete") => {
+      const token = signRunToken(secretOfB, { runId, fence: 1, tenantId: "tenant-b" });
+      const reply = await callBack(
+        `${api.server.url}/runs/${runId}/${action}`,
+        token,
+        action === "complete" ? { status: "failed", error: "from B", retryable: false } : undefined,
+      );
+      const error = reply.body.error as { code: string; message: string };
+      return {
+        status: reply.status,
+        code: error.code,
+        message: error.message.replace(runId, "<run>"),
+      };
+    };
+    // The same occurrence's second attempt, which was never queued.
+    const missingRunId = runIdOf(jobId, now, 2);
+    expect(handOff.runId).toBe(runIdOf(jobId, now, 1));
+    for (const action of ["heartbeat", "complete"] as const) {
+      const ofA = await asB(handOff.runId, action);
+      const missing = await asB(missingRunId, action);
+      expect(ofA).toEqual(missing);
+      expect(ofA).toMatchObject({ status: 404, code: "not_found" });
+    }
+    // A's run is as it was.
+    expect(await runOf(jobId, handOff.runId)).toMatchObject({ status: "running", fence: 1 });
   });
 
   it("a 202 from a target without async mode is an ordinary success", async () => {
