@@ -24,7 +24,8 @@ function checkCursor(
     key !== undefined &&
     actual.length === expected.length &&
     actual.every((name, i) => name === expected[i]) &&
-    Object.values(key).every((v) => v.length > 0 && v.length <= 1024) &&
+    // DynamoDB's bound on a key is in bytes (a sort key's 1,024), not characters.
+    Object.values(key).every((v) => v.length > 0 && Buffer.byteLength(v, "utf8") <= 1024) &&
     Object.entries(partition).every(([name, value]) => key[name] === value) &&
     (sortPrefix === undefined || (key[sortPrefix.key] ?? "").startsWith(sortPrefix.prefix));
   if (!sameShape) {

@@ -8,12 +8,14 @@ import {
   type KeyPage,
   type PageRequest,
   type RunRange,
+  runRangeKeys,
   runsOfJob,
   tenantJobIds,
 } from "../storage/job-queries.js";
 import { readListedRuns } from "../storage/job-runs.js";
 import { getJob, getRun } from "../storage/run-reads.js";
 import { runKey } from "../storage/runs.js";
+import { ValidationError } from "../validation.js";
 import { decodeCursor, encodeCursor, type Page } from "./cursor.js";
 
 /** Reads scoped to a tenant: another tenant's job is reported as not found, so existence does not leak. */
@@ -156,10 +158,25 @@ export async function listRuns(
   }
   const { filter: _binding, ...start } = decodeCursor(options.cursor) ?? {};
   let startKey: Record<string, unknown> | undefined = options.cursor ? start : undefined;
+  // A cursor is the caller's text: DynamoDB refuses a start key outside the range (a 500 here).
+  const { lo, hi } = runRangeKeys(range);
+  if (startKey !== undefined && !(start.sk !== undefined && start.sk >= lo && start.sk <= hi)) {
+    throw new ValidationError([
+      {
+        field: "cursor",
+        message: "lies outside the runs these filters read; start again without it",
+      },
+    ]);
+  }
   const cursorOf = (key: Record<string, unknown> | undefined) =>
     encodeCursor(key && { ...key, ...(options.binding ? { filter: options.binding } : {}) });
   const items: Run[] = [];
   for (let read = 0; read < MAX_READS_PER_PAGE; read++) {
+    // Newest first, nothing lies past the range's first key; DynamoDB may refuse it as a start key.
+    if (startKey?.sk === lo) {
+      startKey = undefined;
+      break;
+    }
     const wanted = options.limit - items.length;
     // Unfiltered, every item read is kept. Filtered, each read asks for twice as many items per
     // run still wanted as the one before: a common status fills the page in two reads, a rare

@@ -78,6 +78,15 @@ export interface RunRange {
   readonly statuses?: readonly string[];
 }
 
+/** The sort keys a range reads, both inclusive: a query's start key must lie between them. */
+export function runRangeKeys(range: RunRange): { readonly lo: string; readonly hi: string } {
+  return {
+    // "RUN#" sorts before and "RUN#~" after every run key: instants start with a digit.
+    lo: range.from ? runSortKey(range.from, 1) : "RUN#",
+    hi: range.through ? runSortKey(range.through, MAX_ATTEMPT) : "RUN#~",
+  };
+}
+
 /**
  * A job's runs, newest occurrence first. The occurrence range is a sort-key
  * range, so runs outside it are not read at all; the status filter is a
@@ -92,6 +101,7 @@ export function runsOfJob(
 ): Promise<KeyPage<Run>> {
   const statuses = range.statuses ?? [];
   const statusValues = Object.fromEntries(statuses.map((status, i) => [`:s${i}`, status]));
+  const { lo, hi } = runRangeKeys(range);
   return queryPage(
     engine,
     {
@@ -105,9 +115,8 @@ export function runsOfJob(
         : {}),
       ExpressionAttributeValues: {
         ":pk": jobPk(jobId),
-        // "RUN#" sorts before and "RUN#~" after every run key: instants start with a digit.
-        ":lo": range.from ? runSortKey(range.from, 1) : "RUN#",
-        ":hi": range.through ? runSortKey(range.through, MAX_ATTEMPT) : "RUN#~",
+        ":lo": lo,
+        ":hi": hi,
         ...statusValues,
       },
     },

@@ -488,6 +488,19 @@ describe("GET /jobs and GET /jobs/{id}", () => {
     ["?cursor=%%%", "cursor"],
     [`?cursor=${Buffer.from('{"pk":"JOB#x"}').toString("base64url")}`, "cursor"],
     [`?cursor=${Buffer.from("[1]").toString("base64url")}`, "cursor"],
+    // The caller's own partition, with a sort key of 600 characters but 1,200 bytes: past what
+    // DynamoDB takes as a key (1,024 bytes), so it must be refused here, not there (a 500).
+    [
+      `?cursor=${Buffer.from(
+        JSON.stringify({
+          tenantPk: "TENANT#tenant-a",
+          tenantSk: "é".repeat(600),
+          pk: "x",
+          sk: "x",
+        }),
+      ).toString("base64url")}`,
+      "cursor",
+    ],
     ["?colour=red", "colour"],
   ])("400 for GET /jobs%s", async (query, field) => {
     expectError(await api.call("GET", `/jobs${query}`), 400, { field });
@@ -992,6 +1005,15 @@ describe("dead letters", () => {
     });
     expectError(await api.call("GET", "/dead-letters?limit=1000"), 400, { field: "limit" });
     expectError(await api.call("GET", "/dead-letters?cursor=abc"), 400, { field: "cursor" });
+    const overlong = { deadPk: "DEAD#tenant-a", deadSk: "é".repeat(600), pk: "x", sk: "x" };
+    expectError(
+      await api.call(
+        "GET",
+        `/dead-letters?cursor=${Buffer.from(JSON.stringify(overlong)).toString("base64url")}`,
+      ),
+      400,
+      { field: "cursor" },
+    );
     expectError(await api.call("GET", "/dead-letters", { key: null }), 401);
   });
 });

@@ -186,6 +186,27 @@ describe("GET /jobs/{id}/runs, a job that fires every second", () => {
     expect(times(reordered.items)).toEqual(newestFirst(10, 5));
   });
 
+  it("a cursor whose key lies outside the listing's range is a 400 naming cursor, not a 500", async () => {
+    // A cursor is base64url JSON: a caller can write one in its own job's partition whose sort key
+    // lies past the range the listing reads (DynamoDB refuses such a start key outright).
+    const forge = (key: Record<string, string>) =>
+      Buffer.from(JSON.stringify(key)).toString("base64url");
+    const pk = `JOB#${jobId}`;
+    const cases = [
+      `cursor=${forge({ pk, sk: "RUN#~~" })}`,
+      `from=${at(10)}&to=${at(20)}&cursor=${forge({ pk, sk: `RUN#${at(30)}#0001`, filter: `from=${at(10)}&to=${at(20)}` })}`,
+      `from=${at(10)}&to=${at(20)}&cursor=${forge({ pk, sk: `RUN#${at(5)}#0001`, filter: `from=${at(10)}&to=${at(20)}` })}`,
+    ];
+    for (const query of cases) {
+      const reply = await api.call("GET", `/jobs/${jobId}/runs?${query}`);
+      expectError(reply, 400, { field: "cursor" });
+    }
+    // A cursor the listing returned, inside its range, still pages on.
+    const ranged = await page(`from=${at(10)}&to=${at(20)}&limit=5`);
+    const next = await page(`from=${at(10)}&to=${at(20)}&cursor=${ranged.nextCursor}`);
+    expect(times(next.items)).toEqual(newestFirst(10, 5));
+  });
+
   it("bad filters are a 400 naming the field, and another tenant gets 404", async () => {
     const cases: [string, string][] = [
       ["status=succeeded,finished", "status"],
