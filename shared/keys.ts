@@ -16,7 +16,7 @@ const MIN_STORABLE_MS = -62_167_219_200_000;
 const MAX_STORABLE_MS = 253_402_300_799_999;
 
 /** Attempts are zero-padded to four digits in sort keys; a fifth digit would break their order. */
-const MAX_ATTEMPT = 9999;
+export const MAX_ATTEMPT = 9999;
 
 /** A guard against a bad watermark turning one dispatcher pass into a scan of years. */
 export const MAX_BUCKET_RANGE_MINUTES = 10_000;

@@ -1,5 +1,6 @@
 import type { Engine } from "../engine.js";
 import { IllegalTransitionError, NotReplayableError } from "../errors.js";
+import { MAX_ATTEMPT } from "../keys.js";
 import type { Run } from "../model.js";
 import { writeReplay } from "../storage/dead-letter-replay.js";
 import { getJob } from "../storage/run-reads.js";
@@ -21,6 +22,12 @@ export async function replayDeadLetter(
     throw new NotReplayableError(runId, `it is ${dead.status.toLowerCase()}, not dead`);
   if (dead.replayedBy)
     throw new NotReplayableError(runId, `it was already replayed as ${dead.replayedBy}`);
+  // Each replay is the next attempt; attempts are stored as four digits.
+  if (dead.attempt >= MAX_ATTEMPT)
+    throw new NotReplayableError(
+      runId,
+      `it is attempt ${dead.attempt}, the last attempt a run can have`,
+    );
   const job = await getJob(engine, dead.jobId);
   // A dead run outlives its job when the job is deleted: there is nothing to run it as.
   if (job === null) throw new NotReplayableError(runId, "its job was deleted");

@@ -1,13 +1,10 @@
 import { QueryCommand, type QueryCommandInput } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
-import { runSortKey } from "../keys.js";
+import { MAX_ATTEMPT, runSortKey } from "../keys.js";
 import type { Job, Run } from "../model.js";
 import { batchGetItems } from "./batch-get.js";
 import { deadLetterPk, decodeJob, decodeRun, jobKey, jobPk, tenantPk } from "./items.js";
 import { JOBS_BY_TENANT_INDEX, RUNS_DEAD_LETTER_INDEX } from "./tables.js";
-
-/** Attempts are stored as four digits. */
-const MAX_ATTEMPT = 9999;
 
 type Key = Record<string, unknown>;
 

@@ -1,9 +1,11 @@
 import { connect } from "node:net";
+import { GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { JobPageSchema, JobSchema } from "../../shared/api/schemas/jobs.js";
 import { PreviewSchema } from "../../shared/api/schemas/previews.js";
 import { RunPageSchema, RunSchema } from "../../shared/api/schemas/runs.js";
 import { sleep } from "../../shared/clock.js";
+import { runId as runIdOf, runSortKey } from "../../shared/keys.js";
 import {
   type ApiHarness,
   deadRunVia,
@@ -987,6 +989,38 @@ describe("dead letters", () => {
     expect(after.items.map((r) => r.runId)).not.toContain(runId);
     const original = RunSchema.parse((await api.call("GET", `/jobs/${jobId}/runs/${runId}`)).body);
     expect(original.replayedBy).toBe(run.runId);
+  });
+
+  it("a dead run at the last attempt a run can have is not replayable: 409, not a 500", async () => {
+    // Each replay is the next attempt, and attempts are stored as four digits: a tenant replaying
+    // its failing job over and over reaches attempt 9999, whose replay has no attempt to be.
+    const { jobId } = await deadRunVia(api);
+    const dead = RunPageSchema.parse((await api.call("GET", "/dead-letters")).body).items.find(
+      (r) => r.jobId === jobId,
+    );
+    if (dead === undefined) throw new Error("no dead letter");
+    const engine = api.fixture.engine;
+    const { Item: item } = await engine.doc.send(
+      new GetCommand({
+        TableName: engine.tables.runs,
+        Key: { pk: `JOB#${jobId}`, sk: runSortKey(dead.scheduledFor, 1) },
+      }),
+    );
+    if (item === undefined) throw new Error("no dead run item");
+    const last = runIdOf(jobId, dead.scheduledFor, 9999);
+    await engine.doc.send(
+      new PutCommand({
+        TableName: engine.tables.runs,
+        Item: { ...item, sk: runSortKey(dead.scheduledFor, 9999), runId: last, attempt: 9999 },
+      }),
+    );
+    const refused = expectError(await api.call("POST", `/dead-letters/${last}/replay`), 409, {
+      code: "not_replayable",
+    });
+    expect(refused.message).toMatch(/9999/);
+    // Nothing was written: the dead letter is still there, not replayed.
+    const still = RunSchema.parse((await api.call("GET", `/jobs/${jobId}/runs/${last}`)).body);
+    expect(still).toMatchObject({ status: "dead", attempt: 9999, replayedBy: null });
   });
 
   it("404 for unknown runs, 409 for a run that is not dead, 400 for bad paging", async () => {
