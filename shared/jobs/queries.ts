@@ -172,7 +172,7 @@ export async function listRuns(
     encodeCursor(key && { ...key, ...(options.binding ? { filter: options.binding } : {}) });
   const items: Run[] = [];
   for (let read = 0; read < MAX_READS_PER_PAGE; read++) {
-    // Newest first, nothing lies past the range's first key; DynamoDB may refuse it as a start key.
+    // Newest first, nothing lies past the range's oldest key (nor may DynamoDB take it to start).
     if (startKey?.sk === lo) {
       startKey = undefined;
       break;
