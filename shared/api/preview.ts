@@ -2,6 +2,7 @@ import { DateTime, FixedOffsetZone, type Zone } from "luxon";
 import { hasEnd } from "../jobs/index.js";
 import type { Job } from "../model.js";
 import { occurrences, plannedTime, type ScheduleSpec, windowMsOf } from "../schedule/index.js";
+import { ValidationError } from "../validation.js";
 import { scheduleDto } from "./dto.js";
 import type { PreviewDto } from "./schemas/previews.js";
 
@@ -79,10 +80,18 @@ export function withPlannedTimes(
 }
 
 /**
+ * How many occurrences a preview counts to find where a job's maxRuns ends before its `from`: a
+ * per-second schedule's million took the API a second of CPU, which any tenant could ask for again
+ * and again. 20,000 take a fiftieth of that.
+ */
+const MAX_COUNTED = 20_000;
+
+/**
  * A stored job's preview (or a new one's: nothing queued yet, its first occurrence pending, with
  * the preview's zone of its schedule as written): it stops where the job ends, at `endAt` and at the occurrence that
  * reaches `maxRuns` (counted from the pending occurrence on, after the ones already queued). A
- * job that has ended shows none.
+ * job that has ended shows none. Throws ValidationError naming `from` when telling where maxRuns
+ * ends would take counting more than MAX_COUNTED occurrences.
  */
 export function previewOfJob(
   job: Pick<Job, "schedule" | "endAt" | "maxRuns" | "occurrencesQueued" | "nextRunAt">,
@@ -98,14 +107,22 @@ export function previewOfJob(
   const preview = previewOf(job.schedule, zoneLabel, now, count, until);
   const lastShown = preview.occurrences.at(-1);
   if (job.maxRuns === undefined || job.maxRuns === null || lastShown === undefined) return preview;
-  // Only the occurrences up to the last one shown need counting.
+  // Only the occurrences up to the last one shown need counting, and no more than MAX_COUNTED.
   const remaining = Math.max(0, job.maxRuns - (job.occurrencesQueued ?? 0));
   const counted = occurrences(
     job.schedule,
     new Date(job.nextRunAt),
     new Date(lastShown.utc),
-    remaining + 1,
+    Math.min(remaining, MAX_COUNTED) + 1,
   );
+  if (counted.length > MAX_COUNTED && remaining > MAX_COUNTED) {
+    throw new ValidationError([
+      {
+        field: "from",
+        message: `lies more than ${MAX_COUNTED.toLocaleString("en-US")} occurrences after the job's next run, too far to tell where its maxRuns ends; preview from an earlier instant`,
+      },
+    ]);
+  }
   const last = remaining === 0 ? null : counted[remaining - 1];
   if (counted.length <= remaining) return preview;
   const cut = last === undefined || last === null ? Date.parse(job.nextRunAt) - 1 : last.getTime();

@@ -201,6 +201,42 @@ describe("endAt and maxRuns", () => {
     );
   });
 
+  it("a preview counts at most 20,000 occurrences to find where maxRuns ends: further on, 400 naming from", async () => {
+    // Counting a per-second schedule's million occurrences one by one took the API a second of CPU
+    // for one request, which any tenant could ask for again and again.
+    const perSecond = { cron: "* * * * * *", timezone: "UTC" };
+    const yearAhead = inMinutes(365 * 24 * 60);
+    const occurrencesOf = (reply: { body: unknown }) =>
+      (reply.body as { occurrences: unknown[] }).occurrences;
+    const tooFar = { schedule: perSecond, maxRuns: 1_000_000, from: yearAhead, count: 100 };
+    expectError(await api.call("POST", "/schedules/preview", { body: tooFar }), 400, {
+      code: "validation_failed",
+      field: "from",
+    });
+    const created = await api.call("POST", "/jobs", {
+      body: { type: "noop", schedule: perSecond, maxRuns: 1_000_000 },
+    });
+    expect(created.status, created.text).toBe(201);
+    const id = (created.body as { id: string }).id;
+    expectError(
+      await api.call("GET", `/jobs/${id}/preview?from=${encodeURIComponent(yearAhead)}`),
+      400,
+      { field: "from" },
+    );
+    // A maxRuns within the count is told exactly: it ends long before a year on.
+    const ended = await api.call("POST", "/schedules/preview", {
+      body: { ...tooFar, maxRuns: 20_000 },
+    });
+    expect(ended.status, ended.text).toBe(200);
+    expect(occurrencesOf(ended)).toEqual([]);
+    // So is a from within the count of the next run, under the larger maxRuns.
+    const soon = await api.call("POST", "/schedules/preview", {
+      body: { ...tooFar, from: inMinutes(60) },
+    });
+    expect(soon.status, soon.text).toBe(200);
+    expect(occurrencesOf(soon)).toHaveLength(100);
+  });
+
   it("a job whose maxRuns is reached shows completed, and the edit that would extend it is refused", async () => {
     const created = await api.call("POST", "/jobs", {
       body: { type: "noop", schedule: { every: "PT1M" }, maxRuns: 2 },
