@@ -244,6 +244,15 @@ export function workerEventSourceConcurrency(s: SchedulerSettings): Record<Prior
   return { high, normal, low: Math.max(low, guarded) };
 }
 
+/**
+ * The dispatcher's Lambda timeout: its shard lease, and never under a minute. A pass reads a
+ * backlog (or scans for a new shard's) for up to half a lease; killed before that, it would record
+ * nothing and keep the shard's lease until it lapsed, pass after pass.
+ */
+export function dispatcherTimeoutSeconds(s: SchedulerSettings): number {
+  return Math.max(60, s.leaseSeconds);
+}
+
 /** The engine settings as the handlers read them (shared/config.ts `loadSettings`). */
 export function engineEnvironment(s: SchedulerSettings): Record<string, string> {
   return {

@@ -7,7 +7,7 @@ import { Construct } from "constructs";
 import { ENV } from "../../shared/config.js";
 import { RUNS_INFLIGHT_INDEX } from "../../shared/storage/tables.js";
 import { allowQueues, allowTable } from "../access.js";
-import type { SchedulerSettings } from "../settings.js";
+import { dispatcherTimeoutSeconds, type SchedulerSettings } from "../settings.js";
 import type { Queues } from "./queues.js";
 import { SchedulerFunction } from "./scheduler-function.js";
 import type { Storage } from "./storage.js";
@@ -37,8 +37,9 @@ export class Dispatch extends Construct {
     this.dispatcher = new SchedulerFunction(this, "Dispatcher", {
       component: "dispatcher",
       description: "Sweeps one shard's due buckets: claims due entries and enqueues their runs",
-      // A pass is bounded by its shard lease; the next tick's pass takes over a lapsed one.
-      timeout: Duration.seconds(60),
+      // A pass is bounded by its shard lease (a backlog or a first-pass scan may take half of it);
+      // the next tick's pass takes over a lapsed one. A minute at least, one tick's worth.
+      timeout: Duration.seconds(dispatcherTimeoutSeconds(settings)),
       memorySize: 512,
       environment: props.engineEnvironment,
       settings,

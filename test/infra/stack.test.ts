@@ -36,6 +36,7 @@ import {
   resourceOf,
   resourcesOfType,
   type Synthesized,
+  synthesizeUnbundled,
   synthesizeVariants,
 } from "./support/synth.js";
 
@@ -205,6 +206,22 @@ describe("dispatch", () => {
       Arn: { "Fn::GetAtt": [logicalIdOf(stack, stack.queues.asyncFailures), "Arn"] },
     });
   });
+
+  it.each(["60", "300", "600"])(
+    "gives a dispatcher pass its whole shard lease (leaseSeconds=%s): a backlog or first-pass scan may take half of it",
+    (leaseSeconds) => {
+      // A pass killed by its Lambda timeout records nothing and holds its shard's lease until it
+      // lapses; one killed before its half-lease backlog budget ran out would do so every pass.
+      const { synth, dispose: disposeVariant } = synthesizeUnbundled({ leaseSeconds });
+      try {
+        const timeout = Number(propertiesOf(synth, synth.stack.dispatch.dispatcher.fn).Timeout);
+        expect(timeout).toBeGreaterThanOrEqual(Number(leaseSeconds));
+        expect(timeout).toBeGreaterThanOrEqual(60);
+      } finally {
+        disposeVariant();
+      }
+    },
+  );
 
   it("invokes the dispatcher asynchronously with a retry and an on-failure destination", () => {
     const { stack } = prod;
