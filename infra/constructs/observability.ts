@@ -132,10 +132,12 @@ export class Observability extends Construct {
     alarm(
       "DeadRuns",
       new MathExpression({
-        expression: "FILL(worker, 0) + FILL(dlq, 0)",
+        // The API records what an async target reports (and its timeouts): its DEAD runs too.
+        expression: "FILL(worker, 0) + FILL(dlq, 0) + FILL(api, 0)",
         usingMetrics: {
           worker: this.metric(METRICS.runOutcome, "worker", { status: "DEAD" }),
           dlq: this.metric(METRICS.runOutcome, "dlq", { status: "DEAD" }),
+          api: this.metric(METRICS.runOutcome, "api", { status: "DEAD" }),
         },
         label: "dead runs",
         period: MINUTE,
@@ -227,6 +229,10 @@ export class Observability extends Construct {
           this.metric(METRICS.runOutcome, "dlq", { status: "DEAD" }).with({
             label: "DEAD (worker crashed)",
           }),
+          // Async runs end where their target reports them: in the API.
+          ...["SUCCEEDED", "FAILED", "DEAD"].map((status) =>
+            this.metric(METRICS.runOutcome, "api", { status }).with({ label: `${status} (async)` }),
+          ),
         ],
         { stacked: true },
       ),

@@ -18,7 +18,11 @@ import {
   runsTableDefinition,
   webhookSecretsTableDefinition,
 } from "../../shared/storage/tables.js";
-import { environmentReadBy, powertoolsServiceOf } from "./support/handler-source.js";
+import {
+  environmentReadBy,
+  filesOfHandlerMentioning,
+  powertoolsServiceOf,
+} from "./support/handler-source.js";
 import {
   type Bindings,
   COMPONENTS,
@@ -480,6 +484,7 @@ describe("observability", () => {
     expect(deadMetrics.map((m) => dimension(m, "service"))).toEqual([
       { Name: "service", Value: SERVICE_NAMES.worker },
       { Name: "service", Value: SERVICE_NAMES.dlq },
+      { Name: "service", Value: SERVICE_NAMES.api },
     ]);
     expect(deadMetrics.every((m) => JSON.stringify(dimension(m, "status")).includes("DEAD"))).toBe(
       true,
@@ -505,6 +510,28 @@ describe("observability", () => {
     expect(errorsOf(prod.stack.worker.worker)).toHaveLength(1);
     const age = all.filter((a) => a.MetricName === "ApproximateAgeOfOldestMessage");
     expect(age).toHaveLength(3);
+  });
+
+  it("alarms on the dead runs of every function that records run outcomes (an async target's completion ends runs in the API)", () => {
+    const recorders = COMPONENTS.filter(
+      (component) =>
+        filesOfHandlerMentioning(handlerEntry(component), "METRICS.runOutcome").length > 0,
+    );
+    // The worker ends runs, the DLQ consumer marks crashed ones DEAD, and the API records what
+    // an async target reports (retries exhausted or not retryable: DEAD) and its timeouts.
+    expect(recorders.sort()).toEqual(["api", "dlq", "worker"]);
+    const [dead, ...more] = alarms(prod).filter((a) =>
+      alarmMetrics(a).some((m) => m.MetricName === METRICS.runOutcome),
+    );
+    expect(more).toEqual([]);
+    const watched = alarmMetrics(dead ?? {})
+      .filter((m) => JSON.stringify(dimension(m, "status")).includes("DEAD"))
+      .map((m) => JSON.stringify(dimension(m, "service")));
+    expect(watched.sort()).toEqual(
+      recorders
+        .map((component) => JSON.stringify({ Name: "service", Value: SERVICE_NAMES[component] }))
+        .sort(),
+    );
   });
 
   it("sends every alarm to the topic, and the e-mail or given topic when configured", () => {

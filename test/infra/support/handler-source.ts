@@ -68,3 +68,10 @@ export function powertoolsServiceOf(entry: string): string | null {
   );
   return match?.[1] ?? null;
 }
+
+/** The project files a handler loads at run time whose source mentions `text` (e.g. `METRICS.runOutcome`). */
+export function filesOfHandlerMentioning(entry: string, text: string): string[] {
+  return importGraph(entry)
+    .filter((file) => readFileSync(file, "utf8").includes(text))
+    .map((file) => relative(REPO_ROOT, file));
+}
