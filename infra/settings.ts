@@ -156,7 +156,12 @@ function validate(s: SchedulerSettings): void {
     }
   }
   // The handlers parse the same variables at cold start; failing here beats a deployed crash loop.
-  loadSettings(engineEnvironment(s));
+  try {
+    loadSettings(engineEnvironment(s));
+  } catch (error) {
+    const message = error instanceof Error ? error.message : String(error);
+    throw new Error(`invalid scheduler settings:\n- ${namingSettings(message)}`);
+  }
   const problems: string[] = [];
   const check = (ok: boolean, message: string) => {
     if (!ok) problems.push(message);
@@ -225,6 +230,33 @@ function validate(s: SchedulerSettings): void {
   );
   if (problems.length > 0)
     throw new Error(`invalid scheduler settings:\n- ${problems.join("\n- ")}`);
+}
+
+/** The setting (context key) each of the handlers' variables carries. */
+const SETTING_OF_VARIABLE: Readonly<Record<string, ContextKey>> = {
+  [ENV.shardCount]: "shardCount",
+  [ENV.maxShardCount]: "maxShardCount",
+  [ENV.lookaheadSeconds]: "lookaheadSeconds",
+  [ENV.leaseSeconds]: "leaseSeconds",
+  [ENV.misfireGraceSeconds]: "misfireGraceSeconds",
+  [ENV.retentionDays]: "retentionDays",
+  [ENV.deadLetterRetentionDays]: "deadLetterRetentionDays",
+  [ENV.minIntervalMs]: "minIntervalMs",
+  [ENV.workerTimeoutSeconds]: "workerTimeoutSeconds",
+  [ENV.maxReceiveCount]: "maxReceiveCount",
+  [ENV.quotaActiveJobs]: "quotaActiveJobs",
+  [ENV.quotaRunsPerMinute]: "quotaRunsPerMinute",
+  [ENV.quotaConcurrentRuns]: "quotaConcurrentRuns",
+  [ENV.quotaRequestsPerSecond]: "quotaRequestsPerSecond",
+  [ENV.quotaMaxPriority]: "quotaMaxPriority",
+};
+
+/** A refusal by `loadSettings`, which names the handlers' variable, as one naming the setting. */
+function namingSettings(message: string): string {
+  const variable = Object.keys(SETTING_OF_VARIABLE).find((name) => message.startsWith(`${name} `));
+  return variable === undefined
+    ? message
+    : `${SETTING_OF_VARIABLE[variable]}${message.slice(variable.length)}`;
 }
 
 function definedOnly<T extends object>(value: T): Partial<T> {

@@ -111,8 +111,8 @@ describe("settings", () => {
   });
 
   it.each([
-    [{ shardCount: "0" }, /SHARD_COUNT must be an integer from 1 to 1024/],
-    [{ lookaheadSeconds: "30" }, /LOOKAHEAD_SECONDS/],
+    [{ shardCount: "0" }, /shardCount must be an integer from 1 to 1024/],
+    [{ lookaheadSeconds: "30" }, /lookaheadSeconds must be an integer from 60 to 600/],
     [{ shardCount: "eight" }, /shardCount must be an integer/],
     [{ stage: "Prod_1" }, /stage must match/],
     [{ tracing: "yes" }, /tracing must be true or false/],
@@ -137,6 +137,24 @@ describe("settings", () => {
   ])("refuses %o", (context, message) => {
     expect(() => fromContext(context)).toThrow(message);
   });
+
+  it.each([
+    [{ shardCount: "0" }, "shardCount", "1 to 1024"],
+    [{ maxShardCount: "2000" }, "maxShardCount", "1 to 1024"],
+    [{ lookaheadSeconds: "900" }, "lookaheadSeconds", "60 to 600"],
+    [{ leaseSeconds: "5" }, "leaseSeconds", "6 to 900"],
+    [{ misfireGraceSeconds: "0" }, "misfireGraceSeconds", "1 to 86400"],
+    [{ retentionDays: "0" }, "retentionDays", "1 to 3650"],
+    [{ deadLetterRetentionDays: "0" }, "deadLetterRetentionDays", "1 to 3650"],
+    [{ minIntervalMs: "0" }, "minIntervalMs", "1 to 86400000"],
+    [{ maxReceiveCount: "0" }, "maxReceiveCount", "1 to 1000"],
+    [{ quotaRequestsPerSecond: "0" }, "quotaRequestsPerSecond", "1 to 1000000"],
+  ])(
+    "refuses %o naming the setting as the operator gave it, not the handlers' variable",
+    (context, key, range) => {
+      expect(() => fromContext(context)).toThrow(`${key} must be an integer from ${range}`);
+    },
+  );
 
   it("documents every context key it reads in docs/deploy.md", () => {
     const doc = readFileSync(join(REPO_ROOT, "docs", "deploy.md"), "utf8");
