@@ -36,6 +36,7 @@ import {
   type Json,
   logicalIdOf,
   propertiesOf,
+  REPO_ROOT,
   referencedId,
   resourceOf,
   resourcesOfType,
@@ -319,6 +320,19 @@ describe("functions", () => {
       expect(existsSync(join(bundleDir, "index.mjs.map"))).toBe(true);
     },
   );
+
+  it("logs each function to a group CloudFormation names, and docs/deploy.md finds it there, not at /aws/lambda/<function>", () => {
+    for (const [component, fn] of functionsOf(prod)) {
+      const logGroup = propertiesOf(prod, fn.logGroup);
+      expect(logGroup.LogGroupName, component).toBeUndefined();
+      expect(propertiesOf(prod, fn.fn).LoggingConfig, component).toEqual({
+        LogGroup: { Ref: logicalIdOf(prod.stack, fn.logGroup) },
+      });
+    }
+    const deploy = readFileSync(join(REPO_ROOT, "docs", "deploy.md"), "utf8");
+    expect(deploy).not.toMatch(/aws logs tail \/aws\/lambda\//);
+    expect(deploy).toContain("LoggingConfig.LogGroup");
+  });
 
   it.each(COMPONENTS)("%s has every environment variable its handler's code reads", (component) => {
     const env = environmentOf(prod, component);
