@@ -12,6 +12,12 @@ export const METRICS = {
   staleDueEntries: "StaleDueEntries",
   leaseTakeovers: "LeaseTakeovers",
   reaperResends: "ReaperResends",
+  /**
+   * How far the reaper's reading stands behind its settle line after a pass, the furthest shard's:
+   * 0 when every shard's cursor caught up; above it when a pass stopped at its maximum or at an
+   * entry it could not handle, and lost messages are re-sent that much later.
+   */
+  reaperBehindMs: "ReaperBehind",
   fenceLost: "FenceLost",
   /** A due entry a pass could not claim, by `handling`: set aside for operators, or left for the next pass. */
   dueEntryFailures: "DueEntryFailures",

@@ -33,6 +33,8 @@ export interface ObservabilityProps {
 }
 
 const MINUTE = Duration.minutes(1);
+/** How far behind its settle line the reaper may read before it alarms: lost runs re-sent 5 min late. */
+const REAPER_BEHIND_ALARM_MS = 5 * 60_000;
 
 /**
  * Alarms (to an SNS topic) and a dashboard over the engine's Powertools
@@ -164,6 +166,14 @@ export class Observability extends Construct {
       evaluationPeriods: 5,
       datapointsToAlarm: 3,
     });
+    alarm("ReaperBehind", this.metric(METRICS.reaperBehindMs, "tick", {}, "Maximum"), {
+      description:
+        "The reaper's reading of a shard's in-flight runs stood more than 5 minutes behind in 3 of 5 minutes (a pass stopping at its maximum, or at an entry it cannot handle): a run whose message was lost is re-sent that much later than a lease after it was due.",
+      threshold: REAPER_BEHIND_ALARM_MS,
+      operator: ComparisonOperator.GREATER_THAN_THRESHOLD,
+      evaluationPeriods: 5,
+      datapointsToAlarm: 3,
+    });
     const errors = (alarmId: string, fn: SchedulerFunction, what: string) =>
       alarm(alarmId, fn.fn.metricErrors({ period: MINUTE, statistic: "Sum" }), {
         description: `${what} invocations failed in 2 of the last 3 minutes.`,
@@ -278,9 +288,15 @@ export class Observability extends Construct {
       ]),
     );
     this.dashboard.addWidgets(
-      graph("Reaper re-sends", [
-        this.metric(METRICS.reaperResends, "tick").with({ label: "re-sent runs" }),
-      ]),
+      new GraphWidget({
+        title: "Reaper re-sends, and how far it stands behind (ms, right)",
+        left: [this.metric(METRICS.reaperResends, "tick").with({ label: "re-sent runs" })],
+        right: [
+          this.metric(METRICS.reaperBehindMs, "tick", {}, "Maximum").with({ label: "behind" }),
+        ],
+        width: 8,
+        height: 6,
+      }),
       graph("Lease takeovers and lost fences", [
         // One series per shard would need the shard count at deploy time; a search sums them all.
         new MathExpression({

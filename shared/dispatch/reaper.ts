@@ -65,6 +65,24 @@ export interface ReapOptions {
 type Examined = "done" | "unsettled";
 
 /**
+ * Where a shard's next pass reads from, when that is behind the settle line: the first entry its
+ * cursor did not pass, or the last one read by a pass that stopped at its maximum (more may
+ * follow). Undefined when the shard's reading caught up.
+ */
+function stoppedBehind(
+  entries: readonly InflightEntry[],
+  outcomes: readonly Examined[],
+  settledBefore: string,
+  max: number,
+): string | undefined {
+  const left = entries.find(
+    (entry, index) => outcomes[index] !== "done" || entry.deadline >= settledBefore,
+  );
+  if (left !== undefined) return left.deadline < settledBefore ? left.deadline : undefined;
+  return entries.length >= max ? entries.at(-1)?.deadline : undefined;
+}
+
+/**
  * Finds runs whose message should have been acted on by now and was not:
  * QUEUED past its start deadline (claimed but never sent, or the message was
  * lost), or RUNNING a lease past its lapsed lease (no worker picked the
@@ -83,6 +101,7 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
   const settledBefore = settled.toISOString();
   let examined = 0;
   let resent = 0;
+  let behindMs = 0;
   let failure: { readonly error: unknown } | undefined;
   const shards = Array.from({ length: engine.settings.maxShardCount }, (_, shard) => shard);
   const cursors = await readReaperCursors(engine, shards);
@@ -106,11 +125,12 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
       start = { from: new Date(settled.getTime() - CLOCK_DISAGREEMENT_MS).toISOString() };
       await rewindReaperCursor(engine, shard, cursor, start.from);
     }
+    const max = options.maxPerShard ?? MAX_PER_SHARD;
     const entries = await overdueEntries(engine, shard, {
       start,
       // After a restart every run still waiting is re-sent, however far ahead its deadline.
       before: messagesLost ? overdueBefore : settled,
-      max: options.maxPerShard ?? MAX_PER_SHARD,
+      max,
     });
     examined += entries.length;
     const runs = await readInflightRuns(engine, entries, { consistentRead: false });
@@ -146,6 +166,9 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
       passed = entry;
     }
     if (passed) await advanceReaperCursor(engine, shard, passed);
+    const stoppedAt = stoppedBehind(entries, outcomes, settledBefore, max);
+    if (stoppedAt !== undefined)
+      behindMs = Math.max(behindMs, settled.getTime() - Date.parse(stoppedAt));
 
     /**
      * Deals with the run an entry names, read eventually consistent: when a conditional push
@@ -189,6 +212,7 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
       return "unsettled";
     }
   }
+  engine.obs.metrics.add(METRICS.reaperBehindMs, behindMs, "Milliseconds");
   if (failure) throw failure.error;
   return { examined, resent };
 }

@@ -548,6 +548,27 @@ describe("observability", () => {
     );
   });
 
+  it("alarms when the reaper's reading stands minutes behind (a lost run re-sent that much late)", () => {
+    const behind = alarms(prod).filter((a) => a.MetricName === METRICS.reaperBehindMs);
+    expect(
+      behind.map((a) => [
+        a.Namespace,
+        dimension(a, "service"),
+        a.Statistic,
+        a.Threshold,
+        a.ComparisonOperator,
+      ]),
+    ).toEqual([
+      [
+        "Scheduler/prod",
+        { Name: "service", Value: SERVICE_NAMES.tick },
+        "Maximum",
+        300_000,
+        "GreaterThanThreshold",
+      ],
+    ]);
+  });
+
   it("sends every alarm to the topic, and the e-mail or given topic when configured", () => {
     const topicId = logicalIdOf(prod.stack, prod.stack.observability.topic);
     for (const alarm of alarms(prod)) {

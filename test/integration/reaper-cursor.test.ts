@@ -3,6 +3,7 @@ import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { createJob } from "../../shared/jobs/index.js";
 import { shardOf } from "../../shared/keys.js";
+import { METRICS } from "../../shared/observability.js";
 import { deleteMessages } from "../../shared/queue/work-queue.js";
 import {
   advanceReaperCursor,
@@ -100,6 +101,22 @@ describe("the reaper's cursor", () => {
     await deleteMessages(f.engine.sqs, again.queueUrl, [again.receiptHandle]);
     pastTheDeadlines();
     expect(await reap(f.engine)).toEqual({ examined: 1, resent: 1 });
+  }, 30_000);
+
+  it("reports how far a pass that stopped at its maximum left the reading behind, and 0 once caught up", async () => {
+    await finished();
+    await finished();
+    pastTheDeadlines();
+    const behind = () =>
+      f.metrics.points.filter((p) => p.name === METRICS.reaperBehindMs).map((p) => p.value);
+
+    expect((await reap(f.engine, { maxPerShard: 1 })).examined).toBe(1);
+    const [cutShort] = behind();
+    // It stopped at the first entry, a lease after its run was due; its settle line is 5 s behind
+    // a clock a lease and 15 s on, so the second entry waits at least 10 s behind that line.
+    expect(cutShort).toBeGreaterThanOrEqual(10_000);
+    expect((await reap(f.engine)).examined).toBe(1);
+    expect(behind().at(-1)).toBe(0);
   }, 30_000);
 
   it("stops before an entry it failed on, so the next pass sends that run", async () => {
