@@ -181,6 +181,15 @@ export class Observability extends Construct {
         evaluationPeriods: 3,
         datapointsToAlarm: 2,
       });
+    // The API's own failures (its function's crashes and timeouts, storage errors answered 5xx):
+    // creates, edits and cancels that did not happen, which no other alarm sees.
+    alarm("ApiServerErrors", api.httpApi.metricServerError({ period: MINUTE, statistic: "Sum" }), {
+      description:
+        "The API answered 5xx (server errors: its function failed or timed out, or storage refused) in 3 of the last 5 minutes; callers' creates, edits and cancels failed. The API function's log group says why.",
+      threshold: 1,
+      evaluationPeriods: 5,
+      datapointsToAlarm: 3,
+    });
     errors("TickErrors", dispatch.tick, "Tick");
     errors("DispatcherErrors", dispatch.dispatcher, "Dispatcher");
     errors("WorkerErrors", worker.worker, "Worker");

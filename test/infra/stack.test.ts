@@ -569,6 +569,22 @@ describe("observability", () => {
     ]);
   });
 
+  it("alarms on the API's server errors (5xx), in 3 of 5 minutes", () => {
+    const apiId = { Ref: logicalIdOf(prod.stack, prod.stack.api.httpApi) };
+    const serverErrors = alarms(prod).filter(
+      (a) => a.Namespace === "AWS/ApiGateway" && a.MetricName === "5xx",
+    );
+    expect(
+      serverErrors.map((a) => [
+        dimension(a, "ApiId"),
+        a.Statistic,
+        a.Threshold,
+        a.EvaluationPeriods,
+        a.DatapointsToAlarm,
+      ]),
+    ).toEqual([[{ Name: "ApiId", Value: apiId }, "Sum", 1, 5, 3]]);
+  });
+
   it("sends every alarm to the topic, and the e-mail or given topic when configured", () => {
     const topicId = logicalIdOf(prod.stack, prod.stack.observability.topic);
     for (const alarm of alarms(prod)) {
