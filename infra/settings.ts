@@ -356,6 +356,7 @@ type ContextKey = (typeof CONTEXT_KEYS)[number];
  * cdk.json as JSON, so both shapes are accepted.
  */
 export function settingsFromContext(node: Node): SchedulerSettings {
+  refuseUnknownSettings(Object.keys(node.getAllContext()));
   const raw = (key: ContextKey): unknown => node.tryGetContext(key);
   const text = (key: ContextKey): string | undefined => {
     const value = raw(key);
@@ -447,6 +448,30 @@ export function settingsFromContext(node: Node): SchedulerSettings {
       .map((t) => t.trim())
       .filter((t) => t !== ""),
   });
+}
+
+/** What a setting's context key looks like: CDK's own keys carry a `:`, `/`, `@` or `-`. */
+const SETTING_LIKE = /^[a-z][A-Za-z0-9]*$/;
+
+/**
+ * A misspelt setting would otherwise be left out without a word: `-c shardcount=16` deploys 8
+ * shards, `-c alarmEmails=…` subscribes nobody.
+ */
+function refuseUnknownSettings(contextKeys: readonly string[]): void {
+  const known: readonly string[] = CONTEXT_KEYS;
+  const unknown = contextKeys.filter((key) => SETTING_LIKE.test(key) && !known.includes(key));
+  if (unknown.length === 0) return;
+  const described = unknown.map((key) => {
+    const near = known.find(
+      (setting) =>
+        setting.toLowerCase().startsWith(key.toLowerCase()) ||
+        key.toLowerCase().startsWith(setting.toLowerCase()),
+    );
+    return near === undefined ? key : `${key} (did you mean ${near}?)`;
+  });
+  throw new Error(
+    `context ${described.join(", ")}: no such setting (the settings are listed in docs/deploy.md, "Settings")`,
+  );
 }
 
 function priorityOf(value: string | undefined): Priority | undefined {

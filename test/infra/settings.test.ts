@@ -156,6 +156,31 @@ describe("settings", () => {
     },
   );
 
+  it.each([
+    [{ shardcount: "16" }, /context shardcount \(did you mean shardCount\?\): no such setting/],
+    [{ alarmEmails: "a@example.com" }, /alarmEmails \(did you mean alarmEmail\?\)/],
+    [{ workerTimeout: "300" }, /workerTimeout \(did you mean workerTimeoutSeconds\?\)/],
+    [{ region: "eu-west-1" }, /context region: no such setting/],
+  ])(
+    "refuses %o, a setting it does not have, rather than leave it out unsaid",
+    (context, message) => {
+      expect(() => fromContext(context)).toThrow(message);
+    },
+  );
+
+  it("accepts CDK's own context (feature flags, lookups, CLI keys) beside the settings", () => {
+    expect(
+      fromContext({
+        "@aws-cdk/core:enablePartitionLiterals": true,
+        "aws:cdk:bundling-stacks": [],
+        "availability-zones:account=123456789012:region=eu-west-1": ["eu-west-1a"],
+        "cli-telemetry": false,
+        "acknowledged-issue-numbers": [1],
+        shardCount: "16",
+      }).shardCount,
+    ).toBe(16);
+  });
+
   it("documents every context key it reads in docs/deploy.md", () => {
     const doc = readFileSync(join(REPO_ROOT, "docs", "deploy.md"), "utf8");
     expect(CONTEXT_KEYS.filter((key) => !doc.includes(`\`${key}\``))).toEqual([]);
