@@ -356,7 +356,7 @@ type ContextKey = (typeof CONTEXT_KEYS)[number];
  * cdk.json as JSON, so both shapes are accepted.
  */
 export function settingsFromContext(node: Node): SchedulerSettings {
-  refuseUnknownSettings(Object.keys(node.getAllContext()));
+  refuseMisspeltSettings(Object.keys(node.getAllContext()));
   const raw = (key: ContextKey): unknown => node.tryGetContext(key);
   const text = (key: ContextKey): string | undefined => {
     const value = raw(key);
@@ -450,28 +450,42 @@ export function settingsFromContext(node: Node): SchedulerSettings {
   });
 }
 
-/** What a setting's context key looks like: CDK's own keys carry a `:`, `/`, `@` or `-`. */
-const SETTING_LIKE = /^[a-z][A-Za-z0-9]*$/;
-
 /**
  * A misspelt setting would otherwise be left out without a word: `-c shardcount=16` deploys 8
- * shards, `-c alarmEmails=…` subscribes nobody.
+ * shards, `-c alarmEmails=…` subscribes nobody. A key near a setting (the same but for case, one
+ * the start of the other, or two letters apart) that is none stops the synth; any other key is
+ * the operator's own (CDK context is shared with their tooling) and passes.
  */
-function refuseUnknownSettings(contextKeys: readonly string[]): void {
+function refuseMisspeltSettings(contextKeys: readonly string[]): void {
   const known: readonly string[] = CONTEXT_KEYS;
-  const unknown = contextKeys.filter((key) => SETTING_LIKE.test(key) && !known.includes(key));
-  if (unknown.length === 0) return;
-  const described = unknown.map((key) => {
-    const near = known.find(
-      (setting) =>
-        setting.toLowerCase().startsWith(key.toLowerCase()) ||
-        key.toLowerCase().startsWith(setting.toLowerCase()),
-    );
-    return near === undefined ? key : `${key} (did you mean ${near}?)`;
+  const misspelt = contextKeys.flatMap((key) => {
+    if (known.includes(key)) return [];
+    const near = known.find((setting) => isNear(key.toLowerCase(), setting.toLowerCase()));
+    return near === undefined ? [] : [`${key} (did you mean ${near}?)`];
   });
+  if (misspelt.length === 0) return;
   throw new Error(
-    `context ${described.join(", ")}: no such setting (the settings are listed in docs/deploy.md, "Settings")`,
+    `context ${misspelt.join(", ")}: no such setting (the settings are listed in docs/deploy.md, "Settings")`,
   );
+}
+
+function isNear(key: string, setting: string): boolean {
+  if (key.length < 4) return false;
+  return setting.startsWith(key) || key.startsWith(setting) || editDistance(key, setting) <= 2;
+}
+
+/** Levenshtein distance: the fewest letters inserted, deleted or replaced to turn one into the other. */
+function editDistance(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const current = [i];
+    for (let j = 1; j <= b.length; j++) {
+      const replaced = (previous[j - 1] ?? 0) + (a[i - 1] === b[j - 1] ? 0 : 1);
+      current.push(Math.min(replaced, (previous[j] ?? 0) + 1, (current[j - 1] ?? 0) + 1));
+    }
+    previous = current;
+  }
+  return previous[b.length] ?? 0;
 }
 
 function priorityOf(value: string | undefined): Priority | undefined {
