@@ -91,7 +91,7 @@ describe("sandbox restart", () => {
     // Created last, so it is still running when the sandbox stops however slow the creates were.
     const inFlight = await api("POST", "/jobs", {
       type: "sleep",
-      payload: { ms: 8_000 },
+      payload: { ms: 15_000 },
       timeoutSeconds: 60,
       schedule: { runAt: inSeconds(0) },
     });
