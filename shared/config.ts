@@ -168,12 +168,24 @@ function intFrom(env: Env, name: string, fallback: number, min: number, max: num
   return value;
 }
 
+/** The most shards a deployment may have (`shardCount`, `maxShardCount`). */
+export const SHARD_COUNT_LIMIT = 1024;
+
 export function loadSettings(env: Env = process.env): EngineSettings {
-  const shardCount = intFrom(env, ENV.shardCount, DEFAULT_SETTINGS.shardCount, 1, 1024);
+  const shardCount = intFrom(
+    env,
+    ENV.shardCount,
+    DEFAULT_SETTINGS.shardCount,
+    1,
+    SHARD_COUNT_LIMIT,
+  );
   const lookaheadSeconds = intFrom(env, ENV.lookaheadSeconds, 300, 60, 600);
   return {
     shardCount,
-    maxShardCount: Math.max(shardCount, intFrom(env, ENV.maxShardCount, shardCount, 1, 1024)),
+    maxShardCount: Math.max(
+      shardCount,
+      intFrom(env, ENV.maxShardCount, shardCount, 1, SHARD_COUNT_LIMIT),
+    ),
     lookaheadMs: lookaheadSeconds * 1000,
     leaseMs: intFrom(env, ENV.leaseSeconds, 60, 6, 900) * 1000,
     misfireGraceMs: intFrom(env, ENV.misfireGraceSeconds, 60, 1, 86_400) * 1000,

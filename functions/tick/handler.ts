@@ -1,6 +1,7 @@
 import { InvokeCommand, LambdaClient } from "@aws-sdk/client-lambda";
 import { ENV, requireEnv } from "../../shared/config.js";
 import { reap } from "../../shared/dispatch/reaper.js";
+import { dispatcherEvent, readTickShards } from "../../shared/dispatch/tick-shards.js";
 import { engineFromEnv, powertoolsObservability } from "../../shared/runtime.js";
 
 const obs = powertoolsObservability("scheduler-tick");
@@ -9,25 +10,30 @@ const lambda = new LambdaClient({});
 const dispatcher = requireEnv(ENV.dispatcherFunction);
 
 /**
- * Once a minute: one asynchronous dispatcher invocation per shard (each with
- * Lambda's own retries and on-failure destination), then the reaper.
+ * Once a minute: one asynchronous dispatcher invocation per shard the stage has run with (each
+ * with Lambda's own retries and on-failure destination), then the reaper.
  */
 export async function handler() {
-  const shards = Array.from({ length: engine.settings.maxShardCount }, (_, shard) => shard);
   try {
+    const tickShards = await readTickShards(engine, engine.clock());
+    const shards = Array.from({ length: tickShards.count }, (_, shard) => shard);
     await Promise.all(
       shards.map((shard) =>
         lambda.send(
           new InvokeCommand({
             FunctionName: dispatcher,
             InvocationType: "Event",
-            Payload: new TextEncoder().encode(JSON.stringify({ shard })),
+            Payload: new TextEncoder().encode(JSON.stringify(dispatcherEvent(shard, tickShards))),
           }),
         ),
       ),
     );
-    const reaped = await reap(engine);
-    obs.log.info("tick", { shards: shards.length, ...reaped });
+    const reaped = await reap(engine, { shards: tickShards });
+    obs.log.info("tick", {
+      shards: shards.length,
+      configuredShards: engine.settings.maxShardCount,
+      ...reaped,
+    });
     return { shards: shards.length, ...reaped };
   } finally {
     obs.metrics.publishStoredMetrics();

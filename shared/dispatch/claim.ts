@@ -2,6 +2,7 @@ import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
 import type { DueEntry, Run } from "../model.js";
 import { METRICS } from "../observability.js";
+import { recordShardCount } from "../shard-count.js";
 import { putRunsUnconditionally, writeClaim } from "../storage/claim.js";
 import { dueEntryKey, removeOrphanDueEntry } from "../storage/due-entries.js";
 import { jobExpiresAt } from "../storage/retention.js";
@@ -46,6 +47,8 @@ export async function claimDueEntry(
   entry: DueEntry,
   options: ClaimOptions,
 ): Promise<ClaimResult> {
+  // A claim files its runs and the job's next entry in shards (under this deployment's count).
+  await recordShardCount(engine);
   let current = entry;
   let known: Known = { run: new Set(), recorded: new Set() };
   for (let round = 1; ; round++) {

@@ -16,9 +16,9 @@ import { runMessageOf } from "../storage/items.js";
 import {
   advanceReaperCursor,
   cursorDeadline,
-  readReaperCursors,
   rewindReaperCursor,
 } from "../storage/reaper-cursor.js";
+import { readTickShards, type TickShards } from "./tick-shards.js";
 
 export interface ReapResult {
   /** Index entries read, the ended runs' included. */
@@ -59,6 +59,8 @@ export interface ReapOptions {
   readonly overdueBefore?: Date;
   /** Bounds one pass; the rest waits for the next tick. */
   readonly maxPerShard?: number;
+  /** The shards and cursors the tick read before its dispatcher passes; read here when absent. */
+  readonly shards?: TickShards;
 }
 
 /** An entry the cursor may pass (its run ended, or its deadline moved on), or one to read again. */
@@ -103,8 +105,9 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
   let resent = 0;
   let behindMs = 0;
   let failure: { readonly error: unknown } | undefined;
-  const shards = Array.from({ length: engine.settings.maxShardCount }, (_, shard) => shard);
-  const cursors = await readReaperCursors(engine, shards);
+  const tickShards = options.shards ?? (await readTickShards(engine, now));
+  const shards = Array.from({ length: tickShards.count }, (_, shard) => shard);
+  const cursors = tickShards.cursors;
   // Furthest behind first: a pass cut short (the tick's 60 s timeout, its reads growing with the
   // runs a minute) leaves the shards it did not reach to start the next one, not to wait forever.
   const behind = (shard: number) => {

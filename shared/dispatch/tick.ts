@@ -2,6 +2,7 @@ import { sleep } from "../clock.js";
 import type { Engine } from "../engine.js";
 import { dispatchShard, type PassResult } from "./dispatcher.js";
 import { type ReapResult, reap } from "./reaper.js";
+import { readTickShards } from "./tick-shards.js";
 
 /** A shard's pass in a tick: how it ended, or the error it failed with. */
 export type TickPass =
@@ -9,15 +10,16 @@ export type TickPass =
   | { readonly shard: number; readonly outcome: "failed"; readonly error: string };
 
 /**
- * One tick in-process: a pass over every shard, then the reaper. Lambda fans
- * the shards out instead. A shard whose pass fails does not stop the others
+ * One tick in-process: a pass over every shard the stage has run with (`readTickShards`), then
+ * the reaper. Lambda fans the shards out instead. A shard whose pass fails does not stop the others
  * or the reaper (the pass logged it and released its lease).
  */
 export async function tickOnce(
   engine: Engine,
   owner: string,
 ): Promise<{ passes: TickPass[]; reaped: ReapResult }> {
-  const shards = Array.from({ length: engine.settings.maxShardCount }, (_, shard) => shard);
+  const tickShards = await readTickShards(engine, engine.clock());
+  const shards = Array.from({ length: tickShards.count }, (_, shard) => shard);
   const passes = await Promise.all(
     shards.map((shard) =>
       dispatchShard(engine, shard, owner).catch(
@@ -25,7 +27,7 @@ export async function tickOnce(
       ),
     ),
   );
-  const reaped = await reap(engine);
+  const reaped = await reap(engine, { shards: tickShards });
   return { passes, reaped };
 }
 

@@ -4,6 +4,7 @@ import { ConcurrentUpdateError } from "../errors.js";
 import type { DueEntry, Job, Run, RunTrigger, TriggerFanOut } from "../model.js";
 import { sendRuns } from "../queue/work-queue.js";
 import { isAfterSchedule } from "../schedule/index.js";
+import { recordShardCount } from "../shard-count.js";
 import { runMessageOf } from "../storage/items.js";
 import { getJob } from "../storage/run-reads.js";
 import { queuedRun, skippedRun } from "../storage/runs.js";
@@ -33,6 +34,7 @@ export interface FanOutResult {
  * written but never sent is re-sent by the reaper, like any QUEUED run whose message was lost.
  */
 export async function fanOutTrigger(engine: Engine, entry: DueEntry): Promise<FanOutResult> {
+  await recordShardCount(engine);
   const fanOut = entry.fanOut;
   let queued = 0;
   let skipped = 0;

@@ -1,6 +1,7 @@
 import type { Engine } from "../engine.js";
 import type { RunMessage } from "../model.js";
 import { METRICS } from "../observability.js";
+import { recordShardCount } from "../shard-count.js";
 import { releaseBufferSlot } from "../storage/admission.js";
 import { getJob, getRun } from "../storage/run-reads.js";
 import { triggerEntryOf } from "../storage/trigger.js";
@@ -26,6 +27,8 @@ export async function handleCrashedRun(
 ): Promise<void> {
   const seen = await getRun(engine, message);
   if (seen === null) return;
+  // A DEAD ending files its dependents' trigger entry.
+  await recordShardCount(engine);
   const sentAt = message.fence ?? 0;
   const starts = seen.fence - sentAt;
   // The first delivery of a message sent for a run never started may hold its start unwritten

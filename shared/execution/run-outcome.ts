@@ -6,6 +6,7 @@ import type { DueEntry, Job, Run, RunMessage } from "../model.js";
 import { METRICS, TENANT_LOG_EVENTS } from "../observability.js";
 import { sendRuns } from "../queue/work-queue.js";
 import { decideAfterFailure } from "../retry.js";
+import { recordShardCount } from "../shard-count.js";
 import { runMessageOf } from "../storage/items.js";
 import { finishRun } from "../storage/run-finish.js";
 import { getJob } from "../storage/run-reads.js";
@@ -34,6 +35,8 @@ export async function recordResult(
   now: Date,
   executedVersion: number,
 ): Promise<void> {
+  // An outcome may file the next attempt's run and due entry, or its dependents' trigger entry.
+  await recordShardCount(engine);
   const tracked = isRecurring(job);
   const jobWriteDeferred = tracked && nextAdmissionSoon(job, run, now);
   const lag = Date.parse(run.startedAt ?? now.toISOString()) - Date.parse(run.dueAt);

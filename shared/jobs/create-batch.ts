@@ -9,6 +9,7 @@ import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError, IdempotencyKeyTakenError } from "../errors.js";
 import type { DueEntry, Job, Run } from "../model.js";
 import { giveBackBatchShares, refusedUnwritten, reserveBatchQuotas } from "../quotas/usage.js";
+import { recordShardCount } from "../shard-count.js";
 import {
   type BatchPut,
   dueEntryPut,
@@ -201,6 +202,7 @@ export async function createJobs(
     ...(p.claim?.runItems ?? []).map((item) => ({ table: "runs" as const, item, owner: p.index })),
     ...(isPlain(p) && p.pending ? [dueEntryPut(p.pending, p.index)] : []),
   ]);
+  await recordShardCount(engine);
   if (before.length > 0) {
     const failed = await putBatchItems(engine, before);
     // Its job is never written, so nothing of it is created: its runs are cancelled by their

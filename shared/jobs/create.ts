@@ -9,6 +9,7 @@ import type { DueEntry, Job } from "../model.js";
 import { QuotaExceededError } from "../quotas/limits.js";
 import { giveBackJobQuotas, refusedUnwritten, reserveJobQuotas } from "../quotas/usage.js";
 import { firstOccurrence, isAfterSchedule, normalizeSchedule } from "../schedule/index.js";
+import { recordShardCount } from "../shard-count.js";
 import {
   type IdempotentRequest,
   readIdempotencyRecord,
@@ -87,6 +88,8 @@ export async function createJob(
     const earlier = await idempotentReplay(engine, input.tenantId, idem);
     if (earlier) return { job: earlier, created: false };
   }
+  // Before anything is filed in a shard: the tick passes over every shard the stage filed in.
+  await recordShardCount(engine);
   let reservation: UsageReservation | null;
   try {
     reservation = await reserveJobQuotas(

@@ -4,6 +4,7 @@ import { IllegalTransitionError, VersionMismatchError } from "../errors.js";
 import type { DueEntry, HttpTarget, Job, JobPolicies, Priority } from "../model.js";
 import { giveBackJobQuotas, refusedUnwritten, reserveJobQuotas } from "../quotas/usage.js";
 import { firstOccurrence, normalizeSchedule, type ScheduleSpec } from "../schedule/index.js";
+import { recordShardCount } from "../shard-count.js";
 import { readDueEntry, writeEditedJob } from "../storage/job-edit.js";
 import { relinkDependent } from "./dependencies.js";
 import { dueEntryFor, withinJobEnd } from "./due-entry.js";
@@ -98,6 +99,7 @@ export async function editJob(
     return {
       write: async () => {
         try {
+          await recordShardCount(engine);
           await writeEditedJob(
             engine,
             job,

@@ -2,6 +2,7 @@ import type { Engine } from "../engine.js";
 import { IllegalTransitionError, NotReplayableError } from "../errors.js";
 import { MAX_ATTEMPT } from "../keys.js";
 import type { Run } from "../model.js";
+import { recordShardCount } from "../shard-count.js";
 import { writeReplay } from "../storage/dead-letter-replay.js";
 import { getJob } from "../storage/run-reads.js";
 import { getTenantRun } from "./queries.js";
@@ -32,6 +33,7 @@ export async function replayDeadLetter(
   // A dead run outlives its job when the job is deleted: there is nothing to run it as.
   if (job === null) throw new NotReplayableError(runId, "its job was deleted");
   if (job.status === "CANCELLED") throw new IllegalTransitionError("replay a run of", job.status);
+  await recordShardCount(engine);
   const { run, item, now } = runDueNow(engine, {
     jobId: dead.jobId,
     tenantId,

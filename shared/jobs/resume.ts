@@ -6,6 +6,7 @@ import { endsOneOff } from "../execution/run-endings.js";
 import { parseRunId, shardOf } from "../keys.js";
 import type { DueEntry, Job, Run } from "../model.js";
 import { sendRuns } from "../queue/work-queue.js";
+import { recordShardCount } from "../shard-count.js";
 import { inflightPk, runMessageOf } from "../storage/items.js";
 import { latestAttemptOf } from "../storage/job-queries.js";
 import { writeResumedJob } from "../storage/job-status.js";
@@ -30,6 +31,7 @@ export async function resumeJob(engine: Engine, tenantId: string, jobId: string)
     async (job, now) => {
       if (job.status === "ACTIVE") return { done: null };
       if (job.status !== "PAUSED") throw new IllegalTransitionError("resume", job.status);
+      await recordShardCount(engine);
       const parked = await rearmParked(engine, job, now);
       const claimed = job.nextRunAt ? null : await claimedOneOff(engine, job, now);
       const due = job.nextRunAt
@@ -145,6 +147,7 @@ export async function rerunIfResumedMeanwhile(
     if (rerun === null) return { done: null };
     return {
       write: async () => {
+        await recordShardCount(engine);
         await writeResumedJob(engine, job, rerun, now);
         return rerun;
       },

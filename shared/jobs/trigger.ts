@@ -2,6 +2,7 @@ import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError, IllegalTransitionError } from "../errors.js";
 import type { Run } from "../model.js";
 import { LAST_STORABLE_MS } from "../schedule/index.js";
+import { recordShardCount } from "../shard-count.js";
 import { writeTriggeredRun } from "../storage/job-trigger.js";
 import { getTenantJob } from "./queries.js";
 import { runDueNow, sendRunDueNow } from "./run-now.js";
@@ -30,6 +31,7 @@ export async function triggerJob(engine: Engine, tenantId: string, jobId: string
   const job = await getTenantJob(engine, tenantId, jobId);
   if (job.status === "PAUSED" || job.status === "CANCELLED")
     throw new IllegalTransitionError("trigger", job.status);
+  await recordShardCount(engine);
   for (const instant of triggerInstants(engine.clock().getTime())) {
     const {
       run,

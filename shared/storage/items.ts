@@ -10,12 +10,15 @@ const JOB_SK = "JOB";
 const LEASE_SK = "LEASE";
 const REAPER_CURSOR_SK = "REAPER";
 const IDEMPOTENCY_SK = "IDEMP";
+const SHARD_HIGH_WATER_SK = "HIGH_WATER";
 
 export const jobPk = (jobId: string) => `JOB#${jobId}`;
 export const jobKey = (jobId: string) => ({ pk: jobPk(jobId), sk: JOB_SK });
 export const tenantPk = (tenantId: string) => `TENANT#${tenantId}`;
 export const shardLeaseKey = (shard: number) => ({ pk: `SHARD#${shard}`, sk: LEASE_SK });
 export const reaperCursorKey = (shard: number) => ({ pk: `SHARD#${shard}`, sk: REAPER_CURSOR_SK });
+/** One item per stage: the most shards its tick has passed over. */
+export const shardHighWaterKey = { pk: "SHARDS", sk: SHARD_HIGH_WATER_SK } as const;
 export const idempotencyKey = (tenantId: string, key: string) => ({
   pk: `IDEMP#${tenantId}#${key}`,
   sk: IDEMPOTENCY_SK,

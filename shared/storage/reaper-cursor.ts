@@ -28,9 +28,19 @@ export async function readReaperCursors(
   const items = await batchGetItems(engine, engine.tables.jobs, shards.map(reaperCursorKey), {
     consistentRead: true,
   });
+  return reaperCursorsOf(items, shards);
+}
+
+/** The cursors of these shards among items read from the jobs table (others are left out). */
+export function reaperCursorsOf(
+  items: readonly Record<string, unknown>[],
+  shards: readonly number[],
+): Map<number, ReaperCursor> {
   const cursors = new Map<number, ReaperCursor>();
   for (const item of items) {
-    const shard = shards.find((s) => reaperCursorKey(s).pk === item.pk);
+    const shard = shards.find(
+      (s) => reaperCursorKey(s).pk === item.pk && reaperCursorKey(s).sk === item.sk,
+    );
     if (shard === undefined || typeof item.deadline !== "string") continue;
     cursors.set(
       shard,

@@ -497,7 +497,7 @@ describe("each handler, driven through its AWS-calling paths", () => {
     const shards = loadSettings(runtimeEnvironment("tick")).maxShardCount;
     expect(result.shards).toBe(shards);
     expect(invocations.map((i) => i.payload)).toEqual(
-      Array.from({ length: shards }, (_, shard) => ({ shard })),
+      Array.from({ length: shards }, (_, shard) => ({ shard, shardCount: shards })),
     );
     expect(new Set(invocations.map((i) => i.functionName))).toEqual(
       new Set([identity("dispatcher").functionName]),

@@ -47,6 +47,17 @@ describe("a create's writes", () => {
     return names;
   };
 
+  it("the first create of a process also records its shard count, once", async () => {
+    const runAt = new Date(Date.now() + 60 * MINUTE).toISOString();
+    const create = () => createJob(f.engine, testJob({ schedule: { runAt } }));
+    expect(await commandsOf(f.engine, create)).toEqual([
+      "UpdateItemCommand",
+      "PutItemCommand",
+      "PutItemCommand",
+    ]);
+    expect(await commandsOf(f.engine, create)).toEqual(["PutItemCommand", "PutItemCommand"]);
+  });
+
   it("a job due past the fast-path window is its due entry's put and then its own: no transaction", async () => {
     const runAt = new Date(Date.now() + 60 * MINUTE).toISOString();
     let jobId = "";
