@@ -109,7 +109,7 @@ export default defineConfig({
       reporter: ["text-summary", "json-summary", "html"],
       reportsDirectory: "coverage",
       // The floor for shared/, a little under what the whole suite measures (README, Testing):
-      // 96.2 % of lines, 94.3 % of statements, 96.8 % of functions, 86.6 % of branches.
+      // 96.3 % of lines, 94.4 % of statements, 97.0 % of functions, 86.7 % of branches.
       thresholds: {
         "shared/**/*.ts": { lines: 93, statements: 92, functions: 93, branches: 85 },
       },
