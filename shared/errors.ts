@@ -18,7 +18,7 @@ export interface ErrorContexts {
   readonly run_not_found: { readonly runId: string };
   /** An edit carried a version that is no longer current (HTTP 412). */
   readonly version_mismatch: { readonly expected: number; readonly actual: number };
-  /** A lifecycle change that the job's status does not allow (HTTP 409). */
+  /** A lifecycle change that the job's status, or what it would have to run, does not allow (HTTP 409). */
   readonly illegal_transition: { readonly action: string; readonly status: string };
   /** A create found its idempotency key taken; the create reads the earlier request's record. */
   readonly idempotency_key_taken: { readonly key: string };
@@ -88,11 +88,15 @@ export class VersionMismatchError extends SchedulerError<"version_mismatch"> {
 }
 
 export class IllegalTransitionError extends SchedulerError<"illegal_transition"> {
-  constructor(action: string, status: string) {
-    super("illegal_transition", `cannot ${action} a job that is ${status.toLowerCase()}`, {
-      action,
-      status,
-    });
+  /** `why`, when given, says what other than the job's status stands in the way. */
+  constructor(action: string, status: string, why?: string) {
+    super(
+      "illegal_transition",
+      why === undefined
+        ? `cannot ${action} a job that is ${status.toLowerCase()}`
+        : `cannot ${action} the job: ${why}`,
+      { action, status },
+    );
   }
 }
 

@@ -3,7 +3,7 @@ import { dispatchAfterCommit } from "../dispatch/fast-path.js";
 import type { Engine } from "../engine.js";
 import { IllegalTransitionError } from "../errors.js";
 import { endsOneOff } from "../execution/run-endings.js";
-import { parseRunId, shardOf } from "../keys.js";
+import { MAX_ATTEMPT, parseRunId, shardOf } from "../keys.js";
 import type { DueEntry, Job, Run } from "../model.js";
 import { sendRuns } from "../queue/work-queue.js";
 import { recordShardCount } from "../shard-count.js";
@@ -21,7 +21,9 @@ import { withJob } from "./with-job.js";
  * run the pause cancelled gets its occurrence back too), and the runs
  * parked while it was paused are sent again (their workers apply the misfire
  * policy at start). Each parked run gets its reaper deadline back before the
- * job says ACTIVE, so a resume that dies before sending loses none of them.
+ * job says ACTIVE, so a resume that dies before sending loses none of them. A
+ * one-off whose cancelled run was the last attempt a run can have cannot run
+ * again: its resume is refused, and nothing is written.
  */
 export async function resumeJob(engine: Engine, tenantId: string, jobId: string): Promise<Job> {
   const resumed = await withJob<{ entry: DueEntry | null; parked: Run[]; job: Job } | null>(
@@ -31,9 +33,10 @@ export async function resumeJob(engine: Engine, tenantId: string, jobId: string)
     async (job, now) => {
       if (job.status === "ACTIVE") return { done: null };
       if (job.status !== "PAUSED") throw new IllegalTransitionError("resume", job.status);
+      // Before any write: a resume it refuses leaves the job and its parked runs as they were.
+      const claimed = job.nextRunAt ? null : await claimedOneOff(engine, job, now);
       await recordShardCount(engine);
       const parked = await rearmParked(engine, job, now);
-      const claimed = job.nextRunAt ? null : await claimedOneOff(engine, job, now);
       const due = job.nextRunAt
         ? dueEntryFor(engine, job, new Date(job.nextRunAt), now)
         : (claimed?.rerun ?? null);
@@ -97,7 +100,8 @@ async function rearmParked(engine: Engine, job: Job, now: Date): Promise<Run[]> 
  * attempt as a due entry (`rerun`), so the claim applies the misfire policy to it as to any
  * occurrence that fell due while the job was paused; a run that ended for good while the job was
  * paused (its ending completes a one-off only while ACTIVE) completes the job (`ended`). Queued,
- * parked, running and failed runs (with their next attempt) end the job themselves.
+ * parked, running and failed runs (with their next attempt) end the job themselves. A cancelled
+ * run at the last attempt has no next attempt: IllegalTransitionError.
  */
 async function claimedOneOff(
   engine: Engine,
@@ -107,8 +111,15 @@ async function claimedOneOff(
   if (!("runAt" in job.schedule)) return null;
   const latest = await latestAttemptOf(engine, job.jobId, job.schedule.runAt);
   if (latest === null) return null;
-  const rerun = rerunOf(engine, job, latest, now);
-  if (rerun) return { rerun };
+  if (cancelledByPause(latest)) {
+    if (latest.attempt >= MAX_ATTEMPT)
+      throw new IllegalTransitionError(
+        "resume",
+        job.status,
+        `its run ${latest.runId}, which the pause cancelled, is attempt ${latest.attempt}, the last attempt a run can have, and cannot run again; give the job a new runAt, or cancel it`,
+      );
+    return { rerun: rerunOf(engine, job, latest, now) };
+  }
   const ended =
     latest.status !== "QUEUED" &&
     latest.status !== "RUNNING" &&
@@ -116,14 +127,17 @@ async function claimedOneOff(
   return { ended };
 }
 
+/** Whether a pause with `running: "cancel"` cancelled the run (or is cancelling it). */
+function cancelledByPause(run: Run): boolean {
+  return run.cancelledBy === "pause" && (run.status === "CANCELLED" || run.status === "RUNNING");
+}
+
 /**
- * The due entry of the next attempt of a one-off's run that a pause with `running: "cancel"`
- * cancelled, or null for any other run. The run's key makes it one run however many writers plan
- * it; the occurrence was counted when it was first claimed and is not counted again.
+ * The due entry of the next attempt of a one-off's run that a pause cancelled (one below the last
+ * attempt). The run's key makes it one run however many writers plan it; the occurrence was
+ * counted when it was first claimed and is not counted again.
  */
-function rerunOf(engine: Engine, job: Job, latest: Run, now: Date): DueEntry | null {
-  if (latest.cancelledBy !== "pause") return null;
-  if (latest.status !== "CANCELLED" && latest.status !== "RUNNING") return null;
+function rerunOf(engine: Engine, job: Job, latest: Run, now: Date): DueEntry {
   const entry = dueEntryFor(engine, job, new Date(latest.scheduledFor), now, latest.attempt + 1);
   return { ...entry, queuedBefore: Math.max(0, (entry.queuedBefore ?? 0) - 1) };
 }
@@ -132,7 +146,9 @@ function rerunOf(engine: Engine, job: Job, latest: Run, now: Date): DueEntry | n
  * A pause with `running: "cancel"` writes its cancel requests after the pause has committed: a
  * resume that committed in between found the one-off's run still running, uncancelled, and left
  * nothing pending. Once the requests are written, an ACTIVE one-off with nothing pending whose
- * latest run the pause cancelled gets that run's next attempt here, as the resume would have.
+ * latest run the pause cancelled gets that run's next attempt here, as the resume would have; at
+ * the last attempt a run can have there is none, and the one-off, with nothing left to run, is
+ * completed (the resume that would have refused has committed).
  */
 export async function rerunIfResumedMeanwhile(
   engine: Engine,
@@ -143,12 +159,12 @@ export async function rerunIfResumedMeanwhile(
     if (job.status !== "ACTIVE" || job.nextDueKey || job.nextRunAt || !("runAt" in job.schedule))
       return { done: null };
     const latest = await latestAttemptOf(engine, job.jobId, job.schedule.runAt);
-    const rerun = latest ? rerunOf(engine, job, latest, now) : null;
-    if (rerun === null) return { done: null };
+    if (latest === null || !cancelledByPause(latest)) return { done: null };
+    const rerun = latest.attempt < MAX_ATTEMPT ? rerunOf(engine, job, latest, now) : null;
     return {
       write: async () => {
         await recordShardCount(engine);
-        await writeResumedJob(engine, job, rerun, now);
+        await writeResumedJob(engine, job, rerun, now, rerun === null);
         return rerun;
       },
     };

@@ -3,6 +3,8 @@ import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { RunPageSchema, RunSchema } from "../../shared/api/schemas/runs.js";
 import { sleep } from "../../shared/clock.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
+import { MAX_ATTEMPT } from "../../shared/keys.js";
+import { copyRunToAttempt } from "../support/seed.js";
 import { waitFor } from "../support/wait.js";
 import { type ApiHarness, expectError, KEY_B, laterJob, startApi } from "./support.js";
 
@@ -136,6 +138,87 @@ describe("POST /jobs/{id}/pause with running", () => {
       const runs = await runsOf(id);
       expect(runs.map((r) => [r.status, r.cancelledBy])).toEqual([["cancelled", by]]);
     }
+  }, 40_000);
+});
+
+describe("POST /jobs/{id}/resume after a pause cancelled a run at the last attempt", () => {
+  /**
+   * A job paused with running: cancel whose cancelled run is copied to attempt 9999, as if its
+   * occurrence had been replayed up to there (each replay is the next attempt).
+   */
+  async function pausedWithLastAttemptCancelled(schedule: Record<string, unknown>) {
+    const id = await created({ type: "report", payload: {}, schedule });
+    if (!("runAt" in schedule))
+      expect((await api.call("POST", `/jobs/${id}/trigger`)).status).toBe(202);
+    const { processing } = await startedSleepyReport(id);
+    const paused = await api.call("POST", `/jobs/${id}/pause`, { body: { running: "cancel" } });
+    expect(paused.status, paused.text).toBe(200);
+    expect(await processing).toBe("ack");
+    const [cancelled] = await runsOf(id);
+    expect(cancelled).toMatchObject({ status: "cancelled", cancelledBy: "pause", attempt: 1 });
+    if (cancelled === undefined) throw new Error("no cancelled run");
+    const last = await copyRunToAttempt(
+      api.fixture.engine,
+      { jobId: id, scheduledFor: cancelled.scheduledFor, attempt: 1 },
+      MAX_ATTEMPT,
+    );
+    return { id, last };
+  }
+
+  const attemptsOf = async (id: string) =>
+    (await runsOf(id)).map((r) => [r.attempt, r.status]).sort(([a], [b]) => Number(a) - Number(b));
+  const dueEntriesOf = async (id: string) =>
+    (await api.fixture.dueEntries()).filter((e) => e.jobId === id);
+
+  it("a one-off: 409 illegal_transition naming the run and its attempt; the job stays paused, nothing written; a new runAt lets it resume", async () => {
+    const { id, last } = await pausedWithLastAttemptCancelled({ runAt: new Date().toISOString() });
+    const before = JobSchema.parse((await api.call("GET", `/jobs/${id}`)).body);
+
+    const refused = expectError(await api.call("POST", `/jobs/${id}/resume`), 409, {
+      code: "illegal_transition",
+    });
+    expect(refused.currentStatus).toBe("paused");
+    expect(refused.message).toContain(last);
+    expect(refused.message).toMatch(/9999/);
+    // Nothing was written: the job is as it was, with no new run and nothing pending.
+    expect(JobSchema.parse((await api.call("GET", `/jobs/${id}`)).body)).toEqual(before);
+    expect(await attemptsOf(id)).toEqual([
+      [1, "cancelled"],
+      [MAX_ATTEMPT, "cancelled"],
+    ]);
+    expect(await dueEntriesOf(id)).toEqual([]);
+    // A repeat is refused the same way.
+    expectError(await api.call("POST", `/jobs/${id}/resume`), 409, { code: "illegal_transition" });
+
+    // The way on: a new runAt is a new occurrence, whose first attempt the resume plans.
+    const runAt = new Date(Date.now() + 3_600_000).toISOString();
+    const edited = await api.call("PATCH", `/jobs/${id}`, {
+      body: { schedule: { runAt } },
+      headers: { "If-Match": `"${before.version}"` },
+    });
+    expect(edited.status, edited.text).toBe(200);
+    const resumed = await api.call("POST", `/jobs/${id}/resume`);
+    expect(resumed.status, resumed.text).toBe(200);
+    expect(JobSchema.parse(resumed.body)).toMatchObject({ status: "active", nextRunAt: runAt });
+    expect((await dueEntriesOf(id)).map((e) => [e.scheduledFor, e.attempt])).toEqual([[runAt, 1]]);
+  }, 40_000);
+
+  it("a recurring job: resumes (200) to its next occurrence, the cancelled run not run again; a trigger is a first attempt", async () => {
+    const { id } = await pausedWithLastAttemptCancelled({ cron: "0 0 1 1 *", timezone: "UTC" });
+    const resumed = await api.call("POST", `/jobs/${id}/resume`);
+    expect(resumed.status, resumed.text).toBe(200);
+    const job = JobSchema.parse(resumed.body);
+    expect(job.status).toBe("active");
+    expect(await attemptsOf(id)).toEqual([
+      [1, "cancelled"],
+      [MAX_ATTEMPT, "cancelled"],
+    ]);
+    expect((await dueEntriesOf(id)).map((e) => [e.scheduledFor, e.attempt])).toEqual([
+      [job.nextRunAt, 1],
+    ]);
+    const triggered = await api.call("POST", `/jobs/${id}/trigger`);
+    expect(triggered.status, triggered.text).toBe(202);
+    expect(RunSchema.parse(triggered.body)).toMatchObject({ attempt: 1, status: "queued" });
   }, 40_000);
 });
 

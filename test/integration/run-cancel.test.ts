@@ -20,13 +20,16 @@ import {
   resumeJob,
   triggerJob,
 } from "../../shared/jobs/index.js";
-import { shardOf } from "../../shared/keys.js";
+import { rerunIfResumedMeanwhile } from "../../shared/jobs/resume.js";
+import { MAX_ATTEMPT, shardOf } from "../../shared/keys.js";
 import type { Job, Run } from "../../shared/model.js";
 import type { MisfirePolicy } from "../../shared/policies.js";
+import { writeResumedJob } from "../../shared/storage/job-status.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { withFaults } from "../support/faults.js";
+import { copyRunToAttempt } from "../support/seed.js";
 import { waitFor } from "../support/wait.js";
 
 const LEASE_MS = 3_000;
@@ -580,6 +583,25 @@ describe("cancelling a job's running runs", () => {
       [2, "SUCCEEDED", null],
     ]);
     expect((await jobOf(f, job.jobId)).status).toBe("COMPLETED");
+  }, 40_000);
+
+  it("a resume that committed before the pause cancelled the one-off's run at attempt 9999: the pause completes the job, with no next attempt", async () => {
+    const { job, runAt } = await pauseCancelledOneOff(30_000);
+    await copyRunToAttempt(
+      f.engine,
+      { jobId: job.jobId, scheduledFor: runAt, attempt: 1 },
+      MAX_ATTEMPT,
+    );
+    // As the resume that committed first left it: ACTIVE, its one-off's run not yet asked to cancel.
+    await writeResumedJob(f.engine, await jobOf(f, job.jobId), null, new Date());
+
+    await rerunIfResumedMeanwhile(f.engine, job.tenantId, job.jobId);
+    expect(await jobOf(f, job.jobId)).toMatchObject({ status: "COMPLETED", nextRunAt: null });
+    expect(byAttempt(await runsOf(f, job.jobId)).map((r) => [r.attempt, r.status])).toEqual([
+      [1, "CANCELLED"],
+      [MAX_ATTEMPT, "CANCELLED"],
+    ]);
+    expect((await f.dueEntries()).filter((e) => e.jobId === job.jobId)).toEqual([]);
   }, 40_000);
 
   it("a one-off whose run finished while it was paused (running: finish) is COMPLETED on resume, not ACTIVE with nothing to run", async () => {

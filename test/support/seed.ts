@@ -1,10 +1,12 @@
-import { BatchWriteCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
-import { minuteOf } from "../../shared/keys.js";
+import { BatchWriteCommand, GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
+import type { Engine } from "../../shared/engine.js";
+import { minuteOf, runId, runSortKey } from "../../shared/keys.js";
 import type { DueEntry, Job } from "../../shared/model.js";
 import type { MisfirePolicy } from "../../shared/policies.js";
 import type { ScheduleSpec } from "../../shared/schedule/index.js";
 import { dueEntryKey } from "../../shared/storage/due-entries.js";
 import { encodeDueEntry, encodeJob, shardLeaseKey } from "../../shared/storage/items.js";
+import { type RunRef, runKeyOf } from "../../shared/storage/run-reads.js";
 import { type EngineFixture, testJob } from "./engine-fixture.js";
 
 export interface SeedSpec {
@@ -116,4 +118,28 @@ export async function setWatermark(
       },
     }),
   );
+}
+
+/**
+ * Copies a stored run to another attempt of its occurrence, as if the occurrence had been
+ * replayed up to there (each replay is its next attempt); all else is the run's as it stands.
+ * Returns the copy's run id.
+ */
+export async function copyRunToAttempt(
+  engine: Engine,
+  run: RunRef,
+  attempt: number,
+): Promise<string> {
+  const { Item: item } = await engine.doc.send(
+    new GetCommand({ TableName: engine.tables.runs, Key: runKeyOf(run), ConsistentRead: true }),
+  );
+  if (item === undefined) throw new Error(`no run item for attempt ${run.attempt}`);
+  const copyId = runId(run.jobId, run.scheduledFor, attempt);
+  await engine.doc.send(
+    new PutCommand({
+      TableName: engine.tables.runs,
+      Item: { ...item, sk: runSortKey(run.scheduledFor, attempt), runId: copyId, attempt },
+    }),
+  );
+  return copyId;
 }
