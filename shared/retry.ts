@@ -4,6 +4,8 @@
  * of runs failing together does not retry together.
  */
 
+import { MAX_ATTEMPT } from "./keys.js";
+
 export interface RetryPolicy {
   /** Attempts in total, the first one included. */
   readonly maxAttempts: number;
@@ -110,7 +112,9 @@ export function decideAfterFailure(input: FailureInput): FailureDecision {
   if (!retryable) {
     return { kind: "dead", reason: `non-retryable error: ${shortened(error)}` };
   }
-  if (attempt >= policy.maxAttempts) {
+  // Attempts are stored as four digits: past the last one there is no next attempt to store,
+  // whatever the policy allows (a replayed run is its occurrence's next attempt).
+  if (attempt >= Math.min(policy.maxAttempts, MAX_ATTEMPT)) {
     const attempts = attempt === 1 ? "1 attempt" : `${attempt} attempts`;
     return { kind: "dead", reason: `gave up after ${attempts}: ${shortened(error)}` };
   }

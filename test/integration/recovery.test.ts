@@ -1,14 +1,18 @@
+import { DeleteCommand } from "@aws-sdk/lib-dynamodb";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { runTickLoop } from "../../shared/dispatch/tick.js";
+import { NotReplayableError } from "../../shared/errors.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
-import { createJob } from "../../shared/jobs/index.js";
+import { createJob, replayDeadLetter } from "../../shared/jobs/index.js";
+import { MAX_ATTEMPT } from "../../shared/keys.js";
 import type { Run } from "../../shared/model.js";
 import { deleteMessages, sendRuns, setVisibility } from "../../shared/queue/work-queue.js";
 import { runMessageOf } from "../../shared/storage/items.js";
-import { getJob } from "../../shared/storage/run-reads.js";
+import { getJob, runKeyOf } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { copyRunToAttempt } from "../support/seed.js";
 import { waitFor } from "../support/wait.js";
 
 // The design's defaults: the lease is as long as the misfire grace.
@@ -254,4 +258,49 @@ describe("recovered runs are not misfires (lease = grace)", () => {
     expect(firstRun?.status).toBe("SUCCEEDED");
     expect(secondRun).toMatchObject({ status: "SUCCEEDED", reason: null });
   }, 60_000);
+});
+
+describe("a run at attempt 9999, the last a run can have", () => {
+  it("whose worker died is re-sent by the reaper and runs again as attempt 9999; failing there, it is dead, not retried", async () => {
+    // A policy past the last attempt (the API allows 100): only the four digits of a stored attempt stop it.
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "fail",
+        payload: { retryable: true },
+        schedule: { runAt: secondAfter(1000).toISOString() },
+        policies: {
+          ...testJob().policies,
+          retry: { maxAttempts: 20_000, initialDelayMs: 1_000, maxDelayMs: 1_000 },
+        },
+      }),
+    );
+    const first = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    await deleteMessages(f.engine.sqs, first.queueUrl, [first.receiptHandle]);
+    // The occurrence at its last attempt (as if replayed up to there), taken by a worker that dies.
+    const last = { ...first.message, attempt: MAX_ATTEMPT };
+    await copyRunToAttempt(f.engine, first.message, MAX_ATTEMPT);
+    await f.engine.doc.send(
+      new DeleteCommand({ TableName: f.engine.tables.runs, Key: runKeyOf(first.message) }),
+    );
+    expect((await startRun(f.engine, last, "crashed", clock())).kind).toBe("started");
+
+    offsetMs = LEASE_MS + 40_000;
+    expect((await reap(f.engine)).resent).toBeGreaterThanOrEqual(1);
+    const resent = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(resent.message.attempt).toBe(MAX_ATTEMPT);
+    expect(await f.process(f.workerDeps("survivor"), resent)).toBe("ack");
+
+    const dead = await onlyRunOf(job.jobId);
+    expect(dead).toMatchObject({
+      attempt: MAX_ATTEMPT,
+      status: "DEAD",
+      fence: 2,
+      reason: `gave up after ${MAX_ATTEMPT} attempts: fail: attempt ${MAX_ATTEMPT} of Infinity planned failures`,
+    });
+    expect((await f.dueEntries()).filter((e) => e.jobId === job.jobId)).toEqual([]);
+    await expect(replayDeadLetter(f.engine, job.tenantId, dead.runId)).rejects.toThrow(
+      NotReplayableError,
+    );
+  }, 30_000);
 });

@@ -183,6 +183,17 @@ describe("decideAfterFailure", () => {
     });
   });
 
+  it("gives up at attempt 9999 whatever the policy allows: there is no attempt 10000 to store", () => {
+    // The API caps maxAttempts at 100, but a replayed run is the next attempt of its occurrence.
+    const generous = { ...DEFAULT_RETRY_POLICY, maxAttempts: 20_000 };
+    expect(
+      decideAfterFailure({ ...base, policy: generous, attempt: 9998, retryable: true }),
+    ).toMatchObject({ kind: "retry", nextAttempt: 9999 });
+    expect(
+      decideAfterFailure({ ...base, policy: generous, attempt: 9999, retryable: true }),
+    ).toEqual({ kind: "dead", reason: "gave up after 9999 attempts: HTTP 503" });
+  });
+
   it("never retries a non-retryable error, whatever the attempt", () => {
     for (const attempt of [1, 5]) {
       expect(decideAfterFailure({ ...base, attempt, retryable: false, error: "HTTP 404" })).toEqual(
