@@ -1,7 +1,7 @@
 import { InvokeCommand, LambdaClient } from "@aws-sdk/client-lambda";
 import { ENV, requireEnv } from "../../shared/config.js";
 import { reap } from "../../shared/dispatch/reaper.js";
-import { dispatcherEvent, readTickShards } from "../../shared/dispatch/tick-shards.js";
+import { dispatcherEvent, readTickShards, shardsOf } from "../../shared/dispatch/tick-shards.js";
 import { engineFromEnv, powertoolsObservability } from "../../shared/runtime.js";
 
 const obs = powertoolsObservability("scheduler-tick");
@@ -16,7 +16,7 @@ const dispatcher = requireEnv(ENV.dispatcherFunction);
 export async function handler() {
   try {
     const tickShards = await readTickShards(engine, engine.clock());
-    const shards = Array.from({ length: tickShards.count }, (_, shard) => shard);
+    const shards = shardsOf(tickShards);
     await Promise.all(
       shards.map((shard) =>
         lambda.send(

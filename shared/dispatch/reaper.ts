@@ -18,7 +18,7 @@ import {
   cursorDeadline,
   rewindReaperCursor,
 } from "../storage/reaper-cursor.js";
-import { readTickShards, type TickShards } from "./tick-shards.js";
+import { readTickShards, shardsOf, type TickShards } from "./tick-shards.js";
 
 export interface ReapResult {
   /** Index entries read, the ended runs' included. */
@@ -106,7 +106,6 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
   let behindMs = 0;
   let failure: { readonly error: unknown } | undefined;
   const tickShards = options.shards ?? (await readTickShards(engine, now));
-  const shards = Array.from({ length: tickShards.count }, (_, shard) => shard);
   const cursors = tickShards.cursors;
   // Furthest behind first: a pass cut short (the tick's 60 s timeout, its reads growing with the
   // runs a minute) leaves the shards it did not reach to start the next one, not to wait forever.
@@ -114,7 +113,7 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
     const cursor = cursors.get(shard);
     return cursor === undefined ? "" : cursorDeadline(cursor);
   };
-  const order = [...shards].sort((a, b) =>
+  const order = shardsOf(tickShards).sort((a, b) =>
     behind(a) < behind(b) ? -1 : behind(a) > behind(b) ? 1 : a - b,
   );
   for (const shard of order) {

@@ -14,6 +14,10 @@ export interface TickShards {
 const shardRange = (from: number, to: number) =>
   Array.from({ length: Math.max(0, to - from) }, (_, index) => from + index);
 
+/** The shards a tick passes over, 0 to count − 1, in order. */
+export const shardsOf = (tickShards: Pick<TickShards, "count">): number[] =>
+  shardRange(0, tickShards.count);
+
 /**
  * What a tick passes over: every shard up to the most the stage has ever run with, so that a
  * deploy that lowers (or leaves out) `shardCount` strands none of the due entries and in-flight

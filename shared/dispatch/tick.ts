@@ -2,7 +2,7 @@ import { sleep } from "../clock.js";
 import type { Engine } from "../engine.js";
 import { dispatchShard, type PassResult } from "./dispatcher.js";
 import { type ReapResult, reap } from "./reaper.js";
-import { readTickShards } from "./tick-shards.js";
+import { readTickShards, shardsOf } from "./tick-shards.js";
 
 /** A shard's pass in a tick: how it ended, or the error it failed with. */
 export type TickPass =
@@ -19,7 +19,7 @@ export async function tickOnce(
   owner: string,
 ): Promise<{ passes: TickPass[]; reaped: ReapResult }> {
   const tickShards = await readTickShards(engine, engine.clock());
-  const shards = Array.from({ length: tickShards.count }, (_, shard) => shard);
+  const shards = shardsOf(tickShards);
   const passes = await Promise.all(
     shards.map((shard) =>
       dispatchShard(engine, shard, owner).catch(
