@@ -21,6 +21,11 @@ export type RunResult =
 
 export const isRecurring = (job: Job) => !("runAt" in job.schedule);
 
+/** How late the run started: its start write's time less its due time (a run not started: `now`). */
+export function startLagMs(run: Pick<Run, "startedAt" | "dueAt">, now: Date): number {
+  return Date.parse(run.startedAt ?? now.toISOString()) - Date.parse(run.dueAt);
+}
+
 /**
  * Records a run's result as its worker (or, for an async run, its target) reports it, conditioned
  * on the run's fence: SUCCEEDED, or a failure with the job's retry policy applied (FAILED plus the
@@ -39,8 +44,7 @@ export async function recordResult(
   await recordShardCount(engine);
   const tracked = isRecurring(job);
   const jobWriteDeferred = tracked && nextAdmissionSoon(job, run, now);
-  const lag = Date.parse(run.startedAt ?? now.toISOString()) - Date.parse(run.dueAt);
-  engine.obs.metrics.add(METRICS.schedulingLagMs, Math.max(0, lag), "Milliseconds");
+  const lag = startLagMs(run, now);
   const report = (status: "SUCCEEDED" | "FAILED" | "DEAD", error?: string) => {
     engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status });
     engine.obs.log.info(TENANT_LOG_EVENTS.runFinished, {

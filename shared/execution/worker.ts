@@ -18,7 +18,7 @@ import { admitRun } from "./admission.js";
 import { handOverRun } from "./async-runs.js";
 import { endOnCancelRequest, type RunProgress, repairJobAfterRun } from "./run-endings.js";
 import { execute, heartbeatEveryMs, type RunExecutionDeps } from "./run-execution.js";
-import { endForDeletedJob, isRecurring, recordResult, resend } from "./run-outcome.js";
+import { endForDeletedJob, isRecurring, recordResult, resend, startLagMs } from "./run-outcome.js";
 import { decideStart } from "./start-decision.js";
 
 export interface WorkerDeps extends RunExecutionDeps {
@@ -317,6 +317,14 @@ async function runInSlot(
     await resend(engine, runMessageOf(run), now).catch(() => undefined);
     return "ack";
   }
+  // The run's start lag (the p99 alarm's metric) is recorded here, by the worker that started the
+  // run, for every run it ran to an outcome or handed over: an async run ends in the API, maybe
+  // hours later, and is counted once, where its start is known, like every other run.
+  engine.obs.metrics.add(
+    METRICS.schedulingLagMs,
+    Math.max(0, startLagMs(run, now)),
+    "Milliseconds",
+  );
   if (outcome.kind === "handed-over") {
     // The target answered 202: it heartbeats and completes the run itself from now on.
     await handOverRun(engine, run, job, tracked, now);

@@ -548,6 +548,23 @@ describe("observability", () => {
     );
   });
 
+  it("alarms on the scheduling lag of every function that records it: the worker, where runs start, async ones included", () => {
+    const recorders = COMPONENTS.filter(
+      (component) =>
+        filesOfHandlerMentioning(handlerEntry(component), "METRICS.schedulingLagMs").length > 0,
+    );
+    // An async run ends in the API, maybe hours after it started: its lag is recorded by the
+    // worker that started it and handed it over, so that one metric holds every run's.
+    expect(recorders).toEqual(["worker"]);
+    const [lag, ...more] = alarms(prod).filter((a) =>
+      alarmMetrics(a).some((m) => m.MetricName === METRICS.schedulingLagMs),
+    );
+    expect(more).toEqual([]);
+    expect(alarmMetrics(lag ?? {}).map((m) => dimension(m, "service"))).toEqual(
+      recorders.map((component) => ({ Name: "service", Value: SERVICE_NAMES[component] })),
+    );
+  });
+
   it("alarms when the reaper's reading stands minutes behind (a lost run re-sent that much late)", () => {
     const behind = alarms(prod).filter((a) => a.MetricName === METRICS.reaperBehindMs);
     expect(

@@ -6,6 +6,7 @@ import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import type { WorkerDeps } from "../../shared/execution/worker.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { parseRunId, runId as runIdOf } from "../../shared/keys.js";
+import { METRICS, MetricsRecorder } from "../../shared/observability.js";
 import { receiveRuns } from "../../shared/queue/work-queue.js";
 import { requestRunCancel } from "../../shared/storage/run-cancel.js";
 import { getRun } from "../../shared/storage/run-reads.js";
@@ -112,7 +113,7 @@ async function createAsyncJob(overrides: Record<string, unknown> = {}): Promise<
 }
 
 /** Delivers the job's next queued message to the worker; returns what the target was handed. */
-async function deliver(jobId: string): Promise<HandOff> {
+async function deliver(jobId: string, by: WorkerDeps = worker): Promise<HandOff> {
   const before = target.handOffs.length;
   const deadline = Date.now() + 20_000;
   while (Date.now() < deadline) {
@@ -121,7 +122,7 @@ async function deliver(jobId: string): Promise<HandOff> {
       waitSeconds: 1,
     });
     const mine = batch.filter((r) => r.message.jobId === jobId);
-    for (const received of mine) await api.fixture.process(worker, received);
+    for (const received of mine) await api.fixture.process(by, received);
     if (mine.length > 0) break;
   }
   const handOff = target.handOffs[before];
@@ -221,6 +222,32 @@ describe("async mode (long jobs)", () => {
     const late = await callBack(handOff.heartbeatUrl, handOff.token);
     expect(late.status, late.text).toBe(409);
     expect(late.body).toMatchObject({ error: { code: "stale_run_token" } });
+  });
+
+  it("the worker records the run's scheduling lag when it hands the run over; the completion in the API records none", async () => {
+    // In the stack the worker's and the API's metrics carry their own service dimension, and the
+    // p99 lag alarm reads the worker's: the worker gets a recorder of its own here.
+    const workerMetrics = new MetricsRecorder();
+    const separateWorker: WorkerDeps = {
+      ...worker,
+      engine: { ...worker.engine, obs: { ...worker.engine.obs, metrics: workerMetrics } },
+    };
+    const apiMetrics = api.fixture.metrics;
+    const apiLagBefore = apiMetrics.points.filter((p) => p.name === METRICS.schedulingLagMs).length;
+    const jobId = await createAsyncJob();
+    advance(3_000); // started 3 s after it was due
+    const handOff = await deliver(jobId, separateWorker);
+    const lagPoints = (recorder: MetricsRecorder) =>
+      recorder.points.filter((p) => p.name === METRICS.schedulingLagMs).map((p) => p.value);
+    expect(lagPoints(workerMetrics)).toEqual([3_000]);
+
+    advance(20 * 60_000);
+    const completed = await callBack(handOff.completeUrl, handOff.token, { status: "succeeded" });
+    expect(completed.status, completed.text).toBe(200);
+    expect(completed.body).toMatchObject({ status: "succeeded" });
+    expect(lagPoints(workerMetrics)).toEqual([3_000]);
+    expect(lagPoints(apiMetrics).length - apiLagBefore).toBe(0);
+    expect(apiMetrics.sum(METRICS.runOutcome, { status: "SUCCEEDED" })).toBeGreaterThan(0);
   });
 
   it("a lease with no heartbeat lapses and the run is started again, like a crashed one; the old token is stale", async () => {
