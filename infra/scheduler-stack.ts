@@ -56,6 +56,7 @@ export class SchedulerStack extends Stack {
       dispatch: this.dispatch,
       worker: this.worker,
       api: this.api,
+      storage: this.storage,
     });
 
     const output = (id: string, value: string, description: string) =>

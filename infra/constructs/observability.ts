@@ -22,6 +22,7 @@ import type { Api } from "./api.js";
 import type { Dispatch } from "./dispatch.js";
 import type { Queues } from "./queues.js";
 import { type Component, type SchedulerFunction, SERVICE_NAMES } from "./scheduler-function.js";
+import type { DeclaredTable, Storage } from "./storage.js";
 import type { Worker } from "./worker.js";
 
 export interface ObservabilityProps {
@@ -30,6 +31,7 @@ export interface ObservabilityProps {
   readonly dispatch: Dispatch;
   readonly worker: Worker;
   readonly api: Api;
+  readonly storage: Storage;
 }
 
 const MINUTE = Duration.minutes(1);
@@ -37,8 +39,43 @@ const MINUTE = Duration.minutes(1);
 const REAPER_BEHIND_ALARM_MS = 5 * 60_000;
 
 /**
+ * A table's ReadThrottleEvents and WriteThrottleEvents, and each of its global secondary
+ * indexes': with the TableName dimension alone DynamoDB counts the table's own events, an index's
+ * need GlobalSecondaryIndexName too. Events rather than ThrottledRequests, which has a metric per
+ * operation (TableName and Operation) and counts a batch only when all of it was throttled. Keyed
+ * by math-expression id, labelled with what they count.
+ */
+function throttleEventsOf(name: string, declared: DeclaredTable): Record<string, Metric> {
+  const events: Record<string, Metric> = {};
+  const targets = [
+    { id: "table", label: name, dimensions: {} },
+    ...declared.indexNames.map((index, i) => ({
+      id: `index${i}`,
+      label: `${name} ${index} index`,
+      dimensions: { GlobalSecondaryIndexName: index },
+    })),
+  ];
+  for (const { id, label, dimensions } of targets) {
+    for (const [kind, metricName] of [
+      ["reads", "ReadThrottleEvents"],
+      ["writes", "WriteThrottleEvents"],
+    ] as const) {
+      events[`${id}_${kind}`] = new Metric({
+        namespace: "AWS/DynamoDB",
+        metricName,
+        dimensionsMap: { TableName: declared.table.tableName, ...dimensions },
+        statistic: "Sum",
+        period: MINUTE,
+        label: `${label} ${kind}`,
+      });
+    }
+  }
+  return events;
+}
+
+/**
  * Alarms (to an SNS topic) and a dashboard over the engine's Powertools
- * metrics and the AWS metrics of the queues and functions. Every engine
+ * metrics and the AWS metrics of the queues, functions and tables. Every engine
  * metric carries the emitting function's `service` dimension (Powertools
  * adds it), so each reference names the service that emits it.
  */
@@ -53,7 +90,7 @@ export class Observability extends Construct {
 
   constructor(scope: Construct, id: string, props: ObservabilityProps) {
     super(scope, id);
-    const { settings, queues, dispatch, worker, api } = props;
+    const { settings, queues, dispatch, worker, api, storage } = props;
     this.settings = settings;
 
     if (settings.alarmTopicArn) {
@@ -220,6 +257,48 @@ export class Observability extends Construct {
       );
     }
 
+    // DynamoDB throttling, one alarm per table over its reads and writes and its indexes' (an
+    // index's throttle events are not in its table's metrics, and a throttled index write holds
+    // the table's write back). On-demand tables throttle too: a hot key's partition, a table's
+    // maximum throughput, the account's per-table quota. A burst past the table's recent peak
+    // throttles for a minute or two while on-demand capacity follows, and the SDK's retries (and
+    // the engine's, for writes) absorb it: that raises nothing. Throttling in 3 of 5 minutes is a
+    // limit hit again and again, under which runs start late and the API answers 5xx. One event
+    // makes a minute count, whatever the load: at its usual load a table throttles nothing, so a
+    // count threshold would only need retuning as the load grows. The alarm names the table, the
+    // dashboard's graph the index and whether reads or writes. Alarms are priced per metric, so
+    // one per table costs what one over all twelve metrics would.
+    const tables: { id: string; name: string; declared: DeclaredTable }[] = [
+      { id: "Jobs", name: "jobs", declared: storage.jobs },
+      { id: "Runs", name: "runs", declared: storage.runs },
+      { id: "WebhookSecrets", name: "webhook secrets", declared: storage.webhookSecrets },
+    ];
+    for (const { id, name, declared } of tables) {
+      const events = throttleEventsOf(name, declared);
+      const { indexNames } = declared;
+      const indexes =
+        indexNames.length === 0
+          ? ""
+          : ` or its ${indexNames.join(", ")} index${indexNames.length > 1 ? "es" : ""}`;
+      alarm(
+        `DynamoThrottles-${id}`,
+        new MathExpression({
+          expression: Object.keys(events)
+            .map((metricId) => `FILL(${metricId}, 0)`)
+            .join(" + "),
+          usingMetrics: events,
+          label: `${name} table throttle events`,
+          period: MINUTE,
+        }),
+        {
+          description: `DynamoDB throttled reads or writes of the ${name} table (${declared.table.tableName})${indexes} in 3 of the last 5 minutes: a limit hit again and again, not a passing burst; runs start late and the API answers 5xx. The dashboard's "DynamoDB throttle events" graph says which index, reads or writes; AWS/DynamoDB's Read/Write KeyRangeThroughput (a hot key), MaxOnDemandThroughput and AccountLimit ThrottleEvents say why.`,
+          threshold: 1,
+          evaluationPeriods: 5,
+          datapointsToAlarm: 3,
+        },
+      );
+    }
+
     this.dashboard = new Dashboard(this, "Dashboard", {
       defaultInterval: Duration.hours(3),
     });
@@ -347,6 +426,12 @@ export class Observability extends Construct {
         functions.map(([name, f]) =>
           f.fn.metricThrottles({ period: MINUTE, statistic: "Sum" }).with({ label: name }),
         ),
+      ),
+    );
+    this.dashboard.addWidgets(
+      graph(
+        "DynamoDB throttle events",
+        tables.flatMap(({ name, declared }) => Object.values(throttleEventsOf(name, declared))),
       ),
     );
     this.dashboard.addWidgets(

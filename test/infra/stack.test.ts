@@ -602,6 +602,94 @@ describe("observability", () => {
     ).toEqual([[{ Name: "ApiId", Value: apiId }, "Sum", 1, 5, 3]]);
   });
 
+  it("alarms on each table's throttling, its indexes' included, in 3 of 5 minutes", () => {
+    const { stack } = prod;
+    const tables = [
+      ["Jobs", stack.storage.jobs, jobsTableDefinition("jobs")],
+      ["Runs", stack.storage.runs, runsTableDefinition("runs")],
+      ["WebhookSecrets", stack.storage.webhookSecrets, webhookSecretsTableDefinition("w")],
+    ] as const;
+    const throttling = alarms(prod).filter((a) =>
+      alarmMetrics(a).some((m) => m.Namespace === "AWS/DynamoDB"),
+    );
+    expect(throttling).toHaveLength(tables.length);
+    const topicId = logicalIdOf(stack, stack.observability.topic);
+    for (const [id, declared, definition] of tables) {
+      const construct = stack.observability.alarms.find(
+        (a) => a.node.id === `DynamoThrottles-${id}`,
+      );
+      if (construct === undefined) throw new Error(`no alarm DynamoThrottles-${id}`);
+      const alarm = propertiesOf(prod, construct);
+      const tableName = { Name: "TableName", Value: { Ref: logicalIdOf(stack, declared.table) } };
+      // The table's reads and writes, and every index's: an index's events are not the table's.
+      const indexes = (definition.GlobalSecondaryIndexes ?? []).map((index) => index.IndexName);
+      expect(declared.indexNames, id).toEqual(indexes);
+      const watched = alarmMetrics(alarm).map((m) =>
+        JSON.stringify([
+          m.Namespace,
+          m.MetricName,
+          dimension(m, "TableName"),
+          dimension(m, "GlobalSecondaryIndexName") ?? null,
+          asArray(m.Dimensions).length,
+        ]),
+      );
+      const expected = [null, ...indexes].flatMap((index) =>
+        ["ReadThrottleEvents", "WriteThrottleEvents"].map((metric) =>
+          JSON.stringify([
+            "AWS/DynamoDB",
+            metric,
+            tableName,
+            index === null ? null : { Name: "GlobalSecondaryIndexName", Value: index },
+            index === null ? 1 : 2,
+          ]),
+        ),
+      );
+      expect(watched.sort(), id).toEqual(expected.sort());
+      // Each a per-minute sum, and the alarm reads their sum, a metric with no data (DynamoDB
+      // sends none for a minute without throttling) as 0.
+      const queries = asArray(alarm.Metrics).filter(isObject);
+      const stats = queries.flatMap((m) =>
+        isObject(m.MetricStat) ? [[m.Id, m.MetricStat.Stat, m.MetricStat.Period]] : [],
+      );
+      expect(
+        stats.every(([, stat, period]) => stat === "Sum" && period === 60),
+        id,
+      ).toBe(true);
+      const [expression, ...others] = queries.filter((m) => m.Expression !== undefined);
+      expect(others, id).toEqual([]);
+      expect(String(expression?.Expression).split(" + ").sort(), id).toEqual(
+        stats.map(([metricId]) => `FILL(${String(metricId)}, 0)`).sort(),
+      );
+      expect(
+        [
+          alarm.Threshold,
+          alarm.ComparisonOperator,
+          alarm.EvaluationPeriods,
+          alarm.DatapointsToAlarm,
+          alarm.TreatMissingData,
+        ],
+        id,
+      ).toEqual([1, "GreaterThanOrEqualToThreshold", 5, 3, "notBreaching"]);
+      expect(asArray(alarm.AlarmActions).map(referencedId), id).toEqual([topicId]);
+      expect(asArray(alarm.OKActions).map(referencedId), id).toEqual([topicId]);
+      // The description names the table as deployed.
+      expect(JSON.stringify(alarm.AlarmDescription), id).toContain(JSON.stringify(tableName.Value));
+    }
+  });
+
+  it("docs/deploy.md counts the alarms and the metrics they read, and prices them", () => {
+    const all = alarms(prod);
+    const metrics = all.reduce((sum, alarm) => sum + alarmMetrics(alarm).length, 0);
+    const deploy = readFileSync(join(REPO_ROOT, "docs", "deploy.md"), "utf8");
+    // Standard-resolution alarms cost $0.10 a month per metric they read.
+    const stated = /(\d+) alarms over (\d+) metrics \(~\$(\d+\.\d\d)\)/.exec(deploy);
+    expect(stated?.slice(1)).toEqual([
+      String(all.length),
+      String(metrics),
+      (metrics * 0.1).toFixed(2),
+    ]);
+  });
+
   it("sends every alarm to the topic, and the e-mail or given topic when configured", () => {
     const topicId = logicalIdOf(prod.stack, prod.stack.observability.topic);
     for (const alarm of alarms(prod)) {
@@ -619,6 +707,9 @@ describe("observability", () => {
       METRICS.leaseTakeovers,
       "ApproximateNumberOfMessagesVisible",
       "ApproximateAgeOfOldestMessage",
+      "ReadThrottleEvents",
+      "WriteThrottleEvents",
+      "GlobalSecondaryIndexName",
     ]) {
       expect(body, name).toContain(name);
     }

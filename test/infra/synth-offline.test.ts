@@ -81,6 +81,16 @@ describe("npx cdk synth", () => {
       readFileSync(join(out, "Scheduler-prod.template.json"), "utf8"),
     );
     expect(template).toHaveProperty("Resources");
+    // An alarm on each table's throttling (test/infra/stack.test.ts checks what they read).
+    const resources = Object.values(
+      (template as { Resources: Record<string, { Type: string; Properties?: unknown }> }).Resources,
+    );
+    const throttling = resources.filter(
+      (r) =>
+        r.Type === "AWS::CloudWatch::Alarm" &&
+        JSON.stringify(r.Properties).includes('"MetricName":"WriteThrottleEvents"'),
+    );
+    expect(throttling).toHaveLength(3);
     const bundles = readdirSync(out).filter(
       (entry) => entry.startsWith("asset.") && existsSync(join(out, entry, "index.mjs")),
     );

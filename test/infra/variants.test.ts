@@ -199,6 +199,15 @@ describe("options", () => {
     for (const [, alarm] of alarms) {
       expect(alarm.Properties?.AlarmActions).toEqual([TOPIC_ARN]);
     }
+    // The tables' throttling alarms among them.
+    const throttling = alarms.filter(([, alarm]) =>
+      JSON.stringify(alarm.Properties?.Metrics ?? null).includes('"AWS/DynamoDB"'),
+    );
+    expect(throttling.map(([, alarm]) => alarm.Properties?.OKActions)).toEqual([
+      [TOPIC_ARN],
+      [TOPIC_ARN],
+      [TOPIC_ARN],
+    ]);
   });
 
   it("treats every stage but dev as one to protect", () => {
