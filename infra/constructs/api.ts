@@ -164,6 +164,10 @@ export class Api extends Construct {
       httpApi: this.httpApi,
       stageName: "$default",
       autoDeploy: true,
+      // The stage's default route settings: API Gateway applies them per route, a bucket each
+      // (route-level throttling), not one bucket for the stage. Every authenticated call goes
+      // through the one `$default` route, all tenants together; a flood on a public route spends
+      // that route's rate only. The account's regional limit is the one bucket all APIs share.
       throttle: { rateLimit: settings.apiRateLimit, burstLimit: settings.apiBurstLimit },
       accessLogSettings: { destination: new LogGroupLogDestination(accessLogs) },
     });
