@@ -428,11 +428,19 @@ describe("API", () => {
     const routes = resourcesOfType(prod, "AWS::ApiGatewayV2::Route");
     expect(routes.length).toBeGreaterThan(0);
     const open: string[] = [];
+    const authorized: string[] = [];
     for (const [, route] of routes) {
       if (route.Properties?.AuthorizationType === "NONE")
         open.push(String(route.Properties.RouteKey));
-      else expect(route.Properties?.AuthorizationType).toBe("AWS_IAM");
+      else {
+        expect(route.Properties?.AuthorizationType).toBe("AWS_IAM");
+        authorized.push(String(route.Properties?.RouteKey));
+      }
     }
+    // API Gateway throttles each route apart (the stage's default route settings are a bucket per
+    // route): every authenticated call shares the one `$default` route's rate, and no public route
+    // can spend it. docs/deploy.md (`apiRateLimit`) says so.
+    expect(authorized).toEqual(["$default"]);
     // Only the console's page and bundle and the API reference, which hold no data, and an async target's run routes,
     // which authenticate by the run token in the function.
     expect(open.sort()).toEqual([
@@ -448,6 +456,8 @@ describe("API", () => {
       ThrottlingBurstLimit: 200,
       ThrottlingRateLimit: 100,
     });
+    // No route has limits of its own: each takes the default settings as its own bucket.
+    expect(stage.RouteSettings).toBeUndefined();
     expect(
       isObject(stage.AccessLogSettings) && stage.AccessLogSettings.DestinationArn,
     ).toBeTruthy();
