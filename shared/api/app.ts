@@ -1,5 +1,4 @@
 import { OpenAPIHono } from "@hono/zod-openapi";
-import { DOCS_PATH } from "../console/config.js";
 import type { Engine } from "../engine.js";
 import type { JobTypeCatalog } from "../job-types/registry.js";
 import { TENANT_LOG_EVENTS } from "../observability.js";
@@ -15,6 +14,7 @@ import { schemaFailure } from "./issues.js";
 import { jobsBatchRouter } from "./jobs-batch-router.js";
 import { jobsRouter } from "./jobs-router.js";
 import { previewsRouter } from "./previews-router.js";
+import { OPENAPI_PATH, PUBLIC_GET_PATHS } from "./public-paths.js";
 import { quotasRouter } from "./quotas-router.js";
 import type { ApiEnv, RouterDeps } from "./router.js";
 import { runsRouter } from "./runs-router.js";
@@ -33,8 +33,7 @@ export interface ApiOptions {
   readonly adminTenants?: readonly string[];
 }
 
-export const OPENAPI_PATH = "/openapi.json";
-const PUBLIC_PATHS = new Set(["/health", OPENAPI_PATH, DOCS_PATH]);
+const PUBLIC_PATHS: ReadonlySet<string> = new Set(PUBLIC_GET_PATHS);
 
 /**
  * The HTTP API as one Hono app, served by the API Lambda (API Gateway HTTP

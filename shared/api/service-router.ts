@@ -1,10 +1,11 @@
 import { createRoute } from "@hono/zod-openapi";
+import { HEALTH_PATH } from "./public-paths.js";
 import { json, newRouter } from "./router.js";
 import { HealthSchema } from "./schemas/service.js";
 
 const health = createRoute({
   method: "get",
-  path: "/health",
+  path: HEALTH_PATH,
   operationId: "health",
   tags: ["service"],
   summary: "Liveness; needs no credentials",
