@@ -12,9 +12,10 @@ import { HttpIamAuthorizer, HttpJwtAuthorizer } from "aws-cdk-lib/aws-apigateway
 import { HttpLambdaIntegration } from "aws-cdk-lib/aws-apigatewayv2-integrations";
 import { LogGroup } from "aws-cdk-lib/aws-logs";
 import { Construct } from "constructs";
+import { PUBLIC_GET_PATHS } from "../../shared/api/public-paths.js";
 import { ENV } from "../../shared/config.js";
 import { writeConsoleAssets } from "../../shared/console/build.js";
-import { CONSOLE_PATH, type ConsoleAuth, DOCS_PATH } from "../../shared/console/config.js";
+import { CONSOLE_PATH, type ConsoleAuth } from "../../shared/console/config.js";
 import { JOBS_BY_TENANT_INDEX, RUNS_DEAD_LETTER_INDEX } from "../../shared/storage/tables.js";
 import { allowQueues, allowTable, allowTableKey } from "../access.js";
 import { isDevStage, type SchedulerSettings } from "../settings.js";
@@ -32,8 +33,9 @@ export interface ApiProps {
 /**
  * The HTTP API: IAM (SigV4) authorization unless a JWT issuer is configured,
  * throttled, access-logged. The same function serves the web console's page
- * and bundle (/console) and the API reference (/docs) without authorization:
- * they hold no data, and the console then calls the API with the user's token.
+ * and bundle (/console), the API reference (/docs), the OpenAPI document
+ * (/openapi.json) and the health check (/health) without authorization: they
+ * hold no data, and the console then calls the API with the user's token.
  */
 export class Api extends Construct {
   readonly handler: SchedulerFunction;
@@ -126,7 +128,9 @@ export class Api extends Construct {
       defaultAuthorizer: authorizer,
     });
     const integration = new HttpLambdaIntegration("Pages", this.handler.fn);
-    for (const path of [CONSOLE_PATH, `${CONSOLE_PATH}/{proxy+}`, DOCS_PATH]) {
+    // A route each for the paths the app answers without credentials (PUBLIC_GET_PATHS): on
+    // `$default` the authorizer would refuse them before the function saw them.
+    for (const path of [CONSOLE_PATH, `${CONSOLE_PATH}/{proxy+}`, ...PUBLIC_GET_PATHS]) {
       for (const route of this.httpApi.addRoutes({
         path,
         methods: [HttpMethod.GET],
@@ -136,7 +140,7 @@ export class Api extends Construct {
         Validations.of(route).acknowledge({
           id: "AwsSolutions-APIG4",
           reason:
-            "The console's page and bundle and the API reference are public and hold no data; the console calls the authorized API routes with the user's token (a browser cannot present one when it loads a page).",
+            "The console's page and bundle, the API reference, the OpenAPI document and the health check are public and hold no data; the console calls the authorized API routes with the user's token (a browser cannot present one when it loads a page).",
         });
       }
     }

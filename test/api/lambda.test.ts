@@ -131,4 +131,47 @@ describe("API Lambda (payload v2, IAM)", () => {
     expect(bad.statusCode).toBe(400);
     expect(JSON.parse(bad.body)).toMatchObject({ error: { field: "schedule.cron" } });
   });
+
+  /**
+   * A request on a route without an authorizer (infra/constructs/api.ts): its routeKey names the
+   * route and its requestContext has no `authorizer` at all. Hono's type requires the field, so
+   * the event is built from one that has it and passed on without it.
+   */
+  function unauthorizedRouteEvent(method: string, path: string, body?: unknown) {
+    const withAuthorizer = event(
+      method,
+      path,
+      body === undefined ? { userArn: null } : { body, userArn: null },
+    );
+    const { authorizer: _omitted, ...requestContext } = withAuthorizer.requestContext;
+    return {
+      ...withAuthorizer,
+      routeKey: `${method} ${path}`,
+      requestContext: { ...requestContext, routeKey: `${method} ${path}` },
+    } as unknown as Parameters<typeof handler>[0];
+  }
+
+  it("answers GET /health and GET /openapi.json without authorizer context, and refuses the rest", async () => {
+    const health = await handler(unauthorizedRouteEvent("GET", "/health"));
+    expect(health.statusCode).toBe(200);
+    expect(JSON.parse(health.body)).toEqual({ status: "ok" });
+    const document = await handler(unauthorizedRouteEvent("GET", "/openapi.json"));
+    expect(document.statusCode).toBe(200);
+    expect((JSON.parse(document.body) as { openapi: string }).openapi).toMatch(/^3\./);
+    const jobsBefore = (await fixture.jobs()).length;
+    const refused: [string, string, unknown?][] = [
+      ["GET", "/jobs"],
+      ["GET", "/quotas"],
+      ["GET", "/webhook-secret"],
+      ["GET", "/health/"],
+      ["GET", "/openapi.json/x"],
+      ["POST", "/jobs", { type: "noop", schedule: { cron: "0 9 * * *", timezone: "UTC" } }],
+    ];
+    for (const [method, path, body] of refused) {
+      const answer = await handler(unauthorizedRouteEvent(method, path, body));
+      expect(answer.statusCode, `${method} ${path}`).toBe(401);
+      expect(JSON.parse(answer.body)).toMatchObject({ error: { code: "unauthorized" } });
+    }
+    expect((await fixture.jobs()).length).toBe(jobsBefore);
+  });
 });

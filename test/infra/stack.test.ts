@@ -441,12 +441,15 @@ describe("API", () => {
     // route): every authenticated call shares the one `$default` route's rate, and no public route
     // can spend it. docs/deploy.md (`apiRateLimit`) says so.
     expect(authorized).toEqual(["$default"]);
-    // Only the console's page and bundle and the API reference, which hold no data, and an async target's run routes,
-    // which authenticate by the run token in the function.
+    // Only the console's page and bundle, the API reference, the OpenAPI document and the health
+    // check, which hold no data, and an async target's run routes, which authenticate by the run
+    // token in the function.
     expect(open.sort()).toEqual([
       "GET /console",
       "GET /console/{proxy+}",
       "GET /docs",
+      "GET /health",
+      "GET /openapi.json",
       "POST /runs/{runId}/complete",
       "POST /runs/{runId}/heartbeat",
     ]);
@@ -461,6 +464,36 @@ describe("API", () => {
     expect(
       isObject(stage.AccessLogSettings) && stage.AccessLogSettings.DestinationArn,
     ).toBeTruthy();
+  });
+
+  it("answers GET /health and GET /openapi.json without credentials, as the local server does", () => {
+    const routes = new Map(
+      resourcesOfType(prod, "AWS::ApiGatewayV2::Route").map(([, route]) => [
+        String(route.Properties?.RouteKey),
+        route.Properties ?? {},
+      ]),
+    );
+    const apiFunctionId = logicalIdOf(prod.stack, prod.stack.api.handler.fn);
+    /** The function a route's integration invokes (Target is `integrations/<integration id>`). */
+    const functionOf = (route: Record<string, Json> | undefined) => {
+      const join = isObject(route?.Target) ? asArray(route.Target["Fn::Join"]) : [];
+      const integrationId = asArray(join[1])
+        .map(referencedId)
+        .find((id) => id !== null);
+      const integration = integrationId ? prod.resources[integrationId] : undefined;
+      expect(integration?.Type).toBe("AWS::ApiGatewayV2::Integration");
+      return referencedId(integration?.Properties?.IntegrationUri);
+    };
+    for (const key of ["GET /health", "GET /openapi.json"]) {
+      const route = routes.get(key);
+      expect(route?.AuthorizationType, key).toBe("NONE");
+      expect(route?.AuthorizerId, key).toBeUndefined();
+      expect(functionOf(route), key).toBe(apiFunctionId);
+    }
+    // Every other request still meets the authorizer, on the API function too.
+    const fallback = routes.get("$default");
+    expect(fallback?.AuthorizationType).toBe("AWS_IAM");
+    expect(functionOf(fallback)).toBe(apiFunctionId);
   });
 });
 

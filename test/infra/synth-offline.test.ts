@@ -102,14 +102,21 @@ describe("npx cdk synth", () => {
     expect(withConsole).toHaveLength(1);
   });
 
-  it("bundles an API function that serves the console and the reference from its own files", async () => {
+  it("bundles an API function that serves the console, the reference, the document and the health check from its own files", async () => {
     const out = join(scratch, "cdk.out");
     const bundle = readdirSync(out).find((entry) =>
       existsSync(join(out, entry, "console", "app.js")),
     );
     expect(bundle).toBeDefined();
     // The bundle as Lambda loads it, in a Node process of its own; nothing it serves here touches AWS.
-    const requests = ["/console/jobs/01ABC", "/console/assets/app.js", "/docs"];
+    // The events carry no authorizer context, as on the stack's routes without an authorizer.
+    const requests = [
+      "/console/jobs/01ABC",
+      "/console/assets/app.js",
+      "/docs",
+      "/health",
+      "/openapi.json",
+    ];
     const script = `
       const { handler } = await import(${JSON.stringify(join(out, bundle ?? "", "index.mjs"))});
       for (const path of ${JSON.stringify(requests)}) {
@@ -153,11 +160,13 @@ describe("npx cdk synth", () => {
         (line) => JSON.parse(line) as { path: string; status: number; type: string; body: string },
       );
     expect(answers.map((a) => [a.path, a.status])).toEqual(requests.map((path) => [path, 200]));
-    const [page, script_, docs] = answers;
+    const [page, script_, docs, health, openApi] = answers;
     expect(page?.body).toContain('<script type="module" src="/console/assets/app.js?v=');
     expect(page?.body).toContain('{"auth":{"kind":"iam"}');
     expect(script_?.type).toContain("text/javascript");
     expect(docs?.body).toContain("<title>Scheduler API reference</title>");
+    expect(JSON.parse(health?.body ?? "null")).toEqual({ status: "ok" });
+    expect(openApi?.body).toMatch(/^\{"openapi":"3\./);
   });
 
   // A passing run lists no plugin reports; the in-process tests show cdk-nag is wired to fail it.

@@ -81,11 +81,14 @@ describe("cdk-nag AwsSolutions", () => {
       "AwsSolutions-IAM5[Resource::*]": functions.map((f) => `${f}/Role`).sort(),
       // The async-failures queue is itself a dead-letter destination.
       "AwsSolutions-SQS3": ["Queues/AsyncFailures"],
-      // The console's page and bundle and the API reference: public, holding no data.
+      // The console's page and bundle, the API reference, the OpenAPI document and the health
+      // check: public, holding no data; an async target's run routes: authorized by the run token.
       "AwsSolutions-APIG4": [
         "Api/HttpApi/GET--console",
         "Api/HttpApi/GET--console--{proxy+}",
         "Api/HttpApi/GET--docs",
+        "Api/HttpApi/GET--health",
+        "Api/HttpApi/GET--openapi.json",
         "Api/HttpApi/POST--runs--{runId}--complete",
         "Api/HttpApi/POST--runs--{runId}--heartbeat",
       ],
@@ -136,12 +139,15 @@ describe("options", () => {
         open.push(String(route.Properties.RouteKey));
       else expect(route.Properties?.AuthorizationType).toBe("JWT");
     }
-    // Only the console's page and bundle and the API reference; every API route needs a token, and an async target's run routes,
-    // which authenticate by the run token in the function.
+    // Only the console's page and bundle, the API reference, the OpenAPI document and the health
+    // check; every API route needs a token, and an async target's run routes, which authenticate
+    // by the run token in the function.
     expect(open.sort()).toEqual([
       "GET /console",
       "GET /console/{proxy+}",
       "GET /docs",
+      "GET /health",
+      "GET /openapi.json",
       "POST /runs/{runId}/complete",
       "POST /runs/{runId}/heartbeat",
     ]);
