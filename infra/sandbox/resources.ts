@@ -12,7 +12,6 @@ import type { Priority } from "../../shared/model.js";
 import { PRIORITIES } from "../../shared/model.js";
 import type { QueueUrls } from "../../shared/queue/work-queue.js";
 import type { TableNames } from "../../shared/storage/tables.js";
-import { buildSchedulerApp } from "../build-app.js";
 
 /** The part of a CloudFormation template the sandbox reads. */
 export interface Template {
@@ -41,14 +40,6 @@ export interface ResourcePlan {
   readonly deadLetterQueues: readonly QueuePlan[];
   /** The worker function's plain-string environment: shard count, lookahead, lease, and so on. */
   readonly settingsEnv: Readonly<Record<string, string>>;
-}
-
-/** Synthesizes the stack in-process, without bundling the functions (the sandbox runs their source). */
-export function synthesizeTemplate(context: Record<string, unknown> = {}): Template {
-  const { app, stack } = buildSchedulerApp({
-    context: { "aws:cdk:bundling-stacks": [], ...context },
-  });
-  return app.synth().getStackByName(stack.stackName).template as Template;
 }
 
 function refOf(value: unknown, what: string): string {

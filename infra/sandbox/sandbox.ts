@@ -23,7 +23,8 @@ import { deleteMessages, receiveRuns } from "../../shared/queue/work-queue.js";
 import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
 import { cachedSigningSecrets, type SecretCacheOptions } from "../../shared/webhooks/secrets.js";
 import { type RunningEmulator, startDynamoDbLocal, startSqsEmulator } from "./emulators.js";
-import { planFromTemplate, provision, type ResourcePlan, synthesizeTemplate } from "./resources.js";
+import { stackResourcePlan } from "./plan-cache.js";
+import { provision, type ResourcePlan } from "./resources.js";
 
 export interface SandboxOptions {
   /** 0 picks a free port. */
@@ -91,7 +92,7 @@ export async function startSandbox(options: SandboxOptions): Promise<Sandbox> {
       ...(dynamoEndpoint ? { endpoint: dynamoEndpoint } : {}),
     });
     const sqsSide = createAwsClients({ ...(sqsEndpoint ? { endpoint: sqsEndpoint } : {}) });
-    const plan = options.plan ?? planFromTemplate(synthesizeTemplate());
+    const plan = options.plan ?? (await stackResourcePlan());
     const resources = await provision(
       { dynamo: dynamoSide.dynamo, sqs: sqsSide.sqs },
       plan,

@@ -2,11 +2,8 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  planFromTemplate,
-  type ResourcePlan,
-  synthesizeTemplate,
-} from "../../infra/sandbox/resources.js";
+import { stackResourcePlan } from "../../infra/sandbox/plan-cache.js";
+import type { ResourcePlan } from "../../infra/sandbox/resources.js";
 import { type Sandbox, startSandbox } from "../../infra/sandbox/sandbox.js";
 import { createApiApp } from "../../shared/api/app.js";
 import { sleep } from "../../shared/clock.js";
@@ -236,7 +233,7 @@ describe("chaos", () => {
   const log: string[] = [];
 
   beforeAll(async () => {
-    plan = planFromTemplate(synthesizeTemplate());
+    plan = await stackResourcePlan();
     dataDir = await mkdtemp(join(tmpdir(), "scheduler-chaos-"));
     // Answers take a while, so that runs are in progress when a worker is killed.
     // The tenant's secret is known once the sandbox has started (GET /webhook-secret).

@@ -3,11 +3,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  planFromTemplate,
-  type ResourcePlan,
-  synthesizeTemplate,
-} from "../../infra/sandbox/resources.js";
+import { stackResourcePlan } from "../../infra/sandbox/plan-cache.js";
+import type { ResourcePlan } from "../../infra/sandbox/resources.js";
 import { type Sandbox, startSandbox } from "../../infra/sandbox/sandbox.js";
 import { waitFor } from "../support/wait.js";
 
@@ -21,7 +18,7 @@ describe("sandbox expiry sweep", () => {
   let sandbox: Sandbox | null = null;
 
   beforeAll(async () => {
-    plan = planFromTemplate(synthesizeTemplate());
+    plan = await stackResourcePlan();
     dataDir = await mkdtemp(join(tmpdir(), "scheduler-expiry-"));
   }, 60_000);
   afterAll(async () => {

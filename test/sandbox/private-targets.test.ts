@@ -2,7 +2,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { planFromTemplate, synthesizeTemplate } from "../../infra/sandbox/resources.js";
+import { stackResourcePlan } from "../../infra/sandbox/plan-cache.js";
 import { type Sandbox, startSandbox } from "../../infra/sandbox/sandbox.js";
 import { listRuns } from "../../shared/jobs/queries.js";
 import { type Receiver, startReceiver } from "../support/receiver.js";
@@ -28,7 +28,7 @@ describe("sandbox with ALLOW_PRIVATE_TARGETS=false", () => {
         SCHEDULER_API_KEYS: `${KEY}=tenant-p`,
         ALLOW_PRIVATE_TARGETS: "false",
       },
-      plan: planFromTemplate(synthesizeTemplate()),
+      plan: await stackResourcePlan(),
       print: (line) => lines.push(line),
     });
   }, 90_000);

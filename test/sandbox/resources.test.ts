@@ -1,13 +1,15 @@
+import { readFile } from "node:fs/promises";
 import { DescribeTableCommand, DescribeTimeToLiveCommand } from "@aws-sdk/client-dynamodb";
 import { GetQueueAttributesCommand } from "@aws-sdk/client-sqs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { planCacheFile, stackResourcePlan } from "../../infra/sandbox/plan-cache.js";
 import {
   type ProvisionedResources,
   planFromTemplate,
   provision,
-  synthesizeTemplate,
   type Template,
 } from "../../infra/sandbox/resources.js";
+import { synthesizeTemplate } from "../../infra/sandbox/template.js";
 import { PRIORITIES } from "../../shared/model.js";
 import {
   createTestClients,
@@ -120,5 +122,14 @@ describe("the sandbox's tables and queues", () => {
       expect(dlqArns).toContain(redrive.deadLetterTargetArn);
     }
     expect(created.deadLetterQueues).toHaveLength(3);
+  });
+
+  it("are what a sandbox starts from, synthesized or kept in the cache under the sources' hash", async () => {
+    const synthesized = planFromTemplate(template);
+    expect(await stackResourcePlan()).toEqual(synthesized);
+    const file = await planCacheFile();
+    expect(file).toMatch(/node_modules\/\.cache\/scheduler-sandbox\/plan-[0-9a-f]{32}\.json$/);
+    expect(JSON.parse(await readFile(String(file), "utf8"))).toEqual(synthesized);
+    expect(await stackResourcePlan()).toEqual(synthesized);
   });
 });

@@ -2,11 +2,8 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  planFromTemplate,
-  type ResourcePlan,
-  synthesizeTemplate,
-} from "../../infra/sandbox/resources.js";
+import { stackResourcePlan } from "../../infra/sandbox/plan-cache.js";
+import type { ResourcePlan } from "../../infra/sandbox/resources.js";
 import { type Sandbox, startSandbox } from "../../infra/sandbox/sandbox.js";
 import { sleep } from "../../shared/clock.js";
 import { listRuns } from "../../shared/jobs/queries.js";
@@ -30,7 +27,7 @@ describe("sandbox restart", () => {
   const lines: string[] = [];
 
   beforeAll(async () => {
-    plan = planFromTemplate(synthesizeTemplate());
+    plan = await stackResourcePlan();
     dataDir = await mkdtemp(join(tmpdir(), "scheduler-restart-"));
   }, 60_000);
   afterAll(async () => {
