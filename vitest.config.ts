@@ -17,10 +17,10 @@ import { LongestFirst } from "./test/support/longest-first.js";
  * running, so that another file's burst of CPU (a CDK synth, a JVM starting,
  * Chromium) does not count against their bounds; each mostly waits, and two
  * of them together kept their bounds (three runs of the eight, 85-89 s
- * instead of 137 s one at a time). The `alone` files, which load the machine
- * themselves (the spike, chaos, the end-to-end sandbox), run last, one at a
- * time. Each of `services`, `timed` and `alone` starts its own pair of
- * emulators.
+ * instead of 137 s one at a time; the end-to-end sandbox's file beside them
+ * too). The `alone` files, which load the machine themselves (the spike and
+ * chaos), run last, one at a time. Each of `services`, `timed` and `alone`
+ * starts its own pair of emulators.
  */
 const SYNTH_TESTS = [
   "test/infra/settings.test.ts",
@@ -45,12 +45,9 @@ const TIMED_TESTS = [
   "test/api/run-cancel.test.ts",
   "test/integration/worker-fencing.test.ts",
   "test/integration/emulators.test.ts",
-];
-const ALONE_TESTS = [
-  "test/bench/spike.test.ts",
-  "test/chaos/chaos.test.ts",
   "test/e2e/scheduler.e2e.test.ts",
 ];
+const ALONE_TESTS = ["test/bench/spike.test.ts", "test/chaos/chaos.test.ts"];
 const UNIT_TESTS = [
   "test/unit/**/*.test.ts",
   "test/api/units.test.ts",

@@ -112,6 +112,8 @@ beforeAll(async () => {
       prefix: `e2e-${randomBytes(4).toString("hex")}`,
       tickSeconds: 1,
       workers: 16,
+      // The deployment's default, end to end.
+      shards: 8,
       env: {
         SCHEDULER_API_KEYS: `${KEY_A}=e2e-tenant-a,${KEY_B}=e2e-tenant-b`,
         LEASE_SECONDS: "6",

@@ -16,6 +16,13 @@ export interface SandboxProcess {
 export interface SandboxProcessOptions {
   readonly env?: Readonly<Record<string, string>>;
   readonly tickSeconds?: number;
+  /**
+   * The shards it files jobs into and ticks over (SHARD_COUNT and MAX_SHARD_COUNT; default 1,
+   * `npm start`'s is 8). A test's sandbox ticks every second, and every shard's pass costs its
+   * requests each tick whether or not anything is due: eight shards kept DynamoDB Local and the
+   * sandbox busy for half a core between a test's requests.
+   */
+  readonly shards?: number;
   readonly workers?: number;
   readonly startTimeoutMs?: number;
   /** Keep the data directory after stop (default: removed). */
@@ -51,6 +58,8 @@ export async function spawnSandbox(options: SandboxProcessOptions = {}): Promise
       env: {
         ...process.env,
         AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: "true",
+        SHARD_COUNT: String(options.shards ?? 1),
+        MAX_SHARD_COUNT: String(options.shards ?? 1),
         ...options.env,
       },
       stdio: ["ignore", "pipe", "pipe"],
