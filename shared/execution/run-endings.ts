@@ -1,42 +1,63 @@
 import type { Engine } from "../engine.js";
-import type { RunCancelledError } from "../errors.js";
+import { ConcurrentUpdateError, type RunCancelledError } from "../errors.js";
 import { CANCEL_SOURCES, type CancelSource, type DueEntry, type Job, type Run } from "../model.js";
 import { METRICS } from "../observability.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";
-import { type FinalStatus, finishRun, recordRunOnJob } from "../storage/run-finish.js";
+import {
+  type FinalStatus,
+  finishRun,
+  type JobEnding,
+  repairRunOnJob,
+} from "../storage/run-finish.js";
 import { getJob, getRun, type RunRef } from "../storage/run-reads.js";
 import { CANCEL_REASONS } from "./cancel-reasons.js";
+
+/** How many times a repair decides again on the job as a refused write found it. */
+const REPAIR_ATTEMPTS = 3;
 
 /**
  * A delivery of a run that already ended: if its worker died after recording
  * the run and before the job's write (lastRun, activeRuns, completion), that
- * write is made now. Both conditions hold only until the job's write lands,
- * so a repeat changes nothing. A recurring run still listed while its job's
- * next admission comes soon is left to that admission, as its ending was
- * (`nextAdmissionSoon`): a repeat delivery costs no write. A listed run that
- * finished before the job's lastRun only leaves activeRuns.
+ * write is made now, decided on the job as it stands. Its conditions hold only
+ * until the job's write lands, so a repeat changes nothing. A recurring run
+ * still listed while its job's next admission comes soon is left to that
+ * admission, as its ending was (`nextAdmissionSoon`): a repeat delivery costs
+ * no write. A listed run that finished before the job's lastRun only leaves
+ * activeRuns. A one-off's run that ran brings lastRun up to it whatever the
+ * job's status, as its ending would have: a run other than its own occurrence
+ * (a trigger's) too, and its own occurrence's after a pause or cancel, which
+ * only stops it completing the job. A write refused because the job changed
+ * meanwhile is decided again on the job as the refusal returns it.
  */
 export async function repairJobAfterRun(engine: Engine, job: Job, run: Run): Promise<void> {
-  if (run.status === "QUEUED" || run.status === "RUNNING") return;
-  const recurring = !("runAt" in job.schedule);
-  if (recurring) {
-    if (run.durationMs === null || job.activeRuns[run.runId] === undefined) return;
-    if (nextAdmissionSoon(job, run, engine.clock())) return;
-  } else if (!(job.status === "ACTIVE" && endsOneOff(job, run, run.status))) {
-    return;
+  let current: Job | null = job;
+  for (let attempt = 0; attempt < REPAIR_ATTEMPTS; attempt++) {
+    if (current === null) return;
+    const ending = missingJobWrite(current, run, engine.clock());
+    if (ending === null) return;
+    const outcome = await repairRunOnJob(engine, run, ending);
+    if (outcome.kind === "written") return;
+    current = outcome.job;
   }
-  const supersededBy = job.lastRun?.finishedAt ?? "";
-  await recordRunOnJob(
-    engine,
-    run,
-    {
-      status: run.status,
-      ran: run.durationMs !== null && (run.finishedAt ?? "") > supersededBy,
-      tracked: recurring,
-      completesJob: !recurring,
-    },
-    { repair: true },
+  // Redelivered, the message repairs it then.
+  throw new ConcurrentUpdateError(
+    `job ${run.jobId} kept changing while run ${run.runId}'s ending was written to it`,
   );
+}
+
+/** What the job still lacks of the run's ending, as the job stands; null when nothing. */
+function missingJobWrite(job: Job, run: Run, now: Date): JobEnding | null {
+  if (run.status === "QUEUED" || run.status === "RUNNING") return null;
+  const newerThanLastRun =
+    run.durationMs !== null && (run.finishedAt ?? "") > (job.lastRun?.finishedAt ?? "");
+  if (!("runAt" in job.schedule)) {
+    if (run.durationMs === null || job.activeRuns[run.runId] === undefined) return null;
+    if (nextAdmissionSoon(job, run, now)) return null;
+    return { status: run.status, ran: newerThanLastRun, tracked: true, completesJob: false };
+  }
+  const completesJob = job.status === "ACTIVE" && endsOneOff(job, run, run.status);
+  if (!completesJob && !newerThanLastRun) return null;
+  return { status: run.status, ran: newerThanLastRun, tracked: false, completesJob };
 }
 
 /** How soon a recurring job's next run must come for its run's ending to leave the job alone. */

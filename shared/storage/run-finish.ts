@@ -1,13 +1,13 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { JobNotFoundError } from "../errors.js";
-import type { DueEntry, Run, RunStatus, RunSummary } from "../model.js";
+import type { DueEntry, Job, Run, RunStatus, RunSummary } from "../model.js";
 import {
   failedConditionItem,
   isConditionalCheckFailed,
   retryOnContention,
 } from "./dynamo-errors.js";
-import { deadLetterPk, encodeDueEntry, jobKey } from "./items.js";
+import { deadLetterPk, decodeJob, encodeDueEntry, jobKey } from "./items.js";
 import { deadRunExpiresAt, jobExpiresAt } from "./retention.js";
 import { fencedWrite, fenceFailure, type HeldRun, ownStartWritten } from "./run-fence.js";
 import { runKeyOf } from "./run-reads.js";
@@ -68,6 +68,9 @@ const JOB_EXISTS = "attribute_exists(pk)";
 const JOB_ACTIVE = "#status = :active";
 /** A repair finds the run still listed as active: the job's write has not landed yet. */
 const RUN_STILL_ACTIVE = "attribute_exists(activeRuns.#runId)";
+/** A repair never sets lastRun back: the job has none, or one that finished before this run. */
+const LAST_RUN_OLDER =
+  "(attribute_not_exists(lastRun.finishedAt) OR lastRun.finishedAt < :finishedAt)";
 /** A next attempt is written once: its item must not exist yet. */
 const NOT_WRITTEN_YET = "attribute_not_exists(pk)";
 
@@ -80,7 +83,7 @@ const NOT_WRITTEN_YET = "attribute_not_exists(pk)";
  * `JobNotFoundError`, nothing written. Any other ending is one write of the run, then one
  * of the job (lastRun, activeRuns, completion): a transaction would bill both
  * twice. If the worker dies between the two, the message comes back and the
- * job's write is made then (`recordRunOnJob` with `repair`). A recurring run
+ * job's write is made then (`repairRunOnJob`). A recurring run
  * whose job's next admission comes soon leaves that write to the admission
  * (`jobWriteDeferred`). An ending that
  * writes a `trigger` entry for the job's dependents writes it with the run in
@@ -219,34 +222,63 @@ export async function finishRun(
   return finished;
 }
 
+/** The job's side of a run's ending. */
+export type JobEnding = Pick<RunEnding, "status" | "ran" | "tracked" | "completesJob">;
+
 /**
  * The job's side of a run's ending: lastRun when the handler ran, the run out
- * of activeRuns when tracked, COMPLETED for a one-off's own occurrence. A
- * repair is conditioned on the run still being listed as active (recurring
- * jobs), so a repeat changes nothing.
+ * of activeRuns when tracked, COMPLETED for a one-off's own occurrence.
  */
-export async function recordRunOnJob(
-  engine: Engine,
-  run: Run,
-  ending: Pick<RunEnding, "status" | "ran" | "tracked" | "completesJob">,
-  options: { repair?: boolean } = {},
-): Promise<void> {
-  const update = jobAfterRun(engine, run, ending, options);
+export async function recordRunOnJob(engine: Engine, run: Run, ending: JobEnding): Promise<void> {
+  const update = jobAfterRun(engine, run, ending);
   if (update === null) return;
   try {
     await retryOnContention(engine, "finish", () => engine.doc.send(new UpdateCommand(update)));
   } catch (error) {
     if (!isConditionalCheckFailed(error)) throw error;
     // Paused or cancelled meanwhile: that status stands, the rest of the bookkeeping still applies.
-    if (ending.completesJob && !options.repair)
-      await recordRunOnJob(engine, run, { ...ending, completesJob: false });
+    if (ending.completesJob) await recordRunOnJob(engine, run, { ...ending, completesJob: false });
+  }
+}
+
+/** A repair's write: made, or refused by the job as it stands then (null: the job is gone). */
+export type RepairOutcome =
+  | { readonly kind: "written" }
+  | { readonly kind: "refused"; readonly job: Job | null };
+
+/**
+ * The job's side of a run's ending, made by a later delivery that found the run ended
+ * (run-endings.ts `repairJobAfterRun`): conditioned on the job still lacking what the repair
+ * decided from it (a tracked run still listed, lastRun older than this run, an ACTIVE one-off
+ * to complete), so a repeat changes nothing and a change meanwhile is never undone. A refusal
+ * answers with the job as it then stood, on which the caller decides again.
+ */
+export async function repairRunOnJob(
+  engine: Engine,
+  run: Run,
+  ending: JobEnding,
+): Promise<RepairOutcome> {
+  const update = jobAfterRun(engine, run, ending, { repair: true });
+  // Nothing of the ending is the job's to record.
+  if (update === null) return { kind: "written" };
+  try {
+    await retryOnContention(engine, "finish", () =>
+      engine.doc.send(
+        new UpdateCommand({ ...update, ReturnValuesOnConditionCheckFailure: "ALL_OLD" }),
+      ),
+    );
+    return { kind: "written" };
+  } catch (error) {
+    if (!isConditionalCheckFailed(error)) throw error;
+    const item = failedConditionItem(error);
+    return { kind: "refused", job: item === null ? null : decodeJob(item) };
   }
 }
 
 function jobAfterRun(
   engine: Engine,
   run: Run,
-  ending: Pick<RunEnding, "status" | "ran" | "tracked" | "completesJob">,
+  ending: JobEnding,
   options: { repair?: boolean } = {},
 ): UpdateInput | null {
   if (!ending.ran && !ending.tracked && !ending.completesJob) return null;
@@ -264,6 +296,10 @@ function jobAfterRun(
     };
     sets.push("lastRun = :lastRun");
     values[":lastRun"] = summary;
+    if (options.repair) {
+      conditions.push(LAST_RUN_OLDER);
+      values[":finishedAt"] = summary.finishedAt;
+    }
   }
   if (ending.completesJob) {
     sets.push(

@@ -7,19 +7,23 @@ import { FenceLostError } from "../../shared/errors.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
 import { processRun } from "../../shared/execution/worker.js";
-import { createJob } from "../../shared/jobs/index.js";
-import { listDeadLetters } from "../../shared/jobs/queries.js";
+import { cancelRun, createJob, pauseJob, resumeJob, triggerJob } from "../../shared/jobs/index.js";
+import { getTenantJob, jobAsItStands, listDeadLetters } from "../../shared/jobs/queries.js";
+import type { Run } from "../../shared/model.js";
 import {
   deleteMessages,
+  type ReceivedRun,
   receiveRuns,
   sendRuns,
   setVisibility,
 } from "../../shared/queue/work-queue.js";
 import { runMessageOf } from "../../shared/storage/items.js";
-import { getJob } from "../../shared/storage/run-reads.js";
+import { repairRunOnJob } from "../../shared/storage/run-finish.js";
+import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { requeueRun } from "../../shared/storage/run-requeue.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { withFaults } from "../support/faults.js";
 import { createTestClients } from "../support/namespace.js";
 import { waitFor } from "../support/wait.js";
 
@@ -33,6 +37,15 @@ async function dueNow(f: EngineFixture, type: string, payload: unknown = {}) {
   );
   const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
   return { job, received };
+}
+
+/** The next delivery of this run's message (others of its job are left for later). */
+async function deliveryOf(f: EngineFixture, run: Run): Promise<ReceivedRun> {
+  for (;;) {
+    const received = await f.nextDelivery(f.engine.queues.normal, run.jobId);
+    if (received.message.scheduledFor === run.scheduledFor) return received;
+    await setVisibility(f.engine.sqs, received.queueUrl, received.receiptHandle, 0);
+  }
 }
 
 async function runOf(f: EngineFixture, jobId: string) {
@@ -210,6 +223,153 @@ describe("crashes", () => {
     } finally {
       dying.destroy();
     }
+  }, 20_000);
+
+  it("a one-off's triggered run whose worker dies between its writes becomes its lastRun, however the job's own occurrence ends", async () => {
+    // A one-off due 90 s ago, triggered; the trigger's run SUCCEEDED, its worker died before the
+    // job's write, and the next delivery finds it ended. The job's own occurrence ends around it:
+    // skipped at create (misfire skip: the job is COMPLETED before the trigger), or queued (misfire
+    // fire_once) and cancelled before the trigger, before that next delivery or after it.
+    const cases = [
+      { misfire: "skip", cancel: null },
+      { misfire: "fire_once", cancel: "before the trigger" },
+      { misfire: "fire_once", cancel: "before the next delivery" },
+      { misfire: "fire_once", cancel: "after the next delivery" },
+    ] as const;
+    const seen: { misfire: string; cancel: string | null; status: string; lastRun: unknown }[] = [];
+    const expected: typeof seen = [];
+    for (const { misfire, cancel } of cases) {
+      const { job } = await createJob(
+        f.engine,
+        testJob({
+          schedule: { runAt: new Date(Date.now() - 90_000).toISOString() },
+          policies: { ...testJob().policies, misfire, overlap: "skip" },
+        }),
+      );
+      const [own] = (await f.runs()).filter((r) => r.jobId === job.jobId);
+      if (own === undefined) throw new Error("no run of the job's own occurrence");
+      expect(own.status).toBe(misfire === "skip" ? "SKIPPED" : "QUEUED");
+      // A queued one's message is held until the end, when it comes to a run already ended.
+      const ownDelivery = own.status === "QUEUED" ? await deliveryOf(f, own) : null;
+      const cancelOwn = async () => {
+        const cancelled = await cancelRun(f.engine, job.tenantId, job.jobId, own.runId);
+        expect(cancelled.status).toBe("CANCELLED");
+      };
+
+      if (cancel === "before the trigger") await cancelOwn();
+      const triggered = await triggerJob(f.engine, job.tenantId, job.jobId);
+      const first = await deliveryOf(f, triggered);
+      // Fault injection: the job's write after the run's (the one naming lastRun) fails, as if the process died there.
+      const dying = withFaults(f.engine, {
+        operation: "UpdateItem",
+        times: 1,
+        match: (input) => String(input.UpdateExpression ?? "").includes("lastRun"),
+        error: () => new Error("process died"),
+      });
+      try {
+        await expect(
+          processRun({ ...f.workerDeps("dies"), engine: dying.engine }, first),
+        ).rejects.toThrow("process died");
+      } finally {
+        dying.destroy();
+      }
+      expect(dying.injected.count).toBe(1);
+      const finished = await getRun(f.engine, triggered);
+      expect(finished?.status).toBe("SUCCEEDED");
+
+      if (cancel === "before the next delivery") await cancelOwn();
+      await setVisibility(f.engine.sqs, first.queueUrl, first.receiptHandle, 0);
+      expect(await f.process(f.workerDeps("next"), await deliveryOf(f, triggered))).toBe("ack");
+      if (cancel === "after the next delivery") await cancelOwn();
+      if (ownDelivery !== null)
+        expect(await f.process(f.workerDeps("late"), ownDelivery)).toBe("ack");
+
+      // As the API reads it (GET /jobs/{id}).
+      const read = await jobAsItStands(
+        f.engine,
+        await getTenantJob(f.engine, job.tenantId, job.jobId),
+      );
+      seen.push({ misfire, cancel, status: read.status, lastRun: read.lastRun });
+      expected.push({
+        misfire,
+        cancel,
+        status: "COMPLETED",
+        lastRun: {
+          runId: triggered.runId,
+          status: "SUCCEEDED",
+          scheduledFor: triggered.scheduledFor,
+          attempt: 1,
+          finishedAt: finished?.finishedAt ?? "",
+        },
+      });
+    }
+    expect(seen).toEqual(expected);
+  }, 30_000);
+
+  it("a one-off's own run whose worker dies between its writes becomes its lastRun on a job paused meanwhile, which its resume completes", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: new Date().toISOString() } }),
+    );
+    const first = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const dying = withFaults(f.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) => String(input.UpdateExpression ?? "").includes("lastRun"),
+      error: () => new Error("process died"),
+    });
+    try {
+      await expect(
+        processRun({ ...f.workerDeps("dies"), engine: dying.engine }, first),
+      ).rejects.toThrow("process died");
+    } finally {
+      dying.destroy();
+    }
+    const run = await runOf(f, job.jobId);
+    expect(run.status).toBe("SUCCEEDED");
+    await pauseJob(f.engine, job.tenantId, job.jobId);
+
+    await setVisibility(f.engine.sqs, first.queueUrl, first.receiptHandle, 0);
+    const again = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(await f.process(f.workerDeps("next"), again)).toBe("ack");
+    const summary = {
+      runId: run.runId,
+      status: "SUCCEEDED",
+      scheduledFor: run.scheduledFor,
+      attempt: 1,
+      finishedAt: run.finishedAt,
+    };
+    // The pause stands; the run's lastRun is written all the same.
+    expect(await getJob(f.engine, job.jobId)).toMatchObject({ status: "PAUSED", lastRun: summary });
+    await resumeJob(f.engine, job.tenantId, job.jobId);
+    expect(await getJob(f.engine, job.jobId)).toMatchObject({
+      status: "COMPLETED",
+      lastRun: summary,
+    });
+  }, 20_000);
+
+  it("a repair decided on a stale read of the job never sets its lastRun back", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: new Date().toISOString() } }),
+    );
+    const own = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(await f.process(f.workerDeps("w"), own)).toBe("ack");
+    const older = await runOf(f, job.jobId);
+    const triggered = await triggerJob(f.engine, job.tenantId, job.jobId);
+    expect(await f.process(f.workerDeps("w"), await deliveryOf(f, triggered))).toBe("ack");
+    const newer = await getJob(f.engine, job.jobId);
+    expect(newer?.lastRun?.runId).toBe(triggered.runId);
+
+    // What a delivery of the older run would write had it read the job before the newer run's ending.
+    const outcome = await repairRunOnJob(f.engine, older, {
+      status: "SUCCEEDED",
+      ran: true,
+      tracked: false,
+      completesJob: false,
+    });
+    expect(outcome).toEqual({ kind: "refused", job: newer });
+    expect((await getJob(f.engine, job.jobId))?.lastRun?.runId).toBe(triggered.runId);
   }, 20_000);
 
   it("a dispatcher that dies between its transaction and SendMessage leaves a QUEUED run the reaper sends", async () => {
