@@ -28,11 +28,11 @@ import { type Receiver, startReceiver } from "../support/receiver.js";
  * Afterwards every occurrence has exactly one SUCCEEDED run, the receiver
  * applied it exactly once, nothing is stuck, and the history is whole.
  *
- * `npm test` runs the short version (CHAOS_WINDOW_SECONDS unset: ~150
- * occurrences over 25 s); `npm run test:chaos` sets CHAOS_WINDOW_SECONDS=100
+ * `npm test` runs the short version (CHAOS_WINDOW_SECONDS unset: ~120
+ * occurrences over 20 s); `npm run test:chaos` sets CHAOS_WINDOW_SECONDS=100
  * for 500+ occurrences.
  */
-const WINDOW_S = Number(process.env.CHAOS_WINDOW_SECONDS ?? 25);
+const WINDOW_S = Number(process.env.CHAOS_WINDOW_SECONDS ?? 20);
 const LONG = WINDOW_S >= 60;
 const KEY = "chaos-key";
 const TENANT = "chaos-tenant";
