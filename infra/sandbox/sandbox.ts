@@ -164,12 +164,10 @@ export async function startSandbox(options: SandboxOptions): Promise<Sandbox> {
           ]),
       runWorkerLoop(
         { engine, handlers, workerId: owner, shutdown: release.signal },
-        // Empty receives cost nothing locally: poll often, so runs start on their second.
         {
           concurrency: options.workers,
           signal: stopping.signal,
-          idleWaitSeconds: 0,
-          idleSleepMs: 50,
+          idleWaitSeconds: 1,
           lowPriorityShare: lowPriorityShareFrom(env),
         },
       ),

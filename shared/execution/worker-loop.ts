@@ -21,9 +21,8 @@ export interface WorkerLoopOptions {
   readonly concurrency: number;
   readonly signal: AbortSignal;
   /**
-   * When every queue is empty: long-poll the lowest-priority queue this long (cheap on AWS, where
-   * each empty receive is billed, but a message for a higher queue waits it out), or, with 0,
-   * sleep `idleSleepMs` and look again (the sandbox: starts stay on their second).
+   * When every queue is empty: long-poll all of them at once this long (see IdleWait), or, with 0,
+   * sleep `idleSleepMs` and look again.
    */
   readonly idleWaitSeconds?: number;
   readonly idleSleepMs?: number;
@@ -115,6 +114,19 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
   );
   const idleWaitSeconds = options.idleWaitSeconds ?? 1;
   let asked = 0;
+  const take = (batch: readonly ReceivedRun[]) => {
+    for (const received of batch) {
+      const { tenantId } = received.message;
+      gates.hold(tenantId);
+      const task = handle(deps, received, { due, slots, gates, kept, acks }, signal).finally(() => {
+        gates.unhold(tenantId);
+        held.delete(task);
+        settled.notify();
+      });
+      held.add(task);
+    }
+  };
+  const idle = idleWaitSeconds > 0 ? new IdleWait(idleWaitSeconds, take) : null;
 
   const receiver = async (first: boolean) => {
     let joined = first;
@@ -138,32 +150,21 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
       asked += max;
       let batch: ReceivedRun[];
       try {
-        batch = await receiveByPriority(deps, guard, max, first ? idleWaitSeconds : 0, signal);
+        batch = await receiveByPriority(deps, guard, max, first ? idle : null, signal);
       } finally {
         asked -= max;
         // What this receive did not fill is free again for a receiver waiting on it.
         settled.notify();
       }
-      for (const received of batch) {
-        const { tenantId } = received.message;
-        gates.hold(tenantId);
-        const task = handle(deps, received, { due, slots, gates, kept, acks }, signal).finally(
-          () => {
-            gates.unhold(tenantId);
-            held.delete(task);
-            settled.notify();
-          },
-        );
-        held.add(task);
-      }
+      take(batch);
       if (batch.length === SQS_BATCH) backlog.notify();
       else if (!first) joined = false;
-      else if (batch.length === 0 && idleWaitSeconds === 0)
-        await sleep(options.idleSleepMs ?? 100, signal);
+      else if (batch.length === 0 && idle === null) await sleep(options.idleSleepMs ?? 100, signal);
     }
   };
   const receivers = Math.max(1, Math.min(MAX_RECEIVERS, Math.ceil(capacity / SQS_BATCH)));
   await Promise.all(Array.from({ length: receivers }, (_, i) => receiver(i === 0)));
+  await idle?.drained();
   await Promise.allSettled(held);
   clearInterval(capRefresh);
   await kept.stop();
@@ -202,7 +203,7 @@ async function receiveByPriority(
   deps: WorkerDeps,
   guard: ReceiveGuard,
   max: number,
-  idleWaitSeconds: number,
+  idle: IdleWait | null,
   signal: AbortSignal,
 ): Promise<ReceivedRun[]> {
   const receive = async (priority: Priority, count: number, waitSeconds: number) => {
@@ -211,7 +212,10 @@ async function receiveByPriority(
         max: count,
         waitSeconds,
         visibilitySeconds: receiveVisibilitySeconds(deps.engine.settings.leaseMs / 1000),
-        signal,
+        // A long poll is left to end (within its seconds), not aborted at the stop: the queue
+        // does not see its caller go, and would hand the poll messages no one then holds, each
+        // invisible until its visibility ends. What it brings is made visible again (handle).
+        ...(waitSeconds === 0 ? { signal } : {}),
       });
     } catch (error) {
       if (signal.aborted) return null;
@@ -226,13 +230,73 @@ async function receiveByPriority(
     if (batch.length > 0) return batch;
     guard.cameBackEmpty(priority);
   }
-  for (const [index, priority] of PRIORITIES.entries()) {
-    const last = index === PRIORITIES.length - 1;
-    const batch = await receive(priority, max, last ? idleWaitSeconds : 0);
+  for (const priority of PRIORITIES) {
+    const batch = await receive(priority, max, 0);
     if (batch === null) return [];
     if (batch.length > 0) return batch;
   }
-  return [];
+  return idle === null ? [] : idle.next(receive, max);
+}
+
+/**
+ * The idle wait of a loop whose queues all came back empty: every queue long-polled at once, so a
+ * run sent to any of them starts as soon as it is visible, none waiting out another queue's poll
+ * (short polls instead kept a fifth of a core busy in the sandbox, whose emulator runs in its
+ * process; on AWS each is a billed request). Each poll asks for a share of what is free; the first
+ * batch is the loop's answer, one that comes after it is taken as it comes. A queue whose poll is
+ * still out is not polled again, so a trickle of runs does not pile polls up.
+ */
+class IdleWait {
+  private readonly out = new Set<Priority>();
+  private readonly polled = new Wakeup();
+
+  constructor(
+    private readonly seconds: number,
+    private readonly take: (batch: readonly ReceivedRun[]) => void,
+  ) {}
+
+  /** Once no poll is out: a stopping loop takes what the last ones brought before it waits for its runs. */
+  async drained(): Promise<void> {
+    while (this.out.size > 0) await this.polled.wait();
+  }
+
+  async next(
+    receive: (priority: Priority, count: number, seconds: number) => Promise<ReceivedRun[] | null>,
+    max: number,
+  ): Promise<ReceivedRun[]> {
+    const queues = PRIORITIES.filter((priority) => !this.out.has(priority));
+    if (queues.length === 0) {
+      await this.polled.wait();
+      return [];
+    }
+    return new Promise((answer) => {
+      let left = queues.length;
+      let answered = false;
+      queues.forEach((priority, index) => {
+        this.out.add(priority);
+        void receive(priority, shareOf(max, index, queues.length), this.seconds).then((batch) => {
+          this.out.delete(priority);
+          left -= 1;
+          if (batch !== null && batch.length > 0) {
+            if (answered) this.take(batch);
+            else {
+              answered = true;
+              answer(batch);
+            }
+          } else if (left === 0 && !answered) {
+            answered = true;
+            answer([]);
+          }
+          this.polled.notify();
+        });
+      });
+    });
+  }
+}
+
+/** Part `index` of `total` split into `parts` nearly equal parts, the larger first; at least 1. */
+function shareOf(total: number, index: number, parts: number): number {
+  return Math.max(1, Math.floor(total / parts) + (index < total % parts ? 1 : 0));
 }
 
 interface LoopParts {

@@ -134,4 +134,55 @@ describe("the worker loop", () => {
       counted.dynamo.destroy();
     }
   }, 30_000);
+
+  it("idle, long-polls every queue at once: a run sent to a higher queue starts at once, not after the low queue's poll", async () => {
+    const counted = createTestClients();
+    const longPolls: number[] = [];
+    let receives = 0;
+    counted.sqs.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === "ReceiveMessageCommand") {
+          receives++;
+          const input = args.input as { WaitTimeSeconds?: number };
+          if ((input.WaitTimeSeconds ?? 0) > 0) longPolls.push(Date.now());
+        }
+        return next(args);
+      },
+      { step: "initialize", name: "countReceives" },
+    );
+    const stop = new AbortController();
+    // The default idle wait: a one-second long poll.
+    const loop = runWorkerLoop(
+      { ...f.workerDeps("idle"), engine: { ...f.engine, sqs: counted.sqs } },
+      { concurrency: 4, signal: stop.signal },
+    );
+    try {
+      await sleep(1500);
+      const idleReceives = receives;
+      await sleep(2000);
+      // Three empty short receives and three long polls a second, not a short poll every few ms.
+      expect(receives - idleReceives).toBeLessThanOrEqual(16);
+      // Sent while the loop's long polls are out: before, only the low queue was polled then, and
+      // a high run waited out its second.
+      const pollsBefore = longPolls.length;
+      await waitFor("a long poll to go out", () => longPolls.length > pollsBefore, 3000);
+      await sleep(100);
+      const sentAt = Date.now();
+      const { job } = await createJob(
+        f.engine,
+        testJob({ priority: "high", schedule: { runAt: new Date(sentAt).toISOString() } }),
+      );
+      const run = await waitFor(
+        "the high run to succeed",
+        async () => (await f.runs()).find((r) => r.jobId === job.jobId && r.status === "SUCCEEDED"),
+        10_000,
+      );
+      expect(Date.parse(run.startedAt ?? "") - sentAt).toBeLessThan(500);
+    } finally {
+      stop.abort();
+      await loop;
+      counted.sqs.destroy();
+      counted.dynamo.destroy();
+    }
+  }, 30_000);
 });
