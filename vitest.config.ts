@@ -106,7 +106,7 @@ export default defineConfig({
       reporter: ["text-summary", "json-summary", "html"],
       reportsDirectory: "coverage",
       // The floor for shared/, a little under what the whole suite measures (README, Testing):
-      // 96.3 % of lines, 94.4 % of statements, 97.0 % of functions, 86.7 % of branches.
+      // 96.2 % of lines, 94.4 % of statements, 96.9 % of functions, 86.8 % of branches.
       thresholds: {
         "shared/**/*.ts": { lines: 93, statements: 92, functions: 93, branches: 85 },
       },
