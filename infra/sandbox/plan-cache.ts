@@ -15,11 +15,8 @@ const CACHE_DIR = join(REPO, "node_modules", ".cache", "scheduler-sandbox");
  * change it: the sources of infra/, shared/ and functions/, the lock file and CDK_CONTEXT_JSON. A
  * cache that cannot be read or written is passed by: the stack is synthesized as before.
  */
-export async function stackResourcePlan(
-  env: NodeJS.ProcessEnv = process.env,
-): Promise<ResourcePlan> {
-  const key = await sourcesHash(env.CDK_CONTEXT_JSON ?? "").catch(() => null);
-  const file = key === null ? null : join(CACHE_DIR, `plan-${key}.json`);
+export async function stackResourcePlan(): Promise<ResourcePlan> {
+  const file = await planCacheFile();
   if (file !== null) {
     const cached = await readFile(file, "utf8").then(
       (text) => JSON.parse(text) as ResourcePlan,
