@@ -48,6 +48,27 @@ async function deliveryOf(f: EngineFixture, run: Run): Promise<ReceivedRun> {
   }
 }
 
+/**
+ * Processes a delivery whose worker dies between its writes: the job's write after the run's (the
+ * one naming lastRun) fails once, as if the process died there.
+ */
+async function dieBeforeJobWrite(f: EngineFixture, received: ReceivedRun): Promise<void> {
+  const dying = withFaults(f.engine, {
+    operation: "UpdateItem",
+    times: 1,
+    match: (input) => String(input.UpdateExpression ?? "").includes("lastRun"),
+    error: () => new Error("process died"),
+  });
+  try {
+    await expect(
+      processRun({ ...f.workerDeps("dies"), engine: dying.engine }, received),
+    ).rejects.toThrow("process died");
+  } finally {
+    dying.destroy();
+  }
+  expect(dying.injected.count).toBe(1);
+}
+
 async function runOf(f: EngineFixture, jobId: string) {
   const runs = (await f.runs()).filter((r) => r.jobId === jobId);
   expect(runs).toHaveLength(1);
@@ -259,21 +280,7 @@ describe("crashes", () => {
       if (cancel === "before the trigger") await cancelOwn();
       const triggered = await triggerJob(f.engine, job.tenantId, job.jobId);
       const first = await deliveryOf(f, triggered);
-      // Fault injection: the job's write after the run's (the one naming lastRun) fails, as if the process died there.
-      const dying = withFaults(f.engine, {
-        operation: "UpdateItem",
-        times: 1,
-        match: (input) => String(input.UpdateExpression ?? "").includes("lastRun"),
-        error: () => new Error("process died"),
-      });
-      try {
-        await expect(
-          processRun({ ...f.workerDeps("dies"), engine: dying.engine }, first),
-        ).rejects.toThrow("process died");
-      } finally {
-        dying.destroy();
-      }
-      expect(dying.injected.count).toBe(1);
+      await dieBeforeJobWrite(f, first);
       const finished = await getRun(f.engine, triggered);
       expect(finished?.status).toBe("SUCCEEDED");
 
@@ -312,19 +319,7 @@ describe("crashes", () => {
       testJob({ schedule: { runAt: new Date().toISOString() } }),
     );
     const first = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-    const dying = withFaults(f.engine, {
-      operation: "UpdateItem",
-      times: 1,
-      match: (input) => String(input.UpdateExpression ?? "").includes("lastRun"),
-      error: () => new Error("process died"),
-    });
-    try {
-      await expect(
-        processRun({ ...f.workerDeps("dies"), engine: dying.engine }, first),
-      ).rejects.toThrow("process died");
-    } finally {
-      dying.destroy();
-    }
+    await dieBeforeJobWrite(f, first);
     const run = await runOf(f, job.jobId);
     expect(run.status).toBe("SUCCEEDED");
     await pauseJob(f.engine, job.tenantId, job.jobId);
