@@ -273,8 +273,11 @@ export class Observability extends Construct {
       { id: "Runs", name: "runs", declared: storage.runs },
       { id: "WebhookSecrets", name: "webhook secrets", declared: storage.webhookSecrets },
     ];
+    // The alarms' metrics, which the dashboard graphs too.
+    const throttleEvents: Metric[] = [];
     for (const { id, name, declared } of tables) {
       const events = throttleEventsOf(name, declared);
+      throttleEvents.push(...Object.values(events));
       const { indexNames } = declared;
       const indexes =
         indexNames.length === 0
@@ -428,12 +431,7 @@ export class Observability extends Construct {
         ),
       ),
     );
-    this.dashboard.addWidgets(
-      graph(
-        "DynamoDB throttle events",
-        tables.flatMap(({ name, declared }) => Object.values(throttleEventsOf(name, declared))),
-      ),
-    );
+    this.dashboard.addWidgets(graph("DynamoDB throttle events", throttleEvents));
     this.dashboard.addWidgets(
       new AlarmStatusWidget({ title: "Alarms", alarms: this.alarms, width: 24, height: 4 }),
     );
