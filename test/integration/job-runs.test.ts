@@ -5,6 +5,7 @@ import { resend } from "../../shared/execution/run-outcome.js";
 import { cancelJob, createJob, editJob, pauseJob, triggerJob } from "../../shared/jobs/index.js";
 import { jobAsItStands } from "../../shared/jobs/queries.js";
 import type { Job, Run } from "../../shared/model.js";
+import { setVisibility } from "../../shared/queue/work-queue.js";
 import { runMessageOf } from "../../shared/storage/items.js";
 import { getJob, runKeyOf } from "../../shared/storage/run-reads.js";
 import {
@@ -31,7 +32,12 @@ describe("a frequent recurring run's ending writes the run alone", () => {
   /** Triggers a run of the job and has a worker (on `engine`) process its message to the end. */
   async function runOnce(job: Job, engine = f.engine): Promise<Run> {
     const run = await triggerJob(f.engine, job.tenantId, job.jobId);
-    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    // The trigger's own message: near a minute's end the job's next occurrence is sent too.
+    let received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    while (received.message.scheduledFor !== run.scheduledFor) {
+      await setVisibility(f.engine.sqs, received.queueUrl, received.receiptHandle, 0);
+      received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    }
     expect(await f.process({ ...f.workerDeps("worker"), engine }, received)).toBe("ack");
     const ended = (await f.runs()).find((r) => r.runId === run.runId);
     if (ended === undefined) throw new Error(`run ${run.runId} is gone`);
