@@ -155,6 +155,10 @@ describe("API Lambda (payload v2, IAM)", () => {
     const health = await handler(unauthorizedRouteEvent("GET", "/health"));
     expect(health.statusCode).toBe(200);
     expect(JSON.parse(health.body)).toEqual({ status: "ok" });
+    // Uptime monitors often probe with HEAD: the same answer, without the body.
+    const probe = await handler(unauthorizedRouteEvent("HEAD", "/health"));
+    expect(probe.statusCode).toBe(200);
+    expect(probe.body).toBe("");
     const document = await handler(unauthorizedRouteEvent("GET", "/openapi.json"));
     expect(document.statusCode).toBe(200);
     expect((JSON.parse(document.body) as { openapi: string }).openapi).toMatch(/^3\./);

@@ -450,6 +450,7 @@ describe("API", () => {
       "GET /docs",
       "GET /health",
       "GET /openapi.json",
+      "HEAD /health",
       "POST /runs/{runId}/complete",
       "POST /runs/{runId}/heartbeat",
     ]);
@@ -466,7 +467,7 @@ describe("API", () => {
     ).toBeTruthy();
   });
 
-  it("answers GET /health and GET /openapi.json without credentials, as the local server does", () => {
+  it("answers GET and HEAD /health and GET /openapi.json without credentials, as the local server does", () => {
     const routes = new Map(
       resourcesOfType(prod, "AWS::ApiGatewayV2::Route").map(([, route]) => [
         String(route.Properties?.RouteKey),
@@ -484,7 +485,7 @@ describe("API", () => {
       expect(integration?.Type).toBe("AWS::ApiGatewayV2::Integration");
       return referencedId(integration?.Properties?.IntegrationUri);
     };
-    for (const key of ["GET /health", "GET /openapi.json"]) {
+    for (const key of ["GET /health", "HEAD /health", "GET /openapi.json"]) {
       const route = routes.get(key);
       expect(route?.AuthorizationType, key).toBe("NONE");
       expect(route?.AuthorizerId, key).toBeUndefined();

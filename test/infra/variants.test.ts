@@ -89,6 +89,7 @@ describe("cdk-nag AwsSolutions", () => {
         "Api/HttpApi/GET--docs",
         "Api/HttpApi/GET--health",
         "Api/HttpApi/GET--openapi.json",
+        "Api/HttpApi/HEAD--health",
         "Api/HttpApi/POST--runs--{runId}--complete",
         "Api/HttpApi/POST--runs--{runId}--heartbeat",
       ],
@@ -148,6 +149,7 @@ describe("options", () => {
       "GET /docs",
       "GET /health",
       "GET /openapi.json",
+      "HEAD /health",
       "POST /runs/{runId}/complete",
       "POST /runs/{runId}/heartbeat",
     ]);
