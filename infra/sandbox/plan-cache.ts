@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { mkdir, readdir, readFile, rename, writeFile } from "node:fs/promises";
+import { mkdir, readdir, readFile, rename, stat, writeFile } from "node:fs/promises";
 import { join, relative, resolve } from "node:path";
 import { planFromTemplate, type ResourcePlan } from "./resources.js";
 
@@ -14,8 +14,15 @@ const CACHE_DIR = join(REPO, "node_modules", ".cache", "scheduler-sandbox");
  * synthesizes), so the plan is kept in `node_modules/.cache` under a hash of everything that could
  * change it: the sources of infra/, shared/ and functions/, the lock file and CDK_CONTEXT_JSON. A
  * cache that cannot be read or written is passed by: the stack is synthesized as before.
+ *
+ * The synth runs the modules this process has loaded, from `loadedAt` on (its start), while the
+ * key is read from the sources on disk: a plan is kept only when no source changed since then,
+ * or a source saved meanwhile (an edit, a checkout) would file the older sources' plan under the
+ * newer ones' key, and every later start of those sources would provision from it.
  */
-export async function stackResourcePlan(): Promise<ResourcePlan> {
+export async function stackResourcePlan(
+  loadedAt: number = performance.timeOrigin,
+): Promise<ResourcePlan> {
   const file = await planCacheFile();
   if (file !== null) {
     const cached = await readFile(file, "utf8").then(
@@ -27,7 +34,11 @@ export async function stackResourcePlan(): Promise<ResourcePlan> {
   // Loaded only here: aws-cdk-lib is most of a sandbox start's CPU.
   const { synthesizeTemplate } = await import("./template.js");
   const plan = planFromTemplate(synthesizeTemplate());
-  if (file !== null) {
+  const unchanged = await newestSourceChange().then(
+    (changedAt) => changedAt < loadedAt,
+    () => false,
+  );
+  if (file !== null && unchanged) {
     // Written whole under a name of its own, then renamed: a sandbox starting beside this one
     // reads the old file, none, or this one, never half of it.
     const partial = `${file}.${process.pid}.partial`;
@@ -54,6 +65,17 @@ async function sourcesHash(context: string): Promise<string> {
     }
   }
   return hash.digest("hex").slice(0, 32);
+}
+
+/** When a source last changed (ms since the epoch). */
+async function newestSourceChange(): Promise<number> {
+  let newest = 0;
+  for (const source of SOURCES) {
+    for (const path of await filesUnder(join(REPO, source))) {
+      newest = Math.max(newest, (await stat(path)).mtimeMs);
+    }
+  }
+  return newest;
 }
 
 async function filesUnder(path: string): Promise<string[]> {

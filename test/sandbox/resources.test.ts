@@ -1,4 +1,6 @@
-import { readFile } from "node:fs/promises";
+import { randomUUID } from "node:crypto";
+import { access, readFile, rm, stat, utimes } from "node:fs/promises";
+import { fileURLToPath } from "node:url";
 import { DescribeTableCommand, DescribeTimeToLiveCommand } from "@aws-sdk/client-dynamodb";
 import { GetQueueAttributesCommand } from "@aws-sdk/client-sqs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -132,4 +134,30 @@ describe("the sandbox's tables and queues", () => {
     expect(JSON.parse(await readFile(String(file), "utf8"))).toEqual(synthesized);
     expect(await stackResourcePlan()).toEqual(synthesized);
   });
+
+  it("are not kept when a source changed after the process loaded its modules: that plan is of the older sources", async () => {
+    // A context of its own gives this test a key of its own (the synth reads CDK_CONTEXT_JSON too).
+    const context = process.env.CDK_CONTEXT_JSON;
+    process.env.CDK_CONTEXT_JSON = JSON.stringify({ planCacheProbe: randomUUID() });
+    // Loaded at the process's start (the sandbox imports it), then saved again, as an editor or a
+    // checkout does: its content stays as it is, so the key is the sources' on disk.
+    const source = fileURLToPath(new URL("../../shared/storage/tables.ts", import.meta.url));
+    const { atime, mtime } = await stat(source);
+    const file = String(await planCacheFile());
+    try {
+      const loadedAt = Date.now();
+      await utimes(source, atime, new Date(loadedAt + 1));
+      const synthesized = planFromTemplate(template);
+      expect(await stackResourcePlan(loadedAt)).toEqual(synthesized);
+      await expect(access(file)).rejects.toThrow();
+      // A process that loaded its modules after the change keeps the plan.
+      expect(await stackResourcePlan(loadedAt + 2)).toEqual(synthesized);
+      expect(JSON.parse(await readFile(file, "utf8"))).toEqual(synthesized);
+    } finally {
+      if (context === undefined) delete process.env.CDK_CONTEXT_JSON;
+      else process.env.CDK_CONTEXT_JSON = context;
+      await utimes(source, atime, mtime);
+      await rm(file, { force: true });
+    }
+  }, 120_000);
 });
