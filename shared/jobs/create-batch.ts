@@ -156,6 +156,9 @@ export async function createJobs(
   }
 
   if (live.length > 0) {
+    // Before anything is filed in a shard (the tick passes over every shard the stage filed in),
+    // and before anything is reserved: its failure is the request's and leaves the usage as it was.
+    await recordShardCount(engine);
     try {
       const reserved = await reserveBatchQuotas(
         engine,
@@ -202,7 +205,6 @@ export async function createJobs(
     ...(p.claim?.runItems ?? []).map((item) => ({ table: "runs" as const, item, owner: p.index })),
     ...(isPlain(p) && p.pending ? [dueEntryPut(p.pending, p.index)] : []),
   ]);
-  await recordShardCount(engine);
   if (before.length > 0) {
     const failed = await putBatchItems(engine, before);
     // Its job is never written, so nothing of it is created: its runs are cancelled by their

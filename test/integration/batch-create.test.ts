@@ -1,4 +1,7 @@
-import { ProvisionedThroughputExceededException } from "@aws-sdk/client-dynamodb";
+import {
+  InternalServerError,
+  ProvisionedThroughputExceededException,
+} from "@aws-sdk/client-dynamodb";
 import type {
   BatchGetCommandInput,
   BatchGetCommandOutput,
@@ -12,6 +15,7 @@ import { ConcurrentUpdateError } from "../../shared/errors.js";
 import { type BatchCreateOutcome, createJobs } from "../../shared/jobs/create-batch.js";
 import { createJob } from "../../shared/jobs/index.js";
 import { shardOf } from "../../shared/keys.js";
+import { shardHighWaterKey } from "../../shared/storage/items.js";
 import { readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 
@@ -183,6 +187,40 @@ describe("a batch create under write faults: each job is created whole or not at
     ]);
     expect(await f.receiveAll(f.engine.queues.normal, { quietMs: 1_500 })).toEqual([]);
     expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ activeJobs: 1 });
+  });
+
+  it("a batch whose shard mark cannot be raised writes nothing and reserves nothing of the tenant's quotas", async () => {
+    const tenant = "mark-unwritten";
+    await writeQuotaOverride(f.engine, tenant, { activeJobs: 10 }, new Date());
+    // A mark of its own: this process has not raised it yet (recordShardCount raises once).
+    const engine = { ...f.engine, settings: { ...f.engine.settings, maxShardCount: 13 } };
+    let thrown = 0;
+    const name = "failShardMark";
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const key = (args.input as { Key?: Record<string, unknown> }).Key;
+        if (context.commandName === "UpdateItemCommand" && key?.pk === shardHighWaterKey.pk) {
+          thrown++;
+          throw new InternalServerError({ message: "Internal server error", $metadata: {} });
+        }
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    try {
+      await expect(
+        createJobs(engine, tenant, [
+          { input: testJob({ tenantId: tenant, name: "a", schedule: now() }) },
+          { input: testJob({ tenantId: tenant, name: "b", schedule: later() }) },
+        ]),
+      ).rejects.toThrow(InternalServerError);
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+    expect(thrown).toBe(1);
+    expect((await f.jobs()).filter((j) => j.tenantId === tenant)).toEqual([]);
+    // Nothing was written, so nothing stays reserved (a single create raises the mark first too).
+    expect((await readQuotaUsage(f.engine, tenant))?.activeJobs ?? 0).toBe(0);
   });
 
   it("a recurring job's next entry inside a pass's window outlives a dispatcher pass that runs just before its job is written", async () => {
