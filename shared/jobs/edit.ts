@@ -82,6 +82,9 @@ export async function editJob(
     const entry = next && job.status === "ACTIVE" ? dueEntryFor(engine, edited, next, now) : null;
     // Bad input (an upstream not the tenant's, a cycle) is refused before anything is reserved.
     const upstreams = changesSchedule ? await relinkDependent(engine, job, edited.schedule) : [];
+    // Before the entry is filed in a shard, and before the share is reserved: its failure then
+    // leaves the tenant's usage as it was.
+    await recordShardCount(engine);
     const reservation =
       normalized.priority !== undefined || changesSchedule
         ? await reserveJobQuotas(
@@ -99,7 +102,6 @@ export async function editJob(
     return {
       write: async () => {
         try {
-          await recordShardCount(engine);
           await writeEditedJob(
             engine,
             job,

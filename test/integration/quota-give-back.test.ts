@@ -1,3 +1,4 @@
+import { InternalServerError } from "@aws-sdk/client-dynamodb";
 import { PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DEFAULT_QUOTAS } from "../../shared/config.js";
@@ -6,6 +7,8 @@ import { createJob, editJob, pauseJob } from "../../shared/jobs/index.js";
 import { newJobId } from "../../shared/keys.js";
 import type { QuotaExceededError } from "../../shared/quotas/limits.js";
 import { MAX_CONTENTION_ATTEMPTS } from "../../shared/storage/dynamo-errors.js";
+import { shardHighWaterKey } from "../../shared/storage/items.js";
+import { getJob } from "../../shared/storage/run-reads.js";
 import {
   forgetQuotaUsage,
   giveBackUsage,
@@ -139,6 +142,34 @@ describe("a refused create or edit reserves nothing of the tenant's quotas", () 
       rename.remove();
     }
     expect(rename.ran()).toBe(true);
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual(before);
+  });
+
+  it("an edit whose shard mark cannot be raised writes nothing and keeps nothing of the tenant's quotas", async () => {
+    const tenant = "edit-mark-unwritten";
+    await writeQuotaOverride(f.engine, tenant, { runsPerMinute: 100 }, new Date());
+    const { job } = await createJob(f.engine, testJob({ tenantId: tenant, schedule: hourly }));
+    const before = await readQuotaUsage(f.engine, tenant);
+    // A mark of its own: this process has not raised it yet (recordShardCount raises once).
+    const faulty = withFaults(
+      { ...f.engine, settings: { ...f.engine.settings, maxShardCount: 14 } },
+      {
+        operation: "UpdateItem",
+        times: 1,
+        match: (input) => (input.Key as { pk?: unknown } | undefined)?.pk === shardHighWaterKey.pk,
+        error: () => new InternalServerError({ message: "Internal server error", $metadata: {} }),
+      },
+    );
+    try {
+      const failed = await editJob(faulty.engine, tenant, job.jobId, job.version, {
+        schedule: { every: "PT2S" },
+      }).catch((e: unknown) => e);
+      expect(failed).toBeInstanceOf(InternalServerError);
+      expect(faulty.injected.count).toBe(1);
+    } finally {
+      faulty.destroy();
+    }
+    expect((await getJob(f.engine, job.jobId))?.version).toBe(job.version);
     expect(await readQuotaUsage(f.engine, tenant)).toEqual(before);
   });
 
