@@ -51,7 +51,7 @@ export const ENV = {
 export interface TenantQuotas {
   /** Jobs not yet ended (ACTIVE or PAUSED); null: no limit. */
   readonly activeJobs: number | null;
-  /** Peak runs per minute summed over the tenant's recurring jobs (shared/quotas/limits.ts); null: no limit. */
+  /** Peak runs per minute summed over the tenant's jobs, a dependent counting its upstreams' (shared/quotas/run-measure.ts); null: no limit. */
   readonly runsPerMinute: number | null;
   /** Runs RUNNING at once; the worker makes the rest wait; null: no limit. */
   readonly concurrentRuns: number | null;

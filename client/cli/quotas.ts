@@ -58,7 +58,7 @@ export function quotasCommand(program: Command, io: CliIo): void {
     .option("--active-jobs <n>", "jobs not ended (active or paused), or none", capOrNone)
     .option(
       "--runs-per-minute <n>",
-      "peak runs per minute over the tenant's recurring jobs, or none",
+      "peak runs per minute over the tenant's jobs (a dependent counts its upstreams'), or none",
       capOrNone,
     )
     .option("--concurrent-runs <n>", "runs running at once (1-1000), or none", capOrNone)

@@ -29,7 +29,7 @@ import {
   prepareNewJob,
   replayOf,
 } from "./create.js";
-import { linkNewDependent } from "./dependencies.js";
+import { type DependentLinks, linkNewDependent } from "./dependencies.js";
 
 /** One job of a batch: what a single create takes. */
 export interface BatchCreateItem {
@@ -51,7 +51,7 @@ interface Pending {
   readonly item: BatchCreateItem;
   readonly base: Job;
   readonly entry: DueEntry | null;
-  readonly upstreams: Awaited<ReturnType<typeof linkNewDependent>>;
+  readonly links: DependentLinks;
   reservation?: UsageReservation | null;
   claim?: ClaimBeforeCreate | null;
   job?: Job;
@@ -105,8 +105,8 @@ export async function createJobs(
         if (key !== undefined && earlier !== undefined) throw repeatedKeyError(earlier);
         if (key !== undefined) firstWithKey.set(key, index);
         const { base, entry } = prepareNewJob(engine, item.input, now);
-        const upstreams = await linkNewDependent(engine, tenantId, base.jobId, base.schedule);
-        return { index, item, base, entry, upstreams };
+        const links = await linkNewDependent(engine, tenantId, base.jobId, base.schedule);
+        return { index, item, base, entry, links };
       } catch (error) {
         fail(index, error);
         return null;
@@ -163,7 +163,11 @@ export async function createJobs(
       const reserved = await reserveBatchQuotas(
         engine,
         tenantId,
-        live.map((p) => ({ priority: p.item.input.priority, schedule: p.base.schedule })),
+        live.map((p) => ({
+          priority: p.item.input.priority,
+          schedule: p.base.schedule,
+          above: p.links.above,
+        })),
         now,
       );
       live = live.filter((p, i) => {
@@ -197,7 +201,7 @@ export async function createJobs(
   // the job, a pass could claim it first, find no job, remove it, and leave the job naming nothing.
   const isPlain = (p: Pending) =>
     p.item.idempotency === undefined &&
-    p.upstreams.length === 0 &&
+    p.links.writes.length === 0 &&
     !(p.pending && new Date(p.pending.dueAt) < horizonEnd);
 
   // Before any job: the claimed runs (and skipped records) of all, and the plain jobs' due entries.
@@ -240,7 +244,7 @@ export async function createJobs(
       const idem = p.item.idempotency;
       if (!p.job) return;
       try {
-        await writeNewJob(engine, p.job, p.pending ?? null, idem, p.upstreams);
+        await writeNewJob(engine, p.job, p.pending ?? null, idem, p.links.writes);
       } catch (error) {
         refuse(p, error, refusedUnwritten(error));
         if (idem && error instanceof IdempotencyKeyTakenError) {

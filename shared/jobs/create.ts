@@ -79,7 +79,7 @@ export async function createJob(
   const { base, entry } = prepareNewJob(engine, input, now);
   const { jobId, schedule } = base;
   // Bad input is refused before anything is reserved: a 400 leaves the tenant's usage as it was.
-  const upstreams = await linkNewDependent(engine, input.tenantId, jobId, schedule);
+  const links = await linkNewDependent(engine, input.tenantId, jobId, schedule);
   const idem = options.idempotency;
   const horizonEnd = fastPathHorizonEnd(now, engine.settings.lookaheadMs);
   const claimNow = entry !== null && new Date(entry.dueAt) < horizonEnd;
@@ -95,7 +95,7 @@ export async function createJob(
     reservation = await reserveJobQuotas(
       engine,
       input.tenantId,
-      { priority: input.priority, jobs: 1, schedule },
+      { priority: input.priority, jobs: 1, schedule, above: links.above },
       now,
     );
   } catch (error) {
@@ -116,7 +116,7 @@ export async function createJob(
   const { job, pending } = jobAfterClaim(base, entry, claim);
   try {
     const unswept = pending !== null && new Date(pending.dueAt) >= horizonEnd;
-    await writeNewJob(engine, job, pending, idem, upstreams, unswept);
+    await writeNewJob(engine, job, pending, idem, links.writes, unswept);
   } catch (error) {
     if (refusedUnwritten(error)) await giveBackJobQuotas(engine, reservation);
     if (idem && error instanceof IdempotencyKeyTakenError) {

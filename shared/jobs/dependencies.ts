@@ -23,20 +23,27 @@ const FIELD = "schedule.after.jobs";
 export const upstreamsOf = (schedule: ScheduleSpec): readonly string[] =>
   isAfterSchedule(schedule) ? schedule.after.jobs : [];
 
+/** A dependent's links as its create or edit writes them, and the jobs above it they were planned from. */
+export interface DependentLinks {
+  readonly writes: NamedWrite<UpstreamWriteName>[];
+  /** The tenant's jobs above the schedule's upstreams (theirs too), by id: what its quota share counts. */
+  readonly above: ReadonlyMap<string, Job>;
+}
+
 /**
  * The writes that add a new `after` job to its upstreams' dependents, after checking each
- * upstream is the tenant's (400 naming `schedule.after.jobs` when not). A new job cannot close a
- * cycle: nothing names its id yet.
+ * upstream is the tenant's (400 naming `schedule.after.jobs` when not), and the chain above them
+ * (as an edit reads it, up to 80 jobs). A new job cannot close a cycle: nothing names its id yet.
  */
 export async function linkNewDependent(
   engine: Engine,
   tenantId: string,
   jobId: string,
   schedule: ScheduleSpec,
-): Promise<NamedWrite<UpstreamWriteName>[]> {
+): Promise<DependentLinks> {
   const upstreams = upstreamsOf(schedule);
-  await Promise.all(upstreams.map((id) => tenantUpstream(engine, tenantId, id)));
-  return upstreams.map((id) => linkUpstream(engine, id, jobId, tenantId));
+  const above = await walkUpstreams(engine, { jobId, tenantId }, upstreams);
+  return { writes: upstreams.map((id) => linkUpstream(engine, id, jobId, tenantId)), above };
 }
 
 /**
@@ -49,11 +56,12 @@ export async function relinkDependent(
   engine: Engine,
   job: Job,
   schedule: ScheduleSpec,
-): Promise<NamedWrite<UpstreamWriteName>[]> {
+): Promise<DependentLinks> {
   const before = new Set(upstreamsOf(job.schedule));
   const after = upstreamsOf(schedule);
-  if (after.length === 0 && before.size === 0) return [];
-  const walked = await walkUpstreams(engine, job, after);
+  if (after.length === 0 && before.size === 0) return { writes: [], above: new Map() };
+  const above = await walkUpstreams(engine, job, after);
+  const walked = new Map([...above].map(([id, upstream]) => [id, upstream.version]));
   const writes: NamedWrite<UpstreamWriteName>[] = [];
   const written = new Set<string>();
   for (const id of after) {
@@ -73,21 +81,20 @@ export async function relinkDependent(
   for (const [id, version] of walked) {
     if (!written.has(id)) writes.push(upstreamUnchanged(engine, id, version));
   }
-  return writes;
+  return { writes, above };
 }
 
 /**
- * Reads the chain above `upstreams` (each job's own `after` upstreams, and theirs); the job's
- * versions by id. Throws a 400 naming `schedule.after.jobs` for an upstream that is not the
- * tenant's, a chain that leads back to `job` (the message names the cycle), or one longer than
- * the check may hold.
+ * Reads the chain above `upstreams` (each job's own `after` upstreams, and theirs); the jobs by
+ * id. Throws a 400 naming `schedule.after.jobs` for an upstream that is not the tenant's, a chain
+ * that leads back to `job` (the message names the cycle), or one longer than the check may hold.
  */
 async function walkUpstreams(
   engine: Engine,
-  job: Job,
+  job: Pick<Job, "jobId" | "tenantId">,
   upstreams: readonly string[],
-): Promise<Map<string, number>> {
-  const versions = new Map<string, number>();
+): Promise<Map<string, Job>> {
+  const found = new Map<string, Job>();
   const cameFrom = new Map<string, string>();
   let frontier = [...upstreams];
   for (const id of upstreams) cameFrom.set(id, job.jobId);
@@ -99,18 +106,18 @@ async function walkUpstreams(
       frontier.map((id) =>
         upstreams.includes(id)
           ? tenantUpstream(engine, job.tenantId, id)
-          : getJob(engine, id).then((found) => (found?.tenantId === job.tenantId ? found : null)),
+          : getJob(engine, id).then((above) => (above?.tenantId === job.tenantId ? above : null)),
       ),
     );
     const next: string[] = [];
     for (const upstream of read) {
       if (upstream === null) continue;
-      versions.set(upstream.jobId, upstream.version);
-      if (versions.size > MAX_CHAIN_JOBS) {
+      found.set(upstream.jobId, upstream);
+      if (found.size > MAX_CHAIN_JOBS) {
         throw new ValidationError([
           {
             field: FIELD,
-            message: `the jobs above this one's upstreams are more than ${MAX_CHAIN_JOBS}: too many to check for a cycle`,
+            message: `the jobs above this one's upstreams are more than ${MAX_CHAIN_JOBS}: too many to check (for a cycle, and for the runs they make this one run)`,
           },
         ]);
       }
@@ -125,7 +132,7 @@ async function walkUpstreams(
     }
     frontier = next;
   }
-  return versions;
+  return found;
 }
 
 /** The cycle as "job → upstream → … → job", each step a job that runs after the next. */

@@ -81,7 +81,7 @@ export async function editJob(
     const completes = unbounded !== null && next === null && job.status === "ACTIVE";
     const entry = next && job.status === "ACTIVE" ? dueEntryFor(engine, edited, next, now) : null;
     // Bad input (an upstream not the tenant's, a cycle) is refused before anything is reserved.
-    const upstreams = changesSchedule ? await relinkDependent(engine, job, edited.schedule) : [];
+    const links = changesSchedule ? await relinkDependent(engine, job, edited.schedule) : null;
     // Before the entry is filed in a shard, and before the share is reserved: its failure then
     // leaves the tenant's usage as it was.
     await recordShardCount(engine);
@@ -94,6 +94,7 @@ export async function editJob(
               ...(normalized.priority !== undefined ? { priority: normalized.priority } : {}),
               jobs: 0,
               schedule: edited.schedule,
+              above: links?.above ?? new Map(),
               replaces: job,
             },
             now,
@@ -107,7 +108,7 @@ export async function editJob(
             job,
             normalized,
             { nextRunAt: next, entry, now, completes },
-            upstreams,
+            links?.writes ?? [],
           );
         } catch (error) {
           // Refused (the job changed since it was read, and is planned again): its share with it.

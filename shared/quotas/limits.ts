@@ -66,13 +66,14 @@ export function assertPriorityAllowed(priority: Priority, quotas: TenantQuotas):
 const MINUTE_MS = 60_000;
 
 /**
- * What a schedule counts towards the runsPerMinute quota: its peak, the runs
- * it starts in the 60 seconds from its next occurrence (an `every` of 7 s
- * counts 9, a cron with a seconds field the seconds it names, any other cron
- * 1). Summed over a tenant's jobs this is the most they could start in one
- * minute if all fired together, which top-of-the-hour schedules do. A one-off
- * counts 0: it runs once, and activeJobs bounds how many there are. So does a
- * dependent (`after`): its runs follow its upstreams' endings, not a clock.
+ * The peak of a schedule of times, what it counts towards the runsPerMinute
+ * quota: the runs it starts in the 60 seconds from its next occurrence (an
+ * `every` of 7 s counts 9, a cron with a seconds field the seconds it names,
+ * any other cron 1). Summed over a tenant's jobs this is the most they could
+ * start in one minute if all fired together, which top-of-the-hour schedules
+ * do. A one-off counts 0: it runs once, and activeJobs bounds how many there
+ * are. A dependent (`after`) has no clock of its own (0 here): it counts what
+ * its upstreams trigger (`runsPerMinuteMeasure`, run-measure.ts).
  */
 export function peakRunsPerMinute(schedule: ScheduleSpec, now: Date): number {
   if ("runAt" in schedule || isAfterSchedule(schedule)) return 0;

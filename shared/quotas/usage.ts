@@ -2,7 +2,7 @@ import type { TenantQuotas } from "../config.js";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
 import type { Job, Priority } from "../model.js";
-import type { ScheduleSpec } from "../schedule/index.js";
+import { isAfterSchedule, type ScheduleSpec } from "../schedule/index.js";
 import { isConditionalCheckFailed, isContention } from "../storage/dynamo-errors.js";
 import { getJobs, tenantJobIds } from "../storage/job-queries.js";
 import {
@@ -15,13 +15,16 @@ import {
   writeRecountedUsage,
 } from "../storage/tenant-quotas.js";
 import { ConditionsFailedError } from "../storage/transaction.js";
-import {
-  assertPriorityAllowed,
-  effectiveQuotas,
-  peakRunsPerMinute,
-  QuotaExceededError,
-} from "./limits.js";
+import { assertPriorityAllowed, effectiveQuotas, QuotaExceededError } from "./limits.js";
 import { cachedQuotaOverride } from "./override-cache.js";
+import {
+  isCounted,
+  readJobsAbove,
+  readJobsBelow,
+  runsPerMinuteMeasure,
+  runsPerRun,
+  timesRuns,
+} from "./run-measure.js";
 
 /** What a create or an edit adds to the tenant's jobs. */
 interface JobShare {
@@ -29,8 +32,10 @@ interface JobShare {
   readonly priority?: Priority;
   /** 1 for a create, 0 for an edit. */
   readonly jobs: number;
-  /** The job's peak runs per minute now (an edit: as edited). */
+  /** The job's schedule (an edit: as edited). */
   readonly schedule: ScheduleSpec;
+  /** The tenant's jobs above the schedule's upstreams, by id, as its `after` check read them. */
+  readonly above: ReadonlyMap<string, Job>;
   /** An edit: the job as it stands, whose share is already counted. */
   readonly replaces?: Job;
 }
@@ -41,8 +46,8 @@ const MAX_RESERVE_ROUNDS = 4;
 /**
  * Checks a create or an edit against the tenant's quotas and reserves its
  * share before it writes: the priority against maxPriority, one more job
- * against activeJobs, and the schedule's peak runs per minute (an edit: only
- * what it adds) against runsPerMinute. Throws QuotaExceededError naming the
+ * against activeJobs, and what it adds to the tenant's runs per minute against
+ * runsPerMinute (`runsPerMinuteAdded`). Throws QuotaExceededError naming the
  * quota. The usage is an upper bound: jobs that end are not taken off it, and
  * a reservation whose write then fails stays on it unless the failure shows
  * nothing was written (`giveBackJobQuotas`); when a reservation would
@@ -68,15 +73,17 @@ export async function reserveJobQuotas(
     if (share.priority !== undefined) assertPriorityAllowed(share.priority, cached);
     return null;
   }
+  const add: QuotaUsage = {
+    activeJobs: share.jobs,
+    runsPerMinute: await runsPerMinuteAdded(engine, share, now),
+  };
+  const field = isAfterSchedule(share.schedule) ? "schedule.after.jobs" : "schedule";
   for (let round = 1; ; round++) {
     const quotas = effectiveQuotas(
       engine.settings.quotas,
       await readQuotaOverride(engine, tenantId, true),
     );
     if (share.priority !== undefined) assertPriorityAllowed(share.priority, quotas);
-    const rate = peakRunsPerMinute(share.schedule, now);
-    const before = share.replaces ? peakRunsPerMinute(share.replaces.schedule, now) : 0;
-    const add: QuotaUsage = { activeJobs: share.jobs, runsPerMinute: Math.max(0, rate - before) };
     if (add.activeJobs === 0 && add.runsPerMinute === 0) return null;
     const limits = {
       activeJobs: quotas.activeJobs ?? Number.MAX_SAFE_INTEGER,
@@ -86,7 +93,7 @@ export async function reserveJobQuotas(
     if (reservation) return reservation;
     const seen = await readQuotaUsage(engine, tenantId);
     const counted = await countUsage(engine, tenantId, now);
-    const over = overQuota(counted, add, quotas, share.replaces !== undefined);
+    const over = overQuota(counted, add, quotas, share.replaces !== undefined, field);
     if (over) {
       // Keep the corrected count, so the next request does not recount for nothing.
       await writeRecountedUsage(engine, tenantId, counted, seen, now);
@@ -101,9 +108,28 @@ export async function reserveJobQuotas(
 }
 
 /**
+ * What a create or an edit adds to the tenant's runs per minute (run-measure.ts): a create its
+ * measure among the jobs above it; an edit of the schedule what it adds to its measure, times the
+ * runs each run of the job makes (its own and, in turn, those of the jobs after it, read
+ * consistently after the job was); an edit that keeps the schedule, or lowers the measure, 0.
+ */
+async function runsPerMinuteAdded(engine: Engine, share: JobShare, now: Date): Promise<number> {
+  const measure = runsPerMinuteMeasure(share.above, now)(share.schedule);
+  const old = share.replaces;
+  if (old === undefined) return measure;
+  if (JSON.stringify(old.schedule) === JSON.stringify(share.schedule)) return 0;
+  const oldUpstreams = isAfterSchedule(old.schedule) ? old.schedule.after.jobs : [];
+  const oldAbove = await readJobsAbove(engine, old.tenantId, oldUpstreams);
+  const before = runsPerMinuteMeasure(oldAbove, now)(old.schedule);
+  if (measure <= before) return 0;
+  return timesRuns(measure - before, runsPerRun(old.jobId, await readJobsBelow(engine, old)));
+}
+
+/**
  * The quotas of a batch of creates, checked per job and reserved in one
  * write: each job's priority against maxPriority, then the batch's jobs and
- * peak runs per minute added to the usage together. When the sum would go over,
+ * runs per minute (each job's measure among the jobs above it) added to the
+ * usage together. When the sum would go over,
  * the tenant's jobs are recounted (as for one create) and the jobs are let in
  * in the batch's order while each still fits; the others are refused as a
  * single create would be. Per job: its share of the reservation (null when
@@ -113,7 +139,11 @@ export async function reserveJobQuotas(
 export async function reserveBatchQuotas(
   engine: Engine,
   tenantId: string,
-  shares: readonly { readonly priority: Priority; readonly schedule: ScheduleSpec }[],
+  shares: readonly {
+    readonly priority: Priority;
+    readonly schedule: ScheduleSpec;
+    readonly above: ReadonlyMap<string, Job>;
+  }[],
   now: Date,
 ): Promise<(UsageReservation | null | QuotaExceededError)[]> {
   const refusal = (check: () => void): QuotaExceededError | null => {
@@ -134,7 +164,7 @@ export async function reserveBatchQuotas(
   const outcomes: (UsageReservation | null | QuotaExceededError)[] = shares.map(() => null);
   const adds = shares.map((s) => ({
     activeJobs: 1,
-    runsPerMinute: peakRunsPerMinute(s.schedule, now),
+    runsPerMinute: runsPerMinuteMeasure(s.above, now)(s.schedule),
   }));
   let candidates = shares.map((_, i) => i);
   for (let round = 1; ; round++) {
@@ -164,7 +194,9 @@ export async function reserveBatchQuotas(
     let running = counted;
     candidates = candidates.filter((i) => {
       const add = adds[i] ?? ZERO;
-      const over = overQuota(running, add, quotas, false);
+      const schedule = shares[i]?.schedule;
+      const field = schedule && isAfterSchedule(schedule) ? "schedule.after.jobs" : "schedule";
+      const over = overQuota(running, add, quotas, false, field);
       if (over) outcomes[i] = over;
       else running = sumUsage([running, add]);
       return over === null;
@@ -244,6 +276,8 @@ function overQuota(
   add: QuotaUsage,
   quotas: TenantQuotas,
   isEdit: boolean,
+  /** The field whose runs go over runsPerMinute: `schedule`, or a dependent's upstreams. */
+  field: "schedule" | "schedule.after.jobs",
 ): QuotaExceededError | null {
   if (quotas.activeJobs !== null && counted.activeJobs + add.activeJobs > quotas.activeJobs) {
     return new QuotaExceededError(
@@ -256,26 +290,31 @@ function overQuota(
     counted.runsPerMinute + add.runsPerMinute > quotas.runsPerMinute
   ) {
     return new QuotaExceededError(
-      `this ${isEdit ? "edit" : "job"} adds ${add.runsPerMinute} runs per minute at its peak to the ${counted.runsPerMinute} of this tenant's jobs; its runsPerMinute quota is ${quotas.runsPerMinute}`,
-      { quota: "runsPerMinute", limit: quotas.runsPerMinute, field: "schedule" },
+      `this ${isEdit ? "edit" : "job"} adds ${add.runsPerMinute} runs per minute at its peak${field === "schedule" ? "" : " (a run for each run of its upstreams)"} to the ${counted.runsPerMinute} of this tenant's jobs; its runsPerMinute quota is ${quotas.runsPerMinute}`,
+      { quota: "runsPerMinute", limit: quotas.runsPerMinute, field },
     );
   }
   return null;
 }
 
-/** The tenant's usage as its jobs stand: those not ended (ACTIVE or PAUSED) and their peak runs per minute. */
+/**
+ * The tenant's usage as its jobs stand: those not ended (ACTIVE or PAUSED) and the sum of their
+ * measures among them (run-measure.ts), as the reservations count them.
+ */
 async function countUsage(engine: Engine, tenantId: string, now: Date): Promise<QuotaUsage> {
-  let activeJobs = 0;
-  let runsPerMinute = 0;
+  const counted = new Map<string, Job>();
   let cursor: Record<string, unknown> | undefined;
   do {
     const page = await tenantJobIds(engine, tenantId, { limit: 100, startKey: cursor });
     for (const job of await getJobs(engine, page.items)) {
-      if (job.status !== "ACTIVE" && job.status !== "PAUSED") continue;
-      activeJobs++;
-      runsPerMinute += peakRunsPerMinute(job.schedule, now);
+      if (job.tenantId === tenantId && isCounted(job)) counted.set(job.jobId, job);
     }
     cursor = page.lastKey;
   } while (cursor !== undefined);
-  return { activeJobs, runsPerMinute };
+  const measure = runsPerMinuteMeasure(counted, now);
+  let runsPerMinute = 0;
+  for (const job of counted.values()) {
+    runsPerMinute = Math.min(runsPerMinute + measure(job.schedule), Number.MAX_SAFE_INTEGER);
+  }
+  return { activeJobs: counted.size, runsPerMinute };
 }

@@ -56,10 +56,17 @@ export function tenantJobIds(
   );
 }
 
-/** The jobs with these ids that exist, in the order given. */
-export async function getJobs(engine: Engine, jobIds: readonly string[]): Promise<Job[]> {
+/**
+ * The jobs with these ids that exist, in the order given; `consistent` when they must show every
+ * write made before the read.
+ */
+export async function getJobs(
+  engine: Engine,
+  jobIds: readonly string[],
+  { consistent = false }: { readonly consistent?: boolean } = {},
+): Promise<Job[]> {
   const items = await batchGetItems(engine, engine.tables.jobs, jobIds.map(jobKey), {
-    consistentRead: false,
+    consistentRead: consistent,
   });
   const found = new Map(items.map(decodeJob).map((job) => [job.jobId, job]));
   return jobIds.flatMap((id) => found.get(id) ?? []);

@@ -1,0 +1,137 @@
+import type { Engine } from "../engine.js";
+import type { Job } from "../model.js";
+import { isAfterSchedule, type ScheduleSpec } from "../schedule/index.js";
+import { getJobs } from "../storage/job-queries.js";
+import { peakRunsPerMinute } from "./limits.js";
+
+/**
+ * What a job counts towards runsPerMinute, its measure: the runs it can start in a minute.
+ *
+ * - A schedule of times: its peak (`peakRunsPerMinute`; a one-off 0).
+ * - An `after` schedule: the sum of its upstreams' measures. Each run of an upstream that ends
+ *   queues one run of it, and an upstream that is itself a dependent runs as often as its own
+ *   upstreams make it: a chain A → B → C counts A's peak at every level, and a job after A and B
+ *   counts both. An upstream that is ended (CANCELLED, COMPLETED: it runs no more) or gone counts 0.
+ *
+ * Summed over the tenant's jobs, each job of times counts once for itself and once for every path
+ * from it down to a job after it, so an edit that changes a job's measure by δ changes the sum by
+ * δ times `runsPerRun` of the job (itself and what its runs trigger below it).
+ */
+
+/** The jobs the quotas count: not ended (ACTIVE or PAUSED). */
+export const isCounted = (job: Pick<Job, "status">): boolean =>
+  job.status === "ACTIVE" || job.status === "PAUSED";
+
+/** Sums past what a number holds exactly stay at that: a measure so large is over any quota. */
+const saturated = (n: number): number => Math.min(n, Number.MAX_SAFE_INTEGER);
+
+/**
+ * The measure of a schedule among `jobs` (the tenant's jobs by id, as read: those above it for one
+ * job, all of them for a recount). Memoized per job, so a recount measures each job once. A job met
+ * again on its own chain (a cycle, which edits refuse) adds nothing more.
+ */
+export function runsPerMinuteMeasure(
+  jobs: ReadonlyMap<string, Job>,
+  now: Date,
+): (schedule: ScheduleSpec) => number {
+  const measured = new Map<string, number>();
+  const onChain = new Set<string>();
+  const ofSchedule = (schedule: ScheduleSpec): number => {
+    if (!isAfterSchedule(schedule)) return peakRunsPerMinute(schedule, now);
+    let sum = 0;
+    for (const id of schedule.after.jobs) sum = saturated(sum + ofJob(id));
+    return sum;
+  };
+  const ofJob = (id: string): number => {
+    const known = measured.get(id);
+    if (known !== undefined) return known;
+    const job = jobs.get(id);
+    if (job === undefined || !isCounted(job) || onChain.has(id)) return 0;
+    onChain.add(id);
+    const measure = ofSchedule(job.schedule);
+    onChain.delete(id);
+    measured.set(id, measure);
+    return measure;
+  };
+  return ofSchedule;
+}
+
+/**
+ * How many runs one run of the job makes among `jobs` (the job and those below it, as read): its
+ * own, and for each counted job after it, as many as one run of that job makes. One for a job
+ * nothing runs after.
+ */
+export function runsPerRun(jobId: string, jobs: ReadonlyMap<string, Job>): number {
+  const counted = new Map<string, number>();
+  const onChain = new Set<string>();
+  const of = (id: string): number => {
+    const known = counted.get(id);
+    if (known !== undefined) return known;
+    const job = jobs.get(id);
+    if (job === undefined || onChain.has(id)) return 0;
+    onChain.add(id);
+    let runs = 1;
+    for (const dependentId of job.dependents) {
+      const dependent = jobs.get(dependentId);
+      // The dependents set is taken from after a cancel's commit: the schedule is the truth.
+      const runsAfter =
+        dependent !== undefined &&
+        dependent.tenantId === job.tenantId &&
+        isCounted(dependent) &&
+        isAfterSchedule(dependent.schedule) &&
+        dependent.schedule.after.jobs.includes(id);
+      if (runsAfter) runs = saturated(runs + of(dependentId));
+    }
+    onChain.delete(id);
+    counted.set(id, runs);
+    return runs;
+  };
+  return of(jobId);
+}
+
+/** The product, saturated as the sums are. */
+export const timesRuns = (measure: number, runs: number): number => saturated(measure * runs);
+
+/**
+ * The tenant's jobs above `upstreams` (theirs, and theirs in turn), by id, read consistently one
+ * level at a time. Another tenant's job is left out (it counts 0).
+ */
+export async function readJobsAbove(
+  engine: Engine,
+  tenantId: string,
+  upstreams: readonly string[],
+): Promise<Map<string, Job>> {
+  const found = new Map<string, Job>();
+  let frontier = [...new Set(upstreams)];
+  while (frontier.length > 0) {
+    const next = new Set<string>();
+    for (const job of await getJobs(engine, frontier, { consistent: true })) {
+      if (job.tenantId !== tenantId) continue;
+      found.set(job.jobId, job);
+      if (!isAfterSchedule(job.schedule)) continue;
+      for (const id of job.schedule.after.jobs) if (!found.has(id)) next.add(id);
+    }
+    frontier = [...next].filter((id) => !found.has(id));
+  }
+  return found;
+}
+
+/**
+ * The job and the tenant's jobs below it (its dependents, and theirs in turn), by id, read
+ * consistently one level at a time after the job was: a dependent linked before the job's read is
+ * among them.
+ */
+export async function readJobsBelow(engine: Engine, job: Job): Promise<Map<string, Job>> {
+  const found = new Map<string, Job>([[job.jobId, job]]);
+  let frontier = [...job.dependents];
+  while (frontier.length > 0) {
+    const next = new Set<string>();
+    for (const dependent of await getJobs(engine, frontier, { consistent: true })) {
+      if (dependent.tenantId !== job.tenantId) continue;
+      found.set(dependent.jobId, dependent);
+      for (const id of dependent.dependents) if (!found.has(id)) next.add(id);
+    }
+    frontier = [...next].filter((id) => !found.has(id));
+  }
+  return found;
+}
