@@ -94,6 +94,11 @@ export interface Job {
    * a dependent is created or edited to name it, taken from when it is cancelled or edited away).
    */
   readonly dependents: readonly string[];
+  /**
+   * One more each time a job below this one (a dependent, or one of theirs) is linked in: an edit
+   * of this job's schedule is conditioned on it (shared/storage/dependents.ts). Absent: 0.
+   */
+  readonly linkRevision?: number;
 }
 
 /** Where a recurring job ends, copied onto its due entries so a claim decides without a read. */

@@ -13,6 +13,7 @@ import { recordShardCount } from "../shard-count.js";
 import {
   type IdempotentRequest,
   readIdempotencyRecord,
+  UpstreamChangedError,
   writeNewJob,
 } from "../storage/job-create.js";
 import { getJob } from "../storage/run-reads.js";
@@ -68,12 +69,31 @@ function canonicalJson(value: unknown): string {
  * idempotency key its job is a single plain write. The request is checked
  * (its upstreams) before the tenant's quotas are, and its share of them is
  * reserved before anything is written; a write refused after that gives the
- * share back.
+ * share back. An `after` job whose chain changed between its check and its
+ * write (`UpstreamChangedError`) is planned again from fresh reads.
  */
 export async function createJob(
   engine: Engine,
   input: NewJob,
   options: CreateOptions = {},
+): Promise<{ job: Job; created: boolean }> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await createJobOnce(engine, input, options);
+    } catch (error) {
+      // Nothing of it was written, and its reservation was given back.
+      if (!(error instanceof UpstreamChangedError) || attempt >= CREATE_ATTEMPTS) throw error;
+    }
+  }
+}
+
+/** Plans of an `after` job's create, the first included, while jobs of its chain keep changing. */
+const CREATE_ATTEMPTS = 5;
+
+async function createJobOnce(
+  engine: Engine,
+  input: NewJob,
+  options: CreateOptions,
 ): Promise<{ job: Job; created: boolean }> {
   const now = engine.clock();
   const { base, entry } = prepareNewJob(engine, input, now);

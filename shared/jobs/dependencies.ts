@@ -12,8 +12,8 @@ import type { NamedWrite } from "../storage/transaction.js";
 import { ValidationError } from "../validation.js";
 
 /**
- * Jobs a cycle check may read up a dependent's chain, and so hold unchanged in its transaction
- * (DynamoDB's limit is 100 items a transaction; the edit needs a few of its own).
+ * Jobs a dependent's create or edit may read up its chain, and so hold unchanged in its
+ * transaction (DynamoDB's limit is 100 items a transaction; the edit needs a few of its own).
  */
 const MAX_CHAIN_JOBS = 80;
 
@@ -33,7 +33,10 @@ export interface DependentLinks {
 /**
  * The writes that add a new `after` job to its upstreams' dependents, after checking each
  * upstream is the tenant's (400 naming `schedule.after.jobs` when not), and the chain above them
- * (as an edit reads it, up to 80 jobs). A new job cannot close a cycle: nothing names its id yet.
+ * (as an edit reads it, up to 80 jobs). Every job of the chain is held at the version read, so
+ * what the job counts towards runsPerMinute is what they make it run when it commits, and each
+ * gets one more on its `linkRevision`, so an edit of its schedule planned before this commit
+ * counts again with the new job below it. A new job cannot close a cycle: nothing names its id yet.
  */
 export async function linkNewDependent(
   engine: Engine,
@@ -43,14 +46,20 @@ export async function linkNewDependent(
 ): Promise<DependentLinks> {
   const upstreams = upstreamsOf(schedule);
   const above = await walkUpstreams(engine, { jobId, tenantId }, upstreams);
-  return { writes: upstreams.map((id) => linkUpstream(engine, id, jobId, tenantId)), above };
+  const writes = [...above.values()].map((job) =>
+    upstreams.includes(job.jobId)
+      ? linkUpstream(engine, job.jobId, jobId, tenantId, job.version)
+      : upstreamUnchanged(engine, job.jobId, job.version),
+  );
+  return { writes, above };
 }
 
 /**
  * The writes that move an edited job's links from its old upstreams to its new ones, after
  * checking each new upstream is the tenant's and that none of them depends on the job (400
  * naming the cycle). The jobs the check walked are held at the versions it read, so two edits
- * that would close a cycle together cannot both commit.
+ * that would close a cycle together cannot both commit, and what the job counts towards
+ * runsPerMinute is what they make it run; each gets one more on its `linkRevision`.
  */
 export async function relinkDependent(
   engine: Engine,

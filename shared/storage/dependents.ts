@@ -8,6 +8,12 @@ import type { NamedWrite } from "./transaction.js";
  * The `dependents` string set on an upstream job's item: the jobs whose `after` schedule names
  * it. A dependent's create or edit adds itself in the same transaction as its own write; its
  * cancel, delete or an edit away takes itself out.
+ *
+ * The `linkRevision` number on a job's item: one more each time a create or edit of a job below it
+ * (after it, or after a job after it) links itself in, in that write's transaction. What an edit
+ * of a job's schedule adds to the tenant's runsPerMinute counts the jobs below it as it read them
+ * (shared/quotas/run-measure.ts); the edit is conditioned on the revision it read, so a job linked
+ * in below it meanwhile sends it back to count again.
  */
 
 /** The name of an upstream's write in a create's or edit's transaction. */
@@ -20,9 +26,11 @@ export const upstreamOfWriteName = (name: string): string | null =>
   name.startsWith("upstream:") ? name.slice("upstream:".length) : null;
 
 /**
- * Adds `dependentId` to the upstream's dependents, conditioned on the upstream existing and
- * belonging to `tenantId`, and, when `seenVersion` is given, still being at the version a cycle
- * check read it at (an edit of it meanwhile could close a cycle the check did not see).
+ * Adds `dependentId` to the upstream's dependents and one to its `linkRevision`, conditioned on
+ * the upstream existing and belonging to `tenantId`, and, when `seenVersion` is given, still being
+ * at the version the dependent's check read it at (an edit of it meanwhile could close a cycle the
+ * check did not see, or change what the dependent counts towards runsPerMinute). A failed
+ * condition returns the upstream as it stands, so the caller tells a gone upstream from a changed one.
  */
 export function linkUpstream(
   engine: Engine,
@@ -34,6 +42,7 @@ export function linkUpstream(
   const values: Record<string, unknown> = {
     ":dependent": new Set([dependentId]),
     ":tenant": tenantId,
+    ":one": 1,
   };
   let condition = "attribute_exists(pk) AND tenantId = :tenant";
   if (seenVersion !== undefined) {
@@ -47,14 +56,18 @@ export function linkUpstream(
         TableName: engine.tables.jobs,
         Key: jobKey(upstreamId),
         ConditionExpression: condition,
-        UpdateExpression: "ADD dependents :dependent",
+        UpdateExpression: "ADD dependents :dependent, linkRevision :one",
         ExpressionAttributeValues: values,
+        ReturnValuesOnConditionCheckFailure: "ALL_OLD",
       },
     },
   };
 }
 
-/** A job the cycle check walked through, unchanged since (see `linkUpstream`). */
+/**
+ * A job further up the chain the dependent's check walked through: unchanged since (see
+ * `linkUpstream`), and one more on its `linkRevision`, as the dependent is now below it too.
+ */
 export function upstreamUnchanged(
   engine: Engine,
   jobId: string,
@@ -63,11 +76,13 @@ export function upstreamUnchanged(
   return {
     name: upstreamWriteName(jobId),
     write: {
-      ConditionCheck: {
+      Update: {
         TableName: engine.tables.jobs,
         Key: jobKey(jobId),
         ConditionExpression: "attribute_exists(pk) AND version = :seenVersion",
-        ExpressionAttributeValues: { ":seenVersion": seenVersion },
+        UpdateExpression: "ADD linkRevision :one",
+        ExpressionAttributeValues: { ":seenVersion": seenVersion, ":one": 1 },
+        ReturnValuesOnConditionCheckFailure: "ALL_OLD",
       },
     },
   };

@@ -1,6 +1,6 @@
 import { GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
-import { IdempotencyKeyTakenError } from "../errors.js";
+import { ConcurrentUpdateError, IdempotencyKeyTakenError } from "../errors.js";
 import type { DueEntry, Job } from "../model.js";
 import { ValidationError } from "../validation.js";
 import { type UpstreamWriteName, upstreamOfWriteName } from "./dependents.js";
@@ -8,6 +8,13 @@ import { encodeDueEntry, encodeJob, idempotencyKey } from "./items.js";
 import { putDueEntry } from "./job-update.js";
 import { hasExpired, idempotencyExpiresAt, jobExpiresAt } from "./retention.js";
 import { ConditionsFailedError, type NamedWrite, writeTransaction } from "./transaction.js";
+
+/**
+ * An `after` job's create found a job of its chain changed since its check read it (an edit):
+ * what the new job counts towards runsPerMinute may have changed with it. Nothing was written;
+ * the create is planned again from fresh reads.
+ */
+export class UpstreamChangedError extends ConcurrentUpdateError {}
 
 /** A create's idempotency key and a hash of its request, so a repeat returns the same job. */
 export interface IdempotentRequest {
@@ -49,9 +56,10 @@ export function newJobItem(engine: Engine, job: Job): Record<string, unknown> {
  * nothing, each conditioned on its key being free (an idempotency record past
  * its window is free: it is replaced). A taken idempotency key is
  * `IdempotencyKeyTakenError`. An `after` job adds itself to its upstreams'
- * dependents in the same transaction (`upstreams`, see dependents.ts): an upstream
- * gone or another tenant's meanwhile is a `ValidationError` naming
- * `schedule.after.jobs`. Alone (no entry, no key, no upstream) the job is one
+ * dependents in the same transaction, holding the chain above them as read
+ * (`upstreams`, see dependents.ts): an upstream gone or another tenant's
+ * meanwhile is a `ValidationError` naming `schedule.after.jobs`, one edited
+ * meanwhile an `UpstreamChangedError`. Alone (no entry, no key, no upstream) the job is one
  * plain put: a transaction would bill it twice. With only an entry that no pass
  * sweeps yet (`pendingUnswept`: due past the fast-path window), two plain puts, the entry
  * first: the job's put is the commit, and an entry whose job was never written
@@ -116,10 +124,22 @@ export async function writeNewJob(
     if (idempotency && error instanceof ConditionsFailedError && error.has("idempotency"))
       throw new IdempotencyKeyTakenError(idempotency.key, { cause: error });
     if (error instanceof ConditionsFailedError) {
-      const gone = [...error.failed].map(upstreamOfWriteName).filter((id) => id !== null);
+      const failed = [...error.failed].filter((name) => upstreamOfWriteName(name) !== null);
+      // A failed condition returns the item as it stands: a named upstream with none, or another
+      // tenant's, is gone. A job further up that is gone changed the chain: planned again.
+      const named = new Set("after" in job.schedule ? job.schedule.after.jobs : []);
+      const gone = failed
+        .map((name) => ({ id: upstreamOfWriteName(name) ?? "", item: error.item(name) }))
+        .filter(({ id, item }) => named.has(id) && item?.tenantId !== job.tenantId)
+        .map(({ id }) => id);
       if (gone.length > 0)
         throw new ValidationError(
           [{ field: "schedule.after.jobs", message: `no job ${gone.join(", ")} of this tenant` }],
+          { cause: error },
+        );
+      if (failed.length > 0)
+        throw new UpstreamChangedError(
+          `job ${failed.map(upstreamOfWriteName).join(", ")} changed since this job's check read it; try again`,
           { cause: error },
         );
     }

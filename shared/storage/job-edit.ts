@@ -44,7 +44,8 @@ export async function readDueEntry(engine: Engine, key: DueKey): Promise<DueEntr
  * is written), the version bumped, and the pending occurrence moved to `entry`
  * (the entry is rewritten in place when its key stays: it carries a copy of the
  * schedule and the version). An edit of an `after` schedule moves the job
- * between its upstreams' dependents in the same transaction (`upstreams`).
+ * between its upstreams' dependents in the same transaction (`upstreams`). An edit of the
+ * schedule is conditioned on the job's `linkRevision` as read, too (see dependents.ts).
  */
 export async function writeEditedJob(
   engine: Engine,
@@ -76,7 +77,13 @@ export async function writeEditedJob(
     job.nextDueKey !== null &&
     entry.key.pk === job.nextDueKey.pk &&
     entry.key.sk === job.nextDueKey.sk;
-  const writes: JobChangeWrite[] = [updateJobFrom(engine, job, set, { bumpVersion: true })];
+  // A new schedule's share of runsPerMinute counted the jobs below this one as read.
+  const writes: JobChangeWrite[] = [
+    updateJobFrom(engine, job, set, {
+      bumpVersion: true,
+      sameLinkRevision: changes.schedule !== undefined,
+    }),
+  ];
   if (!sameKey) writes.push(...deletePendingDueEntry(engine, job));
   if (entry) {
     writes.push({

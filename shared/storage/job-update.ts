@@ -22,7 +22,7 @@ export function updateJobFrom(
   engine: Engine,
   job: Job,
   set: Record<string, unknown>,
-  extra: { bumpVersion?: boolean; sameParkedRuns?: boolean } = {},
+  extra: { bumpVersion?: boolean; sameParkedRuns?: boolean; sameLinkRevision?: boolean } = {},
 ): JobChangeWrite {
   const names: Record<string, string> = { "#status": "status" };
   const values: Record<string, unknown> = {
@@ -53,13 +53,23 @@ export function updateJobFrom(
     values[":parkedCount"] = Object.keys(job.parkedRuns).length;
     parkedCondition = ` AND (attribute_not_exists(#parked) OR size(#parked) = :parkedCount)`;
   }
+  // No job linked in below it since the read (dependents.ts): what it counted below it still stands.
+  let linkCondition = "";
+  if (extra.sameLinkRevision) {
+    names["#links"] = "linkRevision";
+    values[":seenLinks"] = job.linkRevision ?? 0;
+    linkCondition =
+      (job.linkRevision ?? 0) === 0
+        ? " AND (attribute_not_exists(#links) OR #links = :seenLinks)"
+        : " AND #links = :seenLinks";
+  }
   return {
     name: "job",
     write: {
       Update: {
         TableName: engine.tables.jobs,
         Key: jobKey(job.jobId),
-        ConditionExpression: `#status = :seenStatus AND version = :seenVersion AND ${dueCondition}${parkedCondition}`,
+        ConditionExpression: `#status = :seenStatus AND version = :seenVersion AND ${dueCondition}${parkedCondition}${linkCondition}`,
         UpdateExpression: `SET ${assignments.join(", ")}`,
         ExpressionAttributeNames: names,
         ExpressionAttributeValues: values,

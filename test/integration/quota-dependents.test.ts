@@ -138,6 +138,73 @@ describe("runsPerMinute counts what a dependent runs: its upstreams' runs", () =
     expect(await recounted(tenant)).toEqual({ activeJobs: 4, runsPerMinute: 93 });
   });
 
+  /** Runs `during` once, just before the next transaction the engine sends. */
+  const beforeNextTransaction = (name: string, during: () => Promise<unknown>) => {
+    let ran = false;
+    f.engine.doc.middlewareStack.add(
+      (next) => async (args) => {
+        if (!ran && "TransactItems" in (args.input as object)) {
+          ran = true;
+          await during();
+        }
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    return {
+      ran: () => ran,
+      remove: () => f.engine.doc.middlewareStack.remove(name),
+    };
+  };
+
+  it("a dependent's create overtaken by its upstream's edit counts again with the upstream as edited", async () => {
+    const tenant = "create-overtaken";
+    await writeQuotaOverride(f.engine, tenant, { runsPerMinute: 100 }, new Date());
+    const upstream = await create(tenant, everyTwoSeconds());
+    // Between the dependent's reservation (30, its upstream's peak as read) and its write.
+    const speedUp = beforeNextTransaction("speedUpBeforeLink", () =>
+      editJob(f.engine, tenant, upstream.jobId, upstream.version, { schedule: everySecond() }),
+    );
+    try {
+      expect(await refusal(create(tenant, runsAfter(upstream.jobId)))).toMatchObject({
+        quota: "runsPerMinute",
+        field: "schedule.after.jobs",
+      });
+    } finally {
+      speedUp.remove();
+    }
+    expect(speedUp.ran()).toBe(true);
+    expect((await getJob(f.engine, upstream.jobId))?.dependents).toEqual([]);
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual({ activeJobs: 1, runsPerMinute: 60 });
+    expect(await recounted(tenant)).toEqual({ activeJobs: 1, runsPerMinute: 60 });
+  });
+
+  it("an upstream's edit overtaken by a dependent's create counts again with the dependent below it", async () => {
+    const tenant = "edit-overtaken";
+    await writeQuotaOverride(f.engine, tenant, { runsPerMinute: 100 }, new Date());
+    const upstream = await create(tenant, hourly);
+    // Between the edit's reservation (59, with nothing below the upstream) and its write.
+    const link = beforeNextTransaction("linkBeforeEdit", () =>
+      create(tenant, runsAfter(upstream.jobId)),
+    );
+    try {
+      expect(
+        await refusal(
+          editJob(f.engine, tenant, upstream.jobId, upstream.version, {
+            schedule: everySecond(),
+          }),
+        ),
+      ).toMatchObject({ quota: "runsPerMinute", field: "schedule" });
+    } finally {
+      link.remove();
+    }
+    expect(link.ran()).toBe(true);
+    const standing = await getJob(f.engine, upstream.jobId);
+    expect([standing?.version, standing?.dependents.length]).toEqual([upstream.version, 1]);
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual({ activeJobs: 2, runsPerMinute: 2 });
+    expect(await recounted(tenant)).toEqual({ activeJobs: 2, runsPerMinute: 2 });
+  });
+
   it("counts a batch's dependents the same way, letting them in in order while they fit", async () => {
     const tenant = "batch";
     await writeQuotaOverride(f.engine, tenant, { runsPerMinute: 60 }, new Date());
