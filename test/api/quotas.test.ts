@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RunPageSchema } from "../../shared/api/schemas/runs.js";
 import { DEFAULT_QUOTAS } from "../../shared/config.js";
 import { waitFor } from "../support/wait.js";
-import { type ApiHarness, expectError, KEY_B, laterJob, startApi } from "./support.js";
+import { type ApiHarness, expectError, inMinutes, KEY_B, laterJob, startApi } from "./support.js";
 
 /** Tenant A is the harness's admin tenant; B is an ordinary one. */
 describe("quotas over HTTP", () => {
@@ -128,6 +128,27 @@ describe("quotas over HTTP", () => {
       { code: "quota_exceeded", field: "schedule" },
     );
     expect(editedTooFast.quota).toBe("runsPerMinute");
+    // A dependent runs once per run of its upstream: 15 a minute after an every-4-seconds job.
+    const everyFour = await api.call("POST", "/jobs", {
+      ...asB,
+      body: laterJob({ schedule: { every: "PT4S", startAt: inMinutes(60) } }),
+    });
+    expect(everyFour.status, everyFour.text).toBe(201);
+    const dependentTooFast = expectError(
+      await api.call("POST", "/jobs", {
+        ...asB,
+        body: laterJob({
+          schedule: { after: { jobs: [(everyFour.body as { id: string }).id], on: "success" } },
+        }),
+      }),
+      403,
+      { code: "quota_exceeded", field: "schedule.after.jobs" },
+    );
+    expect(dependentTooFast).toMatchObject({
+      quota: "runsPerMinute",
+      message:
+        "this job adds 15 runs per minute at its peak (a run for each run of its upstreams) to the 15 of this tenant's jobs; its runsPerMinute quota is 20",
+    });
   });
 
   it("makes a run over concurrentRuns wait, queued with a reason naming the quota, and runs it once a slot frees", async () => {
