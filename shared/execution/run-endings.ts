@@ -2,6 +2,7 @@ import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError, type RunCancelledError } from "../errors.js";
 import { CANCEL_SOURCES, type CancelSource, type DueEntry, type Job, type Run } from "../model.js";
 import { METRICS } from "../observability.js";
+import { finishedAfter } from "../storage/last-run.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";
 import {
   type FinalStatus,
@@ -49,7 +50,8 @@ export async function repairJobAfterRun(engine: Engine, job: Job, run: Run): Pro
 function missingJobWrite(job: Job, run: Run, now: Date): JobEnding | null {
   if (run.status === "QUEUED" || run.status === "RUNNING") return null;
   const newerThanLastRun =
-    run.durationMs !== null && (run.finishedAt ?? "") > (job.lastRun?.finishedAt ?? "");
+    run.durationMs !== null &&
+    finishedAfter({ runId: run.runId, finishedAt: run.finishedAt ?? "" }, job.lastRun);
   if (!("runAt" in job.schedule)) {
     if (run.durationMs === null || job.activeRuns[run.runId] === undefined) return null;
     if (nextAdmissionSoon(job, run, now)) return null;

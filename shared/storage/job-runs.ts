@@ -3,6 +3,7 @@ import { parseRunId } from "../keys.js";
 import type { Job, Run, RunSummary } from "../model.js";
 import { batchGetItems } from "./batch-get.js";
 import { decodeRun } from "./items.js";
+import { finishedAfter } from "./last-run.js";
 import { runKeyOf } from "./run-reads.js";
 
 /**
@@ -72,8 +73,7 @@ function withListedRuns(job: Job, runs: ReadonlyMap<string, Run>, now: string): 
     }
     ended.push(runId);
     const summary = run === undefined ? null : summaryOf(run);
-    if (summary !== null && (lastRun === null || summary.finishedAt > lastRun.finishedAt))
-      lastRun = summary;
+    if (summary !== null && finishedAfter(summary, lastRun)) lastRun = summary;
   }
   const buffered = job.bufferedRunId === null ? undefined : runs.get(job.bufferedRunId);
   return {

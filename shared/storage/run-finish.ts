@@ -8,6 +8,7 @@ import {
   retryOnContention,
 } from "./dynamo-errors.js";
 import { deadLetterPk, decodeJob, encodeDueEntry, jobKey } from "./items.js";
+import { finishedAfter, LAST_RUN_OLDER, lastRunOlderValues } from "./last-run.js";
 import { deadRunExpiresAt, jobExpiresAt } from "./retention.js";
 import { fencedWrite, fenceFailure, type HeldRun, ownStartWritten } from "./run-fence.js";
 import { runKeyOf } from "./run-reads.js";
@@ -68,11 +69,13 @@ const JOB_EXISTS = "attribute_exists(pk)";
 const JOB_ACTIVE = "#status = :active";
 /** A repair finds the run still listed as active: the job's write has not landed yet. */
 const RUN_STILL_ACTIVE = "attribute_exists(activeRuns.#runId)";
-/** A repair never sets lastRun back: the job has none, or one that finished before this run. */
-const LAST_RUN_OLDER =
-  "(attribute_not_exists(lastRun.finishedAt) OR lastRun.finishedAt < :finishedAt)";
 /** A next attempt is written once: its item must not exist yet. */
 const NOT_WRITTEN_YET = "attribute_not_exists(pk)";
+/**
+ * How many times the job's side of an ending is written: each refusal of a job that still exists
+ * takes lastRun or the completion out of the write, so a third can fail only on a job gone.
+ */
+const JOB_WRITE_ATTEMPTS = 3;
 
 /**
  * Records how a run ended, conditioned on the run's fence: a worker that lost
@@ -82,12 +85,12 @@ const NOT_WRITTEN_YET = "attribute_not_exists(pk)";
  * predecessor says FAILED; it is refused when the job is gone (deleted):
  * `JobNotFoundError`, nothing written. Any other ending is one write of the run, then one
  * of the job (lastRun, activeRuns, completion): a transaction would bill both
- * twice. If the worker dies between the two, the message comes back and the
- * job's write is made then (`repairRunOnJob`). A recurring run
- * whose job's next admission comes soon leaves that write to the admission
- * (`jobWriteDeferred`). An ending that
- * writes a `trigger` entry for the job's dependents writes it with the run in
- * one transaction.
+ * twice. The job's write (in the failure's transaction too) never sets lastRun back
+ * (`LAST_RUN_OLDER`): refused because a run that finished later is the job's lastRun by then,
+ * it is made again without lastRun. If the worker dies between the two, the message comes back
+ * and the job's write is made then (`repairRunOnJob`). A recurring run whose job's next
+ * admission comes soon leaves that write to the admission (`jobWriteDeferred`). An ending that
+ * writes a `trigger` entry for the job's dependents writes it with the run in one transaction.
  */
 export async function finishRun(
   engine: Engine,
@@ -184,39 +187,46 @@ export async function finishRun(
     return finished;
   }
 
-  const writes: NamedWrite<FinishWrite>[] = [{ name: "run", write: { Update: runUpdate } }];
-  const jobUpdate = jobAfterRun(engine, finished, ending);
-  if (jobUpdate) writes.push({ name: "job", write: { Update: jobUpdate } });
-  writes.push({
-    name: "nextAttempt",
-    write:
-      "runItem" in ending.retry
-        ? {
-            Put: {
-              TableName: engine.tables.runs,
-              Item: ending.retry.runItem,
-              ConditionExpression: NOT_WRITTEN_YET,
-            },
-          }
-        : {
-            Put: {
-              TableName: engine.tables.jobs,
-              Item: encodeDueEntry(ending.retry.dueEntry),
-              ConditionExpression: NOT_WRITTEN_YET,
-            },
+  const nextAttempt: TransactItem =
+    "runItem" in ending.retry
+      ? {
+          Put: {
+            TableName: engine.tables.runs,
+            Item: ending.retry.runItem,
+            ConditionExpression: NOT_WRITTEN_YET,
           },
-  });
-  try {
-    await writeTransaction(engine, "finish", writes);
-  } catch (error) {
-    if (error instanceof ConditionsFailedError && error.has("run")) {
-      if (ownStartWritten(run, error.item("run"))) return finishRun(engine, run, ending, now);
-      throw fenceFailure(run, error.item("run"), error);
+        }
+      : {
+          Put: {
+            TableName: engine.tables.jobs,
+            Item: encodeDueEntry(ending.retry.dueEntry),
+            ConditionExpression: NOT_WRITTEN_YET,
+          },
+        };
+  let jobEnding: JobEnding = ending;
+  for (let attempt = 1; ; attempt++) {
+    const writes: NamedWrite<FinishWrite>[] = [{ name: "run", write: { Update: runUpdate } }];
+    const jobUpdate = jobAfterRun(engine, finished, jobEnding);
+    if (jobUpdate) writes.push({ name: "job", write: { Update: jobUpdate } });
+    // Nothing of the ending is left for the job after a refusal: it is still checked to exist.
+    else if (jobEnding !== ending) writes.push({ name: "job", write: jobExists(engine, run) });
+    writes.push({ name: "nextAttempt", write: nextAttempt });
+    try {
+      await writeTransaction(engine, "finish", writes);
+      break;
+    } catch (error) {
+      if (error instanceof ConditionsFailedError && error.has("run")) {
+        if (ownStartWritten(run, error.item("run"))) return finishRun(engine, run, ending, now);
+        throw fenceFailure(run, error.item("run"), error);
+      }
+      if (!(error instanceof ConditionsFailedError && error.has("job"))) throw error;
+      const job = error.item("job");
+      // Its item is gone: the job was deleted while the run ran.
+      if (job === null) throw new JobNotFoundError(run.jobId, { cause: error });
+      // A run that finished later is its lastRun by then: the job's write is decided again.
+      if (attempt === JOB_WRITE_ATTEMPTS) throw error;
+      jobEnding = jobEndingAgainst(decodeJob(job), finished, jobEnding);
     }
-    // The job's only condition here is that it exists: it was deleted while the run ran.
-    if (error instanceof ConditionsFailedError && error.has("job"))
-      throw new JobNotFoundError(run.jobId, { cause: error });
-    throw error;
   }
   held.written();
   return finished;
@@ -227,19 +237,53 @@ export type JobEnding = Pick<RunEnding, "status" | "ran" | "tracked" | "complete
 
 /**
  * The job's side of a run's ending: lastRun when the handler ran, the run out
- * of activeRuns when tracked, COMPLETED for a one-off's own occurrence.
+ * of activeRuns when tracked, COMPLETED for a one-off's own occurrence. A refusal answers with
+ * the job as it stood, on which the write is decided again (`jobEndingAgainst`): the rest of the
+ * bookkeeping applies whether or not lastRun and the completion do. A job gone takes nothing.
  */
 export async function recordRunOnJob(engine: Engine, run: Run, ending: JobEnding): Promise<void> {
-  const update = jobAfterRun(engine, run, ending);
-  if (update === null) return;
-  try {
-    await retryOnContention(engine, "finish", () => engine.doc.send(new UpdateCommand(update)));
-  } catch (error) {
-    if (!isConditionalCheckFailed(error)) throw error;
-    // Paused or cancelled meanwhile: that status stands, the rest of the bookkeeping still applies.
-    if (ending.completesJob) await recordRunOnJob(engine, run, { ...ending, completesJob: false });
+  let decided = ending;
+  for (let attempt = 0; attempt < JOB_WRITE_ATTEMPTS; attempt++) {
+    const update = jobAfterRun(engine, run, decided);
+    if (update === null) return;
+    try {
+      await retryOnContention(engine, "finish", () => engine.doc.send(new UpdateCommand(update)));
+      return;
+    } catch (error) {
+      if (!isConditionalCheckFailed(error)) throw error;
+      const job = failedConditionItem(error);
+      if (job === null) return;
+      decided = jobEndingAgainst(decodeJob(job), run, decided);
+    }
   }
 }
+
+/**
+ * What of the ending `ending` the job, as a refused write found it, still takes: lastRun only when
+ * this run finished after the job's (`finishedAfter`), the completion only while the job is
+ * ACTIVE (a pause or cancel meanwhile stands); the run leaves activeRuns all the same.
+ */
+function jobEndingAgainst(job: Job, run: Run, ending: JobEnding): JobEnding {
+  return {
+    ...ending,
+    ran: ending.ran && finishedAfter(lastRunOf(run), job.lastRun),
+    completesJob: ending.completesJob === true && job.status === "ACTIVE",
+  };
+}
+
+/** The job's write of a run's ending when nothing of it is left to write: the job exists. */
+function jobExists(engine: Engine, run: Run): TransactItem {
+  return {
+    ConditionCheck: {
+      TableName: engine.tables.jobs,
+      Key: jobKey(run.jobId),
+      ConditionExpression: JOB_EXISTS,
+      ReturnValuesOnConditionCheckFailure: "ALL_OLD",
+    },
+  };
+}
+
+const lastRunOf = (run: Run) => ({ runId: run.runId, finishedAt: run.finishedAt ?? "" });
 
 /** A repair's write: made, or refused by the job as it stands then (null: the job is gone). */
 export type RepairOutcome =
@@ -262,11 +306,7 @@ export async function repairRunOnJob(
   // Nothing of the ending is the job's to record.
   if (update === null) return { kind: "written" };
   try {
-    await retryOnContention(engine, "finish", () =>
-      engine.doc.send(
-        new UpdateCommand({ ...update, ReturnValuesOnConditionCheckFailure: "ALL_OLD" }),
-      ),
-    );
+    await retryOnContention(engine, "finish", () => engine.doc.send(new UpdateCommand(update)));
     return { kind: "written" };
   } catch (error) {
     if (!isConditionalCheckFailed(error)) throw error;
@@ -296,10 +336,9 @@ function jobAfterRun(
     };
     sets.push("lastRun = :lastRun");
     values[":lastRun"] = summary;
-    if (options.repair) {
-      conditions.push(LAST_RUN_OLDER);
-      values[":finishedAt"] = summary.finishedAt;
-    }
+    // Two runs of the job may end together: the one whose write lands second never sets it back.
+    conditions.push(LAST_RUN_OLDER);
+    Object.assign(values, lastRunOlderValues(summary));
   }
   if (ending.completesJob) {
     sets.push(
@@ -329,5 +368,7 @@ function jobAfterRun(
     UpdateExpression: `SET ${sets.join(", ")}${ending.tracked ? " REMOVE activeRuns.#runId" : ""}`,
     ...(Object.keys(names).length > 0 ? { ExpressionAttributeNames: names } : {}),
     ExpressionAttributeValues: values,
+    // A refusal answers with the job as it stood, to decide the write again on it.
+    ReturnValuesOnConditionCheckFailure: "ALL_OLD",
   };
 }
