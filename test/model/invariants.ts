@@ -314,10 +314,18 @@ function checkSkip(
   violate("a skip has a reason the job's policies allow", `${run.runId}: ${reason}`);
 }
 
+/** The order of a job's lastRun: the latest finishedAt, then the greater runId. */
+const endedAfter = (run: SnapshotRun, than: SnapshotRun) => {
+  const [at, thanAt] = [run.finishedAt ?? "", than.finishedAt ?? ""];
+  return at === thanAt ? run.runId > than.runId : at > thanAt;
+};
+
 /**
  * What a user reads as a job's lastRun (GET /jobs/{id} and GET /jobs alike) is its newest run
- * whose handler ran: a run's ending may leave the job's item to its next admission, never the
- * answer. Checked once the system is quiet, for every job the API still lists.
+ * whose handler ran (the latest finishedAt; of two in the same millisecond, the greater runId),
+ * whatever order the runs' job writes landed in: a run's ending may leave the job's item to its
+ * next admission, never the answer. Checked once the system is quiet, for every job the API
+ * still lists.
  */
 export function checkLastRuns(
   snap: Snapshot,
@@ -327,7 +335,7 @@ export function checkLastRuns(
   for (const [jobId, { get, list }] of answered) {
     const ran = snap.runs.filter((r) => r.jobId === jobId && r.durationMs !== null);
     const newest = ran.reduce<SnapshotRun | null>(
-      (a, b) => (a === null || (b.finishedAt ?? "") > (a.finishedAt ?? "") ? b : a),
+      (a, b) => (a === null || endedAfter(b, a) ? b : a),
       null,
     );
     const shown = get as { runId?: string; status?: string; finishedAt?: string } | null;
@@ -337,7 +345,7 @@ export function checkLastRuns(
         ? shown === null
         : shown !== null &&
           named !== undefined &&
-          named.finishedAt === newest.finishedAt &&
+          named.runId === newest.runId &&
           shown.finishedAt === newest.finishedAt &&
           shown.status === named.status.toLowerCase();
     if (!agrees)
