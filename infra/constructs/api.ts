@@ -83,7 +83,8 @@ export class Api extends Construct {
     // put with BatchWriteItem).
     allowTable(this.handler.fn, {
       ...storage.jobs,
-      // ConditionCheckItem: an edit of an `after` schedule holds the jobs its cycle check read.
+      // ConditionCheckItem: an async run's failure whose job took a later run's lastRun meanwhile
+      // checks the job in its retry transaction, writing nothing on it (run-finish.ts).
       actions: [
         "GetItem",
         "BatchGetItem",

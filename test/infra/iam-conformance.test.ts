@@ -5,7 +5,7 @@ import {
   ReceiveMessageCommand,
   SendMessageCommand,
 } from "@aws-sdk/client-sqs";
-import { DeleteCommand, PutCommand, ScanCommand } from "@aws-sdk/lib-dynamodb";
+import { DeleteCommand, PutCommand, ScanCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { CfnElement } from "aws-cdk-lib";
 import type { Context } from "aws-lambda";
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from "vitest";
@@ -754,6 +754,60 @@ describe("each handler, driven through its AWS-calling paths", () => {
     });
     expect(completed.status).toBe(200);
     expect(field(completed.body, "status")).toBe("failed");
+  });
+
+  it("api: an async run's failure after a later run became its job's lastRun (the retry transaction checks the job only: ConditionCheckItem)", async () => {
+    const seed = seedingEngine(0);
+    const { job } = await createJob(seed, {
+      ...testJob(),
+      type: "fail",
+      schedule: { runAt: new Date(Date.now() + 3_600_000).toISOString() },
+    });
+    const { run, item } = queuedRun(
+      {
+        jobId: job.jobId,
+        tenantId: TENANT,
+        scheduledFor: new Date(),
+        dueAt: new Date(),
+        attempt: 1,
+        priority: "normal",
+        jobVersion: job.version,
+      },
+      new Date(),
+      seed.settings,
+    );
+    await clients.doc.send(new PutCommand({ TableName: seed.tables.runs, Item: item }));
+    const started = await startRun(seed, run, "async-worker", new Date());
+    if (started.kind !== "started") throw new Error("the async run did not start");
+    // A run that finishes after this one (a trigger's, say) is the job's lastRun by then.
+    const later = {
+      runId: `${job.jobId}-29991231T000000000-1`,
+      status: "SUCCEEDED",
+      scheduledFor: "2999-12-31T00:00:00.000Z",
+      attempt: 1,
+      finishedAt: "2999-12-31T00:00:01.000Z",
+    };
+    await clients.doc.send(
+      new UpdateCommand({
+        TableName: seed.tables.jobs,
+        Key: jobKey(job.jobId),
+        UpdateExpression: "SET lastRun = :later",
+        ExpressionAttributeValues: { ":later": later },
+      }),
+    );
+    const secret = (await tenantWebhookSecrets(seed, TENANT)).current;
+    const token = signRunToken(secret, {
+      runId: run.runId,
+      fence: started.run.fence,
+      tenantId: TENANT,
+    });
+    const completed = await api("POST", `/runs/${run.runId}/complete`, {
+      headers: { Authorization: `Bearer ${token}` },
+      body: { status: "failed", error: "the export failed" },
+    });
+    expect(completed.status).toBe(200);
+    expect(field(completed.body, "status")).toBe("failed");
+    expect((await getJob(seed, job.jobId))?.lastRun).toEqual(later);
   });
 
   it("api: shows the caller its quotas (its override and running runs: a Query of its quota partition)", async () => {
