@@ -10,7 +10,10 @@ import { queuedRun, skippedRun } from "../storage/runs.js";
 import { claimReachEnd } from "./fast-path-window.js";
 import { attemptOf, planClaim } from "./plan-claim.js";
 
-/** Leaves room under DynamoDB's 100 items per transaction for the entry, job, next entry and skips. */
+/**
+ * Bounds a claim's run puts and the occurrences one claim plans (a per-second job's window, a
+ * fire_all catch-up's chunk).
+ */
 const MAX_RUNS_PER_CLAIM = 50;
 /** The skipped records that ride in the claim transaction; the rest are written right after it. */
 const MAX_SKIPPED_IN_TRANSACTION = 40;
@@ -35,8 +38,9 @@ export interface ClaimOptions {
 
 /**
  * Claims one due entry: plan which occurrences run, which are SKIPPED and
- * where the job goes next, then write it all in one transaction (`writeClaim`,
- * which retries contention). What a failed condition says decides the next
+ * where the job goes next, then write it (`writeClaim`: the QUEUED runs with
+ * conditional puts, then one transaction that moves the entry and the job on,
+ * retrying contention). What a failed condition says decides the next
  * step: an entry rewritten since it was read (an edit) is claimed as it is
  * now; occurrences already handled are planned again without them; an entry
  * its job no longer points at is removed as an orphan; a lost race is
@@ -50,9 +54,11 @@ export async function claimDueEntry(
   // A claim files its runs and the job's next entry in shards (under this deployment's count).
   await recordShardCount(engine);
   let current = entry;
-  let known: Known = { run: new Set(), recorded: new Set() };
+  let known: Known = noneKnown();
+  // Marks this claim's run puts: a claim that fails for good deletes its own, and no other.
+  const token = Math.floor(engine.random() * 2 ** 48).toString(36);
   for (let round = 1; ; round++) {
-    const step = await attemptClaim(engine, current, options, known);
+    const step = await attemptClaim(engine, current, options, known, token);
     if ("result" in step) return step.result;
     if (round >= MAX_CLAIM_ROUNDS) {
       throw new ConcurrentUpdateError(
@@ -61,7 +67,7 @@ export async function claimDueEntry(
     }
     if ("reread" in step) {
       current = step.reread;
-      known = { run: new Set(), recorded: new Set() };
+      known = noneKnown();
     } else {
       known = step.known;
     }
@@ -71,11 +77,17 @@ export async function claimDueEntry(
 /** Rounds of one claim: a re-read entry or occurrences found already handled start a new one. */
 const MAX_CLAIM_ROUNDS = 4;
 
-/** Occurrences found handled already: with a run past QUEUED, or with a recorded outcome. */
+/**
+ * What earlier rounds of a claim at the entry's version found: occurrences handled already (a
+ * run past QUEUED, or an outcome on record), and the runs they put, which are not put again.
+ */
 interface Known {
   readonly run: ReadonlySet<string>;
   readonly recorded: ReadonlySet<string>;
+  readonly put: ReadonlySet<string>;
 }
+
+const noneKnown = (): Known => ({ run: new Set(), recorded: new Set(), put: new Set() });
 
 type ClaimStep =
   | { readonly result: ClaimResult }
@@ -189,10 +201,7 @@ export function planClaimBeforeCreate(
   now: Date,
   horizonEnd: Date,
 ): ClaimBeforeCreate {
-  const planned = planWrites(engine, entry, now, horizonEnd, {
-    run: new Set(),
-    recorded: new Set(),
-  });
+  const planned = planWrites(engine, entry, now, horizonEnd, noneKnown());
   return {
     runs: planned.queued.map((q) => q.run),
     runItems: [...planned.queued.map((q) => q.item), ...planned.skippedItems],
@@ -239,6 +248,7 @@ async function attemptClaim(
   entry: DueEntry,
   options: ClaimOptions,
   known: Known,
+  token: string,
 ): Promise<ClaimStep> {
   const { now, horizonEnd } = options;
   const { plan, queued, skippedItems, next } = planWrites(engine, entry, now, horizonEnd, known);
@@ -256,6 +266,8 @@ async function attemptClaim(
         }
       : null,
     queued,
+    alreadyPut: known.put,
+    token,
     skipped: skippedItems.slice(0, MAX_SKIPPED_IN_TRANSACTION),
   });
   switch (written.outcome) {
@@ -272,7 +284,8 @@ async function attemptClaim(
     }
     case "occurrences-handled":
       // These occurrences are handled already: a run past QUEUED (say, a trigger on the same
-      // millisecond) or an outcome on record. Advance over them rather than run or record them twice.
+      // millisecond, or a run the reaper re-sent after an earlier claim died before its
+      // transaction) or an outcome on record. Advance over them rather than run or record them twice.
       engine.obs.log.warn("claim found occurrences already handled; claiming without them", {
         jobId: entry.jobId,
         running: written.running,
@@ -282,6 +295,7 @@ async function attemptClaim(
         known: {
           run: new Set([...known.run, ...written.running]),
           recorded: new Set([...known.recorded, ...written.recorded]),
+          put: new Set([...known.put, ...written.put]),
         },
       };
   }

@@ -1,14 +1,17 @@
-import { BatchWriteCommand } from "@aws-sdk/lib-dynamodb";
+import { BatchWriteCommand, DeleteCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
 import { sleep } from "../clock.js";
+import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
 import type { DueEntry, Run } from "../model.js";
+import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
 import { decodeDueEntry, encodeDueEntry, jobKey } from "./items.js";
 import { ConditionsFailedError, type NamedWrite, writeTransaction } from "./transaction.js";
 
 /**
- * The claim of a due entry as one transaction, and the plain writes of runs
- * around it. Each write carries the name of its condition; a cancellation is
- * read by those names into what the claimer does next.
+ * The claim of a due entry: its QUEUED runs put one by one, then one
+ * transaction that moves the entry and the job on; and the plain writes of runs
+ * around it. Each write carries the name of its condition; a failed one is read
+ * by that name into what the claimer does next.
  */
 
 type Item = Record<string, unknown>;
@@ -25,8 +28,18 @@ export interface ClaimWrites {
     readonly occurrencesQueued: number;
     readonly completes: { readonly expiresAt: number } | null;
   } | null;
-  /** QUEUED runs with their items. */
+  /** QUEUED runs with their items, put before the transaction. */
   readonly queued: readonly { readonly run: Run; readonly item: Item }[];
+  /**
+   * Of `queued` (by scheduledFor), those an earlier round of this claim put at the entry's
+   * version: they are not put again.
+   */
+  readonly alreadyPut: ReadonlySet<string>;
+  /**
+   * Marks the runs this claim puts (`claimToken`), so that a claim that fails deletes only its
+   * own puts, never a run another claimer put over them.
+   */
+  readonly token: string;
   /** SKIPPED records written in the transaction. */
   readonly skipped: readonly Item[];
 }
@@ -39,26 +52,62 @@ export type ClaimWriteResult =
   | { readonly outcome: "entry-rewritten"; readonly entry: DueEntry }
   /** The job no longer points at the entry, is no longer active, or (for a retry entry) is gone. */
   | { readonly outcome: "job-moved" }
-  /** Occurrences handled already: runs past QUEUED, and outcomes on record (by scheduledFor). */
+  /**
+   * Occurrences handled already: runs past QUEUED (or re-sent by the reaper), and outcomes on
+   * record (by scheduledFor); and the runs this call put, which the next round does not put again.
+   */
   | {
       readonly outcome: "occurrences-handled";
       readonly running: readonly string[];
       readonly recorded: readonly string[];
+      readonly put: readonly string[];
     };
 
-type ClaimCondition = "dueEntry" | "job" | "nextEntry" | `run:${string}` | `skipped:${string}`;
+type ClaimCondition = "dueEntry" | "job" | "nextEntry" | `skipped:${string}`;
 
-const runCondition = (scheduledFor: string): ClaimCondition => `run:${scheduledFor}`;
 const skippedCondition = (scheduledFor: string): ClaimCondition => `skipped:${scheduledFor}`;
 
+/** Puts of a claim's QUEUED runs in flight at once. */
+const RUN_PUT_CONCURRENCY = 16;
+
 /**
- * Sends a claim in one transaction (retrying contention): delete the due entry
- * (it must exist and still carry the job version it was read with, which is
- * what makes the claim exclusive and current); advance the job (it must still
- * point at this entry and be active) and put its next entry, or, for a retry
- * entry, check that the job exists; put the QUEUED runs and the SKIPPED records
- * (they must not exist). A failed condition that says nothing the claimer can
- * act on is thrown as the `ConditionsFailedError` naming it.
+ * The condition of a claimed run's put. No run there yet; or a QUEUED run of an older job
+ * version, which it replaces (the edit that bumped the version wins); or a QUEUED run of the same
+ * version that no worker has started (fence 0) and the reaper has not re-sent (no
+ * `misfireFrom`): another claim's put of the same entry at the same version (the claimer that
+ * lost the entry, or one that died before its transaction), so the same run, which the
+ * committing claim sends. Anything else (a run started, parked, waiting, ended, re-sent, or of a
+ * later version) handled the occurrence already.
+ */
+const RUN_PUT_CONDITION =
+  "attribute_not_exists(pk) OR (#status = :queued AND (jobVersion < :jobVersion OR (jobVersion = :jobVersion AND fence = :unstarted AND (attribute_not_exists(misfireFrom) OR attribute_type(misfireFrom, :null)))))";
+
+/** A run this claim put, unchanged since: deleted when the claim fails for good. */
+const OWN_UNTOUCHED_RUN =
+  "claimToken = :token AND #status = :queued AND fence = :unstarted AND (attribute_not_exists(misfireFrom) OR attribute_type(misfireFrom, :null))";
+
+/**
+ * Writes a claim. First each QUEUED run is put with a conditional PutItem
+ * (`RUN_PUT_CONDITION`): one write unit, where an item of a transaction bills
+ * two. A run found handled already ends the call there (`occurrences-handled`):
+ * the claimer plans again without it. Then one transaction (retrying
+ * contention): delete the due entry (it must exist and still carry the job
+ * version it was read with, which is what makes the claim exclusive and
+ * current); advance the job (it must still point at this entry and be active)
+ * and put its next entry, or, for a retry entry, check that the job exists; put
+ * the SKIPPED records (they must not exist). A failed condition that says
+ * nothing the claimer can act on is thrown as the `ConditionsFailedError`
+ * naming it.
+ *
+ * The runs exist, with their `inflight` entries, before the claim commits, so
+ * the reaper finds every claimed run. A claim whose transaction then fails
+ * leaves its runs behind only where that is safe: another claimer took the
+ * entry (its puts are the same runs, which it sends), or a pause, cancel or
+ * edit removed or rewrote it (the reaper re-sends the runs at their deadline,
+ * and the worker decides on them as on any run queued before that change). One
+ * whose job no longer points at the entry, or that fails on another condition,
+ * deletes its own puts (`OWN_UNTOUCHED_RUN`): the entry was there at its
+ * version, so no other claim of it committed them.
  *
  * No write checks the shard lease (it would bill two write units a claim): a
  * dispatcher pass claims as the fast path does. A pass whose lease was taken
@@ -68,8 +117,41 @@ const skippedCondition = (scheduledFor: string): ClaimCondition => `skipped:${sc
  * next passes' re-sweep covers.
  */
 export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<ClaimWriteResult> {
-  const { entry, advance, queued, skipped } = claim;
+  const { entry, advance, queued, skipped, alreadyPut, token } = claim;
   const { tables } = engine;
+
+  const running: string[] = [];
+  const put: string[] = [];
+  await forEachConcurrently(
+    queued.filter(({ run }) => !alreadyPut.has(run.scheduledFor)),
+    RUN_PUT_CONCURRENCY,
+    async ({ run, item }) => {
+      try {
+        await retryOnContention(engine, "claim run", () =>
+          engine.doc.send(
+            new PutCommand({
+              TableName: tables.runs,
+              Item: { ...item, claimToken: token },
+              ConditionExpression: RUN_PUT_CONDITION,
+              ExpressionAttributeNames: { "#status": "status" },
+              ExpressionAttributeValues: {
+                ":queued": "QUEUED",
+                ":jobVersion": entry.jobVersion,
+                ":unstarted": 0,
+                ":null": "NULL",
+              },
+            }),
+          ),
+        );
+        put.push(run.scheduledFor);
+      } catch (error) {
+        if (!isConditionalCheckFailed(error)) throw error;
+        running.push(run.scheduledFor);
+      }
+    },
+  );
+  if (running.length > 0) return { outcome: "occurrences-handled", running, recorded: [], put };
+
   const writes: NamedWrite<ClaimCondition>[] = [
     {
       name: "dueEntry",
@@ -138,22 +220,6 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
       });
     }
   }
-  for (const { run, item } of queued) {
-    writes.push({
-      name: runCondition(run.scheduledFor),
-      write: {
-        Put: {
-          TableName: tables.runs,
-          Item: item,
-          // A QUEUED run of an older job version is replaced: the edit that bumped the version wins.
-          ConditionExpression:
-            "attribute_not_exists(pk) OR (#status = :queued AND jobVersion < :jobVersion)",
-          ExpressionAttributeNames: { "#status": "status" },
-          ExpressionAttributeValues: { ":queued": "QUEUED", ":jobVersion": entry.jobVersion },
-        },
-      },
-    });
-  }
   for (const item of skipped) {
     writes.push({
       name: skippedCondition(String(item.scheduledFor)),
@@ -178,18 +244,57 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
         ? { outcome: "entry-gone" }
         : { outcome: "entry-rewritten", entry: decodeDueEntry(rewritten) };
     }
-    if (error.has("job")) return { outcome: "job-moved" };
-    const running = queued
-      .filter(({ run }) => error.has(runCondition(run.scheduledFor)))
-      .map(({ run }) => run.scheduledFor);
+    const own = queued.filter(
+      ({ run }) => alreadyPut.has(run.scheduledFor) || put.includes(run.scheduledFor),
+    );
+    if (error.has("job")) {
+      await deleteOwnRuns(engine, own, token);
+      return { outcome: "job-moved" };
+    }
     const recorded = skipped
       .map((item) => String(item.scheduledFor))
       .filter((scheduledFor) => error.has(skippedCondition(scheduledFor)));
-    if (running.length > 0 || recorded.length > 0) {
-      return { outcome: "occurrences-handled", running, recorded };
+    if (recorded.length > 0) {
+      return { outcome: "occurrences-handled", running: [], recorded, put };
     }
+    await deleteOwnRuns(engine, own, token);
     throw error;
   }
+}
+
+/**
+ * Deletes the runs a failed claim put, each only while it is as the claim put it: carrying
+ * its token, QUEUED, unstarted and never re-sent. Called only once the claim's transaction found
+ * the entry at its version, so no other claim of the entry committed; a run another claimer put
+ * over one of these since carries that claimer's token and stays.
+ */
+async function deleteOwnRuns(
+  engine: Engine,
+  own: readonly { readonly run: Run; readonly item: Item }[],
+  token: string,
+): Promise<void> {
+  await forEachConcurrently(own, RUN_PUT_CONCURRENCY, async ({ item }) => {
+    try {
+      await retryOnContention(engine, "claim run delete", () =>
+        engine.doc.send(
+          new DeleteCommand({
+            TableName: engine.tables.runs,
+            Key: { pk: item.pk, sk: item.sk },
+            ConditionExpression: OWN_UNTOUCHED_RUN,
+            ExpressionAttributeNames: { "#status": "status" },
+            ExpressionAttributeValues: {
+              ":token": token,
+              ":queued": "QUEUED",
+              ":unstarted": 0,
+              ":null": "NULL",
+            },
+          }),
+        ),
+      );
+    } catch (error) {
+      if (!isConditionalCheckFailed(error)) throw error;
+    }
+  });
 }
 
 const MAX_BATCH_WRITE_ROUNDS = 6;

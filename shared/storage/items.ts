@@ -105,6 +105,7 @@ export function decodeRun(item: Item): Run {
     deadPk: _dp,
     deadSk: _ds,
     expiresAt: _e,
+    claimToken: _c,
     ...rest
   } = item;
   const run = rest as unknown as Run;

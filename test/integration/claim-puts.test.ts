@@ -1,0 +1,435 @@
+import { PutCommand } from "@aws-sdk/lib-dynamodb";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { type ClaimResult, claimDueEntry } from "../../shared/dispatch/claim.js";
+import { horizonOf } from "../../shared/dispatch/dispatcher.js";
+import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
+import type { JobContext } from "../../shared/execution/job-contract.js";
+import { cancelJob, editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
+import type { DueEntry, Run } from "../../shared/model.js";
+import { queuedRun } from "../../shared/storage/runs.js";
+import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
+import { seedJobs } from "../support/seed.js";
+
+/**
+ * A claim puts its QUEUED runs with plain conditional puts before the
+ * transaction that moves the entry and the job on. What those puts leave
+ * behind when the transaction then fails, or is never sent, and how each
+ * occurrence still runs once: the dispatcher dies in between; another claimer
+ * takes the entry; a pause, cancel or edit removes or rewrites it; a run is
+ * already past QUEUED when the put comes.
+ */
+
+const SECOND = 1000;
+const MINUTE = 60 * SECOND;
+const LEASE_MS = 60 * SECOND;
+
+let f: EngineFixture;
+// The engine's clock, moved by the tests; it starts at the machine's, so SQS delays stay short.
+const time = { ms: Date.now() };
+const clock = () => new Date(time.ms);
+// A fixture per test: the reaper reads every run whose deadline passed, and its cursor only moves on.
+beforeEach(async () => {
+  time.ms = Date.now();
+  f = await createEngineFixture({
+    settings: { shardCount: 1, maxShardCount: 1, leaseMs: LEASE_MS, misfireGraceMs: LEASE_MS },
+    clock,
+  });
+});
+afterEach(() => f.destroy());
+
+const claimOptions = (now: Date) => ({
+  now,
+  horizonEnd: horizonOf(now, f.engine.settings.lookaheadMs).end,
+});
+
+async function entryOf(jobId: string): Promise<DueEntry> {
+  const [entry, ...more] = (await f.dueEntries()).filter((d) => d.jobId === jobId);
+  if (!entry || more.length > 0) throw new Error(`expected one due entry for ${jobId}`);
+  return entry;
+}
+
+async function runsOf(jobId: string): Promise<Run[]> {
+  return (await f.runs())
+    .filter((r) => r.jobId === jobId)
+    .sort((a, b) => a.scheduledFor.localeCompare(b.scheduledFor));
+}
+
+const jobOf = async (jobId: string) => (await f.jobs()).find((j) => j.jobId === jobId);
+
+/**
+ * Runs `before` once, ahead of the first request of `command` (its SDK name, e.g.
+ * "TransactWriteItemsCommand") that `when` accepts; `before` may throw, as a process dies there.
+ */
+async function withHook<T>(
+  command: string,
+  before: () => Promise<void>,
+  work: () => Promise<T>,
+  when: (input: Record<string, unknown>) => boolean = () => true,
+): Promise<{ result: T; hooked: number }> {
+  const name = `hook-${command}`;
+  let hooked = 0;
+  f.engine.doc.middlewareStack.add(
+    (next, context) => async (args) => {
+      if (
+        context.commandName === command &&
+        hooked === 0 &&
+        when(args.input as Record<string, unknown>)
+      ) {
+        hooked++;
+        await before();
+      }
+      return next(args);
+    },
+    { step: "initialize", name },
+  );
+  try {
+    return { result: await work(), hooked };
+  } finally {
+    f.engine.doc.middlewareStack.remove(name);
+  }
+}
+
+const isRunPut = (input: Record<string, unknown>) => input.TableName === f.engine.tables.runs;
+
+/** Counts the claim transactions sent while `work` runs. */
+async function countTransactions<T>(work: () => Promise<T>): Promise<{ result: T; sent: number }> {
+  let sent = 0;
+  f.engine.doc.middlewareStack.add(
+    (next, context) => async (args) => {
+      if (context.commandName === "TransactWriteItemsCommand") sent++;
+      return next(args);
+    },
+    { step: "initialize", name: "countTransactions" },
+  );
+  try {
+    return { result: await work(), sent };
+  } finally {
+    f.engine.doc.middlewareStack.remove("countTransactions");
+  }
+}
+
+/** Every message of the job's runs the queue holds now, delivered; the handler's calls counted by occurrence. */
+async function deliverAll(jobId: string, calls: Map<string, number>): Promise<void> {
+  const counting = async (ctx: JobContext) => {
+    calls.set(ctx.scheduledFor, (calls.get(ctx.scheduledFor) ?? 0) + 1);
+    return { ok: true };
+  };
+  const deps = f.workerDeps("worker", { noop: counting });
+  for (const received of await f.receiveAll(f.engine.queues.normal, { quietMs: 1500 })) {
+    if (received.message.jobId === jobId) await f.process(deps, received);
+  }
+}
+
+/** Moves the clock past `at`'s reaper deadline (a lease after it, and the reaper's settle line). */
+const pastDeadlineOf = (at: Date) => {
+  time.ms = Math.max(time.ms, at.getTime() + LEASE_MS + REAPER_SETTLE_MS + 2 * SECOND);
+};
+
+describe("a claim whose dispatcher dies between its run puts and its transaction", () => {
+  it("leaves the entry and QUEUED runs; the next claim puts the same runs over them and commits", async () => {
+    const now = clock();
+    const due = new Date(now.getTime() + 20 * SECOND);
+    await seedJobs(
+      f,
+      [{ jobId: "died", schedule: { every: "PT1M", startAt: due.toISOString() }, dueAt: due }],
+      now,
+    );
+    const entry = await entryOf("died");
+
+    await expect(
+      withHook(
+        "TransactWriteItemsCommand",
+        () => Promise.reject(new Error("process died")),
+        () => claimDueEntry(f.engine, entry, claimOptions(now)),
+      ),
+    ).rejects.toThrow("process died");
+
+    const left = await runsOf("died");
+    expect(left.length).toBe(14);
+    expect(left.every((r) => r.status === "QUEUED" && r.jobVersion === 1 && r.fence === 0)).toBe(
+      true,
+    );
+    expect((await entryOf("died")).key).toEqual(entry.key);
+    expect((await jobOf("died"))?.nextDueKey).toEqual(entry.key);
+
+    const again = await claimDueEntry(f.engine, entry, claimOptions(now));
+
+    expect(again.outcome).toBe("claimed");
+    if (again.outcome !== "claimed") return;
+    expect(again.runs.map((r) => r.scheduledFor)).toEqual(left.map((r) => r.scheduledFor));
+    const after = await runsOf("died");
+    expect(after.map((r) => [r.scheduledFor, r.status])).toEqual(
+      left.map((r) => [r.scheduledFor, "QUEUED"]),
+    );
+    const job = await jobOf("died");
+    expect(job?.nextRunAt).toBe(new Date(due.getTime() + 14 * MINUTE).toISOString());
+    expect(job?.occurrencesQueued).toBe(14);
+  });
+
+  it("a run the reaper re-sent meanwhile and that ran is seen as handled by the next claim: it runs once", async () => {
+    const now = clock();
+    const due = new Date(now.getTime() - 5 * SECOND);
+    await seedJobs(
+      f,
+      [{ jobId: "died-ran", schedule: { every: "PT1H", startAt: due.toISOString() }, dueAt: due }],
+      now,
+    );
+    const entry = await entryOf("died-ran");
+    await expect(
+      withHook(
+        "TransactWriteItemsCommand",
+        () => Promise.reject(new Error("process died")),
+        () => claimDueEntry(f.engine, entry, claimOptions(now)),
+      ),
+    ).rejects.toThrow("process died");
+
+    // The run's deadline (a lease after it was put, as it was overdue) passes: the reaper
+    // re-sends it, and a worker runs it.
+    pastDeadlineOf(now);
+    expect((await reap(f.engine)).resent).toBe(1);
+    const calls = new Map<string, number>();
+    await deliverAll("died-ran", calls);
+    expect(calls.get(due.toISOString())).toBe(1);
+
+    // The next pass claims the entry (late: fire_once runs its occurrence, which has run).
+    const { result, sent } = await countTransactions(() =>
+      claimDueEntry(f.engine, entry, claimOptions(clock())),
+    );
+
+    expect(result.outcome).toBe("claimed");
+    expect(result.outcome === "claimed" && result.runs).toEqual([]);
+    expect(sent).toBe(1);
+    expect((await runsOf("died-ran")).map((r) => [r.scheduledFor, r.status])).toEqual([
+      [due.toISOString(), "SUCCEEDED"],
+    ]);
+    expect((await jobOf("died-ran"))?.nextRunAt).toBe(
+      new Date(due.getTime() + 60 * MINUTE).toISOString(),
+    );
+  });
+});
+
+describe("a claim that loses its entry to another claimer between its puts and its transaction", () => {
+  it("the winner's puts go over the loser's same-version runs; the loser's run beyond the winner's reach is claimed by the next entry", async () => {
+    const now = clock();
+    const due = new Date(now.getTime() + 20 * SECOND);
+    await seedJobs(
+      f,
+      [{ jobId: "raced", schedule: { every: "PT1M", startAt: due.toISOString() }, dueAt: due }],
+      now,
+    );
+    const entry = await entryOf("raced");
+    // The loser planned a minute later than the winner: its reach holds one occurrence more.
+    const later = new Date(now.getTime() + MINUTE);
+    let winner: ClaimResult | undefined;
+    const { result: loser } = await withHook(
+      "TransactWriteItemsCommand",
+      async () => {
+        winner = await claimDueEntry(f.engine, entry, claimOptions(now));
+      },
+      () => claimDueEntry(f.engine, entry, claimOptions(later)),
+    );
+
+    expect(loser.outcome).toBe("lost");
+    expect(winner?.outcome).toBe("claimed");
+    if (winner?.outcome !== "claimed" || winner.next === null) throw new Error("no winner");
+    expect(winner.runs).toHaveLength(14);
+    const runs = await runsOf("raced");
+    // The loser's fifteenth run waits QUEUED, unsent, where the winner's next entry is.
+    expect(runs).toHaveLength(15);
+    expect(runs.at(-1)?.scheduledFor).toBe(winner.next.scheduledFor);
+
+    const next = await claimDueEntry(f.engine, winner.next, claimOptions(later));
+
+    expect(next.outcome).toBe("claimed");
+    expect(next.outcome === "claimed" && next.runs.map((r) => r.scheduledFor)[0]).toBe(
+      winner.next.scheduledFor,
+    );
+    const all = await runsOf("raced");
+    expect(new Set(all.map((r) => r.scheduledFor)).size).toBe(all.length);
+    expect(all.every((r) => r.status === "QUEUED" && r.jobVersion === 1)).toBe(true);
+  });
+});
+
+describe("a claim whose put finds the occurrence handled", () => {
+  const seedWithRun = async (jobId: string, run: (queued: Run) => Partial<Run>) => {
+    const now = clock();
+    const due = new Date(now.getTime() - 5 * SECOND);
+    await seedJobs(
+      f,
+      [{ jobId, schedule: { every: "PT1H", startAt: due.toISOString() }, dueAt: due }],
+      now,
+    );
+    const entry = await entryOf(jobId);
+    const queued = queuedRun(
+      {
+        jobId,
+        tenantId: entry.tenantId,
+        scheduledFor: due,
+        dueAt: due,
+        attempt: 1,
+        priority: entry.priority,
+        jobVersion: 1,
+      },
+      now,
+      f.engine.settings,
+    );
+    await f.engine.doc.send(
+      new PutCommand({
+        TableName: f.engine.tables.runs,
+        Item: { ...queued.item, ...run(queued.run) },
+      }),
+    );
+    return { now, due, entry };
+  };
+
+  it("a run already RUNNING is reported by its put before any transaction is sent, and kept", async () => {
+    const { now, entry } = await seedWithRun("running-already", () => ({
+      status: "RUNNING",
+      fence: 1,
+      workerId: "another",
+    }));
+
+    const { result, sent } = await countTransactions(() =>
+      claimDueEntry(f.engine, entry, claimOptions(now)),
+    );
+
+    expect(result.outcome).toBe("claimed");
+    expect(result.outcome === "claimed" && result.runs).toEqual([]);
+    // One transaction: the round that found the run sent none.
+    expect(sent).toBe(1);
+    expect((await runsOf("running-already")).map((r) => [r.status, r.fence])).toEqual([
+      ["RUNNING", 1],
+    ]);
+  });
+
+  it("a QUEUED run of the same version the reaper has re-sent is left to that message, not put again", async () => {
+    const { now, entry } = await seedWithRun("resent-already", () => ({
+      misfireFrom: clock().toISOString(),
+    }));
+
+    const result = await claimDueEntry(f.engine, entry, claimOptions(now));
+
+    expect(result.outcome === "claimed" && result.runs).toEqual([]);
+    const [run] = await runsOf("resent-already");
+    expect(run?.misfireFrom).not.toBeNull();
+  });
+});
+
+describe("a claim whose entry a pause, cancel or edit removes between its puts and its transaction", () => {
+  it("pause: the reaper re-sends the left run, its worker parks it, and resume runs it once", async () => {
+    const now = clock();
+    const due = new Date(now.getTime() + 10 * SECOND);
+    const [job] = await seedJobs(
+      f,
+      [{ jobId: "paused", schedule: { runAt: due.toISOString() }, dueAt: due }],
+      now,
+    );
+    if (!job) throw new Error("not seeded");
+    const entry = await entryOf("paused");
+    const { result } = await withHook(
+      "TransactWriteItemsCommand",
+      async () => {
+        await pauseJob(f.engine, job.tenantId, job.jobId);
+      },
+      () => claimDueEntry(f.engine, entry, claimOptions(now)),
+    );
+    expect(result.outcome).toBe("lost");
+    expect((await runsOf("paused")).map((r) => r.status)).toEqual(["QUEUED"]);
+
+    pastDeadlineOf(due);
+    expect((await reap(f.engine)).resent).toBe(1);
+    const calls = new Map<string, number>();
+    await deliverAll("paused", calls);
+    expect(calls.size).toBe(0);
+    expect(Object.keys((await jobOf("paused"))?.parkedRuns ?? {})).toHaveLength(1);
+
+    // Resume sends the parked run, and claims the entry it puts back: the parked run is handled.
+    await resumeJob(f.engine, job.tenantId, job.jobId);
+    await deliverAll("paused", calls);
+
+    expect([...calls]).toEqual([[due.toISOString(), 1]]);
+    expect((await runsOf("paused")).map((r) => [r.scheduledFor, r.status])).toEqual([
+      [due.toISOString(), "SUCCEEDED"],
+    ]);
+    expect((await jobOf("paused"))?.status).toBe("COMPLETED");
+  });
+
+  it("cancel: the run put after the cancel's sweep is re-sent by the reaper and its worker cancels it", async () => {
+    const now = clock();
+    const due = new Date(now.getTime() + 10 * SECOND);
+    const [job] = await seedJobs(
+      f,
+      [{ jobId: "cancelled", schedule: { runAt: due.toISOString() }, dueAt: due }],
+      now,
+    );
+    if (!job) throw new Error("not seeded");
+    const entry = await entryOf("cancelled");
+    const { result, hooked } = await withHook(
+      "PutItemCommand",
+      async () => {
+        await cancelJob(f.engine, job.tenantId, job.jobId);
+      },
+      () => claimDueEntry(f.engine, entry, claimOptions(now)),
+      isRunPut,
+    );
+    expect(hooked).toBe(1);
+    expect(result.outcome).toBe("lost");
+    expect((await runsOf("cancelled")).map((r) => r.status)).toEqual(["QUEUED"]);
+
+    pastDeadlineOf(due);
+    expect((await reap(f.engine)).resent).toBe(1);
+    const calls = new Map<string, number>();
+    await deliverAll("cancelled", calls);
+
+    expect(calls.size).toBe(0);
+    expect((await runsOf("cancelled")).map((r) => [r.status, r.reason])).toEqual([
+      ["CANCELLED", "job cancelled"],
+    ]);
+  });
+
+  it("edit: the new version's claim puts its runs over the old ones; the old version's runs the new schedule lacks are SKIPPED by their workers", async () => {
+    const now = clock();
+    const due = new Date(now.getTime() + 20 * SECOND);
+    const [job] = await seedJobs(
+      f,
+      [{ jobId: "edited", schedule: { every: "PT1M", startAt: due.toISOString() }, dueAt: due }],
+      now,
+    );
+    if (!job) throw new Error("not seeded");
+    const entry = await entryOf("edited");
+    // Every two minutes from the same start: every other occurrence of the old schedule stays.
+    const { result } = await withHook(
+      "TransactWriteItemsCommand",
+      async () => {
+        await editJob(f.engine, job.tenantId, job.jobId, 1, {
+          schedule: { every: "PT2M", startAt: due.toISOString() },
+        });
+      },
+      () => claimDueEntry(f.engine, entry, claimOptions(now)),
+    );
+    expect(["lost", "claimed"]).toContain(result.outcome);
+
+    const runs = await runsOf("edited");
+    const even = (r: Run) => (Date.parse(r.scheduledFor) - due.getTime()) % (2 * MINUTE) === 0;
+    // One item an occurrence; the new schedule's at version 2, the others left at version 1.
+    expect(new Set(runs.map((r) => r.scheduledFor)).size).toBe(runs.length);
+    expect(runs.filter(even).every((r) => r.jobVersion === 2 && r.status === "QUEUED")).toBe(true);
+    const old = runs.filter((r) => !even(r));
+    expect(old.length).toBeGreaterThan(0);
+    expect(old.every((r) => r.jobVersion === 1 && r.status === "QUEUED")).toBe(true);
+
+    // The first old-only occurrence's deadline passes: re-sent, and its worker skips it.
+    const [first] = old;
+    if (!first) throw new Error("no old run");
+    pastDeadlineOf(new Date(first.scheduledFor));
+    expect((await reap(f.engine)).resent).toBeGreaterThan(0);
+    const calls = new Map<string, number>();
+    await deliverAll("edited", calls);
+
+    expect(calls.get(first.scheduledFor)).toBeUndefined();
+    const after = (await runsOf("edited")).find((r) => r.scheduledFor === first.scheduledFor);
+    expect(after?.status).toBe("SKIPPED");
+    expect(after?.reason).toMatch(/^job edited \(version 1 → 2\)/);
+    for (const [, count] of calls) expect(count).toBe(1);
+  });
+});
