@@ -67,9 +67,13 @@ export class Dispatch extends Construct {
         "ConditionCheckItem",
       ],
     });
-    // Claim transaction puts QUEUED and SKIPPED runs; skipped runs past the transaction's
-    // size go out in BatchWriteItem.
-    allowTable(this.dispatcher.fn, { ...storage.runs, actions: ["PutItem", "BatchWriteItem"] });
+    // A claim puts its QUEUED runs (PutItem) and its transaction the SKIPPED ones; skipped runs
+    // past the transaction's size go out in BatchWriteItem; a claim that fails for good deletes
+    // the runs it put (DeleteItem).
+    allowTable(this.dispatcher.fn, {
+      ...storage.runs,
+      actions: ["PutItem", "BatchWriteItem", "DeleteItem"],
+    });
     allowQueues(this.dispatcher.fn, queues.allWork, ["SendMessage"]);
 
     this.tick = new SchedulerFunction(this, "Tick", {

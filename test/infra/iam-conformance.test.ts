@@ -21,6 +21,7 @@ import { MetricsRecorder, silentObservability } from "../../shared/observability
 import { decodeRunMessage } from "../../shared/queue/work-queue.js";
 import { decodeDueEntry, decodeRun, encodeDueEntry, jobKey } from "../../shared/storage/items.js";
 import { getJob } from "../../shared/storage/run-reads.js";
+import { dueEntryKey } from "../../shared/storage/due-entries.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { queuedRun } from "../../shared/storage/runs.js";
 import { triggerEntryOf } from "../../shared/storage/trigger.js";
@@ -553,6 +554,25 @@ describe("each handler, driven through its AWS-calling paths", () => {
     await clients.doc.send(
       new PutCommand({ TableName: engine.tables.jobs, Item: encodeDueEntry(trigger) }),
     );
+    // An entry its job does not point at (the job's own is filed elsewhere): the claim puts its
+    // run, its transaction fails on the job, and it deletes the run it put.
+    const orphanAt = new Date(Date.now() + 30_000);
+    const orphan: DueEntry = {
+      key: dueEntryKey(due.jobId, orphanAt, 1, new Date(), engine.settings.shardCount),
+      kind: "occurrence",
+      jobId: due.jobId,
+      tenantId: due.tenantId,
+      dueAt: orphanAt.toISOString(),
+      scheduledFor: orphanAt.toISOString(),
+      attempt: 1,
+      jobVersion: due.version,
+      priority: due.priority,
+      schedule: { every: "PT1H", startAt: orphanAt.toISOString() },
+      misfire: due.policies.misfire,
+    };
+    await clients.doc.send(
+      new PutCommand({ TableName: engine.tables.jobs, Item: encodeDueEntry(orphan) }),
+    );
     const dispatcher = required(handlers.dispatcher, "the dispatcher handler");
     const shards = new Set(
       [due, misfired, upstream].map((job) => shardOf(job.jobId, engine.settings.shardCount)),
@@ -566,6 +586,9 @@ describe("each handler, driven through its AWS-calling paths", () => {
       expect(result).toMatchObject({ shard, outcome: "swept" });
     }
     expect((await runsOf(due.jobId)).map((run) => run.status)).toEqual(["QUEUED"]);
+    expect((await runsOf(due.jobId)).map((run) => run.scheduledFor)).not.toContain(
+      orphan.scheduledFor,
+    );
     const skipped = (await runsOf(misfired.jobId)).filter((run) => run.status === "SKIPPED");
     expect(skipped).toHaveLength(60);
     expect((await runsOf(dependent.jobId)).map((run) => run.trigger?.runId)).toEqual([ended.runId]);
