@@ -22,13 +22,21 @@ describe("a write that has committed is answered as done, whatever its fast path
   });
   afterAll(() => f.destroy());
 
-  /** A claim's transaction deletes a due entry of `jobId` and puts its runs (an edit puts none). */
+  /**
+   * A claim's transaction deletes a due entry of `jobId` and moves the job on, counting its
+   * queued occurrences (an edit's deletes an entry too, but counts nothing).
+   */
   const isClaimOf = (jobId: string) => (input: Input) =>
     transactItems(input).some(
       (item) =>
         String(item.Delete?.Key?.pk).startsWith("DUE#") &&
         String(item.Delete?.Key?.sk).includes(`#${jobId}#`),
-    ) && transactItems(input).some((item) => tableOf(item) === f.engine.tables.runs);
+    ) &&
+    transactItems(input).some((item) =>
+      String((item.Update as { UpdateExpression?: string } | undefined)?.UpdateExpression).includes(
+        "occurrencesQueued",
+      ),
+    );
 
   const soonEvery = () => ({
     every: "PT1H",

@@ -510,16 +510,16 @@ describe("cancelling a job's running runs", () => {
 
   it("a resume whose claim never happens (it died after its write) leaves the entry: the next pass gives the one-off its one new run", async () => {
     const { job, runAt } = await pauseCancelledOneOff(30_000);
-    const putsRuns = (input: Record<string, unknown>) =>
-      ((input.TransactItems as { Put?: { TableName?: string } }[] | undefined) ?? []).some(
-        (item) => item.Put?.TableName === f.engine.tables.runs,
-      );
+    // The claim's transaction: it moves the job on, counting its queued occurrences.
+    const claims = (input: Record<string, unknown>) =>
+      (
+        (input.TransactItems as { Update?: { UpdateExpression?: string } }[] | undefined) ?? []
+      ).some((item) => item.Update?.UpdateExpression?.includes("occurrencesQueued") === true);
     const faulty = withFaults(f.engine, {
       operation: "TransactWriteItems",
       times: 1,
-      match: putsRuns,
+      match: claims,
       reason: "ValidationError",
-      conflictOn: (item) => item.Put !== undefined,
     });
     try {
       const resumed = await resumeJob(faulty.engine, job.tenantId, job.jobId);
@@ -528,7 +528,13 @@ describe("cancelling a job's running runs", () => {
     } finally {
       faulty.destroy();
     }
-    expect((await runsOf(f, job.jobId)).map((r) => r.attempt)).toEqual([1]);
+    // The claim put the new attempt's run before its transaction failed: it waits, unsent, and
+    // the entry is still there.
+    expect(byAttempt(await runsOf(f, job.jobId)).map((r) => [r.attempt, r.status])).toEqual([
+      [1, "CANCELLED"],
+      [2, "QUEUED"],
+    ]);
+    expect((await f.dueEntries()).filter((e) => e.jobId === job.jobId)).toHaveLength(1);
     expect((await resumeJob(f.engine, job.tenantId, job.jobId)).status).toBe("ACTIVE");
     const shard = shardOf(job.jobId, f.engine.settings.shardCount);
     await dispatchShard(f.engine, shard, "pass-resume-1");
