@@ -79,8 +79,12 @@ function measuredDefaults(): Partial<Inputs> {
   const worker = b.ops
     .filter((o) => o.side === "worker" && WRITES.has(o.op))
     .reduce((s, o) => s + o.unitsPerRun, 0);
+  // A claim is its runs' puts and its transaction (older results have no puts: the runs were in it).
+  const runPuts = b.ops.some((o) => o.side === "dispatcher" && o.op === "DynamoDB.PutItem")
+    ? units("dispatcher", "DynamoDB.PutItem")
+    : 0;
   return {
-    wruPerClaim: units("dispatcher", "DynamoDB.TransactWriteItems"),
+    wruPerClaim: units("dispatcher", "DynamoDB.TransactWriteItems") + runPuts,
     workerWruPerRun: worker,
   };
 }
