@@ -68,7 +68,7 @@ type ClaimCondition = "dueEntry" | "job" | "nextEntry" | `skipped:${string}`;
 const skippedCondition = (scheduledFor: string): ClaimCondition => `skipped:${scheduledFor}`;
 
 /** Puts of a claim's QUEUED runs in flight at once. */
-const RUN_PUT_CONCURRENCY = 16;
+const RUN_PUT_CONCURRENCY = 50;
 
 /**
  * The condition of a claimed run's put. No run there yet; or a QUEUED run of an older job

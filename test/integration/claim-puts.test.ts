@@ -6,6 +6,7 @@ import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
 import { cancelJob, editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
 import type { DueEntry, Run } from "../../shared/model.js";
+import { encodeJob } from "../../shared/storage/items.js";
 import { queuedRun } from "../../shared/storage/runs.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
 import { seedJobs } from "../support/seed.js";
@@ -431,5 +432,57 @@ describe("a claim whose entry a pause, cancel or edit removes between its puts a
     expect(after?.status).toBe("SKIPPED");
     expect(after?.reason).toMatch(/^job edited \(version 1 → 2\)/);
     for (const [, count] of calls) expect(count).toBe(1);
+  });
+});
+
+describe("a claim whose job no longer points at its entry", () => {
+  it("deletes the runs it put, but not one another claimer has put over them since", async () => {
+    const now = clock();
+    const due = new Date(now.getTime() + 20 * SECOND);
+    const [job] = await seedJobs(
+      f,
+      [{ jobId: "moved", schedule: { every: "PT1M", startAt: due.toISOString() }, dueAt: due }],
+      now,
+    );
+    if (!job) throw new Error("not seeded");
+    const entry = await entryOf("moved");
+    const secondAt = new Date(due.getTime() + MINUTE).toISOString();
+    // Between the puts and the transaction, the job is pointed elsewhere, and another claimer's
+    // put (its own token) replaces the run of the second occurrence.
+    const { result } = await withHook(
+      "TransactWriteItemsCommand",
+      async () => {
+        const [, second] = await runsOf("moved");
+        if (second?.scheduledFor !== secondAt) throw new Error("no second run");
+        const queued = queuedRun(
+          {
+            jobId: "moved",
+            tenantId: job.tenantId,
+            scheduledFor: new Date(secondAt),
+            dueAt: new Date(secondAt),
+            attempt: 1,
+            priority: job.priority,
+            jobVersion: 1,
+          },
+          now,
+          f.engine.settings,
+        );
+        await f.engine.doc.send(
+          new PutCommand({
+            TableName: f.engine.tables.runs,
+            Item: { ...queued.item, claimToken: "another-claim" },
+          }),
+        );
+        const moved = { ...job, nextDueKey: { pk: entry.key.pk, sk: "elsewhere" } };
+        await f.engine.doc.send(
+          new PutCommand({ TableName: f.engine.tables.jobs, Item: encodeJob(moved) }),
+        );
+      },
+      () => claimDueEntry(f.engine, entry, claimOptions(now)),
+    );
+
+    expect(result.outcome).toBe("stale");
+    expect((await runsOf("moved")).map((r) => r.scheduledFor)).toEqual([secondAt]);
+    expect((await f.dueEntries()).filter((d) => d.jobId === "moved")).toEqual([]);
   });
 });
