@@ -833,7 +833,7 @@ export interface components {
             maxPriority?: "high" | "normal" | "low";
             /** @description API requests per second (a token bucket holding two seconds' worth, per API process). */
             requestsPerSecond?: number;
-            /** @description Peak runs per minute summed over the tenant's jobs: for a schedule of times, the runs it starts in the 60 s from its next occurrence; for a dependent (after), the sum of its upstreams' counts. null: no limit. */
+            /** @description Peak runs per minute summed over the tenant's jobs: for a schedule of times, the runs it starts in the 60 s from its next occurrence (a cron: in the whole minute of it); for a dependent (after), the sum of its upstreams' counts. null: no limit. */
             runsPerMinute?: number | null;
         };
         /** @description What applies now: the override where it sets a quota, else the default. */
@@ -849,7 +849,7 @@ export interface components {
             maxPriority: "high" | "normal" | "low";
             /** @description API requests per second (a token bucket holding two seconds' worth, per API process). */
             requestsPerSecond: number;
-            /** @description Peak runs per minute summed over the tenant's jobs: for a schedule of times, the runs it starts in the 60 s from its next occurrence; for a dependent (after), the sum of its upstreams' counts. null: no limit. */
+            /** @description Peak runs per minute summed over the tenant's jobs: for a schedule of times, the runs it starts in the 60 s from its next occurrence (a cron: in the whole minute of it); for a dependent (after), the sum of its upstreams' counts. null: no limit. */
             runsPerMinute: number | null;
         };
         /** @description Exponential backoff with full jitter. */

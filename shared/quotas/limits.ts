@@ -68,8 +68,8 @@ const MINUTE_MS = 60_000;
 /**
  * The peak of a schedule of times, what it counts towards the runsPerMinute
  * quota: the runs it starts in the 60 seconds from its next occurrence (an
- * `every` of 7 s counts 9, a cron with a seconds field the seconds it names,
- * any other cron 1). Summed over a tenant's jobs this is the most they could
+ * `every` of 7 s counts 9), for a cron in the whole minute of its next
+ * occurrence (one with a seconds field the seconds it names, any other 1). Summed over a tenant's jobs this is the most they could
  * start in one minute if all fired together, which top-of-the-hour schedules
  * do. A one-off counts 0: it runs once, and activeJobs bounds how many there
  * are. A dependent (`after`) has no clock of its own (0 here): it counts what
@@ -79,5 +79,10 @@ export function peakRunsPerMinute(schedule: ScheduleSpec, now: Date): number {
   if ("runAt" in schedule || isAfterSchedule(schedule)) return 0;
   const first = firstOccurrence(schedule, now);
   if (first === null) return 0;
-  return occurrences(schedule, first, new Date(first.getTime() + MINUTE_MS - 1), 61).length;
+  // A cron names the same seconds in every minute it matches, so its peak is a whole minute's:
+  // counted from `first` itself, a create late in a matching minute counted only its seconds
+  // left (2 for "* 0 * * * *" at 05:00:58), however many it then runs each hour.
+  const from =
+    "cron" in schedule ? new Date(Math.floor(first.getTime() / MINUTE_MS) * MINUTE_MS) : first;
+  return occurrences(schedule, from, new Date(from.getTime() + MINUTE_MS - 1), 61).length;
 }

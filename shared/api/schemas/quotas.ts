@@ -18,7 +18,7 @@ const cap = (description: string, max = QUOTA_MAXIMUM) =>
 const QUOTA_FIELDS = {
   activeJobs: cap("Jobs not yet ended (active or paused)."),
   runsPerMinute: cap(
-    "Peak runs per minute summed over the tenant's jobs: for a schedule of times, the runs it starts in the 60 s from its next occurrence; for a dependent (after), the sum of its upstreams' counts.",
+    "Peak runs per minute summed over the tenant's jobs: for a schedule of times, the runs it starts in the 60 s from its next occurrence (a cron: in the whole minute of it); for a dependent (after), the sum of its upstreams' counts.",
   ),
   concurrentRuns: cap("Runs running at once; the rest wait.", MAX_CONCURRENT_RUNS_QUOTA),
   requestsPerSecond: count(
