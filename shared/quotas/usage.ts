@@ -279,7 +279,12 @@ function overQuota(
   /** The field whose runs go over runsPerMinute: `schedule`, or a dependent's upstreams. */
   field: "schedule" | "schedule.after.jobs",
 ): QuotaExceededError | null {
-  if (quotas.activeJobs !== null && counted.activeJobs + add.activeJobs > quotas.activeJobs) {
+  // Only a quota the request adds to can refuse it: one lowered below the usage refuses no more.
+  if (
+    quotas.activeJobs !== null &&
+    add.activeJobs > 0 &&
+    counted.activeJobs + add.activeJobs > quotas.activeJobs
+  ) {
     return new QuotaExceededError(
       `this tenant has ${counted.activeJobs} active job(s); its activeJobs quota is ${quotas.activeJobs}`,
       { quota: "activeJobs", limit: quotas.activeJobs },
@@ -287,6 +292,7 @@ function overQuota(
   }
   if (
     quotas.runsPerMinute !== null &&
+    add.runsPerMinute > 0 &&
     counted.runsPerMinute + add.runsPerMinute > quotas.runsPerMinute
   ) {
     return new QuotaExceededError(

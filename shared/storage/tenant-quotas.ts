@@ -182,11 +182,21 @@ export async function forgetQuotaUsage(engine: Engine, tenantId: string): Promis
 // ---------------------------------------------------------------- usage
 
 /**
- * Both additions stay within their limits. A missing item is not zero: while the tenant had no
- * limit its creates reserved nothing, so its first reservation follows a recount.
+ * Each addition stays within its limit; a quota it adds nothing to is not checked (a tenant over
+ * a limit lowered below its usage keeps what it has and may still add to the other quota). A
+ * missing item is not zero: while the tenant had no limit its creates reserved nothing, so its
+ * first reservation follows a recount.
  */
-const WITHIN_LIMITS =
-  "attribute_exists(pk) AND (attribute_not_exists(activeJobs) OR activeJobs <= :jobsRoom) AND (attribute_not_exists(runsPerMinute) OR runsPerMinute <= :rateRoom)";
+const withinLimits = (add: QuotaUsage): string =>
+  [
+    "attribute_exists(pk)",
+    ...(add.activeJobs > 0
+      ? ["(attribute_not_exists(activeJobs) OR activeJobs <= :jobsRoom)"]
+      : []),
+    ...(add.runsPerMinute > 0
+      ? ["(attribute_not_exists(runsPerMinute) OR runsPerMinute <= :rateRoom)"]
+      : []),
+  ].join(" AND ");
 
 /**
  * Adds a create's or an edit's share to the tenant's usage when both stay
@@ -206,13 +216,15 @@ export async function reserveUsage(
         new UpdateCommand({
           TableName: engine.tables.jobs,
           Key: { pk: quotaPk(tenantId), sk: USAGE_SK },
-          ConditionExpression: WITHIN_LIMITS,
+          ConditionExpression: withinLimits(add),
           UpdateExpression: "ADD activeJobs :jobs, runsPerMinute :rate SET tenantId = :tenant",
           ExpressionAttributeValues: {
             ":jobs": add.activeJobs,
             ":rate": add.runsPerMinute,
-            ":jobsRoom": limits.activeJobs - add.activeJobs,
-            ":rateRoom": limits.runsPerMinute - add.runsPerMinute,
+            ...(add.activeJobs > 0 ? { ":jobsRoom": limits.activeJobs - add.activeJobs } : {}),
+            ...(add.runsPerMinute > 0
+              ? { ":rateRoom": limits.runsPerMinute - add.runsPerMinute }
+              : {}),
             ":tenant": tenantId,
           },
           ReturnValues: "ALL_NEW",
