@@ -79,10 +79,24 @@ export function peakRunsPerMinute(schedule: ScheduleSpec, now: Date): number {
   if ("runAt" in schedule || isAfterSchedule(schedule)) return 0;
   const first = firstOccurrence(schedule, now);
   if (first === null) return 0;
-  // A cron names the same seconds in every minute it matches, so its peak is a whole minute's:
-  // counted from `first` itself, a create late in a matching minute counted only its seconds
-  // left (2 for "* 0 * * * *" at 05:00:58), however many it then runs each hour.
-  const from =
-    "cron" in schedule ? new Date(Math.floor(first.getTime() / MINUTE_MS) * MINUTE_MS) : first;
-  return occurrences(schedule, from, new Date(from.getTime() + MINUTE_MS - 1), 61).length;
+  const at = first.getTime();
+  if (!("cron" in schedule))
+    return occurrences(schedule, first, new Date(at + MINUTE_MS - 1), 61).length;
+  // A cron names the same seconds in every minute it matches, so its peak is a whole minute's.
+  // Counted from `first` alone, a create late in a matching minute counted only the seconds left
+  // in it (2 for "* 0 * * * *" at 05:00:58). The busiest 60 s around `first` (times before `now`
+  // included) hold its minute's seconds whatever the zone's offset, seconds and all.
+  const around = occurrences(
+    schedule,
+    new Date(at - MINUTE_MS + 1),
+    new Date(at + MINUTE_MS - 1),
+    2 * 60 + 1,
+  ).map((d) => d.getTime());
+  let peak = 0;
+  let from = 0;
+  around.forEach((time, to) => {
+    while ((around[from] ?? time) <= time - MINUTE_MS) from++;
+    peak = Math.max(peak, to - from + 1);
+  });
+  return peak;
 }
