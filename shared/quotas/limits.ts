@@ -69,9 +69,9 @@ const MINUTE_MS = 60_000;
  * The peak of a schedule of times, what it counts towards the runsPerMinute
  * quota: the runs it starts in the 60 seconds from its next occurrence (an
  * `every` of 7 s counts 9), for a cron in the whole minute of its next
- * occurrence (one with a seconds field the seconds it names, any other 1). Summed over a tenant's jobs this is the most they could
- * start in one minute if all fired together, which top-of-the-hour schedules
- * do. A one-off counts 0: it runs once, and activeJobs bounds how many there
+ * occurrence (one with a seconds field the seconds it names, any other 1).
+ * Summed over a tenant's jobs this is the most they could start in one minute
+ * if all fired together, which top-of-the-hour schedules do. A one-off counts 0: it runs once, and activeJobs bounds how many there
  * are. A dependent (`after`) has no clock of its own (0 here): it counts what
  * its upstreams trigger (`runsPerMinuteMeasure`, run-measure.ts).
  */
