@@ -1,5 +1,5 @@
 import * as oauth from "oauth4webapi";
-import { CALLBACK_PATH, type ConsoleAuth } from "../shared/console/config.js";
+import { CALLBACK_PATH, type ConsoleAuth, plainHttpAllowed } from "../shared/console/config.js";
 
 /**
  * The credential the console sends as `Authorization: Bearer …`: a key typed
@@ -46,13 +46,9 @@ export function signOut(): void {
 
 type Oidc = Extract<ConsoleAuth, { kind: "oidc" }>;
 
-// Plain http is for an issuer on this machine only (a local identity provider in development).
-const insecureAllowed = (issuer: URL) =>
-  issuer.protocol === "http:" && ["localhost", "127.0.0.1", "[::1]"].includes(issuer.hostname);
-
 async function discover(auth: Oidc): Promise<oauth.AuthorizationServer> {
   const issuer = new URL(auth.issuer);
-  const options = { [oauth.allowInsecureRequests]: insecureAllowed(issuer) };
+  const options = { [oauth.allowInsecureRequests]: plainHttpAllowed(issuer) };
   const response = await oauth.discoveryRequest(issuer, options);
   return oauth.processDiscoveryResponse(issuer, response);
 }
@@ -93,7 +89,7 @@ export async function finishSignIn(auth: Oidc, callback: URL): Promise<string> {
   const server = await discover(auth);
   const client: oauth.Client = { client_id: auth.clientId };
   const params = oauth.validateAuthResponse(server, client, callback, pending.state);
-  const options = { [oauth.allowInsecureRequests]: insecureAllowed(new URL(auth.issuer)) };
+  const options = { [oauth.allowInsecureRequests]: plainHttpAllowed(new URL(auth.issuer)) };
   const response = await oauth.authorizationCodeGrantRequest(
     server,
     client,

@@ -132,7 +132,9 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
 
   const openApiDocument = serveOpenApiDocument(app);
   app.route("/", docsRouter(openApiDocument));
-  if (options.console) app.route("/", consoleRouter(options.console));
+  if (options.console) {
+    app.route("/", consoleRouter(options.console, { clock: engine.clock, log: engine.obs.log }));
+  }
   return app;
 }
 

@@ -2,6 +2,7 @@ import { type Context, Hono } from "hono";
 import { html, raw } from "hono/html";
 import type { ConsoleAssets, ConsoleFile } from "../console/assets.js";
 import { CONSOLE_PATH, type ConsoleConfig } from "../console/config.js";
+import { type ConsolePolicyDeps, consolePolicy } from "./console-policy.js";
 
 export interface ConsoleOptions {
   /** The browser bundle; null answers the console's pages with 503 saying it was not built. */
@@ -19,18 +20,10 @@ export function isConsolePath(path: string): boolean {
  * shared link of /console/jobs/<id> works) that loads the bundle, which then
  * calls the JSON API with the user's bearer key or access token.
  */
-export function consoleRouter(options: ConsoleOptions): Hono {
+export function consoleRouter(options: ConsoleOptions, deps: ConsolePolicyDeps): Hono {
   const app = new Hono();
   const { assets, config } = options;
-  const connectTo = config.auth.kind === "oidc" ? ` ${new URL(config.auth.issuer).origin}` : "";
-  const policy = [
-    "default-src 'self'",
-    `connect-src 'self'${connectTo}`,
-    "img-src 'self' data:",
-    "object-src 'none'",
-    "base-uri 'none'",
-    "frame-ancestors 'none'",
-  ].join("; ");
+  const policy = consolePolicy(config.auth, deps);
 
   app.get(`${CONSOLE_PATH}/assets/:file`, (c: Context) => {
     const file = assets?.files.get(c.req.param("file") as ConsoleFile);
@@ -42,8 +35,8 @@ export function consoleRouter(options: ConsoleOptions): Hono {
     return c.body(file.body, 200, { "Content-Type": file.contentType });
   });
 
-  const page = (c: Context) => {
-    c.header("Content-Security-Policy", policy);
+  const page = async (c: Context) => {
+    c.header("Content-Security-Policy", await policy());
     c.header("Cache-Control", "no-cache");
     c.header("X-Content-Type-Options", "nosniff");
     c.header("Referrer-Policy", "no-referrer");

@@ -31,6 +31,14 @@ export const DOCS_PATH = "/docs";
 export const CALLBACK_PATH = `${CONSOLE_PATH}/callback`;
 
 /**
+ * Plain http is for an identity provider on this machine only (a local one in
+ * development); anywhere else the console talks to it over https.
+ */
+export function plainHttpAllowed(url: URL): boolean {
+  return url.protocol === "http:" && ["localhost", "127.0.0.1", "[::1]"].includes(url.hostname);
+}
+
+/**
  * The console's sign-in as the stack hands it to the API function (CONSOLE_AUTH,
  * JSON); unset means IAM, where the console can only explain itself.
  */

@@ -15,7 +15,10 @@ import { createEngineFixture, type EngineFixture } from "../support/engine-fixtu
  * provider (the `oidc-provider` package, with its development login and
  * consent pages) on loopback, the API checking its tokens as API Gateway's
  * JWT authorizer would (SCHEDULER_JWT_ISSUER / SCHEDULER_JWT_AUDIENCE), and
- * the console signing in with the authorization code flow and PKCE.
+ * the console signing in with the authorization code flow and PKCE. Shaped
+ * like Amazon Cognito, the provider's token endpoint is not on the issuer's
+ * origin (another port here), so the page's Content-Security-Policy must name
+ * it too.
  */
 const AUDIENCE = "scheduler-api";
 const CLIENT_ID = "scheduler-console";
@@ -24,6 +27,9 @@ const RESOURCE = "urn:scheduler:api";
 let fixture: EngineFixture;
 let idpServer: Server;
 let issuer: string;
+/** Where the provider's token endpoint is: another origin than the issuer's. */
+let tokenServer: Server;
+let tokenOrigin: string;
 let api: LocalServer;
 let browser: Browser;
 let page: Page;
@@ -37,11 +43,21 @@ beforeAll(async () => {
   let handle: ((req: IncomingMessage, res: ServerResponse) => void) | undefined;
   idpServer = createServer((req, res) => {
     if (req.url?.startsWith("/auth")) authorizationRequests.push(new URL(req.url, issuer));
-    if (handle) handle(req, res);
+    // As at Cognito, the issuer's origin has no token endpoint.
+    if (req.url?.startsWith("/token")) res.writeHead(404).end();
+    else if (handle) handle(req, res);
     else res.writeHead(503).end();
   });
-  await new Promise<void>((resolve) => idpServer.listen(0, "127.0.0.1", resolve));
-  issuer = `http://127.0.0.1:${(idpServer.address() as AddressInfo).port}`;
+  tokenServer = createServer((req, res) => {
+    if (handle && req.url?.startsWith("/token")) handle(req, res);
+    else res.writeHead(404).end();
+  });
+  const listen = async (server: Server) => {
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  };
+  issuer = await listen(idpServer);
+  tokenOrigin = await listen(tokenServer);
 
   api = await startLocalServer({
     engine: fixture.engine,
@@ -85,6 +101,13 @@ beforeAll(async () => {
     findAccount: (_ctx, sub) => ({ accountId: sub, claims: () => ({ sub }) }),
     ttl: { IdToken: 600 },
   });
+  // The discovery document sends the browser to the token server for the code exchange.
+  provider.use(async (ctx, next) => {
+    await next();
+    if (ctx.path === "/.well-known/openid-configuration" && typeof ctx.body === "object") {
+      ctx.body = { ...ctx.body, token_endpoint: `${tokenOrigin}/token` };
+    }
+  });
   const callback = provider.callback();
   handle = (req, res) => void callback(req, res);
   browser = await launchBrowser();
@@ -95,6 +118,7 @@ afterAll(async () => {
   await browser?.close();
   await api?.close();
   await new Promise((resolve) => idpServer?.close(resolve));
+  await new Promise((resolve) => tokenServer?.close(resolve));
   await fixture?.destroy();
 });
 
@@ -117,9 +141,13 @@ describe("console sign-in with OIDC (the stack's JWT option)", () => {
     await page.locator('button[type="submit"]').click();
     await page.getByRole("button", { name: "Continue" }).click();
 
-    // Back where the user started, signed in.
+    // Back where the user started, signed in; a refused code exchange would leave an alert instead.
+    await page
+      .getByRole("heading", { name: "Dead letters", level: 1 })
+      .or(page.getByRole("alert"))
+      .waitFor();
+    expect(browser.errors.filter((e) => e.includes("Content Security Policy"))).toEqual([]);
     await page.waitForURL(`${api.url}/console/dead-letters`);
-    await page.getByRole("heading", { name: "Dead letters", level: 1 }).waitFor();
     await page.getByRole("button", { name: "Sign out (alice)" }).waitFor();
 
     const [request] = authorizationRequests;
@@ -140,16 +168,18 @@ describe("console sign-in with OIDC (the stack's JWT option)", () => {
     expect(page1.items.map((job) => job.name)).toEqual(["signed in"]);
   });
 
-  it("asks to sign in again once the user signs out, and reached nothing but the API and the issuer", async () => {
+  it("asks to sign in again once the user signs out, and reached nothing but the API and the provider", async () => {
     await page.getByRole("button", { name: "Sign out (alice)" }).click();
     await page.getByRole("button", { name: /^Sign in with 127\.0\.0\.1/ }).waitFor();
-    // The console's pages reach the API and the issuer only (the provider's own login page is its business).
+    // The console's pages reach the API, the issuer and the token endpoint only (the provider's
+    // own login page is its business).
     const apiOrigin = new URL(api.url).origin;
     const fromConsole = browser.requested.filter((r) => r.from.startsWith(`${apiOrigin}/`));
     expect(fromConsole.length).toBeGreaterThan(5);
     const elsewhere = fromConsole
       .map((r) => r.url)
-      .filter((url) => ![apiOrigin, issuer].includes(new URL(url).origin));
+      .filter((url) => ![apiOrigin, issuer, tokenOrigin].includes(new URL(url).origin));
     expect(elsewhere).toEqual([]);
+    expect(fromConsole.map((r) => r.url)).toContain(`${tokenOrigin}/token`);
   });
 });

@@ -1,9 +1,13 @@
-import { describe, expect, it } from "vitest";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import type { ConsolePolicyDeps } from "../../shared/api/console-policy.js";
 import { consoleRouter } from "../../shared/api/console-router.js";
 import { docsRouter } from "../../shared/api/docs-router.js";
 import { localAuthFromEnv } from "../../shared/api/local-auth.js";
 import { consoleAssetsFrom } from "../../shared/console/assets.js";
 import { type ConsoleConfig, parseConsoleAuth } from "../../shared/console/config.js";
+import type { Logger } from "../../shared/observability.js";
 
 const assets = consoleAssetsFrom(
   new Map([
@@ -11,19 +15,86 @@ const assets = consoleAssetsFrom(
     ["app.css", "body{}"],
   ]),
 );
-const oidc: ConsoleConfig = {
+
+/**
+ * An identity provider on loopback shaped like Amazon Cognito: the issuer
+ * (with a path, like a user pool's) on one origin, its token endpoint on
+ * another, and endpoints the console never calls (userinfo, end session) on a
+ * third. Each test sets what the discovery document answers.
+ */
+let idp: Server;
+let issuerOrigin: string;
+let issuer: string;
+let discovery: { status: number; body: Record<string, unknown> } | "no answer";
+let discoveryRequests: number;
+const TOKEN_ORIGIN = "http://localhost:8443";
+const ELSEWHERE = "http://[::1]:9443";
+const cognitoShaped = (): Record<string, unknown> => ({
+  issuer,
+  authorization_endpoint: `${TOKEN_ORIGIN}/oauth2/authorize`,
+  token_endpoint: `${TOKEN_ORIGIN}/oauth2/token`,
+  userinfo_endpoint: `${ELSEWHERE}/oauth2/userInfo`,
+  end_session_endpoint: `${ELSEWHERE}/logout`,
+  jwks_uri: `${issuer}/.well-known/jwks.json`,
+});
+
+beforeAll(async () => {
+  idp = createServer((req, res) => {
+    if (req.url !== "/eu-west-1_pool/.well-known/openid-configuration") {
+      res.writeHead(404).end();
+      return;
+    }
+    discoveryRequests += 1;
+    if (discovery === "no answer") return; // Holds the request until the client gives up.
+    res.writeHead(discovery.status, { "Content-Type": "application/json" });
+    res.end(JSON.stringify(discovery.body));
+  });
+  await new Promise<void>((resolve) => idp.listen(0, "127.0.0.1", resolve));
+  issuerOrigin = `http://127.0.0.1:${(idp.address() as AddressInfo).port}`;
+  issuer = `${issuerOrigin}/eu-west-1_pool`;
+});
+
+afterAll(async () => {
+  idp.closeAllConnections();
+  await new Promise((resolve) => idp.close(resolve));
+});
+
+let now: Date;
+let warnings: { message: string; fields?: Record<string, unknown> }[];
+let deps: ConsolePolicyDeps;
+beforeEach(() => {
+  discovery = { status: 200, body: cognitoShaped() };
+  discoveryRequests = 0;
+  now = new Date("2026-12-01T20:00:00Z");
+  warnings = [];
+  const log: Logger = {
+    debug() {},
+    info() {},
+    warn: (message, fields) => warnings.push({ message, ...(fields ? { fields } : {}) }),
+    error() {},
+  };
+  deps = { clock: () => now, log, discoveryTimeoutMs: 500 };
+});
+
+const oidc = (): ConsoleConfig => ({
   auth: {
     kind: "oidc",
-    issuer: "https://id.example.com/realms/a",
+    issuer,
     clientId: "</script><script>alert(1)</script>",
     scope: "openid",
   },
   jobTypes: ["noop"],
+});
+
+const connectSrc = async (app: ReturnType<typeof consoleRouter>, path = "/console") => {
+  const policy = (await app.request(path)).headers.get("Content-Security-Policy") ?? "";
+  return /(?:^|; )connect-src ([^;]*)/.exec(policy)?.[1];
 };
 
 describe("console pages", () => {
   it("answers every path under /console with the page, its configuration embedded inert", async () => {
-    const app = consoleRouter({ assets, config: oidc });
+    const config = oidc();
+    const app = consoleRouter({ assets, config }, deps);
     for (const path of ["/console", "/console/jobs/01ABC", "/console/callback?code=x"]) {
       const response = await app.request(path);
       expect(response.status, path).toBe(200);
@@ -32,18 +103,15 @@ describe("console pages", () => {
       const json = /<script id="console-config" type="application\/json">(.*?)<\/script>/s.exec(
         html,
       )?.[1];
-      expect(JSON.parse(json ?? "")).toEqual(oidc);
+      expect(JSON.parse(json ?? "")).toEqual(config);
       expect(html).toContain(`/console/assets/app.js?v=${assets.version}`);
-      // Scripts and styles from the page's own origin only; the issuer may be called for sign-in.
-      expect(response.headers.get("Content-Security-Policy")).toContain(
-        "connect-src 'self' https://id.example.com;",
-      );
+      // Scripts and styles from the page's own origin only.
       expect(response.headers.get("Content-Security-Policy")).toContain("default-src 'self'");
     }
   });
 
   it("serves this build's files for a year, any other request for them unconditionally fresh", async () => {
-    const app = consoleRouter({ assets, config: oidc });
+    const app = consoleRouter({ assets, config: oidc() }, deps);
     const current = await app.request(`/console/assets/app.js?v=${assets.version}`);
     expect(current.headers.get("Cache-Control")).toBe("public, max-age=31536000, immutable");
     expect(current.headers.get("Content-Type")).toBe("text/javascript; charset=utf-8");
@@ -54,10 +122,73 @@ describe("console pages", () => {
   });
 
   it("says the console was not built when the bundle carries none", async () => {
-    const response = await consoleRouter({ assets: null, config: oidc }).request("/console");
+    const response = await consoleRouter({ assets: null, config: oidc() }, deps).request(
+      "/console",
+    );
     expect(response.status).toBe(503);
     expect(await response.text()).toContain("not built");
   });
+});
+
+describe("the console page's Content-Security-Policy", () => {
+  it("lets the browser reach the issuer and a token endpoint on another origin, and nothing else there", async () => {
+    const app = consoleRouter({ assets, config: oidc() }, deps);
+    expect(await connectSrc(app)).toBe(`'self' ${issuerOrigin} ${TOKEN_ORIGIN}`);
+    expect(await connectSrc(app, "/console/callback?code=x")).toBe(
+      `'self' ${issuerOrigin} ${TOKEN_ORIGIN}`,
+    );
+    // Read once per process, not once per page.
+    expect(discoveryRequests).toBe(1);
+    expect(warnings).toEqual([]);
+  });
+
+  it("names an origin once when the token endpoint is on the issuer's", async () => {
+    discovery = { status: 200, body: { ...cognitoShaped(), token_endpoint: `${issuer}/token` } };
+    const app = consoleRouter({ assets, config: oidc() }, deps);
+    expect(await connectSrc(app)).toBe(`'self' ${issuerOrigin}`);
+  });
+
+  it("reaches no provider without OIDC sign-in", async () => {
+    for (const auth of [{ kind: "key" }, { kind: "iam" }] as const) {
+      const app = consoleRouter({ assets, config: { auth, jobTypes: [] } }, deps);
+      expect(await connectSrc(app)).toBe("'self'");
+    }
+    expect(discoveryRequests).toBe(0);
+  });
+
+  const failures: { what: string; answer: () => typeof discovery }[] = [
+    { what: "an error", answer: () => ({ status: 500, body: {} }) },
+    { what: "no token endpoint", answer: () => ({ status: 200, body: { issuer } }) },
+    {
+      what: "a plain-http token endpoint off this machine",
+      answer: () => ({
+        status: 200,
+        body: { ...cognitoShaped(), token_endpoint: "http://id.example.com/token" },
+      }),
+    },
+    { what: "no answer in time", answer: () => "no answer" },
+  ];
+  it.each(failures)(
+    "names the issuer alone on $what, logs it, and reads the document again a minute later",
+    async ({ answer }) => {
+      discovery = answer();
+      const app = consoleRouter({ assets, config: oidc() }, deps);
+      expect(await connectSrc(app)).toBe(`'self' ${issuerOrigin}`);
+      expect(warnings).toEqual([
+        expect.objectContaining({
+          message: "console: could not read the issuer's discovery document",
+          fields: expect.objectContaining({ issuer }),
+        }),
+      ]);
+      discovery = { status: 200, body: cognitoShaped() };
+      now = new Date(now.getTime() + 59_000);
+      expect(await connectSrc(app)).toBe(`'self' ${issuerOrigin}`);
+      expect(discoveryRequests).toBe(1);
+      now = new Date(now.getTime() + 1_000);
+      expect(await connectSrc(app)).toBe(`'self' ${issuerOrigin} ${TOKEN_ORIGIN}`);
+      expect(discoveryRequests).toBe(2);
+    },
+  );
 });
 
 describe("API reference", () => {
