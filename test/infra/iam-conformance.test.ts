@@ -740,7 +740,8 @@ describe("each handler, driven through its AWS-calling paths", () => {
     expect(field(rotated.body, "secret")).not.toBe(secret);
   });
 
-  it("api: an async target heartbeats its run and completes it (failed: the retry transaction) with its run token", async () => {
+  /** A one-off's run started as an async target's, with the run token its delivery carried. */
+  async function startAsyncRun() {
     const seed = seedingEngine(0);
     const { job } = await createJob(seed, {
       ...testJob(),
@@ -769,7 +770,11 @@ describe("each handler, driven through its AWS-calling paths", () => {
       fence: started.run.fence,
       tenantId: TENANT,
     });
-    const headers = { Authorization: `Bearer ${token}` };
+    return { seed, job, run, headers: { Authorization: `Bearer ${token}` } };
+  }
+
+  it("api: an async target heartbeats its run and completes it (failed: the retry transaction) with its run token", async () => {
+    const { run, headers } = await startAsyncRun();
     expect((await api("POST", `/runs/${run.runId}/heartbeat`, { headers })).status).toBe(200);
     const completed = await api("POST", `/runs/${run.runId}/complete`, {
       headers,
@@ -780,28 +785,7 @@ describe("each handler, driven through its AWS-calling paths", () => {
   });
 
   it("api: an async run's failure after a later run became its job's lastRun (the retry transaction checks the job only: ConditionCheckItem)", async () => {
-    const seed = seedingEngine(0);
-    const { job } = await createJob(seed, {
-      ...testJob(),
-      type: "fail",
-      schedule: { runAt: new Date(Date.now() + 3_600_000).toISOString() },
-    });
-    const { run, item } = queuedRun(
-      {
-        jobId: job.jobId,
-        tenantId: TENANT,
-        scheduledFor: new Date(),
-        dueAt: new Date(),
-        attempt: 1,
-        priority: "normal",
-        jobVersion: job.version,
-      },
-      new Date(),
-      seed.settings,
-    );
-    await clients.doc.send(new PutCommand({ TableName: seed.tables.runs, Item: item }));
-    const started = await startRun(seed, run, "async-worker", new Date());
-    if (started.kind !== "started") throw new Error("the async run did not start");
+    const { seed, job, run, headers } = await startAsyncRun();
     // A run that finishes after this one (a trigger's, say) is the job's lastRun by then.
     const later = {
       runId: `${job.jobId}-29991231T000000000-1`,
@@ -818,14 +802,8 @@ describe("each handler, driven through its AWS-calling paths", () => {
         ExpressionAttributeValues: { ":later": later },
       }),
     );
-    const secret = (await tenantWebhookSecrets(seed, TENANT)).current;
-    const token = signRunToken(secret, {
-      runId: run.runId,
-      fence: started.run.fence,
-      tenantId: TENANT,
-    });
     const completed = await api("POST", `/runs/${run.runId}/complete`, {
-      headers: { Authorization: `Bearer ${token}` },
+      headers,
       body: { status: "failed", error: "the export failed" },
     });
     expect(completed.status).toBe(200);
