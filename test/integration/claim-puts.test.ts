@@ -126,6 +126,17 @@ const pastDeadlineOf = (at: Date) => {
   time.ms = Math.max(time.ms, at.getTime() + LEASE_MS + REAPER_SETTLE_MS + 2 * SECOND);
 };
 
+/** A claim whose dispatcher dies after its run puts, before its transaction is sent. */
+async function claimDyingBeforeTransaction(entry: DueEntry, now: Date): Promise<void> {
+  await expect(
+    withHook(
+      "TransactWriteItemsCommand",
+      () => Promise.reject(new Error("process died")),
+      () => claimDueEntry(f.engine, entry, claimOptions(now)),
+    ),
+  ).rejects.toThrow("process died");
+}
+
 describe("a claim whose dispatcher dies between its run puts and its transaction", () => {
   it("leaves the entry and QUEUED runs; the next claim puts the same runs over them and commits", async () => {
     const now = clock();
@@ -137,13 +148,7 @@ describe("a claim whose dispatcher dies between its run puts and its transaction
     );
     const entry = await entryOf("died");
 
-    await expect(
-      withHook(
-        "TransactWriteItemsCommand",
-        () => Promise.reject(new Error("process died")),
-        () => claimDueEntry(f.engine, entry, claimOptions(now)),
-      ),
-    ).rejects.toThrow("process died");
+    await claimDyingBeforeTransaction(entry, now);
 
     const left = await runsOf("died");
     expect(left.length).toBe(14);
@@ -176,13 +181,7 @@ describe("a claim whose dispatcher dies between its run puts and its transaction
       now,
     );
     const entry = await entryOf("died-ran");
-    await expect(
-      withHook(
-        "TransactWriteItemsCommand",
-        () => Promise.reject(new Error("process died")),
-        () => claimDueEntry(f.engine, entry, claimOptions(now)),
-      ),
-    ).rejects.toThrow("process died");
+    await claimDyingBeforeTransaction(entry, now);
 
     // The run's deadline (a lease after it was put, as it was overdue) passes: the reaper
     // re-sends it, and a worker runs it.

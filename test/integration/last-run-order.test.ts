@@ -119,6 +119,27 @@ describe("a job's lastRun is the run that finished last, whatever order the job'
     return { older: olderRun, newer: newerRun };
   }
 
+  /** A recurring job that lets two runs overlap (allow, 2), and two runs of it triggered. */
+  async function twoOverlappingRuns() {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        schedule: YEARLY,
+        policies: { ...testJob().policies, overlap: "allow", maxConcurrent: 2 },
+      }),
+    );
+    const first = await triggerJob(f.engine, job.tenantId, job.jobId);
+    const second = await triggerJob(f.engine, job.tenantId, job.jobId);
+    return { job, first, second };
+  }
+
+  /** The older run's handler: a retryable failure, so its ending is the failure's transaction. */
+  const FAILING = {
+    noop: async () => {
+      throw new JobError("planned failure", { retryable: true });
+    },
+  };
+
   it("a one-off's own run whose job write lands after a trigger's newer run completes the job and leaves lastRun the newer", async () => {
     const { job } = await createJob(
       f.engine,
@@ -133,15 +154,7 @@ describe("a job's lastRun is the run that finished last, whatever order the job'
   }, 30_000);
 
   it("two overlapping runs of a recurring job (allow, 2): the older's late job write drops its entry and leaves lastRun the newer", async () => {
-    const { job } = await createJob(
-      f.engine,
-      testJob({
-        schedule: YEARLY,
-        policies: { ...testJob().policies, overlap: "allow", maxConcurrent: 2 },
-      }),
-    );
-    const first = await triggerJob(f.engine, job.tenantId, job.jobId);
-    const second = await triggerJob(f.engine, job.tenantId, job.jobId);
+    const { job, first, second } = await twoOverlappingRuns();
     const { newer } = await endInReverse(await deliveryOf(first), second);
 
     const stored = await getJob(f.engine, job.jobId);
@@ -151,21 +164,8 @@ describe("a job's lastRun is the run that finished last, whatever order the job'
   }, 30_000);
 
   it("a failure whose transaction (with its next attempt) lands after a newer run's ending leaves lastRun the newer", async () => {
-    const { job } = await createJob(
-      f.engine,
-      testJob({
-        schedule: YEARLY,
-        policies: { ...testJob().policies, overlap: "allow", maxConcurrent: 2 },
-      }),
-    );
-    const first = await triggerJob(f.engine, job.tenantId, job.jobId);
-    const second = await triggerJob(f.engine, job.tenantId, job.jobId);
-    const failing = {
-      noop: async () => {
-        throw new JobError("planned failure", { retryable: true });
-      },
-    };
-    const { older, newer } = await endInReverse(await deliveryOf(first), second, failing);
+    const { job, first, second } = await twoOverlappingRuns();
+    const { older, newer } = await endInReverse(await deliveryOf(first), second, FAILING);
 
     expect(older.status).toBe("FAILED");
     const stored = await getJob(f.engine, job.jobId);
@@ -185,12 +185,7 @@ describe("a job's lastRun is the run that finished last, whatever order the job'
     );
     const own = await f.nextDelivery(f.engine.queues.normal, job.jobId);
     const triggered = await triggerJob(f.engine, job.tenantId, job.jobId);
-    const failing = {
-      noop: async () => {
-        throw new JobError("planned failure", { retryable: true });
-      },
-    };
-    const { older, newer } = await endInReverse(own, triggered, failing);
+    const { older, newer } = await endInReverse(own, triggered, FAILING);
 
     expect(older.status).toBe("FAILED");
     expect(await getJob(f.engine, job.jobId)).toMatchObject({
