@@ -96,24 +96,14 @@ export const timesRuns = (measure: number, runs: number): number => saturated(me
  * The tenant's jobs above `upstreams` (theirs, and theirs in turn), by id, read consistently one
  * level at a time. Another tenant's job is left out (it counts 0).
  */
-export async function readJobsAbove(
+export function readJobsAbove(
   engine: Engine,
   tenantId: string,
   upstreams: readonly string[],
 ): Promise<Map<string, Job>> {
-  const found = new Map<string, Job>();
-  let frontier = [...new Set(upstreams)];
-  while (frontier.length > 0) {
-    const next = new Set<string>();
-    for (const job of await getJobs(engine, frontier, { consistent: true })) {
-      if (job.tenantId !== tenantId) continue;
-      found.set(job.jobId, job);
-      if (!isAfterSchedule(job.schedule)) continue;
-      for (const id of job.schedule.after.jobs) if (!found.has(id)) next.add(id);
-    }
-    frontier = [...next].filter((id) => !found.has(id));
-  }
-  return found;
+  return readJobsReachable(engine, tenantId, new Map(), upstreams, (job) =>
+    isAfterSchedule(job.schedule) ? job.schedule.after.jobs : [],
+  );
 }
 
 /**
@@ -121,17 +111,33 @@ export async function readJobsAbove(
  * consistently one level at a time after the job was: a dependent linked before the job's read is
  * among them.
  */
-export async function readJobsBelow(engine: Engine, job: Job): Promise<Map<string, Job>> {
-  const found = new Map<string, Job>([[job.jobId, job]]);
-  let frontier = [...job.dependents];
+export function readJobsBelow(engine: Engine, job: Job): Promise<Map<string, Job>> {
+  return readJobsReachable(
+    engine,
+    job.tenantId,
+    new Map([[job.jobId, job]]),
+    [...job.dependents],
+    (dependent) => dependent.dependents,
+  );
+}
+
+/** `found` and the tenant's jobs reached from `start` through `next`, read level by level. */
+async function readJobsReachable(
+  engine: Engine,
+  tenantId: string,
+  found: Map<string, Job>,
+  start: readonly string[],
+  next: (job: Job) => Iterable<string>,
+): Promise<Map<string, Job>> {
+  let frontier = [...new Set(start)];
   while (frontier.length > 0) {
-    const next = new Set<string>();
-    for (const dependent of await getJobs(engine, frontier, { consistent: true })) {
-      if (dependent.tenantId !== job.tenantId) continue;
-      found.set(dependent.jobId, dependent);
-      for (const id of dependent.dependents) if (!found.has(id)) next.add(id);
+    const reached = new Set<string>();
+    for (const job of await getJobs(engine, frontier, { consistent: true })) {
+      if (job.tenantId !== tenantId) continue;
+      found.set(job.jobId, job);
+      for (const id of next(job)) if (!found.has(id)) reached.add(id);
     }
-    frontier = [...next].filter((id) => !found.has(id));
+    frontier = [...reached].filter((id) => !found.has(id));
   }
   return found;
 }
