@@ -28,8 +28,10 @@ export interface SpikeOptions {
   readonly workers?: number;
   /** Concurrent POSTs while creating. */
   readonly concurrency?: number;
-  /** Lead time per job: the jobs are due this long (times N, plus 15 s) after the first create. */
+  /** Lead time per job: the jobs are due this long (times N, plus `baseLeadMs`) after the first create. */
   readonly msPerCreate?: number;
+  /** The lead's fixed part (default 15 s). */
+  readonly baseLeadMs?: number;
   readonly print?: (line: string) => void;
   /**
    * Where the sandbox keeps its DynamoDB Local data. Default: /dev/shm where there is one, so that
@@ -106,7 +108,7 @@ export async function runSpike(options: SpikeOptions): Promise<SpikeResult> {
   try {
     // The sandbox takes 55-100 creates/s here (a create inside the lookahead is a BatchWriteItem and
     // a PutItem); the default leaves room for half that.
-    const leadMs = 15_000 + options.jobs * (options.msPerCreate ?? DEFAULT_MS_PER_CREATE);
+    const leadMs = (options.baseLeadMs ?? 15_000) + options.jobs * (options.msPerCreate ?? DEFAULT_MS_PER_CREATE);
     const dueAt = new Date(Math.ceil((Date.now() + leadMs) / 1000) * 1000);
     const due = dueAt.toISOString();
     print(`creating ${options.jobs} one-off jobs due at ${due} (${concurrency} concurrent POSTs)…`);

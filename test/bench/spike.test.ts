@@ -31,7 +31,9 @@ describe("spike", () => {
       const result = await runSpike({
         jobs: JOBS,
         resultsDir: null,
-        // Creates run at 55-100/s here: the jobs are due 15 s + 20 ms × N after the first.
+        // Creates run at 50-100/s here (200 took 3.7 s in CI): the jobs are due 6 s + 20 ms × N
+        // after the first.
+        baseLeadMs: 6_000,
         msPerCreate: 20,
         print: (l) => lines.push(l),
       });

@@ -290,11 +290,8 @@ describe("chaos", () => {
         ticking = driveTicks(engine, ticks.signal);
       };
 
-      // The workload: all of it due inside [windowStart, windowEnd]. Its creation must end before
-      // the window opens: a per-second job's create claims its next minutes, one PutItem a run
-      // (450 or so), which DynamoDB Local on a loaded machine takes seconds over.
-      const windowStart = Math.ceil((Date.now() + (LONG ? 40_000 : 25_000)) / 1000) * 1000;
-      const windowEnd = windowStart + WINDOW_S * 1000;
+      // The workload: all of it due inside [windowStart, windowEnd], and created before the window
+      // opens.
       const expected: Expected[] = [];
       const target = { url: receiver.url };
       const post = async (body: Record<string, unknown>) => {
@@ -308,31 +305,41 @@ describe("chaos", () => {
         if (response.status !== 201) throw new Error(`create: ${JSON.stringify(json)}`);
         return json;
       };
+      const recurring = { overlapPolicy: "allow", maxConcurrent: 100 };
+      // The per-second jobs come first, before the window is placed: each create claims the job's
+      // next minutes, one PutItem a run (450 or so), which DynamoDB Local on a loaded machine takes
+      // seconds over. Created before the window opens, every second of it is an occurrence, however
+      // long that took.
+      const perSecondJobs = LONG ? 4 : 3;
+      const perSecondIds = await Promise.all(
+        Array.from({ length: perSecondJobs }, async () => {
+          const job = await post({
+            schedule: { cron: "* * * * * *", timezone: "UTC" },
+            ...recurring,
+          });
+          return job.id;
+        }),
+      );
+      const windowStart = Math.ceil((Date.now() + (LONG ? 15_000 : 10_000)) / 1000) * 1000;
+      const windowEnd = windowStart + WINDOW_S * 1000;
       const series = (first: string, stepMs: number) => {
         const out: string[] = [];
         for (let t = Date.parse(first); t <= windowEnd; t += stepMs)
           out.push(new Date(t).toISOString());
         return out;
       };
-      const recurring = { overlapPolicy: "allow", maxConcurrent: 100 };
-      const perSecondJobs = LONG ? 4 : 3;
+      for (const jobId of perSecondIds)
+        expected.push({
+          jobId,
+          kind: "cron per second",
+          occurrences: series(new Date(windowStart).toISOString(), 1000),
+          recurring: true,
+        });
       const everyJobs = 2;
       const perMinuteJobs = LONG ? 20 : 10;
       const oneOffs = LONG ? 100 : 30;
       const dispatcherOneOffs = LONG ? 30 : 15;
       const creates: Promise<void>[] = [];
-      for (let i = 0; i < perSecondJobs; i++)
-        creates.push(
-          (async () => {
-            const job = await post({
-              schedule: { cron: "* * * * * *", timezone: "UTC" },
-              ...recurring,
-            });
-            // Created before the window opens, so every second of the window is an occurrence.
-            const occurrences = series(new Date(windowStart).toISOString(), 1000);
-            expected.push({ jobId: job.id, kind: "cron per second", occurrences, recurring: true });
-          })(),
-        );
       for (let i = 0; i < everyJobs; i++)
         creates.push(
           (async () => {
@@ -559,7 +566,7 @@ describe("chaos", () => {
       const badSignatures = receiver.deliveries.filter((d) => !d.signatureValid).length;
 
       console.log(
-        `chaos: occurrences ${occurrences}, kills ${figures.workerKills} worker + ${figures.dispatcherKills} dispatcher + ${figures.writerKills} fast-path writer, ` +
+        `chaos: occurrences ${occurrences} (created ${(createdBy / 1000).toFixed(1)} s before their window), kills ${figures.workerKills} worker + ${figures.dispatcherKills} dispatcher + ${figures.writerKills} fast-path writer, ` +
           `restarts ${figures.restarts}, redeliveries ${figures.duplicateMessages} duplicate messages + ${webhookRepeats} repeated webhooks, ` +
           `lost ${lost}, double successes ${doubleSuccesses}, runs by starts ${JSON.stringify(Object.fromEntries([...startsPerRun].sort((a, b) => a[0] - b[0])))}`,
       );

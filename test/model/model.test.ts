@@ -11,7 +11,7 @@ import { type Expectation, ModelSystem, ModelViolation } from "./system.js";
  * against DynamoDB Local and the SQS emulator, then lets the system settle
  * and checks the scheduler's promises.
  *
- * `npm test` runs fifty short sequences with jumps up to a day;
+ * `npm test` runs thirty short sequences with jumps up to a day (about a minute);
  * `npm run test:model` runs thousands with jumps up to a week (MODEL_RUNS,
  * MODEL_LONG). A failure prints its seed and path and the shrunk command
  * list; `MODEL_SEED=<seed> MODEL_PATH=<path> MODEL_REPLAY=<replayPath>` replays it. MODEL_SURVEY and
@@ -20,13 +20,13 @@ import { type Expectation, ModelSystem, ModelViolation } from "./system.js";
  */
 const env = process.env;
 const long = env.MODEL_LONG === "1";
-const runs = Number(env.MODEL_RUNS ?? (long ? 2000 : 50));
+const runs = Number(env.MODEL_RUNS ?? (long ? 2000 : 30));
 const limits: ModelLimits = long
   ? { maxJumpMs: 7 * 86_400_000, maxTotalJumpMs: 10 * 86_400_000, maxOccurrencesPerJob: 300 }
   : { maxJumpMs: 86_400_000, maxTotalJumpMs: 2 * 86_400_000, maxOccurrencesPerJob: 150 };
 /**
  * Sequences and a failure's shrinking stop here (the test fails if not all sequences ran): far
- * above a passing run's time (for npm test about 90 s alone here, 150 s beside the other files),
+ * above a passing run's time (for npm test about 55 s alone here, 90 s beside the other files),
  * so it bounds shrinking, not the run.
  */
 const timeLimitMs = Number(env.MODEL_TIME_LIMIT_MS ?? (long ? 3 * 3_600_000 : 480_000));
