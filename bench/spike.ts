@@ -108,7 +108,9 @@ export async function runSpike(options: SpikeOptions): Promise<SpikeResult> {
   try {
     // The sandbox takes 55-100 creates/s here (a create inside the lookahead is a BatchWriteItem and
     // a PutItem); the default leaves room for half that.
-    const leadMs = (options.baseLeadMs ?? 15_000) + options.jobs * (options.msPerCreate ?? DEFAULT_MS_PER_CREATE);
+    const leadMs =
+      (options.baseLeadMs ?? 15_000) +
+      options.jobs * (options.msPerCreate ?? DEFAULT_MS_PER_CREATE);
     const dueAt = new Date(Math.ceil((Date.now() + leadMs) / 1000) * 1000);
     const due = dueAt.toISOString();
     print(`creating ${options.jobs} one-off jobs due at ${due} (${concurrency} concurrent POSTs)…`);
