@@ -212,6 +212,12 @@ export interface Run {
   /** Async mode: when a run handed over times out (its start plus the job's timeout). */
   readonly timesOutAt?: string | null;
   /**
+   * Async mode: the SHA-256 of the run token its latest delivery carried (`shared/webhooks/run-token.ts`),
+   * and of the one before (a token of an earlier start is stale, not unknown). Never shown.
+   */
+  readonly runTokenHash?: string;
+  readonly previousRunTokenHash?: string;
+  /**
    * Set when a cancel of this run was asked for: a QUEUED run ends CANCELLED at once; a RUNNING
    * one's worker sees it at its next heartbeat (or end write) and ends it CANCELLED.
    */

@@ -147,7 +147,8 @@ export class Api extends Construct {
       }
     }
     // An async target's run routes authenticate in the function, by the run token its delivery
-    // carried (HMAC, bound to the run and its fence): the target holds no AWS or tenant credentials.
+    // carried (random, its hash kept on the run; bound to the run and its fence): the target holds
+    // no AWS or tenant credentials.
     for (const path of ["/runs/{runId}/heartbeat", "/runs/{runId}/complete"]) {
       for (const route of this.httpApi.addRoutes({
         path,
@@ -158,7 +159,7 @@ export class Api extends Construct {
         Validations.of(route).acknowledge({
           id: "AwsSolutions-APIG4",
           reason:
-            "An async target's heartbeat and completion are authorized by the run token (verified by the API function against the tenant's signing secret), not by IAM or JWT: the target holds neither.",
+            "An async target's heartbeat and completion are authorized by the run token (a random value the worker made for the delivery, verified by the API function against the hash the run keeps), not by IAM or JWT: the target holds neither.",
         });
       }
     }

@@ -153,7 +153,7 @@ function serveOpenApiDocument(app: OpenAPIHono<ApiEnv>): () => unknown {
     type: "http",
     scheme: "bearer",
     description:
-      "Only POST /runs/{runId}/heartbeat and /complete: the run token an async target's delivery carried (X-Scheduler-Run-Token), bound to the run and the start that delivered it.",
+      "Only POST /runs/{runId}/heartbeat and /complete: the run token an async target's delivery carried (X-Scheduler-Run-Token), made by the scheduler for that delivery and good only for that run under the start that delivered it; not derived from the webhook signing secret. Any token that is not the run's is a 401, whether the run exists or not.",
   });
   app.openAPIRegistry.registerComponent("securitySchemes", "sigv4", {
     type: "apiKey",

@@ -33,7 +33,7 @@ const heartbeatRoute = createRoute({
   request: { params: AsyncRunParams },
   responses: {
     200: json(HeartbeatSchema, "The lease's new end"),
-    ...errors(401, 404, 409),
+    ...errors(401, 409),
   },
 });
 

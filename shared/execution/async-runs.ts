@@ -3,27 +3,32 @@ import { FenceLostError, RunCancelledError, RunNotFoundError, SchedulerError } f
 import { parseRunId } from "../keys.js";
 import type { Job, Run } from "../model.js";
 import { extendAdmission } from "../storage/admission.js";
-import { recordHandOver } from "../storage/run-handover.js";
+import type { HeldRun } from "../storage/run-fence.js";
+import { recordHandOver, recordRunToken } from "../storage/run-handover.js";
 import { extendLease } from "../storage/run-heartbeat.js";
 import { getJob, getRun } from "../storage/run-reads.js";
 import { boundedText } from "../storage/stored-text.js";
-import { readWebhookSecrets } from "../storage/webhook-secrets.js";
-import { readRunToken, runTokenSignedBy } from "../webhooks/run-token.js";
-import { signingSecrets } from "../webhooks/secrets.js";
+import {
+  newRunToken,
+  runTokenFence,
+  runTokenHash,
+  runTokenMatches,
+} from "../webhooks/run-token.js";
 import { endOnCancelRequest } from "./run-endings.js";
 import { endForDeletedJob, type RunResult, recordResult } from "./run-outcome.js";
 
 /**
  * Async (long) runs of `http` jobs whose target is `mode: "async"`: the target answers 202 and
  * takes the run over. It heartbeats (`POST /runs/{runId}/heartbeat`) to extend the run's lease and
- * completes it (`POST /runs/{runId}/complete`), presenting the run token its delivery carried. A
- * token is good while the run is RUNNING under the fence the token names: once the run ended, was
- * cancelled or was started again (its lease lapsed and the reaper re-sent it), it is stale (409).
+ * completes it (`POST /runs/{runId}/complete`), presenting the run token its delivery carried: a
+ * random value the worker made for that delivery, whose hash the run item holds. A token is good
+ * while the run is RUNNING under the fence the token names: once the run ended, was cancelled or
+ * was started again (its lease lapsed and the reaper re-sent it), it is stale (409).
  */
 
 declare module "../errors.js" {
   interface ErrorContexts {
-    /** A run token that is malformed, not signed by the run's tenant, or for another run (HTTP 401). */
+    /** A run token that is malformed, or not one the scheduler gave for this run (HTTP 401). */
     readonly run_token_invalid: { readonly runId: string };
     /** A run token of a run no longer held under its fence: ended, cancelled, taken over (HTTP 409). */
     readonly run_token_stale: { readonly runId: string; readonly status: string };
@@ -49,6 +54,18 @@ class RunTokenStaleError extends SchedulerError<"run_token_stale"> {
   }
 }
 
+/**
+ * What the worker does before it delivers an async run: makes the delivery's run token and writes
+ * its hash to the run under this start's fence (with the start, if still unwritten), so the
+ * target's first call, which may come before its 202 reaches the worker, finds it. Returns the
+ * token, which only the delivery carries.
+ */
+export async function issueRunToken(engine: Engine, run: HeldRun, now: Date): Promise<string> {
+  const token = newRunToken(run.fence);
+  await recordRunToken(engine, run, runTokenHash(token), now);
+  return token;
+}
+
 /** What the worker does when the target answered 202: records the hand-over, keeps the job's overlap view live. */
 export async function handOverRun(
   engine: Engine,
@@ -70,27 +87,28 @@ export async function handOverRun(
   });
 }
 
-/** The run a token holds: verified, the tenant's, and still RUNNING under the token's fence. */
+/**
+ * The run a token holds: one the scheduler gave for this run (its hash is the run's, or the
+ * previous delivery's), and the run still RUNNING under the token's fence. A token that is not
+ * the run's is refused alike whether the run exists or not, so the routes, which take no tenant
+ * credentials, tell nobody which runs exist.
+ */
 async function heldRun(engine: Engine, runId: string, token: string): Promise<Run> {
-  const claims = readRunToken(token);
-  if (claims === null) throw new RunTokenInvalidError(runId, "not a run token");
-  if (claims.runId !== runId) throw new RunTokenInvalidError(runId, "it is another run's token");
+  const fence = runTokenFence(token);
+  if (fence === null) throw new RunTokenInvalidError(runId, "not a run token");
   const ref = parseRunId(runId);
-  if (ref === null || claims.tenantId.length > 256)
-    throw new RunTokenInvalidError(runId, "it names no run");
-  const secrets = await readWebhookSecrets(engine, claims.tenantId);
-  if (secrets === null || !runTokenSignedBy(token, signingSecrets(secrets, engine.clock())))
-    throw new RunTokenInvalidError(runId, "bad signature");
-  const run = await getRun(engine, ref);
-  // A tenant can sign tokens with its own secret: another tenant's run is answered as one that
-  // does not exist (404), so such a token tells it nothing of that run, not even that it exists.
-  if (run === null || run.tenantId !== claims.tenantId) throw new RunNotFoundError(runId);
+  const run = ref === null ? null : await getRun(engine, ref);
+  const given =
+    run !== null &&
+    (runTokenMatches(token, run.runTokenHash) || runTokenMatches(token, run.previousRunTokenHash));
+  if (run === null || !given)
+    throw new RunTokenInvalidError(runId, "it is not a token this run was given");
   if (run.status !== "RUNNING")
     throw new RunTokenStaleError(run, `the run is ${run.status.toLowerCase()}`);
-  if (run.fence !== claims.fence)
+  if (run.fence !== fence)
     throw new RunTokenStaleError(
       run,
-      `the run was started again (fence ${run.fence}); this token is of fence ${claims.fence}`,
+      `the run was started again (fence ${run.fence}); this token is of fence ${fence}`,
     );
   if (run.cancelRequestedAt)
     return cancelled(

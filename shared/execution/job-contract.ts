@@ -21,8 +21,13 @@ export interface JobContext<T extends string = string> {
   readonly trigger?: RunTrigger;
   /** Fires at the job's timeout, or when another worker has taken the run over. */
   readonly signal: AbortSignal;
-  /** The fence of this start: an async run's token is bound to it, so a later start's supersedes it. */
+  /** The fence of this start: a later start of the run (its lease lapsed) has a higher one. */
   readonly fence: number;
+  /**
+   * An async (`target.mode: "async"`) run's token for this delivery, made by the worker, which
+   * wrote its hash to the run first; absent for any other run.
+   */
+  readonly runToken?: string;
 }
 
 /**

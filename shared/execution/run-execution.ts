@@ -91,6 +91,8 @@ export async function execute(
   tracked: boolean,
   /** The tenant's concurrent-runs slot, or null when it has no limit. */
   slot: RunSlot | null,
+  /** An async delivery's run token (`issueRunToken`); undefined for any other run. */
+  runToken?: string,
 ): Promise<Outcome> {
   const { engine } = deps;
   const handler = deps.handlers.get(job.type);
@@ -171,6 +173,7 @@ export async function execute(
     ...(run.trigger ? { trigger: run.trigger } : {}),
     signal: controller.signal,
     fence: run.fence,
+    ...(runToken !== undefined ? { runToken } : {}),
   };
   try {
     const result = await Promise.race([handler(ctx), rejectOnAbort(controller.signal)]);

@@ -1,5 +1,4 @@
 import { fetch, type Response } from "undici";
-import { signRunToken } from "../webhooks/run-token.js";
 import type { WebhookSigningSecrets } from "../webhooks/secrets.js";
 import { webhookSignature } from "../webhooks/secrets.js";
 import { type JobContext, JobError, type JobHandler, RunHandedOver } from "./job-contract.js";
@@ -77,10 +76,7 @@ export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHa
     const ownHeaders = Object.entries(target.headers ?? {}).filter(
       ([name]) => !isSchedulerHeader(name),
     );
-    const handOver =
-      target.mode === "async"
-        ? asyncHeaders(webhook, ctx, await webhook.signingSecrets(ctx.tenantId))
-        : {};
+    const handOver = target.mode === "async" ? asyncHeaders(webhook, ctx) : {};
     const timeout = AbortSignal.timeout((target.timeoutSeconds ?? 30) * 1000);
     let response: Response;
     try {
@@ -158,25 +154,22 @@ async function answerStart(response: Response): Promise<string> {
   return new TextDecoder().decode(Buffer.concat(chunks).subarray(0, MAX_ANSWER_BYTES));
 }
 
-function asyncHeaders(
-  webhook: WebhookSettings,
-  ctx: JobContext<"http">,
-  secrets: readonly string[],
-): Record<string, string> {
-  const secret = secrets[0];
-  if (webhook.apiUrl === undefined || secret === undefined)
+function asyncHeaders(webhook: WebhookSettings, ctx: JobContext<"http">): Record<string, string> {
+  if (webhook.apiUrl === undefined)
     throw new JobError(
       "async mode needs the scheduler API's URL (API_URL) to tell the target where to heartbeat",
       { retryable: false },
     );
+  // The worker makes the token of every async delivery: a handler called without one has nothing
+  // the API would take from the target.
+  if (ctx.runToken === undefined)
+    throw new JobError("async mode needs a run token, which the worker makes for the delivery", {
+      retryable: false,
+    });
   const base = webhook.apiUrl.replace(/\/+$/, "");
   const runPath = `${base}/runs/${encodeURIComponent(ctx.runId)}`;
   return {
-    [ASYNC_HEADERS.token]: signRunToken(secret, {
-      runId: ctx.runId,
-      fence: ctx.fence,
-      tenantId: ctx.tenantId,
-    }),
+    [ASYNC_HEADERS.token]: ctx.runToken,
     [ASYNC_HEADERS.heartbeatUrl]: `${runPath}/heartbeat`,
     [ASYNC_HEADERS.completeUrl]: `${runPath}/complete`,
     ...(webhook.leaseSeconds !== undefined

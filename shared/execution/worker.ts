@@ -12,10 +12,10 @@ import { finishRun } from "../storage/run-finish.js";
 import { parkRun } from "../storage/run-park.js";
 import { getJob } from "../storage/run-reads.js";
 import { requeueRun } from "../storage/run-requeue.js";
-import { startRun, takeRun, writeStart } from "../storage/run-start.js";
+import { startRun, takeRun } from "../storage/run-start.js";
 import { type RunSlot, releaseRunSlot } from "../storage/tenant-quotas.js";
 import { admitRun } from "./admission.js";
-import { handOverRun } from "./async-runs.js";
+import { handOverRun, issueRunToken } from "./async-runs.js";
 import { endOnCancelRequest, type RunProgress, repairJobAfterRun } from "./run-endings.js";
 import { execute, heartbeatEveryMs, type RunExecutionDeps } from "./run-execution.js";
 import { endForDeletedJob, isRecurring, recordResult, resend, startLagMs } from "./run-outcome.js";
@@ -304,11 +304,14 @@ async function runInSlot(
     }
   }
 
-  // An async target may call back under this start's fence before it answers.
-  if (job.target?.mode === "async") await writeStart(engine, run, engine.clock());
   progress.tracked = tracked;
+  // An async delivery carries a run token made for it; the run holds the token's hash (and its
+  // start) before the target, which may call back before it answers, has the token. A cancel
+  // asked meanwhile fails this write: the run ends CANCELLED and is not delivered.
+  const runToken =
+    job.target?.mode === "async" ? await issueRunToken(engine, run, engine.clock()) : undefined;
   progress.executedVersion = job.version;
-  const outcome = await execute(deps, received, job, run, tracked, slot);
+  const outcome = await execute(deps, received, job, run, tracked, slot, runToken);
   const now = engine.clock();
   if (outcome.kind === "fence-lost" || outcome.kind === "cancelled") throw outcome.error;
   if (outcome.kind === "released") {

@@ -5,7 +5,6 @@ import { batchGetByTable } from "./batch-get.js";
 import { failedConditionItem, isConditionalCheckFailed } from "./dynamo-errors.js";
 import { decodeJob, decodeRun, jobKey } from "./items.js";
 import type { HeldRun } from "./run-fence.js";
-import { extendLease } from "./run-heartbeat.js";
 import { type RunRef, runKeyOf } from "./run-reads.js";
 
 type StartResult =
@@ -138,14 +137,4 @@ export async function takeRun(
       },
     },
   };
-}
-
-/**
- * Writes a held run's start now, if it is still unwritten: for a run that others must find RUNNING
- * from its first moment, such as an async delivery whose target may call back under the new fence
- * before it answers.
- */
-export async function writeStart(engine: Engine, run: HeldRun, now: Date): Promise<void> {
-  if (run.unwrittenStart === undefined || run.unwrittenStart.written) return;
-  await extendLease(engine, run, now);
 }

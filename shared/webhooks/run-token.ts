@@ -1,74 +1,44 @@
-import { createHmac, timingSafeEqual } from "node:crypto";
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 
 /**
  * The run token of an async (long) run: what its target presents to
- * `POST /runs/{runId}/heartbeat` and `/complete`. It names the run (its id
- * holds the job, the occurrence and the attempt), the fence of the start that
- * delivered it, and the tenant, and is signed with HMAC-SHA256 under a key
- * derived from the tenant's webhook signing secret (the derivation keeps a
- * token and a webhook signature from ever being mistaken for each other). A
- * token made under a rotated-out secret verifies while that secret still signs
- * deliveries (a day after the rotation).
+ * `POST /runs/{runId}/heartbeat` and `/complete`. The worker makes one for each
+ * delivery of the run, from 32 bytes of crypto randomness, just before it
+ * delivers, and the run item keeps only its SHA-256 (`runTokenHash`, written by
+ * the delivery's fenced write). Nothing else can make one: no key signs it, so
+ * nothing a tenant or its receivers hold (the webhook signing secret every
+ * receiver verifies deliveries with) produces a token, and a token is good for
+ * the one run whose item holds its hash. The fence of the start that delivered
+ * it is part of the token (and of the hash), so a token of an earlier start is
+ * known for what it is (stale, not unknown).
  *
- * Form: `rt1.<base64url JSON {r, f, t}>.<base64url HMAC>`.
+ * Form: `rt2.<fence>.<base64url of 32 random bytes>`.
  */
 
-const VERSION = "rt1";
-const SECRET_PREFIX = "whsec_";
-const KEY_LABEL = "scheduler run token v1";
+const VERSION = "rt2";
+const SECRET_BYTES = 32;
+const FORM = new RegExp(`^${VERSION}\\.([1-9][0-9]{0,15})\\.[A-Za-z0-9_-]{43}$`);
 
-export interface RunTokenClaims {
-  readonly runId: string;
-  readonly fence: number;
-  readonly tenantId: string;
+/** A new token for the delivery of a run started under `fence`. */
+export function newRunToken(fence: number): string {
+  return `${VERSION}.${fence}.${randomBytes(SECRET_BYTES).toString("base64url")}`;
 }
 
-function tokenKey(secret: string): Buffer {
-  const raw = Buffer.from(secret.slice(SECRET_PREFIX.length), "base64");
-  return createHmac("sha256", raw).update(KEY_LABEL).digest();
+/** What the run item keeps of a token: its SHA-256, base64url. */
+export function runTokenHash(token: string): string {
+  return createHash("sha256").update(token).digest("base64url");
 }
 
-function mac(secret: string, signed: string): Buffer {
-  return createHmac("sha256", tokenKey(secret)).update(signed).digest();
+/** The fence a token states, or null when it is not one (verified only by `runTokenMatches`). */
+export function runTokenFence(token: string): number | null {
+  const match = FORM.exec(token);
+  return match?.[1] === undefined ? null : Number(match[1]);
 }
 
-/** A token for `claims`, signed with the tenant's current secret. */
-export function signRunToken(secret: string, claims: RunTokenClaims): string {
-  const body = Buffer.from(
-    JSON.stringify({ r: claims.runId, f: claims.fence, t: claims.tenantId }),
-  ).toString("base64url");
-  const signed = `${VERSION}.${body}`;
-  return `${signed}.${mac(secret, signed).toString("base64url")}`;
-}
-
-/** The claims a token states, unverified (to find whose secrets verify it), or null when it is not one. */
-export function readRunToken(token: string): RunTokenClaims | null {
-  const [version, body, signature, ...rest] = token.split(".");
-  if (version !== VERSION || body === undefined || signature === undefined || rest.length > 0)
-    return null;
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(Buffer.from(body, "base64url").toString("utf8"));
-  } catch {
-    return null;
-  }
-  if (typeof parsed !== "object" || parsed === null) return null;
-  const { r, f, t } = parsed as Record<string, unknown>;
-  if (typeof r !== "string" || typeof t !== "string") return null;
-  if (typeof f !== "number" || !Number.isInteger(f) || f < 1) return null;
-  return { runId: r, fence: f, tenantId: t };
-}
-
-/** Whether one of `secrets` (the tenant's valid ones) signed `token`. */
-export function runTokenSignedBy(token: string, secrets: readonly string[]): boolean {
-  const cut = token.lastIndexOf(".");
-  if (cut < 0) return false;
-  const presented = Buffer.from(token.slice(cut + 1), "base64url");
-  const signed = token.slice(0, cut);
-  let valid = false;
-  for (const secret of secrets) {
-    const expected = mac(secret, signed);
-    if (expected.length === presented.length && timingSafeEqual(expected, presented)) valid = true;
-  }
-  return valid;
+/** Whether `token` is the one whose hash the run keeps (compared in constant time). */
+export function runTokenMatches(token: string, hash: string | undefined): boolean {
+  if (hash === undefined) return false;
+  const expected = Buffer.from(hash, "base64url");
+  const presented = createHash("sha256").update(token).digest();
+  return expected.length === presented.length && timingSafeEqual(expected, presented);
 }

@@ -6,8 +6,10 @@ import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { RunSchema } from "../../shared/api/schemas/runs.js";
 import { DEFAULT_QUOTAS, type TenantQuotas } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";
-import { signRunToken } from "../../shared/webhooks/run-token.js";
-import { tenantWebhookSecrets } from "../../shared/webhooks/secrets.js";
+import { issueRunToken } from "../../shared/execution/async-runs.js";
+import { parseRunId } from "../../shared/keys.js";
+import { requeueRun } from "../../shared/storage/run-requeue.js";
+import { startRun } from "../../shared/storage/run-start.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
 import { createTestClients } from "../support/namespace.js";
 import { JOB_TYPES } from "./support.js";
@@ -114,8 +116,14 @@ describe("error bodies, byte for byte", () => {
     const id = await createJob();
     const triggered = await call("POST", `/jobs/${id}/trigger`);
     const runId = RunSchema.parse(JSON.parse(triggered.body)).runId;
-    const secret = (await tenantWebhookSecrets(fixture.engine, TENANT)).current;
-    const token = signRunToken(secret, { runId, fence: 1, tenantId: TENANT });
+    // Delivered to an async target with its token, then released back to the queue (its worker
+    // shut down): the token is the run's, and stale.
+    const ref = parseRunId(runId);
+    if (ref === null) throw new Error(`not a run id: ${runId}`);
+    const started = await startRun(fixture.engine, ref, "error-bodies-worker", NOW);
+    if (started.kind !== "started") throw new Error(`run ${runId} did not start`);
+    const token = await issueRunToken(fixture.engine, started.run, NOW);
+    await requeueRun(fixture.engine, started.run, "released: the worker shut down mid-run", NOW);
     const heartbeat = `/runs/${runId}/heartbeat`;
     const runRealm = { ...JSON_TYPE, "www-authenticate": 'Bearer realm="scheduler-run"' };
 
@@ -137,7 +145,19 @@ describe("error bodies, byte for byte", () => {
     ).toEqual({
       status: 401,
       headers: runRealm,
-      body: '{"error":{"code":"unauthorized","message":"run token refused: bad signature"}}',
+      body: '{"error":{"code":"unauthorized","message":"run token refused: it is not a token this run was given"}}',
+    });
+    // A run that does not exist answers the same as one that does, to a token that is not its own.
+    const missingRunId = runId.replace(/-1$/, "-2");
+    expect(
+      await call("POST", `/runs/${missingRunId}/heartbeat`, {
+        auth: false,
+        headers: { Authorization: `Bearer ${token}` },
+      }),
+    ).toEqual({
+      status: 401,
+      headers: runRealm,
+      body: '{"error":{"code":"unauthorized","message":"run token refused: it is not a token this run was given"}}',
     });
     expect(
       await call("POST", heartbeat, { auth: false, headers: { Authorization: `Bearer ${token}` } }),

@@ -3,11 +3,10 @@ import type { OpenAPIV3 } from "openapi-types";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { RunPageSchema, RunSchema } from "../../shared/api/schemas/runs.js";
+import { issueRunToken } from "../../shared/execution/async-runs.js";
 import { parseRunId } from "../../shared/keys.js";
 import { startRun } from "../../shared/storage/run-start.js";
-import { signRunToken } from "../../shared/webhooks/run-token.js";
-import { tenantWebhookSecrets } from "../../shared/webhooks/secrets.js";
-import { type ApiHarness, deadRunVia, KEY_A, startApi, TENANT_A } from "./support.js";
+import { type ApiHarness, deadRunVia, KEY_A, startApi } from "./support.js";
 
 /**
  * The served OpenAPI document is valid OpenAPI 3.x, documents every route,
@@ -31,15 +30,14 @@ afterAll(() => api.close());
 
 const METHODS = ["get", "post", "patch", "put", "delete"] as const;
 
-/** Starts the run as a worker would and signs the token its async target would be handed. */
+/** Starts the run as a worker would and makes the token its async target would be handed. */
 async function runTokenOfStarted(runId: string): Promise<string> {
   const ref = parseRunId(runId);
   if (ref === null) throw new Error(`not a run id: ${runId}`);
   const engine = api.fixture.engine;
   const started = await startRun(engine, ref, "openapi-test", engine.clock());
   if (started.kind !== "started") throw new Error(`run ${runId} did not start`);
-  const secret = (await tenantWebhookSecrets(engine, TENANT_A)).current;
-  return signRunToken(secret, { runId, fence: started.run.fence, tenantId: TENANT_A });
+  return issueRunToken(engine, started.run, engine.clock());
 }
 
 function operations(doc: OpenAPIV3.Document) {

@@ -14,6 +14,7 @@ import { sleep } from "../../shared/clock.js";
 import { loadSettings } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";
 import { admitRun } from "../../shared/execution/admission.js";
+import { issueRunToken } from "../../shared/execution/async-runs.js";
 import { createJob } from "../../shared/jobs/index.js";
 import { shardOf } from "../../shared/keys.js";
 import type { DueEntry, Run } from "../../shared/model.js";
@@ -25,8 +26,6 @@ import { getJob } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { queuedRun } from "../../shared/storage/runs.js";
 import { triggerEntryOf } from "../../shared/storage/trigger.js";
-import { signRunToken } from "../../shared/webhooks/run-token.js";
-import { tenantWebhookSecrets } from "../../shared/webhooks/secrets.js";
 import { testJob } from "../support/engine-fixture.js";
 import {
   httpApiEvent,
@@ -454,6 +453,18 @@ describe("each handler, driven through its AWS-calling paths", () => {
     });
     expect(webhook.status).toBe(201);
     ids.webhook = String(field(webhook.body, "id"));
+    // An async one: the worker writes the hash of the run token it makes for the delivery to the
+    // run (the start with it) before it sends the delivery, which is then refused the same way.
+    const asyncWebhook = await api("POST", "/jobs", {
+      body: {
+        type: "http",
+        schedule: { runAt: new Date().toISOString() },
+        target: { url: "http://localhost/hook", mode: "async" },
+        timeoutSeconds: 3600,
+      },
+    });
+    expect(asyncWebhook.status).toBe(201);
+    ids.asyncWebhook = String(field(asyncWebhook.body, "id"));
     // A batch create: the idempotency records in one BatchGetItem, the fast-path runs and the plain
     // jobs' due entries, then the plain jobs, with BatchWriteItem; a keyed job in its transaction.
     const batch = await api("POST", "/jobs:batch", {
@@ -645,6 +656,10 @@ describe("each handler, driven through its AWS-calling paths", () => {
     expect((await runsOf(ids.webhook ?? ""))[0]?.error).toMatch(
       /localhost resolves to .*; refused/,
     );
+    const [asyncRun] = await runsOf(ids.asyncWebhook ?? "");
+    expect(asyncRun).toMatchObject({ status: "DEAD", fence: 1 });
+    expect(asyncRun?.error).toMatch(/localhost resolves to .*; refused/);
+    expect(asyncRun?.runTokenHash).toMatch(/^[A-Za-z0-9_-]{43}$/);
     const { Items: secrets = [] } = await clients.doc.send(
       new ScanCommand({ TableName: runtimeEnvironment("worker").WEBHOOK_SECRETS_TABLE }),
     );
@@ -764,12 +779,7 @@ describe("each handler, driven through its AWS-calling paths", () => {
     await clients.doc.send(new PutCommand({ TableName: seed.tables.runs, Item: item }));
     const started = await startRun(seed, run, "async-worker", new Date());
     if (started.kind !== "started") throw new Error("the async run did not start");
-    const secret = (await tenantWebhookSecrets(seed, TENANT)).current;
-    const token = signRunToken(secret, {
-      runId: run.runId,
-      fence: started.run.fence,
-      tenantId: TENANT,
-    });
+    const token = await issueRunToken(seed, started.run, new Date());
     return { seed, job, run, headers: { Authorization: `Bearer ${token}` } };
   }
 

@@ -1,5 +1,7 @@
+import { createHmac } from "node:crypto";
 import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
@@ -9,10 +11,9 @@ import { parseRunId, runId as runIdOf } from "../../shared/keys.js";
 import { METRICS, MetricsRecorder } from "../../shared/observability.js";
 import { receiveRuns } from "../../shared/queue/work-queue.js";
 import { requestRunCancel } from "../../shared/storage/run-cancel.js";
-import { getRun } from "../../shared/storage/run-reads.js";
-import { signRunToken } from "../../shared/webhooks/run-token.js";
+import { getRun, runKeyOf } from "../../shared/storage/run-reads.js";
 import { cachedSigningSecrets, tenantWebhookSecrets } from "../../shared/webhooks/secrets.js";
-import { type ApiHarness, expectError, KEY_B, startApi, TENANT_A } from "../api/support.js";
+import { type ApiHarness, KEY_B, startApi, TENANT_A } from "../api/support.js";
 
 /**
  * Long jobs: an `http` job whose target has `mode: "async"` answers 202 and takes the run over.
@@ -149,6 +150,24 @@ async function callBack(url: string, token: string | null, body?: unknown) {
   };
 }
 
+/**
+ * A token as anyone holding the tenant's webhook signing secret could make one under the `rt1`
+ * scheme (`rt1.<{r, f, t}>.<HMAC>` keyed by HMAC(secret, "scheduler run token v1")): what a second
+ * receiver of the tenant's deliveries tries.
+ */
+function forgedWithWebhookSecret(
+  secret: string,
+  claims: { runId: string; fence: number; tenantId: string },
+): string {
+  const raw = Buffer.from(secret.slice("whsec_".length), "base64");
+  const key = createHmac("sha256", raw).update("scheduler run token v1").digest();
+  const body = Buffer.from(
+    JSON.stringify({ r: claims.runId, f: claims.fence, t: claims.tenantId }),
+  ).toString("base64url");
+  const signed = `rt1.${body}`;
+  return `${signed}.${createHmac("sha256", key).update(signed).digest("base64url")}`;
+}
+
 function parseRunIdOrThrow(runId: string) {
   const ref = parseRunId(runId);
   if (ref === null) throw new Error(`not a run id: ${runId}`);
@@ -281,6 +300,93 @@ describe("async mode (long jobs)", () => {
     expect(done.body).toMatchObject({ status: "succeeded", fence: 2 });
   });
 
+  it("a token two starts old is not the run's any more (401); the one before the latest is stale (409)", async () => {
+    const jobId = await createAsyncJob();
+    const tokens: HandOff[] = [await deliver(jobId)];
+    for (const _restart of [1, 2]) {
+      advance(LEASE_MS + 2 + REAPER_SETTLE_MS);
+      expect((await reap(api.fixture.engine, { now })).resent).toBe(1);
+      tokens.push(await deliver(jobId));
+    }
+    const [first, second, third] = tokens;
+    if (first === undefined || second === undefined || third === undefined)
+      throw new Error("three deliveries expected");
+    expect(await runOf(jobId, first.runId)).toMatchObject({ status: "running", fence: 3 });
+    expect((await callBack(first.heartbeatUrl, first.token)).status).toBe(401);
+    expect((await callBack(second.heartbeatUrl, second.token)).status).toBe(409);
+    const done = await callBack(third.completeUrl, third.token, { status: "succeeded" });
+    expect(done.body).toMatchObject({ status: "succeeded", fence: 3 });
+  });
+
+  it("a run handed over before the upgrade (an rt1 token, no hash on the run) is refused, lapses and is delivered again with a token that works", async () => {
+    const jobId = await createAsyncJob();
+    const handOff = await deliver(jobId);
+    const ref = parseRunIdOrThrow(handOff.runId);
+    // The run as the version before left it: RUNNING under its hand-over, no token hash; its
+    // target holds the rt1 token that version signed.
+    await api.fixture.engine.doc.send(
+      new UpdateCommand({
+        TableName: api.fixture.engine.tables.runs,
+        Key: runKeyOf(ref),
+        UpdateExpression: "REMOVE runTokenHash, previousRunTokenHash",
+      }),
+    );
+    const secret = (await tenantWebhookSecrets(api.fixture.engine, TENANT_A)).current;
+    const oldToken = forgedWithWebhookSecret(secret, {
+      runId: handOff.runId,
+      fence: 1,
+      tenantId: TENANT_A,
+    });
+    advance(20_000);
+    const refused = await callBack(handOff.heartbeatUrl, oldToken);
+    expect(refused.status, refused.text).toBe(401);
+
+    // Its heartbeats refused, the lease lapses; the reaper re-sends the run and a worker delivers
+    // it again under fence 2 with a token of the new form.
+    advance(LEASE_MS - 20_000 + 2 + REAPER_SETTLE_MS);
+    expect((await reap(api.fixture.engine, { now })).resent).toBe(1);
+    const again = await deliver(jobId);
+    expect(again).toMatchObject({ runId: handOff.runId, attempt: 1 });
+    expect(again.token).toMatch(/^rt2\.2\./);
+    expect((await callBack(again.heartbeatUrl, again.token)).status).toBe(200);
+    const done = await callBack(again.completeUrl, again.token, { status: "succeeded" });
+    expect(done.body).toMatchObject({ status: "succeeded", fence: 2, attempt: 1 });
+  });
+
+  it("a cancel asked before a delivery's token is written ends the run CANCELLED, and the target is not called", async () => {
+    const jobId = await createAsyncJob();
+    const first = await deliver(jobId);
+    advance(LEASE_MS + 2 + REAPER_SETTLE_MS);
+    expect((await reap(api.fixture.engine, { now })).resent).toBe(1);
+    // The lapsed run's cancel is asked as its re-send is on its way (as the stored request the
+    // cancel route makes first).
+    const run = await getRun(api.fixture.engine, parseRunIdOrThrow(first.runId));
+    if (run === null) throw new Error("no run");
+    expect((await requestRunCancel(api.fixture.engine, run, "api", now))?.cancelRequestedAt).toBe(
+      now.toISOString(),
+    );
+    const handOffsBefore = target.handOffs.length;
+    const deadline = Date.now() + 20_000;
+    let processed = false;
+    while (!processed && Date.now() < deadline) {
+      const batch = await receiveRuns(api.fixture.engine.sqs, api.fixture.engine.queues.normal, {
+        max: 10,
+        waitSeconds: 1,
+      });
+      for (const received of batch.filter((r) => r.message.jobId === jobId)) {
+        expect(await api.fixture.process(worker, received)).toBe("ack");
+        processed = true;
+      }
+    }
+    expect(processed).toBe(true);
+    expect(target.handOffs.length).toBe(handOffsBefore);
+    expect(await runOf(jobId, first.runId)).toMatchObject({
+      status: "cancelled",
+      fence: 2,
+      cancelledBy: "api",
+    });
+  });
+
   it("a cancel of a handed-over run ends it CANCELLED at once; the target's heartbeat and completion are then 409, and no retry follows", async () => {
     const jobId = await createAsyncJob({ retry: { maxAttempts: 3 } });
     const handOff = await deliver(jobId);
@@ -403,10 +509,10 @@ describe("async mode (long jobs)", () => {
     const otherJob = await createAsyncJob();
     const other = await deliver(otherJob);
     await expect401(handOff.token, other.heartbeatUrl);
-    // A token naming A as its tenant, signed with B's secret: it verifies for no tenant.
+    // A token of the old form naming A as its tenant, signed with B's secret.
     const secretOfB = (await tenantWebhookSecrets(api.fixture.engine, "tenant-b")).current;
     await expect401(
-      signRunToken(secretOfB, { runId: handOff.runId, fence: 1, tenantId: TENANT_A }),
+      forgedWithWebhookSecret(secretOfB, { runId: handOff.runId, fence: 1, tenantId: TENANT_A }),
     );
     // Tenant credentials are not a run token.
     await expect401(KEY_B);
@@ -420,45 +526,144 @@ describe("async mode (long jobs)", () => {
     expect(run?.leaseUntil).toBe(new Date(handedOverAt + LEASE_MS).toISOString());
   });
 
-  it("an unknown run with a well-formed token of its tenant is 404", async () => {
-    const secretOfA = (await tenantWebhookSecrets(api.fixture.engine, TENANT_A)).current;
-    const runId = runIdOf("01J9Z3V6K8N4QX2M7R5T0W1Y3B", now, 1);
-    const token = signRunToken(secretOfA, { runId, fence: 1, tenantId: TENANT_A });
-    const reply = await callBack(`${api.server.url}/runs/${runId}/heartbeat`, token);
-    expectError({ ...reply, body: reply.body as unknown }, 404, { code: "not_found" });
+  it("a target may call back with its token before it answers: the run holds the token's hash from before the delivery", async () => {
+    const early: { status: number; fence: unknown }[] = [];
+    const handedOff: { token: string; completeUrl: string }[] = [];
+    const eager = createServer((request, response) => {
+      request.resume();
+      request.on("end", () => {
+        const token = String(request.headers["x-scheduler-run-token"] ?? "");
+        const url = String(request.headers["x-scheduler-heartbeat-url"] ?? "");
+        void (async () => {
+          const beat = await callBack(url, token);
+          const runId = String(request.headers["x-scheduler-run-id"] ?? "");
+          const run = await getRun(api.fixture.engine, parseRunIdOrThrow(runId));
+          early.push({ status: beat.status, fence: run?.fence });
+          handedOff.push({
+            token,
+            completeUrl: String(request.headers["x-scheduler-complete-url"] ?? ""),
+          });
+          response.writeHead(202).end();
+        })();
+      });
+    });
+    await new Promise<void>((resolve) => eager.listen(0, "127.0.0.1", resolve));
+    try {
+      const { port } = eager.address() as AddressInfo;
+      const runAt = new Date(now.getTime() + 1000);
+      const created = await api.call("POST", "/jobs", {
+        body: {
+          type: "http",
+          schedule: { runAt: runAt.toISOString() },
+          target: { url: `http://127.0.0.1:${port}/eager`, mode: "async" },
+          timeoutSeconds: 3600,
+        },
+      });
+      expect(created.status, created.text).toBe(201);
+      now = runAt;
+      const jobId = (created.body as { id: string }).id;
+      const deadline = Date.now() + 20_000;
+      while (early.length === 0 && Date.now() < deadline) {
+        const batch = await receiveRuns(api.fixture.engine.sqs, api.fixture.engine.queues.normal, {
+          max: 10,
+          waitSeconds: 1,
+        });
+        for (const received of batch.filter((r) => r.message.jobId === jobId))
+          await api.fixture.process(worker, received);
+      }
+      expect(early).toEqual([{ status: 200, fence: 1 }]);
+      expect(await runOf(jobId, runIdOf(jobId, now, 1))).toMatchObject({
+        status: "running",
+        fence: 1,
+        handedOverAt: now.toISOString(),
+      });
+      const [taken] = handedOff;
+      if (taken === undefined) throw new Error("the target was handed nothing");
+      const done = await callBack(taken.completeUrl, taken.token, { status: "succeeded" });
+      expect(done.body).toMatchObject({ status: "succeeded" });
+    } finally {
+      await new Promise((resolve) => eager.close(resolve));
+    }
   });
 
-  it("another tenant's token naming a run of A is answered as for a run that does not exist", async () => {
-    // Tenant B can sign tokens for its own tenant with its own secret. Naming A's run, it must learn
-    // nothing of it: not whether the run exists, so not A's occurrences or how many attempts they took.
+  it("a receiver holding the tenant's webhook secret cannot make a token: forged, it is refused (401) and the run is unchanged", async () => {
+    // Every receiver of the tenant's webhooks holds its signing secret (it verifies deliveries
+    // with it), including one a team pointed a job at a third party. The run id and the fence of
+    // A's async run are no secret: deliveries and the run history show them.
     const jobId = await createAsyncJob();
     const handOff = await deliver(jobId);
-    const secretOfB = (await tenantWebhookSecrets(api.fixture.engine, "tenant-b")).current;
-    const asB = async (runId: string, action: "heartbeat" | "complete") => {
-      const token = signRunToken(secretOfB, { runId, fence: 1, tenantId: "tenant-b" });
+    const handedOverAt = now.getTime();
+    const secret = (await tenantWebhookSecrets(api.fixture.engine, TENANT_A)).current;
+    const forged = [
+      // What the scheme before this one made: an HMAC under a key derived from that secret.
+      forgedWithWebhookSecret(secret, { runId: handOff.runId, fence: 1, tenantId: TENANT_A }),
+      // The token's own shape, with a value the receiver made up.
+      `${handOff.token.slice(0, handOff.token.lastIndexOf(".") + 1)}${Buffer.alloc(32).toString("base64url")}`,
+    ];
+    for (const token of forged) {
+      for (const url of [handOff.heartbeatUrl, handOff.completeUrl]) {
+        const reply = await callBack(
+          url,
+          token,
+          url.endsWith("complete") ? { status: "succeeded" } : undefined,
+        );
+        expect(reply.status, reply.text).toBe(401);
+        expect(reply.body).toMatchObject({ error: { code: "unauthorized" } });
+      }
+    }
+    expect(await runOf(jobId, handOff.runId)).toMatchObject({
+      status: "running",
+      fence: 1,
+      leaseUntil: new Date(handedOverAt + LEASE_MS).toISOString(),
+      finishedAt: null,
+    });
+    // The token the delivery carried still holds the run.
+    expect((await callBack(handOff.heartbeatUrl, handOff.token)).status).toBe(200);
+    const done = await callBack(handOff.completeUrl, handOff.token, { status: "succeeded" });
+    expect(done.body).toMatchObject({ status: "succeeded" });
+  });
+
+  it("a token that is not the run's is refused alike whether the run exists or not (401), another tenant's included", async () => {
+    // Tenant B's own async run, with the token its target was handed.
+    const runAt = new Date(now.getTime() + 1000);
+    const createdByB = await api.call("POST", "/jobs", {
+      key: KEY_B,
+      body: {
+        type: "http",
+        schedule: { runAt: runAt.toISOString() },
+        target: { url: target.url, mode: "async" },
+        timeoutSeconds: 3600,
+      },
+    });
+    expect(createdByB.status, createdByB.text).toBe(201);
+    now = runAt;
+    const ofB = await deliver((createdByB.body as { id: string }).id);
+    const jobId = await createAsyncJob();
+    const handOff = await deliver(jobId);
+    const missingRunId = runIdOf(jobId, now, 2); // the same occurrence's second attempt: never queued
+    const answer = async (runId: string, token: string, action: "heartbeat" | "complete") => {
       const reply = await callBack(
         `${api.server.url}/runs/${runId}/${action}`,
         token,
         action === "complete" ? { status: "failed", error: "from B", retryable: false } : undefined,
       );
-      const error = reply.body.error as { code: string; message: string };
-      return {
-        status: reply.status,
-        code: error.code,
-        message: error.message.replace(runId, "<run>"),
-      };
+      return { status: reply.status, body: reply.text };
     };
-    // The same occurrence's second attempt, which was never queued.
-    const missingRunId = runIdOf(jobId, now, 2);
-    expect(handOff.runId).toBe(runIdOf(jobId, now, 1));
     for (const action of ["heartbeat", "complete"] as const) {
-      const ofA = await asB(handOff.runId, action);
-      const missing = await asB(missingRunId, action);
-      expect(ofA).toEqual(missing);
-      expect(ofA).toMatchObject({ status: 404, code: "not_found" });
+      for (const token of [
+        ofB.token,
+        handOff.token.replace(/.$/, (c) => (c === "A" ? "B" : "A")),
+      ]) {
+        const ofA = await answer(handOff.runId, token, action);
+        expect(ofA.status, ofA.body).toBe(401);
+        expect(await answer(missingRunId, token, action)).toEqual(ofA);
+      }
     }
-    // A's run is as it was.
+    // A's run is as it was, and B's token still holds B's run.
     expect(await runOf(jobId, handOff.runId)).toMatchObject({ status: "running", fence: 1 });
+    expect((await callBack(ofB.heartbeatUrl, ofB.token)).status).toBe(200);
+    for (const { completeUrl, token } of [ofB, handOff])
+      expect((await callBack(completeUrl, token, { status: "succeeded" })).status).toBe(200);
   });
 
   it("a 202 from a target without async mode is an ordinary success", async () => {
