@@ -1,6 +1,9 @@
+import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
-import { fencedRunUpdate, type HeldRun } from "./run-fence.js";
+import { failedConditionItem, isConditionalCheckFailed } from "./dynamo-errors.js";
+import { fencedRunUpdate, fencedWrite, fenceFailure, type HeldRun } from "./run-fence.js";
+import { runKeyOf } from "./run-reads.js";
 
 /**
  * Before an async delivery is sent: the run keeps the hash of the run token the delivery carries
@@ -8,6 +11,13 @@ import { fencedRunUpdate, type HeldRun } from "./run-fence.js";
  * lease from now, under this start's fence. A start still unwritten is written with it: the
  * target may call back under the new fence before it answers. Throws FenceLostError when the run
  * is no longer held, RunCancelledError once a cancel of it was asked.
+ *
+ * A write that fails its condition is this delivery's own, applied before (its answer lost), only
+ * when the run holds this token's hash: the token is this delivery's alone. Not the worker id and
+ * the start's instant, as other writes tell (`ownStartWritten`): two messages of one run in one
+ * batch (a Lambda invocation runs its records at once) take it under one worker id at one
+ * instant, and the one whose write
+ * came second must not deliver the run as well, with a second token live under the same fence.
  */
 export async function recordRunToken(
   engine: Engine,
@@ -16,19 +26,46 @@ export async function recordRunToken(
   now: Date,
 ): Promise<void> {
   const leaseUntil = new Date(now.getTime() + engine.settings.leaseMs);
-  await fencedRunUpdate(engine, run, {
-    // The status and reason are a start's, for a delivery that writes its run's start. The right
-    // side reads the item as it was: the previous hash is the one this write replaces (its own
-    // on the run's first delivery, and on a write made again because the answer to one that
-    // applied was lost: the token before then answers 401 instead of 409).
-    set: "#status = :running, leaseUntil = :leaseUntil, previousRunTokenHash = if_not_exists(runTokenHash, :tokenHash), runTokenHash = :tokenHash",
-    remove: "reason",
-    values: {
-      ":running": "RUNNING",
-      ":leaseUntil": leaseUntil.toISOString(),
-      ":tokenHash": tokenHash,
-    },
-  });
+  const held = fencedWrite(run);
+  // The status and reason are a start's, for a delivery that writes its run's start. The right
+  // side reads the item as it was: the previous hash is the one this write replaces (its own on
+  // the run's first delivery).
+  const set = [
+    "#status = :running, leaseUntil = :leaseUntil, previousRunTokenHash = if_not_exists(runTokenHash, :tokenHash), runTokenHash = :tokenHash",
+    ...held.startSets,
+  ].join(", ");
+  try {
+    await engine.doc.send(
+      new UpdateCommand({
+        TableName: engine.tables.runs,
+        Key: runKeyOf(run),
+        ConditionExpression: held.condition,
+        UpdateExpression: `SET ${set} REMOVE reason`,
+        ExpressionAttributeNames: held.names,
+        ExpressionAttributeValues: {
+          ":running": "RUNNING",
+          ":leaseUntil": leaseUntil.toISOString(),
+          ":tokenHash": tokenHash,
+          ...held.values,
+        },
+        ReturnValuesOnConditionCheckFailure: "ALL_OLD",
+      }),
+    );
+  } catch (error) {
+    if (!isConditionalCheckFailed(error)) throw error;
+    const old = failedConditionItem(error);
+    const own =
+      old !== null &&
+      old.runTokenHash === tokenHash &&
+      old.fence === run.fence &&
+      old.status === "RUNNING";
+    if (!own) throw fenceFailure(run, old, error);
+    held.written();
+    // Applied, and a cancel asked since: the run is this worker's to end CANCELLED.
+    if (typeof old.cancelRequestedAt === "string") throw fenceFailure(run, old, error);
+    return;
+  }
+  held.written();
 }
 
 /**

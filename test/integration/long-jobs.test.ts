@@ -353,6 +353,27 @@ describe("async mode (long jobs)", () => {
     expect(done.body).toMatchObject({ status: "succeeded", fence: 2, attempt: 1 });
   });
 
+  it("two deliveries of one run in one batch (one worker, one instant) hand it over once, under one token", async () => {
+    // A Lambda worker runs a batch's records at once under one worker id, so two messages of one
+    // run in a batch (a duplicate, a re-send) take it at the same instant with the same start.
+    const jobId = await createAsyncJob();
+    const received = await api.fixture.nextDelivery(api.fixture.engine.queues.normal, jobId);
+    const before = target.handOffs.length;
+    const dispositions = await Promise.all([
+      api.fixture.process(worker, received),
+      api.fixture.process(worker, received),
+    ]);
+    expect(dispositions).toEqual(["ack", "ack"]);
+    const handOffs = target.handOffs.slice(before);
+    expect(handOffs).toHaveLength(1);
+    const [handOff] = handOffs;
+    if (handOff === undefined) throw new Error("the target was handed nothing");
+    const run = await getRun(api.fixture.engine, parseRunIdOrThrow(handOff.runId));
+    expect(run).toMatchObject({ status: "RUNNING", fence: 1 });
+    const done = await callBack(handOff.completeUrl, handOff.token, { status: "succeeded" });
+    expect(done.body).toMatchObject({ status: "succeeded", fence: 1 });
+  });
+
   it("a cancel asked before a delivery's token is written ends the run CANCELLED, and the target is not called", async () => {
     const jobId = await createAsyncJob();
     const first = await deliver(jobId);
