@@ -5,6 +5,9 @@ import { failedConditionItem, isConditionalCheckFailed } from "./dynamo-errors.j
 import { fencedRunUpdate, fencedWrite, fenceFailure, type HeldRun } from "./run-fence.js";
 import { runKeyOf } from "./run-reads.js";
 
+/** The run does not hold this token's hash yet. */
+const NOT_THIS_TOKEN = "(attribute_not_exists(runTokenHash) OR runTokenHash <> :tokenHash)";
+
 /**
  * Before an async delivery is sent: the run keeps the hash of the run token the delivery carries
  * (and the previous delivery's, so that a token of the start before answers as stale), with a
@@ -39,7 +42,10 @@ export async function recordRunToken(
       new UpdateCommand({
         TableName: engine.tables.runs,
         Key: runKeyOf(run),
-        ConditionExpression: held.condition,
+        // Not applied already: a write sent again (the SDK does when an answer is lost) would
+        // otherwise move this token's own hash to previousRunTokenHash, and the token of the start
+        // before, which the target of that start still holds, would answer 401 instead of 409.
+        ConditionExpression: `(${held.condition}) AND ${NOT_THIS_TOKEN}`,
         UpdateExpression: `SET ${set} REMOVE reason`,
         ExpressionAttributeNames: held.names,
         ExpressionAttributeValues: {

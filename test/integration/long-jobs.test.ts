@@ -14,6 +14,7 @@ import { requestRunCancel } from "../../shared/storage/run-cancel.js";
 import { getRun, runKeyOf } from "../../shared/storage/run-reads.js";
 import { cachedSigningSecrets, tenantWebhookSecrets } from "../../shared/webhooks/secrets.js";
 import { type ApiHarness, KEY_B, startApi, TENANT_A } from "../api/support.js";
+import { createTestClients } from "../support/namespace.js";
 
 /**
  * Long jobs: an `http` job whose target has `mode: "async"` answers 202 and takes the run over.
@@ -372,6 +373,48 @@ describe("async mode (long jobs)", () => {
     expect(run).toMatchObject({ status: "RUNNING", fence: 1 });
     const done = await callBack(handOff.completeUrl, handOff.token, { status: "succeeded" });
     expect(done.body).toMatchObject({ status: "succeeded", fence: 1 });
+  });
+
+  it("a token write sent again (its answer lost) keeps the token before it stale (409), on a first start and a later one", async () => {
+    // The SDK sends a request again when its answer is lost (a timeout, a dropped connection),
+    // though the write applied: here every run token write is sent twice.
+    const clients = createTestClients();
+    let sentTwice = 0;
+    clients.doc.middlewareStack.add(
+      (next) => async (args) => {
+        const input: object = args.input;
+        const update = "UpdateExpression" in input ? String(input.UpdateExpression) : "";
+        if (update.includes("runTokenHash = :tokenHash")) {
+          sentTwice++;
+          await next(args).catch(() => undefined);
+        }
+        return next(args);
+      },
+      { step: "initialize", name: "sendTokenWritesTwice" },
+    );
+    const resending: WorkerDeps = {
+      ...worker,
+      engine: { ...api.fixture.engine, doc: clients.doc },
+    };
+    try {
+      const jobId = await createAsyncJob();
+      const before = target.handOffs.length;
+      const first = await deliver(jobId, resending);
+      expect(first.token).toMatch(/^rt2\.1\./);
+      advance(LEASE_MS + 2 + REAPER_SETTLE_MS);
+      expect((await reap(api.fixture.engine, { now })).resent).toBe(1);
+      const second = await deliver(jobId, resending);
+      expect(second.token).toMatch(/^rt2\.2\./);
+      expect(sentTwice).toBe(2);
+      expect(target.handOffs.length - before).toBe(2);
+      const stale = await callBack(first.heartbeatUrl, first.token);
+      expect(stale.status, stale.text).toBe(409);
+      expect(stale.body).toMatchObject({ error: { code: "stale_run_token" } });
+      const done = await callBack(second.completeUrl, second.token, { status: "succeeded" });
+      expect(done.body).toMatchObject({ status: "succeeded", fence: 2 });
+    } finally {
+      clients.destroy();
+    }
   });
 
   it("a cancel asked before a delivery's token is written ends the run CANCELLED, and the target is not called", async () => {
