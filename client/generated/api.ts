@@ -674,7 +674,7 @@ export interface components {
         /** @description Where an http job POSTs its payload. */
         HttpTarget: {
             /**
-             * @description Sent with every delivery. The scheduler sets Content-Type, Idempotency-Key, webhook-* and X-Scheduler-* itself.
+             * @description Sent with every delivery. The scheduler sets Content-Type, Host, Idempotency-Key, webhook-* and X-Scheduler-* itself; connection headers (Connection, Content-Length, Expect, Keep-Alive, Transfer-Encoding, Upgrade) cannot be set.
              * @example {
              *       "Authorization": "Bearer receiver-token"
              *     }

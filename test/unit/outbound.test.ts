@@ -2,6 +2,7 @@ import type { LookupAddress } from "node:dns";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { TargetSchema } from "../../shared/api/schemas/target.js";
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import {
   isRetryable,
@@ -346,5 +347,41 @@ describe("http deliveries with private targets refused", () => {
       });
     }
     expect(server.requests.length).toBe(before + 3);
+  });
+});
+
+describe("targets the API accepts", () => {
+  let server: LoopbackServer;
+  beforeAll(async () => {
+    server = await loopbackServer();
+  });
+  afterAll(async () => {
+    await server.close();
+  });
+
+  /** A target as the API's schema takes it: its refusal's fields, or the delivery's outcome. */
+  async function outcomeOf(target: Record<string, unknown>): Promise<string> {
+    const parsed = TargetSchema.safeParse(target);
+    if (!parsed.success)
+      return `refused ${parsed.error.issues.map((i) => i.path.join(".")).join(",")}`;
+    const { url, headers } = parsed.data;
+    return httpHandlerWith({ allowPrivateTargets: true })({
+      ...contextFor(url),
+      target: { url, ...(headers ? { headers } : {}) },
+    }).then(
+      (answer) => JSON.stringify(answer),
+      (error: unknown) => `failed: ${(error as Error).message}`,
+    );
+  }
+
+  // Headers the delivery's HTTP client refuses to send: each was accepted (201), and then every
+  // attempt of every run failed ("fetch failed: invalid upgrade header") until the run was dead.
+  it.each([
+    [{ Upgrade: "h2c" }, "refused headers.Upgrade"],
+    [{ "keep-alive": "timeout=5" }, "refused headers.keep-alive"],
+    [{ Expect: "100-continue" }, "refused headers.Expect"],
+    [{ Authorization: "Bearer t", TE: "trailers", Cookie: "a=b" }, JSON.stringify({ status: 200 })],
+  ])("headers %o: %s", async (headers, outcome) => {
+    expect(await outcomeOf({ url: `http://127.0.0.1:${server.port}/hook`, headers })).toBe(outcome);
   });
 });

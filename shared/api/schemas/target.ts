@@ -22,7 +22,7 @@ export const TargetSchema = z
       .optional()
       .openapi({
         description:
-          "Sent with every delivery. The scheduler sets Content-Type, Idempotency-Key, webhook-* and X-Scheduler-* itself.",
+          "Sent with every delivery. The scheduler sets Content-Type, Host, Idempotency-Key, webhook-* and X-Scheduler-* itself; connection headers (Connection, Content-Length, Expect, Keep-Alive, Transfer-Encoding, Upgrade) cannot be set.",
         example: { Authorization: "Bearer receiver-token" },
       }),
     timeoutSeconds: z
@@ -39,13 +39,20 @@ export const TargetSchema = z
   })
   .openapi("HttpTarget", { description: "Where an http job POSTs its payload." });
 
-const RESERVED_HEADERS = new Set([
-  "content-type",
-  "content-length",
-  "host",
+const RESERVED_HEADERS = new Set(["content-type", "host", "idempotency-key"]);
+
+/**
+ * Headers that belong to the connection, not the request: the delivery's HTTP client (undici)
+ * sets them itself or refuses to send them ("invalid upgrade header"), so a target naming one
+ * would fail every attempt of every run.
+ */
+const CONNECTION_HEADERS = new Set([
   "connection",
+  "content-length",
+  "expect",
+  "keep-alive",
   "transfer-encoding",
-  "idempotency-key",
+  "upgrade",
 ]);
 
 /** Names fetch would merge or that the worker sets itself would reach the receiver garbled. */
@@ -63,6 +70,12 @@ function checkHeaderNames(headers: Record<string, string>, ctx: z.RefinementCtx)
       lower.startsWith("webhook-")
     ) {
       ctx.addIssue({ code: "custom", path: [name], message: "is set by the scheduler itself" });
+    } else if (CONNECTION_HEADERS.has(lower)) {
+      ctx.addIssue({
+        code: "custom",
+        path: [name],
+        message: "is a connection header, which deliveries cannot set",
+      });
     } else if (seen.has(lower)) {
       ctx.addIssue({
         code: "custom",
