@@ -384,4 +384,16 @@ describe("targets the API accepts", () => {
   ])("headers %o: %s", async (headers, outcome) => {
     expect(await outcomeOf({ url: `http://127.0.0.1:${server.port}/hook`, headers })).toBe(outcome);
   });
+
+  // fetch refuses a URL with credentials ("Request cannot be constructed from a URL that includes
+  // credentials"): such a job ran until dead, its password in each run's error.
+  it.each([
+    ["user:secret@", "refused url"],
+    ["user@", "refused url"],
+    ["", JSON.stringify({ status: 200 })],
+  ])("url with userinfo %o: %s", async (userinfo, outcome) => {
+    expect(await outcomeOf({ url: `http://${userinfo}127.0.0.1:${server.port}/hook` })).toBe(
+      outcome,
+    );
+  });
 });

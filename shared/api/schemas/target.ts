@@ -12,6 +12,11 @@ export const TargetSchema = z
       .string()
       .max(LIMITS.urlChars)
       .refine(isHttpUrl, { message: "must be an absolute http:// or https:// URL" })
+      // fetch refuses a URL with credentials, so every delivery would fail; and runs' errors name the URL.
+      .refine(hasNoUserinfo, {
+        message:
+          "must not carry credentials (user:password@): send them in a header such as Authorization",
+      })
       .openapi({ example: "https://example.com/hooks/report", format: "uri" }),
     headers: z
       .record(
@@ -91,4 +96,10 @@ function isHttpUrl(value: string): boolean {
   if (!URL.canParse(value)) return false;
   const url = new URL(value);
   return (url.protocol === "http:" || url.protocol === "https:") && url.hostname !== "";
+}
+
+function hasNoUserinfo(value: string): boolean {
+  if (!URL.canParse(value)) return true;
+  const url = new URL(value);
+  return url.username === "" && url.password === "";
 }
