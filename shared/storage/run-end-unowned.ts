@@ -3,7 +3,7 @@ import type { Engine } from "../engine.js";
 import type { CancelSource, DueEntry, Run } from "../model.js";
 import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
 import { deadLetterPk, decodeRun, encodeDueEntry, jobKey } from "./items.js";
-import { deadRunExpiresAt } from "./retention.js";
+import { deadRunExpiresAt, runExpiresAt } from "./retention.js";
 import { runKeyOf } from "./run-reads.js";
 import { boundedText } from "./stored-text.js";
 import { ConditionsFailedError, writeTransaction } from "./transaction.js";
@@ -43,8 +43,11 @@ export async function endRunAsSeen(
     TableName: engine.tables.runs,
     Key: runKeyOf(seen),
     ConditionExpression: AS_SEEN,
+    // A parked run has no TTL while its job is paused (run-park.ts): ended, it gets one back.
     UpdateExpression: `SET #status = :status, reason = :reason, finishedAt = :finishedAt${
-      dead ? ", deadPk = :deadPk, deadSk = :deadSk, #error = :reason, expiresAt = :expiresAt" : ""
+      dead
+        ? ", deadPk = :deadPk, deadSk = :deadSk, #error = :reason, expiresAt = :expiresAt"
+        : ", expiresAt = if_not_exists(expiresAt, :expiresAt)"
     }${
       attributed
         ? ", cancelRequestedAt = if_not_exists(cancelRequestedAt, :finishedAt), cancelledBy = if_not_exists(cancelledBy, :by)"
@@ -64,7 +67,7 @@ export async function endRunAsSeen(
             ":deadSk": `${finishedAt}#${seen.runId}`,
             ":expiresAt": deadRunExpiresAt(now, engine.settings),
           }
-        : {}),
+        : { ":expiresAt": runExpiresAt(now, engine.settings) }),
     },
   };
   let run: Run;

@@ -3,6 +3,7 @@ import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
 import { isConditionalCheckFailed } from "./dynamo-errors.js";
 import { decodeRun, jobKey } from "./items.js";
+import { runExpiresAt } from "./retention.js";
 import { fencedRunUpdate } from "./run-fence.js";
 import { type RunRef, runKeyOf } from "./run-reads.js";
 
@@ -22,8 +23,10 @@ const STILL_QUEUED = "#status = :queued";
  * its next delivery decides. The run keeps a reaper deadline until the job
  * lists it, so a worker that dies in between loses nothing; once listed, the
  * deadline goes (conditioned on being this one: resume may already have set
- * its own), so a long pause costs no resends. Throws FenceLostError once
- * another worker has taken the run over.
+ * its own), so a long pause costs no resends, and so does its TTL: a pause
+ * may outlast the run history's retention, and the run must still be there
+ * for resume to send. Resume gives the TTL back, and so does an ending.
+ * Throws FenceLostError once another worker has taken the run over.
  */
 export async function parkRun(engine: Engine, run: Run, now: Date): Promise<boolean> {
   const deadline = new Date(now.getTime() + engine.settings.leaseMs).toISOString();
@@ -39,7 +42,7 @@ export async function parkRun(engine: Engine, run: Run, now: Date): Promise<bool
         TableName: engine.tables.runs,
         Key: runKeyOf(run),
         ConditionExpression: PARKED_UNCHANGED,
-        UpdateExpression: "REMOVE inflightPk, inflightSk",
+        UpdateExpression: "REMOVE inflightPk, inflightSk, expiresAt",
         ExpressionAttributeNames: { "#status": "status" },
         ExpressionAttributeValues: {
           ":queued": "QUEUED",
@@ -97,8 +100,9 @@ async function listParked(engine: Engine, run: Run, now: Date): Promise<boolean>
 
 /**
  * Gives a parked run back its reaper deadline, before resume commits: should
- * resume die before sending it, the reaper sends it. Returns the run when it
- * is still QUEUED (cancel may have ended it).
+ * resume die before sending it, the reaper sends it. Its TTL comes back too,
+ * the retention counted from the resume that queues it again. Returns the run
+ * when it is still QUEUED (cancel may have ended it).
  */
 export async function rearmParkedRun(
   engine: Engine,
@@ -112,12 +116,13 @@ export async function rearmParkedRun(
         TableName: engine.tables.runs,
         Key: runKeyOf(ref),
         ConditionExpression: STILL_QUEUED,
-        UpdateExpression: "SET inflightPk = :pk, inflightSk = :deadline",
+        UpdateExpression: "SET inflightPk = :pk, inflightSk = :deadline, expiresAt = :expiresAt",
         ExpressionAttributeNames: { "#status": "status" },
         ExpressionAttributeValues: {
           ":queued": "QUEUED",
           ":pk": shardPk,
           ":deadline": new Date(now.getTime() + engine.settings.leaseMs).toISOString(),
+          ":expiresAt": runExpiresAt(now, engine.settings),
         },
         ReturnValues: "ALL_NEW",
       }),

@@ -383,6 +383,53 @@ describe("retention: TTL values, idempotency window, dead letters, the expiry sw
     expect(replay.attempt).toBe(dead.attempt + 1);
   });
 
+  it("a run parked through a pause longer than the retention runs after resume, and a cancelled one still expires", async () => {
+    const resumed = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: new Date().toISOString() } }),
+    );
+    const cancelled = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: new Date().toISOString() } }),
+    );
+    // Paused with their runs claimed and sent: each delivery parks its run.
+    for (const { job } of [resumed, cancelled]) {
+      await pauseJob(f.engine, TENANT, job.jobId);
+      await f.process(f.workerDeps("w"), await f.nextDelivery(f.engine.queues.normal, job.jobId));
+      expect((await runsOf(f, job.jobId)).map((r) => [r.status, r.reason])).toEqual([
+        ["QUEUED", "waiting: job paused"],
+      ]);
+    }
+
+    // Forty days on, past the run history's 30: the sweep stands in for DynamoDB's TTL.
+    const later = at(f, 40 * DAY);
+    await sweepExpired(later, later.clock());
+    await resumeJob(later, TENANT, resumed.job.jobId);
+    // The occurrence's one run is still there to run, sent again by the resume.
+    expect((await runsOf(f, resumed.job.jobId)).map((r) => r.status)).toEqual(["QUEUED"]);
+    await f.process(
+      { ...f.workerDeps("w"), engine: later },
+      await f.nextDelivery(f.engine.queues.normal, resumed.job.jobId),
+    );
+    const [ran] = await runsOf(f, resumed.job.jobId);
+    expect(ran?.status).toBe("SUCCEEDED");
+    expect((await getTenantJob(later, TENANT, resumed.job.jobId)).status).toBe("COMPLETED");
+    const ranItem = await rawItem(f, "runs", runKey(ran?.jobId ?? "", ran?.scheduledFor ?? "", 1));
+    expect(ranItem?.expiresAt).toBeGreaterThanOrEqual(epoch(later.clock()) + 30 * DAY_SECONDS - 5);
+
+    await cancelJob(later, TENANT, cancelled.job.jobId);
+    const [ended] = await runsOf(f, cancelled.job.jobId);
+    expect(ended?.status).toBe("CANCELLED");
+    const endedItem = await rawItem(
+      f,
+      "runs",
+      runKey(ended?.jobId ?? "", ended?.scheduledFor ?? "", 1),
+    );
+    expect(endedItem?.expiresAt).toBeGreaterThanOrEqual(
+      epoch(later.clock()) + 30 * DAY_SECONDS - 5,
+    );
+  }, 30_000);
+
   it("the expiry sweep deletes what has expired and keeps the rest", async () => {
     const { job: live } = await createJob(f.engine, testJob({ schedule: { every: "PT1H" } }));
     const { job: ended } = await createJob(f.engine, testJob({ schedule: { every: "PT1H" } }));
