@@ -105,6 +105,8 @@ export interface Job {
 interface JobEnd {
   readonly endAt?: string | null;
   readonly maxRuns?: number | null;
+  /** How long the job's runs may go on once it completes (runsOnAfterEndMs): what its TTL waits for. */
+  readonly runsOnMs?: number;
 }
 
 export interface DueKey {

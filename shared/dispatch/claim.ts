@@ -5,7 +5,7 @@ import { METRICS } from "../observability.js";
 import { recordShardCount } from "../shard-count.js";
 import { putRunsUnconditionally, writeClaim } from "../storage/claim.js";
 import { dueEntryKey, removeOrphanDueEntry } from "../storage/due-entries.js";
-import { jobExpiresAt } from "../storage/retention.js";
+import { completedJobExpiresAt } from "../storage/retention.js";
 import { queuedRun, skippedRun } from "../storage/runs.js";
 import { claimReachEnd } from "./fast-path-window.js";
 import { attemptOf, planClaim } from "./plan-claim.js";
@@ -262,7 +262,12 @@ async function attemptClaim(
       ? {
           next,
           occurrencesQueued: queuedThrough(entry, plan),
-          completes: completes ? { expiresAt: jobExpiresAt(now, engine.settings) } : null,
+          // An entry written before entries carried runsOnMs: the retention alone, as then.
+          completes: completes
+            ? {
+                expiresAt: completedJobExpiresAt(now, entry.end?.runsOnMs ?? 0, engine.settings),
+              }
+            : null,
         }
       : null,
     queued,

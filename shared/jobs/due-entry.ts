@@ -2,6 +2,7 @@ import type { Engine } from "../engine.js";
 import type { DueEntry, Job } from "../model.js";
 import { plannedTime, windowMsOf } from "../schedule/index.js";
 import { dueEntryKey } from "../storage/due-entries.js";
+import { runsOnAfterEndMs } from "../storage/retention.js";
 
 /**
  * The due entry of the job's occurrence at `at` (its first attempt, unless `attempt` says
@@ -22,7 +23,15 @@ export function dueEntryFor(engine: Engine, job: Job, at: Date, now: Date, attem
     priority: job.priority,
     schedule: job.schedule,
     misfire: job.policies.misfire,
-    ...(hasEnd(job) ? { end: { endAt: job.endAt ?? null, maxRuns: job.maxRuns ?? null } } : {}),
+    ...(hasEnd(job)
+      ? {
+          end: {
+            endAt: job.endAt ?? null,
+            maxRuns: job.maxRuns ?? null,
+            runsOnMs: runsOnAfterEndMs(job),
+          },
+        }
+      : {}),
     queuedBefore: job.occurrencesQueued ?? 0,
     ...(job.window ? { window: job.window } : {}),
   };

@@ -6,7 +6,12 @@ import { ValidationError } from "../validation.js";
 import { type UpstreamWriteName, upstreamOfWriteName } from "./dependents.js";
 import { encodeDueEntry, encodeJob, idempotencyKey } from "./items.js";
 import { putDueEntry } from "./job-update.js";
-import { hasExpired, idempotencyExpiresAt, jobExpiresAt } from "./retention.js";
+import {
+  completedJobExpiresAt,
+  hasExpired,
+  idempotencyExpiresAt,
+  runsOnAfterEndMs,
+} from "./retention.js";
 import { ConditionsFailedError, type NamedWrite, writeTransaction } from "./transaction.js";
 
 /**
@@ -46,7 +51,13 @@ export function newJobItem(engine: Engine, job: Job): Record<string, unknown> {
   return {
     ...encodeJob(job),
     ...(job.status === "COMPLETED"
-      ? { expiresAt: jobExpiresAt(new Date(job.createdAt), engine.settings) }
+      ? {
+          expiresAt: completedJobExpiresAt(
+            new Date(job.createdAt),
+            runsOnAfterEndMs(job),
+            engine.settings,
+          ),
+        }
       : {}),
   };
 }

@@ -10,7 +10,7 @@ import {
   updateJobFrom,
   writeJobChange,
 } from "./job-update.js";
-import { jobExpiresAt } from "./retention.js";
+import { completedJobExpiresAt, runsOnAfterEndMs } from "./retention.js";
 import type { NamedWrite } from "./transaction.js";
 
 /** The fields of a job an edit may change. */
@@ -69,7 +69,20 @@ export async function writeEditedJob(
     nextDueKey: entry?.key ?? null,
     updatedAt: next.now.toISOString(),
     ...(next.completes
-      ? { status: "COMPLETED", expiresAt: jobExpiresAt(next.now, engine.settings) }
+      ? {
+          status: "COMPLETED",
+          // Its queued runs still run, and retry, under the edited policies.
+          expiresAt: completedJobExpiresAt(
+            next.now,
+            runsOnAfterEndMs({
+              policies: changes.policies ?? job.policies,
+              timeoutSeconds: changes.timeoutSeconds ?? job.timeoutSeconds,
+              endAt: changes.endAt === undefined ? job.endAt : changes.endAt,
+              maxRuns: changes.maxRuns === undefined ? job.maxRuns : changes.maxRuns,
+            }),
+            engine.settings,
+          ),
+        }
       : {}),
   };
   const sameKey =

@@ -1,7 +1,7 @@
 import type { Engine } from "../engine.js";
 import type { DueEntry, Job } from "../model.js";
 import { deletePendingDueEntry, putDueEntry, updateJobFrom, writeJobChange } from "./job-update.js";
-import { jobExpiresAt } from "./retention.js";
+import { completedJobExpiresAt, jobExpiresAt, runsOnAfterEndMs } from "./retention.js";
 
 /**
  * The status changes of a job as read (`ConcurrentUpdateError` when it has
@@ -47,7 +47,10 @@ export async function writeResumedJob(
     parkedRuns: {},
     updatedAt: now.toISOString(),
   } as const;
-  const expiry = completes ? { expiresAt: jobExpiresAt(now, engine.settings) } : {};
+  // Its parked runs, sent now, still run and retry.
+  const expiry = completes
+    ? { expiresAt: completedJobExpiresAt(now, runsOnAfterEndMs(job), engine.settings) }
+    : {};
   await writeJobChange(engine, job, [
     updateJobFrom(engine, job, { ...set, ...expiry }, { sameParkedRuns: true }),
     ...(due ? [{ name: "dueEntry" as const, write: putDueEntry(engine, due) }] : []),

@@ -1,4 +1,5 @@
-import type { EngineSettings } from "../config.js";
+import { CLAIM_REACH_SECONDS, type EngineSettings } from "../config.js";
+import type { Job } from "../model.js";
 
 /**
  * When items expire: the epoch seconds both tables' TTL attribute (`expiresAt`) holds. DynamoDB
@@ -13,6 +14,35 @@ const epochSeconds = (at: Date) => Math.floor(at.getTime() / 1000);
 /** A job that ended (COMPLETED or CANCELLED) at `endedAt` is kept for the retention, then expires. */
 export function jobExpiresAt(endedAt: Date, settings: EngineSettings): number {
   return epochSeconds(endedAt) + settings.retentionDays * DAY_SECONDS;
+}
+
+/**
+ * How long a job's runs may go on after it completes by reaching its end (endAt, maxRuns): its
+ * last occurrences are queued up to a claim's reach ahead, and each may fail and be retried, every
+ * attempt running up to the job's timeout and each retry waiting up to the longest backoff. A
+ * retry needs its job (without it, its claim drops it as an orphan), so the job is kept that long
+ * before its retention starts. A job without an end completes only once nothing is left to run: 0.
+ */
+export function runsOnAfterEndMs(
+  job: Pick<Job, "policies" | "timeoutSeconds" | "endAt" | "maxRuns">,
+): number {
+  const hasEnd = (job.endAt ?? null) !== null || (job.maxRuns ?? null) !== null;
+  if (!hasEnd) return 0;
+  const { maxAttempts, maxDelayMs } = job.policies.retry;
+  return (
+    CLAIM_REACH_SECONDS * 1000 +
+    maxAttempts * job.timeoutSeconds * 1000 +
+    (maxAttempts - 1) * maxDelayMs
+  );
+}
+
+/** A job completed at `completedAt` whose runs may go on for `runsOnMs` (runsOnAfterEndMs). */
+export function completedJobExpiresAt(
+  completedAt: Date,
+  runsOnMs: number,
+  settings: EngineSettings,
+): number {
+  return jobExpiresAt(new Date(completedAt.getTime() + runsOnMs), settings);
 }
 
 /** A run's history is kept for the retention after the run was written. */

@@ -18,6 +18,7 @@ import { getTenantJob, listDeadLetters } from "../../shared/jobs/queries.js";
 import type { Run } from "../../shared/model.js";
 import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
 import { idempotencyKey, jobKey } from "../../shared/storage/items.js";
+import { getJob } from "../../shared/storage/run-reads.js";
 import { runKey } from "../../shared/storage/runs.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { waitFor } from "../support/wait.js";
@@ -93,10 +94,16 @@ describe("end conditions: maxRuns and endAt", () => {
     // Later passes find nothing of it to claim.
     await tickOnce(at(f, start.getTime() + 60 * MINUTE - Date.now()), "endings-3");
     expect(await runsOf(f, job.jobId)).toHaveLength(20);
-    // Completed by the claim: it expires a retention after it.
+    // Completed by the claim: it expires a retention after its last runs can have run and retried
+    // (14 minutes' reach, 5 attempts of up to 60 s, 4 backoffs of up to an hour).
     const item = await rawItem(f, "jobs", jobKey(job.jobId));
-    expect(item?.expiresAt).toBeGreaterThanOrEqual(epoch(secondPassAt) + 30 * DAY_SECONDS - 5);
-    expect(item?.expiresAt).toBeLessThanOrEqual(epoch(secondPassAt) + 30 * DAY_SECONDS + 5);
+    const runsOn = (14 * MINUTE + 5 * MINUTE + 4 * 60 * MINUTE) / SECOND;
+    expect(item?.expiresAt).toBeGreaterThanOrEqual(
+      epoch(secondPassAt) + runsOn + 30 * DAY_SECONDS - 5,
+    );
+    expect(item?.expiresAt).toBeLessThanOrEqual(
+      epoch(secondPassAt) + runsOn + 30 * DAY_SECONDS + 5,
+    );
   });
 
   it("endAt: no occurrence after it is queued; one at it is, and the job completes", async () => {
@@ -454,4 +461,56 @@ describe("retention: TTL values, idempotency window, dead letters, the expiry sw
       ).toBeUndefined();
     }
   });
+});
+
+describe("a completed job's retries", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    // Retries drawn at the top of their backoff: each lands a full two days after its failure.
+    f = await createEngineFixture({ settings: { retentionDays: 1 }, random: () => 0.999 });
+  });
+  afterAll(() => f.destroy());
+
+  const failing = {
+    failing: async () => {
+      throw new Error("receiver down");
+    },
+  };
+
+  it("still run when due after the retention: the job is kept until its last retry can have run", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "failing",
+        schedule: { every: "PT1H" },
+        maxRuns: 1,
+        policies: {
+          ...testJob().policies,
+          retry: { maxAttempts: 3, initialDelayMs: 2 * DAY, maxDelayMs: 2 * DAY },
+        },
+      }),
+    );
+    // Its one occurrence was queued at create: the job is complete while that run may still retry.
+    expect(job.status).toBe("COMPLETED");
+    await f.process(
+      f.workerDeps("w", failing),
+      await f.nextDelivery(f.engine.queues.normal, job.jobId),
+    );
+    const [retry] = (await f.dueEntries()).filter((e) => e.jobId === job.jobId);
+    expect(retry).toMatchObject({ kind: "retry", attempt: 2 });
+    const dueAt = Date.parse(retry?.dueAt ?? "");
+    expect(dueAt - Date.now()).toBeGreaterThan(DAY);
+
+    // When the retry is due, a day past the retention: the sweep stands in for DynamoDB's TTL.
+    const later = at(f, dueAt - Date.now() + SECOND);
+    await sweepExpired(later, later.clock());
+    expect(await getJob(later, job.jobId)).not.toBeNull();
+    await tickOnce(later, "completed-retry");
+    await f.process(
+      { ...f.workerDeps("w", failing), engine: later },
+      await f.nextDelivery(f.engine.queues.normal, job.jobId),
+    );
+    // The first attempt's history has expired by now (a day's retention); the retry ran.
+    expect((await runsOf(f, job.jobId)).map((r) => [r.attempt, r.status])).toEqual([[2, "FAILED"]]);
+  }, 30_000);
 });
