@@ -3,6 +3,7 @@ import type { Job } from "../model.js";
 import { isAfterSchedule, type ScheduleSpec } from "../schedule/index.js";
 import {
   linkUpstream,
+  MAX_DEPENDENTS,
   type UpstreamWriteName,
   unlinkUpstream,
   upstreamUnchanged,
@@ -46,6 +47,7 @@ export async function linkNewDependent(
 ): Promise<DependentLinks> {
   const upstreams = upstreamsOf(schedule);
   const above = await walkUpstreams(engine, { jobId, tenantId }, upstreams);
+  checkRoomBelow(upstreams, above);
   const writes = [...above.values()].map((job) =>
     upstreams.includes(job.jobId)
       ? linkUpstream(engine, job.jobId, jobId, tenantId, job.version)
@@ -70,6 +72,10 @@ export async function relinkDependent(
   const after = upstreamsOf(schedule);
   if (after.length === 0 && before.size === 0) return { writes: [], above: new Map() };
   const above = await walkUpstreams(engine, job, after);
+  checkRoomBelow(
+    after.filter((id) => !before.has(id)),
+    above,
+  );
   const walked = new Map([...above].map(([id, upstream]) => [id, upstream.version]));
   const writes: NamedWrite<UpstreamWriteName>[] = [];
   const written = new Set<string>();
@@ -142,6 +148,18 @@ async function walkUpstreams(
     frontier = next;
   }
   return found;
+}
+
+/** Each upstream a job is to be linked below has room for one more dependent, else a 400. */
+function checkRoomBelow(linking: readonly string[], above: ReadonlyMap<string, Job>): void {
+  const full = linking.filter((id) => (above.get(id)?.dependents.length ?? 0) >= MAX_DEPENDENTS);
+  if (full.length > 0)
+    throw new ValidationError([
+      {
+        field: FIELD,
+        message: `job ${full.join(", ")} already has ${MAX_DEPENDENTS.toLocaleString("en-US")} jobs after it, the most one job may have`,
+      },
+    ]);
 }
 
 /** The cycle as "job → upstream → … → job", each step a job that runs after the next. */

@@ -16,6 +16,13 @@ import type { NamedWrite } from "./transaction.js";
  * in below it meanwhile sends it back to count again.
  */
 
+/**
+ * The most jobs one job may have after it. Its `dependents` live on its own item (26 bytes an id),
+ * which DynamoDB holds to 400 KB with the job's payload, target and runs; unbounded, the set filled
+ * the item, and every later write of the upstream that adds to it (an edit, a run's ending) failed.
+ */
+export const MAX_DEPENDENTS = 1_000;
+
 /** The name of an upstream's write in a create's or edit's transaction. */
 export type UpstreamWriteName = `upstream:${string}`;
 
@@ -29,8 +36,10 @@ export const upstreamOfWriteName = (name: string): string | null =>
  * Adds `dependentId` to the upstream's dependents and one to its `linkRevision`, conditioned on
  * the upstream existing and belonging to `tenantId`, and, when `seenVersion` is given, still being
  * at the version the dependent's check read it at (an edit of it meanwhile could close a cycle the
- * check did not see, or change what the dependent counts towards runsPerMinute). A failed
- * condition returns the upstream as it stands, so the caller tells a gone upstream from a changed one.
+ * check did not see, or change what the dependent counts towards runsPerMinute), and having fewer
+ * than MAX_DEPENDENTS (two links at once cannot both take the last place). A failed condition
+ * returns the upstream as it stands, so the caller tells a gone upstream from a changed one (the
+ * caller's check, planned again, refuses a full one).
  */
 export function linkUpstream(
   engine: Engine,
@@ -43,8 +52,10 @@ export function linkUpstream(
     ":dependent": new Set([dependentId]),
     ":tenant": tenantId,
     ":one": 1,
+    ":maxDependents": MAX_DEPENDENTS,
   };
-  let condition = "attribute_exists(pk) AND tenantId = :tenant";
+  let condition =
+    "attribute_exists(pk) AND tenantId = :tenant AND (attribute_not_exists(dependents) OR size(dependents) < :maxDependents)";
   if (seenVersion !== undefined) {
     condition += " AND version = :seenVersion";
     values[":seenVersion"] = seenVersion;

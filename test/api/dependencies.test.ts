@@ -1,9 +1,11 @@
+import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApiApp } from "../../shared/api/app.js";
 import { bearerAuthenticator } from "../../shared/api/auth.js";
 import { ErrorSchema } from "../../shared/api/schemas/errors.js";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { RunPageSchema } from "../../shared/api/schemas/runs.js";
+import { jobKey } from "../../shared/storage/items.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
 import { JOB_TYPES } from "./support.js";
 
@@ -121,5 +123,56 @@ describe("jobs with an after schedule", () => {
     const unchanged = JobSchema.parse((await send("GET", `/jobs/${a.id}`)).json);
     expect(unchanged.version).toBe(a.version);
     expect(unchanged.schedule).toEqual({ cron: "0 0 1 1 *", timezone: "UTC" });
+  });
+  it("400 for an upstream that already has 1,000 jobs after it; one already after it stays editable", async () => {
+    const upstream = await created({ cron: "0 0 1 1 *", timezone: "UTC" });
+    const linked = await created({ after: { jobs: [upstream.id] } });
+    const other = await created({ cron: "0 0 1 1 *", timezone: "UTC" });
+    // 999 more dependents: each id is 26 bytes on the upstream's item, which DynamoDB holds to
+    // 400 KB. Unbounded, the item filled, and every later write of the upstream failed (a 500).
+    const fake = Array.from(
+      { length: 999 },
+      (_, i) => `01ZZZZZZZZZZZZZZZZZZ${String(i).padStart(6, "0")}`,
+    );
+    for (let i = 0; i < fake.length; i += 500) {
+      await f.engine.doc.send(
+        new UpdateCommand({
+          TableName: f.engine.tables.jobs,
+          Key: jobKey(upstream.id),
+          UpdateExpression: "ADD dependents :d",
+          ExpressionAttributeValues: { ":d": new Set(fake.slice(i, i + 500)) },
+        }),
+      );
+    }
+    const before = (await send("GET", "/jobs?limit=100")).text;
+
+    const refused = errorOf(
+      await send("POST", "/jobs", { type: "noop", schedule: { after: { jobs: [upstream.id] } } }),
+      400,
+    );
+    expect(refused.field).toBe("schedule.after.jobs");
+    expect(refused.message).toMatch(/1,?000 jobs after it/);
+    const edited = errorOf(
+      await send(
+        "PATCH",
+        `/jobs/${other.id}`,
+        { schedule: { after: { jobs: [upstream.id] } } },
+        { headers: { "If-Match": String(other.version) } },
+      ),
+      400,
+    );
+    expect(edited.field).toBe("schedule.after.jobs");
+    // Nothing written: no new job, the upstream still has its 1,000, the other job its schedule.
+    expect((await send("GET", "/jobs?limit=100")).text).toBe(before);
+    const read = JobSchema.parse((await send("GET", `/jobs/${upstream.id}`)).json);
+    expect(read.dependents).toHaveLength(1_000);
+
+    const renamed = await send(
+      "PATCH",
+      `/jobs/${linked.id}`,
+      { name: "still after it" },
+      { headers: { "If-Match": String(linked.version) } },
+    );
+    expect(renamed.status, renamed.text).toBe(200);
   });
 });
