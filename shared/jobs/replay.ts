@@ -4,6 +4,7 @@ import { MAX_ATTEMPT } from "../keys.js";
 import type { Run } from "../model.js";
 import { recordShardCount } from "../shard-count.js";
 import { writeReplay } from "../storage/dead-letter-replay.js";
+import { keepCompletedJobForRun } from "../storage/job-status.js";
 import { getJob } from "../storage/run-reads.js";
 import { getTenantRun } from "./queries.js";
 import { runDueNow, sendRunDueNow } from "./run-now.js";
@@ -34,6 +35,8 @@ export async function replayDeadLetter(
   if (job === null) throw new NotReplayableError(runId, "its job was deleted");
   if (job.status === "CANCELLED") throw new IllegalTransitionError("replay a run of", job.status);
   await recordShardCount(engine);
+  // Before the run is written: a run left without its job's TTL pushed could outlive the job.
+  await keepCompletedJobForRun(engine, job, engine.clock());
   const { run, item, now } = runDueNow(engine, {
     jobId: dead.jobId,
     tenantId,

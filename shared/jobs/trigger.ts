@@ -3,6 +3,7 @@ import { ConcurrentUpdateError, IllegalTransitionError } from "../errors.js";
 import type { Run } from "../model.js";
 import { LAST_STORABLE_MS } from "../schedule/index.js";
 import { recordShardCount } from "../shard-count.js";
+import { keepCompletedJobForRun } from "../storage/job-status.js";
 import { writeTriggeredRun } from "../storage/job-trigger.js";
 import { getTenantJob } from "./queries.js";
 import { runDueNow, sendRunDueNow } from "./run-now.js";
@@ -32,6 +33,8 @@ export async function triggerJob(engine: Engine, tenantId: string, jobId: string
   if (job.status === "PAUSED" || job.status === "CANCELLED")
     throw new IllegalTransitionError("trigger", job.status);
   await recordShardCount(engine);
+  // Before the run is written: a run left without its job's TTL pushed could outlive the job.
+  await keepCompletedJobForRun(engine, job, engine.clock());
   for (const instant of triggerInstants(engine.clock().getTime())) {
     const {
       run,

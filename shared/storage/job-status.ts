@@ -1,7 +1,15 @@
+import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import type { DueEntry, Job } from "../model.js";
+import { isConditionalCheckFailed } from "./dynamo-errors.js";
+import { jobKey } from "./items.js";
 import { deletePendingDueEntry, putDueEntry, updateJobFrom, writeJobChange } from "./job-update.js";
-import { completedJobExpiresAt, jobExpiresAt, runsOnAfterEndMs } from "./retention.js";
+import {
+  attemptsSpanMs,
+  completedJobExpiresAt,
+  jobExpiresAt,
+  runsOnAfterEndMs,
+} from "./retention.js";
 
 /**
  * The status changes of a job as read (`ConcurrentUpdateError` when it has
@@ -82,4 +90,30 @@ export async function writeCancelledJob(engine: Engine, job: Job, now: Date): Pr
     ...deletePendingDueEntry(engine, job),
   ]);
   return { ...job, ...set };
+}
+
+/**
+ * A run added to a COMPLETED job (a trigger, a replay) needs the job while it runs and retries:
+ * without it, a retry's claim drops the retry as an orphan. Pushes the job's TTL out to a retention
+ * after the run's last attempt can have run, never in. Nothing for a job no longer COMPLETED.
+ */
+export async function keepCompletedJobForRun(engine: Engine, job: Job, now: Date): Promise<void> {
+  if (job.status !== "COMPLETED") return;
+  try {
+    await engine.doc.send(
+      new UpdateCommand({
+        TableName: engine.tables.jobs,
+        Key: jobKey(job.jobId),
+        ConditionExpression: "#status = :completed AND expiresAt < :expiresAt",
+        UpdateExpression: "SET expiresAt = :expiresAt",
+        ExpressionAttributeNames: { "#status": "status" },
+        ExpressionAttributeValues: {
+          ":completed": "COMPLETED",
+          ":expiresAt": completedJobExpiresAt(now, attemptsSpanMs(job), engine.settings),
+        },
+      }),
+    );
+  } catch (error) {
+    if (!isConditionalCheckFailed(error)) throw error;
+  }
 }

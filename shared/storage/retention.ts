@@ -28,12 +28,13 @@ export function runsOnAfterEndMs(
 ): number {
   const hasEnd = (job.endAt ?? null) !== null || (job.maxRuns ?? null) !== null;
   if (!hasEnd) return 0;
+  return CLAIM_REACH_SECONDS * 1000 + attemptsSpanMs(job);
+}
+
+/** How long a run of the job, queued now, may go on: every attempt to its timeout, every backoff its longest. */
+export function attemptsSpanMs(job: Pick<Job, "policies" | "timeoutSeconds">): number {
   const { maxAttempts, maxDelayMs } = job.policies.retry;
-  return (
-    CLAIM_REACH_SECONDS * 1000 +
-    maxAttempts * job.timeoutSeconds * 1000 +
-    (maxAttempts - 1) * maxDelayMs
-  );
+  return maxAttempts * job.timeoutSeconds * 1000 + (maxAttempts - 1) * maxDelayMs;
 }
 
 /** A job completed at `completedAt` whose runs may go on for `runsOnMs` (runsOnAfterEndMs). */

@@ -514,3 +514,68 @@ describe("a completed job's retries", () => {
     expect((await runsOf(f, job.jobId)).map((r) => [r.attempt, r.status])).toEqual([[2, "FAILED"]]);
   }, 30_000);
 });
+
+describe("a completed job's triggered runs", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture({ settings: { retentionDays: 1 }, random: () => 0.999 });
+  });
+  afterAll(() => f.destroy());
+
+  let failing = false;
+  const handlers = {
+    switched: async () => {
+      if (failing) throw new Error("receiver down");
+    },
+  };
+
+  it("retry when due after the job's retention: a trigger keeps the job until its retries can have run", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "switched",
+        schedule: { runAt: new Date().toISOString() },
+        policies: {
+          ...testJob().policies,
+          retry: { maxAttempts: 3, initialDelayMs: 2 * DAY, maxDelayMs: 2 * DAY },
+        },
+      }),
+    );
+    failing = false;
+    await f.process(
+      f.workerDeps("w", handlers),
+      await f.nextDelivery(f.engine.queues.normal, job.jobId),
+    );
+    expect((await getTenantJob(f.engine, TENANT, job.jobId)).status).toBe("COMPLETED");
+
+    // Half a day on, inside the job's one-day retention, a trigger: its run fails.
+    failing = true;
+    const halfDay = at(f, DAY / 2);
+    const triggered = await triggerJob(halfDay, TENANT, job.jobId);
+    await f.process(
+      { ...f.workerDeps("w", handlers), engine: halfDay },
+      await f.nextDelivery(f.engine.queues.normal, job.jobId),
+    );
+    const [retry] = (await f.dueEntries()).filter((e) => e.jobId === job.jobId);
+    expect(retry).toMatchObject({
+      kind: "retry",
+      attempt: 2,
+      scheduledFor: triggered.scheduledFor,
+    });
+
+    // Its retry is due two days later, past the retention the job completed with.
+    const later = at(f, Date.parse(retry?.dueAt ?? "") - Date.now() + SECOND);
+    await sweepExpired(later, later.clock());
+    expect(await getJob(later, job.jobId)).not.toBeNull();
+    await tickOnce(later, "triggered-retry");
+    await f.process(
+      { ...f.workerDeps("w", handlers), engine: later },
+      await f.nextDelivery(f.engine.queues.normal, job.jobId),
+    );
+    const attempts = (await runsOf(f, job.jobId)).filter(
+      (r) => r.scheduledFor === triggered.scheduledFor,
+    );
+    // The first attempt's history has expired by now (a day's retention); the retry ran.
+    expect(attempts.map((r) => [r.attempt, r.status])).toEqual([[2, "FAILED"]]);
+  }, 30_000);
+});
