@@ -12,7 +12,7 @@ import { HttpIamAuthorizer, HttpJwtAuthorizer } from "aws-cdk-lib/aws-apigateway
 import { HttpLambdaIntegration } from "aws-cdk-lib/aws-apigatewayv2-integrations";
 import { LogGroup } from "aws-cdk-lib/aws-logs";
 import { Construct } from "constructs";
-import { HEALTH_PATH, PUBLIC_GET_PATHS } from "../../shared/api/public-paths.js";
+import { PUBLIC_GET_PATHS } from "../../shared/api/public-paths.js";
 import { ENV } from "../../shared/config.js";
 import { writeConsoleAssets } from "../../shared/console/build.js";
 import { CONSOLE_PATH, type ConsoleAuth } from "../../shared/console/config.js";
@@ -130,12 +130,13 @@ export class Api extends Construct {
     });
     const integration = new HttpLambdaIntegration("Pages", this.handler.fn);
     // A route each for the paths the app answers without credentials (PUBLIC_GET_PATHS): on
-    // `$default` the authorizer would refuse them before the function saw them. Uptime monitors
-    // often probe the health check with HEAD, which the app answers as GET without the body.
+    // `$default` the authorizer would refuse them before the function saw them. Each takes HEAD
+    // too, which the app answers as GET without the body (uptime monitors and link checkers probe
+    // with it): on `$default` a HEAD would meet the authorizer, unlike the local server.
     for (const path of [CONSOLE_PATH, `${CONSOLE_PATH}/{proxy+}`, ...PUBLIC_GET_PATHS]) {
       for (const route of this.httpApi.addRoutes({
         path,
-        methods: path === HEALTH_PATH ? [HttpMethod.GET, HttpMethod.HEAD] : [HttpMethod.GET],
+        methods: [HttpMethod.GET, HttpMethod.HEAD],
         integration,
         authorizer: new HttpNoneAuthorizer(),
       })) {

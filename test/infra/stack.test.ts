@@ -450,7 +450,11 @@ describe("API", () => {
       "GET /docs",
       "GET /health",
       "GET /openapi.json",
+      "HEAD /console",
+      "HEAD /console/{proxy+}",
+      "HEAD /docs",
       "HEAD /health",
+      "HEAD /openapi.json",
       "POST /runs/{runId}/complete",
       "POST /runs/{runId}/heartbeat",
     ]);
@@ -467,7 +471,7 @@ describe("API", () => {
     ).toBeTruthy();
   });
 
-  it("answers GET and HEAD /health and GET /openapi.json without credentials, as the local server does", () => {
+  it("answers GET and HEAD on every public path without credentials, as the local server does", () => {
     const routes = new Map(
       resourcesOfType(prod, "AWS::ApiGatewayV2::Route").map(([, route]) => [
         String(route.Properties?.RouteKey),
@@ -485,7 +489,8 @@ describe("API", () => {
       expect(integration?.Type).toBe("AWS::ApiGatewayV2::Integration");
       return referencedId(integration?.Properties?.IntegrationUri);
     };
-    for (const key of ["GET /health", "HEAD /health", "GET /openapi.json"]) {
+    const publicPaths = ["/console", "/console/{proxy+}", "/docs", "/health", "/openapi.json"];
+    for (const key of publicPaths.flatMap((path) => [`GET ${path}`, `HEAD ${path}`])) {
       const route = routes.get(key);
       expect(route?.AuthorizationType, key).toBe("NONE");
       expect(route?.AuthorizerId, key).toBeUndefined();
