@@ -82,15 +82,27 @@ export async function resumeJob(engine: Engine, tenantId: string, jobId: string)
   return getTenantJob(engine, tenantId, jobId);
 }
 
-/** The job's parked runs that are still QUEUED, each given its reaper deadline back. */
+/**
+ * The job's parked runs that are still QUEUED, each given its reaper deadline back. A parked run
+ * whose TTL passed during the pause (a pause longer than the retention) is gone: a one-off's own
+ * occurrence is given back by `claimedOneOff`; any other (a recurring job's occurrence, a
+ * trigger's or a replay's run, all older than the retention) is logged and not run.
+ */
 async function rearmParked(engine: Engine, job: Job, now: Date): Promise<Run[]> {
   const shardPk = inflightPk(shardOf(job.jobId, engine.settings.shardCount));
   const runs: Run[] = [];
+  const expired: string[] = [];
   await forEachConcurrently(Object.keys(job.parkedRuns), 16, async (runId) => {
     const ref = parseRunId(runId);
-    const run = ref ? await rearmParkedRun(engine, ref, shardPk, now) : null;
-    if (run) runs.push(run);
+    const run = ref ? await rearmParkedRun(engine, ref, shardPk, now) : "ended";
+    if (run === "expired") expired.push(runId);
+    else if (run !== "ended") runs.push(run);
   });
+  if (expired.length > 0)
+    engine.obs.log.warn("resume: parked runs expired during the pause (older than the retention)", {
+      jobId: job.jobId,
+      runIds: expired,
+    });
   return runs;
 }
 
@@ -110,7 +122,7 @@ async function claimedOneOff(
 ): Promise<{ readonly rerun?: DueEntry; readonly ended?: boolean } | null> {
   if (!("runAt" in job.schedule)) return null;
   const latest = await latestAttemptOf(engine, job.jobId, job.schedule.runAt);
-  if (latest === null) return null;
+  if (latest === null) return expiredOneOff(engine, job, job.schedule.runAt, now);
   if (cancelledByPause(latest)) {
     if (latest.attempt >= MAX_ATTEMPT)
       throw new IllegalTransitionError(
@@ -127,6 +139,27 @@ async function claimedOneOff(
   return { ended };
 }
 
+/**
+ * A claimed one-off whose occurrence has no run left: its runs' TTL passed while the job was
+ * paused (a pause longer than the retention; a run's retention counts from when it was written).
+ * A run the job lists as parked never ran: the occurrence is given back at that attempt, whose key
+ * is free again, and the claim applies the misfire policy to it. Otherwise its run ended while the
+ * job was paused and has expired since: nothing is left to run, and the resume completes the job.
+ */
+function expiredOneOff(
+  engine: Engine,
+  job: Job,
+  runAt: string,
+  now: Date,
+): { readonly rerun?: DueEntry; readonly ended?: boolean } {
+  const parkedAttempts = Object.keys(job.parkedRuns).flatMap((runId) => {
+    const ref = parseRunId(runId);
+    return ref !== null && Date.parse(ref.scheduledFor) === Date.parse(runAt) ? [ref.attempt] : [];
+  });
+  if (parkedAttempts.length === 0) return { ended: true };
+  return { rerun: occurrenceAgain(engine, job, runAt, Math.max(...parkedAttempts), now) };
+}
+
 /** Whether a pause with `running: "cancel"` cancelled the run (or is cancelling it). */
 function cancelledByPause(run: Run): boolean {
   return run.cancelledBy === "pause" && (run.status === "CANCELLED" || run.status === "RUNNING");
@@ -138,7 +171,18 @@ function cancelledByPause(run: Run): boolean {
  * counted when it was first claimed and is not counted again.
  */
 function rerunOf(engine: Engine, job: Job, latest: Run, now: Date): DueEntry {
-  const entry = dueEntryFor(engine, job, new Date(latest.scheduledFor), now, latest.attempt + 1);
+  return occurrenceAgain(engine, job, latest.scheduledFor, latest.attempt + 1, now);
+}
+
+/** A one-off's claimed occurrence as a due entry again, at `attempt`, not counted again. */
+function occurrenceAgain(
+  engine: Engine,
+  job: Job,
+  scheduledFor: string,
+  attempt: number,
+  now: Date,
+): DueEntry {
+  const entry = dueEntryFor(engine, job, new Date(scheduledFor), now, attempt);
   return { ...entry, queuedBefore: Math.max(0, (entry.queuedBefore ?? 0) - 1) };
 }
 

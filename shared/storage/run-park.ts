@@ -1,7 +1,7 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
-import { isConditionalCheckFailed } from "./dynamo-errors.js";
+import { failedConditionItem, isConditionalCheckFailed } from "./dynamo-errors.js";
 import { decodeRun, jobKey } from "./items.js";
 import { runExpiresAt } from "./retention.js";
 import { fencedRunUpdate } from "./run-fence.js";
@@ -102,14 +102,16 @@ async function listParked(engine: Engine, run: Run, now: Date): Promise<boolean>
  * Gives a parked run back its reaper deadline, before resume commits: should
  * resume die before sending it, the reaper sends it. Its TTL comes back too,
  * the retention counted from the resume that queues it again. Returns the run
- * when it is still QUEUED (cancel may have ended it).
+ * when it is still QUEUED; "ended" when cancel has ended it; "expired" when it
+ * is gone: parked before parking removed the TTL, and its TTL passed during a
+ * pause longer than the retention.
  */
 export async function rearmParkedRun(
   engine: Engine,
   ref: RunRef,
   shardPk: string,
   now: Date,
-): Promise<Run | null> {
+): Promise<Run | "ended" | "expired"> {
   try {
     const result = await engine.doc.send(
       new UpdateCommand({
@@ -125,11 +127,13 @@ export async function rearmParkedRun(
           ":expiresAt": runExpiresAt(now, engine.settings),
         },
         ReturnValues: "ALL_NEW",
+        ReturnValuesOnConditionCheckFailure: "ALL_OLD",
       }),
     );
     return decodeRun(result.Attributes ?? {});
   } catch (error) {
-    if (isConditionalCheckFailed(error)) return null;
+    if (isConditionalCheckFailed(error))
+      return failedConditionItem(error) === null ? "expired" : "ended";
     throw error;
   }
 }

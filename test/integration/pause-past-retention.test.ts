@@ -1,0 +1,130 @@
+import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Clock } from "../../shared/clock.js";
+import type { Engine } from "../../shared/engine.js";
+import { processRun } from "../../shared/execution/worker.js";
+import { createJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
+import type { Run } from "../../shared/model.js";
+import type { ReceivedRun } from "../../shared/queue/work-queue.js";
+import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
+import { runMessageOf } from "../../shared/storage/items.js";
+import { runExpiresAt } from "../../shared/storage/retention.js";
+import { getJob, runKeyOf } from "../../shared/storage/run-reads.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+
+const TENANT = "tenant-a";
+const DAY = 24 * 3_600_000;
+/** An operator who keeps one day of history (`-c retentionDays=1`). */
+const RETENTION_DAYS = 1;
+
+/**
+ * A pause that outlasts the run history's retention: the runs it parked (and a one-off's run that
+ * ended while it was paused) reach their TTL before the resume. DynamoDB deletes them (the expiry
+ * sweep here); the resume must still leave the job with something to run, or ended.
+ */
+describe("a pause longer than the retention", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture({ settings: { retentionDays: RETENTION_DAYS } });
+  });
+  afterAll(() => f.destroy());
+
+  const at = (ms: number): Clock => {
+    const offset = ms - Date.now();
+    return () => new Date(Date.now() + offset);
+  };
+  const withClock = (clock: Clock): Engine => ({ ...f.engine, clock });
+  const runsOf = async (jobId: string) => (await f.runs()).filter((r) => r.jobId === jobId);
+  const deliver = (run: Run, clock: Clock, handlers = {}) => {
+    const received: ReceivedRun = {
+      message: runMessageOf(run),
+      queueUrl: f.engine.queues[run.priority],
+      receiptHandle: "delivered-in-test",
+      messageId: `m-${run.runId}`,
+      receiveCount: 1,
+      visibilitySeconds: f.engine.settings.leaseMs / 1000,
+    };
+    return processRun({ ...f.workerDeps("w", handlers), engine: withClock(clock) }, received);
+  };
+
+  it("gives a one-off whose parked run expired (parked with a TTL, by a release before parked runs dropped theirs) its occurrence back: it runs", async () => {
+    const runAt = new Date(Date.now() + 60_000);
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: runAt.toISOString() } }),
+    );
+    const [claimed] = await runsOf(job.jobId);
+    if (!claimed) throw new Error("not claimed at create");
+    await pauseJob(f.engine, TENANT, job.jobId);
+    await deliver(claimed, at(runAt.getTime()));
+    expect((await runsOf(job.jobId)).map((r) => r.reason)).toEqual(["waiting: job paused"]);
+    // Parked by a release that left the run its TTL: a retention after it was queued.
+    await f.engine.doc.send(
+      new UpdateCommand({
+        TableName: f.engine.tables.runs,
+        Key: runKeyOf(claimed),
+        UpdateExpression: "SET expiresAt = :expiresAt",
+        ExpressionAttributeValues: { ":expiresAt": runExpiresAt(new Date(), f.engine.settings) },
+      }),
+    );
+
+    // Two days later: the parked run's TTL has passed and DynamoDB has deleted it.
+    const later = runAt.getTime() + 2 * RETENTION_DAYS * DAY;
+    await sweepExpired(f.engine, new Date(later));
+    expect(await runsOf(job.jobId)).toEqual([]);
+    await resumeJob(withClock(at(later)), TENANT, job.jobId);
+
+    // fire_once: the occurrence runs, late, once.
+    const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    await processRun({ ...f.workerDeps("w"), engine: withClock(at(later)) }, delivery);
+    expect((await runsOf(job.jobId)).map((r) => r.status)).toEqual(["SUCCEEDED"]);
+    expect(await getJob(f.engine, job.jobId)).toMatchObject({ status: "COMPLETED" });
+  }, 30_000);
+
+  it("completes a one-off whose run ended while paused and then expired", async () => {
+    const runAt = new Date(Date.now() + 60_000);
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: runAt.toISOString() } }),
+    );
+    const [claimed] = await runsOf(job.jobId);
+    if (!claimed) throw new Error("not claimed at create");
+    // Paused while its run runs: the run's ending leaves the paused one-off PAUSED.
+    let pause: Promise<unknown> = Promise.resolve();
+    await deliver(claimed, at(runAt.getTime()), {
+      noop: async () => {
+        pause = pauseJob(f.engine, TENANT, job.jobId);
+        await pause;
+      },
+    });
+    await pause;
+    expect((await runsOf(job.jobId)).map((r) => r.status)).toEqual(["SUCCEEDED"]);
+    expect((await getJob(f.engine, job.jobId))?.status).toBe("PAUSED");
+
+    const later = runAt.getTime() + 2 * RETENTION_DAYS * DAY;
+    await sweepExpired(f.engine, new Date(later));
+    expect(await runsOf(job.jobId)).toEqual([]);
+    await resumeJob(withClock(at(later)), TENANT, job.jobId);
+    expect(await getJob(f.engine, job.jobId)).toMatchObject({ status: "COMPLETED" });
+  }, 30_000);
+
+  it("gives a resumed parked run a fresh retention, so its TTL does not delete it while it runs", async () => {
+    const runAt = new Date(Date.now() + 60_000);
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: runAt.toISOString() } }),
+    );
+    const [claimed] = await runsOf(job.jobId);
+    if (!claimed) throw new Error("not claimed at create");
+    await pauseJob(f.engine, TENANT, job.jobId);
+    await deliver(claimed, at(runAt.getTime()));
+    // Resumed just before the parked run's TTL: it is sent again and must outlive its run.
+    const resumedAt = runAt.getTime() + RETENTION_DAYS * DAY - 60_000;
+    await resumeJob(withClock(at(resumedAt)), TENANT, job.jobId);
+    await sweepExpired(f.engine, new Date(resumedAt + 120_000));
+    expect((await runsOf(job.jobId)).map((r) => r.status)).toEqual(["QUEUED"]);
+    const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    await processRun({ ...f.workerDeps("w"), engine: withClock(at(resumedAt)) }, delivery);
+    expect((await runsOf(job.jobId)).map((r) => r.status)).toEqual(["SUCCEEDED"]);
+  }, 30_000);
+});
