@@ -23,7 +23,8 @@ import { customJobTypes } from "../worker/handlers/index.js";
  * tenants your way, pass your own function instead of the default (see
  * TenantOfPrincipal / TenantOfClaims in shared/api/auth.ts and docs/api.md).
  */
-const engine = engineFromEnv(powertoolsObservability("scheduler-api"));
+const obs = powertoolsObservability("scheduler-api");
+const engine = engineFromEnv(obs);
 
 // The demo types (sleep, fail) only where the stack enables them (the demoJobTypes option).
 const jobTypes = jobTypeCatalog({
@@ -48,4 +49,19 @@ const app = createApiApp({
   },
 });
 
-export const handler = handle(app);
+const serve = handle(app);
+
+/**
+ * Each request's metrics go out before it answers, as the other functions' do at the end of each
+ * invocation: Powertools buffers the metrics without dimensions (a fast-path claim's `Claims`,
+ * `ClaimsLostToRaces`, `StaleDueEntries`) until published, and a buffer left to fill would reach
+ * CloudWatch only at its 100th value, or never when the instance is recycled first. A request
+ * that recorded none writes nothing (publishing an empty buffer logs a warning).
+ */
+export const handler: typeof serve = async (event, lambdaContext) => {
+  try {
+    return await serve(event, lambdaContext);
+  } finally {
+    if (obs.metrics.hasStoredMetrics()) obs.metrics.publishStoredMetrics();
+  }
+};

@@ -1,6 +1,7 @@
 import type { ApiGatewayRequestContextV2 } from "hono/aws-lambda";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { ENV } from "../../shared/config.js";
+import { METRICS } from "../../shared/observability.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
 
 /**
@@ -84,7 +85,52 @@ function event(
   };
 }
 
+/** The EMF documents (CloudWatch metrics) a call writes to stdout, as Lambda hands them to CloudWatch. */
+async function emfWrittenBy(call: () => Promise<unknown>): Promise<Record<string, unknown>[]> {
+  const written: string[] = [];
+  const write = process.stdout.write.bind(process.stdout);
+  process.stdout.write = ((chunk: string | Uint8Array, ...rest: never[]) => {
+    written.push(String(chunk));
+    return write(chunk, ...rest);
+  }) as typeof process.stdout.write;
+  try {
+    await call();
+  } finally {
+    process.stdout.write = write;
+  }
+  return written
+    .flatMap((text) => text.split("\n"))
+    .flatMap((line) => {
+      try {
+        const parsed: unknown = JSON.parse(line);
+        return typeof parsed === "object" && parsed !== null && "_aws" in parsed
+          ? [parsed as Record<string, unknown>]
+          : [];
+      } catch {
+        return [];
+      }
+    });
+}
+
 describe("API Lambda (payload v2, IAM)", () => {
+  it("publishes the metrics of each request before it answers: a fast-path claim's Claims", async () => {
+    // Due in seconds: the create claims it at once (the dashboard's "claimed (fast path)").
+    const runAt = new Date(Date.now() + 5_000).toISOString();
+    const documents = await emfWrittenBy(() =>
+      handler(
+        event("POST", "/jobs", {
+          body: { type: "noop", schedule: { runAt } },
+          // A tenant of its own: the other tests list theirs.
+          userArn: "arn:aws:sts::123456789012:assumed-role/Metered/session-1",
+        }),
+      ),
+    );
+    const claims = documents.filter((document) => METRICS.claims in document);
+    expect(claims.map((document) => [document.service, document[METRICS.claims]])).toEqual([
+      ["scheduler-api", 1],
+    ]);
+  });
+
   it("creates and reads a job as the calling role, whatever the session", async () => {
     const created = await handler(
       event("POST", "/jobs", {
