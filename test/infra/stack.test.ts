@@ -136,6 +136,30 @@ describe("storage", () => {
     expect(resourceOf(dev, dev.stack.storage.webhookSecretsKey).DeletionPolicy).toBe("Delete");
   });
 
+  it("keeps every stateful resource's logical id, so no redeploy replaces one with an empty one", () => {
+    // A changed logical id (a construct renamed or moved) makes CloudFormation create a new,
+    // empty resource and orphan the old one (Retain): every job, run, secret and the key that
+    // decrypts them would be left behind by a deploy. Change these only with a migration.
+    const { stack } = prod;
+    const stateful = {
+      StorageJobsTable47C44CDA: stack.storage.jobs.table,
+      StorageRunsTableF5CFB6AB: stack.storage.runs.table,
+      StorageWebhookSecretsTable0CBC7ABF: stack.storage.webhookSecrets.table,
+      StorageWebhookSecretsKeyE9B3A008: stack.storage.webhookSecretsKey,
+    };
+    for (const [id, construct] of Object.entries(stateful)) {
+      expect(logicalIdOf(stack, construct)).toBe(id);
+      // Replaced all the same (a key schema changed), the old one stays, data and all.
+      expect(resourceOf(prod, construct).UpdateReplacePolicy, id).toBe("Retain");
+    }
+    const tablesAndKeys = Object.entries(prod.resources).filter(([, resource]) =>
+      ["AWS::DynamoDB::Table", "AWS::DynamoDB::GlobalTable", "AWS::KMS::Key"].includes(
+        String(resource.Type),
+      ),
+    );
+    expect(tablesAndKeys.map(([id]) => id).sort()).toEqual(Object.keys(stateful).sort());
+  });
+
   it("encrypts the webhook secrets table with its own rotating KMS key", () => {
     const { stack } = prod;
     const table = propertiesOf(prod, stack.storage.webhookSecrets.table);
