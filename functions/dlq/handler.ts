@@ -4,6 +4,8 @@ import { decodeRunMessage } from "../../shared/queue/work-queue.js";
 import { engineFromEnv, powertoolsObservability } from "../../shared/runtime.js";
 
 const obs = powertoolsObservability("scheduler-dlq");
+/** How much of a dropped message's body the log keeps. */
+const UNREADABLE_BODY_LOGGED = 1024;
 const engine = engineFromEnv(obs);
 
 /** Consumes the work queues' redrive DLQs: each message is a run that crashed its worker every time. */
@@ -13,7 +15,11 @@ export async function handler(event: SQSEvent): Promise<SQSBatchResponse> {
     for (const record of event.Records) {
       const message = decodeRunMessage(record.body);
       if (message === null) {
-        obs.log.error("unreadable message in the DLQ; dropped", { messageId: record.messageId });
+        // Its body is logged because it is deleted: the log is all an operator has left of it.
+        obs.log.error("unreadable message in the DLQ; dropped", {
+          messageId: record.messageId,
+          body: record.body.slice(0, UNREADABLE_BODY_LOGGED),
+        });
         continue;
       }
       try {

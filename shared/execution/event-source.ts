@@ -21,7 +21,11 @@ async function processRecord(deps: WorkerDeps, record: SQSRecord): Promise<strin
   const { log } = deps.engine.obs;
   const message = decodeRunMessage(record.body);
   if (message === null) {
-    log.error("unreadable run message; dropped", { messageId: record.messageId });
+    // Its body is logged because it is deleted: the log is all an operator has left of it.
+    log.error("unreadable run message; dropped", {
+      messageId: record.messageId,
+      body: record.body.slice(0, 1024),
+    });
     return null;
   }
   try {

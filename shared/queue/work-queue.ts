@@ -7,6 +7,7 @@ import {
   type SQSClient,
 } from "@aws-sdk/client-sqs";
 import { MAX_SQS_DELAY_SECONDS } from "../config.js";
+import { JOB_ID_PATTERN, MAX_ATTEMPT, runSortKey } from "../keys.js";
 import type { Priority, RunMessage } from "../model.js";
 
 export type QueueUrls = Readonly<Record<Priority, string>>;
@@ -49,6 +50,22 @@ export function encodeRunMessage(message: RunMessage): string {
   return JSON.stringify(message);
 }
 
+/**
+ * Whether a run could have this key: a message whose key no run can have (sent by no scheduler
+ * process: an operator's test message, another system's) would make every reader of the run throw,
+ * and the worker and the DLQ consumer hand it back to SQS for good, instead of dropping it.
+ */
+function namesARun(jobId: string, scheduledFor: string, attempt: number): boolean {
+  if (!JOB_ID_PATTERN.test(jobId) || !Number.isInteger(attempt)) return false;
+  if (attempt < 1 || attempt > MAX_ATTEMPT) return false;
+  try {
+    runSortKey(scheduledFor, attempt);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** Parses a message body; returns null for anything that is not a run message (poison). */
 export function decodeRunMessage(body: string | undefined): RunMessage | null {
   if (body === undefined) return null;
@@ -68,7 +85,9 @@ export function decodeRunMessage(body: string | undefined): RunMessage | null {
     typeof v.jobVersion !== "number" ||
     (v.priority !== "high" && v.priority !== "normal" && v.priority !== "low") ||
     (v.fence !== undefined &&
-      !(typeof v.fence === "number" && Number.isInteger(v.fence) && v.fence >= 0))
+      !(typeof v.fence === "number" && Number.isInteger(v.fence) && v.fence >= 0)) ||
+    !namesARun(v.jobId, v.scheduledFor, v.attempt) ||
+    !Number.isFinite(Date.parse(v.dueAt))
   ) {
     return null;
   }
