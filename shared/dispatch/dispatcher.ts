@@ -27,6 +27,13 @@ const RESWEEP_MS = 2 * MINUTE_MS;
  * where this one stopped, so an outage of any length is swept in the end.
  */
 export const MAX_BACKLOG_BUCKETS_PER_PASS = 2_880;
+/**
+ * A `sweepFrom` ahead of a pass's own recent window was recorded by a clock ahead of this one (or
+ * this clock went back): writers on the right clock may have filed entries in the minutes it
+ * skipped, which no later window reaches. The pass reads back this far behind its window, as the
+ * reaper moves back a cursor ahead of it (`CLOCK_DISAGREEMENT_MS` in reaper.ts).
+ */
+const CLOCK_DISAGREEMENT_MS = 15 * MINUTE_MS;
 /** Backlog buckets read between checks of the pass's time budget, 8 at a time. */
 const BACKLOG_CHUNK = 64;
 const BACKLOG_CONCURRENCY = 8;
@@ -70,13 +77,17 @@ const minuteMs = (minute: string) => Date.parse(`${minute}:00.000Z`);
 
 /**
  * Where a pass starts reading: where the last completed pass said (two minutes
- * before it began, or the rest of a backlog, or a bucket with a failed entry);
- * for a lease last written without that, the watermark's next minute, or two
- * minutes back when that is later. Null for a shard no pass has completed on:
- * its backlog has no known start, so the pass finds it by a scan.
+ * before it began, or the rest of a backlog, or a bucket with a failed entry),
+ * or well behind this pass's window when that lies ahead of it (a clock ahead
+ * recorded it); for a lease last written without that, the watermark's next
+ * minute, or two minutes back when that is later. Null for a shard no pass has
+ * completed on: its backlog has no known start, so the pass finds it by a scan.
  */
 function sweepStartMs(lease: ShardLease, recentFromMs: number): number | null {
-  if (lease.sweepFrom) return minuteMs(lease.sweepFrom);
+  if (lease.sweepFrom) {
+    const recorded = minuteMs(lease.sweepFrom);
+    return recorded > recentFromMs ? recentFromMs - CLOCK_DISAGREEMENT_MS : recorded;
+  }
   if (lease.watermark) return Math.min(minuteMs(lease.watermark) + MINUTE_MS, recentFromMs);
   return null;
 }

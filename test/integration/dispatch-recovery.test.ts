@@ -276,6 +276,39 @@ describe("overdue entries after an outage of passes", () => {
     ]);
   });
 
+  it("passes by a clock minutes ahead: an entry filed meanwhile in the right minute is claimed once the clocks agree", async () => {
+    swept(await dispatchShard(f.engine, 0, "before-skew"));
+    // For three minutes the shard's passes run on a host whose clock is ten minutes ahead: each
+    // records where the next pass starts by its own clock, ten minutes ahead of the right one.
+    const ahead = (ms: number) => ({ ...f.engine, clock: () => new Date(ms + 10 * MINUTE) });
+    time.ms += MINUTE;
+    swept(await dispatchShard(ahead(time.ms), 0, "ahead-1"));
+    // Meanwhile a writer on the right clock files an overdue entry in the current minute.
+    const writtenAt = new Date(time.ms + 10 * SECOND);
+    const due = new Date(writtenAt.getTime() - 30 * MINUTE);
+    await seedJobs(
+      f,
+      [
+        {
+          jobId: "overdue-skew",
+          schedule: { every: "PT1H", startAt: due.toISOString() },
+          dueAt: due,
+          filedAt: writtenAt,
+        },
+      ],
+      writtenAt,
+    );
+    for (const pass of [2, 3]) {
+      time.ms += MINUTE;
+      swept(await dispatchShard(ahead(time.ms), 0, `ahead-${pass}`));
+    }
+    // The clocks agree again: the next pass reads the minutes the skewed ones skipped.
+    time.ms += MINUTE;
+    swept(await dispatchShard(f.engine, 0, "after-skew"));
+    const runs = (await f.runs()).filter((r) => r.jobId === "overdue-skew");
+    expect(runs.map((r) => r.scheduledFor)).toEqual([due.toISOString()]);
+  });
+
   it("an outage longer than the old catch-up clamp (a week, the clamp was 6.25 days): every bucket is swept, a bounded backlog per pass", async () => {
     time.ms += MINUTE;
     swept(await dispatchShard(f.engine, 0, "before-long-outage"));
