@@ -171,6 +171,9 @@ function intFrom(env: Env, name: string, fallback: number, min: number, max: num
 /** The most shards a deployment may have (`shardCount`, `maxShardCount`). */
 export const SHARD_COUNT_LIMIT = 1024;
 
+/** The shortest `lookaheadSeconds` a deployment may have. */
+export const MIN_LOOKAHEAD_SECONDS = 60;
+
 export function loadSettings(env: Env = process.env): EngineSettings {
   const shardCount = intFrom(
     env,
@@ -179,7 +182,7 @@ export function loadSettings(env: Env = process.env): EngineSettings {
     1,
     SHARD_COUNT_LIMIT,
   );
-  const lookaheadSeconds = intFrom(env, ENV.lookaheadSeconds, 300, 60, 600);
+  const lookaheadSeconds = intFrom(env, ENV.lookaheadSeconds, 300, MIN_LOOKAHEAD_SECONDS, 600);
   return {
     shardCount,
     maxShardCount: Math.max(

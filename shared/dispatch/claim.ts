@@ -1,3 +1,4 @@
+import { MIN_LOOKAHEAD_SECONDS } from "../config.js";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
 import type { DueEntry, Run } from "../model.js";
@@ -7,7 +8,7 @@ import { putRunsUnconditionally, writeClaim } from "../storage/claim.js";
 import { dueEntryKey, removeOrphanDueEntry } from "../storage/due-entries.js";
 import { completedJobExpiresAt } from "../storage/retention.js";
 import { queuedRun, skippedRun } from "../storage/runs.js";
-import { claimReachEnd } from "./fast-path-window.js";
+import { claimReachEnd, fastPathHorizonEnd } from "./fast-path-window.js";
 import { attemptOf, planClaim } from "./plan-claim.js";
 
 /**
@@ -284,6 +285,13 @@ async function attemptClaim(
       engine.obs.metrics.add(METRICS.claimsLost, 1, "Count");
       return { result: { outcome: "lost" } };
     case "job-moved": {
+      if (written.jobGone && mayAwaitItsJob(entry, now)) {
+        engine.obs.log.warn("left a due entry whose job is not written yet", {
+          jobId: entry.jobId,
+          dueKey: entry.key,
+        });
+        return { result: { outcome: "stale" } };
+      }
       const rewritten = await removeOrphan(engine, entry);
       return rewritten ? { reread: rewritten } : { result: { outcome: "stale" } };
     }
@@ -321,6 +329,22 @@ async function afterClaim(engine: Engine, entry: DueEntry, planned: PlannedWrite
   await putRunsUnconditionally(engine, planned.skippedItems.slice(MAX_SKIPPED_IN_TRANSACTION));
   if (planned.plan.note) engine.obs.log.warn(planned.plan.note, { jobId: entry.jobId });
   engine.obs.metrics.add(METRICS.claims, planned.queued.length, "Count");
+}
+
+/**
+ * Whether an occurrence entry whose job is not there may be a create's, put before its job: a
+ * create puts the entry first when it lies past its fast-path window (`now + lookahead + 2 min`,
+ * at least 3 minutes ahead, at the shortest lookahead), and during a deploy that raises
+ * `lookaheadSeconds` a pass may sweep that far before the API's instances have the new setting.
+ * Removed then, the entry would leave the job naming one that is gone, for good. Left, it is
+ * claimed once the job's put lands, or removed once due within those 3 minutes, past which no
+ * create puts an entry alone (a create that died before its job's put).
+ */
+function mayAwaitItsJob(entry: DueEntry, now: Date): boolean {
+  return (
+    entry.kind === "occurrence" &&
+    Date.parse(entry.dueAt) >= fastPathHorizonEnd(now, MIN_LOOKAHEAD_SECONDS * 1000).getTime()
+  );
 }
 
 /** An entry its job no longer points at: removed, unless it was rewritten meanwhile (returned). */

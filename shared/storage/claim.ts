@@ -50,8 +50,11 @@ export type ClaimWriteResult =
   | { readonly outcome: "entry-gone" }
   /** The entry was rewritten under the same key (an edit kept the occurrence): as it is now. */
   | { readonly outcome: "entry-rewritten"; readonly entry: DueEntry }
-  /** The job no longer points at the entry, is no longer active, or (for a retry entry) is gone. */
-  | { readonly outcome: "job-moved" }
+  /**
+   * The job no longer points at the entry, is no longer active, or is gone (`jobGone`: its item
+   * is not there, deleted, or not yet written by a create that puts the entry first).
+   */
+  | { readonly outcome: "job-moved"; readonly jobGone: boolean }
   /**
    * Occurrences handled already: runs past QUEUED (or re-sent by the reaper), and outcomes on
    * record (by scheduledFor); and the runs this call put, which the next round does not put again.
@@ -195,6 +198,8 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
             completes ? ", #status = :completed, expiresAt = :expiresAt" : ""
           }`,
           ExpressionAttributeNames: { "#status": "status" },
+          // Whether the job is there at all: a create may not have put it yet (dispatch/claim.ts).
+          ReturnValuesOnConditionCheckFailure: "ALL_OLD",
           ExpressionAttributeValues: {
             ":active": "ACTIVE",
             ":pk": entry.key.pk,
@@ -249,7 +254,7 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
     );
     if (error.has("job")) {
       await deleteOwnRuns(engine, own, token);
-      return { outcome: "job-moved" };
+      return { outcome: "job-moved", jobGone: error.item("job") === null };
     }
     const recorded = skipped
       .map((item) => String(item.scheduledFor))
