@@ -2,6 +2,7 @@ import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
 import { failedConditionItem, isConditionalCheckFailed } from "./dynamo-errors.js";
+import { runExpiresAt } from "./retention.js";
 import { fencedRunUpdate, fencedWrite, fenceFailure, type HeldRun } from "./run-fence.js";
 import { runKeyOf } from "./run-reads.js";
 
@@ -77,7 +78,9 @@ export async function recordRunToken(
 /**
  * An async target answered 202 and took the run over: the run stays RUNNING under this start's
  * fence with a fresh lease (its target's heartbeats extend it), the instant it times out, and the
- * job version it runs. Throws FenceLostError when the run is no longer held (the target already
+ * job version it runs. Its history is kept for the retention after that instant: counted from
+ * when it was queued, as other runs' is, DynamoDB's TTL could delete a run its target is still
+ * running (up to 24 h, against a retention of a day or more). Throws FenceLostError when the run is no longer held (the target already
  * completed it, or another start took it over).
  */
 export async function recordHandOver(
@@ -92,7 +95,7 @@ export async function recordHandOver(
 ): Promise<void> {
   await fencedRunUpdate(engine, run, {
     // The status and reason are a start's, for a hand-over that writes its run's start.
-    set: "#status = :running, handedOverAt = :now, leaseUntil = :leaseUntil, timesOutAt = :timesOutAt, executedVersion = :executedVersion",
+    set: "#status = :running, handedOverAt = :now, leaseUntil = :leaseUntil, timesOutAt = :timesOutAt, executedVersion = :executedVersion, expiresAt = :expiresAt",
     remove: "reason",
     values: {
       ":running": "RUNNING",
@@ -100,6 +103,7 @@ export async function recordHandOver(
       ":leaseUntil": handOver.leaseUntil.toISOString(),
       ":timesOutAt": handOver.timesOutAt.toISOString(),
       ":executedVersion": handOver.executedVersion,
+      ":expiresAt": runExpiresAt(handOver.timesOutAt, engine.settings),
     },
   });
 }

@@ -1,7 +1,7 @@
 import { createHmac } from "node:crypto";
 import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import { GetCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
@@ -242,6 +242,24 @@ describe("async mode (long jobs)", () => {
     const late = await callBack(handOff.heartbeatUrl, handOff.token);
     expect(late.status, late.text).toBe(409);
     expect(late.body).toMatchObject({ error: { code: "stale_run_token" } });
+  });
+
+  it("a handed-over run is kept for the retention after it can time out, not after it was queued: TTL does not delete it while its target runs it", async () => {
+    const jobId = await createAsyncJob({ timeoutSeconds: 86_400 });
+    const handOff = await deliver(jobId);
+    const ref = parseRunId(handOff.runId);
+    if (ref === null) throw new Error(`not a run id: ${handOff.runId}`);
+    const { engine } = api.fixture;
+    const { Item: item } = await engine.doc.send(
+      new GetCommand({ TableName: engine.tables.runs, Key: runKeyOf(ref), ConsistentRead: true }),
+    );
+    const timesOutAt = Date.parse(String(item?.timesOutAt));
+    expect(timesOutAt).toBe(now.getTime() + 86_400_000);
+    expect(item?.expiresAt).toBe(
+      Math.floor(timesOutAt / 1000) + engine.settings.retentionDays * 86_400,
+    );
+    const completed = await callBack(handOff.completeUrl, handOff.token, { status: "succeeded" });
+    expect(completed.status, completed.text).toBe(200);
   });
 
   it("the worker records the run's scheduling lag when it hands the run over; the completion in the API records none", async () => {
