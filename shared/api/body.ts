@@ -16,7 +16,10 @@ const JSON_CONTENT_TYPE = /^application\/([a-z-.]+\+)?json(;\s*[a-zA-Z0-9-]+=([^
  * way a body can be unreadable gets the API's own answer: 415 for another
  * media type, 413 past the size limit (checked while reading, so a huge body
  * is never buffered), 400 for bytes that are not UTF-8 JSON, too deeply nested,
- * or that use `__proto__` as a field name outside the payload (at `payloadPath`).
+ * that use `__proto__` as a field name outside the payload (at `payloadPath`),
+ * or whose text outside the payload holds an unpaired UTF-16 surrogate (JSON's
+ * `\ud800` escape reads as one): no Unicode text, which DynamoDB's strings must
+ * be. A payload is stored and delivered as JSON text, the escape as written.
  * A body that holds create bodies `itemDepth` levels down (a batch's
  * `jobs[i]`: 2) may nest that much deeper, so each of them may nest as a create's.
  */
@@ -101,6 +104,17 @@ async function readAtMost(request: Request, maxBytes: number): Promise<Uint8Arra
   return bytes;
 }
 
+/** A high surrogate not followed by a low one, or a low one not after a high one. */
+const UNPAIRED_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+const notText = (field: string) =>
+  new ApiError(
+    400,
+    "validation_failed",
+    `${field}: holds an unpaired UTF-16 surrogate, which is not Unicode text`,
+    { field },
+  );
+
 /** Iterative, so that the check itself cannot overflow the stack it protects. */
 function checkStructure(root: unknown, payloadPath: RegExp, maxDepth: number): void {
   const stack: { value: unknown; depth: number; path: string; inPayload: boolean }[] = [
@@ -108,6 +122,8 @@ function checkStructure(root: unknown, payloadPath: RegExp, maxDepth: number): v
   ];
   for (let item = stack.pop(); item !== undefined; item = stack.pop()) {
     const { value, depth, path, inPayload } = item;
+    if (typeof value === "string" && !inPayload && UNPAIRED_SURROGATE.test(value))
+      throw notText(path);
     if (typeof value !== "object" || value === null) continue;
     if (depth >= maxDepth) {
       throw new ApiError(
@@ -120,6 +136,7 @@ function checkStructure(root: unknown, payloadPath: RegExp, maxDepth: number): v
     for (const [key, child] of Object.entries(value)) {
       const childPath = path === "" ? key : `${path}.${key}`;
       const payload = inPayload || payloadPath.test(childPath);
+      if (!payload && UNPAIRED_SURROGATE.test(key)) throw notText(path === "" ? key : path);
       if (key === "__proto__" && !payload) {
         throw new ApiError(400, "validation_failed", `${childPath}: is not an accepted field`, {
           field: childPath,

@@ -390,6 +390,23 @@ describe("POST /jobs", () => {
     });
   });
 
+  it("400 naming the field for text with an unpaired UTF-16 surrogate outside the payload, which is no Unicode text to store", async () => {
+    const json = { "Content-Type": "application/json" };
+    const lone = String.raw`a\ud800b`;
+    const inName = `{"type":"noop","name":"${lone}","schedule":{"runAt":"${inMinutes(60)}"}}`;
+    expectError(await api.call("POST", "/jobs", { raw: inName, headers: json }), 400, {
+      code: "validation_failed",
+      field: "name",
+    });
+    const inHeaderName = `{"type":"http","schedule":{"runAt":"${inMinutes(60)}"},"target":{"url":"https://e.com","headers":{"x-${String.raw`\udc00`}":"v"}}}`;
+    expectError(await api.call("POST", "/jobs", { raw: inHeaderName, headers: json }), 400, {
+      field: "target.headers",
+    });
+    // A payload is stored and delivered as JSON text, where the escape survives as written.
+    const inPayload = `{"type":"noop","schedule":{"runAt":"${inMinutes(60)}"},"payload":{"note":"${lone}"}}`;
+    expect((await api.call("POST", "/jobs", { raw: inPayload, headers: json })).status).toBe(201);
+  });
+
   it("writes nothing for any request that fails", async () => {
     const before = await itemCounts();
     await api.call("POST", "/jobs", {
