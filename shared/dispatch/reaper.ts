@@ -84,11 +84,33 @@ function stoppedBehind(
   return entries.length >= max ? entries.at(-1)?.deadline : undefined;
 }
 
+/** The longest the reaper waits between re-sends of a run that no worker starts. */
+export const MAX_RESEND_INTERVAL_MS = 15 * 60_000;
+
+/** How many times the reaper has re-sent the run since a worker last started it. */
+function resendsSinceStart(run: InflightRun): number {
+  return run.resends !== null && run.resends.fence === run.fence ? run.resends.count : 0;
+}
+
+/**
+ * How long after its `count`-th re-send (since its last start) the reaper looks at a run again: a
+ * lease, doubling with each re-send no worker started, up to 15 minutes. A message that was lost
+ * is re-sent a lease after it was due, as ever; one that waits in a backlog (the workers down or
+ * saturated) is not copied into it every pass, which would feed the backlog it waits in.
+ */
+export function resendInterval(count: number, leaseMs: number): number {
+  return Math.min(
+    leaseMs * 2 ** Math.min(count - 1, 20),
+    Math.max(leaseMs, MAX_RESEND_INTERVAL_MS),
+  );
+}
+
 /**
  * Finds runs whose message should have been acted on by now and was not:
  * QUEUED past its start deadline (claimed but never sent, or the message was
  * lost), or RUNNING a lease past its lapsed lease (no worker picked the
- * message up again). Sends each again and pushes its deadline on by a lease.
+ * message up again). Sends each again and pushes its deadline on by a lease,
+ * doubling with each re-send no worker has started since (`resendInterval`).
  * Lapsed means the lease, read from the run; the index only says when to look.
  * Repeating a send is harmless: a run starts only once. Runs that ended keep
  * their index entry; each shard's cursor keeps the reaper from reading one
@@ -192,10 +214,14 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
         // to spare the index a write); one still under a live lease only has its deadline moved.
         const live = run.status === "RUNNING" && (run.leaseUntil ?? "") > now.toISOString();
         const resend = !live || messagesLost;
+        // Counted only for a run no worker holds: a restart's re-send of a run under a live lease
+        // finds it held, and says nothing of whether workers take its messages.
+        const resentCount = resend && !live ? resendsSinceStart(run) + 1 : null;
         const deadline = live
           ? Date.parse(run.leaseUntil ?? "") + engine.settings.leaseMs
           : // A run re-sent ahead of time (after a restart) keeps its deadline relative to when it is due.
-            Math.max(now.getTime(), Date.parse(run.dueAt)) + engine.settings.leaseMs;
+            Math.max(now.getTime(), Date.parse(run.dueAt)) +
+            resendInterval(resentCount ?? 1, engine.settings.leaseMs);
         // The first re-send fixes when a late start counts from (the worker's misfire check): a
         // message lost while the scheduler ran, from now; after a restart, when the scheduler
         // itself was down, from the occurrence, so that what fell due meanwhile follows its
@@ -206,7 +232,7 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
               ? new Date(run.plannedFor ?? run.scheduledFor)
               : now
             : null;
-        if (await pushInflightDeadline(engine, run, new Date(deadline), misfireFrom)) {
+        if (await pushInflightDeadline(engine, run, new Date(deadline), misfireFrom, resentCount)) {
           if (resend) toSend.push(run);
           return "done";
         }

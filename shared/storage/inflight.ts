@@ -19,8 +19,14 @@ import { RUNS_INFLIGHT_INDEX } from "./tables.js";
 /** An entry of the index: the run's table key and the deadline it is filed under. */
 export type InflightEntry = { readonly pk: string; readonly sk: string; readonly deadline: string };
 
-/** A run as read for the reaper, with the deadline its item carries now. */
-export type InflightRun = Run & { readonly inflightSk: string };
+/**
+ * A run as read for the reaper, with the deadline its item carries now and how many times the
+ * reaper has re-sent it since it last started (`resends`: under the fence it had then).
+ */
+export type InflightRun = Run & {
+  readonly inflightSk: string;
+  readonly resends: { readonly fence: number; readonly count: number } | null;
+};
 
 /** Where a read of the index starts: after an entry (exclusive), at a deadline, or at the start. */
 export type IndexStart =
@@ -75,7 +81,11 @@ export async function overdueEntries(
 /** The run's item carries an index entry: it is the reaper's to look at. */
 function inflightRunOf(item: Record<string, unknown>): InflightRun | null {
   if (typeof item.inflightSk !== "string") return null;
-  return { ...decodeRun(item), inflightSk: item.inflightSk };
+  const resends =
+    typeof item.resentAtFence === "number" && typeof item.resentCount === "number"
+      ? { fence: item.resentAtFence, count: item.resentCount }
+      : null;
+  return { ...decodeRun(item), inflightSk: item.inflightSk, resends };
 }
 
 /**
@@ -115,6 +125,7 @@ export async function pushInflightDeadline(
   run: InflightRun,
   deadline: Date,
   misfireFrom: Date | null,
+  resentCount: number | null = null,
 ): Promise<boolean> {
   try {
     await engine.doc.send(
@@ -122,7 +133,9 @@ export async function pushInflightDeadline(
         TableName: engine.tables.runs,
         Key: runKey(run.jobId, run.scheduledFor, run.attempt),
         ConditionExpression: "inflightSk = :seen AND #status = :status AND fence = :fence",
-        UpdateExpression: `SET inflightSk = :deadline${misfireFrom ? ", misfireFrom = :misfireFrom" : ""}`,
+        UpdateExpression: `SET inflightSk = :deadline${misfireFrom ? ", misfireFrom = :misfireFrom" : ""}${
+          resentCount === null ? "" : ", resentAtFence = :fence, resentCount = :resentCount"
+        }`,
         ExpressionAttributeNames: { "#status": "status" },
         ExpressionAttributeValues: {
           ":seen": run.inflightSk,
@@ -130,6 +143,7 @@ export async function pushInflightDeadline(
           ":fence": run.fence,
           ":deadline": deadline.toISOString(),
           ...(misfireFrom ? { ":misfireFrom": misfireFrom.toISOString() } : {}),
+          ...(resentCount === null ? {} : { ":resentCount": resentCount }),
         },
       }),
     );
