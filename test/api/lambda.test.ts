@@ -1,8 +1,11 @@
 import type { ApiGatewayRequestContextV2 } from "hono/aws-lambda";
-import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { ENV } from "../../shared/config.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { METRICS } from "../../shared/observability.js";
-import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
+import {
+  createEngineFixture,
+  deployedEnvironment,
+  type EngineFixture,
+} from "../support/engine-fixture.js";
 
 /**
  * functions/api/handler.ts as API Gateway invokes it: HTTP API payload v2
@@ -16,17 +19,7 @@ const saved = { ...process.env };
 beforeAll(async () => {
   fixture = await createEngineFixture();
   const { engine } = fixture;
-  Object.assign(process.env, {
-    [ENV.jobsTable]: engine.tables.jobs,
-    [ENV.runsTable]: engine.tables.runs,
-    [ENV.webhookSecretsTable]: engine.tables.webhookSecrets,
-    [ENV.queueHigh]: engine.queues.high,
-    [ENV.queueNormal]: engine.queues.normal,
-    [ENV.queueLow]: engine.queues.low,
-    AWS_ENDPOINT_URL_DYNAMODB: inject("dynamoEndpoint"),
-    AWS_ENDPOINT_URL_SQS: inject("sqsEndpoint"),
-    POWERTOOLS_LOG_LEVEL: "SILENT",
-  });
+  Object.assign(process.env, deployedEnvironment(engine));
   ({ handler } = await import("../../functions/api/handler.js"));
 });
 

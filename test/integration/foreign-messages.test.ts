@@ -1,6 +1,9 @@
-import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { ENV } from "../../shared/config.js";
-import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  createEngineFixture,
+  deployedEnvironment,
+  type EngineFixture,
+} from "../support/engine-fixture.js";
 import { lambdaContext, sqsEvent } from "../support/lambda-events.js";
 
 /**
@@ -36,18 +39,7 @@ const saved = { ...process.env };
 beforeAll(async () => {
   fixture = await createEngineFixture();
   const { engine } = fixture;
-  Object.assign(process.env, {
-    [ENV.jobsTable]: engine.tables.jobs,
-    [ENV.runsTable]: engine.tables.runs,
-    [ENV.webhookSecretsTable]: engine.tables.webhookSecrets,
-    [ENV.queueHigh]: engine.queues.high,
-    [ENV.queueNormal]: engine.queues.normal,
-    [ENV.queueLow]: engine.queues.low,
-    AWS_ENDPOINT_URL_DYNAMODB: inject("dynamoEndpoint"),
-    AWS_ENDPOINT_URL_SQS: inject("sqsEndpoint"),
-    POWERTOOLS_LOG_LEVEL: "SILENT",
-    POWERTOOLS_METRICS_DISABLED: "true",
-  });
+  Object.assign(process.env, deployedEnvironment(engine), { POWERTOOLS_METRICS_DISABLED: "true" });
   ({ handler: worker } = await import("../../functions/worker/handler.js"));
   ({ handler: deadLetters } = await import("../../functions/dlq/handler.js"));
 });

@@ -47,7 +47,8 @@ describe("a pause longer than the retention", () => {
     return processRun({ ...f.workerDeps("w", handlers), engine: withClock(clock) }, received);
   };
 
-  it("gives a one-off whose parked run expired (parked with a TTL, by a release before parked runs dropped theirs) its occurrence back: it runs", async () => {
+  /** A one-off due in a minute, and the run its create claimed. */
+  const oneOffClaimedAtCreate = async () => {
     const runAt = new Date(Date.now() + 60_000);
     const { job } = await createJob(
       f.engine,
@@ -55,6 +56,11 @@ describe("a pause longer than the retention", () => {
     );
     const [claimed] = await runsOf(job.jobId);
     if (!claimed) throw new Error("not claimed at create");
+    return { job, runAt, claimed };
+  };
+
+  it("gives a one-off whose parked run expired (parked with a TTL, by a release before parked runs dropped theirs) its occurrence back: it runs", async () => {
+    const { job, runAt, claimed } = await oneOffClaimedAtCreate();
     await pauseJob(f.engine, TENANT, job.jobId);
     await deliver(claimed, at(runAt.getTime()));
     expect((await runsOf(job.jobId)).map((r) => r.reason)).toEqual(["waiting: job paused"]);
@@ -82,13 +88,7 @@ describe("a pause longer than the retention", () => {
   }, 30_000);
 
   it("completes a one-off whose run ended while paused and then expired", async () => {
-    const runAt = new Date(Date.now() + 60_000);
-    const { job } = await createJob(
-      f.engine,
-      testJob({ schedule: { runAt: runAt.toISOString() } }),
-    );
-    const [claimed] = await runsOf(job.jobId);
-    if (!claimed) throw new Error("not claimed at create");
+    const { job, runAt, claimed } = await oneOffClaimedAtCreate();
     // Paused while its run runs: the run's ending leaves the paused one-off PAUSED.
     let pause: Promise<unknown> = Promise.resolve();
     await deliver(claimed, at(runAt.getTime()), {
@@ -109,13 +109,7 @@ describe("a pause longer than the retention", () => {
   }, 30_000);
 
   it("gives a resumed parked run a fresh retention, so its TTL does not delete it while it runs", async () => {
-    const runAt = new Date(Date.now() + 60_000);
-    const { job } = await createJob(
-      f.engine,
-      testJob({ schedule: { runAt: runAt.toISOString() } }),
-    );
-    const [claimed] = await runsOf(job.jobId);
-    if (!claimed) throw new Error("not claimed at create");
+    const { job, runAt, claimed } = await oneOffClaimedAtCreate();
     await pauseJob(f.engine, TENANT, job.jobId);
     await deliver(claimed, at(runAt.getTime()));
     // Resumed just before the parked run's TTL: it is sent again and must outlive its run.

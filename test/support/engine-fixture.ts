@@ -3,8 +3,9 @@ import {
   PurgeQueueCommand,
   ReceiveMessageCommand,
 } from "@aws-sdk/client-sqs";
+import { inject } from "vitest";
 import { type Clock, offsetClock, sleep, systemClock } from "../../shared/clock.js";
-import { DEFAULT_SETTINGS, type EngineSettings } from "../../shared/config.js";
+import { DEFAULT_SETTINGS, ENV, type EngineSettings } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import type { JobHandler } from "../../shared/execution/job-contract.js";
@@ -243,13 +244,31 @@ export async function createEngineFixture(options: FixtureOptions = {}): Promise
   };
 }
 
-/** A job definition for tests, with the design's defaults. */
 /** The engine with its clock at `instant` (epoch ms), running on from there. */
 export const engineAt = (engine: Engine, instant: number): Engine => ({
   ...engine,
   clock: offsetClock(instant - Date.now()),
 });
 
+/**
+ * The environment a deployed function reads (`engineFromEnv`), naming this engine's tables and
+ * queues on the emulators, its logs silenced: for a test that imports a handler as deployed.
+ */
+export function deployedEnvironment(engine: Engine): Record<string, string> {
+  return {
+    [ENV.jobsTable]: engine.tables.jobs,
+    [ENV.runsTable]: engine.tables.runs,
+    [ENV.webhookSecretsTable]: engine.tables.webhookSecrets,
+    [ENV.queueHigh]: engine.queues.high,
+    [ENV.queueNormal]: engine.queues.normal,
+    [ENV.queueLow]: engine.queues.low,
+    AWS_ENDPOINT_URL_DYNAMODB: inject("dynamoEndpoint"),
+    AWS_ENDPOINT_URL_SQS: inject("sqsEndpoint"),
+    POWERTOOLS_LOG_LEVEL: "SILENT",
+  };
+}
+
+/** A job definition for tests, with the design's defaults. */
 export function testJob(overrides: Partial<import("../../shared/jobs/index.js").NewJob> = {}) {
   return {
     tenantId: "tenant-a",
