@@ -5,7 +5,8 @@ import { horizonOf } from "../../shared/dispatch/dispatcher.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
 import { cancelJob, editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
-import type { DueEntry, Run } from "../../shared/model.js";
+import type { DueEntry, Job, Run } from "../../shared/model.js";
+import type { ScheduleSpec } from "../../shared/schedule/index.js";
 import { encodeJob } from "../../shared/storage/items.js";
 import { queuedRun } from "../../shared/storage/runs.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
@@ -42,6 +43,18 @@ const claimOptions = (now: Date) => ({
   now,
   horizonEnd: horizonOf(now, f.engine.settings.lookaheadMs).end,
 });
+
+/** One job seeded with its due entry at `due`: the job and that entry. */
+async function seedOne(
+  jobId: string,
+  schedule: ScheduleSpec,
+  due: Date,
+  now: Date,
+): Promise<{ job: Job; entry: DueEntry }> {
+  const [job] = await seedJobs(f, [{ jobId, schedule, dueAt: due }], now);
+  if (!job) throw new Error("not seeded");
+  return { job, entry: await entryOf(jobId) };
+}
 
 async function entryOf(jobId: string): Promise<DueEntry> {
   const [entry, ...more] = (await f.dueEntries()).filter((d) => d.jobId === jobId);
@@ -141,12 +154,12 @@ describe("a claim whose dispatcher dies between its run puts and its transaction
   it("leaves the entry and QUEUED runs; the next claim puts the same runs over them and commits", async () => {
     const now = clock();
     const due = new Date(now.getTime() + 20 * SECOND);
-    await seedJobs(
-      f,
-      [{ jobId: "died", schedule: { every: "PT1M", startAt: due.toISOString() }, dueAt: due }],
+    const { entry } = await seedOne(
+      "died",
+      { every: "PT1M", startAt: due.toISOString() },
+      due,
       now,
     );
-    const entry = await entryOf("died");
 
     await claimDyingBeforeTransaction(entry, now);
 
@@ -175,12 +188,12 @@ describe("a claim whose dispatcher dies between its run puts and its transaction
   it("a run the reaper re-sent meanwhile and that ran is seen as handled by the next claim: it runs once", async () => {
     const now = clock();
     const due = new Date(now.getTime() - 5 * SECOND);
-    await seedJobs(
-      f,
-      [{ jobId: "died-ran", schedule: { every: "PT1H", startAt: due.toISOString() }, dueAt: due }],
+    const { entry } = await seedOne(
+      "died-ran",
+      { every: "PT1H", startAt: due.toISOString() },
+      due,
       now,
     );
-    const entry = await entryOf("died-ran");
     await claimDyingBeforeTransaction(entry, now);
 
     // The run's deadline (a lease after it was put, as it was overdue) passes: the reaper
@@ -212,12 +225,12 @@ describe("a claim that loses its entry to another claimer between its puts and i
   it("the winner's puts go over the loser's same-version runs; the loser's run beyond the winner's reach is claimed by the next entry", async () => {
     const now = clock();
     const due = new Date(now.getTime() + 20 * SECOND);
-    await seedJobs(
-      f,
-      [{ jobId: "raced", schedule: { every: "PT1M", startAt: due.toISOString() }, dueAt: due }],
+    const { entry } = await seedOne(
+      "raced",
+      { every: "PT1M", startAt: due.toISOString() },
+      due,
       now,
     );
-    const entry = await entryOf("raced");
     // The loser planned a minute later than the winner: its reach holds one occurrence more.
     const later = new Date(now.getTime() + MINUTE);
     let winner: ClaimResult | undefined;
@@ -254,12 +267,7 @@ describe("a claim whose put finds the occurrence handled", () => {
   const seedWithRun = async (jobId: string, run: (queued: Run) => Partial<Run>) => {
     const now = clock();
     const due = new Date(now.getTime() - 5 * SECOND);
-    await seedJobs(
-      f,
-      [{ jobId, schedule: { every: "PT1H", startAt: due.toISOString() }, dueAt: due }],
-      now,
-    );
-    const entry = await entryOf(jobId);
+    const { entry } = await seedOne(jobId, { every: "PT1H", startAt: due.toISOString() }, due, now);
     const queued = queuedRun(
       {
         jobId,
@@ -319,13 +327,7 @@ describe("a claim whose entry a pause, cancel or edit removes between its puts a
   it("pause: the reaper re-sends the left run, its worker parks it, and resume runs it once", async () => {
     const now = clock();
     const due = new Date(now.getTime() + 10 * SECOND);
-    const [job] = await seedJobs(
-      f,
-      [{ jobId: "paused", schedule: { runAt: due.toISOString() }, dueAt: due }],
-      now,
-    );
-    if (!job) throw new Error("not seeded");
-    const entry = await entryOf("paused");
+    const { job, entry } = await seedOne("paused", { runAt: due.toISOString() }, due, now);
     const { result } = await withHook(
       "TransactWriteItemsCommand",
       async () => {
@@ -357,13 +359,7 @@ describe("a claim whose entry a pause, cancel or edit removes between its puts a
   it("cancel: the run put after the cancel's sweep is re-sent by the reaper and its worker cancels it", async () => {
     const now = clock();
     const due = new Date(now.getTime() + 10 * SECOND);
-    const [job] = await seedJobs(
-      f,
-      [{ jobId: "cancelled", schedule: { runAt: due.toISOString() }, dueAt: due }],
-      now,
-    );
-    if (!job) throw new Error("not seeded");
-    const entry = await entryOf("cancelled");
+    const { job, entry } = await seedOne("cancelled", { runAt: due.toISOString() }, due, now);
     const { result, hooked } = await withHook(
       "PutItemCommand",
       async () => {
@@ -390,13 +386,12 @@ describe("a claim whose entry a pause, cancel or edit removes between its puts a
   it("edit: the new version's claim puts its runs over the old ones; the old version's runs the new schedule lacks are SKIPPED by their workers", async () => {
     const now = clock();
     const due = new Date(now.getTime() + 20 * SECOND);
-    const [job] = await seedJobs(
-      f,
-      [{ jobId: "edited", schedule: { every: "PT1M", startAt: due.toISOString() }, dueAt: due }],
+    const { job, entry } = await seedOne(
+      "edited",
+      { every: "PT1M", startAt: due.toISOString() },
+      due,
       now,
     );
-    if (!job) throw new Error("not seeded");
-    const entry = await entryOf("edited");
     // Every two minutes from the same start: every other occurrence of the old schedule stays.
     const { result } = await withHook(
       "TransactWriteItemsCommand",
@@ -438,13 +433,12 @@ describe("a claim whose job no longer points at its entry", () => {
   it("deletes the runs it put, but not one another claimer has put over them since", async () => {
     const now = clock();
     const due = new Date(now.getTime() + 20 * SECOND);
-    const [job] = await seedJobs(
-      f,
-      [{ jobId: "moved", schedule: { every: "PT1M", startAt: due.toISOString() }, dueAt: due }],
+    const { job, entry } = await seedOne(
+      "moved",
+      { every: "PT1M", startAt: due.toISOString() },
+      due,
       now,
     );
-    if (!job) throw new Error("not seeded");
-    const entry = await entryOf("moved");
     const secondAt = new Date(due.getTime() + MINUTE).toISOString();
     // Between the puts and the transaction, the job is pointed elsewhere, and another claimer's
     // put (its own token) replaces the run of the second occurrence.
