@@ -14,9 +14,13 @@ import {
 import { listDeadLetters } from "../../shared/jobs/queries.js";
 import type { Run } from "../../shared/model.js";
 import type { ReceivedRun } from "../../shared/queue/work-queue.js";
-import { runMessageOf } from "../../shared/storage/items.js";
 import { getJob } from "../../shared/storage/run-reads.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  createEngineFixture,
+  deliveryOfRun,
+  type EngineFixture,
+  testJob,
+} from "../support/engine-fixture.js";
 import { withFaults } from "../support/faults.js";
 
 const TENANT = "tenant-a";
@@ -66,14 +70,7 @@ describe("edits, pauses and retries keep the runs that should run", () => {
       );
   /** One delivery of a run's message to a worker whose clock reads `clock`; received with a lease-sized visibility. */
   const deliver = (run: Run, clock: Clock) => {
-    const received: ReceivedRun = {
-      message: runMessageOf(run),
-      queueUrl: f.engine.queues[run.priority],
-      receiptHandle: "delivered-in-test",
-      messageId: `m-${run.runId}`,
-      receiveCount: 1,
-      visibilitySeconds: f.engine.settings.leaseMs / 1000,
-    };
+    const received = deliveryOfRun(f.engine, run);
     return processRun({ ...f.workerDeps("w", handlers), engine: withClock(clock) }, received);
   };
 

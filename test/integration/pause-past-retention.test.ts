@@ -5,12 +5,15 @@ import type { Engine } from "../../shared/engine.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { createJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
-import type { ReceivedRun } from "../../shared/queue/work-queue.js";
 import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
-import { runMessageOf } from "../../shared/storage/items.js";
 import { runExpiresAt } from "../../shared/storage/retention.js";
 import { getJob, runKeyOf } from "../../shared/storage/run-reads.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  createEngineFixture,
+  deliveryOfRun,
+  type EngineFixture,
+  testJob,
+} from "../support/engine-fixture.js";
 
 const TENANT = "tenant-a";
 const DAY = 24 * 3_600_000;
@@ -36,14 +39,7 @@ describe("a pause longer than the retention", () => {
   const withClock = (clock: Clock): Engine => ({ ...f.engine, clock });
   const runsOf = async (jobId: string) => (await f.runs()).filter((r) => r.jobId === jobId);
   const deliver = (run: Run, clock: Clock, handlers = {}) => {
-    const received: ReceivedRun = {
-      message: runMessageOf(run),
-      queueUrl: f.engine.queues[run.priority],
-      receiptHandle: "delivered-in-test",
-      messageId: `m-${run.runId}`,
-      receiveCount: 1,
-      visibilitySeconds: f.engine.settings.leaseMs / 1000,
-    };
+    const received = deliveryOfRun(f.engine, run);
     return processRun({ ...f.workerDeps("w", handlers), engine: withClock(clock) }, received);
   };
 

@@ -25,7 +25,7 @@ import {
   receiveRuns,
   setVisibility,
 } from "../../shared/queue/work-queue.js";
-import { decodeDueEntry, decodeJob, decodeRun } from "../../shared/storage/items.js";
+import { decodeDueEntry, decodeJob, decodeRun, runMessageOf } from "../../shared/storage/items.js";
 import {
   JOBS_TTL_ATTRIBUTE,
   jobsTableDefinition,
@@ -265,6 +265,21 @@ export function deployedEnvironment(engine: Engine): Record<string, string> {
     AWS_ENDPOINT_URL_DYNAMODB: inject("dynamoEndpoint"),
     AWS_ENDPOINT_URL_SQS: inject("sqsEndpoint"),
     POWERTOOLS_LOG_LEVEL: "SILENT",
+  };
+}
+
+/**
+ * One delivery of `run`'s message, made by hand rather than received from its queue: received
+ * once, with a lease-sized visibility.
+ */
+export function deliveryOfRun(engine: Engine, run: Run): ReceivedRun {
+  return {
+    message: runMessageOf(run),
+    queueUrl: engine.queues[run.priority],
+    receiptHandle: "delivered-in-test",
+    messageId: `m-${run.runId}`,
+    receiveCount: 1,
+    visibilitySeconds: engine.settings.leaseMs / 1000,
   };
 }
 
