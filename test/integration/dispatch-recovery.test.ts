@@ -233,6 +233,17 @@ describe("overdue entries after an outage of passes", () => {
   });
   afterAll(() => f.destroy());
 
+  /**
+   * An hourly job whose entry, due half an hour before `writtenAt`, a writer files at `writtenAt`
+   * (in that minute's bucket) and does not claim; returns when it is due.
+   */
+  async function fileOverdueEntry(jobId: string, writtenAt: Date): Promise<Date> {
+    const due = new Date(writtenAt.getTime() - 30 * MINUTE);
+    const schedule = { every: "PT1H", startAt: due.toISOString() };
+    await seedJobs(f, [{ jobId, schedule, dueAt: due, filedAt: writtenAt }], writtenAt);
+    return due;
+  }
+
   /** Passes a minute apart until one finds no backlog left; returns them all. */
   async function passesUntilCaughtUp(max: number): Promise<PassResult[]> {
     const passes: PassResult[] = [];
@@ -251,19 +262,7 @@ describe("overdue entries after an outage of passes", () => {
     // current minute's bucket; its own claim did not happen (it crashed, or the claim failed).
     time.ms += MINUTE;
     const writtenAt = new Date(time.ms);
-    const due = new Date(writtenAt.getTime() - 30 * MINUTE);
-    await seedJobs(
-      f,
-      [
-        {
-          jobId: "overdue-short",
-          schedule: { every: "PT1H", startAt: due.toISOString() },
-          dueAt: due,
-          filedAt: writtenAt,
-        },
-      ],
-      writtenAt,
-    );
+    const due = await fileOverdueEntry("overdue-short", writtenAt);
     // Ten minutes without a pass (tick outage, failing passes, a held lease), then one pass.
     time.ms += 10 * MINUTE;
     swept(await dispatchShard(f.engine, 0, "after-outage"));
@@ -285,19 +284,7 @@ describe("overdue entries after an outage of passes", () => {
     swept(await dispatchShard(ahead(time.ms), 0, "ahead-1"));
     // Meanwhile a writer on the right clock files an overdue entry in the current minute.
     const writtenAt = new Date(time.ms + 10 * SECOND);
-    const due = new Date(writtenAt.getTime() - 30 * MINUTE);
-    await seedJobs(
-      f,
-      [
-        {
-          jobId: "overdue-skew",
-          schedule: { every: "PT1H", startAt: due.toISOString() },
-          dueAt: due,
-          filedAt: writtenAt,
-        },
-      ],
-      writtenAt,
-    );
+    const due = await fileOverdueEntry("overdue-skew", writtenAt);
     for (const pass of [2, 3]) {
       time.ms += MINUTE;
       swept(await dispatchShard(ahead(time.ms), 0, `ahead-${pass}`));
