@@ -101,6 +101,11 @@ export interface Job {
   readonly linkRevision?: number;
 }
 
+/** Whether the job has an end condition (endAt or maxRuns). */
+export const hasEnd = (job: Pick<Job, "endAt" | "maxRuns">) =>
+  (job.endAt !== undefined && job.endAt !== null) ||
+  (job.maxRuns !== undefined && job.maxRuns !== null);
+
 /** Where a recurring job ends, copied onto its due entries so a claim decides without a read. */
 interface JobEnd {
   readonly endAt?: string | null;

@@ -1,5 +1,5 @@
 import type { Engine } from "../engine.js";
-import type { DueEntry, Job } from "../model.js";
+import { type DueEntry, hasEnd, type Job } from "../model.js";
 import { plannedTime, windowMsOf } from "../schedule/index.js";
 import { dueEntryKey } from "../storage/due-entries.js";
 import { runsOnAfterEndMs } from "../storage/retention.js";
@@ -36,11 +36,6 @@ export function dueEntryFor(engine: Engine, job: Job, at: Date, now: Date, attem
     ...(job.window ? { window: job.window } : {}),
   };
 }
-
-/** Whether the job has an end condition (endAt or maxRuns). */
-export const hasEnd = (job: Pick<Job, "endAt" | "maxRuns">) =>
-  (job.endAt !== undefined && job.endAt !== null) ||
-  (job.maxRuns !== undefined && job.maxRuns !== null);
 
 /**
  * `at` when the job's end condition still lets an occurrence there run: not after `endAt`, and

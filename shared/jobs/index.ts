@@ -1,9 +1,10 @@
 /** What can be done to a job: one module per operation. */
+
+export { hasEnd } from "../model.js";
 export { cancelJob } from "./cancel.js";
 export { cancelRun } from "./cancel-run.js";
 export { createJob, type NewJob, requestHash } from "./create.js";
 export { deleteJob } from "./delete.js";
-export { hasEnd } from "./due-entry.js";
 export { editJob, type JobChanges } from "./edit.js";
 export { pauseJob } from "./pause.js";
 export { replayDeadLetter } from "./replay.js";

@@ -4,14 +4,14 @@ import type { Engine } from "../engine.js";
 import { IllegalTransitionError } from "../errors.js";
 import { endsOneOff } from "../execution/run-endings.js";
 import { MAX_ATTEMPT, parseRunId, shardOf } from "../keys.js";
-import type { DueEntry, Job, Run } from "../model.js";
+import { type DueEntry, hasEnd, type Job, type Run } from "../model.js";
 import { sendRuns } from "../queue/work-queue.js";
 import { recordShardCount } from "../shard-count.js";
 import { inflightPk, runMessageOf } from "../storage/items.js";
 import { latestAttemptOf } from "../storage/job-queries.js";
 import { writeResumedJob } from "../storage/job-status.js";
 import { rearmParkedRun } from "../storage/run-park.js";
-import { dueEntryFor, hasEnd } from "./due-entry.js";
+import { dueEntryFor } from "./due-entry.js";
 import { getTenantJob } from "./queries.js";
 import { withJob } from "./with-job.js";
 

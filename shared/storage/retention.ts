@@ -1,5 +1,5 @@
 import { CLAIM_REACH_SECONDS, type EngineSettings } from "../config.js";
-import type { Job } from "../model.js";
+import { hasEnd, type Job } from "../model.js";
 
 /**
  * When items expire: the epoch seconds both tables' TTL attribute (`expiresAt`) holds. DynamoDB
@@ -26,8 +26,7 @@ export function jobExpiresAt(endedAt: Date, settings: EngineSettings): number {
 export function runsOnAfterEndMs(
   job: Pick<Job, "policies" | "timeoutSeconds" | "endAt" | "maxRuns">,
 ): number {
-  const hasEnd = (job.endAt ?? null) !== null || (job.maxRuns ?? null) !== null;
-  if (!hasEnd) return 0;
+  if (!hasEnd(job)) return 0;
   return CLAIM_REACH_SECONDS * 1000 + attemptsSpanMs(job);
 }
 
