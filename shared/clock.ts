@@ -19,3 +19,10 @@ export const sleep = (ms: number, signal?: AbortSignal): Promise<void> =>
     }
     signal?.addEventListener("abort", done, { once: true });
   });
+
+/**
+ * How far behind its own line a pass reads when a position recorded by another pass lies ahead
+ * of it (the reaper's cursor, the dispatcher's `sweepFrom`): a clock ahead recorded it, or this
+ * one went back, and entries written since on the right clock may lie behind it.
+ */
+export const CLOCK_DISAGREEMENT_MS = 15 * 60_000;

@@ -1,3 +1,4 @@
+import { CLOCK_DISAGREEMENT_MS } from "../clock.js";
 import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
 import { FenceLostError } from "../errors.js";
@@ -27,13 +28,6 @@ const RESWEEP_MS = 2 * MINUTE_MS;
  * where this one stopped, so an outage of any length is swept in the end.
  */
 export const MAX_BACKLOG_BUCKETS_PER_PASS = 2_880;
-/**
- * A `sweepFrom` ahead of a pass's own recent window was recorded by a clock ahead of this one (or
- * this clock went back): writers on the right clock may have filed entries in the minutes it
- * skipped, which no later window reaches. The pass reads back this far behind its window, as the
- * reaper moves back a cursor ahead of it (`CLOCK_DISAGREEMENT_MS` in reaper.ts).
- */
-const CLOCK_DISAGREEMENT_MS = 15 * MINUTE_MS;
 /** Backlog buckets read between checks of the pass's time budget, 8 at a time. */
 const BACKLOG_CHUNK = 64;
 const BACKLOG_CONCURRENCY = 8;

@@ -1,3 +1,4 @@
+import { CLOCK_DISAGREEMENT_MS } from "../clock.js";
 import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
@@ -42,12 +43,6 @@ const MAX_PER_SHARD = 10_000;
  * between hosts on top, so no entry turns up behind the cursor later.
  */
 export const REAPER_SETTLE_MS = 5_000;
-/**
- * A cursor ahead of a pass's settle line was moved by a clock ahead of this
- * one, or this clock went back: entries written since may lie behind it, so
- * the pass moves it back this far behind its line and reads on from there.
- */
-const CLOCK_DISAGREEMENT_MS = 15 * 60_000;
 
 export interface ReapOptions {
   readonly now?: Date;
