@@ -41,7 +41,10 @@ export async function spawnSandbox(options: SandboxProcessOptions = {}): Promise
   const child: ChildProcess = spawn(
     process.execPath,
     [
-      join(REPO, "node_modules/tsx/dist/cli.mjs"),
+      // One process, as `npm start` runs it: tsx's CLI would relay SIGINT to a child and kill it
+      // if the child, busy, does not answer within a few milliseconds.
+      "--import",
+      "tsx",
       join(REPO, "infra/sandbox/main.ts"),
       "--port",
       "0",
