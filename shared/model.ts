@@ -101,6 +101,14 @@ export interface Job {
   readonly linkRevision?: number;
 }
 
+/**
+ * Whether `scheduledFor` is the one-off's own occurrence: the job's schedule is a `runAt` at that
+ * instant. An edit may have moved it (a new runAt) or made the job recurring since a run of it
+ * began; that run's ending then leaves the job to what the edit gave it.
+ */
+export const isOneOffOccurrence = (job: Pick<Job, "schedule">, scheduledFor: string) =>
+  "runAt" in job.schedule && Date.parse(job.schedule.runAt) === Date.parse(scheduledFor);
+
 /** Whether the job has an end condition (endAt or maxRuns). */
 export const hasEnd = (job: Pick<Job, "endAt" | "maxRuns">) =>
   (job.endAt !== undefined && job.endAt !== null) ||

@@ -1,6 +1,13 @@
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError, type RunCancelledError } from "../errors.js";
-import { CANCEL_SOURCES, type CancelSource, type DueEntry, type Job, type Run } from "../model.js";
+import {
+  CANCEL_SOURCES,
+  type CancelSource,
+  type DueEntry,
+  isOneOffOccurrence,
+  type Job,
+  type Run,
+} from "../model.js";
 import { METRICS } from "../observability.js";
 import { finishedAfter } from "../storage/last-run.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";
@@ -82,10 +89,6 @@ export function nextAdmissionSoon(job: Job, run: Pick<Run, "scheduledFor">, now:
 }
 
 /** Whether this run is the one occurrence of a one-off job (a replay of an older run is not). */
-function completesOneOff(job: Job, run: Pick<Run, "scheduledFor">): boolean {
-  return "runAt" in job.schedule && Date.parse(job.schedule.runAt) === Date.parse(run.scheduledFor);
-}
-
 /**
  * Whether ending this run so leaves its one-off job nothing pending: its occurrence succeeded,
  * went dead (a replay can still run it), was skipped or cancelled. A FAILED run has its next
@@ -98,7 +101,7 @@ export function endsOneOff(
 ): boolean {
   if (status === "CANCELLED" && run.cancelledBy === "pause") return false;
   return (
-    completesOneOff(job, run) &&
+    isOneOffOccurrence(job, run.scheduledFor) &&
     (status === "SUCCEEDED" || status === "DEAD" || status === "SKIPPED" || status === "CANCELLED")
   );
 }

@@ -1,7 +1,14 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { JobNotFoundError } from "../errors.js";
-import type { DueEntry, Job, Run, RunStatus, RunSummary } from "../model.js";
+import {
+  type DueEntry,
+  isOneOffOccurrence,
+  type Job,
+  type Run,
+  type RunStatus,
+  type RunSummary,
+} from "../model.js";
 import {
   failedConditionItem,
   isConditionalCheckFailed,
@@ -67,6 +74,11 @@ type FinishWrite = "run" | "job" | "nextAttempt" | "trigger";
 const JOB_EXISTS = "attribute_exists(pk)";
 /** A one-off job completes with its run only while ACTIVE: a pause or cancel meanwhile stands. */
 const JOB_ACTIVE = "#status = :active";
+/**
+ * ...and only while the job is still the one-off of the run's occurrence: an edit during the run
+ * (a new runAt, a recurring schedule) gave it something else to run, which the ending must not end.
+ */
+const ONE_OFF_OF_RUN = "#schedule.runAt = :runAt";
 /** A repair finds the run still listed as active: the job's write has not landed yet. */
 const RUN_STILL_ACTIVE = "attribute_exists(activeRuns.#runId)";
 /** A next attempt is written once: its item must not exist yet. */
@@ -267,7 +279,10 @@ function jobEndingAgainst(job: Job, run: Run, ending: JobEnding): JobEnding {
   return {
     ...ending,
     ran: ending.ran && finishedAfter(lastRunOf(run), job.lastRun),
-    completesJob: ending.completesJob === true && job.status === "ACTIVE",
+    completesJob:
+      ending.completesJob === true &&
+      job.status === "ACTIVE" &&
+      isOneOffOccurrence(job, run.scheduledFor),
   };
 }
 
@@ -347,12 +362,14 @@ function jobAfterRun(
       "nextDueKey = :null",
       "expiresAt = :expiresAt",
     );
-    conditions.push(JOB_ACTIVE);
+    conditions.push(JOB_ACTIVE, ONE_OFF_OF_RUN);
     names["#status"] = "status";
+    names["#schedule"] = "schedule";
     const completedAt = run.finishedAt === null ? engine.clock() : new Date(run.finishedAt);
     Object.assign(values, {
       ":completed": "COMPLETED",
       ":active": "ACTIVE",
+      ":runAt": run.scheduledFor,
       ":null": null,
       ":expiresAt": jobExpiresAt(completedAt, engine.settings),
     });
