@@ -1,4 +1,5 @@
 import { createRoute } from "@hono/zod-openapi";
+import { VersionMismatchError } from "../errors.js";
 import {
   cancelJob,
   createJob,
@@ -234,6 +235,9 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
     const { id } = c.req.valid("param");
     const job = await jobOf(engine, c, id);
     const expected = parseIfMatch(c.req.valid("header")["If-Match"]);
+    // The body is checked against the job as it stands: from another version, that check would
+    // judge it by a job the caller has not seen, so a stale version is the answer first.
+    if (job.version !== expected) throw new VersionMismatchError(expected, job.version);
     const changes = jobChangesFrom(
       c.req.valid("json"),
       job,

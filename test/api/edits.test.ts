@@ -5,7 +5,7 @@ import type { JobContext } from "../../shared/execution/job-contract.js";
 import { waitFor } from "../support/wait.js";
 import { type ApiHarness, inMinutes, startApi } from "./support.js";
 
-/** Edits of a job over HTTP as a tenant makes them. */
+/** Edits of a job over HTTP as a tenant makes them: while a run is under way, from a stale version. */
 let api: ApiHarness;
 /** Soon enough that the run's start is written (it shows `running`) within a second. */
 const HEARTBEAT_MS = 300;
@@ -106,4 +106,29 @@ describe("a one-off edited while its run is under way", () => {
     expect(await processing).toBe("ack");
     expect(await jobOf(job.id)).toMatchObject({ status: "active", nextRunAt });
   }, 30_000);
+});
+
+describe("PATCH from a stale version", () => {
+  it("is 412 with the current ETag, even when the body would not fit the job as it stands now", async () => {
+    const job = await created({
+      type: "noop",
+      schedule: { cron: "0 0 1 1 *", timezone: "UTC" },
+      overlapPolicy: "allow",
+      maxConcurrent: 2,
+    });
+    // Another caller moves the job on: it no longer allows overlap.
+    const moved = await api.call("PATCH", `/jobs/${job.id}`, {
+      headers: { "If-Match": `"${job.version}"` },
+      body: { overlapPolicy: "skip" },
+    });
+    expect(moved.status, moved.text).toBe(200);
+
+    // This caller still holds the first version, where maxConcurrent was a valid change.
+    const stale = await api.call("PATCH", `/jobs/${job.id}`, {
+      headers: { "If-Match": `"${job.version}"` },
+      body: { maxConcurrent: 3 },
+    });
+    expect(stale.status, stale.text).toBe(412);
+    expect(stale.headers.get("etag")).toBe(`"${job.version + 1}"`);
+  });
 });
