@@ -90,16 +90,20 @@ const MAX_COUNTED = 20_000;
  * A stored job's preview (or a new one's: nothing queued yet, its first occurrence pending, with
  * the preview's zone of its schedule as written): it stops where the job ends, at `endAt` and at the occurrence that
  * reaches `maxRuns` (counted from the pending occurrence on, after the ones already queued). A
- * job that has ended shows none. Throws ValidationError naming `from` when telling where maxRuns
+ * job that has ended (completed, or cancelled) shows none. Throws ValidationError naming `from` when telling where maxRuns
  * ends would take counting more than MAX_COUNTED occurrences.
  */
 export function previewOfJob(
-  job: Pick<Job, "schedule" | "endAt" | "maxRuns" | "occurrencesQueued" | "nextRunAt">,
+  job: Pick<Job, "schedule" | "endAt" | "maxRuns" | "occurrencesQueued" | "nextRunAt"> &
+    Partial<Pick<Job, "status">>,
   now: Date,
   count: number,
   zoneOf?: string,
 ): PreviewDto {
   const zoneLabel = zoneOf ?? displayZoneOf(job.schedule);
+  // A cancelled job runs none of its schedule's times (nor does a completed one): nothing to show.
+  if (job.status === "CANCELLED" || job.status === "COMPLETED")
+    return previewOf(job.schedule, zoneLabel, now, count, new Date(0));
   if (!hasEnd(job)) return previewOf(job.schedule, zoneLabel, now, count);
   if (job.nextRunAt === null) return previewOf(job.schedule, zoneLabel, now, count, new Date(0));
   let until = LAST_PREVIEWABLE;

@@ -174,6 +174,18 @@ describe("endAt and maxRuns", () => {
     expect((laterPreview.body as { occurrences: unknown[] }).occurrences).toHaveLength(2);
   });
 
+  it("a cancelled job's preview shows nothing: none of its schedule's times will run", async () => {
+    const created = await api.call("POST", "/jobs", { body: recurring() });
+    const id = (created.body as { id: string }).id;
+    const before = await api.call("GET", `/jobs/${id}/preview?count=3`);
+    expect((before.body as { occurrences: unknown[] }).occurrences).toHaveLength(3);
+
+    expect((await api.call("POST", `/jobs/${id}/cancel`)).status).toBe(200);
+    const after = await api.call("GET", `/jobs/${id}/preview?count=3`);
+    expect(after.status, after.text).toBe(200);
+    expect((after.body as { occurrences: unknown[] }).occurrences).toEqual([]);
+  });
+
   it("POST /schedules/preview stops at endAt and maxRuns as a job created now would", async () => {
     const startAt = new Date(Date.parse(inMinutes(24 * 60)));
     const schedule = { every: "PT1H", startAt: startAt.toISOString() };
