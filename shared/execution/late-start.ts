@@ -21,6 +21,8 @@ export interface LateStartInput {
   readonly misfireFrom: Date | null;
   readonly now: Date;
   readonly graceMs: number;
+  /** The job's endAt: occurrences after it never run, so none of them runs in this one's place. */
+  readonly endAt?: Date | null;
 }
 
 /**
@@ -31,7 +33,8 @@ export interface LateStartInput {
  *
  * - skip: a first attempt starting more than the grace late is skipped;
  * - fire_once: of the late occurrences, only the most recent runs, so one is
- *   skipped when the schedule's next occurrence is also past the grace;
+ *   skipped when the schedule's next occurrence is also past the grace (and
+ *   not after the job's endAt, where it never runs);
  * - fire_all: always runs.
  * Retries, replays and triggered runs (not occurrences of the schedule) always run.
  *
@@ -53,7 +56,8 @@ export function lateStartSkipReason(input: LateStartInput): string | null {
   const lateBy = `${Math.round((now.getTime() - plannedFor.getTime()) / 1000)} s`;
   if (policy === "skip")
     return `misfire: started ${lateBy} late, past the ${graceMs / 1000} s grace; policy skip`;
-  const next = nextOccurrence(schedule, scheduledFor);
+  const scheduled = nextOccurrence(schedule, scheduledFor);
+  const next = scheduled !== null && input.endAt && scheduled > input.endAt ? null : scheduled;
   const nextPlanned = next === null ? null : (input.plannedOf?.(next) ?? next);
   if (nextPlanned !== null && nextPlanned.getTime() < cutoff) {
     return `misfire: started ${lateBy} late; policy fire_once runs only the most recent missed occurrence`;

@@ -1,16 +1,28 @@
 import type { Job, Run } from "../model.js";
-import { occurrences, plannedTime, type ScheduleSpec, windowMsOf } from "../schedule/index.js";
+import {
+  nextOccurrence,
+  occurrences,
+  plannedTime,
+  type ScheduleSpec,
+  windowMsOf,
+} from "../schedule/index.js";
 import type { RunEnding } from "../storage/run-finish.js";
 import { CANCEL_REASONS } from "./cancel-reasons.js";
 import { lateStartSkipReason } from "./late-start.js";
 import { endsOneOff } from "./run-endings.js";
 
-type StartDecision =
+export type StartDecision =
   | { readonly action: "run"; readonly job: Job }
   | { readonly action: "park" }
   | {
       readonly action: "end";
       readonly ending: Pick<RunEnding, "status" | "reason" | "completesJob" | "honoursCancel">;
+      /**
+       * fire_once skipped the run for its schedule's next occurrence, which a job its end
+       * (maxRuns) completed may never have queued: the skip stands only if that occurrence has a
+       * run; without one, this run is the most recent missed occurrence, and runs.
+       */
+      readonly unlessNoRunFor?: Date;
     };
 
 /**
@@ -79,10 +91,19 @@ export function decideStart(job: Job | null, run: Run, now: Date, graceMs: numbe
     misfireFrom: run.misfireFrom === null ? null : new Date(run.misfireFrom),
     now,
     graceMs,
+    endAt: job.endAt ? new Date(job.endAt) : null,
   });
   if (late) {
     const completesJob = job.status === "ACTIVE" && endsOneOff(job, run, "SKIPPED");
-    return { action: "end", ending: { status: "SKIPPED", reason: late, completesJob } };
+    const next =
+      job.status === "COMPLETED" && job.policies.misfire === "fire_once"
+        ? nextOccurrence(job.schedule, new Date(run.scheduledFor))
+        : null;
+    return {
+      action: "end",
+      ending: { status: "SKIPPED", reason: late, completesJob },
+      ...(next === null ? {} : { unlessNoRunFor: next }),
+    };
   }
   return { action: "run", job };
 }

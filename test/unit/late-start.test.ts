@@ -42,6 +42,15 @@ describe("lateStartSkipReason", () => {
     ).toMatch(/policy fire_once runs only the most recent/);
   });
 
+  it("fire_once runs the last late occurrence before the job's endAt: none after it runs instead", () => {
+    const policy = "fire_once" as const;
+    const scheduledFor = at("2026-03-01T12:08:00.000Z");
+    expect(lateStartSkipReason({ ...base, policy, scheduledFor, endAt: scheduledFor })).toBeNull();
+    expect(
+      lateStartSkipReason({ ...base, policy, scheduledFor, endAt: at("2026-03-01T12:09:00.000Z") }),
+    ).toMatch(/policy fire_once runs only the most recent/);
+  });
+
   it("fire_all, retries and runs that are not occurrences of the schedule always run", () => {
     const late = at("2026-03-01T12:00:00.000Z");
     expect(lateStartSkipReason({ ...base, policy: "fire_all", scheduledFor: late })).toBeNull();
