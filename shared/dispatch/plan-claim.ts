@@ -170,7 +170,11 @@ function planOccurrences(input: ClaimPlanInput): ClaimPlan {
         cursor = firstPlannedAfter(spec, scheduledFor, cutoff, windowMs, missedBy);
       }
     } else {
-      const latest = latestOccurrences(spec, scheduledFor, cutoff, MAX_MISFIRE_CATCH_UP);
+      // No occurrence after the job's endAt runs: the most recent missed one fire_once runs is the
+      // latest up to the end, not one the end then drops (withinEnd) with nothing run in its place.
+      const endAt = entry.end?.endAt ? new Date(entry.end.endAt) : null;
+      const missedUntil = endAt !== null && endAt < cutoff ? endAt : cutoff;
+      const latest = latestOccurrences(spec, scheduledFor, missedUntil, MAX_MISFIRE_CATCH_UP);
       // An occurrence before the cutoff whose planned time is after it was not missed.
       const missed = takeWhile(latest.missed, missedBy);
       const truncated = latest.truncated;

@@ -115,6 +115,17 @@ describe("planClaim after a 20-minute outage of a per-minute job", () => {
     expect(p.runs.filter((r) => r.scheduledFor < at(20 * MINUTE))).toHaveLength(1);
   });
 
+  it("fire_once with an endAt inside the outage runs the most recent missed occurrence not after it", () => {
+    const endAt = at(10 * MINUTE);
+    const p = plan(entry({ end: { endAt: iso(endAt), maxRuns: null } }), now, 90_000);
+    expect(p.runs.map((r) => iso(r.scheduledFor))).toEqual([iso(endAt)]);
+    expect(p.skipped.map((s) => iso(s.scheduledFor))).toEqual(
+      Array.from({ length: 10 }, (_, m) => iso(at(m * MINUTE))),
+    );
+    expect(p.ended).toBe(true);
+    expect(p.next).toBeNull();
+  });
+
   it("fire_all runs all 20", () => {
     const p = outage("fire_all");
     expect(p.skipped).toEqual([]);

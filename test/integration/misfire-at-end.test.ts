@@ -2,17 +2,19 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Clock } from "../../shared/clock.js";
 import type { JobContext, JobHandler } from "../../shared/execution/job-contract.js";
 import { processRun } from "../../shared/execution/worker.js";
-import { createJob } from "../../shared/jobs/index.js";
+import { createJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import {
   createEngineFixture,
   deliveryOfRun,
   type EngineFixture,
+  engineAt,
   testJob,
 } from "../support/engine-fixture.js";
 
 const MINUTE = 60_000;
+const HOUR = 60 * MINUTE;
 
 /**
  * fire_once at a late start runs the most recent missed occurrence. A job whose end condition
@@ -77,4 +79,38 @@ describe("fire_once after a worker outage, on a job its end completed", () => {
       expect(ran).toEqual([queued[2]?.runId]);
     });
   }
+});
+
+/** fire_once when a claim comes late (a resume, a dispatcher outage) past the job's endAt. */
+describe("fire_once resumed past the job's endAt", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  it("runs the last occurrence up to endAt, records the earlier ones skipped, and completes", async () => {
+    const startAt = Math.ceil((Date.now() + 2 * HOUR) / 1000) * 1000;
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        schedule: { every: "PT1H", startAt: new Date(startAt).toISOString() },
+        endAt: new Date(startAt + 2 * HOUR).toISOString(),
+      }),
+    );
+    await pauseJob(f.engine, "tenant-a", job.jobId);
+    // Resumed five hours after the first occurrence: its three occurrences (the last at endAt) and
+    // two after endAt have passed.
+    await resumeJob(engineAt(f.engine, startAt + 5 * HOUR), "tenant-a", job.jobId);
+
+    const runs = (await f.runs())
+      .filter((r) => r.jobId === job.jobId)
+      .sort((a, b) => (a.scheduledFor < b.scheduledFor ? -1 : 1));
+    expect(runs.map((r) => [r.scheduledFor, r.status])).toEqual([
+      [new Date(startAt).toISOString(), "SKIPPED"],
+      [new Date(startAt + HOUR).toISOString(), "SKIPPED"],
+      [new Date(startAt + 2 * HOUR).toISOString(), "QUEUED"],
+    ]);
+    expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
+  });
 });
