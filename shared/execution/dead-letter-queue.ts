@@ -3,9 +3,10 @@ import type { RunMessage } from "../model.js";
 import { METRICS } from "../observability.js";
 import { recordShardCount } from "../shard-count.js";
 import { releaseBufferSlot } from "../storage/admission.js";
+import { recordRunOnJob } from "../storage/run-finish.js";
 import { getJob, getRun } from "../storage/run-reads.js";
 import { triggerEntryOf } from "../storage/trigger.js";
-import { endUnownedRun } from "./run-endings.js";
+import { endsOneOff, endUnownedRun } from "./run-endings.js";
 
 /**
  * A message lands in the SQS redrive DLQ when workers received it
@@ -72,4 +73,14 @@ export async function handleCrashedRun(
     engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status: "DEAD" });
     engine.obs.log.error("run dead-lettered by the redrive DLQ", { runId: run.runId });
   }
+  // A one-off's own occurrence dead here has ended for good, as a worker's DEAD ending has: the job
+  // completes. Also when the run was already DEAD (this message again, after a failure here).
+  const dead = run ?? (seen.status === "DEAD" ? seen : null);
+  if (dead !== null && job?.status === "ACTIVE" && endsOneOff(job, dead, "DEAD"))
+    await recordRunOnJob(engine, dead, {
+      status: "DEAD",
+      ran: false,
+      tracked: false,
+      completesJob: true,
+    });
 }

@@ -9,7 +9,7 @@ import type { JobContext } from "../../shared/execution/job-contract.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { cancelRun, createJob, pauseJob, triggerJob } from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
-import { runKeyOf } from "../../shared/storage/run-reads.js";
+import { getJob, runKeyOf } from "../../shared/storage/run-reads.js";
 import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import {
   createEngineFixture,
@@ -318,6 +318,11 @@ describe("a start held unwritten until the run's first write", () => {
     await storeCrashed(run, 2);
     await handleCrashedRun(f.engine, received.message, 3);
     expect((await runOf(job.jobId)).status).toBe("DEAD");
+    // The one-off's own occurrence ended for good: nothing is left for the job to run.
+    expect(await getJob(f.engine, job.jobId)).toMatchObject({
+      status: "COMPLETED",
+      nextRunAt: null,
+    });
   });
   it("a pause with running: cancel cancels a recurring run admitted with its start unwritten", async () => {
     const { held, job, delivery } = await recurringRunHeld();
