@@ -88,7 +88,6 @@ export function nextAdmissionSoon(job: Job, run: Pick<Run, "scheduledFor">, now:
   );
 }
 
-/** Whether this run is the one occurrence of a one-off job (a replay of an older run is not). */
 /**
  * Whether ending this run so leaves its one-off job nothing pending: its occurrence succeeded,
  * went dead (a replay can still run it), was skipped or cancelled. A FAILED run has its next
