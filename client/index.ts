@@ -13,7 +13,12 @@ export {
   VersionConflictError,
 } from "./errors.js";
 export type { components, operations, paths } from "./generated/api.js";
-export { type EditOptions, JobHandle, type WaitForRunOptions } from "./job-handle.js";
+export {
+  type EditOptions,
+  JobHandle,
+  type TriggerOptions,
+  type WaitForRunOptions,
+} from "./job-handle.js";
 export type { Page } from "./paging.js";
 export { type WaitOptions, WaitTimeoutError } from "./requests.js";
 export {

@@ -17,6 +17,11 @@ export interface EditOptions {
   readonly version?: number;
 }
 
+export interface TriggerOptions {
+  /** The same key on the same job within 24 hours returns the first trigger's run. */
+  readonly idempotencyKey?: string;
+}
+
 export interface WaitForRunOptions extends WaitOptions {
   /**
    * The run to wait for. Without it: the next run of the job to reach a
@@ -115,10 +120,21 @@ export class JobHandle {
     return this.client.runs.cancel(this.id, runId);
   }
 
-  /** One extra run now, outside the schedule; returns the queued run. */
-  trigger(): Promise<Run> {
+  /**
+   * One extra run now, outside the schedule; returns the queued run. With an
+   * `idempotencyKey`, a trigger repeated within 24 hours (a retry after a lost
+   * answer) returns the run the first one queued instead of queueing another.
+   */
+  trigger(options: TriggerOptions = {}): Promise<Run> {
     return unwrap(
-      this.client.http.POST("/jobs/{id}/trigger", { params: { path: { id: this.id } } }),
+      this.client.http.POST("/jobs/{id}/trigger", {
+        params: {
+          path: { id: this.id },
+          ...(options.idempotencyKey
+            ? { header: { "Idempotency-Key": options.idempotencyKey } }
+            : {}),
+        },
+      }),
     );
   }
 

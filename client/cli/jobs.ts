@@ -147,9 +147,15 @@ export function jobsCommand(program: Command, io: CliIo): void {
     .command("trigger")
     .description("one extra run now, outside the schedule")
     .argument("<id>", "the job's id")
-    .action(async (id: string, _flags, command: Command) => {
+    .option(
+      "--idempotency-key <key>",
+      "the same key on the same job within 24 hours returns the first trigger's run",
+    )
+    .action(async (id: string, flags: { idempotencyKey?: string }, command: Command) => {
       const context = contextOf(command, io);
-      const run = await context.client.jobs.handle(id).trigger();
+      const run = await context.client.jobs
+        .handle(id)
+        .trigger(flags.idempotencyKey ? { idempotencyKey: flags.idempotencyKey } : {});
       context.print(run, runFields);
     });
 

@@ -2035,7 +2035,10 @@ export interface operations {
     triggerJob: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description The same key on the same job within 24 hours answers the run the first trigger queued (200) and queues nothing. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 id: string;
             };
@@ -2043,6 +2046,15 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description The run an earlier trigger with the same idempotency key queued */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Run"];
+                };
+            };
             /** @description The queued run; Location names it */
             202: {
                 headers: {
@@ -2050,6 +2062,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Run"];
+                };
+            };
+            /** @description Invalid input: `field` names it, `issues` lists every problem */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             /** @description Missing or unknown credentials */

@@ -8,7 +8,7 @@ import {
   pauseJob,
   requestHash,
   resumeJob,
-  triggerJob,
+  triggerJobWithKey,
 } from "../jobs/index.js";
 import { jobAsItStands } from "../jobs/queries.js";
 import type { JobStatus } from "../model.js";
@@ -39,6 +39,7 @@ import {
   JobSchema,
   ListJobsQuery,
   PauseBody,
+  TriggerHeaders,
 } from "./schemas/jobs.js";
 import { RunSchema } from "./schemas/runs.js";
 
@@ -118,10 +119,11 @@ const triggerJobRoute = createRoute({
   tags: ["jobs"],
   summary: "One extra run now, outside the schedule",
   security: secured,
-  request: { params: JobIdParams },
+  request: { params: JobIdParams, headers: TriggerHeaders },
   responses: {
     202: json(RunSchema, "The queued run; Location names it"),
-    ...errors(401, 404, 409),
+    200: json(RunSchema, "The run an earlier trigger with the same idempotency key queued"),
+    ...errors(400, 401, 404, 409),
   },
 });
 
@@ -279,9 +281,10 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
   router.openapi(triggerJobRoute, async (c) => {
     const { id } = c.req.valid("param");
     await jobOf(engine, c, id);
-    const run = await triggerJob(engine, tenantOf(c), id);
+    const key = c.req.valid("header")["Idempotency-Key"];
+    const { run, created } = await triggerJobWithKey(engine, tenantOf(c), id, key);
     c.header("Location", `/jobs/${run.jobId}/runs/${run.runId}`);
-    return c.json(runDto(run), 202);
+    return created ? c.json(runDto(run), 202) : c.json(runDto(run), 200);
   });
 
   return router;

@@ -9,4 +9,4 @@ export { editJob, type JobChanges } from "./edit.js";
 export { pauseJob } from "./pause.js";
 export { replayDeadLetter } from "./replay.js";
 export { resumeJob } from "./resume.js";
-export { triggerJob } from "./trigger.js";
+export { triggerJob, triggerJobWithKey } from "./trigger.js";

@@ -1,10 +1,15 @@
 import type { Engine } from "../engine.js";
-import { ConcurrentUpdateError, IllegalTransitionError } from "../errors.js";
+import {
+  ConcurrentUpdateError,
+  IdempotencyConflictError,
+  IllegalTransitionError,
+} from "../errors.js";
 import type { Run } from "../model.js";
 import { LAST_STORABLE_MS } from "../schedule/index.js";
 import { recordShardCount } from "../shard-count.js";
 import { keepCompletedJobForRun } from "../storage/job-status.js";
-import { writeTriggeredRun } from "../storage/job-trigger.js";
+import { readTriggerRecord, type TriggerKey, writeTriggeredRun } from "../storage/job-trigger.js";
+import { getRun } from "../storage/run-reads.js";
 import { getTenantJob } from "./queries.js";
 import { runDueNow, sendRunDueNow } from "./run-now.js";
 
@@ -22,14 +27,30 @@ function triggerInstants(now: number): number[] {
   return [...forward, ...backward];
 }
 
+/** A trigger's answer: the run it queued, or the one an earlier trigger with its key queued. */
+export interface TriggerResult {
+  readonly run: Run;
+  readonly created: boolean;
+}
+
 /**
  * One extra run now, outside the schedule; its occurrence is the current instant, or the first
  * millisecond after it that the job has no run for (another trigger in the same millisecond, or
  * an occurrence of the schedule already claimed for that instant); at the last storable instant,
- * the first millisecond before it.
+ * the first millisecond before it. With an idempotency key, a trigger repeated within the key's
+ * window (24 hours) answers the run the first one queued and queues nothing.
  */
-export async function triggerJob(engine: Engine, tenantId: string, jobId: string): Promise<Run> {
+export async function triggerJobWithKey(
+  engine: Engine,
+  tenantId: string,
+  jobId: string,
+  idempotencyKey: string | undefined,
+): Promise<TriggerResult> {
   const job = await getTenantJob(engine, tenantId, jobId);
+  const key = idempotencyKey === undefined ? undefined : { tenantId, jobId, key: idempotencyKey };
+  // The repeat answers what the first trigger did, whatever the job's status has become since.
+  const earlier = key && (await earlierTrigger(engine, key));
+  if (earlier) return { run: earlier, created: false };
   if (job.status === "PAUSED" || job.status === "CANCELLED")
     throw new IllegalTransitionError("trigger", job.status);
   await recordShardCount(engine);
@@ -49,10 +70,30 @@ export async function triggerJob(engine: Engine, tenantId: string, jobId: string
       jobVersion: job.version,
       triggered: true,
     });
-    if (await writeTriggeredRun(engine, item)) {
+    const written = await writeTriggeredRun(engine, item, key);
+    if (written === "written") {
       await sendRunDueNow(engine, run, dueAt);
-      return run;
+      return { run, created: true };
+    }
+    if (written === "keyTaken" && key) {
+      const concurrent = await earlierTrigger(engine, key);
+      if (concurrent) return { run: concurrent, created: false };
     }
   }
   throw new ConcurrentUpdateError(`job ${jobId} was triggered too often at once; try again`);
+}
+
+/** One extra run now, outside the schedule, without an idempotency key (`triggerJobWithKey`). */
+export async function triggerJob(engine: Engine, tenantId: string, jobId: string): Promise<Run> {
+  return (await triggerJobWithKey(engine, tenantId, jobId, undefined)).run;
+}
+
+/** The run an earlier trigger with this key queued, within the key's window. */
+async function earlierTrigger(engine: Engine, key: TriggerKey): Promise<Run | null> {
+  const scheduledFor = await readTriggerRecord(engine, key);
+  if (scheduledFor === null) return null;
+  const run = await getRun(engine, { jobId: key.jobId, scheduledFor, attempt: 1 });
+  if (run === null)
+    throw new IdempotencyConflictError(key.key, `queued run ${scheduledFor}, which is gone`);
+  return run;
 }

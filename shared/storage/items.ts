@@ -23,6 +23,11 @@ export const idempotencyKey = (tenantId: string, key: string) => ({
   pk: `IDEMP#${tenantId}#${key}`,
   sk: IDEMPOTENCY_SK,
 });
+/** A trigger's idempotency record: the same key names one run per job. */
+export const triggerIdempotencyKey = (tenantId: string, jobId: string, key: string) => ({
+  pk: `IDEMP#${tenantId}#${key}`,
+  sk: `TRIGGER#${jobId}`,
+});
 export const inflightPk = (shard: number) => `INFLIGHT#${shard}`;
 /** Due entries of a shard that no claim could process, kept for operators. */
 export const setAsidePk = (shard: number) => `ASIDE#${shard}`;

@@ -1,31 +1,82 @@
+import { GetCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
-import { ConditionsFailedError, writeTransaction } from "./transaction.js";
+import { triggerIdempotencyKey } from "./items.js";
+import { hasExpired, idempotencyExpiresAt } from "./retention.js";
+import { ConditionsFailedError, type NamedWrite, writeTransaction } from "./transaction.js";
+
+/** A trigger's idempotency key, for the job it triggers. */
+export interface TriggerKey {
+  readonly tenantId: string;
+  readonly jobId: string;
+  readonly key: string;
+}
+
+/** What writing a triggered run came to. */
+export type TriggeredRunWrite = "written" | "instantTaken" | "keyTaken";
 
 /**
- * Puts a triggered run's QUEUED item, conditioned on its key being free. False
- * when the job already has a run for that occurrence (another trigger in the
- * same millisecond, or a claimed occurrence of the schedule at that instant).
+ * Puts a triggered run's QUEUED item, conditioned on its key being free, and with an idempotency
+ * key its record in the same transaction (a record past its window is replaced). `instantTaken`
+ * when the job already has a run for that occurrence (another trigger in the same millisecond, or
+ * a claimed occurrence of the schedule at that instant); `keyTaken` when another trigger with this
+ * key was written meanwhile, and nothing of this one is.
  */
 export async function writeTriggeredRun(
   engine: Engine,
   item: Record<string, unknown>,
-): Promise<boolean> {
-  try {
-    await writeTransaction(engine, "trigger", [
-      {
-        name: "run",
-        write: {
-          Put: {
-            TableName: engine.tables.runs,
-            Item: item,
-            ConditionExpression: "attribute_not_exists(pk)",
-          },
+  key: TriggerKey | undefined,
+): Promise<TriggeredRunWrite> {
+  const now = engine.clock();
+  const writes: NamedWrite<"run" | "idempotency">[] = [
+    {
+      name: "run",
+      write: {
+        Put: {
+          TableName: engine.tables.runs,
+          Item: item,
+          ConditionExpression: "attribute_not_exists(pk)",
         },
       },
-    ]);
-    return true;
+    },
+  ];
+  if (key) {
+    writes.push({
+      name: "idempotency",
+      write: {
+        Put: {
+          TableName: engine.tables.jobs,
+          Item: {
+            ...triggerIdempotencyKey(key.tenantId, key.jobId, key.key),
+            scheduledFor: item.scheduledFor,
+            expiresAt: idempotencyExpiresAt(now),
+          },
+          ConditionExpression: "attribute_not_exists(pk) OR expiresAt <= :now",
+          ExpressionAttributeValues: { ":now": Math.floor(now.getTime() / 1000) },
+        },
+      },
+    });
+  }
+  try {
+    await writeTransaction(engine, "trigger", writes);
+    return "written";
   } catch (error) {
-    if (error instanceof ConditionsFailedError && error.has("run")) return false;
+    if (!(error instanceof ConditionsFailedError)) throw error;
+    if (error.has("idempotency")) return "keyTaken";
+    if (error.has("run")) return "instantTaken";
     throw error;
   }
+}
+
+/** The occurrence of the run an earlier trigger with this key queued, within the key's window. */
+export async function readTriggerRecord(engine: Engine, key: TriggerKey): Promise<string | null> {
+  const found = await engine.doc.send(
+    new GetCommand({
+      TableName: engine.tables.jobs,
+      Key: triggerIdempotencyKey(key.tenantId, key.jobId, key.key),
+      ConsistentRead: true,
+    }),
+  );
+  // Past its window the key is free again, whether or not TTL has deleted the record yet.
+  if (!found.Item || hasExpired(found.Item, engine.clock())) return null;
+  return String(found.Item.scheduledFor);
 }

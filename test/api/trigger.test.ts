@@ -26,10 +26,15 @@ beforeAll(async () => {
 });
 afterAll(() => fixture.destroy());
 
-async function send(method: string, path: string, body?: unknown) {
+async function send(
+  method: string,
+  path: string,
+  body?: unknown,
+  headers: Record<string, string> = {},
+) {
   const response = await app.request(path, {
     method,
-    headers: { Authorization: `Bearer ${KEY}`, "Content-Type": "application/json" },
+    headers: { Authorization: `Bearer ${KEY}`, "Content-Type": "application/json", ...headers },
     ...(body === undefined ? {} : { body: JSON.stringify(body) }),
   });
   return { status: response.status, text: await response.text() };
@@ -97,5 +102,66 @@ describe("POST /jobs/{id}/trigger", () => {
       .map((r) => r.scheduledFor)
       .sort();
     expect(occurrences).toEqual(["9999-12-31T23:59:59.998Z", "9999-12-31T23:59:59.999Z"]);
+  });
+
+  describe("with an Idempotency-Key", () => {
+    const trigger = (id: string, key: string) =>
+      send("POST", `/jobs/${id}/trigger`, undefined, { "Idempotency-Key": key });
+    const runOf = (answer: { text: string }) => RunSchema.parse(JSON.parse(answer.text));
+    const runsOfJob = async (id: string) =>
+      (await fixture.runs()).filter((r) => r.jobId === id).map((r) => r.scheduledFor);
+
+    it("a repeat answers the first trigger's run (200) and queues none; another key or job queues its own", async () => {
+      now = new Date("2030-01-04T00:00:00.000Z");
+      const id = await createJob({ runAt: "2031-01-01T00:00:00Z" });
+      const other = await createJob({ runAt: "2031-01-01T00:00:00Z" });
+      const first = await trigger(id, "retry-me");
+      expect(first.status, first.text).toBe(202);
+      now = new Date("2030-01-04T00:00:05.000Z");
+      const repeat = await trigger(id, "retry-me");
+      expect(repeat.status, repeat.text).toBe(200);
+      expect(runOf(repeat).runId).toBe(runOf(first).runId);
+      expect(await runsOfJob(id)).toEqual(["2030-01-04T00:00:00.000Z"]);
+
+      expect((await trigger(id, "another")).status).toBe(202);
+      expect((await trigger(other, "retry-me")).status).toBe(202);
+      expect(await runsOfJob(id)).toEqual(["2030-01-04T00:00:00.000Z", "2030-01-04T00:00:05.000Z"]);
+      expect(await runsOfJob(other)).toEqual(["2030-01-04T00:00:05.000Z"]);
+    });
+
+    it("concurrent triggers with one key queue one run, and each answers it", async () => {
+      now = new Date("2030-01-05T00:00:00.000Z");
+      const id = await createJob({ runAt: "2031-01-01T00:00:00Z" });
+      const answers = await Promise.all([1, 2, 3].map(() => trigger(id, "at-once")));
+      expect(answers.map((a) => a.status).sort()).toEqual([200, 200, 202]);
+      expect(new Set(answers.map((a) => runOf(a).runId)).size).toBe(1);
+      expect(await runsOfJob(id)).toHaveLength(1);
+    });
+
+    it("answers for 24 hours, whatever the job's status became, then the key queues a new run", async () => {
+      now = new Date("2030-01-06T00:00:00.000Z");
+      const id = await createJob({ every: "PT1H" });
+      const first = await trigger(id, "daily");
+      expect(first.status, first.text).toBe(202);
+      expect((await send("POST", `/jobs/${id}/pause`, {})).status).toBe(200);
+      now = new Date("2030-01-06T23:59:59.000Z");
+      const paused = await trigger(id, "daily");
+      expect(paused.status, paused.text).toBe(200);
+      expect(runOf(paused).runId).toBe(runOf(first).runId);
+      expect((await send("POST", `/jobs/${id}/resume`, {})).status).toBe(200);
+      now = new Date("2030-01-07T00:00:01.000Z");
+      const later = await trigger(id, "daily");
+      expect(later.status, later.text).toBe(202);
+      expect(runOf(later).runId).not.toBe(runOf(first).runId);
+    });
+
+    it("a key that is not 1 to 200 visible ASCII characters is a 400 naming Idempotency-Key, and queues nothing", async () => {
+      now = new Date("2030-01-08T00:00:00.000Z");
+      const id = await createJob({ runAt: "2031-01-01T00:00:00Z" });
+      const bad = await trigger(id, "with space");
+      expect(bad.status, bad.text).toBe(400);
+      expect(bad.text).toContain("Idempotency-Key");
+      expect(await runsOfJob(id)).toEqual([]);
+    });
   });
 });

@@ -314,7 +314,9 @@ describe("jobs", () => {
     expect(upstreamTable.out).toMatch(new RegExp(`dependents\\s+${dependent.id}`));
     const dependentTable = await cli(["jobs", "get", dependent.id]);
     expect(dependentTable.out).toContain(`after ${upstream.id} on completion`);
-    const upstreamRun = await json<Run>("jobs", "trigger", upstream.id);
+    const upstreamRun = await json<Run>("jobs", "trigger", upstream.id, "--idempotency-key", "k1");
+    const repeated = await json<Run>("jobs", "trigger", upstream.id, "--idempotency-key", "k1");
+    expect(repeated.runId).toBe(upstreamRun.runId);
     let runs: Run[] = [];
     for (let tries = 0; tries < 100 && runs.length === 0; tries++) {
       await new Promise((done) => setTimeout(done, 200));

@@ -123,6 +123,9 @@ describe("a job handle", () => {
     expect((await handle.resume()).status).toBe("active");
     const run = await handle.trigger();
     expect(run).toMatchObject({ jobId: handle.id, status: "queued", attempt: 1 });
+    const keyed = await handle.trigger({ idempotencyKey: "client-retry" });
+    expect((await handle.trigger({ idempotencyKey: "client-retry" })).runId).toBe(keyed.runId);
+    expect(keyed.runId).not.toBe(run.runId);
     expect((await handle.cancel()).status).toBe("cancelled");
     expect((await client.jobs.get(handle.id)).job?.status).toBe("cancelled");
 

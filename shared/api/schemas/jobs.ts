@@ -205,6 +205,12 @@ export const ListJobsQuery = z.strictObject({
 export const CreateHeaders = z.object({
   "Idempotency-Key": IdempotencyKeySchema.optional(),
 });
+export const TriggerHeaders = z.object({
+  "Idempotency-Key": IdempotencyKeySchema.optional().openapi({
+    description:
+      "The same key on the same job within 24 hours answers the run the first trigger queued (200) and queues nothing.",
+  }),
+});
 export const EditHeaders = z.object({
   "If-Match": z.string().optional().openapi({
     description:
