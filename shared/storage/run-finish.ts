@@ -192,7 +192,8 @@ export async function finishRun(
       if (!isConditionalCheckFailed(error)) throw error;
       const old = failedConditionItem(error);
       if (ownStartWritten(run, old)) return finishRun(engine, run, ending, now);
-      throw fenceFailure(run, old, error);
+      if (!ownEndingWritten(run, old, ending.status, finishedAt))
+        throw fenceFailure(run, old, error);
     }
     held.written();
     if (!ending.jobWriteDeferred) await recordRunOnJob(engine, finished, ending);
@@ -242,6 +243,27 @@ export async function finishRun(
   }
   held.written();
   return finished;
+}
+
+/**
+ * Whether a run's ending that failed its condition was this very write, applied before: the SDK
+ * sends a write again when its answer is lost (a dropped connection, a 500 after DynamoDB applied
+ * it), and the run then stands ended as this write ends it, under its fence at its instant. The
+ * job's side of the ending is still to write; taken for another worker's, it would never be made
+ * (the message is acknowledged), and a one-off would stay ACTIVE with nothing to run.
+ */
+function ownEndingWritten(
+  run: HeldRun,
+  old: Record<string, unknown> | null,
+  status: FinalStatus,
+  finishedAt: string,
+): boolean {
+  return (
+    old !== null &&
+    old.fence === run.fence &&
+    old.status === status &&
+    old.finishedAt === finishedAt
+  );
 }
 
 /** The job's side of a run's ending. */

@@ -1,4 +1,5 @@
 import {
+  InternalServerError,
   TransactionCanceledException,
   TransactionConflictException,
 } from "@aws-sdk/client-dynamodb";
@@ -105,4 +106,49 @@ function failureFor(plan: FaultPlan, input: Input): Error {
 /** The table an item of a transaction writes or checks. */
 export function tableOf(item: TransactItem): string | undefined {
   return Object.values(item).find((op) => op?.TableName !== undefined)?.TableName;
+}
+
+export interface LostAnswerPlan {
+  /** The DynamoDB operation whose answer is lost, by its API name. */
+  readonly operation: "TransactWriteItems" | "UpdateItem" | "PutItem" | "DeleteItem";
+  /** How many matching requests apply and then lose their answer. */
+  readonly times: number;
+  /** Only requests this accepts count (the request as sent: attribute values marshalled). */
+  readonly match?: (input: Input) => boolean;
+}
+
+/**
+ * An engine like `base` whose DynamoDB client loses the answer of the first `times` matching
+ * requests after DynamoDB applied them: the request goes through, and the caller's SDK sees a 500
+ * instead of the answer, as after a dropped connection or a server error past the commit. The
+ * fault sits inside the SDK's retry loop, so the SDK sends the request again, as it does for a
+ * real 500: a conditional write then meets its own earlier write.
+ */
+export function withLostAnswers(base: Engine, plan: LostAnswerPlan): FaultyEngine {
+  const clients = createTestClients({ maxSockets: 64 });
+  const injected = { count: 0 };
+  clients.dynamo.middlewareStack.add(
+    (next, context) => async (args) => {
+      const input = args.input as Input;
+      if (
+        injected.count < plan.times &&
+        context.commandName === `${plan.operation}Command` &&
+        (plan.match?.(input) ?? true)
+      ) {
+        injected.count++;
+        await next(args);
+        throw new InternalServerError({
+          message: "answer lost after the write was applied",
+          $metadata: { httpStatusCode: 500 },
+        });
+      }
+      return next(args);
+    },
+    { step: "finalizeRequest", priority: "low", name: "loseDynamoAnswers" },
+  );
+  return {
+    engine: { ...base, doc: clients.doc },
+    injected,
+    destroy: () => clients.destroy(),
+  };
 }

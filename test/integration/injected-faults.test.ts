@@ -1,0 +1,46 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createJob } from "../../shared/jobs/index.js";
+import { getJob } from "../../shared/storage/run-reads.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { withLostAnswers } from "../support/faults.js";
+
+/**
+ * Writes that DynamoDB applied but whose answer never reached the caller (a dropped connection,
+ * a 500 past the commit). The SDK sends such a request again, and a conditional write then meets
+ * its own earlier write: each of these must tell that apart from someone else's change.
+ */
+describe("a write applied with its answer lost", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  it("a run's ending still writes its job: a one-off completes", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: new Date().toISOString() } }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const lossy = withLostAnswers(f.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) =>
+        input.TableName === f.engine.tables.runs &&
+        String(input.UpdateExpression).includes("finishedAt = :finishedAt"),
+    });
+    try {
+      expect(await f.process({ ...f.workerDeps("lossy"), engine: lossy.engine }, received)).toBe(
+        "ack",
+      );
+    } finally {
+      lossy.destroy();
+    }
+    expect(lossy.injected.count).toBe(1);
+    const runs = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    expect(runs.map((r) => r.status)).toEqual(["SUCCEEDED"]);
+    const stored = await getJob(f.engine, job.jobId);
+    expect(stored?.status).toBe("COMPLETED");
+    expect(stored?.lastRun?.runId).toBe(runs[0]?.runId);
+  });
+});
