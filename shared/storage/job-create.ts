@@ -4,6 +4,7 @@ import { ConcurrentUpdateError, IdempotencyKeyTakenError } from "../errors.js";
 import type { DueEntry, Job } from "../model.js";
 import { ValidationError } from "../validation.js";
 import { type UpstreamWriteName, upstreamOfWriteName } from "./dependents.js";
+import { failedConditionItem, isConditionalCheckFailed } from "./dynamo-errors.js";
 import { encodeDueEntry, encodeJob, idempotencyKey } from "./items.js";
 import { putDueEntry } from "./job-update.js";
 import {
@@ -63,6 +64,30 @@ export function newJobItem(engine: Engine, job: Job): Record<string, unknown> {
 }
 
 /**
+ * A new job's plain put (its id is new, so its key is free). The SDK sends a put again when its
+ * answer is lost (a dropped connection, a 500 after DynamoDB applied it), and the put then fails
+ * its condition on the job it wrote: a failure that finds this job there (its tenant, created at
+ * its instant) is the put having been made. Taken for a refusal, the create would answer an error
+ * for a job that exists (a client's retry creates it twice) and give back its quota share.
+ */
+async function putNewJob(
+  engine: Engine,
+  putJob: { TableName: string; Item: Record<string, unknown>; ConditionExpression: string },
+  job: Job,
+): Promise<void> {
+  try {
+    await engine.doc.send(
+      new PutCommand({ ...putJob, ReturnValuesOnConditionCheckFailure: "ALL_OLD" }),
+    );
+  } catch (error) {
+    const found = isConditionalCheckFailed(error) ? failedConditionItem(error) : null;
+    const written =
+      found !== null && found.tenantId === job.tenantId && found.createdAt === job.createdAt;
+    if (!written) throw error;
+  }
+}
+
+/**
  * Writes a new job with its pending due entry and idempotency record, all or
  * nothing, each conditioned on its key being free (an idempotency record past
  * its window is free: it is replaced). A taken idempotency key is
@@ -119,14 +144,14 @@ export async function writeNewJob(
     });
   }
   if (writes.length === 1) {
-    await engine.doc.send(new PutCommand(putJob));
+    await putNewJob(engine, putJob, job);
     return;
   }
   if (writes.length === 2 && pending !== null && pendingUnswept) {
     await engine.doc.send(
       new PutCommand({ TableName: engine.tables.jobs, Item: encodeDueEntry(pending) }),
     );
-    await engine.doc.send(new PutCommand(putJob));
+    await putNewJob(engine, putJob, job);
     return;
   }
   try {

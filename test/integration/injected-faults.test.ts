@@ -43,4 +43,27 @@ describe("a write applied with its answer lost", () => {
     expect(stored?.status).toBe("COMPLETED");
     expect(stored?.lastRun?.runId).toBe(runs[0]?.runId);
   });
+  it("a create's job put still answers the job it wrote, and sends its run", async () => {
+    const lossy = withLostAnswers(f.engine, {
+      operation: "PutItem",
+      times: 1,
+      match: (input) =>
+        input.TableName === f.engine.tables.jobs &&
+        JSON.stringify(input.Item).includes('"pk":{"S":"JOB#'),
+    });
+    try {
+      const { job, created } = await createJob(
+        lossy.engine,
+        testJob({ schedule: { runAt: new Date().toISOString() } }),
+      );
+      expect(lossy.injected.count).toBe(1);
+      expect(created).toBe(true);
+      expect((await getJob(f.engine, job.jobId))?.status).toBe("ACTIVE");
+      const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+      expect(received.message.jobId).toBe(job.jobId);
+      await f.process(f.workerDeps("after-create"), received);
+    } finally {
+      lossy.destroy();
+    }
+  });
 });
