@@ -1,8 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJob } from "../../shared/jobs/index.js";
+import { reap } from "../../shared/dispatch/reaper.js";
+import { createJob, triggerJob } from "../../shared/jobs/index.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
-import { withLostAnswers } from "../support/faults.js";
+import { withLostAnswers, withSqsFaults } from "../support/faults.js";
 
 /**
  * Writes that DynamoDB applied but whose answer never reached the caller (a dropped connection,
@@ -64,6 +65,36 @@ describe("a write applied with its answer lost", () => {
       await f.process(f.workerDeps("after-create"), received);
     } finally {
       lossy.destroy();
+    }
+  });
+});
+
+describe("SQS refusing a send after the write it follows committed", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  it("a trigger answers its run, and the reaper sends it", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" } }),
+    );
+    const refusing = withSqsFaults(f.engine, {
+      operation: "SendMessageBatch",
+      kind: "refuseEntries",
+      times: 3,
+    });
+    try {
+      const run = await triggerJob(refusing.engine, "tenant-a", job.jobId);
+      expect(refusing.injected.count).toBe(3);
+      const stored = (await f.runs()).find((r) => r.runId === run.runId);
+      expect(stored?.status).toBe("QUEUED");
+      const pastDeadline = Date.parse(run.dueAt) + f.engine.settings.leaseMs + 10_000;
+      expect((await reap(f.engine, { now: new Date(pastDeadline) })).resent).toBe(1);
+    } finally {
+      refusing.destroy();
     }
   });
 });

@@ -152,3 +152,77 @@ export function withLostAnswers(base: Engine, plan: LostAnswerPlan): FaultyEngin
     destroy: () => clients.destroy(),
   };
 }
+
+export type SqsFaultPlan =
+  | {
+      /** SendMessageBatch: SQS refuses every entry (`Failed`), or accepts the batch and its answer is lost. */
+      readonly operation: "SendMessageBatch";
+      readonly kind: "refuseEntries" | "loseAnswer";
+      /** How many matching requests meet the fault. */
+      readonly times: number;
+    }
+  | {
+      /** ChangeMessageVisibility on a receipt handle SQS no longer takes (the message was received again, or deleted). */
+      readonly operation: "ChangeMessageVisibility";
+      readonly kind: "expiredReceipt";
+      readonly times: number;
+    };
+
+export interface FaultySqsEngine {
+  readonly engine: Engine;
+  /** Requests faulted so far. */
+  readonly injected: { count: number };
+  destroy(): void;
+}
+
+/**
+ * An engine like `base` whose SQS client faults one operation the way the emulator never does:
+ * SendMessageBatch with every entry refused in the answer's `Failed` list (SQS's partial failure,
+ * here of all entries), or accepted with its answer lost (a 500 after SQS took the messages; the
+ * SDK sends the batch again); ChangeMessageVisibility refused for a receipt handle that expired.
+ */
+export function withSqsFaults(base: Engine, plan: SqsFaultPlan): FaultySqsEngine {
+  const clients = createTestClients({ maxSockets: 64 });
+  const injected = { count: 0 };
+  clients.sqs.middlewareStack.add(
+    (next, context) => async (args) => {
+      if (injected.count >= plan.times || context.commandName !== `${plan.operation}Command`)
+        return next(args);
+      injected.count++;
+      if (plan.kind === "expiredReceipt")
+        throw Object.assign(new Error("The receipt handle has expired."), {
+          name: "ReceiptHandleIsInvalid",
+          $fault: "client",
+          $metadata: { httpStatusCode: 400 },
+        });
+      if (plan.kind === "loseAnswer") {
+        await next(args);
+        throw Object.assign(new Error("answer lost after SQS accepted the batch"), {
+          name: "InternalError",
+          $fault: "server",
+          $metadata: { httpStatusCode: 500 },
+        });
+      }
+      const entries = ((args.input as Input).Entries as { Id?: string }[] | undefined) ?? [];
+      return {
+        response: {},
+        output: {
+          $metadata: { httpStatusCode: 200 },
+          Successful: [],
+          Failed: entries.map((entry) => ({
+            Id: entry.Id,
+            SenderFault: false,
+            Code: "InternalError",
+            Message: "injected: SQS refused the entry",
+          })),
+        },
+      };
+    },
+    { step: "finalizeRequest", priority: "low", name: "injectSqsFaults" },
+  );
+  return {
+    engine: { ...base, sqs: clients.sqs },
+    injected,
+    destroy: () => clients.destroy(),
+  };
+}
