@@ -139,12 +139,22 @@ export async function execute(
       if (stopHeartbeat.signal.aborted) return;
       try {
         const leaseUntil = await extendLease(engine, run, engine.clock());
+        // Best effort, and not in the way of the job's and the tenant's leases below: SQS refuses a
+        // receipt handle for good once the message was received again (by a worker that found the
+        // run held and acknowledged it), and were that to skip them, the run's admission and its
+        // concurrent-runs slot would lapse while it runs, letting a run past its overlap policy and
+        // the tenant past its quota. The run's own lease is what keeps it; the reaper covers the rest.
         await setVisibility(
           engine.sqs,
           received.queueUrl,
           received.receiptHandle,
           engine.settings.leaseMs / 1000,
-        );
+        ).catch((error: unknown) => {
+          engine.obs.log.warn("heartbeat could not extend the message's visibility", {
+            runId: run.runId,
+            error: String(error),
+          });
+        });
         if (tracked) await extendAdmission(engine, run.jobId, run.runId, leaseUntil);
         if (slot !== null) await extendRunSlot(engine, slot, leaseUntil);
       } catch (error) {

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { sleep } from "../../shared/clock.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import { createJob, triggerJob } from "../../shared/jobs/index.js";
 import { getJob } from "../../shared/storage/run-reads.js";
@@ -96,5 +97,45 @@ describe("SQS refusing a send after the write it follows committed", () => {
     } finally {
       refusing.destroy();
     }
+  });
+});
+
+describe("a heartbeat whose message's receipt handle expired", () => {
+  const LEASE_MS = 3_000;
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture({ settings: { leaseMs: LEASE_MS } });
+  });
+  afterAll(() => f.destroy());
+
+  it("still extends the run's admission on its job", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ type: "outlives-its-lease", schedule: { every: "PT1H" } }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const expired = withSqsFaults(f.engine, {
+      operation: "ChangeMessageVisibility",
+      kind: "expiredReceipt",
+      times: Number.POSITIVE_INFINITY,
+    });
+    const listedLeases: string[] = [];
+    const outlivesItsLease = async (ctx: { jobId: string; runId: string }) => {
+      await sleep(LEASE_MS + 1_000);
+      const stored = await getJob(f.engine, ctx.jobId);
+      listedLeases.push(stored?.activeRuns[ctx.runId] ?? "not listed");
+    };
+    try {
+      const deps = f.workerDeps("beating", { "outlives-its-lease": outlivesItsLease }, 300);
+      expect(await f.process({ ...deps, engine: expired.engine }, received)).toBe("ack");
+    } finally {
+      expired.destroy();
+    }
+    expect(expired.injected.count).toBeGreaterThan(0);
+    const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    expect(run?.status).toBe("SUCCEEDED");
+    // Listed under a lease from a beat after its start, not the one its admission gave it.
+    const [listed] = listedLeases;
+    expect(Date.parse(listed ?? "")).toBeGreaterThan(Date.parse(run?.startedAt ?? "") + LEASE_MS);
   });
 });
