@@ -1,7 +1,11 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import type { CancelSource, DueEntry, Run } from "../model.js";
-import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
+import {
+  failedConditionItem,
+  isConditionalCheckFailed,
+  retryOnContention,
+} from "./dynamo-errors.js";
 import { deadLetterPk, decodeRun, encodeDueEntry, jobKey } from "./items.js";
 import { deadRunExpiresAt, runExpiresAt } from "./retention.js";
 import { runKeyOf } from "./run-reads.js";
@@ -101,12 +105,27 @@ export async function endRunAsSeen(
   } else {
     try {
       const result = await engine.doc.send(
-        new UpdateCommand({ ...update, ReturnValues: "ALL_NEW" }),
+        new UpdateCommand({
+          ...update,
+          ReturnValues: "ALL_NEW",
+          ReturnValuesOnConditionCheckFailure: "ALL_OLD",
+        }),
       );
       run = decodeRun(result.Attributes ?? {});
     } catch (error) {
-      if (isConditionalCheckFailed(error)) return null;
-      throw error;
+      if (!isConditionalCheckFailed(error)) throw error;
+      // Sent again by the SDK after its answer was lost (a dropped connection, a 500 after
+      // DynamoDB applied it), the write fails on its own ending: the run stands ended as this
+      // ends it, under the fence it was seen with, at this instant. Taken for a change, a cancel
+      // would answer 409 for the run it cancelled, and skip a one-off's completion.
+      const old = failedConditionItem(error);
+      const own =
+        old !== null &&
+        old.status === status &&
+        old.fence === seen.fence &&
+        old.finishedAt === finishedAt;
+      if (!own) return null;
+      run = decodeRun(old);
     }
   }
   if (seen.status === "RUNNING") await forgetActiveRun(engine, run.jobId, run.runId);

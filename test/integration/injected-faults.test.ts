@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sleep } from "../../shared/clock.js";
 import { reap } from "../../shared/dispatch/reaper.js";
-import { createJob, triggerJob } from "../../shared/jobs/index.js";
+import { cancelRun, createJob, triggerJob } from "../../shared/jobs/index.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { withLostAnswers, withSqsFaults } from "../support/faults.js";
@@ -67,6 +67,30 @@ describe("a write applied with its answer lost", () => {
     } finally {
       lossy.destroy();
     }
+  });
+
+  it("a run cancel answers the run it cancelled, and completes its one-off", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: new Date(Date.now() + 60_000).toISOString() } }),
+    );
+    const [queued] = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    expect(queued?.status).toBe("QUEUED");
+    const lossy = withLostAnswers(f.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) =>
+        input.TableName === f.engine.tables.runs &&
+        String(input.UpdateExpression).includes("cancelledBy"),
+    });
+    try {
+      const cancelled = await cancelRun(lossy.engine, "tenant-a", job.jobId, queued?.runId ?? "");
+      expect(lossy.injected.count).toBe(1);
+      expect(cancelled.status).toBe("CANCELLED");
+    } finally {
+      lossy.destroy();
+    }
+    expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
   });
 });
 
