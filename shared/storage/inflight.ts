@@ -2,7 +2,7 @@ import { QueryCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
 import { batchGetItems } from "./batch-get.js";
-import { isConditionalCheckFailed } from "./dynamo-errors.js";
+import { failedConditionItem, isConditionalCheckFailed } from "./dynamo-errors.js";
 import { decodeRun, inflightPk } from "./items.js";
 import { type RunRef, runKeyOf } from "./run-reads.js";
 import { runKey } from "./runs.js";
@@ -145,12 +145,24 @@ export async function pushInflightDeadline(
           ...(misfireFrom ? { ":misfireFrom": misfireFrom.toISOString() } : {}),
           ...(resentCount === null ? {} : { ":resentCount": resentCount }),
         },
+        ReturnValuesOnConditionCheckFailure: "ALL_OLD",
       }),
     );
     return true;
   } catch (error) {
-    if (isConditionalCheckFailed(error)) return false;
-    throw error;
+    if (!isConditionalCheckFailed(error)) throw error;
+    // Sent again by the SDK after its answer was lost (a dropped connection, a 500 after DynamoDB
+    // applied it), the write fails on its own deadline: the run stands as this write left it. Taken
+    // for someone else's move, the re-send would be skipped, and the run wait a whole further
+    // interval (up to 15 minutes) for the next one.
+    const old = failedConditionItem(error);
+    return (
+      old !== null &&
+      old.inflightSk === deadline.toISOString() &&
+      old.status === run.status &&
+      old.fence === run.fence &&
+      (resentCount === null || old.resentCount === resentCount)
+    );
   }
 }
 

@@ -163,3 +163,41 @@ describe("a heartbeat whose message's receipt handle expired", () => {
     expect(Date.parse(listed ?? "")).toBeGreaterThan(Date.parse(run?.startedAt ?? "") + LEASE_MS);
   });
 });
+
+describe("the reaper's deadline write applied with its answer lost", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  it("still sends the run it moved on", async () => {
+    // The create's send is refused: the run is QUEUED with no message, for the reaper to find.
+    const refusing = withSqsFaults(f.engine, {
+      operation: "SendMessageBatch",
+      kind: "refuseEntries",
+      times: 3,
+    });
+    const { job } = await createJob(
+      refusing.engine,
+      testJob({ schedule: { runAt: new Date().toISOString() } }),
+    ).finally(() => refusing.destroy());
+    const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    expect(run?.status).toBe("QUEUED");
+    const lossy = withLostAnswers(f.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) => String(input.UpdateExpression).startsWith("SET inflightSk = :deadline"),
+    });
+    try {
+      const pastDeadline = Date.parse(run?.dueAt ?? "") + f.engine.settings.leaseMs + 10_000;
+      const { resent } = await reap(lossy.engine, { now: new Date(pastDeadline) });
+      expect(lossy.injected.count).toBe(1);
+      expect(resent).toBe(1);
+    } finally {
+      lossy.destroy();
+    }
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(received.message.scheduledFor).toBe(run?.scheduledFor);
+  });
+});
