@@ -12,6 +12,17 @@ export function isConditionalCheckFailed(error: unknown): boolean {
   return error instanceof Error && error.name === "ConditionalCheckFailedException";
 }
 
+/**
+ * Whether the SDK sent the request more than once before this error (it retries a throttle, a
+ * 5xx, a timeout or a dropped connection): an earlier attempt may then have been applied with its
+ * answer lost, and a failed condition may be this very request's own earlier write. A request
+ * sent once cannot have met itself.
+ */
+export function sentMoreThanOnce(error: unknown): boolean {
+  const attempts = (error as { $metadata?: { attempts?: unknown } } | null)?.$metadata?.attempts;
+  return typeof attempts === "number" && attempts > 1;
+}
+
 interface CancellationReason {
   readonly Code?: string;
   readonly Item?: Record<string, AttributeValue>;

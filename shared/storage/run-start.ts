@@ -2,7 +2,11 @@ import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import type { Job, Run } from "../model.js";
 import { batchGetByTable } from "./batch-get.js";
-import { failedConditionItem, isConditionalCheckFailed } from "./dynamo-errors.js";
+import {
+  failedConditionItem,
+  isConditionalCheckFailed,
+  sentMoreThanOnce,
+} from "./dynamo-errors.js";
 import { decodeJob, decodeRun, jobKey } from "./items.js";
 import type { HeldRun } from "./run-fence.js";
 import { type RunRef, runKeyOf } from "./run-reads.js";
@@ -71,6 +75,19 @@ export async function startRun(
     const old = failedConditionItem(error);
     if (old === null) return { kind: "missing" };
     const run = decodeRun(old);
+    // Sent again by the SDK after its answer was lost, the start fails on itself: the run stands
+    // RUNNING under this worker, started at this instant with this lease. Taken for another
+    // worker's, the run would be acknowledged and left held by nobody until its lease lapsed and
+    // the reaper sent it again. Only a request sent more than once can meet itself, so two
+    // deliveries of one run in one batch (one worker id, perhaps one instant) stay apart.
+    if (
+      sentMoreThanOnce(error) &&
+      run.status === "RUNNING" &&
+      run.workerId === workerId &&
+      run.startedAt === now.toISOString() &&
+      run.leaseUntil === leaseUntil.toISOString()
+    )
+      return { kind: "started", run };
     return run.status === "RUNNING" ? { kind: "busy", run } : { kind: "finished", run };
   }
 }

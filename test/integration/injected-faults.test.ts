@@ -92,6 +92,32 @@ describe("a write applied with its answer lost", () => {
     }
     expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
   });
+
+  it("a redelivery's start still runs the run it started", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: new Date().toISOString() } }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const lossy = withLostAnswers(f.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) => String(input.UpdateExpression).includes("fence = fence + :one"),
+    });
+    try {
+      // A message that came back unacknowledged writes its start at once.
+      const redelivered = { ...received, receiveCount: 2 };
+      expect(
+        await f.process({ ...f.workerDeps("lossy-start"), engine: lossy.engine }, redelivered),
+      ).toBe("ack");
+    } finally {
+      lossy.destroy();
+    }
+    expect(lossy.injected.count).toBe(1);
+    const runs = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    expect(runs.map((r) => [r.status, r.fence])).toEqual([["SUCCEEDED", 1]]);
+    expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
+  });
 });
 
 describe("SQS refusing a send after the write it follows committed", () => {

@@ -9,6 +9,7 @@ import {
   isTransientFailure,
   MAX_CONTENTION_ATTEMPTS,
   retryOnContention,
+  sentMoreThanOnce,
 } from "../../shared/storage/dynamo-errors.js";
 
 const cancelled = (...codes: string[]) =>
@@ -108,5 +109,20 @@ describe("retryOnContention", () => {
     // Half of 50 ms, then half of 100 ms.
     expect(draws).toHaveLength(2);
     expect(Date.now() - started).toBeGreaterThanOrEqual(70);
+  });
+});
+
+describe("sentMoreThanOnce", () => {
+  const failedCondition = (attempts?: number) =>
+    Object.assign(new Error("The conditional request failed"), {
+      name: "ConditionalCheckFailedException",
+      $metadata: attempts === undefined ? {} : { attempts },
+    });
+
+  it("is true only when the SDK sent the request again", () => {
+    expect(sentMoreThanOnce(failedCondition(2))).toBe(true);
+    expect(sentMoreThanOnce(failedCondition(1))).toBe(false);
+    expect(sentMoreThanOnce(failedCondition())).toBe(false);
+    expect(sentMoreThanOnce(null)).toBe(false);
   });
 });
