@@ -2,7 +2,12 @@ import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
 import type { Job, RunSummary } from "../model.js";
-import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
+import {
+  failedConditionItem,
+  isConditionalCheckFailed,
+  retryOnContention,
+  sentMoreThanOnce,
+} from "./dynamo-errors.js";
 import { jobKey } from "./items.js";
 
 /**
@@ -72,16 +77,34 @@ export async function recordAdmission(
           UpdateExpression: `${update}${removals.length ? ` REMOVE ${removals.join(", ")}` : ""}`,
           ExpressionAttributeNames: Object.keys(names).length ? names : undefined,
           ExpressionAttributeValues: values,
+          ReturnValuesOnConditionCheckFailure: "ALL_OLD",
         }),
       ),
     );
   } catch (error) {
-    if (isConditionalCheckFailed(error))
-      throw new ConcurrentUpdateError(`job ${job.jobId}: admission raced another`, {
-        cause: error,
-      });
-    throw error;
+    if (!isConditionalCheckFailed(error)) throw error;
+    if (ownAdmissionWritten(job, change, error)) return;
+    throw new ConcurrentUpdateError(`job ${job.jobId}: admission raced another`, {
+      cause: error,
+    });
   }
+}
+
+/**
+ * Whether an admission that failed its condition was this very write, applied before with its
+ * answer lost (the SDK sent it again): the job stands one revision on, with this change in it.
+ * Taken for another's, a first start held unwritten would find its own run listed under a live
+ * lease, take it for another delivery's, and leave the run unrun (and its job's overlap blocked)
+ * until the lease lapsed and the reaper sent it again. Only a request sent more than once can meet
+ * itself, so two deliveries of one run in one batch (one lease, perhaps) stay apart.
+ */
+function ownAdmissionWritten(job: Job, change: AdmissionChange, error: unknown): boolean {
+  const old = failedConditionItem(error);
+  if (!sentMoreThanOnce(error) || old === null) return false;
+  if (old.activeRevision !== job.activeRevision + 1) return false;
+  if (change.kind === "buffer") return old.bufferedRunId === change.runId;
+  const listed = (old.activeRuns ?? {}) as Record<string, unknown>;
+  return listed[change.runId] === change.leaseUntil.toISOString();
 }
 
 /**

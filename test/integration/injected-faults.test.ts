@@ -118,6 +118,26 @@ describe("a write applied with its answer lost", () => {
     expect(runs.map((r) => [r.status, r.fence])).toEqual([["SUCCEEDED", 1]]);
     expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
   });
+
+  it("a recurring run's admission still runs the run it admitted", async () => {
+    const { job } = await createJob(f.engine, testJob({ schedule: { every: "PT1H" } }));
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const lossy = withLostAnswers(f.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) => String(input.UpdateExpression).includes("activeRuns.#runId = :leaseUntil"),
+    });
+    try {
+      expect(
+        await f.process({ ...f.workerDeps("lossy-admission"), engine: lossy.engine }, received),
+      ).toBe("ack");
+    } finally {
+      lossy.destroy();
+    }
+    expect(lossy.injected.count).toBe(1);
+    const runs = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    expect(runs.map((r) => r.status)).toContain("SUCCEEDED");
+  });
 });
 
 describe("SQS refusing a send after the write it follows committed", () => {
