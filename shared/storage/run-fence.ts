@@ -2,7 +2,11 @@ import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { FenceLostError, RunCancelledError } from "../errors.js";
 import type { Run } from "../model.js";
-import { failedConditionItem, isConditionalCheckFailed } from "./dynamo-errors.js";
+import {
+  failedConditionItem,
+  isConditionalCheckFailed,
+  sentMoreThanOnce,
+} from "./dynamo-errors.js";
 import { runKeyOf } from "./run-reads.js";
 
 /**
@@ -154,6 +158,13 @@ export async function fencedRunUpdate(
     /** The `REMOVE` clause's attributes, if any. */
     readonly remove?: string;
     readonly values: Record<string, unknown>;
+    /**
+     * Whether the run as a failed condition found it is as this write leaves it: then, for a
+     * request the SDK sent more than once, the failure is this write's own earlier attempt,
+     * applied with its answer lost, and the write counts as made. Absent: a write the condition
+     * still lets through once applied (a heartbeat) needs none.
+     */
+    readonly applied?: (old: Record<string, unknown>) => boolean;
   },
 ): Promise<void> {
   const held = fencedWrite(run);
@@ -174,7 +185,13 @@ export async function fencedRunUpdate(
     if (!isConditionalCheckFailed(error)) throw error;
     const old = failedConditionItem(error);
     if (ownStartWritten(run, old)) return fencedRunUpdate(engine, run, expression);
-    throw fenceFailure(run, old, error);
+    const ownWrite =
+      old !== null &&
+      old.fence === run.fence &&
+      expression.applied !== undefined &&
+      sentMoreThanOnce(error) &&
+      expression.applied(old);
+    if (!ownWrite) throw fenceFailure(run, old, error);
   }
   held.written();
 }

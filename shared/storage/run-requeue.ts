@@ -14,6 +14,7 @@ export async function requeueRun(
   reason: string,
   dueAt: Date,
 ): Promise<void> {
+  const deadline = new Date(dueAt.getTime() + engine.settings.leaseMs).toISOString();
   await fencedRunUpdate(engine, run, {
     set: "#status = :queued, reason = :reason, dueAt = :dueAt, inflightSk = :deadline",
     remove: "leaseUntil",
@@ -21,7 +22,11 @@ export async function requeueRun(
       ":queued": "QUEUED",
       ":reason": boundedText(reason),
       ":dueAt": dueAt.toISOString(),
-      ":deadline": new Date(dueAt.getTime() + engine.settings.leaseMs).toISOString(),
+      ":deadline": deadline,
     },
+    // Its answer lost, taken for a lost fence, the caller would send no fresh message, and the
+    // run would wait for the reaper, a lease on, instead of its recheck.
+    applied: (old) =>
+      old.status === "QUEUED" && old.dueAt === dueAt.toISOString() && old.inflightSk === deadline,
   });
 }

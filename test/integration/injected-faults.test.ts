@@ -3,6 +3,7 @@ import { sleep } from "../../shared/clock.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import { cancelRun, createJob, triggerJob } from "../../shared/jobs/index.js";
 import { getJob } from "../../shared/storage/run-reads.js";
+import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { withLostAnswers, withSqsFaults } from "../support/faults.js";
 
@@ -137,6 +138,33 @@ describe("a write applied with its answer lost", () => {
     expect(lossy.injected.count).toBe(1);
     const runs = (await f.runs()).filter((r) => r.jobId === job.jobId);
     expect(runs.map((r) => r.status)).toContain("SUCCEEDED");
+  });
+
+  it("a run sent back to wait for its tenant's quota still gets its fresh message", async () => {
+    await writeQuotaOverride(f.engine, "quota-zero", { concurrentRuns: 0 }, new Date());
+    const { job } = await createJob(
+      f.engine,
+      testJob({ tenantId: "quota-zero", schedule: { runAt: new Date().toISOString() } }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const lossy = withLostAnswers(f.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) => String(input.UpdateExpression).includes("#status = :queued, reason"),
+    });
+    try {
+      expect(
+        await f.process({ ...f.workerDeps("lossy-requeue"), engine: lossy.engine }, received),
+      ).toBe("ack");
+    } finally {
+      lossy.destroy();
+    }
+    expect(lossy.injected.count).toBe(1);
+    const [waiting] = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    expect(waiting).toMatchObject({ status: "QUEUED", fence: 1 });
+    // Its fresh message, a second or so later: not left to the reaper a lease on.
+    const again = await f.nextDelivery(f.engine.queues.normal, job.jobId, 10_000);
+    expect(again.message.scheduledFor).toBe(waiting?.scheduledFor);
   });
 });
 
