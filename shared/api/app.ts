@@ -65,7 +65,8 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
   });
 
   app.onError((error, c) => {
-    const answer = httpAnswerOf(error);
+    const reads = c.req.method === "GET" || c.req.method === "HEAD";
+    const answer = httpAnswerOf(error, { writes: !reads });
     if (answer.status === 429) {
       // Counted per tenant by the stack's Contributor Insights rule (TENANT_LOG_EVENTS).
       engine.obs.log.warn(TENANT_LOG_EVENTS.requestThrottled, {

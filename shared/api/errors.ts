@@ -7,7 +7,11 @@ import {
   type SchedulerErrorCode,
 } from "../errors.js";
 import type { QuotaName } from "../quotas/limits.js";
-import { isContention, transactionCancellationCodes } from "../storage/dynamo-errors.js";
+import {
+  isContention,
+  isTransientFailure,
+  transactionCancellationCodes,
+} from "../storage/dynamo-errors.js";
 import type { ErrorCode } from "./schemas/errors.js";
 
 declare module "../errors.js" {
@@ -104,6 +108,18 @@ const BUSY = {
   }),
 } as const;
 
+/**
+ * A read whose storage failed for now (a 5xx past the SDK's retries, a timeout, a dropped
+ * connection): it wrote nothing, so a retry is right. A write's such failure stays a 500: it may
+ * have been applied, and "busy" tells the caller nothing of it was.
+ */
+const UNAVAILABLE = answer(
+  503,
+  "busy",
+  "the scheduler's storage did not answer in time; try again",
+  { headers: { "Retry-After": "1" } },
+);
+
 const INTERNAL = answer(500, "internal", "internal error");
 // The worker's failures and storage's unmapped conditions never describe a request: if one
 // reaches the API it is a fault of the API's own, answered without its details.
@@ -178,12 +194,16 @@ const BY_STATUS: Partial<Record<number, ErrorCode>> = {
 
 /**
  * Every failure of a request as its HTTP answer: a SchedulerError by its code,
- * DynamoDB contention as "busy", the framework's own refusals by status, and
+ * DynamoDB contention as "busy", a read's transient storage failure as "busy" too, the framework's own refusals by status, and
  * anything unforeseen as a 500 that hides its details.
  */
-export function httpAnswerOf(error: unknown): HttpAnswer {
+export function httpAnswerOf(
+  error: unknown,
+  request: { readonly writes: boolean } = { writes: true },
+): HttpAnswer {
   if (error instanceof SchedulerError) return answerTo(error);
   if (isBusy(error)) return BUSY.job;
+  if (!request.writes && isTransientFailure(error)) return UNAVAILABLE;
   if (error instanceof HTTPException) {
     const code = BY_STATUS[error.status] ?? (error.status >= 500 ? "internal" : "conflict");
     return answer(error.status, code, error.message || "request refused");

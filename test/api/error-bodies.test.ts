@@ -491,6 +491,23 @@ describe("error bodies, byte for byte", () => {
         { "retry-after": "1" },
       ),
     );
+    // A read that DynamoDB failed with a 5xx (past the SDK's retries) or that timed out wrote
+    // nothing: it is worth a retry, not a 500. A write's is not known to have written nothing.
+    const unavailable = error(
+      503,
+      { code: "busy", message: "the scheduler's storage did not answer in time; try again" },
+      { "retry-after": "1" },
+    );
+    const serverError = appOver({
+      ...fixture.engine,
+      doc: failingDoc("InternalServerError", undefined, 500),
+    });
+    expect(await send(serverError, "GET", `/jobs/${id}`)).toEqual(unavailable);
+    const timedOut = appOver({ ...fixture.engine, doc: failingDoc("TimeoutError") });
+    expect(await send(timedOut, "GET", `/jobs/${id}/runs`)).toEqual(unavailable);
+    expect(await send(serverError, "POST", `/jobs/${id}/pause`)).toEqual(
+      error(500, { code: "internal", message: "internal error" }),
+    );
     const denied = appOver({ ...fixture.engine, doc: failingDoc("AccessDeniedException") });
     expect(await send(denied, "GET", `/jobs/${id}`)).toEqual(
       error(500, { code: "internal", message: "internal error" }),
@@ -531,13 +548,20 @@ function invalid(issues: readonly { field: string; message: string }[]): Answer 
 }
 
 /** A document client whose requests fail with `name` (only `command` requests, when given). */
-function failingDoc(name: string, command?: string): DynamoDBDocumentClient {
+function failingDoc(
+  name: string,
+  command?: string,
+  httpStatusCode?: number,
+): DynamoDBDocumentClient {
   const clients = createTestClients();
   faultClients.push(clients);
   clients.doc.middlewareStack.add(
     (next, context) => async (args) => {
       if (command !== undefined && context.commandName !== command) return next(args);
-      throw Object.assign(new Error(`injected ${name}`), { name });
+      throw Object.assign(new Error(`injected ${name}`), {
+        name,
+        ...(httpStatusCode === undefined ? {} : { $metadata: { httpStatusCode } }),
+      });
     },
     { step: "initialize", name: "injectedFault" },
   );
