@@ -167,16 +167,28 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
       },
     );
     if (toSend.length > 0) {
-      await sendRuns(
-        engine.sqs,
-        engine.queues,
-        toSend.map((run) => ({ message: runMessageOf(run), dueAt: new Date(run.dueAt) })),
-        // Delays count from the moment of sending, not from the start of a pass that may take seconds.
-        options.now ?? engine.clock(),
-      );
-      resent += toSend.length;
-      engine.obs.metrics.add(METRICS.reaperResends, toSend.length, "Count");
-      engine.obs.log.warn("reaper re-sent runs", { shard, runs: toSend.length });
+      try {
+        await sendRuns(
+          engine.sqs,
+          engine.queues,
+          toSend.map((run) => ({ message: runMessageOf(run), dueAt: new Date(run.dueAt) })),
+          // Delays count from the moment of sending, not from the start of a pass that may take seconds.
+          options.now ?? engine.clock(),
+        );
+        resent += toSend.length;
+        engine.obs.metrics.add(METRICS.reaperResends, toSend.length, "Count");
+        engine.obs.log.warn("reaper re-sent runs", { shard, runs: toSend.length });
+      } catch (error) {
+        // Their deadlines have moved on, so the pass that reaches those finds them again; the
+        // shards after this one are reaped all the same (thrown here, the send stopped the pass,
+        // and every shard after it waited for the next tick).
+        failure ??= { error };
+        engine.obs.log.error("reaper could not re-send runs; their next deadline finds them", {
+          shard,
+          runs: toSend.map((run) => run.runId),
+          error: String(error),
+        });
+      }
     }
     // The cursor passes the entries dealt with, in order, up to the first one that was not.
     let passed: InflightEntry | null = null;

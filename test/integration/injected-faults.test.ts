@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sleep } from "../../shared/clock.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import { cancelRun, createJob, triggerJob } from "../../shared/jobs/index.js";
+import { shardOf } from "../../shared/keys.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
@@ -273,5 +274,54 @@ describe("the reaper's deadline write applied with its answer lost", () => {
     }
     const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
     expect(received.message.scheduledFor).toBe(run?.scheduledFor);
+  });
+});
+
+describe("SQS refusing the reaper's send for one shard", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  it("still re-sends the runs of the shards after it", async () => {
+    // Runs with no message (the creates' sends refused), on two shards.
+    const refusing = withSqsFaults(f.engine, {
+      operation: "SendMessageBatch",
+      kind: "refuseEntries",
+      times: Number.POSITIVE_INFINITY,
+    });
+    const byShard = new Map<number, string>();
+    try {
+      while (byShard.size < 2) {
+        const { job } = await createJob(
+          refusing.engine,
+          testJob({ schedule: { runAt: new Date().toISOString() } }),
+        );
+        const shard = shardOf(job.jobId, f.engine.settings.shardCount);
+        if (!byShard.has(shard)) byShard.set(shard, job.jobId);
+      }
+    } finally {
+      refusing.destroy();
+    }
+    const [first, second] = [...byShard.entries()].sort(([a], [b]) => a - b);
+    if (!first || !second) throw new Error("two shards expected");
+    const runs = await f.runs();
+    const lastDue = Math.max(...runs.map((r) => Date.parse(r.dueAt)));
+    // The reaper reads the lower shard first: its send is refused, three rounds.
+    const failing = withSqsFaults(f.engine, {
+      operation: "SendMessageBatch",
+      kind: "refuseEntries",
+      times: 3,
+    });
+    try {
+      const pastDeadline = new Date(lastDue + f.engine.settings.leaseMs + 10_000);
+      await expect(reap(failing.engine, { now: pastDeadline })).rejects.toThrow(/SQS refused/);
+      expect(failing.injected.count).toBe(3);
+    } finally {
+      failing.destroy();
+    }
+    const received = await f.nextDelivery(f.engine.queues.normal, second[1], 10_000);
+    expect(received.message.jobId).toBe(second[1]);
   });
 });
