@@ -4,7 +4,7 @@ import { reap } from "../../shared/dispatch/reaper.js";
 import { cancelRun, createJob, triggerJob } from "../../shared/jobs/index.js";
 import { shardOf } from "../../shared/keys.js";
 import { getJob } from "../../shared/storage/run-reads.js";
-import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
+import { readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { withLostAnswers, withSqsFaults } from "../support/faults.js";
 
@@ -166,6 +166,36 @@ describe("a write applied with its answer lost", () => {
     // Its fresh message, a second or so later: not left to the reaper a lease on.
     const again = await f.nextDelivery(f.engine.queues.normal, job.jobId, 10_000);
     expect(again.message.scheduledFor).toBe(waiting?.scheduledFor);
+  });
+
+  it("a give-back of a refused create's quota share takes it off once", async () => {
+    const tenantId = "gives-back";
+    await writeQuotaOverride(f.engine, tenantId, { activeJobs: 10 }, new Date());
+    const later = new Date(Date.now() + 3_600_000).toISOString();
+    const idempotency = { key: "same-key", requestHash: "first" };
+    await createJob(f.engine, testJob({ tenantId, schedule: { runAt: later } }), { idempotency });
+    expect((await readQuotaUsage(f.engine, tenantId))?.activeJobs).toBe(1);
+    // Another body under the key: its write is refused, and its reserved share given back.
+    const lossy = withLostAnswers(f.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) => String(input.ConditionExpression).includes("recount"),
+    });
+    try {
+      await expect(
+        createJob(
+          lossy.engine,
+          testJob({ tenantId, name: "another", schedule: { runAt: later } }),
+          {
+            idempotency: { key: "same-key", requestHash: "second" },
+          },
+        ),
+      ).rejects.toThrow(/idempotency/i);
+    } finally {
+      lossy.destroy();
+    }
+    expect(lossy.injected.count).toBe(1);
+    expect((await readQuotaUsage(f.engine, tenantId))?.activeJobs).toBe(1);
   });
 });
 
