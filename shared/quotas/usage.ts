@@ -5,8 +5,8 @@ import type { Job, Priority } from "../model.js";
 import { isAfterSchedule, type ScheduleSpec } from "../schedule/index.js";
 import { isConditionalCheckFailed, isContention } from "../storage/dynamo-errors.js";
 import { getJobs, tenantJobIds } from "../storage/job-queries.js";
+import { giveBackUsage } from "../storage/quota-give-back.js";
 import {
-  giveBackUsage,
   type QuotaUsage,
   readQuotaOverride,
   readQuotaUsage,

@@ -1,7 +1,7 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { FenceLostError, RunCancelledError } from "../errors.js";
-import type { Run } from "../model.js";
+import type { Run, RunStatus } from "../model.js";
 import {
   failedConditionItem,
   isConditionalCheckFailed,
@@ -112,6 +112,27 @@ export function ownStartWritten(run: HeldRun, old: Record<string, unknown> | nul
     old.startedAt === run.startedAt;
   if (ours) start.written = true;
   return ours;
+}
+
+/**
+ * Whether a run's ending that failed its condition was this very write, applied before: the SDK
+ * sends a write again when its answer is lost (a dropped connection, a 500 after DynamoDB applied
+ * it), and the run then stands ended as this write ends it, under its fence at its instant. The
+ * job's side of the ending is still to write; taken for another worker's, it would never be made
+ * (the message is acknowledged), and a one-off would stay ACTIVE with nothing to run.
+ */
+export function ownEndingWritten(
+  run: HeldRun,
+  old: Record<string, unknown> | null,
+  status: RunStatus,
+  finishedAt: string,
+): boolean {
+  return (
+    old !== null &&
+    old.fence === run.fence &&
+    old.status === status &&
+    old.finishedAt === finishedAt
+  );
 }
 
 /** The error for a write whose `FENCE_HELD` condition failed. */

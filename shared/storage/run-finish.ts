@@ -17,7 +17,13 @@ import {
 import { deadLetterPk, decodeJob, encodeDueEntry, jobKey } from "./items.js";
 import { finishedAfter, LAST_RUN_OLDER, lastRunOlderValues } from "./last-run.js";
 import { deadRunExpiresAt, jobExpiresAt } from "./retention.js";
-import { fencedWrite, fenceFailure, type HeldRun, ownStartWritten } from "./run-fence.js";
+import {
+  fencedWrite,
+  fenceFailure,
+  type HeldRun,
+  ownEndingWritten,
+  ownStartWritten,
+} from "./run-fence.js";
 import { runKeyOf } from "./run-reads.js";
 import { boundedOrNull } from "./stored-text.js";
 import {
@@ -243,27 +249,6 @@ export async function finishRun(
   }
   held.written();
   return finished;
-}
-
-/**
- * Whether a run's ending that failed its condition was this very write, applied before: the SDK
- * sends a write again when its answer is lost (a dropped connection, a 500 after DynamoDB applied
- * it), and the run then stands ended as this write ends it, under its fence at its instant. The
- * job's side of the ending is still to write; taken for another worker's, it would never be made
- * (the message is acknowledged), and a one-off would stay ACTIVE with nothing to run.
- */
-function ownEndingWritten(
-  run: HeldRun,
-  old: Record<string, unknown> | null,
-  status: FinalStatus,
-  finishedAt: string,
-): boolean {
-  return (
-    old !== null &&
-    old.fence === run.fence &&
-    old.status === status &&
-    old.finishedAt === finishedAt
-  );
 }
 
 /** The job's side of a run's ending. */

@@ -8,10 +8,10 @@ import { newJobId } from "../../shared/keys.js";
 import type { QuotaExceededError } from "../../shared/quotas/limits.js";
 import { MAX_CONTENTION_ATTEMPTS } from "../../shared/storage/dynamo-errors.js";
 import { shardHighWaterKey } from "../../shared/storage/items.js";
+import { giveBackUsage } from "../../shared/storage/quota-give-back.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import {
   forgetQuotaUsage,
-  giveBackUsage,
   readQuotaUsage,
   reserveUsage,
   writeQuotaOverride,
