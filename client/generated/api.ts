@@ -1024,6 +1024,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     replayDeadLetter: {
@@ -1075,6 +1084,15 @@ export interface operations {
             };
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1148,6 +1166,15 @@ export interface operations {
             };
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1246,7 +1273,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Contention on the job; retry after Retry-After seconds */
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1324,6 +1351,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     getJob: {
@@ -1366,6 +1402,15 @@ export interface operations {
             };
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1420,7 +1465,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Contention on the job; retry after Retry-After seconds */
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1539,7 +1584,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Contention on the job; retry after Retry-After seconds */
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1606,7 +1651,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Contention on the job; retry after Retry-After seconds */
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1704,7 +1749,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Contention on the job; retry after Retry-After seconds */
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1776,6 +1821,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     resumeJob: {
@@ -1834,7 +1888,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Contention on the job; retry after Retry-After seconds */
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -1912,6 +1966,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     getRun: {
@@ -1955,6 +2018,15 @@ export interface operations {
             };
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2021,7 +2093,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Contention on the job; retry after Retry-After seconds */
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2109,6 +2181,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     getQuotas: {
@@ -2140,6 +2221,15 @@ export interface operations {
             };
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2236,6 +2326,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     heartbeatRun: {
@@ -2278,6 +2377,15 @@ export interface operations {
             };
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2354,6 +2462,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     getTenantQuotas: {
@@ -2405,6 +2522,15 @@ export interface operations {
             };
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2501,6 +2627,15 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
         };
     };
     getWebhookSecret: {
@@ -2532,6 +2667,15 @@ export interface operations {
             };
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2577,7 +2721,7 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
-            /** @description Contention on the job; retry after Retry-After seconds */
+            /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
                     [name: string]: unknown;

@@ -74,20 +74,23 @@ const ERROR_DESCRIPTIONS = {
   415: "The body is not application/json",
   428: "If-Match is missing",
   429: "Over the tenant's requestsPerSecond quota; retry after Retry-After seconds",
-  503: "Contention on the job; retry after Retry-After seconds",
+  503: "Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds",
 } as const;
 type ErrorStatus = keyof typeof ERROR_DESCRIPTIONS;
 
 /**
  * The documented error responses of a route, each in the one error shape. A route that
- * authenticates (401) also answers 429: every authenticated request takes a token of the
- * tenant's requestsPerSecond bucket.
+ * authenticates (401) also answers 429, since every authenticated request takes a token of the
+ * tenant's requestsPerSecond bucket, and 503, since every one of them reaches storage, which can
+ * be throttled past the SDK's retries or not answer in time.
  */
 export function errors<S extends ErrorStatus>(...statuses: S[]) {
-  const out = {} as Record<S | 429, ReturnType<typeof json<typeof ErrorSchema>>>;
+  const out = {} as Record<S | 429 | 503, ReturnType<typeof json<typeof ErrorSchema>>>;
   for (const status of statuses) out[status] = json(ErrorSchema, ERROR_DESCRIPTIONS[status]);
-  if ((statuses as ErrorStatus[]).includes(401))
+  if ((statuses as ErrorStatus[]).includes(401)) {
     out[429] = json(ErrorSchema, ERROR_DESCRIPTIONS[429]);
+    out[503] = json(ErrorSchema, ERROR_DESCRIPTIONS[503]);
+  }
   return out;
 }
 

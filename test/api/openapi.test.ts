@@ -102,6 +102,16 @@ describe("OpenAPI document", () => {
     expect(create.additionalProperties).toBe(false);
   });
 
+  it("every authenticated operation declares the 429 and the 503 any of them can answer", () => {
+    const secured = operations(document).filter(({ operation }) => operation.security?.length);
+    expect(secured.length).toBeGreaterThan(20);
+    for (const { method, path, operation } of secured) {
+      expect(Object.keys(operation.responses), `${method} ${path}`).toEqual(
+        expect.arrayContaining(["401", "429", "503"]),
+      );
+    }
+  });
+
   it("accepts a request built from each operation's parameters and example", async () => {
     const dereferenced = (await SwaggerParser.dereference(
       structuredClone(document),
