@@ -1,18 +1,14 @@
-import { GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
+import { PutCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError, IdempotencyKeyTakenError } from "../errors.js";
 import type { DueEntry, Job } from "../model.js";
 import { ValidationError } from "../validation.js";
 import { type UpstreamWriteName, upstreamOfWriteName } from "./dependents.js";
 import { failedConditionItem, isConditionalCheckFailed } from "./dynamo-errors.js";
+import { idempotencyRecordPut, readIdempotencyRecordAt } from "./idempotency-records.js";
 import { encodeDueEntry, encodeJob, idempotencyKey } from "./items.js";
 import { putDueEntry } from "./job-update.js";
-import {
-  completedJobExpiresAt,
-  hasExpired,
-  idempotencyExpiresAt,
-  runsOnAfterEndMs,
-} from "./retention.js";
+import { completedJobExpiresAt, runsOnAfterEndMs } from "./retention.js";
 import { ConditionsFailedError, type NamedWrite, writeTransaction } from "./transaction.js";
 
 /**
@@ -34,16 +30,8 @@ export async function readIdempotencyRecord(
   tenantId: string,
   key: string,
 ): Promise<{ jobId: string; requestHash: string } | null> {
-  const found = await engine.doc.send(
-    new GetCommand({
-      TableName: engine.tables.jobs,
-      Key: idempotencyKey(tenantId, key),
-      ConsistentRead: true,
-    }),
-  );
-  const record = found.Item;
-  // Past its window the key is free again, whether or not TTL has deleted the record yet.
-  if (!record || hasExpired(record, engine.clock())) return null;
+  const record = await readIdempotencyRecordAt(engine, idempotencyKey(tenantId, key));
+  if (!record) return null;
   return { jobId: String(record.jobId), requestHash: String(record.requestHash) };
 }
 
@@ -127,20 +115,12 @@ export async function writeNewJob(
   if (idempotency) {
     writes.push({
       name: "idempotency",
-      write: {
-        Put: {
-          TableName: engine.tables.jobs,
-          Item: {
-            ...idempotencyKey(job.tenantId, idempotency.key),
-            jobId: job.jobId,
-            requestHash: idempotency.requestHash,
-            createdAt: job.createdAt,
-            expiresAt: idempotencyExpiresAt(createdAt),
-          },
-          ConditionExpression: "attribute_not_exists(pk) OR expiresAt <= :now",
-          ExpressionAttributeValues: { ":now": Math.floor(createdAt.getTime() / 1000) },
-        },
-      },
+      write: idempotencyRecordPut(
+        engine,
+        idempotencyKey(job.tenantId, idempotency.key),
+        { jobId: job.jobId, requestHash: idempotency.requestHash, createdAt: job.createdAt },
+        createdAt,
+      ),
     });
   }
   if (writes.length === 1) {

@@ -1,7 +1,6 @@
-import { GetCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
+import { idempotencyRecordPut, readIdempotencyRecordAt } from "./idempotency-records.js";
 import { triggerIdempotencyKey } from "./items.js";
-import { hasExpired, idempotencyExpiresAt } from "./retention.js";
 import { ConditionsFailedError, type NamedWrite, writeTransaction } from "./transaction.js";
 
 /** A trigger's idempotency key, for the job it triggers. */
@@ -26,7 +25,6 @@ export async function writeTriggeredRun(
   item: Record<string, unknown>,
   key: TriggerKey | undefined,
 ): Promise<TriggeredRunWrite> {
-  const now = engine.clock();
   const writes: NamedWrite<"run" | "idempotency">[] = [
     {
       name: "run",
@@ -42,18 +40,12 @@ export async function writeTriggeredRun(
   if (key) {
     writes.push({
       name: "idempotency",
-      write: {
-        Put: {
-          TableName: engine.tables.jobs,
-          Item: {
-            ...triggerIdempotencyKey(key.tenantId, key.jobId, key.key),
-            scheduledFor: item.scheduledFor,
-            expiresAt: idempotencyExpiresAt(now),
-          },
-          ConditionExpression: "attribute_not_exists(pk) OR expiresAt <= :now",
-          ExpressionAttributeValues: { ":now": Math.floor(now.getTime() / 1000) },
-        },
-      },
+      write: idempotencyRecordPut(
+        engine,
+        triggerIdempotencyKey(key.tenantId, key.jobId, key.key),
+        { scheduledFor: item.scheduledFor },
+        engine.clock(),
+      ),
     });
   }
   try {
@@ -69,14 +61,9 @@ export async function writeTriggeredRun(
 
 /** The occurrence of the run an earlier trigger with this key queued, within the key's window. */
 export async function readTriggerRecord(engine: Engine, key: TriggerKey): Promise<string | null> {
-  const found = await engine.doc.send(
-    new GetCommand({
-      TableName: engine.tables.jobs,
-      Key: triggerIdempotencyKey(key.tenantId, key.jobId, key.key),
-      ConsistentRead: true,
-    }),
+  const record = await readIdempotencyRecordAt(
+    engine,
+    triggerIdempotencyKey(key.tenantId, key.jobId, key.key),
   );
-  // Past its window the key is free again, whether or not TTL has deleted the record yet.
-  if (!found.Item || hasExpired(found.Item, engine.clock())) return null;
-  return String(found.Item.scheduledFor);
+  return record === null ? null : String(record.scheduledFor);
 }

@@ -6,7 +6,7 @@ import { shardOf } from "../../shared/keys.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import { readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
-import { withLostAnswers, withSqsFaults } from "../support/faults.js";
+import { type LostAnswerPlan, withLostAnswers, withSqsFaults } from "../support/faults.js";
 
 /**
  * Writes that DynamoDB applied but whose answer never reached the caller (a dropped connection,
@@ -20,27 +20,37 @@ describe("a write applied with its answer lost", () => {
   });
   afterAll(() => f.destroy());
 
-  it("a run's ending still writes its job: a one-off completes", async () => {
-    const { job } = await createJob(
-      f.engine,
-      testJob({ schedule: { runAt: new Date().toISOString() } }),
-    );
-    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-    const lossy = withLostAnswers(f.engine, {
-      operation: "UpdateItem",
-      times: 1,
-      match: (input) =>
-        input.TableName === f.engine.tables.runs &&
-        String(input.UpdateExpression).includes("finishedAt = :finishedAt"),
-    });
+  type Received = Awaited<ReturnType<EngineFixture["nextDelivery"]>>;
+  /** Processes a delivery as a worker whose one matching UpdateItem loses its answer. */
+  async function processLosingOneUpdate(
+    received: Received,
+    workerId: string,
+    match: NonNullable<LostAnswerPlan["match"]>,
+  ) {
+    const lossy = withLostAnswers(f.engine, { operation: "UpdateItem", times: 1, match });
     try {
-      expect(await f.process({ ...f.workerDeps("lossy"), engine: lossy.engine }, received)).toBe(
+      expect(await f.process({ ...f.workerDeps(workerId), engine: lossy.engine }, received)).toBe(
         "ack",
       );
     } finally {
       lossy.destroy();
     }
     expect(lossy.injected.count).toBe(1);
+  }
+
+  it("a run's ending still writes its job: a one-off completes", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: new Date().toISOString() } }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    await processLosingOneUpdate(
+      received,
+      "lossy",
+      (input) =>
+        input.TableName === f.engine.tables.runs &&
+        String(input.UpdateExpression).includes("finishedAt = :finishedAt"),
+    );
     const runs = (await f.runs()).filter((r) => r.jobId === job.jobId);
     expect(runs.map((r) => r.status)).toEqual(["SUCCEEDED"]);
     const stored = await getJob(f.engine, job.jobId);
@@ -101,21 +111,10 @@ describe("a write applied with its answer lost", () => {
       testJob({ schedule: { runAt: new Date().toISOString() } }),
     );
     const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-    const lossy = withLostAnswers(f.engine, {
-      operation: "UpdateItem",
-      times: 1,
-      match: (input) => String(input.UpdateExpression).includes("fence = fence + :one"),
-    });
-    try {
-      // A message that came back unacknowledged writes its start at once.
-      const redelivered = { ...received, receiveCount: 2 };
-      expect(
-        await f.process({ ...f.workerDeps("lossy-start"), engine: lossy.engine }, redelivered),
-      ).toBe("ack");
-    } finally {
-      lossy.destroy();
-    }
-    expect(lossy.injected.count).toBe(1);
+    // A message that came back unacknowledged writes its start at once.
+    await processLosingOneUpdate({ ...received, receiveCount: 2 }, "lossy-start", (input) =>
+      String(input.UpdateExpression).includes("fence = fence + :one"),
+    );
     const runs = (await f.runs()).filter((r) => r.jobId === job.jobId);
     expect(runs.map((r) => [r.status, r.fence])).toEqual([["SUCCEEDED", 1]]);
     expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
@@ -124,19 +123,9 @@ describe("a write applied with its answer lost", () => {
   it("a recurring run's admission still runs the run it admitted", async () => {
     const { job } = await createJob(f.engine, testJob({ schedule: { every: "PT1H" } }));
     const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-    const lossy = withLostAnswers(f.engine, {
-      operation: "UpdateItem",
-      times: 1,
-      match: (input) => String(input.UpdateExpression).includes("activeRuns.#runId = :leaseUntil"),
-    });
-    try {
-      expect(
-        await f.process({ ...f.workerDeps("lossy-admission"), engine: lossy.engine }, received),
-      ).toBe("ack");
-    } finally {
-      lossy.destroy();
-    }
-    expect(lossy.injected.count).toBe(1);
+    await processLosingOneUpdate(received, "lossy-admission", (input) =>
+      String(input.UpdateExpression).includes("activeRuns.#runId = :leaseUntil"),
+    );
     const runs = (await f.runs()).filter((r) => r.jobId === job.jobId);
     expect(runs.map((r) => r.status)).toContain("SUCCEEDED");
   });
@@ -148,19 +137,9 @@ describe("a write applied with its answer lost", () => {
       testJob({ tenantId: "quota-zero", schedule: { runAt: new Date().toISOString() } }),
     );
     const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-    const lossy = withLostAnswers(f.engine, {
-      operation: "UpdateItem",
-      times: 1,
-      match: (input) => String(input.UpdateExpression).includes("#status = :queued, reason"),
-    });
-    try {
-      expect(
-        await f.process({ ...f.workerDeps("lossy-requeue"), engine: lossy.engine }, received),
-      ).toBe("ack");
-    } finally {
-      lossy.destroy();
-    }
-    expect(lossy.injected.count).toBe(1);
+    await processLosingOneUpdate(received, "lossy-requeue", (input) =>
+      String(input.UpdateExpression).includes("#status = :queued, reason"),
+    );
     const [waiting] = (await f.runs()).filter((r) => r.jobId === job.jobId);
     expect(waiting).toMatchObject({ status: "QUEUED", fence: 1 });
     // Its fresh message, a second or so later: not left to the reaper a lease on.
