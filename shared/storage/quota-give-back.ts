@@ -47,8 +47,7 @@ export async function giveBackUsage(
       new GetCommand({ TableName: engine.tables.jobs, Key: key, ConsistentRead: true }),
     );
     const item = read.Item;
-    const stored = typeof item?.recount === "string" ? item.recount : null;
-    if (item === undefined || stored !== recount) return false;
+    if (item === undefined || recountOf(item) !== recount) return false;
     const seen = decodeUsage(item);
     const after = {
       activeJobs: seen.activeJobs - added.activeJobs,
@@ -77,18 +76,23 @@ export async function giveBackUsage(
     } catch (error) {
       if (!isConditionalCheckFailed(error)) throw error;
       const old = failedConditionItem(error);
+      const left = old === null ? null : decodeUsage(old);
       const own =
         sentMoreThanOnce(error) &&
         old !== null &&
-        (typeof old.recount === "string" ? old.recount : null) === recount &&
-        Number(old.activeJobs ?? 0) === after.activeJobs &&
-        Number(old.runsPerMinute ?? 0) === after.runsPerMinute;
+        recountOf(old) === recount &&
+        left?.activeJobs === after.activeJobs &&
+        left.runsPerMinute === after.runsPerMinute;
       if (own) return true;
     }
   }
   // The usage kept changing: the share stays, an upper bound the next recount corrects.
   return false;
 }
+
+/** The recount token a usage item carries, null before its first recount. */
+const recountOf = (item: Record<string, unknown>) =>
+  typeof item.recount === "string" ? item.recount : null;
 
 /** The usage is as the give-back read it (reservations and recounts write both counters). */
 const USAGE_AS_SEEN = "activeJobs = :seenJobs AND runsPerMinute = :seenRate";
