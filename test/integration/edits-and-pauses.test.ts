@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Clock } from "../../shared/clock.js";
+import { type Clock, offsetClock } from "../../shared/clock.js";
 import type { Engine } from "../../shared/engine.js";
 import { type JobContext, JobError, type JobHandler } from "../../shared/execution/job-contract.js";
 import { processRun } from "../../shared/execution/worker.js";
@@ -19,6 +19,7 @@ import {
   createEngineFixture,
   deliveryOfRun,
   type EngineFixture,
+  engineAt,
   testJob,
 } from "../support/engine-fixture.js";
 import { withFaults } from "../support/faults.js";
@@ -53,10 +54,8 @@ describe("edits, pauses and retries keep the runs that should run", () => {
   });
   afterAll(() => f.destroy());
 
-  const at = (ms: number): Clock => {
-    const offset = ms - Date.now();
-    return () => new Date(Date.now() + offset);
-  };
+  /** A clock that reads `ms` (epoch) now and runs on from there. */
+  const at = (ms: number): Clock => offsetClock(ms - Date.now());
   const withClock = (clock: Clock): Engine => ({ ...f.engine, clock });
   const runsOf = async (jobId: string) =>
     (await f.runs())
@@ -353,7 +352,7 @@ describe("edits, pauses and retries keep the runs that should run", () => {
     await deliver(claimed, at(runAt.getTime()));
     expect((await runsOf(job.jobId))[0]?.reason).toBe("waiting: job paused");
     // Cancelled a day later: the run lies outside the window cancel queries; the parked list names it.
-    await cancelJob(withClock(at(runAt.getTime() + 24 * 60 * MINUTE)), TENANT, job.jobId);
+    await cancelJob(engineAt(f.engine, runAt.getTime() + 24 * 60 * MINUTE), TENANT, job.jobId);
     expect((await runsOf(job.jobId)).map((r) => [r.status, r.reason])).toEqual([
       ["CANCELLED", "job cancelled"],
     ]);

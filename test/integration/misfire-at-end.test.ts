@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Clock } from "../../shared/clock.js";
+import { type Clock, offsetClock } from "../../shared/clock.js";
 import type { JobContext, JobHandler } from "../../shared/execution/job-contract.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { createJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
@@ -33,10 +33,8 @@ describe("fire_once after a worker outage, on a job its end completed", () => {
   });
   afterAll(() => f.destroy());
 
-  const at = (ms: number): Clock => {
-    const offset = ms - Date.now();
-    return () => new Date(Date.now() + offset);
-  };
+  /** A clock that reads `ms` (epoch) now and runs on from there. */
+  const at = (ms: number): Clock => offsetClock(ms - Date.now());
   /** One delivery of a run's message to a worker whose clock reads `clock`. */
   const deliver = (run: Run, clock: Clock) =>
     processRun(

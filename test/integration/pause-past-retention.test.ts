@@ -1,6 +1,6 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Clock } from "../../shared/clock.js";
+import { type Clock, offsetClock } from "../../shared/clock.js";
 import type { Engine } from "../../shared/engine.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { createJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
@@ -12,6 +12,7 @@ import {
   createEngineFixture,
   deliveryOfRun,
   type EngineFixture,
+  engineAt,
   testJob,
 } from "../support/engine-fixture.js";
 
@@ -32,10 +33,8 @@ describe("a pause longer than the retention", () => {
   });
   afterAll(() => f.destroy());
 
-  const at = (ms: number): Clock => {
-    const offset = ms - Date.now();
-    return () => new Date(Date.now() + offset);
-  };
+  /** A clock that reads `ms` (epoch) now and runs on from there. */
+  const at = (ms: number): Clock => offsetClock(ms - Date.now());
   const withClock = (clock: Clock): Engine => ({ ...f.engine, clock });
   const runsOf = async (jobId: string) => (await f.runs()).filter((r) => r.jobId === jobId);
   const deliver = (run: Run, clock: Clock, handlers = {}) => {
@@ -74,11 +73,11 @@ describe("a pause longer than the retention", () => {
     const later = runAt.getTime() + 2 * RETENTION_DAYS * DAY;
     await sweepExpired(f.engine, new Date(later));
     expect(await runsOf(job.jobId)).toEqual([]);
-    await resumeJob(withClock(at(later)), TENANT, job.jobId);
+    await resumeJob(engineAt(f.engine, later), TENANT, job.jobId);
 
     // fire_once: the occurrence runs, late, once.
     const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-    await processRun({ ...f.workerDeps("w"), engine: withClock(at(later)) }, delivery);
+    await processRun({ ...f.workerDeps("w"), engine: engineAt(f.engine, later) }, delivery);
     expect((await runsOf(job.jobId)).map((r) => r.status)).toEqual(["SUCCEEDED"]);
     expect(await getJob(f.engine, job.jobId)).toMatchObject({ status: "COMPLETED" });
   }, 30_000);
@@ -100,7 +99,7 @@ describe("a pause longer than the retention", () => {
     const later = runAt.getTime() + 2 * RETENTION_DAYS * DAY;
     await sweepExpired(f.engine, new Date(later));
     expect(await runsOf(job.jobId)).toEqual([]);
-    await resumeJob(withClock(at(later)), TENANT, job.jobId);
+    await resumeJob(engineAt(f.engine, later), TENANT, job.jobId);
     expect(await getJob(f.engine, job.jobId)).toMatchObject({ status: "COMPLETED" });
   }, 30_000);
 
@@ -110,11 +109,11 @@ describe("a pause longer than the retention", () => {
     await deliver(claimed, at(runAt.getTime()));
     // Resumed just before the parked run's TTL: it is sent again and must outlive its run.
     const resumedAt = runAt.getTime() + RETENTION_DAYS * DAY - 60_000;
-    await resumeJob(withClock(at(resumedAt)), TENANT, job.jobId);
+    await resumeJob(engineAt(f.engine, resumedAt), TENANT, job.jobId);
     await sweepExpired(f.engine, new Date(resumedAt + 120_000));
     expect((await runsOf(job.jobId)).map((r) => r.status)).toEqual(["QUEUED"]);
     const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-    await processRun({ ...f.workerDeps("w"), engine: withClock(at(resumedAt)) }, delivery);
+    await processRun({ ...f.workerDeps("w"), engine: engineAt(f.engine, resumedAt) }, delivery);
     expect((await runsOf(job.jobId)).map((r) => r.status)).toEqual(["SUCCEEDED"]);
   }, 30_000);
 });
