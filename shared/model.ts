@@ -90,6 +90,12 @@ export interface Job {
   /** Occurrences of the schedule the claims have queued so far (each counts once, retries not). */
   readonly occurrencesQueued?: number;
   /**
+   * fire_all: missed occurrences the catch-up under way has run, as the pending due entry counts
+   * them. Kept on the job so that an edit or a resume, which writes the entry again, carries it and
+   * the catch-up's cap holds. Absent: 0 (no catch-up under way).
+   */
+  readonly catchUpCount?: number;
+  /**
    * Jobs whose `after` schedule names this one, sorted (a string set on the item, added to when
    * a dependent is created or edited to name it, taken from when it is cancelled or edited away).
    */

@@ -218,7 +218,13 @@ export function jobAfterClaim(
   const pending = claim ? claim.next : entry;
   // A one-off past its grace under `skip` was only recorded SKIPPED: nothing is left to run.
   const leavesNothing = claim !== null && claim.runs.length === 0 && claim.next === null;
-  const counted: Job = claim ? { ...base, occurrencesQueued: claim.occurrencesQueued } : base;
+  const counted: Job = claim
+    ? {
+        ...base,
+        occurrencesQueued: claim.occurrencesQueued,
+        ...(claim.next?.catchUpCount ? { catchUpCount: claim.next.catchUpCount } : {}),
+      }
+    : base;
   const job: Job = pending
     ? { ...counted, nextRunAt: pending.scheduledFor, nextDueKey: pending.key }
     : leavesNothing || claim?.ended

@@ -7,7 +7,8 @@ import { runsOnAfterEndMs } from "../storage/retention.js";
 /**
  * The due entry of the job's occurrence at `at` (its first attempt, unless `attempt` says
  * otherwise), filed as of `now`, at the occurrence's planned time (its jitter offset added, when
- * the job has a window).
+ * the job has a window). It carries the job's `catchUpCount`: the caller writes it for the job's
+ * pending occurrence, in the middle of a fire_all catch-up that goes on from there.
  */
 export function dueEntryFor(engine: Engine, job: Job, at: Date, now: Date, attempt = 1): DueEntry {
   const dueAt = plannedTime(job.jobId, at, windowMsOf(job.window));
@@ -33,6 +34,7 @@ export function dueEntryFor(engine: Engine, job: Job, at: Date, now: Date, attem
         }
       : {}),
     queuedBefore: job.occurrencesQueued ?? 0,
+    ...(job.catchUpCount ? { catchUpCount: job.catchUpCount } : {}),
     ...(job.window ? { window: job.window } : {}),
   };
 }

@@ -74,6 +74,10 @@ export async function editJob(
       ...normalized,
       version: job.version + 1,
       updatedAt: now.toISOString(),
+      // A fire_all catch-up of the old schedule was run out above (to its cap): the new schedule
+      // starts now with none under way. An edit that keeps the schedule keeps the count, and the
+      // rewritten entry carries it, so the catch-up goes on towards the same cap.
+      catchUpCount: changesSchedule ? 0 : (job.catchUpCount ?? 0),
     };
     const unbounded = nextAfterEdit(job, edited, now);
     const next = withinJobEnd(edited, unbounded);
@@ -107,7 +111,7 @@ export async function editJob(
             engine,
             job,
             normalized,
-            { nextRunAt: next, entry, now, completes },
+            { nextRunAt: next, entry, now, completes, catchUpCount: edited.catchUpCount ?? 0 },
             links?.writes ?? [],
           );
         } catch (error) {

@@ -186,6 +186,7 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
   }
   if (advance) {
     const { next, occurrencesQueued, completes } = advance;
+    const catchUpCount = next?.catchUpCount ?? 0;
     writes.push({
       name: "job",
       write: {
@@ -194,9 +195,10 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
           Key: jobKey(entry.jobId),
           // The job must still point at this very entry: an edit, pause or cancel moves or removes it.
           ConditionExpression: "#status = :active AND nextDueKey.pk = :pk AND nextDueKey.sk = :sk",
+          // The catch-up's count goes with the job too: an edit or resume writes the entry again.
           UpdateExpression: `SET nextRunAt = :nextRunAt, nextDueKey = :nextDueKey, occurrencesQueued = :queued${
             completes ? ", #status = :completed, expiresAt = :expiresAt" : ""
-          }`,
+          }${catchUpCount > 0 ? ", catchUpCount = :catchUp" : " REMOVE catchUpCount"}`,
           ExpressionAttributeNames: { "#status": "status" },
           // Whether the job is there at all: a create may not have put it yet (dispatch/claim.ts).
           ReturnValuesOnConditionCheckFailure: "ALL_OLD",
@@ -207,6 +209,7 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
             ":nextRunAt": next ? next.scheduledFor : null,
             ":nextDueKey": next ? next.key : null,
             ":queued": occurrencesQueued,
+            ...(catchUpCount > 0 ? { ":catchUp": catchUpCount } : {}),
             ...(completes ? { ":completed": "COMPLETED", ":expiresAt": completes.expiresAt } : {}),
           },
         },

@@ -57,6 +57,8 @@ export async function writeEditedJob(
     readonly now: Date;
     /** The edited end condition leaves nothing to run: COMPLETED, expiring at its retention. */
     readonly completes?: boolean;
+    /** The fire_all catch-up's count after the edit (0 once a new schedule replaces the old). */
+    readonly catchUpCount?: number;
   },
   upstreams: readonly NamedWrite<UpstreamWriteName>[] = [],
 ): Promise<void> {
@@ -68,6 +70,9 @@ export async function writeEditedJob(
     nextRunAt: next.nextRunAt ? next.nextRunAt.toISOString() : null,
     nextDueKey: entry?.key ?? null,
     updatedAt: next.now.toISOString(),
+    ...(next.catchUpCount !== undefined && next.catchUpCount !== (job.catchUpCount ?? 0)
+      ? { catchUpCount: next.catchUpCount }
+      : {}),
     ...(next.completes
       ? {
           status: "COMPLETED",
