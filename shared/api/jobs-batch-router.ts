@@ -5,7 +5,7 @@ import {
   MAX_BATCH_JOBS,
   repeatedKeyError,
 } from "../jobs/create-batch.js";
-import { requestHash } from "../jobs/index.js";
+import { idempotentCreate } from "../jobs/index.js";
 import { jobsAsTheyStand } from "../jobs/queries.js";
 import { BODY_OVERHEAD_BYTES, jsonBody } from "./body.js";
 import { jobDto } from "./dto.js";
@@ -113,7 +113,7 @@ export function jobsBatchRouter({ engine, jobTypes }: RouterDeps) {
             input,
             ...(idempotencyKey === undefined
               ? {}
-              : { idempotency: { key: idempotencyKey, requestHash: requestHash(definition) } }),
+              : { idempotency: idempotentCreate(idempotencyKey, input, definition) }),
           },
         });
       } catch (error) {

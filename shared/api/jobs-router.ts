@@ -5,8 +5,8 @@ import {
   createJob,
   deleteJob,
   editJob,
+  idempotentCreate,
   pauseJob,
-  requestHash,
   resumeJob,
   triggerJobWithKey,
 } from "../jobs/index.js";
@@ -209,7 +209,7 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
     const { job, created } = await createJob(
       engine,
       newJob,
-      key === undefined ? {} : { idempotency: { key, requestHash: requestHash(definition) } },
+      key === undefined ? {} : { idempotency: idempotentCreate(key, newJob, definition) },
     );
     c.header("Location", `/jobs/${job.jobId}`);
     setJobHeaders(c, job);

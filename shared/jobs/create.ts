@@ -44,17 +44,43 @@ interface CreateOptions {
   readonly idempotency?: IdempotentRequest;
 }
 
+/**
+ * The hash of a create's body as it was sent. Idempotency records stored before creates were
+ * normalized (`idempotentCreate`) hold this; a repeat sent as it was is still recognised by it.
+ */
 export function requestHash(body: unknown): string {
   return createHash("sha256").update(canonicalJson(body)).digest("hex");
 }
 
-/** JSON with object keys sorted, so two bodies that differ only in key order hash alike. */
+/**
+ * The idempotency of a create under `key`: the hash of the job it asks for (`job`, the request
+ * with its defaults applied and its schedule normalized; the tenant left out, as keys are the
+ * tenant's own), so a field given at its default is the same request as the field left out. A
+ * deployment whose defaults differ (a lower `maxTimeoutSeconds`) asks for another job, and hashes
+ * so. `earlierHash` is the hash of the body as sent, which records stored before hold (see
+ * `replayOf`); records last 24 hours, so after that nothing holds it any more.
+ */
+export function idempotentCreate(key: string, job: NewJob, body: unknown): IdempotentRequest {
+  const { tenantId: _tenant, ...asked } = job;
+  return {
+    key,
+    requestHash: createHash("sha256")
+      .update(`normalized create\n${canonicalJson(asked)}`)
+      .digest("hex"),
+    earlierHash: requestHash(body),
+  };
+}
+
+/**
+ * JSON with object keys sorted, so two bodies that differ only in key order hash alike; a key
+ * whose value is undefined is left out, as JSON would (a parsed body has none).
+ */
 function canonicalJson(value: unknown): string {
   if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
   if (value !== null && typeof value === "object") {
-    const entries = Object.entries(value as Record<string, unknown>).sort(([a], [b]) =>
-      a < b ? -1 : 1,
-    );
+    const entries = Object.entries(value as Record<string, unknown>)
+      .filter(([, v]) => v !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : 1));
     return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(",")}}`;
   }
   return JSON.stringify(value) ?? "null";
@@ -243,14 +269,20 @@ export async function idempotentReplay(
   return record ? replayOf(engine, tenantId, idem, record) : null;
 }
 
-/** The job `record` names, when the request is the same as the one that made it; else 409. */
+/**
+ * The job `record` names, when the request is the same as the one that made it (its normalized
+ * hash, or the hash of its body as sent, which a record stored before normalizing holds); else 409.
+ */
 export async function replayOf(
   engine: Engine,
   tenantId: string,
   idem: IdempotentRequest,
   record: { readonly jobId: string; readonly requestHash: string },
 ): Promise<Job> {
-  if (record.requestHash !== idem.requestHash) throw new IdempotencyConflictError(idem.key);
+  const same =
+    record.requestHash === idem.requestHash ||
+    (idem.earlierHash !== undefined && record.requestHash === idem.earlierHash);
+  if (!same) throw new IdempotencyConflictError(idem.key);
   try {
     return await getTenantJob(engine, tenantId, record.jobId);
   } catch (error) {

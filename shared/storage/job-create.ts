@@ -21,7 +21,10 @@ export class UpstreamChangedError extends ConcurrentUpdateError {}
 /** A create's idempotency key and a hash of its request, so a repeat returns the same job. */
 export interface IdempotentRequest {
   readonly key: string;
+  /** What the record stores: the hash of the request normalized (`idempotentCreate`). */
   readonly requestHash: string;
+  /** The hash of the body as sent, which records stored before requests were normalized hold. */
+  readonly earlierHash?: string;
 }
 
 /** The job id and request hash an earlier create with this idempotency key recorded, if any. */
