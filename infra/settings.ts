@@ -143,7 +143,16 @@ export function resolveSettings(input: SettingsInput = {}): SchedulerSettings {
   return settings;
 }
 
+/** The fewest deliveries a work message may have before SQS moves it to the DLQ (maxReceiveCount). */
+const MIN_RECEIVE_COUNT = 2;
+
 function validate(s: SchedulerSettings): void {
+  // Before the handlers' own parse, whose range alone would not say why 1 is refused.
+  if (Number.isInteger(s.maxReceiveCount) && s.maxReceiveCount < MIN_RECEIVE_COUNT) {
+    throw new Error(
+      `invalid scheduler settings:\n- maxReceiveCount must be at least ${MIN_RECEIVE_COUNT}, got ${s.maxReceiveCount}: a run's message would get no second delivery, so one worker crash (or a batch lost with its worker) would send it to the DLQ and fire the DLQ alarm; the default is 5`,
+    );
+  }
   for (const [name, value, max] of [
     ["activeJobs", s.quotas.activeJobs, QUOTA_MAXIMUM],
     ["runsPerMinute", s.quotas.runsPerMinute, QUOTA_MAXIMUM],
@@ -194,7 +203,7 @@ function validate(s: SchedulerSettings): void {
     workerEventSourceConcurrency(s).low <= 1000,
     "lowPriorityShare asks for more than 1000 concurrent low-priority workers",
   );
-  intIn("maxReceiveCount", s.maxReceiveCount, 1, 1000);
+  intIn("maxReceiveCount", s.maxReceiveCount, MIN_RECEIVE_COUNT, 1000);
   intIn("apiRateLimit", s.apiRateLimit, 1, 10_000);
   intIn("apiBurstLimit", s.apiBurstLimit, 1, 5_000);
   intIn("lagAlarmMs", s.lagAlarmMs, 100, 3_600_000);

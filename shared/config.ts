@@ -200,7 +200,8 @@ export function loadSettings(env: Env = process.env): EngineSettings {
     maxTimeoutSeconds: jobTimeoutLimitSeconds(
       intFrom(env, ENV.workerTimeoutSeconds, MAX_TIMEOUT_SECONDS, 1, 86_400),
     ),
-    maxReceiveCount: intFrom(env, ENV.maxReceiveCount, DEFAULT_SETTINGS.maxReceiveCount, 1, 1000),
+    // The stack refuses fewer than 2 (infra/settings.ts): one crash would dead-letter a run.
+    maxReceiveCount: intFrom(env, ENV.maxReceiveCount, DEFAULT_SETTINGS.maxReceiveCount, 2, 1000),
     quotas: quotasFrom(env),
     quotaCacheMs: DEFAULT_SETTINGS.quotaCacheMs,
   };

@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { App } from "aws-cdk-lib";
 import { RetentionDays } from "aws-cdk-lib/aws-logs";
 import { describe, expect, it } from "vitest";
+import { buildSchedulerApp } from "../../infra/build-app.js";
 import {
   CONTEXT_KEYS,
   engineEnvironment,
@@ -147,7 +148,7 @@ describe("settings", () => {
     [{ retentionDays: "0" }, "retentionDays", "1 to 3650"],
     [{ deadLetterRetentionDays: "0" }, "deadLetterRetentionDays", "1 to 3650"],
     [{ minIntervalMs: "0" }, "minIntervalMs", "1 to 86400000"],
-    [{ maxReceiveCount: "0" }, "maxReceiveCount", "1 to 1000"],
+    [{ maxReceiveCount: "1001" }, "maxReceiveCount", "2 to 1000"],
     [{ quotaRequestsPerSecond: "0" }, "quotaRequestsPerSecond", "1 to 1000000"],
   ])(
     "refuses %o naming the setting as the operator gave it, not the handlers' variable",
@@ -155,6 +156,24 @@ describe("settings", () => {
       expect(() => fromContext(context)).toThrow(`${key} must be an integer from ${range}`);
     },
   );
+
+  it.each(["1", "0"])(
+    "refuses maxReceiveCount %s when the app is built, naming the setting and why",
+    (maxReceiveCount) => {
+      // One delivery would be all a run gets: a worker crash, or a batch lost with its worker,
+      // sends the message to the DLQ and fires the DLQ alarm.
+      expect(() => buildSchedulerApp({ context: { maxReceiveCount } })).toThrow(
+        /maxReceiveCount must be at least 2, got [01]: /,
+      );
+      expect(() => resolveSettings({ maxReceiveCount: Number(maxReceiveCount) })).toThrow(
+        /maxReceiveCount must be at least 2/,
+      );
+    },
+  );
+
+  it("accepts maxReceiveCount 2, the fewest deliveries that survive one crash", () => {
+    expect(fromContext({ maxReceiveCount: "2" }).maxReceiveCount).toBe(2);
+  });
 
   it.each([
     [{ shardcount: "16" }, /context shardcount \(did you mean shardCount\?\): no such setting/],
