@@ -1,17 +1,18 @@
 import { CLOCK_DISAGREEMENT_MS } from "../clock.js";
 import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
-import type { Run } from "../model.js";
 import { METRICS } from "../observability.js";
-import { sendRuns } from "../queue/work-queue.js";
+import { type OutgoingRun, sendRunsSettled } from "../queue/work-queue.js";
 import {
   entryId,
   type IndexStart,
   type InflightEntry,
   type InflightRun,
   overdueEntries,
+  type PushedResend,
   pushInflightDeadline,
   readInflightRuns,
+  undoResend,
 } from "../storage/inflight.js";
 import { runMessageOf } from "../storage/items.js";
 import {
@@ -153,7 +154,7 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
     });
     examined += entries.length;
     const runs = await readInflightRuns(engine, entries, { consistentRead: false });
-    const toSend: Run[] = [];
+    const toSend: { readonly run: InflightRun; readonly pushed: PushedResend }[] = [];
     const outcomes: Examined[] = entries.map(() => "unsettled");
     await forEachConcurrently(
       entries.map((entry, index) => ({ entry, index })),
@@ -167,26 +168,49 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
       },
     );
     if (toSend.length > 0) {
-      try {
-        await sendRuns(
-          engine.sqs,
-          engine.queues,
-          toSend.map((run) => ({ message: runMessageOf(run), dueAt: new Date(run.dueAt) })),
-          // Delays count from the moment of sending, not from the start of a pass that may take seconds.
-          options.now ?? engine.clock(),
-        );
-        resent += toSend.length;
-        engine.obs.metrics.add(METRICS.reaperResends, toSend.length, "Count");
-        engine.obs.log.warn("reaper re-sent runs", { shard, runs: toSend.length });
-      } catch (error) {
-        // Their deadlines have moved on, so the pass that reaches those finds them again; the
-        // shards after this one are reaped all the same (thrown here, the send stopped the pass,
-        // and every shard after it waited for the next tick).
-        failure ??= { error };
-        engine.obs.log.error("reaper could not re-send runs; their next deadline finds them", {
+      const outgoing = new Map<OutgoingRun, (typeof toSend)[number]>(
+        toSend.map((resend) => [
+          { message: runMessageOf(resend.run), dueAt: new Date(resend.run.dueAt) },
+          resend,
+        ]),
+      );
+      const { unsent, failure: sendFailure } = await sendRunsSettled(
+        engine.sqs,
+        engine.queues,
+        [...outgoing.keys()],
+        // Delays count from the moment of sending, not from the start of a pass that may take seconds.
+        options.now ?? engine.clock(),
+      );
+      const sent = toSend.length - unsent.length;
+      resent += sent;
+      if (sent > 0) {
+        engine.obs.metrics.add(METRICS.reaperResends, sent, "Count");
+        engine.obs.log.warn("reaper re-sent runs", { shard, runs: sent });
+      }
+      if (sendFailure) {
+        // The shards after this one are reaped all the same (thrown here, the send stopped the
+        // pass, and every shard after it waited for the next tick).
+        failure ??= sendFailure;
+        const notSent = unsent.flatMap((o) => outgoing.get(o) ?? []);
+        engine.obs.log.error("reaper could not re-send runs; it tries again a lease on", {
           shard,
-          runs: toSend.map((run) => run.runId),
-          error: String(error),
+          runs: notSent.map(({ run }) => run.runId),
+          error: String(sendFailure.error),
+        });
+        // Their deadlines have moved on, so a later pass finds them again; a send that did not
+        // happen is not counted: it doubles no interval and starts no misfire clock.
+        await forEachConcurrently(notSent, 16, async ({ run, pushed }) => {
+          const retryAt = Math.max(engine.clock().getTime(), Date.parse(run.dueAt));
+          const retry = new Date(
+            Math.min(retryAt + engine.settings.leaseMs, pushed.deadline.getTime()),
+          );
+          await undoResend(engine, run, pushed, retry).catch((error: unknown) => {
+            // Left counted: the run is re-sent at the later deadline the push gave it.
+            engine.obs.log.warn("reaper could not take back a failed re-send's count", {
+              runId: run.runId,
+              error: String(error),
+            });
+          });
         });
       }
     }
@@ -240,7 +264,11 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
               : now
             : null;
         if (await pushInflightDeadline(engine, run, new Date(deadline), misfireFrom, resentCount)) {
-          if (resend) toSend.push(run);
+          if (resend)
+            toSend.push({
+              run,
+              pushed: { deadline: new Date(deadline), resentCount, misfireFrom },
+            });
           return "done";
         }
       }

@@ -106,7 +106,8 @@ export function decodeRunMessage(body: string | undefined): RunMessage | null {
 /**
  * Sends runs to the queue of their priority, ten to a batch, each delayed to its due second and
  * in the message group of its tenant: on a standard queue that makes it an SQS fair queue, which
- * hands out the messages of a tenant with a backlog behind those of quieter tenants.
+ * hands out the messages of a tenant with a backlog behind those of quieter tenants. Throws the
+ * first batch's failure once every batch has been tried.
  */
 export async function sendRuns(
   sqs: SQSClient,
@@ -114,6 +115,24 @@ export async function sendRuns(
   runs: readonly OutgoingRun[],
   now: Date,
 ): Promise<void> {
+  const { failure } = await sendRunsSettled(sqs, queues, runs, now);
+  if (failure) throw failure.error;
+}
+
+/**
+ * What `sendRuns` does, answering which runs were not sent rather than throwing: those SQS refused
+ * after three rounds, and every run of a batch whose request failed (sent or not, unknown: taken
+ * as not), with the first batch's failure. The runs are those given (the same objects).
+ */
+export async function sendRunsSettled(
+  sqs: SQSClient,
+  queues: QueueUrls,
+  runs: readonly OutgoingRun[],
+  now: Date,
+): Promise<{
+  readonly unsent: readonly OutgoingRun[];
+  readonly failure: { readonly error: unknown } | null;
+}> {
   const byQueue = new Map<string, OutgoingRun[]>();
   for (const run of runs) {
     const url = queues[run.message.priority];
@@ -121,13 +140,20 @@ export async function sendRuns(
     list.push(run);
     byQueue.set(url, list);
   }
-  const sends: Promise<void>[] = [];
+  const sends: Promise<BatchOutcome>[] = [];
   for (const [url, list] of byQueue) {
     for (let i = 0; i < list.length; i += SQS_BATCH) {
       sends.push(sendBatch(sqs, url, list.slice(i, i + SQS_BATCH), now));
     }
   }
-  await Promise.all(sends);
+  const outcomes = await Promise.all(sends);
+  const failed = outcomes.find((o) => o.failure !== null);
+  return { unsent: outcomes.flatMap((o) => o.unsent), failure: failed?.failure ?? null };
+}
+
+interface BatchOutcome {
+  readonly unsent: readonly OutgoingRun[];
+  readonly failure: { readonly error: unknown } | null;
 }
 
 async function sendBatch(
@@ -135,27 +161,45 @@ async function sendBatch(
   queueUrl: string,
   batch: readonly OutgoingRun[],
   now: Date,
-): Promise<void> {
+): Promise<BatchOutcome> {
   let pending = batch.map((run, index) => ({ id: String(index), run }));
   // SendMessageBatch can fail per entry; resend only those, a few times, then surface the error.
   for (let round = 0; round < 3 && pending.length > 0; round++) {
-    const result = await sqs.send(
-      new SendMessageBatchCommand({
-        QueueUrl: queueUrl,
-        Entries: pending.map(({ id, run }) => ({
-          Id: id,
-          MessageBody: encodeRunMessage(run.message),
-          DelaySeconds: delaySecondsFor(run.dueAt, now),
-          ...messageGroupOf(run.message),
-        })),
-      }),
-    );
+    let result: Awaited<ReturnType<typeof sendEntries>>;
+    try {
+      result = await sendEntries(sqs, queueUrl, pending, now);
+    } catch (error) {
+      return { unsent: pending.map(({ run }) => run), failure: { error } };
+    }
     const failed = new Set((result.Failed ?? []).map((f) => f.Id));
     pending = pending.filter(({ id }) => failed.has(id));
   }
   if (pending.length > 0) {
-    throw new Error(`SQS refused ${pending.length} message(s) for ${queueUrl}`);
+    return {
+      unsent: pending.map(({ run }) => run),
+      failure: { error: new Error(`SQS refused ${pending.length} message(s) for ${queueUrl}`) },
+    };
   }
+  return { unsent: [], failure: null };
+}
+
+function sendEntries(
+  sqs: SQSClient,
+  queueUrl: string,
+  entries: readonly { readonly id: string; readonly run: OutgoingRun }[],
+  now: Date,
+) {
+  return sqs.send(
+    new SendMessageBatchCommand({
+      QueueUrl: queueUrl,
+      Entries: entries.map(({ id, run }) => ({
+        Id: id,
+        MessageBody: encodeRunMessage(run.message),
+        DelaySeconds: delaySecondsFor(run.dueAt, now),
+        ...messageGroupOf(run.message),
+      })),
+    }),
+  );
 }
 
 /** A message sent before messages named their tenant has none to give (SQS refuses an empty id). */

@@ -166,6 +166,63 @@ export async function pushInflightDeadline(
   }
 }
 
+/** What `pushInflightDeadline` wrote for a re-send: the deadline, and what it counted. */
+export interface PushedResend {
+  readonly deadline: Date;
+  readonly resentCount: number | null;
+  readonly misfireFrom: Date | null;
+}
+
+/**
+ * Takes back what a push counted for a re-send whose message SQS did not take: the run's count of
+ * re-sends as it was before (`run`, as the push read it), the misfire clock the push started (a
+ * late start counts from a re-send that happened, not from one that failed), and its deadline
+ * brought back to `retryAt`, when the reaper tries again. Only while the run stands as the push
+ * left it (a worker that started it meanwhile has its own message); false otherwise.
+ */
+export async function undoResend(
+  engine: Engine,
+  run: InflightRun,
+  pushed: PushedResend,
+  retryAt: Date,
+): Promise<boolean> {
+  const set = ["inflightSk = :retryAt"];
+  const remove: string[] = [];
+  const values: Record<string, unknown> = {
+    ":pushed": pushed.deadline.toISOString(),
+    ":status": run.status,
+    ":fence": run.fence,
+    ":retryAt": retryAt.toISOString(),
+  };
+  if (pushed.resentCount !== null) {
+    if (run.resends === null) remove.push("resentAtFence", "resentCount");
+    else {
+      set.push("resentAtFence = :countedFence", "resentCount = :counted");
+      values[":countedFence"] = run.resends.fence;
+      values[":counted"] = run.resends.count;
+    }
+  }
+  if (pushed.misfireFrom !== null) remove.push("misfireFrom");
+  try {
+    await engine.doc.send(
+      new UpdateCommand({
+        TableName: engine.tables.runs,
+        Key: runKey(run.jobId, run.scheduledFor, run.attempt),
+        ConditionExpression: "inflightSk = :pushed AND #status = :status AND fence = :fence",
+        UpdateExpression: `SET ${set.join(", ")}${remove.length > 0 ? ` REMOVE ${remove.join(", ")}` : ""}`,
+        ExpressionAttributeNames: { "#status": "status" },
+        ExpressionAttributeValues: values,
+      }),
+    );
+    return true;
+  } catch (error) {
+    // Moved on since the push (started, ended, or pushed again), or this very write applied with
+    // its answer lost: either way nothing is left to take back.
+    if (isConditionalCheckFailed(error)) return false;
+    throw error;
+  }
+}
+
 /**
  * Moves a QUEUED run's reaper deadline on to `deadline`, while it is still QUEUED under the fence
  * its message carries: the worker loop holds its message and will start it, so the reaper must not
