@@ -34,6 +34,13 @@ export async function parkRun(engine: Engine, run: Run, now: Date): Promise<bool
     set: "#status = :queued, reason = :reason, inflightSk = :deadline, parkedFence = :fence",
     remove: "leaseUntil",
     values: { ":queued": "QUEUED", ":reason": PAUSED_REASON, ":deadline": deadline },
+    // Its answer lost, taken for a lost fence, the run would not be listed on the job: resume would
+    // not send it, and it would wait for the reaper, a lease on, to be delivered and parked again.
+    applied: (old) =>
+      old.status === "QUEUED" &&
+      old.reason === PAUSED_REASON &&
+      old.parkedFence === run.fence &&
+      old.inflightSk === deadline,
   });
   if (!(await listParked(engine, run, now))) return false;
   try {

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sleep } from "../../shared/clock.js";
 import { reap } from "../../shared/dispatch/reaper.js";
-import { cancelRun, createJob, triggerJob } from "../../shared/jobs/index.js";
+import { cancelRun, createJob, pauseJob, resumeJob, triggerJob } from "../../shared/jobs/index.js";
 import { shardOf } from "../../shared/keys.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import { readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
@@ -146,6 +146,30 @@ describe("a write applied with its answer lost", () => {
     const again = await f.nextDelivery(f.engine.queues.normal, job.jobId, 10_000);
     expect(again.message.scheduledFor).toBe(waiting?.scheduledFor);
   });
+
+  // A first delivery writes its start with the park (held unwritten); a redelivery writes it first.
+  it.each([1, 2])(
+    "a run parked for its paused job is still listed for resume, not left to the reaper (delivery %i)",
+    async (receiveCount) => {
+      const { job } = await createJob(
+        f.engine,
+        testJob({ schedule: { runAt: new Date().toISOString() } }),
+      );
+      const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+      await pauseJob(f.engine, "tenant-a", job.jobId);
+      await processLosingOneUpdate({ ...received, receiveCount }, "lossy-park", (input) =>
+        String(input.UpdateExpression).includes("parkedFence = :fence"),
+      );
+      const [parked] = (await f.runs()).filter((r) => r.jobId === job.jobId);
+      expect(parked).toMatchObject({ status: "QUEUED", reason: "waiting: job paused" });
+      // Listed on the job, for resume to send at once.
+      const paused = await getJob(f.engine, job.jobId);
+      expect(Object.keys(paused?.parkedRuns ?? {})).toEqual([parked?.runId]);
+      await resumeJob(f.engine, "tenant-a", job.jobId);
+      const again = await f.nextDelivery(f.engine.queues.normal, job.jobId, 10_000);
+      expect(again.message.scheduledFor).toBe(parked?.scheduledFor);
+    },
+  );
 
   it("a give-back of a refused create's quota share takes it off once", async () => {
     const tenantId = "gives-back";
