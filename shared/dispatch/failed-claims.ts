@@ -28,7 +28,7 @@ export async function isolateFailure(
   // Contention, and entries that kept changing under the claim, may well pass next time.
   if (!isTransientFailure(error) && !(error instanceof ConcurrentUpdateError)) {
     try {
-      const aside = await setEntryAside(engine, shard, entry, error, now);
+      const aside = await setEntryAside(engine, entry, error, now);
       if (aside.outcome === "set-aside") {
         engine.obs.metrics.add(METRICS.dueEntryFailures, 1, "Count", { handling: "set-aside" });
         engine.obs.log.error("set aside a due entry that cannot be claimed", fields);

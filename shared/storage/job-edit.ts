@@ -5,6 +5,7 @@ import type { UpstreamWriteName } from "./dependents.js";
 import { decodeDueEntry, encodeDueEntry } from "./items.js";
 import {
   deletePendingDueEntry,
+  deleteSetAside,
   type JobChangeWrite,
   putDueEntry,
   updateJobFrom,
@@ -103,6 +104,8 @@ export async function writeEditedJob(
     }),
   ];
   if (!sameKey) writes.push(...deletePendingDueEntry(engine, job));
+  // Rewritten in place, the entry is back in its bucket for the next claim: no longer set aside.
+  else if (job.nextDueKey !== null) writes.push(deleteSetAside(engine, job.nextDueKey));
   if (entry) {
     writes.push({
       name: "dueEntry",

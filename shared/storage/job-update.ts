@@ -1,8 +1,9 @@
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
-import type { DueEntry, Job } from "../model.js";
+import type { DueEntry, DueKey, Job } from "../model.js";
 import { type UpstreamWriteName, upstreamOfWriteName } from "./dependents.js";
 import { encodeDueEntry, jobKey } from "./items.js";
+import { setAsideKeyOf } from "./set-aside.js";
 import {
   ConditionsFailedError,
   type NamedWrite,
@@ -15,7 +16,7 @@ import {
  * job's update, conditioned on the job as the change was planned from it, and
  * the due entries it deletes or puts.
  */
-export type JobChangeWrite = NamedWrite<"job" | "pendingDueEntry" | "dueEntry">;
+export type JobChangeWrite = NamedWrite<"job" | "pendingDueEntry" | "dueEntry" | "setAside">;
 
 /** The job update shared by lifecycle changes: conditioned on the state the change was planned from. */
 export function updateJobFrom(
@@ -78,7 +79,7 @@ export function updateJobFrom(
   };
 }
 
-/** Deletes the due entry the job points at, if any. */
+/** Deletes the due entry the job points at, if any, and its set-aside record, if it has one. */
 export const deletePendingDueEntry = (engine: Engine, job: Job): JobChangeWrite[] =>
   job.nextDueKey
     ? [
@@ -86,8 +87,19 @@ export const deletePendingDueEntry = (engine: Engine, job: Job): JobChangeWrite[
           name: "pendingDueEntry",
           write: { Delete: { TableName: engine.tables.jobs, Key: job.nextDueKey } },
         },
+        deleteSetAside(engine, job.nextDueKey),
       ]
     : [];
+
+/**
+ * Deletes the set-aside record of the due entry at `dueKey` (none, almost always: the delete of a
+ * missing item writes nothing): a job that stops naming the entry, or rewrites it, no longer waits
+ * on it, and a deleted job's record would otherwise stay forever.
+ */
+export const deleteSetAside = (engine: Engine, dueKey: DueKey): JobChangeWrite => ({
+  name: "setAside",
+  write: { Delete: { TableName: engine.tables.jobs, Key: setAsideKeyOf(dueKey) } },
+});
 
 /** A new due entry, conditioned on its key being free. */
 export const putDueEntry = (engine: Engine, entry: DueEntry): TransactItem => ({

@@ -1,6 +1,6 @@
 import { QueryCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
-import type { DueEntry } from "../model.js";
+import type { DueEntry, DueKey } from "../model.js";
 import { decodeDueEntry, encodeDueEntry, setAsidePk } from "./items.js";
 import { ConditionsFailedError, writeTransaction } from "./transaction.js";
 
@@ -22,15 +22,26 @@ export type SetAsideResult =
   | { readonly outcome: "changed" };
 
 /**
+ * Where the entry at `dueKey` is kept once set aside: its shard's list (the shard its bucket,
+ * `DUE#<minute>#<shard>`, names), under the entry's own key. A writer that deletes or replaces the
+ * job's pending entry deletes this too, with no read: the job no longer waits on it.
+ */
+export function setAsideKeyOf(dueKey: DueKey): DueKey {
+  const shard = Number(dueKey.pk.slice(dueKey.pk.lastIndexOf("#") + 1));
+  return { pk: setAsidePk(shard), sk: `${dueKey.pk}|${dueKey.sk}` };
+}
+
+/**
  * Moves a due entry that a claim cannot process (a schedule whose next
  * occurrence cannot be stored, a transaction DynamoDB refuses) out of its
  * bucket into the shard's set-aside list, with the error, in one transaction,
  * so that passes stop tripping over it and an operator can see it. Its job
- * still names the entry as its next; an edit of the job writes a fresh one.
+ * still names the entry as its next; an edit of the job writes a fresh one (or
+ * the same one again), and it, a pause or a cancel (a delete's too) deletes
+ * this record with the entry.
  */
 export async function setEntryAside(
   engine: Engine,
-  shard: number,
   entry: DueEntry,
   error: unknown,
   now: Date,
@@ -59,8 +70,7 @@ export async function setEntryAside(
             TableName: engine.tables.jobs,
             Item: {
               ...fields,
-              pk: setAsidePk(shard),
-              sk: `${entry.key.pk}|${entry.key.sk}`,
+              ...setAsideKeyOf(entry.key),
               duePk: pk,
               dueSk: sk,
               error: text.slice(0, MAX_ERROR_CHARS),
