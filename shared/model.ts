@@ -203,12 +203,12 @@ export interface Run {
   readonly jobVersion: number;
   /** The job's version whose definition (payload, target, type) the handler ran; null until it runs. */
   readonly executedVersion: number | null;
-  /** An extra run from `trigger`, not an occurrence of the schedule. */
   /**
    * The fence of the start that parked this run (its job was paused): starts up to it held the run
    * back rather than ran it, so they do not make a later start a recovery (see late-start.ts).
    */
   readonly parkedFence?: number;
+  /** An extra run from `trigger`, not an occurrence of the schedule. */
   readonly triggered?: boolean;
   /** A run of an `after` job: the upstream run whose ending queued it. */
   readonly trigger?: RunTrigger;

@@ -296,9 +296,8 @@ async function attemptClaim(
       return rewritten ? { reread: rewritten } : { result: { outcome: "stale" } };
     }
     case "occurrences-handled":
-      // These occurrences are handled already: a run past QUEUED (say, a trigger on the same
-      // millisecond, or a run the reaper re-sent after an earlier claim died before its
-      // transaction) or an outcome on record. Advance over them rather than run or record them twice.
+      // These occurrences are handled already: a run past QUEUED (say, a run the reaper re-sent
+      // after an earlier claim died before its transaction) or an outcome on record. Advance over them rather than run or record them twice.
       engine.obs.log.warn("claim found occurrences already handled; claiming without them", {
         jobId: entry.jobId,
         running: written.running,

@@ -5,7 +5,7 @@ import {
   IllegalTransitionError,
 } from "../errors.js";
 import type { Run } from "../model.js";
-import { LAST_STORABLE_MS } from "../schedule/index.js";
+import { LAST_STORABLE_MS, nextOccurrence, type ScheduleSpec } from "../schedule/index.js";
 import { recordShardCount } from "../shard-count.js";
 import { keepCompletedJobForRun } from "../storage/job-status.js";
 import { readTriggerRecord, type TriggerKey, writeTriggeredRun } from "../storage/job-trigger.js";
@@ -27,6 +27,15 @@ function triggerInstants(now: number): number[] {
   return [...forward, ...backward];
 }
 
+/**
+ * Whether `instant` is an occurrence of the schedule. A trigger leaves those to the schedule: a
+ * claim that comes later (after a dispatcher outage) would take a trigger's run there for the
+ * occurrence's own, and the two would run once.
+ */
+function isOccurrence(schedule: ScheduleSpec, instant: number): boolean {
+  return nextOccurrence(schedule, new Date(instant - 1))?.getTime() === instant;
+}
+
 /** A trigger's answer: the run it queued, or the one an earlier trigger with its key queued. */
 export interface TriggerResult {
   readonly run: Run;
@@ -35,9 +44,9 @@ export interface TriggerResult {
 
 /**
  * One extra run now, outside the schedule; its occurrence is the current instant, or the first
- * millisecond after it that the job has no run for (another trigger in the same millisecond, or
- * an occurrence of the schedule already claimed for that instant); at the last storable instant,
- * the first millisecond before it. With an idempotency key, a trigger repeated within the key's
+ * millisecond after it that the job has no run for (another trigger in the same millisecond) and
+ * that is no occurrence of the schedule (claimed or not); at the last storable instant, the first
+ * millisecond before it. With an idempotency key, a trigger repeated within the key's
  * window (24 hours) answers the run the first one queued and queues nothing.
  */
 export async function triggerJobWithKey(
@@ -57,6 +66,7 @@ export async function triggerJobWithKey(
   // Before the run is written: a run left without its job's TTL pushed could outlive the job.
   await keepCompletedJobForRun(engine, job, engine.clock());
   for (const instant of triggerInstants(engine.clock().getTime())) {
+    if (isOccurrence(job.schedule, instant)) continue;
     const {
       run,
       item,

@@ -1,5 +1,6 @@
 import { DeleteCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { admitRun } from "../../shared/execution/admission.js";
 import { resend } from "../../shared/execution/run-outcome.js";
 import { cancelJob, createJob, editJob, pauseJob, triggerJob } from "../../shared/jobs/index.js";
@@ -530,3 +531,35 @@ async function endAsSucceeded(f: EngineFixture, runId: string, jobId: string) {
     }),
   );
 }
+
+describe("a trigger on the instant of an occurrence no claim has queued yet", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture({ settings: { shardCount: 1, maxShardCount: 1 } });
+  });
+  afterAll(() => f.destroy());
+
+  it("queues a run of its own, and the occurrence still runs as scheduled", async () => {
+    const MINUTE = 60_000;
+    // Past the lookahead: the create files the occurrence and claims nothing.
+    const at = Math.ceil((Date.now() + 10 * MINUTE) / MINUTE) * MINUTE;
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { every: "PT1H", startAt: new Date(at).toISOString() } }),
+    );
+    // The dispatcher was down until then: the trigger comes on the occurrence's very millisecond.
+    const triggered = await triggerJob(
+      { ...f.engine, clock: () => new Date(at) },
+      job.tenantId,
+      job.jobId,
+    );
+    await dispatchShard(engineAt(f.engine, at + 1000), 0, "pass-after-outage");
+
+    const runs = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    expect(runs.map((r) => r.scheduledFor).sort()).toEqual(
+      [new Date(at).toISOString(), triggered.scheduledFor].sort(),
+    );
+    expect(triggered.scheduledFor).not.toBe(new Date(at).toISOString());
+    expect(runs.filter((r) => r.triggered === true).map((r) => r.runId)).toEqual([triggered.runId]);
+  });
+});
