@@ -1,9 +1,10 @@
 import type { Engine } from "../engine.js";
-import { decodeCursor, type Page } from "../jobs/cursor.js";
+import { decodeCursor, encodeCursor, type Page } from "../jobs/cursor.js";
 import { listDeadLetters, listJobs, listRuns, type RunFilter } from "../jobs/queries.js";
 import type { Job, JobStatus, Run } from "../model.js";
-import { deadLetterPk, jobPk, tenantPk } from "../storage/items.js";
+import { deadLetterPk, jobKey, jobPk, tenantPk } from "../storage/items.js";
 import { ValidationError } from "../validation.js";
+import { jobDto } from "./dto.js";
 
 /**
  * Cursors are DynamoDB start keys, so a forged or foreign one would reach
@@ -39,6 +40,27 @@ function checkCursor(
 /** A status filter can leave a DynamoDB page short; a few more reads fill it, each resuming exactly. */
 const MAX_READS_PER_PAGE = 10;
 
+/**
+ * The most a page of jobs may take in the API Lambda's response, whose limit is 6 MB (6,291,456
+ * bytes) with its envelope and headers. There the body travels as a JSON string, so its quotes and
+ * backslashes count twice: a job's JSON is measured as that string. A job holds up to 80 KiB from
+ * its create (more after edits, and up to 1,000 dependents), so a page of 100, or 50 whose payloads
+ * are full of quotes, would pass the limit, and API Gateway would answer 500 for the whole page.
+ */
+const MAX_JOBS_PAGE_BYTES = 5 * 1024 * 1024;
+
+/** What a job adds to a page as the Lambda response carries it (see MAX_JOBS_PAGE_BYTES). */
+const responseBytesOf = (job: Job) =>
+  Buffer.byteLength(JSON.stringify(JSON.stringify(jobDto(job))), "utf8");
+
+/** The cursor that resumes a tenant's jobs after `job`: its key in the byTenant index. */
+const cursorAfter = (tenantId: string, job: Job) =>
+  encodeCursor({ tenantPk: tenantPk(tenantId), tenantSk: job.jobId, ...jobKey(job.jobId) });
+
+/**
+ * The tenant's jobs, newest first, up to `limit` and MAX_JOBS_PAGE_BYTES: a page that reaches the
+ * bytes first ends at the last job that fits (at least one), its cursor resuming after it.
+ */
 export async function jobsPage(
   engine: Engine,
   tenantId: string,
@@ -50,13 +72,21 @@ export async function jobsPage(
     "sk",
   ]);
   const items: Job[] = [];
+  let bytes = 0;
   for (let read = 0; read < MAX_READS_PER_PAGE && items.length < options.limit; read++) {
     const page = await listJobs(engine, tenantId, {
       ...(options.status ? { status: options.status } : {}),
       limit: options.limit - items.length,
       ...(cursor ? { cursor } : {}),
     });
-    items.push(...page.items);
+    for (const job of page.items) {
+      bytes += responseBytesOf(job);
+      const last = items.at(-1);
+      if (bytes > MAX_JOBS_PAGE_BYTES && last !== undefined) {
+        return { items, nextCursor: cursorAfter(tenantId, last) };
+      }
+      items.push(job);
+    }
     cursor = page.nextCursor ?? undefined;
     if (cursor === undefined) break;
   }

@@ -217,4 +217,42 @@ describe("API Lambda (payload v2, IAM)", () => {
     }
     expect((await fixture.jobs()).length).toBe(jobsBefore);
   });
+
+  it("answers a page of large jobs within Lambda's 6 MB response, the rest on the next page", async () => {
+    // A payload of quotes: 64 KiB as JSON, and each quote escaped once more in Lambda's response.
+    const payload = '"'.repeat(32_000);
+    const userArn = "arn:aws:sts::123456789012:assumed-role/Bulky/session-1";
+    const jobs = Array.from({ length: 25 }, () => ({
+      type: "noop",
+      schedule: { cron: "0 9 * * *", timezone: "UTC" },
+      payload,
+    }));
+    const created: string[] = [];
+    for (let batch = 0; batch < 2; batch++) {
+      const answer = await handler(event("POST", "/jobs:batch", { body: { jobs }, userArn }));
+      expect(answer.statusCode).toBe(200);
+      const { results } = JSON.parse(answer.body) as { results: { job?: { id: string } }[] };
+      created.push(...results.flatMap((r) => (r.job ? [r.job.id] : [])));
+    }
+    expect(created).toHaveLength(50);
+    const listed: string[] = [];
+    let cursor: string | null = null;
+    do {
+      // The console's page: 50 jobs.
+      const query: string = `limit=50${cursor ? `&cursor=${cursor}` : ""}`;
+      const answer = await handler(event("GET", "/jobs", { userArn, query }));
+      expect(answer.statusCode).toBe(200);
+      expect(Buffer.byteLength(JSON.stringify(answer))).toBeLessThanOrEqual(LAMBDA_RESPONSE_BYTES);
+      const page = JSON.parse(answer.body) as {
+        items: { id: string }[];
+        nextCursor: string | null;
+      };
+      listed.push(...page.items.map((job) => job.id));
+      cursor = page.nextCursor;
+    } while (cursor !== null);
+    expect(listed.sort()).toEqual(created.sort());
+  });
 });
+
+/** The most a synchronous Lambda invocation may answer (its response payload limit). */
+const LAMBDA_RESPONSE_BYTES = 6 * 1024 * 1024;
