@@ -2,6 +2,7 @@ import type { Engine } from "../engine.js";
 import type { Job } from "../model.js";
 import { isAfterSchedule, type ScheduleSpec } from "../schedule/index.js";
 import {
+  detachFromUpstream,
   linkUpstream,
   MAX_DEPENDENTS,
   type UpstreamWriteName,
@@ -18,6 +19,11 @@ import { ValidationError } from "../validation.js";
  */
 const MAX_CHAIN_JOBS = 80;
 
+/** DynamoDB's most items in one transaction. */
+const TRANSACTION_ITEMS = 100;
+/** An edit's own writes beside its upstreams' (job-edit.ts): the job, its pending entry's delete and put. */
+const EDIT_OWN_WRITES = 3;
+
 const FIELD = "schedule.after.jobs";
 
 /** The upstream job ids a schedule names (none for a schedule of times). */
@@ -29,6 +35,11 @@ export interface DependentLinks {
   readonly writes: NamedWrite<UpstreamWriteName>[];
   /** The tenant's jobs above the schedule's upstreams (theirs too), by id: what its quota share counts. */
   readonly above: ReadonlyMap<string, Job>;
+  /**
+   * An edit's old upstreams whose unlinks did not fit in its transaction: taken out once it
+   * committed (`detachAfterEdit`), as a cancel's are.
+   */
+  readonly detachAfterCommit?: readonly string[];
 }
 
 /**
@@ -87,16 +98,33 @@ export async function relinkDependent(
       writes.push(upstreamUnchanged(engine, id, walked.get(id) ?? 0));
     }
   }
+  const leaving: string[] = [];
   for (const id of before) {
     if (written.has(id)) continue;
     written.add(id);
     // A deleted upstream has no dependents left to take this job out of.
-    if ((await getJob(engine, id)) !== null) writes.push(unlinkUpstream(engine, id, job.jobId));
+    if ((await getJob(engine, id)) !== null) leaving.push(id);
   }
   for (const [id, version] of walked) {
     if (!written.has(id)) writes.push(upstreamUnchanged(engine, id, version));
   }
-  return { writes, above };
+  // The links and the held chain must commit with the edit; an unlink may follow it: until then the
+  // old upstream lists a job whose schedule no longer names it, which its fan-out passes over.
+  const room = Math.max(0, TRANSACTION_ITEMS - EDIT_OWN_WRITES - writes.length);
+  writes.push(...leaving.slice(0, room).map((id) => unlinkUpstream(engine, id, job.jobId)));
+  const detachAfterCommit = leaving.slice(room);
+  return { writes, above, ...(detachAfterCommit.length > 0 ? { detachAfterCommit } : {}) };
+}
+
+/** Takes an edited job out of the old upstreams its transaction had no room to unlink. */
+export async function detachAfterEdit(
+  engine: Engine,
+  jobId: string,
+  links: DependentLinks | null,
+): Promise<void> {
+  for (const upstreamId of links?.detachAfterCommit ?? []) {
+    await detachFromUpstream(engine, upstreamId, jobId);
+  }
 }
 
 /**

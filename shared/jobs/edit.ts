@@ -6,7 +6,7 @@ import { giveBackJobQuotas, refusedUnwritten, reserveJobQuotas } from "../quotas
 import { firstOccurrence, normalizeSchedule, type ScheduleSpec } from "../schedule/index.js";
 import { recordShardCount } from "../shard-count.js";
 import { readDueEntry, writeEditedJob } from "../storage/job-edit.js";
-import { relinkDependent } from "./dependencies.js";
+import { type DependentLinks, detachAfterEdit, relinkDependent } from "./dependencies.js";
 import { dueEntryFor, withinJobEnd } from "./due-entry.js";
 import { recordRunsEndedBy } from "./ended-runs.js";
 import { getTenantJob } from "./queries.js";
@@ -48,7 +48,10 @@ export async function editJob(
   expectedVersion: number,
   changes: JobChanges,
 ): Promise<Job> {
-  const moved = await withJob<DueEntry | null>(engine, tenantId, jobId, async (read, now) => {
+  const { entry: moved, links: committed } = await withJob<{
+    entry: DueEntry | null;
+    links: DependentLinks | null;
+  }>(engine, tenantId, jobId, async (read, now) => {
     const checked = (job: Job) => {
       if (job.version !== expectedVersion)
         throw new VersionMismatchError(expectedVersion, job.version);
@@ -119,10 +122,11 @@ export async function editJob(
           if (refusedUnwritten(error)) await giveBackJobQuotas(engine, reservation);
           throw error;
         }
-        return entry;
+        return { entry, links };
       },
     };
   });
+  await detachAfterEdit(engine, jobId, committed);
   await dispatchAfterCommit(engine, moved, "edit");
   // A new schedule or end may put the job's next admission off: its ended runs are recorded now.
   return recordRunsEndedBy(engine, await getTenantJob(engine, tenantId, jobId));

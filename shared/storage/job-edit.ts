@@ -45,7 +45,8 @@ export async function readDueEntry(engine: Engine, key: DueKey): Promise<DueEntr
  * is written), the version bumped, and the pending occurrence moved to `entry`
  * (the entry is rewritten in place when its key stays: it carries a copy of the
  * schedule and the version). An edit of an `after` schedule moves the job
- * between its upstreams' dependents in the same transaction (`upstreams`). An edit of the
+ * between its upstreams' dependents in the same transaction (`upstreams`; the unlinks it has no
+ * room for follow the commit, shared/jobs/dependencies.ts). An edit of the
  * schedule is conditioned on the job's `linkRevision` as read, too (see dependents.ts).
  */
 export async function writeEditedJob(

@@ -175,4 +175,43 @@ describe("jobs with an after schedule", () => {
     );
     expect(renamed.status, renamed.text).toBe(200);
   });
+
+  it("moves a job from 20 upstreams to 20 others with 60 jobs above them: one transaction within DynamoDB's 100", async () => {
+    const batch = async (schedules: unknown[]) => {
+      const answer = await send("POST", "/jobs:batch", {
+        jobs: schedules.map((schedule) => ({ type: "noop", schedule })),
+      });
+      const { results } = answer.json as { results: { status: number; job?: { id: string } }[] };
+      expect(results.map((r) => r.status)).toEqual(schedules.map(() => 201));
+      return results.map((r) => r.job?.id ?? "");
+    };
+    const yearly = { cron: "0 0 1 1 *", timezone: "UTC" };
+    const old = await batch(Array.from({ length: 20 }, () => yearly));
+    const top = [
+      ...(await batch(Array.from({ length: 25 }, () => yearly))),
+      ...(await batch(Array.from({ length: 25 }, () => yearly))),
+      ...(await batch(Array.from({ length: 10 }, () => yearly))),
+    ];
+    // Each new upstream runs after three of the 60: the walk above them reads 80 jobs, its limit.
+    const fresh = await batch(
+      Array.from({ length: 20 }, (_, i) => ({ after: { jobs: top.slice(3 * i, 3 * i + 3) } })),
+    );
+    const job = await created({ after: { jobs: old } });
+    const moved = await send(
+      "PATCH",
+      `/jobs/${job.id}`,
+      { schedule: { after: { jobs: fresh } } },
+      { headers: { "If-Match": String(job.version) } },
+    );
+    expect(moved.status, moved.text).toBe(200);
+    expect(JobSchema.parse(moved.json).schedule).toEqual({
+      after: { jobs: [...fresh].sort(), on: "success" },
+    });
+    const [left, joined] = await Promise.all([
+      send("GET", `/jobs/${old[0]}`),
+      send("GET", `/jobs/${fresh[0]}`),
+    ]);
+    expect(JobSchema.parse(left.json).dependents).toEqual([]);
+    expect(JobSchema.parse(joined.json).dependents).toEqual([job.id]);
+  });
 });
