@@ -53,7 +53,7 @@ export function App({ config }: { config: ConsoleConfig }) {
   } else if (path === "/console" || path === "/console/jobs") {
     page = <JobsPage jobTypes={config.jobTypes} />;
   } else if (job !== undefined) {
-    page = <JobPage id={decodeURIComponent(job)} />;
+    page = <JobPage id={decodedSegment(job)} />;
   } else if (path === "/console/dead-letters") {
     page = <DeadLettersPage />;
   } else {
@@ -98,4 +98,17 @@ export function App({ config }: { config: ConsoleConfig }) {
       <Announcer />
     </>
   );
+}
+
+/**
+ * A path segment as text. A broken escape (a mangled or hostile link, `%E0%A4%A`) makes
+ * decodeURIComponent throw, which in rendering left the whole console blank: it stays as written,
+ * and the page says there is no such job.
+ */
+function decodedSegment(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
 }

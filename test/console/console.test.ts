@@ -344,4 +344,15 @@ describe("web console", () => {
     expect(elsewhere).toEqual([]);
     expect(browser.errors.filter((e) => !e.includes("status of 4"))).toEqual([]);
   });
+
+  it("answers a link to a job with a broken escape as no such job, not a blank page", async () => {
+    const errorsBefore = browser.errors.length;
+    await page.goto(`${sandbox.url}/console/jobs/%E0%A4%A`);
+    await page.getByRole("heading", { name: "Job not found", level: 1 }).waitFor();
+    expect(await page.locator("main code").textContent()).toBe("%E0%A4%A");
+    await page.getByRole("link", { name: "All jobs" }).click();
+    await page.getByRole("heading", { name: "Jobs", level: 1 }).waitFor();
+    const errors = browser.errors.slice(errorsBefore);
+    expect(errors.filter((e) => !e.includes("status of 4"))).toEqual([]);
+  });
 });
