@@ -116,15 +116,27 @@ export async function relinkDependent(
   return { writes, above, ...(detachAfterCommit.length > 0 ? { detachAfterCommit } : {}) };
 }
 
-/** Takes an edited job out of the old upstreams its transaction had no room to unlink. */
+/**
+ * Takes an edited job out of the old upstreams its transaction had no room to unlink. The edit
+ * has committed, so a failure here is logged, not answered: a repeat of the edit would meet a
+ * version that moved on, and a link left behind is one the fan-out passes over.
+ */
 export async function detachAfterEdit(
   engine: Engine,
   jobId: string,
   links: DependentLinks | null,
 ): Promise<void> {
-  for (const upstreamId of links?.detachAfterCommit ?? []) {
-    await detachFromUpstream(engine, upstreamId, jobId);
-  }
+  await Promise.all(
+    (links?.detachAfterCommit ?? []).map((upstreamId) =>
+      detachFromUpstream(engine, upstreamId, jobId).catch((error: unknown) => {
+        engine.obs.log.warn("an edited job's old upstream still lists it", {
+          jobId,
+          upstreamId,
+          error: String(error),
+        });
+      }),
+    ),
+  );
 }
 
 /**
