@@ -76,7 +76,8 @@ export async function handOverRun(
 ): Promise<void> {
   const leaseUntil = new Date(now.getTime() + engine.settings.leaseMs);
   const startedAt = Date.parse(run.startedAt ?? now.toISOString());
-  const timesOutAt = new Date(startedAt + job.timeoutSeconds * 1000);
+  // A start after a lapsed lease keeps the attempt's time: it runs from the first hand-over's start.
+  const timesOutAt = handedOverTimeout(run) ?? new Date(startedAt + job.timeoutSeconds * 1000);
   await recordHandOver(engine, run, { leaseUntil, timesOutAt, executedVersion: job.version }, now);
   if (tracked) await extendAdmission(engine, run.jobId, run.runId, leaseUntil);
   engine.obs.log.info("run handed over to its async target", {
@@ -86,6 +87,32 @@ export async function handOverRun(
     timesOutAt: timesOutAt.toISOString(),
   });
 }
+
+/**
+ * When an attempt an async target took over times out: an earlier start of this run (its lease
+ * lapsed, the reaper sent it again) was handed over and set it. Null for a run never handed over.
+ */
+function handedOverTimeout(run: Pick<Run, "handedOverAt" | "timesOutAt">): Date | null {
+  return run.handedOverAt && run.timesOutAt ? new Date(run.timesOutAt) : null;
+}
+
+/**
+ * Whether the worker that has just started `run` must end it as timed out rather than deliver it:
+ * an earlier start handed it over and its target went quiet past the attempt's timeout. Without
+ * this, a target that answers 202 and never calls back is delivered again a lease apart for good,
+ * each start setting a new timeout, and its attempt never fails.
+ */
+export function handedOverAndTimedOut(run: Run, now: Date): boolean {
+  const timeout = handedOverTimeout(run);
+  return timeout !== null && timeout.getTime() <= now.getTime();
+}
+
+/** The failure of an attempt past its timeout, as every ending of one says it. */
+export const timedOutResult = (timeoutSeconds: number): Extract<RunResult, { kind: "failed" }> => ({
+  kind: "failed",
+  error: `timed out after ${timeoutSeconds} s`,
+  retryable: true,
+});
 
 /**
  * The run a token holds: one the scheduler gave for this run (its hash is the run's, or the
@@ -142,22 +169,26 @@ const timedOut = (run: Run, now: Date) =>
 
 /** Ends a handed-over run past its timeout as a failure (retried by the job's policy) and says so. */
 async function timeOut(engine: Engine, run: Run, now: Date): Promise<never> {
+  // The start the timeout counts from is the attempt's first hand-over, not this start: the job says how long.
+  const job = await getJob(engine, run.jobId);
   const startedAt = Date.parse(run.startedAt ?? now.toISOString());
-  const seconds = Math.round((Date.parse(run.timesOutAt ?? "") - startedAt) / 1000);
-  await finish(
-    engine,
-    run,
-    { kind: "failed", error: `timed out after ${seconds} s`, retryable: true },
-    now,
-  );
+  const seconds =
+    job?.timeoutSeconds ?? Math.round((Date.parse(run.timesOutAt ?? "") - startedAt) / 1000);
+  await finish(engine, run, timedOutResult(seconds), now, job);
   throw new RunTokenStaleError(
     { ...run, status: "FAILED" },
     `the run timed out after ${seconds} s`,
   );
 }
 
-async function finish(engine: Engine, run: Run, result: RunResult, now: Date): Promise<void> {
-  const job = await getJob(engine, run.jobId);
+async function finish(
+  engine: Engine,
+  run: Run,
+  result: RunResult,
+  now: Date,
+  read?: Job | null,
+): Promise<void> {
+  const job = read === undefined ? await getJob(engine, run.jobId) : read;
   const executedVersion = run.executedVersion ?? job?.version ?? run.jobVersion;
   try {
     if (job === null) {

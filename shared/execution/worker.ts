@@ -15,7 +15,7 @@ import { requeueRun } from "../storage/run-requeue.js";
 import { startRun, takeRun } from "../storage/run-start.js";
 import { type RunSlot, releaseRunSlot } from "../storage/tenant-quotas.js";
 import { admitRun } from "./admission.js";
-import { handOverRun, issueRunToken } from "./async-runs.js";
+import { handedOverAndTimedOut, handOverRun, issueRunToken, timedOutResult } from "./async-runs.js";
 import { endOnCancelRequest, type RunProgress, repairJobAfterRun } from "./run-endings.js";
 import { execute, heartbeatEveryMs, type RunExecutionDeps } from "./run-execution.js";
 import { endForDeletedJob, isRecurring, recordResult, resend, startLagMs } from "./run-outcome.js";
@@ -325,6 +325,13 @@ async function runInSlot(
   }
 
   progress.tracked = tracked;
+  if (job.target?.mode === "async" && handedOverAndTimedOut(run, engine.clock())) {
+    // Its target took it over and went quiet past the attempt's timeout: not delivered again.
+    const timedOut = timedOutResult(job.timeoutSeconds);
+    progress.error = timedOut.error;
+    await recordResult(engine, job, run, timedOut, engine.clock(), job.version);
+    return "ack";
+  }
   // An async delivery carries a run token made for it; the run holds the token's hash (and its
   // start) before the target, which may call back before it answers, has the token. A cancel
   // asked meanwhile fails this write: the run ends CANCELLED and is not delivered.

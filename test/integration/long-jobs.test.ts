@@ -319,6 +319,42 @@ describe("async mode (long jobs)", () => {
     expect(done.body).toMatchObject({ status: "succeeded", fence: 2 });
   });
 
+  it("a target that takes the run over and goes quiet every time is not delivered past the timeout: the attempt times out", async () => {
+    const jobId = await createAsyncJob({ timeoutSeconds: 120, retry: { maxAttempts: 1 } });
+    const first = await deliver(jobId);
+    const { timesOutAt } = await runOf(jobId, first.runId);
+    // Quiet: the lease lapses, the reaper sends the run again, and within the timeout it is
+    // delivered again, with the time the first start left.
+    advance(LEASE_MS + 1 + REAPER_SETTLE_MS);
+    expect((await reap(api.fixture.engine, { now })).resent).toBe(1);
+    const second = await deliver(jobId);
+    expect(second).toMatchObject({ runId: first.runId, attempt: 1 });
+    expect(await runOf(jobId, first.runId)).toMatchObject({ fence: 2, timesOutAt });
+    // Quiet again: past 120 s from the attempt's first start, its next start ends it as timed
+    // out (one attempt: dead) instead of delivering it once more, a lease apart, for good.
+    advance(LEASE_MS + 1 + REAPER_SETTLE_MS);
+    expect((await reap(api.fixture.engine, { now })).resent).toBe(1);
+    const delivered = target.handOffs.length;
+    const deadline = Date.now() + 20_000;
+    let processed = 0;
+    while (processed === 0 && Date.now() < deadline) {
+      const batch = await receiveRuns(api.fixture.engine.sqs, api.fixture.engine.queues.normal, {
+        max: 10,
+        waitSeconds: 1,
+      });
+      const mine = batch.filter((r) => r.message.jobId === jobId);
+      for (const received of mine) await api.fixture.process(worker, received);
+      processed += mine.length;
+    }
+    expect(processed).toBe(1);
+    expect(target.handOffs.length).toBe(delivered);
+    expect(await runOf(jobId, first.runId)).toMatchObject({
+      status: "dead",
+      error: "timed out after 120 s",
+    });
+    expect((await callBack(second.heartbeatUrl, second.token)).status).toBe(409);
+  });
+
   it("a token two starts old is not the run's any more (401); the one before the latest is stale (409)", async () => {
     const jobId = await createAsyncJob();
     const tokens: HandOff[] = [await deliver(jobId)];
