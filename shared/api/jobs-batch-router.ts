@@ -63,6 +63,8 @@ export function jobsBatchRouter({ engine, jobTypes }: RouterDeps) {
     },
   });
   const itemSchema = createJobSchema(jobTypes);
+  /** What a single create's body may be (POST /jobs): each job of a batch is held to it too. */
+  const itemBytes = engine.settings.maxPayloadBytes + BODY_OVERHEAD_BYTES;
   const router = newRouter();
   router.openAPIRegistry.registerPath(route);
   const body = jsonBody(
@@ -98,6 +100,15 @@ export function jobsBatchRouter({ engine, jobTypes }: RouterDeps) {
     const firstWithKey = new Map<string, number>();
     envelope.data.jobs.forEach((raw, index) => {
       try {
+        // The batch's body is held to 25 creates' size in all; alone, one job could take far more.
+        const size = Buffer.byteLength(JSON.stringify(raw) ?? "", "utf8");
+        if (size > itemBytes) {
+          throw new ApiError(
+            413,
+            "payload_too_large",
+            `this job is ${size} bytes serialized; POST /jobs takes a body of at most ${itemBytes}`,
+          );
+        }
         const parsed = itemSchema.safeParse(raw);
         if (!parsed.success) throw schemaFailure(parsed.error.issues, "json", raw);
         const { idempotencyKey, ...definition } = parsed.data;

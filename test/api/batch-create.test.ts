@@ -207,6 +207,27 @@ describe("POST /jobs:batch", () => {
     });
   });
 
+  it("holds each job to a single create's body size: a larger one is its own 413, the others are created", async () => {
+    const headers = Object.fromEntries(
+      Array.from({ length: 30 }, (_, i) => [`X-Big-${i}`, "a".repeat(4000)]),
+    );
+    const big = {
+      type: "http",
+      schedule: { runAt: inMinutes(60) },
+      target: { url: "https://example.com/hook", headers },
+    };
+    expectError(await api.call("POST", "/jobs", { body: big }), 413, {
+      code: "payload_too_large",
+    });
+    const before = await jobIds();
+    const reply = await api.call("POST", "/jobs:batch", { body: { jobs: [big, laterJob()] } });
+    expect(reply.status, reply.text).toBe(200);
+    const [refused, created] = resultsOf(reply.body);
+    expect(refused).toMatchObject({ status: 413, error: { code: "payload_too_large" } });
+    expect(created?.status).toBe(201);
+    expect((await jobIds()).length).toBe(before.length + 1);
+  });
+
   it("refuses a body that is not 1 to 25 jobs with a 400 naming jobs, and writes nothing", async () => {
     const before = await jobIds();
     const many = Array.from({ length: 26 }, () => laterJob());
