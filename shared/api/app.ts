@@ -50,6 +50,7 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
     jobTypes: options.jobTypes,
     body: jsonBody(engine.settings.maxPayloadBytes + BODY_OVERHEAD_BYTES),
     adminTenants: new Set(options.adminTenants ?? []),
+    requestRate,
   };
 
   const app = new OpenAPIHono<ApiEnv>({
@@ -107,7 +108,8 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
     if (PUBLIC_PATHS.has(c.req.path) || (options.console && isConsolePath(c.req.path))) {
       return next();
     }
-    // An async target's run routes authenticate by the run token it was given (./async-runs-router.ts).
+    // An async target's run routes authenticate by the run token it was given, and take from its
+    // run's tenant's bucket once the token is verified (./async-runs-router.ts).
     if (c.req.method === "POST" && RUN_TOKEN_PATH.test(c.req.path)) return next();
     const tenantId = await authenticate({ header: (name) => c.req.header(name), env: c.env });
     if (tenantId === null || !isValidTenantId(tenantId)) {

@@ -5,6 +5,7 @@ import {
   completeAsyncRun,
   heartbeatAsyncRun,
 } from "../execution/async-runs.js";
+import type { Run } from "../model.js";
 import { runDto } from "./dto.js";
 import { ApiError, invalid } from "./errors.js";
 import { errors, json, newRouter, type RouterDeps } from "./router.js";
@@ -33,7 +34,7 @@ const heartbeatRoute = createRoute({
   request: { params: AsyncRunParams },
   responses: {
     200: json(HeartbeatSchema, "The lease's new end"),
-    ...errors(401, 409),
+    ...errors(401, 409, 429),
   },
 });
 
@@ -51,7 +52,7 @@ const completeRoute = createRoute({
   },
   responses: {
     200: json(RunSchema, "The run as it ended"),
-    ...errors(400, 401, 404, 409, 413, 415),
+    ...errors(400, 401, 404, 409, 413, 415, 429),
   },
 });
 
@@ -84,19 +85,27 @@ function completionOf(body: CompleteRunBody): AsyncCompletion {
 }
 
 /** The routes an async target uses to keep and end the run it took over. */
-export function asyncRunsRouter({ engine, body }: RouterDeps) {
+export function asyncRunsRouter({ engine, body, requestRate }: RouterDeps) {
   const router = newRouter();
+  // A target's calls are its tenant's requests: counted once its token names the run, before any write.
+  const admit = (run: Run) => requestRate.take(run.tenantId);
 
   router.openapi(heartbeatRoute, async (c) => {
     const { runId } = c.req.valid("param");
-    const beat = await heartbeatAsyncRun(engine, runId, runTokenOf(c));
+    const beat = await heartbeatAsyncRun(engine, runId, runTokenOf(c), admit);
     return c.json({ leaseUntil: beat.leaseUntil.toISOString(), timesOutAt: beat.timesOutAt }, 200);
   });
 
   router.openapi({ ...completeRoute, middleware: [body] as const }, async (c) => {
     const { runId } = c.req.valid("param");
     const token = runTokenOf(c);
-    const run = await completeAsyncRun(engine, runId, token, completionOf(c.req.valid("json")));
+    const run = await completeAsyncRun(
+      engine,
+      runId,
+      token,
+      completionOf(c.req.valid("json")),
+      admit,
+    );
     return c.json(runDto(run), 200);
   });
 

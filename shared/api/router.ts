@@ -5,6 +5,7 @@ import type { JobTypeCatalog } from "../job-types/registry.js";
 import { assertTenantHistory, getTenantJob } from "../jobs/queries.js";
 import { JOB_ID_PATTERN } from "../keys.js";
 import type { Job } from "../model.js";
+import type { RequestRateLimiter } from "../quotas/request-rate.js";
 import { etagOf, notFound } from "./errors.js";
 import { ErrorSchema } from "./schemas/errors.js";
 
@@ -28,6 +29,8 @@ export interface RouterDeps {
   readonly body: MiddlewareHandler;
   /** Tenants that may read and set any tenant's quota override. */
   readonly adminTenants: ReadonlySet<string>;
+  /** Each tenant's requestsPerSecond bucket in this process (the app's middleware takes from it too). */
+  readonly requestRate: RequestRateLimiter;
 }
 
 /**

@@ -89,6 +89,13 @@ export async function handOverRun(
 }
 
 /**
+ * What a target's call must pass once its token is verified, before anything is written: the
+ * API's request quota of the run's tenant (it throws to refuse the call).
+ */
+export type Admission = (run: Run) => Promise<void>;
+const admitAll: Admission = () => Promise.resolve();
+
+/**
  * When an attempt an async target took over times out: an earlier start of this run (its lease
  * lapsed, the reaper sent it again) was handed over and set it. Null for a run never handed over.
  */
@@ -120,7 +127,12 @@ export const timedOutResult = (timeoutSeconds: number): Extract<RunResult, { kin
  * the run's is refused alike whether the run exists or not, so the routes, which take no tenant
  * credentials, tell nobody which runs exist.
  */
-async function heldRun(engine: Engine, runId: string, token: string): Promise<Run> {
+async function heldRun(
+  engine: Engine,
+  runId: string,
+  token: string,
+  admit: Admission = admitAll,
+): Promise<Run> {
   const fence = runTokenFence(token);
   if (fence === null) throw new RunTokenInvalidError(runId, "not a run token");
   const ref = parseRunId(runId);
@@ -130,6 +142,7 @@ async function heldRun(engine: Engine, runId: string, token: string): Promise<Ru
     (runTokenMatches(token, run.runTokenHash) || runTokenMatches(token, run.previousRunTokenHash));
   if (run === null || !given)
     throw new RunTokenInvalidError(runId, "it is not a token this run was given");
+  await admit(run);
   if (run.status !== "RUNNING")
     throw new RunTokenStaleError(run, `the run is ${run.status.toLowerCase()}`);
   if (run.fence !== fence)
@@ -218,8 +231,9 @@ export async function heartbeatAsyncRun(
   engine: Engine,
   runId: string,
   token: string,
+  admit?: Admission,
 ): Promise<{ readonly leaseUntil: Date; readonly timesOutAt: string | null }> {
-  const run = await heldRun(engine, runId, token);
+  const run = await heldRun(engine, runId, token, admit);
   const now = engine.clock();
   if (timedOut(run, now)) return timeOut(engine, run, now);
   let leaseUntil: Date;
@@ -251,8 +265,9 @@ export async function completeAsyncRun(
   runId: string,
   token: string,
   completion: AsyncCompletion,
+  admit?: Admission,
 ): Promise<Run> {
-  const run = await heldRun(engine, runId, token);
+  const run = await heldRun(engine, runId, token, admit);
   const now = engine.clock();
   if (timedOut(run, now)) return timeOut(engine, run, now);
   const result: RunResult =

@@ -784,6 +784,34 @@ describe("async mode (long jobs)", () => {
       expect((await callBack(completeUrl, token, { status: "succeeded" })).status).toBe(200);
   });
 
+  it("a target's heartbeats count against its tenant's requestsPerSecond, as the tenant's own requests do", async () => {
+    const jobId = await createAsyncJob();
+    const handOff = await deliver(jobId);
+    const setRate = (body: Record<string, unknown>) =>
+      api.call("PUT", `/tenants/${TENANT_A}/quotas`, { body });
+    expect((await setRate({ requestsPerSecond: 1 })).status).toBe(200);
+    try {
+      // The bucket holds two seconds' worth: two heartbeats pass at once, the rest wait their turn.
+      const beats = await Promise.all(
+        Array.from({ length: 8 }, () => callBack(handOff.heartbeatUrl, handOff.token)),
+      );
+      const refused = beats.filter((b) => b.status === 429);
+      expect(beats.filter((b) => b.status === 200).length).toBeGreaterThanOrEqual(1);
+      expect(refused.length).toBeGreaterThanOrEqual(5);
+      expect(refused[0]?.body).toMatchObject({
+        error: { code: "rate_limited", quota: "requestsPerSecond" },
+      });
+    } finally {
+      // The tenant's own bucket is spent too: wait for a token to lift the limit.
+      const deadline = Date.now() + 10_000;
+      while ((await setRate({})).status === 429 && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 500));
+      }
+    }
+    const done = await callBack(handOff.completeUrl, handOff.token, { status: "succeeded" });
+    expect(done.status, done.text).toBe(200);
+  });
+
   it("a 202 from a target without async mode is an ordinary success", async () => {
     const runAt = new Date(now.getTime() + 1000);
     const created = await api.call("POST", "/jobs", {
