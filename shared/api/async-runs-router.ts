@@ -88,11 +88,11 @@ function completionOf(body: CompleteRunBody): AsyncCompletion {
 export function asyncRunsRouter({ engine, body, requestRate }: RouterDeps) {
   const router = newRouter();
   // A target's calls are its tenant's requests: counted once its token names the run, before any write.
-  const admit = (run: Run) => requestRate.take(run.tenantId);
+  const charge = (run: Run) => requestRate.take(run.tenantId);
 
   router.openapi(heartbeatRoute, async (c) => {
     const { runId } = c.req.valid("param");
-    const beat = await heartbeatAsyncRun(engine, runId, runTokenOf(c), admit);
+    const beat = await heartbeatAsyncRun(engine, runId, runTokenOf(c), charge);
     return c.json({ leaseUntil: beat.leaseUntil.toISOString(), timesOutAt: beat.timesOutAt }, 200);
   });
 
@@ -104,7 +104,7 @@ export function asyncRunsRouter({ engine, body, requestRate }: RouterDeps) {
       runId,
       token,
       completionOf(c.req.valid("json")),
-      admit,
+      charge,
     );
     return c.json(runDto(run), 200);
   });

@@ -92,8 +92,8 @@ export async function handOverRun(
  * What a target's call must pass once its token is verified, before anything is written: the
  * API's request quota of the run's tenant (it throws to refuse the call).
  */
-export type Admission = (run: Run) => Promise<void>;
-const admitAll: Admission = () => Promise.resolve();
+export type RequestCharge = (run: Run) => Promise<void>;
+const chargeNothing: RequestCharge = () => Promise.resolve();
 
 /**
  * When an attempt an async target took over times out: an earlier start of this run (its lease
@@ -131,7 +131,7 @@ async function heldRun(
   engine: Engine,
   runId: string,
   token: string,
-  admit: Admission = admitAll,
+  charge: RequestCharge = chargeNothing,
 ): Promise<Run> {
   const fence = runTokenFence(token);
   if (fence === null) throw new RunTokenInvalidError(runId, "not a run token");
@@ -142,7 +142,7 @@ async function heldRun(
     (runTokenMatches(token, run.runTokenHash) || runTokenMatches(token, run.previousRunTokenHash));
   if (run === null || !given)
     throw new RunTokenInvalidError(runId, "it is not a token this run was given");
-  await admit(run);
+  await charge(run);
   if (run.status !== "RUNNING")
     throw new RunTokenStaleError(run, `the run is ${run.status.toLowerCase()}`);
   if (run.fence !== fence)
@@ -231,9 +231,9 @@ export async function heartbeatAsyncRun(
   engine: Engine,
   runId: string,
   token: string,
-  admit?: Admission,
+  charge?: RequestCharge,
 ): Promise<{ readonly leaseUntil: Date; readonly timesOutAt: string | null }> {
-  const run = await heldRun(engine, runId, token, admit);
+  const run = await heldRun(engine, runId, token, charge);
   const now = engine.clock();
   if (timedOut(run, now)) return timeOut(engine, run, now);
   let leaseUntil: Date;
@@ -265,9 +265,9 @@ export async function completeAsyncRun(
   runId: string,
   token: string,
   completion: AsyncCompletion,
-  admit?: Admission,
+  charge?: RequestCharge,
 ): Promise<Run> {
-  const run = await heldRun(engine, runId, token, admit);
+  const run = await heldRun(engine, runId, token, charge);
   const now = engine.clock();
   if (timedOut(run, now)) return timeOut(engine, run, now);
   const result: RunResult =
