@@ -11,6 +11,7 @@ import { giveBackJobQuotas, refusedUnwritten, reserveJobQuotas } from "../quotas
 import { firstOccurrence, isAfterSchedule, normalizeSchedule } from "../schedule/index.js";
 import { recordShardCount } from "../shard-count.js";
 import {
+  type IdempotencyRecord,
   type IdempotentRequest,
   readIdempotencyRecord,
   UpstreamChangedError,
@@ -45,8 +46,8 @@ interface CreateOptions {
 }
 
 /**
- * The hash of a create's body as it was sent. Idempotency records stored before creates were
- * normalized (`idempotentCreate`) hold this; a repeat sent as it was is still recognised by it.
+ * The hash of a create's body as it was sent. Idempotency records hold this as `requestHash`,
+ * which the version before normalizing (`idempotentCreate`) compares a repeat with.
  */
 export function requestHash(body: unknown): string {
   return createHash("sha256").update(canonicalJson(body)).digest("hex");
@@ -57,8 +58,9 @@ export function requestHash(body: unknown): string {
  * with its defaults applied and its schedule normalized; the tenant left out, as keys are the
  * tenant's own), so a field given at its default is the same request as the field left out. A
  * deployment whose defaults differ (a lower `maxTimeoutSeconds`) asks for another job, and hashes
- * so. `earlierHash` is the hash of the body as sent, which records stored before hold (see
- * `replayOf`); records last 24 hours, so after that nothing holds it any more.
+ * so. `earlierHash` is the hash of the body as sent: the record stores it as `requestHash`, which
+ * the version before normalizing reads (a rollback, or its functions during a deploy), beside
+ * `normalizedHash`, and records that version stored hold it (see `replayOf`).
  */
 export function idempotentCreate(key: string, job: NewJob, body: unknown): IdempotentRequest {
   const { tenantId: _tenant, ...asked } = job;
@@ -271,15 +273,17 @@ export async function idempotentReplay(
 
 /**
  * The job `record` names, when the request is the same as the one that made it (its normalized
- * hash, or the hash of its body as sent, which a record stored before normalizing holds); else 409.
+ * hash, or the hash of its body as sent, which every record holds in `requestHash` but those
+ * written between normalizing and `normalizedHash`); else 409.
  */
 export async function replayOf(
   engine: Engine,
   tenantId: string,
   idem: IdempotentRequest,
-  record: { readonly jobId: string; readonly requestHash: string },
+  record: IdempotencyRecord,
 ): Promise<Job> {
   const same =
+    record.normalizedHash === idem.requestHash ||
     record.requestHash === idem.requestHash ||
     (idem.earlierHash !== undefined && record.requestHash === idem.earlierHash);
   if (!same) throw new IdempotencyConflictError(idem.key);

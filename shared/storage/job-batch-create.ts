@@ -6,7 +6,7 @@ import type { DueEntry, Job } from "../model.js";
 import { BATCH_BACKOFF_BASE_MS, batchGetItems, MAX_BATCH_ROUNDS } from "./batch-get.js";
 import { isTransientFailure } from "./dynamo-errors.js";
 import { encodeDueEntry, idempotencyKey } from "./items.js";
-import { newJobItem } from "./job-create.js";
+import { decodeIdempotencyRecord, type IdempotencyRecord, newJobItem } from "./job-create.js";
 import { hasExpired } from "./retention.js";
 
 type Item = Record<string, unknown>;
@@ -129,7 +129,7 @@ export async function readIdempotencyRecords(
   engine: Engine,
   tenantId: string,
   keys: readonly string[],
-): Promise<Map<string, { jobId: string; requestHash: string }>> {
+): Promise<Map<string, IdempotencyRecord>> {
   const now = engine.clock();
   const byPk = new Map(keys.map((k) => [idempotencyKey(tenantId, k).pk, k]));
   const records = await batchGetItems(
@@ -144,13 +144,12 @@ export async function readIdempotencyRecords(
         ),
     },
   );
-  const found = new Map<string, { jobId: string; requestHash: string }>();
+  const found = new Map<string, IdempotencyRecord>();
   for (const record of records) {
     // Past its window the key is free again, whether or not TTL has deleted the record yet.
     if (hasExpired(record, now)) continue;
     const key = byPk.get(String(record.pk));
-    if (key !== undefined)
-      found.set(key, { jobId: String(record.jobId), requestHash: String(record.requestHash) });
+    if (key !== undefined) found.set(key, decodeIdempotencyRecord(record));
   }
   return found;
 }

@@ -21,21 +21,51 @@ export class UpstreamChangedError extends ConcurrentUpdateError {}
 /** A create's idempotency key and a hash of its request, so a repeat returns the same job. */
 export interface IdempotentRequest {
   readonly key: string;
-  /** What the record stores: the hash of the request normalized (`idempotentCreate`). */
+  /** The hash of the request normalized (`idempotentCreate`). */
   readonly requestHash: string;
-  /** The hash of the body as sent, which records stored before requests were normalized hold. */
+  /** The hash of the body as sent, which the version before normalizing compares with. */
   readonly earlierHash?: string;
 }
 
-/** The job id and request hash an earlier create with this idempotency key recorded, if any. */
+/**
+ * What an earlier create under an idempotency key recorded: the job it made and the hashes a
+ * repeat is compared with. `requestHash` is the hash of the body as sent, which the version before
+ * normalizing wrote and reads (a rollback, or its functions still answering during a deploy);
+ * `normalizedHash` the hash of the normalized request. A record written by this version between
+ * normalizing and this split holds the normalized hash in `requestHash` and no `normalizedHash`.
+ */
+export interface IdempotencyRecord {
+  readonly jobId: string;
+  readonly requestHash: string;
+  readonly normalizedHash?: string;
+}
+
+/** The record's attributes for `idempotency`: what both versions compare a repeat with. */
+function idempotencyRecordFields(
+  idempotency: IdempotentRequest,
+): Pick<IdempotencyRecord, "requestHash" | "normalizedHash"> {
+  return idempotency.earlierHash === undefined
+    ? { requestHash: idempotency.requestHash }
+    : { requestHash: idempotency.earlierHash, normalizedHash: idempotency.requestHash };
+}
+
+/** An idempotency record as stored. */
+export function decodeIdempotencyRecord(item: Record<string, unknown>): IdempotencyRecord {
+  return {
+    jobId: String(item.jobId),
+    requestHash: String(item.requestHash),
+    ...(typeof item.normalizedHash === "string" ? { normalizedHash: item.normalizedHash } : {}),
+  };
+}
+
+/** What an earlier create with this idempotency key recorded, if any. */
 export async function readIdempotencyRecord(
   engine: Engine,
   tenantId: string,
   key: string,
-): Promise<{ jobId: string; requestHash: string } | null> {
+): Promise<IdempotencyRecord | null> {
   const record = await readIdempotencyRecordAt(engine, idempotencyKey(tenantId, key));
-  if (!record) return null;
-  return { jobId: String(record.jobId), requestHash: String(record.requestHash) };
+  return record ? decodeIdempotencyRecord(record) : null;
 }
 
 /** A new job's item; one created COMPLETED (nothing of its schedule is left to run) expires at its retention. */
@@ -121,7 +151,7 @@ export async function writeNewJob(
       write: idempotencyRecordPut(
         engine,
         idempotencyKey(job.tenantId, idempotency.key),
-        { jobId: job.jobId, requestHash: idempotency.requestHash, createdAt: job.createdAt },
+        { jobId: job.jobId, ...idempotencyRecordFields(idempotency), createdAt: job.createdAt },
         createdAt,
       ),
     });
