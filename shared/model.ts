@@ -92,9 +92,15 @@ export interface Job {
   /**
    * fire_all: missed occurrences the catch-up under way has run, as the pending due entry counts
    * them. Kept on the job so that an edit or a resume, which writes the entry again, carries it and
-   * the catch-up's cap holds. Absent: 0 (no catch-up under way).
+   * the catch-up's cap holds. Absent: 0 (no catch-up under way). Read it with `catchUpCountOf`.
    */
   readonly catchUpCount?: number;
+  /**
+   * The occurrence (scheduledFor) of the pending entry `catchUpCount` counts for. A claim of an
+   * earlier version moves the job on without removing a count a later version wrote: the count
+   * then names an occurrence the job has left, and counts for nothing.
+   */
+  readonly catchUpOf?: string;
   /**
    * Jobs whose `after` schedule names this one, sorted (a string set on the item, added to when
    * a dependent is created or edited to name it, taken from when it is cancelled or edited away).
@@ -275,4 +281,14 @@ export interface RunMessage {
    * takes turns between. Empty in a message sent before the field existed.
    */
   readonly tenantId: string;
+}
+
+/**
+ * The fire_all catch-up count of the job's pending occurrence: `catchUpCount` while it counts for
+ * that occurrence (`catchUpOf`, absent on counts written before it was kept), else 0.
+ */
+export function catchUpCountOf(job: Pick<Job, "catchUpCount" | "catchUpOf" | "nextRunAt">): number {
+  const count = job.catchUpCount ?? 0;
+  if (count === 0 || job.catchUpOf === undefined) return count;
+  return job.catchUpOf === job.nextRunAt ? count : 0;
 }

@@ -250,7 +250,9 @@ export function jobAfterClaim(
     ? {
         ...base,
         occurrencesQueued: claim.occurrencesQueued,
-        ...(claim.next?.catchUpCount ? { catchUpCount: claim.next.catchUpCount } : {}),
+        ...(claim.next?.catchUpCount
+          ? { catchUpCount: claim.next.catchUpCount, catchUpOf: claim.next.scheduledFor }
+          : {}),
       }
     : base;
   const job: Job = pending

@@ -1,5 +1,5 @@
 import type { Engine } from "../engine.js";
-import { type DueEntry, hasEnd, type Job } from "../model.js";
+import { catchUpCountOf, type DueEntry, hasEnd, type Job } from "../model.js";
 import { plannedTime, windowMsOf } from "../schedule/index.js";
 import { dueEntryKey } from "../storage/due-entries.js";
 import { runsOnAfterEndMs } from "../storage/retention.js";
@@ -34,7 +34,7 @@ export function dueEntryFor(engine: Engine, job: Job, at: Date, now: Date, attem
         }
       : {}),
     queuedBefore: job.occurrencesQueued ?? 0,
-    ...(job.catchUpCount ? { catchUpCount: job.catchUpCount } : {}),
+    ...(catchUpCountOf(job) > 0 ? { catchUpCount: catchUpCountOf(job) } : {}),
     ...(job.window ? { window: job.window } : {}),
   };
 }

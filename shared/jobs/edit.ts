@@ -1,7 +1,14 @@
 import { dispatchAfterCommit, dispatchNow } from "../dispatch/fast-path.js";
 import type { Engine } from "../engine.js";
 import { IllegalTransitionError, VersionMismatchError } from "../errors.js";
-import type { DueEntry, HttpTarget, Job, JobPolicies, Priority } from "../model.js";
+import {
+  catchUpCountOf,
+  type DueEntry,
+  type HttpTarget,
+  type Job,
+  type JobPolicies,
+  type Priority,
+} from "../model.js";
 import { giveBackJobQuotas, refusedUnwritten, reserveJobQuotas } from "../quotas/usage.js";
 import { firstOccurrence, normalizeSchedule, type ScheduleSpec } from "../schedule/index.js";
 import { recordShardCount } from "../shard-count.js";
@@ -80,7 +87,7 @@ export async function editJob(
       // A fire_all catch-up of the old schedule was run out above (to its cap): the new schedule
       // starts now with none under way. An edit that keeps the schedule keeps the count, and the
       // rewritten entry carries it, so the catch-up goes on towards the same cap.
-      catchUpCount: changesSchedule ? 0 : (job.catchUpCount ?? 0),
+      catchUpCount: changesSchedule ? 0 : catchUpCountOf(job),
     };
     const unbounded = nextAfterEdit(job, edited, now);
     const next = withinJobEnd(edited, unbounded);

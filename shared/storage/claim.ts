@@ -198,7 +198,7 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
           // The catch-up's count goes with the job too: an edit or resume writes the entry again.
           UpdateExpression: `SET nextRunAt = :nextRunAt, nextDueKey = :nextDueKey, occurrencesQueued = :queued${
             completes ? ", #status = :completed, expiresAt = :expiresAt" : ""
-          }${catchUpCount > 0 ? ", catchUpCount = :catchUp" : " REMOVE catchUpCount"}`,
+          }${catchUpCount > 0 ? ", catchUpCount = :catchUp, catchUpOf = :nextRunAt" : " REMOVE catchUpCount, catchUpOf"}`,
           ExpressionAttributeNames: { "#status": "status" },
           // Whether the job is there at all: a create may not have put it yet (dispatch/claim.ts).
           ReturnValuesOnConditionCheckFailure: "ALL_OLD",

@@ -75,6 +75,8 @@ export async function writeEditedJob(
     ...(next.catchUpCount !== undefined && next.catchUpCount !== (job.catchUpCount ?? 0)
       ? { catchUpCount: next.catchUpCount }
       : {}),
+    // The count goes on with the entry the edit files (catchUpCountOf reads it for that one).
+    ...(next.catchUpCount && next.entry ? { catchUpOf: next.entry.scheduledFor } : {}),
     ...(next.completes
       ? {
           status: "COMPLETED",
