@@ -75,8 +75,8 @@ export async function writeEditedJob(
     ...(next.catchUpCount !== undefined && next.catchUpCount !== (job.catchUpCount ?? 0)
       ? { catchUpCount: next.catchUpCount }
       : {}),
-    // The count goes on with the entry the edit files (catchUpCountOf reads it for that one).
-    ...(next.catchUpCount && next.entry ? { catchUpOf: next.entry.scheduledFor } : {}),
+    // The count goes on with the job's pending occurrence (catchUpCountOf reads it for that one).
+    ...(next.catchUpCount && next.nextRunAt ? { catchUpOf: next.nextRunAt.toISOString() } : {}),
     ...(next.completes
       ? {
           status: "COMPLETED",
