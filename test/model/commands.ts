@@ -1,8 +1,9 @@
 import fc from "fast-check";
 import type { MisfirePolicy, OverlapPolicy } from "../../shared/policies.js";
 import { occurrences, type ScheduleSpec } from "../../shared/schedule/index.js";
-import type { CrashPoint, WriteKind } from "./faults.js";
+import type { CrashPoint, LostKind, WriteKind } from "./faults.js";
 import { type Behaviour, MODEL_TYPE, ModelViolation, type Sequence } from "./system.js";
+import type { SendFault } from "./virtual-queue.js";
 
 /**
  * The model: what the test knows about each job from the answers of the API
@@ -31,8 +32,21 @@ export interface ModelJob {
   occurrences: number;
 }
 
+/** A trigger the API answered with a run: by `<jobId> <Idempotency-Key>`. */
+export interface KeyedTrigger {
+  readonly runId: string;
+  /** Virtual ms of the trigger that queued the run: the key's window runs 24 h from it. */
+  readonly at: number;
+}
+
 export interface Model {
   readonly jobs: ModelJob[];
+  /** The keyed triggers answered so far, by job and key. */
+  readonly keyedTriggers: Map<string, KeyedTrigger>;
+  /** Every run a trigger answered with (keyed or not), by run id: its job's id. */
+  readonly triggeredRuns: Map<string, string>;
+  /** Jobs a trigger of which answered neither a run nor a refusal: their triggered runs are not counted. */
+  readonly triggersUnsure: Set<string>;
   /** The virtual clock, as the model moved it. */
   now: number;
   /** Total virtual time jumped so far. */
@@ -321,8 +335,91 @@ async function lifecycle(model: Model, seq: Sequence, job: ModelJob, op: Lifecyc
     return;
   }
   if (op === "pause-cancel") await seq.api("POST", `/jobs/${job.id}/pause`, { running: "cancel" });
-  else await seq.api("POST", `/jobs/${job.id}/${op}`);
+  else {
+    const reply = await seq.api("POST", `/jobs/${job.id}/${op}`);
+    if (op === "trigger") noteTrigger(model, job, reply);
+  }
   await sync(model, seq, job);
+}
+
+interface Reply {
+  readonly status: number;
+  readonly body: unknown;
+}
+
+const runIdOf = (body: unknown): string | undefined =>
+  typeof body === "object" && body !== null && "runId" in body && typeof body.runId === "string"
+    ? body.runId
+    : undefined;
+
+/** Remembers the run a trigger answered, or that it is unsure whether one was queued. */
+function noteTrigger(model: Model, job: ModelJob, reply: Reply): string | undefined {
+  const runId = reply.status < 300 ? runIdOf(reply.body) : undefined;
+  if (runId !== undefined) model.triggeredRuns.set(runId, job.id);
+  else if (reply.status >= 500) model.triggersUnsure.add(job.id);
+  return runId;
+}
+
+/** How long a trigger's `Idempotency-Key` holds (docs/architecture.md, Lifecycle). */
+const KEY_WINDOW_MS = 24 * 3_600_000;
+
+/**
+ * POST /jobs/{id}/trigger with an `Idempotency-Key`, then `repeats` more times with the same key.
+ * The model expects one run per key per job within the key's 24 hours: the first trigger answers
+ * 202 with a new run, and every repeat 200 with that run. A 5xx is accepted only as an answer
+ * that may not have queued anything, and only if the same request repeated with its key then
+ * answers the run (one run: checked after settling, with every run a trigger answered).
+ */
+class TriggerWithKey implements Cmd {
+  constructor(
+    readonly job: number,
+    readonly key: number,
+    readonly repeats: number,
+  ) {}
+  check = (m: Readonly<Model>) => m.jobs.length > 0;
+  async run(model: Model, seq: Sequence): Promise<void> {
+    const job = pick(model.jobs, this.job);
+    if (!job) return;
+    const key = `key-${this.key}`;
+    const recordOf = `${job.id} ${key}`;
+    for (let i = 0; i <= this.repeats; i++) {
+      const path = `/jobs/${job.id}/trigger`;
+      const headers = { "Idempotency-Key": key };
+      let reply = await seq.api("POST", path, undefined, headers, { retriedWithKey: true });
+      if (reply.status >= 500) {
+        // The first 5xx may not have queued anything; its repeat must be harmless and answer.
+        reply = await seq.api("POST", path, undefined, headers);
+        if (reply.status >= 500) return;
+      }
+      const runId = runIdOf(reply.body);
+      if (reply.status >= 300 || runId === undefined) {
+        await sync(model, seq, job);
+        return;
+      }
+      model.triggeredRuns.set(runId, job.id);
+      const earlier = model.keyedTriggers.get(recordOf);
+      const age = earlier === undefined ? Number.POSITIVE_INFINITY : seq.nowMs - earlier.at;
+      // Within a second of the window's end either answer is right.
+      const repeat = age < KEY_WINDOW_MS - 1000;
+      const fresh = age > KEY_WINDOW_MS + 1000;
+      if (repeat && (reply.status !== 200 || runId !== earlier?.runId))
+        seq.violate(
+          "a trigger repeated with its Idempotency-Key answers 200 with the first trigger's run",
+          `${job.id} ${key}: answered ${reply.status} ${runId}, the first trigger's run is ${earlier?.runId} (${Math.round(age / 1000)} s ago)`,
+        );
+      if (fresh && reply.status === 200 && earlier !== undefined && runId === earlier.runId)
+        seq.violate(
+          "a trigger's Idempotency-Key holds for 24 hours",
+          `${job.id} ${key}: answered the run ${runId} of ${Math.round(age / 3_600_000)} h ago`,
+        );
+      if (!repeat && runId !== earlier?.runId)
+        model.keyedTriggers.set(recordOf, { runId, at: seq.nowMs });
+    }
+    await sync(model, seq, job);
+  }
+  toString() {
+    return `trigger(job ${this.job}, Idempotency-Key key-${this.key}${this.repeats > 0 ? `, repeated ${this.repeats}×` : ""})`;
+  }
 }
 
 class LifecycleCommand implements Cmd {
@@ -492,6 +589,45 @@ class InjectConflicts implements Cmd {
   }
 }
 
+class LoseAnswers implements Cmd {
+  constructor(
+    readonly kind: LostKind,
+    readonly times: number,
+  ) {}
+  check = () => true;
+  async run(_m: Model, seq: Sequence) {
+    seq.plan.lostAnswers.set(this.kind, (seq.plan.lostAnswers.get(this.kind) ?? 0) + this.times);
+  }
+  toString() {
+    return `lose answers(next ${this.times} ${this.kind})`;
+  }
+}
+
+class SqsSendFaults implements Cmd {
+  constructor(
+    readonly fault: SendFault,
+    readonly times: number,
+  ) {}
+  check = () => true;
+  async run(_m: Model, seq: Sequence) {
+    for (let i = 0; i < this.times; i++) seq.queues.faults.sends.push(this.fault);
+  }
+  toString() {
+    return `sqs(next ${this.times} send${this.times > 1 ? "s" : ""} ${this.fault})`;
+  }
+}
+
+class ExpiredReceipts implements Cmd {
+  constructor(readonly times: number) {}
+  check = () => true;
+  async run(_m: Model, seq: Sequence) {
+    seq.queues.faults.expiredReceipts += this.times;
+  }
+  toString() {
+    return `sqs(next ${this.times} visibility change${this.times > 1 ? "s" : ""} meet an expired receipt)`;
+  }
+}
+
 type HookOp =
   | { readonly kind: "edit"; readonly change: EditChange }
   | { readonly kind: "pause" }
@@ -574,6 +710,31 @@ const jump = (limits: ModelLimits) =>
 /** `replayPath` replays a shrunk command list exactly (fast-check prints it with the counterexample). */
 export function commandArbitrary(limits: ModelLimits, maxCommands: number, replayPath?: string) {
   const jobIndex = fc.nat(7);
+  const loseAnswers = fc
+    .tuple(
+      fc.constantFrom<LostKind>(
+        "claim",
+        "finish",
+        "edit",
+        "admission",
+        "start",
+        "runEnd",
+        "api",
+        "api",
+        "other",
+      ),
+      fc.integer({ min: 1, max: 3 }),
+    )
+    .map(([kind, times]) => new LoseAnswers(kind, times));
+  const sqsSends = fc
+    .tuple(
+      fc.constantFrom<SendFault>("refuse", "resent", "lostAfter", "unavailable"),
+      fc.integer({ min: 1, max: 3 }),
+    )
+    .map(([fault, times]) => new SqsSendFaults(fault, times));
+  const keyedTrigger = fc
+    .tuple(jobIndex, fc.nat(1), fc.integer({ min: 0, max: 2 }))
+    .map(([j, key, repeats]) => new TriggerWithKey(j, key, repeats));
   const commands: fc.Arbitrary<Cmd>[] = [
     jobSpec.map((s) => new CreateJob(s)),
     fc.tuple(jobIndex, editChange).map(([j, c]) => new EditJob(j, c)),
@@ -616,6 +777,10 @@ export function commandArbitrary(limits: ModelLimits, maxCommands: number, repla
         fc.integer({ min: 1, max: 2 }),
       )
       .map(([kind, times]) => new InjectConflicts(kind, times)),
+    loseAnswers,
+    sqsSends,
+    fc.integer({ min: 1, max: 2 }).map((times) => new ExpiredReceipts(times)),
+    keyedTrigger,
     fc
       .tuple(fc.constantFrom<"claim" | "start">("claim", "start"), jobIndex, hookOp)
       .map(([during, j, op]) => new Interleave(during, j, op)),
@@ -627,6 +792,10 @@ export function commandArbitrary(limits: ModelLimits, maxCommands: number, repla
     fc.constant(new DispatcherPass()),
     fc.integer({ min: 1, max: 6 }).map((n) => new Deliver(n, "normal")),
     jobSpec.map((s) => new CreateJob(s)),
+    // Faults and repeated triggers often enough that a sequence meets a few.
+    loseAnswers,
+    sqsSends,
+    keyedTrigger,
   ];
   return fc.commands(
     all.map((arb) => arb.map((cmd): Cmd => new Checked(cmd))),
@@ -635,5 +804,13 @@ export function commandArbitrary(limits: ModelLimits, maxCommands: number, repla
 }
 
 export function newModel(limits: ModelLimits, now: number): Model {
-  return { jobs: [], now, jumpedMs: 0, limits };
+  return {
+    jobs: [],
+    keyedTriggers: new Map(),
+    triggeredRuns: new Map(),
+    triggersUnsure: new Set(),
+    now,
+    jumpedMs: 0,
+    limits,
+  };
 }

@@ -2,6 +2,7 @@ import { AsyncLocalStorage } from "node:async_hooks";
 import type { DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import {
   type AttributeValue,
+  InternalServerError,
   TransactionCanceledException,
   TransactionConflictException,
 } from "@aws-sdk/client-dynamodb";
@@ -26,6 +27,9 @@ export type WriteKind =
   | "runEnd"
   | "other";
 
+/** What the model may lose answers of: a kind of write, or any write an API request makes. */
+export type LostKind = WriteKind | "api";
+
 /** Where a worker dies: right after its start write, before its finishing write, or between the run's and the job's write. */
 export type CrashPoint = "afterStart" | "beforeFinish" | "betweenWrites";
 
@@ -44,6 +48,12 @@ export interface DeliveryContext {
 }
 
 const delivery = new AsyncLocalStorage<DeliveryContext>();
+const apiRequest = new AsyncLocalStorage<true>();
+
+/** Runs `work` as one API request: its writes are of kind `api` for losing their answers. */
+export function inApiRequest<T>(work: () => Promise<T>): Promise<T> {
+  return apiRequest.run(true, work);
+}
 
 export function newDelivery(crash: CrashPoint | null): DeliveryContext {
   return { crash, runWritten: false, crashed: false, killed: false };
@@ -71,6 +81,11 @@ export interface FaultPlan {
   /** Cancellations still to inject per kind of write. */
   readonly conflicts: Map<WriteKind, number>;
   /**
+   * Writes still to apply with their answer lost, per kind: DynamoDB applies the write, and the
+   * SDK sees a 500 in its retry loop and sends the request again, as after a dropped connection.
+   */
+  readonly lostAnswers: Map<LostKind, number>;
+  /**
    * Runs once, between the read and the write of the next claim of this job: it starts just
    * before that claim's transaction is sent, and its own claims of the job wait until then.
    */
@@ -85,10 +100,20 @@ export interface FaultPlan {
   startHook: { readonly jobId: string; readonly run: Hook } | null;
   /** Every cancellation injected, for the report. */
   readonly injected: { kind: WriteKind; at: string }[];
+  /** Every answer lost, for the report and for judging a 5xx answered after one. */
+  readonly lost: { kind: LostKind; at: string }[];
 }
 
 export function emptyFaultPlan(): FaultPlan {
-  return { conflicts: new Map(), claimHook: null, heldClaim: null, startHook: null, injected: [] };
+  return {
+    conflicts: new Map(),
+    lostAnswers: new Map(),
+    claimHook: null,
+    heldClaim: null,
+    startHook: null,
+    injected: [],
+    lost: [],
+  };
 }
 
 type Marshalled = Record<string, AttributeValue>;
@@ -166,6 +191,22 @@ function classify(input: DynamoInput, tables: Tables): { kind: WriteKind; jobId:
 
 const metadata = { httpStatusCode: 400, attempts: 1, totalRetryDelay: 0 };
 
+/** The requests that write: only these can be applied with their answer lost. */
+/**
+ * Requests whose answer was lost once: the SDK's resend of one gets its answer, so the caller
+ * meets its own applied write rather than an SDK that gives up (a 500 the caller cannot tell
+ * from a write not made).
+ */
+const answerLost = new WeakSet<object>();
+
+const WRITES = new Set([
+  "PutItemCommand",
+  "UpdateItemCommand",
+  "DeleteItemCommand",
+  "TransactWriteItemsCommand",
+  "BatchWriteItemCommand",
+]);
+
 function conflictFor(input: DynamoInput, tables: Tables): Error {
   const items = input.TransactItems;
   if (items === undefined) {
@@ -199,83 +240,97 @@ export function installDynamoFaults(
   client: DynamoDBClient,
   current: () => { plan: FaultPlan; tables: Tables; now: () => string } | null,
 ): void {
-  const middleware: FinalizeRequestMiddleware<object, MetadataBearer> = (next) => async (args) => {
-    const state = current();
-    if (state === null) return next(args);
-    const input = args.input as DynamoInput;
-    const { kind, jobId } = classify(input, state.tables);
-    const { plan } = state;
-    const crash = delivery.getStore();
-    if (crash?.killed) throw new InjectedCrash("the worker's process was killed");
+  const middleware: FinalizeRequestMiddleware<object, MetadataBearer> =
+    (next, context) => async (args) => {
+      const state = current();
+      if (state === null) return next(args);
+      const input = args.input as DynamoInput;
+      const { kind, jobId } = classify(input, state.tables);
+      const { plan } = state;
+      const crash = delivery.getStore();
+      if (crash?.killed) throw new InjectedCrash("the worker's process was killed");
 
-    const held = plan.heldClaim;
-    if (kind === "claim" && held && held.jobId === jobId) {
-      // The interleaved change's own claim of the entry comes after the claim it interrupted.
-      held.reached();
-      await held.released;
-    }
-    let interleaved: Promise<void> | null = null;
-    let releaseHeld = () => {};
-    if (kind === "claim" && plan.claimHook && plan.claimHook.jobId === jobId) {
-      const hook = plan.claimHook;
-      plan.claimHook = null;
-      let reached = () => {};
-      const reachedClaim = new Promise<void>((resolve) => {
-        reached = resolve;
-      });
-      const released = new Promise<void>((resolve) => {
-        releaseHeld = resolve;
-      });
-      plan.heldClaim = { jobId, reached, released };
-      interleaved = outsideDelivery(hook.run);
-      await Promise.race([interleaved, reachedClaim]);
-    }
-    try {
-      if (kind === "start" && plan.startHook && plan.startHook.jobId === jobId) {
-        const hook = plan.startHook;
-        plan.startHook = null;
-        await outsideDelivery(hook.run);
+      const held = plan.heldClaim;
+      if (kind === "claim" && held && held.jobId === jobId) {
+        // The interleaved change's own claim of the entry comes after the claim it interrupted.
+        held.reached();
+        await held.released;
       }
-      const pending = plan.conflicts.get(kind) ?? 0;
-      if (pending > 0) {
-        plan.conflicts.set(kind, pending - 1);
-        plan.injected.push({ kind, at: state.now() });
-        throw conflictFor(input, state.tables);
+      let interleaved: Promise<void> | null = null;
+      let releaseHeld = () => {};
+      if (kind === "claim" && plan.claimHook && plan.claimHook.jobId === jobId) {
+        const hook = plan.claimHook;
+        plan.claimHook = null;
+        let reached = () => {};
+        const reachedClaim = new Promise<void>((resolve) => {
+          reached = resolve;
+        });
+        const released = new Promise<void>((resolve) => {
+          releaseHeld = resolve;
+        });
+        plan.heldClaim = { jobId, reached, released };
+        interleaved = outsideDelivery(hook.run);
+        await Promise.race([interleaved, reachedClaim]);
       }
-      if (crash && !crash.crashed) {
-        const ending =
-          kind === "runEnd" || (kind === "finish" && input.TransactItems !== undefined);
-        if (crash.crash === "beforeFinish" && ending) {
-          crash.crashed = true;
-          throw new InjectedCrash("worker died before its finishing write");
+      try {
+        if (kind === "start" && plan.startHook && plan.startHook.jobId === jobId) {
+          const hook = plan.startHook;
+          plan.startHook = null;
+          await outsideDelivery(hook.run);
         }
-        if (
-          crash.crash === "betweenWrites" &&
-          crash.runWritten &&
-          input.TableName === state.tables.jobs &&
-          input.UpdateExpression !== undefined
-        ) {
-          crash.crashed = true;
-          throw new InjectedCrash("worker died between the run's write and the job's write");
+        const pending = plan.conflicts.get(kind) ?? 0;
+        if (pending > 0) {
+          plan.conflicts.set(kind, pending - 1);
+          plan.injected.push({ kind, at: state.now() });
+          throw conflictFor(input, state.tables);
+        }
+        if (crash && !crash.crashed) {
+          const ending =
+            kind === "runEnd" || (kind === "finish" && input.TransactItems !== undefined);
+          if (crash.crash === "beforeFinish" && ending) {
+            crash.crashed = true;
+            throw new InjectedCrash("worker died before its finishing write");
+          }
+          if (
+            crash.crash === "betweenWrites" &&
+            crash.runWritten &&
+            input.TableName === state.tables.jobs &&
+            input.UpdateExpression !== undefined
+          ) {
+            crash.crashed = true;
+            throw new InjectedCrash("worker died between the run's write and the job's write");
+          }
+        }
+        const result = await next(args);
+        if (crash && !crash.crashed) {
+          if (kind === "runEnd") crash.runWritten = true;
+          if (crash.crash === "afterStart" && kind === "start") {
+            crash.crashed = true;
+            throw new InjectedCrash("worker died right after its start write");
+          }
+        }
+        const losingAs: LostKind =
+          apiRequest.getStore() && plan.lostAnswers.get("api") ? "api" : kind;
+        const losing = plan.lostAnswers.get(losingAs) ?? 0;
+        if (losing > 0 && WRITES.has(context.commandName ?? "") && !answerLost.has(args.input)) {
+          answerLost.add(args.input);
+          plan.lostAnswers.set(losingAs, losing - 1);
+          plan.lost.push({ kind: losingAs, at: state.now() });
+          // Inside the SDK's retry loop: the SDK sends the applied write again, as for a real 500.
+          throw new InternalServerError({
+            message: "injected: answer lost after the write was applied",
+            $metadata: { httpStatusCode: 500 },
+          });
+        }
+        return result;
+      } finally {
+        if (interleaved) {
+          plan.heldClaim = null;
+          releaseHeld();
+          await interleaved;
         }
       }
-      const result = await next(args);
-      if (crash && !crash.crashed) {
-        if (kind === "runEnd") crash.runWritten = true;
-        if (crash.crash === "afterStart" && kind === "start") {
-          crash.crashed = true;
-          throw new InjectedCrash("worker died right after its start write");
-        }
-      }
-      return result;
-    } finally {
-      if (interleaved) {
-        plan.heldClaim = null;
-        releaseHeld();
-        await interleaved;
-      }
-    }
-  };
+    };
   client.middlewareStack.add(middleware, {
     step: "finalizeRequest",
     priority: "low",

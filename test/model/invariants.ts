@@ -1,3 +1,4 @@
+import { REAPER_SETTLE_MS } from "../../shared/dispatch/reaper.js";
 import type { Run } from "../../shared/model.js";
 import { nextOccurrence, occurrences, type ScheduleSpec } from "../../shared/schedule/index.js";
 import { currentVersion, DELETED, type Model, type ModelJob } from "./commands.js";
@@ -7,6 +8,9 @@ import { MODEL_SETTINGS, type Snapshot, TICK_MS, type Violation } from "./system
 const EDIT_WINDOW_MS = MODEL_SETTINGS.lookaheadMs + 2 * 60_000 + 1000;
 
 type SnapshotRun = Snapshot["runs"][number];
+
+/** A run queued this long past its due time once the system settled is stuck: two leases and a tick. */
+const STUCK_MS = 2 * MODEL_SETTINGS.leaseMs + TICK_MS;
 
 const FINAL = new Set(["SUCCEEDED", "FAILED", "DEAD", "SKIPPED", "CANCELLED"]);
 
@@ -33,6 +37,8 @@ export function checkInvariants(
   const violations: Violation[] = [];
   const violate = (invariant: string, detail: string) => violations.push({ invariant, detail });
   const nowIso = new Date(snap.now).toISOString();
+  // The reaper acts on a deadline once it is REAPER_SETTLE_MS behind it: one after that line is live.
+  const reaperLine = new Date(snap.now - REAPER_SETTLE_MS).toISOString();
 
   const byOccurrence = new Map<string, SnapshotRun[]>();
   for (const run of snap.runs) {
@@ -54,6 +60,30 @@ export function checkInvariants(
       violate(
         "no occurrence succeeds twice",
         `${key}: the handler succeeded ${count} times and each success was recorded`,
+      );
+  }
+
+  // Every run a trigger answered with is kept, and a trigger queues one run, a repeat with its key none.
+  for (const [runId, jobId] of model.triggeredRuns) {
+    const deleted = model.jobs.find((j) => j.id === jobId)?.status === DELETED;
+    if (!deleted && !snap.runs.some((r) => r.runId === runId))
+      violate("an accepted trigger's run is never lost", `${jobId}: run ${runId} is gone`);
+  }
+  for (const job of model.jobs) {
+    if (job.status === DELETED || model.triggersUnsure.has(job.id)) continue;
+    const answered = new Set(
+      [...model.triggeredRuns].filter(([, jobId]) => jobId === job.id).map(([runId]) => runId),
+    );
+    const extra = snap.runs.filter(
+      (r) =>
+        r.jobId === job.id && r.triggered === true && r.attempt === 1 && !answered.has(r.runId),
+    );
+    if (extra.length > 0)
+      violate(
+        "each trigger queues one run, and a repeat with its Idempotency-Key none",
+        `${job.id}: ${extra.length} triggered run(s) no trigger answered: ${extra
+          .map((r) => `${r.runId} ${r.status}`)
+          .join(", ")}; answered ${[...answered].join(", ") || "none"}`,
       );
   }
 
@@ -91,7 +121,7 @@ export function checkInvariants(
             m.message.scheduledFor === run.scheduledFor &&
             m.message.attempt === run.attempt,
         );
-        if (!message && !(run.inflightSk !== null && run.inflightSk > nowIso))
+        if (!message && !(run.inflightSk !== null && run.inflightSk > reaperLine))
           violate(
             "a deleted job's unfinished run has a live path to its end",
             `${run.runId}: ${run.status}, no message, reaper deadline ${run.inflightSk ?? "none"} (now ${nowIso})`,
@@ -181,11 +211,20 @@ export function checkInvariants(
               m.message.scheduledFor === latest.scheduledFor &&
               m.message.attempt === latest.attempt,
           );
-          const deadline = latest.inflightSk !== null && latest.inflightSk > nowIso;
+          const deadline = latest.inflightSk !== null && latest.inflightSk > reaperLine;
           if (!message && !deadline)
             violate(
               "a queued or running run has a live path to run (a message, a due entry or a reaper deadline)",
               `${latest.runId}: ${latest.status} since ${latest.startedAt ?? latest.enqueuedAt ?? "?"}, no message, reaper deadline ${latest.inflightSk ?? "none"} (now ${nowIso})`,
+            );
+          // Settling ran every handler to its end and gave the reaper its deadlines: what is
+          // still running, or queued well past its due time, is stuck, whatever path it has.
+          const stuck =
+            latest.status === "RUNNING" || Date.parse(latest.dueAt) < snap.now - STUCK_MS;
+          if (stuck)
+            violate(
+              "nothing of an active job stays RUNNING, or QUEUED past its due time, once settled",
+              `${latest.runId}: ${latest.status}, due ${latest.dueAt}, since ${latest.startedAt ?? latest.enqueuedAt ?? "?"} (now ${nowIso}), message ${message ? "held" : "none"}, reaper deadline ${latest.inflightSk ?? "none"}`,
             );
           break;
         }

@@ -6,9 +6,10 @@ import { type Expectation, ModelSystem, ModelViolation } from "./system.js";
 
 /**
  * Model-based test (issue 13, item 15): fast-check drives random sequences of
- * API calls, dispatcher and reaper passes, worker deliveries (duplicated,
- * crashing at each seam), clock jumps and injected transaction conflicts
- * against DynamoDB Local and the SQS emulator, then lets the system settle
+ * API calls (triggers repeated under one `Idempotency-Key` among them), dispatcher and
+ * reaper passes, worker deliveries (duplicated, crashing at each seam), clock jumps, injected
+ * transaction conflicts, writes applied with their answer lost, and SQS refusing or losing
+ * sends and visibility changes, against DynamoDB Local and the SQS emulator, then lets the system settle
  * and checks the scheduler's promises.
  *
  * `npm test` runs thirty short sequences with jumps up to a day (about a minute);
@@ -36,7 +37,7 @@ const survey = env.MODEL_SURVEY === "1";
 const only = env.MODEL_ONLY;
 const surveyed = new Map<
   string,
-  { count: number; seed: number; detail: string; commands: string }
+  { count: number; seed: number; run: number; detail: string; commands: string }
 >();
 const maxCommands = Number(env.MODEL_MAX_COMMANDS ?? (long ? 40 : 25));
 /** Enough quiet time for retries (backoff up to 8 min), the reaper and the redrive DLQ to act. */
@@ -54,10 +55,13 @@ describe("model: random sequences keep the scheduler's promises", () => {
   it(
     `${runs} sequences of up to ${maxCommands} commands`,
     async () => {
+      // Which run of the check a sequence is: with the check's seed, `MODEL_PATH=<run>` replays it.
+      let run = -1;
       const property = fc.asyncProperty(
         fc.integer({ min: 0, max: 0x7fffffff }),
         commandArbitrary(limits, maxCommands, env.MODEL_REPLAY),
         async (systemSeed, commands) => {
+          run++;
           const t0 = performance.now();
           const start = EPOCH + (systemSeed % 86_400) * 1000 + (systemSeed % 997);
           const seq = await system.begin(start, systemSeed);
@@ -90,7 +94,7 @@ describe("model: random sequences keep the scheduler's promises", () => {
             }
             if (env.MODEL_PROFILE)
               process.stderr.write(
-                `begin ${Math.round(t1 - t0)} commands ${Math.round(t2 - t1)} settle+check ${Math.round(performance.now() - t2)} ms; crashes ${JSON.stringify(Object.fromEntries(seq.crashes))}, conflicts ${seq.plan.injected.map((i) => i.kind).join(" ")}\n`,
+                `begin ${Math.round(t1 - t0)} commands ${Math.round(t2 - t1)} settle+check ${Math.round(performance.now() - t2)} ms; crashes ${JSON.stringify(Object.fromEntries(seq.crashes))}, conflicts ${seq.plan.injected.map((i) => i.kind).join(" ")}, answers lost ${seq.plan.lost.map((l) => l.kind).join(" ")}, SQS ${seq.queues.faults.injected.join("; ")}\n`,
               );
             const counted = only
               ? seq.violations.filter((v) => `${v.invariant}: ${v.detail}`.includes(only))
@@ -104,6 +108,7 @@ describe("model: random sequences keep the scheduler's promises", () => {
                     surveyed.set(v.invariant, {
                       count: 1,
                       seed: systemSeed,
+                      run,
                       detail: v.detail,
                       commands: String(commands),
                     });
@@ -129,7 +134,7 @@ describe("model: random sequences keep the scheduler's promises", () => {
       if (survey) {
         const lines = [...surveyed].map(
           ([invariant, s]) =>
-            `${s.count}× ${invariant}\n    e.g. system seed ${s.seed}: ${s.detail}\n    after ${s.commands}`,
+            `${s.count}× ${invariant}\n    e.g. system seed ${s.seed} (MODEL_SEED=${details.seed} MODEL_PATH=${s.run} replays it): ${s.detail}\n    after ${s.commands}`,
         );
         process.stderr.write(`model survey, ${details.numRuns} sequences:\n${lines.join("\n")}\n`);
       }

@@ -34,11 +34,39 @@ export interface HeldMessage {
 
 const HIDDEN_SECONDS = 43_200;
 
+/**
+ * What SQS does to the next sends the engine makes, faults the emulator never produces:
+ * `refuse` lists every entry as `Failed` (a partial failure of all of them); `resent` takes the
+ * batch and loses its answer, so the SDK sends it again and both copies are queued; `lostAfter`
+ * takes the batch and the caller still sees an error (every answer lost); `unavailable` takes
+ * nothing and the caller sees an error (SQS down past the SDK's retries).
+ */
+export type SendFault = "refuse" | "resent" | "lostAfter" | "unavailable";
+
+/** The faults still to inject, in the order they are met. */
+export interface SqsFaults {
+  readonly sends: SendFault[];
+  /** Visibility changes still to refuse as if their receipt handle had expired. */
+  expiredReceipts: number;
+  /** Every fault injected, for the report. */
+  readonly injected: string[];
+}
+
+/** An error the caller of SQS sees from an injected fault, named so a check can tell it. */
+function injectedSqsError(name: string, message: string, status: number): Error {
+  return Object.assign(new Error(`injected SQS fault: ${message}`), {
+    name,
+    $fault: status >= 500 ? "server" : "client",
+    $metadata: { httpStatusCode: status },
+  });
+}
+
 export class VirtualQueues {
   private readonly held = new Map<string, HeldMessage>();
   /** Messages sent but not yet pulled from the emulator: their virtual visibility. */
   private readonly sent = new Map<string, number>();
   private seq = 0;
+  readonly faults: SqsFaults = { sends: [], expiredReceipts: 0, injected: [] };
 
   constructor(
     private readonly sqs: SQSClient,
@@ -122,15 +150,41 @@ export class VirtualQueues {
         const entries = (input.Entries ?? []) as SendMessageBatchRequestEntry[];
         const delays = new Map(entries.map((e) => [e.Id ?? "", e.DelaySeconds ?? 0]));
         const sentAt = this.now();
-        const result = await next({
-          ...args,
-          input: { ...input, Entries: entries.map((e) => ({ ...e, DelaySeconds: 0 })) },
-        });
-        const output = result.output as { Successful?: { Id?: string; MessageId?: string }[] };
-        for (const ok of output.Successful ?? []) {
-          if (ok.MessageId)
-            this.sent.set(ok.MessageId, sentAt + (delays.get(ok.Id ?? "") ?? 0) * 1000);
-        }
+        const fault = deliveryDied() ? undefined : this.faults.sends.shift();
+        if (fault !== undefined) this.faults.injected.push(`send ${fault}`);
+        if (fault === "refuse")
+          return {
+            response: {},
+            output: {
+              $metadata: { httpStatusCode: 200 },
+              Successful: [],
+              Failed: entries.map((entry) => ({
+                Id: entry.Id,
+                SenderFault: false,
+                Code: "InternalError",
+                Message: "injected SQS fault: the entry was refused",
+              })),
+            },
+          };
+        if (fault === "unavailable")
+          throw injectedSqsError("InternalError", "SQS did not take the batch", 500);
+        const send = async () => {
+          const result = await next({
+            ...args,
+            input: { ...input, Entries: entries.map((e) => ({ ...e, DelaySeconds: 0 })) },
+          });
+          const output = result.output as { Successful?: { Id?: string; MessageId?: string }[] };
+          for (const ok of output.Successful ?? []) {
+            if (ok.MessageId)
+              this.sent.set(ok.MessageId, sentAt + (delays.get(ok.Id ?? "") ?? 0) * 1000);
+          }
+          return result;
+        };
+        const result = await send();
+        if (fault === "lostAfter")
+          throw injectedSqsError("InternalError", "SQS took the batch; its answer was lost", 500);
+        // The SDK sends a batch whose answer was lost again: SQS queues both copies.
+        if (fault === "resent") return send();
         return result;
       }
       if (command === "SendMessageCommand") {
@@ -144,6 +198,11 @@ export class VirtualQueues {
       if (command === "ChangeMessageVisibilityCommand") {
         // A worker that died runs nothing more: its message keeps the visibility it had.
         if (deliveryDied()) throw new InjectedCrash("the worker's process died");
+        if (this.faults.expiredReceipts > 0) {
+          this.faults.expiredReceipts--;
+          this.faults.injected.push("visibility: receipt expired");
+          throw injectedSqsError("ReceiptHandleIsInvalid", "the receipt handle has expired", 400);
+        }
         const handle = String(input.ReceiptHandle ?? "");
         const seconds = Number(input.VisibilityTimeout ?? 0);
         const held = this.held.get(handle);
