@@ -40,8 +40,12 @@ const surveyed = new Map<
   { count: number; seed: number; run: number; detail: string; commands: string }
 >();
 const maxCommands = Number(env.MODEL_MAX_COMMANDS ?? (long ? 40 : 25));
-/** Enough quiet time for retries (backoff up to 8 min), the reaper and the redrive DLQ to act. */
-const SETTLE_MS = 12 * 60_000;
+/**
+ * Enough quiet time for retries (backoff up to 8 min), the reaper and the redrive DLQ to act, and
+ * for the message of a Lambda worker that died to come back (the queue's visibility, 15 min): its
+ * delivery makes the job's write that the dead worker left (docs/architecture.md, "Result").
+ */
+const SETTLE_MS = 16 * 60_000;
 /** The first instant of every sequence: a fixed day, shifted by the seed within it. */
 const EPOCH = Date.UTC(2026, 11, 1);
 
