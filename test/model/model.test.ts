@@ -12,6 +12,13 @@ import { type Expectation, ModelSystem, ModelViolation } from "./system.js";
  * sends and visibility changes, against DynamoDB Local and the SQS emulator, then lets the system settle
  * and checks the scheduler's promises.
  *
+ * What the model accepts of the API: no 5xx, but for a trigger with an `Idempotency-Key` whose
+ * writes all had their answers (a 5xx then may mean nothing was written) and whose repeat under
+ * the key answers a run, one run per key (checked once settled). A write that lost its answer
+ * was applied, and the SDK's resend of it gets an answer: a 5xx after that is a broken promise,
+ * keyed or not. A pass or a delivery may fail on an SQS failure the model injected; what it left
+ * undone must be done by the time the system settles.
+ *
  * `npm test` runs thirty short sequences with jumps up to a day (about a minute);
  * `npm run test:model` runs thousands with jumps up to a week (MODEL_RUNS,
  * MODEL_LONG). A failure prints its seed and path and the shrunk command

@@ -309,9 +309,10 @@ export class Sequence {
   // ------------------------------------------------------------------ API
 
   /**
-   * One API request. A 5xx breaks a promise, unless `retriedWithKey`: the caller repeats the
-   * request under the same `Idempotency-Key` and judges the repeat (a 5xx is acceptable only where
-   * the write may not have happened and a retry with the key is harmless).
+   * One API request. A 5xx breaks a promise, unless `retriedWithKey` and no write of the request
+   * lost its answer: the caller repeats the request under the same `Idempotency-Key` and judges
+   * the repeat. A 5xx is acceptable only where the write may not have happened (so never after a
+   * write that was applied, its answer lost) and a retry with the key is harmless.
    */
   async api(
     method: string,
@@ -334,7 +335,8 @@ export class Sequence {
     const text = await response.text();
     const parsed: unknown = text === "" ? null : JSON.parse(text);
     const lost = this.plan.lost.slice(lostBefore).map((l) => l.kind);
-    if (response.status >= 500 && !options.retriedWithKey)
+    // A write applied with its answer lost was applied: the API must tell its own write apart.
+    if (response.status >= 500 && (lost.length > 0 || !options.retriedWithKey))
       this.violate(
         lost.length > 0
           ? "no 5xx from the API where the write was applied (its answer lost)"
