@@ -33,7 +33,7 @@ export interface ModelJob {
 }
 
 /** A trigger the API answered with a run: by `<jobId> <Idempotency-Key>`. */
-export interface KeyedTrigger {
+interface KeyedTrigger {
   readonly runId: string;
   /** Virtual ms of the trigger that queued the run: the key's window runs 24 h from it. */
   readonly at: number;
