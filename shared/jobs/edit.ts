@@ -69,16 +69,48 @@ export async function editJob(
     const normalized = changes.schedule
       ? { ...changes, schedule: normalizeSchedule(changes.schedule, now) }
       : changes;
+    const current = checked(read);
+    const changesSchedule =
+      normalized.schedule !== undefined &&
+      JSON.stringify(normalized.schedule) !== JSON.stringify(current.schedule);
+    // Bad input (an upstream not the tenant's, a cycle) and a quota refusal come before anything
+    // is written, the claim below included. Neither reads what a claim changes (the job's next
+    // occurrence): the links and the quota share depend on its schedule and its upstreams alone.
+    const links =
+      changesSchedule && normalized.schedule
+        ? await relinkDependent(engine, current, normalized.schedule)
+        : null;
+    // Before the entry is filed in a shard, and before the share is reserved: its failure then
+    // leaves the tenant's usage as it was.
+    await recordShardCount(engine);
+    const reservation =
+      normalized.priority !== undefined || changesSchedule
+        ? await reserveJobQuotas(
+            engine,
+            tenantId,
+            {
+              ...(normalized.priority !== undefined ? { priority: normalized.priority } : {}),
+              jobs: 0,
+              schedule: normalized.schedule ?? current.schedule,
+              above: links?.above ?? new Map(),
+              replaces: current,
+            },
+            now,
+          )
+        : null;
     // Occurrences already due were due under the old schedule: claim them first, as a dispatcher
     // would, so the misfire policy decides them rather than the edit dropping them unrecorded.
     // A claim leaves the version alone, so the caller's version is still the one checked.
-    const changesSchedule =
-      normalized.schedule !== undefined &&
-      JSON.stringify(normalized.schedule) !== JSON.stringify(read.schedule);
-    const job =
-      changesSchedule && (await claimDueBeforeEdit(engine, checked(read), now))
-        ? checked(await getTenantJob(engine, tenantId, jobId))
-        : checked(read);
+    let job: Job;
+    try {
+      job =
+        changesSchedule && (await claimDueBeforeEdit(engine, current, now))
+          ? checked(await getTenantJob(engine, tenantId, jobId))
+          : current;
+    } catch (error) {
+      await giveBackJobQuotas(engine, reservation);
+      throw error;
+    }
     const edited: Job = {
       ...job,
       ...normalized,
@@ -94,26 +126,6 @@ export async function editJob(
     // The new endAt or maxRuns leaves nothing more to run: the job is complete.
     const completes = unbounded !== null && next === null && job.status === "ACTIVE";
     const entry = next && job.status === "ACTIVE" ? dueEntryFor(engine, edited, next, now) : null;
-    // Bad input (an upstream not the tenant's, a cycle) is refused before anything is reserved.
-    const links = changesSchedule ? await relinkDependent(engine, job, edited.schedule) : null;
-    // Before the entry is filed in a shard, and before the share is reserved: its failure then
-    // leaves the tenant's usage as it was.
-    await recordShardCount(engine);
-    const reservation =
-      normalized.priority !== undefined || changesSchedule
-        ? await reserveJobQuotas(
-            engine,
-            tenantId,
-            {
-              ...(normalized.priority !== undefined ? { priority: normalized.priority } : {}),
-              jobs: 0,
-              schedule: edited.schedule,
-              above: links?.above ?? new Map(),
-              replaces: job,
-            },
-            now,
-          )
-        : null;
     return {
       write: async () => {
         try {

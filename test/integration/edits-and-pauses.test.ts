@@ -116,6 +116,27 @@ describe("edits, pauses and retries keep the runs that should run", () => {
     for (const run of missed) expect(run.reason).toMatch(/misfire/);
   });
 
+  it("a schedule edit refused (an upstream that does not exist) after a dispatcher outage writes nothing, not even the old schedule's claim", async () => {
+    const createdAt = Math.ceil((Date.now() + 30 * MINUTE) / MINUTE) * MINUTE;
+    const { job } = await createJob(
+      withClock(() => new Date(createdAt)),
+      testJob({ type: "recorded", schedule: { every: "PT1H" } }),
+    );
+    const before = await getJob(f.engine, job.jobId);
+    const runsBefore = await runsOf(job.jobId);
+    // No dispatcher pass runs past the next occurrence; then an edit names a job that is not there.
+    const refused = editJob(
+      withClock(() => new Date(createdAt + 61 * MINUTE)),
+      TENANT,
+      job.jobId,
+      1,
+      { schedule: { after: { jobs: ["01ZZZZZZZZZZZZZZZZZZZZZZZZ"], on: "success" } } },
+    );
+    await expect(refused).rejects.toThrow(/01ZZZZZZZZZZZZZZZZZZZZZZZZ/);
+    expect(await runsOf(job.jobId)).toEqual(runsBefore);
+    expect(await getJob(f.engine, job.jobId)).toEqual(before);
+  });
+
   it("a schedule edit after a resume whose claim failed records every occurrence due before it", async () => {
     const createdAt = Math.ceil((Date.now() + 120 * MINUTE) / MINUTE) * MINUTE;
     const editedAt = createdAt + 10 * MINUTE;
