@@ -6,7 +6,7 @@ import { resend } from "../../shared/execution/run-outcome.js";
 import { cancelJob, createJob, editJob, pauseJob, triggerJob } from "../../shared/jobs/index.js";
 import { jobAsItStands } from "../../shared/jobs/queries.js";
 import type { Job, Run } from "../../shared/model.js";
-import { setVisibility } from "../../shared/queue/work-queue.js";
+import { type ReceivedRun, setVisibility } from "../../shared/queue/work-queue.js";
 import { runMessageOf } from "../../shared/storage/items.js";
 import { getJob, runKeyOf } from "../../shared/storage/run-reads.js";
 import {
@@ -23,6 +23,19 @@ const MINUTELY = { cron: "* * * * *", timezone: "UTC" };
 /** Its next run is far off: a run's ending writes the job at once. */
 const YEARLY = { cron: "0 0 1 1 *", timezone: "UTC" };
 
+/**
+ * The queue's delivery of a triggered run: near a minute's end a minutely job's next occurrence is
+ * sent too, and may come first; it is made visible again and left for later.
+ */
+async function deliveryOf(f: EngineFixture, run: Run): Promise<ReceivedRun> {
+  let received = await f.nextDelivery(f.engine.queues.normal, run.jobId);
+  while (received.message.scheduledFor !== run.scheduledFor) {
+    await setVisibility(f.engine.sqs, received.queueUrl, received.receiptHandle, 0);
+    received = await f.nextDelivery(f.engine.queues.normal, run.jobId);
+  }
+  return received;
+}
+
 describe("a frequent recurring run's ending writes the run alone", () => {
   let f: EngineFixture;
   beforeAll(async () => {
@@ -33,13 +46,9 @@ describe("a frequent recurring run's ending writes the run alone", () => {
   /** Triggers a run of the job and has a worker (on `engine`) process its message to the end. */
   async function runOnce(job: Job, engine = f.engine): Promise<Run> {
     const run = await triggerJob(f.engine, job.tenantId, job.jobId);
-    // The trigger's own message: near a minute's end the job's next occurrence is sent too.
-    let received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-    while (received.message.scheduledFor !== run.scheduledFor) {
-      await setVisibility(f.engine.sqs, received.queueUrl, received.receiptHandle, 0);
-      received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-    }
-    expect(await f.process({ ...f.workerDeps("worker"), engine }, received)).toBe("ack");
+    expect(await f.process({ ...f.workerDeps("worker"), engine }, await deliveryOf(f, run))).toBe(
+      "ack",
+    );
     const ended = (await f.runs()).find((r) => r.runId === run.runId);
     if (ended === undefined) throw new Error(`run ${run.runId} is gone`);
     return ended;
@@ -156,16 +165,13 @@ describe("buffer_one after an ending that writes the run alone", () => {
 
     // The first run starts and holds the job (its handler waits at the gate).
     const firstRun = await triggerJob(f.engine, job.tenantId, job.jobId);
-    const first = f.process(
-      f.workerDeps("worker-1", gated),
-      await f.nextDelivery(f.engine.queues.normal, job.jobId),
-    );
+    const first = f.process(f.workerDeps("worker-1", gated), await deliveryOf(f, firstRun));
     await admittedOne(f, job.jobId);
 
     // The second run reads the first as running and decides to wait in the buffer; the first
     // ends (and wakes whoever is buffered) after that read and before the buffer write lands.
     const second = await triggerJob(f.engine, job.tenantId, job.jobId);
-    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const received = await deliveryOf(f, second);
     const racing = createTestClients();
     let raced = false;
     racing.doc.middlewareStack.add(
@@ -217,13 +223,8 @@ describe("a repeat delivery of a run whose ending left the job's write to the ne
 
   it("makes no write of the job: its next admission drops the entry", async () => {
     const { job } = await createJob(f.engine, testJob({ schedule: MINUTELY }));
-    await triggerJob(f.engine, job.tenantId, job.jobId);
-    expect(
-      await f.process(
-        f.workerDeps("worker"),
-        await f.nextDelivery(f.engine.queues.normal, job.jobId),
-      ),
-    ).toBe("ack");
+    const triggered = await triggerJob(f.engine, job.tenantId, job.jobId);
+    expect(await f.process(f.workerDeps("worker"), await deliveryOf(f, triggered))).toBe("ack");
     const [ended] = (await f.runs()).filter((r) => r.jobId === job.jobId && r.status !== "QUEUED");
     if (ended === undefined) throw new Error("the run did not end");
     expect(ended.status).toBe("SUCCEEDED");
@@ -274,17 +275,11 @@ describe("a repeat delivery of a run whose ending left the job's write to the ne
         throw new Error("the later run failed");
       },
     };
-    first = f.process(
-      f.workerDeps("worker-1", handlers),
-      await f.nextDelivery(f.engine.queues.normal, job.jobId),
-    );
+    first = f.process(f.workerDeps("worker-1", handlers), await deliveryOf(f, firstRun));
     await admittedOne(f, job.jobId);
     const secondRun = await triggerJob(f.engine, job.tenantId, job.jobId);
     expect(
-      await f.process(
-        f.workerDeps("worker-2", handlers),
-        await f.nextDelivery(f.engine.queues.normal, job.jobId),
-      ),
+      await f.process(f.workerDeps("worker-2", handlers), await deliveryOf(f, secondRun)),
     ).toBe("ack");
     const runs = await f.runs();
     const ran = (runId: string) => runs.find((r) => r.runId === runId && r.attempt === 1);
@@ -327,12 +322,7 @@ describe("a change that puts the next admission off records the runs that ended"
   async function endedRun(): Promise<{ job: Job; run: Run }> {
     const { job } = await createJob(f.engine, testJob({ schedule: MINUTELY }));
     const triggered = await triggerJob(f.engine, job.tenantId, job.jobId);
-    expect(
-      await f.process(
-        f.workerDeps("worker"),
-        await f.nextDelivery(f.engine.queues.normal, job.jobId),
-      ),
-    ).toBe("ack");
+    expect(await f.process(f.workerDeps("worker"), await deliveryOf(f, triggered))).toBe("ack");
     const run = (await f.runs()).find((r) => r.runId === triggered.runId);
     if (run === undefined) throw new Error("the run is gone");
     expect(run.status).toBe("SUCCEEDED");
@@ -416,12 +406,7 @@ describe("an admission that starts whatever the live leases say", () => {
       }),
     );
     const first = await triggerJob(f.engine, job.tenantId, job.jobId);
-    expect(
-      await f.process(
-        f.workerDeps("worker"),
-        await f.nextDelivery(f.engine.queues.normal, job.jobId),
-      ),
-    ).toBe("ack");
+    expect(await f.process(f.workerDeps("worker"), await deliveryOf(f, first))).toBe("ack");
     const ended = (await f.runs()).find((r) => r.runId === first.runId);
     expect(ended?.status).toBe("SUCCEEDED");
 
@@ -476,13 +461,8 @@ describe("skip after a run whose ending left its entry", () => {
 
   it("of two runs admitted at once, exactly one starts", async () => {
     const { job } = await createJob(f.engine, testJob({ schedule: MINUTELY }));
-    await triggerJob(f.engine, job.tenantId, job.jobId);
-    expect(
-      await f.process(
-        f.workerDeps("worker"),
-        await f.nextDelivery(f.engine.queues.normal, job.jobId),
-      ),
-    ).toBe("ack");
+    const triggered = await triggerJob(f.engine, job.tenantId, job.jobId);
+    expect(await f.process(f.workerDeps("worker"), await deliveryOf(f, triggered))).toBe("ack");
     const read = await jobOf(f, job.jobId);
     expect(Object.keys(read.activeRuns)).toHaveLength(1);
     for (let round = 0; round < 5; round++) {
