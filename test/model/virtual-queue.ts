@@ -7,6 +7,7 @@ import {
 import type { InitializeMiddleware, MetadataBearer } from "@smithy/types";
 import type { RunMessage } from "../../shared/model.js";
 import { decodeRunMessage, encodeRunMessage } from "../../shared/queue/work-queue.js";
+import { injectedSqsError, refusedBatch } from "../support/faults.js";
 import { deliveryDied, InjectedCrash } from "./faults.js";
 
 /**
@@ -50,15 +51,6 @@ export interface SqsFaults {
   expiredReceipts: number;
   /** Every fault injected, for the report. */
   readonly injected: string[];
-}
-
-/** An error the caller of SQS sees from an injected fault, named so a check can tell it. */
-function injectedSqsError(name: string, message: string, status: number): Error {
-  return Object.assign(new Error(`injected SQS fault: ${message}`), {
-    name,
-    $fault: status >= 500 ? "server" : "client",
-    $metadata: { httpStatusCode: status },
-  });
 }
 
 export class VirtualQueues {
@@ -152,20 +144,7 @@ export class VirtualQueues {
         const sentAt = this.now();
         const fault = deliveryDied() ? undefined : this.faults.sends.shift();
         if (fault !== undefined) this.faults.injected.push(`send ${fault}`);
-        if (fault === "refuse")
-          return {
-            response: {},
-            output: {
-              $metadata: { httpStatusCode: 200 },
-              Successful: [],
-              Failed: entries.map((entry) => ({
-                Id: entry.Id,
-                SenderFault: false,
-                Code: "InternalError",
-                Message: "injected SQS fault: the entry was refused",
-              })),
-            },
-          };
+        if (fault === "refuse") return refusedBatch(entries);
         if (fault === "unavailable")
           throw injectedSqsError("InternalError", "SQS did not take the batch", 500);
         const send = async () => {

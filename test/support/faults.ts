@@ -190,33 +190,12 @@ export function withSqsFaults(base: Engine, plan: SqsFaultPlan): FaultySqsEngine
         return next(args);
       injected.count++;
       if (plan.kind === "expiredReceipt")
-        throw Object.assign(new Error("The receipt handle has expired."), {
-          name: "ReceiptHandleIsInvalid",
-          $fault: "client",
-          $metadata: { httpStatusCode: 400 },
-        });
+        throw injectedSqsError("ReceiptHandleIsInvalid", "the receipt handle has expired", 400);
       if (plan.kind === "loseAnswer") {
         await next(args);
-        throw Object.assign(new Error("answer lost after SQS accepted the batch"), {
-          name: "InternalError",
-          $fault: "server",
-          $metadata: { httpStatusCode: 500 },
-        });
+        throw injectedSqsError("InternalError", "SQS took the batch; its answer was lost", 500);
       }
-      const entries = ((args.input as Input).Entries as { Id?: string }[] | undefined) ?? [];
-      return {
-        response: {},
-        output: {
-          $metadata: { httpStatusCode: 200 },
-          Successful: [],
-          Failed: entries.map((entry) => ({
-            Id: entry.Id,
-            SenderFault: false,
-            Code: "InternalError",
-            Message: "injected: SQS refused the entry",
-          })),
-        },
-      };
+      return refusedBatch((args.input as Input).Entries as { Id?: string }[] | undefined);
     },
     { step: "finalizeRequest", priority: "low", name: "injectSqsFaults" },
   );
@@ -224,5 +203,31 @@ export function withSqsFaults(base: Engine, plan: SqsFaultPlan): FaultySqsEngine
     engine: { ...base, sqs: clients.sqs },
     injected,
     destroy: () => clients.destroy(),
+  };
+}
+
+/** An error the caller of SQS sees from an injected fault, named as SQS names it. */
+export function injectedSqsError(name: string, message: string, status: number): Error {
+  return Object.assign(new Error(`injected SQS fault: ${message}`), {
+    name,
+    $fault: status >= 500 ? "server" : "client",
+    $metadata: { httpStatusCode: status },
+  });
+}
+
+/** SendMessageBatch's answer when SQS refuses every entry (its partial failure, of all entries). */
+export function refusedBatch(entries: readonly { readonly Id?: string }[] | undefined) {
+  return {
+    response: {},
+    output: {
+      $metadata: { httpStatusCode: 200 },
+      Successful: [],
+      Failed: (entries ?? []).map((entry) => ({
+        Id: entry.Id,
+        SenderFault: false,
+        Code: "InternalError",
+        Message: "injected SQS fault: the entry was refused",
+      })),
+    },
   };
 }
