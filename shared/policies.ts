@@ -123,6 +123,12 @@ export interface OverlapInput {
   readonly liveRunIds: readonly string[];
   /** The run already waiting under buffer_one, if any. */
   readonly bufferedRunId: string | null;
+  /**
+   * A retry or a replay (attempt > 1): its occurrence got its turn already and failed, so
+   * skipping it would drop the occurrence without a dead letter. It waits instead, under every
+   * policy, without taking buffer_one's one waiting place from the run that holds it.
+   */
+  readonly rerun?: boolean;
 }
 
 /**
@@ -131,7 +137,8 @@ export interface OverlapInput {
  * decides how, e.g. by delaying the message). Under `allow` at its bound every
  * waiting run is buffered, with no one-waiter limit: the schedule itself
  * bounds how many can pile up, and a user who set a pool size expects queueing,
- * not dropped runs.
+ * not dropped runs. A retry or replay (`rerun`) waits the same way under `skip`
+ * and `buffer_one`, however many wait: retries are bounded by maxAttempts.
  */
 export type OverlapDecision =
   | { readonly action: "start" }
@@ -152,6 +159,7 @@ export function decideOverlap(input: OverlapInput): OverlapDecision {
   }
   switch (policy) {
     case "skip": {
+      if (input.rerun === true) return { action: "buffer" };
       const others = live.length > 1 ? ` (and ${live.length - 1} more)` : "";
       return {
         action: "skip",
@@ -159,7 +167,7 @@ export function decideOverlap(input: OverlapInput): OverlapDecision {
       };
     }
     case "buffer_one":
-      if (bufferedRunId === null || bufferedRunId === runId) {
+      if (bufferedRunId === null || bufferedRunId === runId || input.rerun === true) {
         return { action: "buffer" };
       }
       return {

@@ -48,6 +48,8 @@ export async function admitRun(
      * it died, and this delivery takes the run over.
      */
     readonly unwrittenStart?: { readonly firstWriteWithinMs: number };
+    /** A retry or replay (attempt > 1): it waits for a live run rather than being skipped. */
+    readonly rerun?: boolean;
   } = {},
 ): Promise<Admission> {
   let job = initial;
@@ -66,6 +68,7 @@ export async function admitRun(
         runId,
         liveRunIds: byLease,
         bufferedRunId: null,
+        rerun: options.rerun === true,
       }).action === "start";
     const read = startsAnyway
       ? { ...job, activeRuns: omit(job.activeRuns, byLease), bufferedRunId: null }
@@ -93,12 +96,16 @@ export async function admitRun(
       runId,
       liveRunIds: live,
       bufferedRunId: buffered,
+      rerun: options.rerun === true,
     });
     if (decision.action === "skip") return { decision, job };
     let change: AdmissionChange;
     if (decision.action === "start") change = { kind: "start", runId, leaseUntil };
-    else if (job.policies.overlap === "buffer_one") change = { kind: "buffer", runId };
-    // allow at its bound: nothing to record, the run just waits its turn.
+    // buffer_one's one waiting place, unless another waiting run holds it.
+    else if (job.policies.overlap === "buffer_one" && buffered === null)
+      change = { kind: "buffer", runId };
+    // allow at its bound, or a retry or replay behind a live run (and behind buffer_one's waiting
+    // run): nothing to record, the run just waits its turn.
     else return { decision, job };
     let raced: ConcurrentUpdateError | undefined;
     try {

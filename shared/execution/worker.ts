@@ -287,9 +287,13 @@ async function runInSlot(
       job,
       run.runId,
       new Date(run.leaseUntil ?? engine.clock()),
-      run.unwrittenStart?.written === false
-        ? { unwrittenStart: { firstWriteWithinMs: heartbeatEveryMs(deps) } }
-        : {},
+      {
+        ...(run.unwrittenStart?.written === false
+          ? { unwrittenStart: { firstWriteWithinMs: heartbeatEveryMs(deps) } }
+          : {}),
+        // A retry or replay waits for the live run: skipped, its occurrence would be dropped.
+        rerun: run.attempt > 1,
+      },
     ).catch((error: unknown) => {
       if (!(error instanceof JobNotFoundError)) throw error;
       return null;

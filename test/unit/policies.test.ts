@@ -245,6 +245,21 @@ describe("decideOverlap", () => {
       { action: "start" },
     ],
     [
+      "skip, a retry or replay with one live → buffer (it waits: skipped, its occurrence would be dropped)",
+      { policy: "skip", runId: "r2", liveRunIds: ["r1"], bufferedRunId: null, rerun: true },
+      { action: "buffer" },
+    ],
+    [
+      "buffer_one, a retry or replay with another buffered → buffer (it waits too)",
+      { policy: "buffer_one", runId: "r3", liveRunIds: ["r1"], bufferedRunId: "r2", rerun: true },
+      { action: "buffer" },
+    ],
+    [
+      "skip, a retry or replay with nothing live → start",
+      { policy: "skip", runId: "r2", liveRunIds: [], bufferedRunId: null, rerun: true },
+      { action: "start" },
+    ],
+    [
       "skip ignores maxConcurrent",
       { policy: "skip", maxConcurrent: 5, runId: "r2", liveRunIds: ["r1"], bufferedRunId: null },
       { action: "skip", reason: "overlap: run r1 still running; policy skip" },
