@@ -40,7 +40,10 @@ export interface SchedulerSettings {
   readonly misfireGraceSeconds: number;
   /** Run history, and completed or cancelled jobs, kept in the tables (TTL). */
   readonly retentionDays: number;
-  /** A dead letter stays listed at least this long after its run died (TTL). */
+  /**
+   * A dead letter stays listed at least this long after its run died (TTL), and a completed job
+   * is kept this long when it is longer than retentionDays, so that its dead letters stay replayable.
+   */
   readonly deadLetterRetentionDays: number;
   readonly minIntervalMs: number;
   /** CloudWatch Logs retention of every function and the API access log. */

@@ -86,7 +86,10 @@ export interface EngineSettings {
   readonly misfireGraceMs: number;
   /** Run history, and ended (completed, cancelled) jobs, are kept this long (TTL). */
   readonly retentionDays: number;
-  /** A dead letter stays listed at least this long after its run died. */
+  /**
+   * A dead letter stays listed at least this long after its run died, and a completed job is kept
+   * this long when it is longer than retentionDays, so that its dead letters stay replayable.
+   */
   readonly deadLetterRetentionDays: number;
   /** Schedules firing more often than this are refused. */
   readonly minIntervalMs: number;

@@ -6,8 +6,8 @@ import { jobKey } from "./items.js";
 import { deletePendingDueEntry, putDueEntry, updateJobFrom, writeJobChange } from "./job-update.js";
 import {
   attemptsSpanMs,
+  cancelledJobExpiresAt,
   completedJobExpiresAt,
-  jobExpiresAt,
   runsOnAfterEndMs,
 } from "./retention.js";
 
@@ -82,7 +82,7 @@ export async function writeCancelledJob(engine: Engine, job: Job, now: Date): Pr
     updateJobFrom(
       engine,
       job,
-      { ...set, expiresAt: jobExpiresAt(now, engine.settings) },
+      { ...set, expiresAt: cancelledJobExpiresAt(now, engine.settings) },
       {
         sameParkedRuns: true,
       },

@@ -11,9 +11,19 @@ const DAY_SECONDS = 86_400;
 
 const epochSeconds = (at: Date) => Math.floor(at.getTime() / 1000);
 
-/** A job that ended (COMPLETED or CANCELLED) at `endedAt` is kept for the retention, then expires. */
-export function jobExpiresAt(endedAt: Date, settings: EngineSettings): number {
+/** A job cancelled at `endedAt` is kept for the retention, then expires. */
+export function cancelledJobExpiresAt(endedAt: Date, settings: EngineSettings): number {
   return epochSeconds(endedAt) + settings.retentionDays * DAY_SECONDS;
+}
+
+/**
+ * How long a completed job is kept once its runs are done: the retention, or as long as a dead
+ * letter stays listed (`deadLetterRetentionDays`), when longer. A replay needs its job, and a dead
+ * run of a completed job died no later than its runs' end (a one-off's run completes it as it
+ * dies): kept only the retention, the job would leave its dead letters listed and unreplayable.
+ */
+function completedJobRetentionSeconds(settings: EngineSettings): number {
+  return Math.max(settings.retentionDays, settings.deadLetterRetentionDays) * DAY_SECONDS;
 }
 
 /**
@@ -36,13 +46,19 @@ export function attemptsSpanMs(job: Pick<Job, "policies" | "timeoutSeconds">): n
   return maxAttempts * job.timeoutSeconds * 1000 + (maxAttempts - 1) * maxDelayMs;
 }
 
-/** A job completed at `completedAt` whose runs may go on for `runsOnMs` (runsOnAfterEndMs). */
+/**
+ * A job completed at `completedAt` whose runs may go on for `runsOnMs` (runsOnAfterEndMs; 0 when
+ * its last run completed it): kept for `completedJobRetentionSeconds` after those runs.
+ */
 export function completedJobExpiresAt(
   completedAt: Date,
   runsOnMs: number,
   settings: EngineSettings,
 ): number {
-  return jobExpiresAt(new Date(completedAt.getTime() + runsOnMs), settings);
+  return (
+    epochSeconds(new Date(completedAt.getTime() + runsOnMs)) +
+    completedJobRetentionSeconds(settings)
+  );
 }
 
 /** A run's history is kept for the retention after the run was written. */

@@ -16,7 +16,7 @@ import {
 } from "./dynamo-errors.js";
 import { deadLetterPk, decodeJob, encodeDueEntry, jobKey } from "./items.js";
 import { finishedAfter, LAST_RUN_OLDER, lastRunOlderValues } from "./last-run.js";
-import { deadRunExpiresAt, jobExpiresAt } from "./retention.js";
+import { completedJobExpiresAt, deadRunExpiresAt } from "./retention.js";
 import {
   fencedWrite,
   fenceFailure,
@@ -378,7 +378,7 @@ function jobAfterRun(
       ":active": "ACTIVE",
       ":runAt": run.scheduledFor,
       ":null": null,
-      ":expiresAt": jobExpiresAt(completedAt, engine.settings),
+      ":expiresAt": completedJobExpiresAt(completedAt, 0, engine.settings),
     });
   }
   if (ending.tracked) {

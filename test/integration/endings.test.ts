@@ -290,7 +290,7 @@ describe("retention: TTL values, idempotency window, dead letters, the expiry sw
     }
   });
 
-  it("a one-off completed by its run expires a retention after it", async () => {
+  it("a one-off completed by its run expires after it by the longer of the history's and the dead letters' retention", async () => {
     const stop = new AbortController();
     const loop = runWorkerLoop(f.workerDeps("retention-worker"), {
       concurrency: 2,
@@ -310,7 +310,8 @@ describe("retention: TTL values, idempotency window, dead letters, the expiry sw
         20_000,
       );
       const [run] = await runsOf(f, job.jobId);
-      expect(done.expiresAt).toBe(epoch(Date.parse(run?.finishedAt ?? "")) + 30 * DAY_SECONDS);
+      // 90: deadLetterRetentionDays here, longer than the 30 of retentionDays.
+      expect(done.expiresAt).toBe(epoch(Date.parse(run?.finishedAt ?? "")) + 90 * DAY_SECONDS);
     } finally {
       stop.abort();
       await loop;
@@ -388,6 +389,32 @@ describe("retention: TTL values, idempotency window, dead letters, the expiry sw
     expect(listed.items.map((r) => r.runId)).toContain(dead.runId);
     const replay = await replayDeadLetter(later, TENANT, dead.runId);
     expect(replay.attempt).toBe(dead.attempt + 1);
+  });
+
+  it("a one-off whose run died keeps its completed job as long as the dead letter: replayable until it expires", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "fail",
+        payload: { retryable: false },
+        schedule: { runAt: new Date().toISOString() },
+      }),
+    );
+    await f.process(f.workerDeps("w"), await f.nextDelivery(f.engine.queues.normal, job.jobId));
+    const [dead] = await runsOf(f, job.jobId);
+    expect(dead?.status).toBe("DEAD");
+    expect((await getTenantJob(f.engine, TENANT, job.jobId)).status).toBe("COMPLETED");
+    const diedAt = Date.parse(dead?.finishedAt ?? "");
+    const deadItem = await rawItem(f, "runs", runKey(job.jobId, dead?.scheduledFor ?? "", 1));
+    expect((await rawItem(f, "jobs", jobKey(job.jobId)))?.expiresAt).toBe(deadItem?.expiresAt);
+
+    // 40 days on: past the retention of 30, inside the dead letter's 90.
+    const later = at(f, diedAt + 40 * DAY - Date.now());
+    await sweepExpired(later, later.clock());
+    const listed = await listDeadLetters(later, TENANT, { limit: 100 });
+    expect(listed.items.map((r) => r.runId)).toContain(dead?.runId);
+    const replay = await replayDeadLetter(later, TENANT, dead?.runId ?? "");
+    expect(replay.attempt).toBe(2);
   });
 
   it("a run parked through a pause longer than the retention runs after resume, and a cancelled one still expires", async () => {
