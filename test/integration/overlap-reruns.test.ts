@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { sleep } from "../../shared/clock.js";
 import { JobError, type JobHandler } from "../../shared/execution/job-contract.js";
+import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
 import { createJob, replayDeadLetter, triggerJob } from "../../shared/jobs/index.js";
 import { listDeadLetters } from "../../shared/jobs/queries.js";
 import type { Job, Run } from "../../shared/model.js";
@@ -161,4 +163,64 @@ describe("a retry or replay of a recurring job that meets a run under way waits 
     },
     60_000,
   );
+});
+
+describe("replaying every dead letter of one job at once, through a worker loop", () => {
+  let g: EngineFixture;
+  beforeAll(async () => {
+    g = await createEngineFixture();
+  });
+  afterAll(() => g.destroy());
+
+  it("runs each replay once: none is skipped because another replay of the job was running", async () => {
+    let targetUp = false;
+    const handlers: Record<string, JobHandler> = {
+      flaky: async () => {
+        if (!targetUp) throw new JobError("target down", { retryable: false });
+        await sleep(300);
+      },
+    };
+    const { job } = await createJob(
+      g.engine,
+      testJob({ type: "flaky", schedule: { cron: "0 0 1 1 *", timezone: "UTC" } }),
+    );
+    // The target is down: one run after another dies (one at a time: under skip, triggered runs
+    // that overlapped would be skipped, which is the policy).
+    const failed: Run[] = [];
+    for (let i = 0; i < 8; i++) {
+      const run = await triggerJob(g.engine, job.tenantId, job.jobId);
+      let received = await g.nextDelivery(g.engine.queues.normal, job.jobId);
+      while (received.message.scheduledFor !== run.scheduledFor)
+        received = await g.nextDelivery(g.engine.queues.normal, job.jobId);
+      await g.process(g.workerDeps("outage", handlers), received);
+      failed.push(run);
+    }
+    const listed = await listDeadLetters(g.engine, job.tenantId, { limit: 100 });
+    expect(listed.items).toHaveLength(failed.length);
+    const stop = new AbortController();
+    const loop = runWorkerLoop(g.workerDeps("loop", handlers), {
+      concurrency: 4,
+      signal: stop.signal,
+    });
+    try {
+      targetUp = true;
+      const replays: Run[] = [];
+      for (const dead of listed.items)
+        replays.push(await replayDeadLetter(g.engine, job.tenantId, dead.runId));
+      const ended = await waitFor(
+        "every replay to end",
+        async () => {
+          const runs = await Promise.all(replays.map((r) => getRun(g.engine, r)));
+          return runs.every((r) => r !== null && r.status !== "QUEUED" && r.status !== "RUNNING")
+            ? runs
+            : undefined;
+        },
+        60_000,
+      );
+      expect(ended.map((r) => r?.status)).toEqual(replays.map(() => "SUCCEEDED"));
+    } finally {
+      stop.abort();
+      await loop;
+    }
+  }, 90_000);
 });
