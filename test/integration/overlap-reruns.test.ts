@@ -165,6 +165,21 @@ describe("a retry or replay of a recurring job that meets a run under way waits 
   );
 });
 
+describe("a triggered run meets the overlap policy as a first attempt", () => {
+  it("under skip it is recorded skipped while another run of the job is under way", async () => {
+    const { job, handlers, release, set } = await jobWithBehaviours("skip");
+    set("block");
+    const { running } = await runAhead(job, handlers);
+    const triggered = await triggerJob(f.engine, job.tenantId, job.jobId);
+    await f.process(f.workerDeps("trigger", handlers), await deliveryOf(triggered));
+    const skipped = await getRun(f.engine, triggered);
+    expect(skipped?.status).toBe("SKIPPED");
+    expect(skipped?.reason).toMatch(/^overlap: run \S+ still running; policy skip$/);
+    release();
+    expect(await running).toBe("ack");
+  }, 60_000);
+});
+
 describe("replaying every dead letter of one job at once, through a worker loop", () => {
   let g: EngineFixture;
   beforeAll(async () => {
