@@ -159,6 +159,16 @@ export interface RunTrigger {
 }
 
 /**
+ * The failed attempt a next attempt was written for, written before that attempt's FAILED ending
+ * (run-finish.ts): the next attempt runs only once this one says FAILED (retry-predecessor.ts
+ * `decideOnPredecessor`). `fence` is the start of the predecessor whose failure wrote it.
+ */
+export interface RetryOf {
+  readonly runId: string;
+  readonly fence: number;
+}
+
+/**
  * One pending occurrence or retry, stored in its minute bucket. It carries
  * what the dispatcher needs to claim it without reading the job.
  */
@@ -188,6 +198,8 @@ export interface DueEntry {
   readonly fanOut?: TriggerFanOut;
   /** A retry of a dependent's run: the upstream run its first attempt records, kept on every attempt. */
   readonly runTrigger?: RunTrigger;
+  /** A retry entry: the failed attempt it follows, carried onto the run its claim queues. */
+  readonly retryOf?: RetryOf;
 }
 
 export interface Run {
@@ -251,6 +263,11 @@ export interface Run {
   readonly cancelRequestedAt?: string | null;
   /** Who asked for the cancel: the run's own route, a cancel of its job, or a pause with running: cancel. */
   readonly cancelledBy?: CancelSource | null;
+  /**
+   * A next attempt written by a failure (not a replay's, nor a resume's): the attempt before it,
+   * whose FAILED ending it waits for before it runs.
+   */
+  readonly retryOf?: RetryOf;
 }
 
 /** What cancelled a run: `POST …/runs/{runId}/cancel`, `POST /jobs/{id}/cancel`, or a pause with `running: "cancel"`. */

@@ -83,8 +83,8 @@ export class Api extends Construct {
     // put with BatchWriteItem).
     allowTable(this.handler.fn, {
       ...storage.jobs,
-      // ConditionCheckItem: an async run's failure whose job took a later run's lastRun meanwhile
-      // checks the job in its retry transaction, writing nothing on it (run-finish.ts).
+      // ConditionCheckItem: an async run's completion fans its trigger entry out to the job's
+      // dependents, each dependent's run put with a check of that dependent's status (trigger.ts).
       actions: [
         "GetItem",
         "BatchGetItem",

@@ -54,8 +54,9 @@ export class Worker extends Construct {
     allowTable(this.worker.fn, { ...storage.webhookSecrets, actions: ["GetItem", "PutItem"] });
     allowTableKey(this.worker.fn, storage.webhookSecretsKey);
     // Job read (GetItem; BatchGetItem with its run's, by a first delivery), admission and one-off
-    // completion (UpdateItem), the finish transaction
-    // (Update the job, Put a retry's due entry or an upstream's trigger entry); the fan-out of a
+    // completion (UpdateItem), a retry's due entry (PutItem, before the failed run's ending; its
+    // DeleteItem when a cancel refused that ending), an ending's transaction with an upstream's
+    // trigger entry (Put); the fan-out of a
     // trigger to its dependents (GetItem, ConditionCheck each dependent, DeleteItem the entry); the
     // tenant's concurrent-runs quota: its override and slots read in one Query of its quota
     // partition, a slot taken (PutItem), extended (UpdateItem) and freed (DeleteItem).
@@ -72,9 +73,10 @@ export class Worker extends Construct {
       ],
     });
     // A first delivery's read of its run with its job (BatchGetItem: its start is written with
-    // the run's first write), start (which returns the run), heartbeat, requeue, park (UpdateItem), the finish
-    // transaction (Update the run, Put the next attempt's QUEUED run), admission's read of the
-    // runs its job lists (BatchGetItem).
+    // the run's first write), start (which returns the run), heartbeat, requeue, park, ending
+    // (UpdateItem), a failure's next attempt as a QUEUED run (PutItem, before the ending; taken back
+    // with UpdateItem), admission's read of the runs its job lists and a retry's read of the
+    // attempt before it (BatchGetItem).
     allowTable(this.worker.fn, {
       ...storage.runs,
       actions: ["UpdateItem", "PutItem", "BatchGetItem"],

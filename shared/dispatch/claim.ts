@@ -136,6 +136,7 @@ function planWrites(
     priority: entry.priority,
     jobVersion: entry.jobVersion,
     ...(entry.runTrigger ? { trigger: entry.runTrigger } : {}),
+    ...(entry.retryOf ? { retryOf: entry.retryOf } : {}),
   });
   // Read again here, not the pass's clock: the reaper's cursor may have passed `now + lease`
   // by the time a long pass writes this claim, and a pass's `now` can be minutes old (below).

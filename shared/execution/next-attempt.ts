@@ -4,7 +4,11 @@ import type { Job, Run } from "../model.js";
 import { dueEntryKey } from "../storage/due-entries.js";
 import { queuedRun } from "../storage/runs.js";
 
-/** The next attempt of a failed run: QUEUED right away when it is due soon, else a due entry. */
+/**
+ * The next attempt of a failed run: QUEUED right away when it is due soon, else a due entry. Either
+ * names the failed attempt under its start's fence (`retryOf`): it is written before that attempt's
+ * FAILED ending, and runs only once the attempt says FAILED.
+ */
 export function nextAttempt(
   engine: Engine,
   job: Job,
@@ -13,6 +17,7 @@ export function nextAttempt(
   dueAt: Date,
   now: Date,
 ) {
+  const retryOf = { runId: run.runId, fence: run.fence };
   const spec = {
     jobId: run.jobId,
     tenantId: run.tenantId,
@@ -23,6 +28,7 @@ export function nextAttempt(
     priority: job.priority,
     jobVersion: run.jobVersion,
     ...(run.trigger ? { trigger: run.trigger } : {}),
+    retryOf,
   };
   if (needsFastPath(dueAt, now, engine.settings.lookaheadMs)) {
     const { run: queued, item } = queuedRun(spec, now, engine.settings);
@@ -42,6 +48,7 @@ export function nextAttempt(
     schedule: job.schedule,
     misfire: job.policies.misfire,
     ...(run.trigger ? { runTrigger: run.trigger } : {}),
+    retryOf,
   };
   return { ending: { dueEntry }, queued: null };
 }

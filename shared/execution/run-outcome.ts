@@ -1,6 +1,5 @@
 import { fanOutTrigger } from "../dispatch/trigger-fan-out.js";
 import type { Engine } from "../engine.js";
-import { JobNotFoundError } from "../errors.js";
 import { parseRunId } from "../keys.js";
 import type { DueEntry, Job, Run, RunMessage } from "../model.js";
 import { METRICS, TENANT_LOG_EVENTS } from "../observability.js";
@@ -28,9 +27,10 @@ export function startLagMs(run: Pick<Run, "startedAt" | "dueAt">, now: Date): nu
 
 /**
  * Records a run's result as its worker (or, for an async run, its target) reports it, conditioned
- * on the run's fence: SUCCEEDED, or a failure with the job's retry policy applied (FAILED plus the
- * next attempt in one transaction, or DEAD). A failure whose job was deleted meanwhile ends
- * CANCELLED with no retry. Throws FenceLostError when the run is no longer held under `run.fence`.
+ * on the run's fence: SUCCEEDED, or a failure with the job's retry policy applied (the next
+ * attempt put, then FAILED; or DEAD). A failure whose job was deleted meanwhile ends FAILED, and
+ * its next attempt finds no job (its worker ends it CANCELLED; a retry entry's claim removes it).
+ * Throws FenceLostError when the run is no longer held under `run.fence`.
  */
 export async function recordResult(
   engine: Engine,
@@ -116,30 +116,19 @@ export async function recordResult(
       await fanOutNow(engine, trigger.trigger);
     } else {
       const retry = nextAttempt(engine, job, run, decision.nextAttempt, decision.dueAt, now);
-      try {
-        await finishRun(
-          engine,
-          run,
-          {
-            status: "FAILED",
-            error: result.error,
-            ran: true,
-            tracked,
-            retry: retry.ending,
-            executedVersion,
-          },
-          now,
-        );
-      } catch (error) {
-        if (!(error instanceof JobNotFoundError)) throw error;
-        await endForDeletedJob(engine, run, {
-          ran: true,
-          reason: "job deleted while the run ran; no retry",
+      await finishRun(
+        engine,
+        run,
+        {
+          status: "FAILED",
           error: result.error,
+          ran: true,
+          tracked,
+          retry: retry.ending,
           executedVersion,
-        });
-        return;
-      }
+        },
+        now,
+      );
       report("FAILED", result.error);
       if (retry.queued) await resend(engine, runMessageOf(retry.queued), decision.dueAt);
     }

@@ -16,6 +16,7 @@ import { startRun, takeRun } from "../storage/run-start.js";
 import { type RunSlot, releaseRunSlot } from "../storage/tenant-quotas.js";
 import { admitRun } from "./admission.js";
 import { handedOverAndTimedOut, handOverRun, issueRunToken, timedOutResult } from "./async-runs.js";
+import { afterPredecessor } from "./retry-predecessor.js";
 import { endOnCancelRequest, type RunProgress, repairJobAfterRun } from "./run-endings.js";
 import { execute, heartbeatEveryMs, type RunExecutionDeps } from "./run-execution.js";
 import { endForDeletedJob, isRecurring, recordResult, resend, startLagMs } from "./run-outcome.js";
@@ -135,7 +136,7 @@ async function processDelivery(
   const progress: RunProgress = { tracked: false, executedVersion: null };
   try {
     try {
-      return await runStarted(deps, received, run, progress, started.job);
+      return await runStarted(deps, received, run, progress, started.job, started.predecessor);
     } catch (error) {
       if (!(error instanceof RunCancelledError)) throw error;
       await endOnCancelRequest(engine, run, error, progress);
@@ -160,6 +161,8 @@ async function runStarted(
   progress: RunProgress,
   /** The job as read with the run, for a start held unwritten. */
   readWithRun: Job | null | undefined,
+  /** A later attempt's predecessor as read with the run (null: gone); absent: not read. */
+  predecessor: Run | null | undefined,
 ): Promise<Disposition> {
   const { engine } = deps;
   // Read after the start write (or with the run, for a start held unwritten), consistently:
@@ -171,7 +174,18 @@ async function runStarted(
   const decision =
     decided.action === "end" && decided.unlessNoRunFor !== undefined && job !== null
       ? await unlessLastQueued(engine, decided, job, run.jobId, decided.unlessNoRunFor)
-      : decided;
+      : decided.action === "run" && run.retryOf !== undefined
+        ? await afterPredecessor(engine, decided.job, run, predecessor)
+        : decided;
+  if (decision.action === "wait") {
+    await requeueRun(engine, run, decision.reason, decision.recheckAt);
+    await resend(
+      engine,
+      runMessageOf({ ...run, dueAt: decision.recheckAt.toISOString() }),
+      decision.recheckAt,
+    );
+    return "ack";
+  }
   if (decision.action === "end") {
     await finishRun(
       engine,

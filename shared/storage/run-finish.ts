@@ -1,6 +1,6 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
-import { JobNotFoundError } from "../errors.js";
+import { type FenceLostError, RunCancelledError } from "../errors.js";
 import {
   type DueEntry,
   isOneOffOccurrence,
@@ -16,6 +16,12 @@ import {
 } from "./dynamo-errors.js";
 import { deadLetterPk, decodeJob, encodeDueEntry, jobKey } from "./items.js";
 import { finishedAfter, LAST_RUN_OLDER, lastRunOlderValues } from "./last-run.js";
+import {
+  type NextAttemptWrite,
+  putNextAttempt,
+  retractNextAttempt,
+  retryNotRunReason,
+} from "./next-attempt.js";
 import { completedJobExpiresAt, deadRunExpiresAt } from "./retention.js";
 import {
   fencedWrite,
@@ -26,14 +32,8 @@ import {
 } from "./run-fence.js";
 import { runKeyOf } from "./run-reads.js";
 import { boundedOrNull } from "./stored-text.js";
-import {
-  ConditionsFailedError,
-  type NamedWrite,
-  type TransactItem,
-  writeTransaction,
-} from "./transaction.js";
+import { ConditionsFailedError, type TransactItem, writeTransaction } from "./transaction.js";
 
-type Item = Record<string, unknown>;
 type UpdateInput = NonNullable<TransactItem["Update"]>;
 
 export type FinalStatus = Extract<
@@ -47,14 +47,17 @@ export interface RunEnding {
   readonly reason?: string | null;
   /** Whether the handler ran: only then are finishedAt − startedAt and lastRun meaningful. */
   readonly ran: boolean;
-  /** For FAILED: the next attempt, as a QUEUED run to send or a due entry for the dispatcher. */
-  readonly retry?: { readonly runItem: Item } | { readonly dueEntry: DueEntry };
+  /**
+   * For FAILED: the next attempt, as a QUEUED run to send or a due entry for the dispatcher, put
+   * before the run's ending (`putNextAttempt`).
+   */
+  readonly retry?: NextAttemptWrite;
   /** Whether the job item keeps an activeRuns entry for this run that must go. */
   readonly tracked: boolean;
   /**
    * A tracked ending whose job's next admission comes soon (`nextAdmissionSoon`) writes the run
    * alone: the entry stays, the job's next admission drops it and takes lastRun from the run, and
-   * readers of the job read the run meanwhile (job-runs.ts). Ignored by a failed run's transaction.
+   * readers of the job read the run meanwhile (job-runs.ts).
    */
   readonly jobWriteDeferred?: boolean;
   /** The run was a one-off job's own occurrence and ended for good: the job is COMPLETED with it. */
@@ -73,8 +76,8 @@ export interface RunEnding {
   readonly honoursCancel?: boolean;
 }
 
-/** The writes of a failed run's transaction, by the names their conditions fail under. */
-type FinishWrite = "run" | "job" | "nextAttempt" | "trigger";
+/** The writes of an ending's transaction with its trigger entry, by the names their conditions fail under. */
+type FinishWrite = "run" | "trigger";
 
 /** The job item is still there (a job's bookkeeping never creates it). */
 const JOB_EXISTS = "attribute_exists(pk)";
@@ -87,7 +90,7 @@ const JOB_ACTIVE = "#status = :active";
 const ONE_OFF_OF_RUN = "#schedule.runAt = :runAt";
 /** A repair finds the run still listed as active: the job's write has not landed yet. */
 const RUN_STILL_ACTIVE = "attribute_exists(activeRuns.#runId)";
-/** A next attempt is written once: its item must not exist yet. */
+/** A trigger entry is written once: its item must not exist yet. */
 const NOT_WRITTEN_YET = "attribute_not_exists(pk)";
 /**
  * How many times the job's side of an ending is written: each refusal of a job that still exists
@@ -98,17 +101,18 @@ const JOB_WRITE_ATTEMPTS = 3;
 /**
  * Records how a run ended, conditioned on the run's fence: a worker that lost
  * the run writes nothing (FenceLostError), and one whose run has a cancel
- * requested writes nothing but the CANCELLED ending (RunCancelledError). A failed run and its next attempt
- * are written in one transaction, so an attempt exists exactly when its
- * predecessor says FAILED; it is refused when the job is gone (deleted):
- * `JobNotFoundError`, nothing written. Any other ending is one write of the run, then one
- * of the job (lastRun, activeRuns, completion): a transaction would bill both
- * twice. The job's write (in the failure's transaction too) never sets lastRun back
- * (`LAST_RUN_OLDER`): refused because a run that finished later is the job's lastRun by then,
- * it is made again without lastRun. If the worker dies between the two, the message comes back
- * and the job's write is made then (`repairRunOnJob`). A recurring run whose job's next
- * admission comes soon leaves that write to the admission (`jobWriteDeferred`). An ending that
- * writes a `trigger` entry for the job's dependents writes it with the run in one transaction.
+ * requested writes nothing but the CANCELLED ending (RunCancelledError). Every ending is one
+ * write of the run, then one of the job (lastRun, activeRuns, completion): a transaction would
+ * bill both twice. A failure puts its next attempt first (`putNextAttempt`), so an attempt exists
+ * whenever its predecessor says FAILED; the attempt names that predecessor (`retryOf`) and runs
+ * only once it says FAILED, so an ending refused after the put (a lost fence, a cancel, a crash in
+ * between) leaves an attempt its worker skips (or, for a cancel, that is taken back at once). The
+ * job's write never sets lastRun back (`LAST_RUN_OLDER`): refused because a run that finished
+ * later is the job's lastRun by then, it is made again without lastRun. If the worker dies between
+ * the run's write and the job's, the message comes back and the job's write is made then
+ * (`repairRunOnJob`). A recurring run whose job's next admission comes soon leaves that write to
+ * the admission (`jobWriteDeferred`). An ending that writes a `trigger` entry for the job's
+ * dependents writes it with the run in one transaction.
  */
 export async function finishRun(
   engine: Engine,
@@ -189,66 +193,62 @@ export async function finishRun(
     if (!ending.jobWriteDeferred) await recordRunOnJob(engine, finished, ending);
     return finished;
   }
-  if (!ending.retry) {
-    try {
-      await retryOnContention(engine, "finish", () =>
-        engine.doc.send(new UpdateCommand(runUpdate)),
-      );
-    } catch (error) {
-      if (!isConditionalCheckFailed(error)) throw error;
-      const old = failedConditionItem(error);
-      if (ownStartWritten(run, old)) return finishRun(engine, run, ending, now);
-      if (!ownEndingWritten(run, old, ending.status, finishedAt))
-        throw fenceFailure(run, old, error);
-    }
-    held.written();
-    if (!ending.jobWriteDeferred) await recordRunOnJob(engine, finished, ending);
-    return finished;
-  }
-
-  const nextAttempt: TransactItem =
-    "runItem" in ending.retry
-      ? {
-          Put: {
-            TableName: engine.tables.runs,
-            Item: ending.retry.runItem,
-            ConditionExpression: NOT_WRITTEN_YET,
-          },
-        }
-      : {
-          Put: {
-            TableName: engine.tables.jobs,
-            Item: encodeDueEntry(ending.retry.dueEntry),
-            ConditionExpression: NOT_WRITTEN_YET,
-          },
-        };
-  let jobEnding: JobEnding = ending;
-  for (let attempt = 1; ; attempt++) {
-    const writes: NamedWrite<FinishWrite>[] = [{ name: "run", write: { Update: runUpdate } }];
-    const jobUpdate = jobAfterRun(engine, finished, jobEnding);
-    if (jobUpdate) writes.push({ name: "job", write: { Update: jobUpdate } });
-    // Nothing of the ending is left for the job after a refusal: it is still checked to exist.
-    else if (jobEnding !== ending) writes.push({ name: "job", write: jobExists(engine, run) });
-    writes.push({ name: "nextAttempt", write: nextAttempt });
-    try {
-      await writeTransaction(engine, "finish", writes);
-      break;
-    } catch (error) {
-      if (error instanceof ConditionsFailedError && error.has("run")) {
-        if (ownStartWritten(run, error.item("run"))) return finishRun(engine, run, ending, now);
-        throw fenceFailure(run, error.item("run"), error);
-      }
-      if (!(error instanceof ConditionsFailedError && error.has("job"))) throw error;
-      const job = error.item("job");
-      // Its item is gone: the job was deleted while the run ran.
-      if (job === null) throw new JobNotFoundError(run.jobId, { cause: error });
-      // A run that finished later is its lastRun by then: the job's write is decided again.
-      if (attempt === JOB_WRITE_ATTEMPTS) throw error;
-      jobEnding = jobEndingAgainst(decodeJob(job), finished, jobEnding);
+  // A failure's next attempt comes first, so that an attempt exists whenever its predecessor says
+  // FAILED; the attempt runs only once it does (`retryOf`, retry-predecessor.ts).
+  if (ending.retry) await putNextAttempt(engine, ending.retry);
+  try {
+    await retryOnContention(engine, "finish", () => engine.doc.send(new UpdateCommand(runUpdate)));
+  } catch (error) {
+    if (!isConditionalCheckFailed(error)) throw error;
+    const old = failedConditionItem(error);
+    if (ownStartWritten(run, old)) return finishRun(engine, run, ending, now);
+    if (!ownEndingWritten(run, old, ending.status, finishedAt)) {
+      const refused = fenceFailure(run, old, error);
+      if (ending.retry) await retractIfNeverFailed(engine, run, ending.retry, old, refused, now);
+      throw refused;
     }
   }
   held.written();
+  if (!ending.jobWriteDeferred) await recordRunOnJob(engine, finished, ending);
   return finished;
+}
+
+/**
+ * A failure's ending refused after its next attempt was put: the attempt is taken back when the run
+ * will never say FAILED: a cancel was asked of it (it ends CANCELLED), or it has ended otherwise.
+ * Not for a cancel by a pause (a one-off's occurrence gets its next attempt from it, see
+ * `decideOnPredecessor`), nor while another start holds the run (it may fail again, and its
+ * ending then lets this attempt run), nor when another start's FAILED ending stands.
+ */
+async function retractIfNeverFailed(
+  engine: Engine,
+  run: HeldRun,
+  next: NextAttemptWrite,
+  old: Record<string, unknown> | null,
+  refused: FenceLostError | RunCancelledError,
+  now: Date,
+): Promise<void> {
+  const status = typeof old?.status === "string" ? (old.status as RunStatus) : null;
+  const cancelledBy = refused instanceof RunCancelledError ? refused.context.cancelledBy : null;
+  const endedOtherwise =
+    status !== null &&
+    status !== "QUEUED" &&
+    status !== "RUNNING" &&
+    status !== "FAILED" &&
+    !(status === "CANCELLED" && old?.cancelledBy === "pause");
+  const cancelled = cancelledBy !== null && cancelledBy !== "pause";
+  if (!endedOtherwise && !cancelled) return;
+  const reason = retryNotRunReason({
+    runId: run.runId,
+    status: cancelled ? "CANCELLED" : (status ?? "CANCELLED"),
+  });
+  await retractNextAttempt(engine, next, run.fence, reason, now).catch((error: unknown) => {
+    // Its worker decides the same once the reaper sends it.
+    engine.obs.log.warn("could not take back a next attempt; its worker will skip it", {
+      runId: run.runId,
+      error: String(error),
+    });
+  });
 }
 
 /** The job's side of a run's ending. */
@@ -290,18 +290,6 @@ function jobEndingAgainst(job: Job, run: Run, ending: JobEnding): JobEnding {
       ending.completesJob === true &&
       job.status === "ACTIVE" &&
       isOneOffOccurrence(job, run.scheduledFor),
-  };
-}
-
-/** The job's write of a run's ending when nothing of it is left to write: the job exists. */
-function jobExists(engine: Engine, run: Run): TransactItem {
-  return {
-    ConditionCheck: {
-      TableName: engine.tables.jobs,
-      Key: jobKey(run.jobId),
-      ConditionExpression: JOB_EXISTS,
-      ReturnValuesOnConditionCheckFailure: "ALL_OLD",
-    },
   };
 }
 

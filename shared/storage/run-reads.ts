@@ -1,6 +1,7 @@
 import { GetCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import type { Job, Run, RunMessage } from "../model.js";
+import { batchGetItems } from "./batch-get.js";
 import { decodeJob, decodeRun, jobKey } from "./items.js";
 import { runKey } from "./runs.js";
 
@@ -35,4 +36,19 @@ export async function getRunItem(
     new GetCommand({ TableName: engine.tables.runs, Key: key, ConsistentRead: true }),
   );
   return result.Item ?? null;
+}
+
+/**
+ * The attempt a failure's next attempt follows (`run.retryOf`: the same occurrence, one attempt
+ * before), read consistently; null once its TTL has removed it. A BatchGetItem of one key: the
+ * worker reads runs no other way.
+ */
+export async function getRetryPredecessor(engine: Engine, run: Run): Promise<Run | null> {
+  const [item] = await batchGetItems(
+    engine,
+    engine.tables.runs,
+    [runKey(run.jobId, run.scheduledFor, run.attempt - 1)],
+    { consistentRead: true },
+  );
+  return item === undefined ? null : decodeRun(item);
 }

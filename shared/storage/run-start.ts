@@ -17,6 +17,11 @@ type StartResult =
       readonly run: HeldRun;
       /** The job as read with the run, for a start held unwritten; absent: read it after the start. */
       readonly job?: Job | null;
+      /**
+       * A later attempt's: the attempt before it as read with the run (null: gone), for a
+       * failure's next attempt to decide on (retry-predecessor.ts); absent: not read.
+       */
+      readonly predecessor?: Run | null;
     }
   /** Already finished: a duplicate or late delivery. */
   | {
@@ -115,29 +120,43 @@ export async function takeRun(
   // The run and its job in one request: a start held unwritten decides on this read of the job,
   // whatever came first (every write it makes is conditioned on the run as read); a start written
   // now reads the job again after it.
+  // A later attempt's predecessor rides in the same request: a failure's next attempt decides on
+  // it, and an ending it read (FAILED or another) stands whatever the start finds.
   const { runs, jobs } = engine.tables;
+  const key = runKeyOf(ref);
+  const before = ref.attempt > 1 ? [runKeyOf({ ...ref, attempt: ref.attempt - 1 })] : [];
   const found = await batchGetByTable(
     engine,
-    { [runs]: [runKeyOf(ref)], [jobs]: [jobKey(ref.jobId)] },
+    { [runs]: [key, ...before], [jobs]: [jobKey(ref.jobId)] },
     { consistentRead: true },
   );
-  const item = found[runs]?.[0];
+  const item = found[runs]?.find((i) => i.sk === key.sk);
   if (item === undefined) return { kind: "missing" };
   const jobItem = found[jobs]?.[0];
   const job = jobItem === undefined ? null : decodeJob(jobItem);
+  const predecessorItem = found[runs]?.find((i) => i.sk !== key.sk);
+  const read =
+    before.length === 0
+      ? {}
+      : { predecessor: predecessorItem === undefined ? null : decodeRun(predecessorItem) };
+  const startNow = async (): Promise<StartResult> => {
+    const started = await startRun(engine, ref, workerId, now);
+    return started.kind === "started" ? { ...started, ...read } : started;
+  };
   const run = decodeRun(item);
   if (run.status === "RUNNING") {
     const lapsed = run.leaseUntil !== null && Date.parse(run.leaseUntil) < now.getTime();
-    return lapsed ? startRun(engine, ref, workerId, now) : { kind: "busy", run };
+    return lapsed ? startNow() : { kind: "busy", run };
   }
   if (run.status !== "QUEUED") return { kind: "finished", run, job };
-  if (run.fence > 0) return startRun(engine, ref, workerId, now);
+  if (run.fence > 0) return startNow();
   const deadline = typeof item.inflightSk === "string" ? Date.parse(item.inflightSk) : Number.NaN;
   const writeBy = deadline - START_WRITE_MARGIN_MS;
-  if (!(now.getTime() + firstWriteWithinMs < writeBy)) return startRun(engine, ref, workerId, now);
+  if (!(now.getTime() + firstWriteWithinMs < writeBy)) return startNow();
   return {
     kind: "started",
     job,
+    ...read,
     run: {
       ...run,
       status: "RUNNING",

@@ -1,6 +1,6 @@
 import type { EngineSettings } from "../config.js";
 import { runId, runSortKey, shardOf } from "../keys.js";
-import type { Priority, Run, RunTrigger } from "../model.js";
+import type { Priority, RetryOf, Run, RunTrigger } from "../model.js";
 import { encodeRun, jobPk } from "./items.js";
 import { runExpiresAt } from "./retention.js";
 
@@ -23,6 +23,8 @@ interface NewRun {
   readonly jobVersion: number;
   readonly triggered?: boolean;
   readonly trigger?: RunTrigger;
+  /** A failure's next attempt: the attempt whose FAILED ending it waits for. */
+  readonly retryOf?: RetryOf;
 }
 
 function baseRun(spec: NewRun): Omit<Run, "status"> {
@@ -40,6 +42,7 @@ function baseRun(spec: NewRun): Omit<Run, "status"> {
     executedVersion: null,
     ...(spec.triggered ? { triggered: true } : {}),
     ...(spec.trigger ? { trigger: spec.trigger } : {}),
+    ...(spec.retryOf ? { retryOf: spec.retryOf } : {}),
     fence: 0,
     enqueuedAt: null,
     startedAt: null,

@@ -108,7 +108,7 @@ describe("deleting a job", () => {
     ]);
   }, 40_000);
 
-  it("a run RUNNING at the delete that then fails ends CANCELLED by the delete's cancel, with its error: no retry, no job written, acknowledged", async () => {
+  it("a run RUNNING at the delete that then fails ends CANCELLED by the delete's cancel, with its error: its next attempt SKIPPED, no job written, acknowledged", async () => {
     const { job } = await createJob(
       f.engine,
       testJob({
@@ -140,9 +140,17 @@ describe("deleting a job", () => {
 
     const runs = await runsOf(job.jobId);
     // A delete cancels the job first, and a cancel asks the running run to stop: its failure
-    // cannot record a next attempt.
+    // cannot record FAILED, and the next attempt it put before that ending is taken back at once.
+    const [first] = runs;
     expect(runs.map((r) => [r.attempt, r.status, r.reason, r.error, r.cancelledBy])).toEqual([
       [1, "CANCELLED", "job cancelled", "failed after its job was deleted", "job-cancel"],
+      [
+        2,
+        "SKIPPED",
+        `${first?.runId} ended CANCELLED, not FAILED: this retry does not run`,
+        null,
+        null,
+      ],
     ]);
     expect(await jobItem(job.jobId)).toBeUndefined();
     expect((await f.dueEntries()).filter((d) => d.jobId === job.jobId)).toEqual([]);

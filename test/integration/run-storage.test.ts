@@ -8,7 +8,6 @@ import { finishRun } from "../../shared/storage/run-finish.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { queuedRun } from "../../shared/storage/runs.js";
-import { ConditionsFailedError } from "../../shared/storage/transaction.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 
 describe("run storage operations turn failed conditions into what they mean", () => {
@@ -41,43 +40,58 @@ describe("run storage operations turn failed conditions into what they mean", ()
         attempt: run.attempt + 1,
         priority: run.priority,
         jobVersion: run.jobVersion,
+        retryOf: { runId: run.runId, fence: run.fence },
       },
       now,
       f.engine.settings,
     );
   }
 
-  it("a finish by a worker whose fence is stale is FenceLostError, in one write or with a next attempt", async () => {
+  it("a finish by a worker whose fence is stale is FenceLostError, in one write or after its next attempt, which the holder's ending decides", async () => {
     const run = await startedRun("w");
     const stale: Run = { ...run, fence: run.fence - 1 };
     const now = new Date();
     await expect(
       finishRun(f.engine, stale, { status: "SUCCEEDED", ran: true, tracked: false }, now),
     ).rejects.toBeInstanceOf(FenceLostError);
-    const retry = { runItem: nextAttemptOf(run, now).item };
+    const retry = { runItem: nextAttemptOf(stale, now).item };
     await expect(
       finishRun(f.engine, stale, { status: "FAILED", ran: true, tracked: false, retry }, now),
     ).rejects.toBeInstanceOf(FenceLostError);
     expect(await getRun(f.engine, run)).toMatchObject({ status: "RUNNING", fence: run.fence });
-    expect(await getRun(f.engine, { ...run, attempt: run.attempt + 1 })).toBeNull();
+    // Put before the ending, and left: the run's holder may fail too, and its ending lets it run.
+    expect(await getRun(f.engine, { ...run, attempt: run.attempt + 1 })).toMatchObject({
+      status: "QUEUED",
+      fence: 0,
+      retryOf: { runId: run.runId, fence: stale.fence },
+    });
   });
 
-  it("a failed run whose next attempt exists already names that write; the fence held, so it is not a lost fence", async () => {
+  it("a failed run whose next attempt exists already (an earlier start's put, or its own answered late) records FAILED over it: one attempt", async () => {
     const run = await startedRun("w");
     const now = new Date();
-    const next = nextAttemptOf(run, now);
-    await f.engine.doc.send(new PutCommand({ TableName: f.engine.tables.runs, Item: next.item }));
-    const failure = await finishRun(
+    const earlier = nextAttemptOf({ ...run, fence: run.fence - 1 }, now);
+    await f.engine.doc.send(
+      new PutCommand({ TableName: f.engine.tables.runs, Item: earlier.item }),
+    );
+    await finishRun(
       f.engine,
       run,
-      { status: "FAILED", error: "boom", ran: true, tracked: false, retry: { runItem: next.item } },
+      {
+        status: "FAILED",
+        error: "boom",
+        ran: true,
+        tracked: false,
+        retry: { runItem: nextAttemptOf(run, now).item },
+      },
       now,
-    ).catch((error: unknown) => error);
-    expect(failure).toBeInstanceOf(ConditionsFailedError);
-    expect(failure).not.toBeInstanceOf(FenceLostError);
-    expect([...(failure as ConditionsFailedError).failed]).toEqual(["nextAttempt"]);
-    // Nothing of the transaction was written: the run is still RUNNING under its fence.
-    expect(await getRun(f.engine, run)).toMatchObject({ status: "RUNNING", fence: run.fence });
+    );
+    expect(await getRun(f.engine, run)).toMatchObject({ status: "FAILED", fence: run.fence });
+    // The attempt that was there stands: its worker runs it once this one says FAILED.
+    expect(await getRun(f.engine, { ...run, attempt: run.attempt + 1 })).toMatchObject({
+      status: "QUEUED",
+      retryOf: { runId: run.runId, fence: run.fence - 1 },
+    });
   });
 
   it("an admission decided on a job that changed since is ConcurrentUpdateError, and writes nothing", async () => {

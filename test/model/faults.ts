@@ -23,7 +23,10 @@ export type WriteKind =
   | "edit"
   | "admission"
   | "start"
-  /** A run's own ending write when no next attempt goes with it: only ever crashed before, not conflicted. */
+  /**
+   * A run's own ending write (a failure's comes after its next attempt's put, so a crash before it
+   * leaves that attempt waiting): only ever crashed before, not conflicted.
+   */
   | "runEnd"
   | "other";
 

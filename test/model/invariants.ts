@@ -350,6 +350,22 @@ function checkSkip(
     }
     return;
   }
+  if (reason.endsWith(", not FAILED: this retry does not run")) {
+    // A failure's next attempt is put before its FAILED ending: it is skipped only when the
+    // attempt before it ended otherwise (a crash, a lost fence or a cancel between the writes).
+    const before = snap.runs.find(
+      (r) =>
+        r.jobId === run.jobId &&
+        r.scheduledFor === run.scheduledFor &&
+        r.attempt === run.attempt - 1,
+    );
+    if (before === undefined || !FINAL.has(before.status) || before.status === "FAILED")
+      violate(
+        "a retry is skipped only when the attempt before it ended otherwise than FAILED",
+        `${run.runId}: ${reason}; attempt ${run.attempt - 1} ${before?.status ?? "gone"}`,
+      );
+    return;
+  }
   violate("a skip has a reason the job's policies allow", `${run.runId}: ${reason}`);
 }
 

@@ -1,0 +1,89 @@
+import type { Engine } from "../engine.js";
+import { isOneOffOccurrence, type Job, type Run } from "../model.js";
+import { retryNotRunReason } from "../storage/next-attempt.js";
+import type { RunEnding } from "../storage/run-finish.js";
+import { getRetryPredecessor } from "../storage/run-reads.js";
+import { endsOneOff } from "./run-endings.js";
+import type { StartDecision } from "./start-decision.js";
+
+/** How soon a next attempt whose predecessor has not ended looks again, at first. */
+const PREDECESSOR_RECHECK_MS = 5_000;
+/** ...and at most: SQS delays a message up to 15 minutes. */
+const PREDECESSOR_RECHECK_MAX_MS = 900_000;
+
+export type PredecessorDecision =
+  | { readonly action: "run" }
+  | { readonly action: "wait"; readonly reason: string; readonly recheckAt: Date }
+  | {
+      readonly action: "end";
+      readonly ending: Pick<RunEnding, "status" | "reason" | "completesJob">;
+    };
+
+/**
+ * Whether a failure's next attempt (`run.retryOf`, written before its predecessor's FAILED
+ * ending) runs, from its predecessor as read after the start. FAILED: it runs. Not ended yet
+ * (its worker died or lost its fence between the two writes, or is still writing): it waits, a
+ * little longer at each of its starts and not before the predecessor's lease lapses, since the
+ * predecessor may still fail (again) and its ending then lets this attempt run. Ended otherwise
+ * (succeeded on a later start, dead, cancelled, skipped): SKIPPED, naming it, so the occurrence
+ * has no attempt its predecessor did not ask for. A one-off's occurrence cancelled by a pause is
+ * the exception: its resume gives it a next attempt, and this is that attempt. A predecessor gone
+ * (its TTL passed: it was written a retention ago) has ended long since: the attempt runs.
+ */
+export function decideOnPredecessor(
+  job: Job,
+  run: Run,
+  predecessor: Run | null,
+  now: Date,
+): PredecessorDecision {
+  if (predecessor === null || predecessor.status === "FAILED") return { action: "run" };
+  if (predecessor.status === "QUEUED" || predecessor.status === "RUNNING") {
+    const backoff = PREDECESSOR_RECHECK_MS * 2 ** Math.max(0, run.fence - 1);
+    const leaseLeft =
+      predecessor.leaseUntil === null ? 0 : Date.parse(predecessor.leaseUntil) - now.getTime();
+    const waitMs = Math.min(PREDECESSOR_RECHECK_MAX_MS, Math.max(backoff, leaseLeft + 1_000));
+    return {
+      action: "wait",
+      reason: `waiting: ${predecessor.runId} has not ended (${predecessor.status})`,
+      recheckAt: new Date(now.getTime() + waitMs),
+    };
+  }
+  if (
+    predecessor.status === "CANCELLED" &&
+    predecessor.cancelledBy === "pause" &&
+    isOneOffOccurrence(job, run.scheduledFor)
+  )
+    return { action: "run" };
+  return {
+    action: "end",
+    ending: {
+      status: "SKIPPED",
+      reason: retryNotRunReason(predecessor),
+      completesJob: job.status === "ACTIVE" && endsOneOff(job, run, "SKIPPED"),
+    },
+  };
+}
+
+/**
+ * A failure's next attempt runs only once the attempt before it says FAILED (`decideOnPredecessor`):
+ * decided on that attempt as a first delivery read it with the run (`takeRun`), else on one
+ * consistent read of it.
+ */
+export async function afterPredecessor(
+  engine: Engine,
+  job: Job,
+  run: Run,
+  readWithRun: Run | null | undefined,
+): Promise<StartDecision | Extract<PredecessorDecision, { action: "wait" }>> {
+  const predecessor =
+    readWithRun === undefined ? await getRetryPredecessor(engine, run) : readWithRun;
+  const decided = decideOnPredecessor(job, run, predecessor, engine.clock());
+  if (decided.action === "run") return { action: "run", job };
+  if (decided.action === "end") return decided;
+  engine.obs.log.info("a next attempt waits for the attempt before it to end", {
+    runId: run.runId,
+    predecessor: run.retryOf?.runId,
+    recheckAt: decided.recheckAt.toISOString(),
+  });
+  return decided;
+}

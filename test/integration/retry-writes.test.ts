@@ -1,0 +1,317 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { claimDueEntry } from "../../shared/dispatch/claim.js";
+import { FenceLostError } from "../../shared/errors.js";
+import { JobError, type JobHandler } from "../../shared/execution/job-contract.js";
+import { recordResult } from "../../shared/execution/run-outcome.js";
+import { processRun } from "../../shared/execution/worker.js";
+import { cancelRun, createJob, deleteJob } from "../../shared/jobs/index.js";
+import type { Job, Run } from "../../shared/model.js";
+import { getJob } from "../../shared/storage/run-reads.js";
+import { startRun } from "../../shared/storage/run-start.js";
+import {
+  createEngineFixture,
+  deliveryOfRun,
+  type EngineFixture,
+  testJob,
+} from "../support/engine-fixture.js";
+import { withFaults, withLostAnswers } from "../support/faults.js";
+import { waitFor } from "../support/wait.js";
+
+const TENANT = "tenant-a";
+const HOUR = 3_600_000;
+/** A retry due a second after the failure: written as a QUEUED run and sent at once. */
+const SOON = { maxAttempts: 3, initialDelayMs: 1000, maxDelayMs: 1000 };
+/** A retry due near an hour after the failure (jitter drawn at 0.99): a due entry. */
+const LATER = { maxAttempts: 3, initialDelayMs: HOUR, maxDelayMs: HOUR };
+
+/**
+ * A failure's next attempt is put before the run's FAILED ending, with plain writes, and runs only
+ * once the attempt before it says FAILED (docs/architecture.md "Result"). These are the
+ * interleavings between the two writes.
+ */
+describe("a failure's next attempt, written before its ending", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    // A first delivery holds its start unwritten while its first write can come before the
+    // reaper's deadline (a lease after it was due): 10 s keeps that so on a loaded machine.
+    f = await createEngineFixture({ settings: { leaseMs: 10_000 } });
+  });
+  afterAll(() => f.destroy());
+
+  /** A handler that fails (retryable) the first `failures` times it is called, then succeeds. */
+  function flaky(failures: number): { handler: JobHandler; calls: () => number } {
+    let calls = 0;
+    return {
+      handler: async () => {
+        calls++;
+        if (calls <= failures) throw new JobError(`failure ${calls}`, { retryable: true });
+      },
+      calls: () => calls,
+    };
+  }
+
+  async function oneOff(retry: typeof SOON): Promise<Job> {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "flaky",
+        schedule: { runAt: new Date().toISOString() },
+        policies: { ...testJob().policies, retry },
+      }),
+    );
+    return job;
+  }
+
+  async function runsOf(jobId: string): Promise<Run[]> {
+    return (await f.runs()).filter((r) => r.jobId === jobId).sort((a, b) => a.attempt - b.attempt);
+  }
+
+  async function attempt(job: Job, n: number): Promise<Run> {
+    const run = (await runsOf(job.jobId)).find((r) => r.attempt === n);
+    if (!run) throw new Error(`no attempt ${n}`);
+    return run;
+  }
+
+  /**
+   * Processes one delivery of the run as it stands now (made by hand, not received), as its
+   * message arrives when due: a recheck's or a retry's due time is what the test skips ahead to.
+   */
+  async function deliver(job: Job, n: number, handler: JobHandler) {
+    const run = await attempt(job, n);
+    const delivery = deliveryOfRun(f.engine, run);
+    return processRun(f.workerDeps(`w-${n}`, { flaky: handler }), {
+      ...delivery,
+      message: { ...delivery.message, dueAt: new Date().toISOString() },
+    });
+  }
+
+  /**
+   * The first delivery of attempt 1, whose worker dies right after it put the next attempt: the
+   * run's FAILED write never lands.
+   */
+  async function dieAfterNextAttempt(job: Job, handler: JobHandler, random?: number) {
+    const dying = withFaults(f.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) =>
+        (input.ExpressionAttributeValues as Record<string, unknown> | undefined)?.[":status"] ===
+        "FAILED",
+      error: () => new Error("process died"),
+    });
+    try {
+      const first = await attempt(job, 1);
+      const engine =
+        random === undefined ? dying.engine : { ...dying.engine, random: () => random };
+      await expect(
+        processRun(
+          { ...f.workerDeps("dies", { flaky: handler }, 100), engine },
+          deliveryOfRun(f.engine, first),
+        ),
+      ).rejects.toThrow("process died");
+    } finally {
+      dying.destroy();
+    }
+    expect(dying.injected.count).toBe(1);
+  }
+
+  it("a worker that dies between the writes leaves attempt 2 waiting for attempt 1; attempt 1 succeeding on its redelivery skips it", async () => {
+    const job = await oneOff(SOON);
+    const { handler, calls } = flaky(1);
+    await dieAfterNextAttempt(job, handler);
+    const first = await attempt(job, 1);
+    // Its start was held unwritten (its first write was to be its ending): it reads QUEUED.
+    expect(first).toMatchObject({ status: "QUEUED", fence: 0 });
+    expect(await attempt(job, 2)).toMatchObject({
+      status: "QUEUED",
+      fence: 0,
+      retryOf: { runId: first.runId, fence: 1 },
+    });
+
+    // Attempt 2's message comes first (the reaper sends it at its deadline): it waits.
+    expect(await deliver(job, 2, handler)).toBe("ack");
+    expect(await attempt(job, 2)).toMatchObject({
+      status: "QUEUED",
+      reason: `waiting: ${first.runId} has not ended (QUEUED)`,
+    });
+    expect(calls()).toBe(1);
+
+    // Attempt 1 again (the reaper re-sends it too): it succeeds this time.
+    expect(await deliver(job, 1, handler)).toBe("ack");
+    expect(await attempt(job, 1)).toMatchObject({ status: "SUCCEEDED" });
+    expect(await deliver(job, 2, handler)).toBe("ack");
+    expect(await runsOf(job.jobId)).toMatchObject([
+      { attempt: 1, status: "SUCCEEDED" },
+      {
+        attempt: 2,
+        status: "SKIPPED",
+        reason: `${first.runId} ended SUCCEEDED, not FAILED: this retry does not run`,
+        executedVersion: null,
+      },
+    ]);
+    expect(calls()).toBe(2);
+    expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
+  }, 30_000);
+
+  it("attempt 1 failing again on its redelivery gets its one attempt 2: the one put before, which then runs", async () => {
+    const job = await oneOff(SOON);
+    const { handler, calls } = flaky(2);
+    await dieAfterNextAttempt(job, handler);
+    expect(await deliver(job, 1, handler)).toBe("ack");
+    const first = await attempt(job, 1);
+    expect(first).toMatchObject({ status: "FAILED", error: "failure 2" });
+    expect(await deliver(job, 2, handler)).toBe("ack");
+    expect(await runsOf(job.jobId)).toMatchObject([
+      { attempt: 1, status: "FAILED" },
+      { attempt: 2, status: "SUCCEEDED", retryOf: { runId: first.runId, fence: 1 } },
+    ]);
+    expect(calls()).toBe(3);
+  }, 30_000);
+
+  it("a worker that lost its fence after the put leaves attempt 2 to the new holder's ending: success skips it", async () => {
+    const job = await oneOff(SOON);
+    const queued = await attempt(job, 1);
+    const a = await startRun(f.engine, queued, "a", new Date());
+    if (a.kind !== "started") throw new Error(a.kind);
+    // Its lease lapsed; another worker took the run over.
+    const b = await startRun(
+      f.engine,
+      queued,
+      "b",
+      new Date(Date.parse(a.run.leaseUntil ?? "") + 1),
+    );
+    if (b.kind !== "started") throw new Error(b.kind);
+    const failed = { kind: "failed", error: "a's failure", retryable: true } as const;
+    await expect(
+      recordResult(f.engine, job, a.run, failed, new Date(), job.version),
+    ).rejects.toBeInstanceOf(FenceLostError);
+    // Not taken back: b may fail too, and its ending would let it run.
+    expect(await attempt(job, 2)).toMatchObject({
+      status: "QUEUED",
+      retryOf: { runId: queued.runId, fence: 1 },
+    });
+    expect(await attempt(job, 1)).toMatchObject({ status: "RUNNING", workerId: "b", fence: 2 });
+
+    await recordResult(f.engine, job, b.run, { kind: "succeeded" }, new Date(), job.version);
+    const { handler, calls } = flaky(0);
+    expect(await deliver(job, 2, handler)).toBe("ack");
+    expect(calls()).toBe(0);
+    expect((await runsOf(job.jobId)).map((r) => [r.attempt, r.status])).toEqual([
+      [1, "SUCCEEDED"],
+      [2, "SKIPPED"],
+    ]);
+  }, 30_000);
+
+  it("a cancel asked during the ending takes the next attempt back at once: a run SKIPPED, a retry entry deleted", async () => {
+    for (const retry of [SOON, LATER]) {
+      const job = await oneOff(retry);
+      const cancelsItself: JobHandler = async (ctx) => {
+        await waitFor("the run's start", async () =>
+          (await runsOf(ctx.jobId)).some((r) => r.status === "RUNNING"),
+        );
+        await cancelRun(f.engine, TENANT, ctx.jobId, ctx.runId);
+        throw new JobError("failed as it was cancelled", { retryable: true });
+      };
+      const first = await attempt(job, 1);
+      const deps = {
+        ...f.workerDeps("w", { flaky: cancelsItself }, 200),
+        engine: { ...f.engine, random: () => 0.99 },
+      };
+      expect(await processRun(deps, deliveryOfRun(f.engine, first))).toBe("ack");
+      const runs = await runsOf(job.jobId);
+      expect(runs[0]).toMatchObject({ attempt: 1, status: "CANCELLED", cancelledBy: "api" });
+      if (retry === SOON)
+        expect(runs[1]).toMatchObject({
+          attempt: 2,
+          status: "SKIPPED",
+          reason: `${first.runId} ended CANCELLED, not FAILED: this retry does not run`,
+        });
+      else expect(runs).toHaveLength(1);
+      expect((await f.dueEntries()).filter((d) => d.jobId === job.jobId)).toEqual([]);
+    }
+  }, 30_000);
+
+  it("a job deleted between the writes: its cancel ends both attempts, and neither runs", async () => {
+    const job = await oneOff(SOON);
+    const { handler, calls } = flaky(1);
+    await dieAfterNextAttempt(job, handler);
+    await deleteJob(f.engine, TENANT, job.jobId);
+    expect(await deliver(job, 2, handler)).toBe("ack");
+    expect(await deliver(job, 1, handler)).toBe("ack");
+    expect((await runsOf(job.jobId)).map((r) => [r.attempt, r.status])).toEqual([
+      [1, "CANCELLED"],
+      [2, "CANCELLED"],
+    ]);
+    expect(calls()).toBe(1);
+  }, 30_000);
+
+  it("a retry entry put before a crash is claimed as a run that names attempt 1, and skipped once attempt 1 succeeded", async () => {
+    const job = await oneOff(LATER);
+    const { handler, calls } = flaky(1);
+    await dieAfterNextAttempt(job, handler, 0.99);
+    const first = await attempt(job, 1);
+    const [entry] = (await f.dueEntries()).filter((d) => d.jobId === job.jobId);
+    expect(entry).toMatchObject({
+      kind: "retry",
+      attempt: 2,
+      retryOf: { runId: first.runId, fence: 1 },
+    });
+    if (!entry) throw new Error("no retry entry");
+    expect(await deliver(job, 1, handler)).toBe("ack");
+
+    const due = new Date(entry.dueAt);
+    const claimed = await claimDueEntry(f.engine, entry, {
+      now: due,
+      horizonEnd: new Date(due.getTime() + 60_000),
+    });
+    expect(claimed.outcome).toBe("claimed");
+    expect(await attempt(job, 2)).toMatchObject({
+      status: "QUEUED",
+      retryOf: { runId: first.runId, fence: 1 },
+    });
+    expect(await deliver(job, 2, handler)).toBe("ack");
+    expect((await runsOf(job.jobId)).map((r) => [r.attempt, r.status])).toEqual([
+      [1, "SUCCEEDED"],
+      [2, "SKIPPED"],
+    ]);
+    expect(calls()).toBe(2);
+  }, 30_000);
+
+  it("a next attempt's put whose answer was lost meets itself when the SDK sends it again: one attempt, then FAILED", async () => {
+    for (const [retry, table] of [
+      [SOON, f.engine.tables.runs],
+      [LATER, f.engine.tables.jobs],
+    ] as const) {
+      const job = await oneOff(retry);
+      const { handler } = flaky(1);
+      const lossy = withLostAnswers(f.engine, {
+        operation: "PutItem",
+        times: 1,
+        match: (input) => input.TableName === table,
+      });
+      try {
+        const first = await attempt(job, 1);
+        const deps = {
+          ...f.workerDeps("w", { flaky: handler }),
+          engine: { ...lossy.engine, random: () => 0.99 },
+        };
+        expect(await processRun(deps, deliveryOfRun(f.engine, first))).toBe("ack");
+      } finally {
+        lossy.destroy();
+      }
+      expect(lossy.injected.count).toBe(1);
+      const runs = await runsOf(job.jobId);
+      expect(runs[0]).toMatchObject({ attempt: 1, status: "FAILED" });
+      const entries = (await f.dueEntries()).filter((d) => d.jobId === job.jobId);
+      if (retry === SOON) {
+        expect(runs.map((r) => [r.attempt, r.status])).toEqual([
+          [1, "FAILED"],
+          [2, "QUEUED"],
+        ]);
+        expect(entries).toEqual([]);
+      } else {
+        expect(runs).toHaveLength(1);
+        expect(entries).toMatchObject([{ kind: "retry", attempt: 2 }]);
+      }
+    }
+  }, 30_000);
+});

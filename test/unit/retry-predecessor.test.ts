@@ -1,0 +1,111 @@
+import { describe, expect, it } from "vitest";
+import { DEFAULT_SETTINGS } from "../../shared/config.js";
+import { decideOnPredecessor } from "../../shared/execution/retry-predecessor.js";
+import type { Job, Run, RunStatus } from "../../shared/model.js";
+import { queuedRun } from "../../shared/storage/runs.js";
+import { testJob } from "../support/engine-fixture.js";
+
+const NOW = new Date("2026-03-01T12:00:00.000Z");
+const OCCURRENCE = new Date("2026-03-01T11:59:00.000Z");
+
+function oneOff(status: Job["status"] = "ACTIVE"): Job {
+  return {
+    ...testJob({ schedule: { runAt: OCCURRENCE.toISOString() } }),
+    jobId: "01JOB",
+    status,
+    version: 1,
+    nextRunAt: null,
+    nextDueKey: null,
+    createdAt: OCCURRENCE.toISOString(),
+    updatedAt: OCCURRENCE.toISOString(),
+    activeRuns: {},
+    activeRevision: 0,
+    bufferedRunId: null,
+    parkedRuns: {},
+    lastRun: null,
+    dependents: [],
+  };
+}
+
+const recurring = (): Job => ({ ...oneOff(), schedule: { cron: "* * * * *", timezone: "UTC" } });
+
+function attempt(n: number, fields: Partial<Run> = {}): Run {
+  const { run } = queuedRun(
+    {
+      jobId: "01JOB",
+      tenantId: "tenant-a",
+      scheduledFor: OCCURRENCE,
+      dueAt: OCCURRENCE,
+      attempt: n,
+      priority: "normal",
+      jobVersion: 1,
+    },
+    OCCURRENCE,
+    DEFAULT_SETTINGS,
+  );
+  return { ...run, ...fields };
+}
+
+const predecessor = (status: RunStatus, fields: Partial<Run> = {}) =>
+  attempt(1, { status, fence: 1, ...fields });
+const next = attempt(2, { retryOf: { runId: attempt(1).runId, fence: 1 }, fence: 1 });
+
+describe("decideOnPredecessor: a failure's next attempt runs only once the attempt before says FAILED", () => {
+  it("runs after FAILED, and after a predecessor whose TTL removed it (it ended a retention ago)", () => {
+    expect(decideOnPredecessor(oneOff(), next, predecessor("FAILED"), NOW)).toEqual({
+      action: "run",
+    });
+    expect(decideOnPredecessor(oneOff(), next, null, NOW)).toEqual({ action: "run" });
+  });
+
+  it("waits while the predecessor may still fail: at least 5 s, past its lease, longer at each start, at most 15 min", () => {
+    const leaseUntil = new Date(NOW.getTime() + 40_000).toISOString();
+    const running = predecessor("RUNNING", { leaseUntil });
+    const waited = decideOnPredecessor(oneOff(), next, running, NOW);
+    expect(waited).toEqual({
+      action: "wait",
+      reason: `waiting: ${running.runId} has not ended (RUNNING)`,
+      recheckAt: new Date(NOW.getTime() + 41_000),
+    });
+    const queued = predecessor("QUEUED", { fence: 0, leaseUntil: null });
+    expect(decideOnPredecessor(oneOff(), next, queued, NOW)).toMatchObject({
+      recheckAt: new Date(NOW.getTime() + 5_000),
+    });
+    expect(decideOnPredecessor(oneOff(), { ...next, fence: 4 }, queued, NOW)).toMatchObject({
+      recheckAt: new Date(NOW.getTime() + 40_000),
+    });
+    expect(decideOnPredecessor(oneOff(), { ...next, fence: 20 }, queued, NOW)).toMatchObject({
+      recheckAt: new Date(NOW.getTime() + 900_000),
+    });
+  });
+
+  it("is SKIPPED, naming the predecessor, when it ended otherwise; an ACTIVE one-off completes with it", () => {
+    for (const status of ["SUCCEEDED", "DEAD", "SKIPPED", "CANCELLED"] as const) {
+      const ended = predecessor(status, { cancelledBy: status === "CANCELLED" ? "api" : null });
+      expect(decideOnPredecessor(oneOff(), next, ended, NOW)).toEqual({
+        action: "end",
+        ending: {
+          status: "SKIPPED",
+          reason: `${ended.runId} ended ${status}, not FAILED: this retry does not run`,
+          completesJob: true,
+        },
+      });
+    }
+    const succeeded = predecessor("SUCCEEDED");
+    expect(decideOnPredecessor(oneOff("COMPLETED"), next, succeeded, NOW)).toMatchObject({
+      ending: { completesJob: false },
+    });
+    expect(decideOnPredecessor(recurring(), next, succeeded, NOW)).toMatchObject({
+      ending: { status: "SKIPPED", completesJob: false },
+    });
+  });
+
+  it("runs after a one-off's occurrence a pause cancelled (its resume gives it this attempt), not a recurring job's", () => {
+    const byPause = predecessor("CANCELLED", { cancelledBy: "pause" });
+    expect(decideOnPredecessor(oneOff(), next, byPause, NOW)).toEqual({ action: "run" });
+    expect(decideOnPredecessor(recurring(), next, byPause, NOW)).toMatchObject({
+      action: "end",
+      ending: { status: "SKIPPED" },
+    });
+  });
+});
