@@ -5,7 +5,7 @@ import {
   ReceiveMessageCommand,
   SendMessageCommand,
 } from "@aws-sdk/client-sqs";
-import { DeleteCommand, PutCommand, ScanCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import { DeleteCommand, PutCommand, ScanCommand } from "@aws-sdk/lib-dynamodb";
 import { CfnElement } from "aws-cdk-lib";
 import type { Context } from "aws-lambda";
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from "vitest";
@@ -783,7 +783,7 @@ describe("each handler, driven through its AWS-calling paths", () => {
     return { seed, job, run, headers: { Authorization: `Bearer ${token}` } };
   }
 
-  it("api: an async target heartbeats its run and completes it (failed: the retry transaction) with its run token", async () => {
+  it("api: an async target heartbeats its run and completes it (failed: its next attempt put, then the run's and the job's writes) with its run token", async () => {
     const { run, headers } = await startAsyncRun();
     expect((await api("POST", `/runs/${run.runId}/heartbeat`, { headers })).status).toBe(200);
     const completed = await api("POST", `/runs/${run.runId}/complete`, {
@@ -794,31 +794,20 @@ describe("each handler, driven through its AWS-calling paths", () => {
     expect(field(completed.body, "status")).toBe("failed");
   });
 
-  it("api: an async run's failure after a later run became its job's lastRun (the retry transaction checks the job only: ConditionCheckItem)", async () => {
+  it("api: an async run's success fans its trigger out to its job's dependent (each dependent's run put with a check of its status: ConditionCheckItem)", async () => {
     const { seed, job, run, headers } = await startAsyncRun();
-    // A run that finishes after this one (a trigger's, say) is the job's lastRun by then.
-    const later = {
-      runId: `${job.jobId}-29991231T000000000-1`,
-      status: "SUCCEEDED",
-      scheduledFor: "2999-12-31T00:00:00.000Z",
-      attempt: 1,
-      finishedAt: "2999-12-31T00:00:01.000Z",
-    };
-    await clients.doc.send(
-      new UpdateCommand({
-        TableName: seed.tables.jobs,
-        Key: jobKey(job.jobId),
-        UpdateExpression: "SET lastRun = :later",
-        ExpressionAttributeValues: { ":later": later },
-      }),
-    );
+    const { job: dependent } = await createJob(seed, {
+      ...testJob(),
+      type: "noop",
+      schedule: { after: { jobs: [job.jobId], on: "success" } },
+    });
     const completed = await api("POST", `/runs/${run.runId}/complete`, {
       headers,
-      body: { status: "failed", error: "the export failed" },
+      body: { status: "succeeded" },
     });
     expect(completed.status).toBe(200);
-    expect(field(completed.body, "status")).toBe("failed");
-    expect((await getJob(seed, job.jobId))?.lastRun).toEqual(later);
+    expect(field(completed.body, "status")).toBe("succeeded");
+    expect((await runsOf(dependent.jobId)).map((r) => r.status)).toEqual(["QUEUED"]);
   });
 
   it("api: shows the caller its quotas (its override and running runs: a Query of its quota partition)", async () => {
