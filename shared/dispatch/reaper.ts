@@ -1,6 +1,8 @@
 import { CLOCK_DISAGREEMENT_MS } from "../clock.js";
 import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
+import { repairJobAfterRun } from "../execution/run-endings.js";
+import type { Run } from "../model.js";
 import { METRICS } from "../observability.js";
 import { type OutgoingRun, sendRunsSettled } from "../queue/work-queue.js";
 import {
@@ -20,6 +22,7 @@ import {
   cursorDeadline,
   rewindReaperCursor,
 } from "../storage/reaper-cursor.js";
+import { getJob } from "../storage/run-reads.js";
 import { readTickShards, shardsOf, type TickShards } from "./tick-shards.js";
 
 export interface ReapResult {
@@ -110,7 +113,10 @@ export function resendInterval(count: number, leaseMs: number): number {
  * Lapsed means the lease, read from the run; the index only says when to look.
  * Repeating a send is harmless: a run starts only once. Runs that ended keep
  * their index entry; each shard's cursor keeps the reaper from reading one
- * twice (`reaper-cursor.ts`).
+ * twice (`reaper-cursor.ts`). After a restart whose queue lost its messages
+ * (`overdueBefore` past now), an ended run may also have lost the delivery
+ * that would have written its job's side (its worker died between the run's
+ * write and the job's): that write is made here (`repairJobAfterRun`).
  */
 export async function reap(engine: Engine, options: ReapOptions = {}): Promise<ReapResult> {
   const now = options.now ?? engine.clock();
@@ -155,6 +161,7 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
     examined += entries.length;
     const runs = await readInflightRuns(engine, entries, { consistentRead: false });
     const toSend: { readonly run: InflightRun; readonly pushed: PushedResend }[] = [];
+    const ended: Run[] = [];
     const outcomes: Examined[] = entries.map(() => "unsettled");
     await forEachConcurrently(
       entries.map((entry, index) => ({ entry, index })),
@@ -214,6 +221,14 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
         });
       }
     }
+    await forEachConcurrently(ended, 16, (run) =>
+      repairEndedRun(engine, run).catch((error: unknown) => {
+        engine.obs.log.warn("reaper could not write an ended run's side on its job", {
+          runId: run.runId,
+          error: String(error),
+        });
+      }),
+    );
     // The cursor passes the entries dealt with, in order, up to the first one that was not.
     let passed: InflightEntry | null = null;
     for (const [index, entry] of entries.entries()) {
@@ -237,7 +252,11 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
           const fresh = await readInflightRuns(engine, [entry], { consistentRead: true });
           run = fresh.get(entryId(entry)) ?? null;
         }
-        if (run === null || (run.status !== "QUEUED" && run.status !== "RUNNING")) return "done";
+        if (run === null) return "done";
+        if (run.status !== "QUEUED" && run.status !== "RUNNING") {
+          if (messagesLost) ended.push(run);
+          return "done";
+        }
         // Filed again further along (moved on since the index was read): that entry is the one.
         if (run.inflightSk > entry.deadline && run.inflightSk >= overdueBefore.toISOString())
           return "done";
@@ -278,4 +297,10 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
   engine.obs.metrics.add(METRICS.reaperBehindMs, behindMs, "Milliseconds");
   if (failure) throw failure.error;
   return { examined, resent };
+}
+
+/** An ended run's side on its job, if the job lacks it (the repair reads the job and decides). */
+async function repairEndedRun(engine: Engine, run: Run): Promise<void> {
+  const job = await getJob(engine, run.jobId);
+  if (job !== null) await repairJobAfterRun(engine, job, run);
 }

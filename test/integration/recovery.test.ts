@@ -4,6 +4,7 @@ import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { runTickLoop } from "../../shared/dispatch/tick.js";
 import { NotReplayableError } from "../../shared/errors.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
+import { processRun } from "../../shared/execution/worker.js";
 import { createJob, replayDeadLetter } from "../../shared/jobs/index.js";
 import { MAX_ATTEMPT } from "../../shared/keys.js";
 import type { Run } from "../../shared/model.js";
@@ -12,6 +13,7 @@ import { runMessageOf } from "../../shared/storage/items.js";
 import { getJob, runKeyOf } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { withFaults } from "../support/faults.js";
 import { copyRunToAttempt } from "../support/seed.js";
 import { waitFor } from "../support/wait.js";
 
@@ -105,6 +107,42 @@ describe("a run whose worker died with the process (SIGKILL) is re-sent until it
       workerId: "restarted",
     });
   }, 60_000);
+});
+
+describe("a restart after a worker died between its run's write and its job's", () => {
+  it("the restart's reaper writes the job's side the lost message would have: the one-off completes with its lastRun", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: clock().toISOString() } }),
+    );
+    const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    // The run's SUCCEEDED ending lands; the process dies on the job's write, and the in-memory
+    // queue loses the message with it, so no redelivery repairs the job.
+    const dying = withFaults(f.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) => input.TableName === f.engine.tables.jobs,
+      error: () => new Error("worker died between the run's write and the job's"),
+    });
+    try {
+      await expect(
+        processRun({ ...f.workerDeps("dying"), engine: dying.engine }, delivery),
+      ).rejects.toThrow("worker died");
+    } finally {
+      dying.destroy();
+    }
+    await deleteMessages(f.engine.sqs, delivery.queueUrl, [delivery.receiptHandle]);
+    expect(await onlyRunOf(job.jobId)).toMatchObject({ status: "SUCCEEDED" });
+    expect(await getJob(f.engine, job.jobId)).toMatchObject({ status: "ACTIVE", lastRun: null });
+
+    await reap(f.engine, { overdueBefore: FAR_FUTURE });
+
+    const run = await onlyRunOf(job.jobId);
+    expect(await getJob(f.engine, job.jobId)).toMatchObject({
+      status: "COMPLETED",
+      lastRun: { runId: run.runId, status: "SUCCEEDED" },
+    });
+  }, 30_000);
 });
 
 describe("recovered runs are not misfires (lease = grace)", () => {
