@@ -23,7 +23,7 @@ export class SchedulerApiError<C extends ErrorCode = ErrorCode> extends Error {
   readonly code: C;
   /** The offending input, e.g. `schedule.cron`. */
   readonly field: string | undefined;
-  /** With `illegal_transition`: the job's status now. */
+  /** With `illegal_transition`: the job's status now, or the status a run ended in (a refused run cancel). */
   readonly currentStatus: ErrorBody["currentStatus"];
   /** With `validation_failed`: every issue. */
   readonly issues: readonly FieldIssue[];

@@ -517,10 +517,10 @@ export interface components {
                 /** @enum {string} */
                 code: "validation_failed" | "malformed_json" | "unauthorized" | "not_found" | "method_not_allowed" | "conflict" | "illegal_transition" | "idempotency_conflict" | "not_replayable" | "stale_run_token" | "version_mismatch" | "precondition_required" | "payload_too_large" | "unsupported_media_type" | "busy" | "quota_exceeded" | "rate_limited" | "forbidden" | "internal";
                 /**
-                 * @description With illegal_transition: the job's status now.
+                 * @description With illegal_transition: the job's status now, or for a run's cancel the status the run ended in.
                  * @enum {string}
                  */
-                currentStatus?: "active" | "paused" | "cancelled" | "completed";
+                currentStatus?: "active" | "paused" | "cancelled" | "completed" | "queued" | "running" | "succeeded" | "failed" | "dead" | "skipped";
                 /** @description The offending input, e.g. schedule.cron. */
                 field?: string;
                 /** @description Every validation issue. */
@@ -626,10 +626,10 @@ export interface components {
                 /** @enum {string} */
                 code: "validation_failed" | "malformed_json" | "unauthorized" | "not_found" | "method_not_allowed" | "conflict" | "illegal_transition" | "idempotency_conflict" | "not_replayable" | "stale_run_token" | "version_mismatch" | "precondition_required" | "payload_too_large" | "unsupported_media_type" | "busy" | "quota_exceeded" | "rate_limited" | "forbidden" | "internal";
                 /**
-                 * @description With illegal_transition: the job's status now.
+                 * @description With illegal_transition: the job's status now, or for a run's cancel the status the run ended in.
                  * @enum {string}
                  */
-                currentStatus?: "active" | "paused" | "cancelled" | "completed";
+                currentStatus?: "active" | "paused" | "cancelled" | "completed" | "queued" | "running" | "succeeded" | "failed" | "dead" | "skipped";
                 /** @description The offending input, e.g. schedule.cron. */
                 field?: string;
                 /** @description Every validation issue. */

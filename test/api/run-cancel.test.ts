@@ -6,7 +6,15 @@ import type { JobContext } from "../../shared/execution/job-contract.js";
 import { MAX_ATTEMPT } from "../../shared/keys.js";
 import { copyRunToAttempt } from "../support/seed.js";
 import { waitFor } from "../support/wait.js";
-import { type ApiHarness, expectError, KEY_B, laterJob, startApi } from "./support.js";
+import {
+  type ApiHarness,
+  deadRunVia,
+  expectError,
+  KEY_B,
+  laterJob,
+  runOnce,
+  startApi,
+} from "./support.js";
 
 /** POST /jobs/{id}/runs/{runId}/cancel, POST /jobs/{id}/cancel and pause's `running` over HTTP. */
 let api: ApiHarness;
@@ -47,6 +55,28 @@ describe("POST /jobs/{id}/runs/{runId}/cancel", () => {
       code: "illegal_transition",
     });
     expect(again.currentStatus).toBe("cancelled");
+  });
+
+  it("a run that ended succeeded or dead: the 409's currentStatus is the run's, in the documented Error shape", async () => {
+    // expectError parses the body with the Error schema the OpenAPI document (and so the typed
+    // client's ErrorBody) is generated from: a run's status must be one it allows.
+    const { jobId } = await deadRunVia(api);
+    const [dead] = await runsOf(jobId);
+    expect(dead?.status).toBe("dead");
+    const refusedDead = expectError(
+      await api.call("POST", `/jobs/${jobId}/runs/${dead?.runId}/cancel`),
+      409,
+      { code: "illegal_transition" },
+    );
+    expect(refusedDead.currentStatus).toBe("dead");
+
+    const id = await created(laterJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" } }));
+    const runId = RunSchema.parse((await api.call("POST", `/jobs/${id}/trigger`)).body).runId;
+    await runOnce(api, id);
+    const refused = expectError(await api.call("POST", `/jobs/${id}/runs/${runId}/cancel`), 409, {
+      code: "illegal_transition",
+    });
+    expect(refused.currentStatus).toBe("succeeded");
   });
 
   it("a running run: 200 with cancelRequestedAt, then CANCELLED within a heartbeat", async () => {

@@ -1,6 +1,6 @@
 /** The one error shape every failed request is answered with. */
 import { z } from "@hono/zod-openapi";
-import { JOB_STATUSES, QUOTA_NAMES } from "./common.js";
+import { JOB_STATUSES, QUOTA_NAMES, RUN_STATUSES } from "./common.js";
 
 /** Every `error.code` the API answers with; ../errors.ts decides which error gets which. */
 const ERROR_CODES = [
@@ -26,6 +26,17 @@ const ERROR_CODES = [
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
+type JobStatus = (typeof JOB_STATUSES)[number];
+type RunStatus = (typeof RUN_STATUSES)[number];
+/** A job's status (a lifecycle change refused) or a run's (a cancel of a run that has ended). */
+const CURRENT_STATUSES: readonly (JobStatus | RunStatus)[] = [
+  ...JOB_STATUSES,
+  ...RUN_STATUSES.filter(
+    (status): status is Exclude<RunStatus, JobStatus> =>
+      !(JOB_STATUSES as readonly string[]).includes(status),
+  ),
+];
+
 const FieldIssueSchema = z.strictObject({ field: z.string(), message: z.string() });
 
 export const ErrorSchema = z
@@ -37,10 +48,10 @@ export const ErrorSchema = z
         .string()
         .optional()
         .openapi({ description: "The offending input, e.g. schedule.cron." }),
-      currentStatus: z
-        .enum(JOB_STATUSES)
-        .optional()
-        .openapi({ description: "With illegal_transition: the job's status now." }),
+      currentStatus: z.enum(CURRENT_STATUSES).optional().openapi({
+        description:
+          "With illegal_transition: the job's status now, or for a run's cancel the status the run ended in.",
+      }),
       issues: z
         .array(FieldIssueSchema)
         .optional()
