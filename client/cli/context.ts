@@ -1,5 +1,6 @@
 import type { Command } from "commander";
 import { type ClientAuth, SchedulerClient } from "../index.js";
+import { CliExit, EXIT } from "./exit-codes.js";
 import { type CliIo, json, type OutputFormat } from "./output.js";
 
 export const DEFAULT_API = "http://127.0.0.1:3000";
@@ -35,6 +36,27 @@ export function authFrom(flags: GlobalFlags, api: string, io: CliIo): ClientAuth
   return sigv4;
 }
 
+/**
+ * The API's URL from --api, else SCHEDULER_API_URL, else the sandbox's. One that is not an
+ * http(s) URL (`127.0.0.1:3000`, `localhost`) is a usage error naming where it came from, before
+ * any request: fetch would otherwise fail as if the API were down, or the URL parser with no name.
+ */
+function apiUrlFrom(flags: GlobalFlags, io: CliIo): string {
+  const [source, api] =
+    flags.api !== undefined
+      ? ["--api", flags.api]
+      : io.env.SCHEDULER_API_URL !== undefined
+        ? ["SCHEDULER_API_URL", io.env.SCHEDULER_API_URL]
+        : ["the default", DEFAULT_API];
+  const protocol = URL.canParse(api) ? new URL(api).protocol : null;
+  if (protocol !== "http:" && protocol !== "https:")
+    throw new CliExit(
+      EXIT.usage,
+      `${source}: ${JSON.stringify(api)} is not an http(s) URL, such as ${DEFAULT_API} or the stack's ApiUrl`,
+    );
+  return api;
+}
+
 /** What every command's action gets: the client for the global flags, and how to print. */
 class CommandContext {
   readonly client: SchedulerClient;
@@ -44,7 +66,7 @@ class CommandContext {
     readonly io: CliIo,
     flags: GlobalFlags,
   ) {
-    const api = flags.api ?? io.env.SCHEDULER_API_URL ?? DEFAULT_API;
+    const api = apiUrlFrom(flags, io);
     this.client = new SchedulerClient({ baseUrl: api, auth: authFrom(flags, api, io) });
     this.format = flags.output;
   }

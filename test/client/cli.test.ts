@@ -734,6 +734,32 @@ describe("credentials, reachability, help", () => {
     expect(err).toMatch(/^error: cannot reach the API/);
   });
 
+  it("an --api or SCHEDULER_API_URL that is not an http(s) URL exits 2 naming where it came from", async () => {
+    const outcome = async (args: string[], env: Record<string, string>) => {
+      let err = "";
+      const code = await runCli(args, {
+        stdout: () => undefined,
+        stderr: (text) => {
+          err += text;
+        },
+        env,
+      });
+      return { code, err };
+    };
+    const flag = await outcome(["--api", "127.0.0.1:3000", "jobs", "list"], {});
+    expect(flag.code).toBe(EXIT.usage);
+    expect(flag.err).toMatch(/^error: --api: "127\.0\.0\.1:3000" is not an http\(s\) URL/);
+    const notAUrl = await outcome(["--api", "localhost", "jobs", "list"], {});
+    expect(notAUrl.code).toBe(EXIT.usage);
+    expect(notAUrl.err).toMatch(/^error: --api: "localhost"/);
+    const fromEnv = await outcome(["jobs", "list"], { SCHEDULER_API_URL: "api.example.com" });
+    expect(fromEnv.code).toBe(EXIT.usage);
+    expect(fromEnv.err).toMatch(/^error: SCHEDULER_API_URL: "api\.example\.com"/);
+    const json = await outcome(["-o", "json", "--api", "localhost", "jobs", "list"], {});
+    expect(json.code).toBe(EXIT.usage);
+    expect(JSON.parse(json.err)).toEqual({ error: { message: expect.stringMatching(/^--api: /) } });
+  });
+
   it("chooses the bearer key, the sandbox's key, or SigV4", () => {
     const io = { stdout: () => undefined, stderr: () => undefined };
     const flags = { output: "table" as const };
