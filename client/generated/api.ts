@@ -1018,6 +1018,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1027,6 +1029,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1049,6 +1053,8 @@ export interface operations {
             /** @description The new run; Location names it */
             202: {
                 headers: {
+                    /** @description The path of what the answer names */
+                    Location?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1085,6 +1091,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1094,6 +1102,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1167,6 +1177,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1176,6 +1188,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1202,6 +1216,10 @@ export interface operations {
             /** @description The job an earlier request with the same idempotency key created */
             200: {
                 headers: {
+                    /** @description The job's version, quoted ("3"): send it back as If-Match to edit */
+                    ETag?: string;
+                    /** @description The path of what the answer names */
+                    Location?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1211,7 +1229,9 @@ export interface operations {
             /** @description Created; Location names the job */
             201: {
                 headers: {
-                    /** @description /jobs/{id} */
+                    /** @description The job's version, quoted ("3"): send it back as If-Match to edit */
+                    ETag?: string;
+                    /** @description The path of what the answer names */
                     Location?: string;
                     [name: string]: unknown;
                 };
@@ -1230,6 +1250,15 @@ export interface operations {
             };
             /** @description Missing or unknown credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Over one of the tenant's quotas (`quota` names it, `field` the input it refuses), or an admin route called by a tenant that is not an admin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1267,6 +1296,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1276,6 +1307,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1345,6 +1378,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1354,6 +1389,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1376,6 +1413,8 @@ export interface operations {
             /** @description The job; ETag is its version */
             200: {
                 headers: {
+                    /** @description The job's version, quoted ("3"): send it back as If-Match to edit */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1403,6 +1442,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1412,6 +1453,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1459,6 +1502,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1468,6 +1513,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1497,6 +1544,8 @@ export interface operations {
             /** @description The edited job, one version up */
             200: {
                 headers: {
+                    /** @description The job's version, quoted ("3"): send it back as If-Match to edit */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1514,6 +1563,15 @@ export interface operations {
             };
             /** @description Missing or unknown credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Over one of the tenant's quotas (`quota` names it, `field` the input it refuses), or an admin route called by a tenant that is not an admin */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1542,6 +1600,8 @@ export interface operations {
             /** @description If-Match is not the job's current version */
             412: {
                 headers: {
+                    /** @description The job's version, quoted ("3"): send it back as If-Match to edit */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1578,6 +1638,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1587,6 +1649,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1609,6 +1673,8 @@ export interface operations {
             /** @description The job; repeating the call changes nothing */
             200: {
                 headers: {
+                    /** @description The job's version, quoted ("3"): send it back as If-Match to edit */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1645,6 +1711,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1654,6 +1722,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1680,6 +1750,8 @@ export interface operations {
             /** @description The job; repeating the call changes nothing */
             200: {
                 headers: {
+                    /** @description The job's version, quoted ("3"): send it back as If-Match to edit */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1743,6 +1815,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1752,6 +1826,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1815,6 +1891,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1824,6 +1902,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1846,6 +1926,8 @@ export interface operations {
             /** @description The job; repeating the call changes nothing */
             200: {
                 headers: {
+                    /** @description The job's version, quoted ("3"): send it back as If-Match to edit */
+                    ETag?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1882,6 +1964,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1891,6 +1975,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1960,6 +2046,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -1969,6 +2057,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2019,6 +2109,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2028,6 +2120,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2087,6 +2181,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2096,6 +2192,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2118,9 +2216,11 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The run an earlier trigger with the same idempotency key queued */
+            /** @description The run an earlier trigger with the same idempotency key queued; Location names it */
             200: {
                 headers: {
+                    /** @description The path of what the answer names */
+                    Location?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2130,6 +2230,8 @@ export interface operations {
             /** @description The queued run; Location names it */
             202: {
                 headers: {
+                    /** @description The path of what the answer names */
+                    Location?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2175,6 +2277,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2184,6 +2288,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2222,6 +2328,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2231,6 +2339,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2320,6 +2430,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2329,6 +2441,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2378,6 +2492,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2387,6 +2503,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2456,6 +2574,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2465,6 +2585,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2523,6 +2645,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2532,6 +2656,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2621,6 +2747,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2630,6 +2758,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2668,6 +2798,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2677,6 +2809,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2715,6 +2849,8 @@ export interface operations {
             /** @description Over the tenant's requestsPerSecond quota; retry after Retry-After seconds */
             429: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2724,6 +2860,8 @@ export interface operations {
             /** @description Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds */
             503: {
                 headers: {
+                    /** @description Seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {

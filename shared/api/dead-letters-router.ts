@@ -2,7 +2,15 @@ import { createRoute } from "@hono/zod-openapi";
 import { replayDeadLetter } from "../jobs/index.js";
 import { runDto } from "./dto.js";
 import { deadLettersPage } from "./pages.js";
-import { errors, json, newRouter, type RouterDeps, secured, tenantOf } from "./router.js";
+import {
+  errors,
+  json,
+  newRouter,
+  type RouterDeps,
+  secured,
+  tenantOf,
+  withHeaders,
+} from "./router.js";
 import { LIMITS, PageQuery } from "./schemas/common.js";
 import { DeadLetterParams, RunPageSchema, RunSchema } from "./schemas/runs.js";
 
@@ -28,7 +36,7 @@ const replayDeadLetterRoute = createRoute({
   security: secured,
   request: { params: DeadLetterParams },
   responses: {
-    202: json(RunSchema, "The new run; Location names it"),
+    202: withHeaders(RunSchema, "The new run; Location names it", "Location"),
     ...errors(401, 404, 409),
   },
 });

@@ -26,6 +26,7 @@ import {
   secured,
   setJobHeaders,
   tenantOf,
+  withHeaders,
 } from "./router.js";
 import { LIMITS } from "./schemas/common.js";
 import { jobPayloadsSchema } from "./schemas/job-types.js";
@@ -62,7 +63,10 @@ const getJob = createRoute({
   summary: "One job, with a summary of its newest finished run",
   security: secured,
   request: { params: JobIdParams },
-  responses: { 200: json(JobSchema, "The job; ETag is its version"), ...errors(401, 404) },
+  responses: {
+    200: withHeaders(JobSchema, "The job; ETag is its version", "ETag"),
+    ...errors(401, 404),
+  },
 });
 
 function lifecycleRoute(action: "resume" | "cancel", summary: string) {
@@ -75,7 +79,7 @@ function lifecycleRoute(action: "resume" | "cancel", summary: string) {
     security: secured,
     request: { params: JobIdParams },
     responses: {
-      200: json(JobSchema, "The job; repeating the call changes nothing"),
+      200: withHeaders(JobSchema, "The job; repeating the call changes nothing", "ETag"),
       ...errors(401, 404, 409, 503),
     },
   });
@@ -121,8 +125,12 @@ const triggerJobRoute = createRoute({
   security: secured,
   request: { params: JobIdParams, headers: TriggerHeaders },
   responses: {
-    202: json(RunSchema, "The queued run; Location names it"),
-    200: json(RunSchema, "The run an earlier trigger with the same idempotency key queued"),
+    202: withHeaders(RunSchema, "The queued run; Location names it", "Location"),
+    200: withHeaders(
+      RunSchema,
+      "The run an earlier trigger with the same idempotency key queued; Location names it",
+      "Location",
+    ),
     ...errors(400, 401, 404, 409),
   },
 });
@@ -145,12 +153,14 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
       },
     },
     responses: {
-      201: {
-        ...json(JobSchema, "Created; Location names the job"),
-        headers: { Location: { schema: { type: "string" }, description: "/jobs/{id}" } },
-      },
-      200: json(JobSchema, "The job an earlier request with the same idempotency key created"),
-      ...errors(400, 401, 409, 413, 415, 503),
+      201: withHeaders(JobSchema, "Created; Location names the job", "Location", "ETag"),
+      200: withHeaders(
+        JobSchema,
+        "The job an earlier request with the same idempotency key created",
+        "Location",
+        "ETag",
+      ),
+      ...errors(400, 401, 403, 409, 413, 415, 503),
     },
   });
   const editJobRoute = createRoute({
@@ -167,8 +177,8 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
       body: { content: { "application/json": { schema: EditJobSchema } }, required: true },
     },
     responses: {
-      200: json(JobSchema, "The edited job, one version up"),
-      ...errors(400, 401, 404, 409, 412, 413, 415, 428, 503),
+      200: withHeaders(JobSchema, "The edited job, one version up", "ETag"),
+      ...errors(400, 401, 403, 404, 409, 412, 413, 415, 428, 503),
     },
   });
   const pauseJobRoute = createRoute({
@@ -185,7 +195,7 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
       body: { content: { "application/json": { schema: PauseBody } }, required: false },
     },
     responses: {
-      200: json(JobSchema, "The job; repeating the call changes nothing"),
+      200: withHeaders(JobSchema, "The job; repeating the call changes nothing", "ETag"),
       ...errors(400, 401, 404, 409, 413, 415, 503),
     },
   });

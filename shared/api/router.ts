@@ -66,6 +66,29 @@ export const json = <T extends z.ZodType>(schema: T, description: string) => ({
   description,
 });
 
+/** The response headers a client acts on, as the document declares them. */
+const HEADERS = {
+  ETag: {
+    schema: { type: "string" },
+    description: 'The job\'s version, quoted ("3"): send it back as If-Match to edit',
+  },
+  Location: { schema: { type: "string" }, description: "The path of what the answer names" },
+  "Retry-After": {
+    schema: { type: "integer" },
+    description: "Seconds to wait before trying again",
+  },
+} as const;
+
+/** A JSON answer with these headers declared. */
+export const withHeaders = <T extends z.ZodType>(
+  schema: T,
+  description: string,
+  ...headers: (keyof typeof HEADERS)[]
+) => ({
+  ...json(schema, description),
+  headers: Object.fromEntries(headers.map((name) => [name, HEADERS[name]])),
+});
+
 const ERROR_DESCRIPTIONS = {
   400: "Invalid input: `field` names it, `issues` lists every problem",
   401: "Missing or unknown credentials",
@@ -80,6 +103,12 @@ const ERROR_DESCRIPTIONS = {
   503: "Busy: contention on the job, or (on a read) storage that did not answer in time; retry after Retry-After seconds",
 } as const;
 type ErrorStatus = keyof typeof ERROR_DESCRIPTIONS;
+/** A stale If-Match is answered with the job's current version; a 429 or 503 says when to retry. */
+const ERROR_HEADERS: Partial<Record<ErrorStatus, (keyof typeof HEADERS)[]>> = {
+  412: ["ETag"],
+  429: ["Retry-After"],
+  503: ["Retry-After"],
+};
 
 /**
  * The documented error responses of a route, each in the one error shape. A route that
@@ -88,11 +117,13 @@ type ErrorStatus = keyof typeof ERROR_DESCRIPTIONS;
  * be throttled past the SDK's retries or not answer in time.
  */
 export function errors<S extends ErrorStatus>(...statuses: S[]) {
-  const out = {} as Record<S | 429 | 503, ReturnType<typeof json<typeof ErrorSchema>>>;
-  for (const status of statuses) out[status] = json(ErrorSchema, ERROR_DESCRIPTIONS[status]);
+  const out = {} as Record<S | 429 | 503, ReturnType<typeof withHeaders<typeof ErrorSchema>>>;
+  const answer = (status: ErrorStatus) =>
+    withHeaders(ErrorSchema, ERROR_DESCRIPTIONS[status], ...(ERROR_HEADERS[status] ?? []));
+  for (const status of statuses) out[status] = answer(status);
   if ((statuses as ErrorStatus[]).includes(401)) {
-    out[429] = json(ErrorSchema, ERROR_DESCRIPTIONS[429]);
-    out[503] = json(ErrorSchema, ERROR_DESCRIPTIONS[503]);
+    out[429] = answer(429);
+    out[503] = answer(503);
   }
   return out;
 }

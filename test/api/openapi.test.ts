@@ -6,7 +6,7 @@ import { RunPageSchema, RunSchema } from "../../shared/api/schemas/runs.js";
 import { issueRunToken } from "../../shared/execution/async-runs.js";
 import { parseRunId } from "../../shared/keys.js";
 import { startRun } from "../../shared/storage/run-start.js";
-import { type ApiHarness, deadRunVia, KEY_A, startApi } from "./support.js";
+import { type ApiHarness, deadRunVia, KEY_A, KEY_B, type Reply, startApi } from "./support.js";
 
 /**
  * The served OpenAPI document is valid OpenAPI 3.x, documents every route,
@@ -173,5 +173,66 @@ describe("OpenAPI document", () => {
       ).toBeLessThan(300);
       expect(Object.keys(operation.responses)).toContain(String(reply.status));
     }
+  });
+  it("declares every status and every Location, ETag and Retry-After header the API answers with", async () => {
+    /** The answer's status is one its operation declares, and so is each of these headers it carries. */
+    const declared = (method: string, path: string, reply: Reply) => {
+      const operation = document.paths[path]?.[method as (typeof METHODS)[number]];
+      const response = operation?.responses[String(reply.status)] as
+        | OpenAPIV3.ResponseObject
+        | undefined;
+      expect(response, `${method} ${path} answered ${reply.status}: ${reply.text}`).toBeDefined();
+      const names = Object.keys(response?.headers ?? {}).map((name) => name.toLowerCase());
+      for (const header of ["location", "etag", "retry-after"])
+        if (reply.headers.get(header) !== null)
+          expect(names, `${method} ${path} ${reply.status} sends ${header}`).toContain(header);
+    };
+    const body = { type: "noop", schedule: { cron: "0 0 1 1 *", timezone: "UTC" } };
+    const headers = { "Idempotency-Key": `declared-${Date.now()}` };
+    const created = await api.call("POST", "/jobs", { body, headers });
+    declared("post", "/jobs", created);
+    declared("post", "/jobs", await api.call("POST", "/jobs", { body, headers }));
+    const { id } = JobSchema.parse(created.body);
+    declared("get", "/jobs/{id}", await api.call("GET", `/jobs/${id}`));
+    const ifMatch = (version: number) => ({ "If-Match": `"${version}"` });
+    const edit = (version: number) =>
+      api.call("PATCH", `/jobs/${id}`, { body: { name: "x" }, headers: ifMatch(version) });
+    declared("patch", "/jobs/{id}", await edit(1));
+    declared("patch", "/jobs/{id}", await edit(1));
+    declared("post", "/jobs/{id}/pause", await api.call("POST", `/jobs/${id}/pause`));
+    declared("post", "/jobs/{id}/resume", await api.call("POST", `/jobs/${id}/resume`));
+    const trigger = { headers: { "Idempotency-Key": "declared-trigger" } };
+    declared("post", "/jobs/{id}/trigger", await api.call("POST", `/jobs/${id}/trigger`, trigger));
+    declared("post", "/jobs/{id}/trigger", await api.call("POST", `/jobs/${id}/trigger`, trigger));
+    declared("post", "/jobs/{id}/cancel", await api.call("POST", `/jobs/${id}/cancel`));
+    const { jobId } = await deadRunVia(api);
+    const [dead] = RunPageSchema.parse((await api.call("GET", `/jobs/${jobId}/runs`)).body).items;
+    const replay = await api.call("POST", `/dead-letters/${dead?.runId}/replay`);
+    expect(replay.status, replay.text).toBe(202);
+    declared("post", "/dead-letters/{runId}/replay", replay);
+
+    // Tenant B, held to normal priority and three requests a second: quota refusals, then 429s.
+    const capped = await api.call("PUT", "/tenants/tenant-b/quotas", {
+      body: { maxPriority: "normal", requestsPerSecond: 3 },
+    });
+    expect(capped.status, capped.text).toBe(200);
+    const asB = { key: KEY_B };
+    const high = await api.call("POST", "/jobs", { ...asB, body: { ...body, priority: "high" } });
+    expect(high.status, high.text).toBe(403);
+    declared("post", "/jobs", high);
+    const own = JobSchema.parse((await api.call("POST", "/jobs", { ...asB, body })).body);
+    const raise = await api.call("PATCH", `/jobs/${own.id}`, {
+      ...asB,
+      body: { priority: "high" },
+      headers: ifMatch(own.version),
+    });
+    expect(raise.status, raise.text).toBe(403);
+    declared("patch", "/jobs/{id}", raise);
+    const flood = await Promise.all(
+      Array.from({ length: 12 }, () => api.call("GET", `/jobs/${own.id}`, asB)),
+    );
+    const limited = flood.find((reply) => reply.status === 429);
+    expect(limited, "no request was over tenant B's rate").toBeDefined();
+    if (limited) declared("get", "/jobs/{id}", limited);
   });
 });
