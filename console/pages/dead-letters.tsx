@@ -4,15 +4,41 @@ import { announce, ErrorMessage, messageOf, usePoll } from "../components.js";
 import { formatInstant } from "../format.js";
 import { Link } from "../router.js";
 
+const PAGE_SIZE = 50;
+
 export function DeadLettersPage() {
-  const { data, error, reload } = usePoll(() => api.listDeadLetters({ limit: 100 }), 3000, []);
+  const { data, error, reload } = usePoll(
+    () => api.listDeadLetters({ limit: PAGE_SIZE }),
+    3000,
+    [],
+  );
+  // The first page is polled; older pages are read on demand and kept until replayed.
+  const [older, setOlder] = useState<{ items: Run[]; cursor: string | null }>({
+    items: [],
+    cursor: null,
+  });
   const [replayed, setReplayed] = useState<Run | null>(null);
   const [replayError, setReplayError] = useState<unknown>(null);
+  const firstIds = new Set(data?.items.map((run) => run.runId));
+  const runs = [...(data?.items ?? []), ...older.items.filter((run) => !firstIds.has(run.runId))];
+  const cursor = older.cursor ?? data?.nextCursor ?? null;
+
+  const loadMore = async () => {
+    if (cursor === null) return;
+    setReplayError(null);
+    try {
+      const page = await api.listDeadLetters({ limit: PAGE_SIZE, cursor });
+      setOlder({ items: [...older.items, ...page.items], cursor: page.nextCursor });
+    } catch (caught) {
+      setReplayError(caught);
+    }
+  };
 
   const replay = async (run: Run) => {
     setReplayError(null);
     try {
       const next = await api.replay(run.runId);
+      setOlder((kept) => ({ ...kept, items: kept.items.filter((r) => r.runId !== run.runId) }));
       setReplayed(next);
       announce(`Replayed: attempt ${next.attempt} of the occurrence is queued`);
       await reload();
@@ -51,7 +77,7 @@ export function DeadLettersPage() {
           </tr>
         </thead>
         <tbody>
-          {data?.items.map((run) => (
+          {runs.map((run) => (
             <tr key={run.runId} data-run-id={run.runId}>
               <th scope="row">
                 <Link href={`/console/jobs/${run.jobId}`}>{run.jobId}</Link>
@@ -73,7 +99,12 @@ export function DeadLettersPage() {
           ))}
         </tbody>
       </table>
-      {data && data.items.length === 0 ? <p>No dead letters.</p> : null}
+      {data && runs.length === 0 ? <p>No dead letters.</p> : null}
+      {cursor !== null ? (
+        <button type="button" onClick={() => void loadMore()}>
+          Load more dead letters
+        </button>
+      ) : null}
     </>
   );
 }

@@ -13,6 +13,8 @@ import { waitFor } from "../support/wait.js";
  * also saved there (`npm run console:screenshots` writes docs/console/).
  */
 const KEY = "console-key";
+/** A second tenant's, whose many dead letters leave the first tenant's pages as they are. */
+const MANY_DEAD_KEY = "console-many-dead-key";
 const SCREENSHOTS = process.env.CONSOLE_SCREENSHOTS;
 
 interface Job {
@@ -36,11 +38,17 @@ let sandbox: SandboxProcess;
 let browser: Browser;
 let page: Page;
 
-async function api<T>(method: string, path: string, body?: unknown, headers = {}): Promise<T> {
+async function api<T>(
+  method: string,
+  path: string,
+  body?: unknown,
+  headers = {},
+  key = KEY,
+): Promise<T> {
   const response = await fetch(`${sandbox.url}${path}`, {
     method,
     headers: {
-      Authorization: `Bearer ${KEY}`,
+      Authorization: `Bearer ${key}`,
       ...(body === undefined ? {} : { "Content-Type": "application/json" }),
       ...headers,
     },
@@ -77,7 +85,10 @@ async function runRows(): Promise<Map<string, string>> {
 
 beforeAll(async () => {
   [sandbox, browser] = await Promise.all([
-    spawnSandbox({ env: { SCHEDULER_API_KEYS: `${KEY}=console-tenant` }, tickSeconds: 1 }),
+    spawnSandbox({
+      env: { SCHEDULER_API_KEYS: `${KEY}=console-tenant,${MANY_DEAD_KEY}=many-dead-tenant` },
+      tickSeconds: 1,
+    }),
     launchBrowser(),
   ]);
   page = await browser.context.newPage();
@@ -232,6 +243,79 @@ describe("web console", () => {
     expect(replayed.replayedBy).not.toBeNull();
     const runs = await api<{ items: Run[] }>("GET", `/jobs/${job.id}/runs`);
     expect(runs.items.find((r) => r.runId === replayed.replayedBy)?.attempt).toBe(2);
+  });
+
+  it("pages the dead letters: one past the first hundred is shown and replayed after Load more", async () => {
+    const asOther = <T>(method: string, path: string, body?: unknown) =>
+      api<T>(method, path, body, {}, MANY_DEAD_KEY);
+    const failing = (index: number) => ({
+      name: `dead ${index}`,
+      type: "fail",
+      payload: { retryable: false },
+      schedule: { runAt: new Date().toISOString() },
+    });
+    // The first job dies first, so it is the oldest dead letter: the last a listing reaches.
+    const first = await asOther<Job>("POST", "/jobs", failing(0));
+    const firstDead = await waitFor(
+      "the first job's dead letter",
+      async () =>
+        (await asOther<{ items: Run[] }>("GET", `/jobs/${first.id}/runs?status=dead`)).items[0],
+      30_000,
+      250,
+    );
+    for (let batch = 0; batch < 5; batch++) {
+      const jobs = Array.from({ length: 21 }, (_, i) => failing(1 + batch * 21 + i));
+      const answered = await asOther<{ results: { status: number }[] }>("POST", "/jobs:batch", {
+        jobs,
+      });
+      expect(answered.results.map((r) => r.status)).toEqual(jobs.map(() => 201));
+    }
+    await waitFor(
+      "106 dead letters",
+      async () => {
+        let count = 0;
+        let cursor: string | null | undefined;
+        do {
+          const page = await asOther<{ items: Run[]; nextCursor: string | null }>(
+            "GET",
+            `/dead-letters?limit=100${cursor ? `&cursor=${cursor}` : ""}`,
+          );
+          count += page.items.length;
+          cursor = page.nextCursor;
+        } while (cursor);
+        return count === 106 ? count : undefined;
+      },
+      60_000,
+      500,
+    );
+
+    const other = await browser.context.newPage();
+    try {
+      await other.goto(`${sandbox.url}/console/dead-letters`);
+      await other.getByLabel("API key", { exact: true }).fill(MANY_DEAD_KEY);
+      await other.getByRole("button", { name: "Sign in" }).click();
+      await other.getByRole("heading", { name: "Dead letters", level: 1 }).waitFor();
+      await other.locator("tr[data-run-id]").first().waitFor();
+      const row = other.locator(`tr[data-run-id="${firstDead.runId}"]`);
+      for (let more = 0; more < 5 && (await row.count()) === 0; more++) {
+        const button = other.getByRole("button", { name: "Load more dead letters" });
+        await button.waitFor({ timeout: 5_000 });
+        await button.click();
+        await other.waitForTimeout(500);
+      }
+      await row.waitFor({ timeout: 5_000 });
+      expect(await other.locator("tr[data-run-id]").count()).toBe(106);
+      await row.getByRole("button", { name: /^Replay/ }).click();
+      await other
+        .getByText(/Replayed: attempt 2/)
+        .first()
+        .waitFor();
+      await row.waitFor({ state: "detached" });
+      const replayed = await asOther<Run>("GET", `/jobs/${first.id}/runs/${firstDead.runId}`);
+      expect(replayed.replayedBy).not.toBeNull();
+    } finally {
+      await other.close();
+    }
   });
 
   it("explains a conflict when the job changed since the edit form was opened, then applies the edit", async () => {
