@@ -9,6 +9,14 @@ export function zoneOf(schedule: Schedule): string {
   return "cron" in schedule ? schedule.timezone : "UTC";
 }
 
+/**
+ * What a job is called on its page and in links: its name, or its id when the name is blank
+ * (the API takes any name up to 200 characters, "" and "  " too), so every link has text.
+ */
+export function jobTitle(job: Pick<Job, "name" | "id">): string {
+  return job.name.trim() === "" ? job.id : job.name;
+}
+
 export function scheduleInWords(schedule: Schedule): string {
   if ("runAt" in schedule) return `once, at ${formatInstant(schedule.runAt, "UTC")}`;
   if ("cron" in schedule) {

@@ -12,6 +12,7 @@ import {
   formatDuration,
   formatInstant,
   formatOccurrence,
+  jobTitle,
   scheduleInWords,
   zoneOf,
 } from "../format.js";
@@ -61,7 +62,7 @@ export function JobPage({ id }: { id: string }) {
   return (
     <>
       <h1 tabIndex={-1}>
-        {current.name} <StatusBadge status={current.status} />
+        {jobTitle(current)} <StatusBadge status={current.status} />
       </h1>
       <p class="hint">
         {current.type} job <code>{current.id}</code>, version {current.version}

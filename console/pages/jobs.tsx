@@ -1,7 +1,7 @@
 import { useState } from "preact/hooks";
 import { api, type FieldIssue, type Job } from "../api.js";
 import { announce, ErrorMessage, ErrorSummary, StatusBadge, usePoll } from "../components.js";
-import { formatInstant, scheduleInWords, zoneOf } from "../format.js";
+import { formatInstant, jobTitle, scheduleInWords, zoneOf } from "../format.js";
 import { createBody, emptyForm, issuesOf, JobFields, type JobForm } from "../job-form.js";
 import { Link, navigate } from "../router.js";
 
@@ -65,7 +65,7 @@ export function JobsPage({ jobTypes }: { jobTypes: readonly string[] }) {
             {jobs.map((job) => (
               <tr key={job.id}>
                 <th scope="row">
-                  <Link href={`/console/jobs/${job.id}`}>{job.name}</Link>
+                  <Link href={`/console/jobs/${job.id}`}>{jobTitle(job)}</Link>
                   <span class="hint"> {job.type}</span>
                 </th>
                 <td>

@@ -15,6 +15,8 @@ import { waitFor } from "../support/wait.js";
 const KEY = "console-key";
 /** A second tenant's, whose many dead letters leave the first tenant's pages as they are. */
 const MANY_DEAD_KEY = "console-many-dead-key";
+/** A third tenant's, for jobs with odd names. */
+const ODD_NAMES_KEY = "console-odd-names-key";
 const SCREENSHOTS = process.env.CONSOLE_SCREENSHOTS;
 
 interface Job {
@@ -86,7 +88,9 @@ async function runRows(): Promise<Map<string, string>> {
 beforeAll(async () => {
   [sandbox, browser] = await Promise.all([
     spawnSandbox({
-      env: { SCHEDULER_API_KEYS: `${KEY}=console-tenant,${MANY_DEAD_KEY}=many-dead-tenant` },
+      env: {
+        SCHEDULER_API_KEYS: `${KEY}=console-tenant,${MANY_DEAD_KEY}=many-dead-tenant,${ODD_NAMES_KEY}=odd-names-tenant`,
+      },
       tickSeconds: 1,
     }),
     launchBrowser(),
@@ -313,6 +317,41 @@ describe("web console", () => {
       await row.waitFor({ state: "detached" });
       const replayed = await asOther<Run>("GET", `/jobs/${first.id}/runs/${firstDead.runId}`);
       expect(replayed.replayedBy).not.toBeNull();
+    } finally {
+      await other.close();
+    }
+  });
+
+  it("a job named with nothing but spaces, or 200 characters without one: a link to follow, and no page wider than the window", async () => {
+    const create = (name: string) =>
+      api<Job>(
+        "POST",
+        "/jobs",
+        { name, type: "noop", schedule: { every: "PT1H" } },
+        {},
+        ODD_NAMES_KEY,
+      );
+    const blank = await create("  ");
+    const long = await create("x".repeat(200));
+    const other = await browser.context.newPage();
+    /** How far the page is wider than its window: a name must wrap, not push the page sideways. */
+    const overflow = async () =>
+      Number(await other.evaluate("document.documentElement.scrollWidth - window.innerWidth"));
+    try {
+      await other.goto(`${sandbox.url}/console`);
+      await other.getByLabel("API key", { exact: true }).fill(ODD_NAMES_KEY);
+      await other.getByRole("button", { name: "Sign in" }).click();
+      await other.getByRole("heading", { name: "Jobs", level: 1 }).waitFor();
+      await other.locator("tbody tr").nth(1).waitFor();
+      expect(await overflow()).toBeLessThanOrEqual(0);
+      expect(await accessibilityViolations(other)).toEqual([]);
+      // The blank-named job's link says which job it is, and leads there.
+      await other.getByRole("link", { name: blank.id }).click();
+      await other.getByRole("heading", { name: blank.id, level: 1 }).waitFor();
+
+      await other.goto(`${sandbox.url}/console/jobs/${long.id}`);
+      await other.getByRole("heading", { name: /^x{200}/, level: 1 }).waitFor();
+      expect(await overflow()).toBeLessThanOrEqual(0);
     } finally {
       await other.close();
     }
