@@ -58,6 +58,8 @@ interface Parameter {
 interface Content {
   readonly content?: Readonly<Record<string, { readonly schema?: Schema }>>;
   readonly description?: string;
+  /** A response's headers a client acts on (ETag, Location, Retry-After). */
+  readonly headers?: Readonly<Record<string, { readonly description?: string }>>;
 }
 
 interface Operation {
@@ -182,7 +184,14 @@ function operationBlock(method: string, path: string, op: Operation): Html {
     <table>
       <thead><tr><th scope="col">Status</th><th scope="col">Description</th><th scope="col">Body</th></tr></thead>
       <tbody>${Object.entries(op.responses ?? {}).map(
-        ([status, response]) => html`<tr><td>${status}</td><td>${response.description ?? ""}</td>
+        ([
+          status,
+          response,
+        ]) => html`<tr><td>${status}</td><td>${response.description ?? ""}${Object.entries(
+          response.headers ?? {},
+        ).map(
+          ([name, header]) => html`<br>Header <code>${name}</code>: ${header.description ?? ""}`,
+        )}</td>
           <td>${typeOf(response.content?.["application/json"]?.schema)}</td></tr>`,
       )}</tbody>
     </table>

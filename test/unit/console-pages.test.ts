@@ -205,6 +205,10 @@ describe("API reference", () => {
             200: {
               description: "The thing",
               content: { "application/json": { schema: { $ref: "#/components/schemas/Thing" } } },
+              headers: {
+                ETag: { schema: { type: "string" }, description: "Its version" },
+                "Retry-After": { schema: { type: "integer" }, description: "<b>Seconds</b>" },
+              },
             },
           },
         },
@@ -235,6 +239,12 @@ describe("API reference", () => {
     expect(html).not.toContain("<img");
     expect(html).toContain("&lt;img src=x onerror=alert(1)&gt;");
     expect(html).not.toMatch(/<script|<link|src="http/);
+  });
+
+  it("names each response's headers (ETag, Location, Retry-After) with their descriptions", async () => {
+    const html = await (await docsRouter(() => document).request("/docs")).text();
+    expect(html).toContain("<code>ETag</code>: Its version");
+    expect(html).toContain("<code>Retry-After</code>: &lt;b&gt;Seconds&lt;/b&gt;");
   });
 });
 
