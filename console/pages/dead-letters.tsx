@@ -85,7 +85,7 @@ export function DeadLettersPage() {
               <td>{formatInstant(run.scheduledFor, "UTC")}</td>
               <td>{run.attempt}</td>
               <td>{formatInstant(run.finishedAt, "UTC")}</td>
-              <td>{run.error ?? run.reason ?? ""}</td>
+              <td class="free-text">{run.error ?? run.reason ?? ""}</td>
               <td>
                 <button
                   type="button"

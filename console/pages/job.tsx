@@ -466,7 +466,7 @@ function RunsTimeline({ id, zone }: { id: string; zone: string }) {
               </td>
               <td>{formatInstant(run.startedAt, zone)}</td>
               <td>{formatDuration(run.durationMs)}</td>
-              <td>{run.error ?? run.reason ?? ""}</td>
+              <td class="free-text">{run.error ?? run.reason ?? ""}</td>
               <td>
                 {run.status === "queued" || run.status === "running" ? (
                   run.cancelRequestedAt ? (

@@ -344,6 +344,13 @@ describe("web console", () => {
       await other.getByRole("heading", { name: "Jobs", level: 1 }).waitFor();
       await other.locator("tbody tr").nth(1).waitFor();
       expect(await overflow()).toBeLessThanOrEqual(0);
+      // The long name takes the squeeze: a status stays on one line ("active", not "acti / ve").
+      // Each badge's height in lines of its text (a string: the tests compile without the DOM's types).
+      const statusLines: number[] = await other.evaluate(
+        "Array.from(document.querySelectorAll('tbody .status'), (badge) => Math.round(badge.getBoundingClientRect().height / parseFloat(getComputedStyle(badge).lineHeight)))",
+      );
+      expect(statusLines.length).toBeGreaterThan(0);
+      expect(statusLines).toEqual(statusLines.map(() => 1));
       expect(await accessibilityViolations(other)).toEqual([]);
       // The blank-named job's link says which job it is, and leads there.
       await other.getByRole("link", { name: blank.id }).click();
