@@ -337,6 +337,11 @@ describe("web console", () => {
     /** How far the page is wider than its window: a name must wrap, not push the page sideways. */
     const overflow = async () =>
       Number(await other.evaluate("document.documentElement.scrollWidth - window.innerWidth"));
+    /** Each status badge's height in lines of its text (a string: the tests compile without the DOM's types). */
+    const statusLines = (): Promise<number[]> =>
+      other.evaluate(
+        "Array.from(document.querySelectorAll('main .status'), (badge) => Math.round(badge.getBoundingClientRect().height / parseFloat(getComputedStyle(badge).lineHeight)))",
+      );
     try {
       await other.goto(`${sandbox.url}/console`);
       await other.getByLabel("API key", { exact: true }).fill(ODD_NAMES_KEY);
@@ -345,12 +350,7 @@ describe("web console", () => {
       await other.locator("tbody tr").nth(1).waitFor();
       expect(await overflow()).toBeLessThanOrEqual(0);
       // The long name takes the squeeze: a status stays on one line ("active", not "acti / ve").
-      // Each badge's height in lines of its text (a string: the tests compile without the DOM's types).
-      const statusLines: number[] = await other.evaluate(
-        "Array.from(document.querySelectorAll('tbody .status'), (badge) => Math.round(badge.getBoundingClientRect().height / parseFloat(getComputedStyle(badge).lineHeight)))",
-      );
-      expect(statusLines.length).toBeGreaterThan(0);
-      expect(statusLines).toEqual(statusLines.map(() => 1));
+      expect(await statusLines()).toEqual([1, 1, 1, 1]); // two jobs: each one's status and last run
       expect(await accessibilityViolations(other)).toEqual([]);
       // The blank-named job's link says which job it is, and leads there.
       await other.getByRole("link", { name: blank.id }).click();
@@ -359,6 +359,10 @@ describe("web console", () => {
       await other.goto(`${sandbox.url}/console/jobs/${long.id}`);
       await other.getByRole("heading", { name: /^x{200}/, level: 1 }).waitFor();
       expect(await overflow()).toBeLessThanOrEqual(0);
+      // The job's status beside its name, its last run's, and any in its runs table.
+      const onJobPage = await statusLines();
+      expect(onJobPage.length).toBeGreaterThanOrEqual(2);
+      expect(onJobPage.filter((lines) => lines !== 1)).toEqual([]);
     } finally {
       await other.close();
     }
