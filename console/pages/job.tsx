@@ -62,7 +62,7 @@ export function JobPage({ id }: { id: string }) {
   return (
     <>
       <h1 tabIndex={-1}>
-        {jobTitle(current)} <StatusBadge status={current.status} />
+        <bdi>{jobTitle(current)}</bdi> <StatusBadge status={current.status} />
       </h1>
       <p class="hint">
         {current.type} job <code>{current.id}</code>, version {current.version}

@@ -65,7 +65,9 @@ export function JobsPage({ jobTypes }: { jobTypes: readonly string[] }) {
             {jobs.map((job) => (
               <tr key={job.id}>
                 <th scope="row">
-                  <Link href={`/console/jobs/${job.id}`}>{jobTitle(job)}</Link>
+                  <Link href={`/console/jobs/${job.id}`}>
+                    <bdi>{jobTitle(job)}</bdi>
+                  </Link>
                   <span class="hint"> {job.type}</span>
                 </th>
                 <td>

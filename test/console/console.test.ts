@@ -322,7 +322,7 @@ describe("web console", () => {
     }
   });
 
-  it("a job named with nothing but spaces, or 200 characters without one: a link to follow, and no page wider than the window", async () => {
+  it("a job named with nothing but spaces, 200 characters without one, or a right-to-left override: a link to follow, no page wider than the window, nothing beside the name reversed", async () => {
     const create = (name: string) =>
       api<Job>(
         "POST",
@@ -333,6 +333,8 @@ describe("web console", () => {
       );
     const blank = await create("  ");
     const long = await create("x".repeat(200));
+    // U+202E (right-to-left override) reverses what follows it, up to the end of its paragraph.
+    const reversing = await create("\u202Ereversed");
     const other = await browser.context.newPage();
     /** How far the page is wider than its window: a name must wrap, not push the page sideways. */
     const overflow = async () =>
@@ -350,7 +352,14 @@ describe("web console", () => {
       await other.locator("tbody tr").nth(1).waitFor();
       expect(await overflow()).toBeLessThanOrEqual(0);
       // The long name takes the squeeze: a status stays on one line ("active", not "acti / ve").
-      expect(await statusLines()).toEqual([1, 1, 1, 1]); // two jobs: each one's status and last run
+      const onJobsPage = await statusLines();
+      expect(onJobsPage.length).toBeGreaterThanOrEqual(3);
+      expect(onJobsPage.filter((lines) => lines !== 1)).toEqual([]);
+      // A name's direction stays inside it: the type beside it still reads "noop", not "poon".
+      const letterLefts: number[] = await other.evaluate(
+        `(() => { const text = document.querySelector('tr:has(a[href="/console/jobs/${reversing.id}"]) .hint').lastChild; const at = (i) => { const range = document.createRange(); range.setStart(text, i); range.setEnd(text, i + 1); return range.getBoundingClientRect().left; }; const start = text.data.indexOf("noop"); return [at(start), at(start + 3)]; })()`,
+      );
+      expect(letterLefts[0]).toBeLessThan(letterLefts[1] ?? Number.NaN);
       expect(await accessibilityViolations(other)).toEqual([]);
       // The blank-named job's link says which job it is, and leads there.
       await other.getByRole("link", { name: blank.id }).click();
