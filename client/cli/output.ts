@@ -14,8 +14,29 @@ export interface CliIo {
   readonly signal?: AbortSignal;
 }
 
+const SHORT_ESCAPES: Readonly<Record<string, string>> = { "\n": "\\n", "\r": "\\r", "\t": "\\t" };
+
+/**
+ * Text as one line with nothing a terminal acts on: a line break, a tab or another control
+ * character in a name or an error (an ESC starting a terminal sequence, say) is printed as its
+ * escape (`\n`, `\u001b`), so a table keeps one line a row. JSON output carries the text as is.
+ */
+export function printable(text: string): string {
+  let shown = "";
+  for (const char of text) {
+    const code = char.charCodeAt(0);
+    const control = code < 0x20 || (code >= 0x7f && code <= 0x9f);
+    shown += control ? (SHORT_ESCAPES[char] ?? `\\u${code.toString(16).padStart(4, "0")}`) : char;
+  }
+  return shown;
+}
+
 /** Columns padded to their widest cell; the last column is not padded. */
-export function table(headers: readonly string[], rows: readonly (readonly string[])[]): string {
+export function table(
+  headers: readonly string[],
+  unprintedRows: readonly (readonly string[])[],
+): string {
+  const rows = unprintedRows.map((row) => row.map(printable));
   const widths = headers.map((header, column) =>
     Math.max(header.length, ...rows.map((row) => (row[column] ?? "").length)),
   );
@@ -32,7 +53,7 @@ export function table(headers: readonly string[], rows: readonly (readonly strin
 /** One object as `name  value` lines. */
 function fields(pairs: readonly (readonly [string, string])[]): string {
   const width = Math.max(...pairs.map(([name]) => name.length));
-  return pairs.map(([name, value]) => `${name.padEnd(width)}  ${value}`).join("\n");
+  return pairs.map(([name, value]) => `${name.padEnd(width)}  ${printable(value)}`).join("\n");
 }
 
 const dash = (value: string | number | null | undefined) =>

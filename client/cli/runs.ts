@@ -4,7 +4,15 @@ import { waitOrAbort } from "../requests.js";
 import { contextOf } from "./context.js";
 import { CliExit, EXIT } from "./exit-codes.js";
 import { wholeNumber } from "./job-options.js";
-import { type CliIo, RUN_COLUMNS, runFields, runRow, runsTable, table } from "./output.js";
+import {
+  type CliIo,
+  printable,
+  RUN_COLUMNS,
+  runFields,
+  runRow,
+  runsTable,
+  table,
+} from "./output.js";
 
 async function firstRuns(list: AsyncIterable<Run>, limit: number): Promise<Run[]> {
   const runs: Run[] = [];
@@ -35,7 +43,7 @@ function runStatuses(value: string): RunStatus[] {
 const WATCH_WIDTHS = [48, 7, 9, 24, 24, 9];
 const fixedColumns = (cells: readonly string[]) =>
   cells
-    .map((cell, column) => cell.padEnd(WATCH_WIDTHS[column] ?? 0))
+    .map((cell, column) => printable(cell).padEnd(WATCH_WIDTHS[column] ?? 0))
     .join("  ")
     .trimEnd();
 

@@ -335,6 +335,33 @@ describe("jobs", () => {
     expect(refused).toMatchObject({ field: "schedule.after.jobs" });
   });
 
+  it("a name with a line break, a tab or a terminal escape prints escaped in tables, one line a job", async () => {
+    const name = "line one\nline two\tthen \u001b[2Jcleared";
+    /** The control characters in printed text, but the line breaks that end its lines. */
+    const controlsIn = (text: string) =>
+      [...text].filter((char) => char !== "\n" && (char < " " || char === "\u007f"));
+    const job = await json<Job>(
+      "jobs",
+      "create",
+      "--type",
+      "noop",
+      "--run-at",
+      tomorrow(),
+      "--name",
+      name,
+    );
+    expect(job.name).toBe(name); // JSON prints the name as the API stored it
+    const shown = String.raw`line one\nline two\tthen \u001b[2Jcleared`;
+    const got = await cli(["jobs", "get", job.id]);
+    expect(got.out).toContain(`name        ${shown}\n`);
+    expect(controlsIn(got.out)).toEqual([]);
+    const listed = await cli(["jobs", "list", "--limit", "1"]);
+    const lines = listed.out.trimEnd().split("\n");
+    expect(lines).toHaveLength(2);
+    expect(lines[1]).toContain(shown);
+    expect(controlsIn(listed.out)).toEqual([]);
+  });
+
   it("pause, resume, trigger, cancel; a refused transition exits 5; an unknown job exits 4", async () => {
     const job = await json<Job>("jobs", "create", "--type", "noop", "--run-at", tomorrow());
     expect((await json<Job>("jobs", "pause", job.id)).status).toBe("paused");
