@@ -43,8 +43,12 @@ export class JobHandle {
     private readonly client: SchedulerClient,
     readonly id: string,
     job?: Job,
-    /** False when create found the job an earlier request with the same idempotency key made. */
-    readonly created = true,
+    /**
+     * True only for a handle `jobs.create` answered with a new job (201): false when create found
+     * the job an earlier request with the same idempotency key made, and for a handle that only
+     * reads the job (`jobs.get`, `jobs.handle`).
+     */
+    readonly created = false,
   ) {
     this.#job = job;
   }

@@ -87,6 +87,9 @@ describe("a job handle", () => {
     const again = await client.jobs.create(body, { idempotencyKey: "client-report-1" });
     expect(again.created).toBe(false);
     expect(again.id).toBe(handle.id);
+    // A handle that only read the job, or was made from its id, created nothing.
+    expect((await client.jobs.get(handle.id)).created).toBe(false);
+    expect(client.jobs.handle(handle.id).created).toBe(false);
     const other = await caught(
       client.jobs.create({ ...body, name: "other" }, { idempotencyKey: "client-report-1" }),
     );
