@@ -1,6 +1,13 @@
 import { useState } from "preact/hooks";
 import { api, type FieldIssue, type Job } from "../api.js";
-import { announce, ErrorMessage, ErrorSummary, StatusBadge, usePoll } from "../components.js";
+import {
+  announce,
+  ErrorMessage,
+  ErrorSummary,
+  messageOf,
+  StatusBadge,
+  usePoll,
+} from "../components.js";
 import { formatInstant, jobTitle, scheduleInWords, zoneOf } from "../format.js";
 import { createBody, emptyForm, issuesOf, JobFields, type JobForm } from "../job-form.js";
 import { Link, navigate } from "../router.js";
@@ -14,14 +21,22 @@ export function JobsPage({ jobTypes }: { jobTypes: readonly string[] }) {
     cursor: null,
   });
   const { data, error } = usePoll(() => api.listJobs({ status, limit: 50 }), 3000, [status]);
+  // A refused read of an older page (a 429, the network) is shown until the next try.
+  const [loadError, setLoadError] = useState<unknown>(null);
   const firstIds = new Set(data?.items.map((job) => job.id));
   const jobs = [...(data?.items ?? []), ...older.items.filter((job) => !firstIds.has(job.id))];
   const cursor = older.cursor ?? data?.nextCursor ?? null;
 
   const loadMore = async () => {
     if (cursor === null) return;
-    const page = await api.listJobs({ status, limit: 50, cursor });
-    setOlder({ items: [...older.items, ...page.items], cursor: page.nextCursor });
+    setLoadError(null);
+    try {
+      const page = await api.listJobs({ status, limit: 50, cursor });
+      setOlder({ items: [...older.items, ...page.items], cursor: page.nextCursor });
+    } catch (caught) {
+      setLoadError(caught);
+      announce(messageOf(caught));
+    }
   };
 
   return (
@@ -40,6 +55,7 @@ export function JobsPage({ jobTypes }: { jobTypes: readonly string[] }) {
           onChange={(event) => {
             setStatus(STATUSES.find((s) => s === event.currentTarget.value) ?? "");
             setOlder({ items: [], cursor: null });
+            setLoadError(null);
           }}
         >
           <option value="">all</option>
@@ -49,7 +65,7 @@ export function JobsPage({ jobTypes }: { jobTypes: readonly string[] }) {
             </option>
           ))}
         </select>
-        <ErrorMessage error={error} />
+        <ErrorMessage error={loadError ?? error} />
         <table>
           <caption class="visually-hidden">Jobs, newest first; updated every few seconds</caption>
           <thead>

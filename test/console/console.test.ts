@@ -17,6 +17,7 @@ const KEY = "console-key";
 const MANY_DEAD_KEY = "console-many-dead-key";
 /** A third tenant's, for jobs with odd names. */
 const ODD_NAMES_KEY = "console-odd-names-key";
+const MANY_JOBS_KEY = "console-many-jobs-key";
 const SCREENSHOTS = process.env.CONSOLE_SCREENSHOTS;
 
 interface Job {
@@ -89,7 +90,7 @@ beforeAll(async () => {
   [sandbox, browser] = await Promise.all([
     spawnSandbox({
       env: {
-        SCHEDULER_API_KEYS: `${KEY}=console-tenant,${MANY_DEAD_KEY}=many-dead-tenant,${ODD_NAMES_KEY}=odd-names-tenant`,
+        SCHEDULER_API_KEYS: `${KEY}=console-tenant,${MANY_DEAD_KEY}=many-dead-tenant,${ODD_NAMES_KEY}=odd-names-tenant,${MANY_JOBS_KEY}=many-jobs-tenant`,
       },
       tickSeconds: 1,
     }),
@@ -317,6 +318,43 @@ describe("web console", () => {
       await row.waitFor({ state: "detached" });
       const replayed = await asOther<Run>("GET", `/jobs/${first.id}/runs/${firstDead.runId}`);
       expect(replayed.replayedBy).not.toBeNull();
+    } finally {
+      await other.close();
+    }
+  });
+
+  it("says why Load more jobs read nothing (a 429), and reads the next page when asked again", async () => {
+    for (const size of [25, 25, 1]) {
+      const jobs = Array.from({ length: size }, () => ({
+        type: "noop",
+        schedule: { runAt: "2030-01-01T00:00:00Z" },
+      }));
+      await api("POST", "/jobs:batch", { jobs }, {}, MANY_JOBS_KEY);
+    }
+    const other = await browser.context.newPage();
+    try {
+      await other.goto(`${sandbox.url}/console/jobs`);
+      await other.getByLabel("API key", { exact: true }).fill(MANY_JOBS_KEY);
+      await other.getByRole("button", { name: "Sign in" }).click();
+      await other.getByRole("heading", { name: "Jobs", level: 1 }).waitFor();
+      const button = other.getByRole("button", { name: "Load more jobs" });
+      await button.waitFor();
+      expect(await other.locator("tbody tr").count()).toBe(50);
+      // The quota's refusal, which the sandbox gives only to a tenant over its requestsPerSecond.
+      const limited = "too many requests for this tenant: try again in 1 s";
+      await other.route(/\/jobs\?.*cursor=/, (route) =>
+        route.fulfill({
+          status: 429,
+          headers: { "Content-Type": "application/json", "Retry-After": "1" },
+          body: JSON.stringify({ error: { code: "rate_limited", message: limited } }),
+        }),
+      );
+      await button.click();
+      await other.getByRole("alert").filter({ hasText: limited }).waitFor({ timeout: 5_000 });
+      await other.unroute(/\/jobs\?.*cursor=/);
+      await button.click();
+      await other.locator("tbody tr").nth(50).waitFor({ timeout: 5_000 });
+      expect(await other.getByRole("alert").filter({ hasText: limited }).count()).toBe(0);
     } finally {
       await other.close();
     }
