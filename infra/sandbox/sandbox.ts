@@ -7,7 +7,6 @@ import { createAwsClients } from "../../shared/aws.js";
 import { sleep, systemClock } from "../../shared/clock.js";
 import { DEFAULT_LOW_PRIORITY_SHARE, ENV, type Env, loadSettings } from "../../shared/config.js";
 import { buildConsoleAssets } from "../../shared/console/build.js";
-import { reap } from "../../shared/dispatch/reaper.js";
 import { runTickLoop } from "../../shared/dispatch/tick.js";
 import type { Engine } from "../../shared/engine.js";
 import { asyncCallbacksFrom } from "../../shared/execution/async-callbacks.js";
@@ -15,6 +14,7 @@ import { builtInJobTypes } from "../../shared/execution/built-in-handlers.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import { handlerRegistry } from "../../shared/execution/job-contract.js";
 import { allowPrivateTargetsFrom } from "../../shared/execution/private-targets.js";
+import { recoverLostMessages } from "../../shared/execution/restart-recovery.js";
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
 import { demoJobTypesFrom } from "../../shared/job-types/demo-types.js";
 import { jobTypeCatalog } from "../../shared/job-types/registry.js";
@@ -113,10 +113,7 @@ export async function startSandbox(options: SandboxOptions): Promise<Sandbox> {
     // An emulator started now has empty queues: every run in flight when the sandbox last stopped
     // lost its message. Re-send them all at once rather than a lease later.
     if (emulators.length > 0) {
-      const recovered = await reap(engine, {
-        overdueBefore: new Date("9999-12-31T00:00:00.000Z"),
-        maxPerShard: Number.POSITIVE_INFINITY,
-      });
+      const recovered = await recoverLostMessages(engine);
       if (recovered.resent > 0)
         print(`recovered ${recovered.resent} run(s) in flight at the last stop`);
     }

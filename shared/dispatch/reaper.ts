@@ -1,7 +1,6 @@
 import { CLOCK_DISAGREEMENT_MS } from "../clock.js";
 import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
-import { repairJobAfterRun } from "../execution/run-endings.js";
 import type { Run } from "../model.js";
 import { METRICS } from "../observability.js";
 import { type OutgoingRun, sendRunsSettled } from "../queue/work-queue.js";
@@ -22,7 +21,6 @@ import {
   cursorDeadline,
   rewindReaperCursor,
 } from "../storage/reaper-cursor.js";
-import { getJob } from "../storage/run-reads.js";
 import { readTickShards, shardsOf, type TickShards } from "./tick-shards.js";
 
 export interface ReapResult {
@@ -60,6 +58,11 @@ export interface ReapOptions {
   readonly maxPerShard?: number;
   /** The shards and cursors the tick read before its dispatcher passes; read here when absent. */
   readonly shards?: TickShards;
+  /**
+   * With `overdueBefore` past now: given each ended run the pass finds, whose job's side may be
+   * missing (`recoverLostMessages`, shared/execution/restart-recovery.ts).
+   */
+  readonly repairEnded?: (run: Run) => Promise<void>;
 }
 
 /** An entry the cursor may pass (its run ended, or its deadline moved on), or one to read again. */
@@ -116,7 +119,7 @@ export function resendInterval(count: number, leaseMs: number): number {
  * twice (`reaper-cursor.ts`). After a restart whose queue lost its messages
  * (`overdueBefore` past now), an ended run may also have lost the delivery
  * that would have written its job's side (its worker died between the run's
- * write and the job's): that write is made here (`repairJobAfterRun`).
+ * write and the job's): each is given to `repairEnded`.
  */
 export async function reap(engine: Engine, options: ReapOptions = {}): Promise<ReapResult> {
   const now = options.now ?? engine.clock();
@@ -221,14 +224,17 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
         });
       }
     }
-    await forEachConcurrently(ended, 16, (run) =>
-      repairEndedRun(engine, run).catch((error: unknown) => {
-        engine.obs.log.warn("reaper could not write an ended run's side on its job", {
-          runId: run.runId,
-          error: String(error),
-        });
-      }),
-    );
+    const repairEnded = options.repairEnded;
+    if (repairEnded) {
+      await forEachConcurrently(ended, 16, (run) =>
+        repairEnded(run).catch((error: unknown) => {
+          engine.obs.log.warn("reaper could not write an ended run's side on its job", {
+            runId: run.runId,
+            error: String(error),
+          });
+        }),
+      );
+    }
     // The cursor passes the entries dealt with, in order, up to the first one that was not.
     let passed: InflightEntry | null = null;
     for (const [index, entry] of entries.entries()) {
@@ -297,10 +303,4 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
   engine.obs.metrics.add(METRICS.reaperBehindMs, behindMs, "Milliseconds");
   if (failure) throw failure.error;
   return { examined, resent };
-}
-
-/** An ended run's side on its job, if the job lacks it (the repair reads the job and decides). */
-async function repairEndedRun(engine: Engine, run: Run): Promise<void> {
-  const job = await getJob(engine, run.jobId);
-  if (job !== null) await repairJobAfterRun(engine, job, run);
 }

@@ -4,6 +4,7 @@ import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { runTickLoop } from "../../shared/dispatch/tick.js";
 import { NotReplayableError } from "../../shared/errors.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
+import { recoverLostMessages } from "../../shared/execution/restart-recovery.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { createJob, replayDeadLetter } from "../../shared/jobs/index.js";
 import { MAX_ATTEMPT } from "../../shared/keys.js";
@@ -135,7 +136,7 @@ describe("a restart after a worker died between its run's write and its job's", 
     expect(await onlyRunOf(job.jobId)).toMatchObject({ status: "SUCCEEDED" });
     expect(await getJob(f.engine, job.jobId)).toMatchObject({ status: "ACTIVE", lastRun: null });
 
-    await reap(f.engine, { overdueBefore: FAR_FUTURE });
+    await recoverLostMessages(f.engine);
 
     const run = await onlyRunOf(job.jobId);
     expect(await getJob(f.engine, job.jobId)).toMatchObject({

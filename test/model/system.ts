@@ -11,6 +11,7 @@ import type { Engine } from "../../shared/engine.js";
 import { FenceLostError, RunCancelledError } from "../../shared/errors.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import { type JobContext, JobError } from "../../shared/execution/job-contract.js";
+import { recoverLostMessages } from "../../shared/execution/restart-recovery.js";
 import { MAX_EARLY_WAIT_MS, processRun, type WorkerDeps } from "../../shared/execution/worker.js";
 import { jobTypeCatalog } from "../../shared/job-types/registry.js";
 import type { DueEntry, Job, Run } from "../../shared/model.js";
@@ -758,7 +759,7 @@ export class Sequence {
       this.queues.forget(held.receiptHandle);
     }
     try {
-      await reap(this.engine, { overdueBefore: new Date("9999-12-31T00:00:00.000Z") });
+      await recoverLostMessages(this.engine);
     } catch (error) {
       if (!byInjectedSqsFault(error)) this.violate("no reaper pass throws", describe(error));
     }
