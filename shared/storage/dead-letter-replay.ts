@@ -6,11 +6,23 @@ import { runKey } from "./runs.js";
 import { ConditionsFailedError, writeTransaction } from "./transaction.js";
 
 /**
+ * The replay's key is free, or holds the retry a failure of the dead run put before that run's
+ * ending (`retryOf` naming it) and which was skipped, unrun, because the run then ended DEAD, not
+ * FAILED (a worker that died between the retry's put and the FAILED ending, the run's next start
+ * dead). That retry was never run and never will be: the replay is the occurrence's next attempt
+ * in its place. A retry of it still waiting (QUEUED) is not written over: its message is out.
+ */
+const REPLAY_KEY_FREE =
+  "attribute_not_exists(pk) OR (#status = :skipped AND retryOf.runId = :deadRunId)";
+
+/**
  * Puts the QUEUED item of `replay`, a new attempt of the dead run `dead`, and
  * takes `dead` off the dead-letter list (it names its replay), in one
- * transaction conditioned on `dead` being DEAD and not yet replayed. Any
- * cancellation is `NotReplayableError`: what it contends with on the dead
- * run's item is another replay of it.
+ * transaction conditioned on `dead` being DEAD and not yet replayed, and on the
+ * replay's key being free but for a skipped retry of `dead` (`REPLAY_KEY_FREE`).
+ * A cancellation is `NotReplayableError`: what it contends with on the dead
+ * run's item is another replay of it; on the replay's key, a retry of the dead
+ * run still waiting to be skipped.
  */
 export async function writeReplay(
   engine: Engine,
@@ -25,7 +37,10 @@ export async function writeReplay(
           Put: {
             TableName: engine.tables.runs,
             Item: replay.item,
-            ConditionExpression: "attribute_not_exists(pk)",
+            ConditionExpression: REPLAY_KEY_FREE,
+            ExpressionAttributeNames: { "#status": "status" },
+            ExpressionAttributeValues: { ":skipped": "SKIPPED", ":deadRunId": dead.runId },
+            ReturnValuesOnConditionCheckFailure: "ALL_OLD",
           },
         },
       },
@@ -45,6 +60,14 @@ export async function writeReplay(
       },
     ]);
   } catch (error) {
+    if (error instanceof ConditionsFailedError && error.has("replay") && !error.has("deadRun")) {
+      const taken = error.item("replay");
+      if (taken?.status === "QUEUED")
+        throw new NotReplayableError(
+          dead.runId,
+          `its retry ${String(taken.runId)}, put before a crash, still waits for it to end: replayable once that retry is skipped, at its next look`,
+        );
+    }
     if (error instanceof ConditionsFailedError || transactionCancellationCodes(error) !== null)
       throw new NotReplayableError(dead.runId, "it was replayed concurrently");
     throw error;

@@ -4,7 +4,7 @@ import { FenceLostError } from "../../shared/errors.js";
 import { JobError, type JobHandler } from "../../shared/execution/job-contract.js";
 import { recordResult } from "../../shared/execution/run-outcome.js";
 import { processRun } from "../../shared/execution/worker.js";
-import { cancelRun, createJob, deleteJob } from "../../shared/jobs/index.js";
+import { cancelRun, createJob, deleteJob, replayDeadLetter } from "../../shared/jobs/index.js";
 import type { Job, Run } from "../../shared/model.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
@@ -313,5 +313,36 @@ describe("a failure's next attempt, written before its ending", () => {
         expect(entries).toMatchObject([{ kind: "retry", attempt: 2 }]);
       }
     }
+  }, 30_000);
+  it("a predecessor that dies (DEAD) after a crash between the writes stays replayable: its replay takes the key of the retry it skipped", async () => {
+    const job = await oneOff(SOON);
+    let calls = 0;
+    const failsThenDies: JobHandler = async () => {
+      calls++;
+      throw new JobError(`failure ${calls}`, { retryable: calls === 1 });
+    };
+    await dieAfterNextAttempt(job, failsThenDies);
+    // Attempt 1 again: this time a failure that is not retryable, so it is DEAD.
+    expect(await deliver(job, 1, failsThenDies)).toBe("ack");
+    const dead = await attempt(job, 1);
+    expect(dead).toMatchObject({ status: "DEAD", error: "failure 2" });
+    // The retry put before the crash has not looked yet: its message is out, it is not replaced.
+    await expect(replayDeadLetter(f.engine, TENANT, dead.runId)).rejects.toThrow(
+      "still waits for it to end",
+    );
+    // Once it looks, it is skipped: attempt 1 never said FAILED.
+    expect(await deliver(job, 2, failsThenDies)).toBe("ack");
+    expect(await attempt(job, 2)).toMatchObject({ status: "SKIPPED", executedVersion: null });
+
+    const replay = await replayDeadLetter(f.engine, TENANT, dead.runId);
+    expect(replay).toMatchObject({ attempt: 2, status: "QUEUED" });
+    expect(replay.retryOf).toBeUndefined();
+    const { handler, calls: replayed } = flaky(0);
+    expect(await deliver(job, 2, handler)).toBe("ack");
+    expect(replayed()).toBe(1);
+    expect((await runsOf(job.jobId)).map((r) => [r.attempt, r.status])).toEqual([
+      [1, "DEAD"],
+      [2, "SUCCEEDED"],
+    ]);
   }, 30_000);
 });
