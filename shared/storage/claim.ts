@@ -85,6 +85,17 @@ const RUN_PUT_CONCURRENCY = 50;
 const RUN_PUT_CONDITION =
   "attribute_not_exists(pk) OR (#status = :queued AND (jobVersion < :jobVersion OR (jobVersion = :jobVersion AND fence = :unstarted AND (attribute_not_exists(misfireFrom) OR attribute_type(misfireFrom, :null)))))";
 
+/**
+ * A retry entry's run put (the entry names the failed start, `retryOf`): as `RUN_PUT_CONDITION`,
+ * but a same-version run is the same entry's only when it names the same start. Two starts of one
+ * attempt that each fail (one outlived its lease, or died before its ending) file an entry each,
+ * under different keys, for the same next attempt: the run the first claim queued may be running
+ * with its start unwritten (QUEUED, fence 0), and a second put over it, with its message, would
+ * run it twice. The later claim finds the attempt handled and drops its entry.
+ */
+const RETRY_RUN_PUT_CONDITION =
+  "attribute_not_exists(pk) OR (#status = :queued AND (jobVersion < :jobVersion OR (jobVersion = :jobVersion AND fence = :unstarted AND (attribute_not_exists(misfireFrom) OR attribute_type(misfireFrom, :null)) AND retryOf.fence = :retryFence)))";
+
 /** A run this claim put, unchanged since: deleted when the claim fails for good. */
 const OWN_UNTOUCHED_RUN =
   "claimToken = :token AND #status = :queued AND fence = :unstarted AND (attribute_not_exists(misfireFrom) OR attribute_type(misfireFrom, :null))";
@@ -135,13 +146,14 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
             new PutCommand({
               TableName: tables.runs,
               Item: { ...item, claimToken: token },
-              ConditionExpression: RUN_PUT_CONDITION,
+              ConditionExpression: entry.retryOf ? RETRY_RUN_PUT_CONDITION : RUN_PUT_CONDITION,
               ExpressionAttributeNames: { "#status": "status" },
               ExpressionAttributeValues: {
                 ":queued": "QUEUED",
                 ":jobVersion": entry.jobVersion,
                 ":unstarted": 0,
                 ":null": "NULL",
+                ...(entry.retryOf ? { ":retryFence": entry.retryOf.fence } : {}),
               },
             }),
           ),

@@ -345,4 +345,63 @@ describe("a failure's next attempt, written before its ending", () => {
       [2, "SUCCEEDED"],
     ]);
   }, 30_000);
+  it("two starts of attempt 1 that each fail file two retry entries; the later claim does not queue attempt 2 again beside a delivery that runs it", async () => {
+    const job = await oneOff(LATER);
+    const queued = await attempt(job, 1);
+    const a = await startRun(f.engine, queued, "a", new Date());
+    if (a.kind !== "started") throw new Error(a.kind);
+    const b = await startRun(
+      f.engine,
+      queued,
+      "b",
+      new Date(Date.parse(a.run.leaseUntil ?? "") + 1),
+    );
+    if (b.kind !== "started") throw new Error(b.kind);
+    const failed = { kind: "failed", error: "failed", retryable: true } as const;
+    const late = { ...f.engine, random: () => 0.99 };
+    // a outlived its lease: its retry entry is put, its ending refused.
+    await expect(
+      recordResult(late, job, a.run, failed, new Date(), job.version),
+    ).rejects.toBeInstanceOf(FenceLostError);
+    // b fails a minute on, with its own entry (another due time, another key), and says FAILED.
+    await recordResult(late, job, b.run, failed, new Date(Date.now() + 60_000), job.version);
+    const entries = (await f.dueEntries())
+      .filter((d) => d.jobId === job.jobId)
+      .sort((x, y) => x.dueAt.localeCompare(y.dueAt));
+    expect(entries.map((e) => e.retryOf?.fence)).toEqual([1, 2]);
+    const [first, second] = entries;
+    if (!first || !second) throw new Error("two retry entries expected");
+    const claim = (entry: typeof first) =>
+      claimDueEntry(f.engine, entry, {
+        now: new Date(entry.dueAt),
+        horizonEnd: new Date(Date.parse(entry.dueAt) + 60_000),
+      });
+    const firstClaim = await claim(first);
+    if (firstClaim.outcome !== "claimed") throw new Error(firstClaim.outcome);
+    expect(firstClaim.runs).toHaveLength(1);
+
+    // Attempt 2's delivery runs it with its start unwritten; meanwhile the second entry is claimed,
+    // and every run that claim queues gets its message (delivered here, as SQS would).
+    let calls = 0;
+    const handler: JobHandler = async () => {
+      calls++;
+      if (calls > 1) return;
+      const secondClaim = await claim(second);
+      if (secondClaim.outcome !== "claimed") throw new Error(secondClaim.outcome);
+      for (const run of secondClaim.runs) {
+        const delivery = deliveryOfRun(f.engine, run);
+        await processRun(f.workerDeps("w-again", { flaky: handler }), {
+          ...delivery,
+          message: { ...delivery.message, dueAt: new Date().toISOString() },
+        });
+      }
+    };
+    expect(await deliver(job, 2, handler)).toBe("ack");
+    expect(calls).toBe(1);
+    expect((await runsOf(job.jobId)).map((r) => [r.attempt, r.status])).toEqual([
+      [1, "FAILED"],
+      [2, "SUCCEEDED"],
+    ]);
+    expect((await f.dueEntries()).filter((d) => d.jobId === job.jobId)).toEqual([]);
+  }, 30_000);
 });
