@@ -1,13 +1,22 @@
+import { GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { FenceLostError } from "../../shared/errors.js";
 import { JobError, type JobHandler } from "../../shared/execution/job-contract.js";
 import { recordResult } from "../../shared/execution/run-outcome.js";
 import { processRun } from "../../shared/execution/worker.js";
-import { cancelRun, createJob, deleteJob, replayDeadLetter } from "../../shared/jobs/index.js";
+import {
+  cancelJob,
+  cancelRun,
+  createJob,
+  deleteJob,
+  editJob,
+  replayDeadLetter,
+} from "../../shared/jobs/index.js";
 import type { Job, Run } from "../../shared/model.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
+import { runKey } from "../../shared/storage/runs.js";
 import {
   createEngineFixture,
   deliveryOfRun,
@@ -403,5 +412,89 @@ describe("a failure's next attempt, written before its ending", () => {
       [2, "SUCCEEDED"],
     ]);
     expect((await f.dueEntries()).filter((d) => d.jobId === job.jobId)).toEqual([]);
+  }, 30_000);
+  it("the FAILED ending's answer lost, sent again by the SDK: it meets its own ending, the job's write follows, one attempt 2 runs", async () => {
+    const job = await oneOff(SOON);
+    const { handler, calls } = flaky(1);
+    const lossy = withLostAnswers(f.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) =>
+        JSON.stringify(input.ExpressionAttributeValues ?? {}).includes('{"S":"FAILED"}'),
+    });
+    try {
+      const deps = { ...f.workerDeps("w", { flaky: handler }), engine: lossy.engine };
+      expect(await processRun(deps, deliveryOfRun(f.engine, await attempt(job, 1)))).toBe("ack");
+    } finally {
+      lossy.destroy();
+    }
+    expect(lossy.injected.count).toBe(1);
+    const first = await attempt(job, 1);
+    expect(first).toMatchObject({ status: "FAILED", error: "failure 1" });
+    expect((await getJob(f.engine, job.jobId))?.lastRun?.runId).toBe(first.runId);
+    expect(await deliver(job, 2, handler)).toBe("ack");
+    expect((await runsOf(job.jobId)).map((r) => [r.attempt, r.status])).toEqual([
+      [1, "FAILED"],
+      [2, "SUCCEEDED"],
+    ]);
+    expect(calls()).toBe(2);
+  }, 30_000);
+
+  it("a job cancelled between the writes: both attempts end CANCELLED and neither runs again", async () => {
+    const job = await oneOff(SOON);
+    const { handler, calls } = flaky(1);
+    await dieAfterNextAttempt(job, handler);
+    await cancelJob(f.engine, TENANT, job.jobId);
+    expect(await deliver(job, 2, handler)).toBe("ack");
+    expect(await deliver(job, 1, handler)).toBe("ack");
+    expect((await runsOf(job.jobId)).map((r) => [r.attempt, r.status])).toEqual([
+      [1, "CANCELLED"],
+      [2, "CANCELLED"],
+    ]);
+    expect(calls()).toBe(1);
+  }, 30_000);
+
+  it("a one-off edited to a new runAt between the writes: the old occurrence's attempt 1 is skipped by the edit, and its attempt 2 after it", async () => {
+    const job = await oneOff(SOON);
+    const { handler, calls } = flaky(1);
+    await dieAfterNextAttempt(job, handler);
+    const runAt = new Date(Date.now() + 1000).toISOString();
+    const edited = await editJob(f.engine, TENANT, job.jobId, job.version, {
+      schedule: { runAt },
+    });
+    // Attempt 2 first: it waits for attempt 1, which the edit then skips; attempt 2 follows it.
+    expect(await deliver(job, 2, handler)).toBe("ack");
+    expect(await deliver(job, 1, handler)).toBe("ack");
+    expect(await deliver(job, 2, handler)).toBe("ack");
+    const occurrence = (await attempt(job, 1)).scheduledFor;
+    const old = (await runsOf(job.jobId)).filter((r) => r.scheduledFor === occurrence);
+    expect(old.map((r) => [r.attempt, r.executedVersion])).toEqual([
+      [1, null],
+      [2, null],
+    ]);
+    expect(old.map((r) => r.status)).toEqual(["SKIPPED", "SKIPPED"]);
+    expect(calls()).toBe(1);
+    expect(edited.version).toBeGreaterThan(job.version);
+  }, 30_000);
+
+  it("an older version's next attempt (no retryOf: written with its FAILED predecessor in one transaction) runs without waiting", async () => {
+    const job = await oneOff(SOON);
+    const { handler, calls } = flaky(1);
+    expect(await deliver(job, 1, handler)).toBe("ack");
+    const second = await attempt(job, 2);
+    // As an older worker wrote it: the same item without retryOf.
+    const item = await f.engine.doc.send(
+      new GetCommand({
+        TableName: f.engine.tables.runs,
+        Key: runKey(job.jobId, second.scheduledFor, 2),
+      }),
+    );
+    const { retryOf: _dropped, ...older } = item.Item ?? {};
+    await f.engine.doc.send(new PutCommand({ TableName: f.engine.tables.runs, Item: older }));
+    expect(await deliver(job, 2, handler)).toBe("ack");
+    expect(calls()).toBe(2);
+    const ran = await attempt(job, 2);
+    expect(ran).toMatchObject({ status: "SUCCEEDED" });
+    expect(ran.retryOf).toBeUndefined();
   }, 30_000);
 });
