@@ -497,4 +497,36 @@ describe("a failure's next attempt, written before its ending", () => {
     expect(ran).toMatchObject({ status: "SUCCEEDED" });
     expect(ran.retryOf).toBeUndefined();
   }, 30_000);
+  it("a replay of a run that died after a crash between the writes runs, and the crashed start's retry entry, claimed after it, does not take it over", async () => {
+    const job = await oneOff(LATER);
+    let calls = 0;
+    const failsThenDies: JobHandler = async () => {
+      calls++;
+      if (calls <= 2) throw new JobError(`failure ${calls}`, { retryable: calls === 1 });
+    };
+    await dieAfterNextAttempt(job, failsThenDies, 0.99);
+    const [entry] = (await f.dueEntries()).filter((d) => d.jobId === job.jobId);
+    if (!entry) throw new Error("no retry entry");
+    expect(await deliver(job, 1, failsThenDies)).toBe("ack");
+    const dead = await attempt(job, 1);
+    expect(dead).toMatchObject({ status: "DEAD" });
+    const replay = await replayDeadLetter(f.engine, TENANT, dead.runId);
+    expect(replay).toMatchObject({ attempt: 2, status: "QUEUED" });
+
+    // The entry the crashed start filed comes due before the replay's message is taken.
+    const due = new Date(entry.dueAt);
+    const claimed = await claimDueEntry(f.engine, entry, {
+      now: due,
+      horizonEnd: new Date(due.getTime() + 60_000),
+    });
+    if (claimed.outcome !== "claimed") throw new Error(claimed.outcome);
+    expect(claimed.runs).toEqual([]);
+    expect(await deliver(job, 2, failsThenDies)).toBe("ack");
+    expect(calls).toBe(3);
+    expect((await runsOf(job.jobId)).map((r) => [r.attempt, r.status])).toEqual([
+      [1, "DEAD"],
+      [2, "SUCCEEDED"],
+    ]);
+    expect((await f.dueEntries()).filter((d) => d.jobId === job.jobId)).toEqual([]);
+  }, 30_000);
 });
