@@ -11,7 +11,9 @@ import {
   createJob,
   deleteJob,
   editJob,
+  pauseJob,
   replayDeadLetter,
+  resumeJob,
 } from "../../shared/jobs/index.js";
 import type { Job, Run } from "../../shared/model.js";
 import { getJob } from "../../shared/storage/run-reads.js";
@@ -528,5 +530,47 @@ describe("a failure's next attempt, written before its ending", () => {
       [2, "SUCCEEDED"],
     ]);
     expect((await f.dueEntries()).filter((d) => d.jobId === job.jobId)).toEqual([]);
+  }, 30_000);
+  it("attempt 1 cancelled by its route after a crash between the writes: attempt 2 is skipped, nothing runs again", async () => {
+    const job = await oneOff(SOON);
+    const { handler, calls } = flaky(1);
+    await dieAfterNextAttempt(job, handler);
+    const first = await attempt(job, 1);
+    await cancelRun(f.engine, TENANT, job.jobId, first.runId);
+    expect(await deliver(job, 2, handler)).toBe("ack");
+    expect(await deliver(job, 1, handler)).toBe("ack");
+    expect(await runsOf(job.jobId)).toMatchObject([
+      { attempt: 1, status: "CANCELLED", cancelledBy: "api" },
+      {
+        attempt: 2,
+        status: "SKIPPED",
+        reason: `${first.runId} ended CANCELLED, not FAILED: this retry does not run`,
+      },
+    ]);
+    expect(calls()).toBe(1);
+  }, 30_000);
+
+  it("a pause and resume after a crash between the writes: attempt 2 parks, then waits for attempt 1, which fails again and lets it run once", async () => {
+    const job = await oneOff(SOON);
+    const { handler, calls } = flaky(2);
+    await dieAfterNextAttempt(job, handler);
+    await pauseJob(f.engine, TENANT, job.jobId);
+    expect(await deliver(job, 2, handler)).toBe("ack");
+    expect((await getJob(f.engine, job.jobId))?.parkedRuns).toHaveProperty(
+      (await attempt(job, 2)).runId,
+    );
+    await resumeJob(f.engine, TENANT, job.jobId);
+    expect(await deliver(job, 2, handler)).toBe("ack");
+    expect(await attempt(job, 2)).toMatchObject({
+      status: "QUEUED",
+      reason: expect.stringMatching(/^waiting: .* has not ended/),
+    });
+    expect(await deliver(job, 1, handler)).toBe("ack");
+    expect(await deliver(job, 2, handler)).toBe("ack");
+    expect((await runsOf(job.jobId)).map((r) => [r.attempt, r.status])).toEqual([
+      [1, "FAILED"],
+      [2, "SUCCEEDED"],
+    ]);
+    expect(calls()).toBe(3);
   }, 30_000);
 });
