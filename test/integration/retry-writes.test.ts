@@ -83,6 +83,20 @@ describe("a failure's next attempt, written before its ending", () => {
     return run;
   }
 
+  /** Two starts of the run: worker a's, whose lease then lapsed, and worker b's, which took it over. */
+  async function twoHolders(queued: Run) {
+    const a = await startRun(f.engine, queued, "a", new Date());
+    if (a.kind !== "started") throw new Error(a.kind);
+    const b = await startRun(
+      f.engine,
+      queued,
+      "b",
+      new Date(Date.parse(a.run.leaseUntil ?? "") + 1),
+    );
+    if (b.kind !== "started") throw new Error(b.kind);
+    return { a, b };
+  }
+
   /**
    * Processes one delivery of the run as it stands now (made by hand, not received), as its
    * message arrives when due: a recheck's or a retry's due time is what the test skips ahead to.
@@ -181,16 +195,7 @@ describe("a failure's next attempt, written before its ending", () => {
   it("a worker that lost its fence after the put leaves attempt 2 to the new holder's ending: success skips it", async () => {
     const job = await oneOff(SOON);
     const queued = await attempt(job, 1);
-    const a = await startRun(f.engine, queued, "a", new Date());
-    if (a.kind !== "started") throw new Error(a.kind);
-    // Its lease lapsed; another worker took the run over.
-    const b = await startRun(
-      f.engine,
-      queued,
-      "b",
-      new Date(Date.parse(a.run.leaseUntil ?? "") + 1),
-    );
-    if (b.kind !== "started") throw new Error(b.kind);
+    const { a, b } = await twoHolders(queued);
     const failed = { kind: "failed", error: "a's failure", retryable: true } as const;
     await expect(
       recordResult(f.engine, job, a.run, failed, new Date(), job.version),
@@ -359,15 +364,7 @@ describe("a failure's next attempt, written before its ending", () => {
   it("two starts of attempt 1 that each fail file two retry entries; the later claim does not queue attempt 2 again beside a delivery that runs it", async () => {
     const job = await oneOff(LATER);
     const queued = await attempt(job, 1);
-    const a = await startRun(f.engine, queued, "a", new Date());
-    if (a.kind !== "started") throw new Error(a.kind);
-    const b = await startRun(
-      f.engine,
-      queued,
-      "b",
-      new Date(Date.parse(a.run.leaseUntil ?? "") + 1),
-    );
-    if (b.kind !== "started") throw new Error(b.kind);
+    const { a, b } = await twoHolders(queued);
     const failed = { kind: "failed", error: "failed", retryable: true } as const;
     const late = { ...f.engine, random: () => 0.99 };
     // a outlived its lease: its retry entry is put, its ending refused.
