@@ -177,15 +177,8 @@ async function runStarted(
       : decided.action === "run" && run.retryOf !== undefined
         ? await afterPredecessor(engine, decided.job, run, predecessor)
         : decided;
-  if (decision.action === "wait") {
-    await requeueRun(engine, run, decision.reason, decision.recheckAt);
-    await resend(
-      engine,
-      runMessageOf({ ...run, dueAt: decision.recheckAt.toISOString() }),
-      decision.recheckAt,
-    );
-    return "ack";
-  }
+  if (decision.action === "wait")
+    return requeueUntil(engine, run, decision.reason, decision.recheckAt);
   if (decision.action === "end") {
     await finishRun(
       engine,
@@ -239,14 +232,12 @@ async function runAdmitted(
   const taken = await takeTenantSlot(engine, run, engine.clock());
   if (taken.kind === "full") {
     const retryAt = new Date(engine.clock().getTime() + quotaRecheckMs(run, engine.random));
-    await requeueRun(
+    return requeueUntil(
       engine,
       run,
       `waiting: tenant at its concurrentRuns quota (${taken.limit})`,
       retryAt,
     );
-    await resend(engine, runMessageOf({ ...run, dueAt: retryAt.toISOString() }), retryAt);
-    return "ack";
   }
   if (taken.kind === "unlimited") {
     const disposition = await runInSlot(deps, received, job, run, null, progress);
@@ -336,9 +327,7 @@ async function runInSlot(
     }
     if (decision.action === "buffer") {
       const retryAt = new Date(engine.clock().getTime() + OVERLAP_RECHECK_MS);
-      await requeueRun(engine, run, `waiting: overlap policy ${job.policies.overlap}`, retryAt);
-      await resend(engine, runMessageOf({ ...run, dueAt: retryAt.toISOString() }), retryAt);
-      return "ack";
+      return requeueUntil(engine, run, `waiting: overlap policy ${job.policies.overlap}`, retryAt);
     }
   }
 
@@ -380,5 +369,20 @@ async function runInSlot(
   }
   if (outcome.kind === "failed") progress.error = outcome.error;
   await recordResult(engine, job, run, outcome, now, job.version);
+  return "ack";
+}
+
+/**
+ * A run held back (its tenant's quota, its overlap policy, the attempt before it): QUEUED again
+ * with why, and its message back at `recheckAt` (resend sets the message's dueAt to it).
+ */
+async function requeueUntil(
+  engine: Engine,
+  run: Run,
+  reason: string,
+  recheckAt: Date,
+): Promise<Disposition> {
+  await requeueRun(engine, run, reason, recheckAt);
+  await resend(engine, runMessageOf(run), recheckAt);
   return "ack";
 }
