@@ -27,7 +27,9 @@ export interface FanOutResult {
 /**
  * Fans a `trigger` entry out to its dependents: each dependent still `after` the upstream with an
  * `on` that matches gets one run (QUEUED, or SKIPPED while it is paused; a cancelled, completed or
- * deleted dependent gets nothing), then the entry goes. Safe to repeat, and to run twice at once
+ * deleted dependent gets nothing), then the entry goes. An upstream job cancelled or deleted
+ * before a dependent's run is written triggers nothing (each write checks it), even when its run
+ * ended before the cancel reached it. Safe to repeat, and to run twice at once
  * (the worker right after the ending and a dispatcher pass): each dependent's run is written with
  * a record keyed by the upstream run, so a second fan-out finds it and writes nothing. A crash
  * midway leaves the entry for the next pass, which writes the dependents not done yet. A run
@@ -97,7 +99,7 @@ async function triggerDependent(
       const { run, item } = runFor(engine, dependent, upstream, at, now);
       const outcome = await writeTriggeredRun(engine, dependent, upstream, item, now);
       if (outcome === "written") return run;
-      if (outcome === "done-before") return null;
+      if (outcome === "done-before" || outcome === "upstream-ended") return null;
       if (outcome === "job-changed") break;
     }
   }

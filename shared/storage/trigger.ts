@@ -54,15 +54,26 @@ export type TriggeredRunWrite =
   /** Another run holds the run's key (its occurrence instant): try the next millisecond. */
   | "key-taken"
   /** The dependent's status is no longer the one read: read it again and decide again. */
-  | "job-changed";
+  | "job-changed"
+  /** The upstream job is cancelled or deleted: it triggers nothing any more. */
+  | "upstream-ended";
 
-type TriggeredWrite = "marker" | "run" | "job";
+type TriggeredWrite = "marker" | "run" | "job" | "upstream";
+
+/**
+ * The upstream job still exists and is not cancelled: a delete cancels first, so from its first
+ * commit on no fan-out of the job's runs writes anything, even of a run that ended before it.
+ * COMPLETED stays (a one-off completes with the run that triggers), and PAUSED (a pause does not
+ * take back a run that had started).
+ */
+const UPSTREAM_NOT_ENDED = "attribute_exists(pk) AND #status <> :cancelled";
 
 /**
  * Writes a dependent's run queued (or recorded SKIPPED) by an upstream run, once: one
  * transaction puts the run, puts the record `TRIGGERED#<upstream run id>` in the dependent's
- * partition (which must not exist: a repeated fan-out finds it), and checks the dependent still
- * has the status the run was planned from.
+ * partition (which must not exist: a repeated fan-out finds it), checks the dependent still
+ * has the status the run was planned from, and checks the upstream job is not cancelled or
+ * deleted (`UPSTREAM_NOT_ENDED`).
  */
 export async function writeTriggeredRun(
   engine: Engine,
@@ -112,6 +123,18 @@ export async function writeTriggeredRun(
         },
       },
     },
+    {
+      name: "upstream",
+      write: {
+        ConditionCheck: {
+          TableName: engine.tables.jobs,
+          Key: jobKey(upstream.jobId),
+          ConditionExpression: UPSTREAM_NOT_ENDED,
+          ExpressionAttributeNames: { "#status": "status" },
+          ExpressionAttributeValues: { ":cancelled": "CANCELLED" },
+        },
+      },
+    },
   ];
   try {
     await writeTransaction(engine, "fan-out", writes);
@@ -119,6 +142,7 @@ export async function writeTriggeredRun(
   } catch (error) {
     if (!(error instanceof ConditionsFailedError)) throw error;
     if (error.has("marker")) return "done-before";
+    if (error.has("upstream")) return "upstream-ended";
     if (error.has("job")) return "job-changed";
     return "key-taken";
   }

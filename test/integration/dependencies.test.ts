@@ -330,6 +330,73 @@ describe("dependencies: a job runs after other jobs", () => {
     expect(await runsOf(b.jobId)).toHaveLength(1);
   });
 
+  /**
+   * Runs `between` once, just before the first fan-out write to `dependentId`: after the upstream
+   * run's ending (and its trigger entry) is written, before any dependent's run is.
+   */
+  async function runNextWithBeforeFanOut(
+    jobId: string,
+    dependentId: string,
+    between: () => Promise<unknown>,
+  ): Promise<boolean> {
+    const name = "beforeFanOut";
+    let done = false;
+    f.engine.doc.middlewareStack.add(
+      (next) => async (args) => {
+        if (!done && isFanOutTo(dependentId)(args.input as Input)) {
+          done = true;
+          await between();
+        }
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    try {
+      await runNext(jobId);
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+    return done;
+  }
+
+  it("an upstream run that ends SUCCEEDED after its job is deleted, before the fan-out, triggers nothing", async () => {
+    const a = await upstreamJob();
+    const b = await dependentOf([a]);
+    const deleted = await runNextWithBeforeFanOut(a.jobId, b.jobId, () =>
+      deleteJob(f.engine, a.tenantId, a.jobId),
+    );
+    expect(deleted).toBe(true);
+    expect((await runsOf(a.jobId)).map((r) => r.status)).toEqual(["SUCCEEDED"]);
+    expect(await runsOf(b.jobId)).toEqual([]);
+    // The entry went with the fan-out that wrote nothing: no later pass triggers the run either.
+    expect(await triggerEntries(a.jobId)).toEqual([]);
+    await dispatchShard(f.engine, 0, "after-delete-pass");
+    expect(await runsOf(b.jobId)).toEqual([]);
+    expect((await getTenantJob(f.engine, b.tenantId, b.jobId)).status).toBe("ACTIVE");
+  });
+
+  it("a recurring upstream cancelled (a delete's first step) between its run's ending and the fan-out triggers nothing", async () => {
+    const a = await upstreamJob({ schedule: { every: "PT1H" } });
+    const b = await dependentOf([a]);
+    const cancelled = await runNextWithBeforeFanOut(a.jobId, b.jobId, () =>
+      cancelJob(f.engine, a.tenantId, a.jobId),
+    );
+    expect(cancelled).toBe(true);
+    expect((await runsOf(a.jobId)).map((r) => r.status)).toContain("SUCCEEDED");
+    expect(await runsOf(b.jobId)).toEqual([]);
+    expect(await triggerEntries(a.jobId)).toEqual([]);
+  });
+
+  it("a one-off upstream that completed with its run still triggers: only a cancel or delete stops it", async () => {
+    const a = await upstreamJob();
+    const b = await dependentOf([a]);
+    const completed = await runNextWithBeforeFanOut(a.jobId, b.jobId, async () =>
+      expect((await getTenantJob(f.engine, a.tenantId, a.jobId)).status).toBe("COMPLETED"),
+    );
+    expect(completed).toBe(true);
+    expect((await runsOf(b.jobId)).map((r) => r.status)).toEqual(["QUEUED"]);
+  });
+
   it("cancelling or deleting an upstream leaves its dependents idle; a cancelled dependent leaves its upstream", async () => {
     const a = await createJob(f.engine, testJob({ type: "record" })).then((c) => c.job);
     const b = await dependentOf([a]);
