@@ -31,8 +31,9 @@ export async function replayDeadLetter(
       `it is attempt ${dead.attempt}, the last attempt a run can have`,
     );
   const job = await getJob(engine, dead.jobId);
-  // A dead run outlives its job when the job is deleted: there is nothing to run it as.
-  if (job === null) throw new NotReplayableError(runId, "its job was deleted");
+  // A dead run outlives its job when the job is deleted, or cancelled and expired: there is
+  // nothing to run it as.
+  if (job === null) throw new NotReplayableError(runId, goneJobReason(engine, dead));
   if (job.status === "CANCELLED") throw new IllegalTransitionError("replay a run of", job.status);
   await recordShardCount(engine);
   // Before the run is written: a run left without its job's TTL pushed could outlive the job.
@@ -50,4 +51,19 @@ export async function replayDeadLetter(
   await writeReplay(engine, dead, { runId: run.runId, item });
   await sendRunDueNow(engine, run, now);
   return run;
+}
+
+const DAY_MS = 86_400_000;
+
+/**
+ * Why a dead run's job is gone, as far as it can be known. A delete removes the job at once; a
+ * cancelled job expires `retentionDays` after its cancel, which came after the run was queued (a
+ * cancelled job queues nothing). So until `retentionDays` after the run was queued the job can only
+ * have been deleted; after that, its item is gone either way and nothing tells the two apart.
+ */
+function goneJobReason(engine: Engine, dead: Run): string {
+  const { retentionDays } = engine.settings;
+  const queuedAt = Date.parse(dead.enqueuedAt ?? dead.scheduledFor);
+  if (engine.clock().getTime() < queuedAt + retentionDays * DAY_MS) return "its job was deleted";
+  return `its job no longer exists: it was deleted, or it was cancelled and expired ${retentionDays} days later`;
 }

@@ -4,6 +4,7 @@ import { JobNotFoundError, NotReplayableError } from "../../shared/errors.js";
 import { admitRun } from "../../shared/execution/admission.js";
 import { JobError } from "../../shared/execution/job-contract.js";
 import {
+  cancelJob,
   createJob,
   deleteJob,
   pauseJob,
@@ -18,6 +19,7 @@ import {
   listRuns,
 } from "../../shared/jobs/queries.js";
 import type { Run } from "../../shared/model.js";
+import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { waitFor } from "../support/wait.js";
@@ -25,6 +27,7 @@ import { waitFor } from "../support/wait.js";
 const TENANT = "tenant-a";
 const OTHER = "tenant-b";
 const HOUR = 3_600_000;
+const DAY = 24 * HOUR;
 
 describe("deleting a job", () => {
   let f: EngineFixture;
@@ -284,5 +287,38 @@ describe("deleting a job", () => {
     await expect(refused).rejects.toBeInstanceOf(NotReplayableError);
     await expect(refused).rejects.toThrow(/its job was deleted/);
     expect((await runsOf(job.jobId)).map((r) => r.status)).toEqual(["DEAD"]);
+  }, 30_000);
+
+  // Last in the file: its sweep removes every item expired a month from now.
+  it("a cancelled job's dead letter that outlives the job says it was cancelled or deleted, not deleted", async () => {
+    // Dead letters kept longer than runs and cancelled jobs: the dead run outlives its job.
+    const settings = { ...f.engine.settings, retentionDays: 30, deadLetterRetentionDays: 90 };
+    const engine = { ...f.engine, settings };
+    const { job } = await createJob(
+      engine,
+      testJob({
+        type: "fail",
+        payload: { times: 1, retryable: false },
+        schedule: { every: "PT1H" },
+      }),
+    );
+    const delivered = await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000);
+    await f.process({ ...f.workerDeps("w"), engine }, delivered);
+    const dead = (await runsOf(job.jobId)).find((r) => r.status === "DEAD");
+    if (!dead) throw new Error("no dead run");
+    await cancelJob(engine, TENANT, job.jobId);
+    await expect(replayDeadLetter(engine, TENANT, dead.runId)).rejects.toThrow(
+      /cannot replay a run of a job that is cancelled/,
+    );
+
+    const pastRetention = new Date(Date.now() + 31 * DAY);
+    expect((await sweepExpired(engine, pastRetention)).jobs).toBeGreaterThan(0);
+    expect(await jobItem(job.jobId)).toBeUndefined();
+    const later = { ...engine, clock: () => pastRetention };
+    const refused = replayDeadLetter(later, TENANT, dead.runId);
+    await expect(refused).rejects.toBeInstanceOf(NotReplayableError);
+    await expect(refused).rejects.toThrow(
+      "its job no longer exists: it was deleted, or it was cancelled and expired 30 days later",
+    );
   }, 30_000);
 });
