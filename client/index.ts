@@ -21,6 +21,7 @@ export {
 } from "./job-handle.js";
 export type { Page } from "./paging.js";
 export { type WaitOptions, WaitTimeoutError } from "./requests.js";
+export type { RetryOptions } from "./retries.js";
 export {
   type CreateOptions,
   type ListOptions,

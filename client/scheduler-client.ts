@@ -4,6 +4,7 @@ import type { components, paths } from "./generated/api.js";
 import { JobHandle } from "./job-handle.js";
 import { everyItem, type Page } from "./paging.js";
 import { pollForRun, unwrap, unwrapWithResponse, type WaitOptions } from "./requests.js";
+import { type RetryOptions, retryingFetch } from "./retries.js";
 import {
   type BatchCreateResult,
   FINAL_RUN_STATUSES,
@@ -29,6 +30,11 @@ export interface SchedulerClientOptions {
   readonly auth: ClientAuth;
   /** Replaces the global fetch (a proxy agent, a test double). */
   readonly fetch?: typeof fetch;
+  /**
+   * Retries of a 429 or 503 answer to a request that is safe to repeat (see RetryOptions): 3 by
+   * default, each after the answer's Retry-After; `{ attempts: 0 }` sends each request once.
+   */
+  readonly retry?: RetryOptions;
 }
 
 export interface ListOptions {
@@ -86,10 +92,11 @@ export class SchedulerClient {
   private readonly runTokenHttp: Client<paths>;
 
   constructor(options: SchedulerClientOptions) {
+    const base = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
     const http = () =>
       createClient<paths>({
         baseUrl: options.baseUrl.replace(/\/+$/, ""),
-        ...(options.fetch ? { fetch: options.fetch } : {}),
+        fetch: retryingFetch(base, options.retry),
       });
     this.http = http();
     this.runTokenHttp = http();

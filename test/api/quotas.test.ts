@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { isSchedulerApiError, type RetryOptions, SchedulerClient } from "../../client/index.js";
 import { RunPageSchema } from "../../shared/api/schemas/runs.js";
+import { sleep } from "../../shared/clock.js";
 import { DEFAULT_QUOTAS } from "../../shared/config.js";
 import { waitFor } from "../support/wait.js";
 import { type ApiHarness, expectError, inMinutes, KEY_B, laterJob, startApi } from "./support.js";
@@ -221,4 +223,39 @@ describe("quotas over HTTP", () => {
       await flood.close();
     }
   });
+
+  it("the typed client waits a 429's Retry-After and sends the request again: a burst over the quota all answers", async () => {
+    const flood = await startApi();
+    try {
+      await flood.call("PUT", "/tenants/tenant-b/quotas", { body: { requestsPerSecond: 2 } });
+      const waits: number[] = [];
+      const client = (retry: RetryOptions) =>
+        new SchedulerClient({
+          baseUrl: flood.server.url,
+          auth: { kind: "bearer", key: KEY_B },
+          retry: {
+            ...retry,
+            sleep: (ms) => {
+              waits.push(ms);
+              return sleep(ms);
+            },
+          },
+        });
+      // Four tokens (two seconds' worth) pass at once; the rest wait for the bucket to refill.
+      const retrying = client({});
+      const answered = await Promise.all(Array.from({ length: 8 }, () => retrying.quotas.get()));
+      expect(answered.map((q) => q.quotas.requestsPerSecond)).toEqual(Array(8).fill(2));
+      expect(waits.length).toBeGreaterThan(0);
+      expect(waits.every((ms) => ms >= 1000)).toBe(true);
+
+      // Without retries, the same burst is refused as before.
+      const once = client({ attempts: 0 });
+      const replies = await Promise.allSettled(Array.from({ length: 8 }, () => once.quotas.get()));
+      const refused = replies.flatMap((r) => (r.status === "rejected" ? [r.reason] : []));
+      expect(refused.length).toBeGreaterThan(0);
+      expect(refused.every((e) => isSchedulerApiError(e, "rate_limited"))).toBe(true);
+    } finally {
+      await flood.close();
+    }
+  }, 30_000);
 });

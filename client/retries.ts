@@ -1,0 +1,82 @@
+/**
+ * Retries of requests the API answered 429 (over the tenant's requests per second) or 503 (busy:
+ * contention on a job, or storage that did not answer in time), for requests that are safe to
+ * send again: GET, HEAD, OPTIONS, PUT and DELETE, and a POST that carries an `Idempotency-Key`
+ * (a repeat answers what the first did). Each retry waits the answer's `Retry-After`; an answer
+ * without one waits 0.5 s, doubling per retry, up to `maxDelayMs`.
+ */
+export interface RetryOptions {
+  /** Retries after the first request (default 3); 0 sends each request once. */
+  readonly attempts?: number;
+  /**
+   * The longest wait before a retry (default 10,000 ms). An answer asking to wait longer is not
+   * retried: the request throws its error, whose `retryAfterSeconds` says how long to wait.
+   */
+  readonly maxDelayMs?: number;
+  /** Waits `ms` (default setTimeout); tests pass one that only records. */
+  readonly sleep?: (ms: number) => Promise<void>;
+  /** The time now, for a `Retry-After` given as an HTTP date (default `Date.now`). */
+  readonly now?: () => number;
+}
+
+const DEFAULT_ATTEMPTS = 3;
+const DEFAULT_MAX_DELAY_MS = 10_000;
+/** The first wait when the answer gives no Retry-After; each retry doubles it. */
+const BASE_DELAY_MS = 500;
+const RETRIED_STATUSES: ReadonlySet<number> = new Set([429, 503]);
+const REPEATABLE_METHODS: ReadonlySet<string> = new Set([
+  "GET",
+  "HEAD",
+  "OPTIONS",
+  "PUT",
+  "DELETE",
+]);
+
+const sleepFor = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** Whether sending `request` twice does what sending it once does. */
+function isRepeatable(request: Request): boolean {
+  return (
+    REPEATABLE_METHODS.has(request.method) ||
+    (request.method === "POST" && request.headers.has("idempotency-key"))
+  );
+}
+
+/**
+ * The wait an answer asks for, in ms: `Retry-After` in seconds or as an HTTP date, or null when it
+ * gives none (or one that does not parse).
+ */
+function retryAfterMs(response: Response, now: number): number | null {
+  const value = response.headers.get("retry-after")?.trim();
+  if (value === undefined || value === "") return null;
+  if (/^\d+$/.test(value)) return Number(value) * 1000;
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? null : Math.max(0, at - now);
+}
+
+/**
+ * `fetch` that sends a repeatable request again while it is answered 429 or 503, as `options`
+ * allow; the last answer (or the first that is not retried) is returned as it came.
+ */
+export function retryingFetch(base: typeof fetch, options: RetryOptions = {}): typeof fetch {
+  const attempts = options.attempts ?? DEFAULT_ATTEMPTS;
+  const maxDelayMs = options.maxDelayMs ?? DEFAULT_MAX_DELAY_MS;
+  const sleep = options.sleep ?? sleepFor;
+  const now = options.now ?? Date.now;
+  if (attempts <= 0) return base;
+  return async (input, init) => {
+    const request = new Request(input, init);
+    // With a Request, `init` holds only what is not part of one (openapi-fetch's requestInitExt).
+    const extra = input instanceof Request ? init : undefined;
+    if (!isRepeatable(request)) return base(request, extra);
+    for (let retry = 0; ; retry++) {
+      // A body can be read once: each send takes its own copy.
+      const response = await base(request.clone(), extra);
+      if (!RETRIED_STATUSES.has(response.status) || retry >= attempts) return response;
+      const delay = retryAfterMs(response, now()) ?? BASE_DELAY_MS * 2 ** retry;
+      if (delay > maxDelayMs) return response;
+      await response.body?.cancel();
+      await sleep(delay);
+    }
+  };
+}

@@ -1,0 +1,223 @@
+import { createServer, type IncomingMessage, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { EXIT } from "../../client/cli/exit-codes.js";
+import { runCli } from "../../client/cli/main.js";
+import {
+  isSchedulerApiError,
+  type RetryOptions,
+  SchedulerApiError,
+  SchedulerClient,
+} from "../../client/index.js";
+
+/**
+ * The client's retries of 429 and 503, against a local HTTP server that answers each request
+ * from a script: which requests are sent again, after how long, and what the caller gets when the
+ * retries run out (the CLI's exit code too).
+ */
+interface Answer {
+  readonly status: number;
+  readonly headers?: Record<string, string>;
+  readonly body: unknown;
+}
+
+interface Received {
+  readonly method: string;
+  readonly path: string;
+  readonly body: string;
+  readonly idempotencyKey: string | undefined;
+}
+
+const ok = (body: unknown): Answer => ({ status: 200, body });
+const refused = (status: 429 | 503, retryAfter?: string): Answer => ({
+  status,
+  ...(retryAfter === undefined ? {} : { headers: { "Retry-After": retryAfter } }),
+  body: {
+    error: {
+      code: status === 429 ? "rate_limited" : "busy",
+      message: status === 429 ? "over the requests per second" : "busy",
+    },
+  },
+});
+
+let server: Server;
+let baseUrl: string;
+/** The answers still to give, in order; once empty, every request is answered with `always`. */
+let script: Answer[] = [];
+let always: Answer = ok({ status: "ok" });
+let received: Received[] = [];
+
+const bodyOf = (request: IncomingMessage) =>
+  new Promise<string>((resolve) => {
+    let text = "";
+    request.setEncoding("utf8");
+    request.on("data", (chunk: string) => {
+      text += chunk;
+    });
+    request.on("end", () => resolve(text));
+  });
+
+beforeAll(async () => {
+  server = createServer((request, response) => {
+    void bodyOf(request).then((body) => {
+      received.push({
+        method: request.method ?? "",
+        path: request.url ?? "",
+        body,
+        idempotencyKey: request.headers["idempotency-key"]?.toString(),
+      });
+      const answer = script.shift() ?? always;
+      response
+        .writeHead(answer.status, { "Content-Type": "application/json", ...answer.headers })
+        .end(JSON.stringify(answer.body));
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+
+afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
+
+beforeEach(() => {
+  script = [];
+  always = ok({ status: "ok" });
+  received = [];
+});
+
+/** A client whose waits are recorded, not slept. */
+function clientWith(retry: RetryOptions = {}) {
+  const waits: number[] = [];
+  const client = new SchedulerClient({
+    baseUrl,
+    auth: { kind: "bearer", key: "k" },
+    retry: {
+      sleep: async (ms) => {
+        waits.push(ms);
+      },
+      ...retry,
+    },
+  });
+  return { client, waits };
+}
+
+const job = { id: "01JOB", version: 1, status: "active" };
+const newJob = { type: "noop", schedule: { runAt: "2030-01-01T00:00:00Z" } } as const;
+
+async function rejection(promise: Promise<unknown>): Promise<SchedulerApiError> {
+  const error = await promise.then(
+    () => new Error("expected a rejection"),
+    (e: unknown) => e,
+  );
+  if (!(error instanceof SchedulerApiError)) throw error;
+  return error;
+}
+
+describe("the client retries a 429 or 503 of a request safe to repeat", () => {
+  it("a GET answered 429 then 200 waits the Retry-After and answers the 200", async () => {
+    script = [refused(429, "2")];
+    const { client, waits } = clientWith();
+    expect(await client.health()).toEqual({ status: "ok" });
+    expect(waits).toEqual([2000]);
+    expect(received.map((r) => `${r.method} ${r.path}`)).toEqual(["GET /health", "GET /health"]);
+  });
+
+  it("a 503 without Retry-After waits 0.5 s, then twice as long each retry", async () => {
+    script = [refused(503), refused(503), refused(503)];
+    const { client, waits } = clientWith();
+    expect(await client.health()).toEqual({ status: "ok" });
+    expect(waits).toEqual([500, 1000, 2000]);
+    expect(received).toHaveLength(4);
+  });
+
+  it("a Retry-After given as an HTTP date waits until then, by the injected clock", async () => {
+    const now = Date.parse("2030-01-01T00:00:00Z");
+    script = [refused(429, new Date(now + 3000).toUTCString())];
+    const { client, waits } = clientWith({ now: () => now });
+    await client.health();
+    expect(waits).toEqual([3000]);
+  });
+
+  it("gives up after `attempts` retries: the caller gets the last answer's error with its Retry-After", async () => {
+    always = refused(429, "1");
+    const { client, waits } = clientWith({ attempts: 2 });
+    const error = await rejection(client.health());
+    expect([error.status, error.code, error.retryAfterSeconds]).toEqual([429, "rate_limited", 1]);
+    expect(waits).toEqual([1000, 1000]);
+    expect(received).toHaveLength(3);
+  });
+
+  it("three retries by default", async () => {
+    always = refused(503, "0");
+    const { client } = clientWith();
+    expect((await rejection(client.health())).code).toBe("busy");
+    expect(received).toHaveLength(4);
+  });
+
+  it("`attempts: 0` sends each request once", async () => {
+    script = [refused(429, "1")];
+    const { client, waits } = clientWith({ attempts: 0 });
+    expect((await rejection(client.health())).code).toBe("rate_limited");
+    expect(waits).toEqual([]);
+    expect(received).toHaveLength(1);
+  });
+
+  it("a Retry-After longer than maxDelayMs is not waited for: the error says how long to wait", async () => {
+    script = [refused(429, "30")];
+    const { client, waits } = clientWith({ maxDelayMs: 5_000 });
+    const error = await rejection(client.health());
+    expect([error.code, error.retryAfterSeconds]).toEqual(["rate_limited", 30]);
+    expect(waits).toEqual([]);
+    expect(received).toHaveLength(1);
+  });
+
+  it("a POST without an Idempotency-Key is sent once; with one, it is sent again with the same body", async () => {
+    script = [refused(503, "1")];
+    const { client, waits } = clientWith();
+    const error = await rejection(client.jobs.create(newJob));
+    expect(isSchedulerApiError(error, "busy")).toBe(true);
+    expect(received).toHaveLength(1);
+    expect(waits).toEqual([]);
+
+    received = [];
+    script = [refused(503, "1"), { status: 201, body: job }];
+    const handle = await client.jobs.create(newJob, { idempotencyKey: "key-1" });
+    expect(handle.id).toBe(job.id);
+    expect(waits).toEqual([1000]);
+    expect(received.map((r) => [r.method, r.idempotencyKey])).toEqual([
+      ["POST", "key-1"],
+      ["POST", "key-1"],
+    ]);
+    expect(received.map((r) => JSON.parse(r.body))).toEqual([newJob, newJob]);
+  });
+
+  it("a DELETE is retried; other answers (500, 400) are not", async () => {
+    script = [refused(429, "0"), { status: 204, body: "" }];
+    const { client } = clientWith();
+    await client.jobs.handle(job.id).delete();
+    expect(received.map((r) => r.method)).toEqual(["DELETE", "DELETE"]);
+
+    received = [];
+    script = [{ status: 500, body: { error: { code: "internal", message: "boom" } } }];
+    expect((await rejection(client.health())).code).toBe("internal");
+    expect(received).toHaveLength(1);
+  });
+});
+
+describe("the CLI over a client that retries", () => {
+  it("a 429 that outlasts the retries still exits 8 (busy), after the retries", async () => {
+    always = refused(429, "0");
+    let err = "";
+    const code = await runCli(["--api", baseUrl, "-o", "json", "jobs", "get", job.id], {
+      stdout: () => {},
+      stderr: (text) => {
+        err += text;
+      },
+      env: {},
+    });
+    expect(code, err).toBe(EXIT.busy);
+    expect(JSON.parse(err)).toMatchObject({ error: { code: "rate_limited" } });
+    expect(received.map((r) => `${r.method} ${r.path}`)).toEqual(
+      Array(4).fill(`GET /jobs/${job.id}`),
+    );
+  });
+});
