@@ -19,8 +19,12 @@ const sleepHandler: JobHandler<"sleep"> = async (ctx) => {
 
 /** Fails the first `times` attempts of each occurrence, then succeeds; a test and demo type. */
 const failHandler: JobHandler<"fail"> = async (ctx) => {
-  const times = ctx.payload?.times ?? Number.POSITIVE_INFINITY;
+  const times = ctx.payload?.times;
   const retryable = ctx.payload?.retryable !== false;
+  if (times === undefined)
+    throw new JobError(`fail: attempt ${ctx.attempt} (every attempt fails: no payload.times)`, {
+      retryable,
+    });
   if (ctx.attempt <= times) {
     throw new JobError(`fail: attempt ${ctx.attempt} of ${times} planned failures`, { retryable });
   }

@@ -335,7 +335,7 @@ describe("a run at attempt 9999, the last a run can have", () => {
       attempt: MAX_ATTEMPT,
       status: "DEAD",
       fence: 2,
-      reason: `gave up after ${MAX_ATTEMPT} attempts: fail: attempt ${MAX_ATTEMPT} of Infinity planned failures`,
+      reason: `gave up after ${MAX_ATTEMPT} attempts: fail: attempt ${MAX_ATTEMPT} (every attempt fails: no payload.times)`,
     });
     expect((await f.dueEntries()).filter((e) => e.jobId === job.jobId)).toEqual([]);
     await expect(replayDeadLetter(f.engine, job.tenantId, dead.runId)).rejects.toThrow(

@@ -104,6 +104,25 @@ describe("job types: payloads typed in the handler", () => {
       succeededOnAttempt: 1,
     });
   });
+
+  it("`fail` says which planned failure an attempt is, and without `times` that every attempt fails", async () => {
+    const fail = builtInHandlers(
+      { allowPrivateTargets: true, signingSecrets: async () => [] },
+      () => new Date(),
+    ).get("fail");
+    const messageOf = (payload: unknown, attempt: number) =>
+      fail?.({ ...contextOf("fail", payload), attempt }).then(
+        () => "succeeded",
+        (error: unknown) => (error instanceof JobError ? error.message : String(error)),
+      );
+    expect(await messageOf({ times: 3 }, 2)).toBe("fail: attempt 2 of 3 planned failures");
+    expect(await messageOf(null, 7)).toBe(
+      "fail: attempt 7 (every attempt fails: no payload.times)",
+    );
+    expect(await messageOf({ retryable: false }, 1)).toBe(
+      "fail: attempt 1 (every attempt fails: no payload.times)",
+    );
+  });
 });
 
 describe("job type catalog", () => {
