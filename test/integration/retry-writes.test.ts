@@ -570,4 +570,111 @@ describe("a failure's next attempt, written before its ending", () => {
     ]);
     expect(calls()).toBe(3);
   }, 30_000);
+
+  it("a one-off's attempt 1 failing under a pause's cancel leaves its retry entry; resume's re-filed occurrence and that entry give one attempt 2, run once", async () => {
+    // The retry entry comes due while resume's attempt 2 is still queued, or once it has run.
+    for (const retryClaimed of ["before attempt 2 runs", "after attempt 2 ran"] as const) {
+      const job = await oneOff(LATER);
+      let calls = 0;
+      const failsUnderPause: JobHandler = async (ctx) => {
+        calls++;
+        if (ctx.attempt === 1) {
+          // A first delivery writes its start while the handler runs: the pause must find it running.
+          await waitFor("the run's start", async () =>
+            (await runsOf(ctx.jobId)).some((r) => r.status === "RUNNING"),
+          );
+          await pauseJob(f.engine, TENANT, ctx.jobId, { running: "cancel" });
+          throw new JobError("failed as the pause cancelled it", { retryable: true });
+        }
+      };
+      const first = await attempt(job, 1);
+      const deps = {
+        ...f.workerDeps("w", { flaky: failsUnderPause }, 200),
+        engine: { ...f.engine, random: () => 0.99 },
+      };
+      expect(await processRun(deps, deliveryOfRun(f.engine, first))).toBe("ack");
+      expect(await runsOf(job.jobId)).toMatchObject([
+        { attempt: 1, status: "CANCELLED", cancelledBy: "pause" },
+      ]);
+      // The failure's next attempt, put before its refused ending, is not taken back for a pause.
+      const entries = async () => (await f.dueEntries()).filter((d) => d.jobId === job.jobId);
+      const [retryEntry, ...others] = await entries();
+      expect(others).toEqual([]);
+      expect(retryEntry).toMatchObject({
+        kind: "retry",
+        attempt: 2,
+        retryOf: { runId: first.runId },
+      });
+      if (!retryEntry) throw new Error("no retry entry");
+
+      // Resume files the occurrence again at attempt 2 and claims it at once (it is overdue): its
+      // run is attempt 2, which names no predecessor. The retry entry is left as it was.
+      expect((await resumeJob(f.engine, TENANT, job.jobId)).status).toBe("ACTIVE");
+      const queued = await attempt(job, 2);
+      expect(queued).toMatchObject({ status: "QUEUED" });
+      expect(queued.retryOf).toBeUndefined();
+      expect(await entries()).toEqual([retryEntry]);
+
+      const claimRetryEntry = async () => {
+        const due = new Date(retryEntry.dueAt);
+        const claimed = await claimDueEntry(f.engine, retryEntry, {
+          now: due,
+          horizonEnd: new Date(due.getTime() + 60_000),
+        });
+        if (claimed.outcome !== "claimed") throw new Error(claimed.outcome);
+        return claimed.runs;
+      };
+      if (retryClaimed === "before attempt 2 runs") {
+        expect(await claimRetryEntry()).toEqual([]);
+        expect(await attempt(job, 2)).toEqual(queued);
+      }
+      expect(await deliver(job, 2, failsUnderPause)).toBe("ack");
+      if (retryClaimed === "after attempt 2 ran") expect(await claimRetryEntry()).toEqual([]);
+
+      expect((await runsOf(job.jobId)).map((r) => [r.attempt, r.status])).toEqual([
+        [1, "CANCELLED"],
+        [2, "SUCCEEDED"],
+      ]);
+      expect(calls, retryClaimed).toBe(2);
+      expect(await entries()).toEqual([]);
+      expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
+    }
+  }, 60_000);
+
+  it("a one-off's attempt 1 failing under a pause's cancel with its retry due soon: resume files nothing beside that attempt 2, which runs once", async () => {
+    const job = await oneOff(SOON);
+    let calls = 0;
+    const failsUnderPause: JobHandler = async (ctx) => {
+      calls++;
+      if (ctx.attempt === 1) {
+        await waitFor("the run's start", async () =>
+          (await runsOf(ctx.jobId)).some((r) => r.status === "RUNNING"),
+        );
+        await pauseJob(f.engine, TENANT, ctx.jobId, { running: "cancel" });
+        throw new JobError("failed as the pause cancelled it", { retryable: true });
+      }
+    };
+    const first = await attempt(job, 1);
+    expect(
+      await processRun(
+        f.workerDeps("w", { flaky: failsUnderPause }, 200),
+        deliveryOfRun(f.engine, first),
+      ),
+    ).toBe("ack");
+    expect(await runsOf(job.jobId)).toMatchObject([
+      { attempt: 1, status: "CANCELLED", cancelledBy: "pause" },
+      { attempt: 2, status: "QUEUED", retryOf: { runId: first.runId } },
+    ]);
+    // Its delivery while paused parks it; resume sends it again and files no entry of its own.
+    expect(await deliver(job, 2, failsUnderPause)).toBe("ack");
+    expect(calls).toBe(1);
+    await resumeJob(f.engine, TENANT, job.jobId);
+    expect((await f.dueEntries()).filter((d) => d.jobId === job.jobId)).toEqual([]);
+    expect(await deliver(job, 2, failsUnderPause)).toBe("ack");
+    expect((await runsOf(job.jobId)).map((r) => [r.attempt, r.status])).toEqual([
+      [1, "CANCELLED"],
+      [2, "SUCCEEDED"],
+    ]);
+    expect(calls).toBe(2);
+  }, 30_000);
 });
