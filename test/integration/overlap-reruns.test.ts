@@ -202,7 +202,7 @@ describe("replaying every dead letter of one job at once, through a worker loop"
     // The target is down: one run after another dies (one at a time: under skip, triggered runs
     // that overlapped would be skipped, which is the policy).
     const failed: Run[] = [];
-    for (let i = 0; i < 8; i++) {
+    for (let i = 0; i < 4; i++) {
       const run = await triggerJob(g.engine, job.tenantId, job.jobId);
       let received = await g.nextDelivery(g.engine.queues.normal, job.jobId);
       while (received.message.scheduledFor !== run.scheduledFor)
