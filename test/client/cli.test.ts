@@ -29,7 +29,14 @@ beforeAll(async () => {
     workers: 8,
     // The dev key's tenant is the admin tenant, for `quotas set`. The shortest lease (6 s) makes
     // the heartbeat, which carries a cancel to a running run, every 2 s rather than every 10 s.
-    env: { SCHEDULER_API_KEYS: "", ADMIN_TENANTS: "default", LEASE_SECONDS: "6" },
+    // The shortest lookahead: a per-second job's create claims its first three minutes of runs,
+    // not seven.
+    env: {
+      SCHEDULER_API_KEYS: "",
+      ADMIN_TENANTS: "default",
+      LEASE_SECONDS: "6",
+      LOOKAHEAD_SECONDS: "60",
+    },
   });
 }, 120_000);
 

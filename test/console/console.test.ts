@@ -91,6 +91,9 @@ beforeAll(async () => {
     spawnSandbox({
       env: {
         SCHEDULER_API_KEYS: `${KEY}=console-tenant,${MANY_DEAD_KEY}=many-dead-tenant,${ODD_NAMES_KEY}=odd-names-tenant,${MANY_JOBS_KEY}=many-jobs-tenant`,
+        // The shortest lookahead: a per-second job's create claims its first three minutes of
+        // runs, not seven.
+        LOOKAHEAD_SECONDS: "60",
       },
       tickSeconds: 1,
     }),
