@@ -1,5 +1,6 @@
 import { RetentionDays } from "aws-cdk-lib/aws-logs";
 import type { Node } from "constructs";
+import { isValidTenantId } from "../shared/api/auth.js";
 import {
   CLAIM_REACH_SECONDS,
   DEFAULT_LOW_PRIORITY_SHARE,
@@ -146,6 +147,9 @@ export function resolveSettings(input: SettingsInput = {}): SchedulerSettings {
   return settings;
 }
 
+/** A CloudWatch namespace the dashboard's SEARCH can name unquoted (and not ":" first, CloudWatch's rule). */
+const METRICS_NAMESPACE = /^[A-Za-z0-9._/#-][A-Za-z0-9._/#:-]*$/;
+
 /** The fewest deliveries a work message may have before SQS moves it to the DLQ (maxReceiveCount). */
 const MIN_RECEIVE_COUNT = 2;
 
@@ -240,6 +244,30 @@ function validate(s: SchedulerSettings): void {
     s.metricsNamespace.length > 0 && s.metricsNamespace.length <= 255,
     "metricsNamespace must be 1 to 255 characters",
   );
+  // CloudWatch drops metrics put in its own services' namespaces: every alarm on an engine metric
+  // (DeadRuns, SchedulingLagP99, ReaperBehind, DueEntriesSetAside) would never fire.
+  check(
+    !s.metricsNamespace.startsWith("AWS/"),
+    `metricsNamespace must not start with "AWS/", which CloudWatch keeps for AWS services, got "${s.metricsNamespace}"`,
+  );
+  // CloudWatch's characters for a namespace, less the space: the dashboard's SEARCH expression
+  // names the namespace unquoted, where a space, a quote or a brace would end it.
+  check(
+    METRICS_NAMESPACE.test(s.metricsNamespace),
+    `metricsNamespace must be letters, digits and . - _ / # : (not starting with ":"), got "${s.metricsNamespace}"`,
+  );
+  for (const tenant of s.adminTenants) {
+    if (tenant.includes(",")) {
+      // The API function reads ADMIN_TENANTS split at its commas (api.ts joins them with one).
+      problems.push(
+        `adminTenants: "${tenant}" holds a comma, and ADMIN_TENANTS is comma-separated: it would make each part an admin tenant, not this one`,
+      );
+    } else if (!isValidTenantId(tenant)) {
+      problems.push(
+        `adminTenants: "${tenant}" is not a tenant id (1 to 256 letters, digits and ._:/@+=-), so no caller would ever be this admin`,
+      );
+    }
+  }
   if (problems.length > 0)
     throw new Error(`invalid scheduler settings:\n- ${problems.join("\n- ")}`);
 }

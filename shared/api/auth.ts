@@ -24,13 +24,22 @@ export function isValidTenantId(tenantId: string): boolean {
 
 /**
  * The tenants that may read and set any tenant's quota override (`ADMIN_TENANTS`, comma-separated
- * tenant ids as the authenticator names them, e.g. an operator role's ARN); none when unset.
+ * tenant ids as the authenticator names them, e.g. an operator role's ARN); none when unset. An
+ * entry that is no tenant id is refused: no caller could ever be it, so its admin would be no one.
  */
 export function adminTenantsFrom(env: Env = process.env): readonly string[] {
-  return (env[ENV.adminTenants] ?? "")
+  const tenants = (env[ENV.adminTenants] ?? "")
     .split(",")
     .map((t) => t.trim())
     .filter((t) => t !== "");
+  for (const tenant of tenants) {
+    if (!isValidTenantId(tenant)) {
+      throw new Error(
+        `${ENV.adminTenants}: "${tenant.slice(0, 300)}" is not a tenant id (1 to 256 letters, digits and ._:/@+=-)`,
+      );
+    }
+  }
+  return tenants;
 }
 
 // ---------------------------------------------------------------- local: bearer keys

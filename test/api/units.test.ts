@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import {
+  adminTenantsFrom,
   bearerAuthenticator,
   DEV_API_KEY,
   defaultTenantOfPrincipal,
@@ -95,6 +96,21 @@ describe("local API keys", () => {
 
   it.each(["k1", "=t", "k1=", "k1=a#b", "k 1=t", "k1=a,k1=b"])("refuses %j", (value) => {
     expect(() => localApiKeys({ SCHEDULER_API_KEYS: value })).toThrow(/SCHEDULER_API_KEYS/);
+  });
+
+  it("reads ADMIN_TENANTS as comma-separated tenant ids", () => {
+    expect(adminTenantsFrom({ ADMIN_TENANTS: " ops , arn:aws:iam::1:role/x,," })).toEqual([
+      "ops",
+      "arn:aws:iam::1:role/x",
+    ]);
+    expect(adminTenantsFrom({})).toEqual([]);
+  });
+
+  // An entry no authenticator can name would make an admin of no one, without a word.
+  it.each(["ops,bad tenant", "a#b", "x".repeat(257)])("refuses ADMIN_TENANTS %j", (value) => {
+    expect(() => adminTenantsFrom({ ADMIN_TENANTS: value })).toThrow(
+      /ADMIN_TENANTS: ".*" is not a tenant id/,
+    );
   });
 
   it("bearer authenticator maps exactly the configured keys", async () => {

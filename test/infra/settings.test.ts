@@ -135,6 +135,19 @@ describe("settings", () => {
     [{ logRetentionDays: "10" }, /logRetentionDays must be one CloudWatch Logs accepts/],
     [{ lowPriorityShare: "0.6" }, /lowPriorityShare must be a number from 0 to 0.5/],
     [{ lowPriorityShare: "ten" }, /lowPriorityShare must be a number/],
+    // CloudWatch keeps AWS/ for its own services and drops what is put there: no engine metric
+    // would reach an alarm, and DeadRuns, SchedulingLagP99, ReaperBehind… would never fire.
+    [{ metricsNamespace: "AWS/Scheduler" }, /metricsNamespace must not start with "AWS\/"/],
+    [{ metricsNamespace: ":Scheduler" }, /metricsNamespace must be letters, digits and/],
+    // The dashboard's SEARCH names the namespace bare, where a space or a quote ends it.
+    [{ metricsNamespace: "Scheduler prod" }, /metricsNamespace must be letters, digits and/],
+    [{ metricsNamespace: "Scheduler'}" }, /metricsNamespace must be letters, digits and/],
+    // A tenant id the API never authenticates (auth.ts isValidTenantId): that admin is no one.
+    [
+      { adminTenants: "arn:aws:iam::123456789012:role/Ops Admin" },
+      /adminTenants: "arn:aws:iam::123456789012:role\/Ops Admin" is not a tenant id/,
+    ],
+    [{ adminTenants: "ops, team#1" }, /adminTenants: "team#1" is not a tenant id/],
   ])("refuses %o", (context, message) => {
     expect(() => fromContext(context)).toThrow(message);
   });
@@ -170,6 +183,23 @@ describe("settings", () => {
       );
     },
   );
+
+  it("refuses an admin tenant holding a comma, which ADMIN_TENANTS would read as two tenants", () => {
+    // The API function reads ADMIN_TENANTS split at its commas: "…role/Ops,Team" would make the
+    // tenants "…role/Ops" and "Team" admins, neither of them the one named.
+    expect(() =>
+      resolveSettings({ adminTenants: ["arn:aws:iam::123456789012:role/Ops,Team"] }),
+    ).toThrow(/adminTenants: "arn:aws:iam::123456789012:role\/Ops,Team" holds a comma/);
+  });
+
+  it("accepts the namespaces and admin tenants CloudWatch and the API take", () => {
+    const s = fromContext({
+      metricsNamespace: "Acme/Scheduler-prod_1.#:x",
+      adminTenants: "arn:aws:iam::123456789012:role/Ops, sub:client-1",
+    });
+    expect(s.metricsNamespace).toBe("Acme/Scheduler-prod_1.#:x");
+    expect(s.adminTenants).toEqual(["arn:aws:iam::123456789012:role/Ops", "sub:client-1"]);
+  });
 
   it("accepts maxReceiveCount 2, the fewest deliveries that survive one crash", () => {
     expect(fromContext({ maxReceiveCount: "2" }).maxReceiveCount).toBe(2);
