@@ -45,7 +45,10 @@ export async function recordResult(
   const tracked = isRecurring(job);
   const jobWriteDeferred = tracked && nextAdmissionSoon(job, run, now);
   const lag = startLagMs(run, now);
-  const report = (status: "SUCCEEDED" | "FAILED" | "DEAD", error?: string) => {
+  // The line names the run, not its error: that is the tenant's text (a delivery's names the
+  // target's URL, whose path may be its credential, and quotes the receiver's answer, which may
+  // echo the request's Authorization header; an async target reports its own). The run keeps it.
+  const report = (status: "SUCCEEDED" | "FAILED" | "DEAD") => {
     engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status });
     engine.obs.log.info(TENANT_LOG_EVENTS.runFinished, {
       tenantId: run.tenantId,
@@ -56,7 +59,6 @@ export async function recordResult(
       status,
       lagMs: lag,
       durationMs: now.getTime() - Date.parse(run.startedAt ?? now.toISOString()),
-      ...(error ? { error } : {}),
     });
   };
 
@@ -112,7 +114,7 @@ export async function recordResult(
         },
         now,
       );
-      report("DEAD", result.error);
+      report("DEAD");
       await fanOutNow(engine, trigger.trigger);
     } else {
       const retry = nextAttempt(engine, job, run, decision.nextAttempt, decision.dueAt, now);
@@ -129,7 +131,7 @@ export async function recordResult(
         },
         now,
       );
-      report("FAILED", result.error);
+      report("FAILED");
       if (retry.queued) await resend(engine, runMessageOf(retry.queued), decision.dueAt);
     }
   }

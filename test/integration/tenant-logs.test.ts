@@ -1,3 +1,5 @@
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApiApp } from "../../shared/api/app.js";
 import { ApiError } from "../../shared/api/errors.js";
@@ -49,6 +51,43 @@ describe("per-tenant log lines", () => {
       status: "SUCCEEDED",
       lagMs: expect.any(Number),
     });
+  });
+
+  it("the run finished line of a failed delivery holds none of the tenant's text: no credential of its target", async () => {
+    // A Discord- or Slack-style webhook URL: the path is the credential. The receiver's answer
+    // echoes the request's Authorization header, as some error pages do.
+    const receiver = createServer((request, response) => {
+      response.writeHead(404, { "Content-Type": "text/plain" });
+      response.end(`unknown webhook; you sent ${request.headers.authorization} to ${request.url}`);
+    });
+    await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", resolve));
+    const { port } = receiver.address() as AddressInfo;
+    try {
+      const { job } = await createJob(
+        f.engine,
+        testJob({
+          tenantId: "tenant-logs",
+          type: "http",
+          target: {
+            url: `http://127.0.0.1:${port}/api/webhooks/1234/path-token-s3cret?sig=query-s3cret`,
+            headers: { Authorization: "Bearer header-s3cret" },
+          },
+          schedule: { runAt: new Date().toISOString() },
+        }),
+      );
+      await f.process(f.workerDeps("w"), await f.nextDelivery(f.engine.queues.normal, job.jobId));
+      const finished = lines.filter(
+        (l) => l.message === TENANT_LOG_EVENTS.runFinished && l.fields.jobId === job.jobId,
+      );
+      expect(finished).toHaveLength(1);
+      expect(finished[0]?.fields).toMatchObject({ tenantId: "tenant-logs", status: "DEAD" });
+      expect(JSON.stringify(finished[0])).not.toMatch(/s3cret/);
+      // The run, the tenant's own, still says what the receiver answered.
+      const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
+      expect(run?.error).toContain("header-s3cret");
+    } finally {
+      await new Promise((resolve) => receiver.close(resolve));
+    }
   });
 
   it("every 429 the API answers is logged with the caller's tenant and the answer's code", async () => {
