@@ -3,6 +3,7 @@ import { parseArgs } from "node:util";
 // The SDK warns on every start that it will drop Node 20 next year; the sandbox says nothing it can act on.
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= "true";
 const { localAuthFromEnv } = await import("../../shared/api/local-auth.js");
+const { adminTenantsFrom } = await import("../../shared/api/auth.js");
 const { startSandbox } = await import("./sandbox.js");
 
 // `npm start`: the scheduler on this machine. Every option also reads an environment variable.
@@ -62,6 +63,8 @@ if (prefix !== undefined && !/^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$/.test(prefix)) {
 let notice: string | null;
 try {
   notice = localAuthFromEnv(env).notice;
+  // Before the emulators start: the API reads it again when it starts, after them.
+  adminTenantsFrom(env);
 } catch (error) {
   console.error(error instanceof Error ? error.message : String(error));
   process.exit(2);

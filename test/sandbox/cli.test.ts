@@ -103,4 +103,28 @@ describe("npm start", () => {
     expect(javaFor(dataDir)).toEqual([]);
     await expect(fetch(`${url}/health`)).rejects.toThrow();
   }, 90_000);
+
+  it("refuses an ADMIN_TENANTS entry that is no tenant id at once (exit 2, naming it), before any emulator starts", async () => {
+    const refusedDir = await mkdtemp(join(tmpdir(), "scheduler-cli-admin-"));
+    try {
+      const [program = "", ...args] = startCommand();
+      const proc = spawn(program, [...args, "--port", "0", "--data-dir", refusedDir], {
+        cwd: REPO,
+        stdio: ["ignore", "pipe", "pipe"],
+        env: { ...process.env, ADMIN_TENANTS: "ops, ops team" },
+      });
+      let output = "";
+      proc.stdout?.on("data", (chunk) => (output += chunk));
+      proc.stderr?.on("data", (chunk) => (output += chunk));
+      const code = await new Promise<number | null>((resolve) => proc.once("exit", resolve));
+      expect({ code, output: output.trim() }).toEqual({
+        code: 2,
+        output:
+          'ADMIN_TENANTS: "ops team" is not a tenant id (1 to 256 letters, digits and ._:/@+=-)',
+      });
+      expect(javaFor(refusedDir)).toEqual([]);
+    } finally {
+      await rm(refusedDir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });
