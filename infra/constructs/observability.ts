@@ -1,4 +1,4 @@
-import { Duration, Stack } from "aws-cdk-lib";
+import { Annotations, Duration, Stack } from "aws-cdk-lib";
 import {
   Alarm,
   AlarmStatusWidget,
@@ -17,7 +17,7 @@ import { EmailSubscription } from "aws-cdk-lib/aws-sns-subscriptions";
 import { Construct } from "constructs";
 import { PRIORITIES } from "../../shared/model.js";
 import { METRICS, type MetricName, TENANT_LOG_EVENTS } from "../../shared/observability.js";
-import type { SchedulerSettings } from "../settings.js";
+import { isDevStage, type SchedulerSettings } from "../settings.js";
 import type { Api } from "./api.js";
 import type { Dispatch } from "./dispatch.js";
 import type { Queues } from "./queues.js";
@@ -101,6 +101,14 @@ export class Observability extends Construct {
         enforceSSL: true,
       });
       if (settings.alarmEmail) topic.addSubscription(new EmailSubscription(settings.alarmEmail));
+      // Context holds for one command: a deploy that leaves out -c alarmEmail removes the
+      // subscription, and every alarm then fires to no one.
+      else if (!isDevStage(settings.stage)) {
+        Annotations.of(this).addWarningV2(
+          "scheduler:alarms-unsubscribed",
+          `stage ${settings.stage}: no alarmEmail or alarmTopicArn, so the alarms go to a topic nobody is subscribed to; give one (in cdk.json, so every deploy of the stage keeps it) or subscribe to the AlarmTopic yourself`,
+        );
+      }
       this.topic = topic;
     }
     const action = new SnsAction(this.topic);

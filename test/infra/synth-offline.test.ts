@@ -75,6 +75,12 @@ describe("npx cdk synth", () => {
     expect(existsSync(join(scratch, "docker-calls")), "docker was called").toBe(false);
   });
 
+  it("tells the operator of a prod stage without alarmEmail that its alarms reach no one", () => {
+    expect(result.output).toContain(
+      "stage prod: no alarmEmail or alarmTopicArn, so the alarms go to a topic nobody is subscribed to",
+    );
+  });
+
   it("writes the stack template and an esbuild bundle per function", () => {
     const out = join(scratch, "cdk.out");
     const template: unknown = JSON.parse(

@@ -1,4 +1,5 @@
 import { Validations } from "aws-cdk-lib";
+import { Annotations, Match } from "aws-cdk-lib/assertions";
 import { Queue, QueueEncryption } from "aws-cdk-lib/aws-sqs";
 import { AwsSolutionsChecks } from "cdk-nag";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -14,6 +15,7 @@ import {
   referencedId,
   resourcesOfType,
   type Synthesized,
+  synthesizeUnbundled,
   synthesizeVariants,
 } from "./support/synth.js";
 
@@ -205,6 +207,27 @@ describe("options", () => {
       Endpoint: "oncall@example.com",
       TopicArn: { Ref: logicalIdOf(synth.stack, synth.stack.observability.topic) },
     });
+  });
+
+  it("warns at synth when a stage other than dev sends its alarms to a topic nobody is subscribed to", () => {
+    // `-c alarmEmail` holds for one command: a later deploy without it removes the subscription,
+    // and every alarm then goes to a topic that tells no one.
+    const unsubscribed = /alarms go to a topic nobody is subscribed to/;
+    const { synth: prod, dispose: disposeProd } = synthesizeUnbundled({ stage: "prod" });
+    try {
+      Annotations.fromStack(prod.stack).hasWarning(
+        "/Scheduler-prod/Observability",
+        Match.stringLikeRegexp(unsubscribed.source),
+      );
+    } finally {
+      disposeProd();
+    }
+    for (const quiet of [variants.dev, variants.jwt, variants.topic]) {
+      Annotations.fromStack(quiet.stack).hasNoWarning(
+        "*",
+        Match.stringLikeRegexp(unsubscribed.source),
+      );
+    }
   });
 
   it("sends alarms to a given topic without creating one", () => {
