@@ -104,10 +104,21 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
     return c.json(context.body, context.status, context.headers);
   });
 
+  const isPublic = (path: string) =>
+    PUBLIC_PATHS.has(path) || (options.console !== undefined && isConsolePath(path));
+
+  // Answers hold tenant data (a job's target headers are its receiver's credentials, a payload
+  // whatever the tenant put in it): no cache may keep them, a browser's disk cache included, as
+  // none keeps the webhook secret. The public documents and the console set their own.
   app.use("*", async (c, next) => {
-    if (PUBLIC_PATHS.has(c.req.path) || (options.console && isConsolePath(c.req.path))) {
-      return next();
+    await next();
+    if (!isPublic(c.req.path) && !c.res.headers.has("Cache-Control")) {
+      c.res.headers.set("Cache-Control", "no-store");
     }
+  });
+
+  app.use("*", async (c, next) => {
+    if (isPublic(c.req.path)) return next();
     // An async target's run routes authenticate by the run token it was given, and take from its
     // run's tenant's bucket once the token is verified (./async-runs-router.ts).
     if (c.req.method === "POST" && RUN_TOKEN_PATH.test(c.req.path)) return next();

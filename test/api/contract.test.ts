@@ -538,6 +538,42 @@ describe("GET /jobs and GET /jobs/{id}", () => {
     expectError(await api.call("GET", "/jobs/%E2%98%83"), 404);
   });
 
+  it("no answer holding tenant data may be stored by a cache: a job's target headers are its receiver's credentials", async () => {
+    const secretJob = await create(
+      laterJob({
+        type: "http",
+        target: {
+          url: "https://example.com/hook",
+          headers: { Authorization: "Bearer rcv-s3cret" },
+        },
+      }),
+      {},
+    );
+    const answers = [
+      await api.call("GET", `/jobs/${secretJob.id}`),
+      await api.call("GET", "/jobs?limit=100"),
+      await api.call("GET", `/jobs/${secretJob.id}/runs`),
+      await api.call("GET", `/jobs/${secretJob.id}/preview`),
+      await api.call("GET", "/dead-letters"),
+      await api.call("GET", "/quotas"),
+      await api.call("PATCH", `/jobs/${secretJob.id}`, {
+        body: { name: "renamed" },
+        headers: { "If-Match": '"1"' },
+      }),
+      await api.call("POST", `/jobs/${secretJob.id}/pause`),
+      // An error answer too: it may name what the request held.
+      await api.call("GET", "/jobs/01ZZZZZZZZZZZZZZZZZZZZZZZZ"),
+    ];
+    expect(answers[0]?.text).toContain("rcv-s3cret");
+    expect(answers.map((a) => [a.status, a.headers.get("cache-control")])).toEqual(
+      answers.map((a) => [a.status, "no-store"]),
+    );
+    // The public documents stay cacheable as they were.
+    expect(
+      (await api.call("GET", "/openapi.json", { key: null })).headers.get("cache-control"),
+    ).toBeNull();
+  });
+
   it("GET /jobs/{id} carries lastRun once a run has finished", async () => {
     const created = await create({ type: "noop", schedule: { runAt: new Date().toISOString() } });
     await runOnce(api, created.id);
