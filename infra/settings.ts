@@ -147,7 +147,7 @@ export function resolveSettings(input: SettingsInput = {}): SchedulerSettings {
   return settings;
 }
 
-/** A CloudWatch namespace the dashboard's SEARCH can name unquoted (and not ":" first, CloudWatch's rule). */
+/** A CloudWatch namespace, without spaces (and not ":" first, CloudWatch's rule). */
 const METRICS_NAMESPACE = /^[A-Za-z0-9._/#-][A-Za-z0-9._/#:-]*$/;
 
 /** The fewest deliveries a work message may have before SQS moves it to the DLQ (maxReceiveCount). */
@@ -250,8 +250,8 @@ function validate(s: SchedulerSettings): void {
     !s.metricsNamespace.startsWith("AWS/"),
     `metricsNamespace must not start with "AWS/", which CloudWatch keeps for AWS services, got "${s.metricsNamespace}"`,
   );
-  // CloudWatch's characters for a namespace, less the space: the dashboard's SEARCH expression
-  // names the namespace unquoted, where a space, a quote or a brace would end it.
+  // CloudWatch's characters for a namespace, less the space; none of them ends the quoted name in
+  // the dashboard's SEARCH expression, where a quote or a brace would.
   check(
     METRICS_NAMESPACE.test(s.metricsNamespace),
     `metricsNamespace must be letters, digits and . - _ / # : (not starting with ":"), got "${s.metricsNamespace}"`,

@@ -399,7 +399,7 @@ export class Observability extends Construct {
       graph("Lease takeovers and lost fences", [
         // One series per shard would need the shard count at deploy time; a search sums them all.
         new MathExpression({
-          expression: `SUM(SEARCH('{${settings.metricsNamespace},service,shard} MetricName="${METRICS.leaseTakeovers}"', 'Sum', 60))`,
+          expression: `SUM(SEARCH('{"${settings.metricsNamespace}",service,shard} MetricName="${METRICS.leaseTakeovers}"', 'Sum', 60))`,
           usingMetrics: {},
           label: "lease takeovers (all shards)",
           period: MINUTE,

@@ -139,7 +139,7 @@ describe("settings", () => {
     // would reach an alarm, and DeadRuns, SchedulingLagP99, ReaperBehind… would never fire.
     [{ metricsNamespace: "AWS/Scheduler" }, /metricsNamespace must not start with "AWS\/"/],
     [{ metricsNamespace: ":Scheduler" }, /metricsNamespace must be letters, digits and/],
-    // The dashboard's SEARCH names the namespace bare, where a space or a quote ends it.
+    // A quote or a brace would end the namespace in the dashboard's SEARCH expression.
     [{ metricsNamespace: "Scheduler prod" }, /metricsNamespace must be letters, digits and/],
     [{ metricsNamespace: "Scheduler'}" }, /metricsNamespace must be letters, digits and/],
     // A tenant id the API never authenticates (auth.ts isValidTenantId): that admin is no one.

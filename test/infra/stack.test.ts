@@ -786,6 +786,9 @@ describe("observability", () => {
     ]) {
       expect(body, name).toContain(name);
     }
+    // The lease takeovers' SEARCH names the namespace quoted, as CloudWatch asks of a name with
+    // characters other than letters and digits (a metricsNamespace may hold - _ . # :).
+    expect(body).toMatch(/SEARCH\('\{\\*"Scheduler\/prod\\*",service,shard\}/);
   });
 
   it("counts runs, lag, late starts and throttles per tenant with Contributor Insights rules over the worker's and the API's logs", () => {
