@@ -1,6 +1,6 @@
 import { RetentionDays } from "aws-cdk-lib/aws-logs";
 import type { Node } from "constructs";
-import { isValidTenantId } from "../shared/api/auth.js";
+import { isValidTenantId, TENANT_ID_CHARS } from "../shared/api/auth.js";
 import {
   CLAIM_REACH_SECONDS,
   DEFAULT_LOW_PRIORITY_SHARE,
@@ -264,7 +264,7 @@ function validate(s: SchedulerSettings): void {
       );
     } else if (!isValidTenantId(tenant)) {
       problems.push(
-        `adminTenants: "${tenant}" is not a tenant id (1 to 256 letters, digits and ._:/@+=-), so no caller would ever be this admin`,
+        `adminTenants: "${tenant}" is not a tenant id (${TENANT_ID_CHARS}), so no caller would ever be this admin`,
       );
     }
   }

@@ -15,8 +15,11 @@ interface AuthRequest {
   readonly env: unknown;
 }
 
-// Tenant ids go into storage keys joined by "#" (IDEMP#<tenant>#<key>), so "#" would make them ambiguous.
-const TENANT_ID = /^[A-Za-z0-9._:/@+=,-]{1,256}$/;
+// Tenant ids go into storage keys joined by "#" (IDEMP#<tenant>#<key>), so "#" would make them
+// ambiguous. "|" is in: Auth0 names its users provider|id (auth0|5f7c…, google-oauth2|1046…).
+const TENANT_ID = /^[A-Za-z0-9._:/@+=,|-]{1,256}$/;
+/** What a tenant id may hold, as messages say it (no comma where commas separate tenants). */
+export const TENANT_ID_CHARS = "1 to 256 letters, digits and ._:/@+=|-";
 
 export function isValidTenantId(tenantId: string): boolean {
   return TENANT_ID.test(tenantId);
@@ -35,7 +38,7 @@ export function adminTenantsFrom(env: Env = process.env): readonly string[] {
   for (const tenant of tenants) {
     if (!isValidTenantId(tenant)) {
       throw new Error(
-        `${ENV.adminTenants}: "${tenant.slice(0, 300)}" is not a tenant id (1 to 256 letters, digits and ._:/@+=-)`,
+        `${ENV.adminTenants}: "${tenant.slice(0, 300)}" is not a tenant id (${TENANT_ID_CHARS})`,
       );
     }
   }
@@ -66,7 +69,7 @@ export function localApiKeys(env: Env = process.env): LocalApiKeys {
     const tenant = entry.slice(at + 1).trim();
     if (at < 1 || key === "" || !/^[\x21-\x7E]+$/.test(key) || !isValidTenantId(tenant)) {
       throw new Error(
-        `${API_KEYS_ENV}: "${entry.trim()}" is not key=tenant (tenant: letters, digits and ._:/@+=,-)`,
+        `${API_KEYS_ENV}: "${entry.trim()}" is not key=tenant (tenant: ${TENANT_ID_CHARS})`,
       );
     }
     if (keys.has(key)) throw new Error(`${API_KEYS_ENV}: key "${key}" is listed twice`);

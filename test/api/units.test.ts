@@ -179,6 +179,19 @@ describe("JWT claims → tenant", () => {
     expect(await authenticate(request({ sub: "client-1" }))).toBe("sub:client-1");
   });
 
+  it("takes the subjects identity providers issue: Auth0's provider|id included", async () => {
+    for (const sub of [
+      "auth0|5f7c8ec7c33c6c004bbafe82",
+      "google-oauth2|104650892746893471243",
+      "samlp|corp|jane@example.com",
+      "repo:octo-org/octo-repo:ref:refs/heads/main",
+      "9f6b2c1e-8f0a-4e8e-b1a3-2f7d8c9e0a1b",
+    ]) {
+      expect(await authenticate(request({ sub }))).toBe(`sub:${sub}`);
+    }
+    expect(await authenticate(request({ sub: "x", tenant_id: "acme|eu" }))).toBe("acme|eu");
+  });
+
   it("a token without tenant_id whose sub is another tenant's id does not act as that tenant", async () => {
     const victim = await authenticate(request({ sub: "client-9", tenant_id: "acme" }));
     const attacker = await authenticate(request({ sub: "acme" }));

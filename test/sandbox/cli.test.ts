@@ -120,7 +120,7 @@ describe("npm start", () => {
       expect({ code, output: output.trim() }).toEqual({
         code: 2,
         output:
-          'ADMIN_TENANTS: "ops team" is not a tenant id (1 to 256 letters, digits and ._:/@+=-)',
+          'ADMIN_TENANTS: "ops team" is not a tenant id (1 to 256 letters, digits and ._:/@+=|-)',
       });
       expect(javaFor(refusedDir)).toEqual([]);
     } finally {
