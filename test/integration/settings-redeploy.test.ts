@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { EngineSettings } from "../../shared/config.js";
+import { DEFAULT_QUOTAS, type EngineSettings } from "../../shared/config.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import type { Engine } from "../../shared/engine.js";
+import type { JobContext } from "../../shared/execution/job-contract.js";
 import { createJob } from "../../shared/jobs/index.js";
 import {
   createEngineFixture,
@@ -9,6 +10,7 @@ import {
   engineAt,
   testJob,
 } from "../support/engine-fixture.js";
+import { waitFor } from "../support/wait.js";
 
 const SECOND = 1_000;
 const MINUTE = 60 * SECOND;
@@ -132,4 +134,70 @@ describe("a deploy that shortens misfireGraceSeconds under runs already queued",
     // Nothing of theirs is left on the queue.
     expect(await f.queueDepth(f.engine.queues.normal)).toMatchObject({ visible: 0, inFlight: 0 });
   });
+});
+
+/**
+ * A deploy that lowers the default `quotaConcurrentRuns` below what a tenant has running: the runs
+ * under way run on in their slots, and the tenant's next runs wait until enough of them have ended.
+ */
+describe("a deploy that lowers the concurrent-runs quota under runs already running", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture({
+      settings: { quotas: { ...DEFAULT_QUOTAS, concurrentRuns: 2 }, quotaCacheMs: 0 },
+    });
+  });
+  afterAll(() => f.destroy());
+
+  it("lets the two running finish and starts the third only once both have ended", async () => {
+    const tenantId = "lowered-under-running";
+    const jobIds: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const { job } = await createJob(
+        f.engine,
+        testJob({ tenantId, type: "held", schedule: { runAt: new Date().toISOString() } }),
+      );
+      jobIds.push(job.jobId);
+    }
+    const [first, second, third] = await Promise.all(
+      jobIds.map((jobId) => f.nextDelivery(f.engine.queues.normal, jobId)),
+    );
+    if (!first || !second || !third) throw new Error("no delivery");
+    const releases: (() => void)[] = [];
+    const calls = new Map<string, number>();
+    const held = async (ctx: JobContext) => {
+      calls.set(ctx.jobId, (calls.get(ctx.jobId) ?? 0) + 1);
+      await new Promise<void>((resolve) => releases.push(resolve));
+    };
+    // Two running under the earlier deploy's quota (2).
+    const running = [first, second].map((d) => f.process(f.workerDeps("old", { held }), d));
+    await waitFor("both handlers", () => releases.length === 2);
+
+    // The new deploy's default is 1: the third waits, and waits again while one still runs.
+    const lowered: Engine = {
+      ...f.engine,
+      settings: { ...f.engine.settings, quotas: { ...DEFAULT_QUOTAS, concurrentRuns: 1 } },
+    };
+    const newWorker = { ...f.workerDeps("new", { held }), engine: lowered };
+    const thirdRun = async () => (await f.runs()).find((r) => r.jobId === third.message.jobId);
+    expect(await f.process(newWorker, third)).toBe("ack");
+    expect((await thirdRun())?.reason).toMatch(/concurrentRuns quota \(1\)/);
+    releases[0]?.();
+    expect(await running[0]).toBe("ack");
+    const again = await f.nextDelivery(f.engine.queues.normal, third.message.jobId);
+    expect(await f.process(newWorker, again)).toBe("ack");
+    expect(calls.get(third.message.jobId)).toBeUndefined();
+
+    releases[1]?.();
+    expect(await running[1]).toBe("ack");
+    const last = await f.nextDelivery(f.engine.queues.normal, third.message.jobId);
+    const runsLast = f.process(newWorker, last);
+    await waitFor("the third's handler", () => releases.length === 3);
+    releases[2]?.();
+    expect(await runsLast).toBe("ack");
+    // Each ran once and is recorded once; none is left queued.
+    expect(jobIds.map((id) => calls.get(id))).toEqual([1, 1, 1]);
+    const runs = (await f.runs()).filter((r) => jobIds.includes(r.jobId));
+    expect(runs.map((r) => r.status)).toEqual(["SUCCEEDED", "SUCCEEDED", "SUCCEEDED"]);
+  }, 60_000);
 });
