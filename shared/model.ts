@@ -251,6 +251,11 @@ export interface Run {
   /** Async mode: when a run handed over times out (its start plus the job's timeout). */
   readonly timesOutAt?: string | null;
   /**
+   * Async mode: the job's timeout (seconds) when the attempt was first handed over, which
+   * `timesOutAt` counts; a timed-out ending names it, not the timeout of the job as since edited.
+   */
+  readonly handedOverTimeoutSeconds?: number;
+  /**
    * Async mode: the SHA-256 of the run token its latest delivery carried (`shared/webhooks/run-token.ts`),
    * and of the one before (a token of an earlier start is stale, not unknown). Never shown.
    */

@@ -76,9 +76,18 @@ export async function handOverRun(
 ): Promise<void> {
   const leaseUntil = new Date(now.getTime() + engine.settings.leaseMs);
   const startedAt = Date.parse(run.startedAt ?? now.toISOString());
-  // A start after a lapsed lease keeps the attempt's time: it runs from the first hand-over's start.
-  const timesOutAt = handedOverTimeout(run) ?? new Date(startedAt + job.timeoutSeconds * 1000);
-  await recordHandOver(engine, run, { leaseUntil, timesOutAt, executedVersion: job.version }, now);
+  // A start after a lapsed lease keeps the attempt's time: it runs from the first hand-over's
+  // start, under the timeout it had then (the job may have been edited since).
+  const carried = handedOverTimeout(run);
+  const timeoutSeconds =
+    carried === null ? job.timeoutSeconds : attemptTimeoutSeconds(run, job.timeoutSeconds);
+  const timesOutAt = carried ?? new Date(startedAt + timeoutSeconds * 1000);
+  await recordHandOver(
+    engine,
+    run,
+    { leaseUntil, timesOutAt, timeoutSeconds, executedVersion: job.version },
+    now,
+  );
   if (tracked) await extendAdmission(engine, run.jobId, run.runId, leaseUntil);
   engine.obs.log.info("run handed over to its async target", {
     jobId: run.jobId,
@@ -112,6 +121,18 @@ function handedOverTimeout(run: Pick<Run, "handedOverAt" | "timesOutAt">): Date 
 export function handedOverAndTimedOut(run: Run, now: Date): boolean {
   const timeout = handedOverTimeout(run);
   return timeout !== null && timeout.getTime() <= now.getTime();
+}
+
+/**
+ * The timeout a handed-over attempt runs under: the one its first hand-over recorded with its
+ * `timesOutAt`. `jobTimeoutSeconds` (the job's now) stands in for a run handed over before the
+ * run kept it.
+ */
+export function attemptTimeoutSeconds(
+  run: Pick<Run, "handedOverTimeoutSeconds">,
+  jobTimeoutSeconds: number,
+): number {
+  return run.handedOverTimeoutSeconds ?? jobTimeoutSeconds;
 }
 
 /** The failure of an attempt past its timeout, as every ending of one says it. */
@@ -182,11 +203,14 @@ const timedOut = (run: Run, now: Date) =>
 
 /** Ends a handed-over run past its timeout as a failure (retried by the job's policy) and says so. */
 async function timeOut(engine: Engine, run: Run, now: Date): Promise<never> {
-  // The start the timeout counts from is the attempt's first hand-over, not this start: the job says how long.
+  // The start the timeout counts from is the attempt's first hand-over, not this start, and its
+  // length the one recorded then: the job may have been edited since.
   const job = await getJob(engine, run.jobId);
   const startedAt = Date.parse(run.startedAt ?? now.toISOString());
   const seconds =
-    job?.timeoutSeconds ?? Math.round((Date.parse(run.timesOutAt ?? "") - startedAt) / 1000);
+    run.handedOverTimeoutSeconds ??
+    job?.timeoutSeconds ??
+    Math.round((Date.parse(run.timesOutAt ?? "") - startedAt) / 1000);
   await finish(engine, run, timedOutResult(seconds), now, job);
   throw new RunTokenStaleError(
     { ...run, status: "FAILED" },

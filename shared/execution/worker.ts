@@ -15,7 +15,13 @@ import { requeueRun } from "../storage/run-requeue.js";
 import { startRun, takeRun } from "../storage/run-start.js";
 import { type RunSlot, releaseRunSlot } from "../storage/tenant-quotas.js";
 import { admitRun } from "./admission.js";
-import { handedOverAndTimedOut, handOverRun, issueRunToken, timedOutResult } from "./async-runs.js";
+import {
+  attemptTimeoutSeconds,
+  handedOverAndTimedOut,
+  handOverRun,
+  issueRunToken,
+  timedOutResult,
+} from "./async-runs.js";
 import { afterPredecessor } from "./retry-predecessor.js";
 import { endOnCancelRequest, type RunProgress, repairJobAfterRun } from "./run-endings.js";
 import { execute, heartbeatEveryMs, type RunExecutionDeps } from "./run-execution.js";
@@ -334,9 +340,11 @@ async function runInSlot(
   progress.tracked = tracked;
   if (job.target?.mode === "async" && handedOverAndTimedOut(run, engine.clock())) {
     // Its target took it over and went quiet past the attempt's timeout: not delivered again.
-    const timedOut = timedOutResult(job.timeoutSeconds);
+    // Under the timeout and the job version it was handed over with, whatever the job is now.
+    const timedOut = timedOutResult(attemptTimeoutSeconds(run, job.timeoutSeconds));
     progress.error = timedOut.error;
-    await recordResult(engine, job, run, timedOut, engine.clock(), job.version);
+    const executedVersion = run.executedVersion ?? job.version;
+    await recordResult(engine, job, run, timedOut, engine.clock(), executedVersion);
     return "ack";
   }
   // An async delivery carries a run token made for it; the run holds the token's hash (and its

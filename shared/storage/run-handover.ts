@@ -89,19 +89,22 @@ export async function recordHandOver(
   handOver: {
     readonly leaseUntil: Date;
     readonly timesOutAt: Date;
+    /** The timeout `timesOutAt` counts, in seconds (the job's at the attempt's first hand-over). */
+    readonly timeoutSeconds: number;
     readonly executedVersion: number;
   },
   now: Date,
 ): Promise<void> {
   await fencedRunUpdate(engine, run, {
     // The status and reason are a start's, for a hand-over that writes its run's start.
-    set: "#status = :running, handedOverAt = :now, leaseUntil = :leaseUntil, timesOutAt = :timesOutAt, executedVersion = :executedVersion, expiresAt = :expiresAt",
+    set: "#status = :running, handedOverAt = :now, leaseUntil = :leaseUntil, timesOutAt = :timesOutAt, handedOverTimeoutSeconds = :timeoutSeconds, executedVersion = :executedVersion, expiresAt = :expiresAt",
     remove: "reason",
     values: {
       ":running": "RUNNING",
       ":now": now.toISOString(),
       ":leaseUntil": handOver.leaseUntil.toISOString(),
       ":timesOutAt": handOver.timesOutAt.toISOString(),
+      ":timeoutSeconds": handOver.timeoutSeconds,
       ":executedVersion": handOver.executedVersion,
       ":expiresAt": runExpiresAt(handOver.timesOutAt, engine.settings),
     },

@@ -355,6 +355,62 @@ describe("async mode (long jobs)", () => {
     expect((await callBack(second.heartbeatUrl, second.token)).status).toBe(409);
   });
 
+  it("a run times out after the timeout it was handed over with, and says so, after an edit of the job's timeout", async () => {
+    // Handed over under a 600 s timeout; the job is then edited to 60 s. The attempt keeps its
+    // deadline, and its ending names the timeout it ran under, not the edited job's.
+    const editTimeout = async (jobId: string, timeoutSeconds: number) => {
+      const edited = await api.call("PATCH", `/jobs/${jobId}`, {
+        body: { timeoutSeconds },
+        headers: { "If-Match": '"1"' },
+      });
+      expect(edited.status, edited.text).toBe(200);
+    };
+    const heartbeaten = await createAsyncJob({ timeoutSeconds: 600, retry: { maxAttempts: 1 } });
+    const beating = await deliver(heartbeaten);
+    await editTimeout(heartbeaten, 60);
+    let refused: Awaited<ReturnType<typeof callBack>> | null = null;
+    for (let beat = 1; beat <= 12 && refused === null; beat++) {
+      advance(50_000);
+      const reply = await callBack(beating.heartbeatUrl, beating.token);
+      if (reply.status !== 200) refused = reply;
+    }
+    if (refused === null) throw new Error("no heartbeat was refused");
+    expect(refused.status, refused.text).toBe(409);
+    expect(String((refused.body.error as { message: string }).message)).toContain(
+      "timed out after 600 s",
+    );
+    expect(await runOf(heartbeaten, beating.runId)).toMatchObject({
+      status: "dead",
+      error: "timed out after 600 s",
+      durationMs: 600_000,
+      executedVersion: 1,
+    });
+
+    // A quiet target's run, ended by the worker that starts it past its deadline.
+    const quiet = await createAsyncJob({ timeoutSeconds: 120, retry: { maxAttempts: 1 } });
+    const handOff = await deliver(quiet);
+    await editTimeout(quiet, 30);
+    advance(121_000 + REAPER_SETTLE_MS);
+    expect((await reap(api.fixture.engine, { now })).resent).toBe(1);
+    const deadline = Date.now() + 20_000;
+    let processed = 0;
+    while (processed === 0 && Date.now() < deadline) {
+      const batch = await receiveRuns(api.fixture.engine.sqs, api.fixture.engine.queues.normal, {
+        max: 10,
+        waitSeconds: 1,
+      });
+      const mine = batch.filter((r) => r.message.jobId === quiet);
+      for (const received of mine) await api.fixture.process(worker, received);
+      processed += mine.length;
+    }
+    expect(processed).toBe(1);
+    expect(await runOf(quiet, handOff.runId)).toMatchObject({
+      status: "dead",
+      error: "timed out after 120 s",
+      executedVersion: 1,
+    });
+  });
+
   it("a token two starts old is not the run's any more (401); the one before the latest is stale (409)", async () => {
     const jobId = await createAsyncJob();
     const tokens: HandOff[] = [await deliver(jobId)];
