@@ -74,6 +74,13 @@ export interface Job {
   readonly updatedAt: string;
   /** Runs of this job holding a live lease: runId → leaseUntil. Used only for overlap decisions. */
   readonly activeRuns: Readonly<Record<string, string>>;
+  /**
+   * How long before its listed lease (`activeRuns`) the start of the run last admitted with its
+   * start unwritten falls due for its first write: the lister's lease less its heartbeat. Another
+   * delivery of that run tells from it whether the lister is still within its time, whatever its
+   * own lease (a deploy may have changed leaseSeconds). Absent: this worker's lease less its beat.
+   */
+  readonly firstWriteLeadMs?: number;
   /** Bumped on every change of activeRuns/bufferedRunId, to serialise overlap admissions. */
   readonly activeRevision: number;
   readonly bufferedRunId: string | null;

@@ -1,8 +1,8 @@
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError, JobNotFoundError } from "../errors.js";
-import type { Job } from "../model.js";
+import type { Job, Run } from "../model.js";
 import { decideOverlap, type OverlapDecision } from "../policies.js";
-import { type AdmissionChange, recordAdmission } from "../storage/admission.js";
+import { type AdmissionChange, recordAdmission, startOwedElsewhere } from "../storage/admission.js";
 import { readListedRuns } from "../storage/job-runs.js";
 import { getJob } from "../storage/run-reads.js";
 
@@ -42,12 +42,15 @@ export async function admitRun(
     /**
      * The run's start is unwritten (a first start, see run-fence.ts), so nothing yet kept another
      * delivery of it from starting too. If the job lists the run under a live lease, another
-     * delivery was admitted with it: one that took the run less than `firstWriteWithinMs` ago
-     * (its listed lease is a lease from its take) runs it, and this one must not; one that took
-     * it longer ago has missed the first write it owed by then (the run would read RUNNING), so
-     * it died, and this delivery takes the run over.
+     * delivery was admitted with it: one still within its time for the start's first write (read
+     * from its listed lease by the lead its admission kept, as this one's keeps
+     * `firstWriteLeadMs`) runs it, and this one must not; one past it has missed the first write it
+     * owed (the run would read RUNNING), so it died, and this delivery takes the run over.
      */
-    readonly unwrittenStart?: { readonly firstWriteWithinMs: number };
+    readonly unwrittenStart?: {
+      readonly firstWriteWithinMs: number;
+      readonly firstWriteLeadMs: number;
+    };
     /** A retry or replay (attempt > 1): it waits for a live run rather than being skipped. */
     readonly rerun?: boolean;
   } = {},
@@ -55,7 +58,13 @@ export async function admitRun(
   let job = initial;
   for (let attempt = 0; attempt < MAX_ADMISSION_ATTEMPTS; attempt++) {
     const now = engine.clock();
-    if (options.unwrittenStart && heldElsewhere(engine, job, runId, now, options.unwrittenStart))
+    if (
+      options.unwrittenStart &&
+      startOwedElsewhere(job, runId, now, {
+        leaseMs: engine.settings.leaseMs,
+        firstWriteWithinMs: options.unwrittenStart.firstWriteWithinMs,
+      })
+    )
       return { decision: { action: "held elsewhere" }, job };
     // A run that starts whatever its job's live leases say (none, or allow under its bound) learns
     // nothing from reading the runs under way: it reads only the lapsed entries it drops, for
@@ -100,7 +109,13 @@ export async function admitRun(
     });
     if (decision.action === "skip") return { decision, job };
     let change: AdmissionChange;
-    if (decision.action === "start") change = { kind: "start", runId, leaseUntil };
+    if (decision.action === "start")
+      change = {
+        kind: "start",
+        runId,
+        leaseUntil,
+        firstWriteLeadMs: options.unwrittenStart?.firstWriteLeadMs,
+      };
     // buffer_one's one waiting place, unless another waiting run holds it.
     else if (job.policies.overlap === "buffer_one" && buffered === null)
       change = { kind: "buffer", runId };
@@ -135,22 +150,6 @@ export async function admitRun(
   return { decision: { action: "buffer" }, job };
 }
 
-/** Slack for the holder's first write: its clock, its request. */
-const FIRST_WRITE_SLACK_MS = 1_000;
-
-function heldElsewhere(
-  engine: Engine,
-  job: Job,
-  runId: string,
-  now: Date,
-  start: { readonly firstWriteWithinMs: number },
-): boolean {
-  const listed = job.activeRuns[runId];
-  if (listed === undefined || listed <= now.toISOString()) return false;
-  const takenAt = Date.parse(listed) - engine.settings.leaseMs;
-  return now.getTime() - takenAt <= start.firstWriteWithinMs + FIRST_WRITE_SLACK_MS;
-}
-
 function omit(entries: Readonly<Record<string, string>>, ids: readonly string[]) {
   const left = { ...entries };
   for (const id of ids) delete left[id];
@@ -164,4 +163,15 @@ async function anyEnded(engine: Engine, view: Job, live: readonly string[]): Pro
     { ...view, activeRuns: ahead, bufferedRunId: null },
   ]);
   return (listed?.ended.length ?? 0) > 0;
+}
+
+/**
+ * A start held unwritten (dated at its take, leased a lease on) owes its first write a beat after
+ * its take: that long before its listed lease, which its admission keeps on the job for another
+ * delivery, perhaps of a deploy with another lease, to read.
+ */
+export function unwrittenStartOf(run: Run, firstWriteWithinMs: number, now: Date) {
+  const takenAt = Date.parse(run.startedAt ?? now.toISOString());
+  const leaseUntil = Date.parse(run.leaseUntil ?? now.toISOString());
+  return { firstWriteWithinMs, firstWriteLeadMs: leaseUntil - takenAt - firstWriteWithinMs };
 }

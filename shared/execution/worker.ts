@@ -14,7 +14,7 @@ import { getJob, getRun } from "../storage/run-reads.js";
 import { requeueRun } from "../storage/run-requeue.js";
 import { startRun, takeRun } from "../storage/run-start.js";
 import { type RunSlot, releaseRunSlot } from "../storage/tenant-quotas.js";
-import { admitRun } from "./admission.js";
+import { admitRun, unwrittenStartOf } from "./admission.js";
 import {
   attemptTimeoutSeconds,
   handedOverAndTimedOut,
@@ -300,7 +300,7 @@ async function runInSlot(
       new Date(run.leaseUntil ?? engine.clock()),
       {
         ...(run.unwrittenStart?.written === false
-          ? { unwrittenStart: { firstWriteWithinMs: heartbeatEveryMs(deps) } }
+          ? { unwrittenStart: unwrittenStartOf(run, heartbeatEveryMs(deps), engine.clock()) }
           : {}),
         // A retry or replay waits for the live run: skipped, its occurrence would be dropped.
         rerun: run.attempt > 1,

@@ -24,8 +24,16 @@ const RUN_LISTED = "attribute_exists(activeRuns.#runId)";
 const HOLDS_BUFFER = "bufferedRunId = :runId";
 
 export type AdmissionChange =
-  /** The run is admitted: listed in activeRuns until `leaseUntil` (and out of the buffer slot). */
-  | { readonly kind: "start"; readonly runId: string; readonly leaseUntil: Date }
+  /**
+   * The run is admitted: listed in activeRuns until `leaseUntil` (and out of the buffer slot).
+   * With `firstWriteLeadMs`, its start is unwritten, owed that long before `leaseUntil`.
+   */
+  | {
+      readonly kind: "start";
+      readonly runId: string;
+      readonly leaseUntil: Date;
+      readonly firstWriteLeadMs?: number | undefined;
+    }
   /** The run takes the buffer_one slot. */
   | { readonly kind: "buffer"; readonly runId: string };
 
@@ -58,6 +66,10 @@ export async function recordAdmission(
     names["#runId"] = change.runId;
     values[":leaseUntil"] = change.leaseUntil.toISOString();
     if (job.bufferedRunId === change.runId) removals.push("bufferedRunId");
+    if (change.firstWriteLeadMs !== undefined) {
+      sets.push("firstWriteLeadMs = :lead");
+      values[":lead"] = change.firstWriteLeadMs;
+    }
   } else {
     sets.push("bufferedRunId = :runId");
     values[":runId"] = change.runId;
@@ -88,6 +100,29 @@ export async function recordAdmission(
       cause: error,
     });
   }
+}
+
+/** Slack for the holder's first write: its clock, its request. */
+const FIRST_WRITE_SLACK_MS = 1_000;
+
+/**
+ * Whether the job lists `runId` under a live lease, admitted with its start unwritten by a worker
+ * still within its time for the start's first write (so it runs the run). The time is read back
+ * from the listed lease by the lister's lead (`firstWriteLeadMs`), which a job admitted by an
+ * earlier version lacks: then by this worker's own lease and beat, the lister's unless a deploy
+ * changed leaseSeconds. One lead per job: of two runs listed at once by workers of two leases
+ * (overlap `allow`, during a deploy), the earlier is read by the later one's.
+ */
+export function startOwedElsewhere(
+  job: Job,
+  runId: string,
+  now: Date,
+  own: { readonly leaseMs: number; readonly firstWriteWithinMs: number },
+): boolean {
+  const listed = job.activeRuns[runId];
+  if (listed === undefined || listed <= now.toISOString()) return false;
+  const leadMs = job.firstWriteLeadMs ?? own.leaseMs - own.firstWriteWithinMs;
+  return now.getTime() <= Date.parse(listed) - leadMs + FIRST_WRITE_SLACK_MS;
 }
 
 /**

@@ -1,6 +1,7 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import type { Job, Run } from "../model.js";
+import { startOwedElsewhere } from "./admission.js";
 import { batchGetByTable } from "./batch-get.js";
 import {
   failedConditionItem,
@@ -152,7 +153,15 @@ export async function takeRun(
   if (run.fence > 0) return startNow();
   const deadline = typeof item.inflightSk === "string" ? Date.parse(item.inflightSk) : Number.NaN;
   const writeBy = deadline - START_WRITE_MARGIN_MS;
-  if (!(now.getTime() + firstWriteWithinMs < writeBy)) return startNow();
+  if (!(now.getTime() + firstWriteWithinMs < writeBy)) {
+    // Another delivery holds the start unwritten and is still within its time for the first write
+    // (a worker of a deploy with a shorter lease, whose time is not this one's): a start written
+    // now would fence it out while its handler runs, and the run would run twice. Its admission
+    // lets this delivery off when the start is held here too.
+    const own = { leaseMs: engine.settings.leaseMs, firstWriteWithinMs };
+    if (job !== null && startOwedElsewhere(job, run.runId, now, own)) return { kind: "busy", run };
+    return startNow();
+  }
   return {
     kind: "started",
     job,

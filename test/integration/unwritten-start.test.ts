@@ -417,6 +417,40 @@ describe("a start held unwritten until the run's first write", () => {
     expect(await running).toBe("ack");
     expect(await runOf(job.jobId)).toMatchObject({ status: "SUCCEEDED", fence: 1 });
   });
+  it("a duplicate delivery to a worker deployed with a longer lease, taken too near the run's deadline to hold its start, leaves the run to the first", async () => {
+    // The first delivery runs on a worker of the earlier deploy (this fixture's lease, 3 s: a
+    // heartbeat a second); the same message again reaches a worker deployed with leaseSeconds
+    // raised (30 s: a heartbeat every 10 s), too near the run's deadline to hold its own start
+    // unwritten, while the first still has its time for the start's first write.
+    const { held, job, received, delivery: running } = await recurringRunHeld();
+    const raised = { ...f.engine, settings: { ...f.engine.settings, leaseMs: 10 * LEASE_MS } };
+    let secondCalls = 0;
+    const deps = {
+      ...f.workerDeps("worker-b", { held: async () => void secondCalls++ }),
+      engine: raised,
+    };
+    const second = await processRun(deps, received);
+    held.release();
+    expect({ second, secondCalls }).toEqual({ second: "ack", secondCalls: 0 });
+    expect(await running).toBe("ack");
+    expect(await runOf(job.jobId)).toMatchObject({ status: "SUCCEEDED", workerId: "worker-a" });
+  });
+  it("a duplicate delivery to a worker deployed with a longer lease is let off by the admission while the first runs the run", async () => {
+    // Both heartbeat every second (as every lease of 30 s or more beats every 10 s), so the second
+    // holds its start unwritten too; its lease (30 s) is not the one the first listed (3 s).
+    const { held, job, received, delivery: running } = await recurringRunHeld();
+    const raised = { ...f.engine, settings: { ...f.engine.settings, leaseMs: 10 * LEASE_MS } };
+    let secondCalls = 0;
+    const deps = {
+      ...f.workerDeps("worker-b", { held: async () => void secondCalls++ }, LEASE_MS / 3),
+      engine: raised,
+    };
+    const second = await processRun(deps, received);
+    held.release();
+    expect({ second, secondCalls }).toEqual({ second: "ack", secondCalls: 0 });
+    expect(await running).toBe("ack");
+    expect(await runOf(job.jobId)).toMatchObject({ status: "SUCCEEDED", workerId: "worker-a" });
+  });
   it("a run cancelled while its handler runs with the start unwritten still counts against its job's overlap until its lease lapses", async () => {
     const { held, job, delivery: first } = await recurringRunHeld();
     const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
@@ -447,10 +481,19 @@ describe("a start held unwritten by a worker that died after its admission", () 
   /** Long enough that the holder's listed lease outlives the reaper's first look at the run. */
   const LONG_LEASE_MS = 12_000;
   let f: EngineFixture;
-  let dying: TestClients;
+  const made: TestClients[] = [];
   beforeAll(async () => {
     f = await createEngineFixture({ settings: { leaseMs: LONG_LEASE_MS } });
-    dying = createTestClients();
+  });
+  afterAll(async () => {
+    for (const c of made) c.destroy();
+    await f.destroy();
+  });
+
+  /** Clients whose every request hangs once the admission has been written: a worker that died. */
+  function dyingClients(): TestClients {
+    const dying = createTestClients();
+    made.push(dying);
     let dead = false;
     dying.doc.middlewareStack.add(
       (next, context) => async (args) => {
@@ -464,11 +507,8 @@ describe("a start held unwritten by a worker that died after its admission", () 
       },
       { step: "initialize", name: "dieAfterTheAdmission" },
     );
-  });
-  afterAll(async () => {
-    dying.destroy();
-    await f.destroy();
-  });
+    return dying;
+  }
 
   it("is taken over by the reaper's re-send, not left to wait out the dead holder's lease", async () => {
     const { job } = await createJob(
@@ -480,7 +520,7 @@ describe("a start held unwritten by a worker that died after its admission", () 
     // Taken 6 s late (a backlog), early enough to hold its start unwritten; dies once admitted.
     const holder = {
       ...f.workerDeps("holder"),
-      engine: { ...engineAt(f.engine, dueAt + 6000), doc: dying.doc },
+      engine: { ...engineAt(f.engine, dueAt + 6000), doc: dyingClients().doc },
     };
     void processRun(holder, received);
     await waitFor("the holder's admission", async () => {
@@ -489,6 +529,38 @@ describe("a start held unwritten by a worker that died after its admission", () 
     });
     // The reaper finds the run QUEUED past its deadline (a lease after it was due) and re-sends it,
     // while the dead holder's listed lease (from its take, 6 s late) is still live.
+    const reapedAt = dueAt + LONG_LEASE_MS + 5500;
+    expect((await reap(f.engine, { now: new Date(reapedAt) })).resent).toBe(1);
+    const survivor = { ...f.workerDeps("survivor"), engine: engineAt(f.engine, reapedAt + 100) };
+    expect(await processRun(survivor, received)).toBe("ack");
+    const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    expect(run).toMatchObject({ status: "SUCCEEDED", workerId: "survivor", fence: 1 });
+  }, 30_000);
+  it("held by a worker deployed with a longer lease is taken over by the reaper's re-send all the same", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { every: "PT1H", startAt: new Date(Date.now() + 200).toISOString() } }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const dueAt = Date.parse(received.message.dueAt);
+    // The holder is a worker of the deploy before leaseSeconds was lowered to this fixture's:
+    // its admission lists the run for five times this lease. Its heartbeat is this fixture's.
+    const earlier = engineAt(f.engine, dueAt + 6000);
+    const holder = {
+      ...f.workerDeps("holder", {}, LONG_LEASE_MS / 3),
+      engine: {
+        ...earlier,
+        doc: dyingClients().doc,
+        settings: { ...f.engine.settings, leaseMs: 5 * LONG_LEASE_MS },
+      },
+    };
+    void processRun(holder, received);
+    await waitFor("the holder's admission", async () => {
+      const stored = (await f.jobs()).find((j) => j.jobId === job.jobId);
+      return Object.keys(stored?.activeRuns ?? {}).length === 1;
+    });
+    // The reaper finds the run QUEUED past its deadline and re-sends it, while the dead holder's
+    // listed lease is live for minutes.
     const reapedAt = dueAt + LONG_LEASE_MS + 5500;
     expect((await reap(f.engine, { now: new Date(reapedAt) })).resent).toBe(1);
     const survivor = { ...f.workerDeps("survivor"), engine: engineAt(f.engine, reapedAt + 100) };
