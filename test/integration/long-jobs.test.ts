@@ -114,9 +114,8 @@ async function createAsyncJob(overrides: Record<string, unknown> = {}): Promise<
   return (created.body as { id: string }).id;
 }
 
-/** Delivers the job's next queued message to the worker; returns what the target was handed. */
-async function deliver(jobId: string, by: WorkerDeps = worker): Promise<HandOff> {
-  const before = target.handOffs.length;
+/** Has the worker process the job's next queued messages (within 20 s); returns how many. */
+async function processNext(jobId: string, by: WorkerDeps = worker): Promise<number> {
   const deadline = Date.now() + 20_000;
   while (Date.now() < deadline) {
     const batch = await receiveRuns(api.fixture.engine.sqs, api.fixture.engine.queues.normal, {
@@ -125,8 +124,15 @@ async function deliver(jobId: string, by: WorkerDeps = worker): Promise<HandOff>
     });
     const mine = batch.filter((r) => r.message.jobId === jobId);
     for (const received of mine) await api.fixture.process(by, received);
-    if (mine.length > 0) break;
+    if (mine.length > 0) return mine.length;
   }
+  return 0;
+}
+
+/** Delivers the job's next queued message to the worker; returns what the target was handed. */
+async function deliver(jobId: string, by: WorkerDeps = worker): Promise<HandOff> {
+  const before = target.handOffs.length;
+  await processNext(jobId, by);
   const handOff = target.handOffs[before];
   if (handOff === undefined) throw new Error(`job ${jobId} was not delivered`);
   return handOff;
@@ -335,18 +341,7 @@ describe("async mode (long jobs)", () => {
     advance(LEASE_MS + 1 + REAPER_SETTLE_MS);
     expect((await reap(api.fixture.engine, { now })).resent).toBe(1);
     const delivered = target.handOffs.length;
-    const deadline = Date.now() + 20_000;
-    let processed = 0;
-    while (processed === 0 && Date.now() < deadline) {
-      const batch = await receiveRuns(api.fixture.engine.sqs, api.fixture.engine.queues.normal, {
-        max: 10,
-        waitSeconds: 1,
-      });
-      const mine = batch.filter((r) => r.message.jobId === jobId);
-      for (const received of mine) await api.fixture.process(worker, received);
-      processed += mine.length;
-    }
-    expect(processed).toBe(1);
+    expect(await processNext(jobId)).toBe(1);
     expect(target.handOffs.length).toBe(delivered);
     expect(await runOf(jobId, first.runId)).toMatchObject({
       status: "dead",
@@ -392,18 +387,7 @@ describe("async mode (long jobs)", () => {
     await editTimeout(quiet, 30);
     advance(121_000 + REAPER_SETTLE_MS);
     expect((await reap(api.fixture.engine, { now })).resent).toBe(1);
-    const deadline = Date.now() + 20_000;
-    let processed = 0;
-    while (processed === 0 && Date.now() < deadline) {
-      const batch = await receiveRuns(api.fixture.engine.sqs, api.fixture.engine.queues.normal, {
-        max: 10,
-        waitSeconds: 1,
-      });
-      const mine = batch.filter((r) => r.message.jobId === quiet);
-      for (const received of mine) await api.fixture.process(worker, received);
-      processed += mine.length;
-    }
-    expect(processed).toBe(1);
+    expect(await processNext(quiet)).toBe(1);
     expect(await runOf(quiet, handOff.runId)).toMatchObject({
       status: "dead",
       error: "timed out after 120 s",

@@ -571,22 +571,29 @@ describe("a failure's next attempt, written before its ending", () => {
     expect(calls()).toBe(3);
   }, 30_000);
 
+  /**
+   * A handler whose attempt 1 pauses its job with `running: "cancel"` once its start is written
+   * (a first delivery writes it while the handler runs: the pause must find it running), then
+   * fails retryably; later attempts succeed. `called` counts every call.
+   */
+  const failingUnderPause =
+    (called: () => void): JobHandler =>
+    async (ctx) => {
+      called();
+      if (ctx.attempt !== 1) return;
+      await waitFor("the run's start", async () =>
+        (await runsOf(ctx.jobId)).some((r) => r.status === "RUNNING"),
+      );
+      await pauseJob(f.engine, TENANT, ctx.jobId, { running: "cancel" });
+      throw new JobError("failed as the pause cancelled it", { retryable: true });
+    };
+
   it("a one-off's attempt 1 failing under a pause's cancel leaves its retry entry; resume's re-filed occurrence and that entry give one attempt 2, run once", async () => {
     // The retry entry comes due while resume's attempt 2 is still queued, or once it has run.
     for (const retryClaimed of ["before attempt 2 runs", "after attempt 2 ran"] as const) {
       const job = await oneOff(LATER);
       let calls = 0;
-      const failsUnderPause: JobHandler = async (ctx) => {
-        calls++;
-        if (ctx.attempt === 1) {
-          // A first delivery writes its start while the handler runs: the pause must find it running.
-          await waitFor("the run's start", async () =>
-            (await runsOf(ctx.jobId)).some((r) => r.status === "RUNNING"),
-          );
-          await pauseJob(f.engine, TENANT, ctx.jobId, { running: "cancel" });
-          throw new JobError("failed as the pause cancelled it", { retryable: true });
-        }
-      };
+      const failsUnderPause = failingUnderPause(() => calls++);
       const first = await attempt(job, 1);
       const deps = {
         ...f.workerDeps("w", { flaky: failsUnderPause }, 200),
@@ -644,16 +651,7 @@ describe("a failure's next attempt, written before its ending", () => {
   it("a one-off's attempt 1 failing under a pause's cancel with its retry due soon: resume files nothing beside that attempt 2, which runs once", async () => {
     const job = await oneOff(SOON);
     let calls = 0;
-    const failsUnderPause: JobHandler = async (ctx) => {
-      calls++;
-      if (ctx.attempt === 1) {
-        await waitFor("the run's start", async () =>
-          (await runsOf(ctx.jobId)).some((r) => r.status === "RUNNING"),
-        );
-        await pauseJob(f.engine, TENANT, ctx.jobId, { running: "cancel" });
-        throw new JobError("failed as the pause cancelled it", { retryable: true });
-      }
-    };
+    const failsUnderPause = failingUnderPause(() => calls++);
     const first = await attempt(job, 1);
     expect(
       await processRun(

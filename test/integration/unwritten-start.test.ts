@@ -510,48 +510,25 @@ describe("a start held unwritten by a worker that died after its admission", () 
     return dying;
   }
 
-  it("is taken over by the reaper's re-send, not left to wait out the dead holder's lease", async () => {
+  /**
+   * A holder taken 6 s late (a backlog), early enough to hold its start unwritten, with a heartbeat
+   * of this fixture's lease, dies once admitted; its admission lists the run for `holderLeaseMs`.
+   * The reaper finds the run QUEUED past its deadline (a lease after it was due) and re-sends it
+   * while that listing is still live: the survivor must run it.
+   */
+  async function reaperResendAfterDeadHolder(holderLeaseMs: number) {
     const { job } = await createJob(
       f.engine,
       testJob({ schedule: { every: "PT1H", startAt: new Date(Date.now() + 200).toISOString() } }),
     );
     const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
     const dueAt = Date.parse(received.message.dueAt);
-    // Taken 6 s late (a backlog), early enough to hold its start unwritten; dies once admitted.
-    const holder = {
-      ...f.workerDeps("holder"),
-      engine: { ...engineAt(f.engine, dueAt + 6000), doc: dyingClients().doc },
-    };
-    void processRun(holder, received);
-    await waitFor("the holder's admission", async () => {
-      const stored = (await f.jobs()).find((j) => j.jobId === job.jobId);
-      return Object.keys(stored?.activeRuns ?? {}).length === 1;
-    });
-    // The reaper finds the run QUEUED past its deadline (a lease after it was due) and re-sends it,
-    // while the dead holder's listed lease (from its take, 6 s late) is still live.
-    const reapedAt = dueAt + LONG_LEASE_MS + 5500;
-    expect((await reap(f.engine, { now: new Date(reapedAt) })).resent).toBe(1);
-    const survivor = { ...f.workerDeps("survivor"), engine: engineAt(f.engine, reapedAt + 100) };
-    expect(await processRun(survivor, received)).toBe("ack");
-    const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
-    expect(run).toMatchObject({ status: "SUCCEEDED", workerId: "survivor", fence: 1 });
-  }, 30_000);
-  it("held by a worker deployed with a longer lease is taken over by the reaper's re-send all the same", async () => {
-    const { job } = await createJob(
-      f.engine,
-      testJob({ schedule: { every: "PT1H", startAt: new Date(Date.now() + 200).toISOString() } }),
-    );
-    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-    const dueAt = Date.parse(received.message.dueAt);
-    // The holder is a worker of the deploy before leaseSeconds was lowered to this fixture's:
-    // its admission lists the run for five times this lease. Its heartbeat is this fixture's.
-    const earlier = engineAt(f.engine, dueAt + 6000);
     const holder = {
       ...f.workerDeps("holder", {}, LONG_LEASE_MS / 3),
       engine: {
-        ...earlier,
+        ...engineAt(f.engine, dueAt + 6000),
         doc: dyingClients().doc,
-        settings: { ...f.engine.settings, leaseMs: 5 * LONG_LEASE_MS },
+        settings: { ...f.engine.settings, leaseMs: holderLeaseMs },
       },
     };
     void processRun(holder, received);
@@ -559,13 +536,19 @@ describe("a start held unwritten by a worker that died after its admission", () 
       const stored = (await f.jobs()).find((j) => j.jobId === job.jobId);
       return Object.keys(stored?.activeRuns ?? {}).length === 1;
     });
-    // The reaper finds the run QUEUED past its deadline and re-sends it, while the dead holder's
-    // listed lease is live for minutes.
     const reapedAt = dueAt + LONG_LEASE_MS + 5500;
     expect((await reap(f.engine, { now: new Date(reapedAt) })).resent).toBe(1);
     const survivor = { ...f.workerDeps("survivor"), engine: engineAt(f.engine, reapedAt + 100) };
     expect(await processRun(survivor, received)).toBe("ack");
     const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
     expect(run).toMatchObject({ status: "SUCCEEDED", workerId: "survivor", fence: 1 });
+  }
+
+  it("is taken over by the reaper's re-send, not left to wait out the dead holder's lease", async () => {
+    await reaperResendAfterDeadHolder(LONG_LEASE_MS);
+  }, 30_000);
+  it("held by a worker deployed with a longer lease is taken over by the reaper's re-send all the same", async () => {
+    // The holder is a worker of the deploy before leaseSeconds was lowered to this fixture's.
+    await reaperResendAfterDeadHolder(5 * LONG_LEASE_MS);
   }, 30_000);
 });
