@@ -1,6 +1,7 @@
 import { GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
+import type { Engine } from "../../shared/engine.js";
 import { FenceLostError } from "../../shared/errors.js";
 import { JobError, type JobHandler } from "../../shared/execution/job-contract.js";
 import { recordResult } from "../../shared/execution/run-outcome.js";
@@ -246,11 +247,18 @@ describe("a failure's next attempt, written before its ending", () => {
     }
   }, 30_000);
 
-  it("a job deleted between the writes: its cancel ends both attempts, and neither runs", async () => {
+  /**
+   * A one-off whose worker died between attempt 2's put and attempt 1's FAILED ending, then
+   * `endJob` (a delete or a cancel): each attempt's delivery ends it CANCELLED, and neither runs
+   * again.
+   */
+  async function bothAttemptsCancelledAfter(
+    endJob: (engine: Engine, tenantId: string, jobId: string) => Promise<unknown>,
+  ) {
     const job = await oneOff(SOON);
     const { handler, calls } = flaky(1);
     await dieAfterNextAttempt(job, handler);
-    await deleteJob(f.engine, TENANT, job.jobId);
+    await endJob(f.engine, TENANT, job.jobId);
     expect(await deliver(job, 2, handler)).toBe("ack");
     expect(await deliver(job, 1, handler)).toBe("ack");
     expect((await runsOf(job.jobId)).map((r) => [r.attempt, r.status])).toEqual([
@@ -258,6 +266,10 @@ describe("a failure's next attempt, written before its ending", () => {
       [2, "CANCELLED"],
     ]);
     expect(calls()).toBe(1);
+  }
+
+  it("a job deleted between the writes: its cancel ends both attempts, and neither runs", async () => {
+    await bothAttemptsCancelledAfter(deleteJob);
   }, 30_000);
 
   it("a retry entry put before a crash is claimed as a run that names attempt 1, and skipped once attempt 1 succeeded", async () => {
@@ -440,17 +452,7 @@ describe("a failure's next attempt, written before its ending", () => {
   }, 30_000);
 
   it("a job cancelled between the writes: both attempts end CANCELLED and neither runs again", async () => {
-    const job = await oneOff(SOON);
-    const { handler, calls } = flaky(1);
-    await dieAfterNextAttempt(job, handler);
-    await cancelJob(f.engine, TENANT, job.jobId);
-    expect(await deliver(job, 2, handler)).toBe("ack");
-    expect(await deliver(job, 1, handler)).toBe("ack");
-    expect((await runsOf(job.jobId)).map((r) => [r.attempt, r.status])).toEqual([
-      [1, "CANCELLED"],
-      [2, "CANCELLED"],
-    ]);
-    expect(calls()).toBe(1);
+    await bothAttemptsCancelledAfter(cancelJob);
   }, 30_000);
 
   it("a one-off edited to a new runAt between the writes: the old occurrence's attempt 1 is skipped by the edit, and its attempt 2 after it", async () => {

@@ -417,39 +417,37 @@ describe("a start held unwritten until the run's first write", () => {
     expect(await running).toBe("ack");
     expect(await runOf(job.jobId)).toMatchObject({ status: "SUCCEEDED", fence: 1 });
   });
+  /**
+   * The run held unwritten by worker-a (this fixture's lease) is delivered again to worker-b, of a
+   * deploy with the lease raised tenfold (its heartbeat `heartbeatMs`, or its lease's): worker-b
+   * must leave the run to worker-a, which runs it once.
+   */
+  async function duplicateToRaisedLease(heartbeatMs?: number) {
+    const { held, job, received, delivery: running } = await recurringRunHeld();
+    const raised = { ...f.engine, settings: { ...f.engine.settings, leaseMs: 10 * LEASE_MS } };
+    let secondCalls = 0;
+    const deps = {
+      ...f.workerDeps("worker-b", { held: async () => void secondCalls++ }, heartbeatMs),
+      engine: raised,
+    };
+    const second = await processRun(deps, received);
+    held.release();
+    expect({ second, secondCalls }).toEqual({ second: "ack", secondCalls: 0 });
+    expect(await running).toBe("ack");
+    expect(await runOf(job.jobId)).toMatchObject({ status: "SUCCEEDED", workerId: "worker-a" });
+  }
+
   it("a duplicate delivery to a worker deployed with a longer lease, taken too near the run's deadline to hold its start, leaves the run to the first", async () => {
     // The first delivery runs on a worker of the earlier deploy (this fixture's lease, 3 s: a
     // heartbeat a second); the same message again reaches a worker deployed with leaseSeconds
     // raised (30 s: a heartbeat every 10 s), too near the run's deadline to hold its own start
     // unwritten, while the first still has its time for the start's first write.
-    const { held, job, received, delivery: running } = await recurringRunHeld();
-    const raised = { ...f.engine, settings: { ...f.engine.settings, leaseMs: 10 * LEASE_MS } };
-    let secondCalls = 0;
-    const deps = {
-      ...f.workerDeps("worker-b", { held: async () => void secondCalls++ }),
-      engine: raised,
-    };
-    const second = await processRun(deps, received);
-    held.release();
-    expect({ second, secondCalls }).toEqual({ second: "ack", secondCalls: 0 });
-    expect(await running).toBe("ack");
-    expect(await runOf(job.jobId)).toMatchObject({ status: "SUCCEEDED", workerId: "worker-a" });
+    await duplicateToRaisedLease();
   });
   it("a duplicate delivery to a worker deployed with a longer lease is let off by the admission while the first runs the run", async () => {
     // Both heartbeat every second (as every lease of 30 s or more beats every 10 s), so the second
     // holds its start unwritten too; its lease (30 s) is not the one the first listed (3 s).
-    const { held, job, received, delivery: running } = await recurringRunHeld();
-    const raised = { ...f.engine, settings: { ...f.engine.settings, leaseMs: 10 * LEASE_MS } };
-    let secondCalls = 0;
-    const deps = {
-      ...f.workerDeps("worker-b", { held: async () => void secondCalls++ }, LEASE_MS / 3),
-      engine: raised,
-    };
-    const second = await processRun(deps, received);
-    held.release();
-    expect({ second, secondCalls }).toEqual({ second: "ack", secondCalls: 0 });
-    expect(await running).toBe("ack");
-    expect(await runOf(job.jobId)).toMatchObject({ status: "SUCCEEDED", workerId: "worker-a" });
+    await duplicateToRaisedLease(LEASE_MS / 3);
   });
   it("a run cancelled while its handler runs with the start unwritten still counts against its job's overlap until its lease lapses", async () => {
     const { held, job, delivery: first } = await recurringRunHeld();
