@@ -78,10 +78,8 @@ export async function handOverRun(
   const startedAt = Date.parse(run.startedAt ?? now.toISOString());
   // A start after a lapsed lease keeps the attempt's time: it runs from the first hand-over's
   // start, under the timeout it had then (the job may have been edited since).
-  const carried = handedOverTimeout(run);
-  const timeoutSeconds =
-    carried === null ? job.timeoutSeconds : attemptTimeoutSeconds(run, job.timeoutSeconds);
-  const timesOutAt = carried ?? new Date(startedAt + timeoutSeconds * 1000);
+  const timeoutSeconds = attemptTimeoutSeconds(run, job.timeoutSeconds);
+  const timesOutAt = handedOverTimeout(run) ?? new Date(startedAt + timeoutSeconds * 1000);
   await recordHandOver(
     engine,
     run,
