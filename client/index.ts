@@ -26,6 +26,7 @@ export {
   type CreateOptions,
   type ListOptions,
   type PageOptions,
+  type RotateOptions,
   type RunCompletion,
   type RunFilter,
   type RunHeartbeat,

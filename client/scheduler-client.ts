@@ -312,6 +312,16 @@ class SchedulesApi {
   }
 }
 
+export interface RotateOptions {
+  /**
+   * The rotation's Idempotency-Key; default a new random one per call, so the client's retries
+   * of a 429 or 503 repeat this rotation instead of making another. Give your own to make a
+   * rotation you send again yourself (after a timeout) the same one: a repeat within 24 hours
+   * answers the secret it made, and is refused (409) once a later rotation has replaced it.
+   */
+  readonly idempotencyKey?: string;
+}
+
 class WebhookSecretApi {
   constructor(private readonly client: SchedulerClient) {}
 
@@ -320,9 +330,17 @@ class WebhookSecretApi {
     return (await unwrap(this.client.http.GET("/webhook-secret"))).secret;
   }
 
-  /** A new secret; for 24 hours deliveries carry signatures of both. */
-  async rotate(): Promise<string> {
-    return (await unwrap(this.client.http.POST("/webhook-secret/rotate"))).secret;
+  /**
+   * A new secret; for 24 hours deliveries carry signatures of both. Sent with an Idempotency-Key
+   * (see `RotateOptions`): rotating again by accident would cut off at once the secret receivers
+   * still verify with.
+   */
+  async rotate(options: RotateOptions = {}): Promise<string> {
+    const idempotencyKey = options.idempotencyKey ?? `rotate-${crypto.randomUUID()}`;
+    const answer = this.client.http.POST("/webhook-secret/rotate", {
+      params: { header: { "Idempotency-Key": idempotencyKey } },
+    });
+    return (await unwrap(answer)).secret;
   }
 }
 

@@ -90,8 +90,15 @@ export function webhookSecretCommand(program: Command, io: CliIo): void {
   secret
     .command("rotate")
     .description("a new secret; deliveries carry signatures of both for 24 hours")
-    .action(async (_flags, command: Command) => {
+    .option(
+      "--idempotency-key <key>",
+      "the same key within 24 hours answers the secret its rotation made, and rotates nothing",
+    )
+    .action(async (flags: { idempotencyKey?: string }, command: Command) => {
       const context = contextOf(command, io);
-      context.print({ secret: await context.client.webhookSecret.rotate() }, (s) => s.secret);
+      const secret = await context.client.webhookSecret.rotate(
+        flags.idempotencyKey ? { idempotencyKey: flags.idempotencyKey } : {},
+      );
+      context.print({ secret }, (s) => s.secret);
     });
 }

@@ -2822,13 +2822,16 @@ export interface operations {
     rotateWebhookSecret: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes a retry harmless. The key of the rotation that made the current secret answers that secret again (200) and rotates nothing, for 24 hours after that rotation; the key of a rotation a later one replaced is 409 while its secret still signs (24 hours after the rotation that replaced it). Any other key, or none, rotates. Keys are per tenant. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description The new secret; not cached (Cache-Control: no-store) */
+            /** @description The new secret, or the one an earlier rotation with the same Idempotency-Key made; not cached (Cache-Control: no-store) */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -2837,8 +2840,26 @@ export interface operations {
                     "application/json": components["schemas"]["WebhookSecret"];
                 };
             };
+            /** @description Invalid input: `field` names it, `issues` lists every problem */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Missing or unknown credentials */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Not allowed in the job's current status, or an idempotency or replay conflict */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -1,7 +1,7 @@
 import { createRoute } from "@hono/zod-openapi";
 import { rotateWebhookSecret, tenantWebhookSecrets } from "../webhooks/secrets.js";
 import { errors, json, newRouter, type RouterDeps, secured, tenantOf } from "./router.js";
-import { WebhookSecretSchema } from "./schemas/webhook-secret.js";
+import { RotateHeaders, WebhookSecretSchema } from "./schemas/webhook-secret.js";
 
 const getWebhookSecret = createRoute({
   method: "get",
@@ -24,9 +24,13 @@ const rotateWebhookSecretRoute = createRoute({
   summary:
     "A new secret; for 24 hours deliveries carry signatures of both the new and the replaced one",
   security: secured,
+  request: { headers: RotateHeaders },
   responses: {
-    200: json(WebhookSecretSchema, "The new secret; not cached (Cache-Control: no-store)"),
-    ...errors(401, 503),
+    200: json(
+      WebhookSecretSchema,
+      "The new secret, or the one an earlier rotation with the same Idempotency-Key made; not cached (Cache-Control: no-store)",
+    ),
+    ...errors(400, 401, 409, 503),
   },
 });
 
@@ -41,7 +45,8 @@ export function webhookSecretRouter({ engine }: RouterDeps) {
   });
 
   router.openapi(rotateWebhookSecretRoute, async (c) => {
-    const secrets = await rotateWebhookSecret(engine, tenantOf(c));
+    const key = c.req.valid("header")["Idempotency-Key"];
+    const secrets = await rotateWebhookSecret(engine, tenantOf(c), key);
     c.header("Cache-Control", "no-store");
     return c.json({ secret: secrets.current }, 200);
   });

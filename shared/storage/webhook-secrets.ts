@@ -7,7 +7,14 @@ import { isConditionalCheckFailed } from "./dynamo-errors.js";
 export interface TenantWebhookSecrets {
   readonly tenantId: string;
   readonly current: string;
-  readonly previous?: { readonly secret: string; readonly validUntil: string };
+  /** SHA-256 (hex) of the Idempotency-Key of the rotation that made `current`, when it carried one. */
+  readonly rotationKeyHash?: string;
+  readonly previous?: {
+    readonly secret: string;
+    readonly validUntil: string;
+    /** SHA-256 (hex) of the Idempotency-Key of the rotation that made this secret, when it carried one. */
+    readonly rotationKeyHash?: string;
+  };
   /** Bumped by every rotation; a rotation is conditioned on the version it read. */
   readonly version: number;
   readonly createdAt: string;
@@ -18,13 +25,23 @@ const webhookSecretKey = (tenantId: string) => ({ pk: `WEBHOOKSECRET#${tenantId}
 
 function decode(tenantId: string, item: Record<string, unknown>): TenantWebhookSecrets {
   const { current, previous, previousValidUntil, version, createdAt, rotatedAt } = item;
+  const { rotationKeyHash, previousRotationKeyHash } = item;
   if (typeof current !== "string" || typeof version !== "number" || typeof createdAt !== "string")
     throw new Error(`webhook secret item of tenant ${tenantId} is malformed`);
   return {
     tenantId,
     current,
+    ...(typeof rotationKeyHash === "string" ? { rotationKeyHash } : {}),
     ...(typeof previous === "string" && typeof previousValidUntil === "string"
-      ? { previous: { secret: previous, validUntil: previousValidUntil } }
+      ? {
+          previous: {
+            secret: previous,
+            validUntil: previousValidUntil,
+            ...(typeof previousRotationKeyHash === "string"
+              ? { rotationKeyHash: previousRotationKeyHash }
+              : {}),
+          },
+        }
       : {}),
     version,
     createdAt,
@@ -73,31 +90,54 @@ export async function writeFirstWebhookSecrets(
 }
 
 /**
- * Stores a rotation (`rotated`, which names the replaced secret as `previous`),
- * conditioned on the secrets still being at the version `before` was read at:
- * `ConcurrentUpdateError` when another rotation came first.
+ * Stores a rotation (`rotated`, which names the replaced secret as `previous`)
+ * with the key hashes of the rotations that made each secret (removed where a
+ * rotation carried no key), conditioned on the secrets still being at the
+ * version `before` was read at: `ConcurrentUpdateError` when another rotation
+ * came first. The one condition also keeps a key's rotation to one: a
+ * concurrent rotation with the same key loses it and, reading again, finds
+ * its key stored.
  */
 export async function writeRotatedWebhookSecrets(
   engine: Engine,
   before: TenantWebhookSecrets,
-  rotated: TenantWebhookSecrets,
+  rotated: TenantWebhookSecrets & {
+    readonly previous: NonNullable<TenantWebhookSecrets["previous"]>;
+  },
 ): Promise<void> {
+  const keyHashes = [
+    ["rotationKeyHash", ":keyHash", rotated.rotationKeyHash],
+    ["previousRotationKeyHash", ":previousKeyHash", rotated.previous.rotationKeyHash],
+  ] as const;
+  const sets = [
+    "#current = :current",
+    "previous = :previous",
+    "previousValidUntil = :until",
+    "version = :next",
+    "rotatedAt = :at",
+    ...keyHashes.flatMap(([name, value, hash]) =>
+      hash === undefined ? [] : [`${name} = ${value}`],
+    ),
+  ];
+  const removes = keyHashes.flatMap(([name, , hash]) => (hash === undefined ? [name] : []));
   try {
     await engine.doc.send(
       new UpdateCommand({
         TableName: engine.tables.webhookSecrets,
         Key: webhookSecretKey(before.tenantId),
-        UpdateExpression:
-          "SET #current = :current, previous = :previous, previousValidUntil = :until, version = :next, rotatedAt = :at",
+        UpdateExpression: `SET ${sets.join(", ")}${removes.length > 0 ? ` REMOVE ${removes.join(", ")}` : ""}`,
         ConditionExpression: "version = :read",
         ExpressionAttributeNames: { "#current": "current" },
         ExpressionAttributeValues: {
           ":current": rotated.current,
-          ":previous": rotated.previous?.secret,
-          ":until": rotated.previous?.validUntil,
+          ":previous": rotated.previous.secret,
+          ":until": rotated.previous.validUntil,
           ":next": rotated.version,
           ":at": rotated.rotatedAt,
           ":read": before.version,
+          ...Object.fromEntries(
+            keyHashes.flatMap(([, value, hash]) => (hash === undefined ? [] : [[value, hash]])),
+          ),
         },
       }),
     );

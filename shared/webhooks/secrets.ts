@@ -1,6 +1,6 @@
-import { createHmac, randomBytes } from "node:crypto";
+import { createHash, createHmac, randomBytes } from "node:crypto";
 import type { Engine } from "../engine.js";
-import { ConcurrentUpdateError } from "../errors.js";
+import { ConcurrentUpdateError, IdempotencyConflictError } from "../errors.js";
 import {
   readWebhookSecrets,
   type TenantWebhookSecrets,
@@ -77,24 +77,74 @@ export async function tenantWebhookSecrets(
 
 const ROTATE_ATTEMPTS = 3;
 
+/** The secrets item keeps a rotation's Idempotency-Key as its hash: a fixed length, whatever the key. */
+const rotationKeyHashOf = (idempotencyKey: string) =>
+  createHash("sha256").update(idempotencyKey).digest("hex");
+
+/**
+ * What an earlier rotation with the same key says about this one: "current"
+ * when it made the current secret within PREVIOUS_SECRET_VALID_MS (answer that
+ * secret again), "replaced" when a later rotation replaced its secret and that
+ * secret still signs (answering it would hand out a secret on its way out),
+ * null when the key is not one of those (a new key, or one forgotten: rotate).
+ */
+function earlierRotationWith(
+  secrets: TenantWebhookSecrets,
+  keyHash: string,
+  now: Date,
+): "current" | "replaced" | null {
+  const rotatedAt = secrets.rotatedAt === undefined ? Number.NaN : Date.parse(secrets.rotatedAt);
+  if (secrets.rotationKeyHash === keyHash && rotatedAt + PREVIOUS_SECRET_VALID_MS > now.getTime())
+    return "current";
+  const previous = secrets.previous;
+  if (previous?.rotationKeyHash === keyHash && Date.parse(previous.validUntil) > now.getTime())
+    return "replaced";
+  return null;
+}
+
 /**
  * A new current secret; the replaced one stays valid (deliveries carry both
  * signatures) for PREVIOUS_SECRET_VALID_MS. A secret replaced earlier than
  * that by the one now replaced stops being used at once.
+ *
+ * With an `idempotencyKey`, a repeat (a retry after a lost answer) does not
+ * rotate again, which would cut off at once the secret the caller started
+ * from and lose the one its first call made: the key of the rotation that
+ * made the current secret answers that secret for PREVIOUS_SECRET_VALID_MS
+ * after it, and writes nothing; the key of the rotation a later one replaced
+ * is an IdempotencyConflictError while that secret still signs. Any other key
+ * rotates, and the rotation stores its hash in the same conditional write.
  */
 export async function rotateWebhookSecret(
   engine: Engine,
   tenantId: string,
+  idempotencyKey?: string,
 ): Promise<TenantWebhookSecrets> {
+  const keyed =
+    idempotencyKey === undefined
+      ? undefined
+      : { key: idempotencyKey, hash: rotationKeyHashOf(idempotencyKey) };
   for (let attempt = 1; attempt <= ROTATE_ATTEMPTS; attempt++) {
     const before = await tenantWebhookSecrets(engine, tenantId);
     const now = engine.clock();
-    const rotated: TenantWebhookSecrets = {
-      ...before,
+    if (keyed) {
+      const earlier = earlierRotationWith(before, keyed.hash, now);
+      if (earlier === "current") return before;
+      if (earlier === "replaced")
+        throw new IdempotencyConflictError(
+          keyed.key,
+          "made a secret that a later rotation has replaced; GET /webhook-secret gives the current one",
+        );
+    }
+    const { rotationKeyHash: replacedKeyHash, ...unchanged } = before;
+    const rotated = {
+      ...unchanged,
       current: newWebhookSecret(),
+      ...(keyed ? { rotationKeyHash: keyed.hash } : {}),
       previous: {
         secret: before.current,
         validUntil: new Date(now.getTime() + PREVIOUS_SECRET_VALID_MS).toISOString(),
+        ...(replacedKeyHash === undefined ? {} : { rotationKeyHash: replacedKeyHash }),
       },
       version: before.version + 1,
       rotatedAt: now.toISOString(),

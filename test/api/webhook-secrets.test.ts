@@ -5,6 +5,7 @@ import { Webhook } from "standardwebhooks";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { WebhookSecretSchema } from "../../shared/api/schemas/webhook-secret.js";
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
+import { readWebhookSecrets } from "../../shared/storage/webhook-secrets.js";
 import {
   cachedSigningSecrets,
   PREVIOUS_SECRET_VALID_MS,
@@ -17,13 +18,16 @@ import {
   KEY_A,
   KEY_B,
   laterJob,
+  type Reply,
   startApi,
   TENANT_A,
 } from "./support.js";
 
 let api: ApiHarness;
+/** How far ahead of real time the API's clock runs: a test that moves it puts it back. */
+let clockShiftMs = 0;
 beforeAll(async () => {
-  api = await startApi();
+  api = await startApi({ clock: () => new Date(Date.now() + clockShiftMs) });
 });
 afterAll(() => api.close());
 
@@ -122,6 +126,125 @@ describe("POST /webhook-secret/rotate", () => {
     const newest = rotated.sort((a, b) => b.version - a.version)[0];
     expect(stored.current).toBe(newest?.current);
     expect(stored.version).toBe(1 + rotated.length);
+  });
+});
+
+describe("POST /webhook-secret/rotate with an Idempotency-Key", () => {
+  const rotate = (key: string, idempotencyKey?: string) =>
+    api.call("POST", "/webhook-secret/rotate", {
+      key,
+      ...(idempotencyKey === undefined ? {} : { headers: { "Idempotency-Key": idempotencyKey } }),
+    });
+  const rotatedSecret = (reply: Reply) => {
+    expect(reply.status, reply.text).toBe(200);
+    expect(reply.headers.get("cache-control")).toBe("no-store");
+    return WebhookSecretSchema.parse(reply.body).secret;
+  };
+  const stored = async (tenant: string) => {
+    const secrets = await readWebhookSecrets(api.fixture.engine, tenant);
+    if (!secrets) throw new Error(`tenant ${tenant} has no secrets`);
+    return secrets;
+  };
+
+  it("a repeat with the key of the current secret's rotation answers that secret and writes nothing", async () => {
+    const before = await secretOf(KEY_A);
+    const key = `rotate-repeat-${Date.now()}`;
+    const first = rotatedSecret(await rotate(KEY_A, key));
+    expect(first).not.toBe(before);
+    const afterFirst = await stored(TENANT_A);
+    const again = rotatedSecret(await rotate(KEY_A, key));
+    expect(again).toBe(first);
+    // Not written again: the same version, and the replaced secret is still the one it started from.
+    expect(await stored(TENANT_A)).toEqual(afterFirst);
+    expect(afterFirst.previous?.secret).toBe(before);
+    expect(await secretOf(KEY_A)).toBe(first);
+  });
+
+  it("a new key, or none, rotates", async () => {
+    const first = rotatedSecret(await rotate(KEY_A, `rotate-new-a-${Date.now()}`));
+    const second = rotatedSecret(await rotate(KEY_A, `rotate-new-b-${Date.now()}`));
+    expect(second).not.toBe(first);
+    const third = rotatedSecret(await rotate(KEY_A));
+    expect(third).not.toBe(second);
+    expect((await stored(TENANT_A)).previous?.secret).toBe(second);
+  });
+
+  it("keys are per tenant: another tenant's key rotates its own secret", async () => {
+    const key = `rotate-shared-${Date.now()}`;
+    const a = rotatedSecret(await rotate(KEY_A, key));
+    const b = rotatedSecret(await rotate(KEY_B, key));
+    expect(b).not.toBe(a);
+    expect(await secretOf(KEY_A)).toBe(a);
+  });
+
+  it("rotates at once with one key make exactly one rotation, and all answer its secret", async () => {
+    const before = await stored(TENANT_A);
+    const key = `rotate-race-${Date.now()}`;
+    const replies = await Promise.all(Array.from({ length: 4 }, () => rotate(KEY_A, key)));
+    const secrets = new Set(replies.map(rotatedSecret));
+    expect(secrets.size).toBe(1);
+    const after = await stored(TENANT_A);
+    expect(after.version).toBe(before.version + 1);
+    expect([...secrets]).toEqual([after.current]);
+    expect(after.previous?.secret).toBe(before.current);
+  });
+
+  it("the key of a rotation a later one replaced is 409 and writes nothing: its secret is no longer current", async () => {
+    const old = `rotate-old-${Date.now()}`;
+    const replaced = rotatedSecret(await rotate(KEY_A, old));
+    const current = rotatedSecret(await rotate(KEY_A, `rotate-later-${Date.now()}`));
+    const before = await stored(TENANT_A);
+    const error = expectError(await rotate(KEY_A, old), 409, { code: "idempotency_conflict" });
+    expect(error.message).toContain("GET /webhook-secret");
+    expect(await stored(TENANT_A)).toEqual(before);
+    expect(await secretOf(KEY_A)).toBe(current);
+    expect(before.previous?.secret).toBe(replaced);
+    // Replaced by a rotation without a key, likewise.
+    const unkeyed = `rotate-then-unkeyed-${Date.now()}`;
+    rotatedSecret(await rotate(KEY_A, unkeyed));
+    rotatedSecret(await rotate(KEY_A));
+    expectError(await rotate(KEY_A, unkeyed), 409, { code: "idempotency_conflict" });
+  });
+
+  it("a key is answered for 24 hours after its rotation; after that it rotates", async () => {
+    const key = `rotate-day-${Date.now()}`;
+    const first = rotatedSecret(await rotate(KEY_A, key));
+    try {
+      clockShiftMs = PREVIOUS_SECRET_VALID_MS - 60_000;
+      expect(rotatedSecret(await rotate(KEY_A, key))).toBe(first);
+      clockShiftMs = PREVIOUS_SECRET_VALID_MS + 60_000;
+      const next = rotatedSecret(await rotate(KEY_A, key));
+      expect(next).not.toBe(first);
+      expect((await stored(TENANT_A)).previous?.secret).toBe(first);
+      // And that rotation is the key's now: a repeat answers it.
+      expect(rotatedSecret(await rotate(KEY_A, key))).toBe(next);
+    } finally {
+      clockShiftMs = 0;
+    }
+  });
+
+  it("a replaced rotation's key is 409 while its secret still signs, then forgotten: it rotates", async () => {
+    const old = `rotate-forgotten-${Date.now()}`;
+    rotatedSecret(await rotate(KEY_A, old));
+    try {
+      clockShiftMs = 60 * 60_000;
+      const later = rotatedSecret(await rotate(KEY_A, `rotate-after-${Date.now()}`));
+      clockShiftMs += PREVIOUS_SECRET_VALID_MS - 60_000;
+      expectError(await rotate(KEY_A, old), 409, { code: "idempotency_conflict" });
+      clockShiftMs += 120_000;
+      const again = rotatedSecret(await rotate(KEY_A, old));
+      expect(again).not.toBe(later);
+    } finally {
+      clockShiftMs = 0;
+    }
+  });
+
+  it("a key that is not 1 to 200 visible ASCII characters is a 400 naming Idempotency-Key, and rotates nothing", async () => {
+    const before = await stored(TENANT_A);
+    for (const bad of ["bad key", "x".repeat(201), "é"]) {
+      expectError(await rotate(KEY_A, bad), 400, { field: "Idempotency-Key" });
+    }
+    expect(await stored(TENANT_A)).toEqual(before);
   });
 });
 

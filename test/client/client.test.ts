@@ -387,6 +387,12 @@ describe("dead letters, schedules, the webhook secret", () => {
     const rotated = await client.webhookSecret.rotate();
     expect(rotated).not.toBe(first);
     expect(await client.webhookSecret.get()).toBe(rotated);
+    // The caller's own key: sent again, it answers the same secret and rotates nothing.
+    const idempotencyKey = `client-rotate-${randomBytes(4).toString("hex")}`;
+    const keyed = await client.webhookSecret.rotate({ idempotencyKey });
+    expect(keyed).not.toBe(rotated);
+    expect(await client.webhookSecret.rotate({ idempotencyKey })).toBe(keyed);
+    expect(await client.webhookSecret.get()).toBe(keyed);
   });
 });
 

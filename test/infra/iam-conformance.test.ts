@@ -753,6 +753,13 @@ describe("each handler, driven through its AWS-calling paths", () => {
     const rotated = await api("POST", "/webhook-secret/rotate");
     expect(rotated.status).toBe(200);
     expect(field(rotated.body, "secret")).not.toBe(secret);
+    // A rotation with an Idempotency-Key stores its hash in the same update; a repeat only reads.
+    const headers = { "Idempotency-Key": "iam-rotate" };
+    const keyed = await api("POST", "/webhook-secret/rotate", { headers });
+    expect(keyed.status).toBe(200);
+    const repeated = await api("POST", "/webhook-secret/rotate", { headers });
+    expect(repeated.status).toBe(200);
+    expect(field(repeated.body, "secret")).toBe(field(keyed.body, "secret"));
   });
 
   /** A one-off's run started as an async target's, with the run token its delivery carried. */

@@ -203,6 +203,57 @@ describe("the client retries a 429 or 503 of a request safe to repeat", () => {
   });
 });
 
+describe("a webhook secret rotation", () => {
+  const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+  it("carries a key of its own, so a 503 is retried with the same key and answers the secret", async () => {
+    script = [refused(503, "0"), ok({ secret })];
+    const { client } = clientWith();
+    expect(await client.webhookSecret.rotate()).toBe(secret);
+    expect(received.map((r) => `${r.method} ${r.path}`)).toEqual(
+      Array(2).fill("POST /webhook-secret/rotate"),
+    );
+    const [first, second] = received.map((r) => r.idempotencyKey);
+    expect(first).toMatch(/^[\x21-\x7E]{1,200}$/);
+    expect(second).toBe(first);
+
+    // Each rotation its own key: a second rotation is not a repeat of the first.
+    received = [];
+    script = [ok({ secret })];
+    await client.webhookSecret.rotate();
+    expect(received[0]?.idempotencyKey).not.toBe(first);
+  });
+
+  it("sends the caller's key when it gives one", async () => {
+    script = [refused(429, "0"), ok({ secret })];
+    const { client } = clientWith();
+    expect(await client.webhookSecret.rotate({ idempotencyKey: "rotate-2030-01" })).toBe(secret);
+    expect(received.map((r) => r.idempotencyKey)).toEqual(["rotate-2030-01", "rotate-2030-01"]);
+  });
+
+  it("from the CLI, goes through the client: retried, and --idempotency-key is sent", async () => {
+    const rotateWith = async (...flags: string[]) => {
+      let out = "";
+      const code = await runCli(["--api", baseUrl, "webhook-secret", "rotate", ...flags], {
+        stdout: (text) => {
+          out += text;
+        },
+        stderr: () => {},
+        env: {},
+      });
+      return { code, out };
+    };
+    script = [refused(503, "0"), ok({ secret })];
+    expect(await rotateWith()).toEqual({ code: EXIT.ok, out: `${secret}\n` });
+    expect(received).toHaveLength(2);
+    expect(received[1]?.idempotencyKey).toBe(received[0]?.idempotencyKey);
+    received = [];
+    script = [ok({ secret })];
+    expect((await rotateWith("--idempotency-key", "cli-rotate")).code).toBe(EXIT.ok);
+    expect(received.map((r) => r.idempotencyKey)).toEqual(["cli-rotate"]);
+  });
+});
+
 describe("the CLI over a client that retries", () => {
   it("a 429 that outlasts the retries still exits 8 (busy), after the retries", async () => {
     always = refused(429, "0");

@@ -31,6 +31,14 @@ export const LIMITS = {
   windowChars: 64,
 } as const;
 
+/** An `Idempotency-Key` (header, or a create's `idempotencyKey` field), the same rule wherever it is taken. */
+export const IdempotencyKeySchema = z
+  .string()
+  .min(1)
+  .max(LIMITS.idempotencyKeyChars)
+  .regex(/^[\x21-\x7E]+$/, "must be visible ASCII characters")
+  .openapi({ example: "report-2030-01-15" });
+
 export const JOB_STATUSES = ["active", "paused", "cancelled", "completed"] as const;
 
 /** The per-tenant quotas by name (docs/api.md "Quotas"). */

@@ -6,6 +6,7 @@ import { PAUSE_RUNNING } from "../../model.js";
 import { MAX_CONCURRENT_LIMIT, MISFIRE_POLICIES, OVERLAP_POLICIES } from "../../policies.js";
 import {
   cursor,
+  IdempotencyKeySchema,
   instant,
   JOB_STATUSES,
   LIMITS,
@@ -80,13 +81,6 @@ const window = z.string().max(LIMITS.windowChars).openapi({
     'Jitter: an ISO-8601 duration such as "PT5M". Each occurrence runs at a stable pseudo-random offset inside [occurrence, occurrence + window), the same for every attempt and preview (a hash of the job id and the occurrence); runs keep the occurrence as scheduledFor and show the planned time as plannedFor. Recurring schedules only, at most the period (an every interval, or the smallest gap between two of a cron\'s times), else 400 naming window.',
   example: "PT5M",
 });
-
-const IdempotencyKeySchema = z
-  .string()
-  .min(1)
-  .max(LIMITS.idempotencyKeyChars)
-  .regex(/^[\x21-\x7E]+$/, "must be visible ASCII characters")
-  .openapi({ example: "report-2030-01-15" });
 
 const MAX_RUNS_LIMIT = 1_000_000;
 

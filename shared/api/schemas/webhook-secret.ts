@@ -1,4 +1,5 @@
 import { z } from "@hono/zod-openapi";
+import { IdempotencyKeySchema } from "./common.js";
 
 export const WebhookSecretSchema = z
   .strictObject({
@@ -12,3 +13,10 @@ export const WebhookSecretSchema = z
       }),
   })
   .openapi("WebhookSecret");
+
+export const RotateHeaders = z.object({
+  "Idempotency-Key": IdempotencyKeySchema.optional().openapi({
+    description:
+      "Makes a retry harmless. The key of the rotation that made the current secret answers that secret again (200) and rotates nothing, for 24 hours after that rotation; the key of a rotation a later one replaced is 409 while its secret still signs (24 hours after the rotation that replaced it). Any other key, or none, rotates. Keys are per tenant.",
+  }),
+});
