@@ -25,21 +25,28 @@ const webhookSecretKey = (tenantId: string) => ({ pk: `WEBHOOKSECRET#${tenantId}
 
 function decode(tenantId: string, item: Record<string, unknown>): TenantWebhookSecrets {
   const { current, previous, previousValidUntil, version, createdAt, rotatedAt } = item;
-  const { rotationKeyHash, previousRotationKeyHash } = item;
   if (typeof current !== "string" || typeof version !== "number" || typeof createdAt !== "string")
     throw new Error(`webhook secret item of tenant ${tenantId} is malformed`);
+  // A key hash names its secret only at the version its rotation wrote: a rotation by a version
+  // of the code that keeps no keys (mid-upgrade, or after a rollback) moves the secrets and the
+  // version but leaves the key attributes behind. The current secret's key left behind so names
+  // the secret that rotation made `previous`; any other is forgotten.
+  const keyAt = (hash: unknown, at: unknown, expected: number) =>
+    typeof hash === "string" && at === expected ? { rotationKeyHash: hash } : undefined;
+  const currentKey = keyAt(item.rotationKeyHash, item.rotationKeyVersion, version);
+  const previousKey =
+    keyAt(item.previousRotationKeyHash, item.previousRotationKeyVersion, version - 1) ??
+    keyAt(item.rotationKeyHash, item.rotationKeyVersion, version - 1);
   return {
     tenantId,
     current,
-    ...(typeof rotationKeyHash === "string" ? { rotationKeyHash } : {}),
+    ...currentKey,
     ...(typeof previous === "string" && typeof previousValidUntil === "string"
       ? {
           previous: {
             secret: previous,
             validUntil: previousValidUntil,
-            ...(typeof previousRotationKeyHash === "string"
-              ? { rotationKeyHash: previousRotationKeyHash }
-              : {}),
+            ...previousKey,
           },
         }
       : {}),
@@ -91,8 +98,10 @@ export async function writeFirstWebhookSecrets(
 
 /**
  * Stores a rotation (`rotated`, which names the replaced secret as `previous`)
- * with the key hashes of the rotations that made each secret (removed where a
- * rotation carried no key), conditioned on the secrets still being at the
+ * with the key hashes of the rotations that made each secret and the versions
+ * they name them at (removed where a rotation carried no key), `rotated.version`
+ * for the current one's and `before.version` for the previous one's,
+ * conditioned on the secrets still being at the
  * version `before` was read at: `ConcurrentUpdateError` when another rotation
  * came first. The one condition also keeps a key's rotation to one: a
  * concurrent rotation with the same key loses it and, reading again, finds
@@ -105,9 +114,16 @@ export async function writeRotatedWebhookSecrets(
     readonly previous: NonNullable<TenantWebhookSecrets["previous"]>;
   },
 ): Promise<void> {
+  // Each key hash with the version it names its secret at (see decode).
   const keyHashes = [
-    ["rotationKeyHash", ":keyHash", rotated.rotationKeyHash],
-    ["previousRotationKeyHash", ":previousKeyHash", rotated.previous.rotationKeyHash],
+    ["rotationKeyHash", ":keyHash", rotated.rotationKeyHash, "rotationKeyVersion", ":next"],
+    [
+      "previousRotationKeyHash",
+      ":previousKeyHash",
+      rotated.previous.rotationKeyHash,
+      "previousRotationKeyVersion",
+      ":read",
+    ],
   ] as const;
   const sets = [
     "#current = :current",
@@ -115,11 +131,13 @@ export async function writeRotatedWebhookSecrets(
     "previousValidUntil = :until",
     "version = :next",
     "rotatedAt = :at",
-    ...keyHashes.flatMap(([name, value, hash]) =>
-      hash === undefined ? [] : [`${name} = ${value}`],
+    ...keyHashes.flatMap(([name, value, hash, atName, at]) =>
+      hash === undefined ? [] : [`${name} = ${value}`, `${atName} = ${at}`],
     ),
   ];
-  const removes = keyHashes.flatMap(([name, , hash]) => (hash === undefined ? [name] : []));
+  const removes = keyHashes.flatMap(([name, , hash, atName]) =>
+    hash === undefined ? [name, atName] : [],
+  );
   try {
     await engine.doc.send(
       new UpdateCommand({

@@ -1,6 +1,6 @@
 import { createServer, type IncomingHttpHeaders } from "node:http";
 import type { AddressInfo } from "node:net";
-import { ScanCommand } from "@aws-sdk/lib-dynamodb";
+import { ScanCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { Webhook } from "standardwebhooks";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { WebhookSecretSchema } from "../../shared/api/schemas/webhook-secret.js";
@@ -237,6 +237,39 @@ describe("POST /webhook-secret/rotate with an Idempotency-Key", () => {
     } finally {
       clockShiftMs = 0;
     }
+  });
+
+  it("a rotation by an earlier version of the code, which keeps no keys, is seen: the key's secret is then the replaced one", async () => {
+    // While an upgrade rolls out (or after a rollback) an earlier API function may rotate: it
+    // moves the secrets and the version, and leaves the key attributes as they were.
+    const key = `rotate-mixed-${Date.now()}`;
+    const made = rotatedSecret(await rotate(KEY_A, key));
+    const before = await stored(TENANT_A);
+    const byEarlierCode = "whsec_RWFybGllckNvZGVSb3RhdGVkVGhpc1NlY3JldEJ5SXRzZWxmMDA=";
+    await api.fixture.engine.doc.send(
+      new UpdateCommand({
+        TableName: api.fixture.engine.tables.webhookSecrets,
+        Key: { pk: `WEBHOOKSECRET#${TENANT_A}` },
+        UpdateExpression:
+          "SET #current = :current, previous = :previous, previousValidUntil = :until, version = :next, rotatedAt = :at",
+        ExpressionAttributeNames: { "#current": "current" },
+        ExpressionAttributeValues: {
+          ":current": byEarlierCode,
+          ":previous": made,
+          ":until": new Date(Date.now() + PREVIOUS_SECRET_VALID_MS).toISOString(),
+          ":next": before.version + 1,
+          ":at": new Date().toISOString(),
+        },
+      }),
+    );
+    // The key's rotation did not make the current secret: answering that as the key's would be
+    // wrong. Its secret is the one the earlier code's rotation replaced, still signing: a 409.
+    const afterEarlier = await stored(TENANT_A);
+    expectError(await rotate(KEY_A, key), 409, { code: "idempotency_conflict" });
+    expect(await stored(TENANT_A)).toEqual(afterEarlier);
+    // Once a rotation of this version follows, a key two rotations back is forgotten.
+    const next = rotatedSecret(await rotate(KEY_A));
+    expect(rotatedSecret(await rotate(KEY_A, key))).not.toBe(next);
   });
 
   it("a key that is not 1 to 200 visible ASCII characters is a 400 naming Idempotency-Key, and rotates nothing", async () => {
