@@ -161,15 +161,35 @@ export const CLAIM_REACH_SECONDS = MAX_SQS_DELAY_SECONDS - 60;
 /** Environment variables as read: `process.env`, or a record a test or the sandbox passes. */
 export type Env = Readonly<Record<string, string | undefined>>;
 
-function intFrom(env: Env, name: string, fallback: number, min: number, max: number): number {
+/** `why`, when given, ends the refusal: a bound the design sets, not the setting's type. */
+function intFrom(
+  env: Env,
+  name: string,
+  fallback: number,
+  min: number,
+  max: number,
+  why?: string,
+): number {
   const raw = env[name];
   if (raw === undefined || raw === "") return fallback;
   const value = Number(raw);
   if (!Number.isInteger(value) || value < min || value > max) {
-    throw new Error(`${name} must be an integer from ${min} to ${max}, got "${raw}"`);
+    const because = why === undefined ? "" : `: ${why}`;
+    throw new Error(`${name} must be an integer from ${min} to ${max}, got "${raw}"${because}`);
   }
   return value;
 }
+
+/**
+ * The shortest `minIntervalMs` a deployment may set: one second. The design is sized for
+ * per-second jobs (docs/architecture.md "Claim reach"): a claim queues at most 50 occurrences and
+ * SQS delays a message by whole seconds, so under a second a claim covers a few seconds at most,
+ * runs are let go in bunches each second, and under the default overlap policy each one that
+ * starts while the one before still runs is skipped.
+ */
+const MIN_INTERVAL_FLOOR_MS = 1_000;
+const MIN_INTERVAL_FLOOR_WHY =
+  "the scheduler is sized for per-second jobs at most (a claim queues 50 occurrences, SQS delays are whole seconds), and a shorter interval runs late, bunched and mostly skipped";
 
 /** The most shards a deployment may have (`shardCount`, `maxShardCount`). */
 export const SHARD_COUNT_LIMIT = 1024;
@@ -197,7 +217,14 @@ export function loadSettings(env: Env = process.env): EngineSettings {
     misfireGraceMs: intFrom(env, ENV.misfireGraceSeconds, 60, 1, 86_400) * 1000,
     retentionDays: intFrom(env, ENV.retentionDays, 30, 1, 3650),
     deadLetterRetentionDays: intFrom(env, ENV.deadLetterRetentionDays, 30, 1, 3650),
-    minIntervalMs: intFrom(env, ENV.minIntervalMs, 1000, 1, 86_400_000),
+    minIntervalMs: intFrom(
+      env,
+      ENV.minIntervalMs,
+      DEFAULT_SETTINGS.minIntervalMs,
+      MIN_INTERVAL_FLOOR_MS,
+      86_400_000,
+      MIN_INTERVAL_FLOOR_WHY,
+    ),
     maxPayloadBytes: DEFAULT_SETTINGS.maxPayloadBytes,
     // The stack checks its own bounds (30 to 900) with a clearer message; any positive value works.
     maxTimeoutSeconds: jobTimeoutLimitSeconds(

@@ -4,7 +4,8 @@ import { parseArgs } from "node:util";
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= "true";
 const { localAuthFromEnv } = await import("../../shared/api/local-auth.js");
 const { adminTenantsFrom } = await import("../../shared/api/auth.js");
-const { startSandbox } = await import("./sandbox.js");
+const { startSandbox, sandboxSettingOverrides } = await import("./sandbox.js");
+const { loadSettings } = await import("../../shared/config.js");
 
 // `npm start`: the scheduler on this machine. Every option also reads an environment variable.
 const { values } = parseArgs({
@@ -65,6 +66,8 @@ try {
   notice = localAuthFromEnv(env).notice;
   // Before the emulators start: the API reads it again when it starts, after them.
   adminTenantsFrom(env);
+  // Likewise the settings taken from the environment (MIN_INTERVAL_MS, SHARD_COUNT, …).
+  loadSettings(sandboxSettingOverrides(env));
 } catch (error) {
   console.error(error instanceof Error ? error.message : String(error));
   process.exit(2);

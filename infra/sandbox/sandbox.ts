@@ -104,7 +104,7 @@ export async function startSandbox(options: SandboxOptions): Promise<Sandbox> {
       sqs: sqsSide.sqs,
       tables: resources.tables,
       queues: resources.queues,
-      settings: loadSettings({ ...plan.settingsEnv, ...pickDefined(env, SETTING_OVERRIDES) }),
+      settings: loadSettings({ ...plan.settingsEnv, ...sandboxSettingOverrides(env) }),
       clock: systemClock,
       random: Math.random,
       obs,
@@ -212,6 +212,14 @@ const SETTING_OVERRIDES = [
   ENV.quotaRequestsPerSecond,
   ENV.quotaMaxPriority,
 ];
+
+/**
+ * The settings the sandbox takes from the environment, as the handlers read them: `npm start`
+ * checks them before the emulators start, so a refused one is a line naming it, not a stack trace.
+ */
+export function sandboxSettingOverrides(env: Env): Record<string, string> {
+  return pickDefined(env, SETTING_OVERRIDES);
+}
 
 function pickDefined(env: Env, names: readonly string[]): Record<string, string> {
   return Object.fromEntries(

@@ -160,7 +160,7 @@ describe("settings", () => {
     [{ misfireGraceSeconds: "0" }, "misfireGraceSeconds", "1 to 86400"],
     [{ retentionDays: "0" }, "retentionDays", "1 to 3650"],
     [{ deadLetterRetentionDays: "0" }, "deadLetterRetentionDays", "1 to 3650"],
-    [{ minIntervalMs: "0" }, "minIntervalMs", "1 to 86400000"],
+    [{ minIntervalMs: "86400001" }, "minIntervalMs", "1000 to 86400000"],
     [{ maxReceiveCount: "1001" }, "maxReceiveCount", "2 to 1000"],
     [{ quotaRequestsPerSecond: "0" }, "quotaRequestsPerSecond", "1 to 1000000"],
   ])(
@@ -183,6 +183,30 @@ describe("settings", () => {
       );
     },
   );
+
+  it.each(["999", "500", "1", "0"])(
+    "refuses minIntervalMs %s, below the one second the design is sized for, at synth and in the handlers",
+    (minIntervalMs) => {
+      // A claim queues at most 50 occurrences and SQS delays are whole seconds: a job every 100 ms
+      // in the sandbox ran 30 s late at the median, its runs bunched and most of them skipped.
+      const refusal = new RegExp(
+        `minIntervalMs must be an integer from 1000 to 86400000, got "${minIntervalMs}": .*per-second`,
+      );
+      expect(() => buildSchedulerApp({ context: { minIntervalMs } })).toThrow(refusal);
+      expect(() => resolveSettings({ minIntervalMs: Number(minIntervalMs) })).toThrow(refusal);
+      expect(() => loadSettings({ MIN_INTERVAL_MS: minIntervalMs })).toThrow(
+        new RegExp(
+          `^MIN_INTERVAL_MS must be an integer from 1000 to 86400000, got "${minIntervalMs}"`,
+        ),
+      );
+    },
+  );
+
+  it("accepts minIntervalMs from one second up", () => {
+    expect(fromContext({ minIntervalMs: "1000" }).minIntervalMs).toBe(1000);
+    expect(loadSettings({ MIN_INTERVAL_MS: "1000" }).minIntervalMs).toBe(1000);
+    expect(fromContext({ minIntervalMs: 60_000 }).minIntervalMs).toBe(60_000);
+  });
 
   it("refuses an admin tenant holding a comma, which ADMIN_TENANTS would read as two tenants", () => {
     // The API function reads ADMIN_TENANTS split at its commas: "…role/Ops,Team" would make the

@@ -127,4 +127,31 @@ describe("npm start", () => {
       await rm(refusedDir, { recursive: true, force: true });
     }
   }, 60_000);
+
+  it("refuses a MIN_INTERVAL_MS below one second at once (exit 2, naming it), before any emulator starts", async () => {
+    const refusedDir = await mkdtemp(join(tmpdir(), "scheduler-cli-interval-"));
+    try {
+      const [program = "", ...args] = startCommand();
+      const proc = spawn(program, [...args, "--port", "0", "--data-dir", refusedDir], {
+        cwd: REPO,
+        stdio: ["ignore", "pipe", "pipe"],
+        env: { ...process.env, MIN_INTERVAL_MS: "100" },
+      });
+      let output = "";
+      proc.stdout?.on("data", (chunk) => (output += chunk));
+      proc.stderr?.on("data", (chunk) => (output += chunk));
+      const exited = new Promise<number | null>((resolve) => proc.once("exit", resolve));
+      // A sandbox that starts instead would outlive the test: stop it, and fail below.
+      const startedAnyway = setTimeout(() => proc.kill("SIGINT"), 30_000);
+      const code = await exited;
+      clearTimeout(startedAnyway);
+      expect(code, output).toBe(2);
+      expect(output.trim()).toMatch(
+        /^MIN_INTERVAL_MS must be an integer from 1000 to 86400000, got "100": .*per-second/,
+      );
+      expect(javaFor(refusedDir)).toEqual([]);
+    } finally {
+      await rm(refusedDir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });
