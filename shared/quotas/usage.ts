@@ -3,7 +3,11 @@ import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
 import type { Job, Priority } from "../model.js";
 import { isAfterSchedule, type ScheduleSpec } from "../schedule/index.js";
-import { isConditionalCheckFailed, isContention } from "../storage/dynamo-errors.js";
+import {
+  isConditionalCheckFailed,
+  isContention,
+  isTransactionInProgress,
+} from "../storage/dynamo-errors.js";
 import { getJobs, tenantJobIds } from "../storage/job-queries.js";
 import { giveBackUsage } from "../storage/quota-give-back.js";
 import {
@@ -260,10 +264,12 @@ export async function giveBackJobQuotas(
  * Whether a write's failure shows it was not applied: a failed condition, a
  * cancelled transaction, contention or throttling that outlasted the retries
  * (the error or one it wraps). Any other failure (a timeout, a dropped
- * connection) may have written it, so its reservation must stay.
+ * connection, a transaction DynamoDB says is still in progress) may have
+ * written it, so its reservation must stay.
  */
 export function refusedUnwritten(error: unknown): boolean {
   for (let e: unknown = error, depth = 0; e instanceof Error && depth < 8; e = e.cause, depth++) {
+    if (isTransactionInProgress(e)) return false;
     if (e instanceof ConditionsFailedError || isConditionalCheckFailed(e) || isContention(e))
       return true;
     if (e.name === "TransactionCanceledException") return true;

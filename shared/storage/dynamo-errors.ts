@@ -82,6 +82,14 @@ const CONTENTION_ERRORS = new Set([
 ]);
 
 /**
+ * DynamoDB's answer to a transaction sent again under the `ClientRequestToken` of one it is still
+ * applying: that transaction is being written, not refused (see `writeTransaction`).
+ */
+export function isTransactionInProgress(error: unknown): boolean {
+  return error instanceof Error && error.name === "TransactionInProgressException";
+}
+
+/**
  * Whether a write failed only because other writes or the table's capacity got
  * in the way. A failed condition is an answer rather than contention, even when
  * another item of the transaction also conflicted: sent again, it fails again.

@@ -1,8 +1,14 @@
+import { randomUUID } from "node:crypto";
 import type { TransactWriteCommandInput } from "@aws-sdk/lib-dynamodb";
 import { TransactWriteCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { SchedulerError } from "../errors.js";
-import { cancelledItem, retryOnContention, transactionCancellationCodes } from "./dynamo-errors.js";
+import {
+  cancelledItem,
+  isTransactionInProgress,
+  retryOnContention,
+  transactionCancellationCodes,
+} from "./dynamo-errors.js";
 
 declare module "../errors.js" {
   interface ErrorContexts {
@@ -61,16 +67,37 @@ export class ConditionsFailedError<
  * (see `retryOnContention`, recorded under `operation`). A cancellation with a
  * failed condition becomes a `ConditionsFailedError` naming those writes; any
  * other failure is thrown as it came.
+ *
+ * DynamoDB tells a transaction sent again by its `ClientRequestToken`: a repeat of one it applied
+ * answers success and writes nothing. The SDK resends a request whose answer it lost (a dropped
+ * connection, a 500) with the same token; while the first send is still being applied, DynamoDB
+ * answers each repeat `TransactionInProgressException`, and once the SDK's own retries run out
+ * that reaches here. Sent again under a new token, it would be another transaction, and would
+ * meet the first one's write: a create would take its own job for another request's, a trigger
+ * queue a second run, a replay answer 409. So after that answer the transaction is sent again
+ * under the same token; after any other contention (a cancellation: nothing was written) under a
+ * new one.
  */
 export async function writeTransaction<Name extends string>(
   engine: Pick<Engine, "doc" | "random" | "obs">,
   operation: string,
   writes: readonly NamedWrite<Name>[],
 ): Promise<void> {
+  let token = randomUUID();
   try {
-    await retryOnContention(engine, operation, () =>
-      engine.doc.send(new TransactWriteCommand({ TransactItems: writes.map((w) => w.write) })),
-    );
+    await retryOnContention(engine, operation, async () => {
+      try {
+        return await engine.doc.send(
+          new TransactWriteCommand({
+            TransactItems: writes.map((w) => w.write),
+            ClientRequestToken: token,
+          }),
+        );
+      } catch (error) {
+        if (!isTransactionInProgress(error)) token = randomUUID();
+        throw error;
+      }
+    });
   } catch (error) {
     const failed = failedConditions(error, writes);
     if (failed === null) throw error;

@@ -2,6 +2,7 @@ import {
   InternalServerError,
   TransactionCanceledException,
   TransactionConflictException,
+  TransactionInProgressException,
 } from "@aws-sdk/client-dynamodb";
 import type { Engine } from "../../shared/engine.js";
 import { createTestClients } from "./namespace.js";
@@ -145,6 +146,72 @@ export function withLostAnswers(base: Engine, plan: LostAnswerPlan): FaultyEngin
       return next(args);
     },
     { step: "finalizeRequest", priority: "low", name: "loseDynamoAnswers" },
+  );
+  return {
+    engine: { ...base, doc: clients.doc },
+    injected,
+    destroy: () => clients.destroy(),
+  };
+}
+
+export interface InProgressPlan {
+  /** How many matching transactions apply and then lose their answer. */
+  readonly times: number;
+  /**
+   * How many sends of such a transaction's token after it are answered TransactionInProgressException
+   * (the first still being applied, as DynamoDB answers a repeat that overtakes it); the sends after
+   * those pass through, and DynamoDB, which remembers the token, answers them without writing again.
+   */
+  readonly inProgressAnswers: number;
+  /** Only requests this accepts count (the request as sent: attribute values marshalled). */
+  readonly match?: (input: Input) => boolean;
+}
+
+/**
+ * An engine like `base` whose DynamoDB client loses the answer of the first `times` matching
+ * TransactWriteItems after DynamoDB applied them (a dropped connection, a timeout), with the repeats
+ * of the same `ClientRequestToken` that follow answered `TransactionInProgressException` while the
+ * first is taken to be still in progress. The SDK's own retries resend the token (its standard
+ * retries take that exception for throttling); a transaction sent again under another token is
+ * another request, and meets the first one's write.
+ */
+export function withTransactionsInProgress(base: Engine, plan: InProgressPlan): FaultyEngine {
+  const clients = createTestClients({ maxSockets: 64 });
+  const injected = { count: 0 };
+  const inProgress = new Map<string, number>();
+  clients.dynamo.middlewareStack.add(
+    (next, context) => async (args) => {
+      if (context.commandName !== "TransactWriteItemsCommand") return next(args);
+      // The serialized body (a string adapter over its bytes): the token the SDK filled in.
+      const sent = (args.request as { body?: unknown } | undefined)?.body;
+      const body = sent instanceof Uint8Array ? new TextDecoder().decode(sent) : String(sent);
+      const token = String(
+        (JSON.parse(body) as { ClientRequestToken?: unknown }).ClientRequestToken,
+      );
+      const left = inProgress.get(token);
+      if (left !== undefined && left > 0) {
+        inProgress.set(token, left - 1);
+        throw new TransactionInProgressException({
+          message: "Transaction with the given request token is already in progress.",
+          $metadata: { httpStatusCode: 400 },
+        });
+      }
+      if (
+        left === undefined &&
+        injected.count < plan.times &&
+        (plan.match?.(args.input as Input) ?? true)
+      ) {
+        injected.count++;
+        await next(args);
+        inProgress.set(token, plan.inProgressAnswers);
+        throw new InternalServerError({
+          message: "answer lost after the write was applied",
+          $metadata: { httpStatusCode: 500 },
+        });
+      }
+      return next(args);
+    },
+    { step: "finalizeRequest", priority: "low", name: "transactionsInProgress" },
   );
   return {
     engine: { ...base, doc: clients.doc },

@@ -1,11 +1,14 @@
 import {
   TransactionCanceledException,
   TransactionConflictException,
+  TransactionInProgressException,
 } from "@aws-sdk/client-dynamodb";
 import { describe, expect, it } from "vitest";
 import { METRICS, MetricsRecorder, silentObservability } from "../../shared/observability.js";
+import { refusedUnwritten } from "../../shared/quotas/usage.js";
 import {
   isContention,
+  isTransactionInProgress,
   isTransientFailure,
   MAX_CONTENTION_ATTEMPTS,
   retryOnContention,
@@ -30,6 +33,19 @@ describe("classifying DynamoDB write failures", () => {
     expect(isContention(cancelled("ConditionalCheckFailed", "TransactionConflict"))).toBe(false);
     expect(isContention(cancelled("ValidationError"))).toBe(false);
     expect(isContention(new RangeError("year 13526"))).toBe(false);
+  });
+
+  it("a transaction still in progress under its token is waited out, but not taken for a refusal: its quota share stays", () => {
+    const inProgress = new TransactionInProgressException({
+      message: "Transaction with the given request token is already in progress.",
+      $metadata: { httpStatusCode: 400 },
+    });
+    expect(isContention(inProgress)).toBe(true);
+    expect(isTransactionInProgress(inProgress)).toBe(true);
+    expect(refusedUnwritten(inProgress)).toBe(false);
+    expect(refusedUnwritten(new Error("create failed", { cause: inProgress }))).toBe(false);
+    expect(refusedUnwritten(cancelled("TransactionConflict"))).toBe(true);
+    expect(isTransactionInProgress(cancelled("TransactionConflict"))).toBe(false);
   });
 
   it("transient failures are contention, 5xx, timeouts and dropped connections; a bad request is not", () => {

@@ -1,0 +1,122 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { DEFAULT_QUOTAS } from "../../shared/config.js";
+import { createJobs } from "../../shared/jobs/create-batch.js";
+import { createJob, replayDeadLetter, triggerJob } from "../../shared/jobs/index.js";
+import { readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { withTransactionsInProgress } from "../support/faults.js";
+
+/**
+ * A transaction DynamoDB applied whose answer was lost, and whose repeats under the same
+ * ClientRequestToken (the SDK's own retries) meet TransactionInProgressException until the SDK
+ * gives up: the write is made, so the request must answer as made, write nothing twice, and keep
+ * its quota share. More answers in progress than the SDK's retries of one send, fewer than the
+ * sends the storage layer makes under contention.
+ */
+const IN_PROGRESS_ANSWERS = 4;
+
+describe("a transaction applied whose repeats meet TransactionInProgressException", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture({ settings: { quotas: DEFAULT_QUOTAS, quotaCacheMs: 0 } });
+  });
+  afterAll(() => f.destroy());
+  beforeEach(() => f.purge());
+
+  const inProgress = () =>
+    withTransactionsInProgress(f.engine, { times: 1, inProgressAnswers: IN_PROGRESS_ANSWERS });
+
+  it("a keyed create answers the job created (201), keeps its quota share and sends its run at once", async () => {
+    const tenantId = "in-progress-create";
+    await writeQuotaOverride(f.engine, tenantId, { activeJobs: 10 }, new Date());
+    const faulty = inProgress();
+    let answer: Awaited<ReturnType<typeof createJob>>;
+    try {
+      answer = await createJob(
+        faulty.engine,
+        testJob({ tenantId, schedule: { runAt: new Date().toISOString() } }),
+        { idempotency: { key: "in-progress", requestHash: "h" } },
+      );
+    } finally {
+      faulty.destroy();
+    }
+    expect(faulty.injected.count).toBe(1);
+    expect(answer.created).toBe(true);
+    expect((await f.jobs()).filter((j) => j.tenantId === tenantId)).toHaveLength(1);
+    expect(await readQuotaUsage(f.engine, tenantId)).toMatchObject({ activeJobs: 1 });
+    const received = await f.nextDelivery(f.engine.queues.normal, answer.job.jobId, 5_000);
+    expect(received.message.jobId).toBe(answer.job.jobId);
+  });
+
+  it("a batch's keyed job answers created and keeps its quota share", async () => {
+    const tenantId = "in-progress-batch";
+    await writeQuotaOverride(f.engine, tenantId, { activeJobs: 10 }, new Date());
+    const later = new Date(Date.now() + 3_600_000).toISOString();
+    const faulty = inProgress();
+    let outcomes: Awaited<ReturnType<typeof createJobs>>;
+    try {
+      outcomes = await createJobs(faulty.engine, tenantId, [
+        {
+          input: testJob({ tenantId, name: "keyed", schedule: { runAt: later } }),
+          idempotency: { key: "in-progress", requestHash: "h" },
+        },
+        { input: testJob({ tenantId, name: "plain", schedule: { runAt: later } }) },
+      ]);
+    } finally {
+      faulty.destroy();
+    }
+    expect(faulty.injected.count).toBe(1);
+    expect(outcomes.map((o) => ("job" in o ? o.created : String(o.error)))).toEqual([true, true]);
+    expect((await f.jobs()).filter((j) => j.tenantId === tenantId)).toHaveLength(2);
+    expect(await readQuotaUsage(f.engine, tenantId)).toMatchObject({ activeJobs: 2 });
+  });
+
+  it("a trigger without a key queues one run", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" } }),
+    );
+    const faulty = inProgress();
+    let run: Awaited<ReturnType<typeof triggerJob>>;
+    try {
+      run = await triggerJob(faulty.engine, "tenant-a", job.jobId);
+    } finally {
+      faulty.destroy();
+    }
+    expect(faulty.injected.count).toBe(1);
+    const runs = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    expect(runs.map((r) => r.runId)).toEqual([run.runId]);
+  });
+
+  it("a replay answers its new run and sends it", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "fail",
+        payload: { times: 1, retryable: false },
+        schedule: { runAt: new Date().toISOString() },
+      }),
+    );
+    await f.process(
+      f.workerDeps("w"),
+      await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000),
+    );
+    const dead = (await f.runs()).find((r) => r.jobId === job.jobId && r.status === "DEAD");
+    if (!dead) throw new Error("no dead run");
+    const faulty = inProgress();
+    let replay: Awaited<ReturnType<typeof replayDeadLetter>>;
+    try {
+      replay = await replayDeadLetter(faulty.engine, "tenant-a", dead.runId);
+    } finally {
+      faulty.destroy();
+    }
+    expect(faulty.injected.count).toBe(1);
+    const runs = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    expect(runs.map((r) => [r.runId, r.status])).toEqual([
+      [dead.runId, "DEAD"],
+      [replay.runId, "QUEUED"],
+    ]);
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId, 5_000);
+    expect(received.message.attempt).toBe(2);
+  });
+});
