@@ -4,7 +4,7 @@ import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
 import type { DueEntry, Job } from "../model.js";
 import { BATCH_BACKOFF_BASE_MS, batchGetItems, MAX_BATCH_ROUNDS } from "./batch-get.js";
-import { isTransientFailure } from "./dynamo-errors.js";
+import { isTransientFailure, sentMoreThanOnce } from "./dynamo-errors.js";
 import { encodeDueEntry, idempotencyKey } from "./items.js";
 import { decodeIdempotencyRecord, type IdempotencyRecord, newJobItem } from "./job-create.js";
 import { hasExpired } from "./retention.js";
@@ -38,11 +38,20 @@ export const dueEntryPut = (entry: DueEntry, owner: number): BatchPut => ({
 
 /** The jobs of a batch whose puts did not all apply. */
 export interface BatchPutFailures {
-  /** Left unprocessed after every round (throttling): known not written. */
+  /** Left unprocessed after every round, or throttled whole (throttling): known not written. */
   readonly unwritten: ReadonlySet<number>;
-  /** A request that failed as a whole: whether it was applied is not known. */
+  /**
+   * A request that failed as a whole, or puts the SDK had sent more than once before they were
+   * left unprocessed or throttled (an earlier send may have applied them, its answer lost):
+   * whether they were applied is not known.
+   */
   readonly uncertain: ReadonlyMap<number, unknown>;
 }
+
+const unconfirmedError = () =>
+  new ConcurrentUpdateError(
+    "DynamoDB left this job's writes unprocessed (throttling) after a send of them whose answer was lost; whether it was written is not known",
+  );
 
 /**
  * Puts the items of a batch create that need no condition (a new job's runs,
@@ -58,10 +67,18 @@ export async function putBatchItems(
 ): Promise<BatchPutFailures> {
   const unwritten = new Set<number>();
   const uncertain = new Map<number, unknown>();
+  // Items of a request the SDK sent more than once (a 500, a timeout, a throttle, then a resend):
+  // an earlier send may have applied them with its answer lost, so a later "unprocessed" or
+  // throttle says nothing about them.
+  const maybeApplied = new Set<string>();
   const tableName = (table: BatchPut["table"]) => engine.tables[table];
   const ownerOf = new Map<string, number>();
   const keyOf = (table: string, item: Item) => `${table}|${String(item.pk)}|${String(item.sk)}`;
   for (const put of puts) ownerOf.set(keyOf(tableName(put.table), put.item), put.owner);
+  const markMaybeApplied = (sent: Record<string, { PutRequest: { Item: Item } }[]>) => {
+    for (const [table, requests] of Object.entries(sent))
+      for (const r of requests) maybeApplied.add(keyOf(table, r.PutRequest.Item));
+  };
 
   const chunks: BatchPut[][] = [];
   for (let i = 0; i < puts.length; i += WRITES_PER_REQUEST)
@@ -76,13 +93,18 @@ export async function putBatchItems(
       for (let round = 1; Object.keys(pending).length > 0; round++) {
         if (round > MAX_BATCH_ROUNDS) {
           for (const [table, requests] of Object.entries(pending))
-            for (const r of requests)
-              unwritten.add(ownerOf.get(keyOf(table, r.PutRequest.Item)) ?? -1);
+            for (const r of requests) {
+              const key = keyOf(table, r.PutRequest.Item);
+              const owner = ownerOf.get(key) ?? -1;
+              if (!maybeApplied.has(key)) unwritten.add(owner);
+              else if (!uncertain.has(owner)) uncertain.set(owner, unconfirmedError());
+            }
           return;
         }
         if (round > 1) await sleep(BATCH_BACKOFF_BASE_MS * 2 ** (round - 2));
         try {
           const result = await engine.doc.send(new BatchWriteCommand({ RequestItems: pending }));
+          if ((result.$metadata.attempts ?? 1) > 1) markMaybeApplied(pending);
           pending = {};
           for (const [table, requests] of Object.entries(result.UnprocessedItems ?? {})) {
             const items = requests.flatMap((r) =>
@@ -91,12 +113,15 @@ export async function putBatchItems(
             if (items.length > 0) pending[table] = items;
           }
         } catch (error) {
-          // Throttling of the whole request applied none of it; other failures may have applied some.
+          // Throttling of the whole request applied none of it, unless the SDK sent it more than
+          // once; other failures may have applied some.
+          if (sentMoreThanOnce(error)) markMaybeApplied(pending);
           const known = isTransientFailure(error) && isThrottling(error);
           for (const [table, requests] of Object.entries(pending)) {
             for (const r of requests) {
-              const owner = ownerOf.get(keyOf(table, r.PutRequest.Item)) ?? -1;
-              if (known) unwritten.add(owner);
+              const key = keyOf(table, r.PutRequest.Item);
+              const owner = ownerOf.get(key) ?? -1;
+              if (known && !maybeApplied.has(key)) unwritten.add(owner);
               else if (!unwritten.has(owner)) uncertain.set(owner, error);
             }
           }

@@ -18,6 +18,7 @@ import { shardOf } from "../../shared/keys.js";
 import { shardHighWaterKey } from "../../shared/storage/items.js";
 import { readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { createTestClients } from "../support/namespace.js";
 
 type WriteRequests = NonNullable<BatchWriteCommandInput["RequestItems"]>;
 
@@ -125,6 +126,103 @@ describe("a batch create under write faults: each job is created whole or not at
     expect(sentJobs.has(String(orphanRuns[0]?.jobId))).toBe(false);
     expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ activeJobs: jobs.length });
   });
+
+  /** Whether a BatchWriteItem (as sent, or as the Document client takes it) puts the job `victim`. */
+  const holdsVictim = (input: Record<string, unknown>) => {
+    const requests = JSON.stringify(input.RequestItems ?? {});
+    return (
+      (requests.includes('"name":{"S":"victim"}') && requests.includes('"sk":{"S":"JOB"}')) ||
+      (requests.includes('"name":"victim"') && requests.includes('"sk":"JOB"'))
+    );
+  };
+
+  /**
+   * An engine whose BatchWriteItem holding the job named `victim` is applied with its answer lost
+   * (a 500 after DynamoDB wrote it), and whose later sends of that job meet `later`:
+   * - `throttled`: the SDK's resends are throttled whole until it gives up (the fault sits inside
+   *   the SDK's retry loop, where a real 500 or throttle surfaces);
+   * - `unprocessed`: the SDK's resend is answered with every item unprocessed (its answer says
+   *   two attempts), and so is each later round of the batch.
+   */
+  const losingVictimPut = (later: "throttled" | "unprocessed") => {
+    const clients = createTestClients({ maxSockets: 16 });
+    const sends = { applied: 0, refused: 0 };
+    if (later === "throttled") {
+      clients.dynamo.middlewareStack.add(
+        (next, context) => async (args) => {
+          const input = args.input as Record<string, unknown>;
+          if (context.commandName !== "BatchWriteItemCommand" || !holdsVictim(input))
+            return next(args);
+          if (sends.applied === 0) {
+            sends.applied++;
+            await next(args);
+            throw new InternalServerError({
+              message: "answer lost after the write was applied",
+              $metadata: { httpStatusCode: 500 },
+            });
+          }
+          sends.refused++;
+          throw new ProvisionedThroughputExceededException({
+            message: "The level of configured provisioned throughput for the table was exceeded",
+            $metadata: { httpStatusCode: 400 },
+          });
+        },
+        { step: "finalizeRequest", priority: "low", name: "loseVictimPut" },
+      );
+    } else {
+      // The SDK's answer to a request it sent twice: the first applied with its answer lost, the
+      // second processing none of it (throttling): UnprocessedItems, after two attempts.
+      clients.doc.middlewareStack.add(
+        (next, context) => async (args) => {
+          const input = args.input as BatchWriteCommandInput;
+          if (context.commandName !== "BatchWriteItemCommand" || !holdsVictim(input))
+            return next(args);
+          const attempts = sends.applied === 0 ? 2 : 1;
+          if (sends.applied === 0) {
+            sends.applied++;
+            await next(args);
+          }
+          sends.refused++;
+          const output: BatchWriteCommandOutput = {
+            $metadata: { attempts },
+            UnprocessedItems: input.RequestItems,
+          };
+          return { output, response: {} } as Awaited<ReturnType<typeof next>>;
+        },
+        { step: "initialize", name: "leaveVictimUnprocessed" },
+      );
+    }
+    return { engine: { ...f.engine, doc: clients.doc }, sends, destroy: () => clients.destroy() };
+  };
+
+  it.each(["throttled", "unprocessed"] as const)(
+    "a job put applied with its answer lost, its resends then %s, is answered created and keeps its quota share",
+    async (later) => {
+      const tenant = `lost-put-${later}`;
+      await writeQuotaOverride(f.engine, tenant, { activeJobs: 10 }, new Date());
+      const faulty = losingVictimPut(later);
+      let outcomes: BatchCreateOutcome[];
+      try {
+        outcomes = await createJobs(faulty.engine, tenant, [
+          { input: testJob({ tenantId: tenant, name: "a", schedule: now() }) },
+          { input: testJob({ tenantId: tenant, name: "victim", schedule: now() }) },
+        ]);
+      } finally {
+        faulty.destroy();
+      }
+      expect(faulty.sends.applied).toBe(1);
+      expect(faulty.sends.refused).toBeGreaterThan(0);
+      // The victim's job was written by the send whose answer was lost: it is created, once.
+      expect(outcomes.map(createdName)).toEqual(["a", "victim"]);
+      const jobs = (await f.jobs()).filter((j) => j.tenantId === tenant);
+      expect(jobs.map((j) => j.name).sort()).toEqual(["a", "victim"]);
+      expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ activeJobs: 2 });
+      // Its run is sent with the others', not left to the reaper.
+      const victim = jobs.find((j) => j.name === "victim");
+      const received = await f.nextDelivery(f.engine.queues.normal, String(victim?.jobId), 5_000);
+      expect(received.message.jobId).toBe(victim?.jobId);
+    },
+  );
 
   it("items left unprocessed once are sent again and every job is created", async () => {
     const tenant = "unprocessed-once";
