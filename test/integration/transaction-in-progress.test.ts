@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { DEFAULT_QUOTAS } from "../../shared/config.js";
 import { createJobs } from "../../shared/jobs/create-batch.js";
-import { createJob, replayDeadLetter, triggerJob } from "../../shared/jobs/index.js";
+import { createJob, editJob, replayDeadLetter, triggerJob } from "../../shared/jobs/index.js";
 import { readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { withTransactionsInProgress } from "../support/faults.js";
@@ -86,6 +86,23 @@ describe("a transaction applied whose repeats meet TransactionInProgressExceptio
     expect(faulty.injected.count).toBe(1);
     const runs = (await f.runs()).filter((r) => r.jobId === job.jobId);
     expect(runs.map((r) => r.runId)).toEqual([run.runId]);
+  });
+
+  it("an edit answers the job it edited, not a version mismatch against its own write", async () => {
+    const { job } = await createJob(f.engine, testJob({ schedule: { every: "PT1H" } }));
+    const faulty = inProgress();
+    let edited: Awaited<ReturnType<typeof editJob>>;
+    try {
+      edited = await editJob(faulty.engine, "tenant-a", job.jobId, job.version, {
+        name: "renamed",
+      });
+    } finally {
+      faulty.destroy();
+    }
+    expect(faulty.injected.count).toBe(1);
+    expect(edited).toMatchObject({ name: "renamed", version: job.version + 1 });
+    const stored = (await f.jobs()).find((j) => j.jobId === job.jobId);
+    expect(stored).toMatchObject({ name: "renamed", version: job.version + 1 });
   });
 
   it("a replay answers its new run and sends it", async () => {
