@@ -84,7 +84,8 @@ export class Api extends Construct {
     allowTable(this.handler.fn, {
       ...storage.jobs,
       // ConditionCheckItem: an async run's completion fans its trigger entry out to the job's
-      // dependents, each dependent's run put with a check of that dependent's status (trigger.ts).
+      // dependents, each dependent's run put with a check of that dependent's status (trigger.ts);
+      // a replay's transaction checks its job is there and not cancelled (dead-letter-replay.ts).
       actions: [
         "GetItem",
         "BatchGetItem",

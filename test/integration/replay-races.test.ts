@@ -1,0 +1,91 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { IllegalTransitionError, NotReplayableError } from "../../shared/errors.js";
+import { cancelJob, createJob, deleteJob, replayDeadLetter } from "../../shared/jobs/index.js";
+import { listDeadLetters } from "../../shared/jobs/queries.js";
+import type { Run } from "../../shared/model.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+
+const TENANT = "tenant-a";
+
+/**
+ * A replay reads its job, then writes its run: a cancel or delete of the job that lands between
+ * the two must not be outrun. The replay is refused as it is once the job is cancelled or gone,
+ * and the dead letter stays listed, as a cancelled or deleted job's dead letters do.
+ */
+describe("a replay racing its job's cancel or delete", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  const runsOf = async (jobId: string): Promise<Run[]> =>
+    (await f.runs()).filter((r) => r.jobId === jobId).sort((a, b) => a.attempt - b.attempt);
+
+  async function deadRun(): Promise<Run> {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "fail",
+        payload: { times: 1, retryable: false },
+        schedule: { every: "PT1H" },
+      }),
+    );
+    await f.process(
+      f.workerDeps("w"),
+      await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000),
+    );
+    const dead = (await runsOf(job.jobId)).find((r) => r.status === "DEAD");
+    if (!dead) throw new Error("no dead run");
+    return dead;
+  }
+
+  /** Runs `change` once, just before the replay's transaction goes out. */
+  function beforeReplayWrite(change: () => Promise<unknown>) {
+    const name = "changeBeforeReplayWrite";
+    let ran = 0;
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const items = (args.input as { TransactItems?: unknown[] }).TransactItems;
+        if (
+          ran === 0 &&
+          context.commandName === "TransactWriteItemsCommand" &&
+          JSON.stringify(items ?? []).includes("replayedBy")
+        ) {
+          ran++;
+          await change();
+        }
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    return { ran: () => ran, remove: () => f.engine.doc.middlewareStack.remove(name) };
+  }
+
+  it.each([
+    ["deleted", deleteJob, NotReplayableError],
+    ["cancelled", cancelJob, IllegalTransitionError],
+  ] as const)(
+    "a job %s between the replay's read and its write: refused, no run written, the dead letter still listed",
+    async (_, change, refusal) => {
+      const dead = await deadRun();
+      const hook = beforeReplayWrite(() => change(f.engine, TENANT, dead.jobId));
+      try {
+        await expect(replayDeadLetter(f.engine, TENANT, dead.runId)).rejects.toBeInstanceOf(
+          refusal,
+        );
+      } finally {
+        hook.remove();
+      }
+      expect(hook.ran()).toBe(1);
+      const runs = await runsOf(dead.jobId);
+      expect(runs.filter((r) => r.attempt > dead.attempt)).toEqual([]);
+      expect(runs.find((r) => r.runId === dead.runId)).toMatchObject({
+        status: "DEAD",
+        replayedBy: null,
+      });
+      const listed = await listDeadLetters(f.engine, TENANT, { limit: 100 });
+      expect(listed.items.map((r) => r.runId)).toContain(dead.runId);
+    },
+  );
+});
