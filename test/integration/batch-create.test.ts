@@ -15,9 +15,11 @@ import { ConcurrentUpdateError } from "../../shared/errors.js";
 import { type BatchCreateOutcome, createJobs } from "../../shared/jobs/create-batch.js";
 import { createJob } from "../../shared/jobs/index.js";
 import { shardOf } from "../../shared/keys.js";
+import { isContention, MAX_CONTENTION_ATTEMPTS } from "../../shared/storage/dynamo-errors.js";
 import { shardHighWaterKey } from "../../shared/storage/items.js";
 import { readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { withFaults } from "../support/faults.js";
 import { createTestClients } from "../support/namespace.js";
 
 type WriteRequests = NonNullable<BatchWriteCommandInput["RequestItems"]>;
@@ -223,6 +225,56 @@ describe("a batch create under write faults: each job is created whole or not at
       expect(received.message.jobId).toBe(victim?.jobId);
     },
   );
+
+  it("a keyed job whose transaction keeps conflicting is answered busy with its share given back; the batch sent again with the same keys creates it once and answers the others' jobs", async () => {
+    const tenant = "conflicting-job";
+    await writeQuotaOverride(f.engine, tenant, { activeJobs: 10 }, new Date());
+    const batch = [
+      {
+        input: testJob({ tenantId: tenant, name: "first", schedule: later() }),
+        idempotency: { key: "first", requestHash: "h1" },
+      },
+      {
+        input: testJob({ tenantId: tenant, name: "conflicting", schedule: now() }),
+        idempotency: { key: "conflicting", requestHash: "h2" },
+      },
+      { input: testJob({ tenantId: tenant, name: "plain", schedule: later() }) },
+    ];
+    const isConflicting = (input: Record<string, unknown>) =>
+      JSON.stringify(input.TransactItems ?? []).includes('"name":"conflicting"');
+    const faulty = withFaults(f.engine, {
+      operation: "TransactWriteItems",
+      times: MAX_CONTENTION_ATTEMPTS,
+      match: isConflicting,
+    });
+    let outcomes: BatchCreateOutcome[];
+    try {
+      outcomes = await createJobs(faulty.engine, tenant, batch);
+    } finally {
+      faulty.destroy();
+    }
+    expect(faulty.injected.count).toBe(MAX_CONTENTION_ATTEMPTS);
+    expect(outcomes.map(createdName)).toEqual(["first", null, "plain"]);
+    const busy = outcomes[1];
+    expect(busy && "error" in busy && isContention(busy.error)).toBe(true);
+    expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ activeJobs: 2 });
+
+    // The client sends the whole batch again: the keyed jobs it has are answered, not made again.
+    const again = await createJobs(f.engine, tenant, batch);
+    expect(again.map((o) => ("job" in o ? [o.job.name, o.created] : String(o.error)))).toEqual([
+      ["first", false],
+      ["conflicting", true],
+      ["plain", true],
+    ]);
+    const first = outcomes[0];
+    expect(again[0] && "job" in again[0] && again[0].job.jobId).toBe(
+      first && "job" in first && first.job.jobId,
+    );
+    const jobs = (await f.jobs()).filter((j) => j.tenantId === tenant);
+    // The plain job has no key: sent again, it is another job, as a single create without one is.
+    expect(jobs.map((j) => j.name).sort()).toEqual(["conflicting", "first", "plain", "plain"]);
+    expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ activeJobs: 4 });
+  });
 
   it("items left unprocessed once are sent again and every job is created", async () => {
     const tenant = "unprocessed-once";
