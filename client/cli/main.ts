@@ -3,7 +3,7 @@ import { isSchedulerApiError, VersionConflictError } from "../index.js";
 import { DEFAULT_API } from "./context.js";
 import { EXIT, exitCodeOf, isUnreachable } from "./exit-codes.js";
 import { jobsCommand } from "./jobs.js";
-import type { CliIo } from "./output.js";
+import { type CliIo, printable } from "./output.js";
 import { quotasCommand } from "./quotas.js";
 import { deadLettersCommand, runsCommand } from "./runs.js";
 import { schedulesCommand, webhookSecretCommand } from "./schedules.js";
@@ -69,8 +69,10 @@ function report(error: unknown, json: boolean, io: CliIo): void {
       io.stderr(`${JSON.stringify({ error: detail })}\n`);
       return;
     }
-    const lines = [`error: ${error.code} (${error.status}): ${error.message}`];
-    for (const issue of error.issues.slice(1)) lines.push(`  ${issue.field}: ${issue.message}`);
+    // The message and the issues may quote the input, or a page that is not the API's: printable.
+    const lines = [`error: ${error.code} (${error.status}): ${printable(error.message)}`];
+    for (const issue of error.issues.slice(1))
+      lines.push(`  ${printable(issue.field)}: ${printable(issue.message)}`);
     if (error instanceof VersionConflictError)
       lines.push(
         `  the job is at version ${error.currentVersion ?? "?"}, not ${error.expectedVersion}: read it again (jobs get) and edit at that version`,
@@ -85,7 +87,9 @@ function report(error: unknown, json: boolean, io: CliIo): void {
     : error instanceof Error
       ? error.message
       : String(error);
-  io.stderr(json ? `${JSON.stringify({ error: { message } })}\n` : `error: ${message}\n`);
+  io.stderr(
+    json ? `${JSON.stringify({ error: { message } })}\n` : `error: ${printable(message)}\n`,
+  );
 }
 
 /** Runs `scheduler <argv…>` and resolves with its exit code; never exits the process itself. */

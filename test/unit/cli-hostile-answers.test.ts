@@ -1,0 +1,122 @@
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { EXIT } from "../../client/cli/exit-codes.js";
+import { runCli } from "../../client/cli/main.js";
+
+/**
+ * The CLI against answers the API does not give: whatever sits at the URL it was pointed at (a
+ * proxy's error page, a captive portal, a wrong host), or API errors that quote the caller's input.
+ * A local HTTP server answers each request with the raw status, headers and body a test sets.
+ */
+interface RawAnswer {
+  readonly status: number;
+  readonly headers?: Record<string, string>;
+  readonly body: string;
+}
+
+let server: Server;
+let baseUrl: string;
+let answer: RawAnswer = { status: 200, body: "{}" };
+
+beforeAll(async () => {
+  server = createServer((request, response) => {
+    request.resume();
+    request.on("end", () => {
+      response.writeHead(answer.status, answer.headers).end(answer.body);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+
+afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
+
+beforeEach(() => {
+  answer = { status: 200, body: "{}" };
+});
+
+async function cli(...args: string[]): Promise<{ code: number; out: string; err: string }> {
+  let out = "";
+  let err = "";
+  const code = await runCli(["--api", baseUrl, "--key", "k", ...args], {
+    stdout: (text) => {
+      out += text;
+    },
+    stderr: (text) => {
+      err += text;
+    },
+    env: {},
+  });
+  return { code, out, err };
+}
+
+/**
+ * What a terminal acts on, but the line breaks that end printed lines: C0 and C1 controls (ESC
+ * starts a sequence; U+009B is an 8-bit CSI) and DEL.
+ */
+const controlsIn = (text: string) =>
+  [...text].filter((char) => {
+    const code = char.charCodeAt(0);
+    return char !== "\n" && (code < 0x20 || (code >= 0x7f && code <= 0x9f));
+  });
+
+/** Clears the screen, sets the window title and prints an OSC 8 link, as a hostile page might. */
+const TERMINAL_ATTACK =
+  "\u001b[2J\u001b[H\u001b]0;pwned\u0007\u001b]8;;https://evil.example/\u001b\\click\u001b]8;;\u001b\\\u009b31m";
+
+describe("error output carries nothing a terminal acts on", () => {
+  it("a non-JSON 5xx page is quoted with its control characters escaped", async () => {
+    answer = {
+      status: 502,
+      headers: { "Content-Type": "text/html" },
+      body: `<h1>Bad gateway</h1>${TERMINAL_ATTACK}`,
+    };
+    const { code, out, err } = await cli("jobs", "list");
+    expect(code).toBe(EXIT.failed);
+    expect(out).toBe("");
+    expect(err).toContain(
+      "error: unexpected_response (502): 502 Bad Gateway: <h1>Bad gateway</h1>",
+    );
+    expect(err).toContain(String.raw`\u001b[2J\u001b[H\u001b]0;pwned\u0007`);
+    expect(controlsIn(err)).toEqual([]);
+  });
+
+  it("an API error whose message and issues quote the input is printed escaped, one line an issue", async () => {
+    const field = `target.headers.x${TERMINAL_ATTACK}`;
+    answer = {
+      status: 400,
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({
+        error: {
+          code: "validation_failed",
+          message: `unknown field "${TERMINAL_ATTACK}"`,
+          field,
+          issues: [
+            { field: "name", message: `unknown field "${TERMINAL_ATTACK}"` },
+            { field, message: "line one\nline two" },
+          ],
+        },
+      }),
+    };
+    const { code, err } = await cli("jobs", "list");
+    expect(code).toBe(EXIT.invalid);
+    expect(controlsIn(err)).toEqual([]);
+    expect(err.trimEnd().split("\n")).toEqual([
+      String.raw`error: validation_failed (400): unknown field "\u001b[2J\u001b[H\u001b]0;pwned\u0007\u001b]8;;https://evil.example/\u001b\click\u001b]8;;\u001b\\u009b31m"`,
+      String.raw`  target.headers.x\u001b[2J\u001b[H\u001b]0;pwned\u0007\u001b]8;;https://evil.example/\u001b\click\u001b]8;;\u001b\\u009b31m: line one\nline two`,
+    ]);
+  });
+
+  it("a 200 that is not JSON: the parser's message, which quotes the body, is escaped", async () => {
+    answer = {
+      status: 200,
+      headers: { "Content-Type": "application/json" },
+      body: `<html>${TERMINAL_ATTACK}`,
+    };
+    const { code, err } = await cli("jobs", "list");
+    expect(code).toBe(EXIT.failed);
+    expect(err).toMatch(/^error: /);
+    expect(controlsIn(err)).toEqual([]);
+  });
+});
