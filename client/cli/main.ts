@@ -3,7 +3,7 @@ import { isSchedulerApiError, VersionConflictError } from "../index.js";
 import { DEFAULT_API } from "./context.js";
 import { EXIT, exitCodeOf, isUnreachable } from "./exit-codes.js";
 import { jobsCommand } from "./jobs.js";
-import { type CliIo, printable } from "./output.js";
+import { type CliIo, json as jsonText, printable } from "./output.js";
 import { quotasCommand } from "./quotas.js";
 import { deadLettersCommand, runsCommand } from "./runs.js";
 import { schedulesCommand, webhookSecretCommand } from "./schedules.js";
@@ -66,7 +66,7 @@ function report(error: unknown, json: boolean, io: CliIo): void {
         : {}),
     };
     if (json) {
-      io.stderr(`${JSON.stringify({ error: detail })}\n`);
+      io.stderr(`${jsonText({ error: detail }, 0)}\n`);
       return;
     }
     // The message and the issues may quote the input, or a page that is not the API's: printable.
@@ -87,9 +87,7 @@ function report(error: unknown, json: boolean, io: CliIo): void {
     : error instanceof Error
       ? error.message
       : String(error);
-  io.stderr(
-    json ? `${JSON.stringify({ error: { message } })}\n` : `error: ${printable(message)}\n`,
-  );
+  io.stderr(json ? `${jsonText({ error: { message } }, 0)}\n` : `error: ${printable(message)}\n`);
 }
 
 /** Runs `scheduler <argv…>` and resolves with its exit code; never exits the process itself. */

@@ -17,16 +17,30 @@ export interface CliIo {
 const SHORT_ESCAPES: Readonly<Record<string, string>> = { "\n": "\\n", "\r": "\\r", "\t": "\\t" };
 
 /**
+ * Characters that are not C0 or C1 controls but that a terminal still acts on: the bidirectional
+ * embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069), with which a name reorders the
+ * rest of its line in a terminal that lays out right-to-left text (a row's status, another column's
+ * id), and the line and paragraph separators (U+2028, U+2029).
+ */
+const isReordering = (code: number) =>
+  (code >= 0x202a && code <= 0x202e) ||
+  (code >= 0x2066 && code <= 0x2069) ||
+  code === 0x2028 ||
+  code === 0x2029;
+
+const unicodeEscape = (code: number) => `\\u${code.toString(16).padStart(4, "0")}`;
+
+/**
  * Text as one line with nothing a terminal acts on: a line break, a tab or another control
- * character in a name or an error (an ESC starting a terminal sequence, say) is printed as its
- * escape (`\n`, `\u001b`), so a table keeps one line a row. JSON output carries the text as is.
+ * character in a name or an error (an ESC starting a terminal sequence, say), or a bidirectional
+ * override, is printed as its escape (`\n`, `\u001b`, `\u202e`), so a table keeps one line a row.
  */
 export function printable(text: string): string {
   let shown = "";
   for (const char of text) {
     const code = char.charCodeAt(0);
-    const control = code < 0x20 || (code >= 0x7f && code <= 0x9f);
-    shown += control ? (SHORT_ESCAPES[char] ?? `\\u${code.toString(16).padStart(4, "0")}`) : char;
+    const control = code < 0x20 || (code >= 0x7f && code <= 0x9f) || isReordering(code);
+    shown += control ? (SHORT_ESCAPES[char] ?? unicodeEscape(code)) : char;
   }
   return shown;
 }
@@ -216,4 +230,19 @@ export function runsTable(runs: readonly Run[]): string {
   return table(RUN_COLUMNS, runs.map(runRow));
 }
 
-export const json = (value: unknown) => JSON.stringify(value, null, 2);
+/**
+ * JSON as JSON.stringify writes it, with the characters it leaves as they are that a terminal acts
+ * on (DEL, the C1 controls, among them U+009B, an 8-bit CSI; the bidirectional overrides and the
+ * line separators of isReordering) written as `\u` escapes: the same values, read back by any
+ * parser, and `-o json` in a terminal prints nothing the terminal obeys. Outside strings JSON is
+ * ASCII, so every such character is inside a string, where an escape is valid.
+ */
+export function json(value: unknown, indent: 2 | 0 = 2): string {
+  let text = "";
+  // JSON.stringify answers undefined for undefined: null is what a script can read.
+  for (const char of JSON.stringify(value, null, indent) ?? "null") {
+    const code = char.charCodeAt(0);
+    text += (code >= 0x7f && code <= 0x9f) || isReordering(code) ? unicodeEscape(code) : char;
+  }
+  return text;
+}

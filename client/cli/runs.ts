@@ -6,6 +6,7 @@ import { CliExit, EXIT } from "./exit-codes.js";
 import { wholeNumber } from "./job-options.js";
 import {
   type CliIo,
+  json,
   printable,
   RUN_COLUMNS,
   runFields,
@@ -139,7 +140,7 @@ export function runsCommand(program: Command, io: CliIo): void {
           return runs.reverse();
         };
         const line = (run: Run) =>
-          `${context.format === "json" ? JSON.stringify(run) : fixedColumns(runRow(run))}\n`;
+          `${context.format === "json" ? json(run, 0) : fixedColumns(runRow(run))}\n`;
         const since =
           flags.since === undefined
             ? (io.startedAt ?? new Date()).getTime()

@@ -120,3 +120,74 @@ describe("error output carries nothing a terminal acts on", () => {
     expect(controlsIn(err)).toEqual([]);
   });
 });
+
+/** A job as the API answers it, named by the test. */
+const jobNamed = (name: string) => ({
+  id: "01M8VCNM4ZMPF7BCFTZR1WJYJ7",
+  name,
+  type: "noop",
+  status: "active",
+  schedule: { runAt: "2030-01-01T00:00:00.000Z" },
+  payload: { note: name },
+  priority: "normal",
+  timeoutSeconds: 300,
+  window: null,
+  nextRunAt: "2030-01-01T00:00:00.000Z",
+  version: 1,
+  policies: {
+    retry: { maxAttempts: 3, initialDelaySeconds: 30, maxDelaySeconds: 3600 },
+    misfirePolicy: "fire_once",
+    overlapPolicy: "skip",
+    maxConcurrent: 1,
+    inFlight: "skip",
+  },
+  createdAt: "2029-12-31T00:00:00.000Z",
+  updatedAt: "2029-12-31T00:00:00.000Z",
+  lastRun: null,
+  endAt: null,
+  maxRuns: null,
+  occurrencesQueued: 1,
+  dependents: [],
+});
+
+/**
+ * Characters JSON.stringify leaves as they are that a terminal still acts on: an 8-bit CSI
+ * (U+009B, a C1 control xterm obeys in UTF-8), the right-to-left override and the other
+ * bidirectional embeddings, overrides and isolates (they reorder the rest of the line in a terminal
+ * that lays out bidirectional text), and the Unicode line and paragraph separators.
+ */
+const REORDERING =
+  "\u009b2J\u202eevil\u202a\u202b\u202c\u202d\u2066\u2067\u2068\u2069 \u2028\u2029 plain";
+const reorderingIn = (text: string) =>
+  [...text].filter((char) => /[\u202a-\u202e\u2066-\u2069\u2028\u2029]/.test(char));
+
+describe("names a terminal would reorder or obey", () => {
+  it("-o json escapes them, and the JSON still reads back as the API answered", async () => {
+    const job = jobNamed(REORDERING);
+    answer = {
+      status: 200,
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(job),
+    };
+    const { code, out } = await cli("-o", "json", "jobs", "get", job.id);
+    expect(code).toBe(EXIT.ok);
+    expect(JSON.parse(out)).toEqual(job);
+    expect(controlsIn(out)).toEqual([]);
+    expect(reorderingIn(out)).toEqual([]);
+    expect(out).toContain(String.raw`"name": "\u009b2J\u202eevil`);
+  });
+
+  it("tables print them as escapes", async () => {
+    const job = jobNamed(REORDERING);
+    answer = {
+      status: 200,
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(job),
+    };
+    const got = await cli("jobs", "get", job.id);
+    expect(got.code).toBe(EXIT.ok);
+    expect(controlsIn(got.out)).toEqual([]);
+    expect(reorderingIn(got.out)).toEqual([]);
+    expect(got.out).toContain(String.raw`name        \u009b2J\u202eevil\u202a`);
+  });
+});
