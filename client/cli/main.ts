@@ -36,8 +36,8 @@ other is signed with SigV4 from the AWS SDK's default credential chain.
 Exit codes: 0 done; 1 failed unexpectedly; 2 usage; 3 input refused (400, 413, 415, 428);
 4 not found; 5 conflict (409); 6 stale version (412); 7 unauthorized; 8 busy (503);
 9 API unreachable; 10 runs watch timed out; 11 not supported by the API (405); 12 over a
-quota (403 quota_exceeded); 13 not allowed (403 forbidden). A 429 (rate_limited) exits 8.
-A 429 or 503 to a request safe to repeat is retried 3 times (Retry-After) first. See docs/cli.md.`,
+quota (403 quota_exceeded); 13 not allowed (403 forbidden). A 429 (rate_limited, or API
+Gateway's throttle) exits 8. A 429 or 503 to a request safe to repeat is retried 3 times (Retry-After) first. See docs/cli.md.`,
     );
   jobsCommand(program, io);
   runsCommand(program, io);

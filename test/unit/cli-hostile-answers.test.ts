@@ -191,3 +191,30 @@ describe("names a terminal would reorder or obey", () => {
     expect(got.out).toContain(String.raw`name        \u009b2J\u202eevil\u202a`);
   });
 });
+
+describe("exit codes of answers API Gateway gives itself", () => {
+  it("its throttle's 429 {message} exits 8 as a rate_limited does, after the retries", async () => {
+    // The stage's route throttle (infra/constructs/api.ts) answers before the function does.
+    answer = {
+      status: 429,
+      headers: { "Content-Type": "application/json", "Retry-After": "0" },
+      body: JSON.stringify({ message: "Too Many Requests" }),
+    };
+    const { code, err } = await cli("jobs", "list");
+    expect(err).toContain("error: unexpected_response (429): 429 Too Many Requests");
+    expect(code).toBe(EXIT.busy);
+  });
+
+  it("a 503 {message} exits 8 as a busy does; a 502 or 504 stays 1", async () => {
+    answer = {
+      status: 503,
+      headers: { "Content-Type": "application/json", "Retry-After": "0" },
+      body: JSON.stringify({ message: "Service Unavailable" }),
+    };
+    expect((await cli("jobs", "list")).code).toBe(EXIT.busy);
+    for (const status of [502, 504]) {
+      answer = { status, body: JSON.stringify({ message: "Internal Server Error" }) };
+      expect((await cli("jobs", "list")).code).toBe(EXIT.failed);
+    }
+  });
+});
