@@ -132,7 +132,13 @@ export function errorOf(response: Response, body: unknown): SchedulerApiError {
   const retryAfter = Number(response.headers.get("retry-after") ?? Number.NaN);
   const retryAfterSeconds = Number.isFinite(retryAfter) ? retryAfter : undefined;
   if (!isErrorBody(body)) {
-    const text = typeof body === "string" ? body : JSON.stringify(body);
+    const location = response.headers.get("location");
+    const text =
+      response.status >= 300 && response.status < 400
+        ? `a redirect to ${location ?? "nowhere"}, which the API never answers: is the base URL the API's?`
+        : typeof body === "string"
+          ? body
+          : JSON.stringify(body);
     return new SchedulerApiError(
       response.status,
       "unexpected_response",

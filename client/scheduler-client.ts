@@ -92,7 +92,12 @@ export class SchedulerClient {
   private readonly runTokenHttp: Client<paths>;
 
   constructor(options: SchedulerClientOptions) {
-    const base = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
+    const given = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
+    // The API never redirects: a redirect is something else at the base URL (a custom domain's
+    // http-to-https redirect, a proxy, a wrong host). Followed, a 301-303 turned a POST into a GET
+    // whose answer passed for the job created, and a 307 or 308 sent the body (payload, target
+    // headers) to the other host. Manual: the 3xx comes back and is an error (errorOf).
+    const base: typeof fetch = (input, init) => given(input, { ...init, redirect: "manual" });
     const http = () =>
       createClient<paths>({
         baseUrl: options.baseUrl.replace(/\/+$/, ""),
