@@ -17,6 +17,19 @@ export function jobTitle(job: Pick<Job, "name" | "id">): string {
   return job.name.trim() === "" ? job.id : job.name;
 }
 
+/**
+ * A job's title inside text the console does not lay out itself (a confirm dialog), where a name's
+ * line breaks could push the question out of view and write another, and its right-to-left
+ * override reverse the question's words after it: line breaks, controls and runs of spaces as one
+ * space, and the whole between U+2068 (first strong isolate) and U+2069 (pop directional isolate),
+ * which ends any embedding or override the name opened.
+ */
+export function jobTitleInline(job: Pick<Job, "name" | "id">): string {
+  return `\u2068${jobTitle(job)
+    .replace(/[\s\p{Cc}]+/gu, " ")
+    .trim()}\u2069`;
+}
+
 export function scheduleInWords(schedule: Schedule): string {
   if ("runAt" in schedule) return `once, at ${formatInstant(schedule.runAt, "UTC")}`;
   if ("cron" in schedule) {

@@ -13,6 +13,7 @@ import {
   formatInstant,
   formatOccurrence,
   jobTitle,
+  jobTitleInline,
   scheduleInWords,
   zoneOf,
 } from "../format.js";
@@ -95,7 +96,9 @@ export function JobPage({ id }: { id: string }) {
             type="button"
             class="danger"
             onClick={() => {
-              if (confirm(`Cancel ${current.name} for good? Queued runs are cancelled.`)) {
+              if (
+                confirm(`Cancel ${jobTitleInline(current)} for good? Queued runs are cancelled.`)
+              ) {
                 void act("Job cancelled", () => api.changeStatus(id, "cancel"));
               }
             }}

@@ -418,6 +418,52 @@ describe("web console", () => {
     }
   });
 
+  it("the cancel confirmation names the job on one line, its direction kept inside it: a name cannot rewrite the question", async () => {
+    // A name that answers the question itself, then pushes the real question out of the dialog.
+    const name = `nightly export for good?\n\nNothing is cancelled: this only pauses it.${"\n".repeat(30)}\u202Edesrever`;
+    const spoofing = await api<Job>(
+      "POST",
+      "/jobs",
+      { name, type: "noop", schedule: { every: "PT1H" } },
+      {},
+      ODD_NAMES_KEY,
+    );
+    const other = await browser.context.newPage();
+    const asked: string[] = [];
+    other.on("dialog", (dialog) => {
+      asked.push(dialog.message());
+      void dialog.dismiss();
+    });
+    try {
+      await other.goto(`${sandbox.url}/console`);
+      await other.getByLabel("API key", { exact: true }).fill(ODD_NAMES_KEY);
+      await other.getByRole("button", { name: "Sign in" }).click();
+      await other.getByRole("heading", { name: "Jobs", level: 1 }).waitFor();
+      await other.goto(`${sandbox.url}/console/jobs/${spoofing.id}`);
+      await other.getByRole("button", { name: "Cancel job" }).click();
+      await waitFor("the confirmation", () => asked.length === 1);
+      // Line breaks and runs of spaces as one space; U+2068 (first strong isolate) and U+2069 (pop
+      // directional isolate) end the override with the name, so the question after it reads forward.
+      expect(asked).toEqual([
+        "Cancel \u2068nightly export for good? Nothing is cancelled: this only pauses it. \u202Edesrever\u2069 for good? Queued runs are cancelled.",
+      ]);
+      // Dismissed: the job is as it was.
+      expect(
+        (
+          await api<Job & { status: string }>(
+            "GET",
+            `/jobs/${spoofing.id}`,
+            undefined,
+            {},
+            ODD_NAMES_KEY,
+          )
+        ).status,
+      ).toBe("active");
+    } finally {
+      await other.close();
+    }
+  });
+
   it("explains a conflict when the job changed since the edit form was opened, then applies the edit", async () => {
     const job = await api<Job>("POST", "/jobs", {
       name: "report",
