@@ -47,9 +47,11 @@ export function printable(text: string): string {
 
 /** Columns padded to their widest cell; the last column is not padded. */
 export function table(
-  headers: readonly string[],
+  unprintedHeaders: readonly string[],
   unprintedRows: readonly (readonly string[])[],
 ): string {
+  // A header may name what the answer holds too (a preview's zone).
+  const headers = unprintedHeaders.map(printable);
   const rows = unprintedRows.map((row) => row.map(printable));
   const widths = headers.map((header, column) =>
     Math.max(header.length, ...rows.map((row) => (row[column] ?? "").length)),

@@ -2,7 +2,7 @@ import { type Command, Option } from "commander";
 import type { QuotaOverride, TenantQuotas } from "../index.js";
 import { contextOf } from "./context.js";
 import { wholeNumber } from "./job-options.js";
-import { type CliIo, table } from "./output.js";
+import { type CliIo, printable, table } from "./output.js";
 
 const QUOTA_ROWS: readonly (keyof TenantQuotas["quotas"])[] = [
   "activeJobs",
@@ -19,7 +19,7 @@ function capOrNone(raw: string): number | null {
 
 function quotasTable(view: TenantQuotas): string {
   return [
-    `tenant ${view.tenantId}: ${view.runningRuns} run(s) running now`,
+    printable(`tenant ${view.tenantId}: ${view.runningRuns} run(s) running now`),
     table(
       ["QUOTA", "APPLIES", "FROM"],
       QUOTA_ROWS.map((name) => [

@@ -2,13 +2,13 @@ import { type Command, InvalidArgumentError } from "commander";
 import type { Preview } from "../index.js";
 import { contextOf } from "./context.js";
 import { addScheduleOptions, scheduleFrom, wholeNumber } from "./job-options.js";
-import { type CliIo, describeSchedule, table } from "./output.js";
+import { type CliIo, describeSchedule, printable, table } from "./output.js";
 
 function previewTable(preview: Preview): string {
   // A job with a jitter window: each occurrence's planned time, a column of its own.
   const jittered = preview.occurrences.some((occurrence) => occurrence.plannedFor !== undefined);
   return [
-    `${describeSchedule(preview.schedule)}; times in ${preview.timezone}`,
+    printable(`${describeSchedule(preview.schedule)}; times in ${preview.timezone}`),
     table(
       ["#", `LOCAL (${preview.timezone})`, "UTC", ...(jittered ? ["PLANNED (UTC)"] : [])],
       preview.occurrences.map((occurrence, index) => [

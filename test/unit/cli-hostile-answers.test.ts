@@ -218,3 +218,44 @@ describe("exit codes of answers API Gateway gives itself", () => {
     }
   });
 });
+
+describe("the lines above a table escape what the answer holds, as the table does", () => {
+  const answerWith = (body: unknown) => {
+    answer = {
+      status: 200,
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    };
+  };
+
+  it("schedules preview: the schedule and zone line", async () => {
+    answerWith({
+      schedule: { cron: `0 9 * * *${TERMINAL_ATTACK}`, timezone: `UTC${TERMINAL_ATTACK}` },
+      timezone: `UTC${TERMINAL_ATTACK}`,
+      occurrences: [{ utc: "2030-01-01T09:00:00.000Z", local: "2030-01-01T09:00:00.000Z" }],
+    });
+    const { code, out } = await cli("schedules", "preview", "--job", "01M8VCNM4ZMPF7BCFTZR1WJYJ7");
+    expect(code).toBe(EXIT.ok);
+    expect(out).toContain(String.raw`cron "0 9 * * *\u001b[2J`);
+    expect(controlsIn(out)).toEqual([]);
+  });
+
+  it("quotas get: the tenant line", async () => {
+    answerWith({
+      tenantId: `tenant${TERMINAL_ATTACK}`,
+      runningRuns: 0,
+      quotas: {
+        activeJobs: 10,
+        runsPerMinute: null,
+        concurrentRuns: null,
+        requestsPerSecond: null,
+        maxPriority: "high",
+      },
+      override: {},
+    });
+    const { code, out } = await cli("quotas", "get");
+    expect(code).toBe(EXIT.ok);
+    expect(out).toContain(String.raw`tenant tenant\u001b[2J`);
+    expect(controlsIn(out)).toEqual([]);
+  });
+});
