@@ -259,3 +259,45 @@ describe("the lines above a table escape what the answer holds, as the table doe
     expect(controlsIn(out)).toEqual([]);
   });
 });
+
+describe("a listing whose answer would never end it", () => {
+  it("a page answering the cursor it was asked for is an error, not a loop", async () => {
+    let requests = 0;
+    const looping = createServer((request, response) => {
+      requests += 1;
+      request.resume();
+      // Past 20 requests the listing was looping: a 500 ends it, so a failing test ends too.
+      response
+        .writeHead(requests > 20 ? 500 : 200, { "Content-Type": "application/json" })
+        .end(JSON.stringify({ items: [], nextCursor: "the-same-cursor" }));
+    });
+    await new Promise<void>((resolve) => looping.listen(0, "127.0.0.1", resolve));
+    try {
+      let err = "";
+      const code = await runCli(
+        [
+          "--api",
+          `http://127.0.0.1:${(looping.address() as AddressInfo).port}`,
+          "--key",
+          "k",
+          "jobs",
+          "list",
+        ],
+        {
+          stdout: () => undefined,
+          stderr: (text) => {
+            err += text;
+          },
+          env: {},
+        },
+      );
+      expect(requests).toBe(2);
+      expect(code).toBe(EXIT.failed);
+      expect(err).toContain(
+        "the listing answered the cursor it was sent (the-same-cursor) as its next",
+      );
+    } finally {
+      await new Promise<void>((resolve) => looping.close(() => resolve()));
+    }
+  });
+});
