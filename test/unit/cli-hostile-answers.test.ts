@@ -205,6 +205,18 @@ describe("exit codes of answers API Gateway gives itself", () => {
     expect(code).toBe(EXIT.busy);
   });
 
+  it("its JWT authorizer's 401 {message} (no token, an expired one) exits 7 as an unauthorized does", async () => {
+    // A stack with the JWT option: API Gateway's authorizer refuses the token before the function runs.
+    answer = {
+      status: 401,
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ message: "Unauthorized" }),
+    };
+    const { code, err } = await cli("jobs", "list");
+    expect(err).toContain("error: unexpected_response (401): 401 Unauthorized");
+    expect(code).toBe(EXIT.unauthorized);
+  });
+
   it("a 503 {message} exits 8 as a busy does; a 502 or 504 stays 1", async () => {
     answer = {
       status: 503,
