@@ -77,11 +77,12 @@ export function exitCodeOf(error: unknown): number {
   if (isSchedulerApiError(error)) {
     if (error.code === "unexpected_response") {
       // Not the API's error shape: API Gateway's own {"message"} (401 from the JWT authorizer for
-      // a missing or expired token, 403 for a signature it refused, 429 Too Many Requests when the
-      // stage's route throttle is spent) or a proxy's page (503 Service Unavailable). Each means
-      // what the API's own answer of that status does, and the client retried the 429 and 503
-      // alike; any other such answer is unforeseen.
+      // a missing or expired token, 403 for a signature it refused, 413 for a body over the
+      // function's payload limit, 429 Too Many Requests when the stage's route throttle is spent)
+      // or a proxy's page (503 Service Unavailable). Each means what the API's own answer of that
+      // status does, and the client retried the 429 and 503 alike; any other is unforeseen.
       if (error.status === 401 || error.status === 403) return EXIT.unauthorized;
+      if (error.status === 413) return EXIT.invalid;
       if (error.status === 429 || error.status === 503) return EXIT.busy;
       return EXIT.failed;
     }

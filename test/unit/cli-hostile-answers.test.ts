@@ -217,6 +217,23 @@ describe("exit codes of answers API Gateway gives itself", () => {
     expect(code).toBe(EXIT.unauthorized);
   });
 
+  it("its 413 {message} for a body over the function's payload limit exits 3 as a payload_too_large does", async () => {
+    answer = {
+      status: 413,
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ message: "Request Entity Too Large" }),
+    };
+    const { code } = await cli(
+      "jobs",
+      "create",
+      "--type",
+      "noop",
+      "--run-at",
+      "2030-01-01T00:00:00Z",
+    );
+    expect(code).toBe(EXIT.invalid);
+  });
+
   it("a 503 {message} exits 8 as a busy does; a 502 or 504 stays 1", async () => {
     answer = {
       status: 503,
