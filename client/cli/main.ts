@@ -13,7 +13,13 @@ export function cliProgram(io: CliIo): Command {
   const program = new Command("scheduler")
     .description("The scheduler's API from the command line (docs/cli.md).")
     .exitOverride()
-    .configureOutput({ writeOut: io.stdout, writeErr: io.stderr })
+    .configureOutput({
+      writeOut: io.stdout,
+      // With -o json, runCli prints a usage error as JSON instead of commander's text and help.
+      writeErr: (text) => {
+        if (!jsonOutput(program)) io.stderr(text);
+      },
+    })
     .showHelpAfterError()
     .option(
       "--api <url>",
@@ -37,7 +43,8 @@ Exit codes: 0 done; 1 failed unexpectedly; 2 usage; 3 input refused (400, 413, 4
 4 not found; 5 conflict (409); 6 stale version (412); 7 unauthorized; 8 busy (503);
 9 API unreachable; 10 runs watch timed out; 11 not supported by the API (405); 12 over a
 quota (403 quota_exceeded); 13 not allowed (403 forbidden). A 429 (rate_limited, or API
-Gateway's throttle) exits 8. A 429 or 503 to a request safe to repeat is retried 3 times (Retry-After) first. See docs/cli.md.`,
+Gateway's throttle) exits 8. A 429 or 503 to a request safe to repeat is retried 3 times
+(Retry-After) first. See docs/cli.md.`,
     );
   jobsCommand(program, io);
   runsCommand(program, io);
@@ -90,6 +97,12 @@ function report(error: unknown, json: boolean, io: CliIo): void {
   io.stderr(json ? `${jsonText({ error: { message } }, 0)}\n` : `error: ${printable(message)}\n`);
 }
 
+/**
+ * Whether `-o json` was given. Commander reads the program's options from the whole command line
+ * before it runs a subcommand, so this holds for every error a subcommand raises.
+ */
+const jsonOutput = (program: Command) => program.opts<{ output?: string }>().output === "json";
+
 /** Runs `scheduler <argv…>` and resolves with its exit code; never exits the process itself. */
 export async function runCli(argv: readonly string[], io: CliIo): Promise<number> {
   const program = cliProgram(io);
@@ -100,12 +113,23 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
     if (error instanceof CommanderError) {
       // Help and version are "errors" to commander; exitCode 0 says they are not.
       if (error.exitCode === 0) return EXIT.ok;
-      // A usage error raised inside an action is not printed by commander itself.
-      if (error.code === "commander.invalidArgument" && !error.message.startsWith("error:"))
+      if (jsonOutput(program)) {
+        // Commander's message for help it would have shown in place of a command is "(outputHelp)".
+        const message =
+          error.code === "commander.help"
+            ? "a command is missing: --help lists the commands"
+            : error.message.replace(/^error: /, "");
+        io.stderr(`${jsonText({ error: { message } }, 0)}\n`);
+      } else if (
+        error.code === "commander.invalidArgument" &&
+        !error.message.startsWith("error:")
+      ) {
+        // A usage error raised inside an action is not printed by commander itself.
         io.stderr(`error: ${error.message}\n`);
+      }
       return EXIT.usage;
     }
-    report(error, program.opts<{ output?: string }>().output === "json", io);
+    report(error, jsonOutput(program), io);
     return exitCodeOf(error);
   }
 }

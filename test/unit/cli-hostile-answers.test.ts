@@ -330,3 +330,27 @@ describe("a listing whose answer would never end it", () => {
     }
   });
 });
+
+describe("with -o json every error on stderr is one JSON line", () => {
+  it("usage errors too: a missing argument, a bad option value, an unreadable --file; exit 2", async () => {
+    for (const args of [
+      ["jobs", "get"],
+      ["runs", "list", "X", "--status", "bogus"],
+      ["jobs", "create", "--file", "/nonexistent/job.json"],
+      ["jobs", "frobnicate"],
+    ]) {
+      const { code, out, err } = await cli("-o", "json", ...args);
+      expect(code, args.join(" ")).toBe(EXIT.usage);
+      expect(out).toBe("");
+      expect(err.endsWith("\n") && err.trimEnd().split("\n").length === 1, err).toBe(true);
+      const parsed = JSON.parse(err) as { error: { message: string } };
+      expect(parsed.error.message, args.join(" ")).not.toMatch(/^error:/);
+      expect(parsed.error.message.length).toBeGreaterThan(0);
+    }
+    // Without -o json they stay as commander prints them, with the command's help.
+    const plain = await cli("jobs", "get");
+    expect(plain.err).toMatch(
+      /^error: missing required argument 'id'\n\nUsage: scheduler jobs get/,
+    );
+  });
+});
