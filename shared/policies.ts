@@ -129,6 +129,13 @@ export interface OverlapInput {
    * policy, without taking buffer_one's one waiting place from the run that holds it.
    */
   readonly rerun?: boolean;
+  /**
+   * A retry or replay of the job (not this run) that waits for a run under way, still waiting
+   * (`rerunWaiting` on the job, its run read QUEUED or RUNNING). Under `skip` and `buffer_one` a
+   * first attempt yields to it, live runs or not: else a job whose runs follow one another with no
+   * gap would start its next run ahead of it at every period, and keep it waiting for good.
+   */
+  readonly rerunWaiting?: string | null;
 }
 
 /**
@@ -153,6 +160,11 @@ export function decideOverlap(input: OverlapInput): OverlapDecision {
     );
   }
   const live = [...new Set(input.liveRunIds)].filter((id) => id !== runId);
+  const rerunAhead =
+    input.rerun !== true && input.rerunWaiting != null && input.rerunWaiting !== runId
+      ? input.rerunWaiting
+      : null;
+  if (rerunAhead !== null && policy !== "allow") return yieldToRerun(input, rerunAhead);
   const firstLive = live[0];
   if (firstLive === undefined) {
     return { action: "start" };
@@ -177,6 +189,26 @@ export function decideOverlap(input: OverlapInput): OverlapDecision {
     case "allow":
       return live.length < maxConcurrent ? { action: "start" } : { action: "buffer" };
   }
+}
+
+/**
+ * A first attempt that meets a waiting retry or replay: under `skip` it is skipped, naming the
+ * rerun; under `buffer_one` it waits in the one waiting place (or is skipped when another holds
+ * it) and starts after the rerun, which gets in at its next check.
+ */
+function yieldToRerun(input: OverlapInput, rerunId: string): OverlapDecision {
+  const { runId, bufferedRunId } = input;
+  if (input.policy === "buffer_one" && (bufferedRunId === null || bufferedRunId === runId))
+    return { action: "buffer" };
+  if (input.policy === "buffer_one")
+    return {
+      action: "skip",
+      reason: `overlap: another run (${bufferedRunId}) is already buffered; policy buffer_one`,
+    };
+  return {
+    action: "skip",
+    reason: `overlap: a retry or replay (${rerunId}) waits to run first; policy skip`,
+  };
 }
 
 /**

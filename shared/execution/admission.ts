@@ -78,9 +78,17 @@ export async function admitRun(
         liveRunIds: byLease,
         bufferedRunId: null,
         rerun: options.rerun === true,
+        rerunWaiting: job.rerunWaiting ?? null,
       }).action === "start";
+    // A waiting rerun marked on the job is read with the listed runs, to tell whether it waits
+    // still: only by a run that does not start anyway (a first attempt finding one marked).
     const read = startsAnyway
-      ? { ...job, activeRuns: omit(job.activeRuns, byLease), bufferedRunId: null }
+      ? {
+          ...job,
+          activeRuns: omit(job.activeRuns, byLease),
+          bufferedRunId: null,
+          rerunWaiting: null,
+        }
       : job;
     const [listed] = await readListedRuns(engine, [read]);
     const view: Job = {
@@ -89,12 +97,21 @@ export async function admitRun(
       lastRun: listed?.job.lastRun ?? job.lastRun,
     };
     const { live, lapsed } = liveRunIds(view, now);
+    // The marked rerun waits still, or its mark is stale (its run ended unadmitted: cancelled,
+    // dead) and is dropped by this admission's write.
+    const rerunWaiting = listed?.rerunWaiting ?? null;
+    const staleRerunMark =
+      !startsAnyway &&
+      job.rerunWaiting != null &&
+      job.rerunWaiting !== runId &&
+      rerunWaiting === null;
+    const yieldsToRerun = options.rerun !== true && rerunWaiting !== null && rerunWaiting !== runId;
     // A buffered run that ended without being admitted no longer holds the slot, whichever path
     // ended it: this run takes the slot over.
     const buffered =
       job.bufferedRunId !== null &&
       job.bufferedRunId !== runId &&
-      live.some((id) => id !== runId) &&
+      (live.some((id) => id !== runId) || yieldsToRerun) &&
       job.policies.overlap === "buffer_one" &&
       listed?.bufferedWaiting === true
         ? job.bufferedRunId
@@ -106,6 +123,7 @@ export async function admitRun(
       liveRunIds: live,
       bufferedRunId: buffered,
       rerun: options.rerun === true,
+      rerunWaiting,
     });
     if (decision.action === "skip") return { decision, job };
     let change: AdmissionChange;
@@ -119,14 +137,24 @@ export async function admitRun(
     // buffer_one's one waiting place, unless another waiting run holds it.
     else if (job.policies.overlap === "buffer_one" && buffered === null)
       change = { kind: "buffer", runId };
-    // allow at its bound, or a retry or replay behind a live run (and behind buffer_one's waiting
-    // run): nothing to record, the run just waits its turn.
+    // A retry or replay behind a live run (and behind buffer_one's waiting run) marks itself on
+    // the job, so that the next occurrence yields to it rather than start ahead of it again; once
+    // marked (or while another waiting rerun holds the mark) it has nothing to record.
+    else if (
+      options.rerun === true &&
+      job.policies.overlap !== "allow" &&
+      job.rerunWaiting !== runId &&
+      rerunWaiting === null
+    )
+      change = { kind: "rerun waits", runId };
+    // allow at its bound: nothing to record, the run just waits its turn.
     else return { decision, job };
     let raced: ConcurrentUpdateError | undefined;
     try {
       await recordAdmission(engine, job, change, {
         dropped: [...lapsed, ...(listed?.ended ?? [])],
         lastRun: view.lastRun,
+        staleRerunMark,
       });
       // The runs ahead end without writing the job, so one may have ended (and found no run to
       // wake) between the read above and the write that gave this run the slot: they are read
@@ -160,7 +188,7 @@ function omit(entries: Readonly<Record<string, string>>, ids: readonly string[])
 async function anyEnded(engine: Engine, view: Job, live: readonly string[]): Promise<boolean> {
   const ahead = Object.fromEntries(live.map((runId) => [runId, view.activeRuns[runId] ?? ""]));
   const [listed] = await readListedRuns(engine, [
-    { ...view, activeRuns: ahead, bufferedRunId: null },
+    { ...view, activeRuns: ahead, bufferedRunId: null, rerunWaiting: null },
   ]);
   return (listed?.ended.length ?? 0) > 0;
 }

@@ -2,7 +2,7 @@ import type { Engine } from "../engine.js";
 import type { RunMessage } from "../model.js";
 import { METRICS } from "../observability.js";
 import { recordShardCount } from "../shard-count.js";
-import { releaseBufferSlot } from "../storage/admission.js";
+import { releaseBufferSlot, releaseRerunMark } from "../storage/admission.js";
 import { recordRunOnJob } from "../storage/run-finish.js";
 import { getJob, getRun } from "../storage/run-reads.js";
 import { triggerEntryOf } from "../storage/trigger.js";
@@ -70,6 +70,9 @@ export async function handleCrashedRun(
   if (run) {
     // A buffer_one job's waiting run may be the one that died; the next overlap may wait again.
     await releaseBufferSlot(engine, run.jobId, run.runId);
+    // A retry or replay that died waiting leaves its mark: the job's next occurrences need not
+    // yield to it (an admission would drop it too, reading the run ended).
+    if (job?.rerunWaiting === run.runId) await releaseRerunMark(engine, run.jobId, run.runId);
     engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status: "DEAD" });
     engine.obs.log.error("run dead-lettered by the redrive DLQ", { runId: run.runId });
   }

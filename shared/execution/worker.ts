@@ -5,7 +5,7 @@ import type { Job, Run } from "../model.js";
 import { METRICS } from "../observability.js";
 import { type ReceivedRun, setVisibility } from "../queue/work-queue.js";
 import { takeTenantSlot } from "../quotas/concurrency.js";
-import { releaseBufferSlot } from "../storage/admission.js";
+import { releaseBufferSlot, releaseRerunMark } from "../storage/admission.js";
 import { runMessageOf } from "../storage/items.js";
 import type { HeldRun } from "../storage/run-fence.js";
 import { finishRun } from "../storage/run-finish.js";
@@ -193,6 +193,7 @@ async function runStarted(
       engine.clock(),
     );
     if (job?.bufferedRunId === run.runId) await releaseBufferSlot(engine, run.jobId, run.runId);
+    if (job?.rerunWaiting === run.runId) await releaseRerunMark(engine, run.jobId, run.runId);
     return "ack";
   }
   if (decision.action === "park") {

@@ -12,7 +12,8 @@ import { jobKey } from "./items.js";
 
 /**
  * Writes of a job's overlap bookkeeping: `activeRuns` (runId → leaseUntil of
- * its running runs), `bufferedRunId` (buffer_one's waiting run) and
+ * its running runs), `bufferedRunId` (buffer_one's waiting run),
+ * `rerunWaiting` (a retry or replay waiting for a run under way) and
  * `activeRevision`, which serialises admissions of one job.
  */
 
@@ -22,6 +23,8 @@ const REVISION_UNCHANGED = "activeRevision = :revision";
 const RUN_LISTED = "attribute_exists(activeRuns.#runId)";
 /** The run still holds the buffer_one slot: a newer buffered run keeps its own. */
 const HOLDS_BUFFER = "bufferedRunId = :runId";
+/** The run is still the job's waiting rerun: another rerun's mark stays. */
+const HOLDS_RERUN_MARK = "rerunWaiting = :runId";
 
 export type AdmissionChange =
   /**
@@ -35,13 +38,17 @@ export type AdmissionChange =
       readonly firstWriteLeadMs?: number | undefined;
     }
   /** The run takes the buffer_one slot. */
-  | { readonly kind: "buffer"; readonly runId: string };
+  | { readonly kind: "buffer"; readonly runId: string }
+  /** A retry or replay waiting for a run under way marks itself on the job (`rerunWaiting`). */
+  | { readonly kind: "rerun waits"; readonly runId: string };
 
 /**
  * Records an admission decided on `job` as read, dropping the entries
  * `dropped` (lapsed leases, ended runs) on the way and, when it differs from
- * the one read, setting the job's `lastRun`. Throws ConcurrentUpdateError when
- * the job's activeRevision moved since that read: decide again from a fresh one.
+ * the one read, setting the job's `lastRun`. A start clears the job's
+ * `rerunWaiting` when it is the run's own, and any write drops one whose run
+ * was read ended (`staleRerunMark`). Throws ConcurrentUpdateError when the
+ * job's activeRevision moved since that read: decide again from a fresh one.
  */
 export async function recordAdmission(
   engine: Engine,
@@ -50,7 +57,12 @@ export async function recordAdmission(
   {
     dropped,
     lastRun = job.lastRun,
-  }: { readonly dropped: readonly string[]; readonly lastRun?: RunSummary | null },
+    staleRerunMark = false,
+  }: {
+    readonly dropped: readonly string[];
+    readonly lastRun?: RunSummary | null;
+    readonly staleRerunMark?: boolean;
+  },
 ): Promise<void> {
   const names: Record<string, string> = {};
   const removals = dropped
@@ -70,8 +82,13 @@ export async function recordAdmission(
       sets.push("firstWriteLeadMs = :lead");
       values[":lead"] = change.firstWriteLeadMs;
     }
-  } else {
+    if (job.rerunWaiting === change.runId || staleRerunMark) removals.push("rerunWaiting");
+  } else if (change.kind === "buffer") {
     sets.push("bufferedRunId = :runId");
+    values[":runId"] = change.runId;
+    if (staleRerunMark) removals.push("rerunWaiting");
+  } else {
+    sets.push("rerunWaiting = :runId");
     values[":runId"] = change.runId;
   }
   if (lastRun !== job.lastRun) {
@@ -138,6 +155,7 @@ function ownAdmissionWritten(job: Job, change: AdmissionChange, error: unknown):
   if (!sentMoreThanOnce(error) || old === null) return false;
   if (old.activeRevision !== job.activeRevision + 1) return false;
   if (change.kind === "buffer") return old.bufferedRunId === change.runId;
+  if (change.kind === "rerun waits") return old.rerunWaiting === change.runId;
   const listed = (old.activeRuns ?? {}) as Record<string, unknown>;
   return listed[change.runId] === change.leaseUntil.toISOString();
 }
@@ -224,6 +242,30 @@ export async function releaseBufferSlot(engine: Engine, jobId: string, runId: st
           Key: jobKey(jobId),
           ConditionExpression: HOLDS_BUFFER,
           UpdateExpression: "SET activeRevision = activeRevision + :one REMOVE bufferedRunId",
+          ExpressionAttributeValues: { ":runId": runId, ":one": 1 },
+        }),
+      ),
+    );
+  } catch (error) {
+    if (!isConditionalCheckFailed(error)) throw error;
+  }
+}
+
+/**
+ * Clears the job's `rerunWaiting` when that rerun ends without being admitted (cancelled, dead,
+ * ended by its job's state). Conditioned on the run still holding the mark, so another rerun's
+ * stays. An admission also drops a mark whose run it reads ended, for an ending that could not
+ * get here (a crash, a cancel).
+ */
+export async function releaseRerunMark(engine: Engine, jobId: string, runId: string) {
+  try {
+    await retryOnContention(engine, "rerun mark release", () =>
+      engine.doc.send(
+        new UpdateCommand({
+          TableName: engine.tables.jobs,
+          Key: jobKey(jobId),
+          ConditionExpression: HOLDS_RERUN_MARK,
+          UpdateExpression: "SET activeRevision = activeRevision + :one REMOVE rerunWaiting",
           ExpressionAttributeValues: { ":runId": runId, ":one": 1 },
         }),
       ),

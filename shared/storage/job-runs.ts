@@ -19,6 +19,8 @@ export interface ListedRuns {
   readonly ended: readonly string[];
   /** The job's buffered run (buffer_one) is still waiting: it has not ended. */
   readonly bufferedWaiting: boolean;
+  /** The job's `rerunWaiting` while that run waits still (QUEUED or RUNNING); null otherwise. */
+  readonly rerunWaiting: string | null;
 }
 
 const underWay = (run: Run) => run.status === "QUEUED" || run.status === "RUNNING";
@@ -34,8 +36,8 @@ const listedUnderWay = (run: Run, leaseUntil: string, now: string) =>
 
 /**
  * The jobs as their listed runs stand: one consistent BatchGetItem of every
- * job's `activeRuns` and buffered run (none when nothing is listed), in the
- * jobs' order.
+ * job's `activeRuns`, buffered run and waiting rerun (none when nothing is
+ * listed), in the jobs' order.
  */
 export async function readListedRuns(engine: Engine, jobs: readonly Job[]): Promise<ListedRuns[]> {
   const keys = jobs.flatMap((job) =>
@@ -59,6 +61,7 @@ export async function readListedRuns(engine: Engine, jobs: readonly Job[]): Prom
 const listedRunIds = (job: Job) => [
   ...Object.keys(job.activeRuns),
   ...(job.bufferedRunId === null ? [] : [job.bufferedRunId]),
+  ...(job.rerunWaiting == null ? [] : [job.rerunWaiting]),
 ];
 
 function withListedRuns(job: Job, runs: ReadonlyMap<string, Run>, now: string): ListedRuns {
@@ -76,10 +79,12 @@ function withListedRuns(job: Job, runs: ReadonlyMap<string, Run>, now: string): 
     if (summary !== null && finishedAfter(summary, lastRun)) lastRun = summary;
   }
   const buffered = job.bufferedRunId === null ? undefined : runs.get(job.bufferedRunId);
+  const rerun = job.rerunWaiting == null ? undefined : runs.get(job.rerunWaiting);
   return {
     job: ended.length === 0 ? job : { ...job, activeRuns, lastRun },
     ended,
     bufferedWaiting: buffered !== undefined && underWay(buffered),
+    rerunWaiting: rerun !== undefined && underWay(rerun) ? rerun.runId : null,
   };
 }
 

@@ -2,8 +2,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sleep } from "../../shared/clock.js";
 import { JobError, type JobHandler } from "../../shared/execution/job-contract.js";
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
-import { createJob, replayDeadLetter, triggerJob } from "../../shared/jobs/index.js";
+import { cancelRun, createJob, replayDeadLetter, triggerJob } from "../../shared/jobs/index.js";
 import { listDeadLetters } from "../../shared/jobs/queries.js";
+import { runId } from "../../shared/keys.js";
 import type { Job, Run } from "../../shared/model.js";
 import type { OverlapPolicy } from "../../shared/policies.js";
 import { setVisibility } from "../../shared/queue/work-queue.js";
@@ -238,4 +239,187 @@ describe("replaying every dead letter of one job at once, through a worker loop"
       await loop;
     }
   }, 90_000);
+});
+
+type Rerun = "retry" | "replay";
+
+/**
+ * A recurring job whose runs follow one another with no gap: each run blocks until the test
+ * releases it, and the next occurrence (a trigger, which meets the overlap policy as one) comes the
+ * moment it ends. Runs listed in `failing` fail (retryably, or for good); a retry or replay succeeds.
+ */
+async function backToBackJob(overlap: OverlapPolicy) {
+  const failing = new Map<string, boolean>();
+  const releases = new Map<string, () => void>();
+  const blocked = new Map<string, Promise<void>>();
+  const blockerOf = (runId: string) => {
+    let gate = blocked.get(runId);
+    if (gate === undefined) {
+      gate = new Promise<void>((resolve) => releases.set(runId, resolve));
+      blocked.set(runId, gate);
+    }
+    return gate;
+  };
+  const handlers: Record<string, JobHandler> = {
+    busy: async (ctx) => {
+      const retryable = failing.get(ctx.runId);
+      if (retryable !== undefined) throw new JobError("target down", { retryable });
+      if (ctx.attempt > 1) return;
+      await blockerOf(ctx.runId);
+    },
+  };
+  const { job } = await createJob(
+    f.engine,
+    testJob({
+      type: "busy",
+      schedule: { cron: "0 0 1 1 *", timezone: "UTC" },
+      policies: {
+        ...testJob().policies,
+        overlap,
+        retry: { maxAttempts: 2, initialDelayMs: 1000, maxDelayMs: 1000 },
+      },
+    }),
+  );
+  const release = (runId: string) => {
+    blockerOf(runId);
+    releases.get(runId)?.();
+  };
+  return { job, handlers, failing, release };
+}
+
+/**
+ * Delivers a run of the job and processes it until it is either admitted (listed in activeRuns,
+ * its handler blocking) or done deciding (skipped, buffered). Returns whether it was admitted,
+ * and the processing, which ends once the run does.
+ */
+async function deliverNext(
+  job: Job,
+  run: Pick<Run, "runId" | "jobId" | "scheduledFor" | "attempt">,
+  handlers: Record<string, JobHandler>,
+) {
+  let done = false;
+  const running = f.process(f.workerDeps("occurrence", handlers, 200), await deliveryOf(run));
+  void running.finally(() => {
+    done = true;
+  });
+  const admitted = await waitFor("the run to be admitted or done", async () => {
+    const current = await getJob(f.engine, job.jobId);
+    if (current?.activeRuns[run.runId] !== undefined) return "admitted";
+    return done ? "decided" : undefined;
+  });
+  return { admitted: admitted === "admitted", running };
+}
+
+describe("a retry or replay of a job whose runs follow one another with no gap", () => {
+  const cases: [OverlapPolicy, Rerun][] = [
+    ["skip", "retry"],
+    ["skip", "replay"],
+    ["buffer_one", "retry"],
+    ["buffer_one", "replay"],
+  ];
+  it.each(cases)(
+    "under %s, a %s gets in at the next period instead of waiting for a gap",
+    async (overlap, kind) => {
+      const { job, handlers, failing, release } = await backToBackJob(overlap);
+
+      // An occurrence fails: its retry is due a second later (or, failing for good, it is
+      // dead-lettered and replayed once the next run is under way).
+      const failed = await triggerJob(f.engine, job.tenantId, job.jobId);
+      failing.set(failed.runId, kind === "retry");
+      await f.process(f.workerDeps("first", handlers), await deliveryOf(failed));
+      expect((await getRun(f.engine, failed))?.status).toBe(kind === "retry" ? "FAILED" : "DEAD");
+
+      // The next occurrence is under way (and under buffer_one, the one after it waits).
+      let ahead = await triggerJob(f.engine, job.tenantId, job.jobId);
+      let aheadRunning = (await deliverNext(job, ahead, handlers)).running;
+      let buffered: Run | null = null;
+      if (overlap === "buffer_one") {
+        buffered = await triggerJob(f.engine, job.tenantId, job.jobId);
+        await (await deliverNext(job, buffered, handlers)).running;
+        expect((await getJob(f.engine, job.jobId))?.bufferedRunId).toBe(buffered.runId);
+      }
+      const rerun =
+        kind === "retry"
+          ? { ...failed, runId: runId(failed.jobId, failed.scheduledFor, 2), attempt: 2 }
+          : await replayDeadLetter(f.engine, job.tenantId, failed.runId);
+      await f.process(f.workerDeps("rerun", handlers), await deliveryOf(rerun));
+      expect((await getRun(f.engine, rerun))?.reason).toBe(`waiting: overlap policy ${overlap}`);
+
+      // Period after period, the run ahead ends and the next one starts at once: the rerun, which
+      // checks again 5 s after each wait, must still get in at the first of them.
+      const skipped: string[] = [];
+      let periods = 0;
+      for (; periods < 3; periods++) {
+        release(ahead.runId);
+        expect(await aheadRunning).toBe("ack");
+        // buffer_one sends its waiting run the moment the run ahead ends.
+        if (buffered !== null) {
+          const woken = await deliverNext(job, buffered, handlers);
+          if (woken.admitted) {
+            ahead = buffered;
+            aheadRunning = woken.running;
+            buffered = null;
+          }
+        }
+        const next = await triggerJob(f.engine, job.tenantId, job.jobId);
+        const delivered = await deliverNext(job, next, handlers);
+        if (delivered.admitted) {
+          ahead = next;
+          aheadRunning = delivered.running;
+        } else {
+          const decided = await getRun(f.engine, next);
+          if (decided?.status === "SKIPPED") skipped.push(decided.reason ?? "");
+          else if (buffered === null) buffered = next;
+        }
+        await f.process(f.workerDeps("rerun", handlers), await deliveryOf(rerun));
+        if ((await getRun(f.engine, rerun))?.status !== "QUEUED") break;
+      }
+      const ended = await getRun(f.engine, rerun);
+      expect({ status: ended?.status, periods }).toEqual({ status: "SUCCEEDED", periods: 0 });
+      // The occurrence that met it yielded to it, and the job's runs go on after it.
+      if (overlap === "skip")
+        expect(skipped).toEqual([
+          `overlap: a retry or replay (${rerun.runId}) waits to run first; policy skip`,
+        ]);
+      expect((await getJob(f.engine, job.jobId))?.rerunWaiting ?? null).toBeNull();
+      release(ahead.runId);
+      if (buffered !== null) {
+        const woken = await deliverNext(job, buffered, handlers);
+        expect(woken.admitted).toBe(true);
+        release(buffered.runId);
+        expect(await woken.running).toBe("ack");
+      }
+    },
+    90_000,
+  );
+});
+
+describe("a waiting retry's mark on its job", () => {
+  it("blocks no occurrence once the retry has ended without running (cancelled while it waited)", async () => {
+    const { job, handlers, failing, release } = await backToBackJob("skip");
+    const failed = await triggerJob(f.engine, job.tenantId, job.jobId);
+    failing.set(failed.runId, true);
+    await f.process(f.workerDeps("first", handlers), await deliveryOf(failed));
+    const ahead = await triggerJob(f.engine, job.tenantId, job.jobId);
+    const { running } = await deliverNext(job, ahead, handlers);
+    const retry = { ...failed, runId: runId(failed.jobId, failed.scheduledFor, 2), attempt: 2 };
+    await f.process(f.workerDeps("retry", handlers), await deliveryOf(retry));
+    expect((await getJob(f.engine, job.jobId))?.rerunWaiting).toBe(retry.runId);
+
+    // Cancelled while it waits: the cancel writes the run alone, and the mark stays behind.
+    expect((await cancelRun(f.engine, job.tenantId, job.jobId, retry.runId)).status).toBe(
+      "CANCELLED",
+    );
+    release(ahead.runId);
+    expect(await running).toBe("ack");
+
+    // The next occurrence reads the marked run ended: it starts, and its admission drops the mark.
+    const next = await triggerJob(f.engine, job.tenantId, job.jobId);
+    const delivered = await deliverNext(job, next, handlers);
+    expect(delivered.admitted).toBe(true);
+    expect((await getJob(f.engine, job.jobId))?.rerunWaiting ?? null).toBeNull();
+    release(next.runId);
+    expect(await delivered.running).toBe("ack");
+    expect((await getRun(f.engine, next))?.status).toBe("SUCCEEDED");
+  }, 60_000);
 });

@@ -260,6 +260,68 @@ describe("decideOverlap", () => {
       { action: "start" },
     ],
     [
+      "skip, a first attempt with a retry or replay waiting and nothing live → skip naming it",
+      { policy: "skip", runId: "r3", liveRunIds: [], bufferedRunId: null, rerunWaiting: "r2" },
+      {
+        action: "skip",
+        reason: "overlap: a retry or replay (r2) waits to run first; policy skip",
+      },
+    ],
+    [
+      "buffer_one, a first attempt with a retry or replay waiting and nothing live → buffer",
+      {
+        policy: "buffer_one",
+        runId: "r3",
+        liveRunIds: [],
+        bufferedRunId: null,
+        rerunWaiting: "r2",
+      },
+      { action: "buffer" },
+    ],
+    [
+      "buffer_one, a first attempt with a retry or replay waiting and another buffered → skip",
+      {
+        policy: "buffer_one",
+        runId: "r4",
+        liveRunIds: [],
+        bufferedRunId: "r3",
+        rerunWaiting: "r2",
+      },
+      {
+        action: "skip",
+        reason: "overlap: another run (r3) is already buffered; policy buffer_one",
+      },
+    ],
+    [
+      "allow does not yield to a waiting retry or replay",
+      { policy: "allow", runId: "r3", liveRunIds: [], bufferedRunId: null, rerunWaiting: "r2" },
+      { action: "start" },
+    ],
+    [
+      "skip, the waiting retry or replay itself with nothing live → start",
+      {
+        policy: "skip",
+        runId: "r2",
+        liveRunIds: [],
+        bufferedRunId: null,
+        rerun: true,
+        rerunWaiting: "r2",
+      },
+      { action: "start" },
+    ],
+    [
+      "skip, another retry or replay with a retry or replay waiting and nothing live → start",
+      {
+        policy: "skip",
+        runId: "r5",
+        liveRunIds: [],
+        bufferedRunId: null,
+        rerun: true,
+        rerunWaiting: "r2",
+      },
+      { action: "start" },
+    ],
+    [
       "skip ignores maxConcurrent",
       { policy: "skip", maxConcurrent: 5, runId: "r2", liveRunIds: ["r1"], bufferedRunId: null },
       { action: "skip", reason: "overlap: run r1 still running; policy skip" },
