@@ -131,9 +131,11 @@ export interface OverlapInput {
   readonly rerun?: boolean;
   /**
    * A retry or replay of the job (not this run) that waits for a run under way, still waiting
-   * (`rerunWaiting` on the job, its run read QUEUED or RUNNING). Under `skip` and `buffer_one` a
-   * first attempt yields to it, live runs or not: else a job whose runs follow one another with no
-   * gap would start its next run ahead of it at every period, and keep it waiting for good.
+   * (`rerunWaiting` on the job, its run read QUEUED or RUNNING). A first attempt yields to it:
+   * under `skip` and `buffer_one` live runs or not, under `allow` by leaving it a slot (the
+   * first attempt starts only if one is left beside it). Else a job whose runs follow one
+   * another with no gap (or, under `allow`, keep it at its bound) would start its next run ahead
+   * of it at every period, and keep it waiting for good.
    */
   readonly rerunWaiting?: string | null;
 }
@@ -164,7 +166,7 @@ export function decideOverlap(input: OverlapInput): OverlapDecision {
     input.rerun !== true && input.rerunWaiting != null && input.rerunWaiting !== runId
       ? input.rerunWaiting
       : null;
-  if (rerunAhead !== null && policy !== "allow") return yieldToRerun(input, rerunAhead);
+  if (rerunAhead !== null) return yieldToRerun(input, rerunAhead, live.length, maxConcurrent);
   const firstLive = live[0];
   if (firstLive === undefined) {
     return { action: "start" };
@@ -194,10 +196,19 @@ export function decideOverlap(input: OverlapInput): OverlapDecision {
 /**
  * A first attempt that meets a waiting retry or replay: under `skip` it is skipped, naming the
  * rerun; under `buffer_one` it waits in the one waiting place (or is skipped when another holds
- * it) and starts after the rerun, which gets in at its next check.
+ * it) and starts after the rerun, which gets in at its next check. Under `allow` the rerun counts
+ * as holding a slot: the first attempt starts only if a slot is left beside it, and otherwise
+ * waits, as allow's runs at the bound do, leaving the slot that frees to the rerun.
  */
-function yieldToRerun(input: OverlapInput, rerunId: string): OverlapDecision {
+function yieldToRerun(
+  input: OverlapInput,
+  rerunId: string,
+  liveCount: number,
+  maxConcurrent: number,
+): OverlapDecision {
   const { runId, bufferedRunId } = input;
+  if (input.policy === "allow")
+    return liveCount + 1 < maxConcurrent ? { action: "start" } : { action: "buffer" };
   if (input.policy === "buffer_one" && (bufferedRunId === null || bufferedRunId === runId))
     return { action: "buffer" };
   if (input.policy === "buffer_one")

@@ -140,14 +140,12 @@ export async function admitRun(
     // A retry or replay behind a live run (and behind buffer_one's waiting run) marks itself on
     // the job, so that the next occurrence yields to it rather than start ahead of it again; once
     // marked (or while another waiting rerun holds the mark) it has nothing to record.
-    else if (
-      options.rerun === true &&
-      job.policies.overlap !== "allow" &&
-      job.rerunWaiting !== runId &&
-      rerunWaiting === null
-    )
+    // Under allow it marks itself at the bound the same way, so that the next first attempt
+    // leaves it the slot that frees.
+    else if (options.rerun === true && job.rerunWaiting !== runId && rerunWaiting === null)
       change = { kind: "rerun waits", runId };
-    // allow at its bound: nothing to record, the run just waits its turn.
+    // A first attempt under allow at its bound (or giving way to a waiting rerun): nothing to
+    // record, the run just waits its turn.
     else return { decision, job };
     let raced: ConcurrentUpdateError | undefined;
     try {

@@ -248,7 +248,7 @@ type Rerun = "retry" | "replay";
  * releases it, and the next occurrence (a trigger, which meets the overlap policy as one) comes the
  * moment it ends. Runs listed in `failing` fail (retryably, or for good); a retry or replay succeeds.
  */
-async function backToBackJob(overlap: OverlapPolicy) {
+async function backToBackJob(overlap: OverlapPolicy, maxConcurrent?: number) {
   const failing = new Map<string, boolean>();
   const releases = new Map<string, () => void>();
   const blocked = new Map<string, Promise<void>>();
@@ -276,6 +276,7 @@ async function backToBackJob(overlap: OverlapPolicy) {
       policies: {
         ...testJob().policies,
         overlap,
+        ...(maxConcurrent === undefined ? {} : { maxConcurrent }),
         retry: { maxAttempts: 2, initialDelayMs: 1000, maxDelayMs: 1000 },
       },
     }),
@@ -394,32 +395,105 @@ describe("a retry or replay of a job whose runs follow one another with no gap",
   );
 });
 
+describe("a retry or replay of an allow job kept at its maxConcurrent bound by back-to-back runs", () => {
+  it.each<Rerun>(["retry", "replay"])(
+    "a %s takes the slot that frees next instead of waiting for a gap",
+    async (kind) => {
+      const maxConcurrent = 2;
+      const { job, handlers, failing, release } = await backToBackJob("allow", maxConcurrent);
+
+      const failed = await triggerJob(f.engine, job.tenantId, job.jobId);
+      failing.set(failed.runId, kind === "retry");
+      await f.process(f.workerDeps("first", handlers), await deliveryOf(failed));
+      expect((await getRun(f.engine, failed))?.status).toBe(kind === "retry" ? "FAILED" : "DEAD");
+
+      // The job is at its bound: two runs under way, oldest first.
+      const ahead: { runId: string; running: Promise<"ack" | "keep"> }[] = [];
+      for (let i = 0; i < maxConcurrent; i++) {
+        const run = await triggerJob(f.engine, job.tenantId, job.jobId);
+        const delivered = await deliverNext(job, run, handlers);
+        expect(delivered.admitted).toBe(true);
+        ahead.push({ runId: run.runId, running: delivered.running });
+      }
+      const rerun =
+        kind === "retry"
+          ? { ...failed, runId: runId(failed.jobId, failed.scheduledFor, 2), attempt: 2 }
+          : await replayDeadLetter(f.engine, job.tenantId, failed.runId);
+      await f.process(f.workerDeps("rerun", handlers), await deliveryOf(rerun));
+      expect((await getRun(f.engine, rerun))?.reason).toBe("waiting: overlap policy allow");
+
+      // Period after period, the oldest run ends and the next occurrence comes at once: the
+      // rerun, which checks again 5 s after each wait, must take the slot that freed.
+      const waiting: Run[] = [];
+      let periods = 0;
+      for (; periods < 3; periods++) {
+        const oldest = ahead.shift();
+        if (oldest === undefined) throw new Error("no run ahead");
+        release(oldest.runId);
+        expect(await oldest.running).toBe("ack");
+        const next = await triggerJob(f.engine, job.tenantId, job.jobId);
+        const delivered = await deliverNext(job, next, handlers);
+        if (delivered.admitted) ahead.push({ runId: next.runId, running: delivered.running });
+        else {
+          // It waits, as allow's runs at the bound do.
+          const decided = await getRun(f.engine, next);
+          expect(decided?.reason).toBe("waiting: overlap policy allow");
+          waiting.push(next);
+        }
+        await f.process(f.workerDeps("rerun", handlers), await deliveryOf(rerun));
+        if ((await getRun(f.engine, rerun))?.status !== "QUEUED") break;
+      }
+      const ended = await getRun(f.engine, rerun);
+      expect({ status: ended?.status, periods }).toEqual({ status: "SUCCEEDED", periods: 0 });
+      expect(waiting.map((r) => r.runId)).toHaveLength(1);
+      expect((await getJob(f.engine, job.jobId))?.rerunWaiting ?? null).toBeNull();
+
+      // The occurrence that gave way runs next; the job's runs go on after the rerun.
+      for (const run of waiting) {
+        const woken = await deliverNext(job, run, handlers);
+        expect(woken.admitted).toBe(true);
+        release(run.runId);
+        expect(await woken.running).toBe("ack");
+      }
+      for (const run of ahead) {
+        release(run.runId);
+        expect(await run.running).toBe("ack");
+      }
+    },
+    90_000,
+  );
+});
+
 describe("a waiting retry's mark on its job", () => {
-  it("blocks no occurrence once the retry has ended without running (cancelled while it waited)", async () => {
-    const { job, handlers, failing, release } = await backToBackJob("skip");
-    const failed = await triggerJob(f.engine, job.tenantId, job.jobId);
-    failing.set(failed.runId, true);
-    await f.process(f.workerDeps("first", handlers), await deliveryOf(failed));
-    const ahead = await triggerJob(f.engine, job.tenantId, job.jobId);
-    const { running } = await deliverNext(job, ahead, handlers);
-    const retry = { ...failed, runId: runId(failed.jobId, failed.scheduledFor, 2), attempt: 2 };
-    await f.process(f.workerDeps("retry", handlers), await deliveryOf(retry));
-    expect((await getJob(f.engine, job.jobId))?.rerunWaiting).toBe(retry.runId);
+  it.each<OverlapPolicy>(["skip", "allow"])(
+    "under %s, blocks no occurrence once the retry has ended without running (cancelled while it waited)",
+    async (overlap) => {
+      const { job, handlers, failing, release } = await backToBackJob(overlap);
+      const failed = await triggerJob(f.engine, job.tenantId, job.jobId);
+      failing.set(failed.runId, true);
+      await f.process(f.workerDeps("first", handlers), await deliveryOf(failed));
+      const ahead = await triggerJob(f.engine, job.tenantId, job.jobId);
+      const { running } = await deliverNext(job, ahead, handlers);
+      const retry = { ...failed, runId: runId(failed.jobId, failed.scheduledFor, 2), attempt: 2 };
+      await f.process(f.workerDeps("retry", handlers), await deliveryOf(retry));
+      expect((await getJob(f.engine, job.jobId))?.rerunWaiting).toBe(retry.runId);
 
-    // Cancelled while it waits: the cancel writes the run alone, and the mark stays behind.
-    expect((await cancelRun(f.engine, job.tenantId, job.jobId, retry.runId)).status).toBe(
-      "CANCELLED",
-    );
-    release(ahead.runId);
-    expect(await running).toBe("ack");
+      // Cancelled while it waits: the cancel writes the run alone, and the mark stays behind.
+      expect((await cancelRun(f.engine, job.tenantId, job.jobId, retry.runId)).status).toBe(
+        "CANCELLED",
+      );
+      release(ahead.runId);
+      expect(await running).toBe("ack");
 
-    // The next occurrence reads the marked run ended: it starts, and its admission drops the mark.
-    const next = await triggerJob(f.engine, job.tenantId, job.jobId);
-    const delivered = await deliverNext(job, next, handlers);
-    expect(delivered.admitted).toBe(true);
-    expect((await getJob(f.engine, job.jobId))?.rerunWaiting ?? null).toBeNull();
-    release(next.runId);
-    expect(await delivered.running).toBe("ack");
-    expect((await getRun(f.engine, next))?.status).toBe("SUCCEEDED");
-  }, 60_000);
+      // The next occurrence reads the marked run ended: it starts, and its admission drops the mark.
+      const next = await triggerJob(f.engine, job.tenantId, job.jobId);
+      const delivered = await deliverNext(job, next, handlers);
+      expect(delivered.admitted).toBe(true);
+      expect((await getJob(f.engine, job.jobId))?.rerunWaiting ?? null).toBeNull();
+      release(next.runId);
+      expect(await delivered.running).toBe("ack");
+      expect((await getRun(f.engine, next))?.status).toBe("SUCCEEDED");
+    },
+    60_000,
+  );
 });

@@ -293,8 +293,57 @@ describe("decideOverlap", () => {
       },
     ],
     [
-      "allow does not yield to a waiting retry or replay",
+      "allow, a first attempt with a retry or replay waiting and its one slot free → buffer",
       { policy: "allow", runId: "r3", liveRunIds: [], bufferedRunId: null, rerunWaiting: "r2" },
+      { action: "buffer" },
+    ],
+    [
+      "allow, a first attempt with a retry or replay waiting and one slot left beside it → start",
+      {
+        policy: "allow",
+        maxConcurrent: 3,
+        runId: "r5",
+        liveRunIds: ["r3"],
+        bufferedRunId: null,
+        rerunWaiting: "r2",
+      },
+      { action: "start" },
+    ],
+    [
+      "allow, a first attempt with a retry or replay waiting and only the slot that freed → buffer",
+      {
+        policy: "allow",
+        maxConcurrent: 3,
+        runId: "r5",
+        liveRunIds: ["r3", "r4"],
+        bufferedRunId: null,
+        rerunWaiting: "r2",
+      },
+      { action: "buffer" },
+    ],
+    [
+      "allow, the waiting retry or replay itself with the slot that freed → start",
+      {
+        policy: "allow",
+        maxConcurrent: 3,
+        runId: "r2",
+        liveRunIds: ["r3", "r4"],
+        bufferedRunId: null,
+        rerun: true,
+        rerunWaiting: "r2",
+      },
+      { action: "start" },
+    ],
+    [
+      "allow, a first attempt with no retry or replay waiting and the slot that freed → start",
+      {
+        policy: "allow",
+        maxConcurrent: 3,
+        runId: "r5",
+        liveRunIds: ["r3", "r4"],
+        bufferedRunId: null,
+        rerunWaiting: null,
+      },
       { action: "start" },
     ],
     [
