@@ -87,7 +87,8 @@ export interface Job {
   /**
    * A retry or replay (attempt > 1) that waits for a run under way (under `allow`, for a slot
    * under maxConcurrent), recorded by it when it goes back to wait: an occurrence's admission
-   * that finds it still waiting yields to it. Absent when none waits (set only then, so runs of other jobs pay nothing).
+   * that finds it still waiting yields to it. Absent when none waits (set only then, so runs of
+   * other jobs pay nothing).
    */
   readonly rerunWaiting?: string | null;
   /**

@@ -139,9 +139,9 @@ export async function admitRun(
       change = { kind: "buffer", runId };
     // A retry or replay behind a live run (and behind buffer_one's waiting run) marks itself on
     // the job, so that the next occurrence yields to it rather than start ahead of it again; once
-    // marked (or while another waiting rerun holds the mark) it has nothing to record.
-    // Under allow it marks itself at the bound the same way, so that the next first attempt
-    // leaves it the slot that frees.
+    // marked (or while another waiting rerun holds the mark) it has nothing to record. Under allow
+    // it marks itself at the bound the same way, so that a first attempt leaves it the slot that
+    // frees.
     else if (options.rerun === true && job.rerunWaiting !== runId && rerunWaiting === null)
       change = { kind: "rerun waits", runId };
     // A first attempt under allow at its bound (or giving way to a waiting rerun): nothing to
