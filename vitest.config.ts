@@ -5,10 +5,10 @@ import { LongestFirst } from "./test/support/longest-first.js";
  * Five projects. `unit`: pure tests, no emulator, seconds. `synth`: the CDK
  * app synthesized and checked offline, no emulator. `services`: everything
  * that talks to DynamoDB and SQS. `timed` and `alone`: the services files that
- * bound how soon something happens in wall-clock time. Only `services`,
- * `timed` and `alone` have the global setup that starts DynamoDB Local and
- * fauxqs, so a run that selects no file of theirs (e.g. `npm run test:unit`)
- * starts neither.
+ * bound how soon something happens in wall-clock time. Only `services` and
+ * `timed` have the global setup that starts DynamoDB Local and fauxqs, so a
+ * run that selects no file of theirs (e.g. `npm run test:unit`) starts
+ * neither.
  *
  * `unit`, `synth` and `services` run their files two at a time (vitest's
  * default on two cores is one: cores - 1); much of a services file's time is
@@ -19,8 +19,12 @@ import { LongestFirst } from "./test/support/longest-first.js";
  * of them together kept their bounds (three runs of the eight, 85-89 s
  * instead of 137 s one at a time; the end-to-end sandbox's file beside them
  * too). The `alone` files, which load the machine themselves (the spike and
- * chaos), run last, one at a time. Each of `services`, `timed` and `alone`
- * starts its own pair of emulators.
+ * chaos), run last, one at a time. `services` and `timed` each start their own
+ * pair of emulators. `alone` starts none: the spike and chaos each run a
+ * sandbox, which starts emulators of its own, and vitest runs the projects'
+ * global setups one after another before the first file, so a pair nobody
+ * used cost the whole run a JVM's start (DynamoDB Local took 4.3 s of it on
+ * a loaded machine) and its memory for the run.
  */
 const SYNTH_TESTS = [
   "test/infra/settings.test.ts",
@@ -93,7 +97,6 @@ export default defineConfig({
         test: {
           name: "alone",
           include: ALONE_TESTS,
-          globalSetup: ["test/support/global-setup.ts"],
           maxWorkers: 1,
           sequence: { groupOrder: 2 },
         },
