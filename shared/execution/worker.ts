@@ -30,6 +30,8 @@ import { decideStart, type StartDecision } from "./start-decision.js";
 
 export interface WorkerDeps extends RunExecutionDeps {
   readonly workerId: string;
+  /** How soon a run held back by its overlap policy looks again; tests shorten it (SQS delays are whole seconds). */
+  readonly overlapRecheckMs?: number;
 }
 
 /** `ack`: delete the message. `keep`: leave it, SQS delivers it again after its visibility. */
@@ -42,7 +44,7 @@ export function receiveVisibilitySeconds(leaseSeconds: number): number {
   return Math.ceil(leaseSeconds + MAX_EARLY_WAIT_MS / 1000);
 }
 
-/** How soon a run held back by its overlap policy looks again. */
+/** How soon a run held back by its overlap policy looks again, unless its deps say otherwise. */
 const OVERLAP_RECHECK_MS = 5_000;
 /** How soon a run held back by its tenant's concurrent-runs quota first looks again, and at most. */
 const QUOTA_RECHECK_MS = 1_000;
@@ -291,7 +293,7 @@ async function runInSlot(
   slot: RunSlot | null,
   progress: RunProgress,
 ): Promise<Disposition | "held elsewhere"> {
-  const { engine } = deps;
+  const { engine, overlapRecheckMs = OVERLAP_RECHECK_MS } = deps;
   const tracked = isRecurring(job);
   if (tracked) {
     const admission = await admitRun(
@@ -333,7 +335,7 @@ async function runInSlot(
       return "ack";
     }
     if (decision.action === "buffer") {
-      const retryAt = new Date(engine.clock().getTime() + OVERLAP_RECHECK_MS);
+      const retryAt = new Date(engine.clock().getTime() + overlapRecheckMs);
       return requeueUntil(engine, run, `waiting: overlap policy ${job.policies.overlap}`, retryAt);
     }
   }

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sleep } from "../../shared/clock.js";
 import { JobError, type JobHandler } from "../../shared/execution/job-contract.js";
+import type { WorkerDeps } from "../../shared/execution/worker.js";
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
 import { cancelRun, createJob, replayDeadLetter, triggerJob } from "../../shared/jobs/index.js";
 import { listDeadLetters } from "../../shared/jobs/queries.js";
@@ -17,6 +18,12 @@ beforeAll(async () => {
   f = await createEngineFixture();
 });
 afterAll(() => f.destroy());
+
+/** Retries and replays held back by the overlap policy look again a second later, not 5 s: the tests wait for those looks. */
+const recheckingSoon = <Deps extends WorkerDeps>(deps: Deps): Deps => ({
+  ...deps,
+  overlapRecheckMs: 1_000,
+});
 
 type Behaviour = "fail" | "fail retryable" | "block" | "succeed";
 
@@ -97,7 +104,7 @@ async function waitsThenRuns(
   ahead: { release: () => void; running: Promise<"ack" | "keep"> },
   buffered: string | null,
 ) {
-  await f.process(f.workerDeps("rerun", handlers), await deliveryOf(rerun));
+  await f.process(recheckingSoon(f.workerDeps("rerun", handlers)), await deliveryOf(rerun));
   const waiting = await getRun(f.engine, rerun);
   expect(waiting).toMatchObject({ status: "QUEUED" });
   expect(waiting?.reason).toBe(`waiting: overlap policy ${overlap}`);
@@ -106,7 +113,7 @@ async function waitsThenRuns(
 
   ahead.release();
   expect(await ahead.running).toBe("ack");
-  await f.process(f.workerDeps("rerun again", handlers), await deliveryOf(rerun));
+  await f.process(recheckingSoon(f.workerDeps("rerun again", handlers)), await deliveryOf(rerun));
   expect((await getRun(f.engine, rerun))?.status).toBe("SUCCEEDED");
 }
 
@@ -208,13 +215,13 @@ describe("replaying every dead letter of one job at once, through a worker loop"
       let received = await g.nextDelivery(g.engine.queues.normal, job.jobId);
       while (received.message.scheduledFor !== run.scheduledFor)
         received = await g.nextDelivery(g.engine.queues.normal, job.jobId);
-      await g.process(g.workerDeps("outage", handlers), received);
+      await g.process(recheckingSoon(g.workerDeps("outage", handlers)), received);
       failed.push(run);
     }
     const listed = await listDeadLetters(g.engine, job.tenantId, { limit: 100 });
     expect(listed.items).toHaveLength(failed.length);
     const stop = new AbortController();
-    const loop = runWorkerLoop(g.workerDeps("loop", handlers), {
+    const loop = runWorkerLoop(recheckingSoon(g.workerDeps("loop", handlers)), {
       concurrency: 4,
       signal: stop.signal,
     });
@@ -343,11 +350,11 @@ describe("a retry or replay of a job whose runs follow one another with no gap",
         kind === "retry"
           ? { ...failed, runId: runId(failed.jobId, failed.scheduledFor, 2), attempt: 2 }
           : await replayDeadLetter(f.engine, job.tenantId, failed.runId);
-      await f.process(f.workerDeps("rerun", handlers), await deliveryOf(rerun));
+      await f.process(recheckingSoon(f.workerDeps("rerun", handlers)), await deliveryOf(rerun));
       expect((await getRun(f.engine, rerun))?.reason).toBe(`waiting: overlap policy ${overlap}`);
 
       // Period after period, the run ahead ends and the next one starts at once: the rerun, which
-      // checks again 5 s after each wait, must still get in at the first of them.
+      // checks again a second after each wait, must still get in at the first of them.
       const skipped: string[] = [];
       let periods = 0;
       for (; periods < 3; periods++) {
@@ -372,7 +379,7 @@ describe("a retry or replay of a job whose runs follow one another with no gap",
           if (decided?.status === "SKIPPED") skipped.push(decided.reason ?? "");
           else if (buffered === null) buffered = next;
         }
-        await f.process(f.workerDeps("rerun", handlers), await deliveryOf(rerun));
+        await f.process(recheckingSoon(f.workerDeps("rerun", handlers)), await deliveryOf(rerun));
         if ((await getRun(f.engine, rerun))?.status !== "QUEUED") break;
       }
       const ended = await getRun(f.engine, rerun);
@@ -419,11 +426,11 @@ describe("a retry or replay of an allow job kept at its maxConcurrent bound by b
         kind === "retry"
           ? { ...failed, runId: runId(failed.jobId, failed.scheduledFor, 2), attempt: 2 }
           : await replayDeadLetter(f.engine, job.tenantId, failed.runId);
-      await f.process(f.workerDeps("rerun", handlers), await deliveryOf(rerun));
+      await f.process(recheckingSoon(f.workerDeps("rerun", handlers)), await deliveryOf(rerun));
       expect((await getRun(f.engine, rerun))?.reason).toBe("waiting: overlap policy allow");
 
       // Period after period, the oldest run ends and the next occurrence comes at once: the
-      // rerun, which checks again 5 s after each wait, must take the slot that freed.
+      // rerun, which checks again a second after each wait, must take the slot that freed.
       const waiting: Run[] = [];
       let periods = 0;
       for (; periods < 3; periods++) {
@@ -440,7 +447,7 @@ describe("a retry or replay of an allow job kept at its maxConcurrent bound by b
           expect(decided?.reason).toBe("waiting: overlap policy allow");
           waiting.push(next);
         }
-        await f.process(f.workerDeps("rerun", handlers), await deliveryOf(rerun));
+        await f.process(recheckingSoon(f.workerDeps("rerun", handlers)), await deliveryOf(rerun));
         if ((await getRun(f.engine, rerun))?.status !== "QUEUED") break;
       }
       const ended = await getRun(f.engine, rerun);
@@ -475,7 +482,7 @@ describe("a waiting retry's mark on its job", () => {
       const ahead = await triggerJob(f.engine, job.tenantId, job.jobId);
       const { running } = await deliverNext(job, ahead, handlers);
       const retry = { ...failed, runId: runId(failed.jobId, failed.scheduledFor, 2), attempt: 2 };
-      await f.process(f.workerDeps("retry", handlers), await deliveryOf(retry));
+      await f.process(recheckingSoon(f.workerDeps("retry", handlers)), await deliveryOf(retry));
       expect((await getJob(f.engine, job.jobId))?.rerunWaiting).toBe(retry.runId);
 
       // Cancelled while it waits: the cancel writes the run alone, and the mark stays behind.
