@@ -184,14 +184,16 @@ export function decideOverlap(input: OverlapInput): OverlapDecision {
       if (bufferedRunId === null || bufferedRunId === runId || input.rerun === true) {
         return { action: "buffer" };
       }
-      return {
-        action: "skip",
-        reason: `overlap: another run (${bufferedRunId}) is already buffered; policy buffer_one`,
-      };
+      return alreadyBuffered(bufferedRunId);
     case "allow":
       return live.length < maxConcurrent ? { action: "start" } : { action: "buffer" };
   }
 }
+
+const alreadyBuffered = (bufferedRunId: string): OverlapDecision => ({
+  action: "skip",
+  reason: `overlap: another run (${bufferedRunId}) is already buffered; policy buffer_one`,
+});
 
 /**
  * A first attempt that meets a waiting retry or replay: under `skip` it is skipped, naming the
@@ -209,13 +211,10 @@ function yieldToRerun(
   const { runId, bufferedRunId } = input;
   if (input.policy === "allow")
     return liveCount + 1 < maxConcurrent ? { action: "start" } : { action: "buffer" };
-  if (input.policy === "buffer_one" && (bufferedRunId === null || bufferedRunId === runId))
-    return { action: "buffer" };
   if (input.policy === "buffer_one")
-    return {
-      action: "skip",
-      reason: `overlap: another run (${bufferedRunId}) is already buffered; policy buffer_one`,
-    };
+    return bufferedRunId === null || bufferedRunId === runId
+      ? { action: "buffer" }
+      : alreadyBuffered(bufferedRunId);
   return {
     action: "skip",
     reason: `overlap: a retry or replay (${rerunId}) waits to run first; policy skip`,
