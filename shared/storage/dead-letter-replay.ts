@@ -2,7 +2,7 @@ import type { Engine } from "../engine.js";
 import { IllegalTransitionError, NotReplayableError } from "../errors.js";
 import type { Run } from "../model.js";
 import { transactionCancellationCodes } from "./dynamo-errors.js";
-import { jobKey } from "./items.js";
+import { jobNotCancelledCheck } from "./items.js";
 import { runKey } from "./runs.js";
 import { ConditionsFailedError, writeTransaction } from "./transaction.js";
 
@@ -17,18 +17,11 @@ const REPLAY_KEY_FREE =
   "attribute_not_exists(pk) OR (#status = :skipped AND retryOf.runId = :deadRunId)";
 
 /**
- * The replay's job is still there and not cancelled, as the replay read it: a cancel or delete
- * that commits between that read and this write would otherwise be outrun, the dead letter taken
- * off the list for a run its worker can only cancel.
- */
-const JOB_REPLAYABLE = "attribute_exists(pk) AND #status <> :cancelled";
-
-/**
  * Puts the QUEUED item of `replay`, a new attempt of the dead run `dead`, and
  * takes `dead` off the dead-letter list (it names its replay), in one
  * transaction conditioned on `dead` being DEAD and not yet replayed, on the
  * replay's key being free but for a skipped retry of `dead` (`REPLAY_KEY_FREE`),
- * and on the job existing and not being CANCELLED (`JOB_REPLAYABLE`).
+ * and on the job existing and not being CANCELLED (`jobNotCancelledCheck`).
  * A cancellation is `NotReplayableError`: what it contends with on the dead
  * run's item is another replay of it; on the replay's key, a retry of the dead
  * run still waiting to be skipped; on the job, its delete (a cancel is
@@ -54,19 +47,9 @@ export async function writeReplay(
           },
         },
       },
-      {
-        name: "job",
-        write: {
-          ConditionCheck: {
-            TableName: engine.tables.jobs,
-            Key: jobKey(dead.jobId),
-            ConditionExpression: JOB_REPLAYABLE,
-            ExpressionAttributeNames: { "#status": "status" },
-            ExpressionAttributeValues: { ":cancelled": "CANCELLED" },
-            ReturnValuesOnConditionCheckFailure: "ALL_OLD",
-          },
-        },
-      },
+      // The job as the replay read it: a cancel or delete between that read and this write would
+      // otherwise be outrun, the dead letter taken off the list for a run its worker can only cancel.
+      { name: "job", write: jobNotCancelledCheck(engine.tables.jobs, dead.jobId) },
       {
         name: "deadRun",
         write: {

@@ -14,6 +14,22 @@ const SHARD_HIGH_WATER_SK = "HIGH_WATER";
 
 export const jobPk = (jobId: string) => `JOB#${jobId}`;
 export const jobKey = (jobId: string) => ({ pk: jobPk(jobId), sk: JOB_SK });
+
+/**
+ * A transaction's check that a job still exists and is not CANCELLED (a delete cancels first), for
+ * writes made for the job as it was read (a fan-out of its run, a replay of its dead letter) that
+ * its cancel or delete must not be outrun by. A failure returns the job as it stands (none: deleted).
+ */
+export const jobNotCancelledCheck = (jobsTable: string, jobId: string) => ({
+  ConditionCheck: {
+    TableName: jobsTable,
+    Key: jobKey(jobId),
+    ConditionExpression: "attribute_exists(pk) AND #status <> :cancelled",
+    ExpressionAttributeNames: { "#status": "status" },
+    ExpressionAttributeValues: { ":cancelled": "CANCELLED" },
+    ReturnValuesOnConditionCheckFailure: "ALL_OLD" as const,
+  },
+});
 export const tenantPk = (tenantId: string) => `TENANT#${tenantId}`;
 export const shardLeaseKey = (shard: number) => ({ pk: `SHARD#${shard}`, sk: LEASE_SK });
 export const reaperCursorKey = (shard: number) => ({ pk: `SHARD#${shard}`, sk: REAPER_CURSOR_SK });

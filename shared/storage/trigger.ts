@@ -3,7 +3,7 @@ import type { Engine } from "../engine.js";
 import { bucketKey, shardOf, triggeredMarkerSortKey, triggerSortKey } from "../keys.js";
 import type { DueEntry, DueKey, Job, Run, RunTrigger } from "../model.js";
 import { retryOnContention } from "./dynamo-errors.js";
-import { jobKey, jobPk } from "./items.js";
+import { jobKey, jobNotCancelledCheck, jobPk } from "./items.js";
 import { runExpiresAt } from "./retention.js";
 import { ConditionsFailedError, type NamedWrite, writeTransaction } from "./transaction.js";
 
@@ -61,19 +61,11 @@ export type TriggeredRunWrite =
 type TriggeredWrite = "marker" | "run" | "job" | "upstream";
 
 /**
- * The upstream job still exists and is not cancelled: a delete cancels first, so from its first
- * commit on no fan-out of the job's runs writes anything, even of a run that ended before it.
- * COMPLETED stays (a one-off completes with the run that triggers), and PAUSED (a pause does not
- * take back a run that had started).
- */
-const UPSTREAM_NOT_ENDED = "attribute_exists(pk) AND #status <> :cancelled";
-
-/**
  * Writes a dependent's run queued (or recorded SKIPPED) by an upstream run, once: one
  * transaction puts the run, puts the record `TRIGGERED#<upstream run id>` in the dependent's
  * partition (which must not exist: a repeated fan-out finds it), checks the dependent still
  * has the status the run was planned from, and checks the upstream job is not cancelled or
- * deleted (`UPSTREAM_NOT_ENDED`).
+ * deleted (`jobNotCancelledCheck`).
  */
 export async function writeTriggeredRun(
   engine: Engine,
@@ -123,18 +115,10 @@ export async function writeTriggeredRun(
         },
       },
     },
-    {
-      name: "upstream",
-      write: {
-        ConditionCheck: {
-          TableName: engine.tables.jobs,
-          Key: jobKey(upstream.jobId),
-          ConditionExpression: UPSTREAM_NOT_ENDED,
-          ExpressionAttributeNames: { "#status": "status" },
-          ExpressionAttributeValues: { ":cancelled": "CANCELLED" },
-        },
-      },
-    },
+    // From a delete's first commit (its cancel) on, no fan-out of the job's runs writes anything,
+    // even of a run that ended before it. COMPLETED passes (a one-off completes with the run that
+    // triggers), and PAUSED (a pause does not take back a run that had started).
+    { name: "upstream", write: jobNotCancelledCheck(engine.tables.jobs, upstream.jobId) },
   ];
   try {
     await writeTransaction(engine, "fan-out", writes);
