@@ -21,10 +21,6 @@ import { jobKey } from "./items.js";
 const REVISION_UNCHANGED = "activeRevision = :revision";
 /** The run is still listed as active: a heartbeat does not bring back an entry that went. */
 const RUN_LISTED = "attribute_exists(activeRuns.#runId)";
-/** The run still holds the buffer_one slot: a newer buffered run keeps its own. */
-const HOLDS_BUFFER = "bufferedRunId = :runId";
-/** The run is still the job's waiting rerun: another rerun's mark stays. */
-const HOLDS_RERUN_MARK = "rerunWaiting = :runId";
 
 export type AdmissionChange =
   /**
@@ -232,24 +228,8 @@ export async function extendAdmission(
  * it, so a newer buffered run keeps its slot. Admission also takes over a slot
  * whose run has ended, for an ending that could not get here (a crash).
  */
-export async function releaseBufferSlot(engine: Engine, jobId: string, runId: string) {
-  try {
-    // The job item is also written by claims' transactions: a conflict is waited out.
-    await retryOnContention(engine, "buffer release", () =>
-      engine.doc.send(
-        new UpdateCommand({
-          TableName: engine.tables.jobs,
-          Key: jobKey(jobId),
-          ConditionExpression: HOLDS_BUFFER,
-          UpdateExpression: "SET activeRevision = activeRevision + :one REMOVE bufferedRunId",
-          ExpressionAttributeValues: { ":runId": runId, ":one": 1 },
-        }),
-      ),
-    );
-  } catch (error) {
-    if (!isConditionalCheckFailed(error)) throw error;
-  }
-}
+export const releaseBufferSlot = (engine: Engine, jobId: string, runId: string) =>
+  releaseHeld(engine, "buffer release", jobId, runId, "bufferedRunId");
 
 /**
  * Clears the job's `rerunWaiting` when that rerun ends without being admitted (cancelled, dead,
@@ -257,15 +237,26 @@ export async function releaseBufferSlot(engine: Engine, jobId: string, runId: st
  * stays. An admission also drops a mark whose run it reads ended, for an ending that could not
  * get here (a crash, a cancel).
  */
-export async function releaseRerunMark(engine: Engine, jobId: string, runId: string) {
+export const releaseRerunMark = (engine: Engine, jobId: string, runId: string) =>
+  releaseHeld(engine, "rerun mark release", jobId, runId, "rerunWaiting");
+
+/** Removes the job's `attribute` while `runId` holds it (a later holder keeps its own). */
+async function releaseHeld(
+  engine: Engine,
+  operation: string,
+  jobId: string,
+  runId: string,
+  attribute: "bufferedRunId" | "rerunWaiting",
+): Promise<void> {
   try {
-    await retryOnContention(engine, "rerun mark release", () =>
+    // The job item is also written by claims' transactions: a conflict is waited out.
+    await retryOnContention(engine, operation, () =>
       engine.doc.send(
         new UpdateCommand({
           TableName: engine.tables.jobs,
           Key: jobKey(jobId),
-          ConditionExpression: HOLDS_RERUN_MARK,
-          UpdateExpression: "SET activeRevision = activeRevision + :one REMOVE rerunWaiting",
+          ConditionExpression: `${attribute} = :runId`,
+          UpdateExpression: `SET activeRevision = activeRevision + :one REMOVE ${attribute}`,
           ExpressionAttributeValues: { ":runId": runId, ":one": 1 },
         }),
       ),
