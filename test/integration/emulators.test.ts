@@ -36,6 +36,7 @@ import {
   deleteTable,
   testNamespace,
 } from "../support/namespace.js";
+import { rejection } from "../support/rejection.js";
 
 const ns = testNamespace("emu");
 const clients = createTestClients();
@@ -46,20 +47,6 @@ afterAll(async () => {
   await Promise.all(queues.map((url) => deleteQueue(sqs, url)));
   clients.destroy();
 });
-
-/** Awaits a call that must fail and returns its error, narrowed to the expected class. */
-async function rejection<E extends Error>(
-  promise: Promise<unknown>,
-  errorClass: abstract new (...args: never[]) => E,
-): Promise<E> {
-  const error = await promise.then(
-    () => new Error("expected the call to be rejected"),
-    (reason: unknown) => reason,
-  );
-  expect(error).toBeInstanceOf(errorClass);
-  if (!(error instanceof errorClass)) throw error;
-  return error;
-}
 
 describe("DynamoDB", () => {
   const table = ns.name("items");

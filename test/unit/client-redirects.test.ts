@@ -4,6 +4,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { EXIT } from "../../client/cli/exit-codes.js";
 import { runCli } from "../../client/cli/main.js";
 import { SchedulerApiError, SchedulerClient } from "../../client/index.js";
+import { rejection } from "../support/rejection.js";
 
 /**
  * The API never answers a redirect, so one comes from something else at the URL the client was
@@ -78,20 +79,11 @@ const newJob = {
   schedule: { runAt: "2030-01-01T00:00:00Z" },
 } as const;
 
-async function rejection(promise: Promise<unknown>): Promise<SchedulerApiError> {
-  const error = await promise.then(
-    () => new Error("expected a rejection"),
-    (e: unknown) => e,
-  );
-  if (!(error instanceof SchedulerApiError)) throw error;
-  return error;
-}
-
 describe("the client does not follow a redirect", () => {
   for (const status of [301, 302, 303, 307, 308]) {
     it(`a POST answered ${status} is an error naming where it pointed; nothing is sent there`, async () => {
       redirectStatus = status;
-      const error = await rejection(client().jobs.create(newJob));
+      const error = await rejection(client().jobs.create(newJob), SchedulerApiError);
       expect([error.status, error.code]).toEqual([status, "unexpected_response"]);
       expect(error.message).toContain(`${elsewhereUrl}/jobs`);
       expect(reachedElsewhere).toEqual([]);
@@ -100,7 +92,7 @@ describe("the client does not follow a redirect", () => {
 
   it("a GET answered 302 is an error too", async () => {
     redirectStatus = 302;
-    const error = await rejection(client().health());
+    const error = await rejection(client().health(), SchedulerApiError);
     expect([error.status, error.code]).toEqual([302, "unexpected_response"]);
     expect(reachedElsewhere).toEqual([]);
   });

@@ -9,6 +9,7 @@ import {
   SchedulerApiError,
   SchedulerClient,
 } from "../../client/index.js";
+import { rejection } from "../support/rejection.js";
 
 /**
  * The client's retries of 429 and 503, against a local HTTP server that answers each request
@@ -103,15 +104,6 @@ function clientWith(retry: RetryOptions = {}) {
 const job = { id: "01JOB", version: 1, status: "active" };
 const newJob = { type: "noop", schedule: { runAt: "2030-01-01T00:00:00Z" } } as const;
 
-async function rejection(promise: Promise<unknown>): Promise<SchedulerApiError> {
-  const error = await promise.then(
-    () => new Error("expected a rejection"),
-    (e: unknown) => e,
-  );
-  if (!(error instanceof SchedulerApiError)) throw error;
-  return error;
-}
-
 describe("the client retries a 429 or 503 of a request safe to repeat", () => {
   it("a GET answered 429 then 200 waits the Retry-After and answers the 200", async () => {
     script = [refused(429, "2")];
@@ -140,7 +132,7 @@ describe("the client retries a 429 or 503 of a request safe to repeat", () => {
   it("gives up after `attempts` retries: the caller gets the last answer's error with its Retry-After", async () => {
     always = refused(429, "1");
     const { client, waits } = clientWith({ attempts: 2 });
-    const error = await rejection(client.health());
+    const error = await rejection(client.health(), SchedulerApiError);
     expect([error.status, error.code, error.retryAfterSeconds]).toEqual([429, "rate_limited", 1]);
     expect(waits).toEqual([1000, 1000]);
     expect(received).toHaveLength(3);
@@ -149,14 +141,14 @@ describe("the client retries a 429 or 503 of a request safe to repeat", () => {
   it("three retries by default", async () => {
     always = refused(503, "0");
     const { client } = clientWith();
-    expect((await rejection(client.health())).code).toBe("busy");
+    expect((await rejection(client.health(), SchedulerApiError)).code).toBe("busy");
     expect(received).toHaveLength(4);
   });
 
   it("`attempts: 0` sends each request once", async () => {
     script = [refused(429, "1")];
     const { client, waits } = clientWith({ attempts: 0 });
-    expect((await rejection(client.health())).code).toBe("rate_limited");
+    expect((await rejection(client.health(), SchedulerApiError)).code).toBe("rate_limited");
     expect(waits).toEqual([]);
     expect(received).toHaveLength(1);
   });
@@ -164,7 +156,7 @@ describe("the client retries a 429 or 503 of a request safe to repeat", () => {
   it("a Retry-After longer than maxDelayMs is not waited for: the error says how long to wait", async () => {
     script = [refused(429, "30")];
     const { client, waits } = clientWith({ maxDelayMs: 5_000 });
-    const error = await rejection(client.health());
+    const error = await rejection(client.health(), SchedulerApiError);
     expect([error.code, error.retryAfterSeconds]).toEqual(["rate_limited", 30]);
     expect(waits).toEqual([]);
     expect(received).toHaveLength(1);
@@ -173,7 +165,7 @@ describe("the client retries a 429 or 503 of a request safe to repeat", () => {
   it("a POST without an Idempotency-Key is sent once; with one, it is sent again with the same body", async () => {
     script = [refused(503, "1")];
     const { client, waits } = clientWith();
-    const error = await rejection(client.jobs.create(newJob));
+    const error = await rejection(client.jobs.create(newJob), SchedulerApiError);
     expect(isSchedulerApiError(error, "busy")).toBe(true);
     expect(received).toHaveLength(1);
     expect(waits).toEqual([]);
@@ -198,7 +190,7 @@ describe("the client retries a 429 or 503 of a request safe to repeat", () => {
 
     received = [];
     script = [{ status: 500, body: { error: { code: "internal", message: "boom" } } }];
-    expect((await rejection(client.health())).code).toBe("internal");
+    expect((await rejection(client.health(), SchedulerApiError)).code).toBe("internal");
     expect(received).toHaveLength(1);
   });
 });
