@@ -26,6 +26,7 @@ export {
   type CreateOptions,
   type ListOptions,
   type PageOptions,
+  type ReplayOptions,
   type RotateOptions,
   type RunCompletion,
   type RunFilter,

@@ -281,10 +281,17 @@ class DeadLettersApi {
     return unwrap(this.client.http.GET("/dead-letters", { params: { query } }));
   }
 
-  /** Runs the dead occurrence again as its next attempt; returns the new run. */
-  replay(runId: string): Promise<Run> {
+  /**
+   * Runs the dead occurrence again as its next attempt; returns the new run. Sent with an
+   * Idempotency-Key (see `ReplayOptions`), so a repeat of this call's request answers the run it
+   * queued rather than a 409.
+   */
+  replay(runId: string, options: ReplayOptions = {}): Promise<Run> {
+    const idempotencyKey = options.idempotencyKey ?? `replay-${crypto.randomUUID()}`;
     return unwrap(
-      this.client.http.POST("/dead-letters/{runId}/replay", { params: { path: { runId } } }),
+      this.client.http.POST("/dead-letters/{runId}/replay", {
+        params: { path: { runId }, header: { "Idempotency-Key": idempotencyKey } },
+      }),
     );
   }
 }
@@ -315,6 +322,16 @@ class SchedulesApi {
       }),
     );
   }
+}
+
+export interface ReplayOptions {
+  /**
+   * The replay's Idempotency-Key; default a new random one per call, so the client's retries of a
+   * 429 or 503 repeat this replay instead of being refused as a second one. Give your own to make
+   * a replay you send again yourself (after a timeout) the same one: a repeat answers the run it
+   * queued for as long as the dead run is kept.
+   */
+  readonly idempotencyKey?: string;
 }
 
 export interface RotateOptions {

@@ -7,6 +7,7 @@
  * which sort lexicographically in time order only for four-digit years; that is
  * why instants outside 0000–9999 are refused rather than written.
  */
+import { createHash } from "node:crypto";
 import { encodeTime, ulid } from "ulid";
 import { daysInMonth } from "./schedule/calendar.js";
 
@@ -14,6 +15,13 @@ import { daysInMonth } from "./schedule/calendar.js";
 const MIN_STORABLE_MS = -62_167_219_200_000;
 /** 9999-12-31T23:59:59.999Z: later years get a sign and six digits in ISO form. */
 const MAX_STORABLE_MS = 253_402_300_799_999;
+
+/**
+ * How an Idempotency-Key is kept on the item whose write it made: a fixed length, whatever the
+ * key, and not the key itself.
+ */
+export const idempotencyKeyHash = (idempotencyKey: string) =>
+  createHash("sha256").update(idempotencyKey).digest("hex");
 
 /** Attempts are zero-padded to four digits in sort keys; a fifth digit would break their order. */
 export const MAX_ATTEMPT = 9999;

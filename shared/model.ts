@@ -255,6 +255,8 @@ export interface Run {
   readonly reason: string | null;
   /** Set on a DEAD run once it has been replayed: the run that replaced it. */
   readonly replayedBy: string | null;
+  /** With `replayedBy`: the hash of the Idempotency-Key that replay carried, if any. */
+  readonly replayKeyHash?: string;
   /**
    * Set when the reaper first re-sends the run: the instant a late start counts from. The re-send
    * itself for a message lost while the scheduler ran; the occurrence after a restart (it was down).

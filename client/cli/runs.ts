@@ -216,8 +216,16 @@ export function deadLettersCommand(program: Command, io: CliIo): void {
     .command("replay")
     .description("run a dead occurrence again as its next attempt; prints the new run")
     .argument("<run-id>", "the dead run's id")
-    .action(async (runId: string, _flags, command: Command) => {
+    .option(
+      "--idempotency-key <key>",
+      "the same key on the same dead run prints the run its first replay queued",
+    )
+    .action(async (runId: string, flags: { idempotencyKey?: string }, command: Command) => {
       const context = contextOf(command, io);
-      context.print(await context.client.deadLetters.replay(runId), runFields);
+      const run = await context.client.deadLetters.replay(
+        runId,
+        flags.idempotencyKey ? { idempotencyKey: flags.idempotencyKey } : {},
+      );
+      context.print(run, runFields);
     });
 }

@@ -1042,7 +1042,10 @@ export interface operations {
     replayDeadLetter: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Makes a retry harmless: a repeat with the key of the replay that was made answers that replay's run (200) and queues nothing, for as long as the dead run is kept. Any other key, or none, on a dead run already replayed is 409. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 runId: string;
             };
@@ -1050,6 +1053,17 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description The run an earlier replay with the same Idempotency-Key queued; Location names it */
+            200: {
+                headers: {
+                    /** @description The path of what the answer names */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Run"];
+                };
+            };
             /** @description The new run; Location names it */
             202: {
                 headers: {
@@ -1059,6 +1073,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Run"];
+                };
+            };
+            /** @description Invalid input: `field` names it, `issues` lists every problem */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             /** @description Missing or unknown credentials */

@@ -12,7 +12,7 @@ import {
   withHeaders,
 } from "./router.js";
 import { LIMITS, PageQuery } from "./schemas/common.js";
-import { DeadLetterParams, RunPageSchema, RunSchema } from "./schemas/runs.js";
+import { DeadLetterParams, ReplayHeaders, RunPageSchema, RunSchema } from "./schemas/runs.js";
 
 const listDeadLetters = createRoute({
   method: "get",
@@ -34,10 +34,15 @@ const replayDeadLetterRoute = createRoute({
   description:
     "The dead run leaves the dead-letter list and its new attempt is queued. While the job is paused the new attempt waits, queued, and runs after resume; a cancelled job's dead letters are refused (409).",
   security: secured,
-  request: { params: DeadLetterParams },
+  request: { params: DeadLetterParams, headers: ReplayHeaders },
   responses: {
     202: withHeaders(RunSchema, "The new run; Location names it", "Location"),
-    ...errors(401, 404, 409),
+    200: withHeaders(
+      RunSchema,
+      "The run an earlier replay with the same Idempotency-Key queued; Location names it",
+      "Location",
+    ),
+    ...errors(400, 401, 404, 409),
   },
 });
 
@@ -55,9 +60,14 @@ export function deadLettersRouter({ engine }: RouterDeps) {
   });
 
   router.openapi(replayDeadLetterRoute, async (c) => {
-    const run = await replayDeadLetter(engine, tenantOf(c), c.req.valid("param").runId);
+    const { run, earlier } = await replayDeadLetter(
+      engine,
+      tenantOf(c),
+      c.req.valid("param").runId,
+      c.req.valid("header")["Idempotency-Key"],
+    );
     c.header("Location", `/jobs/${run.jobId}/runs/${run.runId}`);
-    return c.json(runDto(run), 202);
+    return earlier ? c.json(runDto(run), 200) : c.json(runDto(run), 202);
   });
 
   return router;

@@ -1,25 +1,38 @@
 import type { Engine } from "../engine.js";
 import { IllegalTransitionError, NotReplayableError } from "../errors.js";
-import { MAX_ATTEMPT } from "../keys.js";
+import { idempotencyKeyHash, MAX_ATTEMPT, parseRunId } from "../keys.js";
 import type { Run } from "../model.js";
 import { recordShardCount } from "../shard-count.js";
 import { writeReplay } from "../storage/dead-letter-replay.js";
 import { keepCompletedJobForRun } from "../storage/job-status.js";
-import { getJob } from "../storage/run-reads.js";
+import { getJob, getRun } from "../storage/run-reads.js";
 import { getTenantRun } from "./queries.js";
 import { runDueNow, sendRunDueNow } from "./run-now.js";
+
+/** The replay's run, and whether this request queued it or an earlier one with its key did. */
+export interface Replayed {
+  readonly run: Run;
+  readonly earlier: boolean;
+}
 
 /**
  * Replays a dead run as a new attempt of the same occurrence, at the job's
  * current version. The dead run leaves the dead-letter list in the same
- * transaction, so a second replay of it is refused.
+ * transaction, so a second replay of it is refused; but a repeat with the
+ * Idempotency-Key of the replay that was made (a retry after a lost answer,
+ * or concurrent sends of one request) answers that replay's run, queueing
+ * nothing, for as long as the dead run is kept.
  */
 export async function replayDeadLetter(
   engine: Engine,
   tenantId: string,
   runId: string,
-): Promise<Run> {
+  idempotencyKey?: string,
+): Promise<Replayed> {
+  const keyHash = idempotencyKey === undefined ? undefined : idempotencyKeyHash(idempotencyKey);
   const dead = await getTenantRun(engine, tenantId, runId);
+  const earlier = await replayWithKey(engine, dead, keyHash);
+  if (earlier) return { run: earlier, earlier: true };
   if (dead.status !== "DEAD")
     throw new NotReplayableError(runId, `it is ${dead.status.toLowerCase()}, not dead`);
   if (dead.replayedBy)
@@ -48,9 +61,32 @@ export async function replayDeadLetter(
     jobVersion: job.version,
     ...(dead.trigger ? { trigger: dead.trigger } : {}),
   });
-  await writeReplay(engine, dead, { runId: run.runId, item });
+  try {
+    await writeReplay(engine, dead, { runId: run.runId, item, keyHash });
+  } catch (error) {
+    // Another send of this request (same key) replayed it first.
+    const concurrent = await replayWithKey(
+      engine,
+      await getTenantRun(engine, tenantId, runId),
+      keyHash,
+    );
+    if (concurrent) return { run: concurrent, earlier: true };
+    throw error;
+  }
   await sendRunDueNow(engine, run, now);
-  return run;
+  return { run, earlier: false };
+}
+
+/** The run a replay of `dead` made with the key hashed as `keyHash`, or null. */
+async function replayWithKey(
+  engine: Engine,
+  dead: Run,
+  keyHash: string | undefined,
+): Promise<Run | null> {
+  if (keyHash === undefined || dead.replayedBy === null || dead.replayKeyHash !== keyHash)
+    return null;
+  const ref = parseRunId(dead.replayedBy);
+  return ref === null ? null : getRun(engine, ref);
 }
 
 const DAY_MS = 86_400_000;

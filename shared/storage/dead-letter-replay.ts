@@ -18,7 +18,8 @@ const REPLAY_KEY_FREE =
 
 /**
  * Puts the QUEUED item of `replay`, a new attempt of the dead run `dead`, and
- * takes `dead` off the dead-letter list (it names its replay), in one
+ * takes `dead` off the dead-letter list (it names its replay, and keeps the
+ * hash of the replay's Idempotency-Key, if any), in one
  * transaction conditioned on `dead` being DEAD and not yet replayed, on the
  * replay's key being free but for a skipped retry of `dead` (`REPLAY_KEY_FREE`),
  * and on the job existing and not being CANCELLED (`jobNotCancelledCheck`).
@@ -30,7 +31,11 @@ const REPLAY_KEY_FREE =
 export async function writeReplay(
   engine: Engine,
   dead: Run,
-  replay: { readonly runId: string; readonly item: Record<string, unknown> },
+  replay: {
+    readonly runId: string;
+    readonly item: Record<string, unknown>;
+    readonly keyHash: string | undefined;
+  },
 ): Promise<void> {
   try {
     await writeTransaction(engine, "replay", [
@@ -58,9 +63,14 @@ export async function writeReplay(
             Key: runKey(dead.jobId, dead.scheduledFor, dead.attempt),
             ConditionExpression:
               "#status = :dead AND (attribute_not_exists(replayedBy) OR replayedBy = :null)",
-            UpdateExpression: "SET replayedBy = :newRun REMOVE deadPk, deadSk",
+            UpdateExpression: `SET replayedBy = :newRun${replay.keyHash === undefined ? "" : ", replayKeyHash = :keyHash"} REMOVE deadPk, deadSk`,
             ExpressionAttributeNames: { "#status": "status" },
-            ExpressionAttributeValues: { ":dead": "DEAD", ":null": null, ":newRun": replay.runId },
+            ExpressionAttributeValues: {
+              ":dead": "DEAD",
+              ":null": null,
+              ":newRun": replay.runId,
+              ...(replay.keyHash === undefined ? {} : { ":keyHash": replay.keyHash }),
+            },
           },
         },
       },

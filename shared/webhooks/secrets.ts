@@ -1,6 +1,7 @@
-import { createHash, createHmac, randomBytes } from "node:crypto";
+import { createHmac, randomBytes } from "node:crypto";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError, IdempotencyConflictError } from "../errors.js";
+import { idempotencyKeyHash } from "../keys.js";
 import {
   readWebhookSecrets,
   type TenantWebhookSecrets,
@@ -77,10 +78,6 @@ export async function tenantWebhookSecrets(
 
 const ROTATE_ATTEMPTS = 3;
 
-/** The secrets item keeps a rotation's Idempotency-Key as its hash: a fixed length, whatever the key. */
-const rotationKeyHashOf = (idempotencyKey: string) =>
-  createHash("sha256").update(idempotencyKey).digest("hex");
-
 /**
  * What an earlier rotation with the same key says about this one: "current"
  * when it made the current secret within PREVIOUS_SECRET_VALID_MS (answer that
@@ -123,7 +120,7 @@ export async function rotateWebhookSecret(
   const keyed =
     idempotencyKey === undefined
       ? undefined
-      : { key: idempotencyKey, hash: rotationKeyHashOf(idempotencyKey) };
+      : { key: idempotencyKey, hash: idempotencyKeyHash(idempotencyKey) };
   for (let attempt = 1; attempt <= ROTATE_ATTEMPTS; attempt++) {
     const before = await tenantWebhookSecrets(engine, tenantId);
     const now = engine.clock();

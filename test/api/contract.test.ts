@@ -1044,6 +1044,50 @@ describe("dead letters", () => {
     expect(original.replayedBy).toBe(run.runId);
   });
 
+  it("Idempotency-Key on a replay: a repeat answers the run the first queued (200), and queues nothing", async () => {
+    // A client that sends the replay again after a lost answer (a timeout, a 503 from a proxy)
+    // must get the replay it made, not a 409 that reads as a failure.
+    const { jobId } = await deadRunVia(api);
+    const runsOfJob = async () =>
+      RunPageSchema.parse((await api.call("GET", `/jobs/${jobId}/runs`)).body).items;
+    const runId = (await runsOfJob()).find((r) => r.status === "dead")?.runId ?? "";
+    const replay = (key?: string) =>
+      api.call("POST", `/dead-letters/${runId}/replay`, {
+        ...(key === undefined ? {} : { headers: { "Idempotency-Key": key } }),
+      });
+
+    const first = await replay("replay-1");
+    expect(first.status, first.text).toBe(202);
+    const run = RunSchema.parse(first.body);
+    const again = await replay("replay-1");
+    expect(again.status, again.text).toBe(200);
+    expect(RunSchema.parse(again.body).runId).toBe(run.runId);
+    expect(again.headers.get("location")).toBe(`/jobs/${jobId}/runs/${run.runId}`);
+    expect((await runsOfJob()).filter((r) => r.attempt === 2)).toHaveLength(1);
+
+    // Another key, or none, is another request: the dead run is replayed already.
+    for (const key of ["replay-2", undefined])
+      expectError(await replay(key), 409, { code: "not_replayable" });
+    expectError(await replay("not visible ascii é"), 400, { field: "Idempotency-Key" });
+  });
+
+  it("concurrent replays with one Idempotency-Key queue one run, and each answer names it", async () => {
+    const { jobId } = await deadRunVia(api);
+    const listed = RunPageSchema.parse((await api.call("GET", `/jobs/${jobId}/runs`)).body);
+    const runId = listed.items.find((r) => r.status === "dead")?.runId ?? "";
+    const answers = await Promise.all(
+      Array.from({ length: 4 }, () =>
+        api.call("POST", `/dead-letters/${runId}/replay`, {
+          headers: { "Idempotency-Key": "replay-together" },
+        }),
+      ),
+    );
+    expect(answers.map((a) => a.status).sort()).toEqual([200, 200, 200, 202]);
+    expect(new Set(answers.map((a) => RunSchema.parse(a.body).runId)).size).toBe(1);
+    const after = RunPageSchema.parse((await api.call("GET", `/jobs/${jobId}/runs`)).body);
+    expect(after.items.filter((r) => r.attempt === 2)).toHaveLength(1);
+  });
+
   it("a dead run at the last attempt a run can have is not replayable: 409, not a 500", async () => {
     // Each replay is the next attempt, and attempts are stored as four digits: a tenant replaying
     // its failing job over and over reaches attempt 9999, whose replay has no attempt to be.

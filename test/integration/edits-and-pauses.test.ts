@@ -441,7 +441,7 @@ describe("edits, pauses and retries keep the runs that should run", () => {
     await editJob(f.engine, TENANT, job.jobId, 1, { name: "fixed" });
     // The fix: from now on the job's handler succeeds.
     handlers.broken = async () => undefined;
-    const replay = await replayDeadLetter(f.engine, TENANT, dead.runId);
+    const replay = (await replayDeadLetter(f.engine, TENANT, dead.runId)).run;
     const waiting = await deliveryOf(job.jobId, 2);
     await f.process(f.workerDeps("w", handlers), waiting);
     expect((await runsOf(job.jobId)).find((r) => r.runId === replay.runId)).toMatchObject({

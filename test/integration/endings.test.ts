@@ -387,7 +387,7 @@ describe("retention: TTL values, idempotency window, dead letters, the expiry sw
     ).toBeDefined();
     const listed = await listDeadLetters(later, TENANT, { limit: 100 });
     expect(listed.items.map((r) => r.runId)).toContain(dead.runId);
-    const replay = await replayDeadLetter(later, TENANT, dead.runId);
+    const replay = (await replayDeadLetter(later, TENANT, dead.runId)).run;
     expect(replay.attempt).toBe(dead.attempt + 1);
   });
 
@@ -413,7 +413,7 @@ describe("retention: TTL values, idempotency window, dead letters, the expiry sw
     await sweepExpired(later, later.clock());
     const listed = await listDeadLetters(later, TENANT, { limit: 100 });
     expect(listed.items.map((r) => r.runId)).toContain(dead?.runId);
-    const replay = await replayDeadLetter(later, TENANT, dead?.runId ?? "");
+    const replay = (await replayDeadLetter(later, TENANT, dead?.runId ?? "")).run;
     expect(replay.attempt).toBe(2);
   });
 

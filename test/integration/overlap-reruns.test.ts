@@ -135,7 +135,7 @@ describe("a retry or replay of a recurring job that meets a run under way waits 
       const { running } = await runAhead(job, handlers);
       const buffered = overlap === "buffer_one" ? await fillTheBuffer(job, handlers) : null;
       set("succeed");
-      const replay = await replayDeadLetter(f.engine, job.tenantId, failing.runId);
+      const replay = (await replayDeadLetter(f.engine, job.tenantId, failing.runId)).run;
       const dead = await listDeadLetters(f.engine, job.tenantId, { limit: 100 });
       expect(dead.items.map((r) => r.runId)).not.toContain(failing.runId);
 
@@ -229,7 +229,7 @@ describe("replaying every dead letter of one job at once, through a worker loop"
       targetUp = true;
       const replays: Run[] = [];
       for (const dead of listed.items)
-        replays.push(await replayDeadLetter(g.engine, job.tenantId, dead.runId));
+        replays.push((await replayDeadLetter(g.engine, job.tenantId, dead.runId)).run);
       const ended = await waitFor(
         "every replay to end",
         async () => {
@@ -349,7 +349,7 @@ describe("a retry or replay of a job whose runs follow one another with no gap",
       const rerun =
         kind === "retry"
           ? { ...failed, runId: runId(failed.jobId, failed.scheduledFor, 2), attempt: 2 }
-          : await replayDeadLetter(f.engine, job.tenantId, failed.runId);
+          : (await replayDeadLetter(f.engine, job.tenantId, failed.runId)).run;
       await f.process(recheckingSoon(f.workerDeps("rerun", handlers)), await deliveryOf(rerun));
       expect((await getRun(f.engine, rerun))?.reason).toBe(`waiting: overlap policy ${overlap}`);
 
@@ -425,7 +425,7 @@ describe("a retry or replay of an allow job kept at its maxConcurrent bound by b
       const rerun =
         kind === "retry"
           ? { ...failed, runId: runId(failed.jobId, failed.scheduledFor, 2), attempt: 2 }
-          : await replayDeadLetter(f.engine, job.tenantId, failed.runId);
+          : (await replayDeadLetter(f.engine, job.tenantId, failed.runId)).run;
       await f.process(recheckingSoon(f.workerDeps("rerun", handlers)), await deliveryOf(rerun));
       expect((await getRun(f.engine, rerun))?.reason).toBe("waiting: overlap policy allow");
 

@@ -98,7 +98,7 @@ describe("retries, dead letters and replay", () => {
     const runs = await settled(f, job.jobId, (rs) => rs.some((r) => r.status === "DEAD"));
     const dead = runs.at(-1);
     if (!dead) throw new Error("no dead run");
-    const replay = await replayDeadLetter(f.engine, job.tenantId, dead.runId);
+    const replay = (await replayDeadLetter(f.engine, job.tenantId, dead.runId)).run;
     expect(replay).toMatchObject({ attempt: 4, status: "QUEUED", scheduledFor: dead.scheduledFor });
     const after = await settled(f, job.jobId, (rs) => rs.some((r) => r.status === "SUCCEEDED"));
     expect(after.map((r) => [r.attempt, r.status])).toEqual([

@@ -362,7 +362,7 @@ describe("a failure's next attempt, written before its ending", () => {
     expect(await deliver(job, 2, failsThenDies)).toBe("ack");
     expect(await attempt(job, 2)).toMatchObject({ status: "SKIPPED", executedVersion: null });
 
-    const replay = await replayDeadLetter(f.engine, TENANT, dead.runId);
+    const replay = (await replayDeadLetter(f.engine, TENANT, dead.runId)).run;
     expect(replay).toMatchObject({ attempt: 2, status: "QUEUED" });
     expect(replay.retryOf).toBeUndefined();
     const { handler, calls: replayed } = flaky(0);
@@ -511,7 +511,7 @@ describe("a failure's next attempt, written before its ending", () => {
     expect(await deliver(job, 1, failsThenDies)).toBe("ack");
     const dead = await attempt(job, 1);
     expect(dead).toMatchObject({ status: "DEAD" });
-    const replay = await replayDeadLetter(f.engine, TENANT, dead.runId);
+    const replay = (await replayDeadLetter(f.engine, TENANT, dead.runId)).run;
     expect(replay).toMatchObject({ attempt: 2, status: "QUEUED" });
 
     // The entry the crashed start filed comes due before the replay's message is taken.

@@ -121,9 +121,9 @@ describe("a transaction applied whose repeats meet TransactionInProgressExceptio
     const dead = (await f.runs()).find((r) => r.jobId === job.jobId && r.status === "DEAD");
     if (!dead) throw new Error("no dead run");
     const faulty = inProgress();
-    let replay: Awaited<ReturnType<typeof replayDeadLetter>>;
+    let replay: Awaited<ReturnType<typeof replayDeadLetter>>["run"];
     try {
-      replay = await replayDeadLetter(faulty.engine, "tenant-a", dead.runId);
+      replay = (await replayDeadLetter(faulty.engine, "tenant-a", dead.runId)).run;
     } finally {
       faulty.destroy();
     }

@@ -246,6 +246,58 @@ describe("a webhook secret rotation", () => {
   });
 });
 
+describe("a dead letter's replay", () => {
+  const replayRun = {
+    runId: "01JOB-20300101T000000000-2",
+    jobId: "01JOB",
+    status: "queued",
+    attempt: 2,
+    scheduledFor: "2030-01-01T00:00:00.000Z",
+    plannedFor: "2030-01-01T00:00:00.000Z",
+    dueAt: "2030-01-02T00:00:00.000Z",
+    startedAt: null,
+    finishedAt: null,
+    durationMs: null,
+    workerId: null,
+    error: null,
+    reason: null,
+    jobVersion: 1,
+    executedVersion: null,
+    replayedBy: null,
+    trigger: null,
+    cancelRequestedAt: null,
+    cancelledBy: null,
+  };
+  const deadRunId = "01JOB-20300101T000000000-1";
+
+  it("carries a key of its own, so a 503 is retried with the same key and answers the run", async () => {
+    script = [refused(503, "0"), { status: 202, body: replayRun }];
+    const { client } = clientWith();
+    expect(await client.deadLetters.replay(deadRunId)).toEqual(replayRun);
+    expect(received.map((r) => `${r.method} ${r.path}`)).toEqual(
+      Array(2).fill(`POST /dead-letters/${deadRunId}/replay`),
+    );
+    const [first, second] = received.map((r) => r.idempotencyKey);
+    expect(first).toMatch(/^[\x21-\x7E]{1,200}$/);
+    expect(second).toBe(first);
+
+    received = [];
+    script = [{ status: 202, body: replayRun }];
+    await client.deadLetters.replay(deadRunId);
+    expect(received[0]?.idempotencyKey).not.toBe(first);
+  });
+
+  it("from the CLI, sends --idempotency-key", async () => {
+    script = [ok(replayRun)];
+    const code = await runCli(
+      ["--api", baseUrl, "dead-letters", "replay", deadRunId, "--idempotency-key", "cli-replay"],
+      { stdout: () => {}, stderr: () => {}, env: {} },
+    );
+    expect(code).toBe(EXIT.ok);
+    expect(received.map((r) => r.idempotencyKey)).toEqual(["cli-replay"]);
+  });
+});
+
 describe("the CLI over a client that retries", () => {
   it("a 429 that outlasts the retries still exits 8 (busy), after the retries", async () => {
     always = refused(429, "0");

@@ -1,7 +1,14 @@
 /** A run as returned, and the parameters that name one (under its job, or as a dead letter). */
 import { z } from "@hono/zod-openapi";
 import { CANCEL_SOURCES } from "../../model.js";
-import { cursor, instant, Priority, pageLimit, RUN_STATUSES } from "./common.js";
+import {
+  cursor,
+  IdempotencyKeySchema,
+  instant,
+  Priority,
+  pageLimit,
+  RUN_STATUSES,
+} from "./common.js";
 
 export const RunParams = z.object({
   id: z
@@ -16,6 +23,13 @@ export const DeadLetterParams = z.object({
   runId: z.string().openapi({
     param: { name: "runId", in: "path" },
     example: "01J9Z3V6K8N4QX2M7R5T0W1Y3B-20300115T080000000-1",
+  }),
+});
+
+export const ReplayHeaders = z.object({
+  "Idempotency-Key": IdempotencyKeySchema.optional().openapi({
+    description:
+      "Makes a retry harmless: a repeat with the key of the replay that was made answers that replay's run (200) and queues nothing, for as long as the dead run is kept. Any other key, or none, on a dead run already replayed is 409.",
   }),
 });
 
