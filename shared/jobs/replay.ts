@@ -64,14 +64,18 @@ export async function replayDeadLetter(
   try {
     await writeReplay(engine, dead, { runId: run.runId, item, keyHash });
   } catch (error) {
-    // Another send of this request (same key) replayed it first.
-    const concurrent = await replayWithKey(
+    const replayed = await replayWithKey(
       engine,
       await getTenantRun(engine, tenantId, runId),
       keyHash,
     );
-    if (concurrent) return { run: concurrent, earlier: true };
-    throw error;
+    if (replayed === null) throw error;
+    // Refused: another send of this request (same key) replayed it first, and sends its run.
+    if (error instanceof NotReplayableError) return { run: replayed, earlier: true };
+    // Not refused but failed, and yet replayed with this key: this request's own write, applied
+    // with its answer lost, whose run nobody else sends.
+    await sendRunDueNow(engine, replayed, now);
+    return { run: replayed, earlier: false };
   }
   await sendRunDueNow(engine, run, now);
   return { run, earlier: false };

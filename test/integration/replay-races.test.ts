@@ -4,6 +4,7 @@ import { cancelJob, createJob, deleteJob, replayDeadLetter } from "../../shared/
 import { listDeadLetters } from "../../shared/jobs/queries.js";
 import type { Run } from "../../shared/model.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { withLostAnswers } from "../support/faults.js";
 
 const TENANT = "tenant-a";
 
@@ -86,6 +87,31 @@ describe("a replay racing its job's cancel or delete", () => {
       });
       const listed = await listDeadLetters(f.engine, TENANT, { limit: 100 });
       expect(listed.items.map((r) => r.runId)).toContain(dead.runId);
+    },
+  );
+
+  it.each([
+    ["the SDK's resend answers it", 1],
+    ["every resend loses its answer too", 10],
+  ])(
+    "a keyed replay whose transaction applied but whose answer was lost (%s) answers its run and sends it",
+    async (_, times) => {
+      const dead = await deadRun();
+      const lossy = withLostAnswers(f.engine, { operation: "TransactWriteItems", times });
+      let replayed: Awaited<ReturnType<typeof replayDeadLetter>>;
+      try {
+        replayed = await replayDeadLetter(lossy.engine, TENANT, dead.runId, "lost-answer");
+      } finally {
+        lossy.destroy();
+      }
+      expect(lossy.injected.count).toBeGreaterThanOrEqual(1);
+      expect(replayed.earlier).toBe(false);
+      expect((await runsOf(dead.jobId)).map((r) => [r.attempt, r.status])).toEqual([
+        [1, "DEAD"],
+        [2, "QUEUED"],
+      ]);
+      const received = await f.nextDelivery(f.engine.queues.normal, dead.jobId, 5_000);
+      expect(received.message.attempt).toBe(2);
     },
   );
 });
