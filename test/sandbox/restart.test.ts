@@ -147,7 +147,7 @@ describe("sandbox restart", () => {
           decided(await byPolicy(fireAll))
         );
       },
-      60_000,
+      90_000,
     );
     for (const job of [skip, fireOnce, fireAll])
       await api("POST", `/jobs/${String(job.id)}/cancel`);
@@ -195,5 +195,5 @@ describe("sandbox restart", () => {
       );
       expect(stuck).toEqual([]);
     }
-  }, 180_000);
+  }, 240_000);
 });
