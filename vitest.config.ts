@@ -56,6 +56,7 @@ const UNIT_TESTS = [
   "test/unit/**/*.test.ts",
   "test/api/units.test.ts",
   "test/client/generated.test.ts",
+  "test/client/hostile-server.test.ts",
 ];
 
 export default defineConfig({

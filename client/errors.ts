@@ -13,14 +13,53 @@ export type ErrorCode = ApiErrorCode | "unexpected_response";
 
 export type FieldIssue = NonNullable<ErrorBody["issues"]>[number];
 
+/** `timeout`: the client gave up on a request that had not finished in time (no answer to read). */
+export type ClientErrorCode = ErrorCode | "timeout";
+
+/**
+ * Every error the client raises about a request, by `code`: an answer the API refused or that is
+ * not the API's ({@link SchedulerApiError}), or no whole answer in time ({@link RequestTimeoutError}).
+ */
+export class SchedulerClientError<C extends ClientErrorCode = ClientErrorCode> extends Error {
+  override readonly name: string = "SchedulerClientError";
+  readonly code: C;
+
+  constructor(code: C, message: string) {
+    super(message);
+    this.code = code;
+  }
+}
+
+/**
+ * The request (the answer's body included) did not finish within the client's `timeoutMs`. A
+ * request that is not safe to repeat (`repeatable` false: a POST without an Idempotency-Key) may
+ * still have been applied, so it is not retried: read before sending it again.
+ */
+export class RequestTimeoutError extends SchedulerClientError<"timeout"> {
+  override readonly name = "RequestTimeoutError";
+
+  constructor(
+    readonly method: string,
+    /** The request's path and query. */
+    readonly path: string,
+    readonly timeoutMs: number,
+    /** Whether sending it again does what sending it once does (the client retried it if so). */
+    readonly repeatable: boolean,
+  ) {
+    super(
+      "timeout",
+      `${method} ${path} did not finish within ${timeoutMs} ms${repeatable ? "" : ": it may have been applied"}`,
+    );
+  }
+}
+
 /**
  * A request the API refused, typed by its `code`: `error.is("not_found")`
  * narrows it, and a stale `If-Match` is a {@link VersionConflictError}.
  */
-export class SchedulerApiError<C extends ErrorCode = ErrorCode> extends Error {
+export class SchedulerApiError<C extends ErrorCode = ErrorCode> extends SchedulerClientError<C> {
   override readonly name: string = "SchedulerApiError";
   readonly status: number;
-  readonly code: C;
   /** The offending input, e.g. `schedule.cron`. */
   readonly field: string | undefined;
   /** With `illegal_transition`: the job's status now, or the status a run ended in (a refused run cancel). */
@@ -47,9 +86,8 @@ export class SchedulerApiError<C extends ErrorCode = ErrorCode> extends Error {
       quota?: ErrorBody["quota"];
     } = {},
   ) {
-    super(message);
+    super(code, message);
     this.status = status;
-    this.code = code;
     this.field = details.field;
     this.currentStatus = details.currentStatus;
     this.issues = details.issues ?? [];

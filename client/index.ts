@@ -6,10 +6,13 @@
 export type { ClientAuth } from "./auth.js";
 export {
   type ApiErrorCode,
+  type ClientErrorCode,
   type ErrorCode,
   type FieldIssue,
   isSchedulerApiError,
+  RequestTimeoutError,
   SchedulerApiError,
+  SchedulerClientError,
   VersionConflictError,
 } from "./errors.js";
 export type { components, operations, paths } from "./generated/api.js";

@@ -1,9 +1,13 @@
+import { RequestTimeoutError } from "./errors.js";
+
 /**
  * Retries of requests the API answered 429 (over the tenant's requests per second) or 503 (busy:
  * contention on a job, or storage that did not answer in time), for requests that are safe to
  * send again: GET, HEAD, OPTIONS, PUT and DELETE, and a POST that carries an `Idempotency-Key`
  * (a repeat answers what the first did). Each retry waits the answer's `Retry-After`; an answer
- * without one waits 0.5 s, doubling per retry, up to `maxDelayMs`.
+ * without one waits 0.5 s, doubling per retry, up to `maxDelayMs`. A request of those that timed out
+ * (a RequestTimeoutError) is retried too, after the same doubling wait; any other is not, since it
+ * may have been applied.
  */
 export interface RetryOptions {
   /** Retries after the first request (default 3); 0 sends each request once. */
@@ -35,7 +39,7 @@ const REPEATABLE_METHODS: ReadonlySet<string> = new Set([
 const sleepFor = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /** Whether sending `request` twice does what sending it once does. */
-function isRepeatable(request: Request): boolean {
+export function isRepeatable(request: Request): boolean {
   return (
     REPEATABLE_METHODS.has(request.method) ||
     (request.method === "POST" && request.headers.has("idempotency-key"))
@@ -55,8 +59,9 @@ function retryAfterMs(response: Response, now: number): number | null {
 }
 
 /**
- * `fetch` that sends a repeatable request again while it is answered 429 or 503, as `options`
- * allow; the last answer (or the first that is not retried) is returned as it came.
+ * `fetch` that sends a repeatable request again while it is answered 429 or 503 or times out, as
+ * `options` allow; the last answer (or the first that is not retried) is returned as it came, and
+ * the last timeout thrown.
  */
 export function retryingFetch(base: typeof fetch, options: RetryOptions = {}): typeof fetch {
   const attempts = options.attempts ?? DEFAULT_ATTEMPTS;
@@ -70,8 +75,16 @@ export function retryingFetch(base: typeof fetch, options: RetryOptions = {}): t
     const extra = input instanceof Request ? init : undefined;
     if (!isRepeatable(request)) return base(request, extra);
     for (let retry = 0; ; retry++) {
-      // A body can be read once: each send takes its own copy.
-      const response = await base(request.clone(), extra);
+      let response: Response;
+      try {
+        // A body can be read once: each send takes its own copy.
+        response = await base(request.clone(), extra);
+      } catch (error) {
+        // A timed-out request may have been applied; this one is safe to send again.
+        if (!(error instanceof RequestTimeoutError) || retry >= attempts) throw error;
+        await sleep(BASE_DELAY_MS * 2 ** retry);
+        continue;
+      }
       if (!RETRIED_STATUSES.has(response.status) || retry >= attempts) return response;
       const delay = retryAfterMs(response, now()) ?? BASE_DELAY_MS * 2 ** retry;
       if (delay > maxDelayMs) return response;

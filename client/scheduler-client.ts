@@ -5,6 +5,7 @@ import { JobHandle } from "./job-handle.js";
 import { everyItem, type Page } from "./paging.js";
 import { pollForRun, unwrap, unwrapWithResponse, type WaitOptions } from "./requests.js";
 import { type RetryOptions, retryingFetch } from "./retries.js";
+import { boundedFetch, DEFAULT_TIMEOUT_MS } from "./transport.js";
 import {
   type BatchCreateResult,
   FINAL_RUN_STATUSES,
@@ -35,6 +36,12 @@ export interface SchedulerClientOptions {
    * default, each after the answer's Retry-After; `{ attempts: 0 }` sends each request once.
    */
   readonly retry?: RetryOptions;
+  /**
+   * How long each request may take, its answer's body read to the end (default 30,000 ms; each
+   * retry has its own): then it throws a RequestTimeoutError (`code` "timeout"). Requests safe to
+   * repeat are retried after a timeout as after a 503; others may have been applied and are not.
+   */
+  readonly timeoutMs?: number;
 }
 
 export interface ListOptions {
@@ -101,7 +108,10 @@ export class SchedulerClient {
     const http = () =>
       createClient<paths>({
         baseUrl: options.baseUrl.replace(/\/+$/, ""),
-        fetch: retryingFetch(base, options.retry),
+        fetch: retryingFetch(
+          boundedFetch(base, options.timeoutMs ?? DEFAULT_TIMEOUT_MS),
+          options.retry,
+        ),
       });
     this.http = http();
     this.runTokenHttp = http();

@@ -1,4 +1,4 @@
-import type { Command } from "commander";
+import { type Command, InvalidArgumentError } from "commander";
 import { type ClientAuth, SchedulerClient } from "../index.js";
 import { CliExit, EXIT } from "./exit-codes.js";
 import { type CliIo, json, type OutputFormat } from "./output.js";
@@ -12,7 +12,17 @@ export interface GlobalFlags {
   readonly key?: string;
   readonly profile?: string;
   readonly region?: string;
+  /** --request-timeout, in seconds. */
+  readonly requestTimeout?: number;
   readonly output: OutputFormat;
+}
+
+/** A number of seconds above 0, fractions allowed (`0.5`). */
+export function positiveSeconds(raw: string): number {
+  const value = Number(raw);
+  if (raw.trim() === "" || !Number.isFinite(value) || value <= 0)
+    throw new InvalidArgumentError(`"${raw}" is not a number of seconds above 0.`);
+  return value;
 }
 
 const LOOPBACK = new Set(["localhost", "127.0.0.1", "[::1]"]);
@@ -67,7 +77,13 @@ class CommandContext {
     flags: GlobalFlags,
   ) {
     const api = apiUrlFrom(flags, io);
-    this.client = new SchedulerClient({ baseUrl: api, auth: authFrom(flags, api, io) });
+    this.client = new SchedulerClient({
+      baseUrl: api,
+      auth: authFrom(flags, api, io),
+      ...(flags.requestTimeout === undefined
+        ? {}
+        : { timeoutMs: Math.ceil(flags.requestTimeout * 1000) }),
+    });
     this.format = flags.output;
   }
 

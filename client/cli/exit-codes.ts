@@ -1,4 +1,9 @@
-import { type ErrorCode, isSchedulerApiError, WaitTimeoutError } from "../index.js";
+import {
+  type ErrorCode,
+  isSchedulerApiError,
+  RequestTimeoutError,
+  WaitTimeoutError,
+} from "../index.js";
 
 /**
  * What `scheduler` exits with, so that scripts can tell outcomes apart
@@ -6,7 +11,10 @@ import { type ErrorCode, isSchedulerApiError, WaitTimeoutError } from "../index.
  */
 export const EXIT = {
   ok: 0,
-  /** Anything unforeseen: a 5xx, an answer not in the API's error shape, a bug. */
+  /**
+   * Anything unforeseen: a 5xx, an answer not in the API's error shape, a bug; a request not safe
+   * to repeat that timed out (it may have been applied).
+   */
   failed: 1,
   /** The command line itself: unknown command or option, a missing or malformed argument. */
   usage: 2,
@@ -20,7 +28,10 @@ export const EXIT = {
   versionConflict: 6,
   /** Missing or unknown credentials (401, or API Gateway's 403 for a bad signature). */
   unauthorized: 7,
-  /** The API is busy with the same job; try again (503). */
+  /**
+   * Try again: the API is busy with the same job (503), over the requests per second (429), or
+   * a request safe to repeat did not finish in time (--request-timeout).
+   */
   busy: 8,
   /** The API could not be reached. */
   unreachable: 9,
@@ -88,6 +99,9 @@ export function exitCodeOf(error: unknown): number {
     }
     return BY_CODE[error.code];
   }
+  // A timed-out request safe to repeat can be sent again as a 503's can; any other may have been
+  // applied, as a 500's may, and a script that tried it again could make a second job.
+  if (error instanceof RequestTimeoutError) return error.repeatable ? EXIT.busy : EXIT.failed;
   if (error instanceof CliExit) return error.exitCode;
   if (error instanceof WaitTimeoutError) return EXIT.timedOut;
   if (isUnreachable(error)) return EXIT.unreachable;

@@ -1,6 +1,7 @@
 import { Command, CommanderError, Option } from "commander";
-import { isSchedulerApiError, VersionConflictError } from "../index.js";
-import { DEFAULT_API } from "./context.js";
+import { isSchedulerApiError, SchedulerClientError, VersionConflictError } from "../index.js";
+import { DEFAULT_TIMEOUT_MS } from "../transport.js";
+import { DEFAULT_API, positiveSeconds } from "./context.js";
 import { EXIT, exitCodeOf, isUnreachable } from "./exit-codes.js";
 import { jobsCommand } from "./jobs.js";
 import { type CliIo, json as jsonText, printable } from "./output.js";
@@ -28,6 +29,11 @@ export function cliProgram(io: CliIo): Command {
     .option("--key <key>", "a bearer key (env SCHEDULER_API_KEY); the sandbox's is local-dev-key")
     .option("--profile <name>", "sign requests with SigV4 using this AWS profile")
     .option("--region <region>", "the region to sign for (default: from the URL, else AWS_REGION)")
+    .option(
+      "--request-timeout <seconds>",
+      `give up on a request after this long, its answer included (default ${DEFAULT_TIMEOUT_MS / 1000})`,
+      positiveSeconds,
+    )
     .addOption(
       new Option("-o, --output <format>", "table for people, json for scripts")
         .choices(["table", "json"])
@@ -40,11 +46,12 @@ Without --key or --profile, a loopback --api (the sandbox) gets local-dev-key an
 other is signed with SigV4 from the AWS SDK's default credential chain.
 
 Exit codes: 0 done; 1 failed unexpectedly; 2 usage; 3 input refused (400, 413, 415, 428);
-4 not found; 5 conflict (409); 6 stale version (412); 7 unauthorized; 8 busy (503);
-9 API unreachable; 10 runs watch timed out; 11 not supported by the API (405); 12 over a
+4 not found; 5 conflict (409); 6 stale version (412); 7 unauthorized; 8 busy or
+unavailable, try again (503, or a request safe to repeat that timed out); 9 API unreachable; 10 runs watch timed out; 11 not supported by the API (405); 12 over a
 quota (403 quota_exceeded); 13 not allowed (403 forbidden). A 429 (rate_limited, or API
 Gateway's throttle) exits 8. A 429 or 503 to a request safe to repeat is retried 3 times
-(Retry-After) first. See docs/cli.md.`,
+(Retry-After) first, and so is one that timed out. A write not safe to repeat that timed out
+exits 1: it may have been applied. See docs/cli.md.`,
     );
   jobsCommand(program, io);
   runsCommand(program, io);
@@ -87,6 +94,15 @@ function report(error: unknown, json: boolean, io: CliIo): void {
     if (error.retryAfterSeconds !== undefined)
       lines.push(`  try again in ${error.retryAfterSeconds} s`);
     io.stderr(`${lines.join("\n")}\n`);
+    return;
+  }
+  if (error instanceof SchedulerClientError) {
+    // No answer to show: the client's own error (a timeout), by its code.
+    io.stderr(
+      json
+        ? `${jsonText({ error: { code: error.code, message: error.message } }, 0)}\n`
+        : `error: ${error.code}: ${printable(error.message)}\n`,
+    );
     return;
   }
   const message = isUnreachable(error)

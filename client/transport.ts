@@ -1,0 +1,66 @@
+import { RequestTimeoutError } from "./errors.js";
+import { isRepeatable } from "./retries.js";
+
+/** How long a request may take, its answer's body read to the end, unless the client says. */
+export const DEFAULT_TIMEOUT_MS = 30_000;
+
+/** The status of an answer that has no body (new Response refuses one for them). */
+const NULL_BODY_STATUSES: ReadonlySet<number> = new Set([204, 205, 304]);
+
+/** The answer's whole body, or null when it has none. */
+async function wholeBody(response: Response): Promise<Uint8Array | null> {
+  if (response.body === null) return null;
+  const reader = response.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let length = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    chunks.push(value);
+    length += value.byteLength;
+  }
+  const body = new Uint8Array(length);
+  let at = 0;
+  for (const chunk of chunks) {
+    body.set(chunk, at);
+    at += chunk.byteLength;
+  }
+  return body;
+}
+
+/**
+ * `fetch` that gives up on a request after `timeoutMs`, its answer's body included: a server or a
+ * proxy that accepts the connection and never answers, or sends the headers and stalls the body,
+ * would otherwise hold the caller (and every CLI command) for ever. The body is read here, within
+ * the limit, and the answer returned holds it in memory. Giving up throws a RequestTimeoutError;
+ * the caller's own signal (the Request's) still aborts the request as fetch does.
+ */
+export function boundedFetch(base: typeof fetch, timeoutMs: number): typeof fetch {
+  return async (input, init) => {
+    const request = new Request(input, init);
+    const extra = input instanceof Request ? init : undefined;
+    const limit = new AbortController();
+    const timer = setTimeout(() => limit.abort(), timeoutMs);
+    try {
+      const signal = AbortSignal.any([request.signal, limit.signal]);
+      const response = await base(new Request(request, { signal }), extra);
+      const body = await wholeBody(response);
+      return new Response(NULL_BODY_STATUSES.has(response.status) ? null : body, {
+        status: response.status,
+        statusText: response.statusText,
+        headers: response.headers,
+      });
+    } catch (error) {
+      if (!limit.signal.aborted || request.signal.aborted) throw error;
+      const url = new URL(request.url);
+      throw new RequestTimeoutError(
+        request.method,
+        `${url.pathname}${url.search}`,
+        timeoutMs,
+        isRepeatable(request),
+      );
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+}

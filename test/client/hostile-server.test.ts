@@ -1,0 +1,187 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { EXIT } from "../../client/cli/exit-codes.js";
+import { runCli } from "../../client/cli/main.js";
+import {
+  RequestTimeoutError,
+  type RetryOptions,
+  SchedulerClient,
+  SchedulerClientError,
+} from "../../client/index.js";
+import { rejection } from "../support/rejection.js";
+
+/**
+ * The client and the CLI against a local HTTP server that misbehaves as it is told: one that
+ * never answers, or stalls the body after the headers. Each case sets `behave`; the server records
+ * every request that reaches it.
+ */
+type Behaviour = (request: IncomingMessage, response: ServerResponse) => void;
+
+interface Received {
+  readonly method: string;
+  readonly path: string;
+  readonly idempotencyKey: string | undefined;
+}
+
+let server: Server;
+let baseUrl: string;
+let behave: Behaviour;
+let received: Received[] = [];
+
+/** Accepts the request and never answers. */
+const silent: Behaviour = () => undefined;
+/** Sends a 200's headers and the start of a body, then nothing more. */
+const stallsBody: Behaviour = (_, response) => {
+  response.writeHead(200, { "Content-Type": "application/json" });
+  response.write('{"items": [');
+};
+
+beforeAll(async () => {
+  server = createServer((request, response) => {
+    received.push({
+      method: request.method ?? "",
+      path: request.url ?? "",
+      idempotencyKey: request.headers["idempotency-key"]?.toString(),
+    });
+    request.resume();
+    behave(request, response);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+
+afterAll(async () => {
+  server.closeAllConnections();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+});
+
+beforeEach(() => {
+  behave = silent;
+  received = [];
+});
+
+/** A client with a short time limit whose retry waits are recorded, not slept. */
+function clientWith(timeoutMs: number, retry: RetryOptions = {}) {
+  const waits: number[] = [];
+  const client = new SchedulerClient({
+    baseUrl,
+    auth: { kind: "bearer", key: "k" },
+    timeoutMs,
+    retry: {
+      sleep: async (ms) => {
+        waits.push(ms);
+      },
+      ...retry,
+    },
+  });
+  return { client, waits };
+}
+
+const requests = () => received.map((r) => `${r.method} ${r.path}`);
+
+async function cli(args: readonly string[]) {
+  let stderr = "";
+  const code = await runCli(args, {
+    stdout: () => undefined,
+    stderr: (text) => {
+      stderr += text;
+    },
+    env: {},
+  });
+  return { code, stderr };
+}
+
+describe("a request that takes too long", () => {
+  it("a server that never answers: a timeout error naming the request and the limit", async () => {
+    const { client } = clientWith(200, { attempts: 0 });
+    const started = Date.now();
+    const error = await rejection(client.health(), RequestTimeoutError);
+    expect(Date.now() - started).toBeLessThan(2000);
+    expect(error).toBeInstanceOf(SchedulerClientError);
+    expect([error.code, error.timeoutMs, error.method, error.repeatable]).toEqual([
+      "timeout",
+      200,
+      "GET",
+      true,
+    ]);
+    expect(error.message).toBe("GET /health did not finish within 200 ms");
+  });
+
+  it("headers then a stalled body: the limit covers reading the body", async () => {
+    behave = stallsBody;
+    const { client } = clientWith(200, { attempts: 0 });
+    const error = await rejection(client.jobs.page(), RequestTimeoutError);
+    expect(error.message).toBe("GET /jobs did not finish within 200 ms");
+  });
+
+  it("a request safe to repeat is retried after a timeout; the last timeout is thrown", async () => {
+    const { client, waits } = clientWith(100, { attempts: 2 });
+    await rejection(client.runs.get("01JOB", "01RUN"), RequestTimeoutError);
+    expect(requests()).toEqual(Array(3).fill("GET /jobs/01JOB/runs/01RUN"));
+    expect(waits).toEqual([500, 1000]);
+  });
+
+  it("a POST with an Idempotency-Key is retried; one without is sent once (it may have been applied)", async () => {
+    const { client } = clientWith(100, { attempts: 1 });
+    const newJob = { type: "noop", schedule: { runAt: "2030-01-01T00:00:00Z" } } as const;
+    await rejection(client.jobs.create(newJob, { idempotencyKey: "k1" }), RequestTimeoutError);
+    expect(received.map((r) => [r.method, r.path, r.idempotencyKey])).toEqual([
+      ["POST", "/jobs", "k1"],
+      ["POST", "/jobs", "k1"],
+    ]);
+
+    received = [];
+    const error = await rejection(client.jobs.handle("01JOB").pause(), RequestTimeoutError);
+    expect(requests()).toEqual(["POST /jobs/01JOB/pause"]);
+    expect(error.repeatable).toBe(false);
+    expect(error.message).toBe(
+      "POST /jobs/01JOB/pause did not finish within 100 ms: it may have been applied",
+    );
+  });
+
+  it("the caller's own AbortSignal still aborts, as an abort rather than a timeout", async () => {
+    const { client } = clientWith(10_000, { attempts: 0 });
+    const caller = new AbortController();
+    const pending = client.http.GET("/health", { signal: caller.signal });
+    setTimeout(() => caller.abort(), 50);
+    const error = await rejection(pending, Error);
+    expect(error).not.toBeInstanceOf(RequestTimeoutError);
+    expect(error.name).toBe("AbortError");
+  });
+
+  it("the CLI: --request-timeout, exit 8 for a read; 1 for a write that may have been applied; a bad value exits 2", async () => {
+    const read = await cli([
+      "--api",
+      baseUrl,
+      "--key",
+      "k",
+      "--request-timeout",
+      "0.2",
+      "jobs",
+      "list",
+    ]);
+    expect(read.code).toBe(EXIT.busy);
+    expect(read.stderr).toContain(
+      "error: timeout: GET /jobs?limit=50 did not finish within 200 ms",
+    );
+
+    const write = await cli([
+      "--api",
+      baseUrl,
+      "--key",
+      "k",
+      "--request-timeout",
+      "0.2",
+      "jobs",
+      "pause",
+      "01JOB",
+    ]);
+    expect(write.code).toBe(EXIT.failed);
+    expect(write.stderr).toContain("it may have been applied");
+
+    const bad = await cli(["--api", baseUrl, "--request-timeout", "soon", "jobs", "list"]);
+    expect(bad.code).toBe(EXIT.usage);
+    expect(bad.stderr).toContain("--request-timeout");
+  });
+});
