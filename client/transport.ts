@@ -1,15 +1,37 @@
-import { RequestTimeoutError } from "./errors.js";
+import { RequestTimeoutError, SchedulerApiError } from "./errors.js";
 import { isRepeatable } from "./retries.js";
 
 /** How long a request may take, its answer's body read to the end, unless the client says. */
 export const DEFAULT_TIMEOUT_MS = 30_000;
 
+/**
+ * The most of an answer the client reads, 16 MiB: a hostile or broken server streaming a body
+ * without end would otherwise take all the caller's memory. The API's largest answers are far
+ * under it: on AWS a Lambda function's answer is at most 6 MB, and locally a page of 100 jobs at
+ * the 80 KiB a body may hold is 8 MiB.
+ */
+const MAX_ANSWER_BYTES = 16 * 1024 * 1024;
+const MAX_ANSWER_TEXT = "16 MiB";
+
 /** The status of an answer that has no body (new Response refuses one for them). */
 const NULL_BODY_STATUSES: ReadonlySet<number> = new Set([204, 205, 304]);
 
-/** The answer's whole body, or null when it has none. */
-async function wholeBody(response: Response): Promise<Uint8Array | null> {
+/**
+ * The answer's whole body, or null when it has none; an unexpected_response error naming the limit
+ * when it declares or reaches more than MAX_ANSWER_BYTES (the rest is not read).
+ */
+async function wholeBody(response: Response, what: string): Promise<Uint8Array | null> {
   if (response.body === null) return null;
+  const tooLarge = () =>
+    new SchedulerApiError(
+      response.status,
+      "unexpected_response",
+      `${what}: the answer is over ${MAX_ANSWER_TEXT}, the most the client reads`,
+    );
+  if (Number(response.headers.get("content-length")) > MAX_ANSWER_BYTES) {
+    await response.body.cancel();
+    throw tooLarge();
+  }
   const reader = response.body.getReader();
   const chunks: Uint8Array[] = [];
   let length = 0;
@@ -18,6 +40,10 @@ async function wholeBody(response: Response): Promise<Uint8Array | null> {
     if (done) break;
     chunks.push(value);
     length += value.byteLength;
+    if (length > MAX_ANSWER_BYTES) {
+      await reader.cancel();
+      throw tooLarge();
+    }
   }
   const body = new Uint8Array(length);
   let at = 0;
@@ -32,19 +58,22 @@ async function wholeBody(response: Response): Promise<Uint8Array | null> {
  * `fetch` that gives up on a request after `timeoutMs`, its answer's body included: a server or a
  * proxy that accepts the connection and never answers, or sends the headers and stalls the body,
  * would otherwise hold the caller (and every CLI command) for ever. The body is read here, within
- * the limit, and the answer returned holds it in memory. Giving up throws a RequestTimeoutError;
- * the caller's own signal (the Request's) still aborts the request as fetch does.
+ * the limit and up to MAX_ANSWER_BYTES, and the answer returned holds it in memory. Giving up
+ * throws a RequestTimeoutError; the caller's own signal (the Request's) still aborts the request
+ * as fetch does.
  */
 export function boundedFetch(base: typeof fetch, timeoutMs: number): typeof fetch {
   return async (input, init) => {
     const request = new Request(input, init);
     const extra = input instanceof Request ? init : undefined;
+    const url = new URL(request.url);
+    const what = `${request.method} ${url.pathname}${url.search}`;
     const limit = new AbortController();
     const timer = setTimeout(() => limit.abort(), timeoutMs);
     try {
       const signal = AbortSignal.any([request.signal, limit.signal]);
       const response = await base(new Request(request, { signal }), extra);
-      const body = await wholeBody(response);
+      const body = await wholeBody(response, what);
       return new Response(NULL_BODY_STATUSES.has(response.status) ? null : body, {
         status: response.status,
         statusText: response.statusText,
@@ -52,7 +81,6 @@ export function boundedFetch(base: typeof fetch, timeoutMs: number): typeof fetc
       });
     } catch (error) {
       if (!limit.signal.aborted || request.signal.aborted) throw error;
-      const url = new URL(request.url);
       throw new RequestTimeoutError(
         request.method,
         `${url.pathname}${url.search}`,

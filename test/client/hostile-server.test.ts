@@ -6,6 +6,7 @@ import { runCli } from "../../client/cli/main.js";
 import {
   RequestTimeoutError,
   type RetryOptions,
+  SchedulerApiError,
   SchedulerClient,
   SchedulerClientError,
 } from "../../client/index.js";
@@ -36,6 +37,33 @@ const stallsBody: Behaviour = (_, response) => {
   response.writeHead(200, { "Content-Type": "application/json" });
   response.write('{"items": [');
 };
+
+const MiB = 1024 * 1024;
+/** What the last `streams` answer wrote before its connection closed. */
+let streamedBytes = 0;
+
+/**
+ * A JSON answer of `status` that goes on for `totalBytes` (sent as it is read: the socket's
+ * back-pressure paces it), declaring no length: a server that streams without end, bounded only
+ * so that a client that reads it all does not take the test machine's memory with it.
+ */
+const streams =
+  (status: number, totalBytes: number): Behaviour =>
+  (_, response) => {
+    streamedBytes = 0;
+    response.writeHead(status, { "Content-Type": "application/json" });
+    response.write('{"items": [], "nextCursor": null, "padding": "');
+    const chunk = Buffer.alloc(64 * 1024, "x");
+    const more = () => {
+      while (streamedBytes < totalBytes) {
+        streamedBytes += chunk.length;
+        if (!response.write(chunk)) return;
+      }
+      response.end('"}');
+    };
+    response.on("drain", more);
+    more();
+  };
 
 beforeAll(async () => {
   server = createServer((request, response) => {
@@ -183,5 +211,39 @@ describe("a request that takes too long", () => {
     const bad = await cli(["--api", baseUrl, "--request-timeout", "soon", "jobs", "list"]);
     expect(bad.code).toBe(EXIT.usage);
     expect(bad.stderr).toContain("--request-timeout");
+  });
+});
+
+describe("an answer too large to hold", () => {
+  it("a body that goes on and on: unexpected_response naming the 16 MiB limit; the rest is not read", async () => {
+    behave = streams(200, 64 * MiB);
+    const { client } = clientWith(10_000, { attempts: 0 });
+    const error = await rejection(client.jobs.page(), SchedulerApiError);
+    expect([error.status, error.code]).toEqual([200, "unexpected_response"]);
+    expect(error.message).toBe("GET /jobs: the answer is over 16 MiB, the most the client reads");
+    expect(streamedBytes).toBeLessThan(32 * MiB);
+  });
+
+  it("an error answer as large is the same error, not a wait for its end", async () => {
+    behave = streams(500, 64 * MiB);
+    const { client } = clientWith(10_000, { attempts: 0 });
+    const error = await rejection(client.health(), SchedulerApiError);
+    expect([error.status, error.code]).toEqual([500, "unexpected_response"]);
+    expect(error.message).toContain("over 16 MiB");
+  });
+
+  it("a Content-Length over the limit fails before the body is read", async () => {
+    behave = (_, response) => {
+      response.writeHead(200, {
+        "Content-Type": "application/json",
+        "Content-Length": String(1024 * MiB),
+      });
+      response.write("{");
+    };
+    const { client } = clientWith(10_000, { attempts: 0 });
+    const started = Date.now();
+    const error = await rejection(client.health(), SchedulerApiError);
+    expect(Date.now() - started).toBeLessThan(2000);
+    expect(error.message).toBe("GET /health: the answer is over 16 MiB, the most the client reads");
   });
 });
