@@ -1,3 +1,4 @@
+import { JOB, PREVIEW, RUN } from "./answers.js";
 import { errorOf, isSchedulerApiError, VersionConflictError } from "./errors.js";
 import { pollForRun, unwrap, unwrapWithResponse, type WaitOptions } from "./requests.js";
 import type { ListOptions, RunFilter, SchedulerClient } from "./scheduler-client.js";
@@ -66,7 +67,11 @@ export class JobHandle {
   /** Reads the job again. */
   async get(): Promise<Job> {
     return this.#seen(
-      await unwrap(this.client.http.GET("/jobs/{id}", { params: { path: { id: this.id } } })),
+      await unwrap(
+        "GET /jobs/{id}",
+        this.client.http.GET("/jobs/{id}", { params: { path: { id: this.id } } }),
+        JOB,
+      ),
     );
   }
 
@@ -77,10 +82,12 @@ export class JobHandle {
   async pause(options: { running?: "finish" | "cancel" } = {}): Promise<Job> {
     return this.#seen(
       await unwrap(
+        "POST /jobs/{id}/pause",
         this.client.http.POST("/jobs/{id}/pause", {
           params: { path: { id: this.id } },
           ...(options.running ? { body: { running: options.running } } : {}),
         }),
+        JOB,
       ),
     );
   }
@@ -88,7 +95,9 @@ export class JobHandle {
   async resume(): Promise<Job> {
     return this.#seen(
       await unwrap(
+        "POST /jobs/{id}/resume",
         this.client.http.POST("/jobs/{id}/resume", { params: { path: { id: this.id } } }),
+        JOB,
       ),
     );
   }
@@ -97,7 +106,9 @@ export class JobHandle {
   async cancel(): Promise<Job> {
     return this.#seen(
       await unwrap(
+        "POST /jobs/{id}/cancel",
         this.client.http.POST("/jobs/{id}/cancel", { params: { path: { id: this.id } } }),
+        JOB,
       ),
     );
   }
@@ -131,6 +142,7 @@ export class JobHandle {
    */
   trigger(options: TriggerOptions = {}): Promise<Run> {
     return unwrap(
+      "POST /jobs/{id}/trigger",
       this.client.http.POST("/jobs/{id}/trigger", {
         params: {
           path: { id: this.id },
@@ -139,6 +151,7 @@ export class JobHandle {
             : {}),
         },
       }),
+      RUN,
     );
   }
 
@@ -151,10 +164,12 @@ export class JobHandle {
     const version = options.version ?? this.#job?.version ?? (await this.get()).version;
     try {
       const { data } = await unwrapWithResponse(
+        "PATCH /jobs/{id}",
         this.client.http.PATCH("/jobs/{id}", {
           params: { path: { id: this.id }, header: { "If-Match": `"${version}"` } },
           body: changes,
         }),
+        JOB,
       );
       return this.#seen(data);
     } catch (error) {
@@ -170,7 +185,9 @@ export class JobHandle {
       ...(from === undefined ? {} : { from: from instanceof Date ? from.toISOString() : from }),
     };
     return unwrap(
+      "GET /jobs/{id}/preview",
       this.client.http.GET("/jobs/{id}/preview", { params: { path: { id: this.id }, query } }),
+      PREVIEW,
     );
   }
 

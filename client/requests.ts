@@ -1,4 +1,5 @@
-import { errorOf } from "./errors.js";
+import type { AnswerShape } from "./answers.js";
+import { errorOf, SchedulerApiError } from "./errors.js";
 import type { Run, RunStatus } from "./types.js";
 
 export interface WaitOptions {
@@ -26,16 +27,34 @@ export class WaitTimeoutError extends Error {
 
 type Result<T> = { data?: T; error?: unknown; response: Response };
 
-/** The data of a success, or the typed error of anything else. */
-export async function unwrap<T>(pending: Promise<Result<T>>): Promise<T> {
-  return (await unwrapWithResponse(pending)).data;
+/**
+ * The data of a success that has the shape `operation` relies on, or the typed error of anything
+ * else (an `unexpected_response` naming the operation and what is missing, for a success that
+ * does not).
+ */
+export async function unwrap<T>(
+  operation: string,
+  pending: Promise<Result<T>>,
+  shape: AnswerShape,
+): Promise<T> {
+  return (await unwrapWithResponse(operation, pending, shape)).data;
 }
 
 export async function unwrapWithResponse<T>(
+  operation: string,
   pending: Promise<Result<T>>,
+  shape: AnswerShape,
 ): Promise<{ data: T; response: Response }> {
   const { data, error, response } = await pending;
-  if (!response.ok || data === undefined) throw errorOf(response, error);
+  if (!response.ok) throw errorOf(response, error);
+  const missing = shape.missing(data);
+  if (data === undefined || missing !== null) {
+    throw new SchedulerApiError(
+      response.status,
+      "unexpected_response",
+      `${operation}: the ${response.status} answer is not ${shape.kind}: ${data === undefined ? "it is empty" : missing}`,
+    );
+  }
   return { data, response };
 }
 

@@ -1,4 +1,16 @@
 import createClient, { type Client } from "openapi-fetch";
+import {
+  BATCH,
+  HEALTH,
+  HEARTBEAT,
+  JOB,
+  JOB_PAGE,
+  PREVIEW,
+  QUOTAS,
+  RUN,
+  RUN_PAGE,
+  SECRET,
+} from "./answers.js";
 import { authMiddleware, type ClientAuth } from "./auth.js";
 import type { components, paths } from "./generated/api.js";
 import { JobHandle } from "./job-handle.js";
@@ -125,7 +137,7 @@ export class SchedulerClient {
   }
 
   async health(): Promise<{ status: "ok" }> {
-    return unwrap(this.http.GET("/health"));
+    return unwrap("GET /health", this.http.GET("/health"), HEALTH);
   }
 
   /**
@@ -136,21 +148,25 @@ export class SchedulerClient {
    */
   runHeartbeat(runId: string, token: string): Promise<RunHeartbeat> {
     return unwrap(
+      "POST /runs/{runId}/heartbeat",
       this.runTokenHttp.POST("/runs/{runId}/heartbeat", {
         params: { path: { runId } },
         headers: { Authorization: `Bearer ${token}` },
       }),
+      HEARTBEAT,
     );
   }
 
   /** For an async target: ends its run, succeeded or failed (the job's retry policy applies). */
   completeRun(runId: string, token: string, completion: RunCompletion): Promise<Run> {
     return unwrap(
+      "POST /runs/{runId}/complete",
       this.runTokenHttp.POST("/runs/{runId}/complete", {
         params: { path: { runId } },
         body: completion,
         headers: { Authorization: `Bearer ${token}` },
       }),
+      RUN,
     );
   }
 
@@ -179,12 +195,14 @@ class JobsApi {
   /** Schedules a job and returns its handle; the payload is typed by the job's type. */
   async create(body: NewJob, options: CreateOptions = {}): Promise<JobHandle> {
     const { data, response } = await unwrapWithResponse(
+      "POST /jobs",
       this.client.http.POST("/jobs", {
         body,
         ...(options.idempotencyKey
           ? { params: { header: { "Idempotency-Key": options.idempotencyKey } } }
           : {}),
       }),
+      JOB,
     );
     return new JobHandle(this.client, data.id, data, response.status === 201);
   }
@@ -198,7 +216,9 @@ class JobsApi {
    */
   async createBatch(jobs: readonly NewJob[]): Promise<BatchCreateResult[]> {
     const { results } = await unwrap(
+      "POST /jobs:batch",
       this.client.http.POST("/jobs:batch", { body: { jobs: [...jobs] } }),
+      BATCH,
     );
     return results;
   }
@@ -227,7 +247,7 @@ class JobsApi {
   }
 
   page(query: PageOptions & { status?: JobStatus } = {}): Promise<Page<Job>> {
-    return unwrap(this.client.http.GET("/jobs", { params: { query } }));
+    return unwrap("GET /jobs", this.client.http.GET("/jobs", { params: { query } }), JOB_PAGE);
   }
 }
 
@@ -254,22 +274,28 @@ class RunsApi {
     query: PageOptions & { status?: string; from?: string; to?: string } = {},
   ): Promise<Page<Run>> {
     return unwrap(
+      "GET /jobs/{id}/runs",
       this.client.http.GET("/jobs/{id}/runs", { params: { path: { id: jobId }, query } }),
+      RUN_PAGE,
     );
   }
 
   get(jobId: string, runId: string): Promise<Run> {
     return unwrap(
+      "GET /jobs/{id}/runs/{runId}",
       this.client.http.GET("/jobs/{id}/runs/{runId}", { params: { path: { id: jobId, runId } } }),
+      RUN,
     );
   }
 
   /** Cancels one run (see `JobHandle.cancelRun`). */
   cancel(jobId: string, runId: string): Promise<Run> {
     return unwrap(
+      "POST /jobs/{id}/runs/{runId}/cancel",
       this.client.http.POST("/jobs/{id}/runs/{runId}/cancel", {
         params: { path: { id: jobId, runId } },
       }),
+      RUN,
     );
   }
 }
@@ -288,7 +314,11 @@ class DeadLettersApi {
   }
 
   page(query: PageOptions = {}): Promise<Page<Run>> {
-    return unwrap(this.client.http.GET("/dead-letters", { params: { query } }));
+    return unwrap(
+      "GET /dead-letters",
+      this.client.http.GET("/dead-letters", { params: { query } }),
+      RUN_PAGE,
+    );
   }
 
   /**
@@ -299,9 +329,11 @@ class DeadLettersApi {
   replay(runId: string, options: ReplayOptions = {}): Promise<Run> {
     const idempotencyKey = options.idempotencyKey ?? `replay-${crypto.randomUUID()}`;
     return unwrap(
+      "POST /dead-letters/{runId}/replay",
       this.client.http.POST("/dead-letters/{runId}/replay", {
         params: { path: { runId }, header: { "Idempotency-Key": idempotencyKey } },
       }),
+      RUN,
     );
   }
 }
@@ -321,6 +353,7 @@ class SchedulesApi {
     end: { readonly endAt?: Date | string; readonly maxRuns?: number } = {},
   ): Promise<Preview> {
     return unwrap(
+      "POST /schedules/preview",
       this.client.http.POST("/schedules/preview", {
         body: {
           schedule,
@@ -330,6 +363,7 @@ class SchedulesApi {
           ...(end.maxRuns === undefined ? {} : { maxRuns: end.maxRuns }),
         },
       }),
+      PREVIEW,
     );
   }
 }
@@ -359,7 +393,8 @@ class WebhookSecretApi {
 
   /** The secret the caller's webhook deliveries are signed with (made on first use). */
   async get(): Promise<string> {
-    return (await unwrap(this.client.http.GET("/webhook-secret"))).secret;
+    return (await unwrap("GET /webhook-secret", this.client.http.GET("/webhook-secret"), SECRET))
+      .secret;
   }
 
   /**
@@ -372,7 +407,7 @@ class WebhookSecretApi {
     const answer = this.client.http.POST("/webhook-secret/rotate", {
       params: { header: { "Idempotency-Key": idempotencyKey } },
     });
-    return (await unwrap(answer)).secret;
+    return (await unwrap("POST /webhook-secret/rotate", answer, SECRET)).secret;
   }
 }
 
@@ -381,13 +416,15 @@ class QuotasApi {
 
   /** The caller's quotas: what applies, its override, and its runs running now. */
   async get(): Promise<TenantQuotas> {
-    return unwrap(this.client.http.GET("/quotas"));
+    return unwrap("GET /quotas", this.client.http.GET("/quotas"), QUOTAS);
   }
 
   /** Any tenant's quotas; for the deployment's admin tenants only (403 `forbidden` otherwise). */
   async getTenant(tenantId: string): Promise<TenantQuotas> {
     return unwrap(
+      "GET /tenants/{tenantId}/quotas",
       this.client.http.GET("/tenants/{tenantId}/quotas", { params: { path: { tenantId } } }),
+      QUOTAS,
     );
   }
 
@@ -397,10 +434,12 @@ class QuotasApi {
    */
   async setTenant(tenantId: string, override: QuotaOverride): Promise<TenantQuotas> {
     return unwrap(
+      "PUT /tenants/{tenantId}/quotas",
       this.client.http.PUT("/tenants/{tenantId}/quotas", {
         params: { path: { tenantId } },
         body: override,
       }),
+      QUOTAS,
     );
   }
 }

@@ -55,6 +55,25 @@ async function wholeBody(response: Response, what: string): Promise<Uint8Array |
 }
 
 /**
+ * Every answer the API documents is JSON: a success whose body is not (a proxy's or a captive
+ * portal's HTML page answered 200) is an unexpected_response naming the request, rather than the
+ * SyntaxError openapi-fetch's parse would throw with nothing to say where it came from.
+ */
+function notJsonCheck(status: number, body: Uint8Array, what: string): void {
+  if (body.length === 0) return;
+  const text = new TextDecoder().decode(body);
+  try {
+    JSON.parse(text);
+  } catch {
+    throw new SchedulerApiError(
+      status,
+      "unexpected_response",
+      `${what}: the ${status} answer is not JSON: ${text.slice(0, 200)}`,
+    );
+  }
+}
+
+/**
  * `fetch` that gives up on a request after `timeoutMs`, its answer's body included: a server or a
  * proxy that accepts the connection and never answers, or sends the headers and stalls the body,
  * would otherwise hold the caller (and every CLI command) for ever. The body is read here, within
@@ -74,6 +93,7 @@ export function boundedFetch(base: typeof fetch, timeoutMs: number): typeof fetc
       const signal = AbortSignal.any([request.signal, limit.signal]);
       const response = await base(new Request(request, { signal }), extra);
       const body = await wholeBody(response, what);
+      if (response.ok && body !== null) notJsonCheck(response.status, body, what);
       return new Response(NULL_BODY_STATUSES.has(response.status) ? null : body, {
         status: response.status,
         statusText: response.statusText,

@@ -247,3 +247,149 @@ describe("an answer too large to hold", () => {
     expect(error.message).toBe("GET /health: the answer is over 16 MiB, the most the client reads");
   });
 });
+
+describe("a success answer without what the method relies on", () => {
+  /** Answers every request with `status` and this body. */
+  const answers =
+    (status: number, body: string, contentType = "application/json"): Behaviour =>
+    (_, response) => {
+      response.writeHead(status, { "Content-Type": contentType }).end(body);
+    };
+  const client = () => clientWith(5000, { attempts: 0 }).client;
+  const newJob = { type: "noop", schedule: { runAt: "2030-01-01T00:00:00Z" } } as const;
+
+  const cases: readonly [string, number, string, () => Promise<unknown>, string][] = [
+    [
+      "jobs.create",
+      201,
+      "{}",
+      () => client().jobs.create(newJob),
+      "POST /jobs: the 201 answer is not a job: id is not a string",
+    ],
+    [
+      "jobs.get",
+      200,
+      '{"id": "01JOB", "status": "active"}',
+      () => client().jobs.get("01JOB"),
+      "GET /jobs/{id}: the 200 answer is not a job: version is not a number",
+    ],
+    [
+      "handle.pause",
+      200,
+      "[]",
+      () => client().jobs.handle("01JOB").pause(),
+      "POST /jobs/{id}/pause: the 200 answer is not a job: not an object",
+    ],
+    [
+      "runs.get",
+      200,
+      '{"runId": "01RUN", "jobId": "01JOB"}',
+      () => client().runs.get("01JOB", "01RUN"),
+      "GET /jobs/{id}/runs/{runId}: the 200 answer is not a run: status is not a string",
+    ],
+    [
+      "handle.trigger",
+      202,
+      "{}",
+      () => client().jobs.handle("01JOB").trigger(),
+      "POST /jobs/{id}/trigger: the 202 answer is not a run: runId is not a string",
+    ],
+    [
+      "jobs.page",
+      200,
+      "{}",
+      () => client().jobs.page(),
+      "GET /jobs: the 200 answer is not a page of jobs: nextCursor is not a string or null",
+    ],
+    [
+      "runs.page",
+      200,
+      '{"items": [{}], "nextCursor": null}',
+      () => client().runs.page("01JOB"),
+      "GET /jobs/{id}/runs: the 200 answer is not a page of runs: items[0]: runId is not a string",
+    ],
+    [
+      "deadLetters.list",
+      200,
+      '{"items": null, "nextCursor": null}',
+      () => client().deadLetters.list().next(),
+      "GET /dead-letters: the 200 answer is not a page of runs: items is not an array",
+    ],
+    [
+      "jobs.createBatch",
+      200,
+      '{"results": [{"index": 0}]}',
+      () => client().jobs.createBatch([newJob]),
+      "POST /jobs:batch: the 200 answer is not a batch's results: results[0]: status is not a number",
+    ],
+    [
+      "schedules.preview",
+      200,
+      "{}",
+      () => client().schedules.preview({ runAt: "2030-01-01T00:00:00Z" }),
+      "POST /schedules/preview: the 200 answer is not a preview: occurrences is not an array",
+    ],
+    [
+      "webhookSecret.rotate",
+      200,
+      "{}",
+      () => client().webhookSecret.rotate(),
+      "POST /webhook-secret/rotate: the 200 answer is not a webhook secret: secret is not a string",
+    ],
+    [
+      "quotas.get",
+      200,
+      '"ok"',
+      () => client().quotas.get(),
+      "GET /quotas: the 200 answer is not a tenant's quotas: not an object",
+    ],
+    [
+      "health",
+      200,
+      "",
+      () => client().health(),
+      "GET /health: the 200 answer is not the health: it is empty",
+    ],
+  ];
+  for (const [method, status, body, call, message] of cases) {
+    it(`${method}: ${status} ${body || "(empty)"} is unexpected_response naming the operation and what is missing`, async () => {
+      behave = answers(status, body);
+      const error = await rejection(call(), SchedulerApiError);
+      expect([error.status, error.code, error.message]).toEqual([
+        status,
+        "unexpected_response",
+        message,
+      ]);
+    });
+  }
+
+  it("a proxy's HTML page answered 200 is unexpected_response naming the request, not a SyntaxError", async () => {
+    behave = answers(200, "<html><body>Welcome to the hotel wifi</body></html>", "text/html");
+    const error = await rejection(client().jobs.page({ limit: 5 }), SchedulerApiError);
+    expect([error.status, error.code, error.message]).toEqual([
+      200,
+      "unexpected_response",
+      "GET /jobs?limit=5: the 200 answer is not JSON: <html><body>Welcome to the hotel wifi</body></html>",
+    ]);
+  });
+
+  it("the CLI exits 1 with the error, and prints nothing to stdout", async () => {
+    behave = answers(201, "{}");
+    const { code, stderr } = await cli([
+      "--api",
+      baseUrl,
+      "--key",
+      "k",
+      "jobs",
+      "create",
+      "--type",
+      "noop",
+      "--run-at",
+      "2030-01-01T00:00:00Z",
+    ]);
+    expect(code).toBe(EXIT.failed);
+    expect(stderr).toBe(
+      "error: unexpected_response (201): POST /jobs: the 201 answer is not a job: id is not a string\n",
+    );
+  });
+});

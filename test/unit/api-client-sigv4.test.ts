@@ -27,6 +27,12 @@ interface Captured {
   body: Buffer;
 }
 
+/**
+ * Every request's answer: the fields the client checks in a job and in a page (answers.ts), so that
+ * the edit, the listing and `jobs get` succeed and the test reads what was signed.
+ */
+const ANSWER = { id: "01J0ABC", status: "active", version: 3, items: [], nextCursor: null };
+
 let server: Server;
 let origin: string;
 let captured: Captured[] = [];
@@ -43,7 +49,7 @@ beforeAll(async () => {
         body: Buffer.concat(chunks),
       });
       response.writeHead(200, { "content-type": "application/json" });
-      response.end(JSON.stringify({ ok: true }));
+      response.end(JSON.stringify(ANSWER));
     });
   });
   await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
@@ -197,13 +203,13 @@ describe("apiClient with IAM auth", () => {
     const api = apiClient(`${origin}/v1/`, iam);
     const cursor = "a/b+c= d*'";
     const body = { name: "spike ünïcode", schedule: { runAt: "2030-01-15T09:00:00Z" } };
-    const response = await api<{ ok: boolean }>(
+    const response = await api<typeof ANSWER>(
       "POST",
       `/jobs/01J0ABC/runs?limit=3&cursor=${encodeURIComponent(cursor)}&after=2030&limit=1`,
       body,
       { "If-Match": '"1"' },
     );
-    expect(response).toMatchObject({ status: 200, body: { ok: true } });
+    expect(response).toMatchObject({ status: 200, body: ANSWER });
 
     const sent = only();
     expect(sent.method).toBe("POST");
@@ -365,7 +371,7 @@ describe("the CLI with an AWS profile", () => {
         },
       },
     );
-    expect(JSON.parse(stdout)).toEqual({ ok: true });
+    expect(JSON.parse(stdout)).toEqual(ANSWER);
     const sent = only();
     expect(sent.url).toBe("/v1/jobs/01J0ABC");
     const match = AUTHORIZATION.exec(sent.headers.authorization ?? "");
