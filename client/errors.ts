@@ -6,8 +6,9 @@ type ErrorBody = components["schemas"]["Error"]["error"];
 export type ApiErrorCode = ErrorBody["code"];
 
 /**
- * `unexpected_response`: an answer not in the API's error shape (a proxy's
- * page, API Gateway refusing a signature with 403 `{"message"}`).
+ * `unexpected_response`: an answer not in the API's error shape (a proxy's page, a redirect), or a
+ * success without what the method relies on. API Gateway's own 401, 403, 413 and 429 take the
+ * API's codes instead (errorOf).
  */
 export type ErrorCode = ApiErrorCode | "unexpected_response";
 
@@ -165,10 +166,44 @@ function versionOfEtag(etag: string | null): number | null {
   return match?.[1] === undefined ? null : Number(match[1]);
 }
 
+/**
+ * The API's code for an answer of these statuses that is not in its error shape: API Gateway's
+ * own refusals, `{"message": "Unauthorized"}` from a JWT authorizer (401), a signature or token it
+ * refused with IAM authorization (403, for every such failure: missing, wrong or expired), a body
+ * over the function's payload limit (413), the stage's throttle (429), or a page of a proxy in
+ * front. Each means what the API's answer of that status and code does. A 403 from API Gateway is
+ * about credentials (the API's own 403s are in its shape), so it is `unauthorized`, as the API's
+ * 401 for missing or unknown credentials, rather than `forbidden`, which the API keeps for a known
+ * caller not allowed an admin route.
+ */
+const GATEWAY_CODES: Readonly<Partial<Record<number, ApiErrorCode>>> = {
+  401: "unauthorized",
+  403: "unauthorized",
+  413: "payload_too_large",
+  429: "rate_limited",
+};
+
+/** API Gateway's `{"message": "…"}`: its message, or null for any other body. */
+function gatewayMessage(body: unknown): string | null {
+  return typeof body === "object" &&
+    body !== null &&
+    "message" in body &&
+    typeof body.message === "string"
+    ? body.message
+    : null;
+}
+
 /** The error an answer that is not a success stands for. */
 export function errorOf(response: Response, body: unknown): SchedulerApiError {
   const retryAfter = Number(response.headers.get("retry-after") ?? Number.NaN);
   const retryAfterSeconds = Number.isFinite(retryAfter) ? retryAfter : undefined;
+  const gatewayCode = isErrorBody(body) ? undefined : GATEWAY_CODES[response.status];
+  if (gatewayCode !== undefined) {
+    const text = gatewayMessage(body) ?? (typeof body === "string" ? body : JSON.stringify(body));
+    return new SchedulerApiError(response.status, gatewayCode, (text ?? "").slice(0, 300), {
+      retryAfterSeconds,
+    });
+  }
   if (!isErrorBody(body)) {
     const location = response.headers.get("location");
     const text =

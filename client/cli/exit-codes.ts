@@ -26,7 +26,7 @@ export const EXIT = {
   conflict: 5,
   /** The job changed since the version the edit was based on (412). */
   versionConflict: 6,
-  /** Missing or unknown credentials (401, or API Gateway's 403 for a bad signature). */
+  /** Missing or unknown credentials (401, or API Gateway's 403 for a refused signature). */
   unauthorized: 7,
   /**
    * Try again: the API is busy with the same job (503), over the requests per second (429), or
@@ -86,17 +86,9 @@ export function isUnreachable(error: unknown): boolean {
 
 export function exitCodeOf(error: unknown): number {
   if (isSchedulerApiError(error)) {
-    if (error.code === "unexpected_response") {
-      // Not the API's error shape: API Gateway's own {"message"} (401 from the JWT authorizer for
-      // a missing or expired token, 403 for a signature it refused, 413 for a body over the
-      // function's payload limit, 429 Too Many Requests when the stage's route throttle is spent)
-      // or a proxy's page (503 Service Unavailable). Each means what the API's own answer of that
-      // status does, and the client retried the 429 and 503 alike; any other is unforeseen.
-      if (error.status === 401 || error.status === 403) return EXIT.unauthorized;
-      if (error.status === 413) return EXIT.invalid;
-      if (error.status === 429 || error.status === 503) return EXIT.busy;
-      return EXIT.failed;
-    }
+    // A proxy's page answered 503 (Service Unavailable) means what the API's busy does, and the
+    // client retried it alike. (API Gateway's own 401, 403, 413 and 429 come with the API's codes.)
+    if (error.code === "unexpected_response" && error.status === 503) return EXIT.busy;
     return BY_CODE[error.code];
   }
   // A timed-out request safe to repeat can be sent again as a 503's can; any other may have been

@@ -393,3 +393,63 @@ describe("a success answer without what the method relies on", () => {
     );
   });
 });
+
+describe("API Gateway's own refusals, not in the API's error shape", () => {
+  const gateway =
+    (status: number, message: string, headers: Record<string, string> = {}): Behaviour =>
+    (_, response) => {
+      response
+        .writeHead(status, { "Content-Type": "application/json", ...headers })
+        .end(JSON.stringify({ message }));
+    };
+  const cases: readonly [number, string, string, number][] = [
+    [401, "Unauthorized", "unauthorized", EXIT.unauthorized],
+    [
+      403,
+      "The request signature we calculated does not match the signature you provided.",
+      "unauthorized",
+      EXIT.unauthorized,
+    ],
+    [403, "Forbidden", "unauthorized", EXIT.unauthorized],
+    [413, "Request Entity Too Large", "payload_too_large", EXIT.invalid],
+    [429, "Too Many Requests", "rate_limited", EXIT.busy],
+  ];
+  for (const [status, message, code, exit] of cases) {
+    it(`${status} {"message": "${message.slice(0, 30)}"} is ${code} with the gateway's message; the CLI exits ${exit}`, async () => {
+      behave = gateway(status, message, { "Retry-After": "2" });
+      const { client } = clientWith(5000, { attempts: 0 });
+      const error = await rejection(client.jobs.page(), SchedulerApiError);
+      expect([error.status, error.code, error.message, error.retryAfterSeconds]).toEqual([
+        status,
+        code,
+        message,
+        2,
+      ]);
+
+      const run = await cli(["--api", baseUrl, "--key", "k", "jobs", "list"]);
+      expect(run.code).toBe(exit);
+      expect(run.stderr).toContain(`error: ${code} (${status}): ${message}`);
+    });
+  }
+
+  it("a proxy's page of those statuses takes the same code, its text as the message", async () => {
+    behave = (_, response) => {
+      response.writeHead(403, { "Content-Type": "text/html" }).end("<h1>Request blocked</h1>");
+    };
+    const { client } = clientWith(5000, { attempts: 0 });
+    const error = await rejection(client.health(), SchedulerApiError);
+    expect([error.status, error.code, error.message]).toEqual([
+      403,
+      "unauthorized",
+      "<h1>Request blocked</h1>",
+    ]);
+  });
+
+  it("any other status not in the error shape stays unexpected_response (exit 1)", async () => {
+    behave = gateway(502, "Internal Server Error");
+    const { client } = clientWith(5000, { attempts: 0 });
+    const error = await rejection(client.health(), SchedulerApiError);
+    expect([error.status, error.code]).toEqual([502, "unexpected_response"]);
+    expect((await cli(["--api", baseUrl, "--key", "k", "jobs", "list"])).code).toBe(EXIT.failed);
+  });
+});

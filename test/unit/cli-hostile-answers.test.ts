@@ -192,7 +192,7 @@ describe("names a terminal would reorder or obey", () => {
   });
 });
 
-describe("exit codes of answers API Gateway gives itself", () => {
+describe("answers API Gateway gives itself: the API's codes for their statuses, and their exit codes", () => {
   it("its throttle's 429 {message} exits 8 as a rate_limited does, after the retries", async () => {
     // The stage's route throttle (infra/constructs/api.ts) answers before the function does.
     answer = {
@@ -201,7 +201,7 @@ describe("exit codes of answers API Gateway gives itself", () => {
       body: JSON.stringify({ message: "Too Many Requests" }),
     };
     const { code, err } = await cli("jobs", "list");
-    expect(err).toContain("error: unexpected_response (429): 429 Too Many Requests");
+    expect(err).toContain("error: rate_limited (429): Too Many Requests");
     expect(code).toBe(EXIT.busy);
   });
 
@@ -213,7 +213,7 @@ describe("exit codes of answers API Gateway gives itself", () => {
       body: JSON.stringify({ message: "Unauthorized" }),
     };
     const { code, err } = await cli("jobs", "list");
-    expect(err).toContain("error: unexpected_response (401): 401 Unauthorized");
+    expect(err).toContain("error: unauthorized (401): Unauthorized");
     expect(code).toBe(EXIT.unauthorized);
   });
 
