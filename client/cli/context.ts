@@ -14,6 +14,7 @@ export interface GlobalFlags {
   readonly region?: string;
   /** --request-timeout, in seconds. */
   readonly requestTimeout?: number;
+  readonly allowInsecureHttp?: boolean;
   readonly output: OutputFormat;
 }
 
@@ -28,6 +29,19 @@ export function positiveSeconds(raw: string): number {
 const LOOPBACK = new Set(["localhost", "127.0.0.1", "[::1]"]);
 
 /**
+ * A bearer key over plain http is readable by anyone on the way (and kept by any proxy's log), and
+ * a key is the tenant's: refused, before any request, unless the host is loopback (the sandbox,
+ * where nothing is on the way) or the user says --allow-insecure-http.
+ */
+function plainHttpCheck(source: string, api: URL, flags: GlobalFlags): void {
+  if (api.protocol !== "http:" || LOOPBACK.has(api.hostname) || flags.allowInsecureHttp) return;
+  throw new CliExit(
+    EXIT.usage,
+    `${source}: a bearer key is not sent over ${api.protocol} to ${api.host}, where anyone on the way can read it: use an https URL, or --allow-insecure-http`,
+  );
+}
+
+/**
  * How to authenticate: a key (--key, SCHEDULER_API_KEY) is sent as a bearer
  * token; else a profile (--profile) signs with SigV4; else a loopback API
  * (the sandbox) gets the sandbox's development key; else SigV4 with the AWS
@@ -35,7 +49,10 @@ const LOOPBACK = new Set(["localhost", "127.0.0.1", "[::1]"]);
  */
 export function authFrom(flags: GlobalFlags, api: string, io: CliIo): ClientAuth {
   const key = flags.key ?? io.env.SCHEDULER_API_KEY;
-  if (key) return { kind: "bearer", key };
+  if (key) {
+    plainHttpCheck(flags.key !== undefined ? "--key" : "SCHEDULER_API_KEY", new URL(api), flags);
+    return { kind: "bearer", key };
+  }
   const sigv4 = {
     kind: "sigv4" as const,
     ...(flags.profile ? { profile: flags.profile } : {}),

@@ -27,6 +27,10 @@ export function cliProgram(io: CliIo): Command {
       `the API's URL (env SCHEDULER_API_URL; default ${DEFAULT_API}, the sandbox)`,
     )
     .option("--key <key>", "a bearer key (env SCHEDULER_API_KEY); the sandbox's is local-dev-key")
+    .option(
+      "--allow-insecure-http",
+      "send the bearer key to an http:// URL that is not loopback (refused without it)",
+    )
     .option("--profile <name>", "sign requests with SigV4 using this AWS profile")
     .option("--region <region>", "the region to sign for (default: from the URL, else AWS_REGION)")
     .option(
@@ -43,7 +47,8 @@ export function cliProgram(io: CliIo): Command {
       "after",
       `
 Without --key or --profile, a loopback --api (the sandbox) gets local-dev-key and any
-other is signed with SigV4 from the AWS SDK's default credential chain.
+other is signed with SigV4 from the AWS SDK's default credential chain. A key is not sent
+over http:// to a host that is not loopback (exit 2) unless --allow-insecure-http is given.
 
 Exit codes: 0 done; 1 failed unexpectedly; 2 usage; 3 input refused (400, 413, 415, 428);
 4 not found; 5 conflict (409); 6 stale version (412); 7 unauthorized; 8 busy or

@@ -108,14 +108,17 @@ function clientWith(timeoutMs: number, retry: RetryOptions = {}) {
 
 const requests = () => received.map((r) => `${r.method} ${r.path}`);
 
-async function cli(args: readonly string[]) {
+async function cli(
+  args: readonly string[],
+  env: Readonly<Record<string, string | undefined>> = {},
+) {
   let stderr = "";
   const code = await runCli(args, {
     stdout: () => undefined,
     stderr: (text) => {
       stderr += text;
     },
-    env: {},
+    env,
   });
   return { code, stderr };
 }
@@ -451,5 +454,52 @@ describe("API Gateway's own refusals, not in the API's error shape", () => {
     const error = await rejection(client.health(), SchedulerApiError);
     expect([error.status, error.code]).toEqual([502, "unexpected_response"]);
     expect((await cli(["--api", baseUrl, "--key", "k", "jobs", "list"])).code).toBe(EXIT.failed);
+  });
+});
+
+describe("the CLI does not send a bearer key over plain http to another host", () => {
+  /** A documentation address (RFC 5737): nothing answers there. */
+  const remote = "http://192.0.2.1:3000";
+
+  it("--key to an http URL that is not loopback is a usage error naming the flag and the scheme; nothing is sent", async () => {
+    const { code, stderr } = await cli(["--api", remote, "--key", "k", "jobs", "list"]);
+    expect(code).toBe(EXIT.usage);
+    expect(stderr).toBe(
+      "error: --key: a bearer key is not sent over http: to 192.0.2.1:3000, where anyone on the way can read it: use an https URL, or --allow-insecure-http\n",
+    );
+  });
+
+  it("SCHEDULER_API_KEY from the environment is named the same way", async () => {
+    const { code, stderr } = await cli(["jobs", "list"], {
+      SCHEDULER_API_KEY: "k",
+      SCHEDULER_API_URL: "http://scheduler.internal.example",
+    });
+    expect(code).toBe(EXIT.usage);
+    expect(stderr).toContain(
+      "error: SCHEDULER_API_KEY: a bearer key is not sent over http: to scheduler.internal.example",
+    );
+  });
+
+  it("loopback (the sandbox) is allowed over http, with a key or the sandbox's", async () => {
+    behave = (_, response) => {
+      response
+        .writeHead(200, { "Content-Type": "application/json" })
+        .end('{"items": [], "nextCursor": null}');
+    };
+    const port = new URL(baseUrl).port;
+    for (const api of [baseUrl, `http://localhost:${port}`]) {
+      expect((await cli(["--api", api, "--key", "k", "jobs", "list"])).code).toBe(EXIT.ok);
+      expect((await cli(["--api", api, "jobs", "list"])).code).toBe(EXIT.ok);
+    }
+    expect(received.map((r) => r.path)).toEqual(Array(4).fill("/jobs?limit=50"));
+  });
+
+  it("--allow-insecure-http sends it anyway (here: to nobody, so the request itself fails)", async () => {
+    const { code, stderr } = await cli([
+      ...["--api", remote, "--key", "k", "--allow-insecure-http", "--request-timeout", "0.3"],
+      ...["jobs", "pause", "01JOB"],
+    ]);
+    expect(stderr).not.toContain("--allow-insecure-http");
+    expect([EXIT.failed, EXIT.unreachable]).toContain(code);
   });
 });
