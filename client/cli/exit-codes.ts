@@ -12,8 +12,8 @@ import {
 export const EXIT = {
   ok: 0,
   /**
-   * Anything unforeseen: a 5xx, an answer not in the API's error shape, a bug; a request not safe
-   * to repeat that timed out (it may have been applied).
+   * Anything unforeseen: a 5xx, an answer not in the API's error shape, a bug; a POST or PATCH
+   * that timed out (it may have been applied).
    */
   failed: 1,
   /** The command line itself: unknown command or option, a missing or malformed argument. */
@@ -30,7 +30,7 @@ export const EXIT = {
   unauthorized: 7,
   /**
    * Try again: the API is busy with the same job (503), over the requests per second (429), or
-   * a request safe to repeat did not finish in time (--request-timeout).
+   * a read, PUT or DELETE did not finish in time (--request-timeout).
    */
   busy: 8,
   /** The API could not be reached. */
@@ -79,6 +79,9 @@ const BY_CODE: Readonly<Record<ErrorCode, number>> = {
   unexpected_response: EXIT.failed,
 };
 
+/** Methods whose request a command run again repeats harmlessly. */
+const RERUNNABLE_METHODS: ReadonlySet<string> = new Set(["GET", "HEAD", "PUT", "DELETE"]);
+
 /** Node's fetch fails with a TypeError whose cause names the network error. */
 export function isUnreachable(error: unknown): boolean {
   return error instanceof TypeError && error.message === "fetch failed";
@@ -91,9 +94,12 @@ export function exitCodeOf(error: unknown): number {
     if (error.code === "unexpected_response" && error.status === 503) return EXIT.busy;
     return BY_CODE[error.code];
   }
-  // A timed-out request safe to repeat can be sent again as a 503's can; any other may have been
-  // applied, as a 500's may, and a script that tried it again could make a second job.
-  if (error instanceof RequestTimeoutError) return error.repeatable ? EXIT.busy : EXIT.failed;
+  // A timed-out read, PUT or DELETE can be run again as after a 503. A POST may have been applied,
+  // as after a 500: even one the client retried under an Idempotency-Key, since the command run
+  // again sends the same key only when the user gave it (rotate and replay make a new one each
+  // run: a second rotation would cut off the secret receivers verify with).
+  if (error instanceof RequestTimeoutError)
+    return RERUNNABLE_METHODS.has(error.method) ? EXIT.busy : EXIT.failed;
   if (error instanceof CliExit) return error.exitCode;
   if (error instanceof WaitTimeoutError) return EXIT.timedOut;
   if (isUnreachable(error)) return EXIT.unreachable;

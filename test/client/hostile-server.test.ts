@@ -181,7 +181,7 @@ describe("a request that takes too long", () => {
     expect(error.name).toBe("AbortError");
   });
 
-  it("the CLI: --request-timeout, exit 8 for a read; 1 for a write that may have been applied; a bad value exits 2", async () => {
+  it("the CLI: --request-timeout, exit 8 for a read; 1 for a POST, which may have been applied; a bad value exits 2", async () => {
     const read = await cli([
       "--api",
       baseUrl,
@@ -210,6 +210,16 @@ describe("a request that takes too long", () => {
     ]);
     expect(write.code).toBe(EXIT.failed);
     expect(write.stderr).toContain("it may have been applied");
+
+    // The client retried the rotation (its own Idempotency-Key), but the command run again sends
+    // a new key: a second rotation, which would cut off the secret receivers still verify with.
+    received = [];
+    const rotate = await cli([
+      ...["--api", baseUrl, "--key", "k", "--request-timeout", "0.2"],
+      ...["webhook-secret", "rotate"],
+    ]);
+    expect(requests()).toEqual(Array(4).fill("POST /webhook-secret/rotate"));
+    expect(rotate.code).toBe(EXIT.failed);
 
     const bad = await cli(["--api", baseUrl, "--request-timeout", "soon", "jobs", "list"]);
     expect(bad.code).toBe(EXIT.usage);
