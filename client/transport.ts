@@ -3,6 +3,8 @@ import { isRepeatable } from "./retries.js";
 
 /** How long a request may take, its answer's body read to the end, unless the client says. */
 export const DEFAULT_TIMEOUT_MS = 30_000;
+/** The longest timer Node keeps (2^31 - 1 ms, about 24.8 days): a longer one fires at once. */
+export const MAX_TIMEOUT_MS = 2 ** 31 - 1;
 
 /**
  * The most of an answer the client reads, 16 MiB: a hostile or broken server streaming a body
@@ -82,6 +84,11 @@ function notJsonCheck(status: number, body: Uint8Array, what: string): void {
  * as fetch does.
  */
 export function boundedFetch(base: typeof fetch, timeoutMs: number): typeof fetch {
+  // NaN, 0, a negative or an overflowing limit would make every request time out at once.
+  if (!(timeoutMs > 0 && timeoutMs <= MAX_TIMEOUT_MS))
+    throw new RangeError(
+      `timeoutMs: ${timeoutMs} is not a number of ms from 1 to ${MAX_TIMEOUT_MS}`,
+    );
   return async (input, init) => {
     const request = new Request(input, init);
     const extra = input instanceof Request ? init : undefined;

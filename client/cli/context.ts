@@ -1,5 +1,6 @@
 import { type Command, InvalidArgumentError } from "commander";
 import { type ClientAuth, SchedulerClient } from "../index.js";
+import { MAX_TIMEOUT_MS } from "../transport.js";
 import { CliExit, EXIT } from "./exit-codes.js";
 import { type CliIo, json, type OutputFormat } from "./output.js";
 
@@ -18,11 +19,14 @@ export interface GlobalFlags {
   readonly output: OutputFormat;
 }
 
-/** A number of seconds above 0, fractions allowed (`0.5`). */
+/** A number of seconds above 0, fractions allowed (`0.5`), up to the longest timer the client takes. */
 export function positiveSeconds(raw: string): number {
   const value = Number(raw);
-  if (raw.trim() === "" || !Number.isFinite(value) || value <= 0)
-    throw new InvalidArgumentError(`"${raw}" is not a number of seconds above 0.`);
+  const most = Math.floor(MAX_TIMEOUT_MS / 1000);
+  if (raw.trim() === "" || !Number.isFinite(value) || value <= 0 || value > most)
+    throw new InvalidArgumentError(
+      `"${raw}" is not a number of seconds above 0 and up to ${most}.`,
+    );
   return value;
 }
 

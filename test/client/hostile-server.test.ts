@@ -221,9 +221,19 @@ describe("a request that takes too long", () => {
     expect(requests()).toEqual(Array(4).fill("POST /webhook-secret/rotate"));
     expect(rotate.code).toBe(EXIT.failed);
 
-    const bad = await cli(["--api", baseUrl, "--request-timeout", "soon", "jobs", "list"]);
-    expect(bad.code).toBe(EXIT.usage);
-    expect(bad.stderr).toContain("--request-timeout");
+    for (const value of ["soon", "0", "-1", "1e9"]) {
+      const bad = await cli(["--api", baseUrl, "--request-timeout", value, "jobs", "list"]);
+      expect(bad.code).toBe(EXIT.usage);
+      expect(bad.stderr).toContain(`--request-timeout <seconds>' argument '${value}' is invalid`);
+    }
+  });
+
+  it("a timeoutMs that would make every request time out at once is refused when the client is made", () => {
+    for (const timeoutMs of [0, -5, Number.NaN, Number.POSITIVE_INFINITY, 2 ** 31]) {
+      expect(() => clientWith(timeoutMs)).toThrow(
+        new RangeError(`timeoutMs: ${timeoutMs} is not a number of ms from 1 to 2147483647`),
+      );
+    }
   });
 });
 
