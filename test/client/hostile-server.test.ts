@@ -210,6 +210,16 @@ describe("a request that takes too long", () => {
     ]);
     expect(write.code).toBe(EXIT.failed);
     expect(write.stderr).toContain("it may have been applied");
+    const asJson = await cli([
+      ...["-o", "json", "--api", baseUrl, "--key", "k", "--request-timeout", "0.2"],
+      ...["jobs", "resume", "01JOB"],
+    ]);
+    expect(JSON.parse(asJson.stderr)).toEqual({
+      error: {
+        code: "timeout",
+        message: "POST /jobs/01JOB/resume did not finish within 200 ms: it may have been applied",
+      },
+    });
 
     // The client retried the rotation (its own Idempotency-Key), but the command run again sends
     // a new key: a second rotation, which would cut off the secret receivers still verify with.
