@@ -70,8 +70,10 @@ export async function replayDeadLetter(
       keyHash,
     );
     if (replayed === null) throw error;
-    // Refused: another send of this request (same key) replayed it first, and sends its run.
-    if (error instanceof NotReplayableError) return { run: replayed, earlier: true };
+    // Refused (on the dead run, or on a job cancelled or deleted since): it wrote nothing; another
+    // send of this request (same key) replayed it first, and sends its run.
+    if (error instanceof NotReplayableError || error instanceof IllegalTransitionError)
+      return { run: replayed, earlier: true };
     // Not refused but failed, and yet replayed with this key: this request's own write, applied
     // with its answer lost, whose run nobody else sends.
     await sendRunDueNow(engine, replayed, now);

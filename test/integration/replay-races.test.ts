@@ -114,4 +114,36 @@ describe("a replay racing its job's cancel or delete", () => {
       expect(received.message.attempt).toBe(2);
     },
   );
+
+  it.each([
+    ["deleted", deleteJob],
+    ["cancelled", cancelJob],
+  ] as const)(
+    "a keyed replay refused because its job was %s after a same-key replay was made answers that replay's run as earlier (200), and sends nothing",
+    async (_, change) => {
+      // Two sends of one keyed replay: the other one's transaction applies, then the job goes, and
+      // this one's is refused on the job (and on the dead run). Refused, it wrote nothing: the run
+      // is the other send's, which answers 202 and sends it.
+      const dead = await deadRun();
+      let other: Awaited<ReturnType<typeof replayDeadLetter>> | undefined;
+      const hook = beforeReplayWrite(async () => {
+        other = await replayDeadLetter(f.engine, TENANT, dead.runId, "one-request");
+        await change(f.engine, TENANT, dead.jobId);
+      });
+      let replayed: Awaited<ReturnType<typeof replayDeadLetter>>;
+      try {
+        replayed = await replayDeadLetter(f.engine, TENANT, dead.runId, "one-request");
+      } finally {
+        hook.remove();
+      }
+      expect(hook.ran()).toBe(1);
+      expect(other?.earlier).toBe(false);
+      expect(replayed.run.runId).toBe(other?.run.runId);
+      expect(replayed.earlier).toBe(true);
+      const sent = (await f.receiveAll(f.engine.queues.normal)).filter(
+        (r) => r.message.jobId === dead.jobId && r.message.attempt === dead.attempt + 1,
+      );
+      expect(sent).toHaveLength(1);
+    },
+  );
 });
