@@ -373,7 +373,7 @@ export interface ReplayOptions {
    * The replay's Idempotency-Key; default a new random one per call, so the client's retries of a
    * 429 or 503 repeat this replay instead of being refused as a second one. Give your own to make
    * a replay you send again yourself (after a timeout) the same one: a repeat answers the run it
-   * queued for as long as the dead run is kept.
+   * queued for as long as the dead run and that run are kept.
    */
   readonly idempotencyKey?: string;
 }

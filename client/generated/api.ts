@@ -1043,7 +1043,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description Makes a retry harmless: a repeat with the key of the replay that was made answers that replay's run (200) and queues nothing, for as long as the dead run is kept. Any other key, or none, on a dead run already replayed is 409. */
+                /** @description Makes a retry harmless: a repeat with the key of the replay that was made answers that replay's run (200) and queues nothing, for as long as the dead run and that run are kept. Any other key, or none, on a dead run already replayed is 409. */
                 "Idempotency-Key"?: string;
             };
             path: {

@@ -21,7 +21,7 @@ export interface Replayed {
  * transaction, so a second replay of it is refused; but a repeat with the
  * Idempotency-Key of the replay that was made (a retry after a lost answer,
  * or concurrent sends of one request) answers that replay's run, queueing
- * nothing, for as long as the dead run is kept.
+ * nothing, for as long as the dead run and that run are kept.
  */
 export async function replayDeadLetter(
   engine: Engine,

@@ -1,8 +1,10 @@
+import { DeleteCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IllegalTransitionError, NotReplayableError } from "../../shared/errors.js";
 import { cancelJob, createJob, deleteJob, replayDeadLetter } from "../../shared/jobs/index.js";
 import { listDeadLetters } from "../../shared/jobs/queries.js";
 import type { Run } from "../../shared/model.js";
+import { runKeyOf } from "../../shared/storage/run-reads.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { withLostAnswers } from "../support/faults.js";
 
@@ -146,4 +148,18 @@ describe("a replay racing its job's cancel or delete", () => {
       expect(sent).toHaveLength(1);
     },
   );
+
+  it("a keyed repeat once the replay's run has expired, the dead run still kept, is 409 naming the replay", async () => {
+    // With deadLetterRetentionDays longer than retentionDays a replayed dead run outlives its
+    // replay's run: the key has no run left to answer, and the dead run is replayed all the same.
+    const dead = await deadRun();
+    const { run } = await replayDeadLetter(f.engine, TENANT, dead.runId, "outlived");
+    await f.engine.doc.send(
+      new DeleteCommand({ TableName: f.engine.tables.runs, Key: runKeyOf(run) }),
+    );
+    const repeat = replayDeadLetter(f.engine, TENANT, dead.runId, "outlived");
+    await expect(repeat).rejects.toBeInstanceOf(NotReplayableError);
+    await expect(repeat).rejects.toThrow(`already replayed as ${run.runId}`);
+    expect((await runsOf(dead.jobId)).map((r) => [r.attempt, r.status])).toEqual([[1, "DEAD"]]);
+  });
 });

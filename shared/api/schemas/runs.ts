@@ -29,7 +29,7 @@ export const DeadLetterParams = z.object({
 export const ReplayHeaders = z.object({
   "Idempotency-Key": IdempotencyKeySchema.optional().openapi({
     description:
-      "Makes a retry harmless: a repeat with the key of the replay that was made answers that replay's run (200) and queues nothing, for as long as the dead run is kept. Any other key, or none, on a dead run already replayed is 409.",
+      "Makes a retry harmless: a repeat with the key of the replay that was made answers that replay's run (200) and queues nothing, for as long as the dead run and that run are kept. Any other key, or none, on a dead run already replayed is 409.",
   }),
 });
 
