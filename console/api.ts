@@ -124,6 +124,12 @@ export const api = {
         },
       }),
     ),
+  // One key per dead run, not per click: a second click (a double click, or a stale page after an
+  // answer that was lost) is the same replay, answered with its run rather than a 409.
   replay: (runId: string) =>
-    answer(client.POST("/dead-letters/{runId}/replay", { params: { path: { runId } } })),
+    answer(
+      client.POST("/dead-letters/{runId}/replay", {
+        params: { path: { runId }, header: { "Idempotency-Key": `console-replay-${runId}` } },
+      }),
+    ),
 };

@@ -253,6 +253,47 @@ describe("web console", () => {
     expect(runs.items.find((r) => r.runId === replayed.replayedBy)?.attempt).toBe(2);
   });
 
+  it("a double click on Replay is one replay: both answers name its run, and no error shows", async () => {
+    const job = await api<Job>("POST", "/jobs", {
+      name: "fails, replayed twice over",
+      type: "fail",
+      payload: { retryable: false },
+      schedule: { runAt: new Date().toISOString() },
+    });
+    const dead = await waitFor(
+      "the run to be a dead letter",
+      async () =>
+        (await api<{ items: (Run & { jobId: string })[] }>("GET", "/dead-letters")).items.find(
+          (r) => r.jobId === job.id,
+        ),
+      30_000,
+      250,
+    );
+    await page.getByRole("link", { name: "Dead letters" }).click();
+    const row = page.locator(`tr[data-run-id="${dead.runId}"]`);
+    await row.waitFor();
+    const answers: number[] = [];
+    const onResponse = (response: { url(): string; status(): number }) => {
+      if (response.url().endsWith(`/dead-letters/${dead.runId}/replay`))
+        answers.push(response.status());
+    };
+    page.on("response", onResponse);
+    try {
+      await row.getByRole("button", { name: /^Replay/ }).dblclick();
+      await waitFor("both replays answered", () => answers.length >= 2, 10_000, 50);
+    } finally {
+      page.off("response", onResponse);
+    }
+    expect(answers.sort()).toEqual([200, 202]);
+    await page
+      .getByText(/Replayed: attempt 2/)
+      .first()
+      .waitFor();
+    expect(await page.getByRole("alert").count()).toBe(0);
+    const runs = await api<{ items: Run[] }>("GET", `/jobs/${job.id}/runs`);
+    expect(runs.items.filter((r) => r.attempt === 2)).toHaveLength(1);
+  });
+
   it("pages the dead letters: one past the first hundred is shown and replayed after Load more", async () => {
     const asOther = <T>(method: string, path: string, body?: unknown) =>
       api<T>(method, path, body, {}, MANY_DEAD_KEY);
