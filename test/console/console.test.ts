@@ -219,9 +219,10 @@ describe("web console", () => {
     await api("POST", `/jobs/${job.id}/cancel`);
   });
 
-  it("replays a dead letter from the dead-letters page", async () => {
+  /** A one-off that fails for good, and its dead letter once listed. */
+  async function deadLetterOf(name: string) {
     const job = await api<Job>("POST", "/jobs", {
-      name: "always fails",
+      name,
       type: "fail",
       payload: { retryable: false },
       schedule: { runAt: new Date().toISOString() },
@@ -235,6 +236,11 @@ describe("web console", () => {
       30_000,
       250,
     );
+    return { job, dead };
+  }
+
+  it("replays a dead letter from the dead-letters page", async () => {
+    const { job, dead } = await deadLetterOf("always fails");
     await page.getByRole("link", { name: "Dead letters" }).click();
     const row = page.locator(`tr[data-run-id="${dead.runId}"]`);
     await row.waitFor();
@@ -254,21 +260,7 @@ describe("web console", () => {
   });
 
   it("a double click on Replay is one replay: both answers name its run, and no error shows", async () => {
-    const job = await api<Job>("POST", "/jobs", {
-      name: "fails, replayed twice over",
-      type: "fail",
-      payload: { retryable: false },
-      schedule: { runAt: new Date().toISOString() },
-    });
-    const dead = await waitFor(
-      "the run to be a dead letter",
-      async () =>
-        (await api<{ items: (Run & { jobId: string })[] }>("GET", "/dead-letters")).items.find(
-          (r) => r.jobId === job.id,
-        ),
-      30_000,
-      250,
-    );
+    const { job, dead } = await deadLetterOf("fails, replayed twice over");
     await page.getByRole("link", { name: "Dead letters" }).click();
     const row = page.locator(`tr[data-run-id="${dead.runId}"]`);
     await row.waitFor();
