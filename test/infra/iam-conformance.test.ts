@@ -46,17 +46,10 @@ import {
 } from "../support/namespace.js";
 import { waitFor } from "../support/wait.js";
 import { type AwsCallRecorder, type RecordedCall, recordAwsCalls } from "./support/aws-calls.js";
-import {
-  allows,
-  type Bindings,
-  COMPONENTS,
-  functionsOf,
-  grantsOfRole,
-  isAllowed,
-  resolveValue,
-  roleOfComponent,
-} from "./support/iam-policy.js";
-import { isObject, logicalIdOf, type Synthesized, synthesizeUnbundled } from "./support/synth.js";
+import { allows, type Bindings, isAllowed, resolveValue } from "./support/iam-evaluator.js";
+import { COMPONENTS, functionsOf, grantsOfRole, roleOfComponent } from "./support/iam-policy.js";
+import { logicalIdOf, type Synthesized, synthesizeUnbundled } from "./support/synth.js";
+import { isObject } from "./support/template-json.js";
 
 /**
  * IAM conformance: each Lambda handler runs through its exported entry point

@@ -12,7 +12,7 @@ import {
   workerEventSourceConcurrency,
 } from "../../infra/settings.js";
 import { CLAIM_REACH_SECONDS, DEFAULT_SETTINGS, loadSettings } from "../../shared/config.js";
-import { REPO_ROOT } from "./support/synth.js";
+import { REPO_ROOT } from "./support/repo-root.js";
 
 const fromContext = (context: Record<string, unknown>) =>
   settingsFromContext(new App({ context }).node);

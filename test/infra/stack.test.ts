@@ -23,27 +23,19 @@ import {
   filesOfHandlerMentioning,
   powertoolsServiceOf,
 } from "./support/handler-source.js";
+import type { Bindings } from "./support/iam-evaluator.js";
+import { COMPONENTS, functionsOf, grantsOfRole, roleOfComponent } from "./support/iam-policy.js";
+import { REPO_ROOT } from "./support/repo-root.js";
 import {
-  type Bindings,
-  COMPONENTS,
-  functionsOf,
-  grantsOfRole,
-  roleOfComponent,
-} from "./support/iam-policy.js";
-import {
-  asArray,
-  isObject,
-  type Json,
   logicalIdOf,
   propertiesOf,
-  REPO_ROOT,
-  referencedId,
   resourceOf,
   resourcesOfType,
   type Synthesized,
   synthesizeUnbundled,
   synthesizeVariants,
 } from "./support/synth.js";
+import { asArray, isObject, type Json, referencedId } from "./support/template-json.js";
 
 let prod: Synthesized;
 let dev: Synthesized;

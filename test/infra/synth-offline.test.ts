@@ -11,7 +11,7 @@ import {
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { REPO_ROOT } from "./support/synth.js";
+import { REPO_ROOT } from "./support/repo-root.js";
 
 let scratch: string;
 let result: { code: number | null; output: string };

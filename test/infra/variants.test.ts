@@ -8,16 +8,14 @@ import { ENV } from "../../shared/config.js";
 import { parseConsoleAuth } from "../../shared/console/config.js";
 import { COMPONENTS, grantsOfRole, roleOfComponent } from "./support/iam-policy.js";
 import {
-  asArray,
-  isObject,
   logicalIdOf,
   propertiesOf,
-  referencedId,
   resourcesOfType,
   type Synthesized,
   synthesizeUnbundled,
   synthesizeVariants,
 } from "./support/synth.js";
+import { asArray, isObject, referencedId } from "./support/template-json.js";
 
 const TOPIC_ARN = "arn:aws:sns:eu-west-1:123456789012:ops-alarms";
 

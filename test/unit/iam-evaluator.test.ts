@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { authorizationsOf, type ResourceArns } from "../infra/support/aws-calls.js";
-import { allows, type Bindings, type Grant, resolveValue } from "../infra/support/iam-policy.js";
+import { allows, type Bindings, type Grant, resolveValue } from "../infra/support/iam-evaluator.js";
 
 /** The pieces of the IAM conformance test that its live run does not reach: wildcards, intrinsics. */
 const TABLE = "arn:aws:dynamodb:eu-west-1:111122223333:table/Runs";

@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, relative, resolve } from "node:path";
 import { ENV } from "../../../shared/config.js";
-import { REPO_ROOT } from "./synth.js";
+import { REPO_ROOT } from "./repo-root.js";
 
 /**
  * The project files a handler loads at run time: its relative imports,

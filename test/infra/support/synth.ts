@@ -1,18 +1,13 @@
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { type App, CfnElement, type Stack } from "aws-cdk-lib";
 import { Template } from "aws-cdk-lib/assertions";
 import type { IConstruct } from "constructs";
 import { buildSchedulerApp } from "../../../infra/build-app.js";
 import type { SchedulerStack } from "../../../infra/scheduler-stack.js";
-
-export const REPO_ROOT = fileURLToPath(new URL("../../../", import.meta.url));
-
-/** A CloudFormation value as it appears in a synthesized template. */
-export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
-export type JsonObject = { [key: string]: Json };
+import { REPO_ROOT } from "./repo-root.js";
+import { isObject, type JsonObject } from "./template-json.js";
 
 export interface CfnResourceJson {
   readonly Type: string;
@@ -90,10 +85,6 @@ function synthesizeInto(outdir: string, context: Readonly<Record<string, unknown
   };
 }
 
-export function isObject(value: unknown): value is JsonObject {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
-
 export function logicalIdOf(stack: Stack, construct: IConstruct): string {
   const child = construct.node.defaultChild;
   if (!CfnElement.isCfnElement(child)) {
@@ -115,19 +106,4 @@ export function propertiesOf(synth: Synthesized, construct: IConstruct): JsonObj
 
 export function resourcesOfType(synth: Synthesized, type: string): [string, CfnResourceJson][] {
   return Object.entries(synth.resources).filter(([, r]) => r.Type === type);
-}
-
-/** `{ Ref: id }` or `{ "Fn::GetAtt": [id, attr] }` → id; anything else → null. */
-export function referencedId(value: Json | undefined): string | null {
-  if (!isObject(value)) return null;
-  const ref = value.Ref;
-  if (typeof ref === "string") return ref;
-  const getAtt = value["Fn::GetAtt"];
-  if (Array.isArray(getAtt) && typeof getAtt[0] === "string") return getAtt[0];
-  return null;
-}
-
-export function asArray(value: Json | undefined): Json[] {
-  if (value === undefined) return [];
-  return Array.isArray(value) ? value : [value];
 }
