@@ -73,7 +73,15 @@ export default defineConfig({
         process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ?? "true",
     },
     projects: [
-      { extends: true, test: { name: "unit", include: UNIT_TESTS } },
+      {
+        extends: true,
+        // A worker's process runs unit file after unit file (vitest's `isolate: false`): each
+        // file in a process of its own loaded the AWS SDK, zod and the rest again, and that was
+        // half the unit project's time (60 s of CPU instead of 30 s for its 40 files, here). The
+        // unit files stub no global, environment variable or module; the module state they share
+        // is memo caches (compiled cron expressions, zone rules), the same whoever fills them.
+        test: { name: "unit", include: UNIT_TESTS, isolate: false },
+      },
       { extends: true, test: { name: "synth", include: SYNTH_TESTS } },
       {
         extends: true,
