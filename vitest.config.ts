@@ -124,7 +124,7 @@ export default defineConfig({
       reporter: ["text-summary", "json-summary", "html"],
       reportsDirectory: "coverage",
       // The floor for shared/, a little under what the whole suite measures (README, Testing):
-      // 96.2 % of lines, 94.4 % of statements, 96.9 % of functions, 86.8 % of branches.
+      // 96.7 % of lines, 94.9 % of statements, 97.0 % of functions, 88.0 % of branches.
       thresholds: {
         "shared/**/*.ts": { lines: 93, statements: 92, functions: 93, branches: 85 },
       },
