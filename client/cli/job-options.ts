@@ -11,6 +11,19 @@ export function wholeNumber(raw: string): number {
 }
 
 /**
+ * An Idempotency-Key as the API takes one: 1 to 200 visible ASCII characters. Refused here, before
+ * any request: an empty one would otherwise read as no key at all, and the command would run
+ * unkeyed, a retry of it no longer the same request.
+ */
+export function idempotencyKeyArg(raw: string): string {
+  if (!/^[\x21-\x7E]{1,200}$/.test(raw))
+    throw new InvalidArgumentError(
+      `${JSON.stringify(raw)} is not 1 to 200 visible ASCII characters.`,
+    );
+  return raw;
+}
+
+/**
  * An option that "none" clears: sent as null, which removes the field on edit. (Commander
  * turns a parser's null into "", so "none" is kept until the body is made.)
  */

@@ -8,6 +8,7 @@ import {
   batchFile,
   createBodyFrom,
   editBodyFrom,
+  idempotencyKeyArg,
   wholeNumber,
 } from "./job-options.js";
 import { batchResultsTable, type CliIo, jobFields, jobsTable, runFields } from "./output.js";
@@ -20,7 +21,11 @@ export function jobsCommand(program: Command, io: CliIo): void {
       .command("create")
       .description("schedule a job (flags, or a whole body with --body / --file)")
       .option("--type <type>", "the job type: http, noop, or a registered one")
-      .option("--idempotency-key <key>", "the same key and body return the first job"),
+      .option(
+        "--idempotency-key <key>",
+        "the same key and body return the first job",
+        idempotencyKeyArg,
+      ),
   ).action(async (flags, command: Command) => {
     const context = contextOf(command, io);
     const body = createBodyFrom(flags);
@@ -150,6 +155,7 @@ export function jobsCommand(program: Command, io: CliIo): void {
     .option(
       "--idempotency-key <key>",
       "the same key on the same job within 24 hours returns the first trigger's run",
+      idempotencyKeyArg,
     )
     .action(async (id: string, flags: { idempotencyKey?: string }, command: Command) => {
       const context = contextOf(command, io);

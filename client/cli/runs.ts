@@ -3,7 +3,7 @@ import { FINAL_RUN_STATUSES, RUN_STATUSES, type Run, type RunStatus } from "../i
 import { waitOrAbort } from "../requests.js";
 import { contextOf } from "./context.js";
 import { CliExit, EXIT } from "./exit-codes.js";
-import { wholeNumber } from "./job-options.js";
+import { idempotencyKeyArg, wholeNumber } from "./job-options.js";
 import {
   type CliIo,
   json,
@@ -219,6 +219,7 @@ export function deadLettersCommand(program: Command, io: CliIo): void {
     .option(
       "--idempotency-key <key>",
       "the same key on the same dead run prints the run its first replay queued",
+      idempotencyKeyArg,
     )
     .action(async (runId: string, flags: { idempotencyKey?: string }, command: Command) => {
       const context = contextOf(command, io);

@@ -1,7 +1,7 @@
 import { type Command, InvalidArgumentError } from "commander";
 import type { Preview } from "../index.js";
 import { contextOf } from "./context.js";
-import { addScheduleOptions, scheduleFrom, wholeNumber } from "./job-options.js";
+import { addScheduleOptions, idempotencyKeyArg, scheduleFrom, wholeNumber } from "./job-options.js";
 import { type CliIo, describeSchedule, printable, table } from "./output.js";
 
 function previewTable(preview: Preview): string {
@@ -93,6 +93,7 @@ export function webhookSecretCommand(program: Command, io: CliIo): void {
     .option(
       "--idempotency-key <key>",
       "the same key within 24 hours answers the secret its rotation made, and rotates nothing",
+      idempotencyKeyArg,
     )
     .action(async (flags: { idempotencyKey?: string }, command: Command) => {
       const context = contextOf(command, io);

@@ -298,6 +298,32 @@ describe("a dead letter's replay", () => {
   });
 });
 
+describe("the CLI's --idempotency-key", () => {
+  it.each([
+    ["jobs", "create", "--type", "noop", "--run-at", "2030-01-01T00:00:00Z"],
+    ["jobs", "trigger", "01JOB"],
+    ["dead-letters", "replay", "01JOB-20300101T000000000-1"],
+    ["webhook-secret", "rotate"],
+  ])(
+    "an empty or not visible ASCII key is a usage error naming it, before any request (%s %s)",
+    async (...command) => {
+      for (const key of ["", "two words", "x".repeat(201)]) {
+        let stderr = "";
+        const code = await runCli(["--api", baseUrl, ...command, "--idempotency-key", key], {
+          stdout: () => {},
+          stderr: (text) => {
+            stderr += text;
+          },
+          env: {},
+        });
+        expect(code).toBe(EXIT.usage);
+        expect(stderr).toContain("--idempotency-key");
+      }
+      expect(received).toEqual([]);
+    },
+  );
+});
+
 describe("the CLI over a client that retries", () => {
   it("a 429 that outlasts the retries still exits 8 (busy), after the retries", async () => {
     always = refused(429, "0");
