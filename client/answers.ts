@@ -13,7 +13,8 @@ export interface AnswerShape {
 
 type FieldType = "string" | "number" | "array" | "object" | "string or null";
 
-const isRecord = (value: unknown): value is Record<string, unknown> =>
+/** A JSON object: not null, not an array. */
+export const isRecord = (value: unknown): value is Record<string, unknown> =>
   typeof value === "object" && value !== null && !Array.isArray(value);
 
 function fits(value: unknown, type: FieldType): boolean {

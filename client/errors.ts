@@ -1,3 +1,4 @@
+import { isRecord } from "./answers.js";
 import type { components } from "./generated/api.js";
 
 type ErrorBody = components["schemas"]["Error"]["error"];
@@ -147,15 +148,12 @@ const API_CODES: ReadonlySet<string> = new Set<ApiErrorCode>([
 ]);
 
 function isErrorBody(body: unknown): body is { error: ErrorBody } {
-  if (typeof body !== "object" || body === null || !("error" in body)) return false;
-  const inner: unknown = body.error;
+  if (!isRecord(body)) return false;
+  const inner = body.error;
   return (
-    typeof inner === "object" &&
-    inner !== null &&
-    "code" in inner &&
+    isRecord(inner) &&
     typeof inner.code === "string" &&
     API_CODES.has(inner.code) &&
-    "message" in inner &&
     typeof inner.message === "string"
   );
 }
@@ -185,12 +183,7 @@ const GATEWAY_CODES: Readonly<Partial<Record<number, ApiErrorCode>>> = {
 
 /** API Gateway's `{"message": "…"}`: its message, or null for any other body. */
 function gatewayMessage(body: unknown): string | null {
-  return typeof body === "object" &&
-    body !== null &&
-    "message" in body &&
-    typeof body.message === "string"
-    ? body.message
-    : null;
+  return isRecord(body) && typeof body.message === "string" ? body.message : null;
 }
 
 /** The error an answer that is not a success stands for. */

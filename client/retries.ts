@@ -28,7 +28,8 @@ const DEFAULT_MAX_DELAY_MS = 10_000;
 /** The first wait when the answer gives no Retry-After; each retry doubles it. */
 const BASE_DELAY_MS = 500;
 const RETRIED_STATUSES: ReadonlySet<number> = new Set([429, 503]);
-const REPEATABLE_METHODS: ReadonlySet<string> = new Set([
+/** Methods whose request, sent twice, does what it does sent once. */
+export const REPEATABLE_METHODS: ReadonlySet<string> = new Set([
   "GET",
   "HEAD",
   "OPTIONS",

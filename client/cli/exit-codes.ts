@@ -4,6 +4,7 @@ import {
   RequestTimeoutError,
   WaitTimeoutError,
 } from "../index.js";
+import { REPEATABLE_METHODS } from "../retries.js";
 
 /**
  * What `scheduler` exits with, so that scripts can tell outcomes apart
@@ -79,9 +80,6 @@ const BY_CODE: Readonly<Record<ErrorCode, number>> = {
   unexpected_response: EXIT.failed,
 };
 
-/** Methods whose request a command run again repeats harmlessly. */
-const RERUNNABLE_METHODS: ReadonlySet<string> = new Set(["GET", "HEAD", "PUT", "DELETE"]);
-
 /** Node's fetch fails with a TypeError whose cause names the network error. */
 export function isUnreachable(error: unknown): boolean {
   return error instanceof TypeError && error.message === "fetch failed";
@@ -99,7 +97,7 @@ export function exitCodeOf(error: unknown): number {
   // again sends the same key only when the user gave it (rotate and replay make a new one each
   // run: a second rotation would cut off the secret receivers verify with).
   if (error instanceof RequestTimeoutError)
-    return RERUNNABLE_METHODS.has(error.method) ? EXIT.busy : EXIT.failed;
+    return REPEATABLE_METHODS.has(error.method) ? EXIT.busy : EXIT.failed;
   if (error instanceof CliExit) return error.exitCode;
   if (error instanceof WaitTimeoutError) return EXIT.timedOut;
   if (isUnreachable(error)) return EXIT.unreachable;

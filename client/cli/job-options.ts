@@ -1,5 +1,6 @@
 import { readFileSync } from "node:fs";
 import { type Command, InvalidArgumentError, Option } from "commander";
+import { isRecord } from "../answers.js";
 import type { EditJobRequest, NewJob, Schedule } from "../index.js";
 
 /** A whole number for an option; commander reports the error as a usage error. */
@@ -44,9 +45,8 @@ function jsonValue(raw: string): unknown {
 
 function jsonObject(raw: string, what: string): Record<string, unknown> {
   const value = jsonValue(raw);
-  if (typeof value !== "object" || value === null || Array.isArray(value))
-    throw new InvalidArgumentError(`${what} must be a JSON object.`);
-  return value as Record<string, unknown>;
+  if (!isRecord(value)) throw new InvalidArgumentError(`${what} must be a JSON object.`);
+  return value;
 }
 
 function readText(path: string): string {
@@ -64,10 +64,7 @@ function bodyFile(path: string): Record<string, unknown> {
 /** A batch's jobs from a file: `{ "jobs": [...] }` or the list itself, sent as given (the API checks each). */
 export function batchFile(path: string): NewJob[] {
   const value = jsonValue(readText(path));
-  const jobs =
-    typeof value === "object" && value !== null && !Array.isArray(value) && "jobs" in value
-      ? value.jobs
-      : value;
+  const jobs = isRecord(value) && "jobs" in value ? value.jobs : value;
   if (!Array.isArray(jobs))
     throw new InvalidArgumentError(`${path} must hold a JSON list of jobs, or { "jobs": [...] }.`);
   return jobs as NewJob[];
