@@ -74,6 +74,8 @@ export class SchedulerApiError<C extends ErrorCode = ErrorCode> extends Schedule
   readonly quota: ErrorBody["quota"];
   /** With `version_mismatch`: the job's version now (the answer's ETag). */
   readonly currentVersion: number | undefined;
+  /** The refused request's method, where the client knows it (a GET can be sent again, a POST may have been applied). */
+  readonly method: string | undefined;
 
   constructor(
     status: number,
@@ -86,6 +88,7 @@ export class SchedulerApiError<C extends ErrorCode = ErrorCode> extends Schedule
       retryAfterSeconds?: number | undefined;
       currentVersion?: number | undefined;
       quota?: ErrorBody["quota"];
+      method?: string | undefined;
     } = {},
   ) {
     super(code, message);
@@ -96,6 +99,7 @@ export class SchedulerApiError<C extends ErrorCode = ErrorCode> extends Schedule
     this.retryAfterSeconds = details.retryAfterSeconds;
     this.currentVersion = details.currentVersion;
     this.quota = details.quota;
+    this.method = details.method;
   }
 
   is<K extends C>(code: K): this is SchedulerApiError<K> {
@@ -186,8 +190,8 @@ function gatewayMessage(body: unknown): string | null {
   return isRecord(body) && typeof body.message === "string" ? body.message : null;
 }
 
-/** The error an answer that is not a success stands for. */
-export function errorOf(response: Response, body: unknown): SchedulerApiError {
+/** The error an answer that is not a success, to a request sent with `method`, stands for. */
+export function errorOf(response: Response, body: unknown, method: string): SchedulerApiError {
   const retryAfter = Number(response.headers.get("retry-after") ?? Number.NaN);
   const retryAfterSeconds = Number.isFinite(retryAfter) ? retryAfter : undefined;
   const gatewayCode = isErrorBody(body) ? undefined : GATEWAY_CODES[response.status];
@@ -195,6 +199,7 @@ export function errorOf(response: Response, body: unknown): SchedulerApiError {
     const text = gatewayMessage(body) ?? (typeof body === "string" ? body : JSON.stringify(body));
     return new SchedulerApiError(response.status, gatewayCode, (text ?? "").slice(0, 300), {
       retryAfterSeconds,
+      method,
     });
   }
   if (!isErrorBody(body)) {
@@ -209,7 +214,7 @@ export function errorOf(response: Response, body: unknown): SchedulerApiError {
       response.status,
       "unexpected_response",
       `${response.status} ${response.statusText}: ${text?.slice(0, 300) ?? ""}`,
-      { retryAfterSeconds },
+      { retryAfterSeconds, method },
     );
   }
   const { code, message, field, currentStatus, issues, quota } = body.error;
@@ -220,5 +225,6 @@ export function errorOf(response: Response, body: unknown): SchedulerApiError {
     quota,
     retryAfterSeconds,
     currentVersion: versionOfEtag(response.headers.get("etag")) ?? undefined,
+    method,
   });
 }

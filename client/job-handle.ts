@@ -122,7 +122,7 @@ export class JobHandle {
     const { error, response } = await this.client.http.DELETE("/jobs/{id}", {
       params: { path: { id: this.id } },
     });
-    if (!response.ok) throw errorOf(response, error);
+    if (!response.ok) throw errorOf(response, error, "DELETE");
   }
 
   /**

@@ -27,13 +27,16 @@ export class WaitTimeoutError extends Error {
 
 type Result<T> = { data?: T; error?: unknown; response: Response };
 
+/** An operation as the API reference names it: its method and path template ("GET /jobs/{id}"). */
+type Operation = `${"GET" | "POST" | "PUT" | "PATCH" | "DELETE"} /${string}`;
+
 /**
  * The data of a success that has the shape `operation` relies on, or the typed error of anything
  * else (an `unexpected_response` naming the operation and what is missing, for a success that
  * does not).
  */
 export async function unwrap<T>(
-  operation: string,
+  operation: Operation,
   pending: Promise<Result<T>>,
   shape: AnswerShape,
 ): Promise<T> {
@@ -41,12 +44,12 @@ export async function unwrap<T>(
 }
 
 export async function unwrapWithResponse<T>(
-  operation: string,
+  operation: Operation,
   pending: Promise<Result<T>>,
   shape: AnswerShape,
 ): Promise<{ data: T; response: Response }> {
   const { data, error, response } = await pending;
-  if (!response.ok) throw errorOf(response, error);
+  if (!response.ok) throw errorOf(response, error, operation.slice(0, operation.indexOf(" ")));
   const missing = shape.missing(data);
   if (data === undefined || missing !== null) {
     throw new SchedulerApiError(

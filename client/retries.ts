@@ -2,12 +2,13 @@ import { RequestTimeoutError } from "./errors.js";
 
 /**
  * Retries of requests the API answered 429 (over the tenant's requests per second) or 503 (busy:
- * contention on a job, or storage that did not answer in time), for requests that are safe to
- * send again: GET, HEAD, OPTIONS, PUT and DELETE, and a POST that carries an `Idempotency-Key`
- * (a repeat answers what the first did). Each retry waits the answer's `Retry-After`; an answer
- * without one waits 0.5 s, doubling per retry, up to `maxDelayMs`. A request of those that timed out
- * (a RequestTimeoutError) is retried too, after the same doubling wait; any other is not, since it
- * may have been applied.
+ * contention on a job, or storage that did not answer in time), or API Gateway answered 502 or 504
+ * (the API's function failed or ran out of time), for requests that are safe to send again: GET,
+ * HEAD, OPTIONS, PUT and DELETE, and a POST that carries an `Idempotency-Key` (a repeat answers
+ * what the first did). Each retry waits the answer's `Retry-After`; an answer without one waits
+ * 0.5 s, doubling per retry; a wait over `maxDelayMs` is not waited, the last answer returned. A
+ * request of those that timed out (a RequestTimeoutError) is retried too, after the same doubling
+ * wait; any other is not, since it may have been applied.
  */
 export interface RetryOptions {
   /** Retries after the first request (default 3); 0 sends each request once. */
@@ -27,7 +28,7 @@ const DEFAULT_ATTEMPTS = 3;
 const DEFAULT_MAX_DELAY_MS = 10_000;
 /** The first wait when the answer gives no Retry-After; each retry doubles it. */
 const BASE_DELAY_MS = 500;
-const RETRIED_STATUSES: ReadonlySet<number> = new Set([429, 503]);
+const RETRIED_STATUSES: ReadonlySet<number> = new Set([429, 502, 503, 504]);
 /** Methods whose request, sent twice, does what it does sent once. */
 export const REPEATABLE_METHODS: ReadonlySet<string> = new Set([
   "GET",
@@ -60,7 +61,7 @@ function retryAfterMs(response: Response, now: number): number | null {
 }
 
 /**
- * `fetch` that sends a repeatable request again while it is answered 429 or 503 or times out, as
+ * `fetch` that sends a repeatable request again while it is answered 429, 502, 503 or 504 or times out, as
  * `options` allow; the last answer (or the first that is not retried) is returned as it came, and
  * the last timeout thrown.
  */
@@ -83,7 +84,9 @@ export function retryingFetch(base: typeof fetch, options: RetryOptions = {}): t
       } catch (error) {
         // A timed-out request may have been applied; this one is safe to send again.
         if (!(error instanceof RequestTimeoutError) || retry >= attempts) throw error;
-        await sleep(BASE_DELAY_MS * 2 ** retry);
+        const delay = BASE_DELAY_MS * 2 ** retry;
+        if (delay > maxDelayMs) throw error;
+        await sleep(delay);
         continue;
       }
       if (!RETRIED_STATUSES.has(response.status) || retry >= attempts) return response;

@@ -1,4 +1,5 @@
 import { type Command, InvalidArgumentError } from "commander";
+import ipaddr from "ipaddr.js";
 import { type ClientAuth, SchedulerClient } from "../index.js";
 import { MAX_TIMEOUT_MS } from "../transport.js";
 import { CliExit, EXIT } from "./exit-codes.js";
@@ -30,7 +31,12 @@ export function positiveSeconds(raw: string): number {
   return value;
 }
 
-const LOOPBACK = new Set(["localhost", "127.0.0.1", "[::1]"]);
+/** `localhost`, or an address in 127.0.0.0/8 or ::1 (IPv4-mapped too), as URL's hostname spells it. */
+function isLoopback(hostname: string): boolean {
+  if (hostname === "localhost") return true;
+  const literal = hostname.startsWith("[") ? hostname.slice(1, -1) : hostname;
+  return ipaddr.isValid(literal) && ipaddr.process(literal).range() === "loopback";
+}
 
 /**
  * A bearer key over plain http is readable by anyone on the way (and kept by any proxy's log), and
@@ -38,7 +44,7 @@ const LOOPBACK = new Set(["localhost", "127.0.0.1", "[::1]"]);
  * where nothing is on the way) or the user says --allow-insecure-http.
  */
 function plainHttpCheck(source: string, api: URL, flags: GlobalFlags): void {
-  if (api.protocol !== "http:" || LOOPBACK.has(api.hostname) || flags.allowInsecureHttp) return;
+  if (api.protocol !== "http:" || isLoopback(api.hostname) || flags.allowInsecureHttp) return;
   throw new CliExit(
     EXIT.usage,
     `${source}: a bearer key is not sent over ${api.protocol} to ${api.host}, where anyone on the way can read it: use an https URL, or --allow-insecure-http`,
@@ -63,7 +69,7 @@ export function authFrom(flags: GlobalFlags, api: string, io: CliIo): ClientAuth
     ...(flags.region ? { region: flags.region } : {}),
   };
   if (flags.profile) return sigv4;
-  if (LOOPBACK.has(new URL(api).hostname)) return { kind: "bearer", key: SANDBOX_KEY };
+  if (isLoopback(new URL(api).hostname)) return { kind: "bearer", key: SANDBOX_KEY };
   return sigv4;
 }
 

@@ -31,7 +31,7 @@ export const EXIT = {
   unauthorized: 7,
   /**
    * Try again: the API is busy with the same job (503), over the requests per second (429), or
-   * a read, PUT or DELETE did not finish in time (--request-timeout).
+   * a read, PUT or DELETE did not finish in time (--request-timeout, or API Gateway's 502 or 504).
    */
   busy: 8,
   /** The API could not be reached. */
@@ -90,6 +90,12 @@ export function exitCodeOf(error: unknown): number {
     // A proxy's page answered 503 (Service Unavailable) means what the API's busy does, and the
     // client retried it alike. (API Gateway's own 401, 403, 413 and 429 come with the API's codes.)
     if (error.code === "unexpected_response" && error.status === 503) return EXIT.busy;
+    // API Gateway's 502 (the API's function failed) and 504 (it ran out of time): a read, PUT or
+    // DELETE can be run again, as after a timeout; a POST may have been applied, as after a 500.
+    if (error.code === "unexpected_response" && (error.status === 502 || error.status === 504))
+      return error.method !== undefined && REPEATABLE_METHODS.has(error.method)
+        ? EXIT.busy
+        : EXIT.failed;
     return BY_CODE[error.code];
   }
   // A timed-out read, PUT or DELETE can be run again as after a 503. A POST may have been applied,

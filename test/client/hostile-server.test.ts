@@ -495,10 +495,10 @@ describe("API Gateway's own refusals, not in the API's error shape", () => {
   });
 
   it("any other status not in the error shape stays unexpected_response (exit 1)", async () => {
-    behave = gateway(502, "Internal Server Error");
+    behave = gateway(500, "Internal Server Error");
     const { client } = clientWith(5000, { attempts: 0 });
     const error = await rejection(client.health(), SchedulerApiError);
-    expect([error.status, error.code]).toEqual([502, "unexpected_response"]);
+    expect([error.status, error.code]).toEqual([500, "unexpected_response"]);
     expect((await cli(["--api", baseUrl, "--key", key, "jobs", "list"])).code).toBe(EXIT.failed);
   });
 });
@@ -538,6 +538,16 @@ describe("the CLI does not send a bearer key over plain http to another host", (
       expect((await cli(["--api", api, "jobs", "list"])).code).toBe(EXIT.ok);
     }
     expect(received.map((r) => r.path)).toEqual(Array(4).fill("/jobs?limit=50"));
+  });
+
+  it("every loopback address counts, 127.0.0.0/8 and IPv4-mapped too (here nothing listens: unreachable, not refused)", async () => {
+    for (const api of ["http://127.0.0.2:9", "http://[::ffff:127.0.0.1]:9"]) {
+      const { code, stderr } = await cli(["--api", api, "--key", key, "jobs", "list"]);
+      expect([code, stderr.includes("bearer key is not sent")], api).toEqual([
+        EXIT.unreachable,
+        false,
+      ]);
+    }
   });
 
   it("--allow-insecure-http sends it anyway (here: to nobody, so the request itself fails)", async () => {

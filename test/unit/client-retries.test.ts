@@ -5,6 +5,7 @@ import { EXIT } from "../../client/cli/exit-codes.js";
 import { runCli } from "../../client/cli/main.js";
 import {
   isSchedulerApiError,
+  RequestTimeoutError,
   type RetryOptions,
   SchedulerApiError,
   SchedulerClient,
@@ -192,6 +193,62 @@ describe("the client retries a 429 or 503 of a request safe to repeat", () => {
     script = [{ status: 500, body: { error: { code: "internal", message: "boom" } } }];
     expect((await rejection(client.health(), SchedulerApiError)).code).toBe("internal");
     expect(received).toHaveLength(1);
+  });
+});
+
+describe("the client retries API Gateway's 502 and 504 of a request safe to repeat", () => {
+  /** What API Gateway answers when the API's function crashed (502) or ran out of time (504). */
+  const gateway = (status: 502 | 504): Answer => ({
+    status,
+    body: { message: status === 502 ? "Internal server error" : "Endpoint request timed out" },
+  });
+
+  it("a GET answered 502 then 504 then 200 answers the 200, after the doubling waits", async () => {
+    script = [gateway(502), gateway(504)];
+    const { client, waits } = clientWith();
+    expect(await client.health()).toEqual({ status: "ok" });
+    expect(waits).toEqual([500, 1000]);
+    expect(received).toHaveLength(3);
+  });
+
+  it("a POST with an Idempotency-Key is sent again with the same key; one without is sent once", async () => {
+    script = [gateway(504), { status: 201, body: job }];
+    const { client } = clientWith();
+    expect((await client.jobs.create(newJob, { idempotencyKey: "key-2" })).id).toBe(job.id);
+    expect(received.map((r) => r.idempotencyKey)).toEqual(["key-2", "key-2"]);
+
+    received = [];
+    script = [gateway(502)];
+    const error = await rejection(client.jobs.handle(job.id).pause(), SchedulerApiError);
+    expect([error.status, error.code, error.method]).toEqual([502, "unexpected_response", "POST"]);
+    expect(received).toHaveLength(1);
+  });
+});
+
+describe("a request that timed out is retried within maxDelayMs, as an answer without Retry-After is", () => {
+  it("a doubling wait longer than maxDelayMs is not waited: the timeout is thrown", async () => {
+    const waits: number[] = [];
+    const silent = createServer(() => undefined);
+    await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
+    try {
+      const client = new SchedulerClient({
+        baseUrl: `http://127.0.0.1:${(silent.address() as AddressInfo).port}`,
+        auth: { kind: "bearer", key: "k" },
+        timeoutMs: 50,
+        retry: {
+          attempts: 5,
+          maxDelayMs: 1_000,
+          sleep: async (ms) => {
+            waits.push(ms);
+          },
+        },
+      });
+      await rejection(client.health(), RequestTimeoutError);
+      expect(waits).toEqual([500, 1000]);
+    } finally {
+      silent.closeAllConnections();
+      await new Promise<void>((resolve) => silent.close(() => resolve()));
+    }
   });
 });
 
