@@ -65,7 +65,7 @@ export function previewOf(
 
 /** A job with a jitter window: each occurrence with its planned time (it depends on the job id). */
 export function withPlannedTimes(
-  job: Pick<Job, "jobId" | "window">,
+  job: Pick<Job, "jobId" | "window" | "schedule">,
   preview: PreviewDto,
 ): PreviewDto {
   const windowMs = windowMsOf(job.window);
@@ -74,7 +74,7 @@ export function withPlannedTimes(
     ...preview,
     occurrences: preview.occurrences.map((o) => ({
       ...o,
-      plannedFor: plannedTime(job.jobId, new Date(o.utc), windowMs).toISOString(),
+      plannedFor: plannedTime(job.jobId, new Date(o.utc), windowMs, job.schedule).toISOString(),
     })),
   };
 }

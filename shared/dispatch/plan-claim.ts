@@ -121,10 +121,20 @@ function planOccurrences(input: ClaimPlanInput): ClaimPlan {
 
   const spec = entry.schedule;
   // Jitter: each occurrence is due at its planned time, and every bound below (the misfire
-  // cutoff, the horizon) is compared with that. The window is at most the period, so planned
-  // times keep the occurrences' order, and those before a bound are a prefix of them.
+  // cutoff, the horizon) is compared with that. A planned time comes before the next occurrence
+  // (the window is at most the period, and cut to the time until the next occurrence on a night
+  // a DST shift makes that shorter), so planned times keep the occurrences' order, and those
+  // before a bound are a prefix of them.
   const windowMs = windowMsOf(entry.window);
-  const planned = (at: Date) => plannedTime(entry.jobId, at, windowMs);
+  const plannedTimes = new Map<number, Date>();
+  const planned = (at: Date) => {
+    let time = plannedTimes.get(at.getTime());
+    if (time === undefined) {
+      time = plannedTime(entry.jobId, at, windowMs, spec);
+      plannedTimes.set(at.getTime(), time);
+    }
+    return time;
+  };
   const plannedBy = (bound: Date) => (at: Date) => planned(at) <= bound;
   const runs: PlannedRun[] = [];
   let skipped: SkippedOccurrence[] = [];

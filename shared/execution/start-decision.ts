@@ -83,7 +83,7 @@ export function decideStart(job: Job | null, run: Run, now: Date, graceMs: numbe
     policy: job.policies.misfire,
     scheduledFor: new Date(run.scheduledFor),
     plannedFor: new Date(run.plannedFor ?? run.scheduledFor),
-    plannedOf: (at) => plannedTime(job.jobId, at, windowMsOf(job.window)),
+    plannedOf: (at) => plannedTime(job.jobId, at, windowMsOf(job.window), job.schedule),
     attempt: run.attempt,
     // Every start takes the fence one higher, and a queued run has fence 0. A start that parked
     // the run (paused job) held it back: from there on, lateness counts again.

@@ -11,7 +11,7 @@ import { runsOnAfterEndMs } from "../storage/retention.js";
  * pending occurrence, in the middle of a fire_all catch-up that goes on from there.
  */
 export function dueEntryFor(engine: Engine, job: Job, at: Date, now: Date, attempt = 1): DueEntry {
-  const dueAt = plannedTime(job.jobId, at, windowMsOf(job.window));
+  const dueAt = plannedTime(job.jobId, at, windowMsOf(job.window), job.schedule);
   return {
     key: dueEntryKey(job.jobId, dueAt, attempt, now, engine.settings.shardCount),
     kind: "occurrence",

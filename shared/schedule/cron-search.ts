@@ -94,7 +94,7 @@ function consecutiveDaysPossible(c: CompiledCron): boolean {
  * Smallest distance in ms between two consecutive wall-clock times the expression matches.
  * DST shifts can bring two occurrences closer on a transition day (e.g. a 30-minute gap at
  * Lord Howe interleaves shifted and unshifted times); that is accepted, the check is about the
- * schedule as written.
+ * schedule as written (a jitter window is cut to the real gap on such a night: jitter.ts).
  */
 export function cronMinGapMs(c: CompiledCron): number {
   const s = c.seconds;

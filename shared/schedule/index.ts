@@ -30,8 +30,9 @@
  * - `after`: a schedule of dependencies, not times: it has no occurrences (the occurrence functions
  *   return none), `on` is success, failure or completion, and `jobs` names 1 to 20 upstream job ids.
  * - Jitter (`window`): an occurrence is planned at occurrence + offset, the offset a hash of the
- *   job id and the occurrence spread over [0, window); the window is at most the period, so
- *   planned times keep the occurrences' order.
+ *   job id and the occurrence spread over [0, window); the window is at most the period, and cut
+ *   to the time until the next occurrence where a DST shift makes that shorter, so planned times
+ *   keep the occurrences' order.
  * - `firstOccurrence`: runAt as is (even if past); otherwise the first occurrence >= now
  *   truncated to the second.
  */

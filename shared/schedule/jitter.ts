@@ -3,6 +3,7 @@ import { compileCron } from "./cron.js";
 import { cronMinGapMs } from "./cron-search.js";
 import { parseEvery } from "./duration.js";
 import { LAST_STORABLE_MS } from "./instant.js";
+import { nextOccurrence } from "./occurrences.js";
 import type { ScheduleSpec } from "./types.js";
 
 /**
@@ -25,13 +26,36 @@ export function jitterOffsetMs(jobId: string, occurrence: Date, windowMs: number
 }
 
 /**
- * When the occurrence is planned to run: the occurrence plus its offset, never past the last
- * instant keys can hold. With no window it is the occurrence itself.
+ * When the occurrence of `schedule` is planned to run: the occurrence plus its offset, never past
+ * the last instant keys can hold. With no window it is the occurrence itself.
  */
-export function plannedTime(jobId: string, occurrence: Date, windowMs: number | null): Date {
+export function plannedTime(
+  jobId: string,
+  occurrence: Date,
+  windowMs: number | null,
+  schedule: ScheduleSpec,
+): Date {
   if (windowMs === null || windowMs === 0) return occurrence;
-  const planned = occurrence.getTime() + jitterOffsetMs(jobId, occurrence, windowMs);
+  const spread = windowBefore(schedule, occurrence, windowMs);
+  const planned = occurrence.getTime() + jitterOffsetMs(jobId, occurrence, spread);
   return new Date(Math.min(planned, LAST_STORABLE_MS));
+}
+
+/**
+ * The window the occurrence's offset is spread over: the job's, cut to the time until the next
+ * occurrence where that is shorter. A window is checked against the schedule's period on the wall
+ * clock (for cron), and the night a DST shift skips an hour brings two wall-clock times that much
+ * closer in real time (01:30 and 03:30 in New York, an hour apart then): uncut, the later one's
+ * planned time could come before the earlier one's, which the claims' order relies on not
+ * happening (a claim takes the occurrences in order while they are planned before its horizon,
+ * so the later one was claimed only with the earlier one, up to the window after its own planned
+ * time, and under misfire `skip` recorded skipped as late). An `every` interval is elapsed time,
+ * never shorter than its window.
+ */
+function windowBefore(schedule: ScheduleSpec, occurrence: Date, windowMs: number): number {
+  if (!("cron" in schedule)) return windowMs;
+  const next = nextOccurrence(schedule, occurrence);
+  return next === null ? windowMs : Math.min(windowMs, next.getTime() - occurrence.getTime());
 }
 
 export type WindowParse =

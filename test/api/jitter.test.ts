@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { PreviewSchema } from "../../shared/api/schemas/previews.js";
 import { RunPageSchema } from "../../shared/api/schemas/runs.js";
-import { plannedTime } from "../../shared/schedule/index.js";
+import { plannedTime, type ScheduleSpec } from "../../shared/schedule/index.js";
 import { type ApiHarness, expectError, runOnce, startApi } from "./support.js";
 
 /** The job's `window` (jitter) over HTTP: accepted, shown, previewed, refused with its field. */
@@ -13,7 +13,7 @@ beforeAll(async () => {
 afterAll(() => api.close());
 
 const MINUTE = 60_000;
-const hourly = { cron: "0 * * * *", timezone: "UTC" };
+const hourly: ScheduleSpec = { cron: "0 * * * *", timezone: "UTC" };
 
 async function create(body: Record<string, unknown>) {
   const reply = await api.call("POST", "/jobs", { body: { type: "noop", ...body } });
@@ -33,7 +33,7 @@ describe("window", () => {
     expect(preview.occurrences).toHaveLength(24);
     for (const occurrence of preview.occurrences) {
       const at = new Date(occurrence.utc);
-      expect(occurrence.plannedFor).toBe(plannedTime(job.id, at, 5 * MINUTE).toISOString());
+      expect(occurrence.plannedFor).toBe(plannedTime(job.id, at, 5 * MINUTE, hourly).toISOString());
       const offset = Date.parse(occurrence.plannedFor ?? "") - at.getTime();
       expect(offset).toBeGreaterThanOrEqual(0);
       expect(offset).toBeLessThan(5 * MINUTE);
@@ -46,6 +46,34 @@ describe("window", () => {
     // A schedule's preview has no job id to plan with, and a job without a window plans nothing.
     const bare = await api.call("POST", "/schedules/preview", { body: { schedule: hourly } });
     expect(PreviewSchema.parse(bare.body).occurrences[0]?.plannedFor).toBeUndefined();
+  });
+
+  it("a preview across the night clocks go forward plans each occurrence before the next one", async () => {
+    // 01:30 and 03:30 in New York: two hours apart on the wall clock, one in real time on
+    // 2027-03-14. The window is the wall-clock period; each job id hashes its own offsets.
+    const overNight: ScheduleSpec = { cron: "30 1,3 * * *", timezone: "America/New_York" };
+    const inverted: string[] = [];
+    for (let i = 0; i < 12; i++) {
+      const job = await create({ schedule: overNight, window: "PT2H" });
+      const reply = await api.call(
+        "GET",
+        `/jobs/${job.id}/preview?count=4&from=2027-03-13T12:00:00Z`,
+      );
+      expect(reply.status, reply.text).toBe(200);
+      const { occurrences } = PreviewSchema.parse(reply.body);
+      expect(occurrences.map((o) => o.utc)).toEqual([
+        "2027-03-14T06:30:00.000Z",
+        "2027-03-14T07:30:00.000Z",
+        "2027-03-15T05:30:00.000Z",
+        "2027-03-15T07:30:00.000Z",
+      ]);
+      occurrences.forEach((o, k) => {
+        const next = occurrences[k + 1];
+        if (next !== undefined && (o.plannedFor ?? "") >= next.utc)
+          inverted.push(`${job.id}: ${o.utc} planned ${o.plannedFor}, after ${next.utc}`);
+      });
+    }
+    expect(inverted).toEqual([]);
   });
 
   it("400 naming window: not a duration, longer than the period, on a one-off; nothing written", async () => {

@@ -34,7 +34,7 @@ describe("a job with a jitter window (every PT1H, window PT30M, misfire skip)", 
       }),
     );
     const occurrence = new Date(T);
-    const planned = plannedTime(job.jobId, occurrence, WINDOW_MS);
+    const planned = plannedTime(job.jobId, occurrence, WINDOW_MS, job.schedule);
     const offset = planned.getTime() - T;
     // The premise: the offset is past the lookahead and the grace, so planned time and occurrence
     // lead to different claims and different misfire decisions.
@@ -81,7 +81,7 @@ describe("a job with a jitter window (every PT1H, window PT30M, misfire skip)", 
     const [next] = await f.dueEntries();
     expect(next).toMatchObject({
       scheduledFor: second.toISOString(),
-      dueAt: plannedTime(job.jobId, second, WINDOW_MS).toISOString(),
+      dueAt: plannedTime(job.jobId, second, WINDOW_MS, job.schedule).toISOString(),
     });
 
     // An edit of the window refiles the pending occurrence under the new one; null removes it.
@@ -92,7 +92,7 @@ describe("a job with a jitter window (every PT1H, window PT30M, misfire skip)", 
     const [refiled] = await f.dueEntries();
     expect(refiled).toMatchObject({
       scheduledFor: second.toISOString(),
-      dueAt: plannedTime(job.jobId, second, 10 * MINUTE).toISOString(),
+      dueAt: plannedTime(job.jobId, second, 10 * MINUTE, job.schedule).toISOString(),
       window: "PT10M",
     });
     const cleared = await editJob(f.engine, "tenant-a", job.jobId, edited.version, {

@@ -187,7 +187,7 @@ describe("latestOccurrences", () => {
 describe("planClaim, with a jitter window", () => {
   const hourly: ScheduleSpec = { cron: "0 * * * *", timezone: "UTC" };
   const HOUR = 60 * MINUTE;
-  const planned = (occurrence: Date) => plannedTime("job1", occurrence, 30 * MINUTE);
+  const planned = (occurrence: Date) => plannedTime("job1", occurrence, 30 * MINUTE, hourly);
   const jittered = (overrides: Partial<DueEntry> = {}) =>
     entry({ schedule: hourly, window: "PT30M", dueAt: iso(planned(T0)), ...overrides });
 
@@ -246,5 +246,51 @@ describe("planClaim, with a jitter window", () => {
     expect(p.runs).toEqual([
       { scheduledFor: T0, dueAt: at(10 * MINUTE), plannedFor: planned(T0), attempt: 2 },
     ]);
+  });
+});
+
+describe("planClaim, with a jitter window on the night a DST shift narrows the period", () => {
+  // 01:30 and 03:30 in New York are two hours apart on the wall clock (the window's bound), one
+  // hour apart in real time on the night the clocks go forward (2027-03-14, 06:30Z and 07:30Z).
+  const acrossSpringForward: ScheduleSpec = { cron: "30 1,3 * * *", timezone: "America/New_York" };
+  const LOOKAHEAD = 5 * MINUTE;
+  const jobIds = Array.from({ length: 40 }, (_, i) => `job-${i}`);
+
+  it("claims every occurrence before its planned time, each after the one before it", () => {
+    const claimedLate: string[] = [];
+    for (const jobId of jobIds) {
+      // A dispatcher takes an entry once its due minute is within the lookahead.
+      let e = entry({
+        jobId,
+        schedule: acrossSpringForward,
+        window: "PT2H",
+        misfire: "skip",
+        scheduledFor: "2027-03-13T06:30:00.000Z",
+        dueAt: "2027-03-13T06:30:00.000Z",
+      });
+      let lastDue = 0;
+      for (let claim = 0; claim < 6; claim++) {
+        const now = new Date(Date.parse(e.dueAt) - LOOKAHEAD);
+        const horizonEnd = new Date(Math.floor(Date.parse(e.dueAt) / MINUTE) * MINUTE + MINUTE);
+        const p = planClaim({
+          entry: e,
+          now,
+          horizonEnd,
+          misfireGraceMs: MINUTE,
+          maxRunsPerClaim: 50,
+        });
+        expect(p.skipped).toEqual([]);
+        for (const r of p.runs) {
+          if (r.dueAt < now || r.dueAt.getTime() <= lastDue)
+            claimedLate.push(
+              `${jobId} ${iso(r.scheduledFor)} due ${iso(r.dueAt)}, claimed ${iso(now)}`,
+            );
+          lastDue = r.dueAt.getTime();
+        }
+        if (p.next === null) break;
+        e = { ...e, scheduledFor: iso(p.next.scheduledFor), dueAt: iso(p.next.dueAt) };
+      }
+    }
+    expect(claimedLate).toEqual([]);
   });
 });

@@ -15,6 +15,8 @@ const instantArb = fc
   .integer({ min: Date.UTC(1970, 0, 1), max: Date.UTC(9999, 0, 1) })
   .map((ms) => new Date(ms));
 const windowArb = fc.integer({ min: 1, max: 7 * 86_400_000 });
+// An interval is elapsed time: its offsets are spread over the window whole, wherever they fall.
+const elapsed: ScheduleSpec = { every: "P7D", startAt: "1970-01-01T00:00:00.000Z" };
 
 describe("jitter offsets", () => {
   it("lie inside the window, in whole milliseconds, and are the same every time they are computed", () => {
@@ -25,7 +27,7 @@ describe("jitter offsets", () => {
         expect(offset).toBeGreaterThanOrEqual(0);
         expect(offset).toBeLessThan(windowMs);
         expect(jitterOffsetMs(jobId, new Date(at.getTime()), windowMs)).toBe(offset);
-        expect(plannedTime(jobId, at, windowMs).getTime()).toBe(at.getTime() + offset);
+        expect(plannedTime(jobId, at, windowMs, elapsed).getTime()).toBe(at.getTime() + offset);
       }),
       RUNS,
     );
@@ -34,8 +36,8 @@ describe("jitter offsets", () => {
   it("no window plans the occurrence itself", () => {
     fc.assert(
       fc.property(jobIdArb, instantArb, (jobId, at) => {
-        expect(plannedTime(jobId, at, null)).toEqual(at);
-        expect(plannedTime(jobId, at, 0)).toEqual(at);
+        expect(plannedTime(jobId, at, null, elapsed)).toEqual(at);
+        expect(plannedTime(jobId, at, 0, elapsed)).toEqual(at);
       }),
       RUNS,
     );
@@ -46,7 +48,9 @@ describe("jitter offsets", () => {
     fc.assert(
       fc.property(jobIdArb, fc.integer({ min: 0, max: 3_600_000 }), (jobId, before) => {
         const at = new Date(last.getTime() - before);
-        expect(plannedTime(jobId, at, 3_600_000).getTime()).toBeLessThanOrEqual(last.getTime());
+        expect(plannedTime(jobId, at, 3_600_000, elapsed).getTime()).toBeLessThanOrEqual(
+          last.getTime(),
+        );
       }),
       RUNS,
     );
@@ -113,11 +117,49 @@ describe("windows", () => {
           )) {
             const next = nextOccurrence(s.spec, at);
             if (next === null) continue;
-            expect(plannedTime(jobId, at, windowS * 1000).getTime()).toBeLessThan(next.getTime());
+            expect(plannedTime(jobId, at, windowS * 1000, s.spec).getTime()).toBeLessThan(
+              next.getTime(),
+            );
           }
         },
       ),
       { numRuns: 200 },
+    );
+  });
+
+  it("as long as the wall-clock period come before the next occurrence on a night a DST shift makes it shorter", () => {
+    // Two hours apart on the wall clock, one in real time when the clocks go forward (New York's
+    // 2027-03-14, Berlin's 2027-03-28), and 30 minutes at Lord Howe (2027-10-03, a half-hour shift).
+    const cases: { spec: ScheduleSpec; window: string; from: string }[] = [
+      {
+        spec: { cron: "30 1,3 * * *", timezone: "America/New_York" },
+        window: "PT2H",
+        from: "2027-03-13",
+      },
+      {
+        spec: { cron: "30 1,3 * * *", timezone: "Europe/Berlin" },
+        window: "PT2H",
+        from: "2027-03-27",
+      },
+      {
+        spec: { cron: "45 1,2 * * *", timezone: "Australia/Lord_Howe" },
+        window: "PT1H",
+        from: "2027-10-02",
+      },
+    ];
+    fc.assert(
+      fc.property(fc.constantFrom(...cases), jobIdArb, (c, jobId) => {
+        const parsed = parseWindow(c.window, c.spec);
+        expect(parsed.ok).toBe(true);
+        if (!parsed.ok) return;
+        const from = new Date(`${c.from}T00:00:00.000Z`);
+        for (const at of occurrences(c.spec, from, new Date(from.getTime() + 3 * 86_400_000), 10)) {
+          const next = nextOccurrence(c.spec, at);
+          if (next === null) continue;
+          expect(plannedTime(jobId, at, parsed.ms, c.spec).getTime()).toBeLessThan(next.getTime());
+        }
+      }),
+      { numRuns: 300 },
     );
   });
 
