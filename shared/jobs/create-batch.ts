@@ -28,6 +28,7 @@ import {
   type NewJob,
   prepareNewJob,
   replayOf,
+  writtenAfterAll,
 } from "./create.js";
 import { type DependentLinks, linkNewDependent } from "./dependencies.js";
 
@@ -246,6 +247,8 @@ export async function createJobs(
       try {
         await writeNewJob(engine, p.job, p.pending ?? null, idem, p.links.writes);
       } catch (error) {
+        // An outcome unclear: the job read back says whether it was written, and so does the answer.
+        if (await writtenAfterAll(engine, p.job, error)) return;
         refuse(p, error, refusedUnwritten(error));
         if (idem && error instanceof IdempotencyKeyTakenError) {
           // Another request with this key was first: its job is the answer.

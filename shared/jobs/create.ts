@@ -3,7 +3,12 @@ import { type ClaimBeforeCreate, claimBeforeCreate } from "../dispatch/claim.js"
 import { dispatchAfterCommit, sendClaimed } from "../dispatch/fast-path.js";
 import { fastPathHorizonEnd } from "../dispatch/fast-path-window.js";
 import type { Engine } from "../engine.js";
-import { IdempotencyConflictError, IdempotencyKeyTakenError, JobNotFoundError } from "../errors.js";
+import {
+  IdempotencyConflictError,
+  IdempotencyKeyTakenError,
+  JobNotFoundError,
+  SchedulerError,
+} from "../errors.js";
 import { newJobId } from "../keys.js";
 import type { DueEntry, Job } from "../model.js";
 import { QuotaExceededError } from "../quotas/limits.js";
@@ -166,12 +171,14 @@ async function createJobOnce(
     const unswept = pending !== null && new Date(pending.dueAt) >= horizonEnd;
     await writeNewJob(engine, job, pending, idem, links.writes, unswept);
   } catch (error) {
-    if (refusedUnwritten(error)) await giveBackJobQuotas(engine, reservation);
-    if (idem && error instanceof IdempotencyKeyTakenError) {
-      const earlier = await idempotentReplay(engine, input.tenantId, idem);
-      if (earlier) return { job: earlier, created: false };
+    if (!(await writtenAfterAll(engine, job, error))) {
+      if (refusedUnwritten(error)) await giveBackJobQuotas(engine, reservation);
+      if (idem && error instanceof IdempotencyKeyTakenError) {
+        const earlier = await idempotentReplay(engine, input.tenantId, idem);
+        if (earlier) return { job: earlier, created: false };
+      }
+      throw error;
     }
-    throw error;
   }
   if (claim === null) return { job, created: true };
   await sendClaimed(engine, claim.runs);
@@ -179,6 +186,20 @@ async function createJobOnce(
   const further = claim.next && new Date(claim.next.dueAt) < horizonEnd ? claim.next : null;
   const claimedMore = await dispatchAfterCommit(engine, further, "create");
   return { job: await answeredJob(engine, job, claimedMore), created: true };
+}
+
+/**
+ * Whether a create's write that failed with `error` wrote its job all the same. An error that is
+ * no refusal (a 500 or a timeout the SDK's retries did not get past, a transaction still in
+ * progress when they ran out) leaves the outcome unclear, and a consistent read of the job tells:
+ * its id is new, so a job found is this write's, committed whole (the job is the create's commit
+ * and written last or in one transaction). Nothing found, or the read failing, leaves it unclear
+ * (a transaction still being applied may yet land): the caller answers the error, and a retry
+ * under the same Idempotency-Key finds the job if it was written.
+ */
+export async function writtenAfterAll(engine: Engine, job: Job, error: unknown): Promise<boolean> {
+  if (error instanceof SchedulerError || refusedUnwritten(error)) return false;
+  return (await getJob(engine, job.jobId).catch(() => null)) !== null;
 }
 
 /**

@@ -19,7 +19,7 @@ import { isContention, MAX_CONTENTION_ATTEMPTS } from "../../shared/storage/dyna
 import { shardHighWaterKey } from "../../shared/storage/items.js";
 import { readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
-import { withFaults } from "../support/faults.js";
+import { withFaults, withLostAnswers } from "../support/faults.js";
 import { createTestClients } from "../support/namespace.js";
 
 type WriteRequests = NonNullable<BatchWriteCommandInput["RequestItems"]>;
@@ -274,6 +274,43 @@ describe("a batch create under write faults: each job is created whole or not at
     // The plain job has no key: sent again, it is another job, as a single create without one is.
     expect(jobs.map((j) => j.name).sort()).toEqual(["conflicting", "first", "plain", "plain"]);
     expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ activeJobs: 4 });
+  });
+
+  it("a keyed job whose transaction was applied with every answer lost is answered as created, and its run is sent", async () => {
+    const tenant = "answers-lost";
+    await writeQuotaOverride(f.engine, tenant, { activeJobs: 10 }, new Date());
+    const isLost = (input: Record<string, unknown>) =>
+      JSON.stringify(input.TransactItems ?? []).includes("answers lost");
+    // More lost answers than the SDK's sends of one request: it gives up with the 500.
+    const faulty = withLostAnswers(f.engine, {
+      operation: "TransactWriteItems",
+      times: 20,
+      match: isLost,
+    });
+    let outcomes: BatchCreateOutcome[];
+    try {
+      outcomes = await createJobs(faulty.engine, tenant, [
+        {
+          input: testJob({ tenantId: tenant, name: "answers lost", schedule: now() }),
+          idempotency: { key: "lost", requestHash: "h1" },
+        },
+        { input: testJob({ tenantId: tenant, name: "plain", schedule: later() }) },
+      ]);
+    } finally {
+      faulty.destroy();
+    }
+    expect(faulty.injected.count).toBeGreaterThan(1);
+    expect(outcomes.map((o) => ("job" in o ? [o.job.name, o.created] : String(o.error)))).toEqual([
+      ["answers lost", true],
+      ["plain", true],
+    ]);
+    const jobs = (await f.jobs()).filter((j) => j.tenantId === tenant);
+    expect(jobs.map((j) => j.name).sort()).toEqual(["answers lost", "plain"]);
+    expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ activeJobs: 2 });
+    const lost = outcomes[0];
+    const jobId = lost && "job" in lost ? lost.job.jobId : "";
+    const received = await f.nextDelivery(f.engine.queues.normal, jobId, 5_000);
+    expect(received.message.jobId).toBe(jobId);
   });
 
   it("items left unprocessed once are sent again and every job is created", async () => {

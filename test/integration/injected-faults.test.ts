@@ -81,6 +81,30 @@ describe("a write applied with its answer lost", () => {
     }
   });
 
+  it("a keyed create whose transaction was applied with every answer lost answers the job it wrote, and sends its run", async () => {
+    // More lost answers than the SDK's sends of one request: it gives up with the 500.
+    const lossy = withLostAnswers(f.engine, {
+      operation: "TransactWriteItems",
+      times: 20,
+      match: (input) => JSON.stringify(input.TransactItems ?? []).includes("every answer lost"),
+    });
+    try {
+      const { job, created } = await createJob(
+        lossy.engine,
+        testJob({ name: "every answer lost", schedule: { runAt: new Date().toISOString() } }),
+        { idempotency: { key: "every-answer-lost", requestHash: "h" } },
+      );
+      expect(lossy.injected.count).toBeGreaterThan(1);
+      expect(created).toBe(true);
+      expect((await getJob(f.engine, job.jobId))?.status).toBe("ACTIVE");
+      const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+      expect(received.message.jobId).toBe(job.jobId);
+      await f.process(f.workerDeps("after-lost-create"), received);
+    } finally {
+      lossy.destroy();
+    }
+  });
+
   it("a run cancel answers the run it cancelled, and completes its one-off", async () => {
     const { job } = await createJob(
       f.engine,
