@@ -1,7 +1,14 @@
 import { DateTime, FixedOffsetZone, type Zone } from "luxon";
 import { hasEnd } from "../jobs/index.js";
-import type { Job } from "../model.js";
-import { occurrences, plannedTime, type ScheduleSpec, windowMsOf } from "../schedule/index.js";
+import { catchUpCountOf, type Job } from "../model.js";
+import { isMisfired, MAX_MISFIRE_CATCH_UP } from "../policies.js";
+import {
+  nextOccurrence,
+  occurrences,
+  plannedTime,
+  type ScheduleSpec,
+  windowMsOf,
+} from "../schedule/index.js";
 import { ValidationError } from "../validation.js";
 import { scheduleDto } from "./dto.js";
 import type { PreviewDto } from "./schemas/previews.js";
@@ -86,36 +93,101 @@ export function withPlannedTimes(
  */
 const MAX_COUNTED = 20_000;
 
+/** What of a stored job tells where its count toward maxRuns goes on (see countStart). */
+type PendingOccurrence = Pick<
+  Job,
+  "jobId" | "schedule" | "window" | "policies" | "nextRunAt" | "catchUpCount" | "catchUpOf"
+>;
+
 /**
- * A stored job's preview (or a new one's: nothing queued yet, its first occurrence pending, with
- * the preview's zone of its schedule as written): it stops where the job ends, at `endAt` and at the occurrence that
- * reaches `maxRuns` (counted from the pending occurrence on, after the ones already queued). A
- * job that has ended (completed, or cancelled) shows none. Throws ValidationError naming `from` when telling where maxRuns
- * ends would take counting more than MAX_COUNTED occurrences.
+ * Where counting toward maxRuns goes on, and how many are left to count from there, as of
+ * `clock`. The job's next run is its pending occurrence; one planned more than the misfire grace
+ * before `clock` (the job was paused since, or its dispatcher is behind) meets the misfire policy
+ * when it is claimed, with every occurrence missed after it, and only those that then run count
+ * (`planClaim`): under `skip` none, under `fire_once` the latest, under `fire_all` each, up to the
+ * catch-up's cap. Null when the schedule has no occurrence left after the missed ones.
+ */
+function countStart(
+  job: PendingOccurrence & { readonly nextRunAt: string },
+  remaining: number,
+  clock: { readonly now: Date; readonly misfireGraceMs: number },
+): { readonly from: Date; readonly remaining: number } | null {
+  const next = new Date(job.nextRunAt);
+  const windowMs = windowMsOf(job.window);
+  const planned = (at: Date) => plannedTime(job.jobId, at, windowMs, job.schedule);
+  if (!isMisfired(planned(next), clock.now, clock.misfireGraceMs)) return { from: next, remaining };
+  const cutoff = new Date(clock.now.getTime() - clock.misfireGraceMs);
+  // Planned times keep the occurrences' order, so the missed ones are a prefix.
+  const missedBy = (at: Date) => planned(at) <= cutoff;
+  let ran = 0;
+  if (job.policies.misfire === "fire_once") ran = 1;
+  else if (job.policies.misfire === "fire_all") {
+    const budget = Math.max(0, MAX_MISFIRE_CATCH_UP - catchUpCountOf(job));
+    const missed = occurrences(job.schedule, next, cutoff, Math.min(budget, remaining));
+    ran = missed.filter(missedBy).length;
+  }
+  // The first occurrence not missed: planned after the cutoff, so no more than a window before it.
+  const lastWindow =
+    windowMs === null
+      ? []
+      : occurrences(
+          job.schedule,
+          new Date(Math.max(next.getTime(), cutoff.getTime() - windowMs + 1)),
+          cutoff,
+          2,
+        );
+  const from = lastWindow.find((at) => !missedBy(at)) ?? nextOccurrence(job.schedule, cutoff);
+  return from === null ? null : { from, remaining: Math.max(0, remaining - ran) };
+}
+
+/**
+ * A stored job's preview (or a new one's: nothing queued yet, its first occurrence pending): it
+ * stops where the job ends, at `endAt` and at the occurrence that reaches `maxRuns` (counted from
+ * where the job's runs go on, after the ones already queued: see countStart, given `clock`; a new
+ * job's from its first occurrence). A job that has ended (completed, or cancelled) shows none.
+ * Throws ValidationError naming `from` when telling where maxRuns ends would take counting more
+ * than MAX_COUNTED occurrences.
  */
 export function previewOfJob(
   job: Pick<Job, "schedule" | "endAt" | "maxRuns" | "occurrencesQueued" | "nextRunAt"> &
     Partial<Pick<Job, "status">>,
   now: Date,
   count: number,
-  zoneOf?: string,
+  options: {
+    /** The zone to show local times in; default the schedule's. */
+    readonly zone?: string;
+    /** A stored job: where its pending occurrence stands as of the clock. */
+    readonly pending?: {
+      readonly job: PendingOccurrence;
+      readonly now: Date;
+      readonly misfireGraceMs: number;
+    };
+  } = {},
 ): PreviewDto {
-  const zoneLabel = zoneOf ?? displayZoneOf(job.schedule);
+  const zoneLabel = options.zone ?? displayZoneOf(job.schedule);
   // A cancelled job runs none of its schedule's times (nor does a completed one): nothing to show.
   if (job.status === "CANCELLED" || job.status === "COMPLETED")
     return previewOf(job.schedule, zoneLabel, now, count, new Date(0));
   if (!hasEnd(job)) return previewOf(job.schedule, zoneLabel, now, count);
-  if (job.nextRunAt === null) return previewOf(job.schedule, zoneLabel, now, count, new Date(0));
+  const nextRunAt = job.nextRunAt;
+  if (nextRunAt === null) return previewOf(job.schedule, zoneLabel, now, count, new Date(0));
   let until = LAST_PREVIEWABLE;
   if (job.endAt) until = new Date(Math.min(Date.parse(job.endAt), until.getTime()));
   const preview = previewOf(job.schedule, zoneLabel, now, count, until);
   const lastShown = preview.occurrences.at(-1);
   if (job.maxRuns === undefined || job.maxRuns === null || lastShown === undefined) return preview;
+  const queuedLeft = Math.max(0, job.maxRuns - (job.occurrencesQueued ?? 0));
+  const pending = options.pending;
+  const start =
+    pending === undefined
+      ? { from: new Date(nextRunAt), remaining: queuedLeft }
+      : countStart({ ...pending.job, nextRunAt }, queuedLeft, pending);
+  if (start === null) return preview;
   // Only the occurrences up to the last one shown need counting, and no more than MAX_COUNTED.
-  const remaining = Math.max(0, job.maxRuns - (job.occurrencesQueued ?? 0));
+  const { remaining } = start;
   const counted = occurrences(
     job.schedule,
-    new Date(job.nextRunAt),
+    start.from,
     new Date(lastShown.utc),
     Math.min(remaining, MAX_COUNTED) + 1,
   );
@@ -129,7 +201,7 @@ export function previewOfJob(
   }
   const last = remaining === 0 ? null : counted[remaining - 1];
   if (counted.length <= remaining) return preview;
-  const cut = last === undefined || last === null ? Date.parse(job.nextRunAt) - 1 : last.getTime();
+  const cut = last === undefined || last === null ? start.from.getTime() - 1 : last.getTime();
   return {
     ...preview,
     occurrences: preview.occurrences.filter((o) => Date.parse(o.utc) <= cut),

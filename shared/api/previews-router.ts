@@ -44,7 +44,8 @@ export function previewsRouter({ engine, body }: RouterDeps) {
     const from = query.from === undefined ? engine.clock() : instantParam("from", query.from);
     const job = await jobOf(engine, c, c.req.valid("param").id);
     const count = query.count ?? LIMITS.previewCount.default;
-    return c.json(withPlannedTimes(job, previewOfJob(job, from, count)), 200);
+    const pending = { job, now: engine.clock(), misfireGraceMs: engine.settings.misfireGraceMs };
+    return c.json(withPlannedTimes(job, previewOfJob(job, from, count, { pending })), 200);
   });
 
   router.openapi(previewSchedule, (c) => {
@@ -66,7 +67,7 @@ export function previewsRouter({ engine, body }: RouterDeps) {
       occurrencesQueued: 0,
       nextRunAt: first === null ? null : first.toISOString(),
     };
-    return c.json(previewOfJob(asJob, from, count, zone), 200);
+    return c.json(previewOfJob(asJob, from, count, { zone }), 200);
   });
 
   return router;

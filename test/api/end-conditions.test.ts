@@ -272,3 +272,76 @@ describe("endAt and maxRuns", () => {
     );
   });
 });
+
+describe("a paused job's preview under maxRuns", () => {
+  // The API's clock: the tests move it past the pause, as hours of real time would.
+  const T0 = Date.parse("2031-05-01T00:00:00.000Z");
+  let now = new Date(T0 - 10_000);
+  let api: ApiHarness;
+  beforeAll(async () => {
+    api = await startApi({ clock: () => now });
+  });
+  afterAll(() => api.close());
+
+  /** A job created at T0 - 10 s and paused then: its next run stays where the pause found it. */
+  async function pausedJob(body: Record<string, unknown>) {
+    now = new Date(T0 - 10_000);
+    const created = await api.call("POST", "/jobs", { body: { type: "noop", ...body } });
+    expect(created.status, created.text).toBe(201);
+    const { id, occurrencesQueued } = created.body as { id: string; occurrencesQueued: number };
+    expect((await api.call("POST", `/jobs/${id}/pause`)).status).toBe(200);
+    return { id, queued: occurrencesQueued };
+  }
+  const previewAt = async (id: string, at: number, query = "count=10") => {
+    now = new Date(at);
+    const reply = await api.call("GET", `/jobs/${id}/preview?${query}`);
+    expect(reply.status, reply.text).toBe(200);
+    return (reply.body as { occurrences: { utc: string }[] }).occurrences.map((o) => o.utc);
+  };
+  /** The preview at `at` of a paused job, and the same preview once the job has resumed then. */
+  const beforeAndAfterResume = async (id: string, at: number) => {
+    const paused = await previewAt(id, at, "count=100");
+    const resumed = await api.call("POST", `/jobs/${id}/resume`);
+    expect(resumed.status, resumed.text).toBe(200);
+    return { paused, resumed: await previewAt(id, at, "count=100") };
+  };
+  const minutesFrom = (start: number, n: number) =>
+    Array.from({ length: n }, (_, m) => new Date(start + m * 60_000).toISOString());
+  const perMinute = { every: "PT1M", startAt: new Date(T0).toISOString() };
+  const TWO_HOURS = 2 * 3_600_000;
+
+  it("counts what is left from where a resume now would go on: the occurrences the pause missed run as its misfire policy says", async () => {
+    // skip: the missed occurrences are skipped, not counted; all that is left runs from now on.
+    // The resume's own claims then agree: the job's preview once it is active is the same.
+    const skip = await pausedJob({ schedule: perMinute, maxRuns: 40, misfirePolicy: "skip" });
+    expect(skip.queued).toBeGreaterThan(0);
+    expect(await beforeAndAfterResume(skip.id, T0 + TWO_HOURS)).toEqual({
+      paused: minutesFrom(T0 + TWO_HOURS, 40 - skip.queued),
+      resumed: minutesFrom(T0 + TWO_HOURS, 40 - skip.queued),
+    });
+    // fire_once: one missed occurrence runs at resume and counts; the rest of what is left follows.
+    const once = await pausedJob({ schedule: perMinute, maxRuns: 40, misfirePolicy: "fire_once" });
+    expect(await beforeAndAfterResume(once.id, T0 + TWO_HOURS)).toEqual({
+      paused: minutesFrom(T0 + TWO_HOURS, 40 - once.queued - 1),
+      resumed: minutesFrom(T0 + TWO_HOURS, 40 - once.queued - 1),
+    });
+    // fire_all: every missed occurrence runs and counts: nothing is left for later ones.
+    const all = await pausedJob({ schedule: perMinute, maxRuns: 40, misfirePolicy: "fire_all" });
+    expect(await beforeAndAfterResume(all.id, T0 + TWO_HOURS)).toEqual({
+      paused: [],
+      resumed: [],
+    });
+  });
+
+  it("a per-second job paused for hours previews without a from, under a maxRuns far ahead", async () => {
+    const perSecond = await pausedJob({
+      schedule: { cron: "* * * * * *", timezone: "UTC" },
+      maxRuns: 1_000_000,
+      misfirePolicy: "skip",
+    });
+    const later = T0 + 6 * 3_600_000;
+    expect(await previewAt(perSecond.id, later, "count=3")).toEqual(
+      [0, 1, 2].map((s) => new Date(later + s * 1000).toISOString()),
+    );
+  });
+});
