@@ -4,6 +4,7 @@ import { ConcurrentUpdateError, FenceLostError } from "../../shared/errors.js";
 import { createJob } from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
 import { recordAdmission } from "../../shared/storage/admission.js";
+import { requestRunCancel } from "../../shared/storage/run-cancel.js";
 import { finishRun } from "../../shared/storage/run-finish.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
@@ -91,6 +92,52 @@ describe("run storage operations turn failed conditions into what they mean", ()
     expect(await getRun(f.engine, { ...run, attempt: run.attempt + 1 })).toMatchObject({
       status: "QUEUED",
       retryOf: { runId: run.runId, fence: run.fence - 1 },
+    });
+  });
+
+  it("a start of a run another worker holds under a live lease is busy, and leaves the run to its holder", async () => {
+    const run = await startedRun("worker-a");
+    // A duplicate delivery, a second before the holder's lease lapses.
+    const beforeLapse = new Date(Date.parse(run.leaseUntil ?? "") - 1000);
+    const second = await startRun(f.engine, run, "worker-b", beforeLapse);
+    expect(second.kind).toBe("busy");
+    expect(await getRun(f.engine, run)).toMatchObject({
+      status: "RUNNING",
+      fence: run.fence,
+      workerId: "worker-a",
+      leaseUntil: run.leaseUntil,
+    });
+  });
+
+  it("a worker whose run another worker took over since its lease lapsed cannot end it CANCELLED once a cancel is asked: the holder does", async () => {
+    const run = await startedRun("worker-a");
+    const lapsed = new Date(Date.parse(run.leaseUntil ?? "") + 1000);
+    const taken = await startRun(f.engine, run, "worker-b", lapsed);
+    if (taken.kind !== "started") throw new Error(`not taken over: ${taken.kind}`);
+    expect(taken.run.fence).toBe(run.fence + 1);
+    expect(await requestRunCancel(f.engine, taken.run, "api", lapsed)).not.toBeNull();
+    const cancelled = {
+      status: "CANCELLED",
+      reason: "cancelled",
+      ran: true,
+      tracked: false,
+      honoursCancel: true,
+    } as const;
+
+    await expect(finishRun(f.engine, run, cancelled, lapsed)).rejects.toBeInstanceOf(
+      FenceLostError,
+    );
+    expect(await getRun(f.engine, run)).toMatchObject({
+      status: "RUNNING",
+      fence: run.fence + 1,
+      workerId: "worker-b",
+      finishedAt: null,
+    });
+    await finishRun(f.engine, taken.run, cancelled, lapsed);
+    expect(await getRun(f.engine, run)).toMatchObject({
+      status: "CANCELLED",
+      fence: run.fence + 1,
+      workerId: "worker-b",
     });
   });
 
