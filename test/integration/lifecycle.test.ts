@@ -70,6 +70,40 @@ describe("job lifecycle", () => {
     );
   });
 
+  it("an edit planned from a version another edit moved on before its write is refused, and the other edit stands", async () => {
+    const runAt = new Date(Date.now() + 60 * MINUTE).toISOString();
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt }, payload: { by: "create" } }),
+    );
+    // Both edits read version 1; the first commits between the second's read and its write.
+    const name = "editBetweenReadAndWrite";
+    let interleaved = 0;
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const writes = context.commandName?.startsWith("TransactWriteItems") === true;
+        if (writes && interleaved === 0) {
+          interleaved++;
+          await editJob(f.engine, TENANT, job.jobId, 1, { payload: { by: "first" } });
+        }
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    try {
+      await expect(
+        editJob(f.engine, TENANT, job.jobId, 1, { payload: { by: "second" } }),
+      ).rejects.toBeInstanceOf(VersionMismatchError);
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+    expect(interleaved).toBe(1);
+    expect(await getTenantJob(f.engine, TENANT, job.jobId)).toMatchObject({
+      version: 2,
+      payload: { by: "first" },
+    });
+  });
+
   it("an edit bumps the version and moves the due entry; queued runs the new schedule lacks are SKIPPED", async () => {
     const { job } = await createJob(
       f.engine,
