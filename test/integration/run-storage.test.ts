@@ -9,6 +9,7 @@ import { finishRun } from "../../shared/storage/run-finish.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { queuedRun } from "../../shared/storage/runs.js";
+import { extendRunSlot, releaseRunSlot, takeRunSlot } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 
 describe("run storage operations turn failed conditions into what they mean", () => {
@@ -139,6 +140,30 @@ describe("run storage operations turn failed conditions into what they mean", ()
       fence: run.fence + 1,
       workerId: "worker-b",
     });
+  });
+
+  it("a concurrent-runs slot a later start of its run took over is neither extended nor freed by the earlier start", async () => {
+    const now = new Date();
+    const leaseUntil = new Date(now.getTime() + 60_000).toISOString();
+    const earlier = {
+      tenantId: "tenant-slots",
+      index: 0,
+      runId: "run-slotted",
+      fence: 1,
+      leaseUntil,
+    };
+    const later = { ...earlier, fence: 2 };
+    const another = { ...earlier, runId: "run-other" };
+    expect(await takeRunSlot(f.engine, earlier, now)).toBe(true);
+    // The run started again (its lease lapsed): the later start takes over the run's own slot.
+    expect(await takeRunSlot(f.engine, later, now)).toBe(true);
+
+    expect(await extendRunSlot(f.engine, earlier, new Date(now.getTime() + 120_000))).toBe(false);
+    await releaseRunSlot(f.engine, earlier);
+    // Still the later start's: no other run of the tenant gets it.
+    expect(await takeRunSlot(f.engine, another, now)).toBe(false);
+    await releaseRunSlot(f.engine, later);
+    expect(await takeRunSlot(f.engine, another, now)).toBe(true);
   });
 
   it("an admission decided on a job that changed since is ConcurrentUpdateError, and writes nothing", async () => {
