@@ -6,6 +6,8 @@ import type { DueEntry, Job } from "../../shared/model.js";
 import { METRICS } from "../../shared/observability.js";
 import { dueEntryKey } from "../../shared/storage/due-entries.js";
 import { encodeDueEntry, encodeJob } from "../../shared/storage/items.js";
+import { requeueRun } from "../../shared/storage/run-requeue.js";
+import { startRun } from "../../shared/storage/run-start.js";
 import { listSetAsideEntries } from "../../shared/storage/set-aside.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
 import { seedJobs } from "../support/seed.js";
@@ -119,6 +121,44 @@ describe("a claim whose transaction fails a condition", () => {
       [due.toISOString(), "QUEUED", 2, "high"],
     ]);
     expect((await f.dueEntries()).filter((d) => d.jobId === "rewritten")).toEqual([]);
+  });
+
+  it("a claimer that lost the entry leaves alone the run the winner queued, started and put back to wait", async () => {
+    const now = new Date(time.ms);
+    const due = new Date(now.getTime() - 10 * SECOND);
+    await seedJobs(
+      f,
+      [
+        {
+          jobId: "waits-after-claim",
+          schedule: { every: "PT1H", startAt: due.toISOString() },
+          dueAt: due,
+        },
+      ],
+      now,
+    );
+    const read = await entryOf("waits-after-claim");
+    const options = { now, horizonEnd: new Date(now.getTime() + MINUTE) };
+    expect((await claimDueEntry(f.engine, read, options)).outcome).toBe("claimed");
+    const [queued] = (await f.runs()).filter((r) => r.jobId === "waits-after-claim");
+    if (!queued) throw new Error("the claim queued no run");
+    const started = await startRun(f.engine, queued, "worker-a", now);
+    if (started.kind !== "started") throw new Error(`not started: ${started.kind}`);
+    // Its overlap made it wait: QUEUED again, under the fence its start took.
+    await requeueRun(
+      f.engine,
+      started.run,
+      "waits for the run ahead",
+      new Date(now.getTime() + SECOND),
+    );
+
+    // A claimer that read the same entry before the winner deleted it puts its runs now.
+    expect((await claimDueEntry(f.engine, read, options)).outcome).toBe("lost");
+
+    const runs = (await f.runs()).filter((r) => r.jobId === "waits-after-claim");
+    expect(runs.map((r) => [r.runId, r.status, r.fence, r.workerId, r.reason])).toEqual([
+      [queued.runId, "QUEUED", started.run.fence, "worker-a", "waits for the run ahead"],
+    ]);
   });
 
   it("a next entry whose key is taken fails the claim: the entry is set aside, the others are claimed", async () => {
