@@ -1,8 +1,12 @@
+import { DeleteCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { offsetClock } from "../../shared/clock.js";
 import { IllegalTransitionError, VersionMismatchError } from "../../shared/errors.js";
 import { cancelJob, createJob, editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
+import type { DueEntry } from "../../shared/model.js";
+import { dueEntryKey } from "../../shared/storage/due-entries.js";
+import { encodeDueEntry, encodeJob } from "../../shared/storage/items.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { seedJobs } from "../support/seed.js";
 
@@ -102,6 +106,68 @@ describe("job lifecycle", () => {
       version: 2,
       payload: { by: "first" },
     });
+  });
+
+  it("an edit that a claim of its pending entry overtook before its write plans again: the job's one due entry is the one it points at", async () => {
+    const now = new Date();
+    const due = new Date((Math.floor(now.getTime() / MINUTE) + 2) * MINUTE + 10_000);
+    const [job] = await seedJobs(
+      f,
+      [
+        {
+          jobId: "edit-overtaken",
+          schedule: { every: "PT10S", startAt: due.toISOString() },
+          dueAt: due,
+        },
+      ],
+      now,
+    );
+    if (!job) throw new Error("seed failed");
+    const [pending] = (await f.dueEntries()).filter((d) => d.jobId === job.jobId);
+    if (!pending) throw new Error("no due entry");
+    // What a claim's commit does to the job: its entry deleted, the next one put (here in the same
+    // minute's bucket, as a schedule of seconds files it) and the job pointed at that one.
+    const nextAt = new Date(due.getTime() + 10_000);
+    const next: DueEntry = {
+      ...pending,
+      key: dueEntryKey(job.jobId, nextAt, 1, now, f.engine.settings.shardCount),
+      dueAt: nextAt.toISOString(),
+      scheduledFor: nextAt.toISOString(),
+    };
+    expect(next.key.pk).toBe(pending.key.pk);
+    const table = f.engine.tables.jobs;
+    const name = "claimBetweenEditReadAndWrite";
+    let interleaved = 0;
+    f.engine.doc.middlewareStack.add(
+      (send, context) => async (args) => {
+        const writes = context.commandName?.startsWith("TransactWriteItems") === true;
+        if (writes && interleaved === 0) {
+          interleaved++;
+          await f.engine.doc.send(new DeleteCommand({ TableName: table, Key: pending.key }));
+          await f.engine.doc.send(new PutCommand({ TableName: table, Item: encodeDueEntry(next) }));
+          await f.engine.doc.send(
+            new PutCommand({
+              TableName: table,
+              Item: encodeJob({ ...job, nextDueKey: next.key, nextRunAt: next.scheduledFor }),
+            }),
+          );
+        }
+        return send(args);
+      },
+      { step: "initialize", name },
+    );
+    let edited: Awaited<ReturnType<typeof editJob>>;
+    try {
+      edited = await editJob(f.engine, TENANT, job.jobId, 1, { payload: { v: 2 } });
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+    expect(interleaved).toBe(1);
+    expect(edited.version).toBe(2);
+    // The edit planned again from the job as the claim left it: the entry it filed is the job's
+    // only one, and the one the job points at. Nothing is left at the claim's key.
+    const entries = (await f.dueEntries()).filter((d) => d.jobId === job.jobId);
+    expect(entries.map((d) => [d.key, d.jobVersion])).toEqual([[edited.nextDueKey, 2]]);
   });
 
   it("an edit bumps the version and moves the due entry; queued runs the new schedule lacks are SKIPPED", async () => {
