@@ -1,8 +1,15 @@
 import fc from "fast-check";
+import { MAX_ATTEMPT, runId as runIdFor } from "../../shared/keys.js";
 import type { MisfirePolicy, OverlapPolicy } from "../../shared/policies.js";
 import { occurrences, type ScheduleSpec } from "../../shared/schedule/index.js";
 import type { CrashPoint, LostKind, WriteKind } from "./faults.js";
-import { type Behaviour, MODEL_TYPE, ModelViolation, type Sequence } from "./system.js";
+import {
+  type Behaviour,
+  MODEL_TYPE,
+  ModelViolation,
+  type Sequence,
+  type Snapshot,
+} from "./system.js";
 import type { SendFault } from "./virtual-queue.js";
 
 /**
@@ -39,6 +46,13 @@ interface KeyedTrigger {
   readonly at: number;
 }
 
+/** A replay of a dead run the API answered 202: the run it queued and the `Idempotency-Key` it carried. */
+interface ModelReplay {
+  readonly runId: string;
+  readonly key: string | null;
+  readonly jobId: string;
+}
+
 export interface Model {
   readonly jobs: ModelJob[];
   /** The keyed triggers answered so far, by job and key. */
@@ -47,6 +61,12 @@ export interface Model {
   readonly triggeredRuns: Map<string, string>;
   /** Jobs a trigger of which answered neither a run nor a refusal: their triggered runs are not counted. */
   readonly triggersUnsure: Set<string>;
+  /** The replays the API answered with a new run (202), by the dead run's id. */
+  readonly replays: Map<string, ModelReplay>;
+  /** Dead runs a replay of which answered neither a run nor a refusal: whether they were replayed is unknown. */
+  readonly replaysUnsure: Set<string>;
+  /** Every run a replay answered with (202, or 200 for a repeat of its key), by run id: its job's id. */
+  readonly replayedRuns: Map<string, string>;
   /** The virtual clock, as the model moved it. */
   now: number;
   /** Total virtual time jumped so far. */
@@ -70,7 +90,7 @@ export function currentVersion(job: ModelJob): ModelVersion {
 }
 
 type Cmd = fc.AsyncCommand<Model, Sequence>;
-type ConflictKind = Extract<WriteKind, "claim" | "finish" | "edit" | "admission">;
+type ConflictKind = Extract<WriteKind, "claim" | "finish" | "edit" | "admission" | "replay">;
 
 // ------------------------------------------------------------------ job definitions
 
@@ -437,22 +457,394 @@ class LifecycleCommand implements Cmd {
   }
 }
 
-class ReplayDeadLetter implements Cmd {
-  constructor(readonly index: number) {}
-  check = (m: Readonly<Model>) => m.jobs.length > 0;
+// ------------------------------------------------------------------ dead letters and their replays
+
+/**
+ * Makes a dead letter now: creates a one-off due at once whose handler fails every attempt (at
+ * once, `fatal`, or retryably until `maxAttempts` run out), then runs dispatcher passes and
+ * deliveries, a few seconds apart for its retries' backoff, until its run is DEAD. Other jobs'
+ * messages are delivered along the way, as a worker would. Random sequences alone rarely make one
+ * in time for a replay to follow.
+ */
+class MakeDeadLetter implements Cmd {
+  constructor(
+    readonly mode: "fatal" | "exhaust",
+    readonly maxAttempts: number,
+    readonly tag: number,
+    /** A one-off completes as its run dies; a daily job stays active, so it can be cancelled. */
+    readonly daily = false,
+  ) {}
+  check = () => true;
   async run(model: Model, seq: Sequence): Promise<void> {
-    const { runs } = await seq.snapshot();
-    const dead = runs
-      .filter((r) => r.status === "DEAD" && r.replayedBy === null)
-      .sort((a, b) => a.runId.localeCompare(b.runId));
-    const run = pick(dead, this.index);
-    if (!run) return;
-    await seq.api("POST", `/dead-letters/${run.runId}/replay`);
-    const job = model.jobs.find((j) => j.id === run.jobId);
-    if (job) await sync(model, seq, job);
+    const behaviour: Behaviour =
+      this.mode === "fatal"
+        ? { mode: "fatal", tag: this.tag }
+        : { mode: "retry", failTimes: MAX_MODEL_ATTEMPTS, tag: this.tag };
+    const count = model.jobs.length;
+    await new CreateJob({
+      schedule: this.daily
+        ? { kind: "every", every: "P1D", offsetMs: 0 }
+        : { kind: "once", offsetMs: 0 },
+      behaviour,
+      misfire: "fire_once",
+      overlap: "allow",
+      maxConcurrent: 2,
+      retry: { maxAttempts: this.maxAttempts, initialDelaySeconds: 1, maxDelaySeconds: 1 },
+      priority: "normal",
+    }).run(model, seq);
+    const job = model.jobs[count];
+    if (job === undefined) return;
+    for (let round = 0; round < 2 * this.maxAttempts + 2; round++) {
+      await seq.pass();
+      await seq.deliver(6, "normal");
+      if (seq.violations.length > 0) return;
+      const { runs } = await seq.snapshot();
+      if (runs.some((r) => r.jobId === job.id && r.status === "DEAD")) return;
+      const step = new AdvanceClock(5_000);
+      if (!step.check(model)) return;
+      await step.run(model, seq);
+    }
   }
   toString() {
-    return `replay(dead letter ${this.index})`;
+    return `make a dead letter(${this.daily ? "daily" : "one-off"}, ${this.mode === "fatal" ? "fatal" : `failing ${this.maxAttempts} attempt${this.maxAttempts > 1 ? "s" : ""}`}, tag ${this.tag})`;
+  }
+}
+
+/** The most attempts a job's retry policy has in the model: a handler failing this often always dies. */
+const MAX_MODEL_ATTEMPTS = 4;
+
+type ReplayTarget = "unreplayed" | "newest" | "replayed" | "missing";
+type RaceOp = Exclude<Lifecycle, "trigger">;
+
+/** A change of the replay's job: sent at once with the replay, or landing between its read and its write. */
+interface ReplayRace {
+  readonly op: RaceOp;
+  readonly when: "concurrent" | "between";
+}
+
+interface ReplaySpec {
+  /**
+   * A dead run not yet replayed, the one of them with the most attempts (a replay's run that died
+   * too), one already replayed, or a run id that names no run.
+   */
+  readonly target: ReplayTarget;
+  readonly index: number;
+  /** The `Idempotency-Key` (`rk-<n>`), or none. */
+  readonly key: number | null;
+  /** How many copies of the request are sent at once (a client's concurrent retries). */
+  readonly sends: number;
+  /** How many times the request is sent again after those have answered. */
+  readonly repeats: number;
+  readonly race: ReplayRace | null;
+  /** Then deliver a few messages, so that the replay's run runs (and, for a failing handler, dies again). */
+  readonly deliver: boolean;
+}
+
+type SnapshotRun = Snapshot["runs"][number];
+
+/** What the API must answer a replay: the statuses that are right, and the run a 200 must name. */
+interface ReplayExpectation {
+  readonly statuses: readonly number[];
+  readonly runId?: string;
+  /** Which promise: the case the request is in. */
+  readonly rule: string;
+  /** One of the sends must queue the run (answer 202). */
+  readonly creates?: boolean;
+}
+
+/**
+ * What `POST /dead-letters/{runId}/replay` must answer, from what the model knows (the replays the
+ * API answered; the job's status as the API answered it) and the dead run as stored now: 404 for
+ * no such run; 200 with the earlier run for a repeat of the key that replayed it; 409 for a dead
+ * run replayed already (any other key, or none), for a cancelled or deleted job, or while a retry
+ * of the dead run holds its next attempt; else 202 with a new run.
+ */
+function expectReplay(
+  model: Model,
+  dead: SnapshotRun | undefined,
+  key: string | null,
+  runs: readonly SnapshotRun[],
+): ReplayExpectation {
+  if (dead === undefined) return { statuses: [404], rule: "a run id that names no run" };
+  if (model.replaysUnsure.has(dead.runId))
+    return {
+      statuses: [200, 202, 409],
+      rule: "a dead run an earlier replay of which answered 5xx",
+    };
+  const earlier = model.replays.get(dead.runId);
+  if (earlier !== undefined) {
+    if (key !== null && earlier.key === key)
+      return {
+        statuses: [200],
+        runId: earlier.runId,
+        rule: "a dead run replayed with the same Idempotency-Key (200, that replay's run)",
+      };
+    return {
+      statuses: [409],
+      rule: "a dead run replayed already, with another Idempotency-Key or none",
+    };
+  }
+  const status = model.jobs.find((j) => j.id === dead.jobId)?.status;
+  if (status === "CANCELLED" || status === DELETED)
+    return { statuses: [409], rule: "a dead run of a cancelled or deleted job" };
+  const next = runs.find(
+    (r) =>
+      r.jobId === dead.jobId &&
+      r.scheduledFor === dead.scheduledFor &&
+      r.attempt === dead.attempt + 1,
+  );
+  if (next !== undefined && !(next.status === "SKIPPED" && next.retryOf?.runId === dead.runId))
+    return { statuses: [409], rule: "a dead run whose next attempt a retry of it holds" };
+  return {
+    statuses: [202],
+    rule: "a dead run not yet replayed, of a job not cancelled",
+    creates: true,
+  };
+}
+
+interface RunDto {
+  readonly runId: string;
+  readonly jobId: string;
+  readonly scheduledFor: string;
+  readonly attempt: number;
+}
+
+function isRunDto(body: unknown): body is RunDto {
+  return (
+    typeof body === "object" &&
+    body !== null &&
+    "runId" in body &&
+    typeof body.runId === "string" &&
+    "attempt" in body &&
+    typeof body.attempt === "number"
+  );
+}
+
+/**
+ * `POST /dead-letters/{runId}/replay`, with or without an `Idempotency-Key`: one send or a few at
+ * once, then repeats, maybe racing a pause, resume, cancel or delete of the job (sent with it, or
+ * landing between the replay's read and its write). Each answer is judged against
+ * `expectReplay`; of concurrent sends of a replay that must queue a run exactly one answers 202,
+ * the others (same key) 200 with its run or (no key) 409. A key makes at most one run: every
+ * 200 names the run its key's replay queued. What the replays queued is checked once settled
+ * (`checkReplays`).
+ */
+class Replay implements Cmd {
+  constructor(readonly spec: ReplaySpec) {}
+  check = () => true;
+  async run(model: Model, seq: Sequence): Promise<void> {
+    const { spec } = this;
+    if (model.jobs.length === 0) await this.makeDeadLetter(model, seq);
+    const snap = await seq.snapshot();
+    const deadRuns = snap.runs
+      .filter((r) => r.status === "DEAD")
+      .sort((a, b) => a.runId.localeCompare(b.runId));
+    const unreplayed = deadRuns.filter((r) => r.replayedBy === null);
+    const newest = unreplayed.reduce<SnapshotRun[]>(
+      (most, r) => (most[0] === undefined || r.attempt > most[0].attempt ? [r] : most),
+      [],
+    );
+    const pool =
+      spec.target === "unreplayed"
+        ? unreplayed
+        : spec.target === "newest"
+          ? newest
+          : deadRuns.filter((r) => r.replayedBy !== null);
+    const dead =
+      spec.target === "missing"
+        ? undefined
+        : (pick(pool, spec.index) ?? pick(deadRuns, spec.index));
+    const someJob = pick(model.jobs, spec.index);
+    if (spec.target !== "missing" && dead === undefined) {
+      await this.makeDeadLetter(model, seq);
+      if (seq.violations.length > 0) return;
+      const made = (await seq.snapshot()).runs.find(
+        (r) => r.status === "DEAD" && r.replayedBy === null,
+      );
+      if (made === undefined) {
+        seq.reached.add("replay command with no dead letter");
+        return;
+      }
+      await this.replay(model, seq, made.runId, made, await seq.snapshot());
+      return;
+    }
+    if (dead === undefined && someJob === undefined) return;
+    // Attempt 9999 of an occurrence at this millisecond: a run id of the right form that no run has.
+    const runId = dead?.runId ?? runIdFor(someJob?.id ?? "", new Date(seq.nowMs), MAX_ATTEMPT);
+    await this.replay(model, seq, runId, dead, snap);
+  }
+
+  /** None yet: makes one, so that a replay early in a sequence is not spent on an empty list. */
+  private async makeDeadLetter(model: Model, seq: Sequence): Promise<void> {
+    await new MakeDeadLetter("fatal", 1, this.spec.index, this.spec.index % 2 === 0).run(
+      model,
+      seq,
+    );
+  }
+
+  private async replay(
+    model: Model,
+    seq: Sequence,
+    runId: string,
+    dead: SnapshotRun | undefined,
+    snap: Snapshot,
+  ): Promise<void> {
+    const { spec } = this;
+    const key = spec.key === null ? null : `rk-${spec.key}`;
+    const job = model.jobs.find((j) => j.id === dead?.jobId);
+    if (dead !== undefined) this.noteReach(model, seq, dead, key);
+
+    const race = job !== undefined && job.status !== DELETED ? spec.race : null;
+    const change = () =>
+      job === undefined || race === null ? Promise.resolve() : lifecycle(model, seq, job, race.op);
+    if (race?.when === "between") seq.plan.replayHook = { run: change };
+    let expected = expectReplay(model, dead, key, snap.runs);
+    const racing = race?.when === "concurrent" ? change() : null;
+    const sends = race?.when === "between" ? 1 : spec.sends;
+    const [lost, injected] = [seq.plan.lost.length, seq.plan.injected.length];
+    const first = await Promise.all(
+      Array.from({ length: sends }, () => this.send(model, seq, runId, key, dead)),
+    );
+    await racing;
+    if (seq.plan.lost.slice(lost).some((l) => l.kind === "replay" || l.kind === "api"))
+      seq.reached.add("replay with a write's answer lost");
+    if (seq.plan.injected.slice(injected).some((i) => i.kind === "replay"))
+      seq.reached.add("replay meeting a transaction conflict");
+    const hooked = race?.when === "between" && seq.plan.replayHook === null;
+    seq.plan.replayHook = null;
+    if (race !== null && job !== undefined) {
+      const ended = job.status === "CANCELLED" || job.status === DELETED;
+      if (race.when === "between" && hooked && ended) {
+        // The cancel or delete was answered before the replay's write was sent: it must refuse.
+        expected = {
+          statuses: [409],
+          rule: `a dead run whose job's ${race.op} lands between the replay's read and its write`,
+        };
+        seq.reached.add(`replay with its job's ${race.op} between read and write`);
+      } else if (race.when === "concurrent" && (race.op === "cancel" || race.op === "delete")) {
+        // Either may go first: a replay written first is ended by the cancel, else refused.
+        if (expected.statuses.includes(202))
+          expected = {
+            statuses: [202, 409],
+            rule: `a dead run not yet replayed, sent with its job's ${race.op}`,
+          };
+        seq.reached.add(`replay sent with its job's ${race.op}`);
+      } else seq.reached.add(`replay with its job's ${race.op} ${race.when}`);
+    }
+    // Sent at once, one queues the run; the others answer as its repeats: 200 with its key, else 409.
+    if (sends > 1 && expected.statuses.includes(202))
+      expected = {
+        ...expected,
+        statuses: [...expected.statuses, key === null ? 409 : 200],
+        rule: `${expected.rule}, sent ${sends} times at once`,
+      };
+    this.judge(model, seq, dead, key, expected, first);
+    for (let i = 0; i < spec.repeats; i++) {
+      const again = expectReplay(model, dead, key, snap.runs);
+      this.judge(model, seq, dead, key, again, [await this.send(model, seq, runId, key, dead)]);
+      if (dead !== undefined && key !== null && model.replays.get(dead.runId)?.key === key)
+        seq.reached.add("replay repeated with its key");
+    }
+    if (spec.deliver) await seq.deliver(4, "normal");
+    if (job !== undefined && job.status !== DELETED) await sync(model, seq, job);
+  }
+
+  /** One send; with a key, a 5xx is sent again once (a retry is what the key is for). Null: no answer but 5xx. */
+  private async send(
+    model: Model,
+    seq: Sequence,
+    runId: string,
+    key: string | null,
+    dead: SnapshotRun | undefined,
+  ): Promise<Reply | null> {
+    const path = `/dead-letters/${runId}/replay`;
+    const headers: Record<string, string> = key === null ? {} : { "Idempotency-Key": key };
+    let reply = await seq.api("POST", path, undefined, headers, { retriedWithKey: key !== null });
+    if (reply.status >= 500 && key !== null)
+      reply = await seq.api("POST", path, undefined, headers);
+    if (reply.status < 500) return reply;
+    if (dead !== undefined) model.replaysUnsure.add(dead.runId);
+    return null;
+  }
+
+  /** Judges answers sent together against one expectation, and records the runs they name. */
+  private judge(
+    model: Model,
+    seq: Sequence,
+    dead: SnapshotRun | undefined,
+    key: string | null,
+    expected: ReplayExpectation,
+    replies: readonly (Reply | null)[],
+  ): void {
+    const answered = replies.filter((r): r is Reply => r !== null);
+    for (const reply of answered)
+      seq.reached.add(`replay ${reply.status}${key === null ? "" : " with a key"}`);
+    const what = `${dead?.runId ?? "no run"}${key === null ? "" : ` with Idempotency-Key ${key}`}`;
+    const listed = answered.map((r) => `${r.status} ${runIdOf(r.body) ?? ""}`.trim()).join(", ");
+    for (const reply of answered) {
+      if (!expected.statuses.includes(reply.status))
+        seq.violate(
+          `a replay of ${expected.rule} answers ${expected.statuses.join(" or ")}`,
+          `${what}: answered ${listed}`,
+        );
+    }
+    if (dead === undefined) return;
+    const created = answered.filter((r) => r.status === 202);
+    const unanswered = answered.length < replies.length;
+    if (created.length > 1 || (created.length === 0 && expected.creates && !unanswered))
+      seq.violate(
+        "a dead run is replayed once: of sends of one replay, exactly one answers 202",
+        `${what}: ${replies.length} sent at once answered ${listed}`,
+      );
+    for (const reply of created) {
+      if (!isRunDto(reply.body)) continue;
+      const run = reply.body;
+      if (
+        run.jobId !== dead.jobId ||
+        run.scheduledFor !== dead.scheduledFor ||
+        run.attempt !== dead.attempt + 1
+      )
+        seq.violate(
+          "a replay is the dead run's occurrence's next attempt",
+          `${what}: answered ${run.runId} (attempt ${run.attempt} of ${run.jobId} at ${run.scheduledFor})`,
+        );
+      if (model.replayedRuns.has(dead.runId)) seq.reached.add("replay 202 of a replay's dead run");
+      if (!model.replays.has(dead.runId))
+        model.replays.set(dead.runId, { runId: run.runId, key, jobId: dead.jobId });
+      model.replayedRuns.set(run.runId, dead.jobId);
+    }
+    const made = model.replays.get(dead.runId);
+    for (const reply of answered.filter((r) => r.status === 200)) {
+      const runId = runIdOf(reply.body);
+      if (runId === undefined) continue;
+      model.replayedRuns.set(runId, dead.jobId);
+      if (made !== undefined && (made.key !== key || made.runId !== runId))
+        seq.violate(
+          "an Idempotency-Key makes at most one replay: a repeat of it answers 200 with that replay's run",
+          `${what}: answered 200 ${runId}; the replay made ${made.runId} with ${made.key === null ? "no key" : `key ${made.key}`}`,
+        );
+    }
+  }
+
+  private noteReach(model: Model, seq: Sequence, dead: SnapshotRun, key: string | null): void {
+    if (this.spec.sends > 1 && this.spec.race?.when !== "between")
+      seq.reached.add(`replay sent ${key === null ? "" : "with a key "}concurrently`);
+    if (key === null) return;
+    const made = model.replays.get(dead.runId);
+    if (made !== undefined && made.key === key)
+      seq.reached.add("replay repeating an earlier key on its dead run");
+    const elsewhere = [...model.replays].some(
+      ([other, r]) => other !== dead.runId && r.key === key,
+    );
+    if (elsewhere && made === undefined)
+      seq.reached.add("replay with a key used on another dead run");
+  }
+
+  toString() {
+    const s = this.spec;
+    const target =
+      s.target === "missing" ? "a run id that names no run" : `${s.target} dead letter ${s.index}`;
+    return `replay(${target}${s.key === null ? "" : `, Idempotency-Key rk-${s.key}`}${s.sends > 1 ? `, ${s.sends} sent at once` : ""}${s.repeats > 0 ? `, repeated ${s.repeats}×` : ""}${s.race ? `, ${s.race.op} ${s.race.when === "between" ? "between its read and write" : "sent with it"}` : ""}${s.deliver ? ", then deliver" : ""})`;
   }
 }
 
@@ -719,6 +1111,7 @@ export function commandArbitrary(limits: ModelLimits, maxCommands: number, repla
         "admission",
         "start",
         "runEnd",
+        "replay",
         "api",
         "api",
         "other",
@@ -735,6 +1128,49 @@ export function commandArbitrary(limits: ModelLimits, maxCommands: number, repla
   const keyedTrigger = fc
     .tuple(jobIndex, fc.nat(1), fc.integer({ min: 0, max: 2 }))
     .map(([j, key, repeats]) => new TriggerWithKey(j, key, repeats));
+  const makeDeadLetter = fc
+    .tuple(
+      fc.constantFrom("fatal" as const, "exhaust" as const),
+      fc.integer({ min: 1, max: 2 }),
+      fc.nat(99),
+      fc.boolean(),
+    )
+    .map(([mode, attempts, tag, daily]) => new MakeDeadLetter(mode, attempts, tag, daily));
+  const replayRace: fc.Arbitrary<ReplayRace | null> = fc.oneof(
+    { weight: 1, arbitrary: fc.constant(null) },
+    {
+      weight: 1,
+      arbitrary: fc.record({
+        op: fc.constantFrom<RaceOp>(
+          "cancel",
+          "cancel",
+          "delete",
+          "delete",
+          "pause",
+          "pause-cancel",
+          "resume",
+        ),
+        when: fc.constantFrom("concurrent" as const, "between" as const),
+      }),
+    },
+  );
+  const replay = fc
+    .record({
+      target: fc.constantFrom<ReplayTarget>(
+        "unreplayed",
+        "unreplayed",
+        "newest",
+        "replayed",
+        "missing",
+      ),
+      index: fc.nat(5),
+      key: fc.constantFrom(null, 0, 0, 1),
+      sends: fc.constantFrom(1, 1, 2, 3),
+      repeats: fc.constantFrom(0, 0, 1, 2),
+      race: replayRace,
+      deliver: fc.boolean(),
+    })
+    .map((spec) => new Replay(spec));
   const commands: fc.Arbitrary<Cmd>[] = [
     jobSpec.map((s) => new CreateJob(s)),
     fc.tuple(jobIndex, editChange).map(([j, c]) => new EditJob(j, c)),
@@ -751,7 +1187,8 @@ export function commandArbitrary(limits: ModelLimits, maxCommands: number, repla
         ),
       )
       .map(([j, op]) => new LifecycleCommand(j, op)),
-    fc.nat(5).map((i) => new ReplayDeadLetter(i)),
+    replay,
+    makeDeadLetter,
     fc.nat(7).map((i) => new CancelRun(i)),
     fc.constant(new DispatcherPass()),
     fc.constant(new ReaperPass()),
@@ -773,7 +1210,7 @@ export function commandArbitrary(limits: ModelLimits, maxCommands: number, repla
     jump(limits).map((ms) => new AdvanceClock(ms)),
     fc
       .tuple(
-        fc.constantFrom<ConflictKind>("claim", "finish", "edit", "admission"),
+        fc.constantFrom<ConflictKind>("claim", "finish", "edit", "admission", "replay"),
         fc.integer({ min: 1, max: 2 }),
       )
       .map(([kind, times]) => new InjectConflicts(kind, times)),
@@ -796,6 +1233,12 @@ export function commandArbitrary(limits: ModelLimits, maxCommands: number, repla
     loseAnswers,
     sqsSends,
     keyedTrigger,
+    // Dead letters and their replays (keyed, repeated, concurrent, racing the job's changes).
+    makeDeadLetter,
+    replay,
+    replay,
+    replay,
+    replay,
   ];
   return fc.commands(
     all.map((arb) => arb.map((cmd): Cmd => new Checked(cmd))),
@@ -809,6 +1252,9 @@ export function newModel(limits: ModelLimits, now: number): Model {
     keyedTriggers: new Map(),
     triggeredRuns: new Map(),
     triggersUnsure: new Set(),
+    replays: new Map(),
+    replaysUnsure: new Set(),
+    replayedRuns: new Map(),
     now,
     jumpedMs: 0,
     limits,

@@ -28,6 +28,8 @@ export type WriteKind =
    * leaves that attempt waiting): only ever crashed before, not conflicted.
    */
   | "runEnd"
+  /** A dead letter's replay: the transaction that puts the new run and marks the dead one replayed. */
+  | "replay"
   | "other";
 
 /** What the model may lose answers of: a kind of write, or any write an API request makes. */
@@ -101,6 +103,8 @@ export interface FaultPlan {
   } | null;
   /** Runs once, just before the next start write of a run of this job is sent. */
   startHook: { readonly jobId: string; readonly run: Hook } | null;
+  /** Runs once, just before the next replay's transaction is sent: after the replay read the dead run and its job. */
+  replayHook: { readonly run: Hook } | null;
   /** Every cancellation injected, for the report. */
   readonly injected: { kind: WriteKind; at: string }[];
   /** Every answer lost, for the report and for judging a 5xx answered after one. */
@@ -114,6 +118,7 @@ export function emptyFaultPlan(): FaultPlan {
     claimHook: null,
     heldClaim: null,
     startHook: null,
+    replayHook: null,
     injected: [],
     lost: [],
   };
@@ -170,6 +175,8 @@ function classify(input: DynamoInput, tables: Tables): { kind: WriteKind; jobId:
       const entry = items.find((i) => text(i.Delete?.Key?.pk).startsWith("DUE#"))?.Delete?.Key;
       return { kind: "claim", jobId: jobId || (text(entry?.sk).split("#")[1] ?? "") };
     }
+    if (items.some((i) => i.Update?.UpdateExpression?.includes("replayedBy")))
+      return { kind: "replay", jobId };
     return { kind: "other", jobId };
   }
   const key = input.Key;
@@ -280,6 +287,11 @@ export function installDynamoFaults(
           const hook = plan.startHook;
           plan.startHook = null;
           await outsideDelivery(hook.run);
+        }
+        if (kind === "replay" && plan.replayHook) {
+          const hook = plan.replayHook;
+          plan.replayHook = null;
+          await hook.run();
         }
         const pending = plan.conflicts.get(kind) ?? 0;
         if (pending > 0) {

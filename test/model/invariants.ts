@@ -416,3 +416,45 @@ export function checkLastRuns(
   }
   return violations;
 }
+
+/**
+ * What the replays the API answered left, once the system is quiet: each dead run names as its
+ * replay the run the API answered for it (and none the API did not answer: a replay made but
+ * refused would leave the caller to make another), and every run a replay answered with is kept
+ * (unless its job was deleted) and, unless its job is paused, cancelled or deleted, has run or
+ * ended: delivered, not lost.
+ */
+export function checkReplays(model: Model, snap: Snapshot): Violation[] {
+  const violations: Violation[] = [];
+  const violate = (invariant: string, detail: string) => violations.push({ invariant, detail });
+  for (const run of snap.runs) {
+    if (run.status !== "DEAD" || model.replaysUnsure.has(run.runId)) continue;
+    const made = model.replays.get(run.runId)?.runId ?? null;
+    if (run.replayedBy !== made)
+      violate(
+        "a dead run's replay is the one the API answered 202 for",
+        `${run.runId}: replayed by ${run.replayedBy ?? "nothing"}, the API answered ${made ?? "no replay"}`,
+      );
+  }
+  for (const [runId, jobId] of model.replayedRuns) {
+    const status = model.jobs.find((j) => j.id === jobId)?.status;
+    if (status === DELETED) continue;
+    const run = snap.runs.find((r) => r.runId === runId);
+    if (run === undefined) {
+      violate("a replayed run is never lost", `${jobId}: run ${runId} is gone`);
+      continue;
+    }
+    if (status === "PAUSED" || status === "CANCELLED") continue;
+    if (run.status === "QUEUED" || run.status === "RUNNING")
+      violate(
+        "a replayed run of a job not paused or cancelled is delivered once settled",
+        `${runId}: ${run.status}, due ${run.dueAt} (now ${new Date(snap.now).toISOString()}), job ${status ?? "?"}`,
+      );
+    else if (run.status === "CANCELLED" && run.cancelledBy !== "api" && run.cancelledBy !== "pause")
+      violate(
+        "a replayed run of a job not paused or cancelled is delivered once settled",
+        `${runId}: CANCELLED by ${run.cancelledBy ?? "?"} (${run.reason ?? ""}), job ${status ?? "?"}`,
+      );
+  }
+  return violations;
+}

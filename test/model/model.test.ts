@@ -1,12 +1,13 @@
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, it } from "vitest";
 import { commandArbitrary, currentVersion, type ModelLimits, newModel } from "./commands.js";
-import { checkInvariants, checkLastRuns } from "./invariants.js";
+import { checkInvariants, checkLastRuns, checkReplays } from "./invariants.js";
 import { type Expectation, ModelSystem, ModelViolation } from "./system.js";
 
 /**
  * Model-based test (issue 13, item 15): fast-check drives random sequences of
- * API calls (triggers repeated under one `Idempotency-Key` among them), dispatcher and
+ * API calls (triggers repeated under one `Idempotency-Key` among them; dead letters made and
+ * replayed, keyed or not, repeated, sent at once, racing the job's changes), dispatcher and
  * reaper passes, worker deliveries (duplicated, crashing at each seam), clock jumps, injected
  * transaction conflicts, writes applied with their answer lost, and SQS refusing or losing
  * sends and visibility changes, against DynamoDB Local and the SQS emulator, then lets the system settle
@@ -24,7 +25,9 @@ import { type Expectation, ModelSystem, ModelViolation } from "./system.js";
  * MODEL_LONG). A failure prints its seed and path and the shrunk command
  * list; `MODEL_SEED=<seed> MODEL_PATH=<path> MODEL_REPLAY=<replayPath>` replays it. MODEL_SURVEY and
  * MODEL_ONLY (below) help map failures to defects; MODEL_PROFILE prints the
- * time each sequence and each slow command took.
+ * time each sequence and each slow command took. Every run prints what its sequences reached
+ * (`model reached`: a dead letter, each answer a replay gave, each race), counted per sequence:
+ * a promise whose case no sequence reaches is not checked, whatever the test says.
  */
 const env = process.env;
 const long = env.MODEL_LONG === "1";
@@ -68,6 +71,7 @@ describe("model: random sequences keep the scheduler's promises", () => {
     async () => {
       // Which run of the check a sequence is: with the check's seed, `MODEL_PATH=<run>` replays it.
       let run = -1;
+      const reached = new Map<string, number>();
       const property = fc.asyncProperty(
         fc.integer({ min: 0, max: 0x7fffffff }),
         commandArbitrary(limits, maxCommands, env.MODEL_REPLAY),
@@ -100,7 +104,9 @@ describe("model: random sequences keep the scheduler's promises", () => {
             if (seq.violations.length === 0) {
               await seq.settle(SETTLE_MS);
               const snapshot = await seq.snapshot();
+              if (snapshot.runs.some((r) => r.status === "DEAD")) seq.reached.add("a dead letter");
               seq.violations.push(...checkInvariants(model, snapshot, seq.effectiveSuccesses));
+              seq.violations.push(...checkReplays(model, snapshot));
               seq.violations.push(...checkLastRuns(snapshot, await seq.lastRunsAsAnswered()));
             }
             if (env.MODEL_PROFILE)
@@ -129,6 +135,7 @@ describe("model: random sequences keep the scheduler's promises", () => {
               throw new ModelViolation(counted);
             }
           } finally {
+            for (const what of seq.reached) reached.set(what, (reached.get(what) ?? 0) + 1);
             await system.end(seq);
           }
         },
@@ -142,6 +149,12 @@ describe("model: random sequences keep the scheduler's promises", () => {
         interruptAfterTimeLimit: timeLimitMs,
         markInterruptAsFailure: false,
       });
+      process.stderr.write(
+        `model reached (sequences of ${run + 1}): ${[...reached]
+          .sort(([a], [b]) => a.localeCompare(b))
+          .map(([what, n]) => `${what} ${n}`)
+          .join(", ")}\n`,
+      );
       if (survey) {
         const lines = [...surveyed].map(
           ([invariant, s]) =>

@@ -262,6 +262,8 @@ export class Sequence {
   readonly invocations: Invocation[] = [];
   /** Handler successes whose run was recorded SUCCEEDED by the same worker, per occurrence key. */
   readonly effectiveSuccesses = new Map<string, number>();
+  /** What this sequence reached (a dead letter, a replay answered 202, ...): the run's coverage tally. */
+  readonly reached = new Set<string>();
   /** Worker deaths that happened, by where (for MODEL_PROFILE). */
   readonly crashes = new Map<string, number>();
   /** How the model expects each job to look to a handler starting now. */
@@ -698,6 +700,7 @@ export class Sequence {
     this.clearFaults();
     this.plan.claimHook = null;
     this.plan.startHook = null;
+    this.plan.replayHook = null;
     await this.releaseSleepers();
     const end = this.nowMs + windowMs;
     for (;;) {
@@ -777,6 +780,7 @@ export class Sequence {
     this.clearFaults();
     this.plan.claimHook = null;
     this.plan.startHook = null;
+    this.plan.replayHook = null;
     await this.releaseSleepers("abort").catch(() => undefined);
   }
 }
