@@ -22,11 +22,20 @@ export interface ModelVersion {
   readonly schedule: ScheduleSpec;
   readonly misfire: MisfirePolicy;
   readonly overlap: OverlapPolicy;
+  /** The job's retry policy in this version, as the API answered it. */
+  readonly retry: ModelRetry;
   readonly payload: unknown;
   /** Virtual ms at which this version was written. */
   readonly at: number;
   /** Whether this version's schedule differs from the one before it. */
   readonly scheduleChanged: boolean;
+}
+
+/** A retry policy as the API shows it (`policies.retry`). */
+export interface ModelRetry {
+  readonly maxAttempts: number;
+  readonly initialDelaySeconds: number;
+  readonly maxDelaySeconds: number;
 }
 
 export interface ModelJob {
@@ -202,6 +211,7 @@ interface JobDto {
   readonly policies: {
     readonly misfirePolicy: MisfirePolicy;
     readonly overlapPolicy: OverlapPolicy;
+    readonly retry: ModelRetry;
   };
 }
 
@@ -225,6 +235,7 @@ function absorb(_model: Model, seq: Sequence, job: ModelJob, dto: JobDto): void 
       schedule: dto.schedule,
       misfire: dto.policies.misfirePolicy,
       overlap: dto.policies.overlapPolicy,
+      retry: dto.policies.retry,
       payload: dto.payload,
       at: seq.nowMs,
       scheduleChanged: JSON.stringify(dto.schedule) !== JSON.stringify(last.schedule),
@@ -269,6 +280,7 @@ class CreateJob implements Cmd {
           schedule: dto.schedule,
           misfire: dto.policies.misfirePolicy,
           overlap: dto.policies.overlapPolicy,
+          retry: dto.policies.retry,
           payload: dto.payload,
           at: seq.nowMs,
           scheduleChanged: true,

@@ -1,8 +1,23 @@
 import { REAPER_SETTLE_MS } from "../../shared/dispatch/reaper.js";
 import type { Run } from "../../shared/model.js";
+import { backoffCeiling } from "../../shared/retry.js";
 import { nextOccurrence, occurrences, type ScheduleSpec } from "../../shared/schedule/index.js";
-import { currentVersion, DELETED, type Model, type ModelJob } from "./commands.js";
-import { MODEL_SETTINGS, type Snapshot, TICK_MS, type Violation } from "./system.js";
+import {
+  currentVersion,
+  DELETED,
+  type Model,
+  type ModelJob,
+  type ModelRetry,
+  type ModelVersion,
+} from "./commands.js";
+import type { StartRecord } from "./starts.js";
+import {
+  MIN_RANDOM_DRAW,
+  MODEL_SETTINGS,
+  type Snapshot,
+  TICK_MS,
+  type Violation,
+} from "./system.js";
 
 /** After an edit that changes the schedule, occurrences this close to it may follow either schedule. */
 const EDIT_WINDOW_MS = MODEL_SETTINGS.lookaheadMs + 2 * 60_000 + 1000;
@@ -455,6 +470,136 @@ export function checkReplays(model: Model, snap: Snapshot): Violation[] {
         "a replayed run of a job not paused or cancelled is delivered once settled",
         `${runId}: CANCELLED by ${run.cancelledBy ?? "?"} (${run.reason ?? ""}), job ${status ?? "?"}`,
       );
+  }
+  return violations;
+}
+
+/** The job's versions in force at some instant of [from, to]: the one before `from` and those written within. */
+function versionsDuring(job: ModelJob, from: number, to: number): ModelVersion[] {
+  const atOrBefore = job.versions.filter((v) => v.at <= from);
+  const first = atOrBefore.at(-1);
+  const within = job.versions.filter((v) => v.at > from && v.at <= to);
+  return first === undefined ? within : [first, ...within];
+}
+
+const policyOf = (retry: ModelRetry) => ({
+  maxAttempts: retry.maxAttempts,
+  initialDelayMs: retry.initialDelaySeconds * 1000,
+  maxDelayMs: retry.maxDelaySeconds * 1000,
+});
+
+/** The handler's text for a non-retryable failure (system.ts `handle`, mode `fatal`). */
+const FATAL_ERROR = "planned permanent failure";
+
+/**
+ * What the runs record of their attempts, checked once the system is quiet (docs/api.md, retries
+ * and "Pausing, resuming, replaying"; shared/retry.ts). A failure decides on the retry policy of
+ * the job as its worker read it, some version in force while the attempt ran, so each check
+ * accepts any such version:
+ * - a failure's next attempt (`retryOf`) is at most `maxAttempts` (a replay or a resume's new run
+ *   is an occurrence's next attempt outside the count, and carries no `retryOf`);
+ * - a retryable failure ends FAILED while attempts remain and DEAD ("gave up after") once they
+ *   ran out; a non-retryable one ends DEAD ("non-retryable error") at any attempt;
+ * - a retry is due after its attempt's failure by a full-jitter backoff: within
+ *   [0, min(maxDelay, initialDelay · 2^(attempt−1))], and (the model's draws are never below
+ *   MIN_RANDOM_DRAW) not sooner than that share of it. The due time is checked while the retry
+ *   can only have kept it: a start that waited (overlap, pause) puts the run back later.
+ */
+export function checkAttempts(model: Model, snap: Snapshot): Violation[] {
+  const violations: Violation[] = [];
+  const violate = (invariant: string, detail: string) => violations.push({ invariant, detail });
+  const byId = new Map(snap.runs.map((r) => [r.runId, r]));
+  for (const run of snap.runs) {
+    const job = model.jobs.find((j) => j.id === run.jobId);
+    if (job === undefined) continue;
+    // A run that ran decided on a version in force between its latest start and its end.
+    if (run.status === "FAILED" || run.status === "DEAD") {
+      const from = Date.parse(run.startedAt ?? run.finishedAt ?? "");
+      const to = Date.parse(run.finishedAt ?? "");
+      const retries = versionsDuring(job, from, to).map((v) => v.retry);
+      const fatal = (run.error ?? "").includes(FATAL_ERROR);
+      const reason = run.reason ?? "";
+      if (run.status === "FAILED") {
+        if (fatal)
+          violate(
+            "a non-retryable failure ends DEAD, never FAILED",
+            `${run.runId} (attempt ${run.attempt}): FAILED with ${run.error ?? ""}`,
+          );
+        else if (retries.length > 0 && retries.every((r) => run.attempt >= r.maxAttempts))
+          violate(
+            "a retryable failure ends DEAD once its attempts ran out",
+            `${run.runId}: FAILED at attempt ${run.attempt}, maxAttempts ${retries.map((r) => r.maxAttempts).join(" or ")}`,
+          );
+      } else if (reason.startsWith("gave up after")) {
+        if (fatal)
+          violate(
+            "a non-retryable failure is named as such",
+            `${run.runId}: ${reason.slice(0, 120)}`,
+          );
+        if (retries.length > 0 && retries.every((r) => run.attempt < r.maxAttempts))
+          violate(
+            "a retryable failure ends FAILED, with a next attempt, while attempts remain",
+            `${run.runId}: DEAD at attempt ${run.attempt} (${reason.slice(0, 80)}), maxAttempts ${retries.map((r) => r.maxAttempts).join(" or ")}`,
+          );
+      } else if (reason.startsWith("non-retryable error") && !fatal)
+        violate(
+          "only a non-retryable failure ends DEAD as non-retryable",
+          `${run.runId}: ${reason.slice(0, 120)}`,
+        );
+    }
+
+    if (run.retryOf === undefined) continue;
+    const failed = byId.get(run.retryOf.runId);
+    if (failed === undefined || failed.finishedAt === null) continue;
+    const from = Date.parse(failed.startedAt ?? failed.finishedAt);
+    const retries = versionsDuring(job, from, Date.parse(failed.finishedAt)).map((v) => v.retry);
+    if (retries.length === 0) continue;
+    if (retries.every((r) => run.attempt > r.maxAttempts))
+      violate(
+        "no failure's next attempt is past the retry policy's maxAttempts",
+        `${run.runId}: attempt ${run.attempt} retries ${failed.runId} (${failed.status}), maxAttempts ${retries.map((r) => r.maxAttempts).join(" or ")}`,
+      );
+    // The failure that wrote this attempt is the one recorded: its ending and the due time share `now`.
+    if (failed.status !== "FAILED" || failed.fence !== run.retryOf.fence) continue;
+    const delay = Date.parse(run.dueAt) - Date.parse(failed.finishedAt);
+    const ceilings = retries.map((r) => backoffCeiling(failed.attempt, policyOf(r)));
+    const least = Math.min(...ceilings.map((c) => Math.floor(MIN_RANDOM_DRAW * (c + 1))));
+    if (delay < least)
+      violate(
+        "a retry waits its backoff after the failure",
+        `${run.runId}: due ${run.dueAt}, ${delay} ms after ${failed.runId} failed at ${failed.finishedAt}; the backoff after attempt ${failed.attempt} is at least ${least} ms (ceiling ${ceilings.join(" or ")} ms)`,
+      );
+    // Kept as the failure wrote it: never started, or started once and ran then.
+    const kept = run.fence === 0 || (run.fence === 1 && run.durationMs !== null);
+    if (kept && delay > Math.max(...ceilings))
+      violate(
+        "a retry's backoff is at most its ceiling",
+        `${run.runId}: due ${delay} ms after ${failed.runId} failed at ${failed.finishedAt}, ceiling ${ceilings.join(" or ")} ms`,
+      );
+  }
+  return violations;
+}
+
+/**
+ * One holder per lease (docs/architecture.md, "Fencing"): a start takes a run that is QUEUED, or
+ * RUNNING under a lease that has run out (its worker died or stalled), never one another worker
+ * holds under a live lease, and never one that has ended.
+ */
+export function checkStarts(starts: readonly StartRecord[]): Violation[] {
+  const violations: Violation[] = [];
+  for (const start of starts) {
+    const { before } = start;
+    const live = before.leaseUntil === null || before.leaseUntil >= start.at;
+    if (before.status === "RUNNING" && live)
+      violations.push({
+        invariant: "a run is started again only once its holder's lease ran out",
+        detail: `${start.runId}: ${start.workerId} took fence ${start.fence} at ${start.at} from ${before.workerId ?? "?"} (fence ${before.fence}), whose lease runs to ${before.leaseUntil ?? "none"}`,
+      });
+    else if (before.status !== "RUNNING" && before.status !== "QUEUED")
+      violations.push({
+        invariant: "an ended run is never started again",
+        detail: `${start.runId}: ${start.workerId} took fence ${start.fence} at ${start.at} of a run ${before.status}`,
+      });
   }
   return violations;
 }

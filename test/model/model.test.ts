@@ -1,7 +1,13 @@
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, it } from "vitest";
 import { commandArbitrary, currentVersion, type ModelLimits, newModel } from "./commands.js";
-import { checkInvariants, checkLastRuns, checkReplays } from "./invariants.js";
+import {
+  checkAttempts,
+  checkInvariants,
+  checkLastRuns,
+  checkReplays,
+  checkStarts,
+} from "./invariants.js";
 import { type Expectation, ModelSystem, ModelViolation } from "./system.js";
 
 /**
@@ -105,8 +111,14 @@ describe("model: random sequences keep the scheduler's promises", () => {
               await seq.settle(SETTLE_MS);
               const snapshot = await seq.snapshot();
               if (snapshot.runs.some((r) => r.status === "DEAD")) seq.reached.add("a dead letter");
+              if (snapshot.runs.some((r) => r.retryOf !== undefined))
+                seq.reached.add("a failure's next attempt");
+              if (seq.starts.some((s) => s.before.status === "RUNNING"))
+                seq.reached.add("a start taking over a lapsed lease");
               seq.violations.push(...checkInvariants(model, snapshot, seq.effectiveSuccesses));
               seq.violations.push(...checkReplays(model, snapshot));
+              seq.violations.push(...checkAttempts(model, snapshot));
+              seq.violations.push(...checkStarts(seq.starts));
               seq.violations.push(...checkLastRuns(snapshot, await seq.lastRunsAsAnswered()));
             }
             if (env.MODEL_PROFILE)

@@ -1,4 +1,5 @@
 import { isDeepStrictEqual } from "node:util";
+import { GetItemCommand } from "@aws-sdk/client-dynamodb";
 import { BatchWriteCommand, QueryCommand } from "@aws-sdk/lib-dynamodb";
 import type { OpenAPIHono } from "@hono/zod-openapi";
 import { z } from "zod";
@@ -51,6 +52,7 @@ import {
   installDynamoFaults,
   newDelivery,
 } from "./faults.js";
+import { installStartLog, type StartRecord } from "./starts.js";
 import { type HeldMessage, VirtualQueues } from "./virtual-queue.js";
 
 const TENANT = "tenant-model";
@@ -167,6 +169,13 @@ export class ModelSystem {
         ? { plan: s.plan, tables: shared.tables, now: () => new Date(s.nowMs).toISOString() }
         : null;
     });
+    installStartLog(clients.dynamo, () => {
+      const s = shared.sequence;
+      if (s === null) return null;
+      const read = async (key: Parameters<typeof readRunItem>[2]) =>
+        readRunItem(clients, shared.tables.runs, key);
+      return { runsTable: shared.tables.runs, starts: s.starts, read };
+    });
     clients.sqs.middlewareStack.add(
       (next, context) => (args) => {
         const queues = shared.sequence?.queues;
@@ -215,6 +224,17 @@ export class ModelSystem {
   }
 }
 
+async function readRunItem(
+  clients: TestClients,
+  table: string,
+  key: NonNullable<ConstructorParameters<typeof GetItemCommand>[0]["Key"]>,
+) {
+  const found = await clients.dynamo.send(
+    new GetItemCommand({ TableName: table, Key: key, ConsistentRead: true }),
+  );
+  return found.Item ?? null;
+}
+
 async function clearTable(clients: TestClients, table: string): Promise<void> {
   const items = await scanTable(clients.doc, table);
   for (let i = 0; i < items.length; i += 25) {
@@ -232,7 +252,17 @@ async function clearTable(clients: TestClients, table: string): Promise<void> {
   }
 }
 
-/** A small seeded PRNG (mulberry32), so ids and backoff jitter replay with the seed. */
+/**
+ * The least draw the model's random gives: a retry's full-jitter backoff (uniform over
+ * [0, ceiling]) is then at least this share of its ceiling, so a retry due at its failure's instant
+ * is a backoff ignored, never an unlucky draw (invariants.ts checks it).
+ */
+export const MIN_RANDOM_DRAW = 0.01;
+
+/**
+ * A small seeded PRNG (mulberry32), so ids and backoff jitter replay with the seed; its draws lie
+ * in [MIN_RANDOM_DRAW, 1), a range every caller of `engine.random` accepts.
+ */
 function seededRandom(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
@@ -240,7 +270,7 @@ function seededRandom(seed: number): () => number {
     let t = a;
     t = Math.imul(t ^ (t >>> 15), t | 1);
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
+    return MIN_RANDOM_DRAW + (1 - MIN_RANDOM_DRAW) * (((t ^ (t >>> 14)) >>> 0) / 4_294_967_296);
   };
 }
 
@@ -260,6 +290,8 @@ export class Sequence {
   readonly plan: FaultPlan = emptyFaultPlan();
   readonly violations: Violation[] = [];
   readonly invocations: Invocation[] = [];
+  /** Every start write of a run DynamoDB applied, with the run just before it (starts.ts). */
+  readonly starts: StartRecord[] = [];
   /** Handler successes whose run was recorded SUCCEEDED by the same worker, per occurrence key. */
   readonly effectiveSuccesses = new Map<string, number>();
   /** What this sequence reached (a dead letter, a replay answered 202, ...): the run's coverage tally. */
