@@ -7,6 +7,7 @@ import {
   type Behaviour,
   MODEL_TYPE,
   ModelViolation,
+  RECEIVE_VISIBILITY_SECONDS,
   type Sequence,
   type Snapshot,
 } from "./system.js";
@@ -519,6 +520,46 @@ class MakeDeadLetter implements Cmd {
   }
   toString() {
     return `make a dead letter(${this.daily ? "daily" : "one-off"}, ${this.mode === "fatal" ? "fatal" : `failing ${this.maxAttempts} attempt${this.maxAttempts > 1 ? "s" : ""}`}, tag ${this.tag})`;
+  }
+}
+
+/**
+ * A run's message back while its worker still holds the run: a one-off due now whose handler
+ * sleeps is delivered; the heartbeats' visibility changes then meet an expired receipt (SQS refuses
+ * them) while the leases are extended, the clock passes a worker loop's receive visibility, and
+ * each held message whose visibility lapsed is received again by another worker. A redelivery
+ * starts at once (`startRun`), and must find the run busy: its holder's lease is live (checked on
+ * every start, invariants.ts `checkStarts`). A Lambda worker's message stays hidden for the
+ * queue's visibility, past the handler's timeout.
+ */
+class RedeliverWhileHeld implements Cmd {
+  constructor(readonly tag: number) {}
+  check = () => true;
+  async run(model: Model, seq: Sequence): Promise<void> {
+    await new CreateJob({
+      schedule: { kind: "once", offsetMs: 0 },
+      behaviour: { mode: "sleep", tag: this.tag },
+      misfire: "fire_once",
+      overlap: "allow",
+      maxConcurrent: 2,
+      retry: { maxAttempts: 2, initialDelaySeconds: 1, maxDelaySeconds: 1 },
+      priority: "normal",
+    }).run(model, seq);
+    await seq.pass();
+    await seq.deliver(6, "normal");
+    if (seq.violations.length > 0 || seq.sleeping === 0) return;
+    seq.queues.faults.expiredReceipts += seq.sleeping;
+    const step = new AdvanceClock(RECEIVE_VISIBILITY_SECONDS * 1000 + 1000);
+    if (!step.check(model)) return;
+    await step.run(model, seq);
+    const started = seq.starts.length;
+    if ((await seq.redeliverLapsed()) > 0) seq.reached.add("a redelivery of a held run's message");
+    const live = (s: Sequence["starts"][number]) =>
+      s.before.status === "RUNNING" && (s.before.leaseUntil ?? "") >= s.at;
+    if (seq.starts.slice(started).some(live)) seq.reached.add("a redelivery meeting a held run");
+  }
+  toString() {
+    return `redeliver while held(tag ${this.tag})`;
   }
 }
 
@@ -1201,6 +1242,7 @@ export function commandArbitrary(limits: ModelLimits, maxCommands: number, repla
       .map(([j, op]) => new LifecycleCommand(j, op)),
     replay,
     makeDeadLetter,
+    fc.nat(99).map((tag) => new RedeliverWhileHeld(tag)),
     fc.nat(7).map((i) => new CancelRun(i)),
     fc.constant(new DispatcherPass()),
     fc.constant(new ReaperPass()),
@@ -1247,6 +1289,7 @@ export function commandArbitrary(limits: ModelLimits, maxCommands: number, repla
     keyedTrigger,
     // Dead letters and their replays (keyed, repeated, concurrent, racing the job's changes).
     makeDeadLetter,
+    fc.nat(99).map((tag) => new RedeliverWhileHeld(tag)),
     replay,
     replay,
     replay,

@@ -581,19 +581,21 @@ export function checkAttempts(model: Model, snap: Snapshot): Violation[] {
 }
 
 /**
- * One holder per lease (docs/architecture.md, "Fencing"): a start takes a run that is QUEUED, or
- * RUNNING under a lease that has run out (its worker died or stalled), never one another worker
- * holds under a live lease, and never one that has ended.
+ * One holder per lease (docs/architecture.md, "Storage operations", run-start.ts): a start takes
+ * a run that is QUEUED, or RUNNING under a lease that has run out (its worker died or stalled),
+ * never one another start holds under a live lease (another worker's, or its own request sent
+ * again after a lost answer), and never one that has ended.
  */
 export function checkStarts(starts: readonly StartRecord[]): Violation[] {
   const violations: Violation[] = [];
   for (const start of starts) {
     const { before } = start;
+    if (!start.applied) continue;
     const live = before.leaseUntil === null || before.leaseUntil >= start.at;
     if (before.status === "RUNNING" && live)
       violations.push({
         invariant: "a run is started again only once its holder's lease ran out",
-        detail: `${start.runId}: ${start.workerId} took fence ${start.fence} at ${start.at} from ${before.workerId ?? "?"} (fence ${before.fence}), whose lease runs to ${before.leaseUntil ?? "none"}`,
+        detail: `${start.runId}: ${start.workerId} took fence ${start.fence} at ${start.at} from ${before.workerId === start.workerId ? "its own start (a request sent again?)" : `another worker, ${before.workerId ?? "?"}`} (fence ${before.fence}), whose lease runs to ${before.leaseUntil ?? "none"}`,
       });
     else if (before.status !== "RUNNING" && before.status !== "QUEUED")
       violations.push({

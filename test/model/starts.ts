@@ -2,13 +2,15 @@ import type { AttributeValue, DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import type { FinalizeRequestMiddleware, MetadataBearer } from "@smithy/types";
 
 /**
- * Every start write of a run (`startRun`: `fence = fence + 1`) that DynamoDB applied, with the run
- * as it stood just before: what the model checks the lease rule on (docs/architecture.md,
- * "Fencing"). A start held unwritten (`takeRun`) is carried by the run's first write and only ever
- * takes a run never started (fence 0), so it has no earlier holder to check against.
+ * Every start write of a run (`startRun`: `fence = fence + 1`) sent to DynamoDB, with the run as
+ * it stood just before: what the model checks the lease rule on (docs/architecture.md, "Storage
+ * operations", run-start.ts). A start held unwritten (`takeRun`) is carried by the run's first
+ * write and only ever takes a run never started (fence 0), so it has no earlier holder to check.
  */
 export interface StartRecord {
   readonly runId: string;
+  /** Whether DynamoDB applied it: a start refused on its condition is logged too (applied false). */
+  readonly applied: boolean;
   /** The start's instant (its `:now`). */
   readonly at: string;
   readonly workerId: string;
@@ -62,23 +64,32 @@ export function installStartLog(
         input.Key !== undefined &&
         /fence = fence \+/.test(input.UpdateExpression ?? "");
       if (!isStart || input.Key === undefined) return next(args);
-      const before = await state.read(input.Key);
-      const result = await next(args);
+      const key = input.Key;
+      const before = await state.read(key);
       const values = input.ExpressionAttributeValues ?? {};
       const fenceBefore = number(before?.fence);
-      state.starts.push({
-        runId: text(before?.runId) ?? `${text(input.Key.pk)} ${text(input.Key.sk)}`,
-        at: text(values[":now"]) ?? "",
-        workerId: text(values[":workerId"]) ?? "",
-        fence: fenceBefore + 1,
-        before: {
-          status: text(before?.status) ?? "MISSING",
-          fence: fenceBefore,
-          leaseUntil: text(before?.leaseUntil),
-          workerId: text(before?.workerId),
-        },
-      });
-      return result;
+      const log = (applied: boolean) =>
+        state.starts.push({
+          runId: text(before?.runId) ?? `${text(key.pk)} ${text(key.sk)}`,
+          applied,
+          at: text(values[":now"]) ?? "",
+          workerId: text(values[":workerId"]) ?? "",
+          fence: fenceBefore + 1,
+          before: {
+            status: text(before?.status) ?? "MISSING",
+            fence: fenceBefore,
+            leaseUntil: text(before?.leaseUntil),
+            workerId: text(before?.workerId),
+          },
+        });
+      try {
+        const result = await next(args);
+        log(true);
+        return result;
+      } catch (error) {
+        log(false);
+        throw error;
+      }
     };
   client.middlewareStack.add(middleware, {
     step: "finalizeRequest",

@@ -74,7 +74,7 @@ export const MODEL_SETTINGS: EngineSettings = {
 };
 export const TICK_MS = 60_000;
 /** A worker loop receives with a lease of visibility plus the longest early wait. */
-const RECEIVE_VISIBILITY_SECONDS = Math.ceil(MODEL_SETTINGS.leaseMs / 1000 + 2);
+export const RECEIVE_VISIBILITY_SECONDS = Math.ceil(MODEL_SETTINGS.leaseMs / 1000 + 2);
 /** The Lambda worker's deliveries are hidden for the queue's visibility, the function's timeout. */
 const LAMBDA_VISIBILITY_SECONDS = 900;
 
@@ -665,6 +665,23 @@ export class Sequence {
         await delivery.done;
       }
     }
+  }
+
+  /**
+   * Delivers again each message whose visibility lapsed while its handler still sleeps (its
+   * heartbeat's visibility change was refused): SQS shows it again, and another worker receives
+   * it. Returns how many were delivered.
+   */
+  async redeliverLapsed(): Promise<number> {
+    let count = 0;
+    for (const delivery of [...this.deliveries.values()]) {
+      if (delivery.finished || delivery.held.visibleAt > this.nowMs) continue;
+      const copy = await this.queues.redelivery(delivery.held);
+      if (copy === undefined) continue;
+      await this.deliverOne(copy, null);
+      count++;
+    }
+    return count;
   }
 
   get sleeping(): number {

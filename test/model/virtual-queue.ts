@@ -129,6 +129,28 @@ export class VirtualQueues {
     await this.pull();
   }
 
+  /**
+   * The message `original` as SQS shows it again once its visibility lapsed while a worker still
+   * holds it (the holder's visibility change was refused): a receive returns it under a new receipt
+   * handle, with its receive count. The emulator cannot hand out a message it holds, so the
+   * redelivery is a copy carrying the original's receives; it is visible now. Undefined: not sent.
+   */
+  async redelivery(original: HeldMessage): Promise<HeldMessage | undefined> {
+    const before = new Set(this.held.keys());
+    await this.duplicate(original);
+    const copy = [...this.held.values()].find(
+      (m) =>
+        !before.has(m.receiptHandle) &&
+        m.message.jobId === original.message.jobId &&
+        m.message.scheduledFor === original.message.scheduledFor &&
+        m.message.attempt === original.message.attempt,
+    );
+    if (copy === undefined) return undefined;
+    copy.receives = original.receives;
+    copy.visibleAt = this.now();
+    return copy;
+  }
+
   forget(receiptHandle: string): void {
     this.held.delete(receiptHandle);
   }
