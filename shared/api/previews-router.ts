@@ -41,10 +41,11 @@ export function previewsRouter({ engine, body }: RouterDeps) {
 
   router.openapi(previewJob, async (c) => {
     const query = c.req.valid("query");
-    const from = query.from === undefined ? engine.clock() : instantParam("from", query.from);
+    const now = engine.clock();
+    const from = query.from === undefined ? now : instantParam("from", query.from);
     const job = await jobOf(engine, c, c.req.valid("param").id);
     const count = query.count ?? LIMITS.previewCount.default;
-    const pending = { job, now: engine.clock(), misfireGraceMs: engine.settings.misfireGraceMs };
+    const pending = { job, now, misfireGraceMs: engine.settings.misfireGraceMs };
     return c.json(withPlannedTimes(job, previewOfJob(job, from, count, { pending })), 200);
   });
 
