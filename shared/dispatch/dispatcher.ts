@@ -9,8 +9,10 @@ import { dueBucketPages, scanDueEntriesBefore } from "../storage/due-entries.js"
 import {
   acquireShardLease,
   endPass,
+  endScanningPass,
   releaseShardLease,
   type ShardLease,
+  type UnfinishedScan,
 } from "../storage/lease.js";
 import { type ChainOptions, emptySweepStats, type SweepStats } from "./claim-chain.js";
 import { claimPages, earliest } from "./claim-pages.js";
@@ -40,8 +42,8 @@ export type PassResult =
       readonly fence: number;
       /**
        * Where the next pass starts: before now when a backlog or a failed entry
-       * remains; null when a shard's first pass ran out of time finding its
-       * backlog, so the next pass looks again.
+       * remains; null while the scan for a shard's first backlog is unfinished,
+       * so the next pass goes on with it.
        */
       readonly sweepFrom: string | null;
       /** Backlog buckets read by this pass. */
@@ -114,8 +116,7 @@ export async function dispatchShard(
   try {
     const pass = await sweepPass(engine, lease, now, options);
     if (pass.sweepFrom === null) {
-      // Nothing recorded: the next pass must look for this shard's backlog again.
-      await releaseShardLease(engine, lease, engine.clock());
+      await endScanningPass(engine, lease, pass.scan, engine.clock());
     } else {
       await endPass(
         engine,
@@ -167,12 +168,13 @@ async function sweepPass(
   lease: ShardLease,
   now: Date,
   options: PassOptions,
-): Promise<{
-  stats: SweepStats;
-  watermark: string;
-  sweepFrom: string | null;
-  backlogBuckets: number;
-}> {
+): Promise<
+  {
+    stats: SweepStats;
+    watermark: string;
+    backlogBuckets: number;
+  } & ({ sweepFrom: string; scan?: never } | { sweepFrom: null; scan: UnfinishedScan })
+> {
   const horizon = horizonOf(now, engine.settings.lookaheadMs);
   const recentFromMs = floorMinute(now.getTime() - RESWEEP_MS);
   const sweep = {
@@ -188,23 +190,35 @@ async function sweepPass(
 
   const startMs = sweepStartMs(lease, recentFromMs);
   if (startMs === null) {
+    const scan: UnfinishedScan = lease.scan ?? {
+      from: null,
+      before: minuteOf(new Date(recentFromMs)),
+      leftFrom: null,
+    };
     const backlog = await sweepUnpositionedBacklog(
       engine,
       lease.shard,
-      minuteOf(new Date(recentFromMs)),
+      scan,
       deadline,
       sweep,
       stats,
     );
-    leftFrom = earliest([leftFrom, backlog.leftFrom]);
+    leftFrom = earliest([leftFrom, backlog.leftFrom, scan.leftFrom]);
+    if (backlog.nextKey !== undefined) {
+      const left = { ...scan, from: backlog.nextKey, leftFrom };
+      return { stats, watermark: horizon.minute, sweepFrom: null, scan: left, backlogBuckets: 0 };
+    }
+    // The buckets from the scan's bound on were read only as the recent windows of the passes
+    // that ran meanwhile: the backlog sweep reads them from there.
     const sweepFromMs = Math.min(
+      minuteMs(scan.before),
       recentFromMs,
       leftFrom === null ? Number.POSITIVE_INFINITY : minuteMs(leftFrom),
     );
     return {
       stats,
       watermark: horizon.minute,
-      sweepFrom: backlog.complete ? minuteOf(new Date(sweepFromMs)) : null,
+      sweepFrom: minuteOf(new Date(sweepFromMs)),
       backlogBuckets: 0,
     };
   }
@@ -275,39 +289,48 @@ async function sweepBuckets(
 
 /**
  * The backlog of a shard no pass has completed on: every due entry of the
- * shard in a bucket before `beforeMinute`, however old, found by one strongly
+ * shard in a bucket before the scan's bound, however old, found by one strongly
  * consistent scan of the jobs table (bucket by bucket there is no telling
- * where to start). It runs once in a shard's life, at the deployment's first
- * tick when the table is young; entries written meanwhile are filed at the
- * current minute or later, which the recent sweep reads. `complete` is false
- * when the time budget ran out first: the pass then records no position, and
- * the next one scans again.
+ * where to start). It runs once in a shard's life, over as many passes as it
+ * takes: each reads pages until its time budget runs out and returns the key
+ * the next one goes on from (`nextKey`, undefined once the scan has ended).
+ * Entries written meanwhile are filed at the current minute or later, which
+ * the recent sweeps read.
  */
 async function sweepUnpositionedBacklog(
   engine: Engine,
   shard: number,
-  beforeMinute: string,
+  scan: UnfinishedScan,
   deadlineMs: number,
   options: Pick<SweepOptions, "now" | "horizonEnd" | "concurrency">,
   stats: SweepStats,
-): Promise<{ complete: boolean; leftFrom: string | null }> {
-  const scan = { complete: false };
+): Promise<{ nextKey: Record<string, unknown> | null | undefined; leftFrom: string | null }> {
+  const position: { nextKey: Record<string, unknown> | null | undefined } = {
+    nextKey: scan.from,
+  };
+  let pagesRead = 0;
   async function* pages(): AsyncGenerator<DueEntry[]> {
-    let startKey: Record<string, unknown> | undefined;
     do {
       if (engine.clock().getTime() >= deadlineMs) return;
-      const page = await scanDueEntriesBefore(engine, shard, beforeMinute, startKey);
+      const page = await scanDueEntriesBefore(
+        engine,
+        shard,
+        scan.before,
+        position.nextKey ?? undefined,
+      );
+      pagesRead++;
       yield page.entries;
-      startKey = page.nextKey;
-    } while (startKey);
-    scan.complete = true;
+      position.nextKey = page.nextKey;
+    } while (position.nextKey);
   }
   const leftFrom = await claimPages(engine, shard, pages(), options, stats);
   engine.obs.log.info("scanned for the backlog of a shard never swept", {
     shard,
-    complete: scan.complete,
+    pages: pagesRead,
+    resumed: scan.from !== null,
+    complete: position.nextKey === undefined,
   });
-  return { complete: scan.complete, leftFrom };
+  return { nextKey: position.nextKey, leftFrom };
 }
 
 async function mapConcurrently<T, R>(

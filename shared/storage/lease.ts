@@ -19,8 +19,39 @@ export interface ShardLease {
    * swept, or last swept by a dispatcher that did not record it.
    */
   readonly sweepFrom: string | null;
+  /**
+   * The scan that finds the backlog of a shard no pass has completed on, when
+   * passes ran out of time before it ended; null when none is under way. It
+   * counts only while `sweepFrom` and `watermark` are null.
+   */
+  readonly scan: UnfinishedScan | null;
   /** The lease was still held by another owner whose time ran out. */
   readonly tookOver: boolean;
+}
+
+/**
+ * Where a shard's first scan stands between passes. It is kept apart from
+ * `sweepFrom` and `watermark`, which stay unset until it ends: a dispatcher
+ * that predates it (a deploy under way, a rollback) then scans from the start,
+ * as it always did, rather than take the shard for swept.
+ */
+export interface UnfinishedScan {
+  /** The table key the next page starts after; null before the first page. */
+  readonly from: Record<string, unknown> | null;
+  /** The scan reads the buckets before this minute: the first scanning pass's recent window. */
+  readonly before: string;
+  /** The earliest bucket where a scanning pass left an entry (a failed claim), or null. */
+  readonly leftFrom: string | null;
+}
+
+function decodeScan(item: Record<string, unknown> | undefined): UnfinishedScan | null {
+  if (typeof item?.scanBefore !== "string") return null;
+  const from = item.scanFrom;
+  return {
+    from: typeof from === "object" && from !== null ? (from as Record<string, unknown>) : null,
+    before: item.scanBefore,
+    leftFrom: typeof item.scanLeftFrom === "string" ? item.scanLeftFrom : null,
+  };
 }
 
 /**
@@ -66,6 +97,7 @@ export async function acquireShardLease(
       leaseUntil,
       watermark: typeof old?.watermark === "string" ? old.watermark : null,
       sweepFrom: typeof old?.sweepFrom === "string" ? old.sweepFrom : null,
+      scan: decodeScan(old),
       // The condition only lets another owner's lease through once it has expired.
       tookOver: previousOwner !== null && previousOwner !== owner && old?.released !== true,
     };
@@ -86,7 +118,8 @@ export async function advanceWatermark(
 
 /**
  * Ends a completed pass in one write under the fence: records how far it
- * swept and where the next pass starts, and releases the lease.
+ * swept and where the next pass starts, and releases the lease. A first scan
+ * is over once a pass completes, so its position goes.
  */
 export async function endPass(
   engine: Engine,
@@ -97,7 +130,8 @@ export async function endPass(
   await fencedLeaseUpdate(
     engine,
     lease,
-    "SET watermark = :minute, sweepFrom = :sweepFrom, leaseUntil = :now, released = :true",
+    "SET watermark = :minute, sweepFrom = :sweepFrom, leaseUntil = :now, released = :true " +
+      "REMOVE scanFrom, scanBefore, scanLeftFrom",
     {
       ":minute": progress.watermark,
       ":sweepFrom": progress.sweepFrom,
@@ -105,6 +139,37 @@ export async function endPass(
       ":true": true,
     },
   );
+}
+
+/**
+ * Ends a pass that ran out of time during a shard's first scan: records where
+ * the scan goes on, and releases the lease.
+ */
+export async function endScanningPass(
+  engine: Engine,
+  lease: ShardLease,
+  scan: UnfinishedScan,
+  now: Date,
+): Promise<void> {
+  const set = ["scanBefore = :before", "leaseUntil = :now", "released = :true"];
+  const remove: string[] = [];
+  const values: Record<string, unknown> = {
+    ":before": scan.before,
+    ":now": now.toISOString(),
+    ":true": true,
+  };
+  if (scan.from === null) remove.push("scanFrom");
+  else {
+    set.push("scanFrom = :from");
+    values[":from"] = scan.from;
+  }
+  if (scan.leftFrom === null) remove.push("scanLeftFrom");
+  else {
+    set.push("scanLeftFrom = :leftFrom");
+    values[":leftFrom"] = scan.leftFrom;
+  }
+  const update = `SET ${set.join(", ")}${remove.length > 0 ? ` REMOVE ${remove.join(", ")}` : ""}`;
+  await fencedLeaseUpdate(engine, lease, update, values);
 }
 
 /** Ends a pass early so the next tick's dispatcher need not wait for the lease to expire. */

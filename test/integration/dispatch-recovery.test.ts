@@ -1,4 +1,5 @@
-import { PutCommand } from "@aws-sdk/lib-dynamodb";
+import { InternalServerError } from "@aws-sdk/client-dynamodb";
+import { BatchWriteCommand, GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import {
@@ -10,8 +11,8 @@ import { sendClaimed } from "../../shared/dispatch/fast-path.js";
 import { createJob, editJob } from "../../shared/jobs/index.js";
 import type { DueEntry } from "../../shared/model.js";
 import { METRICS } from "../../shared/observability.js";
-import { dueEntryKey } from "../../shared/storage/due-entries.js";
-import { encodeDueEntry } from "../../shared/storage/items.js";
+import { dueEntryKey, scanDueEntriesBefore } from "../../shared/storage/due-entries.js";
+import { encodeDueEntry, shardLeaseKey } from "../../shared/storage/items.js";
 import { listSetAsideEntries } from "../../shared/storage/set-aside.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { withFaults } from "../support/faults.js";
@@ -438,4 +439,147 @@ describe("a shard's first pass ever", () => {
       await late.f.destroy();
     }
   });
+
+  it("a shard a dispatcher without resumed scans completed has no scan left: the next pass reads buckets, and forgets the scan", async () => {
+    const mixed = await fixedClockFixture(startOfTest());
+    try {
+      const key = shardLeaseKey(0);
+      const lastPass = new Date(mixed.time.ms - 2 * MINUTE).toISOString().slice(0, 16);
+      // A scan a newer pass left unfinished, then completed from the start by an older one.
+      await mixed.f.engine.doc.send(
+        new PutCommand({
+          TableName: mixed.f.engine.tables.jobs,
+          Item: {
+            ...key,
+            owner: "older-dispatcher",
+            fence: 3,
+            leaseUntil: new Date(mixed.time.ms - MINUTE).toISOString(),
+            released: true,
+            watermark: lastPass,
+            sweepFrom: lastPass,
+            scanFrom: { pk: "DUE#2020-01-01T00:00#0", sk: "x" },
+            scanBefore: "2020-01-01T00:00",
+          },
+        }),
+      );
+      let scans = 0;
+      mixed.f.engine.doc.middlewareStack.add(
+        (next, context) => async (args) => {
+          if (context.commandName === "ScanCommand") scans++;
+          return next(args);
+        },
+        { step: "initialize", name: "countScans" },
+      );
+      expect(swept(await dispatchShard(mixed.f.engine, 0, "newer")).sweepFrom).not.toBeNull();
+      expect(scans).toBe(0);
+      const lease = await mixed.f.engine.doc.send(
+        new GetCommand({ TableName: mixed.f.engine.tables.jobs, Key: key, ConsistentRead: true }),
+      );
+      expect(lease.Item).not.toHaveProperty("scanFrom");
+      expect(lease.Item).not.toHaveProperty("scanBefore");
+    } finally {
+      await mixed.f.destroy();
+    }
+  });
+
+  it("a scan longer than one pass's time goes on where the last pass stopped, and the shard's backlog is claimed", async () => {
+    const big = await fixedClockFixture(startOfTest());
+    try {
+      // About 4 MB of another shard's entries in the same hour: a Scan reads 1 MB a page, so the
+      // table takes five pages, and this shard's entries lie between theirs in any order.
+      const hourAgo = big.time.ms - 60 * MINUTE;
+      const filler = "x".repeat(4_000);
+      const items = Array.from({ length: 1_000 }, (_, i) => ({
+        pk: `DUE#${new Date(hourAgo + (i % 60) * MINUTE).toISOString().slice(0, 16)}#1`,
+        sk: `filler-${String(i).padStart(4, "0")}`,
+        filler,
+      }));
+      for (let i = 0; i < items.length; i += 25) {
+        await big.f.engine.doc.send(
+          new BatchWriteCommand({
+            RequestItems: {
+              [big.f.engine.tables.jobs]: items
+                .slice(i, i + 25)
+                .map((Item) => ({ PutRequest: { Item } })),
+            },
+          }),
+        );
+      }
+      const jobIds = Array.from({ length: 12 }, (_, i) => `scan-${String(i).padStart(2, "0")}`);
+      await seedJobs(
+        big.f,
+        jobIds.map((jobId, i) => {
+          const due = new Date(hourAgo + i * 5 * MINUTE);
+          return { jobId, schedule: { runAt: due.toISOString() }, dueAt: due, filedAt: due };
+        }),
+        new Date(hourAgo),
+      );
+      let pages = 0;
+      let key: Record<string, unknown> | undefined;
+      do {
+        key = (await scanDueEntriesBefore(big.f.engine, 0, "9999-12-31T23:59", key)).nextKey;
+        pages++;
+      } while (key);
+      expect(pages).toBeGreaterThanOrEqual(4);
+      // Every page takes over a quarter of the pass's budget (half a lease): a pass reads two.
+      const pageTime = big.f.engine.settings.leaseMs / 4 + SECOND;
+      let scans = 0;
+      // The first pass's first claim fails for a while (DynamoDB failing): its entry stays in
+      // its bucket, an hour back, in a part of the table the scan has read and will not again.
+      const failing = { on: true, jobId: "" };
+      big.f.engine.doc.middlewareStack.add(
+        (next, context) => async (args) => {
+          const input = args.input as { FilterExpression?: string };
+          // The pass's scan, not the test's reads of the tables.
+          if (
+            context.commandName === "ScanCommand" &&
+            input.FilterExpression?.includes(":before")
+          ) {
+            scans++;
+            big.time.ms += pageTime;
+          }
+          const jobId = /JOB#(scan-\d\d)/.exec(JSON.stringify(input))?.[1];
+          if (context.commandName === "TransactWriteItemsCommand" && failing.on && jobId) {
+            failing.jobId ||= jobId;
+            if (jobId === failing.jobId)
+              throw new InternalServerError({
+                message: "injected",
+                $metadata: { httpStatusCode: 500 },
+              });
+          }
+          return next(args);
+        },
+        { step: "initialize", name: "slowScanPages" },
+      );
+      const unclaimed = async () =>
+        (await big.f.dueEntries())
+          // The other shard's entries are not whole entries: no job.
+          .map((d) => String(d.jobId))
+          .filter((id) => id.startsWith("scan-"));
+      const scanning: boolean[] = [];
+      const unclaimedAfter: string[][] = [];
+      for (let pass = 0; pass < 6 && scanning.at(-1) !== false; pass++) {
+        scanning.push(
+          swept(await dispatchShard(big.f.engine, 0, `scanner-${pass}`)).sweepFrom === null,
+        );
+        failing.on = false;
+        unclaimedAfter.push(await unclaimed());
+        big.time.ms += MINUTE;
+      }
+      // Two pages a pass, each page read once.
+      expect(scanning).toHaveLength(Math.ceil(pages / 2));
+      expect(scanning.slice(0, -1).every((cut) => cut)).toBe(true);
+      expect(scans).toBe(pages);
+      expect(unclaimedAfter[0]?.length).toBeGreaterThan(1);
+      expect(unclaimedAfter.at(-1)).toEqual([failing.jobId]);
+
+      // The scan is over: the next pass reads buckets, not the table, from the failed entry's on.
+      const before = scans;
+      swept(await dispatchShard(big.f.engine, 0, "after-scan"));
+      expect(scans).toBe(before);
+      expect(await unclaimed()).toEqual([]);
+    } finally {
+      await big.f.destroy();
+    }
+  }, 120_000);
 });
