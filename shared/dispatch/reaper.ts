@@ -21,6 +21,7 @@ import {
   cursorDeadline,
   rewindReaperCursor,
 } from "../storage/reaper-cursor.js";
+import { runExpiresAt } from "../storage/retention.js";
 import { readTickShards, shardsOf, type TickShards } from "./tick-shards.js";
 
 export interface ReapResult {
@@ -288,7 +289,19 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
               ? new Date(run.plannedFor ?? run.scheduledFor)
               : now
             : null;
-        if (await pushInflightDeadline(engine, run, new Date(deadline), misfireFrom, resentCount)) {
+        // A run no worker holds may wait longer than the retention (the workers down for longer):
+        // each re-send keeps it a retention from now, so TTL never deletes a run before it ends.
+        const keepUntil = resentCount === null ? null : runExpiresAt(now, engine.settings);
+        if (
+          await pushInflightDeadline(
+            engine,
+            run,
+            new Date(deadline),
+            misfireFrom,
+            resentCount,
+            keepUntil,
+          )
+        ) {
           if (resend)
             toSend.push({
               run,

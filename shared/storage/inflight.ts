@@ -20,12 +20,14 @@ import { RUNS_INFLIGHT_INDEX } from "./tables.js";
 export type InflightEntry = { readonly pk: string; readonly sk: string; readonly deadline: string };
 
 /**
- * A run as read for the reaper, with the deadline its item carries now and how many times the
- * reaper has re-sent it since it last started (`resends`: under the fence it had then).
+ * A run as read for the reaper, with the deadline its item carries now, how many times the
+ * reaper has re-sent it since it last started (`resends`: under the fence it had then), and its
+ * TTL (`expiresAt`, epoch seconds; null when it has none).
  */
 export type InflightRun = Run & {
   readonly inflightSk: string;
   readonly resends: { readonly fence: number; readonly count: number } | null;
+  readonly expiresAt: number | null;
 };
 
 /** Where a read of the index starts: after an entry (exclusive), at a deadline, or at the start. */
@@ -85,7 +87,8 @@ function inflightRunOf(item: Record<string, unknown>): InflightRun | null {
     typeof item.resentAtFence === "number" && typeof item.resentCount === "number"
       ? { fence: item.resentAtFence, count: item.resentCount }
       : null;
-  return { ...decodeRun(item), inflightSk: item.inflightSk, resends };
+  const expiresAt = typeof item.expiresAt === "number" ? item.expiresAt : null;
+  return { ...decodeRun(item), inflightSk: item.inflightSk, resends, expiresAt };
 }
 
 /**
@@ -118,7 +121,10 @@ export const entryId = (key: { readonly pk: string; readonly sk: string }) => `$
 /**
  * Moves the run's deadline on (and notes a first re-send), only if nobody
  * touched it since it was read: the same deadline, status and fence. False
- * when someone did.
+ * when someone did. With `keepUntil` (a re-send of a run no worker holds), the
+ * run's TTL is moved on to it when it is earlier: a run waiting longer than the
+ * retention for workers to take it (an outage of the workers) has not ended,
+ * and TTL must not delete it before it runs.
  */
 export async function pushInflightDeadline(
   engine: Engine,
@@ -126,7 +132,11 @@ export async function pushInflightDeadline(
   deadline: Date,
   misfireFrom: Date | null,
   resentCount: number | null = null,
+  keepUntil: number | null = null,
 ): Promise<boolean> {
+  // Never added to a run without one, never brought nearer.
+  const expiresAt =
+    keepUntil !== null && run.expiresAt !== null && run.expiresAt < keepUntil ? keepUntil : null;
   try {
     await engine.doc.send(
       new UpdateCommand({
@@ -135,7 +145,7 @@ export async function pushInflightDeadline(
         ConditionExpression: "inflightSk = :seen AND #status = :status AND fence = :fence",
         UpdateExpression: `SET inflightSk = :deadline${misfireFrom ? ", misfireFrom = :misfireFrom" : ""}${
           resentCount === null ? "" : ", resentAtFence = :fence, resentCount = :resentCount"
-        }`,
+        }${expiresAt === null ? "" : ", expiresAt = :expiresAt"}`,
         ExpressionAttributeNames: { "#status": "status" },
         ExpressionAttributeValues: {
           ":seen": run.inflightSk,
@@ -144,6 +154,7 @@ export async function pushInflightDeadline(
           ":deadline": deadline.toISOString(),
           ...(misfireFrom ? { ":misfireFrom": misfireFrom.toISOString() } : {}),
           ...(resentCount === null ? {} : { ":resentCount": resentCount }),
+          ...(expiresAt === null ? {} : { ":expiresAt": expiresAt }),
         },
         ReturnValuesOnConditionCheckFailure: "ALL_OLD",
       }),
