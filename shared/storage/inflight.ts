@@ -4,6 +4,7 @@ import type { Run } from "../model.js";
 import { batchGetItems } from "./batch-get.js";
 import { failedConditionItem, isConditionalCheckFailed } from "./dynamo-errors.js";
 import { decodeRun, inflightPk } from "./items.js";
+import { runExpiresAt } from "./retention.js";
 import { type RunRef, runKeyOf } from "./run-reads.js";
 import { runKey } from "./runs.js";
 import { RUNS_INFLIGHT_INDEX } from "./tables.js";
@@ -237,7 +238,10 @@ export async function undoResend(
 /**
  * Moves a QUEUED run's reaper deadline on to `deadline`, while it is still QUEUED under the fence
  * its message carries: the worker loop holds its message and will start it, so the reaper must not
- * take it for lost. False when the run started, ended or moved on meanwhile.
+ * take it for lost. Its TTL moves to a retention from now too: it may be held longer than the
+ * retention (its tenant at its concurrent-runs quota), and TTL must not delete a run that has not
+ * ended. False when the run started, ended or moved on meanwhile (a parked run, out of the index,
+ * is not touched).
  */
 export async function pushQueuedDeadline(
   engine: Engine,
@@ -251,12 +255,13 @@ export async function pushQueuedDeadline(
         TableName: engine.tables.runs,
         Key: runKeyOf(ref),
         ConditionExpression: "#status = :queued AND fence = :fence AND inflightSk < :deadline",
-        UpdateExpression: "SET inflightSk = :deadline",
+        UpdateExpression: "SET inflightSk = :deadline, expiresAt = :expiresAt",
         ExpressionAttributeNames: { "#status": "status" },
         ExpressionAttributeValues: {
           ":queued": "QUEUED",
           ":fence": fence,
           ":deadline": deadline.toISOString(),
+          ":expiresAt": runExpiresAt(engine.clock(), engine.settings),
         },
       }),
     );

@@ -1,9 +1,13 @@
+import { GetCommand } from "@aws-sdk/lib-dynamodb";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { MAX_RESEND_INTERVAL_MS, reap } from "../../shared/dispatch/reaper.js";
+import { HeldMessages } from "../../shared/execution/held-messages.js";
 import { createJob } from "../../shared/jobs/index.js";
 import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
-import { getJob } from "../../shared/storage/run-reads.js";
+import { getJob, runKeyOf } from "../../shared/storage/run-reads.js";
+import { takeRunSlot, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { waitFor } from "../support/wait.js";
 
 const DAY_MS = 24 * 3_600_000;
 /** An operator who keeps one day of history (`-c retentionDays=1`, the lowest allowed). */
@@ -51,4 +55,103 @@ describe("a worker outage longer than the retention", () => {
     expect(runs.map((r) => r.status)).toEqual(["SUCCEEDED"]);
     expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
   }, 120_000);
+});
+
+/**
+ * A tenant at its `concurrentRuns` quota for longer than the retention (its runs follow one
+ * another without a gap): a run over the quota waits, QUEUED, "however late" (docs/api.md), and
+ * is delivered again every few seconds with a requeue write each time. Its TTL must follow.
+ */
+describe("a run waiting on its tenant's concurrent-runs quota longer than the retention", () => {
+  it("runs once a slot frees, its job completes", async () => {
+    const tenantId = "busy-tenant";
+    await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 1 }, clock());
+    /** The tenant's one slot, held by its other runs (one after another) for the next hour. */
+    const holdTheSlot = () =>
+      takeRunSlot(
+        f.engine,
+        {
+          tenantId,
+          index: 0,
+          runId: "the-tenant-s-other-runs",
+          fence: 1,
+          leaseUntil: new Date(clock().getTime() + 3_600_000).toISOString(),
+        },
+        clock(),
+      );
+    const runAt = new Date(Math.ceil((clock().getTime() + 1000) / 1000) * 1000);
+    const { job } = await createJob(
+      f.engine,
+      testJob({ tenantId, schedule: { runAt: runAt.toISOString() } }),
+    );
+    const deps = f.workerDeps("w");
+    const deliverOnce = async () =>
+      f.process(deps, await f.nextDelivery(f.engine.queues.normal, job.jobId));
+    const status = async () =>
+      (await f.runs()).filter((r) => r.jobId === job.jobId).map((r) => [r.status, r.reason]);
+
+    expect(await holdTheSlot()).toBe(true);
+    offsetMs += 1000;
+    await deliverOnce();
+    expect(await status()).toEqual([["QUEUED", "waiting: tenant at its concurrentRuns quota (1)"]]);
+    // It waits on, delivered again and again (every 16 s at most: one of those deliveries here).
+    offsetMs += 0.8 * RETENTION_DAYS * DAY_MS;
+    expect(await holdTheSlot()).toBe(true);
+    await deliverOnce();
+    expect((await status()).map(([s]) => s)).toEqual(["QUEUED"]);
+    offsetMs += 0.5 * RETENTION_DAYS * DAY_MS;
+    expect(await holdTheSlot()).toBe(true);
+    await deliverOnce();
+    await sweepExpired(f.engine, clock());
+
+    // The tenant's other runs end: the slot frees, and the run that waited runs.
+    offsetMs += 3_600_000 + 1000;
+    await deliverOnce();
+    expect((await status()).map(([s]) => s)).toEqual(["SUCCEEDED"]);
+    expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
+  }, 120_000);
+});
+
+/**
+ * The long-lived worker holds a capped tenant's messages at its gate, unstarted and QUEUED, until
+ * the tenant's runs ahead end, moving each run's reaper deadline on every half lease
+ * (held-messages.ts). Held longer than the retention, the run's TTL must follow too.
+ */
+describe("a run the worker loop holds at its tenant's gate longer than the retention", () => {
+  it("is still there to run when the gate lets it on", async () => {
+    const runAt = new Date(Math.ceil((clock().getTime() + 1000) / 1000) * 1000);
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: runAt.toISOString() } }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    // The loop's own monotonic clock, moved with the engine's.
+    let elapsedMs = 0;
+    // A visibility of 6 s looks after the held messages every second.
+    const held = new HeldMessages(f.engine, 6, () => elapsedMs);
+    try {
+      held.track(received);
+      const runOf = async () => (await f.runs()).find((r) => r.jobId === job.jobId);
+      // Most of a day at the gate: the next look after it keeps the run from the reaper.
+      const waitMs = 0.8 * RETENTION_DAYS * DAY_MS;
+      offsetMs += waitMs;
+      elapsedMs += waitMs;
+      const before = await f.engine.doc.send(
+        new GetCommand({ TableName: f.engine.tables.runs, Key: runKeyOf(received.message) }),
+      );
+      await waitFor("the held run's deadline moved on", async () => {
+        const after = await f.engine.doc.send(
+          new GetCommand({ TableName: f.engine.tables.runs, Key: runKeyOf(received.message) }),
+        );
+        return after.Item?.inflightSk !== before.Item?.inflightSk;
+      });
+      // Half a day more: the retention after the run was queued has passed, and TTL deletes.
+      offsetMs += 0.5 * RETENTION_DAYS * DAY_MS;
+      await sweepExpired(f.engine, clock());
+      expect((await runOf())?.status).toBe("QUEUED");
+    } finally {
+      held.untrack(received);
+      await held.stop();
+    }
+  }, 60_000);
 });
