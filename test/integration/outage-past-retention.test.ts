@@ -2,6 +2,7 @@ import { GetCommand } from "@aws-sdk/lib-dynamodb";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { MAX_RESEND_INTERVAL_MS, reap } from "../../shared/dispatch/reaper.js";
 import { HeldMessages } from "../../shared/execution/held-messages.js";
+import { recoverLostMessages } from "../../shared/execution/restart-recovery.js";
 import { createJob } from "../../shared/jobs/index.js";
 import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
 import { getJob, runKeyOf } from "../../shared/storage/run-reads.js";
@@ -153,5 +154,30 @@ describe("a run the worker loop holds at its tenant's gate longer than the reten
       held.untrack(received);
       await held.stop();
     }
+  }, 60_000);
+});
+
+/**
+ * The sandbox stopped for longer than the retention (its tables kept on disk, its queues in
+ * memory): at start it re-sends every run in flight, then sweeps what has expired.
+ */
+describe("a sandbox restarted after a stop longer than the retention", () => {
+  it("runs the one-off that was queued when it stopped", async () => {
+    const runAt = new Date(Math.ceil((clock().getTime() + 1000) / 1000) * 1000);
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: runAt.toISOString() } }),
+    );
+    await f.purge();
+    offsetMs += 1.5 * RETENTION_DAYS * DAY_MS;
+    // The start's order: the recovery's re-sends, then the expiry sweep.
+    await recoverLostMessages(f.engine);
+    await sweepExpired(f.engine, clock());
+
+    const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    await f.process(f.workerDeps("w"), delivery);
+    const runs = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    expect(runs.map((r) => r.status)).toEqual(["SUCCEEDED"]);
+    expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
   }, 60_000);
 });
