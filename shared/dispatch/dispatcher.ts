@@ -209,9 +209,12 @@ async function sweepPass(
       return { stats, watermark: horizon.minute, sweepFrom: null, scan: left, backlogBuckets: 0 };
     }
     // The buckets from the scan's bound on were read only as the recent windows of the passes
-    // that ran meanwhile: the backlog sweep reads them from there.
+    // that ran meanwhile: the backlog sweep reads them from there. A bound another pass set came
+    // from its clock, which may be ahead: writers on the right clock may have filed since in the
+    // minutes before it, past what the scan had read, so the sweep reads back from further still.
+    const boundMs = minuteMs(scan.before) - (lease.scan === null ? 0 : CLOCK_DISAGREEMENT_MS);
     const sweepFromMs = Math.min(
-      minuteMs(scan.before),
+      boundMs,
       recentFromMs,
       leftFrom === null ? Number.POSITIVE_INFINITY : minuteMs(leftFrom),
     );

@@ -583,3 +583,109 @@ describe("a shard's first pass ever", () => {
     }
   }, 120_000);
 });
+
+describe("a shard's first scan over passes on clocks that disagree", () => {
+  /**
+   * Limits the passes' Scan pages to one item each, as a large table's 1 MB pages would cut it,
+   * and ends the pass's time budget once a page has read an item of `cutAfter` (a bucket key),
+   * while `cut.on`.
+   */
+  function onePagePerItem(
+    fixture: { f: EngineFixture; time: { ms: number } },
+    cut: { on: boolean; cutAfter: string },
+  ) {
+    fixture.f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const input = args.input as { FilterExpression?: string };
+        // The pass's scan, not the test's reads of the tables.
+        if (context.commandName !== "ScanCommand" || !input.FilterExpression?.includes(":before"))
+          return next(args);
+        const out = await next({ ...args, input: { ...args.input, Limit: 1 } });
+        if (cut.on && JSON.stringify(out.output).includes(cut.cutAfter))
+          fixture.time.ms += fixture.f.engine.settings.leaseMs / 2 + SECOND;
+        return out;
+      },
+      { step: "initialize", name: "onePagePerItem" },
+    );
+  }
+
+  it("a scan begun on a clock 10 minutes ahead and ended on the right one reads again the minutes writers filed into meanwhile", async () => {
+    const skew = await fixedClockFixture(startOfTest());
+    try {
+      const realStart = skew.time.ms;
+      const thisMinute = new Date(realStart).toISOString().slice(0, 16);
+      const bucket = `DUE#${thisMinute}#0`;
+      // A backlog an hour back, and an entry due in this minute, filed on time.
+      await seedJobs(
+        skew.f,
+        Array.from({ length: 5 }, (_, i) => {
+          const due = new Date(realStart - (60 - i) * MINUTE);
+          return { jobId: `backlog-${i}`, schedule: { runAt: due.toISOString() }, dueAt: due };
+        }),
+        new Date(realStart - 60 * MINUTE),
+      );
+      const onTime = new Date(realStart - 20 * SECOND);
+      await seedJobs(
+        skew.f,
+        [{ jobId: "on-time", schedule: { runAt: onTime.toISOString() }, dueAt: onTime }],
+        new Date(realStart - 60 * MINUTE),
+      );
+      const cut = { on: true, cutAfter: bucket };
+      onePagePerItem(skew, cut);
+
+      // The shard's first pass runs on a clock 10 minutes ahead: its scan reads the buckets before
+      // 8 minutes from now, and its time runs out once it has read this minute's entry.
+      skew.time.ms = realStart + 10 * MINUTE;
+      expect(swept(await dispatchShard(skew.f.engine, 0, "ahead")).sweepFrom).toBeNull();
+      cut.on = false;
+      const lease = await skew.f.engine.doc.send(
+        new GetCommand({
+          TableName: skew.f.engine.tables.jobs,
+          Key: shardLeaseKey(0),
+          ConsistentRead: true,
+        }),
+      );
+      const scanFrom = lease.Item?.scanFrom as Record<string, unknown> | undefined;
+      expect(scanFrom?.pk).toBe(bucket);
+
+      // A writer on the right clock files an overdue entry into this minute's bucket, in the part
+      // of the table the scan has read.
+      const writtenAt = new Date(realStart + 20 * SECOND);
+      const lateDue = new Date(realStart - 30 * MINUTE);
+      await seedJobs(
+        skew.f,
+        [
+          {
+            jobId: "late",
+            schedule: { every: "PT1H", startAt: lateDue.toISOString() },
+            dueAt: lateDue,
+            filedAt: writtenAt,
+          },
+        ],
+        writtenAt,
+      );
+      const rest: string[] = [];
+      let key: Record<string, unknown> | undefined = scanFrom;
+      do {
+        const page = await scanDueEntriesBefore(skew.f.engine, 0, "9999-12-31T23:59", key);
+        rest.push(...page.entries.map((d) => d.jobId));
+        key = page.nextKey;
+      } while (key);
+      expect(rest).not.toContain("late");
+
+      // The next two ticks' passes do not run; the one after, on the right clock, ends the scan,
+      // and passes go on a minute apart.
+      for (let minute = 3; minute <= 8; minute++) {
+        skew.time.ms = realStart + minute * MINUTE;
+        swept(await dispatchShard(skew.f.engine, 0, `right-${minute}`));
+      }
+      const left = (await skew.f.dueEntries())
+        .filter((d) => d.key.pk <= bucket)
+        .map((d) => d.jobId);
+      expect(left).toEqual([]);
+      expect((await skew.f.runs()).filter((r) => r.jobId === "late")).not.toEqual([]);
+    } finally {
+      await skew.f.destroy();
+    }
+  }, 60_000);
+});
