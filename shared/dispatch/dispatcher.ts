@@ -5,7 +5,11 @@ import { FenceLostError } from "../errors.js";
 import { bucketsBetween, minuteOf } from "../keys.js";
 import type { DueEntry } from "../model.js";
 import { METRICS } from "../observability.js";
-import { dueBucketPages, scanDueEntriesBefore } from "../storage/due-entries.js";
+import {
+  type DueEntryScanPage,
+  dueBucketPages,
+  scanDueEntriesBefore,
+} from "../storage/due-entries.js";
 import {
   acquireShardLease,
   endPass,
@@ -295,8 +299,9 @@ async function sweepBuckets(
  * shard in a bucket before the scan's bound, however old, found by one strongly
  * consistent scan of the jobs table (bucket by bucket there is no telling
  * where to start). It runs once in a shard's life, over as many passes as it
- * takes: each reads pages until its time budget runs out and returns the key
- * the next one goes on from (`nextKey`, undefined once the scan has ended).
+ * takes: each reads pages until its time budget runs out or a Scan request
+ * fails, and returns the key the next one goes on from (`nextKey`, undefined
+ * once the scan has ended).
  * Entries written meanwhile are filed at the current minute or later, which
  * the recent sweeps read.
  */
@@ -312,15 +317,25 @@ async function sweepUnpositionedBacklog(
     nextKey: scan.from,
   };
   let pagesRead = 0;
+  let failed: unknown;
   async function* pages(): AsyncGenerator<DueEntry[]> {
     do {
       if (engine.clock().getTime() >= deadlineMs) return;
-      const page = await scanDueEntriesBefore(
-        engine,
-        shard,
-        scan.before,
-        position.nextKey ?? undefined,
-      );
+      let page: DueEntryScanPage;
+      try {
+        page = await scanDueEntriesBefore(
+          engine,
+          shard,
+          scan.before,
+          position.nextKey ?? undefined,
+        );
+      } catch (error) {
+        // Ends this pass's share of the scan as its time running out does, so the pages read are
+        // recorded: a failure as far into every pass (a provisioned table's burst used up) would
+        // otherwise hold the scan there for good.
+        failed = error;
+        return;
+      }
       pagesRead++;
       yield page.entries;
       position.nextKey = page.nextKey;
@@ -333,6 +348,12 @@ async function sweepUnpositionedBacklog(
     resumed: scan.from !== null,
     complete: position.nextKey === undefined,
   });
+  if (failed !== undefined) {
+    engine.obs.log.error("could not read the scan's next page; the next pass goes on from it", {
+      shard,
+      error: String(failed),
+    });
+  }
   return { nextKey: position.nextKey, leftFrom };
 }
 

@@ -1,4 +1,7 @@
-import { InternalServerError } from "@aws-sdk/client-dynamodb";
+import {
+  InternalServerError,
+  ProvisionedThroughputExceededException,
+} from "@aws-sdk/client-dynamodb";
 import { BatchWriteCommand, GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
@@ -686,6 +689,57 @@ describe("a shard's first scan over passes on clocks that disagree", () => {
       expect((await skew.f.runs()).filter((r) => r.jobId === "late")).not.toEqual([]);
     } finally {
       await skew.f.destroy();
+    }
+  }, 60_000);
+
+  it("a scan whose Scan is throttled as far into every pass goes on from the page that failed, and the backlog is claimed", async () => {
+    const throttled = await fixedClockFixture(startOfTest());
+    try {
+      const realStart = throttled.time.ms;
+      const jobIds = Array.from(
+        { length: 12 },
+        (_, i) => `throttled-${String(i).padStart(2, "0")}`,
+      );
+      await seedJobs(
+        throttled.f,
+        jobIds.map((jobId, i) => {
+          const due = new Date(realStart - (60 - i) * MINUTE);
+          return { jobId, schedule: { runAt: due.toISOString() }, dueAt: due };
+        }),
+        new Date(realStart - 60 * MINUTE),
+      );
+      // Pages of 4 items, and every pass's third page throttled past the SDK's retries: a
+      // provisioned table's burst runs out as far into each pass.
+      const perPass = { scans: 0 };
+      throttled.f.engine.doc.middlewareStack.add(
+        (next, context) => async (args) => {
+          const input = args.input as { FilterExpression?: string };
+          if (context.commandName !== "ScanCommand" || !input.FilterExpression?.includes(":before"))
+            return next(args);
+          if (++perPass.scans === 3)
+            throw new ProvisionedThroughputExceededException({
+              message: "injected",
+              $metadata: { httpStatusCode: 400 },
+            });
+          return next({ ...args, input: { ...args.input, Limit: 4 } });
+        },
+        { step: "initialize", name: "throttledScan" },
+      );
+      const unclaimed = async () =>
+        (await throttled.f.dueEntries())
+          .map((d) => d.jobId)
+          .filter((id) => id.startsWith("throttled-"));
+      const unclaimedAfter: string[][] = [];
+      for (let pass = 0; pass < 12; pass++) {
+        perPass.scans = 0;
+        await dispatchShard(throttled.f.engine, 0, `throttled-${pass}`).catch(() => null);
+        unclaimedAfter.push(await unclaimed());
+        throttled.time.ms += MINUTE;
+      }
+      expect(unclaimedAfter[0]?.length).toBeGreaterThan(0);
+      expect(unclaimedAfter.at(-1)).toEqual([]);
+    } finally {
+      await throttled.f.destroy();
     }
   }, 60_000);
 });
