@@ -43,6 +43,33 @@ function swept(pass: PassResult) {
   return pass;
 }
 
+/**
+ * Cuts the passes' Scan pages to `limit` items, as a large table's 1 MB pages would, and calls
+ * `before` ahead of each page's request (it may throw, as DynamoDB may) and `after` with what the
+ * page read. The test's own reads of the tables go through untouched.
+ */
+function pagedScans(
+  f: EngineFixture,
+  limit: number,
+  hooks: {
+    before?: () => Promise<void> | void;
+    after?: (output: unknown) => void;
+  } = {},
+) {
+  f.engine.doc.middlewareStack.add(
+    (next, context) => async (args) => {
+      const input = args.input as { FilterExpression?: string };
+      if (context.commandName !== "ScanCommand" || !input.FilterExpression?.includes(":before"))
+        return next(args);
+      await hooks.before?.();
+      const out = await next({ ...args, input: { ...args.input, Limit: limit } });
+      hooks.after?.(out.output);
+      return out;
+    },
+    { step: "initialize", name: "pagedScans" },
+  );
+}
+
 describe("a due entry that cannot be claimed", () => {
   let f: EngineFixture;
   let time: { ms: number };
@@ -587,29 +614,38 @@ describe("a shard's first pass ever", () => {
   }, 120_000);
 });
 
-describe("a shard's first scan over passes on clocks that disagree", () => {
-  /**
-   * Limits the passes' Scan pages to one item each, as a large table's 1 MB pages would cut it,
-   * and ends the pass's time budget once a page has read an item of `cutAfter` (a bucket key),
-   * while `cut.on`.
-   */
-  function onePagePerItem(
-    fixture: { f: EngineFixture; time: { ms: number } },
-    cut: { on: boolean; cutAfter: string },
-  ) {
-    fixture.f.engine.doc.middlewareStack.add(
-      (next, context) => async (args) => {
-        const input = args.input as { FilterExpression?: string };
-        // The pass's scan, not the test's reads of the tables.
-        if (context.commandName !== "ScanCommand" || !input.FilterExpression?.includes(":before"))
-          return next(args);
-        const out = await next({ ...args, input: { ...args.input, Limit: 1 } });
-        if (cut.on && JSON.stringify(out.output).includes(cut.cutAfter))
-          fixture.time.ms += fixture.f.engine.settings.leaseMs / 2 + SECOND;
-        return out;
-      },
-      { step: "initialize", name: "onePagePerItem" },
+describe("a shard's first scan over many passes", () => {
+  /** Jobs whose entries wait in the buckets of an hour before `nowMs`, one a minute. */
+  async function seedBacklog(f: EngineFixture, prefix: string, count: number, nowMs: number) {
+    const jobIds = Array.from(
+      { length: count },
+      (_, i) => `${prefix}-${String(i).padStart(2, "0")}`,
     );
+    await seedJobs(
+      f,
+      jobIds.map((jobId, i) => {
+        const due = new Date(nowMs - (60 - i) * MINUTE);
+        return { jobId, schedule: { runAt: due.toISOString() }, dueAt: due };
+      }),
+      new Date(nowMs - 60 * MINUTE),
+    );
+    return jobIds;
+  }
+
+  /** Shard 0's lease item as it stands. */
+  async function shardLease(f: EngineFixture) {
+    return f.engine.doc.send(
+      new GetCommand({
+        TableName: f.engine.tables.jobs,
+        Key: shardLeaseKey(0),
+        ConsistentRead: true,
+      }),
+    );
+  }
+
+  /** The jobs of `jobIds` whose due entry is still in the table. */
+  async function unclaimedOf(f: EngineFixture, jobIds: readonly string[]) {
+    return (await f.dueEntries()).map((d) => d.jobId).filter((id) => jobIds.includes(id));
   }
 
   it("a scan begun on a clock 10 minutes ahead and ended on the right one reads again the minutes writers filed into meanwhile", async () => {
@@ -619,35 +655,28 @@ describe("a shard's first scan over passes on clocks that disagree", () => {
       const thisMinute = new Date(realStart).toISOString().slice(0, 16);
       const bucket = `DUE#${thisMinute}#0`;
       // A backlog an hour back, and an entry due in this minute, filed on time.
-      await seedJobs(
-        skew.f,
-        Array.from({ length: 5 }, (_, i) => {
-          const due = new Date(realStart - (60 - i) * MINUTE);
-          return { jobId: `backlog-${i}`, schedule: { runAt: due.toISOString() }, dueAt: due };
-        }),
-        new Date(realStart - 60 * MINUTE),
-      );
+      await seedBacklog(skew.f, "backlog", 5, realStart);
       const onTime = new Date(realStart - 20 * SECOND);
       await seedJobs(
         skew.f,
         [{ jobId: "on-time", schedule: { runAt: onTime.toISOString() }, dueAt: onTime }],
         new Date(realStart - 60 * MINUTE),
       );
-      const cut = { on: true, cutAfter: bucket };
-      onePagePerItem(skew, cut);
+      // Once a page has read this minute's entry, the first pass's time runs out.
+      const cut = { on: true };
+      pagedScans(skew.f, 1, {
+        after: (output) => {
+          if (cut.on && JSON.stringify(output).includes(bucket))
+            skew.time.ms += skew.f.engine.settings.leaseMs / 2 + SECOND;
+        },
+      });
 
       // The shard's first pass runs on a clock 10 minutes ahead: its scan reads the buckets before
       // 8 minutes from now, and its time runs out once it has read this minute's entry.
       skew.time.ms = realStart + 10 * MINUTE;
       expect(swept(await dispatchShard(skew.f.engine, 0, "ahead")).sweepFrom).toBeNull();
       cut.on = false;
-      const lease = await skew.f.engine.doc.send(
-        new GetCommand({
-          TableName: skew.f.engine.tables.jobs,
-          Key: shardLeaseKey(0),
-          ConsistentRead: true,
-        }),
-      );
+      const lease = await shardLease(skew.f);
       const scanFrom = lease.Item?.scanFrom as Record<string, unknown> | undefined;
       expect(scanFrom?.pk).toBe(bucket);
 
@@ -696,44 +725,24 @@ describe("a shard's first scan over passes on clocks that disagree", () => {
     const throttled = await fixedClockFixture(startOfTest());
     try {
       const realStart = throttled.time.ms;
-      const jobIds = Array.from(
-        { length: 12 },
-        (_, i) => `throttled-${String(i).padStart(2, "0")}`,
-      );
-      await seedJobs(
-        throttled.f,
-        jobIds.map((jobId, i) => {
-          const due = new Date(realStart - (60 - i) * MINUTE);
-          return { jobId, schedule: { runAt: due.toISOString() }, dueAt: due };
-        }),
-        new Date(realStart - 60 * MINUTE),
-      );
+      const jobIds = await seedBacklog(throttled.f, "throttled", 12, realStart);
       // Pages of 4 items, and every pass's third page throttled past the SDK's retries: a
       // provisioned table's burst runs out as far into each pass.
       const perPass = { scans: 0 };
-      throttled.f.engine.doc.middlewareStack.add(
-        (next, context) => async (args) => {
-          const input = args.input as { FilterExpression?: string };
-          if (context.commandName !== "ScanCommand" || !input.FilterExpression?.includes(":before"))
-            return next(args);
+      pagedScans(throttled.f, 4, {
+        before: () => {
           if (++perPass.scans === 3)
             throw new ProvisionedThroughputExceededException({
               message: "injected",
               $metadata: { httpStatusCode: 400 },
             });
-          return next({ ...args, input: { ...args.input, Limit: 4 } });
         },
-        { step: "initialize", name: "throttledScan" },
-      );
-      const unclaimed = async () =>
-        (await throttled.f.dueEntries())
-          .map((d) => d.jobId)
-          .filter((id) => id.startsWith("throttled-"));
+      });
       const unclaimedAfter: string[][] = [];
       for (let pass = 0; pass < 12; pass++) {
         perPass.scans = 0;
         await dispatchShard(throttled.f.engine, 0, `throttled-${pass}`).catch(() => null);
-        unclaimedAfter.push(await unclaimed());
+        unclaimedAfter.push(await unclaimedOf(throttled.f, jobIds));
         throttled.time.ms += MINUTE;
       }
       expect(unclaimedAfter[0]?.length).toBeGreaterThan(0);
@@ -742,4 +751,103 @@ describe("a shard's first scan over passes on clocks that disagree", () => {
       await throttled.f.destroy();
     }
   }, 60_000);
+
+  it("a pass whose lease lapses mid-scan: the new owner goes on from the last recorded page, the old one's end write records nothing, every entry is claimed once", async () => {
+    const two = await fixedClockFixture(startOfTest());
+    try {
+      const jobIds = await seedBacklog(two.f, "taken", 10, two.time.ms);
+      const step = {
+        name: "first" as "first" | "old" | "new",
+        scans: 0,
+        newPass: null as Promise<PassResult> | null,
+      };
+      pagedScans(two.f, 2, {
+        before: async () => {
+          step.scans++;
+          // The old owner's second page takes past its lease; the next tick's pass takes over
+          // and runs to its end before that page comes back.
+          if (step.name === "old" && step.scans === 2) {
+            two.time.ms += two.f.engine.settings.leaseMs + SECOND;
+            step.name = "new";
+            step.newPass = dispatchShard(two.f.engine, 0, "new-owner");
+            await step.newPass;
+            step.name = "old";
+          }
+        },
+        after: () => {
+          // The first pass reads one page.
+          if (step.name === "first") two.time.ms += two.f.engine.settings.leaseMs / 2 + SECOND;
+        },
+      });
+      expect(swept(await dispatchShard(two.f.engine, 0, "first")).sweepFrom).toBeNull();
+      const recorded = await shardLease(two.f);
+      expect(recorded.Item?.scanFrom).toBeDefined();
+
+      two.time.ms += MINUTE;
+      step.name = "old";
+      step.scans = 0;
+      const old = await dispatchShard(two.f.engine, 0, "old-owner");
+      expect(old.outcome).toBe("fence-lost");
+      if (!step.newPass) throw new Error("the new owner did not run");
+      const taken = swept(await step.newPass);
+      expect(taken.tookOver).toBe(true);
+      expect(taken.sweepFrom).not.toBeNull();
+
+      const lease = await shardLease(two.f);
+      expect(lease.Item?.sweepFrom).toBe(taken.sweepFrom);
+      expect(lease.Item).not.toHaveProperty("scanFrom");
+      expect(lease.Item).not.toHaveProperty("scanBefore");
+      expect(await unclaimedOf(two.f, jobIds)).toEqual([]);
+      const runs = (await two.f.runs()).filter((r) => jobIds.includes(r.jobId));
+      expect(runs.map((r) => r.jobId).sort()).toEqual(jobIds);
+    } finally {
+      await two.f.destroy();
+    }
+  }, 60_000);
+
+  it("a scan cut short, then three days without a pass: the pass that ends it leaves the backlog sweep every bucket since, two days a pass", async () => {
+    const outage = await fixedClockFixture(startOfTest());
+    try {
+      const realStart = outage.time.ms;
+      const jobIds = await seedBacklog(outage.f, "outage", 4, realStart);
+      const cut = { on: true };
+      pagedScans(outage.f, 2, {
+        after: () => {
+          if (cut.on) outage.time.ms += outage.f.engine.settings.leaseMs / 2 + SECOND;
+        },
+      });
+      expect(swept(await dispatchShard(outage.f.engine, 0, "cut")).sweepFrom).toBeNull();
+      cut.on = false;
+      // A writer files an overdue entry a day into the outage, in that minute's bucket.
+      const writtenAt = new Date(realStart + DAY);
+      const due = new Date(writtenAt.getTime() - 30 * MINUTE);
+      await seedJobs(
+        outage.f,
+        [
+          {
+            jobId: "outage-late",
+            schedule: { runAt: due.toISOString() },
+            dueAt: due,
+            filedAt: writtenAt,
+          },
+        ],
+        writtenAt,
+      );
+      outage.time.ms = realStart + 3 * DAY;
+      const ending = swept(await dispatchShard(outage.f.engine, 0, "ends-scan"));
+      expect(ending.sweepFrom).not.toBeNull();
+      expect(Date.parse(`${ending.sweepFrom}:00.000Z`)).toBeLessThan(realStart);
+      const backlog: number[] = [];
+      for (let pass = 0; pass < 3; pass++) {
+        outage.time.ms += MINUTE;
+        backlog.push(
+          swept(await dispatchShard(outage.f.engine, 0, `after-${pass}`)).backlogBuckets,
+        );
+      }
+      expect(backlog[0]).toBe(MAX_BACKLOG_BUCKETS_PER_PASS);
+      expect(await unclaimedOf(outage.f, [...jobIds, "outage-late"])).toEqual([]);
+    } finally {
+      await outage.f.destroy();
+    }
+  }, 120_000);
 });
