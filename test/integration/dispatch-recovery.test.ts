@@ -850,4 +850,38 @@ describe("a shard's first scan over many passes", () => {
       await outage.f.destroy();
     }
   }, 120_000);
+
+  it("a scan goes on from a key whose item is gone: the entry the cut pass read last, which it claimed", async () => {
+    const gone = await fixedClockFixture(startOfTest());
+    try {
+      const jobIds = await seedBacklog(gone.f, "gone", 10, gone.time.ms);
+      // The first pass's time runs out on the first page that holds an entry.
+      const cut = { on: true };
+      pagedScans(gone.f, 1, {
+        after: (output) => {
+          const read = (output as { Items?: unknown[] }).Items ?? [];
+          if (cut.on && read.length > 0)
+            gone.time.ms += gone.f.engine.settings.leaseMs / 2 + SECOND;
+        },
+      });
+      expect(swept(await dispatchShard(gone.f.engine, 0, "cut")).sweepFrom).toBeNull();
+      cut.on = false;
+      const scanFrom = (await shardLease(gone.f)).Item?.scanFrom as Record<string, unknown>;
+      const item = await gone.f.engine.doc.send(
+        new GetCommand({
+          TableName: gone.f.engine.tables.jobs,
+          Key: scanFrom,
+          ConsistentRead: true,
+        }),
+      );
+      expect(item.Item).toBeUndefined();
+      expect(await unclaimedOf(gone.f, jobIds)).toHaveLength(jobIds.length - 1);
+
+      gone.time.ms += MINUTE;
+      expect(swept(await dispatchShard(gone.f.engine, 0, "resumes")).sweepFrom).not.toBeNull();
+      expect(await unclaimedOf(gone.f, jobIds)).toEqual([]);
+    } finally {
+      await gone.f.destroy();
+    }
+  }, 60_000);
 });
