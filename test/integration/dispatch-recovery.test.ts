@@ -3,7 +3,7 @@ import {
   ProvisionedThroughputExceededException,
 } from "@aws-sdk/client-dynamodb";
 import { BatchWriteCommand, GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import {
   dispatchShard,
@@ -615,6 +615,12 @@ describe("a shard's first pass ever", () => {
 });
 
 describe("a shard's first scan over many passes", () => {
+  let fx: Awaited<ReturnType<typeof fixedClockFixture>>;
+  beforeEach(async () => {
+    fx = await fixedClockFixture(startOfTest());
+  });
+  afterEach(() => fx.f.destroy());
+
   /** Jobs whose entries wait in the buckets of an hour before `nowMs`, one a minute. */
   async function seedBacklog(f: EngineFixture, prefix: string, count: number, nowMs: number) {
     const jobIds = Array.from(
@@ -649,239 +655,262 @@ describe("a shard's first scan over many passes", () => {
   }
 
   it("a scan begun on a clock 10 minutes ahead and ended on the right one reads again the minutes writers filed into meanwhile", async () => {
-    const skew = await fixedClockFixture(startOfTest());
-    try {
-      const realStart = skew.time.ms;
-      const thisMinute = new Date(realStart).toISOString().slice(0, 16);
-      const bucket = `DUE#${thisMinute}#0`;
-      // A backlog an hour back, and an entry due in this minute, filed on time.
-      await seedBacklog(skew.f, "backlog", 5, realStart);
-      const onTime = new Date(realStart - 20 * SECOND);
-      await seedJobs(
-        skew.f,
-        [{ jobId: "on-time", schedule: { runAt: onTime.toISOString() }, dueAt: onTime }],
-        new Date(realStart - 60 * MINUTE),
-      );
-      // Once a page has read this minute's entry, the first pass's time runs out.
-      const cut = { on: true };
-      pagedScans(skew.f, 1, {
-        after: (output) => {
-          if (cut.on && JSON.stringify(output).includes(bucket))
-            skew.time.ms += skew.f.engine.settings.leaseMs / 2 + SECOND;
+    const realStart = fx.time.ms;
+    const thisMinute = new Date(realStart).toISOString().slice(0, 16);
+    const bucket = `DUE#${thisMinute}#0`;
+    // A backlog an hour back, and an entry due in this minute, filed on time.
+    await seedBacklog(fx.f, "backlog", 5, realStart);
+    const onTime = new Date(realStart - 20 * SECOND);
+    await seedJobs(
+      fx.f,
+      [{ jobId: "on-time", schedule: { runAt: onTime.toISOString() }, dueAt: onTime }],
+      new Date(realStart - 60 * MINUTE),
+    );
+    // Once a page has read this minute's entry, the first pass's time runs out.
+    const cut = { on: true };
+    pagedScans(fx.f, 1, {
+      after: (output) => {
+        if (cut.on && JSON.stringify(output).includes(bucket))
+          fx.time.ms += fx.f.engine.settings.leaseMs / 2 + SECOND;
+      },
+    });
+
+    // The shard's first pass runs on a clock 10 minutes ahead: its scan reads the buckets before
+    // 8 minutes from now, and its time runs out once it has read this minute's entry.
+    fx.time.ms = realStart + 10 * MINUTE;
+    expect(swept(await dispatchShard(fx.f.engine, 0, "ahead")).sweepFrom).toBeNull();
+    cut.on = false;
+    const lease = await shardLease(fx.f);
+    const scanFrom = lease.Item?.scanFrom as Record<string, unknown> | undefined;
+    expect(scanFrom?.pk).toBe(bucket);
+
+    // A writer on the right clock files an overdue entry into this minute's bucket, in the part
+    // of the table the scan has read.
+    const writtenAt = new Date(realStart + 20 * SECOND);
+    const lateDue = new Date(realStart - 30 * MINUTE);
+    await seedJobs(
+      fx.f,
+      [
+        {
+          jobId: "late",
+          schedule: { every: "PT1H", startAt: lateDue.toISOString() },
+          dueAt: lateDue,
+          filedAt: writtenAt,
         },
-      });
+      ],
+      writtenAt,
+    );
+    const rest: string[] = [];
+    let key: Record<string, unknown> | undefined = scanFrom;
+    do {
+      const page = await scanDueEntriesBefore(fx.f.engine, 0, "9999-12-31T23:59", key);
+      rest.push(...page.entries.map((d) => d.jobId));
+      key = page.nextKey;
+    } while (key);
+    expect(rest).not.toContain("late");
 
-      // The shard's first pass runs on a clock 10 minutes ahead: its scan reads the buckets before
-      // 8 minutes from now, and its time runs out once it has read this minute's entry.
-      skew.time.ms = realStart + 10 * MINUTE;
-      expect(swept(await dispatchShard(skew.f.engine, 0, "ahead")).sweepFrom).toBeNull();
-      cut.on = false;
-      const lease = await shardLease(skew.f);
-      const scanFrom = lease.Item?.scanFrom as Record<string, unknown> | undefined;
-      expect(scanFrom?.pk).toBe(bucket);
-
-      // A writer on the right clock files an overdue entry into this minute's bucket, in the part
-      // of the table the scan has read.
-      const writtenAt = new Date(realStart + 20 * SECOND);
-      const lateDue = new Date(realStart - 30 * MINUTE);
-      await seedJobs(
-        skew.f,
-        [
-          {
-            jobId: "late",
-            schedule: { every: "PT1H", startAt: lateDue.toISOString() },
-            dueAt: lateDue,
-            filedAt: writtenAt,
-          },
-        ],
-        writtenAt,
-      );
-      const rest: string[] = [];
-      let key: Record<string, unknown> | undefined = scanFrom;
-      do {
-        const page = await scanDueEntriesBefore(skew.f.engine, 0, "9999-12-31T23:59", key);
-        rest.push(...page.entries.map((d) => d.jobId));
-        key = page.nextKey;
-      } while (key);
-      expect(rest).not.toContain("late");
-
-      // The next two ticks' passes do not run; the one after, on the right clock, ends the scan,
-      // and passes go on a minute apart.
-      for (let minute = 3; minute <= 8; minute++) {
-        skew.time.ms = realStart + minute * MINUTE;
-        swept(await dispatchShard(skew.f.engine, 0, `right-${minute}`));
-      }
-      const left = (await skew.f.dueEntries())
-        .filter((d) => d.key.pk <= bucket)
-        .map((d) => d.jobId);
-      expect(left).toEqual([]);
-      expect((await skew.f.runs()).filter((r) => r.jobId === "late")).not.toEqual([]);
-    } finally {
-      await skew.f.destroy();
+    // The next two ticks' passes do not run; the one after, on the right clock, ends the scan,
+    // and passes go on a minute apart.
+    for (let minute = 3; minute <= 8; minute++) {
+      fx.time.ms = realStart + minute * MINUTE;
+      swept(await dispatchShard(fx.f.engine, 0, `right-${minute}`));
     }
+    const left = (await fx.f.dueEntries()).filter((d) => d.key.pk <= bucket).map((d) => d.jobId);
+    expect(left).toEqual([]);
+    expect((await fx.f.runs()).filter((r) => r.jobId === "late")).not.toEqual([]);
   }, 60_000);
 
   it("a scan whose Scan is throttled as far into every pass goes on from the page that failed, and the backlog is claimed", async () => {
-    const throttled = await fixedClockFixture(startOfTest());
-    try {
-      const realStart = throttled.time.ms;
-      const jobIds = await seedBacklog(throttled.f, "throttled", 12, realStart);
-      // Pages of 4 items, and every pass's third page throttled past the SDK's retries: a
-      // provisioned table's burst runs out as far into each pass.
-      const perPass = { scans: 0 };
-      pagedScans(throttled.f, 4, {
-        before: () => {
-          if (++perPass.scans === 3)
-            throw new ProvisionedThroughputExceededException({
-              message: "injected",
-              $metadata: { httpStatusCode: 400 },
-            });
-        },
-      });
-      const unclaimedAfter: string[][] = [];
-      for (let pass = 0; pass < 12; pass++) {
-        perPass.scans = 0;
-        await dispatchShard(throttled.f.engine, 0, `throttled-${pass}`).catch(() => null);
-        unclaimedAfter.push(await unclaimedOf(throttled.f, jobIds));
-        throttled.time.ms += MINUTE;
-      }
-      expect(unclaimedAfter[0]?.length).toBeGreaterThan(0);
-      expect(unclaimedAfter.at(-1)).toEqual([]);
-    } finally {
-      await throttled.f.destroy();
+    const realStart = fx.time.ms;
+    const jobIds = await seedBacklog(fx.f, "throttled", 12, realStart);
+    // Pages of 4 items, and every pass's third page throttled past the SDK's retries: a
+    // provisioned table's burst runs out as far into each pass.
+    const perPass = { scans: 0 };
+    pagedScans(fx.f, 4, {
+      before: () => {
+        if (++perPass.scans === 3)
+          throw new ProvisionedThroughputExceededException({
+            message: "injected",
+            $metadata: { httpStatusCode: 400 },
+          });
+      },
+    });
+    const unclaimedAfter: string[][] = [];
+    for (let pass = 0; pass < 12; pass++) {
+      perPass.scans = 0;
+      await dispatchShard(fx.f.engine, 0, `throttled-${pass}`).catch(() => null);
+      unclaimedAfter.push(await unclaimedOf(fx.f, jobIds));
+      fx.time.ms += MINUTE;
     }
+    expect(unclaimedAfter[0]?.length).toBeGreaterThan(0);
+    expect(unclaimedAfter.at(-1)).toEqual([]);
   }, 60_000);
 
   it("a pass whose lease lapses mid-scan: the new owner goes on from the last recorded page, the old one's end write records nothing, every entry is claimed once", async () => {
-    const two = await fixedClockFixture(startOfTest());
-    try {
-      const jobIds = await seedBacklog(two.f, "taken", 10, two.time.ms);
-      const step = {
-        name: "first" as "first" | "old" | "new",
-        scans: 0,
-        newPass: null as Promise<PassResult> | null,
-      };
-      pagedScans(two.f, 2, {
-        before: async () => {
-          step.scans++;
-          // The old owner's second page takes past its lease; the next tick's pass takes over
-          // and runs to its end before that page comes back.
-          if (step.name === "old" && step.scans === 2) {
-            two.time.ms += two.f.engine.settings.leaseMs + SECOND;
-            step.name = "new";
-            step.newPass = dispatchShard(two.f.engine, 0, "new-owner");
-            await step.newPass;
-            step.name = "old";
-          }
-        },
-        after: () => {
-          // The first pass reads one page.
-          if (step.name === "first") two.time.ms += two.f.engine.settings.leaseMs / 2 + SECOND;
-        },
-      });
-      expect(swept(await dispatchShard(two.f.engine, 0, "first")).sweepFrom).toBeNull();
-      const recorded = await shardLease(two.f);
-      expect(recorded.Item?.scanFrom).toBeDefined();
+    const jobIds = await seedBacklog(fx.f, "taken", 10, fx.time.ms);
+    const step = {
+      name: "first" as "first" | "old" | "new",
+      scans: 0,
+      newPass: null as Promise<PassResult> | null,
+    };
+    pagedScans(fx.f, 2, {
+      before: async () => {
+        step.scans++;
+        // The old owner's second page takes past its lease; the next tick's pass takes over
+        // and runs to its end before that page comes back.
+        if (step.name === "old" && step.scans === 2) {
+          fx.time.ms += fx.f.engine.settings.leaseMs + SECOND;
+          step.name = "new";
+          step.newPass = dispatchShard(fx.f.engine, 0, "new-owner");
+          await step.newPass;
+          step.name = "old";
+        }
+      },
+      after: () => {
+        // The first pass reads one page.
+        if (step.name === "first") fx.time.ms += fx.f.engine.settings.leaseMs / 2 + SECOND;
+      },
+    });
+    expect(swept(await dispatchShard(fx.f.engine, 0, "first")).sweepFrom).toBeNull();
+    const recorded = await shardLease(fx.f);
+    expect(recorded.Item?.scanFrom).toBeDefined();
 
-      two.time.ms += MINUTE;
-      step.name = "old";
-      step.scans = 0;
-      const old = await dispatchShard(two.f.engine, 0, "old-owner");
-      expect(old.outcome).toBe("fence-lost");
-      if (!step.newPass) throw new Error("the new owner did not run");
-      const taken = swept(await step.newPass);
-      expect(taken.tookOver).toBe(true);
-      expect(taken.sweepFrom).not.toBeNull();
+    fx.time.ms += MINUTE;
+    step.name = "old";
+    step.scans = 0;
+    const old = await dispatchShard(fx.f.engine, 0, "old-owner");
+    expect(old.outcome).toBe("fence-lost");
+    if (!step.newPass) throw new Error("the new owner did not run");
+    const taken = swept(await step.newPass);
+    expect(taken.tookOver).toBe(true);
+    expect(taken.sweepFrom).not.toBeNull();
 
-      const lease = await shardLease(two.f);
-      expect(lease.Item?.sweepFrom).toBe(taken.sweepFrom);
-      expect(lease.Item).not.toHaveProperty("scanFrom");
-      expect(lease.Item).not.toHaveProperty("scanBefore");
-      expect(await unclaimedOf(two.f, jobIds)).toEqual([]);
-      const runs = (await two.f.runs()).filter((r) => jobIds.includes(r.jobId));
-      expect(runs.map((r) => r.jobId).sort()).toEqual(jobIds);
-    } finally {
-      await two.f.destroy();
-    }
+    const lease = await shardLease(fx.f);
+    expect(lease.Item?.sweepFrom).toBe(taken.sweepFrom);
+    expect(lease.Item).not.toHaveProperty("scanFrom");
+    expect(lease.Item).not.toHaveProperty("scanBefore");
+    expect(await unclaimedOf(fx.f, jobIds)).toEqual([]);
+    const runs = (await fx.f.runs()).filter((r) => jobIds.includes(r.jobId));
+    expect(runs.map((r) => r.jobId).sort()).toEqual(jobIds);
   }, 60_000);
 
   it("a scan cut short, then three days without a pass: the pass that ends it leaves the backlog sweep every bucket since, two days a pass", async () => {
-    const outage = await fixedClockFixture(startOfTest());
-    try {
-      const realStart = outage.time.ms;
-      const jobIds = await seedBacklog(outage.f, "outage", 4, realStart);
-      const cut = { on: true };
-      pagedScans(outage.f, 2, {
-        after: () => {
-          if (cut.on) outage.time.ms += outage.f.engine.settings.leaseMs / 2 + SECOND;
+    const realStart = fx.time.ms;
+    const jobIds = await seedBacklog(fx.f, "outage", 4, realStart);
+    const cut = { on: true };
+    pagedScans(fx.f, 2, {
+      after: () => {
+        if (cut.on) fx.time.ms += fx.f.engine.settings.leaseMs / 2 + SECOND;
+      },
+    });
+    expect(swept(await dispatchShard(fx.f.engine, 0, "cut")).sweepFrom).toBeNull();
+    cut.on = false;
+    // A writer files an overdue entry a day into the outage, in that minute's bucket.
+    const writtenAt = new Date(realStart + DAY);
+    const due = new Date(writtenAt.getTime() - 30 * MINUTE);
+    await seedJobs(
+      fx.f,
+      [
+        {
+          jobId: "outage-late",
+          schedule: { runAt: due.toISOString() },
+          dueAt: due,
+          filedAt: writtenAt,
         },
-      });
-      expect(swept(await dispatchShard(outage.f.engine, 0, "cut")).sweepFrom).toBeNull();
-      cut.on = false;
-      // A writer files an overdue entry a day into the outage, in that minute's bucket.
-      const writtenAt = new Date(realStart + DAY);
-      const due = new Date(writtenAt.getTime() - 30 * MINUTE);
-      await seedJobs(
-        outage.f,
-        [
-          {
-            jobId: "outage-late",
-            schedule: { runAt: due.toISOString() },
-            dueAt: due,
-            filedAt: writtenAt,
-          },
-        ],
-        writtenAt,
-      );
-      outage.time.ms = realStart + 3 * DAY;
-      const ending = swept(await dispatchShard(outage.f.engine, 0, "ends-scan"));
-      expect(ending.sweepFrom).not.toBeNull();
-      expect(Date.parse(`${ending.sweepFrom}:00.000Z`)).toBeLessThan(realStart);
-      const backlog: number[] = [];
-      for (let pass = 0; pass < 3; pass++) {
-        outage.time.ms += MINUTE;
-        backlog.push(
-          swept(await dispatchShard(outage.f.engine, 0, `after-${pass}`)).backlogBuckets,
-        );
-      }
-      expect(backlog[0]).toBe(MAX_BACKLOG_BUCKETS_PER_PASS);
-      expect(await unclaimedOf(outage.f, [...jobIds, "outage-late"])).toEqual([]);
-    } finally {
-      await outage.f.destroy();
+      ],
+      writtenAt,
+    );
+    fx.time.ms = realStart + 3 * DAY;
+    const ending = swept(await dispatchShard(fx.f.engine, 0, "ends-scan"));
+    expect(ending.sweepFrom).not.toBeNull();
+    expect(Date.parse(`${ending.sweepFrom}:00.000Z`)).toBeLessThan(realStart);
+    const backlog: number[] = [];
+    for (let pass = 0; pass < 3; pass++) {
+      fx.time.ms += MINUTE;
+      backlog.push(swept(await dispatchShard(fx.f.engine, 0, `after-${pass}`)).backlogBuckets);
     }
+    expect(backlog[0]).toBe(MAX_BACKLOG_BUCKETS_PER_PASS);
+    expect(await unclaimedOf(fx.f, [...jobIds, "outage-late"])).toEqual([]);
   }, 120_000);
 
   it("a scan goes on from a key whose item is gone: the entry the cut pass read last, which it claimed", async () => {
-    const gone = await fixedClockFixture(startOfTest());
-    try {
-      const jobIds = await seedBacklog(gone.f, "gone", 10, gone.time.ms);
-      // The first pass's time runs out on the first page that holds an entry.
-      const cut = { on: true };
-      pagedScans(gone.f, 1, {
-        after: (output) => {
-          const read = (output as { Items?: unknown[] }).Items ?? [];
-          if (cut.on && read.length > 0)
-            gone.time.ms += gone.f.engine.settings.leaseMs / 2 + SECOND;
-        },
-      });
-      expect(swept(await dispatchShard(gone.f.engine, 0, "cut")).sweepFrom).toBeNull();
-      cut.on = false;
-      const scanFrom = (await shardLease(gone.f)).Item?.scanFrom as Record<string, unknown>;
-      const item = await gone.f.engine.doc.send(
-        new GetCommand({
-          TableName: gone.f.engine.tables.jobs,
-          Key: scanFrom,
-          ConsistentRead: true,
-        }),
-      );
-      expect(item.Item).toBeUndefined();
-      expect(await unclaimedOf(gone.f, jobIds)).toHaveLength(jobIds.length - 1);
+    const jobIds = await seedBacklog(fx.f, "gone", 10, fx.time.ms);
+    // The first pass's time runs out on the first page that holds an entry.
+    const cut = { on: true };
+    pagedScans(fx.f, 1, {
+      after: (output) => {
+        const read = (output as { Items?: unknown[] }).Items ?? [];
+        if (cut.on && read.length > 0) fx.time.ms += fx.f.engine.settings.leaseMs / 2 + SECOND;
+      },
+    });
+    expect(swept(await dispatchShard(fx.f.engine, 0, "cut")).sweepFrom).toBeNull();
+    cut.on = false;
+    const scanFrom = (await shardLease(fx.f)).Item?.scanFrom as Record<string, unknown>;
+    const item = await fx.f.engine.doc.send(
+      new GetCommand({
+        TableName: fx.f.engine.tables.jobs,
+        Key: scanFrom,
+        ConsistentRead: true,
+      }),
+    );
+    expect(item.Item).toBeUndefined();
+    expect(await unclaimedOf(fx.f, jobIds)).toHaveLength(jobIds.length - 1);
 
-      gone.time.ms += MINUTE;
-      expect(swept(await dispatchShard(gone.f.engine, 0, "resumes")).sweepFrom).not.toBeNull();
-      expect(await unclaimedOf(gone.f, jobIds)).toEqual([]);
-    } finally {
-      await gone.f.destroy();
+    fx.time.ms += MINUTE;
+    expect(swept(await dispatchShard(fx.f.engine, 0, "resumes")).sweepFrom).not.toBeNull();
+    expect(await unclaimedOf(fx.f, jobIds)).toEqual([]);
+  }, 60_000);
+
+  it("claims that fail in scanning passes: one for now in the recent sweep is read again after missed ticks, one that would repeat in the scan is set aside", async () => {
+    const realStart = fx.time.ms;
+    const jobIds = await seedBacklog(fx.f, "failing", 8, realStart);
+    const poisoned = jobIds[3];
+    const due = new Date(realStart - 10 * SECOND);
+    await seedJobs(
+      fx.f,
+      [{ jobId: "recent-left", schedule: { runAt: due.toISOString() }, dueAt: due }],
+      new Date(realStart - 60 * MINUTE),
+    );
+    const transient = { on: true };
+    fx.f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === "TransactWriteItemsCommand") {
+          const input = JSON.stringify(args.input);
+          if (poisoned && input.includes(`JOB#${poisoned}`))
+            throw Object.assign(new Error("injected refusal"), {
+              name: "ValidationException",
+              $metadata: { httpStatusCode: 400 },
+            });
+          if (transient.on && input.includes("JOB#recent-left"))
+            throw new InternalServerError({
+              message: "injected",
+              $metadata: { httpStatusCode: 500 },
+            });
+        }
+        return next(args);
+      },
+      { step: "initialize", name: "failingClaims" },
+    );
+    const cut = { on: true };
+    pagedScans(fx.f, 2, {
+      after: () => {
+        if (cut.on) fx.time.ms += fx.f.engine.settings.leaseMs / 2 + SECOND;
+      },
+    });
+    expect(swept(await dispatchShard(fx.f.engine, 0, "first")).sweepFrom).toBeNull();
+    const thisMinute = new Date(realStart).toISOString().slice(0, 16);
+    expect((await shardLease(fx.f)).Item?.scanLeftFrom).toBe(thisMinute);
+    cut.on = false;
+    transient.on = false;
+
+    // Two ticks' passes do not run: the next recent windows start past the left entry's bucket.
+    for (let minute = 3; minute <= 5; minute++) {
+      fx.time.ms = realStart + minute * MINUTE;
+      swept(await dispatchShard(fx.f.engine, 0, `after-${minute}`));
     }
+    expect(await unclaimedOf(fx.f, [...jobIds, "recent-left"])).toEqual([]);
+    expect((await fx.f.runs()).filter((r) => r.jobId === "recent-left")).toHaveLength(1);
+    const aside = await listSetAsideEntries(fx.f.engine, 0);
+    expect(aside.map((a) => a.entry.jobId)).toEqual([poisoned]);
   }, 60_000);
 });
