@@ -21,7 +21,8 @@ export interface ShardLease {
   readonly sweepFrom: string | null;
   /**
    * The scan that finds the backlog of a shard no pass has completed on, when
-   * passes ran out of time before it ended; null when none is under way. It
+   * passes stopped before it ended (their time ran out, or a Scan request
+   * failed); null when none is under way. It
    * counts only while `sweepFrom` and `watermark` are null.
    */
   readonly scan: UnfinishedScan | null;
@@ -142,8 +143,8 @@ export async function endPass(
 }
 
 /**
- * Ends a pass that ran out of time during a shard's first scan: records where
- * the scan goes on, and releases the lease.
+ * Ends a pass that stopped during a shard's first scan (its time ran out, or a
+ * Scan request failed): records where the scan goes on, and releases the lease.
  */
 export async function endScanningPass(
   engine: Engine,
