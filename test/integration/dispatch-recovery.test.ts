@@ -436,7 +436,7 @@ describe("a shard's first pass ever", () => {
     expect(second.scans).toBe(0);
   });
 
-  it("a first pass whose time runs out before the scan records no position: the next pass scans and claims", async () => {
+  it("a first pass whose time runs out before the scan reads a page records no sweep position: the next pass scans and claims", async () => {
     const late = await fixedClockFixture(startOfTest());
     try {
       const due = new Date(late.time.ms - 60 * MINUTE);
