@@ -22,8 +22,8 @@ export interface ShardLease {
   /**
    * The scan that finds the backlog of a shard no pass has completed on, when
    * passes stopped before it ended (their time ran out, or a Scan request
-   * failed); null when none is under way. It
-   * counts only while `sweepFrom` and `watermark` are null.
+   * failed); null when none is under way. It counts only while `sweepFrom`
+   * and `watermark` are null.
    */
   readonly scan: UnfinishedScan | null;
   /** The lease was still held by another owner whose time ran out. */
