@@ -2494,6 +2494,15 @@ export interface operations {
                     "application/json": components["schemas"]["RunHeartbeat"];
                 };
             };
+            /** @description Invalid input: `field` names it, `issues` lists every problem */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description Missing or unknown credentials */
             401: {
                 headers: {

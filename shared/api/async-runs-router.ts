@@ -34,7 +34,8 @@ const heartbeatRoute = createRoute({
   request: { params: AsyncRunParams },
   responses: {
     200: json(HeartbeatSchema, "The lease's new end"),
-    ...errors(401, 409, 429),
+    // A runId longer than any run's is refused by its schema (naming runId) before the token is read.
+    ...errors(400, 401, 409, 429),
   },
 });
 

@@ -112,6 +112,19 @@ describe("OpenAPI document", () => {
     }
   });
 
+  it("an async target's run routes declare the 400 a runId longer than any run's is answered", async () => {
+    const tooLong = "x".repeat(201);
+    for (const action of ["heartbeat", "complete"] as const) {
+      const reply = await api.call("POST", `/runs/${tooLong}/${action}`, {
+        key: "rt2.1.token",
+        body: { status: "succeeded" },
+      });
+      expect(reply.status, `${action}: ${reply.text}`).toBe(400);
+      const operation = document.paths[`/runs/{runId}/${action}`]?.post;
+      expect(Object.keys(operation?.responses ?? {}), action).toContain("400");
+    }
+  });
+
   it("accepts a request built from each operation's parameters and example", async () => {
     const dereferenced = (await SwaggerParser.dereference(
       structuredClone(document),
