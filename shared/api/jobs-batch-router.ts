@@ -1,4 +1,4 @@
-import { createRoute } from "@hono/zod-openapi";
+import { createRoute, type z } from "@hono/zod-openapi";
 import {
   type BatchCreateItem,
   createJobs,
@@ -32,6 +32,31 @@ interface BatchResult {
   readonly status: number;
   readonly job?: JobDto;
   readonly error?: HttpAnswer["body"]["error"];
+}
+
+/**
+ * A body that is not `{jobs: [1 to 25 items]}`: an unknown field beside `jobs` is named as
+ * POST /jobs names one (first: a misspelt `jobs` is the likelier cause of the rest), any other
+ * fault names `jobs`.
+ */
+function envelopeFailure(issues: readonly z.core.$ZodIssue[]): ApiError {
+  const unknown = issues.flatMap((issue) =>
+    issue.code === "unrecognized_keys" && issue.path.length === 0
+      ? issue.keys.map((key) => ({ field: key, message: `unknown field "${key}"` }))
+      : [],
+  );
+  const shape = issues.find((issue) => unknown.length === 0 || issue.code !== "unrecognized_keys");
+  return invalid([
+    ...unknown,
+    ...(shape
+      ? [
+          {
+            field: "jobs",
+            message: `must be a list of 1 to ${MAX_BATCH_JOBS} jobs (${shape.message})`,
+          },
+        ]
+      : []),
+  ]);
 }
 
 /**
@@ -75,23 +100,15 @@ export function jobsBatchRouter({ engine, jobTypes }: RouterDeps) {
 
   router.post(PATH, body, async (c) => {
     if (c.req.header("Idempotency-Key") !== undefined) {
-      throw new ApiError(
-        400,
-        "validation_failed",
-        "Idempotency-Key: a batch takes each job's idempotencyKey in its body, not the header",
-        { field: "Idempotency-Key" },
-      );
-    }
-    const envelope = BatchEnvelope.safeParse(await c.req.json());
-    if (!envelope.success) {
-      const issue = envelope.error.issues[0];
       throw invalid([
         {
-          field: "jobs",
-          message: `must be a list of 1 to ${MAX_BATCH_JOBS} jobs${issue ? ` (${issue.message})` : ""}`,
+          field: "Idempotency-Key",
+          message: "a batch takes each job's idempotencyKey in its body, not the header",
         },
       ]);
     }
+    const envelope = BatchEnvelope.safeParse(await c.req.json());
+    if (!envelope.success) throw envelopeFailure(envelope.error.issues);
     const tenantId = tenantOf(c);
     const now = engine.clock();
     const results: (BatchResult | undefined)[] = [];

@@ -251,6 +251,32 @@ describe("POST /jobs:batch", () => {
     ).toHaveLength(25);
   });
 
+  it("names an unknown field beside jobs as POST /jobs does, and lists every issue, the header's too", async () => {
+    const before = await jobIds();
+    const extra = expectError(
+      await api.call("POST", "/jobs:batch", { body: { jobs: [laterJob()], dryRun: true } }),
+      400,
+      { code: "validation_failed", field: "dryRun" },
+    );
+    expect(extra.issues).toEqual([{ field: "dryRun", message: 'unknown field "dryRun"' }]);
+    const misspelt = expectError(
+      await api.call("POST", "/jobs:batch", { body: { job: [laterJob()] } }),
+      400,
+      { field: "job" },
+    );
+    expect(misspelt.issues?.map((issue) => issue.field)).toEqual(["job", "jobs"]);
+    const header = expectError(
+      await api.call("POST", "/jobs:batch", {
+        body: { jobs: [laterJob()] },
+        headers: { "Idempotency-Key": "k" },
+      }),
+      400,
+      { field: "Idempotency-Key" },
+    );
+    expect(header.issues?.map((issue) => issue.field)).toEqual(["Idempotency-Key"]);
+    expect(await jobIds()).toEqual(before);
+  });
+
   it("keeps a tenant's batch jobs from another tenant", async () => {
     const reply = await api.call("POST", "/jobs:batch", { body: { jobs: [laterJob()] } });
     const id = String(resultsOf(reply.body)[0]?.job?.id);
