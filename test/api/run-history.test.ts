@@ -267,6 +267,16 @@ describe("previews from an instant", () => {
     ]);
   });
 
+  it("from counts to the second: its milliseconds do not pass over an occurrence in that second", async () => {
+    const reply = await api.call("POST", "/schedules/preview", {
+      body: { schedule, count: 1, from: "2030-03-09T02:30:00.500-05:00" },
+    });
+    expect(reply.status, reply.text).toBe(200);
+    expect(PreviewSchema.parse(reply.body).occurrences.map((o) => o.utc)).toEqual([
+      "2030-03-09T07:30:00.000Z",
+    ]);
+  });
+
   it("a bad from is a 400 naming from", async () => {
     const body = { schedule, from: "2030-03-10" };
     expectError(await api.call("POST", "/schedules/preview", { body }), 400, { field: "from" });
