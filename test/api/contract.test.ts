@@ -633,6 +633,26 @@ describe("PATCH /jobs/{id}", () => {
     expectError(await api.call("PATCH", path, { body, headers: { "If-Match": '"1"' } }), 412);
   });
 
+  it("merges retry into the stored policy: a max below the stored initial is refused unless the edit lowers it too", async () => {
+    const created = await create(laterJob());
+    const path = `/jobs/${created.id}`;
+    const lowered = await api.call("PATCH", path, {
+      body: { retry: { maxDelaySeconds: 10 } },
+      headers: { "If-Match": '"1"' },
+    });
+    const error = expectError(lowered, 400, { code: "validation_failed" });
+    expect(JSON.stringify(error)).toMatch(/retry\.(initialDelaySeconds|maxDelaySeconds)/);
+    expect(job(await api.call("GET", path)).version).toBe(1);
+    const both = await api.call("PATCH", path, {
+      body: { retry: { initialDelaySeconds: 5, maxDelaySeconds: 10 } },
+      headers: { "If-Match": '"1"' },
+    });
+    expect(both.status, both.text).toBe(200);
+    expect(job(both).policies).toMatchObject({
+      retry: { maxAttempts: 5, initialDelaySeconds: 5, maxDelaySeconds: 10 },
+    });
+  });
+
   it("accepts W/ and bare versions, stores inFlight and the other policies", async () => {
     const created = await create(laterJob());
     const path = `/jobs/${created.id}`;
