@@ -77,6 +77,7 @@ export function authFrom(flags: GlobalFlags, api: string, io: CliIo): ClientAuth
  * The API's URL from --api, else SCHEDULER_API_URL, else the sandbox's. One that is not an
  * http(s) URL (`127.0.0.1:3000`, `localhost`) is a usage error naming where it came from, before
  * any request: fetch would otherwise fail as if the API were down, or the URL parser with no name.
+ * So is one with a user name or password in it.
  */
 function apiUrlFrom(flags: GlobalFlags, io: CliIo): string {
   const [source, api] =
@@ -90,6 +91,13 @@ function apiUrlFrom(flags: GlobalFlags, io: CliIo): string {
     throw new CliExit(
       EXIT.usage,
       `${source}: ${JSON.stringify(api)} is not an http(s) URL, such as ${DEFAULT_API} or the stack's ApiUrl`,
+    );
+  // fetch refuses such a URL on every request, quoting it whole: the password would be printed.
+  const url = new URL(api);
+  if (url.username !== "" || url.password !== "")
+    throw new CliExit(
+      EXIT.usage,
+      `${source}: the URL holds a user name or password (${url.protocol}//…@${url.host}), which is not sent: give the URL without it, and the credentials with --key, SCHEDULER_API_KEY or --profile`,
     );
   return api;
 }

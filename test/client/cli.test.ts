@@ -794,6 +794,29 @@ describe("credentials, reachability, help", () => {
     expect(JSON.parse(json.err)).toEqual({ error: { message: expect.stringMatching(/^--api: /) } });
   });
 
+  it("an --api with a user name or password in it exits 2 without printing the password", async () => {
+    for (const [args, env, source] of [
+      [["--api", "http://tenant:hunter2@127.0.0.1:9", "jobs", "list"], {}, "--api"],
+      [
+        ["jobs", "list"],
+        { SCHEDULER_API_URL: "https://tenant:hunter2@api.example.com" },
+        "SCHEDULER_API_URL",
+      ],
+    ] as const) {
+      let err = "";
+      const code = await runCli(args, {
+        stdout: () => undefined,
+        stderr: (text) => {
+          err += text;
+        },
+        env,
+      });
+      expect(code, err).toBe(EXIT.usage);
+      expect(err).toMatch(new RegExp(`^error: ${source}: `));
+      expect(err).not.toContain("hunter2");
+    }
+  });
+
   it("chooses the bearer key, the sandbox's key, or SigV4", () => {
     const io = { stdout: () => undefined, stderr: () => undefined };
     const flags = { output: "table" as const };
