@@ -12,18 +12,37 @@ export type ClientAuth =
   | ({ readonly kind: "sigv4" } & SigV4Options)
   | { readonly kind: "none" };
 
+/**
+ * Why a bearer key cannot be sent, or null. The API takes a key of visible ASCII without spaces,
+ * and fetch refuses a header with a line break, another control character or one beyond U+00FF,
+ * quoting it whole, key included (or fails as if the API were down): so the problem is named here,
+ * without the key. Whitespace around it (a line ending read from a file) is dropped, as fetch did.
+ */
+export function bearerKeyProblem(key: string): string | null {
+  const trimmed = key.trim();
+  if (trimmed === "") return "the bearer key is empty";
+  const at = trimmed.search(/[^\x21-\x7E]/);
+  if (at === -1) return null;
+  const position = key.length - key.trimStart().length + at + 1;
+  return `character ${position} of the bearer key is a space, a control character or not ASCII; a key is visible ASCII characters (the key is not shown)`;
+}
+
 /** The middleware that authenticates every request the client sends. */
 export function authMiddleware(auth: ClientAuth, baseUrl: string): Middleware {
   switch (auth.kind) {
     case "none":
       return { onRequest: () => undefined };
-    case "bearer":
+    case "bearer": {
+      const problem = bearerKeyProblem(auth.key);
+      if (problem !== null) throw new RangeError(`auth.key: ${problem}`);
+      const key = auth.key.trim();
       return {
         onRequest({ request }) {
-          request.headers.set("Authorization", `Bearer ${auth.key}`);
+          request.headers.set("Authorization", `Bearer ${key}`);
           return request;
         },
       };
+    }
     case "sigv4": {
       const sign = sigV4Signer(auth, new URL(baseUrl));
       return {

@@ -1,5 +1,6 @@
 import { type Command, InvalidArgumentError } from "commander";
 import ipaddr from "ipaddr.js";
+import { bearerKeyProblem } from "../auth.js";
 import { type ClientAuth, SchedulerClient } from "../index.js";
 import { MAX_TIMEOUT_MS } from "../transport.js";
 import { CliExit, EXIT } from "./exit-codes.js";
@@ -60,7 +61,10 @@ function plainHttpCheck(source: string, api: URL, flags: GlobalFlags): void {
 export function authFrom(flags: GlobalFlags, api: string, io: CliIo): ClientAuth {
   const key = flags.key ?? io.env.SCHEDULER_API_KEY;
   if (key) {
-    plainHttpCheck(flags.key !== undefined ? "--key" : "SCHEDULER_API_KEY", new URL(api), flags);
+    const source = flags.key !== undefined ? "--key" : "SCHEDULER_API_KEY";
+    const problem = bearerKeyProblem(key);
+    if (problem !== null) throw new CliExit(EXIT.usage, `${source}: ${problem}`);
+    plainHttpCheck(source, new URL(api), flags);
     return { kind: "bearer", key };
   }
   const sigv4 = {

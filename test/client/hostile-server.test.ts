@@ -559,3 +559,44 @@ describe("the CLI does not send a bearer key over plain http to another host", (
     expect([EXIT.failed, EXIT.unreachable]).toContain(code);
   });
 });
+
+describe("a bearer key that cannot go in a header", () => {
+  // Each holds "hunter2", which no error may print: the key is the tenant's.
+  const unsendable = ["hunter2\nmore", "hunter2\u0001", "ключ-hunter2", "hunter2 two", "  "];
+
+  it("the client refuses it when it is made, naming what is wrong and not the key", () => {
+    for (const bad of unsendable) {
+      const make = () => new SchedulerClient({ baseUrl, auth: { kind: "bearer", key: bad } });
+      expect(make, JSON.stringify(bad)).toThrow(RangeError);
+      expect(make).toThrow(/^auth\.key: /);
+      expect(make).not.toThrow(/hunter2/);
+    }
+  });
+
+  it("the CLI exits 2 naming --key or SCHEDULER_API_KEY, and sends nothing", async () => {
+    for (const bad of unsendable) {
+      const flag = await cli(["--api", baseUrl, "--key", bad, "jobs", "list"]);
+      expect([flag.code, flag.stderr.includes("hunter2")], JSON.stringify(bad)).toEqual([
+        EXIT.usage,
+        false,
+      ]);
+      expect(flag.stderr).toMatch(/^error: --key: /);
+      const env = await cli(["--api", baseUrl, "jobs", "list"], { SCHEDULER_API_KEY: bad });
+      expect([env.code, env.stderr.includes("hunter2")]).toEqual([EXIT.usage, false]);
+      expect(env.stderr).toMatch(/^error: SCHEDULER_API_KEY: /);
+    }
+    expect(received).toEqual([]);
+  });
+
+  it("one with a line ending after it (read from a file) is sent without it, as before", async () => {
+    behave = (_, response) => {
+      response
+        .writeHead(200, { "Content-Type": "application/json" })
+        .end('{"items": [], "nextCursor": null}');
+    };
+    expect((await cli(["--api", baseUrl, "--key", `${key}\r\n`, "jobs", "list"])).code).toBe(
+      EXIT.ok,
+    );
+    expect(requests()).toEqual(["GET /jobs?limit=50"]);
+  });
+});
