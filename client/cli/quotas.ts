@@ -12,10 +12,15 @@ const QUOTA_ROWS: readonly (keyof TenantQuotas["quotas"])[] = [
   "maxPriority",
 ];
 
-/** A counted quota's option: a whole number, or `none` for no limit. */
-function capOrNone(raw: string): number | null {
-  return raw === "none" ? null : wholeNumber(raw);
+/**
+ * A counted quota's option: a whole number, or `none` for no limit. Commander turns a parser's
+ * null into "", which the API refuses as not a number: "none" is kept until the override is made.
+ */
+const NONE = "none";
+function capOrNone(raw: string): number | typeof NONE {
+  return raw.trim() === NONE ? NONE : wholeNumber(raw);
 }
+const capOf = (value: number | typeof NONE): number | null => (value === NONE ? null : value);
 
 function quotasTable(view: TenantQuotas): string {
   return [
@@ -73,9 +78,11 @@ export function quotasCommand(program: Command, io: CliIo): void {
     .action(async (tenant: string, flags, command: Command) => {
       const context = contextOf(command, io);
       const override: QuotaOverride = {
-        ...(flags.activeJobs === undefined ? {} : { activeJobs: flags.activeJobs }),
-        ...(flags.runsPerMinute === undefined ? {} : { runsPerMinute: flags.runsPerMinute }),
-        ...(flags.concurrentRuns === undefined ? {} : { concurrentRuns: flags.concurrentRuns }),
+        ...(flags.activeJobs === undefined ? {} : { activeJobs: capOf(flags.activeJobs) }),
+        ...(flags.runsPerMinute === undefined ? {} : { runsPerMinute: capOf(flags.runsPerMinute) }),
+        ...(flags.concurrentRuns === undefined
+          ? {}
+          : { concurrentRuns: capOf(flags.concurrentRuns) }),
         ...(flags.requestsPerSecond === undefined
           ? {}
           : { requestsPerSecond: flags.requestsPerSecond }),

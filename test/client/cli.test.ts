@@ -748,6 +748,18 @@ describe("quotas", () => {
     const bad = await cli(["quotas", "set", "default", "--concurrent-runs", "many"]);
     expect(bad.code).toBe(EXIT.usage);
   });
+
+  it("quotas set --active-jobs none lifts the limit (null in the override), as its help says", async () => {
+    const set = await json<TenantQuotas>(
+      ...["quotas", "set", "cli-none", "--active-jobs", "none", "--runs-per-minute", "none"],
+      ...["--concurrent-runs", "7"],
+    );
+    expect(set.override).toEqual({ activeJobs: null, runsPerMinute: null, concurrentRuns: 7 });
+    expect(set.quotas).toMatchObject({ activeJobs: null, runsPerMinute: null, concurrentRuns: 7 });
+    const table = await cli(["quotas", "get", "cli-none"]);
+    expect(table.out).toMatch(/activeJobs\s+none\s+override/);
+    expect((await json<TenantQuotas>("quotas", "set", "cli-none")).override).toEqual({});
+  });
 });
 
 describe("credentials, reachability, help", () => {
