@@ -43,6 +43,14 @@ function jsonValue(raw: string): unknown {
   }
 }
 
+/**
+ * `--payload`'s JSON, boxed: commander turns a parser's null into "", so `--payload null` sent the
+ * string "" rather than no payload.
+ */
+function payloadArg(raw: string): { readonly json: unknown } {
+  return { json: jsonValue(raw) };
+}
+
 function jsonObject(raw: string, what: string): Record<string, unknown> {
   const value = jsonValue(raw);
   if (!isRecord(value)) throw new InvalidArgumentError(`${what} must be a JSON object.`);
@@ -139,7 +147,7 @@ export function scheduleFrom(flags: ScheduleFlags): Schedule | undefined {
 export function addDefinitionOptions(command: Command): Command {
   return addScheduleOptions(command)
     .option("--name <name>", "a name (default: the type)")
-    .option("--payload <json>", "any JSON handed to the handler (POSTed by http jobs)", jsonValue)
+    .option("--payload <json>", "any JSON handed to the handler (POSTed by http jobs)", payloadArg)
     .option("--url <url>", "http jobs: where to POST the payload")
     .option("--header <name: value>", "http jobs: a header to send (repeatable)", header)
     .option("--target-timeout <seconds>", "http jobs: per-delivery timeout", wholeNumber)
@@ -183,7 +191,7 @@ export function addDefinitionOptions(command: Command): Command {
 
 interface DefinitionFlags extends ScheduleFlags {
   readonly name?: string;
-  readonly payload?: unknown;
+  readonly payload?: { readonly json: unknown };
   readonly url?: string;
   readonly header?: Record<string, string>;
   readonly targetTimeout?: number;
@@ -235,7 +243,7 @@ function definitionFrom(flags: DefinitionFlags): Record<string, unknown> {
     ...base,
     name: flags.name,
     schedule: scheduleFrom(flags) ?? base.schedule,
-    payload: flags.payload,
+    payload: flags.payload === undefined ? undefined : flags.payload.json,
     target: Object.keys(target).length > 0 ? target : undefined,
     retry: Object.keys(retry).length > 0 ? retry : undefined,
     misfirePolicy: flags.misfire,

@@ -221,6 +221,19 @@ describe("jobs", () => {
     }
   });
 
+  it("--payload null is JSON null: a create without a payload, an edit that removes it", async () => {
+    const none = await json<Job>(
+      ...["jobs", "create", "--type", "noop", "--run-at", tomorrow(), "--payload", "null"],
+    );
+    expect(none.payload).toBeNull();
+    const given = await json<Job>(
+      ...["jobs", "create", "--type", "noop", "--run-at", tomorrow(), "--payload", '{"a":1}'],
+    );
+    expect(given.payload).toEqual({ a: 1 });
+    const removed = await json<Job>("jobs", "edit", given.id, "--payload", "null");
+    expect(removed.payload).toBeNull();
+  });
+
   it("edit reads the version itself, or takes --version; a stale one exits 6", async () => {
     const job = await json<Job>("jobs", "create", "--type", "noop", "--run-at", tomorrow());
     const edited = await json<Job>(
