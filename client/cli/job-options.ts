@@ -239,22 +239,25 @@ function definitionFrom(flags: DefinitionFlags): Record<string, unknown> {
     initialDelaySeconds: flags.initialDelay,
     maxDelaySeconds: flags.maxDelay,
   });
-  return defined({
+  // Only the flags given override the body: a flag not given must not drop the body's field.
+  return {
     ...base,
-    name: flags.name,
-    schedule: scheduleFrom(flags) ?? base.schedule,
-    payload: flags.payload === undefined ? undefined : flags.payload.json,
-    target: Object.keys(target).length > 0 ? target : undefined,
-    retry: Object.keys(retry).length > 0 ? retry : undefined,
-    misfirePolicy: flags.misfire,
-    overlapPolicy: flags.overlap,
-    maxConcurrent: flags.maxConcurrent,
-    priority: flags.priority,
-    timeoutSeconds: flags.timeout,
-    endAt: noneAsNull(flags.endAt),
-    maxRuns: noneAsNull(flags.maxRuns),
-    window: flags.window === "none" ? null : flags.window,
-  });
+    ...defined({
+      name: flags.name,
+      schedule: scheduleFrom(flags) ?? base.schedule,
+      payload: flags.payload === undefined ? undefined : flags.payload.json,
+      target: Object.keys(target).length > 0 ? target : undefined,
+      retry: Object.keys(retry).length > 0 ? retry : undefined,
+      misfirePolicy: flags.misfire,
+      overlapPolicy: flags.overlap,
+      maxConcurrent: flags.maxConcurrent,
+      priority: flags.priority,
+      timeoutSeconds: flags.timeout,
+      endAt: noneAsNull(flags.endAt),
+      maxRuns: noneAsNull(flags.maxRuns),
+      window: flags.window === "none" ? null : flags.window,
+    }),
+  };
 }
 
 export function createBodyFrom(

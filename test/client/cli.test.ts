@@ -221,6 +221,34 @@ describe("jobs", () => {
     }
   });
 
+  it("--body and --file keep every field a flag does not override", async () => {
+    const body = {
+      type: "noop",
+      name: "from body",
+      schedule: { runAt: tomorrow() },
+      payload: { order: 42 },
+      priority: "low",
+      timeoutSeconds: 120,
+      misfirePolicy: "skip",
+    };
+    const fromBody = await json<Job>("jobs", "create", "--body", JSON.stringify(body));
+    expect(fromBody).toMatchObject({
+      name: "from body",
+      payload: { order: 42 },
+      priority: "low",
+      timeoutSeconds: 120,
+      policies: { misfirePolicy: "skip" },
+    });
+    const file = join(await mkdtemp(join(tmpdir(), "scheduler-cli-")), "job.json");
+    await writeFile(file, JSON.stringify(body));
+    const fromFile = await json<Job>("jobs", "create", "--file", file, "--priority", "high");
+    expect(fromFile).toMatchObject({ name: "from body", payload: { order: 42 }, priority: "high" });
+    const edited = await json<Job>(
+      ...["jobs", "edit", fromFile.id, "--body", '{"name": "edited", "payload": {"order": 43}}'],
+    );
+    expect(edited).toMatchObject({ name: "edited", payload: { order: 43 }, priority: "high" });
+  });
+
   it("--payload null is JSON null: a create without a payload, an edit that removes it", async () => {
     const none = await json<Job>(
       ...["jobs", "create", "--type", "noop", "--run-at", tomorrow(), "--payload", "null"],
