@@ -224,21 +224,25 @@ function definitionFrom(flags: DefinitionFlags): Record<string, unknown> {
   };
   const baseTarget = (base.target ?? {}) as Record<string, unknown>;
   const baseRetry = (base.retry ?? {}) as Record<string, unknown>;
-  const target = defined({
+  const target = {
     ...baseTarget,
-    url: flags.url,
-    headers:
-      flags.header === undefined
-        ? baseTarget.headers
-        : { ...(baseTarget.headers as object), ...flags.header },
-    timeoutSeconds: flags.targetTimeout,
-  });
-  const retry = defined({
+    ...defined({
+      url: flags.url,
+      headers:
+        flags.header === undefined
+          ? undefined
+          : { ...(baseTarget.headers as object), ...flags.header },
+      timeoutSeconds: flags.targetTimeout,
+    }),
+  };
+  const retry = {
     ...baseRetry,
-    maxAttempts: flags.maxAttempts,
-    initialDelaySeconds: flags.initialDelay,
-    maxDelaySeconds: flags.maxDelay,
-  });
+    ...defined({
+      maxAttempts: flags.maxAttempts,
+      initialDelaySeconds: flags.initialDelay,
+      maxDelaySeconds: flags.maxDelay,
+    }),
+  };
   // Only the flags given override the body: a flag not given must not drop the body's field.
   return {
     ...base,

@@ -249,6 +249,21 @@ describe("jobs", () => {
     expect(edited).toMatchObject({ name: "edited", payload: { order: 43 }, priority: "high" });
   });
 
+  it("--body's target and retry keep their fields beside a --header or --max-delay flag", async () => {
+    const body = {
+      type: "http",
+      schedule: { runAt: tomorrow() },
+      target: { url: "http://127.0.0.1:9/hook", timeoutSeconds: 5 },
+      retry: { maxAttempts: 2 },
+    };
+    const job = await json<Job>(
+      ...["jobs", "create", "--body", JSON.stringify(body), "--header", "X-Order: 42"],
+      ...["--max-delay", "60"],
+    );
+    expect(job.target).toMatchObject({ url: "http://127.0.0.1:9/hook", timeoutSeconds: 5 });
+    expect(job.policies.retry).toMatchObject({ maxAttempts: 2, maxDelaySeconds: 60 });
+  });
+
   it("--payload null is JSON null: a create without a payload, an edit that removes it", async () => {
     const none = await json<Job>(
       ...["jobs", "create", "--type", "noop", "--run-at", tomorrow(), "--payload", "null"],
