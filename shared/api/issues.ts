@@ -17,13 +17,7 @@ export function schemaFailure(issues: readonly Issue[], target: string, input: u
   for (const issue of issues) {
     const base = pathOf(issue.path, target);
     if (issue.code === "unrecognized_keys") {
-      for (const key of issue.keys) {
-        const field = join(base, key);
-        unknown.push({
-          field,
-          message: `unknown ${target === "query" ? "parameter" : "field"} "${key}"`,
-        });
-      }
+      unknown.push(...unknownFieldIssues(issue, target));
     } else if (
       issue.code === "invalid_union" &&
       target === "json" &&
@@ -39,6 +33,16 @@ export function schemaFailure(issues: readonly Issue[], target: string, input: u
     }
   }
   return invalid([...unknown, ...fields]);
+}
+
+/** The fields an `unrecognized_keys` issue names, each as unknown; none for another issue. */
+export function unknownFieldIssues(issue: Issue, target: string): FieldIssue[] {
+  if (issue.code !== "unrecognized_keys") return [];
+  const base = pathOf(issue.path, target);
+  return issue.keys.map((key) => ({
+    field: join(base, key),
+    message: `unknown ${target === "query" ? "parameter" : "field"} "${key}"`,
+  }));
 }
 
 function scheduleIssues(schedule: unknown, base: string, issue: Issue): FieldIssue[] {

@@ -10,7 +10,7 @@ import { jobsAsTheyStand } from "../jobs/queries.js";
 import { BODY_OVERHEAD_BYTES, jsonBody } from "./body.js";
 import { jobDto } from "./dto.js";
 import { ApiError, type HttpAnswer, httpAnswerOf, invalid } from "./errors.js";
-import { schemaFailure } from "./issues.js";
+import { schemaFailure, unknownFieldIssues } from "./issues.js";
 import { newJobFrom } from "./requests.js";
 import { errors, json, newRouter, type RouterDeps, secured, tenantOf } from "./router.js";
 import {
@@ -40,11 +40,9 @@ interface BatchResult {
  * fault names `jobs`.
  */
 function envelopeFailure(issues: readonly z.core.$ZodIssue[]): ApiError {
-  const unknown = issues.flatMap((issue) =>
-    issue.code === "unrecognized_keys" && issue.path.length === 0
-      ? issue.keys.map((key) => ({ field: key, message: `unknown field "${key}"` }))
-      : [],
-  );
+  const unknown = issues
+    .filter((issue) => issue.path.length === 0)
+    .flatMap((issue) => unknownFieldIssues(issue, "json"));
   const shape = issues.find((issue) => unknown.length === 0 || issue.code !== "unrecognized_keys");
   return invalid([
     ...unknown,
