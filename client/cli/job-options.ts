@@ -248,7 +248,7 @@ function definitionFrom(flags: DefinitionFlags): Record<string, unknown> {
     ...base,
     ...defined({
       name: flags.name,
-      schedule: scheduleFrom(flags) ?? base.schedule,
+      schedule: scheduleFrom(flags),
       payload: flags.payload === undefined ? undefined : flags.payload.json,
       target: Object.keys(target).length > 0 ? target : undefined,
       retry: Object.keys(retry).length > 0 ? retry : undefined,
