@@ -50,10 +50,14 @@ interface Outcome {
   readonly err: string;
 }
 
-async function cli(args: readonly string[], env: Record<string, string> = {}): Promise<Outcome> {
+/** Runs the CLI on exactly these arguments (no `--api` added), its output captured. */
+async function runCaptured(
+  args: readonly string[],
+  env: Record<string, string> = {},
+): Promise<Outcome> {
   let out = "";
   let err = "";
-  const code = await runCli(["--api", sandbox.url, ...args], {
+  const code = await runCli(args, {
     stdout: (text) => {
       out += text;
     },
@@ -64,6 +68,10 @@ async function cli(args: readonly string[], env: Record<string, string> = {}): P
   });
   return { code, out, err };
 }
+
+/** Runs the CLI against the sandbox. */
+const cli = (args: readonly string[], env: Record<string, string> = {}) =>
+  runCaptured(["--api", sandbox.url, ...args], env);
 
 /** Runs a command with `-o json`, expects exit 0 and returns its parsed output. */
 async function json<T>(...args: string[]): Promise<T> {
@@ -824,40 +832,22 @@ describe("credentials, reachability, help", () => {
     expect(refused).toMatchObject({ status: 401, code: "unauthorized" });
     const fromEnv = await cli(["jobs", "list"], { SCHEDULER_API_KEY: "nobody" });
     expect(fromEnv.code).toBe(EXIT.unauthorized);
-    let err = "";
-    const code = await runCli(["--api", "http://127.0.0.1:9", "jobs", "list"], {
-      stdout: () => undefined,
-      stderr: (text) => {
-        err += text;
-      },
-      env: {},
-    });
+    const { code, err } = await runCaptured(["--api", "http://127.0.0.1:9", "jobs", "list"]);
     expect(code).toBe(EXIT.unreachable);
     expect(err).toMatch(/^error: cannot reach the API/);
   });
 
   it("an --api or SCHEDULER_API_URL that is not an http(s) URL exits 2 naming where it came from", async () => {
-    const outcome = async (args: string[], env: Record<string, string>) => {
-      let err = "";
-      const code = await runCli(args, {
-        stdout: () => undefined,
-        stderr: (text) => {
-          err += text;
-        },
-        env,
-      });
-      return { code, err };
-    };
-    const flag = await outcome(["--api", "127.0.0.1:3000", "jobs", "list"], {});
+    const flag = await runCaptured(["--api", "127.0.0.1:3000", "jobs", "list"], {});
     expect(flag.code).toBe(EXIT.usage);
     expect(flag.err).toMatch(/^error: --api: "127\.0\.0\.1:3000" is not an http\(s\) URL/);
-    const notAUrl = await outcome(["--api", "localhost", "jobs", "list"], {});
+    const notAUrl = await runCaptured(["--api", "localhost", "jobs", "list"], {});
     expect(notAUrl.code).toBe(EXIT.usage);
     expect(notAUrl.err).toMatch(/^error: --api: "localhost"/);
-    const fromEnv = await outcome(["jobs", "list"], { SCHEDULER_API_URL: "api.example.com" });
+    const fromEnv = await runCaptured(["jobs", "list"], { SCHEDULER_API_URL: "api.example.com" });
     expect(fromEnv.code).toBe(EXIT.usage);
     expect(fromEnv.err).toMatch(/^error: SCHEDULER_API_URL: "api\.example\.com"/);
-    const json = await outcome(["-o", "json", "--api", "localhost", "jobs", "list"], {});
+    const json = await runCaptured(["-o", "json", "--api", "localhost", "jobs", "list"], {});
     expect(json.code).toBe(EXIT.usage);
     expect(JSON.parse(json.err)).toEqual({ error: { message: expect.stringMatching(/^--api: /) } });
   });
@@ -871,14 +861,7 @@ describe("credentials, reachability, help", () => {
         "SCHEDULER_API_URL",
       ],
     ] as const) {
-      let err = "";
-      const code = await runCli(args, {
-        stdout: () => undefined,
-        stderr: (text) => {
-          err += text;
-        },
-        env,
-      });
+      const { code, err } = await runCaptured(args, env);
       expect(code, err).toBe(EXIT.usage);
       expect(err).toMatch(new RegExp(`^error: ${source}: `));
       expect(err).not.toContain("hunter2");
