@@ -25,6 +25,23 @@ beforeEach(async () => {
 });
 afterEach(() => f.destroy());
 
+/** A one-off of the tenant's due at the engine clock's next second. */
+async function oneOffDueNextSecond(tenantId?: string) {
+  const runAt = new Date(Math.ceil((clock().getTime() + 1000) / 1000) * 1000);
+  const spec = testJob({ schedule: { runAt: runAt.toISOString() } });
+  const { job } = await createJob(f.engine, tenantId === undefined ? spec : { ...spec, tenantId });
+  return { job, runAt };
+}
+
+/** A worker runs the job's next message: its one run succeeds and the one-off completes. */
+async function expectRunOnceAndComplete(jobId: string) {
+  const delivery = await f.nextDelivery(f.engine.queues.normal, jobId);
+  await f.process(f.workerDeps("w"), delivery);
+  const runs = (await f.runs()).filter((r) => r.jobId === jobId);
+  expect(runs.map((r) => r.status)).toEqual(["SUCCEEDED"]);
+  expect((await getJob(f.engine, jobId))?.status).toBe("COMPLETED");
+}
+
 /**
  * The workers are down (their event sources disabled, a broken deploy) for longer than the run
  * history's retention while the tick runs on: the runs they would have run wait QUEUED, and the
@@ -33,11 +50,7 @@ afterEach(() => f.destroy());
  */
 describe("a worker outage longer than the retention", () => {
   it("a one-off queued before it still runs once the workers are back, and its job completes", async () => {
-    const runAt = new Date(Math.ceil((clock().getTime() + 1000) / 1000) * 1000);
-    const { job } = await createJob(
-      f.engine,
-      testJob({ schedule: { runAt: runAt.toISOString() } }),
-    );
+    const { job, runAt } = await oneOffDueNextSecond();
     // The tick's reaper, a pass every few minutes (each a tick that found the run due again),
     // for a day and a half.
     const outageEnd = runAt.getTime() + 1.5 * RETENTION_DAYS * DAY_MS;
@@ -50,11 +63,7 @@ describe("a worker outage longer than the retention", () => {
 
     // The workers are back: the first copy in the queue runs the one-off (fire_once: late, it is
     // the most recent occurrence).
-    const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-    await f.process(f.workerDeps("w"), delivery);
-    const runs = (await f.runs()).filter((r) => r.jobId === job.jobId);
-    expect(runs.map((r) => r.status)).toEqual(["SUCCEEDED"]);
-    expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
+    await expectRunOnceAndComplete(job.jobId);
   }, 120_000);
 });
 
@@ -80,11 +89,7 @@ describe("a run waiting on its tenant's concurrent-runs quota longer than the re
         },
         clock(),
       );
-    const runAt = new Date(Math.ceil((clock().getTime() + 1000) / 1000) * 1000);
-    const { job } = await createJob(
-      f.engine,
-      testJob({ tenantId, schedule: { runAt: runAt.toISOString() } }),
-    );
+    const { job } = await oneOffDueNextSecond(tenantId);
     const deps = f.workerDeps("w");
     const deliverOnce = async () =>
       f.process(deps, await f.nextDelivery(f.engine.queues.normal, job.jobId));
@@ -120,11 +125,7 @@ describe("a run waiting on its tenant's concurrent-runs quota longer than the re
  */
 describe("a run the worker loop holds at its tenant's gate longer than the retention", () => {
   it("is still there to run when the gate lets it on", async () => {
-    const runAt = new Date(Math.ceil((clock().getTime() + 1000) / 1000) * 1000);
-    const { job } = await createJob(
-      f.engine,
-      testJob({ schedule: { runAt: runAt.toISOString() } }),
-    );
+    const { job } = await oneOffDueNextSecond();
     const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
     // The loop's own monotonic clock, moved with the engine's.
     let elapsedMs = 0;
@@ -137,15 +138,14 @@ describe("a run the worker loop holds at its tenant's gate longer than the reten
       const waitMs = 0.8 * RETENTION_DAYS * DAY_MS;
       offsetMs += waitMs;
       elapsedMs += waitMs;
-      const before = await f.engine.doc.send(
-        new GetCommand({ TableName: f.engine.tables.runs, Key: runKeyOf(received.message) }),
-      );
-      await waitFor("the held run's deadline moved on", async () => {
-        const after = await f.engine.doc.send(
-          new GetCommand({ TableName: f.engine.tables.runs, Key: runKeyOf(received.message) }),
-        );
-        return after.Item?.inflightSk !== before.Item?.inflightSk;
-      });
+      const deadline = async () =>
+        (
+          await f.engine.doc.send(
+            new GetCommand({ TableName: f.engine.tables.runs, Key: runKeyOf(received.message) }),
+          )
+        ).Item?.inflightSk;
+      const before = await deadline();
+      await waitFor("the held run's deadline moved on", async () => (await deadline()) !== before);
       // Half a day more: the retention after the run was queued has passed, and TTL deletes.
       offsetMs += 0.5 * RETENTION_DAYS * DAY_MS;
       await sweepExpired(f.engine, clock());
@@ -163,21 +163,13 @@ describe("a run the worker loop holds at its tenant's gate longer than the reten
  */
 describe("a sandbox restarted after a stop longer than the retention", () => {
   it("runs the one-off that was queued when it stopped", async () => {
-    const runAt = new Date(Math.ceil((clock().getTime() + 1000) / 1000) * 1000);
-    const { job } = await createJob(
-      f.engine,
-      testJob({ schedule: { runAt: runAt.toISOString() } }),
-    );
+    const { job } = await oneOffDueNextSecond();
     await f.purge();
     offsetMs += 1.5 * RETENTION_DAYS * DAY_MS;
     // The start's order: the recovery's re-sends, then the expiry sweep.
     await recoverLostMessages(f.engine);
     await sweepExpired(f.engine, clock());
 
-    const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-    await f.process(f.workerDeps("w"), delivery);
-    const runs = (await f.runs()).filter((r) => r.jobId === job.jobId);
-    expect(runs.map((r) => r.status)).toEqual(["SUCCEEDED"]);
-    expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
+    await expectRunOnceAndComplete(job.jobId);
   }, 60_000);
 });
