@@ -4,6 +4,7 @@ import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import type { Engine } from "../../shared/engine.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
 import { createJob } from "../../shared/jobs/index.js";
+import type { ReceivedRun } from "../../shared/queue/work-queue.js";
 import {
   createEngineFixture,
   type EngineFixture,
@@ -163,15 +164,17 @@ describe("a deploy that lowers the concurrent-runs quota under runs already runn
       jobIds.map((jobId) => f.nextDelivery(f.engine.queues.normal, jobId)),
     );
     if (!first || !second || !third) throw new Error("no delivery");
-    const releases: (() => void)[] = [];
+    // By job: the two handlers start in whichever order the machine's load lets them.
+    const releases = new Map<string, () => void>();
+    const release = (d: ReceivedRun) => releases.get(d.message.jobId)?.();
     const calls = new Map<string, number>();
     const held = async (ctx: JobContext) => {
       calls.set(ctx.jobId, (calls.get(ctx.jobId) ?? 0) + 1);
-      await new Promise<void>((resolve) => releases.push(resolve));
+      await new Promise<void>((resolve) => releases.set(ctx.jobId, resolve));
     };
     // Two running under the earlier deploy's quota (2).
     const running = [first, second].map((d) => f.process(f.workerDeps("old", { held }), d));
-    await waitFor("both handlers", () => releases.length === 2);
+    await waitFor("both handlers", () => releases.size === 2);
 
     // The new deploy's default is 1: the third waits, and waits again while one still runs.
     const lowered: Engine = {
@@ -182,18 +185,18 @@ describe("a deploy that lowers the concurrent-runs quota under runs already runn
     const thirdRun = async () => (await f.runs()).find((r) => r.jobId === third.message.jobId);
     expect(await f.process(newWorker, third)).toBe("ack");
     expect((await thirdRun())?.reason).toMatch(/concurrentRuns quota \(1\)/);
-    releases[0]?.();
+    release(first);
     expect(await running[0]).toBe("ack");
     const again = await f.nextDelivery(f.engine.queues.normal, third.message.jobId);
     expect(await f.process(newWorker, again)).toBe("ack");
     expect(calls.get(third.message.jobId)).toBeUndefined();
 
-    releases[1]?.();
+    release(second);
     expect(await running[1]).toBe("ack");
     const last = await f.nextDelivery(f.engine.queues.normal, third.message.jobId);
     const runsLast = f.process(newWorker, last);
-    await waitFor("the third's handler", () => releases.length === 3);
-    releases[2]?.();
+    await waitFor("the third's handler", () => releases.has(third.message.jobId));
+    release(third);
     expect(await runsLast).toBe("ack");
     // Each ran once and is recorded once; none is left queued.
     expect(jobIds.map((id) => calls.get(id))).toEqual([1, 1, 1]);
