@@ -28,7 +28,7 @@ import { type Expectation, ModelSystem, ModelViolation } from "./system.js";
  *
  * `npm test` runs thirty short sequences with jumps up to a day (about a minute);
  * `npm run test:model` runs thousands with jumps up to a week (MODEL_RUNS,
- * MODEL_LONG). A failure prints its seed and path and the shrunk command
+ * MODEL_LONG), hours, and says how far it is every 25 sequences. A failure prints its seed and path and the shrunk command
  * list; `MODEL_SEED=<seed> MODEL_PATH=<path> MODEL_REPLAY=<replayPath>` replays it. MODEL_SURVEY and
  * MODEL_ONLY (below) help map failures to defects; MODEL_PROFILE prints the
  * time each sequence and each slow command took. Every run prints what its sequences reached
@@ -62,6 +62,8 @@ const maxCommands = Number(env.MODEL_MAX_COMMANDS ?? (long ? 40 : 25));
  * delivery makes the job's write that the dead worker left (docs/architecture.md, "Result").
  */
 const SETTLE_MS = 16 * 60_000;
+/** The long run takes hours: it says how far it is every so many sequences. */
+const PROGRESS_EVERY = 25;
 /** The first instant of every sequence: a fixed day, shifted by the seed within it. */
 const EPOCH = Date.UTC(2026, 11, 1);
 
@@ -78,6 +80,7 @@ describe("model: random sequences keep the scheduler's promises", () => {
       // Which run of the check a sequence is: with the check's seed, `MODEL_PATH=<run>` replays it.
       let run = -1;
       const reached = new Map<string, number>();
+      const began = performance.now();
       const property = fc.asyncProperty(
         fc.integer({ min: 0, max: 0x7fffffff }),
         commandArbitrary(limits, maxCommands, env.MODEL_REPLAY),
@@ -149,6 +152,10 @@ describe("model: random sequences keep the scheduler's promises", () => {
           } finally {
             for (const what of seq.reached) reached.set(what, (reached.get(what) ?? 0) + 1);
             await system.end(seq);
+            if (long && (run + 1) % PROGRESS_EVERY === 0)
+              process.stderr.write(
+                `model: ${run + 1} sequences run (a failure's shrinking counts too) of ${runs}, ${((performance.now() - began) / 60_000).toFixed(1)} min\n`,
+              );
           }
         },
       );
