@@ -29,7 +29,9 @@ export async function getTenantJob(engine: Engine, tenantId: string, jobId: stri
  * Checks that the tenant may read job `jobId`'s run history: the job is
  * theirs, or it was deleted and its remaining runs (one read of one) are
  * theirs. A deleted job's history answers until its runs expire; another
- * tenant's, or a job with neither item nor runs, is not found.
+ * tenant's, or a job with neither item nor runs, is not found. Another
+ * tenant's job takes the same two reads as a job that does not exist, so the
+ * time the answer takes does not tell the caller that it exists.
  */
 export async function assertTenantHistory(
   engine: Engine,
@@ -37,12 +39,9 @@ export async function assertTenantHistory(
   jobId: string,
 ): Promise<void> {
   const job = await getJob(engine, jobId);
-  if (job !== null) {
-    if (job.tenantId !== tenantId) throw new JobNotFoundError(jobId);
-    return;
-  }
+  if (job?.tenantId === tenantId) return;
   const [anyRun] = (await runsOfJob(engine, jobId, { limit: 1, startKey: undefined })).items;
-  if (anyRun?.tenantId !== tenantId) throw new JobNotFoundError(jobId);
+  if (job !== null || anyRun?.tenantId !== tenantId) throw new JobNotFoundError(jobId);
 }
 
 export async function getTenantRun(engine: Engine, tenantId: string, runId: string): Promise<Run> {

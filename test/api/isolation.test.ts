@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { JobPageSchema, JobSchema } from "../../shared/api/schemas/jobs.js";
 import { RunPageSchema, RunSchema } from "../../shared/api/schemas/runs.js";
+import { newJobId, parseRunId, runId } from "../../shared/keys.js";
+import { runKey } from "../../shared/storage/runs.js";
 import {
   type ApiHarness,
   deadRunVia,
@@ -23,7 +25,9 @@ let deadRunA: string;
 let deadJobA: string;
 
 beforeAll(async () => {
-  api = await startApi();
+  // The caller's quota override is read once per cache time: kept for the whole file, no
+  // request's storage reads include it, so two requests' reads can be compared.
+  api = await startApi({ settings: { quotaCacheMs: 3_600_000 } });
   const created = await api.call("POST", "/jobs", {
     key: KEY_A,
     body: laterJob({
@@ -153,3 +157,150 @@ describe("tenant B against tenant A's data", () => {
     expect(stored).toHaveLength(1);
   });
 });
+
+/**
+ * Every route that takes an id, called by B with one of A's ids and with an id of the same shape
+ * that nothing has: the status, headers and body (each id written as a placeholder) must be the
+ * same, and so must the storage requests made to answer (a request more is time B can measure).
+ */
+describe("tenant B's view of A's ids is the view of ids that do not exist", () => {
+  type Target = { readonly job: string; readonly run: string };
+  type Route = readonly [
+    name: string,
+    method: string,
+    path: (target: Target) => string,
+    options?: { body?: unknown; headers?: Record<string, string> },
+  ];
+  let ownJob: string;
+  const routes: Route[] = [
+    ["read", "GET", ({ job }) => `/jobs/${job}`],
+    [
+      "edit",
+      "PATCH",
+      ({ job }) => `/jobs/${job}`,
+      { body: { name: "x" }, headers: { "If-Match": '"1"' } },
+    ],
+    ["edit without If-Match", "PATCH", ({ job }) => `/jobs/${job}`, { body: { name: "x" } }],
+    ["pause", "POST", ({ job }) => `/jobs/${job}/pause`, { body: { running: "cancel" } }],
+    ["resume", "POST", ({ job }) => `/jobs/${job}/resume`],
+    ["cancel", "POST", ({ job }) => `/jobs/${job}/cancel`],
+    [
+      "trigger",
+      "POST",
+      ({ job }) => `/jobs/${job}/trigger`,
+      { headers: { "Idempotency-Key": "k" } },
+    ],
+    ["preview", "GET", ({ job }) => `/jobs/${job}/preview`],
+    ["runs", "GET", ({ job }) => `/jobs/${job}/runs`],
+    ["runs by status", "GET", ({ job }) => `/jobs/${job}/runs?status=queued`],
+    [
+      "runs from a cursor",
+      "GET",
+      ({ job, run }) => `/jobs/${job}/runs?limit=1&cursor=${runsCursor(job, run)}`,
+    ],
+    ["run", "GET", ({ job, run }) => `/jobs/${job}/runs/${run}`],
+    ["run cancel", "POST", ({ job, run }) => `/jobs/${job}/runs/${run}/cancel`],
+    ["run under B's job", "GET", ({ run }) => `/jobs/${ownJob}/runs/${run}`],
+    ["run cancel under B's job", "POST", ({ run }) => `/jobs/${ownJob}/runs/${run}/cancel`],
+    [
+      "replay",
+      "POST",
+      ({ run }) => `/dead-letters/${run}/replay`,
+      { headers: { "Idempotency-Key": "k" } },
+    ],
+    ["delete", "DELETE", ({ job }) => `/jobs/${job}`],
+  ];
+  const requests: string[] = [];
+
+  beforeAll(async () => {
+    ownJob = JobSchema.parse((await asB("POST", "/jobs", { body: laterJob() })).body).id;
+    api.fixture.engine.doc.middlewareStack.add(
+      (next, context) => (args) => {
+        const input = args.input as { TableName?: string };
+        requests.push(`${String(context.commandName)} ${input.TableName ?? ""}`);
+        return next(args);
+      },
+      { step: "initialize", name: "countRequests" },
+    );
+    api.fixture.engine.sqs.middlewareStack.add(
+      (next, context) => (args) => {
+        requests.push(String(context.commandName));
+        return next(args);
+      },
+      { step: "initialize", name: "countSends" },
+    );
+  });
+  afterAll(() => {
+    api.fixture.engine.doc.middlewareStack.remove("countRequests");
+    api.fixture.engine.sqs.middlewareStack.remove("countSends");
+  });
+
+  const runsCursor = (job: string, run: string) => {
+    const { scheduledFor, attempt } = refOf(run);
+    return Buffer.from(JSON.stringify(runKey(job, scheduledFor, attempt))).toString("base64url");
+  };
+
+  /** What B sees of one request, with the target's ids as placeholders. */
+  async function seen(route: Route, target: Target) {
+    const [, method, path, options] = route;
+    requests.length = 0;
+    const reply = await asB(method, path(target), options);
+    const headers = [...reply.headers].filter(([name]) => name !== "date");
+    const blind = (text: string) =>
+      text.replaceAll(target.run, "RUN").replaceAll(target.job, "JOB");
+    return { status: reply.status, headers, body: blind(reply.text), requests: [...requests] };
+  }
+
+  /** A's ids of each kind: a live job, a deleted job whose runs remain, a dead letter. */
+  async function targetsOfA(): Promise<Record<string, Target>> {
+    const doomed = JobSchema.parse((await api.call("POST", "/jobs", { body: laterJob() })).body).id;
+    const doomedRun = RunSchema.parse(
+      (await api.call("POST", `/jobs/${doomed}/trigger`)).body,
+    ).runId;
+    expect((await api.call("DELETE", `/jobs/${doomed}`)).status).toBe(204);
+    return {
+      live: { job: jobA, run: runA },
+      deleted: { job: doomed, run: doomedRun },
+      dead: { job: deadJobA, run: deadRunA },
+    };
+  }
+
+  it("answers and reads alike for every route, and changes none of A's items", async () => {
+    const targets = await targetsOfA();
+    const before = await itemsOfA();
+    const differences: string[] = [];
+    for (const [kind, target] of Object.entries(targets)) {
+      const { scheduledFor, attempt } = refOf(target.run);
+      const missingJob = newJobId(new Date());
+      const missing = { job: missingJob, run: runId(missingJob, scheduledFor, attempt) };
+      for (const route of routes) {
+        const hidden = await seen(route, target);
+        expect(hidden.status, `${kind} ${route[0]}`).toBeGreaterThanOrEqual(400);
+        expect(hidden.requests, `${kind} ${route[0]}`).not.toEqual([]);
+        const absent = await seen(route, missing);
+        if (JSON.stringify(hidden) !== JSON.stringify(absent)) {
+          differences.push(`${kind}, ${route[0]}: ${JSON.stringify({ hidden, absent })}`);
+        }
+      }
+    }
+    expect(differences).toEqual([]);
+    expect(await itemsOfA()).toEqual(before);
+  });
+});
+
+function refOf(run: string) {
+  const ref = parseRunId(run);
+  if (ref === null) throw new Error(`not a run id: ${run}`);
+  return ref;
+}
+
+/** A's jobs, runs and due entries as stored. */
+async function itemsOfA() {
+  const mine = <T extends { tenantId: string }>(items: T[]) =>
+    items.filter((i) => i.tenantId === "tenant-a");
+  return {
+    jobs: mine(await api.fixture.jobs()),
+    runs: mine(await api.fixture.runs()),
+    due: mine(await api.fixture.dueEntries()),
+  };
+}
