@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { JobPageSchema, JobSchema } from "../../shared/api/schemas/jobs.js";
+import { BatchResultsSchema, JobPageSchema, JobSchema } from "../../shared/api/schemas/jobs.js";
 import { RunPageSchema, RunSchema } from "../../shared/api/schemas/runs.js";
 import { newJobId, parseRunId, runId } from "../../shared/keys.js";
 import { runKey } from "../../shared/storage/runs.js";
@@ -10,6 +10,7 @@ import {
   KEY_A,
   KEY_B,
   laterJob,
+  type Reply,
   startApi,
 } from "./support.js";
 
@@ -23,6 +24,7 @@ let jobA: string;
 let runA: string;
 let deadRunA: string;
 let deadJobA: string;
+let batchJobA: string;
 
 beforeAll(async () => {
   // The caller's quota override is read once per cache time: kept for the whole file, no
@@ -38,8 +40,19 @@ beforeAll(async () => {
   });
   jobA = JobSchema.parse(created.body).id;
   runA = RunSchema.parse(
-    (await api.call("POST", `/jobs/${jobA}/trigger`, { key: KEY_A })).body,
+    (
+      await api.call("POST", `/jobs/${jobA}/trigger`, {
+        key: KEY_A,
+        headers: { "Idempotency-Key": "shared-key" },
+      })
+    ).body,
   ).runId;
+  batchJobA = batchedJob(
+    await api.call("POST", "/jobs:batch", {
+      key: KEY_A,
+      body: { jobs: [laterJob({ idempotencyKey: "shared-batch-key" })] },
+    }),
+  );
   deadJobA = (await deadRunVia(api, KEY_A)).jobId;
   const dead = RunPageSchema.parse((await api.call("GET", "/dead-letters", { key: KEY_A })).body);
   deadRunA = dead.items[0]?.runId ?? "";
@@ -133,13 +146,25 @@ describe("tenant B against tenant A's data", () => {
     expect(dead.items.map((r) => r.runId)).toContain(deadRunA);
   });
 
-  it("its idempotency keys are its own: the same key makes B its own job", async () => {
+  it("its idempotency keys are its own: with A's keys B creates, batches and triggers its own", async () => {
     const reply = await asB("POST", "/jobs", {
       body: laterJob(),
       headers: { "Idempotency-Key": "shared-key" },
     });
     expect(reply.status).toBe(201);
-    expect(JobSchema.parse(reply.body).id).not.toBe(jobA);
+    const ownJob = JobSchema.parse(reply.body).id;
+    expect(ownJob).not.toBe(jobA);
+    const batched = await asB("POST", "/jobs:batch", {
+      body: { jobs: [laterJob({ idempotencyKey: "shared-batch-key" })] },
+    });
+    expect(BatchResultsSchema.parse(batched.body).results[0]?.status).toBe(201);
+    expect(batchedJob(batched)).not.toBe(batchJobA);
+    // A's trigger of its job took this key too: B's trigger of its own job queues B's run.
+    const triggered = await asB("POST", `/jobs/${ownJob}/trigger`, {
+      headers: { "Idempotency-Key": "shared-key" },
+    });
+    expect(triggered.status, triggered.text).toBe(202);
+    expect(RunSchema.parse(triggered.body).jobId).toBe(ownJob);
   });
 
   it("left A's job exactly as it was", async () => {
@@ -154,7 +179,7 @@ describe("tenant B against tenant A's data", () => {
     );
     expect(runs.items.map((r) => r.runId)).toEqual([runA]);
     const stored = (await api.fixture.jobs()).filter((j) => j.tenantId === "tenant-b");
-    expect(stored).toHaveLength(1);
+    expect(stored).toHaveLength(2);
   });
 });
 
@@ -286,7 +311,54 @@ describe("tenant B's view of A's ids is the view of ids that do not exist", () =
     expect(differences).toEqual([]);
     expect(await itemsOfA()).toEqual(before);
   });
+
+  it("refuses A's job as an upstream as it refuses an unknown id: create, batch, edit", async () => {
+    const { version } = JobSchema.parse((await asB("GET", `/jobs/${ownJob}`)).body);
+    const dependentOn = (job: string) => ({
+      type: "noop",
+      schedule: { after: { jobs: [ownJob, job] } },
+    });
+    const before = await itemsOfA();
+    const missing = newJobId(new Date());
+    for (const [name, send] of [
+      ["create", (job: string) => asB("POST", "/jobs", { body: dependentOn(job) })],
+      [
+        "batch",
+        (job: string) => asB("POST", "/jobs:batch", { body: { jobs: [dependentOn(job)] } }),
+      ],
+      [
+        "edit",
+        (job: string) =>
+          asB("PATCH", `/jobs/${ownJob}`, {
+            body: { schedule: { after: { jobs: [job] } } },
+            headers: { "If-Match": `"${version}"` },
+          }),
+      ],
+    ] as const) {
+      const answers = [];
+      for (const job of [jobA, missing]) {
+        requests.length = 0;
+        const reply = await send(job);
+        answers.push({
+          status: reply.status,
+          body: reply.text.replaceAll(job, "JOB"),
+          requests: [...requests],
+        });
+      }
+      expect(answers[0]?.body, name).toContain("no job JOB of this tenant");
+      expect(answers[0], name).toEqual(answers[1]);
+    }
+    expect(JobSchema.parse((await asB("GET", `/jobs/${ownJob}`)).body).version).toBe(version);
+    expect(await itemsOfA()).toEqual(before);
+  });
 });
+
+/** The id of the one job a batch created. */
+function batchedJob(reply: Reply): string {
+  const [result] = BatchResultsSchema.parse(reply.body).results;
+  if (result?.job === undefined) throw new Error(`no job created: ${reply.text}`);
+  return result.job.id;
+}
 
 function refOf(run: string) {
   const ref = parseRunId(run);
