@@ -184,9 +184,10 @@ describe("tenant B against tenant A's data", () => {
 });
 
 /**
- * Every route that takes an id, called by B with one of A's ids and with an id of the same shape
- * that nothing has: the status, headers and body (each id written as a placeholder) must be the
- * same, and so must the storage requests made to answer (a request more is time B can measure).
+ * Every route that takes a job or run id with tenant credentials, called by B with one of A's ids
+ * and with an id of the same shape that nothing has: the status, headers and body (each id written
+ * as a placeholder) must be the same, and so must the storage requests made to answer (a request
+ * more is time B can measure). The run-token routes are compared so in long-jobs.test.ts.
  */
 describe("tenant B's view of A's ids is the view of ids that do not exist", () => {
   type Target = { readonly job: string; readonly run: string };
