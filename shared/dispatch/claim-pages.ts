@@ -20,8 +20,8 @@ const READ_AHEAD_ENTRIES = 50_000;
  * read ahead (up to READ_AHEAD_ENTRIES entries) into one queue per tenant, and
  * each claim lane takes the next tenant's oldest entry, so one tenant's 50,000
  * entries in a bucket do not hold back another tenant's 10 behind them in key
- * order (further behind, they wait for the claims of the entries past it). Buckets go in order, each once the one before is claimed and its runs
- * sent. The reads are the same Query pages as in key order, so the fairness
+ * order (further behind, they wait for the claims of the entries past it).
+ * Buckets go in order, each once the one before is claimed and its runs sent. The reads are the same Query pages as in key order, so the fairness
  * costs no request, only the memory of the entries read ahead.
  */
 export async function claimPages(
