@@ -308,7 +308,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Check a schedule before trusting it: its next occurrences, or what is wrong */
+        /**
+         * Check a schedule before trusting it: its next occurrences, or what is wrong
+         * @description Refuses what `POST /jobs` would refuse of the schedule and its end, with the same 400: an `after` schedule's upstreams are checked as a create checks them (`schedule.after.jobs`; another tenant's job is answered as one that does not exist).
+         */
         post: operations["previewSchedule"];
         delete?: never;
         options?: never;

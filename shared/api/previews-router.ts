@@ -1,9 +1,10 @@
 import { createRoute } from "@hono/zod-openapi";
+import { checkNewDependent } from "../jobs/dependencies.js";
 import { firstOccurrence } from "../schedule/index.js";
 import { displayZoneOf, previewOf, previewOfJob, withPlannedTimes } from "./preview.js";
 import { instantParam } from "./query-params.js";
 import { checkedEnd, parseScheduleInput } from "./requests.js";
-import { errors, jobOf, json, newRouter, type RouterDeps, secured } from "./router.js";
+import { errors, jobOf, json, newRouter, type RouterDeps, secured, tenantOf } from "./router.js";
 import { LIMITS } from "./schemas/common.js";
 import { JobIdParams } from "./schemas/jobs.js";
 import { PreviewQuery, PreviewRequestSchema, PreviewSchema } from "./schemas/previews.js";
@@ -27,6 +28,8 @@ export function previewsRouter({ engine, body }: RouterDeps) {
     operationId: "previewSchedule",
     tags: ["schedules"],
     summary: "Check a schedule before trusting it: its next occurrences, or what is wrong",
+    description:
+      "Refuses what `POST /jobs` would refuse of the schedule and its end, with the same 400: an `after` schedule's upstreams are checked as a create checks them (`schedule.after.jobs`; another tenant's job is answered as one that does not exist).",
     security: secured,
     middleware: [body] as const,
     request: {
@@ -49,17 +52,19 @@ export function previewsRouter({ engine, body }: RouterDeps) {
     return c.json(withPlannedTimes(job, previewOfJob(job, from, count, { pending })), 200);
   });
 
-  router.openapi(previewSchedule, (c) => {
+  router.openapi(previewSchedule, async (c) => {
     const request = c.req.valid("json");
     const now = engine.clock();
     const from = request.from === undefined ? now : instantParam("from", request.from);
     const schedule = parseScheduleInput(request.schedule, engine.settings, now);
     const count = request.count ?? LIMITS.previewCount.default;
     const zone = displayZoneOf(request.schedule);
-    if (request.endAt === undefined && request.maxRuns === undefined)
-      return c.json(previewOf(schedule, zone, from, count), 200);
     // Ended as a job created now with this end would be.
     const endAt = checkedEnd(request, schedule, now) ?? null;
+    // Upstreams a create would refuse are refused here too, with its answer.
+    await checkNewDependent(engine, tenantOf(c), schedule);
+    if (request.endAt === undefined && request.maxRuns === undefined)
+      return c.json(previewOf(schedule, zone, from, count), 200);
     const first = firstOccurrence(schedule, now);
     const asJob = {
       schedule,

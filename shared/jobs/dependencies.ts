@@ -67,6 +67,26 @@ export async function linkNewDependent(
   return { writes, above };
 }
 
+/** A job not yet created, in the upstream walk: no upstream can name it (job ids are checked). */
+const NOT_YET_CREATED = "(a new job)";
+
+/**
+ * Checks a new `after` job's upstreams as its create does (`linkNewDependent`), writing nothing:
+ * each the tenant's, the chain above them short enough to check, each with room for one more
+ * dependent; else the create's 400 naming `schedule.after.jobs`. Another tenant's job is refused
+ * as one that does not exist.
+ */
+export async function checkNewDependent(
+  engine: Engine,
+  tenantId: string,
+  schedule: ScheduleSpec,
+): Promise<void> {
+  const upstreams = upstreamsOf(schedule);
+  if (upstreams.length === 0) return;
+  const above = await walkUpstreams(engine, { jobId: NOT_YET_CREATED, tenantId }, upstreams);
+  checkRoomBelow(upstreams, above);
+}
+
 /**
  * The writes that move an edited job's links from its old upstreams to its new ones, after
  * checking each new upstream is the tenant's and that none of them depends on the job (400

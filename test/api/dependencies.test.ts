@@ -108,6 +108,26 @@ describe("jobs with an after schedule", () => {
     expect(read.dependents).toEqual([]);
   });
 
+  it("POST /schedules/preview refuses the upstreams create refuses, in the same answer, and tells no other tenant's job from none", async () => {
+    const theirs = await created({ cron: "0 0 1 1 *", timezone: "UTC" }, "key-b");
+    const unknown = "01JD0000000000000000000000";
+    for (const id of [unknown, theirs.id]) {
+      const schedule = { after: { jobs: [id] } };
+      const preview = await send("POST", "/schedules/preview", { schedule });
+      const create = await send("POST", "/jobs", { type: "noop", schedule });
+      const error = errorOf(preview, 400);
+      expect(error.field).toBe("schedule.after.jobs");
+      expect(error.message).toBe(`schedule.after.jobs: no job ${id} of this tenant`);
+      expect(preview.json).toEqual(create.json);
+    }
+    const mine = await created({ cron: "0 0 1 1 *", timezone: "UTC" });
+    const fine = await send("POST", "/schedules/preview", {
+      schedule: { after: { jobs: [mine.id] } },
+    });
+    expect(fine.status, fine.text).toBe(200);
+    expect(fine.json).toMatchObject({ occurrences: [] });
+  });
+
   it("400 naming the cycle when an edit would close one", async () => {
     const a = await created({ cron: "0 0 1 1 *", timezone: "UTC" });
     const b = await created({ after: { jobs: [a.id], on: "completion" } });
@@ -162,6 +182,10 @@ describe("jobs with an after schedule", () => {
       400,
     );
     expect(edited.field).toBe("schedule.after.jobs");
+    const previewed = await send("POST", "/schedules/preview", {
+      schedule: { after: { jobs: [upstream.id] } },
+    });
+    expect(errorOf(previewed, 400)).toEqual(refused);
     // Nothing written: no new job, the upstream still has its 1,000, the other job its schedule.
     expect((await send("GET", "/jobs?limit=100")).text).toBe(before);
     const read = JobSchema.parse((await send("GET", `/jobs/${upstream.id}`)).json);
