@@ -980,7 +980,7 @@ export interface operations {
     listDeadLetters: {
         parameters: {
             query?: {
-                /** @description The nextCursor of the previous page. */
+                /** @description The nextCursor of the previous page, sent with the filters that page was read with: with others (or none) it is a 400 naming cursor. */
                 cursor?: string;
                 /** @description Page size; default 20. */
                 limit?: number;
@@ -1161,7 +1161,7 @@ export interface operations {
     listJobs: {
         parameters: {
             query?: {
-                /** @description The nextCursor of the previous page. */
+                /** @description The nextCursor of the previous page, sent with the filters that page was read with: with others (or none) it is a 400 naming cursor. */
                 cursor?: string;
                 /** @description Page size; default 20. */
                 limit?: number;
@@ -2014,7 +2014,7 @@ export interface operations {
     listRuns: {
         parameters: {
             query?: {
-                /** @description The nextCursor of the previous page. */
+                /** @description The nextCursor of the previous page, sent with the filters that page was read with: with others (or none) it is a 400 naming cursor. */
                 cursor?: string;
                 /** @description Only occurrences at or after this instant (scheduledFor, inclusive). */
                 from?: string;

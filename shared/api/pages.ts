@@ -37,6 +37,35 @@ function checkCursor(
   return cursor;
 }
 
+/**
+ * A listing's cursor carries the filter it was made under (`filter`, none unfiltered): under other
+ * filters its start key would resume another listing somewhere in the middle, so it is refused.
+ */
+function checkBinding(cursor: string | undefined, binding: string | undefined): void {
+  if (cursor === undefined || cursor === "") return;
+  const issued = decodeCursor(cursor)?.filter;
+  if (issued !== binding) {
+    throw new ValidationError([
+      {
+        field: "cursor",
+        message: `was returned for other filters (${issued ?? "none"}) than these (${binding ?? "none"}); start again without it`,
+      },
+    ]);
+  }
+}
+
+/** The cursor with `binding` beside its start key (unchanged unfiltered). */
+const bound = (cursor: string, binding: string | undefined): string =>
+  binding === undefined
+    ? cursor
+    : (encodeCursor({ ...decodeCursor(cursor), filter: binding }) ?? cursor);
+
+/** The start key of a checked cursor, without its binding, as DynamoDB takes it. */
+function startKeyOf(cursor: string): string | undefined {
+  const { filter: _binding, ...key } = decodeCursor(cursor) ?? {};
+  return encodeCursor(key) ?? undefined;
+}
+
 /** A status filter can leave a DynamoDB page short; a few more reads fill it, each resuming exactly. */
 const MAX_READS_PER_PAGE = 10;
 
@@ -53,24 +82,33 @@ const MAX_JOBS_PAGE_BYTES = 5 * 1024 * 1024;
 const responseBytesOf = (job: Job) =>
   Buffer.byteLength(JSON.stringify(JSON.stringify(jobDto(job))), "utf8");
 
-/** The cursor that resumes a tenant's jobs after `job`: its key in the byTenant index. */
-const cursorAfter = (tenantId: string, job: Job) =>
-  encodeCursor({ tenantPk: tenantPk(tenantId), tenantSk: job.jobId, ...jobKey(job.jobId) });
+/** The cursor that resumes a tenant's jobs after `job`: its byTenant index key, and its binding. */
+const cursorAfter = (tenantId: string, job: Job, binding: string | undefined) =>
+  encodeCursor({
+    tenantPk: tenantPk(tenantId),
+    tenantSk: job.jobId,
+    ...jobKey(job.jobId),
+    ...(binding ? { filter: binding } : {}),
+  });
 
 /**
  * The tenant's jobs, newest first, up to `limit` and MAX_JOBS_PAGE_BYTES: a page that reaches the
- * bytes first ends at the last job that fits (at least one), its cursor resuming after it.
+ * bytes first ends at the last job that fits (at least one), its cursor resuming after it. The
+ * cursor is bound to the status filter (see checkBinding).
  */
 export async function jobsPage(
   engine: Engine,
   tenantId: string,
   options: { status?: JobStatus; limit: number; cursor?: string },
 ): Promise<Page<Job>> {
-  let cursor = checkCursor(options.cursor, { tenantPk: tenantPk(tenantId) }, [
-    "tenantSk",
-    "pk",
-    "sk",
-  ]);
+  const binding = options.status === undefined ? undefined : `status=${options.status}`;
+  checkBinding(options.cursor, binding);
+  const given = checkCursor(
+    options.cursor,
+    { tenantPk: tenantPk(tenantId), ...(binding ? { filter: binding } : {}) },
+    ["tenantSk", "pk", "sk"],
+  );
+  let cursor = given === undefined ? undefined : startKeyOf(given);
   const items: Job[] = [];
   let bytes = 0;
   for (let read = 0; read < MAX_READS_PER_PAGE && items.length < options.limit; read++) {
@@ -83,14 +121,14 @@ export async function jobsPage(
       bytes += responseBytesOf(job);
       const last = items.at(-1);
       if (bytes > MAX_JOBS_PAGE_BYTES && last !== undefined) {
-        return { items, nextCursor: cursorAfter(tenantId, last) };
+        return { items, nextCursor: cursorAfter(tenantId, last, binding) };
       }
       items.push(job);
     }
     cursor = page.nextCursor ?? undefined;
     if (cursor === undefined) break;
   }
-  return { items, nextCursor: cursor ?? null };
+  return { items, nextCursor: cursor === undefined ? null : bound(cursor, binding) };
 }
 
 /** `binding` names the listing's filter; a cursor carries it and is refused under another. */
@@ -100,17 +138,7 @@ export function runsPage(
   options: { limit: number; cursor?: string; filter: RunFilter; binding: string | undefined },
 ): Promise<Page<Run>> {
   const { binding } = options;
-  if (options.cursor !== undefined && options.cursor !== "") {
-    const issued = decodeCursor(options.cursor)?.filter;
-    if (issued !== binding) {
-      throw new ValidationError([
-        {
-          field: "cursor",
-          message: `was returned for other filters (${issued ?? "none"}) than these (${binding ?? "none"}); start again without it`,
-        },
-      ]);
-    }
-  }
+  checkBinding(options.cursor, binding);
   const cursor = checkCursor(
     options.cursor,
     { pk: jobPk(jobId), ...(binding ? { filter: binding } : {}) },

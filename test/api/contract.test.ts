@@ -498,6 +498,31 @@ describe("GET /jobs and GET /jobs/{id}", () => {
     expect(page.items.every((j) => j.status === "paused")).toBe(true);
   });
 
+  it("a cursor is bound to its status filter: reused under another it is a 400 naming cursor", async () => {
+    const pageOf = async (query: string) => {
+      const reply = await api.call("GET", `/jobs?${query}`);
+      expect(reply.status).toBe(200);
+      return JobPageSchema.parse(reply.body);
+    };
+    const active = await pageOf("status=active&limit=1");
+    const unfiltered = await pageOf("limit=1");
+    const misuse = [
+      `cursor=${active.nextCursor}`,
+      `status=paused&cursor=${active.nextCursor}`,
+      `status=active&cursor=${unfiltered.nextCursor}`,
+    ];
+    for (const query of misuse) {
+      const reply = await api.call("GET", `/jobs?${query}`);
+      expect(expectError(reply, 400, { field: "cursor" }).message).toMatch(/other filters/);
+    }
+    // Under its own filter the cursor goes on after its page.
+    const next = await pageOf(`status=active&limit=1&cursor=${active.nextCursor}`);
+    expect(next.items).toHaveLength(1);
+    expect(next.items[0]?.status).toBe("active");
+    expect(next.items[0]?.id).not.toBe(active.items[0]?.id);
+    expect((await pageOf(`limit=1&cursor=${unfiltered.nextCursor}`)).items).toHaveLength(1);
+  });
+
   it.each([
     ["?status=PAUSED", "status"],
     ["?status=sleeping", "status"],

@@ -72,10 +72,9 @@ export const pageLimit = z.coerce
   .max(LIMITS.pageSize.max)
   .optional()
   .openapi({ description: "Page size; default 20." });
-export const cursor = z
-  .string()
-  .max(LIMITS.cursorChars)
-  .optional()
-  .openapi({ description: "The nextCursor of the previous page." });
+export const cursor = z.string().max(LIMITS.cursorChars).optional().openapi({
+  description:
+    "The nextCursor of the previous page, sent with the filters that page was read with: with others (or none) it is a 400 naming cursor.",
+});
 
 export const PageQuery = z.strictObject({ limit: pageLimit, cursor });
