@@ -1,6 +1,7 @@
 import { JOB, PREVIEW, RUN } from "./answers.js";
 import { errorOf, isSchedulerApiError, VersionConflictError } from "./errors.js";
 import { pollForRun, unwrap, unwrapWithResponse, type WaitOptions } from "./requests.js";
+import { followsUnclearAttempt } from "./retries.js";
 import type { ListOptions, RunFilter, SchedulerClient } from "./scheduler-client.js";
 import {
   type EditJobRequest,
@@ -116,13 +117,18 @@ export class JobHandle {
   /**
    * Cancels the job and removes it (queued runs end cancelled). Its runs stay
    * readable through `runs()` and `run()` until they expire. A second delete
-   * throws a `not_found` error, as for any job that does not exist.
+   * throws a `not_found` error, as for any job that does not exist. A retry's
+   * `not_found`, after an attempt that timed out or that API Gateway answered
+   * 502 or 504, returns: that attempt may have deleted the job, which is gone.
    */
   async delete(): Promise<void> {
     const { error, response } = await this.client.http.DELETE("/jobs/{id}", {
       params: { path: { id: this.id } },
     });
-    if (!response.ok) throw errorOf(response, error, "DELETE");
+    if (response.ok) return;
+    const refused = errorOf(response, error, "DELETE");
+    if (refused.is("not_found") && followsUnclearAttempt(response)) return;
+    throw refused;
   }
 
   /**

@@ -38,6 +38,21 @@ export const REPEATABLE_METHODS: ReadonlySet<string> = new Set([
   "DELETE",
 ]);
 
+/** API Gateway's 502 and 504: the API's function failed or timed out, maybe after applying it. */
+const MAYBE_APPLIED_STATUSES: ReadonlySet<number> = new Set([502, 504]);
+
+/** Answers to a retry sent after an attempt that may have been applied (followsUnclearAttempt). */
+const afterUnclearAttempt = new WeakSet<Response>();
+
+/**
+ * Whether `response` answers a retry that followed an attempt which may have been applied: it
+ * timed out, or API Gateway answered it 502 or 504. A DELETE so answered 404 may have found the
+ * job gone by its own first attempt. A 429 or a 503 says nothing of the request was done.
+ */
+export function followsUnclearAttempt(response: Response): boolean {
+  return afterUnclearAttempt.has(response);
+}
+
 const sleepFor = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /** Whether sending `request` twice does what sending it once does. */
@@ -76,6 +91,11 @@ export function retryingFetch(base: typeof fetch, options: RetryOptions = {}): t
     // With a Request, `init` holds only what is not part of one (openapi-fetch's requestInitExt).
     const extra = input instanceof Request ? init : undefined;
     if (!isRepeatable(request)) return base(request, extra);
+    let unclear = false;
+    const answer = (response: Response) => {
+      if (unclear) afterUnclearAttempt.add(response);
+      return response;
+    };
     for (let retry = 0; ; retry++) {
       let response: Response;
       try {
@@ -86,12 +106,14 @@ export function retryingFetch(base: typeof fetch, options: RetryOptions = {}): t
         if (!(error instanceof RequestTimeoutError) || retry >= attempts) throw error;
         const delay = BASE_DELAY_MS * 2 ** retry;
         if (delay > maxDelayMs) throw error;
+        unclear = true;
         await sleep(delay);
         continue;
       }
-      if (!RETRIED_STATUSES.has(response.status) || retry >= attempts) return response;
+      if (!RETRIED_STATUSES.has(response.status) || retry >= attempts) return answer(response);
       const delay = retryAfterMs(response, now()) ?? BASE_DELAY_MS * 2 ** retry;
-      if (delay > maxDelayMs) return response;
+      if (delay > maxDelayMs) return answer(response);
+      if (MAYBE_APPLIED_STATUSES.has(response.status)) unclear = true;
       await response.body?.cancel();
       await sleep(delay);
     }

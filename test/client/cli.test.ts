@@ -1,6 +1,8 @@
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtemp, writeFile } from "node:fs/promises";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
@@ -462,6 +464,50 @@ describe("jobs", () => {
     await failing(EXIT.notFound, "jobs", "delete", job.id);
     const table = await cli(["jobs", "delete", job.id]);
     expect(table.code).toBe(EXIT.notFound);
+  });
+
+  it("delete whose answer is lost: the retry finds the job gone, and the delete exits 0", async () => {
+    const job = await json<Job>("jobs", "create", "--type", "noop", "--run-at", tomorrow());
+    // In front of the sandbox: the first DELETE is done there, and its answer never sent on.
+    const deletes: number[] = [];
+    const proxy = createServer((request, response) => {
+      void (async () => {
+        const chunks: Buffer[] = [];
+        for await (const chunk of request) chunks.push(chunk as Buffer);
+        const answer = await fetch(`${sandbox.url}${request.url ?? "/"}`, {
+          method: request.method ?? "GET",
+          headers: { authorization: request.headers.authorization ?? "" },
+          ...(chunks.length > 0 ? { body: Buffer.concat(chunks) } : {}),
+        });
+        const body = Buffer.from(await answer.arrayBuffer());
+        if (request.method === "DELETE" && deletes.push(answer.status) === 1) return;
+        response.writeHead(answer.status, { "Content-Type": "application/json" }).end(body);
+      })();
+    });
+    await new Promise<void>((done) => proxy.listen(0, "127.0.0.1", done));
+    try {
+      const api = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+      const outcome = await runCaptured([
+        "--api",
+        api,
+        "--request-timeout",
+        "3",
+        "-o",
+        "json",
+        "jobs",
+        "delete",
+        job.id,
+      ]);
+      expect(outcome.code, outcome.err).toBe(EXIT.ok);
+      expect(JSON.parse(outcome.out)).toEqual({ id: job.id, deleted: true });
+      expect(deletes).toEqual([204, 404]);
+    } finally {
+      proxy.closeAllConnections();
+      await new Promise<void>((done) => proxy.close(() => done()));
+    }
+    await failing(EXIT.notFound, "jobs", "get", job.id);
+    // Asked once more, it is not found: only a retry's 404 follows an attempt that may have deleted it.
+    await failing(EXIT.notFound, "jobs", "delete", job.id);
   });
 });
 

@@ -21,6 +21,8 @@ interface Answer {
   readonly status: number;
   readonly headers?: Record<string, string>;
   readonly body: unknown;
+  /** Answered this long after the request came (the request is done at once). */
+  readonly delayMs?: number;
 }
 
 interface Received {
@@ -69,9 +71,15 @@ beforeAll(async () => {
         idempotencyKey: request.headers["idempotency-key"]?.toString(),
       });
       const answer = script.shift() ?? always;
-      response
-        .writeHead(answer.status, { "Content-Type": "application/json", ...answer.headers })
-        .end(JSON.stringify(answer.body));
+      const send = () => {
+        // A client that gave up waiting has closed the connection: nothing to answer.
+        if (request.socket.destroyed) return;
+        response
+          .writeHead(answer.status, { "Content-Type": "application/json", ...answer.headers })
+          .end(JSON.stringify(answer.body));
+      };
+      if (answer.delayMs === undefined) send();
+      else setTimeout(send, answer.delayMs);
     });
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
@@ -87,11 +95,12 @@ beforeEach(() => {
 });
 
 /** A client whose waits are recorded, not slept. */
-function clientWith(retry: RetryOptions = {}) {
+function clientWith(retry: RetryOptions = {}, options: { timeoutMs?: number } = {}) {
   const waits: number[] = [];
   const client = new SchedulerClient({
     baseUrl,
     auth: { kind: "bearer", key: "k" },
+    ...options,
     retry: {
       sleep: async (ms) => {
         waits.push(ms);
@@ -249,6 +258,64 @@ describe("a request that timed out is retried within maxDelayMs, as an answer wi
       silent.closeAllConnections();
       await new Promise<void>((resolve) => silent.close(() => resolve()));
     }
+  });
+});
+
+describe("a DELETE whose retry finds the job gone", () => {
+  const notFound: Answer = {
+    status: 404,
+    body: { error: { code: "not_found", message: `job ${job.id} not found` } },
+  };
+  /** Done, but answered after the client gave up on it: the client's timeout is 100 ms. */
+  const lateDone: Answer = { status: 204, body: "", delayMs: 400 };
+  const gateway504: Answer = { status: 504, body: { message: "Endpoint request timed out" } };
+  const timingOut = () => clientWith({}, { timeoutMs: 100 }).client;
+
+  it("returns after an attempt that timed out or was answered 504: that attempt may have deleted it", async () => {
+    for (const first of [lateDone, gateway504]) {
+      received = [];
+      script = [first, notFound];
+      await timingOut().jobs.handle(job.id).delete();
+      expect(received.map((r) => `${r.method} ${r.path}`)).toEqual(
+        Array(2).fill(`DELETE /jobs/${job.id}`),
+      );
+    }
+  });
+
+  it("is not_found on a first attempt, and after a 429 or 503, which did nothing", async () => {
+    for (const before of [[], [refused(429, "0")], [refused(503, "0")]]) {
+      script = [...before, notFound];
+      const error = await rejection(timingOut().jobs.handle(job.id).delete(), SchedulerApiError);
+      expect(error.code).toBe("not_found");
+    }
+  });
+
+  it("from the CLI: exit 0 after a timed-out attempt, 4 (not found) for a first attempt's 404", async () => {
+    const cliDelete = async () => {
+      let out = "";
+      let err = "";
+      const code = await runCli(
+        ["--api", baseUrl, "--request-timeout", "0.1", "-o", "json", "jobs", "delete", job.id],
+        {
+          stdout: (text) => {
+            out += text;
+          },
+          stderr: (text) => {
+            err += text;
+          },
+          env: {},
+        },
+      );
+      return { code, out, err };
+    };
+    script = [lateDone, notFound];
+    const retried = await cliDelete();
+    expect(retried.code, retried.err).toBe(EXIT.ok);
+    expect(JSON.parse(retried.out)).toEqual({ id: job.id, deleted: true });
+    expect(received).toHaveLength(2);
+
+    script = [notFound];
+    expect((await cliDelete()).code).toBe(EXIT.notFound);
   });
 });
 
