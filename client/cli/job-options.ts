@@ -12,6 +12,21 @@ export function wholeNumber(raw: string): number {
 }
 
 /**
+ * A whole number above 0, and up to `most`, for an option the CLI acts on itself (the API checks
+ * the others): a poll every 0 ms, or every more than Node's longest timer (which fires at once),
+ * would read the API without a pause.
+ */
+export function positiveWholeNumber(most: number = Number.MAX_SAFE_INTEGER) {
+  const bound = most < Number.MAX_SAFE_INTEGER ? ` and up to ${most}` : "";
+  return (raw: string): number => {
+    const value = /^\d+$/.test(raw.trim()) ? Number(raw) : Number.NaN;
+    if (!(Number.isSafeInteger(value) && value > 0 && value <= most))
+      throw new InvalidArgumentError(`"${raw}" is not a whole number above 0${bound}.`);
+    return value;
+  };
+}
+
+/**
  * An Idempotency-Key as the API takes one: 1 to 200 visible ASCII characters. Refused here, before
  * any request: an empty one would otherwise read as no key at all, and the command would run
  * unkeyed, a retry of it no longer the same request.

@@ -1,9 +1,10 @@
 import { type Command, InvalidArgumentError } from "commander";
 import { FINAL_RUN_STATUSES, RUN_STATUSES, type Run, type RunStatus } from "../index.js";
 import { waitOrAbort } from "../requests.js";
+import { MAX_TIMEOUT_MS } from "../transport.js";
 import { contextOf } from "./context.js";
 import { CliExit, EXIT } from "./exit-codes.js";
-import { idempotencyKeyArg, wholeNumber } from "./job-options.js";
+import { idempotencyKeyArg, positiveWholeNumber, wholeNumber } from "./job-options.js";
 import {
   type CliIo,
   json,
@@ -111,7 +112,7 @@ export function runsCommand(program: Command, io: CliIo): void {
       "follow a job's runs live until Ctrl-C: prints the runs running now, then each run as it starts and as it ends (JSON: one object a line); each poll reads the job's run history",
     )
     .argument("<job-id>", "the job's id")
-    .option("--interval <ms>", "between polls", wholeNumber, 2000)
+    .option("--interval <ms>", "between polls", positiveWholeNumber(MAX_TIMEOUT_MS), 2000)
     .option(
       "--since <instant>",
       "runs that ended at or after this ISO-8601 instant are shown as new (default: when the command started)",
@@ -119,12 +120,12 @@ export function runsCommand(program: Command, io: CliIo): void {
     .option(
       "--count <n>",
       `stop once this many runs reached a final status while watched (exits ${EXIT.ok})`,
-      wholeNumber,
+      positiveWholeNumber(),
     )
     .option(
       "--timeout <seconds>",
       `stop after this long: exits ${EXIT.ok}, or ${EXIT.timedOut} when --count was not reached`,
-      wholeNumber,
+      positiveWholeNumber(),
     )
     .action(
       async (

@@ -623,6 +623,33 @@ describe("runs and dead letters", () => {
     expect((await cli(["runs", "watch", job.id, "--since", "soon"])).code).toBe(EXIT.usage);
   });
 
+  it("runs watch: an --interval, --count or --timeout that is not a whole number above 0 exits 2 naming it, before any request", async () => {
+    const cases = [
+      ["--interval", "0"],
+      ["--interval", "-5"],
+      ["--interval", "soon"],
+      ["--interval", "1.5"],
+      // Past Node's longest timer, which fires at once: polled without a pause.
+      ["--interval", "2147483648"],
+      ["--count", "0"],
+      ["--timeout", "0"],
+    ];
+    for (const [flag = "", value = ""] of cases) {
+      // Nobody listens there: a request would exit 9 (cannot reach the API).
+      const { code, err } = await runCaptured([
+        "--api",
+        "http://127.0.0.1:9",
+        "runs",
+        "watch",
+        "01J0000000000000000000000X",
+        flag,
+        value,
+      ]);
+      expect(code, `${flag} ${value}: ${err}`).toBe(EXIT.usage);
+      expect(err).toContain(flag);
+    }
+  });
+
   it("runs watch exits 10 when --count is not reached within --timeout", async () => {
     const job = await json<Job>("jobs", "create", "--type", "noop", "--run-at", tomorrow());
     const outcome = await cli([
