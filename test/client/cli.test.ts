@@ -9,8 +9,9 @@ import type { Command } from "commander";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { authFrom, SANDBOX_KEY } from "../../client/cli/context.js";
 import { EXIT } from "../../client/cli/exit-codes.js";
-import { cliProgram, runCli } from "../../client/cli/main.js";
+import { cliProgram } from "../../client/cli/main.js";
 import type { Job, Preview, Run, TenantQuotas } from "../../client/index.js";
+import { type CliOutcome, runCaptured } from "../support/cli-run.js";
 import { type SandboxProcess, spawnSandbox } from "../support/sandbox-process.js";
 import { waitFor } from "../support/wait.js";
 
@@ -45,31 +46,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await sandbox?.stop();
 }, 30_000);
-
-interface Outcome {
-  readonly code: number;
-  readonly out: string;
-  readonly err: string;
-}
-
-/** Runs the CLI on exactly these arguments (no `--api` added), its output captured. */
-async function runCaptured(
-  args: readonly string[],
-  env: Record<string, string> = {},
-): Promise<Outcome> {
-  let out = "";
-  let err = "";
-  const code = await runCli(args, {
-    stdout: (text) => {
-      out += text;
-    },
-    stderr: (text) => {
-      err += text;
-    },
-    env,
-  });
-  return { code, out, err };
-}
 
 /** Runs the CLI against the sandbox. */
 const cli = (args: readonly string[], env: Record<string, string> = {}) =>
@@ -990,7 +966,7 @@ describe("credentials, reachability, help", () => {
 
   it("bin/scheduler.mjs and `npx scheduler` run the CLI as a process", async () => {
     const run = (command: string, args: string[]) =>
-      new Promise<Outcome>((done, fail) => {
+      new Promise<CliOutcome>((done, fail) => {
         const child = spawn(command, args, {
           cwd: REPO,
           // Offline: npx must find the bin in this package, never look a package up.

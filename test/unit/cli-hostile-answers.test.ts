@@ -2,7 +2,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { EXIT } from "../../client/cli/exit-codes.js";
-import { runCli } from "../../client/cli/main.js";
+import { runCaptured } from "../support/cli-run.js";
 
 /**
  * The CLI against answers the API does not give: whatever sits at the URL it was pointed at (a
@@ -36,20 +36,7 @@ beforeEach(() => {
   answer = { status: 200, body: "{}" };
 });
 
-async function cli(...args: string[]): Promise<{ code: number; out: string; err: string }> {
-  let out = "";
-  let err = "";
-  const code = await runCli(["--api", baseUrl, "--key", "k", ...args], {
-    stdout: (text) => {
-      out += text;
-    },
-    stderr: (text) => {
-      err += text;
-    },
-    env: {},
-  });
-  return { code, out, err };
-}
+const cli = (...args: string[]) => runCaptured(["--api", baseUrl, "--key", "k", ...args]);
 
 /**
  * What a terminal acts on, but the line breaks that end printed lines: C0 and C1 controls (ESC
@@ -311,24 +298,14 @@ describe("a listing whose answer would never end it", () => {
     });
     await new Promise<void>((resolve) => looping.listen(0, "127.0.0.1", resolve));
     try {
-      let err = "";
-      const code = await runCli(
-        [
-          "--api",
-          `http://127.0.0.1:${(looping.address() as AddressInfo).port}`,
-          "--key",
-          "k",
-          "jobs",
-          "list",
-        ],
-        {
-          stdout: () => undefined,
-          stderr: (text) => {
-            err += text;
-          },
-          env: {},
-        },
-      );
+      const { code, err } = await runCaptured([
+        "--api",
+        `http://127.0.0.1:${(looping.address() as AddressInfo).port}`,
+        "--key",
+        "k",
+        "jobs",
+        "list",
+      ]);
       expect(requests).toBe(2);
       expect(code).toBe(EXIT.failed);
       expect(err).toContain(

@@ -2,7 +2,6 @@ import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { EXIT } from "../../client/cli/exit-codes.js";
-import { runCli } from "../../client/cli/main.js";
 import {
   isSchedulerApiError,
   RequestTimeoutError,
@@ -10,6 +9,7 @@ import {
   SchedulerApiError,
   SchedulerClient,
 } from "../../client/index.js";
+import { runCaptured } from "../support/cli-run.js";
 import { rejection } from "../support/rejection.js";
 
 /**
@@ -291,23 +291,18 @@ describe("a DELETE whose retry finds the job gone", () => {
   });
 
   it("from the CLI: exit 0 after a timed-out attempt, 4 (not found) for a first attempt's 404", async () => {
-    const cliDelete = async () => {
-      let out = "";
-      let err = "";
-      const code = await runCli(
-        ["--api", baseUrl, "--request-timeout", "0.1", "-o", "json", "jobs", "delete", job.id],
-        {
-          stdout: (text) => {
-            out += text;
-          },
-          stderr: (text) => {
-            err += text;
-          },
-          env: {},
-        },
-      );
-      return { code, out, err };
-    };
+    const cliDelete = () =>
+      runCaptured([
+        "--api",
+        baseUrl,
+        "--request-timeout",
+        "0.1",
+        "-o",
+        "json",
+        "jobs",
+        "delete",
+        job.id,
+      ]);
     script = [lateDone, notFound];
     const retried = await cliDelete();
     expect(retried.code, retried.err).toBe(EXIT.ok);
@@ -349,14 +344,13 @@ describe("a webhook secret rotation", () => {
 
   it("from the CLI, goes through the client: retried, and --idempotency-key is sent", async () => {
     const rotateWith = async (...flags: string[]) => {
-      let out = "";
-      const code = await runCli(["--api", baseUrl, "webhook-secret", "rotate", ...flags], {
-        stdout: (text) => {
-          out += text;
-        },
-        stderr: () => {},
-        env: {},
-      });
+      const { code, out } = await runCaptured([
+        "--api",
+        baseUrl,
+        "webhook-secret",
+        "rotate",
+        ...flags,
+      ]);
       return { code, out };
     };
     script = [refused(503, "0"), ok({ secret })];
@@ -413,10 +407,15 @@ describe("a dead letter's replay", () => {
 
   it("from the CLI, sends --idempotency-key", async () => {
     script = [ok(replayRun)];
-    const code = await runCli(
-      ["--api", baseUrl, "dead-letters", "replay", deadRunId, "--idempotency-key", "cli-replay"],
-      { stdout: () => {}, stderr: () => {}, env: {} },
-    );
+    const { code } = await runCaptured([
+      "--api",
+      baseUrl,
+      "dead-letters",
+      "replay",
+      deadRunId,
+      "--idempotency-key",
+      "cli-replay",
+    ]);
     expect(code).toBe(EXIT.ok);
     expect(received.map((r) => r.idempotencyKey)).toEqual(["cli-replay"]);
   });
@@ -432,16 +431,15 @@ describe("the CLI's --idempotency-key", () => {
     "an empty or not visible ASCII key is a usage error naming it, before any request (%s %s)",
     async (...command) => {
       for (const key of ["", "two words", "x".repeat(201)]) {
-        let stderr = "";
-        const code = await runCli(["--api", baseUrl, ...command, "--idempotency-key", key], {
-          stdout: () => {},
-          stderr: (text) => {
-            stderr += text;
-          },
-          env: {},
-        });
+        const { code, err } = await runCaptured([
+          "--api",
+          baseUrl,
+          ...command,
+          "--idempotency-key",
+          key,
+        ]);
         expect(code).toBe(EXIT.usage);
-        expect(stderr).toContain("--idempotency-key");
+        expect(err).toContain("--idempotency-key");
       }
       expect(received).toEqual([]);
     },
@@ -451,14 +449,15 @@ describe("the CLI's --idempotency-key", () => {
 describe("the CLI over a client that retries", () => {
   it("a 429 that outlasts the retries still exits 8 (busy), after the retries", async () => {
     always = refused(429, "0");
-    let err = "";
-    const code = await runCli(["--api", baseUrl, "-o", "json", "jobs", "get", job.id], {
-      stdout: () => {},
-      stderr: (text) => {
-        err += text;
-      },
-      env: {},
-    });
+    const { code, err } = await runCaptured([
+      "--api",
+      baseUrl,
+      "-o",
+      "json",
+      "jobs",
+      "get",
+      job.id,
+    ]);
     expect(code, err).toBe(EXIT.busy);
     expect(JSON.parse(err)).toMatchObject({ error: { code: "rate_limited" } });
     expect(received.map((r) => `${r.method} ${r.path}`)).toEqual(
