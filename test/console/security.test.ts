@@ -1,0 +1,205 @@
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import type { Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type Browser, launchBrowser } from "../support/browser.js";
+import { type SandboxProcess, spawnSandbox } from "../support/sandbox-process.js";
+import { waitFor } from "../support/wait.js";
+
+/**
+ * The console as an attacker's text meets it: every string a tenant or its webhook receiver
+ * controls (a job's name, payload, target URL and headers, a run's error quoting the receiver's
+ * answer) and every part of a URL someone can send an operator (a job id, a query, a hash) is
+ * markup here, in headless Chromium against `npm start`. Each page must show it as text: no
+ * element made of it, no link to a `javascript:` or `data:` URL, no Content-Security-Policy
+ * violation (which an inline handler that got in would cause), the page's title untouched.
+ */
+const KEY = "hostile-text-key";
+/** Another tenant's, signing in on the same tab after the first signed out. */
+const OTHER_KEY = "next-user-key";
+const MARKUP =
+  `"'></textarea></code><img src=x id=injected-img onerror="document.title='pwned'">` +
+  `<svg id=injected-svg onload="document.title='pwned'"></svg>` +
+  `<script id=injected-script>document.title='pwned'</script>` +
+  `<a id=injected-a href="javascript:document.title='pwned'">x</a>` +
+  `<style id=injected-style>body{display:none}</style>`;
+/** Elements the console itself never puts in its main region. */
+const FOREIGN = "img, svg, script, style, iframe, object, embed, form[action], [onerror], [onload]";
+
+interface Job {
+  id: string;
+  name: string;
+}
+interface Run {
+  runId: string;
+  jobId: string;
+  error: string | null;
+}
+
+let sandbox: SandboxProcess;
+let browser: Browser;
+let page: Page;
+let receiver: Server;
+let receiverUrl: string;
+
+async function api<T>(method: string, path: string, body?: unknown): Promise<T> {
+  const response = await fetch(`${sandbox.url}${path}`, {
+    method,
+    headers: {
+      Authorization: `Bearer ${KEY}`,
+      ...(body === undefined ? {} : { "Content-Type": "application/json" }),
+    },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  const text = await response.text();
+  if (!response.ok) throw new Error(`${method} ${path}: ${response.status} ${text}`);
+  return JSON.parse(text) as T;
+}
+
+/** What the page made of the markup, if anything, and what it shows as text. */
+async function inspect(): Promise<{
+  foreign: string[];
+  links: string[];
+  title: string;
+  text: string;
+}> {
+  return {
+    foreign: await page
+      .locator(`main :is(${FOREIGN}), [id^="injected"]`)
+      .evaluateAll((elements) => elements.map((element) => element.outerHTML.slice(0, 120))),
+    links: await page
+      .locator("a[href]")
+      .evaluateAll((links) => links.map((link) => link.getAttribute("href") ?? "")),
+    title: await page.title(),
+    text: (await page.locator("main").textContent()) ?? "",
+  };
+}
+
+async function signIn(key: string): Promise<void> {
+  await page.getByLabel("API key", { exact: true }).fill(key);
+  await page.getByRole("button", { name: "Sign in" }).click();
+}
+
+async function expectInert(where: string): Promise<string> {
+  const seen = await inspect();
+  expect(seen.foreign, where).toEqual([]);
+  expect(seen.title, where).toBe("Scheduler console");
+  for (const href of seen.links) expect(href, where).toMatch(/^(\/(?!\/)|#)/);
+  expect(
+    browser.errors.filter((e) => /Content Security Policy/i.test(e)),
+    where,
+  ).toEqual([]);
+  return seen.text;
+}
+
+beforeAll(async () => {
+  receiver = createServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      res.statusMessage = "Broken <img src=x id=injected-status>";
+      res.writeHead(500, { "Content-Type": "text/html" });
+      res.end(MARKUP);
+    });
+  });
+  await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", resolve));
+  receiverUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`;
+  [sandbox, browser] = await Promise.all([
+    spawnSandbox({
+      env: { SCHEDULER_API_KEYS: `${KEY}=hostile-tenant,${OTHER_KEY}=next-tenant` },
+      tickSeconds: 1,
+    }),
+    launchBrowser(),
+  ]);
+  page = await browser.context.newPage();
+  await page.goto(`${sandbox.url}/console`);
+  await signIn(KEY);
+  await page.getByRole("heading", { name: "Jobs", level: 1 }).waitFor();
+}, 180_000);
+
+afterAll(async () => {
+  await browser?.close();
+  await sandbox?.stop();
+  await new Promise((resolve) => receiver?.close(resolve));
+});
+
+describe("text an attacker controls, in the console", () => {
+  let named: Job;
+  let hook: Job;
+  let dead: Run;
+
+  it("shows a job's name, payload, target URL and a run's error as text on every page", async () => {
+    named = await api<Job>("POST", "/jobs", {
+      name: MARKUP.slice(0, 200),
+      type: "noop",
+      payload: { note: MARKUP },
+      schedule: { cron: "0 9 * * *", timezone: "UTC" },
+    });
+    hook = await api<Job>("POST", "/jobs", {
+      name: "javascript:document.title='pwned'",
+      type: "http",
+      payload: { note: MARKUP },
+      target: {
+        url: `${receiverUrl}/hook/"'><svg onload=alert(1)>?q="'><img src=x onerror=alert(1)>`,
+        headers: { "X-Note": `"'><img src=x onerror=alert(1)>` },
+      },
+      retry: { maxAttempts: 1 },
+      schedule: { runAt: new Date().toISOString() },
+    });
+    dead = await waitFor(
+      "the webhook's run to be a dead letter",
+      async () =>
+        (await api<{ items: Run[] }>("GET", "/dead-letters")).items.find(
+          (r) => r.jobId === hook.id,
+        ),
+      30_000,
+      250,
+    );
+    expect(dead.error).toContain("<img src=x id=injected-img");
+
+    await page.goto(`${sandbox.url}/console`);
+    await page.getByRole("link", { name: /javascript:/ }).waitFor();
+    const list = await expectInert("jobs");
+    expect(list).toContain(MARKUP.slice(0, 200));
+
+    await page.goto(`${sandbox.url}/console/jobs/${named.id}`);
+    await page.locator("h1 bdi").waitFor();
+    expect(await page.locator("h1 bdi").textContent()).toBe(MARKUP.slice(0, 200));
+    await page.getByRole("button", { name: "Edit job" }).click();
+    const payload = page.getByLabel("Payload (JSON)");
+    expect(JSON.parse(await payload.inputValue())).toEqual({ note: MARKUP });
+    expect(await page.getByLabel("Name", { exact: true }).inputValue()).toBe(MARKUP.slice(0, 200));
+    await expectInert("a job named with markup, its edit form open");
+
+    await page.goto(`${sandbox.url}/console/jobs/${hook.id}`);
+    const row = page.locator(`tr[data-run-id="${dead.runId}"]`);
+    await row.locator(".status-dead").waitFor({ timeout: 30_000 });
+    expect(await row.locator("td.free-text").textContent()).toBe(dead.error);
+    expect(await page.locator("dd code").textContent()).toContain(`"'><svg onload=alert(1)>`);
+    await expectInert("a webhook job whose receiver answered markup");
+
+    await page.getByRole("link", { name: "Dead letters" }).click();
+    const letter = page.locator(`tr[data-run-id="${dead.runId}"]`);
+    await letter.waitFor();
+    expect(await letter.locator("td.free-text").textContent()).toBe(dead.error);
+    await expectInert("dead letters");
+  });
+
+  it("shows markup in a job link's id, query and hash as text, and no job", async () => {
+    const encoded = encodeURIComponent(MARKUP);
+    for (const path of [
+      `/console/jobs/${encoded}`,
+      `/console/jobs/${encoded}?${encoded}#${encoded}`,
+      `/console/jobs/%3Cimg%20src%3Dx%20id%3Dinjected-id%3E%2F..%2F..%2Fdead-letters`,
+    ]) {
+      await page.goto(`${sandbox.url}${path}`);
+      await page.getByRole("heading", { name: "Job not found", level: 1 }).waitFor();
+      await expectInert(path);
+    }
+    expect(await page.locator("main code").textContent()).toBe(
+      "<img src=x id=injected-id>/../../dead-letters",
+    );
+    await page.goto(`${sandbox.url}/console?${encoded}#${encoded}`);
+    await page.getByRole("heading", { name: "Jobs", level: 1 }).waitFor();
+    await expectInert("the jobs page with markup in its query and hash");
+  });
+});
