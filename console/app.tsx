@@ -83,8 +83,11 @@ export function App({ config }: { config: ConsoleConfig }) {
               type="button"
               class="link"
               onClick={() => {
+                // The next person at this screen starts on the jobs page, not on a page of this
+                // tenant's (its address names a job).
                 signOut();
                 setSignedIn(false);
+                navigate("/console");
               }}
             >
               Sign out{currentCredential()?.who ? ` (${currentCredential()?.who})` : ""}
@@ -95,7 +98,8 @@ export function App({ config }: { config: ConsoleConfig }) {
       <main id="main" ref={main}>
         {page}
       </main>
-      <Announcer />
+      {/* A new session, a new live region: "Job … created" is not left on the sign-in page. */}
+      <Announcer key={signedIn ? "signed-in" : "signed-out"} />
     </>
   );
 }

@@ -203,3 +203,27 @@ describe("text an attacker controls, in the console", () => {
     await expectInert("the jobs page with markup in its query and hash");
   });
 });
+
+describe("signing out on a shared screen", () => {
+  it("leaves nothing of the tenant on the page or in the address: the next user's session starts clean", async () => {
+    await page.goto(`${sandbox.url}/console`);
+    await page.getByText("Create a job", { exact: true }).click();
+    const form = page.getByRole("form", { name: "Create a job" });
+    await form.getByLabel("Name", { exact: true }).fill("merger with Initech");
+    await form.getByRole("button", { name: "Create job" }).click();
+    await page.getByRole("heading", { name: /merger with Initech/, level: 1 }).waitFor();
+    const jobId = page.url().split("/").at(-1) ?? "";
+    await page.getByRole("button", { name: "Sign out" }).click();
+    await page.getByRole("heading", { name: "Sign in", level: 1 }).waitFor();
+    expect(await page.locator("body").textContent()).not.toContain("Initech");
+    expect(page.url()).toBe(`${sandbox.url}/console`);
+    // Nothing of the key is kept anywhere the next user's session could read it.
+    expect(await page.evaluate("[sessionStorage.length, localStorage.length]")).toEqual([0, 0]);
+
+    await signIn(OTHER_KEY);
+    await page.getByText("No jobs yet.").waitFor();
+    const shown = await page.locator("body").textContent();
+    expect(shown).not.toContain("Initech");
+    expect(shown).not.toContain(jobId);
+  });
+});
