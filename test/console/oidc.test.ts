@@ -9,6 +9,7 @@ import { jobTypeCatalog } from "../../shared/job-types/registry.js";
 import { listJobs } from "../../shared/jobs/queries.js";
 import { type Browser, launchBrowser } from "../support/browser.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
+import { waitFor } from "../support/wait.js";
 
 /**
  * The stack's JWT option, end to end in a browser: a real OpenID Connect
@@ -149,6 +150,22 @@ describe("console sign-in with OIDC (the stack's JWT option)", () => {
     expect(browser.errors.filter((e) => e.includes("Content Security Policy"))).toEqual([]);
     await page.waitForURL(`${api.url}/console/dead-letters`);
     await page.getByRole("button", { name: "Sign out (alice)" }).waitFor();
+    // The access token is kept in this tab's sessionStorage and nowhere else: not in
+    // localStorage, not in a cookie, not in the address (the callback's code is replaced).
+    const stored = await page.evaluate(
+      "JSON.stringify([{ ...sessionStorage }, { ...localStorage }, location.search + location.hash])",
+    );
+    const [session, local, address] = JSON.parse(String(stored)) as [
+      Record<string, string>,
+      Record<string, string>,
+      string,
+    ];
+    expect(Object.keys(session)).toEqual(["scheduler.credential"]);
+    const { token } = JSON.parse(session["scheduler.credential"] ?? "{}") as { token?: string };
+    expect(token).toMatch(/^ey/);
+    expect([local, address]).toEqual([{}, ""]);
+    const cookies = await browser.context.cookies();
+    expect(cookies.filter((cookie) => token && cookie.value.includes(token))).toEqual([]);
 
     const [request] = authorizationRequests;
     expect(request?.searchParams.get("code_challenge_method")).toBe("S256");
@@ -181,5 +198,54 @@ describe("console sign-in with OIDC (the stack's JWT option)", () => {
       .filter((url) => ![apiOrigin, issuer, tokenOrigin].includes(new URL(url).origin));
     expect(elsewhere).toEqual([]);
     expect(fromConsole.map((r) => r.url)).toContain(`${tokenOrigin}/token`);
+    expect(await page.evaluate("sessionStorage.length + localStorage.length")).toBe(0);
+  });
+
+  /**
+   * The link an attacker sends: the callback as the provider would answer a sign-in the attacker
+   * started (its own code and state), to sign the victim's tab in as the attacker.
+   */
+  const attackersCallback = () =>
+    `${api.url}/console/callback?${new URLSearchParams({
+      code: "attackers-code",
+      state: "attackers-state",
+      iss: issuer,
+    })}`;
+
+  const tokenRequests = () =>
+    browser.requested.filter((r) => r.url.startsWith(`${tokenOrigin}/token`)).length;
+
+  it("refuses a callback this tab did not start (login CSRF): no code exchanged, nobody signed in", async () => {
+    const callback = attackersCallback();
+    const before = tokenRequests();
+    const victim = await browser.context.newPage();
+    await victim.goto(callback);
+    await victim.getByRole("alert").getByText("no sign-in was started in this tab").waitFor();
+    expect(tokenRequests()).toBe(before);
+    expect(await victim.evaluate("sessionStorage.length")).toBe(0);
+    await victim.close();
+  });
+
+  it("refuses a callback whose state is not the sign-in this tab started", async () => {
+    const callback = attackersCallback();
+    const before = tokenRequests();
+    const victim = await browser.context.newPage();
+    // The victim starts a sign-in of its own, which never comes back (a 204 leaves the tab on the
+    // console), then follows the link.
+    await victim.route(
+      (url) => url.origin === issuer && url.pathname === "/auth",
+      (route) => route.fulfill({ status: 204 }),
+    );
+    await victim.goto(`${api.url}/console`);
+    await victim.getByRole("button", { name: /^Sign in with 127\.0\.0\.1/ }).click();
+    await waitFor(
+      "the sign-in to be started",
+      async () => (await victim.evaluate("sessionStorage.getItem('scheduler.signIn')")) !== null,
+    );
+    await victim.goto(callback);
+    await victim.getByRole("alert").getByText('unexpected "state"', { exact: false }).waitFor();
+    expect(tokenRequests()).toBe(before);
+    expect(await victim.evaluate("sessionStorage.length")).toBe(0);
+    await victim.close();
   });
 });
