@@ -121,6 +121,29 @@ describe("console pages", () => {
     expect((await app.request("/console/assets/secrets.json")).status).toBe(404);
   });
 
+  it("is never framed, sniffed or named in a Referer; runs no inline script; its files are not sniffed", async () => {
+    const app = consoleRouter({ assets, config: oidc() }, deps);
+    const directives = (policy: string | null) =>
+      new Map((policy ?? "").split("; ").map((d) => [d.split(" ")[0], d.split(" ").slice(1)]));
+    for (const path of ["/console", "/console/callback?code=x&state=y", "/console/jobs/01ABC"]) {
+      const response = await app.request(path);
+      const policy = directives(response.headers.get("Content-Security-Policy"));
+      // Clickjacking: no page of another origin (or this one) may frame the console.
+      expect(policy.get("frame-ancestors"), path).toEqual(["'none'"]);
+      // Scripts from the page's origin only: no inline script, no eval, no <base> to move them.
+      expect(policy.get("script-src") ?? policy.get("default-src"), path).toEqual(["'self'"]);
+      expect(policy.get("base-uri"), path).toEqual(["'none'"]);
+      expect(policy.get("object-src"), path).toEqual(["'none'"]);
+      expect(response.headers.get("X-Content-Type-Options"), path).toBe("nosniff");
+      // The callback's address holds the authorization code: no request from it may carry it.
+      expect(response.headers.get("Referrer-Policy"), path).toBe("no-referrer");
+    }
+    for (const file of ["app.js", "app.css"]) {
+      const response = await app.request(`/console/assets/${file}?v=${assets.version}`);
+      expect(response.headers.get("X-Content-Type-Options"), file).toBe("nosniff");
+    }
+  });
+
   it("says the console was not built when the bundle carries none", async () => {
     const response = await consoleRouter({ assets: null, config: oidc() }, deps).request(
       "/console",
@@ -239,6 +262,16 @@ describe("API reference", () => {
     expect(html).not.toContain("<img");
     expect(html).toContain("&lt;img src=x onerror=alert(1)&gt;");
     expect(html).not.toMatch(/<script|<link|src="http/);
+  });
+
+  it("is never framed or sniffed, and runs no script at all", async () => {
+    const response = await docsRouter(() => document).request("/docs");
+    const policy = response.headers.get("Content-Security-Policy") ?? "";
+    expect(policy.split("; ")).toEqual(
+      expect.arrayContaining(["default-src 'none'", "base-uri 'none'", "frame-ancestors 'none'"]),
+    );
+    expect(policy).not.toMatch(/script-src/);
+    expect(response.headers.get("X-Content-Type-Options")).toBe("nosniff");
   });
 
   it("names each response's headers (ETag, Location, Retry-After) with their descriptions", async () => {
