@@ -1,7 +1,7 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 import { CALLBACK_PATH, type ConsoleConfig } from "../shared/console/config.js";
 import { whenUnauthorized } from "./api.js";
-import { currentCredential, finishSignIn, signOut } from "./auth.js";
+import { currentCredential, finishSignIn, signOut, signOutOfProvider } from "./auth.js";
 import { Announcer, ErrorMessage } from "./components.js";
 import { DeadLettersPage } from "./pages/dead-letters.js";
 import { JobPage } from "./pages/job.js";
@@ -85,7 +85,8 @@ export function App({ config }: { config: ConsoleConfig }) {
               onClick={() => {
                 // The next person at this screen starts on the jobs page, not on a page of this
                 // tenant's (its address names a job).
-                signOut();
+                if (config.auth.kind === "oidc") signOutOfProvider();
+                else signOut();
                 setSignedIn(false);
                 navigate("/console");
               }}

@@ -9,6 +9,12 @@ import { CALLBACK_PATH, type ConsoleAuth, plainHttpAllowed } from "../shared/con
  */
 const CREDENTIAL = "scheduler.credential";
 const PENDING = "scheduler.signIn";
+/**
+ * Set by "Sign out" of an OIDC sign-in, in localStorage so that every tab of this browser sees it;
+ * holds no secret. The console forgets the token, but the provider keeps its own session: without
+ * this, the next person at the browser would be signed in as the last one by a click on "Sign in".
+ */
+const SIGNED_OUT = "scheduler.signedOut";
 
 interface Credential {
   readonly token: string;
@@ -44,6 +50,16 @@ export function signOut(): void {
   sessionStorage.removeItem(CREDENTIAL);
 }
 
+/**
+ * The user's own "Sign out" of an OIDC sign-in: the next sign-in in this browser asks the provider
+ * to authenticate the user again (`prompt=login`) instead of reusing the session it still holds.
+ * A 401 or an expired token only forgets the token: the same user signs in again as before.
+ */
+export function signOutOfProvider(): void {
+  signOut();
+  localStorage.setItem(SIGNED_OUT, "true");
+}
+
 type Oidc = Extract<ConsoleAuth, { kind: "oidc" }>;
 
 async function discover(auth: Oidc): Promise<oauth.AuthorizationServer> {
@@ -77,6 +93,7 @@ export async function startSignIn(auth: Oidc, returnTo: string): Promise<void> {
   url.searchParams.set("nonce", pending.nonce);
   url.searchParams.set("code_challenge", await oauth.calculatePKCECodeChallenge(pending.verifier));
   url.searchParams.set("code_challenge_method", "S256");
+  if (localStorage.getItem(SIGNED_OUT) !== null) url.searchParams.set("prompt", "login");
   location.assign(url.href);
 }
 
@@ -111,5 +128,6 @@ export async function finishSignIn(auth: Oidc, callback: URL): Promise<string> {
     ...(typeof claims?.sub === "string" ? { who: claims.sub } : {}),
   };
   sessionStorage.setItem(CREDENTIAL, JSON.stringify(credential));
+  localStorage.removeItem(SIGNED_OUT);
   return pending.returnTo;
 }

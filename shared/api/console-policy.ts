@@ -14,7 +14,8 @@ export interface ConsolePolicyDeps {
  * (console/auth.ts) besides the document itself: it sends the authorization
  * code to the token endpoint, and nothing else. It reads the ID token's claims
  * as they came over TLS from that endpoint (no keys fetched), asks for no
- * userinfo, and signs out by forgetting the token (no end-session call).
+ * userinfo, and signs out by forgetting the token (no end-session call; the next sign-in asks
+ * the provider for a new login instead, console/auth.ts).
  */
 const ENDPOINTS_THE_BROWSER_CALLS = ["token_endpoint"] as const;
 

@@ -198,7 +198,36 @@ describe("console sign-in with OIDC (the stack's JWT option)", () => {
       .filter((url) => ![apiOrigin, issuer, tokenOrigin].includes(new URL(url).origin));
     expect(elsewhere).toEqual([]);
     expect(fromConsole.map((r) => r.url)).toContain(`${tokenOrigin}/token`);
-    expect(await page.evaluate("sessionStorage.length + localStorage.length")).toBe(0);
+    expect(await page.evaluate("sessionStorage.length")).toBe(0);
+  });
+
+  it("after Sign out, the next sign-in in this browser asks the provider to authenticate again", async () => {
+    // The provider still holds alice's session: without asking it for a new login, the next
+    // person at this browser would be signed in as alice by a click on "Sign in".
+    const other = await browser.context.newPage();
+    await other.goto(`${api.url}/console`);
+    await other.getByRole("button", { name: /^Sign in with 127\.0\.0\.1/ }).click();
+    const login = other.locator('input[name="login"]');
+    await login
+      .or(other.getByRole("button", { name: /^Sign out/ }))
+      .first()
+      .waitFor();
+    expect(await other.getByRole("button", { name: /^Sign out/ }).count()).toBe(0);
+    expect(authorizationRequests.at(-1)?.searchParams.get("prompt")).toBe("login");
+    await login.fill("bob");
+    await other.locator('input[name="password"]').fill("any");
+    await other.locator('button[type="submit"]').click();
+    await other.getByRole("button", { name: "Continue" }).click();
+    await other.getByRole("button", { name: "Sign out (bob)" }).waitFor();
+
+    // Signed in again: the sign-in after that is the provider's single sign-on as before.
+    await other.reload();
+    await other.evaluate("sessionStorage.clear()");
+    await other.reload();
+    await other.getByRole("button", { name: /^Sign in with 127\.0\.0\.1/ }).click();
+    await other.getByRole("button", { name: "Sign out (bob)" }).waitFor();
+    expect(authorizationRequests.at(-1)?.searchParams.has("prompt")).toBe(false);
+    await other.close();
   });
 
   /**
