@@ -1,6 +1,6 @@
 import createClient from "openapi-fetch";
 import type { components, paths } from "../client/generated/api.js";
-import { currentCredential } from "./auth.js";
+import { currentCredential, currentSession } from "./auth.js";
 
 /**
  * The JSON API, typed by the same generated file as the CLI and the client
@@ -46,11 +46,21 @@ client.use({
   },
 });
 
-/** The answer's body, or an ApiProblem for an error answer. */
+/** Settles never: what waits on it does nothing more. */
+const dropped = new Promise<never>(() => undefined);
+
+/**
+ * The answer's body, or an ApiProblem for an error answer. An answer that arrives after the session
+ * that asked has ended (signed out, maybe someone else signed in) is dropped: a create's "Job …
+ * created" and its move to the job's page, or a 401 signing the next user out, would act on the
+ * next user's screen.
+ */
 async function answer<T>(
   call: Promise<{ data?: T; error?: unknown; response: Response }>,
 ): Promise<T> {
+  const asked = currentSession();
   const { data, error, response } = await call;
+  if (currentSession() !== asked) return dropped;
   if (response.ok && data !== undefined) return data;
   if (response.status === 401) onUnauthorized();
   const body = (error as Partial<ErrorBody> | undefined)?.error;

@@ -30,6 +30,15 @@ interface PendingSignIn {
   readonly returnTo: string;
 }
 
+/**
+ * Which sign-in this page is in, counted from its load: every sign-in and sign-out starts another.
+ * An API answer to a request of an earlier one is dropped (console/api.ts).
+ */
+let session = 0;
+export function currentSession(): number {
+  return session;
+}
+
 export function currentCredential(): Credential | null {
   const raw = sessionStorage.getItem(CREDENTIAL);
   if (raw === null) return null;
@@ -43,10 +52,12 @@ export function currentCredential(): Credential | null {
 }
 
 export function rememberKey(key: string): void {
+  session += 1;
   sessionStorage.setItem(CREDENTIAL, JSON.stringify({ token: key } satisfies Credential));
 }
 
 export function signOut(): void {
+  session += 1;
   sessionStorage.removeItem(CREDENTIAL);
 }
 
@@ -127,6 +138,7 @@ export async function finishSignIn(auth: Oidc, callback: URL): Promise<string> {
       : {}),
     ...(typeof claims?.sub === "string" ? { who: claims.sub } : {}),
   };
+  session += 1;
   sessionStorage.setItem(CREDENTIAL, JSON.stringify(credential));
   localStorage.removeItem(SIGNED_OUT);
   return pending.returnTo;

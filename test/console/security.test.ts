@@ -1,7 +1,7 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Page } from "playwright-core";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
 import { type Browser, launchBrowser } from "../support/browser.js";
 import { type SandboxProcess, spawnSandbox } from "../support/sandbox-process.js";
 import { waitFor } from "../support/wait.js";
@@ -225,5 +225,38 @@ describe("signing out on a shared screen", () => {
     const shown = await page.locator("body").textContent();
     expect(shown).not.toContain("Initech");
     expect(shown).not.toContain(jobId);
+  });
+
+  it("an answer that comes back after Sign out (a slow create) puts nothing of the tenant on the screen", async () => {
+    await page.getByRole("button", { name: "Sign out" }).click();
+    await signIn(KEY);
+    await page.getByText("Create a job", { exact: true }).click();
+    // A create that takes its time (a cold API function): the answer is held until after Sign out.
+    let release = () => {};
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const jobsRoute = (url: URL) => url.pathname === "/jobs";
+    await page.route(jobsRoute, async (route) => {
+      if (route.request().method() !== "POST") return route.continue();
+      const response = await route.fetch();
+      await held;
+      return route.fulfill({ response });
+    });
+    const form = page.getByRole("form", { name: "Create a job" });
+    await form.getByLabel("Name", { exact: true }).fill("layoffs in March");
+    onTestFinished(() => page.unroute(jobsRoute));
+    const answered = page.waitForResponse(
+      (r) => r.request().method() === "POST" && new URL(r.url()).pathname === "/jobs",
+    );
+    await form.getByRole("button", { name: "Create job" }).click();
+    await page.getByRole("button", { name: "Sign out" }).click();
+    await page.getByRole("heading", { name: "Sign in", level: 1 }).waitFor();
+    release();
+    expect((await answered).status()).toBe(201);
+    // What the answer would have done (an announcement, a move to the job's page) happens at once.
+    await page.waitForTimeout(500);
+    expect(await page.locator("body").textContent()).not.toContain("layoffs");
+    expect(page.url()).toBe(`${sandbox.url}/console`);
   });
 });
