@@ -24,9 +24,19 @@ export function App({ config }: { config: ConsoleConfig }) {
     [],
   );
 
+  const path = url.pathname.replace(/\/+$/, "");
+  const atCallback = path === CALLBACK_PATH;
+
   // Back from the identity provider with a code: exchange it once, then go where the user was.
   useEffect(() => {
-    if (url.pathname !== CALLBACK_PATH || config.auth.kind !== "oidc") return;
+    if (!atCallback) return;
+    // Where sign-in takes no provider, the callback's address (a bookmark, an old history entry,
+    // a deployment that signed in with OIDC before) has nothing to finish.
+    if (config.auth.kind !== "oidc") {
+      navigate("/console", { replace: true });
+      return;
+    }
+    setCallbackError(null);
     finishSignIn(config.auth, url).then((returnTo) => {
       setSignedIn(true);
       navigate(
@@ -41,13 +51,23 @@ export function App({ config }: { config: ConsoleConfig }) {
   // A new page: move focus to its heading, so screen readers and keyboards start there.
   useEffect(() => {
     main.current?.querySelector<HTMLElement>("h1")?.focus();
-  }, [url.pathname, signedIn]);
+  }, [url.pathname, signedIn, callbackError]);
 
-  const path = url.pathname.replace(/\/+$/, "");
   const job = /^\/console\/jobs\/([^/]+)$/.exec(path)?.[1];
   let page = null;
-  if (path === CALLBACK_PATH) {
-    page = callbackError ? <ErrorMessage error={callbackError} /> : <p>Signing in…</p>;
+  if (atCallback) {
+    page =
+      config.auth.kind !== "oidc" ? null : callbackError ? (
+        <>
+          <h1 tabIndex={-1}>Sign-in did not finish</h1>
+          <ErrorMessage error={callbackError} />
+          <p>
+            <Link href="/console">{signedIn ? "Back to the console" : "Back to sign-in"}</Link>
+          </p>
+        </>
+      ) : (
+        <h1 tabIndex={-1}>Signing in…</h1>
+      );
   } else if (!signedIn) {
     page = <SignInPage auth={config.auth} onSignedIn={() => setSignedIn(true)} />;
   } else if (path === "/console" || path === "/console/jobs") {

@@ -116,7 +116,7 @@ export async function finishSignIn(auth: Oidc, callback: URL): Promise<string> {
   const pending = JSON.parse(raw) as PendingSignIn;
   const server = await discover(auth);
   const client: oauth.Client = { client_id: auth.clientId };
-  const params = oauth.validateAuthResponse(server, client, callback, pending.state);
+  const params = authResponse(auth, server, client, callback, pending.state);
   const options = { [oauth.allowInsecureRequests]: plainHttpAllowed(new URL(auth.issuer)) };
   const response = await oauth.authorizationCodeGrantRequest(
     server,
@@ -142,4 +142,28 @@ export async function finishSignIn(auth: Oidc, callback: URL): Promise<string> {
   sessionStorage.setItem(CREDENTIAL, JSON.stringify(credential));
   localStorage.removeItem(SIGNED_OUT);
   return pending.returnTo;
+}
+
+/**
+ * The callback's parameters once its state is the tab's own. An error the provider sent back (the
+ * user declined, the client is misconfigured) names the provider and quotes it: the library's own
+ * message says only that there was one. Checked after the state, so the quoted text is the
+ * provider's, not a link's.
+ */
+function authResponse(
+  auth: Oidc,
+  server: oauth.AuthorizationServer,
+  client: oauth.Client,
+  callback: URL,
+  state: string,
+): URLSearchParams {
+  try {
+    return oauth.validateAuthResponse(server, client, callback, state);
+  } catch (error) {
+    if (!(error instanceof oauth.AuthorizationResponseError)) throw error;
+    const description = error.error_description ? `: ${error.error_description}` : "";
+    throw new Error(
+      `${new URL(auth.issuer).host} did not sign you in (${error.error}${description}); sign in again`,
+    );
+  }
 }

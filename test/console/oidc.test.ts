@@ -7,7 +7,7 @@ import { type LocalServer, startLocalServer } from "../../shared/api/local-serve
 import { buildConsoleAssets } from "../../shared/console/build.js";
 import { jobTypeCatalog } from "../../shared/job-types/registry.js";
 import { listJobs } from "../../shared/jobs/queries.js";
-import { type Browser, launchBrowser } from "../support/browser.js";
+import { accessibilityViolations, type Browser, launchBrowser } from "../support/browser.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
 import { waitFor } from "../support/wait.js";
 
@@ -253,6 +253,51 @@ describe("console sign-in with OIDC (the stack's JWT option)", () => {
     expect(tokenRequests()).toBe(before);
     expect(await victim.evaluate("sessionStorage.length")).toBe(0);
     await victim.close();
+  });
+
+  it("says why a callback signed nobody in, and leads back to the sign-in", async () => {
+    const tab = await browser.context.newPage();
+    const before = tokenRequests();
+    // A bookmark of the callback, with or without its trailing slash: no sign-in was started.
+    for (const path of ["/console/callback", "/console/callback/"]) {
+      await tab.goto(`${api.url}${path}`);
+      await tab
+        .getByRole("heading", { name: "Sign-in did not finish", level: 1 })
+        .waitFor({ timeout: 5_000 });
+      await tab.getByRole("alert").getByText("no sign-in was started in this tab").waitFor();
+      await tab.getByRole("link", { name: "Back to sign-in" }).click();
+      await tab.getByRole("button", { name: /^Sign in with 127\.0\.0\.1/ }).waitFor();
+      expect(tab.url(), path).toBe(`${api.url}/console`);
+    }
+
+    // The provider refuses (the user declined consent): it sends the browser back with an error.
+    const auth = (url: URL) => url.origin === issuer && url.pathname === "/auth";
+    await tab.route(auth, (route) => {
+      const request = new URL(route.request().url());
+      const back = new URL(request.searchParams.get("redirect_uri") ?? "");
+      back.search = new URLSearchParams({
+        error: "access_denied",
+        error_description: "End-User aborted interaction",
+        state: request.searchParams.get("state") ?? "",
+        iss: issuer,
+      }).toString();
+      return route.fulfill({ status: 303, headers: { Location: back.href } });
+    });
+    await tab.getByRole("button", { name: /^Sign in with 127\.0\.0\.1/ }).click();
+    await tab
+      .getByRole("heading", { name: "Sign-in did not finish", level: 1 })
+      .waitFor({ timeout: 5_000 });
+    // Who refused, and what it said.
+    const said = await tab.getByRole("alert").textContent();
+    expect(said).toContain(new URL(issuer).host);
+    expect(said).toContain("access_denied: End-User aborted interaction");
+    expect(await accessibilityViolations(tab)).toEqual([]);
+    await tab.unroute(auth);
+    await tab.getByRole("link", { name: "Back to sign-in" }).click();
+    await tab.getByRole("button", { name: /^Sign in with 127\.0\.0\.1/ }).waitFor();
+    expect(tokenRequests()).toBe(before);
+    expect(await tab.evaluate("sessionStorage.length")).toBe(0);
+    await tab.close();
   });
 
   it("refuses a callback whose state is not the sign-in this tab started", async () => {

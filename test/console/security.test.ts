@@ -260,3 +260,25 @@ describe("signing out on a shared screen", () => {
     expect(page.url()).toBe(`${sandbox.url}/console`);
   });
 });
+
+describe("the OIDC callback's address where sign-in takes a key", () => {
+  it("leads to the key sign-in form, and from there to the jobs (a bookmark, an old history entry)", async () => {
+    // A deployment that signed in with OIDC once, or a callback link kept in history: this one
+    // has no callback to finish, and "Signing in…" would wait forever.
+    const tab = await browser.context.newPage();
+    onTestFinished(() => tab.close());
+    await tab.goto(`${sandbox.url}/console/callback?code=old-code&state=old-state`);
+    await tab.getByRole("heading", { name: "Sign in", level: 1 }).waitFor({ timeout: 5_000 });
+    expect(tab.url()).toBe(`${sandbox.url}/console`);
+    await tab.getByLabel("API key", { exact: true }).fill(KEY);
+    await tab.getByRole("button", { name: "Sign in" }).click();
+    await tab.getByRole("heading", { name: "Jobs", level: 1 }).waitFor();
+
+    // Signed in, the callback's address (with or without its trailing slash) is the jobs page.
+    for (const path of ["/console/callback", "/console/callback/"]) {
+      await tab.goto(`${sandbox.url}${path}`);
+      await tab.getByRole("heading", { name: "Jobs", level: 1 }).waitFor({ timeout: 5_000 });
+      expect(tab.url(), path).toBe(`${sandbox.url}/console`);
+    }
+  });
+});
