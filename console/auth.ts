@@ -4,8 +4,9 @@ import { CALLBACK_PATH, type ConsoleAuth, plainHttpAllowed } from "../shared/con
 /**
  * The credential the console sends as `Authorization: Bearer …`: a key typed
  * in (sandbox), or the access token of an OIDC sign-in (authorization code
- * with PKCE, a public client; the JWT stack). Kept in sessionStorage: it
- * lasts as long as the tab, and other sites cannot read it.
+ * with PKCE, a public client; the JWT stack). Kept in sessionStorage: other
+ * tabs and other sites cannot read it, but a browser that brings a closed tab
+ * back restores it with the tab, so only Sign out or the token's expiry ends it.
  */
 const CREDENTIAL = "scheduler.credential";
 const PENDING = "scheduler.signIn";

@@ -261,6 +261,36 @@ describe("signing out on a shared screen", () => {
   });
 });
 
+describe("where the credential is kept", () => {
+  it("stays with its tab: a reload keeps it, another tab and a link opened in a new tab start at the sign-in", async () => {
+    // What docs/console.md says of the tab's sessionStorage, as far as a script can see it (a
+    // closed tab reopened by the browser, or a restored session, is not scriptable).
+    const tab = await browser.context.newPage();
+    onTestFinished(() => tab.close());
+    await tab.goto(`${sandbox.url}/console`);
+    await tab.getByLabel("API key", { exact: true }).fill(KEY);
+    await tab.getByRole("button", { name: "Sign in" }).click();
+    await tab.getByRole("heading", { name: "Jobs", level: 1 }).waitFor();
+    await tab.reload();
+    await tab.getByRole("heading", { name: "Jobs", level: 1 }).waitFor();
+
+    const opened = browser.context.waitForEvent("page");
+    await tab.getByRole("link", { name: "Dead letters" }).click({ modifiers: ["Control"] });
+    const linked = await opened;
+    onTestFinished(() => linked.close());
+    await linked.getByRole("heading", { name: "Sign in", level: 1 }).waitFor();
+    expect(linked.url()).toBe(`${sandbox.url}/console/dead-letters`);
+
+    const address = tab.url();
+    await tab.close();
+    const anew = await browser.context.newPage();
+    onTestFinished(() => anew.close());
+    await anew.goto(address);
+    await anew.getByRole("heading", { name: "Sign in", level: 1 }).waitFor();
+    expect(await anew.evaluate("sessionStorage.length")).toBe(0);
+  });
+});
+
 describe("the OIDC callback's address where sign-in takes a key", () => {
   it("leads to the key sign-in form, and from there to the jobs (a bookmark, an old history entry)", async () => {
     // A deployment that signed in with OIDC once, or a callback link kept in history: this one
