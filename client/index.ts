@@ -17,6 +17,7 @@ export {
 } from "./errors.js";
 export type { components, operations, paths } from "./generated/api.js";
 export {
+  type DeleteOutcome,
   type EditOptions,
   JobHandle,
   type TriggerOptions,

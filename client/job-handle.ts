@@ -11,6 +11,13 @@ import {
   type Run,
 } from "./types.js";
 
+/**
+ * How `JobHandle.delete()` ended: `"deleted"`, the API answered that it deleted the job; `"gone"`,
+ * a retry after an attempt with no clear answer found no such job, which that attempt may have
+ * deleted or which never existed.
+ */
+export type DeleteOutcome = "deleted" | "gone";
+
 export interface EditOptions {
   /**
    * The version the edit is based on (sent as If-Match). Default: the
@@ -116,18 +123,21 @@ export class JobHandle {
 
   /**
    * Cancels the job and removes it (queued runs end cancelled). Its runs stay
-   * readable through `runs()` and `run()` until they expire. A second delete
+   * readable through `runs()` and `run()` until they expire. Resolves
+   * `"deleted"` when the API answered that it deleted the job. A second delete
    * throws a `not_found` error, as for any job that does not exist. A retry's
    * `not_found`, after an attempt that timed out or that API Gateway answered
-   * 502 or 504, returns: that attempt may have deleted the job, which is gone.
+   * 502 or 504, resolves `"gone"`: there is no such job now, and that attempt
+   * may have deleted it, but the client cannot tell that from an id that never
+   * named a job (a deleted job with no runs left answers as one that never was).
    */
-  async delete(): Promise<void> {
+  async delete(): Promise<DeleteOutcome> {
     const { error, response } = await this.client.http.DELETE("/jobs/{id}", {
       params: { path: { id: this.id } },
     });
-    if (response.ok) return;
+    if (response.ok) return "deleted";
     const refused = errorOf(response, error, "DELETE");
-    if (refused.is("not_found") && followsUnclearAttempt(response)) return;
+    if (refused.is("not_found") && followsUnclearAttempt(response)) return "gone";
     throw refused;
   }
 

@@ -173,7 +173,14 @@ export function jobsCommand(program: Command, io: CliIo): void {
     .argument("<id>", "the job's id")
     .action(async (id: string, _flags, command: Command) => {
       const context = contextOf(command, io);
-      await context.client.jobs.handle(id).delete();
-      context.print({ id, deleted: true }, () => `deleted job ${id}`);
+      const outcome = await context.client.jobs.handle(id).delete();
+      if (outcome === "deleted") context.print({ id, deleted: true }, () => `deleted job ${id}`);
+      // The retry's 404 cannot tell a job the lost attempt deleted from an id that named none.
+      else
+        context.print(
+          { id, gone: true },
+          () =>
+            `job ${id} is gone: not confirmed deleted by this command (an attempt got no clear answer and may have deleted it, or no job had this id)`,
+        );
     });
 }

@@ -1,7 +1,7 @@
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtemp, writeFile } from "node:fs/promises";
-import { createServer } from "node:http";
+import { createServer, type IncomingMessage } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -442,50 +442,92 @@ describe("jobs", () => {
     expect(table.code).toBe(EXIT.notFound);
   });
 
-  it("delete whose answer is lost: the retry finds the job gone, and the delete exits 0", async () => {
+  it("delete whose answer is lost: the retry finds the job gone, and the delete exits 0 saying so", async () => {
     const job = await json<Job>("jobs", "create", "--type", "noop", "--run-at", tomorrow());
-    // In front of the sandbox: the first DELETE is done there, and its answer never sent on.
+    // The first DELETE is done by the sandbox, and its answer never sent on.
     const deletes: number[] = [];
-    const proxy = createServer((request, response) => {
-      void (async () => {
-        const chunks: Buffer[] = [];
-        for await (const chunk of request) chunks.push(chunk as Buffer);
-        const answer = await fetch(`${sandbox.url}${request.url ?? "/"}`, {
-          method: request.method ?? "GET",
-          headers: { authorization: request.headers.authorization ?? "" },
-          ...(chunks.length > 0 ? { body: Buffer.concat(chunks) } : {}),
-        });
-        const body = Buffer.from(await answer.arrayBuffer());
-        if (request.method === "DELETE" && deletes.push(answer.status) === 1) return;
-        response.writeHead(answer.status, { "Content-Type": "application/json" }).end(body);
-      })();
-    });
-    await new Promise<void>((done) => proxy.listen(0, "127.0.0.1", done));
-    try {
-      const api = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
-      const outcome = await runCaptured([
-        "--api",
-        api,
-        "--request-timeout",
-        "3",
-        "-o",
-        "json",
-        "jobs",
-        "delete",
-        job.id,
-      ]);
-      expect(outcome.code, outcome.err).toBe(EXIT.ok);
-      expect(JSON.parse(outcome.out)).toEqual({ id: job.id, deleted: true });
-      expect(deletes).toEqual([204, 404]);
-    } finally {
-      proxy.closeAllConnections();
-      await new Promise<void>((done) => proxy.close(() => done()));
-    }
+    const outcome = await behindProxy(
+      async (request, answer) => {
+        const reply = await answer();
+        if (request.method === "DELETE" && deletes.push(reply.status) === 1) return null;
+        return reply;
+      },
+      ["--request-timeout", "3", "-o", "json", "jobs", "delete", job.id],
+    );
+    expect(outcome.code, outcome.err).toBe(EXIT.ok);
+    expect(JSON.parse(outcome.out)).toEqual({ id: job.id, gone: true });
+    expect(deletes).toEqual([204, 404]);
     await failing(EXIT.notFound, "jobs", "get", job.id);
     // Asked once more, it is not found: only a retry's 404 follows an attempt that may have deleted it.
     await failing(EXIT.notFound, "jobs", "delete", job.id);
   });
+
+  it("delete of an id that never existed, whose first attempt API Gateway answered 502, does not say it deleted a job", async () => {
+    const typo = "01JD0000000000000000000000";
+    // API Gateway's 502 for the first DELETE (the function failed before it ran); the retry reaches the sandbox.
+    let deletes = 0;
+    const relay = async (request: IncomingMessage, answer: () => Promise<ProxyReply>) =>
+      request.method === "DELETE" && ++deletes === 1
+        ? { status: 502, body: Buffer.from('{"message":"Internal server error"}') }
+        : answer();
+    for (const format of ["json", "table"]) {
+      deletes = 0;
+      const outcome = await behindProxy(relay, ["-o", format, "jobs", "delete", typo]);
+      expect(outcome.code, outcome.err).toBe(EXIT.ok);
+      expect(deletes).toBe(2);
+      if (format === "json") expect(JSON.parse(outcome.out)).toEqual({ id: typo, gone: true });
+      else expect(outcome.out).toMatch(/^job \S+ is gone: not confirmed deleted by this command/);
+      expect(outcome.out).not.toMatch(/deleted job|"deleted"/);
+    }
+  });
 });
+
+interface ProxyReply {
+  readonly status: number;
+  readonly body: Buffer;
+}
+
+/**
+ * Runs the CLI against a proxy in front of the sandbox: `relay` gets each request and its answer
+ * from the sandbox (`answer()`, read only when called) and returns what to send back, or null to
+ * send nothing (an answer lost on the way).
+ */
+async function behindProxy(
+  relay: (
+    request: IncomingMessage,
+    answer: () => Promise<ProxyReply>,
+  ) => Promise<ProxyReply | null>,
+  args: readonly string[],
+): Promise<CliOutcome> {
+  const proxy = createServer((request, response) => {
+    void (async () => {
+      const chunks: Buffer[] = [];
+      for await (const chunk of request) chunks.push(chunk as Buffer);
+      const answer = async () => {
+        const reply = await fetch(`${sandbox.url}${request.url ?? "/"}`, {
+          method: request.method ?? "GET",
+          headers: { authorization: request.headers.authorization ?? "" },
+          ...(chunks.length > 0 ? { body: Buffer.concat(chunks) } : {}),
+        });
+        return { status: reply.status, body: Buffer.from(await reply.arrayBuffer()) };
+      };
+      const reply = await relay(request, answer);
+      if (reply === null) return;
+      response.writeHead(reply.status, { "Content-Type": "application/json" }).end(reply.body);
+    })();
+  });
+  await new Promise<void>((done) => proxy.listen(0, "127.0.0.1", done));
+  try {
+    return await runCaptured([
+      "--api",
+      `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`,
+      ...args,
+    ]);
+  } finally {
+    proxy.closeAllConnections();
+    await new Promise<void>((done) => proxy.close(() => done()));
+  }
+}
 
 describe("cancelling runs", () => {
   /** A `sleep` job due now whose run the sandbox's workers have started. */

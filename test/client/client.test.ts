@@ -147,7 +147,7 @@ describe("a job handle", () => {
       schedule: later(),
     });
     const run = await handle.trigger();
-    await handle.delete();
+    expect(await handle.delete()).toBe("deleted");
     expect(isSchedulerApiError(await caught(handle.get()), "not_found")).toBe(true);
     expect((await handle.run(run.runId)).status).toBe("cancelled");
     const gone = await caught(handle.delete());

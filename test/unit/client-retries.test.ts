@@ -195,7 +195,7 @@ describe("the client retries a 429 or 503 of a request safe to repeat", () => {
   it("a DELETE is retried; other answers (500, 400) are not", async () => {
     script = [refused(429, "0"), { status: 204, body: "" }];
     const { client } = clientWith();
-    await client.jobs.handle(job.id).delete();
+    expect(await client.jobs.handle(job.id).delete()).toBe("deleted");
     expect(received.map((r) => r.method)).toEqual(["DELETE", "DELETE"]);
 
     received = [];
@@ -271,11 +271,12 @@ describe("a DELETE whose retry finds the job gone", () => {
   const gateway504: Answer = { status: 504, body: { message: "Endpoint request timed out" } };
   const timingOut = () => clientWith({}, { timeoutMs: 100 }).client;
 
-  it("returns after an attempt that timed out or was answered 504: that attempt may have deleted it", async () => {
-    for (const first of [lateDone, gateway504]) {
+  it("is gone after an attempt that timed out or was answered 502 or 504: that attempt may have deleted it", async () => {
+    const gateway502: Answer = { status: 502, body: { message: "Internal server error" } };
+    for (const first of [lateDone, gateway504, gateway502]) {
       received = [];
       script = [first, notFound];
-      await timingOut().jobs.handle(job.id).delete();
+      expect(await timingOut().jobs.handle(job.id).delete()).toBe("gone");
       expect(received.map((r) => `${r.method} ${r.path}`)).toEqual(
         Array(2).fill(`DELETE /jobs/${job.id}`),
       );
@@ -306,7 +307,7 @@ describe("a DELETE whose retry finds the job gone", () => {
     script = [lateDone, notFound];
     const retried = await cliDelete();
     expect(retried.code, retried.err).toBe(EXIT.ok);
-    expect(JSON.parse(retried.out)).toEqual({ id: job.id, deleted: true });
+    expect(JSON.parse(retried.out)).toEqual({ id: job.id, gone: true });
     expect(received).toHaveLength(2);
 
     script = [notFound];
