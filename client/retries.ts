@@ -7,8 +7,10 @@ import { RequestTimeoutError } from "./errors.js";
  * HEAD, OPTIONS, PUT and DELETE, and a POST that carries an `Idempotency-Key` (a repeat answers
  * what the first did). Each retry waits the answer's `Retry-After`; an answer without one waits
  * 0.5 s, doubling per retry; a wait over `maxDelayMs` is not waited, the last answer returned. A
- * request of those that timed out (a RequestTimeoutError) is retried too, after the same doubling
- * wait; any other is not, since it may have been applied.
+ * request of those that timed out (a RequestTimeoutError), or whose connection broke once it was
+ * open (reset or closed by the other side), is retried too, after the same doubling wait: it may
+ * have been applied, and sending it again does what sending it once does. A connection that could
+ * not be made (refused, no such host) is not retried: nothing was sent.
  */
 export interface RetryOptions {
   /** Retries after the first request (default 3); 0 sends each request once. */
@@ -41,12 +43,35 @@ export const REPEATABLE_METHODS: ReadonlySet<string> = new Set([
 /** API Gateway's 502 and 504: the API's function failed or timed out, maybe after applying it. */
 const MAYBE_APPLIED_STATUSES: ReadonlySet<number> = new Set([502, 504]);
 
+/**
+ * The codes fetch gives (its error's `cause`) for a connection that broke once it was open: the
+ * request may have reached the API, and been applied, before it did.
+ */
+const BROKEN_CONNECTION_CODES: ReadonlySet<string> = new Set([
+  "UND_ERR_SOCKET",
+  "ECONNRESET",
+  "EPIPE",
+]);
+
+/** Whether `error` is fetch's for a connection that broke after it was made (see above). */
+export function brokeOnceOpen(error: unknown): boolean {
+  if (!(error instanceof TypeError)) return false;
+  const { cause } = error;
+  return (
+    typeof cause === "object" &&
+    cause !== null &&
+    "code" in cause &&
+    typeof cause.code === "string" &&
+    BROKEN_CONNECTION_CODES.has(cause.code)
+  );
+}
+
 /** Answers to a retry sent after an attempt that may have been applied (followsUnclearAttempt). */
 const afterUnclearAttempt = new WeakSet<Response>();
 
 /**
  * Whether `response` answers a retry that followed an attempt which may have been applied: it
- * timed out, or API Gateway answered it 502 or 504. A DELETE so answered 404 may have found the
+ * timed out, its connection broke once open, or API Gateway answered it 502 or 504. A DELETE so answered 404 may have found the
  * job gone by its own first attempt. A 429 or a 503 says nothing of the request was done.
  */
 export function followsUnclearAttempt(response: Response): boolean {
@@ -76,7 +101,8 @@ function retryAfterMs(response: Response, now: number): number | null {
 }
 
 /**
- * `fetch` that sends a repeatable request again while it is answered 429, 502, 503 or 504 or times out, as
+ * `fetch` that sends a repeatable request again while it is answered 429, 502, 503 or 504, times out
+ * or its connection breaks, as
  * `options` allow; the last answer (or the first that is not retried) is returned as it came, and
  * the last timeout thrown.
  */
@@ -102,8 +128,10 @@ export function retryingFetch(base: typeof fetch, options: RetryOptions = {}): t
         // A body can be read once: each send takes its own copy.
         response = await base(request.clone(), extra);
       } catch (error) {
-        // A timed-out request may have been applied; this one is safe to send again.
-        if (!(error instanceof RequestTimeoutError) || retry >= attempts) throw error;
+        // A timed-out request, or one whose connection broke, may have been applied; this one is
+        // safe to send again.
+        const unanswered = error instanceof RequestTimeoutError || brokeOnceOpen(error);
+        if (!unanswered || retry >= attempts) throw error;
         const delay = BASE_DELAY_MS * 2 ** retry;
         if (delay > maxDelayMs) throw error;
         unclear = true;

@@ -1,5 +1,6 @@
 import { Command, CommanderError, Option } from "commander";
 import { isSchedulerApiError, SchedulerClientError, VersionConflictError } from "../index.js";
+import { brokeOnceOpen } from "../retries.js";
 import { DEFAULT_TIMEOUT_MS } from "../transport.js";
 import { DEFAULT_API, positiveSeconds } from "./context.js";
 import { EXIT, exitCodeOf, isUnreachable } from "./exit-codes.js";
@@ -52,7 +53,7 @@ over http:// to a host that is not loopback (exit 2) unless --allow-insecure-htt
 
 Exit codes: 0 done; 1 failed unexpectedly; 2 usage; 3 input refused (400, 413, 415, 428);
 4 not found; 5 conflict (409); 6 stale version (412); 7 unauthorized; 8 busy or
-unavailable, try again (503, or a read, PUT or DELETE that timed out); 9 API unreachable; 10 runs watch timed out; 11 not supported by the API (405); 12 over a
+unavailable, try again (503, or a read, PUT or DELETE that timed out); 9 API unreachable, or its connection broke once a request was sent (which may have been applied); 10 runs watch timed out; 11 not supported by the API (405); 12 over a
 quota (403 quota_exceeded); 13 not allowed (403 forbidden). A 429 (rate_limited, or API
 Gateway's throttle) exits 8. A 429 or 503 to a request safe to repeat is retried 3 times
 (Retry-After) first, and so is one that timed out. A POST or PATCH that timed out exits 1:
@@ -110,11 +111,14 @@ function report(error: unknown, json: boolean, io: CliIo): void {
     );
     return;
   }
-  const message = isUnreachable(error)
-    ? `cannot reach the API: ${String((error as Error).cause ?? (error as Error).message)}`
-    : error instanceof Error
-      ? error.message
-      : String(error);
+  // A connection that broke once open reached the API: what was sent may have been done.
+  const message = brokeOnceOpen(error)
+    ? `the connection to the API broke after the request was sent (${String((error as Error).cause)}): it may have been applied; read before sending it again`
+    : isUnreachable(error)
+      ? `cannot reach the API: ${String((error as Error).cause ?? (error as Error).message)}`
+      : error instanceof Error
+        ? error.message
+        : String(error);
   io.stderr(json ? `${jsonText({ error: { message } }, 0)}\n` : `error: ${printable(message)}\n`);
 }
 

@@ -23,6 +23,8 @@ interface Answer {
   readonly body: unknown;
   /** Answered this long after the request came (the request is done at once). */
   readonly delayMs?: number;
+  /** Not answered: the connection is destroyed once the request came (it is done all the same). */
+  readonly reset?: true;
 }
 
 interface Received {
@@ -74,6 +76,10 @@ beforeAll(async () => {
       const send = () => {
         // A client that gave up waiting has closed the connection: nothing to answer.
         if (request.socket.destroyed) return;
+        if (answer.reset) {
+          request.socket.destroy();
+          return;
+        }
         response
           .writeHead(answer.status, { "Content-Type": "application/json", ...answer.headers })
           .end(JSON.stringify(answer.body));
@@ -283,6 +289,34 @@ describe("a DELETE whose retry finds the job gone", () => {
     }
   });
 
+  it("is gone after an attempt whose connection broke once the request was sent", async () => {
+    script = [{ status: 204, body: "", reset: true }, notFound];
+    const { client, waits } = clientWith();
+    expect(await client.jobs.handle(job.id).delete()).toBe("gone");
+    expect(received.map((r) => r.method)).toEqual(["DELETE", "DELETE"]);
+    expect(waits).toEqual([500]);
+  });
+
+  it("a connection refused is thrown at once: nothing was sent", async () => {
+    const closed = createServer();
+    await new Promise<void>((resolve) => closed.listen(0, "127.0.0.1", resolve));
+    const { port } = closed.address() as AddressInfo;
+    await new Promise<void>((resolve) => closed.close(() => resolve()));
+    const waits: number[] = [];
+    const client = new SchedulerClient({
+      baseUrl: `http://127.0.0.1:${port}`,
+      auth: { kind: "bearer", key: "k" },
+      retry: {
+        sleep: async (ms) => {
+          waits.push(ms);
+        },
+      },
+    });
+    const error = await rejection(client.jobs.handle(job.id).delete(), TypeError);
+    expect(error.message).toBe("fetch failed");
+    expect(waits).toEqual([]);
+  });
+
   it("is not_found on a first attempt, and after a 429 or 503, which did nothing", async () => {
     for (const before of [[], [refused(429, "0")], [refused(503, "0")]]) {
       script = [...before, notFound];
@@ -312,6 +346,14 @@ describe("a DELETE whose retry finds the job gone", () => {
 
     script = [notFound];
     expect((await cliDelete()).code).toBe(EXIT.notFound);
+  });
+
+  it("from the CLI: a POST whose connection broke once sent is not said to be unreachable", async () => {
+    script = [{ ...ok({}), reset: true }];
+    const paused = await runCaptured(["--api", baseUrl, "jobs", "pause", job.id]);
+    expect(received.map((r) => r.method)).toEqual(["POST"]);
+    expect(paused.err).toMatch(/^error: the connection to the API broke .*may have been applied/);
+    expect(paused.err).not.toMatch(/cannot reach/);
   });
 });
 
