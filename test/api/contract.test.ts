@@ -11,6 +11,7 @@ import {
   deadRunVia,
   expectError,
   inMinutes,
+  KEY_B,
   laterJob,
   type Reply,
   runOnce,
@@ -521,6 +522,60 @@ describe("GET /jobs and GET /jobs/{id}", () => {
     expect(next.items[0]?.status).toBe("active");
     expect(next.items[0]?.id).not.toBe(active.items[0]?.id);
     expect((await pageOf(`limit=1&cursor=${unfiltered.nextCursor}`)).items).toHaveLength(1);
+  });
+
+  it("a cursor reshaped, from another listing with the same filter text, or another tenant's is a 400 naming cursor", async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 2; i++) {
+      const made = await create(laterJob());
+      ids.push(made.id);
+      await api.call("POST", `/jobs/${made.id}/trigger`);
+      await api.call("POST", `/jobs/${made.id}/trigger`);
+      expect((await api.call("POST", `/jobs/${made.id}/cancel`)).status).toBe(200);
+    }
+    const cursorOf = async (path: string) => {
+      const reply = await api.call("GET", path);
+      expect(reply.status, reply.text).toBe(200);
+      const next = (reply.body as { nextCursor: string | null }).nextCursor;
+      expect(next).not.toBeNull();
+      return next ?? "";
+    };
+    const decoded = (cursor: string) =>
+      JSON.parse(Buffer.from(cursor, "base64url").toString("utf8")) as Record<string, string>;
+    const encoded = (key: Record<string, string>) =>
+      Buffer.from(JSON.stringify(key)).toString("base64url");
+    const cancelledJobs = await cursorOf("/jobs?status=cancelled&limit=1");
+    const cancelledRuns = await cursorOf(`/jobs/${ids[0]}/runs?status=cancelled&limit=1`);
+    const plain = await cursorOf("/jobs?limit=1");
+    // Both listings bind the text "status=CANCELLED": the key's shape still tells them apart.
+    expect(decoded(cancelledJobs).filter).toBe(decoded(cancelledRuns).filter);
+    const { filter: _filter, ...unbound } = decoded(cancelledJobs);
+    const misuse: [string, string, RegExp][] = [
+      [`/jobs?status=cancelled&cursor=${cancelledRuns}`, "cursor", /this listing/],
+      [`/jobs/${ids[0]}/runs?status=cancelled&cursor=${cancelledJobs}`, "cursor", /this listing/],
+      // As a filtered page's cursor was before it carried its filter.
+      [`/jobs?status=cancelled&cursor=${encoded(unbound)}`, "cursor", /other filters/],
+      [
+        `/jobs?cursor=${encoded({ ...decoded(plain), filter: "status=ACTIVE" })}`,
+        "cursor",
+        /other filters/,
+      ],
+      [
+        `/jobs?status=cancelled&cursor=${encoded({ ...decoded(cancelledJobs), x: "y" })}`,
+        "cursor",
+        /this listing/,
+      ],
+      [`/jobs?status=CANCELLED&cursor=${cancelledJobs}`, "status", /expected one of/],
+      [`/jobs?status=cancelled&status=active&cursor=${cancelledJobs}`, "status", /expected one of/],
+    ];
+    for (const [path, field, message] of misuse) {
+      const reply = await api.call("GET", path);
+      expect(expectError(reply, 400, { field }).message, path).toMatch(message);
+    }
+    const asB = await api.call("GET", `/jobs?status=cancelled&cursor=${cancelledJobs}`, {
+      key: KEY_B,
+    });
+    expect(expectError(asB, 400, { field: "cursor" }).message).toMatch(/this listing/);
   });
 
   it.each([
