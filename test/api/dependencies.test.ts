@@ -128,6 +128,27 @@ describe("jobs with an after schedule", () => {
     expect(fine.json).toMatchObject({ occurrences: [] });
   });
 
+  it("POST /schedules/preview answers as create for a deleted upstream, a chain above 80 jobs and a repeated id, and writes nothing", async () => {
+    const gone = await created({ cron: "0 0 1 1 *", timezone: "UTC" });
+    const deleted = await app.request(`/jobs/${gone.id}`, {
+      method: "DELETE",
+      headers: { Authorization: "Bearer key-a" },
+    });
+    expect(deleted.status).toBe(204);
+    let top = await created({ cron: "0 0 1 1 *", timezone: "UTC" });
+    for (let i = 0; i < 80; i++) top = await created({ after: { jobs: [top.id] } });
+    const listed = async () => (await send("GET", "/jobs?limit=100")).text;
+    for (const jobs of [[gone.id], [top.id], [top.id, top.id]]) {
+      const schedule = { after: { jobs } };
+      const before = await listed();
+      const preview = await send("POST", "/schedules/preview", { schedule });
+      expect(await listed()).toBe(before);
+      const create = await send("POST", "/jobs", { type: "noop", schedule });
+      expect(errorOf(preview, 400).field).toBe("schedule.after.jobs");
+      expect(preview.json).toEqual(create.json);
+    }
+  });
+
   it("400 naming the cycle when an edit would close one", async () => {
     const a = await created({ cron: "0 0 1 1 *", timezone: "UTC" });
     const b = await created({ after: { jobs: [a.id], on: "completion" } });
