@@ -128,17 +128,36 @@ describe("jobs with an after schedule", () => {
     expect(fine.json).toMatchObject({ occurrences: [] });
   });
 
-  it("POST /schedules/preview answers as create for a deleted upstream, a chain above 80 jobs and a repeated id, and writes nothing", async () => {
+  /** Creates one noop job a schedule in one batch request; their ids. */
+  const batch = async (schedules: unknown[]) => {
+    const answer = await send("POST", "/jobs:batch", {
+      jobs: schedules.map((schedule) => ({ type: "noop", schedule })),
+    });
+    const { results } = answer.json as { results: { status: number; job?: { id: string } }[] };
+    expect(results.map((r) => r.status)).toEqual(schedules.map(() => 201));
+    return results.map((r) => r.job?.id ?? "");
+  };
+
+  it("POST /schedules/preview answers as create for a deleted upstream, upstreams with more than 80 jobs above, and a repeated id, and writes nothing", async () => {
     const gone = await created({ cron: "0 0 1 1 *", timezone: "UTC" });
     const deleted = await app.request(`/jobs/${gone.id}`, {
       method: "DELETE",
       headers: { Authorization: "Bearer key-a" },
     });
     expect(deleted.status).toBe(204);
-    let top = await created({ cron: "0 0 1 1 *", timezone: "UTC" });
-    for (let i = 0; i < 80; i++) top = await created({ after: { jobs: [top.id] } });
+    // 20 upstreams, each after 4 of 80 others: the walk above them reads 100 jobs, past its 80.
+    const yearly = { cron: "0 0 1 1 *", timezone: "UTC" };
+    const base = [
+      ...(await batch(Array.from({ length: 25 }, () => yearly))),
+      ...(await batch(Array.from({ length: 25 }, () => yearly))),
+      ...(await batch(Array.from({ length: 25 }, () => yearly))),
+      ...(await batch(Array.from({ length: 5 }, () => yearly))),
+    ];
+    const wide = await batch(
+      Array.from({ length: 20 }, (_, i) => ({ after: { jobs: base.slice(4 * i, 4 * i + 4) } })),
+    );
     const listed = async () => (await send("GET", "/jobs?limit=100")).text;
-    for (const jobs of [[gone.id], [top.id], [top.id, top.id]]) {
+    for (const jobs of [[gone.id], wide, [wide[0] ?? "", gone.id, gone.id]]) {
       const schedule = { after: { jobs } };
       const before = await listed();
       const preview = await send("POST", "/schedules/preview", { schedule });
@@ -222,14 +241,6 @@ describe("jobs with an after schedule", () => {
   });
 
   it("moves a job from 20 upstreams to 20 others with 60 jobs above them: one transaction within DynamoDB's 100", async () => {
-    const batch = async (schedules: unknown[]) => {
-      const answer = await send("POST", "/jobs:batch", {
-        jobs: schedules.map((schedule) => ({ type: "noop", schedule })),
-      });
-      const { results } = answer.json as { results: { status: number; job?: { id: string } }[] };
-      expect(results.map((r) => r.status)).toEqual(schedules.map(() => 201));
-      return results.map((r) => r.job?.id ?? "");
-    };
     const yearly = { cron: "0 0 1 1 *", timezone: "UTC" };
     const old = await batch(Array.from({ length: 20 }, () => yearly));
     const top = [
