@@ -1,5 +1,5 @@
 import type { Engine } from "../engine.js";
-import { decodeCursor, encodeCursor, type Page } from "../jobs/cursor.js";
+import { boundCursor, decodeCursor, type Page } from "../jobs/cursor.js";
 import { listDeadLetters, listJobs, listRuns, type RunFilter } from "../jobs/queries.js";
 import type { Job, JobStatus, Run } from "../model.js";
 import { deadLetterPk, jobKey, jobPk, tenantPk } from "../storage/items.js";
@@ -54,18 +54,6 @@ function checkBinding(cursor: string | undefined, binding: string | undefined): 
   }
 }
 
-/** The cursor with `binding` beside its start key (unchanged unfiltered). */
-const bound = (cursor: string, binding: string | undefined): string =>
-  binding === undefined
-    ? cursor
-    : (encodeCursor({ ...decodeCursor(cursor), filter: binding }) ?? cursor);
-
-/** The start key of a checked cursor, without its binding, as DynamoDB takes it. */
-function startKeyOf(cursor: string): string | undefined {
-  const { filter: _binding, ...key } = decodeCursor(cursor) ?? {};
-  return encodeCursor(key) ?? undefined;
-}
-
 /** A status filter can leave a DynamoDB page short; a few more reads fill it, each resuming exactly. */
 const MAX_READS_PER_PAGE = 10;
 
@@ -84,12 +72,7 @@ const responseBytesOf = (job: Job) =>
 
 /** The cursor that resumes a tenant's jobs after `job`: its byTenant index key, and its binding. */
 const cursorAfter = (tenantId: string, job: Job, binding: string | undefined) =>
-  encodeCursor({
-    tenantPk: tenantPk(tenantId),
-    tenantSk: job.jobId,
-    ...jobKey(job.jobId),
-    ...(binding ? { filter: binding } : {}),
-  });
+  boundCursor({ tenantPk: tenantPk(tenantId), tenantSk: job.jobId, ...jobKey(job.jobId) }, binding);
 
 /**
  * The tenant's jobs, newest first, up to `limit` and MAX_JOBS_PAGE_BYTES: a page that reaches the
@@ -103,17 +86,17 @@ export async function jobsPage(
 ): Promise<Page<Job>> {
   const binding = options.status === undefined ? undefined : `status=${options.status}`;
   checkBinding(options.cursor, binding);
-  const given = checkCursor(
+  let cursor = checkCursor(
     options.cursor,
     { tenantPk: tenantPk(tenantId), ...(binding ? { filter: binding } : {}) },
     ["tenantSk", "pk", "sk"],
   );
-  let cursor = given === undefined ? undefined : startKeyOf(given);
   const items: Job[] = [];
   let bytes = 0;
   for (let read = 0; read < MAX_READS_PER_PAGE && items.length < options.limit; read++) {
     const page = await listJobs(engine, tenantId, {
       ...(options.status ? { status: options.status } : {}),
+      binding,
       limit: options.limit - items.length,
       ...(cursor ? { cursor } : {}),
     });
@@ -128,7 +111,7 @@ export async function jobsPage(
     cursor = page.nextCursor ?? undefined;
     if (cursor === undefined) break;
   }
-  return { items, nextCursor: cursor === undefined ? null : bound(cursor, binding) };
+  return { items, nextCursor: cursor ?? null };
 }
 
 /** `binding` names the listing's filter; a cursor carries it and is refused under another. */

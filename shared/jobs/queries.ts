@@ -16,7 +16,7 @@ import { readListedRuns } from "../storage/job-runs.js";
 import { getJob, getRun } from "../storage/run-reads.js";
 import { runKey } from "../storage/runs.js";
 import { ValidationError } from "../validation.js";
-import { decodeCursor, encodeCursor, type Page } from "./cursor.js";
+import { boundCursor, type Page, startKeyOf } from "./cursor.js";
 
 /** Reads scoped to a tenant: another tenant's job is reported as not found, so existence does not leak. */
 export async function getTenantJob(engine: Engine, tenantId: string, jobId: string): Promise<Job> {
@@ -60,12 +60,12 @@ interface PageOptions {
 /** The page a cursor (opaque to callers) asks for. */
 const pageRequest = (options: PageOptions): PageRequest => ({
   limit: options.limit,
-  startKey: decodeCursor(options.cursor),
+  startKey: startKeyOf(options.cursor),
 });
 
-const pageOf = <T>(page: KeyPage<T>): Page<T> => ({
+const pageOf = <T>(page: KeyPage<T>, binding?: string): Page<T> => ({
   items: page.items,
-  nextCursor: encodeCursor(page.lastKey),
+  nextCursor: boundCursor(page.lastKey, binding),
 });
 
 /**
@@ -76,14 +76,17 @@ const pageOf = <T>(page: KeyPage<T>): Page<T> => ({
 export async function listJobs(
   engine: Engine,
   tenantId: string,
-  options: PageOptions & { status?: JobStatus },
+  options: PageOptions & { status?: JobStatus; readonly binding?: string | undefined },
 ): Promise<Page<Job>> {
   const ids = await tenantJobIds(engine, tenantId, pageRequest(options));
   const { status } = options;
   const jobs = (await getJobs(engine, ids.items)).filter(
     (job) => job.tenantId === tenantId && (!status || job.status === status),
   );
-  return pageOf({ items: await jobsAsTheyStand(engine, jobs), lastKey: ids.lastKey });
+  return pageOf(
+    { items: await jobsAsTheyStand(engine, jobs), lastKey: ids.lastKey },
+    options.binding,
+  );
 }
 
 /**
@@ -155,11 +158,11 @@ export async function listRuns(
   if (range.from && range.through && range.through < range.from) {
     return { items: [], nextCursor: null };
   }
-  const { filter: _binding, ...start } = decodeCursor(options.cursor) ?? {};
-  let startKey: Record<string, unknown> | undefined = options.cursor ? start : undefined;
+  const start = startKeyOf(options.cursor);
+  let startKey: Record<string, unknown> | undefined = start;
   // A cursor is the caller's text: DynamoDB refuses a start key outside the range (a 500 here).
   const { lo, hi } = runRangeKeys(range);
-  if (startKey !== undefined && !(start.sk !== undefined && start.sk >= lo && start.sk <= hi)) {
+  if (start !== undefined && !(start.sk !== undefined && start.sk >= lo && start.sk <= hi)) {
     throw new ValidationError([
       {
         field: "cursor",
@@ -167,8 +170,7 @@ export async function listRuns(
       },
     ]);
   }
-  const cursorOf = (key: Record<string, unknown> | undefined) =>
-    encodeCursor(key && { ...key, ...(options.binding ? { filter: options.binding } : {}) });
+  const cursorOf = (key: Record<string, unknown> | undefined) => boundCursor(key, options.binding);
   const items: Run[] = [];
   for (let read = 0; read < MAX_READS_PER_PAGE; read++) {
     // Newest first, nothing lies past the range's oldest key (nor may DynamoDB take it to start).
