@@ -71,8 +71,9 @@ const afterUnclearAttempt = new WeakSet<Response>();
 
 /**
  * Whether `response` answers a retry that followed an attempt which may have been applied: it
- * timed out, its connection broke once open, or API Gateway answered it 502 or 504. A DELETE so answered 404 may have found the
- * job gone by its own first attempt. A 429 or a 503 says nothing of the request was done.
+ * timed out, its connection broke once open, or API Gateway answered it 502 or 504. A DELETE so
+ * answered 404 may have found the job gone by its own first attempt. A 429 or a 503 says nothing
+ * of the request was done.
  */
 export function followsUnclearAttempt(response: Response): boolean {
   return afterUnclearAttempt.has(response);
@@ -101,10 +102,9 @@ function retryAfterMs(response: Response, now: number): number | null {
 }
 
 /**
- * `fetch` that sends a repeatable request again while it is answered 429, 502, 503 or 504, times out
- * or its connection breaks, as
- * `options` allow; the last answer (or the first that is not retried) is returned as it came, and
- * the last timeout thrown.
+ * `fetch` that sends a repeatable request again while it is answered 429, 502, 503 or 504, times
+ * out or its connection breaks, as `options` allow; the last answer (or the first that is not
+ * retried) is returned as it came, and the last timeout thrown.
  */
 export function retryingFetch(base: typeof fetch, options: RetryOptions = {}): typeof fetch {
   const attempts = options.attempts ?? DEFAULT_ATTEMPTS;

@@ -3,11 +3,14 @@ import { type Command, InvalidArgumentError, Option } from "commander";
 import { isRecord } from "../answers.js";
 import type { EditJobRequest, NewJob, Schedule } from "../index.js";
 
+/** `raw` as a whole number (digits alone, safe as a double), or NaN. */
+const wholeOrNaN = (raw: string): number =>
+  /^\d+$/.test(raw.trim()) && Number.isSafeInteger(Number(raw)) ? Number(raw) : Number.NaN;
+
 /** A whole number for an option; commander reports the error as a usage error. */
 export function wholeNumber(raw: string): number {
-  const value = Number(raw);
-  if (!/^\d+$/.test(raw.trim()) || !Number.isSafeInteger(value))
-    throw new InvalidArgumentError(`"${raw}" is not a whole number.`);
+  const value = wholeOrNaN(raw);
+  if (Number.isNaN(value)) throw new InvalidArgumentError(`"${raw}" is not a whole number.`);
   return value;
 }
 
@@ -19,8 +22,8 @@ export function wholeNumber(raw: string): number {
 export function positiveWholeNumber(most: number = Number.MAX_SAFE_INTEGER) {
   const bound = most < Number.MAX_SAFE_INTEGER ? ` and up to ${most}` : "";
   return (raw: string): number => {
-    const value = /^\d+$/.test(raw.trim()) ? Number(raw) : Number.NaN;
-    if (!(Number.isSafeInteger(value) && value > 0 && value <= most))
+    const value = wholeOrNaN(raw);
+    if (!(value > 0 && value <= most))
       throw new InvalidArgumentError(`"${raw}" is not a whole number above 0${bound}.`);
     return value;
   };
