@@ -1,3 +1,5 @@
+import { CANCEL_REASONS } from "../cancel-reasons.js";
+import { forEachConcurrently } from "../concurrency.js";
 import { MIN_LOOKAHEAD_SECONDS } from "../config.js";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
@@ -7,6 +9,8 @@ import { recordShardCount } from "../shard-count.js";
 import { putRunsUnconditionally, writeClaim } from "../storage/claim.js";
 import { dueEntryKey, removeOrphanDueEntry } from "../storage/due-entries.js";
 import { completedJobExpiresAt } from "../storage/retention.js";
+import { endRunAsSeen } from "../storage/run-end-unowned.js";
+import { getJob } from "../storage/run-reads.js";
 import { queuedRun, skippedRun } from "../storage/runs.js";
 import { claimReachEnd, fastPathHorizonEnd } from "./fast-path-window.js";
 import { attemptOf, planClaim } from "./plan-claim.js";
@@ -18,6 +22,8 @@ import { attemptOf, planClaim } from "./plan-claim.js";
 const MAX_RUNS_PER_CLAIM = 50;
 /** The skipped records that ride in the claim transaction; the rest are written right after it. */
 const MAX_SKIPPED_IN_TRANSACTION = 40;
+/** Endings in flight at once of the runs a claim lost to a cancel left (a claim's puts, at most 50). */
+const LEFT_RUN_ENDINGS_IN_FLIGHT = 16;
 
 export type ClaimResult =
   | {
@@ -284,6 +290,7 @@ async function attemptClaim(
       return { reread: written.entry };
     case "entry-gone":
       engine.obs.metrics.add(METRICS.claimsLost, 1, "Count");
+      await cancelRunsLeftForEndedJob(engine, written.left);
       return { result: { outcome: "lost" } };
     case "job-moved": {
       if (written.jobGone && mayAwaitItsJob(entry, now)) {
@@ -322,6 +329,27 @@ async function attemptClaim(
       next,
     },
   };
+}
+
+/**
+ * The runs a claim put before a cancel (or a delete's cancel) took its entry. The cancel's sweep
+ * ended the job's QUEUED runs before these landed, and unsent, they would wait QUEUED until the
+ * reaper's deadline, a lease past their due time (up to the claim reach, 14 minutes), before a
+ * worker cancelled them: they end CANCELLED now, as the sweep would have ended them. Each is
+ * ended only as put (QUEUED, unstarted), so a run a worker took meanwhile is left to it. Under a
+ * pause or an edit, or another claimer's win, they stay, as runs claimed before those do.
+ */
+async function cancelRunsLeftForEndedJob(engine: Engine, left: readonly Run[]): Promise<void> {
+  const [first] = left;
+  if (!first) return;
+  const job = await getJob(engine, first.jobId);
+  if (job !== null && job.status !== "CANCELLED") return;
+  const now = engine.clock();
+  await forEachConcurrently(left, LEFT_RUN_ENDINGS_IN_FLIGHT, async (run) => {
+    await endRunAsSeen(engine, run, "CANCELLED", CANCEL_REASONS["job-cancel"], now, {
+      by: "job-cancel",
+    });
+  });
 }
 
 /** What follows a committed claim: the skipped records that did not fit in it, a note, the count. */

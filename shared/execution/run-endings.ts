@@ -1,3 +1,4 @@
+import { CANCEL_REASONS } from "../cancel-reasons.js";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError, type RunCancelledError } from "../errors.js";
 import {
@@ -18,7 +19,6 @@ import {
   repairRunOnJob,
 } from "../storage/run-finish.js";
 import { getJob, getRun, type RunRef } from "../storage/run-reads.js";
-import { CANCEL_REASONS } from "./cancel-reasons.js";
 
 /** How many times a repair decides again on the job as a refused write found it. */
 const REPAIR_ATTEMPTS = 3;

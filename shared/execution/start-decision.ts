@@ -1,3 +1,4 @@
+import { CANCEL_REASONS } from "../cancel-reasons.js";
 import type { Job, Run } from "../model.js";
 import {
   nextOccurrence,
@@ -7,7 +8,6 @@ import {
   windowMsOf,
 } from "../schedule/index.js";
 import type { RunEnding } from "../storage/run-finish.js";
-import { CANCEL_REASONS } from "./cancel-reasons.js";
 import { lateStartSkipReason } from "./late-start.js";
 import { endsOneOff } from "./run-endings.js";
 

@@ -1,8 +1,8 @@
+import { CANCEL_REASONS } from "../cancel-reasons.js";
 import { forEachConcurrently } from "../concurrency.js";
 import { claimReachEnd, fastPathHorizonEnd } from "../dispatch/fast-path-window.js";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError, RunEndedError, RunNotFoundError } from "../errors.js";
-import { CANCEL_REASONS } from "../execution/cancel-reasons.js";
 import { endsOneOff } from "../execution/run-endings.js";
 import { parseRunId } from "../keys.js";
 import type { CancelSource, Job, Run } from "../model.js";

@@ -1,7 +1,7 @@
+import { CANCEL_REASONS } from "../cancel-reasons.js";
 import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
 import { IllegalTransitionError } from "../errors.js";
-import { CANCEL_REASONS } from "../execution/cancel-reasons.js";
 import { endUnownedRun } from "../execution/run-endings.js";
 import { parseRunId } from "../keys.js";
 import type { Job } from "../model.js";

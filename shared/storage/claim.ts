@@ -46,8 +46,11 @@ export interface ClaimWrites {
 
 export type ClaimWriteResult =
   | { readonly outcome: "committed" }
-  /** The entry is gone: another claimer took it, or a pause, cancel or edit deleted it. */
-  | { readonly outcome: "entry-gone" }
+  /**
+   * The entry is gone: another claimer took it, or a pause, cancel or edit deleted it. `left`:
+   * the runs this claim put, which it leaves as they are.
+   */
+  | { readonly outcome: "entry-gone"; readonly left: readonly Run[] }
   /** The entry was rewritten under the same key (an edit kept the occurrence): as it is now. */
   | { readonly outcome: "entry-rewritten"; readonly entry: DueEntry }
   /**
@@ -117,8 +120,9 @@ const OWN_UNTOUCHED_RUN =
  * the reaper finds every claimed run. A claim whose transaction then fails
  * leaves its runs behind only where that is safe: another claimer took the
  * entry (its puts are the same runs, which it sends), or a pause, cancel or
- * edit removed or rewrote it (the reaper re-sends the runs at their deadline,
- * and the worker decides on them as on any run queued before that change). One
+ * edit removed or rewrote it (the claimer ends them when a cancel did, else the
+ * reaper re-sends them at their deadline, and the worker decides on them as on
+ * any run queued before that change); `entry-gone` names them. One
  * whose job no longer points at the entry, or that fails on another condition,
  * deletes its own puts (`OWN_UNTOUCHED_RUN`): the entry was there at its
  * version, so no other claim of it committed them.
@@ -258,15 +262,15 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
     return { outcome: "committed" };
   } catch (error) {
     if (!(error instanceof ConditionsFailedError)) throw error;
-    if (error.has("dueEntry")) {
-      const rewritten = error.item("dueEntry");
-      return rewritten === null
-        ? { outcome: "entry-gone" }
-        : { outcome: "entry-rewritten", entry: decodeDueEntry(rewritten) };
-    }
     const own = queued.filter(
       ({ run }) => alreadyPut.has(run.scheduledFor) || put.includes(run.scheduledFor),
     );
+    if (error.has("dueEntry")) {
+      const rewritten = error.item("dueEntry");
+      return rewritten === null
+        ? { outcome: "entry-gone", left: own.map(({ run }) => run) }
+        : { outcome: "entry-rewritten", entry: decodeDueEntry(rewritten) };
+    }
     if (error.has("job")) {
       await deleteOwnRuns(engine, own, token);
       return { outcome: "job-moved", jobGone: error.item("job") === null };

@@ -15,7 +15,7 @@ import { loadSettings } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";
 import { admitRun } from "../../shared/execution/admission.js";
 import { issueRunToken } from "../../shared/execution/async-runs.js";
-import { createJob } from "../../shared/jobs/index.js";
+import { cancelJob, createJob } from "../../shared/jobs/index.js";
 import { shardOf } from "../../shared/keys.js";
 import type { DueEntry, Run } from "../../shared/model.js";
 import { MetricsRecorder, silentObservability } from "../../shared/observability.js";
@@ -577,9 +577,26 @@ describe("each handler, driven through its AWS-calling paths", () => {
     await clients.doc.send(
       new PutCommand({ TableName: engine.tables.jobs, Item: encodeDueEntry(orphan) }),
     );
+    // A cancel that lands between a claim's run put and its transaction: the claim loses its
+    // entry, and ends the run it put CANCELLED, which the cancel's sweep came too early to see.
+    const { job: cancelledMidClaim } = await createJob(engine, {
+      ...testJob(),
+      schedule: { every: "PT1H", startAt: new Date(Date.now() + 45_000).toISOString() },
+    });
+    recorder.before(
+      "dynamodb:PutItem",
+      (input) =>
+        input.TableName === engine.tables.runs &&
+        field(input.Item, "jobId") === cancelledMidClaim.jobId,
+      async () => {
+        await cancelJob(engine, cancelledMidClaim.tenantId, cancelledMidClaim.jobId);
+      },
+    );
     const dispatcher = required(handlers.dispatcher, "the dispatcher handler");
     const shards = new Set(
-      [due, misfired, upstream].map((job) => shardOf(job.jobId, engine.settings.shardCount)),
+      [due, misfired, upstream, cancelledMidClaim].map((job) =>
+        shardOf(job.jobId, engine.settings.shardCount),
+      ),
     );
     for (const shard of shards) {
       const invocation = invocations.find((i) => field(i.payload, "shard") === shard);
@@ -593,6 +610,9 @@ describe("each handler, driven through its AWS-calling paths", () => {
     expect((await runsOf(due.jobId)).map((run) => run.scheduledFor)).not.toContain(
       orphan.scheduledFor,
     );
+    expect((await runsOf(cancelledMidClaim.jobId)).map((run) => [run.status, run.reason])).toEqual([
+      ["CANCELLED", "job cancelled"],
+    ]);
     const skipped = (await runsOf(misfired.jobId)).filter((run) => run.status === "SKIPPED");
     expect(skipped).toHaveLength(60);
     expect((await runsOf(dependent.jobId)).map((run) => run.trigger?.runId)).toEqual([ended.runId]);

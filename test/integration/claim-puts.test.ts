@@ -356,7 +356,7 @@ describe("a claim whose entry a pause, cancel or edit removes between its puts a
     expect((await jobOf("paused"))?.status).toBe("COMPLETED");
   });
 
-  it("cancel: the run put after the cancel's sweep is re-sent by the reaper and its worker cancels it", async () => {
+  it("cancel: the runs put after the cancel's sweep are ended CANCELLED by the claim that lost its entry, never sent", async () => {
     const now = clock();
     const due = new Date(now.getTime() + 10 * SECOND);
     const { job, entry } = await seedOne("cancelled", { runAt: due.toISOString() }, due, now);
@@ -370,17 +370,56 @@ describe("a claim whose entry a pause, cancel or edit removes between its puts a
     );
     expect(hooked).toBe(1);
     expect(result.outcome).toBe("lost");
-    expect((await runsOf("cancelled")).map((r) => r.status)).toEqual(["QUEUED"]);
+    expect((await runsOf("cancelled")).map((r) => [r.status, r.reason, r.cancelledBy])).toEqual([
+      ["CANCELLED", "job cancelled", "job-cancel"],
+    ]);
 
+    // Nothing is left for the reaper to send, nor for a worker to run.
     pastDeadlineOf(due);
-    expect((await reap(f.engine)).resent).toBe(1);
+    expect((await reap(f.engine)).resent).toBe(0);
     const calls = new Map<string, number>();
     await deliverAll("cancelled", calls);
-
     expect(calls.size).toBe(0);
-    expect((await runsOf("cancelled")).map((r) => [r.status, r.reason])).toEqual([
-      ["CANCELLED", "job cancelled"],
-    ]);
+  });
+
+  it("cancel of a recurring job: every run of the lost claim ends CANCELLED at once, none waits QUEUED for its due time", async () => {
+    const now = clock();
+    const due = new Date(now.getTime() + 10 * SECOND);
+    const { job, entry } = await seedOne(
+      "cancelled-recurring",
+      { every: "PT10S", startAt: due.toISOString() },
+      due,
+      now,
+    );
+    const { result } = await withHook(
+      "PutItemCommand",
+      async () => {
+        await cancelJob(f.engine, job.tenantId, job.jobId);
+      },
+      () => claimDueEntry(f.engine, entry, claimOptions(now)),
+      isRunPut,
+    );
+    expect(result.outcome).toBe("lost");
+    const runs = await runsOf("cancelled-recurring");
+    expect(runs.length).toBeGreaterThan(1);
+    expect(runs.filter((r) => r.status !== "CANCELLED").map((r) => r.runId)).toEqual([]);
+  });
+
+  it("a claim that loses its entry to another claimer while the job stays ACTIVE leaves the runs to the winner", async () => {
+    const now = clock();
+    const due = new Date(now.getTime() + 10 * SECOND);
+    const { entry } = await seedOne("contended", { runAt: due.toISOString() }, due, now);
+    const { result } = await withHook(
+      "TransactWriteItemsCommand",
+      async () => {
+        await expect(claimDueEntry(f.engine, entry, claimOptions(now))).resolves.toMatchObject({
+          outcome: "claimed",
+        });
+      },
+      () => claimDueEntry(f.engine, entry, claimOptions(now)),
+    );
+    expect(result.outcome).toBe("lost");
+    expect((await runsOf("contended")).map((r) => r.status)).toEqual(["QUEUED"]);
   });
 
   it("edit: the new version's claim puts its runs over the old ones; the old version's runs the new schedule lacks are SKIPPED by their workers", async () => {

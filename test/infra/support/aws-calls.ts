@@ -149,6 +149,11 @@ export interface AwsCallRecorder {
   readonly calls: readonly RecordedCall[];
   /** Runs `body` as `caller`: every SDK call made inside it (and in what it starts) is recorded. */
   as<T>(caller: string, body: () => Promise<T>): Promise<T>;
+  /**
+   * Runs `action` once, unrecorded, just before the first recorded `operation` ("dynamodb:PutItem")
+   * whose input `when` accepts: what another process does in the middle of a handler's work.
+   */
+  before(operation: string, when: (input: Input) => boolean, action: () => Promise<void>): void;
   restore(): void;
 }
 
@@ -184,6 +189,11 @@ export function recordAwsCalls(options: RecorderOptions): AwsCallRecorder {
   const callers = new AsyncLocalStorage<string>();
   const calls: RecordedCall[] = [];
   const instrumented = new WeakSet<object>();
+  const hooks: {
+    operation: string;
+    when: (input: Input) => boolean;
+    action: () => Promise<void>;
+  }[] = [];
 
   const middleware =
     (next: SerializeHandler<Input, object>, context: HandlerExecutionContext) =>
@@ -198,6 +208,13 @@ export function recordAwsCalls(options: RecorderOptions): AwsCallRecorder {
         operation: `${service}:${operation}`,
         authorizations: authorizationsOf(service, operation, args.input, options.arns),
       });
+      const hook = hooks.findIndex(
+        (h) => h.operation === `${service}:${operation}` && h.when(args.input),
+      );
+      if (hook >= 0) {
+        const [{ action }] = hooks.splice(hook, 1) as [(typeof hooks)[number]];
+        await callers.exit(action);
+      }
       const intercept = options.interceptors[`${service}:${operation}`];
       if (intercept) {
         return { output: { $metadata: {}, ...intercept(args.input) }, response: {} };
@@ -224,6 +241,9 @@ export function recordAwsCalls(options: RecorderOptions): AwsCallRecorder {
   return {
     calls,
     as: (caller, body) => callers.run(caller, body),
+    before(operation, when, action) {
+      hooks.push({ operation, when, action });
+    },
     restore() {
       prototype.send = originalSend;
     },

@@ -1,4 +1,4 @@
-import type { CancelSource } from "../model.js";
+import type { CancelSource } from "./model.js";
 
 /** The reason a cancelled run records, by who cancelled it. */
 export const CANCEL_REASONS: Readonly<Record<CancelSource, string>> = {
