@@ -1,21 +1,26 @@
 import type { Engine } from "../engine.js";
 import { boundCursor, decodeCursor, type Page } from "../jobs/cursor.js";
 import { listDeadLetters, listJobs, listRuns, type RunFilter } from "../jobs/queries.js";
+import { parseRunId } from "../keys.js";
 import type { Job, JobStatus, Run } from "../model.js";
 import { deadLetterPk, jobKey, jobPk, tenantPk } from "../storage/items.js";
+import { runKey } from "../storage/runs.js";
 import { ValidationError } from "../validation.js";
 import { jobDto } from "./dto.js";
 
 /**
  * Cursors are DynamoDB start keys, so a forged or foreign one would reach
  * DynamoDB and fail there (a 500), or start another tenant's partition. Each
- * listing accepts only a key of its own shape inside the caller's partition.
+ * listing accepts only a key of its own shape inside the caller's partition;
+ * an index's start key also carries the table key of the item it stopped at,
+ * which must be the item its index key names (`namesOneItem`): what DynamoDB
+ * makes of a pair that disagrees is not for the caller to find out.
  */
 function checkCursor(
   cursor: string | undefined,
   partition: Readonly<Record<string, string>>,
   otherKeys: readonly string[],
-  sortPrefix?: { readonly key: string; readonly prefix: string },
+  { sortPrefix, namesOneItem }: CursorChecks = {},
 ): string | undefined {
   if (cursor === undefined || cursor === "") return undefined;
   const key = decodeCursor(cursor);
@@ -28,13 +33,31 @@ function checkCursor(
     // DynamoDB's bound on a key is in bytes (a sort key's 1,024), not characters.
     Object.values(key).every((v) => v.length > 0 && Buffer.byteLength(v, "utf8") <= 1024) &&
     Object.entries(partition).every(([name, value]) => key[name] === value) &&
-    (sortPrefix === undefined || (key[sortPrefix.key] ?? "").startsWith(sortPrefix.prefix));
+    (sortPrefix === undefined || (key[sortPrefix.key] ?? "").startsWith(sortPrefix.prefix)) &&
+    (namesOneItem === undefined || namesOneItem(key));
   if (!sameShape) {
     throw new ValidationError([
       { field: "cursor", message: "is not a cursor returned by this listing" },
     ]);
   }
   return cursor;
+}
+
+interface CursorChecks {
+  readonly sortPrefix?: { readonly key: string; readonly prefix: string };
+  readonly namesOneItem?: (key: Readonly<Record<string, string>>) => boolean;
+}
+
+/** A key's `pk` and `sk` are `expected`'s (null: no item has that index key). */
+const tableKeyIs = (
+  key: Readonly<Record<string, string>>,
+  expected: { readonly pk: string; readonly sk: string } | null,
+) => expected !== null && key.pk === expected.pk && key.sk === expected.sk;
+
+/** A dead letter's index sort key ends with its run's id: `<finishedAt>#<runId>`. */
+function runKeyOfDeadSk(deadSk: string | undefined) {
+  const ref = parseRunId(deadSk?.slice(deadSk.lastIndexOf("#") + 1) ?? "");
+  return ref && runKey(ref.jobId, ref.scheduledFor, ref.attempt);
 }
 
 /**
@@ -90,6 +113,7 @@ export async function jobsPage(
     options.cursor,
     { tenantPk: tenantPk(tenantId), ...(binding ? { filter: binding } : {}) },
     ["tenantSk", "pk", "sk"],
+    { namesOneItem: (key) => tableKeyIs(key, jobKey(key.tenantSk ?? "")) },
   );
   const items: Job[] = [];
   let bytes = 0;
@@ -126,7 +150,7 @@ export function runsPage(
     options.cursor,
     { pk: jobPk(jobId), ...(binding ? { filter: binding } : {}) },
     ["sk"],
-    { key: "sk", prefix: "RUN#" },
+    { sortPrefix: { key: "sk", prefix: "RUN#" } },
   );
   return listRuns(engine, jobId, {
     limit: options.limit,
@@ -141,10 +165,11 @@ export function deadLettersPage(
   tenantId: string,
   options: { limit: number; cursor?: string },
 ): Promise<Page<Run>> {
-  const cursor = checkCursor(options.cursor, { deadPk: deadLetterPk(tenantId) }, [
-    "deadSk",
-    "pk",
-    "sk",
-  ]);
+  const cursor = checkCursor(
+    options.cursor,
+    { deadPk: deadLetterPk(tenantId) },
+    ["deadSk", "pk", "sk"],
+    { namesOneItem: (key) => tableKeyIs(key, runKeyOfDeadSk(key.deadSk)) },
+  );
   return listDeadLetters(engine, tenantId, { limit: options.limit, ...(cursor ? { cursor } : {}) });
 }

@@ -600,9 +600,47 @@ describe("GET /jobs and GET /jobs/{id}", () => {
       ).toString("base64url")}`,
       "cursor",
     ],
+    // The caller's own partition, its table key naming another job than its index key, or no job.
+    ...[
+      { pk: "JOB#01M8XKJWK02XZ7528W23E0KWCF", sk: "JOB" },
+      { pk: "JOB#01M8XKJWK02XZ7528W23E0KWCE", sk: "RUN#x" },
+    ].map((tableKey): [string, string] => [
+      `?cursor=${Buffer.from(
+        JSON.stringify({
+          tenantPk: "TENANT#tenant-a",
+          tenantSk: "01M8XKJWK02XZ7528W23E0KWCE",
+          ...tableKey,
+        }),
+      ).toString("base64url")}`,
+      "cursor",
+    ]),
     ["?colour=red", "colour"],
   ])("400 for GET /jobs%s", async (query, field) => {
     expectError(await api.call("GET", `/jobs${query}`), 400, { field });
+  });
+
+  it("a dead-letters cursor whose table key names another run than its index key is a 400 naming cursor", async () => {
+    const runId = "01M8XKJWK02XZ7528W23E0KWCE-20261203T092959000-1";
+    const cursor = (pk: string, sk: string) =>
+      Buffer.from(
+        JSON.stringify({
+          deadPk: "DEAD#tenant-a",
+          deadSk: `2026-12-03T09:30:00.000Z#${runId}`,
+          pk,
+          sk,
+        }),
+      ).toString("base64url");
+    const mismatched = await api.call(
+      "GET",
+      `/dead-letters?cursor=${cursor("JOB#01M8XKJWK02XZ7528W23E0KWCF", "RUN#20261203T092959000#1")}`,
+    );
+    expectError(mismatched, 400, { field: "cursor" });
+    // A cursor the listing handed out still pages on.
+    await deadRunVia(api);
+    const first = RunPageSchema.parse((await api.call("GET", "/dead-letters?limit=1")).body);
+    expect(first.nextCursor).not.toBeNull();
+    const next = await api.call("GET", `/dead-letters?limit=1&cursor=${first.nextCursor}`);
+    expect(next.status, next.text).toBe(200);
   });
 
   it("GET /jobs/{id} returns the job with its ETag; 404 for unknown and malformed ids", async () => {
