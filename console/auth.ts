@@ -1,5 +1,10 @@
 import * as oauth from "oauth4webapi";
-import { CALLBACK_PATH, type ConsoleAuth, plainHttpAllowed } from "../shared/console/config.js";
+import {
+  CALLBACK_PATH,
+  type ConsoleAuth,
+  PROVIDER_TIMEOUT_MS,
+  plainHttpAllowed,
+} from "../shared/console/config.js";
 
 /**
  * The credential the console sends as `Authorization: Bearer …`: a key typed
@@ -74,11 +79,38 @@ export function signOutOfProvider(): void {
 
 type Oidc = Extract<ConsoleAuth, { kind: "oidc" }>;
 
+/**
+ * One request to the identity provider, read to its end, or an error naming the endpoint that did
+ * not answer within PROVIDER_TIMEOUT_MS. The signal aborts the request itself, so an answer that
+ * comes later is never read: it cannot send the tab to the provider or sign it in behind the
+ * message.
+ */
+async function askProvider<T>(
+  endpoint: string,
+  url: URL | string,
+  exchange: (signal: AbortSignal) => Promise<T>,
+): Promise<T> {
+  const signal = AbortSignal.timeout(PROVIDER_TIMEOUT_MS);
+  try {
+    return await exchange(signal);
+  } catch (error) {
+    if (!signal.aborted) throw error;
+    throw new Error(
+      `${endpoint} (${String(url)}) did not answer within ${PROVIDER_TIMEOUT_MS / 1000} s; sign in again`,
+    );
+  }
+}
+
 async function discover(auth: Oidc): Promise<oauth.AuthorizationServer> {
   const issuer = new URL(auth.issuer);
-  const options = { [oauth.allowInsecureRequests]: plainHttpAllowed(issuer) };
-  const response = await oauth.discoveryRequest(issuer, options);
-  return oauth.processDiscoveryResponse(issuer, response);
+  // Where oauth4webapi looks for it (OpenID Connect Discovery): the issuer's path, then this.
+  const document = new URL(issuer);
+  document.pathname = `${issuer.pathname.replace(/\/$/, "")}/.well-known/openid-configuration`;
+  return askProvider(`${issuer.host}'s discovery document`, document, async (signal) => {
+    const options = { [oauth.allowInsecureRequests]: plainHttpAllowed(issuer), signal };
+    const response = await oauth.discoveryRequest(issuer, options);
+    return oauth.processDiscoveryResponse(issuer, response);
+  });
 }
 
 const redirectUri = () => new URL(CALLBACK_PATH, location.origin).href;
@@ -118,19 +150,28 @@ export async function finishSignIn(auth: Oidc, callback: URL): Promise<string> {
   const server = await discover(auth);
   const client: oauth.Client = { client_id: auth.clientId };
   const params = authResponse(auth, server, client, callback, pending.state);
-  const options = { [oauth.allowInsecureRequests]: plainHttpAllowed(new URL(auth.issuer)) };
-  const response = await oauth.authorizationCodeGrantRequest(
-    server,
-    client,
-    oauth.None(),
-    params,
-    redirectUri(),
-    pending.verifier,
-    options,
+  const tokens = await askProvider(
+    `${new URL(auth.issuer).host}'s token endpoint`,
+    server.token_endpoint ?? auth.issuer,
+    async (signal) => {
+      const options = {
+        [oauth.allowInsecureRequests]: plainHttpAllowed(new URL(auth.issuer)),
+        signal,
+      };
+      const response = await oauth.authorizationCodeGrantRequest(
+        server,
+        client,
+        oauth.None(),
+        params,
+        redirectUri(),
+        pending.verifier,
+        options,
+      );
+      return oauth.processAuthorizationCodeResponse(server, client, response, {
+        expectedNonce: pending.nonce,
+      });
+    },
   );
-  const tokens = await oauth.processAuthorizationCodeResponse(server, client, response, {
-    expectedNonce: pending.nonce,
-  });
   const claims = oauth.getValidatedIdTokenClaims(tokens);
   const credential: Credential = {
     token: tokens.access_token,

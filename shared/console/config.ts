@@ -31,6 +31,12 @@ export const DOCS_PATH = "/docs";
 export const CALLBACK_PATH = `${CONSOLE_PATH}/callback`;
 
 /**
+ * How long the console's sign-in waits for each of the identity provider's answers (its discovery
+ * document, its token endpoint) before it tells the user so: a person is watching the page.
+ */
+export const PROVIDER_TIMEOUT_MS = 15_000;
+
+/**
  * Plain http is for an identity provider on this machine only (a local one in
  * development); anywhere else the console talks to it over https.
  */

@@ -5,6 +5,7 @@ import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type LocalServer, startLocalServer } from "../../shared/api/local-server.js";
 import { buildConsoleAssets } from "../../shared/console/build.js";
+import { PROVIDER_TIMEOUT_MS } from "../../shared/console/config.js";
 import { jobTypeCatalog } from "../../shared/job-types/registry.js";
 import { listJobs } from "../../shared/jobs/queries.js";
 import { accessibilityViolations, type Browser, launchBrowser } from "../support/browser.js";
@@ -37,20 +38,43 @@ let page: Page;
 /** Every authorization request the console sent to the provider. */
 const authorizationRequests: URL[] = [];
 
+/**
+ * While set, the provider accepts that request and does not answer it (a provider that is down
+ * behind a load balancer, or overloaded): the request waits in `held` until the test releases it.
+ */
+const hang = { discovery: false, token: false };
+interface HeldRequest {
+  readonly path: string;
+  /** Hands the request to the provider, which answers it now: a late answer. */
+  readonly release: () => void;
+  /** Settles once its connection is done with: answered, or given up by the browser. */
+  readonly closed: Promise<void>;
+}
+const held: HeldRequest[] = [];
+
 beforeAll(async () => {
   fixture = await createEngineFixture();
   // The provider needs its own URL (the issuer) before it exists, and the console's URL
   // (its client's redirect URI) before it answers: listen first, hand requests over after.
   let handle: ((req: IncomingMessage, res: ServerResponse) => void) | undefined;
+  const hold = (req: IncomingMessage, res: ServerResponse) => {
+    held.push({
+      path: req.url ?? "",
+      release: () => handle?.(req, res),
+      closed: new Promise((resolve) => res.once("close", resolve)),
+    });
+  };
   idpServer = createServer((req, res) => {
     if (req.url?.startsWith("/auth")) authorizationRequests.push(new URL(req.url, issuer));
     // As at Cognito, the issuer's origin has no token endpoint.
     if (req.url?.startsWith("/token")) res.writeHead(404).end();
+    else if (hang.discovery && req.url?.startsWith("/.well-known/")) hold(req, res);
     else if (handle) handle(req, res);
     else res.writeHead(503).end();
   });
   tokenServer = createServer((req, res) => {
-    if (handle && req.url?.startsWith("/token")) handle(req, res);
+    if (hang.token && req.url?.startsWith("/token")) hold(req, res);
+    else if (handle && req.url?.startsWith("/token")) handle(req, res);
     else res.writeHead(404).end();
   });
   const listen = async (server: Server) => {
@@ -321,5 +345,106 @@ describe("console sign-in with OIDC (the stack's JWT option)", () => {
     expect(tokenRequests()).toBe(before);
     expect(await victim.evaluate("sessionStorage.length")).toBe(0);
     await victim.close();
+  });
+
+  /** The next request the provider holds unanswered; it answers the ones after it again. */
+  const heldRequest = async (path: string) => {
+    const request = await waitFor("the provider to hold a request", () =>
+      held.find((r) => r.path.startsWith(path)),
+    );
+    hang.discovery = false;
+    hang.token = false;
+    held.splice(held.indexOf(request), 1);
+    return request;
+  };
+
+  /** Sends the late answer, and gives the page time to act on it if it still listens. */
+  const answerLate = async (tab: Page, request: HeldRequest) => {
+    request.release();
+    await request.closed;
+    await tab.waitForTimeout(500);
+  };
+
+  it("gives up on a discovery document that does not come, says so, and the next click goes to the provider", async () => {
+    // The page's clock is the test's: the wait ends at a fast-forward, not after 15 real seconds.
+    const tab = await browser.context.newPage();
+    await tab.clock.install();
+    await tab.goto(`${api.url}/console`);
+    const signIn = tab.getByRole("button", { name: /^Sign in with 127\.0\.0\.1/ });
+    const before = authorizationRequests.length;
+    hang.discovery = true;
+    await signIn.click();
+    const late = await heldRequest("/.well-known/openid-configuration");
+    await tab.clock.fastForward(PROVIDER_TIMEOUT_MS);
+
+    // What did not answer, and how long the console waited; the button is the way on.
+    const alert = tab.getByRole("alert");
+    await alert.waitFor({ timeout: 5_000 });
+    const said = await alert.textContent();
+    expect(said).toContain(`${issuer}/.well-known/openid-configuration`);
+    expect(said).toContain("did not answer within 15 s");
+    expect(await accessibilityViolations(tab)).toEqual([]);
+    expect(await tab.evaluate("sessionStorage.length")).toBe(0);
+
+    // The answer that comes after the console gave up does not send the tab to the provider.
+    await answerLate(tab, late);
+    expect(authorizationRequests.length).toBe(before);
+    expect(tab.url()).toBe(`${api.url}/console`);
+    expect(await alert.textContent()).toBe(said);
+    expect(await tab.evaluate("sessionStorage.length")).toBe(0);
+
+    // The next click goes to the provider, which leaves the tab here (a 204).
+    const auth = (url: URL) => url.origin === issuer && url.pathname === "/auth";
+    await tab.route(auth, (route) => route.fulfill({ status: 204 }));
+    const toProvider = tab.waitForRequest((request) => auth(new URL(request.url())));
+    await signIn.click();
+    await toProvider;
+    await tab.close();
+  });
+
+  it("gives up on a token endpoint that does not answer, says so, drops its late token, and signs in again", async () => {
+    const tab = await browser.context.newPage();
+    await tab.clock.install();
+    await tab.goto(`${api.url}/console`);
+    // A login at the provider every time (as after Sign out), whoever the tests before signed in.
+    await tab.evaluate("localStorage.setItem('scheduler.signedOut', 'true')");
+    const signIn = tab.getByRole("button", { name: /^Sign in with 127\.0\.0\.1/ });
+    const logIn = async () => {
+      await tab.locator('input[name="login"]').fill("carol");
+      await tab.locator('input[name="password"]').fill("any");
+      await tab.locator('button[type="submit"]').click();
+    };
+    await signIn.click();
+    await logIn();
+    hang.token = true;
+    await tab.getByRole("button", { name: "Continue" }).click();
+    const late = await heldRequest("/token");
+    await tab.clock.fastForward(PROVIDER_TIMEOUT_MS);
+
+    await tab
+      .getByRole("heading", { name: "Sign-in did not finish", level: 1 })
+      .waitFor({ timeout: 5_000 });
+    const said = await tab.getByRole("alert").textContent();
+    expect(said).toContain(`${tokenOrigin}/token`);
+    expect(said).toContain("did not answer within 15 s");
+    expect(await accessibilityViolations(tab)).toEqual([]);
+    expect(await tab.evaluate("sessionStorage.length")).toBe(0);
+
+    // The provider's token, after the console gave up: nobody is signed in behind the message.
+    await answerLate(tab, late);
+    expect(await tab.evaluate("sessionStorage.length")).toBe(0);
+    expect(await tab.getByRole("button", { name: /^Sign out/ }).count()).toBe(0);
+    expect(await tab.getByRole("alert").textContent()).toBe(said);
+
+    await tab.getByRole("link", { name: "Back to sign-in" }).click();
+    await signIn.click();
+    await logIn();
+    // The provider may remember carol's consent from the first attempt.
+    const consent = tab.getByRole("button", { name: "Continue" });
+    const signedIn = tab.getByRole("button", { name: "Sign out (carol)" });
+    await consent.or(signedIn).first().waitFor();
+    if ((await consent.count()) > 0) await consent.click();
+    await signedIn.waitFor();
+    await tab.close();
   });
 });
