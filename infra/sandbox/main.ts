@@ -1,3 +1,4 @@
+import { createServer } from "node:net";
 import { parseArgs } from "node:util";
 
 // The SDK warns on every start that it will drop Node 20 next year; the sandbox says nothing it can act on.
@@ -38,6 +39,18 @@ if (values.help) {
   process.exit(0);
 }
 
+/** Whether something listens on 127.0.0.1:port already (the address the sandbox serves on). */
+function portInUse(port: number): Promise<boolean> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once("error", (error) => {
+      if ("code" in error && error.code === "EADDRINUSE") resolve(true);
+      else reject(error);
+    });
+    probe.listen(port, "127.0.0.1", () => probe.close(() => resolve(false)));
+  });
+}
+
 function positive(
   name: string,
   raw: string | undefined,
@@ -72,13 +85,28 @@ try {
   console.error(error instanceof Error ? error.message : String(error));
   process.exit(2);
 }
+const port = positive("--port", values.port ?? env.PORT, 3000, true);
+const portTaken = `port ${port} on 127.0.0.1 is in use (a sandbox already running?): stop what holds it, or give another with --port N or PORT`;
+const isPortTaken = (error: unknown) =>
+  error instanceof Error && "code" in error && error.code === "EADDRINUSE";
+// Checked before the emulators start and the restart recovery runs on the data directory, which
+// may be the running sandbox's own.
+if (port !== 0 && (await portInUse(port))) {
+  console.error(portTaken);
+  process.exit(1);
+}
 const sandbox = await startSandbox({
-  port: positive("--port", values.port ?? env.PORT, 3000, true),
+  port,
   dataDir: values["data-dir"] ?? env.SCHEDULER_DATA_DIR ?? ".data",
   tickSeconds: positive("--tick-seconds", values["tick-seconds"] ?? env.SCHEDULER_TICK_SECONDS, 60),
   workers: positive("--workers", values.workers ?? env.SCHEDULER_WORKERS, 8),
   ...(endpoint ? { endpoint } : {}),
   ...(prefix ? { prefix } : {}),
+}).catch((error: unknown) => {
+  // Taken while the emulators started: they are stopped by now, and the stack says nothing more.
+  if (!isPortTaken(error)) throw error;
+  console.error(portTaken);
+  process.exit(1);
 });
 
 console.log(`scheduler sandbox ready at ${sandbox.url}`);

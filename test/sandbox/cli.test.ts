@@ -1,6 +1,7 @@
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
+import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -151,6 +152,43 @@ describe("npm start", () => {
       );
       expect(javaFor(refusedDir)).toEqual([]);
     } finally {
+      await rm(refusedDir, { recursive: true, force: true });
+    }
+  }, 60_000);
+  it("refuses a port already in use at once (exit 1, naming the port and --port), before any emulator starts", async () => {
+    const refusedDir = await mkdtemp(join(tmpdir(), "scheduler-cli-port-"));
+    // Another program, or a sandbox started earlier in another terminal, holds the port.
+    const holder = createServer();
+    const port = await new Promise<number>((resolve, reject) => {
+      holder.once("error", reject);
+      holder.listen(0, "127.0.0.1", () => {
+        const address = holder.address();
+        if (address !== null && typeof address === "object") resolve(address.port);
+        else reject(new Error(`no port: ${String(address)}`));
+      });
+    });
+    try {
+      const [program = "", ...args] = startCommand();
+      const proc = spawn(program, [...args, "--port", String(port), "--data-dir", refusedDir], {
+        cwd: REPO,
+        stdio: ["ignore", "pipe", "pipe"],
+        env: { ...process.env, SCHEDULER_API_KEYS: "" },
+      });
+      let output = "";
+      proc.stdout?.on("data", (chunk) => (output += chunk));
+      proc.stderr?.on("data", (chunk) => (output += chunk));
+      const exited = new Promise<number | null>((resolve) => proc.once("exit", resolve));
+      const startedAnyway = setTimeout(() => proc.kill("SIGINT"), 30_000);
+      const code = await exited;
+      clearTimeout(startedAnyway);
+      expect({ code, output: output.trim() }).toEqual({
+        code: 1,
+        output: `port ${port} on 127.0.0.1 is in use (a sandbox already running?): stop what holds it, or give another with --port N or PORT`,
+      });
+      expect(javaFor(refusedDir)).toEqual([]);
+      expect(existsSync(join(refusedDir, "dynamodb"))).toBe(false); // no emulator started
+    } finally {
+      await new Promise((done) => holder.close(done));
       await rm(refusedDir, { recursive: true, force: true });
     }
   }, 60_000);
