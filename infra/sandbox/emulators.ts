@@ -80,11 +80,14 @@ function spawnJava(args: string[]): ChildProcess {
   // Parent-death signal: if the test runner is SIGKILLed or crashes before its
   // teardown, the kernel kills java too instead of leaving it orphaned.
   const setpriv = ["/usr/bin/setpriv", "/bin/setpriv"].find((path) => existsSync(path));
-  const [command, commandArgs] =
-    process.platform === "linux" && setpriv !== undefined
-      ? [setpriv, ["--pdeathsig", "KILL", "java", ...args]]
-      : ["java", args];
-  return spawn(command, commandArgs, { stdio: ["ignore", "ignore", "pipe"] });
+  const guarded = process.platform === "linux" && setpriv !== undefined;
+  const [command, commandArgs] = guarded
+    ? [setpriv, ["--pdeathsig", "KILL", "java", ...args]]
+    : ["java", args];
+  // Its own process group where it cannot outlive its parent: a terminal's Ctrl-C signals the
+  // whole foreground group, and java would exit at once, failing the writes of the runs the
+  // sandbox lets finish before it stops java itself.
+  return spawn(command, commandArgs, { stdio: ["ignore", "ignore", "pipe"], detached: guarded });
 }
 
 async function stopChild(child: ChildProcess, graceful: boolean): Promise<void> {

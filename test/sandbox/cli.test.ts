@@ -1,6 +1,7 @@
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
+import { createServer as createHttpServer } from "node:http";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -192,4 +193,74 @@ describe("npm start", () => {
       await rm(refusedDir, { recursive: true, force: true });
     }
   }, 60_000);
+  it("Ctrl-C at a terminal (SIGINT to the whole process group) lets a run in progress end within the grace and records it", async () => {
+    const graceDir = await mkdtemp(join(tmpdir(), "scheduler-cli-grace-"));
+    // The job's target: its delivery is the run in progress, answered a second after Ctrl-C.
+    let delivered: () => void = () => undefined;
+    const delivery = new Promise<void>((resolve) => (delivered = resolve));
+    const target = createHttpServer((req, res) => {
+      req.resume();
+      delivered();
+      setTimeout(() => res.writeHead(200).end("ok"), 1000);
+    });
+    const targetPort = await new Promise<number>((resolve, reject) => {
+      target.once("error", reject);
+      target.listen(0, "127.0.0.1", () => {
+        const address = target.address();
+        if (address !== null && typeof address === "object") resolve(address.port);
+        else reject(new Error(`no port: ${String(address)}`));
+      });
+    });
+    const [program = "", ...args] = startCommand();
+    // Its own process group, as a shell's foreground job: a terminal's Ctrl-C signals every process in it.
+    const proc = spawn(program, [...args, "--port", "0", "--data-dir", graceDir], {
+      cwd: REPO,
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { ...process.env, SCHEDULER_API_KEYS: "" },
+      detached: true,
+    });
+    const group = proc.pid ?? 0;
+    let output = "";
+    proc.stdout?.on("data", (chunk) => (output += chunk));
+    proc.stderr?.on("data", (chunk) => (output += chunk));
+    const exited = new Promise<number | null>((resolve) => proc.once("exit", resolve));
+    try {
+      const url = await new Promise<string>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`not ready in 60 s:\n${output}`)), 60_000);
+        proc.stdout?.on("data", () => {
+          const match = /ready at (http:\/\/\S+)/.exec(output);
+          if (match?.[1]) {
+            clearTimeout(timer);
+            resolve(match[1]);
+          }
+        });
+        proc.once("exit", (code) => reject(new Error(`exited with ${code}:\n${output}`)));
+      });
+      const created = await fetch(`${url}/jobs`, {
+        method: "POST",
+        headers: { authorization: "Bearer local-dev-key", "content-type": "application/json" },
+        body: JSON.stringify({
+          type: "http",
+          schedule: { runAt: new Date().toISOString() },
+          target: { url: `http://127.0.0.1:${targetPort}/hook` },
+        }),
+      });
+      expect(created.status).toBe(201);
+      const { id } = (await created.json()) as { id: string };
+      await delivery;
+      process.kill(-group, "SIGINT");
+      expect(await exited, output).toBe(0);
+      expect(output).toContain(`run SUCCEEDED job ${id}`);
+      expect(output).not.toMatch(/ERROR|ECONNREFUSED/);
+      expect(javaFor(graceDir)).toEqual([]);
+    } finally {
+      try {
+        process.kill(-group, "SIGKILL");
+      } catch {
+        // The group is gone: the sandbox stopped.
+      }
+      await new Promise((done) => target.close(done));
+      await rm(graceDir, { recursive: true, force: true });
+    }
+  }, 90_000);
 });
