@@ -83,7 +83,7 @@ function instantOf(value: Date | string): Date {
 }
 
 /** True for a string already in storage form, rejecting impossible dates such as Feb 30. */
-function isStorageIso(value: string): boolean {
+export function isStorageIso(value: string): boolean {
   if (!ISO_INSTANT_PATTERN.test(value)) {
     return false;
   }

@@ -1,7 +1,7 @@
 import type { Engine } from "../engine.js";
 import { boundCursor, decodeCursor, type Page } from "../jobs/cursor.js";
 import { listDeadLetters, listJobs, listRuns, type RunFilter } from "../jobs/queries.js";
-import { parseRunId } from "../keys.js";
+import { isStorageIso, JOB_ID_PATTERN, parseRunId } from "../keys.js";
 import type { Job, JobStatus, Run } from "../model.js";
 import { deadLetterPk, jobKey, jobPk, tenantPk } from "../storage/items.js";
 import { runKey } from "../storage/runs.js";
@@ -12,9 +12,10 @@ import { jobDto } from "./dto.js";
  * Cursors are DynamoDB start keys, so a forged or foreign one would reach
  * DynamoDB and fail there (a 500), or start another tenant's partition. Each
  * listing accepts only a key of its own shape inside the caller's partition;
- * an index's start key also carries the table key of the item it stopped at,
- * which must be the item its index key names (`namesOneItem`): what DynamoDB
- * makes of a pair that disagrees is not for the caller to find out.
+ * an index's start key is an index key the listing's items carry (a job id, a
+ * dead letter's `<finishedAt>#<runId>`) and the table key of the item it names
+ * (`namesOneItem`): what DynamoDB makes of a pair that disagrees, or of an index
+ * key no item can carry (a lone surrogate), is not for the caller to find out.
  */
 function checkCursor(
   cursor: string | undefined,
@@ -54,9 +55,18 @@ const tableKeyIs = (
   expected: { readonly pk: string; readonly sk: string } | null,
 ) => expected !== null && key.pk === expected.pk && key.sk === expected.sk;
 
-/** A dead letter's index sort key ends with its run's id: `<finishedAt>#<runId>`. */
+/** The table key of the job a byTenant index key names: its `tenantSk` is the job's id. */
+function jobKeyOfTenantSk(tenantSk: string | undefined) {
+  return tenantSk !== undefined && JOB_ID_PATTERN.test(tenantSk) ? jobKey(tenantSk) : null;
+}
+
+/**
+ * The table key of the run a dead letter's index sort key names: `<finishedAt>#<runId>`, the
+ * instant in storage form (neither part holds a '#').
+ */
 function runKeyOfDeadSk(deadSk: string | undefined) {
-  const ref = parseRunId(deadSk?.slice(deadSk.lastIndexOf("#") + 1) ?? "");
+  const [finishedAt = "", id = "", ...more] = (deadSk ?? "").split("#");
+  const ref = more.length === 0 && isStorageIso(finishedAt) ? parseRunId(id) : null;
   return ref && runKey(ref.jobId, ref.scheduledFor, ref.attempt);
 }
 
@@ -113,7 +123,7 @@ export async function jobsPage(
     options.cursor,
     { tenantPk: tenantPk(tenantId), ...(binding ? { filter: binding } : {}) },
     ["tenantSk", "pk", "sk"],
-    { namesOneItem: (key) => tableKeyIs(key, jobKey(key.tenantSk ?? "")) },
+    { namesOneItem: (key) => tableKeyIs(key, jobKeyOfTenantSk(key.tenantSk)) },
   );
   const items: Job[] = [];
   let bytes = 0;
