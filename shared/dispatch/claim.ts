@@ -8,6 +8,7 @@ import { METRICS } from "../observability.js";
 import { recordShardCount } from "../shard-count.js";
 import { putRunsUnconditionally, writeClaim } from "../storage/claim.js";
 import { dueEntryKey, removeOrphanDueEntry } from "../storage/due-entries.js";
+import { retryOnContention } from "../storage/dynamo-errors.js";
 import { completedJobExpiresAt } from "../storage/retention.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";
 import { getJob } from "../storage/run-reads.js";
@@ -338,18 +339,33 @@ async function attemptClaim(
  * worker cancelled them: they end CANCELLED now, as the sweep would have ended them. Each is
  * ended only as put (QUEUED, unstarted), so a run a worker took meanwhile is left to it. Under a
  * pause or an edit, or another claimer's win, they stay, as runs claimed before those do.
+ *
+ * An ending that meets a transaction on its run (a worker's ending of the winner's copy) is sent
+ * again. One that fails for good leaves its run to the reaper and its worker, as a claimer that
+ * died here would: the claim is still lost, not failed, for its entry is gone and a pass that
+ * read its bucket again would find nothing to claim.
  */
 async function cancelRunsLeftForEndedJob(engine: Engine, left: readonly Run[]): Promise<void> {
   const [first] = left;
   if (!first) return;
-  const job = await getJob(engine, first.jobId);
-  if (job !== null && job.status !== "CANCELLED") return;
-  const now = engine.clock();
-  await forEachConcurrently(left, LEFT_RUN_ENDINGS_IN_FLIGHT, async (run) => {
-    await endRunAsSeen(engine, run, "CANCELLED", CANCEL_REASONS["job-cancel"], now, {
-      by: "job-cancel",
+  try {
+    const job = await getJob(engine, first.jobId);
+    if (job !== null && job.status !== "CANCELLED") return;
+    const now = engine.clock();
+    await forEachConcurrently(left, LEFT_RUN_ENDINGS_IN_FLIGHT, async (run) => {
+      await retryOnContention(engine, "end-left-run", () =>
+        endRunAsSeen(engine, run, "CANCELLED", CANCEL_REASONS["job-cancel"], now, {
+          by: "job-cancel",
+        }),
+      );
     });
-  });
+  } catch (error) {
+    engine.obs.log.warn("left runs of a lost claim to the reaper; ending them failed", {
+      jobId: first.jobId,
+      runs: left.length,
+      error: String(error),
+    });
+  }
 }
 
 /** What follows a committed claim: the skipped records that did not fit in it, a note, the count. */
