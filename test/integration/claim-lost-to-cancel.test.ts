@@ -266,4 +266,41 @@ describe("a claim that loses its entry to a cancel or a delete", () => {
       ["CANCELLED", "job cancelled"],
     ]);
   });
+  it("a left run the reaper re-sent before the claim ends it (misfireFrom set) ends CANCELLED once, and its message runs nothing", async () => {
+    const now = clock();
+    const due = new Date(now.getTime() + 10 * SECOND);
+    const { job, entry } = await seedOne("resent-left", { runAt: due.toISOString() }, due, now);
+    let cancelled = false;
+    let resent = 0;
+    const { result, hooked } = await withHook(
+      [
+        {
+          command: "PutItemCommand",
+          when: isRunPut,
+          before: async () => {
+            await cancelJob(f.engine, job.tenantId, job.jobId);
+            cancelled = true;
+          },
+        },
+        {
+          command: "TransactWriteItemsCommand",
+          when: () => cancelled,
+          before: async () => {
+            pastDeadlineOf(due);
+            resent = (await reap(f.engine)).resent;
+          },
+        },
+      ],
+      () => claimDueEntry(f.engine, entry, claimOptions(now)),
+    );
+    expect(hooked).toBe(2);
+    expect(resent).toBe(1);
+    expect(result.outcome).toBe("lost");
+    const calls = new Map<string, number>();
+    await deliverAll("resent-left", calls);
+    expect(calls.size).toBe(0);
+    expect((await runsOf("resent-left")).map((r) => [r.status, r.reason, r.fence])).toEqual([
+      ["CANCELLED", "job cancelled", 0],
+    ]);
+  });
 });
