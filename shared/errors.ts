@@ -28,8 +28,15 @@ export interface ErrorContexts {
   readonly not_replayable: { readonly runId: string; readonly why: string };
   /** Another writer kept changing the item between our read and our conditional write (HTTP 503). */
   readonly concurrent_update: { readonly subject: "job" | "webhook secret" };
-  /** A write conditioned on our fence failed: another worker or dispatcher owns the run or shard now. */
-  readonly fence_lost: { readonly resource: string; readonly fence: number };
+  /**
+   * A write conditioned on our fence failed: another worker or dispatcher owns the run or shard
+   * now, or the run ended without this worker (`found`: the run as the failed write found it).
+   */
+  readonly fence_lost: {
+    readonly resource: string;
+    readonly fence: number;
+    readonly found?: { readonly status: string; readonly fence: number };
+  };
   /** A run cancel asked of a run that has already ended (HTTP 409, naming its status). */
   readonly run_ended: { readonly runId: string; readonly status: string };
   /**
@@ -154,11 +161,18 @@ export class ConcurrentUpdateError extends SchedulerError<"concurrent_update"> {
 }
 
 export class FenceLostError extends SchedulerError<"fence_lost"> {
-  constructor(resource: string, fence: number, options?: ErrorOptions) {
+  constructor(
+    resource: string,
+    fence: number,
+    options?: ErrorOptions,
+    found?: { readonly status: string; readonly fence: number },
+  ) {
     super(
       "fence_lost",
-      `lost ${resource} (fence ${fence}) to another owner`,
-      { resource, fence },
+      found
+        ? `lost ${resource} (fence ${fence}): it is ${found.status} under fence ${found.fence}`
+        : `lost ${resource} (fence ${fence}) to another owner`,
+      { resource, fence, ...(found ? { found } : {}) },
       options,
     );
   }

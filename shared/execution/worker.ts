@@ -22,6 +22,7 @@ import {
   issueRunToken,
   timedOutResult,
 } from "./async-runs.js";
+import { reportLostRun } from "./lost-run.js";
 import { afterPredecessor } from "./retry-predecessor.js";
 import { endOnCancelRequest, type RunProgress, repairJobAfterRun } from "./run-endings.js";
 import { execute, heartbeatEveryMs, type RunExecutionDeps } from "./run-execution.js";
@@ -152,10 +153,7 @@ async function processDelivery(
     }
   } catch (error) {
     if (error instanceof FenceLostError) {
-      engine.obs.metrics.add(METRICS.fenceLost, 1, "Count", { component: "worker" });
-      engine.obs.log.warn("another worker took the run over; this one writes nothing more", {
-        runId: run.runId,
-      });
+      reportLostRun(engine, run.runId, error);
       return "ack";
     }
     throw error;

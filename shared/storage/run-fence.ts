@@ -135,9 +135,17 @@ export function ownEndingWritten(
   );
 }
 
-/** The error for a write whose `FENCE_HELD` condition failed. */
-function fenceLost(run: Pick<Run, "runId" | "fence">, cause: unknown): FenceLostError {
-  return new FenceLostError(`run ${run.runId}`, run.fence, { cause });
+/** The error for a write whose `FENCE_HELD` condition failed, with the run as it found it. */
+function fenceLost(
+  run: Pick<Run, "runId" | "fence">,
+  old: Record<string, unknown> | null,
+  cause: unknown,
+): FenceLostError {
+  const found =
+    old !== null && typeof old.status === "string" && typeof old.fence === "number"
+      ? { status: old.status, fence: old.fence }
+      : undefined;
+  return new FenceLostError(`run ${run.runId}`, run.fence, { cause }, found);
 }
 
 /**
@@ -162,7 +170,7 @@ export function fenceFailure(
     const by = typeof old.cancelledBy === "string" ? old.cancelledBy : "api";
     return new RunCancelledError(run.runId, by, old.cancelRequestedAt, { cause });
   }
-  return fenceLost(run, cause);
+  return fenceLost(run, old, cause);
 }
 
 /**

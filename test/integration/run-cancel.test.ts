@@ -23,6 +23,7 @@ import {
 import { rerunIfResumedMeanwhile } from "../../shared/jobs/resume.js";
 import { MAX_ATTEMPT, shardOf } from "../../shared/keys.js";
 import type { Job, Run } from "../../shared/model.js";
+import { METRICS, MetricsRecorder } from "../../shared/observability.js";
 import type { MisfirePolicy } from "../../shared/policies.js";
 import { writeResumedJob } from "../../shared/storage/job-status.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
@@ -637,4 +638,60 @@ describe("cancelling a job's running runs", () => {
     expect((await runsOf(f, job.jobId)).map((r) => r.status)).toEqual(["SUCCEEDED"]);
     expect((await f.dueEntries()).filter((e) => e.jobId === job.jobId)).toEqual([]);
   }, 40_000);
+});
+
+describe("a run cancelled while its worker runs it with its start unwritten", () => {
+  const warnings: string[] = [];
+  const infos: string[] = [];
+  let f: EngineFixture;
+  beforeAll(async () => {
+    const noop = () => undefined;
+    f = await createEngineFixture({
+      settings: { leaseMs: 30_000 },
+      obs: {
+        log: {
+          debug: noop,
+          info: (message) => infos.push(message),
+          warn: (message) => warnings.push(message),
+          error: noop,
+        },
+        metrics: { add: noop },
+      },
+    });
+  });
+  afterAll(() => f.destroy());
+
+  it("is told as a cancel in the worker's log and counts no lost fence: no other worker took it over", async () => {
+    let release = () => {};
+    let started = () => {};
+    const running = new Promise<void>((resolve) => {
+      started = resolve;
+    });
+    // The default heartbeat (a third of the lease, 10 s): the start stays unwritten meanwhile.
+    const deps = f.workerDeps("worker-u", {
+      held: async () => {
+        started();
+        await new Promise<void>((resolve) => {
+          release = resolve;
+        });
+      },
+    });
+    const { job, received } = await oneOffDueNow(f, "held");
+    const processing = f.process(deps, received);
+    await running;
+    const [queued] = await runsOf(f, job.jobId);
+    expect(queued?.status).toBe("QUEUED");
+    await cancelRun(f.engine, job.tenantId, job.jobId, queued?.runId ?? "");
+    release();
+
+    expect(await processing).toBe("ack");
+    expect((await runsOf(f, job.jobId)).map((r) => [r.status, r.cancelledBy])).toEqual([
+      ["CANCELLED", "api"],
+    ]);
+    const metrics = f.engine.obs.metrics;
+    if (!(metrics instanceof MetricsRecorder)) throw new Error("the fixture records metrics");
+    expect(metrics.sum(METRICS.fenceLost)).toBe(0);
+    expect(warnings.filter((w) => w.includes("another worker"))).toEqual([]);
+    expect(infos.filter((i) => i.includes("cancelled"))).toHaveLength(1);
+  }, 30_000);
 });
