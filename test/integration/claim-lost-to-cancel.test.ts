@@ -1,15 +1,11 @@
 import { TransactionConflictException } from "@aws-sdk/client-dynamodb";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { beforeEach, describe, expect, it } from "vitest";
 import { type ClaimResult, claimDueEntry } from "../../shared/dispatch/claim.js";
-import { horizonOf } from "../../shared/dispatch/dispatcher.js";
 import { sendClaimed } from "../../shared/dispatch/fast-path.js";
-import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
-import type { JobContext } from "../../shared/execution/job-contract.js";
+import { reap } from "../../shared/dispatch/reaper.js";
 import { cancelJob, deleteJob } from "../../shared/jobs/index.js";
-import type { DueEntry, Job, Run } from "../../shared/model.js";
-import type { ScheduleSpec } from "../../shared/schedule/index.js";
-import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
-import { seedJobs } from "../support/seed.js";
+import { SECOND, useClaimRace } from "../support/claim-race.js";
+import type { EngineFixture } from "../support/engine-fixture.js";
 
 /**
  * A claim that loses its entry after its run puts (`entry-gone`) ends the runs it put CANCELLED
@@ -17,104 +13,27 @@ import { seedJobs } from "../support/seed.js";
  * a winner that sent the same runs, and contention on the runs it ends.
  */
 
-const SECOND = 1000;
-const LEASE_MS = 60 * SECOND;
-
+const {
+  clock,
+  claimOptions,
+  seedOne,
+  runsOf,
+  withHooks,
+  isRunPut,
+  deliverAll,
+  pastDeadlineOf,
+  expectNothingRunsPast,
+  fixture,
+} = useClaimRace();
 let f: EngineFixture;
-const time = { ms: Date.now() };
-const clock = () => new Date(time.ms);
-beforeEach(async () => {
-  time.ms = Date.now();
-  f = await createEngineFixture({
-    settings: { shardCount: 1, maxShardCount: 1, leaseMs: LEASE_MS, misfireGraceMs: LEASE_MS },
-    clock,
-  });
-});
-afterEach(() => f.destroy());
-
-const claimOptions = (now: Date) => ({
-  now,
-  horizonEnd: horizonOf(now, f.engine.settings.lookaheadMs).end,
+beforeEach(() => {
+  f = fixture();
 });
 
-async function seedOne(
-  jobId: string,
-  schedule: ScheduleSpec,
-  due: Date,
-  now: Date,
-): Promise<{ job: Job; entry: DueEntry }> {
-  const [job] = await seedJobs(f, [{ jobId, schedule, dueAt: due }], now);
-  if (!job) throw new Error("not seeded");
-  const [entry, ...more] = (await f.dueEntries()).filter((d) => d.jobId === jobId);
-  if (!entry || more.length > 0) throw new Error(`expected one due entry for ${jobId}`);
-  return { job, entry };
-}
-
-async function runsOf(jobId: string): Promise<Run[]> {
-  return (await f.runs())
-    .filter((r) => r.jobId === jobId)
-    .sort((a, b) => a.scheduledFor.localeCompare(b.scheduledFor));
-}
-
-/**
- * Runs `before` once, ahead of the first request of `command` that `when` accepts; `fail` makes
- * that request throw what it returns instead of sending it (a fault the emulator cannot produce).
- */
-async function withHook<T>(
-  hooks: readonly {
-    readonly command: string;
-    readonly when?: (input: Record<string, unknown>) => boolean;
-    readonly before?: () => Promise<void>;
-    readonly fail?: () => Error;
-  }[],
-  work: () => Promise<T>,
-): Promise<{ result: T; hooked: number }> {
-  const name = "hook-claim-lost";
-  const pending = [...hooks];
-  let hooked = 0;
-  f.engine.doc.middlewareStack.add(
-    (next, context) => async (args) => {
-      const input = args.input as Record<string, unknown>;
-      const at = pending.findIndex(
-        (h) => h.command === context.commandName && (h.when?.(input) ?? true),
-      );
-      const hook = at >= 0 ? pending.splice(at, 1)[0] : undefined;
-      if (hook) {
-        hooked++;
-        await hook.before?.();
-        if (hook.fail) throw hook.fail();
-      }
-      return next(args);
-    },
-    { step: "initialize", name },
-  );
-  try {
-    return { result: await work(), hooked };
-  } finally {
-    f.engine.doc.middlewareStack.remove(name);
-  }
-}
-
-const isRunPut = (input: Record<string, unknown>) => input.TableName === f.engine.tables.runs;
 /** The claim's ending of a run it left (endRunAsSeen: conditioned on the run as seen). */
 const isLeftRunEnding = (input: Record<string, unknown>) =>
   input.TableName === f.engine.tables.runs &&
   input.ConditionExpression === "#status = :was AND fence = :fence";
-
-async function deliverAll(jobId: string, calls: Map<string, number>): Promise<void> {
-  const counting = async (ctx: JobContext) => {
-    calls.set(ctx.scheduledFor, (calls.get(ctx.scheduledFor) ?? 0) + 1);
-    return { ok: true };
-  };
-  const deps = f.workerDeps("worker", { noop: counting });
-  for (const received of await f.receiveAll(f.engine.queues.normal, { quietMs: 1500 })) {
-    if (received.message.jobId === jobId) await f.process(deps, received);
-  }
-}
-
-const pastDeadlineOf = (at: Date) => {
-  time.ms = Math.max(time.ms, at.getTime() + LEASE_MS + REAPER_SETTLE_MS + 2 * SECOND);
-};
 
 describe("a claim that loses its entry to a cancel or a delete", () => {
   it("delete (cancel, then the job's removal) before the transaction: the runs it put end CANCELLED, none is sent", async () => {
@@ -126,7 +45,7 @@ describe("a claim that loses its entry to a cancel or a delete", () => {
       due,
       now,
     );
-    const { result, hooked } = await withHook(
+    const { result, hooked } = await withHooks(
       [
         {
           command: "PutItemCommand",
@@ -143,11 +62,7 @@ describe("a claim that loses its entry to a cancel or a delete", () => {
     expect(runs.length).toBeGreaterThan(1);
     expect(runs.filter((r) => r.status !== "CANCELLED").map((r) => r.runId)).toEqual([]);
 
-    pastDeadlineOf(due);
-    expect((await reap(f.engine)).resent).toBe(0);
-    const calls = new Map<string, number>();
-    await deliverAll("deleted", calls);
-    expect(calls.size).toBe(0);
+    await expectNothingRunsPast("deleted", due);
   });
 
   it("another claimer wins and sends the runs, then a cancel: the loser's ending finds them ended by the sweep, and none runs", async () => {
@@ -160,7 +75,7 @@ describe("a claim that loses its entry to a cancel or a delete", () => {
       now,
     );
     let winner: ClaimResult | undefined;
-    const { result } = await withHook(
+    const { result } = await withHooks(
       [
         {
           command: "TransactWriteItemsCommand",
@@ -194,7 +109,7 @@ describe("a claim that loses its entry to a cancel or a delete", () => {
     );
     let cancelled = false;
     let armed = false;
-    const { result, hooked } = await withHook(
+    const { result, hooked } = await withHooks(
       [
         {
           command: "PutItemCommand",
@@ -235,7 +150,7 @@ describe("a claim that loses its entry to a cancel or a delete", () => {
     const due = new Date(now.getTime() + 10 * SECOND);
     const { job, entry } = await seedOne("failed-ending", { runAt: due.toISOString() }, due, now);
     let cancelled = false;
-    const { result, hooked } = await withHook(
+    const { result, hooked } = await withHooks(
       [
         {
           command: "PutItemCommand",
@@ -257,11 +172,7 @@ describe("a claim that loses its entry to a cancel or a delete", () => {
     expect(result).toEqual({ outcome: "lost" });
     expect((await runsOf("failed-ending")).map((r) => r.status)).toEqual(["QUEUED"]);
 
-    pastDeadlineOf(due);
-    expect((await reap(f.engine)).resent).toBe(1);
-    const calls = new Map<string, number>();
-    await deliverAll("failed-ending", calls);
-    expect(calls.size).toBe(0);
+    await expectNothingRunsPast("failed-ending", due, 1);
     expect((await runsOf("failed-ending")).map((r) => [r.status, r.reason])).toEqual([
       ["CANCELLED", "job cancelled"],
     ]);
@@ -272,7 +183,7 @@ describe("a claim that loses its entry to a cancel or a delete", () => {
     const { job, entry } = await seedOne("resent-left", { runAt: due.toISOString() }, due, now);
     let cancelled = false;
     let resent = 0;
-    const { result, hooked } = await withHook(
+    const { result, hooked } = await withHooks(
       [
         {
           command: "PutItemCommand",

@@ -1,16 +1,13 @@
 import { PutCommand } from "@aws-sdk/lib-dynamodb";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { beforeEach, describe, expect, it } from "vitest";
 import { type ClaimResult, claimDueEntry } from "../../shared/dispatch/claim.js";
-import { horizonOf } from "../../shared/dispatch/dispatcher.js";
-import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
-import type { JobContext } from "../../shared/execution/job-contract.js";
+import { reap } from "../../shared/dispatch/reaper.js";
 import { cancelJob, editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
-import type { DueEntry, Job, Run } from "../../shared/model.js";
-import type { ScheduleSpec } from "../../shared/schedule/index.js";
+import type { DueEntry, Run } from "../../shared/model.js";
 import { encodeJob } from "../../shared/storage/items.js";
 import { queuedRun } from "../../shared/storage/runs.js";
-import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
-import { seedJobs } from "../support/seed.js";
+import { SECOND, useClaimRace } from "../support/claim-race.js";
+import type { EngineFixture } from "../support/engine-fixture.js";
 
 /**
  * A claim puts its QUEUED runs with plain conditional puts before the
@@ -21,89 +18,27 @@ import { seedJobs } from "../support/seed.js";
  * already past QUEUED when the put comes.
  */
 
-const SECOND = 1000;
 const MINUTE = 60 * SECOND;
-const LEASE_MS = 60 * SECOND;
 
+const {
+  clock,
+  claimOptions,
+  entryOf,
+  seedOne,
+  runsOf,
+  withHook,
+  isRunPut,
+  deliverAll,
+  pastDeadlineOf,
+  expectNothingRunsPast,
+  fixture,
+} = useClaimRace();
 let f: EngineFixture;
-// The engine's clock, moved by the tests; it starts at the machine's, so SQS delays stay short.
-const time = { ms: Date.now() };
-const clock = () => new Date(time.ms);
-// A fixture per test: the reaper reads every run whose deadline passed, and its cursor only moves on.
-beforeEach(async () => {
-  time.ms = Date.now();
-  f = await createEngineFixture({
-    settings: { shardCount: 1, maxShardCount: 1, leaseMs: LEASE_MS, misfireGraceMs: LEASE_MS },
-    clock,
-  });
+beforeEach(() => {
+  f = fixture();
 });
-afterEach(() => f.destroy());
-
-const claimOptions = (now: Date) => ({
-  now,
-  horizonEnd: horizonOf(now, f.engine.settings.lookaheadMs).end,
-});
-
-/** One job seeded with its due entry at `due`: the job and that entry. */
-async function seedOne(
-  jobId: string,
-  schedule: ScheduleSpec,
-  due: Date,
-  now: Date,
-): Promise<{ job: Job; entry: DueEntry }> {
-  const [job] = await seedJobs(f, [{ jobId, schedule, dueAt: due }], now);
-  if (!job) throw new Error("not seeded");
-  return { job, entry: await entryOf(jobId) };
-}
-
-async function entryOf(jobId: string): Promise<DueEntry> {
-  const [entry, ...more] = (await f.dueEntries()).filter((d) => d.jobId === jobId);
-  if (!entry || more.length > 0) throw new Error(`expected one due entry for ${jobId}`);
-  return entry;
-}
-
-async function runsOf(jobId: string): Promise<Run[]> {
-  return (await f.runs())
-    .filter((r) => r.jobId === jobId)
-    .sort((a, b) => a.scheduledFor.localeCompare(b.scheduledFor));
-}
 
 const jobOf = async (jobId: string) => (await f.jobs()).find((j) => j.jobId === jobId);
-
-/**
- * Runs `before` once, ahead of the first request of `command` (its SDK name, e.g.
- * "TransactWriteItemsCommand") that `when` accepts; `before` may throw, as a process dies there.
- */
-async function withHook<T>(
-  command: string,
-  before: () => Promise<void>,
-  work: () => Promise<T>,
-  when: (input: Record<string, unknown>) => boolean = () => true,
-): Promise<{ result: T; hooked: number }> {
-  const name = `hook-${command}`;
-  let hooked = 0;
-  f.engine.doc.middlewareStack.add(
-    (next, context) => async (args) => {
-      if (
-        context.commandName === command &&
-        hooked === 0 &&
-        when(args.input as Record<string, unknown>)
-      ) {
-        hooked++;
-        await before();
-      }
-      return next(args);
-    },
-    { step: "initialize", name },
-  );
-  try {
-    return { result: await work(), hooked };
-  } finally {
-    f.engine.doc.middlewareStack.remove(name);
-  }
-}
-
-const isRunPut = (input: Record<string, unknown>) => input.TableName === f.engine.tables.runs;
 
 /** Counts the claim transactions sent while `work` runs. */
 async function countTransactions<T>(work: () => Promise<T>): Promise<{ result: T; sent: number }> {
@@ -121,23 +56,6 @@ async function countTransactions<T>(work: () => Promise<T>): Promise<{ result: T
     f.engine.doc.middlewareStack.remove("countTransactions");
   }
 }
-
-/** Every message of the job's runs the queue holds now, delivered; the handler's calls counted by occurrence. */
-async function deliverAll(jobId: string, calls: Map<string, number>): Promise<void> {
-  const counting = async (ctx: JobContext) => {
-    calls.set(ctx.scheduledFor, (calls.get(ctx.scheduledFor) ?? 0) + 1);
-    return { ok: true };
-  };
-  const deps = f.workerDeps("worker", { noop: counting });
-  for (const received of await f.receiveAll(f.engine.queues.normal, { quietMs: 1500 })) {
-    if (received.message.jobId === jobId) await f.process(deps, received);
-  }
-}
-
-/** Moves the clock past `at`'s reaper deadline (a lease after it, and the reaper's settle line). */
-const pastDeadlineOf = (at: Date) => {
-  time.ms = Math.max(time.ms, at.getTime() + LEASE_MS + REAPER_SETTLE_MS + 2 * SECOND);
-};
 
 /** A claim whose dispatcher dies after its run puts, before its transaction is sent. */
 async function claimDyingBeforeTransaction(entry: DueEntry, now: Date): Promise<void> {
@@ -338,15 +256,12 @@ describe("a claim whose entry a pause, cancel or edit removes between its puts a
     expect(result.outcome).toBe("lost");
     expect((await runsOf("paused")).map((r) => r.status)).toEqual(["QUEUED"]);
 
-    pastDeadlineOf(due);
-    expect((await reap(f.engine)).resent).toBe(1);
-    const calls = new Map<string, number>();
-    await deliverAll("paused", calls);
-    expect(calls.size).toBe(0);
+    await expectNothingRunsPast("paused", due, 1);
     expect(Object.keys((await jobOf("paused"))?.parkedRuns ?? {})).toHaveLength(1);
 
     // Resume sends the parked run, and claims the entry it puts back: the parked run is handled.
     await resumeJob(f.engine, job.tenantId, job.jobId);
+    const calls = new Map<string, number>();
     await deliverAll("paused", calls);
 
     expect([...calls]).toEqual([[due.toISOString(), 1]]);
@@ -375,11 +290,7 @@ describe("a claim whose entry a pause, cancel or edit removes between its puts a
     ]);
 
     // Nothing is left for the reaper to send, nor for a worker to run.
-    pastDeadlineOf(due);
-    expect((await reap(f.engine)).resent).toBe(0);
-    const calls = new Map<string, number>();
-    await deliverAll("cancelled", calls);
-    expect(calls.size).toBe(0);
+    await expectNothingRunsPast("cancelled", due);
   });
 
   it("cancel of a recurring job: every run of the lost claim ends CANCELLED at once, none waits QUEUED for its due time", async () => {

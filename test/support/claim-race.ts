@@ -1,0 +1,170 @@
+import { afterEach, beforeEach, expect } from "vitest";
+import type { ClaimOptions } from "../../shared/dispatch/claim.js";
+import { horizonOf } from "../../shared/dispatch/dispatcher.js";
+import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
+import type { JobContext } from "../../shared/execution/job-contract.js";
+import type { DueEntry, Job, Run } from "../../shared/model.js";
+import type { ScheduleSpec } from "../../shared/schedule/index.js";
+import { createEngineFixture, type EngineFixture } from "./engine-fixture.js";
+import { seedJobs } from "./seed.js";
+
+/**
+ * What the tests of a claim meeting another writer between its run puts and its transaction
+ * share: a fixture per test on one shard, with a clock the test moves, and hooks that act just
+ * before a chosen request.
+ */
+
+export const SECOND = 1000;
+const LEASE_MS = 60 * SECOND;
+
+type Input = Record<string, unknown>;
+
+export interface RequestHook {
+  /** The SDK command's name, e.g. "TransactWriteItemsCommand". */
+  readonly command: string;
+  readonly when?: (input: Input) => boolean;
+  /** Run once, before the request goes; it may throw, as a process dies there. */
+  readonly before?: () => Promise<void>;
+  /** The request throws this instead of being sent (a fault the emulator cannot produce). */
+  readonly fail?: () => Error;
+}
+
+/**
+ * Registers a fresh fixture per test (the reaper reads every run whose deadline passed, and its
+ * cursor only moves on) and returns the helpers, bound to it.
+ */
+export function useClaimRace() {
+  let fixture: EngineFixture | undefined;
+  // The engine's clock, moved by the tests; it starts at the machine's, so SQS delays stay short.
+  const time = { ms: Date.now() };
+  const clock = () => new Date(time.ms);
+  beforeEach(async () => {
+    time.ms = Date.now();
+    fixture = await createEngineFixture({
+      settings: { shardCount: 1, maxShardCount: 1, leaseMs: LEASE_MS, misfireGraceMs: LEASE_MS },
+      clock,
+    });
+  });
+  afterEach(() => fixture?.destroy());
+  const fx = (): EngineFixture => {
+    if (!fixture) throw new Error("no fixture outside a test");
+    return fixture;
+  };
+
+  const claimOptions = (now: Date): ClaimOptions => ({
+    now,
+    horizonEnd: horizonOf(now, fx().engine.settings.lookaheadMs).end,
+  });
+
+  async function entryOf(jobId: string): Promise<DueEntry> {
+    const [entry, ...more] = (await fx().dueEntries()).filter((d) => d.jobId === jobId);
+    if (!entry || more.length > 0) throw new Error(`expected one due entry for ${jobId}`);
+    return entry;
+  }
+
+  /** One job seeded with its due entry at `due`: the job and that entry. */
+  async function seedOne(
+    jobId: string,
+    schedule: ScheduleSpec,
+    due: Date,
+    now: Date,
+  ): Promise<{ job: Job; entry: DueEntry }> {
+    const [job] = await seedJobs(fx(), [{ jobId, schedule, dueAt: due }], now);
+    if (!job) throw new Error("not seeded");
+    return { job, entry: await entryOf(jobId) };
+  }
+
+  async function runsOf(jobId: string): Promise<Run[]> {
+    return (await fx().runs())
+      .filter((r) => r.jobId === jobId)
+      .sort((a, b) => a.scheduledFor.localeCompare(b.scheduledFor));
+  }
+
+  /** Each hook acts once, on the first request it matches, while `work` runs. */
+  async function withHooks<T>(
+    hooks: readonly RequestHook[],
+    work: () => Promise<T>,
+  ): Promise<{ result: T; hooked: number }> {
+    const name = "claimRaceHooks";
+    const pending = [...hooks];
+    let hooked = 0;
+    const { doc } = fx().engine;
+    doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const input = args.input as Input;
+        const at = pending.findIndex(
+          (h) => h.command === context.commandName && (h.when?.(input) ?? true),
+        );
+        const hook = at >= 0 ? pending.splice(at, 1)[0] : undefined;
+        if (hook) {
+          hooked++;
+          await hook.before?.();
+          if (hook.fail) throw hook.fail();
+        }
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    try {
+      return { result: await work(), hooked };
+    } finally {
+      doc.middlewareStack.remove(name);
+    }
+  }
+
+  /** Runs `before` once, ahead of the first request of `command` that `when` accepts. */
+  const withHook = <T>(
+    command: string,
+    before: () => Promise<void>,
+    work: () => Promise<T>,
+    when?: (input: Input) => boolean,
+  ) => withHooks([{ command, before, ...(when ? { when } : {}) }], work);
+
+  const isRunPut = (input: Input) => input.TableName === fx().engine.tables.runs;
+
+  /** Every message of the job's runs the queue holds now, delivered; the handler's calls counted by occurrence. */
+  async function deliverAll(jobId: string, calls: Map<string, number>): Promise<void> {
+    const counting = async (ctx: JobContext) => {
+      calls.set(ctx.scheduledFor, (calls.get(ctx.scheduledFor) ?? 0) + 1);
+      return { ok: true };
+    };
+    const f = fx();
+    const deps = f.workerDeps("worker", { noop: counting });
+    for (const received of await f.receiveAll(f.engine.queues.normal, { quietMs: 1500 })) {
+      if (received.message.jobId === jobId) await f.process(deps, received);
+    }
+  }
+
+  /** Moves the clock past `at`'s reaper deadline (a lease after it, and the reaper's settle line). */
+  const pastDeadlineOf = (at: Date) => {
+    time.ms = Math.max(time.ms, at.getTime() + LEASE_MS + REAPER_SETTLE_MS + 2 * SECOND);
+  };
+
+  /**
+   * Past `due`'s reaper deadline: the reaper re-sends `resent` of the job's runs, and no message of
+   * them runs its handler.
+   */
+  async function expectNothingRunsPast(jobId: string, due: Date, resent = 0): Promise<void> {
+    pastDeadlineOf(due);
+    expect((await reap(fx().engine)).resent).toBe(resent);
+    const calls = new Map<string, number>();
+    await deliverAll(jobId, calls);
+    expect([...calls]).toEqual([]);
+  }
+
+  return {
+    fixture: fx,
+    clock,
+    time,
+    claimOptions,
+    entryOf,
+    seedOne,
+    runsOf,
+    withHooks,
+    withHook,
+    isRunPut,
+    deliverAll,
+    pastDeadlineOf,
+    expectNothingRunsPast,
+  };
+}
