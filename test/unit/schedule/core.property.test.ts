@@ -113,14 +113,18 @@ describe("cron fields agree with cron-parser in UTC", () => {
         fc.integer({ min: YEARS_2010_2040.min / MINUTE, max: YEARS_2010_2040.max / MINUTE }),
         (cron, startMinute) => {
           const start = new Date(startMinute * MINUTE);
+          const end = new Date(Date.UTC(2100, 0, 1));
           const ours = occurrences(
             { cron, timezone: "UTC" },
             new Date(start.getTime() + 1),
-            new Date(Date.UTC(2100, 0, 1)),
+            end,
             6,
           ).map((d) => d.toISOString());
+          // Ours are asked for those before `end`: a rare cron (a fifth Sunday in February, one
+          // every 28 years) has fewer than 6 there, where cron-parser's run on past it.
           const theirs = CronExpressionParser.parse(cron, { tz: "UTC", currentDate: start })
             .take(6)
+            .filter((d) => d.getTime() < end.getTime())
             .map((d) => d.toISOString());
           expect(ours).toEqual(theirs);
         },
