@@ -38,6 +38,31 @@ function startCommand(): string[] {
   return [join(REPO, "node_modules/.bin", program ?? ""), ...args];
 }
 
+/**
+ * `npm start` with `args` and `env` added, expected to refuse at once: its exit code and output.
+ * One that starts instead would outlive the test, so it is stopped after 30 s (and the caller's
+ * expectation of a refusal fails).
+ */
+async function startRefused(
+  args: readonly string[],
+  env: Record<string, string>,
+): Promise<{ code: number | null; output: string }> {
+  const [program = "", ...startArgs] = startCommand();
+  const proc = spawn(program, [...startArgs, ...args], {
+    cwd: REPO,
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, ...env },
+  });
+  let output = "";
+  proc.stdout?.on("data", (chunk) => (output += chunk));
+  proc.stderr?.on("data", (chunk) => (output += chunk));
+  const exited = new Promise<number | null>((resolve) => proc.once("exit", resolve));
+  const startedAnyway = setTimeout(() => proc.kill("SIGINT"), 30_000);
+  const code = await exited;
+  clearTimeout(startedAnyway);
+  return { code, output: output.trim() };
+}
+
 describe("npm start", () => {
   let child: ChildProcess | null = null;
   let dataDir = "";
@@ -109,17 +134,10 @@ describe("npm start", () => {
   it("refuses an ADMIN_TENANTS entry that is no tenant id at once (exit 2, naming it), before any emulator starts", async () => {
     const refusedDir = await mkdtemp(join(tmpdir(), "scheduler-cli-admin-"));
     try {
-      const [program = "", ...args] = startCommand();
-      const proc = spawn(program, [...args, "--port", "0", "--data-dir", refusedDir], {
-        cwd: REPO,
-        stdio: ["ignore", "pipe", "pipe"],
-        env: { ...process.env, ADMIN_TENANTS: "ops, ops team" },
+      const refused = await startRefused(["--port", "0", "--data-dir", refusedDir], {
+        ADMIN_TENANTS: "ops, ops team",
       });
-      let output = "";
-      proc.stdout?.on("data", (chunk) => (output += chunk));
-      proc.stderr?.on("data", (chunk) => (output += chunk));
-      const code = await new Promise<number | null>((resolve) => proc.once("exit", resolve));
-      expect({ code, output: output.trim() }).toEqual({
+      expect(refused).toEqual({
         code: 2,
         output:
           'ADMIN_TENANTS: "ops team" is not a tenant id (1 to 256 letters, digits and ._:/@+=|-)',
@@ -133,22 +151,11 @@ describe("npm start", () => {
   it("refuses a MIN_INTERVAL_MS below one second at once (exit 2, naming it), before any emulator starts", async () => {
     const refusedDir = await mkdtemp(join(tmpdir(), "scheduler-cli-interval-"));
     try {
-      const [program = "", ...args] = startCommand();
-      const proc = spawn(program, [...args, "--port", "0", "--data-dir", refusedDir], {
-        cwd: REPO,
-        stdio: ["ignore", "pipe", "pipe"],
-        env: { ...process.env, MIN_INTERVAL_MS: "100" },
+      const { code, output } = await startRefused(["--port", "0", "--data-dir", refusedDir], {
+        MIN_INTERVAL_MS: "100",
       });
-      let output = "";
-      proc.stdout?.on("data", (chunk) => (output += chunk));
-      proc.stderr?.on("data", (chunk) => (output += chunk));
-      const exited = new Promise<number | null>((resolve) => proc.once("exit", resolve));
-      // A sandbox that starts instead would outlive the test: stop it, and fail below.
-      const startedAnyway = setTimeout(() => proc.kill("SIGINT"), 30_000);
-      const code = await exited;
-      clearTimeout(startedAnyway);
       expect(code, output).toBe(2);
-      expect(output.trim()).toMatch(
+      expect(output).toMatch(
         /^MIN_INTERVAL_MS must be an integer from 1000 to 86400000, got "100": .*per-second/,
       );
       expect(javaFor(refusedDir)).toEqual([]);
@@ -156,6 +163,7 @@ describe("npm start", () => {
       await rm(refusedDir, { recursive: true, force: true });
     }
   }, 60_000);
+
   it("refuses a port already in use at once (exit 1, naming the port and --port), before any emulator starts", async () => {
     const refusedDir = await mkdtemp(join(tmpdir(), "scheduler-cli-port-"));
     // Another program, or a sandbox started earlier in another terminal, holds the port.
@@ -169,20 +177,10 @@ describe("npm start", () => {
       });
     });
     try {
-      const [program = "", ...args] = startCommand();
-      const proc = spawn(program, [...args, "--port", String(port), "--data-dir", refusedDir], {
-        cwd: REPO,
-        stdio: ["ignore", "pipe", "pipe"],
-        env: { ...process.env, SCHEDULER_API_KEYS: "" },
+      const refused = await startRefused(["--port", String(port), "--data-dir", refusedDir], {
+        SCHEDULER_API_KEYS: "",
       });
-      let output = "";
-      proc.stdout?.on("data", (chunk) => (output += chunk));
-      proc.stderr?.on("data", (chunk) => (output += chunk));
-      const exited = new Promise<number | null>((resolve) => proc.once("exit", resolve));
-      const startedAnyway = setTimeout(() => proc.kill("SIGINT"), 30_000);
-      const code = await exited;
-      clearTimeout(startedAnyway);
-      expect({ code, output: output.trim() }).toEqual({
+      expect(refused).toEqual({
         code: 1,
         output: `port ${port} on 127.0.0.1 is in use (a sandbox already running?): stop what holds it, or give another with --port N or PORT`,
       });
@@ -193,6 +191,7 @@ describe("npm start", () => {
       await rm(refusedDir, { recursive: true, force: true });
     }
   }, 60_000);
+
   it("Ctrl-C at a terminal (SIGINT to the whole process group) lets a run in progress end within the grace and records it", async () => {
     const graceDir = await mkdtemp(join(tmpdir(), "scheduler-cli-grace-"));
     // The job's target: its delivery is the run in progress, answered a second after Ctrl-C.
