@@ -48,7 +48,7 @@ export type ClaimWriteResult =
   | { readonly outcome: "committed" }
   /**
    * The entry is gone: another claimer took it, or a pause, cancel or edit deleted it. `left`:
-   * the runs this claim put, which it leaves as they are.
+   * the runs this claim put, left as they are (the claimer ends them if a cancel took it).
    */
   | { readonly outcome: "entry-gone"; readonly left: readonly Run[] }
   /** The entry was rewritten under the same key (an edit kept the occurrence): as it is now. */
