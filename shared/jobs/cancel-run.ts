@@ -7,6 +7,7 @@ import { endsOneOff } from "../execution/run-endings.js";
 import { parseRunId } from "../keys.js";
 import type { CancelSource, Job, Run } from "../model.js";
 import { windowMsOf } from "../schedule/index.js";
+import { retryOnContention } from "../storage/dynamo-errors.js";
 import { liveRunsOfJob } from "../storage/job-queries.js";
 import { requestRunCancel } from "../storage/run-cancel.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";
@@ -96,7 +97,13 @@ export async function cancelRunsOfJob(
   const now = engine.clock();
   const cancel = async (run: Run) => {
     for (let attempt = 0, current: Run | null = run; current && attempt < ATTEMPTS; attempt++) {
-      if ((await cancelLiveRun(engine, current, by)) !== null) return;
+      // A run's write meets a transaction on it (a claim's, a worker's ending): sent again.
+      const live = current;
+      if (
+        (await retryOnContention(engine, "cancel run", () => cancelLiveRun(engine, live, by))) !==
+        null
+      )
+        return;
       current = await getRun(engine, current);
     }
   };

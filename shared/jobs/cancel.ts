@@ -6,6 +6,7 @@ import { endUnownedRun } from "../execution/run-endings.js";
 import { parseRunId } from "../keys.js";
 import type { Job } from "../model.js";
 import { detachFromUpstream } from "../storage/dependents.js";
+import { retryOnContention } from "../storage/dynamo-errors.js";
 import { writeCancelledJob } from "../storage/job-status.js";
 import { getRun } from "../storage/run-reads.js";
 import { cancelRunsOfJob } from "./cancel-run.js";
@@ -74,14 +75,10 @@ async function cancelJobRuns(engine: Engine, job: Job, parked: readonly string[]
     const ref = parseRunId(runId);
     const run = ref ? await getRun(engine, ref) : null;
     if (run?.status === "QUEUED")
-      await endUnownedRun(
-        engine,
-        run,
-        "CANCELLED",
-        CANCEL_REASONS["job-cancel"],
-        engine.clock(),
-        run,
-        { by: "job-cancel" },
+      await retryOnContention(engine, "cancel parked run", () =>
+        endUnownedRun(engine, run, "CANCELLED", CANCEL_REASONS["job-cancel"], engine.clock(), run, {
+          by: "job-cancel",
+        }),
       );
   });
   await cancelRunsOfJob(engine, job, "job-cancel", true);

@@ -317,6 +317,41 @@ describe("cancelling a run", () => {
     expect((await jobOf(f, job.jobId)).activeRuns).not.toHaveProperty(started.run.runId);
   }, 30_000);
 
+  it("a job cancel whose sweep's ending of a queued run meets a transaction (TransactionConflict) tries it again: the cancel answers, the run ends CANCELLED", async () => {
+    const { job, run } = await recurringTriggered(f, "noop");
+    const name = "conflictOnSweepEnding";
+    let conflicts = 0;
+    f.engine.doc.middlewareStack.add(
+      (next) => async (args) => {
+        const input = args.input as { TableName?: string; ConditionExpression?: string };
+        if (
+          conflicts === 0 &&
+          input.TableName === f.engine.tables.runs &&
+          input.ConditionExpression === "#status = :was AND fence = :fence"
+        ) {
+          conflicts++;
+          throw new TransactionConflictException({
+            message: "Transaction is ongoing for the item",
+            $metadata: {},
+          });
+        }
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    try {
+      await expect(cancelJob(f.engine, job.tenantId, job.jobId)).resolves.toMatchObject({
+        status: "CANCELLED",
+      });
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+    expect(conflicts).toBe(1);
+    expect((await runsOf(f, job.jobId)).map((r) => [r.runId, r.status])).toEqual([
+      [run.runId, "CANCELLED"],
+    ]);
+  }, 30_000);
+
   it("unknown runs, another job's run and another tenant's job are not found", async () => {
     const { job } = await createJob(f.engine, testJob({ schedule: YEARLY }));
     const { job: other } = await createJob(f.engine, testJob({ schedule: YEARLY }));
