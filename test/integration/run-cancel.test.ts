@@ -1,6 +1,5 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { TransactionConflictException } from "@aws-sdk/client-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sleep } from "../../shared/clock.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
@@ -291,62 +290,38 @@ describe("cancelling a run", () => {
       new Date(Date.now() - LEASE_MS - 1_000),
     );
     if (started.kind !== "started") throw new Error(`not started: ${started.kind}`);
-    const name = "conflictOnForgetActiveRun";
-    let conflicts = 0;
-    f.engine.doc.middlewareStack.add(
-      (next) => async (args) => {
-        const input = args.input as { UpdateExpression?: string };
-        if (conflicts === 0 && input.UpdateExpression?.startsWith("REMOVE activeRuns")) {
-          conflicts++;
-          throw new TransactionConflictException({
-            message: "Transaction is ongoing for the item",
-            $metadata: {},
-          });
-        }
-        return next(args);
-      },
-      { step: "initialize", name },
-    );
+    const faulty = withFaults(f.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) => String(input.UpdateExpression).startsWith("REMOVE activeRuns"),
+    });
     try {
-      const cancelled = await cancelRun(f.engine, job.tenantId, job.jobId, started.run.runId);
+      const cancelled = await cancelRun(faulty.engine, job.tenantId, job.jobId, started.run.runId);
       expect(cancelled).toMatchObject({ status: "CANCELLED", cancelledBy: "api" });
     } finally {
-      f.engine.doc.middlewareStack.remove(name);
+      faulty.destroy();
     }
-    expect(conflicts).toBe(1);
+    expect(faulty.injected.count).toBe(1);
     expect((await jobOf(f, job.jobId)).activeRuns).not.toHaveProperty(started.run.runId);
   }, 30_000);
 
   it("a job cancel whose sweep's ending of a queued run meets a transaction (TransactionConflict) tries it again: the cancel answers, the run ends CANCELLED", async () => {
     const { job, run } = await recurringTriggered(f, "noop");
-    const name = "conflictOnSweepEnding";
-    let conflicts = 0;
-    f.engine.doc.middlewareStack.add(
-      (next) => async (args) => {
-        const input = args.input as { TableName?: string; ConditionExpression?: string };
-        if (
-          conflicts === 0 &&
-          input.TableName === f.engine.tables.runs &&
-          input.ConditionExpression === "#status = :was AND fence = :fence"
-        ) {
-          conflicts++;
-          throw new TransactionConflictException({
-            message: "Transaction is ongoing for the item",
-            $metadata: {},
-          });
-        }
-        return next(args);
-      },
-      { step: "initialize", name },
-    );
+    const faulty = withFaults(f.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) =>
+        input.TableName === f.engine.tables.runs &&
+        input.ConditionExpression === "#status = :was AND fence = :fence",
+    });
     try {
-      await expect(cancelJob(f.engine, job.tenantId, job.jobId)).resolves.toMatchObject({
+      await expect(cancelJob(faulty.engine, job.tenantId, job.jobId)).resolves.toMatchObject({
         status: "CANCELLED",
       });
     } finally {
-      f.engine.doc.middlewareStack.remove(name);
+      faulty.destroy();
     }
-    expect(conflicts).toBe(1);
+    expect(faulty.injected.count).toBe(1);
     expect((await runsOf(f, job.jobId)).map((r) => [r.runId, r.status])).toEqual([
       [run.runId, "CANCELLED"],
     ]);
