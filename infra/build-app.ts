@@ -1,7 +1,7 @@
 import { App, type AppProps, Validations } from "aws-cdk-lib";
 import { AwsSolutionsChecks } from "cdk-nag";
 import { SchedulerStack } from "./scheduler-stack.js";
-import { settingsFromContext } from "./settings.js";
+import { isDevStage, settingsFromContext } from "./settings.js";
 
 function stackIdFor(stage: string): string {
   return `Scheduler-${stage}`;
@@ -18,6 +18,9 @@ export function buildSchedulerApp(props: AppProps = {}): { app: App; stack: Sche
   const stack = new SchedulerStack(app, stackIdFor(settings.stage), {
     settings,
     description: `Serverless job scheduler (${settings.stage})`,
+    // A stage's tables and key outlive its stack (Retain), but a deploy after a delete makes new,
+    // empty ones and leaves every accepted job in the old: outside dev, `cdk destroy` is refused.
+    terminationProtection: !isDevStage(settings.stage),
   });
   Validations.of(app).addPlugins(new AwsSolutionsChecks(app));
   return { app, stack };

@@ -128,6 +128,16 @@ describe("storage", () => {
     expect(resourceOf(dev, dev.stack.storage.webhookSecretsKey).DeletionPolicy).toBe("Delete");
   });
 
+  it("refuses cdk destroy of a stage other than dev (termination protection); dev tears down", () => {
+    // Deleting the stack would keep the tables and the key (Retain) but orphan them: a deploy
+    // after it creates new, empty ones, and every accepted job is left behind in the old ones.
+    const protection = (synth: Synthesized) =>
+      synth.app.synth().getStackByName(synth.stack.stackName).terminationProtection;
+    expect(prod.stack.stackName).toBe("Scheduler-prod");
+    expect(protection(prod)).toBe(true);
+    expect(protection(dev)).toBe(false);
+  });
+
   it("keeps every stateful resource's logical id, so no redeploy replaces one with an empty one", () => {
     // A changed logical id (a construct renamed or moved) makes CloudFormation create a new,
     // empty resource and orphan the old one (Retain): every job, run, secret and the key that
