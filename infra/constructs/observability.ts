@@ -204,6 +204,23 @@ export class Observability extends Construct {
         threshold: 1,
       },
     );
+    alarm(
+      "FenceLost",
+      new MathExpression({
+        expression: "FILL(worker, 0) + FILL(dispatcher, 0)",
+        usingMetrics: {
+          worker: this.metric(METRICS.fenceLost, "worker", { component: "worker" }),
+          dispatcher: this.metric(METRICS.fenceLost, "dispatcher", { component: "dispatcher" }),
+        },
+        label: "lost fences",
+        period: MINUTE,
+      }),
+      {
+        description:
+          "A worker's write found its run taken over by another start (the run ran twice at once: its worker stalled past its lease, or clocks disagree by more than a lease), or a dispatcher pass found its shard lease taken over (it outran its lease). The worker's log names the run ('another worker took the run over'), the dispatcher's the shard ('lost the shard lease to a takeover').",
+        threshold: 1,
+      },
+    );
     alarm("SchedulingLagP99", this.metric(METRICS.schedulingLagMs, "worker", {}, "p99"), {
       description: `p99 of scheduling lag (start minus due time) above ${settings.lagAlarmMs} ms in 3 of 5 minutes.`,
       threshold: settings.lagAlarmMs,

@@ -661,6 +661,42 @@ describe("observability", () => {
     ]);
   });
 
+  it("alarms on a lost fence: a worker's run taken over by another start, a dispatcher's shard lease by another pass", () => {
+    // Each is something gone wrong that no other alarm sees: a run ran twice at once (its worker
+    // stalled past its lease), or a pass outran its shard's lease.
+    const recorders = COMPONENTS.filter(
+      (component) =>
+        filesOfHandlerMentioning(handlerEntry(component), "METRICS.fenceLost").length > 0,
+    );
+    expect(recorders.sort()).toEqual(["dispatcher", "worker"]);
+    const [lost, ...more] = alarms(prod).filter((a) =>
+      alarmMetrics(a).some((m) => m.MetricName === METRICS.fenceLost),
+    );
+    expect(more).toEqual([]);
+    expect(
+      alarmMetrics(lost ?? {})
+        .map((m) =>
+          JSON.stringify([m.Namespace, dimension(m, "service"), dimension(m, "component")]),
+        )
+        .sort(),
+    ).toEqual(
+      recorders
+        .map((component) =>
+          JSON.stringify([
+            "Scheduler/prod",
+            { Name: "service", Value: SERVICE_NAMES[component] },
+            { Name: "component", Value: component },
+          ]),
+        )
+        .sort(),
+    );
+    expect([lost?.Threshold, lost?.ComparisonOperator, lost?.TreatMissingData]).toEqual([
+      1,
+      "GreaterThanOrEqualToThreshold",
+      "notBreaching",
+    ]);
+  });
+
   it("alarms on the API's server errors (5xx), in 3 of 5 minutes", () => {
     const apiId = { Ref: logicalIdOf(prod.stack, prod.stack.api.httpApi) };
     const serverErrors = alarms(prod).filter(
