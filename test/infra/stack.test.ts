@@ -8,6 +8,7 @@ import {
   type SchedulerFunction,
   SERVICE_NAMES,
 } from "../../infra/constructs/scheduler-function.js";
+import { CONTEXT_KEYS } from "../../infra/settings.js";
 import { ENV } from "../../shared/config.js";
 import { PRIORITIES } from "../../shared/model.js";
 import { METRICS, TENANT_LOG_EVENTS } from "../../shared/observability.js";
@@ -174,6 +175,126 @@ describe("storage", () => {
     });
     expect(propertiesOf(prod, stack.storage.webhookSecretsKey).EnableKeyRotation).toBe(true);
   });
+});
+
+describe("a setting changed on a live stage", () => {
+  // Every setting but the stage (another stage is another stack), each away from its default,
+  // alarmEmail and alarmTopicArn in turn (they exclude each other).
+  const changed = {
+    shardCount: "16",
+    maxShardCount: "32",
+    lookaheadSeconds: "120",
+    leaseSeconds: "30",
+    misfireGraceSeconds: "120",
+    retentionDays: "7",
+    deadLetterRetentionDays: "60",
+    minIntervalMs: "60000",
+    logRetentionDays: "90",
+    jwtIssuer: "https://issuer.example.com/",
+    jwtAudience: "scheduler-api",
+    consoleClientId: "scheduler-console",
+    consoleScope: "openid profile",
+    tracing: "true",
+    metricsNamespace: "Acme/Scheduler",
+    workerTimeoutSeconds: "600",
+    workerBatchSize: "5",
+    workerConcurrencyHigh: "100",
+    workerConcurrencyNormal: "40",
+    workerConcurrencyLow: "10",
+    lowPriorityShare: "0.2",
+    maxReceiveCount: "8",
+    apiRateLimit: "50",
+    apiBurstLimit: "100",
+    lagAlarmMs: "10000",
+    queueAgeAlarmSeconds: "4000",
+    demoJobTypes: "true",
+    quotaActiveJobs: "500",
+    quotaRunsPerMinute: "600",
+    quotaConcurrentRuns: "20",
+    quotaRequestsPerSecond: "50",
+    quotaMaxPriority: "normal",
+    adminTenants: "ops",
+  };
+  const variants = [
+    { ...changed, alarmEmail: "oncall@example.com" },
+    { ...changed, alarmTopicArn: "arn:aws:sns:eu-west-1:123456789012:ops-alarms" },
+  ];
+  const STATEFUL = ["AWS::DynamoDB::Table", "AWS::KMS::Key", "AWS::SQS::Queue"];
+  /**
+   * What CloudFormation replaces a resource for (AWS's "Update requires: Replacement"), which for
+   * these is a new, empty table or key, or a queue without its messages.
+   */
+  const REPLACING: Readonly<Record<string, readonly string[]>> = {
+    "AWS::DynamoDB::Table": ["TableName", "KeySchema", "LocalSecondaryIndexes"],
+    "AWS::KMS::Key": ["KeySpec", "KeyUsage", "MultiRegion", "Origin", "XksKeyId"],
+    "AWS::SQS::Queue": ["QueueName", "FifoQueue"],
+  };
+  const statefulOf = (synth: Synthesized) =>
+    Object.fromEntries(
+      Object.entries(synth.resources).filter(([, r]) => STATEFUL.includes(r.Type)),
+    );
+
+  it("covers every setting but the stage", () => {
+    const covered = new Set(variants.flatMap((variant) => Object.keys(variant)));
+    expect(CONTEXT_KEYS.filter((key) => key !== "stage" && !covered.has(key))).toEqual([]);
+  });
+
+  it("replaces no table, key or queue, and keeps what CloudFormation would replace one for", () => {
+    const { synth: before, dispose: disposeBefore } = synthesizeUnbundled({ stage: "prod" });
+    try {
+      const kept = statefulOf(before);
+      // The key schemas as deployed: a change here replaces the table, data left behind.
+      const keys = (id: string) => kept[id]?.Properties?.KeySchema;
+      expect(keys("StorageJobsTable47C44CDA")).toEqual([
+        { AttributeName: "pk", KeyType: "HASH" },
+        { AttributeName: "sk", KeyType: "RANGE" },
+      ]);
+      expect(keys("StorageRunsTableF5CFB6AB")).toEqual([
+        { AttributeName: "pk", KeyType: "HASH" },
+        { AttributeName: "sk", KeyType: "RANGE" },
+      ]);
+      expect(keys("StorageWebhookSecretsTable0CBC7ABF")).toEqual([
+        { AttributeName: "pk", KeyType: "HASH" },
+      ]);
+      for (const [id, resource] of Object.entries(kept)) {
+        for (const property of REPLACING[resource.Type] ?? []) {
+          // Names left to CloudFormation; standard queues and keys; no local indexes.
+          if (property !== "KeySchema")
+            expect(resource.Properties?.[property], `${id}.${property}`).toBeUndefined();
+        }
+      }
+      for (const context of variants) {
+        const { synth: after, dispose: disposeAfter } = synthesizeUnbundled({
+          stage: "prod",
+          ...context,
+        });
+        try {
+          const now = statefulOf(after);
+          expect(Object.keys(now).sort()).toEqual(Object.keys(kept).sort());
+          for (const [id, resource] of Object.entries(now)) {
+            const old = kept[id];
+            expect(
+              [resource.Type, resource.DeletionPolicy, resource.UpdateReplacePolicy],
+              id,
+            ).toEqual([old?.Type, old?.DeletionPolicy, old?.UpdateReplacePolicy]);
+            for (const property of REPLACING[resource.Type] ?? []) {
+              expect(resource.Properties?.[property], `${id}.${property}`).toEqual(
+                old?.Properties?.[property],
+              );
+            }
+          }
+          // The tables and the key are not touched at all.
+          for (const [id, resource] of Object.entries(now)) {
+            if (resource.Type !== "AWS::SQS::Queue") expect(resource, id).toEqual(kept[id]);
+          }
+        } finally {
+          disposeAfter();
+        }
+      }
+    } finally {
+      disposeBefore();
+    }
+  }, 120_000);
 });
 
 describe("queues", () => {
