@@ -112,6 +112,13 @@ export class Observability extends Construct {
       this.topic = topic;
     }
     const action = new SnsAction(this.topic);
+    const functions: [Component, SchedulerFunction][] = [
+      ["api", api.handler],
+      ["tick", dispatch.tick],
+      ["dispatcher", dispatch.dispatcher],
+      ["worker", worker.worker],
+      ["dlq", worker.deadLetterConsumer],
+    ];
     const alarm = (
       alarmId: string,
       metric: IMetric,
@@ -266,6 +273,31 @@ export class Observability extends Construct {
         missing: TreatMissingData.BREACHING,
       },
     );
+    // Lambda throttles a function when the account's concurrency in the region is used up (by
+    // other functions, or a quota below the worker's event sources' maximums), or a reserved
+    // concurrency was set on it: a throttled worker starts no run, so the lag alarm (started runs)
+    // sees nothing, and the queue-age alarm fires only past a claim's reach and a worker timeout.
+    alarm(
+      "FunctionThrottles",
+      new MathExpression({
+        expression: functions.map(([name]) => `FILL(${name}, 0)`).join(" + "),
+        usingMetrics: Object.fromEntries(
+          functions.map(([name, f]) => [
+            name,
+            f.fn.metricThrottles({ period: MINUTE, statistic: "Sum" }),
+          ]),
+        ),
+        label: "throttled invocations",
+        period: MINUTE,
+      }),
+      {
+        description:
+          "Lambda throttled invocations of the scheduler's functions in 3 of the last 5 minutes: the account's concurrency in the region is used up (other functions, or a concurrency quota below the worker's event sources' maximums) or a function was given a reserved concurrency too low. Throttled, the worker starts runs late or not at all, the tick dispatches nothing and the API answers 5xx. The dashboard's Throttles graph says which function.",
+        threshold: 1,
+        evaluationPeriods: 5,
+        datapointsToAlarm: 3,
+      },
+    );
     for (const priority of PRIORITIES) {
       alarm(
         `QueueAge-${priority}`,
@@ -330,13 +362,6 @@ export class Observability extends Construct {
     this.dashboard = new Dashboard(this, "Dashboard", {
       defaultInterval: Duration.hours(3),
     });
-    const functions: [string, SchedulerFunction][] = [
-      ["api", api.handler],
-      ["tick", dispatch.tick],
-      ["dispatcher", dispatch.dispatcher],
-      ["worker", worker.worker],
-      ["dlq", worker.deadLetterConsumer],
-    ];
     const graph = (title: string, left: IMetric[], extra: { stacked?: boolean } = {}) =>
       new GraphWidget({ title, left, width: 8, height: 6, ...extra });
     this.dashboard.addWidgets(

@@ -818,6 +818,35 @@ describe("observability", () => {
     ]);
   });
 
+  it("alarms on Lambda throttling any of the functions, in 3 of 5 minutes (the account's concurrency used up)", () => {
+    // A throttled worker starts no run, so the lag alarm, which reads started runs, has nothing
+    // to see; the queue-age alarm fires only past a claim's reach and a worker timeout.
+    const throttles = alarms(prod).filter((a) =>
+      alarmMetrics(a).some((m) => m.Namespace === "AWS/Lambda" && m.MetricName === "Throttles"),
+    );
+    expect(throttles).toHaveLength(1);
+    const [alarm] = throttles;
+    expect(
+      alarmMetrics(alarm ?? {})
+        .map((m) => {
+          const name = dimension(m, "FunctionName");
+          return isObject(name) ? referencedId(name.Value) : null;
+        })
+        .sort(),
+    ).toEqual(
+      functionsOf(prod)
+        .map(([, fn]) => logicalIdOf(prod.stack, fn.fn))
+        .sort(),
+    );
+    expect([
+      alarm?.Threshold,
+      alarm?.ComparisonOperator,
+      alarm?.EvaluationPeriods,
+      alarm?.DatapointsToAlarm,
+      alarm?.TreatMissingData,
+    ]).toEqual([1, "GreaterThanOrEqualToThreshold", 5, 3, "notBreaching"]);
+  });
+
   it("alarms on the API's server errors (5xx), in 3 of 5 minutes", () => {
     const apiId = { Ref: logicalIdOf(prod.stack, prod.stack.api.httpApi) };
     const serverErrors = alarms(prod).filter(
