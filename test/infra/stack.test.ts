@@ -1045,6 +1045,20 @@ describe("observability", () => {
     }
   });
 
+  it("README's How it works counts the functions, tables and queues the stack deploys", () => {
+    const readme = readFileSync(join(REPO_ROOT, "README.md"), "utf8");
+    const stated =
+      /deploys API Gateway and (\w+) Lambdas over (\w+) DynamoDB tables and (\w+) SQS\s+queues/.exec(
+        readme,
+      );
+    const words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"];
+    expect(stated?.slice(1).map((word) => words.indexOf(word))).toEqual(
+      ["AWS::Lambda::Function", "AWS::DynamoDB::Table", "AWS::SQS::Queue"].map(
+        (type) => resourcesOfType(prod, type).length,
+      ),
+    );
+  });
+
   it("outputs the API URL, table names, queue URLs and dashboard URL", () => {
     const outputs = Object.keys(prod.template.findOutputs("*"));
     expect(outputs).toEqual(
