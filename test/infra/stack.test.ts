@@ -951,6 +951,18 @@ describe("observability", () => {
     ]);
   });
 
+  it("keeps the alarm topic's logical id: a new topic would drop its subscriptions", () => {
+    // A replaced topic loses every subscription: the alarmEmail one is made again but waits for
+    // its confirmation, and one an operator made by hand (the synth warning suggests it) is gone,
+    // so the alarms would reach no one without a word.
+    expect(logicalIdOf(prod.stack, prod.stack.observability.topic)).toBe(
+      "ObservabilityAlarmTopicF724909D",
+    );
+    expect(resourcesOfType(prod, "AWS::SNS::Topic").map(([id]) => id)).toEqual([
+      "ObservabilityAlarmTopicF724909D",
+    ]);
+  });
+
   it("sends every alarm to the topic, and the e-mail or given topic when configured", () => {
     const topicId = logicalIdOf(prod.stack, prod.stack.observability.topic);
     for (const alarm of alarms(prod)) {
