@@ -219,15 +219,22 @@ describe("a setting changed on a live stage", () => {
     { ...changed, alarmEmail: "oncall@example.com" },
     { ...changed, alarmTopicArn: "arn:aws:sns:eu-west-1:123456789012:ops-alarms" },
   ];
-  const STATEFUL = ["AWS::DynamoDB::Table", "AWS::KMS::Key", "AWS::SQS::Queue"];
+  const STATEFUL = [
+    "AWS::DynamoDB::Table",
+    "AWS::KMS::Key",
+    "AWS::SQS::Queue",
+    "AWS::Logs::LogGroup",
+  ];
   /**
    * What CloudFormation replaces a resource for (AWS's "Update requires: Replacement"), which for
-   * these is a new, empty table or key, or a queue without its messages.
+   * these is a new, empty table or key, a queue without its messages, or a log group without
+   * its logs.
    */
   const REPLACING: Readonly<Record<string, readonly string[]>> = {
     "AWS::DynamoDB::Table": ["TableName", "KeySchema", "LocalSecondaryIndexes"],
     "AWS::KMS::Key": ["KeySpec", "KeyUsage", "MultiRegion", "Origin", "XksKeyId"],
     "AWS::SQS::Queue": ["QueueName", "FifoQueue"],
+    "AWS::Logs::LogGroup": ["LogGroupName", "LogGroupClass"],
   };
   const statefulOf = (synth: Synthesized) =>
     Object.fromEntries(
@@ -239,7 +246,7 @@ describe("a setting changed on a live stage", () => {
     expect(CONTEXT_KEYS.filter((key) => key !== "stage" && !covered.has(key))).toEqual([]);
   });
 
-  it("replaces no table, key or queue, and keeps what CloudFormation would replace one for", () => {
+  it("replaces no table, key, queue or log group, and keeps what CloudFormation would replace one for", () => {
     const { synth: before, dispose: disposeBefore } = synthesizeUnbundled({ stage: "prod" });
     try {
       const kept = statefulOf(before);
@@ -258,7 +265,7 @@ describe("a setting changed on a live stage", () => {
       ]);
       for (const [id, resource] of Object.entries(kept)) {
         for (const property of REPLACING[resource.Type] ?? []) {
-          // Names left to CloudFormation; standard queues and keys; no local indexes.
+          // Names left to CloudFormation; standard queues, keys and log groups; no local indexes.
           if (property !== "KeySchema")
             expect(resource.Properties?.[property], `${id}.${property}`).toBeUndefined();
         }
@@ -285,7 +292,8 @@ describe("a setting changed on a live stage", () => {
           }
           // The tables and the key are not touched at all.
           for (const [id, resource] of Object.entries(now)) {
-            if (resource.Type !== "AWS::SQS::Queue") expect(resource, id).toEqual(kept[id]);
+            if (["AWS::DynamoDB::Table", "AWS::KMS::Key"].includes(resource.Type))
+              expect(resource, id).toEqual(kept[id]);
           }
         } finally {
           disposeAfter();
