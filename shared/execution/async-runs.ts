@@ -196,8 +196,20 @@ async function cancelled(engine: Engine, run: Run, cancel: RunCancelledError): P
   throw new RunTokenStaleError({ ...run, status: "CANCELLED" }, "the run was cancelled");
 }
 
-const timedOut = (run: Run, now: Date) =>
-  typeof run.timesOutAt === "string" && Date.parse(run.timesOutAt) <= now.getTime();
+/**
+ * When the run times out: the `timesOutAt` its hand-over recorded. A run whose hand-over is not
+ * recorded (its worker still waits for the target's 202, or died after it: the target holds the
+ * token and heartbeats all the same) times out at its start plus the job's timeout, as a worker
+ * holding it would stop it; without this, a target whose worker died after its 202 could keep the
+ * run RUNNING past its timeout for good. Null when nothing bounds it (the job is gone).
+ */
+async function timesOutAtOf(engine: Engine, run: Run): Promise<Date | null> {
+  if (typeof run.timesOutAt === "string") return new Date(run.timesOutAt);
+  if (run.startedAt === null) return null;
+  const job = await getJob(engine, run.jobId);
+  if (job === null) return null;
+  return new Date(Date.parse(run.startedAt) + job.timeoutSeconds * 1000);
+}
 
 /** Ends a handed-over run past its timeout as a failure (retried by the job's policy) and says so. */
 async function timeOut(engine: Engine, run: Run, now: Date): Promise<never> {
@@ -257,7 +269,9 @@ export async function heartbeatAsyncRun(
 ): Promise<{ readonly leaseUntil: Date; readonly timesOutAt: string | null }> {
   const run = await heldRun(engine, runId, token, charge);
   const now = engine.clock();
-  if (timedOut(run, now)) return timeOut(engine, run, now);
+  const timesOutAt = await timesOutAtOf(engine, run);
+  if (timesOutAt !== null && timesOutAt.getTime() <= now.getTime())
+    return timeOut(engine, run, now);
   let leaseUntil: Date;
   try {
     leaseUntil = await extendLease(engine, run, now);
@@ -269,7 +283,7 @@ export async function heartbeatAsyncRun(
   }
   // Conditioned on the run being listed: a one-off's run is not, and the write changes nothing.
   await extendAdmission(engine, run.jobId, run.runId, leaseUntil);
-  return { leaseUntil, timesOutAt: run.timesOutAt ?? null };
+  return { leaseUntil, timesOutAt: timesOutAt?.toISOString() ?? null };
 }
 
 /** What a target reports when it completes its run. */
@@ -291,7 +305,9 @@ export async function completeAsyncRun(
 ): Promise<Run> {
   const run = await heldRun(engine, runId, token, charge);
   const now = engine.clock();
-  if (timedOut(run, now)) return timeOut(engine, run, now);
+  const timesOutAt = await timesOutAtOf(engine, run);
+  if (timesOutAt !== null && timesOutAt.getTime() <= now.getTime())
+    return timeOut(engine, run, now);
   const result: RunResult =
     completion.status === "succeeded"
       ? { kind: "succeeded" }

@@ -14,6 +14,7 @@ import { requestRunCancel } from "../../shared/storage/run-cancel.js";
 import { getRun, runKeyOf } from "../../shared/storage/run-reads.js";
 import { cachedSigningSecrets, tenantWebhookSecrets } from "../../shared/webhooks/secrets.js";
 import { type ApiHarness, KEY_B, startApi, TENANT_A } from "../api/support.js";
+import { withFaults } from "../support/faults.js";
 import { createTestClients } from "../support/namespace.js";
 
 /**
@@ -646,6 +647,49 @@ describe("async mode (long jobs)", () => {
       error: "timed out after 120 s",
     });
     expect((await deliver(jobId)).attempt).toBe(2);
+  });
+
+  it("a run whose worker died after the target's 202, before recording the hand-over, still times out: heartbeats do not keep it past its timeout", async () => {
+    const jobId = await createAsyncJob({ timeoutSeconds: 120, retry: { maxAttempts: 1 } });
+    // The worker dies once the target has taken the run over: its hand-over is never recorded.
+    const dying = withFaults(api.fixture.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) => String(input.UpdateExpression).includes("handedOverAt"),
+      error: () => new Error("worker died"),
+    });
+    const before = target.handOffs.length;
+    try {
+      await expect(processNext(jobId, { ...worker, engine: dying.engine })).rejects.toThrow(
+        "worker died",
+      );
+    } finally {
+      dying.destroy();
+    }
+    const handOff = target.handOffs[before];
+    if (handOff === undefined) throw new Error("not delivered");
+    const item = await getRun(api.fixture.engine, parseRunIdOrThrow(handOff.runId));
+    expect(item).toMatchObject({ status: "RUNNING", fence: 1 });
+    expect(item?.handedOverAt).toBeUndefined();
+
+    // The target heartbeats well inside its lease, as told, and past the attempt's timeout. Its
+    // heartbeat answers when that is: the run's start plus the job's timeout.
+    advance(50_000);
+    const beat = await callBack(handOff.heartbeatUrl, handOff.token);
+    expect(beat.status, beat.text).toBe(200);
+    expect(beat.body.timesOutAt).toBe(
+      new Date(Date.parse(String(item?.startedAt)) + 120_000).toISOString(),
+    );
+    advance(50_000);
+    expect((await callBack(handOff.heartbeatUrl, handOff.token)).status).toBe(200);
+    advance(20_000);
+    const late = await callBack(handOff.heartbeatUrl, handOff.token);
+    expect(late.status, late.text).toBe(409);
+    expect(late.body).toMatchObject({ error: { code: "stale_run_token" } });
+    expect(await runOf(jobId, handOff.runId)).toMatchObject({
+      status: "dead",
+      error: "timed out after 120 s",
+    });
   });
 
   it("refuses a missing, malformed, misdirected or another tenant's token with 401", async () => {
