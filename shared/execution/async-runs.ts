@@ -66,6 +66,9 @@ export async function issueRunToken(engine: Engine, run: HeldRun, now: Date): Pr
   return token;
 }
 
+/** What a run the target ended under its delivery's fence says (a cancel's ending aside). */
+const ENDED: ReadonlySet<string> = new Set(["SUCCEEDED", "FAILED", "DEAD"]);
+
 /** What the worker does when the target answered 202: records the hand-over, keeps the job's overlap view live. */
 export async function handOverRun(
   engine: Engine,
@@ -80,12 +83,27 @@ export async function handOverRun(
   // start, under the timeout it had then (the job may have been edited since).
   const timeoutSeconds = attemptTimeoutSeconds(run, job.timeoutSeconds);
   const timesOutAt = handedOverTimeout(run) ?? new Date(startedAt + timeoutSeconds * 1000);
-  await recordHandOver(
-    engine,
-    run,
-    { leaseUntil, timesOutAt, timeoutSeconds, executedVersion: job.version },
-    now,
-  );
+  try {
+    await recordHandOver(
+      engine,
+      run,
+      { leaseUntil, timesOutAt, timeoutSeconds, executedVersion: job.version },
+      now,
+    );
+  } catch (error) {
+    // The target may call back before it answers: one that completed the run (or heartbeated past
+    // its timeout) with this delivery's token ended it under this start's fence. No other start
+    // took the run over, so this is no lost fence; the run is the target's, as a hand-over's is.
+    const found = error instanceof FenceLostError ? error.context.found : undefined;
+    if (found === undefined || found.fence !== run.fence || !ENDED.has(found.status)) throw error;
+    engine.obs.log.info("the async target ended its run before its 202 reached the worker", {
+      jobId: run.jobId,
+      runId: run.runId,
+      fence: run.fence,
+      status: found.status,
+    });
+    return;
+  }
   if (tracked) await extendAdmission(engine, run.jobId, run.runId, leaseUntil);
   engine.obs.log.info("run handed over to its async target", {
     jobId: run.jobId,

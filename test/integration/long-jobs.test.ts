@@ -788,6 +788,43 @@ describe("async mode (long jobs)", () => {
     }
   });
 
+  it("a target that completes its run before its 202 reaches the worker: the worker lets go, and counts no lost fence", async () => {
+    const workerMetrics = new MetricsRecorder();
+    const early: number[] = [];
+    const quick = createServer((request, response) => {
+      request.resume();
+      request.on("end", () => {
+        const token = String(request.headers["x-scheduler-run-token"] ?? "");
+        const url = String(request.headers["x-scheduler-complete-url"] ?? "");
+        void (async () => {
+          early.push((await callBack(url, token, { status: "succeeded" })).status);
+          response.writeHead(202).end();
+        })();
+      });
+    });
+    await new Promise<void>((resolve) => quick.listen(0, "127.0.0.1", resolve));
+    try {
+      const { port } = quick.address() as AddressInfo;
+      const jobId = await createAsyncJob({
+        target: { url: `http://127.0.0.1:${port}/quick`, mode: "async" },
+      });
+      const observed = {
+        ...worker,
+        engine: { ...worker.engine, obs: { ...worker.engine.obs, metrics: workerMetrics } },
+      };
+      expect(await processNext(jobId, observed)).toBe(1);
+      expect(early).toEqual([200]);
+      expect(await runOf(jobId, runIdOf(jobId, now, 1))).toMatchObject({
+        status: "succeeded",
+        fence: 1,
+      });
+      // The target's own ending, by the token this delivery carried: no other start took the run.
+      expect(workerMetrics.sum(METRICS.fenceLost)).toBe(0);
+    } finally {
+      await new Promise((resolve) => quick.close(resolve));
+    }
+  });
+
   it("a receiver holding the tenant's webhook secret cannot make a token: forged, it is refused (401) and the run is unchanged", async () => {
     // Every receiver of the tenant's webhooks holds its signing secret (it verifies deliveries
     // with it), including one a team pointed a job at a third party. The run id and the fence of
