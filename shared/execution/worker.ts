@@ -339,9 +339,10 @@ async function runInSlot(
   }
 
   progress.tracked = tracked;
-  if (job.target?.mode === "async" && handedOverAndTimedOut(run, engine.clock())) {
+  if (handedOverAndTimedOut(run, engine.clock())) {
     // Its target took it over and went quiet past the attempt's timeout: not delivered again.
-    // Under the timeout and the job version it was handed over with, whatever the job is now.
+    // Under the timeout and the job version it was handed over with, whatever the job is now,
+    // its target's mode included (an edit to sync mode applies from the next attempt).
     const timedOut = timedOutResult(attemptTimeoutSeconds(run, job.timeoutSeconds));
     progress.error = timedOut.error;
     const executedVersion = run.executedVersion ?? job.version;

@@ -351,6 +351,27 @@ describe("async mode (long jobs)", () => {
     expect((await callBack(second.heartbeatUrl, second.token)).status).toBe(409);
   });
 
+  it("a handed-over attempt past its timeout is not delivered again after an edit of the job to sync mode: it times out", async () => {
+    const jobId = await createAsyncJob({ timeoutSeconds: 30, retry: { maxAttempts: 1 } });
+    const handOff = await deliver(jobId);
+    const edited = await api.call("PATCH", `/jobs/${jobId}`, {
+      body: { target: { url: target.url } },
+      headers: { "If-Match": '"1"' },
+    });
+    expect(edited.status, edited.text).toBe(200);
+    // Quiet: the lease lapses past the attempt's 30 s, and the reaper sends the run again.
+    advance(LEASE_MS + 1 + REAPER_SETTLE_MS);
+    expect((await reap(api.fixture.engine, { now })).resent).toBe(1);
+    const delivered = target.handOffs.length;
+    expect(await processNext(jobId)).toBe(1);
+    expect(target.handOffs.length).toBe(delivered);
+    expect(await runOf(jobId, handOff.runId)).toMatchObject({
+      status: "dead",
+      error: "timed out after 30 s",
+      executedVersion: 1,
+    });
+  });
+
   it("a run times out after the timeout it was handed over with, and says so, after an edit of the job's timeout", async () => {
     // Handed over under a 600 s timeout; the job is then edited to 60 s. The attempt keeps its
     // deadline, and its ending names the timeout it ran under, not the edited job's.
