@@ -57,12 +57,22 @@ class RunTokenStaleError extends SchedulerError<"run_token_stale"> {
 /**
  * What the worker does before it delivers an async run: makes the delivery's run token and writes
  * its hash to the run under this start's fence (with the start, if still unwritten), so the
- * target's first call, which may come before its 202 reaches the worker, finds it. Returns the
- * token, which only the delivery carries.
+ * target's first call, which may come before its 202 reaches the worker, finds it. The same write
+ * keeps the run for the retention after the attempt can time out (`jobTimeoutSeconds` after its
+ * start, or the `timesOutAt` an earlier hand-over of it recorded), as a hand-over does: should the
+ * worker die after the target's 202, the target runs the run with no hand-over recorded. Returns
+ * the token, which only the delivery carries.
  */
-export async function issueRunToken(engine: Engine, run: HeldRun, now: Date): Promise<string> {
+export async function issueRunToken(
+  engine: Engine,
+  run: HeldRun,
+  jobTimeoutSeconds: number,
+  now: Date,
+): Promise<string> {
   const token = newRunToken(run.fence);
-  await recordRunToken(engine, run, runTokenHash(token), now);
+  const startedAt = Date.parse(run.startedAt ?? now.toISOString());
+  const keepUntil = handedOverTimeout(run) ?? new Date(startedAt + jobTimeoutSeconds * 1000);
+  await recordRunToken(engine, run, runTokenHash(token), keepUntil, now);
   return token;
 }
 

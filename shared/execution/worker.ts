@@ -353,7 +353,9 @@ async function runInSlot(
   // start) before the target, which may call back before it answers, has the token. A cancel
   // asked meanwhile fails this write: the run ends CANCELLED and is not delivered.
   const runToken =
-    job.target?.mode === "async" ? await issueRunToken(engine, run, engine.clock()) : undefined;
+    job.target?.mode === "async"
+      ? await issueRunToken(engine, run, job.timeoutSeconds, engine.clock())
+      : undefined;
   progress.executedVersion = job.version;
   const outcome = await execute(deps, received, job, run, tracked, slot, runToken);
   const now = engine.clock();

@@ -12,7 +12,9 @@ const NOT_THIS_TOKEN = "(attribute_not_exists(runTokenHash) OR runTokenHash <> :
 /**
  * Before an async delivery is sent: the run keeps the hash of the run token the delivery carries
  * (and the previous delivery's, so that a token of the start before answers as stale), with a
- * lease from now, under this start's fence. A start still unwritten is written with it: the
+ * lease from now and its history kept for the retention after `keepUntil` (when the attempt can
+ * time out: its target may run it with no hand-over recorded, should the worker die after the
+ * 202), under this start's fence. A start still unwritten is written with it: the
  * target may call back under the new fence before it answers. Throws FenceLostError when the run
  * is no longer held, RunCancelledError once a cancel of it was asked.
  *
@@ -27,6 +29,7 @@ export async function recordRunToken(
   engine: Engine,
   run: HeldRun,
   tokenHash: string,
+  keepUntil: Date,
   now: Date,
 ): Promise<void> {
   const leaseUntil = new Date(now.getTime() + engine.settings.leaseMs);
@@ -35,7 +38,7 @@ export async function recordRunToken(
   // side reads the item as it was: the previous hash is the one this write replaces (its own on
   // the run's first delivery).
   const set = [
-    "#status = :running, leaseUntil = :leaseUntil, previousRunTokenHash = if_not_exists(runTokenHash, :tokenHash), runTokenHash = :tokenHash",
+    "#status = :running, leaseUntil = :leaseUntil, previousRunTokenHash = if_not_exists(runTokenHash, :tokenHash), runTokenHash = :tokenHash, expiresAt = :expiresAt",
     ...held.startSets,
   ].join(", ");
   try {
@@ -53,6 +56,7 @@ export async function recordRunToken(
           ":running": "RUNNING",
           ":leaseUntil": leaseUntil.toISOString(),
           ":tokenHash": tokenHash,
+          ":expiresAt": runExpiresAt(keepUntil, engine.settings),
           ...held.values,
         },
         ReturnValuesOnConditionCheckFailure: "ALL_OLD",

@@ -692,6 +692,20 @@ describe("async mode (long jobs)", () => {
     const item = await getRun(api.fixture.engine, parseRunIdOrThrow(handOff.runId));
     expect(item).toMatchObject({ status: "RUNNING", fence: 1 });
     expect(item?.handedOverAt).toBeUndefined();
+    // Its history is kept for the retention after it can time out, as a handed-over run's is: the
+    // token's write sets it, before the delivery.
+    const { engine } = api.fixture;
+    const { Item: stored } = await engine.doc.send(
+      new GetCommand({
+        TableName: engine.tables.runs,
+        Key: runKeyOf(parseRunIdOrThrow(handOff.runId)),
+        ConsistentRead: true,
+      }),
+    );
+    expect(stored?.expiresAt).toBe(
+      Math.floor((Date.parse(String(item?.startedAt)) + 120_000) / 1000) +
+        engine.settings.retentionDays * 86_400,
+    );
 
     // The target heartbeats well inside its lease, as told, and past the attempt's timeout. Its
     // heartbeat answers when that is: the run's start plus the job's timeout.
