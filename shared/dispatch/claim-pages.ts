@@ -36,6 +36,8 @@ export async function claimPages(
   const onFailure = async (entry: DueEntry, error: unknown) => {
     const handling = await isolateFailure(engine, shard, entry, error, options.now);
     if (handling === "set-aside") stats.setAside++;
+    // Filed again in a later bucket: it holds no bucket back for the next pass to read.
+    else if (handling === "refiled") stats.failed++;
     else if (handling === "left") {
       stats.failed++;
       leftFrom = earliest([leftFrom, bucketMinuteOf(entry)]);

@@ -4,12 +4,18 @@ import type { DueEntry } from "../model.js";
 import { METRICS } from "../observability.js";
 import { isTransientFailure } from "../storage/dynamo-errors.js";
 import { setEntryAside } from "../storage/set-aside.js";
+import { refileTriggerEntry } from "../storage/trigger.js";
+
+/** How far past a pass's horizon a trigger entry it could not fan out is filed again. */
+const REFILE_PAST_HORIZON_MS = 60_000;
 
 /**
  * What becomes of a due entry whose claim failed: set aside when the failure
  * would repeat, left for the next pass when it is transient (or when setting
  * it aside failed too), logged and counted either way; nothing, when another
- * claim or a lifecycle change has removed it meanwhile.
+ * claim or a lifecycle change has removed it meanwhile. A `trigger` entry is
+ * never set aside: one whose fan-out failed for a reason that may repeat is
+ * filed again past the pass's horizon (`refiled`), for a later pass to fan out.
  */
 export async function isolateFailure(
   engine: Engine,
@@ -17,7 +23,7 @@ export async function isolateFailure(
   entry: DueEntry,
   error: unknown,
   now: Date,
-): Promise<"set-aside" | "gone" | "left"> {
+): Promise<"set-aside" | "refiled" | "gone" | "left"> {
   const fields = {
     shard,
     jobId: entry.jobId,
@@ -27,6 +33,7 @@ export async function isolateFailure(
   };
   // Contention, and entries that kept changing under the claim, may well pass next time.
   if (!isTransientFailure(error) && !(error instanceof ConcurrentUpdateError)) {
+    if (entry.kind === "trigger") return refileTrigger(engine, entry, fields, now);
     try {
       const aside = await setEntryAside(engine, entry, error, now);
       if (aside.outcome === "set-aside") {
@@ -45,6 +52,41 @@ export async function isolateFailure(
         asideError: String(asideError),
       });
     }
+  }
+  engine.obs.metrics.add(METRICS.dueEntryFailures, 1, "Count", { handling: "left" });
+  engine.obs.log.error("could not claim a due entry; the next pass tries it again", fields);
+  return "left";
+}
+
+/**
+ * Files a trigger entry whose fan-out failed again past the pass's horizon (`now` plus the
+ * lookahead, and a minute), so this pass does not read it again and the next ones do; logged
+ * and counted as left (a later pass tries it again). Left where it is when that move fails.
+ */
+async function refileTrigger(
+  engine: Engine,
+  entry: DueEntry,
+  fields: Record<string, unknown>,
+  now: Date,
+): Promise<"refiled" | "gone" | "left"> {
+  const at = new Date(now.getTime() + engine.settings.lookaheadMs + REFILE_PAST_HORIZON_MS);
+  try {
+    const moved = await refileTriggerEntry(engine, entry, at);
+    if (moved === "gone") {
+      engine.obs.log.warn("a trigger entry that failed its fan-out is gone already", fields);
+      return "gone";
+    }
+    engine.obs.metrics.add(METRICS.dueEntryFailures, 1, "Count", { handling: "left" });
+    engine.obs.log.error("could not fan a trigger entry out; filed again for a later pass", {
+      ...fields,
+      refiledFor: at.toISOString(),
+    });
+    return "refiled";
+  } catch (refileError) {
+    engine.obs.log.error("could not file a failed trigger entry again", {
+      ...fields,
+      refileError: String(refileError),
+    });
   }
   engine.obs.metrics.add(METRICS.dueEntryFailures, 1, "Count", { handling: "left" });
   engine.obs.log.error("could not claim a due entry; the next pass tries it again", fields);

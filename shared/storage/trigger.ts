@@ -3,7 +3,7 @@ import type { Engine } from "../engine.js";
 import { bucketKey, shardOf, triggeredMarkerSortKey, triggerSortKey } from "../keys.js";
 import type { DueEntry, DueKey, Job, Run, RunTrigger } from "../model.js";
 import { retryOnContention } from "./dynamo-errors.js";
-import { jobKey, jobNotCancelledCheck, jobPk } from "./items.js";
+import { encodeDueEntry, jobKey, jobNotCancelledCheck, jobPk } from "./items.js";
 import { runExpiresAt } from "./retention.js";
 import { ConditionsFailedError, type NamedWrite, writeTransaction } from "./transaction.js";
 
@@ -129,6 +129,49 @@ export async function writeTriggeredRun(
     if (error.has("upstream")) return "upstream-ended";
     if (error.has("job")) return "job-changed";
     return "key-taken";
+  }
+}
+
+/**
+ * Moves a trigger entry whose fan-out failed for a reason that would repeat (DynamoDB refused a
+ * dependent's write) to the bucket of its shard at `at`, in one transaction: a later pass fans it
+ * out again, and writes what is still missing. It is never set aside as an occurrence's entry is:
+ * no edit of a job files a trigger entry again, so one set aside would never run its dependents,
+ * and its record would outlive its upstream. "gone" when it was fanned out (or moved) meanwhile.
+ */
+export async function refileTriggerEntry(
+  engine: Engine,
+  entry: DueEntry,
+  at: Date,
+): Promise<"refiled" | "gone"> {
+  const upstreamRunId = entry.fanOut?.runId ?? entry.key.sk;
+  const shard = Number(entry.key.pk.slice(entry.key.pk.lastIndexOf("#") + 1));
+  const moved: DueEntry = {
+    ...entry,
+    key: { pk: bucketKey(at, shard), sk: triggerSortKey(at, upstreamRunId) },
+    dueAt: at.toISOString(),
+  };
+  try {
+    await writeTransaction(engine, "fan-out", [
+      {
+        name: "entry",
+        write: {
+          Delete: {
+            TableName: engine.tables.jobs,
+            Key: entry.key,
+            ConditionExpression: "attribute_exists(pk)",
+          },
+        },
+      },
+      {
+        name: "moved",
+        write: { Put: { TableName: engine.tables.jobs, Item: encodeDueEntry(moved) } },
+      },
+    ]);
+    return "refiled";
+  } catch (error) {
+    if (error instanceof ConditionsFailedError && error.has("entry")) return "gone";
+    throw error;
   }
 }
 

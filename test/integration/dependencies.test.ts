@@ -15,6 +15,7 @@ import { getTenantJob } from "../../shared/jobs/queries.js";
 import type { Job, Run, RunTrigger } from "../../shared/model.js";
 import type { AfterOn } from "../../shared/schedule/index.js";
 import { startRun } from "../../shared/storage/run-start.js";
+import { listSetAsideEntries } from "../../shared/storage/set-aside.js";
 import { ValidationError } from "../../shared/validation.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { withFaults } from "../support/faults.js";
@@ -141,6 +142,46 @@ describe("dependencies: a job runs after other jobs", () => {
     expect(await triggerEntries(a.jobId)).toEqual([]);
     await runNext(b.jobId);
     expect((await runsOf(b.jobId)).map((r) => r.status)).toEqual(["SUCCEEDED"]);
+  });
+
+  it("a fan-out DynamoDB refuses in a dispatcher pass is tried again by a later pass, not set aside for good", async () => {
+    const a = await upstreamJob();
+    const b = await dependentOf([a]);
+    const refusing = (times: number) =>
+      withFaults(f.engine, {
+        operation: "TransactWriteItems",
+        times,
+        match: isFanOutTo(b.jobId),
+        reason: "ValidationError",
+      });
+    const worker = refusing(1_000);
+    try {
+      await runNext(a.jobId, worker.engine);
+    } finally {
+      worker.destroy();
+    }
+    const pass = refusing(1);
+    try {
+      await dispatchShard(pass.engine, 0, "refused-pass");
+      expect(pass.injected.count).toBe(1);
+    } finally {
+      pass.destroy();
+    }
+    expect(await runsOf(b.jobId)).toEqual([]);
+    // Still a trigger entry: nothing of it is set aside, where no pass nor edit would fan it out.
+    expect(await triggerEntries(a.jobId)).toHaveLength(1);
+    expect(
+      (await listSetAsideEntries(f.engine, 0)).filter((s) => s.entry.jobId === a.jobId),
+    ).toEqual([]);
+    const later = {
+      ...f.engine,
+      clock: () => new Date(Date.now() + f.engine.settings.lookaheadMs + 60_000),
+    };
+    await dispatchShard(later, 0, "later-pass");
+    expect((await runsOf(b.jobId)).map((r) => [r.status, r.trigger?.jobId])).toEqual([
+      ["QUEUED", a.jobId],
+    ]);
+    expect(await triggerEntries(a.jobId)).toEqual([]);
   });
 
   it("a crash midway through a fan-out, and fan-outs of one entry at once: each dependent gets exactly one run", async () => {
