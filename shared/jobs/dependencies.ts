@@ -44,7 +44,7 @@ export interface DependentLinks {
 
 /**
  * The writes that add a new `after` job to its upstreams' dependents, after checking each
- * upstream is the tenant's (400 naming `schedule.after.jobs` when not), and the chain above them
+ * upstream is the tenant's and not cancelled (400 naming `schedule.after.jobs` when not), and the chain above them
  * (as an edit reads it, up to 80 jobs). Every job of the chain is held at the version read, so
  * what the job counts towards runsPerMinute is what they make it run when it commits, and each
  * gets one more on its `linkRevision`, so an edit of its schedule planned before this commit
@@ -210,8 +210,20 @@ async function walkUpstreams(
   return found;
 }
 
-/** Each upstream a job is to be linked below has room for one more dependent, else a 400. */
+/**
+ * Each upstream a job is to be linked below is not cancelled (it runs no more, so nothing would
+ * ever run the job) and has room for one more dependent, else a 400. An upstream cancelled after
+ * the job was linked below it stays linked: the job's other edits go on.
+ */
 function checkRoomBelow(linking: readonly string[], above: ReadonlyMap<string, Job>): void {
+  const cancelled = linking.filter((id) => above.get(id)?.status === "CANCELLED");
+  if (cancelled.length > 0)
+    throw new ValidationError([
+      {
+        field: FIELD,
+        message: `job ${cancelled.join(", ")} is cancelled: it runs no more, so nothing would run this job after it`,
+      },
+    ]);
   const full = linking.filter((id) => (above.get(id)?.dependents.length ?? 0) >= MAX_DEPENDENTS);
   if (full.length > 0)
     throw new ValidationError([

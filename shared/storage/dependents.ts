@@ -34,7 +34,8 @@ export const upstreamOfWriteName = (name: string): string | null =>
 
 /**
  * Adds `dependentId` to the upstream's dependents and one to its `linkRevision`, conditioned on
- * the upstream existing and belonging to `tenantId`, and, when `seenVersion` is given, still being
+ * the upstream existing, belonging to `tenantId` and not being cancelled (a cancel leaves the
+ * version as it was), and, when `seenVersion` is given, still being
  * at the version the dependent's check read it at (an edit of it meanwhile could close a cycle the
  * check did not see, or change what the dependent counts towards runsPerMinute), and having fewer
  * than MAX_DEPENDENTS (two links at once cannot both take the last place). A failed condition
@@ -53,9 +54,10 @@ export function linkUpstream(
     ":tenant": tenantId,
     ":one": 1,
     ":maxDependents": MAX_DEPENDENTS,
+    ":cancelled": "CANCELLED",
   };
   let condition =
-    "attribute_exists(pk) AND tenantId = :tenant AND (attribute_not_exists(dependents) OR size(dependents) < :maxDependents)";
+    "attribute_exists(pk) AND tenantId = :tenant AND #status <> :cancelled AND (attribute_not_exists(dependents) OR size(dependents) < :maxDependents)";
   if (seenVersion !== undefined) {
     condition += " AND version = :seenVersion";
     values[":seenVersion"] = seenVersion;
@@ -68,6 +70,7 @@ export function linkUpstream(
         Key: jobKey(upstreamId),
         ConditionExpression: condition,
         UpdateExpression: "ADD dependents :dependent, linkRevision :one",
+        ExpressionAttributeNames: { "#status": "status" },
         ExpressionAttributeValues: values,
         ReturnValuesOnConditionCheckFailure: "ALL_OLD",
       },

@@ -128,6 +128,38 @@ describe("jobs with an after schedule", () => {
     expect(fine.json).toMatchObject({ occurrences: [] });
   });
 
+  it("400 for a cancelled upstream (it runs no more) at create, preview and an edit that links it; a dependent linked before its cancel stays editable", async () => {
+    const yearly = { cron: "0 0 1 1 *", timezone: "UTC" };
+    const [cancelled, other] = [await created(yearly), await created(yearly)];
+    const before = await created({ after: { jobs: [cancelled.id] } });
+    const cancel = await send("POST", `/jobs/${cancelled.id}/cancel`);
+    expect(cancel.status, cancel.text).toBe(200);
+    const schedule = { after: { jobs: [cancelled.id] } };
+    const create = await send("POST", "/jobs", { type: "noop", schedule });
+    const error = errorOf(create, 400);
+    expect(error.field).toBe("schedule.after.jobs");
+    expect(error.message).toContain(`job ${cancelled.id} is cancelled`);
+    expect((await send("POST", "/schedules/preview", { schedule })).json).toEqual(create.json);
+    const mine = await created({ after: { jobs: [other.id] } });
+    const edit = await send(
+      "PATCH",
+      `/jobs/${mine.id}`,
+      { schedule: { after: { jobs: [other.id, cancelled.id] } } },
+      { headers: { "If-Match": String(mine.version) } },
+    );
+    expect(errorOf(edit, 400).field).toBe("schedule.after.jobs");
+    // Nothing was linked: the cancelled job lists only the dependent it had before its cancel.
+    const read = JobSchema.parse((await send("GET", `/jobs/${cancelled.id}`)).json);
+    expect(read.dependents).toEqual([before.id]);
+    const kept = await send(
+      "PATCH",
+      `/jobs/${before.id}`,
+      { schedule: { after: { jobs: [cancelled.id, other.id] } } },
+      { headers: { "If-Match": String(before.version) } },
+    );
+    expect(kept.status, kept.text).toBe(200);
+  });
+
   /** Creates one noop job a schedule in one batch request; their ids. */
   const batch = async (schedules: unknown[]) => {
     const answer = await send("POST", "/jobs:batch", {

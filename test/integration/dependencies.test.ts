@@ -355,6 +355,44 @@ describe("dependencies: a job runs after other jobs", () => {
     );
   });
 
+  it("an upstream cancelled between a create's check and its write is not linked: the create is planned again and refused", async () => {
+    const a = await createJob(
+      f.engine,
+      testJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" } }),
+    ).then((c) => c.job);
+    const name = "cancelBeforeLink";
+    let cancelled = false;
+    f.engine.doc.middlewareStack.add(
+      (next) => async (args) => {
+        const links = (
+          args.input as { TransactItems?: { Update?: { UpdateExpression?: string } }[] }
+        ).TransactItems;
+        if (
+          !cancelled &&
+          links?.some((item) => item.Update?.UpdateExpression?.includes("ADD dependents"))
+        ) {
+          cancelled = true;
+          await cancelJob(f.engine, a.tenantId, a.jobId);
+        }
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    let refused: unknown;
+    try {
+      refused = await createJob(
+        f.engine,
+        testJob({ schedule: { after: { jobs: [a.jobId], on: "success" } } }),
+      ).catch((error: unknown) => error);
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+    expect(cancelled).toBe(true);
+    expect(refused).toBeInstanceOf(ValidationError);
+    expect((refused as ValidationError).message).toContain(`job ${a.jobId} is cancelled`);
+    expect((await getTenantJob(f.engine, a.tenantId, a.jobId)).dependents).toEqual([]);
+  });
+
   it("a paused dependent records the triggered run SKIPPED with the reason, and resumes idle", async () => {
     const a = await upstreamJob();
     const b = await dependentOf([a]);
