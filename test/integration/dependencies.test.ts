@@ -13,7 +13,7 @@ import {
 } from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
 import type { Job, Run, RunTrigger } from "../../shared/model.js";
-import type { AfterOn } from "../../shared/schedule/index.js";
+import { type AfterOn, isAfterSchedule } from "../../shared/schedule/index.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { listSetAsideEntries } from "../../shared/storage/set-aside.js";
 import { ValidationError } from "../../shared/validation.js";
@@ -393,6 +393,32 @@ describe("dependencies: a job runs after other jobs", () => {
     expect((await getTenantJob(f.engine, a.tenantId, a.jobId)).dependents).toEqual([]);
   });
 
+  it("edits at once that would close a cycle of two or three jobs between them: never all commit", async () => {
+    const yearly = () =>
+      createJob(f.engine, testJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" } })).then(
+        (c) => c.job,
+      );
+    const linked = (job: Job) =>
+      isAfterSchedule(job.schedule) ? job.schedule.after.jobs.length > 0 : false;
+    for (const size of [2, 3, 2, 3, 3]) {
+      const ring: Job[] = [];
+      for (let i = 0; i < size; i++) ring.push(await yearly());
+      const outcomes = await Promise.allSettled(
+        ring.map((job, i) =>
+          editJob(f.engine, job.tenantId, job.jobId, job.version, {
+            schedule: { after: { jobs: [ring[(i + 1) % size]?.jobId ?? ""], on: "success" } },
+          }),
+        ),
+      );
+      const refused = outcomes.filter((o) => o.status === "rejected");
+      expect(refused.length).toBeGreaterThan(0);
+      // Each refused edit met the cycle (or, out of plans, kept meeting the others' commits).
+      for (const o of refused) expect(String(o.reason)).toMatch(/would make a cycle|kept changing/);
+      const now = await Promise.all(ring.map((j) => getTenantJob(f.engine, j.tenantId, j.jobId)));
+      expect(now.filter(linked)).toHaveLength(size - refused.length);
+    }
+  });
+
   it("a paused dependent records the triggered run SKIPPED with the reason, and resumes idle", async () => {
     const a = await upstreamJob();
     const b = await dependentOf([a]);
@@ -464,6 +490,48 @@ describe("dependencies: a job runs after other jobs", () => {
     expect((await runsOf(a.jobId)).map((r) => r.status)).toContain("SUCCEEDED");
     expect(await runsOf(b.jobId)).toEqual([]);
     expect(await triggerEntries(a.jobId)).toEqual([]);
+  });
+
+  it("a dependent deleted during its fan-out: before its run's write it gets none; after it, the run ends CANCELLED unrun", async () => {
+    const a = await upstreamJob();
+    const [before, after] = [await dependentOf([a]), await dependentOf([a])];
+    const deleted = await runNextWithBeforeFanOut(a.jobId, before.jobId, () =>
+      deleteJob(f.engine, before.tenantId, before.jobId),
+    );
+    expect(deleted).toBe(true);
+    expect(await runsOf(before.jobId)).toEqual([]);
+    expect((await runsOf(after.jobId)).map((r) => r.status)).toEqual(["QUEUED"]);
+
+    // The other dependent's run is written, then it is deleted before that run is sent.
+    const b = await upstreamJob();
+    const late = await dependentOf([b]);
+    const name = "deleteAfterFanOut";
+    let done = false;
+    f.engine.doc.middlewareStack.add(
+      (next) => async (args) => {
+        const result = await next(args);
+        if (!done && isFanOutTo(late.jobId)(args.input as Input)) {
+          done = true;
+          await deleteJob(f.engine, late.tenantId, late.jobId);
+        }
+        return result;
+      },
+      { step: "initialize", name },
+    );
+    try {
+      await runNext(b.jobId);
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+    expect(done).toBe(true);
+    expect((await runsOf(late.jobId)).map((r) => r.status)).toEqual(["CANCELLED"]);
+    await runNext(late.jobId);
+    expect((await runsOf(late.jobId)).map((r) => r.status)).toEqual(["CANCELLED"]);
+    expect(seen.filter((ctx) => ctx.jobId === late.jobId)).toEqual([]);
+    expect(await triggerEntries(a.jobId)).toEqual([]);
+    expect(await triggerEntries(b.jobId)).toEqual([]);
+    expect((await getTenantJob(f.engine, a.tenantId, a.jobId)).dependents).toEqual([after.jobId]);
+    expect((await getTenantJob(f.engine, b.tenantId, b.jobId)).dependents).toEqual([]);
   });
 
   it("a one-off upstream that completed with its run still triggers: only a cancel or delete stops it", async () => {
