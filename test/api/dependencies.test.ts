@@ -170,6 +170,35 @@ describe("jobs with an after schedule", () => {
     return results.map((r) => r.job?.id ?? "");
   };
 
+  it("a graph above too wide to check is refused after about as many reads as the check may hold, not one for each job it names", async () => {
+    const yearly = { cron: "0 0 1 1 *", timezone: "UTC" };
+    const base: string[] = [];
+    for (let i = 0; i < 16; i++)
+      base.push(...(await batch(Array.from({ length: 25 }, () => yearly))));
+    // 20 upstreams, each after 20 of the 400: the level above them names 400 jobs, the check holds 80.
+    const upstreams = await batch(
+      Array.from({ length: 20 }, (_, i) => ({ after: { jobs: base.slice(20 * i, 20 * i + 20) } })),
+    );
+    const name = "countJobReads";
+    let reads = 0;
+    f.engine.doc.middlewareStack.add(
+      (next) => async (args) => {
+        const key = (args.input as { Key?: { pk?: unknown } }).Key;
+        if (String(key?.pk).startsWith("JOB#")) reads++;
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    try {
+      const schedule = { after: { jobs: upstreams } };
+      const create = await send("POST", "/jobs", { type: "noop", schedule });
+      expect(errorOf(create, 400).message).toContain("more than 80");
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+    expect(reads).toBeLessThanOrEqual(81);
+  }, 60_000);
+
   it("POST /schedules/preview answers as create for a deleted upstream, upstreams with more than 80 jobs above, and a repeated id, and writes nothing", async () => {
     const gone = await created({ cron: "0 0 1 1 *", timezone: "UTC" });
     const deleted = await app.request(`/jobs/${gone.id}`, {
