@@ -204,10 +204,18 @@ export class Observability extends Construct {
     );
     alarm(
       "DueEntriesSetAside",
-      this.metric(METRICS.dueEntryFailures, "dispatcher", { handling: "set-aside" }),
+      new MathExpression({
+        expression: "FILL(setAside, 0) + FILL(refiled, 0)",
+        usingMetrics: {
+          setAside: this.metric(METRICS.dueEntryFailures, "dispatcher", { handling: "set-aside" }),
+          refiled: this.metric(METRICS.dueEntryFailures, "dispatcher", { handling: "refiled" }),
+        },
+        label: "due entries set aside or refiled",
+        period: MINUTE,
+      }),
       {
         description:
-          "A dispatcher pass set a due entry aside because no claim could process it; the ASIDE#<shard> item in the jobs table holds the entry and the error. Its job runs again once edited.",
+          "A dispatcher pass set a due entry aside because no claim could process it (the ASIDE#<shard> item in the jobs table holds the entry and the error; its job runs again once edited), or could not fan a trigger entry out and filed it again a lookahead on (the dispatcher's log names the upstream run and the error; its dependents wait until the cause goes).",
         threshold: 1,
       },
     );

@@ -61,7 +61,8 @@ export async function isolateFailure(
 /**
  * Files a trigger entry whose fan-out failed again past the pass's horizon (`now` plus the
  * lookahead, and a minute), so this pass does not read it again and the next ones do; logged
- * and counted as left (a later pass tries it again). Left where it is when that move fails.
+ * and counted as `refiled`, which alarms as a set-aside entry does. Left where it is when that
+ * move fails.
  */
 async function refileTrigger(
   engine: Engine,
@@ -76,7 +77,7 @@ async function refileTrigger(
       engine.obs.log.warn("a trigger entry that failed its fan-out is gone already", fields);
       return "gone";
     }
-    engine.obs.metrics.add(METRICS.dueEntryFailures, 1, "Count", { handling: "left" });
+    engine.obs.metrics.add(METRICS.dueEntryFailures, 1, "Count", { handling: "refiled" });
     engine.obs.log.error("could not fan a trigger entry out; filed again for a later pass", {
       ...fields,
       refiledFor: at.toISOString(),

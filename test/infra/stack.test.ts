@@ -713,6 +713,10 @@ describe("observability", () => {
         { Name: "service", Value: SERVICE_NAMES.dispatcher },
         { Name: "handling", Value: "set-aside" },
       ],
+      [
+        { Name: "service", Value: SERVICE_NAMES.dispatcher },
+        { Name: "handling", Value: "refiled" },
+      ],
     ]);
     const lag = engine(METRICS.schedulingLagMs);
     expect(lag.map((a) => [a.ExtendedStatistic, a.Threshold])).toEqual([["p99", 5000]]);

@@ -13,6 +13,7 @@ import {
 } from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
 import type { Job, Run, RunTrigger } from "../../shared/model.js";
+import { METRICS } from "../../shared/observability.js";
 import { type AfterOn, isAfterSchedule } from "../../shared/schedule/index.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { listSetAsideEntries } from "../../shared/storage/set-aside.js";
@@ -160,6 +161,8 @@ describe("dependencies: a job runs after other jobs", () => {
     } finally {
       worker.destroy();
     }
+    const refiled = () => f.metrics.sum(METRICS.dueEntryFailures, { handling: "refiled" });
+    const refiledBefore = refiled();
     const pass = refusing(1);
     try {
       await dispatchShard(pass.engine, 0, "refused-pass");
@@ -167,6 +170,8 @@ describe("dependencies: a job runs after other jobs", () => {
     } finally {
       pass.destroy();
     }
+    // Counted apart from the transient `left`: it is what the set-aside alarm watches too.
+    expect(refiled()).toBe(refiledBefore + 1);
     expect(await runsOf(b.jobId)).toEqual([]);
     // Still a trigger entry: nothing of it is set aside, where no pass nor edit would fan it out.
     expect(await triggerEntries(a.jobId)).toHaveLength(1);
