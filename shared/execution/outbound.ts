@@ -143,14 +143,20 @@ export interface OutboundOptions {
   readonly addressRefusal?: (address: string) => string | null;
 }
 
+/**
+ * undici's own timers off: a delivery lasts as long as its signal allows (the target's
+ * `timeoutSeconds`, up to 900 s, or the run's end), which the 300 s defaults would cut short.
+ */
+const NO_CLIENT_TIMEOUTS = { headersTimeout: 0, bodyTimeout: 0 } as const;
+
 /** The connection pool webhook deliveries go through. */
 export function outboundDispatcher(options: OutboundOptions): Dispatcher {
-  if (options.allowPrivateTargets) return new Agent();
+  if (options.allowPrivateTargets) return new Agent(NO_CLIENT_TIMEOUTS);
   const lookup = vettedLookup(
     options.resolve ?? systemResolver,
     options.addressRefusal ?? addressRefusal,
   );
-  return new Agent({ connect: { lookup } });
+  return new Agent({ ...NO_CLIENT_TIMEOUTS, connect: { lookup } });
 }
 
 /** The RefusedTargetError somewhere in an error's cause chain (fetch wraps connection failures). */
