@@ -34,6 +34,17 @@ interface Chunk {
   readonly transitions: readonly Transition[];
 }
 
+/**
+ * Chunks kept for every zone together (about 100 bytes each: 2 MB, some 440 years of one zone).
+ * Requests reach any stretch of years 1-9999 in any of some 600 zone names (a preview counting a
+ * sparse cron's occurrences toward `maxRuns` touches 40,000 chunks), so a cache without a bound
+ * grew a process's heap for good with each request in another zone: 3.8 MB each, the API
+ * function's 512 MB in some 130. At the bound every zone's chunks are dropped, to be found again
+ * as they are asked for (the few around now that the dispatcher and workers use, at once).
+ */
+const MAX_CACHED_CHUNKS = 20_000;
+let cachedChunks = 0;
+
 const FORMAT_RE = /^(\d+)\/(\d+)\/(\d+),? (\d+):(\d+):(\d+)$/;
 
 export class ZoneRules {
@@ -127,7 +138,13 @@ export class ZoneRules {
       left = sample;
     }
     const chunk: Chunk = { startOffset, transitions };
+    if (cachedChunks >= MAX_CACHED_CHUNKS) {
+      for (const rules of rulesCache.values()) rules.chunks.clear();
+      this.chunks.clear();
+      cachedChunks = 0;
+    }
     this.chunks.set(index, chunk);
+    cachedChunks++;
     return chunk;
   }
 
