@@ -91,6 +91,16 @@ const RETENTION_CHOICES = new Set<number>(
   Object.values(RetentionDays).filter((v): v is number => typeof v === "number"),
 );
 
+/**
+ * Each tenant's requests a second unless set: half the stage's throttle, which every tenant's
+ * authenticated requests share (one API Gateway bucket), so that one tenant's requests through a
+ * warm API instance leave the others half of it. The engine's own default (the sandbox's, with no
+ * stage throttle) is far above any stage's, where the tenant quota would never engage.
+ */
+function defaultRequestsPerSecond(apiRateLimit: number): number {
+  return Math.max(1, Math.floor(apiRateLimit / 2));
+}
+
 export function isDevStage(stage: string): boolean {
   return stage === "dev";
 }
@@ -105,6 +115,7 @@ export function resolveSettings(input: SettingsInput = {}): SchedulerSettings {
   const lookaheadSeconds = input.lookaheadSeconds ?? DEFAULT_SETTINGS.lookaheadMs / 1000;
   const workerTimeoutSeconds = input.workerTimeoutSeconds ?? MAX_LAMBDA_TIMEOUT_SECONDS;
   const leaseSeconds = input.leaseSeconds ?? DEFAULT_SETTINGS.leaseMs / 1000;
+  const apiRateLimit = input.apiRateLimit ?? 100;
   const settings: SchedulerSettings = {
     stage,
     shardCount,
@@ -132,7 +143,7 @@ export function resolveSettings(input: SettingsInput = {}): SchedulerSettings {
     },
     lowPriorityShare: input.lowPriorityShare ?? DEFAULT_LOW_PRIORITY_SHARE,
     maxReceiveCount: input.maxReceiveCount ?? 5,
-    apiRateLimit: input.apiRateLimit ?? 100,
+    apiRateLimit,
     apiBurstLimit: input.apiBurstLimit ?? 200,
     lagAlarmMs: input.lagAlarmMs ?? 5_000,
     // Messages wait out their SQS delay (up to a claim's reach) and stay in flight while a job
@@ -140,7 +151,11 @@ export function resolveSettings(input: SettingsInput = {}): SchedulerSettings {
     queueAgeAlarmSeconds:
       input.queueAgeAlarmSeconds ?? CLAIM_REACH_SECONDS + workerTimeoutSeconds + 300,
     demoJobTypes: input.demoJobTypes ?? false,
-    quotas: { ...DEFAULT_QUOTAS, ...definedOnly(input.quotas ?? {}) },
+    quotas: {
+      ...DEFAULT_QUOTAS,
+      requestsPerSecond: defaultRequestsPerSecond(apiRateLimit),
+      ...definedOnly(input.quotas ?? {}),
+    },
     adminTenants: input.adminTenants ?? [],
   };
   validate(settings);

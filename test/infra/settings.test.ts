@@ -35,8 +35,24 @@ describe("settings", () => {
       workerTimeoutSeconds: 900,
       demoJobTypes: false,
     });
-    // What the handlers would derive from the environment the stack sets is the design's default.
-    expect(loadSettings(engineEnvironment(s))).toEqual(DEFAULT_SETTINGS);
+    // What the handlers would derive from the environment the stack sets is the design's default,
+    // but for a tenant's requests a second: half the stage's throttle, not the sandbox's 1000.
+    expect(loadSettings(engineEnvironment(s))).toEqual({
+      ...DEFAULT_SETTINGS,
+      quotas: { ...DEFAULT_SETTINGS.quotas, requestsPerSecond: 50 },
+    });
+  });
+
+  it("gives a tenant half the API stage's throttle unless quotaRequestsPerSecond says otherwise", () => {
+    // Every tenant's authenticated requests share the stage's one bucket (apiRateLimit): a tenant
+    // quota at or above it never engages, and one tenant could have every other one answered 429.
+    const defaults = fromContext({});
+    expect([defaults.apiRateLimit, defaults.quotas.requestsPerSecond]).toEqual([100, 50]);
+    expect(engineEnvironment(defaults)).toMatchObject({ QUOTA_REQUESTS_PER_SECOND: "50" });
+    expect(fromContext({ apiRateLimit: "1000" }).quotas.requestsPerSecond).toBe(500);
+    expect(fromContext({ apiRateLimit: "1" }).quotas.requestsPerSecond).toBe(1);
+    const chosen = fromContext({ apiRateLimit: "1000", quotaRequestsPerSecond: "2000" });
+    expect(chosen.quotas.requestsPerSecond).toBe(2000);
   });
 
   it("alarms on queue age only past a claim's reach (the longest SQS delay a run is sent with) plus the worker timeout", () => {
