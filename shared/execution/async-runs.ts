@@ -14,7 +14,7 @@ import {
   runTokenHash,
   runTokenMatches,
 } from "../webhooks/run-token.js";
-import { endOnCancelRequest } from "./run-endings.js";
+import { endOnCancelRequest, repairJobAfterRun } from "./run-endings.js";
 import { endForDeletedJob, type RunResult, recordResult } from "./run-outcome.js";
 
 /**
@@ -23,7 +23,8 @@ import { endForDeletedJob, type RunResult, recordResult } from "./run-outcome.js
  * completes it (`POST /runs/{runId}/complete`), presenting the run token its delivery carried: a
  * random value the worker made for that delivery, whose hash the run item holds. A token is good
  * while the run is RUNNING under the fence the token names: once the run ended, was cancelled or
- * was started again (its lease lapsed and the reaper re-sent it), it is stale (409).
+ * was started again (its lease lapsed and the reaper re-sent it), it is stale (409). A completion
+ * the token already recorded, sent again (its answer lost), answers as the first did.
  */
 
 declare module "../errors.js" {
@@ -169,17 +170,17 @@ export const timedOutResult = (timeoutSeconds: number): Extract<RunResult, { kin
 });
 
 /**
- * The run a token holds: one the scheduler gave for this run (its hash is the run's, or the
- * previous delivery's), and the run still RUNNING under the token's fence. A token that is not
- * the run's is refused alike whether the run exists or not, so the routes, which take no tenant
- * credentials, tell nobody which runs exist.
+ * The run a token was given for, and the token's fence: one the scheduler gave for this run (its
+ * hash is the run's, or the previous delivery's). A token that is not the run's is refused alike
+ * whether the run exists or not, so the routes, which take no tenant credentials, tell nobody
+ * which runs exist. The tenant's request quota is charged once the token is verified.
  */
-async function heldRun(
+async function tokenRun(
   engine: Engine,
   runId: string,
   token: string,
   charge: RequestCharge = chargeNothing,
-): Promise<Run> {
+): Promise<{ readonly run: Run; readonly fence: number }> {
   const fence = runTokenFence(token);
   if (fence === null) throw new RunTokenInvalidError(runId, "not a run token");
   const ref = parseRunId(runId);
@@ -190,13 +191,42 @@ async function heldRun(
   if (run === null || !given)
     throw new RunTokenInvalidError(runId, "it is not a token this run was given");
   await charge(run);
-  if (run.status !== "RUNNING")
-    throw new RunTokenStaleError(run, `the run is ${run.status.toLowerCase()}`);
+  return { run, fence };
+}
+
+/** Whether the run is RUNNING under the token's fence: the token holds it. */
+const holds = (run: Run, fence: number) => run.status === "RUNNING" && run.fence === fence;
+
+/**
+ * Why a token no longer holds its run, as the run stands: another start took it (its fence is
+ * higher), a cancel ended it, or it ended otherwise (naming the status and, for a failure, the
+ * head of its error: the run's timeout, the target's own report, or the worker's of its delivery).
+ */
+function staleWhy(run: Run, fence: number): string {
   if (run.fence !== fence)
-    throw new RunTokenStaleError(
-      run,
-      `the run was started again (fence ${run.fence}); this token is of fence ${fence}`,
-    );
+    return `the run was started again (fence ${run.fence}); this token is of fence ${fence}`;
+  if (run.status === "CANCELLED") return "the run was cancelled";
+  const status = run.status.toLowerCase();
+  if (run.status === "RUNNING" || run.status === "QUEUED") return `the run is ${status}`;
+  const error = run.error ?? null;
+  const head = error !== null && error.length > 200 ? `${error.slice(0, 200)}…` : error;
+  return `the run has ended ${status}${head === null ? "" : ` (${head})`}`;
+}
+
+const staleToken = (run: Run, fence: number) => new RunTokenStaleError(run, staleWhy(run, fence));
+
+/**
+ * The run the token holds: RUNNING under the token's fence, else stale (409). A run asked to
+ * cancel ends CANCELLED now, and the call is stale too.
+ */
+async function heldRun(
+  engine: Engine,
+  runId: string,
+  token: string,
+  charge?: RequestCharge,
+): Promise<Run> {
+  const { run, fence } = await tokenRun(engine, runId, token, charge);
+  if (!holds(run, fence)) throw staleToken(run, fence);
   if (run.cancelRequestedAt)
     return cancelled(
       engine,
@@ -204,6 +234,16 @@ async function heldRun(
       new RunCancelledError(run.runId, run.cancelledBy ?? "api", run.cancelRequestedAt),
     );
   return run;
+}
+
+/**
+ * A write of a token's call refused because the run no longer stood as read (FenceLostError): the
+ * run as it stands now, read again (an ending of its own token's, a cancel, another start).
+ */
+async function runAfterLostWrite(engine: Engine, run: Run): Promise<Run> {
+  const now = await getRun(engine, run);
+  if (now === null) throw new RunNotFoundError(run.runId);
+  return now;
 }
 
 /**
@@ -234,12 +274,20 @@ async function cancelled(engine: Engine, run: Run, cancel: RunCancelledError): P
 async function timesOutAtOf(engine: Engine, run: Run): Promise<Date | null> {
   if (typeof run.timesOutAt === "string") return new Date(run.timesOutAt);
   if (run.startedAt === null) return null;
-  const job = await getJob(engine, run.jobId);
-  if (job === null) return null;
+  return timesOutAtFor(run, await getJob(engine, run.jobId));
+}
+
+/** `timesOutAtOf` with the run's job read already (null: it is gone). */
+function timesOutAtFor(run: Run, job: Job | null): Date | null {
+  if (typeof run.timesOutAt === "string") return new Date(run.timesOutAt);
+  if (run.startedAt === null || job === null) return null;
   return new Date(Date.parse(run.startedAt) + job.timeoutSeconds * 1000);
 }
 
-/** Ends a handed-over run past its timeout as a failure (retried by the job's policy) and says so. */
+/**
+ * Ends a handed-over run past its timeout as a failure (retried by the job's policy) and says so.
+ * A call that finds it ended meanwhile (another call timed it out, or completed it first) says why.
+ */
 async function timeOut(engine: Engine, run: Run, now: Date): Promise<never> {
   // The start the timeout counts from is the attempt's first hand-over, not this start, and its
   // length the one recorded then: the job may have been edited since.
@@ -249,13 +297,19 @@ async function timeOut(engine: Engine, run: Run, now: Date): Promise<never> {
     run.handedOverTimeoutSeconds ??
     job?.timeoutSeconds ??
     Math.round((Date.parse(run.timesOutAt ?? "") - startedAt) / 1000);
-  await finish(engine, run, timedOutResult(seconds), now, job);
+  try {
+    await finish(engine, run, timedOutResult(seconds), now, job);
+  } catch (error) {
+    if (!(error instanceof FenceLostError)) throw error;
+    throw staleToken(await runAfterLostWrite(engine, run), run.fence);
+  }
   throw new RunTokenStaleError(
     { ...run, status: "FAILED" },
     `the run timed out after ${seconds} s`,
   );
 }
 
+/** Records the run's result under its fence; throws FenceLostError when the run no longer stands so. */
 async function finish(
   engine: Engine,
   run: Run,
@@ -278,8 +332,6 @@ async function finish(
     }
   } catch (error) {
     if (error instanceof RunCancelledError) return cancelled(engine, run, error);
-    if (error instanceof FenceLostError)
-      throw new RunTokenStaleError(run, "the run ended or was started again meanwhile");
     throw error;
   }
 }
@@ -287,7 +339,8 @@ async function finish(
 /**
  * A heartbeat: the run's lease (and its job's view of it) runs a lease from now. Past the run's
  * timeout, the run ends FAILED as timed out instead (retried by the job's policy) and the
- * heartbeat is refused as stale.
+ * heartbeat is refused as stale. Once the run ended (its own token's completion included) a
+ * heartbeat is stale, naming the run's status, whether it came after the ending or raced it.
  */
 export async function heartbeatAsyncRun(
   engine: Engine,
@@ -306,7 +359,7 @@ export async function heartbeatAsyncRun(
   } catch (error) {
     if (error instanceof RunCancelledError) return cancelled(engine, run, error);
     if (error instanceof FenceLostError)
-      throw new RunTokenStaleError(run, "the run ended or was started again meanwhile");
+      throw staleToken(await runAfterLostWrite(engine, run), run.fence);
     throw error;
   }
   // Conditioned on the run being listed: a one-off's run is not, and the write changes nothing.
@@ -322,7 +375,10 @@ export type AsyncCompletion =
 /**
  * Completes the run as its target reports: SUCCEEDED, or a failure with the job's retry policy
  * (FAILED and its next attempt, or DEAD; `retryable: false` goes DEAD at once). Past the run's
- * timeout it ends as timed out whatever the report. Returns the run as it ended.
+ * timeout it ends as timed out whatever the report. Returns the run as it ended. A completion sent
+ * again after the run ended as this token's completion reports (`endedSoByToken`) returns the run
+ * as well, and makes the job's side of the ending should the first have stopped short of it; any
+ * other ending is stale, naming it.
  */
 export async function completeAsyncRun(
   engine: Engine,
@@ -331,21 +387,87 @@ export async function completeAsyncRun(
   completion: AsyncCompletion,
   charge?: RequestCharge,
 ): Promise<Run> {
-  const run = await heldRun(engine, runId, token, charge);
+  const { run, fence } = await tokenRun(engine, runId, token, charge);
+  if (!holds(run, fence)) return completedBefore(engine, run, token, fence, completion);
+  if (run.cancelRequestedAt)
+    return cancelled(
+      engine,
+      run,
+      new RunCancelledError(run.runId, run.cancelledBy ?? "api", run.cancelRequestedAt),
+    );
   const now = engine.clock();
   const timesOutAt = await timesOutAtOf(engine, run);
   if (timesOutAt !== null && timesOutAt.getTime() <= now.getTime())
     return timeOut(engine, run, now);
-  const result: RunResult =
-    completion.status === "succeeded"
-      ? { kind: "succeeded" }
-      : {
-          kind: "failed",
-          error: boundedText(completion.error ?? "the target reported a failure"),
-          retryable: completion.retryable ?? true,
-        };
-  await finish(engine, run, result, now);
+  try {
+    await finish(engine, run, resultOf(completion), now);
+  } catch (error) {
+    if (!(error instanceof FenceLostError)) throw error;
+    // A repeat of this completion sent at once ended the run first, or something else did.
+    const ended = await runAfterLostWrite(engine, run);
+    return completedBefore(engine, ended, token, fence, completion);
+  }
   const ended = await getRun(engine, run);
   if (ended === null) throw new RunNotFoundError(runId);
   return ended;
+}
+
+function resultOf(completion: AsyncCompletion): RunResult {
+  return completion.status === "succeeded"
+    ? { kind: "succeeded" }
+    : {
+        kind: "failed",
+        error: boundedText(completion.error ?? "the target reported a failure"),
+        retryable: completion.retryable ?? true,
+      };
+}
+
+/**
+ * A completion that finds its run no longer held by its token: a repeat of the completion that
+ * ended it (the target sends it again when the answer was lost) answers the run, as the first
+ * did, and makes the job's side of the ending should the first have stopped short of it (the API
+ * function died between the two writes: nothing else would make it); else stale (409).
+ */
+async function completedBefore(
+  engine: Engine,
+  run: Run,
+  token: string,
+  fence: number,
+  completion: AsyncCompletion,
+): Promise<Run> {
+  const job = await getJob(engine, run.jobId);
+  if (!endedSoByToken(run, token, fence, completion, timesOutAtFor(run, job))) {
+    const why = staleWhy(run, fence);
+    const endedUnderToken = run.fence === fence && ENDED.has(run.status);
+    throw new RunTokenStaleError(
+      run,
+      endedUnderToken ? `${why}, not as this completion reports (${completion.status})` : why,
+    );
+  }
+  if (job !== null) await repairJobAfterRun(engine, job, run);
+  return run;
+}
+
+/**
+ * Whether the run ended as this completion reports, by this token's delivery: the run holds the
+ * token's hash (not as the previous delivery's) under the token's fence, and it ended before its
+ * timeout (an ending at or after `timesOutAt` is the timeout's: a completion is accepted only
+ * before it) with the report's status, and for a failure the report's error: DEAD for one not
+ * retryable, FAILED or DEAD (out of attempts) for one that is. Read from the run as it stands, so
+ * the usual completion writes nothing more. A cancel's ending (CANCELLED) is never one.
+ */
+function endedSoByToken(
+  run: Run,
+  token: string,
+  fence: number,
+  completion: AsyncCompletion,
+  timesOutAt: Date | null,
+): boolean {
+  if (run.fence !== fence || !runTokenMatches(token, run.runTokenHash)) return false;
+  if (run.finishedAt === null) return false;
+  if (timesOutAt !== null && Date.parse(run.finishedAt) >= timesOutAt.getTime()) return false;
+  const result = resultOf(completion);
+  if (result.kind === "succeeded") return run.status === "SUCCEEDED";
+  const statuses = result.retryable ? ["FAILED", "DEAD"] : ["DEAD"];
+  return statuses.includes(run.status) && run.error === result.error;
 }

@@ -4,6 +4,7 @@ import type { AddressInfo } from "node:net";
 import { GetCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
+import { completeAsyncRun, heartbeatAsyncRun } from "../../shared/execution/async-runs.js";
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import type { WorkerDeps } from "../../shared/execution/worker.js";
 import { processRun } from "../../shared/execution/worker.js";
@@ -647,6 +648,211 @@ describe("async mode (long jobs)", () => {
       retryable: false,
     });
     expect(dead.body).toMatchObject({ status: "dead", attempt: 1 });
+  });
+
+  it("a completion sent again (its answer lost) answers as the first did; another outcome after it is 409 naming how the run ended", async () => {
+    const message = (reply: { body: Record<string, unknown> }) =>
+      String((reply.body.error as { message: string }).message);
+    const succeeding = await createAsyncJob({ retry: { maxAttempts: 3 } });
+    const handOff = await deliver(succeeding);
+    const first = await callBack(handOff.completeUrl, handOff.token, { status: "succeeded" });
+    expect(first.status, first.text).toBe(200);
+    advance(5_000);
+    const again = await callBack(handOff.completeUrl, handOff.token, { status: "succeeded" });
+    expect(again.status, again.text).toBe(200);
+    expect(again.body).toEqual(first.body);
+    // The same token reporting a failure after its success: the run stands SUCCEEDED.
+    const otherwise = await callBack(handOff.completeUrl, handOff.token, {
+      status: "failed",
+      error: "changed its mind",
+    });
+    expect(otherwise.status, otherwise.text).toBe(409);
+    expect(otherwise.body).toMatchObject({ error: { code: "stale_run_token" } });
+    expect(message(otherwise)).toContain("the run has ended succeeded");
+    // A heartbeat after its own completion: the run keeps no lease any more.
+    const beat = await callBack(handOff.heartbeatUrl, handOff.token);
+    expect(beat.status, beat.text).toBe(409);
+    expect(message(beat)).toBe(`run ${handOff.runId}: the run has ended succeeded`);
+    expect(await runOf(succeeding, handOff.runId)).toMatchObject({ status: "succeeded" });
+
+    // A failure sent again, retried or not: the same run, and no second next attempt.
+    const failing = await createAsyncJob({ retry: { maxAttempts: 2, initialDelaySeconds: 0 } });
+    const failed = await deliver(failing);
+    const report = { status: "failed", error: "export failed upstream" };
+    const once = await callBack(failed.completeUrl, failed.token, report);
+    expect(once.body).toMatchObject({ status: "failed", error: "export failed upstream" });
+    const twice = await callBack(failed.completeUrl, failed.token, report);
+    expect(twice.status, twice.text).toBe(200);
+    expect(twice.body).toEqual(once.body);
+    for (const different of [
+      { status: "succeeded" },
+      { status: "failed", error: "another error" },
+      { ...report, retryable: false },
+    ]) {
+      const refused = await callBack(failed.completeUrl, failed.token, different);
+      expect(refused.status, refused.text).toBe(409);
+      expect(message(refused)).toContain("the run has ended failed (export failed upstream)");
+    }
+    const runs = await api.call("GET", `/jobs/${failing}/runs`);
+    expect((runs.body as { items: unknown[] }).items).toHaveLength(2);
+    const retry = await deliver(failing);
+    expect(retry.attempt).toBe(2);
+    expect((await callBack(retry.completeUrl, retry.token, { status: "succeeded" })).status).toBe(
+      200,
+    );
+    const notRetryable = await createAsyncJob({ retry: { maxAttempts: 5 } });
+    const given = await deliver(notRetryable);
+    const bad = { status: "failed", error: "bad input", retryable: false };
+    const deadOnce = await callBack(given.completeUrl, given.token, bad);
+    expect(deadOnce.body).toMatchObject({ status: "dead", attempt: 1 });
+    const deadTwice = await callBack(given.completeUrl, given.token, bad);
+    expect(deadTwice.status, deadTwice.text).toBe(200);
+    expect(deadTwice.body).toEqual(deadOnce.body);
+  });
+
+  it("a completion after the run timed out is 409 naming the timeout, the first time and every repeat", async () => {
+    const jobId = await createAsyncJob({ timeoutSeconds: 60, retry: { maxAttempts: 1 } });
+    const handOff = await deliver(jobId);
+    advance(61_000);
+    for (const report of [
+      { status: "succeeded" },
+      { status: "succeeded" },
+      { status: "failed", error: "timed out after 60 s" },
+    ]) {
+      const refused = await callBack(handOff.completeUrl, handOff.token, report);
+      expect(refused.status, refused.text).toBe(409);
+      expect(refused.body).toMatchObject({ error: { code: "stale_run_token" } });
+      expect(String((refused.body.error as { message: string }).message)).toContain(
+        "timed out after 60 s",
+      );
+    }
+    expect(await runOf(jobId, handOff.runId)).toMatchObject({ status: "dead" });
+  });
+
+  it("another delivery's ending is 409 to the token before it, naming the start that took the run", async () => {
+    const jobId = await createAsyncJob();
+    const first = await deliver(jobId);
+    advance(LEASE_MS + 2 + REAPER_SETTLE_MS);
+    expect((await reap(api.fixture.engine, { now })).resent).toBe(1);
+    const second = await deliver(jobId);
+    const done = await callBack(second.completeUrl, second.token, { status: "succeeded" });
+    expect(done.status, done.text).toBe(200);
+    const late = await callBack(first.completeUrl, first.token, { status: "succeeded" });
+    expect(late.status, late.text).toBe(409);
+    expect(String((late.body.error as { message: string }).message)).toContain(
+      "the run was started again (fence 2); this token is of fence 1",
+    );
+    expect(
+      (await callBack(second.completeUrl, second.token, { status: "succeeded" })).body,
+    ).toEqual(done.body);
+  });
+
+  it("a repeat of a completion whose job write was lost makes that write: the one-off job completes", async () => {
+    const jobId = await createAsyncJob();
+    const handOff = await deliver(jobId);
+    // The API function dies between the run's ending and its job's write.
+    const dying = withFaults(api.fixture.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) => String(input.UpdateExpression).includes("lastRun = :lastRun"),
+      error: () => new Error("api function died"),
+    });
+    try {
+      await expect(
+        completeAsyncRun(dying.engine, handOff.runId, handOff.token, { status: "succeeded" }),
+      ).rejects.toThrow("api function died");
+    } finally {
+      dying.destroy();
+    }
+    expect((await api.call("GET", `/jobs/${jobId}`)).body).toMatchObject({ status: "active" });
+    const again = await callBack(handOff.completeUrl, handOff.token, { status: "succeeded" });
+    expect(again.status, again.text).toBe(200);
+    expect((await api.call("GET", `/jobs/${jobId}`)).body).toMatchObject({
+      status: "completed",
+      lastRun: { runId: handOff.runId, status: "succeeded" },
+    });
+  });
+
+  it("a repeat racing the first completion answers as it; a heartbeat racing it answers as one after it", async () => {
+    /** An engine whose first run write matching `update` lets `first` run before it is sent. */
+    const racing = (update: string, first: () => Promise<void>) => {
+      const clients = createTestClients();
+      let raced = false;
+      clients.doc.middlewareStack.add(
+        (next) => async (args) => {
+          const input: object = args.input;
+          const expression = "UpdateExpression" in input ? String(input.UpdateExpression) : "";
+          if (!raced && expression.includes(update)) {
+            raced = true;
+            await first();
+          }
+          return next(args);
+        },
+        { step: "initialize", name: "raceAhead" },
+      );
+      return {
+        engine: { ...api.fixture.engine, doc: clients.doc },
+        destroy: () => clients.destroy(),
+      };
+    };
+    const { engine } = api.fixture;
+
+    // Same outcome: the repeat lands first, a millisecond on; the first answers the run as ended.
+    const sameJob = await createAsyncJob();
+    const same = await deliver(sameJob);
+    const ahead = racing("finishedAt = :finishedAt", async () => {
+      advance(1);
+      await completeAsyncRun(engine, same.runId, same.token, { status: "succeeded" });
+    });
+    try {
+      const run = await completeAsyncRun(ahead.engine, same.runId, same.token, {
+        status: "succeeded",
+      });
+      expect(run).toMatchObject({ status: "SUCCEEDED", fence: 1 });
+    } finally {
+      ahead.destroy();
+    }
+
+    // Another outcome lands first: refused, naming it.
+    const otherJob = await createAsyncJob({ retry: { maxAttempts: 1 } });
+    const other = await deliver(otherJob);
+    const failing = racing("finishedAt = :finishedAt", async () => {
+      advance(1);
+      await completeAsyncRun(engine, other.runId, other.token, {
+        status: "failed",
+        error: "gave up",
+      });
+    });
+    try {
+      await expect(
+        completeAsyncRun(failing.engine, other.runId, other.token, { status: "succeeded" }),
+      ).rejects.toMatchObject({
+        code: "run_token_stale",
+        message: expect.stringContaining("the run has ended dead (gave up)"),
+        context: { status: "DEAD" },
+      });
+    } finally {
+      failing.destroy();
+    }
+
+    // A heartbeat whose lease write comes after its own token's completion.
+    const beatJob = await createAsyncJob();
+    const beating = await deliver(beatJob);
+    const completing = racing("leaseUntil = :leaseUntil", async () => {
+      advance(1);
+      await completeAsyncRun(engine, beating.runId, beating.token, { status: "succeeded" });
+    });
+    try {
+      await expect(
+        heartbeatAsyncRun(completing.engine, beating.runId, beating.token),
+      ).rejects.toMatchObject({
+        code: "run_token_stale",
+        message: `run ${beating.runId}: the run has ended succeeded`,
+        context: { status: "SUCCEEDED" },
+      });
+    } finally {
+      completing.destroy();
+    }
   });
 
   it("past the job's timeout a heartbeat ends the run as timed out (retried) and is refused", async () => {
