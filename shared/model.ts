@@ -264,11 +264,14 @@ export interface Run {
   readonly misfireFrom: string | null;
   /** Async mode: when the target answered 202 and took the run over (it heartbeats and completes it). */
   readonly handedOverAt?: string | null;
-  /** Async mode: when a run handed over times out (its start plus the job's timeout). */
+  /**
+   * Async mode: when the attempt times out (its first start plus the job's timeout), set by its
+   * first delivery's token write and kept by every later start; shown once handed over.
+   */
   readonly timesOutAt?: string | null;
   /**
-   * Async mode: the job's timeout (seconds) when the attempt was first handed over, which
-   * `timesOutAt` counts; a timed-out ending names it, not the timeout of the job as since edited.
+   * Async mode: the job's timeout (seconds) at the attempt's first delivery, which `timesOutAt`
+   * counts; a timed-out ending names it, not the timeout of the job as since edited.
    */
   readonly handedOverTimeoutSeconds?: number;
   /**

@@ -908,7 +908,7 @@ export interface components {
             startedAt: string | null;
             /** @enum {string} */
             status: "queued" | "running" | "succeeded" | "failed" | "dead" | "skipped" | "cancelled";
-            /** @description Async mode: when the run times out (its start plus the job's timeoutSeconds); a heartbeat or completion after it ends the run as timed out. */
+            /** @description Async mode: when the run times out (the attempt's first start plus the job's timeoutSeconds); a heartbeat or completion after it ends the run as timed out. */
             timesOutAt?: string | null;
             trigger: components["schemas"]["RunTrigger"];
             workerId: string | null;
@@ -924,7 +924,7 @@ export interface components {
         RunHeartbeat: {
             /** @description The run's lease now ends here: heartbeat again before it (a third of the lease ahead is safe), or the run is started again. */
             leaseUntil: string;
-            /** @description When the run times out (its start plus the job's timeoutSeconds): a heartbeat or completion after it ends the run as timed out. */
+            /** @description When the run times out (the attempt's first start plus the job's timeoutSeconds): a heartbeat or completion after it ends the run as timed out. */
             timesOutAt: string | null;
         };
         RunPage: {

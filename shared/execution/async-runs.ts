@@ -59,10 +59,11 @@ class RunTokenStaleError extends SchedulerError<"run_token_stale"> {
  * What the worker does before it delivers an async run: makes the delivery's run token and writes
  * its hash to the run under this start's fence (with the start, if still unwritten), so the
  * target's first call, which may come before its 202 reaches the worker, finds it. The same write
- * keeps the run for the retention after the attempt can time out (`jobTimeoutSeconds` after its
- * start, or the `timesOutAt` an earlier hand-over of it recorded), as a hand-over does: should the
- * worker die after the target's 202, the target runs the run with no hand-over recorded. Returns
- * the token, which only the delivery carries.
+ * records when the attempt times out, once: `jobTimeoutSeconds` after its first start, or the
+ * `timesOutAt` an earlier delivery of it recorded (should the worker die after the target's 202,
+ * the target runs the run with no hand-over recorded, and a later start must not count the
+ * timeout from itself), and keeps the run for the retention after it, as a hand-over does.
+ * Returns the token, which only the delivery carries.
  */
 export async function issueRunToken(
   engine: Engine,
@@ -72,8 +73,9 @@ export async function issueRunToken(
 ): Promise<string> {
   const token = newRunToken(run.fence);
   const startedAt = Date.parse(run.startedAt ?? now.toISOString());
-  const keepUntil = handedOverTimeout(run) ?? new Date(startedAt + jobTimeoutSeconds * 1000);
-  await recordRunToken(engine, run, runTokenHash(token), keepUntil, now);
+  const timeoutSeconds = attemptTimeoutSeconds(run, jobTimeoutSeconds);
+  const timesOutAt = attemptTimeout(run) ?? new Date(startedAt + timeoutSeconds * 1000);
+  await recordRunToken(engine, run, runTokenHash(token), { timesOutAt, timeoutSeconds }, now);
   return token;
 }
 
@@ -90,10 +92,10 @@ export async function handOverRun(
 ): Promise<void> {
   const leaseUntil = new Date(now.getTime() + engine.settings.leaseMs);
   const startedAt = Date.parse(run.startedAt ?? now.toISOString());
-  // A start after a lapsed lease keeps the attempt's time: it runs from the first hand-over's
+  // A start after a lapsed lease keeps the attempt's time: it runs from the first delivery's
   // start, under the timeout it had then (the job may have been edited since).
   const timeoutSeconds = attemptTimeoutSeconds(run, job.timeoutSeconds);
-  const timesOutAt = handedOverTimeout(run) ?? new Date(startedAt + timeoutSeconds * 1000);
+  const timesOutAt = attemptTimeout(run) ?? new Date(startedAt + timeoutSeconds * 1000);
   try {
     await recordHandOver(
       engine,
@@ -132,28 +134,30 @@ export type RequestCharge = (run: Run) => Promise<void>;
 const chargeNothing: RequestCharge = () => Promise.resolve();
 
 /**
- * When an attempt an async target took over times out: an earlier start of this run (its lease
- * lapsed, the reaper sent it again) was handed over and set it. Null for a run never handed over.
+ * When an async attempt times out: an earlier start of this run (its lease lapsed, the reaper sent
+ * it again) delivered it and set it, with its token (or, before that was so, its hand-over). Null
+ * for a run never delivered in async mode.
  */
-function handedOverTimeout(run: Pick<Run, "handedOverAt" | "timesOutAt">): Date | null {
-  return run.handedOverAt && run.timesOutAt ? new Date(run.timesOutAt) : null;
+function attemptTimeout(run: Pick<Run, "timesOutAt">): Date | null {
+  return run.timesOutAt ? new Date(run.timesOutAt) : null;
 }
 
 /**
  * Whether the worker that has just started `run` must end it as timed out rather than deliver it:
- * an earlier start handed it over and its target went quiet past the attempt's timeout. Without
- * this, a target that answers 202 and never calls back is delivered again a lease apart for good,
- * each start setting a new timeout, and its attempt never fails.
+ * an earlier start delivered it to its async target, which went quiet (or whose worker died after
+ * its 202) past the attempt's timeout. Without this, a target that answers 202 and never calls
+ * back is delivered again a lease apart for good, each start setting a new timeout, and its
+ * attempt never fails.
  */
 export function handedOverAndTimedOut(run: Run, now: Date): boolean {
-  const timeout = handedOverTimeout(run);
+  const timeout = attemptTimeout(run);
   return timeout !== null && timeout.getTime() <= now.getTime();
 }
 
 /**
- * The timeout a handed-over attempt runs under: the one its first hand-over recorded with its
- * `timesOutAt`. `jobTimeoutSeconds` (the job's now) stands in for a run handed over before the
- * run kept it.
+ * The timeout an async attempt runs under: the one its first delivery recorded with its
+ * `timesOutAt`. `jobTimeoutSeconds` (the job's now) stands in for a run not delivered yet, or
+ * delivered before the run kept it.
  */
 export function attemptTimeoutSeconds(
   run: Pick<Run, "handedOverTimeoutSeconds">,

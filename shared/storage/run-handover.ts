@@ -12,10 +12,12 @@ const NOT_THIS_TOKEN = "(attribute_not_exists(runTokenHash) OR runTokenHash <> :
 /**
  * Before an async delivery is sent: the run keeps the hash of the run token the delivery carries
  * (and the previous delivery's, so that a token of the start before answers as stale), with a
- * lease from now and its history kept for the retention after `keepUntil` (when the attempt can
- * time out: its target may run it with no hand-over recorded, should the worker die after the
- * 202), under this start's fence. A start still unwritten is written with it: the
- * target may call back under the new fence before it answers. Throws FenceLostError when the run
+ * lease from now, under this start's fence. The attempt's first delivery records when it times
+ * out and the timeout that counts (`timesOutAt`, `handedOverTimeoutSeconds`; a later start's
+ * write keeps them), and its history is kept for the retention after that instant: its target may
+ * run it with no hand-over recorded, should the worker die after the 202, and a later start of it
+ * must neither count the timeout from itself nor let TTL delete it. A start still unwritten is
+ * written with it: the target may call back under the new fence before it answers. Throws FenceLostError when the run
  * is no longer held, RunCancelledError once a cancel of it was asked.
  *
  * A write that fails its condition is this delivery's own, applied before (its answer lost), only
@@ -29,7 +31,11 @@ export async function recordRunToken(
   engine: Engine,
   run: HeldRun,
   tokenHash: string,
-  keepUntil: Date,
+  attempt: {
+    /** When the attempt times out: its first start plus `timeoutSeconds`, or as recorded before. */
+    readonly timesOutAt: Date;
+    readonly timeoutSeconds: number;
+  },
   now: Date,
 ): Promise<void> {
   const leaseUntil = new Date(now.getTime() + engine.settings.leaseMs);
@@ -38,7 +44,7 @@ export async function recordRunToken(
   // side reads the item as it was: the previous hash is the one this write replaces (its own on
   // the run's first delivery).
   const set = [
-    "#status = :running, leaseUntil = :leaseUntil, previousRunTokenHash = if_not_exists(runTokenHash, :tokenHash), runTokenHash = :tokenHash, expiresAt = :expiresAt",
+    "#status = :running, leaseUntil = :leaseUntil, previousRunTokenHash = if_not_exists(runTokenHash, :tokenHash), runTokenHash = :tokenHash, timesOutAt = if_not_exists(timesOutAt, :timesOutAt), handedOverTimeoutSeconds = if_not_exists(handedOverTimeoutSeconds, :timeoutSeconds), expiresAt = :expiresAt",
     ...held.startSets,
   ].join(", ");
   try {
@@ -56,7 +62,9 @@ export async function recordRunToken(
           ":running": "RUNNING",
           ":leaseUntil": leaseUntil.toISOString(),
           ":tokenHash": tokenHash,
-          ":expiresAt": runExpiresAt(keepUntil, engine.settings),
+          ":timesOutAt": attempt.timesOutAt.toISOString(),
+          ":timeoutSeconds": attempt.timeoutSeconds,
+          ":expiresAt": runExpiresAt(attempt.timesOutAt, engine.settings),
           ...held.values,
         },
         ReturnValuesOnConditionCheckFailure: "ALL_OLD",

@@ -352,6 +352,54 @@ describe("async mode (long jobs)", () => {
     expect((await callBack(second.heartbeatUrl, second.token)).status).toBe(409);
   });
 
+  it("a run whose worker died after the target's 202, before recording the hand-over, keeps its first start's timeout when started again", async () => {
+    const jobId = await createAsyncJob({ timeoutSeconds: 120, retry: { maxAttempts: 1 } });
+    const dying = withFaults(api.fixture.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) => String(input.UpdateExpression).includes("handedOverAt"),
+      error: () => new Error("worker died"),
+    });
+    const before = target.handOffs.length;
+    try {
+      await expect(processNext(jobId, { ...worker, engine: dying.engine })).rejects.toThrow(
+        "worker died",
+      );
+    } finally {
+      dying.destroy();
+    }
+    const first = target.handOffs[before];
+    if (first === undefined) throw new Error("not delivered");
+    const firstStart = Date.parse(String((await runOf(jobId, first.runId)).startedAt));
+    const timesOutAt = new Date(firstStart + 120_000).toISOString();
+
+    // The target goes quiet: the lease lapses, the reaper sends the run again, and the target
+    // takes the new delivery over. The attempt still times out 120 s after its first start.
+    advance(LEASE_MS + 1 + REAPER_SETTLE_MS);
+    expect((await reap(api.fixture.engine, { now })).resent).toBe(1);
+    const second = await deliver(jobId);
+    expect(second).toMatchObject({ runId: first.runId, attempt: 1 });
+    expect(await runOf(jobId, first.runId)).toMatchObject({
+      status: "running",
+      fence: 2,
+      timesOutAt,
+    });
+    const beat = await callBack(second.heartbeatUrl, second.token);
+    expect(beat.body).toMatchObject({ timesOutAt });
+
+    // Quiet again, past 120 s from the first start: the next start ends the attempt as timed out
+    // instead of delivering it with a timeout of its own.
+    advance(LEASE_MS + 1 + REAPER_SETTLE_MS);
+    expect((await reap(api.fixture.engine, { now })).resent).toBe(1);
+    const delivered = target.handOffs.length;
+    expect(await processNext(jobId)).toBeGreaterThanOrEqual(1);
+    expect(target.handOffs.length).toBe(delivered);
+    expect(await runOf(jobId, first.runId)).toMatchObject({
+      status: "dead",
+      error: "timed out after 120 s",
+    });
+  });
+
   it("a handed-over attempt past its timeout is not delivered again after an edit of the job to sync mode: it times out", async () => {
     const jobId = await createAsyncJob({ timeoutSeconds: 30, retry: { maxAttempts: 1 } });
     const handOff = await deliver(jobId);

@@ -19,7 +19,7 @@ export const HeartbeatSchema = z
     }),
     timesOutAt: z.string().nullable().openapi({
       description:
-        "When the run times out (its start plus the job's timeoutSeconds): a heartbeat or completion after it ends the run as timed out.",
+        "When the run times out (the attempt's first start plus the job's timeoutSeconds): a heartbeat or completion after it ends the run as timed out.",
     }),
   })
   .openapi("RunHeartbeat");

@@ -96,7 +96,7 @@ export const RunSchema = z
     }),
     timesOutAt: z.string().nullable().optional().openapi({
       description:
-        "Async mode: when the run times out (its start plus the job's timeoutSeconds); a heartbeat or completion after it ends the run as timed out.",
+        "Async mode: when the run times out (the attempt's first start plus the job's timeoutSeconds); a heartbeat or completion after it ends the run as timed out.",
     }),
     cancelRequestedAt: z.string().nullable().openapi({
       description:
