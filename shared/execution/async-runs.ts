@@ -439,15 +439,14 @@ async function completedBefore(
   fence: number,
   completion: AsyncCompletion,
 ): Promise<Run> {
+  // Started again, cancelled, or still running: no ending of this token's completion.
+  if (run.fence !== fence || !ENDED.has(run.status)) throw staleToken(run, fence);
   const job = await getJob(engine, run.jobId);
-  if (!endedSoByToken(run, token, fence, completion, timesOutAtFor(run, job))) {
-    const why = staleWhy(run, fence);
-    const endedUnderToken = run.fence === fence && ENDED.has(run.status);
+  if (!endedSoByToken(run, token, fence, completion, timesOutAtFor(run, job)))
     throw new RunTokenStaleError(
       run,
-      endedUnderToken ? `${why}, not as this completion reports (${completion.status})` : why,
+      `${staleWhy(run, fence)}, not as this completion reports (${completion.status})`,
     );
-  }
   if (job !== null) await repairJobAfterRun(engine, job, run);
   return run;
 }
