@@ -29,6 +29,47 @@ async function firstRuns(list: AsyncIterable<Run>, limit: number): Promise<Run[]
 /** An instant flag as given, or the present for `now`. */
 const instantFlag = (value: string): string | Date => (value === "now" ? new Date() : value);
 
+const INSTANT =
+  /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d{1,9}))?)?(Z|[+-]\d{2}(?::?\d{2})?)?$/;
+
+/**
+ * `--since`: an ISO-8601 date-time with "Z" or a UTC offset, as the API takes its instants, in ms.
+ * Date.parse took far more and read it otherwise: `1` and `Dec 3` as days of 2001, a time without
+ * a zone in the machine's own, and February 30 as March 2; here each is a usage error.
+ */
+function sinceInstant(raw: string): number {
+  const match = INSTANT.exec(raw.trim());
+  const problem = (why: string) =>
+    new InvalidArgumentError(
+      `${JSON.stringify(raw)} ${why}; give an ISO-8601 date-time with "Z" or a UTC offset, such as 2026-03-08T07:30:00Z or 2026-03-08T02:30:00-05:00.`,
+    );
+  if (match === null) throw problem("is not an ISO-8601 date-time");
+  const [, year, month, day, hour, minute, second = "0", fraction = "0", offset] = match;
+  if (offset === undefined) throw problem("has no Z or UTC offset, so it names no one instant");
+  const fields = [year, month, day, hour, minute, second].map(Number);
+  const [y = 0, mo = 0, d = 0, h = 0, mi = 0, s = 0] = fields;
+  const time = new Date(0);
+  time.setUTCFullYear(y, mo - 1, d);
+  time.setUTCHours(h, mi, s, Number(fraction.slice(0, 3).padEnd(3, "0")));
+  const [sign, offsetHours, offsetMinutes] =
+    offset === "Z"
+      ? [1, 0, 0]
+      : [offset.startsWith("-") ? -1 : 1, Number(offset.slice(1, 3)), Number(offset.slice(-2))];
+  const real =
+    time.getUTCFullYear() === y &&
+    time.getUTCMonth() === mo - 1 &&
+    time.getUTCDate() === d &&
+    time.getUTCHours() === h &&
+    time.getUTCMinutes() === mi &&
+    time.getUTCSeconds() === s &&
+    offsetHours <= 23 &&
+    (offset.length <= 3 || offsetMinutes <= 59);
+  if (!real) throw problem("is not a real date-time");
+  const offsetMs =
+    offset.length <= 3 ? offsetHours * 3_600_000 : (offsetHours * 60 + offsetMinutes) * 60_000;
+  return time.getTime() - sign * offsetMs;
+}
+
 /** `--status succeeded,failed`: run statuses separated by commas. */
 function runStatuses(value: string): RunStatus[] {
   const names = value.split(",").map((name) => name.trim().toLowerCase());
@@ -115,7 +156,8 @@ export function runsCommand(program: Command, io: CliIo): void {
     .option("--interval <ms>", "between polls", positiveWholeNumber(MAX_TIMEOUT_MS), 2000)
     .option(
       "--since <instant>",
-      "runs that ended at or after this ISO-8601 instant are shown as new (default: when the command started)",
+      "runs that ended at or after this ISO-8601 instant (with Z or an offset) are shown as new (default: when the command started)",
+      sinceInstant,
     )
     .option(
       "--count <n>",
@@ -130,7 +172,7 @@ export function runsCommand(program: Command, io: CliIo): void {
     .action(
       async (
         jobId: string,
-        flags: { interval: number; count?: number; timeout?: number; since?: string },
+        flags: { interval: number; count?: number; timeout?: number; since?: number },
         command: Command,
       ) => {
         const context = contextOf(command, io);
@@ -142,12 +184,7 @@ export function runsCommand(program: Command, io: CliIo): void {
         };
         const line = (run: Run) =>
           `${context.format === "json" ? json(run, 0) : fixedColumns(runRow(run))}\n`;
-        const since =
-          flags.since === undefined
-            ? (io.startedAt ?? new Date()).getTime()
-            : Date.parse(flags.since);
-        if (Number.isNaN(since))
-          throw new InvalidArgumentError(`--since: "${flags.since}" is not an ISO-8601 instant`);
+        const since = flags.since ?? (io.startedAt ?? new Date()).getTime();
         const before = await everyRun();
         // A run that ended since `since` is news even when it ended before the first read.
         const endedBefore = (run: Run) =>

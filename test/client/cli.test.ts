@@ -640,6 +640,30 @@ describe("runs and dead letters", () => {
     ]);
     expect(watched.code, watched.err).toBe(EXIT.ok);
     expect(JSON.parse(watched.out)).toEqual(runs[0]);
+    // The same instant written in New York's winter offset, and a minute after it in Kolkata's.
+    const inOffset = (ms: number, minutes: number, offset: string) =>
+      `${new Date(ms + minutes * 60_000).toISOString().slice(0, -1)}${offset}`;
+    const sinceMs = Date.parse(since);
+    const watchSince = (instant: string) =>
+      cli([
+        "-o",
+        "json",
+        "runs",
+        "watch",
+        job.id,
+        "--since",
+        instant,
+        "--count",
+        "1",
+        "--timeout",
+        "1",
+      ]);
+    const same = await watchSince(inOffset(sinceMs, -300, "-05:00"));
+    expect(same.code, same.err).toBe(EXIT.ok);
+    expect(JSON.parse(same.out)).toEqual(runs[0]);
+    const finishedMs = Date.parse(runs[0]?.finishedAt ?? "");
+    const after = await watchSince(inOffset(finishedMs + 60_000, 330, "+0530"));
+    expect(after.code).toBe(EXIT.timedOut);
     const late = await cli(["runs", "watch", job.id, "--count", "1", "--timeout", "1"]);
     expect(late.code).toBe(EXIT.timedOut);
     expect((await cli(["runs", "watch", job.id, "--since", "soon"])).code).toBe(EXIT.usage);
@@ -669,6 +693,37 @@ describe("runs and dead letters", () => {
       ]);
       expect(code, `${flag} ${value}: ${err}`).toBe(EXIT.usage);
       expect(err).toContain(flag);
+    }
+  });
+
+  it("runs watch: a --since that is not an ISO-8601 instant with Z or an offset exits 2 naming it, before any request", async () => {
+    const cases = [
+      // Date.parse reads these as a year (2001), a day of 2001, and the machine's own time zone.
+      "1",
+      "Dec 3",
+      "2026-12-03T13:00",
+      "2026-12-03",
+      // Not a real day: Date.parse rolls it over to March 2.
+      "2026-02-30T00:00:00Z",
+      "2026-12-03T24:00:00Z",
+      "2026-12-03T13:00:00+25:00",
+      "soon",
+    ];
+    for (const since of cases) {
+      // Nobody listens there: a request would exit 9 (cannot reach the API).
+      const { code, out, err } = await runCaptured([
+        "--api",
+        "http://127.0.0.1:9",
+        "runs",
+        "watch",
+        "01J0000000000000000000000X",
+        "--since",
+        since,
+      ]);
+      expect(code, `--since ${since}: ${err}`).toBe(EXIT.usage);
+      expect(err).toContain("--since");
+      expect(err).toContain(JSON.stringify(since));
+      expect(out).toBe("");
     }
   });
 
