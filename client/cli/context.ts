@@ -2,6 +2,7 @@ import { type Command, InvalidArgumentError } from "commander";
 import ipaddr from "ipaddr.js";
 import { bearerKeyProblem } from "../auth.js";
 import { type ClientAuth, SchedulerClient } from "../index.js";
+import { signingRegion } from "../sigv4.js";
 import { MAX_TIMEOUT_MS } from "../transport.js";
 import { CliExit, EXIT } from "./exit-codes.js";
 import { type CliIo, json, type OutputFormat } from "./output.js";
@@ -106,6 +107,20 @@ function apiUrlFrom(flags: GlobalFlags, io: CliIo): string {
   return api;
 }
 
+/**
+ * The auth with the region SigV4 signs for: --region, else the one an execute-api host names, else
+ * AWS_REGION or AWS_DEFAULT_REGION. None (a custom domain, the sandbox with --profile) is a usage
+ * error naming --region, before any request: it was thrown as a failure (exit 1).
+ */
+function withRegion(auth: ClientAuth, api: string, io: CliIo): ClientAuth {
+  if (auth.kind !== "sigv4" || auth.region !== undefined) return auth;
+  try {
+    return { ...auth, region: signingRegion(new URL(api), io.env) };
+  } catch (error) {
+    throw new CliExit(EXIT.usage, `${(error as Error).message}, or give --region`);
+  }
+}
+
 /** What every command's action gets: the client for the global flags, and how to print. */
 class CommandContext {
   readonly client: SchedulerClient;
@@ -118,7 +133,7 @@ class CommandContext {
     const api = apiUrlFrom(flags, io);
     this.client = new SchedulerClient({
       baseUrl: api,
-      auth: authFrom(flags, api, io),
+      auth: withRegion(authFrom(flags, api, io), api, io),
       ...(flags.requestTimeout === undefined
         ? {}
         : { timeoutMs: Math.ceil(flags.requestTimeout * 1000) }),

@@ -27,7 +27,10 @@ export const EXIT = {
   conflict: 5,
   /** The job changed since the version the edit was based on (412). */
   versionConflict: 6,
-  /** Missing or unknown credentials (401, or API Gateway's 403 for a refused signature). */
+  /**
+   * Missing or unknown credentials (401, or API Gateway's 403 for a refused signature), or no AWS
+   * credentials to sign with.
+   */
   unauthorized: 7,
   /**
    * Try again: the API is busy with the same job (503), over the requests per second (429), or
@@ -80,6 +83,17 @@ const BY_CODE: Readonly<Record<ErrorCode, number>> = {
   unexpected_response: EXIT.failed,
 };
 
+/**
+ * The AWS SDK's error for credentials its chain could not find or load (no profile, keys or role;
+ * a profile that names none; an SSO session to sign in to again): nothing was sent.
+ */
+export function isMissingCredentials(error: unknown): error is Error {
+  return (
+    error instanceof Error &&
+    (error.name === "CredentialsProviderError" || error.name === "TokenProviderError")
+  );
+}
+
 /** Node's fetch fails with a TypeError whose cause names the network error. */
 export function isUnreachable(error: unknown): boolean {
   return error instanceof TypeError && error.message === "fetch failed";
@@ -105,6 +119,7 @@ export function exitCodeOf(error: unknown): number {
   if (error instanceof RequestTimeoutError)
     return REPEATABLE_METHODS.has(error.method) ? EXIT.busy : EXIT.failed;
   if (error instanceof CliExit) return error.exitCode;
+  if (isMissingCredentials(error)) return EXIT.unauthorized;
   if (error instanceof WaitTimeoutError) return EXIT.timedOut;
   if (isUnreachable(error)) return EXIT.unreachable;
   return EXIT.failed;

@@ -3,7 +3,7 @@ import { isSchedulerApiError, SchedulerClientError, VersionConflictError } from 
 import { brokeOnceOpen } from "../retries.js";
 import { DEFAULT_TIMEOUT_MS } from "../transport.js";
 import { DEFAULT_API, positiveSeconds } from "./context.js";
-import { EXIT, exitCodeOf, isUnreachable } from "./exit-codes.js";
+import { EXIT, exitCodeOf, isMissingCredentials, isUnreachable } from "./exit-codes.js";
 import { jobsCommand } from "./jobs.js";
 import { type CliIo, json as jsonText, printable } from "./output.js";
 import { quotasCommand } from "./quotas.js";
@@ -116,9 +116,11 @@ function report(error: unknown, json: boolean, io: CliIo): void {
     ? `the connection to the API broke after the request was sent (${String((error as Error).cause)}): it may have been applied; read before sending it again`
     : isUnreachable(error)
       ? `cannot reach the API: ${String((error as Error).cause ?? (error as Error).message)}`
-      : error instanceof Error
-        ? error.message
-        : String(error);
+      : isMissingCredentials(error)
+        ? `no AWS credentials to sign requests with (${error.message}): give --key for a bearer key, or --profile NAME (after aws sso login for an SSO profile), or AWS credentials in the environment`
+        : error instanceof Error
+          ? error.message
+          : String(error);
   io.stderr(json ? `${jsonText({ error: { message } }, 0)}\n` : `error: ${printable(message)}\n`);
 }
 

@@ -1018,6 +1018,73 @@ describe("credentials, reachability, help", () => {
     }
   });
 
+  it("SigV4 with no credentials to be found exits 7, and with no region exits 2 naming --region; nothing is sent", async () => {
+    const requests: string[] = [];
+    const server = createServer((request, response) => {
+      requests.push(`${request.method} ${request.url}`);
+      response.writeHead(500).end();
+    });
+    await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
+    const api = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    const home = await mkdtemp(join(tmpdir(), "cli-no-aws-"));
+    // No AWS configuration, keys or instance role: the default chain finds nothing.
+    const env = {
+      PATH: process.env.PATH ?? "",
+      HOME: home,
+      AWS_CONFIG_FILE: join(home, "config"),
+      AWS_SHARED_CREDENTIALS_FILE: join(home, "credentials"),
+      AWS_EC2_METADATA_DISABLED: "true",
+    };
+    const bin = (args: string[], extra: Record<string, string> = {}) =>
+      new Promise<CliOutcome>((done, fail) => {
+        const child = spawn(process.execPath, ["bin/scheduler.mjs", "--api", api, ...args], {
+          cwd: REPO,
+          env: { ...env, ...extra },
+          stdio: ["ignore", "pipe", "pipe"],
+        });
+        let out = "";
+        let err = "";
+        child.stdout.on("data", (chunk: Buffer) => {
+          out += chunk.toString("utf8");
+        });
+        child.stderr.on("data", (chunk: Buffer) => {
+          err += chunk.toString("utf8");
+        });
+        child.once("error", fail);
+        child.once("exit", (code) => done({ code: code ?? -1, out, err }));
+      });
+    try {
+      const noCredentials = await bin(["--profile", "nosuch", "jobs", "list"], {
+        AWS_REGION: "eu-west-1",
+      });
+      expect(noCredentials.code, noCredentials.err).toBe(EXIT.unauthorized);
+      expect(noCredentials.err).toMatch(/^error: no AWS credentials to sign requests with/);
+      expect(noCredentials.err).toContain("--key");
+      const asJson = await bin([
+        "-o",
+        "json",
+        "--profile",
+        "nosuch",
+        "--region",
+        "eu-west-1",
+        "jobs",
+        "list",
+      ]);
+      expect(asJson.code, asJson.err).toBe(EXIT.unauthorized);
+      expect(asJson.out).toBe("");
+      expect(JSON.parse(asJson.err)).toEqual({
+        error: { message: expect.stringMatching(/^no AWS credentials/) },
+      });
+      const noRegion = await bin(["--profile", "nosuch", "jobs", "list"]);
+      expect(noRegion.code, noRegion.err).toBe(EXIT.usage);
+      expect(noRegion.err).toMatch(/^error: no region to sign requests to 127\.0\.0\.1:\d+ for/);
+      expect(noRegion.err).toContain("--region");
+      expect(requests).toEqual([]);
+    } finally {
+      await new Promise((done) => server.close(done));
+    }
+  }, 30_000);
+
   it("chooses the bearer key, the sandbox's key, or SigV4", () => {
     const io = { stdout: () => undefined, stderr: () => undefined };
     const flags = { output: "table" as const };
