@@ -31,6 +31,7 @@ export {
   type ListOptions,
   type PageOptions,
   type ReplayOptions,
+  type RequestOptions,
   type RotateOptions,
   type RunCompletion,
   type RunFilter,

@@ -1,4 +1,5 @@
 import { RequestTimeoutError } from "./errors.js";
+import { waitOrAbort } from "./requests.js";
 
 /**
  * Retries of requests the API answered 429 (over the tenant's requests per second) or 503 (busy:
@@ -10,7 +11,9 @@ import { RequestTimeoutError } from "./errors.js";
  * request of those that timed out (a RequestTimeoutError), or whose connection broke once it was
  * open (reset or closed by the other side), is retried too, after the same doubling wait: it may
  * have been applied, and sending it again does what sending it once does. A connection that could
- * not be made (refused, no such host) is not retried: nothing was sent.
+ * not be made (refused, no such host) is not retried: nothing was sent. The request's own signal
+ * (`signal` of a listing, or of `client.http`) aborting ends the wait before a retry at once, with
+ * its reason (an AbortError), as it ends the request itself.
  */
 export interface RetryOptions {
   /** Retries after the first request (default 3); 0 sends each request once. */
@@ -79,7 +82,32 @@ export function followsUnclearAttempt(response: Response): boolean {
   return afterUnclearAttempt.has(response);
 }
 
-const sleepFor = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+/**
+ * Waits `ms` before a retry of a request with `signal`, ended early when the signal aborts; then
+ * throws the signal's reason, as fetch does for an aborted request. The default timer is cleared
+ * on an abort, so it holds no process open; a `sleep` of the caller's own is raced with the abort.
+ */
+async function waitBeforeRetry(
+  sleep: ((ms: number) => Promise<void>) | undefined,
+  ms: number,
+  signal: AbortSignal,
+): Promise<void> {
+  signal.throwIfAborted();
+  if (sleep === undefined) await waitOrAbort(ms, signal);
+  else {
+    let stop: () => void = () => undefined;
+    const aborted = new Promise<void>((resolve) => {
+      stop = resolve;
+      signal.addEventListener("abort", stop, { once: true });
+    });
+    try {
+      await Promise.race([sleep(ms), aborted]);
+    } finally {
+      signal.removeEventListener("abort", stop);
+    }
+  }
+  signal.throwIfAborted();
+}
 
 /** Whether sending `request` twice does what sending it once does. */
 export function isRepeatable(request: Request): boolean {
@@ -109,7 +137,7 @@ function retryAfterMs(response: Response, now: number): number | null {
 export function retryingFetch(base: typeof fetch, options: RetryOptions = {}): typeof fetch {
   const attempts = options.attempts ?? DEFAULT_ATTEMPTS;
   const maxDelayMs = options.maxDelayMs ?? DEFAULT_MAX_DELAY_MS;
-  const sleep = options.sleep ?? sleepFor;
+  const sleep = options.sleep;
   const now = options.now ?? Date.now;
   if (attempts <= 0) return base;
   return async (input, init) => {
@@ -135,7 +163,7 @@ export function retryingFetch(base: typeof fetch, options: RetryOptions = {}): t
         const delay = BASE_DELAY_MS * 2 ** retry;
         if (delay > maxDelayMs) throw error;
         unclear = true;
-        await sleep(delay);
+        await waitBeforeRetry(sleep, delay, request.signal);
         continue;
       }
       if (!RETRIED_STATUSES.has(response.status) || retry >= attempts) return answer(response);
@@ -143,7 +171,7 @@ export function retryingFetch(base: typeof fetch, options: RetryOptions = {}): t
       if (delay > maxDelayMs) return answer(response);
       if (MAYBE_APPLIED_STATUSES.has(response.status)) unclear = true;
       await response.body?.cancel();
-      await sleep(delay);
+      await waitBeforeRetry(sleep, delay, request.signal);
     }
   };
 }

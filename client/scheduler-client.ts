@@ -56,10 +56,21 @@ export interface SchedulerClientOptions {
   readonly timeoutMs?: number;
 }
 
-export interface ListOptions {
+export interface ListOptions extends RequestOptions {
   /** Items per request (1-100); the iterator fetches as many pages as the caller reads. */
   readonly pageSize?: number;
 }
+
+export interface RequestOptions {
+  /**
+   * Aborts the request in flight, and the wait before a retry of it, with an AbortError: a
+   * listing's page, so a caller that stops (Ctrl-C) is not held until the API answers.
+   */
+  readonly signal?: AbortSignal;
+}
+
+const signalOf = (options: RequestOptions) =>
+  options.signal === undefined ? {} : { signal: options.signal };
 
 export interface PageOptions {
   readonly limit?: number;
@@ -238,16 +249,26 @@ class JobsApi {
   /** Every job of the caller, newest first, over as many pages as are read. */
   list(options: ListOptions & { status?: JobStatus } = {}): AsyncGenerator<Job, void, undefined> {
     return everyItem((cursor) =>
-      this.page({
-        ...(options.status ? { status: options.status } : {}),
-        ...(options.pageSize ? { limit: options.pageSize } : {}),
-        ...(cursor ? { cursor } : {}),
-      }),
+      this.page(
+        {
+          ...(options.status ? { status: options.status } : {}),
+          ...(options.pageSize ? { limit: options.pageSize } : {}),
+          ...(cursor ? { cursor } : {}),
+        },
+        signalOf(options),
+      ),
     );
   }
 
-  page(query: PageOptions & { status?: JobStatus } = {}): Promise<Page<Job>> {
-    return unwrap("GET /jobs", this.client.http.GET("/jobs", { params: { query } }), JOB_PAGE);
+  page(
+    query: PageOptions & { status?: JobStatus } = {},
+    options: RequestOptions = {},
+  ): Promise<Page<Job>> {
+    return unwrap(
+      "GET /jobs",
+      this.client.http.GET("/jobs", { params: { query }, ...signalOf(options) }),
+      JOB_PAGE,
+    );
   }
 }
 
@@ -260,11 +281,15 @@ class RunsApi {
    */
   list(jobId: string, options: ListOptions & RunFilter = {}): AsyncGenerator<Run, void, undefined> {
     return everyItem((cursor) =>
-      this.page(jobId, {
-        ...runQuery(options),
-        ...(options.pageSize ? { limit: options.pageSize } : {}),
-        ...(cursor ? { cursor } : {}),
-      }),
+      this.page(
+        jobId,
+        {
+          ...runQuery(options),
+          ...(options.pageSize ? { limit: options.pageSize } : {}),
+          ...(cursor ? { cursor } : {}),
+        },
+        signalOf(options),
+      ),
     );
   }
 
@@ -272,10 +297,14 @@ class RunsApi {
   page(
     jobId: string,
     query: PageOptions & { status?: string; from?: string; to?: string } = {},
+    options: RequestOptions = {},
   ): Promise<Page<Run>> {
     return unwrap(
       "GET /jobs/{id}/runs",
-      this.client.http.GET("/jobs/{id}/runs", { params: { path: { id: jobId }, query } }),
+      this.client.http.GET("/jobs/{id}/runs", {
+        params: { path: { id: jobId }, query },
+        ...signalOf(options),
+      }),
       RUN_PAGE,
     );
   }
@@ -306,17 +335,20 @@ class DeadLettersApi {
   /** Dead runs not yet replayed, newest first. */
   list(options: ListOptions = {}): AsyncGenerator<Run, void, undefined> {
     return everyItem((cursor) =>
-      this.page({
-        ...(options.pageSize ? { limit: options.pageSize } : {}),
-        ...(cursor ? { cursor } : {}),
-      }),
+      this.page(
+        {
+          ...(options.pageSize ? { limit: options.pageSize } : {}),
+          ...(cursor ? { cursor } : {}),
+        },
+        signalOf(options),
+      ),
     );
   }
 
-  page(query: PageOptions = {}): Promise<Page<Run>> {
+  page(query: PageOptions = {}, options: RequestOptions = {}): Promise<Page<Run>> {
     return unwrap(
       "GET /dead-letters",
-      this.client.http.GET("/dead-letters", { params: { query } }),
+      this.client.http.GET("/dead-letters", { params: { query }, ...signalOf(options) }),
       RUN_PAGE,
     );
   }

@@ -176,16 +176,27 @@ export function runsCommand(program: Command, io: CliIo): void {
         command: Command,
       ) => {
         const context = contextOf(command, io);
-        const everyRun = async () => {
+        // Every run, oldest first; null once Ctrl-C aborted the read (or the wait before a retry of
+        // it), which ends the watch at once rather than when the API answers.
+        const everyRun = async (): Promise<Run[] | null> => {
           const runs: Run[] = [];
-          for await (const run of context.client.runs.list(jobId, { pageSize: 100 }))
-            runs.push(run);
+          const listing = context.client.runs.list(jobId, {
+            pageSize: 100,
+            ...(io.signal === undefined ? {} : { signal: io.signal }),
+          });
+          try {
+            for await (const run of listing) runs.push(run);
+          } catch (error) {
+            if (io.signal?.aborted) return null;
+            throw error;
+          }
           return runs.reverse();
         };
         const line = (run: Run) =>
           `${context.format === "json" ? json(run, 0) : fixedColumns(runRow(run))}\n`;
         const since = flags.since ?? (io.startedAt ?? new Date()).getTime();
         const before = await everyRun();
+        if (before === null) return;
         // A run that ended since `since` is news even when it ended before the first read.
         const endedBefore = (run: Run) =>
           FINAL_RUN_STATUSES.includes(run.status) && Date.parse(run.finishedAt ?? "") < since;
@@ -202,7 +213,9 @@ export function runsCommand(program: Command, io: CliIo): void {
             : Date.now() + flags.timeout * 1000;
         let ended = 0;
         while (!io.signal?.aborted) {
-          for (const run of await everyRun()) {
+          const runs = await everyRun();
+          if (runs === null) return;
+          for (const run of runs) {
             if (seen.get(run.runId) === run.status) continue;
             seen.set(run.runId, run.status);
             // A queued run is a plan (the dispatcher queues minutes ahead): shown once it starts or ends.

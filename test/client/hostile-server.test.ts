@@ -600,3 +600,57 @@ describe("a bearer key that cannot go in a header", () => {
     expect(requests()).toEqual(["GET /jobs?limit=50"]);
   });
 });
+
+describe("Ctrl-C during runs watch", () => {
+  /** `runs watch` run in-process with a signal aborted (Ctrl-C) once a request reached the server. */
+  async function interruptedWatch() {
+    const interrupt = new AbortController();
+    let stderr = "";
+    let stdout = "";
+    const started = Date.now();
+    const exited = runCli(
+      ["--api", baseUrl, "--key", key, "runs", "watch", "01J0000000000000000000000X"],
+      {
+        stdout: (text) => {
+          stdout += text;
+        },
+        stderr: (text) => {
+          stderr += text;
+        },
+        env: {},
+        signal: interrupt.signal,
+      },
+    );
+    await arrived(() => expect(received.length).toBeGreaterThanOrEqual(1));
+    const interruptedAt = Date.now();
+    interrupt.abort();
+    const code = await exited;
+    return {
+      code,
+      stdout,
+      stderr,
+      stoppedInMs: Date.now() - interruptedAt,
+      ranMs: Date.now() - started,
+    };
+  }
+
+  it("in the wait before a retry of a 503 (Retry-After 5): ends at once, exit 0, nothing sent after", async () => {
+    behave = (_, response) => {
+      response.writeHead(503, { "Content-Type": "application/json", "Retry-After": "5" });
+      response.end(JSON.stringify({ error: { code: "busy", message: "busy" } }));
+    };
+    const watched = await interruptedWatch();
+    expect(watched.code, watched.stderr).toBe(EXIT.ok);
+    expect(watched.stoppedInMs).toBeLessThan(1000);
+    expect(watched.stderr).toBe("");
+    expect(requests()).toEqual([`GET /jobs/01J0000000000000000000000X/runs?limit=100`]);
+  });
+
+  it("with a poll the API has not answered: ends at once, exit 0", async () => {
+    behave = silent;
+    const watched = await interruptedWatch();
+    expect(watched.code, watched.stderr).toBe(EXIT.ok);
+    expect(watched.stoppedInMs).toBeLessThan(1000);
+    expect(watched.stderr).toBe("");
+  });
+});

@@ -1,6 +1,6 @@
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
 import { EXIT } from "../../client/cli/exit-codes.js";
 import {
   isSchedulerApiError,
@@ -127,6 +127,31 @@ describe("the client retries a 429 or 503 of a request safe to repeat", () => {
     expect(await client.health()).toEqual({ status: "ok" });
     expect(waits).toEqual([2000]);
     expect(received.map((r) => `${r.method} ${r.path}`)).toEqual(["GET /health", "GET /health"]);
+  });
+
+  it("a listing's signal aborting in the wait before a retry throws its AbortError at once; nothing more is sent", async () => {
+    always = refused(503, "5");
+    const interrupt = new AbortController();
+    const client = new SchedulerClient({
+      baseUrl,
+      auth: { kind: "bearer", key: "k" },
+      // A wait of the caller's own that never ends: only the abort ends it.
+      retry: { sleep: () => new Promise<void>(() => undefined) },
+    });
+    const listing = client.runs.list("01JOB", { signal: interrupt.signal }).next();
+    await vi.waitFor(() => expect(received).toHaveLength(1));
+    interrupt.abort();
+    expect((await rejection(listing, DOMException)).name).toBe("AbortError");
+    // The default wait, a timer, ends with the abort too.
+    const waiting = new AbortController();
+    const defaultWait = new SchedulerClient({ baseUrl, auth: { kind: "bearer", key: "k" } });
+    const started = Date.now();
+    const jobs = defaultWait.jobs.list({ signal: waiting.signal }).next();
+    await vi.waitFor(() => expect(received).toHaveLength(2));
+    waiting.abort();
+    expect((await rejection(jobs, DOMException)).name).toBe("AbortError");
+    expect(Date.now() - started).toBeLessThan(4000);
+    expect(received.map((r) => r.path)).toEqual(["/jobs/01JOB/runs", "/jobs"]);
   });
 
   it("a 503 without Retry-After waits 0.5 s, then twice as long each retry", async () => {
