@@ -24,14 +24,13 @@ export {
   type WaitForRunOptions,
 } from "./job-handle.js";
 export type { Page } from "./paging.js";
-export { type WaitOptions, WaitTimeoutError } from "./requests.js";
+export { type RequestOptions, type WaitOptions, WaitTimeoutError } from "./requests.js";
 export type { RetryOptions } from "./retries.js";
 export {
   type CreateOptions,
   type ListOptions,
   type PageOptions,
   type ReplayOptions,
-  type RequestOptions,
   type RotateOptions,
   type RunCompletion,
   type RunFilter,

@@ -1,6 +1,13 @@
 import { JOB, PREVIEW, RUN } from "./answers.js";
 import { errorOf, isSchedulerApiError, VersionConflictError } from "./errors.js";
-import { pollForRun, unwrap, unwrapWithResponse, type WaitOptions } from "./requests.js";
+import {
+  pollForRun,
+  type RequestOptions,
+  signalOf,
+  unwrap,
+  unwrapWithResponse,
+  type WaitOptions,
+} from "./requests.js";
 import { followsUnclearAttempt } from "./retries.js";
 import type { ListOptions, RunFilter, SchedulerClient } from "./scheduler-client.js";
 import {
@@ -215,8 +222,8 @@ export class JobHandle {
     return this.client.runs.list(this.id, options);
   }
 
-  run(runId: string): Promise<Run> {
-    return this.client.runs.get(this.id, runId);
+  run(runId: string, options: RequestOptions = {}): Promise<Run> {
+    return this.client.runs.get(this.id, runId, options);
   }
 
   /**
@@ -228,7 +235,8 @@ export class JobHandle {
     const until = options.until ?? FINAL_RUN_STATUSES;
     const reached = async () => {
       const runs: Run[] = [];
-      for await (const run of this.runs({ pageSize: 100, status: until })) runs.push(run);
+      const listing = this.runs({ pageSize: 100, status: until, ...signalOf(options) });
+      for await (const run of listing) runs.push(run);
       return runs;
     };
     const before = new Set((await reached()).map((run) => run.runId));

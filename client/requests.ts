@@ -25,6 +25,18 @@ export class WaitTimeoutError extends Error {
   }
 }
 
+export interface RequestOptions {
+  /**
+   * Aborts the request in flight, and the wait before a retry of it, with an AbortError: so a
+   * caller that stops (Ctrl-C, a wait given up) is not held until the API answers.
+   */
+  readonly signal?: AbortSignal;
+}
+
+/** The `signal` option of openapi-fetch's request, when one is given. */
+export const signalOf = (options: RequestOptions) =>
+  options.signal === undefined ? {} : { signal: options.signal };
+
 type Result<T> = { data?: T; error?: unknown; response: Response };
 
 /** An operation as the API reference names it: its method and path template ("GET /jobs/{id}"). */

@@ -15,7 +15,14 @@ import { authMiddleware, type ClientAuth } from "./auth.js";
 import type { components, paths } from "./generated/api.js";
 import { JobHandle } from "./job-handle.js";
 import { everyItem, type Page } from "./paging.js";
-import { pollForRun, unwrap, unwrapWithResponse, type WaitOptions } from "./requests.js";
+import {
+  pollForRun,
+  type RequestOptions,
+  signalOf,
+  unwrap,
+  unwrapWithResponse,
+  type WaitOptions,
+} from "./requests.js";
 import { type RetryOptions, retryingFetch } from "./retries.js";
 import { boundedFetch, DEFAULT_TIMEOUT_MS } from "./transport.js";
 import {
@@ -60,17 +67,6 @@ export interface ListOptions extends RequestOptions {
   /** Items per request (1-100); the iterator fetches as many pages as the caller reads. */
   readonly pageSize?: number;
 }
-
-export interface RequestOptions {
-  /**
-   * Aborts the request in flight, and the wait before a retry of it, with an AbortError: a
-   * listing's page, so a caller that stops (Ctrl-C) is not held until the API answers.
-   */
-  readonly signal?: AbortSignal;
-}
-
-const signalOf = (options: RequestOptions) =>
-  options.signal === undefined ? {} : { signal: options.signal };
 
 export interface PageOptions {
   readonly limit?: number;
@@ -181,13 +177,16 @@ export class SchedulerClient {
     );
   }
 
-  /** Waits until the run reaches a final status (or one of `until`), polling GET of the run. */
+  /**
+   * Waits until the run reaches a final status (or one of `until`), polling GET of the run; its
+   * `signal` aborts the poll in flight too.
+   */
   waitForRun(jobId: string, runId: string, options: WaitOptions = {}): Promise<Run> {
     const until = options.until ?? FINAL_RUN_STATUSES;
     return pollForRun(
       `run ${runId}`,
       async () => {
-        const run = await this.runs.get(jobId, runId);
+        const run = await this.runs.get(jobId, runId, signalOf(options));
         return { done: until.includes(run.status) ? run : null, seen: run };
       },
       options,
@@ -309,10 +308,13 @@ class RunsApi {
     );
   }
 
-  get(jobId: string, runId: string): Promise<Run> {
+  get(jobId: string, runId: string, options: RequestOptions = {}): Promise<Run> {
     return unwrap(
       "GET /jobs/{id}/runs/{runId}",
-      this.client.http.GET("/jobs/{id}/runs/{runId}", { params: { path: { id: jobId, runId } } }),
+      this.client.http.GET("/jobs/{id}/runs/{runId}", {
+        params: { path: { id: jobId, runId } },
+        ...signalOf(options),
+      }),
       RUN,
     );
   }

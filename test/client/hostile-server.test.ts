@@ -197,6 +197,25 @@ describe("a request that takes too long", () => {
     expect(error.name).toBe("AbortError");
   });
 
+  it("waitForRun's signal aborts the poll in flight, not only the wait between polls", async () => {
+    const { client } = clientWith(10_000);
+    for (const wait of [
+      (signal: AbortSignal) => client.waitForRun("01JOB", "01RUN", { signal }),
+      (signal: AbortSignal) => client.jobs.handle("01JOB").waitForRun({ signal }),
+    ]) {
+      received = [];
+      const caller = new AbortController();
+      const pending = wait(caller.signal);
+      await arrived(() => expect(received).toHaveLength(1));
+      const abortedAt = Date.now();
+      caller.abort();
+      const error = await rejection(pending, DOMException);
+      expect(error.name).toBe("AbortError");
+      // The API never answers: only the abort ends the wait, well before the 10 s limit.
+      expect(Date.now() - abortedAt).toBeLessThan(2000);
+    }
+  });
+
   it("the CLI: --request-timeout, exit 8 for a read; 1 for a POST, which may have been applied; a bad value exits 2", async () => {
     const read = await cli([
       "--api",
