@@ -190,10 +190,22 @@ function gatewayMessage(body: unknown): string | null {
   return isRecord(body) && typeof body.message === "string" ? body.message : null;
 }
 
+/**
+ * The seconds a `Retry-After` asks to wait: its number, or the whole seconds from now to its HTTP
+ * date (a proxy's form, which the retries wait for too); undefined without one that parses.
+ */
+function retryAfterSecondsOf(header: string | null): number | undefined {
+  const value = header?.trim() ?? "";
+  if (value === "") return undefined;
+  const seconds = Number(value);
+  if (Number.isFinite(seconds)) return seconds;
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? undefined : Math.max(0, Math.ceil((at - Date.now()) / 1000));
+}
+
 /** The error an answer that is not a success, to a request sent with `method`, stands for. */
 export function errorOf(response: Response, body: unknown, method: string): SchedulerApiError {
-  const retryAfter = Number(response.headers.get("retry-after") ?? Number.NaN);
-  const retryAfterSeconds = Number.isFinite(retryAfter) ? retryAfter : undefined;
+  const retryAfterSeconds = retryAfterSecondsOf(response.headers.get("retry-after"));
   const gatewayCode = isErrorBody(body) ? undefined : GATEWAY_CODES[response.status];
   if (gatewayCode !== undefined) {
     const text = gatewayMessage(body) ?? (typeof body === "string" ? body : JSON.stringify(body));

@@ -203,6 +203,16 @@ describe("the client retries a 429 or 503 of a request safe to repeat", () => {
     expect(received).toHaveLength(1);
   });
 
+  it("a Retry-After given as an HTTP date too far off is not waited for: the error says how long, in seconds", async () => {
+    script = [refused(503, new Date(Date.now() + 60_000).toUTCString())];
+    const { client, waits } = clientWith({ maxDelayMs: 5_000 });
+    const error = await rejection(client.health(), SchedulerApiError);
+    expect(error.code).toBe("busy");
+    expect(error.retryAfterSeconds).toBeGreaterThanOrEqual(55);
+    expect(error.retryAfterSeconds).toBeLessThanOrEqual(60);
+    expect(waits).toEqual([]);
+  });
+
   it("a POST without an Idempotency-Key is sent once; with one, it is sent again with the same body", async () => {
     script = [refused(503, "1")];
     const { client, waits } = clientWith();
