@@ -285,9 +285,25 @@ function definitionFrom(flags: DefinitionFlags): Record<string, unknown> {
 export function createBodyFrom(
   flags: DefinitionFlags & { type?: string; idempotencyKey?: string },
 ): NewJob {
+  // "none" on create is no end and no window: the field left out (a create takes no null there),
+  // the --body's or --file's too.
+  const cleared = new Set<string>(
+    (
+      [
+        ["endAt", flags.endAt],
+        ["maxRuns", flags.maxRuns],
+        ["window", flags.window],
+      ] as const
+    )
+      .filter(([, value]) => value === NONE)
+      .map(([field]) => field),
+  );
+  const body = Object.fromEntries(
+    Object.entries(definitionFrom(flags)).filter(([field]) => !cleared.has(field)),
+  );
   // Sent as given; the API's 400 names a missing or unknown type or schedule.
   return defined({
-    ...definitionFrom(flags),
+    ...body,
     ...(flags.type !== undefined ? { type: flags.type } : {}),
   }) as NewJob;
 }

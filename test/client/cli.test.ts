@@ -331,6 +331,26 @@ describe("jobs", () => {
     expect(edited).toMatchObject({ endAt: null, maxRuns: 3 });
     const cleared = await json<Job>("jobs", "edit", job.id, "--max-runs", "none");
     expect(cleared).toMatchObject({ endAt: null, maxRuns: null });
+    // On create, as its --help says of each, none is no end and no window: over --body's too.
+    const unended = await json<Job>(
+      "jobs",
+      "create",
+      "--type",
+      "noop",
+      "--every",
+      "PT1H",
+      "--start-at",
+      tomorrow(),
+      "--body",
+      JSON.stringify({ endAt, maxRuns: 4, window: "PT5M" }),
+      "--end-at",
+      "none",
+      "--max-runs",
+      "none",
+      "--window",
+      "none",
+    );
+    expect(unended).toMatchObject({ endAt: null, maxRuns: null, window: null });
     const refused = await failing(
       EXIT.invalid,
       "jobs",
