@@ -60,8 +60,10 @@ function plainHttpCheck(source: string, api: URL, flags: GlobalFlags): void {
  * SDK's default credential chain (AWS_PROFILE, SSO, environment keys, a role).
  */
 export function authFrom(flags: GlobalFlags, api: string, io: CliIo): ClientAuth {
-  const key = flags.key ?? io.env.SCHEDULER_API_KEY;
-  if (key) {
+  // An empty --key (`--key "$KEY"` with KEY unset) is refused below, not read as no key: another
+  // key, the sandbox's or SigV4's, would be sent in its place. An empty SCHEDULER_API_KEY is unset.
+  const key = flags.key ?? (io.env.SCHEDULER_API_KEY || undefined);
+  if (key !== undefined) {
     const source = flags.key !== undefined ? "--key" : "SCHEDULER_API_KEY";
     const problem = bearerKeyProblem(key);
     if (problem !== null) throw new CliExit(EXIT.usage, `${source}: ${problem}`);

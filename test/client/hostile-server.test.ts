@@ -607,6 +607,15 @@ describe("a bearer key that cannot go in a header", () => {
     expect(received).toEqual([]);
   });
 
+  it('an empty --key (`--key "$KEY"` with KEY unset) exits 2 naming it; no other key is sent in its place', async () => {
+    for (const api of [baseUrl, "https://api.example.com"]) {
+      const empty = await cli(["--api", api, "--key", "", "jobs", "list"]);
+      expect(empty.code, empty.stderr).toBe(EXIT.usage);
+      expect(empty.stderr).toMatch(/^error: --key: the bearer key is empty/);
+    }
+    expect(received).toEqual([]);
+  });
+
   it("one with a line ending after it (read from a file) is sent without it, as before", async () => {
     behave = (_, response) => {
       response
