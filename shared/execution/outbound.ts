@@ -1,5 +1,5 @@
 import type { LookupAddress } from "node:dns";
-import { lookup as systemLookup } from "node:dns/promises";
+import { Resolver as DnsResolver } from "node:dns/promises";
 import { isIP, type LookupFunction } from "node:net";
 import ipaddr from "ipaddr.js";
 import { Agent, type Dispatcher } from "undici";
@@ -17,8 +17,89 @@ import { SchedulerError } from "../errors.js";
 /** A name → its addresses, as `dns.lookup(name, { all: true })` answers. */
 export type Resolver = (hostname: string) => Promise<readonly LookupAddress[]>;
 
-const systemResolver: Resolver = (hostname) =>
-  systemLookup(hostname, { all: true, verbatim: true });
+/** How long a name may take to answer, its A and AAAA queries together. */
+const RESOLVE_DEADLINE_MS = 5000;
+/** c-ares's own pacing inside that bound: the first try's timeout (later ones are longer), tries. */
+const QUERY_TIMEOUT_MS = 1000;
+const QUERY_TRIES = 3;
+
+export interface DnsResolverOptions {
+  /** DNS servers (`ip` or `ip:port`), default the system's (/etc/resolv.conf). Tests point it at a fake. */
+  readonly servers?: readonly string[];
+  /** How long a name may take to answer, A and AAAA together: default 5000 ms. */
+  readonly deadlineMs?: number;
+}
+
+/** RFC 6761: `localhost` and names under it are loopback, answered without asking DNS. */
+const LOOPBACK: readonly LookupAddress[] = [
+  { address: "127.0.0.1", family: 4 },
+  { address: "::1", family: 6 },
+];
+
+type Answer = { readonly addresses: readonly string[] } | { readonly code: string };
+
+/** The lookup's code of a failed query (ENODATA, ENOTFOUND, ETIMEOUT, ECANCELLED, …). */
+function answerOf(query: Promise<string[]>): Promise<Answer> {
+  return query.then(
+    (addresses) => ({ addresses }),
+    (error: unknown) => ({ code: (error as NodeJS.ErrnoException).code ?? String(error) }),
+  );
+}
+
+const NO_SUCH_RECORD = new Set(["ENODATA", "ENOTFOUND"]);
+
+/**
+ * Webhook hosts' resolution for a deployed worker: DNS queries for A and AAAA (c-ares, on the
+ * event loop), not `dns.lookup`, which is getaddrinfo on libuv's threadpool (4 threads, shared
+ * with fs, zlib and crypto): a host whose DNS never answers held a thread for the system
+ * resolver's timeouts, and a few such deliveries held them all, for every tenant. A name answers
+ * within `deadlineMs` or fails naming itself (code ETIMEOUT), its queries cancelled; what one
+ * family answered by then is used. No /etc/hosts and no search domains: a target host is a
+ * public DNS name (or an IP literal, which never reaches here). `localhost` is loopback (RFC 6761).
+ */
+export function dnsResolver(options: DnsResolverOptions = {}): Resolver {
+  const deadlineMs = options.deadlineMs ?? RESOLVE_DEADLINE_MS;
+  return async (hostname) => {
+    const family = isIP(hostname);
+    if (family !== 0) return [{ address: hostname, family }];
+    const name = hostname.toLowerCase().replace(/\.$/, "");
+    if (name === "localhost" || name.endsWith(".localhost")) return LOOPBACK;
+    // One channel per name, so that the deadline cancels this name's queries and no one else's.
+    const resolver = new DnsResolver({ timeout: QUERY_TIMEOUT_MS, tries: QUERY_TRIES });
+    if (options.servers) resolver.setServers([...options.servers]);
+    const both = Promise.all([
+      answerOf(resolver.resolve4(hostname)),
+      answerOf(resolver.resolve6(hostname)),
+    ]);
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<"late">((resolve) => {
+      timer = setTimeout(() => resolve("late"), deadlineMs);
+    });
+    const first = await Promise.race([both, late]);
+    clearTimeout(timer);
+    if (first === "late") resolver.cancel();
+    const [v4, v6] = await both;
+    const resolved = [
+      ...("addresses" in v4 ? v4.addresses.map((address) => ({ address, family: 4 })) : []),
+      ...("addresses" in v6 ? v6.addresses.map((address) => ({ address, family: 6 })) : []),
+    ];
+    if (resolved.length > 0) return resolved;
+    const codes = [v4, v6].map((answer) => ("code" in answer ? answer.code : "ENODATA"));
+    const error: NodeJS.ErrnoException =
+      first === "late"
+        ? new Error(`${hostname}: no A or AAAA answer within ${deadlineMs} ms`)
+        : codes.every((code) => NO_SUCH_RECORD.has(code))
+          ? new Error(`${hostname} has no A or AAAA record`)
+          : new Error(`${hostname} did not resolve (A: ${codes[0]}, AAAA: ${codes[1]})`);
+    error.code =
+      first === "late"
+        ? "ETIMEOUT"
+        : (codes.find((code) => !NO_SUCH_RECORD.has(code)) ?? "ENOTFOUND");
+    throw error;
+  };
+}
+
+const defaultResolver = dnsResolver();
 
 declare module "../errors.js" {
   interface ErrorContexts {
@@ -134,7 +215,10 @@ export function literalTargetRefusal(url: URL): RefusedTargetError | null {
 export interface OutboundOptions {
   /** The sandbox and tests post to loopback; a deployed worker refuses anything not public. */
   readonly allowPrivateTargets: boolean;
-  /** Name resolution; tests inject one (e.g. a rebinding resolver). Default: the system's. */
+  /**
+   * Name resolution; tests inject one (e.g. a rebinding resolver, or dnsResolver pointed at a
+   * fake DNS server). Default: dnsResolver() with the system's DNS servers.
+   */
   readonly resolve?: Resolver;
   /**
    * Why a resolved address is refused, or null to connect: default addressRefusal. Tests that
@@ -153,7 +237,7 @@ const NO_CLIENT_TIMEOUTS = { headersTimeout: 0, bodyTimeout: 0 } as const;
 export function outboundDispatcher(options: OutboundOptions): Dispatcher {
   if (options.allowPrivateTargets) return new Agent(NO_CLIENT_TIMEOUTS);
   const lookup = vettedLookup(
-    options.resolve ?? systemResolver,
+    options.resolve ?? defaultResolver,
     options.addressRefusal ?? addressRefusal,
   );
   return new Agent({ ...NO_CLIENT_TIMEOUTS, connect: { lookup } });
