@@ -34,7 +34,8 @@ const REPAIR_ATTEMPTS = 3;
  * activeRuns. A one-off's run that ran brings lastRun up to it whatever the
  * job's status, as its ending would have: a run other than its own occurrence
  * (a trigger's) too, and its own occurrence's after a pause or cancel, which
- * only stops it completing the job. A write refused because the job changed
+ * only stops it completing the job, and so does a replay of it (the replay's
+ * run is the occurrence's now). A write refused because the job changed
  * meanwhile is decided again on the job as the refusal returns it.
  */
 export async function repairJobAfterRun(engine: Engine, job: Job, run: Run): Promise<void> {
@@ -64,7 +65,10 @@ function missingJobWrite(job: Job, run: Run, now: Date): JobEnding | null {
     if (nextAdmissionSoon(job, run, now)) return null;
     return { status: run.status, ran: newerThanLastRun, tracked: true, completesJob: false };
   }
-  const completesJob = job.status === "ACTIVE" && endsOneOff(job, run, run.status);
+  // A dead run replayed since is no longer its occurrence's latest attempt: the replay's ending
+  // completes the one-off, not this one's repair (a target's repeat may come hours later).
+  const completesJob =
+    job.status === "ACTIVE" && !run.replayedBy && endsOneOff(job, run, run.status);
   if (!completesJob && !newerThanLastRun) return null;
   return { status: run.status, ran: newerThanLastRun, tracked: false, completesJob };
 }

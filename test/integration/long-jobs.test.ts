@@ -821,6 +821,36 @@ describe("async mode (long jobs)", () => {
     });
   });
 
+  it("a repeat of a dead attempt's completion after its replay does not complete the one-off the replay runs for", async () => {
+    const jobId = await createAsyncJob({ retry: { maxAttempts: 1 } });
+    const handOff = await deliver(jobId);
+    // Paused, the dead ending leaves the one-off ACTIVE to its resume; the replay is parked until then.
+    expect((await api.call("POST", `/jobs/${jobId}/pause`, { body: {} })).status).toBe(200);
+    const bad = { status: "failed", error: "bad input", retryable: false };
+    const dead = await callBack(handOff.completeUrl, handOff.token, bad);
+    expect(dead.body).toMatchObject({ status: "dead", attempt: 1 });
+    const replay = await api.call("POST", `/dead-letters/${handOff.runId}/replay`);
+    expect(replay.status, replay.text).toBe(202);
+    expect(await processNext(jobId)).toBe(1);
+    const resumed = await api.call("POST", `/jobs/${jobId}/resume`);
+    expect(resumed.status, resumed.text).toBe(200);
+    expect(resumed.body).toMatchObject({ status: "active" });
+    // The target sends its completion again (its answer lost): its own ending, so 200, but the
+    // occurrence is the replay's now, and the job waits for it.
+    const again = await callBack(handOff.completeUrl, handOff.token, bad);
+    expect(again.status, again.text).toBe(200);
+    expect(again.body).toMatchObject({ status: "dead", attempt: 1 });
+    expect((await api.call("GET", `/jobs/${jobId}`)).body).toMatchObject({ status: "active" });
+    const second = await deliver(jobId);
+    expect(second.attempt).toBe(2);
+    const done = await callBack(second.completeUrl, second.token, { status: "succeeded" });
+    expect(done.status, done.text).toBe(200);
+    expect((await api.call("GET", `/jobs/${jobId}`)).body).toMatchObject({
+      status: "completed",
+      lastRun: { runId: second.runId, status: "succeeded" },
+    });
+  });
+
   it("a repeat racing the first completion answers as it; a heartbeat racing it answers as one after it", async () => {
     /** An engine whose first run write matching `update` lets `first` run before it is sent. */
     const racing = (update: string, first: () => Promise<void>) => {
