@@ -278,13 +278,8 @@ async function cancelled(engine: Engine, run: Run, cancel: RunCancelledError): P
 async function timesOutAtOf(engine: Engine, run: Run): Promise<Date | null> {
   if (typeof run.timesOutAt === "string") return new Date(run.timesOutAt);
   if (run.startedAt === null) return null;
-  return timesOutAtFor(run, await getJob(engine, run.jobId));
-}
-
-/** `timesOutAtOf` with the run's job read already (null: it is gone). */
-function timesOutAtFor(run: Run, job: Job | null): Date | null {
-  if (typeof run.timesOutAt === "string") return new Date(run.timesOutAt);
-  if (run.startedAt === null || job === null) return null;
+  const job = await getJob(engine, run.jobId);
+  if (job === null) return null;
   return new Date(Date.parse(run.startedAt) + job.timeoutSeconds * 1000);
 }
 
@@ -441,12 +436,12 @@ async function completedBefore(
 ): Promise<Run> {
   // Started again, cancelled, or still running: no ending of this token's completion.
   if (run.fence !== fence || !ENDED.has(run.status)) throw staleToken(run, fence);
-  const job = await getJob(engine, run.jobId);
-  if (!endedSoByToken(run, token, fence, completion, timesOutAtFor(run, job)))
+  if (!endedSoByToken(run, token, fence, completion))
     throw new RunTokenStaleError(
       run,
       `${staleWhy(run, fence)}, not as this completion reports (${completion.status})`,
     );
+  const job = await getJob(engine, run.jobId);
   if (job !== null) await repairJobAfterRun(engine, job, run);
   return run;
 }
@@ -454,21 +449,23 @@ async function completedBefore(
 /**
  * Whether the run ended as this completion reports, by this token's delivery: the run holds the
  * token's hash (not as the previous delivery's) under the token's fence, and it ended before its
- * timeout (an ending at or after `timesOutAt` is the timeout's: a completion is accepted only
- * before it) with the report's status, and for a failure the report's error: DEAD for one not
+ * `timesOutAt` (an ending at or after it is the timeout's: a completion is accepted only before
+ * it) with the report's status, and for a failure the report's error: DEAD for one not
  * retryable, FAILED or DEAD (out of attempts) for one that is. Read from the run as it stands, so
- * the usual completion writes nothing more. A cancel's ending (CANCELLED) is never one.
+ * the usual completion writes nothing more. A cancel's ending (CANCELLED) is never one, nor an
+ * ending of a run with no `timesOutAt` (an older version wrote its token, and its hand-over is
+ * unrecorded): the job's timeout, which stood in for it, may have been edited since, and a
+ * timeout's ending would pass for a completion copying its text.
  */
 function endedSoByToken(
   run: Run,
   token: string,
   fence: number,
   completion: AsyncCompletion,
-  timesOutAt: Date | null,
 ): boolean {
   if (run.fence !== fence || !runTokenMatches(token, run.runTokenHash)) return false;
-  if (run.finishedAt === null) return false;
-  if (timesOutAt !== null && Date.parse(run.finishedAt) >= timesOutAt.getTime()) return false;
+  if (run.finishedAt === null || typeof run.timesOutAt !== "string") return false;
+  if (Date.parse(run.finishedAt) >= Date.parse(run.timesOutAt)) return false;
   const result = resultOf(completion);
   if (result.kind === "succeeded") return run.status === "SUCCEEDED";
   const statuses = result.retryable ? ["FAILED", "DEAD"] : ["DEAD"];

@@ -851,6 +851,38 @@ describe("async mode (long jobs)", () => {
     });
   });
 
+  it("a run an older version delivered with no timesOutAt, timed out, is not taken for a completion copying the timeout's text after an edit of the job's timeout", async () => {
+    const jobId = await createAsyncJob({
+      timeoutSeconds: 60,
+      retry: { maxAttempts: 2, initialDelaySeconds: 0 },
+    });
+    const handOff = await deliver(jobId);
+    // As an older version left a run whose worker died after the 202: no timesOutAt on its token's write.
+    await api.fixture.engine.doc.send(
+      new UpdateCommand({
+        TableName: api.fixture.engine.tables.runs,
+        Key: runKeyOf(parseRunIdOrThrow(handOff.runId)),
+        UpdateExpression: "REMOVE timesOutAt, handedOverTimeoutSeconds, handedOverAt",
+      }),
+    );
+    advance(61_000);
+    const late = await callBack(handOff.heartbeatUrl, handOff.token);
+    expect(late.status, late.text).toBe(409);
+    const edited = await api.call("PATCH", `/jobs/${jobId}`, {
+      body: { timeoutSeconds: 3600 },
+      headers: { "If-Match": '"1"' },
+    });
+    expect(edited.status, edited.text).toBe(200);
+    const copied = await callBack(handOff.completeUrl, handOff.token, {
+      status: "failed",
+      error: "timed out after 60 s",
+    });
+    expect(copied.status, copied.text).toBe(409);
+    expect(String((copied.body.error as { message: string }).message)).toContain(
+      "the run has ended failed (timed out after 60 s)",
+    );
+  });
+
   it("a repeat racing the first completion answers as it; a heartbeat racing it answers as one after it", async () => {
     /** An engine whose first run write matching `update` lets `first` run before it is sent. */
     const racing = (update: string, first: () => Promise<void>) => {
