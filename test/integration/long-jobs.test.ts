@@ -140,6 +140,30 @@ async function deliver(jobId: string, by: WorkerDeps = worker): Promise<HandOff>
   return handOff;
 }
 
+/**
+ * A delivery whose worker dies once the target has taken the run over (its 202 in): the hand-over
+ * is never recorded, and the target holds the run with its token.
+ */
+async function deliverWorkerDyingAfter202(jobId: string): Promise<HandOff> {
+  const dying = withFaults(api.fixture.engine, {
+    operation: "UpdateItem",
+    times: 1,
+    match: (input) => String(input.UpdateExpression).includes("handedOverAt"),
+    error: () => new Error("worker died"),
+  });
+  const before = target.handOffs.length;
+  try {
+    await expect(processNext(jobId, { ...worker, engine: dying.engine })).rejects.toThrow(
+      "worker died",
+    );
+  } finally {
+    dying.destroy();
+  }
+  const handOff = target.handOffs[before];
+  if (handOff === undefined) throw new Error(`job ${jobId} was not delivered`);
+  return handOff;
+}
+
 /** What the target does with its token: a POST to one of the URLs it was handed. */
 async function callBack(url: string, token: string | null, body?: unknown) {
   const headers: Record<string, string> = {};
@@ -354,22 +378,7 @@ describe("async mode (long jobs)", () => {
 
   it("a run whose worker died after the target's 202, before recording the hand-over, keeps its first start's timeout when started again", async () => {
     const jobId = await createAsyncJob({ timeoutSeconds: 120, retry: { maxAttempts: 1 } });
-    const dying = withFaults(api.fixture.engine, {
-      operation: "UpdateItem",
-      times: 1,
-      match: (input) => String(input.UpdateExpression).includes("handedOverAt"),
-      error: () => new Error("worker died"),
-    });
-    const before = target.handOffs.length;
-    try {
-      await expect(processNext(jobId, { ...worker, engine: dying.engine })).rejects.toThrow(
-        "worker died",
-      );
-    } finally {
-      dying.destroy();
-    }
-    const first = target.handOffs[before];
-    if (first === undefined) throw new Error("not delivered");
+    const first = await deliverWorkerDyingAfter202(jobId);
     const firstStart = Date.parse(String((await runOf(jobId, first.runId)).startedAt));
     const timesOutAt = new Date(firstStart + 120_000).toISOString();
 
@@ -988,23 +997,7 @@ describe("async mode (long jobs)", () => {
 
   it("a run whose worker died after the target's 202, before recording the hand-over, still times out: heartbeats do not keep it past its timeout", async () => {
     const jobId = await createAsyncJob({ timeoutSeconds: 120, retry: { maxAttempts: 1 } });
-    // The worker dies once the target has taken the run over: its hand-over is never recorded.
-    const dying = withFaults(api.fixture.engine, {
-      operation: "UpdateItem",
-      times: 1,
-      match: (input) => String(input.UpdateExpression).includes("handedOverAt"),
-      error: () => new Error("worker died"),
-    });
-    const before = target.handOffs.length;
-    try {
-      await expect(processNext(jobId, { ...worker, engine: dying.engine })).rejects.toThrow(
-        "worker died",
-      );
-    } finally {
-      dying.destroy();
-    }
-    const handOff = target.handOffs[before];
-    if (handOff === undefined) throw new Error("not delivered");
+    const handOff = await deliverWorkerDyingAfter202(jobId);
     const item = await getRun(api.fixture.engine, parseRunIdOrThrow(handOff.runId));
     expect(item).toMatchObject({ status: "RUNNING", fence: 1 });
     expect(item?.handedOverAt).toBeUndefined();
