@@ -204,6 +204,48 @@ describe("text an attacker controls, in the console", () => {
   });
 });
 
+describe("long text an attacker controls, in the console's layout", () => {
+  /** How far the page is wider than its window: a long word must wrap, not push the page sideways. */
+  const overflow = async () =>
+    Number(await page.evaluate("document.documentElement.scrollWidth - window.innerWidth"));
+
+  it("wraps a link's long job id, a long webhook URL and an edit conflict's long values: no page wider than the window", async () => {
+    // A link someone sends: the "Job not found" page quotes the id it names.
+    await page.goto(`${sandbox.url}/console/jobs/${"q".repeat(3000)}`);
+    await page.getByRole("heading", { name: "Job not found", level: 1 }).waitFor();
+    expect(await overflow(), "a long id in a link").toBeLessThanOrEqual(0);
+
+    const job = await api<Job>("POST", "/jobs", {
+      name: "a long webhook URL",
+      type: "http",
+      target: { url: `${receiverUrl}/${"a".repeat(1800)}` },
+      schedule: { every: "PT1H" },
+    });
+    await page.goto(`${sandbox.url}/console/jobs/${job.id}`);
+    await page.locator("dd code").waitFor();
+    expect(await overflow(), "a long webhook URL").toBeLessThanOrEqual(0);
+
+    // Someone else's edit, made while this form is open, with one long word in its payload.
+    await page.getByRole("button", { name: "Edit job" }).click();
+    const changed = await fetch(`${sandbox.url}/jobs/${job.id}`, {
+      method: "PATCH",
+      headers: {
+        Authorization: `Bearer ${KEY}`,
+        "Content-Type": "application/json",
+        "If-Match": '"1"',
+      },
+      body: JSON.stringify({ payload: { note: "p".repeat(3000) } }),
+    });
+    expect(changed.status).toBe(200);
+    await page.getByLabel("Name", { exact: true }).fill("mine");
+    await page.getByRole("button", { name: "Save changes" }).click();
+    await page
+      .getByRole("heading", { name: "This job changed while you were editing it" })
+      .waitFor();
+    expect(await overflow(), "an edit conflict's long values").toBeLessThanOrEqual(0);
+  });
+});
+
 describe("signing out on a shared screen", () => {
   it("leaves nothing of the tenant on the page or in the address: the next user's session starts clean", async () => {
     await page.goto(`${sandbox.url}/console`);
