@@ -246,6 +246,20 @@ describe("long text an attacker controls, in the console's layout", () => {
   });
 });
 
+describe("a right-to-left override an attacker puts in a link", () => {
+  it("reverses nothing of the console's own words beside the job id it quotes", async () => {
+    // U+202E reverses what follows it to the end of its paragraph, unless the quote is isolated.
+    await page.goto(`${sandbox.url}/console/jobs/%E2%80%AEdiova`);
+    await page.getByRole("heading", { name: "Job not found", level: 1 }).waitFor();
+    expect(await page.locator("main code").textContent()).toBe("\u202Ediova");
+    // "for you." after the quoted id still reads left to right: its "f" left of its "y".
+    const letterLefts: number[] = await page.evaluate(
+      `(() => { const text = document.querySelector('main code').nextSibling; const at = (i) => { const range = document.createRange(); range.setStart(text, i); range.setEnd(text, i + 1); return range.getBoundingClientRect().left; }; const start = text.data.indexOf("for you"); return [at(start), at(start + 4)]; })()`,
+    );
+    expect(letterLefts[0]).toBeLessThan(letterLefts[1] ?? Number.NaN);
+  });
+});
+
 describe("signing out on a shared screen", () => {
   it("leaves nothing of the tenant on the page or in the address: the next user's session starts clean", async () => {
     await page.goto(`${sandbox.url}/console`);
