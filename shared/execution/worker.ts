@@ -21,7 +21,7 @@ import {
   handOverRun,
   issueRunToken,
   timedOutResult,
-} from "./async-runs.js";
+} from "./async-delivery.js";
 import { reportLostRun } from "./lost-run.js";
 import { afterPredecessor } from "./retry-predecessor.js";
 import { endOnCancelRequest, type RunProgress, repairJobAfterRun } from "./run-endings.js";
@@ -340,9 +340,8 @@ async function runInSlot(
 
   progress.tracked = tracked;
   if (handedOverAndTimedOut(run, engine.clock())) {
-    // Its target took it over and went quiet past the attempt's timeout: not delivered again.
-    // Under the timeout and the job version it was handed over with, whatever the job is now,
-    // its target's mode included (an edit to sync mode applies from the next attempt).
+    // An earlier start delivered it and its target went quiet past the attempt's timeout: not
+    // delivered again. Under the timeout and version it went with (an edit waits for the next).
     const timedOut = timedOutResult(attemptTimeoutSeconds(run, job.timeoutSeconds));
     progress.error = timedOut.error;
     const executedVersion = run.executedVersion ?? job.version;

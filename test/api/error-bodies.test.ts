@@ -6,7 +6,7 @@ import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { RunSchema } from "../../shared/api/schemas/runs.js";
 import { DEFAULT_QUOTAS, type TenantQuotas } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";
-import { issueRunToken } from "../../shared/execution/async-runs.js";
+import { issueRunToken } from "../../shared/execution/async-delivery.js";
 import { parseRunId } from "../../shared/keys.js";
 import { requeueRun } from "../../shared/storage/run-requeue.js";
 import { startRun } from "../../shared/storage/run-start.js";

@@ -3,7 +3,7 @@ import type { OpenAPIV3 } from "openapi-types";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { RunPageSchema, RunSchema } from "../../shared/api/schemas/runs.js";
-import { issueRunToken } from "../../shared/execution/async-runs.js";
+import { issueRunToken } from "../../shared/execution/async-delivery.js";
 import { parseRunId } from "../../shared/keys.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { type ApiHarness, deadRunVia, KEY_A, KEY_B, type Reply, startApi } from "./support.js";

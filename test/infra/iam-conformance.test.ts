@@ -14,7 +14,7 @@ import { sleep } from "../../shared/clock.js";
 import { loadSettings } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";
 import { admitRun } from "../../shared/execution/admission.js";
-import { issueRunToken } from "../../shared/execution/async-runs.js";
+import { issueRunToken } from "../../shared/execution/async-delivery.js";
 import { cancelJob, createJob } from "../../shared/jobs/index.js";
 import { shardOf } from "../../shared/keys.js";
 import type { DueEntry, Run } from "../../shared/model.js";
