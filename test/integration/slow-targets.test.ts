@@ -2,8 +2,7 @@ import { createServer, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { Agent, fetch } from "undici";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
-import type { JobContext, JobHandler } from "../../shared/execution/job-contract.js";
+import { httpContext, httpHandlerWith } from "../support/http-handler.js";
 
 /**
  * A delivery waits for its receiver's answer as long as the target's `timeoutSeconds` says (up
@@ -30,32 +29,6 @@ afterAll(async () => {
   await new Promise((resolve) => server.close(resolve));
 });
 
-function httpHandler(): JobHandler {
-  const handler = builtInHandlers(
-    {
-      signingSecrets: async () => ["whsec_c2VjcmV0LWZvci10aGUtb3V0Ym91bmQtdGVzdHM="],
-      allowPrivateTargets: true,
-    },
-    () => new Date(),
-  ).get("http");
-  if (!handler) throw new Error("no http handler");
-  return handler;
-}
-
-const context = (timeoutSeconds: number): JobContext => ({
-  jobId: "job-1",
-  tenantId: "tenant-a",
-  runId: "run-1",
-  type: "http",
-  scheduledFor: "2026-01-01T00:00:00.000Z",
-  attempt: 1,
-  idempotencyKey: "job-1@2026-01-01T00:00:00.000Z",
-  payload: {},
-  target: { url: `http://127.0.0.1:${port}/slow`, timeoutSeconds },
-  signal: new AbortController().signal,
-  fence: 1,
-});
-
 /** Settles the promise's outcome into a value, so a rejection is seen when it happens. */
 function outcomeOf(promise: Promise<unknown>) {
   const outcome: { settled?: { value: unknown } | { error: unknown } } = {};
@@ -77,7 +50,11 @@ describe("a receiver that answers slowly, within the target's timeout", () => {
       fetch(`http://127.0.0.1:${port}/plain`, { method: "POST", dispatcher: new Agent() }),
     );
     await vi.waitFor(() => expect(held).toHaveLength(1), { timeout: 10_000 });
-    const delivery = outcomeOf(httpHandler()(context(900)));
+    const delivery = outcomeOf(
+      httpHandlerWith({ allowPrivateTargets: true })(
+        httpContext(`http://127.0.0.1:${port}/slow`, { timeoutSeconds: 900 }),
+      ),
+    );
     await vi.waitFor(() => expect(held).toHaveLength(2), { timeout: 10_000 });
     // undici's timers run on the faked clock; the handler's own timeout is Node's, not faked.
     vi.advanceTimersByTime(310_000);

@@ -2,12 +2,11 @@ import { lookup } from "node:dns/promises";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
-import { isRetryable, type JobContext, JobError } from "../../shared/execution/job-contract.js";
+import { isRetryable, JobError } from "../../shared/execution/job-contract.js";
 import { addressRefusal, dnsResolver } from "../../shared/execution/outbound.js";
-import type { WebhookSettings } from "../../shared/execution/webhook-handler.js";
 import { type BlockedThreadpool, blockThreadpool } from "../support/blocked-threadpool.js";
 import { type FakeDns, fakeDns } from "../support/fake-dns.js";
+import { httpContext, httpHandlerWith } from "../support/http-handler.js";
 
 /**
  * A deployed worker resolves webhook hosts without libuv's threadpool (4 threads, shared with
@@ -28,35 +27,6 @@ async function within<T>(ms: number, promise: Promise<T>): Promise<{ value: T } 
   } finally {
     clearTimeout(timer);
   }
-}
-
-function httpHandlerWith(settings: Partial<WebhookSettings>) {
-  const handler = builtInHandlers(
-    {
-      signingSecrets: async () => ["whsec_c2VjcmV0LWZvci10aGUtb3V0Ym91bmQtdGVzdHM="],
-      allowPrivateTargets: false,
-      ...settings,
-    },
-    () => new Date(),
-  ).get("http");
-  if (!handler) throw new Error("no http handler");
-  return handler;
-}
-
-function contextFor(url: string): JobContext {
-  return {
-    jobId: "job-1",
-    tenantId: "tenant-a",
-    runId: "run-1",
-    type: "http",
-    scheduledFor: "2026-01-01T00:00:00.000Z",
-    attempt: 1,
-    idempotencyKey: "job-1@2026-01-01T00:00:00.000Z",
-    payload: {},
-    target: { url, timeoutSeconds: 30 },
-    signal: new AbortController().signal,
-    fence: 1,
-  };
 }
 
 async function failureOf(promise: Promise<unknown>): Promise<JobError> {
@@ -110,7 +80,7 @@ describe("with libuv's threadpool taken", () => {
   it("a deployed worker's default resolver still refuses localhost, at once", async () => {
     const outcome = await within(
       2000,
-      failureOf(httpHandlerWith({})(contextFor(`http://localhost:${port}/admin`))),
+      failureOf(httpHandlerWith({})(httpContext(`http://localhost:${port}/admin`))),
     );
     expect(outcome).not.toBe("still waiting");
     const error = (outcome as { value: JobError }).value;
@@ -129,7 +99,7 @@ describe("with libuv's threadpool taken", () => {
       ],
     });
     const delivery = httpHandlerWith({ resolve, addressRefusal: standIn })(
-      contextFor(`http://receiver.test:${port}/hook`),
+      httpContext(`http://receiver.test:${port}/hook`),
     );
     expect(await within(2000, delivery)).toEqual({ value: { status: 200 } });
   });
@@ -142,7 +112,7 @@ describe("with libuv's threadpool taken", () => {
     ] as const) {
       const outcome = await within(
         2000,
-        failureOf(httpHandlerWith({ resolve })(contextFor(`http://${host}:${port}/`))),
+        failureOf(httpHandlerWith({ resolve })(httpContext(`http://${host}:${port}/`))),
       );
       expect(outcome).toHaveProperty("value");
       const error = (outcome as { value: JobError }).value;
@@ -155,7 +125,7 @@ describe("with libuv's threadpool taken", () => {
     const resolve = dnsResolver({ servers: [dns.server] });
     const outcome = await within(
       2000,
-      failureOf(httpHandlerWith({ resolve })(contextFor(`http://nope.test:${port}/hook`))),
+      failureOf(httpHandlerWith({ resolve })(httpContext(`http://nope.test:${port}/hook`))),
     );
     expect(outcome).toHaveProperty("value");
     const error = (outcome as { value: JobError }).value;
@@ -169,7 +139,7 @@ describe("with libuv's threadpool taken", () => {
     const resolve = dnsResolver({ servers: [dns.server] });
     const started = Date.now();
     const error = await failureOf(
-      httpHandlerWith({ resolve })(contextFor(`http://blackhole.test:${port}/hook`)),
+      httpHandlerWith({ resolve })(httpContext(`http://blackhole.test:${port}/hook`)),
     );
     const tookMs = Date.now() - started;
     expect(error.message).toBe(

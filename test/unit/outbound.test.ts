@@ -3,22 +3,18 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { TargetSchema } from "../../shared/api/schemas/target.js";
-import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
-import {
-  isRetryable,
-  type JobContext,
-  JobError,
-  type JobHandler,
-} from "../../shared/execution/job-contract.js";
+import { isRetryable, JobError } from "../../shared/execution/job-contract.js";
 import {
   addressRefusal,
   isPublicAddress,
   literalTargetRefusal,
   type Resolver,
 } from "../../shared/execution/outbound.js";
-import type { WebhookSettings } from "../../shared/execution/webhook-handler.js";
+import { httpContext, httpHandlerWith, TEST_SIGNING_SECRET } from "../support/http-handler.js";
 
-const SECRET = "whsec_c2VjcmV0LWZvci10aGUtb3V0Ym91bmQtdGVzdHM=";
+const _SECRET = TEST_SIGNING_SECRET;
+const contextFor = (url: string) =>
+  httpContext(url, { timeoutSeconds: 5, payload: { hello: "world" } });
 
 // Each form as a URL host: the URL parser rewrites IPv4 shorthands (127.1, 0x7f.1, 2130706433, …)
 // to dotted quads and IPv6 to its compressed form ([::ffff:127.0.0.1] → [::ffff:7f00:1]).
@@ -157,31 +153,6 @@ async function loopbackServer(): Promise<LoopbackServer> {
         server.closeAllConnections();
         server.close(() => resolve());
       }),
-  };
-}
-
-function httpHandlerWith(settings: Partial<WebhookSettings>): JobHandler {
-  const handler = builtInHandlers(
-    { signingSecrets: async () => [SECRET], allowPrivateTargets: false, ...settings },
-    () => new Date(),
-  ).get("http");
-  if (!handler) throw new Error("no http handler");
-  return handler;
-}
-
-function contextFor(url: string): JobContext {
-  return {
-    jobId: "job-1",
-    tenantId: "tenant-a",
-    runId: "run-1",
-    type: "http",
-    scheduledFor: "2026-01-01T00:00:00.000Z",
-    attempt: 1,
-    idempotencyKey: "job-1@2026-01-01T00:00:00.000Z",
-    payload: { hello: "world" },
-    target: { url, timeoutSeconds: 5 },
-    signal: new AbortController().signal,
-    fence: 1,
   };
 }
 

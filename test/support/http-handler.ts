@@ -1,0 +1,40 @@
+import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
+import type { JobContext, JobHandler } from "../../shared/execution/job-contract.js";
+import type { WebhookSettings } from "../../shared/execution/webhook-handler.js";
+
+/** The signing secret the `http` handler's tests sign with. */
+export const TEST_SIGNING_SECRET = "whsec_c2VjcmV0LWZvci10aGUtb3V0Ym91bmQtdGVzdHM=";
+
+/** The built-in `http` handler, as a deployed worker has it unless `settings` say otherwise. */
+export function httpHandlerWith(settings: Partial<WebhookSettings> = {}): JobHandler {
+  const handler = builtInHandlers(
+    {
+      signingSecrets: async () => [TEST_SIGNING_SECRET],
+      allowPrivateTargets: false,
+      ...settings,
+    },
+    () => new Date(),
+  ).get("http");
+  if (!handler) throw new Error("no http handler");
+  return handler;
+}
+
+/** A run of job `job-1` delivering to `url`. */
+export function httpContext(
+  url: string,
+  options: { readonly timeoutSeconds?: number; readonly payload?: unknown } = {},
+): JobContext {
+  return {
+    jobId: "job-1",
+    tenantId: "tenant-a",
+    runId: "run-1",
+    type: "http",
+    scheduledFor: "2026-01-01T00:00:00.000Z",
+    attempt: 1,
+    idempotencyKey: "job-1@2026-01-01T00:00:00.000Z",
+    payload: options.payload ?? {},
+    target: { url, timeoutSeconds: options.timeoutSeconds ?? 30 },
+    signal: new AbortController().signal,
+    fence: 1,
+  };
+}
