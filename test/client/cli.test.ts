@@ -11,7 +11,7 @@ import { authFrom, SANDBOX_KEY } from "../../client/cli/context.js";
 import { EXIT } from "../../client/cli/exit-codes.js";
 import { cliProgram } from "../../client/cli/main.js";
 import type { Job, Preview, Run, TenantQuotas } from "../../client/index.js";
-import { type CliOutcome, runCaptured } from "../support/cli-run.js";
+import { type CliOutcome, runCaptured, spawnCaptured } from "../support/cli-run.js";
 import { type SandboxProcess, spawnSandbox } from "../support/sandbox-process.js";
 import { waitFor } from "../support/wait.js";
 
@@ -1056,22 +1056,9 @@ describe("credentials, reachability, help", () => {
       AWS_EC2_METADATA_DISABLED: "true",
     };
     const bin = (args: string[], extra: Record<string, string> = {}) =>
-      new Promise<CliOutcome>((done, fail) => {
-        const child = spawn(process.execPath, ["bin/scheduler.mjs", "--api", api, ...args], {
-          cwd: REPO,
-          env: { ...env, ...extra },
-          stdio: ["ignore", "pipe", "pipe"],
-        });
-        let out = "";
-        let err = "";
-        child.stdout.on("data", (chunk: Buffer) => {
-          out += chunk.toString("utf8");
-        });
-        child.stderr.on("data", (chunk: Buffer) => {
-          err += chunk.toString("utf8");
-        });
-        child.once("error", fail);
-        child.once("exit", (code) => done({ code: code ?? -1, out, err }));
+      spawnCaptured(process.execPath, ["bin/scheduler.mjs", "--api", api, ...args], {
+        cwd: REPO,
+        env: { ...env, ...extra },
       });
     try {
       const noCredentials = await bin(["--profile", "nosuch", "jobs", "list"], {
@@ -1154,23 +1141,10 @@ describe("credentials, reachability, help", () => {
 
   it("bin/scheduler.mjs and `npx scheduler` run the CLI as a process", async () => {
     const run = (command: string, args: string[]) =>
-      new Promise<CliOutcome>((done, fail) => {
-        const child = spawn(command, args, {
-          cwd: REPO,
-          // Offline: npx must find the bin in this package, never look a package up.
-          env: { ...process.env, npm_config_offline: "true" },
-          stdio: ["ignore", "pipe", "pipe"],
-        });
-        let out = "";
-        let err = "";
-        child.stdout.on("data", (chunk: Buffer) => {
-          out += chunk.toString("utf8");
-        });
-        child.stderr.on("data", (chunk: Buffer) => {
-          err += chunk.toString("utf8");
-        });
-        child.once("error", fail);
-        child.once("exit", (code) => done({ code: code ?? -1, out, err }));
+      // Offline: npx must find the bin in this package, never look a package up.
+      spawnCaptured(command, args, {
+        cwd: REPO,
+        env: { ...process.env, npm_config_offline: "true" },
       });
     const listed = await run(process.execPath, [
       "bin/scheduler.mjs",

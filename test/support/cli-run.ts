@@ -1,3 +1,4 @@
+import { spawn } from "node:child_process";
 import { runCli } from "../../client/cli/main.js";
 
 /** What one CLI run printed and how it exited. */
@@ -24,4 +25,25 @@ export async function runCaptured(
     env,
   });
   return { code, out, err };
+}
+
+/** Runs a command as a process of its own (the CLI's bin, npx), its output captured. */
+export function spawnCaptured(
+  command: string,
+  args: readonly string[],
+  options: { readonly cwd: string; readonly env: NodeJS.ProcessEnv },
+): Promise<CliOutcome> {
+  return new Promise<CliOutcome>((done, fail) => {
+    const child = spawn(command, args, { ...options, stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    let err = "";
+    child.stdout.on("data", (chunk: Buffer) => {
+      out += chunk.toString("utf8");
+    });
+    child.stderr.on("data", (chunk: Buffer) => {
+      err += chunk.toString("utf8");
+    });
+    child.once("error", fail);
+    child.once("exit", (code) => done({ code: code ?? -1, out, err }));
+  });
 }
