@@ -22,6 +22,7 @@ import type { Run } from "../../shared/model.js";
 import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { withFaults } from "../support/faults.js";
 import { waitFor } from "../support/wait.js";
 
 const TENANT = "tenant-a";
@@ -123,23 +124,45 @@ describe("deleting a job", () => {
         },
       }),
     );
-    const deps = f.workerDeps(
-      "w",
-      {
-        "deletes-its-job": async (ctx) => {
-          // RUNNING once its first heartbeat wrote the start.
-          await waitFor("the run's start", async () =>
-            (await runsOf(ctx.jobId)).some((r) => r.status === "RUNNING"),
-          );
-          await deleteJob(f.engine, TENANT, ctx.jobId);
-          throw new JobError("failed after its job was deleted", { retryable: true });
+    // Once the start is written, the heartbeats fail (throttled), so no beat sees the delete's
+    // cancel before the handler's failure does, however long the delete takes: a beat that saw it
+    // would end the run CANCELLED at once, without the failure's error or its next attempt.
+    let started = false;
+    const beatsHeld = withFaults(f.engine, {
+      operation: "UpdateItem",
+      times: 1_000,
+      match: (input) =>
+        started && String(input.UpdateExpression).includes("#status = :running, leaseUntil ="),
+      reason: "ProvisionedThroughputExceeded",
+    });
+    const deps = {
+      ...f.workerDeps(
+        "w",
+        {
+          "deletes-its-job": async (ctx) => {
+            // RUNNING once its first heartbeat wrote the start.
+            await waitFor("the run's start", async () =>
+              (await runsOf(ctx.jobId)).some((r) => r.status === "RUNNING"),
+            );
+            started = true;
+            await deleteJob(f.engine, TENANT, ctx.jobId);
+            // Beats come and go meanwhile (every 200 ms); none reaches the run.
+            await new Promise((resolve) => setTimeout(resolve, 500));
+            throw new JobError("failed after its job was deleted", { retryable: true });
+          },
         },
-      },
-      200,
-    );
+        200,
+      ),
+      engine: beatsHeld.engine,
+    };
     const delivered = await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000);
 
-    expect(await f.process(deps, delivered)).toBe("ack");
+    try {
+      expect(await f.process(deps, delivered)).toBe("ack");
+    } finally {
+      beatsHeld.destroy();
+    }
+    expect(beatsHeld.injected.count).toBeGreaterThan(0);
 
     const runs = await runsOf(job.jobId);
     // A delete cancels the job first, and a cancel asks the running run to stop: its failure
