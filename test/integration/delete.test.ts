@@ -22,7 +22,7 @@ import type { Run } from "../../shared/model.js";
 import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
-import { withFaults } from "../support/faults.js";
+import { withHeartbeatsHeld } from "../support/faults.js";
 import { waitFor } from "../support/wait.js";
 
 const TENANT = "tenant-a";
@@ -124,17 +124,7 @@ describe("deleting a job", () => {
         },
       }),
     );
-    // Once the start is written, the heartbeats fail (throttled), so no beat sees the delete's
-    // cancel before the handler's failure does, however long the delete takes: a beat that saw it
-    // would end the run CANCELLED at once, without the failure's error or its next attempt.
-    let started = false;
-    const beatsHeld = withFaults(f.engine, {
-      operation: "UpdateItem",
-      times: 1_000,
-      match: (input) =>
-        started && String(input.UpdateExpression).includes("#status = :running, leaseUntil ="),
-      reason: "ProvisionedThroughputExceeded",
-    });
+    const beatsHeld = withHeartbeatsHeld(f.engine);
     const deps = {
       ...f.workerDeps(
         "w",
@@ -144,7 +134,7 @@ describe("deleting a job", () => {
             await waitFor("the run's start", async () =>
               (await runsOf(ctx.jobId)).some((r) => r.status === "RUNNING"),
             );
-            started = true;
+            beatsHeld.hold();
             await deleteJob(f.engine, TENANT, ctx.jobId);
             // Beats come and go meanwhile (every 200 ms); none reaches the run.
             await new Promise((resolve) => setTimeout(resolve, 500));

@@ -26,7 +26,7 @@ import {
   type EngineFixture,
   testJob,
 } from "../support/engine-fixture.js";
-import { withFaults, withLostAnswers } from "../support/faults.js";
+import { withFaults, withHeartbeatsHeld, withLostAnswers } from "../support/faults.js";
 import { waitFor } from "../support/wait.js";
 
 const TENANT = "tenant-a";
@@ -221,19 +221,25 @@ describe("a failure's next attempt, written before its ending", () => {
   it("a cancel asked during the ending takes the next attempt back at once: a run SKIPPED, a retry entry deleted", async () => {
     for (const retry of [SOON, LATER]) {
       const job = await oneOff(retry);
+      const beatsHeld = withHeartbeatsHeld(f.engine);
       const cancelsItself: JobHandler = async (ctx) => {
         await waitFor("the run's start", async () =>
           (await runsOf(ctx.jobId)).some((r) => r.status === "RUNNING"),
         );
+        beatsHeld.hold();
         await cancelRun(f.engine, TENANT, ctx.jobId, ctx.runId);
         throw new JobError("failed as it was cancelled", { retryable: true });
       };
       const first = await attempt(job, 1);
       const deps = {
         ...f.workerDeps("w", { flaky: cancelsItself }, 200),
-        engine: { ...f.engine, random: () => 0.99 },
+        engine: { ...beatsHeld.engine, random: () => 0.99 },
       };
-      expect(await processRun(deps, deliveryOfRun(f.engine, first))).toBe("ack");
+      try {
+        expect(await processRun(deps, deliveryOfRun(f.engine, first))).toBe("ack");
+      } finally {
+        beatsHeld.destroy();
+      }
       const runs = await runsOf(job.jobId);
       expect(runs[0]).toMatchObject({ attempt: 1, status: "CANCELLED", cancelledBy: "api" });
       if (retry === SOON)
@@ -579,13 +585,14 @@ describe("a failure's next attempt, written before its ending", () => {
    * fails retryably; later attempts succeed. `called` counts every call.
    */
   const failingUnderPause =
-    (called: () => void): JobHandler =>
+    (called: () => void, beatsHeld: { hold(): void }): JobHandler =>
     async (ctx) => {
       called();
       if (ctx.attempt !== 1) return;
       await waitFor("the run's start", async () =>
         (await runsOf(ctx.jobId)).some((r) => r.status === "RUNNING"),
       );
+      beatsHeld.hold();
       await pauseJob(f.engine, TENANT, ctx.jobId, { running: "cancel" });
       throw new JobError("failed as the pause cancelled it", { retryable: true });
     };
@@ -595,13 +602,18 @@ describe("a failure's next attempt, written before its ending", () => {
     for (const retryClaimed of ["before attempt 2 runs", "after attempt 2 ran"] as const) {
       const job = await oneOff(LATER);
       let calls = 0;
-      const failsUnderPause = failingUnderPause(() => calls++);
+      const beatsHeld = withHeartbeatsHeld(f.engine);
+      const failsUnderPause = failingUnderPause(() => calls++, beatsHeld);
       const first = await attempt(job, 1);
       const deps = {
         ...f.workerDeps("w", { flaky: failsUnderPause }, 200),
-        engine: { ...f.engine, random: () => 0.99 },
+        engine: { ...beatsHeld.engine, random: () => 0.99 },
       };
-      expect(await processRun(deps, deliveryOfRun(f.engine, first))).toBe("ack");
+      try {
+        expect(await processRun(deps, deliveryOfRun(f.engine, first))).toBe("ack");
+      } finally {
+        beatsHeld.destroy();
+      }
       expect(await runsOf(job.jobId)).toMatchObject([
         { attempt: 1, status: "CANCELLED", cancelledBy: "pause" },
       ]);
@@ -653,14 +665,19 @@ describe("a failure's next attempt, written before its ending", () => {
   it("a one-off's attempt 1 failing under a pause's cancel with its retry due soon: resume files nothing beside that attempt 2, which runs once", async () => {
     const job = await oneOff(SOON);
     let calls = 0;
-    const failsUnderPause = failingUnderPause(() => calls++);
+    const beatsHeld = withHeartbeatsHeld(f.engine);
+    const failsUnderPause = failingUnderPause(() => calls++, beatsHeld);
     const first = await attempt(job, 1);
-    expect(
-      await processRun(
-        f.workerDeps("w", { flaky: failsUnderPause }, 200),
-        deliveryOfRun(f.engine, first),
-      ),
-    ).toBe("ack");
+    try {
+      expect(
+        await processRun(
+          { ...f.workerDeps("w", { flaky: failsUnderPause }, 200), engine: beatsHeld.engine },
+          deliveryOfRun(f.engine, first),
+        ),
+      ).toBe("ack");
+    } finally {
+      beatsHeld.destroy();
+    }
     expect(await runsOf(job.jobId)).toMatchObject([
       { attempt: 1, status: "CANCELLED", cancelledBy: "pause" },
       { attempt: 2, status: "QUEUED", retryOf: { runId: first.runId } },

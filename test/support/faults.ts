@@ -79,6 +79,29 @@ export function withFaults(base: Engine, plan: FaultPlan): FaultyEngine {
   };
 }
 
+/**
+ * An engine like `base` whose runs' heartbeats fail once `hold()` was called (the worker logs each
+ * and beats again). A handler that cancels its own run or job and then fails needs its failure's
+ * write, not a beat, to meet the cancel: a beat that saw it first ends the run CANCELLED at once,
+ * without the failure's error or next attempt, which a loaded machine's slow cancel allows.
+ */
+export function withHeartbeatsHeld(base: Engine): FaultyEngine & { hold(): void } {
+  let held = false;
+  const faulty = withFaults(base, {
+    operation: "UpdateItem",
+    times: Number.MAX_SAFE_INTEGER,
+    match: (input) =>
+      held && String(input.UpdateExpression).includes("#status = :running, leaseUntil ="),
+    error: () => new Error("heartbeat held by the test"),
+  });
+  return {
+    ...faulty,
+    hold: () => {
+      held = true;
+    },
+  };
+}
+
 function failureFor(plan: FaultPlan, input: Input): Error {
   if (plan.operation !== "TransactWriteItems") {
     return (
