@@ -33,24 +33,28 @@ export async function isolateFailure(
   };
   // Contention, and entries that kept changing under the claim, may well pass next time.
   if (!isTransientFailure(error) && !(error instanceof ConcurrentUpdateError)) {
-    if (entry.kind === "trigger") return refileTrigger(engine, entry, fields, now);
-    try {
-      const aside = await setEntryAside(engine, entry, error, now);
-      if (aside.outcome === "set-aside") {
-        engine.obs.metrics.add(METRICS.dueEntryFailures, 1, "Count", { handling: "set-aside" });
-        engine.obs.log.error("set aside a due entry that cannot be claimed", fields);
-        return "set-aside";
+    if (entry.kind === "trigger") {
+      const refiled = await refileTrigger(engine, shard, entry, fields, now);
+      if (refiled !== "left") return refiled;
+    } else {
+      try {
+        const aside = await setEntryAside(engine, entry, error, now);
+        if (aside.outcome === "set-aside") {
+          engine.obs.metrics.add(METRICS.dueEntryFailures, 1, "Count", { handling: "set-aside" });
+          engine.obs.log.error("set aside a due entry that cannot be claimed", fields);
+          return "set-aside";
+        }
+        if (aside.outcome === "gone") {
+          // Claimed by another, or removed by a pause, cancel or edit, since it failed here.
+          engine.obs.log.warn("a due entry that failed its claim is gone already", fields);
+          return "gone";
+        }
+      } catch (asideError) {
+        engine.obs.log.error("could not set a failed due entry aside", {
+          ...fields,
+          asideError: String(asideError),
+        });
       }
-      if (aside.outcome === "gone") {
-        // Claimed by another, or removed by a pause, cancel or edit, since it failed here.
-        engine.obs.log.warn("a due entry that failed its claim is gone already", fields);
-        return "gone";
-      }
-    } catch (asideError) {
-      engine.obs.log.error("could not set a failed due entry aside", {
-        ...fields,
-        asideError: String(asideError),
-      });
     }
   }
   engine.obs.metrics.add(METRICS.dueEntryFailures, 1, "Count", { handling: "left" });
@@ -61,18 +65,19 @@ export async function isolateFailure(
 /**
  * Files a trigger entry whose fan-out failed again past the pass's horizon (`now` plus the
  * lookahead, and a minute), so this pass does not read it again and the next ones do; logged
- * and counted as `refiled`, which alarms as a set-aside entry does. Left where it is when that
- * move fails.
+ * and counted as `refiled`, which alarms as a set-aside entry does. "left" when that move fails:
+ * the entry stays, and the caller counts it as any other left.
  */
 async function refileTrigger(
   engine: Engine,
+  shard: number,
   entry: DueEntry,
   fields: Record<string, unknown>,
   now: Date,
 ): Promise<"refiled" | "gone" | "left"> {
   const at = new Date(now.getTime() + engine.settings.lookaheadMs + REFILE_PAST_HORIZON_MS);
   try {
-    const moved = await refileTriggerEntry(engine, entry, at);
+    const moved = await refileTriggerEntry(engine, shard, entry, at);
     if (moved === "gone") {
       engine.obs.log.warn("a trigger entry that failed its fan-out is gone already", fields);
       return "gone";
@@ -88,8 +93,6 @@ async function refileTrigger(
       ...fields,
       refileError: String(refileError),
     });
+    return "left";
   }
-  engine.obs.metrics.add(METRICS.dueEntryFailures, 1, "Count", { handling: "left" });
-  engine.obs.log.error("could not claim a due entry; the next pass tries it again", fields);
-  return "left";
 }

@@ -141,11 +141,11 @@ export async function writeTriggeredRun(
  */
 export async function refileTriggerEntry(
   engine: Engine,
+  shard: number,
   entry: DueEntry,
   at: Date,
 ): Promise<"refiled" | "gone"> {
   const upstreamRunId = entry.fanOut?.runId ?? entry.key.sk;
-  const shard = Number(entry.key.pk.slice(entry.key.pk.lastIndexOf("#") + 1));
   const moved: DueEntry = {
     ...entry,
     key: { pk: bucketKey(at, shard), sk: triggerSortKey(at, upstreamRunId) },
