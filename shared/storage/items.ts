@@ -1,4 +1,4 @@
-import type { DueEntry, Job, Run, RunMessage } from "../model.js";
+import type { DueEntry, HttpTarget, Job, Run, RunMessage } from "../model.js";
 
 /**
  * Item layouts of both tables and the codecs between items and the domain
@@ -49,13 +49,24 @@ export const inflightPk = (shard: number) => `INFLIGHT#${shard}`;
 export const setAsidePk = (shard: number) => `ASIDE#${shard}`;
 export const deadLetterPk = (tenantId: string) => `DEAD#${tenantId}`;
 
+/**
+ * A job's target as its item holds it: the headers as a Map, written as the same map attribute.
+ * The Document client writes a plain object as a map only while its `constructor` is Object's, so
+ * a header named `constructor` (a tenant's to choose) made it refuse the whole item.
+ */
+export function encodeTarget(target: HttpTarget): Item {
+  const { headers, ...rest } = target;
+  return { ...rest, ...(headers ? { headers: new Map(Object.entries(headers)) } : {}) };
+}
+
 export function encodeJob(job: Job): Item {
-  const { payload, dependents, ...rest } = job;
+  const { payload, dependents, target, ...rest } = job;
   return {
     ...jobKey(job.jobId),
     tenantPk: tenantPk(job.tenantId),
     tenantSk: job.jobId,
     ...rest,
+    ...(target ? { target: encodeTarget(target) } : {}),
     // A string set (ADD and DELETE keep it without a read); DynamoDB stores no empty set.
     ...(dependents.length > 0 ? { dependents: new Set(dependents) } : {}),
     // Stored as text so any JSON (floats, big numbers, empty strings) round-trips exactly.

@@ -2,7 +2,7 @@ import { GetCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import type { DueEntry, DueKey, Job } from "../model.js";
 import type { UpstreamWriteName } from "./dependents.js";
-import { decodeDueEntry, encodeDueEntry } from "./items.js";
+import { decodeDueEntry, encodeDueEntry, encodeTarget } from "./items.js";
 import {
   deletePendingDueEntry,
   deleteSetAside,
@@ -68,6 +68,7 @@ export async function writeEditedJob(
   const { entry } = next;
   const set: Record<string, unknown> = {
     ...Object.fromEntries(Object.entries(fields).filter(([, value]) => value !== undefined)),
+    ...(fields.target ? { target: encodeTarget(fields.target) } : {}),
     ...("payload" in changes ? { payloadJson: JSON.stringify(payload ?? null) } : {}),
     nextRunAt: next.nextRunAt ? next.nextRunAt.toISOString() : null,
     nextDueKey: entry?.key ?? null,

@@ -184,6 +184,27 @@ describe("POST /jobs", () => {
     });
   });
 
+  it("keeps target headers named as Object's own properties (constructor, toString): create, edit, batch", async () => {
+    const headers = { constructor: "c", toString: "t", valueOf: "v", hasOwnProperty: "h" };
+    const http = (target: Record<string, unknown>) =>
+      laterJob({ type: "http", target: { url: "https://example.com/hook", ...target } });
+    const created = await create(http({ headers }));
+    expect(created.target?.headers).toEqual(headers);
+    const edited = await api.call("PATCH", `/jobs/${created.id}`, {
+      body: { target: { url: "https://example.com/other", headers: { constructor: "d" } } },
+      headers: { "If-Match": '"1"' },
+    });
+    expect(edited.status, edited.text).toBe(200);
+    expect(job(edited).target?.headers).toEqual({ constructor: "d" });
+    const batched = await api.call("POST", "/jobs:batch", { body: { jobs: [http({ headers })] } });
+    expect(batched.text).toContain('"status":201');
+    const listed = JobPageSchema.parse((await api.call("GET", "/jobs?limit=100")).body);
+    const stored = listed.items.filter((j) =>
+      Object.hasOwn(j.target?.headers ?? {}, "constructor"),
+    );
+    expect(stored.map((j) => j.target?.headers)).toEqual([headers, { constructor: "d" }]);
+  });
+
   it("defaults the name to the type, and a payload of exactly 64 KiB is accepted", async () => {
     const payload = "x".repeat(64 * 1024 - 2);
     const created = await create(laterJob({ payload }));
