@@ -209,6 +209,16 @@ describe("API Lambda (payload v2, IAM)", () => {
       ["GET", "/health/"],
       ["GET", "/openapi.json/x"],
       ["POST", "/jobs", { type: "noop", schedule: { cron: "0 9 * * *", timezone: "UTC" } }],
+      // A public route's path whose dot segments (escaped as %2e, which the app's URL resolves as
+      // dots) lead out of it: the app judges the path it routes, not the route API Gateway matched.
+      ["GET", "/console/%2e%2e/jobs"],
+      ["GET", "/health/%2e%2e/webhook-secret"],
+      ["GET", "/docs/%2E%2E/quotas"],
+      [
+        "POST",
+        "/runs/x/%2e%2e/%2e%2e/jobs",
+        { type: "noop", schedule: { cron: "0 9 * * *", timezone: "UTC" } },
+      ],
     ];
     for (const [method, path, body] of refused) {
       const answer = await handler(unauthorizedRouteEvent(method, path, body));
