@@ -139,6 +139,22 @@ describe("IAM principal → tenant", () => {
     expect(of("arn:aws:sts::123456789012:assumed-role/Reporter/i-0abc")).toBe(
       "arn:aws:iam::123456789012:role/Reporter",
     );
+    // The session name is the caller's to choose (letters, digits and _+=,.@-): it names no tenant.
+    for (const session of ["alice@example.com", "role=Admin,x.y", "Admin"]) {
+      expect(of(`arn:aws:sts::123456789012:assumed-role/Reporter/${session}`)).toBe(
+        "arn:aws:iam::123456789012:role/Reporter",
+      );
+    }
+    // A role's path is not in its sessions' ARN: an Identity Center role is role/<name>.
+    expect(of("arn:aws:sts::123456789012:assumed-role/AWSReservedSSO_Ops_0a1b/jane")).toBe(
+      "arn:aws:iam::123456789012:role/AWSReservedSSO_Ops_0a1b",
+    );
+    expect(of("arn:aws:sts::210987654321:assumed-role/Reporter/i-0abc")).toBe(
+      "arn:aws:iam::210987654321:role/Reporter",
+    );
+    expect(of("arn:aws-us-gov:sts::123456789012:assumed-role/Reporter/s")).toBe(
+      "arn:aws-us-gov:iam::123456789012:role/Reporter",
+    );
     expect(of("arn:aws:iam::123456789012:user/ops/alice")).toBe(
       "arn:aws:iam::123456789012:user/ops/alice",
     );
