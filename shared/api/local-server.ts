@@ -1,10 +1,12 @@
 import type { AddressInfo } from "node:net";
 import { serve } from "@hono/node-server";
+import { ENV, type Env } from "../config.js";
 import type { ConsoleAssets } from "../console/assets.js";
 import type { Engine } from "../engine.js";
 import type { JobTypeCatalog } from "../job-types/registry.js";
 import { createApiApp } from "./app.js";
 import { type Authenticator, adminTenantsFrom } from "./auth.js";
+import { ApiError } from "./errors.js";
 import { localAuthFromEnv } from "./local-auth.js";
 
 export interface LocalServerOptions {
@@ -49,11 +51,15 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Loc
       : {}),
   });
   const hostname = options.hostname ?? "127.0.0.1";
+  const named = namedHere(hostname, options.env ?? process.env);
+  const fetch: typeof app.fetch = (request, ...rest) =>
+    named === null || named(new URL(request.url).hostname)
+      ? app.fetch(request, ...rest)
+      : notNamedHere(new URL(request.url).host);
   const { server, port } = await new Promise<{ server: ReturnType<typeof serve>; port: number }>(
     (resolve, reject) => {
-      const started = serve(
-        { fetch: app.fetch, port: options.port ?? 0, hostname },
-        (info: AddressInfo) => resolve({ server: started, port: info.port }),
+      const started = serve({ fetch, port: options.port ?? 0, hostname }, (info: AddressInfo) =>
+        resolve({ server: started, port: info.port }),
       );
       started.once("error", reject);
     },
@@ -68,4 +74,42 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Loc
         if ("closeAllConnections" in server) server.closeAllConnections();
       }),
   };
+}
+
+/** A loopback name: `localhost` and the names under it (RFC 6761), 127.0.0.0/8, `[::1]`. */
+function isLoopbackName(name: string): boolean {
+  const host = name.toLowerCase();
+  return (
+    host === "localhost" ||
+    host.endsWith(".localhost") ||
+    host === "[::1]" ||
+    /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host)
+  );
+}
+
+/**
+ * The names a server listening on a loopback address answers to (the Host a request names): the
+ * loopback names, and API_URL's host, which may be a tunnel's way in for async targets; null for a
+ * server listening elsewhere, which answers every name. A web page whose own name its DNS turns to
+ * 127.0.0.1 (DNS rebinding) is the same origin to the browser, so its script could otherwise call
+ * the API with the well-known development key, read every job's target headers, and have http
+ * jobs post to the machine's private services, which the sandbox lets webhooks reach.
+ */
+function namedHere(hostname: string, env: Env): ((host: string) => boolean) | null {
+  if (!isLoopbackName(hostname) && hostname !== "::1") return null;
+  const apiUrl = env[ENV.apiUrl]?.trim();
+  const tunnel = apiUrl && URL.canParse(apiUrl) ? new URL(apiUrl).hostname.toLowerCase() : null;
+  return (host) => isLoopbackName(host) || host.toLowerCase() === tunnel;
+}
+
+function notNamedHere(host: string): Response {
+  const { context } = new ApiError(
+    403,
+    "forbidden",
+    `this server answers requests to a loopback name (localhost, 127.0.0.1, [::1]) or API_URL's host, not to ${JSON.stringify(host.slice(0, 200))}`,
+  );
+  return Response.json(context.body, {
+    status: context.status,
+    headers: { "Cache-Control": "no-store" },
+  });
 }

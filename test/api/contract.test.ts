@@ -1,3 +1,4 @@
+import { request } from "node:http";
 import { connect } from "node:net";
 import { GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -11,6 +12,7 @@ import {
   deadRunVia,
   expectError,
   inMinutes,
+  KEY_A,
   KEY_B,
   laterJob,
   type Reply,
@@ -83,6 +85,50 @@ describe("service endpoints and routing", () => {
     expect(onJob.headers.get("allow")).toBe("DELETE, GET, HEAD, PATCH");
     expect((await api.call("GET", "/jobs/01ABC/pause")).headers.get("allow")).toBe("POST");
     expectError(await api.call("POST", "/health", { key: null }), 405);
+  });
+
+  it("answers only requests that name it by a loopback name: another Host, as a page whose name its DNS turned to 127.0.0.1 sends, is 403", async () => {
+    const { port } = new URL(api.server.url);
+    // fetch sets Host from the URL: the request is made as a browser would make it to a page's own name.
+    const ask = (host: string) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const sent = request(
+          {
+            host: "127.0.0.1",
+            port,
+            path: "/jobs",
+            headers: { Host: host, Authorization: `Bearer ${KEY_A}` },
+          },
+          (answer) => {
+            let body = "";
+            answer.setEncoding("utf8");
+            answer.on("data", (chunk: string) => {
+              body += chunk;
+            });
+            answer.on("end", () => resolve({ status: answer.statusCode ?? 0, body }));
+          },
+        );
+        sent.on("error", reject);
+        sent.end();
+      });
+    for (const host of [
+      `127.0.0.1:${port}`,
+      `localhost:${port}`,
+      `[::1]:${port}`,
+      "app.localhost",
+    ]) {
+      expect((await ask(host)).status, host).toBe(200);
+    }
+    for (const host of [
+      `attacker.example:${port}`,
+      "attacker.example",
+      `localhost.attacker.example:${port}`,
+      `127.0.0.1.nip.io:${port}`,
+    ]) {
+      const refused = await ask(host);
+      expect(refused.status, host).toBe(403);
+      expect(JSON.parse(refused.body)).toMatchObject({ error: { code: "forbidden" } });
+    }
   });
 });
 
@@ -343,7 +389,7 @@ describe("POST /jobs", () => {
     const reply = await new Promise<string>((resolve, reject) => {
       const socket = connect(Number(port), "127.0.0.1", () => {
         socket.write(
-          "POST /jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer key-for-a\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+          "POST /jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer key-for-a\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
         );
         const chunk = "a".repeat(16 * 1024);
         for (let i = 0; i < 8; i++) socket.write(`${chunk.length.toString(16)}\r\n${chunk}\r\n`);
