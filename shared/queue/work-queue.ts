@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import {
   ChangeMessageVisibilityBatchCommand,
   ChangeMessageVisibilityCommand,
@@ -202,9 +203,19 @@ function sendEntries(
   );
 }
 
-/** A message sent before messages named their tenant has none to give (SQS refuses an empty id). */
+/** The longest `MessageGroupId` SQS takes; a tenant id may be up to 256 characters. */
+const MAX_GROUP_ID_LENGTH = 128;
+
+/**
+ * The run's fair-queue group, its tenant: the tenant id itself, or for one longer than SQS takes,
+ * `#` and its SHA-256 in hex, which no tenant id can be (they hold no `#`). A message sent before
+ * messages named their tenant has none to give (SQS refuses an empty id).
+ */
 function messageGroupOf(message: RunMessage): { MessageGroupId?: string } {
-  return message.tenantId === "" ? {} : { MessageGroupId: message.tenantId };
+  const { tenantId } = message;
+  if (tenantId === "") return {};
+  if (tenantId.length <= MAX_GROUP_ID_LENGTH) return { MessageGroupId: tenantId };
+  return { MessageGroupId: `#${createHash("sha256").update(tenantId).digest("hex")}` };
 }
 
 export async function receiveRuns(

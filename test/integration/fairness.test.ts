@@ -177,6 +177,35 @@ describe("MessageGroupId", () => {
       recording.stop();
     }
   }, 60_000);
+
+  // SQS refuses a MessageGroupId past 128 characters, and a tenant id may be 256 (a long IAM
+  // path, a JWT subject); the emulator checks none, so the sends are read as made.
+  it("is at most 128 characters: a longer tenant's is a digest no tenant id can be, its own", async () => {
+    const recording = recordSends(f);
+    try {
+      const tenants = [128, 129, 256].map((length) => `t${"x".repeat(length - 2)}${length % 10}`);
+      const jobIds = new Set<string>();
+      for (const tenantId of tenants) {
+        const { job } = await createJob(
+          f.engine,
+          testJob({ tenantId, schedule: { runAt: new Date().toISOString() } }),
+        );
+        jobIds.add(job.jobId);
+      }
+      const groups = new Map(
+        recording.sent
+          .filter((m) => jobIds.has(m.jobId))
+          .map((m) => [m.tenantId, m.messageGroupId ?? ""]),
+      );
+      expect([...groups.keys()].map((t) => t.length)).toEqual([128, 129, 256]);
+      expect([...groups.values()].map((g) => g.length <= 128)).toEqual([true, true, true]);
+      expect(groups.get(tenants[0] ?? "")).toBe(tenants[0]);
+      expect(new Set(groups.values()).size).toBe(3);
+      for (const long of tenants.slice(1)) expect(groups.get(long)).toMatch(/^#[0-9a-f]{64}$/);
+    } finally {
+      recording.stop();
+    }
+  }, 30_000);
 });
 
 describe("the worker loop's fairness", () => {
