@@ -8,7 +8,7 @@ import {
 import type { Run } from "../model.js";
 import { runDto } from "./dto.js";
 import { ApiError, invalid } from "./errors.js";
-import { errors, json, newRouter, type RouterDeps } from "./router.js";
+import { type ApiEnv, errors, json, newRouter, type RouterDeps } from "./router.js";
 import {
   AsyncRunParams,
   type CompleteRunBody,
@@ -88,12 +88,17 @@ function completionOf(body: CompleteRunBody): AsyncCompletion {
 /** The routes an async target uses to keep and end the run it took over. */
 export function asyncRunsRouter({ engine, body, requestRate }: RouterDeps) {
   const router = newRouter();
-  // A target's calls are its tenant's requests: counted once its token names the run, before any write.
-  const charge = (run: Run) => requestRate.take(run.tenantId);
+  // A target's calls are its tenant's requests: counted once its token names the run, before any
+  // write. The request is the run's tenant's from then on, so a 429 it is answered names the tenant
+  // in the `request throttled` line (TENANT_LOG_EVENTS), as the tenant's own requests do.
+  const chargeFor = (c: Context<ApiEnv>) => (run: Run) => {
+    c.set("tenantId", run.tenantId);
+    return requestRate.take(run.tenantId);
+  };
 
   router.openapi(heartbeatRoute, async (c) => {
     const { runId } = c.req.valid("param");
-    const beat = await heartbeatAsyncRun(engine, runId, runTokenOf(c), charge);
+    const beat = await heartbeatAsyncRun(engine, runId, runTokenOf(c), chargeFor(c));
     return c.json({ leaseUntil: beat.leaseUntil.toISOString(), timesOutAt: beat.timesOutAt }, 200);
   });
 
@@ -105,7 +110,7 @@ export function asyncRunsRouter({ engine, body, requestRate }: RouterDeps) {
       runId,
       token,
       completionOf(c.req.valid("json")),
-      charge,
+      chargeFor(c),
     );
     return c.json(runDto(run), 200);
   });

@@ -1,0 +1,135 @@
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
+import type { WorkerDeps } from "../../shared/execution/worker.js";
+import { type Logger, silentObservability, TENANT_LOG_EVENTS } from "../../shared/observability.js";
+import { receiveRuns } from "../../shared/queue/work-queue.js";
+import { cachedSigningSecrets } from "../../shared/webhooks/secrets.js";
+import { type ApiHarness, startApi, TENANT_A } from "../api/support.js";
+
+/**
+ * What the API and the worker log while a tenant's requests, deliveries and async runs pass
+ * through them, captured line by line: the operator's logs, read by people and tools no tenant
+ * chose, and counted per tenant by the stack's Contributor Insights rules.
+ */
+interface Line {
+  readonly level: string;
+  readonly message: string;
+  readonly fields: Record<string, unknown>;
+}
+
+const lines: Line[] = [];
+const capturing: Logger = {
+  debug: (message, fields = {}) => void lines.push({ level: "debug", message, fields }),
+  info: (message, fields = {}) => void lines.push({ level: "info", message, fields }),
+  warn: (message, fields = {}) => void lines.push({ level: "warn", message, fields }),
+  error: (message, fields = {}) => void lines.push({ level: "error", message, fields }),
+};
+
+let api: ApiHarness;
+let worker: WorkerDeps;
+let receiver: Server;
+let receiverUrl: string;
+/** What the receiver was sent, in order: its headers and body. */
+const received: { headers: Record<string, unknown>; body: string }[] = [];
+/** Whether the receiver takes a delivery over (202) or fails it, echoing what it was sent. */
+let receiverMode: "echo-500" | "async-202" = "echo-500";
+
+beforeAll(async () => {
+  api = await startApi({ obs: { ...silentObservability, log: capturing } });
+  receiver = createServer((request, response) => {
+    const chunks: Buffer[] = [];
+    request.on("data", (chunk: Buffer) => chunks.push(chunk));
+    request.on("end", () => {
+      const body = Buffer.concat(chunks).toString("utf8");
+      received.push({ headers: { ...request.headers }, body });
+      if (receiverMode === "async-202") {
+        response.writeHead(202).end();
+        return;
+      }
+      // An error page that quotes the whole request back, as some frameworks' debug pages do.
+      response.writeHead(500, { "Content-Type": "text/plain" });
+      response.end(`failed ${request.url}\n${JSON.stringify(request.headers)}\n${body}`);
+    });
+  });
+  await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", resolve));
+  receiverUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`;
+  const engine = api.fixture.engine;
+  worker = {
+    engine,
+    workerId: "log-secrets",
+    handlers: builtInHandlers(
+      {
+        signingSecrets: cachedSigningSecrets(engine, { ttlMs: 0 }),
+        allowPrivateTargets: true,
+        apiUrl: api.server.url,
+        leaseSeconds: 60,
+      },
+      engine.clock,
+    ),
+  };
+});
+afterAll(async () => {
+  await new Promise((resolve) => receiver?.close(resolve));
+  await api?.close();
+});
+
+/** Runs the job's next queued message as the worker does. */
+async function runNext(jobId: string): Promise<void> {
+  const deadline = Date.now() + 15_000;
+  while (Date.now() < deadline) {
+    const batch = await receiveRuns(api.fixture.engine.sqs, api.fixture.engine.queues.normal, {
+      max: 10,
+      waitSeconds: 1,
+    });
+    const mine = batch.filter((r) => r.message.jobId === jobId);
+    for (const run of mine) await api.fixture.process(worker, run);
+    if (mine.length > 0) return;
+  }
+  throw new Error(`no message for job ${jobId}`);
+}
+
+describe("per-tenant lines of an async target's calls", () => {
+  it("a 429 an async target's call is answered is logged with the run's tenant", async () => {
+    receiverMode = "async-202";
+    const created = await api.call("POST", "/jobs", {
+      body: {
+        type: "http",
+        schedule: { runAt: new Date().toISOString() },
+        target: { url: `${receiverUrl}/long`, mode: "async" },
+        timeoutSeconds: 3600,
+      },
+    });
+    expect(created.status, created.text).toBe(201);
+    await runNext((created.body as { id: string }).id);
+    const handOff = received.at(-1)?.headers ?? {};
+    const token = String(handOff["x-scheduler-run-token"]);
+    const heartbeatUrl = String(handOff["x-scheduler-heartbeat-url"]);
+    const setRate = (body: Record<string, unknown>) =>
+      api.call("PUT", `/tenants/${TENANT_A}/quotas`, { body });
+    expect((await setRate({ requestsPerSecond: 1 })).status).toBe(200);
+    const before = lines.length;
+    try {
+      const beats = await Promise.all(
+        Array.from({ length: 8 }, () =>
+          fetch(heartbeatUrl, { method: "POST", headers: { Authorization: `Bearer ${token}` } }),
+        ),
+      );
+      expect(beats.filter((b) => b.status === 429).length).toBeGreaterThanOrEqual(1);
+    } finally {
+      const deadline = Date.now() + 10_000;
+      while ((await setRate({})).status === 429 && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 500));
+      }
+    }
+    const throttled = lines
+      .slice(before)
+      .filter(
+        (l) => l.message === TENANT_LOG_EVENTS.requestThrottled && l.fields.path !== undefined,
+      )
+      .filter((l) => String(l.fields.path).endsWith("/heartbeat"));
+    expect(throttled.length).toBeGreaterThanOrEqual(1);
+    for (const line of throttled) expect(line.fields.tenantId).toBe(TENANT_A);
+  });
+});
