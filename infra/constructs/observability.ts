@@ -493,7 +493,7 @@ export class Observability extends Construct {
     this.dashboard.addWidgets(
       new AlarmStatusWidget({ title: "Alarms", alarms: this.alarms, width: 24, height: 4 }),
     );
-    this.addTenantRules(worker.worker, api.handler);
+    this.addTenantRules(worker.worker, worker.deadLetterConsumer, api.handler);
   }
 
   /**
@@ -502,11 +502,16 @@ export class Observability extends Construct {
    * `tenant` metric dimension would add a custom metric per tenant (docs/architecture.md,
    * "Observability").
    */
-  private addTenantRules(worker: SchedulerFunction, api: SchedulerFunction): void {
+  private addTenantRules(
+    worker: SchedulerFunction,
+    deadLetters: SchedulerFunction,
+    api: SchedulerFunction,
+  ): void {
     const stack = Stack.of(this);
     const runFinished = { Match: "$.message", In: [TENANT_LOG_EVENTS.runFinished] };
-    // A run's ending is logged by the worker, and by the API when an async target completes it.
-    const runLogs = [worker.logGroup, api.logGroup];
+    // A run's ending is logged by the worker, by the DLQ consumer when it ends a run that crashed
+    // every worker DEAD, and by the API when an async target completes it.
+    const runLogs = [worker.logGroup, deadLetters.logGroup, api.logGroup];
     const rule = (
       id: string,
       logGroups: readonly SchedulerFunction["logGroup"][],

@@ -277,9 +277,11 @@ function sandboxObservability(print: (line: string) => void): Observability {
         if (message !== "run finished" || !fields) return;
         const f = fields as Record<string, string | number | undefined>;
         const error = f.error ? `  ${String(f.error)}` : "";
+        // A run the DLQ consumer ends (it crashed every worker) has no duration.
+        const took = f.durationMs === undefined ? "" : `, took ${f.durationMs} ms`;
         print(
           `${time()} run ${String(f.status).padEnd(9)} job ${f.jobId} at ${f.scheduledFor} attempt ${f.attempt}` +
-            `  lag ${f.lagMs} ms, took ${f.durationMs} ms${error}`,
+            `  lag ${f.lagMs} ms${took}${error}`,
         );
       },
       warn: plain("WARN"),

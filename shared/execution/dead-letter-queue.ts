@@ -1,12 +1,13 @@
 import type { Engine } from "../engine.js";
 import type { RunMessage } from "../model.js";
-import { METRICS } from "../observability.js";
+import { METRICS, TENANT_LOG_EVENTS } from "../observability.js";
 import { recordShardCount } from "../shard-count.js";
 import { releaseBufferSlot, releaseRerunMark } from "../storage/admission.js";
 import { recordRunOnJob } from "../storage/run-finish.js";
 import { getJob, getRun } from "../storage/run-reads.js";
 import { triggerEntryOf } from "../storage/trigger.js";
 import { endsOneOff, endUnownedRun } from "./run-endings.js";
+import { startLagMs } from "./run-outcome.js";
 
 /**
  * A message lands in the SQS redrive DLQ when workers received it
@@ -75,6 +76,17 @@ export async function handleCrashedRun(
     if (job?.rerunWaiting === run.runId) await releaseRerunMark(engine, run.jobId, run.runId);
     engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status: "DEAD" });
     engine.obs.log.error("run dead-lettered by the redrive DLQ", { runId: run.runId });
+    // Counted per tenant as a worker's ending is (TENANT_LOG_EVENTS): the runs that crash workers
+    // are the ones whose tenant an operator looks for first. The lag is its last start's.
+    engine.obs.log.info(TENANT_LOG_EVENTS.runFinished, {
+      tenantId: run.tenantId,
+      jobId: run.jobId,
+      runId: run.runId,
+      scheduledFor: run.scheduledFor,
+      attempt: run.attempt,
+      status: "DEAD",
+      lagMs: startLagMs(run, now),
+    });
   }
   // A one-off's own occurrence dead here has ended for good, as a worker's DEAD ending has: the job
   // completes. Also when the run was already DEAD (this message again, after a failure here).

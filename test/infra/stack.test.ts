@@ -1003,7 +1003,7 @@ describe("observability", () => {
     expect(body).toMatch(/SEARCH\('\{\\*"Scheduler\/prod\\*",service,shard\}/);
   });
 
-  it("counts runs, lag, late starts and throttles per tenant with Contributor Insights rules over the worker's and the API's logs", () => {
+  it("counts runs, lag, late starts and throttles per tenant with Contributor Insights rules over the worker's, the DLQ consumer's and the API's logs", () => {
     const { stack } = prod;
     /** A rule body as written: its Fn::Join parts, a reference standing in as `<LogicalId>`. */
     const bodyOf = (rule: Record<string, Json>) => {
@@ -1027,8 +1027,13 @@ describe("observability", () => {
       "TenantThrottles",
     ]);
     const logGroup = (fn: SchedulerFunction) => [`<${logicalIdOf(stack, fn.logGroup)}>`];
-    // Runs end in the worker, and in the API when an async target completes them.
-    const worker = [...logGroup(stack.worker.worker), ...logGroup(stack.api.handler)];
+    // Runs end in the worker, in the DLQ consumer when they crashed every worker, and in the API
+    // when an async target completes them.
+    const worker = [
+      ...logGroup(stack.worker.worker),
+      ...logGroup(stack.worker.deadLetterConsumer),
+      ...logGroup(stack.api.handler),
+    ];
     const runFinished = { Match: "$.message", In: [TENANT_LOG_EVENTS.runFinished] };
     const expected = {
       TenantRuns: {

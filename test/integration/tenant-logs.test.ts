@@ -3,9 +3,11 @@ import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApiApp } from "../../shared/api/app.js";
 import { ApiError } from "../../shared/api/errors.js";
+import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import { jobTypeCatalog } from "../../shared/job-types/registry.js";
 import { createJob } from "../../shared/jobs/index.js";
 import { type Logger, silentObservability, TENANT_LOG_EVENTS } from "../../shared/observability.js";
+import { startRun } from "../../shared/storage/run-start.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 
 /**
@@ -88,6 +90,45 @@ describe("per-tenant log lines", () => {
     } finally {
       await new Promise((resolve) => receiver.close(resolve));
     }
+  });
+
+  it("a run the redrive DLQ ends DEAD (it crashed every worker that started it) has its run finished line", async () => {
+    // The runs that crash workers are the ones whose tenant an operator looks for first.
+    const { job } = await createJob(
+      f.engine,
+      testJob({ tenantId: "tenant-crashing", schedule: { runAt: new Date().toISOString() } }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    // Every delivery but the first (whose start may stay unwritten) started it and crashed, the
+    // last one's lease lapsed since.
+    const { maxReceiveCount, leaseMs } = f.engine.settings;
+    const apart = leaseMs + 1000;
+    for (let start = 1; start < maxReceiveCount; start++) {
+      const at = new Date(Date.now() - (maxReceiveCount - start) * apart);
+      expect((await startRun(f.engine, received.message, `crash-${start}`, at)).kind).toBe(
+        "started",
+      );
+    }
+    await handleCrashedRun(f.engine, received.message, maxReceiveCount);
+    const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    expect(run).toMatchObject({ status: "DEAD", fence: maxReceiveCount - 1 });
+    const finished = lines.filter(
+      (l) => l.message === TENANT_LOG_EVENTS.runFinished && l.fields.jobId === job.jobId,
+    );
+    expect(finished).toHaveLength(1);
+    expect(finished[0]?.fields).toMatchObject({
+      tenantId: "tenant-crashing",
+      status: "DEAD",
+      attempt: 1,
+      lagMs: expect.any(Number),
+    });
+    // A repeat of the message (its deletion failed) ends nothing more and logs no second line.
+    await handleCrashedRun(f.engine, received.message, maxReceiveCount);
+    expect(
+      lines.filter(
+        (l) => l.message === TENANT_LOG_EVENTS.runFinished && l.fields.jobId === job.jobId,
+      ),
+    ).toHaveLength(1);
   });
 
   it("every 429 the API answers is logged with the caller's tenant and the answer's code", async () => {
