@@ -6,7 +6,7 @@ import type { WorkerDeps } from "../../shared/execution/worker.js";
 import { type Logger, silentObservability, TENANT_LOG_EVENTS } from "../../shared/observability.js";
 import { receiveRuns } from "../../shared/queue/work-queue.js";
 import { cachedSigningSecrets } from "../../shared/webhooks/secrets.js";
-import { type ApiHarness, startApi, TENANT_A } from "../api/support.js";
+import { type ApiHarness, KEY_A, startApi, TENANT_A } from "../api/support.js";
 
 /**
  * What the API and the worker log while a tenant's requests, deliveries and async runs pass
@@ -89,6 +89,90 @@ async function runNext(jobId: string): Promise<void> {
   }
   throw new Error(`no message for job ${jobId}`);
 }
+
+const logged = () => lines.map((line) => JSON.stringify(line)).join("\n");
+
+/**
+ * None may carry a tenant's credentials: its API key, its webhook signing secrets (read and
+ * rotated), its target's headers and URL path, its payload, its receiver's answer echoing all of
+ * those, a replay's Idempotency-Key, or an async run's token, good or forged.
+ */
+describe("secrets in the logs", () => {
+  it("no line carries the API key, a webhook secret, a target's credentials, a payload, a receiver's answer or a run token", async () => {
+    const secrets: string[] = [KEY_A];
+    const secret = await api.call("GET", "/webhook-secret");
+    expect(secret.status, secret.text).toBe(200);
+    secrets.push((secret.body as { secret: string }).secret);
+    const rotated = await api.call("POST", "/webhook-secret/rotate");
+    expect(rotated.status, rotated.text).toBe(200);
+    secrets.push((rotated.body as { secret: string }).secret);
+    expect(secrets.slice(1).every((s) => s.startsWith("whsec_"))).toBe(true);
+
+    const created = await api.call("POST", "/jobs", {
+      body: {
+        type: "http",
+        name: "nightly export",
+        schedule: { runAt: new Date().toISOString() },
+        target: {
+          url: `${receiverUrl}/hooks/path-credential-s3cret?sig=query-credential-s3cret`,
+          headers: { Authorization: "Bearer header-credential-s3cret", "X-Api-Key": "key-s3cret" },
+        },
+        payload: { password: "payload-s3cret" },
+        retry: { maxAttempts: 2, initialDelaySeconds: 0 },
+      },
+    });
+    expect(created.status, created.text).toBe(201);
+    const jobId = (created.body as { id: string }).id;
+    await runNext(jobId);
+    await runNext(jobId);
+    const runs = await api.call("GET", `/jobs/${jobId}/runs`);
+    const items = (runs.body as { items: { runId: string; status: string; error: string }[] })
+      .items;
+    expect(items.map((r) => r.status).sort()).toEqual(["dead", "failed"]);
+    // The receiver was sent each of them, signed, and quoted them back into the runs' errors.
+    expect(received.at(-1)?.body).toContain("payload-s3cret");
+    expect(items[0]?.error).toContain("header-credential-s3cret");
+    secrets.push("s3cret");
+
+    // Replayed from the dead-letter list, as an operator or the tenant does.
+    const dead = items.find((r) => r.status === "dead");
+    const replay = await api.call("POST", `/dead-letters/${dead?.runId}/replay`, {
+      headers: { "Idempotency-Key": "replay-key-s3cret" },
+    });
+    expect(replay.status, replay.text).toBe(202);
+    await runNext(jobId);
+
+    // An async run: its token, a forged one, and one of another run.
+    receiverMode = "async-202";
+    const asyncJob = await api.call("POST", "/jobs", {
+      body: {
+        type: "http",
+        schedule: { runAt: new Date().toISOString() },
+        target: { url: `${receiverUrl}/long`, mode: "async" },
+        timeoutSeconds: 3600,
+      },
+    });
+    expect(asyncJob.status, asyncJob.text).toBe(201);
+    await runNext((asyncJob.body as { id: string }).id);
+    const handOff = received.at(-1)?.headers ?? {};
+    const token = String(handOff["x-scheduler-run-token"]);
+    const completeUrl = String(handOff["x-scheduler-complete-url"]);
+    expect(token.length).toBeGreaterThan(20);
+    secrets.push(token);
+    for (const bearer of [`${token}x`, "forged-token-s3cret", token]) {
+      await fetch(completeUrl, {
+        method: "POST",
+        headers: { Authorization: `Bearer ${bearer}`, "Content-Type": "application/json" },
+        body: JSON.stringify({ status: "failed", error: "async-error-s3cret" }),
+      });
+    }
+
+    expect(lines.length).toBeGreaterThan(0);
+    const text = logged();
+    for (const s of secrets) expect(text).not.toContain(s);
+    expect(text).not.toContain("whsec_");
+  });
+});
 
 describe("per-tenant lines of an async target's calls", () => {
   it("a 429 an async target's call is answered is logged with the run's tenant", async () => {
