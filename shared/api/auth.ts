@@ -63,16 +63,23 @@ export function localApiKeys(env: Env = process.env): LocalApiKeys {
   const raw = env[API_KEYS_ENV]?.trim();
   if (!raw) return { keys: new Map([[DEV_API_KEY, DEV_TENANT]]), usingDevKey: true };
   const keys = new Map<string, string>();
-  for (const entry of raw.split(",")) {
+  // Where each key was listed (1-based). A refusal names entries by their place and the tenant,
+  // never the key: it is printed to the sandbox's stderr, and from there to whatever keeps it.
+  const places = new Map<string, number>();
+  for (const [index, entry] of raw.split(",").entries()) {
     const at = entry.indexOf("=");
     const key = entry.slice(0, at).trim();
     const tenant = entry.slice(at + 1).trim();
     if (at < 1 || key === "" || !/^[\x21-\x7E]+$/.test(key) || !isValidTenantId(tenant)) {
+      const given = at < 0 ? "no =tenant" : `tenant ${JSON.stringify(tenant.slice(0, 300))}`;
       throw new Error(
-        `${API_KEYS_ENV}: "${entry.trim()}" is not key=tenant (tenant: ${TENANT_ID_CHARS})`,
+        `${API_KEYS_ENV}: entry ${index + 1} (${given}) is not key=tenant (key: visible ASCII without spaces; tenant: ${TENANT_ID_CHARS})`,
       );
     }
-    if (keys.has(key)) throw new Error(`${API_KEYS_ENV}: key "${key}" is listed twice`);
+    const first = places.get(key);
+    if (first !== undefined)
+      throw new Error(`${API_KEYS_ENV}: entries ${first} and ${index + 1} list the same key`);
+    places.set(key, index + 1);
     keys.set(key, tenant);
   }
   return { keys, usingDevKey: false };

@@ -98,6 +98,25 @@ describe("local API keys", () => {
     expect(() => localApiKeys({ SCHEDULER_API_KEYS: value })).toThrow(/SCHEDULER_API_KEYS/);
   });
 
+  it("a refusal names the entry by its place and never prints a key: the sandbox's stderr and a CI log are no place for it", () => {
+    const refusal = (value: string) => {
+      try {
+        localApiKeys({ SCHEDULER_API_KEYS: value });
+      } catch (error) {
+        return error instanceof Error ? error.message : String(error);
+      }
+      throw new Error(`${value} was accepted`);
+    };
+    const badTenant = refusal("ok-key=a, sk_live_s3cret=tenant#b");
+    expect(badTenant).toContain("entry 2");
+    expect(badTenant).toContain('"tenant#b"');
+    const noTenant = refusal("sk_live_s3cret");
+    expect(noTenant).toContain("entry 1");
+    const twice = refusal("sk_live_s3cret=a, other=b, sk_live_s3cret=c");
+    expect(twice).toMatch(/entries 1 and 3/);
+    for (const message of [badTenant, noTenant, twice]) expect(message).not.toContain("s3cret");
+  });
+
   it("reads ADMIN_TENANTS as comma-separated tenant ids", () => {
     expect(adminTenantsFrom({ ADMIN_TENANTS: " ops , arn:aws:iam::1:role/x,," })).toEqual([
       "ops",
