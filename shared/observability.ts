@@ -25,6 +25,12 @@ export const METRICS = {
   writeContention: "WriteContention",
   /** A writer's fast-path claim that failed after its write committed, by `operation`. */
   fastPathFailures: "FastPathFailures",
+  /**
+   * A request the API answered 503 `busy`: it met another request's write (its tenant's own
+   * contention), which a retry passes. API Gateway counts these among its 5xx; the server-error
+   * alarm leaves them out.
+   */
+  busyAnswers: "BusyAnswers",
 } as const;
 
 export type MetricName = (typeof METRICS)[keyof typeof METRICS];

@@ -260,9 +260,21 @@ export class Observability extends Construct {
       });
     // The API's own failures (its function's crashes and timeouts, storage errors answered 5xx):
     // creates, edits and cancels that did not happen, which no other alarm sees.
-    alarm("ApiServerErrors", api.httpApi.metricServerError({ period: MINUTE, statistic: "Sum" }), {
+    // A `busy` 503 (a request that met another's write, its tenant's own contention) is one of
+    // API Gateway's 5xx but no failure of the API's: the API counts those (BusyAnswers), and the
+    // alarm leaves them out, so that no tenant pages the operator by racing its own requests.
+    const serverErrors = new MathExpression({
+      expression: "errors - FILL(busy, 0)",
+      usingMetrics: {
+        errors: api.httpApi.metricServerError({ period: MINUTE, statistic: "Sum" }),
+        busy: this.metric(METRICS.busyAnswers, "api"),
+      },
+      label: "server errors (5xx but busy)",
+      period: MINUTE,
+    });
+    alarm("ApiServerErrors", serverErrors, {
       description:
-        "The API answered 5xx (server errors: its function failed or timed out, or storage refused) in 3 of the last 5 minutes; callers' creates, edits and cancels failed. The API function's log group says why.",
+        "The API answered 5xx (server errors: its function failed or timed out, or storage refused; a busy 503 for contention between requests is not counted) in 3 of the last 5 minutes; callers' creates, edits and cancels failed. The API function's log group says why.",
       threshold: 1,
       evaluationPeriods: 5,
       datapointsToAlarm: 3,

@@ -1,7 +1,7 @@
 import { OpenAPIHono } from "@hono/zod-openapi";
 import type { Engine } from "../engine.js";
 import type { JobTypeCatalog } from "../job-types/registry.js";
-import { TENANT_LOG_EVENTS } from "../observability.js";
+import { METRICS, TENANT_LOG_EVENTS } from "../observability.js";
 import { RequestRateLimiter } from "../quotas/request-rate.js";
 import { asyncRunsRouter, RUN_TOKEN_PATH } from "./async-runs-router.js";
 import { type Authenticator, isValidTenantId } from "./auth.js";
@@ -9,7 +9,7 @@ import { BODY_OVERHEAD_BYTES, jsonBody } from "./body.js";
 import { type ConsoleOptions, consoleRouter, isConsolePath } from "./console-router.js";
 import { deadLettersRouter } from "./dead-letters-router.js";
 import { docsRouter } from "./docs-router.js";
-import { ApiError, httpAnswerOf, notFound } from "./errors.js";
+import { ApiError, httpAnswerOf, isBusyAnswer, notFound } from "./errors.js";
 import { schemaFailure } from "./issues.js";
 import { jobsBatchRouter } from "./jobs-batch-router.js";
 import { jobsRouter } from "./jobs-router.js";
@@ -78,7 +78,17 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
         path: c.req.path,
       });
     }
-    if (answer.status >= 500) {
+    if (isBusyAnswer(answer)) {
+      // A 503 API Gateway counts among its 5xx: counted for the server-error alarm to leave out,
+      // and logged as the refusal it is, not as the API's failure.
+      engine.obs.metrics.add(METRICS.busyAnswers, 1, "Count");
+      engine.obs.log.warn("request busy", {
+        tenantId: c.get("tenantId") ?? null,
+        reason: answer.body.error.message,
+        method: c.req.method,
+        path: c.req.path,
+      });
+    } else if (answer.status >= 500) {
       engine.obs.log.error("api request failed", {
         method: c.req.method,
         path: c.req.path,

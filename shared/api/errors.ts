@@ -120,6 +120,15 @@ const UNAVAILABLE = answer(
   { headers: { "Retry-After": "1" } },
 );
 
+/**
+ * Whether an answer is a `busy` 503 for contention: the request met another request's write (its
+ * tenant's own, as often as not), and a retry passes. Not a server error of the API's; a read's
+ * storage that did not answer in time is one.
+ */
+export function isBusyAnswer(reply: HttpAnswer): boolean {
+  return reply === BUSY.job || reply === BUSY["webhook secret"];
+}
+
 const INTERNAL = answer(500, "internal", "internal error");
 // The worker's failures and storage's unmapped conditions never describe a request: if one
 // reaches the API it is a fault of the API's own, answered without its details.

@@ -3,7 +3,12 @@ import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import type { WorkerDeps } from "../../shared/execution/worker.js";
-import { type Logger, silentObservability, TENANT_LOG_EVENTS } from "../../shared/observability.js";
+import {
+  type Logger,
+  METRICS,
+  silentObservability,
+  TENANT_LOG_EVENTS,
+} from "../../shared/observability.js";
 import { receiveRuns } from "../../shared/queue/work-queue.js";
 import { cachedSigningSecrets } from "../../shared/webhooks/secrets.js";
 import { type ApiHarness, KEY_A, startApi, TENANT_A } from "../api/support.js";
@@ -215,5 +220,33 @@ describe("per-tenant lines of an async target's calls", () => {
       .filter((l) => String(l.fields.path).endsWith("/heartbeat"));
     expect(throttled.length).toBeGreaterThanOrEqual(1);
     for (const line of throttled) expect(line.fields.tenantId).toBe(TENANT_A);
+  });
+});
+
+/**
+ * A 503 `busy` answers a request that met another request's write (a tenant's two rotations of
+ * its webhook secret at once, its edits of one job): its own contention, which a retry passes.
+ * API Gateway counts it among the 5xx the `ApiServerErrors` alarm watches, so the API counts
+ * them (`BusyAnswers`) for the alarm to leave out, and logs them as the refusals they are, not as
+ * its failures: a tenant must not page the operator, or fill the log the alarm points to, at will.
+ */
+describe("busy answers", () => {
+  it("are counted as BusyAnswers and logged as busy, not as failed requests", async () => {
+    const before = lines.length;
+    const answers = await Promise.all(
+      Array.from({ length: 12 }, () => api.call("POST", "/webhook-secret/rotate")),
+    );
+    const busy = answers.filter((a) => a.status === 503);
+    expect(busy.length).toBeGreaterThanOrEqual(1);
+    expect(busy[0]?.body).toMatchObject({ error: { code: "busy" } });
+    expect(api.fixture.metrics.sum(METRICS.busyAnswers)).toBe(busy.length);
+    const logged = lines.slice(before);
+    expect(logged.filter((l) => l.level === "error")).toEqual([]);
+    expect(logged.filter((l) => l.message === "request busy")).toHaveLength(busy.length);
+    expect(logged.find((l) => l.message === "request busy")?.fields).toMatchObject({
+      tenantId: TENANT_A,
+      method: "POST",
+      path: "/webhook-secret/rotate",
+    });
   });
 });
