@@ -74,26 +74,39 @@ export async function handleCrashedRun(
     // A retry or replay that died waiting leaves its mark: the job's next occurrences need not
     // yield to it (an admission would drop it too, reading the run ended).
     if (job?.rerunWaiting === run.runId) await releaseRerunMark(engine, run.jobId, run.runId);
-    engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status: "DEAD" });
-    engine.obs.log.error("run dead-lettered by the redrive DLQ", { runId: run.runId });
-    // Counted per tenant as a worker's ending is (TENANT_LOG_EVENTS): the runs that crash workers
-    // are the ones whose tenant an operator looks for first. The lag is its last start's.
-    engine.obs.log.info(TENANT_LOG_EVENTS.runFinished, {
-      tenantId: run.tenantId,
-      jobId: run.jobId,
-      runId: run.runId,
-      scheduledFor: run.scheduledFor,
-      attempt: run.attempt,
-      status: "DEAD",
-      lagMs: startLagMs(run, now),
-    });
+    if (run.status === "DEAD") {
+      engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status: "DEAD" });
+      engine.obs.log.error("run dead-lettered by the redrive DLQ", { runId: run.runId });
+      // Counted per tenant as a worker's ending is (TENANT_LOG_EVENTS): the runs that crash
+      // workers are the ones whose tenant an operator looks for first. The lag is its last start's.
+      engine.obs.log.info(TENANT_LOG_EVENTS.runFinished, {
+        tenantId: run.tenantId,
+        jobId: run.jobId,
+        runId: run.runId,
+        scheduledFor: run.scheduledFor,
+        attempt: run.attempt,
+        status: "DEAD",
+        lagMs: startLagMs(run, now),
+      });
+    } else {
+      // Asked to cancel while it ran, it ends CANCELLED as asked (endUnownedRun), and is counted
+      // and logged as a worker's cancelled ending is: no dead run to alarm on or to replay.
+      engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status: run.status });
+      engine.obs.log.info("run cancelled on request", {
+        jobId: run.jobId,
+        runId: run.runId,
+        cancelledBy: run.cancelledBy ?? null,
+        cancelRequestedAt: run.cancelRequestedAt ?? null,
+      });
+    }
   }
-  // A one-off's own occurrence dead here has ended for good, as a worker's DEAD ending has: the job
+  // A one-off's own occurrence ended here has ended for good, as a worker's ending has: the job
   // completes. Also when the run was already DEAD (this message again, after a failure here).
-  const dead = run ?? (seen.status === "DEAD" ? seen : null);
-  if (dead !== null && job?.status === "ACTIVE" && endsOneOff(job, dead, "DEAD"))
-    await recordRunOnJob(engine, dead, {
-      status: "DEAD",
+  const ended = run ?? (seen.status === "DEAD" ? seen : null);
+  const status = ended?.status === "CANCELLED" ? "CANCELLED" : "DEAD";
+  if (ended !== null && job?.status === "ACTIVE" && endsOneOff(job, ended, status))
+    await recordRunOnJob(engine, ended, {
+      status,
       ran: false,
       tracked: false,
       completesJob: true,

@@ -6,7 +6,14 @@ import { ApiError } from "../../shared/api/errors.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import { jobTypeCatalog } from "../../shared/job-types/registry.js";
 import { createJob } from "../../shared/jobs/index.js";
-import { type Logger, silentObservability, TENANT_LOG_EVENTS } from "../../shared/observability.js";
+import type { Run } from "../../shared/model.js";
+import {
+  type Logger,
+  METRICS,
+  silentObservability,
+  TENANT_LOG_EVENTS,
+} from "../../shared/observability.js";
+import { requestRunCancel } from "../../shared/storage/run-cancel.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 
@@ -129,6 +136,38 @@ describe("per-tenant log lines", () => {
         (l) => l.message === TENANT_LOG_EVENTS.runFinished && l.fields.jobId === job.jobId,
       ),
     ).toHaveLength(1);
+  });
+
+  it("a run asked to cancel that crashed every worker is ended CANCELLED by the redrive DLQ, and counted and logged as cancelled, not dead", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ tenantId: "tenant-cancelling", schedule: { runAt: new Date().toISOString() } }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const { maxReceiveCount, leaseMs } = f.engine.settings;
+    const apart = leaseMs + 1000;
+    let started: Run | null = null;
+    for (let start = 1; start < maxReceiveCount; start++) {
+      const at = new Date(Date.now() - (maxReceiveCount - start) * apart);
+      const result = await startRun(f.engine, received.message, `crash-${start}`, at);
+      if (result.kind !== "started") throw new Error(`start ${start}: ${result.kind}`);
+      started = result.run;
+    }
+    if (started === null) throw new Error("never started");
+    // The tenant cancels it while its last worker holds it; that worker crashes too.
+    expect(await requestRunCancel(f.engine, started, "api", new Date())).not.toBeNull();
+    const deadBefore = f.metrics.sum(METRICS.runOutcome, { status: "DEAD" });
+    const cancelledBefore = f.metrics.sum(METRICS.runOutcome, { status: "CANCELLED" });
+    const before = lines.length;
+    await handleCrashedRun(f.engine, received.message, maxReceiveCount);
+    const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    expect(run).toMatchObject({ status: "CANCELLED", cancelledBy: "api" });
+    expect(f.metrics.sum(METRICS.runOutcome, { status: "DEAD" })).toBe(deadBefore);
+    expect(f.metrics.sum(METRICS.runOutcome, { status: "CANCELLED" })).toBe(cancelledBefore + 1);
+    const logged = lines.slice(before);
+    expect(logged.filter((l) => l.message === "run dead-lettered by the redrive DLQ")).toEqual([]);
+    expect(logged.filter((l) => l.fields.status === "DEAD")).toEqual([]);
+    expect(logged.filter((l) => l.message === "run cancelled on request")).toHaveLength(1);
   });
 
   it("every 429 the API answers is logged with the caller's tenant and the answer's code", async () => {
