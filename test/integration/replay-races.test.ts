@@ -1,10 +1,19 @@
 import { DeleteCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IllegalTransitionError, NotReplayableError } from "../../shared/errors.js";
-import { cancelJob, createJob, deleteJob, replayDeadLetter } from "../../shared/jobs/index.js";
+import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
+import {
+  cancelJob,
+  createJob,
+  deleteJob,
+  pauseJob,
+  replayDeadLetter,
+  resumeJob,
+} from "../../shared/jobs/index.js";
 import { listDeadLetters } from "../../shared/jobs/queries.js";
 import type { Run } from "../../shared/model.js";
-import { runKeyOf } from "../../shared/storage/run-reads.js";
+import { getJob, runKeyOf } from "../../shared/storage/run-reads.js";
+import { startRun } from "../../shared/storage/run-start.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { withLostAnswers } from "../support/faults.js";
 
@@ -161,5 +170,53 @@ describe("a replay racing its job's cancel or delete", () => {
     await expect(repeat).rejects.toBeInstanceOf(NotReplayableError);
     await expect(repeat).rejects.toThrow(`already replayed as ${run.runId}`);
     expect((await runsOf(dead.jobId)).map((r) => [r.attempt, r.status])).toEqual([[1, "DEAD"]]);
+  });
+});
+
+/**
+ * The redrive DLQ's message of a poison run may come again after the consumer ended the run DEAD
+ * (its delete failed, SQS delivers at least once). By then the run may have been replayed: a
+ * one-off's dead run is no longer its occurrence's latest attempt, and the repeat must leave the
+ * job's completion to the replay's ending, as a repair of a replayed run's ending does.
+ */
+describe("a redrive DLQ message repeated after its dead run was replayed", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  it("a one-off paused when its run died, replayed and resumed, stays active until the replay ends", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ tenantId: TENANT, schedule: { runAt: new Date().toISOString() } }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    // Every delivery but the first started it and crashed; the last one's lease lapsed since.
+    const { maxReceiveCount, leaseMs } = f.engine.settings;
+    for (let start = 1; start < maxReceiveCount; start++) {
+      const at = new Date(Date.now() - (maxReceiveCount - start) * (leaseMs + 1000));
+      expect((await startRun(f.engine, received.message, `crash-${start}`, at)).kind).toBe(
+        "started",
+      );
+    }
+    await pauseJob(f.engine, TENANT, job.jobId);
+    await handleCrashedRun(f.engine, received.message, maxReceiveCount);
+    const [dead] = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    expect(dead).toMatchObject({ status: "DEAD" });
+    // Paused, the job is not completed by its run's death; the tenant replays it and resumes.
+    const { run: replay } = await replayDeadLetter(f.engine, TENANT, dead?.runId ?? "");
+    await resumeJob(f.engine, TENANT, job.jobId);
+    expect(await getJob(f.engine, job.jobId)).toMatchObject({ status: "ACTIVE" });
+
+    await handleCrashedRun(f.engine, received.message, maxReceiveCount);
+    expect(await getJob(f.engine, job.jobId)).toMatchObject({ status: "ACTIVE" });
+    // The replay runs, and its ending completes the one-off.
+    const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(delivery.message.attempt).toBe(replay.attempt);
+    expect(await f.process(f.workerDeps("w"), delivery)).toBe("ack");
+    const ran = (await f.runs()).find((r) => r.runId === replay.runId);
+    expect(ran).toMatchObject({ status: "SUCCEEDED" });
+    expect(await getJob(f.engine, job.jobId)).toMatchObject({ status: "COMPLETED" });
   });
 });
