@@ -138,8 +138,9 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
         headers: { "WWW-Authenticate": 'Bearer realm="scheduler"' },
       });
     }
-    await requestRate.take(tenantId);
+    // Set before the rate is taken, so that its 429's `request throttled` line names the tenant.
     c.set("tenantId", tenantId);
+    await requestRate.take(tenantId);
     await next();
   });
 

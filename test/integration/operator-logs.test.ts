@@ -250,3 +250,29 @@ describe("busy answers", () => {
     });
   });
 });
+
+describe("per-tenant lines of a tenant over its request rate", () => {
+  it("a 429 for the tenant's requestsPerSecond is logged with the tenant", async () => {
+    const setRate = (body: Record<string, unknown>) =>
+      api.call("PUT", `/tenants/${TENANT_A}/quotas`, { body });
+    expect((await setRate({ requestsPerSecond: 1 })).status).toBe(200);
+    const before = lines.length;
+    try {
+      const answers = await Promise.all(
+        Array.from({ length: 8 }, () => api.call("GET", "/jobs?limit=1")),
+      );
+      expect(answers.filter((a) => a.status === 429).length).toBeGreaterThanOrEqual(1);
+    } finally {
+      const deadline = Date.now() + 10_000;
+      while ((await setRate({})).status === 429 && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 500));
+      }
+    }
+    const throttled = lines
+      .slice(before)
+      .filter((l) => l.message === TENANT_LOG_EVENTS.requestThrottled && l.fields.path === "/jobs");
+    expect(throttled.length).toBeGreaterThanOrEqual(1);
+    for (const line of throttled)
+      expect(line.fields).toMatchObject({ tenantId: TENANT_A, code: "rate_limited" });
+  });
+});
