@@ -1298,6 +1298,25 @@ describe("dead letters", () => {
     expect(after.items.filter((r) => r.attempt === 2)).toHaveLength(1);
   });
 
+  it("concurrent replays without a key, or each with its own, queue one run: one 202, the others 409", async () => {
+    const { jobId } = await deadRunVia(api);
+    const listed = RunPageSchema.parse((await api.call("GET", `/jobs/${jobId}/runs`)).body);
+    const runId = listed.items.find((r) => r.status === "dead")?.runId ?? "";
+    const answers = await Promise.all([
+      ...Array.from({ length: 4 }, () => api.call("POST", `/dead-letters/${runId}/replay`)),
+      ...Array.from({ length: 4 }, (_, i) =>
+        api.call("POST", `/dead-letters/${runId}/replay`, {
+          headers: { "Idempotency-Key": `replay-own-${i}` },
+        }),
+      ),
+    ]);
+    expect(answers.map((a) => a.status).sort()).toEqual([202, 409, 409, 409, 409, 409, 409, 409]);
+    for (const refused of answers.filter((a) => a.status === 409))
+      expectError(refused, 409, { code: "not_replayable" });
+    const after = RunPageSchema.parse((await api.call("GET", `/jobs/${jobId}/runs`)).body);
+    expect(after.items.filter((r) => r.attempt === 2)).toHaveLength(1);
+  });
+
   it("a dead run at the last attempt a run can have is not replayable: 409, not a 500", async () => {
     // Each replay is the next attempt, and attempts are stored as four digits: a tenant replaying
     // its failing job over and over reaches attempt 9999, whose replay has no attempt to be.
