@@ -113,14 +113,15 @@ function compileUncached(raw: string): CronCompileResult {
     }
   }
 
+  const parseable = six.map((field, i) => withoutRepeats(field, i));
   let parsed: ReturnType<typeof CronExpressionParser.parse>;
   try {
-    parsed = CronExpressionParser.parse(six.join(" "));
+    parsed = CronExpressionParser.parse(parseable.join(" "));
   } catch (error) {
     // cron-parser does not say which field it choked on; parsing each field alone does.
     for (let i = 0; i < 6; i++) {
       const probe = ["0", "*", "*", "*", "*", "*"];
-      probe[i] = six[i] ?? "*";
+      probe[i] = parseable[i] ?? "*";
       try {
         CronExpressionParser.parse(probe.join(" "));
       } catch (fieldError) {
@@ -138,6 +139,47 @@ function compileUncached(raw: string): CronCompileResult {
   const cron = build(expression, parsed.fields);
   if (!isFeasible(cron)) return fail(neverFires(six));
   return { ok: true, cron };
+}
+
+const FIELD_KEYS = ["second", "minute", "hour", "dayOfMonth", "month", "dayOfWeek"] as const;
+
+/**
+ * A list field as cron-parser takes it: cron reads a list as the union of its items (crontab(5):
+ * "0-4,8-12"), so `0,7` (Sunday twice), `9-17,12` or `0-30,15` name a value more than once, which
+ * cron-parser refuses ("duplicate values found"). Such a field is written as the values its items
+ * expand to, each once; an item with L or # is kept as written. A field whose items overlap in
+ * nothing, or that the parser refuses for another reason, comes back as it is, so its own error
+ * is the one reported. Only what is parsed changes: the stored expression is the one given.
+ */
+function withoutRepeats(field: string, index: number): string {
+  const items = field.split(",");
+  if (items.length < 2) return field;
+  const key = FIELD_KEYS[index] ?? "second";
+  const kept: string[] = [];
+  const values = new Set<number>();
+  let repeated = false;
+  for (const item of items) {
+    if (/[L#]/i.test(item)) {
+      if (kept.includes(item)) repeated = true;
+      else kept.push(item);
+      continue;
+    }
+    const probe = ["0", "*", "*", "*", "*", "*"];
+    probe[index] = item;
+    let parsed: ParsedFields;
+    try {
+      parsed = CronExpressionParser.parse(probe.join(" ")).fields;
+    } catch {
+      return field;
+    }
+    for (const value of numbers(parsed[key])) {
+      const day = key === "dayOfWeek" ? value % 7 : value;
+      if (values.has(day)) repeated = true;
+      values.add(day);
+    }
+  }
+  if (!repeated) return field;
+  return [...[...values].sort((a, b) => a - b).map(String), ...kept].join(",");
 }
 
 function neverFires(six: readonly string[]): string {

@@ -4,8 +4,11 @@
  *
  * Decisions (each pinned by tests in test/unit/schedule):
  * - Cron: 5 fields, or 6 with a leading seconds field, as parsed by cron-parser 5.10 (names,
- *   ranges, lists, steps, `L` in day-of-month, `5L` and `MON#2` in day-of-week). Day-of-month and
- *   day-of-week combine with OR when both are restricted, exactly as cron-parser matches them.
+ *   ranges, lists, steps, `L` in day-of-month, `5L` and `MON#2` in day-of-week). A list is the
+ *   union of its items, as crontab reads it: `0,7` or `9-17,12` name a value twice, which
+ *   cron-parser refuses, and are parsed with each value once (the expression is stored as given).
+ *   Day-of-month and day-of-week combine with OR when both are restricted, exactly as cron-parser
+ *   matches them.
  *   Rejected with an explanation: 7 fields or `?` (Quartz/EventBridge), `cron(...)`/`rate(...)`,
  *   macros such as `@hourly` (the message gives the fields to write instead, so stored
  *   expressions are always plain fields), `H` (random, so not reproducible) and `W` (cron-parser

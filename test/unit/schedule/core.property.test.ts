@@ -104,7 +104,17 @@ describe("cron fields agree with cron-parser in UTC", () => {
         .filter((f) => f !== undefined)
         .join(" "),
     )
-    .filter((cron) => safeParseSchedule({ cron, timezone: "UTC" }, { minIntervalMs: 1 }).ok);
+    .filter((cron) => safeParseSchedule({ cron, timezone: "UTC" }, { minIntervalMs: 1 }).ok)
+    // A list naming a value twice (`0,7`) is the union of its items to us and refused by
+    // cron-parser, so it has no reference here: occurrences.test checks those.
+    .filter((cron) => {
+      try {
+        CronExpressionParser.parse(cron);
+        return true;
+      } catch {
+        return false;
+      }
+    });
 
   it("the next 6 occurrences are cron-parser's", () => {
     fc.assert(

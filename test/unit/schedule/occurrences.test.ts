@@ -137,6 +137,38 @@ describe("cron", () => {
     expect(take(utc("0 0 * * 7"), "2026-05-01T00:00:00Z", 1)).toEqual(["2026-05-03T00:00:00.000Z"]);
   });
 
+  it("a list whose items overlap is their union, as crontab reads it", () => {
+    // 2026-05-03 is a Sunday: 0 and 7 both name it.
+    expect(take(utc("0 0 * * 0,7"), "2026-05-01T00:00:00Z", 2)).toEqual([
+      "2026-05-03T00:00:00.000Z",
+      "2026-05-10T00:00:00.000Z",
+    ]);
+    expect(take(utc("0 9-11,10 * * *"), "2026-05-01T00:00:00Z", 4)).toEqual([
+      "2026-05-01T09:00:00.000Z",
+      "2026-05-01T10:00:00.000Z",
+      "2026-05-01T11:00:00.000Z",
+      "2026-05-02T09:00:00.000Z",
+    ]);
+    expect(take(utc("*/20,40 0 1 JAN,1 *"), "2026-05-01T00:00:00Z", 4)).toEqual([
+      "2027-01-01T00:00:00.000Z",
+      "2027-01-01T00:20:00.000Z",
+      "2027-01-01T00:40:00.000Z",
+      "2028-01-01T00:00:00.000Z",
+    ]);
+    // With L kept as written: the 31st and the last day are one day in a 31-day month.
+    expect(take(utc("0 0 31,L,31 * *"), "2026-05-01T00:00:00Z", 3)).toEqual([
+      "2026-05-31T00:00:00.000Z",
+      "2026-06-30T00:00:00.000Z",
+      "2026-07-31T00:00:00.000Z",
+    ]);
+    // Still both restricted, so still OR: the 1st, or a Sunday.
+    expect(take(utc("0 0 1,1 * 0,7"), "2026-05-01T00:00:00Z", 3)).toEqual([
+      "2026-05-01T00:00:00.000Z",
+      "2026-05-03T00:00:00.000Z",
+      "2026-05-10T00:00:00.000Z",
+    ]);
+  });
+
   it("L in day-of-month is the last day, leap years included", () => {
     expect(take(utc("0 0 L * *"), "2028-01-15T00:00:00Z", 3)).toEqual([
       "2028-01-31T00:00:00.000Z",

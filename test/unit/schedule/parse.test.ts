@@ -530,6 +530,31 @@ describe("error messages", () => {
         ]
       `);
     });
+    it("a list naming a value twice is accepted; its other mistakes are still named", () => {
+      expect(safeParseSchedule(cron("0 9-17,12 * * 1-5,3"))).toEqual({
+        ok: true,
+        schedule: cron("0 9-17,12 * * 1-5,3"),
+      });
+      expect(issuesOf(cron("1,1,99 * * * *"))).toEqual([
+        {
+          field: "schedule.cron",
+          message: 'minute field "1,1,99" is invalid: 99 is out of range 0-59',
+        },
+      ]);
+      expect(issuesOf(cron("0 0 30,30 2 *"))).toEqual([
+        {
+          field: "schedule.cron",
+          message:
+            'never fires: no calendar day matches day-of-month "30,30", month "2" and day-of-week "*"',
+        },
+      ]);
+      expect(issuesOf(cron("*/5,10 * * * * *"), { minIntervalMs: 10_000 })).toEqual([
+        {
+          field: "schedule.cron",
+          message: "fires as often as every 5 s, more often than the minimum interval of 10 s",
+        },
+      ]);
+    });
     it("more often than the minimum interval", () => {
       expect(issuesOf(cron("*/20 * * * * *"), { minIntervalMs: 60_000 })).toMatchInlineSnapshot(`
         [
