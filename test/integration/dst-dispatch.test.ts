@@ -1,0 +1,236 @@
+import { afterEach, describe, expect, it } from "vitest";
+import { JobSchema } from "../../shared/api/schemas/jobs.js";
+import { PreviewSchema } from "../../shared/api/schemas/previews.js";
+import { RunPageSchema } from "../../shared/api/schemas/runs.js";
+import { tickOnce } from "../../shared/dispatch/tick.js";
+import { type ApiHarness, startApi } from "../api/support.js";
+
+/**
+ * The DST rules as a tenant in the zone meets them end to end: a job created over the API, the
+ * dispatcher ticking through the night the clocks change (every 10 minutes of a fixed clock, on
+ * the emulators), the runs it queued read back over the API. The schedule core's tests pin the
+ * rules on plain functions; here the claims (their reach, the due entries' minute buckets, the
+ * job's next occurrence) must queue exactly the occurrences the job's preview showed before the
+ * night: each once, none missing. The nights are in 2027, ahead of the machine's clock, so no
+ * item's TTL has passed on DynamoDB Local.
+ */
+const MINUTE = 60_000;
+const TICK_MS = 10 * MINUTE;
+
+let nowMs = 0;
+let api: ApiHarness | undefined;
+afterEach(async () => {
+  await api?.close();
+  api = undefined;
+});
+
+async function started(at: string): Promise<ApiHarness> {
+  nowMs = Date.parse(at);
+  api = await startApi({
+    clock: () => new Date(nowMs),
+    settings: { shardCount: 1, maxShardCount: 1 },
+  });
+  return api;
+}
+
+async function create(harness: ApiHarness, body: Record<string, unknown>) {
+  const reply = await harness.call("POST", "/jobs", { body: { type: "noop", ...body } });
+  expect(reply.status, reply.text).toBe(201);
+  return JobSchema.parse(reply.body);
+}
+
+async function previewUtc(harness: ApiHarness, jobId: string, count: number): Promise<string[]> {
+  const reply = await harness.call("GET", `/jobs/${jobId}/preview?count=${count}`);
+  expect(reply.status, reply.text).toBe(200);
+  return PreviewSchema.parse(reply.body).occurrences.map((o) => o.utc);
+}
+
+/** The dispatcher's ticks from the clock's reading up to `until`, TICK_MS apart. */
+async function tickUntil(harness: ApiHarness, until: string): Promise<void> {
+  for (; nowMs <= Date.parse(until); nowMs += TICK_MS) {
+    await tickOnce(harness.fixture.engine, "dst-dispatch");
+  }
+}
+
+/** The job's runs over the API, as `scheduledFor status`, oldest occurrence first. */
+async function runsOf(harness: ApiHarness, jobId: string): Promise<string[]> {
+  const reply = await harness.call("GET", `/jobs/${jobId}/runs?limit=100`);
+  expect(reply.status, reply.text).toBe(200);
+  const page = RunPageSchema.parse(reply.body);
+  expect(page.nextCursor).toBeNull();
+  return page.items.map((r) => `${r.scheduledFor} ${r.status}`).sort();
+}
+
+const queued = (utc: readonly string[]) => utc.map((at) => `${at} queued`);
+
+describe("the night the clocks change, as the dispatcher queues it", () => {
+  const nights: readonly {
+    readonly what: string;
+    readonly cron: string;
+    readonly timezone: string;
+    readonly from: string;
+    readonly until: string;
+    readonly runs: readonly string[];
+  }[] = [
+    {
+      what: "New York spring 2027-03-14: 02:30 does not exist and runs at 03:30 EDT",
+      cron: "30 2 * * *",
+      timezone: "America/New_York",
+      from: "2027-03-14T06:00:00Z",
+      until: "2027-03-15T07:00:00Z",
+      runs: ["2027-03-14T07:30:00.000Z", "2027-03-15T06:30:00.000Z"],
+    },
+    {
+      what: "New York fall 2027-11-07: 01:30 runs once, in EDT",
+      cron: "30 1 * * *",
+      timezone: "America/New_York",
+      from: "2027-11-07T04:00:00Z",
+      until: "2027-11-08T07:00:00Z",
+      runs: ["2027-11-07T05:30:00.000Z", "2027-11-08T06:30:00.000Z"],
+    },
+    {
+      what: "New York fall 2027-11-07: every 30 minutes of real time through both 01:00 hours",
+      cron: "*/30 * * * *",
+      timezone: "America/New_York",
+      from: "2027-11-07T04:00:00Z",
+      until: "2027-11-07T07:40:00Z",
+      runs: [
+        "2027-11-07T04:00:00.000Z",
+        "2027-11-07T04:30:00.000Z",
+        "2027-11-07T05:00:00.000Z",
+        "2027-11-07T05:30:00.000Z",
+        "2027-11-07T06:00:00.000Z",
+        "2027-11-07T06:30:00.000Z",
+        "2027-11-07T07:00:00.000Z",
+        "2027-11-07T07:30:00.000Z",
+      ],
+    },
+    {
+      what: "Lord Howe fall 2027-04-04 (02:00 → 01:30): 01:45 runs once, at +11:00",
+      cron: "45 1 * * *",
+      timezone: "Australia/Lord_Howe",
+      from: "2027-04-03T14:00:00Z",
+      until: "2027-04-04T15:10:00Z",
+      runs: ["2027-04-03T14:45:00.000Z", "2027-04-04T15:15:00.000Z"],
+    },
+    {
+      what: "Lord Howe spring 2027-10-03 (02:00 → 02:30): 02:15 runs at 02:45",
+      cron: "15 2 * * *",
+      timezone: "Australia/Lord_Howe",
+      from: "2027-10-02T15:00:00Z",
+      until: "2027-10-03T15:30:00Z",
+      runs: ["2027-10-02T15:45:00.000Z", "2027-10-03T15:15:00.000Z"],
+    },
+    {
+      what: "Santiago spring 2027-09-05 (00:00 → 01:00): midnight runs at 01:00",
+      cron: "0 0 * * *",
+      timezone: "America/Santiago",
+      from: "2027-09-05T03:00:00Z",
+      until: "2027-09-06T03:30:00Z",
+      runs: ["2027-09-05T04:00:00.000Z", "2027-09-06T03:00:00.000Z"],
+    },
+    {
+      what: "Santiago fall 2027-04-04 (00:00 → 23:00 the day before): 23:30 runs once, at -03:00",
+      cron: "30 23 * * *",
+      timezone: "America/Santiago",
+      from: "2027-04-04T02:00:00Z",
+      until: "2027-04-05T04:00:00Z",
+      runs: ["2027-04-04T02:30:00.000Z", "2027-04-05T03:30:00.000Z"],
+    },
+  ];
+
+  for (const night of nights) {
+    it(`${night.what} (${night.cron})`, async () => {
+      const harness = await started(night.from);
+      const job = await create(harness, {
+        schedule: { cron: night.cron, timezone: night.timezone },
+      });
+      const shown = await previewUtc(harness, job.id, night.runs.length);
+      expect(shown).toEqual(night.runs);
+
+      await tickUntil(harness, night.until);
+      expect(await runsOf(harness, job.id)).toEqual(queued(night.runs));
+    }, 60_000);
+  }
+
+  it("a tick whose clock reads earlier than the last one queues nothing again, and the next ones go on", async () => {
+    const harness = await started("2027-11-07T04:00:00Z");
+    const job = await create(harness, {
+      schedule: { cron: "*/30 * * * *", timezone: "America/New_York" },
+    });
+    await tickUntil(harness, "2027-11-07T05:40:00Z");
+    const before = await runsOf(harness, job.id);
+    // 04:00 to 01:30 EDT (05:30Z): the next, 01:00 EST (06:00Z), lies past the last tick's lookahead.
+    expect(before).toEqual(
+      queued([
+        "2027-11-07T04:00:00.000Z",
+        "2027-11-07T04:30:00.000Z",
+        "2027-11-07T05:00:00.000Z",
+        "2027-11-07T05:30:00.000Z",
+      ]),
+    );
+    // One dispatcher's clock is an hour behind: 01:00 EST read as 01:00 EDT.
+    nowMs = Date.parse("2027-11-07T04:50:00Z");
+    await tickOnce(harness.fixture.engine, "behind");
+    expect(await runsOf(harness, job.id)).toEqual(before);
+    nowMs = Date.parse("2027-11-07T05:50:00Z");
+    await tickUntil(harness, "2027-11-07T07:00:00Z");
+    expect(await runsOf(harness, job.id)).toEqual(
+      queued([
+        "2027-11-07T04:00:00.000Z",
+        "2027-11-07T04:30:00.000Z",
+        "2027-11-07T05:00:00.000Z",
+        "2027-11-07T05:30:00.000Z",
+        "2027-11-07T06:00:00.000Z",
+        "2027-11-07T06:30:00.000Z",
+        "2027-11-07T07:00:00.000Z",
+      ]),
+    );
+  }, 60_000);
+});
+
+describe("a job paused across the night the clocks go back", () => {
+  it("fire_all queues each occurrence missed in real time, both 01:00 hours included, and its preview while paused shows where the resume goes on", async () => {
+    const harness = await started("2027-11-07T03:55:00Z");
+    const job = await create(harness, {
+      schedule: { cron: "*/30 * * * *", timezone: "America/New_York" },
+      misfirePolicy: "fire_all",
+      overlapPolicy: "allow",
+      maxConcurrent: 10,
+      maxRuns: 12,
+    });
+    // Created at 23:55 EDT: its claim queued 00:00 EDT (04:00Z), the first occurrence.
+    expect(await runsOf(harness, job.id)).toEqual(queued(["2027-11-07T04:00:00.000Z"]));
+    const paused = await harness.call("POST", `/jobs/${job.id}/pause`, { body: {} });
+    expect(paused.status, paused.text).toBe(200);
+
+    // Resumed at 02:20 EST: 04:30Z to 07:00Z were missed, six occurrences over the two 01:00 hours.
+    nowMs = Date.parse("2027-11-07T07:20:00Z");
+    const missed = [
+      "2027-11-07T04:30:00.000Z",
+      "2027-11-07T05:00:00.000Z",
+      "2027-11-07T05:30:00.000Z",
+      "2027-11-07T06:00:00.000Z",
+      "2027-11-07T06:30:00.000Z",
+      "2027-11-07T07:00:00.000Z",
+    ];
+    // 12 runs in all: the first, the six caught up, and five more from 07:30Z.
+    const after = [
+      "2027-11-07T07:30:00.000Z",
+      "2027-11-07T08:00:00.000Z",
+      "2027-11-07T08:30:00.000Z",
+      "2027-11-07T09:00:00.000Z",
+      "2027-11-07T09:30:00.000Z",
+    ];
+    expect(await previewUtc(harness, job.id, 10)).toEqual(after);
+
+    const resumed = await harness.call("POST", `/jobs/${job.id}/resume`);
+    expect(resumed.status, resumed.text).toBe(200);
+    await tickUntil(harness, "2027-11-07T10:30:00Z");
+    expect(await runsOf(harness, job.id)).toEqual(
+      queued(["2027-11-07T04:00:00.000Z", ...missed, ...after]),
+    );
+    const ended = JobSchema.parse((await harness.call("GET", `/jobs/${job.id}`)).body);
+    expect(ended).toMatchObject({ status: "completed", occurrencesQueued: 12, nextRunAt: null });
+  }, 60_000);
+});
