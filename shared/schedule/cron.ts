@@ -106,6 +106,11 @@ function compileUncached(raw: string): CronCompileResult {
         `${name} field "${value}" uses H (a hashed, random value), which is not supported because occurrences must be reproducible: pick a fixed value`,
       );
     }
+    if (name === "day-of-month" && /(?:^|,)L-/i.test(value)) {
+      return fail(
+        `day-of-month field "${value}" counts days back from the last (L-n), which is not supported: L alone is the last day`,
+      );
+    }
     if (name === "day-of-month" && /W/i.test(value)) {
       return fail(
         `day-of-month field "${value}" uses W (nearest weekday), which is not supported: list the days, or combine day-of-week with a day range (OR semantics apply when both are restricted)`,

@@ -420,6 +420,18 @@ describe("error messages", () => {
         ]
       `);
     });
+    it("L-n (days before the last)", () => {
+      expect(issuesOf(cron("0 9 L-2 * *"))).toEqual([
+        {
+          field: "schedule.cron",
+          message:
+            'day-of-month field "L-2" counts days back from the last (L-n), which is not supported: L alone is the last day',
+        },
+      ]);
+      expect(issuesOf(cron("0 9 1,L-3 * *"))[0]?.message).toMatch(
+        /^day-of-month field "1,L-3" counts days back/,
+      );
+    });
     it("value out of range", () => {
       expect(issuesOf(cron("60 9 * * *"))).toMatchInlineSnapshot(`
         [
