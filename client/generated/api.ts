@@ -429,7 +429,7 @@ export interface components {
         CreateJobRequest: {
             /**
              * Format: date-time
-             * @description Recurring jobs only: no occurrence after this instant runs (one at it does). Must lie in the future and not before schedule.startAt. The job completes once its last occurrence before it is queued.
+             * @description Recurring jobs only: no occurrence after this instant runs (one at it does). Must lie in the future and not before schedule.startAt; a new job's not before its schedule's first occurrence (it would never run). The job completes once its last occurrence before it is queued.
              * @example 2030-06-30T23:59:59Z
              */
             endAt?: string;

@@ -3,7 +3,7 @@ import { checkNewDependent } from "../jobs/dependencies.js";
 import { firstOccurrence } from "../schedule/index.js";
 import { displayZoneOf, previewOf, previewOfJob, withPlannedTimes } from "./preview.js";
 import { instantParam } from "./query-params.js";
-import { checkedEnd, parseScheduleInput } from "./requests.js";
+import { checkedNewEnd, parseScheduleInput } from "./requests.js";
 import { errors, jobOf, json, newRouter, type RouterDeps, secured, tenantOf } from "./router.js";
 import { LIMITS } from "./schemas/common.js";
 import { JobIdParams } from "./schemas/jobs.js";
@@ -60,7 +60,7 @@ export function previewsRouter({ engine, body }: RouterDeps) {
     const count = request.count ?? LIMITS.previewCount.default;
     const zone = displayZoneOf(request.schedule);
     // Ended as a job created now with this end would be.
-    const endAt = checkedEnd(request, schedule, now) ?? null;
+    const endAt = checkedNewEnd(request, schedule, now) ?? null;
     // Upstreams a create would refuse are refused here too, with its answer.
     await checkNewDependent(engine, tenantOf(c), schedule);
     if (request.endAt === undefined && request.maxRuns === undefined)

@@ -5,6 +5,7 @@ import type { HttpTarget, Job, JobPolicies } from "../model.js";
 import { DEFAULT_MAX_CONCURRENT, DEFAULT_POLICIES, type OverlapPolicy } from "../policies.js";
 import type { RetryPolicy } from "../retry.js";
 import {
+  firstOccurrence,
   isAfterSchedule,
   normalizeSchedule,
   parseWindow,
@@ -198,7 +199,7 @@ function targetRule(type: string, hasTarget: boolean): FieldIssue | null {
  * the schedule's startAt; neither field on a one-off (it runs once anyway). Returns endAt
  * normalized to UTC.
  */
-export function checkedEnd(
+function checkedEnd(
   end: { endAt?: string | null | undefined; maxRuns?: number | null | undefined },
   schedule: ScheduleSpec,
   now: Date,
@@ -235,6 +236,31 @@ export function checkedEnd(
   return endAt.toISOString();
 }
 
+/**
+ * {@link checkedEnd} for a job created now (a create, each of a batch's, a schedule's preview): an
+ * `endAt` before the schedule's first occurrence leaves the job nothing to run, so it is refused as
+ * one before `startAt` is (a cron's first time may lie days or years ahead). An edit may end a job
+ * that way on purpose: it completes at once.
+ */
+export function checkedNewEnd(
+  end: { endAt?: string | null | undefined; maxRuns?: number | null | undefined },
+  schedule: ScheduleSpec,
+  now: Date,
+): string | null | undefined {
+  const endAt = checkedEnd(end, schedule, now);
+  if (endAt === null || endAt === undefined) return endAt;
+  const first = firstOccurrence(schedule, now);
+  if (first !== null && first.getTime() > Date.parse(endAt)) {
+    throw new ValidationError([
+      {
+        field: "endAt",
+        message: `lies before the schedule's first occurrence (${first.toISOString()}), so the job would never run; got ${endAt}`,
+      },
+    ]);
+  }
+  return endAt;
+}
+
 export function newJobFrom(
   body: CreateJobBody,
   tenantId: string,
@@ -256,7 +282,7 @@ export function newJobFrom(
     timeoutSeconds: body.timeoutSeconds,
     async: body.target?.mode === "async",
   });
-  const endAt = checkedEnd(body, schedule, now);
+  const endAt = checkedNewEnd(body, schedule, now);
   checkWindow(body.window, schedule);
   const policies: JobPolicies = {
     retry,

@@ -61,6 +61,39 @@ describe("endAt and maxRuns", () => {
     );
   });
 
+  it("400 naming endAt before the schedule's first occurrence: the job would never run (create, batch and preview)", async () => {
+    // 29 February: the next is 2028's, long after the hour this endAt leaves.
+    const body = {
+      type: "noop",
+      schedule: { cron: "0 0 29 2 *", timezone: "America/New_York" },
+      endAt: inMinutes(60),
+    };
+    const before = (await api.fixture.jobs()).length;
+    const refused = expectError(await api.call("POST", "/jobs", { body }), 400, {
+      code: "validation_failed",
+      field: "endAt",
+    });
+    expect(refused.message).toMatch(/first occurrence \(2028-02-29T05:00:00\.000Z\)/);
+    const batch = await api.call("POST", "/jobs:batch", { body: { jobs: [body] } });
+    expect(batch.body).toMatchObject({
+      results: [{ status: 400, error: { code: "validation_failed", field: "endAt" } }],
+    });
+    expect((await api.fixture.jobs()).length).toBe(before);
+    expectError(
+      await api.call("POST", "/schedules/preview", {
+        body: { schedule: body.schedule, endAt: body.endAt },
+      }),
+      400,
+      { field: "endAt" },
+    );
+    // Its first occurrence exactly at endAt runs: accepted.
+    const atFirst = await api.call("POST", "/jobs", {
+      body: { ...body, endAt: "2028-02-29T00:00:00-05:00" },
+    });
+    expect(atFirst.status, atFirst.text).toBe(201);
+    expect(atFirst.body).toMatchObject({ status: "active", nextRunAt: "2028-02-29T05:00:00.000Z" });
+  });
+
   it("400 naming maxRuns: below 1, not an integer, or on a one-off", async () => {
     for (const maxRuns of [0, -3, 1.5, "3"]) {
       expectError(await api.call("POST", "/jobs", { body: recurring({ maxRuns }) }), 400, {

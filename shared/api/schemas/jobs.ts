@@ -85,7 +85,7 @@ const window = z.string().max(LIMITS.windowChars).openapi({
 const MAX_RUNS_LIMIT = 1_000_000;
 
 const endAt = instant(
-  "Recurring jobs only: no occurrence after this instant runs (one at it does). Must lie in the future and not before schedule.startAt. The job completes once its last occurrence before it is queued.",
+  "Recurring jobs only: no occurrence after this instant runs (one at it does). Must lie in the future and not before schedule.startAt; a new job's not before its schedule's first occurrence (it would never run). The job completes once its last occurrence before it is queued.",
   "2030-06-30T23:59:59Z",
 );
 
