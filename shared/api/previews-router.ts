@@ -1,9 +1,10 @@
 import { createRoute } from "@hono/zod-openapi";
 import { checkNewDependent } from "../jobs/dependencies.js";
 import { firstOccurrence } from "../schedule/index.js";
+import { checkedNewEnd } from "./end-conditions.js";
 import { displayZoneOf, previewOf, previewOfJob, withPlannedTimes } from "./preview.js";
 import { instantParam } from "./query-params.js";
-import { checkedNewEnd, parseScheduleInput } from "./requests.js";
+import { parseScheduleInput } from "./requests.js";
 import { errors, jobOf, json, newRouter, type RouterDeps, secured, tenantOf } from "./router.js";
 import { LIMITS } from "./schemas/common.js";
 import { JobIdParams } from "./schemas/jobs.js";
