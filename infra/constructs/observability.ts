@@ -274,7 +274,7 @@ export class Observability extends Construct {
     });
     alarm("ApiServerErrors", serverErrors, {
       description:
-        "The API answered 5xx (server errors: its function failed or timed out, or storage refused; a busy 503 for contention between requests is not counted) in 3 of the last 5 minutes; callers' creates, edits and cancels failed. The API function's log group says why.",
+        "The API answered 5xx (server errors: its function failed or timed out, or storage refused; a busy 503 for contention between requests is not counted, one for storage's throttling is) in 3 of the last 5 minutes; callers' creates, edits and cancels failed. The API function's log group says why.",
       threshold: 1,
       evaluationPeriods: 5,
       datapointsToAlarm: 3,

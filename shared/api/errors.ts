@@ -9,6 +9,7 @@ import {
 import type { QuotaName } from "../quotas/limits.js";
 import {
   isContention,
+  isThrottling,
   isTransientFailure,
   transactionCancellationCodes,
 } from "../storage/dynamo-errors.js";
@@ -121,9 +122,18 @@ const UNAVAILABLE = answer(
 );
 
 /**
+ * Storage throttled past the SDK's retries (the table's, an index's or the account's capacity ran
+ * out): answered as the job's contention is, but an outage of the API's, which the server-error
+ * alarm counts and the log says as a failure with its cause.
+ */
+const THROTTLED = answer(503, "busy", BUSY.job.body.error.message, {
+  headers: { "Retry-After": "1" },
+});
+
+/**
  * Whether an answer is a `busy` 503 for contention: the request met another request's write (its
- * tenant's own, as often as not), and a retry passes. Not a server error of the API's; a read's
- * storage that did not answer in time is one.
+ * tenant's own, as often as not), and a retry passes. Not a server error of the API's; storage
+ * that throttled the request, or a read's storage that did not answer in time, is one.
  */
 export function isBusyAnswer(reply: HttpAnswer): boolean {
   return reply === BUSY.job || reply === BUSY["webhook secret"];
@@ -211,7 +221,7 @@ export function httpAnswerOf(
   request: { readonly writes: boolean } = { writes: true },
 ): HttpAnswer {
   if (error instanceof SchedulerError) return answerTo(error);
-  if (isBusy(error)) return BUSY.job;
+  if (isBusy(error)) return isThrottling(error) ? THROTTLED : BUSY.job;
   if (!request.writes && isTransientFailure(error)) return UNAVAILABLE;
   if (error instanceof HTTPException) {
     const code = BY_STATUS[error.status] ?? (error.status >= 500 ? "internal" : "conflict");

@@ -105,6 +105,29 @@ export function isContention(error: unknown): boolean {
   );
 }
 
+/** What DynamoDB says when a table's, an index's or the account's capacity ran out. */
+const THROTTLE_ERRORS = new Set([
+  "ProvisionedThroughputExceededException",
+  "ThrottlingException",
+  "RequestLimitExceeded",
+]);
+const THROTTLE_CODES = new Set([
+  "ProvisionedThroughputExceeded",
+  "ThrottlingError",
+  "RequestLimitExceeded",
+]);
+
+/**
+ * Whether storage refused a request for its capacity (throttling that outlasted the SDK's
+ * retries, or a transaction cancelled for it): contention with the table itself, not with another
+ * request's write, and a failure of the service's rather than of the request's.
+ */
+export function isThrottling(error: unknown): boolean {
+  if (!(error instanceof Error)) return false;
+  if (THROTTLE_ERRORS.has(error.name)) return true;
+  return transactionCancellationCodes(error)?.some((code) => THROTTLE_CODES.has(code)) ?? false;
+}
+
 const NETWORK_ERROR_CODES = new Set([
   "ECONNRESET",
   "ECONNREFUSED",

@@ -1,6 +1,9 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { ProvisionedThroughputExceededException } from "@aws-sdk/client-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createApiApp } from "../../shared/api/app.js";
+import { bearerAuthenticator } from "../../shared/api/auth.js";
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import type { WorkerDeps } from "../../shared/execution/worker.js";
 import {
@@ -11,7 +14,16 @@ import {
 } from "../../shared/observability.js";
 import { receiveRuns } from "../../shared/queue/work-queue.js";
 import { cachedSigningSecrets } from "../../shared/webhooks/secrets.js";
-import { type ApiHarness, KEY_A, KEY_B, startApi, TENANT_A } from "../api/support.js";
+import {
+  type ApiHarness,
+  JOB_TYPES,
+  KEY_A,
+  KEY_B,
+  laterJob,
+  startApi,
+  TENANT_A,
+} from "../api/support.js";
+import { withFaults } from "../support/faults.js";
 
 /**
  * What the API and the worker log while a tenant's requests, deliveries and async runs pass
@@ -249,6 +261,44 @@ describe("busy answers", () => {
       method: "POST",
       path: "/webhook-secret/rotate",
     });
+  });
+
+  it("a write whose storage stayed throttled past the SDK's retries is a server error: not counted busy, logged as failed with its cause", async () => {
+    // The table's or the account's capacity ran out: an outage of the API's, not a tenant's own
+    // contention; the server-error alarm must count it, and its log line must say why.
+    const throttled = withFaults(api.fixture.engine, {
+      operation: "PutItem",
+      times: 1,
+      error: () =>
+        new ProvisionedThroughputExceededException({
+          message: "The level of configured provisioned throughput for the table was exceeded",
+          $metadata: { httpStatusCode: 400, attempts: 3 },
+        }),
+    });
+    const busyBefore = api.fixture.metrics.sum(METRICS.busyAnswers);
+    const before = lines.length;
+    try {
+      const app = createApiApp({
+        engine: throttled.engine,
+        jobTypes: JOB_TYPES,
+        authenticate: bearerAuthenticator(new Map([[KEY_B, "tenant-b"]])),
+      });
+      const answer = await app.request("/jobs", {
+        method: "POST",
+        headers: { Authorization: `Bearer ${KEY_B}`, "Content-Type": "application/json" },
+        body: JSON.stringify(laterJob()),
+      });
+      expect(answer.status).toBe(503);
+      expect(throttled.injected.count).toBe(1);
+    } finally {
+      throttled.destroy();
+    }
+    expect(api.fixture.metrics.sum(METRICS.busyAnswers) - busyBefore).toBe(0);
+    const logged = lines.slice(before);
+    expect(logged.filter((l) => l.message === "request busy")).toEqual([]);
+    const failed = logged.filter((l) => l.level === "error" && l.message === "api request failed");
+    expect(failed).toHaveLength(1);
+    expect(String(failed[0]?.fields.error)).toContain("ProvisionedThroughputExceeded");
   });
 });
 

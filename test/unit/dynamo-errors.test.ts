@@ -8,6 +8,7 @@ import { METRICS, MetricsRecorder, silentObservability } from "../../shared/obse
 import { refusedUnwritten } from "../../shared/quotas/usage.js";
 import {
   isContention,
+  isThrottling,
   isTransactionInProgress,
   isTransientFailure,
   MAX_CONTENTION_ATTEMPTS,
@@ -33,6 +34,20 @@ describe("classifying DynamoDB write failures", () => {
     expect(isContention(cancelled("ConditionalCheckFailed", "TransactionConflict"))).toBe(false);
     expect(isContention(cancelled("ValidationError"))).toBe(false);
     expect(isContention(new RangeError("year 13526"))).toBe(false);
+  });
+
+  it("throttling is the table's capacity, not another request's write: told apart from conflicts", () => {
+    expect(isThrottling(cancelled("ThrottlingError", "None"))).toBe(true);
+    expect(isThrottling(cancelled("TransactionConflict", "ProvisionedThroughputExceeded"))).toBe(
+      true,
+    );
+    expect(
+      isThrottling(Object.assign(new Error("slow down"), { name: "ThrottlingException" })),
+    ).toBe(true);
+    expect(isThrottling(cancelled("None", "TransactionConflict"))).toBe(false);
+    expect(
+      isThrottling(new TransactionConflictException({ message: "ongoing", $metadata: {} })),
+    ).toBe(false);
   });
 
   it("a transaction still in progress under its token is waited out, but not taken for a refusal: its quota share stays", () => {
