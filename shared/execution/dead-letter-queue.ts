@@ -101,10 +101,13 @@ export async function handleCrashedRun(
     }
   }
   // A one-off's own occurrence ended here has ended for good, as a worker's ending has: the job
-  // completes. Also when the run was already DEAD (this message again, after a failure here),
-  // unless it was replayed since: the replay's run is the occurrence's now, and its ending
-  // completes the job (SQS may deliver the message again hours later, after a resume).
-  const ended = run ?? (seen.status === "DEAD" && !seen.replayedBy ? seen : null);
+  // completes. Also when the run had already ended so (this message again, after a failure here):
+  // CANCELLED as asked, or DEAD unless it was replayed since: the replay's run is the occurrence's
+  // now, and its ending completes the job (SQS may deliver the message again hours later, after a
+  // resume).
+  const endedBefore =
+    seen.status === "CANCELLED" || (seen.status === "DEAD" && !seen.replayedBy) ? seen : null;
+  const ended = run ?? endedBefore;
   const status = ended?.status === "CANCELLED" ? "CANCELLED" : "DEAD";
   if (ended !== null && job?.status === "ACTIVE" && endsOneOff(job, ended, status))
     await recordRunOnJob(engine, ended, {

@@ -12,10 +12,11 @@ import {
 } from "../../shared/jobs/index.js";
 import { listDeadLetters } from "../../shared/jobs/queries.js";
 import type { Run } from "../../shared/model.js";
+import { requestRunCancel } from "../../shared/storage/run-cancel.js";
 import { getJob, runKeyOf } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
-import { withLostAnswers } from "../support/faults.js";
+import { withFaults, withLostAnswers } from "../support/faults.js";
 
 const TENANT = "tenant-a";
 
@@ -217,6 +218,50 @@ describe("a redrive DLQ message repeated after its dead run was replayed", () =>
     expect(await f.process(f.workerDeps("w"), delivery)).toBe("ack");
     const ran = (await f.runs()).find((r) => r.runId === replay.runId);
     expect(ran).toMatchObject({ status: "SUCCEEDED" });
+    expect(await getJob(f.engine, job.jobId)).toMatchObject({ status: "COMPLETED" });
+  });
+
+  it("a one-off's poison run asked to cancel, ended CANCELLED by a delivery that failed before completing the job: the message again completes it", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ tenantId: TENANT, schedule: { runAt: new Date().toISOString() } }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const { maxReceiveCount, leaseMs } = f.engine.settings;
+    let started: Run | null = null;
+    for (let start = 1; start < maxReceiveCount; start++) {
+      const at = new Date(Date.now() - (maxReceiveCount - start) * (leaseMs + 1000));
+      const result = await startRun(f.engine, received.message, `crash-${start}`, at);
+      if (result.kind !== "started") throw new Error(`start ${start}: ${result.kind}`);
+      started = result.run;
+    }
+    if (started === null) throw new Error("never started");
+    // The tenant cancels it while its last worker holds it; that worker crashes too.
+    expect(await requestRunCancel(f.engine, started, "api", new Date())).not.toBeNull();
+    // The consumer ends the run CANCELLED, then fails to complete the job (its Lambda timed out,
+    // storage failed): SQS delivers the message again.
+    const failing = withFaults(f.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) => {
+        const key = input.Key as { pk?: unknown; sk?: unknown } | undefined;
+        return key?.pk === `JOB#${job.jobId}` && key.sk === "JOB";
+      },
+      error: () => new Error("injected: the job's completion failed"),
+    });
+    try {
+      await expect(
+        handleCrashedRun(failing.engine, received.message, maxReceiveCount),
+      ).rejects.toThrow(/injected/);
+      expect(failing.injected.count).toBe(1);
+    } finally {
+      failing.destroy();
+    }
+    const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    expect(run).toMatchObject({ status: "CANCELLED", cancelledBy: "api" });
+    expect(await getJob(f.engine, job.jobId)).toMatchObject({ status: "ACTIVE" });
+
+    await handleCrashedRun(f.engine, received.message, maxReceiveCount);
     expect(await getJob(f.engine, job.jobId)).toMatchObject({ status: "COMPLETED" });
   });
 });
