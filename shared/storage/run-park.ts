@@ -9,6 +9,24 @@ import { type RunRef, runKeyOf } from "./run-reads.js";
 
 const PAUSED_REASON = "waiting: job paused";
 
+/**
+ * The most runs a paused job lists for its resume. The list lives on the job's item, which
+ * DynamoDB holds to 400 KB: about 75 bytes a run, 2,000 take 150 KB, which leaves room for the
+ * largest definition the API accepts (a 64 KiB payload, target headers filling an edit's 80 KiB
+ * body), 1,000 dependents and 100 runs under way. Runs keep coming up while a job is paused (its
+ * queued occurrences, retries, replays of its dead letters); unbounded, the list filled the item,
+ * and each park after that failed on DynamoDB's limit and tried again at once, for as long as its
+ * worker lived. A run that comes up once the list is full waits for the reaper instead.
+ */
+export const MAX_PARKED_RUNS = 2_000;
+
+/**
+ * How long a run that found its paused job's list full waits before the reaper sends it again (and
+ * a worker parks it again, or runs it once the job is resumed): the reaper's longest interval
+ * between re-sends (MAX_RESEND_INTERVAL_MS in shared/dispatch/reaper.ts).
+ */
+const UNLISTED_WAIT_MS = 15 * 60_000;
+
 /** The job is still PAUSED: only then may it list a run for resume to send. */
 const JOB_PAUSED = "#status = :paused";
 /** The run is as parking left it: QUEUED under its fence, with the deadline parking gave it. */
@@ -26,6 +44,9 @@ const STILL_QUEUED = "#status = :queued";
  * its own), so a long pause costs no resends, and so does its TTL: a pause
  * may outlast the run history's retention, and the run must still be there
  * for resume to send. Resume gives the TTL back, and so does an ending.
+ * A run that finds the list full (MAX_PARKED_RUNS) is not listed: it keeps its
+ * TTL and a reaper deadline UNLISTED_WAIT_MS on, and the reaper sends it again
+ * then (parked again while the job is paused, run once it is resumed).
  * Throws FenceLostError once another worker has taken the run over.
  */
 export async function parkRun(engine: Engine, run: Run, now: Date): Promise<boolean> {
@@ -42,49 +63,87 @@ export async function parkRun(engine: Engine, run: Run, now: Date): Promise<bool
       old.parkedFence === run.fence &&
       old.inflightSk === deadline,
   });
-  if (!(await listParked(engine, run, now))) return false;
+  const listed = await listParked(engine, run, now);
+  if (listed === "not-paused") return false;
+  const parkedAs = {
+    TableName: engine.tables.runs,
+    Key: runKeyOf(run),
+    ConditionExpression: PARKED_UNCHANGED,
+    ExpressionAttributeNames: { "#status": "status" },
+  };
+  const asParked = { ":queued": "QUEUED", ":fence": run.fence, ":deadline": deadline };
   try {
-    await engine.doc.send(
-      new UpdateCommand({
-        TableName: engine.tables.runs,
-        Key: runKeyOf(run),
-        ConditionExpression: PARKED_UNCHANGED,
-        UpdateExpression: "REMOVE inflightPk, inflightSk, expiresAt",
-        ExpressionAttributeNames: { "#status": "status" },
-        ExpressionAttributeValues: {
-          ":queued": "QUEUED",
-          ":fence": run.fence,
-          ":deadline": deadline,
-        },
-      }),
-    );
+    if (listed === "full") {
+      engine.obs.log.warn("a paused job lists its most runs; this one waits for the reaper", {
+        tenantId: run.tenantId,
+        jobId: run.jobId,
+        runId: run.runId,
+        maxParkedRuns: MAX_PARKED_RUNS,
+      });
+      await engine.doc.send(
+        new UpdateCommand({
+          ...parkedAs,
+          UpdateExpression: "SET inflightSk = :later",
+          ExpressionAttributeValues: {
+            ...asParked,
+            ":later": new Date(now.getTime() + UNLISTED_WAIT_MS).toISOString(),
+          },
+        }),
+      );
+    } else {
+      await engine.doc.send(
+        new UpdateCommand({
+          ...parkedAs,
+          UpdateExpression: "REMOVE inflightPk, inflightSk, expiresAt",
+          ExpressionAttributeValues: asParked,
+        }),
+      );
+    }
   } catch (error) {
     if (!isConditionalCheckFailed(error)) throw error;
   }
   return true;
 }
 
-async function listParked(engine: Engine, run: Run, now: Date): Promise<boolean> {
+/**
+ * Lists the run on its job, conditioned on the job being PAUSED and its list having room (or the
+ * run on it already): "not-paused" when the job is not, "full" when the list has MAX_PARKED_RUNS.
+ */
+async function listParked(
+  engine: Engine,
+  run: Run,
+  now: Date,
+  mapWritten = false,
+): Promise<"listed" | "not-paused" | "full"> {
   const base = {
     TableName: engine.tables.jobs,
     Key: jobKey(run.jobId),
     ExpressionAttributeNames: { "#status": "status" },
+    ReturnValuesOnConditionCheckFailure: "ALL_OLD" as const,
   };
+  const refused = (error: unknown) =>
+    failedConditionItem(error)?.status === "PAUSED" ? "full" : "not-paused";
   try {
     await engine.doc.send(
       new UpdateCommand({
         ...base,
-        ConditionExpression: JOB_PAUSED,
+        ConditionExpression: `${JOB_PAUSED} AND (attribute_not_exists(parkedRuns) OR size(parkedRuns) < :most OR attribute_exists(parkedRuns.#runId))`,
         UpdateExpression: "SET parkedRuns.#runId = :at",
         ExpressionAttributeNames: { ...base.ExpressionAttributeNames, "#runId": run.runId },
-        ExpressionAttributeValues: { ":paused": "PAUSED", ":at": now.toISOString() },
+        ExpressionAttributeValues: {
+          ":paused": "PAUSED",
+          ":at": now.toISOString(),
+          ":most": MAX_PARKED_RUNS,
+        },
       }),
     );
-    return true;
+    return "listed";
   } catch (error) {
-    if (isConditionalCheckFailed(error)) return false;
-    // A job paused before jobs carried the map has no map to add to.
-    if (!(error instanceof Error && error.name === "ValidationException")) throw error;
+    if (isConditionalCheckFailed(error)) return refused(error);
+    // A job paused before jobs carried the map has no map to add to (once: another error, such
+    // as the item's size, would only repeat).
+    if (mapWritten || !(error instanceof Error && error.name === "ValidationException"))
+      throw error;
   }
   try {
     await engine.doc.send(
@@ -98,10 +157,12 @@ async function listParked(engine: Engine, run: Run, now: Date): Promise<boolean>
         },
       }),
     );
-    return true;
+    return "listed";
   } catch (error) {
-    if (isConditionalCheckFailed(error)) return listParked(engine, run, now);
-    throw error;
+    if (!isConditionalCheckFailed(error)) throw error;
+    // Another park wrote the map meanwhile: add to it.
+    if (failedConditionItem(error)?.status === "PAUSED") return listParked(engine, run, now, true);
+    return "not-paused";
   }
 }
 
