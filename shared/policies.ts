@@ -25,6 +25,15 @@ export function isMisfired(
   return now.getTime() - scheduledFor.getTime() > graceMs;
 }
 
+/**
+ * The latest instant an occurrence can be planned for and count as missed at `now`: more than
+ * the grace before it (isMisfired), so one exactly the grace old is on time. Instants are whole
+ * milliseconds, so that is the grace and a millisecond before `now`.
+ */
+export function misfireCutoff(now: Date, graceMs: number): Date {
+  return new Date(now.getTime() - graceMs - 1);
+}
+
 export interface SkippedOccurrence {
   readonly scheduledFor: Date;
   readonly reason: string;

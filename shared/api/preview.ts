@@ -1,7 +1,7 @@
 import { DateTime, FixedOffsetZone, type Zone } from "luxon";
 import { hasEnd } from "../jobs/index.js";
 import { catchUpCountOf, type Job } from "../model.js";
-import { isMisfired, MAX_MISFIRE_CATCH_UP } from "../policies.js";
+import { isMisfired, MAX_MISFIRE_CATCH_UP, misfireCutoff } from "../policies.js";
 import {
   nextOccurrence,
   occurrences,
@@ -123,7 +123,7 @@ function countStart(
   const windowMs = windowMsOf(job.window);
   const planned = (at: Date) => plannedTime(job.jobId, at, windowMs, job.schedule);
   if (!isMisfired(planned(next), clock.now, clock.misfireGraceMs)) return { from: next, remaining };
-  const cutoff = new Date(clock.now.getTime() - clock.misfireGraceMs);
+  const cutoff = misfireCutoff(clock.now, clock.misfireGraceMs);
   // Planned times keep the occurrences' order, so the missed ones are a prefix.
   const missedBy = (at: Date) => planned(at) <= cutoff;
   let ran = 0;

@@ -2,6 +2,7 @@ import type { DueEntry } from "../model.js";
 import {
   isMisfired,
   MAX_MISFIRE_CATCH_UP,
+  misfireCutoff,
   planMisfire,
   type SkippedOccurrence,
 } from "../policies.js";
@@ -152,7 +153,7 @@ function planOccurrences(input: ClaimPlanInput): ClaimPlan {
         };
 
   if (isMisfired(planned(scheduledFor), now, misfireGraceMs)) {
-    const cutoff = new Date(now.getTime() - misfireGraceMs);
+    const cutoff = misfireCutoff(now, misfireGraceMs);
     const missedBy = plannedBy(cutoff);
     if (entry.misfire === "fire_all") {
       const budget = Math.min(MAX_MISFIRE_CATCH_UP - catchUpCount, maxRunsPerClaim);

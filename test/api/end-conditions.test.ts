@@ -381,19 +381,22 @@ describe("a paused job's preview under maxRuns", () => {
   const TWO_HOURS = 2 * 3_600_000;
 
   it("counts what is left from where a resume now would go on: the occurrences the pause missed run as its misfire policy says", async () => {
-    // skip: the missed occurrences are skipped, not counted; all that is left runs from now on.
+    // The occurrence a minute before the resume (01:59) is exactly the misfire grace old: it is
+    // on time, not missed, so under every policy it runs and counts.
+    // skip: the missed occurrences are skipped, not counted; all that is left runs from then on.
     // The resume's own claims then agree: the job's preview once it is active is the same.
     const skip = await pausedJob({ schedule: perMinute, maxRuns: 40, misfirePolicy: "skip" });
     expect(skip.queued).toBeGreaterThan(0);
     expect(await beforeAndAfterResume(skip.id, T0 + TWO_HOURS)).toEqual({
-      paused: minutesFrom(T0 + TWO_HOURS, 40 - skip.queued),
-      resumed: minutesFrom(T0 + TWO_HOURS, 40 - skip.queued),
+      paused: minutesFrom(T0 + TWO_HOURS, 40 - skip.queued - 1),
+      resumed: minutesFrom(T0 + TWO_HOURS, 40 - skip.queued - 1),
     });
-    // fire_once: one missed occurrence runs at resume and counts; the rest of what is left follows.
+    // fire_once: one missed occurrence (01:58) runs at resume and counts, beside 01:59; the rest
+    // of what is left follows.
     const once = await pausedJob({ schedule: perMinute, maxRuns: 40, misfirePolicy: "fire_once" });
     expect(await beforeAndAfterResume(once.id, T0 + TWO_HOURS)).toEqual({
-      paused: minutesFrom(T0 + TWO_HOURS, 40 - once.queued - 1),
-      resumed: minutesFrom(T0 + TWO_HOURS, 40 - once.queued - 1),
+      paused: minutesFrom(T0 + TWO_HOURS, 40 - once.queued - 2),
+      resumed: minutesFrom(T0 + TWO_HOURS, 40 - once.queued - 2),
     });
     // fire_all: every missed occurrence runs and counts: nothing is left for later ones.
     const all = await pausedJob({ schedule: perMinute, maxRuns: 40, misfirePolicy: "fire_all" });
