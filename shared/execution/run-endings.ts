@@ -1,6 +1,7 @@
 import { CANCEL_REASONS } from "../cancel-reasons.js";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError, type RunCancelledError } from "../errors.js";
+import { parseRunId } from "../keys.js";
 import {
   CANCEL_SOURCES,
   type CancelSource,
@@ -10,6 +11,7 @@ import {
   type Run,
 } from "../model.js";
 import { METRICS } from "../observability.js";
+import { sendRuns } from "../queue/work-queue.js";
 import { finishedAfter } from "../storage/last-run.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";
 import {
@@ -186,10 +188,36 @@ export async function endOnCancelRequest(
     engine.clock(),
   );
   engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status: "CANCELLED" });
+  // An admitted run held its job's slot: a buffer_one run waiting for it goes now, as after any
+  // other ending (the job's policy as it is now: it is read anyway).
+  if (progress.tracked) await wakeBuffered(engine, run.jobId, run.runId);
   engine.obs.log.info("run cancelled on request", {
     jobId: run.jobId,
     runId: run.runId,
     cancelledBy: by,
     cancelRequestedAt: cancel.context.cancelRequestedAt,
   });
+}
+
+/**
+ * A buffer_one job's waiting run starts as soon as the run ahead of it ends, not at its next
+ * recheck: its message is sent again, due now.
+ */
+export async function wakeBuffered(
+  engine: Engine,
+  jobId: string,
+  finishedRunId: string,
+): Promise<void> {
+  const job = await getJob(engine, jobId);
+  const buffered = job?.bufferedRunId ? parseRunId(job.bufferedRunId) : null;
+  if (!job || !buffered || job.bufferedRunId === finishedRunId) return;
+  const now = engine.clock();
+  const message = {
+    ...buffered,
+    dueAt: now.toISOString(),
+    jobVersion: job.version,
+    priority: job.priority,
+    tenantId: job.tenantId,
+  };
+  await sendRuns(engine.sqs, engine.queues, [{ message, dueAt: now }], now);
 }

@@ -1,6 +1,5 @@
 import { fanOutTrigger } from "../dispatch/trigger-fan-out.js";
 import type { Engine } from "../engine.js";
-import { parseRunId } from "../keys.js";
 import type { DueEntry, Job, Run, RunMessage } from "../model.js";
 import { METRICS, TENANT_LOG_EVENTS } from "../observability.js";
 import { sendRuns } from "../queue/work-queue.js";
@@ -8,10 +7,9 @@ import { decideAfterFailure } from "../retry.js";
 import { recordShardCount } from "../shard-count.js";
 import { runMessageOf } from "../storage/items.js";
 import { finishRun } from "../storage/run-finish.js";
-import { getJob } from "../storage/run-reads.js";
 import { triggerEntryOf } from "../storage/trigger.js";
 import { nextAttempt } from "./next-attempt.js";
-import { endsOneOff, nextAdmissionSoon } from "./run-endings.js";
+import { endsOneOff, nextAdmissionSoon, wakeBuffered } from "./run-endings.js";
 
 /** How a handler's run came out: it succeeded, or it failed (retried or dead by `retryable`). */
 export type RunResult =
@@ -175,24 +173,5 @@ export async function resend(engine: Engine, message: RunMessage, dueAt: Date): 
     engine.queues,
     [{ message: { ...message, dueAt: dueAt.toISOString() }, dueAt }],
     engine.clock(),
-  );
-}
-
-/** A buffer_one job's waiting run starts as soon as the run ahead of it ends, not at its next recheck. */
-async function wakeBuffered(engine: Engine, jobId: string, finishedRunId: string): Promise<void> {
-  const job = await getJob(engine, jobId);
-  const buffered = job?.bufferedRunId ? parseRunId(job.bufferedRunId) : null;
-  if (!job || !buffered || job.bufferedRunId === finishedRunId) return;
-  const now = engine.clock();
-  await resend(
-    engine,
-    {
-      ...buffered,
-      dueAt: now.toISOString(),
-      jobVersion: job.version,
-      priority: job.priority,
-      tenantId: job.tenantId,
-    },
-    now,
   );
 }

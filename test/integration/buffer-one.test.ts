@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Engine } from "../../shared/engine.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
-import { createJob, editJob } from "../../shared/jobs/index.js";
+import { cancelRun, createJob, editJob } from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
 import { sendRuns } from "../../shared/queue/work-queue.js";
 import { runMessageOf } from "../../shared/storage/items.js";
@@ -172,5 +172,28 @@ describe("buffer_one after a buffered run ends without being admitted", () => {
     expect(await f.process(f.workerDeps("next", handlers), woken)).toBe("ack");
     expect(await statusOf(job.jobId, two.run.runId)).toMatchObject({ status: "SUCCEEDED" });
     expect((await getJob(f.engine, job.jobId))?.bufferedRunId).toBeNull();
+  }, 60_000);
+});
+
+describe("buffer_one when the run ahead is cancelled", () => {
+  it("sends the buffered run the moment the cancelled run ends, not at its next recheck", async () => {
+    const { job, handlers, release, running } = await jobWithARunningRun();
+    // The buffered run's own recheck is far off: only the ending of the run ahead can wake it.
+    const worker = { ...f.workerDeps("next", handlers), overlapRecheckMs: 60_000 };
+    const one = await deliverOccurrence(job.jobId, 1);
+    expect(await f.process(worker, one.received)).toBe("ack");
+    expect((await getJob(f.engine, job.jobId))?.bufferedRunId).toBe(one.run.runId);
+
+    const ahead = (await runsOf(job.jobId))[0];
+    if (!ahead) throw new Error("the first run is gone");
+    await cancelRun(f.engine, job.tenantId, job.jobId, ahead.runId);
+    // Its worker carries the cancel out within a heartbeat and ends it CANCELLED.
+    expect(await running).toBe("ack");
+    expect(await statusOf(job.jobId, ahead.runId)).toMatchObject({ status: "CANCELLED" });
+    const woken = await f.nextDelivery(f.engine.queues.normal, job.jobId, 5_000);
+    expect(woken.message.scheduledFor).toBe(one.run.scheduledFor);
+    expect(await f.process(worker, woken)).toBe("ack");
+    expect(await statusOf(job.jobId, one.run.runId)).toMatchObject({ status: "SUCCEEDED" });
+    release();
   }, 60_000);
 });
