@@ -1,8 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
+import { createJob } from "../../shared/jobs/index.js";
 import type { MisfirePolicy } from "../../shared/policies.js";
 import { readDueEntry } from "../../shared/storage/job-edit.js";
-import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
+import {
+  createEngineFixture,
+  type EngineFixture,
+  engineAt,
+  testJob,
+} from "../support/engine-fixture.js";
 import { seedJobs } from "../support/seed.js";
 
 const MINUTE = 60_000;
@@ -74,4 +80,25 @@ describe("the misfire grace's boundary at claim time", () => {
     expect(summary("job_grace_fire_once")).toEqual({ skipped: 8, queued: 1 });
     expect(summary("job_grace_fire_all")).toEqual({ skipped: 0, queued: 9 });
   }, 60_000);
+
+  it("a one-off created with its runAt exactly the grace past runs under skip; a millisecond more is skipped", async () => {
+    const now = Date.now();
+    const create = (lateMs: number) =>
+      createJob(
+        engineAt(f.engine, now),
+        testJob({
+          schedule: { runAt: new Date(now - lateMs).toISOString() },
+          policies: { ...testJob().policies, misfire: "skip" },
+        }),
+      );
+    const onTime = await create(MINUTE);
+    const late = await create(MINUTE + 1);
+    const runs = await f.runs();
+    const of = (jobId: string) =>
+      runs.filter((r) => r.jobId === jobId).map((r) => ({ status: r.status, reason: r.reason }));
+    expect(of(onTime.job.jobId)).toEqual([{ status: "QUEUED", reason: null }]);
+    expect(of(late.job.jobId)).toEqual([
+      { status: "SKIPPED", reason: "misfire: missed by more than the 60 s grace; policy skip" },
+    ]);
+  });
 });
