@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Engine } from "../../shared/engine.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
-import { cancelRun, createJob, editJob } from "../../shared/jobs/index.js";
+import { cancelRun, createJob, editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
 import { sendRuns } from "../../shared/queue/work-queue.js";
 import { runMessageOf } from "../../shared/storage/items.js";
@@ -195,5 +195,39 @@ describe("buffer_one when the run ahead is cancelled", () => {
     expect(await f.process(worker, woken)).toBe("ack");
     expect(await statusOf(job.jobId, one.run.runId)).toMatchObject({ status: "SUCCEEDED" });
     release();
+  }, 60_000);
+});
+
+describe("buffer_one when the job is paused while a run waits", () => {
+  it("the waiting run is parked when the run ahead ends, and runs after resume, alone", async () => {
+    const { job, handlers, release, running } = await jobWithARunningRun();
+    const worker = f.workerDeps("next", handlers);
+    const one = await deliverOccurrence(job.jobId, 1);
+    expect(await f.process(worker, one.received)).toBe("ack");
+    expect((await getJob(f.engine, job.jobId))?.bufferedRunId).toBe(one.run.runId);
+
+    await pauseJob(f.engine, job.tenantId, job.jobId);
+    release();
+    expect(await running).toBe("ack");
+    // Woken by the ending, it finds the job paused: parked, not run and not skipped.
+    const woken = await f.nextDelivery(f.engine.queues.normal, job.jobId, 5_000);
+    expect(woken.message.scheduledFor).toBe(one.run.scheduledFor);
+    expect(await f.process(worker, woken)).toBe("ack");
+    expect(await statusOf(job.jobId, one.run.runId)).toMatchObject({
+      status: "QUEUED",
+      reason: "waiting: job paused",
+    });
+
+    await resumeJob(f.engine, job.tenantId, job.jobId);
+    const again = await f.nextDelivery(f.engine.queues.normal, job.jobId, 5_000);
+    expect(again.message.scheduledFor).toBe(one.run.scheduledFor);
+    expect(await f.process(worker, again)).toBe("ack");
+    expect(await statusOf(job.jobId, one.run.runId)).toMatchObject({ status: "SUCCEEDED" });
+    const after = await getJob(f.engine, job.jobId);
+    expect(after?.bufferedRunId ?? null).toBeNull();
+    const ran = (await runsOf(job.jobId)).filter((r) => r.status === "SUCCEEDED");
+    expect(ran.map((r) => r.scheduledFor)).toEqual(
+      (await runsOf(job.jobId)).slice(0, 2).map((r) => r.scheduledFor),
+    );
   }, 60_000);
 });

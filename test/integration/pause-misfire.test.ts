@@ -98,3 +98,62 @@ describe("a pause spanning 20 occurrences of a per-minute job, then a resume", (
     }, 60_000);
   }
 });
+
+/**
+ * The same job with its workers down for ten minutes (the dispatcher up: every occurrence was
+ * queued on time): the workers judge each late start by the misfire policy.
+ */
+describe("a per-minute job whose workers were down for ten minutes", () => {
+  let f: EngineFixture;
+  let ran: string[];
+  const handlers: Record<string, JobHandler> = {
+    recorded: async (ctx: JobContext) => void ran.push(ctx.scheduledFor),
+  };
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  const at = (ms: number): Clock => offsetClock(ms - Date.now());
+
+  for (const misfire of ["skip", "fire_once", "fire_all"] as MisfirePolicy[]) {
+    it(`${misfire}: the runs started late`, async () => {
+      ran = [];
+      const startAt = Math.ceil((Date.now() + MINUTE) / MINUTE) * MINUTE;
+      const { job } = await createJob(
+        f.engine,
+        testJob({
+          type: "recorded",
+          schedule: { every: "PT1M", startAt: new Date(startAt).toISOString() },
+          policies: { ...testJob().policies, misfire, overlap: "allow", maxConcurrent: 100 },
+        }),
+      );
+      // Back 10 minutes 30 s after the first occurrence: it and the nine after it are more than
+      // the grace late, the eleventh 30 s late. The workers take them in order.
+      const backAt = at(startAt + 10 * MINUTE + 30_000);
+      const queued = (await f.runs())
+        .filter((r) => r.jobId === job.jobId && Date.parse(r.scheduledFor) <= startAt + 10 * MINUTE)
+        .sort((a, b) => (a.scheduledFor < b.scheduledFor ? -1 : 1));
+      expect(queued).toHaveLength(11);
+      for (const run of queued)
+        expect(
+          await processRun(
+            { ...f.workerDeps("w", handlers), engine: { ...f.engine, clock: backAt } },
+            deliveryOfRun(f.engine, run),
+          ),
+        ).toBe("ack");
+      const minute = (n: number) => new Date(startAt + n * MINUTE).toISOString();
+      const expected =
+        misfire === "skip"
+          ? [minute(10)]
+          : misfire === "fire_once"
+            ? [minute(9), minute(10)]
+            : Array.from({ length: 11 }, (_, n) => minute(n));
+      expect(ran).toEqual(expected);
+      const ended = (await f.runs()).filter((r) => queued.some((q) => q.runId === r.runId));
+      const skipped = ended.filter((r) => r.status === "SKIPPED");
+      expect(skipped).toHaveLength(11 - expected.length);
+      for (const r of skipped) expect(r.reason).toMatch(/^misfire: started \d+ s late/);
+    }, 60_000);
+  }
+});
