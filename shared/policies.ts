@@ -130,7 +130,7 @@ export interface OverlapInput {
    * its job for one lease at most. `runId` itself is ignored if present.
    */
   readonly liveRunIds: readonly string[];
-  /** The run already waiting under buffer_one, if any. */
+  /** The run already waiting under buffer_one, if any (still waiting: not ended, not started). */
   readonly bufferedRunId: string | null;
   /**
    * A retry or a replay (attempt > 1): its occurrence got its turn already and failed, so
@@ -178,6 +178,16 @@ export function decideOverlap(input: OverlapInput): OverlapDecision {
   if (rerunAhead !== null) return yieldToRerun(input, rerunAhead, live.length, maxConcurrent);
   const firstLive = live[0];
   if (firstLive === undefined) {
+    // The run in buffer_one's waiting place goes first: a first attempt coming as the run ahead
+    // ends waits behind it rather than start ahead of it (the caller passes a buffered run only
+    // while it waits still).
+    if (
+      policy === "buffer_one" &&
+      input.rerun !== true &&
+      bufferedRunId !== null &&
+      bufferedRunId !== runId
+    )
+      return { action: "buffer" };
     return { action: "start" };
   }
   switch (policy) {

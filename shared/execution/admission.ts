@@ -68,7 +68,9 @@ export async function admitRun(
       return { decision: { action: "held elsewhere" }, job };
     // A run that starts whatever its job's live leases say (none, or allow under its bound) learns
     // nothing from reading the runs under way: it reads only the lapsed entries it drops, for
-    // lastRun. Otherwise it reads every listed run, to count only those still under way.
+    // lastRun. Otherwise it reads every listed run, to count only those still under way. Under
+    // buffer_one, a first attempt that finds another run in the waiting place reads it too: while
+    // it waits still, it goes first.
     const byLease = liveRunIds(job, now).live;
     const startsAnyway =
       decideOverlap({
@@ -76,7 +78,7 @@ export async function admitRun(
         maxConcurrent: job.policies.maxConcurrent,
         runId,
         liveRunIds: byLease,
-        bufferedRunId: null,
+        bufferedRunId: job.bufferedRunId,
         rerun: options.rerun === true,
         rerunWaiting: job.rerunWaiting ?? null,
       }).action === "start";
@@ -105,13 +107,11 @@ export async function admitRun(
       job.rerunWaiting != null &&
       job.rerunWaiting !== runId &&
       rerunWaiting === null;
-    const yieldsToRerun = options.rerun !== true && rerunWaiting !== null && rerunWaiting !== runId;
     // A buffered run that ended without being admitted no longer holds the slot, whichever path
-    // ended it: this run takes the slot over.
+    // ended it: this run takes the slot over. One that waits still goes first, live runs or not.
     const buffered =
       job.bufferedRunId !== null &&
       job.bufferedRunId !== runId &&
-      (live.some((id) => id !== runId) || yieldsToRerun) &&
       job.policies.overlap === "buffer_one" &&
       listed?.bufferedWaiting === true
         ? job.bufferedRunId

@@ -2,12 +2,18 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Engine } from "../../shared/engine.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
+import { processRun } from "../../shared/execution/worker.js";
 import { cancelRun, createJob, editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
 import { sendRuns } from "../../shared/queue/work-queue.js";
 import { runMessageOf } from "../../shared/storage/items.js";
 import { getJob } from "../../shared/storage/run-reads.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  createEngineFixture,
+  deliveryOfRun,
+  type EngineFixture,
+  testJob,
+} from "../support/engine-fixture.js";
 import { createTestClients } from "../support/namespace.js";
 import { waitFor } from "../support/wait.js";
 
@@ -229,5 +235,36 @@ describe("buffer_one when the job is paused while a run waits", () => {
     expect(ran.map((r) => r.scheduledFor)).toEqual(
       (await runsOf(job.jobId)).slice(0, 2).map((r) => r.scheduledFor),
     );
+  }, 60_000);
+});
+
+describe("buffer_one when the next occurrence comes as the run ahead ends", () => {
+  it("the run waiting in the buffer runs first: the newcomer waits behind it, not ahead of it", async () => {
+    const { job, handlers, release, running } = await jobWithARunningRun();
+    const worker = f.workerDeps("next", handlers);
+    const one = await deliverOccurrence(job.jobId, 1);
+    expect(await f.process(worker, one.received)).toBe("ack");
+    expect((await getJob(f.engine, job.jobId))?.bufferedRunId).toBe(one.run.runId);
+
+    // The run ahead ends (its ending sends the buffered run again), and occurrence 2 falls due
+    // before that message is taken.
+    release();
+    expect(await running).toBe("ack");
+    offsetMs = 2 * 60_000 + 1000;
+    const two = (await runsOf(job.jobId))[2];
+    if (!two) throw new Error("occurrence 2 was not queued");
+    expect(await processRun(worker, deliveryOfRun(f.engine, two))).toBe("ack");
+    expect(await statusOf(job.jobId, two.runId)).toMatchObject({
+      status: "QUEUED",
+      reason: "waiting: overlap policy buffer_one",
+    });
+
+    // The buffered run takes the slot; the newcomer then takes the waiting place, and runs after it.
+    const woken = await f.nextDelivery(f.engine.queues.normal, job.jobId, 5_000);
+    expect(woken.message.scheduledFor).toBe(one.run.scheduledFor);
+    expect(await f.process(worker, woken)).toBe("ack");
+    expect(await statusOf(job.jobId, one.run.runId)).toMatchObject({ status: "SUCCEEDED" });
+    expect(await processRun(worker, deliveryOfRun(f.engine, two))).toBe("ack");
+    expect(await statusOf(job.jobId, two.runId)).toMatchObject({ status: "SUCCEEDED" });
   }, 60_000);
 });

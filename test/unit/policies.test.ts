@@ -178,6 +178,21 @@ describe("decideOverlap", () => {
       { action: "start" },
     ],
     [
+      "buffer_one, nothing live, another waits buffered → buffer behind it",
+      { policy: "buffer_one", runId: "r3", liveRunIds: [], bufferedRunId: "r2" },
+      { action: "buffer" },
+    ],
+    [
+      "buffer_one, nothing live, another waits buffered, a retry or replay → start",
+      { policy: "buffer_one", runId: "r3", liveRunIds: [], bufferedRunId: "r2", rerun: true },
+      { action: "start" },
+    ],
+    [
+      "skip, nothing live, a buffered run left from buffer_one → start",
+      { policy: "skip", runId: "r3", liveRunIds: [], bufferedRunId: "r2" },
+      { action: "start" },
+    ],
+    [
       "buffer_one, live, none buffered → buffer",
       { policy: "buffer_one", runId: "r2", liveRunIds: ["r1"], bufferedRunId: null },
       { action: "buffer" },
