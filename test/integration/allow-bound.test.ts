@@ -3,11 +3,12 @@ import { sleep } from "../../shared/clock.js";
 import { type JobContext, JobError, type JobHandler } from "../../shared/execution/job-contract.js";
 import type { WorkerDeps } from "../../shared/execution/worker.js";
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
-import { createJob, replayDeadLetter, triggerJob } from "../../shared/jobs/index.js";
+import { createJob, editJob, replayDeadLetter, triggerJob } from "../../shared/jobs/index.js";
 import { listDeadLetters } from "../../shared/jobs/queries.js";
 import type { Run } from "../../shared/model.js";
 import { sendRuns } from "../../shared/queue/work-queue.js";
 import { runMessageOf } from "../../shared/storage/items.js";
+import { getJob } from "../../shared/storage/run-reads.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { waitFor } from "../support/wait.js";
 
@@ -120,6 +121,85 @@ describe("allow's maxConcurrent under triggers, replays, retries and duplicate d
         expect(
           ended.some((e) => e.scheduledFor === r.scheduledFor && e.status === "SUCCEEDED"),
         ).toBe(true);
+    } finally {
+      stop.abort();
+      await loop;
+    }
+  }, 90_000);
+});
+
+describe("allow's maxConcurrent lowered while runs are under way", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  it("runs started after the edit keep to the new bound: none beside the three still running", async () => {
+    let active = 0;
+    const activeAtStart = new Map<string, number>();
+    let release: () => void = () => undefined;
+    const firstThree = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let held = 3;
+    const handlers: Record<string, JobHandler> = {
+      tracked: async (ctx: JobContext) => {
+        activeAtStart.set(ctx.runId, active);
+        active++;
+        try {
+          if (held > 0) {
+            held--;
+            await firstThree;
+          } else await sleep(500);
+        } finally {
+          active--;
+        }
+      },
+    };
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "tracked",
+        schedule: { cron: "0 0 1 1 *", timezone: "UTC" },
+        policies: { ...testJob().policies, overlap: "allow", maxConcurrent: 3 },
+      }),
+    );
+    const stop = new AbortController();
+    const loop = runWorkerLoop(recheckingSoon(f.workerDeps("loop", handlers)), {
+      concurrency: 10,
+      signal: stop.signal,
+    });
+    try {
+      const before = await Promise.all(
+        Array.from({ length: 3 }, () => triggerJob(f.engine, job.tenantId, job.jobId)),
+      );
+      await waitFor("three runs under way", () => active === 3, 20_000);
+      const current = await getJob(f.engine, job.jobId);
+      if (!current) throw new Error("job gone");
+      await editJob(f.engine, job.tenantId, job.jobId, current.version, {
+        policies: { ...current.policies, maxConcurrent: 1 },
+      });
+      const after = await Promise.all(
+        Array.from({ length: 3 }, () => triggerJob(f.engine, job.tenantId, job.jobId)),
+      );
+      // They wait while the three run.
+      await sleep(2500);
+      expect(after.filter((r) => activeAtStart.has(r.runId))).toEqual([]);
+      release();
+      const ended = await waitFor(
+        "every run to end",
+        async () => {
+          const runs = (await f.runs()).filter((r) => r.jobId === job.jobId);
+          return runs.length === 6 && runs.every((r) => r.status === "SUCCEEDED")
+            ? runs
+            : undefined;
+        },
+        40_000,
+      );
+      expect(ended).toHaveLength(6);
+      expect(before.map((r) => activeAtStart.get(r.runId)).sort()).toEqual([0, 1, 2]);
+      expect(after.map((r) => activeAtStart.get(r.runId))).toEqual([0, 0, 0]);
     } finally {
       stop.abort();
       await loop;
