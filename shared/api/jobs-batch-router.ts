@@ -26,6 +26,8 @@ const PATH = "/jobs:batch";
 const BATCH_PAYLOAD_PATH = /^jobs\.\d+\.payload$/;
 /** Each job's body sits this deep in the batch's (`jobs[i]`). */
 const JOB_BODY_DEPTH = 2;
+/** Room for the `{"jobs": […]}` around the jobs: its brackets, commas and indentation. */
+const BATCH_ENVELOPE_BYTES = 4 * 1024;
 
 interface BatchResult {
   readonly index: number;
@@ -91,7 +93,7 @@ export function jobsBatchRouter({ engine, jobTypes }: RouterDeps) {
   const router = newRouter();
   router.openAPIRegistry.registerPath(route);
   const body = jsonBody(
-    MAX_BATCH_JOBS * (engine.settings.maxPayloadBytes + BODY_OVERHEAD_BYTES),
+    MAX_BATCH_JOBS * itemBytes + BATCH_ENVELOPE_BYTES,
     BATCH_PAYLOAD_PATH,
     JOB_BODY_DEPTH,
   );
