@@ -21,7 +21,11 @@ const MAX_CHAIN_JOBS = 80;
 
 /** DynamoDB's most items in one transaction. */
 const TRANSACTION_ITEMS = 100;
-/** An edit's own writes beside its upstreams' (job-edit.ts): the job, its pending entry's delete and put. */
+/**
+ * An edit's own writes beside its upstreams' (job-edit.ts): the job, and its pending entry's and
+ * set-aside record's deletes (a schedule of times edited to `after`) or its first entry (`after`
+ * edited to times). An edit between schedules of times writes four, but has no upstreams.
+ */
 const EDIT_OWN_WRITES = 3;
 
 const FIELD = "schedule.after.jobs";
