@@ -1,4 +1,4 @@
-import { createServer } from "node:http";
+import { createServer, type IncomingMessage } from "node:http";
 import { Webhook } from "standardwebhooks";
 
 // A webhook receiver for `http` jobs: verifies each delivery (Standard Webhooks: the signature over
@@ -11,6 +11,16 @@ if (!secret?.startsWith("whsec_")) throw new Error("set WEBHOOK_SECRET to GET /w
 const webhook = new Webhook(secret);
 const applied = new Set<string>(); // use a database table with a unique key in production
 
+/** The delivery's payload; throws unless a signature matches and the timestamp is within five minutes. */
+function verified(webhook: Webhook, req: IncomingMessage, rawBody: string): unknown {
+  const header = (name: string) => String(req.headers[name] ?? "");
+  return webhook.verify(rawBody, {
+    "webhook-id": header("webhook-id"),
+    "webhook-timestamp": header("webhook-timestamp"),
+    "webhook-signature": header("webhook-signature"),
+  });
+}
+
 createServer((req, res) => {
   let body = "";
   req.on("data", (chunk) => (body += chunk));
@@ -18,11 +28,7 @@ createServer((req, res) => {
     const header = (name: string) => String(req.headers[name] ?? "");
     const id = header("webhook-id");
     try {
-      webhook.verify(body, {
-        "webhook-id": id,
-        "webhook-timestamp": header("webhook-timestamp"),
-        "webhook-signature": header("webhook-signature"),
-      });
+      verified(webhook, req, body);
     } catch {
       return res.writeHead(401).end("bad signature");
     }
