@@ -4,7 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ErrorSchema } from "../../shared/api/schemas/errors.js";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { RunSchema } from "../../shared/api/schemas/runs.js";
-import { type ApiHarness, deadRunVia, type Reply, startApi } from "./support.js";
+import { runCaptured } from "../support/cli-run.js";
+import { type ApiHarness, deadRunVia, KEY_A, type Reply, startApi } from "./support.js";
 
 /**
  * The docs' examples, run as a user would run them: every curl request in docs/api.md's and
@@ -316,6 +317,61 @@ describe("docs/api.md: the JSON blocks", () => {
         ErrorSchema.safeParse(JSON.parse(block.body)).error,
         `docs/api.md:${block.line}`,
       ).toBeUndefined();
+  });
+});
+
+describe("docs/cli.md: the CLI session", () => {
+  /** Each `$ npx scheduler …` line of the ```console block, with the output the doc shows after it. */
+  const session = fences("docs/cli.md")
+    .filter((fence) => fence.info === "console")
+    .flatMap((fence) => {
+      const commands: { where: string; args: string[]; output: string[] }[] = [];
+      fence.body.split("\n").forEach((line, index) => {
+        if (line.startsWith("$ ")) {
+          const { words: args } = words(line, 2);
+          commands.push({ where: `docs/cli.md:${fence.line + 1 + index}`, args, output: [] });
+        } else commands.at(-1)?.output.push(line);
+      });
+      return commands;
+    });
+
+  /** A line the doc shows as a pattern: its ids and digits stand for any. */
+  const shownAs = (line: string) => {
+    const ULID = "[0-9A-HJKMNP-TV-Z]{26}";
+    const pattern = line
+      .replace(/[.*+?^${}()|[\]\\]/g, "\\$&")
+      .split(new RegExp(`\\b${ULID}\\b`))
+      .map((part) => part.replace(/\d/g, "\\d"))
+      .join(ULID);
+    return new RegExp(`^${pattern}$`);
+  };
+
+  it("runs each command with the current flags, printing what the doc shows", async () => {
+    expect(session.length).toBeGreaterThanOrEqual(4);
+    const ids = new Map<string, string>();
+    for (const { where, args, output } of session) {
+      expect(args.slice(0, 2), where).toEqual(["npx", "scheduler"]);
+      // `; echo $?`: the last line the doc shows is the exit code.
+      const code =
+        output.length > 0 && /^\d+$/.test(output.at(-1) ?? "") ? Number(output.pop()) : 0;
+      const sent = args.slice(2).map((arg) => ids.get(arg) ?? arg);
+      const outcome = await runCaptured(["--api", api.server.url, "--key", KEY_A, ...sent]);
+      expect(outcome.code, `${where}: ${outcome.out}${outcome.err}`).toBe(code);
+      const printed = `${outcome.out}${outcome.err}`.split("\n");
+      let at = 0;
+      for (const line of output.filter((l) => l !== "…")) {
+        const found = printed.findIndex((p, i) => i >= at && shownAs(line).test(p));
+        expect(
+          found,
+          `${where}: the doc shows "${line}"; printed:\n${printed.join("\n")}`,
+        ).toBeGreaterThanOrEqual(0);
+        at = found + 1;
+      }
+      // The id the doc shows for a job it creates is the one the later lines name.
+      const shownId = /^id\s+(\S+)$/m.exec(output.join("\n"))?.[1];
+      const printedId = /^id\s+(\S+)$/m.exec(outcome.out)?.[1];
+      if (shownId !== undefined && printedId !== undefined) ids.set(shownId, printedId);
+    }
   });
 });
 
