@@ -311,6 +311,15 @@ describe("docs/api.md: the JSON blocks", () => {
     }
   });
 
+  it("lists in its errors table only codes the API answers with", () => {
+    const table =
+      read("docs/api.md").match(/^\| (\d{3}) +\| (`[a-z_]+`(?:, `[a-z_]+`)*) +\|/gm) ?? [];
+    const codes = table.flatMap((row) => [...row.matchAll(/`([a-z_]+)`/g)].map(([, code]) => code));
+    expect(codes.length).toBeGreaterThanOrEqual(15);
+    const known: readonly string[] = ErrorSchema.shape.error.shape.code.options;
+    for (const code of codes) expect(known, `docs/api.md's errors table: ${code}`).toContain(code);
+  });
+
   it("shows the error shape the API answers", () => {
     for (const block of blocks.filter((b) => b.info === "json response error"))
       expect(
