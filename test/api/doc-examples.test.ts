@@ -77,12 +77,15 @@ function words(text: string, start: number): { words: string[]; end: number } {
       i += 1;
     } else if (c === "'") {
       const close = text.indexOf("'", i + 1);
+      if (close < 0) throw new Error(`an unterminated ' in: ${text.slice(start, start + 80)}`);
       word = (word ?? "") + text.slice(i + 1, close);
       i = close + 1;
     } else if (c === '"') {
       let j = i + 1;
       let quoted = "";
       while (text[j] !== '"') {
+        if (j >= text.length)
+          throw new Error(`an unterminated " in: ${text.slice(start, start + 80)}`);
         if (text[j] === "\\" && text[j + 1] !== undefined && '"\\$'.includes(text[j + 1] ?? "")) {
           quoted += text[j + 1];
           j += 2;
@@ -251,18 +254,21 @@ beforeAll(async () => {
 afterAll(() => api.close());
 
 describe("docs/api.md and docs/deploy.md: the curl examples", () => {
-  const examples = SHELL_DOCS.flatMap(fences)
-    .filter((fence) => fence.info === "sh" || fence.info === "bash")
-    .flatMap(curls);
+  /** Read in each test, so that a block this test cannot read fails it rather than the file. */
+  const shellExamples = () =>
+    SHELL_DOCS.flatMap(fences)
+      .filter((fence) => fence.info === "sh" || fence.info === "bash")
+      .flatMap(curls);
 
   it("finds the examples", () => {
+    const examples = shellExamples();
     expect(examples.length).toBeGreaterThanOrEqual(14);
     expect(examples.filter((curl) => curl.answer !== null).length).toBeGreaterThanOrEqual(2);
   });
 
   it("answers each request as the doc shows", async () => {
     const names: Names = {};
-    for (const curl of examples) {
+    for (const curl of shellExamples()) {
       const request = requestOf(curl);
       const path = await resolvePath(api, request.path, names);
       const reply = await api.call(request.method, path, {
@@ -331,18 +337,19 @@ describe("docs/api.md: the JSON blocks", () => {
 
 describe("docs/cli.md: the CLI session", () => {
   /** Each `$ npx scheduler …` line of the ```console block, with the output the doc shows after it. */
-  const session = fences("docs/cli.md")
-    .filter((fence) => fence.info === "console")
-    .flatMap((fence) => {
-      const commands: { where: string; args: string[]; output: string[] }[] = [];
-      fence.body.split("\n").forEach((line, index) => {
-        if (line.startsWith("$ ")) {
-          const { words: args } = words(line, 2);
-          commands.push({ where: `docs/cli.md:${fence.line + 1 + index}`, args, output: [] });
-        } else commands.at(-1)?.output.push(line);
+  const sessionOf = () =>
+    fences("docs/cli.md")
+      .filter((fence) => fence.info === "console")
+      .flatMap((fence) => {
+        const commands: { where: string; args: string[]; output: string[] }[] = [];
+        fence.body.split("\n").forEach((line, index) => {
+          if (line.startsWith("$ ")) {
+            const { words: args } = words(line, 2);
+            commands.push({ where: `docs/cli.md:${fence.line + 1 + index}`, args, output: [] });
+          } else commands.at(-1)?.output.push(line);
+        });
+        return commands;
       });
-      return commands;
-    });
 
   /** A line the doc shows as a pattern: its ids and digits stand for any. */
   const shownAs = (line: string) => {
@@ -356,6 +363,7 @@ describe("docs/cli.md: the CLI session", () => {
   };
 
   it("runs each command with the current flags, printing what the doc shows", async () => {
+    const session = sessionOf();
     expect(session.length).toBeGreaterThanOrEqual(4);
     const ids = new Map<string, string>();
     for (const { where, args, output } of session) {
