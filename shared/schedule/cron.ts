@@ -147,14 +147,16 @@ function compileUncached(raw: string): CronCompileResult {
 }
 
 const FIELD_KEYS = ["second", "minute", "hour", "dayOfMonth", "month", "dayOfWeek"] as const;
+const DAY_FIELDS: ReadonlySet<string> = new Set(["dayOfMonth", "dayOfWeek"]);
 
 /**
  * A list field as cron-parser takes it: cron reads a list as the union of its items (crontab(5):
  * "0-4,8-12"), so `0,7` (Sunday twice), `9-17,12` or `0-30,15` name a value more than once, which
  * cron-parser refuses ("duplicate values found"). Such a field is written as the values its items
- * expand to, each once; an item with L or # is kept as written. A field whose items overlap in
- * nothing, or that the parser refuses for another reason, comes back as it is, so its own error
- * is the one reported. Only what is parsed changes: the stored expression is the one given.
+ * expand to, each once; an item of a day field with L or # is kept as written (a month's name
+ * such as JUL is a value like any other). A field whose items overlap in nothing, or that the
+ * parser refuses for another reason, comes back as it is, so its own error is the one reported.
+ * Only what is parsed changes: the stored expression is the one given.
  */
 function withoutRepeats(field: string, index: number): string {
   const items = field.split(",");
@@ -164,7 +166,8 @@ function withoutRepeats(field: string, index: number): string {
   const values = new Set<number>();
   let repeated = false;
   for (const item of items) {
-    if (/[L#]/i.test(item)) {
+    // L and # mean something only in the day fields; elsewhere an L is in a name (JUL).
+    if (DAY_FIELDS.has(key) && /[L#]/i.test(item)) {
       if (kept.includes(item)) repeated = true;
       else kept.push(item);
       continue;

@@ -155,6 +155,25 @@ describe("cron", () => {
       "2027-01-01T00:40:00.000Z",
       "2028-01-01T00:00:00.000Z",
     ]);
+    // JUL is a month's name, not a last-day L: the summer months named both ways are June to
+    // August, each once.
+    for (const expression of ["0 0 1 JUN-AUG,JUL *", "0 0 1 jul,7 *", "0 0 1 JUL,6-8 *"]) {
+      expect(take(utc(expression), "2026-05-01T00:00:00Z", 4)).toEqual(
+        expression === "0 0 1 jul,7 *"
+          ? [
+              "2026-07-01T00:00:00.000Z",
+              "2027-07-01T00:00:00.000Z",
+              "2028-07-01T00:00:00.000Z",
+              "2029-07-01T00:00:00.000Z",
+            ]
+          : [
+              "2026-06-01T00:00:00.000Z",
+              "2026-07-01T00:00:00.000Z",
+              "2026-08-01T00:00:00.000Z",
+              "2027-06-01T00:00:00.000Z",
+            ],
+      );
+    }
     // With L kept as written: the 31st and the last day are one day in a 31-day month.
     expect(take(utc("0 0 31,L,31 * *"), "2026-05-01T00:00:00Z", 3)).toEqual([
       "2026-05-31T00:00:00.000Z",
