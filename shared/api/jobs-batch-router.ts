@@ -7,7 +7,9 @@ import {
 } from "../jobs/create-batch.js";
 import { idempotentCreate } from "../jobs/index.js";
 import { jobsAsTheyStand } from "../jobs/queries.js";
+import type { Job } from "../model.js";
 import { BODY_OVERHEAD_BYTES, jsonBody } from "./body.js";
+import { newJobOrRepeat } from "./create-repeat.js";
 import { jobDto } from "./dto.js";
 import { ApiError, type HttpAnswer, httpAnswerOf, invalid } from "./errors.js";
 import { schemaFailure, unknownFieldIssues } from "./issues.js";
@@ -115,7 +117,9 @@ export function jobsBatchRouter({ engine, jobTypes }: RouterDeps) {
     const valid: { index: number; item: BatchCreateItem }[] = [];
     // By the request's index: createJobs sees only the valid jobs, so its own check counts those.
     const firstWithKey = new Map<string, number>();
-    envelope.data.jobs.forEach((raw, index) => {
+    // Repeats of creates whose end checks held when they were made (newJobOrRepeat).
+    const repeated: { index: number; job: Job }[] = [];
+    for (const [index, raw] of envelope.data.jobs.entries()) {
       try {
         // The batch's body is held to 25 creates' size in all; alone, one job could take far more.
         const size = Buffer.byteLength(JSON.stringify(raw) ?? "", "utf8");
@@ -129,12 +133,24 @@ export function jobsBatchRouter({ engine, jobTypes }: RouterDeps) {
         const parsed = itemSchema.safeParse(raw);
         if (!parsed.success) throw schemaFailure(parsed.error.issues, "json", raw);
         const { idempotencyKey, ...definition } = parsed.data;
-        const input = newJobFrom(parsed.data, tenantId, now, engine.settings, jobTypes);
+        const asked = await newJobOrRepeat(
+          engine,
+          tenantId,
+          idempotencyKey,
+          definition,
+          now,
+          (asOf) => newJobFrom(parsed.data, tenantId, asOf, engine.settings, jobTypes),
+        );
         if (idempotencyKey !== undefined) {
           const earlier = firstWithKey.get(idempotencyKey);
           if (earlier !== undefined) throw repeatedKeyError(earlier);
           firstWithKey.set(idempotencyKey, index);
         }
+        if ("repeat" in asked) {
+          repeated.push({ index, job: asked.repeat });
+          continue;
+        }
+        const input = asked.newJob;
         valid.push({
           index,
           item: {
@@ -147,14 +163,17 @@ export function jobsBatchRouter({ engine, jobTypes }: RouterDeps) {
       } catch (error) {
         results[index] = failed(index, error);
       }
-    });
+    }
     const outcomes = await createJobs(
       engine,
       tenantId,
       valid.map((v) => v.item),
     );
     // A key's repeat answers the job made first, which may have runs by now.
-    const repeats = outcomes.flatMap((o) => ("job" in o && !o.created ? [o.job] : []));
+    const repeats = [
+      ...outcomes.flatMap((o) => ("job" in o && !o.created ? [o.job] : [])),
+      ...repeated.map((r) => r.job),
+    ];
     const standing = new Map(
       (await jobsAsTheyStand(engine, repeats)).map((job) => [job.jobId, job]),
     );
@@ -169,6 +188,8 @@ export function jobsBatchRouter({ engine, jobTypes }: RouterDeps) {
               job: jobDto(standing.get(outcome.job.jobId) ?? outcome.job),
             };
     });
+    for (const { index, job } of repeated)
+      results[index] = { index, status: 200, job: jobDto(standing.get(job.jobId) ?? job) };
     return c.json({ results: results.map((r, index) => r ?? failed(index, undefined)) }, 200);
   });
 

@@ -14,6 +14,7 @@ import { jobAsItStands } from "../jobs/queries.js";
 import type { JobStatus } from "../model.js";
 import { ValidationError } from "../validation.js";
 import { optionalBody } from "./body.js";
+import { newJobOrRepeat } from "./create-repeat.js";
 import { jobDto, runDto } from "./dto.js";
 import { jobsPage } from "./pages.js";
 import { jobChangesFrom, newJobFrom, parseIfMatch } from "./requests.js";
@@ -215,12 +216,24 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
       ]);
     }
     const key = headerKey ?? bodyKey;
-    const newJob = newJobFrom(request, tenantOf(c), engine.clock(), engine.settings, jobTypes);
-    const { job, created } = await createJob(
+    const asked = await newJobOrRepeat(
       engine,
-      newJob,
-      key === undefined ? {} : { idempotency: idempotentCreate(key, newJob, definition) },
+      tenantOf(c),
+      key,
+      definition,
+      engine.clock(),
+      (asOf) => newJobFrom(request, tenantOf(c), asOf, engine.settings, jobTypes),
     );
+    const { job, created } =
+      "repeat" in asked
+        ? { job: asked.repeat, created: false }
+        : await createJob(
+            engine,
+            asked.newJob,
+            key === undefined
+              ? {}
+              : { idempotency: idempotentCreate(key, asked.newJob, definition) },
+          );
     c.header("Location", `/jobs/${job.jobId}`);
     setJobHeaders(c, job);
     const shown = jobDto(await jobAsItStands(engine, job));

@@ -284,6 +284,29 @@ export function jobAfterClaim(
   return { job, pending };
 }
 
+/**
+ * A create under this idempotency key judged as of the create that made its job (`createdAt`):
+ * `ask` gives the request as it was then (null when it was refused then too). Checks that hold
+ * only for a while (an `endAt` in the future and not before the schedule's next occurrence) held
+ * then, and the repeat answers that job as any repeat does, or 409 for another body. Null when
+ * the key made no job still there (nothing is written either way).
+ */
+export async function repeatAsOfCreate(
+  engine: Engine,
+  tenantId: string,
+  key: string,
+  ask: (asOf: Date) => IdempotentRequest | null,
+): Promise<Job | null> {
+  const record = await readIdempotencyRecord(engine, tenantId, key);
+  if (record === null) return null;
+  const made = await getTenantJob(engine, tenantId, record.jobId).catch((error: unknown) => {
+    if (error instanceof JobNotFoundError) return null;
+    throw error;
+  });
+  const idem = made === null ? null : ask(new Date(made.createdAt));
+  return idem === null ? null : replayOf(engine, tenantId, idem, record);
+}
+
 /** The job an earlier request with this idempotency key created, or null when there was none. */
 export async function idempotentReplay(
   engine: Engine,

@@ -3,7 +3,13 @@
 export { hasEnd } from "../model.js";
 export { cancelJob } from "./cancel.js";
 export { cancelRun } from "./cancel-run.js";
-export { createJob, idempotentCreate, type NewJob, requestHash } from "./create.js";
+export {
+  createJob,
+  idempotentCreate,
+  type NewJob,
+  repeatAsOfCreate,
+  requestHash,
+} from "./create.js";
 export { deleteJob } from "./delete.js";
 export { editJob, type JobChanges } from "./edit.js";
 export { pauseJob } from "./pause.js";

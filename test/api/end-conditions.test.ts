@@ -418,3 +418,54 @@ describe("a paused job's preview under maxRuns", () => {
     );
   });
 });
+
+describe("a create repeated under its idempotency key once its end checks no longer hold", () => {
+  // 09:59, a minute before the daily 10:00 the job runs at once, ending at 10:30.
+  const T0 = Date.parse("2031-06-02T09:59:00.000Z");
+  let now = new Date(T0);
+  let api: ApiHarness;
+  beforeAll(async () => {
+    api = await startApi({ clock: () => now });
+  });
+  afterAll(() => api.close());
+
+  const body = {
+    type: "noop",
+    schedule: { cron: "0 10 * * *", timezone: "UTC" },
+    endAt: "2031-06-02T10:30:00.000Z",
+  };
+
+  it("answers the job the create made (200), as any repeat does, when the schedule's next occurrence or the clock has passed endAt since", async () => {
+    const headers = { "Idempotency-Key": "daily-until-half-past" };
+    const created = await api.call("POST", "/jobs", { body, headers });
+    expect(created.status, created.text).toBe(201);
+    const { id } = created.body as { id: string };
+    // 10:01: the next occurrence is tomorrow's, after endAt; 10:31: endAt has passed.
+    for (const at of ["2031-06-02T10:01:00.000Z", "2031-06-02T10:31:00.000Z"]) {
+      now = new Date(at);
+      const repeat = await api.call("POST", "/jobs", { body, headers });
+      expect({ at, status: repeat.status, id: (repeat.body as { id?: string }).id }).toEqual({
+        at,
+        status: 200,
+        id,
+      });
+      const batch = await api.call("POST", "/jobs:batch", {
+        body: { jobs: [{ ...body, idempotencyKey: "daily-until-half-past" }] },
+      });
+      expect(batch.body).toMatchObject({ results: [{ status: 200, job: { id } }] });
+      // Another body under the key is the conflict it always is.
+      expectError(
+        await api.call("POST", "/jobs", { body: { ...body, payload: { other: true } }, headers }),
+        409,
+        { code: "idempotency_conflict" },
+      );
+    }
+    // A key that made no job: the body is judged now, and refused.
+    expectError(
+      await api.call("POST", "/jobs", { body, headers: { "Idempotency-Key": "never-used" } }),
+      400,
+      { field: "endAt" },
+    );
+    expect((await api.fixture.jobs()).length).toBe(1);
+  });
+});
