@@ -1,13 +1,13 @@
 import type { Engine } from "../engine.js";
 import type { RunMessage } from "../model.js";
-import { METRICS, TENANT_LOG_EVENTS } from "../observability.js";
+import { METRICS } from "../observability.js";
 import { recordShardCount } from "../shard-count.js";
 import { releaseBufferSlot, releaseRerunMark } from "../storage/admission.js";
 import { recordRunOnJob } from "../storage/run-finish.js";
 import { getJob, getRun } from "../storage/run-reads.js";
 import { triggerEntryOf } from "../storage/trigger.js";
 import { endsOneOff, endUnownedRun } from "./run-endings.js";
-import { startLagMs } from "./run-outcome.js";
+import { reportRunFinished } from "./run-outcome.js";
 
 /**
  * A message lands in the SQS redrive DLQ when workers received it
@@ -75,19 +75,10 @@ export async function handleCrashedRun(
     // yield to it (an admission would drop it too, reading the run ended).
     if (job?.rerunWaiting === run.runId) await releaseRerunMark(engine, run.jobId, run.runId);
     if (run.status === "DEAD") {
-      engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status: "DEAD" });
       engine.obs.log.error("run dead-lettered by the redrive DLQ", { runId: run.runId });
       // Counted per tenant as a worker's ending is (TENANT_LOG_EVENTS): the runs that crash
-      // workers are the ones whose tenant an operator looks for first. The lag is its last start's.
-      engine.obs.log.info(TENANT_LOG_EVENTS.runFinished, {
-        tenantId: run.tenantId,
-        jobId: run.jobId,
-        runId: run.runId,
-        scheduledFor: run.scheduledFor,
-        attempt: run.attempt,
-        status: "DEAD",
-        lagMs: startLagMs(run, now),
-      });
+      // workers are the ones whose tenant an operator looks for first.
+      reportRunFinished(engine, run, "DEAD", now);
     } else {
       // Asked to cancel while it ran, it ends CANCELLED as asked (endUnownedRun), and is counted
       // and logged as a worker's cancelled ending is: no dead run to alarm on or to replay.

@@ -30,6 +30,33 @@ export function startLagMs(run: Pick<Run, "startedAt" | "dueAt">, now: Date): nu
  * its next attempt finds no job (its worker ends it CANCELLED; a retry entry's claim removes it).
  * Throws FenceLostError when the run is no longer held under `run.fence`.
  */
+/**
+ * Counts a run's ending (`RunOutcome`) and writes its tenant's `run finished` line, with its lag
+ * (from its last start) and, for a worker's ending, how long the handler ran. The line names the
+ * run, not its error: that is the tenant's text (a delivery's names the target's URL, whose path
+ * may be its credential, and quotes the receiver's answer, which may echo the request's
+ * Authorization header; an async target reports its own). The run keeps it.
+ */
+export function reportRunFinished(
+  engine: Engine,
+  run: Run,
+  status: "SUCCEEDED" | "FAILED" | "DEAD",
+  now: Date,
+  { durationMs }: { readonly durationMs?: number } = {},
+): void {
+  engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status });
+  engine.obs.log.info(TENANT_LOG_EVENTS.runFinished, {
+    tenantId: run.tenantId,
+    jobId: run.jobId,
+    runId: run.runId,
+    scheduledFor: run.scheduledFor,
+    attempt: run.attempt,
+    status,
+    lagMs: startLagMs(run, now),
+    ...(durationMs === undefined ? {} : { durationMs }),
+  });
+}
+
 export async function recordResult(
   engine: Engine,
   job: Job,
@@ -42,23 +69,10 @@ export async function recordResult(
   await recordShardCount(engine);
   const tracked = isRecurring(job);
   const jobWriteDeferred = tracked && nextAdmissionSoon(job, run, now);
-  const lag = startLagMs(run, now);
-  // The line names the run, not its error: that is the tenant's text (a delivery's names the
-  // target's URL, whose path may be its credential, and quotes the receiver's answer, which may
-  // echo the request's Authorization header; an async target reports its own). The run keeps it.
-  const report = (status: "SUCCEEDED" | "FAILED" | "DEAD") => {
-    engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status });
-    engine.obs.log.info(TENANT_LOG_EVENTS.runFinished, {
-      tenantId: run.tenantId,
-      jobId: run.jobId,
-      runId: run.runId,
-      scheduledFor: run.scheduledFor,
-      attempt: run.attempt,
-      status,
-      lagMs: lag,
+  const report = (status: "SUCCEEDED" | "FAILED" | "DEAD") =>
+    reportRunFinished(engine, run, status, now, {
       durationMs: now.getTime() - Date.parse(run.startedAt ?? now.toISOString()),
     });
-  };
 
   // The job's dependents as read (at start, or at an async completion): the ending writes their
   // trigger with itself.
