@@ -133,8 +133,9 @@ export interface OverlapInput {
   /** The run already waiting under buffer_one, if any (still waiting: not ended, not started). */
   readonly bufferedRunId: string | null;
   /**
-   * A retry or a replay (attempt > 1): its occurrence got its turn already and failed, so
-   * skipping it would drop the occurrence without a dead letter. It waits instead, under every
+   * A retry or a replay (attempt > 1), or a first attempt admitted before whose worker died: its
+   * occurrence got its turn already, so skipping it would drop the occurrence without a dead
+   * letter. It waits instead, under every
    * policy, without taking buffer_one's one waiting place from the run that holds it.
    */
   readonly rerun?: boolean;

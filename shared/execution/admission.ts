@@ -11,10 +11,12 @@ import { getJob } from "../storage/run-reads.js";
  * are live (job.activeRuns). Admissions of one job are serialised by the
  * job's activeRevision, so two runs starting at once cannot both see a free
  * slot. A run's ending leaves its entry in place (job-runs.ts): the listed
- * runs are read, and the entries of ended runs are dropped on the way with the
- * lapsed ones (the latest run that ran becomes the job's lastRun), which is
- * also why a crashed run blocks its job for one lease at most. A job deleted
- * meanwhile is `JobNotFoundError`.
+ * runs are read, and the entries of ended runs are dropped on the way (the
+ * latest run that ran becomes the job's lastRun). Only live leases count, so
+ * a crashed run blocks its job for one lease at most; its lapsed entry stays
+ * until the run ends, so that its own admission, when it is delivered again,
+ * knows it was admitted before (a rerun). A job deleted meanwhile is
+ * `JobNotFoundError`.
  */
 type Admission =
   | { readonly decision: OverlapDecision; readonly job: Job }
@@ -23,14 +25,11 @@ type Admission =
 
 const MAX_ADMISSION_ATTEMPTS = 8;
 
-function liveRunIds(job: Job, now: Date): { live: string[]; lapsed: string[] } {
-  const live: string[] = [];
-  const lapsed: string[] = [];
+function liveRunIds(job: Job, now: Date): string[] {
   const nowIso = now.toISOString();
-  for (const [runId, leaseUntil] of Object.entries(job.activeRuns)) {
-    (leaseUntil > nowIso ? live : lapsed).push(runId);
-  }
-  return { live, lapsed };
+  return Object.entries(job.activeRuns)
+    .filter(([, leaseUntil]) => leaseUntil > nowIso)
+    .map(([runId]) => runId);
 }
 
 export async function admitRun(
@@ -51,7 +50,10 @@ export async function admitRun(
       readonly firstWriteWithinMs: number;
       readonly firstWriteLeadMs: number;
     };
-    /** A retry or replay (attempt > 1): it waits for a live run rather than being skipped. */
+    /**
+     * A retry or replay (attempt > 1): it waits for a live run rather than being skipped. A first
+     * attempt the job lists already (admitted before, its worker died) is taken as one too.
+     */
     readonly rerun?: boolean;
   } = {},
 ): Promise<Admission> {
@@ -66,12 +68,16 @@ export async function admitRun(
       })
     )
       return { decision: { action: "held elsewhere" }, job };
+    // A first attempt the job lists already was admitted before and did not end: its worker died
+    // (or let it go) after its handler was let on, so its occurrence has had its turn, as a
+    // retry's has. Admissions keep such an entry past its lease (below) until the run comes back.
+    const rerun = options.rerun === true || job.activeRuns[runId] !== undefined;
     // A run that starts whatever its job's live leases say (none, or allow under its bound) learns
-    // nothing from reading the runs under way: it reads only the lapsed entries it drops, for
-    // lastRun. Otherwise it reads every listed run, to count only those still under way. Under
+    // nothing from reading the runs under way: it reads only the lapsed entries, dropping the
+    // ended ones, for lastRun. Otherwise it reads every listed run, to count only those still under way. Under
     // buffer_one, a first attempt that finds another run in the waiting place reads it too: while
     // it waits still, it goes first.
-    const byLease = liveRunIds(job, now).live;
+    const byLease = liveRunIds(job, now);
     const startsAnyway =
       decideOverlap({
         policy: job.policies.overlap,
@@ -79,7 +85,7 @@ export async function admitRun(
         runId,
         liveRunIds: byLease,
         bufferedRunId: job.bufferedRunId,
-        rerun: options.rerun === true,
+        rerun,
         rerunWaiting: job.rerunWaiting ?? null,
       }).action === "start";
     // A waiting rerun marked on the job is read with the listed runs, to tell whether it waits
@@ -98,7 +104,9 @@ export async function admitRun(
       activeRuns: omit(job.activeRuns, listed?.ended ?? []),
       lastRun: listed?.job.lastRun ?? job.lastRun,
     };
-    const { live, lapsed } = liveRunIds(view, now);
+    // A lapsed entry whose run has not ended (its worker died, or shut down mid-run) stays: the
+    // run's own admission, when it comes back, reads it there and waits rather than be skipped.
+    const live = liveRunIds(view, now);
     // The marked rerun waits still, or its mark is stale (its run ended unadmitted: cancelled,
     // dead) and is dropped by this admission's write.
     const rerunWaiting = listed?.rerunWaiting ?? null;
@@ -122,7 +130,7 @@ export async function admitRun(
       runId,
       liveRunIds: live,
       bufferedRunId: buffered,
-      rerun: options.rerun === true,
+      rerun,
       rerunWaiting,
     });
     if (decision.action === "skip") return { decision, job };
@@ -142,7 +150,7 @@ export async function admitRun(
     // marked (or while another waiting rerun holds the mark) it has nothing to record. Under allow
     // it marks itself at the bound the same way, so that a first attempt leaves it the slot that
     // frees.
-    else if (options.rerun === true && job.rerunWaiting !== runId && rerunWaiting === null)
+    else if (rerun && job.rerunWaiting !== runId && rerunWaiting === null)
       change = { kind: "rerun waits", runId };
     // A first attempt under allow at its bound (or giving way to a waiting rerun): nothing to
     // record, the run just waits its turn.
@@ -150,7 +158,7 @@ export async function admitRun(
     let raced: ConcurrentUpdateError | undefined;
     try {
       await recordAdmission(engine, job, change, {
-        dropped: [...lapsed, ...(listed?.ended ?? [])],
+        dropped: listed?.ended ?? [],
         lastRun: view.lastRun,
         staleRerunMark,
       });

@@ -1,0 +1,139 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { sleep } from "../../shared/clock.js";
+import type { JobHandler } from "../../shared/execution/job-contract.js";
+import { processRun, type WorkerDeps } from "../../shared/execution/worker.js";
+import { createJob, triggerJob } from "../../shared/jobs/index.js";
+import type { Run } from "../../shared/model.js";
+import { setVisibility } from "../../shared/queue/work-queue.js";
+import { getJob, getRun } from "../../shared/storage/run-reads.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { createTestClients, type TestClients } from "../support/namespace.js";
+import { waitFor } from "../support/wait.js";
+
+const LEASE_MS = 4000;
+
+let f: EngineFixture;
+const made: TestClients[] = [];
+beforeAll(async () => {
+  f = await createEngineFixture({ settings: { leaseMs: LEASE_MS } });
+});
+afterAll(async () => {
+  for (const c of made) c.destroy();
+  await f.destroy();
+});
+
+/** A run held back by its overlap policy looks again a second later, not 5 s. */
+const recheckingSoon = (deps: WorkerDeps): WorkerDeps => ({ ...deps, overlapRecheckMs: 1_000 });
+
+/** A worker whose every request hangs once its run's admission is written: it died mid-run. */
+function dyingWorker(workerId: string, handlers: Record<string, JobHandler>): WorkerDeps {
+  const dying = createTestClients();
+  made.push(dying);
+  let dead = false;
+  dying.doc.middlewareStack.add(
+    (next, context) => async (args) => {
+      if (dead) return new Promise<never>(() => undefined);
+      const input: object = args.input;
+      const update = "UpdateExpression" in input ? String(input.UpdateExpression) : "";
+      const result = await next(args);
+      if (context.commandName === "UpdateItemCommand" && update.includes("activeRuns.#runId ="))
+        dead = true;
+      return result;
+    },
+    { step: "initialize", name: "dieAfterTheAdmission" },
+  );
+  // A short beat: a first delivery holds its start unwritten only while its first write comes
+  // well before the run's reaper deadline, a lease after it was due.
+  const deps = f.workerDeps(workerId, handlers, 500);
+  return { ...deps, engine: { ...deps.engine, doc: dying.doc } };
+}
+
+async function deliveryOf(run: Pick<Run, "jobId" | "scheduledFor" | "attempt">) {
+  for (;;) {
+    const received = await f.nextDelivery(f.engine.queues.normal, run.jobId);
+    const { scheduledFor, attempt } = received.message;
+    if (scheduledFor === run.scheduledFor && attempt === run.attempt) return received;
+    await setVisibility(f.engine.sqs, received.queueUrl, received.receiptHandle, 0);
+  }
+}
+
+/**
+ * Overlap `skip` (the default) skips a first attempt that meets a run under way. A first attempt
+ * whose handler a worker started and that worker died (a crash, a Lambda timeout) had its turn,
+ * as a retry has: delivered again while the job's next run is under way, it waits for that run
+ * and runs after it, rather than end SKIPPED with no retry and no dead letter.
+ */
+describe("a first attempt whose worker died after its admission, delivered again while the next run is under way", () => {
+  it.each([
+    ["its start written (RUNNING, lease lapsed: a takeover)", 2, { status: "RUNNING", fence: 1 }],
+    ["its start held unwritten (QUEUED, fence 0)", 1, { status: "QUEUED", fence: 0 }],
+  ] as const)(
+    "%s waits for the run under way and runs after it, under skip",
+    async (_, receiveCount, crashedAs) => {
+      let ran = 0;
+      let release: () => void = () => undefined;
+      const blocking = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      const handlers: Record<string, JobHandler> = {
+        first: async () => {
+          ran++;
+        },
+      };
+      const blocked: JobHandler = () => blocking;
+      const { job } = await createJob(
+        f.engine,
+        testJob({
+          type: "first",
+          schedule: { cron: "0 0 1 1 *", timezone: "UTC" },
+          policies: { ...testJob().policies, overlap: "skip" },
+        }),
+      );
+
+      // The first run's handler runs, and its worker dies before recording anything more.
+      const first = await triggerJob(f.engine, job.tenantId, job.jobId);
+      const firstDelivery = await deliveryOf(first);
+      void processRun(dyingWorker("dies", handlers), { ...firstDelivery, receiveCount });
+      await waitFor("the first run's handler", () => ran === 1);
+      expect(await getRun(f.engine, first)).toMatchObject(crashedAs);
+      expect((await getJob(f.engine, job.jobId))?.activeRuns[first.runId]).toBeDefined();
+
+      // Its lease lapses, and the job's next run starts and is under way.
+      await sleep(LEASE_MS + 300);
+      const second = await triggerJob(f.engine, job.tenantId, job.jobId);
+      const secondRunning = f.process(
+        f.workerDeps("next", { first: blocked }),
+        await deliveryOf(second),
+      );
+      await waitFor("the next run's admission", async () => {
+        const current = await getJob(f.engine, job.jobId);
+        return current?.activeRuns[second.runId] !== undefined;
+      });
+
+      // The crashed run's message comes back.
+      expect(
+        await f.process(recheckingSoon(f.workerDeps("recovers", handlers)), {
+          ...firstDelivery,
+          receiveCount: 2,
+        }),
+      ).toBe("ack");
+      expect(await getRun(f.engine, first)).toMatchObject({
+        status: "QUEUED",
+        reason: "waiting: overlap policy skip",
+      });
+
+      // The run ahead ends; the crashed run runs at its next look.
+      release();
+      expect(await secondRunning).toBe("ack");
+      expect(
+        await f.process(
+          recheckingSoon(f.workerDeps("recovers again", handlers)),
+          await deliveryOf(first),
+        ),
+      ).toBe("ack");
+      expect(await getRun(f.engine, first)).toMatchObject({ status: "SUCCEEDED" });
+      expect(ran).toBe(2);
+    },
+    30_000,
+  );
+});
