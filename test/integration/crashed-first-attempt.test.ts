@@ -4,6 +4,7 @@ import type { JobHandler } from "../../shared/execution/job-contract.js";
 import { processRun, type WorkerDeps } from "../../shared/execution/worker.js";
 import { createJob, triggerJob } from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
+import type { OverlapPolicy } from "../../shared/policies.js";
 import { setVisibility } from "../../shared/queue/work-queue.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
@@ -58,18 +59,23 @@ async function deliveryOf(run: Pick<Run, "jobId" | "scheduledFor" | "attempt">) 
 }
 
 /**
- * Overlap `skip` (the default) skips a first attempt that meets a run under way. A first attempt
- * whose handler a worker started and that worker died (a crash, a Lambda timeout) had its turn,
- * as a retry has: delivered again while the job's next run is under way, it waits for that run
- * and runs after it, rather than end SKIPPED with no retry and no dead letter.
+ * Overlap `skip` (the default) skips a first attempt that meets a run under way, and `buffer_one`
+ * one that finds the waiting place held. A first attempt whose handler a worker started and that
+ * worker died (a crash, a Lambda timeout) had its turn, as a retry has: delivered again while the
+ * job's next run is under way, it waits for that run (beside buffer_one's waiting run, without
+ * taking its place) and runs after it, rather than end SKIPPED with no retry and no dead letter.
  */
 describe("a first attempt whose worker died after its admission, delivered again while the next run is under way", () => {
-  it.each([
-    ["its start written (RUNNING, lease lapsed: a takeover)", 2, { status: "RUNNING", fence: 1 }],
-    ["its start held unwritten (QUEUED, fence 0)", 1, { status: "QUEUED", fence: 0 }],
-  ] as const)(
-    "%s waits for the run under way and runs after it, under skip",
-    async (_, receiveCount, crashedAs) => {
+  const written = { status: "RUNNING", fence: 1 } as const;
+  const unwritten = { status: "QUEUED", fence: 0 } as const;
+  it.each<[string, OverlapPolicy, number, typeof written | typeof unwritten]>([
+    ["its start written (RUNNING, lease lapsed: a takeover)", "skip", 2, written],
+    ["its start held unwritten (QUEUED, fence 0)", "skip", 1, unwritten],
+    ["its start written (RUNNING, lease lapsed: a takeover)", "buffer_one", 2, written],
+    ["its start held unwritten (QUEUED, fence 0)", "buffer_one", 1, unwritten],
+  ])(
+    "%s waits for the run under way and runs after it, under %s",
+    async (_, overlap, receiveCount, crashedAs) => {
       let ran = 0;
       let release: () => void = () => undefined;
       const blocking = new Promise<void>((resolve) => {
@@ -86,7 +92,7 @@ describe("a first attempt whose worker died after its admission, delivered again
         testJob({
           type: "first",
           schedule: { cron: "0 0 1 1 *", timezone: "UTC" },
-          policies: { ...testJob().policies, overlap: "skip" },
+          policies: { ...testJob().policies, overlap },
         }),
       );
 
@@ -110,6 +116,14 @@ describe("a first attempt whose worker died after its admission, delivered again
         return current?.activeRuns[second.runId] !== undefined;
       });
 
+      // Under buffer_one, another run holds the one waiting place.
+      const buffered =
+        overlap === "buffer_one" ? await triggerJob(f.engine, job.tenantId, job.jobId) : null;
+      if (buffered !== null) {
+        await f.process(f.workerDeps("buffered", handlers), await deliveryOf(buffered));
+        expect((await getJob(f.engine, job.jobId))?.bufferedRunId).toBe(buffered.runId);
+      }
+
       // The crashed run's message comes back.
       expect(
         await f.process(recheckingSoon(f.workerDeps("recovers", handlers)), {
@@ -119,8 +133,11 @@ describe("a first attempt whose worker died after its admission, delivered again
       ).toBe("ack");
       expect(await getRun(f.engine, first)).toMatchObject({
         status: "QUEUED",
-        reason: "waiting: overlap policy skip",
+        reason: `waiting: overlap policy ${overlap}`,
       });
+      expect((await getJob(f.engine, job.jobId))?.bufferedRunId ?? null).toBe(
+        buffered?.runId ?? null,
+      );
 
       // The run ahead ends; the crashed run runs at its next look.
       release();
