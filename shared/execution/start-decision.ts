@@ -85,9 +85,7 @@ export function decideStart(job: Job | null, run: Run, now: Date, graceMs: numbe
     plannedFor: new Date(run.plannedFor ?? run.scheduledFor),
     plannedOf: (at) => plannedTime(job.jobId, at, windowMsOf(job.window), job.schedule),
     attempt: run.attempt,
-    // Every start takes the fence one higher, and a queued run has fence 0. A start that parked
-    // the run (paused job) held it back: from there on, lateness counts again.
-    startedBefore: run.fence - 1 > (run.parkedFence ?? 0),
+    startedBefore: startedBefore(job, run),
     misfireFrom: run.misfireFrom === null ? null : new Date(run.misfireFrom),
     now,
     graceMs,
@@ -106,6 +104,21 @@ export function decideStart(job: Job | null, run: Run, now: Date, graceMs: numbe
     };
   }
   return { action: "run", job };
+}
+
+/**
+ * Whether a worker started the run before. Every start takes the fence one higher, and a queued
+ * run has fence 0. A start that parked the run (paused job) held it back: from there on, lateness
+ * counts again. A first start held unwritten (run-fence.ts) leaves the fence at 0: a run its job
+ * lists in activeRuns was admitted (its handler let on) and did not end, so its worker died
+ * after starting it, written or not. Only a run with fence 0 holds its start unwritten (takeRun),
+ * so a parked run's entry is from an admission before the park: the park resets it, as it does a
+ * written start, and the fence alone decides.
+ * One-offs' runs are not listed, so an unwritten start of one leaves no trace (Known limits).
+ */
+function startedBefore(job: Job, run: Run): boolean {
+  if (run.fence - 1 > (run.parkedFence ?? 0)) return true;
+  return run.parkedFence === undefined && job.activeRuns[run.runId] !== undefined;
 }
 
 function isOccurrenceOf(schedule: ScheduleSpec, at: Date): boolean {

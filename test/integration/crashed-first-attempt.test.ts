@@ -4,7 +4,7 @@ import type { JobHandler } from "../../shared/execution/job-contract.js";
 import { processRun, type WorkerDeps } from "../../shared/execution/worker.js";
 import { createJob, triggerJob } from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
-import type { OverlapPolicy } from "../../shared/policies.js";
+import type { MisfirePolicy, OverlapPolicy } from "../../shared/policies.js";
 import { setVisibility } from "../../shared/queue/work-queue.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
@@ -12,11 +12,13 @@ import { createTestClients, type TestClients } from "../support/namespace.js";
 import { waitFor } from "../support/wait.js";
 
 const LEASE_MS = 4000;
+/** Shorter than the lease, as the worker loop's redelivery (lease + 2 s) is longer than the grace. */
+const GRACE_MS = 3000;
 
 let f: EngineFixture;
 const made: TestClients[] = [];
 beforeAll(async () => {
-  f = await createEngineFixture({ settings: { leaseMs: LEASE_MS } });
+  f = await createEngineFixture({ settings: { leaseMs: LEASE_MS, misfireGraceMs: GRACE_MS } });
 });
 afterAll(async () => {
   for (const c of made) c.destroy();
@@ -149,6 +151,65 @@ describe("a first attempt whose worker died after its admission, delivered again
         ),
       ).toBe("ack");
       expect(await getRun(f.engine, first)).toMatchObject({ status: "SUCCEEDED" });
+      expect(ran).toBe(2);
+    },
+    30_000,
+  );
+});
+
+/**
+ * Recovery is not a misfire: a first attempt whose handler a worker started was on time then. Its
+ * message comes back a lease after the worker died, past the grace; the run must run again under
+ * skip and fire_once, its start written or held unwritten (then its only trace is its job's
+ * activeRuns entry).
+ */
+describe("a first attempt of an occurrence whose worker died after its admission, delivered again past the grace", () => {
+  const written = { status: "RUNNING", fence: 1 } as const;
+  const unwritten = { status: "QUEUED", fence: 0 } as const;
+  it.each<[string, MisfirePolicy, number, typeof written | typeof unwritten]>([
+    ["its start written (RUNNING, lease lapsed: a takeover)", "skip", 2, written],
+    ["its start held unwritten (QUEUED, fence 0)", "skip", 1, unwritten],
+    ["its start held unwritten (QUEUED, fence 0)", "fire_once", 1, unwritten],
+  ])(
+    "%s runs, not SKIPPED as late, under misfire %s",
+    async (_, misfire, receiveCount, crashedAs) => {
+      let ran = 0;
+      const handlers: Record<string, JobHandler> = {
+        first: async () => {
+          ran++;
+        },
+      };
+      // Every second: under fire_once a later occurrence is late too by the redelivery.
+      const startAt = new Date(Math.ceil((Date.now() + 1000) / 1000) * 1000);
+      const { job } = await createJob(
+        f.engine,
+        testJob({
+          type: "first",
+          schedule: { every: "PT1S", startAt: startAt.toISOString() },
+          policies: { ...testJob().policies, misfire },
+        }),
+      );
+      const occurrence = { jobId: job.jobId, scheduledFor: startAt.toISOString(), attempt: 1 };
+
+      // The occurrence's handler runs on time, and its worker dies before recording anything more.
+      const firstDelivery = await deliveryOf(occurrence);
+      void processRun(dyingWorker("dies", handlers), { ...firstDelivery, receiveCount });
+      await waitFor("the occurrence's handler", () => ran === 1);
+      expect(await getRun(f.engine, occurrence)).toMatchObject(crashedAs);
+      expect((await getJob(f.engine, job.jobId))?.activeRuns).toHaveProperty([
+        (await getRun(f.engine, occurrence))?.runId ?? "",
+      ]);
+
+      // Its message comes back once its lease has lapsed: more than the grace after it was due.
+      await sleep(LEASE_MS + 300);
+      expect(Date.now() - startAt.getTime()).toBeGreaterThan(GRACE_MS);
+      expect(
+        await f.process(f.workerDeps("recovers", handlers), { ...firstDelivery, receiveCount: 2 }),
+      ).toBe("ack");
+      expect(await getRun(f.engine, occurrence)).toMatchObject({
+        status: "SUCCEEDED",
+        reason: null,
+      });
       expect(ran).toBe(2);
     },
     30_000,
