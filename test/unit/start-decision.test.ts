@@ -1,0 +1,76 @@
+import { describe, expect, it } from "vitest";
+import { DEFAULT_SETTINGS } from "../../shared/config.js";
+import { decideStart } from "../../shared/execution/start-decision.js";
+import type { Job, Run } from "../../shared/model.js";
+import { queuedRun } from "../../shared/storage/runs.js";
+import { testJob } from "../support/engine-fixture.js";
+
+const GRACE_MS = 60_000;
+const OCCURRENCE = new Date("2026-03-01T12:00:00.000Z");
+/** A lease and 2 s after the occurrence: when the worker loop's redelivery comes, past the grace. */
+const REDELIVERED = new Date(OCCURRENCE.getTime() + 62_000);
+
+function job(activeRuns: Record<string, string>): Job {
+  return {
+    ...testJob({
+      schedule: { cron: "0 * * * *", timezone: "UTC" },
+      policies: { ...testJob().policies, misfire: "skip" },
+    }),
+    jobId: "01JOB",
+    status: "ACTIVE",
+    version: 1,
+    nextRunAt: null,
+    nextDueKey: null,
+    createdAt: OCCURRENCE.toISOString(),
+    updatedAt: OCCURRENCE.toISOString(),
+    activeRuns,
+    activeRevision: 1,
+    bufferedRunId: null,
+    parkedRuns: {},
+    lastRun: null,
+    dependents: [],
+  };
+}
+
+/** The occurrence's first attempt as its next start holds it: `fence` the start's. */
+function started(fields: Partial<Run>): Run {
+  const { run } = queuedRun(
+    {
+      jobId: "01JOB",
+      tenantId: "tenant-a",
+      scheduledFor: OCCURRENCE,
+      dueAt: OCCURRENCE,
+      attempt: 1,
+      priority: "normal",
+      jobVersion: 1,
+    },
+    OCCURRENCE,
+    DEFAULT_SETTINGS,
+  );
+  return { ...run, status: "RUNNING", ...fields };
+}
+
+const lapsed = new Date(OCCURRENCE.getTime() + 60_000).toISOString();
+
+describe("decideStart: a start past the grace under misfire skip", () => {
+  it("runs a run its job lists in activeRuns, its first start held unwritten (this start's fence 1)", () => {
+    const run = started({ fence: 1 });
+    const decided = decideStart(job({ [run.runId]: lapsed }), run, REDELIVERED, GRACE_MS);
+    expect(decided.action).toBe("run");
+  });
+
+  it("skips as late a run never admitted (not listed), as before", () => {
+    const run = started({ fence: 1 });
+    const decided = decideStart(job({}), run, REDELIVERED, GRACE_MS);
+    expect(decided).toMatchObject({
+      action: "end",
+      ending: { status: "SKIPPED", reason: expect.stringMatching(/^misfire: .*policy skip$/) },
+    });
+  });
+
+  it("skips as late a listed run parked since (the park resets it, as it does a written start)", () => {
+    const run = started({ fence: 2, parkedFence: 1 });
+    const decided = decideStart(job({ [run.runId]: lapsed }), run, REDELIVERED, GRACE_MS);
+    expect(decided).toMatchObject({ action: "end", ending: { status: "SKIPPED" } });
+  });
+});
