@@ -13,8 +13,8 @@ export const BATCH_BACKOFF_BASE_MS = 50;
 
 /**
  * The items of one table at these keys that exist (one BatchGetItem per 100
- * keys, keys DynamoDB leaves unprocessed asked again with backoff), in no
- * particular order. Once a key is still unprocessed after the last round it
+ * distinct keys, keys DynamoDB leaves unprocessed asked again with backoff), in
+ * no particular order. Once a key is still unprocessed after the last round it
  * throws `exhausted()`, or a plain error naming the table.
  */
 export async function batchGetItems(
@@ -42,8 +42,10 @@ export async function batchGetByTable(
   const found: Record<string, Item[]> = Object.fromEntries(
     Object.keys(keysByTable).map((table) => [table, []]),
   );
+  // DynamoDB refuses a request naming one key twice, and callers' keys may repeat (a run both
+  // listed on its job and marked as its waiting rerun): each is asked once.
   const all = Object.entries(keysByTable).flatMap(([table, keys]) =>
-    keys.map((key) => ({ table, key })),
+    distinct(keys).map((key) => ({ table, key })),
   );
   for (let i = 0; i < all.length; i += KEYS_PER_REQUEST) {
     let pending = byTable(all.slice(i, i + KEYS_PER_REQUEST));
@@ -70,6 +72,15 @@ export async function batchGetByTable(
     }
   }
   return found;
+}
+
+function distinct(keys: readonly Item[]): Item[] {
+  const seen = new Map<string, Item>();
+  for (const key of keys) {
+    const id = JSON.stringify(Object.entries(key).sort(([a], [b]) => (a < b ? -1 : 1)));
+    if (!seen.has(id)) seen.set(id, key);
+  }
+  return [...seen.values()];
 }
 
 function byTable(

@@ -7,7 +7,7 @@ import { cancelJob, createJob, editJob, pauseJob, triggerJob } from "../../share
 import { jobAsItStands } from "../../shared/jobs/queries.js";
 import type { Job, Run } from "../../shared/model.js";
 import { type ReceivedRun, setVisibility } from "../../shared/queue/work-queue.js";
-import { runMessageOf } from "../../shared/storage/items.js";
+import { jobKey, runMessageOf } from "../../shared/storage/items.js";
 import { getJob, runKeyOf } from "../../shared/storage/run-reads.js";
 import {
   createEngineFixture,
@@ -304,6 +304,41 @@ async function admittedOne(f: EngineFixture, jobId: string): Promise<void> {
     return Object.keys(stored?.activeRuns ?? {}).length === 1;
   });
 }
+
+describe("a run both listed and marked as the waiting rerun", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  // A first attempt whose worker died after its admission keeps its lapsed entry, and when it
+  // comes back behind a live run it waits as a rerun and marks itself: one run, listed twice.
+  it("is read once: the job's readers and the next admission do not send its key twice", async () => {
+    const { job } = await createJob(f.engine, testJob({ schedule: MINUTELY }));
+    const crashed = await triggerJob(f.engine, job.tenantId, job.jobId);
+    const lapsed = new Date(Date.now() - 60_000).toISOString();
+    await f.engine.doc.send(
+      new UpdateCommand({
+        TableName: f.engine.tables.jobs,
+        Key: jobKey(job.jobId),
+        UpdateExpression: "SET activeRuns.#run = :lapsed, rerunWaiting = :run",
+        ExpressionAttributeNames: { "#run": crashed.runId },
+        ExpressionAttributeValues: { ":lapsed": lapsed, ":run": crashed.runId },
+      }),
+    );
+    const shown = await jobAsItStands(f.engine, await jobOf(f, job.jobId));
+    expect(shown.activeRuns).toEqual({ [crashed.runId]: lapsed });
+    const next = await triggerJob(f.engine, job.tenantId, job.jobId);
+    const admitted = await admitRun(
+      f.engine,
+      await jobOf(f, job.jobId),
+      next.runId,
+      new Date(Date.now() + 60_000),
+    );
+    expect(admitted).toMatchObject({ decision: { action: "skip" } });
+  });
+});
 
 async function jobOf(f: EngineFixture, jobId: string): Promise<Job> {
   const job = await getJob(f.engine, jobId);
