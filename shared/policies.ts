@@ -135,8 +135,8 @@ export interface OverlapInput {
   /**
    * A retry or a replay (attempt > 1), or a first attempt admitted before whose worker died: its
    * occurrence got its turn already, so skipping it would drop the occurrence without a dead
-   * letter. It waits instead, under every
-   * policy, without taking buffer_one's one waiting place from the run that holds it.
+   * letter. It waits instead, under every policy, without taking buffer_one's one waiting place
+   * from the run that holds it.
    */
   readonly rerun?: boolean;
   /**

@@ -74,9 +74,9 @@ export async function admitRun(
     const rerun = options.rerun === true || job.activeRuns[runId] !== undefined;
     // A run that starts whatever its job's live leases say (none, or allow under its bound) learns
     // nothing from reading the runs under way: it reads only the lapsed entries, dropping the
-    // ended ones, for lastRun. Otherwise it reads every listed run, to count only those still under way. Under
-    // buffer_one, a first attempt that finds another run in the waiting place reads it too: while
-    // it waits still, it goes first.
+    // ended ones, for lastRun. Otherwise it reads every listed run, to count only those still
+    // under way. Under buffer_one, a first attempt that finds another run in the waiting place
+    // reads it too: while it waits still, it goes first.
     const byLease = liveRunIds(job, now);
     const startsAnyway =
       decideOverlap({
