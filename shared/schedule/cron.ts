@@ -125,10 +125,8 @@ function compileUncached(raw: string): CronCompileResult {
   } catch (error) {
     // cron-parser does not say which field it choked on; parsing each field alone does.
     for (let i = 0; i < 6; i++) {
-      const probe = ["0", "*", "*", "*", "*", "*"];
-      probe[i] = parseable[i] ?? "*";
       try {
-        CronExpressionParser.parse(probe.join(" "));
+        parseFieldAlone(i, parseable[i] ?? "*");
       } catch (fieldError) {
         const name = FIELD_NAMES[i] ?? "second";
         return fail(
@@ -144,6 +142,13 @@ function compileUncached(raw: string): CronCompileResult {
   const cron = build(expression, parsed.fields);
   if (!isFeasible(cron)) return fail(neverFires(six));
   return { ok: true, cron };
+}
+
+/** One field parsed alone (the field at `index` is `value`, every other one unrestricted). */
+function parseFieldAlone(index: number, value: string): ParsedFields {
+  const probe = ["0", "*", "*", "*", "*", "*"];
+  probe[index] = value;
+  return CronExpressionParser.parse(probe.join(" ")).fields;
 }
 
 const FIELD_KEYS = ["second", "minute", "hour", "dayOfMonth", "month", "dayOfWeek"] as const;
@@ -172,11 +177,9 @@ function withoutRepeats(field: string, index: number): string {
       else kept.push(item);
       continue;
     }
-    const probe = ["0", "*", "*", "*", "*", "*"];
-    probe[index] = item;
     let parsed: ParsedFields;
     try {
-      parsed = CronExpressionParser.parse(probe.join(" ")).fields;
+      parsed = parseFieldAlone(index, item);
     } catch {
       return field;
     }
