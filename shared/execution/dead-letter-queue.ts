@@ -1,12 +1,11 @@
 import type { Engine } from "../engine.js";
 import type { RunMessage } from "../model.js";
-import { METRICS } from "../observability.js";
 import { recordShardCount } from "../shard-count.js";
 import { releaseBufferSlot, releaseRerunMark } from "../storage/admission.js";
 import { recordRunOnJob } from "../storage/run-finish.js";
 import { getJob, getRun } from "../storage/run-reads.js";
 import { triggerEntryOf } from "../storage/trigger.js";
-import { endsOneOff, endUnownedRun } from "./run-endings.js";
+import { endsOneOff, endUnownedRun, reportRunCancelled } from "./run-endings.js";
 import { reportRunFinished } from "./run-outcome.js";
 
 /**
@@ -82,10 +81,7 @@ export async function handleCrashedRun(
     } else {
       // Asked to cancel while it ran, it ends CANCELLED as asked (endUnownedRun), and is counted
       // and logged as a worker's cancelled ending is: no dead run to alarm on or to replay.
-      engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status: run.status });
-      engine.obs.log.info("run cancelled on request", {
-        jobId: run.jobId,
-        runId: run.runId,
+      reportRunCancelled(engine, run, {
         cancelledBy: run.cancelledBy ?? null,
         cancelRequestedAt: run.cancelRequestedAt ?? null,
       });

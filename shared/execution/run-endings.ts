@@ -187,15 +187,29 @@ export async function endOnCancelRequest(
     },
     engine.clock(),
   );
-  engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status: "CANCELLED" });
+  reportRunCancelled(engine, run, {
+    cancelledBy: by,
+    cancelRequestedAt: cancel.context.cancelRequestedAt,
+  });
   // An admitted run held its job's slot: a buffer_one run waiting for it goes now, as after any
   // other ending (the job's policy as it is now: it is read anyway).
   if (progress.tracked) await wakeBuffered(engine, run.jobId, run.runId);
+}
+
+/**
+ * Counts a run ended CANCELLED as asked (`RunOutcome`), by its worker or by the DLQ consumer,
+ * and logs who asked and when.
+ */
+export function reportRunCancelled(
+  engine: Engine,
+  run: Pick<Run, "jobId" | "runId">,
+  asked: { readonly cancelledBy: string | null; readonly cancelRequestedAt: string | null },
+): void {
+  engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status: "CANCELLED" });
   engine.obs.log.info("run cancelled on request", {
     jobId: run.jobId,
     runId: run.runId,
-    cancelledBy: by,
-    cancelRequestedAt: cancel.context.cancelRequestedAt,
+    ...asked,
   });
 }
 
