@@ -3,12 +3,11 @@ import { sleep } from "../../shared/clock.js";
 import type { JobHandler } from "../../shared/execution/job-contract.js";
 import { processRun, type WorkerDeps } from "../../shared/execution/worker.js";
 import { createJob, triggerJob } from "../../shared/jobs/index.js";
-import type { Run } from "../../shared/model.js";
 import type { MisfirePolicy, OverlapPolicy } from "../../shared/policies.js";
-import { setVisibility } from "../../shared/queue/work-queue.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
-import { createTestClients, type TestClients } from "../support/namespace.js";
+import { clientsDyingAfterAdmission } from "../support/faults.js";
+import type { TestClients } from "../support/namespace.js";
 import { waitFor } from "../support/wait.js";
 
 const LEASE_MS = 4000;
@@ -30,34 +29,12 @@ const recheckingSoon = (deps: WorkerDeps): WorkerDeps => ({ ...deps, overlapRech
 
 /** A worker whose every request hangs once its run's admission is written: it died mid-run. */
 function dyingWorker(workerId: string, handlers: Record<string, JobHandler>): WorkerDeps {
-  const dying = createTestClients();
+  const dying = clientsDyingAfterAdmission();
   made.push(dying);
-  let dead = false;
-  dying.doc.middlewareStack.add(
-    (next, context) => async (args) => {
-      if (dead) return new Promise<never>(() => undefined);
-      const input: object = args.input;
-      const update = "UpdateExpression" in input ? String(input.UpdateExpression) : "";
-      const result = await next(args);
-      if (context.commandName === "UpdateItemCommand" && update.includes("activeRuns.#runId ="))
-        dead = true;
-      return result;
-    },
-    { step: "initialize", name: "dieAfterTheAdmission" },
-  );
   // A short beat: a first delivery holds its start unwritten only while its first write comes
   // well before the run's reaper deadline, a lease after it was due.
   const deps = f.workerDeps(workerId, handlers, 500);
   return { ...deps, engine: { ...deps.engine, doc: dying.doc } };
-}
-
-async function deliveryOf(run: Pick<Run, "jobId" | "scheduledFor" | "attempt">) {
-  for (;;) {
-    const received = await f.nextDelivery(f.engine.queues.normal, run.jobId);
-    const { scheduledFor, attempt } = received.message;
-    if (scheduledFor === run.scheduledFor && attempt === run.attempt) return received;
-    await setVisibility(f.engine.sqs, received.queueUrl, received.receiptHandle, 0);
-  }
 }
 
 /**
@@ -100,7 +77,7 @@ describe("a first attempt whose worker died after its admission, delivered again
 
       // The first run's handler runs, and its worker dies before recording anything more.
       const first = await triggerJob(f.engine, job.tenantId, job.jobId);
-      const firstDelivery = await deliveryOf(first);
+      const firstDelivery = await f.nextDeliveryOfRun(first);
       void processRun(dyingWorker("dies", handlers), { ...firstDelivery, receiveCount });
       await waitFor("the first run's handler", () => ran === 1);
       expect(await getRun(f.engine, first)).toMatchObject(crashedAs);
@@ -111,7 +88,7 @@ describe("a first attempt whose worker died after its admission, delivered again
       const second = await triggerJob(f.engine, job.tenantId, job.jobId);
       const secondRunning = f.process(
         f.workerDeps("next", { first: blocked }),
-        await deliveryOf(second),
+        await f.nextDeliveryOfRun(second),
       );
       await waitFor("the next run's admission", async () => {
         const current = await getJob(f.engine, job.jobId);
@@ -122,7 +99,7 @@ describe("a first attempt whose worker died after its admission, delivered again
       const buffered =
         overlap === "buffer_one" ? await triggerJob(f.engine, job.tenantId, job.jobId) : null;
       if (buffered !== null) {
-        await f.process(f.workerDeps("buffered", handlers), await deliveryOf(buffered));
+        await f.process(f.workerDeps("buffered", handlers), await f.nextDeliveryOfRun(buffered));
         expect((await getJob(f.engine, job.jobId))?.bufferedRunId).toBe(buffered.runId);
       }
 
@@ -147,7 +124,7 @@ describe("a first attempt whose worker died after its admission, delivered again
       expect(
         await f.process(
           recheckingSoon(f.workerDeps("recovers again", handlers)),
-          await deliveryOf(first),
+          await f.nextDeliveryOfRun(first),
         ),
       ).toBe("ack");
       expect(await getRun(f.engine, first)).toMatchObject({ status: "SUCCEEDED" });
@@ -192,7 +169,7 @@ describe("a first attempt of an occurrence whose worker died after its admission
       const occurrence = { jobId: job.jobId, scheduledFor: startAt.toISOString(), attempt: 1 };
 
       // The occurrence's handler runs on time, and its worker dies before recording anything more.
-      const firstDelivery = await deliveryOf(occurrence);
+      const firstDelivery = await f.nextDeliveryOfRun(occurrence);
       void processRun(dyingWorker("dies", handlers), { ...firstDelivery, receiveCount });
       await waitFor("the occurrence's handler", () => ran === 1);
       expect(await getRun(f.engine, occurrence)).toMatchObject(crashedAs);

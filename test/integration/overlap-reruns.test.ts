@@ -8,7 +8,6 @@ import { listDeadLetters } from "../../shared/jobs/queries.js";
 import { runId } from "../../shared/keys.js";
 import type { Job, Run } from "../../shared/model.js";
 import type { OverlapPolicy } from "../../shared/policies.js";
-import { setVisibility } from "../../shared/queue/work-queue.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { waitFor } from "../support/wait.js";
@@ -66,20 +65,10 @@ async function jobWithBehaviours(overlap: OverlapPolicy) {
   };
 }
 
-async function deliveryOf(run: Pick<Run, "jobId" | "scheduledFor" | "attempt">) {
-  for (;;) {
-    const received = await f.nextDelivery(f.engine.queues.normal, run.jobId);
-    const { scheduledFor, attempt } = received.message;
-    if (scheduledFor === run.scheduledFor && attempt === run.attempt) return received;
-    // Another run's message of the job (a retry due meanwhile): back for its own turn.
-    await setVisibility(f.engine.sqs, received.queueUrl, received.receiptHandle, 0);
-  }
-}
-
 /** A run of the job under way (its handler blocks until released), listed in its activeRuns. */
 async function runAhead(job: Job, handlers: Record<string, JobHandler>) {
   const ahead = await triggerJob(f.engine, job.tenantId, job.jobId);
-  const running = f.process(f.workerDeps("ahead", handlers, 200), await deliveryOf(ahead));
+  const running = f.process(f.workerDeps("ahead", handlers, 200), await f.nextDeliveryOfRun(ahead));
   await waitFor("the run ahead to be admitted", async () => {
     const current = await getJob(f.engine, job.jobId);
     return current?.activeRuns[ahead.runId] !== undefined;
@@ -91,7 +80,7 @@ async function runAhead(job: Job, handlers: Record<string, JobHandler>) {
 /** Under buffer_one, another run takes the one waiting place first; returns its run id. */
 async function fillTheBuffer(job: Job, handlers: Record<string, JobHandler>) {
   const waiting = await triggerJob(f.engine, job.tenantId, job.jobId);
-  await f.process(f.workerDeps("buffered", handlers), await deliveryOf(waiting));
+  await f.process(f.workerDeps("buffered", handlers), await f.nextDeliveryOfRun(waiting));
   expect((await getJob(f.engine, job.jobId))?.bufferedRunId).toBe(waiting.runId);
   return waiting.runId;
 }
@@ -104,7 +93,10 @@ async function waitsThenRuns(
   ahead: { release: () => void; running: Promise<"ack" | "keep"> },
   buffered: string | null,
 ) {
-  await f.process(recheckingSoon(f.workerDeps("rerun", handlers)), await deliveryOf(rerun));
+  await f.process(
+    recheckingSoon(f.workerDeps("rerun", handlers)),
+    await f.nextDeliveryOfRun(rerun),
+  );
   const waiting = await getRun(f.engine, rerun);
   expect(waiting).toMatchObject({ status: "QUEUED" });
   expect(waiting?.reason).toBe(`waiting: overlap policy ${overlap}`);
@@ -113,7 +105,10 @@ async function waitsThenRuns(
 
   ahead.release();
   expect(await ahead.running).toBe("ack");
-  await f.process(recheckingSoon(f.workerDeps("rerun again", handlers)), await deliveryOf(rerun));
+  await f.process(
+    recheckingSoon(f.workerDeps("rerun again", handlers)),
+    await f.nextDeliveryOfRun(rerun),
+  );
   expect((await getRun(f.engine, rerun))?.status).toBe("SUCCEEDED");
 }
 
@@ -126,7 +121,7 @@ describe("a retry or replay of a recurring job that meets a run under way waits 
       // The target is down: a run goes DEAD and is listed.
       set("fail");
       const failing = await triggerJob(f.engine, job.tenantId, job.jobId);
-      await f.process(f.workerDeps("first", handlers), await deliveryOf(failing));
+      await f.process(f.workerDeps("first", handlers), await f.nextDeliveryOfRun(failing));
       expect((await getRun(f.engine, failing))?.status).toBe("DEAD");
 
       // Another run of the job is under way (and under buffer_one, another waits) when the
@@ -152,7 +147,7 @@ describe("a retry or replay of a recurring job that meets a run under way waits 
       // The target fails an attempt; its retry is due a second later.
       set("fail retryable");
       const failing = await triggerJob(f.engine, job.tenantId, job.jobId);
-      await f.process(f.workerDeps("first", handlers), await deliveryOf(failing));
+      await f.process(f.workerDeps("first", handlers), await f.nextDeliveryOfRun(failing));
       expect((await getRun(f.engine, failing))?.status).toBe("FAILED");
 
       // Meanwhile another run of the job gets under way.
@@ -179,7 +174,7 @@ describe("a triggered run meets the overlap policy as a first attempt", () => {
     set("block");
     const { running } = await runAhead(job, handlers);
     const triggered = await triggerJob(f.engine, job.tenantId, job.jobId);
-    await f.process(f.workerDeps("trigger", handlers), await deliveryOf(triggered));
+    await f.process(f.workerDeps("trigger", handlers), await f.nextDeliveryOfRun(triggered));
     const skipped = await getRun(f.engine, triggered);
     expect(skipped?.status).toBe("SKIPPED");
     expect(skipped?.reason).toMatch(/^overlap: run \S+ still running; policy skip$/);
@@ -306,7 +301,10 @@ async function deliverNext(
   handlers: Record<string, JobHandler>,
 ) {
   let done = false;
-  const running = f.process(f.workerDeps("occurrence", handlers, 200), await deliveryOf(run));
+  const running = f.process(
+    f.workerDeps("occurrence", handlers, 200),
+    await f.nextDeliveryOfRun(run),
+  );
   void running.finally(() => {
     done = true;
   });
@@ -334,7 +332,7 @@ describe("a retry or replay of a job whose runs follow one another with no gap",
       // dead-lettered and replayed once the next run is under way).
       const failed = await triggerJob(f.engine, job.tenantId, job.jobId);
       failing.set(failed.runId, kind === "retry");
-      await f.process(f.workerDeps("first", handlers), await deliveryOf(failed));
+      await f.process(f.workerDeps("first", handlers), await f.nextDeliveryOfRun(failed));
       expect((await getRun(f.engine, failed))?.status).toBe(kind === "retry" ? "FAILED" : "DEAD");
 
       // The next occurrence is under way (and under buffer_one, the one after it waits).
@@ -350,7 +348,10 @@ describe("a retry or replay of a job whose runs follow one another with no gap",
         kind === "retry"
           ? { ...failed, runId: runId(failed.jobId, failed.scheduledFor, 2), attempt: 2 }
           : (await replayDeadLetter(f.engine, job.tenantId, failed.runId)).run;
-      await f.process(recheckingSoon(f.workerDeps("rerun", handlers)), await deliveryOf(rerun));
+      await f.process(
+        recheckingSoon(f.workerDeps("rerun", handlers)),
+        await f.nextDeliveryOfRun(rerun),
+      );
       expect((await getRun(f.engine, rerun))?.reason).toBe(`waiting: overlap policy ${overlap}`);
 
       // Period after period, the run ahead ends and the next one starts at once: the rerun, which
@@ -379,7 +380,10 @@ describe("a retry or replay of a job whose runs follow one another with no gap",
           if (decided?.status === "SKIPPED") skipped.push(decided.reason ?? "");
           else if (buffered === null) buffered = next;
         }
-        await f.process(recheckingSoon(f.workerDeps("rerun", handlers)), await deliveryOf(rerun));
+        await f.process(
+          recheckingSoon(f.workerDeps("rerun", handlers)),
+          await f.nextDeliveryOfRun(rerun),
+        );
         if ((await getRun(f.engine, rerun))?.status !== "QUEUED") break;
       }
       const ended = await getRun(f.engine, rerun);
@@ -411,7 +415,7 @@ describe("a retry or replay of an allow job kept at its maxConcurrent bound by b
 
       const failed = await triggerJob(f.engine, job.tenantId, job.jobId);
       failing.set(failed.runId, kind === "retry");
-      await f.process(f.workerDeps("first", handlers), await deliveryOf(failed));
+      await f.process(f.workerDeps("first", handlers), await f.nextDeliveryOfRun(failed));
       expect((await getRun(f.engine, failed))?.status).toBe(kind === "retry" ? "FAILED" : "DEAD");
 
       // The job is at its bound: two runs under way, oldest first.
@@ -426,7 +430,10 @@ describe("a retry or replay of an allow job kept at its maxConcurrent bound by b
         kind === "retry"
           ? { ...failed, runId: runId(failed.jobId, failed.scheduledFor, 2), attempt: 2 }
           : (await replayDeadLetter(f.engine, job.tenantId, failed.runId)).run;
-      await f.process(recheckingSoon(f.workerDeps("rerun", handlers)), await deliveryOf(rerun));
+      await f.process(
+        recheckingSoon(f.workerDeps("rerun", handlers)),
+        await f.nextDeliveryOfRun(rerun),
+      );
       expect((await getRun(f.engine, rerun))?.reason).toBe("waiting: overlap policy allow");
 
       // Period after period, the oldest run ends and the next occurrence comes at once: the
@@ -447,7 +454,10 @@ describe("a retry or replay of an allow job kept at its maxConcurrent bound by b
           expect(decided?.reason).toBe("waiting: overlap policy allow");
           waiting.push(next);
         }
-        await f.process(recheckingSoon(f.workerDeps("rerun", handlers)), await deliveryOf(rerun));
+        await f.process(
+          recheckingSoon(f.workerDeps("rerun", handlers)),
+          await f.nextDeliveryOfRun(rerun),
+        );
         if ((await getRun(f.engine, rerun))?.status !== "QUEUED") break;
       }
       const ended = await getRun(f.engine, rerun);
@@ -478,11 +488,14 @@ describe("a waiting retry's mark on its job", () => {
       const { job, handlers, failing, release } = await backToBackJob(overlap);
       const failed = await triggerJob(f.engine, job.tenantId, job.jobId);
       failing.set(failed.runId, true);
-      await f.process(f.workerDeps("first", handlers), await deliveryOf(failed));
+      await f.process(f.workerDeps("first", handlers), await f.nextDeliveryOfRun(failed));
       const ahead = await triggerJob(f.engine, job.tenantId, job.jobId);
       const { running } = await deliverNext(job, ahead, handlers);
       const retry = { ...failed, runId: runId(failed.jobId, failed.scheduledFor, 2), attempt: 2 };
-      await f.process(recheckingSoon(f.workerDeps("retry", handlers)), await deliveryOf(retry));
+      await f.process(
+        recheckingSoon(f.workerDeps("retry", handlers)),
+        await f.nextDeliveryOfRun(retry),
+      );
       expect((await getJob(f.engine, job.jobId))?.rerunWaiting).toBe(retry.runId);
 
       // Cancelled while it waits: the cancel writes the run alone, and the mark stays behind.

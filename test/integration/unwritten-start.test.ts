@@ -17,6 +17,7 @@ import {
   engineAt,
   testJob,
 } from "../support/engine-fixture.js";
+import { clientsDyingAfterAdmission } from "../support/faults.js";
 import { createTestClients, type TestClients } from "../support/namespace.js";
 import { waitFor } from "../support/wait.js";
 
@@ -493,21 +494,8 @@ describe("a start held unwritten by a worker that died after its admission", () 
 
   /** Clients whose every request hangs once the admission has been written: a worker that died. */
   function dyingClients(): TestClients {
-    const dying = createTestClients();
+    const dying = clientsDyingAfterAdmission();
     made.push(dying);
-    let dead = false;
-    dying.doc.middlewareStack.add(
-      (next, context) => async (args) => {
-        if (dead) return new Promise<never>(() => undefined);
-        const input: object = args.input;
-        const update = "UpdateExpression" in input ? String(input.UpdateExpression) : "";
-        const result = await next(args);
-        if (context.commandName === "UpdateItemCommand" && update.includes("activeRuns.#"))
-          dead = true;
-        return result;
-      },
-      { step: "initialize", name: "dieAfterTheAdmission" },
-    );
     return dying;
   }
 

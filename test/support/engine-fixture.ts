@@ -58,6 +58,11 @@ export interface EngineFixture {
   process(deps: WorkerDeps, received: ReceivedRun): Promise<"ack" | "keep">;
   /** Waits for the next delivery of a message of `jobId` on a queue (others are left alone). */
   nextDelivery(queueUrl: string, jobId: string, timeoutMs?: number): Promise<ReceivedRun>;
+  /**
+   * Waits for the next delivery of this run (its occurrence and attempt) on the normal queue; its
+   * job's other messages (a retry due meanwhile, the next occurrence) go back for their own turn.
+   */
+  nextDeliveryOfRun(run: Pick<Run, "jobId" | "scheduledFor" | "attempt">): Promise<ReceivedRun>;
   dueEntries(): Promise<DueEntry[]>;
   jobs(): Promise<ReturnType<typeof decodeJob>[]>;
   runs(): Promise<Run[]>;
@@ -128,6 +133,25 @@ export async function createEngineFixture(options: FixtureOptions = {}): Promise
   };
 
   const scanAll = (table: string) => scanTable(clients.doc, table);
+  const nextDelivery: EngineFixture["nextDelivery"] = async (
+    queueUrl,
+    jobId,
+    timeoutMs = 20_000,
+  ) => {
+    const deadline = Date.now() + timeoutMs;
+    while (Date.now() < deadline) {
+      const batch = await receiveRuns(engine.sqs, queueUrl, { max: 10, waitSeconds: 1 });
+      const mine = batch.find((r) => r.message.jobId === jobId);
+      // Others' messages go straight back for their own tests.
+      await Promise.all(
+        batch
+          .filter((r) => r !== mine)
+          .map((r) => setVisibility(engine.sqs, r.queueUrl, r.receiptHandle, 0)),
+      );
+      if (mine) return mine;
+    }
+    throw new Error(`no delivery for job ${jobId} within ${timeoutMs} ms`);
+  };
 
   return {
     engine,
@@ -149,20 +173,14 @@ export async function createEngineFixture(options: FixtureOptions = {}): Promise
         await deleteMessages(engine.sqs, received.queueUrl, [received.receiptHandle]);
       return disposition;
     },
-    async nextDelivery(queueUrl, jobId, timeoutMs = 20_000) {
-      const deadline = Date.now() + timeoutMs;
-      while (Date.now() < deadline) {
-        const batch = await receiveRuns(engine.sqs, queueUrl, { max: 10, waitSeconds: 1 });
-        const mine = batch.find((r) => r.message.jobId === jobId);
-        // Others' messages go straight back for their own tests.
-        await Promise.all(
-          batch
-            .filter((r) => r !== mine)
-            .map((r) => setVisibility(engine.sqs, r.queueUrl, r.receiptHandle, 0)),
-        );
-        if (mine) return mine;
+    nextDelivery,
+    async nextDeliveryOfRun(run) {
+      for (;;) {
+        const received = await nextDelivery(engine.queues.normal, run.jobId);
+        const { scheduledFor, attempt } = received.message;
+        if (scheduledFor === run.scheduledFor && attempt === run.attempt) return received;
+        await setVisibility(engine.sqs, received.queueUrl, received.receiptHandle, 0);
       }
-      throw new Error(`no delivery for job ${jobId} within ${timeoutMs} ms`);
     },
     async dueEntries() {
       return (await scanAll(jobsTable))

@@ -5,7 +5,7 @@ import {
   TransactionInProgressException,
 } from "@aws-sdk/client-dynamodb";
 import type { Engine } from "../../shared/engine.js";
-import { createTestClients } from "./namespace.js";
+import { createTestClients, type TestClients } from "./namespace.js";
 
 /** Reasons DynamoDB gives for a cancelled transaction that the emulator cannot be made to give. */
 export type InjectedReason =
@@ -320,4 +320,26 @@ export function refusedBatch(entries: readonly { readonly Id?: string }[] | unde
       })),
     },
   };
+}
+
+/**
+ * Clients whose every request hangs once a run's admission (its entry in the job's `activeRuns`)
+ * has been written: a worker that died mid-run. The caller destroys them.
+ */
+export function clientsDyingAfterAdmission(): TestClients {
+  const dying = createTestClients();
+  let dead = false;
+  dying.doc.middlewareStack.add(
+    (next, context) => async (args) => {
+      if (dead) return new Promise<never>(() => undefined);
+      const input: object = args.input;
+      const update = "UpdateExpression" in input ? String(input.UpdateExpression) : "";
+      const result = await next(args);
+      if (context.commandName === "UpdateItemCommand" && update.includes("activeRuns.#runId ="))
+        dead = true;
+      return result;
+    },
+    { step: "initialize", name: "dieAfterTheAdmission" },
+  );
+  return dying;
 }
