@@ -60,13 +60,19 @@ export function failedConditionItem(error: unknown): Record<string, unknown> | n
   return item ? unmarshall(item) : null;
 }
 
-/** Reasons a transaction is cancelled that say nothing about its items: the same request may well pass. */
-const CONTENTION_CODES = new Set([
-  "TransactionConflict",
-  "ProvisionedThroughputExceeded",
-  "ThrottlingError",
+/**
+ * What DynamoDB says when a table's, an index's or the account's capacity ran out: as a whole
+ * request's error, and as the reason a transaction was cancelled.
+ */
+const THROTTLE_ERRORS = [
+  "ProvisionedThroughputExceededException",
+  "ThrottlingException",
   "RequestLimitExceeded",
-]);
+];
+const THROTTLE_CODES = ["ProvisionedThroughputExceeded", "ThrottlingError", "RequestLimitExceeded"];
+
+/** Reasons a transaction is cancelled that say nothing about its items: the same request may well pass. */
+const CONTENTION_CODES = new Set(["TransactionConflict", ...THROTTLE_CODES]);
 
 /**
  * Whole-request errors of the same kind: a single-item write on an item that a
@@ -76,9 +82,7 @@ const CONTENTION_CODES = new Set([
 const CONTENTION_ERRORS = new Set([
   "TransactionConflictException",
   "TransactionInProgressException",
-  "ProvisionedThroughputExceededException",
-  "ThrottlingException",
-  "RequestLimitExceeded",
+  ...THROTTLE_ERRORS,
 ]);
 
 /**
@@ -105,18 +109,6 @@ export function isContention(error: unknown): boolean {
   );
 }
 
-/** What DynamoDB says when a table's, an index's or the account's capacity ran out. */
-const THROTTLE_ERRORS = new Set([
-  "ProvisionedThroughputExceededException",
-  "ThrottlingException",
-  "RequestLimitExceeded",
-]);
-const THROTTLE_CODES = new Set([
-  "ProvisionedThroughputExceeded",
-  "ThrottlingError",
-  "RequestLimitExceeded",
-]);
-
 /**
  * Whether storage refused a request for its capacity (throttling that outlasted the SDK's
  * retries, or a transaction cancelled for it): contention with the table itself, not with another
@@ -124,8 +116,10 @@ const THROTTLE_CODES = new Set([
  */
 export function isThrottling(error: unknown): boolean {
   if (!(error instanceof Error)) return false;
-  if (THROTTLE_ERRORS.has(error.name)) return true;
-  return transactionCancellationCodes(error)?.some((code) => THROTTLE_CODES.has(code)) ?? false;
+  if (THROTTLE_ERRORS.includes(error.name)) return true;
+  return (
+    transactionCancellationCodes(error)?.some((code) => THROTTLE_CODES.includes(code)) ?? false
+  );
 }
 
 const NETWORK_ERROR_CODES = new Set([

@@ -4,7 +4,7 @@ import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
 import type { DueEntry, Job } from "../model.js";
 import { BATCH_BACKOFF_BASE_MS, batchGetItems, MAX_BATCH_ROUNDS } from "./batch-get.js";
-import { isTransientFailure, sentMoreThanOnce } from "./dynamo-errors.js";
+import { isThrottling, isTransientFailure, sentMoreThanOnce } from "./dynamo-errors.js";
 import { encodeDueEntry, idempotencyKey } from "./items.js";
 import { decodeIdempotencyRecord, type IdempotencyRecord, newJobItem } from "./job-create.js";
 import { hasExpired } from "./retention.js";
@@ -132,17 +132,6 @@ export async function putBatchItems(
   );
   for (const owner of unwritten) uncertain.delete(owner);
   return { unwritten, uncertain };
-}
-
-function isThrottling(error: unknown): boolean {
-  return (
-    error instanceof Error &&
-    [
-      "ProvisionedThroughputExceededException",
-      "ThrottlingException",
-      "RequestLimitExceeded",
-    ].includes(error.name)
-  );
 }
 
 /**
