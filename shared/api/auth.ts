@@ -70,10 +70,18 @@ export function localApiKeys(env: Env = process.env): LocalApiKeys {
     const at = entry.indexOf("=");
     const key = entry.slice(0, at).trim();
     const tenant = entry.slice(at + 1).trim();
-    if (at < 1 || key === "" || !/^[\x21-\x7E]+$/.test(key) || !isValidTenantId(tenant)) {
+    // A key ends at its first '=': a key holding one (base64 padding) would be cut there and its
+    // rest read as a tenant starting with '=', so such a tenant is refused rather than guessed at.
+    if (
+      at < 1 ||
+      key === "" ||
+      !/^[\x21-\x7E]+$/.test(key) ||
+      tenant.startsWith("=") ||
+      !isValidTenantId(tenant)
+    ) {
       const given = at < 0 ? "no =tenant" : `tenant ${JSON.stringify(tenant.slice(0, 300))}`;
       throw new Error(
-        `${API_KEYS_ENV}: entry ${index + 1} (${given}) is not key=tenant (key: visible ASCII without spaces; tenant: ${TENANT_ID_CHARS})`,
+        `${API_KEYS_ENV}: entry ${index + 1} (${given}) is not key=tenant (key: visible ASCII without spaces or '='; tenant: ${TENANT_ID_CHARS})`,
       );
     }
     const first = places.get(key);

@@ -98,6 +98,12 @@ describe("local API keys", () => {
     expect(() => localApiKeys({ SCHEDULER_API_KEYS: value })).toThrow(/SCHEDULER_API_KEYS/);
   });
 
+  it("refuses a key holding '=' (base64 padding) instead of cutting the key there and mapping its start to a tenant named '=…'", () => {
+    expect(() => localApiKeys({ SCHEDULER_API_KEYS: "dGVzdA===tenantA" })).toThrow(
+      /entry 1 .*key: visible ASCII without spaces or '='/,
+    );
+  });
+
   it("a refusal names the entry by its place and never prints a key: the sandbox's stderr and a CI log are no place for it", () => {
     const refusal = (value: string) => {
       try {
