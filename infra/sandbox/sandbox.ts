@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { mkdir } from "node:fs/promises";
 import { join, resolve } from "node:path";
+import { printable } from "../../client/cli/output.js";
 import { customJobTypes } from "../../functions/worker/handlers/index.js";
 import { startLocalServer } from "../../shared/api/local-server.js";
 import { createAwsClients } from "../../shared/aws.js";
@@ -265,8 +266,13 @@ async function consumeDeadLetters(
   }
 }
 
-/** One readable line per finished run; warnings and errors as they come; the rest stays quiet. */
-function sandboxObservability(print: (line: string) => void): Observability {
+/**
+ * One readable line per finished run; warnings and errors as they come; the rest stays quiet. A
+ * line is printed as `printable` shows it: an error quotes a webhook receiver's answer, which the
+ * tenant's own server writes, and nothing in it may act on the terminal the sandbox runs in.
+ */
+export function sandboxObservability(printRaw: (line: string) => void): Observability {
+  const print = (line: string) => printRaw(printable(line));
   const time = () => new Date().toISOString().slice(11, 19);
   const plain = (level: string) => (message: string, fields?: Record<string, unknown>) =>
     print(`${time()} ${level} ${message}${fields ? ` ${JSON.stringify(fields)}` : ""}`);
