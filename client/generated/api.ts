@@ -931,7 +931,7 @@ export interface components {
             items: components["schemas"]["Run"][];
             nextCursor: string | null;
         };
-        /** @description The newest run that finished. */
+        /** @description The newest run whose handler ran to an end: succeeded, failed, dead (a run whose every delivery crashed its worker too) or cancelled while running; a skipped run, or one cancelled before it started, is not. */
         RunSummary: {
             attempt: number;
             finishedAt: string;

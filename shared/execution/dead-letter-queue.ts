@@ -95,12 +95,13 @@ export async function handleCrashedRun(
   const endedBefore =
     seen.status === "CANCELLED" || (seen.status === "DEAD" && !seen.replayedBy) ? seen : null;
   const ended = run ?? endedBefore;
-  const status = ended?.status === "CANCELLED" ? "CANCELLED" : "DEAD";
-  if (ended !== null && job?.status === "ACTIVE" && endsOneOff(job, ended, status))
-    await recordRunOnJob(engine, ended, {
-      status,
-      ran: false,
-      tracked: false,
-      completesJob: true,
-    });
+  if (ended === null || job === null) return;
+  const status = ended.status === "CANCELLED" ? "CANCELLED" : "DEAD";
+  // A run dead here ran: every delivery of its message started it and crashed its worker. It is
+  // its job's lastRun, as a worker's DEAD ending is (only over a run that finished later), so the
+  // job does not go on naming the success before it.
+  const ran = status === "DEAD";
+  const completesJob = job.status === "ACTIVE" && endsOneOff(job, ended, status);
+  if (ran || completesJob)
+    await recordRunOnJob(engine, ended, { status, ran, tracked: false, completesJob });
 }

@@ -12,7 +12,7 @@ import {
 } from "../model.js";
 import { METRICS } from "../observability.js";
 import { sendRuns } from "../queue/work-queue.js";
-import { finishedAfter } from "../storage/last-run.js";
+import { finishedAfter, ranForLastRun } from "../storage/last-run.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";
 import {
   type FinalStatus,
@@ -60,10 +60,10 @@ export async function repairJobAfterRun(engine: Engine, job: Job, run: Run): Pro
 function missingJobWrite(job: Job, run: Run, now: Date): JobEnding | null {
   if (run.status === "QUEUED" || run.status === "RUNNING") return null;
   const newerThanLastRun =
-    run.durationMs !== null &&
+    ranForLastRun(run) &&
     finishedAfter({ runId: run.runId, finishedAt: run.finishedAt ?? "" }, job.lastRun);
   if (!("runAt" in job.schedule)) {
-    if (run.durationMs === null || job.activeRuns[run.runId] === undefined) return null;
+    if (!ranForLastRun(run) || job.activeRuns[run.runId] === undefined) return null;
     if (nextAdmissionSoon(job, run, now)) return null;
     return { status: run.status, ran: newerThanLastRun, tracked: true, completesJob: false };
   }

@@ -3,7 +3,7 @@ import { parseRunId } from "../keys.js";
 import type { Job, Run, RunSummary } from "../model.js";
 import { batchGetItems } from "./batch-get.js";
 import { decodeRun } from "./items.js";
-import { finishedAfter } from "./last-run.js";
+import { finishedAfter, ranForLastRun } from "./last-run.js";
 import { runKeyOf } from "./run-reads.js";
 
 /**
@@ -88,9 +88,9 @@ function withListedRuns(job: Job, runs: ReadonlyMap<string, Run>, now: string): 
   };
 }
 
-/** The run as its job's `lastRun`: only a run whose handler ran (it has a duration) counts. */
+/** The run as its job's `lastRun`: only a run whose handler ran counts (`ranForLastRun`). */
 function summaryOf(run: Run): RunSummary | null {
-  if (run.durationMs === null || run.finishedAt === null) return null;
+  if (!ranForLastRun(run) || run.finishedAt === null) return null;
   return {
     runId: run.runId,
     status: run.status,

@@ -439,6 +439,55 @@ describe("crashes", () => {
     expect(dead.items.map((r) => r.runId)).toContain(run.runId);
   }, 30_000);
 
+  it("a recurring job's run dead-lettered by the DLQ is its job's lastRun, not the success before it", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" }, timeoutSeconds: 30 }),
+    );
+    // An earlier run succeeded: the job's lastRun.
+    const ok = await triggerJob(f.engine, job.tenantId, job.jobId);
+    expect(await f.process(f.workerDeps("w"), await deliveryOf(f, ok))).toBe("ack");
+    expect(
+      (await jobAsItStands(f.engine, await getTenantJob(f.engine, job.tenantId, job.jobId))).lastRun
+        ?.runId,
+    ).toBe(ok.runId);
+
+    // The next run crashes its worker on each of its two deliveries (maxReceiveCount 2).
+    const doomed = await triggerJob(f.engine, job.tenantId, job.jobId);
+    const first = await deliveryOf(f, doomed);
+    expect((await startRun(f.engine, first.message, "crash-1", new Date())).kind).toBe("started");
+    await setVisibility(f.engine.sqs, first.queueUrl, first.receiptHandle, 1);
+    const second = await deliveryOf(f, doomed);
+    const afterLease = new Date(Date.now() + LEASE_MS + 1000);
+    expect((await startRun(f.engine, second.message, "crash-2", afterLease)).kind).toBe("started");
+    await setVisibility(f.engine.sqs, second.queueUrl, second.receiptHandle, 1);
+    const inDlq = await redriven(f, job.jobId);
+    await waitFor(
+      "the crashed run's lease to lapse",
+      async () => ((await getRun(f.engine, doomed))?.leaseUntil ?? "") < new Date().toISOString(),
+      10_000,
+    );
+    await handleCrashedRun(f.engine, inDlq.message, inDlq.receiveCount);
+
+    const dead = await getRun(f.engine, doomed);
+    expect(dead).toMatchObject({
+      status: "DEAD",
+      reason: expect.stringMatching(/^worker crashed/),
+    });
+    // What GET /jobs/{id} answers: the run that finished last is the dead one.
+    const shown = await jobAsItStands(
+      f.engine,
+      await getTenantJob(f.engine, job.tenantId, job.jobId),
+    );
+    expect(shown.lastRun).toEqual({
+      runId: doomed.runId,
+      status: "DEAD",
+      scheduledFor: doomed.scheduledFor,
+      attempt: 1,
+      finishedAt: dead?.finishedAt,
+    });
+  }, 30_000);
+
   it("a message whose deliveries never start its run reaches the DLQ, but the run is not dead: the reaper sends it again", async () => {
     const { job, received } = await dueNow(f, "noop");
     // Two workers each die holding the message before they start it (or fail a storage call).

@@ -2,6 +2,7 @@ import { REAPER_SETTLE_MS } from "../../shared/dispatch/reaper.js";
 import type { Run } from "../../shared/model.js";
 import { backoffCeiling } from "../../shared/retry.js";
 import { nextOccurrence, occurrences, type ScheduleSpec } from "../../shared/schedule/index.js";
+import { ranForLastRun } from "../../shared/storage/last-run.js";
 import {
   currentVersion,
   DELETED,
@@ -392,7 +393,7 @@ const endedAfter = (run: SnapshotRun, than: SnapshotRun) => {
 
 /**
  * What a user reads as a job's lastRun (GET /jobs/{id} and GET /jobs alike) is its newest run
- * whose handler ran (the latest finishedAt; of two in the same millisecond, the greater runId),
+ * whose handler ran (`ranForLastRun`: a duration, or dead-lettered by the DLQ; the latest finishedAt; of two in the same millisecond, the greater runId),
  * whatever order the runs' job writes landed in: a run's ending may leave the job's item to its
  * next admission, never the answer. Checked once the system is quiet, for every job the API
  * still lists.
@@ -403,7 +404,7 @@ export function checkLastRuns(
 ): Violation[] {
   const violations: Violation[] = [];
   for (const [jobId, { get, list }] of answered) {
-    const ran = snap.runs.filter((r) => r.jobId === jobId && r.durationMs !== null);
+    const ran = snap.runs.filter((r) => r.jobId === jobId && ranForLastRun(r));
     const newest = ran.reduce<SnapshotRun | null>(
       (a, b) => (a === null || endedAfter(b, a) ? b : a),
       null,

@@ -250,7 +250,10 @@ const RunSummarySchema = z
     attempt: z.number().int(),
     finishedAt: z.string(),
   })
-  .openapi("RunSummary", { description: "The newest run that finished." });
+  .openapi("RunSummary", {
+    description:
+      "The newest run whose handler ran to an end: succeeded, failed, dead (a run whose every delivery crashed its worker too) or cancelled while running; a skipped run, or one cancelled before it started, is not.",
+  });
 
 export const JobSchema = z
   .strictObject({
