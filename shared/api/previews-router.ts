@@ -3,7 +3,7 @@ import { checkNewDependent } from "../jobs/dependencies.js";
 import { firstOccurrence } from "../schedule/index.js";
 import { checkedNewEnd } from "./end-conditions.js";
 import { displayZoneOf, previewOf, previewOfJob, withPlannedTimes } from "./preview.js";
-import { instantParam } from "./query-params.js";
+import { instantParam, queryInstantParam } from "./query-params.js";
 import { parseScheduleInput } from "./requests.js";
 import { errors, jobOf, json, newRouter, type RouterDeps, secured, tenantOf } from "./router.js";
 import { LIMITS } from "./schemas/common.js";
@@ -46,7 +46,7 @@ export function previewsRouter({ engine, body }: RouterDeps) {
   router.openapi(previewJob, async (c) => {
     const query = c.req.valid("query");
     const now = engine.clock();
-    const from = query.from === undefined ? now : instantParam("from", query.from);
+    const from = query.from === undefined ? now : queryInstantParam("from", query.from);
     const job = await jobOf(engine, c, c.req.valid("param").id);
     const count = query.count ?? LIMITS.previewCount.default;
     const pending = { job, now, misfireGraceMs: engine.settings.misfireGraceMs };

@@ -22,6 +22,15 @@ export function instantParam(field: string, value: string): Date {
   return new Date(parsed.ms);
 }
 
+/**
+ * An instant given in a URL query. Form decoding reads a "+" as a space, so an offset's "+" sent
+ * unencoded (`?from=2030-01-15T10:00:00+02:00` in a curl line) arrives as "…T10:00:00 02:00": a
+ * space just before a trailing offset can only be that "+", and reads as it.
+ */
+export function queryInstantParam(field: string, value: string): Date {
+  return instantParam(field, value.replace(/(T[\d:.,]+) (\d{2}(?::?\d{2})?)$/, "$1+$2"));
+}
+
 function statusesOf(value: string): RunStatus[] {
   const known: readonly string[] = RUN_STATUSES;
   const names = [...new Set(value.split(",").map((name) => name.trim()))].sort();
@@ -42,8 +51,8 @@ export function runFilterFrom(query: { status?: string; from?: string; to?: stri
   filter: RunFilter;
   binding: string | undefined;
 } {
-  const from = query.from === undefined ? undefined : instantParam("from", query.from);
-  const to = query.to === undefined ? undefined : instantParam("to", query.to);
+  const from = query.from === undefined ? undefined : queryInstantParam("from", query.from);
+  const to = query.to === undefined ? undefined : queryInstantParam("to", query.to);
   if (from && to && from >= to) {
     throw new ValidationError([
       { field: "to", message: `must be after from (${from.toISOString()}); got "${query.to}"` },

@@ -149,6 +149,21 @@ describe("GET /jobs/{id}/runs, a job that fires every second", () => {
     expect(times(withOffset.items)).toEqual(newestFirst(30, 5));
   });
 
+  it("an offset's + written into the query unencoded (a curl line) reads as the offset, not a space", async () => {
+    // Form decoding turns a query's "+" into a space: "…T01:00:30+01:00" arrives "…T01:00:30 01:00".
+    const raw = await page("from=2030-01-01T01:00:30+01:00&to=2030-01-01T01:00:35+0100");
+    expect(times(raw.items)).toEqual(newestFirst(30, 5));
+    const preview = await api.call(
+      "GET",
+      `/jobs/${jobId}/preview?count=1&from=2030-01-01T01:00:30+01:00`,
+    );
+    expect(preview.status, preview.text).toBe(200);
+    expect(PreviewSchema.parse(preview.body).occurrences[0]?.utc).toBe(at(30));
+    // A space anywhere else is still no instant.
+    const spaced = await api.call("GET", `/jobs/${jobId}/runs?from=2030-01-01+01:00:30Z`);
+    expectError(spaced, 400, { field: "from" });
+  });
+
   it("status and range together", async () => {
     const first = await page(`status=failed,queued&from=${at(55)}&to=${at(65)}`);
     expect(times(first.items)).toEqual(newestFirst(55, 10));
