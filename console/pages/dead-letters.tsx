@@ -12,23 +12,27 @@ export function DeadLettersPage() {
     3000,
     [],
   );
-  // The first page is polled; older pages are read on demand and kept until replayed.
-  const [older, setOlder] = useState<{ items: Run[]; cursor: string | null }>({
+  // The first page is polled; older pages are read on demand and kept until replayed. The first
+  // read of them keeps the first page as it was (newer dead letters push runs off the polled one,
+  // which would fall between it and the older pages), and each page's cursor, null past the last.
+  const [older, setOlder] = useState<{ items: Run[]; cursor: string | null; read: boolean }>({
     items: [],
     cursor: null,
+    read: false,
   });
   const [replayed, setReplayed] = useState<Run | null>(null);
   const [replayError, setReplayError] = useState<unknown>(null);
   const firstIds = new Set(data?.items.map((run) => run.runId));
   const runs = [...(data?.items ?? []), ...older.items.filter((run) => !firstIds.has(run.runId))];
-  const cursor = older.cursor ?? data?.nextCursor ?? null;
+  const cursor = older.read ? older.cursor : (data?.nextCursor ?? null);
 
   const loadMore = async () => {
     if (cursor === null) return;
     setReplayError(null);
     try {
+      const kept = older.read ? older.items : (data?.items ?? []);
       const page = await api.listDeadLetters({ limit: PAGE_SIZE, cursor });
-      setOlder({ items: [...older.items, ...page.items], cursor: page.nextCursor });
+      setOlder({ items: [...kept, ...page.items], cursor: page.nextCursor, read: true });
     } catch (caught) {
       setReplayError(caught);
     }

@@ -375,11 +375,15 @@ function RunsTimeline({ id, zone }: { id: string; zone: string }) {
   const [hidden, setHidden] = useState<ReadonlySet<string>>(new Set());
   const shownStatuses = RUN_STATUSES.filter((status) => !hidden.has(status));
   const status = hidden.size === 0 ? undefined : shownStatuses.join(",");
+  // Older pages, read on demand. The first read keeps the polled first page as it was (newer
+  // runs push runs off it, which would fall between it and the older pages), and each page's
+  // cursor, null past the last.
   const [older, setOlder] = useState<{
     status: string | undefined;
     items: Run[];
     cursor: string | null;
-  }>({ status: undefined, items: [], cursor: null });
+    read: boolean;
+  }>({ status: undefined, items: [], cursor: null, read: false });
   const { data, error } = usePoll(
     () =>
       shownStatuses.length === 0
@@ -389,16 +393,18 @@ function RunsTimeline({ id, zone }: { id: string; zone: string }) {
     [id, status],
   );
   // Older pages belong to the filter they were loaded under.
-  const olderHere = older.status === status ? older : { status, items: [], cursor: null };
+  const olderHere =
+    older.status === status ? older : { status, items: [], cursor: null, read: false };
   const newest = new Set(data?.items.map((run) => run.runId));
   const runs = [...(data?.items ?? []), ...olderHere.items.filter((run) => !newest.has(run.runId))];
   const shown = runs.filter((run) => !hidden.has(run.status));
-  const cursor = olderHere.cursor ?? data?.nextCursor ?? null;
+  const cursor = olderHere.read ? olderHere.cursor : (data?.nextCursor ?? null);
   const loadOlder = async () => {
     if (cursor === null) return;
     try {
+      const kept = olderHere.read ? olderHere.items : (data?.items ?? []);
       const page = await api.listRuns(id, { limit: 50, cursor, ...(status ? { status } : {}) });
-      setOlder({ status, items: [...olderHere.items, ...page.items], cursor: page.nextCursor });
+      setOlder({ status, items: [...kept, ...page.items], cursor: page.nextCursor, read: true });
     } catch (caught) {
       announce(messageOf(caught));
     }
