@@ -1,0 +1,128 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { JobSchema } from "../../shared/api/schemas/jobs.js";
+import { type RunDto, RunPageSchema, RunSchema } from "../../shared/api/schemas/runs.js";
+import { type ApiHarness, runOnce, startApi } from "./support.js";
+
+/**
+ * "Did my run happen, when did it start and end, how many attempts, why did it fail": each way an
+ * occurrence ends, run by the worker code, as GET /jobs/{id}/runs and the job's lastRun answer it.
+ */
+let api: ApiHarness;
+beforeAll(async () => {
+  api = await startApi();
+});
+afterAll(() => api.close());
+
+async function created(body: Record<string, unknown>): Promise<string> {
+  const reply = await api.call("POST", "/jobs", { body });
+  expect(reply.status, reply.text).toBe(201);
+  return JobSchema.parse(reply.body).id;
+}
+
+/** The job's history, newest first, each run's times checked: due, then started, then ended. */
+async function historyOf(jobId: string): Promise<RunDto[]> {
+  const reply = await api.call("GET", `/jobs/${jobId}/runs`);
+  expect(reply.status, reply.text).toBe(200);
+  const runs = RunPageSchema.parse(reply.body).items;
+  for (const run of runs) {
+    expect(run.finishedAt, run.runId).not.toBeNull();
+    if (run.startedAt === null) continue;
+    expect(run.startedAt >= run.dueAt, `${run.runId} started before it was due`).toBe(true);
+    expect(run.finishedAt !== null && run.finishedAt >= run.startedAt).toBe(true);
+    expect(run.durationMs).toBe(Date.parse(run.finishedAt ?? "") - Date.parse(run.startedAt));
+  }
+  return runs;
+}
+
+const lastRunOf = async (jobId: string) =>
+  JobSchema.parse((await api.call("GET", `/jobs/${jobId}`)).body).lastRun;
+const summary = (run: RunDto | undefined) =>
+  run && {
+    runId: run.runId,
+    status: run.status,
+    scheduledFor: run.scheduledFor,
+    attempt: run.attempt,
+    finishedAt: run.finishedAt,
+  };
+const shape = (runs: RunDto[]) => runs.map((r) => [r.attempt, r.status, r.error ?? r.reason]);
+const noBackoff = { initialDelaySeconds: 0, maxDelaySeconds: 0 };
+
+describe("every ending in the history", () => {
+  it("a failure, its retry's success: both attempts of the one occurrence, the success its lastRun", async () => {
+    const id = await created({
+      type: "fail",
+      payload: { times: 1, retryable: true },
+      schedule: { runAt: new Date().toISOString() },
+      retry: { maxAttempts: 3, ...noBackoff },
+    });
+    await runOnce(api, id);
+    await runOnce(api, id);
+    const runs = await historyOf(id);
+    expect(shape(runs)).toEqual([
+      [2, "succeeded", null],
+      [1, "failed", "fail: attempt 1 of 1 planned failures"],
+    ]);
+    expect(new Set(runs.map((r) => r.scheduledFor)).size).toBe(1);
+    expect(runs[0]?.dueAt).toBe(runs[1]?.finishedAt);
+    expect(await lastRunOf(id)).toEqual(summary(runs[0]));
+  });
+
+  it("dead after its retries, then replayed and dead again: each attempt, the dead one naming its replay", async () => {
+    const id = await created({
+      type: "fail",
+      payload: { times: 99, retryable: true },
+      schedule: { runAt: new Date().toISOString() },
+      retry: { maxAttempts: 2, ...noBackoff },
+    });
+    await runOnce(api, id);
+    await runOnce(api, id);
+    const dead = (await historyOf(id))[0];
+    const replay = await api.call("POST", `/dead-letters/${dead?.runId}/replay`);
+    expect(replay.status, replay.text).toBe(202);
+    await runOnce(api, id);
+    const runs = await historyOf(id);
+    expect(shape(runs)).toEqual([
+      [3, "dead", "fail: attempt 3 of 99 planned failures"],
+      [2, "dead", "fail: attempt 2 of 99 planned failures"],
+      [1, "failed", "fail: attempt 1 of 99 planned failures"],
+    ]);
+    expect(runs[1]?.replayedBy).toBe(RunSchema.parse(replay.body).runId);
+    expect(runs[0]?.reason).toBe(
+      "gave up after 3 attempts: fail: attempt 3 of 99 planned failures",
+    );
+    expect(await lastRunOf(id)).toEqual(summary(runs[0]));
+  });
+
+  it("timed out: dead at its last attempt, the timeout as its error, its duration the timeout's", async () => {
+    const id = await created({
+      type: "sleep",
+      payload: { ms: 5_000 },
+      timeoutSeconds: 1,
+      schedule: { runAt: new Date().toISOString() },
+      retry: { maxAttempts: 1 },
+    });
+    await runOnce(api, id);
+    const runs = await historyOf(id);
+    expect(shape(runs)).toEqual([[1, "dead", "timed out after 1 s"]]);
+    expect(runs[0]?.durationMs).toBeGreaterThanOrEqual(1_000);
+    expect(runs[0]?.durationMs).toBeLessThan(5_000);
+    expect(await lastRunOf(id)).toEqual(summary(runs[0]));
+  });
+
+  it("a queued run cancelled never started: no start, ended when asked, not the job's lastRun", async () => {
+    const id = await created({ type: "noop", schedule: { cron: "0 0 1 1 *", timezone: "UTC" } });
+    const ran = RunSchema.parse((await api.call("POST", `/jobs/${id}/trigger`)).body);
+    await runOnce(api, id);
+    const queued = RunSchema.parse((await api.call("POST", `/jobs/${id}/trigger`)).body);
+    const cancel = await api.call("POST", `/jobs/${id}/runs/${queued.runId}/cancel`);
+    expect(cancel.status, cancel.text).toBe(200);
+    const runs = await historyOf(id);
+    expect(shape(runs)).toEqual([
+      [1, "cancelled", "run cancelled"],
+      [1, "succeeded", null],
+    ]);
+    expect(runs[0]).toMatchObject({ startedAt: null, durationMs: null, workerId: null, fence: 0 });
+    expect(runs[0]?.finishedAt).toBe(runs[0]?.cancelRequestedAt);
+    expect((await lastRunOf(id))?.runId).toBe(ran.runId);
+  });
+});
