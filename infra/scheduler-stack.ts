@@ -1,5 +1,5 @@
-import { Aws, CfnOutput, Stack, type StackProps } from "aws-cdk-lib";
-import type { Construct } from "constructs";
+import { Aws, CfnOutput, CfnResource, Stack, type StackProps } from "aws-cdk-lib";
+import type { Construct, IConstruct } from "constructs";
 import { ENV } from "../shared/config.js";
 import { Api } from "./constructs/api.js";
 import { Dispatch } from "./constructs/dispatch.js";
@@ -50,6 +50,19 @@ export class SchedulerStack extends Stack {
       engineEnvironment: environment,
       apiUrl: this.api.stage.url,
     });
+    // A deploy updates the API function last. Only the API makes what an earlier engine cannot
+    // run (an `after` job, an async target), so a client can make one only once the worker, the
+    // DLQ consumer, the dispatcher and the tick run the new code (docs/deploy.md, "Upgrade and
+    // rollback").
+    const apiFunction = cfnResourceOf(this.api.handler.fn);
+    for (const engineFunction of [
+      this.worker.worker,
+      this.worker.deadLetterConsumer,
+      this.dispatch.dispatcher,
+      this.dispatch.tick,
+    ]) {
+      apiFunction.addResourceDependency(cfnResourceOf(engineFunction.fn));
+    }
     this.observability = new Observability(this, "Observability", {
       settings,
       queues: this.queues,
@@ -84,4 +97,11 @@ export class SchedulerStack extends Stack {
       "CloudWatch dashboard",
     );
   }
+}
+
+function cfnResourceOf(construct: IConstruct): CfnResource {
+  const resource = construct.node.defaultChild;
+  if (!CfnResource.isCfnResource(resource))
+    throw new Error(`${construct.node.path} has no CloudFormation resource`);
+  return resource;
 }

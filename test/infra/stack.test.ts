@@ -1113,3 +1113,52 @@ describe("observability", () => {
     );
   });
 });
+
+describe("a deploy over a live stage", () => {
+  /** Every resource CloudFormation must have created or updated before `id`'s own update. */
+  function updatedBefore(synth: Synthesized, id: string): Set<string> {
+    const direct = (resourceId: string): string[] => {
+      const resource = synth.resources[resourceId];
+      if (!resource) return [];
+      const found: string[] = [];
+      const walk = (value: Json | undefined): void => {
+        const referenced = referencedId(value);
+        if (referenced !== null) found.push(referenced);
+        else if (Array.isArray(value)) for (const item of value) walk(item);
+        else if (isObject(value)) for (const item of Object.values(value)) walk(item);
+      };
+      walk(resource.Properties);
+      const dependsOn = resource.DependsOn ?? [];
+      found.push(...(typeof dependsOn === "string" ? [dependsOn] : dependsOn));
+      return found.filter((other) => synth.resources[other] !== undefined);
+    };
+    const seen = new Set<string>();
+    const pending = [id];
+    for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
+      for (const other of direct(next)) {
+        if (!seen.has(other)) {
+          seen.add(other);
+          pending.push(other);
+        }
+      }
+    }
+    return seen;
+  }
+
+  it("updates the API function after the worker, the DLQ consumer, the dispatcher and the tick", () => {
+    // Only the API makes what an earlier engine cannot run (an `after` job, an async target):
+    // updated last, it takes them only once new code runs every run, claim and dead letter.
+    for (const synth of [prod, dev]) {
+      const { stack } = synth;
+      const before = updatedBefore(synth, logicalIdOf(stack, stack.api.handler.fn));
+      for (const engineFunction of [
+        stack.worker.worker,
+        stack.worker.deadLetterConsumer,
+        stack.dispatch.dispatcher,
+        stack.dispatch.tick,
+      ]) {
+        expect(before).toContain(logicalIdOf(stack, engineFunction.fn));
+      }
+    }
+  });
+});

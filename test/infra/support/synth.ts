@@ -15,6 +15,7 @@ export interface CfnResourceJson {
   readonly DeletionPolicy?: string;
   readonly UpdateReplacePolicy?: string;
   readonly Metadata?: JsonObject;
+  readonly DependsOn?: string | readonly string[];
 }
 
 export interface Synthesized {
