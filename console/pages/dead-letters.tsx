@@ -1,38 +1,28 @@
 import { useState } from "preact/hooks";
 import { api, type Run } from "../api.js";
-import { announce, ErrorMessage, messageOf, usePoll } from "../components.js";
+import { announce, ErrorMessage, messageOf } from "../components.js";
 import { formatInstant } from "../format.js";
+import { usePagedPoll } from "../paging.js";
 import { Link } from "../router.js";
 
 const PAGE_SIZE = 50;
 
 export function DeadLettersPage() {
-  const { data, error, reload } = usePoll(
-    () => api.listDeadLetters({ limit: PAGE_SIZE }),
-    3000,
-    [],
-  );
-  // The first page is polled; older pages are read on demand and kept until replayed. The first
-  // read of them keeps the first page as it was (newer dead letters push runs off the polled one,
-  // which would fall between it and the older pages), and each page's cursor, null past the last.
-  const [older, setOlder] = useState<{ items: Run[]; cursor: string | null; read: boolean }>({
-    items: [],
-    cursor: null,
-    read: false,
+  // Older pages are kept until their dead letters are replayed.
+  const listing = usePagedPoll({
+    read: (cursor) => api.listDeadLetters({ limit: PAGE_SIZE, ...(cursor ? { cursor } : {}) }),
+    idOf: (run: Run) => run.runId,
+    intervalMs: 3000,
+    filter: "",
   });
+  const { first: data, error, reload, items: runs } = listing;
   const [replayed, setReplayed] = useState<Run | null>(null);
   const [replayError, setReplayError] = useState<unknown>(null);
-  const firstIds = new Set(data?.items.map((run) => run.runId));
-  const runs = [...(data?.items ?? []), ...older.items.filter((run) => !firstIds.has(run.runId))];
-  const cursor = older.read ? older.cursor : (data?.nextCursor ?? null);
 
   const loadMore = async () => {
-    if (cursor === null) return;
     setReplayError(null);
     try {
-      const kept = older.read ? older.items : (data?.items ?? []);
-      const page = await api.listDeadLetters({ limit: PAGE_SIZE, cursor });
-      setOlder({ items: [...kept, ...page.items], cursor: page.nextCursor, read: true });
+      await listing.loadOlder();
     } catch (caught) {
       setReplayError(caught);
     }
@@ -42,7 +32,7 @@ export function DeadLettersPage() {
     setReplayError(null);
     try {
       const next = await api.replay(run.runId);
-      setOlder((kept) => ({ ...kept, items: kept.items.filter((r) => r.runId !== run.runId) }));
+      listing.drop(run.runId);
       setReplayed(next);
       announce(`Replayed: attempt ${next.attempt} of the occurrence is queued`);
       await reload();
@@ -104,7 +94,7 @@ export function DeadLettersPage() {
         </tbody>
       </table>
       {data && runs.length === 0 ? <p>No dead letters.</p> : null}
-      {cursor !== null ? (
+      {listing.more ? (
         <button type="button" onClick={() => void loadMore()}>
           Load more dead letters
         </button>

@@ -18,6 +18,7 @@ import {
   zoneOf,
 } from "../format.js";
 import { changesBetween, formFromJob, issuesOf, JobFields, type JobForm } from "../job-form.js";
+import { usePagedPoll } from "../paging.js";
 import { Link } from "../router.js";
 
 const RUN_STATUSES = ["queued", "running", "succeeded", "failed", "dead", "skipped", "cancelled"];
@@ -375,36 +376,25 @@ function RunsTimeline({ id, zone }: { id: string; zone: string }) {
   const [hidden, setHidden] = useState<ReadonlySet<string>>(new Set());
   const shownStatuses = RUN_STATUSES.filter((status) => !hidden.has(status));
   const status = hidden.size === 0 ? undefined : shownStatuses.join(",");
-  // Older pages, read on demand. The first read keeps the polled first page as it was (newer
-  // runs push runs off it, which would fall between it and the older pages), and each page's
-  // cursor, null past the last.
-  const [older, setOlder] = useState<{
-    status: string | undefined;
-    items: Run[];
-    cursor: string | null;
-    read: boolean;
-  }>({ status: undefined, items: [], cursor: null, read: false });
-  const { data, error } = usePoll(
-    () =>
+  // Older pages belong to the job and the filter they were read under.
+  const listing = usePagedPoll({
+    read: (cursor) =>
       shownStatuses.length === 0
         ? Promise.resolve({ items: [], nextCursor: null })
-        : api.listRuns(id, { limit: 50, ...(status ? { status } : {}) }),
-    2000,
-    [id, status],
-  );
-  // Older pages belong to the filter they were loaded under.
-  const olderHere =
-    older.status === status ? older : { status, items: [], cursor: null, read: false };
-  const newest = new Set(data?.items.map((run) => run.runId));
-  const runs = [...(data?.items ?? []), ...olderHere.items.filter((run) => !newest.has(run.runId))];
+        : api.listRuns(id, {
+            limit: 50,
+            ...(cursor ? { cursor } : {}),
+            ...(status ? { status } : {}),
+          }),
+    idOf: (run: Run) => run.runId,
+    intervalMs: 2000,
+    filter: JSON.stringify([id, status ?? null]),
+  });
+  const { first: data, error, items: runs } = listing;
   const shown = runs.filter((run) => !hidden.has(run.status));
-  const cursor = olderHere.read ? olderHere.cursor : (data?.nextCursor ?? null);
   const loadOlder = async () => {
-    if (cursor === null) return;
     try {
-      const kept = olderHere.read ? olderHere.items : (data?.items ?? []);
-      const page = await api.listRuns(id, { limit: 50, cursor, ...(status ? { status } : {}) });
-      setOlder({ status, items: [...kept, ...page.items], cursor: page.nextCursor, read: true });
+      await listing.loadOlder();
     } catch (caught) {
       announce(messageOf(caught));
     }
@@ -494,7 +484,7 @@ function RunsTimeline({ id, zone }: { id: string; zone: string }) {
       {data && shown.length === 0 ? (
         <p>No runs{runs.length > 0 ? " with these statuses" : " yet"}.</p>
       ) : null}
-      {cursor !== null ? (
+      {listing.more ? (
         <button type="button" onClick={() => void loadOlder()}>
           Load older runs
         </button>

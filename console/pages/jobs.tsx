@@ -1,38 +1,29 @@
 import { useState } from "preact/hooks";
 import { api, type FieldIssue, type Job } from "../api.js";
-import {
-  announce,
-  ErrorMessage,
-  ErrorSummary,
-  messageOf,
-  StatusBadge,
-  usePoll,
-} from "../components.js";
+import { announce, ErrorMessage, ErrorSummary, messageOf, StatusBadge } from "../components.js";
 import { formatInstant, jobTitle, scheduleInWords, zoneOf } from "../format.js";
 import { createBody, emptyForm, issuesOf, JobFields, type JobForm } from "../job-form.js";
+import { usePagedPoll } from "../paging.js";
 import { Link, navigate } from "../router.js";
 
 const STATUSES: readonly Job["status"][] = ["active", "paused", "cancelled", "completed"];
 
 export function JobsPage({ jobTypes }: { jobTypes: readonly string[] }) {
   const [status, setStatus] = useState<Job["status"] | "">("");
-  const [older, setOlder] = useState<{ items: Job[]; cursor: string | null }>({
-    items: [],
-    cursor: null,
+  const listing = usePagedPoll({
+    read: (cursor) => api.listJobs({ status, limit: 50, ...(cursor ? { cursor } : {}) }),
+    idOf: (job: Job) => job.id,
+    intervalMs: 3000,
+    filter: status,
   });
-  const { data, error } = usePoll(() => api.listJobs({ status, limit: 50 }), 3000, [status]);
+  const { first: data, error, items: jobs } = listing;
   // A refused read of an older page (a 429, the network) is shown until the next try.
   const [loadError, setLoadError] = useState<unknown>(null);
-  const firstIds = new Set(data?.items.map((job) => job.id));
-  const jobs = [...(data?.items ?? []), ...older.items.filter((job) => !firstIds.has(job.id))];
-  const cursor = older.cursor ?? data?.nextCursor ?? null;
 
   const loadMore = async () => {
-    if (cursor === null) return;
     setLoadError(null);
     try {
-      const page = await api.listJobs({ status, limit: 50, cursor });
-      setOlder({ items: [...older.items, ...page.items], cursor: page.nextCursor });
+      await listing.loadOlder();
     } catch (caught) {
       setLoadError(caught);
       announce(messageOf(caught));
@@ -54,7 +45,6 @@ export function JobsPage({ jobTypes }: { jobTypes: readonly string[] }) {
           value={status}
           onChange={(event) => {
             setStatus(STATUSES.find((s) => s === event.currentTarget.value) ?? "");
-            setOlder({ items: [], cursor: null });
             setLoadError(null);
           }}
         >
@@ -106,7 +96,7 @@ export function JobsPage({ jobTypes }: { jobTypes: readonly string[] }) {
           </tbody>
         </table>
         {data && jobs.length === 0 ? <p>No jobs yet.</p> : null}
-        {cursor !== null ? (
+        {listing.more ? (
           <button type="button" onClick={() => void loadMore()}>
             Load more jobs
           </button>

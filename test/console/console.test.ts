@@ -420,7 +420,7 @@ describe("web console", () => {
     }
   });
 
-  it("says why Load more jobs read nothing (a 429), and reads the next page when asked again", async () => {
+  it("says why Load more jobs read nothing (a 429), reads the next page when asked again, and shows each job once: no button past the last page, none lost to a newer job", async () => {
     for (const size of [25, 25, 1]) {
       const jobs = Array.from({ length: size }, () => ({
         type: "noop",
@@ -452,6 +452,38 @@ describe("web console", () => {
       await button.click();
       await other.locator("tbody tr").nth(50).waitFor({ timeout: 5_000 });
       expect(await other.getByRole("alert").filter({ hasText: limited }).count()).toBe(0);
+      // That was the last page: no button reads one again, and each job shows once, in the order
+      // GET /jobs lists them.
+      expect(await button.count()).toBe(0);
+      const listed = async () =>
+        (
+          await api<{ items: Job[]; nextCursor: string | null }>(
+            "GET",
+            "/jobs?limit=100",
+            undefined,
+            {},
+            MANY_JOBS_KEY,
+          )
+        ).items.map((job) => job.id);
+      const shown = () =>
+        other
+          .locator("tbody tr th a")
+          .evaluateAll((links) =>
+            links.map((link) => link.getAttribute("href")?.split("/").at(-1)),
+          );
+      expect(await shown()).toEqual(await listed());
+      // A job created now pushes the first page's last job off the polled page: it is still shown,
+      // between the first page and the older one.
+      await api(
+        "POST",
+        "/jobs",
+        { type: "noop", schedule: { runAt: "2030-01-01T00:00:00Z" } },
+        {},
+        MANY_JOBS_KEY,
+      );
+      await other.locator("tbody tr").nth(51).waitFor({ timeout: 10_000 });
+      expect(await shown()).toEqual(await listed());
+      expect(await button.count()).toBe(0);
     } finally {
       await other.close();
     }

@@ -1,0 +1,74 @@
+import { useEffect, useRef, useState } from "preact/hooks";
+import { usePoll } from "./components.js";
+
+/** A page of a listing, as the API answers it: nextCursor is null past the last page. */
+interface Page<T> {
+  items: T[];
+  nextCursor: string | null;
+}
+
+/**
+ * A listing read a page at a time, newest first: its first page polled every `intervalMs`, older
+ * pages read on demand and kept. The first read of an older page keeps the first page as it was
+ * then (newer items push items off the polled one, which would otherwise fall between it and the
+ * older pages), and each read keeps its page's cursor: null past the last page, where no read is
+ * left. Older pages belong to the `filter` they were read under (what `read` asks for besides the
+ * cursor): under another, none is shown and the next starts from the first page again.
+ */
+export function usePagedPoll<T>({
+  read,
+  idOf,
+  intervalMs,
+  filter,
+}: {
+  read: (cursor: string | undefined) => Promise<Page<T>>;
+  idOf: (item: T) => string;
+  intervalMs: number;
+  filter: string;
+}): {
+  /** The polled first page, null until it is read. */
+  first: Page<T> | null;
+  error: unknown;
+  reload: () => Promise<void>;
+  /** The first page, then the older pages' items not on it. */
+  items: T[];
+  /** Whether an older page is left to read. */
+  more: boolean;
+  /** Reads the next older page; a refused read throws, and the next call asks for it again. */
+  loadOlder: () => Promise<void>;
+  /** Drops an item from the older pages kept (one replayed, say); the polled page reads anew. */
+  drop: (id: string) => void;
+} {
+  const [older, setOlder] = useState<{
+    filter: string;
+    items: T[];
+    cursor: string | null;
+    read: boolean;
+  }>({ filter, items: [], cursor: null, read: false });
+  const { data: first, error, reload } = usePoll(() => read(undefined), intervalMs, [filter]);
+  // Under another filter the older pages are dropped, and one read under the last lands nowhere.
+  const current = useRef(filter);
+  current.current = filter;
+  useEffect(() => {
+    setOlder((kept) =>
+      kept.filter === filter ? kept : { filter, items: [], cursor: null, read: false },
+    );
+  }, [filter]);
+  const here = older.filter === filter ? older : { filter, items: [], cursor: null, read: false };
+  const firstIds = new Set(first?.items.map(idOf));
+  const items = [
+    ...(first?.items ?? []),
+    ...here.items.filter((item) => !firstIds.has(idOf(item))),
+  ];
+  const cursor = here.read ? here.cursor : (first?.nextCursor ?? null);
+  const loadOlder = async () => {
+    if (cursor === null) return;
+    const kept = here.read ? here.items : (first?.items ?? []);
+    const page = await read(cursor);
+    if (current.current !== filter) return;
+    setOlder({ filter, items: [...kept, ...page.items], cursor: page.nextCursor, read: true });
+  };
+  const drop = (id: string) =>
+    setOlder((kept) => ({ ...kept, items: kept.items.filter((item) => idOf(item) !== id) }));
+  return { first, error, reload, items, more: cursor !== null, loadOlder, drop };
+}
