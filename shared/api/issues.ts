@@ -9,15 +9,23 @@ type Issue = z.core.$ZodIssue;
  * A failed schema check as a 400 naming the field. Unknown fields come first:
  * a misspelt field is the likelier cause of the other issues. A schedule that
  * matches none of the three shapes is explained by the schedule core, whose
- * messages say what to write instead ("timezone is required with cron").
+ * messages say what to write instead ("timezone is required with cron"). A
+ * query parameter given more than once reaches the schema as the list of its
+ * values, which no parameter takes: it is named as repeated, in place of what
+ * its schema says of a list ("expected number, received NaN").
  */
 export function schemaFailure(issues: readonly Issue[], target: string, input: unknown): ApiError {
   const fields: FieldIssue[] = [];
   const unknown: FieldIssue[] = [];
+  const repeated = target === "query" ? repeatedParams(input) : new Set<string>();
+  const named = new Set<string>();
   for (const issue of issues) {
     const base = pathOf(issue.path, target);
     if (issue.code === "unrecognized_keys") {
       unknown.push(...unknownFieldIssues(issue, target));
+    } else if (repeated.has(base)) {
+      if (!named.has(base)) fields.push({ field: base, message: REPEATED_MESSAGE });
+      named.add(base);
     } else if (
       issue.code === "invalid_union" &&
       target === "json" &&
@@ -33,6 +41,18 @@ export function schemaFailure(issues: readonly Issue[], target: string, input: u
     }
   }
   return invalid([...unknown, ...fields]);
+}
+
+const REPEATED_MESSAGE = "is given more than once; give it once";
+
+/** The query parameters given more than once: Hono's validator hands each one's values as a list. */
+function repeatedParams(query: unknown): Set<string> {
+  if (typeof query !== "object" || query === null) return new Set();
+  return new Set(
+    Object.entries(query)
+      .filter(([, value]) => Array.isArray(value))
+      .map(([name]) => name),
+  );
 }
 
 /** The fields an `unrecognized_keys` issue names, each as unknown; none for another issue. */

@@ -1,5 +1,6 @@
 import type { DynamoDBDocumentClient } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { z } from "zod";
 import { createApiApp } from "../../shared/api/app.js";
 import { bearerAuthenticator } from "../../shared/api/auth.js";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
@@ -304,6 +305,59 @@ describe("error bodies, byte for byte", () => {
     ).toEqual(invalid([{ field: "count", message: "Too small: expected number to be >=1" }]));
   });
 
+  it("a repeated query parameter: a 400 naming it as given more than once, on every route with query parameters", async () => {
+    const repeated = (field: string) =>
+      invalid([{ field, message: "is given more than once; give it once" }]);
+    const id = await createJob();
+    expect(await call("GET", "/jobs?limit=1&limit=2")).toEqual(repeated("limit"));
+    expect(await call("GET", `/jobs/${id}/runs?status=succeeded&status=failed`)).toEqual(
+      repeated("status"),
+    );
+    // Unknown parameters still come first; another parameter's issue follows the repeated one.
+    expect(await call("GET", "/jobs?colour=red&status=active&status=active&limit=0")).toEqual(
+      invalid([
+        { field: "colour", message: 'unknown parameter "colour"' },
+        { field: "status", message: "is given more than once; give it once" },
+        { field: "limit", message: "Too small: expected number to be >=1" },
+      ]),
+    );
+    // Each query parameter the document declares, given twice with a value its schema takes once
+    // (an enum's first; a cursor's text is checked after the schema: "x" alone is a 400 too).
+    const accepted: Record<string, string> = {
+      limit: "1",
+      cursor: "x",
+      status: "succeeded",
+      from: "2030-01-01T00:00:00Z",
+      to: "2030-01-02T00:00:00Z",
+      count: "1",
+    };
+    const document = OpenApiPaths.parse(JSON.parse((await call("GET", "/openapi.json")).body));
+    const routes = new Set<string>();
+    for (const [path, operations] of Object.entries(document.paths)) {
+      for (const parameter of operations.get?.parameters ?? []) {
+        if (parameter.in !== "query") continue;
+        routes.add(path);
+        const value = parameter.schema?.enum?.[0] ?? accepted[parameter.name];
+        if (value === undefined) throw new Error(`no value to give ${path}'s ${parameter.name}`);
+        const once = await call(
+          "GET",
+          `${path.replace(/\{[^}]+\}/g, id)}?${parameter.name}=${value}`,
+        );
+        expect(once.status === 200 || parameter.name === "cursor", `${path} ${once.body}`).toBe(
+          true,
+        );
+        const twice = `${path.replace(/\{[^}]+\}/g, id)}?${parameter.name}=${value}&${parameter.name}=${value}`;
+        expect(await call("GET", twice), twice).toEqual(repeated(parameter.name));
+      }
+    }
+    expect([...routes].sort()).toEqual([
+      "/dead-letters",
+      "/jobs",
+      "/jobs/{id}/preview",
+      "/jobs/{id}/runs",
+    ]);
+  });
+
   it("domain errors: 404, 428, 412, 409", async () => {
     const id = await createJob();
     const cancelled = await createJob();
@@ -536,6 +590,28 @@ function error(
 }
 
 /** A 400 listing `issues`, named by the first. */
+/** The GET operations' parameters of the OpenAPI document, as far as the tests read them. */
+const OpenApiPaths = z.object({
+  paths: z.record(
+    z.string(),
+    z.object({
+      get: z
+        .object({
+          parameters: z
+            .array(
+              z.object({
+                name: z.string(),
+                in: z.string(),
+                schema: z.object({ enum: z.array(z.string()).optional() }).optional(),
+              }),
+            )
+            .optional(),
+        })
+        .optional(),
+    }),
+  ),
+});
+
 function invalid(issues: readonly { field: string; message: string }[]): Answer {
   const [first] = issues;
   if (first === undefined) throw new Error("invalid: no issues");
