@@ -169,6 +169,12 @@ describe("API Lambda (payload v2, IAM)", () => {
     );
     expect(bad.statusCode).toBe(400);
     expect(JSON.parse(bad.body)).toMatchObject({ error: { field: "schedule.cron" } });
+    // API Gateway hands the query as sent (rawQueryString): a repeated parameter is named as such.
+    const repeated = await handler(event("GET", "/jobs", { query: "limit=1&limit=2" }));
+    expect(repeated.statusCode).toBe(400);
+    expect(JSON.parse(repeated.body)).toMatchObject({
+      error: { field: "limit", message: "limit: is given more than once; give it once" },
+    });
   });
 
   /**
