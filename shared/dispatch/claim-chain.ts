@@ -21,6 +21,8 @@ export interface SweepStats {
 export interface ChainOptions {
   readonly now: Date;
   readonly horizonEnd: Date;
+  /** Each claim's reach (`ClaimOptions.reachEnd`); absent, the claim's own. */
+  readonly reachEnd?: Date;
 }
 
 export const emptySweepStats = (): SweepStats => ({
@@ -68,6 +70,7 @@ export async function claimChain(
       result = await claimDueEntry(engine, entry, {
         now: options.now,
         horizonEnd: options.horizonEnd,
+        reachEnd: options.reachEnd,
       });
     } catch (error) {
       if (onFailure === undefined) throw error;

@@ -42,6 +42,12 @@ export type ClaimResult =
 export interface ClaimOptions {
   readonly now: Date;
   readonly horizonEnd: Date;
+  /**
+   * Occurrences planned before this instant are queued. Absent: the claim's reach
+   * (`claimReachEnd`), up to 14 minutes past now. An edit's claim of what the old schedule has
+   * due passes just past its `now`, so nothing not yet due is queued under that schedule.
+   */
+  readonly reachEnd?: Date;
 }
 
 /**
@@ -116,14 +122,14 @@ function planWrites(
   engine: Engine,
   entry: DueEntry,
   now: Date,
-  horizonEnd: Date,
+  reachEnd: Date,
   known: Known,
 ): PlannedWrites {
   const { settings } = engine;
   const planned = planClaim({
     entry,
     now,
-    horizonEnd: claimReachEnd(now, horizonEnd),
+    horizonEnd: reachEnd,
     misfireGraceMs: settings.misfireGraceMs,
     maxRunsPerClaim: MAX_RUNS_PER_CLAIM,
     alreadyRun: known.run,
@@ -210,7 +216,7 @@ export function planClaimBeforeCreate(
   now: Date,
   horizonEnd: Date,
 ): ClaimBeforeCreate {
-  const planned = planWrites(engine, entry, now, horizonEnd, noneKnown());
+  const planned = planWrites(engine, entry, now, claimReachEnd(now, horizonEnd), noneKnown());
   return {
     runs: planned.queued.map((q) => q.run),
     runItems: [...planned.queued.map((q) => q.item), ...planned.skippedItems],
@@ -259,8 +265,8 @@ async function attemptClaim(
   known: Known,
   token: string,
 ): Promise<ClaimStep> {
-  const { now, horizonEnd } = options;
-  const { plan, queued, skippedItems, next } = planWrites(engine, entry, now, horizonEnd, known);
+  const { now, horizonEnd, reachEnd = claimReachEnd(now, horizonEnd) } = options;
+  const { plan, queued, skippedItems, next } = planWrites(engine, entry, now, reachEnd, known);
   // Everything this claim covered was skipped (a one-off past its grace under `skip`) and the
   // schedule has nothing after it: the job is complete, not ACTIVE with nothing pending.
   const leavesNothing = queued.length === 0 && next === null && known.run.size === 0;

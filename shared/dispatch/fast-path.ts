@@ -7,20 +7,26 @@ import { RunSender } from "./run-sender.js";
 
 /**
  * Claims a freshly written due entry at once, and the job's following entries
- * while they fall inside the fast-path horizon (or before `horizonEnd`), then
- * enqueues the runs. Used by create, resume and edit.
+ * while they fall inside the fast-path horizon, then enqueues the runs. Used by
+ * create, resume and edit. With `upTo`, only occurrences planned before it are
+ * claimed: the chain stops there, and so does each claim's reach (an edit's
+ * claim of what the old schedule has due).
  */
 export async function dispatchNow(
   engine: Engine,
   entry: DueEntry,
   now: Date,
-  horizonEnd: Date = fastPathHorizonEnd(now, engine.settings.lookaheadMs),
+  upTo?: Date,
 ): Promise<Run[]> {
   const stats = emptySweepStats();
   const claimed: Run[] = [];
   const sender = new RunSender(engine, stats, (runs) => claimed.push(...runs));
+  const bounds =
+    upTo === undefined
+      ? { horizonEnd: fastPathHorizonEnd(now, engine.settings.lookaheadMs) }
+      : { horizonEnd: upTo, reachEnd: upTo };
   try {
-    await claimChain(engine, entry, { now, horizonEnd }, stats, sender);
+    await claimChain(engine, entry, { now, ...bounds }, stats, sender);
   } finally {
     // Runs claimed before a later link of the chain failed are stored QUEUED: send them now.
     await sender.flush();

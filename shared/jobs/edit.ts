@@ -153,8 +153,10 @@ export async function editJob(
 
 /**
  * Claims the job's pending due entry when it is already due (a dispatcher
- * outage left it unclaimed), with the horizon at `now` so nothing not yet due
- * is claimed under the old schedule. True when it claimed anything.
+ * outage left it unclaimed), up to `now`: the chain and each claim's reach end
+ * there, so nothing not yet due is queued or recorded under the old schedule,
+ * and the entry is moved on to the first occurrence after `now`. True when it
+ * claimed anything (or a dispatcher did meanwhile).
  */
 async function claimDueBeforeEdit(engine: Engine, job: Job, now: Date): Promise<boolean> {
   if (job.status !== "ACTIVE" || job.nextDueKey === null || job.nextRunAt === null) return false;
@@ -162,6 +164,8 @@ async function claimDueBeforeEdit(engine: Engine, job: Job, now: Date): Promise<
   const entry = await readDueEntry(engine, job.nextDueKey);
   // Gone: a dispatcher claimed it meanwhile, and the job no longer points at it.
   if (entry === null) return true;
+  // Its occurrence has come, but its planned time (jitter) has not: nothing is due yet.
+  if (Date.parse(entry.dueAt) > now.getTime()) return false;
   await dispatchNow(engine, entry, now, new Date(now.getTime() + 1));
   return true;
 }

@@ -14,6 +14,7 @@ import {
 import { listDeadLetters } from "../../shared/jobs/queries.js";
 import type { Run } from "../../shared/model.js";
 import type { ReceivedRun } from "../../shared/queue/work-queue.js";
+import { plannedTime } from "../../shared/schedule/index.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import {
   createEngineFixture,
@@ -114,6 +115,118 @@ describe("edits, pauses and retries keep the runs that should run", () => {
     );
     expect(missed.length).toBeGreaterThan(0);
     for (const run of missed) expect(run.reason).toMatch(/misfire/);
+  });
+
+  it.each(["skip", "complete"] as const)(
+    "a schedule edit after a dispatcher outage (inFlight %s) queues and records no occurrence of the old schedule that was not yet due at the edit",
+    async (inFlight) => {
+      const createdAt =
+        Math.ceil((Date.now() + (inFlight === "skip" ? 180 : 240) * MINUTE) / MINUTE) * MINUTE;
+      // Past what the create's claim reached (14 minutes), half a minute into a minute.
+      const editedAt = createdAt + 20 * MINUTE + 30_000;
+      const { job } = await createJob(
+        withClock(() => new Date(createdAt)),
+        testJob({ type: "recorded", schedule: { every: "PT1M" } }),
+      );
+      // Daily, twelve hours on: the new schedule has nothing near the edit.
+      const dailyHour = (new Date(editedAt).getUTCHours() + 12) % 24;
+      // No dispatcher pass runs for twenty minutes; then the job is edited to run daily.
+      await editJob(
+        withClock(() => new Date(editedAt)),
+        TENANT,
+        job.jobId,
+        1,
+        {
+          schedule: { cron: `0 ${dailyHour} * * *`, timezone: "UTC" },
+          policies: { ...testJob().policies, inFlight },
+        },
+      );
+      const after = await runsOf(job.jobId);
+      // Every occurrence due at the edit is decided (run or SKIPPED with its reason)...
+      const due = Array.from({ length: 21 }, (_, k) =>
+        new Date(createdAt + k * MINUTE).toISOString(),
+      );
+      expect(due.filter((at) => !after.some((r) => r.scheduledFor === at))).toEqual([]);
+      const dueAtEdit = after.find((r) => r.scheduledFor === due.at(-1));
+      expect(dueAtEdit).toMatchObject({ status: "QUEUED", jobVersion: 1 });
+      // ...and none after it: the old schedule's 20:29 … was never due, under either inFlight.
+      const editedIso = new Date(editedAt).toISOString();
+      expect(
+        after.filter((r) => r.scheduledFor > editedIso).map((r) => [r.scheduledFor, r.status]),
+      ).toEqual([]);
+      const edited = await getJob(f.engine, job.jobId);
+      expect(edited).toMatchObject({ version: 2, status: "ACTIVE" });
+      expect(new Date(edited?.nextRunAt ?? 0).getUTCHours()).toBe(dailyHour);
+    },
+  );
+
+  it("a schedule edit after a dispatcher outage leaves a jittered occurrence whose planned time is after the edit: it was not due", async () => {
+    const createdAt = Math.ceil((Date.now() + 300 * MINUTE) / MINUTE) * MINUTE;
+    const { job } = await createJob(
+      withClock(() => new Date(createdAt)),
+      testJob({ type: "recorded", schedule: { every: "PT1M" }, window: "PT1M" }),
+    );
+    // The first occurrence past what the create claimed whose planned time is a second or more
+    // after it: the edit comes between the two.
+    const occurrence = Array.from({ length: 20 }, (_, k) => new Date(createdAt + (20 + k) * MINUTE))
+      .map((at) => ({ at, planned: plannedTime(job.jobId, at, MINUTE, job.schedule) }))
+      .find(({ at, planned }) => planned.getTime() - at.getTime() >= 2000);
+    if (occurrence === undefined) throw new Error("no occurrence planned 2 s or more late");
+    const editedAt = occurrence.planned.getTime() - 1000;
+    const dailyHour = (new Date(editedAt).getUTCHours() + 12) % 24;
+    await editJob(
+      withClock(() => new Date(editedAt)),
+      TENANT,
+      job.jobId,
+      1,
+      { schedule: { cron: `0 ${dailyHour} * * *`, timezone: "UTC" } },
+    );
+    const after = await runsOf(job.jobId);
+    const due = Array.from({ length: (occurrence.at.getTime() - createdAt) / MINUTE }, (_, k) =>
+      new Date(createdAt + k * MINUTE).toISOString(),
+    );
+    expect(due.filter((at) => !after.some((r) => r.scheduledFor === at))).toEqual([]);
+    const notDue = occurrence.at.toISOString();
+    expect(
+      after.filter((r) => r.scheduledFor >= notDue).map((r) => [r.scheduledFor, r.status]),
+    ).toEqual([]);
+  });
+
+  it("a schedule edit between a jittered occurrence and its planned time claims nothing of the old schedule", async () => {
+    const createdAt = Math.ceil((Date.now() + 420 * MINUTE) / MINUTE) * MINUTE;
+    const startAt = createdAt + 60 * MINUTE;
+    const create = () =>
+      createJob(
+        withClock(() => new Date(createdAt)),
+        testJob({
+          type: "recorded",
+          schedule: { every: "PT1H", startAt: new Date(startAt).toISOString() },
+          window: "PT10M",
+        }),
+      );
+    // The occurrence is planned a second or more after it (all but a few jobs in a thousand).
+    let { job } = await create();
+    for (let tries = 1; offsetOf(job.jobId, job.schedule) < 2000 && tries < 5; tries++) {
+      job = (await create()).job;
+    }
+    const offset = offsetOf(job.jobId, job.schedule);
+    expect(offset).toBeGreaterThanOrEqual(2000);
+    const editedAt = startAt + offset - 1000;
+    const dailyHour = (new Date(editedAt).getUTCHours() + 12) % 24;
+    await editJob(
+      withClock(() => new Date(editedAt)),
+      TENANT,
+      job.jobId,
+      1,
+      { schedule: { cron: `0 ${dailyHour} * * *`, timezone: "UTC" } },
+    );
+    expect((await runsOf(job.jobId)).map((r) => [r.scheduledFor, r.status])).toEqual([]);
+    const edited = await getJob(f.engine, job.jobId);
+    expect(new Date(edited?.nextRunAt ?? 0).getUTCHours()).toBe(dailyHour);
+
+    function offsetOf(jobId: string, schedule: Parameters<typeof plannedTime>[3]): number {
+      return plannedTime(jobId, new Date(startAt), 10 * MINUTE, schedule).getTime() - startAt;
+    }
   });
 
   it("a schedule edit refused (an upstream that does not exist) after a dispatcher outage writes nothing, not even the old schedule's claim", async () => {
