@@ -379,6 +379,100 @@ describe("a claim whose entry a pause, cancel or edit removes between its puts a
   });
 });
 
+describe("an edit's claim of what an outage left due, raced by a dispatcher's claim", () => {
+  it("the edit's claim wins: the dispatcher's puts past the edit stay QUEUED, unsent, and their workers skip them once the reaper sends them; nothing runs twice", async () => {
+    const now = clock();
+    const due = new Date(now.getTime() - 5 * MINUTE);
+    const { job, entry } = await seedOne(
+      "outage",
+      { every: "PT1M", startAt: due.toISOString() },
+      due,
+      now,
+    );
+    const dailyHour = (now.getUTCHours() + 12) % 24;
+    const { result } = await withHook(
+      "TransactWriteItemsCommand",
+      async () => {
+        await editJob(f.engine, job.tenantId, job.jobId, 1, {
+          schedule: { cron: `0 ${dailyHour} * * *`, timezone: "UTC" },
+        });
+      },
+      () => claimDueEntry(f.engine, entry, claimOptions(now)),
+    );
+    expect(result.outcome).toBe("lost");
+    expect(await jobOf("outage")).toMatchObject({ version: 2, status: "ACTIVE" });
+
+    const runs = await runsOf("outage");
+    expect(new Set(runs.map((r) => r.scheduledFor)).size).toBe(runs.length);
+    // Every occurrence due at the edit is decided once, by the edit's claim.
+    const decided = runs.filter((r) => r.scheduledFor <= now.toISOString());
+    expect(decided.map((r) => r.scheduledFor)).toEqual(
+      Array.from({ length: 6 }, (_, k) => new Date(due.getTime() + k * MINUTE).toISOString()),
+    );
+    // The dispatcher's runs past the edit, put before it lost its entry: the edit's claim did not
+    // reach them, so they wait unsent, as runs a claim left before an edit do.
+    const left = runs.filter((r) => r.scheduledFor > now.toISOString());
+    expect(left.length).toBeGreaterThan(0);
+    expect(left.every((r) => r.status === "QUEUED" && r.jobVersion === 1)).toBe(true);
+    const last = left.at(-1);
+    if (!last) throw new Error("no left run");
+
+    // The reaper sends them (and again the edit's runs, past their deadlines too).
+    pastDeadlineOf(new Date(last.scheduledFor));
+    expect((await reap(f.engine)).resent).toBeGreaterThanOrEqual(left.length);
+    const calls = new Map<string, number>();
+    await deliverAll("outage", calls);
+    for (const [, count] of calls) expect(count).toBe(1);
+    for (const run of left) expect(calls.has(run.scheduledFor)).toBe(false);
+    const ended = (await runsOf("outage")).filter((r) => r.scheduledFor > now.toISOString());
+    expect(ended.map((r) => r.status)).toEqual(left.map(() => "SKIPPED"));
+    for (const run of ended) expect(run.reason).toMatch(/^job edited \(version 1 → 2\)/);
+  });
+
+  it("the dispatcher's claim wins: the edit's claim is lost, the edit applies to the job that claim left, and each occurrence has one run", async () => {
+    const now = clock();
+    const due = new Date(now.getTime() - 5 * MINUTE);
+    const { job, entry } = await seedOne(
+      "outage-won",
+      { every: "PT1M", startAt: due.toISOString() },
+      due,
+      now,
+    );
+    const dailyHour = (now.getUTCHours() + 12) % 24;
+    let dispatcher: ClaimResult | undefined;
+    const claimTransaction = (input: Record<string, unknown>) =>
+      ((input.TransactItems as { Delete?: { Key?: { pk?: unknown } } }[] | undefined) ?? []).some(
+        (item) => String(item.Delete?.Key?.pk).startsWith("DUE#"),
+      );
+    const { result: edited } = await withHook(
+      "TransactWriteItemsCommand",
+      async () => {
+        dispatcher = await claimDueEntry(f.engine, entry, claimOptions(now));
+      },
+      () =>
+        editJob(f.engine, job.tenantId, job.jobId, 1, {
+          schedule: { cron: `0 ${dailyHour} * * *`, timezone: "UTC" },
+        }),
+      claimTransaction,
+    );
+    expect(dispatcher?.outcome).toBe("claimed");
+    expect(edited).toMatchObject({ version: 2, status: "ACTIVE" });
+    expect(new Date(edited.nextRunAt ?? 0).getUTCHours()).toBe(dailyHour);
+
+    const runs = await runsOf("outage-won");
+    expect(new Set(runs.map((r) => r.scheduledFor)).size).toBe(runs.length);
+    // The dispatcher's claim reached its 14 minutes: those runs were queued before the edit, and
+    // meet its inFlight rule as any such run.
+    expect(runs.every((r) => r.jobVersion === 1)).toBe(true);
+    const dueAtEdit = Array.from({ length: 6 }, (_, k) =>
+      new Date(due.getTime() + k * MINUTE).toISOString(),
+    );
+    expect(
+      runs.filter((r) => r.scheduledFor <= now.toISOString()).map((r) => r.scheduledFor),
+    ).toEqual(dueAtEdit);
+  });
+});
+
 describe("a claim whose job no longer points at its entry", () => {
   it("deletes the runs it put, but not one another claimer has put over them since", async () => {
     const now = clock();
