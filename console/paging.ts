@@ -36,7 +36,10 @@ export function usePagedPoll<T>({
   more: boolean;
   /** Reads the next older page; a refused read throws, and the next call asks for it again. */
   loadOlder: () => Promise<void>;
-  /** Drops an item from the older pages kept (one replayed, say); the polled page reads anew. */
+  /**
+   * Drops an item from the older pages kept (one replayed, say), and from any older page read
+   * under way; the polled page reads anew.
+   */
   drop: (id: string) => void;
 } {
   const [older, setOlder] = useState<{
@@ -49,6 +52,8 @@ export function usePagedPoll<T>({
   // Under another filter the older pages are dropped, and one read under the last lands nowhere.
   const current = useRef(filter);
   current.current = filter;
+  // Items dropped stay dropped: an older read begun before the drop lands without them.
+  const dropped = useRef(new Set<string>());
   useEffect(() => {
     setOlder((kept) =>
       kept.filter === filter ? kept : { filter, items: [], cursor: null, read: false },
@@ -66,9 +71,12 @@ export function usePagedPoll<T>({
     const kept = here.read ? here.items : (first?.items ?? []);
     const page = await read(cursor);
     if (current.current !== filter) return;
-    setOlder({ filter, items: [...kept, ...page.items], cursor: page.nextCursor, read: true });
+    const items = [...kept, ...page.items].filter((item) => !dropped.current.has(idOf(item)));
+    setOlder({ filter, items, cursor: page.nextCursor, read: true });
   };
-  const drop = (id: string) =>
+  const drop = (id: string) => {
+    dropped.current.add(id);
     setOlder((kept) => ({ ...kept, items: kept.items.filter((item) => idOf(item) !== id) }));
+  };
   return { first, error, reload, items, more: cursor !== null, loadOlder, drop };
 }

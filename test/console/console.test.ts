@@ -19,6 +19,8 @@ const MANY_DEAD_KEY = "console-many-dead-key";
 /** A third tenant's, for jobs with odd names. */
 const ODD_NAMES_KEY = "console-odd-names-key";
 const MANY_JOBS_KEY = "console-many-jobs-key";
+/** A fifth tenant's, whose 51 dead letters fill a first page and one more. */
+const REPLAY_RACE_KEY = "console-replay-race-key";
 const SCREENSHOTS = process.env.CONSOLE_SCREENSHOTS;
 
 interface Job {
@@ -91,7 +93,7 @@ beforeAll(async () => {
   [sandbox, browser] = await Promise.all([
     spawnSandbox({
       env: {
-        SCHEDULER_API_KEYS: `${KEY}=console-tenant,${MANY_DEAD_KEY}=many-dead-tenant,${ODD_NAMES_KEY}=odd-names-tenant,${MANY_JOBS_KEY}=many-jobs-tenant`,
+        SCHEDULER_API_KEYS: `${KEY}=console-tenant,${MANY_DEAD_KEY}=many-dead-tenant,${ODD_NAMES_KEY}=odd-names-tenant,${MANY_JOBS_KEY}=many-jobs-tenant,${REPLAY_RACE_KEY}=replay-race-tenant`,
         // The shortest lookahead: a per-second job's create claims its first three minutes of
         // runs, not seven.
         LOOKAHEAD_SECONDS: "60",
@@ -415,6 +417,77 @@ describe("web console", () => {
       await row.waitFor({ state: "detached" });
       const replayed = await asOther<Run>("GET", `/jobs/${first.id}/runs/${firstDead.runId}`);
       expect(replayed.replayedBy).not.toBeNull();
+    } finally {
+      await other.close();
+    }
+  });
+
+  it("a dead letter replayed while Load more dead letters is reading is not shown again when that page lands", async () => {
+    const asOther = <T>(method: string, path: string, body?: unknown) =>
+      api<T>(method, path, body, {}, REPLAY_RACE_KEY);
+    for (let batch = 0; batch < 3; batch++) {
+      const jobs = Array.from({ length: 17 }, (_, i) => ({
+        name: `race ${batch * 17 + i}`,
+        type: "fail",
+        payload: { retryable: false },
+        schedule: { runAt: new Date().toISOString() },
+      }));
+      await asOther("POST", "/jobs:batch", { jobs });
+    }
+    await waitFor(
+      "51 dead letters",
+      async () => {
+        const first = await asOther<{ items: Run[]; nextCursor: string | null }>(
+          "GET",
+          "/dead-letters?limit=50",
+        );
+        if (first.nextCursor === null) return undefined;
+        const second = await asOther<{ items: Run[] }>(
+          "GET",
+          `/dead-letters?limit=50&cursor=${first.nextCursor}`,
+        );
+        return second.items.length === 1 ? true : undefined;
+      },
+      60_000,
+      500,
+    );
+    const other = await browser.context.newPage();
+    try {
+      await other.goto(`${sandbox.url}/console/dead-letters`);
+      await other.getByLabel("API key", { exact: true }).fill(REPLAY_RACE_KEY);
+      await other.getByRole("button", { name: "Sign in" }).click();
+      await other.getByRole("heading", { name: "Dead letters", level: 1 }).waitFor();
+      await other.locator("tr[data-run-id]").nth(49).waitFor();
+      // The older page's answer is slow (a cold API function): held until the replay is done.
+      let release = () => {};
+      const held = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      const olderPage = (url: URL) =>
+        url.pathname === "/dead-letters" && url.searchParams.has("cursor");
+      await other.route(olderPage, async (route) => {
+        const response = await route.fetch();
+        await held;
+        return route.fulfill({ response });
+      });
+      const answered = other.waitForResponse((r) => olderPage(new URL(r.url())));
+      await other.getByRole("button", { name: "Load more dead letters" }).click();
+      const row = other.locator("tr[data-run-id]").first();
+      const runId = await row.getAttribute("data-run-id");
+      await row.getByRole("button", { name: /^Replay/ }).click();
+      await other
+        .getByText(/Replayed: attempt 2/)
+        .first()
+        .waitFor();
+      await other.locator(`tr[data-run-id="${runId}"]`).waitFor({ state: "detached" });
+      release();
+      await answered;
+      await other
+        .getByRole("button", { name: "Load more dead letters" })
+        .waitFor({ state: "detached" });
+      await other.waitForTimeout(500);
+      // Its replay (attempt 2) may die too, as a dead letter of its own: the replayed one stays gone.
+      expect(await other.locator(`tr[data-run-id="${runId}"]`).count()).toBe(0);
     } finally {
       await other.close();
     }
