@@ -13,7 +13,8 @@ interface Page<T> {
  * then (newer items push items off the polled one, which would otherwise fall between it and the
  * older pages), and each read keeps its page's cursor: null past the last page, where no read is
  * left. Older pages belong to the `filter` they were read under (what `read` asks for besides the
- * cursor): under another, none is shown and the next starts from the first page again.
+ * cursor): under another, none is shown and the next starts from the first page again. An item
+ * kept is shown as the polled page last showed it (a job cancelled since, say).
  */
 export function usePagedPoll<T>({
   read,
@@ -59,11 +60,23 @@ export function usePagedPoll<T>({
       kept.filter === filter ? kept : { filter, items: [], cursor: null, read: false },
     );
   }, [filter]);
+  // Each item as the polled page last showed it: one it has since pushed off is shown as it was
+  // then, not as when its older page (or the first page kept with it) was read.
+  const latest = useRef<{ page: Page<T> | null; items: Map<string, T> }>({
+    page: null,
+    items: new Map(),
+  });
+  if (first !== null && first !== latest.current.page) {
+    latest.current.page = first;
+    for (const item of first.items) latest.current.items.set(idOf(item), item);
+  }
   const here = older.filter === filter ? older : { filter, items: [], cursor: null, read: false };
   const firstIds = new Set(first?.items.map(idOf));
   const items = [
     ...(first?.items ?? []),
-    ...here.items.filter((item) => !firstIds.has(idOf(item))),
+    ...here.items
+      .filter((item) => !firstIds.has(idOf(item)))
+      .map((item) => latest.current.items.get(idOf(item)) ?? item),
   ];
   const cursor = here.read ? here.cursor : (first?.nextCursor ?? null);
   const loadOlder = async () => {

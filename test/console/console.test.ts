@@ -21,6 +21,8 @@ const ODD_NAMES_KEY = "console-odd-names-key";
 const MANY_JOBS_KEY = "console-many-jobs-key";
 /** A fifth tenant's, whose 51 dead letters fill a first page and one more. */
 const REPLAY_RACE_KEY = "console-replay-race-key";
+/** A sixth tenant's, whose jobs change after an older page is read. */
+const CHANGING_JOBS_KEY = "console-changing-jobs-key";
 const SCREENSHOTS = process.env.CONSOLE_SCREENSHOTS;
 
 interface Job {
@@ -93,7 +95,7 @@ beforeAll(async () => {
   [sandbox, browser] = await Promise.all([
     spawnSandbox({
       env: {
-        SCHEDULER_API_KEYS: `${KEY}=console-tenant,${MANY_DEAD_KEY}=many-dead-tenant,${ODD_NAMES_KEY}=odd-names-tenant,${MANY_JOBS_KEY}=many-jobs-tenant,${REPLAY_RACE_KEY}=replay-race-tenant`,
+        SCHEDULER_API_KEYS: `${KEY}=console-tenant,${MANY_DEAD_KEY}=many-dead-tenant,${ODD_NAMES_KEY}=odd-names-tenant,${MANY_JOBS_KEY}=many-jobs-tenant,${REPLAY_RACE_KEY}=replay-race-tenant,${CHANGING_JOBS_KEY}=changing-jobs-tenant`,
         // The shortest lookahead: a per-second job's create claims its first three minutes of
         // runs, not seven.
         LOOKAHEAD_SECONDS: "60",
@@ -557,6 +559,47 @@ describe("web console", () => {
       await other.locator("tbody tr").nth(51).waitFor({ timeout: 10_000 });
       expect(await shown()).toEqual(await listed());
       expect(await button.count()).toBe(0);
+    } finally {
+      await other.close();
+    }
+  });
+
+  it("a job cancelled after Load more jobs, then pushed off the polled page by newer jobs, is shown cancelled, not as it was before", async () => {
+    const create = async (size: number) => {
+      const jobs = Array.from({ length: size }, () => ({
+        type: "noop",
+        schedule: { runAt: "2030-01-01T00:00:00Z" },
+      }));
+      return (
+        await api<{ results: { job: Job }[] }>(
+          "POST",
+          "/jobs:batch",
+          { jobs },
+          {},
+          CHANGING_JOBS_KEY,
+        )
+      ).results.map((result) => result.job);
+    };
+    for (const size of [25, 25]) await create(size);
+    const [newest] = await create(1);
+    if (newest === undefined) throw new Error("no job created");
+    const other = await browser.context.newPage();
+    try {
+      await other.goto(`${sandbox.url}/console/jobs`);
+      await other.getByLabel("API key", { exact: true }).fill(CHANGING_JOBS_KEY);
+      await other.getByRole("button", { name: "Sign in" }).click();
+      await other.getByRole("heading", { name: "Jobs", level: 1 }).waitFor();
+      await other.getByRole("button", { name: "Load more jobs" }).click();
+      await other.locator("tbody tr").nth(50).waitFor({ timeout: 5_000 });
+      const row = other.locator("tbody tr", {
+        has: other.locator(`a[href="/console/jobs/${newest.id}"]`),
+      });
+      await api("POST", `/jobs/${newest.id}/cancel`, {}, {}, CHANGING_JOBS_KEY);
+      await row.locator(".status-cancelled").waitFor({ timeout: 10_000 });
+      // Fifty newer jobs push it off the polled first page: it is shown from what was kept.
+      for (const size of [25, 25]) await create(size);
+      await other.locator("tbody tr").nth(100).waitFor({ timeout: 10_000 });
+      expect(await row.locator(".status").textContent()).toBe("cancelled");
     } finally {
       await other.close();
     }
