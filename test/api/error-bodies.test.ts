@@ -589,7 +589,6 @@ function error(
   return { status, headers: { ...JSON_TYPE, ...headers }, body: JSON.stringify({ error: body }) };
 }
 
-/** A 400 listing `issues`, named by the first. */
 /** The GET operations' parameters of the OpenAPI document, as far as the tests read them. */
 const OpenApiPaths = z.object({
   paths: z.record(
@@ -612,6 +611,7 @@ const OpenApiPaths = z.object({
   ),
 });
 
+/** A 400 listing `issues`, named by the first. */
 function invalid(issues: readonly { field: string; message: string }[]): Answer {
   const [first] = issues;
   if (first === undefined) throw new Error("invalid: no issues");
