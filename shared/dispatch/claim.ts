@@ -1,6 +1,5 @@
 import { CANCEL_REASONS } from "../cancel-reasons.js";
 import { forEachConcurrently } from "../concurrency.js";
-import { MIN_LOOKAHEAD_SECONDS } from "../config.js";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
 import type { DueEntry, Run } from "../model.js";
@@ -13,7 +12,7 @@ import { completedJobExpiresAt } from "../storage/retention.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";
 import { getJob } from "../storage/run-reads.js";
 import { queuedRun, skippedRun } from "../storage/runs.js";
-import { claimReachEnd, fastPathHorizonEnd } from "./fast-path-window.js";
+import { claimReachEnd, mayAwaitItsJob } from "./fast-path-window.js";
 import { attemptOf, planClaim } from "./plan-claim.js";
 
 /**
@@ -380,28 +379,6 @@ async function afterClaim(engine: Engine, entry: DueEntry, planned: PlannedWrite
   if (planned.plan.note) engine.obs.log.warn(planned.plan.note, { jobId: entry.jobId });
   engine.obs.metrics.add(METRICS.claims, planned.queued.length, "Count");
 }
-
-/**
- * Whether an occurrence entry whose job is not there may be a create's, put before its job: a
- * create puts the entry first when it lies past its fast-path window (`now + lookahead + 2 min`,
- * at least 3 minutes ahead of the create's clock, at the shortest lookahead), and during a deploy
- * that raises `lookaheadSeconds` a pass may sweep that far before the API's instances have the new
- * setting. The pass's `now` comes after the create's reading when it began while the create wrote
- * (or on a clock a little ahead), so an entry at the window's very end is less than 3 minutes
- * ahead of it: a minute is left for that (`CREATE_SLACK_MS`). Removed, the entry would leave the
- * job naming one that is gone, for good. Left, it is claimed once the job's put lands, or removed
- * once due within 2 minutes (a create that died before its job's put).
- */
-function mayAwaitItsJob(entry: DueEntry, now: Date): boolean {
-  const windowEnd = fastPathHorizonEnd(now, MIN_LOOKAHEAD_SECONDS * 1000).getTime();
-  return entry.kind === "occurrence" && Date.parse(entry.dueAt) >= windowEnd - CREATE_SLACK_MS;
-}
-
-/**
- * How much later than a create's clock reading a pass may begin and still meet the entry the
- * create put before its job: the create's writes after its reading, and clocks apart.
- */
-const CREATE_SLACK_MS = 60_000;
 
 /** An entry its job no longer points at: removed, unless it was rewritten meanwhile (returned). */
 async function removeOrphan(engine: Engine, entry: DueEntry): Promise<DueEntry | null> {
