@@ -7,7 +7,7 @@ import type { DueEntry, Run } from "../../shared/model.js";
 import { encodeJob } from "../../shared/storage/items.js";
 import { queuedRun } from "../../shared/storage/runs.js";
 import { SECOND, useClaimRace } from "../support/claim-race.js";
-import type { EngineFixture } from "../support/engine-fixture.js";
+import { dailyAwayFrom, type EngineFixture } from "../support/engine-fixture.js";
 
 /**
  * A claim puts its QUEUED runs with plain conditional puts before the
@@ -389,12 +389,12 @@ describe("an edit's claim of what an outage left due, raced by a dispatcher's cl
       due,
       now,
     );
-    const dailyHour = (now.getUTCHours() + 12) % 24;
+    const daily = dailyAwayFrom(now);
     const { result } = await withHook(
       "TransactWriteItemsCommand",
       async () => {
         await editJob(f.engine, job.tenantId, job.jobId, 1, {
-          schedule: { cron: `0 ${dailyHour} * * *`, timezone: "UTC" },
+          schedule: daily.schedule,
         });
       },
       () => claimDueEntry(f.engine, entry, claimOptions(now)),
@@ -438,7 +438,7 @@ describe("an edit's claim of what an outage left due, raced by a dispatcher's cl
       due,
       now,
     );
-    const dailyHour = (now.getUTCHours() + 12) % 24;
+    const daily = dailyAwayFrom(now);
     let dispatcher: ClaimResult | undefined;
     const claimTransaction = (input: Record<string, unknown>) =>
       ((input.TransactItems as { Delete?: { Key?: { pk?: unknown } } }[] | undefined) ?? []).some(
@@ -451,13 +451,13 @@ describe("an edit's claim of what an outage left due, raced by a dispatcher's cl
       },
       () =>
         editJob(f.engine, job.tenantId, job.jobId, 1, {
-          schedule: { cron: `0 ${dailyHour} * * *`, timezone: "UTC" },
+          schedule: daily.schedule,
         }),
       claimTransaction,
     );
     expect(dispatcher?.outcome).toBe("claimed");
     expect(edited).toMatchObject({ version: 2, status: "ACTIVE" });
-    expect(new Date(edited.nextRunAt ?? 0).getUTCHours()).toBe(dailyHour);
+    expect(new Date(edited.nextRunAt ?? 0).getUTCHours()).toBe(daily.hour);
 
     const runs = await runsOf("outage-won");
     expect(new Set(runs.map((r) => r.scheduledFor)).size).toBe(runs.length);

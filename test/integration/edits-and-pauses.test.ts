@@ -18,6 +18,7 @@ import { plannedTime } from "../../shared/schedule/index.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import {
   createEngineFixture,
+  dailyAwayFrom,
   deliveryOfRun,
   type EngineFixture,
   engineAt,
@@ -129,7 +130,7 @@ describe("edits, pauses and retries keep the runs that should run", () => {
         testJob({ type: "recorded", schedule: { every: "PT1M" } }),
       );
       // Daily, twelve hours on: the new schedule has nothing near the edit.
-      const dailyHour = (new Date(editedAt).getUTCHours() + 12) % 24;
+      const daily = dailyAwayFrom(editedAt);
       // No dispatcher pass runs for twenty minutes; then the job is edited to run daily.
       await editJob(
         withClock(() => new Date(editedAt)),
@@ -137,7 +138,7 @@ describe("edits, pauses and retries keep the runs that should run", () => {
         job.jobId,
         1,
         {
-          schedule: { cron: `0 ${dailyHour} * * *`, timezone: "UTC" },
+          schedule: daily.schedule,
           policies: { ...testJob().policies, inFlight },
         },
       );
@@ -156,7 +157,7 @@ describe("edits, pauses and retries keep the runs that should run", () => {
       ).toEqual([]);
       const edited = await getJob(f.engine, job.jobId);
       expect(edited).toMatchObject({ version: 2, status: "ACTIVE" });
-      expect(new Date(edited?.nextRunAt ?? 0).getUTCHours()).toBe(dailyHour);
+      expect(new Date(edited?.nextRunAt ?? 0).getUTCHours()).toBe(daily.hour);
     },
   );
 
@@ -173,13 +174,13 @@ describe("edits, pauses and retries keep the runs that should run", () => {
       .find(({ at, planned }) => planned.getTime() - at.getTime() >= 2000);
     if (occurrence === undefined) throw new Error("no occurrence planned 2 s or more late");
     const editedAt = occurrence.planned.getTime() - 1000;
-    const dailyHour = (new Date(editedAt).getUTCHours() + 12) % 24;
+    const daily = dailyAwayFrom(editedAt);
     await editJob(
       withClock(() => new Date(editedAt)),
       TENANT,
       job.jobId,
       1,
-      { schedule: { cron: `0 ${dailyHour} * * *`, timezone: "UTC" } },
+      { schedule: daily.schedule },
     );
     const after = await runsOf(job.jobId);
     const due = Array.from({ length: (occurrence.at.getTime() - createdAt) / MINUTE }, (_, k) =>
@@ -212,17 +213,17 @@ describe("edits, pauses and retries keep the runs that should run", () => {
     const offset = offsetOf(job.jobId, job.schedule);
     expect(offset).toBeGreaterThanOrEqual(2000);
     const editedAt = startAt + offset - 1000;
-    const dailyHour = (new Date(editedAt).getUTCHours() + 12) % 24;
+    const daily = dailyAwayFrom(editedAt);
     await editJob(
       withClock(() => new Date(editedAt)),
       TENANT,
       job.jobId,
       1,
-      { schedule: { cron: `0 ${dailyHour} * * *`, timezone: "UTC" } },
+      { schedule: daily.schedule },
     );
     expect((await runsOf(job.jobId)).map((r) => [r.scheduledFor, r.status])).toEqual([]);
     const edited = await getJob(f.engine, job.jobId);
-    expect(new Date(edited?.nextRunAt ?? 0).getUTCHours()).toBe(dailyHour);
+    expect(new Date(edited?.nextRunAt ?? 0).getUTCHours()).toBe(daily.hour);
 
     function offsetOf(jobId: string, schedule: Parameters<typeof plannedTime>[3]): number {
       return plannedTime(jobId, new Date(startAt), 10 * MINUTE, schedule).getTime() - startAt;

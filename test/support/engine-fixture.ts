@@ -301,6 +301,18 @@ export function deliveryOfRun(engine: Engine, run: Run): ReceivedRun {
   };
 }
 
+/**
+ * A daily cron at the UTC hour twelve hours from `at`: a schedule with no occurrence near it, for
+ * an edit whose new schedule must not decide anything around the edit.
+ */
+export function dailyAwayFrom(at: Date | number): {
+  readonly hour: number;
+  readonly schedule: { readonly cron: string; readonly timezone: string };
+} {
+  const hour = (new Date(at).getUTCHours() + 12) % 24;
+  return { hour, schedule: { cron: `0 ${hour} * * *`, timezone: "UTC" } };
+}
+
 /** A job definition for tests, with the design's defaults. */
 export function testJob(overrides: Partial<import("../../shared/jobs/index.js").NewJob> = {}) {
   return {
