@@ -9,7 +9,6 @@ import type { JobContext } from "../../shared/execution/job-contract.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { cancelRun, createJob, pauseJob, resumeJob, triggerJob } from "../../shared/jobs/index.js";
 import { getTenantJob, jobAsItStands, listDeadLetters } from "../../shared/jobs/queries.js";
-import type { Run } from "../../shared/model.js";
 import {
   deleteMessages,
   type ReceivedRun,
@@ -37,15 +36,6 @@ async function dueNow(f: EngineFixture, type: string, payload: unknown = {}) {
   );
   const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
   return { job, received };
-}
-
-/** The next delivery of this run's message (others of its job are left for later). */
-async function deliveryOf(f: EngineFixture, run: Run): Promise<ReceivedRun> {
-  for (;;) {
-    const received = await f.nextDelivery(f.engine.queues.normal, run.jobId);
-    if (received.message.scheduledFor === run.scheduledFor) return received;
-    await setVisibility(f.engine.sqs, received.queueUrl, received.receiptHandle, 0);
-  }
 }
 
 /**
@@ -271,7 +261,7 @@ describe("crashes", () => {
       if (own === undefined) throw new Error("no run of the job's own occurrence");
       expect(own.status).toBe(misfire === "skip" ? "SKIPPED" : "QUEUED");
       // A queued one's message is held until the end, when it comes to a run already ended.
-      const ownDelivery = own.status === "QUEUED" ? await deliveryOf(f, own) : null;
+      const ownDelivery = own.status === "QUEUED" ? await f.nextDeliveryOfRun(own) : null;
       const cancelOwn = async () => {
         const cancelled = await cancelRun(f.engine, job.tenantId, job.jobId, own.runId);
         expect(cancelled.status).toBe("CANCELLED");
@@ -279,14 +269,16 @@ describe("crashes", () => {
 
       if (cancel === "before the trigger") await cancelOwn();
       const triggered = await triggerJob(f.engine, job.tenantId, job.jobId);
-      const first = await deliveryOf(f, triggered);
+      const first = await f.nextDeliveryOfRun(triggered);
       await dieBeforeJobWrite(f, first);
       const finished = await getRun(f.engine, triggered);
       expect(finished?.status).toBe("SUCCEEDED");
 
       if (cancel === "before the next delivery") await cancelOwn();
       await setVisibility(f.engine.sqs, first.queueUrl, first.receiptHandle, 0);
-      expect(await f.process(f.workerDeps("next"), await deliveryOf(f, triggered))).toBe("ack");
+      expect(await f.process(f.workerDeps("next"), await f.nextDeliveryOfRun(triggered))).toBe(
+        "ack",
+      );
       if (cancel === "after the next delivery") await cancelOwn();
       if (ownDelivery !== null)
         expect(await f.process(f.workerDeps("late"), ownDelivery)).toBe("ack");
@@ -352,7 +344,7 @@ describe("crashes", () => {
     expect(await f.process(f.workerDeps("w"), own)).toBe("ack");
     const older = await runOf(f, job.jobId);
     const triggered = await triggerJob(f.engine, job.tenantId, job.jobId);
-    expect(await f.process(f.workerDeps("w"), await deliveryOf(f, triggered))).toBe("ack");
+    expect(await f.process(f.workerDeps("w"), await f.nextDeliveryOfRun(triggered))).toBe("ack");
     const newer = await getJob(f.engine, job.jobId);
     expect(newer?.lastRun?.runId).toBe(triggered.runId);
 
@@ -417,21 +409,7 @@ describe("crashes", () => {
 
   it("a message that crashes its worker every time reaches the DLQ and its run is marked DEAD", async () => {
     const { job, received } = await dueNow(f, "noop");
-    // Delivery 1 and 2 each start the run and crash before recording anything; the queue's
-    // maxReceiveCount is 2.
-    await startRun(f.engine, received.message, "crash-1", new Date());
-    await setVisibility(f.engine.sqs, received.queueUrl, received.receiptHandle, 1);
-    const second = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-    const afterLease = new Date(Date.now() + LEASE_MS + 1000);
-    expect((await startRun(f.engine, second.message, "crash-2", afterLease)).kind).toBe("started");
-    await setVisibility(f.engine.sqs, second.queueUrl, second.receiptHandle, 1);
-    const inDlq = await redriven(f, job.jobId);
-    await waitFor(
-      "the crashed run's lease to lapse",
-      async () => ((await runOf(f, job.jobId)).leaseUntil ?? "") < new Date().toISOString(),
-      10_000,
-    );
-    await handleCrashedRun(f.engine, inDlq.message, inDlq.receiveCount);
+    await crashEveryDeliveryIntoDlq(f, received);
     const run = await runOf(f, job.jobId);
     expect(run.status).toBe("DEAD");
     expect(run.reason).toMatch(/^worker crashed/);
@@ -446,28 +424,15 @@ describe("crashes", () => {
     );
     // An earlier run succeeded: the job's lastRun.
     const ok = await triggerJob(f.engine, job.tenantId, job.jobId);
-    expect(await f.process(f.workerDeps("w"), await deliveryOf(f, ok))).toBe("ack");
+    expect(await f.process(f.workerDeps("w"), await f.nextDeliveryOfRun(ok))).toBe("ack");
     expect(
       (await jobAsItStands(f.engine, await getTenantJob(f.engine, job.tenantId, job.jobId))).lastRun
         ?.runId,
     ).toBe(ok.runId);
 
-    // The next run crashes its worker on each of its two deliveries (maxReceiveCount 2).
+    // The next run crashes its worker on each of its two deliveries.
     const doomed = await triggerJob(f.engine, job.tenantId, job.jobId);
-    const first = await deliveryOf(f, doomed);
-    expect((await startRun(f.engine, first.message, "crash-1", new Date())).kind).toBe("started");
-    await setVisibility(f.engine.sqs, first.queueUrl, first.receiptHandle, 1);
-    const second = await deliveryOf(f, doomed);
-    const afterLease = new Date(Date.now() + LEASE_MS + 1000);
-    expect((await startRun(f.engine, second.message, "crash-2", afterLease)).kind).toBe("started");
-    await setVisibility(f.engine.sqs, second.queueUrl, second.receiptHandle, 1);
-    const inDlq = await redriven(f, job.jobId);
-    await waitFor(
-      "the crashed run's lease to lapse",
-      async () => ((await getRun(f.engine, doomed))?.leaseUntil ?? "") < new Date().toISOString(),
-      10_000,
-    );
-    await handleCrashedRun(f.engine, inDlq.message, inDlq.receiveCount);
+    await crashEveryDeliveryIntoDlq(f, await f.nextDeliveryOfRun(doomed));
 
     const dead = await getRun(f.engine, doomed);
     expect(dead).toMatchObject({
@@ -545,6 +510,28 @@ describe("crashes", () => {
     expect(await runOf(f, job.jobId)).toMatchObject({ status: "QUEUED", fence: 2 });
   }, 30_000);
 });
+
+/**
+ * The run `first` delivers starts and crashes its worker before recording anything, on that
+ * delivery and the next (the queue's maxReceiveCount is 2); once SQS has moved its message to the
+ * redrive DLQ and its lease has lapsed, the DLQ consumer handles it.
+ */
+async function crashEveryDeliveryIntoDlq(f: EngineFixture, first: ReceivedRun): Promise<void> {
+  const run = first.message;
+  expect((await startRun(f.engine, run, "crash-1", new Date())).kind).toBe("started");
+  await setVisibility(f.engine.sqs, first.queueUrl, first.receiptHandle, 1);
+  const second = await f.nextDeliveryOfRun(run);
+  const afterLease = new Date(Date.now() + LEASE_MS + 1000);
+  expect((await startRun(f.engine, second.message, "crash-2", afterLease)).kind).toBe("started");
+  await setVisibility(f.engine.sqs, second.queueUrl, second.receiptHandle, 1);
+  const inDlq = await redriven(f, run.jobId);
+  await waitFor(
+    "the crashed run's lease to lapse",
+    async () => ((await getRun(f.engine, run))?.leaseUntil ?? "") < new Date().toISOString(),
+    10_000,
+  );
+  await handleCrashedRun(f.engine, inDlq.message, inDlq.receiveCount);
+}
 
 /** Waits for the job's message to be moved to the redrive DLQ and receives it there. */
 async function redriven(f: EngineFixture, jobId: string) {
