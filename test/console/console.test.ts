@@ -79,6 +79,18 @@ async function screenshot(name: string, fullPage: boolean): Promise<void> {
   await page.screenshot({ path: join(SCREENSHOTS, `${name}.png`), fullPage });
 }
 
+/** A noop job every second, once one of its runs has succeeded. */
+async function everySecondJobThatRan(name: string): Promise<Job> {
+  const job = await api<Job>("POST", "/jobs", { name, type: "noop", schedule: { every: "PT1S" } });
+  await waitFor(
+    "a succeeded run",
+    async () =>
+      (await api<{ items: Run[] }>("GET", `/jobs/${job.id}/runs?status=succeeded`)).items[0],
+    30_000,
+  );
+  return job;
+}
+
 /** Runs of a job's table as the page shows them: run id → status text. */
 async function runRows(): Promise<Map<string, string>> {
   const rows = page.locator("tr[data-run-id]");
@@ -199,17 +211,7 @@ describe("web console", () => {
   });
 
   it("the runs filter asks the server: finished runs of an every-second job are not buried", async () => {
-    const job = await api<Job>("POST", "/jobs", {
-      name: "every second",
-      type: "noop",
-      schedule: { every: "PT1S" },
-    });
-    await waitFor(
-      "a succeeded run",
-      async () =>
-        (await api<{ items: Run[] }>("GET", `/jobs/${job.id}/runs?status=succeeded`)).items[0],
-      30_000,
-    );
+    const job = await everySecondJobThatRan("every second");
     await page.goto(`${sandbox.url}/console/jobs/${job.id}`);
     await page.getByRole("heading", { name: /every second/, level: 1 }).waitFor();
     await page.locator("tr[data-run-id]").first().waitFor();
@@ -225,17 +227,7 @@ describe("web console", () => {
   });
 
   it("Load older runs reads each older page once: every run of the job shows once, and the button goes at the end", async () => {
-    const job = await api<Job>("POST", "/jobs", {
-      name: "many runs",
-      type: "noop",
-      schedule: { every: "PT1S" },
-    });
-    await waitFor(
-      "a succeeded run",
-      async () =>
-        (await api<{ items: Run[] }>("GET", `/jobs/${job.id}/runs?status=succeeded`)).items[0],
-      30_000,
-    );
+    const job = await everySecondJobThatRan("many runs");
     // Cancelled, the job's history holds still: its queued runs end cancelled, none is added.
     await api("POST", `/jobs/${job.id}/cancel`);
     const listed = async () => {
