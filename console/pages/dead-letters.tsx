@@ -12,6 +12,8 @@ export function DeadLettersPage() {
   const listing = usePagedPoll({
     read: (cursor) => api.listDeadLetters({ limit: PAGE_SIZE, ...(cursor ? { cursor } : {}) }),
     idOf: (run: Run) => run.runId,
+    // The listing's order, newest highest: when the run died, then its id.
+    orderOf: (run: Run) => `${run.finishedAt ?? ""}#${run.runId}`,
     intervalMs: 3000,
     filter: "",
   });

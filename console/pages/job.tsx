@@ -387,6 +387,8 @@ function RunsTimeline({ id, zone }: { id: string; zone: string }) {
             ...(status ? { status } : {}),
           }),
     idOf: (run: Run) => run.runId,
+    // The listing's order, newest highest: the occurrence, then the attempt.
+    orderOf: (run: Run) => `${run.scheduledFor}#${String(run.attempt).padStart(4, "0")}`,
     intervalMs: 2000,
     filter: JSON.stringify([id, status ?? null]),
   });

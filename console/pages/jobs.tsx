@@ -13,6 +13,8 @@ export function JobsPage({ jobTypes }: { jobTypes: readonly string[] }) {
   const listing = usePagedPoll({
     read: (cursor) => api.listJobs({ status, limit: 50, ...(cursor ? { cursor } : {}) }),
     idOf: (job: Job) => job.id,
+    // Job ids are ULIDs: the listing's order, newest highest.
+    orderOf: (job: Job) => job.id,
     intervalMs: 3000,
     filter: status,
   });

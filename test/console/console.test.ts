@@ -23,6 +23,9 @@ const MANY_JOBS_KEY = "console-many-jobs-key";
 const REPLAY_RACE_KEY = "console-replay-race-key";
 /** A sixth tenant's, whose jobs change after an older page is read. */
 const CHANGING_JOBS_KEY = "console-changing-jobs-key";
+/** A seventh's and an eighth's, whose jobs change while a read is held. */
+const HELD_OLDER_KEY = "console-held-older-key";
+const HELD_POLL_KEY = "console-held-poll-key";
 const SCREENSHOTS = process.env.CONSOLE_SCREENSHOTS;
 
 interface Job {
@@ -64,7 +67,8 @@ async function api<T>(
   });
   const text = await response.text();
   if (!response.ok) throw new Error(`${method} ${path}: ${response.status} ${text}`);
-  return JSON.parse(text) as T;
+  // A 204 (a delete) answers no body.
+  return (text === "" ? undefined : JSON.parse(text)) as T;
 }
 
 /** Each page is checked for accessibility where it is pictured. */
@@ -91,6 +95,50 @@ async function everySecondJobThatRan(name: string): Promise<Job> {
   return job;
 }
 
+/** A tenant's one-offs far ahead, created in batches of `sizes`: the jobs, newest first. */
+async function createJobs(key: string, sizes: number[]): Promise<Job[]> {
+  const created: Job[] = [];
+  for (const size of sizes) {
+    const jobs = Array.from({ length: size }, () => ({
+      type: "noop",
+      schedule: { runAt: "2030-01-01T00:00:00Z" },
+    }));
+    const answer = await api<{ results: { job: Job }[] }>("POST", "/jobs:batch", { jobs }, {}, key);
+    created.push(...answer.results.map((result) => result.job));
+  }
+  // Job ids are ULIDs: GET /jobs lists the highest first.
+  return created.sort((a, b) => (a.id < b.id ? 1 : -1));
+}
+
+/** A second page, signed in with `key`, on the jobs list. */
+async function signedInJobsPage(key: string): Promise<Page> {
+  const other = await browser.context.newPage();
+  await other.goto(`${sandbox.url}/console/jobs`);
+  await other.getByLabel("API key", { exact: true }).fill(key);
+  await other.getByRole("button", { name: "Sign in" }).click();
+  await other.getByRole("heading", { name: "Jobs", level: 1 }).waitFor();
+  return other;
+}
+
+/**
+ * Holds the page's reads of GET /jobs that `match` picks (a slow network) until the function it
+ * answers is called; each then reads the list as it is by then.
+ */
+async function held(on: Page, match: (url: URL) => boolean): Promise<() => void> {
+  let release = () => {};
+  const gate = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  await on.route(
+    (url) => url.pathname === "/jobs" && match(url),
+    async (route) => {
+      await gate;
+      return route.fulfill({ response: await route.fetch() });
+    },
+  );
+  return release;
+}
+
 /** Runs of a job's table as the page shows them: run id → status text. */
 async function runRows(): Promise<Map<string, string>> {
   const rows = page.locator("tr[data-run-id]");
@@ -107,7 +155,7 @@ beforeAll(async () => {
   [sandbox, browser] = await Promise.all([
     spawnSandbox({
       env: {
-        SCHEDULER_API_KEYS: `${KEY}=console-tenant,${MANY_DEAD_KEY}=many-dead-tenant,${ODD_NAMES_KEY}=odd-names-tenant,${MANY_JOBS_KEY}=many-jobs-tenant,${REPLAY_RACE_KEY}=replay-race-tenant,${CHANGING_JOBS_KEY}=changing-jobs-tenant`,
+        SCHEDULER_API_KEYS: `${KEY}=console-tenant,${MANY_DEAD_KEY}=many-dead-tenant,${ODD_NAMES_KEY}=odd-names-tenant,${MANY_JOBS_KEY}=many-jobs-tenant,${REPLAY_RACE_KEY}=replay-race-tenant,${CHANGING_JOBS_KEY}=changing-jobs-tenant,${HELD_OLDER_KEY}=held-older-tenant,${HELD_POLL_KEY}=held-poll-tenant`,
         // The shortest lookahead: a per-second job's create claims its first three minutes of
         // runs, not seven.
         LOOKAHEAD_SECONDS: "60",
@@ -274,6 +322,82 @@ describe("web console", () => {
     expect(rows).toEqual(every);
   });
 
+  it("Load older runs under a status filter: a run that leaves the filter goes from the page, read older or not", async () => {
+    const job = await api<Job>("POST", "/jobs", {
+      name: "queued then cancelled",
+      type: "noop",
+      schedule: { every: "PT1S" },
+    });
+    await page.goto(`${sandbox.url}/console/jobs/${job.id}`);
+    await page.getByRole("heading", { name: /queued then cancelled/, level: 1 }).waitFor();
+    for (const status of ["running", "succeeded", "failed", "dead", "skipped", "cancelled"])
+      await page.getByLabel(status, { exact: true }).uncheck();
+    // The lookahead's queued occurrences: more than the first page of 50.
+    const older = page.getByRole("button", { name: "Load older runs" });
+    await older.waitFor();
+    await older.click();
+    await waitFor("the older page", async () => (await runRows()).size > 50);
+    // Cancelled, the job's queued runs end cancelled: none is queued any more.
+    await api("POST", `/jobs/${job.id}/cancel`);
+    await waitFor(
+      "no queued run",
+      async () =>
+        (await api<{ items: Run[] }>("GET", `/jobs/${job.id}/runs?status=queued`)).items.length ===
+        0,
+    );
+    // The first page polled again lists none; the runs read before it showed go with it.
+    await waitFor(
+      "the page to list no run",
+      async () => (await runRows()).size === 0,
+      10_000,
+    ).catch(() => undefined);
+    expect([...(await runRows()).values()]).toEqual([]);
+    // Nothing is left to read: no button reads an older page the list no longer has.
+    expect(await older.count()).toBe(0);
+  }, 90_000);
+
+  it("Load older runs: a run that came after the older read, then newer ones pushed off the first page, still shows", async () => {
+    const job = await api<Job>("POST", "/jobs", {
+      name: "triggered many times",
+      type: "noop",
+      schedule: { cron: "0 0 1 1 *", timezone: "UTC" },
+    });
+    const trigger = async (times: number) => {
+      const runs: Run[] = [];
+      for (let i = 0; i < times; i++) runs.push(await api<Run>("POST", `/jobs/${job.id}/trigger`));
+      return runs;
+    };
+    const listed = async () => {
+      const ids: string[] = [];
+      let cursor: string | null = null;
+      do {
+        const next: { items: Run[]; nextCursor: string | null } = await api(
+          "GET",
+          `/jobs/${job.id}/runs?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`,
+        );
+        ids.push(...next.items.map((run) => run.runId));
+        cursor = next.nextCursor;
+      } while (cursor !== null);
+      return ids;
+    };
+    await trigger(55);
+    await page.goto(`${sandbox.url}/console/jobs/${job.id}`);
+    await page.getByRole("heading", { name: /triggered many times/, level: 1 }).waitFor();
+    await page.locator("tr[data-run-id]").nth(49).waitFor();
+    await page.getByRole("button", { name: "Load older runs" }).click();
+    await page.locator("tr[data-run-id]").nth(54).waitFor();
+    // Ten more, shown on the polled first page; then fifty more push them off it.
+    const between = await trigger(10);
+    for (const run of between) await page.locator(`tr[data-run-id="${run.runId}"]`).waitFor();
+    const newest = (await trigger(50)).at(-1);
+    await page.locator(`tr[data-run-id="${newest?.runId}"]`).waitFor();
+    const rows = await page
+      .locator("tr[data-run-id]")
+      .evaluateAll((found) => found.map((row) => row.getAttribute("data-run-id")));
+    expect(rows).toEqual(await listed());
+    await api("POST", `/jobs/${job.id}/cancel`);
+  }, 90_000);
+
   /** A one-off that fails for good, and its dead letter once listed. */
   async function deadLetterOf(name: string) {
     const job = await api<Job>("POST", "/jobs", {
@@ -411,6 +535,13 @@ describe("web console", () => {
       await row.waitFor({ state: "detached" });
       const replayed = await asOther<Run>("GET", `/jobs/${first.id}/runs/${firstDead.runId}`);
       expect(replayed.replayedBy).not.toBeNull();
+      // One on the first page replayed elsewhere (the CLI, another tab) goes from this page too,
+      // though older pages were read since that page was.
+      const elsewhere = await other.locator("tr[data-run-id]").nth(9).getAttribute("data-run-id");
+      await asOther("POST", `/dead-letters/${elsewhere}/replay`);
+      const gone = other.locator(`tr[data-run-id="${elsewhere}"]`);
+      await gone.waitFor({ state: "detached", timeout: 10_000 }).catch(() => undefined);
+      expect(await gone.count()).toBe(0);
     } finally {
       await other.close();
     }
@@ -487,7 +618,7 @@ describe("web console", () => {
     }
   });
 
-  it("says why Load more jobs read nothing (a 429), reads the next page when asked again, and shows each job once: no button past the last page, none lost to a newer job", async () => {
+  it("says why Load more jobs read nothing (a 429), reads the next page when asked again, and shows each job once: no button past the last page, none lost to a newer job, none left by one deleted elsewhere", async () => {
     for (const size of [25, 25, 1]) {
       const jobs = Array.from({ length: size }, () => ({
         type: "noop",
@@ -551,6 +682,14 @@ describe("web console", () => {
       await other.locator("tbody tr").nth(51).waitFor({ timeout: 10_000 });
       expect(await shown()).toEqual(await listed());
       expect(await button.count()).toBe(0);
+      // One on the first page deleted elsewhere (the CLI, another tab) goes from this page too,
+      // though an older page was read since that page was.
+      const deleted = (await shown())[9];
+      await api("DELETE", `/jobs/${deleted}`, undefined, {}, MANY_JOBS_KEY);
+      const gone = other.locator(`tbody tr th a[href$="/${deleted}"]`);
+      await gone.waitFor({ state: "detached", timeout: 10_000 }).catch(() => undefined);
+      expect(await gone.count()).toBe(0);
+      expect(await shown()).toEqual(await listed());
     } finally {
       await other.close();
     }
@@ -591,6 +730,57 @@ describe("web console", () => {
       // Fifty newer jobs push it off the polled first page: it is shown from what was kept.
       for (const size of [25, 25]) await create(size);
       await other.locator("tbody tr").nth(100).waitFor({ timeout: 10_000 });
+      expect(await row.locator(".status").textContent()).toBe("cancelled");
+    } finally {
+      await other.close();
+    }
+  });
+
+  it("a job cancelled and pushed off the polled page while Load more jobs is reading is shown cancelled when that page lands", async () => {
+    const [newest] = await createJobs(HELD_OLDER_KEY, [25, 25, 1]);
+    if (newest === undefined) throw new Error("no job created");
+    const other = await signedInJobsPage(HELD_OLDER_KEY);
+    try {
+      const row = other.locator("tbody tr", {
+        has: other.locator(`a[href="/console/jobs/${newest.id}"]`),
+      });
+      await row.locator(".status-active").waitFor();
+      // The older page's answer is slow: held while the job is cancelled, and fifty newer jobs,
+      // which a poll shows, push it off the first page.
+      const release = await held(other, (url) => url.searchParams.has("cursor"));
+      const answered = other.waitForResponse((r) => new URL(r.url()).searchParams.has("cursor"));
+      await other.getByRole("button", { name: "Load more jobs" }).click();
+      await api("POST", `/jobs/${newest.id}/cancel`, {}, {}, HELD_OLDER_KEY);
+      await row.locator(".status-cancelled").waitFor({ timeout: 10_000 });
+      await createJobs(HELD_OLDER_KEY, [25, 25]);
+      await row.waitFor({ state: "detached", timeout: 10_000 });
+      release();
+      await answered;
+      await other.locator("tbody tr").nth(100).waitFor({ timeout: 10_000 });
+      expect(await row.locator(".status").textContent()).toBe("cancelled");
+    } finally {
+      await other.close();
+    }
+  });
+
+  it("a job cancelled and pushed off the first page between two polls is shown cancelled by Load more jobs, not as the last poll to list it showed it", async () => {
+    // The first page's last job (the oldest is on the second page): one newer job pushes it off.
+    const last = (await createJobs(HELD_POLL_KEY, [25, 25, 1]))[49];
+    if (last === undefined) throw new Error("no job created");
+    const other = await signedInJobsPage(HELD_POLL_KEY);
+    try {
+      const row = other.locator("tbody tr", {
+        has: other.locator(`a[href="/console/jobs/${last.id}"]`),
+      });
+      await row.locator(".status-active").waitFor();
+      // Polls are held (a slow network) while it is cancelled and one newer job pushes it off.
+      const release = await held(other, (url) => !url.searchParams.has("cursor"));
+      await api("POST", `/jobs/${last.id}/cancel`, {}, {}, HELD_POLL_KEY);
+      await createJobs(HELD_POLL_KEY, [1]);
+      release();
+      await row.waitFor({ state: "detached", timeout: 10_000 });
+      await other.getByRole("button", { name: "Load more jobs" }).click();
+      await row.waitFor({ timeout: 10_000 });
       expect(await row.locator(".status").textContent()).toBe("cancelled");
     } finally {
       await other.close();
@@ -789,11 +979,16 @@ describe("web console", () => {
 
   it("lists every job created above with its status, and loaded nothing from outside the machine", async () => {
     await page.goto(`${sandbox.url}/console`);
-    await page.locator("tbody tr").nth(8).waitFor();
-    expect(await page.locator("tbody tr").count()).toBe(9);
+    await page.locator("tbody tr").nth(10).waitFor();
+    expect(await page.locator("tbody tr").count()).toBe(11);
     // A one-off whose run was cancelled has nothing left to run.
     expect(await page.getByRole("row", { name: /to cancel/ }).textContent()).toContain("completed");
-    for (const name of [/every second/, /many runs/])
+    for (const name of [
+      /every second/,
+      /many runs/,
+      /queued then cancelled/,
+      /triggered many times/,
+    ])
       expect(await page.getByRole("row", { name }).textContent()).toContain("cancelled");
     for (const name of [/always fails/, /fails, replayed twice over/])
       expect(await page.getByRole("row", { name }).textContent()).toContain("completed");
