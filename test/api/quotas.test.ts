@@ -74,6 +74,23 @@ describe("quotas over HTTP", () => {
     });
   });
 
+  it("names each quota's own bound when a value is far past it, not the largest safe integer", async () => {
+    for (const [field, value, bound] of [
+      ["activeJobs", 1e308, "<=1000000"],
+      ["runsPerMinute", 2 ** 53, "<=1000000"],
+      ["requestsPerSecond", 1e300, "<=1000000"],
+      ["concurrentRuns", 2 ** 60, "<=1000"],
+    ] as const) {
+      const reply = await api.call("PUT", "/tenants/tenant-b/quotas", { body: { [field]: value } });
+      expect(expectError(reply, 400, { field }).message).toBe(
+        `${field}: Too big: expected number to be ${bound}`,
+      );
+    }
+    expect((await api.call("GET", "/tenants/tenant-b/quotas")).body).toMatchObject({
+      override: {},
+    });
+  });
+
   it("applies an admin's override at once, without a restart, and a new one replaces it", async () => {
     const set = await api.call("PUT", "/tenants/tenant-b/quotas", {
       body: { activeJobs: 1, maxPriority: "normal" },
