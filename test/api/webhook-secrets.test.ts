@@ -10,7 +10,9 @@ import {
   cachedSigningSecrets,
   PREVIOUS_SECRET_VALID_MS,
   rotateWebhookSecret,
+  signingSecrets,
   tenantWebhookSecrets,
+  webhookSignature,
 } from "../../shared/webhooks/secrets.js";
 import {
   type ApiHarness,
@@ -365,5 +367,65 @@ describe("deliveries across a rotation", () => {
     expect(await source(tenant)).toEqual([first]);
     now = new Date(now.getTime() + 1_000);
     expect(await source(tenant)).toEqual([rotated, first]);
+  });
+});
+
+describe("the replaced secret's day, by a fixed clock", () => {
+  /** Whether a receiver holding `secret` accepts a delivery signed with `signers` (standardwebhooks). */
+  const accepts = (secret: string, signers: readonly string[]) => {
+    const id = "job@2030-01-01T00:00:00.000Z";
+    const timestamp = Math.floor(Date.now() / 1000);
+    const body = JSON.stringify({ hello: "world" });
+    try {
+      new Webhook(secret).verify(body, {
+        "webhook-id": id,
+        "webhook-timestamp": String(timestamp),
+        "webhook-signature": webhookSignature(signers, id, timestamp, body),
+      });
+      return true;
+    } catch {
+      return false;
+    }
+  };
+
+  it("signs with the replaced secret until 24 hours after the rotation, to the millisecond, and never with another tenant's", async () => {
+    const tenant = `day-${Date.now()}`;
+    const other = `day-other-${Date.now()}`;
+    const rotatedAt = new Date("2030-06-01T12:00:00.000Z");
+    const engine = { ...api.fixture.engine, clock: () => rotatedAt };
+    const replaced = (await tenantWebhookSecrets(engine, tenant)).current;
+    const rotated = await rotateWebhookSecret(engine, tenant);
+    const otherSecret = (await tenantWebhookSecrets(engine, other)).current;
+    const at = (ms: number) => signingSecrets(rotated, new Date(rotatedAt.getTime() + ms));
+
+    expect(at(0)).toEqual([rotated.current, replaced]);
+    expect(at(PREVIOUS_SECRET_VALID_MS - 1)).toEqual([rotated.current, replaced]);
+    expect(at(PREVIOUS_SECRET_VALID_MS)).toEqual([rotated.current]);
+    const lastMoment = at(PREVIOUS_SECRET_VALID_MS - 1);
+    expect([accepts(replaced, lastMoment), accepts(rotated.current, lastMoment)]).toEqual([
+      true,
+      true,
+    ]);
+    const after = at(PREVIOUS_SECRET_VALID_MS);
+    expect([accepts(replaced, after), accepts(rotated.current, after)]).toEqual([false, true]);
+    // Another tenant's receiver accepts none of them, and this tenant's none of its.
+    expect(accepts(otherSecret, lastMoment)).toBe(false);
+    expect(accepts(rotated.current, [otherSecret])).toBe(false);
+    expect(otherSecret).not.toBe(replaced);
+  });
+
+  it("a rotation racing a tenant's first GET: the GET answers a secret that still signs, and the rotation's is current", async () => {
+    for (let i = 0; i < 5; i++) {
+      const tenant = `first-get-race-${Date.now()}-${i}`;
+      const engine = api.fixture.engine;
+      const [read, rotated] = await Promise.all([
+        tenantWebhookSecrets(engine, tenant),
+        rotateWebhookSecret(engine, tenant),
+      ]);
+      const stored = await tenantWebhookSecrets(engine, tenant);
+      expect(stored.current).toBe(rotated.current);
+      expect(stored.version).toBe(2);
+      expect(signingSecrets(stored, engine.clock())).toContain(read.current);
+    }
   });
 });
