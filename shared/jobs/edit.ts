@@ -16,7 +16,7 @@ import { readDueEntry, writeEditedJob } from "../storage/job-edit.js";
 import { type DependentLinks, detachAfterEdit, relinkDependent } from "./dependencies.js";
 import { dueEntryFor, withinJobEnd } from "./due-entry.js";
 import { recordRunsEndedBy } from "./ended-runs.js";
-import { getTenantJob } from "./queries.js";
+import { getTenantJob, listRuns } from "./queries.js";
 import { withJob } from "./with-job.js";
 
 export interface JobChanges {
@@ -49,6 +49,40 @@ export interface JobChanges {
  * run, but first attempts of occurrences after `endAt`, which their workers skip).
  */
 export async function editJob(
+  engine: Engine,
+  tenantId: string,
+  jobId: string,
+  expectedVersion: number,
+  changes: JobChanges,
+): Promise<Job> {
+  try {
+    return await editPlanned(engine, tenantId, jobId, expectedVersion, changes);
+  } catch (error) {
+    if (error instanceof IllegalTransitionError && error.context.status === "COMPLETED") {
+      throw await completedRefusal(engine, jobId);
+    }
+    throw error;
+  }
+}
+
+/**
+ * The 409 of an edit of a completed job names how it completed: its newest run (an edit after a
+ * dispatcher outage may have decided that occurrence itself, under the old schedule's misfire
+ * policy, before finding the job complete). A repeat of the edit reads the same run.
+ */
+async function completedRefusal(engine: Engine, jobId: string): Promise<IllegalTransitionError> {
+  const [last] = (await listRuns(engine, jobId, { limit: 1 })).items;
+  if (last === undefined) return new IllegalTransitionError("edit", "COMPLETED");
+  const status = last.status.toLowerCase();
+  const how = last.reason ? `${status} (${last.reason})` : status;
+  return new IllegalTransitionError(
+    "edit",
+    "COMPLETED",
+    `it is completed: its last occurrence, due at ${last.scheduledFor}, was ${how}`,
+  );
+}
+
+async function editPlanned(
   engine: Engine,
   tenantId: string,
   jobId: string,

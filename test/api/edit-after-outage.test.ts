@@ -1,0 +1,177 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { JobSchema } from "../../shared/api/schemas/jobs.js";
+import { RunPageSchema } from "../../shared/api/schemas/runs.js";
+import { scanTable } from "../support/namespace.js";
+import { type ApiHarness, expectError, startApi, TENANT_A } from "./support.js";
+
+const MINUTE = 60_000;
+/** What the skip policy records for an occurrence missed past the grace (60 s by default). */
+const SKIP_REASON = "misfire: missed by more than the 60 s grace; policy skip";
+
+/**
+ * An edit of a job whose end came during a dispatcher outage (a one-off's `runAt`, a recurring
+ * job's `maxRuns` or `endAt` passed with no pass run): the edit decides what the old schedule had
+ * due under its misfire policy, which ends the job, so the edit itself is refused. The refusal
+ * says so, and what it leaves is what a dispatcher's pass would have left.
+ */
+let api: ApiHarness;
+/** The API's clock: each test moves it past the outage it stages. */
+let now = Date.now();
+
+beforeAll(async () => {
+  api = await startApi({ clock: () => new Date(now) });
+  // Quotas that apply, so an edit reserves its share of them before its claim.
+  const quotas = { activeJobs: 1000, runsPerMinute: 100_000 };
+  const set = await api.call("PUT", `/tenants/${TENANT_A}/quotas`, { body: quotas });
+  expect(set.status, set.text).toBe(200);
+});
+afterAll(() => api.close());
+
+/** Every item of every table. */
+const stored = async () => {
+  const { engine } = api.fixture;
+  const [jobs, runs, secrets] = await Promise.all([
+    scanTable(engine.doc, engine.tables.jobs),
+    scanTable(engine.doc, engine.tables.runs),
+    scanTable(engine.doc, engine.tables.webhookSecrets),
+  ]);
+  return { jobs, runs, secrets };
+};
+
+async function created(body: Record<string, unknown>) {
+  const reply = await api.call("POST", "/jobs", { body });
+  expect(reply.status, reply.text).toBe(201);
+  return JobSchema.parse(reply.body);
+}
+
+async function runsOf(jobId: string) {
+  const reply = await api.call("GET", `/jobs/${jobId}/runs`);
+  expect(reply.status, reply.text).toBe(200);
+  return RunPageSchema.parse(reply.body)
+    .items.map((r) => ({ scheduledFor: r.scheduledFor, status: r.status, reason: r.reason }))
+    .sort((a, b) => (a.scheduledFor < b.scheduledFor ? -1 : 1));
+}
+
+async function jobOf(jobId: string) {
+  const reply = await api.call("GET", `/jobs/${jobId}`);
+  expect(reply.status, reply.text).toBe(200);
+  return JobSchema.parse(reply.body);
+}
+
+const edit = (jobId: string, body: Record<string, unknown>) =>
+  api.call("PATCH", `/jobs/${jobId}`, { body, headers: { "If-Match": '"1"' } });
+
+/** The tenant's quota usage item (`QUOTA#<tenant>`/`USAGE`, shared/storage/tenant-quotas.ts). */
+const usage = async () =>
+  (await stored()).jobs.find((i) => i.pk === `QUOTA#${TENANT_A}` && i.sk === "USAGE");
+
+/**
+ * Asserts the refusal of `body` as an edit at version 1 and its repeat: one 409, the same body
+ * twice, the repeat writing nothing at all.
+ */
+async function refusedTwice(jobId: string, body: Record<string, unknown>, message: string) {
+  const reply = await edit(jobId, body);
+  const error = expectError(reply, 409, { code: "illegal_transition" });
+  expect(error.message).toBe(message);
+  expect(reply.body).toMatchObject({ error: { currentStatus: "completed" } });
+  const after = await stored();
+  const repeat = await edit(jobId, body);
+  expect(repeat.status).toBe(409);
+  expect(repeat.body).toEqual(reply.body);
+  expect(await stored()).toEqual(after);
+}
+
+describe("an edit of a job whose end passed during a dispatcher outage", () => {
+  it("a one-off under skip moved to a new runAt: its occurrence is recorded skipped and the job completed, as a pass would have; the 409 says so, and a repeat answers the same", async () => {
+    const createdAt = Math.ceil((Date.now() + 10 * MINUTE) / MINUTE) * MINUTE;
+    now = createdAt;
+    const runAt = new Date(createdAt + 10 * MINUTE).toISOString();
+    const job = await created({ type: "noop", schedule: { runAt }, misfirePolicy: "skip" });
+    const usageBefore = await usage();
+    // No dispatcher pass runs past runAt; five minutes later the tenant moves the job.
+    now = createdAt + 15 * MINUTE;
+    const moveTo = { schedule: { runAt: new Date(now + 60 * MINUTE).toISOString() } };
+    await refusedTwice(
+      job.id,
+      moveTo,
+      `cannot edit the job: it is completed: its last occurrence, due at ${runAt}, was skipped (${SKIP_REASON})`,
+    );
+    expect(await usage()).toBeDefined();
+    expect(await runsOf(job.id)).toEqual([
+      { scheduledFor: runAt, status: "skipped", reason: SKIP_REASON },
+    ]);
+    expect(await jobOf(job.id)).toMatchObject({
+      status: "completed",
+      version: 1,
+      schedule: { runAt },
+      nextRunAt: null,
+    });
+    expect(await usage()).toEqual(usageBefore);
+  });
+
+  it.each(["fire_once", "fire_all"] as const)(
+    "a one-off under %s moved to a new runAt: its occurrence gets its run, and the job stays active for the new time",
+    async (misfirePolicy) => {
+      const createdAt = Math.ceil((Date.now() + 30 * MINUTE) / MINUTE) * MINUTE;
+      now = createdAt;
+      const runAt = new Date(createdAt + 10 * MINUTE).toISOString();
+      const job = await created({ type: "noop", schedule: { runAt }, misfirePolicy });
+      now = createdAt + 15 * MINUTE;
+      const movedTo = new Date(now + 60 * MINUTE).toISOString();
+      const reply = await edit(job.id, { schedule: { runAt: movedTo } });
+      expect(reply.status, reply.text).toBe(200);
+      expect(await runsOf(job.id)).toEqual([
+        { scheduledFor: runAt, status: "queued", reason: null },
+      ]);
+      expect(await jobOf(job.id)).toMatchObject({
+        status: "active",
+        version: 2,
+        nextRunAt: movedTo,
+      });
+    },
+  );
+
+  it.each(["skip", "fire_once"] as const)(
+    "a recurring job under %s whose maxRuns was reached, given a new schedule: the old schedule's occurrences are decided and the job completed; the 409 says so, and a repeat answers the same",
+    async (misfirePolicy) => {
+      const createdAt = Math.ceil((Date.now() + 60 * MINUTE) / MINUTE) * MINUTE;
+      const minute = (m: number) => new Date(createdAt + m * MINUTE).toISOString();
+      now = createdAt;
+      const job = await created({
+        type: "noop",
+        schedule: { every: "PT1M", startAt: minute(10) },
+        maxRuns: 1,
+        misfirePolicy,
+      });
+      const usageBefore = await usage();
+      // No dispatcher pass runs from minute 10 to 20, when the schedule is edited.
+      now = createdAt + 20 * MINUTE;
+      await refusedTwice(
+        job.id,
+        // Every second: more than the job counted towards runsPerMinute, so the edit reserves.
+        { schedule: { every: "PT1S" } },
+        `cannot edit the job: it is completed: its last occurrence, due at ${minute(misfirePolicy === "skip" ? 19 : 18)}, was queued`,
+      );
+      const runs = await runsOf(job.id);
+      expect(runs.map((r) => r.scheduledFor)).toEqual(
+        Array.from({ length: misfirePolicy === "skip" ? 10 : 9 }, (_, k) => minute(10 + k)),
+      );
+      // skip: each missed past the grace is skipped, the one a minute late (within it) runs;
+      // fire_once: the latest missed runs instead of the others. maxRuns 1 ends the job there.
+      const queued = misfirePolicy === "skip" ? minute(19) : minute(18);
+      expect(runs.filter((r) => r.status === "queued").map((r) => r.scheduledFor)).toEqual([
+        queued,
+      ]);
+      expect(runs.filter((r) => r.status === "skipped")).toHaveLength(
+        misfirePolicy === "skip" ? 9 : 8,
+      );
+      expect(await jobOf(job.id)).toMatchObject({
+        status: "completed",
+        version: 1,
+        nextRunAt: null,
+        occurrencesQueued: 1,
+      });
+      expect(await usage()).toEqual(usageBefore);
+    },
+  );
+});
