@@ -77,6 +77,45 @@ export function optionalBody(read: MiddlewareHandler): MiddlewareHandler {
   };
 }
 
+/** More than an empty object's text and some white space: not the no body it takes. */
+const NO_BODY_READ_BYTES = 1024;
+
+/**
+ * For a route that takes no body (resume, cancel, delete, trigger, a run's cancel, a replay): a
+ * request that sends one is refused with a 400 naming its first field, before anything is read or
+ * written. Acted on with the body ignored, a field meant for another route (pause's `running`
+ * sent to cancel) would do what its sender did not ask. No body, an empty one, or `{}` goes on.
+ */
+export const noBody: MiddlewareHandler = async (c, next) => {
+  // Read whatever came, whatever its headers say (API Gateway's event has a body or none).
+  if (c.req.raw.body !== null) {
+    const bytes = await readAtMost(c.req.raw, NO_BODY_READ_BYTES);
+    const text = bytes === null ? null : new TextDecoder("utf-8").decode(bytes).trim();
+    if (text !== "") refuseBody(text);
+  }
+  await next();
+};
+
+function refuseBody(text: string | null): void {
+  let value: unknown = null;
+  try {
+    value = text === null ? null : JSON.parse(text);
+  } catch {
+    // Not JSON: refused below all the same, naming no field.
+  }
+  if (typeof value === "object" && value !== null && !Array.isArray(value)) {
+    const [field] = Object.keys(value);
+    if (field === undefined) return;
+    throw new ApiError(
+      400,
+      "validation_failed",
+      `${field}: is not an accepted field: this request takes no body`,
+      { field },
+    );
+  }
+  throw new ApiError(400, "validation_failed", "this request takes no body; send none");
+}
+
 const tooLarge = (maxBytes: number) =>
   new ApiError(413, "payload_too_large", `the request body exceeds ${maxBytes} bytes`);
 

@@ -1,5 +1,6 @@
 import { createRoute } from "@hono/zod-openapi";
 import { replayDeadLetter } from "../jobs/index.js";
+import { noBody } from "./body.js";
 import { runDto } from "./dto.js";
 import { deadLettersPage } from "./pages.js";
 import {
@@ -34,6 +35,7 @@ const replayDeadLetterRoute = createRoute({
   description:
     "The dead run leaves the dead-letter list and its new attempt is queued. While the job is paused the new attempt waits, queued, and runs after resume; a cancelled job's dead letters are refused (409).",
   security: secured,
+  middleware: [noBody] as const,
   request: { params: DeadLetterParams, headers: ReplayHeaders },
   responses: {
     202: withHeaders(RunSchema, "The new run; Location names it", "Location"),

@@ -13,7 +13,7 @@ import {
 import { jobAsItStands } from "../jobs/queries.js";
 import type { JobStatus } from "../model.js";
 import { ValidationError } from "../validation.js";
-import { optionalBody } from "./body.js";
+import { noBody, optionalBody } from "./body.js";
 import { newJobOrRepeat } from "./create-repeat.js";
 import { jobDto, runDto } from "./dto.js";
 import { jobsPage } from "./pages.js";
@@ -78,10 +78,11 @@ function lifecycleRoute(action: "resume" | "cancel", summary: string) {
     tags: ["jobs"],
     summary,
     security: secured,
+    middleware: [noBody] as const,
     request: { params: JobIdParams },
     responses: {
       200: withHeaders(JobSchema, "The job; repeating the call changes nothing", "ETag"),
-      ...errors(401, 404, 409, 503),
+      ...errors(400, 401, 404, 409, 503),
     },
   });
 }
@@ -110,10 +111,11 @@ const deleteJobRoute = createRoute({
   tags: ["jobs"],
   summary: "Cancel the job and remove it; its run history stays until it expires",
   security: secured,
+  middleware: [noBody] as const,
   request: { params: JobIdParams },
   responses: {
     204: { description: "Deleted; a repeat is a 404, as for any job that does not exist" },
-    ...errors(401, 404, 503),
+    ...errors(400, 401, 404, 503),
   },
 });
 
@@ -124,6 +126,7 @@ const triggerJobRoute = createRoute({
   tags: ["jobs"],
   summary: "One extra run now, outside the schedule",
   security: secured,
+  middleware: [noBody] as const,
   request: { params: JobIdParams, headers: TriggerHeaders },
   responses: {
     202: withHeaders(RunSchema, "The queued run; Location names it", "Location"),

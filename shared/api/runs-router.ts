@@ -1,6 +1,7 @@
 import { createRoute } from "@hono/zod-openapi";
 import { cancelRun } from "../jobs/index.js";
 import { getTenantRun } from "../jobs/queries.js";
+import { noBody } from "./body.js";
 import { runDto } from "./dto.js";
 import { notFound } from "./errors.js";
 import { runsPage } from "./pages.js";
@@ -49,13 +50,14 @@ const cancelRunRoute = createRoute({
   summary:
     "Cancel one run: a queued run ends cancelled now, a running one within a heartbeat (its handler's signal aborts); no retry follows",
   security: secured,
+  middleware: [noBody] as const,
   request: { params: RunParams },
   responses: {
     200: json(
       RunSchema,
       "The run: cancelled, or running with cancelRequestedAt set until its worker ends it; a repeat answers the same",
     ),
-    ...errors(401, 404, 409, 503),
+    ...errors(400, 401, 404, 409, 503),
   },
 });
 
