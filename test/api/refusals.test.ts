@@ -119,7 +119,7 @@ const V1 = { "If-Match": '"1"' };
 beforeAll(async () => {
   api = await startApi();
   await ok("PUT", "/tenants/tenant-b/quotas", {
-    body: { activeJobs: 1, maxPriority: "low" },
+    body: { activeJobs: 1, maxPriority: "low", runsPerMinute: 10 },
   });
   const active = await create(laterJob());
   const recurring = await create({
@@ -326,6 +326,39 @@ describe("PATCH /jobs/{id} refused writes nothing", () => {
         code: "quota_exceeded",
       },
     );
+  });
+});
+
+describe("more refusals of creates and edits write nothing", () => {
+  it("an edit over runsPerMinute (403): what it reserved is given back", async () => {
+    await refused(
+      "PATCH",
+      `/jobs/${jobs.ofB}`,
+      { key: KEY_B, body: { schedule: { every: "PT1S" } }, headers: V1 },
+      403,
+      { code: "quota_exceeded" },
+    );
+  });
+  it("a payload over 64 KiB (413), on a create and an edit", async () => {
+    const payload = { big: "x".repeat(70 * 1024) };
+    await refused("POST", "/jobs", { body: laterJob({ payload }) }, 413);
+    await refused("PATCH", `/jobs/${jobs.active}`, { body: { payload }, headers: V1 }, 413);
+  });
+  it("a key whose job was deleted (409), repeated with the same body", async () => {
+    const headers = { "Idempotency-Key": "refusals-deleted-1" };
+    const body = laterJob({ name: "to delete" });
+    const made = await ok("POST", "/jobs", { body, headers });
+    await ok("DELETE", `/jobs/${JobSchema.parse(made.body).id}`);
+    await refused("POST", "/jobs", { body, headers }, 409, { code: "idempotency_conflict" });
+  });
+  it("a dead letter replayed twice (409)", async () => {
+    const { jobId } = await deadRunVia(api);
+    const [dead] = await runsOf(jobId);
+    if (!dead) throw new Error("no dead run");
+    await ok("POST", `/dead-letters/${dead.runId}/replay`);
+    await refused("POST", `/dead-letters/${dead.runId}/replay`, {}, 409, {
+      code: "not_replayable",
+    });
   });
 });
 
