@@ -1,6 +1,11 @@
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { RunPageSchema } from "../../shared/api/schemas/runs.js";
+import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
+import { receiveRuns } from "../../shared/queue/work-queue.js";
+import { cachedSigningSecrets } from "../../shared/webhooks/secrets.js";
 import { scanTable } from "../support/namespace.js";
 import {
   type ApiHarness,
@@ -37,6 +42,11 @@ let jobs: Jobs;
 let deadRunId: string;
 let endedRunId: string;
 let queuedRunId: string;
+/** An async http job's run, RUNNING at its target (which took it over with a 202), and its token. */
+let running: { jobId: string; runId: string; token: string };
+/** The async target: answers 202 to every delivery and keeps each run's token. */
+let target: Server;
+const tokens: string[] = [];
 
 const byKey = (items: Record<string, unknown>[]) =>
   items
@@ -164,11 +174,56 @@ beforeAll(async () => {
     "succeeded",
     "queued",
   ]);
+  running = await runningAtTarget();
   deadRunId = deadRun.runId;
   endedRunId = endedRun.runId;
   queuedRunId = queuedRun.runId;
 });
-afterAll(() => api.close());
+afterAll(async () => {
+  await new Promise((resolve) => target?.close(resolve));
+  await api?.close();
+});
+
+/** An async http job due now, delivered by the worker code to the target, which takes it over. */
+async function runningAtTarget(): Promise<{ jobId: string; runId: string; token: string }> {
+  target = createServer((request, response) => {
+    tokens.push(String(request.headers["x-scheduler-run-token"] ?? ""));
+    request.resume();
+    request.on("end", () => response.writeHead(202).end());
+  });
+  await new Promise<void>((resolve) => target.listen(0, "127.0.0.1", resolve));
+  const { port } = target.address() as AddressInfo;
+  const jobId = await create({
+    type: "http",
+    schedule: { runAt: new Date().toISOString() },
+    target: { url: `http://127.0.0.1:${port}/long`, mode: "async" },
+    timeoutSeconds: 3600,
+  });
+  const { engine } = api.fixture;
+  const worker = {
+    engine,
+    workerId: "refusals-worker",
+    handlers: builtInHandlers(
+      {
+        signingSecrets: cachedSigningSecrets(engine),
+        allowPrivateTargets: true,
+        apiUrl: api.server.url,
+        leaseSeconds: engine.settings.leaseMs / 1000,
+      },
+      engine.clock,
+    ),
+  };
+  for (let tries = 0; tries < 20 && tokens.length === 0; tries++) {
+    const batch = await receiveRuns(engine.sqs, engine.queues.normal, { max: 10, waitSeconds: 1 });
+    for (const received of batch.filter((r) => r.message.jobId === jobId)) {
+      await api.fixture.process(worker, received);
+    }
+  }
+  const [run] = await runsOf(jobId);
+  const [token] = tokens;
+  if (run?.status !== "running" || token === undefined) throw new Error("the run is not running");
+  return { jobId, runId: run.runId, token };
+}
 
 describe("POST /jobs refused writes nothing", () => {
   it("a bad field (400)", async () => {
@@ -351,6 +406,29 @@ describe("more refusals of creates and edits write nothing", () => {
     await ok("DELETE", `/jobs/${JobSchema.parse(made.body).id}`);
     await refused("POST", "/jobs", { body, headers }, 409, { code: "idempotency_conflict" });
   });
+  it("a create whose body key and Idempotency-Key differ (400)", async () => {
+    await refused(
+      "POST",
+      "/jobs",
+      {
+        body: laterJob({ idempotencyKey: "refusals-a" }),
+        headers: { "Idempotency-Key": "refusals-b" },
+      },
+      400,
+      { field: "idempotencyKey" },
+    );
+  });
+  it("a trigger's or a replay's Idempotency-Key that is not one (400)", async () => {
+    for (const key of ["", "k".repeat(1000)]) {
+      const headers = { "Idempotency-Key": key };
+      await refused("POST", `/jobs/${jobs.recurring}/trigger`, { headers }, 400);
+      await refused("POST", `/dead-letters/${deadRunId}/replay`, { headers }, 400);
+    }
+  });
+  it("PUT quotas for a tenant id that cannot be one", async () => {
+    const reply = await refusedAny("PUT", "/tenants/%20bad%20/quotas", { body: {} });
+    expect([400, 404]).toContain(reply);
+  });
   it("a dead letter replayed twice (409)", async () => {
     const { jobId } = await deadRunVia(api);
     const [dead] = await runsOf(jobId);
@@ -409,6 +487,43 @@ describe("a route that takes no body refuses one (400 naming its field), writing
   it("an empty object, or no body, is still accepted", async () => {
     const reply = await api.call("POST", `/jobs/${jobs.active}/resume`, { body: {} });
     expect(reply.status, reply.text).toBe(200);
+  });
+});
+
+describe("a job whose run is running at its async target: refusals write nothing", () => {
+  it("edits (428, 412, 400), a pause's bad body, bodies sent to routes that take none", async () => {
+    const path = `/jobs/${running.jobId}`;
+    await refused("PATCH", path, { body: { name: "x" } }, 428);
+    await refused("PATCH", path, { body: { name: "x" }, headers: { "If-Match": '"9"' } }, 412);
+    await refused("PATCH", path, { body: { timeoutSeconds: 0 }, headers: V1 }, 400);
+    await refused("POST", `${path}/pause`, { body: { running: "never" } }, 400);
+    for (const action of ["resume", "cancel", "trigger"]) {
+      await refused("POST", `${path}/${action}`, { body: { running: "finish" } }, 400);
+    }
+    await refused("DELETE", path, { body: { running: "finish" } }, 400);
+    await refused(
+      "POST",
+      `${path}/runs/${running.runId}/cancel`,
+      { body: { running: "finish" } },
+      400,
+    );
+  });
+  it("its target's complete with a bad body (400), heartbeat and complete with a bad token (401)", async () => {
+    const auth = { key: null, headers: { Authorization: `Bearer ${running.token}` } };
+    await refused(
+      "POST",
+      `/runs/${running.runId}/complete`,
+      { ...auth, body: { status: "maybe" } },
+      400,
+    );
+    const forged = { key: null, headers: { Authorization: `Bearer ${running.token}x` } };
+    await refused("POST", `/runs/${running.runId}/heartbeat`, forged, 401);
+    await refused(
+      "POST",
+      `/runs/${running.runId}/complete`,
+      { ...forged, body: { status: "succeeded" } },
+      401,
+    );
   });
 });
 
