@@ -484,6 +484,9 @@ describe("a route that takes no body refuses one (400 naming its field), writing
       field: "running",
     });
   });
+  it("credentials come first: without them, a body is a 401, not a 400", async () => {
+    await refused("POST", `/jobs/${jobs.active}/cancel`, { key: null, body }, 401);
+  });
   it("an empty object, or no body, is still accepted", async () => {
     const reply = await api.call("POST", `/jobs/${jobs.active}/resume`, { body: {} });
     expect(reply.status, reply.text).toBe(200);
