@@ -582,3 +582,27 @@ async function refusedAny(method: string, path: string, request: Request): Promi
   expect(await snapshot()).toEqual(before);
   return reply.status;
 }
+
+describe("a request over requestsPerSecond (429) writes nothing", () => {
+  it("of eight triggers at once at one request a second, each 429 queued no run", async () => {
+    await ok("PUT", "/tenants/tenant-b/quotas", {
+      body: { activeJobs: 1, maxPriority: "low", runsPerMinute: 10, requestsPerSecond: 1 },
+    });
+    const runsOfB = async () => (await api.fixture.runs()).filter((r) => r.jobId === jobs.ofB);
+    const before = (await runsOfB()).length;
+    const replies = await Promise.all(
+      Array.from({ length: 8 }, () =>
+        api.call("POST", `/jobs/${jobs.ofB}/trigger`, { key: KEY_B }),
+      ),
+    );
+    const statuses = replies.map((r) => r.status);
+    expect(statuses).toContain(429);
+    for (const reply of replies.filter((r) => r.status === 429)) {
+      expectError(reply, 429, { code: "rate_limited" });
+    }
+    const queued = statuses.filter((s) => s === 202).length;
+    // Triggers of one job at once may also meet each other (503 busy, nothing written).
+    expect(statuses.filter((s) => s !== 202 && s !== 429 && s !== 503)).toEqual([]);
+    expect((await runsOfB()).length - before).toBe(queued);
+  });
+});
