@@ -174,4 +174,35 @@ describe("an edit of a job whose end passed during a dispatcher outage", () => {
       expect(await usage()).toEqual(usageBefore);
     },
   );
+
+  it("an edit refused over runsPerMinute (403) after the outage decides nothing: the old schedule's occurrences wait for the dispatcher", async () => {
+    const createdAt = Math.ceil((Date.now() + 90 * MINUTE) / MINUTE) * MINUTE;
+    const minute = (m: number) => new Date(createdAt + m * MINUTE).toISOString();
+    now = createdAt;
+    const job = await created({
+      type: "noop",
+      schedule: { every: "PT1M", startAt: minute(10) },
+      misfirePolicy: "skip",
+    });
+    const lowered = { activeJobs: 1000, runsPerMinute: 1 };
+    const set = await api.call("PUT", `/tenants/${TENANT_A}/quotas`, { body: lowered });
+    expect(set.status, set.text).toBe(200);
+    try {
+      now = createdAt + 20 * MINUTE;
+      const before = await stored();
+      const reply = await edit(job.id, { schedule: { every: "PT1S" } });
+      expectError(reply, 403, { code: "quota_exceeded" });
+      expect(await runsOf(job.id)).toEqual([]);
+      const after = await stored();
+      // Documented bookkeeping: the quota change dropped the tenant's usage, and a refusal over
+      // the quota recounts it first (shared/quotas/usage.ts): every other item is as it was.
+      const notUsage = (items: Record<string, unknown>[]) =>
+        items.filter((i) => !(String(i.pk).startsWith("QUOTA#") && i.sk === "USAGE"));
+      expect(notUsage(after.jobs)).toEqual(notUsage(before.jobs));
+      expect(after.runs).toEqual(before.runs);
+    } finally {
+      const back = { activeJobs: 1000, runsPerMinute: 100_000 };
+      await api.call("PUT", `/tenants/${TENANT_A}/quotas`, { body: back });
+    }
+  });
 });

@@ -296,6 +296,30 @@ describe("POST /jobs:batch refused writes nothing", () => {
   });
 });
 
+describe("POST /jobs:batch: a key used before with another body", () => {
+  it("is that job's 409 and writes nothing, its repeat with the same body a 200 writing nothing", async () => {
+    const headers = { "Idempotency-Key": "refusals-batch-a" };
+    const first = laterJob({ name: "keyed" });
+    await ok("POST", "/jobs", { body: first, headers });
+    const before = await snapshot();
+    const reply = await api.call("POST", "/jobs:batch", {
+      body: {
+        jobs: [{ ...laterJob({ name: "another" }), idempotencyKey: "refusals-batch-a" }],
+      },
+    });
+    expect(reply.status, reply.text).toBe(200);
+    expect(reply.body).toMatchObject({
+      results: [{ index: 0, status: 409, error: { code: "idempotency_conflict" } }],
+    });
+    expect(await snapshot()).toEqual(before);
+    const repeat = await api.call("POST", "/jobs:batch", {
+      body: { jobs: [{ ...first, idempotencyKey: "refusals-batch-a" }] },
+    });
+    expect(repeat.body).toMatchObject({ results: [{ index: 0, status: 200 }] });
+    expect(await snapshot()).toEqual(before);
+  });
+});
+
 describe("PATCH /jobs/{id} refused writes nothing", () => {
   it("without If-Match (428), stale (412), unknown or another tenant's (404)", async () => {
     for (const id of [
