@@ -1,5 +1,6 @@
 import { createRoute } from "@hono/zod-openapi";
 import { rotateWebhookSecret, tenantWebhookSecrets } from "../webhooks/secrets.js";
+import { noBody } from "./body.js";
 import { errors, json, newRouter, type RouterDeps, secured, tenantOf } from "./router.js";
 import { RotateHeaders, WebhookSecretSchema } from "./schemas/webhook-secret.js";
 
@@ -24,6 +25,7 @@ const rotateWebhookSecretRoute = createRoute({
   summary:
     "A new secret; for 24 hours deliveries carry signatures of both the new and the replaced one",
   security: secured,
+  middleware: [noBody] as const,
   request: { headers: RotateHeaders },
   responses: {
     200: json(

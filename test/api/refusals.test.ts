@@ -508,6 +508,13 @@ describe("a route that takes no body refuses one (400 naming its field), writing
       field: "running",
     });
   });
+  it("a webhook secret's rotation", async () => {
+    // `keepOldForHours` reads as a shorter overlap; acted on with the body ignored, the replaced
+    // secret kept signing for the usual 24 hours.
+    await refused("POST", "/webhook-secret/rotate", { body: { keepOldForHours: 0 } }, 400, {
+      field: "keepOldForHours",
+    });
+  });
   it("credentials come first: without them, a body is a 401, not a 400", async () => {
     await refused("POST", `/jobs/${jobs.active}/cancel`, { key: null, body }, 401);
   });
