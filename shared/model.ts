@@ -253,6 +253,11 @@ export interface Run {
   readonly workerId: string | null;
   readonly error: string | null;
   readonly reason: string | null;
+  /**
+   * Set by the redrive DLQ's ending (DEAD, or CANCELLED as asked): every delivery of its message
+   * started the run and crashed its worker, so its handler ran though no ending measured how long.
+   */
+  readonly crashedRunning?: boolean;
   /** Set on a DEAD run once it has been replayed: the run that replaced it. */
   readonly replayedBy: string | null;
   /** With `replayedBy`: the hash of the Idempotency-Key that replay carried, if any. */

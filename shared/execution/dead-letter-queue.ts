@@ -2,6 +2,7 @@ import type { Engine } from "../engine.js";
 import type { RunMessage } from "../model.js";
 import { recordShardCount } from "../shard-count.js";
 import { releaseBufferSlot, releaseRerunMark } from "../storage/admission.js";
+import { ranForLastRun } from "../storage/last-run.js";
 import { recordRunOnJob } from "../storage/run-finish.js";
 import { getJob, getRun } from "../storage/run-reads.js";
 import { triggerEntryOf } from "../storage/trigger.js";
@@ -65,7 +66,7 @@ export async function handleCrashedRun(
     `worker crashed: the run never recorded a result${times}`,
     now,
     seen,
-    { trigger },
+    { trigger, crashedRunning: true },
   );
   if (run) {
     // A buffer_one job's waiting run may be the one that died; the next overlap may wait again.
@@ -97,10 +98,10 @@ export async function handleCrashedRun(
   const ended = run ?? endedBefore;
   if (ended === null || job === null) return;
   const status = ended.status === "CANCELLED" ? "CANCELLED" : "DEAD";
-  // A run dead here ran: every delivery of its message started it and crashed its worker. It is
-  // its job's lastRun, as a worker's DEAD ending is (only over a run that finished later), so the
-  // job does not go on naming the success before it.
-  const ran = status === "DEAD";
+  // A run ended here ran, DEAD or CANCELLED as asked: every delivery of its message started it and
+  // crashed its worker (`crashedRunning`). It is its job's lastRun, as a worker's ending is (only
+  // over a run that finished later), so the job does not go on naming the run before it.
+  const ran = ranForLastRun(ended);
   const completesJob = job.status === "ACTIVE" && endsOneOff(job, ended, status);
   if (ran || completesJob)
     await recordRunOnJob(engine, ended, { status, ran, tracked: false, completesJob });

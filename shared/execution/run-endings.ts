@@ -128,6 +128,8 @@ export async function endUnownedRun(
     readonly trigger?: DueEntry | undefined;
     /** A CANCELLED ending: who cancelled it. */
     readonly by?: CancelSource | undefined;
+    /** The redrive DLQ's ending: every delivery started the run and crashed its worker. */
+    readonly crashedRunning?: boolean | undefined;
   } = {},
 ): Promise<Run | null> {
   const current = seen ?? (await getRun(engine, ref));
@@ -138,7 +140,10 @@ export async function endUnownedRun(
   // A run asked to cancel ends as asked, whatever else ends it (its worker crashed meanwhile).
   if (current.cancelRequestedAt) {
     const asked = current.cancelledBy ?? "api";
-    return endRunAsSeen(engine, current, "CANCELLED", CANCEL_REASONS[asked], now, { by: asked });
+    return endRunAsSeen(engine, current, "CANCELLED", CANCEL_REASONS[asked], now, {
+      by: asked,
+      crashedRunning: extra.crashedRunning,
+    });
   }
   return endRunAsSeen(engine, current, status, reason, now, extra);
 }

@@ -2,12 +2,18 @@ import type { Run, RunSummary } from "../model.js";
 
 /**
  * Whether a run that ended may be its job's `lastRun`: its handler ran. A run that ran has a
- * duration, except one the redrive DLQ ended DEAD: every delivery of its message started it and
- * crashed its worker, so it ran, though no ending measured it. Skipped runs, and runs cancelled or
- * ended for a deleted job before their handler ran, are not.
+ * duration, except one the redrive DLQ ended (`crashedRunning`), DEAD or CANCELLED as asked:
+ * every delivery of its message started it and crashed its worker, so it ran, though no ending
+ * measured it (a DEAD run the DLQ ended before that mark counts by its status). Skipped runs, and
+ * runs cancelled or ended for a deleted job before their handler ran, are not.
  */
-export function ranForLastRun(run: Pick<Run, "status" | "durationMs" | "finishedAt">): boolean {
-  return run.finishedAt !== null && (run.durationMs !== null || run.status === "DEAD");
+export function ranForLastRun(
+  run: Pick<Run, "status" | "durationMs" | "finishedAt" | "crashedRunning">,
+): boolean {
+  return (
+    run.finishedAt !== null &&
+    (run.durationMs !== null || run.crashedRunning === true || run.status === "DEAD")
+  );
 }
 
 /**

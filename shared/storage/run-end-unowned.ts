@@ -22,7 +22,8 @@ const JOB_EXISTS = "attribute_exists(pk)";
  * conditioned on the run being as the caller saw it. Returns the ended run,
  * or null when it had changed. A RUNNING run's entry in its job's activeRuns
  * goes too: overlap would otherwise wait a lease for nothing. A cancel names
- * who asked (`cancelledBy`, with `cancelRequestedAt`) when `by` is given.
+ * who asked (`cancelledBy`, with `cancelRequestedAt`) when `by` is given, and a run the redrive
+ * DLQ ends is marked `crashedRunning` (its handler ran) when `crashedRunning` is.
  */
 export async function endRunAsSeen(
   engine: Engine,
@@ -33,11 +34,14 @@ export async function endRunAsSeen(
   {
     trigger,
     by,
+    crashedRunning = false,
   }: {
     /** A DEAD ending of a job with dependents: their trigger entry, written with the ending. */
     readonly trigger?: DueEntry | undefined;
     /** A CANCELLED ending: who cancelled it. */
     readonly by?: CancelSource | undefined;
+    /** The redrive DLQ's ending: every delivery started the run and crashed its worker. */
+    readonly crashedRunning?: boolean | undefined;
   } = {},
 ): Promise<Run | null> {
   const finishedAt = now.toISOString();
@@ -56,7 +60,7 @@ export async function endRunAsSeen(
       attributed
         ? ", cancelRequestedAt = if_not_exists(cancelRequestedAt, :finishedAt), cancelledBy = if_not_exists(cancelledBy, :by)"
         : ""
-    } REMOVE leaseUntil, inflightPk, inflightSk`,
+    }${crashedRunning ? ", crashedRunning = :crashedRunning" : ""} REMOVE leaseUntil, inflightPk, inflightSk`,
     ExpressionAttributeNames: { "#status": "status", ...(dead ? { "#error": "error" } : {}) },
     ExpressionAttributeValues: {
       ":was": seen.status,
@@ -65,6 +69,7 @@ export async function endRunAsSeen(
       ":reason": boundedText(reason),
       ":finishedAt": finishedAt,
       ...(attributed ? { ":by": by } : {}),
+      ...(crashedRunning ? { ":crashedRunning": true } : {}),
       ...(dead
         ? {
             ":deadPk": deadLetterPk(seen.tenantId),
@@ -101,6 +106,7 @@ export async function endRunAsSeen(
       finishedAt,
       leaseUntil: null,
       ...(dead ? { error: boundedText(reason) } : {}),
+      ...(crashedRunning ? { crashedRunning } : {}),
     };
   } else {
     try {

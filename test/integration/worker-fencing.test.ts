@@ -453,6 +453,37 @@ describe("crashes", () => {
     });
   }, 30_000);
 
+  it("a recurring job's run asked to cancel while it ran, then ended CANCELLED by the DLQ, is its job's lastRun: its handler ran", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" }, timeoutSeconds: 30 }),
+    );
+    const ok = await triggerJob(f.engine, job.tenantId, job.jobId);
+    expect(await f.process(f.workerDeps("w"), await f.nextDeliveryOfRun(ok))).toBe("ack");
+
+    // The next run is asked to cancel while its last delivery runs it; that delivery crashes too.
+    const doomed = await triggerJob(f.engine, job.tenantId, job.jobId);
+    await crashEveryDeliveryIntoDlq(f, await f.nextDeliveryOfRun(doomed), async () => {
+      const asked = await cancelRun(f.engine, job.tenantId, job.jobId, doomed.runId);
+      expect(asked).toMatchObject({ status: "RUNNING", cancelledBy: "api" });
+    });
+
+    const cancelled = await getRun(f.engine, doomed);
+    expect(cancelled).toMatchObject({ status: "CANCELLED", cancelledBy: "api", durationMs: null });
+    // What GET /jobs/{id} answers: the run that finished last, whose handler ran, is this one.
+    const shown = await jobAsItStands(
+      f.engine,
+      await getTenantJob(f.engine, job.tenantId, job.jobId),
+    );
+    expect(shown.lastRun).toEqual({
+      runId: doomed.runId,
+      status: "CANCELLED",
+      scheduledFor: doomed.scheduledFor,
+      attempt: 1,
+      finishedAt: cancelled?.finishedAt,
+    });
+  }, 30_000);
+
   it("a message whose deliveries never start its run reaches the DLQ, but the run is not dead: the reaper sends it again", async () => {
     const { job, received } = await dueNow(f, "noop");
     // Two workers each die holding the message before they start it (or fail a storage call).
@@ -516,13 +547,19 @@ describe("crashes", () => {
  * delivery and the next (the queue's maxReceiveCount is 2); once SQS has moved its message to the
  * redrive DLQ and its lease has lapsed, the DLQ consumer handles it.
  */
-async function crashEveryDeliveryIntoDlq(f: EngineFixture, first: ReceivedRun): Promise<void> {
+async function crashEveryDeliveryIntoDlq(
+  f: EngineFixture,
+  first: ReceivedRun,
+  /** Called while the last delivery holds the run started (its lease live), before it crashes. */
+  whileRunning?: () => Promise<void>,
+): Promise<void> {
   const run = first.message;
   expect((await startRun(f.engine, run, "crash-1", new Date())).kind).toBe("started");
   await setVisibility(f.engine.sqs, first.queueUrl, first.receiptHandle, 1);
   const second = await f.nextDeliveryOfRun(run);
   const afterLease = new Date(Date.now() + LEASE_MS + 1000);
   expect((await startRun(f.engine, second.message, "crash-2", afterLease)).kind).toBe("started");
+  await whileRunning?.();
   await setVisibility(f.engine.sqs, second.queueUrl, second.receiptHandle, 1);
   const inDlq = await redriven(f, run.jobId);
   await waitFor(
