@@ -326,6 +326,17 @@ describe("docs/api.md: the JSON blocks", () => {
     for (const code of codes) expect(known, `docs/api.md's errors table: ${code}`).toContain(code);
   });
 
+  it("lists in its errors table every code the API answers with", () => {
+    const table =
+      read("docs/api.md").match(/^\| (\d{3}) +\| (`[a-z_]+`(?:, `[a-z_]+`)*) +\|/gm) ?? [];
+    const listed = new Set(
+      table.flatMap((row) => [...row.matchAll(/`([a-z_]+)`/g)].map(([, code]) => code)),
+    );
+    const known: readonly string[] = ErrorSchema.shape.error.shape.code.options;
+    expect(known.length).toBeGreaterThanOrEqual(15);
+    expect(known.filter((code) => !listed.has(code))).toEqual([]);
+  });
+
   it("shows the error shape the API answers", () => {
     for (const block of blocks.filter((b) => b.info === "json response error"))
       expect(
