@@ -111,7 +111,10 @@ async function triggerDependent(
 
 /**
  * The dependent's run at `at` (its occurrence key): QUEUED to start now, or, while it is paused,
- * SKIPPED with the reason (a paused job's triggers are not kept for its resume).
+ * SKIPPED with the reason (a paused job's triggers are not kept for its resume). Due at `at`, not
+ * `now`: a run moved a few milliseconds on, past another fan-out's in the same millisecond, is due
+ * at that instant, so its worker (which waits for a message's dueAt) does not start it before its
+ * `scheduledFor`.
  */
 function runFor(
   engine: Engine,
@@ -124,7 +127,7 @@ function runFor(
     jobId: dependent.jobId,
     tenantId: dependent.tenantId,
     scheduledFor: at,
-    dueAt: now,
+    dueAt: at,
     attempt: 1,
     priority: dependent.priority,
     jobVersion: dependent.version,

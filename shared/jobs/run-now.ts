@@ -4,17 +4,23 @@ import { sendRuns } from "../queue/work-queue.js";
 import { runMessageOf } from "../storage/items.js";
 import { queuedRun } from "../storage/runs.js";
 
-/** A run due now outside the schedule (trigger, replay): QUEUED, its item not yet stored. */
+/**
+ * A run due now outside the schedule (trigger, replay): QUEUED, its item not yet stored. Due no
+ * earlier than its occurrence: a trigger moved a few milliseconds on, past a same-millisecond
+ * twin's, is due at that instant, so its worker (which waits for a message's dueAt) does not
+ * start it before its `scheduledFor`.
+ */
 export function runDueNow(
   engine: Engine,
   spec: Omit<Parameters<typeof queuedRun>[0], "dueAt">,
 ): { run: Run; item: Record<string, unknown>; now: Date } {
   const now = engine.clock();
-  return { ...queuedRun({ ...spec, dueAt: now }, now, engine.settings), now };
+  const dueAt = new Date(Math.max(now.getTime(), spec.scheduledFor.getTime()));
+  return { ...queuedRun({ ...spec, dueAt }, now, engine.settings), now };
 }
 
 /**
- * Sends the message of a run `runDueNow` made, once it is stored. A failed send is left to the
+ * Sends the message of a run `runDueNow` made at `now`, once it is stored, due at its dueAt. A failed send is left to the
  * reaper (the run is QUEUED with its deadline, a lease after it is due) and is not the request's
  * failure: the run stands, and a caller told otherwise would trigger it again, a second run.
  */
@@ -22,7 +28,7 @@ export async function sendRunDueNow(engine: Engine, run: Run, now: Date): Promis
   await sendRuns(
     engine.sqs,
     engine.queues,
-    [{ message: runMessageOf(run), dueAt: now }],
+    [{ message: runMessageOf(run), dueAt: new Date(run.dueAt) }],
     now,
   ).catch((error: unknown) => {
     engine.obs.log.warn("could not send a run that is stored; the reaper will", {

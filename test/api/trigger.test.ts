@@ -64,6 +64,27 @@ describe("POST /jobs/{id}/trigger", () => {
     ]);
   });
 
+  it("a trigger moved a millisecond on for a same-millisecond twin is due at its occurrence, not before: its worker starts it no earlier", async () => {
+    now = new Date("2030-01-01T00:00:01.500Z");
+    const id = await createJob({ runAt: "2031-01-01T00:00:00Z" });
+    const first = await send("POST", `/jobs/${id}/trigger`);
+    const twin = await send("POST", `/jobs/${id}/trigger`);
+    expect(twin.status, twin.text).toBe(202);
+    const run = RunSchema.parse(JSON.parse(twin.text));
+    expect([RunSchema.parse(JSON.parse(first.text)).scheduledFor, run.scheduledFor]).toEqual([
+      "2030-01-01T00:00:01.500Z",
+      "2030-01-01T00:00:01.501Z",
+    ]);
+    // The worker waits for its message's dueAt (never past it) before it starts the run.
+    expect(run.dueAt).toBe(run.scheduledFor);
+    const delivered = await fixture.nextDeliveryOfRun({
+      jobId: id,
+      scheduledFor: run.scheduledFor,
+      attempt: 1,
+    });
+    expect(delivered.message.dueAt).toBe(run.scheduledFor);
+  });
+
   it("a trigger at the instant of an occurrence already claimed is a run of its own", async () => {
     now = new Date("2030-01-02T00:00:00.000Z");
     // Created on the second, a per-second job's occurrences from now on are claimed at once.

@@ -189,6 +189,41 @@ describe("dependencies: a job runs after other jobs", () => {
     expect(await triggerEntries(a.jobId)).toEqual([]);
   });
 
+  it("two fan-outs to one dependent in one millisecond: the run moved a millisecond on is due at its occurrence, not before", async () => {
+    const [a1, a2] = [await upstreamJob(), await upstreamJob()];
+    if (!a1 || !a2) throw new Error("upstreams not created");
+    const b = await dependentOf([a1, a2]);
+    // Both upstream runs succeed, their fan-outs left to a pass (each refused once by a crash).
+    const crashing = withFaults(f.engine, {
+      operation: "TransactWriteItems",
+      times: 1_000,
+      match: isFanOutTo(b.jobId),
+      reason: "ValidationError",
+    });
+    try {
+      await runNext(a1.jobId, crashing.engine);
+      await runNext(a2.jobId, crashing.engine);
+    } finally {
+      crashing.destroy();
+    }
+    const entries = [...(await triggerEntries(a1.jobId)), ...(await triggerEntries(a2.jobId))];
+    expect(entries).toHaveLength(2);
+    // Both fanned out at one instant: the second run of b takes the millisecond after the first.
+    const at = Date.now();
+    const frozen = { ...f.engine, clock: () => new Date(at) };
+    for (const entry of entries) await fanOutTrigger(frozen, entry);
+    const runs = (await runsOf(b.jobId)).map((r) => ({
+      scheduledFor: r.scheduledFor,
+      dueAt: r.dueAt,
+    }));
+    const twin = new Date(at + 1).toISOString();
+    expect(runs.map((r) => r.scheduledFor).sort()).toEqual([new Date(at).toISOString(), twin]);
+    // Its worker waits for its message's dueAt, never past it, before it starts the run.
+    for (const run of runs) expect(run.dueAt >= run.scheduledFor, JSON.stringify(run)).toBe(true);
+    const delivered = await f.nextDeliveryOfRun({ jobId: b.jobId, scheduledFor: twin, attempt: 1 });
+    expect(delivered.message.dueAt).toBe(twin);
+  });
+
   it("a crash midway through a fan-out, and fan-outs of one entry at once: each dependent gets exactly one run", async () => {
     const a = await upstreamJob();
     const [b1, b2, b3] = [await dependentOf([a]), await dependentOf([a]), await dependentOf([a])];
