@@ -9,6 +9,7 @@ import type { CancelSource, Job, Run } from "../model.js";
 import { windowMsOf } from "../schedule/index.js";
 import { retryOnContention } from "../storage/dynamo-errors.js";
 import { liveRunsOfJob } from "../storage/job-queries.js";
+import { ranForLastRun } from "../storage/last-run.js";
 import { requestRunCancel } from "../storage/run-cancel.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";
 import { recordRunOnJob } from "../storage/run-finish.js";
@@ -41,20 +42,25 @@ export async function cancelRun(
     const outcome = await cancelLiveRun(engine, run, "api");
     if (outcome === "ended") throw new RunEndedError(runId, run.status);
     if (outcome === null) continue;
-    if (
-      outcome.status === "CANCELLED" &&
-      job.status === "ACTIVE" &&
-      endsOneOff(job, run, "CANCELLED")
-    )
-      await recordRunOnJob(engine, outcome, {
-        status: "CANCELLED",
-        ran: false,
-        tracked: false,
-        completesJob: true,
-      });
+    if (outcome.status === "CANCELLED")
+      await recordCancelOnJob(
+        engine,
+        outcome,
+        job.status === "ACTIVE" && endsOneOff(job, run, "CANCELLED"),
+      );
     return outcome;
   }
   throw new ConcurrentUpdateError(`run ${runId} kept changing; try again`);
+}
+
+/**
+ * The job's side of a run this cancel ended: `lastRun` when its handler ran (a run handed over to
+ * its async target: `ranForLastRun`), the completion of a one-off whose own occurrence it was.
+ */
+async function recordCancelOnJob(engine: Engine, run: Run, completesJob: boolean): Promise<void> {
+  const ran = ranForLastRun(run);
+  if (ran || completesJob)
+    await recordRunOnJob(engine, run, { status: "CANCELLED", ran, tracked: false, completesJob });
 }
 
 /**
@@ -99,11 +105,12 @@ export async function cancelRunsOfJob(
     for (let attempt = 0, current: Run | null = run; current && attempt < ATTEMPTS; attempt++) {
       // A run's write meets a transaction on it (a claim's, a worker's ending): sent again.
       const live = current;
-      if (
-        (await retryOnContention(engine, "cancel run", () => cancelLiveRun(engine, live, by))) !==
-        null
-      )
-        return;
+      const outcome = await retryOnContention(engine, "cancel run", () =>
+        cancelLiveRun(engine, live, by),
+      );
+      if (outcome !== null && outcome !== "ended" && outcome.status === "CANCELLED")
+        await recordCancelOnJob(engine, outcome, false);
+      if (outcome !== null) return;
       current = await getRun(engine, current);
     }
   };

@@ -23,7 +23,9 @@ const JOB_EXISTS = "attribute_exists(pk)";
  * or null when it had changed. A RUNNING run's entry in its job's activeRuns
  * goes too: overlap would otherwise wait a lease for nothing. A cancel names
  * who asked (`cancelledBy`, with `cancelRequestedAt`) when `by` is given, and a run the redrive
- * DLQ ends is marked `crashedRunning` (its handler ran) when `crashedRunning` is.
+ * DLQ ends is marked `crashedRunning` (its handler ran) when `crashedRunning` is. A run handed over
+ * to its async target ran: its ending measures its duration, as a worker's ending of a run that ran
+ * does (from its start to now), so that it is its job's `lastRun` (`ranForLastRun`).
  */
 export async function endRunAsSeen(
   engine: Engine,
@@ -46,6 +48,10 @@ export async function endRunAsSeen(
 ): Promise<Run | null> {
   const finishedAt = now.toISOString();
   const dead = status === "DEAD";
+  const durationMs =
+    seen.status === "RUNNING" && seen.handedOverAt && seen.startedAt
+      ? now.getTime() - Date.parse(seen.startedAt)
+      : null;
   const attributed = !dead && by !== undefined;
   const update = {
     TableName: engine.tables.runs,
@@ -60,7 +66,9 @@ export async function endRunAsSeen(
       attributed
         ? ", cancelRequestedAt = if_not_exists(cancelRequestedAt, :finishedAt), cancelledBy = if_not_exists(cancelledBy, :by)"
         : ""
-    }${crashedRunning ? ", crashedRunning = :crashedRunning" : ""} REMOVE leaseUntil, inflightPk, inflightSk`,
+    }${crashedRunning ? ", crashedRunning = :crashedRunning" : ""}${
+      durationMs === null ? "" : ", durationMs = :durationMs"
+    } REMOVE leaseUntil, inflightPk, inflightSk`,
     ExpressionAttributeNames: { "#status": "status", ...(dead ? { "#error": "error" } : {}) },
     ExpressionAttributeValues: {
       ":was": seen.status,
@@ -70,6 +78,7 @@ export async function endRunAsSeen(
       ":finishedAt": finishedAt,
       ...(attributed ? { ":by": by } : {}),
       ...(crashedRunning ? { ":crashedRunning": true } : {}),
+      ...(durationMs === null ? {} : { ":durationMs": durationMs }),
       ...(dead
         ? {
             ":deadPk": deadLetterPk(seen.tenantId),
@@ -107,6 +116,7 @@ export async function endRunAsSeen(
       leaseUntil: null,
       ...(dead ? { error: boundedText(reason) } : {}),
       ...(crashedRunning ? { crashedRunning } : {}),
+      ...(durationMs === null ? {} : { durationMs }),
     };
   } else {
     try {

@@ -652,6 +652,35 @@ describe("async mode (long jobs)", () => {
     expect((await api.call("GET", `/jobs/${jobId}`)).body).toMatchObject({ status: "completed" });
   });
 
+  it("a handed-over run cancelled by the API (a run, or its job) is its job's lastRun: its target ran it", async () => {
+    for (const how of ["run", "job"] as const) {
+      const jobId = await createAsyncJob(
+        how === "job" ? { schedule: { cron: "0 0 1 1 *", timezone: "UTC" } } : {},
+      );
+      if (how === "job") {
+        const triggered = await api.call("POST", `/jobs/${jobId}/trigger`);
+        expect(triggered.status, triggered.text).toBe(202);
+      }
+      const handOff = await deliver(jobId);
+      advance(2000);
+      const asked =
+        how === "run"
+          ? await api.call("POST", `/jobs/${jobId}/runs/${handOff.runId}/cancel`)
+          : await api.call("POST", `/jobs/${jobId}/cancel`);
+      expect(asked.status, asked.text).toBe(200);
+      const run = await getRun(api.fixture.engine, parseRunIdOrThrow(handOff.runId));
+      expect(run).toMatchObject({ status: "CANCELLED", executedVersion: 1, durationMs: 2000 });
+      const job = await api.call("GET", `/jobs/${jobId}`);
+      expect((job.body as { lastRun: unknown }).lastRun, how).toEqual({
+        runId: handOff.runId,
+        status: "cancelled",
+        scheduledFor: run?.scheduledFor,
+        attempt: 1,
+        finishedAt: run?.finishedAt,
+      });
+    }
+  });
+
   it("a cancel asked while the worker hands the run over ends it at the target's first call (409)", async () => {
     const jobId = await createAsyncJob();
     const handOff = await deliver(jobId);
