@@ -22,11 +22,13 @@ export const NoopPayloadSchema = z.unknown().meta({
 
 export const SleepPayloadSchema = z
   .strictObject({
+    // Bounds first, each ending the field's checks, as boundedInt (shared/api/schemas/common.ts),
+    // which this layer cannot import: 1e308 is refused naming 900000, not the safe-integer range.
     ms: z
       .number()
+      .min(0, { abort: true })
+      .max(MAX_SLEEP_MS, { abort: true })
       .int()
-      .min(0)
-      .max(MAX_SLEEP_MS)
       .optional()
       .meta({ description: "How long the run sleeps, in milliseconds; default 0." }),
   })

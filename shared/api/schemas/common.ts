@@ -65,11 +65,31 @@ export const Priority = z.enum(PRIORITY_VALUES);
 export const instant = (description: string, example: string) =>
   z.string().max(LIMITS.instantChars).openapi({ description, example, format: "date-time" });
 
-export const pageLimit = z.coerce
-  .number()
-  .int()
-  .min(1)
-  .max(LIMITS.pageSize.max)
+/** A bound's check, which stops the field's later checks when it fails. */
+const STOP = { abort: true } as const;
+
+/**
+ * An integer from `min` to `max`, the one schema of every bounded integer the API takes (a query
+ * parameter with `coerce`, read from its text). The bounds are checked first and end the field's
+ * checks: a value far past them (1e308, 2^53) is refused naming its own bound, and only that, not
+ * also the safe-integer range `int()` checks. The OpenAPI document states the bounds and `integer`.
+ */
+export function boundedInt(min: number, max: number): z.ZodNumber;
+export function boundedInt(
+  min: number,
+  max: number,
+  options: { readonly coerce: true },
+): z.ZodCoercedNumber;
+export function boundedInt(
+  min: number,
+  max: number,
+  options?: { readonly coerce: true },
+): z.ZodNumber | z.ZodCoercedNumber {
+  const number = options?.coerce ? z.coerce.number() : z.number();
+  return number.min(min, STOP).max(max, STOP).int();
+}
+
+export const pageLimit = boundedInt(1, LIMITS.pageSize.max, { coerce: true })
   .optional()
   .openapi({ description: "Page size; default 20." });
 export const cursor = z.string().max(LIMITS.cursorChars).optional().openapi({

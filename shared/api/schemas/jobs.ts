@@ -5,6 +5,7 @@ import { MAX_BATCH_JOBS } from "../../jobs/create-batch.js";
 import { PAUSE_RUNNING } from "../../model.js";
 import { MAX_CONCURRENT_LIMIT, MISFIRE_POLICIES, OVERLAP_POLICIES } from "../../policies.js";
 import {
+  boundedInt,
   cursor,
   IdempotencyKeySchema,
   instant,
@@ -35,46 +36,26 @@ const OverlapPolicy = z.enum([overlap0, ...overlapRest]).openapi({
 
 const RetryInputSchema = z
   .strictObject({
-    maxAttempts: z
-      .number()
-      .int()
-      .min(1)
-      .max(LIMITS.maxAttempts)
+    maxAttempts: boundedInt(1, LIMITS.maxAttempts)
       .optional()
       .openapi({ description: "Attempts in all, the first included; default 5." }),
-    initialDelaySeconds: z
-      .number()
-      .int()
-      .min(0)
-      .max(LIMITS.retryDelaySeconds)
+    initialDelaySeconds: boundedInt(0, LIMITS.retryDelaySeconds)
       .optional()
       .openapi({ description: "Backoff ceiling after the first failure, doubling; default 30." }),
-    maxDelaySeconds: z
-      .number()
-      .int()
-      .min(0)
-      .max(LIMITS.retryDelaySeconds)
+    maxDelaySeconds: boundedInt(0, LIMITS.retryDelaySeconds)
       .optional()
       .openapi({ description: "Largest backoff; default 3600. Must be ≥ initialDelaySeconds." }),
   })
   .openapi("RetryInput", { description: "Exponential backoff with full jitter." });
 
-const maxConcurrent = z
-  .number()
-  .int()
-  .min(1)
-  .max(MAX_CONCURRENT_LIMIT)
-  .openapi({ description: 'Runs at once; only with overlapPolicy "allow". Default 1.' });
+const maxConcurrent = boundedInt(1, MAX_CONCURRENT_LIMIT).openapi({
+  description: 'Runs at once; only with overlapPolicy "allow". Default 1.',
+});
 
-const timeoutSeconds = z
-  .number()
-  .int()
-  .min(LIMITS.timeoutSeconds.min)
-  .max(LIMITS.asyncTimeoutSeconds)
-  .openapi({
-    description:
-      'A run is aborted after this long; default 300. At most 900, and at most what the deployment\'s workers can finish: their Lambda timeout less 15 s (885 with the default 900 s), else 400. An http job whose target has mode "async" may take up to 86400 (24 h): its target heartbeats and completes the run.',
-  });
+const timeoutSeconds = boundedInt(LIMITS.timeoutSeconds.min, LIMITS.asyncTimeoutSeconds).openapi({
+  description:
+    'A run is aborted after this long; default 300. At most 900, and at most what the deployment\'s workers can finish: their Lambda timeout less 15 s (885 with the default 900 s), else 400. An http job whose target has mode "async" may take up to 86400 (24 h): its target heartbeats and completes the run.',
+});
 
 const window = z.string().max(LIMITS.windowChars).openapi({
   description:
@@ -89,7 +70,7 @@ const endAt = instant(
   "2030-06-30T23:59:59Z",
 );
 
-const maxRuns = z.number().int().min(1).max(MAX_RUNS_LIMIT).openapi({
+const maxRuns = boundedInt(1, MAX_RUNS_LIMIT).openapi({
   description:
     "Recurring jobs only: how many occurrences run in all, counted as they are queued (each occurrence once; retries, triggers and occurrences skipped by the misfire policy are not counted). The job completes with the last one queued.",
   example: 10,

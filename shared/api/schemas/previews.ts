@@ -1,14 +1,12 @@
 /** A schedule's next occurrences: the preview request, its query and its answer. */
 import { z } from "@hono/zod-openapi";
-import { instant, LIMITS } from "./common.js";
+import { boundedInt, instant, LIMITS } from "./common.js";
 import { ScheduleSchema } from "./schedule.js";
 
-const previewCount = z.coerce
-  .number()
-  .int()
-  .min(1)
-  .max(LIMITS.previewCount.max)
-  .openapi({ description: "How many occurrences; default 5.", example: 5 });
+const previewCount = boundedInt(1, LIMITS.previewCount.max, { coerce: true }).openapi({
+  description: "How many occurrences; default 5.",
+  example: 5,
+});
 
 const previewFrom = instant(
   "Occurrences at or after this instant (to the second); default now. A DST night months ahead can be checked.",
@@ -18,13 +16,13 @@ const previewFrom = instant(
 export const PreviewRequestSchema = z
   .strictObject({
     schedule: ScheduleSchema,
-    count: z.number().int().min(1).max(LIMITS.previewCount.max).optional(),
+    count: boundedInt(1, LIMITS.previewCount.max).optional(),
     from: previewFrom.optional(),
     endAt: instant(
       "As on a job: the preview stops at this instant (recurring schedules only; in the future).",
       "2030-06-30T23:59:59Z",
     ).optional(),
-    maxRuns: z.number().int().min(1).max(1_000_000).optional().openapi({
+    maxRuns: boundedInt(1, 1_000_000).optional().openapi({
       description:
         "As on a job: the preview stops after this many occurrences, counted from the first one a job created now would have (recurring schedules only).",
     }),

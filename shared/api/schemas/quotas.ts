@@ -1,21 +1,13 @@
 import { z } from "@hono/zod-openapi";
 import { MAX_CONCURRENT_RUNS_QUOTA, QUOTA_MAXIMUM } from "../../config.js";
-import { Priority } from "./common.js";
+import { boundedInt, Priority } from "./common.js";
 
-/**
- * The bounds come before `int()`: a value far past them (1e308) is refused naming the quota's own
- * bound first, not the largest safe integer, which `int()` also checks.
- */
 const count = (description: string, max = QUOTA_MAXIMUM) =>
-  z.number().min(1).max(max).int().openapi({ description });
+  boundedInt(1, max).openapi({ description });
 
 /** A counted quota: null is no limit (it costs no request to enforce). */
 const cap = (description: string, max = QUOTA_MAXIMUM) =>
-  z
-    .number()
-    .min(1)
-    .max(max)
-    .int()
+  boundedInt(1, max)
     .nullable()
     .openapi({ description: `${description} null: no limit.` });
 

@@ -1,6 +1,6 @@
 /** Where an http job delivers: the URL, the receiver's headers and the per-delivery timeout. */
 import { z } from "@hono/zod-openapi";
-import { LIMITS } from "./common.js";
+import { boundedInt, LIMITS } from "./common.js";
 
 const HEADER_NAME = /^[A-Za-z0-9][A-Za-z0-9-]*$/;
 // Visible ASCII, spaces and tabs: anything else would make the worker's request fail at run time.
@@ -30,11 +30,7 @@ export const TargetSchema = z
           "Sent with every delivery. The scheduler sets Content-Type, Host, Idempotency-Key, webhook-* and X-Scheduler-* itself; connection headers (Connection, Content-Length, Expect, Keep-Alive, Transfer-Encoding, Upgrade) cannot be set.",
         example: { Authorization: "Bearer receiver-token" },
       }),
-    timeoutSeconds: z
-      .number()
-      .int()
-      .min(1)
-      .max(LIMITS.timeoutSeconds.max)
+    timeoutSeconds: boundedInt(1, LIMITS.timeoutSeconds.max)
       .optional()
       .openapi({ description: "Per-delivery timeout; default 30." }),
     mode: z.enum(["sync", "async"]).optional().openapi({
