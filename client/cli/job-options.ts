@@ -3,14 +3,18 @@ import { type Command, InvalidArgumentError, Option } from "commander";
 import { isRecord } from "../answers.js";
 import type { EditJobRequest, NewJob, Schedule } from "../index.js";
 
-/** `raw` as a whole number (digits alone, safe as a double), or NaN. */
-const wholeOrNaN = (raw: string): number =>
-  /^\d+$/.test(raw.trim()) && Number.isSafeInteger(Number(raw)) ? Number(raw) : Number.NaN;
+/**
+ * `raw` as a whole number (digits alone), or NaN. One past 2^53 is kept, rounded: every bound an
+ * option has lies below it, so the API (or the option's own check) refuses it naming that bound.
+ */
+const wholeOrNaN = (raw: string): number => (/^\d+$/.test(raw.trim()) ? Number(raw) : Number.NaN);
 
 /** A whole number for an option; commander reports the error as a usage error. */
 export function wholeNumber(raw: string): number {
   const value = wholeOrNaN(raw);
   if (Number.isNaN(value)) throw new InvalidArgumentError(`"${raw}" is not a whole number.`);
+  // Past a double's range it is Infinity, which JSON sends as null: for a quota, no limit.
+  if (!Number.isFinite(value)) throw new InvalidArgumentError(`"${raw}" is too large.`);
   return value;
 }
 
@@ -19,10 +23,10 @@ export function wholeNumber(raw: string): number {
  * the others): a poll every 0 ms, or every more than Node's longest timer (which fires at once),
  * would read the API without a pause.
  */
-export function positiveWholeNumber(most: number = Number.MAX_SAFE_INTEGER) {
-  const bound = most < Number.MAX_SAFE_INTEGER ? ` and up to ${most}` : "";
+export function positiveWholeNumber(most: number = Number.POSITIVE_INFINITY) {
+  const bound = Number.isFinite(most) ? ` and up to ${most}` : "";
   return (raw: string): number => {
-    const value = wholeOrNaN(raw);
+    const value = wholeNumber(raw);
     if (!(value > 0 && value <= most))
       throw new InvalidArgumentError(`"${raw}" is not a whole number above 0${bound}.`);
     return value;

@@ -699,6 +699,7 @@ describe("runs and dead letters", () => {
       ["--interval", "2147483648"],
       ["--count", "0"],
       ["--timeout", "0"],
+      ["--timeout", "9".repeat(400)],
     ];
     for (const [flag = "", value = ""] of cases) {
       // Nobody listens there: a request would exit 9 (cannot reach the API).
@@ -909,6 +910,15 @@ describe("schedules and the webhook secret", () => {
     expect(notNumber.code).toBe(EXIT.usage);
     expect(notNumber.err).toMatch(/"three" is not a whole number/);
     expect((await failing(EXIT.invalid, ...hourly, "--max-runs", "0")).field).toBe("maxRuns");
+    // A whole number past 2^53 is one all the same: the API names the field's own bound.
+    const huge = await failing(EXIT.invalid, ...hourly, "--max-runs", "99999999999999999999");
+    expect(huge.field).toBe("maxRuns");
+    expect(huge.message).toMatch(/<=\d+$/);
+    expect(huge.message).not.toContain("9007199254740991");
+    // Past a double's range it would be sent as null (no limit): refused before any request.
+    const endless = await cli([...hourly, "--max-runs", "9".repeat(400)]);
+    expect(endless.code).toBe(EXIT.usage);
+    expect(endless.err).toMatch(/is too large/);
     expect((await failing(EXIT.invalid, ...hourly, "--end-at", "soon")).field).toBe("endAt");
     const oneOff = ["schedules", "preview", "--run-at", "2030-01-01T00:00:00Z"];
     expect((await failing(EXIT.invalid, ...oneOff, "--max-runs", "2")).field).toBe("maxRuns");
