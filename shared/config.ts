@@ -106,6 +106,11 @@ export interface EngineSettings {
   readonly quotas: TenantQuotas;
   /** How long a process keeps a tenant's quota override before it reads it again (shared/quotas/override-cache.ts). */
   readonly quotaCacheMs: number;
+  /**
+   * How long after a recount of a tenant's usage a request over a quota is refused from the stored
+   * usage instead of recounting again (shared/quotas/usage.ts).
+   */
+  readonly quotaRecountMs: number;
 }
 
 /** The longest job timeout accepted at all: Lambda's own ceiling. */
@@ -145,6 +150,7 @@ export const DEFAULT_SETTINGS: EngineSettings = {
   maxReceiveCount: 5,
   quotas: DEFAULT_QUOTAS,
   quotaCacheMs: 10_000,
+  quotaRecountMs: 5_000,
 };
 
 /** The starvation guard's default: low priority keeps 10 % of the workers while high is saturated. */
@@ -234,6 +240,7 @@ export function loadSettings(env: Env = process.env): EngineSettings {
     maxReceiveCount: intFrom(env, ENV.maxReceiveCount, DEFAULT_SETTINGS.maxReceiveCount, 2, 1000),
     quotas: quotasFrom(env),
     quotaCacheMs: DEFAULT_SETTINGS.quotaCacheMs,
+    quotaRecountMs: DEFAULT_SETTINGS.quotaRecountMs,
   };
 }
 

@@ -5,6 +5,8 @@ import { IllegalTransitionError } from "../errors.js";
 import { endUnownedRun } from "../execution/run-endings.js";
 import { parseRunId } from "../keys.js";
 import type { Job } from "../model.js";
+import { endedJobShare } from "../quotas/ended-share.js";
+import { giveBackJobQuotas } from "../quotas/usage.js";
 import { detachFromUpstream } from "../storage/dependents.js";
 import { retryOnContention } from "../storage/dynamo-errors.js";
 import { writeCancelledJob } from "../storage/job-status.js";
@@ -44,10 +46,13 @@ export async function endJob(
         return { done: { job: current, parked: Object.keys(current.parkedRuns) } };
       if (current.status === "COMPLETED") throw new IllegalTransitionError(action, current.status);
       return {
-        write: async () => ({
-          job: await writeCancelledJob(engine, current, now),
-          parked: Object.keys(current.parkedRuns),
-        }),
+        write: async () => {
+          // Read before the job ends: a recount after it must not see the share taken off too.
+          const share = await endedJobShare(engine, current, now);
+          const cancelled = await writeCancelledJob(engine, current, now);
+          await giveBackJobQuotas(engine, share);
+          return { job: cancelled, parked: Object.keys(current.parkedRuns) };
+        },
       };
     },
   );

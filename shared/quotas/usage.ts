@@ -10,10 +10,10 @@ import {
 } from "../storage/dynamo-errors.js";
 import { getJobs, tenantJobIds } from "../storage/job-queries.js";
 import { giveBackUsage } from "../storage/quota-give-back.js";
+import { claimRecount } from "../storage/quota-recount.js";
 import {
   type QuotaUsage,
   readQuotaOverride,
-  readQuotaUsage,
   reserveUsage,
   type UsageReservation,
   writeRecountedUsage,
@@ -52,12 +52,16 @@ const MAX_RESERVE_ROUNDS = 4;
  * share before it writes: the priority against maxPriority, one more job
  * against activeJobs, and what it adds to the tenant's runs per minute against
  * runsPerMinute (`runsPerMinuteAdded`). Throws QuotaExceededError naming the
- * quota. The usage is an upper bound: jobs that end are not taken off it, and
+ * quota. The usage is an upper bound: jobs their runs end are not taken off it, and
  * a reservation whose write then fails stays on it unless the failure shows
- * nothing was written (`giveBackJobQuotas`); when a reservation would
- * go over, the tenant's jobs are recounted (the byTenant index and a read of
- * each job) and the usage is corrected before the request is refused; a
- * tenant with no usage item yet is counted the same way before its first
+ * nothing was written (`giveBackJobQuotas`), and a job cancelled or deleted
+ * gives its share back (ended-share.ts); when a reservation would go over, the
+ * tenant's jobs are recounted (the byTenant index and a read of each job) and
+ * the usage is corrected before the request is refused, unless the usage was
+ * recounted within `quotaRecountMs` (5 s): then the request is refused from
+ * the stored usage, so a tenant that keeps sending requests over its limit
+ * costs one recount per 5 s, whatever it sends (`claimRecount`). A tenant
+ * with no usage item yet is counted the same way before its first
  * reservation. While neither activeJobs nor runsPerMinute has a limit (the
  * override as this process caches it, read again within 10 s) nothing is
  * reserved and nothing is read: only maxPriority is checked. The reservation,
@@ -95,7 +99,16 @@ export async function reserveJobQuotas(
     };
     const reservation = await reserveUsage(engine, tenantId, add, limits);
     if (reservation) return reservation;
-    const seen = await readQuotaUsage(engine, tenantId);
+    const claim = await claimRecount(engine, tenantId, now, engine.settings.quotaRecountMs);
+    if (!claim.recount) {
+      // Recounted moments ago: refused from the stored usage, an upper bound.
+      const over = overQuota(claim.stored, add, quotas, share.replaces !== undefined, field);
+      if (over) throw over;
+      // A give-back made room since the reservation failed: reserve again.
+      if (round >= MAX_RESERVE_ROUNDS) throw busy();
+      continue;
+    }
+    const seen = claim.seen;
     const counted = await countUsage(engine, tenantId, now);
     const over = overQuota(counted, add, quotas, share.replaces !== undefined, field);
     if (over) {
@@ -104,12 +117,13 @@ export async function reserveJobQuotas(
       throw over;
     }
     const written = await writeRecountedUsage(engine, tenantId, counted, seen, now);
-    if (!written && round >= MAX_RESERVE_ROUNDS) {
-      // Others keep reserving meanwhile: answer as contention does, "busy".
-      throw new ConcurrentUpdateError("the tenant's quota usage kept changing during a recount");
-    }
+    // Others keep reserving meanwhile: answer as contention does, "busy".
+    if (!written && round >= MAX_RESERVE_ROUNDS) throw busy();
   }
 }
+
+const busy = () =>
+  new ConcurrentUpdateError("the tenant's quota usage kept changing during a recount");
 
 /**
  * What a create or an edit adds to the tenant's runs per minute (run-measure.ts): a create its
@@ -134,7 +148,8 @@ async function runsPerMinuteAdded(engine: Engine, share: JobShare, now: Date): P
  * write: each job's priority against maxPriority, then the batch's jobs and
  * runs per minute (each job's measure among the jobs above it) added to the
  * usage together. When the sum would go over,
- * the tenant's jobs are recounted (as for one create) and the jobs are let in
+ * the tenant's jobs are recounted (as for one create, at most once per
+ * `quotaRecountMs`, else the stored usage is taken) and the jobs are let in
  * in the batch's order while each still fits; the others are refused as a
  * single create would be. Per job: its share of the reservation (null when
  * nothing is limited, as for one create) or its QuotaExceededError. Any other
@@ -193,8 +208,9 @@ export async function reserveBatchQuotas(
       for (const i of candidates) outcomes[i] = { ...reservation, added: adds[i] ?? ZERO };
       return outcomes;
     }
-    const seen = await readQuotaUsage(engine, tenantId);
-    const counted = await countUsage(engine, tenantId, now);
+    const claim = await claimRecount(engine, tenantId, now, engine.settings.quotaRecountMs);
+    // Recounted moments ago: the jobs are let in from the stored usage, an upper bound.
+    const counted = claim.recount ? await countUsage(engine, tenantId, now) : claim.stored;
     let running = counted;
     candidates = candidates.filter((i) => {
       const add = adds[i] ?? ZERO;
@@ -205,11 +221,11 @@ export async function reserveBatchQuotas(
       else running = sumUsage([running, add]);
       return over === null;
     });
-    const written = await writeRecountedUsage(engine, tenantId, counted, seen, now);
+    const written =
+      claim.recount && (await writeRecountedUsage(engine, tenantId, counted, claim.seen, now));
     if (candidates.length === 0) return outcomes;
-    if (!written && round >= MAX_RESERVE_ROUNDS) {
-      throw new ConcurrentUpdateError("the tenant's quota usage kept changing during a recount");
-    }
+    // Let in from the stored usage (a give-back made room), or others reserved during the recount.
+    if (!written && round >= MAX_RESERVE_ROUNDS) throw busy();
   }
 }
 

@@ -10,7 +10,12 @@ import {
   readQuotaUsage,
   writeQuotaOverride,
 } from "../../shared/storage/tenant-quotas.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  createEngineFixture,
+  type EngineFixture,
+  engineAt,
+  testJob,
+} from "../support/engine-fixture.js";
 
 /** Starts an hour from now, so no create or edit claims runs at once: the peaks are what counts. */
 const later = () => new Date(Date.now() + 3_600_000).toISOString();
@@ -111,9 +116,11 @@ describe("runsPerMinute counts what a dependent runs: its upstreams' runs", () =
     expect((await getJob(f.engine, a.jobId))?.version).toBe(a2.version);
     expect(await readQuotaUsage(f.engine, tenant)).toEqual({ activeJobs: 3, runsPerMinute: 90 });
 
-    // B on a schedule of its own: A's runs reach no job below it, so A's edit adds 30 only.
+    // B on a schedule of its own: A's runs reach no job below it, so A's edit adds 30 only, once
+    // a recount (quotaRecountMs after the refusal's) takes off what B's edit lowered.
     await editJob(f.engine, tenant, b.jobId, b.version, { schedule: hourly });
-    const a3 = await editJob(f.engine, tenant, a.jobId, a2.version, { schedule: everySecond() });
+    const later = engineAt(f.engine, Date.now() + f.engine.settings.quotaRecountMs);
+    const a3 = await editJob(later, tenant, a.jobId, a2.version, { schedule: everySecond() });
     expect(a3.version).toBe(a2.version + 1);
     expect(await recounted(tenant)).toEqual({ activeJobs: 3, runsPerMinute: 62 });
   });

@@ -1,11 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DEFAULT_QUOTAS } from "../../shared/config.js";
-import { createJob, deleteJob } from "../../shared/jobs/index.js";
+import { createJob } from "../../shared/jobs/index.js";
 import { QuotaExceededError } from "../../shared/quotas/limits.js";
 import { jobKey } from "../../shared/storage/items.js";
-import { tenantJobIds } from "../../shared/storage/job-queries.js";
 import { readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  createEngineFixture,
+  type EngineFixture,
+  engineAt,
+  testJob,
+} from "../support/engine-fixture.js";
 
 /** A put of a job item (a create's write), alone or in a transaction. */
 const writesJob = (input: object): boolean => {
@@ -23,8 +27,9 @@ const far = () => ({ runAt: new Date(Date.now() + 3_600_000).toISOString() });
 /**
  * docs/api.md "Quotas", Precision: a recount counts the jobs written when it reads them, so a
  * create still writing is left out of it. Pinned as it stands (the overshoot is the jobs in
- * flight, and the next refusal corrects the usage); a fix would condition a create's write on
- * the recount its reservation was made under.
+ * flight, and the next refusal's recount corrects the usage; each create here comes
+ * quotaRecountMs after the one before, so each may recount); a fix would condition a create's
+ * write on the recount its reservation was made under.
  */
 describe("two creates at the limit at once", () => {
   let f: EngineFixture;
@@ -53,29 +58,35 @@ describe("two creates at the limit at once", () => {
     const tenant = "recount-in-flight";
     await writeQuotaOverride(f.engine, tenant, { activeJobs: 2 }, new Date());
     await createJob(f.engine, testJob({ tenantId: tenant, schedule: far() }));
-    const gone = await createJob(f.engine, testJob({ tenantId: tenant, schedule: far() }));
-    await deleteJob(f.engine, tenant, gone.job.jobId);
-    // The usage still counts the deleted job (an upper bound): 2 of 2.
+    const oneOff = await createJob(
+      f.engine,
+      testJob({ tenantId: tenant, schedule: { runAt: new Date().toISOString() } }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, oneOff.job.jobId);
+    expect(await f.process(f.workerDeps("w"), received)).toBe("ack");
+    // The usage still counts the completed one-off (an upper bound): 2 of 2.
     expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ activeJobs: 2 });
 
+    // Each create a recount interval after the one before, so each refusal may recount.
+    const interval = f.engine.settings.quotaRecountMs;
+    const at = (n: number) => engineAt(f.engine, Date.now() + n * interval);
     // The first create recounts (1 job), reserves, and while its job is being written the second
     // recounts (still 1 job: the first's is not written), reserves, and writes.
     let second: unknown;
     const remove = beforeNextJobWrite("second-create", async () => {
-      second = await createJob(f.engine, testJob({ tenantId: tenant, schedule: far() }));
+      second = await createJob(at(2), testJob({ tenantId: tenant, schedule: far() }));
     });
     try {
-      await createJob(f.engine, testJob({ tenantId: tenant, schedule: far() }));
+      await createJob(at(1), testJob({ tenantId: tenant, schedule: far() }));
     } finally {
       remove();
     }
     expect(second).toMatchObject({ created: true });
-    expect(
-      (await tenantJobIds(f.engine, tenant, { limit: 100, startKey: undefined })).items,
-    ).toHaveLength(3);
+    const active = (await f.jobs()).filter((j) => j.tenantId === tenant && j.status === "ACTIVE");
+    expect(active).toHaveLength(3);
     expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ activeJobs: 2 });
 
-    const refused = await createJob(f.engine, testJob({ tenantId: tenant, schedule: far() })).catch(
+    const refused = await createJob(at(3), testJob({ tenantId: tenant, schedule: far() })).catch(
       (error: unknown) => error,
     );
     expect(refused).toBeInstanceOf(QuotaExceededError);

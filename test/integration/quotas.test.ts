@@ -6,7 +6,12 @@ import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
 import { cancelJob, createJob, editJob } from "../../shared/jobs/index.js";
 import { QuotaExceededError } from "../../shared/quotas/limits.js";
 import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  createEngineFixture,
+  type EngineFixture,
+  engineAt,
+  testJob,
+} from "../support/engine-fixture.js";
 import { waitFor } from "../support/wait.js";
 
 /** A handler that counts how many of its runs are in progress at once, per tenant. */
@@ -191,11 +196,17 @@ describe("the job quotas at create and edit", () => {
       schedule: { every: "PT1S" },
     }).catch((e: unknown) => e);
     expect((edit as QuotaExceededError).context.quota).toBe("runsPerMinute");
-    // Lowering the first makes room for the edit.
+    // Lowering the first makes room for the edit, at the next recount: one a refusal makes once
+    // quotaRecountMs has passed since the last (the refused edit's).
     await editJob(f.engine, "rate", a.job.jobId, a.job.version, {
       schedule: { cron: "* * * * *", timezone: "UTC" },
     });
-    const edited = await editJob(f.engine, "rate", b.job.jobId, b.job.version, {
+    const early = await editJob(f.engine, "rate", b.job.jobId, b.job.version, {
+      schedule: { every: "PT1S" },
+    }).catch((e: unknown) => e);
+    expect((early as QuotaExceededError).context.quota).toBe("runsPerMinute");
+    const later = engineAt(f.engine, Date.now() + f.engine.settings.quotaRecountMs);
+    const edited = await editJob(later, "rate", b.job.jobId, b.job.version, {
       schedule: { every: "PT1S" },
     });
     expect(edited.version).toBe(2);
