@@ -65,13 +65,19 @@ export async function editJob(
   }
 }
 
+/** How many of a completed job's newest runs its edit's 409 reads for its last occurrence. */
+const COMPLETED_RUNS_READ = 100;
+
 /**
- * The 409 of an edit of a completed job names how it completed: its newest run (an edit after a
- * dispatcher outage may have decided that occurrence itself, under the old schedule's misfire
- * policy, before finding the job complete). A repeat of the edit reads the same run.
+ * The 409 of an edit of a completed job names how it completed: its newest run of an occurrence
+ * (an edit after a dispatcher outage may have decided that occurrence itself, under the old
+ * schedule's misfire policy, before finding the job complete). A triggered run is no occurrence
+ * (a completed job may still be triggered) and did not complete it. A repeat of the edit reads
+ * the same run; with no occurrence's run among the newest read, the 409 names none.
  */
 async function completedRefusal(engine: Engine, jobId: string): Promise<IllegalTransitionError> {
-  const [last] = (await listRuns(engine, jobId, { limit: 1 })).items;
+  const { items } = await listRuns(engine, jobId, { limit: COMPLETED_RUNS_READ });
+  const last = items.find((run) => run.triggered !== true && run.trigger === undefined);
   if (last === undefined) return new IllegalTransitionError("edit", "COMPLETED");
   const status = last.status.toLowerCase();
   const how = last.reason ? `${status} (${last.reason})` : status;

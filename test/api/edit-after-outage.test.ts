@@ -109,6 +109,25 @@ describe("an edit of a job whose end passed during a dispatcher outage", () => {
     expect(await usage()).toEqual(usageBefore);
   });
 
+  it("a completed one-off triggered since: the 409 still names the occurrence the job completed with, not the triggered run", async () => {
+    const createdAt = Math.ceil((Date.now() + 120 * MINUTE) / MINUTE) * MINUTE;
+    now = createdAt;
+    const runAt = new Date(createdAt + 10 * MINUTE).toISOString();
+    const job = await created({ type: "noop", schedule: { runAt }, misfirePolicy: "skip" });
+    now = createdAt + 15 * MINUTE;
+    const moveTo = { schedule: { runAt: new Date(now + 60 * MINUTE).toISOString() } };
+    const message = `cannot edit the job: it is completed: its last occurrence, due at ${runAt}, was skipped (${SKIP_REASON})`;
+    const first = expectError(await edit(job.id, moveTo), 409, { code: "illegal_transition" });
+    expect(first.message).toBe(message);
+    // A completed job may still be triggered: its run is no occurrence, and did not complete it.
+    now += MINUTE;
+    const triggered = await api.call("POST", `/jobs/${job.id}/trigger`);
+    expect(triggered.status, triggered.text).toBe(202);
+    const runs = await runsOf(job.id);
+    expect(runs.map((r) => r.status)).toEqual(["skipped", "queued"]);
+    await refusedTwice(job.id, moveTo, message);
+  });
+
   it.each(["fire_once", "fire_all"] as const)(
     "a one-off under %s moved to a new runAt: its occurrence gets its run, and the job stays active for the new time",
     async (misfirePolicy) => {
