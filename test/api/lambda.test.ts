@@ -177,6 +177,39 @@ describe("API Lambda (payload v2, IAM)", () => {
     });
   });
 
+  it("a route that takes no body refuses one API Gateway hands over base64-encoded (isBase64Encoded), and takes `{}` and an empty body so encoded", async () => {
+    const userArn = "arn:aws:sts::123456789012:assumed-role/Base64/session-1";
+    const made = await handler(
+      event("POST", "/jobs", {
+        body: { type: "noop", schedule: { cron: "0 0 1 1 *", timezone: "UTC" } },
+        userArn,
+      }),
+    );
+    expect(made.statusCode, made.body).toBe(201);
+    const { id } = JSON.parse(made.body) as { id: string };
+    const encoded = (text: string) => ({
+      ...event("POST", `/jobs/${id}/trigger`, { body: {}, userArn }),
+      body: Buffer.from(text).toString("base64"),
+      isBase64Encoded: true,
+    });
+    const refused = await handler(encoded('{"running": "finish"}'));
+    expect(refused.statusCode, refused.body).toBe(400);
+    expect(JSON.parse(refused.body)).toMatchObject({
+      error: {
+        field: "running",
+        message: "running: is not an accepted field: this request takes no body",
+      },
+    });
+    const runsOf = async () =>
+      (await fixture.runs()).filter((r) => r.jobId === id).map((r) => r.status);
+    expect(await runsOf()).toEqual([]);
+    const empty = await handler(encoded("{}"));
+    expect(empty.statusCode, empty.body).toBe(202);
+    const none = await handler(encoded(""));
+    expect(none.statusCode, none.body).toBe(202);
+    expect(await runsOf()).toEqual(["QUEUED", "QUEUED"]);
+  });
+
   /**
    * A request on a route without an authorizer (infra/constructs/api.ts): its routeKey names the
    * route and its requestContext has no `authorizer` at all. Hono's type requires the field, so
