@@ -8,6 +8,7 @@ import {
   type Job,
   type JobPolicies,
   type Priority,
+  type Run,
 } from "../model.js";
 import { giveBackJobQuotas, refusedUnwritten, reserveJobQuotas } from "../quotas/usage.js";
 import { firstOccurrence, normalizeSchedule, type ScheduleSpec } from "../schedule/index.js";
@@ -76,8 +77,15 @@ const COMPLETED_RUNS_READ = 100;
  * the same run; with no occurrence's run among the newest read, the 409 names none.
  */
 async function completedRefusal(engine: Engine, jobId: string): Promise<IllegalTransitionError> {
-  const { items } = await listRuns(engine, jobId, { limit: COMPLETED_RUNS_READ });
-  const last = items.find((run) => run.triggered !== true && run.trigger === undefined);
+  const ofOccurrence = (runs: readonly Run[]) =>
+    runs.find((run) => run.triggered !== true && run.trigger === undefined);
+  // The newest run alone first: a completed job is seldom triggered.
+  const newest = (await listRuns(engine, jobId, { limit: 1 })).items;
+  const last =
+    newest.length === 0
+      ? undefined
+      : (ofOccurrence(newest) ??
+        ofOccurrence((await listRuns(engine, jobId, { limit: COMPLETED_RUNS_READ })).items));
   if (last === undefined) return new IllegalTransitionError("edit", "COMPLETED");
   const status = last.status.toLowerCase();
   const how = last.reason ? `${status} (${last.reason})` : status;
