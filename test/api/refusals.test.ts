@@ -1,5 +1,6 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { gzipSync } from "node:zlib";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { RunPageSchema } from "../../shared/api/schemas/runs.js";
@@ -90,6 +91,8 @@ async function snapshot() {
 interface Request {
   readonly key?: string | null;
   readonly body?: unknown;
+  /** Sent as it is, in place of `body`. */
+  readonly raw?: string | Uint8Array;
   readonly headers?: Record<string, string>;
 }
 
@@ -517,6 +520,35 @@ describe("a route that takes no body refuses one (400 naming its field), writing
   });
   it("credentials come first: without them, a body is a 401, not a 400", async () => {
     await refused("POST", `/jobs/${jobs.active}/cancel`, { key: null, body }, 401);
+  });
+  it("a body that is no object, not UTF-8, compressed or past the read limit is refused, naming no field", async () => {
+    const path = `/jobs/${jobs.active}/cancel`;
+    const json = { "Content-Type": "application/json" };
+    const bodies: { raw: string | Uint8Array; headers?: Record<string, string> }[] = [
+      { raw: "null" },
+      { raw: "[]" },
+      { raw: '""' },
+      { raw: "not json" },
+      { raw: new Uint8Array([0x7b, 0xff, 0xfe, 0x7d]) },
+      { raw: gzipSync('{"running": "finish"}'), headers: { "Content-Encoding": "gzip" } },
+      // A body far past what the route reads (1 KiB): refused without reading the rest.
+      { raw: JSON.stringify({ running: "finish", pad: "x".repeat(4 * 1024 * 1024) }) },
+    ];
+    for (const { raw, headers } of bodies) {
+      const error = await refused("POST", path, { raw, headers: { ...json, ...headers } }, 400, {
+        code: "validation_failed",
+      });
+      expect(error.message).toBe("this request takes no body; send none");
+    }
+  });
+  it("white space alone, and {} with white space around it, are no body", async () => {
+    for (const raw of [" \n\t ", " {} \n"]) {
+      const reply = await api.call("POST", `/jobs/${jobs.active}/resume`, {
+        raw,
+        headers: { "Content-Type": "application/json" },
+      });
+      expect(reply.status, reply.text).toBe(200);
+    }
   });
   it("an empty object, or no body, is still accepted", async () => {
     const reply = await api.call("POST", `/jobs/${jobs.active}/resume`, { body: {} });
