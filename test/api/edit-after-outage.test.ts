@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { RunPageSchema } from "../../shared/api/schemas/runs.js";
 import { scanTable } from "../support/namespace.js";
-import { type ApiHarness, expectError, startApi, TENANT_A } from "./support.js";
+import { type ApiHarness, expectError, KEY_B, startApi, TENANT_A } from "./support.js";
 
 const MINUTE = 60_000;
 /** What the skip policy records for an occurrence missed past the grace (60 s by default). */
@@ -126,6 +126,14 @@ describe("an edit of a job whose end passed during a dispatcher outage", () => {
     const runs = await runsOf(job.id);
     expect(runs.map((r) => r.status)).toEqual(["skipped", "queued"]);
     await refusedTwice(job.id, moveTo, message);
+    // Another tenant's edit of it finds no job: nothing of its runs is named.
+    const stranger = await api.call("PATCH", `/jobs/${job.id}`, {
+      key: KEY_B,
+      body: moveTo,
+      headers: { "If-Match": '"1"' },
+    });
+    const hidden = expectError(stranger, 404, { code: "not_found" });
+    expect(hidden.message).not.toContain(runAt);
   });
 
   it.each(["fire_once", "fire_all"] as const)(
