@@ -40,7 +40,19 @@ export async function cancelRun(
     const run = await getRun(engine, ref);
     if (run === null) throw new RunNotFoundError(runId);
     const outcome = await cancelLiveRun(engine, run, "api");
-    if (outcome === "ended") throw new RunEndedError(runId, run.status);
+    if (outcome === "ended") {
+      // A repeat of a cancel that ended the run and died before its job's write makes that write:
+      // a handed-over run has no message left to repair it. Each part is conditioned as the
+      // first was (lastRun only over a run that finished before it, the completion only of an
+      // ACTIVE one-off of this occurrence), so a repeat after the write changes nothing.
+      if (run.status === "CANCELLED" && run.cancelledBy === "api")
+        await recordCancelOnJob(
+          engine,
+          run,
+          job.status === "ACTIVE" && endsOneOff(job, run, "CANCELLED"),
+        );
+      throw new RunEndedError(runId, run.status);
+    }
     if (outcome === null) continue;
     if (outcome.status === "CANCELLED")
       await recordCancelOnJob(

@@ -8,6 +8,7 @@ import { completeAsyncRun, heartbeatAsyncRun } from "../../shared/execution/asyn
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import type { WorkerDeps } from "../../shared/execution/worker.js";
 import { processRun } from "../../shared/execution/worker.js";
+import { cancelRun } from "../../shared/jobs/cancel-run.js";
 import { parseRunId, runId as runIdOf } from "../../shared/keys.js";
 import { METRICS, MetricsRecorder } from "../../shared/observability.js";
 import { receiveRuns } from "../../shared/queue/work-queue.js";
@@ -856,6 +857,39 @@ describe("async mode (long jobs)", () => {
     expect((await api.call("GET", `/jobs/${jobId}`)).body).toMatchObject({
       status: "completed",
       lastRun: { runId: handOff.runId, status: "succeeded" },
+    });
+  });
+
+  it("a repeat of a handed-over run's cancel whose job write was lost makes that write: the one-off completes, the run its lastRun", async () => {
+    const jobId = await createAsyncJob();
+    const handOff = await deliver(jobId);
+    advance(1000);
+    // The API function dies between the run's CANCELLED ending and its job's write.
+    const dying = withFaults(api.fixture.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) => String(input.UpdateExpression).includes("lastRun = :lastRun"),
+      error: () => new Error("api function died"),
+    });
+    try {
+      await expect(cancelRun(dying.engine, TENANT_A, jobId, handOff.runId)).rejects.toThrow(
+        "api function died",
+      );
+    } finally {
+      dying.destroy();
+    }
+    expect((await api.call("GET", `/jobs/${jobId}`)).body).toMatchObject({
+      status: "active",
+      lastRun: null,
+    });
+    // The caller, answered 500, asks again: the run has ended (409), and its job's write is made.
+    const again = await api.call("POST", `/jobs/${jobId}/runs/${handOff.runId}/cancel`);
+    expect(again.status, again.text).toBe(409);
+    const run = await getRun(api.fixture.engine, parseRunIdOrThrow(handOff.runId));
+    expect(run).toMatchObject({ status: "CANCELLED", durationMs: 1000 });
+    expect((await api.call("GET", `/jobs/${jobId}`)).body).toMatchObject({
+      status: "completed",
+      lastRun: { runId: handOff.runId, status: "cancelled", finishedAt: run?.finishedAt },
     });
   });
 
