@@ -86,6 +86,8 @@ export async function reserveJobQuotas(
     runsPerMinute: await runsPerMinuteAdded(engine, share, now),
   };
   const field = isAfterSchedule(share.schedule) ? "schedule.after.jobs" : "schedule";
+  // This request's recount claim, kept to recount again when its write loses to another's.
+  let held: string | undefined;
   for (let round = 1; ; round++) {
     const quotas = effectiveQuotas(
       engine.settings.quotas,
@@ -99,7 +101,7 @@ export async function reserveJobQuotas(
     };
     const reservation = await reserveUsage(engine, tenantId, add, limits);
     if (reservation) return reservation;
-    const claim = await claimRecount(engine, tenantId, now, engine.settings.quotaRecountMs);
+    const claim = await claimRecount(engine, tenantId, now, engine.settings.quotaRecountMs, held);
     if (!claim.recount) {
       // Recounted moments ago: refused from the stored usage, an upper bound.
       const over = overQuota(claim.stored, add, quotas, share.replaces !== undefined, field);
@@ -109,6 +111,7 @@ export async function reserveJobQuotas(
       continue;
     }
     const seen = claim.seen;
+    held = claim.claim;
     const counted = await countUsage(engine, tenantId, now);
     const over = overQuota(counted, add, quotas, share.replaces !== undefined, field);
     if (over) {
@@ -186,6 +189,7 @@ export async function reserveBatchQuotas(
     runsPerMinute: runsPerMinuteMeasure(s.above, now)(s.schedule),
   }));
   let candidates = shares.map((_, i) => i);
+  let held: string | undefined;
   for (let round = 1; ; round++) {
     const quotas = effectiveQuotas(
       engine.settings.quotas,
@@ -208,7 +212,8 @@ export async function reserveBatchQuotas(
       for (const i of candidates) outcomes[i] = { ...reservation, added: adds[i] ?? ZERO };
       return outcomes;
     }
-    const claim = await claimRecount(engine, tenantId, now, engine.settings.quotaRecountMs);
+    const claim = await claimRecount(engine, tenantId, now, engine.settings.quotaRecountMs, held);
+    if (claim.recount) held = claim.claim;
     // Recounted moments ago: the jobs are let in from the stored usage, an upper bound.
     const counted = claim.recount ? await countUsage(engine, tenantId, now) : claim.stored;
     let running = counted;

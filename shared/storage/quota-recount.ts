@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { GetCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { failedConditionItem, isConditionalCheckFailed } from "./dynamo-errors.js";
@@ -9,9 +10,13 @@ import { decodeUsage, type QuotaUsage, quotaPk, USAGE_SK } from "./tenant-quotas
  * that keeps sending creates would otherwise make each refusal cost as much as its jobs.
  */
 
-/** What a request over a quota does: recount (the usage as read before it), or refuse from it. */
+/**
+ * What a request over a quota does: recount (the usage as read before it, and the claim, which the
+ * same request passes again to recount again when its recount's write lost to another write), or
+ * refuse from it.
+ */
 export type RecountClaim =
-  | { readonly recount: true; readonly seen: QuotaUsage | null }
+  | { readonly recount: true; readonly seen: QuotaUsage | null; readonly claim: string }
   | { readonly recount: false; readonly stored: QuotaUsage };
 
 /**
@@ -19,24 +24,30 @@ export type RecountClaim =
  * written) within `intervalMs` of now, either side (a clock behind the one that wrote it counts
  * the same). Claimed, the usage as it stands, which the recount's write is conditioned on; not
  * claimed, the stored usage, an upper bound the request is refused from. A tenant with no usage
- * item yet is always recounted (`seen` null).
+ * item yet is always recounted (`seen` null). `held`, a claim this request made, is claimed again
+ * whatever the interval while no recount's write has replaced the usage since (the write drops
+ * it): its recount found room, but another reservation or give-back changed the usage before its
+ * write, so it counts again rather than refuse from the stored usage its own count said was over.
  */
 export async function claimRecount(
   engine: Engine,
   tenantId: string,
   now: Date,
   intervalMs: number,
+  held?: string,
 ): Promise<RecountClaim> {
+  const claim = held ?? randomUUID();
   try {
     const result = await engine.doc.send(
       new UpdateCommand({
         TableName: engine.tables.jobs,
         Key: { pk: quotaPk(tenantId), sk: USAGE_SK },
         ConditionExpression:
-          "attribute_exists(pk) AND (attribute_not_exists(recountedAt) OR recountedAt <= :staleAt OR recountedAt >= :aheadAt)",
-        UpdateExpression: "SET recountedAt = :now",
+          "attribute_exists(pk) AND (attribute_not_exists(recountedAt) OR recountedAt <= :staleAt OR recountedAt >= :aheadAt OR recountClaim = :claim)",
+        UpdateExpression: "SET recountedAt = :now, recountClaim = :claim",
         ExpressionAttributeValues: {
           ":now": now.toISOString(),
+          ":claim": claim,
           ":staleAt": new Date(now.getTime() - intervalMs).toISOString(),
           ":aheadAt": new Date(now.getTime() + intervalMs).toISOString(),
         },
@@ -44,12 +55,13 @@ export async function claimRecount(
         ReturnValuesOnConditionCheckFailure: "ALL_OLD",
       }),
     );
-    return { recount: true, seen: result.Attributes ? decodeUsage(result.Attributes) : null };
+    const seen = result.Attributes ? decodeUsage(result.Attributes) : null;
+    return { recount: true, seen, claim };
   } catch (error) {
     if (!isConditionalCheckFailed(error)) throw error;
     const item = failedConditionItem(error);
     return item === null
-      ? { recount: true, seen: null }
+      ? { recount: true, seen: null, claim }
       : { recount: false, stored: decodeUsage(item) };
   }
 }

@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DEFAULT_QUOTAS } from "../../shared/config.js";
-import { cancelJob, createJob, deleteJob } from "../../shared/jobs/index.js";
+import { cancelJob, createJob, deleteJob, editJob } from "../../shared/jobs/index.js";
 import { QuotaExceededError } from "../../shared/quotas/limits.js";
+import { JOBS_BY_TENANT_INDEX } from "../../shared/storage/tables.js";
 import { quotaPk, readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import {
   createEngineFixture,
@@ -97,6 +98,57 @@ describe("room back at the limit", () => {
     const later = engineAt(f.engine, Date.now() + f.engine.settings.quotaRecountMs);
     expect(await create(tenant, later)).toMatchObject({ created: true });
     expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ activeJobs: 1 });
+  }, 30_000);
+
+  it("a recount that finds room but whose write loses to an edit's reservation recounts again: created, not refused from the stale usage", async () => {
+    const tenant = "recount-write-lost";
+    await writeQuotaOverride(f.engine, tenant, { activeJobs: 2, runsPerMinute: 100 }, new Date());
+    const hourly = { cron: "0 * * * *", timezone: "UTC" };
+    const recurring = await createJob(f.engine, testJob({ tenantId: tenant, schedule: hourly }));
+    const oneOff = await createJob(
+      f.engine,
+      testJob({ tenantId: tenant, schedule: { runAt: new Date().toISOString() } }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, oneOff.job.jobId);
+    expect(await f.process(f.workerDeps("w"), received)).toBe("ack");
+    // The usage still counts the completed one-off: 2 of 2, and the tenant has 1.
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual({ activeJobs: 2, runsPerMinute: 1 });
+
+    // While the create's recount reads the tenant index, an edit raises the recurring job's
+    // runs per minute: its reservation changes the usage the recount's write is conditioned on.
+    let edited = false;
+    const name = "editDuringRecount";
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const input: unknown = args.input;
+        const onIndex =
+          context.commandName === "QueryCommand" &&
+          typeof input === "object" &&
+          input !== null &&
+          Reflect.get(input, "IndexName") === JOBS_BY_TENANT_INDEX &&
+          JSON.stringify(input).includes(tenant);
+        if (onIndex && !edited) {
+          edited = true;
+          await editJob(f.engine, tenant, recurring.job.jobId, recurring.job.version, {
+            schedule: { every: "PT10S" },
+          });
+        }
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    const later = engineAt(f.engine, Date.now() + f.engine.settings.quotaRecountMs);
+    let outcome: unknown;
+    try {
+      outcome = await create(tenant, later);
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+    expect(edited).toBe(true);
+    expect(outcome).toMatchObject({ created: true });
+    const counted = (await f.jobs()).filter((j) => j.tenantId === tenant && j.status === "ACTIVE");
+    expect(counted).toHaveLength(2);
+    expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ activeJobs: 2 });
   }, 30_000);
 
   it("a cancel whose job a recount saw ended before its give-back takes nothing off: the usage never below the jobs", async () => {
