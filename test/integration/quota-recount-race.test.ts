@@ -1,13 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DEFAULT_QUOTAS } from "../../shared/config.js";
 import { createJob } from "../../shared/jobs/index.js";
 import { QuotaExceededError } from "../../shared/quotas/limits.js";
 import { jobKey } from "../../shared/storage/items.js";
 import { readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import {
-  createEngineFixture,
+  createQuotaFixture,
   type EngineFixture,
   engineAt,
+  farJob,
   testJob,
 } from "../support/engine-fixture.js";
 
@@ -22,8 +22,6 @@ const writesJob = (input: object): boolean => {
   );
 };
 
-const far = () => ({ runAt: new Date(Date.now() + 3_600_000).toISOString() });
-
 /**
  * docs/api.md "Quotas", Precision: a recount counts the jobs written when it reads them, so a
  * create still writing is left out of it. Pinned as it stands (the overshoot is the jobs in
@@ -34,7 +32,7 @@ const far = () => ({ runAt: new Date(Date.now() + 3_600_000).toISOString() });
 describe("two creates at the limit at once", () => {
   let f: EngineFixture;
   beforeAll(async () => {
-    f = await createEngineFixture({ settings: { quotas: DEFAULT_QUOTAS, quotaCacheMs: 0 } });
+    f = await createQuotaFixture();
   });
   afterAll(() => f.destroy());
 
@@ -57,7 +55,7 @@ describe("two creates at the limit at once", () => {
   it("a create whose recount runs while another's reserved job is still being written leaves it out: both pass the limit, and the next refusal's recount corrects the usage", async () => {
     const tenant = "recount-in-flight";
     await writeQuotaOverride(f.engine, tenant, { activeJobs: 2 }, new Date());
-    await createJob(f.engine, testJob({ tenantId: tenant, schedule: far() }));
+    await createJob(f.engine, farJob(tenant));
     const oneOff = await createJob(
       f.engine,
       testJob({ tenantId: tenant, schedule: { runAt: new Date().toISOString() } }),
@@ -74,10 +72,10 @@ describe("two creates at the limit at once", () => {
     // recounts (still 1 job: the first's is not written), reserves, and writes.
     let second: unknown;
     const remove = beforeNextJobWrite("second-create", async () => {
-      second = await createJob(at(2), testJob({ tenantId: tenant, schedule: far() }));
+      second = await createJob(at(2), farJob(tenant));
     });
     try {
-      await createJob(at(1), testJob({ tenantId: tenant, schedule: far() }));
+      await createJob(at(1), farJob(tenant));
     } finally {
       remove();
     }
@@ -86,9 +84,7 @@ describe("two creates at the limit at once", () => {
     expect(active).toHaveLength(3);
     expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ activeJobs: 2 });
 
-    const refused = await createJob(at(3), testJob({ tenantId: tenant, schedule: far() })).catch(
-      (error: unknown) => error,
-    );
+    const refused = await createJob(at(3), farJob(tenant)).catch((error: unknown) => error);
     expect(refused).toBeInstanceOf(QuotaExceededError);
     expect(refused).toMatchObject({ context: { quota: "activeJobs" } });
     expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ activeJobs: 3 });

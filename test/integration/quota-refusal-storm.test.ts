@@ -1,18 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DEFAULT_QUOTAS } from "../../shared/config.js";
 import { createJobs } from "../../shared/jobs/create-batch.js";
 import { createJob } from "../../shared/jobs/index.js";
 import { QuotaExceededError } from "../../shared/quotas/limits.js";
 import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import {
-  createEngineFixture,
+  createQuotaFixture,
   type EngineFixture,
   engineAt,
-  testJob,
+  farJob,
 } from "../support/engine-fixture.js";
 import { byCommand, countingEngine } from "../support/request-count.js";
-
-const far = () => ({ runAt: new Date(Date.now() + 3_600_000).toISOString() });
 
 /**
  * docs/api.md "Quotas", Precision: a tenant at its limit that keeps sending creates makes each
@@ -21,7 +18,7 @@ const far = () => ({ runAt: new Date(Date.now() + 3_600_000).toISOString() });
 describe("a storm of creates refused at the limit", () => {
   let f: EngineFixture;
   beforeAll(async () => {
-    f = await createEngineFixture({ settings: { quotas: DEFAULT_QUOTAS, quotaCacheMs: 0 } });
+    f = await createQuotaFixture();
   });
   afterAll(() => f.destroy());
 
@@ -34,7 +31,7 @@ describe("a storm of creates refused at the limit", () => {
         f.engine,
         tenant,
         Array.from({ length: 25 }, () => ({
-          input: testJob({ tenantId: tenant, schedule: far() }),
+          input: farJob(tenant),
         })),
       );
       expect(outcomes.filter((o) => "error" in o)).toEqual([]);
@@ -47,9 +44,7 @@ describe("a storm of creates refused at the limit", () => {
       const batches = 4;
       const refused = await Promise.all([
         ...Array.from({ length: creates }, () =>
-          createJob(counting.engine, testJob({ tenantId: tenant, schedule: far() })).catch(
-            (error: unknown) => error,
-          ),
+          createJob(counting.engine, farJob(tenant)).catch((error: unknown) => error),
         ),
         ...Array.from({ length: batches }, async () =>
           (
@@ -57,7 +52,7 @@ describe("a storm of creates refused at the limit", () => {
               counting.engine,
               tenant,
               Array.from({ length: 25 }, () => ({
-                input: testJob({ tenantId: tenant, schedule: far() }),
+                input: farJob(tenant),
               })),
             )
           ).map((o) => ("error" in o ? o.error : o)),
@@ -85,9 +80,7 @@ describe("a storm of creates refused at the limit", () => {
       counting.sent.splice(0);
       const later = engineAt(counting.engine, Date.now() + 70_000);
       expect(
-        await createJob(later, testJob({ tenantId: tenant, schedule: far() })).catch(
-          (error: unknown) => error,
-        ),
+        await createJob(later, farJob(tenant)).catch((error: unknown) => error),
       ).toBeInstanceOf(QuotaExceededError);
       expect(counting.sent.reduce((sum, s) => sum + s.itemsAsked, 0)).toBe(jobs);
     } finally {

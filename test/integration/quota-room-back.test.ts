@@ -1,17 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DEFAULT_QUOTAS } from "../../shared/config.js";
 import { cancelJob, createJob, deleteJob, editJob } from "../../shared/jobs/index.js";
 import { QuotaExceededError } from "../../shared/quotas/limits.js";
 import { JOBS_BY_TENANT_INDEX } from "../../shared/storage/tables.js";
 import { quotaPk, readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import {
-  createEngineFixture,
+  createQuotaFixture,
   type EngineFixture,
   engineAt,
+  farJob,
   testJob,
 } from "../support/engine-fixture.js";
-
-const far = () => ({ runAt: new Date(Date.now() + 3_600_000).toISOString() });
 
 /**
  * docs/api.md "Quotas", Precision: a tenant at its limit gets its room back when its jobs end,
@@ -21,20 +19,18 @@ const far = () => ({ runAt: new Date(Date.now() + 3_600_000).toISOString() });
 describe("room back at the limit", () => {
   let f: EngineFixture;
   beforeAll(async () => {
-    f = await createEngineFixture({ settings: { quotas: DEFAULT_QUOTAS, quotaCacheMs: 0 } });
+    f = await createQuotaFixture();
   });
   afterAll(() => f.destroy());
 
   const create = (tenant: string, engine = f.engine) =>
-    createJob(engine, testJob({ tenantId: tenant, schedule: far() })).catch(
-      (error: unknown) => error,
-    );
+    createJob(engine, farJob(tenant)).catch((error: unknown) => error);
 
   /** A tenant at `activeJobs: 2` with two jobs, whose third create was just refused. */
   const atTheLimit = async (tenant: string) => {
     await writeQuotaOverride(f.engine, tenant, { activeJobs: 2 }, new Date());
-    const first = await createJob(f.engine, testJob({ tenantId: tenant, schedule: far() }));
-    await createJob(f.engine, testJob({ tenantId: tenant, schedule: far() }));
+    const first = await createJob(f.engine, farJob(tenant));
+    await createJob(f.engine, farJob(tenant));
     expect(await create(tenant)).toBeInstanceOf(QuotaExceededError);
     return first.job.jobId;
   };

@@ -5,7 +5,7 @@ import {
 } from "@aws-sdk/client-sqs";
 import { inject } from "vitest";
 import { type Clock, offsetClock, sleep, systemClock } from "../../shared/clock.js";
-import { DEFAULT_SETTINGS, ENV, type EngineSettings } from "../../shared/config.js";
+import { DEFAULT_QUOTAS, DEFAULT_SETTINGS, ENV, type EngineSettings } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import type { JobHandler } from "../../shared/execution/job-contract.js";
@@ -312,6 +312,17 @@ export function dailyAwayFrom(at: Date | number): {
   const hour = (new Date(at).getUTCHours() + 12) % 24;
   return { hour, schedule: { cron: `0 ${hour} * * *`, timezone: "UTC" } };
 }
+
+/**
+ * Fresh tables and an engine with the default quotas that reads a tenant's override afresh on
+ * every request (no override cache), as the quota tests set a limit and create against it at once.
+ */
+export const createQuotaFixture = (): Promise<EngineFixture> =>
+  createEngineFixture({ settings: { quotas: DEFAULT_QUOTAS, quotaCacheMs: 0 } });
+
+/** A tenant's one-off due an hour from now: an active job that no run ends while a test lasts. */
+export const farJob = (tenantId: string) =>
+  testJob({ tenantId, schedule: { runAt: new Date(Date.now() + 3_600_000).toISOString() } });
 
 /** A job definition for tests, with the design's defaults. */
 export function testJob(overrides: Partial<import("../../shared/jobs/index.js").NewJob> = {}) {
