@@ -110,6 +110,21 @@ async function createJobs(key: string, sizes: number[]): Promise<Job[]> {
   return created.sort((a, b) => (a.id < b.id ? 1 : -1));
 }
 
+/** A job's run ids as GET /jobs/{id}/runs lists them, every page read: newest first. */
+async function runIdsOf(jobId: string): Promise<string[]> {
+  const ids: string[] = [];
+  let cursor: string | null = null;
+  do {
+    const next: { items: Run[]; nextCursor: string | null } = await api(
+      "GET",
+      `/jobs/${jobId}/runs?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`,
+    );
+    ids.push(...next.items.map((run) => run.runId));
+    cursor = next.nextCursor;
+  } while (cursor !== null);
+  return ids;
+}
+
 /** A second page, signed in with `key`, on the jobs list. */
 async function signedInJobsPage(key: string): Promise<Page> {
   const other = await browser.context.newPage();
@@ -278,23 +293,10 @@ describe("web console", () => {
     const job = await everySecondJobThatRan("many runs");
     // Cancelled, the job's history holds still: its queued runs end cancelled, none is added.
     await api("POST", `/jobs/${job.id}/cancel`);
-    const listed = async () => {
-      const ids: string[] = [];
-      let cursor: string | null = null;
-      do {
-        const next: { items: Run[]; nextCursor: string | null } = await api(
-          "GET",
-          `/jobs/${job.id}/runs?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`,
-        );
-        ids.push(...next.items.map((run) => run.runId));
-        cursor = next.nextCursor;
-      } while (cursor !== null);
-      return ids;
-    };
     const every = await waitFor("the history to hold still", async () => {
-      const before = await listed();
+      const before = await runIdsOf(job.id);
       await sleep(1_000);
-      const after = await listed();
+      const after = await runIdsOf(job.id);
       return JSON.stringify(before) === JSON.stringify(after) ? after : undefined;
     });
     // More than the timeline's first page of 50.
@@ -367,19 +369,6 @@ describe("web console", () => {
       for (let i = 0; i < times; i++) runs.push(await api<Run>("POST", `/jobs/${job.id}/trigger`));
       return runs;
     };
-    const listed = async () => {
-      const ids: string[] = [];
-      let cursor: string | null = null;
-      do {
-        const next: { items: Run[]; nextCursor: string | null } = await api(
-          "GET",
-          `/jobs/${job.id}/runs?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`,
-        );
-        ids.push(...next.items.map((run) => run.runId));
-        cursor = next.nextCursor;
-      } while (cursor !== null);
-      return ids;
-    };
     await trigger(55);
     await page.goto(`${sandbox.url}/console/jobs/${job.id}`);
     await page.getByRole("heading", { name: /triggered many times/, level: 1 }).waitFor();
@@ -394,7 +383,7 @@ describe("web console", () => {
     const rows = await page
       .locator("tr[data-run-id]")
       .evaluateAll((found) => found.map((row) => row.getAttribute("data-run-id")));
-    expect(rows).toEqual(await listed());
+    expect(rows).toEqual(await runIdsOf(job.id));
     await api("POST", `/jobs/${job.id}/cancel`);
   }, 90_000);
 
@@ -619,19 +608,9 @@ describe("web console", () => {
   });
 
   it("says why Load more jobs read nothing (a 429), reads the next page when asked again, and shows each job once: no button past the last page, none lost to a newer job, none left by one deleted elsewhere", async () => {
-    for (const size of [25, 25, 1]) {
-      const jobs = Array.from({ length: size }, () => ({
-        type: "noop",
-        schedule: { runAt: "2030-01-01T00:00:00Z" },
-      }));
-      await api("POST", "/jobs:batch", { jobs }, {}, MANY_JOBS_KEY);
-    }
-    const other = await browser.context.newPage();
+    await createJobs(MANY_JOBS_KEY, [25, 25, 1]);
+    const other = await signedInJobsPage(MANY_JOBS_KEY);
     try {
-      await other.goto(`${sandbox.url}/console/jobs`);
-      await other.getByLabel("API key", { exact: true }).fill(MANY_JOBS_KEY);
-      await other.getByRole("button", { name: "Sign in" }).click();
-      await other.getByRole("heading", { name: "Jobs", level: 1 }).waitFor();
       const button = other.getByRole("button", { name: "Load more jobs" });
       await button.waitFor();
       expect(await other.locator("tbody tr").count()).toBe(50);
@@ -696,30 +675,10 @@ describe("web console", () => {
   });
 
   it("a job cancelled after Load more jobs, then pushed off the polled page by newer jobs, is shown cancelled, not as it was before", async () => {
-    const create = async (size: number) => {
-      const jobs = Array.from({ length: size }, () => ({
-        type: "noop",
-        schedule: { runAt: "2030-01-01T00:00:00Z" },
-      }));
-      return (
-        await api<{ results: { job: Job }[] }>(
-          "POST",
-          "/jobs:batch",
-          { jobs },
-          {},
-          CHANGING_JOBS_KEY,
-        )
-      ).results.map((result) => result.job);
-    };
-    for (const size of [25, 25]) await create(size);
-    const [newest] = await create(1);
+    const [newest] = await createJobs(CHANGING_JOBS_KEY, [25, 25, 1]);
     if (newest === undefined) throw new Error("no job created");
-    const other = await browser.context.newPage();
+    const other = await signedInJobsPage(CHANGING_JOBS_KEY);
     try {
-      await other.goto(`${sandbox.url}/console/jobs`);
-      await other.getByLabel("API key", { exact: true }).fill(CHANGING_JOBS_KEY);
-      await other.getByRole("button", { name: "Sign in" }).click();
-      await other.getByRole("heading", { name: "Jobs", level: 1 }).waitFor();
       await other.getByRole("button", { name: "Load more jobs" }).click();
       await other.locator("tbody tr").nth(50).waitFor({ timeout: 5_000 });
       const row = other.locator("tbody tr", {
@@ -728,7 +687,7 @@ describe("web console", () => {
       await api("POST", `/jobs/${newest.id}/cancel`, {}, {}, CHANGING_JOBS_KEY);
       await row.locator(".status-cancelled").waitFor({ timeout: 10_000 });
       // Fifty newer jobs push it off the polled first page: it is shown from what was kept.
-      for (const size of [25, 25]) await create(size);
+      await createJobs(CHANGING_JOBS_KEY, [25, 25]);
       await other.locator("tbody tr").nth(100).waitFor({ timeout: 10_000 });
       expect(await row.locator(".status").textContent()).toBe("cancelled");
     } finally {
