@@ -1,8 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { RunPageSchema } from "../../shared/api/schemas/runs.js";
 import { scanTable } from "../support/namespace.js";
-import { type ApiHarness, expectError, KEY_B, startApi, TENANT_A } from "./support.js";
+import {
+  type ApiHarness,
+  createdVia,
+  expectError,
+  jobVia,
+  KEY_B,
+  startApi,
+  TENANT_A,
+} from "./support.js";
 
 const MINUTE = 60_000;
 /** What the skip policy records for an occurrence missed past the grace (60 s by default). */
@@ -38,11 +45,7 @@ const stored = async () => {
   return { jobs, runs, secrets };
 };
 
-async function created(body: Record<string, unknown>) {
-  const reply = await api.call("POST", "/jobs", { body });
-  expect(reply.status, reply.text).toBe(201);
-  return JobSchema.parse(reply.body);
-}
+const created = (body: Record<string, unknown>) => createdVia(api, body);
 
 async function runsOf(jobId: string) {
   const reply = await api.call("GET", `/jobs/${jobId}/runs`);
@@ -52,11 +55,7 @@ async function runsOf(jobId: string) {
     .sort((a, b) => (a.scheduledFor < b.scheduledFor ? -1 : 1));
 }
 
-async function jobOf(jobId: string) {
-  const reply = await api.call("GET", `/jobs/${jobId}`);
-  expect(reply.status, reply.text).toBe(200);
-  return JobSchema.parse(reply.body);
-}
+const jobOf = (jobId: string) => jobVia(api, jobId);
 
 const edit = (jobId: string, body: Record<string, unknown>) =>
   api.call("PATCH", `/jobs/${jobId}`, { body, headers: { "If-Match": '"1"' } });

@@ -3,7 +3,7 @@ import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { RunPageSchema } from "../../shared/api/schemas/runs.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
 import { waitFor } from "../support/wait.js";
-import { type ApiHarness, inMinutes, startApi } from "./support.js";
+import { type ApiHarness, createdVia, inMinutes, jobVia, startApi } from "./support.js";
 
 /** Edits of a job over HTTP as a tenant makes them: while a run is under way, from a stale version. */
 let api: ApiHarness;
@@ -15,11 +15,7 @@ beforeAll(async () => {
 });
 afterAll(() => api.close());
 
-async function created(body: Record<string, unknown>) {
-  const reply = await api.call("POST", "/jobs", { body });
-  expect(reply.status, reply.text).toBe(201);
-  return JobSchema.parse(reply.body);
-}
+const created = (body: Record<string, unknown>) => createdVia(api, body);
 
 async function runsOf(jobId: string) {
   const reply = await api.call("GET", `/jobs/${jobId}/runs`);
@@ -27,11 +23,7 @@ async function runsOf(jobId: string) {
   return RunPageSchema.parse(reply.body).items;
 }
 
-async function jobOf(jobId: string) {
-  const reply = await api.call("GET", `/jobs/${jobId}`);
-  expect(reply.status, reply.text).toBe(200);
-  return JobSchema.parse(reply.body);
-}
+const jobOf = (jobId: string) => jobVia(api, jobId);
 
 /**
  * Starts the one-off's run with a `report` handler that holds until `finish` is called, and

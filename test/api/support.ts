@@ -2,6 +2,7 @@ import { expect } from "vitest";
 import { z } from "zod";
 import { type LocalServer, startLocalServer } from "../../shared/api/local-server.js";
 import { ErrorSchema } from "../../shared/api/schemas/errors.js";
+import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { type JobTypeCatalog, jobTypeCatalog } from "../../shared/job-types/registry.js";
 import { receiveRuns } from "../../shared/queue/work-queue.js";
@@ -108,6 +109,20 @@ export function expectError(
   if (expected.code !== undefined) expect(parsed.error.code).toBe(expected.code);
   if (expected.field !== undefined) expect(parsed.error.field).toBe(expected.field);
   return parsed.error;
+}
+
+/** POST /jobs with `body` (tenant A): asserts its 201 and returns the job created. */
+export async function createdVia(api: ApiHarness, body: Record<string, unknown>) {
+  const reply = await api.call("POST", "/jobs", { body });
+  expect(reply.status, reply.text).toBe(201);
+  return JobSchema.parse(reply.body);
+}
+
+/** GET /jobs/{id} (tenant A): asserts its 200 and returns the job. */
+export async function jobVia(api: ApiHarness, jobId: string) {
+  const reply = await api.call("GET", `/jobs/${jobId}`);
+  expect(reply.status, reply.text).toBe(200);
+  return JobSchema.parse(reply.body);
 }
 
 export const inMinutes = (minutes: number, from = Date.now()) =>
