@@ -324,14 +324,16 @@ describe("POST /jobs:batch: a key used before with another body", () => {
 });
 
 describe("PATCH /jobs/{id} refused writes nothing", () => {
+  /** The jobs each refusal below is swept over: active, recurring, paused, a run queued, upstream. */
+  const editable = () => [
+    jobs.active,
+    jobs.recurring,
+    jobs.paused,
+    jobs.withQueuedRun,
+    jobs.upstream,
+  ];
   it("without If-Match (428), stale (412), unknown or another tenant's (404)", async () => {
-    for (const id of [
-      jobs.active,
-      jobs.recurring,
-      jobs.paused,
-      jobs.withQueuedRun,
-      jobs.upstream,
-    ]) {
+    for (const id of editable()) {
       await refused("PATCH", `/jobs/${id}`, { body: { name: "x" } }, 428);
       await refused(
         "PATCH",
@@ -348,13 +350,7 @@ describe("PATCH /jobs/{id} refused writes nothing", () => {
     await refused("PATCH", `/jobs/${jobs.ofB}`, { body: { name: "x" }, headers: V1 }, 404);
   });
   it("a bad field (400), in every state", async () => {
-    for (const id of [
-      jobs.active,
-      jobs.recurring,
-      jobs.paused,
-      jobs.withQueuedRun,
-      jobs.upstream,
-    ]) {
+    for (const id of editable()) {
       await refused("PATCH", `/jobs/${id}`, { body: { timeoutSeconds: -1 }, headers: V1 }, 400);
       await refused(
         "PATCH",
