@@ -80,6 +80,26 @@ describe("dependencies: a job runs after other jobs", () => {
     expect(await f.process(deps(engine), received)).toBe("ack");
   }
 
+  /**
+   * Runs each upstream's next run with every fan-out to `dependentId` (to any dependent when
+   * none is named) refused as a crash would leave it: its trigger entry is left to a pass. How
+   * many fan-outs were refused.
+   */
+  async function runWithFanOutsRefused(upstreamIds: string[], dependentId?: string) {
+    const crashing = withFaults(f.engine, {
+      operation: "TransactWriteItems",
+      times: 1_000,
+      match: isFanOutTo(dependentId),
+      reason: "ValidationError",
+    });
+    try {
+      for (const jobId of upstreamIds) await runNext(jobId, crashing.engine);
+      return crashing.injected.count;
+    } finally {
+      crashing.destroy();
+    }
+  }
+
   const triggerEntries = async (jobId: string) =>
     (await f.dueEntries()).filter((d) => d.kind === "trigger" && d.jobId === jobId);
 
@@ -119,18 +139,7 @@ describe("dependencies: a job runs after other jobs", () => {
   it("a crash between the upstream's ending and its fan-out: the next pass queues the dependent exactly once", async () => {
     const a = await upstreamJob();
     const b = await dependentOf([a]);
-    const crashing = withFaults(f.engine, {
-      operation: "TransactWriteItems",
-      times: 1_000,
-      match: isFanOutTo(),
-      reason: "ValidationError",
-    });
-    try {
-      await runNext(a.jobId, crashing.engine);
-      expect(crashing.injected.count).toBeGreaterThan(0);
-    } finally {
-      crashing.destroy();
-    }
+    expect(await runWithFanOutsRefused([a.jobId])).toBeGreaterThan(0);
     expect((await runsOf(a.jobId)).map((r) => r.status)).toEqual(["SUCCEEDED"]);
     expect(await runsOf(b.jobId)).toEqual([]);
     const [entry, ...more] = await triggerEntries(a.jobId);
@@ -148,22 +157,15 @@ describe("dependencies: a job runs after other jobs", () => {
   it("a fan-out DynamoDB refuses in a dispatcher pass is tried again by a later pass, not set aside for good", async () => {
     const a = await upstreamJob();
     const b = await dependentOf([a]);
-    const refusing = (times: number) =>
-      withFaults(f.engine, {
-        operation: "TransactWriteItems",
-        times,
-        match: isFanOutTo(b.jobId),
-        reason: "ValidationError",
-      });
-    const worker = refusing(1_000);
-    try {
-      await runNext(a.jobId, worker.engine);
-    } finally {
-      worker.destroy();
-    }
+    await runWithFanOutsRefused([a.jobId], b.jobId);
     const refiled = () => f.metrics.sum(METRICS.dueEntryFailures, { handling: "refiled" });
     const refiledBefore = refiled();
-    const pass = refusing(1);
+    const pass = withFaults(f.engine, {
+      operation: "TransactWriteItems",
+      times: 1,
+      match: isFanOutTo(b.jobId),
+      reason: "ValidationError",
+    });
     try {
       await dispatchShard(pass.engine, 0, "refused-pass");
       expect(pass.injected.count).toBe(1);
@@ -194,18 +196,7 @@ describe("dependencies: a job runs after other jobs", () => {
     if (!a1 || !a2) throw new Error("upstreams not created");
     const b = await dependentOf([a1, a2]);
     // Both upstream runs succeed, their fan-outs left to a pass (each refused once by a crash).
-    const crashing = withFaults(f.engine, {
-      operation: "TransactWriteItems",
-      times: 1_000,
-      match: isFanOutTo(b.jobId),
-      reason: "ValidationError",
-    });
-    try {
-      await runNext(a1.jobId, crashing.engine);
-      await runNext(a2.jobId, crashing.engine);
-    } finally {
-      crashing.destroy();
-    }
+    await runWithFanOutsRefused([a1.jobId, a2.jobId], b.jobId);
     const entries = [...(await triggerEntries(a1.jobId)), ...(await triggerEntries(a2.jobId))];
     expect(entries).toHaveLength(2);
     // Both fanned out at one instant: the second run of b takes the millisecond after the first.
@@ -228,17 +219,7 @@ describe("dependencies: a job runs after other jobs", () => {
     const a = await upstreamJob();
     const [b1, b2, b3] = [await dependentOf([a]), await dependentOf([a]), await dependentOf([a])];
     if (!b1 || !b2 || !b3) throw new Error("dependents not created");
-    const crashing = withFaults(f.engine, {
-      operation: "TransactWriteItems",
-      times: 1_000,
-      match: isFanOutTo(b2.jobId),
-      reason: "ValidationError",
-    });
-    try {
-      await runNext(a.jobId, crashing.engine);
-    } finally {
-      crashing.destroy();
-    }
+    await runWithFanOutsRefused([a.jobId], b2.jobId);
     expect(await runsOf(b1.jobId)).toHaveLength(1);
     expect(await runsOf(b2.jobId)).toHaveLength(0);
     expect(await runsOf(b3.jobId)).toHaveLength(1);
