@@ -284,10 +284,7 @@ describe("crashes", () => {
         expect(await f.process(f.workerDeps("late"), ownDelivery)).toBe("ack");
 
       // As the API reads it (GET /jobs/{id}).
-      const read = await jobAsItStands(
-        f.engine,
-        await getTenantJob(f.engine, job.tenantId, job.jobId),
-      );
+      const read = await asGetShows(f, job);
       seen.push({ misfire, cancel, status: read.status, lastRun: read.lastRun });
       expected.push({
         misfire,
@@ -425,10 +422,7 @@ describe("crashes", () => {
     // An earlier run succeeded: the job's lastRun.
     const ok = await triggerJob(f.engine, job.tenantId, job.jobId);
     expect(await f.process(f.workerDeps("w"), await f.nextDeliveryOfRun(ok))).toBe("ack");
-    expect(
-      (await jobAsItStands(f.engine, await getTenantJob(f.engine, job.tenantId, job.jobId))).lastRun
-        ?.runId,
-    ).toBe(ok.runId);
+    expect((await asGetShows(f, job)).lastRun?.runId).toBe(ok.runId);
 
     // The next run crashes its worker on each of its two deliveries.
     const doomed = await triggerJob(f.engine, job.tenantId, job.jobId);
@@ -440,10 +434,7 @@ describe("crashes", () => {
       reason: expect.stringMatching(/^worker crashed/),
     });
     // What GET /jobs/{id} answers: the run that finished last is the dead one.
-    const shown = await jobAsItStands(
-      f.engine,
-      await getTenantJob(f.engine, job.tenantId, job.jobId),
-    );
+    const shown = await asGetShows(f, job);
     expect(shown.lastRun).toEqual({
       runId: doomed.runId,
       status: "DEAD",
@@ -471,10 +462,7 @@ describe("crashes", () => {
     const cancelled = await getRun(f.engine, doomed);
     expect(cancelled).toMatchObject({ status: "CANCELLED", cancelledBy: "api", durationMs: null });
     // What GET /jobs/{id} answers: the run that finished last, whose handler ran, is this one.
-    const shown = await jobAsItStands(
-      f.engine,
-      await getTenantJob(f.engine, job.tenantId, job.jobId),
-    );
+    const shown = await asGetShows(f, job);
     expect(shown.lastRun).toEqual({
       runId: doomed.runId,
       status: "CANCELLED",
@@ -571,6 +559,11 @@ async function crashEveryDeliveryIntoDlq(
 }
 
 /** Waits for the job's message to be moved to the redrive DLQ and receives it there. */
+/** The job as GET /jobs/{id} answers it (its lastRun as the runs stand). */
+async function asGetShows(f: EngineFixture, job: { tenantId: string; jobId: string }) {
+  return jobAsItStands(f.engine, await getTenantJob(f.engine, job.tenantId, job.jobId));
+}
+
 async function redriven(f: EngineFixture, jobId: string) {
   const inDlq = await waitFor(
     "the message in the DLQ",
