@@ -4,6 +4,7 @@ import type { AddressInfo } from "node:net";
 import { GetCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
+import type { Engine } from "../../shared/engine.js";
 import { completeAsyncRun, heartbeatAsyncRun } from "../../shared/execution/async-runs.js";
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import type { WorkerDeps } from "../../shared/execution/worker.js";
@@ -206,6 +207,24 @@ function parseRunIdOrThrow(runId: string) {
   const ref = parseRunId(runId);
   if (ref === null) throw new Error(`not a run id: ${runId}`);
   return ref;
+}
+
+/**
+ * Runs `call` on the API's engine dying at its first write of a job's lastRun, between a run's
+ * ending and its job's write, as an API function that dies there does.
+ */
+async function dyingAtTheJobWrite(call: (engine: Engine) => Promise<unknown>): Promise<void> {
+  const dying = withFaults(api.fixture.engine, {
+    operation: "UpdateItem",
+    times: 1,
+    match: (input) => String(input.UpdateExpression).includes("lastRun = :lastRun"),
+    error: () => new Error("api function died"),
+  });
+  try {
+    await expect(call(dying.engine)).rejects.toThrow("api function died");
+  } finally {
+    dying.destroy();
+  }
 }
 
 async function runOf(jobId: string, runId: string) {
@@ -838,19 +857,9 @@ describe("async mode (long jobs)", () => {
     const jobId = await createAsyncJob();
     const handOff = await deliver(jobId);
     // The API function dies between the run's ending and its job's write.
-    const dying = withFaults(api.fixture.engine, {
-      operation: "UpdateItem",
-      times: 1,
-      match: (input) => String(input.UpdateExpression).includes("lastRun = :lastRun"),
-      error: () => new Error("api function died"),
-    });
-    try {
-      await expect(
-        completeAsyncRun(dying.engine, handOff.runId, handOff.token, { status: "succeeded" }),
-      ).rejects.toThrow("api function died");
-    } finally {
-      dying.destroy();
-    }
+    await dyingAtTheJobWrite((engine) =>
+      completeAsyncRun(engine, handOff.runId, handOff.token, { status: "succeeded" }),
+    );
     expect((await api.call("GET", `/jobs/${jobId}`)).body).toMatchObject({ status: "active" });
     const again = await callBack(handOff.completeUrl, handOff.token, { status: "succeeded" });
     expect(again.status, again.text).toBe(200);
@@ -865,19 +874,7 @@ describe("async mode (long jobs)", () => {
     const handOff = await deliver(jobId);
     advance(1000);
     // The API function dies between the run's CANCELLED ending and its job's write.
-    const dying = withFaults(api.fixture.engine, {
-      operation: "UpdateItem",
-      times: 1,
-      match: (input) => String(input.UpdateExpression).includes("lastRun = :lastRun"),
-      error: () => new Error("api function died"),
-    });
-    try {
-      await expect(cancelRun(dying.engine, TENANT_A, jobId, handOff.runId)).rejects.toThrow(
-        "api function died",
-      );
-    } finally {
-      dying.destroy();
-    }
+    await dyingAtTheJobWrite((engine) => cancelRun(engine, TENANT_A, jobId, handOff.runId));
     expect((await api.call("GET", `/jobs/${jobId}`)).body).toMatchObject({
       status: "active",
       lastRun: null,
