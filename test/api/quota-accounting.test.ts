@@ -5,6 +5,7 @@ import type { Job } from "../../shared/model.js";
 import { receiveRuns } from "../../shared/queue/work-queue.js";
 import { isCounted, runsPerMinuteMeasure } from "../../shared/quotas/run-measure.js";
 import { type QuotaUsage, readQuotaUsage } from "../../shared/storage/tenant-quotas.js";
+import { mulberry32 } from "../support/mulberry32.js";
 import { type ApiHarness, inMinutes, KEY_B, startApi } from "./support.js";
 
 /**
@@ -26,18 +27,6 @@ const TIGHT = { activeJobs: 10, runsPerMinute: 60 } as const;
 const LOOSE = { activeJobs: 1_000, runsPerMinute: 100_000 } as const;
 type Limits = typeof TIGHT | typeof LOOSE;
 
-/** mulberry32: a small seeded generator, so a failing sequence can be run again. */
-function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 describe("quota usage against what the tenant has, over random requests", () => {
   let api: ApiHarness;
   beforeAll(async () => {
@@ -47,7 +36,7 @@ describe("quota usage against what the tenant has, over random requests", () => 
 
   const seed = Number(process.env.QUOTA_SEED ?? Math.floor(Math.random() * 2 ** 31));
   const at = (step: string) => `QUOTA_SEED=${seed}, ${step}`;
-  const random = seeded(seed);
+  const random = mulberry32(seed);
   const pick = <T>(items: readonly T[]): T => {
     const item = items[Math.floor(random() * items.length)];
     if (item === undefined) throw new Error("picked from an empty list");

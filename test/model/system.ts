@@ -31,6 +31,7 @@ import {
   type TableNames,
   webhookSecretsTableDefinition,
 } from "../../shared/storage/tables.js";
+import { mulberry32 } from "../support/mulberry32.js";
 import {
   createQueue,
   createTable,
@@ -264,14 +265,8 @@ export const MIN_RANDOM_DRAW = 0.01;
  * in [MIN_RANDOM_DRAW, 1), a range every caller of `engine.random` accepts.
  */
 function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return MIN_RANDOM_DRAW + (1 - MIN_RANDOM_DRAW) * (((t ^ (t >>> 14)) >>> 0) / 4_294_967_296);
-  };
+  const draw = mulberry32(seed);
+  return () => MIN_RANDOM_DRAW + (1 - MIN_RANDOM_DRAW) * draw();
 }
 
 export interface Snapshot {

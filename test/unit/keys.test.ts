@@ -17,20 +17,9 @@ import {
   shardOf,
   toStorageIso,
 } from "../../shared/keys.js";
+import { mulberry32 } from "../support/mulberry32.js";
 
 const RUNS = { numRuns: 1000 };
-
-/** A small deterministic PRNG (mulberry32), so distribution checks never flake. */
-function seededRandom(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
-  };
-}
 
 const ulidArb = fc.stringMatching(/^[0-7][0-9A-HJKMNP-TV-Z]{25}$/);
 const instantArb = fc.date({
@@ -59,7 +48,7 @@ describe("shardOf", () => {
   });
 
   it("spreads 10k ULIDs roughly evenly over 8 shards", () => {
-    const random = seededRandom(42);
+    const random = mulberry32(42);
     const counts = new Array<number>(8).fill(0);
     const start = Date.parse("2026-01-01T00:00:00.000Z");
     for (let i = 0; i < 10_000; i++) {
@@ -232,7 +221,7 @@ describe("newJobId", () => {
 
   it("is deterministic under an injected random source", () => {
     expect(newJobId(now, () => 0.5)).toBe("01KJMA0FM0GGGGGGGGGGGGGGGG");
-    expect(newJobId(now, seededRandom(7))).toBe(newJobId(now, seededRandom(7)));
+    expect(newJobId(now, mulberry32(7))).toBe(newJobId(now, mulberry32(7)));
   });
 
   it("encodes the epoch itself rather than the wall clock", () => {
@@ -250,7 +239,7 @@ describe("newJobId", () => {
         fc.integer({ min: 1, max: 2 ** 40 }),
         fc.integer({ min: 0, max: 2 ** 31 }),
         (earlierMs, gapMs, seed) => {
-          const random = seededRandom(seed);
+          const random = mulberry32(seed);
           const earlier = newJobId(new Date(earlierMs), random);
           const later = newJobId(new Date(earlierMs + gapMs), random);
           return earlier < later;
