@@ -20,9 +20,10 @@ export function runDueNow(
 }
 
 /**
- * Sends the message of a run `runDueNow` made at `now`, once it is stored, due at its dueAt. A failed send is left to the
- * reaper (the run is QUEUED with its deadline, a lease after it is due) and is not the request's
- * failure: the run stands, and a caller told otherwise would trigger it again, a second run.
+ * Sends the message of a run `runDueNow` made at `now`, once it is stored, due at its dueAt. A
+ * failed send is left to the reaper (the run is QUEUED with its deadline, a lease after it is
+ * due) and is not the request's failure: the run stands, and a caller told otherwise would
+ * trigger it again, a second run.
  */
 export async function sendRunDueNow(engine: Engine, run: Run, now: Date): Promise<void> {
   await sendRuns(
