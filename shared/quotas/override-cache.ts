@@ -17,11 +17,12 @@ const caches = new WeakMap<Engine, Map<string, Cached>>();
  * `settings.quotaCacheMs` old (10 s): the worker's starts, the API's creates,
  * edits and request buckets read it here, so a quota that cannot bind costs no
  * request per run or per create, and a changed override applies everywhere
- * within that time. It is read consistently: an eventually consistent read just
- * after a change may still answer the override before it, which would then be
- * kept 10 s more (in the process that made the change, too). The age is measured on a monotonic clock, not the
- * engine's: a test's fixed or shifted scheduling clock does not measure the
- * time that passes for the process.
+ * within that time. It is read consistently (`readQuotaOverride`): an eventually
+ * consistent read just after a change may still answer the override before it,
+ * which would then be kept 10 s more (in the process that made the change,
+ * too). The age is measured on a monotonic clock, not the engine's: a test's
+ * fixed or shifted scheduling clock does not measure the time that passes for
+ * the process.
  */
 export async function cachedQuotaOverride(
   engine: Engine,
@@ -36,7 +37,7 @@ export async function cachedQuotaOverride(
   const now = elapsedMs();
   const cached = cache.get(tenantId);
   if (cached && now - cached.readAt < engine.settings.quotaCacheMs) return cached.override;
-  const override = readQuotaOverride(engine, tenantId, true);
+  const override = readQuotaOverride(engine, tenantId);
   if (cache.size >= MAX_CACHED_TENANTS) cache.clear();
   const entry = { override, readAt: now };
   cache.set(tenantId, entry);

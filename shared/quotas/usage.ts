@@ -91,7 +91,7 @@ export async function reserveJobQuotas(
   for (let round = 1; ; round++) {
     const quotas = effectiveQuotas(
       engine.settings.quotas,
-      await readQuotaOverride(engine, tenantId, true),
+      await readQuotaOverride(engine, tenantId),
     );
     if (share.priority !== undefined) assertPriorityAllowed(share.priority, quotas);
     if (add.activeJobs === 0 && add.runsPerMinute === 0) return null;
@@ -193,7 +193,7 @@ export async function reserveBatchQuotas(
   for (let round = 1; ; round++) {
     const quotas = effectiveQuotas(
       engine.settings.quotas,
-      await readQuotaOverride(engine, tenantId, true),
+      await readQuotaOverride(engine, tenantId),
     );
     candidates = candidates.filter((i) => {
       const share = shares[i];

@@ -110,17 +110,16 @@ export async function readQuotaPartition(
   };
 }
 
-/** The tenant's override alone; `consistent` when it must reflect a change made just before. */
-export async function readQuotaOverride(
-  engine: Engine,
-  tenantId: string,
-  consistent = false,
-): Promise<QuotaOverride> {
+/**
+ * The tenant's override alone, read consistently: every reader (a reservation, the override
+ * cache) must see a change made just before.
+ */
+export async function readQuotaOverride(engine: Engine, tenantId: string): Promise<QuotaOverride> {
   const result = await engine.doc.send(
     new GetCommand({
       TableName: engine.tables.jobs,
       Key: { pk: quotaPk(tenantId), sk: LIMITS_SK },
-      ConsistentRead: consistent,
+      ConsistentRead: true,
     }),
   );
   return decodeOverride(result.Item);
