@@ -14,6 +14,7 @@ import { claimRecount } from "../storage/quota-recount.js";
 import {
   type QuotaUsage,
   readQuotaOverride,
+  readQuotaUsage,
   reserveUsage,
   type UsageReservation,
   writeRecountedUsage,
@@ -60,7 +61,9 @@ const MAX_RESERVE_ROUNDS = 4;
  * the usage is corrected before the request is refused, unless the usage was
  * recounted within `quotaRecountMs` (5 s): then the request is refused from
  * the stored usage, so a tenant that keeps sending requests over its limit
- * costs one recount per 5 s, whatever it sends (`claimRecount`). A tenant
+ * costs one recount per 5 s, whatever it sends (`claimRecount`). An edit of
+ * a job with jobs after it reads them (what it adds) only once the least it
+ * adds fits: refused by that, it reads none of them. A tenant
  * with no usage item yet is counted the same way before its first
  * reservation. While neither activeJobs nor runsPerMinute has a limit (the
  * override as this process caches it, read again within 10 s) nothing is
@@ -81,11 +84,19 @@ export async function reserveJobQuotas(
     if (share.priority !== undefined) assertPriorityAllowed(share.priority, cached);
     return null;
   }
-  const add: QuotaUsage = {
-    activeJobs: share.jobs,
-    runsPerMinute: await runsPerMinuteAdded(engine, share, now),
-  };
+  const runs = await runsPerMinuteAdded(engine, share, now);
+  // Until the jobs below an edited job are read, what it adds is only known to be at least `least`.
+  let exactly = runs.exact ? null : runs.exactly;
+  let add: QuotaUsage = { activeJobs: share.jobs, runsPerMinute: runs.least };
   const field = isAfterSchedule(share.schedule) ? "schedule.after.jobs" : "schedule";
+  const overBy = (usage: QuotaUsage, quotas: TenantQuotas) =>
+    overQuota(
+      usage,
+      add,
+      quotas,
+      { isEdit: share.replaces !== undefined, atLeast: exactly !== null },
+      field,
+    );
   // This request's recount claim, kept to recount again when its write loses to another's.
   let held: string | undefined;
   for (let round = 1; ; round++) {
@@ -99,12 +110,21 @@ export async function reserveJobQuotas(
       activeJobs: quotas.activeJobs ?? Number.MAX_SAFE_INTEGER,
       runsPerMinute: quotas.runsPerMinute ?? Number.MAX_SAFE_INTEGER,
     };
-    const reservation = await reserveUsage(engine, tenantId, add, limits);
+    if (exactly !== null) {
+      // The jobs below are read only when the least it adds fits the stored usage (or nothing
+      // limits it); else a refusal within `quotaRecountMs` of a recount reads none of them.
+      const stored = quotas.runsPerMinute === null ? ZERO : await readQuotaUsage(engine, tenantId);
+      if (stored !== null && overBy(stored, quotas) === null) {
+        add = { ...add, runsPerMinute: await exactly() };
+        exactly = null;
+      }
+    }
+    const reservation = exactly === null ? await reserveUsage(engine, tenantId, add, limits) : null;
     if (reservation) return reservation;
     const claim = await claimRecount(engine, tenantId, now, engine.settings.quotaRecountMs, held);
     if (!claim.recount) {
       // Recounted moments ago: refused from the stored usage, an upper bound.
-      const over = overQuota(claim.stored, add, quotas, share.replaces !== undefined, field);
+      const over = overBy(claim.stored, quotas);
       if (over) throw over;
       // A give-back made room since the reservation failed: reserve again.
       if (round >= MAX_RESERVE_ROUNDS) throw busy();
@@ -113,7 +133,7 @@ export async function reserveJobQuotas(
     const seen = claim.seen;
     held = claim.claim;
     const counted = await countUsage(engine, tenantId, now);
-    const over = overQuota(counted, add, quotas, share.replaces !== undefined, field);
+    const over = overBy(counted, quotas);
     if (over) {
       // Keep the corrected count, so the next request does not recount for nothing.
       await writeRecountedUsage(engine, tenantId, counted, seen, now);
@@ -129,21 +149,35 @@ const busy = () =>
   new ConcurrentUpdateError("the tenant's quota usage kept changing during a recount");
 
 /**
- * What a create or an edit adds to the tenant's runs per minute (run-measure.ts): a create its
- * measure among the jobs above it; an edit of the schedule what it adds to its measure, times the
- * runs each run of the job makes (its own and, in turn, those of the jobs after it, read
- * consistently after the job was); an edit that keeps the schedule, or lowers the measure, 0.
+ * What a create or an edit adds to the tenant's runs per minute (run-measure.ts), exactly or at
+ * least. A create its measure among the jobs above it; an edit of the schedule what it adds to its
+ * measure, times the runs each run of the job makes (its own and, in turn, those of the jobs after
+ * it, read consistently after the job was, by `exactly`: each such run counts 1 at least, so
+ * `least` is what it adds to its own measure); an edit that keeps the schedule, or lowers the
+ * measure, 0.
  */
-async function runsPerMinuteAdded(engine: Engine, share: JobShare, now: Date): Promise<number> {
+type RunsAdded =
+  | { readonly exact: true; readonly least: number }
+  | { readonly exact: false; readonly least: number; readonly exactly: () => Promise<number> };
+
+async function runsPerMinuteAdded(engine: Engine, share: JobShare, now: Date): Promise<RunsAdded> {
   const measure = runsPerMinuteMeasure(share.above, now)(share.schedule);
   const old = share.replaces;
-  if (old === undefined) return measure;
-  if (JSON.stringify(old.schedule) === JSON.stringify(share.schedule)) return 0;
+  if (old === undefined) return { exact: true, least: measure };
+  if (JSON.stringify(old.schedule) === JSON.stringify(share.schedule))
+    return { exact: true, least: 0 };
   const oldUpstreams = isAfterSchedule(old.schedule) ? old.schedule.after.jobs : [];
   const oldAbove = await readJobsAbove(engine, old.tenantId, oldUpstreams);
   const before = runsPerMinuteMeasure(oldAbove, now)(old.schedule);
-  if (measure <= before) return 0;
-  return timesRuns(measure - before, runsPerRun(old.jobId, await readJobsBelow(engine, old)));
+  if (measure <= before) return { exact: true, least: 0 };
+  const added = measure - before;
+  // Nothing runs after it: each of its runs is its own alone.
+  if (old.dependents.length === 0) return { exact: true, least: added };
+  return {
+    exact: false,
+    least: added,
+    exactly: async () => timesRuns(added, runsPerRun(old.jobId, await readJobsBelow(engine, old))),
+  };
 }
 
 /**
@@ -221,7 +255,7 @@ export async function reserveBatchQuotas(
       const add = adds[i] ?? ZERO;
       const schedule = shares[i]?.schedule;
       const field = schedule && isAfterSchedule(schedule) ? "schedule.after.jobs" : "schedule";
-      const over = overQuota(running, add, quotas, false, field);
+      const over = overQuota(running, add, quotas, { isEdit: false, atLeast: false }, field);
       if (over) outcomes[i] = over;
       else running = sumUsage([running, add]);
       return over === null;
@@ -302,7 +336,8 @@ function overQuota(
   counted: QuotaUsage,
   add: QuotaUsage,
   quotas: TenantQuotas,
-  isEdit: boolean,
+  /** An edit's, and whether `add` is only the least it adds (the jobs below it not read). */
+  how: { readonly isEdit: boolean; readonly atLeast: boolean },
   /** The field whose runs go over runsPerMinute: `schedule`, or a dependent's upstreams. */
   field: "schedule" | "schedule.after.jobs",
 ): QuotaExceededError | null {
@@ -323,7 +358,7 @@ function overQuota(
     counted.runsPerMinute + add.runsPerMinute > quotas.runsPerMinute
   ) {
     return new QuotaExceededError(
-      `this ${isEdit ? "edit" : "job"} adds ${add.runsPerMinute} runs per minute at its peak${field === "schedule" ? "" : " (a run for each run of its upstreams)"} to the ${counted.runsPerMinute} of this tenant's jobs; its runsPerMinute quota is ${quotas.runsPerMinute}`,
+      `this ${how.isEdit ? "edit" : "job"} adds ${how.atLeast ? "at least " : ""}${add.runsPerMinute} runs per minute at its peak${field === "schedule" ? "" : " (a run for each run of its upstreams)"}${how.atLeast ? ", before those of the jobs after it," : ""} to the ${counted.runsPerMinute} of this tenant's jobs; its runsPerMinute quota is ${quotas.runsPerMinute}`,
       { quota: "runsPerMinute", limit: quotas.runsPerMinute, field },
     );
   }

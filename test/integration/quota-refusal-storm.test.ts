@@ -1,26 +1,93 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createJobs } from "../../shared/jobs/create-batch.js";
-import { createJob } from "../../shared/jobs/index.js";
+import { createJob, editJob } from "../../shared/jobs/index.js";
 import { QuotaExceededError } from "../../shared/quotas/limits.js";
-import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
+import { readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import {
   createQuotaFixture,
   type EngineFixture,
   engineAt,
   farJob,
+  testJob,
 } from "../support/engine-fixture.js";
 import { byCommand, countingEngine } from "../support/request-count.js";
 
 /**
  * docs/api.md "Quotas", Precision: a tenant at its limit that keeps sending creates makes each
- * refusal cost a few requests, not a recount of its jobs (the tenant index and every job item).
+ * refusal cost a few requests, not a recount of its jobs (the tenant index and every job item);
+ * one that keeps sending an edit of a job with jobs after it, not a read of those jobs.
  */
-describe("a storm of creates refused at the limit", () => {
+describe("a storm of creates and edits refused at the limit", () => {
   let f: EngineFixture;
   beforeAll(async () => {
     f = await createQuotaFixture();
   });
   afterAll(() => f.destroy());
+
+  it("refuses edits of a job with many jobs after it without reading them each time", async () => {
+    const tenant = "edit-storm";
+    const dependents = 200;
+    // The job and its dependents, each counting the job's hourly peak: 1 + 200 runs a minute.
+    const limit = dependents + 1;
+    await writeQuotaOverride(f.engine, tenant, { runsPerMinute: limit }, new Date());
+    const head = (
+      await createJob(
+        f.engine,
+        testJob({ tenantId: tenant, schedule: { cron: "0 * * * *", timezone: "UTC" } }),
+      )
+    ).job;
+    for (let made = 0; made < dependents; made += 25) {
+      const outcomes = await createJobs(
+        f.engine,
+        tenant,
+        Array.from({ length: 25 }, () => ({
+          input: testJob({
+            tenantId: tenant,
+            schedule: { after: { jobs: [head.jobId], on: "completion" } },
+          }),
+        })),
+      );
+      expect(outcomes.filter((o) => "error" in o)).toEqual([]);
+    }
+    expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ runsPerMinute: limit });
+    const { version } = head;
+
+    // Every 30 s: 2 at its peak, one more for the job and for each job after it.
+    const edit = { schedule: { every: "PT30S" } };
+    const counting = countingEngine(engineAt(f.engine, Date.now() + 60_000));
+    try {
+      const edits = 20;
+      const refused = await Promise.all(
+        Array.from({ length: edits }, () =>
+          editJob(counting.engine, tenant, head.jobId, version, edit).catch(
+            (error: unknown) => error,
+          ),
+        ),
+      );
+      for (const outcome of refused) {
+        expect(outcome).toBeInstanceOf(QuotaExceededError);
+        expect(outcome).toMatchObject({
+          context: { quota: "runsPerMinute", limit, field: "schedule" },
+          // What it adds to its own measure: the jobs after it were not read.
+          message: `this edit adds at least 1 runs per minute at its peak, before those of the jobs after it, to the ${limit} of this tenant's jobs; its runsPerMinute quota is ${limit}`,
+        });
+      }
+      const itemsRead = counting.sent.reduce((sum, s) => sum + s.itemsAsked, 0);
+      console.info(
+        `${edits} edits refused over a job with ${dependents} after it: ${counting.sent.length} DynamoDB requests ${JSON.stringify(byCommand(counting.sent))}, ${itemsRead} job items read`,
+      );
+      // At most one recount (the tenant's jobs, each once); none reads the jobs below the edited one.
+      expect(itemsRead).toBeLessThanOrEqual(dependents + 1);
+      expect(counting.sent.length).toBeLessThanOrEqual(Math.ceil(limit / 100) * 2 + 2 + 6 * edits);
+    } finally {
+      counting.destroy();
+    }
+
+    // Room for it: the edit is accepted and reserves what it adds, the runs below it included.
+    await writeQuotaOverride(f.engine, tenant, { runsPerMinute: 2 * limit }, new Date());
+    await editJob(f.engine, tenant, head.jobId, version, edit);
+    expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ runsPerMinute: 2 * limit });
+  }, 120_000);
 
   it("recounts the tenant's jobs once, however many creates and batches it refuses", async () => {
     const tenant = "storm";
