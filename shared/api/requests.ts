@@ -307,13 +307,18 @@ export function jobChangesFrom(
       body.timeoutSeconds ?? (body.target !== undefined ? job.timeoutSeconds : undefined),
     async: body.target !== undefined ? body.target.mode === "async" : job.target?.mode === "async",
   });
-  // Checked against the schedule the job will have, and the end it will keep.
+  // Checked against the schedule the job will have, and the end it will keep. A kept endAt that
+  // has passed (a dispatcher outage left the job unended) is the edit's to decide, as a dispatcher
+  // would: its claim of the old schedule's due occurrences completes the job, and the edit is
+  // the 409 of a completed job (shared/jobs/edit.ts).
   const end = {
     endAt: "endAt" in body ? body.endAt : job.endAt,
     maxRuns: "maxRuns" in body ? body.maxRuns : job.maxRuns,
   };
+  const keptEndChecked =
+    schedule !== undefined && !(typeof end.endAt === "string" && Date.parse(end.endAt) <= +now);
   const endAt = checkedEnd(
-    "endAt" in body ? end : { maxRuns: end.maxRuns, endAt: schedule ? end.endAt : undefined },
+    "endAt" in body ? end : { maxRuns: end.maxRuns, endAt: keptEndChecked ? end.endAt : undefined },
     schedule ?? job.schedule,
     now,
   );

@@ -155,6 +155,7 @@ async function editPlanned(
         changesSchedule && (await claimDueBeforeEdit(engine, current, now))
           ? checked(await getTenantJob(engine, tenantId, jobId))
           : current;
+      if (changesSchedule && normalized.endAt === undefined) refuseKeptEndPassed(job, now);
     } catch (error) {
       await giveBackJobQuotas(engine, reservation);
       throw error;
@@ -216,6 +217,25 @@ async function claimDueBeforeEdit(engine: Engine, job: Job, now: Date): Promise<
   if (Date.parse(entry.dueAt) > now.getTime()) return false;
   await dispatchNow(engine, entry, now, new Date(now.getTime() + 1));
   return true;
+}
+
+/**
+ * A schedule edit that keeps an `endAt` which has passed, of a job still active after the claim
+ * above: its pending occurrence (up to `endAt`) was not yet due at its planned time (jitter), so
+ * no claim decided it. A dispatcher decides it then and ends the job; the edit would drop it and
+ * end the job itself, so it is refused (409), writing nothing, until that time decides it.
+ */
+function refuseKeptEndPassed(job: Job, now: Date): void {
+  if (job.status !== "ACTIVE" || !job.endAt || Date.parse(job.endAt) > now.getTime()) return;
+  const pending =
+    job.nextRunAt === null
+      ? ""
+      : `: its pending occurrence, due at ${job.nextRunAt}, is decided at its planned time, and the job ends with it`;
+  throw new IllegalTransitionError(
+    "edit",
+    job.status,
+    `its endAt, ${job.endAt}, has passed${pending}`,
+  );
 }
 
 function nextAfterEdit(job: Job, edited: Job, now: Date): Date | null {

@@ -201,6 +201,96 @@ describe("an edit of a job whose end passed during a dispatcher outage", () => {
     },
   );
 
+  it.each(["skip", "fire_once"] as const)(
+    "a recurring job under %s whose endAt passed, given a new schedule alone: the old schedule's occurrences up to endAt are decided and the job completed; the 409 says so, and a repeat answers the same",
+    async (misfirePolicy) => {
+      const createdAt = Math.ceil((Date.now() + 150 * MINUTE) / MINUTE) * MINUTE;
+      const minute = (m: number) => new Date(createdAt + m * MINUTE).toISOString();
+      now = createdAt;
+      const job = await created({
+        type: "noop",
+        schedule: { every: "PT1M", startAt: minute(10) },
+        endAt: minute(15),
+        misfirePolicy,
+      });
+      const usageBefore = await usage();
+      // No dispatcher pass runs from minute 10 to 20; the edit sends no endAt.
+      now = createdAt + 20 * MINUTE;
+      const last = misfirePolicy === "skip" ? `skipped (${SKIP_REASON})` : "queued";
+      await refusedTwice(
+        job.id,
+        { schedule: { every: "PT1S" } },
+        `cannot edit the job: it is completed: its last occurrence, due at ${minute(15)}, was ${last}`,
+      );
+      const runs = await runsOf(job.id);
+      // Nothing after endAt is decided: skip records each occurrence missed past the grace,
+      // fire_once runs the latest of them.
+      expect(runs.map((r) => r.scheduledFor)).toEqual(
+        Array.from({ length: 6 }, (_, k) => minute(10 + k)),
+      );
+      expect(runs.filter((r) => r.status === "queued").map((r) => r.scheduledFor)).toEqual(
+        misfirePolicy === "skip" ? [] : [minute(15)],
+      );
+      expect(await jobOf(job.id)).toMatchObject({
+        status: "completed",
+        version: 1,
+        endAt: minute(15),
+        schedule: { every: "PT1M" },
+        nextRunAt: null,
+      });
+      expect(await usage()).toEqual(usageBefore);
+    },
+  );
+
+  it("a recurring job whose endAt passed while its pending occurrence's planned time (jitter) has not come: the edit is a 409 naming the endAt, writing nothing, until that time decides it", async () => {
+    const createdAt = Math.ceil((Date.now() + 180 * MINUTE) / MINUTE) * MINUTE;
+    const minute = (m: number) => new Date(createdAt + m * MINUTE).toISOString();
+    now = createdAt;
+    const body = {
+      type: "noop",
+      schedule: { every: "PT1H", startAt: minute(60) },
+      window: "PT50M",
+      endAt: minute(60),
+      misfirePolicy: "skip",
+    };
+    // The job id hashes the offset of the occurrence's planned time: one at least a minute late.
+    let found: { id: string; dueAt: number } | undefined;
+    for (let tries = 0; found === undefined && tries < 20; tries++) {
+      const job = await created(body);
+      const entry = (await stored()).jobs.find(
+        (i) => String(i.pk).startsWith("DUE#") && i.jobId === job.id,
+      );
+      const dueAt = Date.parse(String(entry?.dueAt));
+      if (dueAt - Date.parse(minute(60)) >= MINUTE) found = { id: job.id, dueAt };
+    }
+    if (found === undefined)
+      throw new Error("no job planned a minute or more after its occurrence");
+    const { id, dueAt } = found;
+    const moveTo = { schedule: { every: "PT2H" } };
+    now = dueAt - 30_000;
+    const before = await stored();
+    const reply = await edit(id, moveTo);
+    const error = expectError(reply, 409, { code: "illegal_transition" });
+    expect(error.message).toBe(
+      `cannot edit the job: its endAt, ${minute(60)}, has passed: its pending occurrence, due at ${minute(60)}, is decided at its planned time, and the job ends with it`,
+    );
+    expect(reply.body).toMatchObject({ error: { currentStatus: "active" } });
+    expect(await stored()).toEqual(before);
+    const repeat = await edit(id, moveTo);
+    expect(repeat.body).toEqual(reply.body);
+    expect(await stored()).toEqual(before);
+    // Its planned time come, the edit decides it (within the grace: it runs) and ends the job.
+    now = dueAt + 30_000;
+    await refusedTwice(
+      id,
+      moveTo,
+      `cannot edit the job: it is completed: its last occurrence, due at ${minute(60)}, was queued`,
+    );
+    expect(await runsOf(id)).toEqual([
+      { scheduledFor: minute(60), status: "queued", reason: null },
+    ]);
+  });
+
   it("an edit refused over runsPerMinute (403) after the outage decides nothing: the old schedule's occurrences wait for the dispatcher", async () => {
     const createdAt = Math.ceil((Date.now() + 90 * MINUTE) / MINUTE) * MINUTE;
     const minute = (m: number) => new Date(createdAt + m * MINUTE).toISOString();
