@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { boundedInt } from "../bounded-int.js";
 
 /**
  * The payload schemas of the built-in job types. A stored payload is `null`
@@ -22,13 +23,7 @@ export const NoopPayloadSchema = z.unknown().meta({
 
 export const SleepPayloadSchema = z
   .strictObject({
-    // Bounds first, each ending the field's checks, as boundedInt (shared/api/schemas/common.ts),
-    // which this layer cannot import: 1e308 is refused naming 900000, not the safe-integer range.
-    ms: z
-      .number()
-      .min(0, { abort: true })
-      .max(MAX_SLEEP_MS, { abort: true })
-      .int()
+    ms: boundedInt(0, MAX_SLEEP_MS)
       .optional()
       .meta({ description: "How long the run sleeps, in milliseconds; default 0." }),
   })

@@ -8,6 +8,7 @@
  */
 
 import { z } from "@hono/zod-openapi";
+import { boundedInt } from "../../bounded-int.js";
 import type { QuotaName } from "../../quotas/limits.js";
 
 export const LIMITS = {
@@ -64,30 +65,6 @@ export const Priority = z.enum(PRIORITY_VALUES);
 
 export const instant = (description: string, example: string) =>
   z.string().max(LIMITS.instantChars).openapi({ description, example, format: "date-time" });
-
-/** A bound's check, which stops the field's later checks when it fails. */
-const STOP = { abort: true } as const;
-
-/**
- * An integer from `min` to `max`, the one schema of every bounded integer the API takes (a query
- * parameter with `coerce`, read from its text). The bounds are checked first and end the field's
- * checks: a value far past them (1e308, 2^53) is refused naming its own bound, and only that, not
- * also the safe-integer range `int()` checks. The OpenAPI document states the bounds and `integer`.
- */
-export function boundedInt(min: number, max: number): z.ZodNumber;
-export function boundedInt(
-  min: number,
-  max: number,
-  options: { readonly coerce: true },
-): z.ZodCoercedNumber;
-export function boundedInt(
-  min: number,
-  max: number,
-  options?: { readonly coerce: true },
-): z.ZodNumber | z.ZodCoercedNumber {
-  const number = options?.coerce ? z.coerce.number() : z.number();
-  return number.min(min, STOP).max(max, STOP).int();
-}
 
 export const pageLimit = boundedInt(1, LIMITS.pageSize.max, { coerce: true })
   .optional()

@@ -1,11 +1,11 @@
 /** A job as created, edited and returned, and the parameters and headers of the job routes. */
 import { z } from "@hono/zod-openapi";
+import { boundedInt } from "../../bounded-int.js";
 import type { JobTypeCatalog } from "../../job-types/registry.js";
 import { MAX_BATCH_JOBS } from "../../jobs/create-batch.js";
 import { PAUSE_RUNNING } from "../../model.js";
 import { MAX_CONCURRENT_LIMIT, MISFIRE_POLICIES, OVERLAP_POLICIES } from "../../policies.js";
 import {
-  boundedInt,
   cursor,
   IdempotencyKeySchema,
   instant,

@@ -1,6 +1,7 @@
 /** A schedule's next occurrences: the preview request, its query and its answer. */
 import { z } from "@hono/zod-openapi";
-import { boundedInt, instant, LIMITS } from "./common.js";
+import { boundedInt } from "../../bounded-int.js";
+import { instant, LIMITS } from "./common.js";
 import { ScheduleSchema } from "./schedule.js";
 
 const previewCount = boundedInt(1, LIMITS.previewCount.max, { coerce: true }).openapi({

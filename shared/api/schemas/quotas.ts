@@ -1,6 +1,7 @@
 import { z } from "@hono/zod-openapi";
+import { boundedInt } from "../../bounded-int.js";
 import { MAX_CONCURRENT_RUNS_QUOTA, QUOTA_MAXIMUM } from "../../config.js";
-import { boundedInt, Priority } from "./common.js";
+import { Priority } from "./common.js";
 
 const count = (description: string, max = QUOTA_MAXIMUM) =>
   boundedInt(1, max).openapi({ description });

@@ -1,6 +1,7 @@
 /** Where an http job delivers: the URL, the receiver's headers and the per-delivery timeout. */
 import { z } from "@hono/zod-openapi";
-import { boundedInt, LIMITS } from "./common.js";
+import { boundedInt } from "../../bounded-int.js";
+import { LIMITS } from "./common.js";
 
 const HEADER_NAME = /^[A-Za-z0-9][A-Za-z0-9-]*$/;
 // Visible ASCII, spaces and tabs: anything else would make the worker's request fail at run time.
