@@ -665,7 +665,7 @@ export interface components {
         FailPayload: {
             /** @description false sends the failed run to the dead letters at once; default true. */
             retryable?: boolean;
-            /** @description How many attempts of each occurrence fail before one succeeds; default: every attempt fails. */
+            /** @description How many attempts of each occurrence fail before one succeeds, at most 9999 (the last attempt a run can be, replays counted on); default: every attempt fails. */
             times?: number;
         } | null;
         Health: {

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { boundedInt } from "../bounded-int.js";
+import { MAX_ATTEMPT } from "../keys.js";
 
 /**
  * The payload schemas of the built-in job types. A stored payload is `null`
@@ -37,10 +38,11 @@ export type SleepPayload = z.infer<typeof SleepPayloadSchema>;
 
 export const FailPayloadSchema = z
   .strictObject({
-    times: z.number().int().min(0).optional().meta({
-      description:
-        "How many attempts of each occurrence fail before one succeeds; default: every attempt fails.",
-    }),
+    times: boundedInt(0, MAX_ATTEMPT)
+      .optional()
+      .meta({
+        description: `How many attempts of each occurrence fail before one succeeds, at most ${MAX_ATTEMPT} (the last attempt a run can be, replays counted on); default: every attempt fails.`,
+      }),
     retryable: z.boolean().optional().meta({
       description: "false sends the failed run to the dead letters at once; default true.",
     }),

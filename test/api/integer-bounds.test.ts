@@ -33,30 +33,35 @@ afterAll(() => api.close());
 
 type Schema = OpenAPIV3.SchemaObject | OpenAPIV3.ReferenceObject;
 
-/** An integer field with a maximum: where it sits in a request, and which component declares it. */
-interface Bounded {
+/** An integer field: where it sits in a request, and which component declares it. */
+interface Integer {
   readonly at: readonly string[];
   readonly owner: string;
   readonly minimum: number | undefined;
+  readonly maximum: number | undefined;
+}
+
+/** An integer field with a maximum. */
+interface Bounded extends Integer {
   readonly maximum: number;
 }
 
 const REF = "#/components/schemas/";
 
-function boundedIntegers(
+function integers(
   schema: Schema,
   at: readonly string[],
   owner: readonly string[],
   seen: ReadonlySet<string> = new Set(),
-): Bounded[] {
+): Integer[] {
   if ("$ref" in schema) {
     const name = schema.$ref.slice(REF.length);
     const target = document.components?.schemas?.[name];
     if (target === undefined) throw new Error(`no component ${schema.$ref}`);
-    return seen.has(name) ? [] : boundedIntegers(target, at, [name], new Set([...seen, name]));
+    return seen.has(name) ? [] : integers(target, at, [name], new Set([...seen, name]));
   }
-  const found: Bounded[] = [];
-  if (schema.type === "integer" && schema.maximum !== undefined)
+  const found: Integer[] = [];
+  if (schema.type === "integer")
     found.push({
       at,
       owner: owner.join("."),
@@ -64,13 +69,17 @@ function boundedIntegers(
       maximum: schema.maximum,
     });
   for (const [name, property] of Object.entries(schema.properties ?? {}))
-    found.push(...boundedIntegers(property, [...at, name], [...owner, name], seen));
-  if ("items" in schema)
-    found.push(...boundedIntegers(schema.items, [...at, "0"], [...owner, "0"], seen));
+    found.push(...integers(property, [...at, name], [...owner, name], seen));
+  if ("items" in schema) found.push(...integers(schema.items, [...at, "0"], [...owner, "0"], seen));
   for (const option of [...(schema.anyOf ?? []), ...(schema.oneOf ?? []), ...(schema.allOf ?? [])])
-    found.push(...boundedIntegers(option, at, owner, seen));
+    found.push(...integers(option, at, owner, seen));
   return found;
 }
+
+const boundedIntegers = (...args: Parameters<typeof integers>): Bounded[] =>
+  integers(...args).flatMap((field) =>
+    field.maximum === undefined ? [] : [{ ...field, maximum: field.maximum }],
+  );
 
 /** `base` with `value` at `at`, the objects on the way made where missing. */
 function withValueAt(base: unknown, at: readonly string[], value: number): unknown {
@@ -231,6 +240,28 @@ describe("an integer field far past its bounds", () => {
       "GET /jobs/{id}/preview count",
       "GET /jobs/{id}/runs limit",
     ]);
+  });
+
+  it("is one the document bounds: every integer a request body, a job payload or a query parameter takes has a maximum", () => {
+    const unbounded = (schema: Schema, at: readonly string[], where: string) =>
+      integers(schema, at, []).flatMap((field) =>
+        field.maximum === undefined ? [`${where} ${field.at.join(".")}`] : [],
+      );
+    const found: string[] = [];
+    for (const { path, method, operation } of operations()) {
+      const body = operation.requestBody as OpenAPIV3.RequestBodyObject | undefined;
+      const schema = body?.content["application/json"]?.schema;
+      if (schema !== undefined) found.push(...unbounded(schema, [], `${method} ${path}`));
+      for (const raw of operation.parameters ?? []) {
+        const parameter = raw as OpenAPIV3.ParameterObject;
+        if (parameter.schema !== undefined)
+          found.push(...unbounded(parameter.schema, [parameter.name], `${method} ${path}`));
+      }
+    }
+    const payloads = document.components?.schemas?.JobPayloads as OpenAPIV3.SchemaObject;
+    for (const [type, schema] of Object.entries(payloads.properties ?? {}))
+      found.push(...unbounded(schema, ["payload"], type));
+    expect(found).toEqual([]);
   });
 
   it("within its bounds is accepted, at both ends", async () => {

@@ -45,6 +45,12 @@ const REFUSED: readonly [string, unknown, string, RegExp][] = [
   ["sleep", { ms: 1, msec: 1 }, "payload.msec", /unknown field "msec"/],
   ["sleep", [100], "payload", /expected object/],
   ["fail", { times: 1.5 }, "payload.times", /expected int/],
+  [
+    "fail",
+    { times: 10_000 },
+    "payload.times",
+    /^payload\.times: Too big: expected number to be <=9999$/,
+  ],
   ["fail", { times: 2, retryable: "no" }, "payload.retryable", /expected boolean/],
   ["invoice", { copies: 2 }, "payload.invoiceId", /expected string/],
   ["invoice", null, "payload", /expected object/],
@@ -67,6 +73,7 @@ describe("payloads checked against their type's schema", () => {
       ["sleep", { ms: 250 }],
       ["sleep", undefined],
       ["fail", { times: 1, retryable: false }],
+      ["fail", { times: 9999 }],
       ["invoice", { invoiceId: "inv-1", copies: 2 }],
       ["noop", { anything: ["goes", 1, null] }],
     ] as const) {
@@ -149,7 +156,7 @@ describe("the OpenAPI document", () => {
       properties: { ms: { type: "integer", minimum: 0 } },
     });
     expect(schemaOf(doc, "FailPayload").properties).toMatchObject({
-      times: { type: "integer" },
+      times: { type: "integer", minimum: 0, maximum: 9999 },
       retryable: { type: "boolean" },
     });
     expect(payloads.properties?.invoice).toMatchObject({
