@@ -9,6 +9,7 @@ import {
   ENV,
   loadSettings,
   MAX_CONCURRENT_RUNS_QUOTA,
+  MAX_LOOKAHEAD_SECONDS,
   MAX_TIMEOUT_SECONDS,
   NO_QUOTA,
   QUOTA_MAXIMUM,
@@ -168,11 +169,33 @@ const METRICS_NAMESPACE = /^[A-Za-z0-9._/#-][A-Za-z0-9._/#:-]*$/;
 /** The fewest deliveries a work message may have before SQS moves it to the DLQ (maxReceiveCount). */
 const MIN_RECEIVE_COUNT = 2;
 
+/**
+ * The shortest lookahead a deployment may have: the dispatcher ticks once a minute (the schedule
+ * in constructs/dispatch.ts), so a minute's due entries are claimed from up to `lookahead − 60 s`
+ * before it in the worst tick phase (docs/scaling.md), and at the handlers' own floor (60 s) that
+ * is nothing. The sandbox and the tests, whose handlers read the variable alone, still take 60.
+ */
+const MIN_DEPLOYED_LOOKAHEAD_SECONDS = 120;
+
 function validate(s: SchedulerSettings): void {
   // Before the handlers' own parse, whose range alone would not say why 1 is refused.
   if (Number.isInteger(s.maxReceiveCount) && s.maxReceiveCount < MIN_RECEIVE_COUNT) {
     throw new Error(
       `invalid scheduler settings:\n- maxReceiveCount must be at least ${MIN_RECEIVE_COUNT}, got ${s.maxReceiveCount}: a run's message would get no second delivery, so one worker crash (or a batch lost with its worker) would send it to the DLQ and fire the DLQ alarm; the default is 5`,
+    );
+  }
+  // Before the handlers' own parse, whose range (60 to 600) is the sandbox's and the tests'.
+  const lookahead = s.lookaheadSeconds;
+  if (
+    Number.isInteger(lookahead) &&
+    (lookahead < MIN_DEPLOYED_LOOKAHEAD_SECONDS || lookahead > MAX_LOOKAHEAD_SECONDS)
+  ) {
+    const why =
+      lookahead < MIN_DEPLOYED_LOOKAHEAD_SECONDS
+        ? `: the dispatcher ticks once a minute, so a minute's due entries have a claim window of lookaheadSeconds less 60 s in the worst tick phase (${Math.max(0, lookahead - 60)} s here), and their runs start late by however long their claims take past it; the default is 300`
+        : "";
+    throw new Error(
+      `invalid scheduler settings:\n- lookaheadSeconds must be an integer from ${MIN_DEPLOYED_LOOKAHEAD_SECONDS} to ${MAX_LOOKAHEAD_SECONDS}, got ${lookahead}${why}`,
     );
   }
   for (const [name, value, max] of [

@@ -200,8 +200,13 @@ const MIN_INTERVAL_FLOOR_WHY =
 /** The most shards a deployment may have (`shardCount`, `maxShardCount`). */
 export const SHARD_COUNT_LIMIT = 1024;
 
-/** The shortest `lookaheadSeconds` a deployment may have. */
+/**
+ * The shortest `lookaheadSeconds` the handlers take (the sandbox's and the tests' floor); a
+ * deployment's settings refuse below 120 (infra/settings.ts).
+ */
 export const MIN_LOOKAHEAD_SECONDS = 60;
+/** The longest `lookaheadSeconds` the handlers and a deployment take. */
+export const MAX_LOOKAHEAD_SECONDS = 600;
 
 export function loadSettings(env: Env = process.env): EngineSettings {
   const shardCount = intFrom(
@@ -211,7 +216,13 @@ export function loadSettings(env: Env = process.env): EngineSettings {
     1,
     SHARD_COUNT_LIMIT,
   );
-  const lookaheadSeconds = intFrom(env, ENV.lookaheadSeconds, 300, MIN_LOOKAHEAD_SECONDS, 600);
+  const lookaheadSeconds = intFrom(
+    env,
+    ENV.lookaheadSeconds,
+    300,
+    MIN_LOOKAHEAD_SECONDS,
+    MAX_LOOKAHEAD_SECONDS,
+  );
   return {
     shardCount,
     maxShardCount: Math.max(

@@ -129,7 +129,7 @@ describe("settings", () => {
 
   it.each([
     [{ shardCount: "0" }, /shardCount must be an integer from 1 to 1024/],
-    [{ lookaheadSeconds: "30" }, /lookaheadSeconds must be an integer from 60 to 600/],
+    [{ lookaheadSeconds: "30" }, /lookaheadSeconds must be an integer from 120 to 600, got 30: /],
     [{ shardCount: "eight" }, /shardCount must be an integer/],
     [{ stage: "Prod_1" }, /stage must match/],
     [{ tracing: "yes" }, /tracing must be true or false/],
@@ -171,7 +171,7 @@ describe("settings", () => {
   it.each([
     [{ shardCount: "0" }, "shardCount", "1 to 1024"],
     [{ maxShardCount: "2000" }, "maxShardCount", "1 to 1024"],
-    [{ lookaheadSeconds: "900" }, "lookaheadSeconds", "60 to 600"],
+    [{ lookaheadSeconds: "900" }, "lookaheadSeconds", "120 to 600"],
     [{ leaseSeconds: "5" }, "leaseSeconds", "6 to 900"],
     [{ misfireGraceSeconds: "0" }, "misfireGraceSeconds", "1 to 86400"],
     [{ retentionDays: "0" }, "retentionDays", "1 to 3650"],
@@ -199,6 +199,27 @@ describe("settings", () => {
       );
     },
   );
+
+  it.each(["119", "60"])(
+    "refuses lookaheadSeconds %s when the app is built, naming the setting and why; the handlers (the sandbox, the tests) still take 60",
+    (lookaheadSeconds) => {
+      // A tick comes once a minute: with lookahead L, a minute's entries are claimed from up to
+      // L - 60 s before it in the worst tick phase (docs/scaling.md), nothing at 60 s.
+      const refusal = new RegExp(
+        `lookaheadSeconds must be an integer from 120 to 600, got ${lookaheadSeconds}: .*claim window .*late`,
+      );
+      expect(() => buildSchedulerApp({ context: { lookaheadSeconds } })).toThrow(refusal);
+      expect(() => resolveSettings({ lookaheadSeconds: Number(lookaheadSeconds) })).toThrow(
+        refusal,
+      );
+      expect(loadSettings({ LOOKAHEAD_SECONDS: "60" }).lookaheadMs).toBe(60_000);
+    },
+  );
+
+  it("accepts lookaheadSeconds from 120 up", () => {
+    expect(fromContext({ lookaheadSeconds: "120" }).lookaheadSeconds).toBe(120);
+    expect(fromContext({ lookaheadSeconds: 600 }).lookaheadSeconds).toBe(600);
+  });
 
   it.each(["999", "500", "1", "0"])(
     "refuses minIntervalMs %s, below the one second the design is sized for, at synth and in the handlers",
