@@ -66,8 +66,9 @@ export async function cancelRun(
 }
 
 /**
- * The job's side of a run this cancel ended: `lastRun` when its handler ran (a run handed over to
- * its async target: `ranForLastRun`), the completion of a one-off whose own occurrence it was.
+ * The job's side of a run this cancel ended: `lastRun` when its handler ran (a RUNNING run, handed
+ * over to its async target or under a dead worker's lapsed lease: `ranForLastRun`), the completion
+ * of a one-off whose own occurrence it was.
  */
 async function recordCancelOnJob(engine: Engine, run: Run, completesJob: boolean): Promise<void> {
   const ran = ranForLastRun(run);

@@ -23,9 +23,10 @@ const JOB_EXISTS = "attribute_exists(pk)";
  * or null when it had changed. A RUNNING run's entry in its job's activeRuns
  * goes too: overlap would otherwise wait a lease for nothing. A cancel names
  * who asked (`cancelledBy`, with `cancelRequestedAt`) when `by` is given, and a run the redrive
- * DLQ ends is marked `crashedRunning` (its handler ran) when `crashedRunning` is. A run handed over
- * to its async target ran: its ending measures its duration, as a worker's ending of a run that ran
- * does (from its start to now), so that it is its job's `lastRun` (`ranForLastRun`).
+ * DLQ ends is marked `crashedRunning` (its handler ran) when `crashedRunning` is. A RUNNING run
+ * ran, handed over to its async target or started by a worker that died (its lease lapsed): a
+ * cancel's ending measures its duration, as a worker's ending of a run that ran does (from its
+ * start to now), so that it is its job's `lastRun` (`ranForLastRun`).
  */
 export async function endRunAsSeen(
   engine: Engine,
@@ -48,8 +49,10 @@ export async function endRunAsSeen(
 ): Promise<Run | null> {
   const finishedAt = now.toISOString();
   const dead = status === "DEAD";
+  // A RUNNING run's handler ran (a sync run's worker wrote its start, an async one's target took
+  // it over): its ending measures it, except the DLQ's, whose every delivery crashed its worker.
   const durationMs =
-    seen.status === "RUNNING" && seen.handedOverAt && seen.startedAt
+    seen.status === "RUNNING" && seen.startedAt && (seen.handedOverAt || !crashedRunning)
       ? now.getTime() - Date.parse(seen.startedAt)
       : null;
   const attributed = !dead && by !== undefined;

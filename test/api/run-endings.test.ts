@@ -1,7 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { type RunDto, RunPageSchema, RunSchema } from "../../shared/api/schemas/runs.js";
-import { type ApiHarness, runOnce, startApi } from "./support.js";
+import { processRun } from "../../shared/execution/worker.js";
+import { cancelRun } from "../../shared/jobs/cancel-run.js";
+import { receiveRuns } from "../../shared/queue/work-queue.js";
+import { withFaults } from "../support/faults.js";
+import { type ApiHarness, runOnce, startApi, TENANT_A } from "./support.js";
 
 /**
  * "Did my run happen, when did it start and end, how many attempts, why did it fail": each way an
@@ -13,15 +17,15 @@ beforeAll(async () => {
 });
 afterAll(() => api.close());
 
-async function created(body: Record<string, unknown>): Promise<string> {
-  const reply = await api.call("POST", "/jobs", { body });
+async function created(body: Record<string, unknown>, on = api): Promise<string> {
+  const reply = await on.call("POST", "/jobs", { body });
   expect(reply.status, reply.text).toBe(201);
   return JobSchema.parse(reply.body).id;
 }
 
 /** The job's history, newest first, each run's times checked: due, then started, then ended. */
-async function historyOf(jobId: string): Promise<RunDto[]> {
-  const reply = await api.call("GET", `/jobs/${jobId}/runs`);
+async function historyOf(jobId: string, on = api): Promise<RunDto[]> {
+  const reply = await on.call("GET", `/jobs/${jobId}/runs`);
   expect(reply.status, reply.text).toBe(200);
   const runs = RunPageSchema.parse(reply.body).items;
   for (const run of runs) {
@@ -34,8 +38,8 @@ async function historyOf(jobId: string): Promise<RunDto[]> {
   return runs;
 }
 
-const lastRunOf = async (jobId: string) =>
-  JobSchema.parse((await api.call("GET", `/jobs/${jobId}`)).body).lastRun;
+const lastRunOf = async (jobId: string, on = api) =>
+  JobSchema.parse((await on.call("GET", `/jobs/${jobId}`)).body).lastRun;
 const summary = (run: RunDto | undefined) =>
   run && {
     runId: run.runId,
@@ -124,5 +128,121 @@ describe("every ending in the history", () => {
     expect(runs[0]).toMatchObject({ startedAt: null, durationMs: null, workerId: null, fence: 0 });
     expect(runs[0]?.finishedAt).toBe(runs[0]?.cancelRequestedAt);
     expect((await lastRunOf(id))?.runId).toBe(ran.runId);
+  });
+});
+
+describe("a running run whose worker died, cancelled before the reaper comes", () => {
+  const LEASE_MS = 6_000;
+  let now = new Date(Math.ceil(Date.now() / 1000) * 1000);
+  let fixed: ApiHarness;
+  beforeAll(async () => {
+    fixed = await startApi({ clock: () => now, settings: { leaseMs: LEASE_MS } });
+  });
+  afterAll(() => fixed.close());
+
+  /**
+   * The worker code runs the job's next message, a sleep long enough for a heartbeat to write its
+   * start, and dies at its ending's write, after the handler ran: the run stays RUNNING under the
+   * dead worker's lease.
+   */
+  async function runDyingAtItsEnding(jobId: string): Promise<void> {
+    const dying = withFaults(fixed.fixture.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) => String(input.UpdateExpression).includes("durationMs = :durationMs"),
+      error: () => new Error("worker died"),
+    });
+    const deps = { ...fixed.fixture.workerDeps("w-dying", {}, 100), engine: dying.engine };
+    try {
+      const deadline = Date.now() + 15_000;
+      for (let mine = 0; mine === 0 && Date.now() < deadline; ) {
+        const received = await receiveRuns(dying.engine.sqs, dying.engine.queues.normal, {
+          max: 10,
+          waitSeconds: 1,
+        });
+        for (const message of received.filter((r) => r.message.jobId === jobId)) {
+          mine++;
+          await expect(processRun(deps, message)).rejects.toThrow("worker died");
+        }
+      }
+    } finally {
+      dying.destroy();
+    }
+    expect(dying.injected.count).toBe(1);
+  }
+
+  /** A recurring job's triggered run whose worker died mid-run, its lease lapsed since. */
+  async function runUnderLapsedLease(): Promise<{ id: string; runId: string }> {
+    const id = await created(
+      { type: "sleep", payload: { ms: 600 }, schedule: { cron: "0 0 1 1 *", timezone: "UTC" } },
+      fixed,
+    );
+    const triggered = await fixed.call("POST", `/jobs/${id}/trigger`);
+    expect(triggered.status, triggered.text).toBe(202);
+    const { runId } = RunSchema.parse(triggered.body);
+    await runDyingAtItsEnding(id);
+    const running = await fixed.call("GET", `/jobs/${id}/runs/${runId}`);
+    expect(RunSchema.parse(running.body)).toMatchObject({
+      status: "running",
+      startedAt: now.toISOString(),
+      durationMs: null,
+    });
+    // The dead worker's lease lapses; the reaper has not come yet.
+    now = new Date(now.getTime() + LEASE_MS + 1_500);
+    return { id, runId };
+  }
+
+  it("its handler ran: a run's cancel, a job's cancel or a pause with running: cancel gives it its start to the cancel as durationMs, and it is its job's lastRun", async () => {
+    for (const how of ["run", "job", "pause"] as const) {
+      const { id, runId } = await runUnderLapsedLease();
+      const asked =
+        how === "run"
+          ? await fixed.call("POST", `/jobs/${id}/runs/${runId}/cancel`)
+          : how === "job"
+            ? await fixed.call("POST", `/jobs/${id}/cancel`)
+            : await fixed.call("POST", `/jobs/${id}/pause`, { body: { running: "cancel" } });
+      expect(asked.status, asked.text).toBe(200);
+      const runs = await historyOf(id, fixed);
+      expect(shape(runs), how).toEqual([
+        [
+          1,
+          "cancelled",
+          how === "run"
+            ? "run cancelled"
+            : how === "job"
+              ? "job cancelled"
+              : "job paused with running: cancel",
+        ],
+      ]);
+      expect(runs[0], how).toMatchObject({
+        runId,
+        finishedAt: now.toISOString(),
+        durationMs: LEASE_MS + 1_500,
+      });
+      expect(await lastRunOf(id, fixed), how).toEqual(summary(runs[0]));
+    }
+  });
+
+  it("a run's cancel that died between the run's ending and its job's write: its repeat (409) makes that write", async () => {
+    const { id, runId } = await runUnderLapsedLease();
+    const dying = withFaults(fixed.fixture.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) => String(input.UpdateExpression).includes("lastRun = :lastRun"),
+      error: () => new Error("api function died"),
+    });
+    try {
+      await expect(cancelRun(dying.engine, TENANT_A, id, runId)).rejects.toThrow(
+        "api function died",
+      );
+    } finally {
+      dying.destroy();
+    }
+    expect(await lastRunOf(id, fixed)).toBeNull();
+    const again = await fixed.call("POST", `/jobs/${id}/runs/${runId}/cancel`);
+    expect(again.status, again.text).toBe(409);
+    const runs = await historyOf(id, fixed);
+    expect(runs[0]).toMatchObject({ runId, status: "cancelled", durationMs: LEASE_MS + 1_500 });
+    expect(await lastRunOf(id, fixed)).toEqual(summary(runs[0]));
   });
 });
