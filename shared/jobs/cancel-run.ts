@@ -9,7 +9,7 @@ import type { CancelSource, Job, Run } from "../model.js";
 import { windowMsOf } from "../schedule/index.js";
 import { retryOnContention } from "../storage/dynamo-errors.js";
 import { liveRunsOfJob } from "../storage/job-queries.js";
-import { ranForLastRun } from "../storage/last-run.js";
+import { finishedAfter, ranForLastRun } from "../storage/last-run.js";
 import { requestRunCancel } from "../storage/run-cancel.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";
 import { recordRunOnJob } from "../storage/run-finish.js";
@@ -105,13 +105,18 @@ async function cancelLiveRun(
  * a recurring job), or a RUNNING run of an occurrence from one lookahead back
  * to the end of the fast-path window (runs started and not yet admitted; for a
  * one-off job the range reaches its occurrence too): one consistent query of
- * the job's own partition, plus a read of each active run outside it.
+ * the job's own partition, plus a read of each active run outside it. A `repeat`
+ * (the job already ended by this cancel) also brings the job's `lastRun` up to the newest run in
+ * that range `by` ended after its handler ran: the cancel that ended it may have died before its
+ * job's write, and a run it ended itself (handed over, or under a lapsed lease) has no message
+ * left to repair that write. The query reads the same items either way.
  */
 export async function cancelRunsOfJob(
   engine: Engine,
   job: Job,
   by: CancelSource,
   queued: boolean,
+  { repeat = false }: { readonly repeat?: boolean } = {},
 ): Promise<void> {
   const now = engine.clock();
   const cancel = async (run: Run) => {
@@ -138,16 +143,28 @@ export async function cancelRunsOfJob(
   const from = new Date(oneOff === null ? windowFrom : Math.min(oneOff, windowFrom));
   const to = new Date(oneOff === null ? windowTo : Math.max(oneOff, windowTo));
   const seen = new Set<string>();
-  for await (const runs of liveRunsOfJob(
-    engine,
-    job.jobId,
-    from,
-    to,
-    queued ? ["QUEUED", "RUNNING"] : ["RUNNING"],
-  )) {
+  let endedBefore: Run | null = null;
+  for await (const runs of liveRunsOfJob(engine, job.jobId, from, to, [
+    ...(queued ? (["QUEUED"] as const) : []),
+    "RUNNING",
+    ...(repeat ? (["CANCELLED"] as const) : []),
+  ])) {
     for (const run of runs) seen.add(run.runId);
-    await forEachConcurrently(runs, 16, cancel);
+    for (const run of runs)
+      if (
+        endedBy(run, by) &&
+        (endedBefore === null || finishedAfter(lastRunOf(run), lastRunOf(endedBefore)))
+      )
+        endedBefore = run;
+    await forEachConcurrently(
+      runs.filter((run) => run.status !== "CANCELLED"),
+      16,
+      cancel,
+    );
   }
+  // Conditioned as the first write was (only over a run that finished before it).
+  if (endedBefore !== null && finishedAfter(lastRunOf(endedBefore), job.lastRun))
+    await recordCancelOnJob(engine, endedBefore, false);
   const active = Object.entries(job.activeRuns).filter(([runId]) => !seen.has(runId));
   await forEachConcurrently(active, 16, async ([runId, leaseUntil]) => {
     const ref = parseRunId(runId);
@@ -159,3 +176,10 @@ export async function cancelRunsOfJob(
     if (run?.status === "RUNNING" || heldUnwritten) await cancel(run);
   });
 }
+
+/** A run `by` ended CANCELLED after its handler ran: one that may be its job's `lastRun`. */
+const endedBy = (run: Run, by: CancelSource): boolean =>
+  run.status === "CANCELLED" && run.cancelledBy === by && ranForLastRun(run);
+
+/** A run ended as `finishedAfter` orders it. */
+const lastRunOf = (run: Run) => ({ runId: run.runId, finishedAt: run.finishedAt ?? "" });

@@ -19,7 +19,8 @@ import { withJob } from "./with-job.js";
 /**
  * Cancels a job that has not completed: its pending due entry goes, its
  * queued runs are cancelled and its running runs asked to cancel (see `cancelJobRuns`). A repeat also finishes
- * what a cancel that died after its commit left queued.
+ * what a cancel that died after its commit left queued, and the job's `lastRun` of a run it ended
+ * after its handler ran (`cancelRunsOfJob`).
  */
 export function cancelJob(engine: Engine, tenantId: string, jobId: string): Promise<Job> {
   return endJob(engine, tenantId, jobId, "cancel");
@@ -37,13 +38,19 @@ export async function endJob(
   jobId: string,
   action: "cancel" | "delete",
 ): Promise<Job> {
-  const { job, parked } = await withJob<{ job: Job; parked: string[] }>(
+  const { job, parked, repeat } = await withJob<{ job: Job; parked: string[]; repeat: boolean }>(
     engine,
     tenantId,
     jobId,
     (current, now) => {
       if (current.status === "CANCELLED" || (current.status === "COMPLETED" && action === "delete"))
-        return { done: { job: current, parked: Object.keys(current.parkedRuns) } };
+        return {
+          done: {
+            job: current,
+            parked: Object.keys(current.parkedRuns),
+            repeat: current.status === "CANCELLED" && action === "cancel",
+          },
+        };
       if (current.status === "COMPLETED") throw new IllegalTransitionError(action, current.status);
       return {
         write: async () => {
@@ -51,12 +58,12 @@ export async function endJob(
           const share = await endedJobShare(engine, current, now);
           const cancelled = await writeCancelledJob(engine, current, now);
           await giveBackJobQuotas(engine, share);
-          return { job: cancelled, parked: Object.keys(current.parkedRuns) };
+          return { job: cancelled, parked: Object.keys(current.parkedRuns), repeat: false };
         },
       };
     },
   );
-  await cancelJobRuns(engine, job, parked);
+  await cancelJobRuns(engine, job, parked, repeat);
   // No admission comes any more: the runs that have ended are recorded now.
   const ended = action === "cancel" ? await recordRunsEndedBy(engine, job) : job;
   // An ended dependent leaves its upstreams' dependents (a repeat finishes what a crash left).
@@ -75,7 +82,12 @@ export async function endJob(
  * message, and their worker cancels them. Its running runs get a cancel
  * request (`cancelledBy: "job-cancel"`) their workers carry out within a heartbeat.
  */
-async function cancelJobRuns(engine: Engine, job: Job, parked: readonly string[]): Promise<void> {
+async function cancelJobRuns(
+  engine: Engine,
+  job: Job,
+  parked: readonly string[],
+  repeat: boolean,
+): Promise<void> {
   await forEachConcurrently(parked, 16, async (runId) => {
     const ref = parseRunId(runId);
     const run = ref ? await getRun(engine, ref) : null;
@@ -86,5 +98,5 @@ async function cancelJobRuns(engine: Engine, job: Job, parked: readonly string[]
         }),
       );
   });
-  await cancelRunsOfJob(engine, job, "job-cancel", true);
+  await cancelRunsOfJob(engine, job, "job-cancel", true, { repeat });
 }

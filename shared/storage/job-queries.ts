@@ -149,16 +149,16 @@ export function deadRunsOfTenant(
 }
 
 /**
- * A job's runs in `statuses` (QUEUED and RUNNING: the runs not yet ended)
- * scheduled from `from` to `to` (every attempt), page by page, oldest first,
- * read strongly consistent.
+ * A job's runs in `statuses` (QUEUED and RUNNING: the runs not yet ended; a repeated cancel's
+ * CANCELLED too) scheduled from `from` to `to` (every attempt), page by page, oldest first, read
+ * strongly consistent. The status filter reads the same items whatever it keeps.
  */
 export async function* liveRunsOfJob(
   engine: Engine,
   jobId: string,
   from: Date,
   to: Date,
-  statuses: readonly ("QUEUED" | "RUNNING")[],
+  statuses: readonly ("QUEUED" | "RUNNING" | "CANCELLED")[],
 ): AsyncGenerator<Run[]> {
   const statusValues = Object.fromEntries(statuses.map((status, i) => [`:s${i}`, status]));
   let startKey: Key | undefined;

@@ -9,6 +9,7 @@ import { completeAsyncRun, heartbeatAsyncRun } from "../../shared/execution/asyn
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import type { WorkerDeps } from "../../shared/execution/worker.js";
 import { processRun } from "../../shared/execution/worker.js";
+import { cancelJob } from "../../shared/jobs/cancel.js";
 import { cancelRun } from "../../shared/jobs/cancel-run.js";
 import { parseRunId, runId as runIdOf } from "../../shared/keys.js";
 import { METRICS, MetricsRecorder } from "../../shared/observability.js";
@@ -888,6 +889,39 @@ describe("async mode (long jobs)", () => {
       status: "completed",
       lastRun: { runId: handOff.runId, status: "cancelled", finishedAt: run?.finishedAt },
     });
+  });
+
+  it("a repeat of a job cancel whose write of its handed-over run on the job was lost makes that write: the run is its lastRun", async () => {
+    for (const how of ["one-off", "recurring"] as const) {
+      const jobId = await createAsyncJob(
+        how === "recurring" ? { schedule: { cron: "0 0 1 1 *", timezone: "UTC" } } : {},
+      );
+      if (how === "recurring") {
+        const triggered = await api.call("POST", `/jobs/${jobId}/trigger`);
+        expect(triggered.status, triggered.text).toBe(202);
+      }
+      const handOff = await deliver(jobId);
+      advance(1000);
+      // The API function dies between the run's CANCELLED ending and its job's write.
+      await dyingAtTheJobWrite((engine) => cancelJob(engine, TENANT_A, jobId));
+      expect((await api.call("GET", `/jobs/${jobId}`)).body, how).toMatchObject({
+        status: "cancelled",
+        lastRun: null,
+      });
+      // The caller, answered 500, asks again.
+      const again = await api.call("POST", `/jobs/${jobId}/cancel`);
+      expect(again.status, again.text).toBe(200);
+      const run = await getRun(api.fixture.engine, parseRunIdOrThrow(handOff.runId));
+      expect(run, how).toMatchObject({
+        status: "CANCELLED",
+        cancelledBy: "job-cancel",
+        durationMs: 1000,
+      });
+      expect((await api.call("GET", `/jobs/${jobId}`)).body, how).toMatchObject({
+        status: "cancelled",
+        lastRun: { runId: handOff.runId, status: "cancelled", finishedAt: run?.finishedAt },
+      });
+    }
   });
 
   it("a repeat of a dead attempt's completion after its replay does not complete the one-off the replay runs for", async () => {
