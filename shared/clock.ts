@@ -26,3 +26,13 @@ export const sleep = (ms: number, signal?: AbortSignal): Promise<void> =>
  * one went back, and entries written since on the right clock may lie behind it.
  */
 export const CLOCK_DISAGREEMENT_MS = 15 * 60_000;
+
+/**
+ * How long a run ran, from its start (`startedAt`, written by the clock of the process that
+ * started it) to `end` (this process's clock): never negative. A run started by a process whose
+ * clock runs ahead, and ended by another's (an async target's completion or a cancel in the API),
+ * or by a clock that went back, ends before it started by those clocks; it counts 0.
+ */
+export function runDurationMs(startedAt: string, end: Date): number {
+  return Math.max(0, end.getTime() - Date.parse(startedAt));
+}

@@ -74,6 +74,8 @@ function policiesDto(policies: JobPolicies): JobDto["policies"] {
 }
 
 export function runDto(run: Run): RunDto {
+  // Never negative: an earlier version stored a run ended by a clock behind its start's as such.
+  const durationMs = run.durationMs ?? null;
   return {
     runId: run.runId,
     jobId: run.jobId,
@@ -86,7 +88,7 @@ export function runDto(run: Run): RunDto {
     enqueuedAt: run.enqueuedAt ?? null,
     startedAt: run.startedAt ?? null,
     finishedAt: run.finishedAt ?? null,
-    durationMs: run.durationMs ?? null,
+    durationMs: durationMs === null ? null : Math.max(0, durationMs),
     error: run.error ?? null,
     reason: run.reason ?? null,
     workerId: run.workerId ?? null,

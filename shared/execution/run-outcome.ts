@@ -1,3 +1,4 @@
+import { runDurationMs } from "../clock.js";
 import { fanOutTrigger } from "../dispatch/trigger-fan-out.js";
 import type { Engine } from "../engine.js";
 import type { DueEntry, Job, Run, RunMessage } from "../model.js";
@@ -71,7 +72,7 @@ export async function recordResult(
   const jobWriteDeferred = tracked && nextAdmissionSoon(job, run, now);
   const report = (status: "SUCCEEDED" | "FAILED" | "DEAD") =>
     reportRunFinished(engine, run, status, now, {
-      durationMs: now.getTime() - Date.parse(run.startedAt ?? now.toISOString()),
+      durationMs: runDurationMs(run.startedAt ?? now.toISOString(), now),
     });
 
   // The job's dependents as read (at start, or at an async completion): the ending writes their

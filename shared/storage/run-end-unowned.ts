@@ -1,4 +1,5 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import { runDurationMs } from "../clock.js";
 import type { Engine } from "../engine.js";
 import type { CancelSource, DueEntry, Run } from "../model.js";
 import {
@@ -53,7 +54,7 @@ export async function endRunAsSeen(
   // it over): its ending measures it, except the DLQ's, whose every delivery crashed its worker.
   const durationMs =
     seen.status === "RUNNING" && seen.startedAt && (seen.handedOverAt || !crashedRunning)
-      ? now.getTime() - Date.parse(seen.startedAt)
+      ? runDurationMs(seen.startedAt, now)
       : null;
   const attributed = !dead && by !== undefined;
   const update = {

@@ -1,4 +1,5 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import { runDurationMs } from "../clock.js";
 import type { Engine } from "../engine.js";
 import { type FenceLostError, RunCancelledError } from "../errors.js";
 import {
@@ -121,7 +122,7 @@ export async function finishRun(
   now: Date,
 ): Promise<Run> {
   const finishedAt = now.toISOString();
-  const durationMs = ending.ran && run.startedAt ? now.getTime() - Date.parse(run.startedAt) : null;
+  const durationMs = ending.ran && run.startedAt ? runDurationMs(run.startedAt, now) : null;
   const error = boundedOrNull(ending.error);
   const reason = boundedOrNull(ending.reason);
   const held = fencedWrite(run, { cancelling: ending.honoursCancel === true });

@@ -702,6 +702,52 @@ describe("async mode (long jobs)", () => {
     }
   });
 
+  it("a run started by a worker whose clock is ahead of the API's and ended in the API (a completion, a cancel) has a durationMs of 0, never negative", async () => {
+    const ahead: WorkerDeps = {
+      ...worker,
+      engine: { ...api.fixture.engine, clock: () => new Date(now.getTime() + 5_000) },
+    };
+    for (const how of ["completion", "cancel"] as const) {
+      const jobId = await createAsyncJob();
+      const handOff = await deliver(jobId, ahead);
+      advance(1_000);
+      if (how === "completion") {
+        const done = await callBack(handOff.completeUrl, handOff.token, { status: "succeeded" });
+        expect(done.status, done.text).toBe(200);
+      } else {
+        const asked = await api.call("POST", `/jobs/${jobId}/runs/${handOff.runId}/cancel`);
+        expect(asked.status, asked.text).toBe(200);
+      }
+      const shown = await runOf(jobId, handOff.runId);
+      // The API's clock ended it 4 s before the worker's clock started it.
+      expect(Date.parse(String(shown.finishedAt)) - Date.parse(String(shown.startedAt)), how).toBe(
+        -4_000,
+      );
+      expect(shown.durationMs, how).toBe(0);
+      const stored = await getRun(api.fixture.engine, parseRunIdOrThrow(handOff.runId));
+      expect(stored?.durationMs, how).toBe(0);
+      expect((await api.call("GET", `/jobs/${jobId}`)).body, how).toMatchObject({
+        lastRun: { runId: handOff.runId },
+      });
+    }
+  });
+
+  it("a negative durationMs an earlier version stored is shown as 0", async () => {
+    const jobId = await createAsyncJob();
+    const handOff = await deliver(jobId);
+    const done = await callBack(handOff.completeUrl, handOff.token, { status: "succeeded" });
+    expect(done.status, done.text).toBe(200);
+    await api.fixture.engine.doc.send(
+      new UpdateCommand({
+        TableName: api.fixture.engine.tables.runs,
+        Key: runKeyOf(parseRunIdOrThrow(handOff.runId)),
+        UpdateExpression: "SET durationMs = :negative",
+        ExpressionAttributeValues: { ":negative": -4_000 },
+      }),
+    );
+    expect(await runOf(jobId, handOff.runId)).toMatchObject({ durationMs: 0 });
+  });
+
   it("a cancel asked while the worker hands the run over ends it at the target's first call (409)", async () => {
     const jobId = await createAsyncJob();
     const handOff = await deliver(jobId);
