@@ -12,7 +12,8 @@ import { withJob } from "./with-job.js";
  * puts the occurrence back and the misfire policy judges it). Runs already
  * queued are parked by their workers in parkedRuns (empty while ACTIVE). With
  * `running: "cancel"`, runs in progress are asked to cancel
- * (`cancelledBy: "pause"`) once the pause has committed; a repeat asks again.
+ * (`cancelledBy: "pause"`) once the pause has committed; a repeat asks again, and records on the
+ * job a run an earlier pause ended after its handler ran (`cancelRunsOfJob`).
  */
 export async function pauseJob(
   engine: Engine,
@@ -20,13 +21,16 @@ export async function pauseJob(
   jobId: string,
   options: { readonly running?: PauseRunning } = {},
 ): Promise<Job> {
+  let repeat = false;
   const job = await withJob<Job>(engine, tenantId, jobId, (job, now) => {
-    if (job.status === "PAUSED") return { done: job };
+    repeat = job.status === "PAUSED";
+    if (repeat) return { done: job };
     if (job.status !== "ACTIVE") throw new IllegalTransitionError("pause", job.status);
     return { write: () => writePausedJob(engine, job, now) };
   });
   if (options.running === "cancel") {
-    await cancelRunsOfJob(engine, job, "pause", false);
+    // A repeat also brings lastRun up to a run an earlier pause ended and died before recording.
+    await cancelRunsOfJob(engine, job, "pause", false, { repeat });
     if ("runAt" in job.schedule) await rerunIfResumedMeanwhile(engine, tenantId, jobId);
   }
   // No admission comes while it is paused: the runs that have ended are recorded now.

@@ -11,6 +11,7 @@ import type { WorkerDeps } from "../../shared/execution/worker.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { cancelJob } from "../../shared/jobs/cancel.js";
 import { cancelRun } from "../../shared/jobs/cancel-run.js";
+import { pauseJob } from "../../shared/jobs/pause.js";
 import { parseRunId, runId as runIdOf } from "../../shared/keys.js";
 import { METRICS, MetricsRecorder } from "../../shared/observability.js";
 import { receiveRuns } from "../../shared/queue/work-queue.js";
@@ -933,6 +934,29 @@ describe("async mode (long jobs)", () => {
     expect(run).toMatchObject({ status: "CANCELLED", durationMs: 1000 });
     expect((await api.call("GET", `/jobs/${jobId}`)).body).toMatchObject({
       status: "completed",
+      lastRun: { runId: handOff.runId, status: "cancelled", finishedAt: run?.finishedAt },
+    });
+  });
+
+  it("a repeat of a pause with running: cancel whose write of its handed-over run on the job was lost makes that write: the run is its lastRun", async () => {
+    const jobId = await createAsyncJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" } });
+    const triggered = await api.call("POST", `/jobs/${jobId}/trigger`);
+    expect(triggered.status, triggered.text).toBe(202);
+    const handOff = await deliver(jobId);
+    advance(1000);
+    // The API function dies between the run's CANCELLED ending and its job's write.
+    await dyingAtTheJobWrite((engine) => pauseJob(engine, TENANT_A, jobId, { running: "cancel" }));
+    expect((await api.call("GET", `/jobs/${jobId}`)).body).toMatchObject({
+      status: "paused",
+      lastRun: null,
+    });
+    // The caller, answered 500, asks again.
+    const again = await api.call("POST", `/jobs/${jobId}/pause`, { body: { running: "cancel" } });
+    expect(again.status, again.text).toBe(200);
+    const run = await getRun(api.fixture.engine, parseRunIdOrThrow(handOff.runId));
+    expect(run).toMatchObject({ status: "CANCELLED", cancelledBy: "pause", durationMs: 1000 });
+    expect((await api.call("GET", `/jobs/${jobId}`)).body).toMatchObject({
+      status: "paused",
       lastRun: { runId: handOff.runId, status: "cancelled", finishedAt: run?.finishedAt },
     });
   });
