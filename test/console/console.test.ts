@@ -154,13 +154,23 @@ async function held(on: Page, match: (url: URL) => boolean): Promise<() => void>
   return release;
 }
 
-/** Runs of a job's table as the page shows them: run id → status text. */
+/**
+ * Runs of a job's table as the page shows them: run id → status text, read in one go. Read row by
+ * row, a row the page took away between the count and its read (a poll that empties the table)
+ * held the read for Playwright's 30 s wait for an element.
+ */
 async function runRows(): Promise<Map<string, string>> {
-  const rows = page.locator("tr[data-run-id]");
+  const rows = await page
+    .locator("tr[data-run-id]")
+    .evaluateAll((found) =>
+      found.map((row) => [
+        row.getAttribute("data-run-id"),
+        row.querySelector(".status")?.textContent,
+      ]),
+    );
   const out = new Map<string, string>();
-  for (const row of await rows.all()) {
-    const id = await row.getAttribute("data-run-id");
-    const status = await row.locator(".status").textContent();
+  for (const [id, status] of rows) {
+    if (status === undefined) throw new Error(`run ${id} shows no status`);
     if (id) out.set(id, status ?? "");
   }
   return out;
