@@ -29,6 +29,12 @@ import { createTestClients } from "../support/namespace.js";
  */
 
 const LEASE_MS = 60_000;
+/**
+ * How far from the clock a test's one-off is due: under a second, so its run's message goes out
+ * with no SQS delay (whole seconds, rounded down) and the worker receives it at once, not a second
+ * of real time later, which each delivery waited.
+ */
+const DUE_IN_MS = 999;
 let now = new Date(Math.ceil(Date.now() / 1000) * 1000);
 let api: ApiHarness;
 let target: AsyncTarget;
@@ -103,9 +109,9 @@ const advance = (ms: number) => {
   now = new Date(now.getTime() + ms);
 };
 
-/** Creates an async http job due one second from the clock, and sets the clock to its time. */
+/** Creates an async http job due just under a second from the clock, and sets the clock to its time. */
 async function createAsyncJob(overrides: Record<string, unknown> = {}): Promise<string> {
-  const runAt = new Date(now.getTime() + 1000);
+  const runAt = new Date(now.getTime() + DUE_IN_MS);
   const created = await api.call("POST", "/jobs", {
     body: {
       type: "http",
@@ -1260,7 +1266,7 @@ describe("async mode (long jobs)", () => {
     await new Promise<void>((resolve) => eager.listen(0, "127.0.0.1", resolve));
     try {
       const { port } = eager.address() as AddressInfo;
-      const runAt = new Date(now.getTime() + 1000);
+      const runAt = new Date(now.getTime() + DUE_IN_MS);
       const created = await api.call("POST", "/jobs", {
         body: {
           type: "http",
@@ -1372,7 +1378,7 @@ describe("async mode (long jobs)", () => {
 
   it("a token that is not the run's is refused alike whether the run exists or not (401), another tenant's included", async () => {
     // Tenant B's own async run, with the token its target was handed.
-    const runAt = new Date(now.getTime() + 1000);
+    const runAt = new Date(now.getTime() + DUE_IN_MS);
     const createdByB = await api.call("POST", "/jobs", {
       key: KEY_B,
       body: {
@@ -1442,7 +1448,7 @@ describe("async mode (long jobs)", () => {
   });
 
   it("a 202 from a target without async mode is an ordinary success", async () => {
-    const runAt = new Date(now.getTime() + 1000);
+    const runAt = new Date(now.getTime() + DUE_IN_MS);
     const created = await api.call("POST", "/jobs", {
       body: { type: "http", schedule: { runAt: runAt.toISOString() }, target: { url: target.url } },
     });
