@@ -216,7 +216,9 @@ describe("a request that takes too long", () => {
     }
   });
 
-  it("the CLI: --request-timeout, exit 8 for a read; 1 for a POST, which may have been applied; a bad value exits 2", async () => {
+  // One case a test: the CLI's retries wait its real backoff (0.5, 1, 2 s), and the cases together
+  // outlasted the 30 s test timeout on a loaded machine.
+  it("the CLI: --request-timeout, exit 8 for a read", async () => {
     const read = await cli([
       "--api",
       baseUrl,
@@ -231,7 +233,9 @@ describe("a request that takes too long", () => {
     expect(read.stderr).toContain(
       "error: timeout: GET /jobs?limit=50 did not finish within 200 ms",
     );
+  });
 
+  it("the CLI: --request-timeout, exit 1 for a POST, which may have been applied", async () => {
     const write = await cli([
       "--api",
       baseUrl,
@@ -255,7 +259,9 @@ describe("a request that takes too long", () => {
         message: "POST /jobs/01JOB/resume did not finish within 200 ms: it may have been applied",
       },
     });
+  });
 
+  it("the CLI: --request-timeout on a rotation, which the command does not repeat, exits 1", async () => {
     // The client retried the rotation (its own Idempotency-Key), but the command run again sends
     // a new key: a second rotation, which would cut off the secret receivers still verify with.
     received = [];
@@ -265,7 +271,9 @@ describe("a request that takes too long", () => {
     ]);
     await arrived(() => expect(requests()).toEqual(Array(4).fill("POST /webhook-secret/rotate")));
     expect(rotate.code).toBe(EXIT.failed);
+  });
 
+  it("the CLI: a --request-timeout that is not a number of seconds exits 2", async () => {
     for (const value of ["soon", "0", "-1", "1e9"]) {
       const bad = await cli(["--api", baseUrl, "--request-timeout", value, "jobs", "list"]);
       expect(bad.code).toBe(EXIT.usage);
