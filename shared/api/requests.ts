@@ -310,7 +310,7 @@ export function jobChangesFrom(
   // Checked against the schedule the job will have, and the end it will keep. A kept endAt that
   // has passed (a dispatcher outage left the job unended) is the edit's to decide, as a dispatcher
   // would: its claim of the old schedule's due occurrences completes the job, and the edit is
-  // the 409 of a completed job (shared/jobs/edit.ts).
+  // the 409 of a completed job; a paused job's edit is refused (409) there (shared/jobs/edit.ts).
   const end = {
     endAt: "endAt" in body ? body.endAt : job.endAt,
     maxRuns: "maxRuns" in body ? body.maxRuns : job.maxRuns,

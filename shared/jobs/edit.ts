@@ -220,22 +220,23 @@ async function claimDueBeforeEdit(engine: Engine, job: Job, now: Date): Promise<
 }
 
 /**
- * A schedule edit that keeps an `endAt` which has passed, of a job still active after the claim
- * above: its pending occurrence (up to `endAt`) was not yet due at its planned time (jitter), so
+ * A schedule edit that keeps an `endAt` which has passed, of a job not ended after the claim above.
+ * Active: its pending occurrence (up to `endAt`) was not yet due at its planned time (jitter), so
  * no claim decided it. A dispatcher decides it then and ends the job; the edit would drop it and
  * end the job itself, so it is refused (409), writing nothing, until that time decides it.
+ * Paused: no claim decides anything; the new schedule would have nothing to run, and its pending
+ * occurrence, which the resume decides, would be dropped. Refused too, for a new `endAt` or null.
  */
 function refuseKeptEndPassed(job: Job, now: Date): void {
-  if (job.status !== "ACTIVE" || !job.endAt || Date.parse(job.endAt) > now.getTime()) return;
-  const pending =
-    job.nextRunAt === null
-      ? ""
-      : `: its pending occurrence, due at ${job.nextRunAt}, is decided at its planned time, and the job ends with it`;
-  throw new IllegalTransitionError(
-    "edit",
-    job.status,
-    `its endAt, ${job.endAt}, has passed${pending}`,
-  );
+  if (!job.endAt || Date.parse(job.endAt) > now.getTime()) return;
+  if (job.status !== "ACTIVE" && job.status !== "PAUSED") return;
+  const why =
+    job.status === "PAUSED"
+      ? ": send a new endAt, or null, with the new schedule"
+      : job.nextRunAt === null
+        ? ""
+        : `: its pending occurrence, due at ${job.nextRunAt}, is decided at its planned time, and the job ends with it`;
+  throw new IllegalTransitionError("edit", job.status, `its endAt, ${job.endAt}, has passed${why}`);
 }
 
 function nextAfterEdit(job: Job, edited: Job, now: Date): Date | null {

@@ -1,0 +1,109 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { RunPageSchema } from "../../shared/api/schemas/runs.js";
+import { scanTable } from "../support/namespace.js";
+import { type ApiHarness, createdVia, expectError, jobVia, startApi } from "./support.js";
+
+const MINUTE = 60_000;
+
+/**
+ * A schedule edit that sends no `endAt` keeps the job's: once that `endAt` has passed, the kept
+ * end leaves the new schedule nothing to run. An active job's edit decides the old schedule's
+ * occurrences up to it (test/api/edit-after-outage); a paused job's, which no claim decides, is
+ * refused and writes nothing, its pending occurrence left for the resume to decide.
+ */
+let api: ApiHarness;
+let now = Date.now();
+
+beforeAll(async () => {
+  api = await startApi({ clock: () => new Date(now) });
+  // Quotas that apply, so the edit reserves its share before it is refused (and gives it back).
+  const quotas = { activeJobs: 1000, runsPerMinute: 100_000 };
+  const set = await api.call("PUT", "/tenants/tenant-a/quotas", { body: quotas });
+  expect(set.status, set.text).toBe(200);
+});
+afterAll(() => api.close());
+
+const stored = async () => {
+  const { engine } = api.fixture;
+  const [jobs, runs] = await Promise.all([
+    scanTable(engine.doc, engine.tables.jobs),
+    scanTable(engine.doc, engine.tables.runs),
+  ]);
+  return { jobs, runs };
+};
+
+async function runsOf(jobId: string) {
+  const reply = await api.call("GET", `/jobs/${jobId}/runs`);
+  expect(reply.status, reply.text).toBe(200);
+  return RunPageSchema.parse(reply.body)
+    .items.map((r) => ({ scheduledFor: r.scheduledFor, status: r.status }))
+    .sort((a, b) => (a.scheduledFor < b.scheduledFor ? -1 : 1));
+}
+
+const edit = (jobId: string, body: Record<string, unknown>, version = 1) =>
+  api.call("PATCH", `/jobs/${jobId}`, { body, headers: { "If-Match": `"${version}"` } });
+
+describe("a schedule edit of a paused job whose kept endAt has passed", () => {
+  it.each([
+    ["every", { every: "PT1S" }],
+    ["runAt", { runAt: "later" }],
+  ] as const)(
+    "given a new %s schedule alone: a 409 naming the endAt, nothing written; the resume then runs the last occurrence up to endAt (fire_once) and completes the job",
+    async (kind, shape) => {
+      const createdAt =
+        Math.ceil((Date.now() + (kind === "every" ? 10 : 40) * MINUTE) / MINUTE) * MINUTE;
+      const minute = (m: number) => new Date(createdAt + m * MINUTE).toISOString();
+      now = createdAt;
+      const job = await createdVia(api, {
+        type: "noop",
+        schedule: { every: "PT1M", startAt: minute(10) },
+        endAt: minute(15),
+        misfirePolicy: "fire_once",
+      });
+      const paused = await api.call("POST", `/jobs/${job.id}/pause`);
+      expect(paused.status, paused.text).toBe(200);
+      now = createdAt + 20 * MINUTE;
+      const schedule = "runAt" in shape ? { runAt: minute(60) } : shape;
+      const before = await stored();
+      const reply = await edit(job.id, { schedule });
+      const error = expectError(reply, 409, { code: "illegal_transition" });
+      expect(error.message).toBe(
+        `cannot edit the job: its endAt, ${minute(15)}, has passed: send a new endAt, or null, with the new schedule`,
+      );
+      expect(reply.body).toMatchObject({ error: { currentStatus: "paused" } });
+      expect(await stored()).toEqual(before);
+      const resumed = await api.call("POST", `/jobs/${job.id}/resume`);
+      expect(resumed.status, resumed.text).toBe(200);
+      // fire_once: the latest occurrence up to endAt runs, those before it are recorded skipped.
+      const runs = await runsOf(job.id);
+      expect(runs.map((r) => r.scheduledFor)).toEqual(
+        Array.from({ length: 6 }, (_, k) => minute(10 + k)),
+      );
+      expect(runs.filter((r) => r.status !== "skipped")).toEqual([
+        { scheduledFor: minute(15), status: "queued" },
+      ]);
+      expect(await jobVia(api, job.id)).toMatchObject({ status: "completed", nextRunAt: null });
+    },
+  );
+
+  it("given a new schedule with endAt null: taken as before, the job paused for it", async () => {
+    const createdAt = Math.ceil((Date.now() + 70 * MINUTE) / MINUTE) * MINUTE;
+    const minute = (m: number) => new Date(createdAt + m * MINUTE).toISOString();
+    now = createdAt;
+    const job = await createdVia(api, {
+      type: "noop",
+      schedule: { every: "PT1M", startAt: minute(10) },
+      endAt: minute(15),
+    });
+    expect((await api.call("POST", `/jobs/${job.id}/pause`)).status).toBe(200);
+    now = createdAt + 20 * MINUTE;
+    const reply = await edit(job.id, { schedule: { every: "PT2M" }, endAt: null });
+    expect(reply.status, reply.text).toBe(200);
+    expect(await jobVia(api, job.id)).toMatchObject({
+      status: "paused",
+      version: 2,
+      endAt: null,
+      nextRunAt: minute(20),
+    });
+  });
+});
