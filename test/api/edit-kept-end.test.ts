@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RunPageSchema } from "../../shared/api/schemas/runs.js";
+import { tickOnce } from "../../shared/dispatch/tick.js";
 import { scanTable } from "../support/namespace.js";
-import { type ApiHarness, createdVia, expectError, jobVia, startApi } from "./support.js";
+import { type ApiHarness, createdVia, expectError, jobVia, runOnce, startApi } from "./support.js";
 
 const MINUTE = 60_000;
 
@@ -105,5 +106,49 @@ describe("a schedule edit of a paused job whose kept endAt has passed", () => {
       endAt: null,
       nextRunAt: minute(20),
     });
+  });
+});
+
+describe("an active job's kept endAt passed during an outage, its edit racing the dispatcher's pass", () => {
+  it("one decision per occurrence up to endAt, the job completed, the edit the completed job's 409, and the dependent run once when the last occurrence's run succeeds", async () => {
+    const createdAt = Math.ceil((Date.now() + 100 * MINUTE) / MINUTE) * MINUTE;
+    const minute = (m: number) => new Date(createdAt + m * MINUTE).toISOString();
+    now = createdAt;
+    const upstream = await createdVia(api, {
+      type: "noop",
+      schedule: { every: "PT1M", startAt: minute(10) },
+      endAt: minute(15),
+      misfirePolicy: "fire_once",
+    });
+    const dependent = await createdVia(api, {
+      type: "noop",
+      schedule: { after: { jobs: [upstream.id] } },
+    });
+    now = createdAt + 20 * MINUTE;
+    const moveTo = { schedule: { every: "PT1S" } };
+    const [, reply] = await Promise.all([
+      tickOnce(api.fixture.engine, "racing-pass"),
+      edit(upstream.id, moveTo),
+    ]);
+    const message = `cannot edit the job: it is completed: its last occurrence, due at ${minute(15)}, was queued`;
+    expect(expectError(reply, 409, { code: "illegal_transition" }).message).toBe(message);
+    const repeat = await edit(upstream.id, moveTo);
+    expect(repeat.body).toEqual(reply.body);
+    const runs = await runsOf(upstream.id);
+    expect(runs.map((r) => r.scheduledFor)).toEqual(
+      Array.from({ length: 6 }, (_, k) => minute(10 + k)),
+    );
+    expect(runs.filter((r) => r.status !== "skipped")).toEqual([
+      { scheduledFor: minute(15), status: "queued" },
+    ]);
+    expect(await jobVia(api, upstream.id)).toMatchObject({
+      status: "completed",
+      version: 1,
+      nextRunAt: null,
+    });
+    // Its run succeeds: the dependent is run once, a later pass adding none.
+    await runOnce(api, upstream.id);
+    await tickOnce(api.fixture.engine, "later-pass");
+    expect((await runsOf(dependent.id)).map((r) => r.status)).toHaveLength(1);
   });
 });
