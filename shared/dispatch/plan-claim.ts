@@ -155,6 +155,9 @@ function planOccurrences(input: ClaimPlanInput): ClaimPlan {
   if (isMisfired(planned(scheduledFor), now, misfireGraceMs)) {
     const cutoff = misfireCutoff(now, misfireGraceMs);
     const missedBy = plannedBy(cutoff);
+    // No occurrence after the job's endAt is missed: none of them exists to run.
+    const endAt = entry.end?.endAt ? new Date(entry.end.endAt) : null;
+    const missedUntil = endAt !== null && endAt < cutoff ? endAt : cutoff;
     if (entry.misfire === "fire_all") {
       const budget = Math.min(MAX_MISFIRE_CATCH_UP - catchUpCount, maxRunsPerClaim);
       const batch = takeWhile(
@@ -176,15 +179,13 @@ function planOccurrences(input: ClaimPlanInput): ClaimPlan {
             next: { scheduledFor: cursor, dueAt: planned(cursor), catchUpCount },
           };
         }
-        note = `misfire: fire_all ran its cap of ${MAX_MISFIRE_CATCH_UP} missed occurrences; those missed from ${cursor.toISOString()} to ${cutoff.toISOString()} were not run`;
+        note = `misfire: fire_all ran its cap of ${MAX_MISFIRE_CATCH_UP} missed occurrences; those missed from ${cursor.toISOString()} to ${missedUntil.toISOString()} were not run`;
         skipped = [{ scheduledFor: cursor, reason: note }];
         cursor = firstPlannedAfter(spec, scheduledFor, cutoff, windowMs, missedBy);
       }
     } else {
       // No occurrence after the job's endAt runs: the most recent missed one fire_once runs is the
       // latest up to the end, not one the end then drops (withinEnd) with nothing run in its place.
-      const endAt = entry.end?.endAt ? new Date(entry.end.endAt) : null;
-      const missedUntil = endAt !== null && endAt < cutoff ? endAt : cutoff;
       const latest = latestOccurrences(spec, scheduledFor, missedUntil, MAX_MISFIRE_CATCH_UP);
       // An occurrence before the cutoff whose planned time is after it was not missed.
       const missed = takeWhile(latest.missed, missedBy);

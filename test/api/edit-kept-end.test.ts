@@ -10,7 +10,9 @@ const MINUTE = 60_000;
  * A schedule edit that sends no `endAt` keeps the job's: once that `endAt` has passed, the kept
  * end leaves the new schedule nothing to run. An active job's edit decides the old schedule's
  * occurrences up to it (test/api/edit-after-outage); a paused job's, which no claim decides, is
- * refused and writes nothing, its pending occurrence left for the resume to decide.
+ * refused and writes nothing, its pending occurrence left for the resume to decide. What the
+ * active job's edit decides is what a dispatcher's pass racing it would (one decision per
+ * occurrence), and nothing it records or names lies after the `endAt`.
  */
 let api: ApiHarness;
 let now = Date.now();
@@ -72,6 +74,9 @@ describe("a schedule edit of a paused job whose kept endAt has passed", () => {
         `cannot edit the job: its endAt, ${minute(15)}, has passed: send a new endAt, or null, with the new schedule`,
       );
       expect(reply.body).toMatchObject({ error: { currentStatus: "paused" } });
+      expect(await stored()).toEqual(before);
+      const repeat = await edit(job.id, { schedule });
+      expect(repeat.body).toEqual(reply.body);
       expect(await stored()).toEqual(before);
       const resumed = await api.call("POST", `/jobs/${job.id}/resume`);
       expect(resumed.status, resumed.text).toBe(200);
@@ -151,4 +156,43 @@ describe("an active job's kept endAt passed during an outage, its edit racing th
     await tickOnce(api.fixture.engine, "later-pass");
     expect((await runsOf(dependent.id)).map((r) => r.status)).toHaveLength(1);
   });
+});
+
+describe("an active job under fire_all whose endAt passed during an outage longer than its catch-up cap", () => {
+  it.each([
+    ["past the cap", 20 * 60],
+    ["exactly at the cap", 999],
+  ] as const)(
+    "its endAt %s: the edit's 409 names the occurrence recorded at the cap, no occurrence after endAt recorded or named",
+    async (kind, endAfterSeconds) => {
+      const createdAt =
+        Math.ceil((Date.now() + (kind === "past the cap" ? 200 : 260) * MINUTE) / MINUTE) * MINUTE;
+      const minute = (m: number) => new Date(createdAt + m * MINUTE).toISOString();
+      const endAt = new Date(createdAt + 10 * MINUTE + endAfterSeconds * 1000).toISOString();
+      now = createdAt;
+      const job = await createdVia(api, {
+        type: "noop",
+        schedule: { every: "PT1S", startAt: minute(10) },
+        endAt,
+        misfirePolicy: "fire_all",
+      });
+      now = createdAt + 40 * MINUTE;
+      const reply = await edit(job.id, { schedule: { every: "PT1M" } });
+      const error = expectError(reply, 409, { code: "illegal_transition" });
+      const runs = (await stored()).runs.filter((r) => r.jobId === job.id);
+      const latest = runs
+        .map((r) => String(r.scheduledFor))
+        .sort()
+        .at(-1);
+      expect(latest !== undefined && latest <= endAt, `latest ${latest}, endAt ${endAt}`).toBe(
+        true,
+      );
+      const named = [...error.message.matchAll(/\d{4}-\d\d-\d\dT[\d:.]+Z/g)].map((m) => m[0]);
+      expect(named.length).toBeGreaterThan(0);
+      for (const instant of named)
+        expect(instant <= endAt, `${instant} in ${error.message}`).toBe(true);
+      expect(await jobVia(api, job.id)).toMatchObject({ status: "completed", version: 1 });
+    },
+    60_000,
+  );
 });
