@@ -22,14 +22,8 @@ import {
 import { ConditionsFailedError } from "../storage/transaction.js";
 import { assertPriorityAllowed, effectiveQuotas, QuotaExceededError } from "./limits.js";
 import { cachedQuotaOverride } from "./override-cache.js";
-import {
-  isCounted,
-  readJobsAbove,
-  readJobsBelow,
-  runsPerMinuteMeasure,
-  runsPerRun,
-  timesRuns,
-} from "./run-measure.js";
+import { isCounted, readJobsAbove, runsPerMinuteMeasure } from "./run-measure.js";
+import { type RunsBelow, runsBelow } from "./runs-below.js";
 
 /** What a create or an edit adds to the tenant's jobs. */
 interface JobShare {
@@ -63,7 +57,8 @@ const MAX_RESERVE_ROUNDS = 4;
  * the stored usage, so a tenant that keeps sending requests over its limit
  * costs one recount per 5 s, whatever it sends (`claimRecount`). An edit of
  * a job with jobs after it reads them (what it adds) only once the least it
- * adds fits: refused by that, it reads none of them. A tenant
+ * adds fits, and what this process read of them within 5 s fits too: refused
+ * by either, it reads none of them (runs-below.ts). A tenant
  * with no usage item yet is counted the same way before its first
  * reservation. While neither activeJobs nor runsPerMinute has a limit (the
  * override as this process caches it, read again within 10 s) nothing is
@@ -85,18 +80,19 @@ export async function reserveJobQuotas(
     return null;
   }
   const runs = await runsPerMinuteAdded(engine, share, now);
-  // Until the jobs below an edited job are read, what it adds is only known to be at least `least`.
-  let exactly = runs.exact ? null : runs.exactly;
+  // Until the jobs below an edited job are read, what it adds is at least `least`, or what this
+  // process read of them moments ago (`recent`, checked against the usage at hand).
+  let below = runs.exact ? null : runs.below;
   let add: QuotaUsage = { activeJobs: share.jobs, runsPerMinute: runs.least };
+  let atLeast = below !== null;
+  const checkedAgainst = (usage: QuotaUsage) => {
+    const recent = below?.recent(usage);
+    add = { ...add, runsPerMinute: recent ?? runs.least };
+    atLeast = below !== null && recent === undefined;
+  };
   const field = isAfterSchedule(share.schedule) ? "schedule.after.jobs" : "schedule";
   const overBy = (usage: QuotaUsage, quotas: TenantQuotas) =>
-    overQuota(
-      usage,
-      add,
-      quotas,
-      { isEdit: share.replaces !== undefined, atLeast: exactly !== null },
-      field,
-    );
+    overQuota(usage, add, quotas, { isEdit: share.replaces !== undefined, atLeast }, field);
   // This request's recount claim, kept to recount again when its write loses to another's.
   let held: string | undefined;
   for (let round = 1; ; round++) {
@@ -110,20 +106,23 @@ export async function reserveJobQuotas(
       activeJobs: quotas.activeJobs ?? Number.MAX_SAFE_INTEGER,
       runsPerMinute: quotas.runsPerMinute ?? Number.MAX_SAFE_INTEGER,
     };
-    if (exactly !== null) {
-      // The jobs below are read only when the least it adds fits the stored usage (or nothing
-      // limits it); else a refusal within `quotaRecountMs` of a recount reads none of them.
+    if (below !== null) {
+      // The jobs below are read only when what it adds fits the stored usage (or nothing limits
+      // it); else a refusal within `quotaRecountMs` of a recount reads none of them.
       const stored = quotas.runsPerMinute === null ? ZERO : await readQuotaUsage(engine, tenantId);
+      if (stored !== null) checkedAgainst(stored);
       if (stored !== null && overBy(stored, quotas) === null) {
-        add = { ...add, runsPerMinute: await exactly() };
-        exactly = null;
+        add = { ...add, runsPerMinute: await below.exactly(stored) };
+        below = null;
+        atLeast = false;
       }
     }
-    const reservation = exactly === null ? await reserveUsage(engine, tenantId, add, limits) : null;
+    const reservation = below === null ? await reserveUsage(engine, tenantId, add, limits) : null;
     if (reservation) return reservation;
     const claim = await claimRecount(engine, tenantId, now, engine.settings.quotaRecountMs, held);
     if (!claim.recount) {
       // Recounted moments ago: refused from the stored usage, an upper bound.
+      if (below !== null) checkedAgainst(claim.stored);
       const over = overBy(claim.stored, quotas);
       if (over) throw over;
       // A give-back made room since the reservation failed: reserve again.
@@ -133,6 +132,7 @@ export async function reserveJobQuotas(
     const seen = claim.seen;
     held = claim.claim;
     const counted = await countUsage(engine, tenantId, now);
+    if (below !== null) checkedAgainst(counted);
     const over = overBy(counted, quotas);
     if (over) {
       // Keep the corrected count, so the next request does not recount for nothing.
@@ -152,13 +152,13 @@ const busy = () =>
  * What a create or an edit adds to the tenant's runs per minute (run-measure.ts), exactly or at
  * least. A create its measure among the jobs above it; an edit of the schedule what it adds to its
  * measure, times the runs each run of the job makes (its own and, in turn, those of the jobs after
- * it, read consistently after the job was, by `exactly`: each such run counts 1 at least, so
+ * it, read consistently after the job was, by `below`: each such run counts 1 at least, so
  * `least` is what it adds to its own measure); an edit that keeps the schedule, or lowers the
  * measure, 0.
  */
 type RunsAdded =
   | { readonly exact: true; readonly least: number }
-  | { readonly exact: false; readonly least: number; readonly exactly: () => Promise<number> };
+  | { readonly exact: false; readonly least: number; readonly below: RunsBelow };
 
 async function runsPerMinuteAdded(engine: Engine, share: JobShare, now: Date): Promise<RunsAdded> {
   const measure = runsPerMinuteMeasure(share.above, now)(share.schedule);
@@ -173,11 +173,7 @@ async function runsPerMinuteAdded(engine: Engine, share: JobShare, now: Date): P
   const added = measure - before;
   // Nothing runs after it: each of its runs is its own alone.
   if (old.dependents.length === 0) return { exact: true, least: added };
-  return {
-    exact: false,
-    least: added,
-    exactly: async () => timesRuns(added, runsPerRun(old.jobId, await readJobsBelow(engine, old))),
-  };
+  return { exact: false, least: added, below: runsBelow(engine, old, added) };
 }
 
 /**

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createJobs } from "../../shared/jobs/create-batch.js";
-import { createJob, editJob } from "../../shared/jobs/index.js";
+import { cancelJob, createJob, editJob } from "../../shared/jobs/index.js";
 import { QuotaExceededError } from "../../shared/quotas/limits.js";
 import { readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import {
@@ -87,6 +87,83 @@ describe("a storm of creates and edits refused at the limit", () => {
     await writeQuotaOverride(f.engine, tenant, { runsPerMinute: 2 * limit }, new Date());
     await editJob(f.engine, tenant, head.jobId, version, edit);
     expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ runsPerMinute: 2 * limit });
+  }, 120_000);
+
+  it("reads the jobs below an edited job once for a storm of edits its own change fits, and at once after a give-back", async () => {
+    const tenant = "edit-storm-room";
+    const dependents = 200;
+    // Room for the edit's own change (1), none for what it adds through the jobs after it (201).
+    const limit = dependents + 1 + 100;
+    await writeQuotaOverride(f.engine, tenant, { runsPerMinute: limit }, new Date());
+    const head = (
+      await createJob(
+        f.engine,
+        testJob({ tenantId: tenant, schedule: { cron: "0 * * * *", timezone: "UTC" } }),
+      )
+    ).job;
+    const below: string[] = [];
+    for (let made = 0; made < dependents; made += 25) {
+      const outcomes = await createJobs(
+        f.engine,
+        tenant,
+        Array.from({ length: 25 }, () => ({
+          input: testJob({
+            tenantId: tenant,
+            schedule: { after: { jobs: [head.jobId], on: "completion" } },
+          }),
+        })),
+      );
+      for (const o of outcomes) if ("job" in o) below.push(o.job.jobId);
+    }
+    expect(below).toHaveLength(dependents);
+    const { version } = head;
+    const edit = { schedule: { every: "PT30S" } };
+    const refusal = {
+      context: { quota: "runsPerMinute", limit, field: "schedule" },
+      message: `this edit adds ${dependents + 1} runs per minute at its peak to the ${dependents + 1} of this tenant's jobs; its runsPerMinute quota is ${limit}`,
+    };
+    const counting = countingEngine(engineAt(f.engine, Date.now() + 60_000));
+    const itemsRead = () => counting.sent.reduce((sum, s) => sum + s.itemsAsked, 0);
+    try {
+      const refused = await Promise.all(
+        Array.from({ length: 20 }, () =>
+          editJob(counting.engine, tenant, head.jobId, version, edit).catch(
+            (error: unknown) => error,
+          ),
+        ),
+      );
+      for (const outcome of refused) {
+        expect(outcome).toBeInstanceOf(QuotaExceededError);
+        expect(outcome).toMatchObject(refusal);
+      }
+      console.info(`20 edits at once refused: ${itemsRead()} job items read`);
+      // The jobs below read once, shared, and one recount.
+      expect(itemsRead()).toBeLessThanOrEqual(2 * (dependents + 1));
+      counting.sent.splice(0);
+      for (let i = 0; i < 10; i++) {
+        const outcome = await editJob(counting.engine, tenant, head.jobId, version, edit).catch(
+          (error: unknown) => error,
+        );
+        expect(outcome).toMatchObject(refusal);
+      }
+      // Refused from what this process read of them moments ago.
+      expect(itemsRead()).toBe(0);
+
+      // Most jobs below cancelled, each giving its share back: the edit fits and is accepted at once.
+      const cancelled = 60;
+      for (const id of below.slice(0, cancelled)) await cancelJob(f.engine, tenant, id);
+      const left = dependents - cancelled;
+      expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ runsPerMinute: left + 1 });
+      counting.sent.splice(0);
+      await editJob(counting.engine, tenant, head.jobId, version, edit);
+      // What it adds, the jobs below read again: the job's and each one's left.
+      expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({
+        runsPerMinute: 2 * (left + 1),
+      });
+      expect(itemsRead()).toBeGreaterThanOrEqual(left);
+    } finally {
+      counting.destroy();
+    }
   }, 120_000);
 
   it("recounts the tenant's jobs once, however many creates and batches it refuses", async () => {
