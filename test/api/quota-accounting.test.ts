@@ -12,11 +12,13 @@ import { type ApiHarness, inMinutes, KEY_B, startApi } from "./support.js";
  * The usage a tenant's creates and edits reserve (QUOTA#/USAGE) against what the tenant has, over
  * seeded random requests through the API: creates alone and in batches (some repeating an
  * idempotency key, some refused for their input, their priority or a quota), edits of the priority
- * and the schedule (some at a stale version), pauses, resumes, cancels, deletes, dependents, and
+ * and the schedule (some at a stale version; half of those of a job named as an upstream, whose
+ * edit counts the jobs below it), pauses, resumes, cancels, deletes, dependents, and
  * runs that end their jobs (a one-off's, a maxRuns job's). The usage is an upper bound (a job its
  * runs ended is taken off only by a recount, a cancelled or deleted one at once): never below what
  * the tenant has, the tenant never past a limit, a refusal only at the limit it names (by what the
- * tenant has, or, within quotaRecountMs of a recount, by the stored usage), and once recounted (the
+ * tenant has, or, within quotaRecountMs of a recount, by the stored usage; a runsPerMinute
+ * refusal's message naming that usage, a sum over the limit, and the body's field), and once recounted (the
  * override set again, then a create) exactly what the tenant has. QUOTA_SEED=<n> repeats a run; a failure names its seed.
  */
 const TENANT = "tenant-b";
@@ -25,7 +27,9 @@ const asB = { key: KEY_B };
 const TIGHT = { activeJobs: 10, runsPerMinute: 60 } as const;
 /** Loose: requests at once never meet them, so none recounts while others are under way. */
 const LOOSE = { activeJobs: 1_000, runsPerMinute: 100_000 } as const;
-type Limits = typeof TIGHT | typeof LOOSE;
+/** Runs per minute tight, jobs loose: creates and edits of schedules, dependents' too, meet it. */
+const RUNS = { activeJobs: 40, runsPerMinute: 20 } as const;
+type Limits = typeof TIGHT | typeof LOOSE | typeof RUNS;
 
 describe("quota usage against what the tenant has, over random requests", () => {
   let api: ApiHarness;
@@ -43,7 +47,10 @@ describe("quota usage against what the tenant has, over random requests", () => 
     return item;
   };
 
+  /** The limits in force: what a request alone is refused against. */
+  let current: Limits = LOOSE;
   const setOverride = async (limits: Limits) => {
+    current = limits;
     const reply = await api.call("PUT", `/tenants/${TENANT}/quotas`, {
       body: { ...limits, requestsPerSecond: 100_000, maxPriority: "normal" },
     });
@@ -67,13 +74,19 @@ describe("quota usage against what the tenant has, over random requests", () => 
   /** Jobs due now whose run the round ends with, one at a time (a worker's receive takes any). */
   const due: string[] = [];
   const keys: string[] = [];
+  /** Jobs a create or an edit named as an upstream: edits of their schedule count the jobs below. */
+  const upstreams: string[] = [];
   const schedule = () =>
     pick<() => Record<string, unknown>>([
       () => ({ runAt: inMinutes(60) }),
       () => ({ every: `PT${pick([5, 7, 10, 20, 30])}S` }),
       () => ({ cron: "0 * * * *", timezone: "UTC" }),
       () => ({ cron: `*/${pick([10, 15, 30])} 0 * * * *`, timezone: "UTC" }),
-      () => ({ after: { jobs: known.length > 0 ? [pick(known)] : ["no-such-job"] } }),
+      () => {
+        const upstream = known.length > 0 ? pick(known) : "no-such-job";
+        upstreams.push(upstream);
+        return { after: { jobs: [upstream] } };
+      },
       () => ({ cron: "61 * * * *", timezone: "UTC" }), // refused: a 400
     ])();
   const body = () => ({
@@ -89,7 +102,12 @@ describe("quota usage against what the tenant has, over random requests", () => 
     readonly stored: QuotaUsage | null;
   }
   /** Records the request's refusal to check: a refusal rests on a count, or the stored usage, at its limit. */
-  const refusals: { quota: unknown; before: Before }[] = [];
+  const refusals: {
+    quota: unknown;
+    before: Before;
+    error: { field?: unknown; message?: unknown };
+    limits: Limits;
+  }[] = [];
   const noteReply = (status: number, reply: unknown, before: Before | null) => {
     if (
       before !== null &&
@@ -98,8 +116,12 @@ describe("quota usage against what the tenant has, over random requests", () => 
       reply !== null &&
       "error" in reply
     ) {
-      const error = reply.error as { quota?: unknown };
-      refusals.push({ quota: error.quota, before });
+      const error = reply.error as {
+        quota?: unknown;
+        field?: unknown;
+        message?: unknown;
+      };
+      refusals.push({ quota: error.quota, before, error, limits: current });
     }
   };
 
@@ -150,7 +172,8 @@ describe("quota usage against what the tenant has, over random requests", () => 
       return `create due ${jobId}`;
     }
     if (known.length === 0) return "nothing to change";
-    const jobId = pick(known);
+    const jobId =
+      kind < 0.7 && upstreams.length > 0 && random() < 0.5 ? pick(upstreams) : pick(known);
     const read = await api.call("GET", `/jobs/${jobId}`, asB);
     if (read.status !== 200) return `read ${read.status}`;
     const version = Number(JSON.parse(read.headers.get("etag") ?? "0"));
@@ -259,21 +282,45 @@ describe("quota usage against what the tenant has, over random requests", () => 
     await phase(TIGHT, 50, 1);
     await phase(LOOSE, 8, 6);
     await phase(TIGHT, 30, 1);
+    await phase(RUNS, 40, 1);
     expect(refusals.length, at("no request was refused for a quota")).toBeGreaterThan(0);
     expect(recountsCompared, at("no recount was compared")).toBeGreaterThan(0);
     const ended = (await api.fixture.jobs()).filter(
       (j) => j.tenantId === TENANT && j.status === "COMPLETED",
     );
     expect(ended.length, at("no job ran to its end")).toBeGreaterThan(0);
-    for (const { quota, before } of refusals) {
-      const where = at(`a refusal for ${String(quota)} at ${JSON.stringify(before)}`);
+    expect(
+      refusals.some((r) => r.quota === "runsPerMinute"),
+      at("no request was refused for runsPerMinute"),
+    ).toBe(true);
+    for (const { quota, before, error, limits } of refusals) {
+      const where = at(
+        `a refusal for ${String(quota)} at ${JSON.stringify(before)}: ${JSON.stringify(error)}`,
+      );
       expect(["activeJobs", "runsPerMinute", "maxPriority"], where).toContain(quota);
       // Refused from what the tenant has (a recount), or from the stored usage (within
       // quotaRecountMs of the last recount).
       if (quota === "activeJobs")
         expect([before.counted.activeJobs, before.stored?.activeJobs], where).toContain(
-          TIGHT.activeJobs,
+          limits.activeJobs,
         );
+      if (quota === "runsPerMinute") {
+        // The body and the message agree (the field), the message names the limit, and a sum
+        // over it from the count or the stored usage.
+        const said =
+          /adds (at least )?(\d+) runs per minute at its peak( \(a run for each run of its upstreams\))?(, before those of the jobs after it,)? to the (\d+) of this tenant's jobs; its runsPerMinute quota is (\d+)$/.exec(
+            String(error.message),
+          );
+        expect(said, where).not.toBeNull();
+        const [, least, adds, viaUpstreams, beforeBelow, usage, limit] = said ?? [];
+        expect(least === undefined, where).toBe(beforeBelow === undefined);
+        expect(error.field, where).toBe(viaUpstreams ? "schedule.after.jobs" : "schedule");
+        expect(Number(limit), where).toBe(limits.runsPerMinute);
+        expect(Number(usage) + Number(adds), where).toBeGreaterThan(limits.runsPerMinute);
+        expect([before.counted.runsPerMinute, before.stored?.runsPerMinute], where).toContain(
+          Number(usage),
+        );
+      }
     }
   }, 240_000);
 });
