@@ -212,6 +212,49 @@ describe("runsPerMinute counts what a dependent runs: its upstreams' runs", () =
     expect(await recounted(tenant)).toEqual({ activeJobs: 2, runsPerMinute: 2 });
   });
 
+  it("edits of an upstream at once with creates below it, at any depth: never past the limit, the usage covering what is there", async () => {
+    // The creates start later each round: the edit commits before some, after others.
+    for (const [round, delayMs] of [0, 150, 400].entries()) {
+      const tenant = `edit-race-${round}`;
+      const head = await create(tenant, hourly);
+      const middles = [
+        await create(tenant, runsAfter(head.jobId)),
+        await create(tenant, runsAfter(head.jobId)),
+      ];
+      for (const m of middles) await create(tenant, runsAfter(m.jobId));
+      // 5 jobs each counting the head's 1; every second, each would count 60: room for 2 more then.
+      const limit = 7 * 60;
+      await writeQuotaOverride(f.engine, tenant, { runsPerMinute: limit }, new Date());
+      const outcomes = await Promise.all([
+        // The first edit at the limit reads the jobs below; the others share or reuse its read.
+        ...Array.from({ length: 3 }, () =>
+          editJob(f.engine, tenant, head.jobId, head.version, { schedule: everySecond() }).then(
+            () => "edited",
+            (e: unknown) => (e instanceof Error ? e.name : String(e)),
+          ),
+        ),
+        ...[head, ...middles, ...middles].map(async (above) => {
+          await new Promise((resolve) => setTimeout(resolve, delayMs));
+          return create(tenant, runsAfter(above.jobId)).then(
+            () => "created",
+            (e: unknown) => (e instanceof Error ? e.name : String(e)),
+          );
+        }),
+      ]);
+      const where = `round ${round}: ${outcomes.join(", ")}`;
+      expect(outcomes.filter((o) => o === "edited").length, where).toBeLessThanOrEqual(1);
+      for (const o of outcomes)
+        expect(
+          ["edited", "created", "QuotaExceededError", "VersionMismatchError"],
+          where,
+        ).toContain(o);
+      const stored = await readQuotaUsage(f.engine, tenant);
+      const actual = await recounted(tenant);
+      expect(actual?.runsPerMinute, where).toBeLessThanOrEqual(limit);
+      expect(stored?.runsPerMinute, where).toBeGreaterThanOrEqual(actual?.runsPerMinute ?? 0);
+    }
+  }, 60_000);
+
   it("counts a batch's dependents the same way, letting them in in order while they fit", async () => {
     const tenant = "batch";
     await writeQuotaOverride(f.engine, tenant, { runsPerMinute: 60 }, new Date());
