@@ -256,6 +256,8 @@ export interface Run {
   /**
    * Set by the redrive DLQ's ending (DEAD, or CANCELLED as asked): every delivery of its message
    * started the run and crashed its worker, so its handler ran though no ending measured how long.
+   * Set too by a delivery's CANCELLED ending of a run asked to cancel while a worker that then
+   * died held it (`decideStart`).
    */
   readonly crashedRunning?: boolean;
   /** Set on a DEAD run once it has been replayed: the run that replaced it. */

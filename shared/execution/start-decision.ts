@@ -16,7 +16,8 @@ export type StartDecision =
   | { readonly action: "park" }
   | {
       readonly action: "end";
-      readonly ending: Pick<RunEnding, "status" | "reason" | "completesJob" | "honoursCancel">;
+      readonly ending: Pick<RunEnding, "status" | "reason" | "completesJob" | "honoursCancel"> &
+        Partial<Pick<RunEnding, "ran" | "crashedRunning">>;
       /**
        * fire_once skipped the run for its schedule's next occurrence, which a job its end
        * (maxRuns) completed may never have queued: the skip stands only if that occurrence has a
@@ -34,7 +35,9 @@ export type StartDecision =
  * an upstream (`after`) are not occurrences of the schedule, so a schedule change leaves them to run.
  */
 export function decideStart(job: Job | null, run: Run, now: Date, graceMs: number): StartDecision {
-  // Asked to cancel while an earlier worker held it (that worker died): it never runs again.
+  // Asked to cancel while an earlier worker held it (that worker died): it never runs again. That
+  // worker started it (a cancel is asked only of a RUNNING run): its handler ran, as the DLQ's
+  // ending of such a run counts it (`crashedRunning`), with no ending that measured it.
   if (run.cancelRequestedAt)
     return {
       action: "end",
@@ -42,6 +45,8 @@ export function decideStart(job: Job | null, run: Run, now: Date, graceMs: numbe
         status: "CANCELLED",
         reason: CANCEL_REASONS[run.cancelledBy ?? "api"],
         honoursCancel: true,
+        ran: true,
+        crashedRunning: true,
         completesJob: job?.status === "ACTIVE" && endsOneOff(job, run, "CANCELLED"),
       },
     };

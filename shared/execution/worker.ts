@@ -189,7 +189,7 @@ async function runStarted(
     await finishRun(
       engine,
       run,
-      { ...decision.ending, ran: false, tracked: false },
+      { ran: false, tracked: false, ...decision.ending },
       engine.clock(),
     );
     if (job?.bufferedRunId === run.runId) await releaseBufferSlot(engine, run.jobId, run.runId);

@@ -75,6 +75,8 @@ export interface RunEnding {
    * (`FENCE_HELD_CANCELLING`), since every other write fails once the request is there.
    */
   readonly honoursCancel?: boolean;
+  /** With `ran`: a later delivery's ending of a run an earlier worker ran and died holding. */
+  readonly crashedRunning?: boolean;
 }
 
 /** The writes of an ending's transaction with its trigger entry, by the names their conditions fail under. */
@@ -122,7 +124,10 @@ export async function finishRun(
   now: Date,
 ): Promise<Run> {
   const finishedAt = now.toISOString();
-  const durationMs = ending.ran && run.startedAt ? runDurationMs(run.startedAt, now) : null;
+  const durationMs =
+    ending.ran && ending.crashedRunning !== true && run.startedAt
+      ? runDurationMs(run.startedAt, now)
+      : null;
   const error = boundedOrNull(ending.error);
   const reason = boundedOrNull(ending.reason);
   const held = fencedWrite(run, { cancelling: ending.honoursCancel === true });
@@ -138,6 +143,10 @@ export async function finishRun(
     "SET #status = :status, finishedAt = :finishedAt, durationMs = :durationMs, #error = :error, reason = :reason",
     ...held.startSets,
   ].join(", ");
+  if (ending.crashedRunning === true) {
+    set += ", crashedRunning = :crashedRunning";
+    values[":crashedRunning"] = true;
+  }
   if (ending.executedVersion !== undefined) {
     set += ", executedVersion = :executedVersion";
     values[":executedVersion"] = ending.executedVersion;
@@ -169,6 +178,7 @@ export async function finishRun(
     reason,
     leaseUntil: null,
     executedVersion: ending.executedVersion ?? run.executedVersion,
+    ...(ending.crashedRunning === true ? { crashedRunning: true } : {}),
   };
   if (!ending.retry && ending.trigger) {
     try {

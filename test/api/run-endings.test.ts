@@ -3,7 +3,7 @@ import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { type RunDto, RunPageSchema, RunSchema } from "../../shared/api/schemas/runs.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { cancelRun } from "../../shared/jobs/cancel-run.js";
-import { receiveRuns } from "../../shared/queue/work-queue.js";
+import { type ReceivedRun, receiveRuns, setVisibility } from "../../shared/queue/work-queue.js";
 import { withFaults } from "../support/faults.js";
 import { type ApiHarness, runOnce, startApi, TENANT_A } from "./support.js";
 
@@ -145,7 +145,7 @@ describe("a running run whose worker died, cancelled before the reaper comes", (
    * start, and dies at its ending's write, after the handler ran: the run stays RUNNING under the
    * dead worker's lease.
    */
-  async function runDyingAtItsEnding(jobId: string): Promise<void> {
+  async function runDyingAtItsEnding(jobId: string): Promise<ReceivedRun> {
     const dying = withFaults(fixed.fixture.engine, {
       operation: "UpdateItem",
       times: 1,
@@ -153,15 +153,16 @@ describe("a running run whose worker died, cancelled before the reaper comes", (
       error: () => new Error("worker died"),
     });
     const deps = { ...fixed.fixture.workerDeps("w-dying", {}, 100), engine: dying.engine };
+    let delivery: ReceivedRun | undefined;
     try {
       const deadline = Date.now() + 15_000;
-      for (let mine = 0; mine === 0 && Date.now() < deadline; ) {
+      while (delivery === undefined && Date.now() < deadline) {
         const received = await receiveRuns(dying.engine.sqs, dying.engine.queues.normal, {
           max: 10,
           waitSeconds: 1,
         });
         for (const message of received.filter((r) => r.message.jobId === jobId)) {
-          mine++;
+          delivery = message;
           await expect(processRun(deps, message)).rejects.toThrow("worker died");
         }
       }
@@ -169,10 +170,16 @@ describe("a running run whose worker died, cancelled before the reaper comes", (
       dying.destroy();
     }
     expect(dying.injected.count).toBe(1);
+    if (delivery === undefined) throw new Error(`no delivery for job ${jobId}`);
+    return delivery;
   }
 
-  /** A recurring job's triggered run whose worker died mid-run, its lease lapsed since. */
-  async function runUnderLapsedLease(): Promise<{ id: string; runId: string }> {
+  /** A recurring job's triggered run whose worker died mid-run, under its dead worker's live lease. */
+  async function runUnderLiveLease(): Promise<{
+    id: string;
+    runId: string;
+    delivery: ReceivedRun;
+  }> {
     const id = await created(
       { type: "sleep", payload: { ms: 600 }, schedule: { cron: "0 0 1 1 *", timezone: "UTC" } },
       fixed,
@@ -180,13 +187,19 @@ describe("a running run whose worker died, cancelled before the reaper comes", (
     const triggered = await fixed.call("POST", `/jobs/${id}/trigger`);
     expect(triggered.status, triggered.text).toBe(202);
     const { runId } = RunSchema.parse(triggered.body);
-    await runDyingAtItsEnding(id);
+    const delivery = await runDyingAtItsEnding(id);
     const running = await fixed.call("GET", `/jobs/${id}/runs/${runId}`);
     expect(RunSchema.parse(running.body)).toMatchObject({
       status: "running",
       startedAt: now.toISOString(),
       durationMs: null,
     });
+    return { id, runId, delivery };
+  }
+
+  /** A recurring job's triggered run whose worker died mid-run, its lease lapsed since. */
+  async function runUnderLapsedLease(): Promise<{ id: string; runId: string }> {
+    const { id, runId } = await runUnderLiveLease();
     // The dead worker's lease lapses; the reaper has not come yet.
     now = new Date(now.getTime() + LEASE_MS + 1_500);
     return { id, runId };
@@ -244,5 +257,44 @@ describe("a running run whose worker died, cancelled before the reaper comes", (
     const runs = await historyOf(id, fixed);
     expect(runs[0]).toMatchObject({ runId, status: "cancelled", durationMs: LEASE_MS + 1_500 });
     expect(await lastRunOf(id, fixed)).toEqual(summary(runs[0]));
+  });
+
+  it("asked to cancel under its worker's live lease, that worker then dead: the next delivery ends it cancelled as asked, and it is its job's lastRun: its handler ran", async () => {
+    for (const how of ["run", "job", "pause"] as const) {
+      const { id, runId, delivery } = await runUnderLiveLease();
+      const asked =
+        how === "run"
+          ? await fixed.call("POST", `/jobs/${id}/runs/${runId}/cancel`)
+          : how === "job"
+            ? await fixed.call("POST", `/jobs/${id}/cancel`)
+            : await fixed.call("POST", `/jobs/${id}/pause`, { body: { running: "cancel" } });
+      expect(asked.status, asked.text).toBe(200);
+      const by = how === "run" ? "api" : how === "job" ? "job-cancel" : "pause";
+      const requested = RunSchema.parse(
+        (await fixed.call("GET", `/jobs/${id}/runs/${runId}`)).body,
+      );
+      expect(requested, how).toMatchObject({
+        status: "running",
+        cancelRequestedAt: now.toISOString(),
+        cancelledBy: by,
+      });
+      // The worker never heartbeats again: its lease lapses, and the run's message comes back.
+      now = new Date(now.getTime() + LEASE_MS + 1_500);
+      const { fixture } = fixed;
+      await setVisibility(fixture.engine.sqs, delivery.queueUrl, delivery.receiptHandle, 0);
+      const again = await fixture.nextDelivery(fixture.engine.queues.normal, id);
+      expect(await fixture.process(fixture.workerDeps("w-next"), again), how).toBe("ack");
+      const ended = RunSchema.parse((await fixed.call("GET", `/jobs/${id}/runs/${runId}`)).body);
+      expect(ended, how).toMatchObject({
+        status: "cancelled",
+        cancelledBy: by,
+        cancelRequestedAt: requested.cancelRequestedAt,
+        finishedAt: now.toISOString(),
+        // As the DLQ's ending of such a run: the start it shows is this delivery's, which never
+        // ran the handler, and no ending measured the one that did.
+        durationMs: null,
+      });
+      expect(await lastRunOf(id, fixed), how).toEqual(summary(ended));
+    }
   });
 });

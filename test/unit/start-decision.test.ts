@@ -74,3 +74,30 @@ describe("decideStart: a start past the grace under misfire skip", () => {
     expect(decided).toMatchObject({ action: "end", ending: { status: "SKIPPED" } });
   });
 });
+
+describe("decideStart: a run asked to cancel while an earlier worker held it", () => {
+  it("ends it cancelled as asked, counted as run (crashedRunning) whatever the job says; a skip or a park is not", () => {
+    const run = started({
+      fence: 2,
+      cancelRequestedAt: lapsed,
+      cancelledBy: "pause",
+    });
+    for (const status of ["ACTIVE", "PAUSED", "CANCELLED"] as const) {
+      const decided = decideStart({ ...job({}), status }, run, REDELIVERED, GRACE_MS);
+      expect(decided, status).toEqual({
+        action: "end",
+        ending: {
+          status: "CANCELLED",
+          reason: "job paused with running: cancel",
+          honoursCancel: true,
+          ran: true,
+          crashedRunning: true,
+          completesJob: false,
+        },
+      });
+    }
+    const late = decideStart(job({}), started({ fence: 1 }), REDELIVERED, GRACE_MS);
+    expect(late).toMatchObject({ action: "end", ending: { status: "SKIPPED" } });
+    expect(late.action === "end" && late.ending.ran === true).toBe(false);
+  });
+});
