@@ -68,12 +68,17 @@ export async function cancelRun(
 /**
  * The job's side of a run this cancel ended: `lastRun` when its handler ran (a RUNNING run, handed
  * over to its async target or under a dead worker's lapsed lease: `ranForLastRun`), the completion
- * of a one-off whose own occurrence it was.
+ * of a one-off whose own occurrence it was, and, when `listed`, its entry out of `activeRuns`.
  */
-async function recordCancelOnJob(engine: Engine, run: Run, completesJob: boolean): Promise<void> {
+async function recordCancelOnJob(
+  engine: Engine,
+  run: Run,
+  completesJob: boolean,
+  listed = false,
+): Promise<void> {
   const ran = ranForLastRun(run);
-  if (ran || completesJob)
-    await recordRunOnJob(engine, run, { status: "CANCELLED", ran, tracked: false, completesJob });
+  if (ran || completesJob || listed)
+    await recordRunOnJob(engine, run, { status: "CANCELLED", ran, tracked: listed, completesJob });
 }
 
 /**
@@ -86,6 +91,7 @@ async function cancelLiveRun(
   engine: Engine,
   run: Run,
   by: CancelSource,
+  keepListed = false,
 ): Promise<Run | "ended" | null> {
   const now = engine.clock();
   if (run.status !== "QUEUED" && run.status !== "RUNNING") return "ended";
@@ -95,7 +101,7 @@ async function cancelLiveRun(
   const held =
     run.status === "RUNNING" && !run.handedOverAt && (run.leaseUntil ?? "") > now.toISOString();
   if (held) return requestRunCancel(engine, run, by, now);
-  return endRunAsSeen(engine, run, "CANCELLED", CANCEL_REASONS[by], now, { by });
+  return endRunAsSeen(engine, run, "CANCELLED", CANCEL_REASONS[by], now, { by, keepListed });
 }
 
 /**
@@ -105,11 +111,13 @@ async function cancelLiveRun(
  * a recurring job), or a RUNNING run of an occurrence from one lookahead back
  * to the end of the fast-path window (runs started and not yet admitted; for a
  * one-off job the range reaches its occurrence too): one consistent query of
- * the job's own partition, plus a read of each active run outside it. A `repeat`
- * (the job already ended by this cancel) also brings the job's `lastRun` up to the newest run in
- * that range `by` ended after its handler ran: the cancel that ended it may have died before its
- * job's write, and a run it ended itself (handed over, or under a lapsed lease) has no message
- * left to repair that write. The query reads the same items either way.
+ * the job's own partition, plus a read of each active run outside it. A listed run this ends
+ * stays listed until the job's write of it (lastRun, out of activeRuns). A `repeat` (the job
+ * already ended by this cancel) also brings the job's `lastRun` up to the newest run in that range
+ * or still listed that `by` ended after its handler ran, and takes the listed ones out: the cancel
+ * that ended it may have died before its job's write, and a run it ended itself (handed over, or
+ * under a lapsed lease) has no message left to repair that write. The query reads the same items
+ * either way.
  */
 export async function cancelRunsOfJob(
   engine: Engine,
@@ -119,15 +127,18 @@ export async function cancelRunsOfJob(
   { repeat = false }: { readonly repeat?: boolean } = {},
 ): Promise<void> {
   const now = engine.clock();
+  // A listed run this ends stays listed until the job's write of it, which takes it out: a cancel
+  // that dies between the two leaves it there for its repeat, however old its occurrence.
+  const listed = (run: Run) => run.status === "RUNNING" && job.activeRuns[run.runId] !== undefined;
   const cancel = async (run: Run) => {
     for (let attempt = 0, current: Run | null = run; current && attempt < ATTEMPTS; attempt++) {
       // A run's write meets a transaction on it (a claim's, a worker's ending): sent again.
       const live = current;
       const outcome = await retryOnContention(engine, "cancel run", () =>
-        cancelLiveRun(engine, live, by),
+        cancelLiveRun(engine, live, by, listed(live)),
       );
       if (outcome !== null && outcome !== "ended" && outcome.status === "CANCELLED")
-        await recordCancelOnJob(engine, outcome, false);
+        await recordCancelOnJob(engine, outcome, false, listed(live));
       if (outcome !== null) return;
       current = await getRun(engine, current);
     }
@@ -143,28 +154,20 @@ export async function cancelRunsOfJob(
   const from = new Date(oneOff === null ? windowFrom : Math.min(oneOff, windowFrom));
   const to = new Date(oneOff === null ? windowTo : Math.max(oneOff, windowTo));
   const seen = new Set<string>();
-  let endedBefore: Run | null = null;
+  const ended: Run[] = [];
   for await (const runs of liveRunsOfJob(engine, job.jobId, from, to, [
     ...(queued ? (["QUEUED"] as const) : []),
     "RUNNING",
     ...(repeat ? (["CANCELLED"] as const) : []),
   ])) {
     for (const run of runs) seen.add(run.runId);
-    for (const run of runs)
-      if (
-        endedBy(run, by) &&
-        (endedBefore === null || finishedAfter(lastRunOf(run), lastRunOf(endedBefore)))
-      )
-        endedBefore = run;
+    ended.push(...runs.filter((run) => endedBy(run, by)));
     await forEachConcurrently(
       runs.filter((run) => run.status !== "CANCELLED"),
       16,
       cancel,
     );
   }
-  // Conditioned as the first write was (only over a run that finished before it).
-  if (endedBefore !== null && finishedAfter(lastRunOf(endedBefore), job.lastRun))
-    await recordCancelOnJob(engine, endedBefore, false);
   const active = Object.entries(job.activeRuns).filter(([runId]) => !seen.has(runId));
   await forEachConcurrently(active, 16, async ([runId, leaseUntil]) => {
     const ref = parseRunId(runId);
@@ -174,6 +177,24 @@ export async function cancelRunsOfJob(
     const heldUnwritten =
       run?.status === "QUEUED" && run.fence === 0 && leaseUntil > now.toISOString();
     if (run?.status === "RUNNING" || heldUnwritten) await cancel(run);
+    else if (repeat && run && endedBy(run, by)) ended.push(run);
+  });
+  await recordEndedRuns(engine, job, ended);
+}
+
+/**
+ * A repeat's job write of the runs an earlier cancel ended after their handler ran (`ended`): each
+ * still listed leaves `activeRuns`, and the newest is `lastRun`, conditioned as the first write was
+ * (only over a run that finished before it), so a repeat after that write changes nothing.
+ */
+async function recordEndedRuns(engine: Engine, job: Job, ended: readonly Run[]): Promise<void> {
+  let newest: Run | null = null;
+  for (const run of ended)
+    if (newest === null || finishedAfter(lastRunOf(run), lastRunOf(newest))) newest = run;
+  await forEachConcurrently(ended, 16, async (run) => {
+    const listed = job.activeRuns[run.runId] !== undefined;
+    if (listed || (run === newest && finishedAfter(lastRunOf(run), job.lastRun)))
+      await recordCancelOnJob(engine, run, false, listed);
   });
 }
 

@@ -39,6 +39,7 @@ export async function endRunAsSeen(
     trigger,
     by,
     crashedRunning = false,
+    keepListed = false,
   }: {
     /** A DEAD ending of a job with dependents: their trigger entry, written with the ending. */
     readonly trigger?: DueEntry | undefined;
@@ -46,6 +47,11 @@ export async function endRunAsSeen(
     readonly by?: CancelSource | undefined;
     /** The redrive DLQ's ending: every delivery started the run and crashed its worker. */
     readonly crashedRunning?: boolean | undefined;
+    /**
+     * The run stays in its job's activeRuns: the caller's job write takes it out with its lastRun
+     * (`tracked`), so a caller that dies between the two leaves it listed for its repeat to find.
+     */
+    readonly keepListed?: boolean | undefined;
   } = {},
 ): Promise<Run | null> {
   const finishedAt = now.toISOString();
@@ -148,7 +154,7 @@ export async function endRunAsSeen(
       run = decodeRun(old);
     }
   }
-  if (seen.status === "RUNNING") await forgetActiveRun(engine, run.jobId, run.runId);
+  if (seen.status === "RUNNING" && !keepListed) await forgetActiveRun(engine, run.jobId, run.runId);
   return run;
 }
 

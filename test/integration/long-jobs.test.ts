@@ -16,7 +16,7 @@ import { parseRunId, runId as runIdOf } from "../../shared/keys.js";
 import { METRICS, MetricsRecorder } from "../../shared/observability.js";
 import { receiveRuns } from "../../shared/queue/work-queue.js";
 import { requestRunCancel } from "../../shared/storage/run-cancel.js";
-import { getRun, runKeyOf } from "../../shared/storage/run-reads.js";
+import { getJob, getRun, runKeyOf } from "../../shared/storage/run-reads.js";
 import { cachedSigningSecrets, tenantWebhookSecrets } from "../../shared/webhooks/secrets.js";
 import { type ApiHarness, KEY_B, startApi, TENANT_A } from "../api/support.js";
 import { withFaults } from "../support/faults.js";
@@ -952,8 +952,9 @@ describe("async mode (long jobs)", () => {
     advance(1000);
     // The API function dies between the run's CANCELLED ending and its job's write.
     await dyingAtTheJobWrite((engine) => pauseJob(engine, TENANT_A, jobId, { running: "cancel" }));
-    expect((await api.call("GET", `/jobs/${jobId}`)).body).toMatchObject({
-      status: "paused",
+    // The job's write is lost (its readers show the run it still lists as its lastRun meanwhile).
+    expect(await getJob(api.fixture.engine, jobId)).toMatchObject({
+      status: "PAUSED",
       lastRun: null,
     });
     // The caller, answered 500, asks again.
@@ -964,6 +965,10 @@ describe("async mode (long jobs)", () => {
     expect((await api.call("GET", `/jobs/${jobId}`)).body).toMatchObject({
       status: "paused",
       lastRun: { runId: handOff.runId, status: "cancelled", finishedAt: run?.finishedAt },
+    });
+    expect(await getJob(api.fixture.engine, jobId)).toMatchObject({
+      lastRun: { runId: handOff.runId },
+      activeRuns: {},
     });
   });
 
@@ -980,8 +985,9 @@ describe("async mode (long jobs)", () => {
       advance(1000);
       // The API function dies between the run's CANCELLED ending and its job's write.
       await dyingAtTheJobWrite((engine) => cancelJob(engine, TENANT_A, jobId));
-      expect((await api.call("GET", `/jobs/${jobId}`)).body, how).toMatchObject({
-        status: "cancelled",
+      // The job's write is lost (a recurring job's readers show the run it lists meanwhile).
+      expect(await getJob(api.fixture.engine, jobId), how).toMatchObject({
+        status: "CANCELLED",
         lastRun: null,
       });
       // The caller, answered 500, asks again.
@@ -997,6 +1003,51 @@ describe("async mode (long jobs)", () => {
         status: "cancelled",
         lastRun: { runId: handOff.runId, status: "cancelled", finishedAt: run?.finishedAt },
       });
+      expect(await getJob(api.fixture.engine, jobId), how).toMatchObject({
+        lastRun: { runId: handOff.runId },
+        activeRuns: {},
+      });
+    }
+  });
+
+  it("a repeat of a job cancel, or of a pause with running: cancel, whose write of a handed-over run older than the lookahead was lost makes that write", async () => {
+    for (const how of ["cancel", "pause"] as const) {
+      const jobId = await createAsyncJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" } });
+      const triggered = await api.call("POST", `/jobs/${jobId}/trigger`);
+      expect(triggered.status, triggered.text).toBe(202);
+      const handOff = await deliver(jobId);
+      // Its target runs it for 20 minutes, heartbeating: its occurrence lies well behind the
+      // lookahead (5 minutes), the run listed in its job's activeRuns alone.
+      for (let beat = 1; beat <= 24; beat++) {
+        advance(50_000);
+        const reply = await callBack(handOff.heartbeatUrl, handOff.token);
+        expect(reply.status, reply.text).toBe(200);
+      }
+      const ending = (engine: Engine) =>
+        how === "cancel"
+          ? cancelJob(engine, TENANT_A, jobId)
+          : pauseJob(engine, TENANT_A, jobId, { running: "cancel" });
+      // The API function dies between the run's CANCELLED ending and its job's write.
+      await dyingAtTheJobWrite(ending);
+      const run = await getRun(api.fixture.engine, parseRunIdOrThrow(handOff.runId));
+      expect(run, how).toMatchObject({ status: "CANCELLED", durationMs: 20 * 60_000 });
+      // The job still lists the run: its readers show it as the job's lastRun meanwhile.
+      const lastRun = { runId: handOff.runId, status: "cancelled", finishedAt: run?.finishedAt };
+      expect((await api.call("GET", `/jobs/${jobId}`)).body, how).toMatchObject({ lastRun });
+      // The caller, answered 500, asks again.
+      const again =
+        how === "cancel"
+          ? await api.call("POST", `/jobs/${jobId}/cancel`)
+          : await api.call("POST", `/jobs/${jobId}/pause`, { body: { running: "cancel" } });
+      expect(again.status, again.text).toBe(200);
+      expect((await api.call("GET", `/jobs/${jobId}`)).body, how).toMatchObject({
+        status: how === "cancel" ? "cancelled" : "paused",
+        lastRun,
+      });
+      // Written on the job itself, the run no longer listed.
+      const stored = await getJob(api.fixture.engine, jobId);
+      expect(stored?.lastRun, how).toMatchObject({ runId: handOff.runId, status: "CANCELLED" });
+      expect(stored?.activeRuns, how).toEqual({});
     }
   });
 
