@@ -205,6 +205,15 @@ describe("cancel cost", () => {
     // Reads: the job and one query page (was: the shard's index, then one GetItem per run).
     expect(reads().map((r) => r.command)).toEqual(["GetItemCommand", "QueryCommand"]);
     expect(requests.filter((r) => r.command === "UpdateItemCommand")).toHaveLength(busyQueued);
+    const scanned = reads()[1]?.scanned;
+
+    // Its repeat keeps the CANCELLED runs in that query (to repair a lost job write): the same
+    // page and items read, and, none of them having run, nothing written.
+    requests = [];
+    await cancelJob(engine, TENANT, busy.jobId);
+    expect(reads().map((r) => r.command)).toEqual(["GetItemCommand", "QueryCommand"]);
+    expect(reads()[1]?.scanned).toBe(scanned);
+    expect(requests.filter((r) => !/^(Query|Get|BatchGet|Scan)/.test(r.command))).toEqual([]);
   }, 60_000);
 });
 
