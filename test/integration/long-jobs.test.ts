@@ -3,6 +3,7 @@ import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { GetCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { sleep } from "../../shared/clock.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import type { Engine } from "../../shared/engine.js";
 import { completeAsyncRun, heartbeatAsyncRun } from "../../shared/execution/async-runs.js";
@@ -1049,6 +1050,43 @@ describe("async mode (long jobs)", () => {
       expect(stored?.lastRun, how).toMatchObject({ runId: handOff.runId, status: "CANCELLED" });
       expect(stored?.activeRuns, how).toEqual({});
     }
+  });
+
+  it("a job cancel, its repeat and the target's completion at once: the run ends once, and that ending is its job's lastRun", async () => {
+    const endings = new Set<string>();
+    for (let round = 0; round < 4; round++) {
+      const jobId = await createAsyncJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" } });
+      const triggered = await api.call("POST", `/jobs/${jobId}/trigger`);
+      expect(triggered.status, triggered.text).toBe(202);
+      const handOff = await deliver(jobId);
+      advance(1000);
+      const complete = () => callBack(handOff.completeUrl, handOff.token, { status: "succeeded" });
+      const cancels = Promise.all([
+        api.call("POST", `/jobs/${jobId}/cancel`),
+        api.call("POST", `/jobs/${jobId}/cancel`),
+      ]);
+      // Later each round: the cancels' writes land after it, amid it, and (the last) before it.
+      const [[first, repeat], completed] = await Promise.all([
+        cancels,
+        round < 3 ? sleep(round * 40).then(complete) : cancels.then(complete),
+      ]);
+      expect([first.status, repeat.status], first.text + repeat.text).toEqual([200, 200]);
+      const run = await getRun(api.fixture.engine, parseRunIdOrThrow(handOff.runId));
+      const status = run?.status;
+      expect(status === "CANCELLED" || status === "SUCCEEDED", String(status)).toBe(true);
+      endings.add(String(status));
+      expect(completed.status, completed.text).toBe(status === "SUCCEEDED" ? 200 : 409);
+      expect(run?.durationMs).toBe(1000);
+      const history = await api.call("GET", `/jobs/${jobId}/runs`);
+      expect((history.body as { items: unknown[] }).items).toHaveLength(1);
+      expect(await getJob(api.fixture.engine, jobId)).toMatchObject({
+        status: "CANCELLED",
+        lastRun: { runId: handOff.runId, status, finishedAt: run?.finishedAt },
+        activeRuns: {},
+      });
+    }
+    // The last round's cancels end the run; whether an earlier one's did is timing's.
+    expect(endings.has("CANCELLED")).toBe(true);
   });
 
   it("a repeat of a dead attempt's completion after its replay does not complete the one-off the replay runs for", async () => {
