@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { type RunDto, RunPageSchema, RunSchema } from "../../shared/api/schemas/runs.js";
+import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { cancelRun } from "../../shared/jobs/cancel-run.js";
 import { type ReceivedRun, receiveRuns, setVisibility } from "../../shared/queue/work-queue.js";
@@ -296,5 +297,28 @@ describe("a running run whose worker died, cancelled before the reaper comes", (
       });
       expect(await lastRunOf(id, fixed), how).toEqual(summary(ended));
     }
+  });
+
+  it("a cancel at once with the worker of the reaper's re-send of a run under a lapsed lease: the run ends once, and that ending is its lastRun", async () => {
+    const { id, runId } = await runUnderLapsedLease();
+    // Past the run's reaper deadline (a lease after its lapsed lease) and the reaper's settle line.
+    now = new Date(now.getTime() + LEASE_MS + REAPER_SETTLE_MS + 1_000);
+    const { fixture } = fixed;
+    expect((await reap(fixture.engine)).resent).toBe(1);
+    const again = await fixture.nextDelivery(fixture.engine.queues.normal, id);
+    const [asked] = await Promise.all([
+      fixed.call("POST", `/jobs/${id}/runs/${runId}/cancel`),
+      fixture.process(fixture.workerDeps("w-next", {}, 100), again),
+    ]);
+    expect(asked.status === 200 || asked.status === 409, asked.text).toBe(true);
+    const runs = await historyOf(id, fixed);
+    expect(runs).toHaveLength(1);
+    const [run] = runs;
+    // Cancelled by the cancel (the dead worker's run measured to it), or by the new delivery's
+    // worker on its request, or ended by that worker before the cancel came (409).
+    expect(
+      run?.status === "cancelled" || (run?.status === "succeeded" && asked.status === 409),
+    ).toBe(true);
+    expect(await lastRunOf(id, fixed)).toEqual(summary(run));
   });
 });
