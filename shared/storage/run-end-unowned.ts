@@ -22,7 +22,8 @@ const JOB_EXISTS = "attribute_exists(pk)";
  * Ends a run that no worker holds, as DEAD (listed for replay) or CANCELLED,
  * conditioned on the run being as the caller saw it. Returns the ended run,
  * or null when it had changed. A RUNNING run's entry in its job's activeRuns
- * goes too: overlap would otherwise wait a lease for nothing. A cancel names
+ * goes too (overlap would otherwise wait a lease for nothing), unless the caller's job write of
+ * the run takes it out with its lastRun (`keepListed`). A cancel names
  * who asked (`cancelledBy`, with `cancelRequestedAt`) when `by` is given, and a run the redrive
  * DLQ ends is marked `crashedRunning` (its handler ran) when `crashedRunning` is. A RUNNING run
  * ran, handed over to its async target or started by a worker that died (its lease lapsed): a
