@@ -1,16 +1,12 @@
-import { GetCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
-import {
-  failedConditionItem,
-  isConditionalCheckFailed,
-  retryOnContention,
-  sentMoreThanOnce,
-} from "./dynamo-errors.js";
-import { decodeUsage, quotaPk, USAGE_SK, type UsageReservation } from "./tenant-quotas.js";
+import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
+import { quotaPk, USAGE_SK, type UsageReservation } from "./tenant-quotas.js";
 
 /**
  * The give-back of a tenant's quota usage (`QUOTA#<tenantId>`/`USAGE`, see tenant-quotas.ts): a
- * create's or an edit's reserved share taken off again once its write was refused.
+ * create's or an edit's reserved share taken off again once its write was refused, or a cancelled
+ * or deleted job's share (shared/quotas/ended-share.ts).
  */
 
 /**
@@ -21,78 +17,102 @@ import { decodeUsage, quotaPk, USAGE_SK, type UsageReservation } from "./tenant-
 const SAME_RECOUNT = "attribute_exists(pk) AND recount = :recount";
 const NO_RECOUNT_YET = "attribute_exists(pk) AND attribute_not_exists(recount)";
 
-/** Reads of the usage a give-back makes while other reservations keep changing it. */
-const GIVE_BACK_ATTEMPTS = 8;
-
 /**
- * Takes a reservation whose write was refused off the tenant's usage, unless a
- * recount (or a dropped usage) has replaced the usage since it was added: that
- * count left the share out already. False when it did not take it off.
+ * Takes a reservation's share off the tenant's usage, unless a recount (or a dropped usage) has
+ * replaced the usage since it was added: that count left the share out already. False when it did
+ * not take it off.
  *
- * The usage is read and set to what it was less the share, conditioned on it being unchanged:
- * an `ADD` of the negative share, sent again by the SDK after its answer was lost (a dropped
- * connection, a 500 after DynamoDB applied it), would take the share off twice, and the tenant
- * would then be let one job (or its runs a minute) past its quota until a recount. Sent again,
- * this write fails on its own result instead, which it recognises; a reservation or give-back
- * that came between is read again.
+ * One `ADD` of the negative share, conditioned on the recount token and on each counter holding
+ * the share at least (a counter a recount left below the share, having missed a job then being
+ * written, stays as it is rather than go below zero): however many other reservations and
+ * give-backs come at once, none of them makes it fail, and it reads nothing. An `ADD` sent again
+ * would take the share off twice, and the tenant would then be let one job (or its runs a minute)
+ * past its quota until a recount; so the SDK sends it again only after DynamoDB refused the send
+ * before (a 4xx: throttled, nothing applied). After a send that may have been applied (a 5xx, a
+ * timeout, a dropped connection) it is not sent again and the give-back throws: taken off once or
+ * not at all, the usage stays an upper bound.
  */
 export async function giveBackUsage(
   engine: Engine,
   reservation: UsageReservation,
 ): Promise<boolean> {
   const { tenantId, added, recount } = reservation;
-  const key = { pk: quotaPk(tenantId), sk: USAGE_SK };
-  for (let attempt = 0; attempt < GIVE_BACK_ATTEMPTS; attempt++) {
-    const read = await engine.doc.send(
-      new GetCommand({ TableName: engine.tables.jobs, Key: key, ConsistentRead: true }),
-    );
-    const item = read.Item;
-    if (item === undefined || recountOf(item) !== recount) return false;
-    const seen = decodeUsage(item);
-    const after = {
-      activeJobs: seen.activeJobs - added.activeJobs,
-      runsPerMinute: seen.runsPerMinute - added.runsPerMinute,
-    };
-    try {
-      await retryOnContention(engine, "quota-usage", () =>
-        engine.doc.send(
+  const counters = (["activeJobs", "runsPerMinute"] as const).filter((c) => added[c] > 0);
+  if (counters.length === 0) return true;
+  const sends = sentAgainOnlyAfterRefusals();
+  try {
+    await retryOnContention(engine, "quota-usage", () =>
+      engine.doc.send(
+        sends.guard(
           new UpdateCommand({
             TableName: engine.tables.jobs,
-            Key: key,
-            ConditionExpression: `${recount === null ? NO_RECOUNT_YET : SAME_RECOUNT} AND ${USAGE_AS_SEEN}`,
-            UpdateExpression: "SET activeJobs = :afterJobs, runsPerMinute = :afterRate",
+            Key: { pk: quotaPk(tenantId), sk: USAGE_SK },
+            ConditionExpression: [
+              recount === null ? NO_RECOUNT_YET : SAME_RECOUNT,
+              ...counters.map((c) => `${c} >= :${c}`),
+            ].join(" AND "),
+            UpdateExpression: `ADD ${counters.map((c) => `${c} :less_${c}`).join(", ")}`,
             ExpressionAttributeValues: {
-              ":seenJobs": seen.activeJobs,
-              ":seenRate": seen.runsPerMinute,
-              ":afterJobs": after.activeJobs,
-              ":afterRate": after.runsPerMinute,
+              ...Object.fromEntries(counters.map((c) => [`:${c}`, added[c]])),
+              ...Object.fromEntries(counters.map((c) => [`:less_${c}`, -added[c]])),
               ...(recount === null ? {} : { ":recount": recount }),
             },
-            ReturnValuesOnConditionCheckFailure: "ALL_OLD",
           }),
         ),
-      );
-      return true;
-    } catch (error) {
-      if (!isConditionalCheckFailed(error)) throw error;
-      const old = failedConditionItem(error);
-      const left = old === null ? null : decodeUsage(old);
-      const own =
-        sentMoreThanOnce(error) &&
-        old !== null &&
-        recountOf(old) === recount &&
-        left?.activeJobs === after.activeJobs &&
-        left.runsPerMinute === after.runsPerMinute;
-      if (own) return true;
-    }
+      ),
+    );
+    return true;
+  } catch (error) {
+    if (isConditionalCheckFailed(error)) return false;
+    throw error;
   }
-  // The usage kept changing: the share stays, an upper bound the next recount corrects.
-  return false;
 }
 
-/** The recount token a usage item carries, null before its first recount. */
-const recountOf = (item: Record<string, unknown>) =>
-  typeof item.recount === "string" ? item.recount : null;
+/** What the SDK meets instead of a give-back's resend once a send may have been applied. */
+class GiveBackMaybeAppliedError extends Error {
+  override readonly name = "GiveBackMaybeApplied";
+  constructor() {
+    super(
+      "a send of the quota give-back may have been applied, its answer lost: not sent again, the share taken off once or kept",
+    );
+  }
+}
 
-/** The usage is as the give-back read it (reservations and recounts write both counters). */
-const USAGE_AS_SEEN = "activeJobs = :seenJobs AND runsPerMinute = :seenRate";
+/**
+ * The sends of one give-back (the SDK's retries and `retryOnContention`'s, each command guarded
+ * with `guard`): one goes out only while every send before it was refused by DynamoDB with a 4xx,
+ * which applies nothing. The guard sits inside the SDK's retry loop, so it sees each send; a send
+ * whose answer was lost on its way back, as seen there or outside it, counts as maybe applied.
+ */
+function sentAgainOnlyAfterRefusals() {
+  let maybeApplied = false;
+  const refused = (error: unknown) => {
+    const status = (error as { $metadata?: { httpStatusCode?: unknown } } | null)?.$metadata
+      ?.httpStatusCode;
+    return typeof status === "number" && status >= 400 && status < 500;
+  };
+  return {
+    guard(command: UpdateCommand): UpdateCommand {
+      command.middlewareStack.add(
+        (next) => async (args) => {
+          if (maybeApplied) throw new GiveBackMaybeAppliedError();
+          maybeApplied = true;
+          try {
+            return await next(args);
+          } catch (error) {
+            if (refused(error)) maybeApplied = false;
+            throw error;
+          }
+        },
+        {
+          step: "finalizeRequest",
+          priority: "low",
+          name: "giveBackSentAgainOnlyAfterRefusals",
+          // The document client resolves its command's stack twice (its own and its inner command's).
+          override: true,
+        },
+      );
+      return command;
+    },
+  };
+}

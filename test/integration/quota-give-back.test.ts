@@ -1,4 +1,7 @@
-import { InternalServerError } from "@aws-sdk/client-dynamodb";
+import {
+  InternalServerError,
+  ProvisionedThroughputExceededException,
+} from "@aws-sdk/client-dynamodb";
 import { PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DEFAULT_QUOTAS } from "../../shared/config.js";
@@ -9,6 +12,7 @@ import type { QuotaExceededError } from "../../shared/quotas/limits.js";
 import { MAX_CONTENTION_ATTEMPTS } from "../../shared/storage/dynamo-errors.js";
 import { shardHighWaterKey } from "../../shared/storage/items.js";
 import { giveBackUsage } from "../../shared/storage/quota-give-back.js";
+import { readRecountToken } from "../../shared/storage/quota-recount.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import {
   forgetQuotaUsage,
@@ -19,7 +23,7 @@ import {
 } from "../../shared/storage/tenant-quotas.js";
 import { ValidationError } from "../../shared/validation.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
-import { withFaults } from "../support/faults.js";
+import { withFaults, withLostAnswers } from "../support/faults.js";
 
 const far = () => ({ runAt: new Date(Date.now() + 3_600_000).toISOString() });
 const hourly = { cron: "0 * * * *", timezone: "UTC" };
@@ -290,5 +294,95 @@ describe("giving a reservation back in storage", () => {
     expect(await writeRecountedUsage(f.engine, tenant, oneJob, seen, new Date())).toBe(true);
     expect(await giveBackUsage(f.engine, again)).toBe(false);
     expect(await readQuotaUsage(f.engine, tenant)).toEqual(oneJob);
+  });
+  /** A usage at `usage` under a fresh recount token, and a reservation of `oneJob` on top. */
+  const reservedOn = async (tenant: string, usage: typeof oneJob) => {
+    expect(await writeRecountedUsage(f.engine, tenant, usage, null, new Date())).toBe(true);
+    const reservation = await reserveUsage(f.engine, tenant, oneJob, limits);
+    if (reservation === null) throw new Error("the reservation was refused");
+    return reservation;
+  };
+
+  /**
+   * Fails the next give-back send as DynamoDB answers it, inside the SDK's retry loop (after the
+   * give-back's own guard), once: `refuse` before it reaches DynamoDB, or `lose` its answer after.
+   */
+  const failNextSend = (how: "refuse" | "lose") => {
+    const name = `giveBackSend-${how}`;
+    let failed = 0;
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const input = JSON.stringify(args.input);
+        if (failed > 0 || context.commandName !== "UpdateItemCommand" || !input.includes(":less_"))
+          return next(args);
+        failed++;
+        if (how === "refuse")
+          throw new ProvisionedThroughputExceededException({
+            message: "The level of configured provisioned throughput for the table was exceeded",
+            $metadata: { httpStatusCode: 400 },
+          });
+        await next(args);
+        throw new InternalServerError({
+          message: "answer lost",
+          $metadata: { httpStatusCode: 500 },
+        });
+      },
+      { step: "deserialize", name },
+    );
+    return { failed: () => failed, remove: () => f.engine.doc.middlewareStack.remove(name) };
+  };
+
+  it("a give-back DynamoDB refused (throttled) is sent again and takes the share off", async () => {
+    const tenant = "give-back-throttled";
+    const given = await reservedOn(tenant, oneJob);
+    const fault = failNextSend("refuse");
+    try {
+      expect(await giveBackUsage(f.engine, given)).toBe(true);
+    } finally {
+      fault.remove();
+    }
+    expect(fault.failed()).toBe(1);
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual(oneJob);
+  });
+
+  it("a give-back whose answer is lost is not sent again: the share is taken off once, never twice", async () => {
+    const tenant = "give-back-answer-lost";
+    const given = await reservedOn(tenant, oneJob);
+    const fault = failNextSend("lose");
+    try {
+      await expect(giveBackUsage(f.engine, given)).rejects.toThrow(/may have been applied/);
+    } finally {
+      fault.remove();
+    }
+    expect(fault.failed()).toBe(1);
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual(oneJob);
+
+    // Lost outside the give-back's guard (the whole exchange, as a dropped connection): the same.
+    const again = await reserveUsage(f.engine, tenant, oneJob, limits);
+    if (again === null) throw new Error("the reservation was refused");
+    const lossy = withLostAnswers(f.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) => String(input.UpdateExpression).includes(":less_"),
+    });
+    try {
+      await expect(giveBackUsage(lossy.engine, again)).rejects.toThrow(/may have been applied/);
+    } finally {
+      lossy.destroy();
+    }
+    expect(lossy.injected.count).toBe(1);
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual(oneJob);
+  });
+
+  it("a give-back that would take a counter below zero takes nothing off", async () => {
+    const tenant = "give-back-below-zero";
+    // A recount that missed the reserved job (still being written): the usage below its share.
+    const given = await reservedOn(tenant, { activeJobs: 0, runsPerMinute: 0 });
+    const seen = await readQuotaUsage(f.engine, tenant);
+    const missed = { activeJobs: 0, runsPerMinute: 2 };
+    expect(await writeRecountedUsage(f.engine, tenant, missed, seen, new Date())).toBe(true);
+    const token = await readRecountToken(f.engine, tenant);
+    expect(await giveBackUsage(f.engine, { ...given, recount: token ?? null })).toBe(false);
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual(missed);
   });
 });

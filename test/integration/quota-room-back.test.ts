@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { IdempotencyConflictError } from "../../shared/errors.js";
 import { cancelJob, createJob, deleteJob, editJob } from "../../shared/jobs/index.js";
 import { QuotaExceededError } from "../../shared/quotas/limits.js";
 import { JOBS_BY_TENANT_INDEX } from "../../shared/storage/tables.js";
@@ -65,6 +66,53 @@ describe("room back at the limit", () => {
     const created = await createJob(f.engine, testJob({ tenantId: tenant, schedule: hourly }));
     expect(created.created).toBe(true);
   });
+
+  it("40 cancels and deletes at once, of jobs after one job, each give their share back: the usage lowered by all 40, and 40 creates accepted at once", async () => {
+    const tenant = "room-after-many-at-once";
+    await writeQuotaOverride(f.engine, tenant, { activeJobs: 41, runsPerMinute: 41 }, new Date());
+    const hourly = { cron: "0 * * * *", timezone: "UTC" };
+    const upstream = await createJob(f.engine, testJob({ tenantId: tenant, schedule: hourly }));
+    const after = { after: { jobs: [upstream.job.jobId], on: "completion" as const } };
+    const dependents: string[] = [];
+    for (let i = 0; i < 40; i++) {
+      const { job } = await createJob(f.engine, testJob({ tenantId: tenant, schedule: after }));
+      dependents.push(job.jobId);
+    }
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual({ activeJobs: 41, runsPerMinute: 41 });
+    // Refused: the recount (now) counts the 41, and for 5 s a request over is refused from it.
+    expect(await create(tenant)).toMatchObject({ context: { quota: "activeJobs" } });
+    const refusedAt = Date.now();
+
+    await Promise.all(
+      dependents.map((jobId, i) => (i % 2 === 0 ? cancelJob : deleteJob)(f.engine, tenant, jobId)),
+    );
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual({ activeJobs: 1, runsPerMinute: 1 });
+    // Within the 5 s of that recount: the room is the cancels' and deletes' give-backs alone.
+    const withinTheWindow = engineAt(f.engine, refusedAt);
+    const created = await Promise.all(dependents.map(() => create(tenant, withinTheWindow)));
+    expect(created.filter((c) => c instanceof QuotaExceededError)).toEqual([]);
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual({ activeJobs: 41, runsPerMinute: 1 });
+    expect(await create(tenant, withinTheWindow)).toMatchObject({
+      context: { quota: "activeJobs" },
+    });
+  }, 30_000);
+
+  it("30 creates refused at once (a key taken with another body) each give their reservation back", async () => {
+    const tenant = "room-after-refused-creates";
+    await writeQuotaOverride(f.engine, tenant, { activeJobs: 41 }, new Date());
+    const idempotency = { key: "taken", requestHash: "first" };
+    await createJob(f.engine, farJob(tenant), { idempotency });
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual({ activeJobs: 1, runsPerMinute: 0 });
+    const refused = await Promise.all(
+      Array.from({ length: 30 }, (_, i) =>
+        createJob(f.engine, farJob(tenant), {
+          idempotency: { key: "taken", requestHash: `other-${i}` },
+        }).catch((error: unknown) => error),
+      ),
+    );
+    expect(refused.filter((r) => !(r instanceof IdempotencyConflictError))).toEqual([]);
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual({ activeJobs: 1, runsPerMinute: 0 });
+  }, 30_000);
 
   it("a delete of a job cancelled already gives nothing back again", async () => {
     const tenant = "room-after-cancel-and-delete";
@@ -152,7 +200,7 @@ describe("room back at the limit", () => {
     await atTheLimit(tenant);
     const [kept, ended] = (await f.jobs()).filter((j) => j.tenantId === tenant);
     if (kept === undefined || ended === undefined) throw new Error("two jobs expected");
-    // A recount lands just after the job's write, before the cancel's next read of the usage.
+    // A recount lands just after the job's write, before the cancel's give-back (its write on the usage).
     let jobWritten = false;
     let recounted = false;
     const name = "recountAfterCancelWrite";
@@ -163,7 +211,7 @@ describe("room back at the limit", () => {
         const writes = ["UpdateItemCommand", "TransactWriteItemsCommand"];
         if (writes.includes(context.commandName ?? "") && input.includes(ended.jobId))
           jobWritten = true;
-        if (context.commandName === "GetItemCommand" && onUsage && jobWritten && !recounted) {
+        if (context.commandName === "UpdateItemCommand" && onUsage && jobWritten && !recounted) {
           recounted = true;
           const later = engineAt(f.engine, Date.now() + f.engine.settings.quotaRecountMs);
           expect(await create(tenant, later)).toMatchObject({ created: true });
