@@ -198,6 +198,13 @@ describe("a running run whose worker died, cancelled before the reaper comes", (
     return { id, runId, delivery };
   }
 
+  /** The run's cancel, its job's cancel, or its job's pause with running: cancel. */
+  function askedToCancel(how: "run" | "job" | "pause", id: string, runId: string) {
+    if (how === "run") return fixed.call("POST", `/jobs/${id}/runs/${runId}/cancel`);
+    if (how === "job") return fixed.call("POST", `/jobs/${id}/cancel`);
+    return fixed.call("POST", `/jobs/${id}/pause`, { body: { running: "cancel" } });
+  }
+
   /** A recurring job's triggered run whose worker died mid-run, its lease lapsed since. */
   async function runUnderLapsedLease(): Promise<{ id: string; runId: string }> {
     const { id, runId } = await runUnderLiveLease();
@@ -209,12 +216,7 @@ describe("a running run whose worker died, cancelled before the reaper comes", (
   it("its handler ran: a run's cancel, a job's cancel or a pause with running: cancel gives it its start to the cancel as durationMs, and it is its job's lastRun", async () => {
     for (const how of ["run", "job", "pause"] as const) {
       const { id, runId } = await runUnderLapsedLease();
-      const asked =
-        how === "run"
-          ? await fixed.call("POST", `/jobs/${id}/runs/${runId}/cancel`)
-          : how === "job"
-            ? await fixed.call("POST", `/jobs/${id}/cancel`)
-            : await fixed.call("POST", `/jobs/${id}/pause`, { body: { running: "cancel" } });
+      const asked = await askedToCancel(how, id, runId);
       expect(asked.status, asked.text).toBe(200);
       const runs = await historyOf(id, fixed);
       expect(shape(runs), how).toEqual([
@@ -263,12 +265,7 @@ describe("a running run whose worker died, cancelled before the reaper comes", (
   it("asked to cancel under its worker's live lease, that worker then dead: the next delivery ends it cancelled as asked, and it is its job's lastRun: its handler ran", async () => {
     for (const how of ["run", "job", "pause"] as const) {
       const { id, runId, delivery } = await runUnderLiveLease();
-      const asked =
-        how === "run"
-          ? await fixed.call("POST", `/jobs/${id}/runs/${runId}/cancel`)
-          : how === "job"
-            ? await fixed.call("POST", `/jobs/${id}/cancel`)
-            : await fixed.call("POST", `/jobs/${id}/pause`, { body: { running: "cancel" } });
+      const asked = await askedToCancel(how, id, runId);
       expect(asked.status, asked.text).toBe(200);
       const by = how === "run" ? "api" : how === "job" ? "job-cancel" : "pause";
       const requested = RunSchema.parse(

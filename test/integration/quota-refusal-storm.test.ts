@@ -24,19 +24,16 @@ describe("a storm of creates and edits refused at the limit", () => {
   });
   afterAll(() => f.destroy());
 
-  it("refuses edits of a job with many jobs after it without reading them each time", async () => {
-    const tenant = "edit-storm";
-    const dependents = 200;
-    // The job and its dependents, each counting the job's hourly peak: 1 + 200 runs a minute.
-    const limit = dependents + 1;
-    await writeQuotaOverride(f.engine, tenant, { runsPerMinute: limit }, new Date());
+  /** An hourly job of `tenant` and `count` jobs after it, created 25 at a time. */
+  async function hourlyJobWithDependents(tenant: string, count: number) {
     const head = (
       await createJob(
         f.engine,
         testJob({ tenantId: tenant, schedule: { cron: "0 * * * *", timezone: "UTC" } }),
       )
     ).job;
-    for (let made = 0; made < dependents; made += 25) {
+    const below: string[] = [];
+    for (let made = 0; made < count; made += 25) {
       const outcomes = await createJobs(
         f.engine,
         tenant,
@@ -48,7 +45,18 @@ describe("a storm of creates and edits refused at the limit", () => {
         })),
       );
       expect(outcomes.filter((o) => "error" in o)).toEqual([]);
+      for (const o of outcomes) if ("job" in o) below.push(o.job.jobId);
     }
+    return { head, below };
+  }
+
+  it("refuses edits of a job with many jobs after it without reading them each time", async () => {
+    const tenant = "edit-storm";
+    const dependents = 200;
+    // The job and its dependents, each counting the job's hourly peak: 1 + 200 runs a minute.
+    const limit = dependents + 1;
+    await writeQuotaOverride(f.engine, tenant, { runsPerMinute: limit }, new Date());
+    const { head } = await hourlyJobWithDependents(tenant, dependents);
     expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ runsPerMinute: limit });
     const { version } = head;
 
@@ -95,27 +103,7 @@ describe("a storm of creates and edits refused at the limit", () => {
     // Room for the edit's own change (1), none for what it adds through the jobs after it (201).
     const limit = dependents + 1 + 100;
     await writeQuotaOverride(f.engine, tenant, { runsPerMinute: limit }, new Date());
-    const head = (
-      await createJob(
-        f.engine,
-        testJob({ tenantId: tenant, schedule: { cron: "0 * * * *", timezone: "UTC" } }),
-      )
-    ).job;
-    const below: string[] = [];
-    for (let made = 0; made < dependents; made += 25) {
-      const outcomes = await createJobs(
-        f.engine,
-        tenant,
-        Array.from({ length: 25 }, () => ({
-          input: testJob({
-            tenantId: tenant,
-            schedule: { after: { jobs: [head.jobId], on: "completion" } },
-          }),
-        })),
-      );
-      for (const o of outcomes) if ("job" in o) below.push(o.job.jobId);
-    }
-    expect(below).toHaveLength(dependents);
+    const { head, below } = await hourlyJobWithDependents(tenant, dependents);
     const { version } = head;
     const edit = { schedule: { every: "PT30S" } };
     const refusal = {
