@@ -25,7 +25,7 @@ const ATTEMPTS = 5;
  * within a heartbeat. A one-off job whose own occurrence is cancelled has
  * nothing left to run and completes. A run that has ended is refused
  * (`RunEndedError`, naming its status); a repeat of a pending request answers
- * the run as it stands.
+ * the run as it stands while its worker's lease is live, and ends it once that lapsed.
  */
 export async function cancelRun(
   engine: Engine,
@@ -84,8 +84,10 @@ async function recordCancelOnJob(
 /**
  * Cancels a run not yet ended, as read: QUEUED, RUNNING under a lapsed lease
  * (no worker holds it), or handed over to its async target, ends CANCELLED now; RUNNING under a live lease gets a
- * cancel request (one already asked is left as it is). Returns the run as it
- * now stands, "ended" when it had ended, or null when it changed meanwhile.
+ * cancel request (one already asked is left as it is). A cancel asked earlier, under a lease that
+ * has lapsed since (its worker died before carrying it out), ends the run now as that one asked
+ * (who, when). Returns the run as it now stands, "ended" when it had ended, or null when it
+ * changed meanwhile.
  */
 async function cancelLiveRun(
   engine: Engine,
@@ -95,13 +97,16 @@ async function cancelLiveRun(
 ): Promise<Run | "ended" | null> {
   const now = engine.clock();
   if (run.status !== "QUEUED" && run.status !== "RUNNING") return "ended";
-  if (run.status === "RUNNING" && run.cancelRequestedAt) return run;
   // A run handed over to its async target has no worker to tell: it ends now, and the target's
   // next heartbeat or completion is refused (409).
   const held =
     run.status === "RUNNING" && !run.handedOverAt && (run.leaseUntil ?? "") > now.toISOString();
-  if (held) return requestRunCancel(engine, run, by, now);
-  return endRunAsSeen(engine, run, "CANCELLED", CANCEL_REASONS[by], now, { by, keepListed });
+  if (held) return run.cancelRequestedAt ? run : requestRunCancel(engine, run, by, now);
+  const asked = run.cancelRequestedAt ? (run.cancelledBy ?? by) : by;
+  return endRunAsSeen(engine, run, "CANCELLED", CANCEL_REASONS[asked], now, {
+    by: asked,
+    keepListed,
+  });
 }
 
 /**

@@ -296,6 +296,34 @@ describe("a running run whose worker died, cancelled before the reaper comes", (
     }
   });
 
+  it("asked to cancel under its worker's live lease, that worker then dead: a repeat of the cancel once the lease lapsed ends it at once, its start to the repeat as durationMs, and it is its job's lastRun", async () => {
+    for (const how of ["run", "job", "pause"] as const) {
+      const { id, runId } = await runUnderLiveLease();
+      const asked = await askedToCancel(how, id, runId);
+      expect(asked.status, asked.text).toBe(200);
+      const requestedAt = now.toISOString();
+      // The worker never heartbeats again: its lease lapses; the reaper has not come yet.
+      now = new Date(now.getTime() + LEASE_MS + 1_500);
+      const again = await askedToCancel(how, id, runId);
+      expect(again.status, again.text).toBe(200);
+      const ended = RunSchema.parse((await fixed.call("GET", `/jobs/${id}/runs/${runId}`)).body);
+      expect(ended.status, how).toBe("cancelled");
+      const runs = await historyOf(id, fixed);
+      expect(runs, how).toHaveLength(1);
+      expect(runs[0], how).toMatchObject({
+        runId,
+        status: "cancelled",
+        cancelledBy: how === "run" ? "api" : how === "job" ? "job-cancel" : "pause",
+        cancelRequestedAt: requestedAt,
+        finishedAt: now.toISOString(),
+        durationMs: LEASE_MS + 1_500,
+      });
+      if (how === "run")
+        expect(RunSchema.parse(again.body), how).toMatchObject({ status: "cancelled" });
+      expect(await lastRunOf(id, fixed), how).toEqual(summary(runs[0]));
+    }
+  });
+
   it("a cancel at once with the worker of the reaper's re-send of a run under a lapsed lease: the run ends once, and that ending is its lastRun", async () => {
     const { id, runId } = await runUnderLapsedLease();
     // Past the run's reaper deadline (a lease after its lapsed lease) and the reaper's settle line.
