@@ -257,7 +257,8 @@ export interface Run {
    * Set by the redrive DLQ's ending (DEAD, or CANCELLED as asked): every delivery of its message
    * started the run and crashed its worker, so its handler ran though no ending measured how long.
    * Set too by a delivery's CANCELLED ending of a run asked to cancel while a worker that then
-   * died held it (`decideStart`).
+   * died held it (`decideStart`), and by a cancel's ending of a QUEUED run its job lists under a
+   * lapsed lease (a worker ran it and died; a later delivery put it back to wait).
    */
   readonly crashedRunning?: boolean;
   /** Set on a DEAD run once it has been replayed: the run that replaced it. */

@@ -39,7 +39,8 @@ export async function cancelRun(
   for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
     const run = await getRun(engine, ref);
     if (run === null) throw new RunNotFoundError(runId);
-    const outcome = await cancelLiveRun(engine, run, "api");
+    const crashed = ranBefore(job, run, engine.clock());
+    const outcome = await cancelLiveRun(engine, run, "api", { crashedRunning: crashed });
     if (outcome === "ended") {
       // A repeat of a cancel that ended the run and died before its job's write makes that write:
       // a handed-over run has no message left to repair it. Each part is conditioned as the
@@ -59,6 +60,7 @@ export async function cancelRun(
         engine,
         outcome,
         job.status === "ACTIVE" && endsOneOff(job, run, "CANCELLED"),
+        crashed,
       );
     return outcome;
   }
@@ -93,7 +95,7 @@ async function cancelLiveRun(
   engine: Engine,
   run: Run,
   by: CancelSource,
-  keepListed = false,
+  { keepListed = false, crashedRunning = false }: EndingOptions = {},
 ): Promise<Run | "ended" | null> {
   const now = engine.clock();
   if (run.status !== "QUEUED" && run.status !== "RUNNING") return "ended";
@@ -106,7 +108,28 @@ async function cancelLiveRun(
   return endRunAsSeen(engine, run, "CANCELLED", CANCEL_REASONS[asked], now, {
     by: asked,
     keepListed,
+    crashedRunning,
   });
+}
+
+interface EndingOptions {
+  /** The run stays in its job's activeRuns for the caller's job write (`endRunAsSeen`). */
+  readonly keepListed?: boolean;
+  /** A QUEUED run an earlier worker ran and died holding (`ranBefore`): marked `crashedRunning`. */
+  readonly crashedRunning?: boolean;
+}
+
+/**
+ * A QUEUED run its job lists under a lapsed lease was admitted (its handler let on) and has not
+ * ended: the worker that ran it died, and a later delivery put it back to wait (its overlap policy,
+ * its tenant's concurrentRuns quota) or has yet to come. Its handler ran: a cancel's ending of it
+ * counts it as run, as a delivery's ending of a run asked to cancel under a worker that died does
+ * (`crashedRunning`, no duration: the start it shows is a later delivery's, if any). A run listed
+ * under a live lease that reads QUEUED runs now with its start unwritten (run-fence.ts).
+ */
+function ranBefore(job: Job, run: Run, now: Date): boolean {
+  const leaseUntil = job.activeRuns[run.runId];
+  return run.status === "QUEUED" && leaseUntil !== undefined && leaseUntil <= now.toISOString();
 }
 
 /**
@@ -139,11 +162,12 @@ export async function cancelRunsOfJob(
     for (let attempt = 0, current: Run | null = run; current && attempt < ATTEMPTS; attempt++) {
       // A run's write meets a transaction on it (a claim's, a worker's ending): sent again.
       const live = current;
+      const crashed = ranBefore(job, live, now);
       const outcome = await retryOnContention(engine, "cancel run", () =>
-        cancelLiveRun(engine, live, by, listed(live)),
+        cancelLiveRun(engine, live, by, { keepListed: listed(live), crashedRunning: crashed }),
       );
       if (outcome !== null && outcome !== "ended" && outcome.status === "CANCELLED")
-        await recordCancelOnJob(engine, outcome, false, listed(live));
+        await recordCancelOnJob(engine, outcome, false, listed(live) || crashed);
       if (outcome !== null) return;
       current = await getRun(engine, current);
     }

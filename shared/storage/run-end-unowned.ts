@@ -46,7 +46,10 @@ export async function endRunAsSeen(
     readonly trigger?: DueEntry | undefined;
     /** A CANCELLED ending: who cancelled it. */
     readonly by?: CancelSource | undefined;
-    /** The redrive DLQ's ending: every delivery started the run and crashed its worker. */
+    /**
+     * The redrive DLQ's ending (every delivery started the run and crashed its worker), or a
+     * cancel's of a QUEUED run its job lists under a lapsed lease (its worker ran it and died).
+     */
     readonly crashedRunning?: boolean | undefined;
     /**
      * The run stays in its job's activeRuns: the caller's job write takes it out with its lastRun

@@ -5,6 +5,7 @@ import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { cancelRun } from "../../shared/jobs/cancel-run.js";
 import { type ReceivedRun, receiveRuns, setVisibility } from "../../shared/queue/work-queue.js";
+import { getJob } from "../../shared/storage/run-reads.js";
 import { withFaults } from "../support/faults.js";
 import { type ApiHarness, runOnce, startApi, TENANT_A } from "./support.js";
 
@@ -345,5 +346,38 @@ describe("a running run whose worker died, cancelled before the reaper comes", (
       run?.status === "cancelled" || (run?.status === "succeeded" && asked.status === 409),
     ).toBe(true);
     expect(await lastRunOf(id, fixed)).toEqual(summary(run));
+  });
+
+  it("delivered again after its worker died, waiting for its overlap policy behind the job's next run, then cancelled (a run's cancel, a job's cancel): its handler ran, so it is its job's lastRun", async () => {
+    for (const how of ["run", "job"] as const) {
+      const { id, runId, delivery } = await runUnderLiveLease();
+      now = new Date(now.getTime() + LEASE_MS + 1_500);
+      // The job's next run is under way (its worker dies too, under a live lease).
+      const next = await fixed.call("POST", `/jobs/${id}/trigger`);
+      expect(next.status, next.text).toBe(202);
+      await runDyingAtItsEnding(id);
+      const { fixture } = fixed;
+      await setVisibility(fixture.engine.sqs, delivery.queueUrl, delivery.receiptHandle, 0);
+      const again = await fixture.nextDelivery(fixture.engine.queues.normal, id);
+      expect(await fixture.process(fixture.workerDeps("w-next"), again), how).toBe("ack");
+      const waiting = RunSchema.parse((await fixed.call("GET", `/jobs/${id}/runs/${runId}`)).body);
+      expect(waiting, how).toMatchObject({
+        status: "queued",
+        reason: "waiting: overlap policy skip",
+      });
+      const asked = await askedToCancel(how, id, runId);
+      expect(asked.status, asked.text).toBe(200);
+      const ended = RunSchema.parse((await fixed.call("GET", `/jobs/${id}/runs/${runId}`)).body);
+      // As a delivery's ending of a run asked to cancel under a worker that died: no durationMs.
+      expect(ended, how).toMatchObject({
+        status: "cancelled",
+        cancelledBy: how === "run" ? "api" : "job-cancel",
+        finishedAt: now.toISOString(),
+        durationMs: null,
+      });
+      expect(await lastRunOf(id, fixed), how).toEqual(summary(ended));
+      const stored = await getJob(fixed.fixture.engine, id);
+      expect(stored?.activeRuns[runId], how).toBeUndefined();
+    }
   });
 });
