@@ -1,11 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { type RunDto, RunPageSchema, RunSchema } from "../../shared/api/schemas/runs.js";
+import { DEFAULT_QUOTAS } from "../../shared/config.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { cancelRun } from "../../shared/jobs/cancel-run.js";
 import { type ReceivedRun, receiveRuns, setVisibility } from "../../shared/queue/work-queue.js";
-import { getJob } from "../../shared/storage/run-reads.js";
+import { takeTenantSlot } from "../../shared/quotas/concurrency.js";
+import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { withFaults } from "../support/faults.js";
 import { type ApiHarness, runOnce, startApi, TENANT_A } from "./support.js";
 
@@ -137,24 +139,33 @@ describe("a running run whose worker died, cancelled before the reaper comes", (
   const LEASE_MS = 6_000;
   let now = new Date(Math.ceil(Date.now() / 1000) * 1000);
   let fixed: ApiHarness;
+  /** The same, its tenants at most one run at a time (the deployment's concurrentRuns). */
+  let capped: ApiHarness;
   beforeAll(async () => {
     fixed = await startApi({ clock: () => now, settings: { leaseMs: LEASE_MS } });
+    capped = await startApi({
+      clock: () => now,
+      settings: { leaseMs: LEASE_MS, quotas: { ...DEFAULT_QUOTAS, concurrentRuns: 1 } },
+    });
   });
-  afterAll(() => fixed.close());
+  afterAll(async () => {
+    await fixed.close();
+    await capped.close();
+  });
 
   /**
    * The worker code runs the job's next message, a sleep long enough for a heartbeat to write its
    * start, and dies at its ending's write, after the handler ran: the run stays RUNNING under the
    * dead worker's lease.
    */
-  async function runDyingAtItsEnding(jobId: string): Promise<ReceivedRun> {
-    const dying = withFaults(fixed.fixture.engine, {
+  async function runDyingAtItsEnding(jobId: string, on = fixed): Promise<ReceivedRun> {
+    const dying = withFaults(on.fixture.engine, {
       operation: "UpdateItem",
       times: 1,
       match: (input) => String(input.UpdateExpression).includes("durationMs = :durationMs"),
       error: () => new Error("worker died"),
     });
-    const deps = { ...fixed.fixture.workerDeps("w-dying", {}, 100), engine: dying.engine };
+    const deps = { ...on.fixture.workerDeps("w-dying", {}, 100), engine: dying.engine };
     let delivery: ReceivedRun | undefined;
     try {
       const deadline = Date.now() + 15_000;
@@ -177,20 +188,20 @@ describe("a running run whose worker died, cancelled before the reaper comes", (
   }
 
   /** A recurring job's triggered run whose worker died mid-run, under its dead worker's live lease. */
-  async function runUnderLiveLease(): Promise<{
+  async function runUnderLiveLease(on = fixed): Promise<{
     id: string;
     runId: string;
     delivery: ReceivedRun;
   }> {
     const id = await created(
       { type: "sleep", payload: { ms: 600 }, schedule: { cron: "0 0 1 1 *", timezone: "UTC" } },
-      fixed,
+      on,
     );
-    const triggered = await fixed.call("POST", `/jobs/${id}/trigger`);
+    const triggered = await on.call("POST", `/jobs/${id}/trigger`);
     expect(triggered.status, triggered.text).toBe(202);
     const { runId } = RunSchema.parse(triggered.body);
-    const delivery = await runDyingAtItsEnding(id);
-    const running = await fixed.call("GET", `/jobs/${id}/runs/${runId}`);
+    const delivery = await runDyingAtItsEnding(id, on);
+    const running = await on.call("GET", `/jobs/${id}/runs/${runId}`);
     expect(RunSchema.parse(running.body)).toMatchObject({
       status: "running",
       startedAt: now.toISOString(),
@@ -200,10 +211,10 @@ describe("a running run whose worker died, cancelled before the reaper comes", (
   }
 
   /** The run's cancel, its job's cancel, or its job's pause with running: cancel. */
-  function askedToCancel(how: "run" | "job" | "pause", id: string, runId: string) {
-    if (how === "run") return fixed.call("POST", `/jobs/${id}/runs/${runId}/cancel`);
-    if (how === "job") return fixed.call("POST", `/jobs/${id}/cancel`);
-    return fixed.call("POST", `/jobs/${id}/pause`, { body: { running: "cancel" } });
+  function askedToCancel(how: "run" | "job" | "pause", id: string, runId: string, on = fixed) {
+    if (how === "run") return on.call("POST", `/jobs/${id}/runs/${runId}/cancel`);
+    if (how === "job") return on.call("POST", `/jobs/${id}/cancel`);
+    return on.call("POST", `/jobs/${id}/pause`, { body: { running: "cancel" } });
   }
 
   /** A recurring job's triggered run whose worker died mid-run, its lease lapsed since. */
@@ -348,36 +359,55 @@ describe("a running run whose worker died, cancelled before the reaper comes", (
     expect(await lastRunOf(id, fixed)).toEqual(summary(run));
   });
 
-  it("delivered again after its worker died, waiting for its overlap policy behind the job's next run, then cancelled (a run's cancel, a job's cancel): its handler ran, so it is its job's lastRun", async () => {
-    for (const how of ["run", "job"] as const) {
-      const { id, runId, delivery } = await runUnderLiveLease();
-      now = new Date(now.getTime() + LEASE_MS + 1_500);
-      // The job's next run is under way (its worker dies too, under a live lease).
-      const next = await fixed.call("POST", `/jobs/${id}/trigger`);
-      expect(next.status, next.text).toBe(202);
-      await runDyingAtItsEnding(id);
-      const { fixture } = fixed;
-      await setVisibility(fixture.engine.sqs, delivery.queueUrl, delivery.receiptHandle, 0);
-      const again = await fixture.nextDelivery(fixture.engine.queues.normal, id);
-      expect(await fixture.process(fixture.workerDeps("w-next"), again), how).toBe("ack");
-      const waiting = RunSchema.parse((await fixed.call("GET", `/jobs/${id}/runs/${runId}`)).body);
-      expect(waiting, how).toMatchObject({
-        status: "queued",
-        reason: "waiting: overlap policy skip",
-      });
-      const asked = await askedToCancel(how, id, runId);
-      expect(asked.status, asked.text).toBe(200);
-      const ended = RunSchema.parse((await fixed.call("GET", `/jobs/${id}/runs/${runId}`)).body);
-      // As a delivery's ending of a run asked to cancel under a worker that died: no durationMs.
-      expect(ended, how).toMatchObject({
-        status: "cancelled",
-        cancelledBy: how === "run" ? "api" : "job-cancel",
-        finishedAt: now.toISOString(),
-        durationMs: null,
-      });
-      expect(await lastRunOf(id, fixed), how).toEqual(summary(ended));
-      const stored = await getJob(fixed.fixture.engine, id);
-      expect(stored?.activeRuns[runId], how).toBeUndefined();
-    }
-  });
+  it.each([
+    ["its overlap policy behind the job's next run", "waiting: overlap policy skip"],
+    ["its tenant's concurrentRuns quota", "waiting: tenant at its concurrentRuns quota (1)"],
+  ])(
+    "delivered again after its worker died, waiting for %s, then cancelled (a run's cancel, a job's cancel): its handler ran, so it is its job's lastRun",
+    async (_, reason) => {
+      const quota = reason.includes("quota");
+      const on = quota ? capped : fixed;
+      for (const how of ["run", "job"] as const) {
+        const { id, runId, delivery } = await runUnderLiveLease(on);
+        now = new Date(now.getTime() + LEASE_MS + 1_500);
+        const { fixture } = on;
+        if (quota) {
+          // Another job's run holds the tenant's one slot, under a live lease.
+          const other = await created(
+            { type: "noop", schedule: { cron: "0 0 1 1 *", timezone: "UTC" } },
+            on,
+          );
+          const holder = RunSchema.parse((await on.call("POST", `/jobs/${other}/trigger`)).body);
+          const held = await getRun(fixture.engine, { ...holder, jobId: other });
+          if (held === null) throw new Error("no holder run");
+          expect((await takeTenantSlot(fixture.engine, held, now)).kind).toBe("taken");
+        } else {
+          // The job's next run is under way (its worker dies too, under a live lease).
+          const next = await on.call("POST", `/jobs/${id}/trigger`);
+          expect(next.status, next.text).toBe(202);
+          await runDyingAtItsEnding(id, on);
+        }
+        await setVisibility(fixture.engine.sqs, delivery.queueUrl, delivery.receiptHandle, 0);
+        const again = await fixture.nextDelivery(fixture.engine.queues.normal, id);
+        expect(await fixture.process(fixture.workerDeps("w-next"), again), how).toBe("ack");
+        const waiting = RunSchema.parse((await on.call("GET", `/jobs/${id}/runs/${runId}`)).body);
+        expect(waiting, how).toMatchObject({ status: "queued", reason });
+        const asked = await askedToCancel(how, id, runId, on);
+        expect(asked.status, asked.text).toBe(200);
+        const ended = RunSchema.parse((await on.call("GET", `/jobs/${id}/runs/${runId}`)).body);
+        // As a delivery's ending of a run asked to cancel under a worker that died: no durationMs.
+        expect(ended, how).toMatchObject({
+          status: "cancelled",
+          cancelledBy: how === "run" ? "api" : "job-cancel",
+          finishedAt: now.toISOString(),
+          durationMs: null,
+        });
+        expect(await lastRunOf(id, on), how).toEqual(summary(ended));
+        const stored = await getJob(on.fixture.engine, id);
+        expect(stored?.activeRuns[runId], how).toBeUndefined();
+        // The holder's slot lapses before the next case.
+        if (quota) now = new Date(now.getTime() + LEASE_MS + 1_000);
+      }
+    },
+  );
 });
