@@ -10,9 +10,9 @@ import { clientsDyingAfterAdmission } from "../support/faults.js";
 import type { TestClients } from "../support/namespace.js";
 import { waitFor } from "../support/wait.js";
 
-const LEASE_MS = 3000;
+const LEASE_MS = 4000;
 /** Shorter than the lease, as the worker loop's redelivery (lease + 2 s) is longer than the grace. */
-const GRACE_MS = 2000;
+const GRACE_MS = 3000;
 
 let f: EngineFixture;
 const made: TestClients[] = [];
