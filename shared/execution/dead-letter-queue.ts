@@ -3,7 +3,7 @@ import type { RunMessage } from "../model.js";
 import { recordShardCount } from "../shard-count.js";
 import { releaseBufferSlot, releaseRerunMark } from "../storage/admission.js";
 import { ranForLastRun } from "../storage/last-run.js";
-import { recordRunOnJob } from "../storage/run-finish.js";
+import { recordRunOnJob } from "../storage/run-on-job.js";
 import { getJob, getRun } from "../storage/run-reads.js";
 import { triggerEntryOf } from "../storage/trigger.js";
 import { endsOneOff, endUnownedRun, reportRunCancelled } from "./run-endings.js";

@@ -14,12 +14,8 @@ import { METRICS } from "../observability.js";
 import { sendRuns } from "../queue/work-queue.js";
 import { finishedAfter, ranForLastRun } from "../storage/last-run.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";
-import {
-  type FinalStatus,
-  finishRun,
-  type JobEnding,
-  repairRunOnJob,
-} from "../storage/run-finish.js";
+import { type FinalStatus, finishRun } from "../storage/run-finish.js";
+import { type JobEnding, repairRunOnJob } from "../storage/run-on-job.js";
 import { getJob, getRun, type RunRef } from "../storage/run-reads.js";
 
 /** How many times a repair decides again on the job as a refused write found it. */

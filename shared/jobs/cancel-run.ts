@@ -12,7 +12,7 @@ import { liveRunsOfJob } from "../storage/job-queries.js";
 import { finishedAfter, ranForLastRun } from "../storage/last-run.js";
 import { requestRunCancel } from "../storage/run-cancel.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";
-import { recordRunOnJob } from "../storage/run-finish.js";
+import { recordRunOnJob } from "../storage/run-on-job.js";
 import { getRun } from "../storage/run-reads.js";
 import { getTenantJob } from "./queries.js";
 

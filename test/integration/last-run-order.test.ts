@@ -6,7 +6,7 @@ import { createJob, triggerJob } from "../../shared/jobs/index.js";
 import { jobAsItStands } from "../../shared/jobs/queries.js";
 import type { Run, RunSummary } from "../../shared/model.js";
 import { deleteMessages, type ReceivedRun, setVisibility } from "../../shared/queue/work-queue.js";
-import { recordRunOnJob } from "../../shared/storage/run-finish.js";
+import { recordRunOnJob } from "../../shared/storage/run-on-job.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { createTestClients } from "../support/namespace.js";

@@ -17,7 +17,7 @@ import {
   setVisibility,
 } from "../../shared/queue/work-queue.js";
 import { runMessageOf } from "../../shared/storage/items.js";
-import { repairRunOnJob } from "../../shared/storage/run-finish.js";
+import { repairRunOnJob } from "../../shared/storage/run-on-job.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { requeueRun } from "../../shared/storage/run-requeue.js";
 import { startRun } from "../../shared/storage/run-start.js";
