@@ -71,16 +71,22 @@ export async function cancelRun(
  * The job's side of a run this cancel ended: `lastRun` when its handler ran (a RUNNING run, handed
  * over to its async target or under a dead worker's lapsed lease: `ranForLastRun`), the completion
  * of a one-off whose own occurrence it was, and, when `listed`, its entry out of `activeRuns`.
+ * Returns the job as that write left it (`recordRunOnJob`'s answer), null when it wrote nothing.
  */
 async function recordCancelOnJob(
   engine: Engine,
   run: Run,
   completesJob: boolean,
   listed = false,
-): Promise<void> {
+): Promise<Job | null> {
   const ran = ranForLastRun(run);
-  if (ran || completesJob || listed)
-    await recordRunOnJob(engine, run, { status: "CANCELLED", ran, tracked: listed, completesJob });
+  if (!ran && !completesJob && !listed) return null;
+  return recordRunOnJob(
+    engine,
+    run,
+    { status: "CANCELLED", ran, tracked: listed, completesJob },
+    { answer: true },
+  );
 }
 
 /**
@@ -145,7 +151,8 @@ function ranBefore(job: Job, run: Run, now: Date): boolean {
  * or still listed that `by` ended after its handler ran, and takes the listed ones out: the cancel
  * that ended it may have died before its job's write, and a run it ended itself (handed over, or
  * under a lapsed lease) has no message left to repair that write. The query reads the same items
- * either way.
+ * either way. Returns the job as its writes of the runs left it (the one its last write answered,
+ * by `activeRevision`, which each of them moves on), or `job` when none was written.
  */
 export async function cancelRunsOfJob(
   engine: Engine,
@@ -153,8 +160,12 @@ export async function cancelRunsOfJob(
   by: CancelSource,
   queued: boolean,
   { repeat = false }: { readonly repeat?: boolean } = {},
-): Promise<void> {
+): Promise<Job> {
   const now = engine.clock();
+  let latest = job;
+  const answered = (written: Job | null) => {
+    if (written !== null && written.activeRevision >= latest.activeRevision) latest = written;
+  };
   // A listed run this ends stays listed until the job's write of it, which takes it out: a cancel
   // that dies between the two leaves it there for its repeat, however old its occurrence.
   const listed = (run: Run) => run.status === "RUNNING" && job.activeRuns[run.runId] !== undefined;
@@ -167,7 +178,7 @@ export async function cancelRunsOfJob(
         cancelLiveRun(engine, live, by, { keepListed: listed(live), crashedRunning: crashed }),
       );
       if (outcome !== null && outcome !== "ended" && outcome.status === "CANCELLED")
-        await recordCancelOnJob(engine, outcome, false, listed(live) || crashed);
+        answered(await recordCancelOnJob(engine, outcome, false, listed(live) || crashed));
       if (outcome !== null) return;
       current = await getRun(engine, current);
     }
@@ -208,7 +219,8 @@ export async function cancelRunsOfJob(
     if (run?.status === "RUNNING" || heldUnwritten) await cancel(run);
     else if (repeat && run && endedBy(run, by)) ended.push(run);
   });
-  await recordEndedRuns(engine, job, ended);
+  for (const written of await recordEndedRuns(engine, job, ended)) answered(written);
+  return latest;
 }
 
 /**
@@ -216,15 +228,21 @@ export async function cancelRunsOfJob(
  * still listed leaves `activeRuns`, and the newest is `lastRun`, conditioned as the first write was
  * (only over a run that finished before it), so a repeat after that write changes nothing.
  */
-async function recordEndedRuns(engine: Engine, job: Job, ended: readonly Run[]): Promise<void> {
+async function recordEndedRuns(
+  engine: Engine,
+  job: Job,
+  ended: readonly Run[],
+): Promise<(Job | null)[]> {
   let newest: Run | null = null;
   for (const run of ended)
     if (newest === null || finishedAfter(lastRunOf(run), lastRunOf(newest))) newest = run;
+  const written: (Job | null)[] = [];
   await forEachConcurrently(ended, 16, async (run) => {
     const listed = job.activeRuns[run.runId] !== undefined;
     if (listed || (run === newest && finishedAfter(lastRunOf(run), job.lastRun)))
-      await recordCancelOnJob(engine, run, false, listed);
+      written.push(await recordCancelOnJob(engine, run, false, listed));
   });
+  return written;
 }
 
 /** A run `by` ended CANCELLED after its handler ran: one that may be its job's `lastRun`. */

@@ -63,9 +63,10 @@ export async function endJob(
       };
     },
   );
-  await cancelJobRuns(engine, job, parked, repeat);
+  // The job as the writes of the runs it ended left it (their lastRun), not as it was before them.
+  const after = await cancelJobRuns(engine, job, parked, repeat);
   // No admission comes any more: the runs that have ended are recorded now.
-  const ended = action === "cancel" ? await recordRunsEndedBy(engine, job) : job;
+  const ended = action === "cancel" ? await recordRunsEndedBy(engine, after) : after;
   // An ended dependent leaves its upstreams' dependents (a repeat finishes what a crash left).
   await Promise.all(upstreamsOf(job.schedule).map((id) => detachFromUpstream(engine, id, jobId)));
   return ended;
@@ -80,14 +81,15 @@ export async function endJob(
  * fast-path window, which holds every claimed occurrence. Older QUEUED runs
  * (retries of older occurrences, replays, a worker backlog) still have their
  * message, and their worker cancels them. Its running runs get a cancel
- * request (`cancelledBy: "job-cancel"`) their workers carry out within a heartbeat.
+ * request (`cancelledBy: "job-cancel"`) their workers carry out within a heartbeat. Returns the
+ * job as its writes of the runs left it (`cancelRunsOfJob`).
  */
 async function cancelJobRuns(
   engine: Engine,
   job: Job,
   parked: readonly string[],
   repeat: boolean,
-): Promise<void> {
+): Promise<Job> {
   await forEachConcurrently(parked, 16, async (runId) => {
     const ref = parseRunId(runId);
     const run = ref ? await getRun(engine, ref) : null;
@@ -98,5 +100,5 @@ async function cancelJobRuns(
         }),
       );
   });
-  await cancelRunsOfJob(engine, job, "job-cancel", true, { repeat });
+  return cancelRunsOfJob(engine, job, "job-cancel", true, { repeat });
 }

@@ -13,7 +13,8 @@ const ATTEMPTS = 3;
  * may put that admission off past the runs' retention, after which their items
  * are gone and could no longer bring lastRun up to them: such a change records
  * the runs that have ended now (nothing is written when none is listed or
- * ended). Returns the job as it then stands.
+ * ended). Returns the job as it then stands: as that write left it, or as
+ * its listed runs stand when nothing was written.
  */
 export async function recordRunsEndedBy(engine: Engine, changed: Job): Promise<Job> {
   let job: Job | null = changed;
@@ -21,8 +22,7 @@ export async function recordRunsEndedBy(engine: Engine, changed: Job): Promise<J
     const [listed] = await readListedRuns(engine, [job]);
     if (listed === undefined || listed.ended.length === 0) return listed?.job ?? job;
     try {
-      await recordEndedRuns(engine, job, listed.ended, listed.job.lastRun);
-      return { ...listed.job, activeRevision: job.activeRevision + 1 };
+      return await recordEndedRuns(engine, job, listed.ended, listed.job.lastRun);
     } catch (error) {
       if (!(error instanceof ConcurrentUpdateError)) throw error;
     }

@@ -28,11 +28,13 @@ export async function pauseJob(
     if (job.status !== "ACTIVE") throw new IllegalTransitionError("pause", job.status);
     return { write: () => writePausedJob(engine, job, now) };
   });
+  let after = job;
   if (options.running === "cancel") {
     // A repeat also brings lastRun up to a run an earlier pause ended and died before recording.
-    await cancelRunsOfJob(engine, job, "pause", false, { repeat });
+    // The answer is the job as those writes of the runs left it (their lastRun).
+    after = await cancelRunsOfJob(engine, job, "pause", false, { repeat });
     if ("runAt" in job.schedule) await rerunIfResumedMeanwhile(engine, tenantId, jobId);
   }
   // No admission comes while it is paused: the runs that have ended are recorded now.
-  return recordRunsEndedBy(engine, job);
+  return recordRunsEndedBy(engine, after);
 }

@@ -8,7 +8,7 @@ import {
   retryOnContention,
   sentMoreThanOnce,
 } from "./dynamo-errors.js";
-import { jobKey } from "./items.js";
+import { decodeJob, jobKey } from "./items.js";
 
 /**
  * Writes of a job's overlap bookkeeping: `activeRuns` (runId → leaseUntil of
@@ -159,18 +159,19 @@ function ownAdmissionWritten(job: Job, change: AdmissionChange, error: unknown):
 /**
  * Drops the entries of the ended runs `ended` from the job's activeRuns and sets its lastRun to
  * `lastRun`, without an admission: for a job whose next admission may not come while the runs'
- * items last (paused, cancelled, edited). Throws ConcurrentUpdateError when the job's
- * activeRevision moved since `job` was read (an admission or a job write of an ending).
+ * items last (paused, cancelled, edited). Returns the job as the write left it (`ALL_NEW`, no
+ * read). Throws ConcurrentUpdateError when the job's activeRevision moved since `job` was read (an
+ * admission or a job write of an ending).
  */
 export async function recordEndedRuns(
   engine: Engine,
   job: Job,
   ended: readonly string[],
   lastRun: RunSummary | null,
-): Promise<void> {
+): Promise<Job> {
   const names = Object.fromEntries(ended.map((id, i) => [`#ended${i}`, id]));
   try {
-    await retryOnContention(engine, "ended runs", () =>
+    const written = await retryOnContention(engine, "ended runs", () =>
       engine.doc.send(
         new UpdateCommand({
           TableName: engine.tables.jobs,
@@ -187,9 +188,11 @@ export async function recordEndedRuns(
             ":one": 1,
             ":lastRun": lastRun,
           },
+          ReturnValues: "ALL_NEW",
         }),
       ),
     );
+    return decodeJob(written.Attributes ?? {});
   } catch (error) {
     if (isConditionalCheckFailed(error))
       throw new ConcurrentUpdateError(`job ${job.jobId}: its runs changed meanwhile`, {

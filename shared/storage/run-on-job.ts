@@ -44,22 +44,39 @@ export type JobEnding = Pick<RunEnding, "status" | "ran" | "tracked" | "complete
  * of activeRuns when tracked, COMPLETED for a one-off's own occurrence. A refusal answers with
  * the job as it stood, on which the write is decided again (`jobEndingAgainst`): the rest of the
  * bookkeeping applies whether or not lastRun and the completion do. A job gone takes nothing.
+ * With `answer` (a request that answers the job, a job cancel or pause), the write returns the
+ * job as it left it (`ALL_NEW`, no read): that job, or the job as the last refusal found it when
+ * nothing was left to write; null when there was nothing to write or the job is gone (and always
+ * without `answer`, which a worker's ending does not need).
  */
-export async function recordRunOnJob(engine: Engine, run: Run, ending: JobEnding): Promise<void> {
+export async function recordRunOnJob(
+  engine: Engine,
+  run: Run,
+  ending: JobEnding,
+  { answer = false }: { readonly answer?: boolean } = {},
+): Promise<Job | null> {
   let decided = ending;
+  let found: Job | null = null;
   for (let attempt = 0; attempt < JOB_WRITE_ATTEMPTS; attempt++) {
     const update = jobAfterRun(engine, run, decided);
-    if (update === null) return;
+    if (update === null) return found;
     try {
-      await retryOnContention(engine, "finish", () => engine.doc.send(new UpdateCommand(update)));
-      return;
+      const { Attributes: written } = await retryOnContention(engine, "finish", () =>
+        engine.doc.send(
+          new UpdateCommand(answer ? { ...update, ReturnValues: "ALL_NEW" } : update),
+        ),
+      );
+      return written === undefined ? null : decodeJob(written);
     } catch (error) {
       if (!isConditionalCheckFailed(error)) throw error;
-      const job = failedConditionItem(error);
-      if (job === null) return;
-      decided = jobEndingAgainst(decodeJob(job), run, decided);
+      const item = failedConditionItem(error);
+      if (item === null) return null;
+      const job = decodeJob(item);
+      if (answer) found = job;
+      decided = jobEndingAgainst(job, run, decided);
     }
   }
+  return found;
 }
 
 /**

@@ -248,6 +248,8 @@ describe("a running run whose worker died, cancelled before the reaper comes", (
         durationMs: LEASE_MS + 1_500,
       });
       expect(await lastRunOf(id, fixed), how).toEqual(summary(runs[0]));
+      // A job's cancel or pause answers the job as its write of the run left it.
+      if (how !== "run") expect(JobSchema.parse(asked.body).lastRun, how).toEqual(summary(runs[0]));
     }
   });
 

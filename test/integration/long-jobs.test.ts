@@ -924,6 +924,35 @@ describe("async mode (long jobs)", () => {
     });
   });
 
+  it("a job cancel's or a pause's (running: cancel) answer is the job after its writes: the handed-over run it ended is its lastRun, as GET /jobs/{id} then shows", async () => {
+    for (const how of ["cancel", "pause"] as const)
+      for (const kind of ["one-off", "recurring"] as const) {
+        const jobId = await createAsyncJob(
+          kind === "recurring" ? { schedule: { cron: "0 0 1 1 *", timezone: "UTC" } } : {},
+        );
+        if (kind === "recurring") {
+          const triggered = await api.call("POST", `/jobs/${jobId}/trigger`);
+          expect(triggered.status, triggered.text).toBe(202);
+        }
+        const handOff = await deliver(jobId);
+        advance(1000);
+        const asked =
+          how === "cancel"
+            ? await api.call("POST", `/jobs/${jobId}/cancel`)
+            : await api.call("POST", `/jobs/${jobId}/pause`, { body: { running: "cancel" } });
+        expect(asked.status, asked.text).toBe(200);
+        const run = await getRun(api.fixture.engine, parseRunIdOrThrow(handOff.runId));
+        expect(run, `${how} ${kind}`).toMatchObject({ status: "CANCELLED", durationMs: 1000 });
+        expect(asked.body, `${how} ${kind}`).toMatchObject({
+          status: how === "cancel" ? "cancelled" : "paused",
+          lastRun: { runId: handOff.runId, status: "cancelled", finishedAt: run?.finishedAt },
+        });
+        const shown = await api.call("GET", `/jobs/${jobId}`);
+        expect(asked.body, `${how} ${kind}`).toEqual(shown.body);
+        expect(asked.headers.get("etag"), `${how} ${kind}`).toBe(shown.headers.get("etag"));
+      }
+  });
+
   it("a repeat of a handed-over run's cancel whose job write was lost makes that write: the one-off completes, the run its lastRun", async () => {
     const jobId = await createAsyncJob();
     const handOff = await deliver(jobId);
@@ -963,10 +992,13 @@ describe("async mode (long jobs)", () => {
     expect(again.status, again.text).toBe(200);
     const run = await getRun(api.fixture.engine, parseRunIdOrThrow(handOff.runId));
     expect(run).toMatchObject({ status: "CANCELLED", cancelledBy: "pause", durationMs: 1000 });
-    expect((await api.call("GET", `/jobs/${jobId}`)).body).toMatchObject({
+    const shown = await api.call("GET", `/jobs/${jobId}`);
+    expect(shown.body).toMatchObject({
       status: "paused",
       lastRun: { runId: handOff.runId, status: "cancelled", finishedAt: run?.finishedAt },
     });
+    // The repeat answers the job as its write left it.
+    expect(again.body).toEqual(shown.body);
     expect(await getJob(api.fixture.engine, jobId)).toMatchObject({
       lastRun: { runId: handOff.runId },
       activeRuns: {},
@@ -1000,10 +1032,13 @@ describe("async mode (long jobs)", () => {
         cancelledBy: "job-cancel",
         durationMs: 1000,
       });
-      expect((await api.call("GET", `/jobs/${jobId}`)).body, how).toMatchObject({
+      const shown = await api.call("GET", `/jobs/${jobId}`);
+      expect(shown.body, how).toMatchObject({
         status: "cancelled",
         lastRun: { runId: handOff.runId, status: "cancelled", finishedAt: run?.finishedAt },
       });
+      // The repeat answers the job as its write left it.
+      expect(again.body, how).toEqual(shown.body);
       expect(await getJob(api.fixture.engine, jobId), how).toMatchObject({
         lastRun: { runId: handOff.runId },
         activeRuns: {},
@@ -1041,10 +1076,13 @@ describe("async mode (long jobs)", () => {
           ? await api.call("POST", `/jobs/${jobId}/cancel`)
           : await api.call("POST", `/jobs/${jobId}/pause`, { body: { running: "cancel" } });
       expect(again.status, again.text).toBe(200);
-      expect((await api.call("GET", `/jobs/${jobId}`)).body, how).toMatchObject({
+      const shown = await api.call("GET", `/jobs/${jobId}`);
+      expect(shown.body, how).toMatchObject({
         status: how === "cancel" ? "cancelled" : "paused",
         lastRun,
       });
+      // The repeat answers the job as its write left it.
+      expect(again.body, how).toEqual(shown.body);
       // Written on the job itself, the run no longer listed.
       const stored = await getJob(api.fixture.engine, jobId);
       expect(stored?.lastRun, how).toMatchObject({ runId: handOff.runId, status: "CANCELLED" });
