@@ -102,6 +102,13 @@ describe("OpenAPI document", () => {
     expect(create.additionalProperties).toBe(false);
   });
 
+  it("states that a run's durationMs is never negative, as runDto never answers one", () => {
+    const run = document.components?.schemas?.Run as OpenAPIV3.SchemaObject;
+    const durationMs = run.properties?.durationMs as OpenAPIV3.SchemaObject;
+    expect(durationMs).toMatchObject({ type: "number", minimum: 0 });
+    expect(RunSchema.shape.durationMs.safeParse(-1).success).toBe(false);
+  });
+
   it("every authenticated operation declares the 429 and the 503 any of them can answer", () => {
     const secured = operations(document).filter(({ operation }) => operation.security?.length);
     expect(secured.length).toBeGreaterThan(20);

@@ -53,7 +53,7 @@ export const RunSchema = z
     enqueuedAt: z.string().nullable(),
     startedAt: z.string().nullable(),
     finishedAt: z.string().nullable(),
-    durationMs: z.number().nullable(),
+    durationMs: z.number().min(0).nullable(),
     error: z.string().nullable(),
     reason: z
       .string()
