@@ -43,6 +43,12 @@ async function runsOf(jobId: string) {
     .sort((a, b) => (a.scheduledFor < b.scheduledFor ? -1 : 1));
 }
 
+/** A whole minute `ahead` minutes from now, each test's own, and the instant `m` minutes after it. */
+function minutesFrom(ahead: number) {
+  const createdAt = Math.ceil((Date.now() + ahead * MINUTE) / MINUTE) * MINUTE;
+  return { createdAt, minute: (m: number) => new Date(createdAt + m * MINUTE).toISOString() };
+}
+
 const edit = (jobId: string, body: Record<string, unknown>, version = 1) =>
   api.call("PATCH", `/jobs/${jobId}`, { body, headers: { "If-Match": `"${version}"` } });
 
@@ -53,9 +59,7 @@ describe("a schedule edit of a paused job whose kept endAt has passed", () => {
   ] as const)(
     "given a new %s schedule alone: a 409 naming the endAt, nothing written; the resume then runs the last occurrence up to endAt (fire_once) and completes the job",
     async (kind, shape) => {
-      const createdAt =
-        Math.ceil((Date.now() + (kind === "every" ? 10 : 40) * MINUTE) / MINUTE) * MINUTE;
-      const minute = (m: number) => new Date(createdAt + m * MINUTE).toISOString();
+      const { createdAt, minute } = minutesFrom(kind === "every" ? 10 : 40);
       now = createdAt;
       const job = await createdVia(api, {
         type: "noop",
@@ -93,8 +97,7 @@ describe("a schedule edit of a paused job whose kept endAt has passed", () => {
   );
 
   it("given a new schedule with endAt null: taken as before, the job paused for it", async () => {
-    const createdAt = Math.ceil((Date.now() + 70 * MINUTE) / MINUTE) * MINUTE;
-    const minute = (m: number) => new Date(createdAt + m * MINUTE).toISOString();
+    const { createdAt, minute } = minutesFrom(70);
     now = createdAt;
     const job = await createdVia(api, {
       type: "noop",
@@ -116,8 +119,7 @@ describe("a schedule edit of a paused job whose kept endAt has passed", () => {
 
 describe("an active job's kept endAt passed during an outage, its edit racing the dispatcher's pass", () => {
   it("one decision per occurrence up to endAt, the job completed, the edit the completed job's 409, and the dependent run once when the last occurrence's run succeeds", async () => {
-    const createdAt = Math.ceil((Date.now() + 100 * MINUTE) / MINUTE) * MINUTE;
-    const minute = (m: number) => new Date(createdAt + m * MINUTE).toISOString();
+    const { createdAt, minute } = minutesFrom(100);
     now = createdAt;
     const upstream = await createdVia(api, {
       type: "noop",
@@ -165,9 +167,7 @@ describe("an active job under fire_all whose endAt passed during an outage longe
   ] as const)(
     "its endAt %s: the edit's 409 names the occurrence recorded at the cap, no occurrence after endAt recorded or named",
     async (kind, endAfterSeconds) => {
-      const createdAt =
-        Math.ceil((Date.now() + (kind === "past the cap" ? 200 : 260) * MINUTE) / MINUTE) * MINUTE;
-      const minute = (m: number) => new Date(createdAt + m * MINUTE).toISOString();
+      const { createdAt, minute } = minutesFrom(kind === "past the cap" ? 200 : 260);
       const endAt = new Date(createdAt + 10 * MINUTE + endAfterSeconds * 1000).toISOString();
       now = createdAt;
       const job = await createdVia(api, {
