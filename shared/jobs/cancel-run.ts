@@ -219,7 +219,7 @@ export async function cancelRunsOfJob(
     if (run?.status === "RUNNING" || heldUnwritten) await cancel(run);
     else if (repeat && run && endedBy(run, by)) ended.push(run);
   });
-  for (const written of await recordEndedRuns(engine, job, ended)) answered(written);
+  for (const written of await recordEarlierEndings(engine, job, ended)) answered(written);
   return latest;
 }
 
@@ -228,7 +228,7 @@ export async function cancelRunsOfJob(
  * still listed leaves `activeRuns`, and the newest is `lastRun`, conditioned as the first write was
  * (only over a run that finished before it), so a repeat after that write changes nothing.
  */
-async function recordEndedRuns(
+async function recordEarlierEndings(
   engine: Engine,
   job: Job,
   ended: readonly Run[],
