@@ -4,7 +4,7 @@ import {
   IdempotencyConflictError,
   IllegalTransitionError,
 } from "../errors.js";
-import type { Run } from "../model.js";
+import type { Job, Run } from "../model.js";
 import { LAST_STORABLE_MS, nextOccurrence, type ScheduleSpec } from "../schedule/index.js";
 import { recordShardCount } from "../shard-count.js";
 import { keepCompletedJobForRun } from "../storage/job-status.js";
@@ -15,6 +15,8 @@ import { runDueNow, sendRunDueNow } from "./run-now.js";
 
 // A run's occurrence is its identity, so two triggers in one millisecond need two instants.
 const TRIGGER_INSTANTS_TRIED = 20;
+/** Reads of a job whose status kept changing under the trigger's write before giving up (503). */
+const JOB_READS = 5;
 
 /**
  * The instants a trigger at `now` may take, in order: now and the milliseconds after it, and at
@@ -55,13 +57,29 @@ export async function triggerJobWithKey(
   jobId: string,
   idempotencyKey: string | undefined,
 ): Promise<TriggerResult> {
-  const job = await getTenantJob(engine, tenantId, jobId);
   const key = idempotencyKey === undefined ? undefined : { tenantId, jobId, key: idempotencyKey };
-  // The repeat answers what the first trigger did, whatever the job's status has become since.
-  const earlier = key && (await earlierTrigger(engine, key));
-  if (earlier) return { run: earlier, created: false };
-  if (job.status === "PAUSED" || job.status === "CANCELLED")
-    throw new IllegalTransitionError("trigger", job.status);
+  // The run's write holds the job at the status read: one that moved meanwhile (a cancel, delete
+  // or pause) is read again, and refused as it now stands.
+  for (let read = 0; read < JOB_READS; read++) {
+    const job = await getTenantJob(engine, tenantId, jobId);
+    // The repeat answers what the first trigger did, whatever the job's status has become since.
+    const earlier = key && (await earlierTrigger(engine, key));
+    if (earlier) return { run: earlier, created: false };
+    if (job.status === "PAUSED" || job.status === "CANCELLED")
+      throw new IllegalTransitionError("trigger", job.status);
+    const triggered = await triggerAsRead(engine, job, key);
+    if (triggered !== "jobChanged") return triggered;
+  }
+  throw new ConcurrentUpdateError(`job ${jobId} kept changing under its trigger; try again`);
+}
+
+/** The trigger of `job` as read (ACTIVE or COMPLETED); "jobChanged" when it is no longer so. */
+async function triggerAsRead(
+  engine: Engine,
+  job: Job,
+  key: TriggerKey | undefined,
+): Promise<TriggerResult | "jobChanged"> {
+  const { jobId, tenantId } = job;
   await recordShardCount(engine);
   // Before the run is written: a run left without its job's TTL pushed could outlive the job.
   await keepCompletedJobForRun(engine, job, engine.clock());
@@ -80,7 +98,8 @@ export async function triggerJobWithKey(
       jobVersion: job.version,
       triggered: true,
     });
-    const written = await writeTriggeredRun(engine, item, key);
+    const written = await writeTriggeredRun(engine, job, item, key);
+    if (written === "jobChanged") return written;
     if (written === "written") {
       await sendRunDueNow(engine, run, dueAt);
       return { run, created: true };

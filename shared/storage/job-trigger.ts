@@ -1,6 +1,6 @@
 import type { Engine } from "../engine.js";
 import { idempotencyRecordPut, readIdempotencyRecordAt } from "./idempotency-records.js";
-import { triggerIdempotencyKey } from "./items.js";
+import { jobKey, triggerIdempotencyKey } from "./items.js";
 import { ConditionsFailedError, type NamedWrite, writeTransaction } from "./transaction.js";
 
 /** A trigger's idempotency key, for the job it triggers. */
@@ -11,21 +11,25 @@ export interface TriggerKey {
 }
 
 /** What writing a triggered run came to. */
-export type TriggeredRunWrite = "written" | "instantTaken" | "keyTaken";
+export type TriggeredRunWrite = "written" | "instantTaken" | "keyTaken" | "jobChanged";
 
 /**
- * Puts a triggered run's QUEUED item, conditioned on its key being free, and with an idempotency
- * key its record in the same transaction (a record past its window is replaced). `instantTaken`
- * when the job already has a run for that occurrence (another trigger in the same millisecond, or
- * a claimed occurrence of the schedule at that instant); `keyTaken` when another trigger with this
- * key was written meanwhile, and nothing of this one is.
+ * Puts a triggered run's QUEUED item, conditioned on its key being free and on its job still
+ * existing with the status the trigger read (a cancel, delete or pause between the read and this
+ * write would otherwise be outrun: a run queued for a worker to end unrun, or to wait out a pause
+ * the trigger is refused under), and with an idempotency key its record in the same transaction
+ * (a record past its window is replaced). `instantTaken` when the job already has a run for that
+ * occurrence (another trigger in the same millisecond, or a claimed occurrence of the schedule at
+ * that instant); `keyTaken` when another trigger with this key was written meanwhile;
+ * `jobChanged` when the job is gone or its status moved on. Nothing is written but on `written`.
  */
 export async function writeTriggeredRun(
   engine: Engine,
+  job: { readonly jobId: string; readonly status: string },
   item: Record<string, unknown>,
   key: TriggerKey | undefined,
 ): Promise<TriggeredRunWrite> {
-  const writes: NamedWrite<"run" | "idempotency">[] = [
+  const writes: NamedWrite<"run" | "idempotency" | "job">[] = [
     {
       name: "run",
       write: {
@@ -33,6 +37,18 @@ export async function writeTriggeredRun(
           TableName: engine.tables.runs,
           Item: item,
           ConditionExpression: "attribute_not_exists(pk)",
+        },
+      },
+    },
+    {
+      name: "job",
+      write: {
+        ConditionCheck: {
+          TableName: engine.tables.jobs,
+          Key: jobKey(job.jobId),
+          ConditionExpression: "attribute_exists(pk) AND #status = :seen",
+          ExpressionAttributeNames: { "#status": "status" },
+          ExpressionAttributeValues: { ":seen": job.status },
         },
       },
     },
@@ -54,6 +70,7 @@ export async function writeTriggeredRun(
   } catch (error) {
     if (!(error instanceof ConditionsFailedError)) throw error;
     if (error.has("idempotency")) return "keyTaken";
+    if (error.has("job")) return "jobChanged";
     if (error.has("run")) return "instantTaken";
     throw error;
   }

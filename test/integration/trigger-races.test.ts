@@ -1,0 +1,72 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { IllegalTransitionError, JobNotFoundError } from "../../shared/errors.js";
+import {
+  cancelJob,
+  createJob,
+  deleteJob,
+  pauseJob,
+  triggerJobWithKey,
+} from "../../shared/jobs/index.js";
+import type { Run } from "../../shared/model.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+
+const TENANT = "tenant-a";
+
+/**
+ * A trigger reads its job, then writes its run: a cancel, delete or pause of the job that lands
+ * between the two must not be outrun. The trigger is refused as it is once the job is cancelled,
+ * gone or paused, and no run is written for a worker to end unrun.
+ */
+describe("a trigger racing its job's cancel, delete or pause", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  const runsOf = async (jobId: string): Promise<Run[]> =>
+    (await f.runs()).filter((r) => r.jobId === jobId);
+
+  /** Runs `change` once, just before the trigger's transaction goes out. */
+  function beforeTriggerWrite(change: () => Promise<unknown>) {
+    const name = "changeBeforeTriggerWrite";
+    let ran = 0;
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const items = (args.input as { TransactItems?: unknown[] }).TransactItems;
+        if (
+          ran === 0 &&
+          context.commandName === "TransactWriteItemsCommand" &&
+          JSON.stringify(items ?? []).includes('"triggered":true')
+        ) {
+          ran++;
+          await change();
+        }
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    return { ran: () => ran, remove: () => f.engine.doc.middlewareStack.remove(name) };
+  }
+
+  it.each([
+    ["deleted", deleteJob, JobNotFoundError],
+    ["cancelled", cancelJob, IllegalTransitionError],
+    ["paused", pauseJob, IllegalTransitionError],
+  ] as const)(
+    "a job %s between the trigger's read and its write: refused as after it, no run written",
+    async (_, change, refusal) => {
+      const { job } = await createJob(f.engine, testJob({ schedule: { every: "PT1H" } }));
+      const hook = beforeTriggerWrite(() => change(f.engine, TENANT, job.jobId));
+      try {
+        await expect(
+          triggerJobWithKey(f.engine, TENANT, job.jobId, undefined),
+        ).rejects.toBeInstanceOf(refusal);
+      } finally {
+        hook.remove();
+      }
+      expect(hook.ran()).toBe(1);
+      expect((await runsOf(job.jobId)).filter((r) => r.triggered === true)).toEqual([]);
+    },
+  );
+});
