@@ -8,6 +8,7 @@ import {
   triggerJobWithKey,
 } from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
+import { getJob } from "../../shared/storage/run-reads.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 
 const TENANT = "tenant-a";
@@ -17,7 +18,7 @@ const TENANT = "tenant-a";
  * between the two must not be outrun. The trigger is refused as it is once the job is cancelled,
  * gone or paused, and no run is written for a worker to end unrun.
  */
-describe("a trigger racing its job's cancel, delete or pause", () => {
+describe("a trigger racing its job's cancel, delete, pause or completion", () => {
   let f: EngineFixture;
   beforeAll(async () => {
     f = await createEngineFixture();
@@ -69,4 +70,27 @@ describe("a trigger racing its job's cancel, delete or pause", () => {
       expect((await runsOf(job.jobId)).filter((r) => r.triggered === true)).toEqual([]);
     },
   );
+
+  it("a one-off completed between the trigger's read and its write: triggered as a completed job is", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: new Date().toISOString() } }),
+    );
+    const delivered = await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000);
+    const hook = beforeTriggerWrite(() => f.process(f.workerDeps("w"), delivered));
+    let triggered: Run;
+    try {
+      const result = await triggerJobWithKey(f.engine, TENANT, job.jobId, undefined);
+      expect(result.created).toBe(true);
+      triggered = result.run;
+    } finally {
+      hook.remove();
+    }
+    expect(hook.ran()).toBe(1);
+    const completed = await getJob(f.engine, job.jobId);
+    expect(completed?.status).toBe("COMPLETED");
+    expect((await runsOf(job.jobId)).find((r) => r.runId === triggered.runId)?.status).toBe(
+      "QUEUED",
+    );
+  });
 });
