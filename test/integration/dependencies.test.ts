@@ -9,6 +9,7 @@ import {
   deleteJob,
   editJob,
   pauseJob,
+  replayDeadLetter,
   resumeJob,
 } from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
@@ -258,6 +259,27 @@ describe("dependencies: a job runs after other jobs", () => {
     await runNext(ok.jobId);
     expect(await runsOf(okFailure.jobId)).toEqual([]);
     expect(await runsOf(okCompletion.jobId)).toHaveLength(1);
+  });
+
+  it("a replayed dead upstream run is a run of its own: the dead run's trigger stands, and the replay's ending triggers again, once", async () => {
+    const a = await upstreamJob({ type: "fail", payload: { times: 1, retryable: false } });
+    const onSuccess = await dependentOf([a], "success");
+    const onFailure = await dependentOf([a], "failure");
+    const onCompletion = await dependentOf([a], "completion");
+    await runNext(a.jobId);
+    const [dead] = await runsOf(a.jobId);
+    expect(dead?.status).toBe("DEAD");
+    const replay = (await replayDeadLetter(f.engine, a.tenantId, dead?.runId ?? "")).run;
+    const received = await f.nextDeliveryOfRun(replay);
+    expect(await f.process(deps(), received)).toBe("ack");
+    // The replay's message delivered again (at least once) and a pass: nothing more is queued.
+    await f.process(deps(), received);
+    await dispatchShard(f.engine, 0, "replayed-upstream-pass");
+    const triggeredBy = async (job: Job) =>
+      (await runsOf(job.jobId)).map((r) => r.trigger?.runId).sort();
+    expect(await triggeredBy(onSuccess)).toEqual([replay.runId]);
+    expect(await triggeredBy(onFailure)).toEqual([dead?.runId]);
+    expect(await triggeredBy(onCompletion)).toEqual([dead?.runId, replay.runId].sort());
   });
 
   it("a failed attempt that is retried triggers nothing until the occurrence ends", async () => {
