@@ -577,6 +577,21 @@ describe("dependencies: a job runs after other jobs", () => {
     expect((await getTenantJob(f.engine, b.tenantId, b.jobId)).dependents).toEqual([]);
   });
 
+  it("a recurring upstream paused between its run's ending and the fan-out still triggers: a pause does not take back a run that had started", async () => {
+    const a = await upstreamJob({ schedule: { every: "PT1H" } });
+    const b = await dependentOf([a]);
+    const paused = await runNextWithBeforeFanOut(a.jobId, b.jobId, () =>
+      pauseJob(f.engine, a.tenantId, a.jobId),
+    );
+    expect(paused).toBe(true);
+    expect((await getTenantJob(f.engine, a.tenantId, a.jobId)).status).toBe("PAUSED");
+    const [aRun] = (await runsOf(a.jobId)).filter((r) => r.status === "SUCCEEDED");
+    expect((await runsOf(b.jobId)).map((r) => [r.status, r.trigger?.runId])).toEqual([
+      ["QUEUED", aRun?.runId],
+    ]);
+    expect(await triggerEntries(a.jobId)).toEqual([]);
+  });
+
   it("a one-off upstream that completed with its run still triggers: only a cancel or delete stops it", async () => {
     const a = await upstreamJob();
     const b = await dependentOf([a]);
