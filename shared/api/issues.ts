@@ -82,7 +82,15 @@ function scheduleIssues(schedule: unknown, base: string, issue: Issue): FieldIss
 
 function firstTooLong(branches: readonly (readonly Issue[])[]): Issue | undefined {
   for (const branch of branches) {
-    const found = branch.find((i) => i.code === "too_big");
+    // zod measures a list's length on a string given in its place too ("expected string to have
+    // <=20 characters" for one id where `schedule.after.jobs` wants a list): with the value of the
+    // wrong type at that path, the length is not what is wrong, and the core says what is.
+    const mistyped = new Set(
+      branch.filter((i) => i.code === "invalid_type").map((i) => i.path.map(String).join(".")),
+    );
+    const found = branch.find(
+      (i) => i.code === "too_big" && !mistyped.has(i.path.map(String).join(".")),
+    );
     if (found) return found;
   }
   return undefined;

@@ -108,6 +108,21 @@ describe("jobs with an after schedule", () => {
     expect(read.dependents).toEqual([]);
   });
 
+  it("400 for one id where the list of them belongs: says a list is wanted, not that the id is too long", async () => {
+    const upstream = await created({ cron: "0 0 1 1 *", timezone: "UTC" });
+    const schedule = { after: { jobs: upstream.id, on: "success" } };
+    for (const [path, body] of [
+      ["/jobs", { type: "noop", schedule }],
+      ["/schedules/preview", { schedule }],
+    ] as const) {
+      const error = errorOf(await send("POST", path, body), 400);
+      expect(error.field, path).toBe("schedule.after.jobs");
+      expect(error.message, path).toBe(
+        `schedule.after.jobs: must be a list of 1 to 20 job ids; got a string`,
+      );
+    }
+  });
+
   it("POST /schedules/preview refuses the upstreams create refuses, in the same answer, and tells no other tenant's job from none", async () => {
     const theirs = await created({ cron: "0 0 1 1 *", timezone: "UTC" }, "key-b");
     const unknown = "01JD0000000000000000000000";
