@@ -10,7 +10,7 @@ import { runMessageOf } from "../storage/items.js";
 import type { HeldRun } from "../storage/run-fence.js";
 import { finishRun } from "../storage/run-finish.js";
 import { parkRun } from "../storage/run-park.js";
-import { getJob, getRun } from "../storage/run-reads.js";
+import { getJob, readRun } from "../storage/run-reads.js";
 import { requeueRun } from "../storage/run-requeue.js";
 import { startRun, takeRun } from "../storage/run-start.js";
 import { type RunSlot, releaseRunSlot } from "../storage/tenant-quotas.js";
@@ -217,7 +217,7 @@ async function unlessLastQueued(
   jobId: string,
   next: Date,
 ): Promise<StartDecision> {
-  const queued = await getRun(engine, { jobId, scheduledFor: next.toISOString(), attempt: 1 });
+  const queued = await readRun(engine, { jobId, scheduledFor: next.toISOString(), attempt: 1 });
   return queued === null ? { action: "run", job } : decision;
 }
 

@@ -39,16 +39,20 @@ export async function getRunItem(
 }
 
 /**
- * The attempt a failure's next attempt follows (`run.retryOf`: the same occurrence, one attempt
- * before), read consistently; null once its TTL has removed it. A BatchGetItem of one key: the
- * worker reads runs no other way.
+ * The run as it stands (a consistent read), or null when there is none: a BatchGetItem of one
+ * key, the way the worker reads runs (its role grants no GetItem on the runs table).
  */
-export async function getRetryPredecessor(engine: Engine, run: Run): Promise<Run | null> {
-  const [item] = await batchGetItems(
-    engine,
-    engine.tables.runs,
-    [runKey(run.jobId, run.scheduledFor, run.attempt - 1)],
-    { consistentRead: true },
-  );
+export async function readRun(engine: Engine, ref: RunRef): Promise<Run | null> {
+  const [item] = await batchGetItems(engine, engine.tables.runs, [runKeyOf(ref)], {
+    consistentRead: true,
+  });
   return item === undefined ? null : decodeRun(item);
+}
+
+/**
+ * The attempt a failure's next attempt follows (`run.retryOf`: the same occurrence, one attempt
+ * before), read consistently; null once its TTL has removed it.
+ */
+export function getRetryPredecessor(engine: Engine, run: Run): Promise<Run | null> {
+  return readRun(engine, { ...run, attempt: run.attempt - 1 });
 }

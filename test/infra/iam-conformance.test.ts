@@ -19,9 +19,15 @@ import { cancelJob, createJob } from "../../shared/jobs/index.js";
 import { shardOf } from "../../shared/keys.js";
 import type { DueEntry, Run } from "../../shared/model.js";
 import { MetricsRecorder, silentObservability } from "../../shared/observability.js";
-import { decodeRunMessage } from "../../shared/queue/work-queue.js";
+import { decodeRunMessage, encodeRunMessage } from "../../shared/queue/work-queue.js";
 import { dueEntryKey } from "../../shared/storage/due-entries.js";
-import { decodeDueEntry, decodeRun, encodeDueEntry, jobKey } from "../../shared/storage/items.js";
+import {
+  decodeDueEntry,
+  decodeRun,
+  encodeDueEntry,
+  jobKey,
+  runMessageOf,
+} from "../../shared/storage/items.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { queuedRun } from "../../shared/storage/runs.js";
@@ -698,6 +704,41 @@ describe("each handler, driven through its AWS-calling paths", () => {
     expect(await statuses("recurring")).toEqual(["SUCCEEDED", "SUCCEEDED"]);
     const shown = await api("GET", `/jobs/${ids.recurring}`);
     expect(field(shown.body, "lastRun")).toMatchObject({ status: "succeeded" });
+  });
+
+  it("worker: after an outage, fire_once skips the late runs of a job its end completed while its next occurrence has a run, and runs the last one", async () => {
+    // Created twelve minutes ago, every minute from the next, three runs (maxRuns): the create's
+    // claim queued all three and completed the job; no worker took them until now.
+    const seed = seedingEngine(-720_000);
+    const startAt = Math.ceil((seed.clock().getTime() + 60_000) / 1000) * 1000;
+    const { job } = await createJob(seed, {
+      ...testJob(),
+      tenantId: TENANT,
+      // Its own queue: the messages below are the only ones the worker is handed from it.
+      priority: "high",
+      schedule: { every: "PT1M", startAt: new Date(startAt).toISOString() },
+      maxRuns: 3,
+    });
+    expect((await getJob(seedingEngine(0), job.jobId))?.status).toBe("COMPLETED");
+    const queued = await runsOf(job.jobId);
+    expect(queued.map((run) => run.status)).toEqual(["QUEUED", "QUEUED", "QUEUED"]);
+    // The create sent them with their delays (as of twelve minutes ago); send them again now.
+    const url = queueUrl("high");
+    for (const run of queued) {
+      await clients.sqs.send(
+        new SendMessageCommand({ QueueUrl: url, MessageBody: encodeRunMessage(runMessageOf(run)) }),
+      );
+    }
+    const messages = (await receiveVisible(url)).filter((m) => m.Body?.includes(job.jobId));
+    expect(messages).toHaveLength(3);
+    const worker = required(handlers.worker, "the worker handler");
+    const event = sqsEvent(boundArn("AWS::SQS::Queue", url) ?? "", messages);
+    const response = await as("worker", () => worker(event, lambdaContext(identity("worker"))));
+    expect(response.batchItemFailures).toEqual([]);
+    const ended = (await runsOf(job.jobId)).sort((a, b) =>
+      a.scheduledFor < b.scheduledFor ? -1 : 1,
+    );
+    expect(ended.map((run) => run.status)).toEqual(["SKIPPED", "SKIPPED", "SUCCEEDED"]);
   });
 
   it("dlq: marks DEAD a run whose message crashed its worker every time, and frees its job", async () => {
