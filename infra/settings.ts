@@ -166,6 +166,9 @@ export function resolveSettings(input: SettingsInput = {}): SchedulerSettings {
 /** A CloudWatch namespace, without spaces (and not ":" first, CloudWatch's rule). */
 const METRICS_NAMESPACE = /^[A-Za-z0-9._/#-][A-Za-z0-9._/#:-]*$/;
 
+/** One address: no list (comma, semicolon, space), one "@" with something on each side. */
+const EMAIL_ADDRESS = /^[^\s@,;<>]{1,64}@[^\s@,;<>]{1,255}$/;
+
 /** The fewest deliveries a work message may have before SQS moves it to the DLQ (maxReceiveCount). */
 const MIN_RECEIVE_COUNT = 2;
 
@@ -256,6 +259,12 @@ function validate(s: SchedulerSettings): void {
   check(
     RETENTION_CHOICES.has(s.logRetentionDays),
     `logRetentionDays must be one CloudWatch Logs accepts (${[...RETENTION_CHOICES].join(", ")}), got ${s.logRetentionDays}`,
+  );
+  // An e-mail subscription takes one address: anything else would fail the deploy at the
+  // subscription, and roll it back, rather than the synth. More addresses subscribe to the topic.
+  check(
+    s.alarmEmail === undefined || EMAIL_ADDRESS.test(s.alarmEmail),
+    `alarmEmail must be one e-mail address, got "${s.alarmEmail}": for more than one, subscribe them to the AlarmTopicArn output, or give alarmTopicArn`,
   );
   check(
     !(s.alarmEmail && s.alarmTopicArn),

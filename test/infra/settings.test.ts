@@ -262,6 +262,23 @@ describe("settings", () => {
     expect(s.adminTenants).toEqual(["arn:aws:iam::123456789012:role/Ops", "sub:client-1"]);
   });
 
+  // An e-mail subscription takes one address; anything else failed the deploy at the subscription,
+  // which CloudFormation rolled back, after the synth had taken it.
+  it.each(["oncall", "a@example.com,b@example.com", "a@example.com b@example.com"])(
+    "refuses alarmEmail %s, which is not one e-mail address, at synth",
+    (alarmEmail) => {
+      expect(() => fromContext({ alarmEmail })).toThrow(
+        `alarmEmail must be one e-mail address, got "${alarmEmail}"`,
+      );
+    },
+  );
+
+  it("accepts an alarmEmail address", () => {
+    for (const address of ["oncall@example.com", "ops+scheduler.prod@mail.example.co.uk"]) {
+      expect(fromContext({ alarmEmail: address }).alarmEmail).toBe(address);
+    }
+  });
+
   it("accepts maxReceiveCount 2, the fewest deliveries that survive one crash", () => {
     expect(fromContext({ maxReceiveCount: "2" }).maxReceiveCount).toBe(2);
   });
