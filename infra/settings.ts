@@ -169,6 +169,9 @@ const METRICS_NAMESPACE = /^[A-Za-z0-9._/#-][A-Za-z0-9._/#:-]*$/;
 /** One address: no list (comma, semicolon, space), one "@" with something on each side. */
 const EMAIL_ADDRESS = /^[^\s@,;<>]{1,64}@[^\s@,;<>]{1,255}$/;
 
+/** SQS's longest message retention: no message gets older. */
+const MAX_QUEUE_AGE_SECONDS = 1_209_600;
+
 /** The fewest deliveries a work message may have before SQS moves it to the DLQ (maxReceiveCount). */
 const MIN_RECEIVE_COUNT = 2;
 
@@ -255,7 +258,15 @@ function validate(s: SchedulerSettings): void {
   intIn("apiRateLimit", s.apiRateLimit, 1, 10_000);
   intIn("apiBurstLimit", s.apiBurstLimit, 1, 5_000);
   intIn("lagAlarmMs", s.lagAlarmMs, 100, 3_600_000);
-  intIn("queueAgeAlarmSeconds", s.queueAgeAlarmSeconds, 60, 1_209_600);
+  // A run's message waits out its SQS delay (up to a claim's reach) and stays in flight while the
+  // run runs (up to the worker timeout): a healthy stage has messages that old, and a threshold
+  // below both would keep the queue-age alarm firing.
+  const queueAgeFloor = CLAIM_REACH_SECONDS + s.workerTimeoutSeconds;
+  const queueAge = s.queueAgeAlarmSeconds;
+  check(
+    Number.isInteger(queueAge) && queueAge >= queueAgeFloor && queueAge <= MAX_QUEUE_AGE_SECONDS,
+    `queueAgeAlarmSeconds must be an integer from ${queueAgeFloor} to ${MAX_QUEUE_AGE_SECONDS}, got ${queueAge}: a run's message waits out its SQS delay (up to a claim's reach, ${CLAIM_REACH_SECONDS} s) and stays in flight while the run runs (up to workerTimeoutSeconds, ${s.workerTimeoutSeconds} s), so a healthy stage has messages that old; the default is ${queueAgeFloor + 300}`,
+  );
   check(
     RETENTION_CHOICES.has(s.logRetentionDays),
     `logRetentionDays must be one CloudWatch Logs accepts (${[...RETENTION_CHOICES].join(", ")}), got ${s.logRetentionDays}`,

@@ -62,6 +62,25 @@ describe("settings", () => {
     expect(CLAIM_REACH_SECONDS).toBeGreaterThanOrEqual(s.lookaheadSeconds);
   });
 
+  it.each([
+    [{ queueAgeAlarmSeconds: "600" }, 1740, 600],
+    [{ queueAgeAlarmSeconds: "1739" }, 1740, 1739],
+    [{ workerTimeoutSeconds: "300", queueAgeAlarmSeconds: "1000" }, 1140, 1000],
+  ])(
+    "refuses %o: a healthy stage's messages get that old (a claim's reach of delay, then the run's time in flight), so the alarm would keep firing",
+    (context, floor, given) => {
+      expect(() => fromContext(context)).toThrow(
+        `queueAgeAlarmSeconds must be an integer from ${floor} to 1209600, got ${given}: `,
+      );
+    },
+  );
+
+  it("accepts queueAgeAlarmSeconds from a claim's reach plus the worker timeout up", () => {
+    expect(fromContext({ queueAgeAlarmSeconds: "1740" }).queueAgeAlarmSeconds).toBe(1740);
+    const shortRuns = fromContext({ workerTimeoutSeconds: "300", queueAgeAlarmSeconds: "1140" });
+    expect(shortRuns.queueAgeAlarmSeconds).toBe(CLAIM_REACH_SECONDS + 300);
+  });
+
   it("reads -c strings and cdk.json values alike", () => {
     const s = fromContext({
       stage: "prod",
