@@ -1,4 +1,4 @@
-import { Annotations, Duration, Stack } from "aws-cdk-lib";
+import { Annotations, ArnFormat, Duration, Stack } from "aws-cdk-lib";
 import {
   Alarm,
   AlarmStatusWidget,
@@ -12,6 +12,7 @@ import {
   TreatMissingData,
 } from "aws-cdk-lib/aws-cloudwatch";
 import { SnsAction } from "aws-cdk-lib/aws-cloudwatch-actions";
+import { PolicyStatement, ServicePrincipal } from "aws-cdk-lib/aws-iam";
 import { type ITopic, Topic } from "aws-cdk-lib/aws-sns";
 import { EmailSubscription } from "aws-cdk-lib/aws-sns-subscriptions";
 import { Construct } from "constructs";
@@ -100,6 +101,27 @@ export class Observability extends Construct {
         displayName: `Scheduler alarms (${settings.stage})`,
         enforceSSL: true,
       });
+      // A topic policy replaces SNS's default one, which let the account's alarms publish: with
+      // enforceSSL's Deny alone, every alarm's notification would be refused (seen only in the
+      // alarm's history). This stack's region and account's alarms may publish, nothing else.
+      topic.addToResourcePolicy(
+        new PolicyStatement({
+          sid: "AllowThisAccountsAlarms",
+          principals: [new ServicePrincipal("cloudwatch.amazonaws.com")],
+          actions: ["sns:Publish"],
+          resources: [topic.topicArn],
+          conditions: {
+            ArnLike: {
+              "aws:SourceArn": Stack.of(this).formatArn({
+                service: "cloudwatch",
+                resource: "alarm",
+                resourceName: "*",
+                arnFormat: ArnFormat.COLON_RESOURCE_NAME,
+              }),
+            },
+          },
+        }),
+      );
       if (settings.alarmEmail) topic.addSubscription(new EmailSubscription(settings.alarmEmail));
       // Context holds for one command: a deploy that leaves out -c alarmEmail removes the
       // subscription, and every alarm then fires to no one.

@@ -24,7 +24,7 @@ import {
   filesOfHandlerMentioning,
   powertoolsServiceOf,
 } from "./support/handler-source.js";
-import type { Bindings } from "./support/iam-evaluator.js";
+import { type Bindings, resolveValue } from "./support/iam-evaluator.js";
 import { COMPONENTS, functionsOf, grantsOfRole, roleOfComponent } from "./support/iam-policy.js";
 import { REPO_ROOT } from "./support/repo-root.js";
 import {
@@ -990,6 +990,54 @@ describe("observability", () => {
     for (const alarm of alarms(prod)) {
       expect(asArray(alarm.AlarmActions).map(referencedId)).toEqual([topicId]);
     }
+  });
+
+  it("lets CloudWatch publish this stack's alarms to the topic it creates, and nothing else in", () => {
+    // A topic policy replaces SNS's default one, which let the account (and so its alarms)
+    // publish; the topic's own (enforceSSL's Deny) would leave the alarms no Allow: each one's
+    // notification fails ("not authorized to perform: SNS:Publish"), seen only in alarm history.
+    const topicId = logicalIdOf(prod.stack, prod.stack.observability.topic);
+    const bindings: Bindings = {
+      partition: "aws",
+      region: "eu-west-1",
+      account: "123456789012",
+      resources: new Map([
+        [topicId, { ref: "arn:aws:sns:eu-west-1:123456789012:alarms", attributes: {} }],
+      ]),
+    };
+    const statements = resourcesOfType(prod, "AWS::SNS::TopicPolicy")
+      .filter(([, policy]) =>
+        asArray(policy.Properties?.Topics).map(referencedId).includes(topicId),
+      )
+      .flatMap(([, policy]) => {
+        const document = policy.Properties?.PolicyDocument;
+        return asArray(isObject(document) ? document.Statement : undefined).filter(isObject);
+      });
+    const alarmArn = "arn:aws:cloudwatch:eu-west-1:123456789012:alarm:Scheduler-prod-DeadRuns";
+    const otherAccountAlarm = "arn:aws:cloudwatch:eu-west-1:999999999999:alarm:x";
+    const allowsPublish = (sourceArn: string) =>
+      statements.some((statement) => {
+        const principal = isObject(statement.Principal) ? statement.Principal.Service : undefined;
+        const condition = isObject(statement.Condition) ? statement.Condition : {};
+        const arnLike = isObject(condition.ArnLike)
+          ? condition.ArnLike["aws:SourceArn"]
+          : undefined;
+        return (
+          statement.Effect === "Allow" &&
+          asArray(principal).includes("cloudwatch.amazonaws.com") &&
+          asArray(statement.Action).includes("sns:Publish") &&
+          asArray(statement.Resource).some(
+            (r) => resolveValue(r, bindings) === "arn:aws:sns:eu-west-1:123456789012:alarms",
+          ) &&
+          Object.keys(condition).every((operator) => operator === "ArnLike") &&
+          arnLike !== undefined &&
+          new RegExp(
+            `^${resolveValue(arnLike, bindings).replace(/[.]/g, "\\.").replace(/\*/g, ".*")}$`,
+          ).test(sourceArn)
+        );
+      });
+    expect(allowsPublish(alarmArn)).toBe(true);
+    expect(allowsPublish(otherAccountAlarm)).toBe(false);
   });
 
   it("draws the dashboard from the engine's metrics", () => {
