@@ -227,20 +227,32 @@ export interface OutboundOptions {
   readonly addressRefusal?: (address: string) => string | null;
 }
 
+/** How long a receiver's connection is kept idle for the next delivery to its origin, at most. */
+const IDLE_CONNECTION_MS = 4000;
+
 /**
  * undici's own timers off: a delivery lasts as long as its signal allows (the target's
  * `timeoutSeconds`, up to 900 s, or the run's end), which the 300 s defaults would cut short.
+ * An idle connection is kept IDLE_CONNECTION_MS at most, whatever the receiver's `Keep-Alive:
+ * timeout=N` asks (undici honours up to 600 s): each origin keeps its own, so a tenant with
+ * receivers on many ports or names that ask for long could hold a worker's file descriptors
+ * (a Lambda has 1,024) until every tenant's deliveries and the worker's own AWS calls failed.
  */
-const NO_CLIENT_TIMEOUTS = { headersTimeout: 0, bodyTimeout: 0 } as const;
+const CLIENT_OPTIONS = {
+  headersTimeout: 0,
+  bodyTimeout: 0,
+  keepAliveTimeout: IDLE_CONNECTION_MS,
+  keepAliveMaxTimeout: IDLE_CONNECTION_MS,
+} as const;
 
 /** The connection pool webhook deliveries go through. */
 export function outboundDispatcher(options: OutboundOptions): Dispatcher {
-  if (options.allowPrivateTargets) return new Agent(NO_CLIENT_TIMEOUTS);
+  if (options.allowPrivateTargets) return new Agent(CLIENT_OPTIONS);
   const lookup = vettedLookup(
     options.resolve ?? defaultResolver,
     options.addressRefusal ?? addressRefusal,
   );
-  return new Agent({ ...NO_CLIENT_TIMEOUTS, connect: { lookup } });
+  return new Agent({ ...CLIENT_OPTIONS, connect: { lookup } });
 }
 
 /** The RefusedTargetError somewhere in an error's cause chain (fetch wraps connection failures). */
