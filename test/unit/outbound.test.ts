@@ -309,6 +309,23 @@ describe("http deliveries with private targets refused", () => {
     }
   });
 
+  it("quote whole characters of a receiver's answer: a character its 200th cuts in two is left out", async () => {
+    // 199 characters, then one outside the BMP (two UTF-16 units): cut at 200 units, the error
+    // ended in half of it, an unpaired surrogate, which is no Unicode text to store or answer.
+    const answer = `${"x".repeat(199)}\u{1F600} and more`;
+    const answering = createServer((_req, res) => res.writeHead(500).end(answer));
+    await new Promise<void>((resolve) => answering.listen(0, "127.0.0.1", resolve));
+    const port = (answering.address() as AddressInfo).port;
+    try {
+      const local = httpHandlerWith({ allowPrivateTargets: true });
+      const error = await refusalOf(local(contextFor(`http://127.0.0.1:${port}/`)));
+      expect(error.message).toBe(`POST http://127.0.0.1:${port}/: HTTP 500 ${"x".repeat(199)}`);
+    } finally {
+      answering.closeAllConnections();
+      await new Promise((resolve) => answering.close(resolve));
+    }
+  });
+
   it("with private targets allowed (the sandbox's default), the same URLs reach loopback", async () => {
     const before = server.requests.length;
     const handler = httpHandlerWith({ allowPrivateTargets: true });
