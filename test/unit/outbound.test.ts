@@ -384,4 +384,13 @@ describe("targets the API accepts", () => {
       outcome,
     );
   });
+
+  // TCP has no port 0: every attempt of every run failed to connect until the run was dead.
+  it.each([
+    ["http://127.0.0.1:0/hook", "refused url"],
+    ["https://receiver.example:0/hook", "refused url"],
+    ["http://127.0.0.1:00/hook", "refused url"],
+  ])("url %s: %s", async (url, outcome) => {
+    expect(await outcomeOf({ url })).toBe(outcome);
+  });
 });

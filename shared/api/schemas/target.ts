@@ -18,6 +18,8 @@ export const TargetSchema = z
         message:
           "must not carry credentials (user:password@): send them in a header such as Authorization",
       })
+      // TCP has no port 0: no delivery to it could connect, and every attempt would fail.
+      .refine(hasConnectablePort, { message: "must not name port 0" })
       .openapi({ example: "https://example.com/hooks/report", format: "uri" }),
     headers: z
       .record(
@@ -99,4 +101,8 @@ function hasNoUserinfo(value: string): boolean {
   if (!URL.canParse(value)) return true;
   const url = new URL(value);
   return url.username === "" && url.password === "";
+}
+
+function hasConnectablePort(value: string): boolean {
+  return !URL.canParse(value) || new URL(value).port !== "0";
 }
