@@ -5,7 +5,7 @@ import type { Job, Run } from "../model.js";
 import { extendAdmission } from "../storage/admission.js";
 import { extendLease } from "../storage/run-heartbeat.js";
 import { getJob, getRun } from "../storage/run-reads.js";
-import { boundedText } from "../storage/stored-text.js";
+import { boundedText, textHead } from "../storage/stored-text.js";
 import { runTokenFence, runTokenMatches } from "../webhooks/run-token.js";
 import { ENDED, timedOutResult } from "./async-delivery.js";
 import { endOnCancelRequest, repairJobAfterRun } from "./run-endings.js";
@@ -96,7 +96,7 @@ function staleWhy(run: Run, fence: number): string {
   const status = run.status.toLowerCase();
   if (run.status === "RUNNING" || run.status === "QUEUED") return `the run is ${status}`;
   const error = run.error ?? null;
-  const head = error !== null && error.length > 200 ? `${error.slice(0, 200)}…` : error;
+  const head = error !== null && error.length > 200 ? `${textHead(error, 200)}…` : error;
   return `the run has ended ${status}${head === null ? "" : ` (${head})`}`;
 }
 

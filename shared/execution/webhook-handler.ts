@@ -1,4 +1,5 @@
 import { fetch, type Response } from "undici";
+import { textHead } from "../storage/stored-text.js";
 import type { WebhookSigningSecrets } from "../webhooks/secrets.js";
 import { webhookSignature } from "../webhooks/secrets.js";
 import { type JobContext, JobError, type JobHandler, RunHandedOver } from "./job-contract.js";
@@ -118,7 +119,7 @@ export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHa
     if (response.ok) return { status: response.status };
     const retryable = response.status >= 500 || RETRYABLE_STATUSES.has(response.status);
     throw new JobError(
-      `POST ${url.origin}${url.pathname}: HTTP ${response.status} ${head(text, 200)}`.trim(),
+      `POST ${url.origin}${url.pathname}: HTTP ${response.status} ${textHead(text, 200)}`.trim(),
       {
         retryable,
       },
@@ -152,16 +153,6 @@ async function answerStart(response: Response): Promise<string> {
     // Aborted (the run's signal or timeout) or reset by the receiver: keep what was read.
   }
   return new TextDecoder().decode(Buffer.concat(chunks).subarray(0, MAX_ANSWER_BYTES));
-}
-
-/**
- * The first `units` UTF-16 units of `text`, less the first half of a surrogate pair they would
- * cut: half a character is no Unicode text, which a run's stored error must be (DynamoDB's
- * strings, and JSON parsers that refuse an unpaired `\ud83d`).
- */
-function head(text: string, units: number): string {
-  const cut = text.slice(0, units);
-  return /[\uD800-\uDBFF]$/.test(cut) ? cut.slice(0, -1) : cut;
 }
 
 function asyncHeaders(webhook: WebhookSettings, ctx: JobContext<"http">): Record<string, string> {

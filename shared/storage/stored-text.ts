@@ -29,3 +29,13 @@ export function boundedText(text: string, maxBytes: number = MAX_STORED_TEXT_BYT
 export function boundedOrNull(text: string | null | undefined): string | null {
   return text === null || text === undefined ? null : boundedText(text);
 }
+
+/**
+ * The first `units` UTF-16 units of `text`, less the first half of a surrogate pair they would
+ * cut: half a character is no Unicode text, which a stored error or an answer's message must be
+ * (DynamoDB's strings; JSON parsers that refuse an unpaired `\ud83d`).
+ */
+export function textHead(text: string, units: number): string {
+  const cut = text.slice(0, units);
+  return /[\uD800-\uDBFF]$/.test(cut) ? cut.slice(0, -1) : cut;
+}

@@ -811,6 +811,22 @@ describe("async mode (long jobs)", () => {
     expect(dead.body).toMatchObject({ status: "dead", attempt: 1 });
   });
 
+  it("a 409 naming a long error quotes whole characters of it: one its 200th unit cuts in two is left out", async () => {
+    const jobId = await createAsyncJob({ retry: { maxAttempts: 1 } });
+    const handOff = await deliver(jobId);
+    // 199 characters, then one outside the BMP (two UTF-16 units) across the 200th.
+    const error = `${"x".repeat(199)}\u{1F600} and the rest`;
+    const ended = await callBack(handOff.completeUrl, handOff.token, { status: "failed", error });
+    expect(ended.body).toMatchObject({ status: "dead", error });
+    const refused = await callBack(handOff.heartbeatUrl, handOff.token);
+    expect(refused.status, refused.text).toBe(409);
+    // Cut at 200 units, the message ended in half the character, an unpaired surrogate, which
+    // is no Unicode text: the API refuses one in any input for that reason.
+    expect(String((refused.body.error as { message: string }).message)).toBe(
+      `run ${handOff.runId}: the run has ended dead (${"x".repeat(199)}…)`,
+    );
+  });
+
   it("a completion sent again (its answer lost) answers as the first did; another outcome after it is 409 naming how the run ended", async () => {
     const message = (reply: { body: Record<string, unknown> }) =>
       String((reply.body.error as { message: string }).message);
