@@ -141,6 +141,10 @@ export type TenantOfPrincipal = (principal: IamPrincipal) => string | null;
  * (`arn:aws:sts::123456789012:assumed-role/Reporter/i-0abc`) maps to its role
  * (`arn:aws:iam::123456789012:role/Reporter`), since each session has its own
  * name but all act for the same service; users and roots map to their ARN.
+ * Any other principal is refused: a federated user
+ * (`arn:aws:sts::123456789012:federated-user/bob`) is named by whoever called
+ * GetFederationToken, and any IAM user allowed to call it may choose the same
+ * name, so the name is no tenant's.
  */
 export const defaultTenantOfPrincipal: TenantOfPrincipal = ({ userArn }) => {
   const assumed = /^arn:(aws[a-z-]*):sts::(\d{12}):assumed-role\/([^/]+)\/[^/]+$/.exec(userArn);
@@ -148,7 +152,7 @@ export const defaultTenantOfPrincipal: TenantOfPrincipal = ({ userArn }) => {
     const [, partition, account, role] = assumed;
     return `arn:${partition}:iam::${account}:role/${role}`;
   }
-  return userArn.startsWith("arn:") ? userArn : null;
+  return /^arn:aws[a-z-]*:iam::\d+:(user\/.+|root)$/.test(userArn) ? userArn : null;
 };
 
 export function iamAuthenticator(

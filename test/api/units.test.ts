@@ -186,6 +186,22 @@ describe("IAM principal → tenant", () => {
     expect(of("not-an-arn")).toBeNull();
   });
 
+  it("refuses a federated user: its name is its caller's to choose, so it names no tenant", () => {
+    const of = (userArn: string) =>
+      defaultTenantOfPrincipal({ userArn, accountId: "123456789012" });
+    // GetFederationToken takes any name: every IAM user allowed to call it (and the API) could
+    // act as the tenant of a federated user some other caller, a broker, named so.
+    for (const arn of [
+      "arn:aws:sts::123456789012:federated-user/bob",
+      "arn:aws-us-gov:sts::123456789012:federated-user/customer-42",
+    ]) {
+      expect(of(arn), arn).toBeNull();
+    }
+    // Nor any other STS principal the default does not know how to name (not an assumed role).
+    expect(of("arn:aws:sts::123456789012:something-else/x")).toBeNull();
+    expect(of("arn:aws:iam::123456789012:root")).toBe("arn:aws:iam::123456789012:root");
+  });
+
   it("reads requestContext.authorizer.iam from the Lambda adapter's env, through the hook", async () => {
     const env = {
       requestContext: {
