@@ -91,6 +91,14 @@ function checkBinding(cursor: string | undefined, binding: string | undefined): 
 const MAX_READS_PER_PAGE = 10;
 
 /**
+ * The most jobs one page reads, filtered or not: an unfiltered page of the largest limit reads as
+ * many. A filter drops jobs only after their items are read (the tenant index holds keys only), and
+ * reads that went on filling a page read up to ten times its limit, up to 1,000 items of up to
+ * 80 KiB and more each, from the table every tenant shares; a page short of its limit has a cursor.
+ */
+const MAX_JOBS_READ_PER_PAGE = 100;
+
+/**
  * The most a page of jobs may take in the API Lambda's response, whose limit is 6 MB (6,291,456
  * bytes) with its envelope and headers. There the body travels as a JSON string, so its quotes and
  * backslashes count twice: a job's JSON is measured as that string. A job holds up to 80 KiB from
@@ -109,8 +117,10 @@ const cursorAfter = (tenantId: string, job: Job, binding: string | undefined) =>
 
 /**
  * The tenant's jobs, newest first, up to `limit` and MAX_JOBS_PAGE_BYTES: a page that reaches the
- * bytes first ends at the last job that fits (at least one), its cursor resuming after it. The
- * cursor is bound to the status filter (see checkBinding).
+ * bytes first ends at the last job that fits (at least one), its cursor resuming after it. A
+ * filtered page stops reading at MAX_JOBS_READ_PER_PAGE jobs, short of `limit` if need be, its
+ * cursor resuming after the last job read. The cursor is bound to the status filter (see
+ * checkBinding).
  */
 export async function jobsPage(
   engine: Engine,
@@ -127,11 +137,19 @@ export async function jobsPage(
   );
   const items: Job[] = [];
   let bytes = 0;
-  for (let read = 0; read < MAX_READS_PER_PAGE && items.length < options.limit; read++) {
+  // Each read takes up to its limit of job ids from the index, and reads each job they name.
+  let jobsRead = 0;
+  for (
+    let read = 0;
+    read < MAX_READS_PER_PAGE && items.length < options.limit && jobsRead < MAX_JOBS_READ_PER_PAGE;
+    read++
+  ) {
+    const limit = Math.min(options.limit - items.length, MAX_JOBS_READ_PER_PAGE - jobsRead);
+    jobsRead += limit;
     const page = await listJobs(engine, tenantId, {
       ...(options.status ? { status: options.status } : {}),
       binding,
-      limit: options.limit - items.length,
+      limit,
       ...(cursor ? { cursor } : {}),
     });
     for (const job of page.items) {
