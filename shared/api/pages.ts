@@ -137,21 +137,21 @@ export async function jobsPage(
   );
   const items: Job[] = [];
   let bytes = 0;
-  // Each read takes up to its limit of job ids from the index, and reads each job they name.
+  // Each read takes up to its limit of job ids from the index (a Query may answer fewer), and reads
+  // each job they name.
   let jobsRead = 0;
   for (
     let read = 0;
     read < MAX_READS_PER_PAGE && items.length < options.limit && jobsRead < MAX_JOBS_READ_PER_PAGE;
     read++
   ) {
-    const limit = Math.min(options.limit - items.length, MAX_JOBS_READ_PER_PAGE - jobsRead);
-    jobsRead += limit;
     const page = await listJobs(engine, tenantId, {
       ...(options.status ? { status: options.status } : {}),
       binding,
-      limit,
+      limit: Math.min(options.limit - items.length, MAX_JOBS_READ_PER_PAGE - jobsRead),
       ...(cursor ? { cursor } : {}),
     });
+    jobsRead += page.jobsRead;
     for (const job of page.items) {
       bytes += responseBytesOf(job);
       const last = items.at(-1);

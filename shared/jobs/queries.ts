@@ -71,22 +71,25 @@ const pageOf = <T>(page: KeyPage<T>, binding?: string): Page<T> => ({
 /**
  * The tenant's jobs, newest first. The index holds keys only, so the page's
  * items are read from the table and the status filter applies to them; like a
- * DynamoDB filter, it can leave a page short of the limit.
+ * DynamoDB filter, it can leave a page short of the limit. `jobsRead` counts the
+ * jobs read, kept or not.
  */
 export async function listJobs(
   engine: Engine,
   tenantId: string,
   options: PageOptions & { status?: JobStatus; readonly binding?: string | undefined },
-): Promise<Page<Job>> {
+): Promise<Page<Job> & { readonly jobsRead: number }> {
   const ids = await tenantJobIds(engine, tenantId, pageRequest(options));
   const { status } = options;
   const jobs = (await getJobs(engine, ids.items)).filter(
     (job) => job.tenantId === tenantId && (!status || job.status === status),
   );
-  return pageOf(
+  const page = pageOf(
     { items: await jobsAsTheyStand(engine, jobs), lastKey: ids.lastKey },
     options.binding,
   );
+  // The jobs read, whatever the filter kept: what the page cost.
+  return { ...page, jobsRead: ids.items.length };
 }
 
 /**
