@@ -30,7 +30,7 @@ import {
   replayOf,
   writtenAfterAll,
 } from "./create.js";
-import { type DependentLinks, linkNewDependent } from "./dependencies.js";
+import { batchUpstreamReads, type DependentLinks, linkNewDependent } from "./dependencies.js";
 
 /** One job of a batch: what a single create takes. */
 export interface BatchCreateItem {
@@ -98,6 +98,8 @@ export async function createJobs(
 
   // Bad input is refused before anything is reserved: a 400 leaves the tenant's usage as it was.
   const firstWithKey = new Map<string, number>();
+  // The jobs' upstream walks share their reads: a job above several of them is read once.
+  const upstreamReads = batchUpstreamReads(engine);
   const prepared = await Promise.all(
     items.map(async (item, index): Promise<Pending | null> => {
       try {
@@ -106,7 +108,13 @@ export async function createJobs(
         if (key !== undefined && earlier !== undefined) throw repeatedKeyError(earlier);
         if (key !== undefined) firstWithKey.set(key, index);
         const { base, entry } = prepareNewJob(engine, item.input, now);
-        const links = await linkNewDependent(engine, tenantId, base.jobId, base.schedule);
+        const links = await linkNewDependent(
+          engine,
+          tenantId,
+          base.jobId,
+          base.schedule,
+          upstreamReads,
+        );
         return { index, item, base, entry, links };
       } catch (error) {
         fail(index, error);

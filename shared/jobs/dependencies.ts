@@ -59,9 +59,10 @@ export async function linkNewDependent(
   tenantId: string,
   jobId: string,
   schedule: ScheduleSpec,
+  read: JobRead = (id) => getJob(engine, id),
 ): Promise<DependentLinks> {
   const upstreams = upstreamsOf(schedule);
-  const above = await walkUpstreams(engine, { jobId, tenantId }, upstreams);
+  const above = await walkUpstreams({ jobId, tenantId }, upstreams, read);
   checkRoomBelow(upstreams, above);
   const writes = [...above.values()].map((job) =>
     upstreams.includes(job.jobId)
@@ -69,6 +70,29 @@ export async function linkNewDependent(
       : upstreamUnchanged(engine, job.jobId, job.version),
   );
   return { writes, above };
+}
+
+/** How an upstream walk reads a job: one consistent read each, or a batch's shared reads. */
+type JobRead = (jobId: string) => Promise<Job | null>;
+
+/**
+ * The reads of a batch create's upstream walks (`linkNewDependent`): each job read once for all of
+ * them, the first read's answer shared by every walk that reaches the job. Each job of a batch read
+ * the chain above its upstreams on its own, so 25 jobs after one upstream read that chain 25 times
+ * (up to 2,025 whole items, consistently, refused or not) in one request, from the table every
+ * tenant shares. The reads of one request are as fresh as concurrent ones: each link's write is
+ * conditioned on the version read, as a single create's is.
+ */
+export function batchUpstreamReads(engine: Engine): JobRead {
+  const reads = new Map<string, Promise<Job | null>>();
+  return (jobId) => {
+    let job = reads.get(jobId);
+    if (job === undefined) {
+      job = getJob(engine, jobId);
+      reads.set(jobId, job);
+    }
+    return job;
+  };
 }
 
 /** A job not yet created, in the upstream walk: no upstream can name it (job ids are checked). */
@@ -87,7 +111,9 @@ export async function checkNewDependent(
 ): Promise<void> {
   const upstreams = upstreamsOf(schedule);
   if (upstreams.length === 0) return;
-  const above = await walkUpstreams(engine, { jobId: NOT_YET_CREATED, tenantId }, upstreams);
+  const above = await walkUpstreams({ jobId: NOT_YET_CREATED, tenantId }, upstreams, (id) =>
+    getJob(engine, id),
+  );
   checkRoomBelow(upstreams, above);
 }
 
@@ -106,7 +132,7 @@ export async function relinkDependent(
   const before = new Set(upstreamsOf(job.schedule));
   const after = upstreamsOf(schedule);
   if (after.length === 0 && before.size === 0) return { writes: [], above: new Map() };
-  const above = await walkUpstreams(engine, job, after);
+  const above = await walkUpstreams(job, after, (id) => getJob(engine, id));
   checkRoomBelow(
     after.filter((id) => !before.has(id)),
     above,
@@ -170,9 +196,9 @@ export async function detachAfterEdit(
  * which it knows after reading one job more than that (and those gone or not the tenant's).
  */
 async function walkUpstreams(
-  engine: Engine,
   job: Pick<Job, "jobId" | "tenantId">,
   upstreams: readonly string[],
+  readJob: JobRead,
 ): Promise<Map<string, Job>> {
   const found = new Map<string, Job>();
   const cameFrom = new Map<string, string>();
@@ -189,8 +215,8 @@ async function walkUpstreams(
     const read = await Promise.all(
       reading.map((id) =>
         upstreams.includes(id)
-          ? tenantUpstream(engine, job.tenantId, id)
-          : getJob(engine, id).then((above) => (above?.tenantId === job.tenantId ? above : null)),
+          ? tenantUpstream(readJob, job.tenantId, id)
+          : readJob(id).then((above) => (above?.tenantId === job.tenantId ? above : null)),
       ),
     );
     const next: string[] = [];
@@ -268,8 +294,8 @@ function cycleError(path: readonly string[]): ValidationError {
 }
 
 /** The upstream when it is the tenant's job, else a 400 naming `schedule.after.jobs`. */
-async function tenantUpstream(engine: Engine, tenantId: string, id: string): Promise<Job> {
-  const upstream = await getJob(engine, id);
+async function tenantUpstream(read: JobRead, tenantId: string, id: string): Promise<Job> {
+  const upstream = await read(id);
   if (upstream === null || upstream.tenantId !== tenantId)
     throw new ValidationError([{ field: FIELD, message: `no job ${id} of this tenant` }]);
   return upstream;
