@@ -4,6 +4,7 @@ import { isIP, type LookupFunction } from "node:net";
 import ipaddr from "ipaddr.js";
 import { Agent, type Dispatcher } from "undici";
 import { SchedulerError } from "../errors.js";
+import { meteredConnector } from "./received-bytes.js";
 
 /**
  * Where webhook deliveries may connect. A deployed worker reaches only public
@@ -245,14 +246,18 @@ const CLIENT_OPTIONS = {
   keepAliveMaxTimeout: IDLE_CONNECTION_MS,
 } as const;
 
-/** The connection pool webhook deliveries go through. */
+/**
+ * The connection pool webhook deliveries go through. Every connection, the sandbox's too, is
+ * metered: a receiver sending more than MAX_RECEIVED_BYTES for one delivery has it closed.
+ */
 export function outboundDispatcher(options: OutboundOptions): Dispatcher {
-  if (options.allowPrivateTargets) return new Agent(CLIENT_OPTIONS);
+  if (options.allowPrivateTargets)
+    return new Agent({ ...CLIENT_OPTIONS, connect: meteredConnector({}) });
   const lookup = vettedLookup(
     options.resolve ?? defaultResolver,
     options.addressRefusal ?? addressRefusal,
   );
-  return new Agent({ ...CLIENT_OPTIONS, connect: { lookup } });
+  return new Agent({ ...CLIENT_OPTIONS, connect: meteredConnector({ lookup }) });
 }
 
 /** The RefusedTargetError somewhere in an error's cause chain (fetch wraps connection failures). */

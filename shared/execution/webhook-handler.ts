@@ -10,6 +10,7 @@ import {
   type RefusedTargetError,
   refusalIn,
 } from "./outbound.js";
+import { receivedTooMuchIn } from "./received-bytes.js";
 
 /** Where deliveries may connect (OutboundOptions) and what signs them. */
 export interface WebhookSettings extends OutboundOptions {
@@ -104,16 +105,25 @@ export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHa
     } catch (error) {
       const refusal = refusalIn(error);
       if (refusal) throw refusedJobError(refusal);
-      const why = timeout.aborted
-        ? `timed out after ${target.timeoutSeconds ?? 30} s`
-        : describe(error);
+      const tooMuch = receivedTooMuchIn(error);
+      const why = tooMuch
+        ? tooMuch.message
+        : timeout.aborted
+          ? `timed out after ${target.timeoutSeconds ?? 30} s`
+          : describe(error);
       throw new JobError(`POST ${url.origin}${url.pathname}: ${why}`, {
         retryable: true,
         cause: error,
       });
     }
     // A receiver's answer is not stored: only its start is read (see answerStart).
-    const text = await answerStart(response);
+    const text = await answerStart(response).catch((error: unknown) => {
+      // The receiver sent more than a delivery may read (its body's framing, not its body).
+      throw new JobError(`POST ${url.origin}${url.pathname}: ${describe(error)}`, {
+        retryable: true,
+        cause: error,
+      });
+    });
     // An async target that answers 202 has taken the run over; any other 2xx is its result now.
     if (response.status === 202 && target.mode === "async") return new RunHandedOver();
     if (response.ok) return { status: response.status };
@@ -149,7 +159,10 @@ async function answerStart(response: Response): Promise<string> {
       size += value.byteLength;
     }
     if (size > MAX_ANSWER_BYTES) await reader.cancel();
-  } catch {
+  } catch (error) {
+    // A receiver that sent more than a delivery reads failed it, whatever its status said.
+    const tooMuch = receivedTooMuchIn(error);
+    if (tooMuch) throw tooMuch;
     // Aborted (the run's signal or timeout) or reset by the receiver: keep what was read.
   }
   return new TextDecoder().decode(Buffer.concat(chunks).subarray(0, MAX_ANSWER_BYTES));
