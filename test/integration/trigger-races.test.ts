@@ -5,9 +5,11 @@ import {
   createJob,
   deleteJob,
   pauseJob,
+  resumeJob,
   triggerJobWithKey,
 } from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
+import { readTriggerRecord } from "../../shared/storage/job-trigger.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 
@@ -92,5 +94,28 @@ describe("a trigger racing its job's cancel, delete, pause or completion", () =>
     expect((await runsOf(job.jobId)).find((r) => r.runId === triggered.runId)?.status).toBe(
       "QUEUED",
     );
+  });
+
+  it("a keyed trigger overtaken by a pause takes no key: refused, and the same key after resume queues its run", async () => {
+    const { job } = await createJob(f.engine, testJob({ schedule: { every: "PT1H" } }));
+    const key = { tenantId: TENANT, jobId: job.jobId, key: "paused-under-it" };
+    const hook = beforeTriggerWrite(() => pauseJob(f.engine, TENANT, job.jobId, {}));
+    try {
+      await expect(triggerJobWithKey(f.engine, TENANT, job.jobId, key.key)).rejects.toBeInstanceOf(
+        IllegalTransitionError,
+      );
+    } finally {
+      hook.remove();
+    }
+    expect(hook.ran()).toBe(1);
+    // The key's record goes with the run's write or not at all: a record without its run would
+    // answer every repeat of the key 409 ("queued run …, which is gone").
+    expect(await readTriggerRecord(f.engine, key)).toBeNull();
+    await resumeJob(f.engine, TENANT, job.jobId);
+    const result = await triggerJobWithKey(f.engine, TENANT, job.jobId, key.key);
+    expect(result.created).toBe(true);
+    expect((await runsOf(job.jobId)).filter((r) => r.triggered === true)).toEqual([
+      expect.objectContaining({ runId: result.run.runId, status: "QUEUED" }),
+    ]);
   });
 });
