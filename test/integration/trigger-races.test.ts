@@ -118,4 +118,46 @@ describe("a trigger racing its job's cancel, delete, pause or completion", () =>
       expect.objectContaining({ runId: result.run.runId, status: "QUEUED" }),
     ]);
   });
+
+  it("a completed one-off's trigger landing inside its delete, after the runs' cancel and before the item goes: 202, and its worker ends the run unrun", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: new Date().toISOString() } }),
+    );
+    await f.process(
+      f.workerDeps("w"),
+      await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000),
+    );
+    // A delete leaves a COMPLETED job's status as it is, so the trigger's condition passes until
+    // the item goes (architecture.md, Known limits).
+    const name = "triggerBeforeItemDelete";
+    let triggered: Run | undefined;
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (triggered === undefined && context.commandName === "DeleteItemCommand")
+          triggered = (await triggerJobWithKey(f.engine, TENANT, job.jobId, undefined)).run;
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    try {
+      await deleteJob(f.engine, TENANT, job.jobId);
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+    expect(await getJob(f.engine, job.jobId)).toBeNull();
+    expect(triggered?.status).toBe("QUEUED");
+    let handled = 0;
+    const counting = f.workerDeps("w", {
+      noop: async () => {
+        handled++;
+      },
+    });
+    await f.process(counting, await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000));
+    expect((await runsOf(job.jobId)).find((r) => r.runId === triggered?.runId)).toMatchObject({
+      status: "CANCELLED",
+      reason: "job no longer exists",
+    });
+    expect(handled).toBe(0);
+  });
 });
