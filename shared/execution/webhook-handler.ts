@@ -127,7 +127,10 @@ export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHa
     // An async target that answers 202 has taken the run over; any other 2xx is its result now.
     if (response.status === 202 && target.mode === "async") return new RunHandedOver();
     if (response.ok) return { status: response.status };
-    const retryable = response.status >= 500 || RETRYABLE_STATUSES.has(response.status);
+    // 5xx is 500 to 599: a receiver's parser takes any three digits, and a 600 to 999 is no HTTP
+    // status but a receiver's mistake a retry repeats, not retried as any other answer is not.
+    const retryable =
+      (response.status >= 500 && response.status <= 599) || RETRYABLE_STATUSES.has(response.status);
     throw new JobError(
       `POST ${url.origin}${url.pathname}: HTTP ${response.status} ${textHead(text, 200)}`.trim(),
       {

@@ -309,6 +309,27 @@ describe("http deliveries with private targets refused", () => {
     }
   });
 
+  it("retry 5xx only: a status past 599 is no HTTP status, not retried like any other answer", async () => {
+    // HTTP statuses run 100 to 599; a receiver's parser takes any three digits, so a 600 to 999 is
+    // a receiver's mistake that a retry repeats, as a 4xx is, not a server's passing failure.
+    const answering = createServer((req, res) => res.writeHead(Number(req.url?.slice(1))).end());
+    await new Promise<void>((resolve) => answering.listen(0, "127.0.0.1", resolve));
+    const port = (answering.address() as AddressInfo).port;
+    try {
+      const local = httpHandlerWith({ allowPrivateTargets: true });
+      const outcomes: Record<string, boolean> = {};
+      for (const status of [500, 599, 600, 999]) {
+        const error = await refusalOf(local(contextFor(`http://127.0.0.1:${port}/${status}`)));
+        expect(error.message).toMatch(new RegExp(`HTTP ${status}`));
+        outcomes[status] = isRetryable(error);
+      }
+      expect(outcomes).toEqual({ 500: true, 599: true, 600: false, 999: false });
+    } finally {
+      answering.closeAllConnections();
+      await new Promise((resolve) => answering.close(resolve));
+    }
+  });
+
   it("quote whole characters of a receiver's answer: a character its 200th cuts in two is left out", async () => {
     // 199 characters, then one outside the BMP (two UTF-16 units): cut at 200 units, the error
     // ended in half of it, an unpaired surrogate, which is no Unicode text to store or answer.
