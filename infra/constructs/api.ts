@@ -101,10 +101,20 @@ export class Api extends Construct {
     // Run history and cancelling queued runs (Query of the job's partition), run reads, trigger
     // and replay transactions, cancel and resume (UpdateItem), dead-letter listing, the fast
     // path's BatchWriteItem (a create's runs, a batch create's runs of all its jobs), the runs
-    // a job lists read with it (BatchGetItem).
+    // a job lists read with it (BatchGetItem). DeleteItem: a fast-path claim (create, edit,
+    // resume) whose transaction fails for good after its run puts deletes the runs it put
+    // (storage/claim.ts, deleteOwnRuns); denied, the request failed and left them to the reaper.
     allowTable(this.handler.fn, {
       ...storage.runs,
-      actions: ["GetItem", "BatchGetItem", "PutItem", "UpdateItem", "Query", "BatchWriteItem"],
+      actions: [
+        "GetItem",
+        "BatchGetItem",
+        "PutItem",
+        "UpdateItem",
+        "DeleteItem",
+        "Query",
+        "BatchWriteItem",
+      ],
       indexes: { [RUNS_DEAD_LETTER_INDEX]: ["Query"] },
     });
     // GET /webhook-secret reads the caller's secret or makes it (conditional PutItem); rotate

@@ -5,7 +5,7 @@ import {
   ReceiveMessageCommand,
   SendMessageCommand,
 } from "@aws-sdk/client-sqs";
-import { DeleteCommand, PutCommand, ScanCommand } from "@aws-sdk/lib-dynamodb";
+import { DeleteCommand, PutCommand, ScanCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { CfnElement } from "aws-cdk-lib";
 import type { Context } from "aws-lambda";
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from "vitest";
@@ -490,6 +490,47 @@ describe("each handler, driven through its AWS-calling paths", () => {
       expect(failing.status).toBe(201);
       ids[name] = String(field(failing.body, "id"));
     }
+  });
+
+  it("api: an edit's fast-path claim whose job moved off its entry after the claim put its runs deletes them (DeleteItem)", async () => {
+    // The claim puts its runs, then its transaction finds the job no longer pointing at the entry
+    // (moved here by a write between the two, as a concurrent writer would): the claim deletes
+    // the runs it put, in the API's function as in the dispatcher's.
+    const startAt = new Date(Date.now() + 3_600_000).toISOString();
+    const created = await api("POST", "/jobs", {
+      body: { type: "noop", schedule: { every: "PT1H", startAt } },
+    });
+    expect(created.status).toBe(201);
+    const id = String(field(created.body, "id"));
+    const key = jobKey(id);
+    let moved = false;
+    recorder.before(
+      "dynamodb:TransactWriteItems",
+      (input) =>
+        (Array.isArray(input.TransactItems) ? (input.TransactItems as unknown[]) : []).some(
+          (item) =>
+            field(field(field(item, "Update"), "Key"), "pk") === key.pk &&
+            String(field(field(item, "Update"), "UpdateExpression")).startsWith("SET nextRunAt"),
+        ),
+      async () => {
+        await clients.doc.send(
+          new UpdateCommand({
+            TableName: seedingEngine(0).tables.jobs,
+            Key: key,
+            UpdateExpression: "SET nextDueKey.sk = :elsewhere",
+            ExpressionAttributeValues: { ":elsewhere": "moved-by-a-concurrent-write" },
+          }),
+        );
+        moved = true;
+      },
+    );
+    const edited = await api("PATCH", `/jobs/${id}`, {
+      body: { schedule: { every: "PT1M" } },
+      headers: { "if-match": `"${String(field(created.body, "version"))}"` },
+    });
+    expect(edited.status).toBe(200);
+    expect(moved).toBe(true);
+    expect((await runsOf(id)).filter((run) => run.status === "QUEUED")).toEqual([]);
   });
 
   it("tick: fans out one dispatcher invocation per shard, then the reaper re-sends an overdue run", async () => {
