@@ -5,6 +5,7 @@
  */
 
 import { MAX_ATTEMPT } from "./keys.js";
+import { textHead } from "./storage/stored-text.js";
 
 export interface RetryPolicy {
   /** Attempts in total, the first one included. */
@@ -94,7 +95,8 @@ export interface FailureInput {
 function shortened(error: string): string {
   return error.length <= MAX_REASON_ERROR_CHARS
     ? error
-    : `${error.slice(0, MAX_REASON_ERROR_CHARS - 1)}…`;
+    : // Whole characters: half of one is no Unicode text to store on the run or answer in JSON.
+      `${textHead(error, MAX_REASON_ERROR_CHARS - 1)}…`;
 }
 
 /**

@@ -217,6 +217,21 @@ describe("decideAfterFailure", () => {
     }
   });
 
+  it("shortens an error to whole characters: one its cut would halve is left out", () => {
+    // 498 units, then a character outside the BMP (two UTF-16 units) across the cut at 499: half
+    // of it, an unpaired surrogate, is no Unicode text to store on the run or answer in its JSON.
+    const decision = decideAfterFailure({
+      ...base,
+      attempt: 1,
+      retryable: false,
+      error: `${"x".repeat(MAX_REASON_ERROR_CHARS - 2)}\u{1F600}${"y".repeat(100)}`,
+    });
+    expect(decision).toEqual({
+      kind: "dead",
+      reason: `non-retryable error: ${"x".repeat(MAX_REASON_ERROR_CHARS - 2)}…`,
+    });
+  });
+
   it.each([
     ["attempt 0", { ...base, attempt: 0, retryable: false }],
     ["an invalid now", { ...base, attempt: 1, retryable: true, now: new Date(Number.NaN) }],
