@@ -1,6 +1,7 @@
 import { createRoute } from "@hono/zod-openapi";
 import type { Context } from "hono";
 import { quotaView, setQuotaOverride } from "../quotas/overrides.js";
+import { textHead } from "../storage/stored-text.js";
 import { isValidTenantId } from "./auth.js";
 import { ApiError, notFound } from "./errors.js";
 import {
@@ -71,7 +72,8 @@ export function quotasRouter({ engine, body, adminTenants }: RouterDeps) {
         "only the deployment's admin tenants (ADMIN_TENANTS) may read or set another tenant's quotas",
       );
     }
-    if (!isValidTenantId(tenantId)) throw notFound(`no tenant ${tenantId.slice(0, 64)}`);
+    // Whole characters of the id: half of one is no Unicode text to answer.
+    if (!isValidTenantId(tenantId)) throw notFound(`no tenant ${textHead(tenantId, 64)}`);
     return tenantId;
   };
 

@@ -535,6 +535,21 @@ describe("error bodies, byte for byte", () => {
     );
   });
 
+  it("an echoed path id keeps whole characters: a character the 64th unit cuts in two is left out", async () => {
+    // No tenant id holds an emoji, so the 404 quotes the id: cut at 64 UTF-16 units, it ended in
+    // the first half of one (an unpaired surrogate, "\ud83d" in the JSON), no Unicode text.
+    const admin = createApiApp({
+      engine: fixture.engine,
+      jobTypes: JOB_TYPES,
+      authenticate: bearerAuthenticator(new Map([[KEY, TENANT]])),
+      adminTenants: [TENANT],
+    });
+    const id = `${"x".repeat(63)}\u{1F600}`;
+    expect(await send(admin, "GET", `/tenants/${encodeURIComponent(id)}/quotas`)).toEqual(
+      error(404, { code: "not_found", message: `no tenant ${"x".repeat(63)}` }),
+    );
+  });
+
   it("storage faults: throttling is 503 busy, anything unforeseen a 500 that hides its details", async () => {
     const id = await createJob();
     const throttled = appOver({ ...fixture.engine, doc: failingDoc("ThrottlingException") });
