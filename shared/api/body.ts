@@ -1,4 +1,5 @@
 import type { MiddlewareHandler } from "hono";
+import { textHead, wellFormed } from "../storage/stored-text.js";
 import { ApiError } from "./errors.js";
 
 /** Beyond the payload limit, room for the rest of a job (schedule, target, headers). */
@@ -52,7 +53,8 @@ export function jsonBody(
     try {
       value = JSON.parse(text);
     } catch (error) {
-      const why = error instanceof Error ? `: ${error.message.slice(0, 200)}` : "";
+      // V8's message may quote half of a character (the token it stops at, by its first unit).
+      const why = error instanceof Error ? `: ${textHead(wellFormed(error.message), 200)}` : "";
       throw new ApiError(400, "malformed_json", `the body is not valid JSON${why}`);
     }
     checkStructure(value, payloadPath, MAX_JSON_DEPTH + itemDepth);

@@ -39,3 +39,15 @@ export function textHead(text: string, units: number): string {
   const cut = text.slice(0, units);
   return /[\uD800-\uDBFF]$/.test(cut) ? cut.slice(0, -1) : cut;
 }
+
+/** An unpaired surrogate: a high one with no low one after it, or a low one with no high one before. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+
+/**
+ * The text with each unpaired surrogate replaced by U+FFFD (String.prototype.toWellFormed, which
+ * ES2023 lacks): a message the API quotes from elsewhere (V8's JSON.parse names a token by its
+ * first UTF-16 unit, half an emoji) is then Unicode text.
+ */
+export function wellFormed(text: string): string {
+  return text.replace(LONE_SURROGATE, "\uFFFD");
+}

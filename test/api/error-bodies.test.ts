@@ -550,6 +550,17 @@ describe("error bodies, byte for byte", () => {
     );
   });
 
+  it("a body that is not JSON from its first character on: the parser's message is quoted as Unicode text", async () => {
+    // V8's JSON.parse names the unexpected token by its first UTF-16 unit: for an emoji, half of
+    // it, an unpaired surrogate ("\ud83d" in the answer's JSON), which is no Unicode text.
+    expect(await call("POST", "/jobs", { body: "\u{1F600}" })).toEqual(
+      error(400, {
+        code: "malformed_json",
+        message: `the body is not valid JSON: Unexpected token '\uFFFD', "\u{1F600}" is not valid JSON`,
+      }),
+    );
+  });
+
   it("storage faults: throttling is 503 busy, anything unforeseen a 500 that hides its details", async () => {
     const id = await createJob();
     const throttled = appOver({ ...fixture.engine, doc: failingDoc("ThrottlingException") });
