@@ -97,7 +97,7 @@ export function JobsPage({ jobTypes }: { jobTypes: readonly string[] }) {
             ))}
           </tbody>
         </table>
-        {data && jobs.length === 0 ? <p>No jobs yet.</p> : null}
+        {data && jobs.length === 0 ? <p>{noJobsText(status, listing.more)}</p> : null}
         {listing.more ? (
           <button type="button" onClick={() => void loadMore()}>
             Load more jobs
@@ -106,6 +106,16 @@ export function JobsPage({ jobTypes }: { jobTypes: readonly string[] }) {
       </section>
     </>
   );
+}
+
+/**
+ * What an empty listing says. A page of GET /jobs reads at most 100 jobs, so a filtered page may
+ * hold none with older jobs left to read: that is no proof that none matches.
+ */
+function noJobsText(status: Job["status"] | "", more: boolean): string {
+  const which = status === "" ? "jobs" : `${status} jobs`;
+  if (more) return `No ${which} among the newest read: Load more jobs reads older ones.`;
+  return status === "" ? "No jobs yet." : `No ${which}.`;
 }
 
 function CreateJobForm({ jobTypes }: { jobTypes: readonly string[] }) {

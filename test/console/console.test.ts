@@ -26,6 +26,8 @@ const CHANGING_JOBS_KEY = "console-changing-jobs-key";
 /** A seventh's and an eighth's, whose jobs change while a read is held. */
 const HELD_OLDER_KEY = "console-held-older-key";
 const HELD_POLL_KEY = "console-held-poll-key";
+/** A ninth's, whose only paused job lies past the first page's reads. */
+const FILTERED_KEY = "console-filtered-key";
 const SCREENSHOTS = process.env.CONSOLE_SCREENSHOTS;
 
 interface Job {
@@ -180,7 +182,7 @@ beforeAll(async () => {
   [sandbox, browser] = await Promise.all([
     spawnSandbox({
       env: {
-        SCHEDULER_API_KEYS: `${KEY}=console-tenant,${MANY_DEAD_KEY}=many-dead-tenant,${ODD_NAMES_KEY}=odd-names-tenant,${MANY_JOBS_KEY}=many-jobs-tenant,${REPLAY_RACE_KEY}=replay-race-tenant,${CHANGING_JOBS_KEY}=changing-jobs-tenant,${HELD_OLDER_KEY}=held-older-tenant,${HELD_POLL_KEY}=held-poll-tenant`,
+        SCHEDULER_API_KEYS: `${KEY}=console-tenant,${MANY_DEAD_KEY}=many-dead-tenant,${ODD_NAMES_KEY}=odd-names-tenant,${MANY_JOBS_KEY}=many-jobs-tenant,${REPLAY_RACE_KEY}=replay-race-tenant,${CHANGING_JOBS_KEY}=changing-jobs-tenant,${HELD_OLDER_KEY}=held-older-tenant,${HELD_POLL_KEY}=held-poll-tenant,${FILTERED_KEY}=filtered-tenant`,
         // The shortest lookahead: a per-second job's create claims its first three minutes of
         // runs, not seven.
         LOOKAHEAD_SECONDS: "60",
@@ -679,6 +681,31 @@ describe("web console", () => {
       await gone.waitFor({ state: "detached", timeout: 10_000 }).catch(() => undefined);
       expect(await gone.count()).toBe(0);
       expect(await shown()).toEqual(await listed());
+    } finally {
+      await other.close();
+    }
+  });
+
+  it("a status filter whose first page read no match but has more says so, not 'No jobs yet.', and Load more jobs finds the match", async () => {
+    // A filtered page reads at most 100 jobs: the paused one, the oldest of 101, lies past them.
+    const jobs = await createJobs(FILTERED_KEY, [25, 25, 25, 25, 1]);
+    const oldest = jobs.at(-1);
+    if (oldest === undefined) throw new Error("no job created");
+    await api("POST", `/jobs/${oldest.id}/pause`, {}, {}, FILTERED_KEY);
+    const other = await signedInJobsPage(FILTERED_KEY);
+    try {
+      await other.getByLabel("Status").selectOption("paused");
+      // What the page says once the filtered first page landed: it is empty, and has a cursor.
+      const empty = other.locator("section p").filter({ hasText: /^No / });
+      await empty.waitFor();
+      expect(await empty.textContent()).toBe(
+        "No paused jobs among the newest read: Load more jobs reads older ones.",
+      );
+      expect(await other.locator("tbody tr").count()).toBe(0);
+      const button = other.getByRole("button", { name: "Load more jobs" });
+      await button.click();
+      await other.locator(`tbody tr th a[href$="/${oldest.id}"]`).waitFor({ timeout: 10_000 });
+      expect(await button.count()).toBe(0);
     } finally {
       await other.close();
     }
