@@ -5,6 +5,7 @@ import {
   DEV_API_KEY,
   defaultTenantOfPrincipal,
   iamAuthenticator,
+  isValidTenantId,
   jwtAuthenticator,
   localApiKeys,
   localAuthNotice,
@@ -200,6 +201,29 @@ describe("IAM principal → tenant", () => {
     // Nor any other STS principal the default does not know how to name (not an assumed role).
     expect(of("arn:aws:sts::123456789012:something-else/x")).toBeNull();
     expect(of("arn:aws:iam::123456789012:root")).toBe("arn:aws:iam::123456789012:root");
+  });
+
+  it("names users under any path, other partitions too, but only a valid tenant id passes (the app's 401 else)", () => {
+    const of = (userArn: string) =>
+      defaultTenantOfPrincipal({ userArn, accountId: "123456789012" });
+    for (const arn of [
+      "arn:aws-cn:iam::123456789012:root",
+      "arn:aws-cn:sts::123456789012:assumed-role/Reporter/s",
+      "arn:aws-us-gov:iam::123456789012:user/alice",
+    ]) {
+      const tenant = of(arn);
+      expect(tenant !== null && isValidTenantId(tenant), arn).toBe(true);
+    }
+    // An IAM path takes any printable ASCII and up to 512 characters; a tenant id does not, so
+    // such a user is refused by app.ts's isValidTenantId (docs/api.md, Authentication and tenants).
+    for (const arn of [
+      "arn:aws:iam::123456789012:user/!ops#1/alice",
+      `arn:aws:iam::123456789012:user/${"team/".repeat(50)}alice`,
+    ]) {
+      const tenant = of(arn);
+      expect(tenant, arn).toBe(arn);
+      expect(isValidTenantId(tenant ?? ""), arn).toBe(false);
+    }
   });
 
   it("reads requestContext.authorizer.iam from the Lambda adapter's env, through the hook", async () => {
