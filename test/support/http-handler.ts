@@ -1,5 +1,6 @@
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import type { JobContext, JobHandler } from "../../shared/execution/job-contract.js";
+import type { Resolver } from "../../shared/execution/outbound.js";
 import type { WebhookSettings } from "../../shared/execution/webhook-handler.js";
 
 /** The signing secret the `http` handler's tests sign with. */
@@ -38,3 +39,22 @@ export function httpContext(
     fence: 1,
   };
 }
+
+const loopback: Resolver = async () => [{ address: "127.0.0.1", family: 4 }];
+
+/**
+ * The two ways a worker delivers, each with the host it reaches a loopback receiver by: a
+ * deployed worker's settings, with 127.0.0.1 standing in for a receiver's public address, and
+ * the sandbox's, private targets allowed.
+ */
+export const LOOPBACK_WORKERS = [
+  [
+    "a deployed worker",
+    {
+      resolve: loopback,
+      addressRefusal: (address: string) => (address === "127.0.0.1" ? null : "private"),
+    },
+    "receiver.test",
+  ],
+  ["the sandbox (private targets allowed)", { allowPrivateTargets: true }, "127.0.0.1"],
+] as const;

@@ -4,13 +4,13 @@ import { createServer as createTlsServer } from "node:tls";
 import { Agent, request } from "undici";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { isRetryable, JobError } from "../../shared/execution/job-contract.js";
-import type { Resolver } from "../../shared/execution/outbound.js";
 import {
   MAX_RECEIVED_BYTES,
   meteredConnector,
   receivedTooMuchIn,
 } from "../../shared/execution/received-bytes.js";
-import { httpContext, httpHandlerWith } from "../support/http-handler.js";
+import { httpContext, httpHandlerWith, LOOPBACK_WORKERS } from "../support/http-handler.js";
+import { rejection } from "../support/rejection.js";
 
 /**
  * What a receiver can make a worker read for one delivery, whatever the form: undici's parser
@@ -63,25 +63,6 @@ async function floodingReceiver(head: string, filler: Buffer): Promise<Flooding>
   };
 }
 
-// A deployed worker's settings, with 127.0.0.1 standing in for a receiver's public address.
-const resolve: Resolver = async () => [{ address: "127.0.0.1", family: 4 }];
-const standIn = (address: string) => (address === "127.0.0.1" ? null : "private");
-const WORKERS = [
-  ["a deployed worker", { resolve, addressRefusal: standIn }, "receiver.test"],
-  ["the sandbox (private targets allowed)", { allowPrivateTargets: true }, "127.0.0.1"],
-] as const;
-
-async function failureOf(promise: Promise<unknown>): Promise<JobError> {
-  const outcome = await promise.then(
-    (value) => ({ value }),
-    (error: unknown) => ({ error }),
-  );
-  if (!("error" in outcome))
-    throw new Error(`delivered, answered ${JSON.stringify(outcome.value)}`);
-  expect(outcome.error).toBeInstanceOf(JobError);
-  return outcome.error as JobError;
-}
-
 const FLOODS = [
   [
     "a chunk-size line whose extension never ends",
@@ -95,7 +76,7 @@ const FLOODS = [
   ],
 ] as const;
 
-describe.each(WORKERS)("%s, delivering to a receiver that floods", (_, settings, host) => {
+describe.each(LOOPBACK_WORKERS)("%s, delivering to a receiver that floods", (_, settings, host) => {
   let receiver: Flooding | undefined;
   afterEach(async () => {
     await receiver?.close();
@@ -108,8 +89,9 @@ describe.each(WORKERS)("%s, delivering to a receiver that floods", (_, settings,
     async (__, head, filler) => {
       receiver = await floodingReceiver(head, filler);
       const handler = httpHandlerWith(settings);
-      const error = await failureOf(
+      const error = await rejection(
         handler(httpContext(`http://${host}:${receiver.port}/hook`, { timeoutSeconds: 20 })),
+        JobError,
       );
       expect(error.message).toBe(
         `POST http://${host}:${receiver.port}/hook: receiver sent more than ${MAX_RECEIVED_BYTES} bytes for one delivery; connection closed`,

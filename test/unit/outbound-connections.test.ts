@@ -1,8 +1,7 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import type { Resolver } from "../../shared/execution/outbound.js";
-import { httpContext, httpHandlerWith } from "../support/http-handler.js";
+import { httpContext, httpHandlerWith, LOOPBACK_WORKERS } from "../support/http-handler.js";
 
 /**
  * A worker's connections to receivers, which it shares with every tenant whose runs it delivers:
@@ -43,10 +42,6 @@ async function lingeringReceiver(): Promise<Lingering> {
   };
 }
 
-// A deployed worker's settings, with 127.0.0.1 standing in for a receiver's public address.
-const resolve: Resolver = async () => [{ address: "127.0.0.1", family: 4 }];
-const standIn = (address: string) => (address === "127.0.0.1" ? null : "private");
-
 describe("a receiver that asks for its idle connection to be kept 600 s (Keep-Alive: timeout=600)", () => {
   let receiver: Lingering;
   beforeAll(async () => {
@@ -60,10 +55,7 @@ describe("a receiver that asks for its idle connection to be kept 600 s (Keep-Al
   // descriptor, of the worker for 10 minutes after its delivery: a tenant with a thousand jobs
   // on a thousand ports used up a Lambda's 1,024 and every tenant's deliveries and the worker's
   // own DynamoDB and SQS calls failed (EMFILE).
-  it.each([
-    ["a deployed worker", { resolve, addressRefusal: standIn }, "receiver.test"],
-    ["the sandbox (private targets allowed)", { allowPrivateTargets: true }, "127.0.0.1"],
-  ])("%s closes it within seconds", async (_, settings, host) => {
+  it.each(LOOPBACK_WORKERS)("%s closes it within seconds", async (_, settings, host) => {
     const before = receiver.connections.length;
     const handler = httpHandlerWith(settings);
     expect(await handler(httpContext(`http://${host}:${receiver.port}/hook`))).toEqual({
