@@ -1,4 +1,4 @@
-import { Aws, CfnOutput, CfnResource, Stack, type StackProps } from "aws-cdk-lib";
+import { Aws, CfnOutput, CfnResource, Stack, type StackProps, Token } from "aws-cdk-lib";
 import type { Construct, IConstruct } from "constructs";
 import { ENV } from "../shared/config.js";
 import { Api } from "./constructs/api.js";
@@ -7,7 +7,11 @@ import { Observability } from "./constructs/observability.js";
 import { Queues } from "./constructs/queues.js";
 import { Storage } from "./constructs/storage.js";
 import { DEAD_LETTER_CONSUMER_TIMEOUT, Worker } from "./constructs/worker.js";
-import { engineEnvironment, type SchedulerSettings } from "./settings.js";
+import {
+  engineEnvironment,
+  refuseAlarmTopicElsewhere,
+  type SchedulerSettings,
+} from "./settings.js";
 
 export interface SchedulerStackProps extends StackProps {
   readonly settings: SchedulerSettings;
@@ -26,6 +30,8 @@ export class SchedulerStack extends Stack {
   constructor(scope: Construct, id: string, props: SchedulerStackProps) {
     super(scope, id, props);
     const { settings } = props;
+    // Only a region given at synth (env) can be compared; a token's is known at deploy alone.
+    if (!Token.isUnresolved(this.region)) refuseAlarmTopicElsewhere(settings, this.region);
     this.settings = settings;
     this.storage = new Storage(this, "Storage", { settings });
     this.queues = new Queues(this, "Queues", {

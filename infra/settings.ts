@@ -1,4 +1,5 @@
 import { RetentionDays } from "aws-cdk-lib/aws-logs";
+import { RegionInfo } from "aws-cdk-lib/region-info";
 import type { Node } from "constructs";
 import { isValidTenantId, TENANT_ID_CHARS } from "../shared/api/auth.js";
 import {
@@ -166,8 +167,27 @@ export function resolveSettings(input: SettingsInput = {}): SchedulerSettings {
 /** A CloudWatch namespace, without spaces (and not ":" first, CloudWatch's rule). */
 const METRICS_NAMESPACE = /^[A-Za-z0-9._/#-][A-Za-z0-9._/#:-]*$/;
 
-/** One address: no list (comma, semicolon, space), one "@" with something on each side. */
-const EMAIL_ADDRESS = /^[^\s@,;<>]{1,64}@[^\s@,;<>]{1,255}$/;
+/**
+ * One address as SNS takes it: a local part of letters (any script), digits and RFC 5322's atom
+ * signs, dot-separated; a domain of two or more labels (letters, digits, inner hyphens), the last
+ * one letters or an IDN's "xn--" form. Nothing else: no list (comma, semicolon, space), no
+ * "mailto:", no invisible character (a zero-width space copied with the address).
+ */
+const LOCAL_ATOM = "[\\p{L}\\p{M}\\p{N}!#$%&'*+/=?^_`{|}~-]+";
+const DOMAIN_LABEL = "[\\p{L}\\p{M}\\p{N}](?:[\\p{L}\\p{M}\\p{N}-]*[\\p{L}\\p{M}\\p{N}])?";
+const TOP_LABEL = "(?:[\\p{L}\\p{M}]{2,}|[xX][nN]--[a-zA-Z0-9-]*[a-zA-Z0-9])";
+const EMAIL_ADDRESS = new RegExp(
+  `^(?=[^@]{1,64}@[^@]{1,253}$)${LOCAL_ATOM}(?:\\.${LOCAL_ATOM})*@(?:${DOMAIN_LABEL}\\.)+${TOP_LABEL}$`,
+  "u",
+);
+
+/** A text quoted in a refusal with its invisible characters (U+200B, U+00A0…) written out. */
+function shownVisibly(text: string): string {
+  return text.replace(
+    /[\p{C}\p{Zl}\p{Zp}]|(?! )\p{Zs}/gu,
+    (c) => `\\u{${(c.codePointAt(0) ?? 0).toString(16)}}`,
+  );
+}
 
 /** SQS's longest message retention: no message gets older. */
 const MAX_QUEUE_AGE_SECONDS = 1_209_600;
@@ -275,7 +295,7 @@ function validate(s: SchedulerSettings): void {
   // subscription, and roll it back, rather than the synth. More addresses subscribe to the topic.
   check(
     s.alarmEmail === undefined || EMAIL_ADDRESS.test(s.alarmEmail),
-    `alarmEmail must be one e-mail address, got "${s.alarmEmail}": for more than one, subscribe them to the AlarmTopicArn output, or give alarmTopicArn`,
+    `alarmEmail must be one e-mail address, got "${shownVisibly(s.alarmEmail ?? "")}" (name@domain.example: no "mailto:", a dot in the domain, no invisible character): for more than one, subscribe them to the AlarmTopicArn output, or give alarmTopicArn`,
   );
   check(
     !(s.alarmEmail && s.alarmTopicArn),
@@ -328,6 +348,24 @@ function validate(s: SchedulerSettings): void {
   }
   if (problems.length > 0)
     throw new Error(`invalid scheduler settings:\n- ${problems.join("\n- ")}`);
+}
+
+/**
+ * Refuses an alarmTopicArn outside the stack's region or partition, once the region is known at
+ * synth (the stack's env). CloudWatch publishes an alarm's notification to a topic of the alarm's
+ * own region only, so the deploy would fail at the first alarm and roll back. An env-agnostic
+ * stack (the app's own, region a token) has no region to compare until deploy: docs/deploy.md.
+ */
+export function refuseAlarmTopicElsewhere(s: SchedulerSettings, region: string): void {
+  if (s.alarmTopicArn === undefined) return;
+  const [, partition, , topicRegion] = s.alarmTopicArn.split(":");
+  // A region CDK does not know has no partition to compare; its region still must match.
+  const stackPartition = RegionInfo.get(region).partition;
+  if (topicRegion === region && (stackPartition === undefined || partition === stackPartition))
+    return;
+  throw new Error(
+    `invalid scheduler settings:\n- alarmTopicArn must name a topic in the stack's region (${region}) and partition (${stackPartition ?? "unknown"}), got ${s.alarmTopicArn}: CloudWatch sends an alarm's notification only to a topic of the alarm's region, so the deploy would fail at the first alarm`,
+  );
 }
 
 /** The setting (context key) each of the handlers' variables carries. */

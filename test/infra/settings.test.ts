@@ -4,6 +4,7 @@ import { App } from "aws-cdk-lib";
 import { RetentionDays } from "aws-cdk-lib/aws-logs";
 import { describe, expect, it } from "vitest";
 import { buildSchedulerApp } from "../../infra/build-app.js";
+import { SchedulerStack } from "../../infra/scheduler-stack.js";
 import {
   CONTEXT_KEYS,
   engineEnvironment,
@@ -16,6 +17,13 @@ import { REPO_ROOT } from "./support/repo-root.js";
 
 const fromContext = (context: Record<string, unknown>) =>
   settingsFromContext(new App({ context }).node);
+
+/** The stack alone, its functions unbundled, in a region given at synth (env) or left a token. */
+const stackIn = (region: string | undefined, context: Record<string, unknown>) => {
+  const app = new App({ context: { ...context, "aws:cdk:bundling-stacks": [] } });
+  const settings = settingsFromContext(app.node);
+  return new SchedulerStack(app, "Scheduler-dev", { settings, env: { region } });
+};
 
 describe("settings", () => {
   it("defaults to the design's values in a dev stage", () => {
@@ -292,10 +300,57 @@ describe("settings", () => {
     },
   );
 
+  // Each passed the synth, and SNS refused the subscription at deploy (a link pasted with its
+  // scheme, a domain with no dot, an address copied from a chat with a zero-width space after it).
+  it.each([
+    ["mailto:a@b.c", "mailto:a@b.c"],
+    ["a@b", "a@b"],
+    ["a@b.c\u200B", "a@b.c\\u{200b}"],
+    ["oncall@example.com\u200B", "oncall@example.com\\u{200b}"],
+    ["a.@example.com", "a.@example.com"],
+    ["a..b@example.com", "a..b@example.com"],
+    ["a@-example.com", "a@-example.com"],
+    ["a@example..com", "a@example..com"],
+    ["a@example.com.", "a@example.com."],
+    ["\u00A0a@example.com", "\\u{a0}a@example.com"],
+  ])("refuses alarmEmail %j, naming alarmEmail and showing what it got", (alarmEmail, shown) => {
+    expect(() => fromContext({ alarmEmail })).toThrow(
+      `alarmEmail must be one e-mail address, got "${shown}"`,
+    );
+  });
+
   it("accepts an alarmEmail address", () => {
-    for (const address of ["oncall@example.com", "ops+scheduler.prod@mail.example.co.uk"]) {
+    for (const address of [
+      "oncall@example.com",
+      "ops+scheduler.prod@mail.example.co.uk",
+      "On.Call@Example.COM",
+      "jörg.müller@bücher.example",
+      "ops@xn--bcher-kva.example",
+      "o'brien_ops-1@a-b.example.io",
+    ]) {
       expect(fromContext({ alarmEmail: address }).alarmEmail).toBe(address);
     }
+  });
+
+  // CloudWatch publishes an alarm's notification only to a topic in the alarm's own region (and
+  // so partition): the deploy failed at the first alarm, after the synth had taken the topic.
+  it.each([
+    ["eu-west-1", "arn:aws:sns:us-east-1:123456789012:ops-alarms"],
+    ["eu-west-1", "arn:aws-cn:sns:eu-west-1:123456789012:ops-alarms"],
+    ["cn-north-1", "arn:aws:sns:cn-north-1:123456789012:ops-alarms"],
+  ])("refuses in a stack of region %s the alarmTopicArn %s, naming it", (region, alarmTopicArn) => {
+    expect(() => stackIn(region, { alarmTopicArn })).toThrow(
+      `alarmTopicArn must name a topic in the stack's region (${region}) and partition`,
+    );
+  });
+
+  it("accepts an alarmTopicArn in the stack's region, and any region while it is a token", () => {
+    const here = "arn:aws-cn:sns:cn-north-1:123456789012:ops-alarms";
+    expect(stackIn("cn-north-1", { alarmTopicArn: here }).observability.topic.topicArn).toBe(here);
+    const elsewhere = "arn:aws:sns:us-east-1:123456789012:ops-alarms";
+    expect(stackIn(undefined, { alarmTopicArn: elsewhere }).observability.topic.topicArn).toBe(
+      elsewhere,
+    );
   });
 
   it("accepts maxReceiveCount 2, the fewest deliveries that survive one crash", () => {
