@@ -484,7 +484,7 @@ function RunsTimeline({ id, zone }: { id: string; zone: string }) {
         </tbody>
       </table>
       {data && shown.length === 0 ? (
-        <p>No runs{runs.length > 0 ? " with these statuses" : " yet"}.</p>
+        <p>{noRunsText(status === undefined ? null : shownStatuses, listing.more)}</p>
       ) : null}
       {listing.more ? (
         <button type="button" onClick={() => void loadOlder()}>
@@ -493,4 +493,22 @@ function RunsTimeline({ id, zone }: { id: string; zone: string }) {
       ) : null}
     </section>
   );
+}
+
+/**
+ * What an empty timeline says; `statuses` are the filter's, null unfiltered. A filtered page of
+ * GET /jobs/{id}/runs gives up after ten reads, so it may hold none with older runs left to read:
+ * that is no proof that none matches.
+ */
+function noRunsText(statuses: readonly string[] | null, more: boolean): string {
+  if (statuses?.length === 0) return "No runs with these statuses.";
+  const which = statuses === null ? "runs" : `${listOf(statuses)} runs`;
+  if (more) return `No ${which} among the newest read: Load older runs reads older ones.`;
+  return statuses === null ? "No runs yet." : `No ${which}.`;
+}
+
+/** "a", "a or b", "a, b or c". */
+function listOf(words: readonly string[]): string {
+  const last = words.at(-1) ?? "";
+  return words.length < 2 ? last : `${words.slice(0, -1).join(", ")} or ${last}`;
 }

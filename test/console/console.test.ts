@@ -28,6 +28,8 @@ const HELD_OLDER_KEY = "console-held-older-key";
 const HELD_POLL_KEY = "console-held-poll-key";
 /** A ninth's, whose only paused job lies past the first page's reads. */
 const FILTERED_KEY = "console-filtered-key";
+/** A tenth's, whose job's runs timeline is filtered: its job stays off the first tenant's list. */
+const FILTERED_RUNS_KEY = "console-filtered-runs-key";
 const SCREENSHOTS = process.env.CONSOLE_SCREENSHOTS;
 
 interface Job {
@@ -182,7 +184,7 @@ beforeAll(async () => {
   [sandbox, browser] = await Promise.all([
     spawnSandbox({
       env: {
-        SCHEDULER_API_KEYS: `${KEY}=console-tenant,${MANY_DEAD_KEY}=many-dead-tenant,${ODD_NAMES_KEY}=odd-names-tenant,${MANY_JOBS_KEY}=many-jobs-tenant,${REPLAY_RACE_KEY}=replay-race-tenant,${CHANGING_JOBS_KEY}=changing-jobs-tenant,${HELD_OLDER_KEY}=held-older-tenant,${HELD_POLL_KEY}=held-poll-tenant,${FILTERED_KEY}=filtered-tenant`,
+        SCHEDULER_API_KEYS: `${KEY}=console-tenant,${MANY_DEAD_KEY}=many-dead-tenant,${ODD_NAMES_KEY}=odd-names-tenant,${MANY_JOBS_KEY}=many-jobs-tenant,${REPLAY_RACE_KEY}=replay-race-tenant,${CHANGING_JOBS_KEY}=changing-jobs-tenant,${HELD_OLDER_KEY}=held-older-tenant,${HELD_POLL_KEY}=held-poll-tenant,${FILTERED_KEY}=filtered-tenant,${FILTERED_RUNS_KEY}=filtered-runs-tenant`,
         // The shortest lookahead: a per-second job's create claims its first three minutes of
         // runs, not seven.
         LOOKAHEAD_SECONDS: "60",
@@ -397,6 +399,82 @@ describe("web console", () => {
       .evaluateAll((found) => found.map((row) => row.getAttribute("data-run-id")));
     expect(rows).toEqual(await runIdsOf(job.id));
     await api("POST", `/jobs/${job.id}/cancel`);
+  }, 90_000);
+
+  it("a runs filter whose first page read no match but has more says so, not 'No runs yet.', and Load older runs finds the match", async () => {
+    const job = await api<Job>(
+      "POST",
+      "/jobs",
+      { name: "filtered runs", type: "noop", schedule: { cron: "0 0 1 1 *", timezone: "UTC" } },
+      {},
+      FILTERED_RUNS_KEY,
+    );
+    const trigger = () =>
+      api<Run>("POST", `/jobs/${job.id}/trigger`, undefined, {}, FILTERED_RUNS_KEY);
+    const oldest = await trigger();
+    const newest = await trigger();
+    await waitFor(
+      "both runs to succeed",
+      async () =>
+        (
+          await api<{ items: Run[] }>(
+            "GET",
+            `/jobs/${job.id}/runs?status=succeeded`,
+            undefined,
+            {},
+            FILTERED_RUNS_KEY,
+          )
+        ).items.length === 2,
+      30_000,
+    );
+    // A filtered page gives up after ten reads (6,550 runs at the console's limit of 50), empty
+    // with a cursor when none of them matched. The sandbox's table is out of this test's reach
+    // and thousands of runs through the API take minutes, so the first filtered page is answered
+    // as the server answers then: no run, and the server's own cursor past the newest run (read
+    // with limit=1), standing in for the runs of other statuses read before the match.
+    const runsPath = `/jobs/${job.id}/runs`;
+    const firstFiltered = (url: URL) =>
+      url.pathname === runsPath &&
+      url.searchParams.has("status") &&
+      !url.searchParams.has("cursor");
+    const other = await signedInJobsPage(FILTERED_RUNS_KEY);
+    await other.route(firstFiltered, async (route) => {
+      const url = new URL(route.request().url());
+      url.searchParams.set("limit", "1");
+      const answer = await route.fetch({ url: url.toString() });
+      const read = (await answer.json()) as { items: Run[]; nextCursor: string | null };
+      if (read.items[0]?.runId !== newest.runId || read.nextCursor === null)
+        throw new Error(`unexpected first page: ${JSON.stringify(read)}`);
+      return route.fulfill({ json: { items: [], nextCursor: read.nextCursor } });
+    });
+    try {
+      await other.goto(`${sandbox.url}/console/jobs/${job.id}`);
+      await other.getByRole("heading", { name: /filtered runs/, level: 1 }).waitFor();
+      await other.locator("tr[data-run-id]").first().waitFor();
+      for (const status of ["queued", "running", "failed", "dead", "skipped", "cancelled"])
+        await other.getByLabel(status, { exact: true }).uncheck();
+      const runs = other.getByRole("region", { name: "Runs", exact: true });
+      const empty = runs.locator("p").filter({ hasText: /^No / });
+      await empty.waitFor();
+      expect(await empty.textContent()).toBe(
+        "No succeeded runs among the newest read: Load older runs reads older ones.",
+      );
+      expect(await other.locator("tr[data-run-id]").count()).toBe(0);
+      const older = other.getByRole("button", { name: "Load older runs" });
+      await older.click();
+      await other.locator(`tr[data-run-id="${oldest.runId}"]`).waitFor({ timeout: 10_000 });
+      expect(await older.count()).toBe(0);
+      expect(await empty.count()).toBe(0);
+      // Past the last page, as the server answers it: none of the filter's statuses, no button.
+      await other.unroute(firstFiltered);
+      await other.getByLabel("failed", { exact: true }).check();
+      await other.getByLabel("succeeded", { exact: true }).uncheck();
+      await empty.waitFor();
+      expect(await empty.textContent()).toBe("No failed runs.");
+      expect(await older.count()).toBe(0);
+    } finally {
+      await other.close();
+    }
   }, 90_000);
 
   /** A one-off that fails for good, and its dead letter once listed. */
