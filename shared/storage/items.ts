@@ -30,6 +30,20 @@ export const jobNotCancelledCheck = (jobsTable: string, jobId: string) => ({
     ReturnValuesOnConditionCheckFailure: "ALL_OLD" as const,
   },
 });
+/**
+ * A transaction's check that a job still has the status it was read with (a job gone has none),
+ * for a run written for the job as it was read (a trigger, a dependent's fan-out) that a pause,
+ * cancel or delete between the read and the write must not be outrun by.
+ */
+export const jobStatusCheck = (jobsTable: string, jobId: string, status: string) => ({
+  ConditionCheck: {
+    TableName: jobsTable,
+    Key: jobKey(jobId),
+    ConditionExpression: "#status = :seen",
+    ExpressionAttributeNames: { "#status": "status" },
+    ExpressionAttributeValues: { ":seen": status },
+  },
+});
 export const tenantPk = (tenantId: string) => `TENANT#${tenantId}`;
 export const shardLeaseKey = (shard: number) => ({ pk: `SHARD#${shard}`, sk: LEASE_SK });
 export const reaperCursorKey = (shard: number) => ({ pk: `SHARD#${shard}`, sk: REAPER_CURSOR_SK });

@@ -1,6 +1,6 @@
 import type { Engine } from "../engine.js";
 import { idempotencyRecordPut, readIdempotencyRecordAt } from "./idempotency-records.js";
-import { jobKey, triggerIdempotencyKey } from "./items.js";
+import { jobStatusCheck, triggerIdempotencyKey } from "./items.js";
 import { ConditionsFailedError, type NamedWrite, writeTransaction } from "./transaction.js";
 
 /** A trigger's idempotency key, for the job it triggers. */
@@ -40,18 +40,7 @@ export async function writeTriggeredRun(
         },
       },
     },
-    {
-      name: "job",
-      write: {
-        ConditionCheck: {
-          TableName: engine.tables.jobs,
-          Key: jobKey(job.jobId),
-          ConditionExpression: "attribute_exists(pk) AND #status = :seen",
-          ExpressionAttributeNames: { "#status": "status" },
-          ExpressionAttributeValues: { ":seen": job.status },
-        },
-      },
-    },
+    { name: "job", write: jobStatusCheck(engine.tables.jobs, job.jobId, job.status) },
   ];
   if (key) {
     writes.push({

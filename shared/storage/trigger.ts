@@ -3,7 +3,7 @@ import type { Engine } from "../engine.js";
 import { bucketKey, shardOf, triggeredMarkerSortKey, triggerSortKey } from "../keys.js";
 import type { DueEntry, DueKey, Job, Run, RunTrigger } from "../model.js";
 import { retryOnContention } from "./dynamo-errors.js";
-import { encodeDueEntry, jobKey, jobNotCancelledCheck, jobPk } from "./items.js";
+import { encodeDueEntry, jobNotCancelledCheck, jobPk, jobStatusCheck } from "./items.js";
 import { runExpiresAt } from "./retention.js";
 import { ConditionsFailedError, type NamedWrite, writeTransaction } from "./transaction.js";
 
@@ -103,18 +103,7 @@ export async function writeTriggeredRun(
         },
       },
     },
-    {
-      name: "job",
-      write: {
-        ConditionCheck: {
-          TableName: engine.tables.jobs,
-          Key: jobKey(dependent.jobId),
-          ConditionExpression: "#status = :seen",
-          ExpressionAttributeNames: { "#status": "status" },
-          ExpressionAttributeValues: { ":seen": dependent.status },
-        },
-      },
-    },
+    { name: "job", write: jobStatusCheck(engine.tables.jobs, dependent.jobId, dependent.status) },
     // From a delete's first commit (its cancel) on, no fan-out of the job's runs writes anything,
     // even of a run that ended before it. COMPLETED passes (a one-off completes with the run that
     // triggers), and PAUSED (a pause does not take back a run that had started).
