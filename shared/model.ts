@@ -125,6 +125,14 @@ export interface Job {
    * of this job's schedule is conditioned on it (shared/storage/dependents.ts). Absent: 0.
    */
   readonly linkRevision?: number;
+  /**
+   * Set on a COMPLETED job by its delete before the delete cancels its runs (a job not yet ended
+   * needs none: the delete's cancel makes it CANCELLED, which refuses the same writes). From then
+   * on a trigger, a replay and a fan-out of its runs take the job as deleted and write nothing, so
+   * no run lands that the delete has passed over. A delete that dies after setting it leaves the
+   * job COMPLETED with it; a repeat finishes the delete.
+   */
+  readonly deleteRequestedAt?: string;
 }
 
 /**

@@ -9,7 +9,8 @@ import { endedJobShare } from "../quotas/ended-share.js";
 import { giveBackJobQuotas } from "../quotas/usage.js";
 import { detachFromUpstream } from "../storage/dependents.js";
 import { retryOnContention } from "../storage/dynamo-errors.js";
-import { writeCancelledJob } from "../storage/job-status.js";
+import { isBeingDeleted } from "../storage/items.js";
+import { writeCancelledJob, writeDeletingJob } from "../storage/job-status.js";
 import { getRun } from "../storage/run-reads.js";
 import { cancelRunsOfJob } from "./cancel-run.js";
 import { upstreamsOf } from "./dependencies.js";
@@ -28,9 +29,9 @@ export function cancelJob(engine: Engine, tenantId: string, jobId: string): Prom
 
 /**
  * Ends a job for good: a job that has not ended is cancelled as `cancelJob`
- * does; a COMPLETED one stays so for `delete` (a cancel of it is refused).
- * Either way the job's queued runs end CANCELLED, so a repeat finishes what an
- * earlier call that died after its commit left queued.
+ * does; a COMPLETED one stays so for `delete` (a cancel of it is refused), marked
+ * `deleteRequestedAt` first. Either way the job's queued runs end CANCELLED, so a
+ * repeat finishes what an earlier call that died after its commit left queued.
  */
 export async function endJob(
   engine: Engine,
@@ -43,14 +44,17 @@ export async function endJob(
     tenantId,
     jobId,
     (current, now) => {
-      if (current.status === "CANCELLED" || (current.status === "COMPLETED" && action === "delete"))
+      const ended = { parked: Object.keys(current.parkedRuns), repeat: false };
+      if (current.status === "CANCELLED")
+        return { done: { ...ended, job: current, repeat: action === "cancel" } };
+      if (current.status === "COMPLETED" && action === "delete") {
+        // Marked before its runs are cancelled: a trigger, replay or fan-out that reads the job
+        // COMPLETED must not write a run once the cancel below has passed (a repeat is marked).
+        if (isBeingDeleted(current)) return { done: { ...ended, job: current } };
         return {
-          done: {
-            job: current,
-            parked: Object.keys(current.parkedRuns),
-            repeat: current.status === "CANCELLED" && action === "cancel",
-          },
+          write: async () => ({ ...ended, job: await writeDeletingJob(engine, current, now) }),
         };
+      }
       if (current.status === "COMPLETED") throw new IllegalTransitionError(action, current.status);
       return {
         write: async () => {
@@ -58,7 +62,7 @@ export async function endJob(
           const share = await endedJobShare(engine, current, now);
           const cancelled = await writeCancelledJob(engine, current, now);
           await giveBackJobQuotas(engine, share);
-          return { job: cancelled, parked: Object.keys(current.parkedRuns), repeat: false };
+          return { ...ended, job: cancelled };
         },
       };
     },

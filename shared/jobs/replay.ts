@@ -3,7 +3,8 @@ import { IllegalTransitionError, NotReplayableError } from "../errors.js";
 import { idempotencyKeyHash, MAX_ATTEMPT, parseRunId } from "../keys.js";
 import type { Run } from "../model.js";
 import { recordShardCount } from "../shard-count.js";
-import { writeReplay } from "../storage/dead-letter-replay.js";
+import { JOB_DELETED, writeReplay } from "../storage/dead-letter-replay.js";
+import { isBeingDeleted } from "../storage/items.js";
 import { keepCompletedJobForRun } from "../storage/job-status.js";
 import { getJob, getRun } from "../storage/run-reads.js";
 import { getTenantRun } from "./queries.js";
@@ -47,6 +48,7 @@ export async function replayDeadLetter(
   // A dead run outlives its job when the job is deleted, or cancelled and expired: there is
   // nothing to run it as.
   if (job === null) throw new NotReplayableError(runId, goneJobReason(engine, dead));
+  if (isBeingDeleted(job)) throw new NotReplayableError(runId, JOB_DELETED);
   if (job.status === "CANCELLED") throw new IllegalTransitionError("replay a run of", job.status);
   await recordShardCount(engine);
   // Before the run is written: a run left without its job's TTL pushed could outlive the job.
@@ -106,6 +108,6 @@ const DAY_MS = 86_400_000;
 function goneJobReason(engine: Engine, dead: Run): string {
   const { retentionDays } = engine.settings;
   const queuedAt = Date.parse(dead.enqueuedAt ?? dead.scheduledFor);
-  if (engine.clock().getTime() < queuedAt + retentionDays * DAY_MS) return "its job was deleted";
+  if (engine.clock().getTime() < queuedAt + retentionDays * DAY_MS) return JOB_DELETED;
   return `its job no longer exists: it was deleted, or it was cancelled and expired ${retentionDays} days later`;
 }

@@ -3,10 +3,12 @@ import {
   ConcurrentUpdateError,
   IdempotencyConflictError,
   IllegalTransitionError,
+  JobNotFoundError,
 } from "../errors.js";
 import type { Job, Run } from "../model.js";
 import { LAST_STORABLE_MS, nextOccurrence, type ScheduleSpec } from "../schedule/index.js";
 import { recordShardCount } from "../shard-count.js";
+import { isBeingDeleted } from "../storage/items.js";
 import { keepCompletedJobForRun } from "../storage/job-status.js";
 import { readTriggerRecord, type TriggerKey, writeTriggeredRun } from "../storage/job-trigger.js";
 import { getRun } from "../storage/run-reads.js";
@@ -65,6 +67,8 @@ export async function triggerJobWithKey(
     // The repeat answers what the first trigger did, whatever the job's status has become since.
     const earlier = key && (await earlierTrigger(engine, key));
     if (earlier) return { run: earlier, created: false };
+    // A completed job whose delete has begun is as good as gone: its runs are being cancelled.
+    if (isBeingDeleted(job)) throw new JobNotFoundError(jobId);
     if (job.status === "PAUSED" || job.status === "CANCELLED")
       throw new IllegalTransitionError("trigger", job.status);
     const triggered = await triggerAsRead(engine, job, key);

@@ -2,9 +2,12 @@ import type { Engine } from "../engine.js";
 import { IllegalTransitionError, NotReplayableError } from "../errors.js";
 import type { Run } from "../model.js";
 import { transactionCancellationCodes } from "./dynamo-errors.js";
-import { jobNotCancelledCheck } from "./items.js";
+import { isBeingDeleted, jobNotCancelledCheck } from "./items.js";
 import { runKey } from "./runs.js";
 import { ConditionsFailedError, writeTransaction } from "./transaction.js";
+
+/** Why a dead letter of a job deleted (or being deleted) cannot be replayed. */
+export const JOB_DELETED = "its job was deleted";
 
 /**
  * The replay's key is free, or holds the retry a failure of the dead run put before that run's
@@ -22,7 +25,7 @@ const REPLAY_KEY_FREE =
  * hash of the replay's Idempotency-Key, if any), in one
  * transaction conditioned on `dead` being DEAD and not yet replayed, on the
  * replay's key being free but for a skipped retry of `dead` (`REPLAY_KEY_FREE`),
- * and on the job existing and not being CANCELLED (`jobNotCancelledCheck`).
+ * and on the job existing, not CANCELLED and not marked by a delete (`jobNotCancelledCheck`).
  * A cancellation is `NotReplayableError`: what it contends with on the dead
  * run's item is another replay of it; on the replay's key, a retry of the dead
  * run still waiting to be skipped; on the job, its delete (a cancel is
@@ -52,8 +55,9 @@ export async function writeReplay(
           },
         },
       },
-      // The job as the replay read it: a cancel or delete between that read and this write would
-      // otherwise be outrun, the dead letter taken off the list for a run its worker can only cancel.
+      // The job as the replay read it: a cancel or delete (of a completed job: its mark) between
+      // that read and this write would otherwise be outrun, the dead letter taken off the list for
+      // a run its worker can only cancel.
       { name: "job", write: jobNotCancelledCheck(engine.tables.jobs, dead.jobId) },
       {
         name: "deadRun",
@@ -78,7 +82,8 @@ export async function writeReplay(
   } catch (error) {
     if (error instanceof ConditionsFailedError && error.has("job")) {
       const job = error.item("job");
-      if (job === null) throw new NotReplayableError(dead.runId, "its job was deleted");
+      if (job === null || isBeingDeleted(job))
+        throw new NotReplayableError(dead.runId, JOB_DELETED);
       throw new IllegalTransitionError("replay a run of", String(job.status));
     }
     if (error instanceof ConditionsFailedError && error.has("replay") && !error.has("deadRun")) {

@@ -16,7 +16,17 @@ export const jobPk = (jobId: string) => `JOB#${jobId}`;
 export const jobKey = (jobId: string) => ({ pk: jobPk(jobId), sk: JOB_SK });
 
 /**
- * A transaction's check that a job still exists and is not CANCELLED (a delete cancels first), for
+ * No delete has marked the job. A delete leaves a COMPLETED job's status as it is, so it marks one
+ * (`deleteRequestedAt`) before it cancels the job's runs; any other job it makes CANCELLED first.
+ */
+const NOT_BEING_DELETED = "attribute_not_exists(deleteRequestedAt)";
+
+/** Whether a delete has marked this COMPLETED job (`Job.deleteRequestedAt`): it is taken as gone. */
+export const isBeingDeleted = (job: { readonly deleteRequestedAt?: unknown }) =>
+  job.deleteRequestedAt !== undefined;
+
+/**
+ * A transaction's check that a job still exists, is not CANCELLED and no delete has marked it, for
  * writes made for the job as it was read (a fan-out of its run, a replay of its dead letter) that
  * its cancel or delete must not be outrun by. A failure returns the job as it stands (none: deleted).
  */
@@ -24,22 +34,23 @@ export const jobNotCancelledCheck = (jobsTable: string, jobId: string) => ({
   ConditionCheck: {
     TableName: jobsTable,
     Key: jobKey(jobId),
-    ConditionExpression: "attribute_exists(pk) AND #status <> :cancelled",
+    ConditionExpression: `attribute_exists(pk) AND #status <> :cancelled AND ${NOT_BEING_DELETED}`,
     ExpressionAttributeNames: { "#status": "status" },
     ExpressionAttributeValues: { ":cancelled": "CANCELLED" },
     ReturnValuesOnConditionCheckFailure: "ALL_OLD" as const,
   },
 });
 /**
- * A transaction's check that a job still has the status it was read with (a job gone has none),
- * for a run written for the job as it was read (a trigger, a dependent's fan-out) that a pause,
- * cancel or delete between the read and the write must not be outrun by.
+ * A transaction's check that a job still has the status it was read with (a job gone has none)
+ * and no delete has marked it, for a run written for the job as it was read (a trigger, a
+ * dependent's fan-out) that a pause, cancel or delete between the read and the write must not be
+ * outrun by.
  */
 export const jobStatusCheck = (jobsTable: string, jobId: string, status: string) => ({
   ConditionCheck: {
     TableName: jobsTable,
     Key: jobKey(jobId),
-    ConditionExpression: "#status = :seen",
+    ConditionExpression: `#status = :seen AND ${NOT_BEING_DELETED}`,
     ExpressionAttributeNames: { "#status": "status" },
     ExpressionAttributeValues: { ":seen": status },
   },

@@ -1,7 +1,8 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
+import { ConcurrentUpdateError } from "../errors.js";
 import type { DueEntry, Job } from "../model.js";
-import { isConditionalCheckFailed } from "./dynamo-errors.js";
+import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
 import { jobKey } from "./items.js";
 import { deletePendingDueEntry, putDueEntry, updateJobFrom, writeJobChange } from "./job-update.js";
 import {
@@ -90,6 +91,35 @@ export async function writeCancelledJob(engine: Engine, job: Job, now: Date): Pr
     ...deletePendingDueEntry(engine, job),
   ]);
   return { ...job, ...set };
+}
+
+/**
+ * Marks a COMPLETED job as being deleted (`deleteRequestedAt`), before its delete cancels its runs:
+ * from this write on no trigger, replay or fan-out of its runs writes a run for it (items.ts,
+ * `jobStatusCheck` and `jobNotCancelledCheck`), so none lands after the cancel has passed. Its
+ * status stays COMPLETED. `ConcurrentUpdateError` when the job is no longer COMPLETED as read
+ * (gone: a concurrent delete removed it), for the caller to read it again.
+ */
+export async function writeDeletingJob(engine: Engine, job: Job, now: Date): Promise<Job> {
+  const deleteRequestedAt = now.toISOString();
+  try {
+    await retryOnContention(engine, "delete", () =>
+      engine.doc.send(
+        new UpdateCommand({
+          TableName: engine.tables.jobs,
+          Key: jobKey(job.jobId),
+          ConditionExpression: "#status = :completed",
+          UpdateExpression: "SET deleteRequestedAt = :at",
+          ExpressionAttributeNames: { "#status": "status" },
+          ExpressionAttributeValues: { ":completed": "COMPLETED", ":at": deleteRequestedAt },
+        }),
+      ),
+    );
+  } catch (error) {
+    if (!isConditionalCheckFailed(error)) throw error;
+    throw new ConcurrentUpdateError(`job ${job.jobId} changed under its delete`);
+  }
+  return { ...job, deleteRequestedAt };
 }
 
 /**

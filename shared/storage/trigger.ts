@@ -64,8 +64,8 @@ type TriggeredWrite = "marker" | "run" | "job" | "upstream";
  * Writes a dependent's run queued (or recorded SKIPPED) by an upstream run, once: one
  * transaction puts the run, puts the record `TRIGGERED#<upstream run id>` in the dependent's
  * partition (which must not exist: a repeated fan-out finds it), checks the dependent still
- * has the status the run was planned from, and checks the upstream job is not cancelled or
- * deleted (`jobNotCancelledCheck`).
+ * has the status the run was planned from, and checks the upstream job is not cancelled,
+ * deleted or being deleted (`jobNotCancelledCheck`).
  */
 export async function writeTriggeredRun(
   engine: Engine,
@@ -104,9 +104,10 @@ export async function writeTriggeredRun(
       },
     },
     { name: "job", write: jobStatusCheck(engine.tables.jobs, dependent.jobId, dependent.status) },
-    // From a delete's first commit (its cancel) on, no fan-out of the job's runs writes anything,
-    // even of a run that ended before it. COMPLETED passes (a one-off completes with the run that
-    // triggers), and PAUSED (a pause does not take back a run that had started).
+    // From a delete's first commit (its cancel; a completed job's mark) on, no fan-out of the
+    // job's runs writes anything, even of a run that ended before it. COMPLETED passes (a one-off
+    // completes with the run that triggers), and PAUSED (a pause does not take back a run that had
+    // started).
     { name: "upstream", write: jobNotCancelledCheck(engine.tables.jobs, upstream.jobId) },
   ];
   try {

@@ -112,6 +112,50 @@ describe("deleting a job", () => {
     ]);
   }, 40_000);
 
+  it("a completed job's delete that dies before removing the item leaves it completed and marked: a trigger is 404, a replay refused, and a repeat finishes the delete", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "fail",
+        payload: { times: 1, retryable: false },
+        schedule: { runAt: new Date().toISOString() },
+      }),
+    );
+    await f.process(
+      f.workerDeps("w"),
+      await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000),
+    );
+    const [dead] = await runsOf(job.jobId);
+    expect(dead?.status).toBe("DEAD");
+    const name = "deleteDiesBeforeItemDelete";
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === "DeleteItemCommand")
+          throw new Error("injected: the delete died");
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    try {
+      await expect(deleteJob(f.engine, TENANT, job.jobId)).rejects.toThrow(/injected/);
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+    const marked = await jobItem(job.jobId);
+    expect(marked?.status).toBe("COMPLETED");
+    expect(typeof marked?.deleteRequestedAt).toBe("string");
+    expect((await getTenantJob(f.engine, TENANT, job.jobId)).status).toBe("COMPLETED");
+    await expect(triggerJob(f.engine, TENANT, job.jobId)).rejects.toBeInstanceOf(JobNotFoundError);
+    await expect(replayDeadLetter(f.engine, TENANT, dead?.runId ?? "")).rejects.toThrow(
+      "its job was deleted",
+    );
+    expect((await runsOf(job.jobId)).map((r) => [r.attempt, r.status])).toEqual([[1, "DEAD"]]);
+
+    await deleteJob(f.engine, TENANT, job.jobId);
+    expect(await jobItem(job.jobId)).toBeUndefined();
+    await expect(deleteJob(f.engine, TENANT, job.jobId)).rejects.toBeInstanceOf(JobNotFoundError);
+  });
+
   it("a run RUNNING at the delete that then fails ends CANCELLED by the delete's cancel, with its error: its next attempt SKIPPED, no job written, acknowledged", async () => {
     const { job } = await createJob(
       f.engine,

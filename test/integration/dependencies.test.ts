@@ -523,6 +523,37 @@ describe("dependencies: a job runs after other jobs", () => {
     expect((await getTenantJob(f.engine, b.tenantId, b.jobId)).status).toBe("ACTIVE");
   });
 
+  it("a completed one-off upstream's fan-out landing inside its delete, after the runs' cancel and before the item goes, triggers nothing", async () => {
+    const a = await upstreamJob();
+    const b = await dependentOf([a]);
+    expect(await runWithFanOutsRefused([a.jobId])).toBeGreaterThan(0);
+    expect((await getTenantJob(f.engine, a.tenantId, a.jobId)).status).toBe("COMPLETED");
+    const [entry] = await triggerEntries(a.jobId);
+    if (!entry) throw new Error("no trigger entry left for a pass");
+    const name = "fanOutBeforeItemDelete";
+    let fannedOut: Awaited<ReturnType<typeof fanOutTrigger>> | undefined;
+    let ran = false;
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (!ran && context.commandName === "DeleteItemCommand") {
+          ran = true;
+          fannedOut = await fanOutTrigger(f.engine, entry);
+        }
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    try {
+      await deleteJob(f.engine, a.tenantId, a.jobId);
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+    expect(ran).toBe(true);
+    expect(fannedOut).toEqual({ queued: 0, skipped: 0 });
+    expect(await runsOf(b.jobId)).toEqual([]);
+    expect(await triggerEntries(a.jobId)).toEqual([]);
+  });
+
   it("a recurring upstream cancelled (a delete's first step) between its run's ending and the fan-out triggers nothing", async () => {
     const a = await upstreamJob({ schedule: { every: "PT1H" } });
     const b = await dependentOf([a]);

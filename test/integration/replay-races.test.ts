@@ -172,6 +172,51 @@ describe("a replay racing its job's cancel or delete", () => {
     await expect(repeat).rejects.toThrow(`already replayed as ${run.runId}`);
     expect((await runsOf(dead.jobId)).map((r) => [r.attempt, r.status])).toEqual([[1, "DEAD"]]);
   });
+
+  it("a completed one-off's replay landing inside its delete, after the runs' cancel and before the item goes: refused as a deleted job's, no run written", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "fail",
+        payload: { times: 1, retryable: false },
+        schedule: { runAt: new Date().toISOString() },
+      }),
+    );
+    await f.process(
+      f.workerDeps("w"),
+      await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000),
+    );
+    const [dead] = await runsOf(job.jobId);
+    expect(dead?.status).toBe("DEAD");
+    expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
+    const name = "replayBeforeItemDelete";
+    let refusal: unknown;
+    let ran = false;
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (!ran && context.commandName === "DeleteItemCommand") {
+          ran = true;
+          refusal = await replayDeadLetter(f.engine, TENANT, dead?.runId ?? "").then(
+            () => null,
+            (error: unknown) => error,
+          );
+        }
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    try {
+      await deleteJob(f.engine, TENANT, job.jobId);
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+    expect(ran).toBe(true);
+    expect(refusal).toBeInstanceOf(NotReplayableError);
+    expect(String(refusal)).toContain("its job was deleted");
+    expect((await runsOf(job.jobId)).map((r) => [r.attempt, r.status, r.replayedBy])).toEqual([
+      [1, "DEAD", null],
+    ]);
+  });
 });
 
 /**

@@ -119,7 +119,29 @@ describe("a trigger racing its job's cancel, delete, pause or completion", () =>
     ]);
   });
 
-  it("a completed one-off's trigger landing inside its delete, after the runs' cancel and before the item goes: 202, and its worker ends the run unrun", async () => {
+  /** Runs `during` once, as the delete's removal of the job's item goes out (after its cancels). */
+  async function deleteWith(jobId: string, during: () => Promise<unknown>): Promise<boolean> {
+    const name = "beforeItemDelete";
+    let ran = false;
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (!ran && context.commandName === "DeleteItemCommand") {
+          ran = true;
+          await during();
+        }
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    try {
+      await deleteJob(f.engine, TENANT, jobId);
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+    return ran;
+  }
+
+  it("a completed one-off's trigger landing inside its delete, after the runs' cancel and before the item goes: refused as a deleted job's (404), no run written", async () => {
     const { job } = await createJob(
       f.engine,
       testJob({ schedule: { runAt: new Date().toISOString() } }),
@@ -128,36 +150,67 @@ describe("a trigger racing its job's cancel, delete, pause or completion", () =>
       f.workerDeps("w"),
       await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000),
     );
-    // A delete leaves a COMPLETED job's status as it is, so the trigger's condition passes until
-    // the item goes (architecture.md, Known limits).
-    const name = "triggerBeforeItemDelete";
-    let triggered: Run | undefined;
-    f.engine.doc.middlewareStack.add(
-      (next, context) => async (args) => {
-        if (triggered === undefined && context.commandName === "DeleteItemCommand")
-          triggered = (await triggerJobWithKey(f.engine, TENANT, job.jobId, undefined)).run;
-        return next(args);
-      },
-      { step: "initialize", name },
+    expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
+    let refusal: unknown;
+    const ran = await deleteWith(job.jobId, () =>
+      triggerJobWithKey(f.engine, TENANT, job.jobId, "inside-the-delete").catch((error) => {
+        refusal = error;
+      }),
     );
-    try {
-      await deleteJob(f.engine, TENANT, job.jobId);
-    } finally {
-      f.engine.doc.middlewareStack.remove(name);
-    }
+    expect(ran).toBe(true);
+    expect(refusal).toBeInstanceOf(JobNotFoundError);
     expect(await getJob(f.engine, job.jobId)).toBeNull();
-    expect(triggered?.status).toBe("QUEUED");
-    let handled = 0;
-    const counting = f.workerDeps("w", {
-      noop: async () => {
-        handled++;
-      },
+    expect((await runsOf(job.jobId)).filter((r) => r.triggered === true)).toEqual([]);
+    // Its key took nothing: no record answers a repeat with a run that was never written.
+    expect(
+      await readTriggerRecord(f.engine, {
+        tenantId: TENANT,
+        jobId: job.jobId,
+        key: "inside-the-delete",
+      }),
+    ).toBeNull();
+  });
+
+  it("a completed one-off's trigger whose read comes before its delete and whose write lands inside it: refused (404), no run written", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: new Date().toISOString() } }),
+    );
+    await f.process(
+      f.workerDeps("w"),
+      await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000),
+    );
+    // The trigger reads the job COMPLETED; its write waits until the delete has cancelled the
+    // job's runs and is about to remove the item.
+    let releaseWrite: () => void = () => {};
+    const writeHeld = new Promise<void>((resolve) => {
+      releaseWrite = resolve;
     });
-    await f.process(counting, await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000));
-    expect((await runsOf(job.jobId)).find((r) => r.runId === triggered?.runId)).toMatchObject({
-      status: "CANCELLED",
-      reason: "job no longer exists",
+    let writeReached: () => void = () => {};
+    const reached = new Promise<void>((resolve) => {
+      writeReached = resolve;
     });
-    expect(handled).toBe(0);
+    const hook = beforeTriggerWrite(async () => {
+      writeReached();
+      await writeHeld;
+    });
+    try {
+      const trigger = triggerJobWithKey(f.engine, TENANT, job.jobId, undefined);
+      const settled = trigger.then(
+        () => null,
+        (error: unknown) => error,
+      );
+      await reached;
+      // The trigger's write goes out as the delete's removal does, after its runs' cancel.
+      const ran = await deleteWith(job.jobId, async () => {
+        releaseWrite();
+        await settled;
+      });
+      expect(ran).toBe(true);
+      expect(await settled).toBeInstanceOf(JobNotFoundError);
+    } finally {
+      hook.remove();
+    }
+    expect((await runsOf(job.jobId)).filter((r) => r.triggered === true)).toEqual([]);
   });
 });
