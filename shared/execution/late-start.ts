@@ -11,6 +11,12 @@ export interface LateStartInput {
   readonly plannedOf?: (occurrence: Date) => Date;
   readonly attempt: number;
   /**
+   * Queued by a trigger or by an upstream run's fan-out, not by the schedule. Its instant is the
+   * one it was made at, which an edit of the schedule since (to a per-second cron, say) may have
+   * made an occurrence: the schedule never queued it, and no occurrence runs in its place.
+   */
+  readonly queuedOffSchedule?: boolean;
+  /**
    * A worker started this run before: it was interrupted (its worker died or
    * shut down) or held back by its overlap policy. It was on time then. (A
    * start that parked the run because its job was paused does not count: a
@@ -36,7 +42,8 @@ export interface LateStartInput {
  *   skipped when the schedule's next occurrence is also past the grace (and
  *   not after the job's endAt, where it never runs);
  * - fire_all: always runs.
- * Retries, replays and triggered runs (not occurrences of the schedule) always run.
+ * Retries, replays, triggered runs and the runs an upstream queued (not occurrences of the
+ * schedule, whatever instant they hold) always run.
  *
  * Recovery is not a misfire. A run started before (interrupted, or waiting on
  * its overlap policy) runs again whatever the time. A run whose message was
@@ -49,7 +56,13 @@ export function lateStartSkipReason(input: LateStartInput): string | null {
   const cutoff = now.getTime() - graceMs;
   const plannedFor = input.plannedFor ?? scheduledFor;
   const expectedAt = Math.max(plannedFor.getTime(), input.misfireFrom?.getTime() ?? 0);
-  if (input.startedBefore || attempt !== 1 || policy === "fire_all" || expectedAt >= cutoff)
+  if (
+    input.startedBefore ||
+    input.queuedOffSchedule === true ||
+    attempt !== 1 ||
+    policy === "fire_all" ||
+    expectedAt >= cutoff
+  )
     return null;
   const isOccurrence = occurrences(schedule, scheduledFor, scheduledFor, 1).length === 1;
   if (!isOccurrence) return null;

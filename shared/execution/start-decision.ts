@@ -90,6 +90,7 @@ export function decideStart(job: Job | null, run: Run, now: Date, graceMs: numbe
     plannedFor: new Date(run.plannedFor ?? run.scheduledFor),
     plannedOf: (at) => plannedTime(job.jobId, at, windowMsOf(job.window), job.schedule),
     attempt: run.attempt,
+    queuedOffSchedule: run.triggered === true || run.trigger !== undefined,
     startedBefore: startedBefore(job, run),
     misfireFrom: run.misfireFrom === null ? null : new Date(run.misfireFrom),
     now,

@@ -312,6 +312,46 @@ describe("dependencies: a job runs after other jobs", () => {
     expect([run?.status, run?.executedVersion]).toEqual(["SUCCEEDED", b.version + 1]);
   });
 
+  it.each(["fire_once", "skip"] as const)(
+    "a triggered run on a whole second, its dependent edited to a per-second cron before it starts late, runs (misfire %s does not skip it)",
+    async (misfire) => {
+      const a = await upstreamJob();
+      const b = await createJob(
+        f.engine,
+        testJob({
+          type: "record",
+          schedule: { after: { jobs: [a.jobId], on: "success" } },
+          policies: { ...testJob().policies, misfire },
+        }),
+      ).then((created) => created.job);
+      expect(await runWithFanOutsRefused([a.jobId], b.jobId)).toBeGreaterThan(0);
+      const [entry] = await triggerEntries(a.jobId);
+      if (!entry) throw new Error("no trigger entry left for a pass");
+      // The fan-out ran on a whole second five minutes ago (its worker, or a pass, on time); the
+      // workers were down since, so the run starts well past the misfire grace.
+      const onTheSecond = Math.floor(Date.now() / 1000) * 1000 - 5 * 60_000;
+      const fannedOut = await fanOutTrigger(
+        { ...f.engine, clock: () => new Date(onTheSecond) },
+        entry,
+      );
+      expect(fannedOut.queued).toBe(1);
+      const [triggered] = await runsOf(b.jobId);
+      if (!triggered) throw new Error("the fan-out wrote no run");
+      expect(triggered.scheduledFor).toBe(new Date(onTheSecond).toISOString());
+      // Meanwhile the dependent becomes a per-second job: the run's instant is now one of its
+      // occurrences, though the schedule never queued it.
+      await editJob(f.engine, b.tenantId, b.jobId, b.version, {
+        schedule: { cron: "* * * * * *", timezone: "UTC" },
+      });
+      const delivery = await f.nextDeliveryOfRun(triggered);
+      expect(await f.process(deps(), delivery)).toBe("ack");
+      const ended = (await runsOf(b.jobId)).find((r) => r.runId === triggered.runId);
+      expect([ended?.status, ended?.reason ?? null]).toEqual(["SUCCEEDED", null]);
+      expect(seen.filter((ctx) => ctx.runId === triggered.runId)).toHaveLength(1);
+      await cancelJob(f.engine, b.tenantId, b.jobId);
+    },
+  );
+
   it("a run the redrive DLQ marks DEAD triggers the failure dependents, once, through the next pass", async () => {
     const a = await upstreamJob();
     const onFailure = await dependentOf([a], "failure");

@@ -67,6 +67,15 @@ describe("lateStartSkipReason", () => {
     ).toBeNull();
   });
 
+  it("a run a trigger or an upstream queued always runs, even on an instant the schedule has (edited since)", () => {
+    const onAnOccurrence = at("2026-03-01T12:00:00.000Z");
+    for (const policy of ["skip", "fire_once"] as const) {
+      const late = { ...base, policy, scheduledFor: onAnOccurrence };
+      expect(lateStartSkipReason(late)).toMatch(/^misfire: /);
+      expect(lateStartSkipReason({ ...late, queuedOffSchedule: true })).toBeNull();
+    }
+  });
+
   it("a one-off job starting late is skipped only under skip", () => {
     const runAt = "2026-03-01T12:00:00.000Z";
     const oneOff = { ...base, schedule: { runAt }, scheduledFor: at(runAt) };

@@ -75,6 +75,28 @@ describe("decideStart: a start past the grace under misfire skip", () => {
   });
 });
 
+describe("decideStart: a run a trigger or an upstream queued, on an instant the schedule has", () => {
+  // Queued off the schedule (a trigger or a fan-out takes the instant it is made at), the job
+  // edited since to a schedule that has that instant: its start past the grace is no misfire.
+  const upstream = { jobId: "01UPSTREAM", runId: "01UPSTREAM@x#0001", scheduledFor: "x" };
+  it.each([
+    ["a trigger's (triggered)", { triggered: true }],
+    ["an upstream's (trigger)", { trigger: upstream }],
+  ] as const)("runs %s first attempt however late, under skip and fire_once", (_, fields) => {
+    const run = started({ fence: 1, jobVersion: 0, ...fields });
+    for (const misfire of ["skip", "fire_once"] as const) {
+      const edited = { ...job({}), policies: { ...job({}).policies, misfire } };
+      const decided = decideStart(
+        edited,
+        run,
+        new Date(OCCURRENCE.getTime() + 3 * 3_600_000),
+        GRACE_MS,
+      );
+      expect(decided.action, misfire).toBe("run");
+    }
+  });
+});
+
 describe("decideStart: a run asked to cancel while an earlier worker held it", () => {
   it("ends it cancelled as asked, counted as run (crashedRunning) whatever the job says; a skip or a park is not", () => {
     const run = started({
