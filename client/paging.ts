@@ -7,24 +7,29 @@ export interface Page<T> {
 }
 
 /**
- * Every item of every page, fetching the next page only when the caller gets there. A page whose
- * nextCursor is the cursor it was asked with would be asked for again and again, for ever (runs
- * watch reads every page each poll): it is an `unexpected_response`, as an answer the API never
- * gives.
+ * Every item of every page, fetching the next page only when the caller gets there. A cursor is a
+ * position in the listing (the API's are DynamoDB start keys), each page's further on than the
+ * last: a page whose nextCursor is one the listing was already asked with (its own, or an earlier
+ * page's, a, b, a, …) would have the same pages asked for again and again, for ever (runs watch
+ * reads every page each poll). It is an `unexpected_response`, as an answer the API never gives.
  */
 export async function* everyItem<T>(
   fetchPage: (cursor: string | undefined) => Promise<Page<T>>,
 ): AsyncGenerator<T, void, undefined> {
+  const asked = new Set<string>();
   let cursor: string | undefined;
   do {
+    if (cursor !== undefined) asked.add(cursor);
     const page = await fetchPage(cursor);
     yield* page.items;
     const next = page.nextCursor ?? undefined;
-    if (next !== undefined && next === cursor) {
+    if (next !== undefined && asked.has(next)) {
       throw new SchedulerApiError(
         200,
         "unexpected_response",
-        `the listing answered the cursor it was sent (${next.slice(0, 100)}) as its next: it would never end`,
+        next === cursor
+          ? `the listing answered the cursor it was sent (${next.slice(0, 100)}) as its next: it would never end`
+          : `the listing answered a cursor it was sent before (${next.slice(0, 100)}) as its next: it would never end`,
       );
     }
     cursor = next;

@@ -315,6 +315,37 @@ describe("a listing whose answer would never end it", () => {
       await new Promise<void>((resolve) => looping.close(() => resolve()));
     }
   });
+  it("pages whose cursors go round (a, b, a, …) are an error once a cursor comes back, not a loop", async () => {
+    const asked: string[] = [];
+    const cycling = createServer((request, response) => {
+      const cursor = new URL(request.url ?? "/", "http://x").searchParams.get("cursor") ?? "";
+      asked.push(cursor);
+      request.resume();
+      // Past 20 requests the listing was looping: a 500 ends it, so a failing test ends too.
+      response
+        .writeHead(asked.length > 20 ? 500 : 200, { "Content-Type": "application/json" })
+        .end(JSON.stringify({ items: [], nextCursor: cursor === "page-a" ? "page-b" : "page-a" }));
+    });
+    await new Promise<void>((resolve) => cycling.listen(0, "127.0.0.1", resolve));
+    try {
+      const { code, err } = await runCaptured([
+        "--api",
+        `http://127.0.0.1:${(cycling.address() as AddressInfo).port}`,
+        "--key",
+        "k",
+        "runs",
+        "list",
+        "J1",
+      ]);
+      expect(asked).toEqual(["", "page-a", "page-b"]);
+      expect(code).toBe(EXIT.failed);
+      expect(err).toContain(
+        "the listing answered a cursor it was sent before (page-a) as its next",
+      );
+    } finally {
+      await new Promise<void>((resolve) => cycling.close(() => resolve()));
+    }
+  });
 });
 
 describe("with -o json every error on stderr is one JSON line", () => {
