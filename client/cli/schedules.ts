@@ -84,7 +84,9 @@ export function webhookSecretCommand(program: Command, io: CliIo): void {
     .description("the current secret (made on first use)")
     .action(async (_flags, command: Command) => {
       const context = contextOf(command, io);
-      context.print({ secret: await context.client.webhookSecret.get() }, (s) => s.secret);
+      context.print({ secret: await context.client.webhookSecret.get() }, (s) =>
+        printable(s.secret),
+      );
     });
 
   secret
@@ -100,6 +102,6 @@ export function webhookSecretCommand(program: Command, io: CliIo): void {
       const secret = await context.client.webhookSecret.rotate(
         flags.idempotencyKey ? { idempotencyKey: flags.idempotencyKey } : {},
       );
-      context.print({ secret }, (s) => s.secret);
+      context.print({ secret }, (s) => printable(s.secret));
     });
 }

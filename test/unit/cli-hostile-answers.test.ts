@@ -283,6 +283,16 @@ describe("the lines above a table escape what the answer holds, as the table doe
     expect(out).toContain(String.raw`tenant tenant\u001b[2J`);
     expect(controlsIn(out)).toEqual([]);
   });
+
+  it("webhook-secret get and rotate: the secret, the one line they print", async () => {
+    answerWith({ secret: `whsec_${TERMINAL_ATTACK}` });
+    for (const command of ["get", "rotate"]) {
+      const { code, out } = await cli("webhook-secret", command);
+      expect(code, command).toBe(EXIT.ok);
+      expect(out, command).toContain(String.raw`whsec_\u001b[2J\u001b[H\u001b]0;pwned\u0007`);
+      expect(controlsIn(out), command).toEqual([]);
+    }
+  });
 });
 
 describe("a listing whose answer would never end it", () => {
