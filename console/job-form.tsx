@@ -22,6 +22,12 @@ export interface JobForm {
   every: string;
   startAt: string;
   targetUrl: string;
+  /**
+   * The target's parts the form does not show: its headers (often the receiver's credentials), its
+   * delivery timeout and its mode. PATCH replaces a job's whole target, so an edit of the URL sends
+   * them with it, as they were.
+   */
+  targetKept: TargetKept;
   payload: string;
   maxAttempts: string;
   misfirePolicy: string;
@@ -30,6 +36,11 @@ export interface JobForm {
   timeoutSeconds: string;
   window: string;
 }
+
+type TargetKept = Omit<NonNullable<Job["target"]>, "url">;
+
+/** The form's fields that are text as typed (all but targetKept). */
+type TextField = Exclude<keyof JobForm, "scheduleKind" | "targetKept">;
 
 const browserZone = () => Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC";
 
@@ -55,6 +66,7 @@ export function emptyForm(type: string): JobForm {
     every: "PT15M",
     startAt: "",
     targetUrl: "",
+    targetKept: {},
     payload: "",
     maxAttempts: "",
     misfirePolicy: "",
@@ -77,6 +89,7 @@ export function formFromJob(job: Job): JobForm {
     every: "every" in s ? s.every : "",
     startAt: "every" in s ? (s.startAt ?? "") : "",
     targetUrl: job.target?.url ?? "",
+    targetKept: keptOf(job.target),
     payload:
       job.payload === null || job.payload === undefined ? "" : JSON.stringify(job.payload, null, 2),
     maxAttempts: String(job.policies.retry.maxAttempts),
@@ -86,6 +99,12 @@ export function formFromJob(job: Job): JobForm {
     timeoutSeconds: String(job.timeoutSeconds),
     window: job.window ?? "",
   };
+}
+
+function keptOf(target: Job["target"]): TargetKept {
+  if (target === undefined || target === null) return {};
+  const { url: _shown, ...kept } = target;
+  return kept;
 }
 
 type Schedule = CreateJob["schedule"];
@@ -138,7 +157,9 @@ function partsOf(form: JobForm): FormParts {
     ...(form.name.trim() !== "" ? { name: form.name.trim() } : {}),
     schedule: scheduleOf(form),
     ...(payload !== undefined ? { payload } : {}),
-    ...(form.targetUrl.trim() !== "" ? { target: { url: form.targetUrl.trim() } } : {}),
+    ...(form.targetUrl.trim() !== ""
+      ? { target: { ...form.targetKept, url: form.targetUrl.trim() } }
+      : {}),
     ...(maxAttempts !== undefined ? { retry: { maxAttempts } } : {}),
     ...(form.misfirePolicy
       ? { misfirePolicy: form.misfirePolicy as EditJob["misfirePolicy"] }
@@ -237,12 +258,12 @@ export function JobFields(props: {
     <K extends keyof JobForm>(key: K) =>
     (event: Event) =>
       props.onChange({ ...form, [key]: (event.currentTarget as HTMLInputElement).value });
-  const text = (key: keyof JobForm, field: string, label: string, hint?: string) => (
+  const text = (key: TextField, field: string, label: string, hint?: string) => (
     <Field field={field} label={label} issues={issues} {...(hint ? { hint } : {})}>
       {(attrs) => <input {...attrs} name={key} type="text" value={form[key]} onInput={set(key)} />}
     </Field>
   );
-  const choice = (key: keyof JobForm, field: string, label: string, values: string[]) => (
+  const choice = (key: TextField, field: string, label: string, values: string[]) => (
     <Field field={field} label={label} issues={issues}>
       {(attrs) => (
         <select {...attrs} name={key} value={form[key]} onChange={set(key)}>

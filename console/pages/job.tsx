@@ -210,6 +210,20 @@ const partLabel = (part: string) => part.replace(/([A-Z])/g, " $1").toLowerCase(
 const show = (value: unknown) => (typeof value === "string" ? value : JSON.stringify(value));
 
 /**
+ * A change as the conflict shows it. A target's header values are often the receiver's
+ * credentials, which the console shows nowhere else: here each is "…", its name kept.
+ */
+function shownChange(part: string, value: unknown): string {
+  if (part !== "target" || typeof value !== "object" || value === null || !("headers" in value))
+    return show(value);
+  const headers = value.headers as Readonly<Record<string, string>> | undefined;
+  return show({
+    ...value,
+    headers: Object.fromEntries(Object.keys(headers ?? {}).map((name) => [name, "…"])),
+  });
+}
+
+/**
  * Edit at the version the form was opened on (If-Match). A 412 means the job
  * changed meanwhile: the console shows what changed on each side and lets the
  * user apply their changes to the new version or drop them.
@@ -358,7 +372,7 @@ function ChangeList({ title, changes }: { title: string; changes: EditJob }) {
         <ul>
           {entries.map(([part, value]) => (
             <li key={part}>
-              {partLabel(part)}: <code>{show(value)}</code>
+              {partLabel(part)}: <code>{shownChange(part, value)}</code>
             </li>
           ))}
         </ul>

@@ -1004,6 +1004,39 @@ describe("web console", () => {
     });
   });
 
+  it("an edit of a webhook's URL keeps the target's headers, timeout and mode, which the form does not show, and an edit conflict does not show the header values", async () => {
+    const target = {
+      url: "http://127.0.0.1:9/hook-old",
+      headers: { Authorization: "Bearer receiver-key" },
+      timeoutSeconds: 20,
+      mode: "async",
+    };
+    const job = await api<Job>("POST", "/jobs", {
+      name: "hook with headers",
+      type: "http",
+      target,
+      schedule: { cron: "0 9 1 1 *", timezone: "UTC" },
+    });
+    await page.goto(`${sandbox.url}/console/jobs/${job.id}`);
+    await page.getByRole("button", { name: "Edit job" }).click();
+    const form = page.getByRole("form", { name: "Edit job" });
+    await form.getByLabel("Webhook URL").fill("http://127.0.0.1:9/hook-new");
+    // Someone else renames it meanwhile: the conflict lists the target, its header values hidden.
+    await api("PATCH", `/jobs/${job.id}`, { name: "renamed" }, { "If-Match": '"1"' });
+    await form.getByRole("button", { name: "Save changes" }).click();
+    const conflict = page.getByRole("alert").filter({ hasText: "changed while you were editing" });
+    await conflict.waitFor();
+    const text = (await conflict.textContent()) ?? "";
+    expect(text).toContain('"headers":{"Authorization":"…"}');
+    expect(text).not.toContain("receiver-key");
+
+    await conflict.getByRole("button", { name: "Apply my changes to version 2" }).click();
+    await page.getByRole("button", { name: "Edit job" }).waitFor();
+    const edited = await api<Job & { target: unknown }>("GET", `/jobs/${job.id}`);
+    expect(edited).toMatchObject({ name: "renamed", version: 3 });
+    expect(edited.target).toEqual({ ...target, url: "http://127.0.0.1:9/hook-new" });
+  });
+
   it("pauses and resumes a job with the keyboard alone", async () => {
     const job = await api<Job>("POST", "/jobs", {
       name: "keyboard",
@@ -1053,8 +1086,8 @@ describe("web console", () => {
 
   it("lists every job created above with its status, and loaded nothing from outside the machine", async () => {
     await page.goto(`${sandbox.url}/console`);
-    await page.locator("tbody tr").nth(10).waitFor();
-    expect(await page.locator("tbody tr").count()).toBe(11);
+    await page.locator("tbody tr").nth(11).waitFor();
+    expect(await page.locator("tbody tr").count()).toBe(12);
     // A one-off whose run was cancelled has nothing left to run.
     expect(await page.getByRole("row", { name: /to cancel/ }).textContent()).toContain("completed");
     for (const name of [
