@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { type Command, InvalidArgumentError, Option } from "commander";
 import { isRecord } from "../answers.js";
-import type { EditJobRequest, NewJob, Schedule } from "../index.js";
+import type { EditJobRequest, Job, NewJob, Schedule } from "../index.js";
 
 /**
  * `raw` as a whole number (digits alone), or NaN. One past 2^53 is kept, rounded: every bound an
@@ -235,15 +235,20 @@ interface DefinitionFlags extends ScheduleFlags {
 const defined = <T extends Record<string, unknown>>(fields: T) =>
   Object.fromEntries(Object.entries(fields).filter(([, value]) => value !== undefined));
 
+/** The body --file and --body spell, --body's fields over the file's. */
+function baseOf(flags: DefinitionFlags): Record<string, unknown> {
+  return {
+    ...(flags.file !== undefined ? bodyFile(flags.file) : {}),
+    ...(flags.body !== undefined ? jsonObject(flags.body, "--body") : {}),
+  };
+}
+
 /**
  * The body the flags spell, over --file and --body. Values are not checked
  * here: the API checks them and names the field it refuses.
  */
 function definitionFrom(flags: DefinitionFlags): Record<string, unknown> {
-  const base = {
-    ...(flags.file !== undefined ? bodyFile(flags.file) : {}),
-    ...(flags.body !== undefined ? jsonObject(flags.body, "--body") : {}),
-  };
+  const base = baseOf(flags);
   const baseTarget = (base.target ?? {}) as Record<string, unknown>;
   const baseRetry = (base.retry ?? {}) as Record<string, unknown>;
   const target = {
@@ -314,4 +319,33 @@ export function createBodyFrom(
 
 export function editBodyFrom(flags: DefinitionFlags & { inFlight?: string }): EditJobRequest {
   return defined({ ...definitionFrom(flags), inFlight: flags.inFlight }) as EditJobRequest;
+}
+
+/**
+ * Whether `jobs edit`'s target flags (--url, --header, --target-timeout) change part of the target:
+ * given without a target in --body or --file. PATCH replaces a job's whole target, so such an edit
+ * is laid over the job's target as read (overTarget); a target in --body or --file is sent whole.
+ */
+export function editsPartOfTarget(flags: DefinitionFlags): boolean {
+  const given = [flags.url, flags.header, flags.targetTimeout].some((flag) => flag !== undefined);
+  return given && !("target" in baseOf(flags));
+}
+
+/**
+ * The edit with its target laid over the job's `current` one: the parts the flags name change
+ * (headers added or replaced by name), the rest (the receiver's other headers, often its
+ * credentials, the delivery timeout, the mode) is sent as it was, not dropped.
+ */
+export function overTarget(edit: EditJobRequest, current: Job["target"]): EditJobRequest {
+  if (edit.target === undefined || edit.target === null) return edit;
+  if (current === undefined || current === null) return edit;
+  const headers = { ...current.headers, ...edit.target.headers };
+  return {
+    ...edit,
+    target: {
+      ...current,
+      ...edit.target,
+      ...(Object.keys(headers).length > 0 ? { headers } : {}),
+    },
+  };
 }

@@ -8,7 +8,9 @@ import {
   batchFile,
   createBodyFrom,
   editBodyFrom,
+  editsPartOfTarget,
   idempotencyKeyArg,
+  overTarget,
   wholeNumber,
 } from "./job-options.js";
 import { batchResultsTable, type CliIo, jobFields, jobsTable, runFields } from "./output.js";
@@ -109,9 +111,16 @@ export function jobsCommand(program: Command, io: CliIo): void {
       ),
   ).action(async (id: string, flags, command: Command) => {
     const context = contextOf(command, io);
-    const job = await context.client.jobs
-      .handle(id)
-      .edit(editBodyFrom(flags), flags.version === undefined ? {} : { version: flags.version });
+    const handle = context.client.jobs.handle(id);
+    let changes = editBodyFrom(flags);
+    let version: number | undefined = flags.version;
+    if (editsPartOfTarget(flags)) {
+      // Laid over the target of the version edited: with --version, a later one answers 412.
+      const current = await handle.get();
+      changes = overTarget(changes, current.target);
+      version ??= current.version;
+    }
+    const job = await handle.edit(changes, version === undefined ? {} : { version });
     context.print(job, jobFields);
   });
 

@@ -308,6 +308,37 @@ describe("jobs", () => {
     expect(atVersion.schedule).toMatchObject({ every: "PT1H" });
   });
 
+  it("edit --url, --header or --target-timeout changes that part of the target and keeps the rest", async () => {
+    const target = {
+      url: "http://127.0.0.1:9/hook-old",
+      headers: { Authorization: "Bearer receiver-key" },
+      timeoutSeconds: 20,
+      mode: "async",
+    };
+    const job = await json<Job>(
+      ...["jobs", "create", "--body", JSON.stringify({ type: "http", target })],
+      ...["--cron", "0 9 1 1 *", "--timezone", "UTC"],
+    );
+    const moved = await json<Job>("jobs", "edit", job.id, "--url", "http://127.0.0.1:9/hook-new");
+    expect(moved.target).toEqual({ ...target, url: "http://127.0.0.1:9/hook-new" });
+    const more = await json<Job>(
+      ...["jobs", "edit", job.id, "--version", "2", "--header", "X-Order: 42"],
+      ...["--target-timeout", "30"],
+    );
+    expect(more).toMatchObject({ version: 3 });
+    expect(more.target).toEqual({
+      ...target,
+      url: "http://127.0.0.1:9/hook-new",
+      headers: { ...target.headers, "X-Order": "42" },
+      timeoutSeconds: 30,
+    });
+    // A whole target from --body replaces it, as PATCH does.
+    const replaced = await json<Job>(
+      ...["jobs", "edit", job.id, "--body", '{"target":{"url":"http://127.0.0.1:9/only"}}'],
+    );
+    expect(replaced.target).toEqual({ url: "http://127.0.0.1:9/only" });
+  });
+
   it("--end-at and --max-runs on create and edit; none removes them; a one-off refuses them (exit 3)", async () => {
     const endAt = inSeconds(30 * 86_400);
     const job = await json<Job>(
