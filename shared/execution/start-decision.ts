@@ -7,6 +7,7 @@ import {
   type ScheduleSpec,
   windowMsOf,
 } from "../schedule/index.js";
+import { isBeingDeleted } from "../storage/items.js";
 import type { RunEnding } from "../storage/run-finish.js";
 import { lateStartSkipReason } from "./late-start.js";
 import { endsOneOff } from "./run-endings.js";
@@ -50,7 +51,9 @@ export function decideStart(job: Job | null, run: Run, now: Date, graceMs: numbe
         completesJob: job?.status === "ACTIVE" && endsOneOff(job, run, "CANCELLED"),
       },
     };
-  if (job === null)
+  // A completed job its delete has marked is as good as gone: the delete's cancel may have passed
+  // this run over already, and the job item goes next (or a repeat of the delete removes it).
+  if (job === null || isBeingDeleted(job))
     return { action: "end", ending: { status: "CANCELLED", reason: "job no longer exists" } };
   if (job.status === "CANCELLED")
     return { action: "end", ending: { status: "CANCELLED", reason: "job cancelled" } };

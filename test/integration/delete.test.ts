@@ -156,6 +156,53 @@ describe("deleting a job", () => {
     await expect(deleteJob(f.engine, TENANT, job.jobId)).rejects.toBeInstanceOf(JobNotFoundError);
   });
 
+  it("a completed job's delete that dies right after its mark: a queued run of the job its worker receives then ends CANCELLED, unrun, as once the job is gone", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "fail",
+        payload: { times: 1, retryable: false },
+        schedule: { runAt: new Date().toISOString() },
+      }),
+    );
+    await f.process(
+      f.workerDeps("w"),
+      await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000),
+    );
+    const [dead] = await runsOf(job.jobId);
+    if (dead?.status !== "DEAD") throw new Error(`not dead: ${dead?.status}`);
+    // Replayed before the delete: a run queued with its message (the second attempt succeeds).
+    const { run: replay } = await replayDeadLetter(f.engine, TENANT, dead.runId);
+    const name = "deleteDiesAfterItsMark";
+    let marked = false;
+    f.engine.doc.middlewareStack.add(
+      (next) => async (args) => {
+        if (marked) throw new Error("injected: the delete died after its mark");
+        const input = args.input as { UpdateExpression?: string };
+        const result = await next(args);
+        marked = input.UpdateExpression?.includes("deleteRequestedAt") === true;
+        return result;
+      },
+      { step: "initialize", name },
+    );
+    try {
+      await expect(deleteJob(f.engine, TENANT, job.jobId)).rejects.toThrow(/injected/);
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+    expect(marked).toBe(true);
+    expect((await runsOf(job.jobId)).map((r) => [r.attempt, r.status])).toEqual([
+      [1, "DEAD"],
+      [2, "QUEUED"],
+    ]);
+
+    expect(await f.process(f.workerDeps("w"), await f.nextDeliveryOfRun(replay))).toBe("ack");
+    const [, ended] = await runsOf(job.jobId);
+    expect([ended?.status, ended?.reason]).toEqual(["CANCELLED", "job no longer exists"]);
+    await deleteJob(f.engine, TENANT, job.jobId);
+    expect(await jobItem(job.jobId)).toBeUndefined();
+  }, 30_000);
+
   it("a run RUNNING at the delete that then fails ends CANCELLED by the delete's cancel, with its error: its next attempt SKIPPED, no job written, acknowledged", async () => {
     const { job } = await createJob(
       f.engine,

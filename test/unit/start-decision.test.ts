@@ -123,3 +123,16 @@ describe("decideStart: a run asked to cancel while an earlier worker held it", (
     expect(late.action === "end" && late.ending.ran === true).toBe(false);
   });
 });
+
+describe("decideStart: a completed job its delete has marked", () => {
+  it("ends the run cancelled as of a job gone, unrun, where the same job unmarked runs it", () => {
+    const completed: Job = { ...job({}), status: "COMPLETED" };
+    const retry = started({ fence: 1, attempt: 2, scheduledFor: OCCURRENCE.toISOString() });
+    expect(decideStart(completed, retry, REDELIVERED, GRACE_MS).action).toBe("run");
+    const marked = { ...completed, deleteRequestedAt: REDELIVERED.toISOString() };
+    expect(decideStart(marked, retry, REDELIVERED, GRACE_MS)).toEqual({
+      action: "end",
+      ending: { status: "CANCELLED", reason: "job no longer exists" },
+    });
+  });
+});
