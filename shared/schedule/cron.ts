@@ -45,6 +45,23 @@ export function compileCron(expression: string): CronCompileResult {
   return result;
 }
 
+/**
+ * Why a new cron expression is refused for a list with an empty item (`1-5,`, `1,,15`: a stray
+ * comma), or null when it has none. Checked on input only (parseSchedule): a stored expression is
+ * read without its empty items (see withoutRepeats), so one stored before this check ran keeps
+ * working, read as written without the stray comma.
+ */
+export function emptyListItemIssue(raw: string): string | null {
+  const fields = raw.trim().split(/\s+/);
+  if (fields.length !== 5 && fields.length !== 6) return null;
+  const names = fields.length === 6 ? FIELD_NAMES : FIELD_NAMES.slice(1);
+  for (const [i, value] of fields.entries()) {
+    if (!value.split(",").includes("")) continue;
+    return `${names[i] ?? "second"} field "${value}" is invalid: its list has an empty item (a stray comma): separate values with single commas, e.g. 1,15`;
+  }
+  return null;
+}
+
 function fail(message: string): CronCompileResult {
   return { ok: false, message };
 }
@@ -164,8 +181,12 @@ const DAY_FIELDS: ReadonlySet<string> = new Set(["dayOfMonth", "dayOfWeek"]);
  * Only what is parsed changes: the stored expression is the one given.
  */
 function withoutRepeats(field: string, index: number): string {
-  const items = field.split(",");
-  if (items.length < 2) return field;
+  // An empty item parsed alone would be an empty field, which shifts the others ("1-5," read as
+  // every weekday); new expressions with one are refused (emptyListItemIssue), stored ones are
+  // read without it, and a field of nothing but commas as `*`.
+  const items = field.split(",").filter((item) => item !== "");
+  if (items.length === 0) return "*";
+  if (items.length < 2) return items.join(",");
   const key = FIELD_KEYS[index] ?? "second";
   const kept: string[] = [];
   const values = new Set<number>();
@@ -189,7 +210,7 @@ function withoutRepeats(field: string, index: number): string {
       values.add(day);
     }
   }
-  if (!repeated) return field;
+  if (!repeated) return items.join(",");
   return [...[...values].sort((a, b) => a - b).map(String), ...kept].join(",");
 }
 

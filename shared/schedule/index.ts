@@ -12,7 +12,8 @@
  *   Rejected with an explanation: 7 fields or `?` (Quartz/EventBridge), `cron(...)`/`rate(...)`,
  *   macros such as `@hourly` (the message gives the fields to write instead, so stored
  *   expressions are always plain fields), `H` (random, so not reproducible), and `W` and `L-2`
- *   (cron-parser has neither). An expression that matches no calendar day is rejected as never firing.
+ *   (cron-parser has neither), and a list with an empty item (`1-5,`: a stray comma). An expression
+ *   that matches no calendar day is rejected as never firing.
  * - Time zones: location-based IANA names (`Area/Location`, incl. `Etc/…` and links such as
  *   `US/Eastern`) and `UTC`. Abbreviations and legacy names (`EST`, `CET`, `GMT`, `EST5EDT`) and
  *   bare offsets are rejected even where Intl accepts them.

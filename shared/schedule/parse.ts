@@ -1,5 +1,5 @@
 import { type FieldIssue, ValidationError } from "../validation.js";
-import { compileCron } from "./cron.js";
+import { compileCron, emptyListItemIssue } from "./cron.js";
 import { cronMinGapMs } from "./cron-search.js";
 import { parseEvery } from "./duration.js";
 import {
@@ -150,7 +150,10 @@ function parseCron(cronValue: unknown, zoneValue: unknown, minIntervalMs: number
     issues.push({ field: "schedule.cron", message: mustBeString(cronValue) });
   } else {
     const compiled = compileCron(cronValue);
-    if (!compiled.ok) {
+    const emptyItem = compiled.ok ? emptyListItemIssue(cronValue) : null;
+    if (emptyItem !== null) {
+      issues.push({ field: "schedule.cron", message: emptyItem });
+    } else if (!compiled.ok) {
       issues.push({ field: "schedule.cron", message: compiled.message });
     } else {
       const gap = cronMinGapMs(compiled.cron);

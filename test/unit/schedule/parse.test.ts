@@ -567,6 +567,51 @@ describe("error messages", () => {
         },
       ]);
     });
+    it("a list with an empty item (a stray comma) is refused in every field, not read as *", () => {
+      // "1-5," is a weekday list with a trailing comma: it must not run on weekends too.
+      const cases: readonly [string, string, string][] = [
+        ["0 9 * * 1-5,", "day-of-week", "1-5,"],
+        ["0 9 * * ,MON", "day-of-week", ",MON"],
+        ["0 9 1,15, * *", "day-of-month", "1,15,"],
+        ["0 9 1,,15 * *", "day-of-month", "1,,15"],
+        ["0 9 , * *", "day-of-month", ","],
+        ["0,30, 9 * * *", "minute", "0,30,"],
+        ["0 9, * * *", "hour", "9,"],
+        ["0 9 * JAN, *", "month", "JAN,"],
+        ["0,30, 0 9 * * *", "second", "0,30,"],
+      ];
+      for (const [expression, field, value] of cases) {
+        expect(issuesOf(cron(expression)), expression).toEqual([
+          {
+            field: "schedule.cron",
+            message: `${field} field "${value}" is invalid: its list has an empty item (a stray comma): separate values with single commas, e.g. 1,15`,
+          },
+        ]);
+      }
+      // One stored before the refusal is read without the stray comma: weekdays, not every day.
+      const stored: ScheduleSpec = cron("0 9 * * 1-5,");
+      const days = occurrences(
+        stored,
+        new Date("2026-05-01T00:00:00Z"),
+        new Date("2026-05-08T00:00:00Z"),
+        10,
+      );
+      expect(days.map((d) => d.toISOString().slice(0, 10))).toEqual([
+        "2026-05-01",
+        "2026-05-04",
+        "2026-05-05",
+        "2026-05-06",
+        "2026-05-07",
+      ]);
+      expect(
+        occurrences(
+          cron("0 9 1,15, * *"),
+          new Date("2026-05-01T00:00:00Z"),
+          new Date("2026-06-01T00:00:00Z"),
+          10,
+        ),
+      ).toEqual([new Date("2026-05-01T09:00:00Z"), new Date("2026-05-15T09:00:00Z")]);
+    });
     it("more often than the minimum interval", () => {
       expect(issuesOf(cron("*/20 * * * * *"), { minIntervalMs: 60_000 })).toMatchInlineSnapshot(`
         [
