@@ -15,8 +15,9 @@
  *   (cron-parser has neither), and a list with an empty item (`1-5,`: a stray comma). An expression
  *   that matches no calendar day is rejected as never firing.
  * - Time zones: location-based IANA names (`Area/Location`, incl. `Etc/…` and links such as
- *   `US/Eastern`) and `UTC`. Abbreviations and legacy names (`EST`, `CET`, `GMT`, `EST5EDT`) and
- *   bare offsets are rejected even where Intl accepts them.
+ *   `US/Eastern`) and `UTC`. Abbreviations and legacy names (`EST`, `CET`, `GMT`, `EST5EDT`, and
+ *   in new input the System V names such as `SystemV/EST5EDT`) and bare offsets are rejected even
+ *   where Intl accepts them.
  * - DST: a skipped wall time runs once at the same offset into the new hour; a repeated wall time
  *   runs the first time only, unless the hour field covers every hour (`*`, `0-23`): then the
  *   expression keeps firing through the repeated stretch in real time, as Vixie cron does; two

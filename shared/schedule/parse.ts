@@ -9,7 +9,7 @@ import {
   STORABLE_RANGE_TEXT,
 } from "./instant.js";
 import { AFTER_ON, type AfterOn, type ScheduleKind, type ScheduleSpec } from "./types.js";
-import { checkTimeZone } from "./zone.js";
+import { checkNewTimeZone, checkTimeZone } from "./zone.js";
 
 /** Deployment-wide default: nothing fires more than once a second. */
 export const DEFAULT_MIN_INTERVAL_MS = 1_000;
@@ -177,7 +177,7 @@ function parseCron(cronValue: unknown, zoneValue: unknown, minIntervalMs: number
   } else if (typeof zoneValue !== "string") {
     issues.push({ field: "schedule.timezone", message: mustBeString(zoneValue) });
   } else {
-    const zone = checkTimeZone(zoneValue);
+    const zone = checkNewTimeZone(zoneValue);
     if (zone.ok) timezone = zone.name;
     else issues.push({ field: "schedule.timezone", message: zone.message });
   }

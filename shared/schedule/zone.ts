@@ -218,25 +218,38 @@ export function checkTimeZone(name: string): ZoneCheck {
 
 const zoneChecks = new Map<string, ZoneCheck>();
 
+const EXAMPLE =
+  'use a location-based IANA name such as "America/New_York", "Europe/London" or "UTC"';
+
+function legacyName(name: string): ZoneCheck {
+  return {
+    ok: false,
+    message: `"${name}" is an abbreviation or legacy zone name, not a location-based IANA zone (for example "EST" is a fixed -05:00 with no daylight-saving time): ${EXAMPLE}`,
+  };
+}
+
+/**
+ * {@link checkTimeZone} for a zone a request names: the System V names (`SystemV/EST5EDT`,
+ * `SystemV/EST5`), which tzdb dropped in 2020 and ICU still knows, are refused as the legacy names
+ * they are. Only new input is checked so: a job stored with one before keeps computing its times.
+ */
+export function checkNewTimeZone(name: string): ZoneCheck {
+  const check = checkTimeZone(name);
+  return check.ok && /^SystemV\//i.test(check.name) ? legacyName(name) : check;
+}
+
 function checkUncached(name: string): ZoneCheck {
-  const example =
-    'use a location-based IANA name such as "America/New_York", "Europe/London" or "UTC"';
-  if (name.trim() === "") return { ok: false, message: `must not be empty: ${example}` };
+  if (name.trim() === "") return { ok: false, message: `must not be empty: ${EXAMPLE}` };
   if (/^(?:UTC|GMT|Z)?\s*[+-]\d{1,2}(?::?\d{2})?$/i.test(name.trim()) || /^Z$/i.test(name)) {
     return {
       ok: false,
-      message: `"${name}" is a UTC offset, not a time zone: offsets change with daylight-saving time, so ${example}`,
+      message: `"${name}" is a UTC offset, not a time zone: offsets change with daylight-saving time, so ${EXAMPLE}`,
     };
   }
   if (!IANAZone.isValidZone(name)) {
-    return { ok: false, message: `"${name}" is not a known IANA time zone: ${example}` };
+    return { ok: false, message: `"${name}" is not a known IANA time zone: ${EXAMPLE}` };
   }
-  if (!name.includes("/") && name.toUpperCase() !== "UTC") {
-    return {
-      ok: false,
-      message: `"${name}" is an abbreviation or legacy zone name, not a location-based IANA zone (for example "EST" is a fixed -05:00 with no daylight-saving time): ${example}`,
-    };
-  }
+  if (!name.includes("/") && name.toUpperCase() !== "UTC") return legacyName(name);
   const resolved = new Intl.DateTimeFormat("en-US", { timeZone: name }).resolvedOptions().timeZone;
   return { ok: true, name: resolved.toLowerCase() === name.toLowerCase() ? resolved : name };
 }

@@ -655,6 +655,26 @@ describe("error messages", () => {
         ]
       `);
     });
+    it("legacy System V zones, though Intl knows them under an Area/ name", () => {
+      // ICU keeps the System V names tzdb dropped in 2020: EST5EDT and EST under another name.
+      for (const zone of [
+        "SystemV/EST5EDT",
+        "SystemV/EST5",
+        "systemv/pst8pdt",
+        "SystemV/AST4ADT",
+      ]) {
+        expect(issuesOf(cron("0 9 * * *", zone)), zone).toEqual([
+          {
+            field: "schedule.timezone",
+            message: `"${zone}" is an abbreviation or legacy zone name, not a location-based IANA zone (for example "EST" is a fixed -05:00 with no daylight-saving time): use a location-based IANA name such as "America/New_York", "Europe/London" or "UTC"`,
+          },
+        ]);
+      }
+      // A job stored with one before the refusal keeps computing its times.
+      expect(nextOccurrence(cron("0 9 * * *", "SystemV/EST5EDT"), NOW)).toEqual(
+        new Date("2026-05-01T13:00:00Z"),
+      );
+    });
     it("offset", () => {
       expect(issuesOf(cron("0 9 * * *", "+05:30"))).toMatchInlineSnapshot(`
         [
