@@ -190,11 +190,14 @@ export function previewOfJob(
       ? { from: new Date(nextRunAt), remaining: queuedLeft }
       : countStart({ ...pending.job, nextRunAt }, queuedLeft, pending);
   if (start === null) return preview;
-  // Only the occurrences up to the last one shown need counting, no more than MAX_COUNTED and
-  // none further on than MAX_COUNTED_SPAN_MS.
+  // Only the occurrences up to the last one shown need counting, no more than MAX_COUNTED. Those
+  // before the first one shown are bounded by MAX_COUNTED_SPAN_MS too; the shown ones, however
+  // far they reach (a leap day's 20 span 80 years), were just computed and cost as much again.
   const { remaining } = start;
   const shownUntil = Date.parse(lastShown.utc);
-  const countUntil = Math.min(shownUntil, start.from.getTime() + MAX_COUNTED_SPAN_MS);
+  const firstShown = Date.parse(preview.occurrences[0]?.utc ?? lastShown.utc);
+  const spanEnd = start.from.getTime() + MAX_COUNTED_SPAN_MS;
+  const countUntil = firstShown > spanEnd ? spanEnd : shownUntil;
   const counted = occurrences(
     job.schedule,
     start.from,
