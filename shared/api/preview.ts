@@ -3,6 +3,7 @@ import { hasEnd } from "../jobs/index.js";
 import { catchUpCountOf, type Job } from "../model.js";
 import { isMisfired, MAX_MISFIRE_CATCH_UP, misfireCutoff } from "../policies.js";
 import {
+  checkTimeZone,
   nextOccurrence,
   occurrences,
   plannedTime,
@@ -19,12 +20,16 @@ const LAST_PREVIEWABLE = new Date(Date.UTC(9999, 11, 31, 23, 59, 59, 999));
 const OFFSET = /(Z|[+-]\d{2}(?::?\d{2})?)$/;
 
 /**
- * The zone a preview shows local times in: a cron schedule's own zone; for
+ * The zone a preview shows local times in: a cron schedule's own zone, named as it is stored (in
+ * its canonical casing: "europe/london" is "Europe/London", as in the preview's schedule); for
  * runAt and every, the UTC offset their instant was written with (the stored,
  * normalized form is UTC, so a stored job previews in UTC).
  */
 export function displayZoneOf(input: ScheduleSpec | { readonly after: unknown }): string {
-  if ("cron" in input) return input.timezone;
+  if ("cron" in input) {
+    const zone = checkTimeZone(input.timezone);
+    return zone.ok ? zone.name : input.timezone;
+  }
   if ("after" in input) return "UTC";
   const instant = "runAt" in input ? input.runAt : input.startAt;
   const offset = instant === undefined ? undefined : OFFSET.exec(instant)?.[1];

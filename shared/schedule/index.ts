@@ -62,3 +62,4 @@ export {
   isAfterSchedule,
   type ScheduleSpec,
 } from "./types.js";
+export { checkTimeZone } from "./zone.js";
