@@ -239,6 +239,16 @@ function errorText(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
+/** Each field's values, as a wrapping range is split (Sunday is 0; 7 only repeats it). */
+const FIELD_BOUNDS: Readonly<Record<FieldName, readonly [number, number]>> = {
+  second: [0, 59],
+  minute: [0, 59],
+  hour: [0, 23],
+  "day-of-month": [1, 31],
+  month: [1, 12],
+  "day-of-week": [0, 6],
+};
+
 function explain(text: string, field: FieldName): string {
   const value = /got value (\S+) expected range (\d+)-(\d+)/.exec(text);
   if (value !== null) return `${value[1]} is out of range ${value[2]}-${value[3]}`;
@@ -249,7 +259,17 @@ function explain(text: string, field: FieldName): string {
   }
   const backwards = /Invalid range: (\d+)-(\d+), min/.exec(text);
   if (backwards !== null) {
-    return `range ${backwards[1]}-${backwards[2]} runs backwards: write the smaller value first`;
+    // Most such ranges are meant to wrap (22-2 overnight, NOV-FEB in winter), where swapping the
+    // two ends would name the very times not meant.
+    const [low, high] = FIELD_BOUNDS[field];
+    const from = Number(backwards[1]);
+    const to = Number(backwards[2]);
+    // Sunday as 7 (7-1) is Sunday as 0: the range needs no wrapping.
+    const wrapped =
+      field === "day-of-week" && from === 7
+        ? `${to === 0 ? 0 : `0-${to}`}`
+        : `${from === high ? from : `${from}-${high}`},${to === low ? low : `${low}-${to}`}`;
+    return `range ${from}-${to} runs backwards, and cron ranges do not wrap around: to wrap, write ${wrapped}; otherwise write the smaller value first`;
   }
   const alias = /cannot resolve alias "(\w+)"/.exec(text);
   if (alias !== null) {

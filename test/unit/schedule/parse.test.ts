@@ -457,10 +457,32 @@ describe("error messages", () => {
         [
           {
             "field": "schedule.cron",
-            "message": "day-of-week field "5-1" is invalid: range 5-1 runs backwards: write the smaller value first",
+            "message": "day-of-week field "5-1" is invalid: range 5-1 runs backwards, and cron ranges do not wrap around: to wrap, write 5-6,0-1; otherwise write the smaller value first",
           },
         ]
       `);
+    });
+    it("a range that wraps past the end of its field: the advice keeps its meaning", () => {
+      // "Write the smaller value first" turned 22-2 (overnight) into 2-22 (all day but the night)
+      // and NOV-FEB (winter) into FEB-NOV: the very times not meant.
+      const cases: readonly [string, string, string, string, string][] = [
+        ["0 22-2 * * *", "hour", "22-2", "22-2", "22-23,0-2"],
+        ["0 0 * NOV-FEB *", "month", "NOV-FEB", "11-2", "11-12,1-2"],
+        ["0 0 25-5 * *", "day-of-month", "25-5", "25-5", "25-31,1-5"],
+        ["50-10 * * * *", "minute", "50-10", "50-10", "50-59,0-10"],
+        ["0 9 * * FRI-MON", "day-of-week", "FRI-MON", "5-1", "5-6,0-1"],
+        ["0 9 * * 6-0", "day-of-week", "6-0", "6-0", "6,0"],
+        ["0 9 * * 5-1/2", "day-of-week", "5-1/2", "5-1", "5-6,0-1"],
+        ["0 9 * * 7-1", "day-of-week", "7-1", "7-1", "0-1"],
+      ];
+      for (const [expression, field, value, range, split] of cases) {
+        expect(issuesOf(cron(expression)), expression).toEqual([
+          {
+            field: "schedule.cron",
+            message: `${field} field "${value}" is invalid: range ${range} runs backwards, and cron ranges do not wrap around: to wrap, write ${split}; otherwise write the smaller value first`,
+          },
+        ]);
+      }
     });
     it("unknown name", () => {
       expect(issuesOf(cron("0 9 * * MON-FRY"))).toMatchInlineSnapshot(`
