@@ -2,6 +2,7 @@ import { QueryCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import type { DueEntry, DueKey } from "../model.js";
 import { decodeDueEntry, encodeDueEntry, setAsidePk } from "./items.js";
+import { hasExpired, runExpiresAt } from "./retention.js";
 import { ConditionsFailedError, writeTransaction } from "./transaction.js";
 
 /** Enough of the error to tell what went wrong; a stack or a huge message must not bloat the item. */
@@ -38,7 +39,9 @@ export function setAsideKeyOf(dueKey: DueKey): DueKey {
  * so that passes stop tripping over it and an operator can see it. Its job
  * still names the entry as its next; an edit of the job writes a fresh one (or
  * the same one again), and it, a pause or a cancel (a delete's too) deletes
- * this record with the entry.
+ * this record with the entry. A retry entry is no entry its job names, so no write of the job
+ * deletes its record: it expires a run's retention after it was set aside, as the failed attempt's
+ * history does (without, a deleted, cancelled or completed job's would be kept forever).
  */
 export async function setEntryAside(
   engine: Engine,
@@ -75,6 +78,7 @@ export async function setEntryAside(
               dueSk: sk,
               error: text.slice(0, MAX_ERROR_CHARS),
               setAsideAt: now.toISOString(),
+              ...(entry.kind === "retry" ? { expiresAt: runExpiresAt(now, engine.settings) } : {}),
             },
           },
         },
@@ -87,7 +91,7 @@ export async function setEntryAside(
   }
 }
 
-/** The shard's set-aside entries, oldest bucket first. */
+/** The shard's set-aside entries, oldest bucket first; a retry entry's only until it expires. */
 export async function listSetAsideEntries(engine: Engine, shard: number): Promise<SetAsideEntry[]> {
   const found: SetAsideEntry[] = [];
   let startKey: Record<string, unknown> | undefined;
@@ -102,7 +106,9 @@ export async function listSetAsideEntries(engine: Engine, shard: number): Promis
       }),
     );
     for (const item of page.Items ?? []) {
-      const { duePk, dueSk, error, setAsideAt, ...rest } = item;
+      // TTL deletes an expired record some time later: until then it is still read here.
+      if (hasExpired(item, engine.clock())) continue;
+      const { duePk, dueSk, error, setAsideAt, expiresAt: _e, ...rest } = item;
       found.push({
         entry: decodeDueEntry({ ...rest, pk: duePk, sk: dueSk }),
         error: String(error),

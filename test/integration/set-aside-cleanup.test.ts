@@ -1,11 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { deleteJob, editJob, pauseJob } from "../../shared/jobs/index.js";
+import { createJob, deleteJob, editJob, pauseJob } from "../../shared/jobs/index.js";
+import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
 import { readDueEntry } from "../../shared/storage/job-edit.js";
 import { listSetAsideEntries, setEntryAside } from "../../shared/storage/set-aside.js";
-import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { seedJobs } from "../support/seed.js";
 
 const HOUR = 3_600_000;
+const DAY = 24 * HOUR;
 
 /**
  * A due entry no claim could process is set aside (`ASIDE#<shard>`) while its job names it. It
@@ -62,4 +64,42 @@ describe("a set-aside due entry goes with its job's entry", () => {
     });
     expect(await asideOf(moved.jobId)).toEqual([]);
   });
+
+  it("a set-aside retry entry, which its job does not name, expires a retention after it was set aside", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "fail",
+        payload: { times: 1, retryable: true },
+        schedule: { runAt: new Date().toISOString() },
+        policies: {
+          ...testJob().policies,
+          retry: { maxAttempts: 3, initialDelayMs: HOUR, maxDelayMs: HOUR },
+        },
+      }),
+    );
+    // Backoff is jittered over [0, ceiling]: near the top the retry is a due entry an hour out.
+    const deps = { ...f.workerDeps("w"), engine: { ...f.engine, random: () => 0.99 } };
+    await f.process(deps, await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000));
+    const [retry] = (await f.dueEntries()).filter((d) => d.jobId === job.jobId);
+    expect(retry).toMatchObject({ kind: "retry", attempt: 2 });
+    if (!retry) throw new Error("no retry entry");
+    const setAsideAt = new Date();
+    expect(
+      (await setEntryAside(f.engine, retry, new Error("refused for good"), setAsideAt)).outcome,
+    ).toBe("set-aside");
+
+    // The delete deletes the job's pending entry's record; a retry entry is not that entry.
+    await deleteJob(f.engine, job.tenantId, job.jobId);
+    const retention = f.engine.settings.retentionDays * DAY;
+    await sweepExpired(f.engine, new Date(setAsideAt.getTime() + retention - HOUR));
+    expect(await asideOf(job.jobId)).toHaveLength(1);
+    const pastRetention = new Date(setAsideAt.getTime() + retention + 1_000);
+    // Expired but not yet deleted (TTL deletes later): the list no longer shows it.
+    const later = { ...f.engine, clock: () => pastRetention };
+    const listedLater = await listSetAsideEntries(later, 0);
+    expect(listedLater.filter((a) => a.entry.jobId === job.jobId)).toEqual([]);
+    await sweepExpired(f.engine, pastRetention);
+    expect(await asideOf(job.jobId)).toEqual([]);
+  }, 30_000);
 });
