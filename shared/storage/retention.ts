@@ -82,6 +82,15 @@ export function idempotencyExpiresAt(createdAt: Date): number {
   return epochSeconds(createdAt) + IDEMPOTENCY_WINDOW_SECONDS;
 }
 
+/**
+ * A tenant's concurrent-runs slot expires a day after its lease: one whose worker died is never
+ * freed, and a slot above a lowered quota, or of a tenant that stopped running, is never taken
+ * again. A lapsed slot is free already, so its deletion, however late, changes nothing.
+ */
+export function runSlotExpiresAt(leaseUntil: Date): number {
+  return epochSeconds(leaseUntil) + DAY_SECONDS;
+}
+
 /** Whether an item's TTL has passed at `now` (an item without one never expires). */
 export function hasExpired(item: Record<string, unknown>, now: Date): boolean {
   const expiresAt = item.expiresAt;

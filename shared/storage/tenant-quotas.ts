@@ -9,6 +9,7 @@ import {
 import type { TenantQuotas } from "../config.js";
 import type { Engine } from "../engine.js";
 import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
+import { runSlotExpiresAt } from "./retention.js";
 
 /**
  * A tenant's quota items, one partition of the jobs table (`QUOTA#<tenantId>`):
@@ -17,7 +18,8 @@ import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js"
  * - `USAGE`: what its jobs take of `activeJobs` and `runsPerMinute`, an upper bound that creates
  *   and edits add to before they write (and take back when the write is refused), and a recount
  *   corrects; each recount marks it with a fresh `recount` token (shared/quotas/usage.ts);
- * - `SLOT#<n>`: the concurrent-runs slots, one per running run, each under the run's lease.
+ * - `SLOT#<n>`: the concurrent-runs slots, one per running run, each under the run's lease, and
+ *   expiring a day after it (`runSlotExpiresAt`).
  *
  * One consistent Query of the partition reads the override and the slots, so the worker's check
  * at start is one read.
@@ -299,6 +301,7 @@ export async function takeRunSlot(engine: Engine, slot: RunSlot, now: Date): Pro
           runId: slot.runId,
           fence: slot.fence,
           leaseUntil: slot.leaseUntil,
+          expiresAt: runSlotExpiresAt(new Date(slot.leaseUntil)),
         },
         ConditionExpression: SLOT_FREE,
         ExpressionAttributeValues: { ":now": now.toISOString(), ":runId": slot.runId },
@@ -323,11 +326,12 @@ export async function extendRunSlot(
         TableName: engine.tables.jobs,
         Key: { pk: quotaPk(slot.tenantId), sk: slotSk(slot.index) },
         ConditionExpression: SLOT_HELD,
-        UpdateExpression: "SET leaseUntil = :leaseUntil",
+        UpdateExpression: "SET leaseUntil = :leaseUntil, expiresAt = :expiresAt",
         ExpressionAttributeValues: {
           ":runId": slot.runId,
           ":fence": slot.fence,
           ":leaseUntil": leaseUntil.toISOString(),
+          ":expiresAt": runSlotExpiresAt(leaseUntil),
         },
       }),
     );

@@ -4,12 +4,18 @@ import { ConcurrentUpdateError, FenceLostError } from "../../shared/errors.js";
 import { createJob } from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
 import { recordAdmission } from "../../shared/storage/admission.js";
+import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
 import { requestRunCancel } from "../../shared/storage/run-cancel.js";
 import { finishRun } from "../../shared/storage/run-finish.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { queuedRun } from "../../shared/storage/runs.js";
-import { extendRunSlot, releaseRunSlot, takeRunSlot } from "../../shared/storage/tenant-quotas.js";
+import {
+  extendRunSlot,
+  readQuotaPartition,
+  releaseRunSlot,
+  takeRunSlot,
+} from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 
 describe("run storage operations turn failed conditions into what they mean", () => {
@@ -164,6 +170,28 @@ describe("run storage operations turn failed conditions into what they mean", ()
     expect(await takeRunSlot(f.engine, another, now)).toBe(false);
     await releaseRunSlot(f.engine, later);
     expect(await takeRunSlot(f.engine, another, now)).toBe(true);
+  });
+
+  it("a concurrent-runs slot its worker never freed (it died) expires a day after its last lease", async () => {
+    const now = new Date();
+    const slot = {
+      tenantId: "tenant-slot-expiry",
+      index: 0,
+      runId: "run-crashed",
+      fence: 1,
+      leaseUntil: new Date(now.getTime() + 60_000).toISOString(),
+    };
+    expect(await takeRunSlot(f.engine, slot, now)).toBe(true);
+    const extendedTo = new Date(now.getTime() + 120_000);
+    expect(await extendRunSlot(f.engine, slot, extendedTo)).toBe(true);
+    const slots = async () => (await readQuotaPartition(f.engine, slot.tenantId)).slots;
+
+    // No release: a lapsed slot is free to take, but nothing else deletes its item.
+    const day = 86_400_000;
+    await sweepExpired(f.engine, new Date(extendedTo.getTime() + day - 60_000));
+    expect(await slots()).toHaveLength(1);
+    await sweepExpired(f.engine, new Date(extendedTo.getTime() + day + 1_000));
+    expect(await slots()).toEqual([]);
   });
 
   it("an admission decided on a job that changed since is ConcurrentUpdateError, and writes nothing", async () => {
