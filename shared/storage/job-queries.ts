@@ -4,6 +4,7 @@ import { MAX_ATTEMPT, runSortKey } from "../keys.js";
 import type { Job, Run } from "../model.js";
 import { batchGetItems } from "./batch-get.js";
 import { deadLetterPk, decodeJob, decodeRun, jobKey, jobPk, tenantPk } from "./items.js";
+import { hasExpired } from "./retention.js";
 import { JOBS_BY_TENANT_INDEX, RUNS_DEAD_LETTER_INDEX } from "./tables.js";
 
 type Key = Record<string, unknown>;
@@ -57,8 +58,8 @@ export function tenantJobIds(
 }
 
 /**
- * The jobs with these ids that exist, in the order given; `consistent` when they must show every
- * write made before the read.
+ * The jobs with these ids that exist and have not expired (as `getJob`), in the order given;
+ * `consistent` when they must show every write made before the read.
  */
 export async function getJobs(
   engine: Engine,
@@ -68,7 +69,9 @@ export async function getJobs(
   const items = await batchGetItems(engine, engine.tables.jobs, jobIds.map(jobKey), {
     consistentRead: consistent,
   });
-  const found = new Map(items.map(decodeJob).map((job) => [job.jobId, job]));
+  const now = engine.clock();
+  const live = items.filter((item) => !hasExpired(item, now));
+  const found = new Map(live.map(decodeJob).map((job) => [job.jobId, job]));
   return jobIds.flatMap((id) => found.get(id) ?? []);
 }
 

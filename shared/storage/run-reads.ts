@@ -3,6 +3,7 @@ import type { Engine } from "../engine.js";
 import type { Job, Run, RunMessage } from "../model.js";
 import { batchGetItems } from "./batch-get.js";
 import { decodeJob, decodeRun, jobKey } from "./items.js";
+import { hasExpired } from "./retention.js";
 import { runKey } from "./runs.js";
 
 type Item = Record<string, unknown>;
@@ -13,12 +14,16 @@ export type RunRef = Pick<RunMessage, "jobId" | "scheduledFor" | "attempt">;
 /** The run's table key. */
 export const runKeyOf = (ref: RunRef) => runKey(ref.jobId, ref.scheduledFor, ref.attempt);
 
-/** The job as it stands (a consistent read), or null when there is none. */
+/**
+ * The job as it stands (a consistent read), or null when there is none or it has expired: TTL
+ * deletes an ended job's item some time after its retention (within days), and until then every
+ * reader takes it as gone already, so what a request gets does not hang on when TTL comes round.
+ */
 export async function getJob(engine: Engine, jobId: string): Promise<Job | null> {
   const result = await engine.doc.send(
     new GetCommand({ TableName: engine.tables.jobs, Key: jobKey(jobId), ConsistentRead: true }),
   );
-  return result.Item ? decodeJob(result.Item) : null;
+  return result.Item && !hasExpired(result.Item, engine.clock()) ? decodeJob(result.Item) : null;
 }
 
 /** The run as it stands (a consistent read), or null when there is none. */
