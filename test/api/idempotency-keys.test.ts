@@ -58,4 +58,26 @@ describe("a create's idempotency key", () => {
     expect(ofB.status, ofB.text).toBe(201);
     expect(JobSchema.parse(ofB.body).id).not.toBe(JobSchema.parse(first.body).id);
   });
+
+  it("of a job deleted since is a 409 naming the job, alone or in a batch, and makes nothing", async () => {
+    const body = laterJob({ name: "deleted with its key" });
+    const key = "key-of-a-deleted-job";
+    const first = await api.call("POST", "/jobs", { body, headers: { "Idempotency-Key": key } });
+    expect(first.status, first.text).toBe(201);
+    const jobId = JobSchema.parse(first.body).id;
+    expect((await api.call("DELETE", `/jobs/${jobId}`)).status).toBe(204);
+    const before = await jobCount();
+
+    const alone = await api.call("POST", "/jobs", { body, headers: { "Idempotency-Key": key } });
+    expect(expectError(alone, 409, { code: "idempotency_conflict" }).message).toContain(jobId);
+    const inBatch = await api.call("POST", "/jobs:batch", {
+      body: { jobs: [{ ...body, idempotencyKey: key }] },
+    });
+    expect(inBatch.status, inBatch.text).toBe(200);
+    expect(inBatch.body).toMatchObject({
+      results: [{ index: 0, status: 409, error: { code: "idempotency_conflict" } }],
+    });
+    expect(JSON.stringify(inBatch.body)).toContain(jobId);
+    expect(await jobCount()).toBe(before);
+  });
 });
