@@ -77,3 +77,9 @@ export function formatOccurrence(occurrence: { utc: string; local: string }, zon
     return `${occurrence.local.replace("T", " ").slice(0, 19)} (${zone})`;
   return formatInstant(occurrence.utc, zone);
 }
+
+/** "a", "a or b", "a, b or c". */
+export function listOf(words: readonly string[]): string {
+  const last = words.at(-1) ?? "";
+  return words.length < 2 ? last : `${words.slice(0, -1).join(", ")} or ${last}`;
+}

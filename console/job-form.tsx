@@ -1,26 +1,17 @@
-import { useEffect, useState } from "preact/hooks";
-import {
-  ApiProblem,
-  api,
-  type CreateJob,
-  type EditJob,
-  type FieldIssue,
-  type Job,
-  type Preview,
-} from "./api.js";
+import { ApiProblem, type CreateJob, type EditJob, type FieldIssue, type Job } from "./api.js";
 import { Field } from "./components.js";
-import { formatOccurrence } from "./format.js";
+import {
+  emptyScheduleForm,
+  ScheduleFields,
+  type ScheduleForm,
+  scheduleFormOf,
+  scheduleOf,
+} from "./schedule-form.js";
 
 /** What the create and edit forms hold: text as typed, turned into a request body on submit. */
-export interface JobForm {
+export interface JobForm extends ScheduleForm {
   name: string;
   type: string;
-  scheduleKind: "cron" | "runAt" | "every";
-  cron: string;
-  timezone: string;
-  runAt: string;
-  every: string;
-  startAt: string;
   targetUrl: string;
   /**
    * The target's parts the form does not show: its headers (often the receiver's credentials), its
@@ -39,32 +30,14 @@ export interface JobForm {
 
 type TargetKept = Omit<NonNullable<Job["target"]>, "url">;
 
-/** The form's fields that are text as typed (all but targetKept). */
-type TextField = Exclude<keyof JobForm, "scheduleKind" | "targetKept">;
-
-const browserZone = () => Intl.DateTimeFormat().resolvedOptions().timeZone || "UTC";
-
-/** The next whole minute with the browser's UTC offset, e.g. 2030-01-15T09:31:00+01:00. */
-function nextMinuteHere(): string {
-  const at = new Date(Math.ceil((Date.now() + 60_000) / 60_000) * 60_000);
-  const offset = -at.getTimezoneOffset();
-  const local = new Date(at.getTime() + offset * 60_000).toISOString().slice(0, 19);
-  const sign = offset >= 0 ? "+" : "-";
-  const hours = String(Math.floor(Math.abs(offset) / 60)).padStart(2, "0");
-  const minutes = String(Math.abs(offset) % 60).padStart(2, "0");
-  return `${local}${sign}${hours}:${minutes}`;
-}
+/** The form's fields of the job's own that are text as typed (the schedule's are ScheduleFields'). */
+type TextField = Exclude<keyof JobForm, keyof ScheduleForm | "targetKept">;
 
 export function emptyForm(type: string): JobForm {
   return {
     name: "",
     type,
-    scheduleKind: "cron",
-    cron: "0 9 * * 1-5",
-    timezone: browserZone(),
-    runAt: nextMinuteHere(),
-    every: "PT15M",
-    startAt: "",
+    ...emptyScheduleForm(),
     targetUrl: "",
     targetKept: {},
     payload: "",
@@ -78,16 +51,10 @@ export function emptyForm(type: string): JobForm {
 }
 
 export function formFromJob(job: Job): JobForm {
-  const s = job.schedule;
   return {
     name: job.name,
     type: job.type,
-    scheduleKind: "cron" in s ? "cron" : "runAt" in s ? "runAt" : "every",
-    cron: "cron" in s ? s.cron : "",
-    timezone: "cron" in s ? s.timezone : browserZone(),
-    runAt: "runAt" in s ? s.runAt : "",
-    every: "every" in s ? s.every : "",
-    startAt: "every" in s ? (s.startAt ?? "") : "",
+    ...scheduleFormOf(job.schedule),
     targetUrl: job.target?.url ?? "",
     targetKept: keptOf(job.target),
     payload:
@@ -105,17 +72,6 @@ function keptOf(target: Job["target"]): TargetKept {
   if (target === undefined || target === null) return {};
   const { url: _shown, ...kept } = target;
   return kept;
-}
-
-type Schedule = CreateJob["schedule"];
-
-function scheduleOf(form: JobForm): Schedule {
-  if (form.scheduleKind === "cron")
-    return { cron: form.cron.trim(), timezone: form.timezone.trim() };
-  if (form.scheduleKind === "runAt") return { runAt: form.runAt.trim() };
-  return form.startAt.trim() === ""
-    ? { every: form.every.trim() }
-    : { every: form.every.trim(), startAt: form.startAt.trim() };
 }
 
 /** Checks the API cannot do because they happen in the browser: JSON that does not parse, numbers that are not. */
@@ -199,49 +155,6 @@ export function issuesOf(error: unknown): FieldIssue[] {
   return [];
 }
 
-/** The next occurrences of the schedule being typed, from POST /schedules/preview. */
-function SchedulePreview({ schedule }: { schedule: Schedule }) {
-  const [preview, setPreview] = useState<Preview | null>(null);
-  const [problem, setProblem] = useState<string | null>(null);
-  const key = JSON.stringify(schedule);
-  useEffect(() => {
-    let cancelled = false;
-    const timer = setTimeout(() => {
-      api.previewSchedule({ schedule, count: 5 }).then(
-        (result) => {
-          if (cancelled) return;
-          setPreview(result);
-          setProblem(null);
-        },
-        (error: unknown) => {
-          if (cancelled) return;
-          setPreview(null);
-          setProblem(error instanceof Error ? error.message : String(error));
-        },
-      );
-    }, 300);
-    return () => {
-      cancelled = true;
-      clearTimeout(timer);
-    };
-  }, [key]);
-  return (
-    <section class="preview" aria-labelledby="schedule-preview-title" aria-live="polite">
-      <h3 id="schedule-preview-title">Next runs of this schedule</h3>
-      {problem ? <p class="hint">{problem}</p> : null}
-      {preview ? (
-        <ol>
-          {preview.occurrences.map((o) => (
-            <li key={o.utc}>
-              <time dateTime={o.utc}>{formatOccurrence(o, preview.timezone)}</time>
-            </li>
-          ))}
-        </ol>
-      ) : null}
-    </section>
-  );
-}
-
 const MISFIRE = ["skip", "fire_once", "fire_all"];
 const OVERLAP = ["skip", "buffer_one", "allow"];
 const PRIORITY = ["high", "normal", "low"];
@@ -293,63 +206,11 @@ export function JobFields(props: {
           )}
         </Field>
       ) : null}
-      <fieldset>
-        <legend>Schedule</legend>
-        {(
-          [
-            ["cron", "Cron, in a time zone"],
-            ["runAt", "Once"],
-            ["every", "Every fixed interval"],
-          ] as const
-        ).map(([kind, label]) => (
-          <label key={kind} class="inline">
-            <input
-              type="radio"
-              name="scheduleKind"
-              value={kind}
-              checked={form.scheduleKind === kind}
-              onChange={() => props.onChange({ ...form, scheduleKind: kind })}
-            />{" "}
-            {label}
-          </label>
-        ))}
-        {form.scheduleKind === "cron" ? (
-          <>
-            {text(
-              "cron",
-              "schedule.cron",
-              "Cron expression",
-              "5 fields (minute hour day month weekday), or 6 with seconds first.",
-            )}
-            {text(
-              "timezone",
-              "schedule.timezone",
-              "Time zone",
-              "An IANA zone, e.g. Europe/Berlin or UTC.",
-            )}
-          </>
-        ) : null}
-        {form.scheduleKind === "runAt"
-          ? text(
-              "runAt",
-              "schedule.runAt",
-              "Run at",
-              "ISO-8601 with an offset, e.g. 2030-01-15T09:00:00+01:00.",
-            )
-          : null}
-        {form.scheduleKind === "every" ? (
-          <>
-            {text("every", "schedule.every", "Every", "An ISO-8601 duration, e.g. PT15M or P1D.")}
-            {text(
-              "startAt",
-              "schedule.startAt",
-              "Starting at (optional)",
-              "ISO-8601; default now.",
-            )}
-          </>
-        ) : null}
-        <SchedulePreview schedule={scheduleOf(form)} />
-      </fieldset>
+      <ScheduleFields
+        form={form}
+        onChange={(changed) => props.onChange({ ...form, ...changed })}
+        issues={issues}
+      />
       {form.type === "http"
         ? text(
             "targetUrl",

@@ -14,12 +14,14 @@ import {
   formatOccurrence,
   jobTitle,
   jobTitleInline,
+  listOf,
   scheduleInWords,
   zoneOf,
 } from "../format.js";
 import { changesBetween, formFromJob, issuesOf, JobFields, type JobForm } from "../job-form.js";
 import { usePagedPoll } from "../paging.js";
 import { Link } from "../router.js";
+import { afterInWords } from "../schedule-form.js";
 
 const RUN_STATUSES = ["queued", "running", "succeeded", "failed", "dead", "skipped", "cancelled"];
 
@@ -130,11 +132,7 @@ export function JobPage({ id }: { id: string }) {
               )}
             </dd>
           </dl>
-          {ended ? (
-            <p>No more runs: the job is {current.status}.</p>
-          ) : (
-            <NextRuns id={id} version={current.version} />
-          )}
+          {ended ? <p>No more runs: the job is {current.status}.</p> : <NextRuns job={current} />}
         </section>
         <Policies job={current} />
       </div>
@@ -144,13 +142,14 @@ export function JobPage({ id }: { id: string }) {
   );
 }
 
-function NextRuns({ id, version }: { id: string; version: number }) {
+function NextRuns({ job: { id, version, schedule } }: { job: Job }) {
   const { data, error } = usePoll(() => api.previewJob(id, 10), 60_000, [id, version]);
+  const none = "after" in schedule ? afterInWords(schedule.after) : "No more occurrences.";
   return (
     <section aria-labelledby="next-runs-title">
       <h3 id="next-runs-title">Next runs</h3>
       <ErrorMessage error={error} />
-      {data && data.occurrences.length === 0 ? <p>No more occurrences.</p> : null}
+      {data && data.occurrences.length === 0 ? <p>{none}</p> : null}
       <ol class="next-runs">
         {data?.occurrences.map((o) => (
           <li key={o.utc}>
@@ -519,10 +518,4 @@ function noRunsText(statuses: readonly string[] | null, more: boolean): string {
   const which = statuses === null ? "runs" : `${listOf(statuses)} runs`;
   if (more) return `No ${which} among the newest read: Load older runs reads older ones.`;
   return statuses === null ? "No runs yet." : `No ${which}.`;
-}
-
-/** "a", "a or b", "a, b or c". */
-function listOf(words: readonly string[]): string {
-  const last = words.at(-1) ?? "";
-  return words.length < 2 ? last : `${words.slice(0, -1).join(", ")} or ${last}`;
 }

@@ -30,6 +30,8 @@ const HELD_POLL_KEY = "console-held-poll-key";
 const FILTERED_KEY = "console-filtered-key";
 /** A tenth's, whose job's runs timeline is filtered: its job stays off the first tenant's list. */
 const FILTERED_RUNS_KEY = "console-filtered-runs-key";
+/** An eleventh's, whose jobs run after one another: its jobs stay off the first tenant's list. */
+const DEPENDENT_KEY = "console-dependent-key";
 const SCREENSHOTS = process.env.CONSOLE_SCREENSHOTS;
 
 interface Job {
@@ -184,7 +186,7 @@ beforeAll(async () => {
   [sandbox, browser] = await Promise.all([
     spawnSandbox({
       env: {
-        SCHEDULER_API_KEYS: `${KEY}=console-tenant,${MANY_DEAD_KEY}=many-dead-tenant,${ODD_NAMES_KEY}=odd-names-tenant,${MANY_JOBS_KEY}=many-jobs-tenant,${REPLAY_RACE_KEY}=replay-race-tenant,${CHANGING_JOBS_KEY}=changing-jobs-tenant,${HELD_OLDER_KEY}=held-older-tenant,${HELD_POLL_KEY}=held-poll-tenant,${FILTERED_KEY}=filtered-tenant,${FILTERED_RUNS_KEY}=filtered-runs-tenant`,
+        SCHEDULER_API_KEYS: `${KEY}=console-tenant,${MANY_DEAD_KEY}=many-dead-tenant,${ODD_NAMES_KEY}=odd-names-tenant,${MANY_JOBS_KEY}=many-jobs-tenant,${REPLAY_RACE_KEY}=replay-race-tenant,${CHANGING_JOBS_KEY}=changing-jobs-tenant,${HELD_OLDER_KEY}=held-older-tenant,${HELD_POLL_KEY}=held-poll-tenant,${FILTERED_KEY}=filtered-tenant,${FILTERED_RUNS_KEY}=filtered-runs-tenant,${DEPENDENT_KEY}=dependent-tenant`,
         // The shortest lookahead: a per-second job's create claims its first three minutes of
         // runs, not seven.
         LOOKAHEAD_SECONDS: "60",
@@ -957,6 +959,122 @@ describe("web console", () => {
           )
         ).status,
       ).toBe("active");
+    } finally {
+      await other.close();
+    }
+  });
+
+  it("edits a job after other jobs as one: its upstreams and `on` shown and kept, changed as asked, its preview saying it has no times of its own; the create form makes one too", async () => {
+    const other = await signedInJobsPage(DEPENDENT_KEY);
+    const call = <T>(method: string, path: string, body?: unknown) =>
+      api<T>(method, path, body, {}, DEPENDENT_KEY);
+    try {
+      const daily = { cron: "0 2 * * *", timezone: "UTC" };
+      const exporter = await call<Job>("POST", "/jobs", {
+        name: "export",
+        type: "noop",
+        schedule: daily,
+      });
+      const importer = await call<Job>("POST", "/jobs", {
+        name: "import",
+        type: "noop",
+        schedule: daily,
+      });
+      const after = { jobs: [exporter.id], on: "failure" };
+      const dependent = await call<Job>("POST", "/jobs", {
+        name: "alert",
+        type: "noop",
+        schedule: { after },
+      });
+      await other.goto(`${sandbox.url}/console/jobs/${dependent.id}`);
+      const nextRuns = other.getByRole("region", { name: "Next runs", exact: true });
+      const inWords = `No times of its own: it runs once for each run of ${exporter.id} that fails for good: ends dead (failure).`;
+
+      const openForm = async () => {
+        await other.getByRole("button", { name: "Edit job" }).click();
+        return other.getByRole("form", { name: "Edit job" });
+      };
+      let form = await openForm();
+      const checkedKind = () =>
+        form.locator('input[name="scheduleKind"]:checked').getAttribute("value");
+      const upstreams = form.getByLabel("Upstream job ids");
+      const on = form.getByLabel("Runs when an upstream run");
+      const preview = form.getByRole("region", { name: "Next runs of this schedule" });
+      expect(await checkedKind()).toBe("after");
+      expect(await upstreams.inputValue()).toBe(exporter.id);
+      expect(await on.inputValue()).toBe("failure");
+      // What the previews say: the form's once the API took the schedule, the job page's at once.
+      await preview.locator("p").waitFor();
+      expect(await preview.locator("p").textContent()).toBe(inWords);
+      expect(await preview.locator("li").count()).toBe(0);
+      await nextRuns.locator("p").waitFor();
+      expect(await nextRuns.locator("p").textContent()).toBe(inWords);
+      expect(await accessibilityViolations(other)).toEqual([]);
+
+      // A rename sends the name alone: the schedule stays as it was.
+      await form.getByLabel("Name", { exact: true }).fill("failure alert");
+      await form.getByRole("button", { name: "Save changes" }).click();
+      await other.getByRole("heading", { name: /failure alert/, level: 1 }).waitFor();
+      expect(await call<Job>("GET", `/jobs/${dependent.id}`)).toMatchObject({
+        name: "failure alert",
+        version: 2,
+        schedule: { after },
+      });
+
+      // Its upstreams, typed in another order, and `on` change; the API sorts the ids.
+      form = await openForm();
+      await upstreams.fill(`${importer.id}, ${exporter.id}`);
+      await on.selectOption("completion");
+      await preview.getByText(`${exporter.id} or ${importer.id} that ends`).waitFor();
+      await form.getByRole("button", { name: "Save changes" }).click();
+      await other.getByRole("button", { name: "Edit job" }).waitFor();
+      const both = { jobs: [exporter.id, importer.id].sort(), on: "completion" };
+      expect(await call<Job>("GET", `/jobs/${dependent.id}`)).toMatchObject({
+        version: 3,
+        schedule: { after: both },
+      });
+
+      // An id of no job of the tenant: the preview and the save name the field; nothing is written.
+      form = await openForm();
+      await upstreams.fill("01JD3Q6Z8Y0000000000000000");
+      await preview.getByText("no job 01JD3Q6Z8Y0000000000000000 of this tenant").waitFor();
+      await form.getByRole("button", { name: "Save changes" }).click();
+      await form.getByRole("link", { name: /^schedule\.after\.jobs: / }).waitFor();
+      expect(await call<Job>("GET", `/jobs/${dependent.id}`)).toMatchObject({
+        version: 3,
+        schedule: { after: both },
+      });
+      await form.getByRole("button", { name: "Close without saving" }).click();
+
+      // The create form offers a schedule after other jobs.
+      await other.goto(`${sandbox.url}/console`);
+      await other.getByText("Create a job", { exact: true }).click();
+      const create = other.getByRole("form", { name: "Create a job" });
+      await create.getByLabel("Name", { exact: true }).fill("after import");
+      await create.getByRole("radio", { name: "After other jobs" }).check();
+      await create.getByLabel("Upstream job ids").fill(importer.id);
+      await create
+        .getByText(`No times of its own: it runs once for each run of ${importer.id} that succeeds`)
+        .waitFor();
+      await create.getByRole("button", { name: "Create job" }).click();
+      await other.waitForURL(/\/console\/jobs\/[0-9A-Z]+$/);
+      const created = await call<Job>("GET", `/jobs/${other.url().split("/").at(-1) ?? ""}`);
+      expect(created).toMatchObject({
+        name: "after import",
+        schedule: { after: { jobs: [importer.id], on: "success" } },
+      });
+
+      // A job of times edited into one after another job.
+      await other.goto(`${sandbox.url}/console/jobs/${importer.id}`);
+      form = await openForm();
+      await form.getByRole("radio", { name: "After other jobs" }).check();
+      await upstreams.fill(exporter.id);
+      await form.getByRole("button", { name: "Save changes" }).click();
+      await other.getByRole("button", { name: "Edit job" }).waitFor();
+      expect(await call<Job>("GET", `/jobs/${importer.id}`)).toMatchObject({
+        version: 2,
+        schedule: { after: { jobs: [exporter.id], on: "success" } },
+      });
     } finally {
       await other.close();
     }
