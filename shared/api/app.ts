@@ -3,6 +3,7 @@ import type { Engine } from "../engine.js";
 import type { JobTypeCatalog } from "../job-types/registry.js";
 import { METRICS, TENANT_LOG_EVENTS } from "../observability.js";
 import { RequestRateLimiter } from "../quotas/request-rate.js";
+import { meterReads, ReadMeter, withReadMeter } from "../storage/read-meter.js";
 import { asyncRunsRouter, RUN_TOKEN_PATH } from "./async-runs-router.js";
 import { type Authenticator, isValidTenantId } from "./auth.js";
 import { BODY_OVERHEAD_BYTES, jsonBody } from "./body.js";
@@ -45,6 +46,7 @@ const PUBLIC_PATHS: ReadonlySet<string> = new Set(PUBLIC_GET_PATHS);
 export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
   const { engine, authenticate } = options;
   const requestRate = new RequestRateLimiter(engine);
+  meterReads(engine.doc);
   const deps: RouterDeps = {
     engine,
     jobTypes: options.jobTypes,
@@ -141,7 +143,14 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
     // Set before the rate is taken, so that its 429's `request throttled` line names the tenant.
     c.set("tenantId", tenantId);
     await requestRate.take(tenantId);
-    await next();
+    // Charged for what it read once it has run, answered or failed: a listing that read thousands
+    // of units costs its tenant that many tokens more, so its next requests wait (docs/api.md).
+    const reads = new ReadMeter();
+    try {
+      await withReadMeter(reads, next);
+    } finally {
+      requestRate.chargeReads(tenantId, reads.close());
+    }
   });
 
   // The document lists the operations in the order mounted here.

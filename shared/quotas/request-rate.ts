@@ -6,6 +6,24 @@ import { cachedQuotaOverride } from "./override-cache.js";
 const BURST_SECONDS = 2;
 /** Buckets kept per process; past it, the full ones (idle tenants) are dropped. */
 const MAX_BUCKETS = 10_000;
+/**
+ * The read units a request reads within its one token: a job or run with its few runs under way,
+ * a create, a page of 100 small jobs (eventually consistent, 0.5 unit each) all read less, so
+ * ordinary requests cost one token as before.
+ */
+export const FREE_READ_UNITS = 100;
+/**
+ * Beyond them, one token per this many read units. Equal to FREE_READ_UNITS, so no request buys
+ * more than this many units per token: a tenant at its quota reads at most
+ * READ_UNITS_PER_TOKEN × requestsPerSecond units a second per API process (5,000 at the default
+ * 50), an eighth of an on-demand table's default maximum (40,000).
+ */
+export const READ_UNITS_PER_TOKEN = 100;
+
+/** The tokens a request that read `readUnits` owes beyond the one it took. */
+export function tokensOwedForReads(readUnits: number): number {
+  return Math.max(0, readUnits - FREE_READ_UNITS) / READ_UNITS_PER_TOKEN;
+}
 
 interface Bucket {
   tokens: number;
@@ -14,39 +32,22 @@ interface Bucket {
 }
 
 /**
- * The requestsPerSecond quota: one token bucket per tenant in this API
- * process, refilled at the tenant's rate and holding two seconds' worth. A
- * request with no token left is refused (429, `Retry-After` the seconds
- * until the next token). Buckets are per process: on Lambda each warm
- * instance of the API function keeps its own, so a tenant spread over n
- * instances can reach up to n times its rate; the stage's throttle bounds the
- * sum (docs/api.md "Quotas").
+ * One token bucket per tenant, refilled at its rate and holding two seconds' worth. A request
+ * takes a token before it runs, or is refused (429, `Retry-After` the seconds until the bucket
+ * holds a token again); once it has run, it is charged for what it read past FREE_READ_UNITS.
+ * The charge can take the bucket below zero: the request that read has already read and is
+ * answered, and the tenant's next requests are refused until the debt is refilled.
  */
-export class RequestRateLimiter {
+export class TenantBuckets {
   private readonly buckets = new Map<string, Bucket>();
 
-  /**
-   * `elapsedMs` is a monotonic clock, not the engine's: a bucket refills with the time that
-   * passes for the caller, which a test's fixed or shifted scheduling clock does not measure.
-   */
-  constructor(
-    private readonly engine: Engine,
-    private readonly elapsedMs: () => number = () => performance.now(),
-  ) {}
+  /** `elapsedMs` is a monotonic clock (see RequestRateLimiter). */
+  constructor(private readonly elapsedMs: () => number) {}
 
   /** Takes one token of the tenant's bucket, or throws RateLimitedError. */
-  async take(tenantId: string): Promise<void> {
-    const override = await cachedQuotaOverride(this.engine, tenantId, this.elapsedMs);
-    const perSecond = effectiveQuotas(this.engine.settings.quotas, override).requestsPerSecond;
+  take(tenantId: string, perSecond: number): void {
     const now = this.elapsedMs();
-    const capacity = perSecond * BURST_SECONDS;
-    const bucket = this.buckets.get(tenantId) ?? { tokens: capacity, refilledAt: now, perSecond };
-    bucket.perSecond = perSecond;
-    bucket.tokens = Math.min(
-      capacity,
-      bucket.tokens + (Math.max(0, now - bucket.refilledAt) * perSecond) / 1000,
-    );
-    bucket.refilledAt = now;
+    const bucket = this.refilled(tenantId, perSecond, now);
     if (bucket.tokens < 1) {
       this.buckets.set(tenantId, bucket);
       throw new RateLimitedError(
@@ -59,6 +60,32 @@ export class RequestRateLimiter {
     this.buckets.set(tenantId, bucket);
   }
 
+  /**
+   * Debits the tenant's bucket for the read units a request it took a token for consumed, at the
+   * rate that take applied. Without a bucket (dropped as idle while the request ran, which only a
+   * process holding 10,000 tenants' buckets does) the charge is let go.
+   */
+  chargeReads(tenantId: string, readUnits: number): void {
+    const owed = tokensOwedForReads(readUnits);
+    const held = this.buckets.get(tenantId);
+    if (owed === 0 || held === undefined) return;
+    const bucket = this.refilled(tenantId, held.perSecond, this.elapsedMs());
+    bucket.tokens -= owed;
+  }
+
+  /** The tenant's bucket refilled up to `now` at its current rate (a new one starts full). */
+  private refilled(tenantId: string, perSecond: number, now: number): Bucket {
+    const capacity = perSecond * BURST_SECONDS;
+    const bucket = this.buckets.get(tenantId) ?? { tokens: capacity, refilledAt: now, perSecond };
+    bucket.perSecond = perSecond;
+    bucket.tokens = Math.min(
+      capacity,
+      bucket.tokens + (Math.max(0, now - bucket.refilledAt) * perSecond) / 1000,
+    );
+    bucket.refilledAt = now;
+    return bucket;
+  }
+
   /** A bucket refilled to its capacity is the same as no bucket. */
   private dropIdle(now: number): void {
     for (const [tenantId, bucket] of this.buckets) {
@@ -68,5 +95,41 @@ export class RequestRateLimiter {
       )
         this.buckets.delete(tenantId);
     }
+  }
+}
+
+/**
+ * The requestsPerSecond quota: the tenant's TenantBuckets in this API process, at the tenant's
+ * rate. Buckets are per process: on Lambda each warm instance of the API function keeps its own,
+ * so a tenant spread over n instances can reach up to n times its rate; the stage's throttle
+ * bounds the sum (docs/api.md "Quotas").
+ */
+export class RequestRateLimiter {
+  private readonly buckets: TenantBuckets;
+
+  /**
+   * `elapsedMs` is a monotonic clock, not the engine's: a bucket refills with the time that
+   * passes for the caller, which a test's fixed or shifted scheduling clock does not measure.
+   */
+  constructor(
+    private readonly engine: Engine,
+    private readonly elapsedMs: () => number = () => performance.now(),
+  ) {
+    this.buckets = new TenantBuckets(elapsedMs);
+  }
+
+  /** Takes one token of the tenant's bucket, or throws RateLimitedError. */
+  async take(tenantId: string): Promise<void> {
+    this.buckets.take(tenantId, await this.perSecond(tenantId));
+  }
+
+  /** Charges the tenant's bucket for what a request it took a token for read (TenantBuckets). */
+  chargeReads(tenantId: string, readUnits: number): void {
+    this.buckets.chargeReads(tenantId, readUnits);
+  }
+
+  private async perSecond(tenantId: string): Promise<number> {
+    const override = await cachedQuotaOverride(this.engine, tenantId, this.elapsedMs);
+    return effectiveQuotas(this.engine.settings.quotas, override).requestsPerSecond;
   }
 }

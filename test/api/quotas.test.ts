@@ -276,3 +276,46 @@ describe("quotas over HTTP", () => {
     }
   }, 30_000);
 });
+
+describe("requests charged by what they read", () => {
+  const asB = { key: KEY_B };
+
+  it("refuses a tenant whose listings read past its budget, with a Retry-After for the debt, and not another tenant", async () => {
+    const api = await startApi();
+    try {
+      // 60 jobs of 60 KB: one page of them reads about 8 units a job (eventually consistent,
+      // 0.5 a 4 KB), 480 in all, 380 past the free 100: 3.8 tokens owed at 100 units a token.
+      const blob = "x".repeat(60_000);
+      for (let start = 0; start < 60; start += 10) {
+        const created = await Promise.all(
+          Array.from({ length: 10 }, () =>
+            api.call("POST", "/jobs", {
+              ...asB,
+              body: laterJob({ type: "report", payload: { blob } }),
+            }),
+          ),
+        );
+        expect(created.map((r) => r.status)).toEqual(Array(10).fill(201));
+      }
+      // One request a second, a bucket of two: without the charge two listings pass.
+      await api.call("PUT", "/tenants/tenant-b/quotas", { body: { requestsPerSecond: 1 } });
+      const first = await api.call("GET", "/jobs?limit=100", asB);
+      expect(first.status).toBe(200);
+      expect((first.body as { items: unknown[] }).items).toHaveLength(60);
+
+      const second = await api.call("GET", "/jobs?limit=100", asB);
+      expect(second.status).toBe(429);
+      const error = expectError(second, 429, { code: "rate_limited" });
+      expect(error.quota).toBe("requestsPerSecond");
+      // The bucket owes what the first listing read: about 3.8 tokens, at one a second.
+      expect(Number(second.headers.get("retry-after"))).toBeGreaterThanOrEqual(3);
+      // A cheap request of B's is refused as well: the debt is the tenant's, not the route's.
+      expect((await api.call("GET", "/quotas", asB)).status).toBe(429);
+      // Tenant A's bucket is its own.
+      expect((await api.call("GET", "/jobs?limit=100")).status).toBe(200);
+      expect((await api.call("GET", "/quotas")).status).toBe(200);
+    } finally {
+      await api.close();
+    }
+  }, 60_000);
+});
