@@ -1,0 +1,57 @@
+import { BatchGetCommand, GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { meterReads, ReadMeter, withReadMeter } from "../../shared/storage/read-meter.js";
+import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
+
+/** Against DynamoDB Local, which reports ConsumedCapacity as the service does (by item size). */
+describe("the API's read meter", () => {
+  let f: EngineFixture;
+  const key = { pk: "METER#1", sk: "ITEM" };
+  beforeAll(async () => {
+    f = await createEngineFixture();
+    meterReads(f.engine.doc);
+    // Installing it again (a second API app on the same client) replaces it: counted once.
+    meterReads(f.engine.doc);
+    // 40 KB: 10 units read consistently, 5 eventually consistent.
+    await f.engine.doc.send(
+      new PutCommand({
+        TableName: f.engine.tables.jobs,
+        Item: { ...key, blob: "x".repeat(40_000) },
+      }),
+    );
+  });
+  afterAll(() => f.destroy());
+
+  const get = (consistent: boolean) =>
+    f.engine.doc.send(
+      new GetCommand({ TableName: f.engine.tables.jobs, Key: key, ConsistentRead: consistent }),
+    );
+
+  it("counts the read units of the calls made inside a meter, single and batch reads, not writes", async () => {
+    const meter = new ReadMeter();
+    const answer = await withReadMeter(meter, async () => {
+      const read = await get(true);
+      await f.engine.doc.send(
+        new BatchGetCommand({ RequestItems: { [f.engine.tables.jobs]: { Keys: [key] } } }),
+      );
+      await f.engine.doc.send(
+        new PutCommand({ TableName: f.engine.tables.jobs, Item: { pk: "METER#2", sk: "ITEM" } }),
+      );
+      return read;
+    });
+    expect(answer.ConsumedCapacity).toMatchObject({ CapacityUnits: 10 });
+    expect(meter.close()).toBe(15);
+  });
+
+  it("leaves calls outside a meter, and after it is closed, as they were: nothing asked, nothing counted", async () => {
+    expect((await get(true)).ConsumedCapacity).toBeUndefined();
+    const meter = new ReadMeter();
+    const late = await withReadMeter(meter, async () => {
+      await get(false);
+      meter.close();
+      return get(true);
+    });
+    expect(late.ConsumedCapacity).toBeUndefined();
+    expect(meter.units).toBe(5);
+  });
+});
