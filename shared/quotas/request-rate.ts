@@ -53,6 +53,7 @@ export class TenantBuckets {
       throw new RateLimitedError(
         perSecond,
         Math.max(1, Math.ceil((1 - bucket.tokens) / perSecond)),
+        bucket.tokens < 0,
       );
     }
     bucket.tokens -= 1;

@@ -307,6 +307,10 @@ describe("requests charged by what they read", () => {
       expect(second.status).toBe(429);
       const error = expectError(second, 429, { code: "rate_limited" });
       expect(error.quota).toBe("requestsPerSecond");
+      // The message says why one request spent a bucket of two.
+      expect(error.message).toMatch(
+        /each 100 read units a request read past its first 100 counted as one request more/,
+      );
       // The bucket owes what the first listing read: about 3.8 tokens, at one a second.
       expect(Number(second.headers.get("retry-after"))).toBeGreaterThanOrEqual(3);
       // A cheap request of B's is refused as well: the debt is the tenant's, not the route's.
