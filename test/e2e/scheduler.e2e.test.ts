@@ -183,7 +183,13 @@ async function waitForRuns(jobId: string, what: (runs: Run[]) => boolean, timeou
   );
 }
 
-describe("schedules run on time", () => {
+/*
+ * The groups run side by side (vitest's maxConcurrency, five at a time, and their tests with
+ * them): each test has jobs of its own and spends its time waiting for a due time, a lease or a
+ * heartbeat, one after another 78 s of this file's 88 s; side by side the longest group (the
+ * lifecycle's pause and resume, 17 s) bounds it. The secret rotation runs last, alone.
+ */
+describe.concurrent("schedules run on time", () => {
   it("a one-off job starts within 1 s of its runAt", async () => {
     const runAt = inMs(3000);
     const job = await create({ type: "noop", schedule: { runAt } });
@@ -234,7 +240,7 @@ describe("schedules run on time", () => {
   });
 });
 
-describe("webhooks", () => {
+describe.concurrent("webhooks", () => {
   it("a delivery carries the payload, the occurrence key, and a signature that verifies", async () => {
     const runAt = inMs(1500);
     const payload = { invoice: 42, note: "ünïcode" };
@@ -334,31 +340,6 @@ describe("webhooks", () => {
     expect(receiver.applied.get(captured.idempotencyKey)).toBe(1);
   });
 
-  it("after a rotation deliveries verify with the new secret and, for a day, with the replaced one", async () => {
-    const before = secrets.a;
-    const rotated = await asA<{ secret: string }>("POST", "/webhook-secret/rotate");
-    expect(rotated.status).toBe(200);
-    const after = rotated.body.secret;
-    expect(after).toMatch(/^whsec_/);
-    expect(after).not.toBe(before);
-    expect(await webhookSecretOf(asA)).toBe(after);
-    // Workers cache a tenant's secrets: a delivery 2 s past that after the rotation carries both.
-    const runAt = inMs(SECRET_CACHE_SECONDS * 1000 + 2_000);
-    const job = await create({ type: "http", schedule: { runAt }, target: { url: hookUrl } });
-    // The receiver moves to the new secret at once; deliveries it cannot verify yet get a 401.
-    secrets.a = after;
-    await waitForRuns(job.id, (r) => succeeded(r).length === 1, 60_000);
-    const delivery = receiver.deliveries.find((d) => d.jobId === job.id);
-    if (!delivery) throw new Error("no delivery");
-    expect(delivery.webhookHeaders["webhook-signature"].split(" ")).toHaveLength(2);
-    expect(verifyDelivery(after, delivery)).toBe(true);
-    expect(verifyDelivery(before, delivery)).toBe(true);
-    if (asB) {
-      expect(secrets.b).not.toBe(after);
-      expect(verifyDelivery(secrets.b, delivery)).toBe(false);
-    }
-  }, 90_000);
-
   it("a 503 is retried with the same Idempotency-Key; a 400 is dead at once", async () => {
     const retry = { maxAttempts: 3, initialDelaySeconds: 1, maxDelaySeconds: 1 };
     const flakyJob = await create({
@@ -392,7 +373,7 @@ describe("webhooks", () => {
   });
 });
 
-describe("long jobs", () => {
+describe.concurrent("long jobs", () => {
   it("an async target takes its run over with 202, heartbeats it past its lease and completes it", async () => {
     const job = await create({
       type: "http",
@@ -442,7 +423,7 @@ describe("long jobs", () => {
   });
 });
 
-describe("failures, dead letters and replay", () => {
+describe.concurrent("failures, dead letters and replay", () => {
   it("retries to the dead letter list, and a replay runs the occurrence again", async () => {
     const job = await create({
       type: "fail",
@@ -473,7 +454,7 @@ describe("failures, dead letters and replay", () => {
   });
 });
 
-describe("dependencies", () => {
+describe.concurrent("dependencies", () => {
   it("a chain A → B → C over HTTP: each success runs the next once, and the chain reads from either end", async () => {
     const a = await create({ type: "noop", schedule: { runAt: inMs(500) } });
     const b = await create({ type: "noop", schedule: { after: { jobs: [a.id] } } });
@@ -497,7 +478,7 @@ describe("dependencies", () => {
   });
 });
 
-describe("lifecycle", () => {
+describe.concurrent("lifecycle", () => {
   it("pause stops runs, resume brings them back, cancel ends the job, trigger runs it once now", async () => {
     const job = await create({
       type: "noop",
@@ -614,7 +595,7 @@ describe("lifecycle", () => {
   });
 });
 
-describe("history", () => {
+describe.concurrent("history", () => {
   it("runs and jobs page with cursors, newest first, nothing repeated or missing", async () => {
     const job = await create({ type: "noop", schedule: { runAt: inMs(3_600_000) } });
     const triggered: string[] = [];
@@ -660,7 +641,7 @@ describe("history", () => {
   });
 });
 
-describe("previews", () => {
+describe.concurrent("previews", () => {
   it("a Berlin cron across the 2027 spring-forward and fall-back transitions", async () => {
     const spring = await asA<{ timezone: string; occurrences: { utc: string; local: string }[] }>(
       "POST",
@@ -696,7 +677,7 @@ describe("previews", () => {
   });
 });
 
-describe("tenants", () => {
+describe.concurrent("tenants", () => {
   it("another tenant sees none of it: 404 everywhere, never 403", async () => {
     const other = asB;
     if (!other)
@@ -748,4 +729,37 @@ describe("tenants", () => {
       ).toBe(401);
     }
   });
+});
+
+/**
+ * After every other test, alone: once the rotation is asked for, a worker that cached tenant A's
+ * secrets signs with the replaced one alone for up to SECRET_CACHE_SECONDS, which the receiver,
+ * moved to the new secret at once, refuses with a 401; another test's delivery to A in that
+ * window would be refused and retried.
+ */
+describe("webhook secret rotation", () => {
+  it("after a rotation deliveries verify with the new secret and, for a day, with the replaced one", async () => {
+    const before = secrets.a;
+    const rotated = await asA<{ secret: string }>("POST", "/webhook-secret/rotate");
+    expect(rotated.status).toBe(200);
+    const after = rotated.body.secret;
+    expect(after).toMatch(/^whsec_/);
+    expect(after).not.toBe(before);
+    expect(await webhookSecretOf(asA)).toBe(after);
+    // Workers cache a tenant's secrets: a delivery 2 s past that after the rotation carries both.
+    const runAt = inMs(SECRET_CACHE_SECONDS * 1000 + 2_000);
+    const job = await create({ type: "http", schedule: { runAt }, target: { url: hookUrl } });
+    // The receiver moves to the new secret at once; deliveries it cannot verify yet get a 401.
+    secrets.a = after;
+    await waitForRuns(job.id, (r) => succeeded(r).length === 1, 60_000);
+    const delivery = receiver.deliveries.find((d) => d.jobId === job.id);
+    if (!delivery) throw new Error("no delivery");
+    expect(delivery.webhookHeaders["webhook-signature"].split(" ")).toHaveLength(2);
+    expect(verifyDelivery(after, delivery)).toBe(true);
+    expect(verifyDelivery(before, delivery)).toBe(true);
+    if (asB) {
+      expect(secrets.b).not.toBe(after);
+      expect(verifyDelivery(secrets.b, delivery)).toBe(false);
+    }
+  }, 90_000);
 });
