@@ -1,38 +1,44 @@
 import { BaseSequencer, type TestSpecification } from "vitest/node";
 
 /**
- * The files that take longest in `npm test`, longest first: a fresh-clone CI run of 2 December
- * 2026 (seconds on two cores): e2e 74, console 56, model 54, restart 47, client 39, cli 38,
- * fairness 38, long-jobs 34, overlap-reruns 31, worker-fencing 31, synth-offline 28, dispatch 28,
- * run-cancel 26, endings 23, policies 22; then three that were among the longest before and took
- * under 19 s in that run. Vitest starts the longest files first only when its results cache knows
- * their durations; a fresh clone (CI) has no cache and runs the files of each project largest
- * first, which is not longest first (fairness, 38 s, is a third the size of contract, under 19 s)
- * and put the model test, the longest, near the end of its project with one worker idle beside it.
- * Vitest runs the files of one group (`sequence.groupOrder`) from one queue whatever their
- * project, so a long file of one project (synth-offline) starts among the long files of another
- * (services) rather than after all of them. The spike and chaos run alone, one at a time: their
- * order does not change when they end.
+ * The files that take longest in `npm test`, longest first within their group: a run of 4 December
+ * 2026 (seconds on two cores, with coverage): console 74, dst-dispatch 48, restart 43,
+ * crashed-first-attempt 39, overlap-reruns 30, fairness 29, cli 27, model 24, dispatch-recovery 23,
+ * client 21, buffer-one 20, quotas 19, endings 19, hostile-server 18, transaction-in-progress 18,
+ * allow-bound 16; of the timed files, worker-fencing 41, policies 28, run-cancel 25, retries 16,
+ * and the end-to-end file (67 s in that run, its tests one after another; side by side, 28-43 s
+ * alone on a loaded machine). Vitest starts the longest files first only when its results cache
+ * knows their durations; a fresh clone (CI) has no cache and runs the files of each project largest
+ * first, which is not longest first (fairness, 29 s, is a third the size of contract, under 8 s), and
+ * dst-dispatch and crashed-first-attempt, absent from this list before, started 306 and 318 s into
+ * that run. Vitest runs the files of one group (`sequence.groupOrder`) from one queue whatever their
+ * project, so a long file of one project starts among the long files of another rather than after
+ * all of them. The spike and chaos run alone, one at a time: their order does not change when they
+ * end.
  */
 const LONGEST = [
-  "test/e2e/scheduler.e2e.test.ts",
   "test/console/console.test.ts",
-  "test/model/model.test.ts",
+  "test/integration/dst-dispatch.test.ts",
   "test/sandbox/restart.test.ts",
-  "test/client/client.test.ts",
-  "test/client/cli.test.ts",
-  "test/integration/fairness.test.ts",
-  "test/integration/long-jobs.test.ts",
+  "test/integration/crashed-first-attempt.test.ts",
   "test/integration/overlap-reruns.test.ts",
-  "test/integration/worker-fencing.test.ts",
-  "test/infra/synth-offline.test.ts",
-  "test/integration/dispatch.test.ts",
-  "test/integration/run-cancel.test.ts",
-  "test/integration/endings.test.ts",
-  "test/integration/policies.test.ts",
-  "test/api/schedule-fuzz.test.ts",
-  "test/api/valid-fuzz.test.ts",
+  "test/integration/fairness.test.ts",
+  "test/client/cli.test.ts",
+  "test/model/model.test.ts",
   "test/integration/dispatch-recovery.test.ts",
+  "test/client/client.test.ts",
+  "test/integration/buffer-one.test.ts",
+  "test/integration/quotas.test.ts",
+  "test/integration/endings.test.ts",
+  "test/client/hostile-server.test.ts",
+  "test/integration/transaction-in-progress.test.ts",
+  "test/integration/allow-bound.test.ts",
+  // The timed group.
+  "test/integration/worker-fencing.test.ts",
+  "test/e2e/scheduler.e2e.test.ts",
+  "test/integration/policies.test.ts",
+  "test/integration/run-cancel.test.ts",
+  "test/integration/retries-and-types.test.ts",
 ];
 
 function rank(file: TestSpecification): number {
