@@ -43,8 +43,14 @@ function dyingWorker(workerId: string, handlers: Record<string, JobHandler>): Wo
  * worker died (a crash, a Lambda timeout) had its turn, as a retry has: delivered again while the
  * job's next run is under way, it waits for that run (beside buffer_one's waiting run, without
  * taking its place) and runs after it, rather than end SKIPPED with no retry and no dead letter.
+ *
+ * The four cases run side by side: each has a job of its own, triggered (no other message of it in
+ * the queue), and most of a case's time is its wait for the crashed run's lease to lapse. The
+ * misfire cases below stay one after another: run side by side too (three jobs running every
+ * second, their messages in one queue), one run in three failed two of them (a start expected held
+ * unwritten was written; a handler not run within 20 s).
  */
-describe("a first attempt whose worker died after its admission, delivered again while the next run is under way", () => {
+describe.concurrent("a first attempt whose worker died after its admission, delivered again while the next run is under way", () => {
   const written = { status: "RUNNING", fence: 1 } as const;
   const unwritten = { status: "QUEUED", fence: 0 } as const;
   it.each<[string, OverlapPolicy, number, typeof written | typeof unwritten]>([
