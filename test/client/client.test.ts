@@ -55,7 +55,12 @@ async function caught(promise: Promise<unknown>): Promise<unknown> {
   throw new Error("expected a rejection");
 }
 
-describe("the package", () => {
+/*
+ * The groups run side by side (vitest's maxConcurrency, five at a time, and their tests with
+ * them): each test has jobs of its own (the other tenant's three only in "errors and tenants"),
+ * and most of its time is waiting for runs to come due and end.
+ */
+describe.concurrent("the package", () => {
   it('exports the client as "serverless-scheduler/client"', async () => {
     const exported = await import("serverless-scheduler/client");
     expect(exported.SchedulerClient).toBe(SchedulerClient);
@@ -78,7 +83,7 @@ describe("the package", () => {
   });
 });
 
-describe("a job handle", () => {
+describe.concurrent("a job handle", () => {
   it("create returns a handle with the job; the same idempotency key returns the same job", async () => {
     const body = { name: "report", type: "noop", schedule: later() } as const;
     const handle = await client.jobs.create(body, { idempotencyKey: "client-report-1" });
@@ -276,7 +281,7 @@ describe("a job handle", () => {
   });
 });
 
-describe("waiting for runs", () => {
+describe.concurrent("waiting for runs", () => {
   it("waitForRun() returns the job's next run once it ends", async () => {
     const handle = await client.jobs.create({ type: "noop", schedule: { runAt: inSeconds(2) } });
     const run = await handle.waitForRun({ timeoutMs: 30_000, pollMs: 200 });
@@ -319,7 +324,7 @@ describe("waiting for runs", () => {
   });
 });
 
-describe("cancelling runs", () => {
+describe.concurrent("cancelling runs", () => {
   it("cancelRun() on a running run answers it with cancelRequestedAt; it ends cancelled; a repeat is illegal_transition", async () => {
     const handle = await client.jobs.create({
       type: "sleep",
@@ -362,7 +367,7 @@ describe("cancelling runs", () => {
   }, 40_000);
 });
 
-describe("dead letters, schedules, the webhook secret", () => {
+describe.concurrent("dead letters, schedules, the webhook secret", () => {
   it("lists a dead run and replays it once; a second replay is not_replayable", async () => {
     const handle = await client.jobs.create({
       type: "fail",
@@ -411,7 +416,7 @@ describe("dead letters, schedules, the webhook secret", () => {
   });
 });
 
-describe("long jobs: an async target", () => {
+describe.concurrent("long jobs: an async target", () => {
   it("takes its run over with 202, heartbeats and completes it with runHeartbeat and completeRun", async () => {
     const handedOver: Record<string, string>[] = [];
     const server = createServer((request, response) => {
@@ -467,7 +472,7 @@ describe("long jobs: an async target", () => {
   });
 });
 
-describe("errors and tenants", () => {
+describe.concurrent("errors and tenants", () => {
   it("lists only the caller's jobs, over pages, filtered by status", async () => {
     const other = new SchedulerClient({
       baseUrl: sandbox.url,
