@@ -244,6 +244,19 @@ function baseOf(flags: DefinitionFlags): Record<string, unknown> {
 }
 
 /**
+ * `over`'s headers added to `base`'s, each replacing the one of its name in any casing, as the
+ * flags spell it: header names are case-insensitive, and the API refuses one given twice.
+ */
+function headersOver(
+  base: Readonly<Record<string, string>> | undefined,
+  over: Readonly<Record<string, string>> | undefined,
+): Record<string, string> {
+  const named = new Set(Object.keys(over ?? {}).map((name) => name.toLowerCase()));
+  const kept = Object.entries(base ?? {}).filter(([name]) => !named.has(name.toLowerCase()));
+  return { ...Object.fromEntries(kept), ...over };
+}
+
+/**
  * The body the flags spell, over --file and --body. Values are not checked
  * here: the API checks them and names the field it refuses.
  */
@@ -258,7 +271,7 @@ function definitionFrom(flags: DefinitionFlags): Record<string, unknown> {
       headers:
         flags.header === undefined
           ? undefined
-          : { ...(baseTarget.headers as object), ...flags.header },
+          : headersOver(baseTarget.headers as Record<string, string> | undefined, flags.header),
       timeoutSeconds: flags.targetTimeout,
     }),
   };
@@ -333,13 +346,13 @@ export function editsPartOfTarget(flags: DefinitionFlags): boolean {
 
 /**
  * The edit with its target laid over the job's `current` one: the parts the flags name change
- * (headers added or replaced by name), the rest (the receiver's other headers, often its
- * credentials, the delivery timeout, the mode) is sent as it was, not dropped.
+ * (headers added or replaced by name, in any casing), the rest (the receiver's other headers,
+ * often its credentials, the delivery timeout, the mode) is sent as it was, not dropped.
  */
 export function overTarget(edit: EditJobRequest, current: Job["target"]): EditJobRequest {
   if (edit.target === undefined || edit.target === null) return edit;
   if (current === undefined || current === null) return edit;
-  const headers = { ...current.headers, ...edit.target.headers };
+  const headers = headersOver(current.headers, edit.target.headers);
   return {
     ...edit,
     target: {

@@ -339,6 +339,36 @@ describe("jobs", () => {
     expect(replaced.target).toEqual({ url: "http://127.0.0.1:9/only" });
   });
 
+  it("edit --header replaces the job's header of that name in any casing; a target flag on a noop job is the API's 400 naming target", async () => {
+    const target = {
+      url: "http://127.0.0.1:9/hook",
+      headers: { Authorization: "Bearer old-key", "X-Tenant": "7" },
+    };
+    const job = await json<Job>(
+      ...["jobs", "create", "--body", JSON.stringify({ type: "http", target })],
+      ...["--cron", "0 9 1 1 *", "--timezone", "UTC"],
+    );
+    // Header names are case-insensitive (the API refuses one given twice in two casings), so the
+    // header the flag names replaces the job's, spelt as the flag spells it.
+    const rotated = await json<Job>(
+      ...["jobs", "edit", job.id, "--header", "authorization: Bearer new-key"],
+    );
+    expect(rotated.target).toEqual({
+      url: target.url,
+      headers: { "X-Tenant": "7", authorization: "Bearer new-key" },
+    });
+    // So does --header over a target in --body.
+    const created = await json<Job>(
+      ...["jobs", "create", "--body", JSON.stringify({ type: "http", target })],
+      ...["--run-at", tomorrow(), "--header", "x-tenant: 8"],
+    );
+    expect(created.target?.headers).toEqual({ Authorization: "Bearer old-key", "x-tenant": "8" });
+    const noop = await json<Job>("jobs", "create", "--type", "noop", "--run-at", tomorrow());
+    const refused = await failing(EXIT.invalid, "jobs", "edit", noop.id, "--url", target.url);
+    expect(refused).toMatchObject({ status: 400 });
+    expect(JSON.stringify(refused)).toContain("only applies to http jobs");
+  });
+
   it("--end-at and --max-runs on create and edit; none removes them; a one-off refuses them (exit 3)", async () => {
     const endAt = inSeconds(30 * 86_400);
     const job = await json<Job>(
