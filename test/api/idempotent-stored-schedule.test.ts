@@ -8,11 +8,12 @@ import { type ApiHarness, expectError, JOB_TYPES, startApi, TENANT_A } from "./s
  * A create made before a check that refuses new input only (a cron list's empty item, a System V
  * zone): the job stands and keeps running, so a repeat of that create with its key and the very
  * body that made it is the repeat it is (200, that job), not a 400 that tells the client the job
- * was never made. Another body under the key is still refused as new input.
+ * was never made. Another body under the key is still refused as new input. Edits of its other
+ * fields keep the schedule as stored, read without the stray comma.
  */
 type CronSchedule = { readonly cron: string; readonly timezone: string };
 
-describe("a repeat of a create whose schedule only new input refuses", () => {
+describe("a job stored before a check that refuses new input only", () => {
   let api: ApiHarness;
   beforeAll(async () => {
     api = await startApi();
@@ -50,6 +51,43 @@ describe("a repeat of a create whose schedule only new input refuses", () => {
       field: "schedule.timezone",
     },
   ];
+
+  it("a job stored with a stray comma keeps its schedule through edits of other fields, and previews without the comma", async () => {
+    const schedule = { cron: "0 9 * * 1-5,", timezone: "UTC" };
+    const body = { type: "noop", name: "weekdays", schedule } as CreateJobBody;
+    const job = await storedBefore("stored-before-edits", body, {
+      ...schedule,
+      cron: "0 9 * * 1-5",
+    });
+    for (const change of [
+      { name: "renamed" },
+      { window: "PT5M" },
+      { maxRuns: 30 },
+      { endAt: null },
+    ]) {
+      const current = await api.call("GET", `/jobs/${job.jobId}`);
+      const edited = await api.call("PATCH", `/jobs/${job.jobId}`, {
+        body: change,
+        headers: { "If-Match": current.headers.get("ETag") ?? "" },
+      });
+      expect(edited.status, `${JSON.stringify(change)}: ${edited.text}`).toBe(200);
+      expect(edited.body).toMatchObject({ schedule });
+    }
+    const preview = await api.call("GET", `/jobs/${job.jobId}/preview?count=10`);
+    expect(preview.status, preview.text).toBe(200);
+    const days = (preview.body as { occurrences: { utc: string }[] }).occurrences.map((o) =>
+      new Date(o.utc).getUTCDay(),
+    );
+    expect(days).toHaveLength(10);
+    expect(days.filter((day) => day === 0 || day === 6)).toEqual([]);
+    // Sent again whole, the schedule is new input, and refused as such, naming it.
+    const current = await api.call("GET", `/jobs/${job.jobId}`);
+    const resent = await api.call("PATCH", `/jobs/${job.jobId}`, {
+      body: { schedule },
+      headers: { "If-Match": current.headers.get("ETag") ?? "" },
+    });
+    expectError(resent, 400, { field: "schedule.cron" });
+  });
 
   for (const { name, schedule, accepted, field } of cases) {
     it(`${name}: the same body with its key answers the job (200); another body is still the 400`, async () => {
