@@ -147,7 +147,7 @@ function compileUncached(raw: string): CronCompileResult {
       } catch (fieldError) {
         const name = FIELD_NAMES[i] ?? "second";
         return fail(
-          `${name} field "${six[i]}" is invalid: ${explain(errorText(fieldError), name)}`,
+          `${name} field "${six[i]}" is invalid: ${explain(errorText(fieldError), name, six[i] ?? "")}`,
         );
       }
     }
@@ -249,7 +249,36 @@ const FIELD_BOUNDS: Readonly<Record<FieldName, readonly [number, number]>> = {
   "day-of-week": [0, 6],
 };
 
-function explain(text: string, field: FieldName): string {
+const NAMES = [..."JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC".split(" ")];
+const DAY_NAMES = [..."SUN MON TUE WED THU FRI SAT".split(" ")];
+
+/** The step of the item of `value` that is the range from-to (names as numbers), if it has one. */
+function stepOf(value: string, field: FieldName, from: number, to: number): number | undefined {
+  const asNumber = (end: string) => {
+    const names = field === "month" ? NAMES : field === "day-of-week" ? DAY_NAMES : [];
+    const at = names.indexOf(end.toUpperCase());
+    return at < 0 ? Number(end) : field === "month" ? at + 1 : at;
+  };
+  for (const item of value.split(",")) {
+    const stepped = /^(\w+)-(\w+)\/(\d+)$/.exec(item);
+    if (stepped === null) continue;
+    const [, start = "", end = "", step = ""] = stepped;
+    if (asNumber(start) === from && asNumber(end) === to) return Number(step);
+  }
+  return undefined;
+}
+
+/** A backwards range's values as it would wrap, its step counted on from its start across the end. */
+function wrappedValues(field: FieldName, from: number, to: number, step: number): string {
+  const [low, high] = FIELD_BOUNDS[field];
+  const span = high - low + 1;
+  const length = (((to - from) % span) + span) % span;
+  const values: number[] = [];
+  for (let k = 0; k <= length; k += step) values.push(low + ((from - low + k) % span));
+  return values.join(",");
+}
+
+function explain(text: string, field: FieldName, fieldValue: string): string {
   const value = /got value (\S+) expected range (\d+)-(\d+)/.exec(text);
   if (value !== null) return `${value[1]} is out of range ${value[2]}-${value[3]}`;
   const range = /got range (\S+)-(\S+) expected range (\d+)-(\d+)/.exec(text);
@@ -264,11 +293,15 @@ function explain(text: string, field: FieldName): string {
     const [low, high] = FIELD_BOUNDS[field];
     const from = Number(backwards[1]);
     const to = Number(backwards[2]);
+    // A step counts on from the range's start (22-2/2 is 22, 0 and 2), so its values are listed.
+    const step = stepOf(fieldValue, field, from, to);
     // Sunday as 7 (7-1) is Sunday as 0: the range needs no wrapping.
     const wrapped =
       field === "day-of-week" && from === 7
-        ? `${to === 0 ? 0 : `0-${to}`}`
-        : `${from === high ? from : `${from}-${high}`},${to === low ? low : `${low}-${to}`}`;
+        ? `${to === 0 ? 0 : `0-${to}`}${step === undefined || to === 0 ? "" : `/${step}`}`
+        : step !== undefined
+          ? wrappedValues(field, from, to, step)
+          : `${from === high ? from : `${from}-${high}`},${to === low ? low : `${low}-${to}`}`;
     return `range ${from}-${to} runs backwards, and cron ranges do not wrap around: to wrap, write ${wrapped}; otherwise write the smaller value first`;
   }
   const alias = /cannot resolve alias "(\w+)"/.exec(text);

@@ -472,7 +472,13 @@ describe("error messages", () => {
         ["50-10 * * * *", "minute", "50-10", "50-10", "50-59,0-10"],
         ["0 9 * * FRI-MON", "day-of-week", "FRI-MON", "5-1", "5-6,0-1"],
         ["0 9 * * 6-0", "day-of-week", "6-0", "6-0", "6,0"],
-        ["0 9 * * 5-1/2", "day-of-week", "5-1/2", "5-1", "5-6,0-1"],
+        // A step counts on from the range's start across the wrap: every other day from Friday to
+        // Monday is Friday and Sunday, not the four days the range without its step names.
+        ["0 9 * * 5-1/2", "day-of-week", "5-1/2", "5-1", "5,0"],
+        ["0 22-2/2 * * *", "hour", "22-2/2", "22-2", "22,0,2"],
+        ["0 0 * NOV-FEB/2 *", "month", "NOV-FEB/2", "11-2", "11,1"],
+        ["0 9 * * 1,FRI-MON/3", "day-of-week", "1,FRI-MON/3", "5-1", "5,1"],
+        ["0 9 * * 7-1/2", "day-of-week", "7-1/2", "7-1", "0-1/2"],
         ["0 9 * * 7-1", "day-of-week", "7-1", "7-1", "0-1"],
       ];
       for (const [expression, field, value, range, split] of cases) {
