@@ -48,4 +48,28 @@ describe("jobs.list under a status filter", () => {
     }
     expect(listed).toEqual([oldest]);
   });
+
+  it("goes on when each job listed is deleted before the next page: no cursor is asked for twice", async () => {
+    const results = await client.jobs.createBatch(
+      Array.from({ length: 7 }, () => ({
+        type: "noop",
+        schedule: { runAt: "2030-01-01T00:00:00Z" },
+      })),
+    );
+    const made = results.flatMap((result) => (result.job ? [result.job.id] : []));
+    expect(made).toHaveLength(7);
+    for (const id of made.slice(0, 6)) await client.jobs.handle(id).pause();
+    // Pages of 2 under the filter, each job deleted as it is listed, the next page asked for after
+    // a cursor naming a job no longer there.
+    const listed: string[] = [];
+    for await (const job of client.jobs.list({ status: "paused", pageSize: 2 })) {
+      listed.push(job.id);
+      await client.jobs.handle(job.id).delete();
+    }
+    expect(listed).toEqual(expect.arrayContaining(made.slice(0, 6)));
+    expect(new Set(listed).size, "a job listed twice").toBe(listed.length);
+    const left: string[] = [];
+    for await (const job of client.jobs.list({ status: "paused" })) left.push(job.id);
+    expect(left).toEqual([]);
+  });
 });
