@@ -68,6 +68,16 @@ export function formFromJob(job: Job): JobForm {
   };
 }
 
+/**
+ * `changes` as applied to `job` as it now is (an edit conflict's "apply mine"): the form edits a
+ * target's URL only, so the rest of the target (headers, timeout, mode) is `job`'s, not the parts
+ * the form was opened with, which would put back a credential someone rotated meanwhile.
+ */
+export function changesOnto(changes: EditJob, job: Job): EditJob {
+  if (changes.target === undefined || changes.target === null) return changes;
+  return { ...changes, target: { ...keptOf(job.target), url: changes.target.url } };
+}
+
 function keptOf(target: Job["target"]): TargetKept {
   if (target === undefined || target === null) return {};
   const { url: _shown, ...kept } = target;

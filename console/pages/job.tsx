@@ -18,7 +18,14 @@ import {
   scheduleInWords,
   zoneOf,
 } from "../format.js";
-import { changesBetween, formFromJob, issuesOf, JobFields, type JobForm } from "../job-form.js";
+import {
+  changesBetween,
+  changesOnto,
+  formFromJob,
+  issuesOf,
+  JobFields,
+  type JobForm,
+} from "../job-form.js";
 import { usePagedPoll } from "../paging.js";
 import { Link } from "../router.js";
 import { afterInWords } from "../schedule-form.js";
@@ -264,7 +271,7 @@ function EditSection({ job, onSaved }: { job: Job; onSaved: () => void }) {
         setConflict({
           theirs,
           theirChanges: changesBetween(base.form, formFromJob(theirs)),
-          mine: changes,
+          mine: changesOnto(changes, theirs),
         });
       } else {
         const found = issuesOf(caught);

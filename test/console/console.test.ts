@@ -1155,6 +1155,35 @@ describe("web console", () => {
     expect(edited.target).toEqual({ ...target, url: "http://127.0.0.1:9/hook-new" });
   });
 
+  it("an edit conflict applies my URL over the target as it now is: a header rotated meanwhile is kept, not put back", async () => {
+    const target = {
+      url: "http://127.0.0.1:9/hook-old",
+      headers: { Authorization: "Bearer old-key" },
+      timeoutSeconds: 20,
+    };
+    const job = await api<Job>("POST", "/jobs", {
+      name: "hook rotated meanwhile",
+      type: "http",
+      target,
+      schedule: { cron: "0 9 1 1 *", timezone: "UTC" },
+    });
+    await page.goto(`${sandbox.url}/console/jobs/${job.id}`);
+    await page.getByRole("button", { name: "Edit job" }).click();
+    const form = page.getByRole("form", { name: "Edit job" });
+    await form.getByLabel("Webhook URL").fill("http://127.0.0.1:9/hook-new");
+    // Someone else rotates the receiver's credential and lengthens the timeout meanwhile.
+    const rotated = { ...target, headers: { Authorization: "Bearer new-key" }, timeoutSeconds: 25 };
+    await api("PATCH", `/jobs/${job.id}`, { target: rotated }, { "If-Match": '"1"' });
+    await form.getByRole("button", { name: "Save changes" }).click();
+    const conflict = page.getByRole("alert").filter({ hasText: "changed while you were editing" });
+    await conflict.waitFor();
+    await conflict.getByRole("button", { name: "Apply my changes to version 2" }).click();
+    await page.getByRole("button", { name: "Edit job" }).waitFor();
+    const edited = await api<Job & { target: unknown }>("GET", `/jobs/${job.id}`);
+    expect(edited).toMatchObject({ version: 3 });
+    expect(edited.target).toEqual({ ...rotated, url: "http://127.0.0.1:9/hook-new" });
+  });
+
   it("pauses and resumes a job with the keyboard alone", async () => {
     const job = await api<Job>("POST", "/jobs", {
       name: "keyboard",
@@ -1204,8 +1233,8 @@ describe("web console", () => {
 
   it("lists every job created above with its status, and loaded nothing from outside the machine", async () => {
     await page.goto(`${sandbox.url}/console`);
-    await page.locator("tbody tr").nth(11).waitFor();
-    expect(await page.locator("tbody tr").count()).toBe(12);
+    await page.locator("tbody tr").nth(12).waitFor();
+    expect(await page.locator("tbody tr").count()).toBe(13);
     // A one-off whose run was cancelled has nothing left to run.
     expect(await page.getByRole("row", { name: /to cancel/ }).textContent()).toContain("completed");
     for (const name of [
