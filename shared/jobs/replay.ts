@@ -51,8 +51,10 @@ export async function replayDeadLetter(
   if (isBeingDeleted(job)) throw new NotReplayableError(runId, JOB_DELETED);
   if (job.status === "CANCELLED") throw new IllegalTransitionError("replay a run of", job.status);
   await recordShardCount(engine);
-  // Before the run is written: a run left without its job's TTL pushed could outlive the job.
-  await keepCompletedJobForRun(engine, job, engine.clock());
+  // Before the run is written: a run left without its job's TTL pushed could outlive the job. One
+  // that expired since the read (or was deleted) is gone.
+  if ((await keepCompletedJobForRun(engine, job, engine.clock())) === "gone")
+    throw new NotReplayableError(runId, goneJobReason(engine, dead));
   const { run, item, now } = runDueNow(engine, {
     jobId: dead.jobId,
     tenantId,

@@ -85,8 +85,9 @@ async function triggerAsRead(
 ): Promise<TriggerResult | "jobChanged"> {
   const { jobId, tenantId } = job;
   await recordShardCount(engine);
-  // Before the run is written: a run left without its job's TTL pushed could outlive the job.
-  await keepCompletedJobForRun(engine, job, engine.clock());
+  // Before the run is written: a run left without its job's TTL pushed could outlive the job. One
+  // that expired since the read is read again, and found gone.
+  if ((await keepCompletedJobForRun(engine, job, engine.clock())) === "gone") return "jobChanged";
   for (const instant of triggerInstants(engine.clock().getTime())) {
     if (isOccurrence(job.schedule, instant)) continue;
     const {

@@ -2,13 +2,19 @@ import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
 import type { DueEntry, Job } from "../model.js";
-import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
+import {
+  failedConditionItem,
+  isConditionalCheckFailed,
+  retryOnContention,
+} from "./dynamo-errors.js";
 import { jobKey } from "./items.js";
 import { deletePendingDueEntry, putDueEntry, updateJobFrom, writeJobChange } from "./job-update.js";
 import {
   attemptsSpanMs,
   cancelledJobExpiresAt,
   completedJobExpiresAt,
+  epochSeconds,
+  hasExpired,
   runsOnAfterEndMs,
 } from "./retention.js";
 
@@ -126,24 +132,37 @@ export async function writeDeletingJob(engine: Engine, job: Job, now: Date): Pro
  * A run added to a COMPLETED job (a trigger, a replay) needs the job while it runs and retries:
  * without it, a retry's claim drops the retry as an orphan. Pushes the job's TTL out to a retention
  * after the run's last attempt can have run, never in. Nothing for a job no longer COMPLETED.
+ * "gone" when the job has expired by `now`, or is deleted: every reader takes it as gone from its
+ * `expiresAt` on, so a request that read it just before that instant must not push it out and bring
+ * it back; the caller reads it again and finds it gone.
  */
-export async function keepCompletedJobForRun(engine: Engine, job: Job, now: Date): Promise<void> {
-  if (job.status !== "COMPLETED") return;
+export async function keepCompletedJobForRun(
+  engine: Engine,
+  job: Job,
+  now: Date,
+): Promise<"kept" | "gone"> {
+  if (job.status !== "COMPLETED") return "kept";
   try {
     await engine.doc.send(
       new UpdateCommand({
         TableName: engine.tables.jobs,
         Key: jobKey(job.jobId),
-        ConditionExpression: "#status = :completed AND expiresAt < :expiresAt",
+        ConditionExpression: "#status = :completed AND expiresAt < :expiresAt AND expiresAt > :now",
         UpdateExpression: "SET expiresAt = :expiresAt",
         ExpressionAttributeNames: { "#status": "status" },
         ExpressionAttributeValues: {
           ":completed": "COMPLETED",
           ":expiresAt": completedJobExpiresAt(now, attemptsSpanMs(job), engine.settings),
+          ":now": epochSeconds(now),
         },
+        ReturnValuesOnConditionCheckFailure: "ALL_OLD",
       }),
     );
   } catch (error) {
     if (!isConditionalCheckFailed(error)) throw error;
+    const current = failedConditionItem(error);
+    if (current === null || hasExpired(current, now)) return "gone";
+    // Kept as long already: a dead letter's retention, another run's push.
   }
+  return "kept";
 }

@@ -9,7 +9,8 @@ import { hasEnd, type Job } from "../model.js";
 
 const DAY_SECONDS = 86_400;
 
-const epochSeconds = (at: Date) => Math.floor(at.getTime() / 1000);
+/** An instant as the epoch seconds `expiresAt` holds. */
+export const epochSeconds = (at: Date) => Math.floor(at.getTime() / 1000);
 
 /** A job cancelled at `endedAt` is kept for the retention, then expires. */
 export function cancelledJobExpiresAt(endedAt: Date, settings: EngineSettings): number {

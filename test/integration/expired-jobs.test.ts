@@ -1,8 +1,10 @@
+import { GetCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { offsetClock } from "../../shared/clock.js";
-import { JobNotFoundError } from "../../shared/errors.js";
-import { cancelJob, createJob, triggerJob } from "../../shared/jobs/index.js";
+import { JobNotFoundError, NotReplayableError } from "../../shared/errors.js";
+import { cancelJob, createJob, replayDeadLetter, triggerJob } from "../../shared/jobs/index.js";
 import { getTenantJob, listJobs } from "../../shared/jobs/queries.js";
+import { jobKey } from "../../shared/storage/items.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 
 const TENANT = "tenant-expired";
@@ -53,6 +55,64 @@ describe("a job past its retention that TTL has not deleted yet", () => {
     const runs = (await f.runs()).filter((run) => run.jobId === job.jobId);
     // Its one run: the occurrence recorded SKIPPED at the create; no triggered one.
     expect(runs.map((run) => run.status)).toEqual(["SKIPPED"]);
+  });
+
+  it("a trigger that read it just before its expiry, and writes after, does not bring it back", async () => {
+    const job = await completedJob();
+    const retention =
+      Math.max(f.engine.settings.retentionDays, f.engine.settings.deadLetterRetentionDays) * DAY;
+    // The trigger's read of the job comes a second before its expiry; every later instant, a
+    // second past it: the request crosses the expiry between its read and its writes.
+    let reads = 0;
+    const crossing = {
+      ...f.engine,
+      clock: () => new Date(Date.now() + retention + (reads++ === 0 ? -1_000 : 1_000)),
+    };
+    await expect(triggerJob(crossing, TENANT, job.jobId)).rejects.toBeInstanceOf(JobNotFoundError);
+    const later = engineAt(retention + HOUR);
+    await expect(getTenantJob(later, TENANT, job.jobId)).rejects.toBeInstanceOf(JobNotFoundError);
+    const runs = (await f.runs()).filter((run) => run.jobId === job.jobId);
+    expect(runs.map((run) => run.status)).toEqual(["SKIPPED"]);
+  });
+
+  it("a replay that read it just before its expiry, and writes after, does not bring it back", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        tenantId: TENANT,
+        type: "fail",
+        payload: { times: 1, retryable: false },
+        schedule: { runAt: new Date().toISOString() },
+      }),
+    );
+    await f.process(
+      f.workerDeps("w"),
+      await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000),
+    );
+    const completed = await getTenantJob(f.engine, TENANT, job.jobId);
+    expect(completed.status).toBe("COMPLETED");
+    const [dead] = (await f.runs()).filter((run) => run.jobId === job.jobId);
+    expect(dead?.status).toBe("DEAD");
+    const { Item: item } = await f.engine.doc.send(
+      new GetCommand({
+        TableName: f.engine.tables.jobs,
+        Key: jobKey(job.jobId),
+        ConsistentRead: true,
+      }),
+    );
+    const expiresAtMs = Number(item?.expiresAt) * 1000;
+    // The replay's read of the job comes a second before its expiry; every later instant, after it.
+    let reads = 0;
+    const crossing = {
+      ...f.engine,
+      clock: () => new Date(expiresAtMs + (reads++ === 0 ? -1_000 : 1_000)),
+    };
+    await expect(replayDeadLetter(crossing, TENANT, dead?.runId ?? "")).rejects.toBeInstanceOf(
+      NotReplayableError,
+    );
+    const later = engineAt(expiresAtMs - Date.now() + HOUR);
+    await expect(getTenantJob(later, TENANT, job.jobId)).rejects.toBeInstanceOf(JobNotFoundError);
+    expect((await f.runs()).filter((run) => run.jobId === job.jobId)).toHaveLength(1);
   });
 
   it("is not listed among its tenant's jobs", async () => {
