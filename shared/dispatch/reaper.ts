@@ -16,6 +16,7 @@ import {
   undoResend,
 } from "../storage/inflight.js";
 import { runMessageOf } from "../storage/items.js";
+import { keepCompletedJobForWaitingRun } from "../storage/job-status.js";
 import {
   advanceReaperCursor,
   cursorDeadline,
@@ -302,6 +303,7 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
             keepUntil,
           )
         ) {
+          if (keepUntil !== null) await keepCompletedJobForWaitingRun(engine, run, now);
           if (resend)
             toSend.push({
               run,

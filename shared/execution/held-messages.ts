@@ -2,6 +2,7 @@ import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
 import { type ReceivedRun, SQS_BATCH, setVisibilityBatch } from "../queue/work-queue.js";
 import { pushQueuedDeadline } from "../storage/inflight.js";
+import { keepCompletedJobForWaitingRun } from "../storage/job-status.js";
 
 interface Held {
   readonly received: ReceivedRun;
@@ -89,7 +90,8 @@ export class HeldMessages {
     await forEachConcurrently(overdue, LANES, async (h) => {
       const { message } = h.received;
       // Started, ended or moved on meanwhile: nothing to keep.
-      await pushQueuedDeadline(this.engine, message, message.fence ?? 0, deadline);
+      if (await pushQueuedDeadline(this.engine, message, message.fence ?? 0, deadline))
+        await keepCompletedJobForWaitingRun(this.engine, message, this.engine.clock());
       h.deadlineKeptAt = now;
     }).catch((error: unknown) => {
       // Kept again at the next turn; meanwhile the reaper may send a copy: a duplicate delivery

@@ -1,7 +1,7 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
-import type { DueEntry, Job } from "../model.js";
+import type { DueEntry, Job, Run } from "../model.js";
 import {
   failedConditionItem,
   isConditionalCheckFailed,
@@ -165,4 +165,48 @@ export async function keepCompletedJobForRun(
     // Kept as long already: a dead letter's retention, another run's push.
   }
   return "kept";
+}
+
+/**
+ * A run that waits to start (the workers down, its tenant at its quota) may outwait its COMPLETED
+ * job's retention, which counts from when its runs could have run, and a job taken as gone ends
+ * it unrun. Each look at such a run (a re-send, a requeue, a hold) keeps the job a retention (of
+ * dead letters, when longer) from now, never in, until it expires. A COMPLETED job expires no
+ * sooner than that long after the occurrence of any run it has (its end counts from its last
+ * runs, a trigger from its run; a replay's occurrence is older, so its run is only kept sooner),
+ * so a run that has waited less than half of it since its occurrence is let be: a run that waits as runs do costs its job no write, and one that waits
+ * longer is looked at (every 15 minutes at most) many times before its job would expire. A failed
+ * write is logged, not thrown.
+ */
+export async function keepCompletedJobForWaitingRun(
+  engine: Engine,
+  run: Pick<Run, "jobId" | "scheduledFor">,
+  now: Date,
+): Promise<void> {
+  const keepUntil = completedJobExpiresAt(now, 0, engine.settings);
+  const keptForMs = (keepUntil - epochSeconds(now)) * 1000;
+  if (now.getTime() - Date.parse(run.scheduledFor) < keptForMs / 2) return;
+  try {
+    await engine.doc.send(
+      new UpdateCommand({
+        TableName: engine.tables.jobs,
+        Key: jobKey(run.jobId),
+        ConditionExpression: "#status = :completed AND expiresAt < :expiresAt AND expiresAt > :now",
+        UpdateExpression: "SET expiresAt = :expiresAt",
+        ExpressionAttributeNames: { "#status": "status" },
+        ExpressionAttributeValues: {
+          ":completed": "COMPLETED",
+          ":expiresAt": keepUntil,
+          ":now": epochSeconds(now),
+        },
+      }),
+    );
+  } catch (error) {
+    // Not failed for it: the run's own write stands, and the next look keeps the job again.
+    if (!isConditionalCheckFailed(error))
+      engine.obs.log.warn("could not keep a completed job for its waiting run", {
+        jobId: run.jobId,
+        error: String(error),
+      });
+  }
 }

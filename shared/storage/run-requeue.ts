@@ -1,5 +1,6 @@
 import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
+import { keepCompletedJobForWaitingRun } from "./job-status.js";
 import { runExpiresAt } from "./retention.js";
 import { fencedRunUpdate } from "./run-fence.js";
 import { boundedText } from "./stored-text.js";
@@ -10,7 +11,8 @@ import { boundedText } from "./stored-text.js";
  * by the caller. Throws FenceLostError once another worker has taken it over.
  * Its TTL moves to a retention from now: a run may wait longer than the
  * retention (its tenant at its concurrent-runs quota all that time), and TTL
- * must not delete a run that has not ended.
+ * must not delete a run that has not ended, nor its COMPLETED job
+ * (`keepCompletedJobForWaitingRun`).
  */
 export async function requeueRun(
   engine: Engine,
@@ -34,4 +36,5 @@ export async function requeueRun(
     applied: (old) =>
       old.status === "QUEUED" && old.dueAt === dueAt.toISOString() && old.inflightSk === deadline,
   });
+  await keepCompletedJobForWaitingRun(engine, run, engine.clock());
 }

@@ -9,6 +9,7 @@ import {
   sentMoreThanOnce,
 } from "./dynamo-errors.js";
 import { decodeJob, decodeRun, jobKey } from "./items.js";
+import { hasExpired } from "./retention.js";
 import type { HeldRun } from "./run-fence.js";
 import { type RunRef, runKeyOf } from "./run-reads.js";
 
@@ -134,7 +135,8 @@ export async function takeRun(
   const item = found[runs]?.find((i) => i.sk === key.sk);
   if (item === undefined) return { kind: "missing" };
   const jobItem = found[jobs]?.[0];
-  const job = jobItem === undefined ? null : decodeJob(jobItem);
+  // An expired job is gone here too (as getJob takes it): TTL deletes it within days.
+  const job = jobItem === undefined || hasExpired(jobItem, now) ? null : decodeJob(jobItem);
   const predecessorItem = found[runs]?.find((i) => i.sk !== key.sk);
   const read =
     before.length === 0

@@ -1,9 +1,11 @@
 import { GetCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { offsetClock } from "../../shared/clock.js";
+import { tickOnce } from "../../shared/dispatch/tick.js";
 import { JobNotFoundError, NotReplayableError } from "../../shared/errors.js";
 import { cancelJob, createJob, replayDeadLetter, triggerJob } from "../../shared/jobs/index.js";
 import { getTenantJob, listJobs } from "../../shared/jobs/queries.js";
+import { pushQueuedDeadline } from "../../shared/storage/inflight.js";
 import { jobKey } from "../../shared/storage/items.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 
@@ -113,6 +115,41 @@ describe("a job past its retention that TTL has not deleted yet", () => {
     const later = engineAt(expiresAtMs - Date.now() + HOUR);
     await expect(getTenantJob(later, TENANT, job.jobId)).rejects.toBeInstanceOf(JobNotFoundError);
     expect((await f.runs()).filter((run) => run.jobId === job.jobId)).toHaveLength(1);
+  });
+
+  it("a run's first delivery after its job expired ends it unrun, as a later delivery does", async () => {
+    const startAt = new Date(Math.ceil((Date.now() + 2_000) / 1_000) * 1_000);
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        tenantId: TENANT,
+        schedule: { every: "PT1M", startAt: startAt.toISOString() },
+        maxRuns: 1,
+      }),
+    );
+    // Its one occurrence claimed, the job completes; nothing looks at the run after that.
+    const due = engineAt(startAt.getTime() - Date.now() + 1_000);
+    await tickOnce(due, "expired-first-delivery");
+    expect((await getTenantJob(due, TENANT, job.jobId)).status).toBe("COMPLETED");
+    const { Item: item } = await f.engine.doc.send(
+      new GetCommand({
+        TableName: f.engine.tables.jobs,
+        Key: jobKey(job.jobId),
+        ConsistentRead: true,
+      }),
+    );
+    const expired = engineAt(Number(item?.expiresAt) * 1000 - Date.now() + HOUR);
+    const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(delivery.receiveCount).toBe(1);
+    // Its reaper deadline moved on past the expiry (a re-send), so the delivery may hold its start
+    // unwritten and decide on the job as read with the run.
+    const deadline = new Date(expired.clock().getTime() + 10 * 60_000);
+    expect(await pushQueuedDeadline(expired, delivery.message, 0, deadline)).toBe(true);
+    await f.process({ ...f.workerDeps("w"), engine: expired }, delivery);
+    const runs = (await f.runs()).filter((run) => run.jobId === job.jobId);
+    expect(runs.map((run) => [run.status, run.reason])).toEqual([
+      ["CANCELLED", "job no longer exists"],
+    ]);
   });
 
   it("is not listed among its tenant's jobs", async () => {

@@ -1,6 +1,7 @@
 import { GetCommand } from "@aws-sdk/lib-dynamodb";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { MAX_RESEND_INTERVAL_MS, reap } from "../../shared/dispatch/reaper.js";
+import { tickOnce } from "../../shared/dispatch/tick.js";
 import { HeldMessages } from "../../shared/execution/held-messages.js";
 import { recoverLostMessages } from "../../shared/execution/restart-recovery.js";
 import { createJob } from "../../shared/jobs/index.js";
@@ -11,7 +12,10 @@ import { createEngineFixture, type EngineFixture, testJob } from "../support/eng
 import { waitFor } from "../support/wait.js";
 
 const DAY_MS = 24 * 3_600_000;
-/** An operator who keeps one day of history (`-c retentionDays=1`, the lowest allowed). */
+/**
+ * An operator who keeps one day of history and of dead letters (`-c retentionDays=1`,
+ * `-c deadLetterRetentionDays=1`, the lowest allowed).
+ */
 const RETENTION_DAYS = 1;
 
 /** The engine's clock runs `offsetMs` ahead of the machine's: the test moves it on. */
@@ -21,7 +25,10 @@ const clock = () => new Date(Date.now() + offsetMs);
 let f: EngineFixture;
 beforeEach(async () => {
   offsetMs = 0;
-  f = await createEngineFixture({ settings: { retentionDays: RETENTION_DAYS }, clock });
+  f = await createEngineFixture({
+    settings: { retentionDays: RETENTION_DAYS, deadLetterRetentionDays: RETENTION_DAYS },
+    clock,
+  });
 });
 afterEach(() => f.destroy());
 
@@ -63,6 +70,37 @@ describe("a worker outage longer than the retention", () => {
 
     // The workers are back: the first copy in the queue runs the one-off (fire_once: late, it is
     // the most recent occurrence).
+    await expectRunOnceAndComplete(job.jobId);
+  }, 120_000);
+});
+
+/**
+ * A recurring job whose last occurrence is claimed completes with the claim (maxRuns, endAt), and
+ * expires a retention after its runs can have run: its run, waiting QUEUED through a worker outage
+ * longer than that, needs the job when it starts, and a job taken as gone ends it unrun.
+ */
+describe("a job completed by its end, its last run waiting out a worker outage past the job's retention", () => {
+  it("keeps the job until the run has run", async () => {
+    const startAt = new Date(Math.ceil((clock().getTime() + 120_000) / 60_000) * 60_000);
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { every: "PT1M", startAt: startAt.toISOString() }, maxRuns: 1 }),
+    );
+    offsetMs = startAt.getTime() - Date.now() + 1000;
+    await tickOnce(f.engine, "outage-after-end");
+    expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
+    expect((await f.runs()).filter((r) => r.jobId === job.jobId).map((r) => r.status)).toEqual([
+      "QUEUED",
+    ]);
+    // The workers are down: the reaper re-sends the run every few minutes, TTL deletes what has
+    // expired, for a day and a half (the job's retention ends after about 1 day 4.5 hours).
+    const outageEnd = clock().getTime() + 1.5 * RETENTION_DAYS * DAY_MS;
+    while (clock().getTime() < outageEnd) {
+      offsetMs += MAX_RESEND_INTERVAL_MS + 60_000;
+      await reap(f.engine);
+      await sweepExpired(f.engine, clock());
+    }
+
     await expectRunOnceAndComplete(job.jobId);
   }, 120_000);
 });
