@@ -154,6 +154,54 @@ describe("a run waiting on its tenant's concurrent-runs quota longer than the re
     expect((await status()).map(([s]) => s)).toEqual(["SUCCEEDED"]);
     expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
   }, 120_000);
+
+  it("the last run of a job completed by its maxRuns runs once a slot frees, its job kept", async () => {
+    const tenantId = "busy-tenant-ended";
+    await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 1 }, clock());
+    const holdTheSlot = () =>
+      takeRunSlot(
+        f.engine,
+        {
+          tenantId,
+          index: 0,
+          runId: "the-tenant-s-other-runs",
+          fence: 1,
+          leaseUntil: new Date(clock().getTime() + 3_600_000).toISOString(),
+        },
+        clock(),
+      );
+    const startAt = new Date(Math.ceil((clock().getTime() + 1000) / 1000) * 1000);
+    const { job } = await createJob(f.engine, {
+      ...testJob({ schedule: { every: "PT1M", startAt: startAt.toISOString() }, maxRuns: 1 }),
+      tenantId,
+    });
+    const deps = f.workerDeps("w");
+    const deliverOnce = async () =>
+      f.process(deps, await f.nextDelivery(f.engine.queues.normal, job.jobId));
+    const status = async () =>
+      (await f.runs()).filter((r) => r.jobId === job.jobId).map((r) => [r.status, r.reason]);
+
+    expect(await holdTheSlot()).toBe(true);
+    offsetMs += 1000;
+    await tickOnce(f.engine, "quota-after-end");
+    await deliverOnce();
+    expect(await status()).toEqual([["QUEUED", "waiting: tenant at its concurrentRuns quota (1)"]]);
+    expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
+    // Its job's retention ends about 1 day 4.5 hours after its claim; the run waits longer.
+    offsetMs += 0.8 * RETENTION_DAYS * DAY_MS;
+    expect(await holdTheSlot()).toBe(true);
+    await deliverOnce();
+    offsetMs += 0.5 * RETENTION_DAYS * DAY_MS;
+    expect(await holdTheSlot()).toBe(true);
+    await deliverOnce();
+    await sweepExpired(f.engine, clock());
+    // Past the retention its claim gave the job, the run still waits for it.
+    expect((await status()).map(([s]) => s)).toEqual(["QUEUED"]);
+
+    offsetMs += 3_600_000 + 1000;
+    await deliverOnce();
+    expect(await status()).toEqual([["SUCCEEDED", null]]);
+  }, 120_000);
 });
 
 /**
