@@ -241,6 +241,42 @@ describe("a run the worker loop holds at its tenant's gate longer than the reten
       await held.stop();
     }
   }, 60_000);
+
+  it("keeps the job of a run it holds, completed by its maxRuns, past the job's retention", async () => {
+    const startAt = new Date(Math.ceil((clock().getTime() + 1000) / 1000) * 1000);
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { every: "PT1M", startAt: startAt.toISOString() }, maxRuns: 1 }),
+    );
+    offsetMs += 1000;
+    await tickOnce(f.engine, "held-after-end");
+    expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    let elapsedMs = 0;
+    const held = new HeldMessages(f.engine, 6, () => elapsedMs);
+    try {
+      held.track(received);
+      const deadline = async () =>
+        (
+          await f.engine.doc.send(
+            new GetCommand({ TableName: f.engine.tables.runs, Key: runKeyOf(received.message) }),
+          )
+        ).Item?.inflightSk;
+      // Most of a day at the gate, then the next look; the job's retention from its claim ends
+      // about 1 day 4.5 hours after it.
+      const waitMs = 0.8 * RETENTION_DAYS * DAY_MS;
+      offsetMs += waitMs;
+      elapsedMs += waitMs;
+      const before = await deadline();
+      await waitFor("the held run's deadline moved on", async () => (await deadline()) !== before);
+      offsetMs += 0.5 * RETENTION_DAYS * DAY_MS;
+      await sweepExpired(f.engine, clock());
+      expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
+    } finally {
+      held.untrack(received);
+      await held.stop();
+    }
+  }, 60_000);
 });
 
 /**
