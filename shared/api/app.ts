@@ -116,6 +116,20 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
     return c.json(context.body, context.status, context.headers);
   });
 
+  // A request is charged for what it read once it has run, answered or failed: a listing that read
+  // thousands of units costs its tenant that many tokens more, so its next requests wait
+  // (docs/api.md). `tenantOf` is read then: undefined (a run token that names no run) charges none.
+  const chargedForReads = async (tenantOf: () => string | undefined, next: () => Promise<void>) => {
+    const reads = new ReadMeter();
+    try {
+      await withReadMeter(reads, next);
+    } finally {
+      const units = reads.close();
+      const tenantId = tenantOf();
+      if (tenantId !== undefined) requestRate.chargeReads(tenantId, units);
+    }
+  };
+
   const isPublic = (path: string) =>
     PUBLIC_PATHS.has(path) || (options.console !== undefined && isConsolePath(path));
 
@@ -132,8 +146,12 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
   app.use("*", async (c, next) => {
     if (isPublic(c.req.path)) return next();
     // An async target's run routes authenticate by the run token it was given, and take from its
-    // run's tenant's bucket once the token is verified (./async-runs-router.ts).
-    if (c.req.method === "POST" && RUN_TOKEN_PATH.test(c.req.path)) return next();
+    // run's tenant's bucket once the token is verified (./async-runs-router.ts), which names the
+    // tenant their reads are charged to: a completion reads its job and fans out to its
+    // dependents (up to 1,000 jobs read whole), as much as a listing.
+    if (c.req.method === "POST" && RUN_TOKEN_PATH.test(c.req.path)) {
+      return chargedForReads(() => c.get("tenantId"), next);
+    }
     const tenantId = await authenticate({ header: (name) => c.req.header(name), env: c.env });
     if (tenantId === null || !isValidTenantId(tenantId)) {
       throw new ApiError(401, "unauthorized", "missing or unknown credentials", {
@@ -143,14 +161,7 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
     // Set before the rate is taken, so that its 429's `request throttled` line names the tenant.
     c.set("tenantId", tenantId);
     await requestRate.take(tenantId);
-    // Charged for what it read once it has run, answered or failed: a listing that read thousands
-    // of units costs its tenant that many tokens more, so its next requests wait (docs/api.md).
-    const reads = new ReadMeter();
-    try {
-      await withReadMeter(reads, next);
-    } finally {
-      requestRate.chargeReads(tenantId, reads.close());
-    }
+    await chargedForReads(() => tenantId, next);
   });
 
   // The document lists the operations in the order mounted here.

@@ -1633,3 +1633,57 @@ describe("async mode without the API's URL", () => {
     ]);
   });
 });
+
+describe("an async target's run calls are charged for what they read", () => {
+  it("a completion that fans out to large dependents costs its tenant the tokens for their reads: the tenant's next request waits", async () => {
+    const asB = { key: KEY_B };
+    const runAt = new Date(now.getTime() + DUE_IN_MS);
+    const upstream = await api.call("POST", "/jobs", {
+      ...asB,
+      body: {
+        type: "http",
+        schedule: { runAt: runAt.toISOString() },
+        target: { url: target.url, mode: "async" },
+        timeoutSeconds: 3600,
+      },
+    });
+    expect(upstream.status, upstream.text).toBe(201);
+    const upstreamId = (upstream.body as { id: string }).id;
+    // 20 dependents of 60 KB: the completion's fan-out reads each whole and consistently (15
+    // units), about 300 units in all, 200 past the free 100: two tokens owed.
+    const blob = "x".repeat(60_000);
+    for (let made = 0; made < 20; made += 10) {
+      const dependents = await Promise.all(
+        Array.from({ length: 10 }, () =>
+          api.call("POST", "/jobs", {
+            ...asB,
+            body: {
+              type: "report",
+              payload: { blob },
+              schedule: { after: { jobs: [upstreamId] } },
+            },
+          }),
+        ),
+      );
+      expect(dependents.map((r) => r.status)).toEqual(Array(10).fill(201));
+    }
+    now = runAt;
+    const handOff = await deliver(upstreamId);
+    // One request a second, a bucket of two: without the charge the completion and one more pass.
+    const limited = await api.call("PUT", "/tenants/tenant-b/quotas", {
+      body: { requestsPerSecond: 1 },
+    });
+    expect(limited.status, limited.text).toBe(200);
+    try {
+      const completed = await callBack(handOff.completeUrl, handOff.token, {
+        status: "succeeded",
+      });
+      expect(completed.status, completed.text).toBe(200);
+      const next = await api.call("GET", "/quotas", asB);
+      expect(next.status, next.text).toBe(429);
+      expect(Number(next.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    } finally {
+      await api.call("PUT", "/tenants/tenant-b/quotas", { body: {} });
+    }
+  });
+});
