@@ -54,4 +54,21 @@ describe("the API's read meter", () => {
     expect(late.ConsumedCapacity).toBeUndefined();
     expect(meter.units).toBe(5);
   });
+
+  it("counts on each meter only its own calls when two run at once, not a call started before it", async () => {
+    const large = new ReadMeter();
+    const small = new ReadMeter();
+    // Started outside any meter, awaited inside one: sent as it was, counted on neither.
+    const before = get(true);
+    await Promise.all([
+      withReadMeter(large, () => Promise.all(Array.from({ length: 5 }, () => get(true)))),
+      withReadMeter(small, async () => {
+        await before;
+        return get(false);
+      }),
+    ]);
+    expect((await before).ConsumedCapacity).toBeUndefined();
+    expect(large.close()).toBe(50);
+    expect(small.close()).toBe(5);
+  });
 });
