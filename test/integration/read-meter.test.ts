@@ -71,4 +71,42 @@ describe("the API's read meter", () => {
     expect(large.close()).toBe(50);
     expect(small.close()).toBe(5);
   });
+
+  it("counts a call the SDK sent again once, on the meter of the work that made it", async () => {
+    // Past the SDK's retry middleware: its first attempt is refused as DynamoDB throttles, and the
+    // SDK sends it again after a wait, while another meter's call runs.
+    let refused = 0;
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const input: unknown = args.input;
+        const consistent =
+          typeof input === "object" && input !== null && "ConsistentRead" in input
+            ? input.ConsistentRead === true
+            : false;
+        if (context.commandName === "GetItemCommand" && consistent && refused === 0) {
+          refused++;
+          throw Object.assign(new Error("Rate of requests exceeds the allowed throughput."), {
+            name: "ThrottlingException",
+            $fault: "client",
+            $metadata: { httpStatusCode: 400 },
+          });
+        }
+        return next(args);
+      },
+      { step: "finalizeRequest", priority: "low", name: "throttleOnce" },
+    );
+    try {
+      const retried = new ReadMeter();
+      const other = new ReadMeter();
+      await Promise.all([
+        withReadMeter(retried, () => get(true)),
+        withReadMeter(other, () => get(false)),
+      ]);
+      expect(refused).toBe(1);
+      expect(retried.close()).toBe(10);
+      expect(other.close()).toBe(5);
+    } finally {
+      f.engine.doc.middlewareStack.remove("throttleOnce");
+    }
+  });
 });
