@@ -208,13 +208,7 @@ describe("MessageGroupId", () => {
   }, 30_000);
 });
 
-/*
- * This group and the next, the tenant's gate, run side by side (each is a concurrent suite, with
- * tables, queues and worker loops of its own), as the gate's case spends its 12 s waiting for three
- * 4 s runs one after another. The cases of this group share a fixture and run one after another
- * (it.sequential).
- */
-describe.concurrent("the worker loop's fairness", () => {
+describe("the worker loop's fairness", () => {
   let f: EngineFixture;
   beforeAll(async () => {
     f = await createEngineFixture();
@@ -278,7 +272,7 @@ describe.concurrent("the worker loop's fairness", () => {
     return ids;
   }
 
-  it.sequential("keeps low priority's share of the slots while high is saturated (the starvation guard)", async () => {
+  it("keeps low priority's share of the slots while high is saturated (the starvation guard)", async () => {
     const track = tracked(300);
     const now = new Date().toISOString();
     const high = await createMany(40, {
@@ -319,7 +313,7 @@ describe.concurrent("the worker loop's fairness", () => {
     expect(track.mostRunning()).toBeLessThanOrEqual(10);
   }, 60_000);
 
-  it.sequential("receives past a capped tenant's backlog: another tenant's runs behind it start at once, the capped one never runs more than its cap nor goes back through the table", async () => {
+  it("receives past a capped tenant's backlog: another tenant's runs behind it start at once, the capped one never runs more than its cap nor goes back through the table", async () => {
     const track = tracked(300);
     await writeQuotaOverride(f.engine, "t-backlog", { concurrentRuns: 2 }, new Date());
     const runAt = new Date().toISOString();
@@ -370,7 +364,7 @@ describe.concurrent("the worker loop's fairness", () => {
     expect(track.mostRunningOf("t-backlog")).toBeLessThanOrEqual(2);
   }, 90_000);
 
-  it.sequential("gives a freed slot to the tenant with no run in progress before one whose runs fill the slots", async () => {
+  it("gives a freed slot to the tenant with no run in progress before one whose runs fill the slots", async () => {
     // The first run takes 0.5 s and the second 3 s, so one slot is freed well before the other.
     const track = tracked(500, 3000, 100);
     // Due together 3 s out: the loop holds four messages (two per slot) while they wait for
@@ -411,7 +405,7 @@ describe.concurrent("the worker loop's fairness", () => {
   }, 60_000);
 });
 
-describe.concurrent("messages held at a tenant's gate", () => {
+describe("messages held at a tenant's gate", () => {
   let f: EngineFixture;
   // A 3 s lease: the loop receives with 5 s of visibility (the lease and the early wait).
   beforeAll(async () => {
