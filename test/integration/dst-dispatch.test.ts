@@ -1,4 +1,4 @@
-import { describe, expect, it, type TestContext } from "vitest";
+import { afterEach, describe, expect, it } from "vitest";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { PreviewSchema } from "../../shared/api/schemas/previews.js";
 import { RunPageSchema } from "../../shared/api/schemas/runs.js";
@@ -12,29 +12,25 @@ import { type ApiHarness, startApi } from "../api/support.js";
  * rules on plain functions; here the claims (their reach, the due entries' minute buckets, the
  * job's next occurrence) must queue exactly the occurrences the job's preview showed before the
  * night: each once, none missing. The nights are in 2027, ahead of the machine's clock, so no
- * item's TTL has passed on DynamoDB Local. Each case has its own tables and clock, and the cases
- * run side by side: a tick's requests go one after another, each waiting on DynamoDB Local, and one
- * case after another left the machine's second core idle (this file alone: 40 s, side by side
- * 31-38 s).
+ * item's TTL has passed on DynamoDB Local.
  */
 const MINUTE = 60_000;
 const TICK_MS = 10 * MINUTE;
 
-/** One case's API and dispatcher on a clock of its own, which the case moves. */
-interface Night {
-  readonly harness: ApiHarness;
-  readonly clock: { nowMs: number };
-}
+let nowMs = 0;
+let api: ApiHarness | undefined;
+afterEach(async () => {
+  await api?.close();
+  api = undefined;
+});
 
-/** The harness is closed when the case ends (its own context's hook: the cases run side by side). */
-async function started(at: string, { onTestFinished }: TestContext): Promise<Night> {
-  const clock = { nowMs: Date.parse(at) };
-  const harness = await startApi({
-    clock: () => new Date(clock.nowMs),
+async function started(at: string): Promise<ApiHarness> {
+  nowMs = Date.parse(at);
+  api = await startApi({
+    clock: () => new Date(nowMs),
     settings: { shardCount: 1, maxShardCount: 1 },
   });
-  onTestFinished(() => harness.close());
-  return { harness, clock };
+  return api;
 }
 
 async function create(harness: ApiHarness, body: Record<string, unknown>) {
@@ -50,8 +46,8 @@ async function previewUtc(harness: ApiHarness, jobId: string, count: number): Pr
 }
 
 /** The dispatcher's ticks from the clock's reading up to `until`, TICK_MS apart. */
-async function tickUntil({ harness, clock }: Night, until: string): Promise<void> {
-  for (; clock.nowMs <= Date.parse(until); clock.nowMs += TICK_MS) {
+async function tickUntil(harness: ApiHarness, until: string): Promise<void> {
+  for (; nowMs <= Date.parse(until); nowMs += TICK_MS) {
     await tickOnce(harness.fixture.engine, "dst-dispatch");
   }
 }
@@ -67,7 +63,7 @@ async function runsOf(harness: ApiHarness, jobId: string): Promise<string[]> {
 
 const queued = (utc: readonly string[]) => utc.map((at) => `${at} queued`);
 
-describe.concurrent("the night the clocks change, as the dispatcher queues it", () => {
+describe("the night the clocks change, as the dispatcher queues it", () => {
   const nights: readonly {
     readonly what: string;
     readonly cron: string;
@@ -144,27 +140,25 @@ describe.concurrent("the night the clocks change, as the dispatcher queues it", 
   ];
 
   for (const night of nights) {
-    it(`${night.what} (${night.cron})`, async (context) => {
-      const at = await started(night.from, context);
-      const { harness } = at;
+    it(`${night.what} (${night.cron})`, async () => {
+      const harness = await started(night.from);
       const job = await create(harness, {
         schedule: { cron: night.cron, timezone: night.timezone },
       });
       const shown = await previewUtc(harness, job.id, night.runs.length);
       expect(shown).toEqual(night.runs);
 
-      await tickUntil(at, night.until);
+      await tickUntil(harness, night.until);
       expect(await runsOf(harness, job.id)).toEqual(queued(night.runs));
     }, 60_000);
   }
 
-  it("a tick whose clock reads earlier than the last one queues nothing again, and the next ones go on", async (context) => {
-    const at = await started("2027-11-07T04:00:00Z", context);
-    const { harness, clock } = at;
+  it("a tick whose clock reads earlier than the last one queues nothing again, and the next ones go on", async () => {
+    const harness = await started("2027-11-07T04:00:00Z");
     const job = await create(harness, {
       schedule: { cron: "*/30 * * * *", timezone: "America/New_York" },
     });
-    await tickUntil(at, "2027-11-07T05:40:00Z");
+    await tickUntil(harness, "2027-11-07T05:40:00Z");
     const before = await runsOf(harness, job.id);
     // 04:00 to 01:30 EDT (05:30Z): the next, 01:00 EST (06:00Z), lies past the last tick's lookahead.
     expect(before).toEqual(
@@ -176,11 +170,11 @@ describe.concurrent("the night the clocks change, as the dispatcher queues it", 
       ]),
     );
     // One dispatcher's clock is an hour behind: 01:00 EST read as 01:00 EDT.
-    clock.nowMs = Date.parse("2027-11-07T04:50:00Z");
+    nowMs = Date.parse("2027-11-07T04:50:00Z");
     await tickOnce(harness.fixture.engine, "behind");
     expect(await runsOf(harness, job.id)).toEqual(before);
-    clock.nowMs = Date.parse("2027-11-07T05:50:00Z");
-    await tickUntil(at, "2027-11-07T07:00:00Z");
+    nowMs = Date.parse("2027-11-07T05:50:00Z");
+    await tickUntil(harness, "2027-11-07T07:00:00Z");
     expect(await runsOf(harness, job.id)).toEqual(
       queued([
         "2027-11-07T04:00:00.000Z",
@@ -195,10 +189,9 @@ describe.concurrent("the night the clocks change, as the dispatcher queues it", 
   }, 60_000);
 });
 
-describe.concurrent("a job paused across the night the clocks go back", () => {
-  it("fire_all queues each occurrence missed in real time, both 01:00 hours included, and its preview while paused shows where the resume goes on", async (context) => {
-    const at = await started("2027-11-07T03:55:00Z", context);
-    const { harness, clock } = at;
+describe("a job paused across the night the clocks go back", () => {
+  it("fire_all queues each occurrence missed in real time, both 01:00 hours included, and its preview while paused shows where the resume goes on", async () => {
+    const harness = await started("2027-11-07T03:55:00Z");
     const job = await create(harness, {
       schedule: { cron: "*/30 * * * *", timezone: "America/New_York" },
       misfirePolicy: "fire_all",
@@ -212,7 +205,7 @@ describe.concurrent("a job paused across the night the clocks go back", () => {
     expect(paused.status, paused.text).toBe(200);
 
     // Resumed at 02:20 EST: 04:30Z to 07:00Z were missed, six occurrences over the two 01:00 hours.
-    clock.nowMs = Date.parse("2027-11-07T07:20:00Z");
+    nowMs = Date.parse("2027-11-07T07:20:00Z");
     const missed = [
       "2027-11-07T04:30:00.000Z",
       "2027-11-07T05:00:00.000Z",
@@ -233,7 +226,7 @@ describe.concurrent("a job paused across the night the clocks go back", () => {
 
     const resumed = await harness.call("POST", `/jobs/${job.id}/resume`);
     expect(resumed.status, resumed.text).toBe(200);
-    await tickUntil(at, "2027-11-07T10:30:00Z");
+    await tickUntil(harness, "2027-11-07T10:30:00Z");
     expect(await runsOf(harness, job.id)).toEqual(
       queued(["2027-11-07T04:00:00.000Z", ...missed, ...after]),
     );
