@@ -21,7 +21,12 @@ import {
 import type { Run } from "../../shared/model.js";
 import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
 import { startRun } from "../../shared/storage/run-start.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  createEngineFixture,
+  type EngineFixture,
+  jobWithDeadRun,
+  testJob,
+} from "../support/engine-fixture.js";
 import { withHeartbeatsHeld } from "../support/faults.js";
 import { waitFor } from "../support/wait.js";
 
@@ -113,20 +118,7 @@ describe("deleting a job", () => {
   }, 40_000);
 
   it("a completed job's delete that dies before removing the item leaves it completed and marked: a trigger is 404, a replay refused, and a repeat finishes the delete", async () => {
-    const { job } = await createJob(
-      f.engine,
-      testJob({
-        type: "fail",
-        payload: { times: 1, retryable: false },
-        schedule: { runAt: new Date().toISOString() },
-      }),
-    );
-    await f.process(
-      f.workerDeps("w"),
-      await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000),
-    );
-    const [dead] = await runsOf(job.jobId);
-    expect(dead?.status).toBe("DEAD");
+    const { job, dead } = await jobWithDeadRun(f);
     const name = "deleteDiesBeforeItemDelete";
     f.engine.doc.middlewareStack.add(
       (next, context) => async (args) => {
@@ -157,20 +149,7 @@ describe("deleting a job", () => {
   });
 
   it("a completed job's delete that dies right after its mark: a queued run of the job its worker receives then ends CANCELLED, unrun, as once the job is gone", async () => {
-    const { job } = await createJob(
-      f.engine,
-      testJob({
-        type: "fail",
-        payload: { times: 1, retryable: false },
-        schedule: { runAt: new Date().toISOString() },
-      }),
-    );
-    await f.process(
-      f.workerDeps("w"),
-      await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000),
-    );
-    const [dead] = await runsOf(job.jobId);
-    if (dead?.status !== "DEAD") throw new Error(`not dead: ${dead?.status}`);
+    const { job, dead } = await jobWithDeadRun(f);
     // Replayed before the delete: a run queued with its message (the second attempt succeeds).
     const { run: replay } = await replayDeadLetter(f.engine, TENANT, dead.runId);
     const name = "deleteDiesAfterItsMark";
@@ -372,19 +351,7 @@ describe("deleting a job", () => {
   }, 30_000);
 
   it("a dead letter of a deleted job stays listed in the history and cannot be replayed (why)", async () => {
-    const { job } = await createJob(
-      f.engine,
-      testJob({
-        type: "fail",
-        payload: { times: 1, retryable: false },
-        schedule: { runAt: new Date().toISOString() },
-      }),
-    );
-    const delivered = await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000);
-    await f.process(f.workerDeps("w"), delivered);
-    const [dead] = await runsOf(job.jobId);
-    expect(dead?.status).toBe("DEAD");
-    if (!dead) throw new Error("no dead run");
+    const { job, dead } = await jobWithDeadRun(f);
 
     await deleteJob(f.engine, TENANT, job.jobId);
     const refused = replayDeadLetter(f.engine, TENANT, dead.runId);

@@ -7,7 +7,12 @@ import { cancelJob, createJob, replayDeadLetter, triggerJob } from "../../shared
 import { getTenantJob, listJobs } from "../../shared/jobs/queries.js";
 import { pushQueuedDeadline } from "../../shared/storage/inflight.js";
 import { jobKey } from "../../shared/storage/items.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  createEngineFixture,
+  type EngineFixture,
+  jobWithDeadRun,
+  testJob,
+} from "../support/engine-fixture.js";
 
 const TENANT = "tenant-expired";
 const HOUR = 3_600_000;
@@ -78,23 +83,9 @@ describe("a job past its retention that TTL has not deleted yet", () => {
   });
 
   it("a replay that read it just before its expiry, and writes after, does not bring it back", async () => {
-    const { job } = await createJob(
-      f.engine,
-      testJob({
-        tenantId: TENANT,
-        type: "fail",
-        payload: { times: 1, retryable: false },
-        schedule: { runAt: new Date().toISOString() },
-      }),
-    );
-    await f.process(
-      f.workerDeps("w"),
-      await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000),
-    );
+    const { job, dead } = await jobWithDeadRun(f, { tenantId: TENANT });
     const completed = await getTenantJob(f.engine, TENANT, job.jobId);
     expect(completed.status).toBe("COMPLETED");
-    const [dead] = (await f.runs()).filter((run) => run.jobId === job.jobId);
-    expect(dead?.status).toBe("DEAD");
     const { Item: item } = await f.engine.doc.send(
       new GetCommand({
         TableName: f.engine.tables.jobs,

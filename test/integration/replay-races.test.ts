@@ -15,7 +15,12 @@ import type { Run } from "../../shared/model.js";
 import { requestRunCancel } from "../../shared/storage/run-cancel.js";
 import { getJob, runKeyOf } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  createEngineFixture,
+  type EngineFixture,
+  jobWithDeadRun,
+  testJob,
+} from "../support/engine-fixture.js";
 import { withFaults, withLostAnswers } from "../support/faults.js";
 
 const TENANT = "tenant-a";
@@ -35,23 +40,8 @@ describe("a replay racing its job's cancel or delete", () => {
   const runsOf = async (jobId: string): Promise<Run[]> =>
     (await f.runs()).filter((r) => r.jobId === jobId).sort((a, b) => a.attempt - b.attempt);
 
-  async function deadRun(): Promise<Run> {
-    const { job } = await createJob(
-      f.engine,
-      testJob({
-        type: "fail",
-        payload: { times: 1, retryable: false },
-        schedule: { every: "PT1H" },
-      }),
-    );
-    await f.process(
-      f.workerDeps("w"),
-      await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000),
-    );
-    const dead = (await runsOf(job.jobId)).find((r) => r.status === "DEAD");
-    if (!dead) throw new Error("no dead run");
-    return dead;
-  }
+  const deadRun = async (): Promise<Run> =>
+    (await jobWithDeadRun(f, { schedule: { every: "PT1H" } })).dead;
 
   /** Runs `change` once, just before the replay's transaction goes out. */
   function beforeReplayWrite(change: () => Promise<unknown>) {
@@ -174,20 +164,7 @@ describe("a replay racing its job's cancel or delete", () => {
   });
 
   it("a completed one-off's replay landing inside its delete, after the runs' cancel and before the item goes: refused as a deleted job's, no run written", async () => {
-    const { job } = await createJob(
-      f.engine,
-      testJob({
-        type: "fail",
-        payload: { times: 1, retryable: false },
-        schedule: { runAt: new Date().toISOString() },
-      }),
-    );
-    await f.process(
-      f.workerDeps("w"),
-      await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000),
-    );
-    const [dead] = await runsOf(job.jobId);
-    expect(dead?.status).toBe("DEAD");
+    const { job, dead } = await jobWithDeadRun(f);
     expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
     const name = "replayBeforeItemDelete";
     let refusal: unknown;

@@ -3,7 +3,12 @@ import { DEFAULT_QUOTAS } from "../../shared/config.js";
 import { createJobs } from "../../shared/jobs/create-batch.js";
 import { createJob, editJob, replayDeadLetter, triggerJob } from "../../shared/jobs/index.js";
 import { readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  createEngineFixture,
+  type EngineFixture,
+  jobWithDeadRun,
+  testJob,
+} from "../support/engine-fixture.js";
 import { withTransactionsInProgress } from "../support/faults.js";
 
 /**
@@ -106,20 +111,7 @@ describe("a transaction applied whose repeats meet TransactionInProgressExceptio
   });
 
   it("a replay answers its new run and sends it", async () => {
-    const { job } = await createJob(
-      f.engine,
-      testJob({
-        type: "fail",
-        payload: { times: 1, retryable: false },
-        schedule: { runAt: new Date().toISOString() },
-      }),
-    );
-    await f.process(
-      f.workerDeps("w"),
-      await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000),
-    );
-    const dead = (await f.runs()).find((r) => r.jobId === job.jobId && r.status === "DEAD");
-    if (!dead) throw new Error("no dead run");
+    const { job, dead } = await jobWithDeadRun(f);
     const faulty = inProgress();
     let replay: Awaited<ReturnType<typeof replayDeadLetter>>["run"];
     try {

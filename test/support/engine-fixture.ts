@@ -11,7 +11,8 @@ import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import type { JobHandler } from "../../shared/execution/job-contract.js";
 import type { WorkerDeps } from "../../shared/execution/worker.js";
 import { processRun } from "../../shared/execution/worker.js";
-import type { DueEntry, Priority, Run } from "../../shared/model.js";
+import { createJob, type NewJob } from "../../shared/jobs/index.js";
+import type { DueEntry, Job, Priority, Run } from "../../shared/model.js";
 import {
   MetricsRecorder,
   type Observability,
@@ -325,7 +326,7 @@ export const farJob = (tenantId: string) =>
   testJob({ tenantId, schedule: { runAt: new Date(Date.now() + 3_600_000).toISOString() } });
 
 /** A job definition for tests, with the design's defaults. */
-export function testJob(overrides: Partial<import("../../shared/jobs/index.js").NewJob> = {}) {
+export function testJob(overrides: Partial<NewJob> = {}) {
   return {
     tenantId: "tenant-a",
     name: "test job",
@@ -343,4 +344,31 @@ export function testJob(overrides: Partial<import("../../shared/jobs/index.js").
     },
     ...overrides,
   };
+}
+
+/**
+ * A job whose first run failed for good: created from `overrides` over a one-off due now whose
+ * built-in `fail` handler fails once, not retryable, and its first delivery processed, which ends
+ * the run DEAD (and a one-off's job COMPLETED).
+ */
+export async function jobWithDeadRun(
+  f: EngineFixture,
+  overrides: Partial<NewJob> = {},
+): Promise<{ job: Job; dead: Run }> {
+  const { job } = await createJob(
+    f.engine,
+    testJob({
+      type: "fail",
+      payload: { times: 1, retryable: false },
+      schedule: { runAt: new Date().toISOString() },
+      ...overrides,
+    }),
+  );
+  await f.process(
+    f.workerDeps("w"),
+    await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000),
+  );
+  const dead = (await f.runs()).find((run) => run.jobId === job.jobId && run.status === "DEAD");
+  if (!dead) throw new Error(`the first run of job ${job.jobId} did not end DEAD`);
+  return { job, dead };
 }
