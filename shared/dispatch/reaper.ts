@@ -22,7 +22,7 @@ import {
   cursorDeadline,
   rewindReaperCursor,
 } from "../storage/reaper-cursor.js";
-import { runExpiresAt } from "../storage/retention.js";
+import { MAX_RESEND_INTERVAL_MS, runExpiresAt } from "../storage/retention.js";
 import { readTickShards, shardsOf, type TickShards } from "./tick-shards.js";
 
 export interface ReapResult {
@@ -88,8 +88,7 @@ function stoppedBehind(
   return entries.length >= max ? entries.at(-1)?.deadline : undefined;
 }
 
-/** The longest the reaper waits between re-sends of a run that no worker starts. */
-export const MAX_RESEND_INTERVAL_MS = 15 * 60_000;
+export { MAX_RESEND_INTERVAL_MS };
 
 /** How many times the reaper has re-sent the run since a worker last started it. */
 function resendsSinceStart(run: InflightRun): number {

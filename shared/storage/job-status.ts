@@ -15,8 +15,10 @@ import {
   completedJobExpiresAt,
   epochSeconds,
   hasExpired,
+  MAX_RESEND_INTERVAL_MS,
   runsOnAfterEndMs,
 } from "./retention.js";
+import { getJob } from "./run-reads.js";
 
 /**
  * The status changes of a job as read (`ConcurrentUpdateError` when it has
@@ -170,23 +172,29 @@ export async function keepCompletedJobForRun(
 /**
  * A run that waits to start (the workers down, its tenant at its quota) may outwait its COMPLETED
  * job's retention, which counts from when its runs could have run, and a job taken as gone ends
- * it unrun. Each look at such a run (a re-send, a requeue, a hold) keeps the job a retention (of
- * dead letters, when longer) from now, never in, until it expires. A COMPLETED job expires no
- * sooner than that long after the occurrence of any run it has (its end counts from its last
- * runs, a trigger from its run; a replay's occurrence is older, so its run is only kept sooner),
- * so a run that has waited less than half of it since its occurrence is let be: a run that waits as runs do costs its job no write, and one that waits
- * longer is looked at (every 15 minutes at most) many times before its job would expire. A failed
- * write is logged, not thrown.
+ * it unrun. Each look at such a run (a re-send, a requeue, a hold) keeps the job, never in, until
+ * it expires, as a trigger's run is kept: a retention (of dead letters, when longer) after the
+ * run, started by the next look at the latest, can have run and retried, so that its retries find
+ * the job and its dead letter stays replayable while listed. A COMPLETED job expires no sooner
+ * than a retention after the occurrence of any run it has (its end counts from its last runs, a
+ * trigger from its run; a replay's occurrence is older, so its run is only kept sooner), so a run
+ * that has waited less than half of it since its occurrence is let be: a run that waits as runs
+ * do costs its job no read and no write, and one that waits longer is looked at (every 15 minutes
+ * at most) many times before its job would expire. A failed write is logged, not thrown.
  */
 export async function keepCompletedJobForWaitingRun(
   engine: Engine,
   run: Pick<Run, "jobId" | "scheduledFor">,
   now: Date,
 ): Promise<void> {
-  const keepUntil = completedJobExpiresAt(now, 0, engine.settings);
-  const keptForMs = (keepUntil - epochSeconds(now)) * 1000;
-  if (now.getTime() - Date.parse(run.scheduledFor) < keptForMs / 2) return;
+  const retentionMs = (completedJobExpiresAt(now, 0, engine.settings) - epochSeconds(now)) * 1000;
+  if (now.getTime() - Date.parse(run.scheduledFor) < retentionMs / 2) return;
   try {
+    // Its attempts span and status: gone or no longer COMPLETED, nothing to keep.
+    const job = await getJob(engine, run.jobId);
+    if (job === null || job.status !== "COMPLETED") return;
+    const runsOnMs =
+      Math.max(engine.settings.leaseMs, MAX_RESEND_INTERVAL_MS) + attemptsSpanMs(job);
     await engine.doc.send(
       new UpdateCommand({
         TableName: engine.tables.jobs,
@@ -196,7 +204,7 @@ export async function keepCompletedJobForWaitingRun(
         ExpressionAttributeNames: { "#status": "status" },
         ExpressionAttributeValues: {
           ":completed": "COMPLETED",
-          ":expiresAt": keepUntil,
+          ":expiresAt": completedJobExpiresAt(now, runsOnMs, engine.settings),
           ":now": epochSeconds(now),
         },
       }),

@@ -12,6 +12,12 @@ const DAY_SECONDS = 86_400;
 /** An instant as the epoch seconds `expiresAt` holds. */
 export const epochSeconds = (at: Date) => Math.floor(at.getTime() / 1000);
 
+/**
+ * The longest the reaper waits between re-sends of a run that no worker starts (with the lease,
+ * when longer): a waiting run is looked at again, or started, within it.
+ */
+export const MAX_RESEND_INTERVAL_MS = 15 * 60_000;
+
 /** A job cancelled at `endedAt` is kept for the retention, then expires. */
 export function cancelledJobExpiresAt(endedAt: Date, settings: EngineSettings): number {
   return epochSeconds(endedAt) + settings.retentionDays * DAY_SECONDS;

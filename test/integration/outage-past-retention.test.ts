@@ -4,7 +4,7 @@ import { MAX_RESEND_INTERVAL_MS, reap } from "../../shared/dispatch/reaper.js";
 import { tickOnce } from "../../shared/dispatch/tick.js";
 import { HeldMessages } from "../../shared/execution/held-messages.js";
 import { recoverLostMessages } from "../../shared/execution/restart-recovery.js";
-import { createJob } from "../../shared/jobs/index.js";
+import { createJob, replayDeadLetter } from "../../shared/jobs/index.js";
 import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
 import { getJob, runKeyOf } from "../../shared/storage/run-reads.js";
 import { takeRunSlot, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
@@ -102,6 +102,51 @@ describe("a job completed by its end, its last run waiting out a worker outage p
     }
 
     await expectRunOnceAndComplete(job.jobId);
+  }, 120_000);
+});
+
+/**
+ * The last run of a job completed by its end, kept through an outage past the job's retention by
+ * the reaper's re-sends, starts only when a worker takes a copy: up to a re-send interval after
+ * the last re-send, and its attempts then take up to the job's attempts span. Should it die, its
+ * dead letter is listed a retention from its death: a COMPLETED job's dead letters are replayable
+ * as long as they are listed (docs/api.md, retention), so the job must be kept as long.
+ */
+describe("a job completed by its end, its last run dying after an outage past the job's retention", () => {
+  it("keeps the job as long as the dead letter is listed", async () => {
+    const startAt = new Date(Math.ceil((clock().getTime() + 120_000) / 60_000) * 60_000);
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "fail",
+        payload: { times: 1, retryable: false },
+        schedule: { every: "PT1M", startAt: startAt.toISOString() },
+        maxRuns: 1,
+      }),
+    );
+    offsetMs = startAt.getTime() - Date.now() + 1000;
+    await tickOnce(f.engine, "outage-then-dead");
+    expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
+    const outageEnd = clock().getTime() + 1.5 * RETENTION_DAYS * DAY_MS;
+    let lastResend = clock().getTime();
+    while (clock().getTime() < outageEnd) {
+      offsetMs += MAX_RESEND_INTERVAL_MS + 60_000;
+      lastResend = clock().getTime();
+      await reap(f.engine);
+      await sweepExpired(f.engine, clock());
+    }
+    // A worker takes a copy ten minutes after the last re-send: the run fails, not retryable.
+    offsetMs += 10 * 60_000;
+    await f.process(f.workerDeps("w"), await f.nextDelivery(f.engine.queues.normal, job.jobId));
+    const [dead] = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    expect(dead?.status).toBe("DEAD");
+
+    // A retention and five minutes after the last re-send: the dead letter, a retention from its
+    // death, is still listed, and so its job is kept.
+    offsetMs = lastResend - Date.now() + RETENTION_DAYS * DAY_MS + 5 * 60_000;
+    await sweepExpired(f.engine, clock());
+    const replay = await replayDeadLetter(f.engine, job.tenantId, dead?.runId ?? "");
+    expect(replay.run.status).toBe("QUEUED");
   }, 120_000);
 });
 
