@@ -45,8 +45,8 @@ export async function replayDeadLetter(
       `it is attempt ${dead.attempt}, the last attempt a run can have`,
     );
   const job = await getJob(engine, dead.jobId);
-  // A dead run outlives its job when the job is deleted, or cancelled and expired: there is
-  // nothing to run it as.
+  // A dead run outlives its job when the job is deleted, or cancelled or completed and expired:
+  // there is nothing to run it as.
   if (job === null) throw new NotReplayableError(runId, goneJobReason(engine, dead));
   if (isBeingDeleted(job)) throw new NotReplayableError(runId, JOB_DELETED);
   if (job.status === "CANCELLED") throw new IllegalTransitionError("replay a run of", job.status);
@@ -105,11 +105,13 @@ const DAY_MS = 86_400_000;
  * Why a dead run's job is gone, as far as it can be known. A delete removes the job at once; a
  * cancelled job expires `retentionDays` after its cancel, which came after the run was queued (a
  * cancelled job queues nothing). So until `retentionDays` after the run was queued the job can only
- * have been deleted; after that, its item is gone either way and nothing tells the two apart.
+ * have been deleted; after that, its item is gone either way and nothing tells the two apart. A
+ * completed job expires too (at least a retention after its runs' end), and a run that waited to
+ * start can die later than its retention counted on: its dead letter then outlives it.
  */
 function goneJobReason(engine: Engine, dead: Run): string {
   const { retentionDays } = engine.settings;
   const queuedAt = Date.parse(dead.enqueuedAt ?? dead.scheduledFor);
   if (engine.clock().getTime() < queuedAt + retentionDays * DAY_MS) return JOB_DELETED;
-  return `its job no longer exists: it was deleted, or it was cancelled and expired ${retentionDays} days later`;
+  return `its job no longer exists: it was deleted, or it was cancelled (it expires ${retentionDays} days later) or completed, and expired`;
 }

@@ -389,7 +389,7 @@ describe("deleting a job", () => {
     const refused = replayDeadLetter(later, TENANT, dead.runId);
     await expect(refused).rejects.toBeInstanceOf(NotReplayableError);
     await expect(refused).rejects.toThrow(
-      "its job no longer exists: it was deleted, or it was cancelled and expired 30 days later",
+      "its job no longer exists: it was deleted, or it was cancelled (it expires 30 days later) or completed, and expired",
     );
   }, 30_000);
 });

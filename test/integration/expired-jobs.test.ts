@@ -100,9 +100,10 @@ describe("a job past its retention that TTL has not deleted yet", () => {
       ...f.engine,
       clock: () => new Date(expiresAtMs + (reads++ === 0 ? -1_000 : 1_000)),
     };
-    await expect(replayDeadLetter(crossing, TENANT, dead?.runId ?? "")).rejects.toBeInstanceOf(
-      NotReplayableError,
-    );
+    const refused = replayDeadLetter(crossing, TENANT, dead?.runId ?? "");
+    await expect(refused).rejects.toBeInstanceOf(NotReplayableError);
+    // The reason names what may have become of a completed job, not only a delete or a cancel.
+    await expect(refused).rejects.toThrow(/completed/);
     const later = engineAt(expiresAtMs - Date.now() + HOUR);
     await expect(getTenantJob(later, TENANT, job.jobId)).rejects.toBeInstanceOf(JobNotFoundError);
     expect((await f.runs()).filter((run) => run.jobId === job.jobId)).toHaveLength(1);
