@@ -4,7 +4,7 @@ import { offsetClock } from "../../shared/clock.js";
 import { tickOnce } from "../../shared/dispatch/tick.js";
 import { JobNotFoundError, NotReplayableError } from "../../shared/errors.js";
 import { cancelJob, createJob, replayDeadLetter, triggerJob } from "../../shared/jobs/index.js";
-import { getTenantJob, listJobs } from "../../shared/jobs/queries.js";
+import { getTenantJob, listDeadLetters, listJobs } from "../../shared/jobs/queries.js";
 import { pushQueuedDeadline } from "../../shared/storage/inflight.js";
 import { jobKey } from "../../shared/storage/items.js";
 import {
@@ -142,6 +142,42 @@ describe("a job past its retention that TTL has not deleted yet", () => {
     expect(runs.map((run) => [run.status, run.reason])).toEqual([
       ["CANCELLED", "job no longer exists"],
     ]);
+  });
+
+  it("a cancelled job's dead letter stays listed past the job's expiry, its replay refused as for a job gone", async () => {
+    const startAt = new Date(Math.ceil((Date.now() + 2_000) / 1_000) * 1_000);
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        tenantId: TENANT,
+        type: "fail",
+        payload: { times: 1, retryable: false },
+        schedule: { every: "PT1H", startAt: startAt.toISOString() },
+      }),
+    );
+    await tickOnce(engineAt(startAt.getTime() - Date.now() + 1_000), "cancelled-dead-letter");
+    await f.process(f.workerDeps("w"), await f.nextDelivery(f.engine.queues.normal, job.jobId));
+    const [dead] = (await f.runs()).filter((run) => run.jobId === job.jobId);
+    expect(dead?.status).toBe("DEAD");
+    await cancelJob(f.engine, TENANT, job.jobId);
+    const listed = async (engine: ReturnType<typeof engineAt>) =>
+      (await listDeadLetters(engine, TENANT, { limit: 100 })).items.map((r) => r.runId);
+
+    // While the cancelled job is kept, its replay is the cancel's 409.
+    const kept = engineAt(f.engine.settings.retentionDays * DAY - HOUR);
+    expect(await listed(kept)).toContain(dead?.runId);
+    await expect(replayDeadLetter(kept, TENANT, dead?.runId ?? "")).rejects.toThrow(
+      /a job that is cancelled/,
+    );
+    // Once it has expired (TTL not come yet), the dead letter is still listed (runs are read until
+    // TTL deletes them: architecture.md, Known limits), and its replay says the job no longer
+    // exists; nothing is written.
+    const expired = engineAt(f.engine.settings.retentionDays * DAY + HOUR);
+    expect(await listed(expired)).toContain(dead?.runId);
+    const refused = replayDeadLetter(expired, TENANT, dead?.runId ?? "");
+    await expect(refused).rejects.toBeInstanceOf(NotReplayableError);
+    await expect(refused).rejects.toThrow(/its job no longer exists/);
+    expect((await f.runs()).filter((run) => run.jobId === job.jobId)).toHaveLength(1);
   });
 
   it("is not listed among its tenant's jobs", async () => {
