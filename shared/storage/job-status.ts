@@ -180,7 +180,10 @@ export async function keepCompletedJobForRun(
  * trigger from its run; a replay's occurrence is older, so its run is only kept sooner), so a run
  * that has waited less than half of it since its occurrence is let be: a run that waits as runs
  * do costs its job no read and no write, and one that waits longer is looked at (every 15 minutes
- * at most) many times before its job would expire. A failed write is logged, not thrown.
+ * at most) many times before its job would expire. The wait counts from the occurrence, which a
+ * retry or replay keeps: one of an occurrence older than that pays a read of its job (and a
+ * COMPLETED job's write) at each look, every few seconds while it is requeued at its tenant's
+ * quota (architecture.md, Known limits). A failed write is logged, not thrown.
  */
 export async function keepCompletedJobForWaitingRun(
   engine: Engine,
