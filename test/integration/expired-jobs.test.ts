@@ -3,7 +3,13 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { offsetClock } from "../../shared/clock.js";
 import { tickOnce } from "../../shared/dispatch/tick.js";
 import { JobNotFoundError, NotReplayableError } from "../../shared/errors.js";
-import { cancelJob, createJob, replayDeadLetter, triggerJob } from "../../shared/jobs/index.js";
+import {
+  cancelJob,
+  createJob,
+  editJob,
+  replayDeadLetter,
+  triggerJob,
+} from "../../shared/jobs/index.js";
 import { getTenantJob, listDeadLetters, listJobs } from "../../shared/jobs/queries.js";
 import { pushQueuedDeadline } from "../../shared/storage/inflight.js";
 import { jobKey } from "../../shared/storage/items.js";
@@ -178,6 +184,36 @@ describe("a job past its retention that TTL has not deleted yet", () => {
     await expect(refused).rejects.toBeInstanceOf(NotReplayableError);
     await expect(refused).rejects.toThrow(/its job no longer exists/);
     expect((await f.runs()).filter((run) => run.jobId === job.jobId)).toHaveLength(1);
+  });
+
+  it("a dependent keeps its cancelled upstream through a schedule edit until the upstream expires, then the edit is a 400", async () => {
+    const { job: upstream } = await createJob(f.engine, testJob({ tenantId: TENANT }));
+    const { job: other } = await createJob(f.engine, testJob({ tenantId: TENANT }));
+    const { job: dependent } = await createJob(
+      f.engine,
+      testJob({
+        tenantId: TENANT,
+        schedule: { after: { jobs: [upstream.jobId], on: "success" } },
+      }),
+    );
+    await cancelJob(f.engine, TENANT, upstream.jobId);
+    const bothUpstreams = {
+      schedule: { after: { jobs: [upstream.jobId, other.jobId], on: "success" as const } },
+    };
+    const kept = engineAt(f.engine.settings.retentionDays * DAY - HOUR);
+    const edited = await editJob(kept, TENANT, dependent.jobId, dependent.version, bothUpstreams);
+    // Gone once expired, as a deleted upstream is: an edit of the schedule that keeps it names it.
+    const expired = engineAt(f.engine.settings.retentionDays * DAY + HOUR);
+    const onFailure = {
+      schedule: { after: { jobs: [upstream.jobId, other.jobId], on: "failure" as const } },
+    };
+    await expect(
+      editJob(expired, TENANT, dependent.jobId, edited.version, onFailure),
+    ).rejects.toThrow(`no job ${upstream.jobId} of this tenant`);
+    const dropped = { schedule: { after: { jobs: [other.jobId], on: "success" as const } } };
+    expect(
+      (await editJob(expired, TENANT, dependent.jobId, edited.version, dropped)).schedule,
+    ).toEqual(dropped.schedule);
   });
 
   it("is not listed among its tenant's jobs", async () => {
