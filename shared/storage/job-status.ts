@@ -133,17 +133,19 @@ export async function writeDeletingJob(engine: Engine, job: Job, now: Date): Pro
 /**
  * A run added to a COMPLETED job (a trigger, a replay) needs the job while it runs and retries:
  * without it, a retry's claim drops the retry as an orphan. Pushes the job's TTL out to a retention
- * after the run's last attempt can have run, never in. Nothing for a job no longer COMPLETED.
- * "gone" when the job has expired by `now`, or is deleted: every reader takes it as gone from its
- * `expiresAt` on, so a request that read it just before that instant must not push it out and bring
- * it back; the caller reads it again and finds it gone.
+ * after the run's last attempt can have run (`startsWithinMs` from now at the latest), never in.
+ * Nothing for a job no longer COMPLETED. "gone" when the job has expired by `now`, or is deleted:
+ * every reader takes it as gone from its `expiresAt` on, so a request that read it just before
+ * that instant must not push it out and bring it back; the caller reads it again and finds it gone.
  */
 export async function keepCompletedJobForRun(
   engine: Engine,
   job: Job,
   now: Date,
+  startsWithinMs = 0,
 ): Promise<"kept" | "gone"> {
   if (job.status !== "COMPLETED") return "kept";
+  const runsOnMs = startsWithinMs + attemptsSpanMs(job);
   try {
     await engine.doc.send(
       new UpdateCommand({
@@ -154,7 +156,7 @@ export async function keepCompletedJobForRun(
         ExpressionAttributeNames: { "#status": "status" },
         ExpressionAttributeValues: {
           ":completed": "COMPLETED",
-          ":expiresAt": completedJobExpiresAt(now, attemptsSpanMs(job), engine.settings),
+          ":expiresAt": completedJobExpiresAt(now, runsOnMs, engine.settings),
           ":now": epochSeconds(now),
         },
         ReturnValuesOnConditionCheckFailure: "ALL_OLD",
@@ -195,29 +197,14 @@ export async function keepCompletedJobForWaitingRun(
   try {
     // Its attempts span and status: gone or no longer COMPLETED, nothing to keep.
     const job = await getJob(engine, run.jobId);
-    if (job === null || job.status !== "COMPLETED") return;
-    const runsOnMs =
-      Math.max(engine.settings.leaseMs, MAX_RESEND_INTERVAL_MS) + attemptsSpanMs(job);
-    await engine.doc.send(
-      new UpdateCommand({
-        TableName: engine.tables.jobs,
-        Key: jobKey(run.jobId),
-        ConditionExpression: "#status = :completed AND expiresAt < :expiresAt AND expiresAt > :now",
-        UpdateExpression: "SET expiresAt = :expiresAt",
-        ExpressionAttributeNames: { "#status": "status" },
-        ExpressionAttributeValues: {
-          ":completed": "COMPLETED",
-          ":expiresAt": completedJobExpiresAt(now, runsOnMs, engine.settings),
-          ":now": epochSeconds(now),
-        },
-      }),
-    );
+    if (job === null) return;
+    const nextLookMs = Math.max(engine.settings.leaseMs, MAX_RESEND_INTERVAL_MS);
+    await keepCompletedJobForRun(engine, job, now, nextLookMs);
   } catch (error) {
     // Not failed for it: the run's own write stands, and the next look keeps the job again.
-    if (!isConditionalCheckFailed(error))
-      engine.obs.log.warn("could not keep a completed job for its waiting run", {
-        jobId: run.jobId,
-        error: String(error),
-      });
+    engine.obs.log.warn("could not keep a completed job for its waiting run", {
+      jobId: run.jobId,
+      error: String(error),
+    });
   }
 }
