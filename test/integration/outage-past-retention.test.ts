@@ -40,6 +40,45 @@ async function oneOffDueNextSecond(tenantId?: string) {
   return { job, runAt };
 }
 
+/**
+ * The workers are down for `ms`: the tick's reaper re-sends what waits every few minutes (each
+ * pass a tick that found the run due again), and DynamoDB's TTL deletes what has expired, at any
+ * time (on AWS within days of it). Returns when the last re-send was.
+ */
+async function workersDownFor(ms: number): Promise<number> {
+  const outageEnd = clock().getTime() + ms;
+  let lastResend = clock().getTime();
+  while (clock().getTime() < outageEnd) {
+    offsetMs += MAX_RESEND_INTERVAL_MS + 60_000;
+    lastResend = clock().getTime();
+    await reap(f.engine);
+    await sweepExpired(f.engine, clock());
+  }
+  return lastResend;
+}
+
+/** The tenant's one concurrent-runs slot, held by its other runs (one after another) for an hour. */
+const holdTheSlot = (tenantId: string) =>
+  takeRunSlot(
+    f.engine,
+    {
+      tenantId,
+      index: 0,
+      runId: "the-tenant-s-other-runs",
+      fence: 1,
+      leaseUntil: new Date(clock().getTime() + 3_600_000).toISOString(),
+    },
+    clock(),
+  );
+
+/** The reaper deadline of a run (its `inflight` entry's sort key). */
+const reaperDeadlineOf = async (received: { message: Parameters<typeof runKeyOf>[0] }) =>
+  (
+    await f.engine.doc.send(
+      new GetCommand({ TableName: f.engine.tables.runs, Key: runKeyOf(received.message) }),
+    )
+  ).Item?.inflightSk;
+
 /** A worker runs the job's next message: its one run succeeds and the one-off completes. */
 async function expectRunOnceAndComplete(jobId: string) {
   const delivery = await f.nextDelivery(f.engine.queues.normal, jobId);
@@ -58,15 +97,8 @@ async function expectRunOnceAndComplete(jobId: string) {
 describe("a worker outage longer than the retention", () => {
   it("a one-off queued before it still runs once the workers are back, and its job completes", async () => {
     const { job, runAt } = await oneOffDueNextSecond();
-    // The tick's reaper, a pass every few minutes (each a tick that found the run due again),
-    // for a day and a half.
-    const outageEnd = runAt.getTime() + 1.5 * RETENTION_DAYS * DAY_MS;
-    while (clock().getTime() < outageEnd) {
-      offsetMs += MAX_RESEND_INTERVAL_MS + 60_000;
-      await reap(f.engine);
-      // DynamoDB's TTL deletes what has expired, at any time (on AWS within days of it).
-      await sweepExpired(f.engine, clock());
-    }
+    // A day and a half from its due time.
+    await workersDownFor(runAt.getTime() + 1.5 * RETENTION_DAYS * DAY_MS - clock().getTime());
 
     // The workers are back: the first copy in the queue runs the one-off (fire_once: late, it is
     // the most recent occurrence).
@@ -92,14 +124,8 @@ describe("a job completed by its end, its last run waiting out a worker outage p
     expect((await f.runs()).filter((r) => r.jobId === job.jobId).map((r) => r.status)).toEqual([
       "QUEUED",
     ]);
-    // The workers are down: the reaper re-sends the run every few minutes, TTL deletes what has
-    // expired, for a day and a half (the job's retention ends after about 1 day 4.5 hours).
-    const outageEnd = clock().getTime() + 1.5 * RETENTION_DAYS * DAY_MS;
-    while (clock().getTime() < outageEnd) {
-      offsetMs += MAX_RESEND_INTERVAL_MS + 60_000;
-      await reap(f.engine);
-      await sweepExpired(f.engine, clock());
-    }
+    // A day and a half (the job's retention ends after about 1 day 4.5 hours).
+    await workersDownFor(1.5 * RETENTION_DAYS * DAY_MS);
 
     await expectRunOnceAndComplete(job.jobId);
   }, 120_000);
@@ -127,14 +153,7 @@ describe("a job completed by its end, its last run dying after an outage past th
     offsetMs = startAt.getTime() - Date.now() + 1000;
     await tickOnce(f.engine, "outage-then-dead");
     expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
-    const outageEnd = clock().getTime() + 1.5 * RETENTION_DAYS * DAY_MS;
-    let lastResend = clock().getTime();
-    while (clock().getTime() < outageEnd) {
-      offsetMs += MAX_RESEND_INTERVAL_MS + 60_000;
-      lastResend = clock().getTime();
-      await reap(f.engine);
-      await sweepExpired(f.engine, clock());
-    }
+    const lastResend = await workersDownFor(1.5 * RETENTION_DAYS * DAY_MS);
     // A worker takes a copy ten minutes after the last re-send: the run fails, not retryable.
     offsetMs += 10 * 60_000;
     await f.process(f.workerDeps("w"), await f.nextDelivery(f.engine.queues.normal, job.jobId));
@@ -159,19 +178,6 @@ describe("a run waiting on its tenant's concurrent-runs quota longer than the re
   it("runs once a slot frees, its job completes", async () => {
     const tenantId = "busy-tenant";
     await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 1 }, clock());
-    /** The tenant's one slot, held by its other runs (one after another) for the next hour. */
-    const holdTheSlot = () =>
-      takeRunSlot(
-        f.engine,
-        {
-          tenantId,
-          index: 0,
-          runId: "the-tenant-s-other-runs",
-          fence: 1,
-          leaseUntil: new Date(clock().getTime() + 3_600_000).toISOString(),
-        },
-        clock(),
-      );
     const { job } = await oneOffDueNextSecond(tenantId);
     const deps = f.workerDeps("w");
     const deliverOnce = async () =>
@@ -179,17 +185,17 @@ describe("a run waiting on its tenant's concurrent-runs quota longer than the re
     const status = async () =>
       (await f.runs()).filter((r) => r.jobId === job.jobId).map((r) => [r.status, r.reason]);
 
-    expect(await holdTheSlot()).toBe(true);
+    expect(await holdTheSlot(tenantId)).toBe(true);
     offsetMs += 1000;
     await deliverOnce();
     expect(await status()).toEqual([["QUEUED", "waiting: tenant at its concurrentRuns quota (1)"]]);
     // It waits on, delivered again and again (every 16 s at most: one of those deliveries here).
     offsetMs += 0.8 * RETENTION_DAYS * DAY_MS;
-    expect(await holdTheSlot()).toBe(true);
+    expect(await holdTheSlot(tenantId)).toBe(true);
     await deliverOnce();
     expect((await status()).map(([s]) => s)).toEqual(["QUEUED"]);
     offsetMs += 0.5 * RETENTION_DAYS * DAY_MS;
-    expect(await holdTheSlot()).toBe(true);
+    expect(await holdTheSlot(tenantId)).toBe(true);
     await deliverOnce();
     await sweepExpired(f.engine, clock());
 
@@ -203,18 +209,6 @@ describe("a run waiting on its tenant's concurrent-runs quota longer than the re
   it("the last run of a job completed by its maxRuns runs once a slot frees, its job kept", async () => {
     const tenantId = "busy-tenant-ended";
     await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 1 }, clock());
-    const holdTheSlot = () =>
-      takeRunSlot(
-        f.engine,
-        {
-          tenantId,
-          index: 0,
-          runId: "the-tenant-s-other-runs",
-          fence: 1,
-          leaseUntil: new Date(clock().getTime() + 3_600_000).toISOString(),
-        },
-        clock(),
-      );
     const startAt = new Date(Math.ceil((clock().getTime() + 1000) / 1000) * 1000);
     const { job } = await createJob(f.engine, {
       ...testJob({ schedule: { every: "PT1M", startAt: startAt.toISOString() }, maxRuns: 1 }),
@@ -226,7 +220,7 @@ describe("a run waiting on its tenant's concurrent-runs quota longer than the re
     const status = async () =>
       (await f.runs()).filter((r) => r.jobId === job.jobId).map((r) => [r.status, r.reason]);
 
-    expect(await holdTheSlot()).toBe(true);
+    expect(await holdTheSlot(tenantId)).toBe(true);
     offsetMs += 1000;
     await tickOnce(f.engine, "quota-after-end");
     await deliverOnce();
@@ -234,10 +228,10 @@ describe("a run waiting on its tenant's concurrent-runs quota longer than the re
     expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
     // Its job's retention ends about 1 day 4.5 hours after its claim; the run waits longer.
     offsetMs += 0.8 * RETENTION_DAYS * DAY_MS;
-    expect(await holdTheSlot()).toBe(true);
+    expect(await holdTheSlot(tenantId)).toBe(true);
     await deliverOnce();
     offsetMs += 0.5 * RETENTION_DAYS * DAY_MS;
-    expect(await holdTheSlot()).toBe(true);
+    expect(await holdTheSlot(tenantId)).toBe(true);
     await deliverOnce();
     await sweepExpired(f.engine, clock());
     // Past the retention its claim gave the job, the run still waits for it.
@@ -269,12 +263,7 @@ describe("a run the worker loop holds at its tenant's gate longer than the reten
       const waitMs = 0.8 * RETENTION_DAYS * DAY_MS;
       offsetMs += waitMs;
       elapsedMs += waitMs;
-      const deadline = async () =>
-        (
-          await f.engine.doc.send(
-            new GetCommand({ TableName: f.engine.tables.runs, Key: runKeyOf(received.message) }),
-          )
-        ).Item?.inflightSk;
+      const deadline = () => reaperDeadlineOf(received);
       const before = await deadline();
       await waitFor("the held run's deadline moved on", async () => (await deadline()) !== before);
       // Half a day more: the retention after the run was queued has passed, and TTL deletes.
@@ -301,12 +290,7 @@ describe("a run the worker loop holds at its tenant's gate longer than the reten
     const held = new HeldMessages(f.engine, 6, () => elapsedMs);
     try {
       held.track(received);
-      const deadline = async () =>
-        (
-          await f.engine.doc.send(
-            new GetCommand({ TableName: f.engine.tables.runs, Key: runKeyOf(received.message) }),
-          )
-        ).Item?.inflightSk;
+      const deadline = () => reaperDeadlineOf(received);
       // Most of a day at the gate, then the next look; the job's retention from its claim ends
       // about 1 day 4.5 hours after it.
       const waitMs = 0.8 * RETENTION_DAYS * DAY_MS;
