@@ -95,11 +95,23 @@ export function boundedFetch(base: typeof fetch, timeoutMs: number): typeof fetc
     const url = new URL(request.url);
     const what = `${request.method} ${url.pathname}${url.search}`;
     const limit = new AbortController();
-    const timer = setTimeout(() => limit.abort(), timeoutMs);
+    // The limit ends the wait itself, not only through the abort: Node 20's fetch can lose an
+    // abort (the signal AbortSignal.any makes, and the one a Request makes for its init's, are
+    // held weakly and may be collected first), and then a request to a server that never answers
+    // was waited for ever.
+    let expire: () => void = () => undefined;
+    const expired = new Promise<never>((_, reject) => {
+      expire = () => reject(limit.signal.reason);
+    });
+    expired.catch(() => undefined);
+    const timer = setTimeout(() => {
+      limit.abort();
+      expire();
+    }, timeoutMs);
     try {
       const signal = AbortSignal.any([request.signal, limit.signal]);
-      const response = await base(new Request(request, { signal }), extra);
-      const body = await wholeBody(response, what);
+      const response = await Promise.race([base(new Request(request, { signal }), extra), expired]);
+      const body = await Promise.race([wholeBody(response, what), expired]);
       if (response.ok && body !== null) notJsonCheck(response.status, body, what);
       return new Response(NULL_BODY_STATUSES.has(response.status) ? null : body, {
         status: response.status,

@@ -151,6 +151,23 @@ describe("a request that takes too long", () => {
     expect(error.message).toBe("GET /health did not finish within 200 ms");
   });
 
+  it("a transport that loses the abort: the limit holds all the same", async () => {
+    // Node 20's fetch can lose an abort: the signal combined with AbortSignal.any, or the one a
+    // Request makes for its init's, is held weakly and may be collected first. Under load the CLI
+    // then waited for ever on a server that never answers. A fetch that ignores its signal:
+    const client = new SchedulerClient({
+      baseUrl,
+      auth: { kind: "bearer", key },
+      timeoutMs: 200,
+      retry: { attempts: 0 },
+      fetch: () => new Promise<Response>(() => undefined),
+    });
+    const started = Date.now();
+    const error = await rejection(client.health(), RequestTimeoutError);
+    expect(Date.now() - started).toBeLessThan(2000);
+    expect(error.message).toBe("GET /health did not finish within 200 ms");
+  }, 5000);
+
   it("headers then a stalled body: the limit covers reading the body", async () => {
     behave = stallsBody;
     // Long enough for the headers to come first on a loaded machine.
