@@ -25,6 +25,7 @@ import {
   createEngineFixture,
   type EngineFixture,
   jobWithDeadRun,
+  jobWithRetryDue,
   testJob,
 } from "../support/engine-fixture.js";
 import { withHeartbeatsHeld } from "../support/faults.js";
@@ -318,25 +319,8 @@ describe("deleting a job", () => {
   }, 30_000);
 
   it("the claim of a deleted job's leftover retry entry is stale: the entry goes, no run is queued", async () => {
-    const { job } = await createJob(
-      f.engine,
-      testJob({
-        type: "fail",
-        payload: { times: 1, retryable: true },
-        schedule: { runAt: new Date().toISOString() },
-        policies: {
-          ...testJob().policies,
-          retry: { maxAttempts: 3, initialDelayMs: HOUR, maxDelayMs: HOUR },
-        },
-      }),
-    );
-    // Backoff is jittered over [0, ceiling]: near the top the retry is a due entry an hour out.
-    const deps = { ...f.workerDeps("w"), engine: { ...f.engine, random: () => 0.99 } };
-    const delivered = await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000);
-    await f.process(deps, delivered);
-    const [entry] = (await f.dueEntries()).filter((d) => d.jobId === job.jobId);
+    const { job, retry: entry } = await jobWithRetryDue(f);
     expect(entry).toMatchObject({ kind: "retry", attempt: 2 });
-    if (!entry) throw new Error("no retry entry");
 
     await deleteJob(f.engine, TENANT, job.jobId);
     const due = new Date(entry.dueAt);

@@ -4,7 +4,7 @@ import { MAX_RESEND_INTERVAL_MS, reap } from "../../shared/dispatch/reaper.js";
 import { tickOnce } from "../../shared/dispatch/tick.js";
 import { HeldMessages } from "../../shared/execution/held-messages.js";
 import { recoverLostMessages } from "../../shared/execution/restart-recovery.js";
-import { createJob, replayDeadLetter } from "../../shared/jobs/index.js";
+import { createJob, type NewJob, replayDeadLetter } from "../../shared/jobs/index.js";
 import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
 import { jobKey } from "../../shared/storage/items.js";
 import { getJob, runKeyOf } from "../../shared/storage/run-reads.js";
@@ -80,6 +80,26 @@ const reaperDeadlineOf = async (received: { message: Parameters<typeof runKeyOf>
     )
   ).Item?.inflightSk;
 
+/**
+ * A job of one run a minute from the engine clock's minute after next, `maxRuns` 1, whose first
+ * occurrence a tick (`tickName`) claims: the claim completes the job and queues its one run.
+ */
+async function completedByItsClaim(tickName: string, overrides: Partial<NewJob> = {}) {
+  const startAt = new Date(Math.ceil((clock().getTime() + 120_000) / 60_000) * 60_000);
+  const { job } = await createJob(
+    f.engine,
+    testJob({
+      schedule: { every: "PT1M", startAt: startAt.toISOString() },
+      maxRuns: 1,
+      ...overrides,
+    }),
+  );
+  offsetMs = startAt.getTime() - Date.now() + 1000;
+  await tickOnce(f.engine, tickName);
+  expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
+  return job;
+}
+
 /** A worker runs the job's next message: its one run succeeds and the one-off completes. */
 async function expectRunOnceAndComplete(jobId: string) {
   const delivery = await f.nextDelivery(f.engine.queues.normal, jobId);
@@ -114,14 +134,7 @@ describe("a worker outage longer than the retention", () => {
  */
 describe("a job completed by its end, its last run waiting out a worker outage past the job's retention", () => {
   it("keeps the job until the run has run", async () => {
-    const startAt = new Date(Math.ceil((clock().getTime() + 120_000) / 60_000) * 60_000);
-    const { job } = await createJob(
-      f.engine,
-      testJob({ schedule: { every: "PT1M", startAt: startAt.toISOString() }, maxRuns: 1 }),
-    );
-    offsetMs = startAt.getTime() - Date.now() + 1000;
-    await tickOnce(f.engine, "outage-after-end");
-    expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
+    const job = await completedByItsClaim("outage-after-end");
     expect((await f.runs()).filter((r) => r.jobId === job.jobId).map((r) => r.status)).toEqual([
       "QUEUED",
     ]);
@@ -141,19 +154,10 @@ describe("a job completed by its end, its last run waiting out a worker outage p
  */
 describe("a job completed by its end, its last run dying after an outage past the job's retention", () => {
   it("keeps the job as long as the dead letter is listed", async () => {
-    const startAt = new Date(Math.ceil((clock().getTime() + 120_000) / 60_000) * 60_000);
-    const { job } = await createJob(
-      f.engine,
-      testJob({
-        type: "fail",
-        payload: { times: 1, retryable: false },
-        schedule: { every: "PT1M", startAt: startAt.toISOString() },
-        maxRuns: 1,
-      }),
-    );
-    offsetMs = startAt.getTime() - Date.now() + 1000;
-    await tickOnce(f.engine, "outage-then-dead");
-    expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
+    const job = await completedByItsClaim("outage-then-dead", {
+      type: "fail",
+      payload: { times: 1, retryable: false },
+    });
     const lastResend = await workersDownFor(1.5 * RETENTION_DAYS * DAY_MS);
     // A worker takes a copy ten minutes after the last re-send: the run fails, not retryable.
     offsetMs += 10 * 60_000;

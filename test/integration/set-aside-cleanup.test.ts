@@ -1,9 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJob, deleteJob, editJob, pauseJob } from "../../shared/jobs/index.js";
+import { deleteJob, editJob, pauseJob } from "../../shared/jobs/index.js";
 import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
 import { readDueEntry } from "../../shared/storage/job-edit.js";
 import { listSetAsideEntries, setEntryAside } from "../../shared/storage/set-aside.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  createEngineFixture,
+  type EngineFixture,
+  jobWithRetryDue,
+} from "../support/engine-fixture.js";
 import { seedJobs } from "../support/seed.js";
 
 const HOUR = 3_600_000;
@@ -66,24 +70,8 @@ describe("a set-aside due entry goes with its job's entry", () => {
   });
 
   it("a set-aside retry entry, which its job does not name, expires a retention after it was set aside", async () => {
-    const { job } = await createJob(
-      f.engine,
-      testJob({
-        type: "fail",
-        payload: { times: 1, retryable: true },
-        schedule: { runAt: new Date().toISOString() },
-        policies: {
-          ...testJob().policies,
-          retry: { maxAttempts: 3, initialDelayMs: HOUR, maxDelayMs: HOUR },
-        },
-      }),
-    );
-    // Backoff is jittered over [0, ceiling]: near the top the retry is a due entry an hour out.
-    const deps = { ...f.workerDeps("w"), engine: { ...f.engine, random: () => 0.99 } };
-    await f.process(deps, await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000));
-    const [retry] = (await f.dueEntries()).filter((d) => d.jobId === job.jobId);
+    const { job, retry } = await jobWithRetryDue(f);
     expect(retry).toMatchObject({ kind: "retry", attempt: 2 });
-    if (!retry) throw new Error("no retry entry");
     const setAsideAt = new Date();
     expect(
       (await setEntryAside(f.engine, retry, new Error("refused for good"), setAsideAt)).outcome,

@@ -372,3 +372,29 @@ export async function jobWithDeadRun(
   if (!dead) throw new Error(`the first run of job ${job.jobId} did not end DEAD`);
   return { job, dead };
 }
+
+/**
+ * A job whose first run failed with a retryable error, its retry a due entry about an hour out:
+ * its `fail` handler fails once, the backoff an hour, jittered near its top (the engine's random
+ * at 0.99), so that the entry waits for the dispatcher rather than the claim's lookahead.
+ */
+export async function jobWithRetryDue(f: EngineFixture): Promise<{ job: Job; retry: DueEntry }> {
+  const hourMs = 3_600_000;
+  const { job } = await createJob(
+    f.engine,
+    testJob({
+      type: "fail",
+      payload: { times: 1, retryable: true },
+      schedule: { runAt: new Date().toISOString() },
+      policies: {
+        ...testJob().policies,
+        retry: { maxAttempts: 3, initialDelayMs: hourMs, maxDelayMs: hourMs },
+      },
+    }),
+  );
+  const deps = { ...f.workerDeps("w"), engine: { ...f.engine, random: () => 0.99 } };
+  await f.process(deps, await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000));
+  const retry = (await f.dueEntries()).find((d) => d.jobId === job.jobId);
+  if (!retry) throw new Error(`job ${job.jobId} has no due entry after its first run`);
+  return { job, retry };
+}
