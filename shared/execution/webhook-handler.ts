@@ -1,5 +1,6 @@
 import { fetch, type Response } from "undici";
 import { textHead } from "../storage/stored-text.js";
+import { type TimeLimit, timeLimit } from "../time-limit.js";
 import type { WebhookSigningSecrets } from "../webhooks/secrets.js";
 import { webhookSignature } from "../webhooks/secrets.js";
 import { type JobContext, JobError, type JobHandler, RunHandedOver } from "./job-contract.js";
@@ -23,6 +24,8 @@ export interface WebhookSettings extends OutboundOptions {
   readonly apiUrl?: string;
   /** How long a heartbeat extends an async run's lease, told to its target (the deployment's lease). */
   readonly leaseSeconds?: number;
+  /** How deliveries are sent: undici's fetch, unless a test passes one (one that loses its abort). */
+  readonly fetch?: typeof fetch;
 }
 
 /** The headers that hand an async target its run: the token and where to use it. */
@@ -61,6 +64,7 @@ const RETRYABLE_STATUSES = new Set([408, 429]);
 /** The `http` job type: POSTs the payload to the target, signed; connects only where allowed. */
 export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHandler<"http"> {
   const dispatcher = outboundDispatcher(webhook);
+  const send = webhook.fetch ?? fetch;
   return async (ctx) => {
     const target = ctx.target;
     if (!target) throw new JobError("http job has no target", { retryable: false });
@@ -79,16 +83,21 @@ export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHa
       ([name]) => !isSchedulerHeader(name),
     );
     const handOver = target.mode === "async" ? asyncHeaders(webhook, ctx) : {};
-    const timeout = AbortSignal.timeout((target.timeoutSeconds ?? 30) * 1000);
+    const timeoutSeconds = target.timeoutSeconds ?? 30;
+    // The limit ends the wait itself, as well as aborting the request: Node 20's fetch can lose an
+    // abort (see TimeLimit), and a delivery then waited past its timeout, and past the run's
+    // cancel or lost lease, until the worker's own time limit.
+    const limit = timeLimit(timeoutSeconds * 1000, ctx.signal);
     let response: Response;
+    let text: string;
     try {
-      response = await fetch(url, {
+      const sent = send(url, {
         method: "POST",
         body,
         // A redirect is the receiver's answer, not followed: its Location was never vetted.
         redirect: "manual",
         dispatcher,
-        signal: AbortSignal.any([ctx.signal, timeout]),
+        signal: limit.signal,
         headers: {
           ...Object.fromEntries(ownHeaders),
           "Content-Type": "application/json",
@@ -102,28 +111,39 @@ export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHa
           ...handOver,
         },
       });
-    } catch (error) {
-      const refusal = refusalIn(error);
-      if (refusal) throw refusedJobError(refusal);
-      const tooMuch = receivedTooMuchIn(error);
-      const why = tooMuch
-        ? tooMuch.message
-        : timeout.aborted
-          ? `timed out after ${target.timeoutSeconds ?? 30} s`
-          : describe(error);
-      throw new JobError(`POST ${url.origin}${url.pathname}: ${why}`, {
-        retryable: true,
-        cause: error,
+      try {
+        response = await limit.within(sent);
+      } catch (error) {
+        // An answer that comes after all is not read: its connection is closed.
+        if (limit.signal.aborted)
+          void sent.then(
+            (late) => late.body?.cancel(),
+            () => undefined,
+          );
+        const refusal = refusalIn(error);
+        if (refusal) throw refusedJobError(refusal);
+        const tooMuch = receivedTooMuchIn(error);
+        const why = tooMuch
+          ? tooMuch.message
+          : limit.expired
+            ? `timed out after ${timeoutSeconds} s`
+            : describe(error);
+        throw new JobError(`POST ${url.origin}${url.pathname}: ${why}`, {
+          retryable: true,
+          cause: error,
+        });
+      }
+      // A receiver's answer is not stored: only its start is read (see answerStart).
+      text = await answerStart(response, limit).catch((error: unknown) => {
+        // The receiver sent more than a delivery may read (its body's framing, not its body).
+        throw new JobError(`POST ${url.origin}${url.pathname}: ${describe(error)}`, {
+          retryable: true,
+          cause: error,
+        });
       });
+    } finally {
+      limit.end();
     }
-    // A receiver's answer is not stored: only its start is read (see answerStart).
-    const text = await answerStart(response).catch((error: unknown) => {
-      // The receiver sent more than a delivery may read (its body's framing, not its body).
-      throw new JobError(`POST ${url.origin}${url.pathname}: ${describe(error)}`, {
-        retryable: true,
-        cause: error,
-      });
-    });
     // An async target that answers 202 has taken the run over; any other 2xx is its result now.
     if (response.status === 202 && target.mode === "async") return new RunHandedOver();
     if (response.ok) return { status: response.status };
@@ -149,14 +169,14 @@ const MAX_ANSWER_BYTES = 64 * 1024;
  * receiver cannot make the worker, which runs other tenants' runs beside this one, hold an answer
  * of any size. An answer that fails while it is read is what was read of it.
  */
-async function answerStart(response: Response): Promise<string> {
+async function answerStart(response: Response, limit: TimeLimit): Promise<string> {
   if (response.body === null) return "";
   const reader = response.body.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
   try {
     while (size <= MAX_ANSWER_BYTES) {
-      const { done, value } = await reader.read();
+      const { done, value } = await limit.within(reader.read());
       if (done) break;
       chunks.push(value);
       size += value.byteLength;
@@ -166,7 +186,9 @@ async function answerStart(response: Response): Promise<string> {
     // A receiver that sent more than a delivery reads failed it, whatever its status said.
     const tooMuch = receivedTooMuchIn(error);
     if (tooMuch) throw tooMuch;
-    // Aborted (the run's signal or timeout) or reset by the receiver: keep what was read.
+    // Aborted (the run's signal or timeout) or reset by the receiver: keep what was read. A read
+    // the limit gave up on is cancelled, which closes the connection should the abort be lost.
+    if (limit.signal.aborted) void reader.cancel().catch(() => undefined);
   }
   return new TextDecoder().decode(Buffer.concat(chunks).subarray(0, MAX_ANSWER_BYTES));
 }

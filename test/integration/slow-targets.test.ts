@@ -56,7 +56,7 @@ describe("a receiver that answers slowly, within the target's timeout", () => {
       ),
     );
     await vi.waitFor(() => expect(held).toHaveLength(2), { timeout: 10_000 });
-    // undici's timers run on the faked clock; the handler's own timeout is Node's, not faked.
+    // undici's timers run on the faked clock, and so does the handler's own 900 s limit, not reached.
     vi.advanceTimersByTime(310_000);
     // The plain client gave up at its 300 s headers timeout: the faked clock reached undici.
     await vi.waitFor(() => expect(plain.settled).toHaveProperty("error"), { timeout: 10_000 });
