@@ -1,12 +1,15 @@
 import type { Clock } from "../clock.js";
 import { type ConsoleAuth, plainHttpAllowed } from "../console/config.js";
 import type { Logger } from "../observability.js";
+import { timeLimit } from "../time-limit.js";
 
 export interface ConsolePolicyDeps {
   readonly clock: Clock;
   readonly log: Logger;
   /** How long a page waits for the issuer's discovery document; default 3 s. */
   readonly discoveryTimeoutMs?: number;
+  /** How the discovery document is read: fetch, unless a test passes one (one that loses its abort). */
+  readonly fetch?: typeof fetch;
 }
 
 /**
@@ -45,12 +48,13 @@ export function consolePolicy(auth: ConsoleAuth, deps: ConsolePolicyDeps): () =>
   const issuerOrigin = new URL(auth.issuer).origin;
   const withIssuerOnly = policyConnectingTo([issuerOrigin]);
   const timeoutMs = deps.discoveryTimeoutMs ?? DISCOVERY_TIMEOUT_MS;
+  const send = deps.fetch ?? fetch;
 
   // One discovery at a time, shared by the pages that wait for it; kept for the process's life.
   let current: { policy: Promise<string>; retryAt: number } | undefined;
   const discover = () => {
     const attempt = { policy: Promise.resolve(withIssuerOnly), retryAt: Number.POSITIVE_INFINITY };
-    attempt.policy = originsTheBrowserCalls(auth.issuer, timeoutMs).then(
+    attempt.policy = originsTheBrowserCalls(auth.issuer, timeoutMs, send).then(
       (origins) => policyConnectingTo([issuerOrigin, ...origins]),
       (error: unknown) => {
         attempt.retryAt = deps.clock().getTime() + RETRY_DISCOVERY_AFTER_MS;
@@ -82,15 +86,27 @@ function policyConnectingTo(origins: readonly string[]): string {
 }
 
 /** The origins of ENDPOINTS_THE_BROWSER_CALLS, each https (or plain http on loopback). */
-async function originsTheBrowserCalls(issuer: string, timeoutMs: number): Promise<string[]> {
+async function originsTheBrowserCalls(
+  issuer: string,
+  timeoutMs: number,
+  send: typeof fetch,
+): Promise<string[]> {
   // OpenID Connect Discovery appends the well-known path to the issuer, path and all.
   const url = new URL(
     ".well-known/openid-configuration",
     issuer.endsWith("/") ? issuer : `${issuer}/`,
   );
-  const response = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
-  if (!response.ok) throw new Error(`${url.href} answered ${response.status}`);
-  const document: unknown = await response.json();
+  // The limit ends the wait itself, the body's read too, as well as aborting: Node 20's fetch can
+  // lose an abort (see TimeLimit), and every console page then waited on the discovery for good.
+  const limit = timeLimit(timeoutMs);
+  let document: unknown;
+  try {
+    const response = await limit.within(send(url, { signal: limit.signal }));
+    if (!response.ok) throw new Error(`${url.href} answered ${response.status}`);
+    document = await limit.within(response.json());
+  } finally {
+    limit.end();
+  }
   if (typeof document !== "object" || document === null) {
     throw new Error(`${url.href} is not a JSON object`);
   }

@@ -5,6 +5,7 @@ import type { ConsolePolicyDeps } from "../../shared/api/console-policy.js";
 import { consoleRouter } from "../../shared/api/console-router.js";
 import { docsRouter } from "../../shared/api/docs-router.js";
 import { localAuthFromEnv } from "../../shared/api/local-auth.js";
+import { sleep } from "../../shared/clock.js";
 import { consoleAssetsFrom } from "../../shared/console/assets.js";
 import { type ConsoleConfig, parseConsoleAuth } from "../../shared/console/config.js";
 import type { Logger } from "../../shared/observability.js";
@@ -212,6 +213,36 @@ describe("the console page's Content-Security-Policy", () => {
       expect(discoveryRequests).toBe(2);
     },
   );
+});
+
+describe("the console page's Content-Security-Policy, when fetch loses its abort", () => {
+  // Node 20's fetch can lose an abort (the signals AbortSignal.any and a Request make are held
+  // weakly and may be collected first): a discovery waited on so held every console page, for
+  // good, as the discovery is retried only once it has failed. Fetches that ignore their signal:
+  const lost: { what: string; fetch: typeof fetch }[] = [
+    { what: "never answers", fetch: () => new Promise<Response>(() => undefined) },
+    {
+      what: "sends its headers, never its body's end",
+      fetch: async () =>
+        new Response(new ReadableStream({ pull: () => new Promise<void>(() => undefined) }), {
+          status: 200,
+        }),
+    },
+  ];
+  it.each(lost)("the timeout ends the discovery all the same: $what", async ({ fetch }) => {
+    const app = consoleRouter({ assets, config: oidc() }, { ...deps, fetch });
+    const outcome = await Promise.race([
+      connectSrc(app),
+      sleep(3000).then(() => "still waiting after 3000 ms"),
+    ]);
+    expect(outcome).toBe(`'self' ${issuerOrigin}`);
+    expect(warnings).toEqual([
+      expect.objectContaining({
+        message: "console: could not read the issuer's discovery document",
+        fields: expect.objectContaining({ error: "The operation was aborted due to timeout" }),
+      }),
+    ]);
+  });
 });
 
 describe("API reference", () => {
