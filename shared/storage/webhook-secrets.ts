@@ -1,7 +1,11 @@
 import { GetCommand, PutCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
-import { isConditionalCheckFailed } from "./dynamo-errors.js";
+import {
+  failedConditionItem,
+  isConditionalCheckFailed,
+  sentMoreThanOnce,
+} from "./dynamo-errors.js";
 
 /** A tenant's webhook signing secrets as stored: one item per tenant in the webhook secrets table. */
 export interface TenantWebhookSecrets {
@@ -105,7 +109,11 @@ export async function writeFirstWebhookSecrets(
  * version `before` was read at: `ConcurrentUpdateError` when another rotation
  * came first. The one condition also keeps a key's rotation to one: a
  * concurrent rotation with the same key loses it and, reading again, finds
- * its key stored.
+ * its key stored. A write the SDK sent again after its answer was lost (a 500,
+ * a timeout) fails that condition on itself: the item then holds this
+ * rotation's new secret, which no other rotation can have made, and it stands.
+ * Taken for another's, the caller would rotate again, and the secret its
+ * receivers verify with would stop signing at once.
  */
 export async function writeRotatedWebhookSecrets(
   engine: Engine,
@@ -145,6 +153,7 @@ export async function writeRotatedWebhookSecrets(
         Key: webhookSecretKey(before.tenantId),
         UpdateExpression: `SET ${sets.join(", ")}${removes.length > 0 ? ` REMOVE ${removes.join(", ")}` : ""}`,
         ConditionExpression: "version = :read",
+        ReturnValuesOnConditionCheckFailure: "ALL_OLD",
         ExpressionAttributeNames: { "#current": "current" },
         ExpressionAttributeValues: {
           ":current": rotated.current,
@@ -161,6 +170,9 @@ export async function writeRotatedWebhookSecrets(
     );
   } catch (error) {
     if (!isConditionalCheckFailed(error)) throw error;
+    // Only a request sent more than once can have met itself.
+    const stored = sentMoreThanOnce(error) ? failedConditionItem(error) : null;
+    if (stored?.current === rotated.current && stored.version === rotated.version) return;
     throw new ConcurrentUpdateError(
       `the webhook secret of ${before.tenantId} changed since it was read`,
       { cause: error, subject: "webhook secret" },

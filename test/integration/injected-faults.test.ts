@@ -5,6 +5,12 @@ import { cancelRun, createJob, pauseJob, resumeJob, triggerJob } from "../../sha
 import { shardOf } from "../../shared/keys.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import { readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
+import { readWebhookSecrets } from "../../shared/storage/webhook-secrets.js";
+import {
+  rotateWebhookSecret,
+  signingSecrets,
+  tenantWebhookSecrets,
+} from "../../shared/webhooks/secrets.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { type LostAnswerPlan, withLostAnswers, withSqsFaults } from "../support/faults.js";
 
@@ -381,4 +387,43 @@ describe("SQS refusing the reaper's send for one shard", () => {
     const received = await f.nextDelivery(f.engine.queues.normal, second[1], 10_000);
     expect(received.message.jobId).toBe(second[1]);
   });
+});
+
+describe("a webhook secret's rotation applied with its answer lost", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  // Without a key: the caller sent once, so nothing but the write itself can tell its own rotation.
+  it.each([
+    ["without a key", undefined],
+    ["with a key", "lost-rotation"],
+  ])(
+    "%s rotates once: it answers the secret its write made, and the one it replaced still signs",
+    async (_, key) => {
+      const tenantId = `rotates-once-${key ?? "unkeyed"}`;
+      const before = await tenantWebhookSecrets(f.engine, tenantId);
+      const lossy = withLostAnswers(f.engine, {
+        operation: "UpdateItem",
+        times: 1,
+        match: (input) => input.TableName === f.engine.tables.webhookSecrets,
+      });
+      let answered: string;
+      try {
+        answered = (await rotateWebhookSecret(lossy.engine, tenantId, key)).current;
+      } finally {
+        lossy.destroy();
+      }
+      expect(lossy.injected.count).toBe(1);
+      const stored = await readWebhookSecrets(f.engine, tenantId);
+      expect(stored?.current).toBe(answered);
+      expect(stored?.version).toBe(before.version + 1);
+      expect(signingSecrets(stored ?? before, f.engine.clock())).toEqual([
+        answered,
+        before.current,
+      ]);
+    },
+  );
 });
