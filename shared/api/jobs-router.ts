@@ -10,7 +10,7 @@ import {
   resumeJob,
   triggerJobWithKey,
 } from "../jobs/index.js";
-import { jobAsItStands } from "../jobs/queries.js";
+import { committedJobAsItStands, jobAsItStands } from "../jobs/queries.js";
 import type { JobStatus } from "../model.js";
 import { ValidationError } from "../validation.js";
 import { noBody, optionalBody } from "./body.js";
@@ -239,7 +239,7 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
           );
     c.header("Location", `/jobs/${job.jobId}`);
     setJobHeaders(c, job);
-    const shown = jobDto(await jobAsItStands(engine, job));
+    const shown = jobDto(await committedJobAsItStands(engine, job));
     return created ? c.json(shown, 201) : c.json(shown, 200);
   });
 
@@ -275,7 +275,7 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
     );
     const edited = await editJob(engine, tenantOf(c), id, expected, changes);
     setJobHeaders(c, edited);
-    return c.json(jobDto(await jobAsItStands(engine, edited)), 200);
+    return c.json(jobDto(await committedJobAsItStands(engine, edited)), 200);
   });
 
   for (const [route, change] of lifecycle) {
@@ -284,7 +284,7 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
       await jobOf(engine, c, id);
       const job = await change(engine, tenantOf(c), id);
       setJobHeaders(c, job);
-      return c.json(jobDto(await jobAsItStands(engine, job)), 200);
+      return c.json(jobDto(await committedJobAsItStands(engine, job)), 200);
     });
   }
 
@@ -294,7 +294,7 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
     await jobOf(engine, c, id);
     const job = await pauseJob(engine, tenantOf(c), id, running ? { running } : {});
     setJobHeaders(c, job);
-    return c.json(jobDto(await jobAsItStands(engine, job)), 200);
+    return c.json(jobDto(await committedJobAsItStands(engine, job)), 200);
   });
 
   router.openapi(deleteJobRoute, async (c) => {

@@ -1,6 +1,6 @@
 import { dispatchAfterCommit, dispatchNow } from "../dispatch/fast-path.js";
 import type { Engine } from "../engine.js";
-import { IllegalTransitionError, VersionMismatchError } from "../errors.js";
+import { IllegalTransitionError, SchedulerError, VersionMismatchError } from "../errors.js";
 import {
   catchUpCountOf,
   type DueEntry,
@@ -103,9 +103,14 @@ async function editPlanned(
   expectedVersion: number,
   changes: JobChanges,
 ): Promise<Job> {
-  const { entry: moved, links: committed } = await withJob<{
+  const {
+    entry: moved,
+    links: committed,
+    written,
+  } = await withJob<{
     entry: DueEntry | null;
     links: DependentLinks | null;
+    written: Job;
   }>(engine, tenantId, jobId, async (read, now) => {
     const checked = (job: Job) => {
       if (job.version !== expectedVersion)
@@ -190,14 +195,39 @@ async function editPlanned(
           if (refusedUnwritten(error)) await giveBackJobQuotas(engine, reservation);
           throw error;
         }
-        return { entry, links };
+        const written: Job = {
+          ...edited,
+          nextRunAt: next?.toISOString() ?? null,
+          nextDueKey: entry?.key ?? null,
+          ...(completes ? { status: "COMPLETED" } : {}),
+        };
+        return { entry, links, written };
       },
     };
   });
   await detachAfterEdit(engine, jobId, committed);
   await dispatchAfterCommit(engine, moved, "edit");
-  // A new schedule or end may put the job's next admission off: its ended runs are recorded now.
-  return recordRunsEndedBy(engine, await getTenantJob(engine, tenantId, jobId));
+  return jobAfterEdit(engine, tenantId, written);
+}
+
+/**
+ * The committed edit as it stands, read again (the fast path may have claimed since), with the
+ * ended runs a new schedule or end may leave to a later admission recorded now. The edit stands,
+ * so storage failing here (throttled, a timeout) is logged, not answered: the caller would send
+ * the edit again and meet its own version (412). The answer is then the job as written, its
+ * ended runs left to its next admission.
+ */
+async function jobAfterEdit(engine: Engine, tenantId: string, written: Job): Promise<Job> {
+  try {
+    return await recordRunsEndedBy(engine, await getTenantJob(engine, tenantId, written.jobId));
+  } catch (error) {
+    if (error instanceof SchedulerError) throw error;
+    engine.obs.log.warn("could not read an edited job again; answering it as written", {
+      jobId: written.jobId,
+      error: String(error),
+    });
+    return written;
+  }
 }
 
 /**

@@ -106,6 +106,25 @@ export async function jobAsItStands(engine: Engine, job: Job): Promise<Job> {
   return listed?.job ?? job;
 }
 
+/**
+ * A job a write has just committed (a create, an edit, a pause, resume or cancel), as a reader
+ * sees it (`jobAsItStands`). The write stands, so storage failing this read (throttled, a timeout)
+ * answers the job as the write left it rather than an error: a caller told its write failed sends
+ * it again, and an edit sent again at the version it read meets its own (412), a create without a
+ * key makes a second job. Its runs under way then show as the job lists them.
+ */
+export async function committedJobAsItStands(engine: Engine, job: Job): Promise<Job> {
+  try {
+    return await jobAsItStands(engine, job);
+  } catch (error) {
+    engine.obs.log.warn("could not read a changed job's runs under way; answering it as written", {
+      jobId: job.jobId,
+      error: String(error),
+    });
+    return job;
+  }
+}
+
 /** What a runs listing reads: an occurrence range and statuses. */
 export interface RunFilter {
   /** The earliest occurrence, inclusive. */

@@ -1,9 +1,11 @@
+import { ProvisionedThroughputExceededException } from "@aws-sdk/client-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { createJob, editJob, pauseJob, resumeJob, triggerJob } from "../../shared/jobs/index.js";
 import { METRICS } from "../../shared/observability.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { tableOf, withFaults } from "../support/faults.js";
+import { createTestClients } from "../support/namespace.js";
 
 const SECOND = 1000;
 const HOUR = 3_600_000;
@@ -75,6 +77,48 @@ describe("a write that has committed is answered as done, whatever its fast path
     expect(f.metrics.sum(METRICS.fastPathFailures, { operation: "edit" }) - before).toBe(1);
     expect((await f.dueEntries()).filter((d) => d.jobId === job.jobId)).toHaveLength(1);
     expect(await runsAfterPass(job.jobId)).toEqual(["QUEUED"]);
+  });
+
+  it("edit: its job's read after the commit throttled past the retries answers with the edited job, not a 503 whose repeat is a 412", async () => {
+    const { job } = await createJob(f.engine, testJob({ schedule: laterEvery() }));
+    // Every read of the job fails once the edit's transaction (the one that moves its version)
+    // has committed: storage throttled from then on.
+    const clients = createTestClients();
+    let committed = false;
+    let refused = 0;
+    clients.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const input = args.input as Input;
+        const command = context.commandName ?? "";
+        const readsTheJob =
+          command.startsWith("GetItem") &&
+          (input.Key as { pk?: unknown } | undefined)?.pk === `JOB#${job.jobId}`;
+        if (committed && readsTheJob) {
+          refused++;
+          throw new ProvisionedThroughputExceededException({
+            message: "The level of configured provisioned throughput for the table was exceeded",
+            $metadata: { httpStatusCode: 400 },
+          });
+        }
+        const result = await next(args);
+        if (
+          command.startsWith("TransactWriteItems") &&
+          JSON.stringify(input).includes("version = version + :one")
+        )
+          committed = true;
+        return result;
+      },
+      { step: "initialize", name: "throttleJobReadsAfterTheEdit" },
+    );
+    try {
+      const edited = await editJob({ ...f.engine, doc: clients.doc }, job.tenantId, job.jobId, 1, {
+        name: "renamed",
+      });
+      expect(refused).toBeGreaterThan(0);
+      expect(edited).toMatchObject({ version: 2, name: "renamed" });
+    } finally {
+      clients.destroy();
+    }
   });
 
   it("resume: a fast-path claim that fails answers with the resumed job; the next pass claims it", async () => {
