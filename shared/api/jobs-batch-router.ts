@@ -6,7 +6,7 @@ import {
   repeatedKeyError,
 } from "../jobs/create-batch.js";
 import { idempotentCreate } from "../jobs/index.js";
-import { jobsAsTheyStand } from "../jobs/queries.js";
+import { committedJobsAsTheyStand } from "../jobs/queries.js";
 import type { Job } from "../model.js";
 import { BODY_OVERHEAD_BYTES, jsonBody } from "./body.js";
 import { newJobOrRepeat } from "./create-repeat.js";
@@ -175,7 +175,7 @@ export function jobsBatchRouter({ engine, jobTypes }: RouterDeps) {
       ...repeated.map((r) => r.job),
     ];
     const standing = new Map(
-      (await jobsAsTheyStand(engine, repeats)).map((job) => [job.jobId, job]),
+      (await committedJobsAsTheyStand(engine, repeats)).map((job) => [job.jobId, job]),
     );
     valid.forEach(({ index }, i) => {
       const outcome = outcomes[i];

@@ -97,7 +97,7 @@ export async function listJobs(
  * lastRun to be brought up to it later, so the runs the jobs list are read
  * with them (one request for all, none when none is listed; job-runs.ts).
  */
-export async function jobsAsTheyStand(engine: Engine, jobs: readonly Job[]): Promise<Job[]> {
+async function jobsAsTheyStand(engine: Engine, jobs: readonly Job[]): Promise<Job[]> {
   return (await readListedRuns(engine, jobs)).map((listed) => listed.job);
 }
 
@@ -107,22 +107,32 @@ export async function jobAsItStands(engine: Engine, job: Job): Promise<Job> {
 }
 
 /**
- * A job a write has just committed (a create, an edit, a pause, resume or cancel), as a reader
- * sees it (`jobAsItStands`). The write stands, so storage failing this read (throttled, a timeout)
- * answers the job as the write left it rather than an error: a caller told its write failed sends
- * it again, and an edit sent again at the version it read meets its own (412), a create without a
- * key makes a second job. Its runs under way then show as the job lists them.
+ * Jobs a request has just written or answers beside what it wrote (a create, a batch's jobs, an
+ * edit, a pause, resume or cancel), as a reader sees them (`jobsAsTheyStand`). The writes stand,
+ * so storage failing this read (throttled, a timeout) answers the jobs as written rather than an
+ * error: a caller told its request failed sends it again, and an edit sent again at the version it
+ * read meets its own (412), a create or a batch's job without a key is made twice. Their runs under
+ * way then show as the jobs list them.
  */
-export async function committedJobAsItStands(engine: Engine, job: Job): Promise<Job> {
+export async function committedJobsAsTheyStand(
+  engine: Engine,
+  jobs: readonly Job[],
+): Promise<Job[]> {
   try {
-    return await jobAsItStands(engine, job);
+    return await jobsAsTheyStand(engine, jobs);
   } catch (error) {
-    engine.obs.log.warn("could not read a changed job's runs under way; answering it as written", {
-      jobId: job.jobId,
+    engine.obs.log.warn("could not read written jobs' runs under way; answering them as written", {
+      jobIds: jobs.map((job) => job.jobId),
       error: String(error),
     });
-    return job;
+    return [...jobs];
   }
+}
+
+/** One job a request has just written, as `committedJobsAsTheyStand` answers it. */
+export async function committedJobAsItStands(engine: Engine, job: Job): Promise<Job> {
+  const [standing] = await committedJobsAsTheyStand(engine, [job]);
+  return standing ?? job;
 }
 
 /** What a runs listing reads: an occurrence range and statuses. */
