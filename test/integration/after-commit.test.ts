@@ -1,6 +1,7 @@
 import { ProvisionedThroughputExceededException } from "@aws-sdk/client-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
+import { VersionMismatchError } from "../../shared/errors.js";
 import { createJob, editJob, pauseJob, resumeJob, triggerJob } from "../../shared/jobs/index.js";
 import { METRICS } from "../../shared/observability.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
@@ -119,6 +120,10 @@ describe("a write that has committed is answered as done, whatever its fast path
     } finally {
       clients.destroy();
     }
+    // What a caller told to try again would have met: its own version.
+    await expect(
+      editJob(f.engine, job.tenantId, job.jobId, 1, { name: "renamed" }),
+    ).rejects.toBeInstanceOf(VersionMismatchError);
   });
 
   it("resume: a fast-path claim that fails answers with the resumed job; the next pass claims it", async () => {
