@@ -111,6 +111,11 @@ export interface EngineSettings {
    * usage instead of recounting again (shared/quotas/usage.ts).
    */
   readonly quotaRecountMs: number;
+  /**
+   * The pages of a tenant's jobs (100 each) one request reads of a recount before it records where
+   * it stopped and answers busy, for the next to go on (shared/quotas/recount.ts).
+   */
+  readonly quotaRecountPages: number;
 }
 
 /** The longest job timeout accepted at all: Lambda's own ceiling. */
@@ -151,6 +156,8 @@ export const DEFAULT_SETTINGS: EngineSettings = {
   quotas: DEFAULT_QUOTAS,
   quotaCacheMs: 10_000,
   quotaRecountMs: 5_000,
+  // 5,000 jobs: about 100 requests one after another, 2 s on DynamoDB Local, well inside 29 s.
+  quotaRecountPages: 50,
 };
 
 /** The starvation guard's default: low priority keeps 10 % of the workers while high is saturated. */
@@ -252,6 +259,7 @@ export function loadSettings(env: Env = process.env): EngineSettings {
     quotas: quotasFrom(env),
     quotaCacheMs: DEFAULT_SETTINGS.quotaCacheMs,
     quotaRecountMs: DEFAULT_SETTINGS.quotaRecountMs,
+    quotaRecountPages: DEFAULT_SETTINGS.quotaRecountPages,
   };
 }
 

@@ -27,7 +27,7 @@ export interface ErrorContexts {
   /** A dead-letter replay of a run that is not dead, or was replayed already (HTTP 409). */
   readonly not_replayable: { readonly runId: string; readonly why: string };
   /** Another writer kept changing the item between our read and our conditional write (HTTP 503). */
-  readonly concurrent_update: { readonly subject: "job" | "webhook secret" };
+  readonly concurrent_update: { readonly subject: "job" | "webhook secret" | "quota recount" };
   /**
    * A write conditioned on our fence failed: another worker or dispatcher owns the run or shard
    * now, or the run ended without this worker (`found`: the run as the failed write found it).

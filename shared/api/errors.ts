@@ -1,5 +1,6 @@
 import { HTTPException } from "hono/http-exception";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
+import { DEFAULT_SETTINGS } from "../config.js";
 import {
   type ErrorContexts,
   type FieldIssue,
@@ -107,6 +108,14 @@ const BUSY = {
   "webhook secret": answer(503, "busy", "the webhook secret is being rotated by another request", {
     headers: { "Retry-After": "1" },
   }),
+  // A recount goes on in the next request over a quota that may recount: one in 5 s
+  // (DEFAULT_SETTINGS.quotaRecountMs); sooner, the request is refused from the stored usage.
+  "quota recount": answer(
+    503,
+    "busy",
+    "this tenant's quota usage is being recounted, part by part; try again to go on with it",
+    { headers: { "Retry-After": String(Math.ceil(DEFAULT_SETTINGS.quotaRecountMs / 1000)) } },
+  ),
 } as const;
 
 /**
@@ -136,7 +145,7 @@ const THROTTLED = answer(503, "busy", BUSY.job.body.error.message, {
  * that throttled the request, or a read's storage that did not answer in time, is one.
  */
 export function isBusyAnswer(reply: HttpAnswer): boolean {
-  return reply === BUSY.job || reply === BUSY["webhook secret"];
+  return Object.values(BUSY).some((busy) => busy === reply);
 }
 
 const INTERNAL = answer(500, "internal", "internal error");

@@ -94,14 +94,16 @@ export const timesRuns = (measure: number, runs: number): number => saturated(me
 
 /**
  * The tenant's jobs above `upstreams` (theirs, and theirs in turn), by id, read consistently one
- * level at a time. Another tenant's job is left out (it counts 0).
+ * level at a time, added to `known` (jobs already read, which are not read again). Another
+ * tenant's job is left out (it counts 0).
  */
 export function readJobsAbove(
   engine: Engine,
   tenantId: string,
   upstreams: readonly string[],
+  known: Map<string, Job> = new Map(),
 ): Promise<Map<string, Job>> {
-  return readJobsReachable(engine, tenantId, new Map(), upstreams, (job) =>
+  return readJobsReachable(engine, tenantId, known, upstreams, (job) =>
     isAfterSchedule(job.schedule) ? job.schedule.after.jobs : [],
   );
 }
@@ -129,7 +131,7 @@ async function readJobsReachable(
   start: readonly string[],
   next: (job: Job) => Iterable<string>,
 ): Promise<Map<string, Job>> {
-  let frontier = [...new Set(start)];
+  let frontier = [...new Set(start)].filter((id) => !found.has(id));
   while (frontier.length > 0) {
     const reached = new Set<string>();
     for (const job of await getJobs(engine, frontier, { consistent: true })) {

@@ -8,7 +8,6 @@ import {
   isContention,
   isTransactionInProgress,
 } from "../storage/dynamo-errors.js";
-import { getJobs, tenantJobIds } from "../storage/job-queries.js";
 import { giveBackUsage } from "../storage/quota-give-back.js";
 import { claimRecount } from "../storage/quota-recount.js";
 import {
@@ -22,7 +21,8 @@ import {
 import { ConditionsFailedError } from "../storage/transaction.js";
 import { assertPriorityAllowed, effectiveQuotas, QuotaExceededError } from "./limits.js";
 import { cachedQuotaOverride } from "./override-cache.js";
-import { isCounted, readJobsAbove, runsPerMinuteMeasure } from "./run-measure.js";
+import { countUsage, recountBudget } from "./recount.js";
+import { readJobsAbove, runsPerMinuteMeasure } from "./run-measure.js";
 import { type RunsBelow, runsBelow } from "./runs-below.js";
 
 /** What a create or an edit adds to the tenant's jobs. */
@@ -95,6 +95,7 @@ export async function reserveJobQuotas(
     overQuota(usage, add, quotas, { isEdit: share.replaces !== undefined, atLeast }, field);
   // This request's recount claim, kept to recount again when its write loses to another's.
   let held: string | undefined;
+  const budget = recountBudget(engine);
   for (let round = 1; ; round++) {
     const quotas = effectiveQuotas(
       engine.settings.quotas,
@@ -131,7 +132,7 @@ export async function reserveJobQuotas(
     }
     const seen = claim.seen;
     held = claim.claim;
-    const counted = await countUsage(engine, tenantId, now);
+    const counted = await countUsage(engine, tenantId, now, seen, budget);
     if (below !== null) checkedAgainst(counted);
     const over = overBy(counted, quotas);
     if (over) {
@@ -220,6 +221,7 @@ export async function reserveBatchQuotas(
   }));
   let candidates = shares.map((_, i) => i);
   let held: string | undefined;
+  const budget = recountBudget(engine);
   for (let round = 1; ; round++) {
     const quotas = effectiveQuotas(
       engine.settings.quotas,
@@ -245,7 +247,9 @@ export async function reserveBatchQuotas(
     const claim = await claimRecount(engine, tenantId, now, engine.settings.quotaRecountMs, held);
     if (claim.recount) held = claim.claim;
     // Recounted moments ago: the jobs are let in from the stored usage, an upper bound.
-    const counted = claim.recount ? await countUsage(engine, tenantId, now) : claim.stored;
+    const counted = claim.recount
+      ? await countUsage(engine, tenantId, now, claim.seen, budget)
+      : claim.stored;
     let running = counted;
     candidates = candidates.filter((i) => {
       const add = adds[i] ?? ZERO;
@@ -359,26 +363,4 @@ function overQuota(
     );
   }
   return null;
-}
-
-/**
- * The tenant's usage as its jobs stand: those not ended (ACTIVE or PAUSED) and the sum of their
- * measures among them (run-measure.ts), as the reservations count them.
- */
-async function countUsage(engine: Engine, tenantId: string, now: Date): Promise<QuotaUsage> {
-  const counted = new Map<string, Job>();
-  let cursor: Record<string, unknown> | undefined;
-  do {
-    const page = await tenantJobIds(engine, tenantId, { limit: 100, startKey: cursor });
-    for (const job of await getJobs(engine, page.items)) {
-      if (job.tenantId === tenantId && isCounted(job)) counted.set(job.jobId, job);
-    }
-    cursor = page.lastKey;
-  } while (cursor !== undefined);
-  const measure = runsPerMinuteMeasure(counted, now);
-  let runsPerMinute = 0;
-  for (const job of counted.values()) {
-    runsPerMinute = Math.min(runsPerMinute + measure(job.schedule), Number.MAX_SAFE_INTEGER);
-  }
-  return { activeJobs: counted.size, runsPerMinute };
 }

@@ -113,6 +113,12 @@ describe("httpAnswerOf: the one mapping from an error to its HTTP answer", () =>
       code: "busy",
       headers: { "Retry-After": "1" },
     });
+    // A recount goes on in the next request that may recount: one a recount interval (5 s) on.
+    expect(answer(new ConcurrentUpdateError("x", { subject: "quota recount" }))).toEqual({
+      status: 503,
+      code: "busy",
+      headers: { "Retry-After": "5" },
+    });
     expect(answer(new ValidationError([{ field: "a", message: "bad" }])).status).toBe(400);
   });
 
