@@ -1,0 +1,104 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { offsetClock } from "../../shared/clock.js";
+import { reap } from "../../shared/dispatch/reaper.js";
+import type { Engine } from "../../shared/engine.js";
+import { processRun } from "../../shared/execution/worker.js";
+import { cancelJob, createJob, deleteJob, pauseJob } from "../../shared/jobs/index.js";
+import { getJob } from "../../shared/storage/run-reads.js";
+import {
+  createEngineFixture,
+  deliveryOfRun,
+  type EngineFixture,
+  engineAt,
+  testJob,
+} from "../support/engine-fixture.js";
+import { createTestClients } from "../support/namespace.js";
+
+const TENANT = "tenant-a";
+const MINUTE = 60_000;
+
+/** What an API request's Lambda does when it is killed (its timeout, a crash): it stops. */
+class Killed extends Error {}
+
+/**
+ * An engine like `base` whose DynamoDB client dies (as a Lambda killed at its timeout does) at its
+ * first request to the runs table after the job's write that says CANCELLED.
+ */
+function killedAfterCancelCommit(base: Engine) {
+  const clients = createTestClients();
+  let committed = false;
+  clients.doc.middlewareStack.add(
+    (next, context) => async (args) => {
+      const input = JSON.stringify(args.input);
+      if (committed && input.includes(base.tables.runs))
+        throw new Killed(`killed at ${context.commandName ?? "a request"}`);
+      const result = await next(args);
+      if (input.includes(base.tables.jobs) && input.includes("CANCELLED")) committed = true;
+      return result;
+    },
+    { step: "initialize", name: "killAfterCommit" },
+  );
+  return { engine: { ...base, doc: clients.doc }, destroy: () => clients.destroy() };
+}
+
+/**
+ * docs/architecture.md "Known limits": a paused job's parked runs have no message, no reaper
+ * deadline and no TTL, and a cancel (or delete) ends them after its commit. One killed in between
+ * (its timeout: a cancel of 2,000 parked runs is 4,000 requests; a crash) left them QUEUED for a
+ * repeat; unrepeated, nothing looked at them again, and they stayed in the job's history, QUEUED,
+ * for good. The cancel now gives each its reaper deadline back before its commit, as a resume does:
+ * the reaper re-sends what a dead cancel left, and the worker ends it CANCELLED for its job's sake.
+ */
+describe("a cancel killed between its commit and its parked runs' endings", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  const runsOf = async (jobId: string) => (await f.runs()).filter((r) => r.jobId === jobId);
+
+  for (const action of ["cancel", "delete"] as const)
+    it(`${action}: the reaper re-sends the parked run it left QUEUED, and its worker ends it CANCELLED`, async () => {
+      const runAt = new Date(Date.now() + MINUTE);
+      const { job } = await createJob(
+        f.engine,
+        testJob({ tenantId: TENANT, schedule: { runAt: runAt.toISOString() } }),
+      );
+      const [claimed] = await runsOf(job.jobId);
+      if (!claimed) throw new Error("not claimed at create");
+      await pauseJob(f.engine, TENANT, job.jobId);
+      // Its worker parks it: no message left, no reaper deadline.
+      await processRun(
+        { ...f.workerDeps("w"), engine: { ...f.engine, clock: offsetClock(MINUTE) } },
+        deliveryOfRun(f.engine, claimed),
+      );
+      expect((await runsOf(job.jobId))[0]?.reason).toBe("waiting: job paused");
+
+      const cancelAt = runAt.getTime() + 60 * MINUTE;
+      const killing = killedAfterCancelCommit(engineAt(f.engine, cancelAt));
+      try {
+        const request =
+          action === "cancel"
+            ? cancelJob(killing.engine, TENANT, job.jobId)
+            : deleteJob(killing.engine, TENANT, job.jobId);
+        await expect(request).rejects.toBeInstanceOf(Killed);
+      } finally {
+        killing.destroy();
+      }
+      expect((await getJob(f.engine, job.jobId))?.status).toBe("CANCELLED");
+      expect((await runsOf(job.jobId)).map((r) => r.status)).toEqual(["QUEUED"]);
+
+      // Nobody repeats it. The reaper, past the run's deadline, re-sends it.
+      const reapAt = cancelAt + f.engine.settings.leaseMs + MINUTE;
+      const { resent } = await reap(engineAt(f.engine, reapAt));
+      expect(resent).toBe(1);
+      const [left] = await runsOf(job.jobId);
+      if (!left) throw new Error("run gone");
+      await processRun(
+        { ...f.workerDeps("w"), engine: engineAt(f.engine, reapAt) },
+        deliveryOfRun(f.engine, left),
+      );
+      expect((await runsOf(job.jobId)).map((r) => r.status)).toEqual(["CANCELLED"]);
+    }, 30_000);
+});
