@@ -5,6 +5,7 @@ import type { DueEntry, Job, Run, RunTrigger, TriggerFanOut } from "../model.js"
 import { sendRuns } from "../queue/work-queue.js";
 import { isAfterSchedule } from "../schedule/index.js";
 import { recordShardCount } from "../shard-count.js";
+import { detachFromUpstream } from "../storage/dependents.js";
 import { runMessageOf } from "../storage/items.js";
 import { getJob } from "../storage/run-reads.js";
 import { queuedRun, skippedRun } from "../storage/runs.js";
@@ -27,7 +28,8 @@ export interface FanOutResult {
 /**
  * Fans a `trigger` entry out to its dependents: each dependent still `after` the upstream with an
  * `on` that matches gets one run (QUEUED, or SKIPPED while it is paused; a cancelled, completed or
- * deleted dependent gets nothing), then the entry goes. An upstream job cancelled or deleted
+ * deleted dependent gets nothing, and a cancelled or gone one is taken out of the upstream's
+ * `dependents`, where a cancel killed before its unlink left it), then the entry goes. An upstream job cancelled or deleted
  * before a dependent's run is written triggers nothing (each write checks it), even when its run
  * ended before the cancel reached it. Safe to repeat, and to run twice at once
  * (the worker right after the ending and a dispatcher pass): each dependent's run is written with
@@ -92,7 +94,13 @@ async function triggerDependent(
 ): Promise<Run | null> {
   for (let read = 0; read < JOB_CHANGE_ATTEMPTS; read++) {
     const dependent = await getJob(engine, dependentId);
-    if (dependent === null || !wantsTrigger(dependent, entry, fanOut)) return null;
+    if (dependent === null || dependent.status === "CANCELLED") {
+      // A cancel or delete takes its job out of its upstreams' dependents after its commit; one
+      // killed in between left it listed, for good unless repeated: the fan-out takes it out.
+      await detachFromUpstream(engine, entry.jobId, dependentId);
+      return null;
+    }
+    if (!wantsTrigger(dependent, entry, fanOut)) return null;
     const now = engine.clock();
     for (let offset = 0; offset < KEY_ATTEMPTS; offset++) {
       const at = new Date(now.getTime() + offset);

@@ -101,4 +101,36 @@ describe("a cancel killed between its commit and its parked runs' endings", () =
       );
       expect((await runsOf(job.jobId)).map((r) => r.status)).toEqual(["CANCELLED"]);
     }, 30_000);
+
+  it("cancel of an after job: the upstream's next fan-out takes out the dependent it left listed", async () => {
+    const { job: upstream } = await createJob(
+      f.engine,
+      testJob({ tenantId: TENANT, schedule: { runAt: new Date().toISOString() } }),
+    );
+    const { job: dependent } = await createJob(
+      f.engine,
+      testJob({
+        tenantId: TENANT,
+        schedule: { after: { jobs: [upstream.jobId], on: "completion" } },
+      }),
+    );
+    const killing = killedAfterCancelCommit(f.engine);
+    try {
+      await expect(cancelJob(killing.engine, TENANT, dependent.jobId)).rejects.toBeInstanceOf(
+        Killed,
+      );
+    } finally {
+      killing.destroy();
+    }
+    expect((await getJob(f.engine, dependent.jobId))?.status).toBe("CANCELLED");
+    // Killed before its unlink: the upstream still lists it (its fan-out passes over it, and it
+    // takes one of the upstream's 1,000 places) until a repeat of the cancel.
+    expect((await getJob(f.engine, upstream.jobId))?.dependents).toContain(dependent.jobId);
+
+    // Nobody repeats it. The upstream's run ends, and its fan-out meets the cancelled dependent.
+    const received = await f.nextDelivery(f.engine.queues.normal, upstream.jobId);
+    expect(await f.process(f.workerDeps("w"), received)).toBe("ack");
+    expect((await getJob(f.engine, upstream.jobId))?.dependents).not.toContain(dependent.jobId);
+    expect(await runsOf(dependent.jobId)).toEqual([]);
+  }, 30_000);
 });
