@@ -156,8 +156,10 @@ export const DEFAULT_SETTINGS: EngineSettings = {
   quotas: DEFAULT_QUOTAS,
   quotaCacheMs: 10_000,
   quotaRecountMs: 5_000,
-  // 5,000 jobs: about 100 requests one after another, 2 s on DynamoDB Local, well inside 29 s.
-  quotaRecountPages: 50,
+  // 50,000 jobs (a one-off a minute kept 30 days): about 1,000 requests one after another, some
+  // 5-10 s on AWS, so that a tenant's recount is one request unless it is very large, since parts
+  // start afresh whenever the usage changes between them.
+  quotaRecountPages: 500,
 };
 
 /** The starvation guard's default: low priority keeps 10 % of the workers while high is saturated. */

@@ -19,7 +19,7 @@ const PAGE_SIZE = 100;
  * How long one request reads a recount's pages, whatever their number: pages of large jobs (a
  * 64 KiB payload each) take longer, and the API's function ends at 29 s.
  */
-const RECOUNT_TIME_MS = 10_000;
+const RECOUNT_TIME_MS = 15_000;
 /**
  * A recount's progress older than this is started afresh: jobs it counted long ago may have ended
  * since (counted still: an upper bound, which the next recount corrects).
@@ -47,10 +47,10 @@ const capped = (n: number): number => Math.min(n, Number.MAX_SAFE_INTEGER);
 
 /**
  * What a measure reads of a job (its schedule, status and tenant), its large parts (payload,
- * runs, dependents) left out: a part keeps every job it read, up to 5,000, for the measures of the
- * `after` jobs among them, within the API function's 512 MB.
+ * target, runs, dependents) left out: a part keeps every job it read, up to 50,000, for the
+ * measures of the `after` jobs among them, within the API function's 512 MB.
  */
-const measuredPart = (job: Job): Job => ({
+const measuredPart = ({ target: _target, ...job }: Job): Job => ({
   ...job,
   payload: null,
   activeRuns: {},
