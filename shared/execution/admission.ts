@@ -2,7 +2,12 @@ import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError, JobNotFoundError } from "../errors.js";
 import type { Job, Run } from "../model.js";
 import { decideOverlap, type OverlapDecision } from "../policies.js";
-import { type AdmissionChange, recordAdmission, startOwedElsewhere } from "../storage/admission.js";
+import {
+  type AdmissionChange,
+  MAX_LISTED_RUNS,
+  recordAdmission,
+  startOwedElsewhere,
+} from "../storage/admission.js";
 import { readListedRuns } from "../storage/job-runs.js";
 import { getJob } from "../storage/run-reads.js";
 
@@ -24,6 +29,20 @@ type Admission =
   | { readonly decision: { readonly action: "held elsewhere" }; readonly job: Job };
 
 const MAX_ADMISSION_ATTEMPTS = 8;
+
+/**
+ * The runs that count as under way for `runId`'s overlap decision: those under a live lease; every
+ * listed one when the job lists its most runs (MAX_LISTED_RUNS) and not this one, which would
+ * add to the list. Runs whose lease lapsed without their ending (a worker died, a long-job target
+ * went quiet) then hold the job's next runs back as running runs do, so the list, on the job's
+ * item, stays within DynamoDB's 400 KB; each one that ends frees its place at the next read.
+ */
+function underWayFor(job: Job, runId: string, now: Date): string[] {
+  const listed = Object.keys(job.activeRuns);
+  return listed.length >= MAX_LISTED_RUNS && job.activeRuns[runId] === undefined
+    ? listed
+    : liveRunIds(job, now);
+}
 
 function liveRunIds(job: Job, now: Date): string[] {
   const nowIso = now.toISOString();
@@ -77,7 +96,7 @@ export async function admitRun(
     // ended ones, for lastRun. Otherwise it reads every listed run, to count only those still
     // under way. Under buffer_one, a first attempt that finds another run in the waiting place
     // reads it too: while it waits still, it goes first.
-    const byLease = liveRunIds(job, now);
+    const byLease = underWayFor(job, runId, now);
     const startsAnyway =
       decideOverlap({
         policy: job.policies.overlap,
@@ -106,7 +125,7 @@ export async function admitRun(
     };
     // A lapsed entry whose run has not ended (its worker died, or shut down mid-run) stays: the
     // run's own admission, when it comes back, reads it there and waits rather than be skipped.
-    const live = liveRunIds(view, now);
+    const live = underWayFor(view, runId, now);
     // The marked rerun waits still, or its mark is stale (its run ended unadmitted: cancelled,
     // dead) and is dropped by this admission's write.
     const rerunWaiting = listed?.rerunWaiting ?? null;

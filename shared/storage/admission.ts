@@ -17,6 +17,17 @@ import { decodeJob, jobKey } from "./items.js";
  * `activeRevision`, which serialises admissions of one job.
  */
 
+/**
+ * The most runs a job lists in `activeRuns`. The list lives on the job's item, which DynamoDB holds
+ * to 400 KB: about 75 bytes a run, 200 take 15 KB beside the parked runs' 150 KB (run-park.ts), the
+ * largest definition the API accepts and 1,000 dependents. Runs under a live lease are at most
+ * maxConcurrent (100 at most); a run whose lease lapsed stays listed until it ends (its own
+ * admission reads it there when it comes back), and a long-job target that takes runs over and
+ * goes quiet leaves each so for up to its timeout (24 h). A run not listed that finds the list
+ * full meets its overlap policy as if those runs were under way (shared/execution/admission.ts).
+ */
+export const MAX_LISTED_RUNS = 200;
+
 /** No other admission (or ending) changed the job since the caller read it. */
 const REVISION_UNCHANGED = "activeRevision = :revision";
 /** The run is still listed as active: a heartbeat does not bring back an entry that went. */

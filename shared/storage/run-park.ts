@@ -13,8 +13,9 @@ const PAUSED_REASON = "waiting: job paused";
  * The most runs a paused job lists for its resume. The list lives on the job's item, which
  * DynamoDB holds to 400 KB: about 75 bytes a run, 2,000 take 150 KB, which leaves room for the
  * largest definition the API accepts (a 64 KiB payload, target headers filling an edit's 80 KiB
- * body), 1,000 dependents and 100 runs under way. Runs keep coming up while a job is paused (its
- * queued occurrences, retries, replays of its dead letters); unbounded, the list filled the item,
+ * body), 1,000 dependents and the 200 runs it lists as under way (admission.ts). Runs keep coming
+ * up while a job is paused (its queued occurrences, retries, replays of its dead letters);
+ * unbounded, the list filled the item,
  * and each park after that failed on DynamoDB's limit and tried again at once, for as long as its
  * worker lived. A run that comes up once the list is full waits for the reaper instead.
  */

@@ -6,6 +6,7 @@ import { processRun } from "../../shared/execution/worker.js";
 import { createJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
 import { runId } from "../../shared/keys.js";
 import type { Run } from "../../shared/model.js";
+import { MAX_LISTED_RUNS } from "../../shared/storage/admission.js";
 import { jobKey } from "../../shared/storage/items.js";
 import { MAX_PARKED_RUNS } from "../../shared/storage/run-park.js";
 import { getJob, getRun, runKeyOf } from "../../shared/storage/run-reads.js";
@@ -66,7 +67,8 @@ describe("the runs a paused job lists for its resume", () => {
   };
   /**
    * The largest definition the API accepts: a payload of 64 KiB serialized (a create or an edit)
-   * and target headers filling another edit's 80 KiB body; 1,000 jobs after it; 100 runs under way.
+   * and target headers filling another edit's 80 KiB body; 1,000 jobs after it; its most runs
+   * listed as under way.
    */
   const largestDefinition = (jobId: string) => ({
     name: "n".repeat(200),
@@ -81,7 +83,7 @@ describe("the runs a paused job lists for its resume", () => {
       Array.from({ length: 1_000 }, (_, i) => `01J9Z3V6K8N4QX2M7R5T${String(i).padStart(6, "0")}`),
     ),
     activeRuns: Object.fromEntries(
-      Array.from({ length: 100 }, (_, i) => [
+      Array.from({ length: MAX_LISTED_RUNS }, (_, i) => [
         runId(jobId, new Date(Date.UTC(2021, 0, 1) + i * 1000), 1),
         new Date(Date.UTC(2021, 0, 1)).toISOString(),
       ]),
@@ -101,7 +103,7 @@ describe("the runs a paused job lists for its resume", () => {
     return { job, runAt, claimed };
   };
 
-  it("holds the largest definition, 1,000 dependents, 100 runs under way and its most parked runs under 400 KB", async () => {
+  it("holds the largest definition, 1,000 dependents, its most listed runs and its most parked runs under 400 KB", async () => {
     const { job, runAt, claimed } = await pausedOneOff();
     await rewrite(job.jobId, {
       ...largestDefinition(job.jobId),
