@@ -28,6 +28,15 @@ import { decodeJob, jobKey } from "./items.js";
  */
 export const MAX_LISTED_RUNS = 200;
 
+/**
+ * The most `activeRuns` entries one write takes out. DynamoDB holds an update expression to 4 KB,
+ * which about 170 paths such as `activeRuns.#dropped123` fill: a write naming every ended run of a
+ * job that lists its most (200, all ended between two of its writes: an async target's
+ * completions, a frequent job's endings, which leave their entries) was refused every time, and
+ * the job's admissions, pauses and edits with it. The rest go with the next write.
+ */
+const MAX_ENTRIES_PER_WRITE = 100;
+
 /** No other admission (or ending) changed the job since the caller read it. */
 const REVISION_UNCHANGED = "activeRevision = :revision";
 /** The run is still listed as active: a heartbeat does not bring back an entry that went. */
@@ -51,7 +60,8 @@ export type AdmissionChange =
 
 /**
  * Records an admission decided on `job` as read, dropping the entries
- * `dropped` (lapsed leases, ended runs) on the way and, when it differs from
+ * `dropped` (lapsed leases, ended runs; MAX_ENTRIES_PER_WRITE at most, the rest left for the
+ * next write, which reads them ended again) on the way and, when it differs from
  * the one read, setting the job's `lastRun`. A start clears the job's
  * `rerunWaiting` when it is the run's own, and any write drops one whose run
  * was read ended (`staleRerunMark`). Throws ConcurrentUpdateError when the
@@ -74,6 +84,7 @@ export async function recordAdmission(
   const names: Record<string, string> = {};
   const removals = dropped
     .filter((id) => id !== change.runId)
+    .slice(0, MAX_ENTRIES_PER_WRITE)
     .map((id, i) => {
       names[`#dropped${i}`] = id;
       return `activeRuns.#dropped${i}`;
@@ -172,9 +183,28 @@ function ownAdmissionWritten(job: Job, change: AdmissionChange, error: unknown):
  * `lastRun`, without an admission: for a job whose next admission may not come while the runs'
  * items last (paused, cancelled, edited). Returns the job as the write left it (`ALL_NEW`, no
  * read). Throws ConcurrentUpdateError when the job's activeRevision moved since `job` was read (an
- * admission or a job write of an ending).
+ * admission or a job write of an ending). Past MAX_ENTRIES_PER_WRITE runs it writes again, under
+ * the revision the write before left: one that then fails leaves the rest for a later write.
  */
 export async function recordEndedRuns(
+  engine: Engine,
+  job: Job,
+  ended: readonly string[],
+  lastRun: RunSummary | null,
+): Promise<Job> {
+  let written = job;
+  for (let from = 0; from === 0 || from < ended.length; from += MAX_ENTRIES_PER_WRITE)
+    written = await recordSomeEndedRuns(
+      engine,
+      written,
+      ended.slice(from, from + MAX_ENTRIES_PER_WRITE),
+      lastRun,
+    );
+  return written;
+}
+
+/** One write of `recordEndedRuns`: up to MAX_ENTRIES_PER_WRITE entries, under the job's revision. */
+async function recordSomeEndedRuns(
   engine: Engine,
   job: Job,
   ended: readonly string[],

@@ -2,9 +2,10 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Engine } from "../../shared/engine.js";
+import { completeAsyncRun } from "../../shared/execution/async-runs.js";
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import { processRun, type WorkerDeps } from "../../shared/execution/worker.js";
-import { cancelRun, createJob, triggerJob } from "../../shared/jobs/index.js";
+import { cancelRun, createJob, pauseJob, triggerJob } from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
 import { MAX_CONCURRENT_LIMIT } from "../../shared/policies.js";
 import { MAX_LISTED_RUNS } from "../../shared/storage/admission.js";
@@ -34,12 +35,18 @@ describe("the runs a job lists as under way", () => {
   let target: Server;
   let targetUrl: string;
   let handedOver = 0;
+  /** The run token each run's latest delivery carried, by run id: what its target completes it with. */
+  const tokens = new Map<string, string>();
   beforeAll(async () => {
     f = await createEngineFixture();
     target = createServer((request, response) => {
       request.resume();
       request.on("end", () => {
         handedOver++;
+        tokens.set(
+          String(request.headers["x-scheduler-run-id"]),
+          String(request.headers["x-scheduler-run-token"]),
+        );
         response.writeHead(202).end();
       });
     });
@@ -76,19 +83,26 @@ describe("the runs a job lists as under way", () => {
     return runs;
   };
 
-  it("stays bounded when a long-job target takes runs over and goes quiet: the next runs wait until a listed one ends", async () => {
+  /**
+   * An allow job at its largest maxConcurrent, whose async target has taken over its most listed
+   * runs and gone quiet: rounds of maxConcurrent runs, each round a lease after the one before, so
+   * none is live. Returns the job, the runs and the instant after the last round.
+   */
+  const jobFullOfQuietRuns = async (
+    schedule: { cron: string; timezone: string } = { cron: "0 0 1 1 *", timezone: "UTC" },
+  ) => {
     const { job } = await createJob(
       f.engine,
       testJob({
         type: "http",
         target: { url: targetUrl, mode: "async" },
         timeoutSeconds: 86_400,
-        schedule: { cron: "0 0 1 1 *", timezone: "UTC" },
+        schedule,
         policies: { ...testJob().policies, overlap: "allow", maxConcurrent: MAX_CONCURRENT_LIMIT },
       }),
     );
     const start = Date.now();
-    // Rounds of maxConcurrent runs, each taken over and left: a lease on, none of them is live.
+    const before = handedOver;
     const rounds = Math.ceil(MAX_LISTED_RUNS / MAX_CONCURRENT_LIMIT);
     const quiet: Run[] = [];
     for (let round = 0; round < rounds; round++)
@@ -99,18 +113,23 @@ describe("the runs a job lists as under way", () => {
           Math.min(MAX_CONCURRENT_LIMIT, MAX_LISTED_RUNS - round * MAX_CONCURRENT_LIMIT),
         )),
       );
-    expect(handedOver).toBe(MAX_LISTED_RUNS);
+    expect(handedOver - before).toBe(MAX_LISTED_RUNS);
     const full = await getJob(f.engine, job.jobId);
     expect(Object.keys(full?.activeRuns ?? {})).toHaveLength(MAX_LISTED_RUNS);
+    return { job, quiet, after: start + rounds * ROUND_MS };
+  };
+
+  it("stays bounded when a long-job target takes runs over and goes quiet: the next runs wait until a listed one ends", async () => {
+    const { job, quiet, after: afterRounds } = await jobFullOfQuietRuns();
 
     // The next run finds the list full of runs not ended: it waits, as at the job's bound.
-    const later = engineAt(f.engine, start + rounds * ROUND_MS);
+    const later = engineAt(f.engine, afterRounds);
     const [next] = await triggerAndDeliver(later, job.jobId, 1);
     if (next === undefined) throw new Error("no run triggered");
     const listed = Object.keys((await getJob(f.engine, job.jobId))?.activeRuns ?? {});
     expect(listed.length).toBeLessThanOrEqual(MAX_LISTED_RUNS);
     expect(listed).not.toContain(next.runId);
-    expect(handedOver).toBe(MAX_LISTED_RUNS);
+    expect(tokens.has(next.runId)).toBe(false);
     expect(await getRun(f.engine, next)).toMatchObject({
       status: "QUEUED",
       reason: "waiting: overlap policy allow",
@@ -125,10 +144,51 @@ describe("the runs a job lists as under way", () => {
     if (waiting === null) throw new Error("the waiting run is gone");
     const recheck = engineAt(f.engine, Date.parse(waiting.dueAt) + 1_000);
     await processRun(workerAt(recheck), deliveryOfRun(recheck, waiting));
-    expect(handedOver).toBe(MAX_LISTED_RUNS + 1);
+    expect(tokens.has(next.runId)).toBe(true);
     const after = Object.keys((await getJob(f.engine, job.jobId))?.activeRuns ?? {});
     expect(after).toHaveLength(MAX_LISTED_RUNS);
     expect(after).toContain(next.runId);
     expect(after).not.toContain(first.runId);
   }, 180_000);
+  it("drops them all once they have ended, at the next admission or at a pause, though one write may not name them all", async () => {
+    for (const ending of ["admission", "pause"] as const) {
+      // Hourly: its next run comes within the hour, so a run's ending leaves its entry and the
+      // job's lastRun to that run's admission (nextAdmissionSoon), not writing the job.
+      const { job, quiet, after } = await jobFullOfQuietRuns({
+        cron: "0 * * * *",
+        timezone: "UTC",
+      });
+      // Their targets complete them all.
+      const later = engineAt(f.engine, after);
+      for (const run of quiet)
+        await completeAsyncRun(later, run.runId, tokens.get(run.runId) ?? "", {
+          status: "succeeded",
+        });
+      expect(Object.keys((await getJob(f.engine, job.jobId))?.activeRuns ?? {})).toHaveLength(
+        MAX_LISTED_RUNS,
+      );
+      if (ending === "admission") {
+        // It drops what one write may name; the rest, read ended again, go with the next.
+        const [next] = await triggerAndDeliver(later, job.jobId, 1);
+        if (next === undefined) throw new Error("no run triggered");
+        expect(tokens.has(next.runId)).toBe(true);
+        expect((await getRun(f.engine, next))?.status).toBe("RUNNING");
+        const left = Object.keys((await getJob(f.engine, job.jobId))?.activeRuns ?? {});
+        expect(left).toContain(next.runId);
+        expect(left.length).toBeLessThan(MAX_LISTED_RUNS);
+        const [another] = await triggerAndDeliver(later, job.jobId, 1);
+        if (another === undefined) throw new Error("no run triggered");
+        expect(Object.keys((await getJob(f.engine, job.jobId))?.activeRuns ?? {}).sort()).toEqual(
+          [next.runId, another.runId].sort(),
+        );
+      } else {
+        // The pause writes them all out, in as many writes as it takes.
+        await pauseJob(later, "tenant-a", job.jobId);
+        const paused = await getJob(f.engine, job.jobId);
+        expect(paused?.status).toBe("PAUSED");
+        expect(paused?.activeRuns).toEqual({});
+      }
+      expect((await getJob(f.engine, job.jobId))?.lastRun?.status).toBe("SUCCEEDED");
+    }
+  }, 300_000);
 });
