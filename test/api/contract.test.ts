@@ -364,6 +364,38 @@ describe("POST /jobs", () => {
       laterJob({ type: "http", target: { url: "https://e.com", headers: { "X A": "a" } } }),
       "target.headers.X A",
     ],
+    [
+      "51 headers",
+      laterJob({
+        type: "http",
+        target: {
+          url: "https://e.com",
+          headers: Object.fromEntries(Array.from({ length: 51 }, (_, i) => [`X-H${i}`, "v"])),
+        },
+      }),
+      "target.headers",
+    ],
+    [
+      "header value over 4096",
+      laterJob({
+        type: "http",
+        target: { url: "https://e.com", headers: { "X-A": "v".repeat(4097) } },
+      }),
+      "target.headers.X-A",
+    ],
+    [
+      "header name over 256",
+      laterJob({
+        type: "http",
+        target: { url: "https://e.com", headers: { ["X".repeat(257)]: "v" } },
+      }),
+      `target.headers.${"X".repeat(257)}`,
+    ],
+    [
+      "url over 2048",
+      laterJob({ type: "http", target: { url: `https://e.com/${"p".repeat(2040)}` } }),
+      "target.url",
+    ],
     ["idempotencyKey with spaces", laterJob({ idempotencyKey: "a b" }), "idempotencyKey"],
     ["body is an array", [laterJob()], "body"],
   ])("400 naming the field: %s", async (_name, body, field) => {
