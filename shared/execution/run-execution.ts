@@ -8,12 +8,13 @@ import { type ReceivedRun, setVisibility } from "../queue/work-queue.js";
 import { extendAdmission } from "../storage/admission.js";
 import type { HeldRun } from "../storage/run-fence.js";
 import { extendLease } from "../storage/run-heartbeat.js";
-import { boundedText } from "../storage/stored-text.js";
+import { boundedText, textHead } from "../storage/stored-text.js";
 import { extendRunSlot, type RunSlot } from "../storage/tenant-quotas.js";
 import {
   type HandlerRegistry,
   isRetryable,
   type JobContext,
+  JobError,
   RunHandedOver,
 } from "./job-contract.js";
 
@@ -199,7 +200,11 @@ export async function execute(
     if (reason instanceof WorkerShutdownError) return { kind: "released" };
     if (reason instanceof RunTimeoutError)
       return { kind: "failed", error: reason.message, retryable: true };
-    return { kind: "failed", error: errorText(error), retryable: isRetryable(error) };
+    return {
+      kind: "failed",
+      error: failureText(engine, ctx, error),
+      retryable: isRetryable(error),
+    };
   } finally {
     deps.shutdown?.removeEventListener("abort", onShutdown);
     clearTimeout(timeout);
@@ -216,6 +221,25 @@ function rejectOnAbort(signal: AbortSignal): Promise<never> {
   });
 }
 
-function errorText(error: unknown): string {
-  return boundedText(error instanceof Error ? error.message || error.name : String(error));
+/**
+ * The run's error for a handler's failure. A JobError is the handler's report, written for the
+ * run's tenant: its message is stored. Any other exception is a failure the handler did not
+ * foresee (its own bug; a service of the deployment's refusing it, as the webhook handler's read
+ * of the tenant's signing secret can be), and its text is the deployment's: AWS's errors name the
+ * account, roles, keys and tables. The tenant reads the run's error in its history and dead
+ * letters, so it is told the error's name only; the operator's log has the whole error under the
+ * run's keys.
+ */
+function failureText(engine: Engine, ctx: JobContext, error: unknown): string {
+  if (error instanceof JobError) return boundedText(error.message || error.name);
+  engine.obs.log.error("a job's handler failed unexpectedly", {
+    tenantId: ctx.tenantId,
+    jobId: ctx.jobId,
+    runId: ctx.runId,
+    attempt: ctx.attempt,
+    type: ctx.type,
+    error: error instanceof Error ? (error.stack ?? error.message) : String(error),
+  });
+  const name = error instanceof Error ? textHead(error.name, 100) : typeof error;
+  return `the job's handler failed unexpectedly (${name}); the operator's worker log has the details`;
 }

@@ -93,7 +93,7 @@ afterAll(async () => {
 });
 
 /** Runs the job's next queued message as the worker does. */
-async function runNext(jobId: string): Promise<void> {
+async function runNext(jobId: string, by: WorkerDeps = worker): Promise<void> {
   const deadline = Date.now() + 15_000;
   while (Date.now() < deadline) {
     const batch = await receiveRuns(api.fixture.engine.sqs, api.fixture.engine.queues.normal, {
@@ -101,7 +101,7 @@ async function runNext(jobId: string): Promise<void> {
       waitSeconds: 1,
     });
     const mine = batch.filter((r) => r.message.jobId === jobId);
-    for (const run of mine) await api.fixture.process(worker, run);
+    for (const run of mine) await api.fixture.process(by, run);
     if (mine.length > 0) return;
   }
   throw new Error(`no message for job ${jobId}`);
@@ -188,6 +188,62 @@ describe("secrets in the logs", () => {
     const text = logged();
     for (const s of secrets) expect(text).not.toContain(s);
     expect(text).not.toContain("whsec_");
+  });
+});
+
+/**
+ * A handler's failure it did not report as a JobError (the webhook handler's read of the tenant's
+ * signing secret refused, a custom handler's bug): its text is the deployment's, not the tenant's.
+ * AWS's errors name the account, roles, keys and tables; the tenant reads the run's error in its
+ * history and dead letters, the operator reads the worker's log.
+ */
+describe("a handler's unforeseen failure", () => {
+  it("a delivery whose signing secret cannot be read: the run's error names no internals, the worker's log has the cause under the run's keys", async () => {
+    const denied =
+      "User: arn:aws:sts::123456789012:assumed-role/Scheduler-prod-WorkerRole/worker is not authorized to perform: kms:Decrypt on resource: arn:aws:kms:eu-west-1:123456789012:key/0a1b2c3d";
+    const refusedSecrets: WorkerDeps = {
+      ...worker,
+      handlers: builtInHandlers(
+        {
+          signingSecrets: async () => {
+            throw Object.assign(new Error(denied), { name: "AccessDeniedException" });
+          },
+          allowPrivateTargets: true,
+        },
+        api.fixture.engine.clock,
+      ),
+    };
+    receiverMode = "echo-500";
+    const created = await api.call("POST", "/jobs", {
+      body: {
+        type: "http",
+        schedule: { runAt: new Date().toISOString() },
+        target: { url: `${receiverUrl}/signed` },
+        retry: { maxAttempts: 1 },
+      },
+    });
+    expect(created.status, created.text).toBe(201);
+    const jobId = (created.body as { id: string }).id;
+    const before = lines.length;
+    await runNext(jobId, refusedSecrets);
+
+    const runs = await api.call("GET", `/jobs/${jobId}/runs`);
+    const [run] = (runs.body as { items: { runId: string; status: string; error: string }[] })
+      .items;
+    expect(run?.status).toBe("dead");
+    expect(run?.error).not.toMatch(/arn:|123456789012|not authorized/);
+    expect(run?.error).toBe(
+      "the job's handler failed unexpectedly (AccessDeniedException); the operator's worker log has the details",
+    );
+    const failed = lines
+      .slice(before)
+      .filter((l) => l.message === "a job's handler failed unexpectedly");
+    expect(failed).toHaveLength(1);
+    expect(failed[0]).toMatchObject({
+      level: "error",
+      fields: { tenantId: TENANT_A, jobId, runId: run?.runId, attempt: 1, type: "http" },
+    });
+    expect(String(failed[0]?.fields.error)).toContain(denied);
   });
 });
 

@@ -146,7 +146,9 @@ describe("fenced execution", () => {
       [1, "FAILED", "worker-b", 2],
       [2, "QUEUED", null, 0],
     ]);
-    expect(runs[0]?.error).toBe("boom on attempt 1");
+    expect(runs[0]?.error).toBe(
+      "the job's handler failed unexpectedly (Error); the operator's worker log has the details",
+    );
   }, 30_000);
 });
 

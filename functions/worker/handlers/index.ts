@@ -7,7 +7,11 @@ import type { RegisteredJobType } from "../../../shared/execution/job-contract.j
  * schema parsed it, ids, attempt, idempotencyKey, an AbortSignal that fires
  * at the timeout or when another worker takes the run over) and either
  * resolves (SUCCEEDED) or throws (a JobError with `retryable: false` goes to
- * the dead letters at once; anything else is retried with backoff). Naming
+ * the dead letters at once; anything else is retried with backoff). A
+ * JobError's message is the run's `error`, which its tenant reads: say there
+ * what the tenant may know. Any other exception's text stays in the worker's
+ * log, under the run's keys, and the run's `error` names its kind only (an
+ * AWS error names your account, roles and tables). Naming
  * the payload in JobPayloads types `ctx.payload` (as GraphileWorker.Tasks does).
  *
  * Example:
