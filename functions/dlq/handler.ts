@@ -1,6 +1,6 @@
 import type { SQSBatchResponse, SQSEvent } from "aws-lambda";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
-import { decodeRunMessage } from "../../shared/queue/work-queue.js";
+import { decodeRunMessage, runKeysOf } from "../../shared/queue/work-queue.js";
 import { engineFromEnv, powertoolsObservability } from "../../shared/runtime.js";
 
 const obs = powertoolsObservability("scheduler-dlq");
@@ -31,6 +31,7 @@ export async function handler(event: SQSEvent): Promise<SQSBatchResponse> {
       } catch (error) {
         obs.log.error("could not dead-letter run", {
           messageId: record.messageId,
+          ...runKeysOf(message),
           error: String(error),
         });
         failures.push({ itemIdentifier: record.messageId });

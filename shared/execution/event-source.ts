@@ -1,6 +1,6 @@
 import type { SQSBatchResponse, SQSRecord } from "aws-lambda";
 import type { QueueUrls } from "../queue/work-queue.js";
-import { decodeRunMessage } from "../queue/work-queue.js";
+import { decodeRunMessage, runKeysOf } from "../queue/work-queue.js";
 import { processRun, type WorkerDeps } from "./worker.js";
 
 /**
@@ -40,6 +40,7 @@ async function processRecord(deps: WorkerDeps, record: SQSRecord): Promise<strin
   } catch (error) {
     log.error("run failed to process; SQS delivers it again a lease later", {
       messageId: record.messageId,
+      ...runKeysOf(message),
       error: String(error),
     });
     return record.messageId;

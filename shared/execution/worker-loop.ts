@@ -3,7 +3,7 @@ import { sleep } from "../clock.js";
 import { Wakeup } from "../concurrency.js";
 import { DEFAULT_LOW_PRIORITY_SHARE } from "../config.js";
 import { PRIORITIES, type Priority } from "../model.js";
-import { type ReceivedRun, receiveRuns, SQS_BATCH } from "../queue/work-queue.js";
+import { type ReceivedRun, receiveRuns, runKeysOf, SQS_BATCH } from "../queue/work-queue.js";
 import { concurrentRunsCap } from "../quotas/concurrency.js";
 import { AckBatcher } from "./ack-batcher.js";
 import { DueTimers, FairSlots } from "./fair-slots.js";
@@ -368,7 +368,7 @@ async function runHeld(
   } catch (error) {
     // Left undeleted, the message comes back after its visibility: at-least-once.
     deps.engine.obs.log.error("run processing failed; the message will be delivered again", {
-      jobId: received.message.jobId,
+      ...runKeysOf(received.message),
       scheduledFor: received.message.scheduledFor,
       error: String(error),
     });

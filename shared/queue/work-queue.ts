@@ -8,7 +8,7 @@ import {
   type SQSClient,
 } from "@aws-sdk/client-sqs";
 import { MAX_SQS_DELAY_SECONDS } from "../config.js";
-import { JOB_ID_PATTERN, MAX_ATTEMPT, runSortKey } from "../keys.js";
+import { JOB_ID_PATTERN, MAX_ATTEMPT, runId, runSortKey } from "../keys.js";
 import type { Priority, RunMessage } from "../model.js";
 
 export type QueueUrls = Readonly<Record<Priority, string>>;
@@ -101,6 +101,24 @@ export function decodeRunMessage(body: string | undefined): RunMessage | null {
     priority: v.priority,
     ...(typeof v.fence === "number" && v.fence > 0 ? { fence: v.fence } : {}),
     tenantId: typeof v.tenantId === "string" ? v.tenantId : "",
+  };
+}
+
+/**
+ * The keys an operator follows a run by in the logs, as the run's other lines name it
+ * (`run finished`, a handler's unforeseen failure): for a line about a message of the run.
+ */
+export function runKeysOf(message: RunMessage): {
+  readonly tenantId: string;
+  readonly jobId: string;
+  readonly runId: string;
+  readonly attempt: number;
+} {
+  return {
+    tenantId: message.tenantId,
+    jobId: message.jobId,
+    runId: runId(message.jobId, message.scheduledFor, message.attempt),
+    attempt: message.attempt,
   };
 }
 
