@@ -92,6 +92,9 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
       });
     } else if (answer.status >= 500) {
       engine.obs.log.error("api request failed", {
+        // Null for a request that failed before it was authenticated, or an async target's call
+        // whose token named no run.
+        tenantId: c.get("tenantId") ?? null,
         method: c.req.method,
         path: c.req.path,
         error: error instanceof Error ? (error.stack ?? error.message) : String(error),

@@ -161,7 +161,7 @@ export function jobsBatchRouter({ engine, jobTypes }: RouterDeps) {
           },
         });
       } catch (error) {
-        results[index] = failed(index, error);
+        results[index] = failed(tenantId, index, error);
       }
     }
     const outcomes = await createJobs(
@@ -181,7 +181,7 @@ export function jobsBatchRouter({ engine, jobTypes }: RouterDeps) {
       const outcome = outcomes[i];
       results[index] =
         outcome === undefined || "error" in outcome
-          ? failed(index, outcome?.error)
+          ? failed(tenantId, index, outcome?.error)
           : {
               index,
               status: outcome.created ? 201 : 200,
@@ -190,13 +190,17 @@ export function jobsBatchRouter({ engine, jobTypes }: RouterDeps) {
     });
     for (const { index, job } of repeated)
       results[index] = { index, status: 200, job: jobDto(standing.get(job.jobId) ?? job) };
-    return c.json({ results: results.map((r, index) => r ?? failed(index, undefined)) }, 200);
+    return c.json(
+      { results: results.map((r, index) => r ?? failed(tenantId, index, undefined)) },
+      200,
+    );
   });
 
-  function failed(index: number, error: unknown): BatchResult {
+  function failed(tenantId: string, index: number, error: unknown): BatchResult {
     const answer = httpAnswerOf(error);
     if (answer.status >= 500) {
       engine.obs.log.error("a job of a batch create failed", {
+        tenantId,
         index,
         error: error instanceof Error ? (error.stack ?? error.message) : String(error),
       });

@@ -357,6 +357,44 @@ describe("busy answers", () => {
     const failed = logged.filter((l) => l.level === "error" && l.message === "api request failed");
     expect(failed).toHaveLength(1);
     expect(String(failed[0]?.fields.error)).toContain("ProvisionedThroughputExceeded");
+    // Whose request failed: the alarm's first question, and the tenant to tell.
+    expect(failed[0]?.fields).toMatchObject({
+      tenantId: "tenant-b",
+      method: "POST",
+      path: "/jobs",
+    });
+  });
+
+  it("a batch's job whose write failed is logged with the caller's tenant", async () => {
+    const refused = withFaults(api.fixture.engine, {
+      operation: "TransactWriteItems",
+      times: 1,
+      reason: "ValidationError",
+    });
+    const before = lines.length;
+    try {
+      const app = createApiApp({
+        engine: refused.engine,
+        jobTypes: JOB_TYPES,
+        authenticate: bearerAuthenticator(new Map([[KEY_B, "tenant-b"]])),
+      });
+      const answer = await app.request("/jobs:batch", {
+        method: "POST",
+        headers: { Authorization: `Bearer ${KEY_B}`, "Content-Type": "application/json" },
+        body: JSON.stringify({ jobs: [{ ...laterJob(), idempotencyKey: "batch-log-key" }] }),
+      });
+      expect(answer.status).toBe(200);
+      const { results } = (await answer.json()) as { results: { status: number }[] };
+      expect(results.map((r) => r.status)).toEqual([500]);
+      expect(refused.injected.count).toBe(1);
+    } finally {
+      refused.destroy();
+    }
+    const failed = lines
+      .slice(before)
+      .filter((l) => l.message === "a job of a batch create failed");
+    expect(failed).toHaveLength(1);
+    expect(failed[0]?.fields).toMatchObject({ tenantId: "tenant-b", index: 0 });
   });
 });
 
