@@ -973,6 +973,41 @@ describe("observability", () => {
     ]);
   });
 
+  /**
+   * The operator paged at night has the alarm's name (its construct id is in it) and docs/deploy.md:
+   * each alarm the stack makes has a row in its "Alarms" table saying what it means, where to look
+   * and what to do, and no row names an alarm the stack no longer makes.
+   */
+  it("docs/deploy.md's alarm table says, for every alarm the stack makes, what it means and what to do", () => {
+    const ids = prod.stack.observability.alarms.map((alarm) => alarm.node.id);
+    expect(ids).toHaveLength(alarms(prod).length);
+    const deploy = readFileSync(join(REPO_ROOT, "docs", "deploy.md"), "utf8");
+    const section = deploy.split(/^### Alarms$/m)[1]?.split(/^###? /m)[0] ?? "";
+    const rows = section
+      .split("\n")
+      .filter((line) => /^\| `[^`]+` +\|/.test(line))
+      .map((line) => line.split("|").map((cell) => cell.trim()))
+      .map(([, alarm = "", means = "", look = "", act = ""]) => ({ alarm, means, look, act }));
+    // `DeadLetterQueue-<priority>` stands for the alarm of each priority.
+    const matches = (cell: string, id: string) =>
+      new RegExp(
+        `^${cell
+          .slice(1, -1)
+          .split(/<[a-z]+>/)
+          .map((part) => part.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"))
+          .join("[A-Za-z]+")}$`,
+      ).test(id);
+    const undocumented = ids.filter((id) => !rows.some((row) => matches(row.alarm, id)));
+    expect(undocumented).toEqual([]);
+    const stale = rows.filter((row) => !ids.some((id) => matches(row.alarm, id)));
+    expect(stale.map((row) => row.alarm)).toEqual([]);
+    for (const row of rows) {
+      expect(row.means.length, `${row.alarm}: what it means`).toBeGreaterThan(40);
+      expect(row.look.length, `${row.alarm}: where to look`).toBeGreaterThan(20);
+      expect(row.act.length, `${row.alarm}: what to do`).toBeGreaterThan(40);
+    }
+  });
+
   it("keeps the alarm topic's logical id: a new topic would drop its subscriptions", () => {
     // A replaced topic loses every subscription: the alarmEmail one is made again but waits for
     // its confirmation, and one an operator made by hand (the synth warning suggests it) is gone,
