@@ -48,6 +48,22 @@ export const TENANT_LOG_EVENTS = {
 } as const;
 export type MetricUnit = "Count" | "Milliseconds";
 
+/** The keys every log line about one run names it by (docs/deploy.md, "Alarms"). */
+export interface RunLogKeys {
+  readonly tenantId: string;
+  readonly jobId: string;
+  readonly runId: string;
+  readonly attempt: number;
+}
+
+/**
+ * A run's log keys, and nothing else of it: one query by `runId` (or `tenantId`) over the log
+ * groups follows the run through the worker, the DLQ consumer and the API, whichever line it is.
+ */
+export function runLogKeys(run: RunLogKeys): RunLogKeys {
+  return { tenantId: run.tenantId, jobId: run.jobId, runId: run.runId, attempt: run.attempt };
+}
+
 export interface Logger {
   debug(message: string, fields?: Record<string, unknown>): void;
   info(message: string, fields?: Record<string, unknown>): void;

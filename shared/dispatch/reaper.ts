@@ -2,7 +2,7 @@ import { CLOCK_DISAGREEMENT_MS } from "../clock.js";
 import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
-import { METRICS } from "../observability.js";
+import { METRICS, runLogKeys } from "../observability.js";
 import { type OutgoingRun, sendRunsSettled } from "../queue/work-queue.js";
 import {
   entryId,
@@ -218,7 +218,7 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
           await undoResend(engine, run, pushed, retry).catch((error: unknown) => {
             // Left counted: the run is re-sent at the later deadline the push gave it.
             engine.obs.log.warn("reaper could not take back a failed re-send's count", {
-              runId: run.runId,
+              ...runLogKeys(run),
               error: String(error),
             });
           });
@@ -230,7 +230,7 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
       await forEachConcurrently(ended, 16, (run) =>
         repairEnded(run).catch((error: unknown) => {
           engine.obs.log.warn("reaper could not write an ended run's side on its job", {
-            runId: run.runId,
+            ...runLogKeys(run),
             error: String(error),
           });
         }),

@@ -1,6 +1,7 @@
 import type { Engine } from "../engine.js";
 import { FenceLostError } from "../errors.js";
 import type { Job, Run } from "../model.js";
+import { runLogKeys } from "../observability.js";
 import { extendAdmission } from "../storage/admission.js";
 import type { HeldRun } from "../storage/run-fence.js";
 import { recordHandOver, recordRunToken } from "../storage/run-handover.js";
@@ -68,8 +69,7 @@ export async function handOverRun(
     const found = error instanceof FenceLostError ? error.context.found : undefined;
     if (found === undefined || found.fence !== run.fence || !ENDED.has(found.status)) throw error;
     engine.obs.log.info("the async target ended its run before its 202 reached the worker", {
-      jobId: run.jobId,
-      runId: run.runId,
+      ...runLogKeys(run),
       fence: run.fence,
       status: found.status,
     });
@@ -77,8 +77,7 @@ export async function handOverRun(
   }
   if (tracked) await extendAdmission(engine, run.jobId, run.runId, leaseUntil);
   engine.obs.log.info("run handed over to its async target", {
-    jobId: run.jobId,
-    runId: run.runId,
+    ...runLogKeys(run),
     fence: run.fence,
     timesOutAt: timesOutAt.toISOString(),
   });

@@ -1,5 +1,6 @@
 import type { Engine } from "../engine.js";
 import type { RunMessage } from "../model.js";
+import { runLogKeys } from "../observability.js";
 import { recordShardCount } from "../shard-count.js";
 import { releaseBufferSlot, releaseRerunMark } from "../storage/admission.js";
 import { ranForLastRun } from "../storage/last-run.js";
@@ -43,7 +44,7 @@ export async function handleCrashedRun(
       engine.obs.log.warn(
         "redrive: the run was not started on every delivery; left to the reaper",
         {
-          runId: seen.runId,
+          ...runLogKeys(seen),
           starts,
           deliveries: receiveCount,
         },
@@ -75,7 +76,7 @@ export async function handleCrashedRun(
     // yield to it (an admission would drop it too, reading the run ended).
     if (job?.rerunWaiting === run.runId) await releaseRerunMark(engine, run.jobId, run.runId);
     if (run.status === "DEAD") {
-      engine.obs.log.error("run dead-lettered by the redrive DLQ", { runId: run.runId });
+      engine.obs.log.error("run dead-lettered by the redrive DLQ", { ...runLogKeys(run) });
       // Counted per tenant as a worker's ending is (TENANT_LOG_EVENTS): the runs that crash
       // workers are the ones whose tenant an operator looks for first.
       reportRunFinished(engine, run, "DEAD", now);

@@ -1,5 +1,6 @@
 import type { Engine } from "../engine.js";
 import { isOneOffOccurrence, type Job, type Run } from "../model.js";
+import { runLogKeys } from "../observability.js";
 import { retryNotRunReason } from "../storage/next-attempt.js";
 import type { RunEnding } from "../storage/run-finish.js";
 import { getRetryPredecessor } from "../storage/run-reads.js";
@@ -81,7 +82,7 @@ export async function afterPredecessor(
   if (decided.action === "run") return { action: "run", job };
   if (decided.action === "end") return decided;
   engine.obs.log.info("a next attempt waits for the attempt before it to end", {
-    runId: run.runId,
+    ...runLogKeys(run),
     predecessor: run.retryOf?.runId,
     recheckAt: decided.recheckAt.toISOString(),
   });

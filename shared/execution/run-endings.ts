@@ -10,7 +10,7 @@ import {
   type Job,
   type Run,
 } from "../model.js";
-import { METRICS } from "../observability.js";
+import { METRICS, type RunLogKeys, runLogKeys } from "../observability.js";
 import { sendRuns } from "../queue/work-queue.js";
 import { finishedAfter, ranForLastRun } from "../storage/last-run.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";
@@ -203,13 +203,12 @@ export async function endOnCancelRequest(
  */
 export function reportRunCancelled(
   engine: Engine,
-  run: Pick<Run, "jobId" | "runId">,
+  run: RunLogKeys,
   asked: { readonly cancelledBy: string | null; readonly cancelRequestedAt: string | null },
 ): void {
   engine.obs.metrics.add(METRICS.runOutcome, 1, "Count", { status: "CANCELLED" });
   engine.obs.log.info("run cancelled on request", {
-    jobId: run.jobId,
-    runId: run.runId,
+    ...runLogKeys(run),
     ...asked,
   });
 }

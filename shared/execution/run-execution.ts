@@ -4,6 +4,7 @@ import type { Engine } from "../engine.js";
 import { FenceLostError, RunCancelledError, SchedulerError } from "../errors.js";
 import { occurrenceKey } from "../keys.js";
 import type { Job } from "../model.js";
+import { runLogKeys } from "../observability.js";
 import { type ReceivedRun, setVisibility } from "../queue/work-queue.js";
 import { extendAdmission } from "../storage/admission.js";
 import type { HeldRun } from "../storage/run-fence.js";
@@ -152,7 +153,7 @@ export async function execute(
           engine.settings.leaseMs / 1000,
         ).catch((error: unknown) => {
           engine.obs.log.warn("heartbeat could not extend the message's visibility", {
-            runId: run.runId,
+            ...runLogKeys(run),
             error: String(error),
           });
         });
@@ -164,7 +165,7 @@ export async function execute(
           return;
         }
         engine.obs.log.warn("heartbeat failed; will try again", {
-          runId: run.runId,
+          ...runLogKeys(run),
           error: String(error),
         });
       }
@@ -233,10 +234,7 @@ function rejectOnAbort(signal: AbortSignal): Promise<never> {
 function failureText(engine: Engine, ctx: JobContext, error: unknown): string {
   if (error instanceof JobError) return boundedText(error.message || error.name);
   engine.obs.log.error("a job's handler failed unexpectedly", {
-    tenantId: ctx.tenantId,
-    jobId: ctx.jobId,
-    runId: ctx.runId,
-    attempt: ctx.attempt,
+    ...runLogKeys(ctx),
     type: ctx.type,
     error: error instanceof Error ? (error.stack ?? error.message) : String(error),
   });

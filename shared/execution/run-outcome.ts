@@ -2,7 +2,7 @@ import { runDurationMs } from "../clock.js";
 import { fanOutTrigger } from "../dispatch/trigger-fan-out.js";
 import type { Engine } from "../engine.js";
 import type { DueEntry, Job, Run, RunMessage } from "../model.js";
-import { METRICS, TENANT_LOG_EVENTS } from "../observability.js";
+import { METRICS, runLogKeys, TENANT_LOG_EVENTS } from "../observability.js";
 import { sendRuns } from "../queue/work-queue.js";
 import { decideAfterFailure } from "../retry.js";
 import { recordShardCount } from "../shard-count.js";
@@ -179,7 +179,7 @@ export async function endForDeletedJob(
   ending: { ran: boolean; reason: string; error?: string; executedVersion?: number },
 ): Promise<void> {
   await finishRun(engine, run, { status: "CANCELLED", tracked: false, ...ending }, engine.clock());
-  engine.obs.log.info("run of a deleted job cancelled", { jobId: run.jobId, runId: run.runId });
+  engine.obs.log.info("run of a deleted job cancelled", { ...runLogKeys(run) });
 }
 
 export async function resend(engine: Engine, message: RunMessage, dueAt: Date): Promise<void> {

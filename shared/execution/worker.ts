@@ -2,7 +2,7 @@ import { sleep } from "../clock.js";
 import type { Engine } from "../engine.js";
 import { FenceLostError, JobNotFoundError, RunCancelledError } from "../errors.js";
 import type { Job, Run } from "../model.js";
-import { METRICS } from "../observability.js";
+import { METRICS, runLogKeys } from "../observability.js";
 import { type ReceivedRun, setVisibility } from "../queue/work-queue.js";
 import { takeTenantSlot } from "../quotas/concurrency.js";
 import { releaseBufferSlot, releaseRerunMark } from "../storage/admission.js";
@@ -153,7 +153,7 @@ async function processDelivery(
     }
   } catch (error) {
     if (error instanceof FenceLostError) {
-      reportLostRun(engine, run.runId, error);
+      reportLostRun(engine, run, error);
       return "ack";
     }
     throw error;
@@ -263,7 +263,7 @@ async function runAdmitted(
       await releaseRunSlot(engine, taken.slot).catch((error: unknown) => {
         // Its lease frees it: the slot is held a lease at most by a run that ended.
         engine.obs.log.warn("could not free a concurrent-runs slot", {
-          runId: run.runId,
+          ...runLogKeys(run),
           error: String(error),
         });
       });
@@ -317,7 +317,7 @@ async function runInSlot(
     const decision = admission.decision;
     if (decision.action === "held elsewhere") {
       engine.obs.log.info("another delivery of the run was admitted and runs it; acknowledged", {
-        runId: run.runId,
+        ...runLogKeys(run),
       });
       return "held elsewhere";
     }

@@ -1,5 +1,6 @@
 import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
+import { runLogKeys } from "../observability.js";
 import { sendRuns } from "../queue/work-queue.js";
 import { runMessageOf } from "../storage/items.js";
 import { queuedRun } from "../storage/runs.js";
@@ -33,7 +34,7 @@ export async function sendRunDueNow(engine: Engine, run: Run, now: Date): Promis
     now,
   ).catch((error: unknown) => {
     engine.obs.log.warn("could not send a run that is stored; the reaper will", {
-      runId: run.runId,
+      ...runLogKeys(run),
       error: String(error),
     });
   });

@@ -10,6 +10,7 @@ import {
 import { MAX_SQS_DELAY_SECONDS } from "../config.js";
 import { JOB_ID_PATTERN, MAX_ATTEMPT, runId, runSortKey } from "../keys.js";
 import type { Priority, RunMessage } from "../model.js";
+import { type RunLogKeys, runLogKeys } from "../observability.js";
 
 export type QueueUrls = Readonly<Record<Priority, string>>;
 
@@ -104,22 +105,12 @@ export function decodeRunMessage(body: string | undefined): RunMessage | null {
   };
 }
 
-/**
- * The keys an operator follows a run by in the logs, as the run's other lines name it
- * (`run finished`, a handler's unforeseen failure): for a line about a message of the run.
- */
-export function runKeysOf(message: RunMessage): {
-  readonly tenantId: string;
-  readonly jobId: string;
-  readonly runId: string;
-  readonly attempt: number;
-} {
-  return {
-    tenantId: message.tenantId,
-    jobId: message.jobId,
+/** The log keys of the run a message is of (runLogKeys), for a line about the message. */
+export function runKeysOf(message: RunMessage): RunLogKeys {
+  return runLogKeys({
+    ...message,
     runId: runId(message.jobId, message.scheduledFor, message.attempt),
-    attempt: message.attempt,
-  };
+  });
 }
 
 /**

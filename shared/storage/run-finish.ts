@@ -3,6 +3,7 @@ import { runDurationMs } from "../clock.js";
 import type { Engine } from "../engine.js";
 import { type FenceLostError, RunCancelledError } from "../errors.js";
 import type { DueEntry, Run, RunStatus } from "../model.js";
+import { runLogKeys } from "../observability.js";
 import {
   failedConditionItem,
   isConditionalCheckFailed,
@@ -232,7 +233,7 @@ async function retractIfNeverFailed(
   await retractNextAttempt(engine, next, run.fence, reason, now).catch((error: unknown) => {
     // Its worker decides the same once the reaper sends it.
     engine.obs.log.warn("could not take back a next attempt; its worker will skip it", {
-      runId: run.runId,
+      ...runLogKeys(run),
       error: String(error),
     });
   });

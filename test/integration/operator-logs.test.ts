@@ -423,3 +423,19 @@ describe("per-tenant lines of a tenant over its request rate", () => {
       expect(line.fields).toMatchObject({ tenantId: TENANT_A, code: "rate_limited" });
   });
 });
+
+/**
+ * Runs last, over every line the cases above made the API and the worker write: failed and dead
+ * deliveries, a replay, async hand-overs, a handler's unforeseen failure. An operator follows a
+ * run by one query over the log groups, by its `runId` or its `tenantId`.
+ */
+describe("lines about a run", () => {
+  it("each names it by tenantId, jobId, runId and attempt", () => {
+    const aboutARun = lines.filter((l) => "runId" in l.fields);
+    expect(aboutARun.length).toBeGreaterThan(5);
+    const lacking = aboutARun
+      .filter((l) => ["tenantId", "jobId", "runId", "attempt"].some((key) => !(key in l.fields)))
+      .map((l) => l.message);
+    expect(lacking).toEqual([]);
+  });
+});

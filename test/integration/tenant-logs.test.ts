@@ -119,6 +119,16 @@ describe("per-tenant log lines", () => {
     await handleCrashedRun(f.engine, received.message, maxReceiveCount);
     const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
     expect(run).toMatchObject({ status: "DEAD", fence: maxReceiveCount - 1 });
+    // The line the DLQ alarm points the operator to names the run as its other lines do.
+    const dead = lines.filter(
+      (l) => l.message === "run dead-lettered by the redrive DLQ" && l.fields.runId === run?.runId,
+    );
+    expect(dead).toHaveLength(1);
+    expect(dead[0]?.fields).toMatchObject({
+      tenantId: "tenant-crashing",
+      jobId: job.jobId,
+      attempt: 1,
+    });
     const finished = lines.filter(
       (l) => l.message === TENANT_LOG_EVENTS.runFinished && l.fields.jobId === job.jobId,
     );

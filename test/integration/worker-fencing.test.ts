@@ -9,6 +9,7 @@ import type { JobContext } from "../../shared/execution/job-contract.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { cancelRun, createJob, pauseJob, resumeJob, triggerJob } from "../../shared/jobs/index.js";
 import { getTenantJob, jobAsItStands, listDeadLetters } from "../../shared/jobs/queries.js";
+import { silentObservability } from "../../shared/observability.js";
 import {
   deleteMessages,
   type ReceivedRun,
@@ -93,8 +94,18 @@ async function resentOnceLapsed(f: EngineFixture, jobId: string) {
 
 describe("fenced execution", () => {
   let f: EngineFixture;
+  const warnings: { message: string; fields: Record<string, unknown> }[] = [];
   beforeAll(async () => {
-    f = await createEngineFixture({ settings: { leaseMs: LEASE_MS } });
+    f = await createEngineFixture({
+      settings: { leaseMs: LEASE_MS },
+      obs: {
+        ...silentObservability,
+        log: {
+          ...silentObservability.log,
+          warn: (message, fields = {}) => void warnings.push({ message, fields }),
+        },
+      },
+    });
   });
   afterAll(() => f.destroy());
 
@@ -123,6 +134,14 @@ describe("fenced execution", () => {
     expect(await stale).toBe("ack");
     expect(staleSignal?.aborted).toBe(true);
     expect(staleSignal?.reason).toBeInstanceOf(FenceLostError);
+    // The line the FenceLost alarm points the operator to names the run as its other lines do.
+    const lost = warnings.filter(
+      (w) =>
+        w.message === "another worker took the run over; this one writes nothing more" &&
+        String(w.fields.runId).startsWith(`${job.jobId}-`),
+    );
+    expect(lost).toHaveLength(1);
+    expect(lost[0]?.fields).toMatchObject({ tenantId: job.tenantId, jobId: job.jobId, attempt: 1 });
     const run = await runOf(f, job.jobId);
     expect(run).toMatchObject({ status: "SUCCEEDED", workerId: "worker-b", fence: 2 });
     expect(f.metrics.sum("FenceLost", { component: "worker" })).toBeGreaterThanOrEqual(1);
