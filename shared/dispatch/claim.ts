@@ -232,7 +232,7 @@ export function claimedBeforeCreate(
   entry: DueEntry,
   claim: ClaimBeforeCreate,
 ): void {
-  if (claim.note) engine.obs.log.warn(claim.note, { jobId: entry.jobId });
+  if (claim.note) engine.obs.log.warn(claim.note, { tenantId: entry.tenantId, jobId: entry.jobId });
   engine.obs.metrics.add(METRICS.claims, claim.runs.length, "Count");
 }
 
@@ -301,6 +301,7 @@ async function attemptClaim(
     case "job-moved": {
       if (written.jobGone && mayAwaitItsJob(entry, now)) {
         engine.obs.log.warn("left a due entry whose job is not written yet", {
+          tenantId: entry.tenantId,
           jobId: entry.jobId,
           dueKey: entry.key,
         });
@@ -313,6 +314,7 @@ async function attemptClaim(
       // These occurrences are handled already: a run past QUEUED (say, a run the reaper re-sent
       // after an earlier claim died before its transaction) or an outcome on record. Advance over them rather than run or record them twice.
       engine.obs.log.warn("claim found occurrences already handled; claiming without them", {
+        tenantId: entry.tenantId,
         jobId: entry.jobId,
         running: written.running,
         recorded: written.recorded,
@@ -366,6 +368,7 @@ async function cancelRunsLeftForEndedJob(engine: Engine, left: readonly Run[]): 
     });
   } catch (error) {
     engine.obs.log.warn("left runs of a lost claim to the reaper; ending them failed", {
+      tenantId: first.tenantId,
       jobId: first.jobId,
       runs: left.length,
       error: String(error),
@@ -376,7 +379,8 @@ async function cancelRunsLeftForEndedJob(engine: Engine, left: readonly Run[]): 
 /** What follows a committed claim: the skipped records that did not fit in it, a note, the count. */
 async function afterClaim(engine: Engine, entry: DueEntry, planned: PlannedWrites): Promise<void> {
   await putRunsUnconditionally(engine, planned.skippedItems.slice(MAX_SKIPPED_IN_TRANSACTION));
-  if (planned.plan.note) engine.obs.log.warn(planned.plan.note, { jobId: entry.jobId });
+  if (planned.plan.note)
+    engine.obs.log.warn(planned.plan.note, { tenantId: entry.tenantId, jobId: entry.jobId });
   engine.obs.metrics.add(METRICS.claims, planned.queued.length, "Count");
 }
 

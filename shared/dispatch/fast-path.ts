@@ -66,6 +66,7 @@ export async function dispatchAfterCommit(
     engine.obs.metrics.add(METRICS.fastPathFailures, 1, "Count", { operation });
     engine.obs.log.warn("fast-path claim failed; the next dispatcher pass claims the entry", {
       operation,
+      tenantId: entry?.tenantId,
       jobId: entry?.jobId,
       error: String(error),
     });

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import type { Engine } from "../../shared/engine.js";
 import { editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
+import { silentObservability } from "../../shared/observability.js";
 import { MAX_MISFIRE_CATCH_UP } from "../../shared/policies.js";
 import { jobKey } from "../../shared/storage/items.js";
 import { readDueEntry } from "../../shared/storage/job-edit.js";
@@ -23,9 +24,19 @@ const STALE_MISSED = 120;
  */
 describe("the fire_all catch-up cap across an edit or a resume", () => {
   let f: EngineFixture;
+  const warnings: { message: string; fields: Record<string, unknown> }[] = [];
 
   beforeAll(async () => {
-    f = await createEngineFixture({ settings: { shardCount: 1, maxShardCount: 1 } });
+    f = await createEngineFixture({
+      settings: { shardCount: 1, maxShardCount: 1 },
+      obs: {
+        ...silentObservability,
+        log: {
+          ...silentObservability.log,
+          warn: (message, fields = {}) => void warnings.push({ message, fields }),
+        },
+      },
+    });
   });
   afterAll(() => f.destroy());
 
@@ -77,6 +88,12 @@ describe("the fire_all catch-up cap across an edit or a resume", () => {
       ran: MAX_MISFIRE_CATCH_UP,
       cutAfterSeconds: MAX_MISFIRE_CATCH_UP,
     });
+    // The operator's line says whose occurrences were not run: the tenant is the one to tell.
+    const capped = warnings.filter(
+      (w) => w.message.includes("ran its cap") && w.fields.jobId === "job_edit",
+    );
+    expect(capped).toHaveLength(1);
+    expect(capped[0]?.fields).toMatchObject({ tenantId: "tenant-a" });
   }, 120_000);
 
   it("a pause and resume continue the catch-up's count", async () => {
