@@ -28,15 +28,8 @@ export function timeLimit(ms: number, parent?: AbortSignal): TimeLimit {
   // Held here and by the timer and the parent's listener below, so nothing about it is weak.
   const controller = new AbortController();
   let expired = false;
-  let reject: (reason: unknown) => void = () => undefined;
-  const ended = new Promise<never>((_, rejectEnded) => {
-    reject = rejectEnded;
-  });
-  ended.catch(() => undefined);
   const stop = (reason: unknown) => {
-    if (controller.signal.aborted) return;
-    controller.abort(reason);
-    reject(reason);
+    if (!controller.signal.aborted) controller.abort(reason);
   };
   const timer = setTimeout(() => {
     if (controller.signal.aborted) return;
@@ -51,7 +44,16 @@ export function timeLimit(ms: number, parent?: AbortSignal): TimeLimit {
     get expired() {
       return expired;
     },
-    within: (work) => Promise.race([work, ended]),
+    // Each wait listens for the abort only while it lasts: a race with one promise for the whole
+    // limit held every wait's outcome (each chunk of a body read 1 byte at a time) until the end.
+    within: (work) =>
+      new Promise((resolve, reject) => {
+        const { signal } = controller;
+        if (signal.aborted) return reject(signal.reason);
+        const onAbort = () => reject(signal.reason);
+        signal.addEventListener("abort", onAbort, { once: true });
+        work.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+      }),
     end: () => {
       clearTimeout(timer);
       parent?.removeEventListener("abort", followParent);
