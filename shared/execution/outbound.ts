@@ -260,6 +260,52 @@ export function outboundDispatcher(options: OutboundOptions): Dispatcher {
   return new Agent({ ...CLIENT_OPTIONS, connect: meteredConnector({ lookup }) });
 }
 
+/**
+ * `dispatcher`'s connections, each request through it aborted when `signal` aborts, at its
+ * connection: fetch aborts a request through a signal of its Request's own, which follows the one
+ * it is given through a WeakRef (undici's Request), so the abort can be lost when that Request is
+ * collected mid-flight. A receiver that never answered then kept its connection open for good
+ * (undici's headers timeout is off, CLIENT_OPTIONS), a file descriptor of the worker per delivery.
+ * Here the signal holds the listener that aborts, and the listener the request's controller, until
+ * the request ends: kept longer, it would keep the whole fetch, since undici's FinalizationRegistry
+ * holds the signal for as long as the fetch's Request lives, which that fetch keeps alive.
+ */
+export function abortedBy(dispatcher: Dispatcher, signal: AbortSignal): Dispatcher {
+  return dispatcher.compose((dispatch) => (options, handler) => {
+    let unfollow: () => void = () => undefined;
+    const ended = () => {
+      unfollow();
+      unfollow = () => undefined;
+    };
+    return dispatch(options, {
+      onRequestStart(controller, context) {
+        ended();
+        handler.onRequestStart?.(controller, context);
+        if (controller.aborted) return;
+        if (signal.aborted) return controller.abort(signal.reason);
+        const abort = () => controller.abort(signal.reason);
+        signal.addEventListener("abort", abort, { once: true });
+        unfollow = () => signal.removeEventListener("abort", abort);
+      },
+      onRequestUpgrade(controller, statusCode, headers, socket) {
+        ended();
+        handler.onRequestUpgrade?.(controller, statusCode, headers, socket);
+      },
+      onResponseStart: (controller, statusCode, headers, statusMessage) =>
+        handler.onResponseStart?.(controller, statusCode, headers, statusMessage),
+      onResponseData: (controller, chunk) => handler.onResponseData?.(controller, chunk),
+      onResponseEnd(controller, trailers) {
+        ended();
+        handler.onResponseEnd?.(controller, trailers);
+      },
+      onResponseError(controller, error) {
+        ended();
+        handler.onResponseError?.(controller, error);
+      },
+    });
+  });
+}
+
 /** The RefusedTargetError somewhere in an error's cause chain (fetch wraps connection failures). */
 export function refusalIn(error: unknown): RefusedTargetError | undefined {
   let current: unknown = error;

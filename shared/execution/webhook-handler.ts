@@ -5,6 +5,7 @@ import type { WebhookSigningSecrets } from "../webhooks/secrets.js";
 import { webhookSignature } from "../webhooks/secrets.js";
 import { type JobContext, JobError, type JobHandler, RunHandedOver } from "./job-contract.js";
 import {
+  abortedBy,
   literalTargetRefusal,
   type OutboundOptions,
   outboundDispatcher,
@@ -96,7 +97,8 @@ export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHa
         body,
         // A redirect is the receiver's answer, not followed: its Location was never vetted.
         redirect: "manual",
-        dispatcher,
+        // The limit aborts the request at its connection too, should fetch lose the signal's abort.
+        dispatcher: abortedBy(dispatcher, limit.signal),
         signal: limit.signal,
         headers: {
           ...Object.fromEntries(ownHeaders),

@@ -1,7 +1,7 @@
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { ReadableStream } from "node:stream/web";
-import { type fetch, Response } from "undici";
+import { type fetch, Response, fetch as undiciFetch } from "undici";
 import { describe, expect, it, vi } from "vitest";
 import { sleep } from "../../shared/clock.js";
 import { RunCancelledError } from "../../shared/errors.js";
@@ -123,6 +123,34 @@ describe("a receiver that sends its headers, then trickles its body for ever", (
       expect(outcome).toBeInstanceOf(JobError);
       expect((outcome as JobError).message).toMatch(new RegExp(`^POST ${url}: HTTP 500 x+$`));
       await vi.waitFor(() => expect(connection.closed).toBe(true));
+    } finally {
+      receiver.closeAllConnections();
+      await new Promise((resolve) => receiver.close(resolve));
+    }
+  });
+});
+
+describe("a receiver that never answers, the delivery's abort lost", () => {
+  it("has its connection closed at the target's timeout, not held for good", async () => {
+    const connection = { opened: false, closed: false };
+    const receiver = createServer(() => undefined);
+    receiver.on("connection", (socket) => {
+      connection.opened = true;
+      socket.on("close", () => {
+        connection.closed = true;
+      });
+    });
+    await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", resolve));
+    const url = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
+    // undici's fetch on the worker's own dispatcher, its signal lost as a collected one is.
+    const abortLost: typeof fetch = (input, init) => undiciFetch(input, { ...init, signal: null });
+    try {
+      const handler = httpHandlerWith({ allowPrivateTargets: true, fetch: abortLost });
+      const outcome = await outcomeWithin(handler(httpContext(url, { timeoutSeconds: 1 })), 4000);
+      expect(outcome).toBeInstanceOf(JobError);
+      expect((outcome as JobError).message).toBe(`POST ${url}: timed out after 1 s`);
+      expect(connection.opened).toBe(true);
+      await vi.waitFor(() => expect(connection.closed).toBe(true), { timeout: 2000 });
     } finally {
       receiver.closeAllConnections();
       await new Promise((resolve) => receiver.close(resolve));
