@@ -1,3 +1,4 @@
+import { getEventListeners } from "node:events";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { ReadableStream } from "node:stream/web";
@@ -6,6 +7,7 @@ import { describe, expect, it, vi } from "vitest";
 import { sleep } from "../../shared/clock.js";
 import { RunCancelledError } from "../../shared/errors.js";
 import { isRetryable, JobError } from "../../shared/execution/job-contract.js";
+import { abortedBy, outboundDispatcher } from "../../shared/execution/outbound.js";
 import { httpContext, httpHandlerWith } from "../support/http-handler.js";
 
 /**
@@ -152,6 +154,56 @@ describe("a receiver that never answers, the delivery's abort lost", () => {
       expect(connection.opened).toBe(true);
       await vi.waitFor(() => expect(connection.closed).toBe(true), { timeout: 2000 });
     } finally {
+      receiver.closeAllConnections();
+      await new Promise((resolve) => receiver.close(resolve));
+    }
+  });
+});
+
+describe("abortedBy, the dispatcher a delivery's request goes through", () => {
+  it("follows the signal while the request lasts, not after: what it holds goes with the request", async () => {
+    const receiver = createServer((req, res) => {
+      req.resume();
+      // The answer's end comes later, so the request is under way when its headers are read.
+      req.on("end", () => {
+        res.write("o");
+        setTimeout(() => res.end("k"), 100);
+      });
+    });
+    await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", resolve));
+    const origin = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`;
+    const agent = outboundDispatcher({ allowPrivateTargets: true });
+    const limit = new AbortController();
+    try {
+      const answer = await abortedBy(agent, limit.signal).request({
+        origin,
+        path: "/hook",
+        method: "POST",
+        body: "{}",
+      });
+      expect(getEventListeners(limit.signal, "abort")).toHaveLength(1);
+      expect(await answer.body.text()).toBe("ok");
+      expect(getEventListeners(limit.signal, "abort")).toHaveLength(0);
+    } finally {
+      await agent.close();
+      receiver.closeAllConnections();
+      await new Promise((resolve) => receiver.close(resolve));
+    }
+  });
+
+  it("aborts a request whose signal aborted before it had a connection, at its connection", async () => {
+    const receiver = createServer(() => undefined);
+    await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", resolve));
+    const origin = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`;
+    const agent = outboundDispatcher({ allowPrivateTargets: true });
+    const limit = new AbortController();
+    const cancel = new Error("cancelled by alice");
+    limit.abort(cancel);
+    try {
+      const answer = abortedBy(agent, limit.signal).request({ origin, path: "/", method: "GET" });
+      expect(await outcomeWithin(answer, 2000)).toBe(cancel);
+    } finally {
+      await agent.destroy();
       receiver.closeAllConnections();
       await new Promise((resolve) => receiver.close(resolve));
     }
