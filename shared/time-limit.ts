@@ -49,9 +49,10 @@ export function timeLimit(ms: number, parent?: AbortSignal): TimeLimit {
     within: (work) =>
       new Promise((resolve, reject) => {
         const { signal } = controller;
-        if (signal.aborted) return reject(signal.reason);
         const onAbort = () => reject(signal.reason);
-        signal.addEventListener("abort", onAbort, { once: true });
+        if (signal.aborted) onAbort();
+        else signal.addEventListener("abort", onAbort, { once: true });
+        // Followed even once aborted: a failure of work waited on no more is handled here.
         work.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
       }),
     end: () => {

@@ -59,6 +59,12 @@ describe("a time limit's waits", () => {
       await expect(wait).rejects.toBe(cancel);
       expect(limit.expired).toBe(false);
       await expect(limit.within(Promise.resolve("late"))).rejects.toBe(cancel);
+      // A read begun after the abort that fails (the connection reset) is waited on no more,
+      // and its failure is handled, not left to the process's unhandled rejections.
+      await expect(limit.within(Promise.reject(new Error("other side closed")))).rejects.toBe(
+        cancel,
+      );
+      await new Promise((resolve) => setTimeout(resolve, 10));
     } finally {
       limit.end();
     }
