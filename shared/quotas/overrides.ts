@@ -1,5 +1,6 @@
 import type { TenantQuotas } from "../config.js";
 import type { Engine } from "../engine.js";
+import { deleteRecountProgress } from "../storage/recount-progress.js";
 import {
   forgetQuotaUsage,
   type QuotaOverride,
@@ -34,7 +35,9 @@ export async function quotaView(engine: Engine, tenantId: string, now: Date): Pr
  * Replaces a tenant's override. Every process reads it again within
  * `quotaCacheMs` (10 s; this one at once). Its usage is dropped, so the next
  * reservation under a limit recounts the tenant's jobs, those created while
- * it had none included.
+ * it had none included; and so is a recount in parts under way, which may
+ * have read its pages before those jobs were created (its basis, no usage,
+ * is the same after the drop).
  */
 export async function setQuotaOverride(
   engine: Engine,
@@ -47,6 +50,7 @@ export async function setQuotaOverride(
   ) as QuotaOverride;
   await writeQuotaOverride(engine, tenantId, defined, now);
   await forgetQuotaUsage(engine, tenantId);
+  await deleteRecountProgress(engine, tenantId);
   forgetCachedQuotaOverride(engine, tenantId);
   return quotaView(engine, tenantId, now);
 }

@@ -5,10 +5,12 @@ import { isAfterSchedule } from "../schedule/index.js";
 import { getJobs, tenantJobIds } from "../storage/job-queries.js";
 import {
   deleteRecountProgress,
+  PROGRESS_KEPT_MS,
   type RecountProgress,
   readRecountProgress,
   writeRecountProgress,
 } from "../storage/recount-progress.js";
+import type { SeenUsage } from "../storage/seen-usage.js";
 import type { QuotaUsage } from "../storage/tenant-quotas.js";
 import { peakRunsPerMinute } from "./limits.js";
 import { isCounted, readJobsAbove, runsPerMinuteMeasure } from "./run-measure.js";
@@ -20,11 +22,6 @@ const PAGE_SIZE = 100;
  * 64 KiB payload each) take longer, and the API's function ends at 29 s.
  */
 const RECOUNT_TIME_MS = 15_000;
-/**
- * A recount's progress older than this is started afresh: jobs it counted long ago may have ended
- * since (counted still: an upper bound, which the next recount corrects).
- */
-const PROGRESS_KEPT_MS = 60 * 60_000;
 
 /** What one request may still read of recounts: pages, and until when. */
 export interface RecountBudget {
@@ -38,10 +35,14 @@ export const recountBudget = (engine: Engine): RecountBudget => ({
   until: engine.clock().getTime() + RECOUNT_TIME_MS,
 });
 
-const sameUsage = (a: QuotaUsage | null, b: QuotaUsage | null): boolean =>
+/** Nothing reserved or given back, and no recount written, between the two reads. */
+const sameUsage = (a: SeenUsage | null, b: SeenUsage | null): boolean =>
   a === null || b === null
     ? a === b
-    : a.activeJobs === b.activeJobs && a.runsPerMinute === b.runsPerMinute;
+    : a.activeJobs === b.activeJobs &&
+      a.runsPerMinute === b.runsPerMinute &&
+      a.changes === b.changes &&
+      a.recount === b.recount;
 
 const capped = (n: number): number => Math.min(n, Number.MAX_SAFE_INTEGER);
 
@@ -74,10 +75,10 @@ export async function countUsage(
   engine: Engine,
   tenantId: string,
   now: Date,
-  seen: QuotaUsage | null,
+  seen: SeenUsage | null,
   budget: RecountBudget,
 ): Promise<QuotaUsage> {
-  const stored = await readRecountProgress(engine, tenantId);
+  const { step, progress: stored } = await readRecountProgress(engine, tenantId);
   const goesOn =
     stored !== null &&
     sameUsage(stored.basis, seen) &&
@@ -107,9 +108,9 @@ export async function countUsage(
         startedAt: goesOn ? stored.startedAt : now.toISOString(),
         cursor: cursor ?? {},
         counted,
-        step: (stored?.step ?? 0) + 1,
+        step: (step ?? 0) + 1,
       };
-      await writeRecountProgress(engine, tenantId, part, stored?.step);
+      await writeRecountProgress(engine, tenantId, part, step);
       throw new ConcurrentUpdateError(
         `the tenant's quota usage is being recounted (${counted.activeJobs} active jobs counted so far); try again`,
         { subject: "quota recount" },
@@ -130,6 +131,6 @@ export async function countUsage(
     if (cursor === undefined) break;
   }
   await measureAfterJobs();
-  if (stored !== null) await deleteRecountProgress(engine, tenantId);
+  if (step !== undefined) await deleteRecountProgress(engine, tenantId);
   return counted;
 }

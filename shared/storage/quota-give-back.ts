@@ -51,8 +51,10 @@ export async function giveBackUsage(
               recount === null ? NO_RECOUNT_YET : SAME_RECOUNT,
               ...counters.map((c) => `${c} >= :${c}`),
             ].join(" AND "),
-            UpdateExpression: `ADD ${counters.map((c) => `${c} :less_${c}`).join(", ")}`,
+            // `changes`: a recount in parts tells this give-back from a reservation's undoing it.
+            UpdateExpression: `ADD ${counters.map((c) => `${c} :less_${c}`).join(", ")}, changes :one`,
             ExpressionAttributeValues: {
+              ":one": 1,
               ...Object.fromEntries(counters.map((c) => [`:${c}`, added[c]])),
               ...Object.fromEntries(counters.map((c) => [`:less_${c}`, -added[c]])),
               ...(recount === null ? {} : { ":recount": recount }),

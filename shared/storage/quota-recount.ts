@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import { GetCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { failedConditionItem, isConditionalCheckFailed } from "./dynamo-errors.js";
+import { decodeSeenUsage, type SeenUsage } from "./seen-usage.js";
 import { decodeUsage, type QuotaUsage, quotaPk, USAGE_SK } from "./tenant-quotas.js";
 
 /**
@@ -16,7 +17,7 @@ import { decodeUsage, type QuotaUsage, quotaPk, USAGE_SK } from "./tenant-quotas
  * refuse from it.
  */
 export type RecountClaim =
-  | { readonly recount: true; readonly seen: QuotaUsage | null; readonly claim: string }
+  | { readonly recount: true; readonly seen: SeenUsage | null; readonly claim: string }
   | { readonly recount: false; readonly stored: QuotaUsage };
 
 /**
@@ -55,7 +56,7 @@ export async function claimRecount(
         ReturnValuesOnConditionCheckFailure: "ALL_OLD",
       }),
     );
-    const seen = result.Attributes ? decodeUsage(result.Attributes) : null;
+    const seen = result.Attributes ? decodeSeenUsage(result.Attributes) : null;
     return { recount: true, seen, claim };
   } catch (error) {
     if (!isConditionalCheckFailed(error)) throw error;

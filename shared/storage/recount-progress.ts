@@ -1,7 +1,16 @@
 import { DeleteCommand, GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { isConditionalCheckFailed } from "./dynamo-errors.js";
+import { epochSeconds } from "./retention.js";
+import { decodeSeenUsage, type SeenUsage } from "./seen-usage.js";
 import { type QuotaUsage, quotaPk } from "./tenant-quotas.js";
+
+/**
+ * A recount's progress older than this is started afresh (jobs it counted long ago may have ended
+ * since, counted still: an upper bound, which the next recount corrects), and the item expires
+ * (the jobs table's TTL) once a tenant stops sending the requests that would go on with it.
+ */
+export const PROGRESS_KEPT_MS = 60 * 60_000;
 
 /**
  * How far a recount of a tenant's usage has read (`QUOTA#<tenantId>`/`RECOUNT`): a recount reads
@@ -9,8 +18,13 @@ import { type QuotaUsage, quotaPk } from "./tenant-quotas.js";
  * request reads a bounded part and leaves this for the next to go on from (shared/quotas/recount.ts).
  */
 export interface RecountProgress {
-  /** The usage the recount will replace, as its first part read it (null: the tenant had none). */
-  readonly basis: QuotaUsage | null;
+  /**
+   * The usage the recount will replace, as its first part read it (null: the tenant had none),
+   * with its `changes` and recount token: counters alone come back to the same values after a
+   * reservation and a give-back of the same share, while a job created and one cancelled between
+   * parts (the first on pages already read, the second on pages not yet read) are both left out.
+   */
+  readonly basis: SeenUsage | null;
   /** When its first part started. */
   readonly startedAt: string;
   /** Where the tenant index's next page starts. */
@@ -34,11 +48,27 @@ function usageOf(value: unknown): QuotaUsage | null {
     : null;
 }
 
-/** The tenant's recount under way, or null (none, or an item this version cannot read). */
+/** The basis as stored: undefined when unreadable, or an earlier version's (counters alone). */
+function basisOf(value: unknown): SeenUsage | null | undefined {
+  if (value === null) return null;
+  if (usageOf(value) === null || typeof Reflect.get(value as object, "changes") !== "number")
+    return undefined;
+  return decodeSeenUsage(value as Record<string, unknown>);
+}
+
+/** The tenant's `RECOUNT` item as it stands. */
+export interface StoredRecount {
+  /** Its step, which the next part's write is conditioned on; undefined when there is none. */
+  readonly step: number | undefined;
+  /** Its progress; null when none, or one this version cannot go on from (then started afresh). */
+  readonly progress: RecountProgress | null;
+}
+
+/** The tenant's recount under way. */
 export async function readRecountProgress(
   engine: Engine,
   tenantId: string,
-): Promise<RecountProgress | null> {
+): Promise<StoredRecount> {
   const { Item: item } = await engine.doc.send(
     new GetCommand({
       TableName: engine.tables.jobs,
@@ -46,23 +76,28 @@ export async function readRecountProgress(
       ConsistentRead: true,
     }),
   );
-  const counted = usageOf(item?.counted);
-  const cursor: unknown = item?.cursor;
+  if (item === undefined || typeof item.step !== "number")
+    return { step: undefined, progress: null };
+  const counted = usageOf(item.counted);
+  const basis = basisOf(item.basis);
+  const cursor: unknown = item.cursor;
   if (
-    item === undefined ||
     counted === null ||
+    basis === undefined ||
     typeof cursor !== "object" ||
     cursor === null ||
-    typeof item.step !== "number" ||
     typeof item.startedAt !== "string"
   )
-    return null;
+    return { step: item.step, progress: null };
   return {
-    basis: usageOf(item.basis),
-    startedAt: item.startedAt,
-    cursor: cursor as Record<string, unknown>,
-    counted,
     step: item.step,
+    progress: {
+      basis,
+      startedAt: item.startedAt,
+      cursor: cursor as Record<string, unknown>,
+      counted,
+      step: item.step,
+    },
   };
 }
 
@@ -81,7 +116,12 @@ export async function writeRecountProgress(
     await engine.doc.send(
       new PutCommand({
         TableName: engine.tables.jobs,
-        Item: { ...progressKey(tenantId), tenantId, ...progress },
+        Item: {
+          ...progressKey(tenantId),
+          tenantId,
+          ...progress,
+          expiresAt: epochSeconds(new Date(Date.parse(progress.startedAt) + PROGRESS_KEPT_MS)),
+        },
         ...(previousStep === undefined
           ? { ConditionExpression: "attribute_not_exists(pk)" }
           : {

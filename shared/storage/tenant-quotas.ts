@@ -10,6 +10,7 @@ import type { TenantQuotas } from "../config.js";
 import type { Engine } from "../engine.js";
 import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
 import { runSlotExpiresAt } from "./retention.js";
+import { type SeenUsage, stillSeen } from "./seen-usage.js";
 
 /**
  * A tenant's quota items, one partition of the jobs table (`QUOTA#<tenantId>`):
@@ -218,10 +219,13 @@ export async function reserveUsage(
           TableName: engine.tables.jobs,
           Key: { pk: quotaPk(tenantId), sk: USAGE_SK },
           ConditionExpression: withinLimits(add),
-          UpdateExpression: "ADD activeJobs :jobs, runsPerMinute :rate SET tenantId = :tenant",
+          // `changes`: a recount in parts tells this reservation from a give-back's undoing it.
+          UpdateExpression:
+            "ADD activeJobs :jobs, runsPerMinute :rate, changes :one SET tenantId = :tenant",
           ExpressionAttributeValues: {
             ":jobs": add.activeJobs,
             ":rate": add.runsPerMinute,
+            ":one": 1,
             ...(add.activeJobs > 0 ? { ":jobsRoom": limits.activeJobs - add.activeJobs } : {}),
             ...(add.runsPerMinute > 0
               ? { ":rateRoom": limits.runsPerMinute - add.runsPerMinute }
@@ -242,16 +246,18 @@ export async function reserveUsage(
 
 /**
  * Replaces the usage with a recount, marked with a fresh `recount` token,
- * unless it changed since `seen` was read (another create reserved meanwhile):
- * false, and the caller reads again.
+ * unless it changed since `seen` was read (another create reserved meanwhile,
+ * or a reservation and a give-back of the same share left its counters as
+ * they were: `stillSeen`): false, and the caller reads again.
  */
 export async function writeRecountedUsage(
   engine: Engine,
   tenantId: string,
   counted: QuotaUsage,
-  seen: QuotaUsage | null,
+  seen: SeenUsage | null,
   now: Date,
 ): Promise<boolean> {
+  const unchanged = seen === null ? null : stillSeen(seen);
   try {
     await engine.doc.send(
       new PutCommand({
@@ -264,14 +270,11 @@ export async function writeRecountedUsage(
           recount: randomUUID(),
           recountedAt: now.toISOString(),
         },
-        ...(seen === null
+        ...(unchanged === null
           ? { ConditionExpression: "attribute_not_exists(pk)" }
           : {
-              ConditionExpression: "activeJobs = :jobs AND runsPerMinute = :rate",
-              ExpressionAttributeValues: {
-                ":jobs": seen.activeJobs,
-                ":rate": seen.runsPerMinute,
-              },
+              ConditionExpression: unchanged.expression,
+              ExpressionAttributeValues: unchanged.values,
             }),
       }),
     );
