@@ -4,7 +4,7 @@ import { reap } from "../../shared/dispatch/reaper.js";
 import type { Engine } from "../../shared/engine.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { cancelJob, createJob, deleteJob, pauseJob } from "../../shared/jobs/index.js";
-import { getJob } from "../../shared/storage/run-reads.js";
+import { getJob, getRunItem, runKeyOf } from "../../shared/storage/run-reads.js";
 import {
   createEngineFixture,
   deliveryOfRun,
@@ -37,6 +37,21 @@ function killedAfterCancelCommit(base: Engine) {
       return result;
     },
     { step: "initialize", name: "killAfterCommit" },
+  );
+  return { engine: { ...base, doc: clients.doc }, destroy: () => clients.destroy() };
+}
+
+/** An engine like `base` whose write of the job CANCELLED fails, sent or not (the cancel refused). */
+function refusingCancelCommit(base: Engine) {
+  const clients = createTestClients();
+  clients.doc.middlewareStack.add(
+    (next) => async (args) => {
+      const input = JSON.stringify(args.input);
+      if (input.includes(base.tables.jobs) && input.includes("CANCELLED"))
+        throw new Killed("the cancel's commit refused");
+      return next(args);
+    },
+    { step: "initialize", name: "refuseCancelCommit" },
   );
   return { engine: { ...base, doc: clients.doc }, destroy: () => clients.destroy() };
 }
@@ -132,5 +147,44 @@ describe("a cancel killed between its commit and its parked runs' endings", () =
     expect(await f.process(f.workerDeps("w"), received)).toBe("ack");
     expect((await getJob(f.engine, upstream.jobId))?.dependents).not.toContain(dependent.jobId);
     expect(await runsOf(dependent.jobId)).toEqual([]);
+  }, 30_000);
+
+  it("a cancel refused after it gave the parked run its deadline back: the reaper's re-send is parked again while the job is paused, and runs nothing", async () => {
+    const runAt = new Date(Date.now() + MINUTE);
+    const { job } = await createJob(
+      f.engine,
+      testJob({ tenantId: TENANT, schedule: { runAt: runAt.toISOString() } }),
+    );
+    const [claimed] = await runsOf(job.jobId);
+    if (!claimed) throw new Error("not claimed at create");
+    await pauseJob(f.engine, TENANT, job.jobId);
+    await processRun(
+      { ...f.workerDeps("w"), engine: { ...f.engine, clock: offsetClock(MINUTE) } },
+      deliveryOfRun(f.engine, claimed),
+    );
+    const cancelAt = runAt.getTime() + 60 * MINUTE;
+    const refusing = refusingCancelCommit(engineAt(f.engine, cancelAt));
+    try {
+      await expect(cancelJob(refusing.engine, TENANT, job.jobId)).rejects.toBeInstanceOf(Killed);
+    } finally {
+      refusing.destroy();
+    }
+    expect((await getJob(f.engine, job.jobId))?.status).toBe("PAUSED");
+    const [rearmed] = await runsOf(job.jobId);
+    if (!rearmed) throw new Error("run gone");
+    expect((await getRunItem(f.engine, runKeyOf(rearmed)))?.inflightSk).toBeDefined();
+
+    const reapAt = cancelAt + f.engine.settings.leaseMs + MINUTE;
+    expect((await reap(engineAt(f.engine, reapAt))).resent).toBe(1);
+    await processRun(
+      { ...f.workerDeps("w"), engine: engineAt(f.engine, reapAt) },
+      deliveryOfRun(f.engine, rearmed),
+    );
+    const [parked] = await runsOf(job.jobId);
+    expect(parked).toMatchObject({ status: "QUEUED", reason: "waiting: job paused" });
+    expect((await getJob(f.engine, job.jobId))?.parkedRuns).toHaveProperty(rearmed.runId);
+    // Listed again: no deadline, so no re-send a lease later either.
+    expect((await getRunItem(f.engine, runKeyOf(rearmed)))?.inflightSk).toBeUndefined();
+    expect((await reap(engineAt(f.engine, reapAt + 2 * f.engine.settings.leaseMs))).resent).toBe(0);
   }, 30_000);
 });
