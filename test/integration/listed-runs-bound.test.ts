@@ -5,7 +5,15 @@ import type { Engine } from "../../shared/engine.js";
 import { completeAsyncRun } from "../../shared/execution/async-runs.js";
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import { processRun, type WorkerDeps } from "../../shared/execution/worker.js";
-import { cancelRun, createJob, pauseJob, triggerJob } from "../../shared/jobs/index.js";
+import {
+  cancelJob,
+  cancelRun,
+  createJob,
+  editJob,
+  pauseJob,
+  replayDeadLetter,
+  triggerJob,
+} from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
 import { MAX_CONCURRENT_LIMIT } from "../../shared/policies.js";
 import { MAX_LISTED_RUNS } from "../../shared/storage/admission.js";
@@ -90,7 +98,10 @@ describe("the runs a job lists as under way", () => {
    */
   const jobFullOfQuietRuns = async (
     schedule: { cron: string; timezone: string } = { cron: "0 0 1 1 *", timezone: "UTC" },
+    overlap: "allow" | "skip" | "buffer_one" = "allow",
   ) => {
+    // Runs a round: under allow, maxConcurrent; under skip and buffer_one, one.
+    const perRound = overlap === "allow" ? MAX_CONCURRENT_LIMIT : 1;
     const { job } = await createJob(
       f.engine,
       testJob({
@@ -98,25 +109,36 @@ describe("the runs a job lists as under way", () => {
         target: { url: targetUrl, mode: "async" },
         timeoutSeconds: 86_400,
         schedule,
-        policies: { ...testJob().policies, overlap: "allow", maxConcurrent: MAX_CONCURRENT_LIMIT },
+        policies: {
+          ...testJob().policies,
+          overlap,
+          ...(overlap === "allow" ? { maxConcurrent: MAX_CONCURRENT_LIMIT } : {}),
+        },
       }),
     );
     const start = Date.now();
     const before = handedOver;
-    const rounds = Math.ceil(MAX_LISTED_RUNS / MAX_CONCURRENT_LIMIT);
+    const rounds = Math.ceil(MAX_LISTED_RUNS / perRound);
+    // One run a round (skip, buffer_one): rounds of the shortest lease a deploy may set (6 s),
+    // so that the 200 fit in the hour their endings leave their entries in (nextAdmissionSoon).
+    const base =
+      overlap === "allow"
+        ? f.engine
+        : { ...f.engine, settings: { ...f.engine.settings, leaseMs: 6_000 } };
+    const roundMs = overlap === "allow" ? ROUND_MS : base.settings.leaseMs + 1_000;
     const quiet: Run[] = [];
     for (let round = 0; round < rounds; round++)
       quiet.push(
         ...(await triggerAndDeliver(
-          engineAt(f.engine, start + round * ROUND_MS),
+          engineAt(base, start + round * roundMs),
           job.jobId,
-          Math.min(MAX_CONCURRENT_LIMIT, MAX_LISTED_RUNS - round * MAX_CONCURRENT_LIMIT),
+          Math.min(perRound, MAX_LISTED_RUNS - round * perRound),
         )),
       );
     expect(handedOver - before).toBe(MAX_LISTED_RUNS);
     const full = await getJob(f.engine, job.jobId);
     expect(Object.keys(full?.activeRuns ?? {})).toHaveLength(MAX_LISTED_RUNS);
-    return { job, quiet, after: start + rounds * ROUND_MS };
+    return { job, quiet, after: start + rounds * roundMs };
   };
 
   it("stays bounded when a long-job target takes runs over and goes quiet: the next runs wait until a listed one ends", async () => {
@@ -190,5 +212,106 @@ describe("the runs a job lists as under way", () => {
       }
       expect((await getJob(f.engine, job.jobId))?.lastRun?.status).toBe("SUCCEEDED");
     }
+  }, 300_000);
+  it("under skip, skips while its 200 listed runs are under way and runs again once they have ended, with no operator", async () => {
+    const { job, quiet, after } = await jobFullOfQuietRuns(
+      { cron: "0 * * * *", timezone: "UTC" },
+      "skip",
+    );
+    const later = engineAt(f.engine, after);
+    const [skipped] = await triggerAndDeliver(later, job.jobId, 1);
+    if (skipped === undefined) throw new Error("no run triggered");
+    expect((await getRun(f.engine, skipped))?.status).toBe("SKIPPED");
+    // Their targets complete them all; their endings leave their entries (hourly: an admission
+    // comes within the hour), so the job lists 200 ended runs.
+    for (const run of quiet)
+      await completeAsyncRun(later, run.runId, tokens.get(run.runId) ?? "", {
+        status: "succeeded",
+      });
+    expect(Object.keys((await getJob(f.engine, job.jobId))?.activeRuns ?? {})).toHaveLength(
+      MAX_LISTED_RUNS,
+    );
+    const [next] = await triggerAndDeliver(later, job.jobId, 1);
+    if (next === undefined) throw new Error("no run triggered");
+    expect((await getRun(f.engine, next))?.status).toBe("RUNNING");
+    expect(tokens.has(next.runId)).toBe(true);
+    const left = Object.keys((await getJob(f.engine, job.jobId))?.activeRuns ?? {});
+    expect(left).toContain(next.runId);
+    expect(left.length).toBeLessThan(MAX_LISTED_RUNS);
+  }, 300_000);
+  it("under buffer_one, keeps one run in the waiting place while 200 listed runs are under way, and starts it once one ends", async () => {
+    const { job, quiet, after } = await jobFullOfQuietRuns(
+      { cron: "0 0 1 1 *", timezone: "UTC" },
+      "buffer_one",
+    );
+    const later = engineAt(f.engine, after);
+    const [waiting, second] = await triggerAndDeliver(later, job.jobId, 2);
+    if (waiting === undefined || second === undefined) throw new Error("no run triggered");
+    expect(await getRun(f.engine, waiting)).toMatchObject({
+      status: "QUEUED",
+      reason: "waiting: overlap policy buffer_one",
+    });
+    expect((await getRun(f.engine, second))?.status).toBe("SKIPPED");
+    expect((await getJob(f.engine, job.jobId))?.bufferedRunId).toBe(waiting.runId);
+    const [first] = quiet;
+    if (first === undefined) throw new Error("no run handed over");
+    await cancelRun(later, "tenant-a", job.jobId, first.runId);
+    const requeued = await getRun(f.engine, waiting);
+    if (requeued === null) throw new Error("the waiting run is gone");
+    const recheck = engineAt(f.engine, Math.max(Date.parse(requeued.dueAt), after) + 1_000);
+    await processRun(workerAt(recheck), deliveryOfRun(recheck, requeued));
+    expect(tokens.has(waiting.runId)).toBe(true);
+    const listed = await getJob(f.engine, job.jobId);
+    expect(Object.keys(listed?.activeRuns ?? {})).toHaveLength(MAX_LISTED_RUNS);
+    expect(listed?.bufferedRunId).toBeNull();
+  }, 300_000);
+  it("is edited and cancelled with 200 runs listed: the cancel ends every one of them and lists none", async () => {
+    const { job, quiet, after } = await jobFullOfQuietRuns();
+    const later = engineAt(f.engine, after);
+    const edited = await editJob(later, "tenant-a", job.jobId, job.version, { name: "renamed" });
+    expect(edited).toMatchObject({ name: "renamed", version: job.version + 1 });
+    expect(Object.keys(edited.activeRuns)).toHaveLength(MAX_LISTED_RUNS);
+    expect((await cancelJob(later, "tenant-a", job.jobId)).status).toBe("CANCELLED");
+    const statuses = await Promise.all(
+      quiet.map(async (run) => (await getRun(f.engine, run))?.status),
+    );
+    expect(new Set(statuses)).toEqual(new Set(["CANCELLED"]));
+    expect((await getJob(f.engine, job.jobId))?.activeRuns).toEqual({});
+  }, 300_000);
+  it("keeps a replay waiting while 200 listed runs are under way, ahead of the next first attempt, and runs it once one ends", async () => {
+    const { job, quiet, after } = await jobFullOfQuietRuns();
+    const later = engineAt(f.engine, after);
+    // One of them dies: its place is taken by the next run, so the job lists 200 under way again.
+    const [dead, first] = quiet;
+    if (dead === undefined || first === undefined) throw new Error("no run handed over");
+    await completeAsyncRun(later, dead.runId, tokens.get(dead.runId) ?? "", {
+      status: "failed",
+      retryable: false,
+    });
+    expect((await getRun(f.engine, dead))?.status).toBe("DEAD");
+    const [taken] = await triggerAndDeliver(later, job.jobId, 1);
+    if (taken === undefined) throw new Error("no run triggered");
+    expect(tokens.has(taken.runId)).toBe(true);
+    const { run: replay } = await replayDeadLetter(later, "tenant-a", dead.runId);
+    await processRun(workerAt(later), deliveryOfRun(later, replay));
+    expect(await getRun(f.engine, replay)).toMatchObject({
+      status: "QUEUED",
+      reason: "waiting: overlap policy allow",
+    });
+    expect((await getJob(f.engine, job.jobId))?.rerunWaiting).toBe(replay.runId);
+    // A first attempt that comes meanwhile leaves it the place that frees.
+    const [behind] = await triggerAndDeliver(later, job.jobId, 1);
+    if (behind === undefined) throw new Error("no run triggered");
+    expect((await getRun(f.engine, behind))?.status).toBe("QUEUED");
+    await cancelRun(later, "tenant-a", job.jobId, first.runId);
+    const waiting = await getRun(f.engine, replay);
+    if (waiting === null) throw new Error("the replay is gone");
+    const recheck = engineAt(f.engine, Math.max(Date.parse(waiting.dueAt), after) + 1_000);
+    await processRun(workerAt(recheck), deliveryOfRun(recheck, waiting));
+    expect(tokens.has(replay.runId)).toBe(true);
+    const listed = await getJob(f.engine, job.jobId);
+    expect(Object.keys(listed?.activeRuns ?? {})).toHaveLength(MAX_LISTED_RUNS);
+    expect(listed?.activeRuns).toHaveProperty([replay.runId]);
+    expect(listed?.rerunWaiting ?? null).toBeNull();
   }, 300_000);
 });
