@@ -223,6 +223,7 @@ async function jobAfterEdit(engine: Engine, tenantId: string, written: Job): Pro
   } catch (error) {
     if (error instanceof SchedulerError) throw error;
     engine.obs.log.warn("could not read an edited job again; answering it as written", {
+      tenantId,
       jobId: written.jobId,
       error: String(error),
     });

@@ -122,6 +122,8 @@ export async function committedJobsAsTheyStand(
     return await jobsAsTheyStand(engine, jobs);
   } catch (error) {
     engine.obs.log.warn("could not read written jobs' runs under way; answering them as written", {
+      // One request's jobs are all its caller's.
+      tenantId: jobs[0]?.tenantId ?? null,
       jobIds: jobs.map((job) => job.jobId),
       error: String(error),
     });

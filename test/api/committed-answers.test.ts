@@ -6,6 +6,7 @@ import { createApiApp } from "../../shared/api/app.js";
 import { bearerAuthenticator } from "../../shared/api/auth.js";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { createJob, triggerJob } from "../../shared/jobs/index.js";
+import { silentObservability } from "../../shared/observability.js";
 import { jobKey } from "../../shared/storage/items.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { createTestClients, type TestClients } from "../support/namespace.js";
@@ -68,12 +69,22 @@ describe("a committed write whose answer's reads storage throttles", () => {
       },
       { step: "initialize", name: "throttleRunReadsAfterTheWrite" },
     );
+    // What the operator is told of an answer given as written: a warning per failed read.
+    const warnings: { message: string; fields: Record<string, unknown> }[] = [];
+    const obs = {
+      ...silentObservability,
+      log: {
+        ...silentObservability.log,
+        warn: (message: string, fields: Record<string, unknown> = {}) =>
+          void warnings.push({ message, fields }),
+      },
+    };
     const app = createApiApp({
-      engine: { ...f.engine, doc: faulty.doc },
+      engine: { ...f.engine, doc: faulty.doc, obs },
       jobTypes: JOB_TYPES,
       authenticate: bearerAuthenticator(new Map([[KEY, TENANT]])),
     });
-    return { app, state };
+    return { app, state, warnings };
   }
 
   /** Lists `runId` on its job as its admission does for a run under way: every answer reads it. */
@@ -97,7 +108,7 @@ describe("a committed write whose answer's reads storage throttles", () => {
   it("an edit of a job with a run under way answers 200 with the edited job, not a 503", async () => {
     const { job } = await createJob(f.engine, testJob({ tenantId: TENANT, schedule: hourly() }));
     await listUnderWay(job.jobId, (await triggerJob(f.engine, TENANT, job.jobId)).runId);
-    const { app, state } = apiThrottlingRunReadsOnce(
+    const { app, state, warnings } = apiThrottlingRunReadsOnce(
       (command, input) =>
         command.startsWith("TransactWriteItems") &&
         JSON.stringify(input).includes("version = version + :one"),
@@ -112,6 +123,12 @@ describe("a committed write whose answer's reads storage throttles", () => {
     expect(response.status, text).toBe(200);
     expect(response.headers.get("etag")).toBe('"2"');
     expect(JobSchema.parse(JSON.parse(text))).toMatchObject({ name: "renamed", version: 2 });
+    // The job's own re-read and the answer's read of its runs: each line names whose job it is.
+    expect(warnings.map((w) => w.message)).toEqual([
+      "could not read an edited job again; answering it as written",
+      "could not read written jobs' runs under way; answering them as written",
+    ]);
+    for (const { fields } of warnings) expect(fields).toMatchObject({ tenantId: TENANT });
   });
 
   it("a batch with a keyed repeat whose job has a run under way answers each job, not a 503 that would create the new ones again", async () => {
@@ -129,7 +146,7 @@ describe("a committed write whose answer's reads storage throttles", () => {
     await listUnderWay(made, (await triggerJob(f.engine, TENANT, made)).runId);
     const jobsBefore = (await f.jobs()).length;
     // Throttled from the first job written on: the new job's put has gone through.
-    const { app, state } = apiThrottlingRunReadsOnce(
+    const { app, state, warnings } = apiThrottlingRunReadsOnce(
       (command, input) =>
         (command.startsWith("PutItem") || command.startsWith("BatchWriteItem")) &&
         JSON.stringify(input).includes("a new one"),
@@ -150,5 +167,7 @@ describe("a committed write whose answer's reads storage throttles", () => {
       [201, false],
     ]);
     expect((await f.jobs()).length).toBe(jobsBefore + 1);
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]?.fields).toMatchObject({ tenantId: TENANT, jobIds: [made] });
   });
 });
