@@ -426,4 +426,34 @@ describe("a webhook secret's rotation applied with its answer lost", () => {
       ]);
     },
   );
+
+  // Another caller's rotation lands between the write and the repeat the SDK sends of it: the
+  // repeat's failed condition shows another secret, which is not this rotation's.
+  it("without a key, beside another rotation that lands before its repeat: two rotations, each caller told a secret that signs, the later one's current", async () => {
+    const tenantId = "rotates-beside-another";
+    const before = await tenantWebhookSecrets(f.engine, tenantId);
+    let other: string | undefined;
+    const lossy = withLostAnswers(f.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) => input.TableName === f.engine.tables.webhookSecrets,
+      meanwhile: async () => {
+        other = (await rotateWebhookSecret(f.engine, tenantId)).current;
+      },
+    });
+    let answered: string;
+    try {
+      answered = (await rotateWebhookSecret(lossy.engine, tenantId)).current;
+    } finally {
+      lossy.destroy();
+    }
+    expect(lossy.injected.count).toBe(1);
+    if (other === undefined) throw new Error("the other rotation did not run");
+    const stored = await readWebhookSecrets(f.engine, tenantId);
+    // Its lost write, the other's, and its own again once it read the other's.
+    expect(stored?.version).toBe(before.version + 3);
+    expect(stored?.current).toBe(answered);
+    expect(answered).not.toBe(other);
+    expect(signingSecrets(stored ?? before, f.engine.clock())).toEqual([answered, other]);
+  });
 });

@@ -139,6 +139,8 @@ export interface LostAnswerPlan {
   readonly times: number;
   /** Only requests this accepts count (the request as sent: attribute values marshalled). */
   readonly match?: (input: Input) => boolean;
+  /** What happens between such a request's write and its lost answer (another caller's write). */
+  readonly meanwhile?: () => Promise<unknown>;
 }
 
 /**
@@ -161,6 +163,7 @@ export function withLostAnswers(base: Engine, plan: LostAnswerPlan): FaultyEngin
       ) {
         injected.count++;
         await next(args);
+        await plan.meanwhile?.();
         throw new InternalServerError({
           message: "answer lost after the write was applied",
           $metadata: { httpStatusCode: 500 },
