@@ -1,5 +1,6 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Engine } from "../../shared/engine.js";
 import { completeAsyncRun } from "../../shared/execution/async-runs.js";
@@ -14,9 +15,11 @@ import {
   replayDeadLetter,
   triggerJob,
 } from "../../shared/jobs/index.js";
+import { runId } from "../../shared/keys.js";
 import type { Run } from "../../shared/model.js";
 import { MAX_CONCURRENT_LIMIT } from "../../shared/policies.js";
 import { MAX_LISTED_RUNS } from "../../shared/storage/admission.js";
+import { jobKey } from "../../shared/storage/items.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { cachedSigningSecrets } from "../../shared/webhooks/secrets.js";
 import {
@@ -313,5 +316,46 @@ describe("the runs a job lists as under way", () => {
     expect(Object.keys(listed?.activeRuns ?? {})).toHaveLength(MAX_LISTED_RUNS);
     expect(listed?.activeRuns).toHaveProperty([replay.runId]);
     expect(listed?.rerunWaiting ?? null).toBeNull();
+  }, 300_000);
+  it("comes back within the bound from a list an earlier worker grew past it (docs/deploy.md)", async () => {
+    const { job, quiet, after } = await jobFullOfQuietRuns();
+    const later = engineAt(f.engine, after);
+    // An earlier worker listed 100 more: 40 runs under way (queued again after their lease
+    // lapsed) and 60 that have ended since (their items gone), 300 in all.
+    const underWay = await Promise.all(
+      Array.from({ length: 40 }, () => triggerJob(later, "tenant-a", job.jobId)),
+    );
+    const ended = Array.from({ length: 60 }, (_, i) =>
+      runId(job.jobId, new Date(Date.UTC(2021, 0, 1) + i * 1000), 1),
+    );
+    const lapsed = new Date(after - ROUND_MS).toISOString();
+    const extra = [...underWay.map((run) => run.runId), ...ended];
+    await f.engine.doc.send(
+      new UpdateCommand({
+        TableName: f.engine.tables.jobs,
+        Key: jobKey(job.jobId),
+        UpdateExpression: `SET ${extra.map((_, i) => `activeRuns.#r${i} = :lapsed`).join(", ")}`,
+        ExpressionAttributeNames: Object.fromEntries(extra.map((id, i) => [`#r${i}`, id])),
+        ExpressionAttributeValues: { ":lapsed": lapsed },
+      }),
+    );
+    const listedNow = async () =>
+      Object.keys((await getJob(f.engine, job.jobId))?.activeRuns ?? {});
+    expect(await listedNow()).toHaveLength(MAX_LISTED_RUNS + 100);
+    // 240 under way: a run not listed waits.
+    const [next] = await triggerAndDeliver(later, job.jobId, 1);
+    if (next === undefined) throw new Error("no run triggered");
+    expect((await getRun(f.engine, next))?.status).toBe("QUEUED");
+    // 41 of them end: 199 under way, and the waiting run gets in, taking the ended ones out.
+    for (const run of quiet.slice(0, 41)) await cancelRun(later, "tenant-a", job.jobId, run.runId);
+    const waiting = await getRun(f.engine, next);
+    if (waiting === null) throw new Error("the waiting run is gone");
+    const recheck = engineAt(f.engine, Math.max(Date.parse(waiting.dueAt), after) + 1_000);
+    await processRun(workerAt(recheck), deliveryOfRun(recheck, waiting));
+    expect(tokens.has(next.runId)).toBe(true);
+    const listed = await listedNow();
+    expect(listed).toHaveLength(MAX_LISTED_RUNS);
+    expect(listed).toContain(next.runId);
+    for (const id of ended) expect(listed).not.toContain(id);
   }, 300_000);
 });
