@@ -69,7 +69,7 @@ export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHa
   return async (ctx) => {
     const target = ctx.target;
     if (!target) throw new JobError("http job has no target", { retryable: false });
-    const url = new URL(target.url);
+    const url = targetUrl(target.url);
     const literalRefusal = webhook.allowPrivateTargets ? null : literalTargetRefusal(url);
     if (literalRefusal) throw refusedJobError(literalRefusal);
     const body = JSON.stringify(ctx.payload ?? null);
@@ -225,6 +225,18 @@ function describe(error: unknown): string {
     return `${error.message}${cause}`;
   }
   return String(error);
+}
+
+/**
+ * The target's URL, which the API refuses unless it parses: one stored otherwise (before the API
+ * checked it so, or by another path) fails the run without a retry, saying so. Left to `new URL`,
+ * its TypeError was a failure the handler did not foresee, and the tenant read only its name.
+ */
+function targetUrl(text: string): URL {
+  if (URL.canParse(text)) return new URL(text);
+  throw new JobError(`the target's URL "${textHead(text, 200)}" is not a valid URL`, {
+    retryable: false,
+  });
 }
 
 /** A refused target is refused every time: the run goes to the dead letters without a retry. */

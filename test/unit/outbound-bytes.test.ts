@@ -11,6 +11,7 @@ import {
 } from "../../shared/execution/received-bytes.js";
 import { httpContext, httpHandlerWith, LOOPBACK_WORKERS } from "../support/http-handler.js";
 import { rejection } from "../support/rejection.js";
+import { TEST_TLS_CERT, TEST_TLS_KEY } from "../support/tls-certificate.js";
 
 /**
  * What a receiver can make a worker read for one delivery, whatever the form: undici's parser
@@ -135,28 +136,10 @@ describe("a receiver's kept-alive connection", () => {
   });
 });
 
-// A self-signed certificate for localhost and 127.0.0.1 (until 2126), made for this test alone.
-const TEST_KEY = `-----BEGIN PRIVATE KEY-----
-MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgeNkVEGMxf1kjwM49
-sOJTmFnZpe8dzAJMB4yKucQqOXehRANCAAQuPFfmmMxd9ilYMaJ8JaIoBFgwApgp
-WQQ/SNv6Bp1PKB2fiRf7cyAM/ZwzvISXsyvrB9LemLi8ICXI+RkgsDGB
------END PRIVATE KEY-----`;
-const TEST_CERT = `-----BEGIN CERTIFICATE-----
-MIIBmjCCAUGgAwIBAgIUBsaAr4ytVtdCL5h4bKbJKyKcDeMwCgYIKoZIzj0EAwIw
-FDESMBAGA1UEAwwJbG9jYWxob3N0MCAXDTI2MTIwNDEwNTAzOVoYDzIxMjYxMTEw
-MTA1MDM5WjAUMRIwEAYDVQQDDAlsb2NhbGhvc3QwWTATBgcqhkjOPQIBBggqhkjO
-PQMBBwNCAAQuPFfmmMxd9ilYMaJ8JaIoBFgwApgpWQQ/SNv6Bp1PKB2fiRf7cyAM
-/ZwzvISXsyvrB9LemLi8ICXI+RkgsDGBo28wbTAdBgNVHQ4EFgQULKZAICL0jrgA
-djmOa3IglzCDQuQwHwYDVR0jBBgwFoAULKZAICL0jrgAdjmOa3IglzCDQuQwDwYD
-VR0TAQH/BAUwAwEB/zAaBgNVHREEEzARgglsb2NhbGhvc3SHBH8AAAEwCgYIKoZI
-zj0EAwIDRwAwRAIgWqrSCpyCIfP5ZwVpfUvkjVUdhbYSXSgMXSfBWyyT3nYCIGU8
-TsI5yG8mDRbWmPhWXuwj6VbjEi36w5bpZpLXB0Hy
------END CERTIFICATE-----`;
-
 describe("a TLS connection", () => {
   it("is metered on what it decrypts: endless chunk extensions over https close it past 1 MiB", async () => {
     const state = { written: 0, closed: false };
-    const server = createTlsServer({ key: TEST_KEY, cert: TEST_CERT }, (socket) => {
+    const server = createTlsServer({ key: TEST_TLS_KEY, cert: TEST_TLS_CERT }, (socket) => {
       socket.on("error", () => {});
       socket.on("close", () => {
         state.closed = true;
@@ -176,7 +159,7 @@ describe("a TLS connection", () => {
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
     const port = (server.address() as AddressInfo).port;
     // The connector outboundDispatcher uses, trusting the test's certificate.
-    const dispatcher = new Agent({ connect: meteredConnector({ ca: TEST_CERT }) });
+    const dispatcher = new Agent({ connect: meteredConnector({ ca: TEST_TLS_CERT }) });
     try {
       const failure = await request(`https://localhost:${port}/hook`, {
         method: "POST",
