@@ -74,7 +74,10 @@ export async function fanOutTrigger(engine: Engine, entry: DueEntry): Promise<Fa
     ).catch((error: unknown) => {
       // Each run is QUEUED with its reaper deadline: the reaper sends what this could not.
       engine.obs.log.warn("a fan-out could not send every run; the reaper will", {
+        tenantId: entry.tenantId,
+        jobId: entry.jobId,
         upstreamRunId: fanOut.runId,
+        runs: toSend.map((run) => run.runId),
         error: String(error),
       });
     });

@@ -2,7 +2,7 @@ import { runDurationMs } from "../clock.js";
 import { fanOutTrigger } from "../dispatch/trigger-fan-out.js";
 import type { Engine } from "../engine.js";
 import type { DueEntry, Job, Run, RunMessage } from "../model.js";
-import { METRICS, runLogKeys, TENANT_LOG_EVENTS } from "../observability.js";
+import { METRICS, type RunLogKeys, runLogKeys, TENANT_LOG_EVENTS } from "../observability.js";
 import { sendRuns } from "../queue/work-queue.js";
 import { decideAfterFailure } from "../retry.js";
 import { recordShardCount } from "../shard-count.js";
@@ -98,7 +98,7 @@ export async function recordResult(
       now,
     );
     report("SUCCEEDED");
-    await fanOutNow(engine, trigger.trigger);
+    await fanOutNow(engine, run, trigger.trigger);
   } else {
     const decision = decideAfterFailure({
       attempt: run.attempt,
@@ -128,7 +128,7 @@ export async function recordResult(
         now,
       );
       report("DEAD");
-      await fanOutNow(engine, trigger.trigger);
+      await fanOutNow(engine, run, trigger.trigger);
     } else {
       const retry = nextAttempt(engine, job, run, decision.nextAttempt, decision.dueAt, now);
       await finishRun(
@@ -156,14 +156,17 @@ export async function recordResult(
  * Queues the dependents' runs right after the ending that wrote their trigger entry, so they do
  * not wait for the next dispatcher pass; a failure here leaves the entry to that pass.
  */
-async function fanOutNow(engine: Engine, trigger: DueEntry | undefined): Promise<void> {
+async function fanOutNow(
+  engine: Engine,
+  ended: RunLogKeys,
+  trigger: DueEntry | undefined,
+): Promise<void> {
   if (trigger === undefined) return;
   try {
     await fanOutTrigger(engine, trigger);
   } catch (error) {
     engine.obs.log.warn("could not fan a trigger out; the next dispatcher pass will", {
-      jobId: trigger.jobId,
-      upstreamRunId: trigger.fanOut?.runId,
+      ...runLogKeys(ended),
       error: String(error),
     });
   }

@@ -3,7 +3,7 @@ import type { Engine } from "../engine.js";
 import { FenceLostError, JobNotFoundError, RunCancelledError } from "../errors.js";
 import type { Job, Run } from "../model.js";
 import { METRICS, runLogKeys } from "../observability.js";
-import { type ReceivedRun, setVisibility } from "../queue/work-queue.js";
+import { type ReceivedRun, runKeysOf, setVisibility } from "../queue/work-queue.js";
 import { takeTenantSlot } from "../quotas/concurrency.js";
 import { releaseBufferSlot, releaseRerunMark } from "../storage/admission.js";
 import { runMessageOf } from "../storage/items.js";
@@ -87,9 +87,8 @@ export async function processRun(deps: WorkerDeps, received: ReceivedRun): Promi
 }
 
 /**
- * Sets a message's visibility to the lease, best effort: should SQS refuse, the
- * message stays hidden for the queue's visibility and the reaper re-sends its run
- * once its deadline passes.
+ * Sets a message's visibility to the lease, best effort: should SQS refuse, the message stays
+ * hidden for the queue's visibility and the reaper re-sends its run once its deadline passes.
  */
 async function hideForALease(engine: Engine, received: ReceivedRun, why: string): Promise<void> {
   await setVisibility(
@@ -99,6 +98,7 @@ async function hideForALease(engine: Engine, received: ReceivedRun, why: string)
     engine.settings.leaseMs / 1000,
   ).catch((error: unknown) => {
     engine.obs.log.warn("could not set a message's visibility to the lease; the reaper covers it", {
+      ...runKeysOf(received.message),
       messageId: received.messageId,
       why,
       error: String(error),
@@ -132,7 +132,7 @@ async function processDelivery(
   }
   if (started.kind !== "started") {
     engine.obs.log.info("delivery of a run that is not startable; acknowledged", {
-      runId: "run" in started ? started.run.runId : null,
+      ...runKeysOf(message),
       state: started.kind,
     });
     return "ack";

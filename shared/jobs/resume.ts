@@ -100,6 +100,7 @@ async function rearmParked(engine: Engine, job: Job, now: Date): Promise<Run[]> 
   });
   if (expired.length > 0)
     engine.obs.log.warn("resume: parked runs expired during the pause (older than the retention)", {
+      tenantId: job.tenantId,
       jobId: job.jobId,
       runIds: expired,
     });

@@ -1,6 +1,7 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
+import { runId } from "../keys.js";
 import type { DueEntry, Job, Run } from "../model.js";
 import {
   failedConditionItem,
@@ -189,7 +190,7 @@ export async function keepCompletedJobForRun(
  */
 export async function keepCompletedJobForWaitingRun(
   engine: Engine,
-  run: Pick<Run, "jobId" | "scheduledFor">,
+  run: Pick<Run, "tenantId" | "jobId" | "scheduledFor" | "attempt">,
   now: Date,
 ): Promise<void> {
   const retentionMs = (completedJobExpiresAt(now, 0, engine.settings) - epochSeconds(now)) * 1000;
@@ -203,7 +204,10 @@ export async function keepCompletedJobForWaitingRun(
   } catch (error) {
     // Not failed for it: the run's own write stands, and the next look keeps the job again.
     engine.obs.log.warn("could not keep a completed job for its waiting run", {
+      tenantId: run.tenantId,
       jobId: run.jobId,
+      runId: runId(run.jobId, run.scheduledFor, run.attempt),
+      attempt: run.attempt,
       error: String(error),
     });
   }

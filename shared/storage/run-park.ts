@@ -1,6 +1,7 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
+import { runLogKeys } from "../observability.js";
 import { failedConditionItem, isConditionalCheckFailed } from "./dynamo-errors.js";
 import { decodeRun, jobKey } from "./items.js";
 import { runExpiresAt } from "./retention.js";
@@ -76,9 +77,7 @@ export async function parkRun(engine: Engine, run: Run, now: Date): Promise<bool
   try {
     if (listed === "full") {
       engine.obs.log.warn("a paused job lists its most runs; this one waits for the reaper", {
-        tenantId: run.tenantId,
-        jobId: run.jobId,
-        runId: run.runId,
+        ...runLogKeys(run),
         maxParkedRuns: MAX_PARKED_RUNS,
       });
       await engine.doc.send(

@@ -143,11 +143,32 @@ describe("the runs a paused job lists for its resume", () => {
     expect(await fits(count)).toBe(true);
     expect(count).toBeGreaterThan(MAX_PARKED_RUNS);
 
+    const warned: { message: string; fields: Record<string, unknown> }[] = [];
+    const at = engineAt(f.engine, runAt.getTime());
+    const watched: Engine = {
+      ...at,
+      obs: {
+        ...at.obs,
+        log: {
+          ...at.obs.log,
+          warn: (message, fields = {}) => void warned.push({ message, fields }),
+        },
+      },
+    };
     const worked = await Promise.race([
-      deliver(claimed, engineAt(f.engine, runAt.getTime())),
+      deliver(claimed, watched),
       new Promise<"stuck">((resolve) => setTimeout(() => resolve("stuck"), 10_000)),
     ]);
     expect(worked).toBe("ack");
+    // Named as every line about a run is, its attempt included.
+    expect(
+      warned.find((l) => l.message.startsWith("a paused job lists its most runs"))?.fields,
+    ).toMatchObject({
+      tenantId: claimed.tenantId,
+      jobId: claimed.jobId,
+      runId: claimed.runId,
+      attempt: claimed.attempt,
+    });
     const waiting = await getRun(f.engine, claimed);
     expect(waiting).toMatchObject({ status: "QUEUED", reason: "waiting: job paused" });
     expect(waiting?.parkedFence).toBe(claimed.fence + 1);

@@ -73,7 +73,23 @@ describe("a pause longer than the retention", () => {
     const later = runAt.getTime() + 2 * RETENTION_DAYS * DAY;
     await sweepExpired(f.engine, new Date(later));
     expect(await runsOf(job.jobId)).toEqual([]);
-    await resumeJob(engineAt(f.engine, later), TENANT, job.jobId);
+    const warned: { message: string; fields: Record<string, unknown> }[] = [];
+    const resuming = engineAt(f.engine, later);
+    const warn = (message: string, fields: Record<string, unknown> = {}) =>
+      void warned.push({ message, fields });
+    await resumeJob(
+      { ...resuming, obs: { ...resuming.obs, log: { ...resuming.obs.log, warn } } },
+      TENANT,
+      job.jobId,
+    );
+    // The operator's line names the job's tenant, whom the lost runs are to be told of.
+    expect(warned.find((l) => l.message.startsWith("resume: parked runs expired"))?.fields).toEqual(
+      {
+        tenantId: TENANT,
+        jobId: job.jobId,
+        runIds: [claimed.runId],
+      },
+    );
 
     // fire_once: the occurrence runs, late, once.
     const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);

@@ -1,15 +1,19 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ENV } from "../../shared/config.js";
+import { processRun } from "../../shared/execution/worker.js";
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
 import { createJob } from "../../shared/jobs/index.js";
 import { runId } from "../../shared/keys.js";
 import { type Logger, silentObservability } from "../../shared/observability.js";
+import { keepCompletedJobForWaitingRun } from "../../shared/storage/job-status.js";
 import {
   createEngineFixture,
+  deliveryOfRun,
   deployedEnvironment,
   type EngineFixture,
   testJob,
 } from "../support/engine-fixture.js";
+import { withFaults, withSqsFaults } from "../support/faults.js";
 import { lambdaContext, sqsEvent } from "../support/lambda-events.js";
 import { createTestClients, type TestClients } from "../support/namespace.js";
 import { waitFor } from "../support/wait.js";
@@ -201,5 +205,173 @@ describe("the worker loop, its storage failing", () => {
       stop.abort();
       await loop;
     }
+  });
+});
+
+/**
+ * The worker's lines about a delivery it starts no run for, or whose message it could not hide
+ * for a lease: the operator reads them when a run was delivered twice or came back late, and
+ * finds them by the run's keys as every other line about it.
+ */
+describe("the worker's lines about a delivery's message", () => {
+  const lines: { message: string; fields: Record<string, unknown> }[] = [];
+  const capturing: Logger = {
+    debug: (message, fields = {}) => void lines.push({ message, fields }),
+    info: (message, fields = {}) => void lines.push({ message, fields }),
+    warn: (message, fields = {}) => void lines.push({ message, fields }),
+    error: (message, fields = {}) => void lines.push({ message, fields }),
+  };
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture({ obs: { ...silentObservability, log: capturing } });
+  });
+  afterAll(async () => {
+    await f.destroy();
+  });
+
+  it("a delivery of a run that has ended names the run", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: new Date().toISOString() } }),
+    );
+    const deps = f.workerDeps("twice");
+    await f.process(deps, await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000));
+    const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    if (!run) throw new Error("no run");
+    expect(run.status).toBe("SUCCEEDED");
+    const before = lines.length;
+    expect(await processRun(deps, deliveryOfRun(f.engine, run))).toBe("ack");
+    const line = lines.slice(before).find((l) => l.message.startsWith("delivery of a run that"));
+    expect(line?.fields).toMatchObject({
+      tenantId: job.tenantId,
+      jobId: job.jobId,
+      runId: run.runId,
+      attempt: 1,
+    });
+  });
+
+  it("a redelivery whose message SQS will not hide for a lease names the run", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: new Date().toISOString() } }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000);
+    const before = lines.length;
+    // Delivered before and received for longer than a lease (the Lambda event source's), under a
+    // receipt handle SQS refuses.
+    await processRun(f.workerDeps("redelivered"), {
+      ...received,
+      receiptHandle: "a-handle-sqs-never-gave",
+      receiveCount: 2,
+      visibilitySeconds: 900,
+    });
+    const line = lines.slice(before).find((l) => l.message.startsWith("could not set a message's"));
+    const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    expect(line?.fields).toMatchObject({
+      tenantId: job.tenantId,
+      jobId: job.jobId,
+      runId: run?.runId,
+      attempt: 1,
+    });
+  });
+  it("an ending whose dependents' fan-out failed names the run that ended", async () => {
+    const { job: upstream } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: new Date().toISOString() } }),
+    );
+    await createJob(
+      f.engine,
+      testJob({ schedule: { after: { jobs: [upstream.jobId], on: "success" } } }),
+    );
+    // The dependent's run write (its TRIGGERED# record) refused: the entry waits for a pass.
+    const refused = withFaults(f.engine, {
+      operation: "TransactWriteItems",
+      times: 1,
+      match: (input) => JSON.stringify(input.TransactItems ?? []).includes('"sk":"TRIGGERED#'),
+      reason: "ValidationError",
+    });
+    const before = lines.length;
+    try {
+      const received = await f.nextDelivery(f.engine.queues.normal, upstream.jobId, 15_000);
+      expect(
+        await f.process({ ...f.workerDeps("fan-out"), engine: refused.engine }, received),
+      ).toBe("ack");
+      expect(refused.injected.count).toBe(1);
+    } finally {
+      refused.destroy();
+    }
+    const line = lines.slice(before).find((l) => l.message.startsWith("could not fan a trigger"));
+    const [run] = (await f.runs()).filter((r) => r.jobId === upstream.jobId);
+    expect(line?.fields).toMatchObject({
+      tenantId: upstream.tenantId,
+      jobId: upstream.jobId,
+      runId: run?.runId,
+      attempt: 1,
+    });
+  });
+  it("a fan-out whose runs SQS refused names the upstream's tenant, job and run", async () => {
+    const { job: upstream } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: new Date().toISOString() } }),
+    );
+    const { job: dependent } = await createJob(
+      f.engine,
+      testJob({ schedule: { after: { jobs: [upstream.jobId], on: "success" } } }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, upstream.jobId, 15_000);
+    const refused = withSqsFaults(f.engine, {
+      operation: "SendMessageBatch",
+      kind: "refuseEntries",
+      times: 100,
+    });
+    const before = lines.length;
+    try {
+      await processRun({ ...f.workerDeps("fan-out-send"), engine: refused.engine }, received);
+      expect(refused.injected.count).toBeGreaterThan(0);
+    } finally {
+      refused.destroy();
+    }
+    const line = lines.slice(before).find((l) => l.message.startsWith("a fan-out could not send"));
+    const [run] = (await f.runs()).filter((r) => r.jobId === upstream.jobId);
+    const [queued] = (await f.runs()).filter((r) => r.jobId === dependent.jobId);
+    expect(line?.fields).toMatchObject({
+      tenantId: upstream.tenantId,
+      jobId: upstream.jobId,
+      upstreamRunId: run?.runId,
+      runs: [queued?.runId],
+    });
+  });
+
+  it("a waiting run whose completed job could not be kept names the run", async () => {
+    const broken = createTestClients();
+    broken.doc.middlewareStack.add(
+      () => async () => {
+        throw Object.assign(new Error("Requested resource not found"), {
+          name: "ResourceNotFoundException",
+        });
+      },
+      { step: "initialize", name: "noTables" },
+    );
+    const run = {
+      tenantId: "tenant-a",
+      jobId: RUN_MESSAGE.jobId,
+      scheduledFor: "2020-01-01T00:00:00.000Z",
+      attempt: 3,
+    };
+    const before = lines.length;
+    try {
+      await keepCompletedJobForWaitingRun({ ...f.engine, doc: broken.doc }, run, new Date());
+    } finally {
+      broken.destroy();
+    }
+    const line = lines
+      .slice(before)
+      .find((l) => l.message.startsWith("could not keep a completed"));
+    expect(line?.fields).toMatchObject({
+      tenantId: run.tenantId,
+      jobId: run.jobId,
+      runId: runId(run.jobId, run.scheduledFor, run.attempt),
+      attempt: run.attempt,
+    });
   });
 });
