@@ -324,7 +324,7 @@ async function handle(
     } catch (error) {
       // Its tenant's quota could not be read: left undeleted, the message comes back.
       deps.engine.obs.log.warn("could not read the tenant's quota; the message will come back", {
-        tenantId,
+        ...runKeysOf(received.message),
         error: String(error),
       });
       return;

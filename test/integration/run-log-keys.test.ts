@@ -206,6 +206,48 @@ describe("the worker loop, its storage failing", () => {
       await loop;
     }
   });
+
+  it("its line for a delivery whose tenant's quota it could not read names the run", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: new Date().toISOString() } }),
+    );
+    const quotaless = createTestClients();
+    // The jobs table's reads fail: the tenant's quota is read there before the run is started.
+    quotaless.doc.middlewareStack.add(
+      (next) => async (args) => {
+        if (JSON.stringify(args.input).includes(f.engine.tables.jobs))
+          throw Object.assign(new Error("Rate of requests exceeds the allowed throughput"), {
+            name: "ThrottlingException",
+          });
+        return next(args);
+      },
+      { step: "initialize", name: "throttledJobs" },
+    );
+    const stop = new AbortController();
+    const loop = runWorkerLoop(
+      { ...f.workerDeps("quotaless"), engine: { ...f.engine, doc: quotaless.doc } },
+      { concurrency: 1, signal: stop.signal, idleWaitSeconds: 0, idleSleepMs: 50 },
+    );
+    try {
+      const failed = await waitFor(
+        "the loop's line for the quota it could not read",
+        async () => lines.find((l) => l.message.startsWith("could not read the tenant's quota")),
+        10_000,
+      );
+      const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
+      expect(failed.fields).toMatchObject({
+        tenantId: job.tenantId,
+        jobId: job.jobId,
+        runId: run?.runId,
+        attempt: 1,
+      });
+    } finally {
+      stop.abort();
+      await loop;
+      quotaless.destroy();
+    }
+  });
 });
 
 /**
