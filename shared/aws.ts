@@ -16,6 +16,53 @@ export interface AwsClientOptions {
   region?: string;
   /** Per-client socket pool size; a dispatcher fanning out sends needs more than the default. */
   maxSockets?: number;
+  /**
+   * How long one attempt of a call may wait before the SDK gives it up and retries (AwsTimeouts).
+   * Default: 3 s to connect, 5 s for the answer (DEFAULT_AWS_TIMEOUTS).
+   */
+  timeouts?: Partial<AwsTimeouts>;
+}
+
+/**
+ * Limits on one attempt of a call. A connection can die without a reset (AWS's network drops it
+ * silently): with no limit, the SDK waits on it until its Lambda's own timeout. Past a limit the
+ * attempt fails as a `TimeoutError`, which the SDK's standard retry takes as transient and sends
+ * again on a new connection (DynamoDB 4 attempts in all, SQS 3, 50 ms-based jittered backoff).
+ */
+interface AwsTimeouts {
+  /** To open the TCP connection, counted from the attempt's start (a wait for a free socket counts). */
+  connectionMs: number;
+  /**
+   * For the answer's headers from the attempt's start, and also the longest silence on the socket
+   * while the body comes (SQS: plus the longest long poll, see SQS_LONGEST_WAIT_SECONDS). A long
+   * poll's ReceiveMessage is given its wait on top (`longPollTimeoutMs`).
+   */
+  requestMs: number;
+}
+
+/**
+ * AWS answers DynamoDB and SQS in milliseconds, and a TCP connect that needs a lost SYN sent again
+ * takes about a second: 3 s and 5 s leave room for that and for DynamoDB Local on a loaded machine
+ * (its slowest attempt in 50,919 calls of the heaviest test files, two cores at load 8.6: 0.76 s,
+ * the wait for a socket included). Both stay short enough for the API: a read whose storage went
+ * silent has failed all 4 attempts after about 4 × 5 s, and answers its 503 before API Gateway's
+ * 29 s answers a 504 for it (10 s would leave the 504).
+ */
+const DEFAULT_AWS_TIMEOUTS: AwsTimeouts = { connectionMs: 3_000, requestMs: 5_000 };
+
+/** The longest WaitTimeSeconds SQS accepts on a ReceiveMessage. */
+const SQS_LONGEST_WAIT_SECONDS = 20;
+
+/** The request timeout each SQS client was built with, for its long polls (`longPollTimeoutMs`). */
+const sqsRequestTimeouts = new WeakMap<SQSClient, number>();
+
+/**
+ * The request timeout for one ReceiveMessage that long-polls `waitSeconds`: SQS holds its answer
+ * for up to the wait, so the client's request timeout counts from the wait's end.
+ */
+export function longPollTimeoutMs(sqs: SQSClient, waitSeconds: number): number {
+  const requestMs = sqsRequestTimeouts.get(sqs) ?? DEFAULT_AWS_TIMEOUTS.requestMs;
+  return waitSeconds * 1000 + requestMs;
 }
 
 export interface AwsClients {
@@ -65,12 +112,22 @@ function credentialsInEnv(): boolean {
   );
 }
 
-function requestHandler(maxSockets: number): NodeHttpHandler {
+function requestHandler(
+  maxSockets: number,
+  timeouts: AwsTimeouts,
+  socketIdleMs: number,
+): NodeHttpHandler {
   // One handler per client: client.destroy() destroys its handler's agents,
   // so sharing would let one client close another's sockets.
   return new NodeHttpHandler({
     httpAgent: new HttpAgent({ keepAlive: true, maxSockets }),
     httpsAgent: new HttpsAgent({ keepAlive: true, maxSockets }),
+    connectionTimeout: timeouts.connectionMs,
+    // Without throwOnRequestTimeout the handler only logs a warning when it passes.
+    requestTimeout: timeouts.requestMs,
+    throwOnRequestTimeout: true,
+    // The request timeout ends with the headers; a body that stops coming is cut by the silence.
+    socketTimeout: socketIdleMs,
   });
 }
 
@@ -81,7 +138,8 @@ function requestHandler(maxSockets: number): NodeHttpHandler {
  */
 export function createAwsClients(options: AwsClientOptions = {}): AwsClients {
   const maxSockets = options.maxSockets ?? DEFAULT_MAX_SOCKETS;
-  const config = (local: boolean) => {
+  const timeouts = { ...DEFAULT_AWS_TIMEOUTS, ...options.timeouts };
+  const config = (local: boolean, socketIdleMs: number) => {
     // Emulators accept any signature, but the SDK still refuses to send without
     // credentials and a region; real AWS keeps the SDK's default chains.
     const region =
@@ -91,20 +149,24 @@ export function createAwsClients(options: AwsClientOptions = {}): AwsClients {
       ...(options.endpoint !== undefined ? { endpoint: options.endpoint } : {}),
       ...(region !== undefined ? { region } : {}),
       ...(local && !credentialsInEnv() ? { credentials: LOCAL_CREDENTIALS } : {}),
-      requestHandler: requestHandler(maxSockets),
+      requestHandler: requestHandler(maxSockets, timeouts, socketIdleMs),
     };
   };
   const explicit = options.endpoint !== undefined;
-  const dynamo = new DynamoDBClient(config(explicit || endpointInEnv("DYNAMODB")));
+  const dynamo = new DynamoDBClient(
+    config(explicit || endpointInEnv("DYNAMODB"), timeouts.requestMs),
+  );
   const sqsLocal = explicit || endpointInEnv("SQS");
   // With an endpoint override every request goes to that endpoint. Left on, the SDK sends each
   // request to the host in its QueueUrl when that differs from an endpoint taken from the
   // environment, and emulators write host names into their URLs (fauxqs `sqs.<region>.localhost`,
   // LocalStack `sqs.<region>.localhost.localstack.cloud`) that need not resolve where tests run.
   const sqs = new SQSClient({
-    ...config(sqsLocal),
+    // A long poll's socket is silent for its wait: the SQS side's silence limit allows the longest.
+    ...config(sqsLocal, SQS_LONGEST_WAIT_SECONDS * 1000 + timeouts.requestMs),
     ...(sqsLocal ? { useQueueUrlAsEndpoint: false } : {}),
   });
+  sqsRequestTimeouts.set(sqs, timeouts.requestMs);
   const doc = DynamoDBDocumentClient.from(dynamo, documentTranslateConfig);
   return { dynamo, doc, sqs };
 }

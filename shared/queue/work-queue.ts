@@ -7,6 +7,7 @@ import {
   SendMessageBatchCommand,
   type SQSClient,
 } from "@aws-sdk/client-sqs";
+import { longPollTimeoutMs } from "../aws.js";
 import { MAX_SQS_DELAY_SECONDS } from "../config.js";
 import { JOB_ID_PATTERN, MAX_ATTEMPT, runId, runSortKey } from "../keys.js";
 import type { Priority, RunMessage } from "../model.js";
@@ -241,7 +242,8 @@ export async function receiveRuns(
       ...(visibilitySeconds === undefined ? {} : { VisibilityTimeout: visibilitySeconds }),
       MessageSystemAttributeNames: ["ApproximateReceiveCount"],
     }),
-    { abortSignal: options.signal },
+    // SQS holds the answer for up to the wait: the request timeout counts from the wait's end.
+    { abortSignal: options.signal, requestTimeout: longPollTimeoutMs(sqs, options.waitSeconds) },
   );
   const runs: ReceivedRun[] = [];
   for (const m of result.Messages ?? []) {
