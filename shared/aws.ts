@@ -18,7 +18,7 @@ export interface AwsClientOptions {
   maxSockets?: number;
   /**
    * How long one attempt of a call may wait before the SDK gives it up and retries (AwsTimeouts).
-   * Default: 3 s to connect, 5 s for the answer (DEFAULT_AWS_TIMEOUTS).
+   * Default: AWS_TIMEOUTS against AWS, EMULATOR_TIMEOUTS against an endpoint override.
    */
   timeouts?: Partial<AwsTimeouts>;
 }
@@ -42,13 +42,20 @@ interface AwsTimeouts {
 
 /**
  * AWS answers DynamoDB and SQS in milliseconds, and a TCP connect that needs a lost SYN sent again
- * takes about a second: 3 s and 5 s leave room for that and for DynamoDB Local on a loaded machine
- * (its slowest attempt in 50,919 calls of the heaviest test files, two cores at load 8.6: 0.76 s,
- * the wait for a socket included). Both stay short enough for the API: a read whose storage went
- * silent has failed all 4 attempts after about 4 × 5 s, and answers its 503 before API Gateway's
- * 29 s answers a 504 for it (10 s would leave the 504).
+ * takes about a second: 3 s and 5 s leave room for that, and stay short enough for the API: a read
+ * whose storage went silent has failed all 4 attempts after about 4 × 5 s, and answers its 503
+ * before API Gateway's 29 s answers a 504 for it (10 s would leave the 504).
  */
-const DEFAULT_AWS_TIMEOUTS: AwsTimeouts = { connectionMs: 3_000, requestMs: 5_000 };
+export const AWS_TIMEOUTS: AwsTimeouts = { connectionMs: 3_000, requestMs: 5_000 };
+
+/**
+ * An endpoint override is taken for an emulator (DynamoDB Local, fauxqs, LocalStack), as for the
+ * credentials and region, and an emulator sharing a loaded machine is slow: the tests' heaviest
+ * files (two cores shared with other test runs, load 8) had attempts of 2-3 s, their wait for a socket
+ * included, and one cut at 5 s. Cutting such an attempt sends it again into the same load, so the
+ * limits here only end a call to an emulator that hung.
+ */
+const EMULATOR_TIMEOUTS: AwsTimeouts = { connectionMs: 10_000, requestMs: 20_000 };
 
 /** The longest WaitTimeSeconds SQS accepts on a ReceiveMessage. */
 const SQS_LONGEST_WAIT_SECONDS = 20;
@@ -61,7 +68,7 @@ const sqsRequestTimeouts = new WeakMap<SQSClient, number>();
  * for up to the wait, so the client's request timeout counts from the wait's end.
  */
 export function longPollTimeoutMs(sqs: SQSClient, waitSeconds: number): number {
-  const requestMs = sqsRequestTimeouts.get(sqs) ?? DEFAULT_AWS_TIMEOUTS.requestMs;
+  const requestMs = sqsRequestTimeouts.get(sqs) ?? AWS_TIMEOUTS.requestMs;
   return waitSeconds * 1000 + requestMs;
 }
 
@@ -138,8 +145,11 @@ function requestHandler(
  */
 export function createAwsClients(options: AwsClientOptions = {}): AwsClients {
   const maxSockets = options.maxSockets ?? DEFAULT_MAX_SOCKETS;
-  const timeouts = { ...DEFAULT_AWS_TIMEOUTS, ...options.timeouts };
-  const config = (local: boolean, socketIdleMs: number) => {
+  const timeoutsFor = (local: boolean): AwsTimeouts => ({
+    ...(local ? EMULATOR_TIMEOUTS : AWS_TIMEOUTS),
+    ...options.timeouts,
+  });
+  const config = (local: boolean, timeouts: AwsTimeouts, socketIdleMs: number) => {
     // Emulators accept any signature, but the SDK still refuses to send without
     // credentials and a region; real AWS keeps the SDK's default chains.
     const region =
@@ -153,20 +163,21 @@ export function createAwsClients(options: AwsClientOptions = {}): AwsClients {
     };
   };
   const explicit = options.endpoint !== undefined;
-  const dynamo = new DynamoDBClient(
-    config(explicit || endpointInEnv("DYNAMODB"), timeouts.requestMs),
-  );
+  const dynamoLocal = explicit || endpointInEnv("DYNAMODB");
+  const dynamoTimeouts = timeoutsFor(dynamoLocal);
+  const dynamo = new DynamoDBClient(config(dynamoLocal, dynamoTimeouts, dynamoTimeouts.requestMs));
   const sqsLocal = explicit || endpointInEnv("SQS");
   // With an endpoint override every request goes to that endpoint. Left on, the SDK sends each
   // request to the host in its QueueUrl when that differs from an endpoint taken from the
   // environment, and emulators write host names into their URLs (fauxqs `sqs.<region>.localhost`,
   // LocalStack `sqs.<region>.localhost.localstack.cloud`) that need not resolve where tests run.
+  const sqsTimeouts = timeoutsFor(sqsLocal);
   const sqs = new SQSClient({
     // A long poll's socket is silent for its wait: the SQS side's silence limit allows the longest.
-    ...config(sqsLocal, SQS_LONGEST_WAIT_SECONDS * 1000 + timeouts.requestMs),
+    ...config(sqsLocal, sqsTimeouts, SQS_LONGEST_WAIT_SECONDS * 1000 + sqsTimeouts.requestMs),
     ...(sqsLocal ? { useQueueUrlAsEndpoint: false } : {}),
   });
-  sqsRequestTimeouts.set(sqs, timeouts.requestMs);
+  sqsRequestTimeouts.set(sqs, sqsTimeouts.requestMs);
   const doc = DynamoDBDocumentClient.from(dynamo, documentTranslateConfig);
   return { dynamo, doc, sqs };
 }

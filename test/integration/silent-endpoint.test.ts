@@ -3,7 +3,7 @@ import { GetItemCommand } from "@aws-sdk/client-dynamodb";
 import { SendMessageCommand } from "@aws-sdk/client-sqs";
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from "vitest";
 import { startLocalServer } from "../../shared/api/local-server.js";
-import { type AwsClients, createAwsClients } from "../../shared/aws.js";
+import { AWS_TIMEOUTS, type AwsClients, createAwsClients } from "../../shared/aws.js";
 import { systemClock } from "../../shared/clock.js";
 import { DEFAULT_SETTINGS } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";
@@ -25,7 +25,10 @@ import {
  * partway through the body ("stalled body"). A call to them ends with a timeout the SDK retries,
  * within a bound, rather than waiting for its Lambda's own timeout.
  */
-type Behaviour = "silent" | "stalled body";
+type Behaviour = "silent" | "stalled body" | "late";
+
+/** How long the "late" server takes to answer: past AWS_TIMEOUTS' request limit. */
+const LATE_MS = 6_000;
 
 interface StallingServer {
   readonly endpoint: string;
@@ -48,6 +51,13 @@ async function startStallingServer(behaviour: Behaviour): Promise<StallingServer
         socket.write(
           "HTTP/1.1 200 OK\r\nContent-Type: application/x-amz-json-1.0\r\nContent-Length: 64\r\n\r\n{",
         );
+      } else if (behaviour === "late") {
+        // An empty GetItem answer (no item), as a slow emulator would give it.
+        const answer = () =>
+          socket.end(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/x-amz-json-1.0\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+          );
+        setTimeout(answer, LATE_MS);
       }
     });
   });
@@ -160,6 +170,19 @@ describe("an SQS call to a server that stops answering", () => {
   });
 });
 
+describe("an emulator (an endpoint override)", () => {
+  it("is waited for past the request limit deployed on AWS: a slow answer is not cut and sent again", async () => {
+    const { server, dynamo } = await stallingClients("late");
+    const outcome = await outcomeWithin(
+      dynamo.send(new GetItemCommand({ TableName: "jobs", Key: { pk: { S: "JOB#1" } } })),
+      LATE_MS + 5_000,
+    );
+    expect(outcome.state === "rejected" ? String(outcome.error) : outcome.state).toBe("fulfilled");
+    expect(outcome.elapsedMs).toBeGreaterThan(AWS_TIMEOUTS.requestMs);
+    expect(server.connections()).toBe(1);
+  });
+});
+
 describe("a long poll", () => {
   let testClients: TestClients;
   let queueUrl: string;
@@ -188,8 +211,8 @@ describe("a long poll", () => {
 });
 
 describe("the API with its storage gone silent", () => {
-  it("answers a read 503 busy well inside API Gateway's 29 s, with the default timeouts", async () => {
-    const { doc, sqs, server } = await stallingClients("silent");
+  it("answers a read 503 busy well inside API Gateway's 29 s, with the timeouts deployed on AWS", async () => {
+    const { doc, sqs, server } = await stallingClients("silent", { timeouts: AWS_TIMEOUTS });
     const engine: Engine = {
       doc,
       sqs,
