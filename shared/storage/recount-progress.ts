@@ -58,7 +58,10 @@ function basisOf(value: unknown): SeenUsage | null | undefined {
 
 /** The tenant's `RECOUNT` item as it stands. */
 export interface StoredRecount {
-  /** Its step, which the next part's write is conditioned on; undefined when there is none. */
+  /**
+   * Its step, which the next part's write is conditioned on; undefined when there is none, or the
+   * item has no numeric step (then the next part's write replaces it).
+   */
   readonly step: number | undefined;
   /** Its progress; null when none, or one this version cannot go on from (then started afresh). */
   readonly progress: RecountProgress | null;
@@ -122,8 +125,13 @@ export async function writeRecountProgress(
           ...progress,
           expiresAt: epochSeconds(new Date(Date.parse(progress.startedAt) + PROGRESS_KEPT_MS)),
         },
+        // No step read: no item, or one whose step this version cannot read (another version's),
+        // which is replaced; a first part written meanwhile has a numeric step and is kept.
         ...(previousStep === undefined
-          ? { ConditionExpression: "attribute_not_exists(pk)" }
+          ? {
+              ConditionExpression: "attribute_not_exists(pk) OR NOT attribute_type(step, :number)",
+              ExpressionAttributeValues: { ":number": "N" },
+            }
           : {
               ConditionExpression: "step = :step",
               ExpressionAttributeValues: { ":step": previousStep },
