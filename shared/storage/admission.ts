@@ -162,16 +162,21 @@ export function startOwedElsewhere(
 
 /**
  * Whether an admission that failed its condition was this very write, applied before with its
- * answer lost (the SDK sent it again): the job stands one revision on, with this change in it.
- * Taken for another's, a first start held unwritten would find its own run listed under a live
- * lease, take it for another delivery's, and leave the run unrun (and its job's overlap blocked)
- * until the lease lapsed and the reaper sent it again. Only a request sent more than once can meet
- * itself, so two deliveries of one run in one batch (one lease, perhaps) stay apart.
+ * answer lost (the SDK sent it again): the job stands at least one revision on, with this change
+ * in it. Other runs' writes may have moved it further before the SDK sent it again: after a
+ * request timeout that comes seconds after the write was applied (shared/aws.ts), and a job whose
+ * runs overlap or follow closely is written by them in those seconds; a later write keeps a live
+ * entry, a waiting place or a rerun mark that is still so. Taken for another's, a first start held
+ * unwritten would find its own run listed under a live lease, take it for another delivery's, and
+ * leave the run unrun (and its job's overlap blocked) until the lease lapsed and the reaper sent it
+ * again. Only a request sent more than once can meet itself, so two deliveries of one run in one
+ * batch (one lease, perhaps) stay apart.
  */
 function ownAdmissionWritten(job: Job, change: AdmissionChange, error: unknown): boolean {
   const old = failedConditionItem(error);
   if (!sentMoreThanOnce(error) || old === null) return false;
-  if (old.activeRevision !== job.activeRevision + 1) return false;
+  if (typeof old.activeRevision !== "number" || old.activeRevision <= job.activeRevision)
+    return false;
   if (change.kind === "buffer") return old.bufferedRunId === change.runId;
   if (change.kind === "rerun waits") return old.rerunWaiting === change.runId;
   const listed = (old.activeRuns ?? {}) as Record<string, unknown>;

@@ -141,6 +141,23 @@ export interface LostAnswerPlan {
   readonly match?: (input: Input) => boolean;
   /** What happens between such a request's write and its lost answer (another caller's write). */
   readonly meanwhile?: () => Promise<unknown>;
+  /** What the caller's SDK sees instead of the answer: a 500 by default (see `timedOutAnswer`). */
+  readonly error?: () => Error;
+}
+
+/**
+ * The error the clients' request handler (@smithy/node-http-handler with throwOnRequestTimeout)
+ * gives an attempt whose answer did not come within its request timeout: no HTTP status, and the
+ * SDK sends the request again only after the timeout, seconds after an applied write, where a
+ * 500 comes back at once.
+ */
+export function timedOutAnswer(): Error {
+  return Object.assign(
+    new Error(
+      "@smithy/node-http-handler - [ERROR] a request has exceeded the configured 5000 ms requestTimeout.",
+    ),
+    { name: "TimeoutError", code: "ETIMEDOUT" },
+  );
 }
 
 /**
@@ -164,10 +181,13 @@ export function withLostAnswers(base: Engine, plan: LostAnswerPlan): FaultyEngin
         injected.count++;
         await next(args);
         await plan.meanwhile?.();
-        throw new InternalServerError({
-          message: "answer lost after the write was applied",
-          $metadata: { httpStatusCode: 500 },
-        });
+        throw (
+          plan.error?.() ??
+          new InternalServerError({
+            message: "answer lost after the write was applied",
+            $metadata: { httpStatusCode: 500 },
+          })
+        );
       }
       return next(args);
     },
