@@ -1,11 +1,14 @@
 import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
-import { type ReceivedRun, SQS_BATCH, setVisibilityBatch } from "../queue/work-queue.js";
+import { type ReceivedRun, runKeysOf, SQS_BATCH, setVisibilityBatch } from "../queue/work-queue.js";
 import { pushQueuedDeadline } from "../storage/inflight.js";
 import { keepCompletedJobForWaitingRun } from "../storage/job-status.js";
 
 interface Held {
   readonly received: ReceivedRun;
+  readonly receivedAt: number;
+  /** Aborted once it has been held HOLD_LIMIT_MS: the loop gives it back (giveBack). */
+  readonly expiry: AbortController;
   visibleUntil: number;
   /** When its run's reaper deadline was last moved on (or the message received). */
   deadlineKeptAt: number;
@@ -13,6 +16,15 @@ interface Held {
 
 /** Requests in flight at once while keeping held messages. */
 const LANES = 8;
+
+/**
+ * How long a message is held unstarted. SQS keeps a received message hidden at most 12 hours from
+ * its receive and refuses a ChangeMessageVisibility past that (InvalidParameterValue), after which
+ * it would be delivered again while still held here. An hour short of that, so that a run that
+ * passes its gate just before still has longer than the longest run (900 s) and its lease for its
+ * heartbeats to keep the message hidden.
+ */
+const HOLD_LIMIT_MS = 11 * 3_600_000;
 
 /**
  * Looks after the messages the worker loop holds but has not started. A message waiting at its
@@ -24,7 +36,9 @@ const LANES = 8;
  *   write per run per half lease, only while it waits that long).
  * Once a run starts, its heartbeat does both instead. When the loop stops, the messages still held
  * are made visible again at once, so a restarted loop (or another) takes them without waiting
- * out their visibility.
+ * out their visibility. A message held HOLD_LIMIT_MS has its hold's signal (from `track`) aborted:
+ * the loop gives it back (`giveBack`), visible at once, to be received again with SQS's 12 hours
+ * counted afresh, rather than have SQS refuse to hide it longer and deliver it again meanwhile.
  */
 export class HeldMessages {
   private readonly held = new Map<string, Held>();
@@ -46,14 +60,18 @@ export class HeldMessages {
     this.timer.unref();
   }
 
-  /** A message received just now. */
-  track(received: ReceivedRun): void {
+  /** A message received just now; answers a signal aborted once it has been held too long. */
+  track(received: ReceivedRun): AbortSignal {
     const now = this.elapsedMs();
+    const expiry = new AbortController();
     this.held.set(received.receiptHandle, {
       received,
+      receivedAt: now,
+      expiry,
       visibleUntil: now + this.visibilitySeconds * 1000,
       deadlineKeptAt: now,
     });
+    return expiry.signal;
   }
 
   /** Its run is starting (its heartbeat takes over), or it was dealt with. */
@@ -66,6 +84,11 @@ export class HeldMessages {
     if (this.held.delete(received.receiptHandle)) this.released.push(received);
   }
 
+  /** Held too long (its signal aborted): made visible again now. */
+  async giveBack(received: ReceivedRun): Promise<void> {
+    if (this.held.delete(received.receiptHandle)) await this.setVisibility([received], 0);
+  }
+
   async stop(): Promise<void> {
     clearInterval(this.timer);
     await this.keeping;
@@ -75,8 +98,18 @@ export class HeldMessages {
   private async keep(): Promise<void> {
     const now = this.elapsedMs();
     const leaseMs = this.engine.settings.leaseMs;
+    for (const h of this.held.values()) {
+      if (now - h.receivedAt < HOLD_LIMIT_MS || h.expiry.signal.aborted) continue;
+      this.engine.obs.log.warn("a message held at its tenant's gate too long goes back to SQS", {
+        ...runKeysOf(h.received.message),
+        messageId: h.received.messageId,
+        heldMs: now - h.receivedAt,
+      });
+      h.expiry.abort();
+    }
+    // Not one given back meanwhile (it is no longer held), nor one past the limit (SQS refuses).
     const renew = [...this.held.values()].filter(
-      (h) => h.visibleUntil - now < (this.visibilitySeconds * 1000) / 2,
+      (h) => !h.expiry.signal.aborted && h.visibleUntil - now < (this.visibilitySeconds * 1000) / 2,
     );
     const renewed = await this.setVisibility(
       renew.map((h) => h.received),

@@ -315,12 +315,12 @@ async function handle(
 ): Promise<void> {
   const { tenantId, priority } = received.message;
   const clock = deps.engine.clock;
-  parts.kept.track(received);
+  const heldTooLong = parts.kept.track(received);
   try {
     const arrivedAt = clock().getTime();
     let passed: boolean;
     try {
-      passed = await parts.gates.enter(tenantId, priority, signal);
+      passed = await parts.gates.enter(tenantId, priority, AbortSignal.any([signal, heldTooLong]));
     } catch (error) {
       // Its tenant's quota could not be read: left undeleted, the message comes back.
       deps.engine.obs.log.warn("could not read the tenant's quota; the message will come back", {
@@ -329,8 +329,10 @@ async function handle(
       });
       return;
     }
-    // Stopping: made visible again for the next loop (HeldMessages.stop).
-    if (!passed) return parts.kept.release(received);
+    // Stopping: made visible again for the next loop (HeldMessages.stop); held near SQS's 12 hours
+    // (HOLD_LIMIT_MS): made visible again now, to be received again.
+    if (!passed)
+      return signal.aborted ? parts.kept.release(received) : await parts.kept.giveBack(received);
     // Lateness the gate caused: from when it was due (or arrived, if later) until it passed.
     const waitedForQuotaMs = Math.max(
       0,

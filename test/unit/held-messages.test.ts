@@ -1,0 +1,123 @@
+import { ConditionalCheckFailedException, DynamoDBClient } from "@aws-sdk/client-dynamodb";
+import {
+  type BatchResultErrorEntry,
+  ChangeMessageVisibilityBatchCommand,
+  type ChangeMessageVisibilityBatchCommandInput,
+  SQSClient,
+} from "@aws-sdk/client-sqs";
+import { DynamoDBDocumentClient, UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import { mockClient } from "aws-sdk-client-mock";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { DEFAULT_SETTINGS } from "../../shared/config.js";
+import type { Engine } from "../../shared/engine.js";
+import { HeldMessages } from "../../shared/execution/held-messages.js";
+import { silentObservability } from "../../shared/observability.js";
+import type { ReceivedRun } from "../../shared/queue/work-queue.js";
+
+/** SQS keeps a received message hidden at most this long from its receive, however often extended. */
+const SQS_MAX_HIDDEN_MS = 43_200_000;
+
+const received: ReceivedRun = {
+  message: {
+    jobId: "job1",
+    scheduledFor: "2026-03-01T12:00:00.000Z",
+    dueAt: "2026-03-01T12:00:00.000Z",
+    attempt: 1,
+    jobVersion: 1,
+    priority: "normal",
+    tenantId: "tenant-a",
+  },
+  queueUrl: "queue-normal",
+  receiptHandle: "handle-1",
+  messageId: "m1",
+  receiveCount: 1,
+};
+
+beforeEach(() => {
+  vi.useFakeTimers();
+});
+
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+/**
+ * A HeldMessages over SQS as AWS answers ChangeMessageVisibilityBatch: an entry that would keep
+ * its message hidden past 12 hours from its receive fails with InvalidParameterValue (fauxqs
+ * takes it). The run is not QUEUED at the fence the message names, so no deadline is moved.
+ */
+function heldOverAws() {
+  let elapsedMs = 0;
+  const refused: string[] = [];
+  const changes: { handle: string; seconds: number }[] = [];
+  const sqs = new SQSClient({ region: "us-east-1" });
+  mockClient(sqs)
+    .on(ChangeMessageVisibilityBatchCommand)
+    .callsFake(async (input: ChangeMessageVisibilityBatchCommandInput) => {
+      const failed: BatchResultErrorEntry[] = [];
+      for (const entry of input.Entries ?? []) {
+        const seconds = entry.VisibilityTimeout ?? 0;
+        changes.push({ handle: entry.ReceiptHandle ?? "", seconds });
+        // The message was received at elapsed 0.
+        if (elapsedMs + seconds * 1000 > SQS_MAX_HIDDEN_MS) {
+          refused.push(entry.ReceiptHandle ?? "");
+          failed.push({
+            Id: entry.Id,
+            SenderFault: true,
+            Code: "InvalidParameterValue",
+            Message: `Value ${seconds} for parameter VisibilityTimeout is invalid. Reason: Total VisibilityTimeout for the message is beyond the limit [43200 seconds].`,
+          });
+        }
+      }
+      return {
+        Successful: (input.Entries ?? [])
+          .filter((e) => !failed.some((f) => f.Id === e.Id))
+          .map((e) => ({ Id: e.Id })),
+        Failed: failed,
+      };
+    });
+  const doc = DynamoDBDocumentClient.from(new DynamoDBClient({ region: "us-east-1" }));
+  mockClient(doc)
+    .on(UpdateCommand)
+    .rejects(new ConditionalCheckFailedException({ message: "moved on", $metadata: {} }));
+  const engine: Engine = {
+    doc,
+    sqs,
+    tables: { jobs: "jobs", runs: "runs", webhookSecrets: "secrets" },
+    queues: { high: "queue-high", normal: "queue-normal", low: "queue-low" },
+    settings: DEFAULT_SETTINGS,
+    clock: () => new Date(Date.UTC(2026, 2, 1, 12) + elapsedMs),
+    random: Math.random,
+    obs: silentObservability,
+  };
+  // A visibility of 6 s: looked after every second.
+  const held = new HeldMessages(engine, 6, () => elapsedMs);
+  return {
+    held,
+    refused,
+    changes,
+    /** Moves the loop's clock on and lets one look after the held messages run. */
+    async advance(ms: number) {
+      elapsedMs += ms;
+      await vi.advanceTimersByTimeAsync(1000);
+    },
+  };
+}
+
+describe("a message held at its tenant's gate near SQS's 12-hour limit", () => {
+  it("is handed back, visible at once, rather than kept until SQS refuses to hide it longer", async () => {
+    const { held, refused, changes, advance } = heldOverAws();
+    const expired = held.track(received);
+    // Most of 12 hours at the gate (renewed all along), then a look every 3 s past the limit.
+    await advance(SQS_MAX_HIDDEN_MS - 120_000);
+    for (let i = 0; i < 60; i++) await advance(3000);
+    // Never asked past the limit: AWS refuses that, and the message is then delivered again
+    // (to this loop or another) while this loop still holds it.
+    expect(refused).toEqual([]);
+    // The hold ended before then, so the loop gives the message back (worker-loop.ts).
+    expect(expired?.aborted).toBe(true);
+    await held.giveBack(received);
+    expect(changes.at(-1)).toEqual({ handle: "handle-1", seconds: 0 });
+    await held.stop();
+  });
+});
