@@ -3,16 +3,18 @@ import {
   type BatchResultErrorEntry,
   ChangeMessageVisibilityBatchCommand,
   type ChangeMessageVisibilityBatchCommandInput,
+  ReceiveMessageCommand,
   SQSClient,
 } from "@aws-sdk/client-sqs";
-import { DynamoDBDocumentClient, UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import { DynamoDBDocumentClient, GetCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { mockClient } from "aws-sdk-client-mock";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { DEFAULT_SETTINGS } from "../../shared/config.js";
+import { DEFAULT_QUOTAS, DEFAULT_SETTINGS } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";
 import { HeldMessages } from "../../shared/execution/held-messages.js";
+import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
 import { silentObservability } from "../../shared/observability.js";
-import type { ReceivedRun } from "../../shared/queue/work-queue.js";
+import { encodeRunMessage, type ReceivedRun } from "../../shared/queue/work-queue.js";
 
 /** SQS keeps a received message hidden at most this long from its receive, however often extended. */
 const SQS_MAX_HIDDEN_MS = 43_200_000;
@@ -119,5 +121,67 @@ describe("a message held at its tenant's gate near SQS's 12-hour limit", () => {
     await held.giveBack(received);
     expect(changes.at(-1)).toEqual({ handle: "handle-1", seconds: 0 });
     await held.stop();
+  });
+});
+
+describe("a worker loop holding a message at its tenant's gate for 11 hours", () => {
+  it("makes it visible again while it runs, not only at its stop", async () => {
+    vi.useFakeTimers({
+      toFake: ["setTimeout", "clearTimeout", "setInterval", "clearInterval", "performance"],
+    });
+    const sqs = new SQSClient({ region: "us-east-1" });
+    const visibilities: number[] = [];
+    let receives = 0;
+    mockClient(sqs)
+      .on(ReceiveMessageCommand)
+      .callsFake(async () => {
+        receives++;
+        return receives === 1
+          ? {
+              Messages: [
+                {
+                  MessageId: "m1",
+                  ReceiptHandle: "handle-1",
+                  Body: encodeRunMessage(received.message),
+                  Attributes: { ApproximateReceiveCount: "1" },
+                },
+              ],
+            }
+          : {};
+      })
+      .on(ChangeMessageVisibilityBatchCommand)
+      .callsFake(async (input: ChangeMessageVisibilityBatchCommandInput) => {
+        for (const e of input.Entries ?? []) visibilities.push(e.VisibilityTimeout ?? 0);
+        return { Successful: (input.Entries ?? []).map((e) => ({ Id: e.Id })), Failed: [] };
+      });
+    const doc = DynamoDBDocumentClient.from(new DynamoDBClient({ region: "us-east-1" }));
+    // No override: the tenant has the deployment's quota, no run at all at once.
+    mockClient(doc)
+      .on(GetCommand)
+      .resolves({})
+      .on(UpdateCommand)
+      .rejects(new ConditionalCheckFailedException({ message: "moved on", $metadata: {} }));
+    const engine: Engine = {
+      doc,
+      sqs,
+      tables: { jobs: "jobs", runs: "runs", webhookSecrets: "secrets" },
+      queues: { high: "queue-high", normal: "queue-normal", low: "queue-low" },
+      settings: { ...DEFAULT_SETTINGS, quotas: { ...DEFAULT_QUOTAS, concurrentRuns: 0 } },
+      clock: () => new Date(Date.UTC(2026, 2, 1, 12) + performance.now()),
+      random: Math.random,
+      obs: silentObservability,
+    };
+    const stop = new AbortController();
+    const loop = runWorkerLoop(
+      { engine, handlers: new Map(), workerId: "w1" },
+      { concurrency: 1, signal: stop.signal, idleWaitSeconds: 0, idleSleepMs: 3_600_000 },
+    );
+    await vi.advanceTimersByTimeAsync(11 * 3_600_000 - 60_000);
+    expect(visibilities).not.toContain(0);
+    await vi.advanceTimersByTimeAsync(120_000);
+    expect(visibilities.at(-1)).toBe(0);
+    stop.abort();
+    await vi.advanceTimersByTimeAsync(3_600_000);
+    await loop;
   });
 });
