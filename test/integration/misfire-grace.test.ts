@@ -3,12 +3,7 @@ import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { createJob } from "../../shared/jobs/index.js";
 import type { MisfirePolicy } from "../../shared/policies.js";
 import { readDueEntry } from "../../shared/storage/job-edit.js";
-import {
-  createEngineFixture,
-  type EngineFixture,
-  engineAt,
-  testJob,
-} from "../support/engine-fixture.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { seedJobs } from "../support/seed.js";
 
 const MINUTE = 60_000;
@@ -83,9 +78,12 @@ describe("the misfire grace's boundary at claim time", () => {
 
   it("a one-off created with its runAt exactly the grace past runs under skip; a millisecond more is skipped", async () => {
     const now = Date.now();
+    // A clock that stands still: one that moves on from `now` makes the on-time one-off a
+    // millisecond or more past the grace whenever its create reads it a millisecond later.
+    const standingAtNow = { ...f.engine, clock: () => new Date(now) };
     const create = (lateMs: number) =>
       createJob(
-        engineAt(f.engine, now),
+        standingAtNow,
         testJob({
           schedule: { runAt: new Date(now - lateMs).toISOString() },
           policies: { ...testJob().policies, misfire: "skip" },
