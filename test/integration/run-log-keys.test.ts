@@ -146,65 +146,89 @@ describe("the deployed worker and DLQ consumer, their storage failing", () => {
   });
 });
 
+type LoggedLine = { message: string; fields: Record<string, unknown> };
+
+/** A logger that keeps each line it is given in `lines`. */
+function loggingInto(lines: LoggedLine[]): Logger {
+  const keep = (message: string, fields: Record<string, unknown> = {}) =>
+    void lines.push({ message, fields });
+  return { debug: keep, info: keep, warn: keep, error: keep };
+}
+
+/** Clients whose DynamoDB requests naming `table` fail as DynamoDB's throttling does. */
+function throttlingRequestsTo(table: string): TestClients {
+  const clients = createTestClients();
+  clients.doc.middlewareStack.add(
+    (next) => async (args) => {
+      if (JSON.stringify(args.input).includes(table))
+        throw Object.assign(new Error("Rate of requests exceeds the allowed throughput"), {
+          name: "ThrottlingException",
+        });
+      return next(args);
+    },
+    { step: "initialize", name: "throttled" },
+  );
+  return clients;
+}
+
+/** Asserts that a line's fields name the one run of `job` by the keys every line about a run has. */
+async function expectNamesItsRun(
+  f: EngineFixture,
+  fields: Record<string, unknown> | undefined,
+  job: { readonly tenantId: string; readonly jobId: string },
+): Promise<void> {
+  const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
+  expect(fields).toMatchObject({
+    tenantId: job.tenantId,
+    jobId: job.jobId,
+    runId: run?.runId,
+    attempt: 1,
+  });
+}
+
 describe("the worker loop, its storage failing", () => {
-  const lines: { message: string; fields: Record<string, unknown> }[] = [];
-  const capturing: Logger = {
-    debug: (message, fields = {}) => void lines.push({ message, fields }),
-    info: (message, fields = {}) => void lines.push({ message, fields }),
-    warn: (message, fields = {}) => void lines.push({ message, fields }),
-    error: (message, fields = {}) => void lines.push({ message, fields }),
-  };
+  const lines: LoggedLine[] = [];
+  const capturing = loggingInto(lines);
   let f: EngineFixture;
   let throttled: TestClients;
   beforeAll(async () => {
     f = await createEngineFixture({ obs: { ...silentObservability, log: capturing } });
-    throttled = createTestClients();
     // The runs table's requests fail; the tenant's quota (in the jobs table) is read, so the
     // delivery passes its gate and fails in its processing.
-    throttled.doc.middlewareStack.add(
-      (next) => async (args) => {
-        if (JSON.stringify(args.input).includes(f.engine.tables.runs))
-          throw Object.assign(new Error("Rate of requests exceeds the allowed throughput"), {
-            name: "ThrottlingException",
-          });
-        return next(args);
-      },
-      { step: "initialize", name: "throttledRuns" },
-    );
+    throttled = throttlingRequestsTo(f.engine.tables.runs);
   });
   afterAll(async () => {
     throttled.destroy();
     await f.destroy();
   });
 
+  /** Runs a worker loop on `doc` until it logs a line that starts with `prefix`. */
+  async function loopLine(doc: TestClients["doc"], name: string, prefix: string) {
+    const stop = new AbortController();
+    const loop = runWorkerLoop(
+      { ...f.workerDeps(name), engine: { ...f.engine, doc } },
+      { concurrency: 1, signal: stop.signal, idleWaitSeconds: 0, idleSleepMs: 50 },
+    );
+    try {
+      return await waitFor(
+        `the loop's line "${prefix}…"`,
+        async () => lines.find((l) => l.message.startsWith(prefix)),
+        10_000,
+      );
+    } finally {
+      stop.abort();
+      await loop;
+    }
+  }
+
   it("its line for a delivery it could not process names the run", async () => {
     const { job } = await createJob(
       f.engine,
       testJob({ schedule: { runAt: new Date().toISOString() } }),
     );
-    const stop = new AbortController();
-    const loop = runWorkerLoop(
-      { ...f.workerDeps("throttled"), engine: { ...f.engine, doc: throttled.doc } },
-      { concurrency: 1, signal: stop.signal, idleWaitSeconds: 0, idleSleepMs: 50 },
-    );
-    try {
-      const failed = await waitFor(
-        "the loop's line for the failed delivery",
-        async () => lines.find((l) => l.message.startsWith("run processing failed")),
-        10_000,
-      );
-      const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
-      expect(failed.fields).toMatchObject({
-        tenantId: job.tenantId,
-        jobId: job.jobId,
-        runId: run?.runId,
-        attempt: 1,
-      });
-      expect(String(failed.fields.error)).toContain("Rate of requests");
-    } finally {
-      stop.abort();
-      await loop;
-    }
+    const failed = await loopLine(throttled.doc, "throttled", "run processing failed");
+    await expectNamesItsRun(f, failed.fields, job);
+    expect(String(failed.fields.error)).toContain("Rate of requests");
   });
 
   it("its line for a delivery whose tenant's quota it could not read names the run", async () => {
@@ -212,39 +236,16 @@ describe("the worker loop, its storage failing", () => {
       f.engine,
       testJob({ schedule: { runAt: new Date().toISOString() } }),
     );
-    const quotaless = createTestClients();
     // The jobs table's reads fail: the tenant's quota is read there before the run is started.
-    quotaless.doc.middlewareStack.add(
-      (next) => async (args) => {
-        if (JSON.stringify(args.input).includes(f.engine.tables.jobs))
-          throw Object.assign(new Error("Rate of requests exceeds the allowed throughput"), {
-            name: "ThrottlingException",
-          });
-        return next(args);
-      },
-      { step: "initialize", name: "throttledJobs" },
-    );
-    const stop = new AbortController();
-    const loop = runWorkerLoop(
-      { ...f.workerDeps("quotaless"), engine: { ...f.engine, doc: quotaless.doc } },
-      { concurrency: 1, signal: stop.signal, idleWaitSeconds: 0, idleSleepMs: 50 },
-    );
+    const quotaless = throttlingRequestsTo(f.engine.tables.jobs);
     try {
-      const failed = await waitFor(
-        "the loop's line for the quota it could not read",
-        async () => lines.find((l) => l.message.startsWith("could not read the tenant's quota")),
-        10_000,
+      const failed = await loopLine(
+        quotaless.doc,
+        "quotaless",
+        "could not read the tenant's quota",
       );
-      const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
-      expect(failed.fields).toMatchObject({
-        tenantId: job.tenantId,
-        jobId: job.jobId,
-        runId: run?.runId,
-        attempt: 1,
-      });
+      await expectNamesItsRun(f, failed.fields, job);
     } finally {
-      stop.abort();
-      await loop;
       quotaless.destroy();
     }
   });
@@ -256,13 +257,8 @@ describe("the worker loop, its storage failing", () => {
  * finds them by the run's keys as every other line about it.
  */
 describe("the worker's lines about a delivery's message", () => {
-  const lines: { message: string; fields: Record<string, unknown> }[] = [];
-  const capturing: Logger = {
-    debug: (message, fields = {}) => void lines.push({ message, fields }),
-    info: (message, fields = {}) => void lines.push({ message, fields }),
-    warn: (message, fields = {}) => void lines.push({ message, fields }),
-    error: (message, fields = {}) => void lines.push({ message, fields }),
-  };
+  const lines: LoggedLine[] = [];
+  const capturing = loggingInto(lines);
   let f: EngineFixture;
   beforeAll(async () => {
     f = await createEngineFixture({ obs: { ...silentObservability, log: capturing } });
@@ -308,13 +304,7 @@ describe("the worker's lines about a delivery's message", () => {
       visibilitySeconds: 900,
     });
     const line = lines.slice(before).find((l) => l.message.startsWith("could not set a message's"));
-    const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
-    expect(line?.fields).toMatchObject({
-      tenantId: job.tenantId,
-      jobId: job.jobId,
-      runId: run?.runId,
-      attempt: 1,
-    });
+    await expectNamesItsRun(f, line?.fields, job);
   });
   it("an ending whose dependents' fan-out failed names the run that ended", async () => {
     const { job: upstream } = await createJob(
@@ -343,13 +333,7 @@ describe("the worker's lines about a delivery's message", () => {
       refused.destroy();
     }
     const line = lines.slice(before).find((l) => l.message.startsWith("could not fan a trigger"));
-    const [run] = (await f.runs()).filter((r) => r.jobId === upstream.jobId);
-    expect(line?.fields).toMatchObject({
-      tenantId: upstream.tenantId,
-      jobId: upstream.jobId,
-      runId: run?.runId,
-      attempt: 1,
-    });
+    await expectNamesItsRun(f, line?.fields, upstream);
   });
   it("a fan-out whose runs SQS refused names the upstream's tenant, job and run", async () => {
     const { job: upstream } = await createJob(
