@@ -141,50 +141,35 @@ describe("a recount in parts raced by the tenant between its parts", () => {
     expect(usage?.activeJobs).toBeGreaterThanOrEqual(active);
   }, 120_000);
 
-  it("goes on past a RECOUNT item this version cannot read (another version's), replacing it", async () => {
-    const tenant = "tenant-recount-foreign-item";
-    const jobs = 1_000;
-    const start = Date.now();
-    await seedTenant(tenant, jobs, new Date(start));
-    await setQuotaOverride(engineAt(f.engine, start), tenant, { activeJobs: 2 * jobs });
+  it.each([
     // Left by a version that names its fields otherwise: a step, and nothing this one reads.
-    await f.engine.doc.send(
-      new PutCommand({
-        TableName: f.engine.tables.jobs,
-        Item: { pk: `QUOTA#${tenant}`, sk: "RECOUNT", tenantId: tenant, step: 7, position: {} },
-      }),
-    );
-    const interval = f.engine.settings.quotaRecountMs;
-    const at = (n: number) => engineAt(f.engine, start + n * (interval + 1_000));
-    const outcomes: string[] = [];
-    for (let n = 1; n < 8 && !outcomes.includes("created"); n++)
-      outcomes.push(await outcomeOf(at(n), tenant));
-    // 1,000 jobs at 400 a part: two parts busy, the third counts them all and creates.
-    expect(outcomes).toEqual(["busy", "busy", "created"]);
-    expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ activeJobs: jobs + 1 });
-  }, 120_000);
-
-  it("goes on past a RECOUNT item with no step this version reads (a version that names it otherwise), replacing it", async () => {
-    const tenant = "tenant-recount-foreign-step";
-    const jobs = 1_000;
-    const start = Date.now();
-    await seedTenant(tenant, jobs, new Date(start));
-    await setQuotaOverride(engineAt(f.engine, start), tenant, { activeJobs: 2 * jobs });
+    ["another version's", "tenant-recount-foreign-item", { step: 7, position: {} }],
     // Its part number named otherwise: the item is there, with no numeric `step` to condition on.
-    await f.engine.doc.send(
-      new PutCommand({
-        TableName: f.engine.tables.jobs,
-        Item: { pk: `QUOTA#${tenant}`, sk: "RECOUNT", tenantId: tenant, part: 7, position: {} },
-      }),
-    );
-    const interval = f.engine.settings.quotaRecountMs;
-    const at = (n: number) => engineAt(f.engine, start + n * (interval + 1_000));
-    const outcomes: string[] = [];
-    for (let n = 1; n < 8 && !outcomes.includes("created"); n++)
-      outcomes.push(await outcomeOf(at(n), tenant));
-    expect(outcomes).toEqual(["busy", "busy", "created"]);
-    expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ activeJobs: jobs + 1 });
-  }, 120_000);
+    ["with no step this version reads", "tenant-recount-foreign-step", { part: 7, position: {} }],
+  ] as const)(
+    "goes on past a RECOUNT item this version cannot read (%s), replacing it",
+    async (_what, tenant, fields) => {
+      const jobs = 1_000;
+      const start = Date.now();
+      await seedTenant(tenant, jobs, new Date(start));
+      await setQuotaOverride(engineAt(f.engine, start), tenant, { activeJobs: 2 * jobs });
+      await f.engine.doc.send(
+        new PutCommand({
+          TableName: f.engine.tables.jobs,
+          Item: { pk: `QUOTA#${tenant}`, sk: "RECOUNT", tenantId: tenant, ...fields },
+        }),
+      );
+      const interval = f.engine.settings.quotaRecountMs;
+      const at = (n: number) => engineAt(f.engine, start + n * (interval + 1_000));
+      const outcomes: string[] = [];
+      for (let n = 1; n < 8 && !outcomes.includes("created"); n++)
+        outcomes.push(await outcomeOf(at(n), tenant));
+      // 1,000 jobs at 400 a part: two parts busy, the third counts them all and creates.
+      expect(outcomes).toEqual(["busy", "busy", "created"]);
+      expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ activeJobs: jobs + 1 });
+    },
+    120_000,
+  );
 
   it("a recount's write is refused after a reservation and a give-back of the same share, its counters as they were", async () => {
     const tenant = "tenant-recount-write-aba";
