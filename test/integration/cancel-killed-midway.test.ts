@@ -73,21 +73,26 @@ describe("a cancel killed between its commit and its parked runs' endings", () =
 
   const runsOf = async (jobId: string) => (await f.runs()).filter((r) => r.jobId === jobId);
 
+  /** A one-off due in a minute whose job is paused and whose run its worker parked: no message left, no reaper deadline. */
+  async function parkedOneOff() {
+    const runAt = new Date(Date.now() + MINUTE);
+    const { job } = await createJob(
+      f.engine,
+      testJob({ tenantId: TENANT, schedule: { runAt: runAt.toISOString() } }),
+    );
+    const [claimed] = await runsOf(job.jobId);
+    if (!claimed) throw new Error("not claimed at create");
+    await pauseJob(f.engine, TENANT, job.jobId);
+    await processRun(
+      { ...f.workerDeps("w"), engine: { ...f.engine, clock: offsetClock(MINUTE) } },
+      deliveryOfRun(f.engine, claimed),
+    );
+    return { job, runAt };
+  }
+
   for (const action of ["cancel", "delete"] as const)
     it(`${action}: the reaper re-sends the parked run it left QUEUED, and its worker ends it CANCELLED`, async () => {
-      const runAt = new Date(Date.now() + MINUTE);
-      const { job } = await createJob(
-        f.engine,
-        testJob({ tenantId: TENANT, schedule: { runAt: runAt.toISOString() } }),
-      );
-      const [claimed] = await runsOf(job.jobId);
-      if (!claimed) throw new Error("not claimed at create");
-      await pauseJob(f.engine, TENANT, job.jobId);
-      // Its worker parks it: no message left, no reaper deadline.
-      await processRun(
-        { ...f.workerDeps("w"), engine: { ...f.engine, clock: offsetClock(MINUTE) } },
-        deliveryOfRun(f.engine, claimed),
-      );
+      const { job, runAt } = await parkedOneOff();
       expect((await runsOf(job.jobId))[0]?.reason).toBe("waiting: job paused");
 
       const cancelAt = runAt.getTime() + 60 * MINUTE;
@@ -150,18 +155,7 @@ describe("a cancel killed between its commit and its parked runs' endings", () =
   }, 30_000);
 
   it("a cancel refused after it gave the parked run its deadline back: the reaper's re-send is parked again while the job is paused, and runs nothing", async () => {
-    const runAt = new Date(Date.now() + MINUTE);
-    const { job } = await createJob(
-      f.engine,
-      testJob({ tenantId: TENANT, schedule: { runAt: runAt.toISOString() } }),
-    );
-    const [claimed] = await runsOf(job.jobId);
-    if (!claimed) throw new Error("not claimed at create");
-    await pauseJob(f.engine, TENANT, job.jobId);
-    await processRun(
-      { ...f.workerDeps("w"), engine: { ...f.engine, clock: offsetClock(MINUTE) } },
-      deliveryOfRun(f.engine, claimed),
-    );
+    const { job, runAt } = await parkedOneOff();
     const cancelAt = runAt.getTime() + 60 * MINUTE;
     const refusing = refusingCancelCommit(engineAt(f.engine, cancelAt));
     try {
