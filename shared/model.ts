@@ -81,6 +81,8 @@ export interface Job {
    * own lease (a deploy may have changed leaseSeconds). Absent: this worker's lease less its beat.
    */
   readonly firstWriteLeadMs?: number;
+  /** The random mark of the latest admission's write (storage/admission.ts: a write sent again finds its own). */
+  readonly lastAdmission?: string;
   /** Bumped on every change of activeRuns/bufferedRunId, to serialise overlap admissions. */
   readonly activeRevision: number;
   readonly bufferedRunId: string | null;

@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
@@ -89,8 +90,15 @@ export async function recordAdmission(
       names[`#dropped${i}`] = id;
       return `activeRuns.#dropped${i}`;
     });
-  const values: Record<string, unknown> = { ":revision": job.activeRevision, ":one": 1 };
-  const sets = ["activeRevision = activeRevision + :one"];
+  // This write's own mark: another delivery of the run may write the very same change (two takes
+  // in one millisecond lease it alike), and only the mark tells this write's from that one's.
+  const admission = randomUUID();
+  const values: Record<string, unknown> = {
+    ":revision": job.activeRevision,
+    ":one": 1,
+    ":admission": admission,
+  };
+  const sets = ["activeRevision = activeRevision + :one", "lastAdmission = :admission"];
   if (change.kind === "start") {
     sets.push("activeRuns.#runId = :leaseUntil");
     names["#runId"] = change.runId;
@@ -130,7 +138,7 @@ export async function recordAdmission(
     );
   } catch (error) {
     if (!isConditionalCheckFailed(error)) throw error;
-    if (ownAdmissionWritten(job, change, error)) return;
+    if (ownAdmissionWritten(job, change, admission, error)) return;
     throw new ConcurrentUpdateError(`job ${job.jobId}: admission raced another`, {
       cause: error,
     });
@@ -169,12 +177,20 @@ export function startOwedElsewhere(
  * entry, a waiting place or a rerun mark that is still so. Taken for another's, a first start held
  * unwritten would find its own run listed under a live lease, take it for another delivery's, and
  * leave the run unrun (and its job's overlap blocked) until the lease lapsed and the reaper sent it
- * again. Only a request sent more than once can meet itself, so two deliveries of one run in one
- * batch (one lease, perhaps) stay apart.
+ * again. The job's `lastAdmission` still holds this write's mark: "sent more than once" alone
+ * does not tell, for the SDK sends again a request refused unapplied (throttled, a 500 before the
+ * write), and another delivery of the run taken in the same millisecond writes the same change,
+ * same lease: taken for this one's, both deliveries would run the run. Another run's admission on
+ * top replaces the mark, and this one is then taken for another's (Known limits).
  */
-function ownAdmissionWritten(job: Job, change: AdmissionChange, error: unknown): boolean {
+function ownAdmissionWritten(
+  job: Job,
+  change: AdmissionChange,
+  admission: string,
+  error: unknown,
+): boolean {
   const old = failedConditionItem(error);
-  if (!sentMoreThanOnce(error) || old === null) return false;
+  if (!sentMoreThanOnce(error) || old === null || old.lastAdmission !== admission) return false;
   if (typeof old.activeRevision !== "number" || old.activeRevision <= job.activeRevision)
     return false;
   if (change.kind === "buffer") return old.bufferedRunId === change.runId;
