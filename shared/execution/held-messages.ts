@@ -9,6 +9,8 @@ interface Held {
   readonly receivedAt: number;
   /** Aborted once it has been held HOLD_LIMIT_MS: the loop gives it back (giveBack). */
   readonly expiry: AbortController;
+  /** Still waiting at its tenant's gate: only such a message is handed back at the hold limit. */
+  atGate: boolean;
   visibleUntil: number;
   /** When its run's reaper deadline was last moved on (or the message received). */
   deadlineKeptAt: number;
@@ -68,6 +70,7 @@ export class HeldMessages {
       received,
       receivedAt: now,
       expiry,
+      atGate: true,
       visibleUntil: now + this.visibilitySeconds * 1000,
       deadlineKeptAt: now,
     });
@@ -82,6 +85,16 @@ export class HeldMessages {
   /** The loop is stopping without starting it: made visible again at `stop`. */
   release(received: ReceivedRun): void {
     if (this.held.delete(received.receiptHandle)) this.released.push(received);
+  }
+
+  /**
+   * It passed its tenant's gate: held on (renewed) until its run starts, never handed back. Its
+   * wait for a slot of the loop may outlast the hold limit, and a message neither renewed nor
+   * handed back would be delivered again while this loop starts its run.
+   */
+  passedGate(received: ReceivedRun): void {
+    const h = this.held.get(received.receiptHandle);
+    if (h !== undefined) h.atGate = false;
   }
 
   /** Held too long (its signal aborted): made visible again now. */
@@ -99,7 +112,7 @@ export class HeldMessages {
     const now = this.elapsedMs();
     const leaseMs = this.engine.settings.leaseMs;
     for (const h of this.held.values()) {
-      if (now - h.receivedAt < HOLD_LIMIT_MS || h.expiry.signal.aborted) continue;
+      if (!h.atGate || now - h.receivedAt < HOLD_LIMIT_MS || h.expiry.signal.aborted) continue;
       this.engine.obs.log.warn("a message held at its tenant's gate too long goes back to SQS", {
         ...runKeysOf(h.received.message),
         messageId: h.received.messageId,

@@ -333,6 +333,8 @@ async function handle(
     // (HOLD_LIMIT_MS): made visible again now, to be received again.
     if (!passed)
       return signal.aborted ? parts.kept.release(received) : await parts.kept.giveBack(received);
+    // Renewed from here on until its run starts, whatever the hold limit (HeldMessages.passedGate).
+    parts.kept.passedGate(received);
     // Lateness the gate caused: from when it was due (or arrived, if later) until it passed.
     const waitedForQuotaMs = Math.max(
       0,

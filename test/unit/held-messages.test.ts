@@ -124,6 +124,22 @@ describe("a message held at its tenant's gate near SQS's 12-hour limit", () => {
   });
 });
 
+describe("a message past its tenant's gate at the hold limit, its run not yet started", () => {
+  it("is kept hidden while it waits for a slot of the loop, not left for SQS to deliver again", async () => {
+    const { held, changes, advance } = heldOverAws();
+    const expired = held.track(received);
+    // Its gate opens a minute before the limit; the loop's slots are all busy a few minutes more.
+    await advance(11 * 3_600_000 - 60_000);
+    held.passedGate(received);
+    const renewedBefore = changes.length;
+    for (let i = 0; i < 180; i++) await advance(1000);
+    // Not handed back (it passed its gate), and renewed all along: hidden till its run starts.
+    expect(changes.slice(renewedBefore).filter((c) => c.seconds > 0).length).toBeGreaterThan(30);
+    expect(expired?.aborted).toBe(false);
+    await held.stop();
+  });
+});
+
 describe("a worker loop holding a message at its tenant's gate for 11 hours", () => {
   it("makes it visible again while it runs, not only at its stop", async () => {
     vi.useFakeTimers({
