@@ -1,9 +1,9 @@
 import { createServer, type Socket } from "node:net";
 import { GetItemCommand } from "@aws-sdk/client-dynamodb";
 import { SendMessageCommand } from "@aws-sdk/client-sqs";
-import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { startLocalServer } from "../../shared/api/local-server.js";
-import { AWS_TIMEOUTS, type AwsClients, createAwsClients } from "../../shared/aws.js";
+import { AWS_TIMEOUTS, createAwsClients } from "../../shared/aws.js";
 import { systemClock } from "../../shared/clock.js";
 import { DEFAULT_SETTINGS } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";
@@ -113,139 +113,159 @@ const attemptsOf = (outcome: Outcome) =>
 /** Short timeouts, so that the SDK's four attempts against a dead server take seconds. */
 const SHORT = { connectionMs: 1_000, requestMs: 1_000 };
 
-let servers: StallingServer[] = [];
-let clients: AwsClients[] = [];
+/** Registers what the test it is given to ends with (its context's `onTestFinished`). */
+type AtTestEnd = (cleanup: () => Promise<void> | void) => void;
 
-async function stallingClients(behaviour: Behaviour, options = {}) {
+/** Clients with `options` pointed at a new stalling server, both closed when the test ends. */
+async function stallingClients(atEnd: AtTestEnd, behaviour: Behaviour, options = {}) {
   const server = await startStallingServer(behaviour);
-  servers.push(server);
   const made = createAwsClients({ endpoint: server.endpoint, ...options });
-  clients.push(made);
+  atEnd(async () => {
+    made.dynamo.destroy();
+    made.sqs.destroy();
+    await server.close();
+  });
   return { server, ...made };
 }
 
-afterEach(async () => {
-  for (const made of clients) {
-    made.dynamo.destroy();
-    made.sqs.destroy();
-  }
-  await Promise.all(servers.map((server) => server.close()));
-  servers = [];
-  clients = [];
-});
+// Each case waits out real timeouts against its own server (or queue): side by side, the file
+// takes its longest case's time.
+describe.concurrent("storage that stops answering", () => {
+  describe("a DynamoDB call to a server that stops answering", () => {
+    for (const behaviour of ["silent", "stalled body"] as const) {
+      it(`ends with a retryable timeout after the SDK's attempts (${behaviour})`, async ({
+        onTestFinished,
+      }) => {
+        const { server, dynamo } = await stallingClients(onTestFinished, behaviour, {
+          timeouts: SHORT,
+        });
+        const outcome = await outcomeWithin(
+          dynamo.send(new GetItemCommand({ TableName: "jobs", Key: { pk: { S: "JOB#1" } } })),
+          15_000,
+        );
+        expect(outcome.state).toBe("rejected");
+        expect(errorName(outcome)).toBe("TimeoutError");
+        // The SDK's standard retry took the timeout as transient and tried again on a new connection.
+        expect(attemptsOf(outcome)).toBe(4);
+        expect(server.connections()).toBe(4);
+        expect(outcome.state === "rejected" && isTransientFailure(outcome.error)).toBe(true);
+      });
+    }
+  });
 
-describe("a DynamoDB call to a server that stops answering", () => {
-  for (const behaviour of ["silent", "stalled body"] as const) {
-    it(`ends with a retryable timeout after the SDK's attempts (${behaviour})`, async () => {
-      const { server, dynamo } = await stallingClients(behaviour, { timeouts: SHORT });
+  describe("an SQS call to a server that stops answering", () => {
+    // A body that stalls is cut by the SQS socket's silence limit, which allows the longest long poll
+    // (20 s) on top of the request timeout: three such attempts are too long for a test.
+    it("ends with a retryable timeout after the SDK's attempts (silent)", async ({
+      onTestFinished,
+    }) => {
+      const { server, sqs } = await stallingClients(onTestFinished, "silent", { timeouts: SHORT });
       const outcome = await outcomeWithin(
-        dynamo.send(new GetItemCommand({ TableName: "jobs", Key: { pk: { S: "JOB#1" } } })),
+        sqs.send(
+          new SendMessageCommand({
+            QueueUrl: `${server.endpoint}/000000000000/q`,
+            MessageBody: "x",
+          }),
+        ),
         15_000,
       );
       expect(outcome.state).toBe("rejected");
       expect(errorName(outcome)).toBe("TimeoutError");
-      // The SDK's standard retry took the timeout as transient and tried again on a new connection.
-      expect(attemptsOf(outcome)).toBe(4);
-      expect(server.connections()).toBe(4);
-      expect(outcome.state === "rejected" && isTransientFailure(outcome.error)).toBe(true);
+      expect(attemptsOf(outcome)).toBe(3);
+      expect(server.connections()).toBe(3);
     });
-  }
-});
-
-describe("an SQS call to a server that stops answering", () => {
-  // A body that stalls is cut by the SQS socket's silence limit, which allows the longest long poll
-  // (20 s) on top of the request timeout: three such attempts are too long for a test.
-  it("ends with a retryable timeout after the SDK's attempts (silent)", async () => {
-    const { server, sqs } = await stallingClients("silent", { timeouts: SHORT });
-    const outcome = await outcomeWithin(
-      sqs.send(
-        new SendMessageCommand({ QueueUrl: `${server.endpoint}/000000000000/q`, MessageBody: "x" }),
-      ),
-      15_000,
-    );
-    expect(outcome.state).toBe("rejected");
-    expect(errorName(outcome)).toBe("TimeoutError");
-    expect(attemptsOf(outcome)).toBe(3);
-    expect(server.connections()).toBe(3);
-  });
-});
-
-describe("an emulator (an endpoint override)", () => {
-  it("is waited for past the request limit deployed on AWS: a slow answer is not cut and sent again", async () => {
-    const { server, dynamo } = await stallingClients("late");
-    const outcome = await outcomeWithin(
-      dynamo.send(new GetItemCommand({ TableName: "jobs", Key: { pk: { S: "JOB#1" } } })),
-      LATE_MS + 5_000,
-    );
-    expect(outcome.state === "rejected" ? String(outcome.error) : outcome.state).toBe("fulfilled");
-    expect(outcome.elapsedMs).toBeGreaterThan(AWS_TIMEOUTS.requestMs);
-    expect(server.connections()).toBe(1);
-  });
-});
-
-describe("a long poll", () => {
-  let testClients: TestClients;
-  let queueUrl: string;
-
-  beforeAll(async () => {
-    testClients = createTestClients();
-    queueUrl = (await createQueue(testClients.sqs, testNamespace("poll").name("q"))).url;
   });
 
-  afterAll(async () => {
-    await deleteQueue(testClients.sqs, queueUrl);
-    testClients.destroy();
-  });
-
-  it("is not cut by a request timeout shorter than its wait", async () => {
-    const shortLived = createAwsClients({ endpoint: inject("sqsEndpoint"), timeouts: SHORT });
-    clients.push(shortLived);
-    const outcome = await outcomeWithin(
-      receiveRuns(shortLived.sqs, queueUrl, { max: 1, waitSeconds: 3 }),
-      15_000,
-    );
-    expect(outcome.state === "rejected" ? String(outcome.error) : outcome.state).toBe("fulfilled");
-    // An empty queue answers at the wait's end: the poll waited it out.
-    expect(outcome.elapsedMs).toBeGreaterThanOrEqual(2_500);
-  });
-});
-
-describe("the API with its storage gone silent", () => {
-  it("answers a read 503 busy well inside API Gateway's 29 s, with the timeouts deployed on AWS", async () => {
-    const { doc, sqs, server } = await stallingClients("silent", { timeouts: AWS_TIMEOUTS });
-    const engine: Engine = {
-      doc,
-      sqs,
-      tables: { jobs: "jobs", runs: "runs", webhookSecrets: "webhook-secrets" },
-      queues: {
-        high: `${server.endpoint}/000000000000/high`,
-        normal: `${server.endpoint}/000000000000/normal`,
-        low: `${server.endpoint}/000000000000/low`,
-      },
-      settings: DEFAULT_SETTINGS,
-      clock: systemClock,
-      random: Math.random,
-      obs: silentObservability,
-    };
-    const api = await startLocalServer({
-      engine,
-      jobTypes: JOB_TYPES,
-      env: { SCHEDULER_API_KEYS: `${KEY_A}=${TENANT_A}` },
-    });
-    try {
+  describe("an emulator (an endpoint override)", () => {
+    it("is waited for past the request limit deployed on AWS: a slow answer is not cut and sent again", async ({
+      onTestFinished,
+    }) => {
+      const { server, dynamo } = await stallingClients(onTestFinished, "late");
       const outcome = await outcomeWithin(
-        fetch(`${api.url}/jobs/job-1`, { headers: { Authorization: `Bearer ${KEY_A}` } }).then(
-          async (reply) => ({ status: reply.status, body: await reply.json() }),
-        ),
-        25_000,
+        dynamo.send(new GetItemCommand({ TableName: "jobs", Key: { pk: { S: "JOB#1" } } })),
+        LATE_MS + 5_000,
       );
-      expect(outcome.state).toBe("fulfilled");
-      expect(outcome.state === "fulfilled" && outcome.value).toMatchObject({
-        status: 503,
-        body: { error: { code: "busy" } },
+      expect(outcome.state === "rejected" ? String(outcome.error) : outcome.state).toBe(
+        "fulfilled",
+      );
+      expect(outcome.elapsedMs).toBeGreaterThan(AWS_TIMEOUTS.requestMs);
+      expect(server.connections()).toBe(1);
+    });
+  });
+
+  describe("a long poll", () => {
+    let testClients: TestClients;
+    let queueUrl: string;
+
+    beforeAll(async () => {
+      testClients = createTestClients();
+      queueUrl = (await createQueue(testClients.sqs, testNamespace("poll").name("q"))).url;
+    });
+
+    afterAll(async () => {
+      await deleteQueue(testClients.sqs, queueUrl);
+      testClients.destroy();
+    });
+
+    it("is not cut by a request timeout shorter than its wait", async ({ onTestFinished }) => {
+      const shortLived = createAwsClients({ endpoint: inject("sqsEndpoint"), timeouts: SHORT });
+      onTestFinished(() => {
+        shortLived.dynamo.destroy();
+        shortLived.sqs.destroy();
       });
-    } finally {
-      await api.close();
-    }
-  }, 40_000);
+      const outcome = await outcomeWithin(
+        receiveRuns(shortLived.sqs, queueUrl, { max: 1, waitSeconds: 3 }),
+        15_000,
+      );
+      expect(outcome.state === "rejected" ? String(outcome.error) : outcome.state).toBe(
+        "fulfilled",
+      );
+      // An empty queue answers at the wait's end: the poll waited it out.
+      expect(outcome.elapsedMs).toBeGreaterThanOrEqual(2_500);
+    });
+  });
+
+  describe("the API with its storage gone silent", () => {
+    it("answers a read 503 busy well inside API Gateway's 29 s, with the timeouts deployed on AWS", async ({
+      onTestFinished,
+    }) => {
+      const { doc, sqs, server } = await stallingClients(onTestFinished, "silent", {
+        timeouts: AWS_TIMEOUTS,
+      });
+      const engine: Engine = {
+        doc,
+        sqs,
+        tables: { jobs: "jobs", runs: "runs", webhookSecrets: "webhook-secrets" },
+        queues: {
+          high: `${server.endpoint}/000000000000/high`,
+          normal: `${server.endpoint}/000000000000/normal`,
+          low: `${server.endpoint}/000000000000/low`,
+        },
+        settings: DEFAULT_SETTINGS,
+        clock: systemClock,
+        random: Math.random,
+        obs: silentObservability,
+      };
+      const api = await startLocalServer({
+        engine,
+        jobTypes: JOB_TYPES,
+        env: { SCHEDULER_API_KEYS: `${KEY_A}=${TENANT_A}` },
+      });
+      try {
+        const outcome = await outcomeWithin(
+          fetch(`${api.url}/jobs/job-1`, { headers: { Authorization: `Bearer ${KEY_A}` } }).then(
+            async (reply) => ({ status: reply.status, body: await reply.json() }),
+          ),
+          25_000,
+        );
+        expect(outcome.state).toBe("fulfilled");
+        expect(outcome.state === "fulfilled" && outcome.value).toMatchObject({
+          status: 503,
+          body: { error: { code: "busy" } },
+        });
+      } finally {
+        await api.close();
+      }
+    }, 40_000);
+  });
 });
