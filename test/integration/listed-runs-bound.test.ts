@@ -144,7 +144,7 @@ describe("the runs a job lists as under way", () => {
     return { job, quiet, after: start + rounds * roundMs };
   };
 
-  it("stays bounded when a long-job target takes runs over and goes quiet: the next runs wait until a listed one ends", async () => {
+  it("stays bounded when a long-job target takes runs over and goes quiet: the next runs wait until a listed one ends; an edit and a cancel with 200 listed end them all", async () => {
     const { job, quiet, after: afterRounds } = await jobFullOfQuietRuns();
 
     // The next run finds the list full of runs not ended: it waits, as at the job's bound.
@@ -174,6 +174,18 @@ describe("the runs a job lists as under way", () => {
     expect(after).toHaveLength(MAX_LISTED_RUNS);
     expect(after).toContain(next.runId);
     expect(after).not.toContain(first.runId);
+
+    // Edited and cancelled with 200 listed: the cancel ends every one of them and lists none.
+    const version = (await getJob(f.engine, job.jobId))?.version ?? job.version;
+    const edited = await editJob(later, "tenant-a", job.jobId, version, { name: "renamed" });
+    expect(edited).toMatchObject({ name: "renamed", version: version + 1 });
+    expect(Object.keys(edited.activeRuns)).toHaveLength(MAX_LISTED_RUNS);
+    expect((await cancelJob(later, "tenant-a", job.jobId)).status).toBe("CANCELLED");
+    const statuses = await Promise.all(
+      [...quiet, next].map(async (run) => (await getRun(f.engine, run))?.status),
+    );
+    expect(new Set(statuses)).toEqual(new Set(["CANCELLED"]));
+    expect((await getJob(f.engine, job.jobId))?.activeRuns).toEqual({});
   }, 180_000);
   it("drops them all once they have ended, at the next admission or at a pause, though one write may not name them all", async () => {
     for (const ending of ["admission", "pause"] as const) {
@@ -267,19 +279,6 @@ describe("the runs a job lists as under way", () => {
     const listed = await getJob(f.engine, job.jobId);
     expect(Object.keys(listed?.activeRuns ?? {})).toHaveLength(MAX_LISTED_RUNS);
     expect(listed?.bufferedRunId).toBeNull();
-  }, 300_000);
-  it("is edited and cancelled with 200 runs listed: the cancel ends every one of them and lists none", async () => {
-    const { job, quiet, after } = await jobFullOfQuietRuns();
-    const later = engineAt(f.engine, after);
-    const edited = await editJob(later, "tenant-a", job.jobId, job.version, { name: "renamed" });
-    expect(edited).toMatchObject({ name: "renamed", version: job.version + 1 });
-    expect(Object.keys(edited.activeRuns)).toHaveLength(MAX_LISTED_RUNS);
-    expect((await cancelJob(later, "tenant-a", job.jobId)).status).toBe("CANCELLED");
-    const statuses = await Promise.all(
-      quiet.map(async (run) => (await getRun(f.engine, run))?.status),
-    );
-    expect(new Set(statuses)).toEqual(new Set(["CANCELLED"]));
-    expect((await getJob(f.engine, job.jobId))?.activeRuns).toEqual({});
   }, 300_000);
   it("keeps a replay waiting while 200 listed runs are under way, ahead of the next first attempt, and runs it once one ends", async () => {
     const { job, quiet, after } = await jobFullOfQuietRuns();
