@@ -2,6 +2,7 @@ import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
 import type { Job } from "../model.js";
 import { isAfterSchedule } from "../schedule/index.js";
+import type { AfterSchedule } from "../schedule/types.js";
 import { getJobs, tenantJobIds } from "../storage/job-queries.js";
 import {
   deleteRecountProgress,
@@ -10,7 +11,7 @@ import {
   readRecountProgress,
   writeRecountProgress,
 } from "../storage/recount-progress.js";
-import type { SeenUsage } from "../storage/seen-usage.js";
+import { type SeenUsage, sameSeenUsage } from "../storage/seen-usage.js";
 import type { QuotaUsage } from "../storage/tenant-quotas.js";
 import { peakRunsPerMinute } from "./limits.js";
 import { isCounted, readJobsAbove, runsPerMinuteMeasure } from "./run-measure.js";
@@ -34,15 +35,6 @@ export const recountBudget = (engine: Engine): RecountBudget => ({
   pagesLeft: engine.settings.quotaRecountPages,
   until: engine.clock().getTime() + RECOUNT_TIME_MS,
 });
-
-/** Nothing reserved or given back, and no recount written, between the two reads. */
-const sameUsage = (a: SeenUsage | null, b: SeenUsage | null): boolean =>
-  a === null || b === null
-    ? a === b
-    : a.activeJobs === b.activeJobs &&
-      a.runsPerMinute === b.runsPerMinute &&
-      a.changes === b.changes &&
-      a.recount === b.recount;
 
 const capped = (n: number): number => Math.min(n, Number.MAX_SAFE_INTEGER);
 
@@ -81,22 +73,21 @@ export async function countUsage(
   const { step, progress: stored } = await readRecountProgress(engine, tenantId);
   const goesOn =
     stored !== null &&
-    sameUsage(stored.basis, seen) &&
+    sameSeenUsage(stored.basis, seen) &&
     now.getTime() - Date.parse(stored.startedAt) < PROGRESS_KEPT_MS;
   let cursor = goesOn ? stored.cursor : undefined;
   let counted = goesOn ? stored.counted : { activeJobs: 0, runsPerMinute: 0 };
   // The jobs read by this request: an `after` job's upstreams are often on its later pages, so
   // its measure is taken once the part's pages are read, reading only the upstreams not among them.
   const known = new Map<string, Job>();
-  let after: Job[] = [];
+  // The schedules of the part's `after` jobs, not the jobs: those are read whole (payload and all).
+  let after: AfterSchedule[] = [];
   const measureAfterJobs = async () => {
-    const upstreams = after.flatMap((job) =>
-      isAfterSchedule(job.schedule) ? job.schedule.after.jobs : [],
-    );
+    const upstreams = after.flatMap((schedule) => schedule.after.jobs);
     await readJobsAbove(engine, tenantId, upstreams, known);
     const measure = runsPerMinuteMeasure(known, now);
     let runsPerMinute = counted.runsPerMinute;
-    for (const job of after) runsPerMinute = capped(runsPerMinute + measure(job.schedule));
+    for (const schedule of after) runsPerMinute = capped(runsPerMinute + measure(schedule));
     counted = { ...counted, runsPerMinute };
     after = [];
   };
@@ -123,7 +114,7 @@ export async function countUsage(
     const live = jobs.filter(isCounted);
     let runsPerMinute = counted.runsPerMinute;
     for (const job of live) {
-      if (isAfterSchedule(job.schedule)) after.push(job);
+      if (isAfterSchedule(job.schedule)) after.push(job.schedule);
       else runsPerMinute = capped(runsPerMinute + peakRunsPerMinute(job.schedule, now));
     }
     counted = { activeJobs: counted.activeJobs + live.length, runsPerMinute };

@@ -23,8 +23,17 @@ export function decodeSeenUsage(item: Item): SeenUsage {
   };
 }
 
+/** Nothing reserved or given back, and no recount written, between the reads of `a` and `b`. */
+export const sameSeenUsage = (a: SeenUsage | null, b: SeenUsage | null): boolean =>
+  a === null || b === null
+    ? a === b
+    : a.activeJobs === b.activeJobs &&
+      a.runsPerMinute === b.runsPerMinute &&
+      a.changes === b.changes &&
+      a.recount === b.recount;
+
 /**
- * The condition that the usage is still as `seen` read it: its counters, its `changes` and its
+ * The condition that the usage is still as `seen` read it (`sameSeenUsage`, as a condition): its counters, its `changes` and its
  * recount token (an earlier version's reservations add no `changes`; their counters still differ).
  */
 export function stillSeen(seen: SeenUsage): {
