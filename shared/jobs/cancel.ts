@@ -3,19 +3,19 @@ import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
 import { IllegalTransitionError } from "../errors.js";
 import { endUnownedRun } from "../execution/run-endings.js";
-import { parseRunId, shardOf } from "../keys.js";
+import { parseRunId } from "../keys.js";
 import type { Job } from "../model.js";
 import { endedJobShare } from "../quotas/ended-share.js";
 import { giveBackJobQuotas } from "../quotas/usage.js";
 import { detachFromUpstream } from "../storage/dependents.js";
 import { retryOnContention } from "../storage/dynamo-errors.js";
-import { inflightPk, isBeingDeleted } from "../storage/items.js";
+import { isBeingDeleted } from "../storage/items.js";
 import { writeCancelledJob, writeDeletingJob } from "../storage/job-status.js";
-import { rearmParkedRun } from "../storage/run-park.js";
 import { getRun } from "../storage/run-reads.js";
 import { cancelRunsOfJob } from "./cancel-run.js";
 import { upstreamsOf } from "./dependencies.js";
 import { recordRunsEndedBy } from "./ended-runs.js";
+import { rearmParkedRuns } from "./resume.js";
 import { withJob } from "./with-job.js";
 
 /**
@@ -61,6 +61,10 @@ export async function endJob(
         write: async () => {
           // Read before the job ends: a recount after it must not see the share taken off too.
           const share = await endedJobShare(engine, current, now);
+          // Each parked run gets its reaper deadline back (and its TTL) before the cancel commits,
+          // as a resume does: the cancel ends them after its commit, and one killed in between
+          // leaves them QUEUED with no message, which the reaper then re-sends and their worker
+          // ends CANCELLED. A cancel then refused leaves them for the reaper too (parked again).
           await rearmParkedRuns(engine, current, now);
           const cancelled = await writeCancelledJob(engine, current, now);
           await giveBackJobQuotas(engine, share);
@@ -76,22 +80,6 @@ export async function endJob(
   // An ended dependent leaves its upstreams' dependents (a repeat finishes what a crash left).
   await Promise.all(upstreamsOf(job.schedule).map((id) => detachFromUpstream(engine, id, jobId)));
   return ended;
-}
-
-/**
- * Gives each of a paused job's parked runs its reaper deadline back (and its TTL) before the
- * cancel commits, as a resume does: the cancel ends them after its commit, and one killed in
- * between (its timeout, a crash) leaves them QUEUED with no message, which, unrepeated, nothing
- * would look at again. The reaper re-sends such a run a lease on, and its worker ends it CANCELLED
- * (its job cancelled, or gone). A cancel that is then refused (the job changed) leaves them for
- * the reaper too: their worker parks each again, or runs it once the job is resumed.
- */
-async function rearmParkedRuns(engine: Engine, job: Job, now: Date): Promise<void> {
-  const shardPk = inflightPk(shardOf(job.jobId, engine.settings.shardCount));
-  await forEachConcurrently(Object.keys(job.parkedRuns), 16, async (runId) => {
-    const ref = parseRunId(runId);
-    if (ref) await rearmParkedRun(engine, ref, shardPk, now);
-  });
 }
 
 /**

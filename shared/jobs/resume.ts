@@ -89,6 +89,25 @@ export async function resumeJob(engine: Engine, tenantId: string, jobId: string)
  * trigger's or a replay's run, all older than the retention) is logged and not run.
  */
 async function rearmParked(engine: Engine, job: Job, now: Date): Promise<Run[]> {
+  const { runs, expired } = await rearmParkedRuns(engine, job, now);
+  if (expired.length > 0)
+    engine.obs.log.warn("resume: parked runs expired during the pause (older than the retention)", {
+      tenantId: job.tenantId,
+      jobId: job.jobId,
+      runIds: expired,
+    });
+  return runs;
+}
+
+/**
+ * Gives each of the job's parked runs still QUEUED its reaper deadline back (rearmParkedRun): the
+ * runs so re-armed, and the ids of those whose TTL passed during the pause.
+ */
+export async function rearmParkedRuns(
+  engine: Engine,
+  job: Job,
+  now: Date,
+): Promise<{ readonly runs: Run[]; readonly expired: string[] }> {
   const shardPk = inflightPk(shardOf(job.jobId, engine.settings.shardCount));
   const runs: Run[] = [];
   const expired: string[] = [];
@@ -98,13 +117,7 @@ async function rearmParked(engine: Engine, job: Job, now: Date): Promise<Run[]> 
     if (run === "expired") expired.push(runId);
     else if (run !== "ended") runs.push(run);
   });
-  if (expired.length > 0)
-    engine.obs.log.warn("resume: parked runs expired during the pause (older than the retention)", {
-      tenantId: job.tenantId,
-      jobId: job.jobId,
-      runIds: expired,
-    });
-  return runs;
+  return { runs, expired };
 }
 
 /**
