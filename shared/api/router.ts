@@ -51,8 +51,8 @@ export function historyOf(engine: Engine, c: Context<ApiEnv>, id: string): Promi
   return assertTenantHistory(engine, tenantOf(c), checkedJobId(id));
 }
 
-/** An id no job can have must not reach a storage key. */
-function checkedJobId(id: string): string {
+/** An id no job can have must not reach a storage key: it is a 404 like an unknown job's. */
+export function checkedJobId(id: string): string {
   if (!JOB_ID_PATTERN.test(id)) throw notFound(`job ${id.slice(0, 64)} not found`);
   return id;
 }

@@ -7,6 +7,7 @@ import { notFound } from "./errors.js";
 import { runsPage } from "./pages.js";
 import { runFilterFrom } from "./query-params.js";
 import {
+  checkedJobId,
   errors,
   historyOf,
   json,
@@ -88,7 +89,7 @@ export function runsRouter({ engine }: RouterDeps) {
 
   router.openapi(cancelRunRoute, async (c) => {
     const { id, runId } = c.req.valid("param");
-    const run = await cancelRun(engine, tenantOf(c), id, runId);
+    const run = await cancelRun(engine, tenantOf(c), checkedJobId(id), runId);
     return c.json(runDto(run), 200);
   });
 

@@ -354,6 +354,58 @@ describe("tenant B's view of A's ids is the view of ids that do not exist", () =
   });
 });
 
+/**
+ * A job id in a path that no job can have (too long for a key, holding a key's separator, not
+ * ASCII) is a 404 like any unknown job on every route, and reaches no storage request: a key
+ * DynamoDB refuses would be a 500, and a `#` in one would name a key of another shape.
+ */
+describe("a job id no job can have", () => {
+  const inputs: string[] = [];
+  beforeAll(() => {
+    api.fixture.engine.doc.middlewareStack.add(
+      (next) => (args) => {
+        inputs.push(JSON.stringify(args.input));
+        return next(args);
+      },
+      { step: "initialize", name: "recordInputs" },
+    );
+  });
+  afterAll(() => {
+    api.fixture.engine.doc.middlewareStack.remove("recordInputs");
+  });
+
+  const badIds = [
+    ["past 64 characters", "a".repeat(3000)],
+    ["holding a '#'", "a#b"],
+    ["holding an '@'", "a@b"],
+    ["not ASCII", "é"],
+  ] as const;
+  const routes = [
+    ["GET", (id: string) => `/jobs/${id}`],
+    ["POST", (id: string) => `/jobs/${id}/pause`],
+    ["POST", (id: string) => `/jobs/${id}/resume`],
+    ["POST", (id: string) => `/jobs/${id}/cancel`],
+    ["POST", (id: string) => `/jobs/${id}/trigger`],
+    ["DELETE", (id: string) => `/jobs/${id}`],
+    ["GET", (id: string) => `/jobs/${id}/preview`],
+    ["GET", (id: string) => `/jobs/${id}/runs`],
+    ["GET", (id: string) => `/jobs/${id}/runs/${runA}`],
+    ["POST", (id: string) => `/jobs/${id}/runs/${runA}/cancel`],
+  ] as const;
+
+  it.each(badIds)("(%s) is a 404 on every route and no storage key", async (_name, badId) => {
+    const answers: string[] = [];
+    for (const [method, path] of routes) {
+      inputs.length = 0;
+      const reply = await api.call(method, path(encodeURIComponent(badId)));
+      answers.push(`${method} ${path("ID")}: ${reply.status} ${reply.text.slice(0, 120)}`);
+      const reached = inputs.filter((input) => input.includes(JSON.stringify(badId).slice(1, -1)));
+      if (reached.length > 0) answers.push(`${method} ${path("ID")} reached storage`);
+    }
+    expect(answers.filter((a) => !/: 404 /.test(a) || a.endsWith("reached storage"))).toEqual([]);
+  });
+});
+
 /** The id of the one job a batch created. */
 function batchedJob(reply: Reply): string {
   const [result] = BatchResultsSchema.parse(reply.body).results;
