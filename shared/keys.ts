@@ -245,6 +245,14 @@ export function runSortKey(scheduledFor: Date | string, attempt: number): string
   return `RUN#${toStorageIso(instantOf(scheduledFor))}#${padAttempt(attempt)}`;
 }
 
+/** Whether `sortKey` is one `runSortKey` makes (a cursor's start key, for one). */
+export function isRunSortKey(sortKey: string): boolean {
+  const match = /^RUN#([^#]+)#(\d{4})$/.exec(sortKey);
+  return (
+    match !== null && isStorageIso(match[1] ?? "") && parsePaddedAttempt(match[2] ?? "") !== null
+  );
+}
+
 const RUN_ID_PATTERN = new RegExp(
   String.raw`^(${JOB_ID_CHARS})-(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})(\d{3})-([1-9]\d{0,3})$`,
 );

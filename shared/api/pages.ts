@@ -1,7 +1,7 @@
 import type { Engine } from "../engine.js";
 import { boundCursor, decodeCursor, type Page } from "../jobs/cursor.js";
 import { listDeadLetters, listJobs, listRuns, type RunFilter } from "../jobs/queries.js";
-import { isStorageIso, JOB_ID_PATTERN, parseRunId } from "../keys.js";
+import { isRunSortKey, isStorageIso, JOB_ID_PATTERN, parseRunId } from "../keys.js";
 import type { Job, JobStatus, Run } from "../model.js";
 import { deadLetterPk, jobKey, jobPk, tenantPk } from "../storage/items.js";
 import { runKey } from "../storage/runs.js";
@@ -14,14 +14,15 @@ import { jobDto } from "./dto.js";
  * listing accepts only a key of its own shape inside the caller's partition;
  * an index's start key is an index key the listing's items carry (a job id, a
  * dead letter's `<finishedAt>#<runId>`) and the table key of the item it names
- * (`namesOneItem`): what DynamoDB makes of a pair that disagrees, or of an index
- * key no item can carry (a lone surrogate), is not for the caller to find out.
+ * (`namesOneItem`), and a job's runs' start key is a run's sort key: what DynamoDB
+ * makes of a pair that disagrees, or of a key no item can carry (a lone surrogate),
+ * is not for the caller to find out.
  */
 function checkCursor(
   cursor: string | undefined,
   partition: Readonly<Record<string, string>>,
   otherKeys: readonly string[],
-  { sortPrefix, namesOneItem }: CursorChecks = {},
+  { namesOneItem }: CursorChecks = {},
 ): string | undefined {
   if (cursor === undefined || cursor === "") return undefined;
   const key = decodeCursor(cursor);
@@ -34,7 +35,6 @@ function checkCursor(
     // DynamoDB's bound on a key is in bytes (a sort key's 1,024), not characters.
     Object.values(key).every((v) => v.length > 0 && Buffer.byteLength(v, "utf8") <= 1024) &&
     Object.entries(partition).every(([name, value]) => key[name] === value) &&
-    (sortPrefix === undefined || (key[sortPrefix.key] ?? "").startsWith(sortPrefix.prefix)) &&
     (namesOneItem === undefined || namesOneItem(key));
   if (!sameShape) {
     throw new ValidationError([
@@ -45,7 +45,6 @@ function checkCursor(
 }
 
 interface CursorChecks {
-  readonly sortPrefix?: { readonly key: string; readonly prefix: string };
   readonly namesOneItem?: (key: Readonly<Record<string, string>>) => boolean;
 }
 
@@ -178,7 +177,9 @@ export function runsPage(
     options.cursor,
     { pk: jobPk(jobId), ...(binding ? { filter: binding } : {}) },
     ["sk"],
-    { sortPrefix: { key: "sk", prefix: "RUN#" } },
+    // A run's key as the listing hands it out: DynamoDB takes any sort key in the partition as a
+    // start, a lone surrogate too, and a listing resumed from a made-up one is no listing's page.
+    { namesOneItem: (key) => isRunSortKey(key.sk ?? "") },
   );
   return listRuns(engine, jobId, {
     limit: options.limit,

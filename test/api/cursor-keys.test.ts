@@ -56,7 +56,7 @@ async function pageThrough(path: string, limit: number, key?: string): Promise<s
       ...(key ? { key } : {}),
     });
     expect(reply.status, reply.text).toBe(200);
-    const parsed = (path.startsWith("/jobs") ? JobPageSchema : RunPageSchema).parse(reply.body);
+    const parsed = (/^\/jobs(\?|$)/.test(path) ? JobPageSchema : RunPageSchema).parse(reply.body);
     ids.push(...parsed.items.map((item) => ("runId" in item ? item.runId : item.id)));
     cursor = parsed.nextCursor;
     if (cursor === null) return ids;
@@ -156,4 +156,40 @@ describe("jobs cursors", () => {
       expectError(reply, 400, { field: "cursor" });
     },
   );
+});
+
+describe("runs cursors", () => {
+  it("page to the end, unfiltered and by status, over attempts past 9", async () => {
+    const jobId = newJobId(new Date());
+    const at = new Date(Date.UTC(2026, 11, 3, 10, 0));
+    const ids: string[] = [];
+    for (const attempt of [1, 9, 10, 12, 100, 9999])
+      ids.push(await deadRun(TENANT_A, jobId, attempt, at));
+    for (const limit of [1, 4]) {
+      expect([...(await pageThrough(`/jobs/${jobId}/runs`, limit))].sort()).toEqual(
+        [...ids].sort(),
+      );
+      expect([...(await pageThrough(`/jobs/${jobId}/runs?status=dead`, limit))].sort()).toEqual(
+        [...ids].sort(),
+      );
+    }
+  });
+
+  const jobId = newJobId(new Date());
+  it.each([
+    ["a lone surrogate", "RUN#2\ud800"],
+    ["unicode", "RUN#2026-12-03T09:30:00.000Zé#0001"],
+    ["no attempt", "RUN#2026-12-03T09:30:00.000Z"],
+    ["attempt 0", "RUN#2026-12-03T09:30:00.000Z#0000"],
+    ["a five-digit attempt", "RUN#2026-12-03T09:30:00.000Z#00001"],
+    ["an extra '#'", "RUN#2026-12-03T09:30:00.000Z#x#0001"],
+    ["an impossible date", "RUN#2026-02-30T09:30:00.000Z#0001"],
+  ])("a crafted sk (%s) is a 400 naming cursor", async (_name, sk) => {
+    await deadRun(TENANT_A, jobId, 1, new Date(Date.UTC(2026, 11, 3, 10, 0)));
+    const reply = await api.call(
+      "GET",
+      `/jobs/${jobId}/runs?cursor=${encode({ pk: `JOB#${jobId}`, sk })}`,
+    );
+    expectError(reply, 400, { field: "cursor" });
+  });
 });

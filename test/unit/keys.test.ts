@@ -6,6 +6,7 @@ import {
   bucketKeyForMinute,
   bucketsBetween,
   dueSortKey,
+  isRunSortKey,
   MAX_BUCKET_RANGE_MINUTES,
   minuteOf,
   newJobId,
@@ -271,6 +272,25 @@ describe("run identity", () => {
     expect(() => runSortKey(text, 1)).toThrow(RangeError);
     expect(() => runId(jobId, text, 1)).toThrow(RangeError);
     expect(() => occurrenceKey(jobId, text)).toThrow(RangeError);
+  });
+
+  it("tells every Runs sort key it builds from any other string", () => {
+    fc.assert(
+      fc.property(instantArb, attemptArb, (at, attempt) => isRunSortKey(runSortKey(at, attempt))),
+      RUNS,
+    );
+    for (const other of [
+      "RUN#",
+      "RUN#2026-03-01T09:00:00.000Z",
+      "RUN#2026-03-01T09:00:00.000Z#0000",
+      "RUN#2026-03-01T09:00:00.000Z#10000",
+      "RUN#2026-03-01T09:00:00Z#0001",
+      "RUN#2026-02-30T09:00:00.000Z#0001",
+      "RUN#2026-03-01T09:00:00.000Z\ud800#0001",
+      "TRIGGERED#2026-03-01T09:00:00.000Z#0001",
+    ]) {
+      expect(isRunSortKey(other), other).toBe(false);
+    }
   });
 
   it("builds a compact, URL-safe run id", () => {
