@@ -1,4 +1,4 @@
-import createClient, { type Client } from "openapi-fetch";
+import createClient, { type Client, defaultPathSerializer } from "openapi-fetch";
 import {
   BATCH,
   HEALTH,
@@ -95,6 +95,24 @@ function runQuery(filter: RunFilter): { status?: string; from?: string; to?: str
 }
 
 /**
+ * A request's path with each id one segment of it, as openapi-fetch writes them
+ * (encodeURIComponent), but "", "." and "..", which it leaves as they are: the URL then resolves
+ * a dot segment (and its escaped form, `%2e%2e`, alike), so a run id ".." given to a run's cancel
+ * sent `POST /jobs/{id}/cancel` and cancelled the job. No job, run or tenant the API can be asked
+ * about has such an id, so the request is refused before it is sent.
+ */
+const segmentsOnly = (pathname: string, params: Record<string, unknown>): string => {
+  for (const [name, value] of Object.entries(params)) {
+    if (value === "" || value === "." || value === "..") {
+      throw new RangeError(
+        `${name}: ${JSON.stringify(value)} is no id (a URL reads it as a path, not a segment)`,
+      );
+    }
+  }
+  return defaultPathSerializer(pathname, params);
+};
+
+/**
  * The scheduler's HTTP API, typed from its OpenAPI document
  * (client/generated/api.ts). Every method throws a SchedulerApiError, typed
  * by `code`, when the API refuses.
@@ -127,6 +145,7 @@ export class SchedulerClient {
     const http = () =>
       createClient<paths>({
         baseUrl: options.baseUrl.replace(/\/+$/, ""),
+        pathSerializer: segmentsOnly,
         fetch: retryingFetch(
           boundedFetch(base, options.timeoutMs ?? DEFAULT_TIMEOUT_MS),
           options.retry,
