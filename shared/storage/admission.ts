@@ -145,8 +145,14 @@ export async function recordAdmission(
   }
 }
 
-/** Slack for the holder's first write: its clock, its request. */
-const FIRST_WRITE_SLACK_MS = 1_000;
+/**
+ * Slack for the holder's first write: its request, and its clock, which may run behind this
+ * worker's by seconds (the holder's time is read from a lease its own clock wrote). With 1 s, a
+ * duplicate on a host 2 s ahead took a live holder for dead in the second before its first write
+ * and ran the run beside it. 4 s keeps a reaper's re-send (read 5 s past the run's deadline, the
+ * start's first write owed 1 s before it) taking over a holder that died, with 2 s to spare.
+ */
+const FIRST_WRITE_SLACK_MS = 4_000;
 
 /**
  * Whether the job lists `runId` under a live lease, admitted with its start unwritten by a worker
