@@ -1,12 +1,21 @@
+import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { offsetClock, sleep } from "../../shared/clock.js";
+import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
+import { reap } from "../../shared/dispatch/reaper.js";
 import type { Engine } from "../../shared/engine.js";
+import { FenceLostError } from "../../shared/errors.js";
 import type { JobContext, JobHandler } from "../../shared/execution/job-contract.js";
 import type { WorkerDeps } from "../../shared/execution/worker.js";
 import { processRun } from "../../shared/execution/worker.js";
-import { createJob } from "../../shared/jobs/index.js";
+import { createJob, triggerJob } from "../../shared/jobs/index.js";
+import { shardOf } from "../../shared/keys.js";
 import type { Run } from "../../shared/model.js";
+import type { ReceivedRun } from "../../shared/queue/work-queue.js";
+import { runKeyOf } from "../../shared/storage/run-reads.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { scanTable } from "../support/namespace.js";
+import { seedJobs } from "../support/seed.js";
 import { waitFor } from "../support/wait.js";
 
 /**
@@ -15,6 +24,7 @@ import { waitFor } from "../support/wait.js";
  * some holders beat faster so that the case takes seconds, not minutes).
  */
 const SECOND = 1000;
+const MINUTE = 60 * SECOND;
 
 /** The engine as a host whose clock is `skewMs` ahead of the others (behind when negative). */
 const skewed = (engine: Engine, skewMs: number): Engine => ({
@@ -67,6 +77,15 @@ describe("hosts whose clocks disagree", () => {
     };
   }
 
+  /** A one-off due now of `type`, and its first delivery. */
+  async function oneOffDueNow(type: string): Promise<{ jobId: string; received: ReceivedRun }> {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ type, schedule: { runAt: new Date().toISOString() }, timeoutSeconds: 600 }),
+    );
+    return { jobId: job.jobId, received: await f.nextDelivery(f.engine.queues.normal, job.jobId) };
+  }
+
   describe("a duplicate first delivery on a clock ahead, while the holder's start is unwritten", () => {
     it("2 s ahead, a second before the holder's first write: the job's admission still lets only the holder run", async () => {
       const holder = heldHandler();
@@ -110,4 +129,435 @@ describe("hosts whose clocks disagree", () => {
       });
     }, 30_000);
   });
+
+  describe("a worker on a clock ahead is delivered a run another worker holds (written start, heartbeating)", () => {
+    for (const aheadMs of [2 * SECOND, 30 * SECOND]) {
+      it(`${aheadMs / SECOND} s ahead: finds the run busy and leaves it to its holder`, async () => {
+        const holder = heldHandler();
+        const other = heldHandler();
+        const { jobId, received } = await oneOffDueNow("held");
+        const first = processRun(
+          workerOn(0, "worker-a", { held: holder.handler }, SECOND),
+          received,
+        );
+        await waitFor("the written start", async () => (await runOf(jobId)).status === "RUNNING");
+        // The message came back (a duplicate, or its visibility ran out): the start is written now.
+        const again = { ...received, receiveCount: 2 };
+        expect(
+          await processRun(workerOn(aheadMs, "worker-b", { held: other.handler }), again),
+        ).toBe("ack");
+        expect(other.contexts).toHaveLength(0);
+        holder.release();
+        expect(await first).toBe("ack");
+        expect(await runOf(jobId)).toMatchObject({
+          status: "SUCCEEDED",
+          workerId: "worker-a",
+          fence: 1,
+        });
+      }, 30_000);
+    }
+
+    it("5 min ahead: takes the run over as lapsed; the holder is fenced out, one success recorded", async () => {
+      const holder = heldHandler();
+      let takeoverCalls = 0;
+      const { jobId, received } = await oneOffDueNow("held");
+      const first = processRun(workerOn(0, "worker-a", { held: holder.handler }, SECOND), received);
+      await waitFor("the written start", async () => (await runOf(jobId)).status === "RUNNING");
+      const again = { ...received, receiveCount: 2 };
+      const takeover = workerOn(5 * MINUTE, "worker-b", {
+        held: async () => {
+          takeoverCalls++;
+        },
+      });
+      expect(await processRun(takeover, again)).toBe("ack");
+      expect(takeoverCalls).toBe(1);
+      // The holder's handler finishes too: its ending is refused by the fence it lost (or its
+      // heartbeat, should it beat first, aborts it).
+      holder.release();
+      expect(await first).toBe("ack");
+      expect(holder.contexts).toHaveLength(1);
+      const run = await runOf(jobId);
+      expect(run).toMatchObject({ status: "SUCCEEDED", workerId: "worker-b", fence: 2 });
+    }, 30_000);
+
+    it("5 min ahead, while the holder's handler still runs: its next heartbeat aborts it", async () => {
+      const holder = heldHandler();
+      const { jobId, received } = await oneOffDueNow("held");
+      const first = processRun(workerOn(0, "worker-a", { held: holder.handler }, SECOND), received);
+      await waitFor("the written start", async () => (await runOf(jobId)).status === "RUNNING");
+      const takeover = workerOn(5 * MINUTE, "worker-b", { held: async () => undefined });
+      expect(await processRun(takeover, { ...received, receiveCount: 2 })).toBe("ack");
+      expect(await first).toBe("ack");
+      expect(holder.contexts[0]?.signal.reason).toBeInstanceOf(FenceLostError);
+      expect(await runOf(jobId)).toMatchObject({ status: "SUCCEEDED", workerId: "worker-b" });
+    }, 30_000);
+  });
+
+  describe("overlap skip, the admitting worker's clock ahead of the one that listed the lease", () => {
+    /** An hourly job (overlap skip) whose run worker-a holds, listed with its lease; a trigger's run. */
+    async function secondRunBesideHeld() {
+      const holder = heldHandler();
+      const { job } = await createJob(
+        f.engine,
+        testJob({
+          type: "held",
+          schedule: { every: "PT1H", startAt: new Date(Date.now() + 200).toISOString() },
+        }),
+      );
+      const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+      const first = processRun(workerOn(0, "worker-a", { held: holder.handler }, SECOND), received);
+      await waitFor(
+        "the holder's heartbeat",
+        async () => (await runOf(job.jobId)).status === "RUNNING",
+      );
+      const triggered = await triggerJob(f.engine, job.tenantId, job.jobId);
+      const second = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+      expect(second.message.scheduledFor).toBe(triggered.scheduledFor);
+      return { holder, first, job, second, triggered };
+    }
+
+    it("30 s ahead: the listed lease is live by its clock too, and the second run is skipped", async () => {
+      const { holder, first, job, second, triggered } = await secondRunBesideHeld();
+      let beside = 0;
+      const deps = workerOn(30 * SECOND, "worker-b", {
+        held: async () => {
+          beside++;
+        },
+      });
+      expect(await f.process(deps, second)).toBe("ack");
+      expect(beside).toBe(0);
+      const ended = (await f.runs()).find((r) => r.runId === triggered.runId);
+      expect(ended?.status).toBe("SKIPPED");
+      expect(ended?.reason).toMatch(/overlap/);
+      holder.release();
+      expect(await first).toBe("ack");
+      expect(
+        (await f.runs()).filter((r) => r.jobId === job.jobId && r.status === "SUCCEEDED"),
+      ).toHaveLength(1);
+    }, 30_000);
+
+    it("5 min ahead: the listed lease reads lapsed, and the second run runs beside the first (a limit)", async () => {
+      const { holder, first, second } = await secondRunBesideHeld();
+      let beside = 0;
+      const deps = workerOn(5 * MINUTE, "worker-b", {
+        held: async () => {
+          if (holder.contexts[0]?.signal.aborted === false) beside++;
+        },
+      });
+      expect(await f.process(deps, second)).toBe("ack");
+      expect(beside).toBe(1);
+      holder.release();
+      expect(await first).toBe("ack");
+    }, 30_000);
+  });
+
+  describe("what a sender or a worker 2 s behind costs a start", () => {
+    /** When the handler of a one-off due `dueInMs` from now, created by `api`, enters, less its due time. */
+    async function startLag(api: Engine, worker: WorkerDeps["engine"], dueInMs: number) {
+      const dueAt = Date.now() + dueInMs;
+      const { job } = await createJob(
+        api,
+        testJob({ type: "stamp", schedule: { runAt: new Date(dueAt).toISOString() } }),
+      );
+      let enteredAt = 0;
+      const deps = {
+        ...f.workerDeps("worker-lag", {
+          stamp: async () => {
+            enteredAt = Date.now();
+          },
+        }),
+        engine: worker,
+      };
+      // A message that came more than 2 s early by the worker's clock is sent again for its time.
+      for (let delivery = 0; delivery < 3 && enteredAt === 0; delivery++)
+        expect(await f.process(deps, await f.nextDelivery(f.engine.queues.normal, job.jobId))).toBe(
+          "ack",
+        );
+      expect((await runOf(job.jobId)).status).toBe("SUCCEEDED");
+      return enteredAt - dueAt;
+    }
+
+    it("all on one clock: the run starts within a second of its time", async () => {
+      const lag = await startLag(f.engine, f.engine, 4 * SECOND);
+      expect(lag).toBeGreaterThanOrEqual(0);
+      expect(lag).toBeLessThan(SECOND);
+    }, 30_000);
+
+    it("an API 2 s behind sends the run's message 2 s late (its delay counts from its clock): up to 2 s late", async () => {
+      const lag = await startLag(skewed(f.engine, -2 * SECOND), f.engine, 4 * SECOND);
+      expect(lag).toBeGreaterThanOrEqual(SECOND);
+      expect(lag).toBeLessThan(3 * SECOND);
+    }, 30_000);
+
+    it("a worker 2 s behind waits out what it takes for early: about 2 s late", async () => {
+      const lag = await startLag(f.engine, skewed(f.engine, -2 * SECOND), 4 * SECOND);
+      expect(lag).toBeGreaterThanOrEqual(SECOND);
+      expect(lag).toBeLessThan(4 * SECOND);
+    }, 30_000);
+  });
+
+  it("an API 5 min behind takes a one-off due now for 5 min ahead: its run is sent 5 min late, and the reaper's re-send runs it a lease on, not skipped", async () => {
+    const api = skewed(f.engine, -5 * MINUTE);
+    const dueAt = Date.now();
+    const { job } = await createJob(
+      api,
+      testJob({
+        type: "noop",
+        schedule: { runAt: new Date(dueAt).toISOString() },
+        policies: { ...testJob().policies, misfire: "skip" },
+      }),
+    );
+    // Put with its deadline a lease after it is due: the reaper reads it there.
+    const queued = await runOf(job.jobId);
+    expect(queued.status).toBe("QUEUED");
+    // The reaper's first pass past that deadline (5 s to settle), on the right clock.
+    const reapedAt = dueAt + f.engine.settings.leaseMs + 6 * SECOND;
+    await reap(f.engine, { now: new Date(reapedAt) });
+    expect((await runOf(job.jobId)).misfireFrom).toBe(new Date(reapedAt).toISOString());
+    const copy = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(await f.process(workerOn(reapedAt + 500 - Date.now(), "worker-r", {}), copy)).toBe(
+      "ack",
+    );
+    // Late by the lease and more, but counted from the re-send: it runs.
+    expect(await runOf(job.jobId)).toMatchObject({ status: "SUCCEEDED", workerId: "worker-r" });
+  }, 30_000);
+
+  it("a worker 5 min behind sends a message due now back as early; the reaper's re-send, a lease after its time, runs it on the right clock, not skipped", async () => {
+    const dueAt = Date.now() + SECOND;
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "noop",
+        schedule: { runAt: new Date(dueAt).toISOString() },
+        policies: { ...testJob().policies, misfire: "skip" },
+      }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    let calls = 0;
+    const count = {
+      noop: async () => {
+        calls++;
+      },
+    };
+    expect(await f.process(workerOn(-5 * MINUTE, "worker-behind", count), received)).toBe("ack");
+    expect(calls).toBe(0);
+    expect((await runOf(job.jobId)).status).toBe("QUEUED");
+    const reapedAt = dueAt + f.engine.settings.leaseMs + 6 * SECOND;
+    await reap(f.engine, { now: new Date(reapedAt) });
+    const copy = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(await f.process(workerOn(reapedAt + 500 - Date.now(), "worker-r", count), copy)).toBe(
+      "ack",
+    );
+    expect(calls).toBe(1);
+    expect(await runOf(job.jobId)).toMatchObject({ status: "SUCCEEDED", workerId: "worker-r" });
+  }, 30_000);
+
+  it("a reaper 5 min ahead re-sends a run due in 2 min as overdue; a worker on the right clock sends it back for its time", async () => {
+    const dueAt = Date.now() + 2 * MINUTE;
+    const { job } = await createJob(
+      f.engine,
+      testJob({ type: "noop", schedule: { runAt: new Date(dueAt).toISOString() } }),
+    );
+    await reap(skewed(f.engine, 5 * MINUTE));
+    // Its lateness would count from the reaper's clock: ahead, that counts none.
+    const resent = await runOf(job.jobId);
+    expect(Date.parse(resent.misfireFrom ?? "")).toBeGreaterThan(dueAt);
+    const copy = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(Date.parse(copy.message.dueAt)).toBe(dueAt);
+    let calls = 0;
+    const deps = workerOn(0, "worker-c", {
+      noop: async () => {
+        calls++;
+      },
+    });
+    expect(await f.process(deps, copy)).toBe("ack");
+    expect(calls).toBe(0);
+    expect((await runOf(job.jobId)).status).toBe("QUEUED");
+  }, 30_000);
+
+  it("a worker whose clock steps back 30 s mid-run keeps its lease live to the others: no takeover", async () => {
+    let stepMs = 0;
+    const holder = heldHandler();
+    const { jobId, received } = await oneOffDueNow("held");
+    const steppingBack: WorkerDeps = {
+      ...f.workerDeps("worker-a", { held: holder.handler }, SECOND),
+      engine: { ...f.engine, clock: () => new Date(Date.now() + stepMs) },
+    };
+    const first = processRun(steppingBack, received);
+    await waitFor("the written start", async () => (await runOf(jobId)).status === "RUNNING");
+    stepMs = -30 * SECOND;
+    // A heartbeat by the stepped clock: the lease it writes is 30 s shorter than the last one.
+    const shortened = await waitFor("a heartbeat on the stepped clock", async () => {
+      const run = await runOf(jobId);
+      return Date.parse(run.leaseUntil ?? "") < Date.now() + 35 * SECOND ? run : undefined;
+    });
+    expect(Date.parse(shortened.leaseUntil ?? "")).toBeGreaterThan(Date.now() + 20 * SECOND);
+    let other = 0;
+    const again = { ...received, receiveCount: 2 };
+    expect(
+      await processRun(
+        workerOn(0, "worker-b", {
+          held: async () => {
+            other++;
+          },
+        }),
+        again,
+      ),
+    ).toBe("ack");
+    expect(other).toBe(0);
+    holder.release();
+    expect(await first).toBe("ack");
+    const ended = await runOf(jobId);
+    expect(ended).toMatchObject({ status: "SUCCEEDED", workerId: "worker-a", fence: 1 });
+    expect(ended.durationMs).toBeGreaterThanOrEqual(0);
+  }, 30_000);
+
+  describe("a reaper on a clock ahead meets a run held under a live lease", () => {
+    /**
+     * A one-off run held by a heartbeating worker on the right clock, its reaper deadline moved
+     * into the past as a long run's stands once the reaper has first looked at it (a lease after its lease).
+     */
+    async function heldLongRun() {
+      const holder = heldHandler();
+      const { jobId, received } = await oneOffDueNow("held");
+      const first = processRun(workerOn(0, "worker-a", { held: holder.handler }, SECOND), received);
+      const run = await waitFor("the written start", async () => {
+        const found = await runOf(jobId);
+        return found.status === "RUNNING" ? found : undefined;
+      });
+      await f.engine.doc.send(
+        new UpdateCommand({
+          TableName: f.engine.tables.runs,
+          Key: runKeyOf(run),
+          UpdateExpression: "SET inflightSk = :deadline",
+          ExpressionAttributeValues: { ":deadline": new Date(Date.now() - MINUTE).toISOString() },
+        }),
+      );
+      return { holder, first, jobId, received };
+    }
+
+    /** How many times the reaper has re-sent the job's one run since its start. */
+    async function resendsOf(jobId: string): Promise<number> {
+      const item = (await scanTable(f.engine.doc, f.engine.tables.runs)).find(
+        (i) => i.jobId === jobId,
+      );
+      return typeof item?.resentCount === "number" ? item.resentCount : 0;
+    }
+
+    it("30 s ahead: the lease is live by its clock too, and nothing is re-sent", async () => {
+      const { holder, first, jobId } = await heldLongRun();
+      const reaper = skewed(f.engine, 30 * SECOND);
+      await reap(reaper);
+      expect(await resendsOf(jobId)).toBe(0);
+      holder.release();
+      expect(await first).toBe("ack");
+      expect(await runOf(jobId)).toMatchObject({ status: "SUCCEEDED", fence: 1 });
+    }, 30_000);
+
+    it("5 min ahead: re-sends it, its re-sends back off, and a worker on the right clock leaves the run to its holder", async () => {
+      const { holder, first, jobId } = await heldLongRun();
+      const reaperAt = (passMs: number): Engine => skewed(f.engine, 5 * MINUTE + passMs);
+      // One pass a minute for half an hour, by the reaper's clock (the lease never lapses by the
+      // right one: the holder beats every second).
+      const resentAt: number[] = [];
+      let count = 0;
+      for (let minute = 0; minute < 30; minute++) {
+        await reap(reaperAt(minute * MINUTE));
+        const now = await resendsOf(jobId);
+        if (now === count) continue;
+        expect(now).toBe(count + 1);
+        count = now;
+        resentAt.push(minute);
+        const copy = await f.nextDelivery(f.engine.queues.normal, jobId);
+        expect(await f.process(workerOn(0, "worker-c", {}), copy)).toBe("ack");
+      }
+      // A lease apart, then doubling to 15 minutes: 5 in 30 passes, not one a pass.
+      expect(resentAt).toEqual([0, 2, 5, 10, 19]);
+      holder.release();
+      expect(await first).toBe("ack");
+      expect(await runOf(jobId)).toMatchObject({
+        status: "SUCCEEDED",
+        workerId: "worker-a",
+        fence: 1,
+      });
+    }, 90_000);
+  });
+});
+
+describe("dispatcher passes on clocks that disagree", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  /** An hourly job whose pending entry, due in 3 minutes, sits in its own minute's bucket. */
+  async function dueInThreeMinutes(jobId: string) {
+    const dueAt = new Date(Date.now() + 3 * MINUTE);
+    await seedJobs(
+      f,
+      [{ jobId, schedule: { every: "PT1H", startAt: dueAt.toISOString() }, dueAt }],
+      new Date(),
+    );
+    return { dueAt, shard: shardOf(jobId, f.engine.settings.shardCount) };
+  }
+
+  const runsOf = async (jobId: string) => (await f.runs()).filter((r) => r.jobId === jobId);
+
+  it("a pass 5 min behind does not reach an entry due in 3 minutes; the next pass on the right clock claims it", async () => {
+    const { dueAt, shard } = await dueInThreeMinutes("behind-pass");
+    expect((await dispatchShard(skewed(f.engine, -5 * MINUTE), shard, "behind")).outcome).toBe(
+      "swept",
+    );
+    // Its horizon (its now and the 5 min lookahead) is the right clock's now: not 3 min ahead.
+    expect(await runsOf("behind-pass")).toHaveLength(0);
+    expect((await dispatchShard(f.engine, shard, "right")).outcome).toBe("swept");
+    const [run] = await runsOf("behind-pass");
+    expect(run).toMatchObject({ status: "QUEUED", dueAt: dueAt.toISOString() });
+  }, 30_000);
+
+  it("an overdue entry filed by a writer 5 min behind (its own minute) lies behind the passes on the right clock, and no pass claims it (a limit)", async () => {
+    const jobId = "filed-behind";
+    const shard = shardOf(jobId, f.engine.settings.shardCount);
+    expect((await dispatchShard(f.engine, shard, "right")).outcome).toBe("swept");
+    // The writer's clock reads 5 min before the passes': the entry, overdue by it, goes into that minute.
+    const writerNow = new Date(Date.now() - 5 * MINUTE);
+    const dueAt = new Date(writerNow.getTime() - MINUTE);
+    await seedJobs(
+      f,
+      [
+        {
+          jobId,
+          schedule: { every: "PT1H", startAt: dueAt.toISOString() },
+          dueAt,
+          filedAt: writerNow,
+        },
+      ],
+      writerNow,
+    );
+    expect((await dispatchShard(f.engine, shard, "right-again")).outcome).toBe("swept");
+    expect(await runsOf(jobId)).toHaveLength(0);
+    expect((await f.dueEntries()).filter((e) => e.jobId === jobId)).toHaveLength(1);
+  }, 30_000);
+
+  it("a pass 5 min ahead claims the entry early; its message comes early and a worker on the right clock sends it back for its time", async () => {
+    const { dueAt, shard } = await dueInThreeMinutes("ahead-pass");
+    expect((await dispatchShard(skewed(f.engine, 5 * MINUTE), shard, "ahead")).outcome).toBe(
+      "swept",
+    );
+    const copy = await f.nextDelivery(f.engine.queues.normal, "ahead-pass");
+    expect(copy.message.dueAt).toBe(dueAt.toISOString());
+    let calls = 0;
+    const deps = f.workerDeps("worker-right", {
+      noop: async () => {
+        calls++;
+      },
+    });
+    expect(await f.process(deps, copy)).toBe("ack");
+    expect(calls).toBe(0);
+    const [run] = await runsOf("ahead-pass");
+    expect(run?.status).toBe("QUEUED");
+    // The next pass on the right clock finds the shard's line ahead of it and reads back.
+    expect((await dispatchShard(f.engine, shard, "right")).outcome).toBe("swept");
+  }, 30_000);
 });
