@@ -57,12 +57,13 @@ const byKey = (items: Record<string, unknown>[]) =>
 
 /**
  * Documented bookkeeping: a create refused over `activeJobs` or `runsPerMinute` first recounts the
- * tenant's usage (docs/architecture.md, "Quotas"), marking the usage item with the recount's id
- * and time; the counts themselves are compared.
+ * tenant's usage (docs/architecture.md, "Quotas"), writing the usage item afresh with the
+ * recount's id and time and no `changes` count, which a reservation and its give-back raise
+ * otherwise; the counts themselves are compared.
  */
 function withoutRecountMark(item: Record<string, unknown>): Record<string, unknown> {
   if (!String(item.pk).startsWith("QUOTA#") || item.sk !== "USAGE") return item;
-  const { recount: _recount, recountedAt: _recountedAt, ...counts } = item;
+  const { recount: _recount, recountedAt: _recountedAt, changes: _changes, ...counts } = item;
   return counts;
 }
 
