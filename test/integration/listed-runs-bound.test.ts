@@ -1,10 +1,13 @@
+import { randomUUID } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import { PutCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Engine } from "../../shared/engine.js";
+import { handOverRun, issueRunToken } from "../../shared/execution/async-delivery.js";
 import { completeAsyncRun } from "../../shared/execution/async-runs.js";
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
+import { heartbeatEveryMs } from "../../shared/execution/run-execution.js";
 import { processRun, type WorkerDeps } from "../../shared/execution/worker.js";
 import {
   cancelJob,
@@ -15,12 +18,14 @@ import {
   replayDeadLetter,
   triggerJob,
 } from "../../shared/jobs/index.js";
+import { runDueNow } from "../../shared/jobs/run-now.js";
 import { runId } from "../../shared/keys.js";
 import type { Run } from "../../shared/model.js";
 import { MAX_CONCURRENT_LIMIT } from "../../shared/policies.js";
 import { MAX_LISTED_RUNS } from "../../shared/storage/admission.js";
 import { jobKey } from "../../shared/storage/items.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
+import { startRun } from "../../shared/storage/run-start.js";
 import { cachedSigningSecrets } from "../../shared/webhooks/secrets.js";
 import {
   createEngineFixture,
@@ -94,58 +99,135 @@ describe("the runs a job lists as under way", () => {
     return runs;
   };
 
+  /** An async job on a quiet target that takes each run over (202) and never calls back. */
+  const quietTargetJob = async (
+    schedule: { cron: string; timezone: string },
+    overlap: "allow" | "skip" | "buffer_one",
+  ) =>
+    (
+      await createJob(
+        f.engine,
+        testJob({
+          type: "http",
+          target: { url: targetUrl, mode: "async" },
+          timeoutSeconds: 86_400,
+          schedule,
+          policies: {
+            ...testJob().policies,
+            overlap,
+            ...(overlap === "allow" ? { maxConcurrent: MAX_CONCURRENT_LIMIT } : {}),
+          },
+        }),
+      )
+    ).job;
+
   /**
    * An allow job at its largest maxConcurrent, whose async target has taken over its most listed
-   * runs and gone quiet: rounds of maxConcurrent runs, each round a lease after the one before, so
-   * none is live. Returns the job, the runs and the instant after the last round.
+   * runs through the worker and gone quiet: rounds of maxConcurrent runs, each round a lease after
+   * the one before, so none is live. Returns the job, the runs and the instant after the last round.
    */
-  const jobFullOfQuietRuns = async (
-    schedule: { cron: string; timezone: string } = { cron: "0 0 1 1 *", timezone: "UTC" },
-    overlap: "allow" | "skip" | "buffer_one" = "allow",
-  ) => {
-    // Runs a round: under allow, maxConcurrent; under skip and buffer_one, one.
-    const perRound = overlap === "allow" ? MAX_CONCURRENT_LIMIT : 1;
-    const { job } = await createJob(
-      f.engine,
-      testJob({
-        type: "http",
-        target: { url: targetUrl, mode: "async" },
-        timeoutSeconds: 86_400,
-        schedule,
-        policies: {
-          ...testJob().policies,
-          overlap,
-          ...(overlap === "allow" ? { maxConcurrent: MAX_CONCURRENT_LIMIT } : {}),
-        },
-      }),
-    );
+  const jobFilledByWorker = async () => {
+    const job = await quietTargetJob({ cron: "0 0 1 1 *", timezone: "UTC" }, "allow");
     const start = Date.now();
     const before = handedOver;
-    const rounds = Math.ceil(MAX_LISTED_RUNS / perRound);
-    // One run a round (skip, buffer_one): rounds of the shortest lease a deploy may set (6 s),
-    // so that the 200 fit in the hour their endings leave their entries in (nextAdmissionSoon).
-    const base =
-      overlap === "allow"
-        ? f.engine
-        : { ...f.engine, settings: { ...f.engine.settings, leaseMs: 6_000 } };
-    const roundMs = overlap === "allow" ? ROUND_MS : base.settings.leaseMs + 1_000;
+    const rounds = Math.ceil(MAX_LISTED_RUNS / MAX_CONCURRENT_LIMIT);
     const quiet: Run[] = [];
     for (let round = 0; round < rounds; round++)
       quiet.push(
         ...(await triggerAndDeliver(
-          engineAt(base, start + round * roundMs),
+          engineAt(f.engine, start + round * ROUND_MS),
           job.jobId,
-          Math.min(perRound, MAX_LISTED_RUNS - round * perRound),
+          Math.min(MAX_CONCURRENT_LIMIT, MAX_LISTED_RUNS - round * MAX_CONCURRENT_LIMIT),
         )),
       );
     expect(handedOver - before).toBe(MAX_LISTED_RUNS);
     const full = await getJob(f.engine, job.jobId);
     expect(Object.keys(full?.activeRuns ?? {})).toHaveLength(MAX_LISTED_RUNS);
-    return { job, quiet, after: start + rounds * roundMs };
+    return { job, quiet, after: start + rounds * ROUND_MS };
+  };
+
+  /**
+   * A job whose async target has taken over its most listed runs and gone quiet, built without
+   * the worker, for the cases whose subject is what happens at a full list (jobFilledByWorker
+   * fills one through it, about 35 ms a run, a run at a time: deliveries side by side lose their
+   * admissions to the job's revision). Each run is queued as a trigger queues it (its item from
+   * runDueNow, its message left unsent: the cases deliver by hand), then started, given its run
+   * token and handed over by the operations the worker calls for it (startRun, issueRunToken,
+   * handOverRun), runs side by side, a second apart; the job's activeRuns and the marks its
+   * admissions leave (activeRevision, lastAdmission, firstWriteLeadMs) are written at once, as the
+   * worker's admissions would have. Compared item by item with a worker's fill, the job's and the
+   * runs' items differ only in instants, ids, token hashes and the admissions' own mark. Returns
+   * the job, the runs and an instant at which every lease has lapsed.
+   */
+  const jobFullOfQuietRuns = async (
+    schedule: { cron: string; timezone: string } = { cron: "0 0 1 1 *", timezone: "UTC" },
+    overlap: "allow" | "skip" | "buffer_one" = "allow",
+  ) => {
+    const job = await quietTargetJob(schedule, overlap);
+    // Half past a second: no instant of the runs is an occurrence of a cron schedule, which a
+    // trigger leaves to the schedule.
+    const start = Math.floor(Date.now() / 1_000) * 1_000 + 500;
+    const { leaseMs } = f.engine.settings;
+    const quiet: Run[] = [];
+    const leases: Record<string, string> = {};
+    const handOverOne = async (i: number) => {
+      const at = engineAt(f.engine, start + i * 1_000);
+      const { run, item } = runDueNow(at, {
+        jobId: job.jobId,
+        tenantId: job.tenantId,
+        scheduledFor: at.clock(),
+        attempt: 1,
+        priority: job.priority,
+        jobVersion: job.version,
+        triggered: true,
+      });
+      await f.engine.doc.send(
+        new PutCommand({
+          TableName: f.engine.tables.runs,
+          Item: item,
+          ConditionExpression: "attribute_not_exists(pk)",
+        }),
+      );
+      const started = await startRun(at, run, "w", at.clock());
+      if (started.kind !== "started") throw new Error(`run ${run.runId} not started`);
+      tokens.set(run.runId, await issueRunToken(at, started.run, job.timeoutSeconds, at.clock()));
+      const now = at.clock();
+      await handOverRun(at, started.run, job, false, now);
+      leases[run.runId] = new Date(now.getTime() + leaseMs).toISOString();
+      quiet[i] = run;
+    };
+    const SIDE_BY_SIDE = 20;
+    for (let from = 0; from < MAX_LISTED_RUNS; from += SIDE_BY_SIDE)
+      await Promise.all(Array.from({ length: SIDE_BY_SIDE }, (_, i) => handOverOne(from + i)));
+    // Two writes: DynamoDB holds an update expression to 4 KB (admission.ts).
+    const ids = Object.keys(leases);
+    for (let from = 0; from < ids.length; from += MAX_LISTED_RUNS / 2) {
+      const some = ids.slice(from, from + MAX_LISTED_RUNS / 2);
+      await f.engine.doc.send(
+        new UpdateCommand({
+          TableName: f.engine.tables.jobs,
+          Key: jobKey(job.jobId),
+          UpdateExpression: `SET activeRevision = activeRevision + :admissions, lastAdmission = :admission, firstWriteLeadMs = :lead, ${some
+            .map((_, i) => `activeRuns.#r${i} = :lease${i}`)
+            .join(", ")}`,
+          ExpressionAttributeNames: Object.fromEntries(some.map((id, i) => [`#r${i}`, id])),
+          ExpressionAttributeValues: {
+            ":admissions": some.length,
+            ":admission": randomUUID(),
+            ":lead": leaseMs - heartbeatEveryMs(workerAt(f.engine)),
+            ...Object.fromEntries(some.map((id, i) => [`:lease${i}`, leases[id]])),
+          },
+        }),
+      );
+    }
+    const full = await getJob(f.engine, job.jobId);
+    expect(Object.keys(full?.activeRuns ?? {})).toHaveLength(MAX_LISTED_RUNS);
+    expect(quiet.filter((run) => tokens.has(run.runId))).toHaveLength(MAX_LISTED_RUNS);
+    return { job, quiet, after: start + MAX_LISTED_RUNS * 1_000 + leaseMs + 1_000 };
   };
 
   it("stays bounded when a long-job target takes runs over and goes quiet: the next runs wait until a listed one ends; an edit and a cancel with 200 listed end them all", async () => {
-    const { job, quiet, after: afterRounds } = await jobFullOfQuietRuns();
+    const { job, quiet, after: afterRounds } = await jobFilledByWorker();
 
     // The next run finds the list full of runs not ended: it waits, as at the job's bound.
     const later = engineAt(f.engine, afterRounds);
