@@ -46,11 +46,16 @@ const ROUND_MS = 10 * 60_000;
  * job's next runs are admitted beside them. Unbounded, the list grew by maxConcurrent runs a
  * lease, filled the item, and every admission of the job failed on DynamoDB's limit from then on.
  */
-describe("the runs a job lists as under way", () => {
+/**
+ * The cases run side by side (describe.concurrent), each on a job of its own in the one pair of
+ * tables, each at clocks of its own (engineAt); deliveries are counted by job, tokens by run.
+ */
+describe.concurrent("the runs a job lists as under way", () => {
   let f: EngineFixture;
   let target: Server;
   let targetUrl: string;
-  let handedOver = 0;
+  /** The deliveries its target took over, by job id. */
+  const handedOver = new Map<string, number>();
   /** The run token each run's latest delivery carried, by run id: what its target completes it with. */
   const tokens = new Map<string, string>();
   beforeAll(async () => {
@@ -58,7 +63,8 @@ describe("the runs a job lists as under way", () => {
     target = createServer((request, response) => {
       request.resume();
       request.on("end", () => {
-        handedOver++;
+        const jobId = String(request.headers["x-scheduler-job-id"]);
+        handedOver.set(jobId, (handedOver.get(jobId) ?? 0) + 1);
         tokens.set(
           String(request.headers["x-scheduler-run-id"]),
           String(request.headers["x-scheduler-run-token"]),
@@ -129,7 +135,6 @@ describe("the runs a job lists as under way", () => {
   const jobFilledByWorker = async () => {
     const job = await quietTargetJob({ cron: "0 0 1 1 *", timezone: "UTC" }, "allow");
     const start = Date.now();
-    const before = handedOver;
     const rounds = Math.ceil(MAX_LISTED_RUNS / MAX_CONCURRENT_LIMIT);
     const quiet: Run[] = [];
     for (let round = 0; round < rounds; round++)
@@ -140,7 +145,7 @@ describe("the runs a job lists as under way", () => {
           Math.min(MAX_CONCURRENT_LIMIT, MAX_LISTED_RUNS - round * MAX_CONCURRENT_LIMIT),
         )),
       );
-    expect(handedOver - before).toBe(MAX_LISTED_RUNS);
+    expect(handedOver.get(job.jobId)).toBe(MAX_LISTED_RUNS);
     const full = await getJob(f.engine, job.jobId);
     expect(Object.keys(full?.activeRuns ?? {})).toHaveLength(MAX_LISTED_RUNS);
     return { job, quiet, after: start + rounds * ROUND_MS };
