@@ -1,6 +1,6 @@
 import { SendMessageBatchCommand, SQSClient } from "@aws-sdk/client-sqs";
 import { mockClient } from "aws-sdk-client-mock";
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, type TestContext } from "vitest";
 import { sleep } from "../../shared/clock.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { FenceLostError } from "../../shared/errors.js";
@@ -171,16 +171,23 @@ describe("fenced execution", () => {
   }, 30_000);
 });
 
-describe("crashes", () => {
-  let f: EngineFixture;
-  // A fixture per test: some reap on a clock ahead, and the reaper's cursor only moves forward, so
-  // a later test's runs (on the machine's clock) could lie behind it.
-  beforeEach(async () => {
-    f = await createEngineFixture({ settings: { leaseMs: LEASE_MS }, maxReceiveCount: 2 });
-  });
-  afterEach(() => f.destroy());
+describe.concurrent("crashes", () => {
+  /**
+   * A fixture per test, destroyed when it ends: some reap on a clock ahead, and the reaper's cursor
+   * only moves forward, so a later test's runs (on the machine's clock) could lie behind it. With
+   * tables and queues of their own, the cases run side by side (most of their time is waiting for
+   * a lease to lapse, a message to come back or SQS to move it to the DLQ).
+   */
+  const crashFixture = async (onTestFinished: TestContext["onTestFinished"]) => {
+    const f = await createEngineFixture({ settings: { leaseMs: LEASE_MS }, maxReceiveCount: 2 });
+    onTestFinished(() => f.destroy());
+    return f;
+  };
 
-  it("a worker that dies mid-run leaves the message to a second worker, which finishes with fence 2", async () => {
+  it("a worker that dies mid-run leaves the message to a second worker, which finishes with fence 2", async ({
+    onTestFinished,
+  }) => {
+    const f = await crashFixture(onTestFinished);
     const { job, received } = await dueNow(f, "noop");
     // What a worker does before it runs the handler, and then nothing: it died.
     const started = await startRun(f.engine, received.message, "doomed", new Date());
@@ -196,7 +203,10 @@ describe("crashes", () => {
     });
   }, 20_000);
 
-  it("a second delivery of a finished run is acknowledged without calling the handler", async () => {
+  it("a second delivery of a finished run is acknowledged without calling the handler", async ({
+    onTestFinished,
+  }) => {
+    const f = await crashFixture(onTestFinished);
     let calls = 0;
     const deps = f.workerDeps("w", { counted: async () => void calls++ });
     const { job, received } = await dueNow(f, "counted");
@@ -206,7 +216,10 @@ describe("crashes", () => {
     expect(await runOf(f, job.jobId)).toMatchObject({ status: "SUCCEEDED", fence: 1 });
   });
 
-  it("a worker that dies between recording its run and writing the job leaves that write to the next delivery", async () => {
+  it("a worker that dies between recording its run and writing the job leaves that write to the next delivery", async ({
+    onTestFinished,
+  }) => {
+    const f = await crashFixture(onTestFinished);
     // Fault injection on a real client: every write of a job's lastRun fails, as if the process died there.
     const dying = createTestClients();
     dying.doc.middlewareStack.add(
@@ -257,7 +270,10 @@ describe("crashes", () => {
     }
   }, 20_000);
 
-  it("a one-off's triggered run whose worker dies between its writes becomes its lastRun, however the job's own occurrence ends", async () => {
+  it("a one-off's triggered run whose worker dies between its writes becomes its lastRun, however the job's own occurrence ends", async ({
+    onTestFinished,
+  }) => {
+    const f = await crashFixture(onTestFinished);
     // A one-off due 90 s ago, triggered; the trigger's run SUCCEEDED, its worker died before the
     // job's write, and the next delivery finds it ended. The job's own occurrence ends around it:
     // skipped at create (misfire skip: the job is COMPLETED before the trigger), or queued (misfire
@@ -323,7 +339,10 @@ describe("crashes", () => {
     expect(seen).toEqual(expected);
   }, 30_000);
 
-  it("a one-off's own run whose worker dies between its writes becomes its lastRun on a job paused meanwhile, which its resume completes", async () => {
+  it("a one-off's own run whose worker dies between its writes becomes its lastRun on a job paused meanwhile, which its resume completes", async ({
+    onTestFinished,
+  }) => {
+    const f = await crashFixture(onTestFinished);
     const { job } = await createJob(
       f.engine,
       testJob({ schedule: { runAt: new Date().toISOString() } }),
@@ -353,7 +372,10 @@ describe("crashes", () => {
     });
   }, 20_000);
 
-  it("a repair decided on a stale read of the job never sets its lastRun back", async () => {
+  it("a repair decided on a stale read of the job never sets its lastRun back", async ({
+    onTestFinished,
+  }) => {
+    const f = await crashFixture(onTestFinished);
     const { job } = await createJob(
       f.engine,
       testJob({ schedule: { runAt: new Date().toISOString() } }),
@@ -377,7 +399,10 @@ describe("crashes", () => {
     expect((await getJob(f.engine, job.jobId))?.lastRun?.runId).toBe(triggered.runId);
   }, 20_000);
 
-  it("a dispatcher that dies between its transaction and SendMessage leaves a QUEUED run the reaper sends", async () => {
+  it("a dispatcher that dies between its transaction and SendMessage leaves a QUEUED run the reaper sends", async ({
+    onTestFinished,
+  }) => {
+    const f = await crashFixture(onTestFinished);
     // Fault injection: this engine's SQS refuses every send, as if the process died before sending.
     const brokenSqs = new SQSClient({ region: "us-east-1" });
     mockClient(brokenSqs).on(SendMessageBatchCommand).rejects(new Error("process died"));
@@ -401,7 +426,10 @@ describe("crashes", () => {
     expect(f.metrics.sum("ReaperResends")).toBe(1);
   }, 20_000);
 
-  it("the reaper leaves a run alone while its lease is live, and re-sends it once the lease lapses", async () => {
+  it("the reaper leaves a run alone while its lease is live, and re-sends it once the lease lapses", async ({
+    onTestFinished,
+  }) => {
+    const f = await crashFixture(onTestFinished);
     const { job, received } = await dueNow(f, "noop");
     const t0 = Date.now();
     // Started late (two seconds past the reaper's settle line): its lease outlives its start
@@ -425,7 +453,10 @@ describe("crashes", () => {
     expect(again.message.jobId).toBe(job.jobId);
   }, 20_000);
 
-  it("a message that crashes its worker every time reaches the DLQ and its run is marked DEAD", async () => {
+  it("a message that crashes its worker every time reaches the DLQ and its run is marked DEAD", async ({
+    onTestFinished,
+  }) => {
+    const f = await crashFixture(onTestFinished);
     const { job, received } = await dueNow(f, "noop");
     await crashEveryDeliveryIntoDlq(f, received);
     const run = await runOf(f, job.jobId);
@@ -435,7 +466,10 @@ describe("crashes", () => {
     expect(dead.items.map((r) => r.runId)).toContain(run.runId);
   }, 30_000);
 
-  it("a recurring job's run dead-lettered by the DLQ is its job's lastRun, not the success before it", async () => {
+  it("a recurring job's run dead-lettered by the DLQ is its job's lastRun, not the success before it", async ({
+    onTestFinished,
+  }) => {
+    const f = await crashFixture(onTestFinished);
     const { job } = await createJob(
       f.engine,
       testJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" }, timeoutSeconds: 30 }),
@@ -465,7 +499,10 @@ describe("crashes", () => {
     });
   }, 30_000);
 
-  it("a recurring job's run asked to cancel while it ran, then ended CANCELLED by the DLQ, is its job's lastRun: its handler ran", async () => {
+  it("a recurring job's run asked to cancel while it ran, then ended CANCELLED by the DLQ, is its job's lastRun: its handler ran", async ({
+    onTestFinished,
+  }) => {
+    const f = await crashFixture(onTestFinished);
     const { job } = await createJob(
       f.engine,
       testJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" }, timeoutSeconds: 30 }),
@@ -493,7 +530,10 @@ describe("crashes", () => {
     });
   }, 30_000);
 
-  it("a message whose deliveries never start its run reaches the DLQ, but the run is not dead: the reaper sends it again", async () => {
+  it("a message whose deliveries never start its run reaches the DLQ, but the run is not dead: the reaper sends it again", async ({
+    onTestFinished,
+  }) => {
+    const f = await crashFixture(onTestFinished);
     const { job, received } = await dueNow(f, "noop");
     // Two workers each die holding the message before they start it (or fail a storage call).
     await setVisibility(f.engine.sqs, received.queueUrl, received.receiptHandle, 1);
@@ -517,7 +557,10 @@ describe("crashes", () => {
     expect(await runOf(f, job.jobId)).toMatchObject({ status: "SUCCEEDED", fence: 1 });
   }, 30_000);
 
-  it("starts before a message was sent do not count against it: a requeued run is not dead when its new message is redriven unstarted", async () => {
+  it("starts before a message was sent do not count against it: a requeued run is not dead when its new message is redriven unstarted", async ({
+    onTestFinished,
+  }) => {
+    const f = await crashFixture(onTestFinished);
     const { job, received } = await dueNow(f, "noop");
     await deleteMessages(f.engine.sqs, received.queueUrl, [received.receiptHandle]);
     // Started twice (the first start's worker died), then put back to QUEUED with a new message,
