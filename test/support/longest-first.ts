@@ -16,7 +16,8 @@ import { BaseSequencer, type TestSpecification } from "vitest/node";
  * all of them. The spike and chaos run alone, one at a time: their order does not change when they
  * end. listed-runs-bound, absent from this list then (102 s in the last fresh-clone CI), takes 33-37 s
  * alone on a loaded machine since its fills are seeded and its cases run side by side: ranked by
- * that.
+ * that. worker-fencing (41 s) takes 22-23 s alone since its crash cases run side by side: ranked
+ * by that, after run-cancel.
  */
 const LONGEST = [
   "test/console/console.test.ts",
@@ -37,10 +38,10 @@ const LONGEST = [
   "test/integration/transaction-in-progress.test.ts",
   "test/integration/allow-bound.test.ts",
   // The timed group.
-  "test/integration/worker-fencing.test.ts",
   "test/e2e/scheduler.e2e.test.ts",
   "test/integration/policies.test.ts",
   "test/integration/run-cancel.test.ts",
+  "test/integration/worker-fencing.test.ts",
   "test/integration/retries-and-types.test.ts",
 ];
 
