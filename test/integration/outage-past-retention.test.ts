@@ -1,5 +1,5 @@
 import { GetCommand } from "@aws-sdk/lib-dynamodb";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it, type TestContext } from "vitest";
 import { MAX_RESEND_INTERVAL_MS, reap } from "../../shared/dispatch/reaper.js";
 import { tickOnce } from "../../shared/dispatch/tick.js";
 import { HeldMessages } from "../../shared/execution/held-messages.js";
@@ -19,94 +19,110 @@ const DAY_MS = 24 * 3_600_000;
  */
 const RETENTION_DAYS = 1;
 
-/** The engine's clock runs `offsetMs` ahead of the machine's: the test moves it on. */
-let offsetMs = 0;
-const clock = () => new Date(Date.now() + offsetMs);
-
-let f: EngineFixture;
-beforeEach(async () => {
-  offsetMs = 0;
-  f = await createEngineFixture({
+/**
+ * A test's own fixture, whose engine clock runs `state.offsetMs` ahead of the machine's (the test
+ * moves it on), with the helpers over them; the fixture is destroyed when the test ends. With
+ * tables, queues and a clock of their own, the cases run side by side (`describe.concurrent`).
+ */
+async function outage(onTestFinished: TestContext["onTestFinished"]) {
+  const state = { offsetMs: 0 };
+  const clock = () => new Date(Date.now() + state.offsetMs);
+  const f: EngineFixture = await createEngineFixture({
     settings: { retentionDays: RETENTION_DAYS, deadLetterRetentionDays: RETENTION_DAYS },
     clock,
   });
-});
-afterEach(() => f.destroy());
+  onTestFinished(() => f.destroy());
 
-/** A one-off of the tenant's due at the engine clock's next second. */
-async function oneOffDueNextSecond(tenantId?: string) {
-  const runAt = new Date(Math.ceil((clock().getTime() + 1000) / 1000) * 1000);
-  const spec = testJob({ schedule: { runAt: runAt.toISOString() } });
-  const { job } = await createJob(f.engine, tenantId === undefined ? spec : { ...spec, tenantId });
-  return { job, runAt };
-}
-
-/**
- * The workers are down for `ms`: the tick's reaper re-sends what waits every few minutes (each
- * pass a tick that found the run due again), and DynamoDB's TTL deletes what has expired, at any
- * time (on AWS within days of it). Returns when the last re-send was.
- */
-async function workersDownFor(ms: number): Promise<number> {
-  const outageEnd = clock().getTime() + ms;
-  let lastResend = clock().getTime();
-  while (clock().getTime() < outageEnd) {
-    offsetMs += MAX_RESEND_INTERVAL_MS + 60_000;
-    lastResend = clock().getTime();
-    await reap(f.engine);
-    await sweepExpired(f.engine, clock());
+  /** A one-off of the tenant's due at the engine clock's next second. */
+  async function oneOffDueNextSecond(tenantId?: string) {
+    const runAt = new Date(Math.ceil((clock().getTime() + 1000) / 1000) * 1000);
+    const spec = testJob({ schedule: { runAt: runAt.toISOString() } });
+    const { job } = await createJob(
+      f.engine,
+      tenantId === undefined ? spec : { ...spec, tenantId },
+    );
+    return { job, runAt };
   }
-  return lastResend;
-}
 
-/** The tenant's one concurrent-runs slot, held by its other runs (one after another) for an hour. */
-const holdTheSlot = (tenantId: string) =>
-  takeRunSlot(
-    f.engine,
-    {
-      tenantId,
-      index: 0,
-      runId: "the-tenant-s-other-runs",
-      fence: 1,
-      leaseUntil: new Date(clock().getTime() + 3_600_000).toISOString(),
-    },
-    clock(),
-  );
+  /**
+   * The workers are down for `ms`: the tick's reaper re-sends what waits every few minutes (each
+   * pass a tick that found the run due again), and DynamoDB's TTL deletes what has expired, at any
+   * time (on AWS within days of it). Returns when the last re-send was.
+   */
+  async function workersDownFor(ms: number): Promise<number> {
+    const outageEnd = clock().getTime() + ms;
+    let lastResend = clock().getTime();
+    while (clock().getTime() < outageEnd) {
+      state.offsetMs += MAX_RESEND_INTERVAL_MS + 60_000;
+      lastResend = clock().getTime();
+      await reap(f.engine);
+      await sweepExpired(f.engine, clock());
+    }
+    return lastResend;
+  }
 
-/** The reaper deadline of a run (its `inflight` entry's sort key). */
-const reaperDeadlineOf = async (received: { message: Parameters<typeof runKeyOf>[0] }) =>
-  (
-    await f.engine.doc.send(
-      new GetCommand({ TableName: f.engine.tables.runs, Key: runKeyOf(received.message) }),
-    )
-  ).Item?.inflightSk;
+  /** The tenant's one concurrent-runs slot, held by its other runs (one after another) for an hour. */
+  const holdTheSlot = (tenantId: string) =>
+    takeRunSlot(
+      f.engine,
+      {
+        tenantId,
+        index: 0,
+        runId: "the-tenant-s-other-runs",
+        fence: 1,
+        leaseUntil: new Date(clock().getTime() + 3_600_000).toISOString(),
+      },
+      clock(),
+    );
 
-/**
- * A job of one run a minute from the engine clock's minute after next, `maxRuns` 1, whose first
- * occurrence a tick (`tickName`) claims: the claim completes the job and queues its one run.
- */
-async function completedByItsClaim(tickName: string, overrides: Partial<NewJob> = {}) {
-  const startAt = new Date(Math.ceil((clock().getTime() + 120_000) / 60_000) * 60_000);
-  const { job } = await createJob(
-    f.engine,
-    testJob({
-      schedule: { every: "PT1M", startAt: startAt.toISOString() },
-      maxRuns: 1,
-      ...overrides,
-    }),
-  );
-  offsetMs = startAt.getTime() - Date.now() + 1000;
-  await tickOnce(f.engine, tickName);
-  expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
-  return job;
-}
+  /** The reaper deadline of a run (its `inflight` entry's sort key). */
+  const reaperDeadlineOf = async (received: { message: Parameters<typeof runKeyOf>[0] }) =>
+    (
+      await f.engine.doc.send(
+        new GetCommand({ TableName: f.engine.tables.runs, Key: runKeyOf(received.message) }),
+      )
+    ).Item?.inflightSk;
 
-/** A worker runs the job's next message: its one run succeeds and the one-off completes. */
-async function expectRunOnceAndComplete(jobId: string) {
-  const delivery = await f.nextDelivery(f.engine.queues.normal, jobId);
-  await f.process(f.workerDeps("w"), delivery);
-  const runs = (await f.runs()).filter((r) => r.jobId === jobId);
-  expect(runs.map((r) => r.status)).toEqual(["SUCCEEDED"]);
-  expect((await getJob(f.engine, jobId))?.status).toBe("COMPLETED");
+  /**
+   * A job of one run a minute from the engine clock's minute after next, `maxRuns` 1, whose first
+   * occurrence a tick (`tickName`) claims: the claim completes the job and queues its one run.
+   */
+  async function completedByItsClaim(tickName: string, overrides: Partial<NewJob> = {}) {
+    const startAt = new Date(Math.ceil((clock().getTime() + 120_000) / 60_000) * 60_000);
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        schedule: { every: "PT1M", startAt: startAt.toISOString() },
+        maxRuns: 1,
+        ...overrides,
+      }),
+    );
+    state.offsetMs = startAt.getTime() - Date.now() + 1000;
+    await tickOnce(f.engine, tickName);
+    expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
+    return job;
+  }
+
+  /** A worker runs the job's next message: its one run succeeds and the one-off completes. */
+  async function expectRunOnceAndComplete(jobId: string) {
+    const delivery = await f.nextDelivery(f.engine.queues.normal, jobId);
+    await f.process(f.workerDeps("w"), delivery);
+    const runs = (await f.runs()).filter((r) => r.jobId === jobId);
+    expect(runs.map((r) => r.status)).toEqual(["SUCCEEDED"]);
+    expect((await getJob(f.engine, jobId))?.status).toBe("COMPLETED");
+  }
+
+  return {
+    f,
+    clock,
+    state,
+    oneOffDueNextSecond,
+    workersDownFor,
+    holdTheSlot,
+    reaperDeadlineOf,
+    completedByItsClaim,
+    expectRunOnceAndComplete,
+  };
 }
 
 /**
@@ -115,15 +131,19 @@ async function expectRunOnceAndComplete(jobId: string) {
  * reaper re-sends each every 15 minutes. DynamoDB's TTL (the expiry sweep here) must not delete a
  * run that has not ended: its job would never run it and its history would say nothing.
  */
-describe("a worker outage longer than the retention", () => {
-  it("a one-off queued before it still runs once the workers are back, and its job completes", async () => {
-    const { job, runAt } = await oneOffDueNextSecond();
+describe.concurrent("a worker outage longer than the retention", () => {
+  it("a one-off queued before it still runs once the workers are back, and its job completes", async ({
+    onTestFinished,
+  }) => {
+    const o = await outage(onTestFinished);
+    const { clock } = o;
+    const { job, runAt } = await o.oneOffDueNextSecond();
     // A day and a half from its due time.
-    await workersDownFor(runAt.getTime() + 1.5 * RETENTION_DAYS * DAY_MS - clock().getTime());
+    await o.workersDownFor(runAt.getTime() + 1.5 * RETENTION_DAYS * DAY_MS - clock().getTime());
 
     // The workers are back: the first copy in the queue runs the one-off (fire_once: late, it is
     // the most recent occurrence).
-    await expectRunOnceAndComplete(job.jobId);
+    await o.expectRunOnceAndComplete(job.jobId);
   }, 120_000);
 });
 
@@ -132,16 +152,18 @@ describe("a worker outage longer than the retention", () => {
  * expires a retention after its runs can have run: its run, waiting QUEUED through a worker outage
  * longer than that, needs the job when it starts, and a job taken as gone ends it unrun.
  */
-describe("a job completed by its end, its last run waiting out a worker outage past the job's retention", () => {
-  it("keeps the job until the run has run", async () => {
-    const job = await completedByItsClaim("outage-after-end");
+describe.concurrent("a job completed by its end, its last run waiting out a worker outage past the job's retention", () => {
+  it("keeps the job until the run has run", async ({ onTestFinished }) => {
+    const o = await outage(onTestFinished);
+    const { f } = o;
+    const job = await o.completedByItsClaim("outage-after-end");
     expect((await f.runs()).filter((r) => r.jobId === job.jobId).map((r) => r.status)).toEqual([
       "QUEUED",
     ]);
     // A day and a half (the job's retention ends after about 1 day 4.5 hours).
-    await workersDownFor(1.5 * RETENTION_DAYS * DAY_MS);
+    await o.workersDownFor(1.5 * RETENTION_DAYS * DAY_MS);
 
-    await expectRunOnceAndComplete(job.jobId);
+    await o.expectRunOnceAndComplete(job.jobId);
   }, 120_000);
 });
 
@@ -152,22 +174,24 @@ describe("a job completed by its end, its last run waiting out a worker outage p
  * dead letter is listed a retention from its death: a COMPLETED job's dead letters are replayable
  * as long as they are listed (docs/api.md, retention), so the job must be kept as long.
  */
-describe("a job completed by its end, its last run dying after an outage past the job's retention", () => {
-  it("keeps the job as long as the dead letter is listed", async () => {
-    const job = await completedByItsClaim("outage-then-dead", {
+describe.concurrent("a job completed by its end, its last run dying after an outage past the job's retention", () => {
+  it("keeps the job as long as the dead letter is listed", async ({ onTestFinished }) => {
+    const o = await outage(onTestFinished);
+    const { f, clock } = o;
+    const job = await o.completedByItsClaim("outage-then-dead", {
       type: "fail",
       payload: { times: 1, retryable: false },
     });
-    const lastResend = await workersDownFor(1.5 * RETENTION_DAYS * DAY_MS);
+    const lastResend = await o.workersDownFor(1.5 * RETENTION_DAYS * DAY_MS);
     // A worker takes a copy ten minutes after the last re-send: the run fails, not retryable.
-    offsetMs += 10 * 60_000;
+    o.state.offsetMs += 10 * 60_000;
     await f.process(f.workerDeps("w"), await f.nextDelivery(f.engine.queues.normal, job.jobId));
     const [dead] = (await f.runs()).filter((r) => r.jobId === job.jobId);
     expect(dead?.status).toBe("DEAD");
 
     // A retention and five minutes after the last re-send: the dead letter, a retention from its
     // death, is still listed, and so its job is kept.
-    offsetMs = lastResend - Date.now() + RETENTION_DAYS * DAY_MS + 5 * 60_000;
+    o.state.offsetMs = lastResend - Date.now() + RETENTION_DAYS * DAY_MS + 5 * 60_000;
     await sweepExpired(f.engine, clock());
     const replay = await replayDeadLetter(f.engine, job.tenantId, dead?.runId ?? "");
     expect(replay.run.status).toBe("QUEUED");
@@ -179,39 +203,45 @@ describe("a job completed by its end, its last run dying after an outage past th
  * another without a gap): a run over the quota waits, QUEUED, "however late" (docs/api.md), and
  * is delivered again every few seconds with a requeue write each time. Its TTL must follow.
  */
-describe("a run waiting on its tenant's concurrent-runs quota longer than the retention", () => {
-  it("runs once a slot frees, its job completes", async () => {
+describe.concurrent("a run waiting on its tenant's concurrent-runs quota longer than the retention", () => {
+  it("runs once a slot frees, its job completes", async ({ onTestFinished }) => {
+    const o = await outage(onTestFinished);
+    const { f, clock } = o;
     const tenantId = "busy-tenant";
     await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 1 }, clock());
-    const { job } = await oneOffDueNextSecond(tenantId);
+    const { job } = await o.oneOffDueNextSecond(tenantId);
     const deps = f.workerDeps("w");
     const deliverOnce = async () =>
       f.process(deps, await f.nextDelivery(f.engine.queues.normal, job.jobId));
     const status = async () =>
       (await f.runs()).filter((r) => r.jobId === job.jobId).map((r) => [r.status, r.reason]);
 
-    expect(await holdTheSlot(tenantId)).toBe(true);
-    offsetMs += 1000;
+    expect(await o.holdTheSlot(tenantId)).toBe(true);
+    o.state.offsetMs += 1000;
     await deliverOnce();
     expect(await status()).toEqual([["QUEUED", "waiting: tenant at its concurrentRuns quota (1)"]]);
     // It waits on, delivered again and again (every 16 s at most: one of those deliveries here).
-    offsetMs += 0.8 * RETENTION_DAYS * DAY_MS;
-    expect(await holdTheSlot(tenantId)).toBe(true);
+    o.state.offsetMs += 0.8 * RETENTION_DAYS * DAY_MS;
+    expect(await o.holdTheSlot(tenantId)).toBe(true);
     await deliverOnce();
     expect((await status()).map(([s]) => s)).toEqual(["QUEUED"]);
-    offsetMs += 0.5 * RETENTION_DAYS * DAY_MS;
-    expect(await holdTheSlot(tenantId)).toBe(true);
+    o.state.offsetMs += 0.5 * RETENTION_DAYS * DAY_MS;
+    expect(await o.holdTheSlot(tenantId)).toBe(true);
     await deliverOnce();
     await sweepExpired(f.engine, clock());
 
     // The tenant's other runs end: the slot frees, and the run that waited runs.
-    offsetMs += 3_600_000 + 1000;
+    o.state.offsetMs += 3_600_000 + 1000;
     await deliverOnce();
     expect((await status()).map(([s]) => s)).toEqual(["SUCCEEDED"]);
     expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
   }, 120_000);
 
-  it("the last run of a job completed by its maxRuns runs once a slot frees, its job kept", async () => {
+  it("the last run of a job completed by its maxRuns runs once a slot frees, its job kept", async ({
+    onTestFinished,
+  }) => {
+    const o = await outage(onTestFinished);
+    const { f, clock } = o;
     const tenantId = "busy-tenant-ended";
     await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 1 }, clock());
     const startAt = new Date(Math.ceil((clock().getTime() + 1000) / 1000) * 1000);
@@ -225,24 +255,24 @@ describe("a run waiting on its tenant's concurrent-runs quota longer than the re
     const status = async () =>
       (await f.runs()).filter((r) => r.jobId === job.jobId).map((r) => [r.status, r.reason]);
 
-    expect(await holdTheSlot(tenantId)).toBe(true);
-    offsetMs += 1000;
+    expect(await o.holdTheSlot(tenantId)).toBe(true);
+    o.state.offsetMs += 1000;
     await tickOnce(f.engine, "quota-after-end");
     await deliverOnce();
     expect(await status()).toEqual([["QUEUED", "waiting: tenant at its concurrentRuns quota (1)"]]);
     expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
     // Its job's retention ends about 1 day 4.5 hours after its claim; the run waits longer.
-    offsetMs += 0.8 * RETENTION_DAYS * DAY_MS;
-    expect(await holdTheSlot(tenantId)).toBe(true);
+    o.state.offsetMs += 0.8 * RETENTION_DAYS * DAY_MS;
+    expect(await o.holdTheSlot(tenantId)).toBe(true);
     await deliverOnce();
-    offsetMs += 0.5 * RETENTION_DAYS * DAY_MS;
-    expect(await holdTheSlot(tenantId)).toBe(true);
+    o.state.offsetMs += 0.5 * RETENTION_DAYS * DAY_MS;
+    expect(await o.holdTheSlot(tenantId)).toBe(true);
     await deliverOnce();
     await sweepExpired(f.engine, clock());
     // Past the retention its claim gave the job, the run still waits for it.
     expect((await status()).map(([s]) => s)).toEqual(["QUEUED"]);
 
-    offsetMs += 3_600_000 + 1000;
+    o.state.offsetMs += 3_600_000 + 1000;
     await deliverOnce();
     expect(await status()).toEqual([["SUCCEEDED", null]]);
   }, 120_000);
@@ -253,9 +283,11 @@ describe("a run waiting on its tenant's concurrent-runs quota longer than the re
  * the tenant's runs ahead end, moving each run's reaper deadline on every half lease
  * (held-messages.ts). Held longer than the retention, the run's TTL must follow too.
  */
-describe("a run the worker loop holds at its tenant's gate longer than the retention", () => {
-  it("is still there to run when the gate lets it on", async () => {
-    const { job } = await oneOffDueNextSecond();
+describe.concurrent("a run the worker loop holds at its tenant's gate longer than the retention", () => {
+  it("is still there to run when the gate lets it on", async ({ onTestFinished }) => {
+    const o = await outage(onTestFinished);
+    const { f, clock } = o;
+    const { job } = await o.oneOffDueNextSecond();
     const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
     // The loop's own monotonic clock, moved with the engine's.
     let elapsedMs = 0;
@@ -266,13 +298,13 @@ describe("a run the worker loop holds at its tenant's gate longer than the reten
       const runOf = async () => (await f.runs()).find((r) => r.jobId === job.jobId);
       // Most of a day at the gate: the next look after it keeps the run from the reaper.
       const waitMs = 0.8 * RETENTION_DAYS * DAY_MS;
-      offsetMs += waitMs;
+      o.state.offsetMs += waitMs;
       elapsedMs += waitMs;
-      const deadline = () => reaperDeadlineOf(received);
+      const deadline = () => o.reaperDeadlineOf(received);
       const before = await deadline();
       await waitFor("the held run's deadline moved on", async () => (await deadline()) !== before);
       // Half a day more: the retention after the run was queued has passed, and TTL deletes.
-      offsetMs += 0.5 * RETENTION_DAYS * DAY_MS;
+      o.state.offsetMs += 0.5 * RETENTION_DAYS * DAY_MS;
       await sweepExpired(f.engine, clock());
       expect((await runOf())?.status).toBe("QUEUED");
     } finally {
@@ -281,13 +313,17 @@ describe("a run the worker loop holds at its tenant's gate longer than the reten
     }
   }, 60_000);
 
-  it("keeps the job of a run it holds, completed by its maxRuns, past the job's retention", async () => {
+  it("keeps the job of a run it holds, completed by its maxRuns, past the job's retention", async ({
+    onTestFinished,
+  }) => {
+    const o = await outage(onTestFinished);
+    const { f, clock } = o;
     const startAt = new Date(Math.ceil((clock().getTime() + 1000) / 1000) * 1000);
     const { job } = await createJob(
       f.engine,
       testJob({ schedule: { every: "PT1M", startAt: startAt.toISOString() }, maxRuns: 1 }),
     );
-    offsetMs += 1000;
+    o.state.offsetMs += 1000;
     await tickOnce(f.engine, "held-after-end");
     expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
     const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
@@ -304,13 +340,13 @@ describe("a run the worker loop holds at its tenant's gate longer than the reten
       // Most of a day at the gate, then the next look; the job's retention from its claim ends
       // about 1 day 4.5 hours after it.
       const waitMs = 0.8 * RETENTION_DAYS * DAY_MS;
-      offsetMs += waitMs;
+      o.state.offsetMs += waitMs;
       elapsedMs += waitMs;
       const before = await jobExpiry();
       // The look keeps the job after it moves the run's deadline on: waited for itself, not the
       // deadline (a loaded machine swept between the two, and the job was gone).
       await waitFor("the held run's job kept", async () => (await jobExpiry()) !== before);
-      offsetMs += 0.5 * RETENTION_DAYS * DAY_MS;
+      o.state.offsetMs += 0.5 * RETENTION_DAYS * DAY_MS;
       await sweepExpired(f.engine, clock());
       expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
     } finally {
@@ -324,15 +360,17 @@ describe("a run the worker loop holds at its tenant's gate longer than the reten
  * The sandbox stopped for longer than the retention (its tables kept on disk, its queues in
  * memory): at start it re-sends every run in flight, then sweeps what has expired.
  */
-describe("a sandbox restarted after a stop longer than the retention", () => {
-  it("runs the one-off that was queued when it stopped", async () => {
-    const { job } = await oneOffDueNextSecond();
+describe.concurrent("a sandbox restarted after a stop longer than the retention", () => {
+  it("runs the one-off that was queued when it stopped", async ({ onTestFinished }) => {
+    const o = await outage(onTestFinished);
+    const { f, clock } = o;
+    const { job } = await o.oneOffDueNextSecond();
     await f.purge();
-    offsetMs += 1.5 * RETENTION_DAYS * DAY_MS;
+    o.state.offsetMs += 1.5 * RETENTION_DAYS * DAY_MS;
     // The start's order: the recovery's re-sends, then the expiry sweep.
     await recoverLostMessages(f.engine);
     await sweepExpired(f.engine, clock());
 
-    await expectRunOnceAndComplete(job.jobId);
+    await o.expectRunOnceAndComplete(job.jobId);
   }, 60_000);
 });
