@@ -614,7 +614,10 @@ async function behindProxy(
   }
 }
 
-describe("cancelling runs", () => {
+// The cases of this group and the next each create jobs of their own and read only those (the
+// dead letters' list is searched for its own job's): they run side by side, their time mostly
+// waiting for the sandbox to start, beat or end a run.
+describe.concurrent("cancelling runs", () => {
   /** A `sleep` job due now whose run the sandbox's workers have started. */
   async function runningSleep(extra: string[] = []): Promise<{ job: Job; run: Run }> {
     const job = await json<Job>(
@@ -666,7 +669,7 @@ describe("cancelling runs", () => {
   }, 40_000);
 });
 
-describe("runs and dead letters", () => {
+describe.concurrent("runs and dead letters", () => {
   it("runs watch follows runs live; runs list and get show them", async () => {
     const job = await json<Job>("jobs", "create", "--type", "noop", "--run-at", inSeconds(4));
     const watched = await cli([
