@@ -151,8 +151,9 @@ export class JobHandle {
   /**
    * Cancels one run of this job: a queued run comes back CANCELLED; a running
    * one comes back RUNNING with `cancelRequestedAt`, and its worker ends it
-   * CANCELLED within a heartbeat (wait with `waitForRun`). A run that already
-   * ended throws a `SchedulerApiError` with code `illegal_transition` (409).
+   * CANCELLED within a heartbeat (wait with `waitForRun`). A run already CANCELLED
+   * comes back as it stands (a repeat answers the same); one that ended otherwise
+   * throws a `SchedulerApiError` with code `illegal_transition` (409).
    */
   cancelRun(runId: string): Promise<Run> {
     return this.client.runs.cancel(this.id, runId);

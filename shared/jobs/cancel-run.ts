@@ -23,7 +23,8 @@ const ATTEMPTS = 5;
  * A QUEUED run ends CANCELLED now (its message, when it comes, is acknowledged
  * without running); a RUNNING one gets a cancel request its worker carries out
  * within a heartbeat. A one-off job whose own occurrence is cancelled has
- * nothing left to run and completes. A run that has ended is refused
+ * nothing left to run and completes. A run already CANCELLED is answered as it
+ * stands (a retried cancel's answer, nothing written); one that ended otherwise is refused
  * (`RunEndedError`, naming its status); a repeat of a pending request answers
  * the run as it stands while its worker's lease is live, and ends it once that lapsed.
  */
@@ -42,17 +43,21 @@ export async function cancelRun(
     const crashed = ranBefore(job, run, engine.clock());
     const outcome = await cancelLiveRun(engine, run, "api", { crashedRunning: crashed });
     if (outcome === "ended") {
+      if (run.status !== "CANCELLED") throw new RunEndedError(runId, run.status);
       // A repeat of a cancel that ended the run and died before its job's write makes that write:
       // a handed-over run has no message left to repair it. Each part is conditioned as the
       // first was (lastRun only over a run that finished before it, the completion only of an
       // ACTIVE one-off of this occurrence), so a repeat after the write changes nothing.
-      if (run.status === "CANCELLED" && run.cancelledBy === "api")
+      if (run.cancelledBy === "api")
         await recordCancelOnJob(
           engine,
           run,
           job.status === "ACTIVE" && endsOneOff(job, run, "CANCELLED"),
         );
-      throw new RunEndedError(runId, run.status);
+      // A client's retry of a cancel that went through (its answer lost, or a 503 after the run's
+      // write) gets the cancel's answer: the run cancelled, as it stands, not a 409 its retry loop
+      // would take for a failure. Whoever cancelled it (a job cancel, a pause), it is as asked.
+      return run;
     }
     if (outcome === null) continue;
     if (outcome.status === "CANCELLED")

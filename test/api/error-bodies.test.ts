@@ -9,6 +9,7 @@ import { DEFAULT_QUOTAS, type TenantQuotas } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";
 import { issueRunToken } from "../../shared/execution/async-delivery.js";
 import { parseRunId } from "../../shared/keys.js";
+import { finishRun } from "../../shared/storage/run-finish.js";
 import { requeueRun } from "../../shared/storage/run-requeue.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
@@ -452,12 +453,28 @@ describe("error bodies, byte for byte", () => {
     expect(await call("POST", `/jobs/${id}/runs/${unknownRun}/cancel`)).toEqual(
       error(404, { code: "not_found", message: `run ${unknownRun} not found` }),
     );
-    expect((await call("POST", `/jobs/${id}/runs/${runId}/cancel`)).status).toBe(200);
-    expect(await call("POST", `/jobs/${id}/runs/${runId}/cancel`)).toEqual(
+    // A repeat of a cancel answers as the cancel did; a run that ended otherwise is refused.
+    const runCancelled = await call("POST", `/jobs/${id}/runs/${runId}/cancel`);
+    expect(runCancelled.status).toBe(200);
+    expect(await call("POST", `/jobs/${id}/runs/${runId}/cancel`)).toEqual(runCancelled);
+    const succeededId = RunSchema.parse(
+      JSON.parse((await call("POST", `/jobs/${id}/trigger`)).body),
+    ).runId;
+    const ref = parseRunId(succeededId);
+    if (ref === null) throw new Error(`not a run id: ${succeededId}`);
+    const started = await startRun(fixture.engine, ref, "error-bodies-worker", NOW);
+    if (started.kind !== "started") throw new Error(`run ${succeededId} did not start`);
+    await finishRun(
+      fixture.engine,
+      started.run,
+      { status: "SUCCEEDED", ran: true, tracked: false },
+      NOW,
+    );
+    expect(await call("POST", `/jobs/${id}/runs/${succeededId}/cancel`)).toEqual(
       error(409, {
         code: "illegal_transition",
-        message: `run ${runId} has already ended: it is cancelled`,
-        currentStatus: "cancelled",
+        message: `run ${succeededId} has already ended: it is succeeded`,
+        currentStatus: "succeeded",
       }),
     );
     expect(await call("POST", `/jobs/${id}/pause`, { body: json({ running: "stop" }) })).toEqual(

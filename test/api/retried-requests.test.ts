@@ -1,0 +1,127 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createApiApp } from "../../shared/api/app.js";
+import { bearerAuthenticator } from "../../shared/api/auth.js";
+import { ErrorSchema } from "../../shared/api/schemas/errors.js";
+import { JobSchema } from "../../shared/api/schemas/jobs.js";
+import { RunPageSchema, RunSchema } from "../../shared/api/schemas/runs.js";
+import type { Engine } from "../../shared/engine.js";
+import { getJob } from "../../shared/storage/run-reads.js";
+import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
+import { type FaultyEngine, withFaults } from "../support/faults.js";
+import { JOB_TYPES } from "./support.js";
+
+/**
+ * A careful client sends a mutating request again when told to retry (a 503 `busy` with
+ * Retry-After, a 5xx) or when its answer never came (a timeout, a dropped connection). Whatever
+ * the first attempt wrote, the retry answers what that request did or the state it left, never a
+ * 4xx the client's retry loop takes for a failure.
+ */
+const KEY = "retried-requests-key";
+const TENANT = "tenant-retried";
+const HEADERS = { Authorization: `Bearer ${KEY}`, "Content-Type": "application/json" };
+
+interface Answer {
+  readonly status: number;
+  readonly headers: Headers;
+  readonly body: unknown;
+  readonly text: string;
+}
+
+let f: EngineFixture;
+const faults: FaultyEngine[] = [];
+beforeAll(async () => {
+  f = await createEngineFixture();
+});
+afterAll(async () => {
+  for (const faulty of faults) faulty.destroy();
+  await f.destroy();
+});
+
+/** The API over `engine`, for tenant TENANT. */
+function apiOver(engine: Engine) {
+  const app = createApiApp({
+    engine,
+    jobTypes: JOB_TYPES,
+    authenticate: bearerAuthenticator(new Map([[KEY, TENANT]])),
+  });
+  return async (
+    method: string,
+    path: string,
+    { body, headers = {} }: { body?: unknown; headers?: Record<string, string> } = {},
+  ): Promise<Answer> => {
+    const response = await app.request(path, {
+      method,
+      headers: { ...HEADERS, ...headers },
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+    });
+    const text = await response.text();
+    return {
+      status: response.status,
+      headers: response.headers,
+      body: text === "" ? null : JSON.parse(text),
+      text,
+    };
+  };
+}
+
+const call = (...args: Parameters<ReturnType<typeof apiOver>>) => apiOver(f.engine)(...args);
+
+/** The API over an engine whose every UpdateItem of the jobs table meets another transaction. */
+function apiWithJobWritesContended() {
+  const faulty = withFaults(f.engine, {
+    operation: "UpdateItem",
+    times: Number.MAX_SAFE_INTEGER,
+    match: (input) => input.TableName === f.engine.tables.jobs,
+  });
+  faults.push(faulty);
+  return { call: apiOver(faulty.engine), injected: faulty.injected };
+}
+
+const inMinutes = (minutes: number) => new Date(Date.now() + minutes * 60_000).toISOString();
+
+async function created(body: Record<string, unknown>) {
+  const reply = await call("POST", "/jobs", { body });
+  expect(reply.status, reply.text).toBe(201);
+  return JobSchema.parse(reply.body);
+}
+
+async function runsOf(jobId: string) {
+  const reply = await call("GET", `/jobs/${jobId}/runs`);
+  expect(reply.status, reply.text).toBe(200);
+  return RunPageSchema.parse(reply.body).items;
+}
+
+describe("POST /jobs/{id}/runs/{runId}/cancel sent again", () => {
+  it("after a 503 that came once its run was cancelled: 200 with the run cancelled, the job's write made, then nothing written", async () => {
+    // A one-off due within the fast path's window: its run is queued at once.
+    const job = await created({ type: "noop", schedule: { runAt: inMinutes(1) } });
+    const [queued] = await runsOf(job.id);
+    expect(queued?.status).toBe("queued");
+    const path = `/jobs/${job.id}/runs/${queued?.runId}/cancel`;
+
+    // The run's write goes through; its job's (the one-off's completion) meets contention throughout.
+    const contended = apiWithJobWritesContended();
+    const first = await contended.call("POST", path);
+    expect(first.status, first.text).toBe(503);
+    expect(ErrorSchema.parse(first.body).error.code).toBe("busy");
+    expect(first.headers.get("retry-after")).toBe("1");
+    expect(contended.injected.count).toBeGreaterThan(0);
+    const [cancelled] = await runsOf(job.id);
+    expect(cancelled).toMatchObject({ status: "cancelled", cancelledBy: "api" });
+    expect((await getJob(f.engine, job.id))?.status).toBe("ACTIVE");
+
+    // The client's retry: the cancel's answer, and the write its first attempt did not make.
+    const retried = await call("POST", path);
+    expect(retried.status, retried.text).toBe(200);
+    expect(RunSchema.parse(retried.body)).toEqual(cancelled);
+    const completed = await getJob(f.engine, job.id);
+    expect(completed?.status).toBe("COMPLETED");
+
+    // Once more: the same answer, and nothing written.
+    const again = await call("POST", path);
+    expect(again.status, again.text).toBe(200);
+    expect(RunSchema.parse(again.body)).toEqual(cancelled);
+    expect(await getJob(f.engine, job.id)).toEqual(completed);
+    expect(await runsOf(job.id)).toEqual([cancelled]);
+  });
+});
