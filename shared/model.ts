@@ -48,6 +48,14 @@ export interface RunSummary {
   readonly finishedAt: string;
 }
 
+/** Which edit wrote a job's version (`Job.lastEdit`). */
+export interface EditMark {
+  /** The version the edit was sent at, one below the version it wrote. */
+  readonly from: number;
+  /** `requestHash` of the edit's body as sent. */
+  readonly requestHash: string;
+}
+
 export interface Job {
   readonly jobId: string;
   readonly tenantId: string;
@@ -66,6 +74,12 @@ export interface Job {
   readonly window?: string | null;
   readonly status: JobStatus;
   readonly version: number;
+  /**
+   * The edit that wrote this version: the version it was sent at (`If-Match`) and the hash of its
+   * body as sent, so that a client's retry of that edit (its answer lost) is answered the job it
+   * edited, not a 412 against the version it wrote. Absent until the job's first edit.
+   */
+  readonly lastEdit?: EditMark;
   /** The pending occurrence, or null when none is pending (completed one-off, cancelled, or schedule ended). */
   readonly nextRunAt: string | null;
   /** Sort/partition key of the due entry that holds `nextRunAt`, so edits and pauses can remove it. */

@@ -1576,7 +1576,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The edited job, one version up */
+            /** @description The edited job, one version up; a repeat of an edit that was written answers the job as it stands */
             200: {
                 headers: {
                     /** @description The job's version, quoted ("3"): send it back as If-Match to edit */

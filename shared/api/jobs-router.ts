@@ -7,11 +7,12 @@ import {
   editJob,
   idempotentCreate,
   pauseJob,
+  requestHash,
   resumeJob,
   triggerJobWithKey,
 } from "../jobs/index.js";
 import { committedJobAsItStands, jobAsItStands } from "../jobs/queries.js";
-import type { JobStatus } from "../model.js";
+import type { Job, JobStatus } from "../model.js";
 import { ValidationError } from "../validation.js";
 import { noBody, optionalBody } from "./body.js";
 import { newJobOrRepeat } from "./create-repeat.js";
@@ -181,7 +182,11 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
       body: { content: { "application/json": { schema: EditJobSchema } }, required: true },
     },
     responses: {
-      200: withHeaders(JobSchema, "The edited job, one version up", "ETag"),
+      200: withHeaders(
+        JobSchema,
+        "The edited job, one version up; a repeat of an edit that was written answers the job as it stands",
+        "ETag",
+      ),
       ...errors(400, 401, 403, 404, 409, 412, 413, 415, 428, 503),
     },
   });
@@ -263,17 +268,22 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
     const { id } = c.req.valid("param");
     const job = await jobOf(engine, c, id);
     const expected = parseIfMatch(c.req.valid("header")["If-Match"]);
+    const body = c.req.valid("json");
+    const hash = requestHash(body);
+    // A client's retry of an edit that was written (its answer lost, a 500 after the commit) finds
+    // the version that edit wrote, marked as written by this very body at this version: it is
+    // answered as the edit was, the job as it stands, not a 412 against its own version.
+    if (isEditWritten(job, expected, hash)) {
+      setJobHeaders(c, job);
+      return c.json(jobDto(await committedJobAsItStands(engine, job)), 200);
+    }
     // The body is checked against the job as it stands: from another version, that check would
     // judge it by a job the caller has not seen, so a stale version is the answer first.
     if (job.version !== expected) throw new VersionMismatchError(expected, job.version);
-    const changes = jobChangesFrom(
-      c.req.valid("json"),
-      job,
-      engine.clock(),
-      engine.settings,
-      jobTypes,
-    );
-    const edited = await editJob(engine, tenantOf(c), id, expected, changes);
+    const changes = jobChangesFrom(body, job, engine.clock(), engine.settings, jobTypes);
+    const edited = await editJob(engine, tenantOf(c), id, expected, changes, {
+      requestHash: hash,
+    });
     setJobHeaders(c, edited);
     return c.json(jobDto(await committedJobAsItStands(engine, edited)), 200);
   });
@@ -314,4 +324,16 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
   });
 
   return router;
+}
+
+/**
+ * Whether `job` stands at the version an edit of this body sent at `expected` wrote, and no other
+ * edit since: a repeat of that edit (`Job.lastEdit`).
+ */
+function isEditWritten(job: Job, expected: number, hash: string): boolean {
+  return (
+    job.version === expected + 1 &&
+    job.lastEdit?.from === expected &&
+    job.lastEdit.requestHash === hash
+  );
 }

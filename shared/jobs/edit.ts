@@ -55,9 +55,10 @@ export async function editJob(
   jobId: string,
   expectedVersion: number,
   changes: JobChanges,
+  { requestHash }: { readonly requestHash?: string } = {},
 ): Promise<Job> {
   try {
-    return await editPlanned(engine, tenantId, jobId, expectedVersion, changes);
+    return await editPlanned(engine, tenantId, jobId, expectedVersion, changes, requestHash);
   } catch (error) {
     if (error instanceof IllegalTransitionError && error.context.status === "COMPLETED") {
       throw await completedRefusal(engine, jobId);
@@ -102,6 +103,7 @@ async function editPlanned(
   jobId: string,
   expectedVersion: number,
   changes: JobChanges,
+  requestHash: string | undefined,
 ): Promise<Job> {
   const {
     entry: moved,
@@ -165,9 +167,11 @@ async function editPlanned(
       await giveBackJobQuotas(engine, reservation);
       throw error;
     }
+    const lastEdit = requestHash === undefined ? undefined : { from: job.version, requestHash };
     const edited: Job = {
       ...job,
       ...normalized,
+      ...(lastEdit ? { lastEdit } : {}),
       version: job.version + 1,
       updatedAt: now.toISOString(),
       // A fire_all catch-up of the old schedule was run out above (to its cap): the new schedule
@@ -187,7 +191,14 @@ async function editPlanned(
             engine,
             job,
             normalized,
-            { nextRunAt: next, entry, now, completes, catchUpCount: edited.catchUpCount ?? 0 },
+            {
+              nextRunAt: next,
+              entry,
+              now,
+              completes,
+              catchUpCount: edited.catchUpCount ?? 0,
+              ...(lastEdit ? { lastEdit } : {}),
+            },
             links?.writes ?? [],
           );
         } catch (error) {

@@ -1,6 +1,6 @@
 import { GetCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
-import type { DueEntry, DueKey, Job } from "../model.js";
+import type { DueEntry, DueKey, EditMark, Job } from "../model.js";
 import type { UpstreamWriteName } from "./dependents.js";
 import { decodeDueEntry, encodeDueEntry, encodeTarget } from "./items.js";
 import {
@@ -61,6 +61,8 @@ export async function writeEditedJob(
     readonly completes?: boolean;
     /** The fire_all catch-up's count after the edit (0 once a new schedule replaces the old). */
     readonly catchUpCount?: number;
+    /** Which edit this is (`Job.lastEdit`): a retry of it finds it written. */
+    readonly lastEdit?: EditMark;
   },
   upstreams: readonly NamedWrite<UpstreamWriteName>[] = [],
 ): Promise<void> {
@@ -73,6 +75,7 @@ export async function writeEditedJob(
     nextRunAt: next.nextRunAt ? next.nextRunAt.toISOString() : null,
     nextDueKey: entry?.key ?? null,
     updatedAt: next.now.toISOString(),
+    ...(next.lastEdit ? { lastEdit: next.lastEdit } : {}),
     ...(next.catchUpCount !== undefined && next.catchUpCount !== (job.catchUpCount ?? 0)
       ? { catchUpCount: next.catchUpCount }
       : {}),

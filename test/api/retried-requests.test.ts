@@ -7,7 +7,7 @@ import { RunPageSchema, RunSchema } from "../../shared/api/schemas/runs.js";
 import type { Engine } from "../../shared/engine.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
-import { type FaultyEngine, withFaults } from "../support/faults.js";
+import { type FaultyEngine, withFaults, withLostAnswers } from "../support/faults.js";
 import { JOB_TYPES } from "./support.js";
 
 /**
@@ -123,5 +123,71 @@ describe("POST /jobs/{id}/runs/{runId}/cancel sent again", () => {
     expect(RunSchema.parse(again.body)).toEqual(cancelled);
     expect(await getJob(f.engine, job.id)).toEqual(completed);
     expect(await runsOf(job.id)).toEqual([cancelled]);
+  });
+});
+
+describe("PATCH /jobs/{id} sent again at the version it was sent at", () => {
+  const patch = (jobId: string, body: unknown, version: number) =>
+    call("PATCH", `/jobs/${jobId}`, { body, headers: { "If-Match": `"${version}"` } });
+
+  it("after its answer was lost: 200 with the job it edited and its ETag, nothing written again", async () => {
+    const job = await created({
+      type: "noop",
+      name: "before",
+      schedule: { runAt: inMinutes(600) },
+    });
+    const rename = { name: "after" };
+    // The first attempt is written; its answer never reaches the client.
+    expect((await patch(job.id, rename, 1)).status).toBe(200);
+    const written = await getJob(f.engine, job.id);
+    expect(written?.version).toBe(2);
+
+    const retried = await patch(job.id, rename, 1);
+    expect(retried.status, retried.text).toBe(200);
+    expect(retried.headers.get("etag")).toBe('"2"');
+    expect(JobSchema.parse(retried.body)).toMatchObject({ name: "after", version: 2 });
+    expect(await getJob(f.engine, job.id)).toEqual(written);
+  });
+
+  it("after every answer of its transaction was lost (a 500 past its commit): 200 with the job it edited", async () => {
+    const job = await created({ type: "noop", name: "lossy", schedule: { runAt: inMinutes(600) } });
+    const lossy = withLostAnswers(f.engine, {
+      operation: "TransactWriteItems",
+      times: Number.MAX_SAFE_INTEGER,
+      match: (input) => JSON.stringify(input).includes("renamed after a lost answer"),
+    });
+    faults.push(lossy);
+    const rename = { name: "renamed after a lost answer" };
+    const first = await apiOver(lossy.engine)("PATCH", `/jobs/${job.id}`, {
+      body: rename,
+      headers: { "If-Match": '"1"' },
+    });
+    expect(first.status, first.text).toBe(500);
+    expect(lossy.injected.count).toBeGreaterThan(0);
+    const written = await getJob(f.engine, job.id);
+    expect(written).toMatchObject({ name: rename.name, version: 2 });
+
+    const retried = await patch(job.id, rename, 1);
+    expect(retried.status, retried.text).toBe(200);
+    expect(retried.headers.get("etag")).toBe('"2"');
+    expect(JobSchema.parse(retried.body)).toMatchObject({ name: rename.name, version: 2 });
+    expect(await getJob(f.engine, job.id)).toEqual(written);
+  });
+
+  it("another body at that version, or the same once another edit followed: 412 as before", async () => {
+    const job = await created({
+      type: "noop",
+      name: "before",
+      schedule: { runAt: inMinutes(600) },
+    });
+    expect((await patch(job.id, { name: "first" }, 1)).status).toBe(200);
+    const other = await patch(job.id, { name: "other" }, 1);
+    expect(other.status, other.text).toBe(412);
+    expect(ErrorSchema.parse(other.body).error.code).toBe("version_mismatch");
+
+    expect((await patch(job.id, { name: "second" }, 2)).status).toBe(200);
+    const stale = await patch(job.id, { name: "first" }, 1);
+    expect(stale.status, stale.text).toBe(412);
+    expect((await getJob(f.engine, job.id))?.name).toBe("second");
   });
 });
