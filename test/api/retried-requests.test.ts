@@ -43,6 +43,7 @@ function apiOver(engine: Engine) {
     engine,
     jobTypes: JOB_TYPES,
     authenticate: bearerAuthenticator(new Map([[KEY, TENANT]])),
+    adminTenants: [TENANT],
   });
   return async (
     method: string,
@@ -189,5 +190,28 @@ describe("PATCH /jobs/{id} sent again at the version it was sent at", () => {
     const stale = await patch(job.id, { name: "first" }, 1);
     expect(stale.status, stale.text).toBe(412);
     expect((await getJob(f.engine, job.id))?.name).toBe("second");
+  });
+});
+
+describe("PUT /tenants/{tenantId}/quotas sent again", () => {
+  it("after every answer of its write was lost (a 500): 200 with the override it set, as a read shows it", async () => {
+    const path = "/tenants/tenant-quota-retried/quotas";
+    const override = { activeJobs: 7, runsPerMinute: 70 };
+    const lossy = withLostAnswers(f.engine, {
+      operation: "PutItem",
+      times: Number.MAX_SAFE_INTEGER,
+      match: (input) => JSON.stringify(input.Item ?? {}).includes("tenant-quota-retried"),
+    });
+    faults.push(lossy);
+    const first = await apiOver(lossy.engine)("PUT", path, { body: override });
+    expect(first.status, first.text).toBe(500);
+    expect(lossy.injected.count).toBeGreaterThan(0);
+
+    const retried = await call("PUT", path, { body: override });
+    expect(retried.status, retried.text).toBe(200);
+    const read = await call("GET", path);
+    expect(read.status, read.text).toBe(200);
+    expect(retried.body).toEqual(read.body);
+    expect(read.body).toMatchObject({ override });
   });
 });
