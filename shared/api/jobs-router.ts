@@ -283,6 +283,12 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
     const changes = jobChangesFrom(body, job, engine.clock(), engine.settings, jobTypes);
     const edited = await editJob(engine, tenantOf(c), id, expected, changes, {
       requestHash: hash,
+    }).catch(async (error: unknown) => {
+      // A retry that overtook its first attempt: that attempt committed after the read above.
+      if (!(error instanceof VersionMismatchError)) throw error;
+      const current = await jobOf(engine, c, id);
+      if (!isEditWritten(current, expected, hash)) throw error;
+      return current;
     });
     setJobHeaders(c, edited);
     return c.json(jobDto(await committedJobAsItStands(engine, edited)), 200);

@@ -8,6 +8,7 @@ import type { Engine } from "../../shared/engine.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
 import { type FaultyEngine, withFaults, withLostAnswers } from "../support/faults.js";
+import { createTestClients, type TestClients } from "../support/namespace.js";
 import { JOB_TYPES } from "./support.js";
 
 /**
@@ -29,11 +30,13 @@ interface Answer {
 
 let f: EngineFixture;
 const faults: FaultyEngine[] = [];
+const clients: TestClients[] = [];
 beforeAll(async () => {
   f = await createEngineFixture();
 });
 afterAll(async () => {
   for (const faulty of faults) faulty.destroy();
+  for (const made of clients) made.destroy();
   await f.destroy();
 });
 
@@ -173,6 +176,45 @@ describe("PATCH /jobs/{id} sent again at the version it was sent at", () => {
     expect(retried.headers.get("etag")).toBe('"2"');
     expect(JobSchema.parse(retried.body)).toMatchObject({ name: rename.name, version: 2 });
     expect(await getJob(f.engine, job.id)).toEqual(written);
+  });
+
+  it("sent again while its first attempt is still being written: 200 with the job that attempt wrote", async () => {
+    const job = await created({
+      type: "noop",
+      name: "overtaken",
+      schedule: { runAt: inMinutes(600) },
+    });
+    const rename = { name: "written by the first attempt" };
+    // The retry reads the job at version 1 (the route's read); the first attempt commits before
+    // the retry's edit reads it again to write.
+    const overtaking = createTestClients();
+    clients.push(overtaking);
+    let reads = 0;
+    let first: Answer | undefined;
+    overtaking.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const input = args.input as { Key?: { pk?: unknown } };
+        if (context.commandName === "GetItemCommand" && input.Key?.pk === `JOB#${job.id}`) {
+          reads++;
+          if (reads === 2) first = await patch(job.id, rename, 1);
+        }
+        return next(args);
+      },
+      { step: "initialize", name: "firstAttemptCommitsMeanwhile" },
+    );
+    const retried = await apiOver({ ...f.engine, doc: overtaking.doc })(
+      "PATCH",
+      `/jobs/${job.id}`,
+      {
+        body: rename,
+        headers: { "If-Match": '"1"' },
+      },
+    );
+    expect(first?.status, first?.text).toBe(200);
+    expect(retried.status, retried.text).toBe(200);
+    expect(retried.headers.get("etag")).toBe('"2"');
+    expect(JobSchema.parse(retried.body)).toMatchObject({ name: rename.name, version: 2 });
+    expect((await getJob(f.engine, job.id))?.version).toBe(2);
   });
 
   it("another body at that version, or the same once another edit followed: 412 as before", async () => {
