@@ -52,7 +52,7 @@ export interface RunSummary {
 export interface EditMark {
   /** The version the edit was sent at, one below the version it wrote. */
   readonly from: number;
-  /** `requestHash` of the edit's body as sent. */
+  /** `requestHash` of the edit's body as parsed (keys sorted: key order and whitespace aside). */
   readonly requestHash: string;
 }
 
@@ -76,7 +76,7 @@ export interface Job {
   readonly version: number;
   /**
    * The edit that wrote this version: the version it was sent at (`If-Match`) and the hash of its
-   * body as sent, so that a client's retry of that edit (its answer lost) is answered the job it
+   * body as parsed, so that a client's retry of that edit (its answer lost) is answered the job it
    * edited, not a 412 against the version it wrote. Absent until the job's first edit.
    */
   readonly lastEdit?: EditMark;
