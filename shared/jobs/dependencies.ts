@@ -168,8 +168,8 @@ export async function relinkDependent(
 
 /**
  * Takes an edited job out of the old upstreams its transaction had no room to unlink. The edit
- * has committed, so a failure here is logged, not answered: a repeat of the edit would meet a
- * version that moved on, and a link left behind is one the fan-out passes over.
+ * has committed, so a failure here is logged, not answered: a repeat of the edit finds it written
+ * and writes nothing (`Job.lastEdit`), and a link left behind is one the fan-out passes over.
  */
 export async function detachAfterEdit(
   engine: Engine,

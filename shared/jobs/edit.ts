@@ -225,8 +225,8 @@ async function editPlanned(
  * The committed edit as it stands, read again (the fast path may have claimed since), with the
  * ended runs a new schedule or end may leave to a later admission recorded now. The edit stands,
  * so storage failing here (throttled, a timeout) is logged, not answered: the caller would send
- * the edit again and meet its own version (412). The answer is then the job as written, its
- * ended runs left to its next admission.
+ * again an edit that stands. The answer is then the job as written, its ended runs left to its
+ * next admission.
  */
 async function jobAfterEdit(engine: Engine, tenantId: string, written: Job): Promise<Job> {
   try {

@@ -110,9 +110,8 @@ export async function jobAsItStands(engine: Engine, job: Job): Promise<Job> {
  * Jobs a request has just written or answers beside what it wrote (a create, a batch's jobs, an
  * edit, a pause, resume or cancel), as a reader sees them (`jobsAsTheyStand`). The writes stand,
  * so storage failing this read (throttled, a timeout) answers the jobs as written rather than an
- * error: a caller told its request failed sends it again, and an edit sent again at the version it
- * read meets its own (412), a create or a batch's job without a key is made twice. Their runs under
- * way then show as the jobs list them.
+ * error: a caller told its request failed sends it again, and a create or a batch's job without a
+ * key is made twice. Their runs under way then show as the jobs list them.
  */
 export async function committedJobsAsTheyStand(
   engine: Engine,
