@@ -95,8 +95,12 @@ export interface Job {
    * own lease (a deploy may have changed leaseSeconds). Absent: this worker's lease less its beat.
    */
   readonly firstWriteLeadMs?: number;
-  /** The random mark of the latest admission's write (storage/admission.ts: a write sent again finds its own). */
-  readonly lastAdmission?: string;
+  /**
+   * runId → the random mark of that run's latest admission write, for the runs the job holds
+   * (listed, buffered, a waiting rerun): a write the SDK sent again finds its own
+   * (storage/admission.ts). Absent until an admission of this version writes the job.
+   */
+  readonly admissionMarks?: Readonly<Record<string, string>>;
   /** Bumped on every change of activeRuns/bufferedRunId, to serialise overlap admissions. */
   readonly activeRevision: number;
   readonly bufferedRunId: string | null;

@@ -1,4 +1,4 @@
-import { randomUUID } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
@@ -7,21 +7,22 @@ import {
   failedConditionItem,
   isConditionalCheckFailed,
   retryOnContention,
-  sentMoreThanOnce,
 } from "./dynamo-errors.js";
 import { decodeJob, jobKey } from "./items.js";
 
 /**
  * Writes of a job's overlap bookkeeping: `activeRuns` (runId → leaseUntil of
  * its running runs), `bufferedRunId` (buffer_one's waiting run),
- * `rerunWaiting` (a retry or replay waiting for a run under way) and
- * `activeRevision`, which serialises admissions of one job.
+ * `rerunWaiting` (a retry or replay waiting for a run under way), `admissionMarks` (each held
+ * run's latest admission write's mark) and `activeRevision`, which serialises admissions of one
+ * job.
  */
 
 /**
  * The most runs a job lists in `activeRuns`. The list lives on the job's item, which DynamoDB holds
- * to 400 KB: about 75 bytes a run, 200 take 15 KB beside the parked runs' 150 KB (run-park.ts), the
- * largest definition the API accepts and 1,000 dependents. Runs under a live lease are at most
+ * to 400 KB: about 75 bytes a run and 60 of its admission mark, 200 take 27 KB beside the parked
+ * runs' 150 KB (run-park.ts), the largest definition the API accepts and 1,000 dependents (the
+ * item at its largest: test/integration/parked-runs-limit). Runs under a live lease are at most
  * maxConcurrent (100 at most); a run whose lease lapsed stays listed until it ends (its own
  * admission reads it there when it comes back), and a long-job target that takes runs over and
  * goes quiet leaves each so for up to its timeout (24 h). A run not listed that finds the list
@@ -37,6 +38,9 @@ export const MAX_LISTED_RUNS = 200;
  * the job's admissions, pauses and edits with it. The rest go with the next write.
  */
 const MAX_ENTRIES_PER_WRITE = 100;
+
+/** Random bytes of an admission's mark: 12 characters, unique among the deliveries of a run. */
+const ADMISSION_MARK_BYTES = 9;
 
 /** No other admission (or ending) changed the job since the caller read it. */
 const REVISION_UNCHANGED = "activeRevision = :revision";
@@ -65,7 +69,8 @@ export type AdmissionChange =
  * next write, which reads them ended again) on the way and, when it differs from
  * the one read, setting the job's `lastRun`. A start clears the job's
  * `rerunWaiting` when it is the run's own, and any write drops one whose run
- * was read ended (`staleRerunMark`). Throws ConcurrentUpdateError when the
+ * was read ended (`staleRerunMark`). The run's mark in `admissionMarks` is this write's own (the
+ * marks of runs the job no longer holds go). Throws ConcurrentUpdateError when the
  * job's activeRevision moved since that read: decide again from a fresh one.
  */
 export async function recordAdmission(
@@ -83,22 +88,20 @@ export async function recordAdmission(
   },
 ): Promise<void> {
   const names: Record<string, string> = {};
-  const removals = dropped
-    .filter((id) => id !== change.runId)
-    .slice(0, MAX_ENTRIES_PER_WRITE)
-    .map((id, i) => {
-      names[`#dropped${i}`] = id;
-      return `activeRuns.#dropped${i}`;
-    });
-  // This write's own mark: another delivery of the run may write the very same change (two takes
-  // in one millisecond lease it alike), and only the mark tells this write's from that one's.
-  const admission = randomUUID();
+  const droppedNow = dropped.filter((id) => id !== change.runId).slice(0, MAX_ENTRIES_PER_WRITE);
+  const removals = droppedNow.map((id, i) => {
+    names[`#dropped${i}`] = id;
+    return `activeRuns.#dropped${i}`;
+  });
+  // This write's own mark, kept under its run: another delivery of the run may write the very same
+  // change (two takes in one millisecond lease it alike), and only the mark tells this write's
+  // from that one's, whatever other runs' admissions land on the job before the SDK sends it again.
+  const mark = randomBytes(ADMISSION_MARK_BYTES).toString("base64url");
   const values: Record<string, unknown> = {
     ":revision": job.activeRevision,
     ":one": 1,
-    ":admission": admission,
   };
-  const sets = ["activeRevision = activeRevision + :one", "lastAdmission = :admission"];
+  const sets = ["activeRevision = activeRevision + :one"];
   if (change.kind === "start") {
     sets.push("activeRuns.#runId = :leaseUntil");
     names["#runId"] = change.runId;
@@ -117,6 +120,20 @@ export async function recordAdmission(
     sets.push("rerunWaiting = :runId");
     values[":runId"] = change.runId;
   }
+  // The runs the job holds once this write is applied keep their marks, beside this one's. The
+  // map is written whole (the write stands on the revision read, so the map read is the map as
+  // it stands): a path in it would fail on a job no admission of this version has written yet.
+  const held = new Set(Object.keys(job.activeRuns));
+  for (const id of droppedNow) held.delete(id);
+  if (job.bufferedRunId && !removals.includes("bufferedRunId")) held.add(job.bufferedRunId);
+  if (job.rerunWaiting && !removals.includes("rerunWaiting")) held.add(job.rerunWaiting);
+  sets.push("admissionMarks = :marks");
+  values[":marks"] = {
+    ...Object.fromEntries(
+      Object.entries(job.admissionMarks ?? {}).filter(([runId]) => held.has(runId)),
+    ),
+    [change.runId]: mark,
+  };
   if (lastRun !== job.lastRun) {
     sets.push("lastRun = :lastRun");
     values[":lastRun"] = lastRun;
@@ -138,7 +155,7 @@ export async function recordAdmission(
     );
   } catch (error) {
     if (!isConditionalCheckFailed(error)) throw error;
-    if (ownAdmissionWritten(job, change, admission, error)) return;
+    if (ownAdmissionWritten(change, mark, error)) return;
     throw new ConcurrentUpdateError(`job ${job.jobId}: admission raced another`, {
       cause: error,
     });
@@ -176,29 +193,23 @@ export function startOwedElsewhere(
 
 /**
  * Whether an admission that failed its condition was this very write, applied before with its
- * answer lost (the SDK sent it again): the job stands at least one revision on, with this change
- * in it. Other runs' writes may have moved it further before the SDK sent it again: after a
- * request timeout that comes seconds after the write was applied (shared/aws.ts), and a job whose
- * runs overlap or follow closely is written by them in those seconds; a later write keeps a live
- * entry, a waiting place or a rerun mark that is still so. Taken for another's, a first start held
- * unwritten would find its own run listed under a live lease, take it for another delivery's, and
- * leave the run unrun (and its job's overlap blocked) until the lease lapsed and the reaper sent it
- * again. The job's `lastAdmission` still holds this write's mark: "sent more than once" alone
- * does not tell, for the SDK sends again a request refused unapplied (throttled, a 500 before the
- * write), and another delivery of the run taken in the same millisecond writes the same change,
- * same lease: taken for this one's, both deliveries would run the run. Another run's admission on
- * top replaces the mark, and this one is then taken for another's (Known limits).
+ * answer lost (the SDK sent it again): the job's `admissionMarks` holds this write's mark under
+ * its run, with this change still in the job. Other runs' writes may have moved the job on before
+ * the SDK sent it again: after a request timeout that comes seconds after the write was applied
+ * (shared/aws.ts), and a job whose runs overlap or follow closely is written by them in those
+ * seconds (their admissions write their own runs' marks and keep this one); a later write keeps
+ * a live entry, a waiting place or a rerun mark that is still so. Taken for another's, a first
+ * start held unwritten would find its own run listed under a live lease, take it for another
+ * delivery's, and leave the run unrun (and its job's overlap blocked) until the lease lapsed and
+ * the reaper sent it again. The mark is drawn for each write, so no other write, and no request
+ * refused unapplied (throttled, a 500 before the write: the SDK sends those again too), leaves
+ * it: another delivery of the run taken in the same millisecond writes the same change, same
+ * lease, but its own mark, and both deliveries would run the run if the change alone told.
  */
-function ownAdmissionWritten(
-  job: Job,
-  change: AdmissionChange,
-  admission: string,
-  error: unknown,
-): boolean {
+function ownAdmissionWritten(change: AdmissionChange, mark: string, error: unknown): boolean {
   const old = failedConditionItem(error);
-  if (!sentMoreThanOnce(error) || old === null || old.lastAdmission !== admission) return false;
-  if (typeof old.activeRevision !== "number" || old.activeRevision <= job.activeRevision)
-    return false;
+  const marks = (old?.admissionMarks ?? {}) as Record<string, unknown>;
+  if (old === null || marks[change.runId] !== mark) return false;
   if (change.kind === "buffer") return old.bufferedRunId === change.runId;
   if (change.kind === "rerun waits") return old.rerunWaiting === change.runId;
   const listed = (old.activeRuns ?? {}) as Record<string, unknown>;

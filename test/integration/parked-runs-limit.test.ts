@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import { GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { reap } from "../../shared/dispatch/reaper.js";
@@ -68,7 +69,7 @@ describe("the runs a paused job lists for its resume", () => {
   /**
    * The largest definition the API accepts: a payload of 64 KiB serialized (a create or an edit)
    * and target headers filling another edit's 80 KiB body; 1,000 jobs after it; its most runs
-   * listed as under way.
+   * listed as under way, with their admission marks.
    */
   const largestDefinition = (jobId: string) => ({
     name: "n".repeat(200),
@@ -86,6 +87,13 @@ describe("the runs a paused job lists for its resume", () => {
       Array.from({ length: MAX_LISTED_RUNS }, (_, i) => [
         runId(jobId, new Date(Date.UTC(2021, 0, 1) + i * 1000), 1),
         new Date(Date.UTC(2021, 0, 1)).toISOString(),
+      ]),
+    ),
+    // Each listed run's admission mark, and the buffered run's and the waiting rerun's.
+    admissionMarks: Object.fromEntries(
+      Array.from({ length: MAX_LISTED_RUNS + 2 }, (_, i) => [
+        runId(jobId, new Date(Date.UTC(2021, 0, 1) + i * 1000), 1),
+        randomBytes(9).toString("base64url"),
       ]),
     ),
   });

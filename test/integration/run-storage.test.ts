@@ -1,10 +1,11 @@
-import { PutCommand } from "@aws-sdk/lib-dynamodb";
+import { PutCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConcurrentUpdateError, FenceLostError } from "../../shared/errors.js";
 import { createJob } from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
 import { recordAdmission } from "../../shared/storage/admission.js";
 import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
+import { jobKey } from "../../shared/storage/items.js";
 import { requestRunCancel } from "../../shared/storage/run-cancel.js";
 import { finishRun } from "../../shared/storage/run-finish.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
@@ -218,5 +219,51 @@ describe("run storage operations turn failed conditions into what they mean", ()
       activeRuns: { "run-a": leaseUntil.toISOString() },
       activeRevision: job.activeRevision + 1,
     });
+  });
+
+  it("an admission writes its run's mark and keeps the marks of the runs the job still holds, no others", async () => {
+    const { job } = await createJob(f.engine, testJob());
+    const leaseUntil = new Date(Date.now() + 60_000);
+    await recordAdmission(
+      f.engine,
+      job,
+      { kind: "start", runId: "run-a", leaseUntil },
+      { dropped: [] },
+    );
+    const one = await getJob(f.engine, job.jobId);
+    if (one === null) throw new Error("job gone");
+    await recordAdmission(f.engine, one, { kind: "buffer", runId: "run-b" }, { dropped: [] });
+    const two = await getJob(f.engine, job.jobId);
+    if (two === null) throw new Error("job gone");
+    const aMark = one.admissionMarks?.["run-a"];
+    expect(aMark).toMatch(/^[\w-]{12}$/);
+    expect(two.admissionMarks).toEqual({ "run-a": aMark, "run-b": expect.any(String) });
+    const bMark = two.admissionMarks?.["run-b"];
+
+    // A mark whose run the job no longer holds (one an older version's write took off, or left
+    // while a rolled-back version admitted the job) goes with the next admission, as does the
+    // mark of an entry that admission takes off.
+    await f.engine.doc.send(
+      new UpdateCommand({
+        TableName: f.engine.tables.jobs,
+        Key: jobKey(job.jobId),
+        UpdateExpression: "SET admissionMarks.#gone = :mark",
+        ExpressionAttributeNames: { "#gone": "run-gone" },
+        ExpressionAttributeValues: { ":mark": "x" },
+      }),
+    );
+    const withLeftOver = await getJob(f.engine, job.jobId);
+    if (withLeftOver === null) throw new Error("job gone");
+    expect(withLeftOver.admissionMarks?.["run-gone"]).toBe("x");
+    await recordAdmission(
+      f.engine,
+      withLeftOver,
+      { kind: "start", runId: "run-b", leaseUntil },
+      { dropped: ["run-a"] },
+    );
+    const three = await getJob(f.engine, job.jobId);
+    expect(three?.activeRuns).toEqual({ "run-b": leaseUntil.toISOString() });
+    expect(Object.keys(three?.admissionMarks ?? {})).toEqual(["run-b"]);
+    expect(three?.admissionMarks?.["run-b"]).not.toBe(bMark);
   });
 });

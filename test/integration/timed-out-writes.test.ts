@@ -1,8 +1,17 @@
+import { randomUUID } from "node:crypto";
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJob } from "../../shared/jobs/index.js";
+import { processRun } from "../../shared/execution/worker.js";
+import { createJob, triggerJob } from "../../shared/jobs/index.js";
+import type { Run } from "../../shared/model.js";
 import { jobKey } from "../../shared/storage/items.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { getRun } from "../../shared/storage/run-reads.js";
+import {
+  createEngineFixture,
+  deliveryOfRun,
+  type EngineFixture,
+  testJob,
+} from "../support/engine-fixture.js";
 import { timedOutAnswer, withLostAnswers } from "../support/faults.js";
 
 /**
@@ -49,4 +58,66 @@ describe("a write applied whose answer timed out, with another write landing bef
     const runs = (await f.runs()).filter((r) => r.jobId === job.jobId);
     expect(runs.map((r) => [r.status, r.fence])).toEqual([["SUCCEEDED", 1]]);
   });
+
+  /** The job's other run admitted as a worker of this version admits it: it runs to its end. */
+  const admittedHere = (second: Run) => () =>
+    processRun(f.workerDeps("other-run"), deliveryOfRun(f.engine, second));
+  /** As a worker of an earlier version admits it (during a deploy): its mark on the job alone. */
+  const admittedByEarlierVersion = (second: Run) => () =>
+    f.engine.doc.send(
+      new UpdateCommand({
+        TableName: f.engine.tables.jobs,
+        Key: jobKey(second.jobId),
+        UpdateExpression:
+          "SET activeRevision = activeRevision + :one, lastAdmission = :mark, activeRuns.#runId = :lease",
+        ExpressionAttributeNames: { "#runId": second.runId },
+        ExpressionAttributeValues: {
+          ":one": 1,
+          ":mark": randomUUID(),
+          ":lease": new Date(Date.now() + 60_000).toISOString(),
+        },
+      }),
+    );
+
+  it.each([
+    ["this version's", admittedHere],
+    ["an earlier version's", admittedByEarlierVersion],
+  ])(
+    "a run's admission still runs its run when %s admission of another run of the job landed before the SDK sent it again",
+    async (_, otherAdmission) => {
+      const { job } = await createJob(
+        f.engine,
+        testJob({
+          schedule: { cron: "0 0 1 1 *", timezone: "UTC" },
+          policies: { ...testJob().policies, overlap: "allow", maxConcurrent: 2 },
+        }),
+      );
+      const first = await triggerJob(f.engine, job.tenantId, job.jobId);
+      const second = await triggerJob(f.engine, job.tenantId, job.jobId);
+      const lossy = withLostAnswers(f.engine, {
+        operation: "UpdateItem",
+        times: 1,
+        match: (input) =>
+          String(input.UpdateExpression).includes("activeRuns.#runId = :leaseUntil") &&
+          (input.ExpressionAttributeNames as Record<string, string> | undefined)?.["#runId"] ===
+            first.runId,
+        error: timedOutAnswer,
+        // The job's other run is admitted in the seconds before the SDK sends the first run's
+        // admission again.
+        meanwhile: otherAdmission(second),
+      });
+      try {
+        expect(
+          await processRun(
+            { ...f.workerDeps("timed-out-admission"), engine: lossy.engine },
+            deliveryOfRun(f.engine, first),
+          ),
+        ).toBe("ack");
+      } finally {
+        lossy.destroy();
+      }
+      expect(lossy.injected.count).toBe(1);
+      expect((await getRun(f.engine, first))?.status).toBe("SUCCEEDED");
+    },
+  );
 });
