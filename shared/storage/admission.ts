@@ -123,10 +123,13 @@ export async function recordAdmission(
   // The runs the job holds once this write is applied keep their marks, beside this one's. The
   // map is written whole (the write stands on the revision read, so the map read is the map as
   // it stands): a path in it would fail on a job no admission of this version has written yet.
+  // A buffer or rerun write that takes the place of a run no longer waiting lets that run go.
   const held = new Set(Object.keys(job.activeRuns));
   for (const id of droppedNow) held.delete(id);
-  if (job.bufferedRunId && !removals.includes("bufferedRunId")) held.add(job.bufferedRunId);
-  if (job.rerunWaiting && !removals.includes("rerunWaiting")) held.add(job.rerunWaiting);
+  if (job.bufferedRunId && change.kind !== "buffer" && !removals.includes("bufferedRunId"))
+    held.add(job.bufferedRunId);
+  if (job.rerunWaiting && change.kind !== "rerun waits" && !removals.includes("rerunWaiting"))
+    held.add(job.rerunWaiting);
   sets.push("admissionMarks = :marks");
   values[":marks"] = {
     ...Object.fromEntries(

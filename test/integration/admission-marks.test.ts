@@ -231,6 +231,39 @@ describe("admission marks: a write applied with its answer lost, and what lands 
     },
   );
 
+  it.each([
+    ["buffer", "bufferedRunId"],
+    ["rerun waits", "rerunWaiting"],
+  ] as const)(
+    "a %s write that takes the place of a run that no longer waits drops that run's mark",
+    async (kind, field) => {
+      const { job } = await createJob(f.engine, testJob());
+      const leaseUntil = new Date(Date.now() + 60_000);
+      await recordAdmission(
+        f.engine,
+        job,
+        { kind: "start", runId: "run-a", leaseUntil },
+        { dropped: [] },
+      );
+      await recordAdmission(
+        f.engine,
+        await jobNow(job.jobId),
+        { kind, runId: "run-old" },
+        { dropped: [] },
+      );
+      // run-old ended without being admitted (cancelled, dead): the next one takes its place.
+      await recordAdmission(
+        f.engine,
+        await jobNow(job.jobId),
+        { kind, runId: "run-new" },
+        { dropped: [] },
+      );
+      const after = await jobNow(job.jobId);
+      expect(after[field]).toBe("run-new");
+      expect(Object.keys(after.admissionMarks ?? {}).sort()).toEqual(["run-a", "run-new"]);
+    },
+  );
+
   it("keeps no mark but the held runs' when an admission drops only some of the ended runs", async () => {
     const { job } = await createJob(f.engine, testJob());
     const leaseUntil = new Date(Date.now() + 60_000);
