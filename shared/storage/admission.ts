@@ -196,13 +196,14 @@ export function startOwedElsewhere(
 
 /**
  * Whether an admission that failed its condition was this very write, applied before with its
- * answer lost (the SDK sent it again): the job's `admissionMarks` holds this write's mark under
- * its run, with this change still in the job. Other runs' writes may have moved the job on before
- * the SDK sent it again: after a request timeout that comes seconds after the write was applied
- * (shared/aws.ts), and a job whose runs overlap or follow closely is written by them in those
- * seconds (their admissions write their own runs' marks and keep this one); a later write keeps
- * a live entry, a waiting place or a rerun mark that is still so. Taken for another's, a first
- * start held unwritten would find its own run listed under a live lease, take it for another
+ * answer lost (the SDK sent it again, or retryOnContention did once the SDK's attempts after it
+ * were all throttled: a call of its own, sent once): the job's `admissionMarks` holds this write's
+ * mark under its run, with this change still in the job. Other runs' writes may have moved the job
+ * on before the SDK sent it again: after a request timeout that comes seconds after the write was
+ * applied (shared/aws.ts), and a job whose runs overlap or follow closely is written by them in
+ * those seconds (their admissions write their own runs' marks and keep this one); a later write
+ * keeps a live entry, a waiting place or a rerun mark that is still so. Taken for another's, a
+ * first start held unwritten would find its own run listed under a live lease, take it for another
  * delivery's, and leave the run unrun (and its job's overlap blocked) until the lease lapsed and
  * the reaper sent it again. The mark is drawn for each write, so no other write, and no request
  * refused unapplied (throttled, a 500 before the write: the SDK sends those again too), leaves
