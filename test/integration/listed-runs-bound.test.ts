@@ -1,4 +1,3 @@
-import { randomUUID } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { PutCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
@@ -159,9 +158,10 @@ describe.concurrent("the runs a job lists as under way", () => {
    * runDueNow, its message left unsent: the cases deliver by hand), then started, given its run
    * token and handed over by the operations the worker calls for it (startRun, issueRunToken,
    * handOverRun), runs side by side, a second apart; the job's activeRuns and the marks its
-   * admissions leave (activeRevision, lastAdmission, firstWriteLeadMs) are written at once, as the
-   * worker's admissions would have. Compared item by item with a worker's fill, the job's and the
-   * runs' items differ only in instants, ids, token hashes and the admissions' own mark. Returns
+   * admissions leave (activeRevision, firstWriteLeadMs) are written at once, as the worker's
+   * admissions would have. Compared item by item with a worker's fill, the job's and the runs' items
+   * differ only in instants, ids, token hashes and the admissions' marks (admissionMarks, which only
+   * an admission whose answer was lost reads). Returns
    * the job, the runs and an instant at which every lease has lapsed.
    */
   const jobFullOfQuietRuns = async (
@@ -212,13 +212,12 @@ describe.concurrent("the runs a job lists as under way", () => {
         new UpdateCommand({
           TableName: f.engine.tables.jobs,
           Key: jobKey(job.jobId),
-          UpdateExpression: `SET activeRevision = activeRevision + :admissions, lastAdmission = :admission, firstWriteLeadMs = :lead, ${some
+          UpdateExpression: `SET activeRevision = activeRevision + :admissions, firstWriteLeadMs = :lead, ${some
             .map((_, i) => `activeRuns.#r${i} = :lease${i}`)
             .join(", ")}`,
           ExpressionAttributeNames: Object.fromEntries(some.map((id, i) => [`#r${i}`, id])),
           ExpressionAttributeValues: {
             ":admissions": some.length,
-            ":admission": randomUUID(),
             ":lead": leaseMs - heartbeatEveryMs(workerAt(f.engine)),
             ...Object.fromEntries(some.map((id, i) => [`:lease${i}`, leases[id]])),
           },
