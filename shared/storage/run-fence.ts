@@ -11,17 +11,21 @@ import { runKeyOf } from "./run-reads.js";
 
 /**
  * The condition of every write a worker makes to a run it started: the run is
- * still RUNNING under the fence this worker's start took, and nobody asked to
- * cancel it. Once another worker has started it again (the lease lapsed), the
- * fence is higher and the write fails; once a cancel is requested, every write
- * but the CANCELLED ending (`FENCE_HELD_CANCELLING`) fails, so a handler that
- * ignored its signal cannot record success, a failure or a next attempt.
+ * still RUNNING under the start this worker made (its fence, worker id and
+ * start instant), and nobody asked to cancel it. Once another worker has
+ * started it again (the lease lapsed), the fence is higher and the write fails;
+ * once a cancel is requested, every write but the CANCELLED ending
+ * (`FENCE_HELD_CANCELLING`) fails, so a handler that ignored its signal cannot
+ * record success, a failure or a next attempt. The worker id and start instant
+ * are there for a table restored from a backup: the run goes back to a lower
+ * fence while this worker still runs it, and the next start takes this
+ * worker's fence again (docs/deploy.md, "Restoring from a backup").
  */
-const FENCE_HELD =
-  "fence = :fence AND #status = :running AND attribute_not_exists(cancelRequestedAt)";
+const START_HELD = "fence = :fence AND workerId = :workerId AND startedAt = :startedAt";
+const FENCE_HELD = `${START_HELD} AND #status = :running AND attribute_not_exists(cancelRequestedAt)`;
 
-/** The worker's CANCELLED ending of a run whose cancel was requested: the fence alone. */
-const FENCE_HELD_CANCELLING = "fence = :fence AND #status = :running";
+/** The worker's CANCELLED ending of a run whose cancel was requested: the start alone. */
+const FENCE_HELD_CANCELLING = `${START_HELD} AND #status = :running`;
 
 /**
  * A start the worker has not written yet (`takeRun`): it read the run QUEUED and runs it as
@@ -73,7 +77,12 @@ export function fencedWrite(run: HeldRun, options: { cancelling?: boolean } = {}
     return {
       condition: options.cancelling ? FENCE_HELD_CANCELLING : FENCE_HELD,
       names: { "#status": "status" },
-      values: { ":fence": run.fence, ":running": "RUNNING" },
+      values: {
+        ":fence": run.fence,
+        ":workerId": run.workerId,
+        ":startedAt": run.startedAt,
+        ":running": "RUNNING",
+      },
       startSets: [],
       written: () => undefined,
     };
@@ -154,7 +163,7 @@ function fenceLost(
  * ours but with a cancel requested → `RunCancelledError`; anything else → `FenceLostError`.
  */
 export function fenceFailure(
-  run: Pick<HeldRun, "runId" | "fence" | "unwrittenStart">,
+  run: Pick<HeldRun, "runId" | "fence" | "workerId" | "startedAt" | "unwrittenStart">,
   old: Record<string, unknown> | null,
   cause: unknown,
 ): FenceLostError | RunCancelledError {
@@ -164,6 +173,8 @@ export function fenceFailure(
     held &&
     old !== null &&
     old.fence === run.fence &&
+    old.workerId === run.workerId &&
+    old.startedAt === run.startedAt &&
     old.status === "RUNNING" &&
     typeof old.cancelRequestedAt === "string"
   ) {

@@ -1,0 +1,163 @@
+import { BatchWriteCommand } from "@aws-sdk/lib-dynamodb";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
+import type { JobContext } from "../../shared/execution/job-contract.js";
+import { processRun } from "../../shared/execution/worker.js";
+import { createJob } from "../../shared/jobs/index.js";
+import type { Run } from "../../shared/model.js";
+import { getJob } from "../../shared/storage/run-reads.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { scanTable } from "../support/namespace.js";
+import { waitFor } from "../support/wait.js";
+
+const LEASE_MS = 20_000;
+/** Worker A's heartbeat pace: the test does what follows the restore between two of them. */
+const SLOW_HEARTBEAT_MS = 5000;
+
+/**
+ * An operator's restore from a point-in-time backup, as the scheduler meets it: every table goes
+ * back to what it held at the backup point while the queues, the workers and the targets keep
+ * what they have seen since. `snapshot` is the backup (every item of every table), `restore`
+ * puts the tables back to it (every item deleted, the snapshot's put back), as an operator who
+ * restores to a side table and copies it over the live one does.
+ */
+type Snapshot = ReadonlyMap<string, readonly Record<string, unknown>[]>;
+
+const keyAttributes = ["pk", "sk"] as const;
+
+async function snapshot(f: EngineFixture): Promise<Snapshot> {
+  const tables = Object.values(f.engine.tables);
+  return new Map(
+    await Promise.all(tables.map(async (t) => [t, await scanTable(f.engine.doc, t)] as const)),
+  );
+}
+
+async function writeBatches(
+  f: EngineFixture,
+  table: string,
+  requests: Record<string, unknown>[],
+): Promise<void> {
+  for (let i = 0; i < requests.length; i += 25) {
+    let pending: Record<string, unknown>[] | undefined = requests.slice(i, i + 25);
+    while (pending && pending.length > 0) {
+      const answer = await f.engine.doc.send(
+        new BatchWriteCommand({ RequestItems: { [table]: pending } }),
+      );
+      pending = answer.UnprocessedItems?.[table] as Record<string, unknown>[] | undefined;
+    }
+  }
+}
+
+async function restore(f: EngineFixture, backup: Snapshot): Promise<void> {
+  for (const [table, items] of backup) {
+    const now = await scanTable(f.engine.doc, table);
+    const keyOf = (item: Record<string, unknown>) =>
+      Object.fromEntries(keyAttributes.filter((k) => k in item).map((k) => [k, item[k]]));
+    await writeBatches(
+      f,
+      table,
+      now.map((item) => ({ DeleteRequest: { Key: keyOf(item) } })),
+    );
+    await writeBatches(
+      f,
+      table,
+      items.map((item) => ({ PutRequest: { Item: item } })),
+    );
+  }
+}
+
+/** A handler that runs until the test lets it end (or its signal fires), counting its runs. */
+function gatedHandler() {
+  const started: JobContext[] = [];
+  const releases: (() => void)[] = [];
+  const handler = (ctx: JobContext) => {
+    started.push(ctx);
+    return new Promise<void>((resolve) => {
+      releases.push(resolve);
+      ctx.signal.addEventListener("abort", () => resolve(), { once: true });
+    });
+  };
+  return {
+    handler,
+    started,
+    release: (i: number) => releases[i]?.(),
+  };
+}
+
+async function runOf(f: EngineFixture, jobId: string): Promise<Run> {
+  const runs = (await f.runs()).filter((r) => r.jobId === jobId);
+  expect(runs).toHaveLength(1);
+  const [run] = runs;
+  if (!run) throw new Error("no run");
+  return run;
+}
+
+/** The engine's clock runs `offsetMs` ahead of the machine's: a test moves it on past a restore. */
+let offsetMs = 0;
+const clock = () => new Date(Date.now() + offsetMs);
+
+let f: EngineFixture;
+beforeAll(async () => {
+  f = await createEngineFixture({ settings: { leaseMs: LEASE_MS, quotaCacheMs: 0 }, clock });
+});
+beforeEach(() => {
+  offsetMs = 0;
+});
+afterAll(() => f.destroy());
+
+describe("a restore while a worker holds a run it started after the backup point", () => {
+  it("refuses that worker's ending once the run was started again: one run recorded, by its holder", async () => {
+    const fenceLostBefore = f.metrics.sum("FenceLost", { component: "worker" });
+    const gateA = gatedHandler();
+    const gateB = gatedHandler();
+    const { job } = await createJob(
+      f.engine,
+      testJob({ type: "gate", schedule: { runAt: new Date().toISOString() }, timeoutSeconds: 30 }),
+    );
+    const first = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    // The backup point: the run QUEUED, fence 0.
+    const backup = await snapshot(f);
+    expect((await runOf(f, job.jobId)).status).toBe("QUEUED");
+
+    // Worker A starts it after the backup point; its first heartbeat writes the start (fence 1).
+    const workerA = f.workerDeps("worker-a", { gate: gateA.handler }, SLOW_HEARTBEAT_MS);
+    const endingA = processRun(workerA, first);
+    await waitFor("A's start written", async () => {
+      const run = await runOf(f, job.jobId);
+      return run.status === "RUNNING" && run.workerId === "worker-a" ? run : undefined;
+    });
+    // The operator restores: the run is QUEUED at fence 0 again while A still runs it, between
+    // two of A's heartbeats (what follows takes well under SLOW_HEARTBEAT_MS).
+    await restore(f, backup);
+    expect((await runOf(f, job.jobId)).status).toBe("QUEUED");
+
+    // The reaper finds the restored run QUEUED past its deadline and sends it again; worker B
+    // starts it under fence 1, the fence A holds.
+    const resent = await reap(f.engine, {
+      now: new Date(Date.now() + LEASE_MS + REAPER_SETTLE_MS + 1000),
+    });
+    expect(resent.resent).toBeGreaterThanOrEqual(1);
+    const again = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const workerB = f.workerDeps("worker-b", { gate: gateB.handler }, 300);
+    const endingB = processRun(workerB, again);
+    await waitFor("B's start written", async () => {
+      const run = await runOf(f, job.jobId);
+      return run.status === "RUNNING" && run.workerId === "worker-b" ? run : undefined;
+    });
+
+    // A's handler ends: its ending must not be taken for B's.
+    gateA.release(0);
+    // Refused, it acknowledges its message: the run is another worker's.
+    expect(await endingA).toBe("ack");
+    const whileB = await runOf(f, job.jobId);
+    expect(whileB.status).toBe("RUNNING");
+    expect(whileB.workerId).toBe("worker-b");
+    expect(f.metrics.sum("FenceLost", { component: "worker" })).toBe(fenceLostBefore + 1);
+
+    gateB.release(0);
+    expect(await endingB).toBe("ack");
+    const ended = await runOf(f, job.jobId);
+    expect([ended.status, ended.workerId]).toEqual(["SUCCEEDED", "worker-b"]);
+    expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
+  }, 60_000);
+});
