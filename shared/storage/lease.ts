@@ -185,6 +185,11 @@ export async function releaseShardLease(
   });
 }
 
+/**
+ * A write of the pass that holds the lease: its fence, and its owner, which the fence alone would
+ * not need but for a jobs table restored from a backup: the lease goes back below the fence a pass
+ * under way holds, and the next take gives that fence again, to another owner.
+ */
 async function fencedLeaseUpdate(
   engine: Engine,
   lease: ShardLease,
@@ -196,9 +201,10 @@ async function fencedLeaseUpdate(
       new UpdateCommand({
         TableName: engine.tables.jobs,
         Key: shardLeaseKey(lease.shard),
-        ConditionExpression: "fence = :fence",
+        ConditionExpression: "fence = :fence AND #owner = :owner",
         UpdateExpression: update,
-        ExpressionAttributeValues: { ...values, ":fence": lease.fence },
+        ExpressionAttributeNames: { "#owner": "owner" },
+        ExpressionAttributeValues: { ...values, ":fence": lease.fence, ":owner": lease.owner },
       }),
     );
   } catch (error) {

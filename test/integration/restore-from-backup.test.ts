@@ -1,5 +1,6 @@
 import { BatchWriteCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { dispatchShard, type PassResult } from "../../shared/dispatch/dispatcher.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { tickOnce } from "../../shared/dispatch/tick.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
@@ -19,7 +20,7 @@ import {
   tenantWebhookSecrets,
 } from "../../shared/webhooks/secrets.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
-import { scanTable } from "../support/namespace.js";
+import { createTestClients, scanTable } from "../support/namespace.js";
 import { waitFor } from "../support/wait.js";
 
 const LEASE_MS = 20_000;
@@ -298,5 +299,49 @@ describe("a restore to before a create and a quota override", () => {
     const refused = await createJob(f.engine, far()).catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(QuotaExceededError);
     expect((refused as QuotaExceededError).context.quota).toBe("activeJobs");
+  });
+});
+
+/**
+ * The engine's client with `hold` run before the first write that ends a dispatcher pass (the
+ * lease's watermark and sweepFrom) is sent: the pass is under way when the restore comes.
+ */
+function passEndingAfter(hold: () => Promise<void>) {
+  const clients = createTestClients();
+  let held = false;
+  clients.doc.middlewareStack.add(
+    (next) => async (args) => {
+      const input = args.input as { UpdateExpression?: unknown };
+      if (!held && String(input.UpdateExpression ?? "").includes("watermark = :minute")) {
+        held = true;
+        await hold();
+      }
+      return next(args);
+    },
+    { step: "initialize", name: "holdPassEnd" },
+  );
+  return { engine: { ...f.engine, doc: clients.doc }, destroy: () => clients.destroy() };
+}
+
+describe("a restore while a dispatcher pass is under way", () => {
+  it("refuses that pass's end write once another pass took the restored lease to its fence", async () => {
+    await dispatchShard(f.engine, 0, "pass-before-backup");
+    const backup = await snapshot(f);
+    let secondPass: PassResult | undefined;
+    const holding = passEndingAfter(async () => {
+      // The lease goes back below this pass's fence; the next pass takes it up to that fence.
+      await restore(f, backup);
+      secondPass = await dispatchShard(f.engine, 0, "pass-after-restore");
+    });
+    try {
+      const first = await dispatchShard(holding.engine, 0, "pass-across-restore");
+      const fenceOf = (pass: PassResult | undefined) =>
+        pass !== undefined && "fence" in pass ? pass.fence : undefined;
+      expect(secondPass?.outcome).toBe("swept");
+      expect(fenceOf(secondPass)).toBe(fenceOf(first));
+      expect(first.outcome).toBe("fence-lost");
+    } finally {
+      holding.destroy();
+    }
   });
 });
