@@ -65,8 +65,9 @@ export interface RunEnding {
    */
   readonly trigger?: DueEntry;
   /**
-   * A CANCELLED ending that carries out a requested cancel: conditioned on the fence alone
-   * (`FENCE_HELD_CANCELLING`), since every other write fails once the request is there.
+   * A CANCELLED ending that carries out a requested cancel: conditioned on the start alone (its
+   * fence, worker and `startedAt`: `FENCE_HELD_CANCELLING`), since every other write fails once
+   * the request is there.
    */
   readonly honoursCancel?: boolean;
   /** With `ran`: a later delivery's ending of a run an earlier worker ran and died holding. */

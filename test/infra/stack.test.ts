@@ -398,6 +398,42 @@ describe("dispatch", () => {
       Ref: logicalIdOf(stack, stack.dispatch.dispatcher.fn),
     });
   });
+
+  /**
+   * docs/deploy.md's restore stops the stage by disabling the tick's rule, then waits before the
+   * copy: an event the rule emitted before may still come (EventBridge's retries, then Lambda's
+   * async queue), the tick it starts invokes the dispatcher, whose event waits in that queue too
+   * (and is retried), so a pass can start minutes after the rule is off, however short the
+   * workers' timeout. The wait the procedure states covers that, then the pass's own timeout.
+   */
+  it("docs/deploy.md's restore waits out a dispatcher pass started after the tick's rule is off", () => {
+    const { stack } = prod;
+    const eventAgeOf = (fn: SchedulerFunction["fn"]) => {
+      const configs = resourcesOfType(prod, "AWS::Lambda::EventInvokeConfig").filter(
+        ([, config]) => referencedId(config.Properties?.FunctionName) === logicalIdOf(stack, fn),
+      );
+      expect(configs).toHaveLength(1);
+      return Number(configs[0]?.[1].Properties?.MaximumEventAgeInSeconds);
+    };
+    const [target] = asArray(propertiesOf(prod, stack.dispatch.rule).Targets);
+    const ruleEventAge = isObject(target) ? target.RetryPolicy : undefined;
+    const ruleAgeSeconds = Number(
+      isObject(ruleEventAge) ? ruleEventAge.MaximumEventAgeInSeconds : NaN,
+    );
+    const tickTimeout = Number(propertiesOf(prod, stack.dispatch.tick.fn).Timeout);
+    const latestPassStartSeconds =
+      ruleAgeSeconds +
+      eventAgeOf(stack.dispatch.tick.fn) +
+      tickTimeout +
+      eventAgeOf(stack.dispatch.dispatcher.fn);
+    expect(latestPassStartSeconds).toBeGreaterThan(0);
+    const deploy = readFileSync(join(REPO_ROOT, "docs", "deploy.md"), "utf8");
+    const section = deploy.split(/^### Restoring from a backup$/m)[1]?.split(/^###? /m)[0] ?? "";
+    const stated = /at least (\d+) minutes and the dispatcher's timeout/.exec(
+      section.replace(/\s+/g, " "),
+    );
+    expect(Number(stated?.[1]) * 60).toBeGreaterThanOrEqual(latestPassStartSeconds);
+  });
 });
 
 describe("async targets", () => {
