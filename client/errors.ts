@@ -76,6 +76,11 @@ export class SchedulerApiError<C extends ErrorCode = ErrorCode> extends Schedule
   readonly currentVersion: number | undefined;
   /** The refused request's method, where the client knows it (a GET can be sent again, a POST may have been applied). */
   readonly method: string | undefined;
+  /**
+   * The refused request as the API reference names it (`POST /jobs/{id}/pause`), where the client
+   * knows it: with `method`, whether sending it again answers what it did (isRepeatableRoute).
+   */
+  readonly operation: string | undefined;
 
   constructor(
     status: number,
@@ -89,6 +94,7 @@ export class SchedulerApiError<C extends ErrorCode = ErrorCode> extends Schedule
       currentVersion?: number | undefined;
       quota?: ErrorBody["quota"];
       method?: string | undefined;
+      operation?: string | undefined;
     } = {},
   ) {
     super(code, message);
@@ -100,6 +106,7 @@ export class SchedulerApiError<C extends ErrorCode = ErrorCode> extends Schedule
     this.currentVersion = details.currentVersion;
     this.quota = details.quota;
     this.method = details.method;
+    this.operation = details.operation;
   }
 
   is<K extends C>(code: K): this is SchedulerApiError<K> {
@@ -203,8 +210,12 @@ function retryAfterSecondsOf(header: string | null): number | undefined {
   return Number.isNaN(at) ? undefined : Math.max(0, Math.ceil((at - Date.now()) / 1000));
 }
 
-/** The error an answer that is not a success, to a request sent with `method`, stands for. */
-export function errorOf(response: Response, body: unknown, method: string): SchedulerApiError {
+/**
+ * The error an answer that is not a success, to `operation` (its method and path template,
+ * `POST /jobs/{id}/pause`), stands for.
+ */
+export function errorOf(response: Response, body: unknown, operation: string): SchedulerApiError {
+  const method = operation.slice(0, operation.indexOf(" "));
   const retryAfterSeconds = retryAfterSecondsOf(response.headers.get("retry-after"));
   const gatewayCode = isErrorBody(body) ? undefined : GATEWAY_CODES[response.status];
   if (gatewayCode !== undefined) {
@@ -212,6 +223,7 @@ export function errorOf(response: Response, body: unknown, method: string): Sche
     return new SchedulerApiError(response.status, gatewayCode, (text ?? "").slice(0, 300), {
       retryAfterSeconds,
       method,
+      operation,
     });
   }
   if (!isErrorBody(body)) {
@@ -226,7 +238,7 @@ export function errorOf(response: Response, body: unknown, method: string): Sche
       response.status,
       "unexpected_response",
       `${response.status} ${response.statusText}: ${text?.slice(0, 300) ?? ""}`,
-      { retryAfterSeconds, method },
+      { retryAfterSeconds, method, operation },
     );
   }
   const { code, message, field, currentStatus, issues, quota } = body.error;
@@ -238,5 +250,6 @@ export function errorOf(response: Response, body: unknown, method: string): Sche
     retryAfterSeconds,
     currentVersion: versionOfEtag(response.headers.get("etag")) ?? undefined,
     method,
+    operation,
   });
 }

@@ -143,7 +143,7 @@ export class JobHandle {
       params: { path: { id: this.id } },
     });
     if (response.ok) return "deleted";
-    const refused = errorOf(response, error, "DELETE");
+    const refused = errorOf(response, error, "DELETE /jobs/{id}");
     if (refused.is("not_found") && followsUnclearAttempt(response)) return "gone";
     throw refused;
   }

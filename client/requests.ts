@@ -61,7 +61,7 @@ export async function unwrapWithResponse<T>(
   shape: AnswerShape,
 ): Promise<{ data: T; response: Response }> {
   const { data, error, response } = await pending;
-  if (!response.ok) throw errorOf(response, error, operation.slice(0, operation.indexOf(" ")));
+  if (!response.ok) throw errorOf(response, error, operation);
   const missing = shape.missing(data);
   if (data === undefined || missing !== null) {
     throw new SchedulerApiError(

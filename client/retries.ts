@@ -1,13 +1,19 @@
 import { RequestTimeoutError } from "./errors.js";
+import type { paths } from "./generated/api.js";
 import { waitOrAbort } from "./requests.js";
 
 /**
  * Retries of requests the API answered 429 (over the tenant's requests per second) or 503 (busy:
  * contention on a job, or storage that did not answer in time), or API Gateway answered 502 or 504
- * (the API's function failed or ran out of time), for requests that are safe to send again: GET,
- * HEAD, OPTIONS, PUT and DELETE, and a POST that carries an `Idempotency-Key` (a repeat answers
- * what the first did). Each retry waits the answer's `Retry-After`; an answer without one waits
- * 0.5 s, doubling per retry; a wait over `maxDelayMs` is not waited, the last answer returned. A
+ * (the API's function failed or ran out of time), for requests that are safe to send again, whose
+ * repeat answers what the first did or the state it left (docs/api.md "Retrying requests"): GET,
+ * HEAD, OPTIONS, PUT and DELETE; a job's pause, resume and cancel, a run's cancel, an edit (PATCH,
+ * with the If-Match it was sent with), an async target's completion and heartbeat, and a
+ * schedule's preview; and any other POST that carries an `Idempotency-Key`. A create, a batch, a
+ * trigger, a replay or a rotation without a key is sent once: its repeat would do it again. An
+ * edit's 412 is never retried: another edit came first. Each retry waits the answer's
+ * `Retry-After`; an answer without one waits 0.5 s, doubling per retry; a wait over `maxDelayMs`
+ * is not waited, the last answer returned. A
  * request of those that timed out (a RequestTimeoutError), or whose connection broke once it was
  * open (reset or closed by the other side), is retried too, after the same doubling wait: it may
  * have been applied, and sending it again does what sending it once does. A connection that could
@@ -34,8 +40,8 @@ const DEFAULT_MAX_DELAY_MS = 10_000;
 /** The first wait when the answer gives no Retry-After; each retry doubles it. */
 const BASE_DELAY_MS = 500;
 const RETRIED_STATUSES: ReadonlySet<number> = new Set([429, 502, 503, 504]);
-/** Methods whose request, sent twice, does what it does sent once. */
-export const REPEATABLE_METHODS: ReadonlySet<string> = new Set([
+/** Methods whose request, sent twice, does what it does sent once, whatever its route. */
+const REPEATABLE_METHODS: ReadonlySet<string> = new Set([
   "GET",
   "HEAD",
   "OPTIONS",
@@ -109,10 +115,60 @@ async function waitBeforeRetry(
   signal.throwIfAborted();
 }
 
-/** Whether sending `request` twice does what sending it once does. */
+/** The OpenAPI paths (client/generated/api.ts) that take `method`. */
+type PathsTaking<M extends "post" | "patch"> = {
+  [P in keyof paths]: paths[P][M] extends undefined ? never : P;
+}[keyof paths];
+
+/**
+ * The POSTs whose repeat answers what the first attempt did, or the state it left, with no
+ * Idempotency-Key (docs/api.md "Retrying requests"): a job's pause, resume and cancel, a run's
+ * cancel, an async target's completion (the same report) and heartbeat (a lease from now, as the
+ * first gave), and a schedule's preview, which writes nothing. A create, a batch, a trigger, a
+ * replay and a rotation are not among them: sent again without a key, each does it again.
+ */
+const REPEATABLE_POSTS: readonly PathsTaking<"post">[] = [
+  "/jobs/{id}/pause",
+  "/jobs/{id}/resume",
+  "/jobs/{id}/cancel",
+  "/jobs/{id}/runs/{runId}/cancel",
+  "/runs/{runId}/complete",
+  "/runs/{runId}/heartbeat",
+  "/schedules/preview",
+];
+/** An edit sent again at the same If-Match with the same body answers the job it made. */
+const EDIT: PathsTaking<"patch"> = "/jobs/{id}";
+
+/**
+ * A path template as a pattern of the end of a URL's path: each `{param}` one segment (the client
+ * escapes a `/` in an id), and whatever path the base URL has (an API Gateway stage) before it.
+ */
+const routePattern = (template: string): RegExp =>
+  new RegExp(`(?:^|/)${template.slice(1).replace(/\{[^}]+\}/g, "[^/]+")}$`);
+const REPEATABLE_POST_PATTERNS = REPEATABLE_POSTS.map(routePattern);
+const EDIT_PATTERN = routePattern(EDIT);
+
+/**
+ * Whether a `method` request to `pathname` (a URL's path, or a path template such as
+ * "/jobs/{id}/pause") answers, sent again as it was, what it did sent once, with no
+ * Idempotency-Key: by its method (GET, HEAD, OPTIONS, PUT, DELETE), or its route (a POST of
+ * REPEATABLE_POSTS; an edit, which the client sends with If-Match).
+ */
+export function isRepeatableRoute(method: string, pathname: string): boolean {
+  if (REPEATABLE_METHODS.has(method)) return true;
+  if (method === "POST") return REPEATABLE_POST_PATTERNS.some((pattern) => pattern.test(pathname));
+  return method === "PATCH" && EDIT_PATTERN.test(pathname);
+}
+
+/**
+ * Whether sending `request` twice does what sending it once does: its route is repeatable
+ * (isRepeatableRoute; an edit only with If-Match, without which the API refuses it, 428), or it is
+ * a POST with an Idempotency-Key.
+ */
 export function isRepeatable(request: Request): boolean {
+  if (request.method === "PATCH" && !request.headers.has("if-match")) return false;
   return (
-    REPEATABLE_METHODS.has(request.method) ||
+    isRepeatableRoute(request.method, new URL(request.url).pathname) ||
     (request.method === "POST" && request.headers.has("idempotency-key"))
   );
 }

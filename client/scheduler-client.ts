@@ -51,8 +51,9 @@ export interface SchedulerClientOptions {
   /** Replaces the global fetch (a proxy agent, a test double). */
   readonly fetch?: typeof fetch;
   /**
-   * Retries of a 429, 502, 503 or 504 answer to a request that is safe to repeat (see RetryOptions): 3 by
-   * default, each after the answer's Retry-After; `{ attempts: 0 }` sends each request once.
+   * Retries of a 429, 502, 503 or 504 answer to a request that is safe to repeat (see RetryOptions:
+   * by method, route or Idempotency-Key): 3 by default, each after the answer's Retry-After;
+   * `{ attempts: 0 }` sends each request once.
    */
   readonly retry?: RetryOptions;
   /**

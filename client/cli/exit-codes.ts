@@ -4,7 +4,7 @@ import {
   RequestTimeoutError,
   WaitTimeoutError,
 } from "../index.js";
-import { REPEATABLE_METHODS } from "../retries.js";
+import { isRepeatableRoute } from "../retries.js";
 
 /**
  * What `scheduler` exits with, so that scripts can tell outcomes apart
@@ -13,8 +13,8 @@ import { REPEATABLE_METHODS } from "../retries.js";
 export const EXIT = {
   ok: 0,
   /**
-   * Anything unforeseen: a 5xx, an answer not in the API's error shape, a bug; a POST or PATCH
-   * that timed out (it may have been applied).
+   * Anything unforeseen: a 5xx, an answer not in the API's error shape, a bug; a create, trigger,
+   * replay or rotation that timed out (it may have been applied).
    */
   failed: 1,
   /** The command line itself: unknown command or option, a missing or malformed argument. */
@@ -34,7 +34,8 @@ export const EXIT = {
   unauthorized: 7,
   /**
    * Try again: the API is busy with the same job (503), over the requests per second (429), or
-   * a read, PUT or DELETE did not finish in time (--request-timeout, or API Gateway's 502 or 504).
+   * a request whose repeat answers what it did (a read, PUT, DELETE, pause, resume, cancel, edit)
+   * did not finish in time (--request-timeout, or API Gateway's 502 or 504).
    */
   busy: 8,
   /** The API could not be reached. */
@@ -99,25 +100,35 @@ export function isUnreachable(error: unknown): boolean {
   return error instanceof TypeError && error.message === "fetch failed";
 }
 
+/** Whether `operation` ("POST /jobs/{id}/pause") answers, sent again, what it did sent once. */
+function repeatableOperation(operation: string): boolean {
+  const [method = "", path = ""] = operation.split(" ");
+  return isRepeatableRoute(method, path);
+}
+
 export function exitCodeOf(error: unknown): number {
   if (isSchedulerApiError(error)) {
     // A proxy's page answered 503 (Service Unavailable) means what the API's busy does, and the
     // client retried it alike. (API Gateway's own 401, 403, 413 and 429 come with the API's codes.)
     if (error.code === "unexpected_response" && error.status === 503) return EXIT.busy;
-    // API Gateway's 502 (the API's function failed) and 504 (it ran out of time): a read, PUT or
-    // DELETE can be run again, as after a timeout; a POST may have been applied, as after a 500.
+    // API Gateway's 502 (the API's function failed) and 504 (it ran out of time): a request whose
+    // repeat answers what it did (a read, PUT, DELETE, pause, resume, cancel, edit) can be run
+    // again, as after a timeout; a create or trigger may have been applied, as after a 500.
     if (error.code === "unexpected_response" && (error.status === 502 || error.status === 504))
-      return error.method !== undefined && REPEATABLE_METHODS.has(error.method)
+      return error.operation !== undefined && repeatableOperation(error.operation)
         ? EXIT.busy
         : EXIT.failed;
     return BY_CODE[error.code];
   }
-  // A timed-out read, PUT or DELETE can be run again as after a 503. A POST may have been applied,
-  // as after a 500: even one the client retried under an Idempotency-Key, since the command run
-  // again sends the same key only when the user gave it (rotate and replay make a new one each
-  // run: a second rotation would cut off the secret receivers verify with).
+  // A timed-out request whose repeat answers what it did (a read, PUT, DELETE, pause, resume,
+  // cancel, edit) can be run again as after a 503. Any other POST may have been applied, as after
+  // a 500: even one the client retried under an Idempotency-Key, since the command run again sends
+  // the same key only when the user gave it (rotate and replay make a new one each run: a second
+  // rotation would cut off the secret receivers verify with).
   if (error instanceof RequestTimeoutError)
-    return REPEATABLE_METHODS.has(error.method) ? EXIT.busy : EXIT.failed;
+    return isRepeatableRoute(error.method, new URL(error.path, "http://api").pathname)
+      ? EXIT.busy
+      : EXIT.failed;
   if (error instanceof CliExit) return error.exitCode;
   if (isMissingCredentials(error)) return EXIT.unauthorized;
   if (error instanceof WaitTimeoutError) return EXIT.timedOut;

@@ -196,12 +196,18 @@ describe("a request that takes too long", () => {
     );
 
     received = [];
-    const error = await rejection(client.jobs.handle("01JOB").pause(), RequestTimeoutError);
-    await arrived(() => expect(requests()).toEqual(["POST /jobs/01JOB/pause"]));
+    const error = await rejection(client.jobs.handle("01JOB").trigger(), RequestTimeoutError);
+    await arrived(() => expect(requests()).toEqual(["POST /jobs/01JOB/trigger"]));
     expect(error.repeatable).toBe(false);
     expect(error.message).toBe(
-      "POST /jobs/01JOB/pause did not finish within 100 ms: it may have been applied",
+      "POST /jobs/01JOB/trigger did not finish within 100 ms: it may have been applied",
     );
+
+    // A pause's repeat answers the job as it stands: retried without a key.
+    received = [];
+    const paused = await rejection(client.jobs.handle("01JOB").pause(), RequestTimeoutError);
+    await arrived(() => expect(requests()).toEqual(Array(2).fill("POST /jobs/01JOB/pause")));
+    expect(paused.repeatable).toBe(true);
   });
 
   it("the caller's own AbortSignal still aborts, as an abort rather than a timeout", async () => {
@@ -252,7 +258,7 @@ describe("a request that takes too long", () => {
     );
   });
 
-  it("the CLI: --request-timeout, exit 1 for a POST, which may have been applied", async () => {
+  it("the CLI: --request-timeout, exit 1 for a trigger, which may have been applied", async () => {
     const write = await cli([
       "--api",
       baseUrl,
@@ -261,21 +267,33 @@ describe("a request that takes too long", () => {
       "--request-timeout",
       "0.2",
       "jobs",
-      "pause",
+      "trigger",
       "01JOB",
     ]);
     expect(write.code).toBe(EXIT.failed);
     expect(write.stderr).toContain("it may have been applied");
     const asJson = await cli([
       ...["-o", "json", "--api", baseUrl, "--key", key, "--request-timeout", "0.2"],
-      ...["jobs", "resume", "01JOB"],
+      ...["jobs", "create", "--type", "noop", "--run-at", "2030-01-01T00:00:00Z"],
     ]);
     expect(JSON.parse(asJson.stderr)).toEqual({
       error: {
         code: "timeout",
-        message: "POST /jobs/01JOB/resume did not finish within 200 ms: it may have been applied",
+        message: "POST /jobs did not finish within 200 ms: it may have been applied",
       },
     });
+  });
+
+  it("the CLI: --request-timeout on a pause, whose repeat answers the job as it stands: retried, then exit 8", async () => {
+    received = [];
+    const paused = await cli([
+      ...["--api", baseUrl, "--key", key, "--request-timeout", "0.2"],
+      ...["jobs", "pause", "01JOB"],
+    ]);
+    await arrived(() => expect(requests()).toEqual(Array(4).fill("POST /jobs/01JOB/pause")));
+    expect(paused.code).toBe(EXIT.busy);
+    expect(paused.stderr).toContain("error: timeout: POST /jobs/01JOB/pause did not finish");
+    expect(paused.stderr).not.toContain("it may have been applied");
   });
 
   it("the CLI: --request-timeout on a rotation, which the command does not repeat, exits 1", async () => {

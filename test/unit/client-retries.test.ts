@@ -269,8 +269,26 @@ describe("the client retries API Gateway's 502 and 504 of a request safe to repe
 
     received = [];
     script = [gateway(502)];
-    const error = await rejection(client.jobs.handle(job.id).pause(), SchedulerApiError);
-    expect([error.status, error.code, error.method]).toEqual([502, "unexpected_response", "POST"]);
+    const error = await rejection(client.jobs.handle(job.id).trigger(), SchedulerApiError);
+    expect([error.status, error.code, error.method, error.operation]).toEqual([
+      502,
+      "unexpected_response",
+      "POST",
+      "POST /jobs/{id}/trigger",
+    ]);
+    expect(received).toHaveLength(1);
+  });
+
+  it("from the CLI: a pause answered 504 until the retries ran out exits 8 (run it again); a trigger, 1", async () => {
+    always = gateway(504);
+    const paused = await runCaptured(["--api", baseUrl, "jobs", "pause", job.id]);
+    expect(paused.code, paused.err).toBe(EXIT.busy);
+    expect(received.map((r) => `${r.method} ${r.path}`)).toEqual(
+      Array(4).fill(`POST /jobs/${job.id}/pause`),
+    );
+    received = [];
+    const triggered = await runCaptured(["--api", baseUrl, "jobs", "trigger", job.id]);
+    expect(triggered.code, triggered.err).toBe(EXIT.failed);
     expect(received).toHaveLength(1);
   });
 });
@@ -385,10 +403,12 @@ describe("a DELETE whose retry finds the job gone", () => {
 
   it("from the CLI: a POST whose connection broke once sent is not said to be unreachable", async () => {
     script = [{ ...ok({}), reset: true }];
-    const paused = await runCaptured(["--api", baseUrl, "jobs", "pause", job.id]);
+    const triggered = await runCaptured(["--api", baseUrl, "jobs", "trigger", job.id]);
     expect(received.map((r) => r.method)).toEqual(["POST"]);
-    expect(paused.err).toMatch(/^error: the connection to the API broke .*may have been applied/);
-    expect(paused.err).not.toMatch(/cannot reach/);
+    expect(triggered.err).toMatch(
+      /^error: the connection to the API broke .*may have been applied/,
+    );
+    expect(triggered.err).not.toMatch(/cannot reach/);
   });
 });
 
@@ -525,6 +545,38 @@ describe("the CLI's --idempotency-key", () => {
 });
 
 describe("the CLI over a client that retries", () => {
+  const cliJson = (...command: string[]) =>
+    runCaptured(["--api", baseUrl, "-o", "json", ...command]);
+
+  it("a pause, resume, cancel, run cancel or edit answered 503 then 200 exits 0 and prints the answer once", async () => {
+    const run = { runId: `${job.id}-20300101T000000000-1`, jobId: job.id, status: "cancelled" };
+    const cases: ReadonlyArray<readonly [string[], string, unknown]> = [
+      [["jobs", "pause", job.id, "--running", "cancel"], `POST /jobs/${job.id}/pause`, job],
+      [["jobs", "resume", job.id], `POST /jobs/${job.id}/resume`, job],
+      [["jobs", "cancel", job.id], `POST /jobs/${job.id}/cancel`, job],
+      [["runs", "cancel", job.id, run.runId], `POST /jobs/${job.id}/runs/${run.runId}/cancel`, run],
+      [["jobs", "edit", job.id, "--version", "1", "--name", "n"], `PATCH /jobs/${job.id}`, job],
+    ];
+    for (const [command, request, answer] of cases) {
+      received = [];
+      script = [refused(503, "0"), ok(answer)];
+      const { code, out, err } = await cliJson(...command);
+      expect(code, err).toBe(EXIT.ok);
+      expect(err).toBe("");
+      expect(JSON.parse(out)).toEqual(answer);
+      expect(received.map((r) => `${r.method} ${r.path}`)).toEqual([request, request]);
+      expect(received[1]?.body).toBe(received[0]?.body);
+    }
+  });
+
+  it("a trigger answered 503 is sent once and exits 8 (busy), nothing printed to stdout", async () => {
+    script = [refused(503, "0")];
+    const { code, out } = await cliJson("jobs", "trigger", job.id);
+    expect(code).toBe(EXIT.busy);
+    expect(out).toBe("");
+    expect(received).toHaveLength(1);
+  });
+
   it("a 429 that outlasts the retries still exits 8 (busy), after the retries", async () => {
     always = refused(429, "0");
     const { code, err } = await runCaptured([
