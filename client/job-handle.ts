@@ -182,7 +182,10 @@ export class JobHandle {
   /**
    * Changes the job at a version (If-Match). When the job changed since, the
    * API answers 412 and this throws a VersionConflictError with the current
-   * version: read the job again, decide, and edit at that version.
+   * version: read the job again, decide, and edit at that version. An edit
+   * answered 503, 502 or 504, or left unanswered, is sent again at the same
+   * If-Match: the API answers it with the job that edit made, written once
+   * (a 412 once another edit has followed).
    */
   async edit(changes: EditJobRequest, options: EditOptions = {}): Promise<Job> {
     const version = options.version ?? this.#job?.version ?? (await this.get()).version;
