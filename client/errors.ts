@@ -34,8 +34,9 @@ export class SchedulerClientError<C extends ClientErrorCode = ClientErrorCode> e
 
 /**
  * The request (the answer's body included) did not finish within the client's `timeoutMs`. A
- * request that is not safe to repeat (`repeatable` false: a POST without an Idempotency-Key) may
- * still have been applied, so it is not retried: read before sending it again.
+ * request that is not safe to repeat (`repeatable` false: a create, batch or trigger without an
+ * Idempotency-Key, whose repeat would do it again) may still have been applied, so it is not
+ * retried: read before sending it again.
  */
 export class RequestTimeoutError extends SchedulerClientError<"timeout"> {
   override readonly name = "RequestTimeoutError";
