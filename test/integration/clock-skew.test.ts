@@ -49,107 +49,81 @@ function heldHandler() {
   return { handler, contexts, release: () => release() };
 }
 
-describe("hosts whose clocks disagree", () => {
-  let f: EngineFixture;
-  beforeAll(async () => {
-    f = await createEngineFixture();
-  });
-  afterAll(() => f.destroy());
+/** The job's one run. */
+async function runOf(f: EngineFixture, jobId: string): Promise<Run> {
+  const runs = (await f.runs()).filter((r) => r.jobId === jobId);
+  expect(runs).toHaveLength(1);
+  const [run] = runs;
+  if (!run) throw new Error("no run");
+  return run;
+}
 
-  async function runOf(jobId: string): Promise<Run> {
-    const runs = (await f.runs()).filter((r) => r.jobId === jobId);
-    expect(runs).toHaveLength(1);
-    const [run] = runs;
-    if (!run) throw new Error("no run");
-    return run;
-  }
+/** A worker of `type`'s handler on a host `skewMs` off the others. */
+function workerOn(
+  f: EngineFixture,
+  skewMs: number,
+  workerId: string,
+  handlers: Record<string, JobHandler>,
+  heartbeatEveryMs?: number,
+): WorkerDeps {
+  return {
+    ...f.workerDeps(workerId, handlers, heartbeatEveryMs),
+    engine: skewed(f.engine, skewMs),
+  };
+}
 
-  /** A worker of `type`'s handler on a host `skewMs` off the others. */
-  function workerOn(
-    skewMs: number,
-    workerId: string,
-    handlers: Record<string, JobHandler>,
-    heartbeatEveryMs?: number,
-  ): WorkerDeps {
-    return {
-      ...f.workerDeps(workerId, handlers, heartbeatEveryMs),
-      engine: skewed(f.engine, skewMs),
-    };
-  }
+/** A one-off due now of `type`, and its first delivery. */
+async function oneOffDueNow(
+  f: EngineFixture,
+  type: string,
+): Promise<{ jobId: string; received: ReceivedRun }> {
+  const { job } = await createJob(
+    f.engine,
+    testJob({ type, schedule: { runAt: new Date().toISOString() }, timeoutSeconds: 600 }),
+  );
+  return { jobId: job.jobId, received: await f.nextDelivery(f.engine.queues.normal, job.jobId) };
+}
 
-  /** A one-off due now of `type`, and its first delivery. */
-  async function oneOffDueNow(type: string): Promise<{ jobId: string; received: ReceivedRun }> {
-    const { job } = await createJob(
-      f.engine,
-      testJob({ type, schedule: { runAt: new Date().toISOString() }, timeoutSeconds: 600 }),
-    );
-    return { jobId: job.jobId, received: await f.nextDelivery(f.engine.queues.normal, job.jobId) };
-  }
+/** Tables and queues of the test's own, destroyed when it ends. */
+async function ownFixture(atEnd: (cleanup: () => Promise<void>) => void): Promise<EngineFixture> {
+  const f = await createEngineFixture();
+  atEnd(() => f.destroy());
+  return f;
+}
 
-  describe("a duplicate first delivery on a clock ahead, while the holder's start is unwritten", () => {
-    it("2 s ahead, a second before the holder's first write: the job's admission still lets only the holder run", async () => {
-      const holder = heldHandler();
-      const duplicate = heldHandler();
-      const { job } = await createJob(
-        f.engine,
-        testJob({
-          type: "held",
-          schedule: { every: "PT1H", startAt: new Date(Date.now() + 200).toISOString() },
-        }),
-      );
-      const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-      // The holder beats every 2 s, so its first write (the start's) is owed 2 s after its start.
-      const first = processRun(
-        workerOn(0, "worker-a", { held: holder.handler }, 2 * SECOND),
-        received,
-      );
-      await waitFor("the holder's handler", () => holder.contexts.length === 1);
-      // SQS delivers the same message again a moment before the holder's first write, to a host
-      // whose clock is 2 s ahead: by that clock the holder is past the write it owed.
-      await sleep(1200);
-      expect(await runOf(job.jobId)).toMatchObject({ status: "QUEUED", fence: 0 });
-      const second = processRun(
-        workerOn(2 * SECOND, "worker-b", { held: duplicate.handler }),
-        received,
-      );
-      const secondDone = await Promise.race([
-        second.then(() => true),
-        sleep(1500).then(() => false),
-      ]);
-      holder.release();
-      duplicate.release();
-      await Promise.all([first, second]);
-      // The duplicate is acknowledged, its handler never entered: one run of the occurrence.
-      expect(duplicate.contexts).toHaveLength(0);
-      expect(secondDone).toBe(true);
-      expect(await runOf(job.jobId)).toMatchObject({
-        status: "SUCCEEDED",
-        workerId: "worker-a",
-        fence: 1,
-      });
-    }, 30_000);
-  });
-
+/**
+ * Runs held by a worker on the right clock, met by hosts whose clocks disagree. Each case waits a
+ * second or two of real time on heartbeats; side by side, each on tables and queues of its own (a
+ * first delivery stays a first delivery: another case's receive would count as one of its
+ * deliveries), they take the longest case's time.
+ */
+describe.concurrent("held runs met by hosts whose clocks disagree", () => {
   describe("a worker on a clock ahead is delivered a run another worker holds (written start, heartbeating)", () => {
     for (const aheadMs of [2 * SECOND, 30 * SECOND]) {
-      it(`${aheadMs / SECOND} s ahead: finds the run busy and leaves it to its holder`, async () => {
+      it(`${aheadMs / SECOND} s ahead: finds the run busy and leaves it to its holder`, async ({
+        onTestFinished,
+      }) => {
+        const f = await ownFixture(onTestFinished);
         const holder = heldHandler();
         const other = heldHandler();
-        const { jobId, received } = await oneOffDueNow("held");
+        const { jobId, received } = await oneOffDueNow(f, "held");
         const first = processRun(
-          workerOn(0, "worker-a", { held: holder.handler }, SECOND),
+          workerOn(f, 0, "worker-a", { held: holder.handler }, SECOND),
           received,
         );
-        await waitFor("the written start", async () => (await runOf(jobId)).status === "RUNNING");
+        await waitFor(
+          "the written start",
+          async () => (await runOf(f, jobId)).status === "RUNNING",
+        );
         // The message came back (a duplicate, or its visibility ran out): the start is written now.
         const again = { ...received, receiveCount: 2 };
         expect(
-          await processRun(workerOn(aheadMs, "worker-b", { held: other.handler }), again),
+          await processRun(workerOn(f, aheadMs, "worker-b", { held: other.handler }), again),
         ).toBe("ack");
         expect(other.contexts).toHaveLength(0);
         holder.release();
         expect(await first).toBe("ack");
-        expect(await runOf(jobId)).toMatchObject({
+        expect(await runOf(f, jobId)).toMatchObject({
           status: "SUCCEEDED",
           workerId: "worker-a",
           fence: 1,
@@ -157,14 +131,20 @@ describe("hosts whose clocks disagree", () => {
       }, 30_000);
     }
 
-    it("5 min ahead: takes the run over as lapsed; the holder is fenced out, one success recorded", async () => {
+    it("5 min ahead: takes the run over as lapsed; the holder is fenced out, one success recorded", async ({
+      onTestFinished,
+    }) => {
+      const f = await ownFixture(onTestFinished);
       const holder = heldHandler();
       let takeoverCalls = 0;
-      const { jobId, received } = await oneOffDueNow("held");
-      const first = processRun(workerOn(0, "worker-a", { held: holder.handler }, SECOND), received);
-      await waitFor("the written start", async () => (await runOf(jobId)).status === "RUNNING");
+      const { jobId, received } = await oneOffDueNow(f, "held");
+      const first = processRun(
+        workerOn(f, 0, "worker-a", { held: holder.handler }, SECOND),
+        received,
+      );
+      await waitFor("the written start", async () => (await runOf(f, jobId)).status === "RUNNING");
       const again = { ...received, receiveCount: 2 };
-      const takeover = workerOn(5 * MINUTE, "worker-b", {
+      const takeover = workerOn(f, 5 * MINUTE, "worker-b", {
         held: async () => {
           takeoverCalls++;
         },
@@ -176,26 +156,32 @@ describe("hosts whose clocks disagree", () => {
       holder.release();
       expect(await first).toBe("ack");
       expect(holder.contexts).toHaveLength(1);
-      const run = await runOf(jobId);
+      const run = await runOf(f, jobId);
       expect(run).toMatchObject({ status: "SUCCEEDED", workerId: "worker-b", fence: 2 });
     }, 30_000);
 
-    it("5 min ahead, while the holder's handler still runs: its next heartbeat aborts it", async () => {
+    it("5 min ahead, while the holder's handler still runs: its next heartbeat aborts it", async ({
+      onTestFinished,
+    }) => {
+      const f = await ownFixture(onTestFinished);
       const holder = heldHandler();
-      const { jobId, received } = await oneOffDueNow("held");
-      const first = processRun(workerOn(0, "worker-a", { held: holder.handler }, SECOND), received);
-      await waitFor("the written start", async () => (await runOf(jobId)).status === "RUNNING");
-      const takeover = workerOn(5 * MINUTE, "worker-b", { held: async () => undefined });
+      const { jobId, received } = await oneOffDueNow(f, "held");
+      const first = processRun(
+        workerOn(f, 0, "worker-a", { held: holder.handler }, SECOND),
+        received,
+      );
+      await waitFor("the written start", async () => (await runOf(f, jobId)).status === "RUNNING");
+      const takeover = workerOn(f, 5 * MINUTE, "worker-b", { held: async () => undefined });
       expect(await processRun(takeover, { ...received, receiveCount: 2 })).toBe("ack");
       expect(await first).toBe("ack");
       expect(holder.contexts[0]?.signal.reason).toBeInstanceOf(FenceLostError);
-      expect(await runOf(jobId)).toMatchObject({ status: "SUCCEEDED", workerId: "worker-b" });
+      expect(await runOf(f, jobId)).toMatchObject({ status: "SUCCEEDED", workerId: "worker-b" });
     }, 30_000);
   });
 
   describe("overlap skip, the admitting worker's clock ahead of the one that listed the lease", () => {
     /** An hourly job (overlap skip) whose run worker-a holds, listed with its lease; a trigger's run. */
-    async function secondRunBesideHeld() {
+    async function secondRunBesideHeld(f: EngineFixture) {
       const holder = heldHandler();
       const { job } = await createJob(
         f.engine,
@@ -205,10 +191,13 @@ describe("hosts whose clocks disagree", () => {
         }),
       );
       const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-      const first = processRun(workerOn(0, "worker-a", { held: holder.handler }, SECOND), received);
+      const first = processRun(
+        workerOn(f, 0, "worker-a", { held: holder.handler }, SECOND),
+        received,
+      );
       await waitFor(
         "the holder's heartbeat",
-        async () => (await runOf(job.jobId)).status === "RUNNING",
+        async () => (await runOf(f, job.jobId)).status === "RUNNING",
       );
       const triggered = await triggerJob(f.engine, job.tenantId, job.jobId);
       const second = await f.nextDelivery(f.engine.queues.normal, job.jobId);
@@ -216,10 +205,13 @@ describe("hosts whose clocks disagree", () => {
       return { holder, first, job, second, triggered };
     }
 
-    it("30 s ahead: the listed lease is live by its clock too, and the second run is skipped", async () => {
-      const { holder, first, job, second, triggered } = await secondRunBesideHeld();
+    it("30 s ahead: the listed lease is live by its clock too, and the second run is skipped", async ({
+      onTestFinished,
+    }) => {
+      const f = await ownFixture(onTestFinished);
+      const { holder, first, job, second, triggered } = await secondRunBesideHeld(f);
       let beside = 0;
-      const deps = workerOn(30 * SECOND, "worker-b", {
+      const deps = workerOn(f, 30 * SECOND, "worker-b", {
         held: async () => {
           beside++;
         },
@@ -236,10 +228,13 @@ describe("hosts whose clocks disagree", () => {
       ).toHaveLength(1);
     }, 30_000);
 
-    it("5 min ahead: the listed lease reads lapsed, and the second run runs beside the first (a limit)", async () => {
-      const { holder, first, second } = await secondRunBesideHeld();
+    it("5 min ahead: the listed lease reads lapsed, and the second run runs beside the first (a limit)", async ({
+      onTestFinished,
+    }) => {
+      const f = await ownFixture(onTestFinished);
+      const { holder, first, second } = await secondRunBesideHeld(f);
       let beside = 0;
-      const deps = workerOn(5 * MINUTE, "worker-b", {
+      const deps = workerOn(f, 5 * MINUTE, "worker-b", {
         held: async () => {
           if (holder.contexts[0]?.signal.aborted === false) beside++;
         },
@@ -248,6 +243,104 @@ describe("hosts whose clocks disagree", () => {
       expect(beside).toBe(1);
       holder.release();
       expect(await first).toBe("ack");
+    }, 30_000);
+  });
+
+  it("a worker whose clock steps back 30 s mid-run keeps its lease live to the others: no takeover", async ({
+    onTestFinished,
+  }) => {
+    const f = await ownFixture(onTestFinished);
+    let stepMs = 0;
+    const holder = heldHandler();
+    const { jobId, received } = await oneOffDueNow(f, "held");
+    const steppingBack: WorkerDeps = {
+      ...f.workerDeps("worker-a", { held: holder.handler }, SECOND),
+      engine: { ...f.engine, clock: () => new Date(Date.now() + stepMs) },
+    };
+    const first = processRun(steppingBack, received);
+    await waitFor("the written start", async () => (await runOf(f, jobId)).status === "RUNNING");
+    stepMs = -30 * SECOND;
+    // A heartbeat by the stepped clock: the lease it writes is 30 s shorter than the last one.
+    const shortened = await waitFor("a heartbeat on the stepped clock", async () => {
+      const run = await runOf(f, jobId);
+      return Date.parse(run.leaseUntil ?? "") < Date.now() + 35 * SECOND ? run : undefined;
+    });
+    expect(Date.parse(shortened.leaseUntil ?? "")).toBeGreaterThan(Date.now() + 20 * SECOND);
+    let other = 0;
+    const again = { ...received, receiveCount: 2 };
+    expect(
+      await processRun(
+        workerOn(f, 0, "worker-b", {
+          held: async () => {
+            other++;
+          },
+        }),
+        again,
+      ),
+    ).toBe("ack");
+    expect(other).toBe(0);
+    holder.release();
+    expect(await first).toBe("ack");
+    const ended = await runOf(f, jobId);
+    expect(ended).toMatchObject({ status: "SUCCEEDED", workerId: "worker-a", fence: 1 });
+    expect(ended.durationMs).toBeGreaterThanOrEqual(0);
+  }, 30_000);
+});
+
+/**
+ * One after another, on one pair of tables: the duplicate delivery's windows (1.2 s before the
+ * holder's first write, 1.5 s for the duplicate's answer) and the start lags (within a second)
+ * are bounds on real time that cases beside them could stretch, and a reaper pass on a clock
+ * minutes ahead would re-send any other case's held run in the same tables.
+ */
+describe("hosts whose clocks disagree", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  describe("a duplicate first delivery on a clock ahead, while the holder's start is unwritten", () => {
+    it("2 s ahead, a second before the holder's first write: the job's admission still lets only the holder run", async () => {
+      const holder = heldHandler();
+      const duplicate = heldHandler();
+      const { job } = await createJob(
+        f.engine,
+        testJob({
+          type: "held",
+          schedule: { every: "PT1H", startAt: new Date(Date.now() + 200).toISOString() },
+        }),
+      );
+      const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+      // The holder beats every 2 s, so its first write (the start's) is owed 2 s after its start.
+      const first = processRun(
+        workerOn(f, 0, "worker-a", { held: holder.handler }, 2 * SECOND),
+        received,
+      );
+      await waitFor("the holder's handler", () => holder.contexts.length === 1);
+      // SQS delivers the same message again a moment before the holder's first write, to a host
+      // whose clock is 2 s ahead: by that clock the holder is past the write it owed.
+      await sleep(1200);
+      expect(await runOf(f, job.jobId)).toMatchObject({ status: "QUEUED", fence: 0 });
+      const second = processRun(
+        workerOn(f, 2 * SECOND, "worker-b", { held: duplicate.handler }),
+        received,
+      );
+      const secondDone = await Promise.race([
+        second.then(() => true),
+        sleep(1500).then(() => false),
+      ]);
+      holder.release();
+      duplicate.release();
+      await Promise.all([first, second]);
+      // The duplicate is acknowledged, its handler never entered: one run of the occurrence.
+      expect(duplicate.contexts).toHaveLength(0);
+      expect(secondDone).toBe(true);
+      expect(await runOf(f, job.jobId)).toMatchObject({
+        status: "SUCCEEDED",
+        workerId: "worker-a",
+        fence: 1,
+      });
     }, 30_000);
   });
 
@@ -275,7 +368,7 @@ describe("hosts whose clocks disagree", () => {
         const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
         expect(await f.process(deps, received)).toBe("ack");
       }
-      expect((await runOf(job.jobId)).status).toBe("SUCCEEDED");
+      expect((await runOf(f, job.jobId)).status).toBe("SUCCEEDED");
       return { lag: enteredAt - dueAt, deliveries };
     }
 
@@ -322,18 +415,18 @@ describe("hosts whose clocks disagree", () => {
       }),
     );
     // Put with its deadline a lease after it is due: the reaper reads it there.
-    const queued = await runOf(job.jobId);
+    const queued = await runOf(f, job.jobId);
     expect(queued.status).toBe("QUEUED");
     // The reaper's first pass past that deadline (5 s to settle), on the right clock.
     const reapedAt = dueAt + f.engine.settings.leaseMs + 6 * SECOND;
     await reap(f.engine, { now: new Date(reapedAt) });
-    expect((await runOf(job.jobId)).misfireFrom).toBe(new Date(reapedAt).toISOString());
+    expect((await runOf(f, job.jobId)).misfireFrom).toBe(new Date(reapedAt).toISOString());
     const copy = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-    expect(await f.process(workerOn(reapedAt + 500 - Date.now(), "worker-r", {}), copy)).toBe(
+    expect(await f.process(workerOn(f, reapedAt + 500 - Date.now(), "worker-r", {}), copy)).toBe(
       "ack",
     );
     // Late by the lease and more, but counted from the re-send: it runs.
-    expect(await runOf(job.jobId)).toMatchObject({ status: "SUCCEEDED", workerId: "worker-r" });
+    expect(await runOf(f, job.jobId)).toMatchObject({ status: "SUCCEEDED", workerId: "worker-r" });
   }, 30_000);
 
   it("a worker 5 min behind sends a message due now back as early; the reaper's re-send, a lease after its time, runs it on the right clock, not skipped", async () => {
@@ -353,17 +446,17 @@ describe("hosts whose clocks disagree", () => {
         calls++;
       },
     };
-    expect(await f.process(workerOn(-5 * MINUTE, "worker-behind", count), received)).toBe("ack");
+    expect(await f.process(workerOn(f, -5 * MINUTE, "worker-behind", count), received)).toBe("ack");
     expect(calls).toBe(0);
-    expect((await runOf(job.jobId)).status).toBe("QUEUED");
+    expect((await runOf(f, job.jobId)).status).toBe("QUEUED");
     const reapedAt = dueAt + f.engine.settings.leaseMs + 6 * SECOND;
     await reap(f.engine, { now: new Date(reapedAt) });
     const copy = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-    expect(await f.process(workerOn(reapedAt + 500 - Date.now(), "worker-r", count), copy)).toBe(
+    expect(await f.process(workerOn(f, reapedAt + 500 - Date.now(), "worker-r", count), copy)).toBe(
       "ack",
     );
     expect(calls).toBe(1);
-    expect(await runOf(job.jobId)).toMatchObject({ status: "SUCCEEDED", workerId: "worker-r" });
+    expect(await runOf(f, job.jobId)).toMatchObject({ status: "SUCCEEDED", workerId: "worker-r" });
   }, 30_000);
 
   it("a reaper 5 min ahead re-sends a run due in 2 min as overdue; a worker on the right clock sends it back for its time", async () => {
@@ -374,56 +467,19 @@ describe("hosts whose clocks disagree", () => {
     );
     await reap(skewed(f.engine, 5 * MINUTE));
     // Its lateness would count from the reaper's clock: ahead, that counts none.
-    const resent = await runOf(job.jobId);
+    const resent = await runOf(f, job.jobId);
     expect(Date.parse(resent.misfireFrom ?? "")).toBeGreaterThan(dueAt);
     const copy = await f.nextDelivery(f.engine.queues.normal, job.jobId);
     expect(Date.parse(copy.message.dueAt)).toBe(dueAt);
     let calls = 0;
-    const deps = workerOn(0, "worker-c", {
+    const deps = workerOn(f, 0, "worker-c", {
       noop: async () => {
         calls++;
       },
     });
     expect(await f.process(deps, copy)).toBe("ack");
     expect(calls).toBe(0);
-    expect((await runOf(job.jobId)).status).toBe("QUEUED");
-  }, 30_000);
-
-  it("a worker whose clock steps back 30 s mid-run keeps its lease live to the others: no takeover", async () => {
-    let stepMs = 0;
-    const holder = heldHandler();
-    const { jobId, received } = await oneOffDueNow("held");
-    const steppingBack: WorkerDeps = {
-      ...f.workerDeps("worker-a", { held: holder.handler }, SECOND),
-      engine: { ...f.engine, clock: () => new Date(Date.now() + stepMs) },
-    };
-    const first = processRun(steppingBack, received);
-    await waitFor("the written start", async () => (await runOf(jobId)).status === "RUNNING");
-    stepMs = -30 * SECOND;
-    // A heartbeat by the stepped clock: the lease it writes is 30 s shorter than the last one.
-    const shortened = await waitFor("a heartbeat on the stepped clock", async () => {
-      const run = await runOf(jobId);
-      return Date.parse(run.leaseUntil ?? "") < Date.now() + 35 * SECOND ? run : undefined;
-    });
-    expect(Date.parse(shortened.leaseUntil ?? "")).toBeGreaterThan(Date.now() + 20 * SECOND);
-    let other = 0;
-    const again = { ...received, receiveCount: 2 };
-    expect(
-      await processRun(
-        workerOn(0, "worker-b", {
-          held: async () => {
-            other++;
-          },
-        }),
-        again,
-      ),
-    ).toBe("ack");
-    expect(other).toBe(0);
-    holder.release();
-    expect(await first).toBe("ack");
-    const ended = await runOf(jobId);
-    expect(ended).toMatchObject({ status: "SUCCEEDED", workerId: "worker-a", fence: 1 });
-    expect(ended.durationMs).toBeGreaterThanOrEqual(0);
+    expect((await runOf(f, job.jobId)).status).toBe("QUEUED");
   }, 30_000);
 
   describe("a reaper on a clock ahead meets a run held under a live lease", () => {
@@ -433,10 +489,13 @@ describe("hosts whose clocks disagree", () => {
      */
     async function heldLongRun() {
       const holder = heldHandler();
-      const { jobId, received } = await oneOffDueNow("held");
-      const first = processRun(workerOn(0, "worker-a", { held: holder.handler }, SECOND), received);
+      const { jobId, received } = await oneOffDueNow(f, "held");
+      const first = processRun(
+        workerOn(f, 0, "worker-a", { held: holder.handler }, SECOND),
+        received,
+      );
       const run = await waitFor("the written start", async () => {
-        const found = await runOf(jobId);
+        const found = await runOf(f, jobId);
         return found.status === "RUNNING" ? found : undefined;
       });
       await f.engine.doc.send(
@@ -465,7 +524,7 @@ describe("hosts whose clocks disagree", () => {
       expect(await resendsOf(jobId)).toBe(0);
       holder.release();
       expect(await first).toBe("ack");
-      expect(await runOf(jobId)).toMatchObject({ status: "SUCCEEDED", fence: 1 });
+      expect(await runOf(f, jobId)).toMatchObject({ status: "SUCCEEDED", fence: 1 });
     }, 30_000);
 
     it("5 min ahead: re-sends it, its re-sends back off, and a worker on the right clock leaves the run to its holder", async () => {
@@ -483,13 +542,13 @@ describe("hosts whose clocks disagree", () => {
         count = now;
         resentAt.push(minute);
         const copy = await f.nextDelivery(f.engine.queues.normal, jobId);
-        expect(await f.process(workerOn(0, "worker-c", {}), copy)).toBe("ack");
+        expect(await f.process(workerOn(f, 0, "worker-c", {}), copy)).toBe("ack");
       }
       // A lease apart, then doubling to 15 minutes: 5 in 30 passes, not one a pass.
       expect(resentAt).toEqual([0, 2, 5, 10, 19]);
       holder.release();
       expect(await first).toBe("ack");
-      expect(await runOf(jobId)).toMatchObject({
+      expect(await runOf(f, jobId)).toMatchObject({
         status: "SUCCEEDED",
         workerId: "worker-a",
         fence: 1,
