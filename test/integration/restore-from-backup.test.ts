@@ -1,5 +1,5 @@
 import { BatchWriteCommand } from "@aws-sdk/lib-dynamodb";
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { dispatchShard, type PassResult } from "../../shared/dispatch/dispatcher.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { tickOnce } from "../../shared/dispatch/tick.js";
@@ -105,21 +105,28 @@ async function runOf(f: EngineFixture, jobId: string): Promise<Run> {
   return run;
 }
 
-/** The engine's clock runs `offsetMs` ahead of the machine's: a test moves it on past a restore. */
-let offsetMs = 0;
-const clock = () => new Date(Date.now() + offsetMs);
-
-let f: EngineFixture;
-beforeAll(async () => {
-  f = await createEngineFixture({ settings: { leaseMs: LEASE_MS, quotaCacheMs: 0 }, clock });
-});
-beforeEach(() => {
-  offsetMs = 0;
-});
-afterAll(() => f.destroy());
+/**
+ * Tables and queues of the test's own, destroyed when it ends: a restore puts back every table
+ * whole, so cases side by side cannot share them. The engine's clock runs `at.offsetMs` ahead of
+ * the machine's: a test moves it on past a restore.
+ */
+async function ownFixture(
+  atEnd: (cleanup: () => Promise<void>) => void,
+): Promise<{ f: EngineFixture; at: { offsetMs: number } }> {
+  const at = { offsetMs: 0 };
+  const f = await createEngineFixture({
+    settings: { leaseMs: LEASE_MS, quotaCacheMs: 0 },
+    clock: () => new Date(Date.now() + at.offsetMs),
+  });
+  atEnd(() => f.destroy());
+  return { f, at };
+}
 
 describe("a restore while a worker holds a run it started after the backup point", () => {
-  it("refuses that worker's ending once the run was started again: one run recorded, by its holder", async () => {
+  it("refuses that worker's ending once the run was started again: one run recorded, by its holder", async ({
+    onTestFinished,
+  }) => {
+    const { f } = await ownFixture(onTestFinished);
     const fenceLostBefore = f.metrics.sum("FenceLost", { component: "worker" });
     const gateA = gatedHandler();
     const gateB = gatedHandler();
@@ -175,173 +182,199 @@ describe("a restore while a worker holds a run it started after the backup point
   }, 60_000);
 });
 
-describe("a restore to before a run ended", () => {
-  it("runs it again, and its recurring job goes on claiming its occurrences", async () => {
-    const startAt = new Date(Math.ceil((Date.now() + 2000) / 1000) * 1000);
-    const { job } = await createJob(
-      f.engine,
-      testJob({ schedule: { every: "PT1M", startAt: startAt.toISOString() } }),
-    );
-    await tickOnce(f.engine, "restore-recurring");
-    const backup = await snapshot(f);
-    // The claim queued the occurrences of the next minutes; the first is due now.
-    const firstRun = async () =>
-      (await f.runs()).find(
-        (r) => r.jobId === job.jobId && r.scheduledFor === startAt.toISOString(),
-      );
-    const queued = await firstRun();
-    if (!queued) throw new Error("no run");
-    expect(await f.process(f.workerDeps("w"), await f.nextDeliveryOfRun(queued))).toBe("ack");
-    expect((await firstRun())?.status).toBe("SUCCEEDED");
-
-    await restore(f, backup);
-    expect((await firstRun())?.status).toBe("QUEUED");
-    // The message was acknowledged: the reaper re-sends the run, which runs again.
-    const pass = await reap(f.engine, {
-      now: new Date(Date.now() + LEASE_MS * 2 + REAPER_SETTLE_MS + 1000),
-    });
-    expect(pass.resent).toBeGreaterThanOrEqual(1);
-    const again = await f.nextDeliveryOfRun(queued);
-    expect(await f.process(f.workerDeps("w2"), again)).toBe("ack");
-    const rerun = (await f.runs()).find((r) => r.runId === queued.runId);
-    expect(rerun?.status).toBe("SUCCEEDED");
-    expect((await getJob(f.engine, job.jobId))?.status).toBe("ACTIVE");
-    expect((await f.dueEntries()).some((d) => d.jobId === job.jobId)).toBe(true);
-  }, 60_000);
-});
-
-describe("a restore to before a job was created", () => {
-  it("acknowledges the lost job's queued message without writing a run", async () => {
-    const backup = await snapshot(f);
-    const { job } = await createJob(
-      f.engine,
-      testJob({ schedule: { runAt: new Date().toISOString() } }),
-    );
-    await restore(f, backup);
-    const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-    expect(await f.process(f.workerDeps("w"), delivery)).toBe("ack");
-    expect((await f.runs()).filter((r) => r.jobId === job.jobId)).toEqual([]);
-    expect(await getJob(f.engine, job.jobId)).toBeNull();
-  }, 60_000);
-});
-
-describe("a restore to before a claim, put back two hours later", () => {
-  it("claims the restored entry again from the shard's restored sweepFrom, and the job runs on", async () => {
-    const startAt = new Date(Math.ceil((clock().getTime() + 10 * 60_000) / 60_000) * 60_000);
-    const { job } = await createJob(
-      f.engine,
-      testJob({ schedule: { every: "PT1M", startAt: startAt.toISOString() } }),
-    );
-    await tickOnce(f.engine, "before-backup");
-    const backup = await snapshot(f);
-
-    // After the backup point the occurrence is claimed and run.
-    offsetMs = startAt.getTime() - Date.now() + 1000;
-    await tickOnce(f.engine, "after-backup");
-    const ofJob = async () => (await f.runs()).filter((r) => r.jobId === job.jobId);
-    const claimed = (await ofJob()).find((r) => r.scheduledFor === startAt.toISOString());
-    if (!claimed) throw new Error("the occurrence was not claimed");
-    expect(await f.process(f.workerDeps("w"), await f.nextDeliveryOfRun(claimed))).toBe("ack");
-
-    // The operator puts the tables back as they were at the backup point, two hours on.
-    await restore(f, backup);
-    expect(await ofJob()).toEqual([]);
-    offsetMs += 2 * 3_600_000;
-    const due = (await f.dueEntries()).filter((d) => d.jobId === job.jobId);
-    expect(due.map((d) => d.dueAt)).toEqual([startAt.toISOString()]);
-
-    // The restored lease's sweepFrom lies before the entry: the next pass claims it (late, by the
-    // job's misfire policy, fire_once: the latest occurrence runs) and files the next one ahead.
-    await tickOnce(f.engine, "after-restore");
-    const [late] = (await ofJob()).filter((r) => r.status === "QUEUED");
-    if (!late) throw new Error("the restored entry was not claimed");
-    expect(await f.process(f.workerDeps("w2"), await f.nextDeliveryOfRun(late))).toBe("ack");
-    expect((await ofJob()).find((r) => r.runId === late.runId)?.status).toBe("SUCCEEDED");
-    const next = (await f.dueEntries()).filter((d) => d.jobId === job.jobId);
-    expect(next.every((d) => Date.parse(d.dueAt) > clock().getTime())).toBe(true);
-    expect(next.length).toBeGreaterThan(0);
-  }, 60_000);
-});
-
-describe("a restore to before a webhook secret's rotation, or its making", () => {
-  it("signs with the restored secret alone: the rotated one, and one made since, are gone", async () => {
-    const before = await tenantWebhookSecrets(f.engine, "tenant-rotated");
-    const backup = await snapshot(f);
-    const rotated = await rotateWebhookSecret(f.engine, "tenant-rotated");
-    expect(signingSecrets(rotated, clock())).toEqual([rotated.current, before.current]);
-    const madeSince = await tenantWebhookSecrets(f.engine, "tenant-new");
-
-    await restore(f, backup);
-    const restored = await tenantWebhookSecrets(f.engine, "tenant-rotated");
-    expect(signingSecrets(restored, clock())).toEqual([before.current]);
-    // A tenant whose first secret was made after the backup point gets a new one at its next use.
-    const remade = await tenantWebhookSecrets(f.engine, "tenant-new");
-    expect(remade.current).not.toBe(madeSince.current);
-  });
-});
-
-describe("a restore to before a create and a quota override", () => {
-  it("counts the tenant's restored jobs, under the restored override", async () => {
-    const tenantId = "tenant-quota";
-    const far = () =>
-      testJob({ tenantId, schedule: { runAt: new Date(Date.now() + 3_600_000).toISOString() } });
-    await writeQuotaOverride(f.engine, tenantId, { activeJobs: 2 }, clock());
-    await createJob(f.engine, far());
-    const backup = await snapshot(f);
-    await createJob(f.engine, far());
-    await writeQuotaOverride(f.engine, tenantId, { activeJobs: 5 }, clock());
-
-    await restore(f, backup);
-    expect(await readQuotaOverride(f.engine, tenantId)).toEqual({ activeJobs: 2 });
-    expect((await readQuotaUsage(f.engine, tenantId))?.activeJobs).toBe(1);
-    // The job made since is gone and counts no more; the raise is gone too.
-    expect((await createJob(f.engine, far())).created).toBe(true);
-    const refused = await createJob(f.engine, far()).catch((e: unknown) => e);
-    expect(refused).toBeInstanceOf(QuotaExceededError);
-    expect((refused as QuotaExceededError).context.quota).toBe("activeJobs");
-  });
-});
-
 /**
- * The engine's client with `hold` run before the first write that ends a dispatcher pass (the
- * lease's watermark and sweepFrom) is sent: the pass is under way when the restore comes.
+ * Side by side, each on tables of its own: they bound no real time (the case above does, restoring
+ * between two of A's heartbeats, and runs first, alone).
  */
-function passEndingAfter(hold: () => Promise<void>) {
-  const clients = createTestClients();
-  let held = false;
-  clients.doc.middlewareStack.add(
-    (next) => async (args) => {
-      const input = args.input as { UpdateExpression?: unknown };
-      if (!held && String(input.UpdateExpression ?? "").includes("watermark = :minute")) {
-        held = true;
-        await hold();
-      }
-      return next(args);
-    },
-    { step: "initialize", name: "holdPassEnd" },
-  );
-  return { engine: { ...f.engine, doc: clients.doc }, destroy: () => clients.destroy() };
-}
+describe.concurrent("restores that bound no real time", () => {
+  describe("a restore to before a run ended", () => {
+    it("runs it again, and its recurring job goes on claiming its occurrences", async ({
+      onTestFinished,
+    }) => {
+      const { f } = await ownFixture(onTestFinished);
+      const startAt = new Date(Math.ceil((Date.now() + 2000) / 1000) * 1000);
+      const { job } = await createJob(
+        f.engine,
+        testJob({ schedule: { every: "PT1M", startAt: startAt.toISOString() } }),
+      );
+      await tickOnce(f.engine, "restore-recurring");
+      const backup = await snapshot(f);
+      // The claim queued the occurrences of the next minutes; the first is due now.
+      const firstRun = async () =>
+        (await f.runs()).find(
+          (r) => r.jobId === job.jobId && r.scheduledFor === startAt.toISOString(),
+        );
+      const queued = await firstRun();
+      if (!queued) throw new Error("no run");
+      expect(await f.process(f.workerDeps("w"), await f.nextDeliveryOfRun(queued))).toBe("ack");
+      expect((await firstRun())?.status).toBe("SUCCEEDED");
 
-describe("a restore while a dispatcher pass is under way", () => {
-  it("refuses that pass's end write once another pass took the restored lease to its fence", async () => {
-    await dispatchShard(f.engine, 0, "pass-before-backup");
-    const backup = await snapshot(f);
-    let secondPass: PassResult | undefined;
-    const holding = passEndingAfter(async () => {
-      // The lease goes back below this pass's fence; the next pass takes it up to that fence.
       await restore(f, backup);
-      secondPass = await dispatchShard(f.engine, 0, "pass-after-restore");
+      expect((await firstRun())?.status).toBe("QUEUED");
+      // The message was acknowledged: the reaper re-sends the run, which runs again.
+      const pass = await reap(f.engine, {
+        now: new Date(Date.now() + LEASE_MS * 2 + REAPER_SETTLE_MS + 1000),
+      });
+      expect(pass.resent).toBeGreaterThanOrEqual(1);
+      const again = await f.nextDeliveryOfRun(queued);
+      expect(await f.process(f.workerDeps("w2"), again)).toBe("ack");
+      const rerun = (await f.runs()).find((r) => r.runId === queued.runId);
+      expect(rerun?.status).toBe("SUCCEEDED");
+      expect((await getJob(f.engine, job.jobId))?.status).toBe("ACTIVE");
+      expect((await f.dueEntries()).some((d) => d.jobId === job.jobId)).toBe(true);
+    }, 60_000);
+  });
+
+  describe("a restore to before a job was created", () => {
+    it("acknowledges the lost job's queued message without writing a run", async ({
+      onTestFinished,
+    }) => {
+      const { f } = await ownFixture(onTestFinished);
+      const backup = await snapshot(f);
+      const { job } = await createJob(
+        f.engine,
+        testJob({ schedule: { runAt: new Date().toISOString() } }),
+      );
+      await restore(f, backup);
+      const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+      expect(await f.process(f.workerDeps("w"), delivery)).toBe("ack");
+      expect((await f.runs()).filter((r) => r.jobId === job.jobId)).toEqual([]);
+      expect(await getJob(f.engine, job.jobId)).toBeNull();
+    }, 60_000);
+  });
+
+  describe("a restore to before a claim, put back two hours later", () => {
+    it("claims the restored entry again from the shard's restored sweepFrom, and the job runs on", async ({
+      onTestFinished,
+    }) => {
+      const { f, at } = await ownFixture(onTestFinished);
+      const startAt = new Date(
+        Math.ceil((f.engine.clock().getTime() + 10 * 60_000) / 60_000) * 60_000,
+      );
+      const { job } = await createJob(
+        f.engine,
+        testJob({ schedule: { every: "PT1M", startAt: startAt.toISOString() } }),
+      );
+      await tickOnce(f.engine, "before-backup");
+      const backup = await snapshot(f);
+
+      // After the backup point the occurrence is claimed and run.
+      at.offsetMs = startAt.getTime() - Date.now() + 1000;
+      await tickOnce(f.engine, "after-backup");
+      const ofJob = async () => (await f.runs()).filter((r) => r.jobId === job.jobId);
+      const claimed = (await ofJob()).find((r) => r.scheduledFor === startAt.toISOString());
+      if (!claimed) throw new Error("the occurrence was not claimed");
+      expect(await f.process(f.workerDeps("w"), await f.nextDeliveryOfRun(claimed))).toBe("ack");
+
+      // The operator puts the tables back as they were at the backup point, two hours on.
+      await restore(f, backup);
+      expect(await ofJob()).toEqual([]);
+      at.offsetMs += 2 * 3_600_000;
+      const due = (await f.dueEntries()).filter((d) => d.jobId === job.jobId);
+      expect(due.map((d) => d.dueAt)).toEqual([startAt.toISOString()]);
+
+      // The restored lease's sweepFrom lies before the entry: the next pass claims it (late, by the
+      // job's misfire policy, fire_once: the latest occurrence runs) and files the next one ahead.
+      await tickOnce(f.engine, "after-restore");
+      const [late] = (await ofJob()).filter((r) => r.status === "QUEUED");
+      if (!late) throw new Error("the restored entry was not claimed");
+      expect(await f.process(f.workerDeps("w2"), await f.nextDeliveryOfRun(late))).toBe("ack");
+      expect((await ofJob()).find((r) => r.runId === late.runId)?.status).toBe("SUCCEEDED");
+      const next = (await f.dueEntries()).filter((d) => d.jobId === job.jobId);
+      expect(next.every((d) => Date.parse(d.dueAt) > f.engine.clock().getTime())).toBe(true);
+      expect(next.length).toBeGreaterThan(0);
+    }, 60_000);
+  });
+
+  describe("a restore to before a webhook secret's rotation, or its making", () => {
+    it("signs with the restored secret alone: the rotated one, and one made since, are gone", async ({
+      onTestFinished,
+    }) => {
+      const { f } = await ownFixture(onTestFinished);
+      const before = await tenantWebhookSecrets(f.engine, "tenant-rotated");
+      const backup = await snapshot(f);
+      const rotated = await rotateWebhookSecret(f.engine, "tenant-rotated");
+      expect(signingSecrets(rotated, f.engine.clock())).toEqual([rotated.current, before.current]);
+      const madeSince = await tenantWebhookSecrets(f.engine, "tenant-new");
+
+      await restore(f, backup);
+      const restored = await tenantWebhookSecrets(f.engine, "tenant-rotated");
+      expect(signingSecrets(restored, f.engine.clock())).toEqual([before.current]);
+      // A tenant whose first secret was made after the backup point gets a new one at its next use.
+      const remade = await tenantWebhookSecrets(f.engine, "tenant-new");
+      expect(remade.current).not.toBe(madeSince.current);
     });
-    try {
-      const first = await dispatchShard(holding.engine, 0, "pass-across-restore");
-      const fenceOf = (pass: PassResult | undefined) =>
-        pass !== undefined && "fence" in pass ? pass.fence : undefined;
-      expect(secondPass?.outcome).toBe("swept");
-      expect(fenceOf(secondPass)).toBe(fenceOf(first));
-      expect(first.outcome).toBe("fence-lost");
-    } finally {
-      holding.destroy();
-    }
+  });
+
+  describe("a restore to before a create and a quota override", () => {
+    it("counts the tenant's restored jobs, under the restored override", async ({
+      onTestFinished,
+    }) => {
+      const { f } = await ownFixture(onTestFinished);
+      const tenantId = "tenant-quota";
+      const far = () =>
+        testJob({ tenantId, schedule: { runAt: new Date(Date.now() + 3_600_000).toISOString() } });
+      await writeQuotaOverride(f.engine, tenantId, { activeJobs: 2 }, f.engine.clock());
+      await createJob(f.engine, far());
+      const backup = await snapshot(f);
+      await createJob(f.engine, far());
+      await writeQuotaOverride(f.engine, tenantId, { activeJobs: 5 }, f.engine.clock());
+
+      await restore(f, backup);
+      expect(await readQuotaOverride(f.engine, tenantId)).toEqual({ activeJobs: 2 });
+      expect((await readQuotaUsage(f.engine, tenantId))?.activeJobs).toBe(1);
+      // The job made since is gone and counts no more; the raise is gone too.
+      expect((await createJob(f.engine, far())).created).toBe(true);
+      const refused = await createJob(f.engine, far()).catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(QuotaExceededError);
+      expect((refused as QuotaExceededError).context.quota).toBe("activeJobs");
+    });
+  });
+
+  /**
+   * The engine's client with `hold` run before the first write that ends a dispatcher pass (the
+   * lease's watermark and sweepFrom) is sent: the pass is under way when the restore comes.
+   */
+  function passEndingAfter(f: EngineFixture, hold: () => Promise<void>) {
+    const clients = createTestClients();
+    let held = false;
+    clients.doc.middlewareStack.add(
+      (next) => async (args) => {
+        const input = args.input as { UpdateExpression?: unknown };
+        if (!held && String(input.UpdateExpression ?? "").includes("watermark = :minute")) {
+          held = true;
+          await hold();
+        }
+        return next(args);
+      },
+      { step: "initialize", name: "holdPassEnd" },
+    );
+    return { engine: { ...f.engine, doc: clients.doc }, destroy: () => clients.destroy() };
+  }
+
+  describe("a restore while a dispatcher pass is under way", () => {
+    it("refuses that pass's end write once another pass took the restored lease to its fence", async ({
+      onTestFinished,
+    }) => {
+      const { f } = await ownFixture(onTestFinished);
+      await dispatchShard(f.engine, 0, "pass-before-backup");
+      const backup = await snapshot(f);
+      let secondPass: PassResult | undefined;
+      const holding = passEndingAfter(f, async () => {
+        // The lease goes back below this pass's fence; the next pass takes it up to that fence.
+        await restore(f, backup);
+        secondPass = await dispatchShard(f.engine, 0, "pass-after-restore");
+      });
+      try {
+        const first = await dispatchShard(holding.engine, 0, "pass-across-restore");
+        const fenceOf = (pass: PassResult | undefined) =>
+          pass !== undefined && "fence" in pass ? pass.fence : undefined;
+        expect(secondPass?.outcome).toBe("swept");
+        expect(fenceOf(secondPass)).toBe(fenceOf(first));
+        expect(first.outcome).toBe("fence-lost");
+      } finally {
+        holding.destroy();
+      }
+    });
   });
 });
