@@ -19,7 +19,12 @@ import { createTestClients } from "../support/namespace.js";
  * between an admission applied with its answer lost and the SDK's sending it again: another
  * delivery of the same run, a cancel of the run, throttles after the lost answer.
  */
-describe("admission marks: a write applied with its answer lost, and what lands before it is sent again", () => {
+/**
+ * The cases run side by side (describe.concurrent), each on a job of its own; none bounds real
+ * time. The throttled case waits out the SDK's backoff on a queue of its own: on the shared one,
+ * the first case's receive would count as a delivery of its message, and the reverse.
+ */
+describe.concurrent("admission marks: a write applied with its answer lost, and what lands before it is sent again", () => {
   let f: EngineFixture;
   beforeAll(async () => {
     f = await createEngineFixture();
@@ -120,7 +125,11 @@ describe("admission marks: a write applied with its answer lost, and what lands 
     expect(await getRun(f.engine, run)).toMatchObject({ status: "CANCELLED", fence: 0 });
   });
 
-  it("runs the run when the SDK's re-sends after the lost answer were throttled and retryOnContention sent the write again", async () => {
+  it("runs the run when the SDK's re-sends after the lost answer were throttled and retryOnContention sent the write again", async ({
+    onTestFinished,
+  }) => {
+    const f = await createEngineFixture();
+    onTestFinished(() => f.destroy());
     const { job } = await createJob(f.engine, testJob({ schedule: { every: "PT1H" } }));
     const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
     const clients = createTestClients({ maxSockets: 64 });
