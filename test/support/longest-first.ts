@@ -17,7 +17,10 @@ import { BaseSequencer, type TestSpecification } from "vitest/node";
  * end. listed-runs-bound, absent from this list then (102 s in the last fresh-clone CI), takes 33-37 s
  * alone on a loaded machine since its fills are seeded and its cases run side by side: ranked by
  * that. worker-fencing (41 s) takes 22-23 s alone since its crash cases run side by side: ranked
- * by that, after run-cancel.
+ * by that, after run-cancel. clock-skew and restore-from-backup, added on 4 December, took 44 and
+ * 23 s alone on a loaded machine (load 5-6); with their independent cases side by side, 37-38 and
+ * 17 s: clock-skew's start-lag cases (20 s) still run one after another, so it is ranked by that,
+ * after listed-runs-bound; restore-from-backup after allow-bound.
  */
 const LONGEST = [
   "test/console/console.test.ts",
@@ -25,6 +28,7 @@ const LONGEST = [
   "test/sandbox/restart.test.ts",
   "test/integration/crashed-first-attempt.test.ts",
   "test/integration/listed-runs-bound.test.ts",
+  "test/integration/clock-skew.test.ts",
   "test/integration/overlap-reruns.test.ts",
   "test/integration/fairness.test.ts",
   "test/client/cli.test.ts",
@@ -37,6 +41,7 @@ const LONGEST = [
   "test/client/hostile-server.test.ts",
   "test/integration/transaction-in-progress.test.ts",
   "test/integration/allow-bound.test.ts",
+  "test/integration/restore-from-backup.test.ts",
   // The timed group.
   "test/e2e/scheduler.e2e.test.ts",
   "test/integration/policies.test.ts",
