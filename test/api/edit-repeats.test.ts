@@ -1,6 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createApiApp } from "../../shared/api/app.js";
-import { bearerAuthenticator } from "../../shared/api/auth.js";
 import { ErrorSchema } from "../../shared/api/schemas/errors.js";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import type { Engine } from "../../shared/engine.js";
@@ -9,7 +7,7 @@ import { getJob } from "../../shared/storage/run-reads.js";
 import { readQuotaUsage } from "../../shared/storage/tenant-quotas.js";
 import { createQuotaFixture, type EngineFixture } from "../support/engine-fixture.js";
 import { createTestClients, type TestClients } from "../support/namespace.js";
-import { JOB_TYPES } from "./support.js";
+import { inProcessApi, type Reply } from "./support.js";
 
 /**
  * An edit sent again at the version it was sent at (`Job.lastEdit`), attacked as a client would:
@@ -19,13 +17,6 @@ import { JOB_TYPES } from "./support.js";
  */
 const KEY = "edit-repeats-key";
 const TENANT = "tenant-edit-repeats";
-
-interface Answer {
-  readonly status: number;
-  readonly headers: Headers;
-  readonly body: unknown;
-  readonly text: string;
-}
 
 let f: EngineFixture;
 const clients: TestClients[] = [];
@@ -37,35 +28,8 @@ afterAll(async () => {
   await f.destroy();
 });
 
-/** The API over `engine`; `body` is sent as given when a string (raw JSON), else as JSON. */
-function apiOver(engine: Engine) {
-  const app = createApiApp({
-    engine,
-    jobTypes: JOB_TYPES,
-    authenticate: bearerAuthenticator(new Map([[KEY, TENANT]])),
-    adminTenants: [TENANT],
-  });
-  return async (
-    method: string,
-    path: string,
-    { body, headers = {} }: { body?: unknown; headers?: Record<string, string> } = {},
-  ): Promise<Answer> => {
-    const response = await app.request(path, {
-      method,
-      headers: { Authorization: `Bearer ${KEY}`, "Content-Type": "application/json", ...headers },
-      ...(body !== undefined
-        ? { body: typeof body === "string" ? body : JSON.stringify(body) }
-        : {}),
-    });
-    const text = await response.text();
-    return {
-      status: response.status,
-      headers: response.headers,
-      body: text === "" ? null : JSON.parse(text),
-      text,
-    };
-  };
-}
+/** The API over `engine` for TENANT (its admin); a string `body` is sent raw. */
+const apiOver = (engine: Engine) => inProcessApi(engine, { key: KEY, tenant: TENANT, admin: true });
 
 const call = (...args: Parameters<ReturnType<typeof apiOver>>) => apiOver(f.engine)(...args);
 const patch = (jobId: string, body: unknown, version: number) =>
@@ -168,7 +132,7 @@ describe("PATCH /jobs/{id} sent again", () => {
     // before the repeat's transaction, which then fails, gives its share back and finds it written.
     const overtaking = createTestClients();
     clients.push(overtaking);
-    let first: Answer | undefined;
+    let first: Reply | undefined;
     overtaking.doc.middlewareStack.add(
       (next, context) => async (args) => {
         if (
@@ -198,30 +162,11 @@ describe("PATCH /jobs/{id} sent again", () => {
     const every = (seconds: number) => ({
       schedule: { every: `PT${seconds}S`, startAt: "2026-01-01T00:00:00.000Z" },
     });
-    const send = async (
-      engine: Engine,
-      method: string,
-      path: string,
-      body: unknown,
-      ifMatch = "",
-    ) => {
-      const response = await createApiApp({
-        engine,
-        jobTypes: JOB_TYPES,
-        authenticate: bearerAuthenticator(new Map([[KEY, tenant]])),
-        adminTenants: [tenant],
-      }).request(path, {
-        method,
-        headers: {
-          Authorization: `Bearer ${KEY}`,
-          "Content-Type": "application/json",
-          ...(ifMatch ? { "If-Match": ifMatch } : {}),
-        },
-        body: JSON.stringify(body),
+    const send = (engine: Engine, method: string, path: string, body: unknown, ifMatch = "") =>
+      inProcessApi(engine, { key: KEY, tenant, admin: true })(method, path, {
+        body,
+        headers: ifMatch ? { "If-Match": ifMatch } : {},
       });
-      const text = await response.text();
-      return { status: response.status, text, body: text === "" ? null : JSON.parse(text) };
-    };
     const made = await send(f.engine, "POST", "/jobs", {
       type: "noop",
       name: "full",

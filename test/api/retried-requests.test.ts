@@ -1,6 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createApiApp } from "../../shared/api/app.js";
-import { bearerAuthenticator } from "../../shared/api/auth.js";
 import { ErrorSchema } from "../../shared/api/schemas/errors.js";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { RunPageSchema, RunSchema } from "../../shared/api/schemas/runs.js";
@@ -9,7 +7,7 @@ import { getJob } from "../../shared/storage/run-reads.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
 import { type FaultyEngine, withFaults, withLostAnswers } from "../support/faults.js";
 import { createTestClients, type TestClients } from "../support/namespace.js";
-import { JOB_TYPES } from "./support.js";
+import { inProcessApi, type Reply } from "./support.js";
 
 /**
  * A careful client sends a mutating request again when told to retry (a 503 `busy` with
@@ -19,14 +17,6 @@ import { JOB_TYPES } from "./support.js";
  */
 const KEY = "retried-requests-key";
 const TENANT = "tenant-retried";
-const HEADERS = { Authorization: `Bearer ${KEY}`, "Content-Type": "application/json" };
-
-interface Answer {
-  readonly status: number;
-  readonly headers: Headers;
-  readonly body: unknown;
-  readonly text: string;
-}
 
 let f: EngineFixture;
 const faults: FaultyEngine[] = [];
@@ -40,33 +30,8 @@ afterAll(async () => {
   await f.destroy();
 });
 
-/** The API over `engine`, for tenant TENANT. */
-function apiOver(engine: Engine) {
-  const app = createApiApp({
-    engine,
-    jobTypes: JOB_TYPES,
-    authenticate: bearerAuthenticator(new Map([[KEY, TENANT]])),
-    adminTenants: [TENANT],
-  });
-  return async (
-    method: string,
-    path: string,
-    { body, headers = {} }: { body?: unknown; headers?: Record<string, string> } = {},
-  ): Promise<Answer> => {
-    const response = await app.request(path, {
-      method,
-      headers: { ...HEADERS, ...headers },
-      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-    });
-    const text = await response.text();
-    return {
-      status: response.status,
-      headers: response.headers,
-      body: text === "" ? null : JSON.parse(text),
-      text,
-    };
-  };
-}
+/** The API over `engine`, for tenant TENANT (its admin). */
+const apiOver = (engine: Engine) => inProcessApi(engine, { key: KEY, tenant: TENANT, admin: true });
 
 const call = (...args: Parameters<ReturnType<typeof apiOver>>) => apiOver(f.engine)(...args);
 
@@ -190,7 +155,7 @@ describe("PATCH /jobs/{id} sent again at the version it was sent at", () => {
     const overtaking = createTestClients();
     clients.push(overtaking);
     let reads = 0;
-    let first: Answer | undefined;
+    let first: Reply | undefined;
     overtaking.doc.middlewareStack.add(
       (next, context) => async (args) => {
         const input = args.input as { Key?: { pk?: unknown } };

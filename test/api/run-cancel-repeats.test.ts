@@ -1,12 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createApiApp } from "../../shared/api/app.js";
-import { bearerAuthenticator } from "../../shared/api/auth.js";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { RunPageSchema, RunSchema } from "../../shared/api/schemas/runs.js";
 import { parseRunId } from "../../shared/keys.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
-import { JOB_TYPES } from "./support.js";
+import { inProcessApi } from "./support.js";
 
 /**
  * A run cancel sent on a run a pause cancelled (`running: "cancel"`): answered as the pause left
@@ -21,20 +19,8 @@ beforeAll(async () => {
 });
 afterAll(() => f.destroy());
 
-async function call(method: string, path: string, body?: unknown) {
-  const app = createApiApp({
-    engine: f.engine,
-    jobTypes: JOB_TYPES,
-    authenticate: bearerAuthenticator(new Map([[KEY, TENANT]])),
-  });
-  const response = await app.request(path, {
-    method,
-    headers: { Authorization: `Bearer ${KEY}`, "Content-Type": "application/json" },
-    ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-  });
-  const text = await response.text();
-  return { status: response.status, text, body: text === "" ? null : JSON.parse(text) };
-}
+const call = (method: string, path: string, body?: unknown) =>
+  inProcessApi(f.engine, { key: KEY, tenant: TENANT })(method, path, { body });
 
 async function runsOf(jobId: string) {
   const reply = await call("GET", `/jobs/${jobId}/runs`);

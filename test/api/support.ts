@@ -1,8 +1,11 @@
 import { expect } from "vitest";
 import { z } from "zod";
+import { createApiApp } from "../../shared/api/app.js";
+import { bearerAuthenticator } from "../../shared/api/auth.js";
 import { type LocalServer, startLocalServer } from "../../shared/api/local-server.js";
 import { ErrorSchema } from "../../shared/api/schemas/errors.js";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
+import type { Engine } from "../../shared/engine.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { type JobTypeCatalog, jobTypeCatalog } from "../../shared/job-types/registry.js";
 import { receiveRuns } from "../../shared/queue/work-queue.js";
@@ -32,6 +35,43 @@ export interface Reply {
   readonly headers: Headers;
   readonly body: unknown;
   readonly text: string;
+}
+
+/**
+ * The API in-process (`app.request`) over `engine`, for one bearer key and its tenant; with
+ * `admin` the tenant is also the deployment's admin tenant. `body` is sent as given when a string
+ * (raw JSON), else as JSON.
+ */
+export function inProcessApi(
+  engine: Engine,
+  { key, tenant, admin = false }: { key: string; tenant: string; admin?: boolean },
+) {
+  const app = createApiApp({
+    engine,
+    jobTypes: JOB_TYPES,
+    authenticate: bearerAuthenticator(new Map([[key, tenant]])),
+    ...(admin ? { adminTenants: [tenant] } : {}),
+  });
+  return async (
+    method: string,
+    path: string,
+    { body, headers = {} }: { body?: unknown; headers?: Record<string, string> } = {},
+  ): Promise<Reply> => {
+    const response = await app.request(path, {
+      method,
+      headers: { Authorization: `Bearer ${key}`, "Content-Type": "application/json", ...headers },
+      ...(body !== undefined
+        ? { body: typeof body === "string" ? body : JSON.stringify(body) }
+        : {}),
+    });
+    const text = await response.text();
+    return {
+      status: response.status,
+      headers: response.headers,
+      body: text === "" ? null : JSON.parse(text),
+      text,
+    };
+  };
 }
 
 interface CallOptions {
