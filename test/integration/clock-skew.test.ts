@@ -5,15 +5,15 @@ import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import type { Engine } from "../../shared/engine.js";
 import { FenceLostError } from "../../shared/errors.js";
-import type { JobContext, JobHandler } from "../../shared/execution/job-contract.js";
+import type { JobHandler } from "../../shared/execution/job-contract.js";
 import type { WorkerDeps } from "../../shared/execution/worker.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { createJob, triggerJob } from "../../shared/jobs/index.js";
 import { shardOf } from "../../shared/keys.js";
-import type { Run } from "../../shared/model.js";
 import type { ReceivedRun } from "../../shared/queue/work-queue.js";
 import { runKeyOf } from "../../shared/storage/run-reads.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { heldHandler, runOf } from "../support/held-runs.js";
 import { scanTable } from "../support/namespace.js";
 import { seedJobs } from "../support/seed.js";
 import { waitFor } from "../support/wait.js";
@@ -31,32 +31,6 @@ const skewed = (engine: Engine, skewMs: number): Engine => ({
   ...engine,
   clock: offsetClock(skewMs),
 });
-
-/** A handler that runs until `release` is called (or its signal aborts), recording each call. */
-function heldHandler() {
-  const contexts: JobContext[] = [];
-  let release: () => void = () => undefined;
-  const released = new Promise<void>((resolve) => {
-    release = resolve;
-  });
-  const handler = async (ctx: JobContext) => {
-    contexts.push(ctx);
-    await Promise.race([
-      released,
-      new Promise((resolve) => ctx.signal.addEventListener("abort", resolve, { once: true })),
-    ]);
-  };
-  return { handler, contexts, release: () => release() };
-}
-
-/** The job's one run. */
-async function runOf(f: EngineFixture, jobId: string): Promise<Run> {
-  const runs = (await f.runs()).filter((r) => r.jobId === jobId);
-  expect(runs).toHaveLength(1);
-  const [run] = runs;
-  if (!run) throw new Error("no run");
-  return run;
-}
 
 /** A worker of `type`'s handler on a host `skewMs` off the others. */
 function workerOn(

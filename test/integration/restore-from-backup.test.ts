@@ -6,7 +6,6 @@ import { tickOnce } from "../../shared/dispatch/tick.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { createJob } from "../../shared/jobs/index.js";
-import type { Run } from "../../shared/model.js";
 import { QuotaExceededError } from "../../shared/quotas/limits.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import {
@@ -20,6 +19,7 @@ import {
   tenantWebhookSecrets,
 } from "../../shared/webhooks/secrets.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { runOf } from "../support/held-runs.js";
 import { createTestClients, scanTable } from "../support/namespace.js";
 import { waitFor } from "../support/wait.js";
 
@@ -95,14 +95,6 @@ function gatedHandler() {
     started,
     release: (i: number) => releases[i]?.(),
   };
-}
-
-async function runOf(f: EngineFixture, jobId: string): Promise<Run> {
-  const runs = (await f.runs()).filter((r) => r.jobId === jobId);
-  expect(runs).toHaveLength(1);
-  const [run] = runs;
-  if (!run) throw new Error("no run");
-  return run;
 }
 
 /**

@@ -18,6 +18,7 @@ import {
   testJob,
 } from "../support/engine-fixture.js";
 import { clientsDyingAfterAdmission } from "../support/faults.js";
+import { heldHandler } from "../support/held-runs.js";
 import { createTestClients, type TestClients } from "../support/namespace.js";
 import { waitFor } from "../support/wait.js";
 
@@ -123,23 +124,6 @@ describe("a start held unwritten until the run's first write", () => {
         },
       }),
     );
-  }
-
-  /** A handler that runs until `release` is called, recording its context. */
-  function heldHandler() {
-    const contexts: JobContext[] = [];
-    let release: () => void = () => undefined;
-    const released = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    const handler = async (ctx: JobContext) => {
-      contexts.push(ctx);
-      await Promise.race([
-        released,
-        new Promise((resolve) => ctx.signal.addEventListener("abort", resolve, { once: true })),
-      ]);
-    };
-    return { handler, contexts, release: () => release() };
   }
 
   it("a run that ends before its first heartbeat is written once, its history whole", async () => {

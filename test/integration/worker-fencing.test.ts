@@ -24,6 +24,7 @@ import { requeueRun } from "../../shared/storage/run-requeue.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { withFaults } from "../support/faults.js";
+import { runOf } from "../support/held-runs.js";
 import { createTestClients } from "../support/namespace.js";
 import { waitFor } from "../support/wait.js";
 
@@ -58,14 +59,6 @@ async function dieBeforeJobWrite(f: EngineFixture, received: ReceivedRun): Promi
     dying.destroy();
   }
   expect(dying.injected.count).toBe(1);
-}
-
-async function runOf(f: EngineFixture, jobId: string) {
-  const runs = (await f.runs()).filter((r) => r.jobId === jobId);
-  expect(runs).toHaveLength(1);
-  const [run] = runs;
-  if (!run) throw new Error("no run");
-  return run;
 }
 
 /**
