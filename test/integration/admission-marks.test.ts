@@ -12,6 +12,7 @@ import {
   testJob,
 } from "../support/engine-fixture.js";
 import { timedOutAnswer, withLostAnswers } from "../support/faults.js";
+import { jobHoldingRunA } from "../support/held-runs.js";
 import { createTestClients } from "../support/namespace.js";
 
 /**
@@ -201,14 +202,7 @@ describe.concurrent("admission marks: a write applied with its answer lost, and 
   ] as const)(
     "a %s write applied with its answer lost counts as made when another run's admission landed first",
     async (kind, runId) => {
-      const { job } = await createJob(f.engine, testJob());
-      const leaseUntil = new Date(Date.now() + 60_000);
-      await recordAdmission(
-        f.engine,
-        job,
-        { kind: "start", runId: "run-a", leaseUntil },
-        { dropped: [] },
-      );
+      const { job, leaseUntil } = await jobHoldingRunA(f.engine);
       const lossy = withLostAnswers(f.engine, {
         operation: "UpdateItem",
         times: 1,
@@ -246,14 +240,7 @@ describe.concurrent("admission marks: a write applied with its answer lost, and 
   ] as const)(
     "a %s write that takes the place of a run that no longer waits drops that run's mark",
     async (kind, field) => {
-      const { job } = await createJob(f.engine, testJob());
-      const leaseUntil = new Date(Date.now() + 60_000);
-      await recordAdmission(
-        f.engine,
-        job,
-        { kind: "start", runId: "run-a", leaseUntil },
-        { dropped: [] },
-      );
+      const { job } = await jobHoldingRunA(f.engine);
       await recordAdmission(
         f.engine,
         await jobNow(job.jobId),

@@ -18,6 +18,7 @@ import {
   takeRunSlot,
 } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { jobHoldingRunA } from "../support/held-runs.js";
 
 describe("run storage operations turn failed conditions into what they mean", () => {
   let f: EngineFixture;
@@ -222,14 +223,7 @@ describe("run storage operations turn failed conditions into what they mean", ()
   });
 
   it("an admission writes its run's mark and keeps the marks of the runs the job still holds, no others", async () => {
-    const { job } = await createJob(f.engine, testJob());
-    const leaseUntil = new Date(Date.now() + 60_000);
-    await recordAdmission(
-      f.engine,
-      job,
-      { kind: "start", runId: "run-a", leaseUntil },
-      { dropped: [] },
-    );
+    const { job, leaseUntil } = await jobHoldingRunA(f.engine);
     const one = await getJob(f.engine, job.jobId);
     if (one === null) throw new Error("job gone");
     await recordAdmission(f.engine, one, { kind: "buffer", runId: "run-b" }, { dropped: [] });

@@ -1,7 +1,10 @@
 import { expect } from "vitest";
+import type { Engine } from "../../shared/engine.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
+import { createJob } from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
-import type { EngineFixture } from "./engine-fixture.js";
+import { recordAdmission } from "../../shared/storage/admission.js";
+import { type EngineFixture, testJob } from "./engine-fixture.js";
 
 /** A handler that runs until `release` is called (or its signal aborts), recording each call. */
 export function heldHandler() {
@@ -27,4 +30,17 @@ export async function runOf(f: EngineFixture, jobId: string): Promise<Run> {
   const [run] = runs;
   if (!run) throw new Error("no run");
   return run;
+}
+
+/** A new job (testJob) whose run `run-a` its admission records as started, leased for a minute. */
+export async function jobHoldingRunA(engine: Engine) {
+  const { job } = await createJob(engine, testJob());
+  const leaseUntil = new Date(Date.now() + 60_000);
+  await recordAdmission(
+    engine,
+    job,
+    { kind: "start", runId: "run-a", leaseUntil },
+    { dropped: [] },
+  );
+  return { job, leaseUntil };
 }
