@@ -10,6 +10,7 @@ import type { WorkerDeps } from "../../shared/execution/worker.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { createJob, triggerJob } from "../../shared/jobs/index.js";
 import { shardOf } from "../../shared/keys.js";
+import type { Job } from "../../shared/model.js";
 import type { ReceivedRun } from "../../shared/queue/work-queue.js";
 import { runKeyOf } from "../../shared/storage/run-reads.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
@@ -44,6 +45,18 @@ function workerOn(
     ...f.workerDeps(workerId, handlers, heartbeatEveryMs),
     engine: skewed(f.engine, skewMs),
   };
+}
+
+/** An hourly job of the `held` type, first due in 200 ms, and its first delivery. */
+async function heldHourlyDueSoon(f: EngineFixture): Promise<{ job: Job; received: ReceivedRun }> {
+  const { job } = await createJob(
+    f.engine,
+    testJob({
+      type: "held",
+      schedule: { every: "PT1H", startAt: new Date(Date.now() + 200).toISOString() },
+    }),
+  );
+  return { job, received: await f.nextDelivery(f.engine.queues.normal, job.jobId) };
 }
 
 /** A one-off due now of `type`, and its first delivery. */
@@ -157,14 +170,7 @@ describe.concurrent("held runs met by hosts whose clocks disagree", () => {
     /** An hourly job (overlap skip) whose run worker-a holds, listed with its lease; a trigger's run. */
     async function secondRunBesideHeld(f: EngineFixture) {
       const holder = heldHandler();
-      const { job } = await createJob(
-        f.engine,
-        testJob({
-          type: "held",
-          schedule: { every: "PT1H", startAt: new Date(Date.now() + 200).toISOString() },
-        }),
-      );
-      const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+      const { job, received } = await heldHourlyDueSoon(f);
       const first = processRun(
         workerOn(f, 0, "worker-a", { held: holder.handler }, SECOND),
         received,
@@ -278,14 +284,7 @@ describe("hosts whose clocks disagree", () => {
     it("2 s ahead, a second before the holder's first write: the job's admission still lets only the holder run", async () => {
       const holder = heldHandler();
       const duplicate = heldHandler();
-      const { job } = await createJob(
-        f.engine,
-        testJob({
-          type: "held",
-          schedule: { every: "PT1H", startAt: new Date(Date.now() + 200).toISOString() },
-        }),
-      );
-      const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+      const { job, received } = await heldHourlyDueSoon(f);
       // The holder beats every 2 s, so its first write (the start's) is owed 2 s after its start.
       const first = processRun(
         workerOn(f, 0, "worker-a", { held: holder.handler }, 2 * SECOND),
