@@ -6,6 +6,7 @@ import type { Engine } from "../../shared/engine.js";
 import { handOverRun, issueRunToken } from "../../shared/execution/async-delivery.js";
 import { completeAsyncRun } from "../../shared/execution/async-runs.js";
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
+import { nextAdmissionSoon } from "../../shared/execution/run-endings.js";
 import { heartbeatEveryMs } from "../../shared/execution/run-execution.js";
 import { processRun, type WorkerDeps } from "../../shared/execution/worker.js";
 import {
@@ -36,6 +37,19 @@ import {
 
 /** Far enough apart that every lease of a round has lapsed by the next (a round takes seconds). */
 const ROUND_MS = 10 * 60_000;
+
+const HOUR_MS = 60 * 60_000;
+/**
+ * How far past an hour jobFullOfQuietRuns creates its job and starts its runs. A job created
+ * within a fast-path window (lookahead and margin: 7 min) of its next occurrence claims that
+ * occurrence at once, and its nextRunAt is the occurrence after: created from HH:53 on, an hourly
+ * job records its next run at HH+2:00, more than an hour after the endings a few minutes on, so
+ * its runs' endings write the job at once (nextAdmissionSoon) and leave no entry listed, where
+ * the hourly cases need the endings to leave their entries to the next admission.
+ * At ten past, an hourly job's next occurrence is 50 min off (nothing claimed, the endings a few
+ * minutes on within the hour of it), and a yearly one's (1 January, 00:00) 50 min off at least.
+ */
+const START_PAST_HOUR_MS = 10 * 60_000;
 
 /**
  * A job's `activeRuns` lives on its own item, which DynamoDB holds to 400 KB. A run whose lease
@@ -104,14 +118,18 @@ describe.concurrent("the runs a job lists as under way", () => {
     return runs;
   };
 
-  /** An async job on a quiet target that takes each run over (202) and never calls back. */
+  /**
+   * An async job on a quiet target that takes each run over (202) and never calls back, created
+   * at `engine`'s clock.
+   */
   const quietTargetJob = async (
+    engine: Engine,
     schedule: { cron: string; timezone: string },
     overlap: "allow" | "skip" | "buffer_one",
   ) =>
     (
       await createJob(
-        f.engine,
+        engine,
         testJob({
           type: "http",
           target: { url: targetUrl, mode: "async" },
@@ -132,7 +150,7 @@ describe.concurrent("the runs a job lists as under way", () => {
    * the one before, so none is live. Returns the job, the runs and the instant after the last round.
    */
   const jobFilledByWorker = async () => {
-    const job = await quietTargetJob({ cron: "0 0 1 1 *", timezone: "UTC" }, "allow");
+    const job = await quietTargetJob(f.engine, { cron: "0 0 1 1 *", timezone: "UTC" }, "allow");
     const start = Date.now();
     const rounds = Math.ceil(MAX_LISTED_RUNS / MAX_CONCURRENT_LIMIT);
     const quiet: Run[] = [];
@@ -161,17 +179,18 @@ describe.concurrent("the runs a job lists as under way", () => {
    * admissions leave (activeRevision, firstWriteLeadMs) are written at once, as the worker's
    * admissions would have. Compared item by item with a worker's fill, the job's and the runs' items
    * differ only in instants, ids, token hashes and the admissions' marks (admissionMarks, which only
-   * an admission whose answer was lost reads). Returns
-   * the job, the runs and an instant at which every lease has lapsed.
+   * an admission whose answer was lost reads). The job is created and its runs handed over at
+   * clocks from ten past the current hour, whatever the wall clock reads (START_PAST_HOUR_MS).
+   * Returns the job, the runs and an instant at which every lease has lapsed.
    */
   const jobFullOfQuietRuns = async (
     schedule: { cron: string; timezone: string } = { cron: "0 0 1 1 *", timezone: "UTC" },
     overlap: "allow" | "skip" | "buffer_one" = "allow",
   ) => {
-    const job = await quietTargetJob(schedule, overlap);
     // Half past a second: no instant of the runs is an occurrence of a cron schedule, which a
     // trigger leaves to the schedule.
-    const start = Math.floor(Date.now() / 1_000) * 1_000 + 500;
+    const start = Math.floor(Date.now() / HOUR_MS) * HOUR_MS + START_PAST_HOUR_MS + 500;
+    const job = await quietTargetJob(engineAt(f.engine, start), schedule, overlap);
     const { leaseMs } = f.engine.settings;
     const quiet: Run[] = [];
     const leases: Record<string, string> = {};
@@ -281,6 +300,9 @@ describe.concurrent("the runs a job lists as under way", () => {
         cron: "0 * * * *",
         timezone: "UTC",
       });
+      const [earliest] = quiet;
+      if (earliest === undefined) throw new Error("no run handed over");
+      expect(nextAdmissionSoon(job, earliest, new Date(after))).toBe(true);
       // Their targets complete them all.
       const later = engineAt(f.engine, after);
       for (const run of quiet)
@@ -319,6 +341,9 @@ describe.concurrent("the runs a job lists as under way", () => {
       { cron: "0 * * * *", timezone: "UTC" },
       "skip",
     );
+    const [earliest] = quiet;
+    if (earliest === undefined) throw new Error("no run handed over");
+    expect(nextAdmissionSoon(job, earliest, new Date(after))).toBe(true);
     const later = engineAt(f.engine, after);
     const [skipped] = await triggerAndDeliver(later, job.jobId, 1);
     if (skipped === undefined) throw new Error("no run triggered");
