@@ -230,7 +230,7 @@ describe("answers API Gateway gives itself: the API's codes for their statuses, 
     expect((await cli("jobs", "list")).code).toBe(EXIT.busy);
   });
 
-  it("a 502 or 504 exits 8 for a read or a pause, which can be run again; 1 for a trigger, which may have been applied", async () => {
+  it("a 502 or 504 exits 8 for a read, a pause or a preview, which can be run again; 1 for a trigger, which may have been applied", async () => {
     for (const status of [502, 504]) {
       // API Gateway sends no Retry-After; this one spares the test the read's doubling waits.
       answer = {
@@ -242,6 +242,9 @@ describe("answers API Gateway gives itself: the API's codes for their statuses, 
       // A pause's repeat answers the job as it stands (docs/api.md "Retrying requests").
       expect((await cli("jobs", "pause", "01JOB")).code, `${status}`).toBe(EXIT.busy);
       expect((await cli("jobs", "trigger", "01JOB")).code, `${status}`).toBe(EXIT.failed);
+      // A schedule's preview is a POST that writes nothing: run again as a read is.
+      const preview = await cli("schedules", "preview", "--cron", "0 9 * * *", "--timezone", "UTC");
+      expect(preview.code, `${status}`).toBe(EXIT.busy);
     }
   });
 });
