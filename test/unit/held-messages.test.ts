@@ -10,11 +10,10 @@ import { DynamoDBDocumentClient, GetCommand, UpdateCommand } from "@aws-sdk/lib-
 import { mockClient } from "aws-sdk-client-mock";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { DEFAULT_QUOTAS, DEFAULT_SETTINGS } from "../../shared/config.js";
-import type { Engine } from "../../shared/engine.js";
 import { HeldMessages } from "../../shared/execution/held-messages.js";
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
-import { silentObservability } from "../../shared/observability.js";
 import { encodeRunMessage, type ReceivedRun } from "../../shared/queue/work-queue.js";
+import { mockedEngine } from "../support/mocked-engine.js";
 
 /** SQS keeps a received message hidden at most this long from its receive, however often extended. */
 const SQS_MAX_HIDDEN_MS = 43_200_000;
@@ -82,16 +81,11 @@ function heldOverAws() {
   mockClient(doc)
     .on(UpdateCommand)
     .rejects(new ConditionalCheckFailedException({ message: "moved on", $metadata: {} }));
-  const engine: Engine = {
+  const engine = mockedEngine({
     doc,
     sqs,
-    tables: { jobs: "jobs", runs: "runs", webhookSecrets: "secrets" },
-    queues: { high: "queue-high", normal: "queue-normal", low: "queue-low" },
-    settings: DEFAULT_SETTINGS,
     clock: () => new Date(Date.UTC(2026, 2, 1, 12) + elapsedMs),
-    random: Math.random,
-    obs: silentObservability,
-  };
+  });
   // A visibility of 6 s: looked after every second.
   const held = new HeldMessages(engine, 6, () => elapsedMs);
   return {
@@ -177,16 +171,12 @@ describe("a worker loop holding a message at its tenant's gate for 11 hours", ()
       .resolves({})
       .on(UpdateCommand)
       .rejects(new ConditionalCheckFailedException({ message: "moved on", $metadata: {} }));
-    const engine: Engine = {
+    const engine = mockedEngine({
       doc,
       sqs,
-      tables: { jobs: "jobs", runs: "runs", webhookSecrets: "secrets" },
-      queues: { high: "queue-high", normal: "queue-normal", low: "queue-low" },
       settings: { ...DEFAULT_SETTINGS, quotas: { ...DEFAULT_QUOTAS, concurrentRuns: 0 } },
       clock: () => new Date(Date.UTC(2026, 2, 1, 12) + performance.now()),
-      random: Math.random,
-      obs: silentObservability,
-    };
+    });
     const stop = new AbortController();
     const loop = runWorkerLoop(
       { engine, handlers: new Map(), workerId: "w1" },

@@ -1,4 +1,3 @@
-import { DynamoDBClient } from "@aws-sdk/client-dynamodb";
 import {
   BatchEntryIdsNotDistinct,
   ChangeMessageVisibilityCommand,
@@ -10,14 +9,13 @@ import {
   SQSServiceException,
   TooManyEntriesInBatchRequest,
 } from "@aws-sdk/client-sqs";
-import { DynamoDBDocumentClient } from "@aws-sdk/lib-dynamodb";
 import { mockClient } from "aws-sdk-client-mock";
 import { describe, expect, it } from "vitest";
-import { DEFAULT_SETTINGS } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
 import type { Logger } from "../../shared/observability.js";
 import { type OutgoingRun, sendRuns, setVisibility } from "../../shared/queue/work-queue.js";
+import { mockedEngine } from "../support/mocked-engine.js";
 
 /**
  * SQS limits the sandbox's emulator (fauxqs) does not enforce, pinned where the code meets them:
@@ -38,16 +36,7 @@ function invalidParameterValue(message: string): SQSServiceException {
 const silent: Logger = { debug() {}, info() {}, warn() {}, error() {} };
 
 function engineWith(sqs: SQSClient, log: Logger = silent): Engine {
-  return {
-    doc: DynamoDBDocumentClient.from(new DynamoDBClient({ region: "us-east-1" })),
-    sqs,
-    tables: { jobs: "jobs", runs: "runs", webhookSecrets: "secrets" },
-    queues: { high: "queue-high", normal: "queue-normal", low: "queue-low" },
-    settings: DEFAULT_SETTINGS,
-    clock: () => now,
-    random: Math.random,
-    obs: { log, metrics: { add() {} } },
-  };
+  return mockedEngine({ sqs, clock: () => now, obs: { log, metrics: { add() {} } } });
 }
 
 function run(i: number, dueInMs: number): OutgoingRun {
