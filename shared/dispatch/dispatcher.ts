@@ -20,6 +20,7 @@ import {
 } from "../storage/lease.js";
 import { type ChainOptions, emptySweepStats, type SweepStats } from "./claim-chain.js";
 import { claimPages, earliest } from "./claim-pages.js";
+import { lookbackBuckets, sweepLookback } from "./lookback.js";
 
 const MINUTE_MS = 60_000;
 /**
@@ -52,6 +53,8 @@ export type PassResult =
       readonly sweepFrom: string | null;
       /** Backlog buckets read by this pass. */
       readonly backlogBuckets: number;
+      /** Buckets read again 15 minutes behind the line (see `lookbackBuckets`). */
+      readonly lookbackBuckets: number;
     } & SweepStats)
   | { readonly shard: number; readonly outcome: "lease-held" }
   | { readonly shard: number; readonly outcome: "fence-lost"; readonly fence: number };
@@ -95,13 +98,15 @@ function sweepStartMs(lease: ShardLease, recentFromMs: number): number | null {
 /**
  * One dispatcher pass over a shard: take the lease; sweep the recent buckets
  * (two minutes back to the horizon), then any backlog left by passes that did
- * not run or did not complete (bounded per pass); record where the next pass
- * starts and release the lease. A due entry that cannot be claimed does not
- * stop the pass (see `sweepBuckets`), and the lease is released however the
- * pass ends, so the next tick need not wait for it to lapse. A pass whose lease
- * lapsed and was taken over claims on, racing the new owner entry by entry (a
- * claim needs no lease: the due entry's delete lets one claimer through), and
- * learns it at its end write, which records nothing and releases nothing.
+ * not run or did not complete (bounded per pass), then the buckets 15 minutes
+ * behind the line it moves on (`lookbackBuckets`: what writers behind the
+ * passes' clocks filed there); record where the next pass starts and release
+ * the lease. A due entry that cannot be claimed does not stop the pass (see
+ * `sweepBuckets`), and the lease is released however the pass ends, so the next
+ * tick need not wait for it to lapse. A pass whose lease lapsed and was taken
+ * over claims on, racing the new owner entry by entry (a claim needs no lease:
+ * the due entry's delete lets one claimer through), and learns it at its end
+ * write, which records nothing and releases nothing.
  */
 export async function dispatchShard(
   engine: Engine,
@@ -137,6 +142,7 @@ export async function dispatchShard(
       fence: lease.fence,
       sweepFrom: pass.sweepFrom,
       backlogBuckets: pass.backlogBuckets,
+      lookbackBuckets: pass.lookbackBuckets,
       ...pass.stats,
     };
   } catch (error) {
@@ -177,6 +183,7 @@ async function sweepPass(
     stats: SweepStats;
     watermark: string;
     backlogBuckets: number;
+    lookbackBuckets: number;
   } & ({ sweepFrom: string; scan?: never } | { sweepFrom: null; scan: UnfinishedScan })
 > {
   const horizon = horizonOf(now, engine.settings.lookaheadMs);
@@ -210,7 +217,8 @@ async function sweepPass(
     leftFrom = earliest([leftFrom, backlog.leftFrom, scan.leftFrom]);
     if (backlog.nextKey !== undefined) {
       const left = { ...scan, from: backlog.nextKey, leftFrom };
-      return { stats, watermark: horizon.minute, sweepFrom: null, scan: left, backlogBuckets: 0 };
+      const scanning = { backlogBuckets: 0, lookbackBuckets: 0 };
+      return { stats, watermark: horizon.minute, sweepFrom: null, scan: left, ...scanning };
     }
     // The buckets from the scan's bound on were read only as the recent windows of the passes
     // that ran meanwhile: the backlog sweep reads them from there. A bound another pass set came
@@ -227,6 +235,7 @@ async function sweepPass(
       watermark: horizon.minute,
       sweepFrom: minuteOf(new Date(sweepFromMs)),
       backlogBuckets: 0,
+      lookbackBuckets: 0,
     };
   }
 
@@ -244,16 +253,17 @@ async function sweepPass(
   }
   const backlogBuckets = Math.max(0, (nextMs - startMs) / MINUTE_MS);
   // Unread backlog, or a bucket where an entry failed for now, is where the next pass starts.
-  const sweepFromMs = Math.min(
-    nextMs,
-    recentFromMs,
-    leftFrom === null ? Number.POSITIVE_INFINITY : minuteMs(leftFrom),
-  );
+  const lineMs = (left: string | null) =>
+    Math.min(nextMs, recentFromMs, left === null ? Number.POSITIVE_INFINITY : minuteMs(left));
+  // What writers behind the passes' clocks filed before the line, as far as the line moves on.
+  const lookback = lookbackBuckets(startMs, lineMs(leftFrom));
+  leftFrom = earliest([leftFrom, await sweepLookback(engine, lease.shard, lookback, sweep, stats)]);
   return {
     stats,
     watermark: horizon.minute,
-    sweepFrom: minuteOf(new Date(sweepFromMs)),
+    sweepFrom: minuteOf(new Date(lineMs(leftFrom))),
     backlogBuckets,
+    lookbackBuckets: lookback.length,
   };
 }
 

@@ -16,7 +16,9 @@ import { decodeDueEntry } from "./items.js";
 
 /**
  * The due bucket an entry belongs in: its own minute, or the current minute
- * when it is already overdue, because dispatchers do not rescan old buckets.
+ * when it is already overdue, because dispatchers read a bucket before their
+ * line (two minutes before the last completed pass began) only once more, 15
+ * minutes on (`lookbackBuckets` in shared/dispatch/lookback.ts).
  */
 export function dueEntryKey(
   jobId: string,

@@ -562,30 +562,6 @@ describe("dispatcher passes on clocks that disagree", () => {
     expect(run).toMatchObject({ status: "QUEUED", dueAt: dueAt.toISOString() });
   }, 30_000);
 
-  it("an overdue entry filed by a writer 5 min behind (its own minute) lies behind the passes on the right clock, and no pass claims it (a limit)", async () => {
-    const jobId = "filed-behind";
-    const shard = shardOf(jobId, f.engine.settings.shardCount);
-    expect((await dispatchShard(f.engine, shard, "right")).outcome).toBe("swept");
-    // The writer's clock reads 5 min before the passes': the entry, overdue by it, goes into that minute.
-    const writerNow = new Date(Date.now() - 5 * MINUTE);
-    const dueAt = new Date(writerNow.getTime() - MINUTE);
-    await seedJobs(
-      f,
-      [
-        {
-          jobId,
-          schedule: { every: "PT1H", startAt: dueAt.toISOString() },
-          dueAt,
-          filedAt: writerNow,
-        },
-      ],
-      writerNow,
-    );
-    expect((await dispatchShard(f.engine, shard, "right-again")).outcome).toBe("swept");
-    expect(await runsOf(jobId)).toHaveLength(0);
-    expect((await f.dueEntries()).filter((e) => e.jobId === jobId)).toHaveLength(1);
-  }, 30_000);
-
   it("a pass 5 min ahead claims the entry early; its message comes early and a worker on the right clock sends it back for its time", async () => {
     const { dueAt, shard } = await dueInThreeMinutes("ahead-pass");
     expect((await dispatchShard(skewed(f.engine, 5 * MINUTE), shard, "ahead")).outcome).toBe(
@@ -606,4 +582,83 @@ describe("dispatcher passes on clocks that disagree", () => {
     // The next pass on the right clock finds the shard's line ahead of it and reads back.
     expect((await dispatchShard(f.engine, shard, "right")).outcome).toBe("swept");
   }, 30_000);
+});
+
+/**
+ * A writer behind the passes files an overdue entry in its own minute, a bucket the passes' recent
+ * windows have left behind. Each case has tables of its own: its passes run up to 20 minutes ahead
+ * of real time and record where the next pass starts by that clock.
+ */
+describe.concurrent("an overdue entry filed by a writer behind the dispatcher passes", () => {
+  /** Half a minute into the current minute: the passes' clock, which the cases move a minute a pass. */
+  const startOfCase = () => Math.floor(Date.now() / MINUTE) * MINUTE + 30 * SECOND;
+
+  /**
+   * One completed pass at `baseMs`; then an hourly job's entry, due a minute before the writer's
+   * now and filed by it, whose clock reads `behindMs` less than the passes' 10 s after `baseMs`;
+   * then passes a minute apart from `baseMs` + 20 s. Returns how many minutes on the first pass
+   * that claimed the entry ran, or null when none of those up to `minutes` on did.
+   */
+  async function minutesUntilClaimed(
+    f: EngineFixture,
+    jobId: string,
+    behindMs: number,
+    minutes: number,
+  ): Promise<number | null> {
+    const baseMs = startOfCase();
+    const shard = shardOf(jobId, f.engine.settings.shardCount);
+    const passAt = (ms: number): Engine => ({ ...f.engine, clock: () => new Date(ms) });
+    expect((await dispatchShard(passAt(baseMs), shard, "before")).outcome).toBe("swept");
+    const writerNow = new Date(baseMs + 10 * SECOND - behindMs);
+    const dueAt = new Date(writerNow.getTime() - MINUTE);
+    await seedJobs(
+      f,
+      [
+        {
+          jobId,
+          schedule: { every: "PT1H", startAt: dueAt.toISOString() },
+          dueAt,
+          filedAt: writerNow,
+        },
+      ],
+      writerNow,
+    );
+    for (let minute = 0; minute <= minutes; minute++) {
+      const at = baseMs + 20 * SECOND + minute * MINUTE;
+      const pass = await dispatchShard(passAt(at), shard, `after-${minute}`);
+      // What it costs: one bucket (one Query) more for each minute the passes' line moves on.
+      expect(pass).toMatchObject({ outcome: "swept", lookbackBuckets: minute === 0 ? 0 : 1 });
+      const runs = (await f.runs()).filter((r) => r.jobId === jobId);
+      if (runs.length > 0) {
+        expect(runs.map((r) => r.scheduledFor)).toEqual([dueAt.toISOString()]);
+        return minute;
+      }
+    }
+    expect((await f.dueEntries()).filter((e) => e.jobId === jobId)).toHaveLength(1);
+    return null;
+  }
+
+  for (const behind of [5, 15]) {
+    it(`${behind} min behind: a pass reads its bucket again 15 minutes behind the passes' line and claims it within 15 minutes`, async ({
+      onTestFinished,
+    }) => {
+      const f = await ownFixture(onTestFinished);
+      const claimedAfter = await minutesUntilClaimed(
+        f,
+        `filed-${behind}-behind`,
+        behind * MINUTE,
+        20,
+      );
+      // Its bucket, `behind` minutes before the passes' minute, is read again by the pass that
+      // moves their line (two minutes before it began) to 16 minutes past it: 18 - behind on.
+      expect(claimedAfter).toBe(18 - behind);
+    }, 60_000);
+  }
+
+  it("20 min behind: its bucket lies before every pass's look-back, and no pass claims it (a limit)", async ({
+    onTestFinished,
+  }) => {
+    const f = await ownFixture(onTestFinished);
+    expect(await minutesUntilClaimed(f, "filed-20-behind", 20 * MINUTE, 20)).toBeNull();
+  }, 60_000);
 });

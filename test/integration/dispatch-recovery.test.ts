@@ -327,6 +327,57 @@ describe("overdue entries after an outage of passes", () => {
     expect(runs.map((r) => r.scheduledFor)).toEqual([due.toISOString()]);
   });
 
+  it("an entry filed by a writer 10 min behind the passes: the look-back reads its bucket 8 passes on; a claim there that fails for now holds the line at that bucket, and the next pass claims it", async () => {
+    time.ms += MINUTE;
+    swept(await dispatchShard(f.engine, 0, "before-behind"));
+    // A writer whose clock reads 10 minutes less files the overdue entry in its own minute.
+    const writtenAt = new Date(time.ms - 10 * MINUTE);
+    const due = await fileOverdueEntry("overdue-behind", writtenAt);
+    const failing = { on: true };
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (
+          failing.on &&
+          context.commandName === "TransactWriteItemsCommand" &&
+          JSON.stringify(args.input).includes("JOB#overdue-behind")
+        )
+          throw new InternalServerError({
+            message: "injected",
+            $metadata: { httpStatusCode: 500 },
+          });
+        return next(args);
+      },
+      { step: "initialize", name: "failingBehindClaim" },
+    );
+    try {
+      const passes: PassResult[] = [];
+      for (let minute = 1; minute <= 8; minute++) {
+        time.ms += MINUTE;
+        passes.push(swept(await dispatchShard(f.engine, 0, `behind-${minute}`)));
+      }
+      // Each reads one bucket again, 15 minutes behind the line it leaves: the eighth, the
+      // writer's minute (the line, two minutes before the pass began, 16 minutes past it).
+      expect(passes.map((p) => (p.outcome === "swept" ? p.lookbackBuckets : null))).toEqual(
+        Array(8).fill(1),
+      );
+      expect(passes.map((p) => (p.outcome === "swept" ? p.failed : null))).toEqual([
+        ...Array(7).fill(0),
+        1,
+      ]);
+      expect(passes.at(-1)).toMatchObject({ sweepFrom: writtenAt.toISOString().slice(0, 16) });
+    } finally {
+      failing.on = false;
+      f.engine.doc.middlewareStack.remove("failingBehindClaim");
+    }
+    time.ms += MINUTE;
+    const after = swept(await dispatchShard(f.engine, 0, "behind-claims"));
+    expect(after.sweepFrom).toBe(new Date(time.ms - 2 * MINUTE).toISOString().slice(0, 16));
+    expect((await f.dueEntries()).map((d) => d.scheduledFor)).not.toContain(due.toISOString());
+    // One run of the occurrence (the failed claim's put, replaced), and the next hour's within reach.
+    const runs = (await f.runs()).filter((r) => r.jobId === "overdue-behind");
+    expect(runs.filter((r) => r.scheduledFor === due.toISOString())).toHaveLength(1);
+  });
+
   it("an outage longer than the old catch-up clamp (a week, the clamp was 6.25 days): every bucket is swept, a bounded backlog per pass", async () => {
     time.ms += MINUTE;
     swept(await dispatchShard(f.engine, 0, "before-long-outage"));
@@ -362,6 +413,9 @@ describe("overdue entries after an outage of passes", () => {
     const passes = await passesUntilCaughtUp(20);
     const backlog = passes.map((p) => (p.outcome === "swept" ? p.backlogBuckets : 0));
     expect(Math.max(...backlog)).toBeLessThanOrEqual(MAX_BACKLOG_BUCKETS_PER_PASS);
+    // The look-back adds at most the 15 buckets before where each pass began.
+    const lookback = passes.map((p) => (p.outcome === "swept" ? p.lookbackBuckets : 0));
+    expect(Math.max(...lookback)).toBeLessThanOrEqual(15);
     expect(backlog.reduce((a, b) => a + b, 0)).toBeGreaterThanOrEqual((7 * DAY) / MINUTE);
 
     const runs = await f.runs();
