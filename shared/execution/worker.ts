@@ -7,7 +7,7 @@ import { type ReceivedRun, runKeysOf, setVisibility } from "../queue/work-queue.
 import { takeTenantSlot } from "../quotas/concurrency.js";
 import { releaseBufferSlot, releaseRerunMark } from "../storage/admission.js";
 import { runMessageOf } from "../storage/items.js";
-import type { HeldRun } from "../storage/run-fence.js";
+import { type HeldRun, lostToStartAtFence } from "../storage/run-fence.js";
 import { finishRun } from "../storage/run-finish.js";
 import { parkRun } from "../storage/run-park.js";
 import { getJob, readRun } from "../storage/run-reads.js";
@@ -222,11 +222,10 @@ async function unlessLastQueued(
 }
 
 /**
- * The tenant's concurrent-runs quota, then the job's overlap policy. A run
- * over the quota waits: back to QUEUED with a fresh message a little later,
- * started before, so its misfire clock does not run while it waits. The slot
- * is freed when the run ends here, whatever the ending. A tenant with no
- * concurrent-runs limit takes no slot.
+ * The tenant's concurrent-runs quota, then the job's overlap policy. A run over the quota waits:
+ * back to QUEUED with a fresh message a little later, started before, so its misfire clock does
+ * not run while it waits. The slot is freed when the run ends here, whatever the ending, unless
+ * another start holds the run under the same fence. A tenant with no limit takes no slot.
  */
 async function runAdmitted(
   deps: WorkerDeps,
@@ -239,12 +238,8 @@ async function runAdmitted(
   const taken = await takeTenantSlot(engine, run, engine.clock());
   if (taken.kind === "full") {
     const retryAt = new Date(engine.clock().getTime() + quotaRecheckMs(run, engine.random));
-    return requeueUntil(
-      engine,
-      run,
-      `waiting: tenant at its concurrentRuns quota (${taken.limit})`,
-      retryAt,
-    );
+    const reason = `waiting: tenant at its concurrentRuns quota (${taken.limit})`;
+    return requeueUntil(engine, run, reason, retryAt);
   }
   if (taken.kind === "unlimited") {
     const disposition = await runInSlot(deps, received, job, run, null, progress);
@@ -256,8 +251,11 @@ async function runAdmitted(
     if (disposition !== "held elsewhere") return disposition;
     heldElsewhere = true;
     return "ack";
+  } catch (error) {
+    heldElsewhere = lostToStartAtFence(error, run);
+    throw error;
   } finally {
-    // Another delivery of the run holds this slot (the same run and fence) while it runs the run:
+    // Another start of the run holds this slot (the same run and fence) while it runs the run:
     // the slot is its to free.
     if (!heldElsewhere)
       await releaseRunSlot(engine, taken.slot).catch((error: unknown) => {

@@ -144,6 +144,18 @@ export function ownEndingWritten(
   );
 }
 
+/**
+ * Whether a worker's refused write found its run RUNNING under the worker's own fence, started by
+ * another: after a table restored from a backup, whose next start took this worker's fence again,
+ * or beside a duplicate delivery of the same first start. What the worker took under the run and
+ * that fence alone (its tenant's concurrent-runs slot) is then the other start's to free.
+ */
+export function lostToStartAtFence(error: unknown, run: Pick<Run, "fence">): boolean {
+  if (!(error instanceof FenceLostError)) return false;
+  const found = error.context.found;
+  return found !== undefined && found.status === "RUNNING" && found.fence === run.fence;
+}
+
 /** The error for a write whose `FENCE_HELD` condition failed, with the run as it found it. */
 function fenceLost(
   run: Pick<Run, "runId" | "fence">,

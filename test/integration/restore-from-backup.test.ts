@@ -10,6 +10,7 @@ import { QuotaExceededError } from "../../shared/quotas/limits.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import {
   readQuotaOverride,
+  readQuotaPartition,
   readQuotaUsage,
   writeQuotaOverride,
 } from "../../shared/storage/tenant-quotas.js";
@@ -171,6 +172,62 @@ describe("a restore while a worker holds a run it started after the backup point
     const ended = await runOf(f, job.jobId);
     expect([ended.status, ended.workerId]).toEqual(["SUCCEEDED", "worker-b"]);
     expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
+  }, 60_000);
+
+  it("leaves the tenant's concurrent-runs slot to the start that holds the run now", async ({
+    onTestFinished,
+  }) => {
+    const { f } = await ownFixture(onTestFinished);
+    const tenantId = "tenant-one-slot";
+    await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 1 }, f.engine.clock());
+    const gateA = gatedHandler();
+    const gateB = gatedHandler();
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        tenantId,
+        type: "gate",
+        schedule: { runAt: new Date().toISOString() },
+        timeoutSeconds: 30,
+      }),
+    );
+    const first = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    // The backup point: the run QUEUED, the tenant's one slot free.
+    const backup = await snapshot(f);
+    const slotsNow = async () => (await readQuotaPartition(f.engine, tenantId)).slots;
+    expect(await slotsNow()).toEqual([]);
+
+    // Worker A takes the slot and starts the run (fence 1) after the backup point.
+    const workerA = f.workerDeps("worker-a", { gate: gateA.handler }, SLOW_HEARTBEAT_MS);
+    const endingA = processRun(workerA, first);
+    const { runId } = await waitFor("A's start written", async () => {
+      const run = await runOf(f, job.jobId);
+      return run.status === "RUNNING" && run.workerId === "worker-a" ? run : undefined;
+    });
+    // Between two of A's heartbeats: the run QUEUED at fence 0 again, and the slot free.
+    await restore(f, backup);
+    expect(await slotsNow()).toEqual([]);
+    await reap(f.engine, { now: new Date(Date.now() + LEASE_MS + REAPER_SETTLE_MS + 1000) });
+    const again = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    // Worker B takes the one slot, under the run and fence A holds, and starts the run.
+    const workerB = f.workerDeps("worker-b", { gate: gateB.handler }, 300);
+    const endingB = processRun(workerB, again);
+    await waitFor("B's start written", async () => {
+      const run = await runOf(f, job.jobId);
+      return run.status === "RUNNING" && run.workerId === "worker-b" ? run : undefined;
+    });
+    const heldByB = await slotsNow();
+    expect(heldByB.map((s) => [s.runId, s.fence])).toEqual([[runId, 1]]);
+
+    // A's ending is refused; the slot it frees on its way out is B's, which runs on.
+    gateA.release(0);
+    expect(await endingA).toBe("ack");
+    expect((await runOf(f, job.jobId)).workerId).toBe("worker-b");
+    expect(await slotsNow()).toEqual(heldByB);
+
+    gateB.release(0);
+    expect(await endingB).toBe("ack");
+    expect(await slotsNow()).toEqual([]);
   }, 60_000);
 });
 
