@@ -126,9 +126,11 @@ export function ownStartWritten(run: HeldRun, old: Record<string, unknown> | nul
 /**
  * Whether a run's ending that failed its condition was this very write, applied before: the SDK
  * sends a write again when its answer is lost (a dropped connection, a 500 after DynamoDB applied
- * it), and the run then stands ended as this write ends it, under its fence at its instant. The
+ * it), and the run then stands ended as this write ends it, under its start at its instant. The
  * job's side of the ending is still to write; taken for another worker's, it would never be made
- * (the message is acknowledged), and a one-off would stay ACTIVE with nothing to run.
+ * (the message is acknowledged), and a one-off would stay ACTIVE with nothing to run. The start's
+ * worker and instant, which an ending keeps, tell it from another start's ending under the same
+ * fence (after a restore from a backup) made the same way in the same millisecond.
  */
 export function ownEndingWritten(
   run: HeldRun,
@@ -139,6 +141,8 @@ export function ownEndingWritten(
   return (
     old !== null &&
     old.fence === run.fence &&
+    old.workerId === run.workerId &&
+    old.startedAt === run.startedAt &&
     old.status === status &&
     old.finishedAt === finishedAt
   );

@@ -77,6 +77,22 @@ describe("run storage operations turn failed conditions into what they mean", ()
     });
   });
 
+  it("a finish by a worker whose fence another start took again (a restored table) is FenceLostError, even beside that start's identical ending", async () => {
+    const run = await startedRun("worker-b");
+    const now = new Date();
+    await finishRun(f.engine, run, { status: "SUCCEEDED", ran: true, tracked: false }, now);
+    // Worker A started the run under the same fence before a restore took the fence back; its
+    // ending, at the very instant of B's, finds the run SUCCEEDED under that fence.
+    const staleStart: Run = {
+      ...run,
+      workerId: "worker-a",
+      startedAt: new Date(Date.parse(run.startedAt ?? "") - 60_000).toISOString(),
+    };
+    await expect(
+      finishRun(f.engine, staleStart, { status: "SUCCEEDED", ran: true, tracked: false }, now),
+    ).rejects.toBeInstanceOf(FenceLostError);
+  });
+
   it("a failed run whose next attempt exists already (an earlier start's put, or its own answered late) records FAILED over it: one attempt", async () => {
     const run = await startedRun("w");
     const now = new Date();
