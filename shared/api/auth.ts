@@ -19,10 +19,15 @@ interface AuthRequest {
 // ambiguous. "|" is in: Auth0 names its users provider|id (auth0|5f7c…, google-oauth2|1046…).
 const TENANT_ID = /^[A-Za-z0-9._:/@+=,|-]{1,256}$/;
 /** What a tenant id may hold, as messages say it (no comma where commas separate tenants). */
-export const TENANT_ID_CHARS = "1 to 256 letters, digits and ._:/@+=|-";
+export const TENANT_ID_CHARS = "1 to 256 letters, digits and ._:/@+=|-, not . or ..";
 
+/**
+ * `.` and `..` are refused although their characters are a tenant id's: in a path they are dot
+ * segments, which a URL resolves (escaped too), so `/tenants/{tenantId}/quotas` could never name
+ * such a tenant and no admin could read or set its quotas.
+ */
 export function isValidTenantId(tenantId: string): boolean {
-  return TENANT_ID.test(tenantId);
+  return TENANT_ID.test(tenantId) && tenantId !== "." && tenantId !== "..";
 }
 
 /**

@@ -567,6 +567,34 @@ describe("error bodies, byte for byte", () => {
     );
   });
 
+  it("a caller its authenticator names . or .. is refused 401: /tenants/{tenantId}/quotas could never name it, the URL resolving the dot segment", async () => {
+    for (const tenant of [".", ".."]) {
+      const dotted = createApiApp({
+        engine: fixture.engine,
+        jobTypes: JOB_TYPES,
+        authenticate: bearerAuthenticator(new Map([[KEY, tenant]])),
+        adminTenants: [TENANT],
+      });
+      expect((await send(dotted, "GET", "/quotas")).status).toBe(401);
+      expect(
+        (
+          await send(dotted, "POST", "/jobs", {
+            body: json({ type: "noop", schedule: { runAt: LATER } }),
+          })
+        ).status,
+      ).toBe(401);
+    }
+    // Escaped, it is still a dot segment: the request reaches the caller's own quotas, not the tenant's.
+    const admin = createApiApp({
+      engine: fixture.engine,
+      jobTypes: JOB_TYPES,
+      authenticate: bearerAuthenticator(new Map([[KEY, TENANT]])),
+      adminTenants: [TENANT],
+    });
+    const viaDots = await send(admin, "GET", "/tenants/%2E%2E/quotas");
+    expect([viaDots.status, JSON.parse(viaDots.body).tenantId]).toEqual([200, TENANT]);
+  });
+
   it("a body that is not JSON from its first character on: the parser's message is quoted as Unicode text", async () => {
     // V8's JSON.parse names the unexpected token by its first UTF-16 unit: for an emoji, half of
     // it, an unpaired surrogate ("\ud83d" in the answer's JSON), which is no Unicode text.

@@ -95,9 +95,12 @@ describe("local API keys", () => {
     }
   });
 
-  it.each(["k1", "=t", "k1=", "k1=a#b", "k 1=t", "k1=a,k1=b"])("refuses %j", (value) => {
-    expect(() => localApiKeys({ SCHEDULER_API_KEYS: value })).toThrow(/SCHEDULER_API_KEYS/);
-  });
+  it.each(["k1", "=t", "k1=", "k1=a#b", "k 1=t", "k1=a,k1=b", "k1=.", "k1=.."])(
+    "refuses %j",
+    (value) => {
+      expect(() => localApiKeys({ SCHEDULER_API_KEYS: value })).toThrow(/SCHEDULER_API_KEYS/);
+    },
+  );
 
   it("refuses a key holding '=' (base64 padding) instead of cutting the key there and mapping its start to a tenant named '=…'", () => {
     expect(() => localApiKeys({ SCHEDULER_API_KEYS: "dGVzdA===tenantA" })).toThrow(
@@ -133,11 +136,14 @@ describe("local API keys", () => {
   });
 
   // An entry no authenticator can name would make an admin of no one, without a word.
-  it.each(["ops,bad tenant", "a#b", "x".repeat(257)])("refuses ADMIN_TENANTS %j", (value) => {
-    expect(() => adminTenantsFrom({ ADMIN_TENANTS: value })).toThrow(
-      /ADMIN_TENANTS: ".*" is not a tenant id/,
-    );
-  });
+  it.each(["ops,bad tenant", "a#b", "x".repeat(257), "ops,..", "."])(
+    "refuses ADMIN_TENANTS %j",
+    (value) => {
+      expect(() => adminTenantsFrom({ ADMIN_TENANTS: value })).toThrow(
+        /ADMIN_TENANTS: ".*" is not a tenant id/,
+      );
+    },
+  );
 
   it("bearer authenticator maps exactly the configured keys", async () => {
     const auth = bearerAuthenticator(new Map([["secret", "t1"]]));
@@ -284,6 +290,17 @@ describe("JWT claims → tenant", () => {
     // A tenant_id claim that is present but unusable is refused, not replaced by the subject.
     expect(await authenticate(request({ sub: "client-1", tenant_id: 7 }))).toBeNull();
     expect(await authenticate(request({ sub: "client-1", tenant_id: "" }))).toBeNull();
+  });
+
+  it("refuses a tenant_id of . or ..: a URL resolves the dot segment, so no admin could name it in /tenants/{tenantId}/quotas", async () => {
+    for (const tenant_id of [".", ".."]) {
+      expect(await authenticate(request({ sub: "client-1", tenant_id }))).toBeNull();
+      expect(isValidTenantId(tenant_id)).toBe(false);
+    }
+    // Dots elsewhere are an id's own: only the two dot segments are refused.
+    for (const tenant_id of ["...", ".acme", "acme.", "a..b"]) {
+      expect(await authenticate(request({ sub: "client-1", tenant_id }))).toBe(tenant_id);
+    }
   });
 
   it("refuses a request without claims, or with a tenant the keys could not hold", async () => {

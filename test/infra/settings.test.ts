@@ -191,6 +191,7 @@ describe("settings", () => {
       /adminTenants: "arn:aws:iam::123456789012:role\/Ops Admin" is not a tenant id/,
     ],
     [{ adminTenants: "ops, team#1" }, /adminTenants: "team#1" is not a tenant id/],
+    [{ adminTenants: "ops, .." }, /adminTenants: "\.\." is not a tenant id/],
   ])("refuses %o", (context, message) => {
     expect(() => fromContext(context)).toThrow(message);
   });

@@ -140,7 +140,7 @@ describe("npm start", () => {
       expect(refused).toEqual({
         code: 2,
         output:
-          'ADMIN_TENANTS: "ops team" is not a tenant id (1 to 256 letters, digits and ._:/@+=|-)',
+          'ADMIN_TENANTS: "ops team" is not a tenant id (1 to 256 letters, digits and ._:/@+=|-, not . or ..)',
       });
       expect(javaFor(refusedDir)).toEqual([]);
     } finally {
