@@ -229,6 +229,68 @@ describe("a restore while a worker holds a run it started after the backup point
     expect(await endingB).toBe("ack");
     expect(await slotsNow()).toEqual([]);
   }, 60_000);
+
+  it("leaves the job's activeRuns entry to the start that holds the run now (allow, maxConcurrent 1)", async ({
+    onTestFinished,
+  }) => {
+    const { f } = await ownFixture(onTestFinished);
+    const gateA = gatedHandler();
+    const gateB = gatedHandler();
+    const startAt = new Date(Math.ceil((Date.now() + 2000) / 1000) * 1000);
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "gate",
+        schedule: { every: "PT1M", startAt: startAt.toISOString() },
+        timeoutSeconds: 30,
+        policies: { ...testJob().policies, overlap: "allow", maxConcurrent: 1 },
+      }),
+    );
+    await tickOnce(f.engine, "restore-listed");
+    const firstRun = async () =>
+      (await f.runs()).find(
+        (r) => r.jobId === job.jobId && r.scheduledFor === startAt.toISOString(),
+      );
+    const queued = await firstRun();
+    if (!queued) throw new Error("no run");
+    const first = await f.nextDeliveryOfRun(queued);
+    // The backup point: the run QUEUED, the job listing no run.
+    const backup = await snapshot(f);
+    const listed = async () => (await getJob(f.engine, job.jobId))?.activeRuns;
+
+    // Worker A is admitted (the job lists the run) and starts it after the backup point.
+    const workerA = f.workerDeps("worker-a", { gate: gateA.handler }, SLOW_HEARTBEAT_MS);
+    const endingA = processRun(workerA, first);
+    await waitFor("A's start written", async () => {
+      const run = await firstRun();
+      return run?.status === "RUNNING" && run.workerId === "worker-a" ? run : undefined;
+    });
+    expect(Object.keys((await listed()) ?? {})).toEqual([queued.runId]);
+    const fenceLostBefore = f.metrics.sum("FenceLost", { component: "worker" });
+    await restore(f, backup);
+    expect(await listed()).toEqual({});
+    await reap(f.engine, { now: new Date(Date.now() + LEASE_MS + REAPER_SETTLE_MS + 1000) });
+    const again = await f.nextDeliveryOfRun(queued);
+    const workerB = f.workerDeps("worker-b", { gate: gateB.handler }, 300);
+    const endingB = processRun(workerB, again);
+    await waitFor("B's start written", async () => {
+      const run = await firstRun();
+      return run?.status === "RUNNING" && run.workerId === "worker-b" ? run : undefined;
+    });
+    expect(Object.keys((await listed()) ?? {})).toEqual([queued.runId]);
+
+    // A's ending is refused before it writes the job: the run stays listed, B's, holding the one
+    // run allow lets the job have.
+    gateA.release(0);
+    expect(await endingA).toBe("ack");
+    expect(f.metrics.sum("FenceLost", { component: "worker" })).toBe(fenceLostBefore + 1);
+    expect(Object.keys((await listed()) ?? {})).toEqual([queued.runId]);
+    expect((await firstRun())?.workerId).toBe("worker-b");
+
+    gateB.release(0);
+    expect(await endingB).toBe("ack");
+    expect((await firstRun())?.status).toBe("SUCCEEDED");
+  }, 60_000);
 });
 
 /**
