@@ -22,9 +22,12 @@ function verified(webhook: Webhook, req: IncomingMessage, rawBody: string): unkn
 }
 
 createServer((req, res) => {
-  let body = "";
-  req.on("data", (chunk) => (body += chunk));
+  // Decoded once, whole: a chunk ends wherever a TCP segment or TLS record did, also inside a
+  // multi-byte character, which decoding each chunk on its own would garble (a bad signature).
+  const chunks: Buffer[] = [];
+  req.on("data", (chunk: Buffer) => chunks.push(chunk));
   req.on("end", () => {
+    const body = Buffer.concat(chunks).toString("utf8");
     const header = (name: string) => String(req.headers[name] ?? "");
     const id = header("webhook-id");
     try {
