@@ -247,6 +247,14 @@ describe("answers API Gateway gives itself: the API's codes for their statuses, 
       expect(preview.code, `${status}`).toBe(EXIT.busy);
     }
   });
+
+  it("--help names the preview among the requests retried and exiting 8, as docs/cli.md does", async () => {
+    const { code, out } = await cli("--help");
+    expect(code).toBe(EXIT.ok);
+    const help = out.replace(/\s+/g, " ");
+    expect(help).toMatch(/8 busy or unavailable, try again \([^)]*\bpreview\b[^)]*\)/);
+    expect(help).toMatch(/A 429 or 503 to a request safe to repeat \([^)]*\bpreview\b[^)]*\)/);
+  });
 });
 
 describe("the lines above a table escape what the answer holds, as the table does", () => {
