@@ -70,6 +70,16 @@ function runKeyOfDeadSk(deadSk: string | undefined) {
 }
 
 /**
+ * A binding as the caller writes its filters: it holds statuses as stored (`status=SUCCEEDED`),
+ * which cursors already issued carry, so only the message shows them as the API does.
+ */
+const filtersShown = (binding: string | undefined) =>
+  binding?.replace(
+    /(^|&)status=([^&]*)/,
+    (_, start: string, names: string) => `${start}status=${names.toLowerCase()}`,
+  ) ?? "none";
+
+/**
  * A listing's cursor carries the filter it was made under (`filter`, none unfiltered): under other
  * filters its start key would resume another listing somewhere in the middle, so it is refused.
  */
@@ -80,7 +90,7 @@ function checkBinding(cursor: string | undefined, binding: string | undefined): 
     throw new ValidationError([
       {
         field: "cursor",
-        message: `was returned for other filters (${issued ?? "none"}) than these (${binding ?? "none"}); start again without it`,
+        message: `was returned for other filters (${filtersShown(issued)}) than these (${filtersShown(binding)}); start again without it`,
       },
     ]);
   }

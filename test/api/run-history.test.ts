@@ -194,6 +194,11 @@ describe("GET /jobs/{id}/runs, a job that fires every second", () => {
       const reply = await api.call("GET", `/jobs/${jobId}/runs?${query}`);
       expect(expectError(reply, 400, { field: "cursor" }).message).toMatch(/other filters/);
     }
+    // The filters it names are written as the caller writes them: statuses in lowercase.
+    const named = await api.call("GET", `/jobs/${jobId}/runs?${misuse[0]}`);
+    expect(expectError(named, 400, { field: "cursor" }).message).toContain(
+      "was returned for other filters (status=succeeded) than these (status=failed)",
+    );
     // The same filters, written another way, take the cursor.
     const again = await page(`status=succeeded&cursor=${succeeded.nextCursor}&limit=5`);
     expect(times(again.items)).toEqual(newestFirst(SUCCEEDED - 10, 5));
