@@ -21,7 +21,9 @@ export function schemaFailure(issues: readonly Issue[], target: string, input: u
   const named = new Set<string>();
   for (const issue of issues) {
     const base = pathOf(issue.path, target);
-    if (issue.code === "unrecognized_keys") {
+    if (issue.code === "unrecognized_keys" && isScheduleMix(issue, base, target)) {
+      fields.push(...scheduleIssues(valueAt(input, issue.path), base, issue));
+    } else if (issue.code === "unrecognized_keys") {
       unknown.push(...unknownFieldIssues(issue, target));
     } else if (repeated.has(base)) {
       if (!named.has(base)) fields.push({ field: base, message: REPEATED_MESSAGE });
@@ -44,6 +46,23 @@ export function schemaFailure(issues: readonly Issue[], target: string, input: u
 }
 
 const REPEATED_MESSAGE = "is given more than once; give it once";
+
+/** The fields that each make a schedule of their kind. */
+const SCHEDULE_KINDS: readonly string[] = ["runAt", "cron", "every", "after"];
+
+/**
+ * Whether an unknown-field issue is a schedule of one kind holding another kind's field: the
+ * union answers so (not as matching none of its shapes) when only one kind is complete, as a
+ * `runAt` beside a `cron` without its `timezone`; the schedule core names the mix instead.
+ */
+function isScheduleMix(issue: Issue, base: string, target: string): boolean {
+  return (
+    issue.code === "unrecognized_keys" &&
+    target === "json" &&
+    base.split(".").at(-1) === "schedule" &&
+    issue.keys.some((key) => SCHEDULE_KINDS.includes(key))
+  );
+}
 
 /** The query parameters given more than once: Hono's validator hands each one's values as a list. */
 function repeatedParams(query: unknown): Set<string> {

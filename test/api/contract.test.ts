@@ -307,6 +307,17 @@ describe("POST /jobs", () => {
       "schedule.runAt",
     ],
     ["mixed kinds", laterJob({ schedule: { runAt: inMinutes(5), every: "PT1H" } }), "schedule"],
+    // A whole runAt beside a cron without its zone: still two kinds, not an unknown field "cron".
+    [
+      "mixed kinds, one incomplete",
+      laterJob({ schedule: { runAt: inMinutes(5), cron: "0 9 * * *" } }),
+      "schedule",
+    ],
+    [
+      "mixed kinds, the other incomplete",
+      laterJob({ schedule: { every: "PT1H", cron: "0 9 * * *" } }),
+      "schedule",
+    ],
     ["every in months", laterJob({ schedule: { every: "P1M" } }), "schedule.every"],
     ["every too often", laterJob({ schedule: { every: "PT0.5S" } }), "schedule.every"],
     [
