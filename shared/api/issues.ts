@@ -21,7 +21,7 @@ export function schemaFailure(issues: readonly Issue[], target: string, input: u
   const named = new Set<string>();
   for (const issue of issues) {
     const base = pathOf(issue.path, target);
-    if (issue.code === "unrecognized_keys" && isScheduleMix(issue, base, target)) {
+    if (issue.code === "unrecognized_keys" && isOtherKindsField(issue, base, target)) {
       fields.push(...scheduleIssues(valueAt(input, issue.path), base, issue));
     } else if (issue.code === "unrecognized_keys") {
       unknown.push(...unknownFieldIssues(issue, target));
@@ -47,20 +47,28 @@ export function schemaFailure(issues: readonly Issue[], target: string, input: u
 
 const REPEATED_MESSAGE = "is given more than once; give it once";
 
-/** The fields that each make a schedule of their kind. */
-const SCHEDULE_KINDS: readonly string[] = ["runAt", "cron", "every", "after"];
+/** A schedule's fields, each of one kind: the kinds' own and their partners (`timezone`, `startAt`). */
+const SCHEDULE_FIELDS: readonly string[] = [
+  "runAt",
+  "cron",
+  "timezone",
+  "every",
+  "startAt",
+  "after",
+];
 
 /**
  * Whether an unknown-field issue is a schedule of one kind holding another kind's field: the
- * union answers so (not as matching none of its shapes) when only one kind is complete, as a
- * `runAt` beside a `cron` without its `timezone`; the schedule core names the mix instead.
+ * union answers so (not as matching none of its shapes) when one kind is complete, as a `runAt`
+ * beside a `cron` without its `timezone`, or beside a `timezone` alone. The schedule core names
+ * the mix, or the kind that takes the field, instead of calling it unknown.
  */
-function isScheduleMix(issue: Issue, base: string, target: string): boolean {
+function isOtherKindsField(issue: Issue, base: string, target: string): boolean {
   return (
     issue.code === "unrecognized_keys" &&
     target === "json" &&
     base.split(".").at(-1) === "schedule" &&
-    issue.keys.some((key) => SCHEDULE_KINDS.includes(key))
+    issue.keys.some((key) => SCHEDULE_FIELDS.includes(key))
   );
 }
 

@@ -72,7 +72,7 @@ export function safeParseSchedule(
   const allowed = ALLOWED_KEYS[kind];
   const shapeIssues = keys
     .filter((key) => !allowed.includes(key))
-    .map((key) => ({ field: "schedule", message: unknownKeyMessage(key, kind) }));
+    .map((key) => ({ field: `schedule.${key}`, message: unknownKeyMessage(key, kind) }));
   if (shapeIssues.length > 0) return { ok: false, issues: shapeIssues };
 
   const result =
@@ -275,16 +275,54 @@ function instantOrThrow(field: string, value: string): string {
   return new Date(instant.ms).toISOString();
 }
 
+/**
+ * Why a key does not belong in a `kind` schedule. Another kind's field (a `timezone` beside a
+ * `runAt`, written to mean UTC) is answered with the kind that takes it, and why this one takes
+ * none: "unknown" would send the writer looking for a misspelling.
+ */
 function unknownKeyMessage(key: string, kind: ScheduleKind): string {
-  if (key === "timezone" && kind === "runAt") {
-    return '"timezone" does not apply to a runAt schedule: put the offset in the timestamp, e.g. "2026-03-08T09:00:00-05:00"';
+  const partner = PARTNER_FIELDS.get(key);
+  if (partner === undefined) {
+    const allowed = ALLOWED_KEYS[kind].join(", ");
+    return `unknown key "${key}" for a ${kind} schedule (allowed: ${allowed})`;
   }
-  if (key === "timezone" && kind === "every") {
-    return '"timezone" does not apply to an every schedule: it counts elapsed time, which time zones and DST do not change';
-  }
-  const allowed = ALLOWED_KEYS[kind].join(", ");
-  return `unknown key "${key}" for a ${kind} schedule (allowed: ${allowed})`;
+  const why = partner.whyNone[kind];
+  const reason = why === undefined ? "" : `; ${why}`;
+  return `only ${partner.takenBy} takes a ${key} (${partner.shape})${reason}`;
 }
+
+const NO_TIMES = "an after schedule runs when its upstream runs end, at no time of its own";
+
+/**
+ * The fields that go with one kind's field, which kind that is, and why the others take none. A
+ * Map: the key is the caller's, and "constructor" must not find Object's.
+ */
+const PARTNER_FIELDS: ReadonlyMap<
+  string,
+  { takenBy: string; shape: string; whyNone: Partial<Record<ScheduleKind, string>> }
+> = new Map(
+  Object.entries({
+    timezone: {
+      takenBy: "a cron schedule",
+      shape: '{"cron": "<expression>", "timezone": "<IANA zone>"}',
+      whyNone: {
+        runAt:
+          'a runAt\'s instant carries its own offset: "Z" for UTC, or e.g. "2026-03-08T09:00:00-05:00"',
+        every: "an every schedule counts elapsed time, which time zones and DST do not change",
+        after: NO_TIMES,
+      },
+    },
+    startAt: {
+      takenBy: "an every schedule",
+      shape: '{"every": "<ISO-8601 duration>", "startAt"?: "<ISO-8601 date-time>"}',
+      whyNone: {
+        runAt: "a runAt schedule runs once, at its runAt",
+        cron: "a cron schedule runs at the times its expression matches from its creation on",
+        after: NO_TIMES,
+      },
+    },
+  }),
+);
 
 function failure(field: string, message: string): Parsed {
   return { ok: false, issues: [{ field, message }] };

@@ -838,6 +838,61 @@ describe("GET /jobs and GET /jobs/{id}", () => {
   });
 });
 
+describe("a schedule holding a field of a kind it is not", () => {
+  // A user writing a runAt in UTC adds "timezone": "UTC"; "unknown field" did not say that only
+  // cron takes one. Every route that takes a schedule answers the same.
+  const misplaced = [
+    [
+      { runAt: inMinutes(60), timezone: "UTC" },
+      "schedule.timezone",
+      /^schedule\.timezone: only a cron schedule takes a timezone .*runAt.*offset/,
+    ],
+    [
+      { every: "PT1H", timezone: "Europe/Berlin" },
+      "schedule.timezone",
+      /^schedule\.timezone: only a cron schedule takes a timezone .*elapsed time/,
+    ],
+    [
+      { cron: "0 9 * * *", timezone: "UTC", startAt: inMinutes(60) },
+      "schedule.startAt",
+      /^schedule\.startAt: only an every schedule takes a startAt /,
+    ],
+  ] as const;
+  const answers = async (schedule: Record<string, unknown>) => {
+    const target = await create(laterJob());
+    const batch = await api.call("POST", "/jobs:batch", {
+      body: { jobs: [laterJob({ schedule })] },
+    });
+    expect(batch.status, batch.text).toBe(200);
+    const [result] = (batch.body as { results: { error?: { field?: string; message: string } }[] })
+      .results;
+    return [
+      expectError(await api.call("POST", "/jobs", { body: laterJob({ schedule }) }), 400),
+      result?.error,
+      expectError(
+        await api.call("PATCH", `/jobs/${target.id}`, {
+          body: { schedule },
+          headers: { "If-Match": '"1"' },
+        }),
+        400,
+      ),
+      expectError(await api.call("POST", "/schedules/preview", { body: { schedule } }), 400),
+    ];
+  };
+
+  it.each(misplaced)(
+    "%j: names the field and the kind that takes it",
+    async (schedule, field, message) => {
+      const before = await itemCounts();
+      const refusals = await answers(schedule);
+      expect(refusals.map((error) => error?.field)).toEqual([field, field, field, field]);
+      for (const error of refusals) expect(error?.message).toMatch(message);
+      // The PATCH's target job (one per case) is all that was written.
+      expect(await itemCounts()).toMatchObject({ jobs: before.jobs + 1 });
+    },
+  );
+});
+
 describe("PATCH /jobs/{id}", () => {
   it("edits at the current version; 428 without If-Match, 412 when stale, 400 when unreadable", async () => {
     const created = await create(laterJob({ schedule: { cron: "0 9 * * *", timezone: "UTC" } }));

@@ -159,7 +159,7 @@ describe("error messages", () => {
       expect(issuesOf({ cron: "0 9 * * *", tz: "UTC" })).toMatchInlineSnapshot(`
         [
           {
-            "field": "schedule",
+            "field": "schedule.tz",
             "message": "unknown key "tz" for a cron schedule (allowed: cron, timezone)",
           },
         ]
@@ -171,8 +171,8 @@ describe("error messages", () => {
       ).toMatchInlineSnapshot(`
         [
           {
-            "field": "schedule",
-            "message": ""timezone" does not apply to a runAt schedule: put the offset in the timestamp, e.g. "2026-03-08T09:00:00-05:00"",
+            "field": "schedule.timezone",
+            "message": "only a cron schedule takes a timezone ({"cron": "<expression>", "timezone": "<IANA zone>"}); a runAt's instant carries its own offset: "Z" for UTC, or e.g. "2026-03-08T09:00:00-05:00"",
           },
         ]
       `);
@@ -181,8 +181,38 @@ describe("error messages", () => {
       expect(issuesOf({ every: "P1D", timezone: "Europe/London" })).toMatchInlineSnapshot(`
         [
           {
-            "field": "schedule",
-            "message": ""timezone" does not apply to an every schedule: it counts elapsed time, which time zones and DST do not change",
+            "field": "schedule.timezone",
+            "message": "only a cron schedule takes a timezone ({"cron": "<expression>", "timezone": "<IANA zone>"}); an every schedule counts elapsed time, which time zones and DST do not change",
+          },
+        ]
+      `);
+    });
+    it("startAt on a cron schedule, timezone on an after schedule", () => {
+      expect(
+        issuesOf({ cron: "0 9 * * *", timezone: "UTC", startAt: "2030-01-01T00:00:00Z" }),
+      ).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.startAt",
+            "message": "only an every schedule takes a startAt ({"every": "<ISO-8601 duration>", "startAt"?: "<ISO-8601 date-time>"}); a cron schedule runs at the times its expression matches from its creation on",
+          },
+        ]
+      `);
+      expect(issuesOf({ after: { jobs: ["a"] }, timezone: "UTC" })).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.timezone",
+            "message": "only a cron schedule takes a timezone ({"cron": "<expression>", "timezone": "<IANA zone>"}); an after schedule runs when its upstream runs end, at no time of its own",
+          },
+        ]
+      `);
+    });
+    it("a key that is a name of Object's is unknown like any other", () => {
+      expect(issuesOf({ runAt: "2030-01-01T00:00:00Z", constructor: 1 })).toMatchInlineSnapshot(`
+        [
+          {
+            "field": "schedule.constructor",
+            "message": "unknown key "constructor" for a runAt schedule (allowed: runAt)",
           },
         ]
       `);
