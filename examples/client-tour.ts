@@ -6,11 +6,13 @@ import {
 
 /**
  * The typed client's tour in docs/cli.md ("The client"), which test/api/doc-examples.test.ts
- * holds to this file: against the sandbox (`npm start`), `npx tsx examples/client-tour.ts`.
+ * holds to this file: against the sandbox (`npm start`), `npx tsx examples/client-tour.ts`;
+ * test/unit/client-examples.test.ts holds it to SCHEDULER_API_URL and SCHEDULER_API_KEY.
  */
+// SCHEDULER_API_URL and SCHEDULER_API_KEY point it elsewhere (a sandbox's --port, a stage)
 const client = new SchedulerClient({
-  baseUrl: "http://127.0.0.1:3000",
-  auth: { kind: "bearer", key: "local-dev-key" },
+  baseUrl: process.env.SCHEDULER_API_URL ?? "http://127.0.0.1:3000",
+  auth: { kind: "bearer", key: process.env.SCHEDULER_API_KEY ?? "local-dev-key" },
 });
 
 // create returns a handle: the job as last seen, and what can be done to it
