@@ -403,81 +403,631 @@ describe("web console", () => {
     await api("POST", `/jobs/${job.id}/cancel`);
   }, 90_000);
 
-  it("a runs filter whose first page read no match but has more says so, not 'No runs yet.', and Load older runs finds the match", async () => {
-    const job = await api<Job>(
-      "POST",
-      "/jobs",
-      { name: "filtered runs", type: "noop", schedule: { cron: "0 0 1 1 *", timezone: "UTC" } },
-      {},
-      FILTERED_RUNS_KEY,
+  /**
+   * Side by side, a test's time includes its neighbours': "pages the dead letters" took 21 s of the
+   * default 30 under load 10 (5 s one after another, at rest).
+   */
+  const SIDE_BY_SIDE_TIMEOUT_MS = 90_000;
+  /**
+   * Each on a page of its own, signed in as a tenant of its own (a tab's key is its own
+   * sessionStorage), reading and writing only that tenant's jobs: side by side they wait for their
+   * polls and dead letters together (vitest's maxConcurrency, 5 at a time). One after another they
+   * took 40 s of the file's 90 s, most of it waiting for a poll.
+   */
+  describe.concurrent("other tenants' pages, side by side", () => {
+    it(
+      "a runs filter whose first page read no match but has more says so, not 'No runs yet.', and Load older runs finds the match",
+      async ({ expect }) => {
+        const job = await api<Job>(
+          "POST",
+          "/jobs",
+          { name: "filtered runs", type: "noop", schedule: { cron: "0 0 1 1 *", timezone: "UTC" } },
+          {},
+          FILTERED_RUNS_KEY,
+        );
+        const trigger = () =>
+          api<Run>("POST", `/jobs/${job.id}/trigger`, undefined, {}, FILTERED_RUNS_KEY);
+        const oldest = await trigger();
+        const newest = await trigger();
+        await waitFor(
+          "both runs to succeed",
+          async () =>
+            (
+              await api<{ items: Run[] }>(
+                "GET",
+                `/jobs/${job.id}/runs?status=succeeded`,
+                undefined,
+                {},
+                FILTERED_RUNS_KEY,
+              )
+            ).items.length === 2,
+          30_000,
+        );
+        // A filtered page gives up after ten reads (6,550 runs at the console's limit of 50), empty
+        // with a cursor when none of them matched. The sandbox's table is out of this test's reach
+        // and thousands of runs through the API take minutes, so the first filtered page is answered
+        // as the server answers then: no run, and the server's own cursor past the newest run (read
+        // with limit=1), standing in for the runs of other statuses read before the match.
+        const runsPath = `/jobs/${job.id}/runs`;
+        const firstFiltered = (url: URL) =>
+          url.pathname === runsPath &&
+          url.searchParams.has("status") &&
+          !url.searchParams.has("cursor");
+        const other = await signedInJobsPage(FILTERED_RUNS_KEY);
+        await other.route(firstFiltered, async (route) => {
+          const url = new URL(route.request().url());
+          url.searchParams.set("limit", "1");
+          const answer = await route.fetch({ url: url.toString() });
+          const read = (await answer.json()) as { items: Run[]; nextCursor: string | null };
+          if (read.items[0]?.runId !== newest.runId || read.nextCursor === null)
+            throw new Error(`unexpected first page: ${JSON.stringify(read)}`);
+          return route.fulfill({ json: { items: [], nextCursor: read.nextCursor } });
+        });
+        try {
+          await other.goto(`${sandbox.url}/console/jobs/${job.id}`);
+          await other.getByRole("heading", { name: /filtered runs/, level: 1 }).waitFor();
+          await other.locator("tr[data-run-id]").first().waitFor();
+          for (const status of ["queued", "running", "failed", "dead", "skipped", "cancelled"])
+            await other.getByLabel(status, { exact: true }).uncheck();
+          const runs = other.getByRole("region", { name: "Runs", exact: true });
+          const empty = runs.locator("p").filter({ hasText: /^No / });
+          await empty.waitFor();
+          expect(await empty.textContent()).toBe(
+            "No succeeded runs among the newest read: Load older runs reads older ones.",
+          );
+          expect(await other.locator("tr[data-run-id]").count()).toBe(0);
+          const older = other.getByRole("button", { name: "Load older runs" });
+          await older.click();
+          await other.locator(`tr[data-run-id="${oldest.runId}"]`).waitFor({ timeout: 10_000 });
+          expect(await older.count()).toBe(0);
+          expect(await empty.count()).toBe(0);
+          // Past the last page, as the server answers it: none of the filter's statuses, no button.
+          await other.unroute(firstFiltered);
+          await other.getByLabel("failed", { exact: true }).check();
+          await other.getByLabel("succeeded", { exact: true }).uncheck();
+          await empty.waitFor();
+          expect(await empty.textContent()).toBe("No failed runs.");
+          expect(await older.count()).toBe(0);
+        } finally {
+          await other.close();
+        }
+      },
+      SIDE_BY_SIDE_TIMEOUT_MS,
     );
-    const trigger = () =>
-      api<Run>("POST", `/jobs/${job.id}/trigger`, undefined, {}, FILTERED_RUNS_KEY);
-    const oldest = await trigger();
-    const newest = await trigger();
-    await waitFor(
-      "both runs to succeed",
-      async () =>
-        (
-          await api<{ items: Run[] }>(
-            "GET",
-            `/jobs/${job.id}/runs?status=succeeded`,
-            undefined,
+
+    it(
+      "pages the dead letters: one past the first hundred is shown and replayed after Load more",
+      async ({ expect }) => {
+        const asOther = <T>(method: string, path: string, body?: unknown) =>
+          api<T>(method, path, body, {}, MANY_DEAD_KEY);
+        const failing = (index: number) => ({
+          name: `dead ${index}`,
+          type: "fail",
+          payload: { retryable: false },
+          schedule: { runAt: new Date().toISOString() },
+        });
+        // The first job dies first, so it is the oldest dead letter: the last a listing reaches.
+        const first = await asOther<Job>("POST", "/jobs", failing(0));
+        const firstDead = await waitFor(
+          "the first job's dead letter",
+          async () =>
+            (await asOther<{ items: Run[] }>("GET", `/jobs/${first.id}/runs?status=dead`)).items[0],
+          30_000,
+          250,
+        );
+        for (let batch = 0; batch < 5; batch++) {
+          const jobs = Array.from({ length: 21 }, (_, i) => failing(1 + batch * 21 + i));
+          const answered = await asOther<{ results: { status: number }[] }>("POST", "/jobs:batch", {
+            jobs,
+          });
+          expect(answered.results.map((r) => r.status)).toEqual(jobs.map(() => 201));
+        }
+        await waitFor(
+          "106 dead letters",
+          async () => {
+            let count = 0;
+            let cursor: string | null | undefined;
+            do {
+              const page = await asOther<{ items: Run[]; nextCursor: string | null }>(
+                "GET",
+                `/dead-letters?limit=100${cursor ? `&cursor=${cursor}` : ""}`,
+              );
+              count += page.items.length;
+              cursor = page.nextCursor;
+            } while (cursor);
+            return count === 106 ? count : undefined;
+          },
+          60_000,
+          500,
+        );
+
+        const other = await browser.context.newPage();
+        try {
+          await other.goto(`${sandbox.url}/console/dead-letters`);
+          await other.getByLabel("API key", { exact: true }).fill(MANY_DEAD_KEY);
+          await other.getByRole("button", { name: "Sign in" }).click();
+          await other.getByRole("heading", { name: "Dead letters", level: 1 }).waitFor();
+          await other.locator("tr[data-run-id]").first().waitFor();
+          const row = other.locator(`tr[data-run-id="${firstDead.runId}"]`);
+          for (let more = 0; more < 5 && (await row.count()) === 0; more++) {
+            const button = other.getByRole("button", { name: "Load more dead letters" });
+            await button.waitFor({ timeout: 5_000 });
+            await button.click();
+            await other.waitForTimeout(500);
+          }
+          await row.waitFor({ timeout: 5_000 });
+          expect(await other.locator("tr[data-run-id]").count()).toBe(106);
+          // That was the last page: no button reads one again.
+          expect(await other.getByRole("button", { name: "Load more dead letters" }).count()).toBe(
+            0,
+          );
+          await row.getByRole("button", { name: /^Replay/ }).click();
+          await other
+            .getByText(/Replayed: attempt 2/)
+            .first()
+            .waitFor();
+          await row.waitFor({ state: "detached" });
+          const replayed = await asOther<Run>("GET", `/jobs/${first.id}/runs/${firstDead.runId}`);
+          expect(replayed.replayedBy).not.toBeNull();
+          // One on the first page replayed elsewhere (the CLI, another tab) goes from this page too,
+          // though older pages were read since that page was.
+          const elsewhere = await other
+            .locator("tr[data-run-id]")
+            .nth(9)
+            .getAttribute("data-run-id");
+          await asOther("POST", `/dead-letters/${elsewhere}/replay`);
+          const gone = other.locator(`tr[data-run-id="${elsewhere}"]`);
+          await gone.waitFor({ state: "detached", timeout: 10_000 }).catch(() => undefined);
+          expect(await gone.count()).toBe(0);
+        } finally {
+          await other.close();
+        }
+      },
+      SIDE_BY_SIDE_TIMEOUT_MS,
+    );
+
+    it(
+      "a dead letter replayed while Load more dead letters is reading is not shown again when that page lands",
+      async ({ expect }) => {
+        const asOther = <T>(method: string, path: string, body?: unknown) =>
+          api<T>(method, path, body, {}, REPLAY_RACE_KEY);
+        for (let batch = 0; batch < 3; batch++) {
+          const jobs = Array.from({ length: 17 }, (_, i) => ({
+            name: `race ${batch * 17 + i}`,
+            type: "fail",
+            payload: { retryable: false },
+            schedule: { runAt: new Date().toISOString() },
+          }));
+          await asOther("POST", "/jobs:batch", { jobs });
+        }
+        await waitFor(
+          "51 dead letters",
+          async () => {
+            const first = await asOther<{ items: Run[]; nextCursor: string | null }>(
+              "GET",
+              "/dead-letters?limit=50",
+            );
+            if (first.nextCursor === null) return undefined;
+            const second = await asOther<{ items: Run[] }>(
+              "GET",
+              `/dead-letters?limit=50&cursor=${first.nextCursor}`,
+            );
+            return second.items.length === 1 ? true : undefined;
+          },
+          60_000,
+          500,
+        );
+        const other = await browser.context.newPage();
+        try {
+          await other.goto(`${sandbox.url}/console/dead-letters`);
+          await other.getByLabel("API key", { exact: true }).fill(REPLAY_RACE_KEY);
+          await other.getByRole("button", { name: "Sign in" }).click();
+          await other.getByRole("heading", { name: "Dead letters", level: 1 }).waitFor();
+          await other.locator("tr[data-run-id]").nth(49).waitFor();
+          // The older page's answer is slow (a cold API function): held until the replay is done.
+          let release = () => {};
+          const held = new Promise<void>((resolve) => {
+            release = resolve;
+          });
+          const olderPage = (url: URL) =>
+            url.pathname === "/dead-letters" && url.searchParams.has("cursor");
+          await other.route(olderPage, async (route) => {
+            const response = await route.fetch();
+            await held;
+            return route.fulfill({ response });
+          });
+          const answered = other.waitForResponse((r) => olderPage(new URL(r.url())));
+          await other.getByRole("button", { name: "Load more dead letters" }).click();
+          const row = other.locator("tr[data-run-id]").first();
+          const runId = await row.getAttribute("data-run-id");
+          await row.getByRole("button", { name: /^Replay/ }).click();
+          await other
+            .getByText(/Replayed: attempt 2/)
+            .first()
+            .waitFor();
+          await other.locator(`tr[data-run-id="${runId}"]`).waitFor({ state: "detached" });
+          release();
+          await answered;
+          await other
+            .getByRole("button", { name: "Load more dead letters" })
+            .waitFor({ state: "detached" });
+          await other.waitForTimeout(500);
+          // Its replay (attempt 2) may die too, as a dead letter of its own: the replayed one stays gone.
+          expect(await other.locator(`tr[data-run-id="${runId}"]`).count()).toBe(0);
+        } finally {
+          await other.close();
+        }
+      },
+      SIDE_BY_SIDE_TIMEOUT_MS,
+    );
+
+    it(
+      "says why Load more jobs read nothing (a 429), reads the next page when asked again, and shows each job once: no button past the last page, none lost to a newer job, none left by one deleted elsewhere",
+      async ({ expect }) => {
+        await createJobs(MANY_JOBS_KEY, [25, 25, 1]);
+        const other = await signedInJobsPage(MANY_JOBS_KEY);
+        try {
+          const button = other.getByRole("button", { name: "Load more jobs" });
+          await button.waitFor();
+          expect(await other.locator("tbody tr").count()).toBe(50);
+          // The quota's refusal, which the sandbox gives only to a tenant over its requestsPerSecond.
+          const limited = "too many requests for this tenant: try again in 1 s";
+          await other.route(/\/jobs\?.*cursor=/, (route) =>
+            route.fulfill({
+              status: 429,
+              headers: { "Content-Type": "application/json", "Retry-After": "1" },
+              body: JSON.stringify({ error: { code: "rate_limited", message: limited } }),
+            }),
+          );
+          await button.click();
+          await other.getByRole("alert").filter({ hasText: limited }).waitFor({ timeout: 5_000 });
+          await other.unroute(/\/jobs\?.*cursor=/);
+          await button.click();
+          await other.locator("tbody tr").nth(50).waitFor({ timeout: 5_000 });
+          expect(await other.getByRole("alert").filter({ hasText: limited }).count()).toBe(0);
+          // That was the last page: no button reads one again, and each job shows once, in the order
+          // GET /jobs lists them.
+          expect(await button.count()).toBe(0);
+          const listed = async () =>
+            (
+              await api<{ items: Job[]; nextCursor: string | null }>(
+                "GET",
+                "/jobs?limit=100",
+                undefined,
+                {},
+                MANY_JOBS_KEY,
+              )
+            ).items.map((job) => job.id);
+          const shown = () =>
+            other
+              .locator("tbody tr th a")
+              .evaluateAll((links) =>
+                links.map((link) => link.getAttribute("href")?.split("/").at(-1)),
+              );
+          expect(await shown()).toEqual(await listed());
+          // A job created now pushes the first page's last job off the polled page: it is still shown,
+          // between the first page and the older one.
+          await api(
+            "POST",
+            "/jobs",
+            { type: "noop", schedule: { runAt: "2030-01-01T00:00:00Z" } },
             {},
-            FILTERED_RUNS_KEY,
-          )
-        ).items.length === 2,
-      30_000,
+            MANY_JOBS_KEY,
+          );
+          await other.locator("tbody tr").nth(51).waitFor({ timeout: 10_000 });
+          expect(await shown()).toEqual(await listed());
+          expect(await button.count()).toBe(0);
+          // One on the first page deleted elsewhere (the CLI, another tab) goes from this page too,
+          // though an older page was read since that page was.
+          const deleted = (await shown())[9];
+          await api("DELETE", `/jobs/${deleted}`, undefined, {}, MANY_JOBS_KEY);
+          const gone = other.locator(`tbody tr th a[href$="/${deleted}"]`);
+          await gone.waitFor({ state: "detached", timeout: 10_000 }).catch(() => undefined);
+          expect(await gone.count()).toBe(0);
+          expect(await shown()).toEqual(await listed());
+        } finally {
+          await other.close();
+        }
+      },
+      SIDE_BY_SIDE_TIMEOUT_MS,
     );
-    // A filtered page gives up after ten reads (6,550 runs at the console's limit of 50), empty
-    // with a cursor when none of them matched. The sandbox's table is out of this test's reach
-    // and thousands of runs through the API take minutes, so the first filtered page is answered
-    // as the server answers then: no run, and the server's own cursor past the newest run (read
-    // with limit=1), standing in for the runs of other statuses read before the match.
-    const runsPath = `/jobs/${job.id}/runs`;
-    const firstFiltered = (url: URL) =>
-      url.pathname === runsPath &&
-      url.searchParams.has("status") &&
-      !url.searchParams.has("cursor");
-    const other = await signedInJobsPage(FILTERED_RUNS_KEY);
-    await other.route(firstFiltered, async (route) => {
-      const url = new URL(route.request().url());
-      url.searchParams.set("limit", "1");
-      const answer = await route.fetch({ url: url.toString() });
-      const read = (await answer.json()) as { items: Run[]; nextCursor: string | null };
-      if (read.items[0]?.runId !== newest.runId || read.nextCursor === null)
-        throw new Error(`unexpected first page: ${JSON.stringify(read)}`);
-      return route.fulfill({ json: { items: [], nextCursor: read.nextCursor } });
-    });
-    try {
-      await other.goto(`${sandbox.url}/console/jobs/${job.id}`);
-      await other.getByRole("heading", { name: /filtered runs/, level: 1 }).waitFor();
-      await other.locator("tr[data-run-id]").first().waitFor();
-      for (const status of ["queued", "running", "failed", "dead", "skipped", "cancelled"])
-        await other.getByLabel(status, { exact: true }).uncheck();
-      const runs = other.getByRole("region", { name: "Runs", exact: true });
-      const empty = runs.locator("p").filter({ hasText: /^No / });
-      await empty.waitFor();
-      expect(await empty.textContent()).toBe(
-        "No succeeded runs among the newest read: Load older runs reads older ones.",
-      );
-      expect(await other.locator("tr[data-run-id]").count()).toBe(0);
-      const older = other.getByRole("button", { name: "Load older runs" });
-      await older.click();
-      await other.locator(`tr[data-run-id="${oldest.runId}"]`).waitFor({ timeout: 10_000 });
-      expect(await older.count()).toBe(0);
-      expect(await empty.count()).toBe(0);
-      // Past the last page, as the server answers it: none of the filter's statuses, no button.
-      await other.unroute(firstFiltered);
-      await other.getByLabel("failed", { exact: true }).check();
-      await other.getByLabel("succeeded", { exact: true }).uncheck();
-      await empty.waitFor();
-      expect(await empty.textContent()).toBe("No failed runs.");
-      expect(await older.count()).toBe(0);
-    } finally {
-      await other.close();
-    }
-  }, 90_000);
+
+    it(
+      "a status filter whose first page read no match but has more says so, not 'No jobs yet.', and Load more jobs finds the match",
+      async ({ expect }) => {
+        // A filtered page reads at most 100 jobs: the paused one, the oldest of 101, lies past them.
+        const jobs = await createJobs(FILTERED_KEY, [25, 25, 25, 25, 1]);
+        const oldest = jobs.at(-1);
+        if (oldest === undefined) throw new Error("no job created");
+        await api("POST", `/jobs/${oldest.id}/pause`, {}, {}, FILTERED_KEY);
+        const other = await signedInJobsPage(FILTERED_KEY);
+        try {
+          await other.getByLabel("Status").selectOption("paused");
+          // What the page says once the filtered first page landed: it is empty, and has a cursor.
+          const empty = other.locator("section p").filter({ hasText: /^No / });
+          await empty.waitFor();
+          expect(await empty.textContent()).toBe(
+            "No paused jobs among the newest read: Load more jobs reads older ones.",
+          );
+          expect(await other.locator("tbody tr").count()).toBe(0);
+          const button = other.getByRole("button", { name: "Load more jobs" });
+          await button.click();
+          await other.locator(`tbody tr th a[href$="/${oldest.id}"]`).waitFor({ timeout: 10_000 });
+          expect(await button.count()).toBe(0);
+        } finally {
+          await other.close();
+        }
+      },
+      SIDE_BY_SIDE_TIMEOUT_MS,
+    );
+
+    it(
+      "a job cancelled after Load more jobs, then pushed off the polled page by newer jobs, is shown cancelled, not as it was before",
+      async ({ expect }) => {
+        const [newest] = await createJobs(CHANGING_JOBS_KEY, [25, 25, 1]);
+        if (newest === undefined) throw new Error("no job created");
+        const other = await signedInJobsPage(CHANGING_JOBS_KEY);
+        try {
+          await other.getByRole("button", { name: "Load more jobs" }).click();
+          await other.locator("tbody tr").nth(50).waitFor({ timeout: 5_000 });
+          const row = other.locator("tbody tr", {
+            has: other.locator(`a[href="/console/jobs/${newest.id}"]`),
+          });
+          await api("POST", `/jobs/${newest.id}/cancel`, {}, {}, CHANGING_JOBS_KEY);
+          await row.locator(".status-cancelled").waitFor({ timeout: 10_000 });
+          // Fifty newer jobs push it off the polled first page: it is shown from what was kept.
+          await createJobs(CHANGING_JOBS_KEY, [25, 25]);
+          await other.locator("tbody tr").nth(100).waitFor({ timeout: 10_000 });
+          expect(await row.locator(".status").textContent()).toBe("cancelled");
+        } finally {
+          await other.close();
+        }
+      },
+      SIDE_BY_SIDE_TIMEOUT_MS,
+    );
+
+    it(
+      "a job cancelled and pushed off the polled page while Load more jobs is reading is shown cancelled when that page lands",
+      async ({ expect }) => {
+        const [newest] = await createJobs(HELD_OLDER_KEY, [25, 25, 1]);
+        if (newest === undefined) throw new Error("no job created");
+        const other = await signedInJobsPage(HELD_OLDER_KEY);
+        try {
+          const row = other.locator("tbody tr", {
+            has: other.locator(`a[href="/console/jobs/${newest.id}"]`),
+          });
+          await row.locator(".status-active").waitFor();
+          // The older page's answer is slow: held while the job is cancelled, and fifty newer jobs,
+          // which a poll shows, push it off the first page.
+          const release = await held(other, (url) => url.searchParams.has("cursor"));
+          const answered = other.waitForResponse((r) =>
+            new URL(r.url()).searchParams.has("cursor"),
+          );
+          await other.getByRole("button", { name: "Load more jobs" }).click();
+          await api("POST", `/jobs/${newest.id}/cancel`, {}, {}, HELD_OLDER_KEY);
+          await row.locator(".status-cancelled").waitFor({ timeout: 10_000 });
+          await createJobs(HELD_OLDER_KEY, [25, 25]);
+          await row.waitFor({ state: "detached", timeout: 10_000 });
+          release();
+          await answered;
+          await other.locator("tbody tr").nth(100).waitFor({ timeout: 10_000 });
+          expect(await row.locator(".status").textContent()).toBe("cancelled");
+        } finally {
+          await other.close();
+        }
+      },
+      SIDE_BY_SIDE_TIMEOUT_MS,
+    );
+
+    it(
+      "a job cancelled and pushed off the first page between two polls is shown cancelled by Load more jobs, not as the last poll to list it showed it",
+      async ({ expect }) => {
+        // The first page's last job (the oldest is on the second page): one newer job pushes it off.
+        const last = (await createJobs(HELD_POLL_KEY, [25, 25, 1]))[49];
+        if (last === undefined) throw new Error("no job created");
+        const other = await signedInJobsPage(HELD_POLL_KEY);
+        try {
+          const row = other.locator("tbody tr", {
+            has: other.locator(`a[href="/console/jobs/${last.id}"]`),
+          });
+          await row.locator(".status-active").waitFor();
+          // Polls are held (a slow network) while it is cancelled and one newer job pushes it off.
+          const release = await held(other, (url) => !url.searchParams.has("cursor"));
+          await api("POST", `/jobs/${last.id}/cancel`, {}, {}, HELD_POLL_KEY);
+          await createJobs(HELD_POLL_KEY, [1]);
+          release();
+          await row.waitFor({ state: "detached", timeout: 10_000 });
+          await other.getByRole("button", { name: "Load more jobs" }).click();
+          await row.waitFor({ timeout: 10_000 });
+          expect(await row.locator(".status").textContent()).toBe("cancelled");
+        } finally {
+          await other.close();
+        }
+      },
+      SIDE_BY_SIDE_TIMEOUT_MS,
+    );
+
+    it(
+      "a job named with nothing but spaces, 200 characters without one, or a right-to-left override: a link to follow, no page wider than the window, nothing beside the name reversed",
+      async ({ expect }) => {
+        const create = (name: string) =>
+          api<Job>(
+            "POST",
+            "/jobs",
+            { name, type: "noop", schedule: { every: "PT1H" } },
+            {},
+            ODD_NAMES_KEY,
+          );
+        const blank = await create("  ");
+        const long = await create("x".repeat(200));
+        // U+202E (right-to-left override) reverses what follows it, up to the end of its paragraph.
+        const reversing = await create("\u202Ereversed");
+        const other = await browser.context.newPage();
+        /** How far the page is wider than its window: a name must wrap, not push the page sideways. */
+        const overflow = async () =>
+          Number(await other.evaluate("document.documentElement.scrollWidth - window.innerWidth"));
+        /** Each status badge's height in lines of its text (a string: the tests compile without the DOM's types). */
+        const statusLines = (): Promise<number[]> =>
+          other.evaluate(
+            "Array.from(document.querySelectorAll('main .status'), (badge) => Math.round(badge.getBoundingClientRect().height / parseFloat(getComputedStyle(badge).lineHeight)))",
+          );
+        try {
+          await other.goto(`${sandbox.url}/console`);
+          await other.getByLabel("API key", { exact: true }).fill(ODD_NAMES_KEY);
+          await other.getByRole("button", { name: "Sign in" }).click();
+          await other.getByRole("heading", { name: "Jobs", level: 1 }).waitFor();
+          await other.locator("tbody tr").nth(1).waitFor();
+          expect(await overflow()).toBeLessThanOrEqual(0);
+          // The long name takes the squeeze: a status stays on one line ("active", not "acti / ve").
+          const onJobsPage = await statusLines();
+          expect(onJobsPage.length).toBeGreaterThanOrEqual(3);
+          expect(onJobsPage.filter((lines) => lines !== 1)).toEqual([]);
+          // A name's direction stays inside it: the type beside it still reads "noop", not "poon".
+          const letterLefts: number[] = await other.evaluate(
+            `(() => { const text = document.querySelector('tr:has(a[href="/console/jobs/${reversing.id}"]) .hint').lastChild; const at = (i) => { const range = document.createRange(); range.setStart(text, i); range.setEnd(text, i + 1); return range.getBoundingClientRect().left; }; const start = text.data.indexOf("noop"); return [at(start), at(start + 3)]; })()`,
+          );
+          expect(letterLefts[0]).toBeLessThan(letterLefts[1] ?? Number.NaN);
+          expect(await accessibilityViolations(other)).toEqual([]);
+          // The blank-named job's link says which job it is, and leads there.
+          await other.getByRole("link", { name: blank.id }).click();
+          await other.getByRole("heading", { name: blank.id, level: 1 }).waitFor();
+
+          await other.goto(`${sandbox.url}/console/jobs/${long.id}`);
+          await other.getByRole("heading", { name: /^x{200}/, level: 1 }).waitFor();
+          expect(await overflow()).toBeLessThanOrEqual(0);
+          // The job's status beside its name, its last run's, and any in its runs table.
+          const onJobPage = await statusLines();
+          expect(onJobPage.length).toBeGreaterThanOrEqual(2);
+          expect(onJobPage.filter((lines) => lines !== 1)).toEqual([]);
+        } finally {
+          await other.close();
+        }
+      },
+      SIDE_BY_SIDE_TIMEOUT_MS,
+    );
+
+    it(
+      "edits a job after other jobs as one: its upstreams and `on` shown and kept, changed as asked, its preview saying it has no times of its own; the create form makes one too",
+      async ({ expect }) => {
+        const other = await signedInJobsPage(DEPENDENT_KEY);
+        const call = <T>(method: string, path: string, body?: unknown) =>
+          api<T>(method, path, body, {}, DEPENDENT_KEY);
+        try {
+          const daily = { cron: "0 2 * * *", timezone: "UTC" };
+          const exporter = await call<Job>("POST", "/jobs", {
+            name: "export",
+            type: "noop",
+            schedule: daily,
+          });
+          const importer = await call<Job>("POST", "/jobs", {
+            name: "import",
+            type: "noop",
+            schedule: daily,
+          });
+          const after = { jobs: [exporter.id], on: "failure" };
+          const dependent = await call<Job>("POST", "/jobs", {
+            name: "alert",
+            type: "noop",
+            schedule: { after },
+          });
+          await other.goto(`${sandbox.url}/console/jobs/${dependent.id}`);
+          const nextRuns = other.getByRole("region", { name: "Next runs", exact: true });
+          const inWords = `No times of its own: it runs once for each run of ${exporter.id} that fails for good: ends dead (failure).`;
+
+          const openForm = async () => {
+            await other.getByRole("button", { name: "Edit job" }).click();
+            return other.getByRole("form", { name: "Edit job" });
+          };
+          let form = await openForm();
+          const checkedKind = () =>
+            form.locator('input[name="scheduleKind"]:checked').getAttribute("value");
+          const upstreams = form.getByLabel("Upstream job ids");
+          const on = form.getByLabel("Runs when an upstream run");
+          const preview = form.getByRole("region", { name: "Next runs of this schedule" });
+          expect(await checkedKind()).toBe("after");
+          expect(await upstreams.inputValue()).toBe(exporter.id);
+          expect(await on.inputValue()).toBe("failure");
+          // What the previews say: the form's once the API took the schedule, the job page's at once.
+          await preview.locator("p").waitFor();
+          expect(await preview.locator("p").textContent()).toBe(inWords);
+          expect(await preview.locator("li").count()).toBe(0);
+          await nextRuns.locator("p").waitFor();
+          expect(await nextRuns.locator("p").textContent()).toBe(inWords);
+          expect(await accessibilityViolations(other)).toEqual([]);
+
+          // A rename sends the name alone: the schedule stays as it was.
+          await form.getByLabel("Name", { exact: true }).fill("failure alert");
+          await form.getByRole("button", { name: "Save changes" }).click();
+          await other.getByRole("heading", { name: /failure alert/, level: 1 }).waitFor();
+          expect(await call<Job>("GET", `/jobs/${dependent.id}`)).toMatchObject({
+            name: "failure alert",
+            version: 2,
+            schedule: { after },
+          });
+
+          // Its upstreams, typed in another order, and `on` change; the API sorts the ids.
+          form = await openForm();
+          await upstreams.fill(`${importer.id}, ${exporter.id}`);
+          await on.selectOption("completion");
+          await preview.getByText(`${exporter.id} or ${importer.id} that ends`).waitFor();
+          await form.getByRole("button", { name: "Save changes" }).click();
+          await other.getByRole("button", { name: "Edit job" }).waitFor();
+          const both = { jobs: [exporter.id, importer.id].sort(), on: "completion" };
+          expect(await call<Job>("GET", `/jobs/${dependent.id}`)).toMatchObject({
+            version: 3,
+            schedule: { after: both },
+          });
+
+          // An id of no job of the tenant: the preview and the save name the field; nothing is written.
+          form = await openForm();
+          await upstreams.fill("01JD3Q6Z8Y0000000000000000");
+          await preview.getByText("no job 01JD3Q6Z8Y0000000000000000 of this tenant").waitFor();
+          await form.getByRole("button", { name: "Save changes" }).click();
+          await form.getByRole("link", { name: /^schedule\.after\.jobs: / }).waitFor();
+          expect(await call<Job>("GET", `/jobs/${dependent.id}`)).toMatchObject({
+            version: 3,
+            schedule: { after: both },
+          });
+          await form.getByRole("button", { name: "Close without saving" }).click();
+
+          // The create form offers a schedule after other jobs.
+          await other.goto(`${sandbox.url}/console`);
+          await other.getByText("Create a job", { exact: true }).click();
+          const create = other.getByRole("form", { name: "Create a job" });
+          await create.getByLabel("Name", { exact: true }).fill("after import");
+          await create.getByRole("radio", { name: "After other jobs" }).check();
+          await create.getByLabel("Upstream job ids").fill(importer.id);
+          await create
+            .getByText(
+              `No times of its own: it runs once for each run of ${importer.id} that succeeds`,
+            )
+            .waitFor();
+          await create.getByRole("button", { name: "Create job" }).click();
+          await other.waitForURL(/\/console\/jobs\/[0-9A-Z]+$/);
+          const created = await call<Job>("GET", `/jobs/${other.url().split("/").at(-1) ?? ""}`);
+          expect(created).toMatchObject({
+            name: "after import",
+            schedule: { after: { jobs: [importer.id], on: "success" } },
+          });
+
+          // A job of times edited into one after another job.
+          await other.goto(`${sandbox.url}/console/jobs/${importer.id}`);
+          form = await openForm();
+          await form.getByRole("radio", { name: "After other jobs" }).check();
+          await upstreams.fill(exporter.id);
+          await form.getByRole("button", { name: "Save changes" }).click();
+          await other.getByRole("button", { name: "Edit job" }).waitFor();
+          expect(await call<Job>("GET", `/jobs/${importer.id}`)).toMatchObject({
+            version: 2,
+            schedule: { after: { jobs: [exporter.id], on: "success" } },
+          });
+        } finally {
+          await other.close();
+        }
+      },
+      SIDE_BY_SIDE_TIMEOUT_MS,
+    );
+  });
 
   /** A one-off that fails for good, and its dead letter once listed. */
   async function deadLetterOf(name: string) {
@@ -546,378 +1096,6 @@ describe("web console", () => {
     expect(runs.items.filter((r) => r.attempt === 2)).toHaveLength(1);
   });
 
-  it("pages the dead letters: one past the first hundred is shown and replayed after Load more", async () => {
-    const asOther = <T>(method: string, path: string, body?: unknown) =>
-      api<T>(method, path, body, {}, MANY_DEAD_KEY);
-    const failing = (index: number) => ({
-      name: `dead ${index}`,
-      type: "fail",
-      payload: { retryable: false },
-      schedule: { runAt: new Date().toISOString() },
-    });
-    // The first job dies first, so it is the oldest dead letter: the last a listing reaches.
-    const first = await asOther<Job>("POST", "/jobs", failing(0));
-    const firstDead = await waitFor(
-      "the first job's dead letter",
-      async () =>
-        (await asOther<{ items: Run[] }>("GET", `/jobs/${first.id}/runs?status=dead`)).items[0],
-      30_000,
-      250,
-    );
-    for (let batch = 0; batch < 5; batch++) {
-      const jobs = Array.from({ length: 21 }, (_, i) => failing(1 + batch * 21 + i));
-      const answered = await asOther<{ results: { status: number }[] }>("POST", "/jobs:batch", {
-        jobs,
-      });
-      expect(answered.results.map((r) => r.status)).toEqual(jobs.map(() => 201));
-    }
-    await waitFor(
-      "106 dead letters",
-      async () => {
-        let count = 0;
-        let cursor: string | null | undefined;
-        do {
-          const page = await asOther<{ items: Run[]; nextCursor: string | null }>(
-            "GET",
-            `/dead-letters?limit=100${cursor ? `&cursor=${cursor}` : ""}`,
-          );
-          count += page.items.length;
-          cursor = page.nextCursor;
-        } while (cursor);
-        return count === 106 ? count : undefined;
-      },
-      60_000,
-      500,
-    );
-
-    const other = await browser.context.newPage();
-    try {
-      await other.goto(`${sandbox.url}/console/dead-letters`);
-      await other.getByLabel("API key", { exact: true }).fill(MANY_DEAD_KEY);
-      await other.getByRole("button", { name: "Sign in" }).click();
-      await other.getByRole("heading", { name: "Dead letters", level: 1 }).waitFor();
-      await other.locator("tr[data-run-id]").first().waitFor();
-      const row = other.locator(`tr[data-run-id="${firstDead.runId}"]`);
-      for (let more = 0; more < 5 && (await row.count()) === 0; more++) {
-        const button = other.getByRole("button", { name: "Load more dead letters" });
-        await button.waitFor({ timeout: 5_000 });
-        await button.click();
-        await other.waitForTimeout(500);
-      }
-      await row.waitFor({ timeout: 5_000 });
-      expect(await other.locator("tr[data-run-id]").count()).toBe(106);
-      // That was the last page: no button reads one again.
-      expect(await other.getByRole("button", { name: "Load more dead letters" }).count()).toBe(0);
-      await row.getByRole("button", { name: /^Replay/ }).click();
-      await other
-        .getByText(/Replayed: attempt 2/)
-        .first()
-        .waitFor();
-      await row.waitFor({ state: "detached" });
-      const replayed = await asOther<Run>("GET", `/jobs/${first.id}/runs/${firstDead.runId}`);
-      expect(replayed.replayedBy).not.toBeNull();
-      // One on the first page replayed elsewhere (the CLI, another tab) goes from this page too,
-      // though older pages were read since that page was.
-      const elsewhere = await other.locator("tr[data-run-id]").nth(9).getAttribute("data-run-id");
-      await asOther("POST", `/dead-letters/${elsewhere}/replay`);
-      const gone = other.locator(`tr[data-run-id="${elsewhere}"]`);
-      await gone.waitFor({ state: "detached", timeout: 10_000 }).catch(() => undefined);
-      expect(await gone.count()).toBe(0);
-    } finally {
-      await other.close();
-    }
-  });
-
-  it("a dead letter replayed while Load more dead letters is reading is not shown again when that page lands", async () => {
-    const asOther = <T>(method: string, path: string, body?: unknown) =>
-      api<T>(method, path, body, {}, REPLAY_RACE_KEY);
-    for (let batch = 0; batch < 3; batch++) {
-      const jobs = Array.from({ length: 17 }, (_, i) => ({
-        name: `race ${batch * 17 + i}`,
-        type: "fail",
-        payload: { retryable: false },
-        schedule: { runAt: new Date().toISOString() },
-      }));
-      await asOther("POST", "/jobs:batch", { jobs });
-    }
-    await waitFor(
-      "51 dead letters",
-      async () => {
-        const first = await asOther<{ items: Run[]; nextCursor: string | null }>(
-          "GET",
-          "/dead-letters?limit=50",
-        );
-        if (first.nextCursor === null) return undefined;
-        const second = await asOther<{ items: Run[] }>(
-          "GET",
-          `/dead-letters?limit=50&cursor=${first.nextCursor}`,
-        );
-        return second.items.length === 1 ? true : undefined;
-      },
-      60_000,
-      500,
-    );
-    const other = await browser.context.newPage();
-    try {
-      await other.goto(`${sandbox.url}/console/dead-letters`);
-      await other.getByLabel("API key", { exact: true }).fill(REPLAY_RACE_KEY);
-      await other.getByRole("button", { name: "Sign in" }).click();
-      await other.getByRole("heading", { name: "Dead letters", level: 1 }).waitFor();
-      await other.locator("tr[data-run-id]").nth(49).waitFor();
-      // The older page's answer is slow (a cold API function): held until the replay is done.
-      let release = () => {};
-      const held = new Promise<void>((resolve) => {
-        release = resolve;
-      });
-      const olderPage = (url: URL) =>
-        url.pathname === "/dead-letters" && url.searchParams.has("cursor");
-      await other.route(olderPage, async (route) => {
-        const response = await route.fetch();
-        await held;
-        return route.fulfill({ response });
-      });
-      const answered = other.waitForResponse((r) => olderPage(new URL(r.url())));
-      await other.getByRole("button", { name: "Load more dead letters" }).click();
-      const row = other.locator("tr[data-run-id]").first();
-      const runId = await row.getAttribute("data-run-id");
-      await row.getByRole("button", { name: /^Replay/ }).click();
-      await other
-        .getByText(/Replayed: attempt 2/)
-        .first()
-        .waitFor();
-      await other.locator(`tr[data-run-id="${runId}"]`).waitFor({ state: "detached" });
-      release();
-      await answered;
-      await other
-        .getByRole("button", { name: "Load more dead letters" })
-        .waitFor({ state: "detached" });
-      await other.waitForTimeout(500);
-      // Its replay (attempt 2) may die too, as a dead letter of its own: the replayed one stays gone.
-      expect(await other.locator(`tr[data-run-id="${runId}"]`).count()).toBe(0);
-    } finally {
-      await other.close();
-    }
-  });
-
-  it("says why Load more jobs read nothing (a 429), reads the next page when asked again, and shows each job once: no button past the last page, none lost to a newer job, none left by one deleted elsewhere", async () => {
-    await createJobs(MANY_JOBS_KEY, [25, 25, 1]);
-    const other = await signedInJobsPage(MANY_JOBS_KEY);
-    try {
-      const button = other.getByRole("button", { name: "Load more jobs" });
-      await button.waitFor();
-      expect(await other.locator("tbody tr").count()).toBe(50);
-      // The quota's refusal, which the sandbox gives only to a tenant over its requestsPerSecond.
-      const limited = "too many requests for this tenant: try again in 1 s";
-      await other.route(/\/jobs\?.*cursor=/, (route) =>
-        route.fulfill({
-          status: 429,
-          headers: { "Content-Type": "application/json", "Retry-After": "1" },
-          body: JSON.stringify({ error: { code: "rate_limited", message: limited } }),
-        }),
-      );
-      await button.click();
-      await other.getByRole("alert").filter({ hasText: limited }).waitFor({ timeout: 5_000 });
-      await other.unroute(/\/jobs\?.*cursor=/);
-      await button.click();
-      await other.locator("tbody tr").nth(50).waitFor({ timeout: 5_000 });
-      expect(await other.getByRole("alert").filter({ hasText: limited }).count()).toBe(0);
-      // That was the last page: no button reads one again, and each job shows once, in the order
-      // GET /jobs lists them.
-      expect(await button.count()).toBe(0);
-      const listed = async () =>
-        (
-          await api<{ items: Job[]; nextCursor: string | null }>(
-            "GET",
-            "/jobs?limit=100",
-            undefined,
-            {},
-            MANY_JOBS_KEY,
-          )
-        ).items.map((job) => job.id);
-      const shown = () =>
-        other
-          .locator("tbody tr th a")
-          .evaluateAll((links) =>
-            links.map((link) => link.getAttribute("href")?.split("/").at(-1)),
-          );
-      expect(await shown()).toEqual(await listed());
-      // A job created now pushes the first page's last job off the polled page: it is still shown,
-      // between the first page and the older one.
-      await api(
-        "POST",
-        "/jobs",
-        { type: "noop", schedule: { runAt: "2030-01-01T00:00:00Z" } },
-        {},
-        MANY_JOBS_KEY,
-      );
-      await other.locator("tbody tr").nth(51).waitFor({ timeout: 10_000 });
-      expect(await shown()).toEqual(await listed());
-      expect(await button.count()).toBe(0);
-      // One on the first page deleted elsewhere (the CLI, another tab) goes from this page too,
-      // though an older page was read since that page was.
-      const deleted = (await shown())[9];
-      await api("DELETE", `/jobs/${deleted}`, undefined, {}, MANY_JOBS_KEY);
-      const gone = other.locator(`tbody tr th a[href$="/${deleted}"]`);
-      await gone.waitFor({ state: "detached", timeout: 10_000 }).catch(() => undefined);
-      expect(await gone.count()).toBe(0);
-      expect(await shown()).toEqual(await listed());
-    } finally {
-      await other.close();
-    }
-  });
-
-  it("a status filter whose first page read no match but has more says so, not 'No jobs yet.', and Load more jobs finds the match", async () => {
-    // A filtered page reads at most 100 jobs: the paused one, the oldest of 101, lies past them.
-    const jobs = await createJobs(FILTERED_KEY, [25, 25, 25, 25, 1]);
-    const oldest = jobs.at(-1);
-    if (oldest === undefined) throw new Error("no job created");
-    await api("POST", `/jobs/${oldest.id}/pause`, {}, {}, FILTERED_KEY);
-    const other = await signedInJobsPage(FILTERED_KEY);
-    try {
-      await other.getByLabel("Status").selectOption("paused");
-      // What the page says once the filtered first page landed: it is empty, and has a cursor.
-      const empty = other.locator("section p").filter({ hasText: /^No / });
-      await empty.waitFor();
-      expect(await empty.textContent()).toBe(
-        "No paused jobs among the newest read: Load more jobs reads older ones.",
-      );
-      expect(await other.locator("tbody tr").count()).toBe(0);
-      const button = other.getByRole("button", { name: "Load more jobs" });
-      await button.click();
-      await other.locator(`tbody tr th a[href$="/${oldest.id}"]`).waitFor({ timeout: 10_000 });
-      expect(await button.count()).toBe(0);
-    } finally {
-      await other.close();
-    }
-  });
-
-  it("a job cancelled after Load more jobs, then pushed off the polled page by newer jobs, is shown cancelled, not as it was before", async () => {
-    const [newest] = await createJobs(CHANGING_JOBS_KEY, [25, 25, 1]);
-    if (newest === undefined) throw new Error("no job created");
-    const other = await signedInJobsPage(CHANGING_JOBS_KEY);
-    try {
-      await other.getByRole("button", { name: "Load more jobs" }).click();
-      await other.locator("tbody tr").nth(50).waitFor({ timeout: 5_000 });
-      const row = other.locator("tbody tr", {
-        has: other.locator(`a[href="/console/jobs/${newest.id}"]`),
-      });
-      await api("POST", `/jobs/${newest.id}/cancel`, {}, {}, CHANGING_JOBS_KEY);
-      await row.locator(".status-cancelled").waitFor({ timeout: 10_000 });
-      // Fifty newer jobs push it off the polled first page: it is shown from what was kept.
-      await createJobs(CHANGING_JOBS_KEY, [25, 25]);
-      await other.locator("tbody tr").nth(100).waitFor({ timeout: 10_000 });
-      expect(await row.locator(".status").textContent()).toBe("cancelled");
-    } finally {
-      await other.close();
-    }
-  });
-
-  it("a job cancelled and pushed off the polled page while Load more jobs is reading is shown cancelled when that page lands", async () => {
-    const [newest] = await createJobs(HELD_OLDER_KEY, [25, 25, 1]);
-    if (newest === undefined) throw new Error("no job created");
-    const other = await signedInJobsPage(HELD_OLDER_KEY);
-    try {
-      const row = other.locator("tbody tr", {
-        has: other.locator(`a[href="/console/jobs/${newest.id}"]`),
-      });
-      await row.locator(".status-active").waitFor();
-      // The older page's answer is slow: held while the job is cancelled, and fifty newer jobs,
-      // which a poll shows, push it off the first page.
-      const release = await held(other, (url) => url.searchParams.has("cursor"));
-      const answered = other.waitForResponse((r) => new URL(r.url()).searchParams.has("cursor"));
-      await other.getByRole("button", { name: "Load more jobs" }).click();
-      await api("POST", `/jobs/${newest.id}/cancel`, {}, {}, HELD_OLDER_KEY);
-      await row.locator(".status-cancelled").waitFor({ timeout: 10_000 });
-      await createJobs(HELD_OLDER_KEY, [25, 25]);
-      await row.waitFor({ state: "detached", timeout: 10_000 });
-      release();
-      await answered;
-      await other.locator("tbody tr").nth(100).waitFor({ timeout: 10_000 });
-      expect(await row.locator(".status").textContent()).toBe("cancelled");
-    } finally {
-      await other.close();
-    }
-  });
-
-  it("a job cancelled and pushed off the first page between two polls is shown cancelled by Load more jobs, not as the last poll to list it showed it", async () => {
-    // The first page's last job (the oldest is on the second page): one newer job pushes it off.
-    const last = (await createJobs(HELD_POLL_KEY, [25, 25, 1]))[49];
-    if (last === undefined) throw new Error("no job created");
-    const other = await signedInJobsPage(HELD_POLL_KEY);
-    try {
-      const row = other.locator("tbody tr", {
-        has: other.locator(`a[href="/console/jobs/${last.id}"]`),
-      });
-      await row.locator(".status-active").waitFor();
-      // Polls are held (a slow network) while it is cancelled and one newer job pushes it off.
-      const release = await held(other, (url) => !url.searchParams.has("cursor"));
-      await api("POST", `/jobs/${last.id}/cancel`, {}, {}, HELD_POLL_KEY);
-      await createJobs(HELD_POLL_KEY, [1]);
-      release();
-      await row.waitFor({ state: "detached", timeout: 10_000 });
-      await other.getByRole("button", { name: "Load more jobs" }).click();
-      await row.waitFor({ timeout: 10_000 });
-      expect(await row.locator(".status").textContent()).toBe("cancelled");
-    } finally {
-      await other.close();
-    }
-  });
-
-  it("a job named with nothing but spaces, 200 characters without one, or a right-to-left override: a link to follow, no page wider than the window, nothing beside the name reversed", async () => {
-    const create = (name: string) =>
-      api<Job>(
-        "POST",
-        "/jobs",
-        { name, type: "noop", schedule: { every: "PT1H" } },
-        {},
-        ODD_NAMES_KEY,
-      );
-    const blank = await create("  ");
-    const long = await create("x".repeat(200));
-    // U+202E (right-to-left override) reverses what follows it, up to the end of its paragraph.
-    const reversing = await create("\u202Ereversed");
-    const other = await browser.context.newPage();
-    /** How far the page is wider than its window: a name must wrap, not push the page sideways. */
-    const overflow = async () =>
-      Number(await other.evaluate("document.documentElement.scrollWidth - window.innerWidth"));
-    /** Each status badge's height in lines of its text (a string: the tests compile without the DOM's types). */
-    const statusLines = (): Promise<number[]> =>
-      other.evaluate(
-        "Array.from(document.querySelectorAll('main .status'), (badge) => Math.round(badge.getBoundingClientRect().height / parseFloat(getComputedStyle(badge).lineHeight)))",
-      );
-    try {
-      await other.goto(`${sandbox.url}/console`);
-      await other.getByLabel("API key", { exact: true }).fill(ODD_NAMES_KEY);
-      await other.getByRole("button", { name: "Sign in" }).click();
-      await other.getByRole("heading", { name: "Jobs", level: 1 }).waitFor();
-      await other.locator("tbody tr").nth(1).waitFor();
-      expect(await overflow()).toBeLessThanOrEqual(0);
-      // The long name takes the squeeze: a status stays on one line ("active", not "acti / ve").
-      const onJobsPage = await statusLines();
-      expect(onJobsPage.length).toBeGreaterThanOrEqual(3);
-      expect(onJobsPage.filter((lines) => lines !== 1)).toEqual([]);
-      // A name's direction stays inside it: the type beside it still reads "noop", not "poon".
-      const letterLefts: number[] = await other.evaluate(
-        `(() => { const text = document.querySelector('tr:has(a[href="/console/jobs/${reversing.id}"]) .hint').lastChild; const at = (i) => { const range = document.createRange(); range.setStart(text, i); range.setEnd(text, i + 1); return range.getBoundingClientRect().left; }; const start = text.data.indexOf("noop"); return [at(start), at(start + 3)]; })()`,
-      );
-      expect(letterLefts[0]).toBeLessThan(letterLefts[1] ?? Number.NaN);
-      expect(await accessibilityViolations(other)).toEqual([]);
-      // The blank-named job's link says which job it is, and leads there.
-      await other.getByRole("link", { name: blank.id }).click();
-      await other.getByRole("heading", { name: blank.id, level: 1 }).waitFor();
-
-      await other.goto(`${sandbox.url}/console/jobs/${long.id}`);
-      await other.getByRole("heading", { name: /^x{200}/, level: 1 }).waitFor();
-      expect(await overflow()).toBeLessThanOrEqual(0);
-      // The job's status beside its name, its last run's, and any in its runs table.
-      const onJobPage = await statusLines();
-      expect(onJobPage.length).toBeGreaterThanOrEqual(2);
-      expect(onJobPage.filter((lines) => lines !== 1)).toEqual([]);
-    } finally {
-      await other.close();
-    }
-  });
-
   it("the cancel confirmation names the job on one line, its direction kept inside it: a name cannot rewrite the question", async () => {
     // A name that answers the question itself, then pushes the real question out of the dialog.
     const name = `nightly export for good?\n\nNothing is cancelled: this only pauses it.${"\n".repeat(30)}\u202Edesrever`;
@@ -959,122 +1137,6 @@ describe("web console", () => {
           )
         ).status,
       ).toBe("active");
-    } finally {
-      await other.close();
-    }
-  });
-
-  it("edits a job after other jobs as one: its upstreams and `on` shown and kept, changed as asked, its preview saying it has no times of its own; the create form makes one too", async () => {
-    const other = await signedInJobsPage(DEPENDENT_KEY);
-    const call = <T>(method: string, path: string, body?: unknown) =>
-      api<T>(method, path, body, {}, DEPENDENT_KEY);
-    try {
-      const daily = { cron: "0 2 * * *", timezone: "UTC" };
-      const exporter = await call<Job>("POST", "/jobs", {
-        name: "export",
-        type: "noop",
-        schedule: daily,
-      });
-      const importer = await call<Job>("POST", "/jobs", {
-        name: "import",
-        type: "noop",
-        schedule: daily,
-      });
-      const after = { jobs: [exporter.id], on: "failure" };
-      const dependent = await call<Job>("POST", "/jobs", {
-        name: "alert",
-        type: "noop",
-        schedule: { after },
-      });
-      await other.goto(`${sandbox.url}/console/jobs/${dependent.id}`);
-      const nextRuns = other.getByRole("region", { name: "Next runs", exact: true });
-      const inWords = `No times of its own: it runs once for each run of ${exporter.id} that fails for good: ends dead (failure).`;
-
-      const openForm = async () => {
-        await other.getByRole("button", { name: "Edit job" }).click();
-        return other.getByRole("form", { name: "Edit job" });
-      };
-      let form = await openForm();
-      const checkedKind = () =>
-        form.locator('input[name="scheduleKind"]:checked').getAttribute("value");
-      const upstreams = form.getByLabel("Upstream job ids");
-      const on = form.getByLabel("Runs when an upstream run");
-      const preview = form.getByRole("region", { name: "Next runs of this schedule" });
-      expect(await checkedKind()).toBe("after");
-      expect(await upstreams.inputValue()).toBe(exporter.id);
-      expect(await on.inputValue()).toBe("failure");
-      // What the previews say: the form's once the API took the schedule, the job page's at once.
-      await preview.locator("p").waitFor();
-      expect(await preview.locator("p").textContent()).toBe(inWords);
-      expect(await preview.locator("li").count()).toBe(0);
-      await nextRuns.locator("p").waitFor();
-      expect(await nextRuns.locator("p").textContent()).toBe(inWords);
-      expect(await accessibilityViolations(other)).toEqual([]);
-
-      // A rename sends the name alone: the schedule stays as it was.
-      await form.getByLabel("Name", { exact: true }).fill("failure alert");
-      await form.getByRole("button", { name: "Save changes" }).click();
-      await other.getByRole("heading", { name: /failure alert/, level: 1 }).waitFor();
-      expect(await call<Job>("GET", `/jobs/${dependent.id}`)).toMatchObject({
-        name: "failure alert",
-        version: 2,
-        schedule: { after },
-      });
-
-      // Its upstreams, typed in another order, and `on` change; the API sorts the ids.
-      form = await openForm();
-      await upstreams.fill(`${importer.id}, ${exporter.id}`);
-      await on.selectOption("completion");
-      await preview.getByText(`${exporter.id} or ${importer.id} that ends`).waitFor();
-      await form.getByRole("button", { name: "Save changes" }).click();
-      await other.getByRole("button", { name: "Edit job" }).waitFor();
-      const both = { jobs: [exporter.id, importer.id].sort(), on: "completion" };
-      expect(await call<Job>("GET", `/jobs/${dependent.id}`)).toMatchObject({
-        version: 3,
-        schedule: { after: both },
-      });
-
-      // An id of no job of the tenant: the preview and the save name the field; nothing is written.
-      form = await openForm();
-      await upstreams.fill("01JD3Q6Z8Y0000000000000000");
-      await preview.getByText("no job 01JD3Q6Z8Y0000000000000000 of this tenant").waitFor();
-      await form.getByRole("button", { name: "Save changes" }).click();
-      await form.getByRole("link", { name: /^schedule\.after\.jobs: / }).waitFor();
-      expect(await call<Job>("GET", `/jobs/${dependent.id}`)).toMatchObject({
-        version: 3,
-        schedule: { after: both },
-      });
-      await form.getByRole("button", { name: "Close without saving" }).click();
-
-      // The create form offers a schedule after other jobs.
-      await other.goto(`${sandbox.url}/console`);
-      await other.getByText("Create a job", { exact: true }).click();
-      const create = other.getByRole("form", { name: "Create a job" });
-      await create.getByLabel("Name", { exact: true }).fill("after import");
-      await create.getByRole("radio", { name: "After other jobs" }).check();
-      await create.getByLabel("Upstream job ids").fill(importer.id);
-      await create
-        .getByText(`No times of its own: it runs once for each run of ${importer.id} that succeeds`)
-        .waitFor();
-      await create.getByRole("button", { name: "Create job" }).click();
-      await other.waitForURL(/\/console\/jobs\/[0-9A-Z]+$/);
-      const created = await call<Job>("GET", `/jobs/${other.url().split("/").at(-1) ?? ""}`);
-      expect(created).toMatchObject({
-        name: "after import",
-        schedule: { after: { jobs: [importer.id], on: "success" } },
-      });
-
-      // A job of times edited into one after another job.
-      await other.goto(`${sandbox.url}/console/jobs/${importer.id}`);
-      form = await openForm();
-      await form.getByRole("radio", { name: "After other jobs" }).check();
-      await upstreams.fill(exporter.id);
-      await form.getByRole("button", { name: "Save changes" }).click();
-      await other.getByRole("button", { name: "Edit job" }).waitFor();
-      expect(await call<Job>("GET", `/jobs/${importer.id}`)).toMatchObject({
-        version: 2,
-        schedule: { after: { jobs: [exporter.id], on: "success" } },
-      });
     } finally {
       await other.close();
     }
