@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { describe, it } from "vitest";
 import { DEFAULT_QUOTAS } from "../../shared/config.js";
 import { createJobs } from "../../shared/jobs/create-batch.js";
 import { createJob, editJob, replayDeadLetter, triggerJob } from "../../shared/jobs/index.js";
@@ -20,21 +20,30 @@ import { withTransactionsInProgress } from "../support/faults.js";
  */
 const IN_PROGRESS_ANSWERS = 4;
 
-describe("a transaction applied whose repeats meet TransactionInProgressException", () => {
-  let f: EngineFixture;
-  beforeAll(async () => {
-    f = await createEngineFixture({ settings: { quotas: DEFAULT_QUOTAS, quotaCacheMs: 0 } });
-  });
-  afterAll(() => f.destroy());
-  beforeEach(() => f.purge());
+/**
+ * Each case waits out the SDK's backoff over its answers in progress: 2-5 s, nearly all of it
+ * asleep (the file took 22 s, 5 s of CPU, one case after another). Side by side, each on tables
+ * and queues of its own (a case's receive would take another's message, a purge between cases
+ * would empty a neighbour's tables), they take the longest case's time.
+ */
+describe.concurrent("a transaction applied whose repeats meet TransactionInProgressException", () => {
+  async function ownFixture(atEnd: (cleanup: () => Promise<void>) => void): Promise<EngineFixture> {
+    const f = await createEngineFixture({ settings: { quotas: DEFAULT_QUOTAS, quotaCacheMs: 0 } });
+    atEnd(() => f.destroy());
+    return f;
+  }
 
-  const inProgress = () =>
+  const inProgress = (f: EngineFixture) =>
     withTransactionsInProgress(f.engine, { times: 1, inProgressAnswers: IN_PROGRESS_ANSWERS });
 
-  it("a keyed create answers the job created (201), keeps its quota share and sends its run at once", async () => {
+  it("a keyed create answers the job created (201), keeps its quota share and sends its run at once", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await ownFixture(onTestFinished);
     const tenantId = "in-progress-create";
     await writeQuotaOverride(f.engine, tenantId, { activeJobs: 10 }, new Date());
-    const faulty = inProgress();
+    const faulty = inProgress(f);
     let answer: Awaited<ReturnType<typeof createJob>>;
     try {
       answer = await createJob(
@@ -53,11 +62,15 @@ describe("a transaction applied whose repeats meet TransactionInProgressExceptio
     expect(received.message.jobId).toBe(answer.job.jobId);
   });
 
-  it("a batch's keyed job answers created and keeps its quota share", async () => {
+  it("a batch's keyed job answers created and keeps its quota share", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await ownFixture(onTestFinished);
     const tenantId = "in-progress-batch";
     await writeQuotaOverride(f.engine, tenantId, { activeJobs: 10 }, new Date());
     const later = new Date(Date.now() + 3_600_000).toISOString();
-    const faulty = inProgress();
+    const faulty = inProgress(f);
     let outcomes: Awaited<ReturnType<typeof createJobs>>;
     try {
       outcomes = await createJobs(faulty.engine, tenantId, [
@@ -76,12 +89,13 @@ describe("a transaction applied whose repeats meet TransactionInProgressExceptio
     expect(await readQuotaUsage(f.engine, tenantId)).toMatchObject({ activeJobs: 2 });
   });
 
-  it("a trigger without a key queues one run", async () => {
+  it("a trigger without a key queues one run", async ({ expect, onTestFinished }) => {
+    const f = await ownFixture(onTestFinished);
     const { job } = await createJob(
       f.engine,
       testJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" } }),
     );
-    const faulty = inProgress();
+    const faulty = inProgress(f);
     let run: Awaited<ReturnType<typeof triggerJob>>;
     try {
       run = await triggerJob(faulty.engine, "tenant-a", job.jobId);
@@ -93,9 +107,13 @@ describe("a transaction applied whose repeats meet TransactionInProgressExceptio
     expect(runs.map((r) => r.runId)).toEqual([run.runId]);
   });
 
-  it("an edit answers the job it edited, not a version mismatch against its own write", async () => {
+  it("an edit answers the job it edited, not a version mismatch against its own write", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await ownFixture(onTestFinished);
     const { job } = await createJob(f.engine, testJob({ schedule: { every: "PT1H" } }));
-    const faulty = inProgress();
+    const faulty = inProgress(f);
     let edited: Awaited<ReturnType<typeof editJob>>;
     try {
       edited = await editJob(faulty.engine, "tenant-a", job.jobId, job.version, {
@@ -110,9 +128,10 @@ describe("a transaction applied whose repeats meet TransactionInProgressExceptio
     expect(stored).toMatchObject({ name: "renamed", version: job.version + 1 });
   });
 
-  it("a replay answers its new run and sends it", async () => {
+  it("a replay answers its new run and sends it", async ({ expect, onTestFinished }) => {
+    const f = await ownFixture(onTestFinished);
     const { job, dead } = await jobWithDeadRun(f);
-    const faulty = inProgress();
+    const faulty = inProgress(f);
     let replay: Awaited<ReturnType<typeof replayDeadLetter>>["run"];
     try {
       replay = (await replayDeadLetter(faulty.engine, "tenant-a", dead.runId)).run;
