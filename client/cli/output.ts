@@ -1,5 +1,6 @@
 import { DateTime } from "luxon";
 import type { BatchCreateResult, Job, Run, Schedule } from "../index.js";
+import { runWhy } from "../run-why.js";
 
 export type OutputFormat = "table" | "json";
 
@@ -214,32 +215,8 @@ export function runRow(run: Run): string[] {
     run.scheduledFor,
     dash(run.startedAt),
     run.durationMs === null ? "-" : `${run.durationMs} ms`,
-    whyOf(run),
+    dash(runWhy(run)),
   ];
-}
-
-/**
- * Why a run is as it is, in one cell: its reason, which for a dead run says why it is dead and
- * quotes its last error ("gave up after 2 attempts: HTTP 500: …"); else its error. A reason that
- * does not quote the error (a run of a deleted job cancelled while its handler failed) is followed
- * by it.
- */
-function whyOf({ error, reason }: Run): string {
-  if (reason === null) return dash(error);
-  if (error === null || quotes(reason, error)) return reason;
-  return `${reason} (error: ${error})`;
-}
-
-/** Whether a reason holds the error, whole or, for a long one, its head and "…" (shared/retry.ts). */
-function quotes(reason: string, error: string): boolean {
-  if (reason.includes(error)) return true;
-  if (!reason.endsWith("…")) return false;
-  const head = reason.slice(0, -1);
-  for (let at = head.indexOf(": "); at >= 0; at = head.indexOf(": ", at + 1)) {
-    const quoted = head.slice(at + 2);
-    if (quoted !== "" && error.startsWith(quoted)) return true;
-  }
-  return false;
 }
 
 export const RUN_COLUMNS = [

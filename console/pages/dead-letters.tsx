@@ -1,4 +1,5 @@
 import { useState } from "preact/hooks";
+import { runWhy } from "../../client/run-why.js";
 import { api, type Run } from "../api.js";
 import { announce, ErrorMessage, messageOf } from "../components.js";
 import { formatInstant } from "../format.js";
@@ -66,7 +67,7 @@ export function DeadLettersPage() {
             <th scope="col">Occurrence</th>
             <th scope="col">Attempt</th>
             <th scope="col">Died</th>
-            <th scope="col">Error</th>
+            <th scope="col">Reason</th>
             <th scope="col">
               <span class="visually-hidden">Action</span>
             </th>
@@ -81,7 +82,7 @@ export function DeadLettersPage() {
               <td>{formatInstant(run.scheduledFor, "UTC")}</td>
               <td>{run.attempt}</td>
               <td>{formatInstant(run.finishedAt, "UTC")}</td>
-              <td class="free-text">{run.error ?? run.reason ?? ""}</td>
+              <td class="free-text">{runWhy(run) ?? ""}</td>
               <td>
                 <button
                   type="button"

@@ -1,4 +1,5 @@
 import { useState } from "preact/hooks";
+import { runWhy } from "../../client/run-why.js";
 import { ApiProblem, api, type EditJob, type FieldIssue, type Job, type Run } from "../api.js";
 import {
   announce,
@@ -487,7 +488,7 @@ function RunsTimeline({ id, zone }: { id: string; zone: string }) {
               </td>
               <td>{formatInstant(run.startedAt, zone)}</td>
               <td>{formatDuration(run.durationMs)}</td>
-              <td class="free-text">{run.error ?? run.reason ?? ""}</td>
+              <td class="free-text">{runWhy(run) ?? ""}</td>
               <td>
                 {run.status === "queued" || run.status === "running" ? (
                   run.cancelRequestedAt ? (

@@ -34,6 +34,7 @@ interface Run {
   runId: string;
   jobId: string;
   error: string | null;
+  reason: string | null;
 }
 
 let sandbox: SandboxProcess;
@@ -155,6 +156,8 @@ describe("text an attacker controls, in the console", () => {
       250,
     );
     expect(dead.error).toContain("<img src=x id=injected-img");
+    // The run tables show a dead run's reason, which quotes its error.
+    expect(dead.reason).toContain("<img src=x id=injected-img");
 
     await page.goto(`${sandbox.url}/console`);
     await page.getByRole("link", { name: /javascript:/ }).waitFor();
@@ -173,14 +176,14 @@ describe("text an attacker controls, in the console", () => {
     await page.goto(`${sandbox.url}/console/jobs/${hook.id}`);
     const row = page.locator(`tr[data-run-id="${dead.runId}"]`);
     await row.locator(".status-dead").waitFor({ timeout: 30_000 });
-    expect(await row.locator("td.free-text").textContent()).toBe(dead.error);
+    expect(await row.locator("td.free-text").textContent()).toBe(dead.reason);
     expect(await page.locator("dd code").textContent()).toContain(`"'><svg onload=alert(1)>`);
     await expectInert("a webhook job whose receiver answered markup");
 
     await page.getByRole("link", { name: "Dead letters" }).click();
     const letter = page.locator(`tr[data-run-id="${dead.runId}"]`);
     await letter.waitFor();
-    expect(await letter.locator("td.free-text").textContent()).toBe(dead.error);
+    expect(await letter.locator("td.free-text").textContent()).toBe(dead.reason);
     await expectInert("dead letters");
   });
 
