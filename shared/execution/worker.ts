@@ -4,7 +4,7 @@ import { FenceLostError, JobNotFoundError, RunCancelledError } from "../errors.j
 import type { Job, Run } from "../model.js";
 import { METRICS, runLogKeys } from "../observability.js";
 import { type ReceivedRun, runKeysOf, setVisibility } from "../queue/work-queue.js";
-import { takeTenantSlot } from "../quotas/concurrency.js";
+import { releaseSlotLostToStart, takeTenantSlot } from "../quotas/concurrency.js";
 import { releaseBufferSlot, releaseRerunMark } from "../storage/admission.js";
 import { runMessageOf } from "../storage/items.js";
 import { type HeldRun, lostToStartAtFence } from "../storage/run-fence.js";
@@ -225,7 +225,8 @@ async function unlessLastQueued(
  * The tenant's concurrent-runs quota, then the job's overlap policy. A run over the quota waits:
  * back to QUEUED with a fresh message a little later, started before, so its misfire clock does
  * not run while it waits. The slot is freed when the run ends here, whatever the ending, unless
- * another start holds the run under the same fence. A tenant with no limit takes no slot.
+ * another start runs the run under the same fence and holds this slot too. A tenant with no limit
+ * takes no slot.
  */
 async function runAdmitted(
   deps: WorkerDeps,
@@ -255,16 +256,15 @@ async function runAdmitted(
     heldElsewhere = lostToStartAtFence(error, run);
     throw error;
   } finally {
-    // Another start of the run holds this slot (the same run and fence) while it runs the run:
-    // the slot is its to free.
-    if (!heldElsewhere)
-      await releaseRunSlot(engine, taken.slot).catch((error: unknown) => {
-        // Its lease frees it: the slot is held a lease at most by a run that ended.
-        engine.obs.log.warn("could not free a concurrent-runs slot", {
-          ...runLogKeys(run),
-          error: String(error),
-        });
+    // Another start runs the run under this fence: the slot both took is its to free.
+    const release = heldElsewhere ? releaseSlotLostToStart : releaseRunSlot;
+    await release(engine, taken.slot).catch((error: unknown) => {
+      // Its lease frees it: the slot is held a lease at most by a run that ended.
+      engine.obs.log.warn("could not free a concurrent-runs slot", {
+        ...runLogKeys(run),
+        error: String(error),
       });
+    });
   }
 }
 

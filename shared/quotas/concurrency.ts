@@ -1,6 +1,11 @@
 import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
-import { type RunSlot, readQuotaPartition, takeRunSlot } from "../storage/tenant-quotas.js";
+import {
+  type RunSlot,
+  readQuotaPartition,
+  releaseRunSlot,
+  takeRunSlot,
+} from "../storage/tenant-quotas.js";
 import { effectiveQuotas } from "./limits.js";
 import { cachedQuotaOverride } from "./override-cache.js";
 
@@ -73,4 +78,21 @@ export async function takeTenantSlot(engine: Engine, run: Run, now: Date): Promi
     }
   }
   return { kind: "full", limit };
+}
+
+/**
+ * Frees the slot of a start that found another start running its run under the same fence (a
+ * duplicate delivery of the run's first start, or a start made again after a restore from a
+ * backup), unless that start holds this very slot. A take that finds the run's slot takes that
+ * slot again, and it is then the running start's to free (the slot names the run and fence
+ * alone); two takes at the same moment each find none and take two, and this one's, the other
+ * start's no more than anyone's, kept, would hold the tenant one run below its quota until its
+ * lease lapsed. One consistent read, on this path only.
+ */
+export async function releaseSlotLostToStart(engine: Engine, slot: RunSlot): Promise<void> {
+  const { slots } = await readQuotaPartition(engine, slot.tenantId);
+  const otherTaken = slots.some(
+    (s) => s.runId === slot.runId && s.fence === slot.fence && s.index !== slot.index,
+  );
+  if (otherTaken) await releaseRunSlot(engine, slot);
 }

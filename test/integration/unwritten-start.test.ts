@@ -10,7 +10,7 @@ import { processRun } from "../../shared/execution/worker.js";
 import { cancelRun, createJob, pauseJob, triggerJob } from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
 import { getJob, runKeyOf } from "../../shared/storage/run-reads.js";
-import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
+import { readQuotaPartition, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import {
   createEngineFixture,
   type EngineFixture,
@@ -460,6 +460,125 @@ describe("a start held unwritten until the run's first write", () => {
     expect(await f.process(deps, second)).toBe("ack");
     expect(secondCalls).toBe(0);
     expect(await first).toBe("ack");
+  });
+
+  /**
+   * The engine for each of two deliveries of one run, over one client whose slot puts wait until
+   * both have come (so both read the tenant's slots free before either takes one), each starting
+   * from the free slot its `random` picks.
+   */
+  function slotTakesAtOnce(randoms: readonly [number, number]): [Engine, Engine] {
+    const c = createTestClients();
+    clients.push(c);
+    let puts = 0;
+    let bothCame: () => void = () => undefined;
+    const together = new Promise<void>((resolve) => {
+      bothCame = resolve;
+    });
+    c.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const input: object = args.input;
+        const item = "Item" in input ? (input.Item as Record<string, unknown>) : {};
+        if (context.commandName === "PutCommand" && String(item.sk).startsWith("SLOT#")) {
+          if (++puts === 2) bothCame();
+          await Promise.race([together, sleep(2000)]);
+        }
+        return next(args);
+      },
+      { step: "initialize", name: "slotTakesAtOnce" },
+    );
+    return [
+      { ...f.engine, doc: c.doc, random: () => randoms[0] },
+      { ...f.engine, doc: c.doc, random: () => randoms[1] },
+    ];
+  }
+
+  it("two deliveries at once that took two of the tenant's slots: the one refused by the other's start frees its own", async () => {
+    const tenantId = "two-slots";
+    await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 2 }, new Date());
+    const { job, received } = await createJob(
+      f.engine,
+      testJob({
+        tenantId,
+        type: "held",
+        schedule: { runAt: new Date().toISOString() },
+        timeoutSeconds: 30,
+      }),
+    ).then(async ({ job }) => ({
+      job,
+      received: await f.nextDelivery(f.engine.queues.normal, job.jobId),
+    }));
+    const slotsHeld = async () =>
+      (await readQuotaPartition(f.engine, tenantId)).slots.map((s) => [s.index, s.runId, s.fence]);
+    // Slots 0 and 1 free: worker-a starts from slot 0, worker-b from slot 1.
+    const [engineA, engineB] = slotTakesAtOnce([0, 0.99]);
+    const held = heldHandler();
+    const runningA = processRun(
+      { ...f.workerDeps("worker-a", { held: held.handler }, 200), engine: engineA },
+      received,
+    );
+    // worker-b's handler returns once worker-a's first heartbeat wrote the start: its ending is
+    // refused by that start, under the fence both took.
+    const refusedB = processRun(
+      {
+        ...f.workerDeps("worker-b", {
+          held: async () => {
+            await waitFor("worker-a's start written", async () => {
+              const run = await runOf(job.jobId);
+              return run.status === "RUNNING" && run.workerId === "worker-a";
+            });
+          },
+        }),
+        engine: engineB,
+      },
+      received,
+    );
+    expect(await refusedB).toBe("ack");
+    const { runId } = await runOf(job.jobId);
+    // worker-a runs on in slot 0; slot 1, worker-b's alone, is free for another run of the tenant.
+    expect(await slotsHeld()).toEqual([[0, runId, 1]]);
+
+    held.release();
+    expect(await runningA).toBe("ack");
+    expect(await runOf(job.jobId)).toMatchObject({ status: "SUCCEEDED", workerId: "worker-a" });
+    expect(await slotsHeld()).toEqual([]);
+  });
+
+  it("two deliveries of a recurring run at once that took two of the tenant's slots: the one the admission lets off frees its own", async () => {
+    const tenantId = "two-slots-recurring";
+    await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 2 }, new Date());
+    const held = heldHandler();
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        tenantId,
+        type: "held",
+        schedule: { every: "PT1H", startAt: new Date(Date.now() + 200).toISOString() },
+      }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const slotsHeld = async () =>
+      (await readQuotaPartition(f.engine, tenantId)).slots.map((s) => [s.runId, s.fence]);
+    const [engineA, engineB] = slotTakesAtOnce([0, 0.99]);
+    const deliveries = [
+      processRun(
+        { ...f.workerDeps("worker-a", { held: held.handler }), engine: engineA },
+        received,
+      ),
+      processRun(
+        { ...f.workerDeps("worker-b", { held: held.handler }), engine: engineB },
+        received,
+      ),
+    ];
+    // The first to return is the one let off: the other's admission listed the run.
+    expect(await Promise.race(deliveries)).toBe("ack");
+    expect(held.contexts).toHaveLength(1);
+    const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    expect(await slotsHeld()).toEqual([[run?.runId, 1]]);
+
+    held.release();
+    expect(await Promise.all(deliveries)).toEqual(["ack", "ack"]);
+    expect(await slotsHeld()).toEqual([]);
   });
 });
 
