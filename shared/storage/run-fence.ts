@@ -241,9 +241,13 @@ export async function fencedRunUpdate(
     if (!isConditionalCheckFailed(error)) throw error;
     const old = failedConditionItem(error);
     if (ownStartWritten(run, old)) return fencedRunUpdate(engine, run, expression);
+    // Under this start (its worker and instant, which a requeue or park keeps), not only its
+    // fence: another start under the same fence (a restored table) may have written the same.
     const ownWrite =
       old !== null &&
       old.fence === run.fence &&
+      old.workerId === run.workerId &&
+      old.startedAt === run.startedAt &&
       expression.applied !== undefined &&
       sentMoreThanOnce(error) &&
       expression.applied(old);

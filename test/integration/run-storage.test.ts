@@ -1,3 +1,4 @@
+import { InternalServerError } from "@aws-sdk/client-dynamodb";
 import { PutCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ConcurrentUpdateError, FenceLostError } from "../../shared/errors.js";
@@ -9,6 +10,7 @@ import { jobKey } from "../../shared/storage/items.js";
 import { requestRunCancel } from "../../shared/storage/run-cancel.js";
 import { finishRun } from "../../shared/storage/run-finish.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
+import { requeueRun } from "../../shared/storage/run-requeue.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { queuedRun } from "../../shared/storage/runs.js";
 import {
@@ -19,6 +21,7 @@ import {
 } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { jobHoldingRunA } from "../support/held-runs.js";
+import { createTestClients } from "../support/namespace.js";
 
 describe("run storage operations turn failed conditions into what they mean", () => {
   let f: EngineFixture;
@@ -91,6 +94,44 @@ describe("run storage operations turn failed conditions into what they mean", ()
     await expect(
       finishRun(f.engine, staleStart, { status: "SUCCEEDED", ran: true, tracked: false }, now),
     ).rejects.toBeInstanceOf(FenceLostError);
+  });
+
+  it("a requeue by a worker whose fence another start took again (a restored table), sent twice, is FenceLostError beside that start's identical requeue", async () => {
+    const run = await startedRun("worker-b");
+    const dueAt = new Date(Date.now() + 5_000);
+    await requeueRun(f.engine, run, "waiting: overlap policy skip", dueAt);
+    // Worker A started the run under the same fence before a restore took the fence back; its
+    // requeue, at the very instant of B's, fails its first attempt before reaching the table (a
+    // 500), and the SDK's second finds the run QUEUED as A's would leave it, under that fence.
+    const staleStart: Run = {
+      ...run,
+      workerId: "worker-a",
+      startedAt: new Date(Date.parse(run.startedAt ?? "") - 60_000).toISOString(),
+    };
+    const clients = createTestClients();
+    let failed = false;
+    clients.dynamo.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (!failed && context.commandName === "UpdateItemCommand") {
+          failed = true;
+          throw new InternalServerError({
+            message: "not applied",
+            $metadata: { httpStatusCode: 500 },
+          });
+        }
+        return next(args);
+      },
+      { step: "finalizeRequest", priority: "low", name: "failFirstAttempt" },
+    );
+    try {
+      const engineA = { ...f.engine, doc: clients.doc };
+      await expect(
+        requeueRun(engineA, staleStart, "waiting: overlap policy skip", dueAt),
+      ).rejects.toBeInstanceOf(FenceLostError);
+      expect(failed).toBe(true);
+    } finally {
+      clients.destroy();
+    }
   });
 
   it("a failed run whose next attempt exists already (an earlier start's put, or its own answered late) records FAILED over it: one attempt", async () => {
