@@ -496,7 +496,7 @@ describe("a start held unwritten until the run's first write", () => {
   it("two deliveries at once that took two of the tenant's slots: the one refused by the other's start frees its own", async () => {
     const tenantId = "two-slots";
     await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 2 }, new Date());
-    const { job, received } = await createJob(
+    const { job } = await createJob(
       f.engine,
       testJob({
         tenantId,
@@ -504,10 +504,8 @@ describe("a start held unwritten until the run's first write", () => {
         schedule: { runAt: new Date().toISOString() },
         timeoutSeconds: 30,
       }),
-    ).then(async ({ job }) => ({
-      job,
-      received: await f.nextDelivery(f.engine.queues.normal, job.jobId),
-    }));
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
     const slotsHeld = async () =>
       (await readQuotaPartition(f.engine, tenantId)).slots.map((s) => [s.index, s.runId, s.fence]);
     // Slots 0 and 1 free: worker-a starts from slot 0, worker-b from slot 1.
