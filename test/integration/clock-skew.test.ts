@@ -662,3 +662,111 @@ describe.concurrent("an overdue entry filed by a writer behind the dispatcher pa
     expect(await minutesUntilClaimed(f, "filed-20-behind", 20 * MINUTE, 20)).toBeNull();
   }, 60_000);
 });
+
+/**
+ * The bound architecture.md states (Known limits, "Clocks that disagree"), measured on a clock of
+ * the cases' own: passes a minute apart, 50 s into each minute, steady for 20 minutes before the
+ * write (the first one scans for the shard's backlog), so the look-back has read every bucket up to
+ * 18 minutes before the last pass's minute when the entry lands. An entry is claimed when its
+ * bucket's minute is at most 17 minutes before the minute of the last pass begun before its write
+ * (m_P), within 15 minutes of its write and the time to the next pass; never when earlier.
+ */
+describe.concurrent("the look-back's bound, measured on the passes' own clock", () => {
+  const PHASE_MS = 50 * SECOND;
+
+  /**
+   * Passes a minute apart from `m` - 20 min to `m` + 20 min (each PHASE_MS into its minute), and
+   * between them, at `m` + `writtenAtMs`, the write of a writer `behindMs` behind (an hourly job's
+   * entry due a minute before its clock, filed in its clock's minute). Returns how long after the
+   * write the pass that claimed it began, or null when none did.
+   */
+  async function claimedAfterMs(
+    f: EngineFixture,
+    jobId: string,
+    behindMs: number,
+    writtenAtMs: number,
+  ): Promise<number | null> {
+    const m = Math.floor(Date.now() / MINUTE) * MINUTE;
+    const shard = shardOf(jobId, f.engine.settings.shardCount);
+    const passAt = async (ms: number) => {
+      const pass = await dispatchShard({ ...f.engine, clock: () => new Date(ms) }, shard, `p${ms}`);
+      expect(pass.outcome).toBe("swept");
+      return pass;
+    };
+    const writtenAt = m + writtenAtMs;
+    const passes = Array.from({ length: 41 }, (_, i) => m + (i - 20) * MINUTE + PHASE_MS);
+    for (const at of passes.filter((at) => at < writtenAt)) await passAt(at);
+    const writerNow = new Date(writtenAt - behindMs);
+    const dueAt = new Date(writerNow.getTime() - MINUTE);
+    const schedule = { every: "PT1H", startAt: dueAt.toISOString() };
+    await seedJobs(f, [{ jobId, schedule, dueAt, filedAt: writerNow }], writerNow);
+    for (const at of passes.filter((at) => at > writtenAt)) {
+      await passAt(at);
+      const runs = (await f.runs()).filter((r) => r.jobId === jobId);
+      if (runs.length > 0) {
+        expect(runs.map((r) => r.scheduledFor)).toEqual([dueAt.toISOString()]);
+        return at - writtenAt;
+      }
+    }
+    expect((await f.dueEntries()).filter((e) => e.jobId === jobId)).toHaveLength(1);
+    return null;
+  }
+
+  const cases: {
+    name: string;
+    behindMs: number;
+    writtenAtMs: number;
+    /** Derived from the rule above; the write is at `m` + writtenAtMs. */
+    claimedAfterMs: number | null;
+  }[] = [
+    {
+      // Bucket m-2 (m_P = m): the next pass re-sweeps from two minutes before m_P, 55 s on.
+      name: "2.5 min behind, 5 s after a pass: the next pass's re-sweep claims it",
+      behindMs: 2.5 * MINUTE,
+      writtenAtMs: 55 * SECOND,
+      claimedAfterMs: 55 * SECOND,
+    },
+    {
+      // Bucket m-3 (m_P - 3), before the next pass's re-sweep: the look-back reads it once the
+      // passes' line reaches m+13, at m+15 min, 14 min 55 s on.
+      name: "3.5 min behind, 5 s after a pass: past the re-sweep, claimed by the look-back within 15 min",
+      behindMs: 3.5 * MINUTE,
+      writtenAtMs: 55 * SECOND,
+      claimedAfterMs: 14 * MINUTE + 55 * SECOND,
+    },
+    {
+      // Bucket m-17 (m_P = m-1, so m_P - 16), read by the pass whose line reaches m-1: at m+1.
+      name: "17 min behind, 5 s before a pass: claimed a pass later",
+      behindMs: 17 * MINUTE,
+      writtenAtMs: 45 * SECOND,
+      claimedAfterMs: MINUTE + 5 * SECOND,
+    },
+    {
+      // Bucket m-18 (m_P - 17), which the pass at m reads 5 s after the write.
+      name: "18 min 45 s behind, 5 s before a pass: its bucket 17 min before m_P, claimed by that pass",
+      behindMs: 18 * MINUTE + 45 * SECOND,
+      writtenAtMs: 45 * SECOND,
+      claimedAfterMs: 5 * SECOND,
+    },
+    {
+      // Bucket m-19 (m_P - 18), which the pass at m-1 min read before the write.
+      name: "18 min 50 s behind, 5 s before a pass: its bucket 18 min before m_P, never claimed (the limit)",
+      behindMs: 18 * MINUTE + 50 * SECOND,
+      writtenAtMs: 45 * SECOND,
+      claimedAfterMs: null,
+    },
+  ];
+  for (const c of cases) {
+    it(c.name, async ({ onTestFinished }) => {
+      const f = await ownFixture(onTestFinished);
+      const measured = await claimedAfterMs(f, "bound", c.behindMs, c.writtenAtMs);
+      expect(measured).toBe(c.claimedAfterMs);
+      // Known limits: within 15 minutes of its write and a tick's phase (to the next pass).
+      if (measured !== null) {
+        expect(measured).toBeLessThanOrEqual(
+          15 * MINUTE + ((PHASE_MS - c.writtenAtMs + MINUTE) % MINUTE),
+        );
+      }
+    }, 120_000);
+  }
+});
