@@ -55,6 +55,8 @@ export type PassResult =
       readonly backlogBuckets: number;
       /** Buckets read again 15 minutes behind the line (see `lookbackBuckets`). */
       readonly lookbackBuckets: number;
+      /** Due entries found there: filed behind the line, by a writer whose clock is behind. */
+      readonly lookbackEntries: number;
     } & SweepStats)
   | { readonly shard: number; readonly outcome: "lease-held" }
   | { readonly shard: number; readonly outcome: "fence-lost"; readonly fence: number };
@@ -143,6 +145,7 @@ export async function dispatchShard(
       sweepFrom: pass.sweepFrom,
       backlogBuckets: pass.backlogBuckets,
       lookbackBuckets: pass.lookbackBuckets,
+      lookbackEntries: pass.lookbackEntries,
       ...pass.stats,
     };
   } catch (error) {
@@ -184,6 +187,7 @@ async function sweepPass(
     watermark: string;
     backlogBuckets: number;
     lookbackBuckets: number;
+    lookbackEntries: number;
   } & ({ sweepFrom: string; scan?: never } | { sweepFrom: null; scan: UnfinishedScan })
 > {
   const horizon = horizonOf(now, engine.settings.lookaheadMs);
@@ -217,7 +221,7 @@ async function sweepPass(
     leftFrom = earliest([leftFrom, backlog.leftFrom, scan.leftFrom]);
     if (backlog.nextKey !== undefined) {
       const left = { ...scan, from: backlog.nextKey, leftFrom };
-      const scanning = { backlogBuckets: 0, lookbackBuckets: 0 };
+      const scanning = { backlogBuckets: 0, lookbackBuckets: 0, lookbackEntries: 0 };
       return { stats, watermark: horizon.minute, sweepFrom: null, scan: left, ...scanning };
     }
     // The buckets from the scan's bound on were read only as the recent windows of the passes
@@ -236,6 +240,7 @@ async function sweepPass(
       sweepFrom: minuteOf(new Date(sweepFromMs)),
       backlogBuckets: 0,
       lookbackBuckets: 0,
+      lookbackEntries: 0,
     };
   }
 
@@ -257,13 +262,15 @@ async function sweepPass(
     Math.min(nextMs, recentFromMs, left === null ? Number.POSITIVE_INFINITY : minuteMs(left));
   // What writers behind the passes' clocks filed before the line, as far as the line moves on.
   const lookback = lookbackBuckets(startMs, lineMs(leftFrom));
-  leftFrom = earliest([leftFrom, await sweepLookback(engine, lease.shard, lookback, sweep, stats)]);
+  const behind = await sweepLookback(engine, lease.shard, lookback, sweep, stats);
+  leftFrom = earliest([leftFrom, behind.leftFrom]);
   return {
     stats,
     watermark: horizon.minute,
     sweepFrom: minuteOf(new Date(lineMs(leftFrom))),
     backlogBuckets,
     lookbackBuckets: lookback.length,
+    lookbackEntries: behind.entries,
   };
 }
 

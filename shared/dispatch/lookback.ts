@@ -2,6 +2,7 @@ import { CLOCK_DISAGREEMENT_MS } from "../clock.js";
 import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
 import { bucketsBetween } from "../keys.js";
+import type { DueEntry } from "../model.js";
 import { dueBucketPages } from "../storage/due-entries.js";
 import type { ChainOptions, SweepStats } from "./claim-chain.js";
 import { claimPages, earliest } from "./claim-pages.js";
@@ -30,10 +31,16 @@ export function lookbackBuckets(startMs: number, nextStartMs: number): string[] 
   return toMs > fromMs ? bucketsBetween(new Date(fromMs), new Date(toMs - 1)) : [];
 }
 
+/** Job ids a look-back's warning names, at most: enough to find the writer, not a page of them. */
+const WARNED_JOB_IDS = 10;
+
 /**
  * Claims every due entry of the look-back buckets, strongly consistent and paginated, as the
  * backlog sweep does; returns the earliest bucket where an entry was left (a claim that failed for
- * now), which the next pass must start from.
+ * now), which the next pass must start from, and how many entries it found. An entry there was
+ * filed behind the passes' line by a writer whose clock is minutes behind theirs (or a write that
+ * landed minutes late), and its run starts up to 15 minutes late: the pass warns, naming the
+ * buckets and jobs, so an operator can find the host and set its clock right.
  */
 export async function sweepLookback(
   engine: Engine,
@@ -41,12 +48,27 @@ export async function sweepLookback(
   minutes: readonly string[],
   options: ChainOptions & { readonly concurrency?: number | undefined },
   stats: SweepStats,
-): Promise<string | null> {
+): Promise<{ leftFrom: string | null; entries: number }> {
   const left: (string | null)[] = [];
+  const buckets = new Set<string>();
+  const jobIds = new Set<string>();
+  let entries = 0;
+  async function* noted(minute: string): AsyncGenerator<DueEntry[]> {
+    for await (const page of dueBucketPages(engine, shard, [minute])) {
+      if (page.length > 0) buckets.add(minute);
+      entries += page.length;
+      for (const entry of page) if (jobIds.size < WARNED_JOB_IDS) jobIds.add(entry.jobId);
+      yield page;
+    }
+  }
   await forEachConcurrently(minutes, LOOKBACK_CONCURRENCY, async (minute) => {
-    left.push(
-      await claimPages(engine, shard, dueBucketPages(engine, shard, [minute]), options, stats),
-    );
+    left.push(await claimPages(engine, shard, noted(minute), options, stats));
   });
-  return earliest(left);
+  if (entries > 0) {
+    engine.obs.log.warn(
+      "read due entries behind the passes' line, claimed late: a writer's clock minutes behind theirs, or a write that landed minutes late",
+      { shard, entries, buckets: [...buckets].sort(), jobIds: [...jobIds] },
+    );
+  }
+  return { leftFrom: earliest(left), entries };
 }

@@ -607,7 +607,16 @@ describe.concurrent("an overdue entry filed by a writer behind the dispatcher pa
   ): Promise<number | null> {
     const baseMs = startOfCase();
     const shard = shardOf(jobId, f.engine.settings.shardCount);
-    const passAt = (ms: number): Engine => ({ ...f.engine, clock: () => new Date(ms) });
+    const warned: { message: string; fields: Record<string, unknown> }[] = [];
+    const log = {
+      ...f.engine.obs.log,
+      warn: (message: string, fields = {}) => void warned.push({ message, fields }),
+    };
+    const passAt = (ms: number): Engine => ({
+      ...f.engine,
+      clock: () => new Date(ms),
+      obs: { ...f.engine.obs, log },
+    });
     expect((await dispatchShard(passAt(baseMs), shard, "before")).outcome).toBe("swept");
     const writerNow = new Date(baseMs + 10 * SECOND - behindMs);
     const dueAt = new Date(writerNow.getTime() - MINUTE);
@@ -631,10 +640,25 @@ describe.concurrent("an overdue entry filed by a writer behind the dispatcher pa
       const runs = (await f.runs()).filter((r) => r.jobId === jobId);
       if (runs.length > 0) {
         expect(runs.map((r) => r.scheduledFor)).toEqual([dueAt.toISOString()]);
+        // The operator's sign of a writer behind: the pass counts what its look-back found and
+        // warns, naming the shard, the bucket and the job.
+        expect(pass).toMatchObject({ lookbackEntries: 1 });
+        expect(warned.filter((w) => w.message.includes("behind the passes' line"))).toEqual([
+          expect.objectContaining({
+            fields: expect.objectContaining({
+              shard,
+              entries: 1,
+              buckets: [writerNow.toISOString().slice(0, 16)],
+              jobIds: [jobId],
+            }),
+          }),
+        ]);
         return minute;
       }
+      expect(pass).toMatchObject({ lookbackEntries: 0 });
     }
     expect((await f.dueEntries()).filter((e) => e.jobId === jobId)).toHaveLength(1);
+    expect(warned.filter((w) => w.message.includes("behind the passes' line"))).toEqual([]);
     return null;
   }
 
