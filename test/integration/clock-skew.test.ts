@@ -780,6 +780,30 @@ describe.concurrent("the look-back's bound, measured on the passes' own clock", 
       claimedAfterMs: null,
     },
   ];
+  for (const behind of [5, 20]) {
+    it(`a pass on a clock ${behind} min behind the last reads back 15 minutes and 15 look-back buckets before those; the next on the right clock as many as the line moves on, up to 15`, async ({
+      onTestFinished,
+    }) => {
+      const f = await ownFixture(onTestFinished);
+      const m = Math.floor(Date.now() / MINUTE) * MINUTE;
+      const passAt = async (ms: number) => {
+        const engine = { ...f.engine, clock: () => new Date(ms) };
+        const pass = await dispatchShard(engine, 0, `p${ms}`);
+        if (pass.outcome !== "swept") throw new Error(`pass at ${ms}: ${pass.outcome}`);
+        return pass;
+      };
+      for (let minute = -20; minute < 0; minute++) await passAt(m + minute * MINUTE + PHASE_MS);
+      // It finds `sweepFrom` ahead of its window, reads back 15 minutes as backlog and the 15
+      // before those as look-back, and records its line, two minutes before its clock.
+      const back = await passAt(m + PHASE_MS - behind * MINUTE);
+      expect(back).toMatchObject({ backlogBuckets: 15, lookbackBuckets: 15 });
+      // The next pass on the right clock moves the line `behind` + 1 minutes on, and reads the
+      // buckets 15 minutes behind those again: 6 for 5 behind, the 15 at most for 20.
+      const right = await passAt(m + MINUTE + PHASE_MS);
+      expect(right.lookbackBuckets).toBe(Math.min(behind + 1, 15));
+      expect((await passAt(m + 2 * MINUTE + PHASE_MS)).lookbackBuckets).toBe(1);
+    }, 120_000);
+  }
   for (const c of cases) {
     it(c.name, async ({ onTestFinished }) => {
       const f = await ownFixture(onTestFinished);
