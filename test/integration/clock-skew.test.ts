@@ -804,6 +804,46 @@ describe.concurrent("the look-back's bound, measured on the passes' own clock", 
       expect((await passAt(m + 2 * MINUTE + PHASE_MS)).lookbackBuckets).toBe(1);
     }, 120_000);
   }
+  it("two passes read the same look-back bucket (the second took the first's lease over): each entry is claimed once, and each job keeps one next entry", async ({
+    onTestFinished,
+  }) => {
+    const f = await ownFixture(onTestFinished);
+    const m = Math.floor(Date.now() / MINUTE) * MINUTE;
+    const { shardCount, leaseMs } = f.engine.settings;
+    const jobIds = Array.from({ length: 40 }, (_, i) => `race-${i}`).filter(
+      (jobId) => shardOf(jobId, shardCount) === 0,
+    );
+    const passAt = (ms: number, owner: string) =>
+      dispatchShard({ ...f.engine, clock: () => new Date(ms) }, 0, owner);
+    for (let minute = -20; minute < 8; minute++) {
+      if (minute === 1) {
+        // Writers 10 minutes behind the passes file minutely jobs' overdue entries, at m + 55 s.
+        const writerNow = new Date(m + 55 * SECOND - 10 * MINUTE);
+        const dueAt = new Date(writerNow.getTime() - MINUTE);
+        const schedule = { every: "PT1M", startAt: dueAt.toISOString() };
+        await seedJobs(
+          f,
+          jobIds.map((jobId) => ({ jobId, schedule, dueAt, filedAt: writerNow })),
+          writerNow,
+        );
+      }
+      expect((await passAt(m + minute * MINUTE + PHASE_MS, `p${minute}`)).outcome).toBe("swept");
+    }
+    expect((await f.runs()).filter((r) => jobIds.includes(r.jobId))).toEqual([]);
+    // The pass at m + 8 min reads the writers' bucket; one on a clock a lease on takes its lease.
+    const at = m + 8 * MINUTE + PHASE_MS;
+    const [first, second] = await Promise.all([
+      passAt(at, "first"),
+      passAt(at + leaseMs + SECOND, "second"),
+    ]);
+    expect([first.outcome, second.outcome].sort()).toEqual(["fence-lost", "swept"]);
+    const runs = (await f.runs()).filter((r) => jobIds.includes(r.jobId));
+    const occurrences = runs.map((r) => `${r.jobId}@${r.scheduledFor}`);
+    expect(new Set(occurrences).size).toBe(occurrences.length);
+    expect(new Set(runs.map((r) => r.jobId)).size).toBe(jobIds.length);
+    const entries = (await f.dueEntries()).filter((e) => jobIds.includes(e.jobId));
+    expect(entries.map((e) => e.jobId).sort()).toEqual([...jobIds].sort());
+  }, 120_000);
   for (const c of cases) {
     it(c.name, async ({ onTestFinished }) => {
       const f = await ownFixture(onTestFinished);
