@@ -9,8 +9,9 @@ import { type ReceivedRun, setVisibility } from "../queue/work-queue.js";
 import { extendAdmission } from "../storage/admission.js";
 import type { HeldRun } from "../storage/run-fence.js";
 import { extendLease } from "../storage/run-heartbeat.js";
+import { extendRunSlot } from "../storage/run-slots.js";
 import { boundedText, textHead } from "../storage/stored-text.js";
-import { extendRunSlot, type RunSlot } from "../storage/tenant-quotas.js";
+import type { RunSlot } from "../storage/tenant-quotas.js";
 import {
   type HandlerRegistry,
   isRetryable,

@@ -4,7 +4,7 @@ import { FenceLostError, JobNotFoundError, RunCancelledError } from "../errors.j
 import type { Job, Run } from "../model.js";
 import { METRICS, runLogKeys } from "../observability.js";
 import { type ReceivedRun, runKeysOf, setVisibility } from "../queue/work-queue.js";
-import { releaseSlotLostToStart, takeTenantSlot } from "../quotas/concurrency.js";
+import { takeTenantSlot } from "../quotas/concurrency.js";
 import { releaseBufferSlot, releaseRerunMark } from "../storage/admission.js";
 import { runMessageOf } from "../storage/items.js";
 import { type HeldRun, lostToStartAtFence } from "../storage/run-fence.js";
@@ -12,8 +12,9 @@ import { finishRun } from "../storage/run-finish.js";
 import { parkRun } from "../storage/run-park.js";
 import { getJob, readRun } from "../storage/run-reads.js";
 import { requeueRun } from "../storage/run-requeue.js";
+import { leaveRunSlot, releaseRunSlot } from "../storage/run-slots.js";
 import { startRun, takeRun } from "../storage/run-start.js";
-import { type RunSlot, releaseRunSlot } from "../storage/tenant-quotas.js";
+import type { RunSlot } from "../storage/tenant-quotas.js";
 import { admitRun, unwrittenStartOf } from "./admission.js";
 import {
   attemptTimeoutSeconds,
@@ -224,9 +225,9 @@ async function unlessLastQueued(
 /**
  * The tenant's concurrent-runs quota, then the job's overlap policy. A run over the quota waits:
  * back to QUEUED with a fresh message a little later, started before, so its misfire clock does
- * not run while it waits. The slot is freed when the run ends here, whatever the ending, unless
- * another start runs the run under the same fence and holds this slot too. A tenant with no limit
- * takes no slot.
+ * not run while it waits. The slot is freed when the run ends here, whatever the ending; a
+ * delivery let off for another that runs the run under the same fence only leaves its take of it.
+ * A tenant with no limit takes no slot.
  */
 async function runAdmitted(
   deps: WorkerDeps,
@@ -256,8 +257,9 @@ async function runAdmitted(
     heldElsewhere = lostToStartAtFence(error, run);
     throw error;
   } finally {
-    // Another start runs the run under this fence: the slot both took is its to free.
-    const release = heldElsewhere ? releaseSlotLostToStart : releaseRunSlot;
+    // Another delivery runs the run under this fence: this one takes its own take off its slot,
+    // which stays held while the other's take is on it too (storage/run-slots.ts).
+    const release = heldElsewhere ? leaveRunSlot : releaseRunSlot;
     await release(engine, taken.slot).catch((error: unknown) => {
       // Its lease frees it: the slot is held a lease at most by a run that ended.
       engine.obs.log.warn("could not free a concurrent-runs slot", {

@@ -1,11 +1,8 @@
+import { randomUUID } from "node:crypto";
 import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
-import {
-  type RunSlot,
-  readQuotaPartition,
-  releaseRunSlot,
-  takeRunSlot,
-} from "../storage/tenant-quotas.js";
+import { joinRunSlot, type TakenSlot, takeRunSlot } from "../storage/run-slots.js";
+import { readQuotaPartition } from "../storage/tenant-quotas.js";
 import { effectiveQuotas } from "./limits.js";
 import { cachedQuotaOverride } from "./override-cache.js";
 
@@ -14,7 +11,7 @@ const TAKE_ATTEMPTS = 4;
 const SLOT_READS = 3;
 
 export type SlotDecision =
-  | { readonly kind: "taken"; readonly slot: RunSlot }
+  | { readonly kind: "taken"; readonly slot: TakenSlot }
   /** The tenant has no concurrent-runs limit: no slot is taken, read or written. */
   | { readonly kind: "unlimited" }
   | { readonly kind: "full"; readonly limit: number };
@@ -30,8 +27,10 @@ export async function concurrentRunsCap(engine: Engine, tenantId: string): Promi
  * tenant's slots `0 … concurrentRuns − 1` for the run, under the run's lease,
  * or answers `full`. A slot is free when no run holds it, its lease lapsed
  * (its worker died), or an earlier start of this same run holds it (a
- * redelivery after a crash takes its own slot back). The quota is read with
- * the slots, so an override applies at the next start; lowering it leaves
+ * redelivery after a crash takes its own slot back). When another delivery of
+ * this very start (the same fence) holds one, this take joins that slot, and
+ * the delivery that does not run the run leaves it (storage/run-slots.ts).
+ * The quota is read with the slots, so an override applies at the next start; lowering it leaves
  * running runs alone and makes new ones wait until enough have ended.
  * While the tenant has no limit (the override as this process caches it, read
  * again within 10 s) the start costs no request: `unlimited`, and no slot.
@@ -43,11 +42,15 @@ export async function takeTenantSlot(engine: Engine, run: Run, now: Date): Promi
   const cachedLimit = await concurrentRunsCap(engine, run.tenantId);
   if (cachedLimit === null) return { kind: "unlimited" };
   let limit: number = cachedLimit;
+  // This delivery's take, told from another delivery's take of the same start on a slot both hold.
+  const taker = randomUUID();
   for (let read = 1; read <= SLOT_READS; read++) {
     const partition = await readQuotaPartition(engine, run.tenantId);
     // The fresh override wins; one that lifted the limit since leaves the last one standing.
     limit = effectiveQuotas(engine.settings.quotas, partition.override).concurrentRuns ?? limit;
-    const own = partition.slots.find((s) => s.runId === run.runId && s.index < limit);
+    // The run's slot under this start's fence first: another delivery's take of it, joined.
+    const ownSlots = partition.slots.filter((s) => s.runId === run.runId && s.index < limit);
+    const own = ownSlots.find((s) => s.fence === run.fence) ?? ownSlots[0];
     const live = new Set(
       partition.slots
         .filter((s) => s.leaseUntil >= nowIso && s.runId !== run.runId)
@@ -67,32 +70,20 @@ export async function takeTenantSlot(engine: Engine, run: Run, now: Date): Promi
             (_, k) => free[(offset + k) % free.length] ?? 0,
           );
     for (const index of candidates) {
-      const slot: RunSlot = {
+      const slot: TakenSlot = {
         tenantId: run.tenantId,
         index,
         runId: run.runId,
         fence: run.fence,
         leaseUntil,
+        taker,
       };
-      if (await takeRunSlot(engine, slot, now)) return { kind: "taken", slot };
+      const taken =
+        own?.index === index && own.fence === run.fence
+          ? await joinRunSlot(engine, slot, own.takers !== null)
+          : await takeRunSlot(engine, slot, now);
+      if (taken) return { kind: "taken", slot };
     }
   }
   return { kind: "full", limit };
-}
-
-/**
- * Frees the slot of a start that found another start running its run under the same fence (a
- * duplicate delivery of the run's first start, or a start made again after a restore from a
- * backup), unless that start holds this very slot. A take that finds the run's slot takes that
- * slot again, and it is then the running start's to free (the slot names the run and fence
- * alone); two takes at the same moment each find none and take two, and this one's, the other
- * start's no more than anyone's, kept, would hold the tenant one run below its quota until its
- * lease lapsed. One consistent read, on this path only.
- */
-export async function releaseSlotLostToStart(engine: Engine, slot: RunSlot): Promise<void> {
-  const { slots } = await readQuotaPartition(engine, slot.tenantId);
-  const otherTaken = slots.some(
-    (s) => s.runId === slot.runId && s.fence === slot.fence && s.index !== slot.index,
-  );
-  if (otherTaken) await releaseRunSlot(engine, slot);
 }

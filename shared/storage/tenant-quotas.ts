@@ -9,7 +9,6 @@ import {
 import type { TenantQuotas } from "../config.js";
 import type { Engine } from "../engine.js";
 import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
-import { runSlotExpiresAt } from "./retention.js";
 import { type SeenUsage, stillSeen } from "./seen-usage.js";
 
 /**
@@ -20,7 +19,7 @@ import { type SeenUsage, stillSeen } from "./seen-usage.js";
  *   and edits add to before they write (and take back when the write is refused), and a recount
  *   corrects; each recount marks it with a fresh `recount` token (shared/quotas/usage.ts);
  * - `SLOT#<n>`: the concurrent-runs slots, one per running run, each under the run's lease, and
- *   expiring a day after it (`runSlotExpiresAt`).
+ *   expiring a day after it (run-slots.ts).
  *
  * One consistent Query of the partition reads the override and the slots, so the worker's check
  * at start is one read.
@@ -51,9 +50,15 @@ export interface RunSlot {
   readonly leaseUntil: string;
 }
 
+/** A slot as stored, with the takes of it that are recorded (run-slots.ts). */
+interface StoredSlot extends RunSlot {
+  /** The takes that hold it; null on a slot an earlier version took, which records none. */
+  readonly takers: ReadonlySet<string> | null;
+}
+
 interface QuotaPartition {
   readonly override: QuotaOverride;
-  readonly slots: readonly RunSlot[];
+  readonly slots: readonly StoredSlot[];
 }
 
 const LIMITS_SK = "LIMITS";
@@ -61,7 +66,7 @@ export const USAGE_SK = "USAGE";
 const SLOT_PREFIX = "SLOT#";
 
 export const quotaPk = (tenantId: string) => `QUOTA#${tenantId}`;
-const slotSk = (index: number) => `${SLOT_PREFIX}${String(index).padStart(4, "0")}`;
+export const slotSk = (index: number) => `${SLOT_PREFIX}${String(index).padStart(4, "0")}`;
 
 const QUOTA_FIELDS = [
   "activeJobs",
@@ -109,6 +114,7 @@ export async function readQuotaPartition(
         runId: String(i.runId),
         fence: Number(i.fence),
         leaseUntil: String(i.leaseUntil),
+        takers: i.takers instanceof Set ? new Set([...i.takers].map(String)) : null,
       })),
   };
 }
@@ -282,81 +288,5 @@ export async function writeRecountedUsage(
   } catch (error) {
     if (isConditionalCheckFailed(error)) return false;
     throw error;
-  }
-}
-
-// ---------------------------------------------------------------- concurrent-runs slots
-
-/** The slot is free: never taken, released, its lease lapsed, or held by an earlier start of this run. */
-const SLOT_FREE = "attribute_not_exists(pk) OR leaseUntil < :now OR runId = :runId";
-/** The slot is still this start's. */
-const SLOT_HELD = "runId = :runId AND fence = :fence";
-
-/** Takes slot `index` for a started run; false when another run holds it now. */
-export async function takeRunSlot(engine: Engine, slot: RunSlot, now: Date): Promise<boolean> {
-  try {
-    await engine.doc.send(
-      new PutCommand({
-        TableName: engine.tables.jobs,
-        Item: {
-          pk: quotaPk(slot.tenantId),
-          sk: slotSk(slot.index),
-          runId: slot.runId,
-          fence: slot.fence,
-          leaseUntil: slot.leaseUntil,
-          expiresAt: runSlotExpiresAt(new Date(slot.leaseUntil)),
-        },
-        ConditionExpression: SLOT_FREE,
-        ExpressionAttributeValues: { ":now": now.toISOString(), ":runId": slot.runId },
-      }),
-    );
-    return true;
-  } catch (error) {
-    if (isConditionalCheckFailed(error)) return false;
-    throw error;
-  }
-}
-
-/** A heartbeat's: the slot's lease follows the run's. False when the slot is no longer this start's. */
-export async function extendRunSlot(
-  engine: Engine,
-  slot: RunSlot,
-  leaseUntil: Date,
-): Promise<boolean> {
-  try {
-    await engine.doc.send(
-      new UpdateCommand({
-        TableName: engine.tables.jobs,
-        Key: { pk: quotaPk(slot.tenantId), sk: slotSk(slot.index) },
-        ConditionExpression: SLOT_HELD,
-        UpdateExpression: "SET leaseUntil = :leaseUntil, expiresAt = :expiresAt",
-        ExpressionAttributeValues: {
-          ":runId": slot.runId,
-          ":fence": slot.fence,
-          ":leaseUntil": leaseUntil.toISOString(),
-          ":expiresAt": runSlotExpiresAt(leaseUntil),
-        },
-      }),
-    );
-    return true;
-  } catch (error) {
-    if (isConditionalCheckFailed(error)) return false;
-    throw error;
-  }
-}
-
-/** Frees the slot when it is still this start's (a later start of the run keeps its own). */
-export async function releaseRunSlot(engine: Engine, slot: RunSlot): Promise<void> {
-  try {
-    await engine.doc.send(
-      new DeleteCommand({
-        TableName: engine.tables.jobs,
-        Key: { pk: quotaPk(slot.tenantId), sk: slotSk(slot.index) },
-        ConditionExpression: SLOT_HELD,
-        ExpressionAttributeValues: { ":runId": slot.runId, ":fence": slot.fence },
-      }),
-    );
-  } catch (error) {
-    if (!isConditionalCheckFailed(error)) throw error;
   }
 }

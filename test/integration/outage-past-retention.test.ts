@@ -8,7 +8,8 @@ import { createJob, type NewJob, replayDeadLetter } from "../../shared/jobs/inde
 import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
 import { jobKey } from "../../shared/storage/items.js";
 import { getJob, runKeyOf } from "../../shared/storage/run-reads.js";
-import { takeRunSlot, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
+import { takeRunSlot } from "../../shared/storage/run-slots.js";
+import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { waitFor } from "../support/wait.js";
 
@@ -71,6 +72,8 @@ async function outage(onTestFinished: TestContext["onTestFinished"]) {
         runId: "the-tenant-s-other-runs",
         fence: 1,
         leaseUntil: new Date(clock().getTime() + 3_600_000).toISOString(),
+        // Each hold another take, which moves the slot's lease on.
+        taker: `hold-${clock().toISOString()}`,
       },
       clock(),
     );

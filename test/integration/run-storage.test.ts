@@ -11,14 +11,16 @@ import { requestRunCancel } from "../../shared/storage/run-cancel.js";
 import { finishRun } from "../../shared/storage/run-finish.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { requeueRun } from "../../shared/storage/run-requeue.js";
-import { startRun } from "../../shared/storage/run-start.js";
-import { queuedRun } from "../../shared/storage/runs.js";
 import {
   extendRunSlot,
-  readQuotaPartition,
+  joinRunSlot,
+  leaveRunSlot,
   releaseRunSlot,
   takeRunSlot,
-} from "../../shared/storage/tenant-quotas.js";
+} from "../../shared/storage/run-slots.js";
+import { startRun } from "../../shared/storage/run-start.js";
+import { queuedRun } from "../../shared/storage/runs.js";
+import { readQuotaPartition } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { jobHoldingRunA } from "../support/held-runs.js";
 import { createTestClients } from "../support/namespace.js";
@@ -216,9 +218,10 @@ describe("run storage operations turn failed conditions into what they mean", ()
       runId: "run-slotted",
       fence: 1,
       leaseUntil,
+      taker: "take-1",
     };
-    const later = { ...earlier, fence: 2 };
-    const another = { ...earlier, runId: "run-other" };
+    const later = { ...earlier, fence: 2, taker: "take-2" };
+    const another = { ...earlier, runId: "run-other", taker: "take-3" };
     expect(await takeRunSlot(f.engine, earlier, now)).toBe(true);
     // The run started again (its lease lapsed): the later start takes over the run's own slot.
     expect(await takeRunSlot(f.engine, later, now)).toBe(true);
@@ -231,6 +234,56 @@ describe("run storage operations turn failed conditions into what they mean", ()
     expect(await takeRunSlot(f.engine, another, now)).toBe(true);
   });
 
+  it("a concurrent-runs slot two deliveries of one start took is freed by the last take to leave it, not by the first", async () => {
+    const now = new Date();
+    const tenantId = "tenant-slot-takes";
+    const first = {
+      tenantId,
+      index: 0,
+      runId: "run-twice",
+      fence: 1,
+      leaseUntil: new Date(now.getTime() + 60_000).toISOString(),
+      taker: "take-1",
+    };
+    const second = { ...first, taker: "take-2" };
+    const slots = async () =>
+      (await readQuotaPartition(f.engine, tenantId)).slots.map((s) => [
+        s.index,
+        s.runId,
+        [...(s.takers ?? [])].sort(),
+      ]);
+    expect(await takeRunSlot(f.engine, first, now)).toBe(true);
+    // The second read the slot free and puts it: it joins the first's take, not replaces it.
+    expect(await takeRunSlot(f.engine, second, now)).toBe(true);
+    expect(await slots()).toEqual([[0, "run-twice", ["take-1", "take-2"]]]);
+    await leaveRunSlot(f.engine, first);
+    // Sent again (its answer lost): the take is gone already, and the other's stays.
+    await leaveRunSlot(f.engine, first);
+    expect(await slots()).toEqual([[0, "run-twice", ["take-2"]]]);
+    await leaveRunSlot(f.engine, second);
+    expect(await slots()).toEqual([]);
+
+    // A slot an earlier version took records no take: one joining it is left held by its leaving.
+    await f.engine.doc.send(
+      new PutCommand({
+        TableName: f.engine.tables.jobs,
+        Item: {
+          pk: `QUOTA#${tenantId}`,
+          sk: "SLOT#0001",
+          runId: "run-twice",
+          fence: 1,
+          leaseUntil: first.leaseUntil,
+        },
+      }),
+    );
+    const joining = { ...second, index: 1 };
+    expect(await joinRunSlot(f.engine, joining, false)).toBe(true);
+    await leaveRunSlot(f.engine, joining);
+    expect(await slots()).toEqual([[1, "run-twice", ["unrecorded"]]]);
+    await releaseRunSlot(f.engine, joining);
+    expect(await slots()).toEqual([]);
+  });
+
   it("a concurrent-runs slot its worker never freed (it died) expires a day after its last lease", async () => {
     const now = new Date();
     const slot = {
@@ -239,6 +292,7 @@ describe("run storage operations turn failed conditions into what they mean", ()
       runId: "run-crashed",
       fence: 1,
       leaseUntil: new Date(now.getTime() + 60_000).toISOString(),
+      taker: "take-1",
     };
     expect(await takeRunSlot(f.engine, slot, now)).toBe(true);
     const extendedTo = new Date(now.getTime() + 120_000);

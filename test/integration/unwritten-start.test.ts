@@ -5,7 +5,7 @@ import { reap } from "../../shared/dispatch/reaper.js";
 import type { Engine } from "../../shared/engine.js";
 import { FenceLostError } from "../../shared/errors.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
-import type { JobContext } from "../../shared/execution/job-contract.js";
+import { type JobContext, RunHandedOver } from "../../shared/execution/job-contract.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { cancelRun, createJob, pauseJob, triggerJob } from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
@@ -493,6 +493,23 @@ describe("a start held unwritten until the run's first write", () => {
     ];
   }
 
+  /** The engine over a client whose reads of a tenant's slots wait until `ready` says so. */
+  function readsSlotsOnce(ready: () => Promise<boolean> | boolean): Engine {
+    const c = createTestClients();
+    clients.push(c);
+    c.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const input: object = args.input;
+        const values = "ExpressionAttributeValues" in input ? input.ExpressionAttributeValues : {};
+        if (context.commandName === "QueryCommand" && JSON.stringify(values).includes("QUOTA#"))
+          await waitFor("the slots' read let on", ready, 10_000, 20);
+        return next(args);
+      },
+      { step: "initialize", name: "readsSlotsOnce" },
+    );
+    return { ...f.engine, doc: c.doc };
+  }
+
   it("two deliveries at once that took two of the tenant's slots: the one refused by the other's start frees its own", async () => {
     const tenantId = "two-slots";
     await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 2 }, new Date());
@@ -576,6 +593,109 @@ describe("a start held unwritten until the run's first write", () => {
 
     held.release();
     expect(await Promise.all(deliveries)).toEqual(["ack", "ack"]);
+    expect(await slotsHeld()).toEqual([]);
+  });
+
+  it("three deliveries at once, two in the slot of the one that runs: the refused ones leave that slot held and free the other", async () => {
+    const tenantId = "three-deliveries";
+    await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 2 }, new Date());
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        tenantId,
+        type: "held",
+        schedule: { runAt: new Date().toISOString() },
+        timeoutSeconds: 30,
+      }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const slotsHeld = async () =>
+      (await readQuotaPartition(f.engine, tenantId)).slots.map((s) => [s.index, s.runId, s.fence]);
+    // worker-a and worker-b take slots 0 and 1 at once; worker-c, which read the run QUEUED with
+    // them, reads the tenant's slots once both are taken, and takes the run's first, worker-a's.
+    const [engineA, engineB] = slotTakesAtOnce([0, 0.99]);
+    const engineC = readsSlotsOnce(async () => (await slotsHeld()).length === 2);
+    const startWrittenByA = () =>
+      waitFor("worker-a's start written", async () => {
+        const run = await runOf(job.jobId);
+        return run.status === "RUNNING" && run.workerId === "worker-a";
+      });
+    const held = heldHandler();
+    const runningA = processRun(
+      { ...f.workerDeps("worker-a", { held: held.handler }, 500), engine: engineA },
+      received,
+    );
+    // worker-c's ending is refused by worker-a's start, then worker-b's.
+    let refusedCDone = false;
+    const refusedC = processRun(
+      { ...f.workerDeps("worker-c", { held: startWrittenByA }), engine: engineC },
+      received,
+    ).finally(() => {
+      refusedCDone = true;
+    });
+    const refusedB = processRun(
+      {
+        ...f.workerDeps("worker-b", {
+          held: async () => {
+            await startWrittenByA();
+            await waitFor("worker-c's refusal", () => refusedCDone);
+          },
+        }),
+        engine: engineB,
+      },
+      received,
+    );
+    expect(await refusedC).toBe("ack");
+    expect(await refusedB).toBe("ack");
+    expect(held.contexts).toHaveLength(1);
+    const { runId } = await runOf(job.jobId);
+    // worker-a runs on in slot 0, which worker-c took with it; slot 1, worker-b's alone, is free.
+    expect(await slotsHeld()).toEqual([[0, runId, 1]]);
+
+    held.release();
+    expect(await runningA).toBe("ack");
+    expect(await runOf(job.jobId)).toMatchObject({ status: "SUCCEEDED", workerId: "worker-a" });
+    expect(await slotsHeld()).toEqual([]);
+  });
+
+  it("a delivery whose slot is taken once the other delivery handed the run to its async target frees it (concurrentRuns 1)", async () => {
+    const tenantId = "handed-over";
+    await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 1 }, new Date());
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        tenantId,
+        type: "hand-over",
+        target: { url: "http://127.0.0.1:9/run", mode: "async" },
+        schedule: { runAt: new Date().toISOString() },
+        timeoutSeconds: 30,
+      }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const slotsHeld = async () =>
+      (await readQuotaPartition(f.engine, tenantId)).slots.map((s) => [s.index, s.runId, s.fence]);
+    // The target answers 202 at once: worker-a hands the run over, and frees its slot (an async
+    // run holds none once handed over). worker-b read the run QUEUED with worker-a, and reads the
+    // tenant's slots only then.
+    const handOver = async () => new RunHandedOver();
+    let handedOver = false;
+    const first = processRun(f.workerDeps("worker-a", { "hand-over": handOver }), received).finally(
+      () => {
+        handedOver = true;
+      },
+    );
+    const refused = processRun(
+      {
+        ...f.workerDeps("worker-b", { "hand-over": handOver }),
+        engine: readsSlotsOnce(() => handedOver),
+      },
+      received,
+    );
+    expect(await first).toBe("ack");
+    expect(await refused).toBe("ack");
+    expect(await runOf(job.jobId)).toMatchObject({ status: "RUNNING", workerId: "worker-a" });
+    // worker-b's token write was refused by worker-a's start: its slot, its alone, is free, and
+    // the tenant's next run starts now, not a lease later.
     expect(await slotsHeld()).toEqual([]);
   });
 });
