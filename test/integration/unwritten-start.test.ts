@@ -467,7 +467,10 @@ describe("a start held unwritten until the run's first write", () => {
    * both have come (so both read the tenant's slots free before either takes one), each starting
    * from the free slot its `random` picks.
    */
-  function slotTakesAtOnce(randoms: readonly [number, number]): [Engine, Engine] {
+  function slotTakesAtOnce(
+    randoms: readonly [number, number],
+    clock: () => Date,
+  ): [Engine, Engine] {
     const c = createTestClients();
     clients.push(c);
     let puts = 0;
@@ -481,20 +484,22 @@ describe("a start held unwritten until the run's first write", () => {
         const item = "Item" in input ? (input.Item as Record<string, unknown>) : {};
         if (context.commandName === "PutCommand" && String(item.sk).startsWith("SLOT#")) {
           if (++puts === 2) bothCame();
-          await Promise.race([together, sleep(2000)]);
+          // Long enough for a loaded machine: a put let on alone lands before the other's read,
+          // which then finds the run's slot and joins it, and the case is one slot, not two.
+          await Promise.race([together, sleep(10_000)]);
         }
         return next(args);
       },
       { step: "initialize", name: "slotTakesAtOnce" },
     );
     return [
-      { ...f.engine, doc: c.doc, random: () => randoms[0] },
-      { ...f.engine, doc: c.doc, random: () => randoms[1] },
+      { ...f.engine, doc: c.doc, clock, random: () => randoms[0] },
+      { ...f.engine, doc: c.doc, clock, random: () => randoms[1] },
     ];
   }
 
   /** The engine over a client whose reads of a tenant's slots wait until `ready` says so. */
-  function readsSlotsOnce(ready: () => Promise<boolean> | boolean): Engine {
+  function readsSlotsOnce(ready: () => Promise<boolean> | boolean, clock: () => Date): Engine {
     const c = createTestClients();
     clients.push(c);
     c.doc.middlewareStack.add(
@@ -507,7 +512,18 @@ describe("a start held unwritten until the run's first write", () => {
       },
       { step: "initialize", name: "readsSlotsOnce" },
     );
-    return { ...f.engine, doc: c.doc };
+    return { ...f.engine, doc: c.doc, clock };
+  }
+
+  /**
+   * The job's next delivery, and a clock on which it came when due: a receive slowed by other
+   * cases' messages would bring it near the reaper's deadline for its run, where a first delivery
+   * writes its start at once, and the deliveries a case races would not hold theirs unwritten.
+   */
+  async function deliveredOnTime(jobId: string) {
+    const received = await f.nextDelivery(f.engine.queues.normal, jobId);
+    const lateMs = Math.max(0, Date.now() - Date.parse(received.message.dueAt));
+    return { received, clock: () => new Date(Date.now() - lateMs) };
   }
 
   it("two deliveries at once that took two of the tenant's slots: the one refused by the other's start frees its own", async () => {
@@ -522,11 +538,11 @@ describe("a start held unwritten until the run's first write", () => {
         timeoutSeconds: 30,
       }),
     );
-    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const { received, clock } = await deliveredOnTime(job.jobId);
     const slotsHeld = async () =>
       (await readQuotaPartition(f.engine, tenantId)).slots.map((s) => [s.index, s.runId, s.fence]);
     // Slots 0 and 1 free: worker-a starts from slot 0, worker-b from slot 1.
-    const [engineA, engineB] = slotTakesAtOnce([0, 0.99]);
+    const [engineA, engineB] = slotTakesAtOnce([0, 0.99], clock);
     const held = heldHandler();
     const runningA = processRun(
       { ...f.workerDeps("worker-a", { held: held.handler }, 200), engine: engineA },
@@ -571,10 +587,10 @@ describe("a start held unwritten until the run's first write", () => {
         schedule: { every: "PT1H", startAt: new Date(Date.now() + 200).toISOString() },
       }),
     );
-    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const { received, clock } = await deliveredOnTime(job.jobId);
     const slotsHeld = async () =>
       (await readQuotaPartition(f.engine, tenantId)).slots.map((s) => [s.runId, s.fence]);
-    const [engineA, engineB] = slotTakesAtOnce([0, 0.99]);
+    const [engineA, engineB] = slotTakesAtOnce([0, 0.99], clock);
     const deliveries = [
       processRun(
         { ...f.workerDeps("worker-a", { held: held.handler }), engine: engineA },
@@ -608,13 +624,13 @@ describe("a start held unwritten until the run's first write", () => {
         timeoutSeconds: 30,
       }),
     );
-    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const { received, clock } = await deliveredOnTime(job.jobId);
     const slotsHeld = async () =>
       (await readQuotaPartition(f.engine, tenantId)).slots.map((s) => [s.index, s.runId, s.fence]);
     // worker-a and worker-b take slots 0 and 1 at once; worker-c, which read the run QUEUED with
     // them, reads the tenant's slots once both are taken, and takes the run's first, worker-a's.
-    const [engineA, engineB] = slotTakesAtOnce([0, 0.99]);
-    const engineC = readsSlotsOnce(async () => (await slotsHeld()).length === 2);
+    const [engineA, engineB] = slotTakesAtOnce([0, 0.99], clock);
+    const engineC = readsSlotsOnce(async () => (await slotsHeld()).length === 2, clock);
     const startWrittenByA = () =>
       waitFor("worker-a's start written", async () => {
         const run = await runOf(job.jobId);
@@ -671,7 +687,7 @@ describe("a start held unwritten until the run's first write", () => {
         timeoutSeconds: 30,
       }),
     );
-    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    const { received, clock } = await deliveredOnTime(job.jobId);
     const slotsHeld = async () =>
       (await readQuotaPartition(f.engine, tenantId)).slots.map((s) => [s.index, s.runId, s.fence]);
     // The target answers 202 at once: worker-a hands the run over, and frees its slot (an async
@@ -679,15 +695,16 @@ describe("a start held unwritten until the run's first write", () => {
     // tenant's slots only then.
     const handOver = async () => new RunHandedOver();
     let handedOver = false;
-    const first = processRun(f.workerDeps("worker-a", { "hand-over": handOver }), received).finally(
-      () => {
-        handedOver = true;
-      },
-    );
+    const first = processRun(
+      { ...f.workerDeps("worker-a", { "hand-over": handOver }), engine: { ...f.engine, clock } },
+      received,
+    ).finally(() => {
+      handedOver = true;
+    });
     const refused = processRun(
       {
         ...f.workerDeps("worker-b", { "hand-over": handOver }),
-        engine: readsSlotsOnce(() => handedOver),
+        engine: readsSlotsOnce(() => handedOver, clock),
       },
       received,
     );
