@@ -9,22 +9,21 @@ import { sendRuns } from "../../shared/queue/work-queue.js";
 import { runMessageOf } from "../../shared/storage/items.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import {
-  createEngineFixture,
+  caseFixture,
   deliveryOfRun,
   type EngineFixture,
+  type ShiftedClock,
+  shiftedClock,
   testJob,
 } from "../support/engine-fixture.js";
 import { createTestClients } from "../support/namespace.js";
 import { waitFor } from "../support/wait.js";
 
-/** The engine's clock, which runs `offsetMs` ahead of the machine's to reach later occurrences at once. */
-interface CaseClock {
-  offsetMs: number;
-  readonly clock: () => Date;
-}
-
-/** The helpers below on the fixture and clock given: each case has its own. */
-function casesOn(f: EngineFixture, time: CaseClock) {
+/**
+ * The helpers below on the fixture and clock given: each case has its own. The clock runs
+ * `time.offsetMs` ahead of the machine's to reach later occurrences at once.
+ */
+function casesOn(f: EngineFixture, time: ShiftedClock) {
   const { clock } = time;
   async function runsOf(jobId: string): Promise<Run[]> {
     return (await f.runs())
@@ -101,9 +100,8 @@ function casesOn(f: EngineFixture, time: CaseClock) {
 
 /** A fixture and clock of the case's own (the fixture destroyed when the case ends), and the helpers on them. */
 async function ownFixture(atEnd: (cleanup: () => Promise<void>) => void) {
-  const time: CaseClock = { offsetMs: 0, clock: () => new Date(Date.now() + time.offsetMs) };
-  const f = await createEngineFixture({ clock: time.clock });
-  atEnd(() => f.destroy());
+  const time = shiftedClock();
+  const f = await caseFixture(atEnd, { clock: time.clock });
   return { f, time, ...casesOn(f, time) };
 }
 

@@ -13,7 +13,12 @@ import { shardOf } from "../../shared/keys.js";
 import type { Job } from "../../shared/model.js";
 import type { ReceivedRun } from "../../shared/queue/work-queue.js";
 import { runKeyOf } from "../../shared/storage/run-reads.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  caseFixture,
+  createEngineFixture,
+  type EngineFixture,
+  testJob,
+} from "../support/engine-fixture.js";
 import { heldHandler, runOf } from "../support/held-runs.js";
 import { scanTable } from "../support/namespace.js";
 import { seedJobs } from "../support/seed.js";
@@ -71,13 +76,6 @@ async function oneOffDueNow(
   return { jobId: job.jobId, received: await f.nextDelivery(f.engine.queues.normal, job.jobId) };
 }
 
-/** Tables and queues of the test's own, destroyed when it ends. */
-async function ownFixture(atEnd: (cleanup: () => Promise<void>) => void): Promise<EngineFixture> {
-  const f = await createEngineFixture();
-  atEnd(() => f.destroy());
-  return f;
-}
-
 /**
  * Runs held by a worker on the right clock, met by hosts whose clocks disagree. Each case waits a
  * second or two of real time on heartbeats; side by side, each on tables and queues of its own (a
@@ -90,7 +88,7 @@ describe.concurrent("held runs met by hosts whose clocks disagree", () => {
       it(`${aheadMs / SECOND} s ahead: finds the run busy and leaves it to its holder`, async ({
         onTestFinished,
       }) => {
-        const f = await ownFixture(onTestFinished);
+        const f = await caseFixture(onTestFinished);
         const holder = heldHandler();
         const other = heldHandler();
         const { jobId, received } = await oneOffDueNow(f, "held");
@@ -121,7 +119,7 @@ describe.concurrent("held runs met by hosts whose clocks disagree", () => {
     it("5 min ahead: takes the run over as lapsed; the holder is fenced out, one success recorded", async ({
       onTestFinished,
     }) => {
-      const f = await ownFixture(onTestFinished);
+      const f = await caseFixture(onTestFinished);
       const holder = heldHandler();
       let takeoverCalls = 0;
       const { jobId, received } = await oneOffDueNow(f, "held");
@@ -150,7 +148,7 @@ describe.concurrent("held runs met by hosts whose clocks disagree", () => {
     it("5 min ahead, while the holder's handler still runs: its next heartbeat aborts it", async ({
       onTestFinished,
     }) => {
-      const f = await ownFixture(onTestFinished);
+      const f = await caseFixture(onTestFinished);
       const holder = heldHandler();
       const { jobId, received } = await oneOffDueNow(f, "held");
       const first = processRun(
@@ -188,7 +186,7 @@ describe.concurrent("held runs met by hosts whose clocks disagree", () => {
     it("30 s ahead: the listed lease is live by its clock too, and the second run is skipped", async ({
       onTestFinished,
     }) => {
-      const f = await ownFixture(onTestFinished);
+      const f = await caseFixture(onTestFinished);
       const { holder, first, job, second, triggered } = await secondRunBesideHeld(f);
       let beside = 0;
       const deps = workerOn(f, 30 * SECOND, "worker-b", {
@@ -211,7 +209,7 @@ describe.concurrent("held runs met by hosts whose clocks disagree", () => {
     it("5 min ahead: the listed lease reads lapsed, and the second run runs beside the first (a limit)", async ({
       onTestFinished,
     }) => {
-      const f = await ownFixture(onTestFinished);
+      const f = await caseFixture(onTestFinished);
       const { holder, first, second } = await secondRunBesideHeld(f);
       let beside = 0;
       const deps = workerOn(f, 5 * MINUTE, "worker-b", {
@@ -229,7 +227,7 @@ describe.concurrent("held runs met by hosts whose clocks disagree", () => {
   it("a worker whose clock steps back 30 s mid-run keeps its lease live to the others: no takeover", async ({
     onTestFinished,
   }) => {
-    const f = await ownFixture(onTestFinished);
+    const f = await caseFixture(onTestFinished);
     let stepMs = 0;
     const holder = heldHandler();
     const { jobId, received } = await oneOffDueNow(f, "held");
@@ -666,7 +664,7 @@ describe.concurrent("an overdue entry filed by a writer behind the dispatcher pa
     it(`${behind} min behind: a pass reads its bucket again 15 minutes behind the passes' line and claims it within 15 minutes`, async ({
       onTestFinished,
     }) => {
-      const f = await ownFixture(onTestFinished);
+      const f = await caseFixture(onTestFinished);
       const claimedAfter = await minutesUntilClaimed(
         f,
         `filed-${behind}-behind`,
@@ -682,7 +680,7 @@ describe.concurrent("an overdue entry filed by a writer behind the dispatcher pa
   it("20 min behind: its bucket lies before every pass's look-back, and no pass claims it (a limit)", async ({
     onTestFinished,
   }) => {
-    const f = await ownFixture(onTestFinished);
+    const f = await caseFixture(onTestFinished);
     expect(await minutesUntilClaimed(f, "filed-20-behind", 20 * MINUTE, 20)).toBeNull();
   }, 60_000);
 });
@@ -784,7 +782,7 @@ describe.concurrent("the look-back's bound, measured on the passes' own clock", 
     it(`a pass on a clock ${behind} min behind the last reads back 15 minutes and 15 look-back buckets before those; the next on the right clock as many as the line moves on, up to 15`, async ({
       onTestFinished,
     }) => {
-      const f = await ownFixture(onTestFinished);
+      const f = await caseFixture(onTestFinished);
       const m = Math.floor(Date.now() / MINUTE) * MINUTE;
       const passAt = async (ms: number) => {
         const engine = { ...f.engine, clock: () => new Date(ms) };
@@ -807,7 +805,7 @@ describe.concurrent("the look-back's bound, measured on the passes' own clock", 
   it("two passes read the same look-back bucket (the second took the first's lease over): each entry is claimed once, and each job keeps one next entry", async ({
     onTestFinished,
   }) => {
-    const f = await ownFixture(onTestFinished);
+    const f = await caseFixture(onTestFinished);
     const m = Math.floor(Date.now() / MINUTE) * MINUTE;
     const { shardCount, leaseMs } = f.engine.settings;
     const jobIds = Array.from({ length: 40 }, (_, i) => `race-${i}`).filter(
@@ -846,7 +844,7 @@ describe.concurrent("the look-back's bound, measured on the passes' own clock", 
   }, 120_000);
   for (const c of cases) {
     it(c.name, async ({ onTestFinished }) => {
-      const f = await ownFixture(onTestFinished);
+      const f = await caseFixture(onTestFinished);
       const measured = await claimedAfterMs(f, "bound", c.behindMs, c.writtenAtMs);
       expect(measured).toBe(c.claimedAfterMs);
       // Known limits: within 15 minutes of its write and a tick's phase (to the next pass).

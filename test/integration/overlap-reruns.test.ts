@@ -9,7 +9,12 @@ import { runId } from "../../shared/keys.js";
 import type { Job, Run } from "../../shared/model.js";
 import type { OverlapPolicy } from "../../shared/policies.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  caseFixture,
+  createEngineFixture,
+  type EngineFixture,
+  testJob,
+} from "../support/engine-fixture.js";
 import { waitFor } from "../support/wait.js";
 
 /** Retries and replays held back by the overlap policy look again a second later, not 5 s: the tests wait for those looks. */
@@ -188,8 +193,7 @@ function casesOn(f: EngineFixture) {
 
 /** A fixture of the case's own, destroyed when the case ends, and the helpers on it. */
 async function ownFixture(atEnd: (cleanup: () => Promise<void>) => void) {
-  const f = await createEngineFixture();
-  atEnd(() => f.destroy());
+  const f = await caseFixture(atEnd);
   return { f, ...casesOn(f) };
 }
 

@@ -13,7 +13,13 @@ import { deleteMessages, sendRuns, setVisibility } from "../../shared/queue/work
 import { runMessageOf } from "../../shared/storage/items.js";
 import { getJob, runKeyOf } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  caseFixture,
+  type EngineFixture,
+  type ShiftedClock,
+  shiftedClock,
+  testJob,
+} from "../support/engine-fixture.js";
 import { withFaults } from "../support/faults.js";
 import { copyRunToAttempt } from "../support/seed.js";
 import { waitFor } from "../support/wait.js";
@@ -23,19 +29,10 @@ const LEASE_MS = 60_000;
 const GRACE_MS = 60_000;
 const FAR_FUTURE = new Date("9999-12-31T00:00:00.000Z");
 
-/**
- * The engine's clock runs `offsetMs` ahead of the machine's, so a test can let
- * leases lapse and the grace pass without waiting for them; SQS delays stay real.
- */
-interface CaseClock {
-  offsetMs: number;
-  readonly clock: () => Date;
-}
-
 const hourly = (startAt: Date) => ({ every: "PT1H", startAt: startAt.toISOString() });
 
 /** The helpers below on the fixture and clock given: each case has its own. */
-function casesOn(f: EngineFixture, { clock }: CaseClock) {
+function casesOn(f: EngineFixture, { clock }: ShiftedClock) {
   async function runsOf(jobId: string): Promise<Run[]> {
     return (await f.runs())
       .filter((r) => r.jobId === jobId)
@@ -66,15 +63,15 @@ function casesOn(f: EngineFixture, { clock }: CaseClock) {
 /**
  * A fixture and clock of the case's own, destroyed when the case ends: each case's clock starts at
  * the machine's, and the reaper's cursor only moves forward (a clock gone back by minutes would find
- * it ahead).
+ * it ahead). The clock runs `time.offsetMs` ahead of the machine's, so a test can let leases lapse
+ * and the grace pass without waiting for them; SQS delays stay real.
  */
 async function ownFixture(atEnd: (cleanup: () => Promise<void>) => void) {
-  const time: CaseClock = { offsetMs: 0, clock: () => new Date(Date.now() + time.offsetMs) };
-  const f = await createEngineFixture({
+  const time = shiftedClock();
+  const f = await caseFixture(atEnd, {
     settings: { leaseMs: LEASE_MS, misfireGraceMs: GRACE_MS },
     clock: time.clock,
   });
-  atEnd(() => f.destroy());
   return { f, time, clock: time.clock, ...casesOn(f, time) };
 }
 

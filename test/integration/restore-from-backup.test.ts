@@ -19,7 +19,13 @@ import {
   signingSecrets,
   tenantWebhookSecrets,
 } from "../../shared/webhooks/secrets.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  caseFixture,
+  type EngineFixture,
+  type ShiftedClock,
+  shiftedClock,
+  testJob,
+} from "../support/engine-fixture.js";
 import { runOf } from "../support/held-runs.js";
 import { createTestClients, scanTable } from "../support/namespace.js";
 import { waitFor } from "../support/wait.js";
@@ -105,13 +111,12 @@ function gatedHandler() {
  */
 async function ownFixture(
   atEnd: (cleanup: () => Promise<void>) => void,
-): Promise<{ f: EngineFixture; at: { offsetMs: number } }> {
-  const at = { offsetMs: 0 };
-  const f = await createEngineFixture({
+): Promise<{ f: EngineFixture; at: ShiftedClock }> {
+  const at = shiftedClock();
+  const f = await caseFixture(atEnd, {
     settings: { leaseMs: LEASE_MS, quotaCacheMs: 0 },
-    clock: () => new Date(Date.now() + at.offsetMs),
+    clock: at.clock,
   });
-  atEnd(() => f.destroy());
   return { f, at };
 }
 

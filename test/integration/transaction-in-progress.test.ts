@@ -4,7 +4,7 @@ import { createJobs } from "../../shared/jobs/create-batch.js";
 import { createJob, editJob, replayDeadLetter, triggerJob } from "../../shared/jobs/index.js";
 import { readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import {
-  createEngineFixture,
+  caseFixture,
   type EngineFixture,
   jobWithDeadRun,
   testJob,
@@ -27,11 +27,8 @@ const IN_PROGRESS_ANSWERS = 4;
  * would empty a neighbour's tables), they take the longest case's time.
  */
 describe.concurrent("a transaction applied whose repeats meet TransactionInProgressException", () => {
-  async function ownFixture(atEnd: (cleanup: () => Promise<void>) => void): Promise<EngineFixture> {
-    const f = await createEngineFixture({ settings: { quotas: DEFAULT_QUOTAS, quotaCacheMs: 0 } });
-    atEnd(() => f.destroy());
-    return f;
-  }
+  /** Quotas on, read fresh: each case checks its quota share. */
+  const quotasOn = { settings: { quotas: DEFAULT_QUOTAS, quotaCacheMs: 0 } };
 
   const inProgress = (f: EngineFixture) =>
     withTransactionsInProgress(f.engine, { times: 1, inProgressAnswers: IN_PROGRESS_ANSWERS });
@@ -40,7 +37,7 @@ describe.concurrent("a transaction applied whose repeats meet TransactionInProgr
     expect,
     onTestFinished,
   }) => {
-    const f = await ownFixture(onTestFinished);
+    const f = await caseFixture(onTestFinished, quotasOn);
     const tenantId = "in-progress-create";
     await writeQuotaOverride(f.engine, tenantId, { activeJobs: 10 }, new Date());
     const faulty = inProgress(f);
@@ -66,7 +63,7 @@ describe.concurrent("a transaction applied whose repeats meet TransactionInProgr
     expect,
     onTestFinished,
   }) => {
-    const f = await ownFixture(onTestFinished);
+    const f = await caseFixture(onTestFinished, quotasOn);
     const tenantId = "in-progress-batch";
     await writeQuotaOverride(f.engine, tenantId, { activeJobs: 10 }, new Date());
     const later = new Date(Date.now() + 3_600_000).toISOString();
@@ -90,7 +87,7 @@ describe.concurrent("a transaction applied whose repeats meet TransactionInProgr
   });
 
   it("a trigger without a key queues one run", async ({ expect, onTestFinished }) => {
-    const f = await ownFixture(onTestFinished);
+    const f = await caseFixture(onTestFinished, quotasOn);
     const { job } = await createJob(
       f.engine,
       testJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" } }),
@@ -111,7 +108,7 @@ describe.concurrent("a transaction applied whose repeats meet TransactionInProgr
     expect,
     onTestFinished,
   }) => {
-    const f = await ownFixture(onTestFinished);
+    const f = await caseFixture(onTestFinished, quotasOn);
     const { job } = await createJob(f.engine, testJob({ schedule: { every: "PT1H" } }));
     const faulty = inProgress(f);
     let edited: Awaited<ReturnType<typeof editJob>>;
@@ -129,7 +126,7 @@ describe.concurrent("a transaction applied whose repeats meet TransactionInProgr
   });
 
   it("a replay answers its new run and sends it", async ({ expect, onTestFinished }) => {
-    const f = await ownFixture(onTestFinished);
+    const f = await caseFixture(onTestFinished, quotasOn);
     const { job, dead } = await jobWithDeadRun(f);
     const faulty = inProgress(f);
     let replay: Awaited<ReturnType<typeof replayDeadLetter>>["run"];

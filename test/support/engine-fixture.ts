@@ -263,6 +263,35 @@ export async function createEngineFixture(options: FixtureOptions = {}): Promise
   };
 }
 
+/**
+ * A fixture of the case's own, destroyed when the case ends (`atEnd` is the case's
+ * `onTestFinished`): cases side by side cannot share tables and queues, since one's receive would
+ * take another's message and a purge would empty a neighbour's tables.
+ */
+export async function caseFixture(
+  atEnd: (cleanup: () => Promise<void>) => void,
+  options: FixtureOptions = {},
+): Promise<EngineFixture> {
+  const f = await createEngineFixture(options);
+  atEnd(() => f.destroy());
+  return f;
+}
+
+/** A clock running `offsetMs` ahead of the machine's; a case moves it on by setting `offsetMs`. */
+export interface ShiftedClock {
+  offsetMs: number;
+  readonly clock: Clock;
+}
+
+/** A clock of a case's own, starting at the machine's. */
+export function shiftedClock(): ShiftedClock {
+  const shifted: ShiftedClock = {
+    offsetMs: 0,
+    clock: () => new Date(Date.now() + shifted.offsetMs),
+  };
+  return shifted;
+}
+
 /** The engine with its clock at `instant` (epoch ms), running on from there. */
 export const engineAt = (engine: Engine, instant: number): Engine => ({
   ...engine,
