@@ -32,6 +32,11 @@ export interface ApiOptions {
   readonly console?: ConsoleOptions;
   /** Tenants that may read and set any tenant's quota override (`ADMIN_TENANTS`); default none. */
   readonly adminTenants?: readonly string[];
+  /**
+   * The monotonic clock the request-rate buckets refill by (RequestRateLimiter); default
+   * performance.now. A test holds it still so a refill does not depend on how long requests took.
+   */
+  readonly elapsedMs?: () => number;
 }
 
 const PUBLIC_PATHS: ReadonlySet<string> = new Set(PUBLIC_GET_PATHS);
@@ -45,7 +50,7 @@ const PUBLIC_PATHS: ReadonlySet<string> = new Set(PUBLIC_GET_PATHS);
  */
 export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
   const { engine, authenticate } = options;
-  const requestRate = new RequestRateLimiter(engine);
+  const requestRate = new RequestRateLimiter(engine, options.elapsedMs);
   meterReads(engine.doc);
   const deps: RouterDeps = {
     engine,

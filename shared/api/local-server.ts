@@ -25,6 +25,8 @@ export interface LocalServerOptions {
   readonly authenticate?: Authenticator;
   /** Serves the web console at /console with this build (buildConsoleAssets()). */
   readonly consoleAssets?: ConsoleAssets;
+  /** The request-rate buckets' monotonic clock (ApiOptions.elapsedMs); default performance.now. */
+  readonly elapsedMs?: () => number;
 }
 
 export interface LocalServer {
@@ -41,6 +43,7 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Loc
     jobTypes: options.jobTypes,
     adminTenants: adminTenantsFrom(options.env ?? process.env),
     authenticate: options.authenticate ?? auth.authenticate,
+    ...(options.elapsedMs ? { elapsedMs: options.elapsedMs } : {}),
     ...(options.consoleAssets
       ? {
           console: {

@@ -93,10 +93,13 @@ export interface ApiHarness {
 export interface ApiHarnessOptions extends FixtureOptions {
   /** Default JOB_TYPES. */
   readonly jobTypes?: JobTypeCatalog;
+  /** The request-rate buckets' monotonic clock; default performance.now. */
+  readonly elapsedMs?: () => number;
 }
 
 export async function startApi({
   jobTypes = JOB_TYPES,
+  elapsedMs,
   ...options
 }: ApiHarnessOptions = {}): Promise<ApiHarness> {
   const fixture = await createEngineFixture(options);
@@ -104,6 +107,7 @@ export async function startApi({
     engine: fixture.engine,
     jobTypes,
     env: API_ENV,
+    ...(elapsedMs ? { elapsedMs } : {}),
   });
   return {
     fixture,
