@@ -422,7 +422,11 @@ describe.concurrent("retries, replays and triggers that meet the overlap policy,
             `overlap: a retry or replay (${rerun.runId}) waits to run first; policy skip`,
           ]);
         expect((await getJob(f.engine, job.jobId))?.rerunWaiting ?? null).toBeNull();
+        // Its ending is awaited: left running, its writes landed after onTestFinished deleted the
+        // case's tables, an unhandled ResourceNotFoundException in whichever file ran next in this
+        // process (isolate: false).
         release(ahead.runId);
+        expect(await aheadRunning).toBe("ack");
         if (buffered !== null) {
           const woken = await deliverNext(job, buffered, handlers);
           expect(woken.admitted).toBe(true);
