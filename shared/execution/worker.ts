@@ -226,7 +226,7 @@ async function unlessLastQueued(
  * The tenant's concurrent-runs quota, then the job's overlap policy. A run over the quota waits:
  * back to QUEUED with a fresh message a little later, started before, so its misfire clock does
  * not run while it waits. The slot is freed when the run ends here, whatever the ending; a
- * delivery let off for another that runs the run under the same fence only leaves its take of it.
+ * delivery let off for another start, or that never wrote its own, only leaves its take of it.
  * A tenant with no limit takes no slot.
  */
 async function runAdmitted(
@@ -257,9 +257,9 @@ async function runAdmitted(
     heldElsewhere = lostToStartAtFence(error, run);
     throw error;
   } finally {
-    // Another delivery runs the run under this fence: this one takes its own take off its slot,
-    // which stays held while the other's take is on it too (storage/run-slots.ts).
-    const release = heldElsewhere ? leaveRunSlot : releaseRunSlot;
+    // Only the start that wrote the run frees its slot whole; other deliveries leave their take.
+    const ranHere = !heldElsewhere && (run.unwrittenStart?.written ?? true);
+    const release = ranHere ? releaseRunSlot : leaveRunSlot;
     await release(engine, taken.slot).catch((error: unknown) => {
       // Its lease frees it: the slot is held a lease at most by a run that ended.
       engine.obs.log.warn("could not free a concurrent-runs slot", {

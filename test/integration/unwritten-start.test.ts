@@ -405,6 +405,59 @@ describe("a start held unwritten until the run's first write", () => {
     expect(await running).toBe("ack");
     expect(await runOf(job.jobId)).toMatchObject({ status: "SUCCEEDED", fence: 1 });
   });
+  it("a duplicate delivery that joined the running delivery's slot and then failed leaves that slot held", async () => {
+    const tenantId = "joined-then-failed";
+    await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 1 }, new Date());
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        tenantId,
+        type: "held",
+        schedule: { runAt: new Date().toISOString() },
+        timeoutSeconds: 30,
+      }),
+    );
+    const { received, clock } = await deliveredOnTime(job.jobId);
+    const held = heldHandler();
+    const running = processRun(
+      { ...f.workerDeps("worker-a", { held: held.handler }), engine: { ...f.engine, clock } },
+      received,
+    );
+    await waitFor("worker-a's handler", () => held.contexts.length === 1);
+    // worker-b, the same message again, joins worker-a's slot (the same start) and runs its
+    // handler, and its ending (the run's first write) fails as a timed-out request would.
+    const c = createTestClients();
+    clients.push(c);
+    let joined = false;
+    c.doc.middlewareStack.add(
+      (next) => async (args) => {
+        const input: object = args.input;
+        const key = "Key" in input ? JSON.stringify(input.Key) : "";
+        if (joined && !key.includes('"QUOTA#')) throw new Error("injected: request timed out");
+        const result = await next(args);
+        const update = "UpdateExpression" in input ? String(input.UpdateExpression) : "";
+        if (update.includes("ADD takers")) joined = true;
+        return result;
+      },
+      { step: "initialize", name: "failsAfterJoin" },
+    );
+    const deps = {
+      ...f.workerDeps("worker-b", { held: async () => undefined }),
+      engine: { ...f.engine, doc: c.doc, clock },
+    };
+    await expect(processRun(deps, received)).rejects.toThrow(/injected/);
+    expect(joined).toBe(true);
+    const { runId } = await runOf(job.jobId);
+    // worker-a runs on: its slot, which worker-b joined, is still held for it.
+    expect(
+      (await readQuotaPartition(f.engine, tenantId)).slots.map((s) => [s.index, s.runId, s.fence]),
+    ).toEqual([[0, runId, 1]]);
+
+    held.release();
+    expect(await running).toBe("ack");
+    expect(await runOf(job.jobId)).toMatchObject({ status: "SUCCEEDED", workerId: "worker-a" });
+    expect((await readQuotaPartition(f.engine, tenantId)).slots).toEqual([]);
+  });
   /**
    * The run held unwritten by worker-a (this fixture's lease) is delivered again to worker-b, of a
    * deploy with the lease raised tenfold (its heartbeat `heartbeatMs`, or its lease's): worker-b
