@@ -284,6 +284,52 @@ describe("run storage operations turn failed conditions into what they mean", ()
     expect(await slots()).toEqual([]);
   });
 
+  it("a slot write sent again after the slot was freed and taken anew touches only its own take", async () => {
+    const now = new Date();
+    const tenantId = "tenant-slot-resent";
+    const lease = new Date(now.getTime() + 60_000).toISOString();
+    const running = {
+      tenantId,
+      index: 0,
+      runId: "run-resent",
+      fence: 1,
+      leaseUntil: lease,
+      taker: "take-1",
+    };
+    const letOff = { ...running, taker: "take-2" };
+    const slots = async () =>
+      (await readQuotaPartition(f.engine, tenantId)).slots.map((s) => [
+        s.index,
+        s.runId,
+        [...(s.takers ?? [])].sort(),
+      ]);
+    expect(await takeRunSlot(f.engine, running, now)).toBe(true);
+    expect(await joinRunSlot(f.engine, letOff, true)).toBe(true);
+    await releaseRunSlot(f.engine, running);
+    // The join sent again once the running start freed the slot: nothing is put back.
+    expect(await joinRunSlot(f.engine, letOff, true)).toBe(false);
+    expect(await slots()).toEqual([]);
+
+    // A third delivery of the start takes the slot anew: the let-off take, sent again, leaves it.
+    const third = { ...running, taker: "take-3" };
+    expect(await takeRunSlot(f.engine, third, now)).toBe(true);
+    await leaveRunSlot(f.engine, letOff);
+    expect(await slots()).toEqual([[0, "run-resent", ["take-3"]]]);
+    // Its lease lapsed and another run took the slot: the start's writes leave that run's alone.
+    const lapsedAt = new Date(Date.parse(lease) + 1000);
+    const other = {
+      ...running,
+      runId: "run-other",
+      taker: "take-4",
+      leaseUntil: new Date(lapsedAt.getTime() + 60_000).toISOString(),
+    };
+    expect(await takeRunSlot(f.engine, other, lapsedAt)).toBe(true);
+    await leaveRunSlot(f.engine, third);
+    await releaseRunSlot(f.engine, third);
+    expect(await joinRunSlot(f.engine, third, true)).toBe(false);
+    expect(await slots()).toEqual([[0, "run-other", ["take-4"]]]);
+  });
+
   it("a concurrent-runs slot its worker never freed (it died) expires a day after its last lease", async () => {
     const now = new Date();
     const slot = {
