@@ -40,10 +40,32 @@ describe("a start held unwritten until the run's first write", () => {
       maxReceiveCount: 3,
     });
   });
-  afterEach(() => {
+  /**
+   * The held handlers and the deliveries a case started: a case that fails before releasing its
+   * handler would leave the run heartbeating past afterAll's destroy (writes to deleted tables), and
+   * its ending, awaited by nobody, rejects unhandled in whichever file the process runs then.
+   */
+  const holds: { release(): void }[] = [];
+  const unfinished: Promise<unknown>[] = [];
+  afterEach(async () => {
+    for (const held of holds.splice(0)) held.release();
+    await Promise.allSettled(unfinished.splice(0));
     for (const c of clients.splice(0)) c.destroy();
   });
   afterAll(() => f.destroy());
+
+  /** A held handler (heldHandler) that the case's end releases if the case did not. */
+  function holding() {
+    const held = heldHandler();
+    holds.push(held);
+    return held;
+  }
+
+  /** A delivery the case's end awaits (after releasing its holds) if the case did not. */
+  function underWay<T>(delivery: Promise<T>): Promise<T> {
+    unfinished.push(delivery);
+    return delivery;
+  }
 
   /** A one-off job of `type` due now, and the first delivery of its message. */
   async function dueNow(type: string) {
@@ -95,7 +117,7 @@ describe("a start held unwritten until the run's first write", () => {
    * its handler has been entered and holds until `held.release()`.
    */
   async function recurringRunHeld(tenantId?: string) {
-    const held = heldHandler();
+    const held = holding();
     const { job } = await createJob(
       f.engine,
       testJob({
@@ -105,7 +127,9 @@ describe("a start held unwritten until the run's first write", () => {
       }),
     );
     const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-    const delivery = f.process(f.workerDeps("worker-a", { held: held.handler }), received);
+    const delivery = underWay(
+      f.process(f.workerDeps("worker-a", { held: held.handler }), received),
+    );
     await waitFor("the handler's start", () => held.contexts.length === 1);
     return { held, job, received, delivery };
   }
@@ -175,9 +199,11 @@ describe("a start held unwritten until the run's first write", () => {
   });
 
   it("a run that outlives its first heartbeat is RUNNING from that beat, under the fence its handler got", async () => {
-    const held = heldHandler();
+    const held = holding();
     const { job, received } = await dueNow("held");
-    const delivery = f.process(f.workerDeps("worker-a", { held: held.handler }), received);
+    const delivery = underWay(
+      f.process(f.workerDeps("worker-a", { held: held.handler }), received),
+    );
     await waitFor("the handler's start", () => held.contexts.length === 1);
     expect((await runOf(job.jobId)).status).toBe("QUEUED");
     const running = await waitFor("the first heartbeat", async () => {
@@ -192,9 +218,11 @@ describe("a start held unwritten until the run's first write", () => {
   });
 
   it("a cancel that finds the run QUEUED ends it; the handler is aborted at its first heartbeat and nothing more is written", async () => {
-    const held = heldHandler();
+    const held = holding();
     const { job, received } = await dueNow("held");
-    const delivery = f.process(f.workerDeps("worker-a", { held: held.handler }), received);
+    const delivery = underWay(
+      f.process(f.workerDeps("worker-a", { held: held.handler }), received),
+    );
     await waitFor("the handler's start", () => held.contexts.length === 1);
     const run = await runOf(job.jobId);
     const cancelled = await cancelRun(f.engine, job.tenantId, job.jobId, run.runId);
@@ -248,12 +276,14 @@ describe("a start held unwritten until the run's first write", () => {
   });
 
   it("a message that came back writes its run's start at once", async () => {
-    const held = heldHandler();
+    const held = holding();
     const { job, received } = await dueNow("held");
-    const delivery = f.process(f.workerDeps("worker-a", { held: held.handler }), {
-      ...received,
-      receiveCount: 2,
-    });
+    const delivery = underWay(
+      f.process(f.workerDeps("worker-a", { held: held.handler }), {
+        ...received,
+        receiveCount: 2,
+      }),
+    );
     await waitFor("the handler's start", () => held.contexts.length === 1);
     expect(await runOf(job.jobId)).toMatchObject({ status: "RUNNING", fence: 1 });
     held.release();
@@ -261,12 +291,14 @@ describe("a start held unwritten until the run's first write", () => {
   });
 
   it("a run taken too near the reaper's deadline for it writes its start at once", async () => {
-    const held = heldHandler();
+    const held = holding();
     const { job, received } = await dueNow("held");
     const queued = await runOf(job.jobId);
     // The deadline is a lease after the run was due; its first heartbeat would come after it.
     await sleep(Math.max(0, Date.parse(queued.dueAt) + LEASE_MS - 1500 - Date.now()));
-    const delivery = f.process(f.workerDeps("worker-a", { held: held.handler }), received);
+    const delivery = underWay(
+      f.process(f.workerDeps("worker-a", { held: held.handler }), received),
+    );
     await waitFor("the handler's start", () => held.contexts.length === 1);
     expect(await runOf(job.jobId)).toMatchObject({ status: "RUNNING", fence: 1 });
     held.release();
@@ -274,9 +306,11 @@ describe("a start held unwritten until the run's first write", () => {
   });
 
   it("a run queued again by a claim after an edit is another run: the held start's ending fails", async () => {
-    const held = heldHandler();
+    const held = holding();
     const { job, received } = await dueNow("held");
-    const delivery = f.process(f.workerDeps("worker-a", { held: held.handler }), received);
+    const delivery = underWay(
+      f.process(f.workerDeps("worker-a", { held: held.handler }), received),
+    );
     await waitFor("the handler's start", () => held.contexts.length === 1);
     const run = await runOf(job.jobId);
     // What a claim of the edited job puts over a QUEUED run of an older version. A claim's item has
@@ -418,10 +452,12 @@ describe("a start held unwritten until the run's first write", () => {
       }),
     );
     const { received, clock } = await deliveredOnTime(job.jobId);
-    const held = heldHandler();
-    const running = processRun(
-      { ...f.workerDeps("worker-a", { held: held.handler }), engine: { ...f.engine, clock } },
-      received,
+    const held = holding();
+    const running = underWay(
+      processRun(
+        { ...f.workerDeps("worker-a", { held: held.handler }), engine: { ...f.engine, clock } },
+        received,
+      ),
     );
     await waitFor("worker-a's handler", () => held.contexts.length === 1);
     // worker-b, the same message again, joins worker-a's slot (the same start) and runs its
@@ -596,26 +632,30 @@ describe("a start held unwritten until the run's first write", () => {
       (await readQuotaPartition(f.engine, tenantId)).slots.map((s) => [s.index, s.runId, s.fence]);
     // Slots 0 and 1 free: worker-a starts from slot 0, worker-b from slot 1.
     const [engineA, engineB] = slotTakesAtOnce([0, 0.99], clock);
-    const held = heldHandler();
-    const runningA = processRun(
-      { ...f.workerDeps("worker-a", { held: held.handler }, 200), engine: engineA },
-      received,
+    const held = holding();
+    const runningA = underWay(
+      processRun(
+        { ...f.workerDeps("worker-a", { held: held.handler }, 200), engine: engineA },
+        received,
+      ),
     );
     // worker-b's handler returns once worker-a's first heartbeat wrote the start: its ending is
     // refused by that start, under the fence both took.
-    const refusedB = processRun(
-      {
-        ...f.workerDeps("worker-b", {
-          held: async () => {
-            await waitFor("worker-a's start written", async () => {
-              const run = await runOf(job.jobId);
-              return run.status === "RUNNING" && run.workerId === "worker-a";
-            });
-          },
-        }),
-        engine: engineB,
-      },
-      received,
+    const refusedB = underWay(
+      processRun(
+        {
+          ...f.workerDeps("worker-b", {
+            held: async () => {
+              await waitFor("worker-a's start written", async () => {
+                const run = await runOf(job.jobId);
+                return run.status === "RUNNING" && run.workerId === "worker-a";
+              });
+            },
+          }),
+          engine: engineB,
+        },
+        received,
+      ),
     );
     expect(await refusedB).toBe("ack");
     const { runId } = await runOf(job.jobId);
@@ -631,7 +671,7 @@ describe("a start held unwritten until the run's first write", () => {
   it("two deliveries of a recurring run at once that took two of the tenant's slots: the one the admission lets off frees its own", async () => {
     const tenantId = "two-slots-recurring";
     await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 2 }, new Date());
-    const held = heldHandler();
+    const held = holding();
     const { job } = await createJob(
       f.engine,
       testJob({
@@ -645,13 +685,17 @@ describe("a start held unwritten until the run's first write", () => {
       (await readQuotaPartition(f.engine, tenantId)).slots.map((s) => [s.runId, s.fence]);
     const [engineA, engineB] = slotTakesAtOnce([0, 0.99], clock);
     const deliveries = [
-      processRun(
-        { ...f.workerDeps("worker-a", { held: held.handler }), engine: engineA },
-        received,
+      underWay(
+        processRun(
+          { ...f.workerDeps("worker-a", { held: held.handler }), engine: engineA },
+          received,
+        ),
       ),
-      processRun(
-        { ...f.workerDeps("worker-b", { held: held.handler }), engine: engineB },
-        received,
+      underWay(
+        processRun(
+          { ...f.workerDeps("worker-b", { held: held.handler }), engine: engineB },
+          received,
+        ),
       ),
     ];
     // The first to return is the one let off: the other's admission listed the run.
@@ -689,30 +733,36 @@ describe("a start held unwritten until the run's first write", () => {
         const run = await runOf(job.jobId);
         return run.status === "RUNNING" && run.workerId === "worker-a";
       });
-    const held = heldHandler();
-    const runningA = processRun(
-      { ...f.workerDeps("worker-a", { held: held.handler }, 500), engine: engineA },
-      received,
+    const held = holding();
+    const runningA = underWay(
+      processRun(
+        { ...f.workerDeps("worker-a", { held: held.handler }, 500), engine: engineA },
+        received,
+      ),
     );
     // worker-c's ending is refused by worker-a's start, then worker-b's.
     let refusedCDone = false;
-    const refusedC = processRun(
-      { ...f.workerDeps("worker-c", { held: startWrittenByA }), engine: engineC },
-      received,
-    ).finally(() => {
-      refusedCDone = true;
-    });
-    const refusedB = processRun(
-      {
-        ...f.workerDeps("worker-b", {
-          held: async () => {
-            await startWrittenByA();
-            await waitFor("worker-c's refusal", () => refusedCDone);
-          },
-        }),
-        engine: engineB,
-      },
-      received,
+    const refusedC = underWay(
+      processRun(
+        { ...f.workerDeps("worker-c", { held: startWrittenByA }), engine: engineC },
+        received,
+      ).finally(() => {
+        refusedCDone = true;
+      }),
+    );
+    const refusedB = underWay(
+      processRun(
+        {
+          ...f.workerDeps("worker-b", {
+            held: async () => {
+              await startWrittenByA();
+              await waitFor("worker-c's refusal", () => refusedCDone);
+            },
+          }),
+          engine: engineB,
+        },
+        received,
+      ),
     );
     expect(await refusedC).toBe("ack");
     expect(await refusedB).toBe("ack");
@@ -748,18 +798,22 @@ describe("a start held unwritten until the run's first write", () => {
     // tenant's slots only then.
     const handOver = async () => new RunHandedOver();
     let handedOver = false;
-    const first = processRun(
-      { ...f.workerDeps("worker-a", { "hand-over": handOver }), engine: { ...f.engine, clock } },
-      received,
-    ).finally(() => {
-      handedOver = true;
-    });
-    const refused = processRun(
-      {
-        ...f.workerDeps("worker-b", { "hand-over": handOver }),
-        engine: readsSlotsOnce(() => handedOver, clock),
-      },
-      received,
+    const first = underWay(
+      processRun(
+        { ...f.workerDeps("worker-a", { "hand-over": handOver }), engine: { ...f.engine, clock } },
+        received,
+      ).finally(() => {
+        handedOver = true;
+      }),
+    );
+    const refused = underWay(
+      processRun(
+        {
+          ...f.workerDeps("worker-b", { "hand-over": handOver }),
+          engine: readsSlotsOnce(() => handedOver, clock),
+        },
+        received,
+      ),
     );
     expect(await first).toBe("ack");
     expect(await refused).toBe("ack");
