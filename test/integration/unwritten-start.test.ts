@@ -571,7 +571,8 @@ describe("a start held unwritten until the run's first write", () => {
       (next, context) => async (args) => {
         const input: object = args.input;
         const item = "Item" in input ? (input.Item as Record<string, unknown>) : {};
-        if (context.commandName === "PutCommand" && String(item.sk).startsWith("SLOT#")) {
+        // The document client's commands reach its stack under the low-level client's names.
+        if (context.commandName === "PutItemCommand" && String(item.sk).startsWith("SLOT#")) {
           if (++puts === 2) bothCame();
           // Long enough for a loaded machine: a put let on alone lands before the other's read,
           // which then finds the run's slot and joins it, and the case is one slot, not two.
