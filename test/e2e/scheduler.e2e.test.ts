@@ -456,12 +456,20 @@ describe.concurrent("failures, dead letters and replay", () => {
 
 describe.concurrent("dependencies", () => {
   it("a chain A → B → C over HTTP: each success runs the next once, and the chain reads from either end", async () => {
-    const a = await create({ type: "noop", schedule: { runAt: inMs(500) } });
+    // A run reads its job's dependents when it starts (api.md, Dependencies), so A runs only once
+    // B and C are linked: a trigger sent after their creates answered. A run of A due at a time
+    // raced the creates, and under load lost: B's create answered after A's run had started, and
+    // neither B nor C ever ran.
+    const a = await create({ type: "noop", schedule: { runAt: inMs(3_600_000) } });
     const b = await create({ type: "noop", schedule: { after: { jobs: [a.id] } } });
     const c = await create({
       type: "noop",
       schedule: { after: { jobs: [b.id], on: "completion" } },
     });
+    expect((await asA("POST", `/jobs/${a.id}/trigger`)).status).toBe(202);
+    // No timer on the way from the trigger to C: each ending fans out at once to a run sent due
+    // now, which a waiting receive takes. Three runs and two fan-outs took 11 s at most at a load
+    // of 11-14 (2 cores), well inside the 20 s.
     const cRuns = await waitForRuns(c.id, (r) => succeeded(r).length === 1);
     const [aRun] = await runsOf(a.id);
     const bRuns = await runsOf(b.id);
@@ -475,6 +483,8 @@ describe.concurrent("dependencies", () => {
     expect(cRuns[0]?.trigger?.runId).toBe(bRuns[0]?.runId);
     expect((await asA<Job>("GET", `/jobs/${a.id}`)).body.dependents).toEqual([b.id]);
     expect((await asA<Job>("GET", `/jobs/${b.id}`)).body.dependents).toEqual([c.id]);
+    // Its hour-off run would run the chain again, against a deployed stack.
+    await asA("POST", `/jobs/${a.id}/cancel`);
   });
 });
 
