@@ -4,6 +4,7 @@ import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
 import type { Job, RunSummary } from "../model.js";
 import {
+  conditionalWrite,
   failedConditionItem,
   isConditionalCheckFailed,
   retryOnContention,
@@ -292,8 +293,8 @@ export async function extendAdmission(
   runId: string,
   leaseUntil: Date,
 ) {
-  try {
-    await engine.doc.send(
+  await conditionalWrite(() =>
+    engine.doc.send(
       new UpdateCommand({
         TableName: engine.tables.jobs,
         Key: jobKey(jobId),
@@ -302,10 +303,8 @@ export async function extendAdmission(
         ExpressionAttributeNames: { "#runId": runId },
         ExpressionAttributeValues: { ":leaseUntil": leaseUntil.toISOString() },
       }),
-    );
-  } catch (error) {
-    if (!isConditionalCheckFailed(error)) throw error;
-  }
+    ),
+  );
 }
 
 /**
@@ -334,9 +333,9 @@ async function releaseHeld(
   runId: string,
   attribute: "bufferedRunId" | "rerunWaiting",
 ): Promise<void> {
-  try {
-    // The job item is also written by claims' transactions: a conflict is waited out.
-    await retryOnContention(engine, operation, () =>
+  // The job item is also written by claims' transactions: a conflict is waited out.
+  await conditionalWrite(() =>
+    retryOnContention(engine, operation, () =>
       engine.doc.send(
         new UpdateCommand({
           TableName: engine.tables.jobs,
@@ -346,8 +345,6 @@ async function releaseHeld(
           ExpressionAttributeValues: { ":runId": runId, ":one": 1 },
         }),
       ),
-    );
-  } catch (error) {
-    if (!isConditionalCheckFailed(error)) throw error;
-  }
+    ),
+  );
 }

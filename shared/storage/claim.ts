@@ -3,7 +3,7 @@ import { sleep } from "../clock.js";
 import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
 import type { DueEntry, Run } from "../model.js";
-import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
+import { conditionalWrite, retryOnContention } from "./dynamo-errors.js";
 import { decodeDueEntry, encodeDueEntry, jobKey } from "./items.js";
 import { ConditionsFailedError, type NamedWrite, writeTransaction } from "./transaction.js";
 
@@ -144,8 +144,8 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
     queued.filter(({ run }) => !alreadyPut.has(run.scheduledFor)),
     RUN_PUT_CONCURRENCY,
     async ({ run, item }) => {
-      try {
-        await retryOnContention(engine, "claim run", () =>
+      const written = await conditionalWrite(() =>
+        retryOnContention(engine, "claim run", () =>
           engine.doc.send(
             new PutCommand({
               TableName: tables.runs,
@@ -161,12 +161,10 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
               },
             }),
           ),
-        );
-        put.push(run.scheduledFor);
-      } catch (error) {
-        if (!isConditionalCheckFailed(error)) throw error;
-        running.push(run.scheduledFor);
-      }
+        ),
+      );
+      if (written) put.push(run.scheduledFor);
+      else running.push(run.scheduledFor);
     },
   );
   if (running.length > 0) return { outcome: "occurrences-handled", running, recorded: [], put };
@@ -298,8 +296,8 @@ async function deleteOwnRuns(
   token: string,
 ): Promise<void> {
   await forEachConcurrently(own, RUN_PUT_CONCURRENCY, async ({ item }) => {
-    try {
-      await retryOnContention(engine, "claim run delete", () =>
+    await conditionalWrite(() =>
+      retryOnContention(engine, "claim run delete", () =>
         engine.doc.send(
           new DeleteCommand({
             TableName: engine.tables.runs,
@@ -314,10 +312,8 @@ async function deleteOwnRuns(
             },
           }),
         ),
-      );
-    } catch (error) {
-      if (!isConditionalCheckFailed(error)) throw error;
-    }
+      ),
+    );
   });
 }
 

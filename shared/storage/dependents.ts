@@ -1,6 +1,6 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
-import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
+import { conditionalWrite, retryOnContention } from "./dynamo-errors.js";
 import { jobKey } from "./items.js";
 import type { NamedWrite } from "./transaction.js";
 
@@ -134,11 +134,7 @@ export async function detachFromUpstream(
   const { write } = unlinkUpstream(engine, upstreamId, dependentId);
   const update = write.Update;
   if (update === undefined) return;
-  try {
-    await retryOnContention(engine, "detach-dependent", () =>
-      engine.doc.send(new UpdateCommand(update)),
-    );
-  } catch (error) {
-    if (!isConditionalCheckFailed(error)) throw error;
-  }
+  await conditionalWrite(() =>
+    retryOnContention(engine, "detach-dependent", () => engine.doc.send(new UpdateCommand(update))),
+  );
 }

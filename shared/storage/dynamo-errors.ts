@@ -13,6 +13,22 @@ export function isConditionalCheckFailed(error: unknown): boolean {
 }
 
 /**
+ * Sends a conditional write and answers whether it applied: false when DynamoDB refused it for its
+ * condition, which is an outcome the caller names (moved on, taken, already there) rather than a
+ * failure. Any other error is thrown as it came. `send` is the whole write, with any
+ * `retryOnContention` around it, so contention is waited out before a refusal is read.
+ */
+export async function conditionalWrite(send: () => Promise<unknown>): Promise<boolean> {
+  try {
+    await send();
+    return true;
+  } catch (error) {
+    if (isConditionalCheckFailed(error)) return false;
+    throw error;
+  }
+}
+
+/**
  * Whether the SDK sent the request more than once before this error (it retries a throttle, a
  * 5xx, a timeout or a dropped connection): an earlier attempt may then have been applied with its
  * answer lost, and a failed condition may be this very request's own earlier write. A request

@@ -1,7 +1,7 @@
 import { DeleteCommand, ScanCommand } from "@aws-sdk/lib-dynamodb";
 import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
-import { isConditionalCheckFailed } from "./dynamo-errors.js";
+import { conditionalWrite } from "./dynamo-errors.js";
 
 /** Its TTL has passed: the item's `expiresAt` (epoch seconds) is at or before now. */
 const EXPIRED = "expiresAt <= :now";
@@ -36,19 +36,17 @@ async function sweepTable(engine: Engine, table: string, nowSeconds: number): Pr
       }),
     );
     await forEachConcurrently(page.Items ?? [], 8, async (item) => {
-      try {
-        await engine.doc.send(
+      const applied = await conditionalWrite(() =>
+        engine.doc.send(
           new DeleteCommand({
             TableName: table,
             Key: { pk: item.pk, sk: item.sk },
             ConditionExpression: EXPIRED,
             ExpressionAttributeValues: { ":now": nowSeconds },
           }),
-        );
-        deleted++;
-      } catch (error) {
-        if (!isConditionalCheckFailed(error)) throw error;
-      }
+        ),
+      );
+      if (applied) deleted++;
     });
     startKey = page.LastEvaluatedKey;
   } while (startKey);

@@ -2,7 +2,11 @@ import { QueryCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
 import { batchGetItems } from "./batch-get.js";
-import { failedConditionItem, isConditionalCheckFailed } from "./dynamo-errors.js";
+import {
+  conditionalWrite,
+  failedConditionItem,
+  isConditionalCheckFailed,
+} from "./dynamo-errors.js";
 import { decodeRun, inflightPk } from "./items.js";
 import { runExpiresAt } from "./retention.js";
 import { type RunRef, runKeyOf } from "./run-reads.js";
@@ -215,8 +219,10 @@ export async function undoResend(
     }
   }
   if (pushed.misfireFrom !== null) remove.push("misfireFrom");
-  try {
-    await engine.doc.send(
+  // Refused: moved on since the push (started, ended, or pushed again), or this very write applied
+  // with its answer lost; either way nothing is left to take back.
+  return conditionalWrite(() =>
+    engine.doc.send(
       new UpdateCommand({
         TableName: engine.tables.runs,
         Key: runKey(run.jobId, run.scheduledFor, run.attempt),
@@ -225,14 +231,8 @@ export async function undoResend(
         ExpressionAttributeNames: { "#status": "status" },
         ExpressionAttributeValues: values,
       }),
-    );
-    return true;
-  } catch (error) {
-    // Moved on since the push (started, ended, or pushed again), or this very write applied with
-    // its answer lost: either way nothing is left to take back.
-    if (isConditionalCheckFailed(error)) return false;
-    throw error;
-  }
+    ),
+  );
 }
 
 /**
@@ -249,8 +249,8 @@ export async function pushQueuedDeadline(
   fence: number,
   deadline: Date,
 ): Promise<boolean> {
-  try {
-    await engine.doc.send(
+  return conditionalWrite(() =>
+    engine.doc.send(
       new UpdateCommand({
         TableName: engine.tables.runs,
         Key: runKeyOf(ref),
@@ -264,10 +264,6 @@ export async function pushQueuedDeadline(
           ":expiresAt": runExpiresAt(engine.clock(), engine.settings),
         },
       }),
-    );
-    return true;
-  } catch (error) {
-    if (isConditionalCheckFailed(error)) return false;
-    throw error;
-  }
+    ),
+  );
 }

@@ -1,7 +1,7 @@
 import { DeleteCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import type { Job } from "../model.js";
-import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
+import { conditionalWrite, retryOnContention } from "./dynamo-errors.js";
 import { jobKey } from "./items.js";
 
 /** Only an ended job's item goes: a cancel (or completion) comes first, with its due entry. */
@@ -15,8 +15,8 @@ const JOB_ENDED = "#status IN (:cancelled, :completed)";
  * outcome.
  */
 export async function deleteEndedJob(engine: Engine, job: Job): Promise<void> {
-  try {
-    await retryOnContention(engine, "delete", () =>
+  await conditionalWrite(() =>
+    retryOnContention(engine, "delete", () =>
       engine.doc.send(
         new DeleteCommand({
           TableName: engine.tables.jobs,
@@ -26,8 +26,6 @@ export async function deleteEndedJob(engine: Engine, job: Job): Promise<void> {
           ExpressionAttributeValues: { ":cancelled": "CANCELLED", ":completed": "COMPLETED" },
         }),
       ),
-    );
-  } catch (error) {
-    if (!isConditionalCheckFailed(error)) throw error;
-  }
+    ),
+  );
 }

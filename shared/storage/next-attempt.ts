@@ -1,7 +1,7 @@
 import { DeleteCommand, PutCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import type { DueEntry, RunStatus } from "../model.js";
-import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
+import { conditionalWrite, retryOnContention } from "./dynamo-errors.js";
 import { encodeDueEntry } from "./items.js";
 import { boundedText } from "./stored-text.js";
 
@@ -33,13 +33,11 @@ export async function putNextAttempt(engine: Engine, next: NextAttemptWrite): Pr
     "runItem" in next
       ? { TableName: engine.tables.runs, Item: next.runItem }
       : { TableName: engine.tables.jobs, Item: encodeDueEntry(next.dueEntry) };
-  try {
-    await retryOnContention(engine, "finish", () =>
+  await conditionalWrite(() =>
+    retryOnContention(engine, "finish", () =>
       engine.doc.send(new PutCommand({ ...put, ConditionExpression: NOT_WRITTEN_YET })),
-    );
-  } catch (error) {
-    if (!isConditionalCheckFailed(error)) throw error;
-  }
+    ),
+  );
 }
 
 /** Why a next attempt does not run: the attempt before it ended otherwise than FAILED. */
@@ -64,7 +62,7 @@ export async function retractNextAttempt(
   reason: string,
   now: Date,
 ): Promise<void> {
-  try {
+  await conditionalWrite(async () => {
     if ("runItem" in next) {
       await engine.doc.send(
         new UpdateCommand({
@@ -93,7 +91,5 @@ export async function retractNextAttempt(
         }),
       );
     }
-  } catch (error) {
-    if (!isConditionalCheckFailed(error)) throw error;
-  }
+  });
 }

@@ -1,6 +1,6 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
-import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
+import { conditionalWrite, retryOnContention } from "./dynamo-errors.js";
 import { quotaPk, USAGE_SK, type UsageReservation } from "./tenant-quotas.js";
 
 /**
@@ -40,8 +40,8 @@ export async function giveBackUsage(
   const counters = (["activeJobs", "runsPerMinute"] as const).filter((c) => added[c] > 0);
   if (counters.length === 0) return true;
   const sends = sentAgainOnlyAfterRefusals();
-  try {
-    await retryOnContention(engine, "quota-usage", () =>
+  return conditionalWrite(() =>
+    retryOnContention(engine, "quota-usage", () =>
       engine.doc.send(
         sends.guard(
           new UpdateCommand({
@@ -62,12 +62,8 @@ export async function giveBackUsage(
           }),
         ),
       ),
-    );
-    return true;
-  } catch (error) {
-    if (isConditionalCheckFailed(error)) return false;
-    throw error;
-  }
+    ),
+  );
 }
 
 /** What the SDK meets instead of a give-back's resend once a send may have been applied. */

@@ -1,7 +1,7 @@
 import { UpdateCommand, type UpdateCommandInput } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { batchGetItems } from "./batch-get.js";
-import { isConditionalCheckFailed } from "./dynamo-errors.js";
+import { conditionalWrite } from "./dynamo-errors.js";
 import type { InflightEntry } from "./inflight.js";
 import { reaperCursorKey } from "./items.js";
 
@@ -101,11 +101,9 @@ async function updateCursorIf(
     "ConditionExpression" | "UpdateExpression" | "ExpressionAttributeValues"
   >,
 ): Promise<void> {
-  try {
-    await engine.doc.send(
+  await conditionalWrite(() =>
+    engine.doc.send(
       new UpdateCommand({ TableName: engine.tables.jobs, Key: reaperCursorKey(shard), ...write }),
-    );
-  } catch (error) {
-    if (!isConditionalCheckFailed(error)) throw error;
-  }
+    ),
+  );
 }

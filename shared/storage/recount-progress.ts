@@ -1,6 +1,6 @@
 import { DeleteCommand, GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
-import { isConditionalCheckFailed } from "./dynamo-errors.js";
+import { conditionalWrite } from "./dynamo-errors.js";
 import { epochSeconds } from "./retention.js";
 import { decodeSeenUsage, type SeenUsage } from "./seen-usage.js";
 import { type QuotaUsage, quotaPk } from "./tenant-quotas.js";
@@ -115,8 +115,8 @@ export async function writeRecountProgress(
   progress: RecountProgress,
   previousStep: number | undefined,
 ): Promise<boolean> {
-  try {
-    await engine.doc.send(
+  return conditionalWrite(() =>
+    engine.doc.send(
       new PutCommand({
         TableName: engine.tables.jobs,
         Item: {
@@ -137,12 +137,8 @@ export async function writeRecountProgress(
               ExpressionAttributeValues: { ":step": previousStep },
             }),
       }),
-    );
-    return true;
-  } catch (error) {
-    if (isConditionalCheckFailed(error)) return false;
-    throw error;
-  }
+    ),
+  );
 }
 
 /** A finished recount's progress goes (a repeat finds none and starts afresh). */

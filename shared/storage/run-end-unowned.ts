@@ -3,6 +3,7 @@ import { runDurationMs } from "../clock.js";
 import type { Engine } from "../engine.js";
 import type { CancelSource, DueEntry, Run } from "../model.js";
 import {
+  conditionalWrite,
   failedConditionItem,
   isConditionalCheckFailed,
   retryOnContention,
@@ -163,9 +164,9 @@ export async function endRunAsSeen(
 }
 
 async function forgetActiveRun(engine: Engine, jobId: string, runId: string): Promise<void> {
-  try {
-    // The job item meets claims' transactions, as the worker's own run-end write does.
-    await retryOnContention(engine, "forget-active-run", () =>
+  // The job item meets claims' transactions, as the worker's own run-end write does.
+  await conditionalWrite(() =>
+    retryOnContention(engine, "forget-active-run", () =>
       engine.doc.send(
         new UpdateCommand({
           TableName: engine.tables.jobs,
@@ -175,8 +176,6 @@ async function forgetActiveRun(engine: Engine, jobId: string, runId: string): Pr
           ExpressionAttributeNames: { "#runId": runId },
         }),
       ),
-    );
-  } catch (error) {
-    if (!isConditionalCheckFailed(error)) throw error;
-  }
+    ),
+  );
 }

@@ -2,7 +2,11 @@ import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
 import { runLogKeys } from "../observability.js";
-import { failedConditionItem, isConditionalCheckFailed } from "./dynamo-errors.js";
+import {
+  conditionalWrite,
+  failedConditionItem,
+  isConditionalCheckFailed,
+} from "./dynamo-errors.js";
 import { decodeRun, jobKey } from "./items.js";
 import { runExpiresAt } from "./retention.js";
 import { fencedRunUpdate } from "./run-fence.js";
@@ -74,7 +78,7 @@ export async function parkRun(engine: Engine, run: Run, now: Date): Promise<bool
     ExpressionAttributeNames: { "#status": "status" },
   };
   const asParked = { ":queued": "QUEUED", ":fence": run.fence, ":deadline": deadline };
-  try {
+  await conditionalWrite(async () => {
     if (listed === "full") {
       engine.obs.log.warn("a paused job lists its most runs; this one waits for the reaper", {
         ...runLogKeys(run),
@@ -99,9 +103,7 @@ export async function parkRun(engine: Engine, run: Run, now: Date): Promise<bool
         }),
       );
     }
-  } catch (error) {
-    if (!isConditionalCheckFailed(error)) throw error;
-  }
+  });
   return true;
 }
 

@@ -1,6 +1,10 @@
 import { DeleteCommand, PutCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
-import { failedConditionItem, isConditionalCheckFailed } from "./dynamo-errors.js";
+import {
+  conditionalWrite,
+  failedConditionItem,
+  isConditionalCheckFailed,
+} from "./dynamo-errors.js";
 import { runSlotExpiresAt } from "./retention.js";
 import { quotaPk, type RunSlot, slotSk } from "./tenant-quotas.js";
 
@@ -89,8 +93,8 @@ export async function joinRunSlot(
   slot: TakenSlot,
   recorded: boolean,
 ): Promise<boolean> {
-  try {
-    await engine.doc.send(
+  return conditionalWrite(() =>
+    engine.doc.send(
       new UpdateCommand({
         TableName: engine.tables.jobs,
         Key: { pk: quotaPk(slot.tenantId), sk: slotSk(slot.index) },
@@ -104,12 +108,8 @@ export async function joinRunSlot(
           ":takers": new Set(recorded ? [slot.taker] : [slot.taker, UNRECORDED_TAKE]),
         },
       }),
-    );
-    return true;
-  } catch (error) {
-    if (isConditionalCheckFailed(error)) return false;
-    throw error;
-  }
+    ),
+  );
 }
 
 /** A heartbeat's: the slot's lease follows the run's. False when the slot is no longer this start's. */
@@ -118,8 +118,8 @@ export async function extendRunSlot(
   slot: RunSlot,
   leaseUntil: Date,
 ): Promise<boolean> {
-  try {
-    await engine.doc.send(
+  return conditionalWrite(() =>
+    engine.doc.send(
       new UpdateCommand({
         TableName: engine.tables.jobs,
         Key: { pk: quotaPk(slot.tenantId), sk: slotSk(slot.index) },
@@ -132,12 +132,8 @@ export async function extendRunSlot(
           ":expiresAt": runSlotExpiresAt(leaseUntil),
         },
       }),
-    );
-    return true;
-  } catch (error) {
-    if (isConditionalCheckFailed(error)) return false;
-    throw error;
-  }
+    ),
+  );
 }
 
 /**
@@ -145,18 +141,16 @@ export async function extendRunSlot(
  * the run keeps its own), whatever other takes of the start are on it.
  */
 export async function releaseRunSlot(engine: Engine, slot: RunSlot): Promise<void> {
-  try {
-    await engine.doc.send(
+  await conditionalWrite(() =>
+    engine.doc.send(
       new DeleteCommand({
         TableName: engine.tables.jobs,
         Key: { pk: quotaPk(slot.tenantId), sk: slotSk(slot.index) },
         ConditionExpression: SAME_START,
         ExpressionAttributeValues: { ":runId": slot.runId, ":fence": slot.fence },
       }),
-    );
-  } catch (error) {
-    if (!isConditionalCheckFailed(error)) throw error;
-  }
+    ),
+  );
 }
 
 /** Each attempt is a delete and an update; only other takes leaving at the same moment need more. */
@@ -191,8 +185,10 @@ export async function leaveRunSlot(engine: Engine, slot: TakenSlot): Promise<voi
       if (old === null || old.runId !== slot.runId || old.fence !== slot.fence) return;
       if (!hasTake(old, slot.taker)) return;
     }
-    try {
-      await engine.doc.send(
+    // Refused when the other takes left meanwhile: this one is then the last, and the next
+    // attempt's delete frees the slot.
+    const left = await conditionalWrite(() =>
+      engine.doc.send(
         new UpdateCommand({
           TableName: engine.tables.jobs,
           Key: key,
@@ -204,11 +200,8 @@ export async function leaveRunSlot(engine: Engine, slot: TakenSlot): Promise<voi
             ":takers": new Set([slot.taker]),
           },
         }),
-      );
-      return;
-    } catch (error) {
-      // The other takes left meanwhile: this one is the last, and deletes the slot.
-      if (!isConditionalCheckFailed(error)) throw error;
-    }
+      ),
+    );
+    if (left) return;
   }
 }

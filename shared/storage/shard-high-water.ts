@@ -1,7 +1,7 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { batchGetItems } from "./batch-get.js";
-import { isConditionalCheckFailed } from "./dynamo-errors.js";
+import { conditionalWrite } from "./dynamo-errors.js";
 import { reaperCursorKey, shardHighWaterKey } from "./items.js";
 import { type ReaperCursor, reaperCursorsOf } from "./reaper-cursor.js";
 
@@ -45,8 +45,8 @@ export async function raiseShardHighWater(
   count: number,
   now: Date,
 ): Promise<boolean> {
-  try {
-    await engine.doc.send(
+  return conditionalWrite(() =>
+    engine.doc.send(
       new UpdateCommand({
         TableName: engine.tables.jobs,
         Key: shardHighWaterKey,
@@ -54,10 +54,6 @@ export async function raiseShardHighWater(
         UpdateExpression: "SET shardCount = :count, raisedAt = :now",
         ExpressionAttributeValues: { ":count": count, ":now": now.toISOString() },
       }),
-    );
-    return true;
-  } catch (error) {
-    if (isConditionalCheckFailed(error)) return false;
-    throw error;
-  }
+    ),
+  );
 }

@@ -8,7 +8,7 @@ import {
 } from "@aws-sdk/lib-dynamodb";
 import type { TenantQuotas } from "../config.js";
 import type { Engine } from "../engine.js";
-import { isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
+import { conditionalWrite, isConditionalCheckFailed, retryOnContention } from "./dynamo-errors.js";
 import { type SeenUsage, stillSeen } from "./seen-usage.js";
 
 /**
@@ -264,8 +264,8 @@ export async function writeRecountedUsage(
   now: Date,
 ): Promise<boolean> {
   const unchanged = seen === null ? null : stillSeen(seen);
-  try {
-    await engine.doc.send(
+  return conditionalWrite(() =>
+    engine.doc.send(
       new PutCommand({
         TableName: engine.tables.jobs,
         Item: {
@@ -283,10 +283,6 @@ export async function writeRecountedUsage(
               ExpressionAttributeValues: unchanged.values,
             }),
       }),
-    );
-    return true;
-  } catch (error) {
-    if (isConditionalCheckFailed(error)) return false;
-    throw error;
-  }
+    ),
+  );
 }

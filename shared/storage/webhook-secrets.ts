@@ -2,6 +2,7 @@ import { GetCommand, PutCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
 import {
+  conditionalWrite,
   failedConditionItem,
   isConditionalCheckFailed,
   sentMoreThanOnce,
@@ -80,8 +81,8 @@ export async function writeFirstWebhookSecrets(
   engine: Engine,
   secrets: TenantWebhookSecrets,
 ): Promise<boolean> {
-  try {
-    await engine.doc.send(
+  return conditionalWrite(() =>
+    engine.doc.send(
       new PutCommand({
         TableName: engine.tables.webhookSecrets,
         Item: {
@@ -92,12 +93,8 @@ export async function writeFirstWebhookSecrets(
         },
         ConditionExpression: "attribute_not_exists(pk)",
       }),
-    );
-    return true;
-  } catch (error) {
-    if (isConditionalCheckFailed(error)) return false;
-    throw error;
-  }
+    ),
+  );
 }
 
 /**

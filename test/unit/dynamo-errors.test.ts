@@ -1,4 +1,5 @@
 import {
+  ConditionalCheckFailedException,
   TransactionCanceledException,
   TransactionConflictException,
   TransactionInProgressException,
@@ -7,6 +8,7 @@ import { describe, expect, it } from "vitest";
 import { METRICS, MetricsRecorder, silentObservability } from "../../shared/observability.js";
 import { refusedUnwritten } from "../../shared/quotas/usage.js";
 import {
+  conditionalWrite,
   isContention,
   isThrottling,
   isTransactionInProgress,
@@ -155,5 +157,58 @@ describe("sentMoreThanOnce", () => {
     expect(sentMoreThanOnce(failedCondition(1))).toBe(false);
     expect(sentMoreThanOnce(failedCondition())).toBe(false);
     expect(sentMoreThanOnce(null)).toBe(false);
+  });
+});
+
+describe("conditionalWrite", () => {
+  const refused = () =>
+    new ConditionalCheckFailedException({
+      message: "The conditional request failed",
+      $metadata: { httpStatusCode: 400 },
+    });
+
+  it("is true when the write applied", async () => {
+    let sends = 0;
+    await expect(conditionalWrite(async () => ++sends)).resolves.toBe(true);
+    expect(sends).toBe(1);
+  });
+
+  it("is false when the write's condition failed", async () => {
+    await expect(
+      conditionalWrite(async () => {
+        throw refused();
+      }),
+    ).resolves.toBe(false);
+  });
+
+  it("throws any other error as it came, a transaction cancelled for a condition among them", async () => {
+    const throttled = Object.assign(new Error("slow down"), { name: "ThrottlingException" });
+    await expect(
+      conditionalWrite(async () => {
+        throw throttled;
+      }),
+    ).rejects.toBe(throttled);
+    const cancelledForCondition = cancelled("ConditionalCheckFailed");
+    await expect(
+      conditionalWrite(async () => {
+        throw cancelledForCondition;
+      }),
+    ).rejects.toBe(cancelledForCondition);
+  });
+
+  it("reads the refusal after retryOnContention has waited out contention", async () => {
+    const metrics = new MetricsRecorder();
+    let sends = 0;
+    const applied = await conditionalWrite(() =>
+      retryOnContention(
+        { random: () => 0, obs: { log: silentObservability.log, metrics } },
+        "give-back",
+        async () => {
+          if (++sends === 1) throw cancelled("TransactionConflict");
+          throw refused();
+        },
+      ),
+    );
+    expect([applied, sends]).toEqual([false, 2]);
   });
 });
