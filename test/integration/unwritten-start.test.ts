@@ -7,7 +7,13 @@ import { FenceLostError } from "../../shared/errors.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import { type JobContext, RunHandedOver } from "../../shared/execution/job-contract.js";
 import { processRun } from "../../shared/execution/worker.js";
-import { cancelRun, createJob, pauseJob, triggerJob } from "../../shared/jobs/index.js";
+import {
+  cancelRun,
+  createJob,
+  type NewJob,
+  pauseJob,
+  triggerJob,
+} from "../../shared/jobs/index.js";
 import type { Run } from "../../shared/model.js";
 import { getJob, runKeyOf } from "../../shared/storage/run-reads.js";
 import { readQuotaPartition, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
@@ -616,21 +622,30 @@ describe("a start held unwritten until the run's first write", () => {
     return { received, clock: () => new Date(Date.now() - lateMs) };
   }
 
-  it("two deliveries at once that took two of the tenant's slots: the one refused by the other's start frees its own", async () => {
-    const tenantId = "two-slots";
-    await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 2 }, new Date());
-    const { job } = await createJob(
-      f.engine,
-      testJob({
-        tenantId,
-        type: "held",
-        schedule: { runAt: new Date().toISOString() },
-        timeoutSeconds: 30,
-      }),
-    );
+  /**
+   * A job of `tenantId`, whose concurrentRuns quota is set to `concurrentRuns` first (a one-off
+   * `held` job due now unless `definition` says otherwise), its delivery on time (deliveredOnTime),
+   * and a read of the tenant's slots as [index, runId, fence].
+   */
+  async function deliveredUnderSlotQuota(
+    tenantId: string,
+    concurrentRuns: number,
+    definition: Partial<NewJob> = {
+      type: "held",
+      schedule: { runAt: new Date().toISOString() },
+      timeoutSeconds: 30,
+    },
+  ) {
+    await writeQuotaOverride(f.engine, tenantId, { concurrentRuns }, new Date());
+    const { job } = await createJob(f.engine, testJob({ tenantId, ...definition }));
     const { received, clock } = await deliveredOnTime(job.jobId);
     const slotsHeld = async () =>
       (await readQuotaPartition(f.engine, tenantId)).slots.map((s) => [s.index, s.runId, s.fence]);
+    return { job, received, clock, slotsHeld };
+  }
+
+  it("two deliveries at once that took two of the tenant's slots: the one refused by the other's start frees its own", async () => {
+    const { job, received, clock, slotsHeld } = await deliveredUnderSlotQuota("two-slots", 2);
     // Slots 0 and 1 free: worker-a starts from slot 0, worker-b from slot 1.
     const [engineA, engineB] = slotTakesAtOnce([0, 0.99], clock);
     const held = holding();
@@ -670,20 +685,15 @@ describe("a start held unwritten until the run's first write", () => {
   });
 
   it("two deliveries of a recurring run at once that took two of the tenant's slots: the one the admission lets off frees its own", async () => {
-    const tenantId = "two-slots-recurring";
-    await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 2 }, new Date());
     const held = holding();
-    const { job } = await createJob(
-      f.engine,
-      testJob({
-        tenantId,
-        type: "held",
-        schedule: { every: "PT1H", startAt: new Date(Date.now() + 200).toISOString() },
-      }),
-    );
-    const { received, clock } = await deliveredOnTime(job.jobId);
+    const delivered = await deliveredUnderSlotQuota("two-slots-recurring", 2, {
+      type: "held",
+      schedule: { every: "PT1H", startAt: new Date(Date.now() + 200).toISOString() },
+    });
+    const { job, received, clock } = delivered;
+    // Which delivery's slot stays (0 or 1) is whichever admission came first: read without it.
     const slotsHeld = async () =>
-      (await readQuotaPartition(f.engine, tenantId)).slots.map((s) => [s.runId, s.fence]);
+      (await delivered.slotsHeld()).map(([, runId, fence]) => [runId, fence]);
     const [engineA, engineB] = slotTakesAtOnce([0, 0.99], clock);
     const deliveries = [
       underWay(
@@ -711,20 +721,10 @@ describe("a start held unwritten until the run's first write", () => {
   });
 
   it("three deliveries at once, two in the slot of the one that runs: the refused ones leave that slot held and free the other", async () => {
-    const tenantId = "three-deliveries";
-    await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 2 }, new Date());
-    const { job } = await createJob(
-      f.engine,
-      testJob({
-        tenantId,
-        type: "held",
-        schedule: { runAt: new Date().toISOString() },
-        timeoutSeconds: 30,
-      }),
+    const { job, received, clock, slotsHeld } = await deliveredUnderSlotQuota(
+      "three-deliveries",
+      2,
     );
-    const { received, clock } = await deliveredOnTime(job.jobId);
-    const slotsHeld = async () =>
-      (await readQuotaPartition(f.engine, tenantId)).slots.map((s) => [s.index, s.runId, s.fence]);
     // worker-a and worker-b take slots 0 and 1 at once; worker-c, which read the run QUEUED with
     // them, reads the tenant's slots once both are taken, and takes the run's first, worker-a's.
     const [engineA, engineB] = slotTakesAtOnce([0, 0.99], clock);
@@ -779,21 +779,12 @@ describe("a start held unwritten until the run's first write", () => {
   });
 
   it("a delivery whose slot is taken once the other delivery handed the run to its async target frees it (concurrentRuns 1)", async () => {
-    const tenantId = "handed-over";
-    await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 1 }, new Date());
-    const { job } = await createJob(
-      f.engine,
-      testJob({
-        tenantId,
-        type: "hand-over",
-        target: { url: "http://127.0.0.1:9/run", mode: "async" },
-        schedule: { runAt: new Date().toISOString() },
-        timeoutSeconds: 30,
-      }),
-    );
-    const { received, clock } = await deliveredOnTime(job.jobId);
-    const slotsHeld = async () =>
-      (await readQuotaPartition(f.engine, tenantId)).slots.map((s) => [s.index, s.runId, s.fence]);
+    const { job, received, clock, slotsHeld } = await deliveredUnderSlotQuota("handed-over", 1, {
+      type: "hand-over",
+      target: { url: "http://127.0.0.1:9/run", mode: "async" },
+      schedule: { runAt: new Date().toISOString() },
+      timeoutSeconds: 30,
+    });
     // The target answers 202 at once: worker-a hands the run over, and frees its slot (an async
     // run holds none once handed over). worker-b read the run QUEUED with worker-a, and reads the
     // tenant's slots only then.
