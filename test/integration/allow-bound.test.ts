@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, it } from "vitest";
 import { sleep } from "../../shared/clock.js";
 import { type JobContext, JobError, type JobHandler } from "../../shared/execution/job-contract.js";
 import type { WorkerDeps } from "../../shared/execution/worker.js";
@@ -20,15 +20,19 @@ const recheckingSoon = <Deps extends WorkerDeps>(deps: Deps): Deps => ({
 /**
  * `allow` with maxConcurrent 2 holds its bound whatever reaches the workers at once: triggered
  * runs, each delivered twice, replays of dead letters, and the retries of runs that fail.
+ *
+ * The two describes run side by side (describe.concurrent), each on tables and queues of its own:
+ * each case counts only its own handler's runs, and neither bounds real time; one after another
+ * they took 16 s in the last fresh-clone CI, most of it waiting on runs that sleep or are held.
  */
-describe("allow's maxConcurrent under triggers, replays, retries and duplicate deliveries at once", () => {
+describe.concurrent("allow's maxConcurrent under triggers, replays, retries and duplicate deliveries at once", () => {
   let f: EngineFixture;
   beforeAll(async () => {
     f = await createEngineFixture();
   });
   afterAll(() => f.destroy());
 
-  it("never runs more than maxConcurrent, and runs each run once", async () => {
+  it("never runs more than maxConcurrent, and runs each run once", async ({ expect }) => {
     let phase: "dying" | "running" = "dying";
     let active = 0;
     let most = 0;
@@ -128,14 +132,16 @@ describe("allow's maxConcurrent under triggers, replays, retries and duplicate d
   }, 90_000);
 });
 
-describe("allow's maxConcurrent lowered while runs are under way", () => {
+describe.concurrent("allow's maxConcurrent lowered while runs are under way", () => {
   let f: EngineFixture;
   beforeAll(async () => {
     f = await createEngineFixture();
   });
   afterAll(() => f.destroy());
 
-  it("runs started after the edit keep to the new bound: none beside the three still running", async () => {
+  it("runs started after the edit keep to the new bound: none beside the three still running", async ({
+    expect,
+  }) => {
     let active = 0;
     const activeAtStart = new Map<string, number>();
     let release: () => void = () => undefined;
