@@ -20,7 +20,12 @@ import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
 import { idempotencyKey, jobKey } from "../../shared/storage/items.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import { runKey } from "../../shared/storage/runs.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  caseFixture,
+  createEngineFixture,
+  type EngineFixture,
+  testJob,
+} from "../support/engine-fixture.js";
 import { waitFor } from "../support/wait.js";
 
 const TENANT = "tenant-a";
@@ -55,14 +60,18 @@ const at = (f: EngineFixture, offsetMs: number): Engine => ({
   clock: offsetClock(offsetMs),
 });
 
-describe("end conditions: maxRuns and endAt", () => {
-  let f: EngineFixture;
-  beforeAll(async () => {
-    f = await createEngineFixture();
-  });
-  afterAll(() => f.destroy());
-
-  it("maxRuns: the dispatcher queues exactly that many occurrences across claims, then the job is COMPLETED", async () => {
+/**
+ * Each case on tables and queues of its own (caseFixture), side by side: a dispatcher pass claims
+ * every job in its tables and a worker loop takes every message in its queue, so on one fixture
+ * each case's tick and loop worked through the others' jobs too. The describes below run beside
+ * these, each on its fixture, their cases one after another (it.sequential).
+ */
+describe.concurrent("end conditions: maxRuns and endAt", () => {
+  it("maxRuns: the dispatcher queues exactly that many occurrences across claims, then the job is COMPLETED", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await caseFixture(onTestFinished);
     const start = new Date(Math.ceil((Date.now() + 30 * MINUTE) / MINUTE) * MINUTE);
     const { job } = await createJob(
       f.engine,
@@ -106,7 +115,11 @@ describe("end conditions: maxRuns and endAt", () => {
     );
   });
 
-  it("endAt: no occurrence after it is queued; one at it is, and the job completes", async () => {
+  it("endAt: no occurrence after it is queued; one at it is, and the job completes", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await caseFixture(onTestFinished);
     const start = new Date(Math.ceil((Date.now() + 30 * MINUTE) / MINUTE) * MINUTE);
     const endAt = new Date(start.getTime() + 6 * MINUTE);
     const { job } = await createJob(
@@ -128,7 +141,11 @@ describe("end conditions: maxRuns and endAt", () => {
     });
   });
 
-  it("a per-second job with maxRuns 120 is claimed in several transactions, each occurrence once", async () => {
+  it("a per-second job with maxRuns 120 is claimed in several transactions, each occurrence once", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await caseFixture(onTestFinished);
     const start = new Date(Math.ceil((Date.now() + 10 * SECOND) / SECOND) * SECOND);
     const { job } = await createJob(
       f.engine,
@@ -141,7 +158,11 @@ describe("end conditions: maxRuns and endAt", () => {
     expect(runs.at(-1)?.scheduledFor).toBe(new Date(start.getTime() + 119 * SECOND).toISOString());
   });
 
-  it("the last occurrence runs exactly once, and nothing after it", async () => {
+  it("the last occurrence runs exactly once, and nothing after it", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await caseFixture(onTestFinished);
     const stop = new AbortController();
     const loop = runWorkerLoop(f.workerDeps("endings-worker"), {
       concurrency: 4,
@@ -183,7 +204,11 @@ describe("end conditions: maxRuns and endAt", () => {
     }
   });
 
-  it("an edit lowering maxRuns to the occurrences already queued completes the job at once", async () => {
+  it("an edit lowering maxRuns to the occurrences already queued completes the job at once", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await caseFixture(onTestFinished);
     const start = new Date(Math.ceil((Date.now() + 2 * MINUTE) / MINUTE) * MINUTE);
     const { job } = await createJob(
       f.engine,
@@ -201,7 +226,11 @@ describe("end conditions: maxRuns and endAt", () => {
     expect((await runsOf(f, job.jobId)).filter((r) => r.status === "QUEUED").length).toBe(queued);
   });
 
-  it("an edit raising maxRuns lets the job go on from its pending occurrence", async () => {
+  it("an edit raising maxRuns lets the job go on from its pending occurrence", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await caseFixture(onTestFinished);
     const start = new Date(Math.ceil((Date.now() + 30 * MINUTE) / MINUTE) * MINUTE);
     const { job } = await createJob(
       f.engine,
@@ -217,7 +246,11 @@ describe("end conditions: maxRuns and endAt", () => {
     });
   });
 
-  it("an edit moving endAt before queued occurrences: their workers skip them, and the job completes", async () => {
+  it("an edit moving endAt before queued occurrences: their workers skip them, and the job completes", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await caseFixture(onTestFinished);
     const start = new Date(Math.ceil((Date.now() + 3 * SECOND) / SECOND) * SECOND);
     const { job } = await createJob(
       f.engine,
@@ -245,7 +278,11 @@ describe("end conditions: maxRuns and endAt", () => {
     });
   });
 
-  it("a paused job resumed after an edit that ended it is COMPLETED, not ACTIVE with nothing to run", async () => {
+  it("a paused job resumed after an edit that ended it is COMPLETED, not ACTIVE with nothing to run", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await caseFixture(onTestFinished);
     const start = new Date(Math.ceil((Date.now() + 30 * MINUTE) / MINUTE) * MINUTE);
     const { job } = await createJob(
       f.engine,
@@ -264,14 +301,14 @@ describe("end conditions: maxRuns and endAt", () => {
   });
 });
 
-describe("retention: TTL values, idempotency window, dead letters, the expiry sweep", () => {
+describe.concurrent("retention: TTL values, idempotency window, dead letters, the expiry sweep", () => {
   let f: EngineFixture;
   beforeAll(async () => {
     f = await createEngineFixture({ settings: { retentionDays: 30, deadLetterRetentionDays: 90 } });
   });
   afterAll(() => f.destroy());
 
-  it("a cancelled job expires a retention after its cancel; a deleted job's runs keep their TTL", async () => {
+  it.sequential("a cancelled job expires a retention after its cancel; a deleted job's runs keep their TTL", async () => {
     const { job } = await createJob(f.engine, testJob({ schedule: { every: "PT30S" } }));
     const before = epoch(Date.now());
     await cancelJob(f.engine, TENANT, job.jobId);
@@ -290,7 +327,7 @@ describe("retention: TTL values, idempotency window, dead letters, the expiry sw
     }
   });
 
-  it("a one-off completed by its run expires after it by the longer of the history's and the dead letters' retention", async () => {
+  it.sequential("a one-off completed by its run expires after it by the longer of the history's and the dead letters' retention", async () => {
     const stop = new AbortController();
     const loop = runWorkerLoop(f.workerDeps("retention-worker"), {
       concurrency: 2,
@@ -318,7 +355,7 @@ describe("retention: TTL values, idempotency window, dead letters, the expiry sw
     }
   });
 
-  it("an idempotency key answers with its job for 24 hours, then is free again", async () => {
+  it.sequential("an idempotency key answers with its job for 24 hours, then is free again", async () => {
     const created = await createJob(
       f.engine,
       testJob({ schedule: { cron: "0 9 * * *", timezone: "UTC" } }),
@@ -346,7 +383,7 @@ describe("retention: TTL values, idempotency window, dead letters, the expiry sw
     expect(replaced).toMatchObject({ jobId: nextDay.job.jobId, requestHash: "h2" });
   });
 
-  it("a dead letter outlives the run history's retention: listed, replayable and kept by the sweep until its own", async () => {
+  it.sequential("a dead letter outlives the run history's retention: listed, replayable and kept by the sweep until its own", async () => {
     const stop = new AbortController();
     const loop = runWorkerLoop(f.workerDeps("dead-worker"), {
       concurrency: 2,
@@ -391,7 +428,7 @@ describe("retention: TTL values, idempotency window, dead letters, the expiry sw
     expect(replay.attempt).toBe(dead.attempt + 1);
   });
 
-  it("a one-off whose run died keeps its completed job as long as the dead letter: replayable until it expires", async () => {
+  it.sequential("a one-off whose run died keeps its completed job as long as the dead letter: replayable until it expires", async () => {
     const { job } = await createJob(
       f.engine,
       testJob({
@@ -417,7 +454,7 @@ describe("retention: TTL values, idempotency window, dead letters, the expiry sw
     expect(replay.attempt).toBe(2);
   });
 
-  it("a run parked through a pause longer than the retention runs after resume, and a cancelled one still expires", async () => {
+  it.sequential("a run parked through a pause longer than the retention runs after resume, and a cancelled one still expires", async () => {
     const resumed = await createJob(
       f.engine,
       testJob({ schedule: { runAt: new Date().toISOString() } }),
@@ -464,7 +501,7 @@ describe("retention: TTL values, idempotency window, dead letters, the expiry sw
     );
   }, 30_000);
 
-  it("the expiry sweep deletes what has expired and keeps the rest", async () => {
+  it.sequential("the expiry sweep deletes what has expired and keeps the rest", async () => {
     const { job: live } = await createJob(f.engine, testJob({ schedule: { every: "PT1H" } }));
     const { job: ended } = await createJob(f.engine, testJob({ schedule: { every: "PT1H" } }));
     await cancelJob(f.engine, TENANT, ended.jobId);
@@ -490,7 +527,7 @@ describe("retention: TTL values, idempotency window, dead letters, the expiry sw
   });
 });
 
-describe("a completed job's retries", () => {
+describe.concurrent("a completed job's retries", () => {
   let f: EngineFixture;
   beforeAll(async () => {
     // Retries drawn at the top of their backoff: each lands a full two days after its failure.
@@ -504,7 +541,7 @@ describe("a completed job's retries", () => {
     },
   };
 
-  it("still run when due after the retention: the job is kept until its last retry can have run", async () => {
+  it.sequential("still run when due after the retention: the job is kept until its last retry can have run", async () => {
     const { job } = await createJob(
       f.engine,
       testJob({
@@ -542,7 +579,7 @@ describe("a completed job's retries", () => {
   }, 30_000);
 });
 
-describe("a completed job's triggered runs", () => {
+describe.concurrent("a completed job's triggered runs", () => {
   let f: EngineFixture;
   beforeAll(async () => {
     f = await createEngineFixture({ settings: { retentionDays: 1 }, random: () => 0.999 });
@@ -556,7 +593,7 @@ describe("a completed job's triggered runs", () => {
     },
   };
 
-  it("retry when due after the job's retention: a trigger keeps the job until its retries can have run", async () => {
+  it.sequential("retry when due after the job's retention: a trigger keeps the job until its retries can have run", async () => {
     const { job } = await createJob(
       f.engine,
       testJob({
