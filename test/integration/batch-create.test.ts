@@ -8,7 +8,7 @@ import type {
   BatchWriteCommandInput,
   BatchWriteCommandOutput,
 } from "@aws-sdk/lib-dynamodb";
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { describe, it } from "vitest";
 import { DEFAULT_QUOTAS } from "../../shared/config.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { ConcurrentUpdateError } from "../../shared/errors.js";
@@ -18,7 +18,7 @@ import { shardOf } from "../../shared/keys.js";
 import { isContention, MAX_CONTENTION_ATTEMPTS } from "../../shared/storage/dynamo-errors.js";
 import { shardHighWaterKey } from "../../shared/storage/items.js";
 import { readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { caseFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { withFaults, withLostAnswers } from "../support/faults.js";
 import { createTestClients } from "../support/namespace.js";
 
@@ -30,19 +30,20 @@ const later = () => ({ runAt: new Date(Date.now() + 3_600_000).toISOString() });
 const createdName = (outcome: BatchCreateOutcome | undefined) =>
   outcome && "job" in outcome ? outcome.job.name : null;
 
-describe("a batch create under write faults: each job is created whole or not at all, and its answer says which", () => {
-  let f: EngineFixture;
-  beforeAll(async () => {
-    f = await createEngineFixture({ settings: { quotas: DEFAULT_QUOTAS, quotaCacheMs: 0 } });
-  });
-  afterAll(() => f.destroy());
-  beforeEach(() => f.purge());
+const SETTINGS = { settings: { quotas: DEFAULT_QUOTAS, quotaCacheMs: 0 } };
 
+/**
+ * The cases run side by side, each on tables and queues of its own (caseFixture; one fixture
+ * purged between them before): a fault is a middleware on the case's own client, and a case reads
+ * its tables and queue whole (f.jobs(), f.receiveAll()).
+ */
+describe.concurrent("a batch create under write faults: each job is created whole or not at all, and its answer says which", () => {
   /**
    * Until removed, every BatchWriteItem the engine sends is changed by `change`: what it takes
    * out is not sent, and comes back as UnprocessedItems, as DynamoDB answers under throttling.
    */
   const onBatchWrites = (
+    f: EngineFixture,
     name: string,
     change: (requests: WriteRequests, call: number) => WriteRequests,
   ) => {
@@ -86,10 +87,14 @@ describe("a batch create under write faults: each job is created whole or not at
         .filter(([, rs]) => rs.length > 0),
     );
 
-  it("a job DynamoDB keeps leaving unprocessed is not created and its quota share is given back; the others are created and their runs sent", async () => {
+  it("a job DynamoDB keeps leaving unprocessed is not created and its quota share is given back; the others are created and their runs sent", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await caseFixture(onTestFinished, SETTINGS);
     const tenant = "unprocessed-job";
     await writeQuotaOverride(f.engine, tenant, { activeJobs: 10 }, new Date());
-    const fault = onBatchWrites("dropVictimJob", (requests) =>
+    const fault = onBatchWrites(f, "dropVictimJob", (requests) =>
       without(requests, (item) => item.sk === "JOB" && item.name === "victim"),
     );
     try {
@@ -146,7 +151,7 @@ describe("a batch create under write faults: each job is created whole or not at
    * - `unprocessed`: the SDK's resend is answered with every item unprocessed (its answer says
    *   two attempts), and so is each later round of the batch.
    */
-  const losingVictimPut = (later: "throttled" | "unprocessed") => {
+  const losingVictimPut = (f: EngineFixture, later: "throttled" | "unprocessed") => {
     const clients = createTestClients({ maxSockets: 16 });
     const sends = { applied: 0, refused: 0 };
     if (later === "throttled") {
@@ -197,12 +202,13 @@ describe("a batch create under write faults: each job is created whole or not at
     return { engine: { ...f.engine, doc: clients.doc }, sends, destroy: () => clients.destroy() };
   };
 
-  it.each(["throttled", "unprocessed"] as const)(
+  it.for(["throttled", "unprocessed"] as const)(
     "a job put applied with its answer lost, its resends then %s, is answered created and keeps its quota share",
-    async (later) => {
+    async (later, { expect, onTestFinished }) => {
+      const f = await caseFixture(onTestFinished, SETTINGS);
       const tenant = `lost-put-${later}`;
       await writeQuotaOverride(f.engine, tenant, { activeJobs: 10 }, new Date());
-      const faulty = losingVictimPut(later);
+      const faulty = losingVictimPut(f, later);
       let outcomes: BatchCreateOutcome[];
       try {
         outcomes = await createJobs(faulty.engine, tenant, [
@@ -226,7 +232,11 @@ describe("a batch create under write faults: each job is created whole or not at
     },
   );
 
-  it("a keyed job whose transaction keeps conflicting is answered busy with its share given back; the batch sent again with the same keys creates it once and answers the others' jobs", async () => {
+  it("a keyed job whose transaction keeps conflicting is answered busy with its share given back; the batch sent again with the same keys creates it once and answers the others' jobs", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await caseFixture(onTestFinished, SETTINGS);
     const tenant = "conflicting-job";
     await writeQuotaOverride(f.engine, tenant, { activeJobs: 10 }, new Date());
     const batch = [
@@ -276,7 +286,11 @@ describe("a batch create under write faults: each job is created whole or not at
     expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ activeJobs: 4 });
   });
 
-  it("a keyed job whose transaction was applied with every answer lost is answered as created, and its run is sent", async () => {
+  it("a keyed job whose transaction was applied with every answer lost is answered as created, and its run is sent", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await caseFixture(onTestFinished, SETTINGS);
     const tenant = "answers-lost";
     await writeQuotaOverride(f.engine, tenant, { activeJobs: 10 }, new Date());
     const isLost = (input: Record<string, unknown>) =>
@@ -313,9 +327,13 @@ describe("a batch create under write faults: each job is created whole or not at
     expect(received.message.jobId).toBe(jobId);
   });
 
-  it("items left unprocessed once are sent again and every job is created", async () => {
+  it("items left unprocessed once are sent again and every job is created", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await caseFixture(onTestFinished, SETTINGS);
     const tenant = "unprocessed-once";
-    const fault = onBatchWrites("dropFirstRound", (requests, call) =>
+    const fault = onBatchWrites(f, "dropFirstRound", (requests, call) =>
       call === 1 ? without(requests, (item) => item.sk !== "JOB" || item.name === "b") : requests,
     );
     try {
@@ -333,7 +351,11 @@ describe("a batch create under write faults: each job is created whole or not at
     expect((await f.dueEntries()).filter((e) => e.tenantId === tenant)).toHaveLength(1);
   });
 
-  it("a throttled write of the runs creates none of their jobs and gives their shares back; a job with its own transaction is created", async () => {
+  it("a throttled write of the runs creates none of their jobs and gives their shares back; a job with its own transaction is created", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await caseFixture(onTestFinished, SETTINGS);
     const tenant = "throttled-runs";
     await writeQuotaOverride(f.engine, tenant, { activeJobs: 10 }, new Date());
     let thrown = 0;
@@ -376,7 +398,11 @@ describe("a batch create under write faults: each job is created whole or not at
     expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ activeJobs: 1 });
   });
 
-  it("a batch whose shard mark cannot be raised writes nothing and reserves nothing of the tenant's quotas", async () => {
+  it("a batch whose shard mark cannot be raised writes nothing and reserves nothing of the tenant's quotas", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await caseFixture(onTestFinished, SETTINGS);
     const tenant = "mark-unwritten";
     await writeQuotaOverride(f.engine, tenant, { activeJobs: 10 }, new Date());
     // A mark of its own: this process has not raised it yet (recordShardCount raises once).
@@ -410,7 +436,11 @@ describe("a batch create under write faults: each job is created whole or not at
     expect((await readQuotaUsage(f.engine, tenant))?.activeJobs ?? 0).toBe(0);
   });
 
-  it("a recurring job's next entry inside a pass's window outlives a dispatcher pass that runs just before its job is written", async () => {
+  it("a recurring job's next entry inside a pass's window outlives a dispatcher pass that runs just before its job is written", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await caseFixture(onTestFinished, SETTINGS);
     const tenant = "pass-before-commit";
     // Every 5 s: more occurrences fall inside the fast-path window than one claim takes, so the
     // job's pending entry is due inside the window a dispatcher pass sweeps.
@@ -464,7 +494,11 @@ describe("a batch create under write faults: each job is created whole or not at
     expect(entries.map((e) => e.key.sk)).toEqual([job?.nextDueKey?.sk]);
   });
 
-  it("a job whose re-read after its further claims fails is still answered as created, and so are the others of its batch", async () => {
+  it("a job whose re-read after its further claims fails is still answered as created, and so are the others of its batch", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await caseFixture(onTestFinished, SETTINGS);
     const tenant = "reread-fails";
     const failed: string[] = [];
     const name = "failJobReread";
@@ -511,7 +545,11 @@ describe("a batch create under write faults: each job is created whole or not at
     ]);
   });
 
-  it("idempotency records DynamoDB keeps leaving unread fail only the jobs with a key, as busy; the others are created", async () => {
+  it("idempotency records DynamoDB keeps leaving unread fail only the jobs with a key, as busy; the others are created", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await caseFixture(onTestFinished, SETTINGS);
     const tenant = "records-unread";
     let reads = 0;
     const name = "leaveRecordsUnprocessed";
