@@ -69,14 +69,20 @@ async function jobOf(f: EngineFixture, jobId: string): Promise<Job> {
   return job;
 }
 
-describe("cancelling a run", () => {
+/**
+ * The three describes run side by side (describe.concurrent), each on its fixture (tables, queues,
+ * settings and log of its own) and each case on jobs of its own; within a describe the cases still
+ * run one after another (it.sequential), as they did, so a case's heartbeat bound has at most two
+ * neighbours beside it.
+ */
+describe.concurrent("cancelling a run", () => {
   let f: EngineFixture;
   beforeAll(async () => {
     f = await createEngineFixture({ settings: { leaseMs: LEASE_MS } });
   });
   afterAll(() => f.destroy());
 
-  it("a running sleep is cancelled within one heartbeat: its signal says cancelled, the run ends CANCELLED with when and by what, and no retry follows", async () => {
+  it.sequential("a running sleep is cancelled within one heartbeat: its signal says cancelled, the run ends CANCELLED with when and by what, and no retry follows", async () => {
     let signal: AbortSignal | undefined;
     const deps = f.workerDeps(
       "worker-a",
@@ -122,7 +128,7 @@ describe("cancelling a run", () => {
     expect(await cancelRun(f.engine, job.tenantId, job.jobId, running.runId)).toEqual(ended);
   }, 40_000);
 
-  it("a running webhook is cancelled within one heartbeat and its request is aborted", async () => {
+  it.sequential("a running webhook is cancelled within one heartbeat and its request is aborted", async () => {
     const closedEarly: number[] = [];
     const server: Server = createServer((request, response) => {
       request.resume();
@@ -169,7 +175,7 @@ describe("cancelling a run", () => {
     }
   }, 40_000);
 
-  it.each([
+  it.sequential.each([
     ["succeeds", async () => ({ ok: true })],
     [
       "fails (retryable)",
@@ -216,7 +222,7 @@ describe("cancelling a run", () => {
     40_000,
   );
 
-  it("a queued run is cancelled at once; its message is acknowledged without running", async () => {
+  it.sequential("a queued run is cancelled at once; its message is acknowledged without running", async () => {
     let ran = false;
     const deps = f.workerDeps("worker-q", {
       marker: async () => {
@@ -248,7 +254,7 @@ describe("cancelling a run", () => {
     expect((await runsOf(f, job.jobId)).map((r) => r.status)).toEqual(["CANCELLED"]);
   }, 30_000);
 
-  it("a run whose worker died after the cancel request is ended by its next delivery without running", async () => {
+  it.sequential("a run whose worker died after the cancel request is ended by its next delivery without running", async () => {
     let ran = false;
     const deps = f.workerDeps("worker-next", {
       marker: async () => {
@@ -270,7 +276,7 @@ describe("cancelling a run", () => {
     expect(runs.map((r) => [r.status, r.cancelledBy, r.fence])).toEqual([["CANCELLED", "api", 2]]);
   }, 30_000);
 
-  it("a cancel whose job write meets a claim's transaction (TransactionConflict) tries it again and ends the run", async () => {
+  it.sequential("a cancel whose job write meets a claim's transaction (TransactionConflict) tries it again and ends the run", async () => {
     const { job, received } = await recurringTriggered(f, "noop");
     // A worker started it a lease ago and died: no worker holds it, so the cancel ends it now.
     const started = await startRun(
@@ -295,7 +301,7 @@ describe("cancelling a run", () => {
     expect((await jobOf(f, job.jobId)).activeRuns).not.toHaveProperty(started.run.runId);
   }, 30_000);
 
-  it("a job cancel whose sweep's ending of a queued run meets a transaction (TransactionConflict) tries it again: the cancel answers, the run ends CANCELLED", async () => {
+  it.sequential("a job cancel whose sweep's ending of a queued run meets a transaction (TransactionConflict) tries it again: the cancel answers, the run ends CANCELLED", async () => {
     const { job, run } = await recurringTriggered(f, "noop");
     const faulty = withFaults(f.engine, {
       operation: "UpdateItem",
@@ -317,7 +323,7 @@ describe("cancelling a run", () => {
     ]);
   }, 30_000);
 
-  it("unknown runs, another job's run and another tenant's job are not found", async () => {
+  it.sequential("unknown runs, another job's run and another tenant's job are not found", async () => {
     const { job } = await createJob(f.engine, testJob({ schedule: YEARLY }));
     const { job: other } = await createJob(f.engine, testJob({ schedule: YEARLY }));
     const run = await triggerJob(f.engine, job.tenantId, job.jobId);
@@ -336,7 +342,7 @@ describe("cancelling a run", () => {
   });
 });
 
-describe("cancelling a job's running runs", () => {
+describe.concurrent("cancelling a job's running runs", () => {
   let f: EngineFixture;
   beforeAll(async () => {
     f = await createEngineFixture({ settings: { leaseMs: LEASE_MS } });
@@ -350,7 +356,7 @@ describe("cancelling a job's running runs", () => {
       HEARTBEAT_MS,
     );
 
-  it("POST /jobs/{id}/cancel also cancels a running run (cancelledBy job-cancel), within a heartbeat", async () => {
+  it.sequential("POST /jobs/{id}/cancel also cancels a running run (cancelledBy job-cancel), within a heartbeat", async () => {
     const { job, received } = await recurringTriggered(f, "sleepy");
     const processing = f.process(sleepy(f, "worker-jc"), received);
     await runningRun(f, job.jobId);
@@ -374,7 +380,7 @@ describe("cancelling a job's running runs", () => {
     expect(after.lastRun?.status).toBe("CANCELLED");
   }, 40_000);
 
-  it("pause with running: cancel cancels the run in progress (cancelledBy pause); the job stays paused", async () => {
+  it.sequential("pause with running: cancel cancels the run in progress (cancelledBy pause); the job stays paused", async () => {
     const { job, received } = await recurringTriggered(f, "sleepy");
     const processing = f.process(sleepy(f, "worker-pc"), received);
     await runningRun(f, job.jobId);
@@ -389,7 +395,7 @@ describe("cancelling a job's running runs", () => {
     expect((await jobOf(f, job.jobId)).status).toBe("PAUSED");
   }, 40_000);
 
-  it("pause with running: finish (the default) lets the run in progress succeed", async () => {
+  it.sequential("pause with running: finish (the default) lets the run in progress succeed", async () => {
     const { job, received } = await recurringTriggered(f, "sleep", { ms: 1_500 });
     const processing = f.process(f.workerDeps("worker-pf", {}, HEARTBEAT_MS), received);
     await runningRun(f, job.jobId);
@@ -428,7 +434,7 @@ describe("cancelling a job's running runs", () => {
 
   const byAttempt = (runs: Run[]) => [...runs].sort((a, b) => a.attempt - b.attempt);
 
-  it("a one-off paused with running: cancel runs again on resume (its next attempt) and completes", async () => {
+  it.sequential("a one-off paused with running: cancel runs again on resume (its next attempt) and completes", async () => {
     const { job, runAt } = await pauseCancelledOneOff(2_000);
 
     const resumed = await resumeJob(f.engine, job.tenantId, job.jobId);
@@ -446,7 +452,7 @@ describe("cancelling a job's running runs", () => {
     expect((await f.dueEntries()).filter((e) => e.jobId === job.jobId)).toEqual([]);
   }, 40_000);
 
-  it("resume called twice at once, and once more, gives the paused-and-cancelled one-off exactly one new run", async () => {
+  it.sequential("resume called twice at once, and once more, gives the paused-and-cancelled one-off exactly one new run", async () => {
     const { job } = await pauseCancelledOneOff(30_000);
 
     const both = await Promise.all([
@@ -468,7 +474,7 @@ describe("cancelling a job's running runs", () => {
     ).toEqual([2]);
   }, 40_000);
 
-  it("under misfire skip, a resume past the grace records the one-off's new run SKIPPED and completes the job", async () => {
+  it.sequential("under misfire skip, a resume past the grace records the one-off's new run SKIPPED and completes the job", async () => {
     const { job } = await pauseCancelledOneOff(30_000, "skip");
     const later = new Date(Date.now() + f.engine.settings.misfireGraceMs + 60_000);
 
@@ -483,7 +489,7 @@ describe("cancelling a job's running runs", () => {
     expect((await f.dueEntries()).filter((e) => e.jobId === job.jobId)).toEqual([]);
   }, 40_000);
 
-  it("a resume before the paused one-off's cancelled run has ended: that ending does not complete the job, and the new run does", async () => {
+  it.sequential("a resume before the paused one-off's cancelled run has ended: that ending does not complete the job, and the new run does", async () => {
     const { job } = await createJob(
       f.engine,
       testJob({
@@ -512,7 +518,7 @@ describe("cancelling a job's running runs", () => {
     expect((await jobOf(f, job.jobId)).status).toBe("COMPLETED");
   }, 40_000);
 
-  it("a resume whose claim never happens (it died after its write) leaves the entry: the next pass gives the one-off its one new run", async () => {
+  it.sequential("a resume whose claim never happens (it died after its write) leaves the entry: the next pass gives the one-off its one new run", async () => {
     const { job, runAt } = await pauseCancelledOneOff(30_000);
     // The claim's transaction: it moves the job on, counting its queued occurrences.
     const claims = (input: Record<string, unknown>) =>
@@ -551,7 +557,7 @@ describe("cancelling a job's running runs", () => {
     expect((await f.dueEntries()).filter((e) => e.jobId === job.jobId)).toEqual([]);
   }, 40_000);
 
-  it("a resume that commits before the pause has asked its running run to cancel: the one-off still gets its new run", async () => {
+  it.sequential("a resume that commits before the pause has asked its running run to cancel: the one-off still gets its new run", async () => {
     const { job } = await createJob(
       f.engine,
       testJob({
@@ -595,7 +601,7 @@ describe("cancelling a job's running runs", () => {
     expect((await jobOf(f, job.jobId)).status).toBe("COMPLETED");
   }, 40_000);
 
-  it("a resume that committed before the pause cancelled the one-off's run at attempt 9999: the pause completes the job, with no next attempt", async () => {
+  it.sequential("a resume that committed before the pause cancelled the one-off's run at attempt 9999: the pause completes the job, with no next attempt", async () => {
     const { job, runAt } = await pauseCancelledOneOff(30_000);
     await copyRunToAttempt(
       f.engine,
@@ -614,7 +620,7 @@ describe("cancelling a job's running runs", () => {
     expect((await f.dueEntries()).filter((e) => e.jobId === job.jobId)).toEqual([]);
   }, 40_000);
 
-  it("a one-off whose run finished while it was paused (running: finish) is COMPLETED on resume, not ACTIVE with nothing to run", async () => {
+  it.sequential("a one-off whose run finished while it was paused (running: finish) is COMPLETED on resume, not ACTIVE with nothing to run", async () => {
     const { job } = await createJob(
       f.engine,
       testJob({
@@ -640,7 +646,7 @@ describe("cancelling a job's running runs", () => {
   }, 40_000);
 });
 
-describe("a run cancelled while its worker runs it with its start unwritten", () => {
+describe.concurrent("a run cancelled while its worker runs it with its start unwritten", () => {
   const warnings: string[] = [];
   const infos: string[] = [];
   let f: EngineFixture;
@@ -661,7 +667,7 @@ describe("a run cancelled while its worker runs it with its start unwritten", ()
   });
   afterAll(() => f.destroy());
 
-  it("is told as a cancel in the worker's log and counts no lost fence: no other worker took it over", async () => {
+  it.sequential("is told as a cancel in the worker's log and counts no lost fence: no other worker took it over", async () => {
     let release = () => {};
     let started = () => {};
     const running = new Promise<void>((resolve) => {
