@@ -1,23 +1,28 @@
 import { SendMessageBatchCommand, SQSClient } from "@aws-sdk/client-sqs";
 import { mockClient } from "aws-sdk-client-mock";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, it } from "vitest";
 import { sleep } from "../../shared/clock.js";
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
 import { createJob } from "../../shared/jobs/index.js";
 import { sendRuns } from "../../shared/queue/work-queue.js";
 import { runMessageOf } from "../../shared/storage/items.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { caseFixture, testJob } from "../support/engine-fixture.js";
 import { createTestClients } from "../support/namespace.js";
 import { waitFor } from "../support/wait.js";
 
-describe("the worker loop", () => {
-  let f: EngineFixture;
-  beforeAll(async () => {
-    f = await createEngineFixture();
-  });
-  afterAll(() => f.destroy());
-
-  it("holds an early message until its second without taking the slot a due run needs", async () => {
+/**
+ * Each case on tables and queues of its own (caseFixture): a loop takes every message in its
+ * queues, and the receives a case counts are its own client's. The early message's case runs
+ * first, alone (it.sequential): beside the other two's loops, with two busy loops on the machine,
+ * its due run started after the early one's second (2 runs of 2). The other two run side by side
+ * after it. One after another on one fixture the three took 11 s of the timed group.
+ */
+describe.concurrent("the worker loop", () => {
+  it.sequential("holds an early message until its second without taking the slot a due run needs", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await caseFixture(onTestFinished);
     // A's message is delivered at once though A is due 1.9 s later, as SQS's whole-second delays do.
     const unsent = new SQSClient({ region: "us-east-1" });
     mockClient(unsent).on(SendMessageBatchCommand).resolves({ Successful: [], Failed: [] });
@@ -79,7 +84,11 @@ describe("the worker loop", () => {
     }
   }, 30_000);
 
-  it("reads a backlog with several receives at once, and makes one at a time when idle", async () => {
+  it("reads a backlog with several receives at once, and makes one at a time when idle", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await caseFixture(onTestFinished);
     // A client of its own, so that counting its receives counts only this loop's.
     const counted = createTestClients();
     let inFlight = 0;
@@ -135,7 +144,11 @@ describe("the worker loop", () => {
     }
   }, 30_000);
 
-  it("idle, long-polls every queue at once: a run sent to a higher queue starts at once, not after the low queue's poll", async () => {
+  it("idle, long-polls every queue at once: a run sent to a higher queue starts at once, not after the low queue's poll", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await caseFixture(onTestFinished);
     const counted = createTestClients();
     const longPolls: number[] = [];
     let receives = 0;
