@@ -6,12 +6,12 @@ import { BaseSequencer, type TestSpecification } from "vitest/node";
  * dst-dispatch 68, restart 44, model 38, clock-skew 32, dispatch-recovery 31, jobs-page-cursors 23,
  * restore-from-backup 23, listed-runs-bound 23, cli 21, silent-endpoint 20, quotas 18, dispatch 17,
  * parked-runs-limit 16, fairness 15, outage-past-retention 15, quota-accounting 15, security 14,
- * client 14, run-endings 14, batch-create 12, unwritten-start 12, claim-puts 12, the sandbox's cli
- * 11, synth-offline 11; crashed-first-attempt (24 s then) is ranked by the 13-15 s it takes alone
- * since its misfire cases run side by side. Files under 11 s (hostile-server, allow-bound and
- * endings among them since their waits went) are left to vitest's order. Of the timed files: the
- * end-to-end file 26, run-cancel 22, policies 22, worker-fencing 19, worker-loop 11, retries 11,
- * dispatch-on-time 10.
+ * client 14, run-endings 14, unwritten-start 12, claim-puts 12, the sandbox's cli 11,
+ * synth-offline 11; crashed-first-attempt (24 s then) is ranked by the 13-15 s it takes alone
+ * since its misfire cases run side by side. Files under 11 s (hostile-server, allow-bound, endings
+ * and batch-create among them since their waits went) are left to vitest's order. Of the timed
+ * files: the end-to-end file 26, policies 22, worker-fencing 19, run-cancel 16 (22 then, its
+ * describes one after another), retries 11, dispatch-on-time 10, worker-loop 8-9 (11 then).
  *
  * Vitest starts the longest files first only when its results cache knows their durations; a fresh
  * clone (CI) has no cache and runs the files of each project largest first, which is not longest
@@ -43,19 +43,18 @@ const LONGEST = [
   "test/client/client.test.ts",
   "test/api/run-endings.test.ts",
   "test/integration/crashed-first-attempt.test.ts",
-  "test/integration/batch-create.test.ts",
   "test/integration/unwritten-start.test.ts",
   "test/integration/claim-puts.test.ts",
   "test/sandbox/cli.test.ts",
   "test/infra/synth-offline.test.ts",
   // The timed group.
   "test/e2e/scheduler.e2e.test.ts",
-  "test/integration/run-cancel.test.ts",
   "test/integration/policies.test.ts",
   "test/integration/worker-fencing.test.ts",
-  "test/integration/worker-loop.test.ts",
+  "test/integration/run-cancel.test.ts",
   "test/integration/retries-and-types.test.ts",
   "test/integration/dispatch-on-time.test.ts",
+  "test/integration/worker-loop.test.ts",
 ];
 
 function rank(file: TestSpecification): number {
