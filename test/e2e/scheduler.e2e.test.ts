@@ -226,13 +226,45 @@ describe.concurrent("schedules run on time", () => {
     const startAt = new Date(Math.ceil((Date.now() + 2000) / 1000) * 1000).toISOString();
     const job = await create({ type: "noop", schedule: { every: "PT2S", startAt } });
     expect(job.schedule).toEqual({ every: "PT2S", startAt });
-    const runs = await waitForRuns(job.id, (r) => succeeded(r).length >= 3);
+    // Every occurrence runs or is recorded skipped, saying why; not every one runs. A noop run
+    // lasts milliseconds, but on a starved machine a run starts late and is still under way when
+    // the next occurrence starts, which the default overlap policy (skip) then records skipped,
+    // naming that run (docs/api.md, "Creating a job"; architecture.md, Policies). So the case
+    // asserts the schedule's instants, and that each of them up to the third success ended so,
+    // rather than three successes in a row: at a load of 12-13 the first run started 2 s late and
+    // ended 29 ms after the next occurrence started, which was recorded skipped ("expected 4000 to
+    // be 2000").
+    const upToThirdSuccess = (runs: Run[]) => {
+      const third = succeeded(runs)
+        .map((r) => Date.parse(r.scheduledFor))
+        .sort((a, b) => a - b)[2];
+      return third === undefined ? [] : runs.filter((r) => Date.parse(r.scheduledFor) <= third);
+    };
+    const ended = (run: Run) => run.status === "succeeded" || run.status === "skipped";
+    const runs = await waitForRuns(job.id, (r) => {
+      const due = upToThirdSuccess(r);
+      return due.length > 0 && due.every(ended);
+    });
     await asA("POST", `/jobs/${job.id}/cancel`);
-    const times = succeeded(runs)
-      .map((r) => Date.parse(r.scheduledFor))
-      .sort((a, b) => a - b);
-    expect(times[0]).toBe(Date.parse(startAt));
-    for (const [i, t] of times.entries()) expect(t - Date.parse(startAt)).toBe(i * 2000);
+    const occurrences = upToThirdSuccess(runs).sort(
+      (a, b) => Date.parse(a.scheduledFor) - Date.parse(b.scheduledFor),
+    );
+    // One run for each instant from startAt on, none missing, none between.
+    expect(occurrences.map((r) => Date.parse(r.scheduledFor) - Date.parse(startAt))).toEqual(
+      occurrences.map((_, i) => i * 2000),
+    );
+    const runIds = new Set(runs.map((r) => r.runId));
+    for (const run of occurrences) {
+      expect(run.attempt).toBe(1);
+      if (run.status === "succeeded") continue;
+      const overlap = /^overlap: run (\S+)(?: \(and \d+ more\))? still running; policy skip$/.exec(
+        run.reason ?? "",
+      );
+      expect(overlap, `${run.scheduledFor} skipped: ${run.reason}`).not.toBeNull();
+      const other = overlap?.[1] ?? "";
+      expect(other).not.toBe(run.runId);
+      expect(runIds.has(other)).toBe(true);
+    }
     // Without startAt it starts now, and the stored job says when.
     const now = await create({ type: "noop", schedule: { every: "PT1H" } });
     expect(Date.parse(now.schedule.startAt ?? "")).toBeLessThanOrEqual(Date.now());
