@@ -1,4 +1,5 @@
 import type { Middleware } from "openapi-fetch";
+import { callerSignalOf, RequestWithSignal } from "./caller-signal.js";
 import { type SigV4Options, sigV4Signer } from "./sigv4.js";
 
 /**
@@ -54,11 +55,12 @@ export function authMiddleware(auth: ClientAuth, baseUrl: string): Middleware {
             headers[name] = value;
           });
           const signed = await sign({ url, method: request.method, headers, body });
-          return new Request(url, {
+          // The caller's signal itself, not the request's, which follows it only weakly.
+          return new RequestWithSignal(url, {
             method: request.method,
             headers: signed,
             ...(body === undefined ? {} : { body }),
-            signal: request.signal,
+            signal: callerSignalOf(request, undefined),
           });
         },
       };

@@ -1,3 +1,4 @@
+import { callerSignalOf } from "./caller-signal.js";
 import { RequestTimeoutError } from "./errors.js";
 import type { paths } from "./generated/api.js";
 import { waitOrAbort } from "./requests.js";
@@ -17,7 +18,7 @@ import { waitOrAbort } from "./requests.js";
  * request of those that timed out (a RequestTimeoutError), or whose connection broke once it was
  * open (reset or closed by the other side), is retried too, after the same doubling wait: it may
  * have been applied, and sending it again does what sending it once does. A connection that could
- * not be made (refused, no such host) is not retried: nothing was sent. The request's own signal
+ * not be made (refused, no such host) is not retried: nothing was sent. The caller's signal
  * (`signal` of a listing, or of `client.http`) aborting ends the wait before a retry at once, with
  * its reason (an AbortError), as it ends the request itself.
  */
@@ -89,30 +90,31 @@ export function followsUnclearAttempt(response: Response): boolean {
 }
 
 /**
- * Waits `ms` before a retry of a request with `signal`, ended early when the signal aborts; then
- * throws the signal's reason, as fetch does for an aborted request. The default timer is cleared
- * on an abort, so it holds no process open; a `sleep` of the caller's own is raced with the abort.
+ * Waits `ms` before a retry of a request with `signal` (null: none), ended early when the signal
+ * aborts; then throws the signal's reason, as fetch does for an aborted request. The default timer
+ * is cleared on an abort, so it holds no process open; a `sleep` of the caller's own is raced with
+ * the abort.
  */
 async function waitBeforeRetry(
   sleep: ((ms: number) => Promise<void>) | undefined,
   ms: number,
-  signal: AbortSignal,
+  signal: AbortSignal | null,
 ): Promise<void> {
-  signal.throwIfAborted();
-  if (sleep === undefined) await waitOrAbort(ms, signal);
+  signal?.throwIfAborted();
+  if (sleep === undefined) await waitOrAbort(ms, signal ?? undefined);
   else {
     let stop: () => void = () => undefined;
     const aborted = new Promise<void>((resolve) => {
       stop = resolve;
-      signal.addEventListener("abort", stop, { once: true });
+      signal?.addEventListener("abort", stop, { once: true });
     });
     try {
       await Promise.race([sleep(ms), aborted]);
     } finally {
-      signal.removeEventListener("abort", stop);
+      signal?.removeEventListener("abort", stop);
     }
   }
-  signal.throwIfAborted();
+  signal?.throwIfAborted();
 }
 
 /** The OpenAPI paths (client/generated/api.ts) that take `method`. */
@@ -197,9 +199,12 @@ export function retryingFetch(base: typeof fetch, options: RetryOptions = {}): t
   const now = options.now ?? Date.now;
   if (attempts <= 0) return base;
   return async (input, init) => {
-    const request = new Request(input, init);
+    // Each attempt is given the caller's signal itself: a Request made here, or its clone, would
+    // carry its abort only through a controller Node 20's fetch holds weakly (caller-signal.ts).
+    const signal = callerSignalOf(input, init);
+    const request = new Request(input, { ...init, signal: null });
     // With a Request, `init` holds only what is not part of one (openapi-fetch's requestInitExt).
-    const extra = input instanceof Request ? init : undefined;
+    const extra = { ...(input instanceof Request ? init : undefined), signal };
     if (!isRepeatable(request)) return base(request, extra);
     let unclear = false;
     const answer = (response: Response) => {
@@ -219,7 +224,7 @@ export function retryingFetch(base: typeof fetch, options: RetryOptions = {}): t
         const delay = BASE_DELAY_MS * 2 ** retry;
         if (delay > maxDelayMs) throw error;
         unclear = true;
-        await waitBeforeRetry(sleep, delay, request.signal);
+        await waitBeforeRetry(sleep, delay, signal);
         continue;
       }
       if (!RETRIED_STATUSES.has(response.status) || retry >= attempts) return answer(response);
@@ -227,7 +232,7 @@ export function retryingFetch(base: typeof fetch, options: RetryOptions = {}): t
       if (delay > maxDelayMs) return answer(response);
       if (MAYBE_APPLIED_STATUSES.has(response.status)) unclear = true;
       await response.body?.cancel();
-      await waitBeforeRetry(sleep, delay, request.signal);
+      await waitBeforeRetry(sleep, delay, signal);
     }
   };
 }

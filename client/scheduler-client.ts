@@ -12,6 +12,7 @@ import {
   SECRET,
 } from "./answers.js";
 import { authMiddleware, type ClientAuth } from "./auth.js";
+import { RequestWithSignal } from "./caller-signal.js";
 import type { components, paths } from "./generated/api.js";
 import { JobHandle } from "./job-handle.js";
 import { everyItem, type Page } from "./paging.js";
@@ -147,6 +148,8 @@ export class SchedulerClient {
       createClient<paths>({
         baseUrl: options.baseUrl.replace(/\/+$/, ""),
         pathSerializer: segmentsOnly,
+        // Keeps the caller's signal for the fetch layers below (caller-signal.ts).
+        Request: RequestWithSignal,
         fetch: retryingFetch(
           boundedFetch(base, options.timeoutMs ?? DEFAULT_TIMEOUT_MS),
           options.retry,

@@ -1,3 +1,4 @@
+import { callerSignalOf } from "./caller-signal.js";
 import { RequestTimeoutError, SchedulerApiError } from "./errors.js";
 import { isRepeatable } from "./retries.js";
 
@@ -80,8 +81,8 @@ function notJsonCheck(status: number, body: Uint8Array, what: string): void {
  * proxy that accepts the connection and never answers, or sends the headers and stalls the body,
  * would otherwise hold the caller (and every CLI command) for ever. The body is read here, within
  * the limit and up to MAX_ANSWER_BYTES, and the answer returned holds it in memory. Giving up
- * throws a RequestTimeoutError; the caller's own signal (the Request's) still aborts the request
- * as fetch does.
+ * throws a RequestTimeoutError. The caller's own signal (callerSignalOf) aborting ends the request
+ * at once, with the signal's reason, as fetch does.
  */
 export function boundedFetch(base: typeof fetch, timeoutMs: number): typeof fetch {
   // NaN, 0, a negative or an overflowing limit would make every request time out at once.
@@ -90,28 +91,47 @@ export function boundedFetch(base: typeof fetch, timeoutMs: number): typeof fetc
       `timeoutMs: ${timeoutMs} is not a number of ms from 1 to ${MAX_TIMEOUT_MS}`,
     );
   return async (input, init) => {
-    const request = new Request(input, init);
-    const extra = input instanceof Request ? init : undefined;
+    const caller = callerSignalOf(input, init);
+    caller?.throwIfAborted();
+    // Made without the caller's signal: fetch is given the one this request ends with instead.
+    const request = new Request(input, { ...init, signal: null });
     const url = new URL(request.url);
     const what = `${request.method} ${url.pathname}${url.search}`;
-    const limit = new AbortController();
-    // The limit ends the wait itself, not only through the abort: Node 20's fetch can lose an
-    // abort (the signal AbortSignal.any makes, and the one a Request makes for its init's, are
-    // held weakly and may be collected first), and then a request to a server that never answers
-    // was waited for ever.
-    let expire: () => void = () => undefined;
-    const expired = new Promise<never>((_, reject) => {
-      expire = () => reject(limit.signal.reason);
+    // The caller's abort and the limit each end the wait themselves, not only through fetch's
+    // abort: Node 20's fetch can lose an abort (a Request follows the signal it was made with
+    // through a controller held weakly, AbortSignal.any's too, and may be collected first). Lost,
+    // a request to a server that never answers was waited for until the limit, or for ever. The
+    // listener on the caller's signal holds `ending`, which fetch's own Request follows.
+    const ending = new AbortController();
+    let endedWith: { readonly reason: unknown } | undefined;
+    let end: (reason: unknown) => void = () => undefined;
+    const ended = new Promise<never>((_, reject) => {
+      end = (reason) => {
+        if (endedWith !== undefined) return;
+        endedWith = { reason };
+        ending.abort(reason);
+        reject(reason);
+      };
     });
-    expired.catch(() => undefined);
+    ended.catch(() => undefined);
     const timer = setTimeout(() => {
-      limit.abort();
-      expire();
+      end(
+        new RequestTimeoutError(
+          request.method,
+          `${url.pathname}${url.search}`,
+          timeoutMs,
+          isRepeatable(request),
+        ),
+      );
     }, timeoutMs);
+    const aborted = () => end(caller?.reason);
+    caller?.addEventListener("abort", aborted, { once: true });
     try {
-      const signal = AbortSignal.any([request.signal, limit.signal]);
-      const response = await Promise.race([base(new Request(request, { signal }), extra), expired]);
-      const body = await Promise.race([wholeBody(response, what), expired]);
+      // With a Request, `init` holds only what is not part of one (openapi-fetch's requestInitExt).
+      const extra = input instanceof Request ? init : undefined;
+      const sent = base(request, { ...extra, signal: ending.signal });
+      const response = await Promise.race([sent, ended]);
+      const body = await Promise.race([wholeBody(response, what), ended]);
       if (response.ok && body !== null) notJsonCheck(response.status, body, what);
       return new Response(NULL_BODY_STATUSES.has(response.status) ? null : body, {
         status: response.status,
@@ -119,15 +139,11 @@ export function boundedFetch(base: typeof fetch, timeoutMs: number): typeof fetc
         headers: response.headers,
       });
     } catch (error) {
-      if (!limit.signal.aborted || request.signal.aborted) throw error;
-      throw new RequestTimeoutError(
-        request.method,
-        `${url.pathname}${url.search}`,
-        timeoutMs,
-        isRepeatable(request),
-      );
+      // Fetch's own error for the abort (or one of reading the body it cut) is the ending's.
+      throw endedWith === undefined ? error : endedWith.reason;
     } finally {
       clearTimeout(timer);
+      caller?.removeEventListener("abort", aborted);
     }
   };
 }

@@ -1,5 +1,8 @@
+import { getEventListeners } from "node:events";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
 import { EXIT } from "../../client/cli/exit-codes.js";
 import { runCli } from "../../client/cli/main.js";
@@ -672,6 +675,131 @@ describe("a bearer key that cannot go in a header", () => {
   });
 });
 
+/** V8's collector: a case runs it where a collection would drop what is held only weakly. */
+function collector(): () => void {
+  setFlagsFromString("--expose-gc");
+  return runInNewContext("gc") as () => void;
+}
+
+/** Two collections with a turn of the event loop between, so finalizers queued by the first run. */
+async function collectGarbage(): Promise<void> {
+  const gc = collector();
+  gc();
+  await new Promise((resolve) => setTimeout(resolve, 0));
+  gc();
+}
+
+const STILL_WAITING = "still waiting 3 s after the abort";
+/** How `pending` ended, or STILL_WAITING when it had not 3 s after the abort. */
+const outcomeSoonAfterAbort = (pending: Promise<unknown>) =>
+  Promise.race([
+    pending.then(
+      (value) => ({ settled: "fulfilled", value }),
+      (reason: unknown) => reason,
+    ),
+    new Promise((resolve) => setTimeout(() => resolve(STILL_WAITING), 3000)),
+  ]);
+
+describe("a caller's abort of a request the API has not answered", () => {
+  it("a transport that ignores the signal: the caller's abort ends it all the same, with its reason", async () => {
+    const client = new SchedulerClient({
+      baseUrl,
+      auth: { kind: "bearer", key },
+      timeoutMs: 10_000,
+      fetch: () => new Promise<Response>(() => undefined),
+    });
+    const caller = new AbortController();
+    const pending = client.http.GET("/health", { signal: caller.signal });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const reason = new Error("the caller's own reason");
+    caller.abort(reason);
+    expect(await outcomeSoonAfterAbort(pending)).toBe(reason);
+  });
+
+  // Node 20's fetch carries a caller's abort through signals it holds weakly: a Request's follows
+  // the one it was made with through a controller only that Request holds (a clone's: nothing),
+  // and the client's layers each make their own. A collection while the request waits dropped one,
+  // and the abort with it: the request waited out its time limit (the CLI's Ctrl-C did nothing for
+  // 30 s).
+  it.for([
+    ["bearer", { kind: "bearer", key: "k-gc" }],
+    [
+      "sigv4",
+      {
+        kind: "sigv4",
+        region: "eu-west-1",
+        credentials: { accessKeyId: "AKID", secretAccessKey: "secret" },
+      },
+    ],
+    ["none", { kind: "none" }],
+  ] as const)(
+    "after a garbage collection (auth %s): the abort still ends it, with an AbortError",
+    async ([, auth]) => {
+      const reached: string[] = [];
+      const closed: string[] = [];
+      behave = (request) => {
+        reached.push(request.url ?? "");
+        request.socket.once("close", () => closed.push(request.url ?? ""));
+      };
+      const client = new SchedulerClient({ baseUrl, auth, timeoutMs: 10_000 });
+      const caller = new AbortController();
+      const pending = client.http.GET("/jobs", { signal: caller.signal });
+      await arrived(() => expect(reached).toHaveLength(1));
+      await collectGarbage();
+      caller.abort();
+      const outcome = await outcomeSoonAfterAbort(pending);
+      expect(outcome).toBeInstanceOf(DOMException);
+      expect(outcome).toHaveProperty("name", "AbortError");
+      // Not only no longer awaited: fetch's own request is aborted, its connection closed.
+      await arrived(() => expect(closed).toEqual(["/jobs"]));
+    },
+  );
+
+  it("a middleware of the caller's may still return a Request of its own, sent as it is", async () => {
+    const tags: (string | undefined)[] = [];
+    behave = (request, response) => {
+      tags.push(request.headers["x-tag"]?.toString());
+      response.writeHead(200, { "Content-Type": "application/json" });
+      response.end('{"status":"ok"}');
+    };
+    const { client } = clientWith(10_000);
+    client.http.use({
+      onRequest: ({ request }) =>
+        new Request(request, {
+          headers: { ...Object.fromEntries(request.headers), "X-Tag": "t1" },
+        }),
+    });
+    await expect(client.health()).resolves.toEqual({ status: "ok" });
+    expect(tags).toEqual(["t1"]);
+  });
+
+  it("a signal given to many requests holds no listener of theirs once they ended", async () => {
+    behave = (request, response) => {
+      if (request.url === "/health") {
+        response.writeHead(200, { "Content-Type": "application/json" });
+        response.end('{"status":"ok"}');
+      }
+    };
+    const caller = new AbortController();
+    const { client } = clientWith(10_000);
+    for (let request = 0; request < 200; request++)
+      await client.http.GET("/health", { signal: caller.signal });
+    // Two that time out (the server never answers them), retried once each.
+    const { client: timingOut } = clientWith(100, { attempts: 1 });
+    for (let request = 0; request < 2; request++)
+      await rejection(timingOut.jobs.page({}, { signal: caller.signal }), RequestTimeoutError);
+    // Fetch's own listeners on it (one per Request made with it) go when a collection finds their
+    // Request gone, its finalizer run in a later turn: under load, a collection or two later.
+    await vi.waitFor(
+      async () => {
+        await collectGarbage();
+        expect(getEventListeners(caller.signal, "abort")).toHaveLength(0);
+      },
+      { timeout: 5000, interval: 50 },
+    );
+  });
+});
+
 describe("Ctrl-C during runs watch", () => {
   /** `runs watch` run in-process with a signal aborted (Ctrl-C) once a request reached the server. */
   async function interruptedWatch() {
@@ -693,9 +821,14 @@ describe("Ctrl-C during runs watch", () => {
       },
     );
     await arrived(() => expect(received.length).toBeGreaterThanOrEqual(1));
+    // A collection before the Ctrl-C: Node 20's fetch holds the signals that carry it weakly.
+    await collectGarbage();
     const interruptedAt = Date.now();
     interrupt.abort();
-    const code = await exited;
+    const code = await Promise.race([
+      exited,
+      new Promise<string>((resolve) => setTimeout(() => resolve(STILL_WAITING), 3000)),
+    ]);
     return {
       code,
       stdout,
