@@ -139,6 +139,7 @@ class CommandContext {
       ...(flags.requestTimeout === undefined
         ? {}
         : { timeoutMs: Math.ceil(flags.requestTimeout * 1000) }),
+      ...(io.retrySleep === undefined ? {} : { retry: { sleep: io.retrySleep } }),
     });
     this.format = flags.output;
   }

@@ -13,6 +13,11 @@ export interface CliIo {
   readonly startedAt?: Date;
   /** Aborted on Ctrl-C: `runs watch` stops and exits 0. */
   readonly signal?: AbortSignal;
+  /**
+   * How the client waits before a retry (default its own timer, raced with `signal`): a test of
+   * what the CLI does once its retries are spent passes one that records the waits instead.
+   */
+  readonly retrySleep?: (ms: number) => Promise<void>;
 }
 
 const SHORT_ESCAPES: Readonly<Record<string, string>> = { "\n": "\\n", "\r": "\\r", "\t": "\\t" };

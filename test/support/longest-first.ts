@@ -4,13 +4,13 @@ import { BaseSequencer, type TestSpecification } from "vitest/node";
  * The files that take longest in `npm test`, longest first within their group, by the last
  * fresh-clone CI (5 December 2026, 683 s; seconds on two cores, with coverage): console 76,
  * dst-dispatch 68, restart 44, model 38, clock-skew 32, dispatch-recovery 31, jobs-page-cursors 23,
- * restore-from-backup 23, listed-runs-bound 23, hostile-server 22, cli 21, silent-endpoint 20,
- * quotas 18, dispatch 17, parked-runs-limit 16, fairness 15, outage-past-retention 15,
- * quota-accounting 15, security 14, client 14, run-endings 14, unwritten-start 12, claim-puts 12,
- * the sandbox's cli 11, synth-offline 11; crashed-first-attempt (24 s then) is ranked by the
- * 13-15 s it takes alone since its misfire cases run side by side. Files under 11 s (allow-bound,
- * endings and batch-create among them since their waits went) are left to vitest's order. Of the
- * timed files: the end-to-end file 26, policies 22, worker-fencing 19, run-cancel 16 (22 then, its
+ * restore-from-backup 23, listed-runs-bound 23, cli 21, silent-endpoint 20, quotas 18, dispatch 17,
+ * parked-runs-limit 16, fairness 15, outage-past-retention 15, quota-accounting 15, security 14,
+ * client 14, run-endings 14, unwritten-start 12, claim-puts 12, the sandbox's cli 11,
+ * synth-offline 11; crashed-first-attempt (24 s then) is ranked by the 13-15 s it takes alone
+ * since its misfire cases run side by side. Files under 11 s (hostile-server, allow-bound, endings
+ * and batch-create among them since their waits went) are left to vitest's order. Of the timed
+ * files: the end-to-end file 26, policies 22, worker-fencing 19, run-cancel 16 (22 then, its
  * describes one after another), retries 11, dispatch-on-time 10, worker-loop 8-9 (11 then).
  *
  * Vitest starts the longest files first only when its results cache knows their durations; a fresh
@@ -31,7 +31,6 @@ const LONGEST = [
   "test/api/jobs-page-cursors.test.ts",
   "test/integration/restore-from-backup.test.ts",
   "test/integration/listed-runs-bound.test.ts",
-  "test/client/hostile-server.test.ts",
   "test/client/cli.test.ts",
   "test/integration/silent-endpoint.test.ts",
   "test/integration/quotas.test.ts",
