@@ -1,8 +1,6 @@
 import { getEventListeners } from "node:events";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { setFlagsFromString } from "node:v8";
-import { runInNewContext } from "node:vm";
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
 import { EXIT } from "../../client/cli/exit-codes.js";
 import { runCli } from "../../client/cli/main.js";
@@ -13,6 +11,7 @@ import {
   SchedulerClient,
   SchedulerClientError,
 } from "../../client/index.js";
+import { collector } from "../support/collector.js";
 import { rejection } from "../support/rejection.js";
 
 /**
@@ -678,12 +677,6 @@ describe("a bearer key that cannot go in a header", () => {
     expect(requests()).toEqual(["GET /jobs?limit=50"]);
   });
 });
-
-/** V8's collector: a case runs it where a collection would drop what is held only weakly. */
-function collector(): () => void {
-  setFlagsFromString("--expose-gc");
-  return runInNewContext("gc") as () => void;
-}
 
 /** Two collections with a turn of the event loop between, so finalizers queued by the first run. */
 async function collectGarbage(): Promise<void> {

@@ -1,13 +1,6 @@
-import { setFlagsFromString } from "node:v8";
-import { runInNewContext } from "node:vm";
 import { describe, expect, it } from "vitest";
 import { type TimeLimit, timeLimit } from "../../shared/time-limit.js";
-
-/** V8's collector, which a test runs to see what is still held. */
-function collector(): () => void {
-  setFlagsFromString("--expose-gc");
-  return runInNewContext("gc") as () => void;
-}
+import { collector } from "../support/collector.js";
 
 /** `reads` waits within `limit`, each settling with a 1-byte chunk: weak references to the chunks. */
 async function readsWithin(limit: TimeLimit, reads: number): Promise<WeakRef<Uint8Array>[]> {

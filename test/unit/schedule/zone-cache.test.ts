@@ -1,13 +1,10 @@
-import { setFlagsFromString } from "node:v8";
-import { runInNewContext } from "node:vm";
 import { describe, expect, it } from "vitest";
 import { occurrences } from "../../../shared/schedule/index.js";
+import { collector } from "../../support/collector.js";
 
 /** The heap in use after a full collection, in MB. */
 function heapAfterCollection(): number {
-  setFlagsFromString("--expose-gc");
-  const gc = runInNewContext("gc") as () => void;
-  gc();
+  collector()();
   return process.memoryUsage().heapUsed / 1e6;
 }
 
