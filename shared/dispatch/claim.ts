@@ -288,6 +288,7 @@ async function attemptClaim(
     alreadyPut: known.put,
     token,
     skipped: skippedItems.slice(0, MAX_SKIPPED_IN_TRANSACTION),
+    mayAwaitItsJob: mayAwaitItsJob(entry, now),
   });
   switch (written.outcome) {
     case "committed":
@@ -310,6 +311,9 @@ async function attemptClaim(
       const rewritten = await removeOrphan(engine, entry);
       return rewritten ? { reread: rewritten } : { result: { outcome: "stale" } };
     }
+    case "orphan-removed":
+      engine.obs.metrics.add(METRICS.staleDueEntries, 1, "Count");
+      return { result: { outcome: "stale" } };
     case "occurrences-handled":
       // These occurrences are handled already: a run past QUEUED (say, a run the reaper re-sent
       // after an earlier claim died before its transaction) or an outcome on record. Advance over them rather than run or record them twice.

@@ -1,8 +1,15 @@
-import { BatchWriteCommand, DeleteCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
+import { BatchWriteCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
 import { sleep } from "../clock.js";
 import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
 import type { DueEntry, Run } from "../model.js";
+import {
+  afterLostRace,
+  commitPlainClaim,
+  deleteOwnRuns,
+  type OwnRun,
+  recordsClaimOf,
+} from "./claim-plain.js";
 import { conditionalWrite, retryOnContention } from "./dynamo-errors.js";
 import { decodeDueEntry, encodeDueEntry, jobKey } from "./items.js";
 import { ConditionsFailedError, type NamedWrite, writeTransaction } from "./transaction.js";
@@ -42,6 +49,11 @@ export interface ClaimWrites {
   readonly token: string;
   /** SKIPPED records written in the transaction. */
   readonly skipped: readonly Item[];
+  /**
+   * The entry's job may not be written yet (`mayAwaitItsJob`): a plain claim that finds no job item
+   * leaves the entry for the next pass.
+   */
+  readonly mayAwaitItsJob: boolean;
 }
 
 export type ClaimWriteResult =
@@ -58,6 +70,11 @@ export type ClaimWriteResult =
    * is not there, deleted, or not yet written by a create that puts the entry first).
    */
   | { readonly outcome: "job-moved"; readonly jobGone: boolean }
+  /**
+   * A plain claim's job no longer points at the entry (or is gone) and no claim of the entry is
+   * recorded on it: the entry, found at its version, was deleted as an orphan.
+   */
+  | { readonly outcome: "orphan-removed" }
   /**
    * Occurrences handled already: runs past QUEUED (or re-sent by the reaper), and outcomes on
    * record (by scheduledFor); and the runs this call put, which the next round does not put again.
@@ -98,10 +115,6 @@ const RUN_PUT_CONDITION =
  */
 const RETRY_RUN_PUT_CONDITION =
   "attribute_not_exists(pk) OR (#status = :queued AND (jobVersion < :jobVersion OR (jobVersion = :jobVersion AND fence = :unstarted AND (attribute_not_exists(misfireFrom) OR attribute_type(misfireFrom, :null)) AND retryOf.fence = :retryFence)))";
-
-/** A run this claim put, unchanged since: deleted when the claim fails for good. */
-const OWN_UNTOUCHED_RUN =
-  "claimToken = :token AND #status = :queued AND fence = :unstarted AND (attribute_not_exists(misfireFrom) OR attribute_type(misfireFrom, :null))";
 
 /**
  * Writes a claim. First each QUEUED run is put with a conditional PutItem
@@ -168,6 +181,28 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
     },
   );
   if (running.length > 0) return { outcome: "occurrences-handled", running, recorded: [], put };
+  const own: OwnRun[] = queued.filter(
+    ({ run }) => alreadyPut.has(run.scheduledFor) || put.includes(run.scheduledFor),
+  );
+
+  // A one-off's occurrence: its transaction would be the entry's delete and the job's update
+  // alone, each billed twice; as plain writes, the job's update commits it (claim-plain.ts).
+  if (
+    advance !== null &&
+    advance.next === null &&
+    skipped.length === 0 &&
+    entry.kind === "occurrence" &&
+    "runAt" in entry.schedule
+  ) {
+    return commitPlainClaim(engine, {
+      entry,
+      occurrencesQueued: advance.occurrencesQueued,
+      completes: advance.completes,
+      token,
+      own,
+      mayAwaitItsJob: claim.mayAwaitItsJob,
+    });
+  }
 
   const writes: NamedWrite<ClaimCondition>[] = [
     {
@@ -260,9 +295,6 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
     return { outcome: "committed" };
   } catch (error) {
     if (!(error instanceof ConditionsFailedError)) throw error;
-    const own = queued.filter(
-      ({ run }) => alreadyPut.has(run.scheduledFor) || put.includes(run.scheduledFor),
-    );
     if (error.has("dueEntry")) {
       const rewritten = error.item("dueEntry");
       return rewritten === null
@@ -270,6 +302,9 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
         : { outcome: "entry-rewritten", entry: decodeDueEntry(rewritten) };
     }
     if (error.has("job")) {
+      // A plain claim of this entry (claim-plain.ts) committed, its claimer yet to delete the
+      // entry: a lost race, whose runs are the winner's too.
+      if (recordsClaimOf(error.item("job"), entry)) return afterLostRace(engine, entry, own);
       await deleteOwnRuns(engine, own, token);
       return { outcome: "job-moved", jobGone: error.item("job") === null };
     }
@@ -282,39 +317,6 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
     await deleteOwnRuns(engine, own, token);
     throw error;
   }
-}
-
-/**
- * Deletes the runs a failed claim put, each only while it is as the claim put it: carrying
- * its token, QUEUED, unstarted and never re-sent. Called only once the claim's transaction found
- * the entry at its version, so no other claim of the entry committed; a run another claimer put
- * over one of these since carries that claimer's token and stays.
- */
-async function deleteOwnRuns(
-  engine: Engine,
-  own: readonly { readonly run: Run; readonly item: Item }[],
-  token: string,
-): Promise<void> {
-  await forEachConcurrently(own, RUN_PUT_CONCURRENCY, async ({ item }) => {
-    await conditionalWrite(() =>
-      retryOnContention(engine, "claim run delete", () =>
-        engine.doc.send(
-          new DeleteCommand({
-            TableName: engine.tables.runs,
-            Key: { pk: item.pk, sk: item.sk },
-            ConditionExpression: OWN_UNTOUCHED_RUN,
-            ExpressionAttributeNames: { "#status": "status" },
-            ExpressionAttributeValues: {
-              ":token": token,
-              ":queued": "QUEUED",
-              ":unstarted": 0,
-              ":null": "NULL",
-            },
-          }),
-        ),
-      ),
-    );
-  });
 }
 
 const MAX_BATCH_WRITE_ROUNDS = 6;

@@ -107,6 +107,8 @@ export function decodeJob(item: Item): Job {
     tenantSk: _s,
     payloadJson,
     expiresAt: _e,
+    // What the last plain claim committed (storage/claim-plain.ts): for claimers, not the job's.
+    claimedEntry: _c,
     dependents,
     ...rest
   } = item;

@@ -20,6 +20,8 @@ const {
   runsOf,
   withHooks,
   isRunPut,
+  isJobUpdate,
+  ONE_OFF_COMMIT,
   deliverAll,
   pastDeadlineOf,
   expectNothingRunsPast,
@@ -78,7 +80,8 @@ describe("a claim that loses its entry to a cancel or a delete", () => {
     const { result } = await withHooks(
       [
         {
-          command: "TransactWriteItemsCommand",
+          command: ONE_OFF_COMMIT,
+          when: isJobUpdate,
           before: async () => {
             winner = await claimDueEntry(f.engine, entry, claimOptions(now));
             if (winner.outcome === "claimed") await sendClaimed(f.engine, winner.runs);
@@ -194,8 +197,8 @@ describe("a claim that loses its entry to a cancel or a delete", () => {
           },
         },
         {
-          command: "TransactWriteItemsCommand",
-          when: () => cancelled,
+          command: ONE_OFF_COMMIT,
+          when: (input) => cancelled && isJobUpdate(input),
           before: async () => {
             pastDeadlineOf(due);
             resent = (await reap(f.engine)).resent;

@@ -28,6 +28,8 @@ const {
   runsOf,
   withHook,
   isRunPut,
+  isJobUpdate,
+  ONE_OFF_COMMIT,
   deliverAll,
   pastDeadlineOf,
   expectNothingRunsPast,
@@ -246,13 +248,15 @@ describe("a claim whose entry a pause, cancel or edit removes between its puts a
     const now = clock();
     const due = new Date(now.getTime() + 10 * SECOND);
     const { job, entry } = await seedOne("paused", { runAt: due.toISOString() }, due, now);
-    const { result } = await withHook(
-      "TransactWriteItemsCommand",
+    const { result, hooked } = await withHook(
+      ONE_OFF_COMMIT,
       async () => {
         await pauseJob(f.engine, job.tenantId, job.jobId);
       },
       () => claimDueEntry(f.engine, entry, claimOptions(now)),
+      isJobUpdate,
     );
+    expect(hooked).toBe(1);
     expect(result.outcome).toBe("lost");
     expect((await runsOf("paused")).map((r) => r.status)).toEqual(["QUEUED"]);
 
@@ -320,15 +324,17 @@ describe("a claim whose entry a pause, cancel or edit removes between its puts a
     const now = clock();
     const due = new Date(now.getTime() + 10 * SECOND);
     const { entry } = await seedOne("contended", { runAt: due.toISOString() }, due, now);
-    const { result } = await withHook(
-      "TransactWriteItemsCommand",
+    const { result, hooked } = await withHook(
+      ONE_OFF_COMMIT,
       async () => {
         await expect(claimDueEntry(f.engine, entry, claimOptions(now))).resolves.toMatchObject({
           outcome: "claimed",
         });
       },
       () => claimDueEntry(f.engine, entry, claimOptions(now)),
+      isJobUpdate,
     );
+    expect(hooked).toBe(1);
     expect(result.outcome).toBe("lost");
     expect((await runsOf("contended")).map((r) => r.status)).toEqual(["QUEUED"]);
   });

@@ -624,7 +624,11 @@ describe("a shard's first pass ever", () => {
       big.f.engine.doc.middlewareStack.add(
         (next, context) => async (args) => {
           const jobId = /JOB#(scan-\d\d)/.exec(JSON.stringify(args.input))?.[1];
-          if (context.commandName === "TransactWriteItemsCommand" && failing.on && jobId) {
+          // A one-off's claim commits with its job's update (no transaction): that fails.
+          const jobUpdate =
+            context.commandName === "UpdateItemCommand" &&
+            (args.input as { TableName?: string }).TableName === big.f.engine.tables.jobs;
+          if (jobUpdate && failing.on && jobId) {
             failing.jobId ||= jobId;
             if (jobId === failing.jobId)
               throw new InternalServerError({
@@ -929,7 +933,11 @@ describe("a shard's first scan over many passes", () => {
     const transient = { on: true };
     fx.f.engine.doc.middlewareStack.add(
       (next, context) => async (args) => {
-        if (context.commandName === "TransactWriteItemsCommand") {
+        // A one-off's claim commits with its job's update (no transaction): that fails.
+        const jobUpdate =
+          context.commandName === "UpdateItemCommand" &&
+          (args.input as { TableName?: string }).TableName === fx.f.engine.tables.jobs;
+        if (jobUpdate) {
           const input = JSON.stringify(args.input);
           if (poisoned && input.includes(`JOB#${poisoned}`))
             throw Object.assign(new Error("injected refusal"), {

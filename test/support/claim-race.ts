@@ -122,6 +122,15 @@ export function useClaimRace() {
 
   const isRunPut = (input: Input) => input.TableName === fx().engine.tables.runs;
 
+  /**
+   * A one-off's claim commits with a plain update of its job (storage/claim-plain.ts), not a
+   * transaction: the request a claim of a one-off sends after its run puts.
+   */
+  const isJobUpdate = (input: Input) =>
+    input.TableName === fx().engine.tables.jobs &&
+    String((input.Key as Input | undefined)?.pk).startsWith("JOB#");
+  const ONE_OFF_COMMIT = "UpdateItemCommand";
+
   /** Every message of the job's runs the queue holds now, delivered; the handler's calls counted by occurrence. */
   async function deliverAll(jobId: string, calls: Map<string, number>): Promise<void> {
     const counting = async (ctx: JobContext) => {
@@ -163,6 +172,8 @@ export function useClaimRace() {
     withHooks,
     withHook,
     isRunPut,
+    isJobUpdate,
+    ONE_OFF_COMMIT,
     deliverAll,
     pastDeadlineOf,
     expectNothingRunsPast,
