@@ -520,16 +520,19 @@ describe.concurrent("cancelling a job's running runs", () => {
 
   it.sequential("a resume whose claim never happens (it died after its write) leaves the entry: the next pass gives the one-off its one new run", async () => {
     const { job, runAt } = await pauseCancelledOneOff(30_000);
-    // The claim's transaction: it moves the job on, counting its queued occurrences.
+    // The claim's commit, a one-off's job update (no transaction): it moves the job on, counting
+    // its queued occurrences.
     const claims = (input: Record<string, unknown>) =>
-      (
-        (input.TransactItems as { Update?: { UpdateExpression?: string } }[] | undefined) ?? []
-      ).some((item) => item.Update?.UpdateExpression?.includes("occurrencesQueued") === true);
+      String(input.UpdateExpression).includes("occurrencesQueued");
     const faulty = withFaults(f.engine, {
-      operation: "TransactWriteItems",
+      operation: "UpdateItem",
       times: 1,
       match: claims,
-      reason: "ValidationError",
+      error: () =>
+        Object.assign(new Error("injected refusal"), {
+          name: "ValidationException",
+          $metadata: { httpStatusCode: 400 },
+        }),
     });
     try {
       const resumed = await resumeJob(faulty.engine, job.tenantId, job.jobId);
@@ -538,7 +541,7 @@ describe.concurrent("cancelling a job's running runs", () => {
     } finally {
       faulty.destroy();
     }
-    // The claim put the new attempt's run before its transaction failed: it waits, unsent, and
+    // The claim put the new attempt's run before its commit failed: it waits, unsent, and
     // the entry is still there.
     expect(byAttempt(await runsOf(f, job.jobId)).map((r) => [r.attempt, r.status])).toEqual([
       [1, "CANCELLED"],
