@@ -7,6 +7,7 @@ import { editJob } from "../../shared/jobs/index.js";
 import { jobKey } from "../../shared/storage/items.js";
 import { SECOND, useClaimRace } from "../support/claim-race.js";
 import type { EngineFixture } from "../support/engine-fixture.js";
+import { seedJobs } from "../support/seed.js";
 
 /**
  * A one-off's claim is plain writes (storage/claim-plain.ts): its runs' puts, the job's update
@@ -215,5 +216,50 @@ describe("an edit of a one-off between its claim's run put and the job's update"
     expect((await reap(f.engine)).resent).toBe(1);
     expect([...(await runsCalled("edited-once"))]).toEqual([]);
     expect((await runsOf("edited-once")).map((r) => r.status)).toEqual(["SKIPPED", "QUEUED"]);
+  });
+});
+
+describe("a recurring-shaped claim (a transaction) of a one-off's entry that a plain claim committed", () => {
+  it("reads the claim recorded on the job when its job condition fails with the entry still there: lost, the entry removed", async () => {
+    const now = clock();
+    // Late by 30 s: within the grace for the first claimer, past it for the second (a minute on).
+    const due = new Date(now.getTime() - 30 * SECOND);
+    await seedJobs(
+      f,
+      [
+        {
+          jobId: "skip-raced",
+          schedule: { runAt: due.toISOString() },
+          dueAt: due,
+          misfire: "skip",
+        },
+      ],
+      now,
+    );
+    const entry = await entryOf("skip-raced");
+    let second: ClaimResult | undefined;
+    const { result: first, hooked } = await withHooks(
+      [
+        {
+          command: "DeleteItemCommand",
+          when: isEntryDelete,
+          before: async () => {
+            // Past the grace, `skip` records the occurrence SKIPPED: a transaction, not plain writes.
+            second = await claimDueEntry(
+              f.engine,
+              entry,
+              claimOptions(new Date(now.getTime() + 60 * SECOND)),
+            );
+          },
+        },
+      ],
+      () => claimDueEntry(f.engine, entry, claimOptions(now)),
+    );
+
+    expect(hooked).toBe(1);
+    expect(first.outcome).toBe("claimed");
+    expect(second?.outcome).toBe("lost");
+    expect(await entriesOf("skip-raced")).toEqual([]);
+    expect((await runsOf("skip-raced")).map((r) => r.status)).toEqual(["QUEUED"]);
   });
 });
