@@ -1,0 +1,210 @@
+import { beforeEach, describe, expect, it } from "vitest";
+import { claimDueEntry } from "../../shared/dispatch/claim.js";
+import { sendClaimed } from "../../shared/dispatch/fast-path.js";
+import { reap } from "../../shared/dispatch/reaper.js";
+import { cancelJob, editJob, pauseJob } from "../../shared/jobs/index.js";
+import { SECOND, useClaimRace } from "../support/claim-race.js";
+import type { EngineFixture } from "../support/engine-fixture.js";
+
+/**
+ * A one-off's plain claim (storage/claim-plain.ts) attacked between its writes: the SDK sending a
+ * write again after it applied, throttling, a claimer dying after its commit (never sending its
+ * run, or a pause or a cancel before the next pass), an edit that keeps the occurrence.
+ */
+
+const {
+  clock,
+  claimOptions,
+  seedOne,
+  runsOf,
+  withHooks,
+  isJobUpdate,
+  deliverAll,
+  pastDeadlineOf,
+  fixture,
+} = useClaimRace();
+let f: EngineFixture;
+beforeEach(() => {
+  f = fixture();
+});
+
+type Input = Record<string, unknown>;
+
+const isEntryDelete = (input: Input) =>
+  input.TableName === f.engine.tables.jobs &&
+  !String((input.Key as Input | undefined)?.pk).startsWith("JOB#");
+
+const entriesOf = async (jobId: string) => (await f.dueEntries()).filter((d) => d.jobId === jobId);
+
+/** Overdue within the misfire grace: its run is sent with no delay, and runs. */
+const overdue = (now: Date) => new Date(now.getTime() - 5 * SECOND);
+
+async function runsCalled(jobId: string): Promise<[string, number][]> {
+  const calls = new Map<string, number>();
+  await deliverAll(jobId, calls);
+  return [...calls];
+}
+
+/**
+ * While `work` runs, the first request of `command` that `when` accepts is sent twice, the
+ * first answer dropped: the SDK sending it again after DynamoDB applied it and the answer was lost.
+ */
+async function withFirstAnswerLost<T>(
+  command: string,
+  when: (input: Input) => boolean,
+  work: () => Promise<T>,
+): Promise<{ result: T; resent: number }> {
+  const name = "firstAnswerLost";
+  let resent = 0;
+  f.engine.doc.middlewareStack.add(
+    (next, context) => async (args) => {
+      if (resent > 0 || context.commandName !== command || !when(args.input as Input))
+        return next(args);
+      resent++;
+      await next(args);
+      return next(args);
+    },
+    { step: "initialize", name },
+  );
+  try {
+    return { result: await work(), resent };
+  } finally {
+    f.engine.doc.middlewareStack.remove(name);
+  }
+}
+
+describe("a one-off's plain claim whose write the SDK sent again after it applied", () => {
+  it("the job's update: it finds its own claim recorded, commits, removes the entry, and the occurrence runs once", async () => {
+    const now = clock();
+    const due = overdue(now);
+    const { entry } = await seedOne("resent-commit", { runAt: due.toISOString() }, due, now);
+    const { result, resent } = await withFirstAnswerLost("UpdateItemCommand", isJobUpdate, () =>
+      claimDueEntry(f.engine, entry, claimOptions(now)),
+    );
+    expect(resent).toBe(1);
+    expect(result.outcome).toBe("claimed");
+    expect(await entriesOf("resent-commit")).toEqual([]);
+    expect((await runsOf("resent-commit")).map((r) => r.status)).toEqual(["QUEUED"]);
+    if (result.outcome === "claimed") await sendClaimed(f.engine, result.runs);
+    expect(await runsCalled("resent-commit")).toEqual([[due.toISOString(), 1]]);
+  });
+
+  it("the entry's delete: the claim stands, and the occurrence runs once", async () => {
+    const now = clock();
+    const due = overdue(now);
+    const { entry } = await seedOne("resent-delete", { runAt: due.toISOString() }, due, now);
+    const { result, resent } = await withFirstAnswerLost("DeleteItemCommand", isEntryDelete, () =>
+      claimDueEntry(f.engine, entry, claimOptions(now)),
+    );
+    expect(resent).toBe(1);
+    expect(result.outcome).toBe("claimed");
+    expect(await entriesOf("resent-delete")).toEqual([]);
+    if (result.outcome === "claimed") await sendClaimed(f.engine, result.runs);
+    expect(await runsCalled("resent-delete")).toEqual([[due.toISOString(), 1]]);
+  });
+});
+
+describe("a one-off's plain claim throttled", () => {
+  it("at the job's update, three times: it is sent again and commits", async () => {
+    const now = clock();
+    const due = overdue(now);
+    const { entry } = await seedOne("throttled", { runAt: due.toISOString() }, due, now);
+    const throttled = () =>
+      Object.assign(new Error("throttled"), { name: "ProvisionedThroughputExceededException" });
+    const hook = { command: "UpdateItemCommand", when: isJobUpdate, fail: throttled };
+    const { result, hooked } = await withHooks([hook, hook, hook], () =>
+      claimDueEntry(f.engine, entry, claimOptions(now)),
+    );
+    expect(hooked).toBe(3);
+    expect(result.outcome).toBe("claimed");
+    expect(await entriesOf("throttled")).toEqual([]);
+  });
+});
+
+describe("a one-off's claimer that dies after its commit, before its entry's delete", () => {
+  it("then a pause: the next pass removes the entry, and the run stays for its worker to park", async () => {
+    const now = clock();
+    const due = overdue(now);
+    const { job, entry } = await seedOne("died-paused", { runAt: due.toISOString() }, due, now);
+    const { result: first } = await withHooks(
+      [{ command: "DeleteItemCommand", when: isEntryDelete, fail: () => new Error("died") }],
+      () => claimDueEntry(f.engine, entry, claimOptions(now)),
+    );
+    expect(first.outcome).toBe("claimed");
+    await pauseJob(f.engine, job.tenantId, job.jobId);
+
+    const next = await claimDueEntry(f.engine, entry, claimOptions(clock()));
+
+    expect(next.outcome).toBe("lost");
+    expect(await entriesOf("died-paused")).toEqual([]);
+    expect((await runsOf("died-paused")).map((r) => r.status)).toEqual(["QUEUED"]);
+  });
+
+  it("then a cancel: the next pass removes the entry, and nothing runs", async () => {
+    const now = clock();
+    const due = overdue(now);
+    const { job, entry } = await seedOne("died-cancelled", { runAt: due.toISOString() }, due, now);
+    const { result: first } = await withHooks(
+      [{ command: "DeleteItemCommand", when: isEntryDelete, fail: () => new Error("died") }],
+      () => claimDueEntry(f.engine, entry, claimOptions(now)),
+    );
+    expect(first.outcome).toBe("claimed");
+    await cancelJob(f.engine, job.tenantId, job.jobId);
+
+    const next = await claimDueEntry(f.engine, entry, claimOptions(clock()));
+
+    expect(next.outcome).toBe("lost");
+    expect(await entriesOf("died-cancelled")).toEqual([]);
+    expect((await runsOf("died-cancelled")).map((r) => r.status)).toEqual(["CANCELLED"]);
+    pastDeadlineOf(due);
+    expect(await runsCalled("died-cancelled")).toEqual([]);
+  });
+});
+
+describe("a one-off's claimer that dies after its commit and never sends its run", () => {
+  it("the next pass is lost and removes the entry; the reaper sends the run at its deadline, and it runs once", async () => {
+    const now = clock();
+    const due = overdue(now);
+    const { entry } = await seedOne("died-unsent", { runAt: due.toISOString() }, due, now);
+    const { result: first } = await withHooks(
+      [{ command: "DeleteItemCommand", when: isEntryDelete, fail: () => new Error("died") }],
+      () => claimDueEntry(f.engine, entry, claimOptions(now)),
+    );
+    expect(first.outcome).toBe("claimed");
+
+    expect((await claimDueEntry(f.engine, entry, claimOptions(clock()))).outcome).toBe("lost");
+    expect(await entriesOf("died-unsent")).toEqual([]);
+
+    // Its deadline counts from its claim (its due time was past): a lease after now.
+    pastDeadlineOf(clock());
+    expect((await reap(f.engine)).resent).toBe(1);
+    expect(await runsCalled("died-unsent")).toEqual([[due.toISOString(), 1]]);
+  });
+});
+
+describe("an edit that keeps a one-off's occurrence, between its claim's run put and the job's update", () => {
+  it("its fast path claims the rewritten entry; the first claim is lost, and the occurrence runs once, as edited", async () => {
+    const now = clock();
+    const due = overdue(now);
+    const { job, entry } = await seedOne("edit-kept", { runAt: due.toISOString() }, due, now);
+    const { result, hooked } = await withHooks(
+      [
+        {
+          command: "UpdateItemCommand",
+          when: isJobUpdate,
+          before: async () => {
+            await editJob(f.engine, job.tenantId, job.jobId, 1, { payload: { edited: true } });
+          },
+        },
+      ],
+      () => claimDueEntry(f.engine, entry, claimOptions(now)),
+    );
+    expect(hooked).toBe(1);
+    expect(result.outcome).toBe("lost");
+    expect(await entriesOf("edit-kept")).toEqual([]);
+    expect((await runsOf("edit-kept")).map((r) => [r.jobVersion, r.status])).toEqual([
+      [2, "QUEUED"],
+    ]);
+    expect(await runsCalled("edit-kept")).toEqual([[due.toISOString(), 1]]);
+  });
+});
