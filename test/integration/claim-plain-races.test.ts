@@ -1,15 +1,20 @@
+import { DeleteCommand, GetCommand, PutCommand, TransactWriteCommand } from "@aws-sdk/lib-dynamodb";
 import { beforeEach, describe, expect, it } from "vitest";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { sendClaimed } from "../../shared/dispatch/fast-path.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import { cancelJob, editJob, pauseJob } from "../../shared/jobs/index.js";
+import { runSortKey } from "../../shared/keys.js";
+import type { DueEntry } from "../../shared/model.js";
+import { jobKey, jobPk } from "../../shared/storage/items.js";
 import { SECOND, useClaimRace } from "../support/claim-race.js";
 import type { EngineFixture } from "../support/engine-fixture.js";
 
 /**
  * A one-off's plain claim (storage/claim-plain.ts) attacked between its writes: the SDK sending a
  * write again after it applied, throttling, a claimer dying after its commit (never sending its
- * run, or a pause or a cancel before the next pass), an edit that keeps the occurrence.
+ * run, or a pause or a cancel before the next pass), an edit that keeps the occurrence, and an
+ * earlier version's transaction claim beside it (a deploy under way, a rollback).
  */
 
 const {
@@ -70,6 +75,92 @@ async function withFirstAnswerLost<T>(
     return { result: await work(), resent };
   } finally {
     f.engine.doc.middlewareStack.remove(name);
+  }
+}
+
+/**
+ * What a dispatcher or fast path of the version before plain claims sends for a one-off's entry
+ * (main's shared/storage/claim.ts, writeClaim): its run's put under its own token, over a QUEUED
+ * unstarted run of the same version, then one transaction deleting the entry at its version and
+ * updating the job still pointing at it; when the job's condition fails with the entry there, it
+ * deletes the runs it put (`OWN_UNTOUCHED_RUN`), reading nothing else.
+ */
+async function earlierVersionClaim(entry: DueEntry): Promise<"committed" | "job-moved"> {
+  const { doc, tables } = f.engine;
+  const runKey = { pk: jobPk(entry.jobId), sk: runSortKey(entry.scheduledFor, entry.attempt) };
+  const { Item: run } = await doc.send(
+    new GetCommand({ TableName: tables.runs, Key: runKey, ConsistentRead: true }),
+  );
+  if (!run) throw new Error("the earlier claim puts the same run: expected it there");
+  const token = "earlier-version-claim";
+  await doc.send(
+    new PutCommand({
+      TableName: tables.runs,
+      Item: { ...run, claimToken: token },
+      ConditionExpression:
+        "attribute_not_exists(pk) OR (#status = :queued AND (jobVersion < :jobVersion OR (jobVersion = :jobVersion AND fence = :unstarted AND (attribute_not_exists(misfireFrom) OR attribute_type(misfireFrom, :null)))))",
+      ExpressionAttributeNames: { "#status": "status" },
+      ExpressionAttributeValues: {
+        ":queued": "QUEUED",
+        ":jobVersion": entry.jobVersion,
+        ":unstarted": 0,
+        ":null": "NULL",
+      },
+    }),
+  );
+  try {
+    await doc.send(
+      new TransactWriteCommand({
+        TransactItems: [
+          {
+            Delete: {
+              TableName: tables.jobs,
+              Key: entry.key,
+              ConditionExpression: "attribute_exists(pk) AND jobVersion = :jobVersion",
+              ExpressionAttributeValues: { ":jobVersion": entry.jobVersion },
+            },
+          },
+          {
+            Update: {
+              TableName: tables.jobs,
+              Key: jobKey(entry.jobId),
+              ConditionExpression:
+                "#status = :active AND nextDueKey.pk = :pk AND nextDueKey.sk = :sk",
+              UpdateExpression:
+                "SET nextRunAt = :null, nextDueKey = :null, occurrencesQueued = :queued REMOVE catchUpCount, catchUpOf",
+              ExpressionAttributeNames: { "#status": "status" },
+              ExpressionAttributeValues: {
+                ":active": "ACTIVE",
+                ":pk": entry.key.pk,
+                ":sk": entry.key.sk,
+                ":null": null,
+                ":queued": 1,
+              },
+            },
+          },
+        ],
+      }),
+    );
+    return "committed";
+  } catch (error) {
+    const reasons = (error as { CancellationReasons?: { Code?: string }[] }).CancellationReasons;
+    if (reasons?.[0]?.Code !== "None" || reasons[1]?.Code !== "ConditionalCheckFailed") throw error;
+    await doc.send(
+      new DeleteCommand({
+        TableName: tables.runs,
+        Key: runKey,
+        ConditionExpression:
+          "claimToken = :token AND #status = :queued AND fence = :unstarted AND (attribute_not_exists(misfireFrom) OR attribute_type(misfireFrom, :null))",
+        ExpressionAttributeNames: { "#status": "status" },
+        ExpressionAttributeValues: {
+          ":token": token,
+          ":queued": "QUEUED",
+          ":unstarted": 0,
+          ":null": "NULL",
+        },
+      }),
+    );
+    return "job-moved";
   }
 }
 
@@ -206,5 +297,33 @@ describe("an edit that keeps a one-off's occurrence, between its claim's run put
       [2, "QUEUED"],
     ]);
     expect(await runsCalled("edit-kept")).toEqual([[due.toISOString(), 1]]);
+  });
+});
+
+describe("a one-off's plain claim beside an earlier version's transaction claim (a deploy, a rollback)", () => {
+  it("the earlier claim's transaction meets the plain commit before the entry's delete: the occurrence still runs once", async () => {
+    const now = clock();
+    const due = overdue(now);
+    const { entry } = await seedOne("mixed-deploy", { runAt: due.toISOString() }, due, now);
+    let earlier: string | undefined;
+    const { result, hooked } = await withHooks(
+      [
+        {
+          command: "DeleteItemCommand",
+          when: isEntryDelete,
+          before: async () => {
+            earlier = await earlierVersionClaim(entry);
+          },
+        },
+      ],
+      () => claimDueEntry(f.engine, entry, claimOptions(now)),
+    );
+    expect(hooked).toBe(1);
+    expect(earlier).toBe("job-moved");
+    expect(result.outcome).toBe("claimed");
+    expect(await entriesOf("mixed-deploy")).toEqual([]);
+    expect((await runsOf("mixed-deploy")).map((r) => r.status)).toEqual(["QUEUED"]);
+    if (result.outcome === "claimed") await sendClaimed(f.engine, result.runs);
+    expect(await runsCalled("mixed-deploy")).toEqual([[due.toISOString(), 1]]);
   });
 });
