@@ -327,3 +327,33 @@ describe("a one-off's plain claim beside an earlier version's transaction claim 
     expect(await runsCalled("mixed-deploy")).toEqual([[due.toISOString(), 1]]);
   });
 });
+
+describe("a one-off's claimer that dies after its commit, then edits of its runAt away and back", () => {
+  it("the edit back to the claimed occurrence's time is written over the entry left behind, and claimed", async () => {
+    const now = clock();
+    const due = new Date(now.getTime() + 30 * SECOND);
+    const away = new Date(now.getTime() + 10 * 60 * SECOND);
+    const { job, entry } = await seedOne("edit-back", { runAt: due.toISOString() }, due, now);
+    const { result: first } = await withHooks(
+      [{ command: "DeleteItemCommand", when: isEntryDelete, fail: () => new Error("died") }],
+      () => claimDueEntry(f.engine, entry, claimOptions(now)),
+    );
+    expect(first.outcome).toBe("claimed");
+
+    await editJob(f.engine, job.tenantId, job.jobId, 1, {
+      schedule: { runAt: away.toISOString() },
+    });
+    const back = await editJob(f.engine, job.tenantId, job.jobId, 2, {
+      schedule: { runAt: due.toISOString() },
+    });
+
+    expect(back.version).toBe(3);
+    // Due inside the fast-path window, the edit's fast path claimed it: one run, at version 3.
+    expect(await entriesOf("edit-back")).toEqual([]);
+    expect(
+      (await runsOf("edit-back"))
+        .filter((r) => r.scheduledFor === due.toISOString())
+        .map((r) => [r.jobVersion, r.status]),
+    ).toEqual([[3, "QUEUED"]]);
+  });
+});
