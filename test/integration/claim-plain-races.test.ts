@@ -3,7 +3,7 @@ import { beforeEach, describe, expect, it } from "vitest";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { sendClaimed } from "../../shared/dispatch/fast-path.js";
 import { reap } from "../../shared/dispatch/reaper.js";
-import { cancelJob, editJob, pauseJob } from "../../shared/jobs/index.js";
+import { cancelJob, deleteJob, editJob, pauseJob } from "../../shared/jobs/index.js";
 import { runSortKey } from "../../shared/keys.js";
 import type { DueEntry } from "../../shared/model.js";
 import { jobKey, jobPk } from "../../shared/storage/items.js";
@@ -249,6 +249,60 @@ describe("a one-off's claimer that dies after its commit, before its entry's del
     expect((await runsOf("died-cancelled")).map((r) => r.status)).toEqual(["CANCELLED"]);
     pastDeadlineOf(due);
     expect(await runsCalled("died-cancelled")).toEqual([]);
+  });
+});
+
+describe("a one-off's claimer that dies after its commit, then a delete of its job", () => {
+  it("the next pass removes the entry as an orphan, and nothing runs", async () => {
+    const now = clock();
+    const due = overdue(now);
+    const { job, entry } = await seedOne("died-deleted", { runAt: due.toISOString() }, due, now);
+    const { result: first } = await withHooks(
+      [{ command: "DeleteItemCommand", when: isEntryDelete, fail: () => new Error("died") }],
+      () => claimDueEntry(f.engine, entry, claimOptions(now)),
+    );
+    expect(first.outcome).toBe("claimed");
+    await deleteJob(f.engine, job.tenantId, job.jobId);
+
+    expect((await claimDueEntry(f.engine, entry, claimOptions(clock()))).outcome).toBe("stale");
+    expect(await entriesOf("died-deleted")).toEqual([]);
+    pastDeadlineOf(clock());
+    await reap(f.engine);
+    expect(await runsCalled("died-deleted")).toEqual([]);
+  });
+});
+
+describe("a one-off's plain commit sent again by the SDK after a pause landed on the applied one", () => {
+  it("finds its own claim recorded on the paused job: committed, the entry removed", async () => {
+    const now = clock();
+    const due = overdue(now);
+    const { job, entry } = await seedOne("resent-paused", { runAt: due.toISOString() }, due, now);
+    const name = "pauseBeforeResend";
+    let resent = 0;
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (
+          resent > 0 ||
+          context.commandName !== "UpdateItemCommand" ||
+          !isJobUpdate(args.input as Input)
+        )
+          return next(args);
+        resent++;
+        await next(args);
+        await pauseJob(f.engine, job.tenantId, job.jobId);
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    try {
+      const result = await claimDueEntry(f.engine, entry, claimOptions(now));
+      expect(resent).toBe(1);
+      expect(result.outcome).toBe("claimed");
+    } finally {
+      f.engine.doc.middlewareStack.remove(name);
+    }
+    expect(await entriesOf("resent-paused")).toEqual([]);
+    expect((await runsOf("resent-paused")).map((r) => r.status)).toEqual(["QUEUED"]);
   });
 });
 
