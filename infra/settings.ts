@@ -13,6 +13,7 @@ import {
   MAX_LOOKAHEAD_SECONDS,
   MAX_TIMEOUT_SECONDS,
   NO_QUOTA,
+  type OneOffClaimWrites,
   QUOTA_MAXIMUM,
   type TenantQuotas,
 } from "../shared/config.js";
@@ -79,6 +80,11 @@ export interface SchedulerSettings {
   readonly quotas: TenantQuotas;
   /** Tenants that may read and set any tenant's quota override over the API. */
   readonly adminTenants: readonly string[];
+  /**
+   * How a one-off's claim is written: "transaction" (the default) or "plain", 2 write units less
+   * a claim, and only once no version before plain claims runs (docs/deploy.md "Upgrade and rollback").
+   */
+  readonly oneOffClaimWrites: OneOffClaimWrites;
 }
 
 export type SettingsInput = Partial<Omit<SchedulerSettings, "workerConcurrency" | "quotas">> & {
@@ -159,6 +165,7 @@ export function resolveSettings(input: SettingsInput = {}): SchedulerSettings {
       ...definedOnly(input.quotas ?? {}),
     },
     adminTenants: input.adminTenants ?? [],
+    oneOffClaimWrites: input.oneOffClaimWrites ?? DEFAULT_SETTINGS.oneOffClaimWrites,
   };
   validate(settings);
   return settings;
@@ -385,6 +392,7 @@ const SETTING_OF_VARIABLE: Readonly<Record<string, ContextKey>> = {
   [ENV.quotaConcurrentRuns]: "quotaConcurrentRuns",
   [ENV.quotaRequestsPerSecond]: "quotaRequestsPerSecond",
   [ENV.quotaMaxPriority]: "quotaMaxPriority",
+  [ENV.oneOffClaimWrites]: "oneOffClaimWrites",
 };
 
 /** A refusal by `loadSettings`, which names the handlers' variable, as one naming the setting. */
@@ -442,6 +450,8 @@ export function engineEnvironment(s: SchedulerSettings): Record<string, string> 
     [ENV.workerTimeoutSeconds]: String(s.workerTimeoutSeconds),
     // The DLQ consumer tells a poison run from deliveries that never started it.
     [ENV.maxReceiveCount]: String(s.maxReceiveCount),
+    // The dispatcher's and the API's fast path claim one-offs; every function gets it alike.
+    [ENV.oneOffClaimWrites]: s.oneOffClaimWrites,
   };
 }
 
@@ -483,6 +493,7 @@ export const CONTEXT_KEYS = [
   "quotaRequestsPerSecond",
   "quotaMaxPriority",
   "adminTenants",
+  "oneOffClaimWrites",
 ] as const;
 
 type ContextKey = (typeof CONTEXT_KEYS)[number];
@@ -583,6 +594,7 @@ export function settingsFromContext(node: Node): SchedulerSettings {
       .split(",")
       .map((t) => t.trim())
       .filter((t) => t !== ""),
+    oneOffClaimWrites: claimWritesOf(text("oneOffClaimWrites")),
   });
 }
 
@@ -622,6 +634,13 @@ function editDistance(a: string, b: string): number {
     previous = current;
   }
   return previous[b.length] ?? 0;
+}
+
+function claimWritesOf(value: string | undefined): OneOffClaimWrites | undefined {
+  if (value === undefined || value === "transaction" || value === "plain") return value;
+  throw new Error(
+    `context oneOffClaimWrites must be transaction or plain, got "${value}": plain only once no earlier version runs (docs/deploy.md, "Upgrade and rollback")`,
+  );
 }
 
 function priorityOf(value: string | undefined): Priority | undefined {

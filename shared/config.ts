@@ -42,6 +42,8 @@ export const ENV = {
   quotaMaxPriority: "QUOTA_MAX_PRIORITY",
   /** The API's: tenants (comma-separated) that may read and set every tenant's quotas. */
   adminTenants: "ADMIN_TENANTS",
+  /** How a one-off's claim is written: "transaction" (default) or "plain" (OneOffClaimWrites). */
+  oneOffClaimWrites: "ONE_OFF_CLAIM_WRITES",
 } as const;
 
 /**
@@ -73,6 +75,15 @@ export const DEFAULT_QUOTAS: TenantQuotas = {
   requestsPerSecond: 1_000,
   maxPriority: "high",
 };
+
+/**
+ * How a one-off's claim is written (docs/architecture.md "Claim"): "transaction", the entry's
+ * delete and the job's update in one TransactWriteItems, which every version of the engine reads;
+ * "plain", the job's update as the commit, then the entry's delete (2 write units fewer), which a
+ * claimer of a version before this one misreads as its job moving on, deleting the committed
+ * claim's run (docs/deploy.md "Upgrade and rollback"). Plain only once no earlier version runs.
+ */
+export type OneOffClaimWrites = "transaction" | "plain";
 
 export interface EngineSettings {
   /** Shards new jobs are spread over (S in the design). */
@@ -116,6 +127,8 @@ export interface EngineSettings {
    * it stopped and answers busy, for the next to go on (shared/quotas/recount.ts).
    */
   readonly quotaRecountPages: number;
+  /** How a one-off's claim is written; a deployment setting, "transaction" unless chosen. */
+  readonly oneOffClaimWrites: OneOffClaimWrites;
 }
 
 /** The longest job timeout accepted at all: Lambda's own ceiling. */
@@ -160,6 +173,7 @@ export const DEFAULT_SETTINGS: EngineSettings = {
   // 5-10 s on AWS, so that a tenant's recount is one request unless it is very large, since parts
   // start afresh whenever the usage changes between them.
   quotaRecountPages: 500,
+  oneOffClaimWrites: "transaction",
 };
 
 /** The starvation guard's default: low priority keeps 10 % of the workers while high is saturated. */
@@ -262,7 +276,14 @@ export function loadSettings(env: Env = process.env): EngineSettings {
     quotaCacheMs: DEFAULT_SETTINGS.quotaCacheMs,
     quotaRecountMs: DEFAULT_SETTINGS.quotaRecountMs,
     quotaRecountPages: DEFAULT_SETTINGS.quotaRecountPages,
+    oneOffClaimWrites: oneOffClaimWritesFrom(env),
   };
+}
+
+function oneOffClaimWritesFrom(env: Env): OneOffClaimWrites {
+  const raw = env[ENV.oneOffClaimWrites] || DEFAULT_SETTINGS.oneOffClaimWrites;
+  if (raw === "transaction" || raw === "plain") return raw;
+  throw new Error(`${ENV.oneOffClaimWrites} must be transaction or plain, got "${raw}"`);
 }
 
 /** The highest value a quota's setting or override may take. */

@@ -212,6 +212,7 @@ const SETTING_OVERRIDES = [
   ENV.quotaConcurrentRuns,
   ENV.quotaRequestsPerSecond,
   ENV.quotaMaxPriority,
+  ENV.oneOffClaimWrites,
 ];
 
 /**

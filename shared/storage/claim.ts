@@ -187,7 +187,10 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
 
   // A one-off's occurrence: its transaction would be the entry's delete and the job's update
   // alone, each billed twice; as plain writes, the job's update commits it (claim-plain.ts).
+  // Only where the deployment says so: a claimer of a version before plain claims, beside this
+  // one, reads a plain commit as its job moving on and deletes the committed claim's run.
   if (
+    engine.settings.oneOffClaimWrites === "plain" &&
     advance !== null &&
     advance.next === null &&
     skipped.length === 0 &&

@@ -150,6 +150,24 @@ describe("settings", () => {
     expect(() => loadSettings({ QUOTA_ACTIVE_JOBS: "0" })).toThrow(/QUOTA_ACTIVE_JOBS/);
   });
 
+  it("writes a one-off's claim as a transaction unless oneOffClaimWrites is plain, and refuses anything else naming it", () => {
+    expect(fromContext({}).oneOffClaimWrites).toBe("transaction");
+    const plain = fromContext({ oneOffClaimWrites: "plain" });
+    expect(engineEnvironment(plain)).toMatchObject({ ONE_OFF_CLAIM_WRITES: "plain" });
+    expect(loadSettings(engineEnvironment(plain)).oneOffClaimWrites).toBe("plain");
+    expect(() => fromContext({ oneOffClaimWrites: "Plain" })).toThrow(
+      /oneOffClaimWrites must be transaction or plain, got "Plain"/,
+    );
+    // A value that reaches the settings another way is refused at synth too, by the setting's name.
+    expect(() => resolveSettings({ oneOffClaimWrites: "both" as unknown as "plain" })).toThrow(
+      /^invalid scheduler settings:\n- oneOffClaimWrites must be transaction or plain, got "both"/,
+    );
+    expect(() => loadSettings({ ONE_OFF_CLAIM_WRITES: "yes" })).toThrow(
+      /ONE_OFF_CLAIM_WRITES must be transaction or plain, got "yes"/,
+    );
+    expect(loadSettings({}).oneOffClaimWrites).toBe("transaction");
+  });
+
   it("never lets maxShardCount fall below shardCount", () => {
     expect(fromContext({ shardCount: "12", maxShardCount: "4" }).maxShardCount).toBe(12);
   });

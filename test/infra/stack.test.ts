@@ -214,6 +214,7 @@ describe("a setting changed on a live stage", () => {
     quotaRequestsPerSecond: "50",
     quotaMaxPriority: "normal",
     adminTenants: "ops",
+    oneOffClaimWrites: "plain",
   };
   const variants = [
     { ...changed, alarmEmail: "oncall@example.com" },

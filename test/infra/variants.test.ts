@@ -33,7 +33,12 @@ beforeAll(() => {
       tracing: "true",
       alarmEmail: "oncall@example.com",
     },
-    topic: { stage: "staging", alarmTopicArn: TOPIC_ARN, demoJobTypes: "true" },
+    topic: {
+      stage: "staging",
+      alarmTopicArn: TOPIC_ARN,
+      demoJobTypes: "true",
+      oneOffClaimWrites: "plain",
+    },
   });
   variants = synthesized.variants;
   dispose = synthesized.dispose;
@@ -112,12 +117,31 @@ describe("cdk-nag AwsSolutions", () => {
 });
 
 describe("options", () => {
-  const apiEnvironment = (synth: Synthesized) => {
-    const fn = propertiesOf(synth, synth.stack.api.handler.fn);
+  const environmentOf = (
+    synth: Synthesized,
+    fnOf: (s: Synthesized["stack"]) => Parameters<typeof propertiesOf>[1],
+  ) => {
+    const fn = propertiesOf(synth, fnOf(synth.stack));
     return isObject(fn.Environment) && isObject(fn.Environment.Variables)
       ? fn.Environment.Variables
       : {};
   };
+  const apiEnvironment = (synth: Synthesized) => environmentOf(synth, (s) => s.api.handler.fn);
+
+  it("claims one-offs with a transaction unless oneOffClaimWrites is plain, in every function that claims", () => {
+    // The dispatcher's passes and the API's fast path (and its resumes) claim; the tick and the
+    // worker get the engine's settings alike.
+    const claimers = [
+      (s: Synthesized["stack"]) => s.dispatch.dispatcher.fn,
+      (s: Synthesized["stack"]) => s.dispatch.tick.fn,
+      (s: Synthesized["stack"]) => s.api.handler.fn,
+      (s: Synthesized["stack"]) => s.worker.worker.fn,
+    ];
+    for (const fnOf of claimers) {
+      expect(environmentOf(variants.dev, fnOf)[ENV.oneOffClaimWrites]).toBe("transaction");
+      expect(environmentOf(variants.topic, fnOf)[ENV.oneOffClaimWrites]).toBe("plain");
+    }
+  });
 
   it("lets the API accept the demo job types only with demoJobTypes", () => {
     expect(apiEnvironment(variants.dev)[ENV.demoJobTypes]).toBe("false");

@@ -26,7 +26,7 @@ const {
   pastDeadlineOf,
   expectNothingRunsPast,
   fixture,
-} = useClaimRace();
+} = useClaimRace({ oneOffClaimWrites: "plain" });
 let f: EngineFixture;
 beforeEach(() => {
   f = fixture();

@@ -1,8 +1,10 @@
 import { DeleteCommand, GetCommand, PutCommand, TransactWriteCommand } from "@aws-sdk/lib-dynamodb";
 import { beforeEach, describe, expect, it } from "vitest";
+import type { OneOffClaimWrites } from "../../shared/config.js";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { sendClaimed } from "../../shared/dispatch/fast-path.js";
 import { reap } from "../../shared/dispatch/reaper.js";
+import type { Engine } from "../../shared/engine.js";
 import { cancelJob, deleteJob, editJob, pauseJob } from "../../shared/jobs/index.js";
 import { runSortKey } from "../../shared/keys.js";
 import type { DueEntry } from "../../shared/model.js";
@@ -11,10 +13,12 @@ import { SECOND, useClaimRace } from "../support/claim-race.js";
 import type { EngineFixture } from "../support/engine-fixture.js";
 
 /**
- * A one-off's plain claim (storage/claim-plain.ts) attacked between its writes: the SDK sending a
- * write again after it applied, throttling, a claimer dying after its commit (never sending its
- * run, or a pause or a cancel before the next pass), an edit that keeps the occurrence, and an
- * earlier version's transaction claim beside it (a deploy under way, a rollback).
+ * A one-off's plain claim (storage/claim-plain.ts, `oneOffClaimWrites: "plain"`, this file's
+ * fixture) attacked between its writes: the SDK sending a write again after it applied,
+ * throttling, a claimer dying after its commit (never sending its run, or a pause or a cancel
+ * before the next pass), an edit that keeps the occurrence; and an earlier version's transaction
+ * claim beside this version's (a deploy under way, a rollback), which loses the occurrence beside a
+ * plain claim and nothing beside this version's transaction, the default (docs/deploy.md).
  */
 
 const {
@@ -27,7 +31,7 @@ const {
   deliverAll,
   pastDeadlineOf,
   fixture,
-} = useClaimRace();
+} = useClaimRace({ oneOffClaimWrites: "plain" });
 let f: EngineFixture;
 beforeEach(() => {
   f = fixture();
@@ -77,6 +81,12 @@ async function withFirstAnswerLost<T>(
     f.engine.doc.middlewareStack.remove(name);
   }
 }
+
+/** The fixture's engine with a one-off's claims written as `claimWrites` says. */
+const engineWith = (claimWrites: OneOffClaimWrites): Engine => ({
+  ...f.engine,
+  settings: { ...f.engine.settings, oneOffClaimWrites: claimWrites },
+});
 
 /**
  * What a dispatcher or fast path of the version before plain claims sends for a one-off's entry
@@ -354,11 +364,11 @@ describe("an edit that keeps a one-off's occurrence, between its claim's run put
   });
 });
 
-describe("a one-off's plain claim beside an earlier version's transaction claim (a deploy, a rollback)", () => {
-  it("the earlier claim's transaction meets the plain commit before the entry's delete: the occurrence still runs once", async () => {
+describe("an earlier version's transaction claim beside this version's claim of a one-off (a deploy, a rollback)", () => {
+  it("with plain claims on, the earlier claim's transaction meets the plain commit before the entry's delete and deletes the committed run: the occurrence is lost (why plain claims wait for no earlier version running, docs/deploy.md)", async () => {
     const now = clock();
     const due = overdue(now);
-    const { entry } = await seedOne("mixed-deploy", { runAt: due.toISOString() }, due, now);
+    const { entry } = await seedOne("mixed-plain", { runAt: due.toISOString() }, due, now);
     let earlier: string | undefined;
     const { result, hooked } = await withHooks(
       [
@@ -370,15 +380,50 @@ describe("a one-off's plain claim beside an earlier version's transaction claim 
           },
         },
       ],
-      () => claimDueEntry(f.engine, entry, claimOptions(now)),
+      () => claimDueEntry(engineWith("plain"), entry, claimOptions(now)),
     );
     expect(hooked).toBe(1);
     expect(earlier).toBe("job-moved");
     expect(result.outcome).toBe("claimed");
-    expect(await entriesOf("mixed-deploy")).toEqual([]);
-    expect((await runsOf("mixed-deploy")).map((r) => r.status)).toEqual(["QUEUED"]);
-    if (result.outcome === "claimed") await sendClaimed(f.engine, result.runs);
-    expect(await runsCalled("mixed-deploy")).toEqual([[due.toISOString(), 1]]);
+    expect(await entriesOf("mixed-plain")).toEqual([]);
+    // The hazard the setting gates: the committed claim's run deleted by the earlier claimer.
+    expect((await runsOf("mixed-plain")).map((r) => r.status)).toEqual([]);
+  });
+
+  it("with plain claims off (the default), the earlier claim commits between this claim's run put and its transaction: this claim is lost, and the occurrence runs once", async () => {
+    const now = clock();
+    const due = overdue(now);
+    const { entry } = await seedOne("mixed-earlier-first", { runAt: due.toISOString() }, due, now);
+    let earlier: string | undefined;
+    // At this claim's commit, whichever form it takes: the transaction, or a plain claim's entry
+    // delete (after its commit: the hazard above). Only this claim's first is hooked, not the
+    // earlier claim's own requests.
+    let earlierSent = false;
+    const earlierClaim = async () => {
+      earlierSent = true;
+      earlier = await earlierVersionClaim(entry);
+    };
+    const { result, hooked } = await withHooks(
+      [
+        { command: "TransactWriteItemsCommand", when: () => !earlierSent, before: earlierClaim },
+        {
+          command: "DeleteItemCommand",
+          when: (input) => !earlierSent && isEntryDelete(input),
+          before: earlierClaim,
+        },
+      ],
+      () => claimDueEntry(engineWith("transaction"), entry, claimOptions(now)),
+    );
+    expect(hooked).toBe(1);
+    expect((await runsOf("mixed-earlier-first")).map((r) => r.status)).toEqual(["QUEUED"]);
+    expect(earlier).toBe("committed");
+    expect(result.outcome).toBe("lost");
+    expect(await entriesOf("mixed-earlier-first")).toEqual([]);
+    // The earlier claimer sends it; here the reaper does, at its deadline (a lease after the
+    // claim, its due time being past), as after any claimer that died before its send.
+    pastDeadlineOf(clock());
+    expect((await reap(f.engine)).resent).toBe(1);
+    expect(await runsCalled("mixed-earlier-first")).toEqual([[due.toISOString(), 1]]);
   });
 });
 

@@ -1,8 +1,10 @@
 import { GetCommand } from "@aws-sdk/lib-dynamodb";
 import { beforeEach, describe, expect, it } from "vitest";
+import type { OneOffClaimWrites } from "../../shared/config.js";
 import { type ClaimResult, claimDueEntry } from "../../shared/dispatch/claim.js";
 import { sendClaimed } from "../../shared/dispatch/fast-path.js";
 import { reap } from "../../shared/dispatch/reaper.js";
+import type { Engine } from "../../shared/engine.js";
 import { editJob } from "../../shared/jobs/index.js";
 import { jobKey } from "../../shared/storage/items.js";
 import { SECOND, useClaimRace } from "../support/claim-race.js";
@@ -10,10 +12,11 @@ import type { EngineFixture } from "../support/engine-fixture.js";
 import { seedJobs } from "../support/seed.js";
 
 /**
- * A one-off's claim is plain writes (storage/claim-plain.ts): its runs' puts, the job's update
- * (the commit, recording the claimed entry) and the entry's delete, with no transaction. A second
- * claimer of the same entry, or a claimer that dies between the commit and the delete, still
- * runs the occurrence once.
+ * With plain claims on (`oneOffClaimWrites: "plain"`, this file's fixture), a one-off's claim is
+ * plain writes (storage/claim-plain.ts): its runs' puts, the job's update (the commit, recording
+ * the claimed entry) and the entry's delete, with no transaction. A second claimer of the same
+ * entry, or a claimer that dies between the commit and the delete, still runs the occurrence once.
+ * With them off, the deployment's default, the claim is the transaction.
  */
 
 const {
@@ -28,7 +31,7 @@ const {
   deliverAll,
   pastDeadlineOf,
   fixture,
-} = useClaimRace();
+} = useClaimRace({ oneOffClaimWrites: "plain" });
 let f: EngineFixture;
 beforeEach(() => {
   f = fixture();
@@ -70,14 +73,20 @@ async function runsCalled(jobId: string): Promise<Map<string, number>> {
   return calls;
 }
 
+/** The fixture's engine with a one-off's claims written as `claimWrites` says. */
+const engineWith = (claimWrites: OneOffClaimWrites): Engine => ({
+  ...f.engine,
+  settings: { ...f.engine.settings, oneOffClaimWrites: claimWrites },
+});
+
 describe("a one-off's claim", () => {
-  it("sends no transaction: its run's put, the job's update and the entry's delete", async () => {
+  it("with plain claims on, sends no transaction: its run's put, the job's update and the entry's delete", async () => {
     const now = clock();
     const due = new Date(now.getTime() + 10 * SECOND);
     const { entry } = await seedOne("plain", { runAt: due.toISOString() }, due, now);
 
     const { result, sent } = await commandsSent(() =>
-      claimDueEntry(f.engine, entry, claimOptions(now)),
+      claimDueEntry(engineWith("plain"), entry, claimOptions(now)),
     );
 
     expect(result.outcome).toBe("claimed");
@@ -90,6 +99,29 @@ describe("a one-off's claim", () => {
     expect([job?.status, job?.nextDueKey, job?.nextRunAt]).toEqual(["ACTIVE", null, null]);
     expect(job?.claimedEntry).toMatchObject({ ...entry.key, jobVersion: entry.jobVersion });
     expect((await runsOf("plain")).map((r) => r.status)).toEqual(["QUEUED"]);
+  });
+
+  it("with plain claims off (the default), is the transaction of the entry's delete and the job's update", async () => {
+    const now = clock();
+    const due = new Date(now.getTime() + 10 * SECOND);
+    const { entry } = await seedOne("transaction", { runAt: due.toISOString() }, due, now);
+
+    const { result, sent } = await commandsSent(() =>
+      claimDueEntry(engineWith("transaction"), entry, claimOptions(now)),
+    );
+
+    expect(result.outcome).toBe("claimed");
+    // From its run's put on (before it, the shard count is recorded once a process).
+    expect(sent.slice(sent.indexOf("PutItemCommand"))).toEqual([
+      "PutItemCommand",
+      "TransactWriteItemsCommand",
+    ]);
+    expect(await entriesOf("transaction")).toEqual([]);
+    const job = await jobItemOf("transaction");
+    expect([job?.status, job?.nextDueKey, job?.nextRunAt]).toEqual(["ACTIVE", null, null]);
+    // No claim recorded: an earlier version's claimer reads the job as it always has.
+    expect(job?.claimedEntry).toBeUndefined();
+    expect((await runsOf("transaction")).map((r) => r.status)).toEqual(["QUEUED"]);
   });
 });
 

@@ -34,7 +34,7 @@ const {
   pastDeadlineOf,
   expectNothingRunsPast,
   fixture,
-} = useClaimRace();
+} = useClaimRace({ oneOffClaimWrites: "plain" });
 let f: EngineFixture;
 beforeEach(() => {
   f = fixture();

@@ -55,7 +55,8 @@ describe("a claim under transaction conflicts and throttling", () => {
   afterAll(() => f.destroy());
 
   // A recurring job's claim is a transaction (its next entry rides in it); a one-off's is plain
-  // writes, whose job update meets the same contention (below).
+  // writes with plain claims on (oneOffClaimWrites), whose job update meets the same contention
+  // (below).
   // Daily: its next occurrence lies past every later case's pass in this shared fixture.
   const dailyFrom = (due: Date) => ({ every: "PT24H", startAt: due.toISOString() });
   const reasons: InjectedReason[] = ["TransactionConflict", "ThrottlingError"];
@@ -261,7 +262,12 @@ describe("a claim under transaction conflicts and throttling", () => {
         now,
       );
       const before = f.metrics.sum(METRICS.writeContention, { operation: "claim" });
-      const faulty = withFaults(f.engine, {
+      // Plain claims on: by default a one-off's claim is a transaction, as the cases above.
+      const plain = {
+        ...f.engine,
+        settings: { ...f.engine.settings, oneOffClaimWrites: "plain" as const },
+      };
+      const faulty = withFaults(plain, {
         operation: "UpdateItem",
         times: 2,
         match: (input) =>

@@ -624,11 +624,14 @@ describe("a shard's first pass ever", () => {
       big.f.engine.doc.middlewareStack.add(
         (next, context) => async (args) => {
           const jobId = /JOB#(scan-\d\d)/.exec(JSON.stringify(args.input))?.[1];
-          // A one-off's claim commits with its job's update (no transaction): that fails.
-          const jobUpdate =
-            context.commandName === "UpdateItemCommand" &&
-            (args.input as { TableName?: string }).TableName === big.f.engine.tables.jobs;
-          if (jobUpdate && failing.on && jobId) {
+          // A one-off's claim commits with its transaction, or with its job's update when plain
+          // claims are on (oneOffClaimWrites): that fails.
+          const commit =
+            big.f.engine.settings.oneOffClaimWrites === "plain"
+              ? context.commandName === "UpdateItemCommand" &&
+                (args.input as { TableName?: string }).TableName === big.f.engine.tables.jobs
+              : context.commandName === "TransactWriteItemsCommand";
+          if (commit && failing.on && jobId) {
             failing.jobId ||= jobId;
             if (jobId === failing.jobId)
               throw new InternalServerError({
@@ -933,11 +936,14 @@ describe("a shard's first scan over many passes", () => {
     const transient = { on: true };
     fx.f.engine.doc.middlewareStack.add(
       (next, context) => async (args) => {
-        // A one-off's claim commits with its job's update (no transaction): that fails.
-        const jobUpdate =
-          context.commandName === "UpdateItemCommand" &&
-          (args.input as { TableName?: string }).TableName === fx.f.engine.tables.jobs;
-        if (jobUpdate) {
+        // A one-off's claim commits with its transaction, or with its job's update when plain
+        // claims are on (oneOffClaimWrites): that fails.
+        const commit =
+          fx.f.engine.settings.oneOffClaimWrites === "plain"
+            ? context.commandName === "UpdateItemCommand" &&
+              (args.input as { TableName?: string }).TableName === fx.f.engine.tables.jobs
+            : context.commandName === "TransactWriteItemsCommand";
+        if (commit) {
           const input = JSON.stringify(args.input);
           if (poisoned && input.includes(`JOB#${poisoned}`))
             throw Object.assign(new Error("injected refusal"), {

@@ -332,46 +332,60 @@ describe("a pass whose shard lease was taken over", () => {
     expect((await f.dueEntries()).filter((e) => e.key.sk === next.sk)).toEqual([]);
   });
 
-  it("claims a one-off with a put of its run, the job's update and the entry's delete: no transaction, no write checks the lease", async () => {
-    time.ms += 10 * MINUTE;
-    const t0 = new Date(time.ms);
-    const at = new Date(t0.getTime() - 5 * SECOND);
-    await seedJobs(
-      f,
-      [{ jobId: "one-claim", schedule: { runAt: at.toISOString() }, dueAt: at }],
-      t0,
-    );
-    const transactions: TransactItems[] = [];
-    const claimWrites: string[] = [];
-    f.engine.doc.middlewareStack.add(
-      (next, context) => async (args) => {
-        if (context.commandName === "TransactWriteItemsCommand") {
-          transactions.push((args.input as TransactWriteCommandInput).TransactItems ?? []);
-        }
-        const input = args.input as { TableName?: string; Key?: { pk?: unknown } };
-        const name = String(context.commandName);
-        if (name === "PutItemCommand" && input.TableName === f.engine.tables.runs)
-          claimWrites.push("run put");
-        if (name === "UpdateItemCommand" && String(input.Key?.pk) === "JOB#one-claim")
-          claimWrites.push("job update");
-        if (name === "DeleteItemCommand" && String(input.Key?.pk).startsWith("DUE#"))
-          claimWrites.push("entry delete");
-        return next(args);
-      },
-      { step: "initialize", name: "captureClaims" },
-    );
-    try {
-      const pass = await dispatchShard(f.engine, 0, "dispatcher-count");
-      expect(pass.outcome === "swept" && pass.runs).toBe(1);
-    } finally {
-      f.engine.doc.middlewareStack.remove("captureClaims");
-    }
-    // The run's own put (one write unit, and its index entry's), the job's update (the commit)
-    // and the entry's delete: three plain writes, where a transaction would bill its two items
-    // twice. None is conditioned on the shard lease.
-    expect(transactions).toEqual([]);
-    expect(claimWrites).toEqual(["run put", "job update", "entry delete"]);
-  });
+  // The run's own put (one write unit, and its index entry's), then the commit: by default the
+  // transaction of the entry's delete and the job's update (two items, four write units on AWS);
+  // with plain claims on, the job's update and the entry's delete, two plain writes. No write is
+  // conditioned on the shard lease.
+  it.for([
+    ["transaction", ["run put", "transaction: Delete, Update"]],
+    ["plain", ["run put", "job update", "entry delete"]],
+  ] as const)(
+    "claims a one-off, oneOffClaimWrites %s, with %j: no write checks the lease",
+    async ([claimWrites, expected]) => {
+      time.ms += 10 * MINUTE;
+      const t0 = new Date(time.ms);
+      const at = new Date(t0.getTime() - 5 * SECOND);
+      const jobId = `one-claim-${claimWrites}`;
+      await seedJobs(f, [{ jobId, schedule: { runAt: at.toISOString() }, dueAt: at }], t0);
+      const transactions: TransactItems[] = [];
+      const writes: string[] = [];
+      f.engine.doc.middlewareStack.add(
+        (next, context) => async (args) => {
+          const input = args.input as { TableName?: string; Key?: { pk?: unknown } };
+          const name = String(context.commandName);
+          if (name === "TransactWriteItemsCommand") {
+            const items = (args.input as TransactWriteCommandInput).TransactItems ?? [];
+            transactions.push(items);
+            writes.push(`transaction: ${items.map((item) => Object.keys(item).join()).join(", ")}`);
+          }
+          if (name === "PutItemCommand" && input.TableName === f.engine.tables.runs)
+            writes.push("run put");
+          if (name === "UpdateItemCommand" && String(input.Key?.pk) === `JOB#${jobId}`)
+            writes.push("job update");
+          if (name === "DeleteItemCommand" && String(input.Key?.pk).startsWith("DUE#"))
+            writes.push("entry delete");
+          return next(args);
+        },
+        { step: "initialize", name: "captureClaims" },
+      );
+      try {
+        const engine = {
+          ...f.engine,
+          settings: { ...f.engine.settings, oneOffClaimWrites: claimWrites },
+        };
+        const pass = await dispatchShard(engine, 0, "dispatcher-count");
+        expect(pass.outcome === "swept" && pass.runs).toBe(1);
+      } finally {
+        f.engine.doc.middlewareStack.remove("captureClaims");
+      }
+      expect(writes).toEqual(expected);
+      expect(
+        transactions
+          .flat()
+          .some((item) => String(item.ConditionCheck?.Key?.pk).startsWith("SHARD#")),
+      ).toBe(false);
+    },
+  );
 });
 
 describe("a dispatcher pass", () => {

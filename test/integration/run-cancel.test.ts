@@ -518,47 +518,66 @@ describe.concurrent("cancelling a job's running runs", () => {
     expect((await jobOf(f, job.jobId)).status).toBe("COMPLETED");
   }, 40_000);
 
-  it.sequential("a resume whose claim never happens (it died after its write) leaves the entry: the next pass gives the one-off its one new run", async () => {
-    const { job, runAt } = await pauseCancelledOneOff(30_000);
-    // The claim's commit, a one-off's job update (no transaction): it moves the job on, counting
-    // its queued occurrences.
-    const claims = (input: Record<string, unknown>) =>
-      String(input.UpdateExpression).includes("occurrencesQueued");
-    const faulty = withFaults(f.engine, {
-      operation: "UpdateItem",
-      times: 1,
-      match: claims,
-      error: () =>
-        Object.assign(new Error("injected refusal"), {
-          name: "ValidationException",
-          $metadata: { httpStatusCode: 400 },
-        }),
-    });
-    try {
-      const resumed = await resumeJob(faulty.engine, job.tenantId, job.jobId);
-      expect(resumed).toMatchObject({ status: "ACTIVE", nextRunAt: runAt });
-      expect(faulty.injected.count).toBe(1);
-    } finally {
-      faulty.destroy();
-    }
-    // The claim put the new attempt's run before its commit failed: it waits, unsent, and
-    // the entry is still there.
-    expect(byAttempt(await runsOf(f, job.jobId)).map((r) => [r.attempt, r.status])).toEqual([
-      [1, "CANCELLED"],
-      [2, "QUEUED"],
-    ]);
-    expect((await f.dueEntries()).filter((e) => e.jobId === job.jobId)).toHaveLength(1);
-    expect((await resumeJob(f.engine, job.tenantId, job.jobId)).status).toBe("ACTIVE");
-    const shard = shardOf(job.jobId, f.engine.settings.shardCount);
-    await dispatchShard(f.engine, shard, "pass-resume-1");
-    await dispatchShard(f.engine, shard, "pass-resume-2");
-    const runs = byAttempt(await runsOf(f, job.jobId));
-    expect(runs.map((r) => [r.attempt, r.status])).toEqual([
-      [1, "CANCELLED"],
-      [2, "QUEUED"],
-    ]);
-    expect((await f.dueEntries()).filter((e) => e.jobId === job.jobId)).toEqual([]);
-  }, 40_000);
+  it.sequential.for(["transaction", "plain"] as const)(
+    "a resume whose claim never happens (it died after its write) leaves the entry: the next pass gives the one-off its one new run (oneOffClaimWrites %s)",
+    { timeout: 40_000 },
+    async (claimWrites) => {
+      const { job, runAt } = await pauseCancelledOneOff(30_000);
+      // The claim's commit moves the job on, counting its queued occurrences: the transaction's
+      // job update, or a one-off's plain job update with plain claims on.
+      const countsQueued = (update: unknown) => String(update).includes("occurrencesQueued");
+      const claims = (input: Record<string, unknown>) =>
+        claimWrites === "plain"
+          ? countsQueued(input.UpdateExpression)
+          : (
+              (input.TransactItems as { Update?: { UpdateExpression?: string } }[] | undefined) ??
+              []
+            ).some((item) => countsQueued(item.Update?.UpdateExpression));
+      const engine = {
+        ...f.engine,
+        settings: { ...f.engine.settings, oneOffClaimWrites: claimWrites },
+      };
+      const faulty = withFaults(
+        engine,
+        claimWrites === "plain"
+          ? {
+              operation: "UpdateItem",
+              times: 1,
+              match: claims,
+              error: () =>
+                Object.assign(new Error("injected refusal"), {
+                  name: "ValidationException",
+                  $metadata: { httpStatusCode: 400 },
+                }),
+            }
+          : { operation: "TransactWriteItems", times: 1, match: claims, reason: "ValidationError" },
+      );
+      try {
+        const resumed = await resumeJob(faulty.engine, job.tenantId, job.jobId);
+        expect(resumed).toMatchObject({ status: "ACTIVE", nextRunAt: runAt });
+        expect(faulty.injected.count).toBe(1);
+      } finally {
+        faulty.destroy();
+      }
+      // The claim put the new attempt's run before its commit failed: it waits, unsent, and
+      // the entry is still there.
+      expect(byAttempt(await runsOf(f, job.jobId)).map((r) => [r.attempt, r.status])).toEqual([
+        [1, "CANCELLED"],
+        [2, "QUEUED"],
+      ]);
+      expect((await f.dueEntries()).filter((e) => e.jobId === job.jobId)).toHaveLength(1);
+      expect((await resumeJob(engine, job.tenantId, job.jobId)).status).toBe("ACTIVE");
+      const shard = shardOf(job.jobId, f.engine.settings.shardCount);
+      await dispatchShard(engine, shard, "pass-resume-1");
+      await dispatchShard(engine, shard, "pass-resume-2");
+      const runs = byAttempt(await runsOf(f, job.jobId));
+      expect(runs.map((r) => [r.attempt, r.status])).toEqual([
+        [1, "CANCELLED"],
+        [2, "QUEUED"],
+      ]);
+      expect((await f.dueEntries()).filter((e) => e.jobId === job.jobId)).toEqual([]);
+    },
+  );
 
   it.sequential("a resume that commits before the pause has asked its running run to cancel: the one-off still gets its new run", async () => {
     const { job } = await createJob(

@@ -1,4 +1,5 @@
 import { afterEach, beforeEach, expect } from "vitest";
+import type { EngineSettings } from "../../shared/config.js";
 import type { ClaimOptions } from "../../shared/dispatch/claim.js";
 import { horizonOf } from "../../shared/dispatch/dispatcher.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
@@ -31,9 +32,10 @@ export interface RequestHook {
 
 /**
  * Registers a fresh fixture per test (the reaper reads every run whose deadline passed, and its
- * cursor only moves on) and returns the helpers, bound to it.
+ * cursor only moves on) and returns the helpers, bound to it. `settings` over the race's own:
+ * `oneOffClaimWrites: "plain"` for the files about a one-off's plain claim.
  */
-export function useClaimRace() {
+export function useClaimRace(settings: Partial<EngineSettings> = {}) {
   let fixture: EngineFixture | undefined;
   // The engine's clock, moved by the tests; it starts at the machine's, so SQS delays stay short.
   const time = { ms: Date.now() };
@@ -41,7 +43,13 @@ export function useClaimRace() {
   beforeEach(async () => {
     time.ms = Date.now();
     fixture = await createEngineFixture({
-      settings: { shardCount: 1, maxShardCount: 1, leaseMs: LEASE_MS, misfireGraceMs: LEASE_MS },
+      settings: {
+        shardCount: 1,
+        maxShardCount: 1,
+        leaseMs: LEASE_MS,
+        misfireGraceMs: LEASE_MS,
+        ...settings,
+      },
       clock,
     });
   });
@@ -123,13 +131,19 @@ export function useClaimRace() {
   const isRunPut = (input: Input) => input.TableName === fx().engine.tables.runs;
 
   /**
-   * A one-off's claim commits with a plain update of its job (storage/claim-plain.ts), not a
-   * transaction: the request a claim of a one-off sends after its run puts.
+   * The request a claim of a one-off sends after its run puts, its commit: with plain claims on
+   * (`oneOffClaimWrites`), a plain update of its job (storage/claim-plain.ts); else the
+   * transaction of the entry's delete and the job's update.
    */
+  const plainClaims = settings.oneOffClaimWrites === "plain";
   const isJobUpdate = (input: Input) =>
-    input.TableName === fx().engine.tables.jobs &&
-    String((input.Key as Input | undefined)?.pk).startsWith("JOB#");
-  const ONE_OFF_COMMIT = "UpdateItemCommand";
+    plainClaims
+      ? input.TableName === fx().engine.tables.jobs &&
+        String((input.Key as Input | undefined)?.pk).startsWith("JOB#")
+      : ((input.TransactItems as { Update?: { Key?: Input } }[] | undefined) ?? []).some((item) =>
+          String(item.Update?.Key?.pk).startsWith("JOB#"),
+        );
+  const ONE_OFF_COMMIT = plainClaims ? "UpdateItemCommand" : "TransactWriteItemsCommand";
 
   /** Every message of the job's runs the queue holds now, delivered; the handler's calls counted by occurrence. */
   async function deliverAll(jobId: string, calls: Map<string, number>): Promise<void> {
