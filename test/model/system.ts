@@ -316,7 +316,9 @@ export class Sequence {
       sqs: clients.sqs,
       tables,
       queues: queueUrls,
-      settings: MODEL_SETTINGS,
+      // Half the sequences claim one-offs with plain writes (a deployment's oneOffClaimWrites), by
+      // the seed, so that both forms meet every command the model has and replay alike.
+      settings: { ...MODEL_SETTINGS, oneOffClaimWrites: seed % 2 === 0 ? "transaction" : "plain" },
       clock: () => new Date(this.nowMs),
       random: seededRandom(seed),
       obs: { log: silentObservability.log, metrics: new MetricsRecorder() },
