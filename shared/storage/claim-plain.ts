@@ -3,13 +3,14 @@ import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
 import type { DueEntry, Run } from "../model.js";
 import type { ClaimWriteResult } from "./claim.js";
+import { deleteDueEntryAsRead } from "./due-entries.js";
 import {
   conditionalWrite,
   failedConditionItem,
   isConditionalCheckFailed,
   retryOnContention,
 } from "./dynamo-errors.js";
-import { decodeDueEntry, jobKey } from "./items.js";
+import { jobKey } from "./items.js";
 
 /**
  * A claim made of plain conditional writes instead of a transaction: the one
@@ -92,34 +93,12 @@ export async function deleteOwnRuns(
   });
 }
 
-/**
- * Deletes the entry as it was read (there, at its job version). "deleted", "gone", or the entry
- * as it is now when an edit rewrote it under the same key.
- */
-async function deleteEntryAsRead(
+/** The claimed entry, deleted as it was read (`deleteDueEntryAsRead`). */
+function deleteEntryAsRead(
   engine: Engine,
   entry: DueEntry,
 ): Promise<"deleted" | "gone" | DueEntry> {
-  try {
-    await retryOnContention(engine, "claim entry delete", () =>
-      engine.doc.send(
-        new DeleteCommand({
-          TableName: engine.tables.jobs,
-          Key: entry.key,
-          // An edit that keeps the occurrence rewrites the entry under the same key with a new
-          // version: that entry is the job's, never this claim's to delete.
-          ConditionExpression: "attribute_exists(pk) AND jobVersion = :jobVersion",
-          ExpressionAttributeValues: { ":jobVersion": entry.jobVersion },
-          ReturnValuesOnConditionCheckFailure: "ALL_OLD",
-        }),
-      ),
-    );
-    return "deleted";
-  } catch (error) {
-    if (!isConditionalCheckFailed(error)) throw error;
-    const now = failedConditionItem(error);
-    return now === null ? "gone" : decodeDueEntry(now);
-  }
+  return deleteDueEntryAsRead(engine, entry, "claim entry delete");
 }
 
 /**

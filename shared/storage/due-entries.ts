@@ -95,17 +95,18 @@ export async function scanDueEntriesBefore(
 }
 
 /**
- * Deletes an entry its job no longer points at, only as it was read (it exists
- * and still carries the job version it was read with). Returns null once it is
- * gone, or the entry as it is now when it was rewritten meanwhile (an edit kept
- * its key, and the job may point at it again).
+ * Deletes an entry only as it was read: it exists and still carries the job version it was read
+ * with. An edit that keeps the occurrence rewrites the entry under the same key with a new
+ * version, and that entry is the job's, never the deleter's. Answers "deleted", "gone" (deleted
+ * by someone else already), or the entry as it is now when it was rewritten meanwhile.
  */
-export async function removeOrphanDueEntry(
+export async function deleteDueEntryAsRead(
   engine: Engine,
   entry: DueEntry,
-): Promise<DueEntry | null> {
+  operation: string,
+): Promise<"deleted" | "gone" | DueEntry> {
   try {
-    await retryOnContention(engine, "remove-orphan", () =>
+    await retryOnContention(engine, operation, () =>
       engine.doc.send(
         new DeleteCommand({
           TableName: engine.tables.jobs,
@@ -116,10 +117,23 @@ export async function removeOrphanDueEntry(
         }),
       ),
     );
-    return null;
+    return "deleted";
   } catch (error) {
     if (!isConditionalCheckFailed(error)) throw error;
-    const rewritten = failedConditionItem(error);
-    return rewritten ? decodeDueEntry(rewritten) : null;
+    const now = failedConditionItem(error);
+    return now === null ? "gone" : decodeDueEntry(now);
   }
+}
+
+/**
+ * Deletes an entry its job no longer points at, only as it was read. Returns null once it is
+ * gone, or the entry as it is now when it was rewritten meanwhile (an edit kept its key, and the
+ * job may point at it again).
+ */
+export async function removeOrphanDueEntry(
+  engine: Engine,
+  entry: DueEntry,
+): Promise<DueEntry | null> {
+  const now = await deleteDueEntryAsRead(engine, entry, "remove-orphan");
+  return typeof now === "object" ? now : null;
 }
