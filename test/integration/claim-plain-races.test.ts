@@ -28,6 +28,7 @@ const {
   runsOf,
   withHooks,
   isJobUpdate,
+  isEntryDelete,
   deliverAll,
   pastDeadlineOf,
   fixture,
@@ -38,10 +39,6 @@ beforeEach(() => {
 });
 
 type Input = Record<string, unknown>;
-
-const isEntryDelete = (input: Input) =>
-  input.TableName === f.engine.tables.jobs &&
-  !String((input.Key as Input | undefined)?.pk).startsWith("JOB#");
 
 const entriesOf = async (jobId: string) => (await f.dueEntries()).filter((d) => d.jobId === jobId);
 

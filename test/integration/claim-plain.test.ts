@@ -28,6 +28,8 @@ const {
   withHooks,
   isJobUpdate,
   ONE_OFF_COMMIT,
+  isEntryDelete,
+  commandsSent,
   deliverAll,
   pastDeadlineOf,
   fixture,
@@ -36,27 +38,6 @@ let f: EngineFixture;
 beforeEach(() => {
   f = fixture();
 });
-
-/** The commands the engine's client sends while `work` runs, by name. */
-async function commandsSent<T>(work: () => Promise<T>): Promise<{ result: T; sent: string[] }> {
-  const sent: string[] = [];
-  f.engine.doc.middlewareStack.add(
-    (next, context) => async (args) => {
-      sent.push(String(context.commandName));
-      return next(args);
-    },
-    { step: "initialize", name: "commandsSent" },
-  );
-  try {
-    return { result: await work(), sent };
-  } finally {
-    f.engine.doc.middlewareStack.remove("commandsSent");
-  }
-}
-
-const isEntryDelete = (input: Record<string, unknown>) =>
-  input.TableName === f.engine.tables.jobs &&
-  !String((input.Key as Record<string, unknown> | undefined)?.pk).startsWith("JOB#");
 
 async function jobItemOf(jobId: string): Promise<Record<string, unknown> | undefined> {
   const { Item } = await f.engine.doc.send(

@@ -33,6 +33,7 @@ const {
   deliverAll,
   pastDeadlineOf,
   expectNothingRunsPast,
+  commandsSent,
   fixture,
 } = useClaimRace({ oneOffClaimWrites: "plain" });
 let f: EngineFixture;
@@ -44,19 +45,8 @@ const jobOf = async (jobId: string) => (await f.jobs()).find((j) => j.jobId === 
 
 /** Counts the claim transactions sent while `work` runs. */
 async function countTransactions<T>(work: () => Promise<T>): Promise<{ result: T; sent: number }> {
-  let sent = 0;
-  f.engine.doc.middlewareStack.add(
-    (next, context) => async (args) => {
-      if (context.commandName === "TransactWriteItemsCommand") sent++;
-      return next(args);
-    },
-    { step: "initialize", name: "countTransactions" },
-  );
-  try {
-    return { result: await work(), sent };
-  } finally {
-    f.engine.doc.middlewareStack.remove("countTransactions");
-  }
+  const { result, sent } = await commandsSent(work);
+  return { result, sent: sent.filter((name) => name === "TransactWriteItemsCommand").length };
 }
 
 /** A claim whose dispatcher dies after its run puts, before its transaction is sent. */

@@ -144,6 +144,28 @@ export function useClaimRace(settings: Partial<EngineSettings> = {}) {
           String(item.Update?.Key?.pk).startsWith("JOB#"),
         );
   const ONE_OFF_COMMIT = plainClaims ? "UpdateItemCommand" : "TransactWriteItemsCommand";
+  /** A delete of a due entry: the jobs table, a key that is not a job's. */
+  const isEntryDelete = (input: Input) =>
+    input.TableName === fx().engine.tables.jobs &&
+    !String((input.Key as Input | undefined)?.pk).startsWith("JOB#");
+
+  /** The commands the engine's client sends while `work` runs, by name. */
+  async function commandsSent<T>(work: () => Promise<T>): Promise<{ result: T; sent: string[] }> {
+    const sent: string[] = [];
+    const stack = fx().engine.doc.middlewareStack;
+    stack.add(
+      (next, context) => async (args) => {
+        sent.push(String(context.commandName));
+        return next(args);
+      },
+      { step: "initialize", name: "commandsSent" },
+    );
+    try {
+      return { result: await work(), sent };
+    } finally {
+      stack.remove("commandsSent");
+    }
+  }
 
   /** Every message of the job's runs the queue holds now, delivered; the handler's calls counted by occurrence. */
   async function deliverAll(jobId: string, calls: Map<string, number>): Promise<void> {
@@ -187,7 +209,9 @@ export function useClaimRace(settings: Partial<EngineSettings> = {}) {
     withHook,
     isRunPut,
     isJobUpdate,
+    isEntryDelete,
     ONE_OFF_COMMIT,
+    commandsSent,
     deliverAll,
     pastDeadlineOf,
     expectNothingRunsPast,
