@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, expect } from "vitest";
-import type { EngineSettings } from "../../shared/config.js";
+import type { EngineSettings, OneOffClaimWrites } from "../../shared/config.js";
 import type { ClaimOptions } from "../../shared/dispatch/claim.js";
 import { horizonOf } from "../../shared/dispatch/dispatcher.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
@@ -16,6 +16,13 @@ import { seedJobs } from "./seed.js";
  */
 
 export const SECOND = 1000;
+
+/**
+ * Both forms of a one-off's claim (`oneOffClaimWrites`), for files whose every case runs under
+ * each: a deployment may run either, and a mixed deploy runs both.
+ */
+export const ONE_OFF_CLAIM_WRITES: readonly OneOffClaimWrites[] = ["transaction", "plain"];
+
 const LEASE_MS = 60 * SECOND;
 
 type Input = Record<string, unknown>;
@@ -33,7 +40,8 @@ export interface RequestHook {
 /**
  * Registers a fresh fixture per test (the reaper reads every run whose deadline passed, and its
  * cursor only moves on) and returns the helpers, bound to it. `settings` over the race's own:
- * `oneOffClaimWrites: "plain"` for the files about a one-off's plain claim.
+ * `oneOffClaimWrites` for the files about a one-off's claim (called once per form, in a
+ * `describe.each` over `ONE_OFF_CLAIM_WRITES`, for the files that run under both).
  */
 export function useClaimRace(settings: Partial<EngineSettings> = {}) {
   let fixture: EngineFixture | undefined;
