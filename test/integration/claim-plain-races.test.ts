@@ -1,4 +1,4 @@
-import { DeleteCommand, GetCommand, PutCommand, TransactWriteCommand } from "@aws-sdk/lib-dynamodb";
+import { DeleteCommand, PutCommand, TransactWriteCommand } from "@aws-sdk/lib-dynamodb";
 import { beforeEach, describe, expect, it } from "vitest";
 import type { OneOffClaimWrites } from "../../shared/config.js";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
@@ -6,10 +6,15 @@ import { sendClaimed } from "../../shared/dispatch/fast-path.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import type { Engine } from "../../shared/engine.js";
 import { cancelJob, deleteJob, editJob, pauseJob } from "../../shared/jobs/index.js";
-import { runSortKey } from "../../shared/keys.js";
 import type { DueEntry } from "../../shared/model.js";
-import { jobKey, jobPk } from "../../shared/storage/items.js";
-import { SECOND, useClaimRace } from "../support/claim-race.js";
+import { jobKey } from "../../shared/storage/items.js";
+import { queuedRun } from "../../shared/storage/runs.js";
+import {
+  ONE_OFF_CLAIM_WRITES,
+  type RequestHook,
+  SECOND,
+  useClaimRace,
+} from "../support/claim-race.js";
 import type { EngineFixture } from "../support/engine-fixture.js";
 
 /**
@@ -17,8 +22,9 @@ import type { EngineFixture } from "../support/engine-fixture.js";
  * fixture) attacked between its writes: the SDK sending a write again after it applied,
  * throttling, a claimer dying after its commit (never sending its run, or a pause or a cancel
  * before the next pass), an edit that keeps the occurrence; and an earlier version's transaction
- * claim beside this version's (a deploy under way, a rollback), which loses the occurrence beside a
- * plain claim and nothing beside this version's transaction, the default (docs/deploy.md).
+ * claim beside this version's (a deploy under way, a rollback), which loses the occurrence when it
+ * meets a plain commit before that claim's entry delete (docs/deploy.md), and nothing when either
+ * claim commits between the other's run put and its commit, whichever form this version's takes.
  */
 
 const {
@@ -27,10 +33,12 @@ const {
   seedOne,
   runsOf,
   withHooks,
+  isRunPut,
   isJobUpdate,
   isEntryDelete,
   deliverAll,
   pastDeadlineOf,
+  expectNothingRunsPast,
   fixture,
 } = useClaimRace({ oneOffClaimWrites: "plain" });
 let f: EngineFixture;
@@ -85,20 +93,38 @@ const engineWith = (claimWrites: OneOffClaimWrites): Engine => ({
   settings: { ...f.engine.settings, oneOffClaimWrites: claimWrites },
 });
 
+/** What the earlier version's claim came to (its writeClaim's outcomes, as far as these cases go). */
+type EarlierOutcome = "committed" | "job-moved" | "entry-gone" | "entry-rewritten";
+
 /**
  * What a dispatcher or fast path of the version before plain claims sends for a one-off's entry
- * (main's shared/storage/claim.ts, writeClaim): its run's put under its own token, over a QUEUED
- * unstarted run of the same version, then one transaction deleting the entry at its version and
- * updating the job still pointing at it; when the job's condition fails with the entry there, it
- * deletes the runs it put (`OWN_UNTOUCHED_RUN`), reading nothing else.
+ * (main's shared/storage/claim.ts at ceef540, writeClaim): its run, planned from the entry, put
+ * under its own token over a QUEUED unstarted run of the same version; then one transaction
+ * deleting the entry at its version and updating the job still pointing at it. Its run put made,
+ * this returns that transaction, so a case can let another claimer write in between. When the
+ * transaction fails, that version reads the entry's condition first: entry gone or rewritten, it
+ * leaves its run (its claimer then ends it only if the job is cancelled); the entry there and the
+ * job's condition failed, it deletes the run it put (`OWN_UNTOUCHED_RUN`), reading nothing else.
  */
-async function earlierVersionClaim(entry: DueEntry): Promise<"committed" | "job-moved"> {
-  const { doc, tables } = f.engine;
-  const runKey = { pk: jobPk(entry.jobId), sk: runSortKey(entry.scheduledFor, entry.attempt) };
-  const { Item: run } = await doc.send(
-    new GetCommand({ TableName: tables.runs, Key: runKey, ConsistentRead: true }),
+async function earlierVersionClaimPut(
+  entry: DueEntry,
+  now: Date,
+): Promise<() => Promise<EarlierOutcome>> {
+  const { doc, tables, settings } = f.engine;
+  const { item: run } = queuedRun(
+    {
+      jobId: entry.jobId,
+      tenantId: entry.tenantId,
+      scheduledFor: new Date(entry.scheduledFor),
+      dueAt: new Date(entry.dueAt),
+      attempt: entry.attempt,
+      priority: entry.priority,
+      jobVersion: entry.jobVersion,
+    },
+    now,
+    settings,
   );
-  if (!run) throw new Error("the earlier claim puts the same run: expected it there");
+  const runKey = { pk: run.pk, sk: run.sk };
   const token = "earlier-version-claim";
   await doc.send(
     new PutCommand({
@@ -115,61 +141,91 @@ async function earlierVersionClaim(entry: DueEntry): Promise<"committed" | "job-
       },
     }),
   );
-  try {
-    await doc.send(
-      new TransactWriteCommand({
-        TransactItems: [
-          {
-            Delete: {
-              TableName: tables.jobs,
-              Key: entry.key,
-              ConditionExpression: "attribute_exists(pk) AND jobVersion = :jobVersion",
-              ExpressionAttributeValues: { ":jobVersion": entry.jobVersion },
-            },
-          },
-          {
-            Update: {
-              TableName: tables.jobs,
-              Key: jobKey(entry.jobId),
-              ConditionExpression:
-                "#status = :active AND nextDueKey.pk = :pk AND nextDueKey.sk = :sk",
-              UpdateExpression:
-                "SET nextRunAt = :null, nextDueKey = :null, occurrencesQueued = :queued REMOVE catchUpCount, catchUpOf",
-              ExpressionAttributeNames: { "#status": "status" },
-              ExpressionAttributeValues: {
-                ":active": "ACTIVE",
-                ":pk": entry.key.pk,
-                ":sk": entry.key.sk,
-                ":null": null,
-                ":queued": 1,
+  return async () => {
+    try {
+      await doc.send(
+        new TransactWriteCommand({
+          TransactItems: [
+            {
+              Delete: {
+                TableName: tables.jobs,
+                Key: entry.key,
+                ConditionExpression: "attribute_exists(pk) AND jobVersion = :jobVersion",
+                ExpressionAttributeValues: { ":jobVersion": entry.jobVersion },
+                ReturnValuesOnConditionCheckFailure: "ALL_OLD",
               },
             },
+            {
+              Update: {
+                TableName: tables.jobs,
+                Key: jobKey(entry.jobId),
+                ConditionExpression:
+                  "#status = :active AND nextDueKey.pk = :pk AND nextDueKey.sk = :sk",
+                UpdateExpression:
+                  "SET nextRunAt = :null, nextDueKey = :null, occurrencesQueued = :queued REMOVE catchUpCount, catchUpOf",
+                ExpressionAttributeNames: { "#status": "status" },
+                ExpressionAttributeValues: {
+                  ":active": "ACTIVE",
+                  ":pk": entry.key.pk,
+                  ":sk": entry.key.sk,
+                  ":null": null,
+                  ":queued": 1,
+                },
+              },
+            },
+          ],
+        }),
+      );
+      return "committed";
+    } catch (error) {
+      const reasons = (error as { CancellationReasons?: { Code?: string; Item?: unknown }[] })
+        .CancellationReasons;
+      const [entryReason, jobReason] = reasons ?? [];
+      if (entryReason?.Code === "ConditionalCheckFailed")
+        return entryReason.Item ? "entry-rewritten" : "entry-gone";
+      if (jobReason?.Code !== "ConditionalCheckFailed") throw error;
+      await doc.send(
+        new DeleteCommand({
+          TableName: tables.runs,
+          Key: runKey,
+          ConditionExpression:
+            "claimToken = :token AND #status = :queued AND fence = :unstarted AND (attribute_not_exists(misfireFrom) OR attribute_type(misfireFrom, :null))",
+          ExpressionAttributeNames: { "#status": "status" },
+          ExpressionAttributeValues: {
+            ":token": token,
+            ":queued": "QUEUED",
+            ":unstarted": 0,
+            ":null": "NULL",
           },
-        ],
-      }),
-    );
-    return "committed";
-  } catch (error) {
-    const reasons = (error as { CancellationReasons?: { Code?: string }[] }).CancellationReasons;
-    if (reasons?.[0]?.Code !== "None" || reasons[1]?.Code !== "ConditionalCheckFailed") throw error;
-    await doc.send(
-      new DeleteCommand({
-        TableName: tables.runs,
-        Key: runKey,
-        ConditionExpression:
-          "claimToken = :token AND #status = :queued AND fence = :unstarted AND (attribute_not_exists(misfireFrom) OR attribute_type(misfireFrom, :null))",
-        ExpressionAttributeNames: { "#status": "status" },
-        ExpressionAttributeValues: {
-          ":token": token,
-          ":queued": "QUEUED",
-          ":unstarted": 0,
-          ":null": "NULL",
-        },
-      }),
-    );
-    return "job-moved";
-  }
+        }),
+      );
+      return "job-moved";
+    }
+  };
 }
+
+/** The earlier version's claim, its run put and its transaction one after the other. */
+const earlierVersionClaim = async (entry: DueEntry, now: Date): Promise<EarlierOutcome> =>
+  (await earlierVersionClaimPut(entry, now))();
+
+/**
+ * Where an earlier version's claim puts its run beside this version's claim: before this claim's
+ * run put, or after it (before this claim's commit). The later put carries its claimer's token, so
+ * which claimer's failed claim could delete the run turns on it.
+ */
+const EARLIER_PUTS = ["before this claim's", "after this claim's"] as const;
+const MIXED_ORDERS = ONE_OFF_CLAIM_WRITES.flatMap((claimWrites) =>
+  EARLIER_PUTS.map((earlierPut) => [claimWrites, earlierPut] as const),
+);
+
+/**
+ * A hook at this version's commit of a one-off's claim, as `claimWrites` sends it: the
+ * transaction, or a plain claim's job update.
+ */
+const commitHook = (claimWrites: OneOffClaimWrites, before: () => Promise<void>): RequestHook =>
+  claimWrites === "plain"
+    ? { command: "UpdateItemCommand", when: isJobUpdate, before }
+    : { command: "TransactWriteItemsCommand", before };
 
 describe("a one-off's plain claim whose write the SDK sent again after it applied", () => {
   it("the job's update: it finds its own claim recorded, commits, removes the entry, and the occurrence runs once", async () => {
@@ -366,14 +422,14 @@ describe("an earlier version's transaction claim beside this version's claim of 
     const now = clock();
     const due = overdue(now);
     const { entry } = await seedOne("mixed-plain", { runAt: due.toISOString() }, due, now);
-    let earlier: string | undefined;
+    let earlier: EarlierOutcome | undefined;
     const { result, hooked } = await withHooks(
       [
         {
           command: "DeleteItemCommand",
           when: isEntryDelete,
           before: async () => {
-            earlier = await earlierVersionClaim(entry);
+            earlier = await earlierVersionClaim(entry, now);
           },
         },
       ],
@@ -387,41 +443,82 @@ describe("an earlier version's transaction claim beside this version's claim of 
     expect((await runsOf("mixed-plain")).map((r) => r.status)).toEqual([]);
   });
 
-  it("with plain claims off (the default), the earlier claim commits between this claim's run put and its transaction: this claim is lost, and the occurrence runs once", async () => {
-    const now = clock();
-    const due = overdue(now);
-    const { entry } = await seedOne("mixed-earlier-first", { runAt: due.toISOString() }, due, now);
-    let earlier: string | undefined;
-    // At this claim's commit, whichever form it takes: the transaction, or a plain claim's entry
-    // delete (after its commit: the hazard above). Only this claim's first is hooked, not the
-    // earlier claim's own requests.
-    let earlierSent = false;
-    const earlierClaim = async () => {
-      earlierSent = true;
-      earlier = await earlierVersionClaim(entry);
-    };
-    const { result, hooked } = await withHooks(
-      [
-        { command: "TransactWriteItemsCommand", when: () => !earlierSent, before: earlierClaim },
-        {
-          command: "DeleteItemCommand",
-          when: (input) => !earlierSent && isEntryDelete(input),
-          before: earlierClaim,
-        },
-      ],
-      () => claimDueEntry(engineWith("transaction"), entry, claimOptions(now)),
-    );
-    expect(hooked).toBe(1);
-    expect((await runsOf("mixed-earlier-first")).map((r) => r.status)).toEqual(["QUEUED"]);
-    expect(earlier).toBe("committed");
-    expect(result.outcome).toBe("lost");
-    expect(await entriesOf("mixed-earlier-first")).toEqual([]);
-    // The earlier claimer sends it; here the reaper does, at its deadline (a lease after the
-    // claim, its due time being past), as after any claimer that died before its send.
-    pastDeadlineOf(clock());
-    expect((await reap(f.engine)).resent).toBe(1);
-    expect(await runsCalled("mixed-earlier-first")).toEqual([[due.toISOString(), 1]]);
-  });
+  it.for(MIXED_ORDERS)(
+    "with oneOffClaimWrites %s, the earlier claim, its run put %s, commits between this claim's run put and its commit: this claim is lost, and the occurrence runs once",
+    async ([claimWrites, earlierPut]) => {
+      const now = clock();
+      const due = overdue(now);
+      const jobId = `mixed-earlier-first-${claimWrites}-${earlierPut.split(" ")[0]}`;
+      const { entry } = await seedOne(jobId, { runAt: due.toISOString() }, due, now);
+      let earlier: EarlierOutcome | undefined;
+      let earlierTransaction: (() => Promise<EarlierOutcome>) | undefined;
+      const hooks: RequestHook[] =
+        earlierPut === "before this claim's"
+          ? [
+              {
+                command: "PutItemCommand",
+                when: isRunPut,
+                before: async () => {
+                  earlierTransaction = await earlierVersionClaimPut(entry, now);
+                },
+              },
+              commitHook(claimWrites, async () => {
+                earlier = await earlierTransaction?.();
+              }),
+            ]
+          : [
+              commitHook(claimWrites, async () => {
+                earlier = await earlierVersionClaim(entry, now);
+              }),
+            ];
+      const { result, hooked } = await withHooks(hooks, () =>
+        claimDueEntry(engineWith(claimWrites), entry, claimOptions(now)),
+      );
+      expect(hooked).toBe(hooks.length);
+      expect((await runsOf(jobId)).map((r) => r.status)).toEqual(["QUEUED"]);
+      expect(earlier).toBe("committed");
+      expect(result.outcome).toBe("lost");
+      expect(await entriesOf(jobId)).toEqual([]);
+      // The earlier claimer sends it; here the reaper does, at its deadline (a lease after the
+      // claim, its due time being past), as after any claimer that died before its send.
+      pastDeadlineOf(clock());
+      expect((await reap(f.engine)).resent).toBe(1);
+      expect(await runsCalled(jobId)).toEqual([[due.toISOString(), 1]]);
+    },
+  );
+
+  it.for(MIXED_ORDERS)(
+    "with oneOffClaimWrites %s, this claim commits between the earlier claim's run put (%s) and its transaction: the earlier claim finds the entry gone and leaves the run, which runs once",
+    async ([claimWrites, earlierPut]) => {
+      const now = clock();
+      const due = overdue(now);
+      const jobId = `mixed-this-first-${claimWrites}-${earlierPut.split(" ")[0]}`;
+      const { entry } = await seedOne(jobId, { runAt: due.toISOString() }, due, now);
+      let earlierTransaction: (() => Promise<EarlierOutcome>) | undefined;
+      const earlierPutNow = async () => {
+        earlierTransaction = await earlierVersionClaimPut(entry, now);
+      };
+      const hooks: RequestHook[] =
+        earlierPut === "before this claim's" ? [] : [commitHook(claimWrites, earlierPutNow)];
+      if (hooks.length === 0) await earlierPutNow();
+      const { result, hooked } = await withHooks(hooks, () =>
+        claimDueEntry(engineWith(claimWrites), entry, claimOptions(now)),
+      );
+      expect(hooked).toBe(hooks.length);
+      const earlier = await earlierTransaction?.();
+
+      expect(result.outcome).toBe("claimed");
+      expect(earlier).toBe("entry-gone");
+      expect(await entriesOf(jobId)).toEqual([]);
+      // The committed claim's run (put over the earlier claim's, or under it): not deleted.
+      expect((await runsOf(jobId)).map((r) => r.status)).toEqual(["QUEUED"]);
+      if (result.outcome === "claimed") await sendClaimed(f.engine, result.runs);
+      expect(await runsCalled(jobId)).toEqual([[due.toISOString(), 1]]);
+      expect((await f.jobs()).find((j) => j.jobId === jobId)?.status).toBe("COMPLETED");
+      // Nothing left for the reaper to send again, nor to run a second time.
+      await expectNothingRunsPast(jobId, due);
+    },
+  );
 });
 
 describe("a one-off's claimer that dies after its commit, then edits of its runAt away and back", () => {
