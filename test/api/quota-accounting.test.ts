@@ -19,7 +19,10 @@ import { type ApiHarness, inMinutes, KEY_B, startApi } from "./support.js";
  * the tenant has, the tenant never past a limit, a refusal only at the limit it names (by what the
  * tenant has, or, within quotaRecountMs of a recount, by the stored usage; a runsPerMinute
  * refusal's message naming that usage, a sum over the limit, and the body's field), and once recounted (the
- * override set again, then a create) exactly what the tenant has. QUOTA_SEED=<n> repeats a run; a failure names its seed.
+ * override set again, then a create) exactly what the tenant has. The last phase ends with a create
+ * over runsPerMinute by what the tenant has, so a runsPerMinute refusal is always checked.
+ * QUOTA_SEED=<n> repeats a run's draws (requests at once draw in the order their answers come, so
+ * not always its requests); a failure names its seed.
  */
 const TENANT = "tenant-b";
 const asB = { key: KEY_B };
@@ -273,6 +276,42 @@ describe("quota usage against what the tenant has, over random requests", () => 
     }
   };
 
+  /**
+   * A create alone whose runs per minute, added to what the tenant has, go past the limit: refused
+   * for runsPerMinute, so the refusal checks meet one whatever the random requests met (their
+   * stream follows timing: the draws of requests at once come in the order their answers do).
+   */
+  const createOverRunsPerMinute = async (limits: Limits) => {
+    // Room for one more job in the count and the stored usage (a refusal from the stored usage
+    // names activeJobs first), so runs per minute is the only quota it can go over.
+    for (let now = await actual(); ; now = await actual()) {
+      const stored = await readQuotaUsage(api.fixture.engine, TENANT);
+      const jobs = Math.max(now.usage.activeJobs, stored?.activeJobs ?? 0);
+      const [first] = now.jobs.keys();
+      if (jobs < limits.activeJobs || first === undefined) break;
+      expect((await api.call("DELETE", `/jobs/${first}`, asB)).status).toBe(204);
+    }
+    const before = {
+      counted: (await actual()).usage,
+      stored: await readQuotaUsage(api.fixture.engine, TENANT),
+    };
+    // `every: PTnS` counts ceil(60 / n) runs: the longest period that counts more than the room.
+    const room = limits.runsPerMinute - before.counted.runsPerMinute;
+    const every = `PT${Math.max(1, Math.floor(60 / (room + 1)))}S`;
+    const reply = await api.call("POST", "/jobs", {
+      ...asB,
+      body: { type: "noop", schedule: { every } },
+    });
+    const where = at(`a create every ${every} at ${JSON.stringify(before)}: ${reply.text}`);
+    expect(reply.status, where).toBe(403);
+    expect((reply.body as { error?: { quota?: unknown } }).error?.quota, where).toBe(
+      "runsPerMinute",
+    );
+    // A refusal writes nothing.
+    expect((await actual()).usage, where).toEqual(before.counted);
+    noteReply(reply.status, reply.body, before);
+  };
+
   // Requests at once run only under loose limits: at a tight one, a create whose recount runs while
   // another's reserved job is still being written leaves that job out, and both pass the limit
   // (docs/api.md "Quotas", Precision).
@@ -283,6 +322,7 @@ describe("quota usage against what the tenant has, over random requests", () => 
     await phase(LOOSE, 8, 6);
     await phase(TIGHT, 30, 1);
     await phase(RUNS, 40, 1);
+    await createOverRunsPerMinute(RUNS);
     expect(refusals.length, at("no request was refused for a quota")).toBeGreaterThan(0);
     expect(recountsCompared, at("no recount was compared")).toBeGreaterThan(0);
     const ended = (await api.fixture.jobs()).filter(
