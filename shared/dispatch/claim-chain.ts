@@ -36,10 +36,20 @@ export const emptySweepStats = (): SweepStats => ({
   failed: 0,
 });
 
+/** What a pass does with the entries a chain leaves in their buckets. */
+export interface LeftEntries {
+  /** A claim that threw: the entry is still in its bucket. */
+  readonly onFailure: (entry: DueEntry, error: unknown) => Promise<void>;
+  /** A claim that committed with its entry's delete failed (a plain claim's): the entry stays. */
+  readonly onEntryLeft: (entry: DueEntry) => void;
+}
+
 /**
  * Claims an entry and then, while the job's next entry is inside the horizon,
- * that one too; a `trigger` entry is fanned out to its dependents instead. With `onFailure`, a claim that throws ends the chain there and
- * is handed over (the failed entry is still in its bucket); without, it throws.
+ * that one too; a `trigger` entry is fanned out to its dependents instead. With `left` (a pass), a
+ * claim that throws ends the chain there and is handed over (the failed entry is still in its
+ * bucket), and so is an entry a committed claim could not delete; without, a claim that throws
+ * throws.
  */
 export async function claimChain(
   engine: Engine,
@@ -47,8 +57,9 @@ export async function claimChain(
   options: ChainOptions,
   stats: SweepStats,
   sender: RunSender,
-  onFailure?: (entry: DueEntry, error: unknown) => Promise<void>,
+  left?: LeftEntries,
 ): Promise<void> {
+  const onFailure = left?.onFailure;
   if (first.kind === "trigger") {
     // An upstream run's ending whose worker did not fan it out (it died, or the fan-out failed).
     stats.entries++;
@@ -85,6 +96,7 @@ export async function claimChain(
       stats.stale++;
       return;
     }
+    if (result.entryLeft) left?.onEntryLeft(entry);
     stats.runs += result.runs.length;
     stats.skipped += result.skipped;
     await sender.add(result.runs);

@@ -43,6 +43,11 @@ export async function claimPages(
       leftFrom = earliest([leftFrom, bucketMinuteOf(entry)]);
     }
   };
+  // A committed claim's entry its delete left: the next pass reads the bucket again and removes
+  // it (claim-plain.ts, `removeClaimedEntry`), as it would try a failed entry again.
+  const onEntryLeft = (entry: DueEntry) => {
+    leftFrom = earliest([leftFrom, bucketMinuteOf(entry)]);
+  };
   const turns = new RoundRobin<DueEntry>();
   const queued = new Wakeup();
   const taken = new Wakeup();
@@ -98,7 +103,7 @@ export async function claimPages(
       claiming++;
       taken.notify();
       try {
-        await claimChain(engine, entry, options, stats, sender, onFailure);
+        await claimChain(engine, entry, options, stats, sender, { onFailure, onEntryLeft });
       } catch (error) {
         stop(error);
       } finally {

@@ -32,6 +32,8 @@ export type ClaimResult =
       readonly skipped: number;
       /** The job's next due entry; the caller claims it too when it is inside its horizon. */
       readonly next: DueEntry | null;
+      /** The entry is still there (a plain commit whose delete failed): read its bucket again. */
+      readonly entryLeft: boolean;
     }
   /** Another claimer took it, or it was deleted by a pause, cancel or edit. */
   | { readonly outcome: "lost" }
@@ -339,6 +341,7 @@ async function attemptClaim(
       runs: queued.map((q) => q.run),
       skipped: skippedItems.length,
       next,
+      entryLeft: written.entryLeft === true,
     },
   };
 }

@@ -193,8 +193,7 @@ export async function commitPlainClaim(
     if (!isConditionalCheckFailed(error)) throw error;
     return afterFailedCommit(engine, claim, failedConditionItem(error));
   }
-  await removeClaimedEntry(engine, entry);
-  return { outcome: "committed" };
+  return committed(await removeClaimedEntry(engine, entry));
 }
 
 async function afterFailedCommit(
@@ -204,10 +203,7 @@ async function afterFailedCommit(
 ): Promise<ClaimWriteResult> {
   const { entry, token, own } = claim;
   const recorded = recordsClaimOf(job, entry);
-  if (recorded?.token === token) {
-    await removeClaimedEntry(engine, entry);
-    return { outcome: "committed" };
-  }
+  if (recorded?.token === token) return committed(await removeClaimedEntry(engine, entry));
   if (recorded) return afterLostRace(engine, entry, own);
   if (job === null && claim.mayAwaitItsJob) {
     await deleteOwnRuns(engine, own, token);
@@ -220,14 +216,22 @@ async function afterFailedCommit(
   return { outcome: "orphan-removed" };
 }
 
+/** A committed claim, its entry `removed` or left (`entryLeft`: its delete failed). */
+const committed = (removed: boolean): ClaimWriteResult =>
+  removed ? { outcome: "committed" } : { outcome: "committed", entryLeft: true };
+
 /**
- * The committed claim's entry, deleted as it was read. Its failure is logged, not thrown: the
- * claim has committed, and the next pass that meets the entry finds the claim recorded on the job
- * and removes it.
+ * The committed claim's entry, deleted as it was read; false when that failed. Its failure is
+ * logged, not thrown: the claim has committed, and the next pass that meets the entry finds the
+ * claim recorded on the job and removes it. A pass holds its line at the entry's bucket so that
+ * the next one does meet it (`entryLeft`): past the line, only the look-back would read the bucket
+ * again, 15 minutes on, and not at all where the look-back was what read it (or the bucket lay
+ * further behind, a backlog after an outage).
  */
-async function removeClaimedEntry(engine: Engine, entry: DueEntry): Promise<void> {
+async function removeClaimedEntry(engine: Engine, entry: DueEntry): Promise<boolean> {
   try {
     await deleteEntryAsRead(engine, entry);
+    return true;
   } catch (error) {
     engine.obs.log.warn("left a claimed due entry to the next pass; its delete failed", {
       tenantId: entry.tenantId,
@@ -235,5 +239,6 @@ async function removeClaimedEntry(engine: Engine, entry: DueEntry): Promise<void
       dueKey: entry.key,
       error: String(error),
     });
+    return false;
   }
 }

@@ -57,7 +57,8 @@ export interface ClaimWrites {
 }
 
 export type ClaimWriteResult =
-  | { readonly outcome: "committed" }
+  /** `entryLeft`: a plain commit whose entry's delete failed; the entry awaits the next pass. */
+  | { readonly outcome: "committed"; readonly entryLeft?: true }
   /**
    * The entry is gone: another claimer took it, or a pause, cancel or edit deleted it. `left`:
    * the runs this claim put, left as they are (the claimer ends them if a cancel took it).

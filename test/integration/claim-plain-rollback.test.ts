@@ -4,6 +4,7 @@ import { horizonOf } from "../../shared/dispatch/dispatcher.js";
 import { type TickPass, tickOnce } from "../../shared/dispatch/tick.js";
 import type { Engine } from "../../shared/engine.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
+import { minuteOf } from "../../shared/keys.js";
 import type { DueEntry } from "../../shared/model.js";
 import { acquireShardLease } from "../../shared/storage/lease.js";
 import { caseFixture, type EngineFixture } from "../support/engine-fixture.js";
@@ -264,4 +265,61 @@ describe.concurrent("a one-off's plain claimer dead after its commit, before its
       expect(calls).toEqual([[due.toISOString(), 1]]);
     }, 120_000);
   }
+});
+
+/**
+ * The claimer a pass of the plain deploy whose entry's delete failed (throttled, or failing
+ * storage): the claim has committed, so the pass sends its run, logs the entry left "to the next
+ * pass", and goes on to complete, recording its line past what it read. When what it read there
+ * was behind the look-back's reach for every later pass, the entry is left where no pass reads.
+ */
+describe.concurrent("a one-off's plain claim by a pass that completes with the entry's delete failed", () => {
+  it("claimed by the look-back (its writer 5 min behind): the next tick at transaction removes it", async ({
+    onTestFinished,
+  }) => {
+    const c = await rollbackCase(onTestFinished);
+    const writerNowMs = c.m + 10 * SECOND - 5 * MINUTE;
+    const due = new Date(writerNowMs - 5 * SECOND);
+    const entry = await oneOff(c.f, "lookback-claim", due, new Date(writerNowMs));
+    // The look-back reads its bucket (m - 5) at the tick whose line passes it by 15 minutes.
+    const claimMs = c.m + 13 * MINUTE + PHASE_MS;
+    for (let minute = 0; minute < 13; minute++) {
+      expect(await c.tick(c.atPlain, c.m + minute * MINUTE + PHASE_MS)).toMatchObject({
+        outcome: "swept",
+        runs: 0,
+      });
+    }
+    const { result: claiming, failed } = await withEntryDeleteFailing(c.f, entry, () =>
+      c.tick(c.atPlain, claimMs),
+    );
+    expect(failed).toBe(1);
+    expect(claiming).toMatchObject({ outcome: "swept", runs: 1, lookbackEntries: 1 });
+
+    const { goneAfterMs, calls } = await ticksUntilGone(c, "lookback-claim", claimMs);
+
+    expect(goneAfterMs).toBe(MINUTE);
+    // How: the claiming pass held its line at the entry's bucket, which the next pass read again.
+    expect(claiming).toMatchObject({ sweepFrom: minuteOf(new Date(writerNowMs)) });
+    expect(calls).toEqual([[due.toISOString(), 1]]);
+  }, 120_000);
+
+  it("claimed from the backlog after 20 minutes without passes (past the look-back's reach): the next tick at transaction removes it", async ({
+    onTestFinished,
+  }) => {
+    const c = await rollbackCase(onTestFinished);
+    const due = new Date(c.m + 10 * SECOND);
+    const entry = await oneOff(c.f, "backlog-claim", due, due);
+    const claimMs = c.m + 20 * MINUTE + PHASE_MS;
+    const { result: claiming, failed } = await withEntryDeleteFailing(c.f, entry, () =>
+      c.tick(c.atPlain, claimMs),
+    );
+    expect(failed).toBe(1);
+    expect(claiming).toMatchObject({ outcome: "swept", runs: 1, backlogBuckets: 21 });
+
+    const { goneAfterMs, calls } = await ticksUntilGone(c, "backlog-claim", claimMs);
+
+    expect(goneAfterMs).toBe(MINUTE);
+    expect(claiming).toMatchObject({ sweepFrom: minuteOf(due) });
+    expect(calls).toEqual([[due.toISOString(), 1]]);
+  }, 120_000);
 });
