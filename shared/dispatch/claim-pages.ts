@@ -1,6 +1,7 @@
 import { RoundRobin, Wakeup } from "../concurrency.js";
 import type { Engine } from "../engine.js";
 import type { DueEntry } from "../model.js";
+import { METRICS } from "../observability.js";
 import { type ChainOptions, claimChain, type SweepStats } from "./claim-chain.js";
 import { isolateFailure } from "./failed-claims.js";
 import { RunSender } from "./run-sender.js";
@@ -44,8 +45,10 @@ export async function claimPages(
     }
   };
   // A committed claim's entry its delete left: the next pass reads the bucket again and removes
-  // it (claim-plain.ts, `removeClaimedEntry`), as it would try a failed entry again.
+  // it (claim-plain.ts, `removeClaimedEntry`), as it would try a failed entry again. Counted as
+  // such an entry is, so that an operator waiting for none left (deploy.md) sees it at once.
   const onEntryLeft = (entry: DueEntry) => {
+    engine.obs.metrics.add(METRICS.dueEntryFailures, 1, "Count", { handling: "left" });
     leftFrom = earliest([leftFrom, bucketMinuteOf(entry)]);
   };
   const turns = new RoundRobin<DueEntry>();

@@ -6,6 +6,7 @@ import type { Engine } from "../../shared/engine.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
 import { minuteOf } from "../../shared/keys.js";
 import type { DueEntry } from "../../shared/model.js";
+import { METRICS } from "../../shared/observability.js";
 import { acquireShardLease } from "../../shared/storage/lease.js";
 import { caseFixture, type EngineFixture } from "../support/engine-fixture.js";
 import { seedJobs } from "../support/seed.js";
@@ -409,6 +410,8 @@ describe.concurrent("reviewer's attacks on a line held at a claimed entry's buck
     try {
       const claiming = await next(c.atPlain);
       expect(claiming).toMatchObject({ runs: 1, lookbackEntries: 1, failed: 0, sweepFrom: held });
+      // Counted as left from the claiming pass on, so the operator's rollback waits for it.
+      expect(c.f.metrics.sum(METRICS.dueEntryFailures, { handling: "left" })).toBe(1);
       const stuck = [await next(c.atTransaction), await next(c.atTransaction)];
       const stuckPlain = await next(c.atPlain);
       // Held at m - 5: each pass reads from there to its window (m + 12, + 13, + 14), and no
@@ -419,6 +422,7 @@ describe.concurrent("reviewer's attacks on a line held at a claimed entry's buck
         [held, 1, 19, 0],
       ]);
       expect(await entriesOf(c.f, jobId)).toHaveLength(1);
+      expect(c.f.metrics.sum(METRICS.dueEntryFailures, { handling: "left" })).toBe(4);
     } finally {
       throttled.stop();
     }
