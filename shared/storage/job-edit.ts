@@ -7,11 +7,12 @@ import {
   deletePendingDueEntry,
   deleteSetAside,
   type JobChangeWrite,
+  putOverOlderDueEntry,
   updateJobFrom,
   writeJobChange,
 } from "./job-update.js";
 import { completedJobExpiresAt, runsOnAfterEndMs } from "./retention.js";
-import type { NamedWrite, TransactItem } from "./transaction.js";
+import type { NamedWrite } from "./transaction.js";
 
 /** The fields of a job an edit may change. */
 type EditedFields = Partial<
@@ -122,19 +123,3 @@ export async function writeEditedJob(
   }
   await writeJobChange(engine, job, [...writes, ...upstreams]);
 }
-
-/**
- * The edited job's new entry, at a key its job does not point at: free, or holding an entry of an
- * older version of the job, which no claim still needs. That is a one-off's entry whose plain claim
- * committed and whose claimer died before deleting it (claim-plain.ts), met by an edit that moved
- * the occurrence away and back: the next pass would remove it, and refusing the edit for it would
- * answer a valid request with an error. An entry of this version is another writer's: refused.
- */
-const putOverOlderDueEntry = (engine: Engine, entry: DueEntry): TransactItem => ({
-  Put: {
-    TableName: engine.tables.jobs,
-    Item: encodeDueEntry(entry),
-    ConditionExpression: "attribute_not_exists(pk) OR jobVersion < :jobVersion",
-    ExpressionAttributeValues: { ":jobVersion": entry.jobVersion },
-  },
-});

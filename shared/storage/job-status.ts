@@ -9,7 +9,12 @@ import {
   retryOnContention,
 } from "./dynamo-errors.js";
 import { jobKey } from "./items.js";
-import { deletePendingDueEntry, putDueEntry, updateJobFrom, writeJobChange } from "./job-update.js";
+import {
+  deletePendingDueEntry,
+  putOverOlderDueEntry,
+  updateJobFrom,
+  writeJobChange,
+} from "./job-update.js";
 import {
   attemptsSpanMs,
   cancelledJobExpiresAt,
@@ -71,7 +76,8 @@ export async function writeResumedJob(
     : {};
   await writeJobChange(engine, job, [
     updateJobFrom(engine, job, { ...set, ...expiry }, { sameParkedRuns: true }),
-    ...(due ? [{ name: "dueEntry" as const, write: putDueEntry(engine, due) }] : []),
+    // Over a one-off's entry left by a dead plain claimer, of an older version (putOverOlderDueEntry).
+    ...(due ? [{ name: "dueEntry" as const, write: putOverOlderDueEntry(engine, due) }] : []),
   ]);
   return { ...job, ...set };
 }

@@ -5,7 +5,7 @@ import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { sendClaimed } from "../../shared/dispatch/fast-path.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import type { Engine } from "../../shared/engine.js";
-import { cancelJob, deleteJob, editJob, pauseJob } from "../../shared/jobs/index.js";
+import { cancelJob, deleteJob, editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
 import type { DueEntry } from "../../shared/model.js";
 import { jobKey } from "../../shared/storage/items.js";
 import { queuedRun } from "../../shared/storage/runs.js";
@@ -21,7 +21,8 @@ import type { EngineFixture } from "../support/engine-fixture.js";
  * A one-off's plain claim (storage/claim-plain.ts, `oneOffClaimWrites: "plain"`, this file's
  * fixture) attacked between its writes: the SDK sending a write again after it applied,
  * throttling, a claimer dying after its commit (never sending its run, or a pause or a cancel
- * before the next pass), an edit that keeps the occurrence; and an earlier version's transaction
+ * before the next pass, or a pause, edits of its `runAt` away and back, and a resume), an edit that
+ * keeps the occurrence; and an earlier version's transaction
  * claim beside this version's (a deploy under way, a rollback), which loses the occurrence when it
  * meets a plain commit before that claim's entry delete (docs/deploy.md), and nothing when either
  * claim commits between the other's run put and its commit, whichever form this version's takes.
@@ -548,5 +549,36 @@ describe("a one-off's claimer that dies after its commit, then edits of its runA
         .filter((r) => r.scheduledFor === due.toISOString())
         .map((r) => [r.jobVersion, r.status]),
     ).toEqual([[3, "QUEUED"]]);
+  });
+});
+
+describe("a one-off's claimer that dies after its commit, then a pause, edits of its runAt away and back while paused, and a resume", () => {
+  it("the resume's entry is written over the entry left behind, and claimed: the occurrence runs once, as edited", async () => {
+    const now = clock();
+    const due = overdue(now);
+    const away = new Date(now.getTime() + 10 * 60 * SECOND);
+    const { job, entry } = await seedOne("resume-back", { runAt: due.toISOString() }, due, now);
+    const { result: first } = await withHooks(
+      [{ command: "DeleteItemCommand", when: isEntryDelete, fail: () => new Error("died") }],
+      () => claimDueEntry(f.engine, entry, claimOptions(now)),
+    );
+    expect(first.outcome).toBe("claimed");
+    await pauseJob(f.engine, job.tenantId, job.jobId);
+    await editJob(f.engine, job.tenantId, job.jobId, 1, {
+      schedule: { runAt: away.toISOString() },
+    });
+    await editJob(f.engine, job.tenantId, job.jobId, 2, {
+      schedule: { runAt: due.toISOString() },
+    });
+
+    const resumed = await resumeJob(f.engine, job.tenantId, job.jobId);
+
+    expect([resumed.status, resumed.version]).toEqual(["ACTIVE", 3]);
+    // Due at once, the resume's fast path claimed it: one run, at version 3, sent.
+    expect(await entriesOf("resume-back")).toEqual([]);
+    expect((await runsOf("resume-back")).map((r) => [r.jobVersion, r.status])).toEqual([
+      [3, "QUEUED"],
+    ]);
+    expect(await runsCalled("resume-back")).toEqual([[due.toISOString(), 1]]);
   });
 });
