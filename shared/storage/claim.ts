@@ -10,8 +10,9 @@ import {
   type OwnRun,
   recordsClaimOf,
 } from "./claim-plain.js";
+import { putOverOlderDueEntry } from "./due-entries.js";
 import { conditionalWrite, retryOnContention } from "./dynamo-errors.js";
-import { decodeDueEntry, encodeDueEntry, jobKey } from "./items.js";
+import { decodeDueEntry, jobKey } from "./items.js";
 import { ConditionsFailedError, type NamedWrite, writeTransaction } from "./transaction.js";
 
 /**
@@ -271,13 +272,8 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
     if (next) {
       writes.push({
         name: "nextEntry",
-        write: {
-          Put: {
-            TableName: tables.jobs,
-            Item: encodeDueEntry(next),
-            ConditionExpression: "attribute_not_exists(pk)",
-          },
-        },
+        // Over a one-off's entry left by a dead plain claimer, of an older version of the job.
+        write: putOverOlderDueEntry(engine, next),
       });
     }
   }

@@ -7,7 +7,8 @@ import {
   isConditionalCheckFailed,
   retryOnContention,
 } from "./dynamo-errors.js";
-import { decodeDueEntry } from "./items.js";
+import { decodeDueEntry, encodeDueEntry } from "./items.js";
+import type { TransactItem } from "./transaction.js";
 
 /**
  * Due entries in their minute buckets (`DUE#<minute>#<shard>`): where an entry
@@ -137,3 +138,23 @@ export async function removeOrphanDueEntry(
   const now = await deleteDueEntryAsRead(engine, entry, "remove-orphan");
   return typeof now === "object" ? now : null;
 }
+
+/**
+ * A job's new due entry at a key the job does not point at yet: an edit's or a resume's (its
+ * pending occurrence filed again), or a recurring claim's next entry. Put over nothing, or over an
+ * entry of an older version of the job, which no claim still needs: a one-off's entry whose plain
+ * claim committed and whose claimer died before deleting it (claim-plain.ts), met before the next
+ * pass by a write that files an occurrence of the job at the same time (an edit moving `runAt` away
+ * and back, a resume after such edits while paused, an edit to a schedule whose claim files its
+ * next entry there). Refusing that write for it would answer a valid request with an error, or set
+ * the job's entry aside; a pass that read the leftover finds it rewritten and claims it as it is.
+ * An entry of the same version is another writer's: refused.
+ */
+export const putOverOlderDueEntry = (engine: Engine, entry: DueEntry): TransactItem => ({
+  Put: {
+    TableName: engine.tables.jobs,
+    Item: encodeDueEntry(entry),
+    ConditionExpression: "attribute_not_exists(pk) OR jobVersion < :jobVersion",
+    ExpressionAttributeValues: { ":jobVersion": entry.jobVersion },
+  },
+});

@@ -2,12 +2,12 @@ import { GetCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import type { DueEntry, DueKey, EditMark, Job } from "../model.js";
 import type { UpstreamWriteName } from "./dependents.js";
+import { putOverOlderDueEntry } from "./due-entries.js";
 import { decodeDueEntry, encodeDueEntry, encodeTarget } from "./items.js";
 import {
   deletePendingDueEntry,
   deleteSetAside,
   type JobChangeWrite,
-  putOverOlderDueEntry,
   updateJobFrom,
   writeJobChange,
 } from "./job-update.js";

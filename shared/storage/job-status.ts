@@ -3,18 +3,14 @@ import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
 import { runId } from "../keys.js";
 import type { DueEntry, Job, Run } from "../model.js";
+import { putOverOlderDueEntry } from "./due-entries.js";
 import {
   failedConditionItem,
   isConditionalCheckFailed,
   retryOnContention,
 } from "./dynamo-errors.js";
 import { jobKey } from "./items.js";
-import {
-  deletePendingDueEntry,
-  putOverOlderDueEntry,
-  updateJobFrom,
-  writeJobChange,
-} from "./job-update.js";
+import { deletePendingDueEntry, updateJobFrom, writeJobChange } from "./job-update.js";
 import {
   attemptsSpanMs,
   cancelledJobExpiresAt,

@@ -111,25 +111,6 @@ export const putDueEntry = (engine: Engine, entry: DueEntry): TransactItem => ({
 });
 
 /**
- * A job's new due entry at a key the job does not point at, from a change that files its pending
- * occurrence again (an edit, a resume): put over nothing, or over an entry of an older version of
- * the job, which no claim still needs. That is a one-off's entry whose plain claim committed and
- * whose claimer died before deleting it (claim-plain.ts), met by a change that files the claimed
- * occurrence again at the same key: an edit moving `runAt` away and back, or a resume after such
- * edits while paused. The next pass would remove it, and refusing the change for it would answer a
- * valid request with an error; a pass that read it finds it rewritten and claims it as it is. An
- * entry of the same version is another writer's: refused.
- */
-export const putOverOlderDueEntry = (engine: Engine, entry: DueEntry): TransactItem => ({
-  Put: {
-    TableName: engine.tables.jobs,
-    Item: encodeDueEntry(entry),
-    ConditionExpression: "attribute_not_exists(pk) OR jobVersion < :jobVersion",
-    ExpressionAttributeValues: { ":jobVersion": entry.jobVersion },
-  },
-});
-
-/**
  * Sends a lifecycle change as one transaction. A failed condition on the job
  * means another writer (a claim, a worker, another request) changed it since
  * it was read: `ConcurrentUpdateError`, and the caller plans again from a

@@ -2,13 +2,16 @@ import { DeleteCommand, PutCommand, TransactWriteCommand } from "@aws-sdk/lib-dy
 import { beforeEach, describe, expect, it } from "vitest";
 import type { OneOffClaimWrites } from "../../shared/config.js";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
+import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { sendClaimed } from "../../shared/dispatch/fast-path.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import type { Engine } from "../../shared/engine.js";
 import { cancelJob, deleteJob, editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
+import { getTenantJob } from "../../shared/jobs/queries.js";
 import type { DueEntry } from "../../shared/model.js";
 import { jobKey } from "../../shared/storage/items.js";
 import { queuedRun } from "../../shared/storage/runs.js";
+import { listSetAsideEntries } from "../../shared/storage/set-aside.js";
 import {
   ONE_OFF_CLAIM_WRITES,
   type RequestHook,
@@ -580,5 +583,46 @@ describe("a one-off's claimer that dies after its commit, then a pause, edits of
       [3, "QUEUED"],
     ]);
     expect(await runsCalled("resume-back")).toEqual([[due.toISOString(), 1]]);
+  });
+});
+
+describe("a one-off's claimer that dies after its commit, then an edit to a schedule whose claim files its next entry at the claimed time", () => {
+  it("the claim's next entry is written over the entry left behind: nothing is set aside, and the job goes on from it", async () => {
+    const now = clock();
+    // Every second from a whole second ahead: a claim queues 50 occurrences (its cap), and its next
+    // entry is the 51st, at the one-off's claimed time.
+    const start = new Date(Math.ceil(now.getTime() / SECOND) * SECOND + SECOND);
+    const due = new Date(start.getTime() + 50 * SECOND);
+    const { job, entry } = await seedOne("next-over", { runAt: due.toISOString() }, due, now);
+    const { result: first } = await withHooks(
+      [{ command: "DeleteItemCommand", when: isEntryDelete, fail: () => new Error("died") }],
+      () => claimDueEntry(f.engine, entry, claimOptions(now)),
+    );
+    expect(first.outcome).toBe("claimed");
+
+    const edited = await editJob(f.engine, job.tenantId, job.jobId, 1, {
+      schedule: { every: "PT1S", startAt: start.toISOString() },
+    });
+    const pass = await dispatchShard(f.engine, 0, "pass-after-edit");
+
+    expect(pass.outcome === "swept" ? pass.setAside : pass.outcome).toBe(0);
+    expect(await listSetAsideEntries(f.engine, 0)).toEqual([]);
+    // The edit's fast path claimed its first 50 occurrences and went on from its next entry, at
+    // the claimed time: the job points at one entry of its version, and every occurrence from the
+    // start up to it has one run at version 2, the one-off's run replaced by the same occurrence's.
+    const job2 = await getTenantJob(f.engine, job.tenantId, job.jobId);
+    expect(edited.version).toBe(2);
+    expect(
+      (await entriesOf("next-over")).map((e) => [e.key, e.scheduledFor, e.jobVersion]),
+    ).toEqual([[job2.nextDueKey, job2.nextRunAt, 2]]);
+    const runs = await runsOf("next-over");
+    expect(runs.every((r) => r.jobVersion === 2 && r.status === "QUEUED")).toBe(true);
+    const upTo = Date.parse(job2.nextRunAt ?? "");
+    expect(upTo).toBeGreaterThan(due.getTime());
+    expect(runs.map((r) => r.scheduledFor)).toEqual(
+      Array.from({ length: (upTo - start.getTime()) / SECOND }, (_, i) =>
+        new Date(start.getTime() + i * SECOND).toISOString(),
+      ),
+    );
   });
 });
