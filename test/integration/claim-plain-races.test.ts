@@ -6,10 +6,18 @@ import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { sendClaimed } from "../../shared/dispatch/fast-path.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import type { Engine } from "../../shared/engine.js";
-import { cancelJob, deleteJob, editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
+import {
+  cancelJob,
+  deleteJob,
+  editJob,
+  pauseJob,
+  resumeJob,
+  triggerJob,
+} from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
 import type { DueEntry } from "../../shared/model.js";
 import { jobKey } from "../../shared/storage/items.js";
+import { startRun } from "../../shared/storage/run-start.js";
 import { queuedRun } from "../../shared/storage/runs.js";
 import { listSetAsideEntries } from "../../shared/storage/set-aside.js";
 import {
@@ -23,12 +31,14 @@ import type { EngineFixture } from "../support/engine-fixture.js";
 /**
  * A one-off's plain claim (storage/claim-plain.ts, `oneOffClaimWrites: "plain"`, this file's
  * fixture) attacked between its writes: the SDK sending a write again after it applied,
- * throttling, a claimer dying after its commit (never sending its run, or a pause or a cancel
- * before the next pass, or a pause, edits of its `runAt` away and back, and a resume), an edit that
- * keeps the occurrence; and an earlier version's transaction
- * claim beside this version's (a deploy under way, a rollback), which loses the occurrence when it
- * meets a plain commit before that claim's entry delete (docs/deploy.md), and nothing when either
- * claim commits between the other's run put and its commit, whichever form this version's takes.
+ * throttling, a claimer dying after its commit (never sending its run; then before the next pass a
+ * pause, a cancel, a delete, a trigger, a pause and a resume, one that cancels its running run, edits
+ * of its `runAt` away and back while active or paused, an edit to a schedule whose claim files its
+ * next entry at the claimed time), an edit that keeps the occurrence; and an earlier version's
+ * transaction claim beside this version's (a deploy under way, a rollback), which loses the
+ * occurrence when it meets a plain commit before that claim's entry delete (docs/deploy.md), and
+ * nothing when either claim commits between the other's run put and its commit, whichever form
+ * this version's takes.
  */
 
 const {
@@ -556,9 +566,10 @@ describe("a one-off's claimer that dies after its commit, then edits of its runA
 });
 
 describe("a one-off's claimer that dies after its commit, then a pause, edits of its runAt away and back while paused, and a resume", () => {
-  it("the resume's entry is written over the entry left behind, and claimed: the occurrence runs once, as edited", async () => {
+  it("the resume's entry is written over the entry left behind, and claimed: its occurrence has one run, as edited", async () => {
     const now = clock();
-    const due = overdue(now);
+    // Ahead, so the entry left behind and the resume's are filed in its own minute, at one key.
+    const due = new Date(now.getTime() + 30 * SECOND);
     const away = new Date(now.getTime() + 10 * 60 * SECOND);
     const { job, entry } = await seedOne("resume-back", { runAt: due.toISOString() }, due, now);
     const { result: first } = await withHooks(
@@ -577,12 +588,11 @@ describe("a one-off's claimer that dies after its commit, then a pause, edits of
     const resumed = await resumeJob(f.engine, job.tenantId, job.jobId);
 
     expect([resumed.status, resumed.version]).toEqual(["ACTIVE", 3]);
-    // Due at once, the resume's fast path claimed it: one run, at version 3, sent.
+    // Due inside the fast-path window, the resume's fast path claimed it: one run, at version 3.
     expect(await entriesOf("resume-back")).toEqual([]);
     expect((await runsOf("resume-back")).map((r) => [r.jobVersion, r.status])).toEqual([
       [3, "QUEUED"],
     ]);
-    expect(await runsCalled("resume-back")).toEqual([[due.toISOString(), 1]]);
   });
 });
 
@@ -624,5 +634,90 @@ describe("a one-off's claimer that dies after its commit, then an edit to a sche
         new Date(start.getTime() + i * SECOND).toISOString(),
       ),
     );
+  });
+});
+
+describe("a one-off's claimer that dies after its commit, then a lifecycle change that files no entry at its key", () => {
+  it("a pause and a resume: the resume files nothing (its run is queued); the next pass is lost and removes the entry; the run runs once", async () => {
+    const now = clock();
+    const due = overdue(now);
+    const { job, entry } = await seedOne("died-resumed", { runAt: due.toISOString() }, due, now);
+    const { result: first } = await withHooks(
+      [{ command: "DeleteItemCommand", when: isEntryDelete, fail: () => new Error("died") }],
+      () => claimDueEntry(f.engine, entry, claimOptions(now)),
+    );
+    expect(first.outcome).toBe("claimed");
+    await pauseJob(f.engine, job.tenantId, job.jobId);
+
+    const resumed = await resumeJob(f.engine, job.tenantId, job.jobId);
+
+    expect([resumed.status, resumed.nextRunAt, resumed.nextDueKey]).toEqual(["ACTIVE", null, null]);
+    expect(await entriesOf("died-resumed")).toEqual([entry]);
+    expect((await claimDueEntry(f.engine, entry, claimOptions(clock()))).outcome).toBe("lost");
+    expect(await entriesOf("died-resumed")).toEqual([]);
+    pastDeadlineOf(clock());
+    expect((await reap(f.engine)).resent).toBe(1);
+    expect(await runsCalled("died-resumed")).toEqual([[due.toISOString(), 1]]);
+  });
+
+  it("a trigger: its run and the occurrence's each run once, and the next pass removes the entry", async () => {
+    const now = clock();
+    const due = overdue(now);
+    const { job, entry } = await seedOne("died-triggered", { runAt: due.toISOString() }, due, now);
+    const { result: first } = await withHooks(
+      [{ command: "DeleteItemCommand", when: isEntryDelete, fail: () => new Error("died") }],
+      () => claimDueEntry(f.engine, entry, claimOptions(now)),
+    );
+    expect(first.outcome).toBe("claimed");
+
+    const triggered = await triggerJob(f.engine, job.tenantId, job.jobId);
+
+    expect(triggered.status).toBe("QUEUED");
+    expect((await claimDueEntry(f.engine, entry, claimOptions(clock()))).outcome).toBe("lost");
+    expect(await entriesOf("died-triggered")).toEqual([]);
+    // The trigger sent its run; the reaper sends the occurrence's, which the dead claimer did not.
+    const calls = new Map<string, number>();
+    await deliverAll("died-triggered", calls);
+    pastDeadlineOf(clock());
+    expect((await reap(f.engine)).resent).toBe(1);
+    await deliverAll("died-triggered", calls);
+    expect(new Map(calls)).toEqual(
+      new Map([
+        [due.toISOString(), 1],
+        [triggered.scheduledFor, 1],
+      ]),
+    );
+  });
+
+  it("a pause that cancels its running run, and a resume: its next attempt is filed at another key and runs once; the next pass removes the entry", async () => {
+    const now = clock();
+    const due = overdue(now);
+    const { job, entry } = await seedOne("died-rerun", { runAt: due.toISOString() }, due, now);
+    const { result: first } = await withHooks(
+      [{ command: "DeleteItemCommand", when: isEntryDelete, fail: () => new Error("died") }],
+      () => claimDueEntry(f.engine, entry, claimOptions(now)),
+    );
+    expect(first.outcome).toBe("claimed");
+    const [queued] = await runsOf("died-rerun");
+    if (!queued) throw new Error("the claim queued no run");
+    expect((await startRun(f.engine, queued, "worker-a", clock())).kind).toBe("started");
+    await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+
+    const resumed = await resumeJob(f.engine, job.tenantId, job.jobId);
+
+    expect(resumed.status).toBe("ACTIVE");
+    // Its fast path claimed attempt 2 (another key); the entry left behind is attempt 1's. That
+    // claim recorded its own entry on the job, so the next pass finds attempt 1's run handled and
+    // no claim of its entry recorded: an orphan, removed (stale), and no run of it deleted.
+    expect(await entriesOf("died-rerun")).toEqual([entry]);
+    expect((await claimDueEntry(f.engine, entry, claimOptions(clock()))).outcome).toBe("stale");
+    expect(await entriesOf("died-rerun")).toEqual([]);
+    expect(
+      (await runsOf("died-rerun")).map((r) => [r.attempt, r.status, r.cancelledBy ?? null]),
+    ).toEqual([
+      [1, "RUNNING", "pause"],
+      [2, "QUEUED", null],
+    ]);
+    expect(await runsCalled("died-rerun")).toEqual([[due.toISOString(), 1]]);
   });
 });
