@@ -1,4 +1,5 @@
 import type { Engine } from "../engine.js";
+import { parseDueSortKey } from "../keys.js";
 import { catchUpCountOf, type DueEntry, hasEnd, type Job } from "../model.js";
 import { plannedTime, windowMsOf } from "../schedule/index.js";
 import { dueEntryKey } from "../storage/due-entries.js";
@@ -37,6 +38,34 @@ export function dueEntryFor(engine: Engine, job: Job, at: Date, now: Date, attem
     ...(catchUpCountOf(job) > 0 ? { catchUpCount: catchUpCountOf(job) } : {}),
     ...(job.window ? { window: job.window } : {}),
   };
+}
+
+/**
+ * A one-off's claimed occurrence as a due entry again, at `attempt` (a run's next attempt after a
+ * pause cancelled it): not counted again, the occurrence was counted when it was first claimed.
+ */
+export function occurrenceAgain(
+  engine: Engine,
+  job: Job,
+  scheduledFor: string,
+  attempt: number,
+  now: Date,
+): DueEntry {
+  const entry = dueEntryFor(engine, job, new Date(scheduledFor), now, attempt);
+  return { ...entry, queuedBefore: Math.max(0, (entry.queuedBefore ?? 0) - 1) };
+}
+
+/**
+ * The entry of the job's pending occurrence at `at`, filed again (an edit that keeps it): at the
+ * attempt the job's entry names. A one-off's pending entry may be its run's next attempt (a
+ * resume's, after a pause cancelled the run); filed at attempt 1, its claim would find that
+ * attempt's run handled and move the job on with nothing pending.
+ */
+export function pendingEntryAgain(engine: Engine, job: Job, at: Date, now: Date): DueEntry {
+  const attempt = job.nextDueKey ? (parseDueSortKey(job.nextDueKey.sk)?.attempt ?? 1) : 1;
+  return attempt > 1
+    ? occurrenceAgain(engine, job, at.toISOString(), attempt, now)
+    : dueEntryFor(engine, job, at, now);
 }
 
 /**

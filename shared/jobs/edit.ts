@@ -15,7 +15,7 @@ import { firstOccurrence, normalizeSchedule, type ScheduleSpec } from "../schedu
 import { recordShardCount } from "../shard-count.js";
 import { readDueEntry, writeEditedJob } from "../storage/job-edit.js";
 import { type DependentLinks, detachAfterEdit, relinkDependent } from "./dependencies.js";
-import { dueEntryFor, withinJobEnd } from "./due-entry.js";
+import { dueEntryFor, pendingEntryAgain, withinJobEnd } from "./due-entry.js";
 import { recordRunsEndedBy } from "./ended-runs.js";
 import { getTenantJob, listRuns } from "./queries.js";
 import { withJob } from "./with-job.js";
@@ -183,7 +183,14 @@ async function editPlanned(
     const next = withinJobEnd(edited, unbounded);
     // The new endAt or maxRuns leaves nothing more to run: the job is complete.
     const completes = unbounded !== null && next === null && job.status === "ACTIVE";
-    const entry = next && job.status === "ACTIVE" ? dueEntryFor(engine, edited, next, now) : null;
+    // An occurrence kept is filed again at the attempt its entry names (a one-off's next attempt).
+    const kept = next !== null && unbounded !== null && !changesSchedule;
+    const entry =
+      next && job.status === "ACTIVE"
+        ? kept
+          ? pendingEntryAgain(engine, edited, next, now)
+          : dueEntryFor(engine, edited, next, now)
+        : null;
     return {
       write: async () => {
         try {

@@ -11,7 +11,7 @@ import { inflightPk, runMessageOf } from "../storage/items.js";
 import { latestAttemptOf } from "../storage/job-queries.js";
 import { writeResumedJob } from "../storage/job-status.js";
 import { rearmParkedRun } from "../storage/run-park.js";
-import { dueEntryFor } from "./due-entry.js";
+import { dueEntryFor, occurrenceAgain } from "./due-entry.js";
 import { getTenantJob } from "./queries.js";
 import { withJob } from "./with-job.js";
 
@@ -38,7 +38,7 @@ export async function resumeJob(engine: Engine, tenantId: string, jobId: string)
       await recordShardCount(engine);
       const parked = await rearmParked(engine, job, now);
       const due = job.nextRunAt
-        ? dueEntryFor(engine, job, new Date(job.nextRunAt), now)
+        ? await pendingOccurrence(engine, job, job.nextRunAt, now)
         : (claimed?.rerun ?? null);
       // Nothing is left to run: an edit while paused set an end the job had already reached, or a
       // one-off's occurrence ended for good while the job was paused.
@@ -80,6 +80,27 @@ export async function resumeJob(engine: Engine, tenantId: string, jobId: string)
     await dispatchAfterCommit(engine, resumed.entry, "resume");
   }
   return getTenantJob(engine, tenantId, jobId);
+}
+
+/**
+ * The due entry of the pending occurrence at `nextRunAt`. A one-off's may be a run's next attempt:
+ * a resume gave back a run a pause cancelled, and a pause came before that attempt was claimed
+ * (the pause deletes the entry, which named the attempt). Its run's latest attempt says so; filed
+ * at attempt 1, its claim would find that attempt's run handled and move the job on with nothing
+ * pending. Any other occurrence is filed at its first attempt.
+ */
+async function pendingOccurrence(
+  engine: Engine,
+  job: Job,
+  nextRunAt: string,
+  now: Date,
+): Promise<DueEntry> {
+  if (!("runAt" in job.schedule) || Date.parse(job.schedule.runAt) !== Date.parse(nextRunAt))
+    return dueEntryFor(engine, job, new Date(nextRunAt), now);
+  const latest = await latestAttemptOf(engine, job.jobId, job.schedule.runAt);
+  return latest !== null && cancelledByPause(latest) && latest.attempt < MAX_ATTEMPT
+    ? rerunOf(engine, job, latest, now)
+    : dueEntryFor(engine, job, new Date(nextRunAt), now);
 }
 
 /**
@@ -186,18 +207,6 @@ function cancelledByPause(run: Run): boolean {
  */
 function rerunOf(engine: Engine, job: Job, latest: Run, now: Date): DueEntry {
   return occurrenceAgain(engine, job, latest.scheduledFor, latest.attempt + 1, now);
-}
-
-/** A one-off's claimed occurrence as a due entry again, at `attempt`, not counted again. */
-function occurrenceAgain(
-  engine: Engine,
-  job: Job,
-  scheduledFor: string,
-  attempt: number,
-  now: Date,
-): DueEntry {
-  const entry = dueEntryFor(engine, job, new Date(scheduledFor), now, attempt);
-  return { ...entry, queuedBefore: Math.max(0, (entry.queuedBefore ?? 0) - 1) };
 }
 
 /**

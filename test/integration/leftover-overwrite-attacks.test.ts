@@ -208,13 +208,15 @@ describe("a one-off's pending next attempt (a resume's, after a pause cancelled 
   });
 });
 
-describe("a one-off's pending next attempt (a resume's, after a pause cancelled its run), then an edit that keeps the occurrence", () => {
+describe("a one-off's pending next attempt (a resume's, after a pause cancelled its run), then an edit that keeps the occurrence (its payload)", () => {
   it("the next attempt still runs, once", async () => {
     const jobId = "rerun-edit";
     const { job, due } = await rerunPending(jobId);
 
-    // Before that pass, an edit that keeps the occurrence (its priority).
-    const edited = await editJob(f.engine, job.tenantId, job.jobId, 1, { priority: "high" });
+    // Before that pass, an edit that keeps the occurrence (its payload).
+    const edited = await editJob(f.engine, job.tenantId, job.jobId, 1, {
+      payload: { edited: true },
+    });
     await dispatchShard(f.engine, 0, "pass-after-edit");
 
     expect(edited.version).toBe(2);
