@@ -26,6 +26,24 @@ let deadRunA: string;
 let deadJobA: string;
 let batchJobA: string;
 
+/**
+ * An hour of the day in Berlin 11 to 12 hours from now: A's daily occurrence never falls due, and is
+ * never claimed inside the lookahead, while the file runs (at 06:00 it ran at 05:00 UTC once, a
+ * second run of A's job beside the one the test triggers).
+ */
+const halfADayAway =
+  (Number(
+    new Intl.DateTimeFormat("en-GB", {
+      timeZone: "Europe/Berlin",
+      hour: "numeric",
+      hourCycle: "h23",
+    })
+      .formatToParts(new Date())
+      .find((part) => part.type === "hour")?.value,
+  ) +
+    12) %
+  24;
+
 beforeAll(async () => {
   // The caller's quota override is read once per cache time: kept for the whole file, no
   // request's storage reads include it, so two requests' reads can be compared.
@@ -34,7 +52,7 @@ beforeAll(async () => {
     key: KEY_A,
     body: laterJob({
       name: "a-secret",
-      schedule: { cron: "0 6 * * *", timezone: "Europe/Berlin" },
+      schedule: { cron: `0 ${halfADayAway} * * *`, timezone: "Europe/Berlin" },
     }),
     headers: { "Idempotency-Key": "shared-key" },
   });
