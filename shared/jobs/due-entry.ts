@@ -1,9 +1,11 @@
 import type { Engine } from "../engine.js";
-import { parseDueSortKey } from "../keys.js";
-import { catchUpCountOf, type DueEntry, hasEnd, type Job } from "../model.js";
+import { MAX_ATTEMPT, parseDueSortKey } from "../keys.js";
+import { catchUpCountOf, type DueEntry, hasEnd, type Job, type Run } from "../model.js";
 import { plannedTime, windowMsOf } from "../schedule/index.js";
 import { dueEntryKey } from "../storage/due-entries.js";
+import { latestAttemptOf } from "../storage/job-queries.js";
 import { runsOnAfterEndMs } from "../storage/retention.js";
+import { ValidationError } from "../validation.js";
 
 /**
  * The due entry of the job's occurrence at `at` (its first attempt, unless `attempt` says
@@ -66,6 +68,37 @@ export function pendingEntryAgain(engine: Engine, job: Job, at: Date, now: Date)
   return attempt > 1
     ? occurrenceAgain(engine, job, at.toISOString(), attempt, now)
     : dueEntryFor(engine, job, at, now);
+}
+
+/**
+ * Whether `run` has ended or been asked to cancel (a pause's, an API cancel's, still running under
+ * its worker's lease): its occurrence, filed again, runs as the next attempt.
+ */
+export function runGivenUp(run: Run): boolean {
+  return (run.status !== "QUEUED" && run.status !== "RUNNING") || Boolean(run.cancelRequestedAt);
+}
+
+/**
+ * The attempt at which a one-off's occurrence at `runAt` is filed when an edit gives the job that
+ * `runAt`. A run of that time may exist already: the occurrence's own, moved away and back, whose
+ * run a pause cancelled or its worker skipped meanwhile, or a recurring job's run made a one-off at
+ * its time. Filed at attempt 1, its claim would find that attempt's run handled and move the job on
+ * with nothing pending, ACTIVE and never run: it is filed at the latest run's next attempt, as a
+ * resume files a run a pause cancelled. A run still under way is met by the claim at attempt 1, as
+ * before. The latest run at the last attempt a run can have leaves none: the edit is refused.
+ * One consistent read of one run item, made by schedule edits to a one-off only.
+ */
+export async function attemptForRunAt(engine: Engine, jobId: string, runAt: Date): Promise<number> {
+  const latest = await latestAttemptOf(engine, jobId, runAt.toISOString());
+  if (latest === null || !runGivenUp(latest)) return 1;
+  if (latest.attempt >= MAX_ATTEMPT)
+    throw new ValidationError([
+      {
+        field: "schedule.runAt",
+        message: `its run at ${latest.scheduledFor} has had attempt ${latest.attempt}, the last attempt a run can have: give another runAt`,
+      },
+    ]);
+  return latest.attempt + 1;
 }
 
 /**

@@ -15,7 +15,13 @@ import { firstOccurrence, normalizeSchedule, type ScheduleSpec } from "../schedu
 import { recordShardCount } from "../shard-count.js";
 import { readDueEntry, writeEditedJob } from "../storage/job-edit.js";
 import { type DependentLinks, detachAfterEdit, relinkDependent } from "./dependencies.js";
-import { dueEntryFor, pendingEntryAgain, withinJobEnd } from "./due-entry.js";
+import {
+  attemptForRunAt,
+  dueEntryFor,
+  occurrenceAgain,
+  pendingEntryAgain,
+  withinJobEnd,
+} from "./due-entry.js";
 import { recordRunsEndedBy } from "./ended-runs.js";
 import { getTenantJob, listRuns } from "./queries.js";
 import { withJob } from "./with-job.js";
@@ -48,6 +54,7 @@ export interface JobChanges {
  * A new `endAt` or `maxRuns` applies from the pending occurrence: when it
  * leaves nothing more to run, the job completes (runs already queued still
  * run, but first attempts of occurrences after `endAt`, which their workers skip).
+ * A new `runAt` whose time has a run that ended or was cancelled runs as its next attempt.
  */
 export async function editJob(
   engine: Engine,
@@ -157,12 +164,16 @@ async function editPlanned(
     // would, so the misfire policy decides them rather than the edit dropping them unrecorded.
     // A claim leaves the version alone, so the caller's version is still the one checked.
     let job: Job;
+    // A new runAt whose run ended or was cancelled is filed at that run's next attempt.
+    let runAtAttempt = 1;
     try {
       job =
         changesSchedule && (await claimDueBeforeEdit(engine, current, now))
           ? checked(await getTenantJob(engine, tenantId, jobId))
           : current;
       if (changesSchedule && normalized.endAt === undefined) refuseKeptEndPassed(job, now);
+      if (changesSchedule && normalized.schedule && "runAt" in normalized.schedule)
+        runAtAttempt = await attemptForRunAt(engine, jobId, new Date(normalized.schedule.runAt));
     } catch (error) {
       await giveBackJobQuotas(engine, reservation);
       throw error;
@@ -189,7 +200,9 @@ async function editPlanned(
       next && job.status === "ACTIVE"
         ? kept
           ? pendingEntryAgain(engine, edited, next, now)
-          : dueEntryFor(engine, edited, next, now)
+          : runAtAttempt > 1
+            ? occurrenceAgain(engine, edited, next.toISOString(), runAtAttempt, now)
+            : dueEntryFor(engine, edited, next, now)
         : null;
     return {
       write: async () => {

@@ -11,7 +11,7 @@ import { inflightPk, runMessageOf } from "../storage/items.js";
 import { latestAttemptOf } from "../storage/job-queries.js";
 import { writeResumedJob } from "../storage/job-status.js";
 import { rearmParkedRun } from "../storage/run-park.js";
-import { dueEntryFor, occurrenceAgain } from "./due-entry.js";
+import { dueEntryFor, occurrenceAgain, runGivenUp } from "./due-entry.js";
 import { getTenantJob } from "./queries.js";
 import { withJob } from "./with-job.js";
 
@@ -98,7 +98,7 @@ async function pendingOccurrence(
   if (!("runAt" in job.schedule) || Date.parse(job.schedule.runAt) !== Date.parse(nextRunAt))
     return dueEntryFor(engine, job, new Date(nextRunAt), now);
   const latest = await latestAttemptOf(engine, job.jobId, job.schedule.runAt);
-  return latest !== null && cancelledByPause(latest) && latest.attempt < MAX_ATTEMPT
+  return latest !== null && runGivenUp(latest) && latest.attempt < MAX_ATTEMPT
     ? rerunOf(engine, job, latest, now)
     : dueEntryFor(engine, job, new Date(nextRunAt), now);
 }
