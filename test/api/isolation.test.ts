@@ -3,6 +3,7 @@ import { BatchResultsSchema, JobPageSchema, JobSchema } from "../../shared/api/s
 import { RunPageSchema, RunSchema } from "../../shared/api/schemas/runs.js";
 import { newJobId, parseRunId, runId } from "../../shared/keys.js";
 import { runKey } from "../../shared/storage/runs.js";
+import { hourHalfADayAway } from "../support/time-of-day.js";
 import {
   type ApiHarness,
   deadRunVia,
@@ -27,22 +28,11 @@ let deadJobA: string;
 let batchJobA: string;
 
 /**
- * An hour of the day in Berlin 11 to 12 hours from now: A's daily occurrence never falls due, and is
- * never claimed inside the lookahead, while the file runs (at 06:00 it ran at 05:00 UTC once, a
- * second run of A's job beside the one the test triggers).
+ * 11 to 12 hours from now in Berlin: A's daily occurrence never falls due, and is never claimed
+ * inside the lookahead, while the file runs (at 06:00 it ran at 05:00 UTC once, a second run of
+ * A's job beside the one the test triggers).
  */
-const halfADayAway =
-  (Number(
-    new Intl.DateTimeFormat("en-GB", {
-      timeZone: "Europe/Berlin",
-      hour: "numeric",
-      hourCycle: "h23",
-    })
-      .formatToParts(new Date())
-      .find((part) => part.type === "hour")?.value,
-  ) +
-    12) %
-  24;
+const halfADayAway = hourHalfADayAway("Europe/Berlin");
 
 beforeAll(async () => {
   // The caller's quota override is read once per cache time: kept for the whole file, no
