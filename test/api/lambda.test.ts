@@ -6,6 +6,10 @@ import {
   deployedEnvironment,
   type EngineFixture,
 } from "../support/engine-fixture.js";
+import { yearlyCronHalfAYearAway } from "../support/time-of-day.js";
+
+/** A yearly cron that never falls due while the file runs (time-of-day.ts). */
+const YEARLY_CRON = yearlyCronHalfAYearAway();
 
 /**
  * functions/api/handler.ts as API Gateway invokes it: HTTP API payload v2
@@ -146,7 +150,7 @@ describe("API Lambda (payload v2, IAM)", () => {
   it("another principal is another tenant: 404, never 403", async () => {
     const mine = await handler(
       event("POST", "/jobs", {
-        body: { type: "noop", schedule: { cron: "0 0 1 1 *", timezone: "UTC" } },
+        body: { type: "noop", schedule: { cron: YEARLY_CRON, timezone: "UTC" } },
       }),
     );
     const { id } = JSON.parse(mine.body) as { id: string };
@@ -181,7 +185,7 @@ describe("API Lambda (payload v2, IAM)", () => {
     const userArn = "arn:aws:sts::123456789012:assumed-role/Base64/session-1";
     const made = await handler(
       event("POST", "/jobs", {
-        body: { type: "noop", schedule: { cron: "0 0 1 1 *", timezone: "UTC" } },
+        body: { type: "noop", schedule: { cron: YEARLY_CRON, timezone: "UTC" } },
         userArn,
       }),
     );

@@ -5,6 +5,7 @@ import { sleep } from "../../shared/clock.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
 import { MAX_ATTEMPT } from "../../shared/keys.js";
 import { copyRunToAttempt } from "../support/seed.js";
+import { yearlyCronHalfAYearAway } from "../support/time-of-day.js";
 import { waitFor } from "../support/wait.js";
 import {
   type ApiHarness,
@@ -15,6 +16,9 @@ import {
   runOnce,
   startApi,
 } from "./support.js";
+
+/** A yearly cron that never falls due while the file runs (time-of-day.ts). */
+const YEARLY_CRON = yearlyCronHalfAYearAway();
 
 /** POST /jobs/{id}/runs/{runId}/cancel, POST /jobs/{id}/cancel and pause's `running` over HTTP. */
 let api: ApiHarness;
@@ -40,7 +44,7 @@ async function runsOf(jobId: string) {
 
 describe("POST /jobs/{id}/runs/{runId}/cancel", () => {
   it("a queued run: 200 with the run cancelled, when and by what; a repeat answers it again", async () => {
-    const id = await created(laterJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" } }));
+    const id = await created(laterJob({ schedule: { cron: YEARLY_CRON, timezone: "UTC" } }));
     const triggered = await api.call("POST", `/jobs/${id}/trigger`);
     const runId = RunSchema.parse(triggered.body).runId;
 
@@ -58,7 +62,7 @@ describe("POST /jobs/{id}/runs/{runId}/cancel", () => {
   });
 
   it("a run its job's cancel ended: 200 with the run as that cancel left it", async () => {
-    const id = await created(laterJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" } }));
+    const id = await created(laterJob({ schedule: { cron: YEARLY_CRON, timezone: "UTC" } }));
     const runId = RunSchema.parse((await api.call("POST", `/jobs/${id}/trigger`)).body).runId;
     expect((await api.call("POST", `/jobs/${id}/cancel`)).status).toBe(200);
     const ended = RunSchema.parse((await api.call("GET", `/jobs/${id}/runs/${runId}`)).body);
@@ -82,7 +86,7 @@ describe("POST /jobs/{id}/runs/{runId}/cancel", () => {
     );
     expect(refusedDead.currentStatus).toBe("dead");
 
-    const id = await created(laterJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" } }));
+    const id = await created(laterJob({ schedule: { cron: YEARLY_CRON, timezone: "UTC" } }));
     const runId = RunSchema.parse((await api.call("POST", `/jobs/${id}/trigger`)).body).runId;
     await runOnce(api, id);
     const refused = expectError(await api.call("POST", `/jobs/${id}/runs/${runId}/cancel`), 409, {
@@ -118,8 +122,8 @@ describe("POST /jobs/{id}/runs/{runId}/cancel", () => {
   }, 30_000);
 
   it("404 for an unknown run, another job's run, or another tenant's", async () => {
-    const id = await created(laterJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" } }));
-    const other = await created(laterJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" } }));
+    const id = await created(laterJob({ schedule: { cron: YEARLY_CRON, timezone: "UTC" } }));
+    const other = await created(laterJob({ schedule: { cron: YEARLY_CRON, timezone: "UTC" } }));
     const runId = RunSchema.parse((await api.call("POST", `/jobs/${id}/trigger`)).body).runId;
     expectError(await api.call("POST", `/jobs/${other}/runs/${runId}/cancel`), 404, {
       code: "not_found",
@@ -162,7 +166,7 @@ describe("POST /jobs/{id}/pause with running", () => {
   });
 
   it("running: cancel ends the run in progress CANCELLED by pause; POST /jobs/{id}/cancel by job-cancel", async () => {
-    const schedule = { cron: "0 0 1 1 *", timezone: "UTC" };
+    const schedule = { cron: YEARLY_CRON, timezone: "UTC" };
     for (const [action, by] of [
       ["pause", "pause"],
       ["cancel", "job-cancel"],
@@ -246,7 +250,7 @@ describe("POST /jobs/{id}/resume after a pause cancelled a run at the last attem
   }, 40_000);
 
   it("a recurring job: resumes (200) to its next occurrence, the cancelled run not run again; a trigger is a first attempt", async () => {
-    const { id } = await pausedWithLastAttemptCancelled({ cron: "0 0 1 1 *", timezone: "UTC" });
+    const { id } = await pausedWithLastAttemptCancelled({ cron: YEARLY_CRON, timezone: "UTC" });
     const resumed = await api.call("POST", `/jobs/${id}/resume`);
     expect(resumed.status, resumed.text).toBe(200);
     const job = JobSchema.parse(resumed.body);

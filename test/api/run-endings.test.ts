@@ -9,7 +9,11 @@ import { type ReceivedRun, receiveRuns, setVisibility } from "../../shared/queue
 import { takeTenantSlot } from "../../shared/quotas/concurrency.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { withFaults } from "../support/faults.js";
+import { yearlyCronHalfAYearAway } from "../support/time-of-day.js";
 import { type ApiHarness, runOnce, startApi, TENANT_A } from "./support.js";
+
+/** A yearly cron that never falls due while the file runs (time-of-day.ts). */
+const YEARLY_CRON = yearlyCronHalfAYearAway();
 
 /**
  * "Did my run happen, when did it start and end, how many attempts, why did it fail": each way an
@@ -118,7 +122,7 @@ describe("every ending in the history", () => {
   });
 
   it("a queued run cancelled never started: no start, ended when asked, not the job's lastRun", async () => {
-    const id = await created({ type: "noop", schedule: { cron: "0 0 1 1 *", timezone: "UTC" } });
+    const id = await created({ type: "noop", schedule: { cron: YEARLY_CRON, timezone: "UTC" } });
     const ran = RunSchema.parse((await api.call("POST", `/jobs/${id}/trigger`)).body);
     await runOnce(api, id);
     const queued = RunSchema.parse((await api.call("POST", `/jobs/${id}/trigger`)).body);
@@ -194,7 +198,7 @@ describe("a running run whose worker died, cancelled before the reaper comes", (
     delivery: ReceivedRun;
   }> {
     const id = await created(
-      { type: "sleep", payload: { ms: 600 }, schedule: { cron: "0 0 1 1 *", timezone: "UTC" } },
+      { type: "sleep", payload: { ms: 600 }, schedule: { cron: YEARLY_CRON, timezone: "UTC" } },
       on,
     );
     const triggered = await on.call("POST", `/jobs/${id}/trigger`);
@@ -377,7 +381,7 @@ describe("a running run whose worker died, cancelled before the reaper comes", (
         if (quota) {
           // Another job's run holds the tenant's one slot, under a live lease.
           const other = await created(
-            { type: "noop", schedule: { cron: "0 0 1 1 *", timezone: "UTC" } },
+            { type: "noop", schedule: { cron: YEARLY_CRON, timezone: "UTC" } },
             on,
           );
           const holder = RunSchema.parse((await on.call("POST", `/jobs/${other}/trigger`)).body);

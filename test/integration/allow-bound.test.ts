@@ -10,7 +10,11 @@ import { sendRuns } from "../../shared/queue/work-queue.js";
 import { runMessageOf } from "../../shared/storage/items.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { yearlyCronHalfAYearAway } from "../support/time-of-day.js";
 import { waitFor } from "../support/wait.js";
+
+/** A yearly cron that never falls due while the file runs (time-of-day.ts). */
+const YEARLY_CRON = yearlyCronHalfAYearAway();
 
 const recheckingSoon = <Deps extends WorkerDeps>(deps: Deps): Deps => ({
   ...deps,
@@ -59,7 +63,7 @@ describe.concurrent("allow's maxConcurrent under triggers, replays, retries and 
       f.engine,
       testJob({
         type: "tracked",
-        schedule: { cron: "0 0 1 1 *", timezone: "UTC" },
+        schedule: { cron: YEARLY_CRON, timezone: "UTC" },
         policies: {
           ...testJob().policies,
           overlap: "allow",
@@ -167,7 +171,7 @@ describe.concurrent("allow's maxConcurrent lowered while runs are under way", ()
       f.engine,
       testJob({
         type: "tracked",
-        schedule: { cron: "0 0 1 1 *", timezone: "UTC" },
+        schedule: { cron: YEARLY_CRON, timezone: "UTC" },
         policies: { ...testJob().policies, overlap: "allow", maxConcurrent: 3 },
       }),
     );

@@ -25,14 +25,18 @@ import { startRun } from "../../shared/storage/run-start.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { withFaults } from "../support/faults.js";
 import { copyRunToAttempt } from "../support/seed.js";
+import { yearlyCronHalfAYearAway } from "../support/time-of-day.js";
 import { waitFor } from "../support/wait.js";
+
+/** A yearly cron that never falls due while the file runs (time-of-day.ts). */
+const YEARLY_CRON = yearlyCronHalfAYearAway();
 
 const LEASE_MS = 3_000;
 const HEARTBEAT_MS = 300;
 /** A cancel is carried out within one heartbeat; the rest is the end write under a loaded machine. */
 const WITHIN_HEARTBEAT_MS = HEARTBEAT_MS + 1_500;
 /** Never comes: no near occurrence, so the only runs are the ones a test triggers. */
-const YEARLY = { cron: "0 0 1 1 *", timezone: "UTC" };
+const YEARLY = { cron: YEARLY_CRON, timezone: "UTC" };
 
 async function oneOffDueNow(f: EngineFixture, type: string, payload: unknown = {}) {
   const { job } = await createJob(

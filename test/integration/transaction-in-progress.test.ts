@@ -10,6 +10,10 @@ import {
   testJob,
 } from "../support/engine-fixture.js";
 import { withTransactionsInProgress } from "../support/faults.js";
+import { yearlyCronHalfAYearAway } from "../support/time-of-day.js";
+
+/** A yearly cron that never falls due while the file runs (time-of-day.ts). */
+const YEARLY_CRON = yearlyCronHalfAYearAway();
 
 /**
  * A transaction DynamoDB applied whose answer was lost, and whose repeats under the same
@@ -90,7 +94,7 @@ describe.concurrent("a transaction applied whose repeats meet TransactionInProgr
     const f = await caseFixture(onTestFinished, quotasOn);
     const { job } = await createJob(
       f.engine,
-      testJob({ schedule: { cron: "0 0 1 1 *", timezone: "UTC" } }),
+      testJob({ schedule: { cron: YEARLY_CRON, timezone: "UTC" } }),
     );
     const faulty = inProgress(f);
     let run: Awaited<ReturnType<typeof triggerJob>>;

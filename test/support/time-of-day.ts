@@ -19,3 +19,12 @@ function hourIn(timeZone: string, at: Date): number {
 export function hourHalfADayAway(timeZone: string, now: Date = new Date()): number {
   return (hourIn(timeZone, now) + 12) % 24;
 }
+
+/**
+ * A yearly cron, midnight UTC on the 1st of a month 5 to 6 months from `now` (read once, as a file
+ * starts), for a job that must not run by itself while the file runs: "0 0 1 1 *" falls due in the
+ * last minutes of a year, its occurrence claimed inside the lookahead beside the runs a test makes.
+ */
+export function yearlyCronHalfAYearAway(now: Date = new Date()): string {
+  return `0 0 1 ${((now.getUTCMonth() + 6) % 12) + 1} *`;
+}
