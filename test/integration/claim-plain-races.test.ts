@@ -54,6 +54,8 @@ const {
   pastDeadlineOf,
   expectNothingRunsPast,
   fixture,
+  entriesOf,
+  runsCalled,
 } = useClaimRace({ oneOffClaimWrites: "plain" });
 let f: EngineFixture;
 beforeEach(() => {
@@ -62,16 +64,8 @@ beforeEach(() => {
 
 type Input = Record<string, unknown>;
 
-const entriesOf = async (jobId: string) => (await f.dueEntries()).filter((d) => d.jobId === jobId);
-
 /** Overdue within the misfire grace: its run is sent with no delay, and runs. */
 const overdue = (now: Date) => new Date(now.getTime() - 5 * SECOND);
-
-async function runsCalled(jobId: string): Promise<[string, number][]> {
-  const calls = new Map<string, number>();
-  await deliverAll(jobId, calls);
-  return [...calls];
-}
 
 /**
  * While `work` runs, the first request of `command` that `when` accepts is sent twice, the

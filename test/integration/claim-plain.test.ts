@@ -30,9 +30,10 @@ const {
   ONE_OFF_COMMIT,
   isEntryDelete,
   commandsSent,
-  deliverAll,
   pastDeadlineOf,
   fixture,
+  entriesOf,
+  runsCalled,
 } = useClaimRace({ oneOffClaimWrites: "plain" });
 let f: EngineFixture;
 beforeEach(() => {
@@ -44,14 +45,6 @@ async function jobItemOf(jobId: string): Promise<Record<string, unknown> | undef
     new GetCommand({ TableName: f.engine.tables.jobs, Key: jobKey(jobId), ConsistentRead: true }),
   );
   return Item;
-}
-
-const entriesOf = async (jobId: string) => (await f.dueEntries()).filter((d) => d.jobId === jobId);
-
-async function runsCalled(jobId: string): Promise<Map<string, number>> {
-  const calls = new Map<string, number>();
-  await deliverAll(jobId, calls);
-  return calls;
 }
 
 /** The fixture's engine with a one-off's claims written as `claimWrites` says. */
@@ -134,7 +127,7 @@ describe("a one-off's claimer that dies between the job's update and the entry's
     expect(await entriesOf("died-after")).toEqual([]);
     expect((await runsOf("died-after")).map((r) => r.status)).toEqual(["QUEUED"]);
     if (first.outcome === "claimed") await sendClaimed(f.engine, first.runs);
-    expect([...(await runsCalled("died-after"))]).toEqual([[due.toISOString(), 1]]);
+    expect(await runsCalled("died-after")).toEqual([[due.toISOString(), 1]]);
   });
 });
 
@@ -163,7 +156,7 @@ describe("two claimers of a one-off's entry", () => {
     expect(await entriesOf("raced-delete")).toEqual([]);
     expect((await runsOf("raced-delete")).map((r) => r.status)).toEqual(["QUEUED"]);
     if (first.outcome === "claimed") await sendClaimed(f.engine, first.runs);
-    expect([...(await runsCalled("raced-delete"))]).toEqual([[due.toISOString(), 1]]);
+    expect(await runsCalled("raced-delete")).toEqual([[due.toISOString(), 1]]);
   });
 
   it("the second puts its run over the first's after the first committed: it keeps it (not its to delete), and the occurrence runs once", async () => {
@@ -189,7 +182,7 @@ describe("two claimers of a one-off's entry", () => {
     expect(second.outcome).toBe("lost");
     expect((await runsOf("raced-put")).map((r) => r.status)).toEqual(["QUEUED"]);
     if (first?.outcome === "claimed") await sendClaimed(f.engine, first.runs);
-    expect([...(await runsCalled("raced-put"))]).toEqual([[due.toISOString(), 1]]);
+    expect(await runsCalled("raced-put")).toEqual([[due.toISOString(), 1]]);
   });
 });
 
@@ -227,7 +220,7 @@ describe("an edit of a one-off between its claim's run put and the job's update"
     // The old run's deadline passes (not the new one's): the reaper sends it, its worker skips it.
     pastDeadlineOf(due);
     expect((await reap(f.engine)).resent).toBe(1);
-    expect([...(await runsCalled("edited-once"))]).toEqual([]);
+    expect(await runsCalled("edited-once")).toEqual([]);
     expect((await runsOf("edited-once")).map((r) => r.status)).toEqual(["SKIPPED", "QUEUED"]);
   });
 });

@@ -25,21 +25,14 @@ const {
   withHooks,
   isRunPut,
   isEntryDelete,
-  deliverAll,
   fixture,
+  entriesOf,
+  runsCalled,
 } = useClaimRace({ oneOffClaimWrites: "plain" });
 let f: EngineFixture;
 beforeEach(() => {
   f = fixture();
 });
-
-const entriesOf = async (jobId: string) => (await f.dueEntries()).filter((d) => d.jobId === jobId);
-
-async function runsCalled(jobId: string): Promise<[string, number][]> {
-  const calls = new Map<string, number>();
-  await deliverAll(jobId, calls);
-  return [...calls];
-}
 
 const engineWith = (claimWrites: "transaction" | "plain"): Engine => ({
   ...f.engine,

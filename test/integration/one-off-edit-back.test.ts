@@ -19,20 +19,21 @@ import { copyRunToAttempt } from "../support/seed.js";
  * handled and moved the job on with nothing pending: ACTIVE, nothing to run.
  */
 
-const { clock, claimOptions, seedOne, runsOf, withHooks, isRunPut, deliverAll, fixture } =
-  useClaimRace();
+const {
+  clock,
+  claimOptions,
+  seedOne,
+  runsOf,
+  withHooks,
+  isRunPut,
+  fixture,
+  entriesOf,
+  runsCalled,
+} = useClaimRace();
 let f: EngineFixture;
 beforeEach(() => {
   f = fixture();
 });
-
-const entriesOf = async (jobId: string) => (await f.dueEntries()).filter((d) => d.jobId === jobId);
-
-async function runsCalled(jobId: string): Promise<[string, number][]> {
-  const calls = new Map<string, number>();
-  await deliverAll(jobId, calls);
-  return [...calls];
-}
 
 const moveTo = (job: Job, version: number, at: Date) =>
   editJob(f.engine, job.tenantId, job.jobId, version, { schedule: { runAt: at.toISOString() } });

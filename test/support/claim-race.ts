@@ -72,8 +72,12 @@ export function useClaimRace(settings: Partial<EngineSettings> = {}) {
     horizonEnd: horizonOf(now, fx().engine.settings.lookaheadMs).end,
   });
 
+  /** The job's due entries as they stand. */
+  const entriesOf = async (jobId: string): Promise<DueEntry[]> =>
+    (await fx().dueEntries()).filter((d) => d.jobId === jobId);
+
   async function entryOf(jobId: string): Promise<DueEntry> {
-    const [entry, ...more] = (await fx().dueEntries()).filter((d) => d.jobId === jobId);
+    const [entry, ...more] = await entriesOf(jobId);
     if (!entry || more.length > 0) throw new Error(`expected one due entry for ${jobId}`);
     return entry;
   }
@@ -188,6 +192,13 @@ export function useClaimRace(settings: Partial<EngineSettings> = {}) {
     }
   }
 
+  /** The job's runs the queue holds now, delivered: the handler's calls, [occurrence, count]. */
+  async function runsCalled(jobId: string): Promise<[string, number][]> {
+    const calls = new Map<string, number>();
+    await deliverAll(jobId, calls);
+    return [...calls];
+  }
+
   /** Moves the clock past `at`'s reaper deadline (a lease after it, and the reaper's settle line). */
   const pastDeadlineOf = (at: Date) => {
     time.ms = Math.max(time.ms, at.getTime() + LEASE_MS + REAPER_SETTLE_MS + 2 * SECOND);
@@ -200,9 +211,7 @@ export function useClaimRace(settings: Partial<EngineSettings> = {}) {
   async function expectNothingRunsPast(jobId: string, due: Date, resent = 0): Promise<void> {
     pastDeadlineOf(due);
     expect((await reap(fx().engine)).resent).toBe(resent);
-    const calls = new Map<string, number>();
-    await deliverAll(jobId, calls);
-    expect([...calls]).toEqual([]);
+    expect(await runsCalled(jobId)).toEqual([]);
   }
 
   return {
@@ -211,6 +220,7 @@ export function useClaimRace(settings: Partial<EngineSettings> = {}) {
     time,
     claimOptions,
     entryOf,
+    entriesOf,
     seedOne,
     runsOf,
     withHooks,
@@ -221,6 +231,7 @@ export function useClaimRace(settings: Partial<EngineSettings> = {}) {
     ONE_OFF_COMMIT,
     commandsSent,
     deliverAll,
+    runsCalled,
     pastDeadlineOf,
     expectNothingRunsPast,
   };
