@@ -4,8 +4,8 @@ import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import type { Engine } from "../../shared/engine.js";
 import { editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
-import { startRun } from "../../shared/storage/run-start.js";
 import { listSetAsideEntries } from "../../shared/storage/set-aside.js";
+import { useCancelledAttempt } from "../support/cancelled-attempt.js";
 import { SECOND, useClaimRace } from "../support/claim-race.js";
 import type { EngineFixture } from "../support/engine-fixture.js";
 
@@ -17,6 +17,7 @@ import type { EngineFixture } from "../support/engine-fixture.js";
  * entry the job's pending occurrence moves off without a claim (a resume's next attempt).
  */
 
+const race = useClaimRace({ oneOffClaimWrites: "plain" });
 const {
   clock,
   claimOptions,
@@ -27,8 +28,9 @@ const {
   isEntryDelete,
   fixture,
   entriesOf,
-  runsCalled,
-} = useClaimRace({ oneOffClaimWrites: "plain" });
+} = race;
+const { pausedWithRunCancelled, resumedUnclaimed, expectNextAttemptRunsOnce } =
+  useCancelledAttempt(race);
 let f: EngineFixture;
 beforeEach(() => {
   f = fixture();
@@ -151,30 +153,10 @@ describe.each(["transaction", "plain"] as const)(
  * pass. Edits and resumes file a job's pending occurrence from `nextRunAt` at attempt 1.
  */
 async function rerunPending(jobId: string) {
-  const now = clock();
-  const due = new Date(now.getTime() - 5 * SECOND);
-  const { job, entry } = await seedOne(jobId, { runAt: due.toISOString() }, due, now);
-  expect((await claimDueEntry(f.engine, entry, claimOptions(now))).outcome).toBe("claimed");
-  const [first] = await runsOf(jobId);
-  if (!first) throw new Error("the claim queued no run");
-  expect((await startRun(f.engine, first, "worker-a", clock())).kind).toBe("started");
-  await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
-  const { hooked } = await withHooks(
-    [{ command: "PutItemCommand", when: isRunPut, fail: () => new Error("throttled") }],
-    () => resumeJob(f.engine, job.tenantId, job.jobId),
-  );
-  expect(hooked).toBe(1);
+  const { job, due } = await pausedWithRunCancelled(jobId);
+  await resumedUnclaimed(job);
   expect((await entriesOf(jobId)).map((e) => e.attempt)).toEqual([2]);
   return { job, due };
-}
-
-/** The next attempt ran once, and nothing else of the occurrence did. */
-async function expectNextAttemptRunsOnce(jobId: string, due: Date) {
-  expect((await runsOf(jobId)).map((r) => [r.attempt, r.status, r.cancelledBy ?? null])).toEqual([
-    [1, "RUNNING", "pause"],
-    [2, "QUEUED", null],
-  ]);
-  expect(await runsCalled(jobId)).toEqual([[due.toISOString(), 1]]);
 }
 
 describe("a one-off's pending next attempt (a resume's, after a pause cancelled its run), then the next pass", () => {

@@ -1,13 +1,11 @@
 import { beforeEach, describe, expect, it } from "vitest";
-import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { editJob, pauseJob, resumeJob, triggerJob } from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
 import { MAX_ATTEMPT } from "../../shared/keys.js";
 import type { Job } from "../../shared/model.js";
-import type { ScheduleSpec } from "../../shared/schedule/index.js";
-import { startRun } from "../../shared/storage/run-start.js";
 import { ValidationError } from "../../shared/validation.js";
+import { useCancelledAttempt } from "../support/cancelled-attempt.js";
 import { SECOND, useClaimRace } from "../support/claim-race.js";
 import type { EngineFixture } from "../support/engine-fixture.js";
 import { copyRunToAttempt } from "../support/seed.js";
@@ -19,17 +17,10 @@ import { copyRunToAttempt } from "../support/seed.js";
  * handled and moved the job on with nothing pending: ACTIVE, nothing to run.
  */
 
-const {
-  clock,
-  claimOptions,
-  seedOne,
-  runsOf,
-  withHooks,
-  isRunPut,
-  fixture,
-  entriesOf,
-  runsCalled,
-} = useClaimRace();
+const race = useClaimRace();
+const { clock, seedOne, runsOf, fixture, entriesOf, runsCalled } = race;
+const { pausedWithRunCancelled, resumedUnclaimed, expectNextAttemptRunsOnce } =
+  useCancelledAttempt(race);
 let f: EngineFixture;
 beforeEach(() => {
   f = fixture();
@@ -37,38 +28,6 @@ beforeEach(() => {
 
 const moveTo = (job: Job, version: number, at: Date) =>
   editJob(f.engine, job.tenantId, job.jobId, version, { schedule: { runAt: at.toISOString() } });
-
-/** The job seeded due at `due` (5 s ago), claimed, its run started, then a pause that cancels it. */
-async function pausedWithRunCancelled(jobId: string, schedule?: ScheduleSpec) {
-  const now = clock();
-  const due = new Date(now.getTime() - 5 * SECOND);
-  const { job, entry } = await seedOne(jobId, schedule ?? { runAt: due.toISOString() }, due, now);
-  expect((await claimDueEntry(f.engine, entry, claimOptions(now))).outcome).toBe("claimed");
-  const first = (await runsOf(jobId)).find((r) => r.scheduledFor === due.toISOString());
-  if (!first) throw new Error("the claim queued no run");
-  expect((await startRun(f.engine, first, "worker-a", clock())).kind).toBe("started");
-  await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
-  return { job, due };
-}
-
-/** The resume's fast path fails (throttled): its next attempt is left pending, unclaimed. */
-async function resumedUnclaimed(job: Job) {
-  const { hooked } = await withHooks(
-    [{ command: "PutItemCommand", when: isRunPut, fail: () => new Error("throttled") }],
-    () => resumeJob(f.engine, job.tenantId, job.jobId),
-  );
-  expect(hooked).toBe(1);
-}
-
-/** The occurrence at `due`: the cancelled attempt, then one next attempt, run once. */
-async function expectNextAttemptRunsOnce(jobId: string, due: Date) {
-  const ofDue = (await runsOf(jobId)).filter((r) => r.scheduledFor === due.toISOString());
-  expect(ofDue.map((r) => [r.attempt, r.status, r.cancelledBy ?? null])).toEqual([
-    [1, "RUNNING", "pause"],
-    [2, "QUEUED", null],
-  ]);
-  expect(await runsCalled(jobId)).toEqual([[due.toISOString(), 1]]);
-}
 
 describe("a one-off's pending next attempt (a resume's, unclaimed), then edits that move its runAt away and back", () => {
   it("the next attempt runs, once", async () => {
@@ -145,7 +104,7 @@ describe("a recurring job whose run a pause cancelled, resumed, then made a one-
     await dispatchShard(f.engine, 0, "pass-after-edit");
 
     expect(edited.status).toBe("ACTIVE");
-    await expectNextAttemptRunsOnce(jobId, due);
+    await expectNextAttemptRunsOnce(jobId, due, "ignored");
     const after = await getTenantJob(f.engine, job.tenantId, job.jobId);
     expect([after.nextRunAt, after.nextDueKey]).toEqual([null, null]);
   });
