@@ -150,16 +150,24 @@ describe.concurrent("the worker loop", () => {
   }) => {
     const f = await caseFixture(onTestFinished);
     const counted = createTestClients();
-    const longPolls: number[] = [];
+    /** Each long poll: its queue, when it went out, and the bodies it brought back once back. */
+    const longPolls: { queueUrl: string; sentAt: number; bodies?: string[] }[] = [];
     let receives = 0;
     counted.sqs.middlewareStack.add(
       (next, context) => async (args) => {
-        if (context.commandName === "ReceiveMessageCommand") {
-          receives++;
-          const input = args.input as { WaitTimeSeconds?: number };
-          if ((input.WaitTimeSeconds ?? 0) > 0) longPolls.push(Date.now());
-        }
-        return next(args);
+        if (context.commandName !== "ReceiveMessageCommand") return next(args);
+        receives++;
+        const input = args.input as { WaitTimeSeconds?: number; QueueUrl?: string };
+        if ((input.WaitTimeSeconds ?? 0) === 0) return next(args);
+        const poll: (typeof longPolls)[number] = {
+          queueUrl: input.QueueUrl ?? "",
+          sentAt: Date.now(),
+        };
+        longPolls.push(poll);
+        const result = await next(args);
+        const output = result.output as { Messages?: { Body?: string }[] };
+        poll.bodies = (output.Messages ?? []).map((m) => m.Body ?? "");
+        return result;
       },
       { step: "initialize", name: "countReceives" },
     );
@@ -175,22 +183,26 @@ describe.concurrent("the worker loop", () => {
       await sleep(2000);
       // Three empty short receives and three long polls a second, not a short poll every few ms.
       expect(receives - idleReceives).toBeLessThanOrEqual(16);
-      // Sent while the loop's long polls are out: before, only the low queue was polled then, and
-      // a high run waited out its second.
-      const pollsBefore = longPolls.length;
-      await waitFor("a long poll to go out", () => longPolls.length > pollsBefore, 3000);
-      await sleep(100);
+      // Sent while the high queue's long poll is out: before, only the low queue was polled then,
+      // and a high run waited out its second for a poll that went out after it. Which poll brought
+      // it back says so whatever the machine's load, where a bound on its start lag did not.
+      const highPollOut = () =>
+        longPolls.some((p) => p.queueUrl === f.engine.queues.high && p.bodies === undefined);
+      await waitFor("the high queue's long poll to go out", highPollOut, 3000);
       const sentAt = Date.now();
       const { job } = await createJob(
         f.engine,
         testJob({ priority: "high", schedule: { runAt: new Date(sentAt).toISOString() } }),
       );
-      const run = await waitFor(
+      await waitFor(
         "the high run to succeed",
         async () => (await f.runs()).find((r) => r.jobId === job.jobId && r.status === "SUCCEEDED"),
         10_000,
       );
-      expect(Date.parse(run.startedAt ?? "") - sentAt).toBeLessThan(500);
+      const broughtBy = longPolls.filter((p) => p.bodies?.some((b) => b.includes(job.jobId)));
+      expect(broughtBy.map((p) => [p.queueUrl, p.sentAt < sentAt])).toEqual([
+        [f.engine.queues.high, true],
+      ]);
     } finally {
       stop.abort();
       await loop;
