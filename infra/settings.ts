@@ -18,6 +18,11 @@ import {
   type TenantQuotas,
 } from "../shared/config.js";
 import type { Priority } from "../shared/model.js";
+import {
+  resolveTableCapacity,
+  type TableCapacity,
+  type TableCapacityInput,
+} from "./table-capacity.js";
 
 /** How callers of the HTTP API authenticate. */
 type ApiAuth =
@@ -85,11 +90,16 @@ export interface SchedulerSettings {
    * a claim, and only once no version before plain claims runs (docs/deploy.md "Upgrade and rollback").
    */
   readonly oneOffClaimWrites: OneOffClaimWrites;
+  /** How the jobs and runs tables are billed (docs/deploy.md "What it costs"). */
+  readonly tableCapacity: TableCapacity;
 }
 
-export type SettingsInput = Partial<Omit<SchedulerSettings, "workerConcurrency" | "quotas">> & {
+export type SettingsInput = Partial<
+  Omit<SchedulerSettings, "workerConcurrency" | "quotas" | "tableCapacity">
+> & {
   readonly workerConcurrency?: Partial<Record<Priority, number>>;
   readonly quotas?: Partial<TenantQuotas>;
+  readonly tableCapacity?: TableCapacityInput;
 };
 
 const STAGE_PATTERN = /^[a-z][a-z0-9-]{0,19}$/;
@@ -166,6 +176,7 @@ export function resolveSettings(input: SettingsInput = {}): SchedulerSettings {
     },
     adminTenants: input.adminTenants ?? [],
     oneOffClaimWrites: input.oneOffClaimWrites ?? DEFAULT_SETTINGS.oneOffClaimWrites,
+    tableCapacity: resolveTableCapacity(input.tableCapacity),
   };
   validate(settings);
   return settings;
@@ -494,6 +505,11 @@ export const CONTEXT_KEYS = [
   "quotaMaxPriority",
   "adminTenants",
   "oneOffClaimWrites",
+  "tableCapacity",
+  "tableMinUnits",
+  "tableMaxReadUnits",
+  "tableMaxWriteUnits",
+  "tableTargetUtilization",
 ] as const;
 
 type ContextKey = (typeof CONTEXT_KEYS)[number];
@@ -595,6 +611,13 @@ export function settingsFromContext(node: Node): SchedulerSettings {
       .map((t) => t.trim())
       .filter((t) => t !== ""),
     oneOffClaimWrites: claimWritesOf(text("oneOffClaimWrites")),
+    tableCapacity: {
+      mode: text("tableCapacity"),
+      minUnits: int("tableMinUnits"),
+      maxReadUnits: int("tableMaxReadUnits"),
+      maxWriteUnits: int("tableMaxWriteUnits"),
+      targetUtilizationPercent: int("tableTargetUtilization"),
+    },
   });
 }
 

@@ -22,6 +22,7 @@ import {
   webhookSecretsTableDefinition,
 } from "../../shared/storage/tables.js";
 import { isDevStage, type SchedulerSettings } from "../settings.js";
+import type { ProvisionedCapacity, TableCapacity } from "../table-capacity.js";
 
 export interface StorageProps {
   readonly settings: SchedulerSettings;
@@ -53,20 +54,24 @@ export class Storage extends Construct {
       removalPolicy: dev ? RemovalPolicy.DESTROY : RemovalPolicy.RETAIN,
       deletionProtection: !dev,
     };
+    const capacity = props.settings.tableCapacity;
     // Table names are left to CloudFormation so stages (and replacements) never collide.
     this.jobs = tableFromDefinition(this, "JobsTable", jobsTableDefinition("jobs"), {
       ...lifecycle,
       timeToLiveAttribute: JOBS_TTL_ATTRIBUTE,
+      capacity,
     });
     this.runs = tableFromDefinition(this, "RunsTable", runsTableDefinition("runs"), {
       ...lifecycle,
       timeToLiveAttribute: RUNS_TTL_ATTRIBUTE,
+      capacity,
     });
     this.webhookSecretsKey = new Key(this, "WebhookSecretsKey", {
       description: "Encrypts the tenants' webhook signing secrets (the webhook secrets table)",
       enableKeyRotation: true,
       removalPolicy: lifecycle.removalPolicy,
     });
+    // On demand whatever the setting: a few reads a minute, below any provisioned floor's price.
     this.webhookSecrets = tableFromDefinition(
       this,
       "WebhookSecretsTable",
@@ -75,6 +80,7 @@ export class Storage extends Construct {
         ...lifecycle,
         encryption: TableEncryption.CUSTOMER_MANAGED,
         encryptionKey: this.webhookSecretsKey,
+        capacity: { mode: "on-demand" },
       },
     );
   }
@@ -114,17 +120,23 @@ function tableFromDefinition(
     timeToLiveAttribute?: string;
     encryption?: TableEncryption;
     encryptionKey?: Key;
+    capacity: TableCapacity;
   },
 ): DeclaredTable {
+  const { capacity, ...tableProps } = extra;
   const attributes = definition.AttributeDefinitions ?? [];
+  // Provisioned at the floor; auto scaling moves it from there.
+  const units =
+    capacity.mode === "provisioned"
+      ? { readCapacity: capacity.minUnits, writeCapacity: capacity.minUnits }
+      : {};
   const table = new Table(scope, id, {
     ...keysOf(attributes, definition.KeySchema ?? []),
     billingMode:
-      definition.BillingMode === "PROVISIONED"
-        ? BillingMode.PROVISIONED
-        : BillingMode.PAY_PER_REQUEST,
+      capacity.mode === "provisioned" ? BillingMode.PROVISIONED : BillingMode.PAY_PER_REQUEST,
+    ...units,
     pointInTimeRecoverySpecification: { pointInTimeRecoveryEnabled: true },
-    ...extra,
+    ...tableProps,
   });
   const projections = {
     ALL: ProjectionType.ALL,
@@ -142,8 +154,29 @@ function tableFromDefinition(
       ...(index.Projection?.NonKeyAttributes
         ? { nonKeyAttributes: index.Projection.NonKeyAttributes }
         : {}),
+      ...units,
     });
     indexNames.push(index.IndexName);
   }
+  if (capacity.mode === "provisioned") autoScale(table, indexNames, capacity);
   return { table, indexNames };
+}
+
+/**
+ * Target tracking on reads and writes of the table and of each index, each index throttled on
+ * its own capacity: an index below its writes throttles the table's writes too.
+ */
+function autoScale(table: Table, indexNames: readonly string[], capacity: ProvisionedCapacity) {
+  const range = (maxCapacity: number) => ({ minCapacity: capacity.minUnits, maxCapacity });
+  const tracking = { targetUtilizationPercent: capacity.targetUtilizationPercent };
+  const reads = range(capacity.maxReadUnits);
+  const writes = range(capacity.maxWriteUnits);
+  table.autoScaleReadCapacity(reads).scaleOnUtilization(tracking);
+  table.autoScaleWriteCapacity(writes).scaleOnUtilization(tracking);
+  for (const indexName of indexNames) {
+    table.autoScaleGlobalSecondaryIndexReadCapacity(indexName, reads).scaleOnUtilization(tracking);
+    table
+      .autoScaleGlobalSecondaryIndexWriteCapacity(indexName, writes)
+      .scaleOnUtilization(tracking);
+  }
 }

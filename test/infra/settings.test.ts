@@ -12,6 +12,7 @@ import {
   settingsFromContext,
   workerEventSourceConcurrency,
 } from "../../infra/settings.js";
+import { PROVISIONED_DEFAULTS } from "../../infra/table-capacity.js";
 import { CLAIM_REACH_SECONDS, DEFAULT_SETTINGS, loadSettings } from "../../shared/config.js";
 import { REPO_ROOT } from "./support/repo-root.js";
 
@@ -166,6 +167,74 @@ describe("settings", () => {
       /ONE_OFF_CLAIM_WRITES must be transaction or plain, got "yes"/,
     );
     expect(loadSettings({}).oneOffClaimWrites).toBe("transaction");
+  });
+
+  it("bills the tables on demand unless tableCapacity is provisioned, whose units default and are read from context", () => {
+    expect(fromContext({}).tableCapacity).toEqual({ mode: "on-demand" });
+    expect(fromContext({ tableCapacity: "provisioned" }).tableCapacity).toEqual({
+      mode: "provisioned",
+      ...PROVISIONED_DEFAULTS,
+    });
+    expect(
+      fromContext({
+        tableCapacity: "provisioned",
+        tableMinUnits: "10",
+        tableMaxReadUnits: "400",
+        tableMaxWriteUnits: "2000",
+        tableTargetUtilization: "50",
+      }).tableCapacity,
+    ).toEqual({
+      mode: "provisioned",
+      minUnits: 10,
+      maxReadUnits: 400,
+      maxWriteUnits: 2000,
+      targetUtilizationPercent: 50,
+    });
+  });
+
+  it.each([
+    [
+      { tableCapacity: "PROVISIONED" },
+      'tableCapacity must be on-demand or provisioned, got "PROVISIONED"',
+    ],
+    [
+      { tableMaxWriteUnits: "500", tableTargetUtilization: "60" },
+      "tableMaxWriteUnits, tableTargetUtilization apply only with tableCapacity=provisioned",
+    ],
+    [
+      { tableCapacity: "on-demand", tableMinUnits: "5" },
+      "tableMinUnits applies only with tableCapacity=provisioned",
+    ],
+    [
+      { tableCapacity: "provisioned", tableMinUnits: "0" },
+      "tableMinUnits must be an integer from 1 to 40000, got 0",
+    ],
+    [
+      { tableCapacity: "provisioned", tableMinUnits: "50", tableMaxReadUnits: "20" },
+      "tableMaxReadUnits must be an integer from 50 to 40000, got 20",
+    ],
+    [
+      { tableCapacity: "provisioned", tableMaxWriteUnits: "80000" },
+      "tableMaxWriteUnits must be an integer from 5 to 40000, got 80000",
+    ],
+    [
+      { tableCapacity: "provisioned", tableTargetUtilization: "95" },
+      "tableTargetUtilization must be an integer from 20 to 90, got 95",
+    ],
+  ])("refuses table capacity %j, naming the setting", (context, message) => {
+    expect(() => fromContext(context)).toThrow(message);
+  });
+
+  it("refuses every table capacity setting that is wrong at once", () => {
+    expect(() =>
+      fromContext({
+        tableCapacity: "provisioned",
+        tableMinUnits: "0",
+        tableTargetUtilization: "10",
+      }),
+    ).toThrow(
+      /^invalid scheduler settings:\n- tableMinUnits must be an integer from 1 to 40000, got 0\n- tableTargetUtilization must be an integer from 20 to 90, got 10$/,
+    );
   });
 
   it("never lets maxShardCount fall below shardCount", () => {

@@ -28,6 +28,7 @@ import { type Bindings, resolveValue } from "./support/iam-evaluator.js";
 import { COMPONENTS, functionsOf, grantsOfRole, roleOfComponent } from "./support/iam-policy.js";
 import { REPO_ROOT } from "./support/repo-root.js";
 import {
+  type CfnResourceJson,
   logicalIdOf,
   propertiesOf,
   resourceOf,
@@ -163,6 +164,68 @@ describe("storage", () => {
     expect(tablesAndKeys.map(([id]) => id).sort()).toEqual(Object.keys(stateful).sort());
   });
 
+  it("bills the jobs and runs tables as tableCapacity says, auto scaling each table and index when provisioned", () => {
+    const { synth, dispose: disposeProvisioned } = synthesizeUnbundled({
+      stage: "prod",
+      tableCapacity: "provisioned",
+      tableMinUnits: "3",
+      tableMaxReadUnits: "300",
+      tableMaxWriteUnits: "900",
+      tableTargetUtilization: "60",
+    });
+    try {
+      const { storage } = synth.stack;
+      const floor = { ReadCapacityUnits: 3, WriteCapacityUnits: 3 };
+      const expected: [string, number, number][] = [];
+      for (const name of ["jobs", "runs"] as const) {
+        const table = propertiesOf(synth, storage[name].table);
+        // CloudFormation's default, which CDK leaves out.
+        expect(table.BillingMode ?? "PROVISIONED", name).toBe("PROVISIONED");
+        expect(table.ProvisionedThroughput, name).toEqual(floor);
+        const indexes = asArray(table.GlobalSecondaryIndexes);
+        expect(indexes.map((i) => (isObject(i) ? i.ProvisionedThroughput : null))).toEqual(
+          storage[name].indexNames.map(() => floor),
+        );
+        const tableName = `table/${logicalIdOf(synth.stack, storage[name].table)}`;
+        for (const target of [
+          tableName,
+          ...storage[name].indexNames.map((i) => `${tableName}/index/${i}`),
+        ]) {
+          expected.push([`${target} read`, 3, 300], [`${target} write`, 3, 900]);
+        }
+      }
+      // Each scalable target: the table's or index's logical id in its ResourceId, the dimension, the range.
+      const targets = resourcesOfType(synth, "AWS::ApplicationAutoScaling::ScalableTarget").map(
+        ([, r]) => {
+          const p = r.Properties ?? {};
+          const joined = JSON.stringify(p.ResourceId);
+          const id = Object.entries(synth.resources).find(
+            ([logicalId, res]) =>
+              res.Type === "AWS::DynamoDB::Table" && joined.includes(`"${logicalId}"`),
+          )?.[0];
+          const index = /\/index\/([^"]+)"/.exec(joined)?.[1];
+          const dimension = String(p.ScalableDimension).includes("Read") ? "read" : "write";
+          const target = `table/${id}${index ? `/index/${index}` : ""}`;
+          return [`${target} ${dimension}`, p.MinCapacity, p.MaxCapacity];
+        },
+      );
+      expect(targets.sort()).toEqual(expected.sort());
+      const policies = resourcesOfType(synth, "AWS::ApplicationAutoScaling::ScalingPolicy");
+      expect(policies).toHaveLength(expected.length);
+      for (const [id, policy] of policies) {
+        const config = policy.Properties?.TargetTrackingScalingPolicyConfiguration;
+        expect(isObject(config) ? config.TargetValue : null, id).toBe(60);
+      }
+      // A few reads a minute: on demand is cheaper than any floor.
+      expect(propertiesOf(synth, storage.webhookSecrets.table).BillingMode).toBe("PAY_PER_REQUEST");
+    } finally {
+      disposeProvisioned();
+    }
+    // On demand by default: no units, nothing scaled.
+    expect(propertiesOf(prod, prod.stack.storage.runs.table).ProvisionedThroughput).toBeUndefined();
+    expect(resourcesOfType(prod, "AWS::ApplicationAutoScaling::ScalableTarget")).toEqual([]);
+  }, 60_000);
+
   it("encrypts the webhook secrets table with its own rotating KMS key", () => {
     const { stack } = prod;
     const table = propertiesOf(prod, stack.storage.webhookSecrets.table);
@@ -215,6 +278,11 @@ describe("a setting changed on a live stage", () => {
     quotaMaxPriority: "normal",
     adminTenants: "ops",
     oneOffClaimWrites: "plain",
+    tableCapacity: "provisioned",
+    tableMinUnits: "2",
+    tableMaxReadUnits: "200",
+    tableMaxWriteUnits: "400",
+    tableTargetUtilization: "50",
   };
   const variants = [
     { ...changed, alarmEmail: "oncall@example.com" },
@@ -236,6 +304,18 @@ describe("a setting changed on a live stage", () => {
     "AWS::KMS::Key": ["KeySpec", "KeyUsage", "MultiRegion", "Origin", "XksKeyId"],
     "AWS::SQS::Queue": ["QueueName", "FifoQueue"],
     "AWS::Logs::LogGroup": ["LogGroupName", "LogGroupClass"],
+  };
+  /** A resource without what tableCapacity sets on a table and its indexes. */
+  const withoutBilling = (resource: CfnResourceJson | undefined) => {
+    if (resource?.Type !== "AWS::DynamoDB::Table") return resource;
+    const { BillingMode, ProvisionedThroughput, GlobalSecondaryIndexes, ...rest } =
+      resource.Properties ?? {};
+    const indexes = asArray(GlobalSecondaryIndexes).map((index) => {
+      if (!isObject(index)) return index;
+      const { ProvisionedThroughput: _units, ...keys } = index;
+      return keys;
+    });
+    return { ...resource, Properties: { ...rest, GlobalSecondaryIndexes: indexes } };
   };
   const statefulOf = (synth: Synthesized) =>
     Object.fromEntries(
@@ -291,10 +371,11 @@ describe("a setting changed on a live stage", () => {
               );
             }
           }
-          // The tables and the key are not touched at all.
+          // The tables and the key are not touched at all, but for how the tables are billed
+          // (tableCapacity), an update in place.
           for (const [id, resource] of Object.entries(now)) {
             if (["AWS::DynamoDB::Table", "AWS::KMS::Key"].includes(resource.Type))
-              expect(resource, id).toEqual(kept[id]);
+              expect(withoutBilling(resource), id).toEqual(withoutBilling(kept[id]));
           }
         } finally {
           disposeAfter();
