@@ -3,13 +3,14 @@ import { textHead } from "../storage/stored-text.js";
 import { type TimeLimit, timeLimit } from "../time-limit.js";
 import type { WebhookSigningSecrets } from "../webhooks/secrets.js";
 import { webhookSignature } from "../webhooks/secrets.js";
+import { FETCH_BLOCKED_PORTS } from "./fetch-ports.js";
 import { type JobContext, JobError, type JobHandler, RunHandedOver } from "./job-contract.js";
 import {
   abortedBy,
   literalTargetRefusal,
   type OutboundOptions,
   outboundDispatcher,
-  type RefusedTargetError,
+  RefusedTargetError,
   refusalIn,
 } from "./outbound.js";
 import { receivedTooMuchIn } from "./received-bytes.js";
@@ -72,6 +73,15 @@ export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHa
     const url = targetUrl(target.url);
     const literalRefusal = webhook.allowPrivateTargets ? null : literalTargetRefusal(url);
     if (literalRefusal) throw refusedJobError(literalRefusal);
+    // A target stored before the API refused such ports: fetch would fail every attempt.
+    if (FETCH_BLOCKED_PORTS.has(url.port)) {
+      throw refusedJobError(
+        new RefusedTargetError(
+          url.hostname,
+          `names port ${url.port}, which fetch blocks (the Fetch standard's bad ports)`,
+        ),
+      );
+    }
     const body = JSON.stringify(ctx.payload ?? null);
     const timestamp = Math.floor(now().getTime() / 1000);
     const signature = webhookSignature(

@@ -239,14 +239,14 @@ describe("jobs", () => {
     const body = {
       type: "http",
       schedule: { runAt: tomorrow() },
-      target: { url: "http://127.0.0.1:9/hook", timeoutSeconds: 5 },
+      target: { url: "http://127.0.0.1:2/hook", timeoutSeconds: 5 },
       retry: { maxAttempts: 2 },
     };
     const job = await json<Job>(
       ...["jobs", "create", "--body", JSON.stringify(body), "--header", "X-Order: 42"],
       ...["--max-delay", "60"],
     );
-    expect(job.target).toMatchObject({ url: "http://127.0.0.1:9/hook", timeoutSeconds: 5 });
+    expect(job.target).toMatchObject({ url: "http://127.0.0.1:2/hook", timeoutSeconds: 5 });
     expect(job.policies.retry).toMatchObject({ maxAttempts: 2, maxDelaySeconds: 60 });
   });
 
@@ -310,7 +310,7 @@ describe("jobs", () => {
 
   it("edit --url, --header or --target-timeout changes that part of the target and keeps the rest", async () => {
     const target = {
-      url: "http://127.0.0.1:9/hook-old",
+      url: "http://127.0.0.1:2/hook-old",
       headers: { Authorization: "Bearer receiver-key" },
       timeoutSeconds: 20,
       mode: "async",
@@ -319,8 +319,8 @@ describe("jobs", () => {
       ...["jobs", "create", "--body", JSON.stringify({ type: "http", target })],
       ...["--cron", "0 9 1 1 *", "--timezone", "UTC"],
     );
-    const moved = await json<Job>("jobs", "edit", job.id, "--url", "http://127.0.0.1:9/hook-new");
-    expect(moved.target).toEqual({ ...target, url: "http://127.0.0.1:9/hook-new" });
+    const moved = await json<Job>("jobs", "edit", job.id, "--url", "http://127.0.0.1:2/hook-new");
+    expect(moved.target).toEqual({ ...target, url: "http://127.0.0.1:2/hook-new" });
     const more = await json<Job>(
       ...["jobs", "edit", job.id, "--version", "2", "--header", "X-Order: 42"],
       ...["--target-timeout", "30"],
@@ -328,20 +328,20 @@ describe("jobs", () => {
     expect(more).toMatchObject({ version: 3 });
     expect(more.target).toEqual({
       ...target,
-      url: "http://127.0.0.1:9/hook-new",
+      url: "http://127.0.0.1:2/hook-new",
       headers: { ...target.headers, "X-Order": "42" },
       timeoutSeconds: 30,
     });
     // A whole target from --body replaces it, as PATCH does.
     const replaced = await json<Job>(
-      ...["jobs", "edit", job.id, "--body", '{"target":{"url":"http://127.0.0.1:9/only"}}'],
+      ...["jobs", "edit", job.id, "--body", '{"target":{"url":"http://127.0.0.1:2/only"}}'],
     );
-    expect(replaced.target).toEqual({ url: "http://127.0.0.1:9/only" });
+    expect(replaced.target).toEqual({ url: "http://127.0.0.1:2/only" });
   });
 
   it("edit --header replaces the job's header of that name in any casing; a target flag on a noop job is the API's 400 naming target", async () => {
     const target = {
-      url: "http://127.0.0.1:9/hook",
+      url: "http://127.0.0.1:2/hook",
       headers: { Authorization: "Bearer old-key", "X-Tenant": "7" },
     };
     const job = await json<Job>(

@@ -1186,7 +1186,7 @@ describe("web console", () => {
 
   it("an edit of a webhook's URL keeps the target's headers, timeout and mode, which the form does not show, and an edit conflict does not show the header values", async () => {
     const target = {
-      url: "http://127.0.0.1:9/hook-old",
+      url: "http://127.0.0.1:2/hook-old",
       headers: { Authorization: "Bearer receiver-key" },
       timeoutSeconds: 20,
       mode: "async",
@@ -1200,7 +1200,7 @@ describe("web console", () => {
     await page.goto(`${sandbox.url}/console/jobs/${job.id}`);
     await page.getByRole("button", { name: "Edit job" }).click();
     const form = page.getByRole("form", { name: "Edit job" });
-    await form.getByLabel("Webhook URL").fill("http://127.0.0.1:9/hook-new");
+    await form.getByLabel("Webhook URL").fill("http://127.0.0.1:2/hook-new");
     // Someone else renames it meanwhile: the conflict lists the target, its header values hidden.
     await api("PATCH", `/jobs/${job.id}`, { name: "renamed" }, { "If-Match": '"1"' });
     await form.getByRole("button", { name: "Save changes" }).click();
@@ -1214,12 +1214,12 @@ describe("web console", () => {
     await page.getByRole("button", { name: "Edit job" }).waitFor();
     const edited = await api<Job & { target: unknown }>("GET", `/jobs/${job.id}`);
     expect(edited).toMatchObject({ name: "renamed", version: 3 });
-    expect(edited.target).toEqual({ ...target, url: "http://127.0.0.1:9/hook-new" });
+    expect(edited.target).toEqual({ ...target, url: "http://127.0.0.1:2/hook-new" });
   });
 
   it("an edit conflict applies my URL over the target as it now is: a header rotated meanwhile is kept, not put back", async () => {
     const target = {
-      url: "http://127.0.0.1:9/hook-old",
+      url: "http://127.0.0.1:2/hook-old",
       headers: { Authorization: "Bearer old-key" },
       timeoutSeconds: 20,
     };
@@ -1232,7 +1232,7 @@ describe("web console", () => {
     await page.goto(`${sandbox.url}/console/jobs/${job.id}`);
     await page.getByRole("button", { name: "Edit job" }).click();
     const form = page.getByRole("form", { name: "Edit job" });
-    await form.getByLabel("Webhook URL").fill("http://127.0.0.1:9/hook-new");
+    await form.getByLabel("Webhook URL").fill("http://127.0.0.1:2/hook-new");
     // Someone else rotates the receiver's credential and lengthens the timeout meanwhile.
     const rotated = { ...target, headers: { Authorization: "Bearer new-key" }, timeoutSeconds: 25 };
     await api("PATCH", `/jobs/${job.id}`, { target: rotated }, { "If-Match": '"1"' });
@@ -1243,7 +1243,7 @@ describe("web console", () => {
     await page.getByRole("button", { name: "Edit job" }).waitFor();
     const edited = await api<Job & { target: unknown }>("GET", `/jobs/${job.id}`);
     expect(edited).toMatchObject({ version: 3 });
-    expect(edited.target).toEqual({ ...rotated, url: "http://127.0.0.1:9/hook-new" });
+    expect(edited.target).toEqual({ ...rotated, url: "http://127.0.0.1:2/hook-new" });
   });
 
   it("pauses and resumes a job with the keyboard alone", async () => {

@@ -218,7 +218,7 @@ describe("job types", () => {
       f.engine,
       testJob({
         type: "http",
-        target: { url: "http://127.0.0.1:9/nothing-listens" },
+        target: { url: "http://127.0.0.1:2/nothing-listens" },
         schedule: { runAt: new Date().toISOString() },
         policies: {
           ...testJob().policies,

@@ -781,7 +781,7 @@ describe("a start held unwritten until the run's first write", () => {
   it("a delivery whose slot is taken once the other delivery handed the run to its async target frees it (concurrentRuns 1)", async () => {
     const { job, received, clock, slotsHeld } = await deliveredUnderSlotQuota("handed-over", 1, {
       type: "hand-over",
-      target: { url: "http://127.0.0.1:9/run", mode: "async" },
+      target: { url: "http://127.0.0.1:2/run", mode: "async" },
       schedule: { runAt: new Date().toISOString() },
       timeoutSeconds: 30,
     });

@@ -17,7 +17,7 @@ import { httpContext, httpHandlerWith } from "../support/http-handler.js";
  * may be collected first), and the client's requests hung so (39d1756). Here the fetch ignores
  * its signal, as a fetch whose abort was lost does.
  */
-const URL_OF_TARGET = "http://127.0.0.1:9/hook";
+const URL_OF_TARGET = "http://127.0.0.1:2/hook";
 
 /** The handler's outcome, or "still waiting" once `ms` have passed without one. */
 async function outcomeWithin(delivery: Promise<unknown>, ms: number): Promise<unknown> {

@@ -1,6 +1,7 @@
 /** Where an http job delivers: the URL, the receiver's headers and the per-delivery timeout. */
 import { z } from "@hono/zod-openapi";
 import { boundedInt } from "../../bounded-int.js";
+import { FETCH_BLOCKED_PORTS } from "../../execution/fetch-ports.js";
 import { LIMITS } from "./common.js";
 
 const HEADER_NAME = /^[A-Za-z0-9][A-Za-z0-9-]*$/;
@@ -20,6 +21,8 @@ export const TargetSchema = z
       })
       // TCP has no port 0: no delivery to it could connect, and every attempt would fail.
       .refine(hasConnectablePort, { message: "must not name port 0" })
+      // fetch fails a request to one of its blocked ports before connecting: every attempt would.
+      .superRefine(checkFetchablePort)
       .openapi({ example: "https://example.com/hooks/report", format: "uri" }),
     headers: z
       .record(
@@ -105,4 +108,14 @@ function hasNoUserinfo(value: string): boolean {
 
 function hasConnectablePort(value: string): boolean {
   return !URL.canParse(value) || new URL(value).port !== "0";
+}
+
+function checkFetchablePort(value: string, ctx: z.RefinementCtx): void {
+  const port = URL.canParse(value) ? new URL(value).port : "";
+  if (FETCH_BLOCKED_PORTS.has(port)) {
+    ctx.addIssue({
+      code: "custom",
+      message: `must not name port ${port}, which fetch blocks (the Fetch standard's bad ports): no delivery could be sent to it`,
+    });
+  }
 }

@@ -1,0 +1,65 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { BatchResultsSchema, JobPageSchema, JobSchema } from "../../shared/api/schemas/jobs.js";
+import { type ApiHarness, createdVia, expectError, jobVia, laterJob, startApi } from "./support.js";
+
+/**
+ * What a tenant can put in a job's target that the worker's fetch can never deliver to: each
+ * accepted target is one of its tenant's runs failing every attempt to the end, on the workers
+ * every tenant shares.
+ */
+let api: ApiHarness;
+beforeAll(async () => {
+  api = await startApi();
+});
+afterAll(() => api.close());
+
+const httpJob = (url: string, overrides: Record<string, unknown> = {}) =>
+  laterJob({ type: "http", target: { url }, ...overrides });
+
+const jobCount = async () =>
+  JobPageSchema.parse((await api.call("GET", "/jobs?limit=100")).body).items.length;
+
+describe("a target on a port fetch blocks (the Fetch standard's bad ports)", () => {
+  it("is a 400 naming target.url at create, and nothing is written", async () => {
+    const before = await jobCount();
+    const error = expectError(
+      await api.call("POST", "/jobs", { body: httpJob("https://receiver.example:6000/hook") }),
+      400,
+      { code: "validation_failed", field: "target.url" },
+    );
+    expect(error.message).toMatch(/port 6000, which fetch blocks/);
+    expect(await jobCount()).toBe(before);
+  });
+
+  it("is a 400 naming target.url at an edit, and the job is left as it was", async () => {
+    const job = await createdVia(api, httpJob("https://receiver.example/hook"));
+    expectError(
+      await api.call("PATCH", `/jobs/${job.id}`, {
+        body: { target: { url: "https://receiver.example:25/hook" } },
+        headers: { "If-Match": `"${job.version}"` },
+      }),
+      400,
+      { field: "target.url" },
+    );
+    expect(await jobVia(api, job.id)).toEqual(job);
+  });
+
+  it("is refused alone in a batch, naming the item's target.url", async () => {
+    const reply = await api.call("POST", "/jobs:batch", {
+      body: {
+        jobs: [
+          httpJob("https://receiver.example/hook"),
+          httpJob("https://receiver.example:10080/hook"),
+        ],
+      },
+    });
+    expect(reply.status, reply.text).toBe(200);
+    const { results } = BatchResultsSchema.parse(reply.body);
+    expect(results.map((r) => [r.index, r.status])).toEqual([
+      [0, 201],
+      [1, 400],
+    ]);
+    expect(results[1]?.error).toMatchObject({ code: "validation_failed", field: "target.url" });
+    JobSchema.parse(results[0]?.job);
+  });
+});
