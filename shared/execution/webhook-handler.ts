@@ -3,7 +3,6 @@ import { textHead } from "../storage/stored-text.js";
 import { type TimeLimit, timeLimit } from "../time-limit.js";
 import type { WebhookSigningSecrets } from "../webhooks/secrets.js";
 import { webhookSignature } from "../webhooks/secrets.js";
-import { FETCH_BLOCKED_PORTS } from "./fetch-ports.js";
 import { type JobContext, JobError, type JobHandler, RunHandedOver } from "./job-contract.js";
 import {
   abortedBy,
@@ -14,6 +13,7 @@ import {
   refusalIn,
 } from "./outbound.js";
 import { receivedTooMuchIn } from "./received-bytes.js";
+import { DNS_NAME_RULE, FETCH_BLOCKED_PORTS, isResolvableHost } from "./target-reach.js";
 
 /** Where deliveries may connect (OutboundOptions) and what signs them. */
 export interface WebhookSettings extends OutboundOptions {
@@ -73,15 +73,8 @@ export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHa
     const url = targetUrl(target.url);
     const literalRefusal = webhook.allowPrivateTargets ? null : literalTargetRefusal(url);
     if (literalRefusal) throw refusedJobError(literalRefusal);
-    // A target stored before the API refused such ports: fetch would fail every attempt.
-    if (FETCH_BLOCKED_PORTS.has(url.port)) {
-      throw refusedJobError(
-        new RefusedTargetError(
-          url.hostname,
-          `names port ${url.port}, which fetch blocks (the Fetch standard's bad ports)`,
-        ),
-      );
-    }
+    const unreachable = unreachableTarget(url);
+    if (unreachable) throw refusedJobError(unreachable);
     const body = JSON.stringify(ctx.payload ?? null);
     const timestamp = Math.floor(now().getTime() / 1000);
     const signature = webhookSignature(
@@ -247,6 +240,21 @@ function targetUrl(text: string): URL {
   throw new JobError(`the target's URL "${textHead(text, 200)}" is not a valid URL`, {
     retryable: false,
   });
+}
+
+/**
+ * A target stored before the API refused it that no delivery can reach (./target-reach.ts): every
+ * attempt would fail alike, the resolver refusing its name or fetch its port before connecting.
+ */
+function unreachableTarget(url: URL): RefusedTargetError | null {
+  if (!isResolvableHost(url.hostname))
+    return new RefusedTargetError(url.hostname, `is no DNS name (${DNS_NAME_RULE})`);
+  if (FETCH_BLOCKED_PORTS.has(url.port))
+    return new RefusedTargetError(
+      url.hostname,
+      `names port ${url.port}, which fetch blocks (the Fetch standard's bad ports)`,
+    );
+  return null;
 }
 
 /** A refused target is refused every time: the run goes to the dead letters without a retry. */

@@ -63,3 +63,47 @@ describe("a target on a port fetch blocks (the Fetch standard's bad ports)", () 
     JobSchema.parse(results[0]?.job);
   });
 });
+
+describe("a target whose host no DNS name can be (a label past 63 characters, an empty one, 254 in all)", () => {
+  const label = (chars: number) => "a".repeat(chars);
+  const longest = [label(63), label(63), label(63), label(61)].join(".");
+
+  it.each([`${label(64)}.example`, "receiver..example", ".receiver.example", `${longest}b`])(
+    "is a 400 naming target.url at create, and nothing is written: %s",
+    async (host) => {
+      const before = await jobCount();
+      const error = expectError(
+        await api.call("POST", "/jobs", { body: httpJob(`https://${host}/hook`) }),
+        400,
+        { code: "validation_failed", field: "target.url" },
+      );
+      expect(error.message).toMatch(/an IP address or a DNS name/);
+      expect(await jobCount()).toBe(before);
+    },
+  );
+
+  it.each([
+    `${label(63)}.example`,
+    longest,
+    `${longest}.`,
+    "receiver.example.",
+    "bücher.example",
+    "a_b.example",
+  ])("leaves a host DNS can hold alone: %s", async (host) => {
+    const job = await createdVia(api, httpJob(`https://${host}/hook`));
+    expect(job.target?.url).toBe(`https://${host}/hook`);
+  });
+
+  it("is a 400 naming target.url at an edit, and the job is left as it was", async () => {
+    const job = await createdVia(api, httpJob("https://receiver.example/hook"));
+    expectError(
+      await api.call("PATCH", `/jobs/${job.id}`, {
+        body: { target: { url: "https://receiver..example/hook" } },
+        headers: { "If-Match": `"${job.version}"` },
+      }),
+      400,
+      { field: "target.url" },
+    );
+    expect(await jobVia(api, job.id)).toEqual(job);
+  });
+});

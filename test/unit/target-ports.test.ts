@@ -3,8 +3,8 @@ import { createRequire } from "node:module";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { TargetSchema } from "../../shared/api/schemas/target.js";
-import { FETCH_BLOCKED_PORTS } from "../../shared/execution/fetch-ports.js";
 import { isRetryable, JobError } from "../../shared/execution/job-contract.js";
+import { FETCH_BLOCKED_PORTS } from "../../shared/execution/target-reach.js";
 import { httpContext, httpHandlerWith, LOOPBACK_WORKERS } from "../support/http-handler.js";
 
 /**
@@ -93,4 +93,22 @@ describe("a stored target on a port fetch blocks", () => {
       expect(hits).toBe(LOOPBACK_WORKERS.findIndex(([name]) => name === _) + 1);
     },
   );
+});
+
+describe("a stored target whose host no DNS name can be", () => {
+  // The resolver refuses such a name before asking (EBADNAME), on every attempt: the run is dead at
+  // once, saying why, rather than retried to the end of its attempts.
+  it.each(LOOPBACK_WORKERS)("%s fails it without a retry, naming the host", async (_, settings) => {
+    for (const host of [`${"a".repeat(64)}.example`, "receiver..example"]) {
+      const error = await httpHandlerWith(settings)(httpContext(`http://${host}/hook`)).then(
+        (answer) => new Error(`delivered: ${JSON.stringify(answer)}`),
+        (thrown: unknown) => thrown,
+      );
+      expect(error).toBeInstanceOf(JobError);
+      expect((error as JobError).message).toBe(
+        `target ${host} is no DNS name (labels of 1 to 63 characters, 253 in all); refused`,
+      );
+      expect(isRetryable(error as JobError)).toBe(false);
+    }
+  });
 });

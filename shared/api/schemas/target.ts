@@ -1,7 +1,11 @@
 /** Where an http job delivers: the URL, the receiver's headers and the per-delivery timeout. */
 import { z } from "@hono/zod-openapi";
 import { boundedInt } from "../../bounded-int.js";
-import { FETCH_BLOCKED_PORTS } from "../../execution/fetch-ports.js";
+import {
+  DNS_NAME_RULE,
+  FETCH_BLOCKED_PORTS,
+  isResolvableHost,
+} from "../../execution/target-reach.js";
 import { LIMITS } from "./common.js";
 
 const HEADER_NAME = /^[A-Za-z0-9][A-Za-z0-9-]*$/;
@@ -23,6 +27,10 @@ export const TargetSchema = z
       .refine(hasConnectablePort, { message: "must not name port 0" })
       // fetch fails a request to one of its blocked ports before connecting: every attempt would.
       .superRefine(checkFetchablePort)
+      // The URL parser takes hosts DNS cannot hold (a..b, a 64-character label): none resolves.
+      .refine(hasResolvableHost, {
+        message: `must name a host that is an IP address or a DNS name (${DNS_NAME_RULE})`,
+      })
       .openapi({ example: "https://example.com/hooks/report", format: "uri" }),
     headers: z
       .record(
@@ -108,6 +116,10 @@ function hasNoUserinfo(value: string): boolean {
 
 function hasConnectablePort(value: string): boolean {
   return !URL.canParse(value) || new URL(value).port !== "0";
+}
+
+function hasResolvableHost(value: string): boolean {
+  return !URL.canParse(value) || isResolvableHost(new URL(value).hostname);
 }
 
 function checkFetchablePort(value: string, ctx: z.RefinementCtx): void {
