@@ -103,13 +103,17 @@ export class Dispatch extends Construct {
     );
     // The reaper: reads overdue runs' keys from the inflight index past its cursor, then the runs
     // (BatchGetItem: the index holds keys only), pushes each one's deadline on and resends it;
-    // then moves the shard's cursor (a jobs table item).
+    // then moves the shard's cursor (a jobs table item). A run it re-sends that has waited past half
+    // the retention has its job read (GetItem) and, when COMPLETED, kept for it (UpdateItem).
     allowTable(this.tick.fn, {
       ...storage.runs,
       actions: ["BatchGetItem", "UpdateItem"],
       indexes: { [RUNS_INFLIGHT_INDEX]: ["Query"] },
     });
-    allowTable(this.tick.fn, { ...storage.jobs, actions: ["BatchGetItem", "UpdateItem"] });
+    allowTable(this.tick.fn, {
+      ...storage.jobs,
+      actions: ["BatchGetItem", "GetItem", "UpdateItem"],
+    });
     allowQueues(this.tick.fn, queues.allWork, ["SendMessage"]);
 
     this.rule = new Rule(this, "EveryMinute", {

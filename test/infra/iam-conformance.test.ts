@@ -5,7 +5,13 @@ import {
   ReceiveMessageCommand,
   SendMessageCommand,
 } from "@aws-sdk/client-sqs";
-import { DeleteCommand, PutCommand, ScanCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import {
+  DeleteCommand,
+  GetCommand,
+  PutCommand,
+  ScanCommand,
+  UpdateCommand,
+} from "@aws-sdk/lib-dynamodb";
 import { CfnElement } from "aws-cdk-lib";
 import type { Context } from "aws-lambda";
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from "vitest";
@@ -273,6 +279,18 @@ async function runsOf(jobId: string): Promise<Run[]> {
   return Items.map(decodeRun).sort((a, b) => a.attempt - b.attempt);
 }
 
+/** A job item's TTL (epoch seconds), which the engine's Job leaves out. */
+async function jobExpiresAt(jobId: string): Promise<number> {
+  const { Item } = await clients.doc.send(
+    new GetCommand({
+      TableName: runtimeEnvironment("worker").JOBS_TABLE,
+      Key: jobKey(jobId),
+      ConsistentRead: true,
+    }),
+  );
+  return Number(Item?.expiresAt);
+}
+
 async function dueEntriesOf(jobId: string): Promise<DueEntry[]> {
   const { Items = [] } = await clients.doc.send(
     new ScanCommand({
@@ -533,13 +551,30 @@ describe("each handler, driven through its AWS-calling paths", () => {
     expect((await runsOf(id)).filter((run) => run.status === "QUEUED")).toEqual([]);
   });
 
-  it("tick: fans out one dispatcher invocation per shard, then the reaper re-sends an overdue run", async () => {
+  it("tick: fans out one dispatcher invocation per shard, then the reaper re-sends overdue runs, keeping the completed job of one that has waited past half the retention", async () => {
     // Claimed ten minutes ago and never started: its reaper deadline has long passed.
     const { job } = await createJob(seedingEngine(-600_000), {
       ...testJob(),
       schedule: { runAt: new Date(Date.now() - 595_000).toISOString() },
     });
     ids.overdue = job.jobId;
+    // Its one run claimed 16 days ago (which completed the job: maxRuns) and never started: past
+    // half the 30-day retention, the reaper's re-send reads the job and keeps it for the run
+    // (keepCompletedJobForWaitingRun).
+    const longAgo = seedingEngine(-16 * 86_400_000);
+    const { job: waiting } = await createJob(longAgo, {
+      ...testJob(),
+      priority: "low",
+      schedule: {
+        every: "PT1M",
+        startAt: new Date(
+          Math.ceil(longAgo.clock().getTime() / 1000) * 1000 + 60_000,
+        ).toISOString(),
+      },
+      maxRuns: 1,
+    });
+    expect((await getJob(seedingEngine(0), waiting.jobId))?.status).toBe("COMPLETED");
+    const expiresBefore = await jobExpiresAt(waiting.jobId);
     const tick = required(handlers.tick, "the tick handler");
     const rule = `arn:aws:events:${REGION}:${ACCOUNT}:rule/every-minute`;
     const result = await as("tick", async () => {
@@ -554,7 +589,8 @@ describe("each handler, driven through its AWS-calling paths", () => {
     expect(new Set(invocations.map((i) => i.functionName))).toEqual(
       new Set([identity("dispatcher").functionName]),
     );
-    expect(result.resent).toBeGreaterThanOrEqual(1);
+    expect(result.resent).toBeGreaterThanOrEqual(2);
+    expect(await jobExpiresAt(waiting.jobId)).toBeGreaterThan(expiresBefore);
   });
 
   it("dispatcher: passes over the shards the tick asked for claim due entries, skipping misfires", async () => {
