@@ -100,8 +100,12 @@ function siteAt(text: string, offset: number): string {
   return fn === undefined ? file : `${file} ${fn}`;
 }
 
-/** Every AWS call the handler at `entry` can make, as described above. */
-export async function reachableCalls(entry: string): Promise<ReachableCall[]> {
+/**
+ * The handler at `entry` bundled as `cdk synth` bundles it, tree-shaken, unminified, the packages
+ * left as imports: the project code that can run in that function, with a `// <file>` line before
+ * each file's part.
+ */
+export async function treeShakenBundle(entry: string): Promise<string> {
   const result = await build({
     entryPoints: [entry],
     bundle: true,
@@ -115,7 +119,12 @@ export async function reachableCalls(entry: string): Promise<ReachableCall[]> {
     minify: false,
     logLevel: "silent",
   });
-  const text = result.outputFiles[0]?.text ?? "";
+  return result.outputFiles[0]?.text ?? "";
+}
+
+/** Every AWS call the handler at `entry` can make, as described above. */
+export async function reachableCalls(entry: string): Promise<ReachableCall[]> {
+  const text = await treeShakenBundle(entry);
   // Local name → [package, exported name], from the bundle's imports of the SDK.
   const imported = new Map<string, [string, string]>();
   for (const match of text.matchAll(/^import\s*\{([^}]*)\}\s*from\s*"([^"]+)";$/gm)) {

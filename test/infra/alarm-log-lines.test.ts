@@ -1,0 +1,109 @@
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { beforeAll, describe, expect, it } from "vitest";
+import { type Component, handlerEntry } from "../../infra/constructs/scheduler-function.js";
+import { COMPONENTS } from "./support/iam-policy.js";
+import { treeShakenBundle } from "./support/reachable-calls.js";
+import { REPO_ROOT } from "./support/repo-root.js";
+
+/**
+ * docs/deploy.md's alarm table tells an operator, for each alarm, which function's log group to
+ * read and which lines to look for there ("The dispatcher's log group: "dispatcher pass
+ * failed; …""). Each line it quotes must be one that function can log: a message renamed in the
+ * code, or moved to another function, would leave the operator searching for a line that never
+ * comes. A clause of a cell (between semicolons) that names a log group (`The tick's log group:`,
+ * `the dispatcher's:`) quotes that function's lines, in double quotes or in backticks with a
+ * space, outside parentheses; Lambda's own ("Task timed out") are not the code's.
+ */
+
+/** How the table names each function, as `<name>'s log group:` or `<name>'s:`. */
+const OWNERS: Readonly<Record<string, Component>> = {
+  "DLQ consumer": "dlq",
+  "API function": "api",
+  dispatcher: "dispatcher",
+  worker: "worker",
+  tick: "tick",
+};
+const LAMBDA_LINES: readonly string[] = ["Task timed out", "Runtime exited"];
+
+interface QuotedLine {
+  readonly alarm: string;
+  readonly owner: Component;
+  readonly line: string;
+}
+
+function quotedLines(): QuotedLine[] {
+  const deploy = readFileSync(join(REPO_ROOT, "docs", "deploy.md"), "utf8");
+  const section = deploy.split(/^### Alarms$/m)[1]?.split(/^###? /m)[0] ?? "";
+  const rows = section
+    .split("\n")
+    .filter((row) => row.startsWith("| `"))
+    .map((row) => row.split("|").map((cell) => cell.trim()));
+  const logGroup = new RegExp(`\\b(${Object.keys(OWNERS).join("|")})'s(?: log group)?:`);
+  // Left to right, a backtick span first: `filter runId = "<runId>"` is one span, not a quote.
+  const quote = /`([^`]*)`|"([^"]+)"/g;
+  const found: QuotedLine[] = [];
+  for (const [, alarm = "", , where = ""] of rows) {
+    // Semicolons outside quotes end a clause ("reaper could not re-send runs; it tries …" is one).
+    const clauses = where.replace(/\([^()]*\)/g, "").split(/;(?=(?:[^"]*"[^"]*")*[^"]*$)/);
+    for (const clause of clauses) {
+      const named = logGroup.exec(clause)?.[1];
+      const owner = named === undefined ? undefined : OWNERS[named];
+      if (owner === undefined) continue;
+      for (const match of clause.matchAll(quote)) {
+        const line = match[1] ?? match[2] ?? "";
+        // A name (`runId`), not a line; or Lambda's own line.
+        if ((match[1] !== undefined && !/\s/.test(line)) || LAMBDA_LINES.includes(line)) continue;
+        found.push({ alarm, owner, line });
+      }
+    }
+  }
+  return found;
+}
+
+const bundles = new Map<Component, string>();
+
+beforeAll(async () => {
+  for (const component of COMPONENTS) {
+    bundles.set(component, await treeShakenBundle(handlerEntry(component)));
+  }
+});
+
+describe("docs/deploy.md's alarm table", () => {
+  it("quotes log lines from the log groups of the DLQ consumer, the dispatcher, the worker, the tick and the API", () => {
+    const quoted = quotedLines();
+    expect([...new Set(quoted.map((q) => q.owner))].sort()).toEqual([
+      "api",
+      "dispatcher",
+      "dlq",
+      "tick",
+      "worker",
+    ]);
+    // A line holding a semicolon is read whole, and a second function's clause as its own.
+    expect(quoted).toContainEqual({
+      alarm: "`DispatcherErrors`",
+      owner: "dispatcher",
+      line: "dispatcher pass failed; the next pass starts where this one did",
+    });
+    expect(quoted).toContainEqual({
+      alarm: "`FenceLost`",
+      owner: "dispatcher",
+      line: "lost the shard lease to a takeover; the pass records nothing",
+    });
+  });
+
+  it("quotes only lines the function whose log group it names can log", () => {
+    const missing = quotedLines().flatMap(({ alarm, owner, line }) => {
+      // `…` stands for a value the line holds: each part between must be in the code.
+      const parts = line
+        .split("…")
+        .map((part) => part.trim())
+        .filter((part) => part !== "");
+      const code = bundles.get(owner) ?? "";
+      return parts.every((part) => code.includes(part))
+        ? []
+        : [`${alarm}: "${line}" is not logged by the ${owner} function`];
+    });
+    expect(missing).toEqual([]);
+  });
+});
