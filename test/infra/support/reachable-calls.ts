@@ -77,9 +77,13 @@ function argumentsAt(text: string, open: number): string {
   return text.slice(open + 1);
 }
 
-/** `engine2.tables.jobs` or `tables.runs` → `jobs`, `runs`; anything else (a parameter): null. */
+/**
+ * `engine2.tables.jobs`, `tables.runs` or a parameter named for its table (`jobsTable`) → `jobs`,
+ * `runs`; anything else (a parameter named otherwise): null.
+ */
 function tableOf(expression: string | undefined): string | null {
-  return /(?:^|\.)tables\.(\w+)$/.exec(expression ?? "")?.[1] ?? null;
+  const text = expression ?? "";
+  return /(?:^|\.)tables\.(\w+)$/.exec(text)?.[1] ?? /^(\w+)Table\d*$/.exec(text)?.[1] ?? null;
 }
 
 /** `RUNS_INFLIGHT_INDEX` (esbuild may rename it `RUNS_INFLIGHT_INDEX2`) → `inflight`. */
