@@ -1,3 +1,4 @@
+import { DeleteCommand, ScanCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { offsetClock } from "../../shared/clock.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
@@ -6,6 +7,7 @@ import { readTickShards, shardOfDispatcherEvent } from "../../shared/dispatch/ti
 import type { Engine } from "../../shared/engine.js";
 import { createJob } from "../../shared/jobs/index.js";
 import { shardOf } from "../../shared/keys.js";
+import type { ScheduleSpec } from "../../shared/schedule/types.js";
 import { shardHighWaterKey } from "../../shared/storage/items.js";
 import { readShardHighWater } from "../../shared/storage/shard-high-water.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
@@ -101,6 +103,110 @@ describe("the shard high-water mark", () => {
       expect(await markItem(marked.engine)).toEqual(raised);
     } finally {
       await marked.destroy();
+    }
+  });
+});
+
+/**
+ * docs/deploy.md ("Deploy") on a count lowered on purpose: the tick passes over the shards above
+ * until the mark is deleted, which is safe once its two counts (due entries `DUE#<minute>#<shard>`
+ * with shard at or above the new count; queued or running runs whose `inflightPk` is one of those
+ * shards) are 0. A recurring job's chain moves below the new count at its next claim; a one-off's
+ * entry stays above until it is due. Once the mark is deleted, the next tick records the deployed
+ * count and passes over its shards alone. The counts below use the runbook's expressions.
+ */
+describe("docs/deploy.md's runbook for lowering the shard count", () => {
+  /** The runbook's first count: due entries filed at or above the new count. */
+  async function dueEntriesAbove(engine: Engine, count: number): Promise<number> {
+    const { Items = [] } = await engine.doc.send(
+      new ScanCommand({
+        TableName: engine.tables.jobs,
+        ConsistentRead: true,
+        ProjectionExpression: "pk",
+        FilterExpression: "begins_with(pk, :due)",
+        ExpressionAttributeValues: { ":due": "DUE#" },
+      }),
+    );
+    return Items.filter((item) => Number(String(item.pk).split("#")[2]) >= count).length;
+  }
+
+  /** The runbook's second count: queued or running runs filed in the shards from `count` up to `mark`. */
+  async function liveRunsAbove(engine: Engine, count: number, mark: number): Promise<number> {
+    const shards = Array.from({ length: mark - count }, (_, i) => count + i);
+    const { Count = 0 } = await engine.doc.send(
+      new ScanCommand({
+        TableName: engine.tables.runs,
+        ConsistentRead: true,
+        Select: "COUNT",
+        FilterExpression: `inflightPk IN (${shards.map((n) => `:s${n}`).join(",")}) AND #s IN (:q, :r)`,
+        ExpressionAttributeNames: { "#s": "status" },
+        ExpressionAttributeValues: {
+          ...Object.fromEntries(shards.map((n) => [`:s${n}`, `INFLIGHT#${n}`])),
+          ":q": "QUEUED",
+          ":r": "RUNNING",
+        },
+      }),
+    );
+    return Count;
+  }
+
+  async function createdAbove(engine: Engine, schedule: ScheduleSpec): Promise<string> {
+    for (;;) {
+      const { job } = await createJob(engine, testJob({ schedule }));
+      if (shardOf(job.jobId, DEPLOYED) >= REDEPLOYED) return job.jobId;
+    }
+  }
+
+  it("counts a one-off's entry above the new count until it is due, and once the counts are 0 a deleted mark comes back at the new count", async () => {
+    const stage = await createEngineFixture({
+      settings: { shardCount: DEPLOYED, maxShardCount: DEPLOYED },
+    });
+    try {
+      const start = new Date(Math.ceil((Date.now() + HOUR_MS) / 60_000) * 60_000);
+      const recurring = await createdAbove(stage.engine, {
+        every: "PT1H",
+        startAt: start.toISOString(),
+      });
+      await createdAbove(stage.engine, {
+        runAt: new Date(start.getTime() + 2 * HOUR_MS).toISOString(),
+      });
+      expect(await dueEntriesAbove(stage.engine, REDEPLOYED)).toBe(2);
+
+      // Redeployed with the lower count: a tick at the recurring job's first occurrence.
+      const offset = start.getTime() - Date.now() - 60_000;
+      const first = await tickOnce(deployedWith(stage.engine, REDEPLOYED, offset), "tick-1");
+      expect(first.passes.map((pass) => pass.shard)).toEqual([0, 1, 2, 3]);
+      const recurringEntries = (await scanTable(stage.engine.doc, stage.engine.tables.jobs)).filter(
+        (item) => String(item.pk).startsWith("DUE#") && item.jobId === recurring,
+      );
+      expect(recurringEntries.map((item) => Number(String(item.pk).split("#")[2]))).toEqual([
+        shardOf(recurring, REDEPLOYED),
+      ]);
+      expect(shardOf(recurring, REDEPLOYED)).toBeLessThan(REDEPLOYED);
+      // The one-off's entry is still above: the mark must stay.
+      expect(await dueEntriesAbove(stage.engine, REDEPLOYED)).toBe(1);
+      expect(await liveRunsAbove(stage.engine, REDEPLOYED, DEPLOYED)).toBe(0);
+
+      // At the one-off's occurrence its claim files its run under the new count: both counts 0.
+      const later = deployedWith(stage.engine, REDEPLOYED, offset + 2 * HOUR_MS);
+      expect((await tickOnce(later, "tick-2")).passes.map((pass) => pass.shard)).toEqual([
+        0, 1, 2, 3,
+      ]);
+      expect(await dueEntriesAbove(stage.engine, REDEPLOYED)).toBe(0);
+      expect(await liveRunsAbove(stage.engine, REDEPLOYED, DEPLOYED)).toBe(0);
+
+      // The mark deleted, the next tick records the deployed count and passes over its shards.
+      await stage.engine.doc.send(
+        new DeleteCommand({ TableName: stage.engine.tables.jobs, Key: shardHighWaterKey }),
+      );
+      const after = await tickOnce(
+        deployedWith(stage.engine, REDEPLOYED, offset + 2 * HOUR_MS + 60_000),
+        "tick-3",
+      );
+      expect(after.passes.map((pass) => pass.shard)).toEqual([0, 1]);
+      expect((await markItem(stage.engine))?.shardCount).toBe(REDEPLOYED);
+    } finally {
+      await stage.destroy();
     }
   });
 });
