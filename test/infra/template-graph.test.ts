@@ -7,7 +7,7 @@ import { asArray, isObject, type Json } from "./support/template-json.js";
  * dependency between resources"), at `cdk deploy`, which `cdk synth` and the tests that read the
  * template never meet. The stack has edges that could close one: the worker's environment names
  * the API's URL (async targets call it), while the API function is updated after the worker
- * (DependsOn, docs/deploy.md "Upgrade and rollback"). Every variant's resource graph, references
+ * (DependsOn, docs/deploy.md "Upgrade and rollback"). Each variant's resource graph (provisioned tables' auto scaling included), references
  * (`Ref`, `Fn::GetAtt`, `Fn::Sub`) and `DependsOn` alike, must be acyclic.
  */
 
@@ -20,6 +20,8 @@ const CONTEXTS: Readonly<Record<string, Readonly<Record<string, string>>>> = {
     jwtAudience: "scheduler",
     alarmTopicArn: "arn:aws:sns:eu-west-1:123456789012:ops",
   },
+  // Each table and index gets a scalable target and its scaling policies.
+  provisioned: { stage: "prov", tableCapacity: "provisioned" },
 };
 const variants = new Map<string, Synthesized>();
 const disposals: (() => void)[] = [];
