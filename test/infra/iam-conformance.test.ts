@@ -558,10 +558,12 @@ describe("each handler, driven through its AWS-calling paths", () => {
       schedule: { runAt: new Date(Date.now() - 595_000).toISOString() },
     });
     ids.overdue = job.jobId;
-    // Its one run claimed 16 days ago (which completed the job: maxRuns) and never started: past
-    // half the 30-day retention, the reaper's re-send reads the job and keeps it for the run
-    // (keepCompletedJobForWaitingRun).
-    const longAgo = seedingEngine(-16 * 86_400_000);
+    // Its one run claimed a day more than half a completed job's retention ago (which completed
+    // the job: maxRuns) and never started: the reaper's re-send reads the job and keeps it for the
+    // run (keepCompletedJobForWaitingRun).
+    const { retentionDays, deadLetterRetentionDays } = loadSettings(runtimeEnvironment("tick"));
+    const waitedDays = Math.max(retentionDays, deadLetterRetentionDays) / 2 + 1;
+    const longAgo = seedingEngine(-waitedDays * 86_400_000);
     const { job: waiting } = await createJob(longAgo, {
       ...testJob(),
       priority: "low",
