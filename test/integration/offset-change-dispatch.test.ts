@@ -1,0 +1,248 @@
+import { afterEach, describe, expect, it } from "vitest";
+import { JobSchema } from "../../shared/api/schemas/jobs.js";
+import { PreviewSchema } from "../../shared/api/schemas/previews.js";
+import { tickOnce } from "../../shared/dispatch/tick.js";
+import type { Run } from "../../shared/model.js";
+import { occurrences } from "../../shared/schedule/index.js";
+import { type ApiHarness, startApi } from "../api/support.js";
+
+/**
+ * The nights zones change offset where dst-dispatch does not go: at midnight (Havana forward at
+ * 00:00 and back at 01:00 to 00:00, Beirut back at 24:00 to 23:00 the same day) and back by 30
+ * minutes (Lord Howe), with jitter windows, `every`, `maxRuns` ending inside the night and an
+ * `endAt` exactly on an occurrence. Jobs are created over the API, their previews read, the
+ * dispatcher ticked through the night on a fixed clock, and the runs it queued must be the
+ * previews' occurrences at the previews' planned times: each once, none missing, none extra. Then
+ * an outage of the passes across the change: each misfire policy's runs and skipped records
+ * together are every occurrence of the night, once. The nights are in 2027, ahead of the
+ * machine's clock, so no item's TTL has passed on DynamoDB Local.
+ */
+const MINUTE = 60_000;
+const HOUR = 60 * MINUTE;
+const TICK_MS = 10 * MINUTE;
+
+let nowMs = 0;
+let api: ApiHarness | undefined;
+afterEach(async () => {
+  await api?.close();
+  api = undefined;
+});
+
+async function started(atMs: number): Promise<ApiHarness> {
+  nowMs = atMs;
+  api = await startApi({
+    clock: () => new Date(nowMs),
+    settings: { shardCount: 1, maxShardCount: 1 },
+  });
+  return api;
+}
+
+async function create(harness: ApiHarness, body: Record<string, unknown>) {
+  const reply = await harness.call("POST", "/jobs", { body: { type: "noop", ...body } });
+  expect(reply.status, reply.text).toBe(201);
+  return JobSchema.parse(reply.body);
+}
+
+/** The job's preview as `utc@planned` (planned is utc without a window). */
+async function preview(harness: ApiHarness, jobId: string): Promise<string[]> {
+  const reply = await harness.call("GET", `/jobs/${jobId}/preview?count=100`);
+  expect(reply.status, reply.text).toBe(200);
+  return PreviewSchema.parse(reply.body).occurrences.map(
+    (o) => `${o.utc}@${o.plannedFor ?? o.utc}`,
+  );
+}
+
+async function tickUntil(harness: ApiHarness, untilMs: number): Promise<void> {
+  for (; nowMs <= untilMs; nowMs += TICK_MS) {
+    await tickOnce(harness.fixture.engine, "offset-change");
+  }
+}
+
+async function runsByJob(harness: ApiHarness): Promise<Map<string, Run[]>> {
+  const byJob = new Map<string, Run[]>();
+  for (const run of await harness.fixture.runs()) {
+    byJob.set(run.jobId, [...(byJob.get(run.jobId) ?? []), run]);
+  }
+  for (const runs of byJob.values()) {
+    runs.sort((a, b) => (a.scheduledFor < b.scheduledFor ? -1 : 1));
+  }
+  return byJob;
+}
+
+const asQueued = (r: Run) => `${r.scheduledFor}@${r.plannedFor ?? r.scheduledFor}`;
+
+interface Night {
+  readonly what: string;
+  readonly timezone: string;
+  /** The instant the offset changes. */
+  readonly change: string;
+}
+
+const nights: readonly Night[] = [
+  {
+    what: "Havana forward at midnight",
+    timezone: "America/Havana",
+    change: "2027-03-14T05:00:00Z",
+  },
+  {
+    what: "Havana back at 01:00 to 00:00",
+    timezone: "America/Havana",
+    change: "2027-11-07T05:00:00Z",
+  },
+  {
+    what: "Beirut back at 24:00 to 23:00",
+    timezone: "Asia/Beirut",
+    change: "2027-10-30T21:00:00Z",
+  },
+  {
+    what: "Lord Howe back 30 minutes",
+    timezone: "Australia/Lord_Howe",
+    change: "2027-04-03T15:00:00Z",
+  },
+];
+
+/** The jobs each night creates: what each stresses is in its name. */
+function jobsFor(night: Night, createdAt: number): Record<string, Record<string, unknown>> {
+  const zone = night.timezone;
+  const second = occurrences(
+    { cron: "45 23 * * *", timezone: zone },
+    new Date(createdAt),
+    new Date(createdAt + 3 * 24 * HOUR),
+    2,
+  )[1];
+  return {
+    "every 20 minutes, every hour (the repeated stretch runs again), window 19 min": {
+      schedule: { cron: "*/20 * * * *", timezone: zone },
+      window: "PT19M",
+    },
+    "00:30, in the skipped hour or twice": {
+      schedule: { cron: "30 0 * * *", timezone: zone },
+    },
+    "23:30, 00:00, 00:30 and 01:00 local": {
+      schedule: { cron: "0,30 23,0,1 * * *", timezone: zone },
+      window: "PT10M",
+    },
+    "every 10 minutes, ending inside the night at 20 runs": {
+      schedule: { cron: "*/10 * * * *", timezone: zone },
+      window: "PT5M",
+      maxRuns: 20,
+    },
+    "every 50 minutes of elapsed time": {
+      schedule: { every: "PT50M" },
+      window: "PT10M",
+    },
+    "23:45, ending exactly on its second occurrence": {
+      schedule: { cron: "45 23 * * *", timezone: zone },
+      endAt: second?.toISOString(),
+    },
+    "per 30 seconds from 00:00 to 00:59 local": {
+      schedule: { cron: "*/30 * 0 * * *", timezone: zone },
+    },
+  };
+}
+
+describe("a night a zone changes offset, as its preview shows it and the dispatcher queues it", () => {
+  for (const night of nights) {
+    it(`${night.what} (${night.timezone}, ${night.change})`, async () => {
+      const change = Date.parse(night.change);
+      const harness = await started(change - 4 * HOUR);
+      const jobs = Object.entries(jobsFor(night, change - 4 * HOUR));
+      const created = new Map<string, { id: string; shown: string[] }>();
+      for (const [name, body] of jobs) {
+        const job = await create(harness, body);
+        created.set(name, { id: job.id, shown: await preview(harness, job.id) });
+      }
+
+      const until = change + 4 * HOUR;
+      await tickUntil(harness, until);
+      const lastTick = nowMs - TICK_MS;
+      const byJob = await runsByJob(harness);
+      for (const [name, { id, shown }] of created) {
+        const queued = (byJob.get(id) ?? []).map(asQueued);
+        // A prefix of the preview (or the preview a prefix of them), in order, each once...
+        const compared = Math.min(queued.length, shown.length);
+        expect(queued.slice(0, compared), name).toEqual(shown.slice(0, compared));
+        // ...reaching at least every occurrence planned inside the last pass's lookahead.
+        const due = shown.filter((s) => Date.parse(s.split("@")[1] ?? "") < lastTick + 5 * MINUTE);
+        expect(queued.length, name).toBeGreaterThanOrEqual(due.length);
+        // Each run is due at its planned time.
+        for (const run of byJob.get(id) ?? []) {
+          expect(run.dueAt, name).toBe(run.plannedFor ?? run.scheduledFor);
+        }
+      }
+    }, 120_000);
+  }
+});
+
+describe("an outage of the passes across the night a zone changes offset", () => {
+  for (const night of nights.filter(
+    (n) => n.timezone !== "Asia/Beirut" && n.what.includes("back"),
+  )) {
+    it(`${night.what}: each policy's runs and skipped records are every occurrence, once`, async () => {
+      const change = Date.parse(night.change);
+      const createdAt = change - 2 * HOUR;
+      const harness = await started(createdAt);
+      const zone = night.timezone;
+      const policies = ["skip", "fire_once", "fire_all"] as const;
+      const ids = new Map<string, string>();
+      for (const policy of policies) {
+        for (const cron of ["* * * * *", "*/15 * * * *", "30 0,1,2,23 * * *"]) {
+          const job = await create(harness, {
+            schedule: { cron, timezone: zone },
+            misfirePolicy: policy,
+            overlapPolicy: "allow",
+            maxConcurrent: 100,
+          });
+          ids.set(`${policy} ${cron}`, job.id);
+        }
+      }
+      await tickUntil(harness, change - HOUR);
+      // Down from an hour before the change to two hours after it.
+      nowMs = change + 2 * HOUR;
+      const recovered = nowMs;
+      await tickUntil(harness, change + 3 * HOUR);
+
+      const byJob = await runsByJob(harness);
+      for (const [name, id] of ids) {
+        const [policy = "", ...cronFields] = name.split(" ");
+        const cron = cronFields.join(" ");
+        const runs = byJob.get(id) ?? [];
+        const recorded = runs.map((r) => r.scheduledFor);
+        expect(new Set(recorded).size, name).toBe(recorded.length);
+        const expected = occurrences(
+          { cron, timezone: zone },
+          new Date(createdAt - 1000),
+          new Date(Date.parse(recorded.at(-1) ?? night.change)),
+          10_000,
+        ).map((d) => d.toISOString());
+        expect(recorded, name).toEqual(expected);
+        // Missed: planned more than the grace before the recovered pass, and not claimed before.
+        const missed = runs.filter(
+          (r) => Date.parse(r.scheduledFor) < recovered - MINUTE && r.status !== "QUEUED",
+        );
+        const late = runs.filter(
+          (r) =>
+            Date.parse(r.scheduledFor) < recovered - MINUTE &&
+            Date.parse(r.scheduledFor) > change - HOUR + 14 * MINUTE + MINUTE,
+        );
+        expect(late.length, name).toBeGreaterThan(0);
+        if (policy === "fire_all") {
+          expect(
+            missed.map((r) => r.status),
+            name,
+          ).toEqual([]);
+        } else if (policy === "skip") {
+          expect(
+            late.map((r) => r.status),
+            name,
+          ).toEqual(late.map(() => "SKIPPED"));
+        } else {
+          expect(
+            late.map((r) => r.status),
+            name,
+          ).toEqual([...late.slice(0, -1).map(() => "SKIPPED"), "QUEUED"]);
+        }
+      }
+    }, 180_000);
+  }
+});
