@@ -37,10 +37,12 @@ export interface LateStartInput {
  * an outage can hit occurrences that are already QUEUED. Returns the reason to
  * record the run SKIPPED, or null to run it.
  *
- * - skip: a first attempt starting more than the grace late is skipped;
+ * - skip: a first attempt starting more than the grace late is skipped, an
+ *   occurrence of the schedule an edit replaced (kept by `inFlight: "complete"`) too;
  * - fire_once: of the late occurrences, only the most recent runs, so one is
  *   skipped when the schedule's next occurrence is also past the grace (and
- *   not after the job's endAt, where it never runs);
+ *   not after the job's endAt, where it never runs); an occurrence of a schedule an
+ *   edit replaced runs, since none of the new schedule's runs in its place;
  * - fire_all: always runs.
  * Retries, replays, triggered runs and the runs an upstream queued (not occurrences of the
  * schedule, whatever instant they hold) always run.
@@ -64,11 +66,13 @@ export function lateStartSkipReason(input: LateStartInput): string | null {
     expectedAt >= cutoff
   )
     return null;
-  const isOccurrence = occurrences(schedule, scheduledFor, scheduledFor, 1).length === 1;
-  if (!isOccurrence) return null;
   const lateBy = `${Math.round((now.getTime() - plannedFor.getTime()) / 1000)} s`;
   if (policy === "skip")
     return `misfire: started ${lateBy} late, past the ${graceMs / 1000} s grace; policy skip`;
+  // An occurrence of a schedule an edit replaced, its queued runs kept (`inFlight: "complete"`):
+  // the new schedule's occurrences do not stand in for it (those before the edit never run), so
+  // fire_once runs it.
+  if (occurrences(schedule, scheduledFor, scheduledFor, 1).length === 0) return null;
   const scheduled = nextOccurrence(schedule, scheduledFor);
   const next = scheduled !== null && input.endAt && scheduled > input.endAt ? null : scheduled;
   const nextPlanned = next === null ? null : (input.plannedOf?.(next) ?? next);

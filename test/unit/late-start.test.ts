@@ -51,19 +51,22 @@ describe("lateStartSkipReason", () => {
     ).toMatch(/policy fire_once runs only the most recent/);
   });
 
-  it("fire_all, retries and runs that are not occurrences of the schedule always run", () => {
+  it("fire_all and retries always run", () => {
     const late = at("2026-03-01T12:00:00.000Z");
     expect(lateStartSkipReason({ ...base, policy: "fire_all", scheduledFor: late })).toBeNull();
     expect(
       lateStartSkipReason({ ...base, policy: "skip", attempt: 2, scheduledFor: late }),
     ).toBeNull();
-    // A triggered run's occurrence is the instant it was triggered, off the schedule.
+  });
+
+  it("an occurrence of a schedule an edit replaced (inFlight complete) is skipped under skip, and runs under fire_once", () => {
+    // Not an occurrence of the per-minute schedule the job has now.
+    const oldOccurrence = at("2026-03-01T12:00:17.250Z");
+    expect(lateStartSkipReason({ ...base, policy: "skip", scheduledFor: oldOccurrence })).toBe(
+      "misfire: started 613 s late, past the 60 s grace; policy skip",
+    );
     expect(
-      lateStartSkipReason({
-        ...base,
-        policy: "skip",
-        scheduledFor: at("2026-03-01T12:00:17.250Z"),
-      }),
+      lateStartSkipReason({ ...base, policy: "fire_once", scheduledFor: oldOccurrence }),
     ).toBeNull();
   });
 
