@@ -92,6 +92,46 @@ export function withPlannedTimes(
 }
 
 /**
+ * The occurrences of a job's preview that a claim has already queued (those before its pending
+ * occurrence, `nextRunAt`; all of them when it has none), as a range to read their runs over, or
+ * null when there are none or their planned times cannot differ from the job's own: a job never
+ * edited has had no other window. A claimed occurrence keeps the planned time it was claimed with,
+ * and an edit of the window applies from the next occurrence not yet claimed.
+ */
+export function queuedRange(
+  job: Pick<Job, "window" | "version" | "nextRunAt">,
+  preview: PreviewDto,
+): { readonly from: Date; readonly through: Date } | null {
+  if (job.window === null && job.version <= 1) return null;
+  const first = preview.occurrences[0];
+  if (first === undefined) return null;
+  const pending = job.nextRunAt === null ? Number.POSITIVE_INFINITY : Date.parse(job.nextRunAt);
+  const claimed = preview.occurrences.filter((o) => Date.parse(o.utc) < pending);
+  const last = claimed.at(-1);
+  if (last === undefined) return null;
+  return { from: new Date(first.utc), through: new Date(last.utc) };
+}
+
+/**
+ * A job's preview with the planned time of each occurrence a run was queued for taken from that
+ * run (`plannedByOccurrence`, by occurrence), where it differs from the job's window now.
+ */
+export function withQueuedPlannedTimes(
+  preview: PreviewDto,
+  plannedByOccurrence: ReadonlyMap<string, string>,
+): PreviewDto {
+  if (plannedByOccurrence.size === 0) return preview;
+  return {
+    ...preview,
+    occurrences: preview.occurrences.map((o) => {
+      const planned = plannedByOccurrence.get(o.utc);
+      if (planned === undefined || planned === (o.plannedFor ?? o.utc)) return o;
+      return { ...o, plannedFor: planned };
+    }),
+  };
+}
+
+/**
  * How many occurrences a preview counts to find where a job's maxRuns ends before its `from`: a
  * per-second schedule's million took the API a second of CPU, which any tenant could ask for again
  * and again. 20,000 take a fiftieth of that.

@@ -1,8 +1,16 @@
 import { createRoute } from "@hono/zod-openapi";
 import { checkNewDependent } from "../jobs/dependencies.js";
 import { firstOccurrence } from "../schedule/index.js";
+import { plannedTimesOfRuns } from "../storage/job-queries.js";
 import { checkedNewEnd } from "./end-conditions.js";
-import { displayZoneOf, previewOf, previewOfJob, withPlannedTimes } from "./preview.js";
+import {
+  displayZoneOf,
+  previewOf,
+  previewOfJob,
+  queuedRange,
+  withPlannedTimes,
+  withQueuedPlannedTimes,
+} from "./preview.js";
 import { instantParam, queryInstantParam } from "./query-params.js";
 import { parseScheduleInput } from "./requests.js";
 import { errors, jobOf, json, newRouter, type RouterDeps, secured, tenantOf } from "./router.js";
@@ -50,7 +58,13 @@ export function previewsRouter({ engine, body }: RouterDeps) {
     const job = await jobOf(engine, c, c.req.valid("param").id);
     const count = query.count ?? LIMITS.previewCount.default;
     const pending = { job, now, misfireGraceMs: engine.settings.misfireGraceMs };
-    return c.json(withPlannedTimes(job, previewOfJob(job, from, count, { pending })), 200);
+    const preview = withPlannedTimes(job, previewOfJob(job, from, count, { pending }));
+    // Occurrences already queued run at the planned time they were claimed with, which an edit
+    // of the window since does not change: their runs say when.
+    const queued = queuedRange(job, preview);
+    if (queued === null) return c.json(preview, 200);
+    const planned = await plannedTimesOfRuns(engine, job.jobId, queued.from, queued.through);
+    return c.json(withQueuedPlannedTimes(preview, planned), 200);
   });
 
   router.openapi(previewSchedule, async (c) => {

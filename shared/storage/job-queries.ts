@@ -210,3 +210,38 @@ export async function latestAttemptOf(
   const [item] = page.Items ?? [];
   return item ? decodeRun(item) : null;
 }
+
+/**
+ * The planned time (`plannedFor`, or the occurrence itself when it has none) of each occurrence
+ * of the job that has a run scheduled from `from` through `through`, by occurrence (ISO). Every
+ * attempt of an occurrence keeps its planned time, so any of them tells it.
+ */
+export async function plannedTimesOfRuns(
+  engine: Engine,
+  jobId: string,
+  from: Date,
+  through: Date,
+): Promise<Map<string, string>> {
+  const planned = new Map<string, string>();
+  const { lo, hi } = runRangeKeys({ from, through });
+  let startKey: Key | undefined;
+  do {
+    const page = await engine.doc.send(
+      new QueryCommand({
+        TableName: engine.tables.runs,
+        KeyConditionExpression: "pk = :pk AND sk BETWEEN :lo AND :hi",
+        ProjectionExpression: "scheduledFor, plannedFor",
+        ExpressionAttributeValues: { ":pk": jobPk(jobId), ":lo": lo, ":hi": hi },
+        ExclusiveStartKey: startKey,
+      }),
+    );
+    for (const item of page.Items ?? []) {
+      const scheduledFor = item.scheduledFor;
+      if (typeof scheduledFor !== "string") continue;
+      const plannedFor = typeof item.plannedFor === "string" ? item.plannedFor : scheduledFor;
+      planned.set(scheduledFor, plannedFor);
+    }
+    startKey = page.LastEvaluatedKey;
+  } while (startKey);
+  return planned;
+}

@@ -111,7 +111,55 @@ describe("window", () => {
     expect(removed.status, removed.text).toBe(200);
     expect(JobSchema.parse(removed.body).window).toBeNull();
     const preview = PreviewSchema.parse((await api.call("GET", `/jobs/${job.id}/preview`)).body);
-    expect(preview.occurrences[0]?.plannedFor).toBeUndefined();
+    // No planned time of its own; an occurrence a claim queued under PT10M (when the clock puts
+    // the next one inside the create's reach) keeps the run's.
+    const queued = new Map(
+      (await api.fixture.runs())
+        .filter((r) => r.jobId === job.id && r.plannedFor !== r.scheduledFor)
+        .map((r) => [r.scheduledFor, r.plannedFor]),
+    );
+    expect(preview.occurrences.map((o) => o.plannedFor)).toEqual(
+      preview.occurrences.map((o) => queued.get(o.utc)),
+    );
+  });
+
+  it("an edit of the window leaves a queued occurrence's planned time: the preview shows the one its run keeps", async () => {
+    const startAt = new Date(Math.ceil((Date.now() + MINUTE) / 1000) * 1000).toISOString();
+    const every: ScheduleSpec = { every: "PT1H", startAt };
+    const job = await create({ schedule: every, window: "PT5M" });
+    // The create's claim queued the first occurrence, planned inside its 5 minutes.
+    const [run] = (await api.fixture.runs()).filter((r) => r.jobId === job.id);
+    expect(run?.plannedFor).toBe(
+      plannedTime(job.id, new Date(startAt), 5 * MINUTE, every).toISOString(),
+    );
+
+    const widened = await api.call("PATCH", `/jobs/${job.id}`, {
+      body: { window: "PT50M" },
+      headers: { "If-Match": `"${job.version}"` },
+    });
+    expect(widened.status, widened.text).toBe(200);
+    const shown = PreviewSchema.parse(
+      (await api.call("GET", `/jobs/${job.id}/preview?count=2`)).body,
+    ).occurrences;
+    const second = new Date(Date.parse(startAt) + 60 * MINUTE);
+    expect(shown.map((o) => [o.utc, o.plannedFor])).toEqual([
+      [startAt, run?.plannedFor],
+      [second.toISOString(), plannedTime(job.id, second, 50 * MINUTE, every).toISOString()],
+    ]);
+
+    // With the window removed, the queued occurrence still runs at its planned time.
+    const removed = await api.call("PATCH", `/jobs/${job.id}`, {
+      body: { window: null },
+      headers: { "If-Match": `"${job.version + 1}"` },
+    });
+    expect(removed.status, removed.text).toBe(200);
+    const bare = PreviewSchema.parse(
+      (await api.call("GET", `/jobs/${job.id}/preview?count=2`)).body,
+    ).occurrences;
+    expect(bare.map((o) => [o.utc, o.plannedFor])).toEqual([
+      [startAt, run?.plannedFor],
+      [second.toISOString(), undefined],
+    ]);
   });
 
   it("a run shows plannedFor: its occurrence when the job has no window", async () => {
