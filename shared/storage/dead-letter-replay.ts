@@ -88,14 +88,26 @@ export async function writeReplay(
     }
     if (error instanceof ConditionsFailedError && error.has("replay") && !error.has("deadRun")) {
       const taken = error.item("replay");
-      if (taken?.status === "QUEUED")
-        throw new NotReplayableError(
-          dead.runId,
-          `its retry ${String(taken.runId)}, put before a crash, still waits for it to end: replayable once that retry is skipped, at its next look`,
-        );
+      if (taken !== null) throw new NotReplayableError(dead.runId, keyTakenReason(dead, taken));
     }
     if (error instanceof ConditionsFailedError || transactionCancellationCodes(error) !== null)
       throw new NotReplayableError(dead.runId, "it was replayed concurrently");
     throw error;
   }
+}
+
+/**
+ * Why the replay's key (attempt n+1) is taken, the dead run still listed. A retry of the dead run
+ * put before a crash and still QUEUED: skipped at its next look, the key is the replay's. Any
+ * other run there is the occurrence's next attempt already, filed by an edit that gave the one-off
+ * this time as its `runAt` again (`attemptForRunAt`, which files the attempt after a run that
+ * ended): the occurrence ran again, or will, as that run, and the dead run has no attempt left to
+ * be replayed as.
+ */
+function keyTakenReason(dead: Run, taken: Record<string, unknown>): string {
+  const retryOf = taken.retryOf as { readonly runId?: unknown } | undefined;
+  if (retryOf?.runId === dead.runId)
+    return `its retry ${String(taken.runId)}, put before a crash, still waits for it to end: replayable once that retry is skipped, at its next look`;
+  const status = String(taken.status).toLowerCase();
+  return `its occurrence's next attempt is ${String(taken.runId)} already (${status}), filed when an edit gave its job this runAt again`;
 }
