@@ -5,6 +5,7 @@ import type { Run } from "../model.js";
 import { recordShardCount } from "../shard-count.js";
 import { JOB_DELETED, writeReplay } from "../storage/dead-letter-replay.js";
 import { isBeingDeleted } from "../storage/items.js";
+import { latestAttemptOf } from "../storage/job-queries.js";
 import { keepCompletedJobForRun } from "../storage/job-status.js";
 import { getJob, getRun } from "../storage/run-reads.js";
 import { getTenantRun } from "./queries.js";
@@ -17,8 +18,8 @@ export interface Replayed {
 }
 
 /**
- * Replays a dead run as a new attempt of the same occurrence, at the job's
- * current version. The dead run leaves the dead-letter list in the same
+ * Replays a dead run as a new attempt of the same occurrence (the next, or the one after the
+ * attempts an edit gave the occurrence since: `replayAttempt`), at the job's current version. The dead run leaves the dead-letter list in the same
  * transaction, so a second replay of it is refused; but a repeat with the
  * Idempotency-Key of the replay that was made (a retry after a lost answer,
  * or concurrent sends of one request) answers that replay's run, queueing
@@ -44,6 +45,16 @@ export async function replayDeadLetter(
       runId,
       `it is attempt ${dead.attempt}, the last attempt a run can have`,
     );
+  const attempt = await replayAttempt(engine, dead).catch(async (error: unknown) => {
+    // The later attempt it met may be a concurrent replay of this dead run: answered as such.
+    const again = await getTenantRun(engine, tenantId, runId);
+    const replayed = await replayWithKey(engine, again, keyHash);
+    if (replayed !== null) return replayed;
+    if (again.replayedBy)
+      throw new NotReplayableError(runId, `it was already replayed as ${again.replayedBy}`);
+    throw error;
+  });
+  if (typeof attempt !== "number") return { run: attempt, earlier: true };
   const job = await getJob(engine, dead.jobId);
   // A dead run outlives its job when the job is deleted, or cancelled or completed and expired:
   // there is nothing to run it as.
@@ -60,7 +71,7 @@ export async function replayDeadLetter(
     tenantId,
     scheduledFor: new Date(dead.scheduledFor),
     ...(dead.plannedFor ? { plannedFor: new Date(dead.plannedFor) } : {}),
-    attempt: dead.attempt + 1,
+    attempt,
     priority: job.priority,
     jobVersion: job.version,
     ...(dead.trigger ? { trigger: dead.trigger } : {}),
@@ -85,6 +96,33 @@ export async function replayDeadLetter(
   }
   await sendRunDueNow(engine, run, now);
   return { run, earlier: false };
+}
+
+/**
+ * The attempt a replay of `dead` is: the next one, unless the occurrence has later attempts that
+ * are not `dead`'s own retry (put before a crash, which `writeReplay` takes the place of). Those
+ * an edit filed: it gave the one-off this time again as its `runAt` (`attemptForRunAt`), and the
+ * occurrence ran again, or was recorded skipped (the misfire policy), as the attempt after `dead`.
+ * Once that run and its retries have ended, the replay is the attempt after the latest of them;
+ * while they are under way (queued, running, or failed with a retry to come) it is refused, as it
+ * would run the occurrence beside them.
+ */
+async function replayAttempt(engine: Engine, dead: Run): Promise<number> {
+  const latest = await latestAttemptOf(engine, dead.jobId, dead.scheduledFor);
+  if (latest === null || latest.attempt <= dead.attempt || latest.retryOf?.runId === dead.runId)
+    return dead.attempt + 1;
+  const status = latest.status.toLowerCase();
+  if (latest.status === "QUEUED" || latest.status === "RUNNING" || latest.status === "FAILED")
+    throw new NotReplayableError(
+      dead.runId,
+      `its occurrence runs again as ${latest.runId} (${status}), filed when an edit gave its job this runAt again: replayable once that run and its retries have ended`,
+    );
+  if (latest.attempt >= MAX_ATTEMPT)
+    throw new NotReplayableError(
+      dead.runId,
+      `its occurrence's latest attempt, ${latest.runId} (${status}), is the last attempt a run can have`,
+    );
+  return latest.attempt + 1;
 }
 
 /** The run a replay of `dead` made with the key hashed as `keyHash`, or null. */

@@ -4,12 +4,14 @@ import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { NotReplayableError } from "../../shared/errors.js";
 import { type JobContext, JobError } from "../../shared/execution/job-contract.js";
 import { editJob, replayDeadLetter } from "../../shared/jobs/index.js";
-import { getTenantJob } from "../../shared/jobs/queries.js";
+import { getTenantJob, listDeadLetters, listRuns } from "../../shared/jobs/queries.js";
 import type { Job, Run } from "../../shared/model.js";
+import type { MisfirePolicy } from "../../shared/policies.js";
 import { SECOND, useClaimRace } from "../support/claim-race.js";
 import { deliveryOfRun, type EngineFixture } from "../support/engine-fixture.js";
 
-const { clock, claimOptions, seedOne, runsOf, fixture, runsCalled } = useClaimRace();
+const { clock, time, claimOptions, seedOne, runsOf, fixture, runsCalled, withHook } =
+  useClaimRace();
 let f: EngineFixture;
 beforeEach(() => {
   f = fixture();
@@ -34,11 +36,11 @@ async function deliverWith(run: Run, handler: (ctx: JobContext) => Promise<unkno
  * and then dies of a non-retryable error: attempt 1 DEAD, on the dead-letter list, and the job
  * ACTIVE for its new time (the ending leaves a one-off moved meanwhile alone).
  */
-async function deadWhileMovedAway(jobId: string) {
+async function deadWhileMovedAway(jobId: string, misfire?: MisfirePolicy) {
   const now = clock();
   const due = new Date(now.getTime() - 5 * SECOND);
   const away = new Date(now.getTime() + 600 * SECOND);
-  const { job, entry } = await seedOne(jobId, { runAt: due.toISOString() }, due, now);
+  const { job, entry } = await seedOne(jobId, { runAt: due.toISOString() }, due, now, misfire);
   expect((await claimDueEntry(f.engine, entry, claimOptions(now))).outcome).toBe("claimed");
   const [first] = await runsOf(jobId);
   if (!first) throw new Error("the claim queued no run");
@@ -71,7 +73,55 @@ describe("a one-off whose run died while it was moved away, then moved back to t
     expect((await getTenantJob(f.engine, job.tenantId, jobId)).status).toBe("COMPLETED");
   });
 
-  it("a replay of the dead letter then is refused naming the run that took its attempt, queued or run", async () => {
+  it("moved back past the misfire grace under skip: the occurrence is recorded skipped, and the dead letter is still replayable", async () => {
+    const jobId = "dead-back-skip";
+    const { job, due, dead } = await deadWhileMovedAway(jobId, "skip");
+    time.ms += 120 * SECOND;
+
+    await moveTo(job, 2, due);
+    expect(await attemptsOf(jobId, due)).toEqual([
+      [1, "DEAD"],
+      [2, "SKIPPED"],
+    ]);
+    expect((await getTenantJob(f.engine, job.tenantId, jobId)).status).toBe("COMPLETED");
+    const replayed = await replayDeadLetter(f.engine, job.tenantId, dead.runId);
+
+    expect(replayed.run.attempt).toBe(3);
+    expect(await runsCalled(jobId)).toEqual([[due.toISOString(), 1]]);
+    // The history lists every attempt of the occurrence, newest first, each with why it ended so.
+    const history = (await listRuns(f.engine, jobId, { limit: 10 })).items
+      .filter((r) => r.scheduledFor === due.toISOString())
+      .map((r) => [r.attempt, r.status, r.reason]);
+    expect(history).toEqual([
+      [3, "SUCCEEDED", null],
+      [2, "SKIPPED", "misfire: missed by more than the 60 s grace; policy skip"],
+      [1, "DEAD", "non-retryable error: bad request"],
+    ]);
+  });
+
+  it("a replay while the edit's run waits to retry is refused naming that retry", async () => {
+    const jobId = "dead-back-retrying";
+    const { job, due, dead } = await deadWhileMovedAway(jobId);
+    await moveTo(job, 2, due);
+    const [, edits] = await runsOf(jobId);
+    if (edits?.attempt !== 2) throw new Error("the edit filed no attempt 2");
+    await deliverWith(edits, async () => {
+      throw new JobError("flaky", { retryable: true });
+    });
+    const retry = (await runsOf(jobId)).find((r) => r.attempt === 3);
+    expect(retry?.status).toBe("QUEUED");
+
+    const refused = await replayRefusal(job, dead);
+
+    expect(refused.why).toContain(`runs again as ${retry?.runId} (queued)`);
+    expect(await attemptsOf(jobId, due)).toEqual([
+      [1, "DEAD"],
+      [2, "FAILED"],
+      [3, "QUEUED"],
+    ]);
+  });
+
+  it("a replay of the dead letter is refused while the edit's run is queued, naming it, and is its next attempt once that run has run", async () => {
     const jobId = "dead-back-replay";
     const { job, due, dead } = await deadWhileMovedAway(jobId);
     await moveTo(job, 2, due);
@@ -79,19 +129,20 @@ describe("a one-off whose run died while it was moved away, then moved back to t
     if (taken?.attempt !== 2) throw new Error("the edit filed no attempt 2");
 
     const whileQueued = await replayRefusal(job, dead);
-    await runsCalled(jobId);
-    const onceRun = await replayRefusal(job, dead);
+    expect(whileQueued.why).toContain(`runs again as ${taken.runId} (queued)`);
+    expect(whileQueued.why).toContain("replayable once that run and its retries have ended");
+    expect(await runsCalled(jobId)).toEqual([[due.toISOString(), 1]]);
 
-    for (const refused of [whileQueued, onceRun]) {
-      expect(refused.why).toContain(taken.runId);
-      expect(refused.why).toContain("an edit gave its job this runAt again");
-    }
-    expect(whileQueued.why).toContain("(queued)");
-    expect(onceRun.why).toContain("(succeeded)");
+    const replayed = await replayDeadLetter(f.engine, job.tenantId, dead.runId);
+    expect(replayed.run.attempt).toBe(3);
+    expect(await runsCalled(jobId)).toEqual([[due.toISOString(), 1]]);
     expect(await attemptsOf(jobId, due)).toEqual([
       [1, "DEAD"],
       [2, "SUCCEEDED"],
+      [3, "SUCCEEDED"],
     ]);
+    const listed = await listDeadLetters(f.engine, job.tenantId, { limit: 10 });
+    expect(listed.items.map((r) => r.runId)).not.toContain(dead.runId);
   });
 });
 
@@ -103,3 +154,28 @@ async function replayRefusal(job: Job, dead: Run): Promise<{ why: string }> {
   expect(refused).toBeInstanceOf(NotReplayableError);
   return { why: String((refused as NotReplayableError).context.why) };
 }
+
+describe("an edit moving the one-off back landing between a replay's read of the occurrence and its write", () => {
+  it("the replay is refused naming the edit's run, which runs once", async () => {
+    const jobId = "dead-back-race-replay";
+    const { job, due, dead } = await deadWhileMovedAway(jobId);
+    const isReplayCommit = (input: Record<string, unknown>) =>
+      JSON.stringify(input.TransactItems ?? []).includes(dead.runId);
+
+    const { result: refused, hooked } = await withHook(
+      "TransactWriteItemsCommand",
+      async () => void (await moveTo(job, 2, due)),
+      () => replayRefusal(job, dead),
+      isReplayCommit,
+    );
+
+    expect(hooked).toBe(1);
+    const [, taken] = await runsOf(jobId);
+    expect(refused.why).toContain(`next attempt is ${taken?.runId} already (queued)`);
+    expect(await runsCalled(jobId)).toEqual([[due.toISOString(), 1]]);
+    expect(await attemptsOf(jobId, due)).toEqual([
+      [1, "DEAD"],
+      [2, "SUCCEEDED"],
+    ]);
+  });
+});

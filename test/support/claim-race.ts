@@ -5,6 +5,7 @@ import { horizonOf } from "../../shared/dispatch/dispatcher.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
 import type { DueEntry, Job, Run } from "../../shared/model.js";
+import type { MisfirePolicy } from "../../shared/policies.js";
 import type { ScheduleSpec } from "../../shared/schedule/index.js";
 import { createEngineFixture, type EngineFixture } from "./engine-fixture.js";
 import { seedJobs } from "./seed.js";
@@ -82,14 +83,19 @@ export function useClaimRace(settings: Partial<EngineSettings> = {}) {
     return entry;
   }
 
-  /** One job seeded with its due entry at `due`: the job and that entry. */
+  /** One job seeded with its due entry at `due` (its misfire policy `misfire`, else the default): the job and that entry. */
   async function seedOne(
     jobId: string,
     schedule: ScheduleSpec,
     due: Date,
     now: Date,
+    misfire?: MisfirePolicy,
   ): Promise<{ job: Job; entry: DueEntry }> {
-    const [job] = await seedJobs(fx(), [{ jobId, schedule, dueAt: due }], now);
+    const [job] = await seedJobs(
+      fx(),
+      [{ jobId, schedule, dueAt: due, ...(misfire ? { misfire } : {}) }],
+      now,
+    );
     if (!job) throw new Error("not seeded");
     return { job, entry: await entryOf(jobId) };
   }
