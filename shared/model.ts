@@ -328,6 +328,12 @@ export interface Run {
    * whose FAILED ending it waits for before it runs.
    */
   readonly retryOf?: RetryOf;
+  /**
+   * A one-off's occurrence claimed again at a later attempt (a resume's after a pause cancelled its
+   * run, an edit's to a runAt whose run ended): its occurrence's run as a first attempt is, which a
+   * new schedule without that occurrence skips. Neither a failure's retry nor a replay.
+   */
+  readonly rerun?: true;
 }
 
 /** What cancelled a run: `POST …/runs/{runId}/cancel`, `POST /jobs/{id}/cancel`, or a pause with `running: "cancel"`. */

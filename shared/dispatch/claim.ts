@@ -151,6 +151,7 @@ function planWrites(
     jobVersion: entry.jobVersion,
     ...(entry.runTrigger ? { trigger: entry.runTrigger } : {}),
     ...(entry.retryOf ? { retryOf: entry.retryOf } : {}),
+    rerun: entry.kind === "occurrence" && attempt > 1,
   });
   // Read again here, not the pass's clock: the reaper's cursor may have passed `now + lease`
   // by the time a long pass writes this claim, and a pass's `now` can be minutes old (below).

@@ -31,7 +31,8 @@ export type StartDecision =
  * What a started run does, from the job as read after the start. A paused
  * job's runs are parked for resume, never skipped. An edit does not skip
  * queued runs: they run the job's current definition, except first attempts
- * whose occurrence the edited schedule no longer has (unless the edit said
+ * whose occurrence the edited schedule no longer has, and a one-off's occurrence claimed again
+ * at a later attempt (`rerun`), which runs in place of its first (unless the edit said
  * `inFlight: complete`). Retries, replays, triggered runs and runs queued by
  * an upstream (`after`) are not occurrences of the schedule, so a schedule change leaves them to run.
  */
@@ -59,7 +60,7 @@ export function decideStart(job: Job | null, run: Run, now: Date, graceMs: numbe
     return { action: "end", ending: { status: "CANCELLED", reason: "job cancelled" } };
   if (job.status === "PAUSED") return { action: "park" };
   if (
-    run.attempt === 1 &&
+    (run.attempt === 1 || run.rerun === true) &&
     run.triggered !== true &&
     run.trigger === undefined &&
     run.jobVersion < job.version &&

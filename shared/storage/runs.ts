@@ -25,6 +25,8 @@ interface NewRun {
   readonly trigger?: RunTrigger;
   /** A failure's next attempt: the attempt whose FAILED ending it waits for. */
   readonly retryOf?: RetryOf;
+  /** A one-off's occurrence claimed again at a later attempt (`Run.rerun`). */
+  readonly rerun?: boolean;
 }
 
 function baseRun(spec: NewRun): Omit<Run, "status"> {
@@ -43,6 +45,7 @@ function baseRun(spec: NewRun): Omit<Run, "status"> {
     ...(spec.triggered ? { triggered: true } : {}),
     ...(spec.trigger ? { trigger: spec.trigger } : {}),
     ...(spec.retryOf ? { retryOf: spec.retryOf } : {}),
+    ...(spec.rerun ? { rerun: true as const } : {}),
     fence: 0,
     enqueuedAt: null,
     startedAt: null,

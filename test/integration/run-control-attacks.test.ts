@@ -3,10 +3,11 @@ import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { NotReplayableError } from "../../shared/errors.js";
 import { type JobContext, JobError } from "../../shared/execution/job-contract.js";
-import { editJob, replayDeadLetter } from "../../shared/jobs/index.js";
+import { editJob, pauseJob, replayDeadLetter, resumeJob } from "../../shared/jobs/index.js";
 import { getTenantJob, listDeadLetters, listRuns } from "../../shared/jobs/queries.js";
 import type { Job, Run } from "../../shared/model.js";
 import type { MisfirePolicy } from "../../shared/policies.js";
+import { startRun } from "../../shared/storage/run-start.js";
 import { SECOND, useClaimRace } from "../support/claim-race.js";
 import { deliveryOfRun, type EngineFixture } from "../support/engine-fixture.js";
 
@@ -177,5 +178,38 @@ describe("an edit moving the one-off back landing between a replay's read of the
       [1, "DEAD"],
       [2, "SUCCEEDED"],
     ]);
+  });
+});
+
+describe("a one-off resumed after a pause cancelled its run, its next attempt queued, then moved away", () => {
+  it("that attempt is skipped as a first attempt of the old time is: the one-off runs at its new time alone", async () => {
+    const jobId = "rerun-away";
+    const now = clock();
+    const due = new Date(now.getTime() - 5 * SECOND);
+    const away = new Date(now.getTime() + 600 * SECOND);
+    const { job, entry } = await seedOne(jobId, { runAt: due.toISOString() }, due, now);
+    expect((await claimDueEntry(f.engine, entry, claimOptions(now))).outcome).toBe("claimed");
+    const [first] = await runsOf(jobId);
+    if (!first) throw new Error("no run");
+    expect((await startRun(f.engine, first, "worker-a", clock())).kind).toBe("started");
+    await pauseJob(f.engine, job.tenantId, jobId, { running: "cancel" });
+    await resumeJob(f.engine, job.tenantId, jobId);
+    expect(await attemptsOf(jobId, due)).toEqual([
+      [1, "RUNNING"],
+      [2, "QUEUED"],
+    ]);
+
+    await moveTo(job, 1, away);
+
+    expect(await runsCalled(jobId)).toEqual([]);
+    const skipped = (await runsOf(jobId)).find(
+      (r) => r.scheduledFor === due.toISOString() && r.attempt === 2,
+    );
+    expect([skipped?.status, skipped?.reason]).toEqual([
+      "SKIPPED",
+      `job edited (version 1 → 2): ${due.toISOString()} is not an occurrence of its new schedule`,
+    ]);
+    const moved = await getTenantJob(f.engine, job.tenantId, jobId);
+    expect([moved.status, moved.schedule]).toEqual(["ACTIVE", { runAt: away.toISOString() }]);
   });
 });
