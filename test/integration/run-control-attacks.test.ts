@@ -3,16 +3,35 @@ import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { NotReplayableError } from "../../shared/errors.js";
 import { type JobContext, JobError } from "../../shared/execution/job-contract.js";
-import { editJob, pauseJob, replayDeadLetter, resumeJob } from "../../shared/jobs/index.js";
+import {
+  cancelJob,
+  createJob,
+  editJob,
+  pauseJob,
+  replayDeadLetter,
+  resumeJob,
+  triggerJob,
+} from "../../shared/jobs/index.js";
 import { getTenantJob, listDeadLetters, listRuns } from "../../shared/jobs/queries.js";
-import type { Job, Run } from "../../shared/model.js";
+import type { DueEntry, Job, Run } from "../../shared/model.js";
 import type { MisfirePolicy } from "../../shared/policies.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { SECOND, useClaimRace } from "../support/claim-race.js";
-import { deliveryOfRun, type EngineFixture } from "../support/engine-fixture.js";
+import { deliveryOfRun, type EngineFixture, testJob } from "../support/engine-fixture.js";
 
-const { clock, time, claimOptions, seedOne, runsOf, fixture, runsCalled, withHook } =
-  useClaimRace();
+const {
+  clock,
+  time,
+  claimOptions,
+  seedOne,
+  runsOf,
+  fixture,
+  runsCalled,
+  withHook,
+  withHooks,
+  isRunPut,
+  entriesOf,
+} = useClaimRace();
 let f: EngineFixture;
 beforeEach(() => {
   f = fixture();
@@ -156,6 +175,32 @@ async function replayRefusal(job: Job, dead: Run): Promise<{ why: string }> {
   return { why: String((refused as NotReplayableError).context.why) };
 }
 
+describe("a replay of the dead letter landing between the edit's read of that time's run and its commit", () => {
+  it("the edit's claim takes the replay's key: the occurrence runs once, and the dead letter is gone", async () => {
+    const jobId = "dead-back-race";
+    const { job, due, dead } = await deadWhileMovedAway(jobId);
+    const isEditCommit = (input: Record<string, unknown>) =>
+      JSON.stringify(input.TransactItems ?? []).includes(`JOB#${jobId}`);
+
+    const { hooked } = await withHook(
+      "TransactWriteItemsCommand",
+      async () => void (await replayDeadLetter(f.engine, job.tenantId, dead.runId)),
+      () => moveTo(job, 2, due),
+      isEditCommit,
+    );
+
+    expect(hooked).toBe(1);
+    expect(await runsCalled(jobId)).toEqual([[due.toISOString(), 1]]);
+    expect(await attemptsOf(jobId, due)).toEqual([
+      [1, "DEAD"],
+      [2, "SUCCEEDED"],
+    ]);
+    expect((await getTenantJob(f.engine, job.tenantId, jobId)).status).toBe("COMPLETED");
+    const listed = await listDeadLetters(f.engine, job.tenantId, { limit: 10 });
+    expect(listed.items.map((r) => r.runId)).not.toContain(dead.runId);
+  });
+});
+
 describe("an edit moving the one-off back landing between a replay's read of the occurrence and its write", () => {
   it("the replay is refused naming the edit's run, which runs once", async () => {
     const jobId = "dead-back-race-replay";
@@ -178,6 +223,31 @@ describe("an edit moving the one-off back landing between a replay's read of the
       [1, "DEAD"],
       [2, "SUCCEEDED"],
     ]);
+  });
+});
+
+describe("a replay of the dead letter while the edit's entry waits unclaimed (its fast path throttled)", () => {
+  it("the replay takes the attempt, the entry's claim finds it there: the occurrence runs once and the job completes", async () => {
+    const jobId = "dead-back-pending";
+    const { job, due, dead } = await deadWhileMovedAway(jobId);
+    const { hooked } = await withHooks(
+      [{ command: "PutItemCommand", when: isRunPut, fail: () => new Error("throttled") }],
+      () => moveTo(job, 2, due),
+    );
+    expect(hooked).toBe(1);
+    expect((await entriesOf(jobId)).map((e) => e.attempt)).toEqual([2]);
+
+    const replayed = await replayDeadLetter(f.engine, job.tenantId, dead.runId);
+    await dispatchShard(f.engine, 0, "pass-after-replay");
+
+    expect(replayed.run.attempt).toBe(2);
+    expect(await entriesOf(jobId)).toEqual([]);
+    expect(await runsCalled(jobId)).toEqual([[due.toISOString(), 1]]);
+    expect(await attemptsOf(jobId, due)).toEqual([
+      [1, "DEAD"],
+      [2, "SUCCEEDED"],
+    ]);
+    expect((await getTenantJob(f.engine, job.tenantId, jobId)).status).toBe("COMPLETED");
   });
 });
 
@@ -211,5 +281,162 @@ describe("a one-off resumed after a pause cancelled its run, its next attempt qu
     ]);
     const moved = await getTenantJob(f.engine, job.tenantId, jobId);
     expect([moved.status, moved.schedule]).toEqual(["ACTIVE", { runAt: away.toISOString() }]);
+  });
+});
+
+const HOUR = 3_600_000;
+
+/**
+ * A one-off due 5 s ago (retries an hour apart, `random` drawing the backoff's jitter, misfire
+ * `misfire`) whose first run fails retryably: attempt 1 FAILED, its next attempt filed (a retry
+ * entry for a draw near the top, a QUEUED run for one near 0). With `moveAway`, the run, while it
+ * runs, has the job moved 10 minutes away (version 2), and the job stays ACTIVE for its new time.
+ */
+async function failedOnce(
+  random: number,
+  { moveAway = false, misfire = "fire_once" as MisfirePolicy } = {},
+) {
+  const now = clock();
+  const due = new Date(now.getTime() - 5 * SECOND);
+  const away = new Date(now.getTime() + 600 * SECOND);
+  const { job } = await createJob(
+    f.engine,
+    testJob({
+      schedule: { runAt: due.toISOString() },
+      policies: {
+        ...testJob().policies,
+        misfire,
+        retry: { maxAttempts: 3, initialDelayMs: HOUR, maxDelayMs: HOUR },
+      },
+    }),
+  );
+  const [first] = await runsOf(job.jobId);
+  if (!first) throw new Error("the create queued no run");
+  const failing = async () => {
+    if (moveAway) await moveTo(job, 1, away);
+    throw new JobError("flaky", { retryable: true });
+  };
+  const deps = f.workerDeps("w", { noop: failing });
+  await f.process(
+    { ...deps, engine: { ...f.engine, random: () => random } },
+    deliveryOfRun(f.engine, first),
+  );
+  expect(await attemptsOf(job.jobId, due)).toContainEqual([1, "FAILED"]);
+  return { job, due };
+}
+
+/** The job's one retry entry. */
+async function retryEntryOf(jobId: string): Promise<DueEntry> {
+  const [retry, ...more] = (await entriesOf(jobId)).filter((e) => e.kind === "retry");
+  if (!retry || more.length > 0) throw new Error(`expected one retry entry for ${jobId}`);
+  expect(retry.attempt).toBe(2);
+  return retry;
+}
+
+describe("a one-off whose run failed while it was moved away, its retry an entry due in about an hour, moved back", () => {
+  it("the occurrence runs now as attempt 2, once; the retry entry's claim at its time queues nothing", async () => {
+    const { job, due } = await failedOnce(0.99, { moveAway: true });
+    const retry = await retryEntryOf(job.jobId);
+
+    await moveTo(job, 2, due);
+    await dispatchShard(f.engine, 0, "pass-after-edit");
+    expect(await runsCalled(job.jobId)).toEqual([[due.toISOString(), 1]]);
+    expect((await getTenantJob(f.engine, job.tenantId, job.jobId)).status).toBe("COMPLETED");
+
+    time.ms = Date.parse(retry.dueAt) + 5 * SECOND;
+    await dispatchShard(f.engine, 0, "pass-at-retry");
+    expect(await runsCalled(job.jobId)).toEqual([]);
+    expect(await attemptsOf(job.jobId, due)).toEqual([
+      [1, "FAILED"],
+      [2, "SUCCEEDED"],
+    ]);
+    expect(await entriesOf(job.jobId)).toEqual([]);
+  });
+});
+
+describe("a one-off whose run failed while it was moved away, its retry queued a few seconds out, moved back", () => {
+  it("the retry is the occurrence's next attempt: it runs once and completes the job", async () => {
+    const { job, due } = await failedOnce(0.001, { moveAway: true });
+    const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
+    expect(retry?.status).toBe("QUEUED");
+    if (!retry) throw new Error("no queued retry");
+
+    await moveTo(job, 2, due);
+    await dispatchShard(f.engine, 0, "pass-after-edit");
+    time.ms = Date.parse(retry.dueAt) + SECOND;
+    const calls: string[] = [];
+    await deliverWith(retry, async (ctx) => void calls.push(`${ctx.scheduledFor}#${ctx.attempt}`));
+    expect(await runsCalled(job.jobId)).toEqual([]);
+
+    expect(calls).toEqual([`${due.toISOString()}#2`]);
+    expect(await attemptsOf(job.jobId, due)).toEqual([
+      [1, "FAILED"],
+      [2, "SUCCEEDED"],
+    ]);
+    expect((await getTenantJob(f.engine, job.tenantId, job.jobId)).status).toBe("COMPLETED");
+    expect(await entriesOf(job.jobId)).toEqual([]);
+  });
+});
+
+describe("a one-off cancelled while its failed run's retry waits as a due entry", () => {
+  it("the retry never runs: claimed at its time, its run ends cancelled, and nothing is left", async () => {
+    const { job, due } = await failedOnce(0.99);
+    const retry = await retryEntryOf(job.jobId);
+
+    await cancelJob(f.engine, job.tenantId, job.jobId);
+    time.ms = Date.parse(retry.dueAt) + 5 * SECOND;
+    await dispatchShard(f.engine, 0, "pass-at-retry");
+
+    expect(await runsCalled(job.jobId)).toEqual([]);
+    const after = await attemptsOf(job.jobId, due);
+    expect(after[0]).toEqual([1, "FAILED"]);
+    expect(after.slice(1).every(([, status]) => status === "CANCELLED")).toBe(true);
+    expect(await entriesOf(job.jobId)).toEqual([]);
+  });
+});
+
+describe("a one-off paused while its failed run's retry waits as a due entry, resumed an hour after the retry came due, under misfire skip", () => {
+  it("the retry is parked at its time and runs once after the resume (a retry is no late first attempt), completing the job", async () => {
+    const { job, due } = await failedOnce(0.99, { misfire: "skip" });
+    const retry = await retryEntryOf(job.jobId);
+
+    await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+    time.ms = Date.parse(retry.dueAt) + 5 * SECOND;
+    await dispatchShard(f.engine, 0, "pass-at-retry");
+    expect(await runsCalled(job.jobId)).toEqual([]);
+    const parked = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
+    expect([parked?.status, parked?.reason]).toEqual(["QUEUED", "waiting: job paused"]);
+
+    time.ms += HOUR;
+    await resumeJob(f.engine, job.tenantId, job.jobId);
+    await dispatchShard(f.engine, 0, "pass-after-resume");
+
+    expect(await runsCalled(job.jobId)).toEqual([[due.toISOString(), 1]]);
+    expect(await attemptsOf(job.jobId, due)).toEqual([
+      [1, "FAILED"],
+      [2, "SUCCEEDED"],
+    ]);
+    expect((await getTenantJob(f.engine, job.tenantId, job.jobId)).status).toBe("COMPLETED");
+  });
+});
+
+describe("a one-off triggered while its failed run's retry waits as a due entry", () => {
+  it("the triggered run leaves the job active; the retry runs at its time and completes it", async () => {
+    const { job, due } = await failedOnce(0.99);
+    const retry = await retryEntryOf(job.jobId);
+
+    const triggered = await triggerJob(f.engine, job.tenantId, job.jobId);
+    expect(await runsCalled(job.jobId)).toEqual([[triggered.scheduledFor, 1]]);
+    const meanwhile = await getTenantJob(f.engine, job.tenantId, job.jobId);
+    expect([meanwhile.status, meanwhile.lastRun?.runId]).toEqual(["ACTIVE", triggered.runId]);
+
+    time.ms = Date.parse(retry.dueAt) + 5 * SECOND;
+    await dispatchShard(f.engine, 0, "pass-at-retry");
+    expect(await runsCalled(job.jobId)).toEqual([[due.toISOString(), 1]]);
+    expect(await attemptsOf(job.jobId, due)).toEqual([
+      [1, "FAILED"],
+      [2, "SUCCEEDED"],
+    ]);
+    expect((await getTenantJob(f.engine, job.tenantId, job.jobId)).status).toBe("COMPLETED");
   });
 });
