@@ -93,7 +93,8 @@ export function decideStart(job: Job | null, run: Run, now: Date, graceMs: numbe
     scheduledFor: new Date(run.scheduledFor),
     plannedFor: new Date(run.plannedFor ?? run.scheduledFor),
     plannedOf: (at) => plannedTime(job.jobId, at, windowMsOf(job.window), job.schedule),
-    attempt: run.attempt,
+    // A one-off's occurrence claimed again (`rerun`) stands in for its first attempt: judged so.
+    attempt: run.rerun === true ? 1 : run.attempt,
     queuedOffSchedule: run.triggered === true || run.trigger !== undefined,
     startedBefore: startedBefore(job, run),
     misfireFrom: run.misfireFrom === null ? null : new Date(run.misfireFrom),

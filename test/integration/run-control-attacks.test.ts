@@ -284,6 +284,35 @@ describe("a one-off resumed after a pause cancelled its run, its next attempt qu
   });
 });
 
+describe("a one-off under misfire skip resumed after a pause cancelled its run, its next attempt claimed on time, then started past the grace (the workers behind)", () => {
+  it("that attempt is judged as its first attempt would be: recorded skipped, unrun, and the job completes", async () => {
+    const jobId = "rerun-late";
+    const now = clock();
+    const due = new Date(now.getTime() - 5 * SECOND);
+    const { job, entry } = await seedOne(jobId, { runAt: due.toISOString() }, due, now, "skip");
+    expect((await claimDueEntry(f.engine, entry, claimOptions(now))).outcome).toBe("claimed");
+    const [first] = await runsOf(jobId);
+    if (!first) throw new Error("no run");
+    expect((await startRun(f.engine, first, "worker-a", clock())).kind).toBe("started");
+    await pauseJob(f.engine, job.tenantId, jobId, { running: "cancel" });
+    await resumeJob(f.engine, job.tenantId, jobId);
+    expect(await attemptsOf(jobId, due)).toEqual([
+      [1, "RUNNING"],
+      [2, "QUEUED"],
+    ]);
+
+    time.ms += 120 * SECOND;
+
+    expect(await runsCalled(jobId)).toEqual([]);
+    const late = (await runsOf(jobId)).find((r) => r.attempt === 2);
+    expect([late?.status, late?.reason]).toEqual([
+      "SKIPPED",
+      "misfire: started 125 s late, past the 60 s grace; policy skip",
+    ]);
+    expect((await getTenantJob(f.engine, job.tenantId, jobId)).status).toBe("COMPLETED");
+  });
+});
+
 const HOUR = 3_600_000;
 
 /**
