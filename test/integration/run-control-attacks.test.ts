@@ -313,6 +313,42 @@ describe("a one-off under misfire skip resumed after a pause cancelled its run, 
   });
 });
 
+describe("a replay of a dead letter after its job was edited to another payload and priority", () => {
+  it("runs the edited definition on the new priority's queue, at the job's version", async () => {
+    const jobId = "dead-edited";
+    const now = clock();
+    const due = new Date(now.getTime() - 5 * SECOND);
+    const { job, entry } = await seedOne(
+      jobId,
+      { every: "PT1H", startAt: due.toISOString() },
+      due,
+      now,
+    );
+    expect((await claimDueEntry(f.engine, entry, claimOptions(now))).outcome).toBe("claimed");
+    const [first] = await runsOf(jobId);
+    if (!first) throw new Error("no run");
+    await deliverWith(first, async () => {
+      throw new JobError("bad request", { retryable: false });
+    });
+    await editJob(f.engine, job.tenantId, jobId, 1, { payload: { fixed: true }, priority: "high" });
+
+    const { run } = await replayDeadLetter(f.engine, job.tenantId, first.runId);
+    const seen: unknown[] = [];
+    for (const received of await f.receiveAll(f.engine.queues.high)) {
+      if (received.message.jobId !== jobId) continue;
+      await f.process(
+        f.workerDeps("w", { noop: async (ctx) => void seen.push(ctx.payload) }),
+        received,
+      );
+    }
+
+    expect([run.priority, run.jobVersion]).toEqual(["high", 2]);
+    expect(seen).toEqual([{ fixed: true }]);
+    const replayed = (await runsOf(jobId)).find((r) => r.runId === run.runId);
+    expect([replayed?.status, replayed?.executedVersion]).toEqual(["SUCCEEDED", 2]);
+  });
+});
+
 const HOUR = 3_600_000;
 
 /**
