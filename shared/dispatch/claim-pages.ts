@@ -1,5 +1,6 @@
 import { RoundRobin, Wakeup } from "../concurrency.js";
 import type { Engine } from "../engine.js";
+import { minuteOf } from "../keys.js";
 import type { DueEntry } from "../model.js";
 import { METRICS } from "../observability.js";
 import { type ChainOptions, claimChain, type SweepStats } from "./claim-chain.js";
@@ -17,13 +18,19 @@ const READ_AHEAD_ENTRIES = 50_000;
  * failure (see `sweepBuckets` in dispatcher.ts); returns the earliest bucket where an entry was
  * left.
  *
- * Within a bucket, claims take turns between tenants: the bucket's pages are
- * read ahead (up to READ_AHEAD_ENTRIES entries) into one queue per tenant, and
- * each claim lane takes the next tenant's oldest entry, so one tenant's 50,000
- * entries in a bucket do not hold back another tenant's 10 behind them in key
- * order (further behind, they wait for the claims of the entries past it).
- * Buckets go in order, each once the one before is claimed and its runs sent. The reads are the same Query pages as in key order, so the fairness
- * costs no request, only the memory of the entries read ahead.
+ * Claims take turns between tenants: the pages are read ahead (up to
+ * READ_AHEAD_ENTRIES entries) into one queue per tenant, and each claim lane
+ * takes the next tenant's oldest entry, so one tenant's 50,000 entries in a
+ * bucket do not hold back another tenant's 10 behind them in key order
+ * (further behind, they wait for the claims of the entries past it). The
+ * buckets of minutes already begun (at the pass's `now`) share one round of
+ * turns: one tenant's overdue entries in an earlier minute do not hold back
+ * another's due now in the next. A bucket of a minute still to come waits until
+ * every entry before it is claimed and its runs sent, as in key order: what is
+ * due first is claimed first, and a claim's chain files a job's next entry there
+ * before it is read, so no second lane races the chain for it. The reads are the
+ * same Query pages as in key order, so the fairness costs no request, only the
+ * memory of the entries read ahead.
  */
 export async function claimPages(
   engine: Engine,
@@ -51,6 +58,11 @@ export async function claimPages(
     engine.obs.metrics.add(METRICS.dueEntryFailures, 1, "Count", { handling: "left" });
     leftFrom = earliest([leftFrom, bucketMinuteOf(entry)]);
   };
+  const nowMinute = minuteOf(options.now);
+  const begun = (entry: DueEntry) => {
+    const minute = bucketMinuteOf(entry);
+    return minute !== null && minute <= nowMinute;
+  };
   const turns = new RoundRobin<DueEntry>();
   const queued = new Wakeup();
   const taken = new Wakeup();
@@ -73,8 +85,8 @@ export async function claimPages(
     try {
       for await (const entries of pages) {
         for (const entry of entries) {
-          // Bucket by bucket, as in key order: a later minute waits for the earlier one's claims.
-          if (bucket !== undefined && entry.key.pk !== bucket) {
+          // A minute still to come waits for the claims before it; begun ones take turns together.
+          if (bucket !== undefined && entry.key.pk !== bucket && !begun(entry)) {
             queued.notify();
             await drained();
           }
