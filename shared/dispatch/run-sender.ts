@@ -4,11 +4,22 @@ import { sendRuns } from "../queue/work-queue.js";
 import { runMessageOf } from "../storage/items.js";
 
 /**
- * Buffers claimed runs and sends them ten to a batch. A failed send is not
- * fatal: the runs are QUEUED in the table and the reaper sends them again.
+ * How long a claimed run waits for nine more to share its batch. Without it, a run claimed beside
+ * work that sends nothing through the sender (another tenant's fan-outs, claims that fail) waited
+ * until the pass had nothing more to hand out: every fan-out of the bucket, seconds to minutes.
+ */
+const SEND_LINGER_MS = 100;
+
+/**
+ * Buffers claimed runs and sends them ten to a batch, or what is buffered once the oldest has
+ * waited SEND_LINGER_MS. A failed send is not fatal: the runs are QUEUED in the table and the
+ * reaper sends them again.
  */
 export class RunSender {
   private pending: Run[] = [];
+  private linger: ReturnType<typeof setTimeout> | undefined;
+  /** Sends under way, which a flush waits for, so a pass ends only once its runs went out. */
+  private readonly sending = new Set<Promise<void>>();
 
   constructor(
     private readonly engine: Engine,
@@ -20,12 +31,28 @@ export class RunSender {
     this.onClaimed?.(runs);
     this.pending.push(...runs);
     if (this.pending.length >= 10) await this.flush();
+    else if (this.pending.length > 0 && this.linger === undefined) {
+      this.linger = setTimeout(() => {
+        this.linger = undefined;
+        void this.flush();
+      }, SEND_LINGER_MS);
+    }
   }
 
+  /** Sends what is buffered, and waits for every send under way. */
   async flush(): Promise<void> {
-    if (this.pending.length === 0) return;
-    const batch = this.pending;
-    this.pending = [];
+    clearTimeout(this.linger);
+    this.linger = undefined;
+    if (this.pending.length > 0) {
+      const send = this.send(this.pending);
+      this.pending = [];
+      this.sending.add(send);
+      void send.finally(() => this.sending.delete(send));
+    }
+    await Promise.all([...this.sending]);
+  }
+
+  private async send(batch: readonly Run[]): Promise<void> {
     try {
       await sendRuns(
         this.engine.sqs,

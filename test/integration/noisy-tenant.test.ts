@@ -1,7 +1,13 @@
+import { PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { horizonOf, sweepShard } from "../../shared/dispatch/dispatcher.js";
+import { createJob } from "../../shared/jobs/index.js";
+import { bucketKey, triggerSortKey } from "../../shared/keys.js";
+import type { DueEntry } from "../../shared/model.js";
 import { decodeRunMessage } from "../../shared/queue/work-queue.js";
-import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
+import { encodeDueEntry } from "../../shared/storage/items.js";
+import { getJob } from "../../shared/storage/run-reads.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { type SeedSpec, seedJobs } from "../support/seed.js";
 
 const SECOND = 1000;
@@ -98,5 +104,129 @@ describe("a noisy tenant's entries in a dispatcher pass", () => {
       ...oneOffs("t-quiet-next", "z2-", 1, new Date(now.getTime() + 50 * SECOND)),
     ]);
     expect(tenants.indexOf("t-quiet-next")).toBe(30);
+  }, 120_000);
+});
+
+describe("a noisy tenant's fan-outs in a dispatcher pass", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture({ settings: { shardCount: 1, maxShardCount: 1 } });
+  });
+  afterAll(() => f.destroy());
+
+  it("sends another tenant's run claimed beside them without waiting for the fan-outs to end", async () => {
+    // The noisy tenant: a job with 300 jobs after it, and four of its runs' trigger entries that
+    // their workers did not fan out (they died, say), due 5 s before the pass in this minute's
+    // bucket. Each fan-out writes 300 runs, 16 at a time, and sends them itself at its end.
+    const upstream = await createJob(
+      f.engine,
+      testJob({
+        tenantId: "t-fan-out",
+        schedule: { runAt: new Date(Date.now() + 24 * 60 * MINUTE).toISOString() },
+      }),
+    );
+    const upstreamId = upstream.job.jobId;
+    for (let i = 0; i < 300; i++) {
+      await createJob(
+        f.engine,
+        testJob({
+          tenantId: "t-fan-out",
+          schedule: { after: { jobs: [upstreamId], on: "completion" } },
+        }),
+      );
+    }
+    const job = await getJob(f.engine, upstreamId);
+    if (job === null) throw new Error("no upstream job");
+    expect(job.dependents).toHaveLength(300);
+    const now = new Date(Math.floor(Date.now() / MINUTE) * MINUTE + 20 * SECOND);
+    const endedAt = new Date(now.getTime() - 5 * SECOND);
+    for (let i = 0; i < 4; i++) {
+      const runId = `${upstreamId}-ended-${i}`;
+      const entry: DueEntry = {
+        key: { pk: bucketKey(endedAt, 0), sk: triggerSortKey(endedAt, runId) },
+        kind: "trigger",
+        jobId: upstreamId,
+        tenantId: job.tenantId,
+        dueAt: endedAt.toISOString(),
+        scheduledFor: endedAt.toISOString(),
+        attempt: 1,
+        jobVersion: job.version,
+        priority: job.priority,
+        schedule: job.schedule,
+        misfire: job.policies.misfire,
+        fanOut: { runId, status: "SUCCEEDED", dependents: job.dependents },
+      };
+      await f.engine.doc.send(
+        new PutCommand({ TableName: f.engine.tables.jobs, Item: encodeDueEntry(entry) }),
+      );
+    }
+    // The quiet tenant: one one-off due 5 s after the pass began, behind them in key order.
+    await seedJobs(
+      f,
+      oneOffs("t-quiet-beside", "z3-", 1, new Date(now.getTime() + 5 * SECOND)),
+      now,
+    );
+
+    // Two claims at once: one takes the first fan-out, the other the quiet tenant's entry (its
+    // turn), then the next fan-out.
+    const { tenants, runs } = await sweepRecent(f, now, 2);
+    expect(runs).toBe(4 * 300 + 1);
+    // Claimed at once, its run goes out while the first fan-out is still writing, not once the
+    // lanes run out of fan-outs to take (after two or three of them, 600 to 900 runs later).
+    expect(tenants.indexOf("t-quiet-beside")).toBe(0);
+  }, 240_000);
+});
+
+describe("a noisy tenant's entries that cannot be claimed, in a dispatcher pass", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture({ settings: { shardCount: 1, maxShardCount: 1 } });
+  });
+  afterAll(() => f.destroy());
+
+  it("sends another tenant's run claimed among them before they are all set aside", async () => {
+    const events: string[] = [];
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const result = await next(args);
+        const input = args.input as { TransactItems?: { Put?: { Item?: { pk?: unknown } } }[] };
+        const aside = input.TransactItems?.some((item) =>
+          JSON.stringify(item.Put?.Item?.pk ?? "").includes("ASIDE#"),
+        );
+        if (aside) events.push(`set aside by ${context.commandName}`);
+        return result;
+      },
+      { step: "initialize", name: "recordSetAside" },
+    );
+    f.engine.sqs.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (context.commandName === "SendMessageBatchCommand") events.push("sent");
+        return next(args);
+      },
+      { step: "initialize", name: "recordSent" },
+    );
+    const now = new Date(Math.floor(Date.now() / MINUTE) * MINUTE + 20 * SECOND);
+    const dueAt = new Date(now.getTime() - 5 * SECOND);
+    // 200 jobs whose stored schedule the schedule core does not read: each claim fails for good and
+    // its entry is set aside, one transaction each. The quiet tenant's one-off sorts after them.
+    await seedJobs(
+      f,
+      [
+        ...Array.from({ length: 200 }, (_, i) => ({
+          jobId: `a4-${String(i).padStart(5, "0")}`,
+          schedule: { cron: "not a cron", timezone: "UTC" },
+          dueAt,
+          tenantId: "t-unclaimable",
+        })),
+        ...oneOffs("t-quiet-unclaimable", "z4-", 1, new Date(now.getTime() + 5 * SECOND)),
+      ],
+      now,
+    );
+    const { tenants, runs } = await sweepRecent(f, now, 2);
+    expect({ runs, tenants }).toEqual({ runs: 1, tenants: ["t-quiet-unclaimable"] });
+    expect(events.filter((e) => e.startsWith("set aside"))).toHaveLength(200);
+    // Claimed second, its run went out while the claims went on setting entries aside (100 ms of
+    // them, a few dozen), not once all 200 were.
+    expect(events.indexOf("sent")).toBeLessThan(100);
   }, 120_000);
 });
