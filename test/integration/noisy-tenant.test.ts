@@ -1,13 +1,18 @@
-import { PutCommand } from "@aws-sdk/lib-dynamodb";
+import { GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { horizonOf, sweepShard } from "../../shared/dispatch/dispatcher.js";
+import { dispatchShard, horizonOf, sweepShard } from "../../shared/dispatch/dispatcher.js";
 import { createJob } from "../../shared/jobs/index.js";
 import { bucketKey, triggerSortKey } from "../../shared/keys.js";
 import type { DueEntry } from "../../shared/model.js";
 import { decodeRunMessage } from "../../shared/queue/work-queue.js";
 import { encodeDueEntry } from "../../shared/storage/items.js";
 import { getJob } from "../../shared/storage/run-reads.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  createEngineFixture,
+  type EngineFixture,
+  shiftedClock,
+  testJob,
+} from "../support/engine-fixture.js";
 import { type SeedSpec, seedJobs } from "../support/seed.js";
 
 const SECOND = 1000;
@@ -228,5 +233,77 @@ describe("a noisy tenant's entries that cannot be claimed, in a dispatcher pass"
     // Claimed second, its run went out while the claims went on setting entries aside (100 ms of
     // them, a few dozen), not once all 200 were.
     expect(events.indexOf("sent")).toBeLessThan(100);
+  }, 120_000);
+});
+
+describe("a noisy tenant's load that holds no one back", () => {
+  const time = shiftedClock();
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture({
+      clock: time.clock,
+      settings: { shardCount: 1, maxShardCount: 1 },
+    });
+  });
+  afterAll(() => f.destroy());
+
+  it("a job's 64 KiB payload stays out of its due entry: a bucket's Query page still holds about 2,000 entries", async () => {
+    const startAt = new Date(Math.ceil((Date.now() + 2 * 60 * MINUTE) / MINUTE) * MINUTE);
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        tenantId: "t-big-payloads",
+        payload: { blob: "x".repeat(64 * 1024 - 100) },
+        schedule: { every: "PT1H", startAt: startAt.toISOString() },
+      }),
+    );
+    if (job.nextDueKey === null) throw new Error("no due entry");
+    const stored = await f.engine.doc.send(
+      new GetCommand({
+        TableName: f.engine.tables.jobs,
+        Key: job.nextDueKey,
+        ConsistentRead: true,
+      }),
+    );
+    const item = stored.Item ?? {};
+    expect(item.jobId).toBe(job.jobId);
+    expect(JSON.stringify(item).length).toBeLessThan(1_000);
+  });
+
+  it("a fire_all catch-up storm after an outage goes after another tenant's run due in the recent window", async () => {
+    time.offsetMs = Math.floor(Date.now() / MINUTE) * MINUTE + 20 * SECOND - Date.now();
+    const before = new Date(time.clock().getTime());
+    expect((await dispatchShard(f.engine, 0, "before-outage")).outcome).toBe("swept");
+    // Ten per-minute fire_all jobs due a minute on, then 31 minutes without a pass: each has 30
+    // occurrences to catch up in the backlog. The quiet tenant's one-off is due 3 minutes after
+    // the outage, in the recent window of the first pass after it.
+    const outageEnd = new Date(before.getTime() + 31 * MINUTE);
+    const firstMissed = new Date(before.getTime() - 20 * SECOND + MINUTE);
+    await seedJobs(
+      f,
+      [
+        ...Array.from({ length: 10 }, (_, i) => ({
+          jobId: `a5-${String(i).padStart(5, "0")}`,
+          schedule: { every: "PT1M", startAt: firstMissed.toISOString() },
+          dueAt: firstMissed,
+          misfire: "fire_all" as const,
+          tenantId: "t-catching-up",
+        })),
+        ...oneOffs("t-quiet-after-outage", "z5-", 1, new Date(outageEnd.getTime() + 3 * MINUTE)),
+      ],
+      before,
+    );
+    time.offsetMs += 31 * MINUTE;
+    const recording = recordSends(f);
+    try {
+      const pass = await dispatchShard(f.engine, 0, "after-outage");
+      expect(pass).toMatchObject({ outcome: "swept" });
+      const caughtUp = recording.tenants.filter((t) => t === "t-catching-up").length;
+      expect(caughtUp).toBeGreaterThanOrEqual(10 * 30);
+      // The recent window first: the quiet run went out before any of the catch-up's.
+      expect(recording.tenants.indexOf("t-quiet-after-outage")).toBe(0);
+    } finally {
+      recording.stop();
+    }
   }, 120_000);
 });
