@@ -1,8 +1,11 @@
 import { GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { sleep } from "../../shared/clock.js";
+import { emptySweepStats } from "../../shared/dispatch/claim-chain.js";
+import { claimPages } from "../../shared/dispatch/claim-pages.js";
 import { dispatchShard, horizonOf, sweepShard } from "../../shared/dispatch/dispatcher.js";
 import { createJob } from "../../shared/jobs/index.js";
-import { bucketKey, triggerSortKey } from "../../shared/keys.js";
+import { bucketKey, newJobId, triggerSortKey } from "../../shared/keys.js";
 import type { DueEntry } from "../../shared/model.js";
 import { decodeRunMessage } from "../../shared/queue/work-queue.js";
 import { encodeDueEntry } from "../../shared/storage/items.js";
@@ -305,5 +308,69 @@ describe("a noisy tenant's load that holds no one back", () => {
     } finally {
       recording.stop();
     }
+  }, 120_000);
+});
+
+describe("a noisy tenant's trigger entries read ahead by a pass", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture({ settings: { shardCount: 1, maxShardCount: 1 } });
+  });
+  afterAll(() => f.destroy());
+
+  it("are held by what they weigh, not one each: 1,000 dependents' ids are 55 KB an entry", async () => {
+    const now = new Date();
+    const dependents = Array.from({ length: 1_000 }, (_, i) =>
+      newJobId(new Date(now.getTime() + i)),
+    );
+    const upstreamId = newJobId(now);
+    const entryOf = (n: number): DueEntry => {
+      const runId = `${upstreamId}-run-${n}`;
+      return {
+        key: { pk: bucketKey(now, 0), sk: triggerSortKey(now, runId) },
+        kind: "trigger",
+        jobId: upstreamId,
+        tenantId: "t-many-triggers",
+        dueAt: now.toISOString(),
+        scheduledFor: now.toISOString(),
+        attempt: 1,
+        jobVersion: 1,
+        priority: "normal",
+        schedule: { runAt: now.toISOString() },
+        misfire: "fire_once",
+        fanOut: { runId, status: "SUCCEEDED", dependents },
+      };
+    };
+    // A bucket's Query pages of such entries (a page is 1 MB, 34 of them), 3,000 in all; the
+    // reading stops the pass (it throws) once the case has looked at how far it read ahead.
+    let read = 0;
+    let stopReading = false;
+    async function* pages(): AsyncGenerator<DueEntry[]> {
+      while (!stopReading && read < 3_000) {
+        const page = Array.from({ length: 34 }, (_, i) => entryOf(read + i));
+        read += page.length;
+        yield page;
+      }
+      throw new Error("the case stopped reading");
+    }
+    // One claim at a time: each fan-out reads its 1,000 dependents (none is there) for seconds.
+    const pass = claimPages(
+      f.engine,
+      0,
+      pages(),
+      { now, horizonEnd: new Date(now.getTime() + 6 * MINUTE), concurrency: 1 },
+      emptySweepStats(),
+    ).then(
+      () => "ended",
+      (error: unknown) => String(error),
+    );
+    await sleep(1_000);
+    const readAhead = read;
+    stopReading = true;
+    expect(await pass).toContain("the case stopped reading");
+    // 50,000 entries' worth of memory (some 25 MB) is about 400 of these: 22 MB. Counted one each,
+    // all 3,000 were read at once (165 MB; 50,000 would be 2.7 GB).
+    expect(readAhead).toBeLessThanOrEqual(450);
+    expect(readAhead).toBeGreaterThanOrEqual(350);
   }, 120_000);
 });
