@@ -353,7 +353,20 @@ describe("a noisy tenant's trigger entries read ahead by a pass", () => {
       }
       throw new Error("the case stopped reading");
     }
-    // One claim at a time: each fan-out reads its 1,000 dependents (none is there) for seconds.
+    // One claim at a time, held at its first request until the case has read how far the pass
+    // read ahead; then every request fails, and the pass, asking for the next page, stops.
+    let stopClaims: (error: Error) => void = () => undefined;
+    const claimsHeld = new Promise<never>((_, reject) => {
+      stopClaims = reject;
+    });
+    claimsHeld.catch(() => undefined);
+    f.engine.doc.middlewareStack.add(
+      (next) => async (args) => {
+        await claimsHeld;
+        return next(args);
+      },
+      { step: "initialize", name: "holdClaims" },
+    );
     const pass = claimPages(
       f.engine,
       0,
@@ -367,7 +380,9 @@ describe("a noisy tenant's trigger entries read ahead by a pass", () => {
     await sleep(1_000);
     const readAhead = read;
     stopReading = true;
+    stopClaims(new Error("the case stopped the claims"));
     expect(await pass).toContain("the case stopped reading");
+    f.engine.doc.middlewareStack.remove("holdClaims");
     // 50,000 entries' worth of memory (some 25 MB) is about 400 of these: 22 MB. Counted one each,
     // all 3,000 were read at once (165 MB; 50,000 would be 2.7 GB).
     expect(readAhead).toBeLessThanOrEqual(450);
