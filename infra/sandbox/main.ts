@@ -9,17 +9,26 @@ const { startSandbox, sandboxSettingOverrides } = await import("./sandbox.js");
 const { loadSettings } = await import("../../shared/config.js");
 
 // `npm start`: the scheduler on this machine. Every option also reads an environment variable.
-const { values } = parseArgs({
-  options: {
-    port: { type: "string" },
-    "data-dir": { type: "string" },
-    "tick-seconds": { type: "string" },
-    workers: { type: "string" },
-    endpoint: { type: "string" },
-    prefix: { type: "string" },
-    help: { type: "boolean", short: "h" },
-  },
-});
+const options = {
+  port: { type: "string" },
+  "data-dir": { type: "string" },
+  "tick-seconds": { type: "string" },
+  workers: { type: "string" },
+  endpoint: { type: "string" },
+  prefix: { type: "string" },
+  help: { type: "boolean", short: "h" },
+} as const;
+let parsed: ReturnType<typeof parseArgs<{ options: typeof options }>>;
+try {
+  parsed = parseArgs({ options });
+} catch (error) {
+  // A misspelt option, one without its value or a stray argument: a usage error, not a stack trace.
+  console.error(
+    `${error instanceof Error ? error.message : String(error)} (npm start -- --help lists the options)`,
+  );
+  process.exit(2);
+}
+const { values } = parsed;
 
 if (values.help) {
   console.log(`usage: npm start -- [--port N] [--data-dir DIR] [--tick-seconds N] [--workers N] [--endpoint URL] [--prefix NAME]

@@ -148,6 +148,27 @@ describe("npm start", () => {
     }
   }, 60_000);
 
+  it("refuses a misspelt option, an option without its value and a stray argument at once (exit 2, naming it and --help), with no stack trace", async () => {
+    const refusedDir = await mkdtemp(join(tmpdir(), "scheduler-cli-usage-"));
+    try {
+      const cases = [
+        { args: ["--tick-second", "5"], names: "'--tick-second'" },
+        { args: ["--port"], names: "'--port <value>'" },
+        { args: ["3001"], names: "'3001'" },
+      ];
+      for (const { args, names } of cases) {
+        const { code, output } = await startRefused(["--data-dir", refusedDir, ...args], {});
+        expect(code, output).toBe(2);
+        expect(output, args.join(" ")).toContain(names);
+        expect(output, args.join(" ")).toContain("npm start -- --help");
+        expect(output, args.join(" ")).not.toMatch(/\n\s+at |node:internal/);
+      }
+      expect(javaFor(refusedDir)).toEqual([]);
+    } finally {
+      await rm(refusedDir, { recursive: true, force: true });
+    }
+  }, 60_000);
+
   it("refuses a MIN_INTERVAL_MS below one second at once (exit 2, naming it), before any emulator starts", async () => {
     const refusedDir = await mkdtemp(join(tmpdir(), "scheduler-cli-interval-"));
     try {
