@@ -172,3 +172,68 @@ describe("docs/console.md's figures", () => {
     );
   });
 });
+
+describe("README.md's table of write units and dollars per million runs", () => {
+  /** The figures of a requests bench's summary table, by scenario letter. */
+  function benchFigures(file: string): Map<string, { writeUnits: string; dollars: string }> {
+    const figures = new Map<string, { writeUnits: string; dollars: string }>();
+    for (const [, letter = "", rest = ""] of read(file).matchAll(
+      /^\| \(([a-e])\) [^|]*\|(.*)$/gm,
+    )) {
+      const cells = rest.split("|").map((cell) => cell.trim().replace(/\*/g, ""));
+      figures.set(letter, {
+        writeUnits: Number(cells[1]).toFixed(1),
+        dollars: Number(cells[10]).toFixed(2),
+      });
+    }
+    return figures;
+  }
+
+  it("gives in each column the figures of the bench result its link names", () => {
+    const readme = read("README.md");
+    const table = readme.indexOf("| run ");
+    const header = readme.slice(table, readme.indexOf("\n", table)).split("|");
+    const columns = (header[2] ?? "")
+      .replace(/^\s*write units,/, "")
+      .split("→")
+      .map((name) => name.trim());
+    expect(columns.length).toBeGreaterThanOrEqual(6);
+    // The links of the paragraph above the table: a column's (`[12-01](…)`, `[2026-11-30](…)`),
+    // or one scenario's of a column (`[11-30, b](…)`); the first of a label is the column's (a
+    // later `[before](…)` is another comparison's).
+    const links = new Map<string, string>();
+    for (const [, label = "", path = ""] of readme
+      .slice(readme.lastIndexOf("\n\n", table - 3), table)
+      .matchAll(/\[([^\]]+)\]\((bench\/results\/[^)]+\.md)\)/g)) {
+      const column = label.replace(/^2026-/, "");
+      if (!links.has(column)) links.set(column, path);
+    }
+    const SCENARIOS: Record<string, string> = {
+      "one-off, created inside the lookahead": "a",
+      "one-off, claimed by a dispatcher pass": "b",
+      "recurring (per-minute), steady state": "c",
+      "one-off that fails once, then succeeds": "d",
+      "one-off, created in a batch of 25": "e",
+    };
+    const differ: string[] = [];
+    for (const [row, letter] of Object.entries(SCENARIOS)) {
+      const line = readme.split("\n").find((text) => text.startsWith(`| ${row} `));
+      expect(line, row).toBeDefined();
+      const cells = (line ?? "").split("|").map((cell) => cell.trim());
+      const writeUnits = (cells[2] ?? "").split("→").map((cell) => cell.trim());
+      const dollars = (cells[3] ?? "").split("→").map((cell) => cell.replace(/\*/g, "").trim());
+      columns.forEach((column, i) => {
+        const file = links.get(`${column}, ${letter}`) ?? links.get(column);
+        expect(file, `a link for the column ${column}`).toBeDefined();
+        const measured = benchFigures(file ?? "").get(letter);
+        const shown = { writeUnits: writeUnits[i], dollars: dollars[i] };
+        const expected = measured ?? { writeUnits: "–", dollars: "–" };
+        if (shown.writeUnits !== expected.writeUnits || shown.dollars !== expected.dollars)
+          differ.push(
+            `${row}, ${column}: README ${shown.writeUnits} WU $${shown.dollars}, ${file} ${expected.writeUnits} WU $${expected.dollars}`,
+          );
+      });
+    }
+    expect(differ).toEqual([]);
+  });
+});
