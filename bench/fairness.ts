@@ -3,11 +3,11 @@ import { mkdir, writeFile } from "node:fs/promises";
 import { cpus, loadavg, tmpdir, totalmem } from "node:os";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
-import { parseArgs } from "node:util";
 import { sleep } from "../shared/clock.js";
 import { forEachConcurrently } from "../shared/concurrency.js";
 import { type Api, apiClient } from "../test/support/api-client.js";
 import { spawnSandbox } from "../test/support/sandbox-process.js";
+import { benchArgs } from "./args.js";
 import { percentile } from "./percentile.js";
 
 /**
@@ -449,16 +449,14 @@ ${latencyRow("B during A's flood", r.flood.bDuringFlood)}
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const { values } = parseArgs({
-    options: {
-      "a-jobs": { type: "string", default: "3000" },
-      "b-jobs": { type: "string", default: "30" },
-      workers: { type: "string", default: "64" },
-      "a-concurrent-runs": { type: "string" },
-      "a-requests-per-second": { type: "string", default: "50" },
-      "sleep-ms": { type: "string", default: "200" },
-      "flood-requests": { type: "string", default: "2000" },
-    },
+  const values = benchArgs(import.meta.url, {
+    "a-jobs": { type: "string", default: "3000" },
+    "b-jobs": { type: "string", default: "30" },
+    workers: { type: "string", default: "64" },
+    "a-concurrent-runs": { type: "string" },
+    "a-requests-per-second": { type: "string", default: "50" },
+    "sleep-ms": { type: "string", default: "200" },
+    "flood-requests": { type: "string", default: "2000" },
   });
   await runFairness({
     aJobs: Number(values["a-jobs"]),

@@ -2,7 +2,6 @@ import { readFileSync } from "node:fs";
 import { mkdir, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
-import { parseArgs } from "node:util";
 import { CreateTableCommand, DescribeTableCommand } from "@aws-sdk/client-dynamodb";
 import { CreateQueueCommand, GetQueueAttributesCommand } from "@aws-sdk/client-sqs";
 import { ScanCommand, TransactWriteCommand } from "@aws-sdk/lib-dynamodb";
@@ -29,6 +28,7 @@ import {
   webhookSecretsTableDefinition,
 } from "../shared/storage/tables.js";
 import { cachedSigningSecrets } from "../shared/webhooks/secrets.js";
+import { benchArgs } from "./args.js";
 import {
   CallCounter,
   countDynamoDb,
@@ -1071,11 +1071,9 @@ export function scenarioSelection(): { scenarios?: string[] } {
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const { values } = parseArgs({
-    options: {
-      runs: { type: "string", default: "50" },
-      minutes: { type: "string", default: "30" },
-    },
+  const values = benchArgs(import.meta.url, {
+    runs: { type: "string", default: "50" },
+    minutes: { type: "string", default: "30" },
   });
   await runRequestsPerRun({
     runs: Number(values.runs),

@@ -2,7 +2,7 @@ import { existsSync } from "node:fs";
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
-import { parseArgs } from "node:util";
+import { benchArgs } from "./args.js";
 import { type LagSeries, lagChartSvg, seriesFromResult } from "./lag-chart.js";
 import { runRequestsPerRun, scenarioSelection } from "./requests-per-run.js";
 import { runThroughput } from "./throughput.js";
@@ -14,17 +14,15 @@ import { runThroughput } from "./throughput.js";
  * minutes on a 2-core machine, `--spike-jobs 500` for a quick look). Then a chart of the start
  * lags measured (bench/results/<date>-lags.svg).
  */
-const { values } = parseArgs({
-  options: {
-    runs: { type: "string", default: "50" },
-    "throughput-seconds": { type: "string", default: "45" },
-    "throughput-shards": { type: "string", default: "8" },
-    "throughput-concurrency": { type: "string", default: "16,64" },
-    "throughput-rate": { type: "string", default: "24" },
-    "skip-throughput": { type: "boolean", default: false },
-    "spike-jobs": { type: "string", default: "10000" },
-    "skip-spike": { type: "boolean", default: false },
-  },
+const values = benchArgs(import.meta.url, {
+  runs: { type: "string", default: "50" },
+  "throughput-seconds": { type: "string", default: "45" },
+  "throughput-shards": { type: "string", default: "8", list: true },
+  "throughput-concurrency": { type: "string", default: "16,64", list: true },
+  "throughput-rate": { type: "string", default: "24" },
+  "skip-throughput": { type: "boolean", default: false },
+  "spike-jobs": { type: "string", default: "10000" },
+  "skip-spike": { type: "boolean", default: false },
 });
 
 const started = Date.now();

@@ -3,11 +3,11 @@ import { mkdir, writeFile } from "node:fs/promises";
 import { cpus, tmpdir, totalmem } from "node:os";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
-import { parseArgs } from "node:util";
 import { sleep } from "../shared/clock.js";
 import { forEachConcurrently } from "../shared/concurrency.js";
 import { type ApiAuth, apiClient, authModeFromEnv } from "../test/support/api-client.js";
 import { type SandboxProcess, spawnSandbox } from "../test/support/sandbox-process.js";
+import { benchArgs } from "./args.js";
 import { percentile } from "./percentile.js";
 
 /**
@@ -226,14 +226,12 @@ export async function runSpike(options: SpikeOptions): Promise<SpikeResult> {
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const { values } = parseArgs({
-    options: {
-      jobs: { type: "string", default: "10000" },
-      workers: { type: "string" },
-      concurrency: { type: "string", default: "8" },
-      "ms-per-create": { type: "string", default: String(DEFAULT_MS_PER_CREATE) },
-      "data-parent": { type: "string" },
-    },
+  const values = benchArgs(import.meta.url, {
+    jobs: { type: "string", default: "10000" },
+    workers: { type: "string" },
+    concurrency: { type: "string", default: "8" },
+    "ms-per-create": { type: "string", default: String(DEFAULT_MS_PER_CREATE) },
+    "data-parent": { type: "string" },
   });
   const result = await runSpike({
     jobs: Number(values.jobs),

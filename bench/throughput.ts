@@ -1,7 +1,7 @@
 import { cpus, totalmem } from "node:os";
 import { pathToFileURL } from "node:url";
-import { parseArgs } from "node:util";
 import { type Clock, systemClock } from "../shared/clock.js";
+import { benchArgs } from "./args.js";
 import { lagChartSvg } from "./lag-chart.js";
 import { writeResults } from "./requests-per-run.js";
 import { Progress, runConfiguration } from "./throughput-configuration.js";
@@ -360,21 +360,19 @@ function numberList(name: string, text: string): number[] {
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const { values } = parseArgs({
-    options: {
-      seconds: { type: "string", default: "60" },
-      shards: { type: "string", default: "4,8" },
-      concurrency: { type: "string", default: "16,64" },
-      rate: { type: "string", default: "24" },
-      "recurring-share": { type: "string", default: "0.5" },
-      every: { type: "string", default: "10" },
-      "lead-ms": { type: "string", default: "2000" },
-      lookahead: { type: "string", default: "10" },
-      "tick-ms": { type: "string", default: "1000" },
-      loops: { type: "string", default: "1" },
-      drain: { type: "string", default: "30" },
-      "no-write": { type: "boolean", default: false },
-    },
+  const values = benchArgs(import.meta.url, {
+    seconds: { type: "string", default: "60" },
+    shards: { type: "string", default: "4,8", list: true },
+    concurrency: { type: "string", default: "16,64", list: true },
+    rate: { type: "string", default: "24" },
+    "recurring-share": { type: "string", default: "0.5" },
+    every: { type: "string", default: "10" },
+    "lead-ms": { type: "string", default: "2000" },
+    lookahead: { type: "string", default: "10" },
+    "tick-ms": { type: "string", default: "1000" },
+    loops: { type: "string", default: "1" },
+    drain: { type: "string", default: "30" },
+    "no-write": { type: "boolean", default: false },
   });
   await runThroughput({
     seconds: Number(values.seconds),
