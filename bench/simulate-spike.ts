@@ -55,7 +55,11 @@ interface RequestsResult {
   }[];
 }
 
-/** The requests bench's newest measurement (by `measuredAt`: a file's name may carry a label). */
+/**
+ * The requests bench's newest measurement (by `measuredAt`: a file's name may carry a label) of
+ * the default claim, a transaction: a result whose dispatcher wrote none (`-plain`, measured with
+ * `oneOffClaimWrites: plain`) measures an opt-in setting, and has no transaction to count.
+ */
 function latestRequestsResult(): RequestsResult | null {
   const dir = join(import.meta.dirname, "results");
   let files: string[] = [];
@@ -64,9 +68,15 @@ function latestRequestsResult(): RequestsResult | null {
   } catch {
     return null;
   }
-  const results = files.map(
-    (f) => JSON.parse(readFileSync(join(dir, f), "utf8")) as RequestsResult,
-  );
+  const claimsByTransaction = (result: RequestsResult) =>
+    result.scenarios.some(
+      (s) =>
+        s.id === "b" &&
+        s.ops.some((o) => o.side === "dispatcher" && o.op === "DynamoDB.TransactWriteItems"),
+    );
+  const results = files
+    .map((f) => JSON.parse(readFileSync(join(dir, f), "utf8")) as RequestsResult)
+    .filter(claimsByTransaction);
   return results.sort((a, b) => a.measuredAt.localeCompare(b.measuredAt)).at(-1) ?? null;
 }
 
