@@ -1,6 +1,7 @@
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { describe, expect, it } from "vitest";
+import { servedDocument } from "../../client/generate.js";
 import { buildConsoleAssets } from "../../shared/console/build.js";
 
 /**
@@ -234,6 +235,59 @@ describe("README.md's table of write units and dollars per million runs", () => 
           );
       });
     }
+    expect(differ).toEqual([]);
+  });
+});
+
+describe("docs/api.md's Endpoints table", () => {
+  /** `GET /jobs status,limit,cursor` for each row's routes: `· /resume` reuses the method and the
+   * path but its last segment, `· PUT` the path, `?a=&b=` names the query parameters. */
+  function documentedRoutes(): Map<string, string[]> {
+    const doc = read("docs/api.md");
+    const table = doc.slice(doc.indexOf("## Endpoints"), doc.indexOf("\nStatuses are "));
+    const routes = new Map<string, string[]>();
+    for (const row of table.split("\n").filter((line) => line.startsWith("| `"))) {
+      let method = "";
+      let path = "";
+      for (const [, token = ""] of (row.split("|")[1] ?? "").matchAll(/`([^`]+)`/g)) {
+        const full = /^([A-Z]+) (\/\S*)$/.exec(token);
+        if (full) [, method = "", path = ""] = full;
+        else if (/^[A-Z]+$/.test(token)) method = token;
+        else if (token.startsWith("/")) path = path.replace(/\/[^/?]*(\?.*)?$/, token);
+        else continue;
+        const [route = "", query = ""] = path.split("?");
+        routes.set(
+          `${method} ${route}`,
+          query
+            .split("&")
+            .map((pair) => pair.replace(/=.*$/, ""))
+            .filter((name) => name !== ""),
+        );
+      }
+    }
+    return routes;
+  }
+
+  it("lists every operation of the OpenAPI document, with its query parameters", async () => {
+    const document = (await servedDocument()) as {
+      paths: Record<string, Record<string, { parameters?: { in: string; name: string }[] }>>;
+    };
+    const served = new Map<string, string[]>();
+    for (const [path, operations] of Object.entries(document.paths))
+      for (const [method, operation] of Object.entries(operations))
+        served.set(
+          `${method.toUpperCase()} ${path}`,
+          (operation.parameters ?? []).filter((p) => p.in === "query").map((p) => p.name),
+        );
+    expect(served.size).toBeGreaterThan(20);
+    const documented = documentedRoutes();
+    const differ = [...served].flatMap(([route, query]) => {
+      const listed = documented.get(route);
+      if (listed === undefined) return [`${route}: not in the table`];
+      return [...query].sort().join(",") === [...listed].sort().join(",")
+        ? []
+        : [`${route}: the table's ?${listed.join("&")}, the API's ${query.join(", ")}`];
+    });
     expect(differ).toEqual([]);
   });
 });
