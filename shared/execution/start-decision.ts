@@ -1,4 +1,5 @@
 import { CANCEL_REASONS } from "../cancel-reasons.js";
+import type { Engine } from "../engine.js";
 import type { Job, Run } from "../model.js";
 import {
   nextOccurrence,
@@ -9,6 +10,7 @@ import {
 } from "../schedule/index.js";
 import { isBeingDeleted } from "../storage/items.js";
 import type { RunEnding } from "../storage/run-finish.js";
+import { readRun } from "../storage/run-reads.js";
 import { lateStartSkipReason } from "./late-start.js";
 import { endsOneOff } from "./run-endings.js";
 
@@ -28,6 +30,48 @@ export type StartDecision =
     };
 
 /**
+ * `decideStart` with the runs it reads: the next occurrence's run where an edit since this run
+ * was queued may have planned it otherwise (`nextRunToRead`), and, for a skip that stands only
+ * if that occurrence has a run (`unlessNoRunFor`), whether it has one: fire_once's skip of a late
+ * run of a job its end completed stands only while the schedule's next occurrence has a run; past
+ * the last occurrence the end let the job queue, none does, and this run is the most recent
+ * missed one (one read, only for a late run of a completed job).
+ */
+export async function decideStartReadingRuns(
+  engine: Engine,
+  job: Job | null,
+  run: Run,
+  now: Date,
+): Promise<StartDecision> {
+  const graceMs = engine.settings.misfireGraceMs;
+  const readAt = job === null ? null : nextRunToRead(job, run, now, graceMs);
+  const read = (at: Date) =>
+    readRun(engine, { jobId: run.jobId, scheduledFor: at.toISOString(), attempt: 1 });
+  const queuedNext = readAt === null ? null : await read(readAt);
+  const decided = decideStart(job, run, now, graceMs, queuedNext);
+  if (decided.action !== "end" || decided.unlessNoRunFor === undefined || job === null)
+    return decided;
+  const next = decided.unlessNoRunFor;
+  const hasRun = readAt?.getTime() === next.getTime() ? queuedNext : await read(next);
+  return hasRun === null ? { action: "run", job } : decided;
+}
+
+/**
+ * The next occurrence whose queued run a late fire_once start reads: a queued run keeps the
+ * planned time it was claimed with, which an edit of the job's window (added, changed, removed)
+ * does not move, so after an edit since this run was queued that occurrence's run, where there is
+ * one, says whether it is late too, not the planned time the window gives it now. Nothing is read
+ * while the occurrence itself is not past the grace: no window plans it earlier, so it is on time
+ * whatever its run says.
+ */
+function nextRunToRead(job: Job, run: Run, now: Date, graceMs: number): Date | null {
+  if (job.policies.misfire !== "fire_once" || run.attempt !== 1 || run.jobVersion >= job.version)
+    return null;
+  const next = nextOccurrence(job.schedule, new Date(run.scheduledFor));
+  return next !== null && next.getTime() < now.getTime() - graceMs ? next : null;
+}
+
+/**
  * What a started run does, from the job as read after the start. A paused
  * job's runs are parked for resume, never skipped. An edit does not skip
  * queued runs: they run the job's current definition, except first attempts
@@ -36,7 +80,14 @@ export type StartDecision =
  * `inFlight: complete`). Retries, replays, triggered runs and runs queued by
  * an upstream (`after`) are not occurrences of the schedule, so a schedule change leaves them to run.
  */
-export function decideStart(job: Job | null, run: Run, now: Date, graceMs: number): StartDecision {
+export function decideStart(
+  job: Job | null,
+  run: Run,
+  now: Date,
+  graceMs: number,
+  /** The next occurrence's first attempt, queued with the planned time it keeps (see `nextRunToRead`). */
+  queuedNext: Run | null = null,
+): StartDecision {
   // Asked to cancel while an earlier worker held it (that worker died): it never runs again. That
   // worker started it (a cancel is asked only of a RUNNING run): its handler ran, as the DLQ's
   // ending of such a run counts it (`crashedRunning`), with no ending that measured it.
@@ -92,7 +143,10 @@ export function decideStart(job: Job | null, run: Run, now: Date, graceMs: numbe
     policy: job.policies.misfire,
     scheduledFor: new Date(run.scheduledFor),
     plannedFor: new Date(run.plannedFor ?? run.scheduledFor),
-    plannedOf: (at) => plannedTime(job.jobId, at, windowMsOf(job.window), job.schedule),
+    plannedOf: (at) =>
+      queuedNext !== null && Date.parse(queuedNext.scheduledFor) === at.getTime()
+        ? new Date(queuedNext.plannedFor ?? queuedNext.scheduledFor)
+        : plannedTime(job.jobId, at, windowMsOf(job.window), job.schedule),
     // A one-off's occurrence claimed again (`rerun`) stands in for its first attempt: judged so.
     attempt: run.rerun === true ? 1 : run.attempt,
     queuedOffSchedule: run.triggered === true || run.trigger !== undefined,

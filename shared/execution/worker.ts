@@ -10,7 +10,7 @@ import { runMessageOf } from "../storage/items.js";
 import { type HeldRun, lostToStartAtFence } from "../storage/run-fence.js";
 import { finishRun } from "../storage/run-finish.js";
 import { parkRun } from "../storage/run-park.js";
-import { getJob, readRun } from "../storage/run-reads.js";
+import { getJob } from "../storage/run-reads.js";
 import { requeueRun } from "../storage/run-requeue.js";
 import { leaveRunSlot, releaseRunSlot } from "../storage/run-slots.js";
 import { startRun, takeRun } from "../storage/run-start.js";
@@ -28,7 +28,7 @@ import { afterPredecessor } from "./retry-predecessor.js";
 import { endOnCancelRequest, type RunProgress, repairJobAfterRun } from "./run-endings.js";
 import { execute, heartbeatEveryMs, type RunExecutionDeps } from "./run-execution.js";
 import { endForDeletedJob, isRecurring, recordResult, resend, startLagMs } from "./run-outcome.js";
-import { decideStart, type StartDecision } from "./start-decision.js";
+import { decideStartReadingRuns } from "./start-decision.js";
 
 export interface WorkerDeps extends RunExecutionDeps {
   readonly workerId: string;
@@ -177,13 +177,11 @@ async function runStarted(
   const job = readWithRun === undefined ? await getJob(engine, run.jobId) : readWithRun;
   // A wait for the tenant's concurrent-runs quota in the worker loop is not lateness.
   const lateAsOf = new Date(engine.clock().getTime() - (received.waitedForQuotaMs ?? 0));
-  const decided = decideStart(job, run, lateAsOf, engine.settings.misfireGraceMs);
+  const decided = await decideStartReadingRuns(engine, job, run, lateAsOf);
   const decision =
-    decided.action === "end" && decided.unlessNoRunFor !== undefined && job !== null
-      ? await unlessLastQueued(engine, decided, job, run.jobId, decided.unlessNoRunFor)
-      : decided.action === "run" && run.retryOf !== undefined
-        ? await afterPredecessor(engine, decided.job, run, predecessor)
-        : decided;
+    decided.action === "run" && run.retryOf !== undefined
+      ? await afterPredecessor(engine, decided.job, run, predecessor)
+      : decided;
   if (decision.action === "wait")
     return requeueUntil(engine, run, decision.reason, decision.recheckAt);
   if (decision.action === "end") {
@@ -204,22 +202,6 @@ async function runStarted(
     return "ack";
   }
   return runAdmitted(deps, received, decision.job, run, progress);
-}
-
-/**
- * fire_once's skip of a late run of a job its end completed stands only while the schedule's next
- * occurrence has a run: past the last occurrence the end let the job queue, none does, and this
- * run is the most recent missed one (one read, only for a late run of a completed job).
- */
-async function unlessLastQueued(
-  engine: Engine,
-  decision: StartDecision,
-  job: Job,
-  jobId: string,
-  next: Date,
-): Promise<StartDecision> {
-  const queued = await readRun(engine, { jobId, scheduledFor: next.toISOString(), attempt: 1 });
-  return queued === null ? { action: "run", job } : decision;
 }
 
 /**
