@@ -29,6 +29,11 @@ export interface LateStartInput {
   readonly graceMs: number;
   /** The job's endAt: occurrences after it never run, so none of them runs in this one's place. */
   readonly endAt?: Date | null;
+  /**
+   * An occurrence an edit of the schedule passed over (the new schedule starts at the edit): it
+   * never runs, so it does not run in this one's place either.
+   */
+  readonly passedOver?: (occurrence: Date) => boolean;
 }
 
 /**
@@ -41,8 +46,9 @@ export interface LateStartInput {
  *   occurrence of the schedule an edit replaced (kept by `inFlight: "complete"`) too;
  * - fire_once: of the late occurrences, only the most recent runs, so one is
  *   skipped when the schedule's next occurrence is also past the grace (and
- *   not after the job's endAt, where it never runs); an occurrence of a schedule an
- *   edit replaced runs, since none of the new schedule's runs in its place;
+ *   not after the job's endAt, nor one an edit passed over: neither ever runs); an
+ *   occurrence of a schedule an edit replaced runs, since none of the new schedule's runs in
+ *   its place;
  * - fire_all: always runs.
  * Retries, replays, triggered runs and the runs an upstream queued (not occurrences of the
  * schedule, whatever instant they hold) always run.
@@ -74,7 +80,12 @@ export function lateStartSkipReason(input: LateStartInput): string | null {
   // fire_once runs it.
   if (occurrences(schedule, scheduledFor, scheduledFor, 1).length === 0) return null;
   const scheduled = nextOccurrence(schedule, scheduledFor);
-  const next = scheduled !== null && input.endAt && scheduled > input.endAt ? null : scheduled;
+  const next =
+    scheduled === null ||
+    (input.endAt && scheduled > input.endAt) ||
+    input.passedOver?.(scheduled) === true
+      ? null
+      : scheduled;
   const nextPlanned = next === null ? null : (input.plannedOf?.(next) ?? next);
   if (nextPlanned !== null && nextPlanned.getTime() < cutoff) {
     return `misfire: started ${lateBy} late; policy fire_once runs only the most recent missed occurrence`;

@@ -47,22 +47,23 @@ export async function decideStartReadingRuns(
   const readAt = job === null ? null : nextRunToRead(job, run, now, graceMs);
   const read = (at: Date) =>
     readRun(engine, { jobId: run.jobId, scheduledFor: at.toISOString(), attempt: 1 });
-  const queuedNext = readAt === null ? null : await read(readAt);
-  const decided = decideStart(job, run, now, graceMs, queuedNext);
+  const nextRead = readAt === null ? null : { at: readAt, run: await read(readAt) };
+  const decided = decideStart(job, run, now, graceMs, nextRead);
   if (decided.action !== "end" || decided.unlessNoRunFor === undefined || job === null)
     return decided;
   const next = decided.unlessNoRunFor;
-  const hasRun = readAt?.getTime() === next.getTime() ? queuedNext : await read(next);
+  const hasRun = nextRead?.at.getTime() === next.getTime() ? nextRead.run : await read(next);
   return hasRun === null ? { action: "run", job } : decided;
 }
 
 /**
- * The next occurrence whose queued run a late fire_once start reads: a queued run keeps the
- * planned time it was claimed with, which an edit of the job's window (added, changed, removed)
- * does not move, so after an edit since this run was queued that occurrence's run, where there is
- * one, says whether it is late too, not the planned time the window gives it now. Nothing is read
- * while the occurrence itself is not past the grace: no window plans it earlier, so it is on time
- * whatever its run says.
+ * The next occurrence whose run a late fire_once start reads, after an edit since this run was
+ * queued. A queued run keeps the planned time it was claimed with, which an edit of the job's
+ * window (added, changed, removed) does not move: that occurrence's run, where there is one, says
+ * whether it is late too, not the planned time the window gives it now. Without a run, before the
+ * job's pending occurrence, it was passed over: a new schedule starts at its edit, and its
+ * occurrences before the edit never run. Nothing is read while the occurrence itself is not past
+ * the grace: no window plans it earlier, so it is on time whatever its run says.
  */
 function nextRunToRead(job: Job, run: Run, now: Date, graceMs: number): Date | null {
   if (job.policies.misfire !== "fire_once" || run.attempt !== 1 || run.jobVersion >= job.version)
@@ -85,8 +86,8 @@ export function decideStart(
   run: Run,
   now: Date,
   graceMs: number,
-  /** The next occurrence's first attempt, queued with the planned time it keeps (see `nextRunToRead`). */
-  queuedNext: Run | null = null,
+  /** The next occurrence's first attempt as read (null: none), see `nextRunToRead`. */
+  nextRead: { readonly at: Date; readonly run: Run | null } | null = null,
 ): StartDecision {
   // Asked to cancel while an earlier worker held it (that worker died): it never runs again. That
   // worker started it (a cancel is asked only of a RUNNING run): its handler ran, as the DLQ's
@@ -143,10 +144,16 @@ export function decideStart(
     policy: job.policies.misfire,
     scheduledFor: new Date(run.scheduledFor),
     plannedFor: new Date(run.plannedFor ?? run.scheduledFor),
-    plannedOf: (at) =>
-      queuedNext !== null && Date.parse(queuedNext.scheduledFor) === at.getTime()
-        ? new Date(queuedNext.plannedFor ?? queuedNext.scheduledFor)
-        : plannedTime(job.jobId, at, windowMsOf(job.window), job.schedule),
+    plannedOf: (at) => {
+      const queued = nextRead?.at.getTime() === at.getTime() ? nextRead.run : null;
+      return queued === null
+        ? plannedTime(job.jobId, at, windowMsOf(job.window), job.schedule)
+        : new Date(queued.plannedFor ?? queued.scheduledFor);
+    },
+    passedOver: (at) =>
+      nextRead?.at.getTime() === at.getTime() &&
+      nextRead.run === null &&
+      (job.nextRunAt === null || at.getTime() < Date.parse(job.nextRunAt)),
     // A one-off's occurrence claimed again (`rerun`) stands in for its first attempt: judged so.
     attempt: run.rerun === true ? 1 : run.attempt,
     queuedOffSchedule: run.triggered === true || run.trigger !== undefined,

@@ -109,11 +109,12 @@ describe("fire_once, two occurrences queued, the window edited, the workers down
     expect(offset).toBeGreaterThan(4);
     await editJob(f.engine, job.tenantId, job.jobId, job.version, { window: null });
     // The workers come back past the grace after the second occurrence's instant, before the
-    // grace after its run's planned time: the earlier run is the most recent late one.
+    // grace after its run's planned time: the earlier run is the most recent late one. The later
+    // one starts once due, on time.
     const back = second + grace + 1 + Math.floor(offset / 2);
     for (const [run, clockAt] of [
       [earlier, back],
-      [later, back + 1],
+      [later, Math.max(back + 1, second + offset)],
     ] as const) {
       await processRun(
         { ...f.workerDeps("w", handlers), engine: { ...f.engine, clock: at(clockAt) } },
@@ -126,5 +127,62 @@ describe("fire_once, two occurrences queued, the window edited, the workers down
       [later.scheduledFor, "SUCCEEDED", null],
     ]);
     expect(ran).toEqual([earlier.runId, later.runId]);
+  });
+});
+
+/**
+ * fire_once skips a late run when the schedule's next occurrence is late too, since that one
+ * runs in its place. An edit that gives the job a schedule whose occurrences this run's instant
+ * is one of starts it at the edit: its occurrences before the edit never run, and none stands in.
+ */
+describe("fire_once, a queued occurrence the new schedule also has, the next one before the edit", () => {
+  let f: EngineFixture;
+  let ran: string[];
+  const handlers: Record<string, JobHandler> = {
+    recorded: async (ctx: JobContext) => void ran.push(ctx.runId),
+  };
+
+  beforeAll(async () => {
+    f = await createEngineFixture();
+  });
+  afterAll(() => f.destroy());
+
+  const at = (ms: number): Clock => offsetClock(ms - Date.now());
+
+  it("every PT10M made every PT5M on the same anchor seven minutes on: the late run runs", async () => {
+    ran = [];
+    const first = Math.ceil((Date.now() + MINUTE) / 1000) * 1000;
+    const startAt = new Date(first).toISOString();
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "recorded",
+        schedule: { every: "PT10M", startAt },
+        policies: { ...testJob().policies, misfire: "fire_once" },
+      }),
+    );
+    const [late] = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    if (late === undefined) throw new Error("the create queued no run");
+    expect(late.scheduledFor).toBe(startAt);
+    // The workers are down; the edit comes 7 minutes after the first occurrence. The new
+    // schedule starts then: its occurrence 5 minutes after the first was before it.
+    const edited = await editJob(
+      { ...f.engine, clock: at(first + 7 * MINUTE) },
+      job.tenantId,
+      job.jobId,
+      job.version,
+      { schedule: { every: "PT5M", startAt } },
+    );
+    // Its occurrences from the edit on are claimed (the fast path's reach): not the one before.
+    expect(Date.parse(edited.nextRunAt ?? "")).toBeGreaterThan(first + 7 * MINUTE);
+    const fiveOn = new Date(first + 5 * MINUTE).toISOString();
+    expect((await f.runs()).filter((r) => r.scheduledFor === fiveOn)).toEqual([]);
+    await processRun(
+      { ...f.workerDeps("w", handlers), engine: { ...f.engine, clock: at(first + 8 * MINUTE) } },
+      deliveryOfRun(f.engine, late),
+    );
+    const ended = (await f.runs()).find((r) => r.runId === late.runId);
+    expect([ended?.status, ended?.reason]).toEqual(["SUCCEEDED", null]);
+    expect(ran).toEqual([late.runId]);
   });
 });

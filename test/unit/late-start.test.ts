@@ -42,6 +42,23 @@ describe("lateStartSkipReason", () => {
     ).toMatch(/policy fire_once runs only the most recent/);
   });
 
+  it("fire_once runs a late occurrence whose next one an edit passed over: that one never runs", () => {
+    const policy = "fire_once" as const;
+    const scheduledFor = at("2026-03-01T12:08:00.000Z");
+    const nine = at("2026-03-01T12:09:00.000Z");
+    const passedOver = (occurrence: Date) => occurrence.getTime() === nine.getTime();
+    expect(lateStartSkipReason({ ...base, policy, scheduledFor, passedOver })).toBeNull();
+    // 12:07's next, 12:08, was not passed over: it runs in 12:07's place.
+    expect(
+      lateStartSkipReason({
+        ...base,
+        policy,
+        scheduledFor: at("2026-03-01T12:07:00.000Z"),
+        passedOver,
+      }),
+    ).toMatch(/policy fire_once runs only the most recent/);
+  });
+
   it("fire_once runs the last late occurrence before the job's endAt: none after it runs instead", () => {
     const policy = "fire_once" as const;
     const scheduledFor = at("2026-03-01T12:08:00.000Z");
