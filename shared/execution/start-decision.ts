@@ -66,8 +66,10 @@ export async function decideStartReadingRuns(
  * the grace: no window plans it earlier, so it is on time whatever its run says.
  */
 function nextRunToRead(job: Job, run: Run, now: Date, graceMs: number): Date | null {
-  if (job.policies.misfire !== "fire_once" || run.attempt !== 1 || run.jobVersion >= job.version)
-    return null;
+  // A paused or cancelled job's run is parked or ended before any misfire is judged.
+  const judged = job.status === "ACTIVE" || job.status === "COMPLETED";
+  if (!judged || job.policies.misfire !== "fire_once" || run.attempt !== 1) return null;
+  if (run.jobVersion >= job.version) return null;
   const next = nextOccurrence(job.schedule, new Date(run.scheduledFor));
   return next !== null && next.getTime() < now.getTime() - graceMs ? next : null;
 }
