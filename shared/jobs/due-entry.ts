@@ -72,9 +72,13 @@ export function pendingEntryAgain(engine: Engine, job: Job, at: Date, now: Date)
 
 /**
  * Whether `run` has ended or been asked to cancel (a pause's, an API cancel's, still running under
- * its worker's lease): its occurrence, filed again, runs as the next attempt.
+ * its worker's lease): its occurrence, filed again, runs as the next attempt. A FAILED run has not:
+ * its next attempt was put before its ending (a retry entry, whose claim gives it that attempt),
+ * and the occurrence filed again at that attempt would take the retry's key as a first attempt
+ * stands in, to be skipped as one (late, or moved away) with the retry never run.
  */
 export function runGivenUp(run: Run): boolean {
+  if (run.status === "FAILED") return false;
   return (run.status !== "QUEUED" && run.status !== "RUNNING") || Boolean(run.cancelRequestedAt);
 }
 
@@ -84,8 +88,8 @@ export function runGivenUp(run: Run): boolean {
  * run a pause cancelled or its worker skipped meanwhile, or a recurring job's run made a one-off at
  * its time. Filed at attempt 1, its claim would find that attempt's run handled and move the job on
  * with nothing pending, ACTIVE and never run: it is filed at the latest run's next attempt, as a
- * resume files a run a pause cancelled. A run still under way is met by the claim at attempt 1, as
- * before. The latest run at the last attempt a run can have leaves none: the edit is refused.
+ * resume files a run a pause cancelled. A run still under way (a FAILED one too: its retry is to
+ * come) is met by the claim at attempt 1, as before. The latest run at the last attempt a run can have leaves none: the edit is refused.
  * One consistent read of one run item, made by schedule edits to a one-off only.
  */
 export async function attemptForRunAt(engine: Engine, jobId: string, runAt: Date): Promise<number> {
