@@ -1,10 +1,19 @@
 import { beforeEach, describe, expect, it } from "vitest";
+import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
-import { JobError } from "../../shared/execution/job-contract.js";
-import { createJob, editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
+import { NotReplayableError } from "../../shared/errors.js";
+import { type JobContext, JobError } from "../../shared/execution/job-contract.js";
+import {
+  createJob,
+  editJob,
+  pauseJob,
+  replayDeadLetter,
+  resumeJob,
+} from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
 import type { DueEntry, Job } from "../../shared/model.js";
 import type { MisfirePolicy } from "../../shared/policies.js";
+import { startRun } from "../../shared/storage/run-start.js";
 import { SECOND, useClaimRace } from "../support/claim-race.js";
 import { deliveryOfRun, type EngineFixture, testJob } from "../support/engine-fixture.js";
 
@@ -14,7 +23,8 @@ import { deliveryOfRun, type EngineFixture, testJob } from "../support/engine-fi
  * it, as a first attempt is.
  */
 
-const { clock, time, runsOf, fixture, runsCalled, entriesOf } = useClaimRace();
+const { clock, time, claimOptions, seedOne, runsOf, fixture, runsCalled, entriesOf, withHook } =
+  useClaimRace();
 let f: EngineFixture;
 beforeEach(() => {
   f = fixture();
@@ -140,5 +150,199 @@ describe("a one-off whose run failed (its retry an entry an hour out) while it w
       [1, "FAILED"],
       [2, "SUCCEEDED"],
     ]);
+  });
+});
+
+/** Every message of the job's runs the queue holds now, delivered to a worker whose `noop` handler is `handler`. */
+async function deliverQueued(jobId: string, handler: (ctx: JobContext) => Promise<unknown>) {
+  const deps = f.workerDeps("w", { noop: handler });
+  for (const received of await f.receiveAll(f.engine.queues.normal, { quietMs: 1500 })) {
+    if (received.message.jobId === jobId) await f.process(deps, received);
+  }
+}
+
+/**
+ * A one-off due 5 s ago (misfire `misfire`) whose run a pause with `running: "cancel"` cancelled
+ * while it ran, then resumed: its next attempt, attempt 2, QUEUED and marked `rerun`.
+ */
+async function rerunQueued(jobId: string, misfire: MisfirePolicy) {
+  const now = clock();
+  const due = new Date(now.getTime() - 5 * SECOND);
+  const { job, entry } = await seedOne(jobId, { runAt: due.toISOString() }, due, now, misfire);
+  expect((await claimDueEntry(f.engine, entry, claimOptions(now))).outcome).toBe("claimed");
+  const [first] = await runsOf(jobId);
+  if (!first) throw new Error("no run");
+  expect((await startRun(f.engine, first, "worker-a", clock())).kind).toBe("started");
+  await pauseJob(f.engine, job.tenantId, jobId, { running: "cancel" });
+  await resumeJob(f.engine, job.tenantId, jobId);
+  const rerun = (await runsOf(jobId)).find((r) => r.attempt === 2);
+  expect([rerun?.status, rerun?.rerun]).toEqual(["QUEUED", true]);
+  return { job, due };
+}
+
+describe("which runs carry the rerun mark", () => {
+  it("a rerun's failure retry is not marked: moved away before it runs, it still runs at its old time", async () => {
+    const { job, due } = await rerunQueued("rerun-retry-away", "fire_once");
+    await deliverQueued(job.jobId, async () => {
+      throw new JobError("flaky", { retryable: true });
+    });
+    const runs = await runsOf(job.jobId);
+    const failed = runs.find((r) => r.attempt === 2);
+    const retry = runs.find((r) => r.attempt === 3);
+    expect([failed?.status, retry?.status, retry?.rerun]).toEqual(["FAILED", "QUEUED", undefined]);
+    expect(retry?.retryOf?.runId).toBe(failed?.runId);
+
+    const away = new Date(clock().getTime() + 600 * SECOND);
+    await moveTo(job, 1, away);
+    if (!retry) throw new Error("no retry");
+    time.ms = Math.max(time.ms, Date.parse(retry.dueAt) + SECOND);
+    const calls: string[] = [];
+    const deps = f.workerDeps("w", {
+      noop: async (ctx) => void calls.push(`${ctx.scheduledFor}#${ctx.attempt}`),
+    });
+    await f.process(deps, deliveryOfRun(f.engine, retry));
+    const ended = (await runsOf(job.jobId)).find((r) => r.attempt === 3);
+
+    expect([calls, ended?.status, ended?.reason]).toEqual([
+      [`${due.toISOString()}#3`],
+      "SUCCEEDED",
+      null,
+    ]);
+    const moved = await getTenantJob(f.engine, job.tenantId, job.jobId);
+    expect([moved.status, moved.nextRunAt]).toEqual(["ACTIVE", away.toISOString()]);
+  });
+
+  it("a rerun started past the grace under fire_once runs: a one-off has no later occurrence to stand in for it", async () => {
+    const { job, due } = await rerunQueued("rerun-late-fire-once", "fire_once");
+    time.ms += 120 * SECOND;
+
+    expect(await runsCalled(job.jobId)).toEqual([[due.toISOString(), 1]]);
+    expect(await attemptsOf(job.jobId, due)).toContainEqual([2, "SUCCEEDED"]);
+    expect((await getTenantJob(f.engine, job.tenantId, job.jobId)).status).toBe("COMPLETED");
+  });
+});
+
+/**
+ * A one-off due 5 s ago (retries an hour apart) whose first run, while it runs, has the job moved
+ * 10 minutes away (version 2) and then dies of a non-retryable error: attempt 1 DEAD, listed.
+ */
+async function deadWhileMovedAway() {
+  const now = clock();
+  const due = new Date(now.getTime() - 5 * SECOND);
+  const away = new Date(now.getTime() + 600 * SECOND);
+  const { job } = await createJob(
+    f.engine,
+    testJob({
+      schedule: { runAt: due.toISOString() },
+      policies: {
+        ...testJob().policies,
+        retry: { maxAttempts: 5, initialDelayMs: HOUR, maxDelayMs: HOUR },
+      },
+    }),
+  );
+  const [first] = await runsOf(job.jobId);
+  if (!first) throw new Error("the create queued no run");
+  await f.process(
+    f.workerDeps("w", {
+      noop: async () => {
+        await moveTo(job, 1, away);
+        throw new JobError("bad request", { retryable: false });
+      },
+    }),
+    deliveryOfRun(f.engine, first),
+  );
+  expect(await attemptsOf(job.jobId, due)).toEqual([[1, "DEAD"]]);
+  return { job, due, away, dead: first };
+}
+
+/** The refusal of a replay of `runId`: a NotReplayableError, and the reason it gives. */
+async function replayRefusal(job: Job, runId: string, key?: string): Promise<string> {
+  const refused = await replayDeadLetter(f.engine, job.tenantId, runId, key).catch(
+    (error: unknown) => error,
+  );
+  expect(refused).toBeInstanceOf(NotReplayableError);
+  return String((refused as NotReplayableError).context.why);
+}
+
+describe("replays of a dead one-off's run after an edit gave its time back", () => {
+  it("two replays with different Idempotency-Keys after the edit's run ended: one is the attempt after it, the other refused, and each key's repeat answers as its first did", async () => {
+    const { job, due, dead } = await deadWhileMovedAway();
+    await moveTo(job, 2, due);
+    expect(await runsCalled(job.jobId)).toEqual([[due.toISOString(), 1]]);
+    const isReplayCommit = (input: Record<string, unknown>) =>
+      JSON.stringify(input.TransactItems ?? []).includes(dead.runId);
+
+    let second: Awaited<ReturnType<typeof replayDeadLetter>> | undefined;
+    const { result: refused, hooked } = await withHook(
+      "TransactWriteItemsCommand",
+      async () => {
+        second = await replayDeadLetter(f.engine, job.tenantId, dead.runId, "key-b");
+      },
+      () => replayRefusal(job, dead.runId, "key-a"),
+      isReplayCommit,
+    );
+
+    expect(hooked).toBe(1);
+    expect([second?.run.attempt, second?.earlier]).toEqual([3, false]);
+    expect(refused).toMatch(/replayed/);
+    expect(await attemptsOf(job.jobId, due)).toEqual([
+      [1, "DEAD"],
+      [2, "SUCCEEDED"],
+      [3, "QUEUED"],
+    ]);
+    const repeat = await replayDeadLetter(f.engine, job.tenantId, dead.runId, "key-b");
+    expect([repeat.run.runId, repeat.earlier]).toEqual([second?.run.runId, true]);
+    expect(await replayRefusal(job, dead.runId, "key-a")).toContain(
+      `already replayed as ${second?.run.runId}`,
+    );
+  });
+
+  it("while the edit's run is FAILED with its retry an entry an hour out: refused naming that run, and the retry runs once at its time", async () => {
+    const { job, due, dead } = await deadWhileMovedAway();
+    await moveTo(job, 2, due);
+    const deps = f.workerDeps("w", {
+      noop: async () => {
+        throw new JobError("flaky", { retryable: true });
+      },
+    });
+    for (const received of await f.receiveAll(f.engine.queues.normal, { quietMs: 1500 })) {
+      if (received.message.jobId === job.jobId)
+        await f.process({ ...deps, engine: { ...f.engine, random: () => 0.99 } }, received);
+    }
+    expect(await attemptsOf(job.jobId, due)).toEqual([
+      [1, "DEAD"],
+      [2, "FAILED"],
+    ]);
+    const [retry] = (await entriesOf(job.jobId)).filter((e) => e.kind === "retry");
+    if (!retry) throw new Error("no retry entry");
+
+    const why = await replayRefusal(job, dead.runId);
+    expect(why).toContain(`runs again as ${dead.runId.replace(/-1$/, "-2")} (failed)`);
+
+    expect(await atRetryTime(job.jobId, retry, due)).toEqual([[due.toISOString(), 1]]);
+    expect(await attemptsOf(job.jobId, due)).toEqual([
+      [1, "DEAD"],
+      [2, "FAILED"],
+      [3, "SUCCEEDED"],
+    ]);
+  });
+
+  it("after the edit's run was skipped by a move away: the replay runs once, and the one-off stays active for its new time", async () => {
+    const { job, due, dead } = await deadWhileMovedAway();
+    await moveTo(job, 2, due);
+    const later = new Date(clock().getTime() + 1200 * SECOND);
+    await moveTo(job, 3, later);
+    expect(await runsCalled(job.jobId)).toEqual([]);
+    expect(await attemptsOf(job.jobId, due)).toEqual([
+      [1, "DEAD"],
+      [2, "SKIPPED"],
+    ]);
+
+    const replayed = await replayDeadLetter(f.engine, job.tenantId, dead.runId);
+
+    expect([replayed.run.attempt, replayed.run.rerun]).toEqual([3, undefined]);
+    expect(await runsCalled(job.jobId)).toEqual([[due.toISOString(), 1]]);
+    const after = await getTenantJob(f.engine, job.tenantId, job.jobId);
+    expect([after.status, after.nextRunAt]).toEqual(["ACTIVE", later.toISOString()]);
   });
 });
