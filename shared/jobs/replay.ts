@@ -103,9 +103,10 @@ export async function replayDeadLetter(
  * are not `dead`'s own retry (put before a crash, which `writeReplay` takes the place of). Those
  * an edit filed: it gave the one-off this time again as its `runAt` (`attemptForRunAt`), and the
  * occurrence ran again, or was recorded skipped (the misfire policy), as the attempt after `dead`.
- * Once that run and its retries have ended, the replay is the attempt after the latest of them;
- * while they are under way (queued, running, or failed with a retry to come) it is refused, as it
- * would run the occurrence beside them.
+ * Once that run and its retries have ended without success, the replay is the attempt after the
+ * latest of them; while they are under way (queued, running, or failed with a retry to come) it is
+ * refused, as it would run the occurrence beside them, and once one succeeded, as it would run
+ * the occurrence twice.
  */
 async function replayAttempt(engine: Engine, dead: Run): Promise<number> {
   const latest = await latestAttemptOf(engine, dead.jobId, dead.scheduledFor);
@@ -115,7 +116,13 @@ async function replayAttempt(engine: Engine, dead: Run): Promise<number> {
   if (latest.status === "QUEUED" || latest.status === "RUNNING" || latest.status === "FAILED")
     throw new NotReplayableError(
       dead.runId,
-      `its occurrence runs again as ${latest.runId} (${status}), filed when an edit gave its job this runAt again: replayable once that run and its retries have ended`,
+      `its occurrence runs again as ${latest.runId} (${status}), filed when an edit gave its job this runAt again: replayable once that run and its retries have ended, unless one succeeds`,
+    );
+  // A replay would be a second success of one occurrence, which the scheduler never records.
+  if (latest.status === "SUCCEEDED")
+    throw new NotReplayableError(
+      dead.runId,
+      `its occurrence ran again as ${latest.runId} and succeeded, filed when an edit gave its job this runAt again: a replay would run it a second time`,
     );
   if (latest.attempt >= MAX_ATTEMPT)
     throw new NotReplayableError(
