@@ -1,13 +1,13 @@
 import { beforeEach, describe, expect, it } from "vitest";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
-import { editJob, pauseJob, resumeJob, triggerJob } from "../../shared/jobs/index.js";
+import { pauseJob, resumeJob, triggerJob } from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
 import { MAX_ATTEMPT } from "../../shared/keys.js";
-import type { Job } from "../../shared/model.js";
 import { ValidationError } from "../../shared/validation.js";
 import { useCancelledAttempt } from "../support/cancelled-attempt.js";
 import { SECOND, useClaimRace } from "../support/claim-race.js";
 import type { EngineFixture } from "../support/engine-fixture.js";
+import { useOneOffMoves } from "../support/one-off-moves.js";
 import { copyRunToAttempt } from "../support/seed.js";
 
 /**
@@ -21,13 +21,11 @@ const race = useClaimRace();
 const { clock, seedOne, runsOf, fixture, entriesOf, runsCalled } = race;
 const { pausedWithRunCancelled, resumedUnclaimed, expectNextAttemptRunsOnce } =
   useCancelledAttempt(race);
+const { moveTo } = useOneOffMoves(race);
 let f: EngineFixture;
 beforeEach(() => {
   f = fixture();
 });
-
-const moveTo = (job: Job, version: number, at: Date) =>
-  editJob(f.engine, job.tenantId, job.jobId, version, { schedule: { runAt: at.toISOString() } });
 
 describe("a one-off's pending next attempt (a resume's, unclaimed), then edits that move its runAt away and back", () => {
   it("the next attempt runs, once", async () => {

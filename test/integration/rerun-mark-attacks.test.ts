@@ -1,21 +1,15 @@
 import { beforeEach, describe, expect, it } from "vitest";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
-import { NotReplayableError } from "../../shared/errors.js";
 import { type JobContext, JobError } from "../../shared/execution/job-contract.js";
-import {
-  createJob,
-  editJob,
-  pauseJob,
-  replayDeadLetter,
-  resumeJob,
-} from "../../shared/jobs/index.js";
+import { pauseJob, replayDeadLetter, resumeJob } from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
-import type { DueEntry, Job } from "../../shared/model.js";
+import type { DueEntry } from "../../shared/model.js";
 import type { MisfirePolicy } from "../../shared/policies.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { SECOND, useClaimRace } from "../support/claim-race.js";
-import { deliveryOfRun, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { deliveryOfRun, type EngineFixture } from "../support/engine-fixture.js";
+import { useOneOffMoves } from "../support/one-off-moves.js";
 
 /**
  * Attacks on the `rerun` mark (a one-off's occurrence claimed again past attempt 1) and on what
@@ -23,63 +17,27 @@ import { deliveryOfRun, type EngineFixture, testJob } from "../support/engine-fi
  * it, as a first attempt is.
  */
 
+const race = useClaimRace();
 const { clock, time, claimOptions, seedOne, runsOf, fixture, runsCalled, entriesOf, withHook } =
-  useClaimRace();
+  race;
+const { moveTo, attemptsOf, failedOnce, retryEntryOf, replayRefusal } = useOneOffMoves(race);
 let f: EngineFixture;
 beforeEach(() => {
   f = fixture();
 });
 
-const HOUR = 3_600_000;
-
-const moveTo = (job: Job, version: number, at: Date) =>
-  editJob(f.engine, job.tenantId, job.jobId, version, { schedule: { runAt: at.toISOString() } });
-
-const attemptsOf = async (jobId: string, at: Date) =>
-  (await runsOf(jobId))
-    .filter((r) => r.scheduledFor === at.toISOString())
-    .sort((a, b) => a.attempt - b.attempt)
-    .map((r) => [r.attempt, r.status]);
+const _HOUR = 3_600_000;
 
 /**
  * A one-off due 5 s ago (retries an hour apart, at most 3 attempts) whose first run, while it
  * runs, has the job moved 10 minutes away (version 2), then fails retryably: attempt 1 FAILED, its
- * retry an entry due in about an hour, the job ACTIVE at its new time.
+ * retry an entry due in about an hour (a draw near the top of the backoff's jitter), the job
+ * ACTIVE at its new time.
  */
 async function failedWhileMovedAway(misfire: MisfirePolicy) {
-  const now = clock();
-  const due = new Date(now.getTime() - 5 * SECOND);
-  const away = new Date(now.getTime() + 600 * SECOND);
-  const { job } = await createJob(
-    f.engine,
-    testJob({
-      schedule: { runAt: due.toISOString() },
-      policies: {
-        ...testJob().policies,
-        misfire,
-        retry: { maxAttempts: 3, initialDelayMs: HOUR, maxDelayMs: HOUR },
-      },
-    }),
-  );
-  const [first] = await runsOf(job.jobId);
-  if (!first) throw new Error("the create queued no run");
-  const deps = f.workerDeps("w", {
-    noop: async () => {
-      await moveTo(job, 1, away);
-      throw new JobError("flaky", { retryable: true });
-    },
-  });
-  // A draw near the top of the backoff's jitter: the retry is a due entry, not a QUEUED run.
-  await f.process(
-    { ...deps, engine: { ...f.engine, random: () => 0.99 } },
-    deliveryOfRun(f.engine, first),
-  );
-  expect(await attemptsOf(job.jobId, due)).toEqual([[1, "FAILED"]]);
-  const retries = (await entriesOf(job.jobId)).filter((e) => e.kind === "retry");
-  const [retry] = retries;
-  if (!retry || retries.length !== 1) throw new Error("expected one retry entry");
-  expect(retry.attempt).toBe(2);
-  return { job, due, away, retry };
+  const failed = await failedOnce(0.99, { moveAway: true, misfire });
+  expect(await attemptsOf(failed.job.jobId, failed.due)).toEqual([[1, "FAILED"]]);
+  return { ...failed, retry: await retryEntryOf(failed.job.jobId) };
 }
 
 /**
@@ -223,50 +181,19 @@ describe("which runs carry the rerun mark", () => {
 });
 
 /**
- * A one-off due 5 s ago (retries an hour apart) whose first run, while it runs, has the job moved
- * 10 minutes away (version 2) and then dies of a non-retryable error: attempt 1 DEAD, listed.
+ * A one-off created due 5 s ago (retries an hour apart) whose first run, while it runs, has the job
+ * moved 10 minutes away (version 2) and then dies: attempt 1 DEAD, listed. A retry of the run an
+ * edit files in its place waits as an entry an hour out.
  */
-async function deadWhileMovedAway() {
-  const now = clock();
-  const due = new Date(now.getTime() - 5 * SECOND);
-  const away = new Date(now.getTime() + 600 * SECOND);
-  const { job } = await createJob(
-    f.engine,
-    testJob({
-      schedule: { runAt: due.toISOString() },
-      policies: {
-        ...testJob().policies,
-        retry: { maxAttempts: 5, initialDelayMs: HOUR, maxDelayMs: HOUR },
-      },
-    }),
-  );
-  const [first] = await runsOf(job.jobId);
-  if (!first) throw new Error("the create queued no run");
-  await f.process(
-    f.workerDeps("w", {
-      noop: async () => {
-        await moveTo(job, 1, away);
-        throw new JobError("bad request", { retryable: false });
-      },
-    }),
-    deliveryOfRun(f.engine, first),
-  );
+async function deadWhileMovedAwayRetryingHourly() {
+  const { job, due, away, first } = await failedOnce(0.99, { moveAway: true, retryable: false });
   expect(await attemptsOf(job.jobId, due)).toEqual([[1, "DEAD"]]);
   return { job, due, away, dead: first };
 }
 
-/** The refusal of a replay of `runId`: a NotReplayableError, and the reason it gives. */
-async function replayRefusal(job: Job, runId: string, key?: string): Promise<string> {
-  const refused = await replayDeadLetter(f.engine, job.tenantId, runId, key).catch(
-    (error: unknown) => error,
-  );
-  expect(refused).toBeInstanceOf(NotReplayableError);
-  return String((refused as NotReplayableError).context.why);
-}
-
 describe("replays of a dead one-off's run after an edit gave its time back", () => {
   it("two replays with different Idempotency-Keys after the edit's run died too: one is the attempt after it, the other refused, and each key's repeat answers as its first did", async () => {
-    const { job, due, dead } = await deadWhileMovedAway();
+    const { job, due, dead } = await deadWhileMovedAwayRetryingHourly();
     await moveTo(job, 2, due);
     // The edit's run fails for good: the occurrence has not run (after a success, a replay is
     // refused for good).
@@ -307,7 +234,7 @@ describe("replays of a dead one-off's run after an edit gave its time back", () 
   });
 
   it("while the edit's run is FAILED with its retry an entry an hour out: refused naming that run, and the retry runs once at its time", async () => {
-    const { job, due, dead } = await deadWhileMovedAway();
+    const { job, due, dead } = await deadWhileMovedAwayRetryingHourly();
     await moveTo(job, 2, due);
     const deps = f.workerDeps("w", {
       noop: async () => {
@@ -337,7 +264,7 @@ describe("replays of a dead one-off's run after an edit gave its time back", () 
   });
 
   it("after the edit's run was skipped by a move away: the replay runs once, and the one-off stays active for its new time", async () => {
-    const { job, due, dead } = await deadWhileMovedAway();
+    const { job, due, dead } = await deadWhileMovedAwayRetryingHourly();
     await moveTo(job, 2, due);
     const later = new Date(clock().getTime() + 1200 * SECOND);
     await moveTo(job, 3, later);

@@ -1,11 +1,9 @@
 import { beforeEach, describe, expect, it } from "vitest";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
-import { NotReplayableError } from "../../shared/errors.js";
 import { type JobContext, JobError } from "../../shared/execution/job-contract.js";
 import {
   cancelJob,
-  createJob,
   editJob,
   pauseJob,
   replayDeadLetter,
@@ -13,12 +11,13 @@ import {
   triggerJob,
 } from "../../shared/jobs/index.js";
 import { getTenantJob, listDeadLetters, listRuns } from "../../shared/jobs/queries.js";
-import type { DueEntry, Job, Run } from "../../shared/model.js";
-import type { MisfirePolicy } from "../../shared/policies.js";
+import type { Run } from "../../shared/model.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { SECOND, useClaimRace } from "../support/claim-race.js";
-import { deliveryOfRun, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { deliveryOfRun, type EngineFixture } from "../support/engine-fixture.js";
+import { useOneOffMoves } from "../support/one-off-moves.js";
 
+const race = useClaimRace();
 const {
   clock,
   time,
@@ -31,49 +30,17 @@ const {
   withHooks,
   isRunPut,
   entriesOf,
-} = useClaimRace();
+} = race;
+const { moveTo, attemptsOf, deadWhileMovedAway, failedOnce, retryEntryOf, replayRefusal } =
+  useOneOffMoves(race);
 let f: EngineFixture;
 beforeEach(() => {
   f = fixture();
 });
 
-const moveTo = (job: Job, version: number, at: Date) =>
-  editJob(f.engine, job.tenantId, job.jobId, version, { schedule: { runAt: at.toISOString() } });
-
-const attemptsOf = async (jobId: string, at: Date) =>
-  (await runsOf(jobId))
-    .filter((r) => r.scheduledFor === at.toISOString())
-    .sort((a, b) => a.attempt - b.attempt)
-    .map((r) => [r.attempt, r.status]);
-
 /** Delivers `run` once to a worker whose `noop` handler is `handler`. */
 async function deliverWith(run: Run, handler: (ctx: JobContext) => Promise<unknown>) {
   await f.process(f.workerDeps("w", { noop: handler }), deliveryOfRun(f.engine, run));
-}
-
-/**
- * A one-off due 5 s ago whose run, while it runs, has the job moved 10 minutes away (version 2)
- * and then dies of a non-retryable error: attempt 1 DEAD, on the dead-letter list, and the job
- * ACTIVE for its new time (the ending leaves a one-off moved meanwhile alone).
- */
-async function deadWhileMovedAway(jobId: string, misfire?: MisfirePolicy) {
-  const now = clock();
-  const due = new Date(now.getTime() - 5 * SECOND);
-  const away = new Date(now.getTime() + 600 * SECOND);
-  const { job, entry } = await seedOne(jobId, { runAt: due.toISOString() }, due, now, misfire);
-  expect((await claimDueEntry(f.engine, entry, claimOptions(now))).outcome).toBe("claimed");
-  const [first] = await runsOf(jobId);
-  if (!first) throw new Error("the claim queued no run");
-  await deliverWith(first, async () => {
-    await moveTo(job, 1, away);
-    throw new JobError("bad request", { retryable: false });
-  });
-  expect(await attemptsOf(jobId, due)).toEqual([[1, "DEAD"]]);
-  const moved = await getTenantJob(f.engine, job.tenantId, jobId);
-  expect([moved.status, moved.version]).toEqual(["ACTIVE", 2]);
-  const dead = (await runsOf(jobId)).find((r) => r.status === "DEAD");
-  if (!dead) throw new Error("no dead run");
-  return { job, due, away, dead };
 }
 
 describe("a one-off whose run died while it was moved away, then moved back to that run's time", () => {
@@ -131,9 +98,9 @@ describe("a one-off whose run died while it was moved away, then moved back to t
     const retry = (await runsOf(jobId)).find((r) => r.attempt === 3);
     expect(retry?.status).toBe("QUEUED");
 
-    const refused = await replayRefusal(job, dead);
+    const refused = await replayRefusal(job, dead.runId);
 
-    expect(refused.why).toContain(`runs again as ${retry?.runId} (queued)`);
+    expect(refused).toContain(`runs again as ${retry?.runId} (queued)`);
     expect(await attemptsOf(jobId, due)).toEqual([
       [1, "DEAD"],
       [2, "FAILED"],
@@ -148,14 +115,14 @@ describe("a one-off whose run died while it was moved away, then moved back to t
     const [, taken] = await runsOf(jobId);
     if (taken?.attempt !== 2) throw new Error("the edit filed no attempt 2");
 
-    const whileQueued = await replayRefusal(job, dead);
-    expect(whileQueued.why).toContain(`runs again as ${taken.runId} (queued)`);
-    expect(whileQueued.why).toContain("replayable once that run and its retries have ended");
+    const whileQueued = await replayRefusal(job, dead.runId);
+    expect(whileQueued).toContain(`runs again as ${taken.runId} (queued)`);
+    expect(whileQueued).toContain("replayable once that run and its retries have ended");
     expect(await runsCalled(jobId)).toEqual([[due.toISOString(), 1]]);
 
     // The occurrence ran: a replay would be its second success.
-    const afterSuccess = await replayRefusal(job, dead);
-    expect(afterSuccess.why).toContain(`ran again as ${taken.runId} and succeeded`);
+    const afterSuccess = await replayRefusal(job, dead.runId);
+    expect(afterSuccess).toContain(`ran again as ${taken.runId} and succeeded`);
     expect(await runsCalled(jobId)).toEqual([]);
     expect(await attemptsOf(jobId, due)).toEqual([
       [1, "DEAD"],
@@ -165,15 +132,6 @@ describe("a one-off whose run died while it was moved away, then moved back to t
     expect(listed.items.map((r) => r.runId)).toContain(dead.runId);
   });
 });
-
-/** The refusal of a replay of `dead`: a NotReplayableError, and the reason it gives. */
-async function replayRefusal(job: Job, dead: Run): Promise<{ why: string }> {
-  const refused = await replayDeadLetter(f.engine, job.tenantId, dead.runId).catch(
-    (error: unknown) => error,
-  );
-  expect(refused).toBeInstanceOf(NotReplayableError);
-  return { why: String((refused as NotReplayableError).context.why) };
-}
 
 describe("a replay of the dead letter landing between the edit's read of that time's run and its commit", () => {
   it("the edit's claim takes the replay's key: the occurrence runs once, and the dead letter is gone", async () => {
@@ -211,13 +169,13 @@ describe("an edit moving the one-off back landing between a replay's read of the
     const { result: refused, hooked } = await withHook(
       "TransactWriteItemsCommand",
       async () => void (await moveTo(job, 2, due)),
-      () => replayRefusal(job, dead),
+      () => replayRefusal(job, dead.runId),
       isReplayCommit,
     );
 
     expect(hooked).toBe(1);
     const [, taken] = await runsOf(jobId);
-    expect(refused.why).toContain(`next attempt is ${taken?.runId} already (queued)`);
+    expect(refused).toContain(`next attempt is ${taken?.runId} already (queued)`);
     expect(await runsCalled(jobId)).toEqual([[due.toISOString(), 1]]);
     expect(await attemptsOf(jobId, due)).toEqual([
       [1, "DEAD"],
@@ -350,53 +308,6 @@ describe("a replay of a dead letter after its job was edited to another payload 
 });
 
 const HOUR = 3_600_000;
-
-/**
- * A one-off due 5 s ago (retries an hour apart, `random` drawing the backoff's jitter, misfire
- * `misfire`) whose first run fails retryably: attempt 1 FAILED, its next attempt filed (a retry
- * entry for a draw near the top, a QUEUED run for one near 0). With `moveAway`, the run, while it
- * runs, has the job moved 10 minutes away (version 2), and the job stays ACTIVE for its new time.
- */
-async function failedOnce(
-  random: number,
-  { moveAway = false, misfire = "fire_once" as MisfirePolicy } = {},
-) {
-  const now = clock();
-  const due = new Date(now.getTime() - 5 * SECOND);
-  const away = new Date(now.getTime() + 600 * SECOND);
-  const { job } = await createJob(
-    f.engine,
-    testJob({
-      schedule: { runAt: due.toISOString() },
-      policies: {
-        ...testJob().policies,
-        misfire,
-        retry: { maxAttempts: 3, initialDelayMs: HOUR, maxDelayMs: HOUR },
-      },
-    }),
-  );
-  const [first] = await runsOf(job.jobId);
-  if (!first) throw new Error("the create queued no run");
-  const failing = async () => {
-    if (moveAway) await moveTo(job, 1, away);
-    throw new JobError("flaky", { retryable: true });
-  };
-  const deps = f.workerDeps("w", { noop: failing });
-  await f.process(
-    { ...deps, engine: { ...f.engine, random: () => random } },
-    deliveryOfRun(f.engine, first),
-  );
-  expect(await attemptsOf(job.jobId, due)).toContainEqual([1, "FAILED"]);
-  return { job, due };
-}
-
-/** The job's one retry entry. */
-async function retryEntryOf(jobId: string): Promise<DueEntry> {
-  const [retry, ...more] = (await entriesOf(jobId)).filter((e) => e.kind === "retry");
-  if (!retry || more.length > 0) throw new Error(`expected one retry entry for ${jobId}`);
-  expect(retry.attempt).toBe(2);
-  return retry;
-}
 
 describe("a one-off whose run failed while it was moved away, its retry an entry due in about an hour, moved back", () => {
   it("the retry is the occurrence's next attempt: it runs once at its time and completes the job", async () => {

@@ -1,0 +1,119 @@
+import { expect } from "vitest";
+import { claimDueEntry } from "../../shared/dispatch/claim.js";
+import { NotReplayableError } from "../../shared/errors.js";
+import { JobError } from "../../shared/execution/job-contract.js";
+import { createJob, editJob, replayDeadLetter } from "../../shared/jobs/index.js";
+import { getTenantJob } from "../../shared/jobs/queries.js";
+import type { DueEntry, Job } from "../../shared/model.js";
+import type { MisfirePolicy } from "../../shared/policies.js";
+import { SECOND, type useClaimRace } from "./claim-race.js";
+import { deliveryOfRun, testJob } from "./engine-fixture.js";
+
+const HOUR = 3_600_000;
+
+/**
+ * A one-off's run that fails or dies while an edit moves the one-off away, and what the tests of
+ * moving it back, its retries and its replays read: bound to one `useClaimRace`.
+ */
+export function useOneOffMoves(race: ReturnType<typeof useClaimRace>) {
+  const { clock, claimOptions, seedOne, runsOf, fixture, entriesOf } = race;
+
+  const moveTo = (job: Job, version: number, at: Date) =>
+    editJob(fixture().engine, job.tenantId, job.jobId, version, {
+      schedule: { runAt: at.toISOString() },
+    });
+
+  /** The runs of the job's occurrence at `at`, [attempt, status], by attempt. */
+  const attemptsOf = async (jobId: string, at: Date) =>
+    (await runsOf(jobId))
+      .filter((r) => r.scheduledFor === at.toISOString())
+      .sort((a, b) => a.attempt - b.attempt)
+      .map((r) => [r.attempt, r.status]);
+
+  /**
+   * A one-off due 5 s ago whose run, while it runs, has the job moved 10 minutes away (version 2)
+   * and then dies of a non-retryable error: attempt 1 DEAD, on the dead-letter list, and the job
+   * ACTIVE for its new time (the ending leaves a one-off moved meanwhile alone).
+   */
+  async function deadWhileMovedAway(jobId: string, misfire?: MisfirePolicy) {
+    const f = fixture();
+    const now = clock();
+    const due = new Date(now.getTime() - 5 * SECOND);
+    const away = new Date(now.getTime() + 600 * SECOND);
+    const { job, entry } = await seedOne(jobId, { runAt: due.toISOString() }, due, now, misfire);
+    expect((await claimDueEntry(f.engine, entry, claimOptions(now))).outcome).toBe("claimed");
+    const [first] = await runsOf(jobId);
+    if (!first) throw new Error("the claim queued no run");
+    const dies = async () => {
+      await moveTo(job, 1, away);
+      throw new JobError("bad request", { retryable: false });
+    };
+    await f.process(f.workerDeps("w", { noop: dies }), deliveryOfRun(f.engine, first));
+    expect(await attemptsOf(jobId, due)).toEqual([[1, "DEAD"]]);
+    const moved = await getTenantJob(f.engine, job.tenantId, jobId);
+    expect([moved.status, moved.version]).toEqual(["ACTIVE", 2]);
+    const dead = (await runsOf(jobId)).find((r) => r.status === "DEAD");
+    if (!dead) throw new Error("no dead run");
+    return { job, due, away, dead };
+  }
+
+  /**
+   * A one-off due 5 s ago (retries an hour apart, `random` drawing the backoff's jitter, misfire
+   * `misfire`) whose first run fails retryably: attempt 1 FAILED, its next attempt filed (a retry
+   * entry for a draw near the top, a QUEUED run for one near 0); with `retryable` false it dies:
+   * attempt 1 DEAD. With `moveAway`, the run, while it runs, has the job moved 10 minutes away
+   * (version 2), and the job stays ACTIVE for its new time.
+   */
+  async function failedOnce(
+    random: number,
+    { moveAway = false, misfire = "fire_once" as MisfirePolicy, retryable = true } = {},
+  ) {
+    const f = fixture();
+    const now = clock();
+    const due = new Date(now.getTime() - 5 * SECOND);
+    const away = new Date(now.getTime() + 600 * SECOND);
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        schedule: { runAt: due.toISOString() },
+        policies: {
+          ...testJob().policies,
+          misfire,
+          retry: { maxAttempts: 3, initialDelayMs: HOUR, maxDelayMs: HOUR },
+        },
+      }),
+    );
+    const [first] = await runsOf(job.jobId);
+    if (!first) throw new Error("the create queued no run");
+    const failing = async () => {
+      if (moveAway) await moveTo(job, 1, away);
+      throw new JobError(retryable ? "flaky" : "bad request", { retryable });
+    };
+    const deps = f.workerDeps("w", { noop: failing });
+    await f.process(
+      { ...deps, engine: { ...f.engine, random: () => random } },
+      deliveryOfRun(f.engine, first),
+    );
+    expect(await attemptsOf(job.jobId, due)).toContainEqual([1, retryable ? "FAILED" : "DEAD"]);
+    return { job, due, away, first };
+  }
+
+  /** The job's one retry entry, attempt 2's. */
+  async function retryEntryOf(jobId: string): Promise<DueEntry> {
+    const [retry, ...more] = (await entriesOf(jobId)).filter((e) => e.kind === "retry");
+    if (!retry || more.length > 0) throw new Error(`expected one retry entry for ${jobId}`);
+    expect(retry.attempt).toBe(2);
+    return retry;
+  }
+
+  /** The refusal of a replay of `runId` (with `key`): a NotReplayableError, and the reason it gives. */
+  async function replayRefusal(job: Job, runId: string, key?: string): Promise<string> {
+    const refused = await replayDeadLetter(fixture().engine, job.tenantId, runId, key).catch(
+      (error: unknown) => error,
+    );
+    expect(refused).toBeInstanceOf(NotReplayableError);
+    return String((refused as NotReplayableError).context.why);
+  }
+
+  return { moveTo, attemptsOf, deadWhileMovedAway, failedOnce, retryEntryOf, replayRefusal };
+}
