@@ -1,15 +1,8 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Clock, offsetClock } from "../../shared/clock.js";
-import type { JobContext, JobHandler } from "../../shared/execution/job-contract.js";
-import { processRun } from "../../shared/execution/worker.js";
+import { beforeAll, describe, expect, it } from "vitest";
 import { createJob, editJob } from "../../shared/jobs/index.js";
 import type { MisfirePolicy } from "../../shared/policies.js";
-import {
-  createEngineFixture,
-  deliveryOfRun,
-  type EngineFixture,
-  testJob,
-} from "../support/engine-fixture.js";
+import { type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { useLateStarts } from "../support/late-starts.js";
 
 const MINUTE = 60_000;
 
@@ -19,21 +12,14 @@ const MINUTE = 60_000;
  * an occurrence does: `inFlight` decides whether it runs at all, not whether it runs late.
  */
 describe("a late first attempt of the old schedule, kept by an edit with inFlight complete", () => {
+  const { fixture, ran, forget, deliverAt } = useLateStarts();
   let f: EngineFixture;
-  let ran: string[];
-  const handlers: Record<string, JobHandler> = {
-    recorded: async (ctx: JobContext) => void ran.push(ctx.runId),
-  };
-
-  beforeAll(async () => {
-    f = await createEngineFixture();
+  beforeAll(() => {
+    f = fixture();
   });
-  afterAll(() => f.destroy());
-
-  const at = (ms: number): Clock => offsetClock(ms - Date.now());
 
   async function editedWithQueuedRun(misfire: MisfirePolicy) {
-    ran = [];
+    forget();
     const startAt = Math.ceil((Date.now() + MINUTE) / 1000) * 1000;
     const { job } = await createJob(
       f.engine,
@@ -55,37 +41,24 @@ describe("a late first attempt of the old schedule, kept by an edit with inFligh
 
   it("skip: started ten minutes late, it is skipped", async () => {
     const { queued, startAt } = await editedWithQueuedRun("skip");
-    const late = at(startAt + 10 * MINUTE);
-    await processRun(
-      { ...f.workerDeps("w", handlers), engine: { ...f.engine, clock: late } },
-      deliveryOfRun(f.engine, queued),
-    );
+    await deliverAt(queued, startAt + 10 * MINUTE);
     const ended = (await f.runs()).find((r) => r.runId === queued.runId);
     expect([ended?.status, ended?.reason]).toEqual([
       "SKIPPED",
       "misfire: started 600 s late, past the 60 s grace; policy skip",
     ]);
-    expect(ran).toEqual([]);
+    expect(ran()).toEqual([]);
   });
 
   it("skip: started inside the grace, it runs", async () => {
     const { queued, startAt } = await editedWithQueuedRun("skip");
-    await processRun(
-      { ...f.workerDeps("w", handlers), engine: { ...f.engine, clock: at(startAt + 30_000) } },
-      deliveryOfRun(f.engine, queued),
-    );
-    expect(ran).toEqual([queued.runId]);
+    await deliverAt(queued, startAt + 30_000);
+    expect(ran()).toEqual([queued.runId]);
   });
 
   it("fire_once: started ten minutes late, it runs (no occurrence of the old schedule runs in its place)", async () => {
     const { queued, startAt } = await editedWithQueuedRun("fire_once");
-    await processRun(
-      {
-        ...f.workerDeps("w", handlers),
-        engine: { ...f.engine, clock: at(startAt + 10 * MINUTE) },
-      },
-      deliveryOfRun(f.engine, queued),
-    );
-    expect(ran).toEqual([queued.runId]);
+    await deliverAt(queued, startAt + 10 * MINUTE);
+    expect(ran()).toEqual([queued.runId]);
   });
 });

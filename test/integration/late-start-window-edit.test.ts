@@ -1,15 +1,9 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Clock, offsetClock } from "../../shared/clock.js";
-import type { JobContext, JobHandler } from "../../shared/execution/job-contract.js";
-import { processRun } from "../../shared/execution/worker.js";
+import { beforeAll, describe, expect, it } from "vitest";
+import { offsetClock } from "../../shared/clock.js";
 import { createJob, editJob } from "../../shared/jobs/index.js";
 import { plannedTime } from "../../shared/schedule/index.js";
-import {
-  createEngineFixture,
-  deliveryOfRun,
-  type EngineFixture,
-  testJob,
-} from "../support/engine-fixture.js";
+import { type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { useLateStarts } from "../support/late-starts.js";
 
 const MINUTE = 60_000;
 
@@ -20,21 +14,14 @@ const MINUTE = 60_000;
  * not by the planned time the job's window gives it now.
  */
 describe("fire_once, two occurrences queued, the window edited, the workers down past both", () => {
+  const { fixture, ran, forget, deliverAt } = useLateStarts();
   let f: EngineFixture;
-  let ran: string[];
-  const handlers: Record<string, JobHandler> = {
-    recorded: async (ctx: JobContext) => void ran.push(ctx.runId),
-  };
-
-  beforeAll(async () => {
-    f = await createEngineFixture();
+  beforeAll(() => {
+    f = fixture();
   });
-  afterAll(() => f.destroy());
-
-  const at = (ms: number): Clock => offsetClock(ms - Date.now());
 
   it("a window added: only the later one runs", async () => {
-    ran = [];
+    forget();
     const grace = f.engine.settings.misfireGraceMs;
     const first = Math.ceil((Date.now() + MINUTE) / 1000) * 1000;
     const schedule = { every: "PT5M", startAt: new Date(first).toISOString() };
@@ -69,10 +56,7 @@ describe("fire_once, two occurrences queued, the window edited, the workers down
       [earlier, back],
       [later, back + 1],
     ] as const) {
-      await processRun(
-        { ...f.workerDeps("w", handlers), engine: { ...f.engine, clock: at(clockAt) } },
-        deliveryOfRun(f.engine, run),
-      );
+      await deliverAt(run, clockAt);
     }
     const ended = (await f.runs()).filter((r) => r.jobId === job.jobId).slice(0, 2);
     expect(ended.map((r) => [r.scheduledFor, r.status, r.reason])).toEqual([
@@ -83,11 +67,11 @@ describe("fire_once, two occurrences queued, the window edited, the workers down
       ],
       [later.scheduledFor, "SUCCEEDED", null],
     ]);
-    expect(ran).toEqual([later.runId]);
+    expect(ran()).toEqual([later.runId]);
   });
 
   it("the window removed: the earlier one, the most recent late, runs", async () => {
-    ran = [];
+    forget();
     const grace = f.engine.settings.misfireGraceMs;
     const first = Math.ceil((Date.now() + MINUTE) / 1000) * 1000;
     const { job } = await createJob(
@@ -116,17 +100,14 @@ describe("fire_once, two occurrences queued, the window edited, the workers down
       [earlier, back],
       [later, Math.max(back + 1, second + offset)],
     ] as const) {
-      await processRun(
-        { ...f.workerDeps("w", handlers), engine: { ...f.engine, clock: at(clockAt) } },
-        deliveryOfRun(f.engine, run),
-      );
+      await deliverAt(run, clockAt);
     }
     const ended = (await f.runs()).filter((r) => r.jobId === job.jobId).slice(0, 2);
     expect(ended.map((r) => [r.scheduledFor, r.status, r.reason])).toEqual([
       [earlier.scheduledFor, "SUCCEEDED", null],
       [later.scheduledFor, "SUCCEEDED", null],
     ]);
-    expect(ran).toEqual([earlier.runId, later.runId]);
+    expect(ran()).toEqual([earlier.runId, later.runId]);
   });
 });
 
@@ -136,21 +117,14 @@ describe("fire_once, two occurrences queued, the window edited, the workers down
  * is one of starts it at the edit: its occurrences before the edit never run, and none stands in.
  */
 describe("fire_once, a queued occurrence the new schedule also has, the next one before the edit", () => {
+  const { fixture, ran, forget, deliverAt } = useLateStarts();
   let f: EngineFixture;
-  let ran: string[];
-  const handlers: Record<string, JobHandler> = {
-    recorded: async (ctx: JobContext) => void ran.push(ctx.runId),
-  };
-
-  beforeAll(async () => {
-    f = await createEngineFixture();
+  beforeAll(() => {
+    f = fixture();
   });
-  afterAll(() => f.destroy());
-
-  const at = (ms: number): Clock => offsetClock(ms - Date.now());
 
   it("every PT10M made every PT5M on the same anchor seven minutes on: the late run runs", async () => {
-    ran = [];
+    forget();
     const first = Math.ceil((Date.now() + MINUTE) / 1000) * 1000;
     const startAt = new Date(first).toISOString();
     const { job } = await createJob(
@@ -167,7 +141,7 @@ describe("fire_once, a queued occurrence the new schedule also has, the next one
     // The workers are down; the edit comes 7 minutes after the first occurrence. The new
     // schedule starts then: its occurrence 5 minutes after the first was before it.
     const edited = await editJob(
-      { ...f.engine, clock: at(first + 7 * MINUTE) },
+      { ...f.engine, clock: offsetClock(first + 7 * MINUTE - Date.now()) },
       job.tenantId,
       job.jobId,
       job.version,
@@ -177,12 +151,9 @@ describe("fire_once, a queued occurrence the new schedule also has, the next one
     expect(Date.parse(edited.nextRunAt ?? "")).toBeGreaterThan(first + 7 * MINUTE);
     const fiveOn = new Date(first + 5 * MINUTE).toISOString();
     expect((await f.runs()).filter((r) => r.scheduledFor === fiveOn)).toEqual([]);
-    await processRun(
-      { ...f.workerDeps("w", handlers), engine: { ...f.engine, clock: at(first + 8 * MINUTE) } },
-      deliveryOfRun(f.engine, late),
-    );
+    await deliverAt(late, first + 8 * MINUTE);
     const ended = (await f.runs()).find((r) => r.runId === late.runId);
     expect([ended?.status, ended?.reason]).toEqual(["SUCCEEDED", null]);
-    expect(ran).toEqual([late.runId]);
+    expect(ran()).toEqual([late.runId]);
   });
 });
