@@ -1,4 +1,13 @@
-import { Aws, CfnOutput, CfnResource, Stack, type StackProps, Token } from "aws-cdk-lib";
+import {
+  Aws,
+  CfnCondition,
+  CfnOutput,
+  CfnResource,
+  Fn,
+  Stack,
+  type StackProps,
+  Token,
+} from "aws-cdk-lib";
 import type { Construct, IConstruct } from "constructs";
 import { ENV } from "../shared/config.js";
 import { Api } from "./constructs/api.js";
@@ -99,10 +108,34 @@ export class SchedulerStack extends Stack {
     output("AlarmTopicArn", this.observability.topic.topicArn, "Where the alarms go");
     output(
       "DashboardUrl",
-      `https://${Aws.REGION}.console.aws.amazon.com/cloudwatch/home?region=${Aws.REGION}#dashboards:name=${this.observability.dashboard.dashboardName}`,
+      `${consoleOrigin(this)}/cloudwatch/home?region=${Aws.REGION}#dashboards:name=${this.observability.dashboard.dashboardName}`,
       "CloudWatch dashboard",
     );
   }
+}
+
+/**
+ * The AWS console of the partition the stack is deployed in, known at deploy only (the app's stack
+ * is env-agnostic). China and GovCloud have consoles of their own, on their own domains, which
+ * take the region from `?region=`; any other partition gets the commercial console's regional
+ * host. Conditions rather than a mapping keyed by partition: a partition the mapping lacked would
+ * fail the deploy (Fn::FindInMap) for the sake of a link.
+ */
+function consoleOrigin(stack: Stack): string {
+  const inPartition = (id: string, partition: string) =>
+    new CfnCondition(stack, id, { expression: Fn.conditionEquals(Aws.PARTITION, partition) })
+      .logicalId;
+  return Token.asString(
+    Fn.conditionIf(
+      inPartition("InChinaPartition", "aws-cn"),
+      "https://console.amazonaws.cn",
+      Fn.conditionIf(
+        inPartition("InGovCloudPartition", "aws-us-gov"),
+        "https://console.amazonaws-us-gov.com",
+        `https://${Aws.REGION}.console.aws.amazon.com`,
+      ),
+    ),
+  );
 }
 
 function cfnResourceOf(construct: IConstruct): CfnResource {

@@ -37,7 +37,13 @@ import {
   synthesizeUnbundled,
   synthesizeVariants,
 } from "./support/synth.js";
-import { asArray, isObject, type Json, referencedId } from "./support/template-json.js";
+import {
+  asArray,
+  isObject,
+  type Json,
+  type JsonObject,
+  referencedId,
+} from "./support/template-json.js";
 
 let prod: Synthesized;
 let dev: Synthesized;
@@ -1311,6 +1317,31 @@ describe("observability", () => {
         "QueueUrlLow",
         "DashboardUrl",
       ]),
+    );
+  });
+
+  it("gives the dashboard's URL on the console of the partition it is deployed in", () => {
+    // China and GovCloud have consoles of their own: the commercial one's URL signs in nowhere.
+    const template: JsonObject = prod.template.toJSON();
+    const outputs = isObject(template.Outputs) ? template.Outputs : {};
+    const dashboardUrl = isObject(outputs.DashboardUrl) ? outputs.DashboardUrl.Value : undefined;
+    const dashboardId = logicalIdOf(prod.stack, prod.stack.observability.dashboard);
+    const urlIn = (partition: string, region: string) =>
+      resolveValue(dashboardUrl, {
+        partition,
+        region,
+        account: "123456789012",
+        resources: new Map([[dashboardId, { ref: "Scheduler-prod", attributes: {} }]]),
+        conditions: isObject(template.Conditions) ? template.Conditions : {},
+      });
+    const path = (region: string) =>
+      `/cloudwatch/home?region=${region}#dashboards:name=Scheduler-prod`;
+    expect(urlIn("aws", "eu-west-1")).toBe(
+      `https://eu-west-1.console.aws.amazon.com${path("eu-west-1")}`,
+    );
+    expect(urlIn("aws-cn", "cn-north-1")).toBe(`https://console.amazonaws.cn${path("cn-north-1")}`);
+    expect(urlIn("aws-us-gov", "us-gov-west-1")).toBe(
+      `https://console.amazonaws-us-gov.com${path("us-gov-west-1")}`,
     );
   });
 });

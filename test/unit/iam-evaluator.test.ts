@@ -46,6 +46,25 @@ describe("resolveValue", () => {
     );
     expect(resolveValue({ Ref: "Other" }, bindings)).toBe("<unbound Ref Other>");
   });
+
+  it("takes Fn::If's branch by its condition, evaluated against the bindings", () => {
+    const conditions = {
+      InChina: { "Fn::Equals": [{ Ref: "AWS::Partition" }, "aws-cn"] },
+      Elsewhere: { "Fn::Not": [{ Condition: "InChina" }] },
+      Either: { "Fn::Or": [{ Condition: "InChina" }, { Condition: "Elsewhere" }] },
+      Both: { "Fn::And": [{ Condition: "InChina" }, { Condition: "Elsewhere" }] },
+    };
+    const china: Bindings = { ...bindings, partition: "aws-cn", conditions };
+    const commercial: Bindings = { ...bindings, conditions };
+    const branch = (condition: string) => ({ "Fn::If": [condition, "then", "else"] });
+    expect(resolveValue(branch("InChina"), china)).toBe("then");
+    expect(resolveValue(branch("InChina"), commercial)).toBe("else");
+    expect(resolveValue(branch("Elsewhere"), commercial)).toBe("then");
+    expect(resolveValue(branch("Either"), china)).toBe("then");
+    expect(resolveValue(branch("Both"), china)).toBe("else");
+    expect(resolveValue({ Ref: "AWS::URLSuffix" }, china)).toBe("amazonaws.com.cn");
+    expect(() => resolveValue(branch("Unknown"), china)).toThrow("no condition Unknown");
+  });
 });
 
 describe("allows", () => {

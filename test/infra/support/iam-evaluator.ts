@@ -18,6 +18,8 @@ export interface Bindings {
   readonly account: string;
   /** Logical id → `Ref` value and attribute values (`Arn`, `QueueName`…). */
   readonly resources: ReadonlyMap<string, { ref: string; attributes: Record<string, string> }>;
+  /** The template's `Conditions`, which `Fn::If` names. */
+  readonly conditions?: Readonly<Record<string, Json>>;
 }
 
 /** A template value with its intrinsic functions evaluated against the bindings. */
@@ -31,7 +33,7 @@ export function resolveValue(value: Json | undefined, bindings: Bindings): strin
       "AWS::Partition": bindings.partition,
       "AWS::Region": bindings.region,
       "AWS::AccountId": bindings.account,
-      "AWS::URLSuffix": "amazonaws.com",
+      "AWS::URLSuffix": bindings.partition === "aws-cn" ? "amazonaws.com.cn" : "amazonaws.com",
     };
     return pseudo[ref] ?? bindings.resources.get(ref)?.ref ?? `<unbound Ref ${ref}>`;
   }
@@ -55,7 +57,32 @@ export function resolveValue(value: Json | undefined, bindings: Bindings): strin
       return resolveValue(attribute ? { "Fn::GetAtt": [id, attribute] } : { Ref: id }, bindings);
     });
   }
+  const ifThen = value["Fn::If"];
+  if (Array.isArray(ifThen) && typeof ifThen[0] === "string") {
+    return resolveValue(conditionHolds(ifThen[0], bindings) ? ifThen[1] : ifThen[2], bindings);
+  }
   return `<unresolvable ${JSON.stringify(value)}>`;
+}
+
+/** A template condition, named, evaluated as CloudFormation does against the bindings. */
+function conditionHolds(name: string, bindings: Bindings): boolean {
+  const holds = (expression: Json | undefined): boolean => {
+    if (isObject(expression)) {
+      const [operator, operands] = Object.entries(expression)[0] ?? [];
+      const list = Array.isArray(operands) ? operands : [];
+      if (operator === "Fn::Equals")
+        return resolveValue(list[0], bindings) === resolveValue(list[1], bindings);
+      if (operator === "Fn::Not") return !holds(list[0]);
+      if (operator === "Fn::And") return list.every(holds);
+      if (operator === "Fn::Or") return list.some(holds);
+      if (operator === "Condition" && typeof operands === "string")
+        return conditionHolds(operands, bindings);
+    }
+    throw new Error(`condition ${name}: cannot evaluate ${JSON.stringify(expression)}`);
+  };
+  const expression = bindings.conditions?.[name];
+  if (expression === undefined) throw new Error(`no condition ${name} in the bindings`);
+  return holds(expression);
 }
 
 /** One Allow statement of a role's policies, resolved to plain strings. */
