@@ -6,6 +6,7 @@ import { ErrorSchema } from "../../shared/api/schemas/errors.js";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { DEFAULT_SETTINGS } from "../../shared/config.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
+import { fuzzSeed } from "../support/fuzz-scale.js";
 import { scanTable } from "../support/namespace.js";
 import { JOB_TYPES } from "./support.js";
 
@@ -765,7 +766,7 @@ describe("fuzz: hostile requests", () => {
         expect(response.headers.get("content-type")).toMatch(/^application\/json/);
         expect(ErrorSchema.safeParse(JSON.parse(text)).success, text.slice(0, 300)).toBe(true);
       }),
-      { numRuns: 1_200, seed: Number(process.env.FUZZ_SEED ?? Date.now() % 2 ** 31) },
+      { numRuns: 1_200, seed: fuzzSeed() },
     );
     expect(count).toBeGreaterThanOrEqual(1_200);
     for (const status of [400, 401, 404, 405, 409, 412, 413, 415, 428]) {

@@ -5,6 +5,7 @@ import type { Job } from "../../shared/model.js";
 import { receiveRuns } from "../../shared/queue/work-queue.js";
 import { isCounted, runsPerMinuteMeasure } from "../../shared/quotas/run-measure.js";
 import { type QuotaUsage, readQuotaUsage } from "../../shared/storage/tenant-quotas.js";
+import { intFromEnv, SEED_RANGE } from "../support/env-knobs.js";
 import { mulberry32 } from "../support/mulberry32.js";
 import { type ApiHarness, inMinutes, KEY_B, startApi } from "./support.js";
 
@@ -41,7 +42,7 @@ describe("quota usage against what the tenant has, over random requests", () => 
   });
   afterAll(() => api.close());
 
-  const seed = Number(process.env.QUOTA_SEED ?? Math.floor(Math.random() * 2 ** 31));
+  const seed = intFromEnv("QUOTA_SEED", Math.floor(Math.random() * 2 ** 31), SEED_RANGE);
   const at = (step: string) => `QUOTA_SEED=${seed}, ${step}`;
   const random = mulberry32(seed);
   const pick = <T>(items: readonly T[]): T => {

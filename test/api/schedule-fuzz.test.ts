@@ -12,7 +12,7 @@ import {
   type ScheduleSpec,
 } from "../../shared/schedule/index.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
-import { fuzzCases, fuzzTimeoutMs } from "../support/fuzz-scale.js";
+import { fuzzCases, fuzzSeed, fuzzTimeoutMs } from "../support/fuzz-scale.js";
 import { instantMsArb, scheduleInputArb } from "../support/schedules.js";
 import { JOB_TYPES } from "./support.js";
 
@@ -160,7 +160,7 @@ describe("schedule fuzz: create, edit, trigger and preview", () => {
           expect(jobPreview.status, jobPreview.text).toBe(200);
         },
       ),
-      { numRuns: CASES, seed: Number(process.env.FUZZ_SEED ?? Date.now() % 2 ** 31) },
+      { numRuns: CASES, seed: fuzzSeed() },
     );
     // The arbitraries must reach both outcomes of both writes, or the property proves little.
     for (const key of ["create 201", "create 400", "edit 200", "edit 400"]) {

@@ -5,7 +5,7 @@ import { bearerAuthenticator } from "../../shared/api/auth.js";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
-import { fuzzCases, fuzzTimeoutMs } from "../support/fuzz-scale.js";
+import { fuzzCases, fuzzSeed, fuzzTimeoutMs } from "../support/fuzz-scale.js";
 import { scheduleInputArb } from "../support/schedules.js";
 import { JOB_TYPES } from "./support.js";
 
@@ -150,7 +150,7 @@ describe("fuzz: well-formed requests in any combination", () => {
           expect((await send("POST", `/jobs/${id}/cancel`)).status).toBeLessThan(500);
         },
       ),
-      { numRuns: CASES, seed: Number(process.env.FUZZ_SEED ?? Date.now() % 2 ** 31) },
+      { numRuns: CASES, seed: fuzzSeed() },
     );
   });
 });

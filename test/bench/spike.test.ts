@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { runSpike } from "../../bench/spike.js";
+import { intFromEnv } from "../support/env-knobs.js";
 
 /**
  * The spike benchmark inside `npm test`, at N = 200, asserting only that
@@ -20,8 +21,8 @@ import { runSpike } from "../../bench/spike.js";
  * on two cores shared with the sandbox, four a run.
  * SPIKE_TEST_JOBS sets N; SPIKE_P99_BOUND_MS the bound.
  */
-const JOBS = Number(process.env.SPIKE_TEST_JOBS ?? 200);
-const P99_BOUND_MS = Number(process.env.SPIKE_P99_BOUND_MS ?? 5_000);
+const JOBS = intFromEnv("SPIKE_TEST_JOBS", 200);
+const P99_BOUND_MS = intFromEnv("SPIKE_P99_BOUND_MS", 5_000);
 
 describe("spike", () => {
   it(

@@ -18,6 +18,7 @@ import { listRuns } from "../../shared/jobs/queries.js";
 import type { Run } from "../../shared/model.js";
 import type { Observability } from "../../shared/observability.js";
 import { cachedSigningSecrets } from "../../shared/webhooks/secrets.js";
+import { intFromEnv } from "../support/env-knobs.js";
 import { type Receiver, startReceiver } from "../support/receiver.js";
 
 /**
@@ -32,7 +33,7 @@ import { type Receiver, startReceiver } from "../support/receiver.js";
  * occurrences over 20 s); `npm run test:chaos` sets CHAOS_WINDOW_SECONDS=100
  * for 500+ occurrences.
  */
-const WINDOW_S = Number(process.env.CHAOS_WINDOW_SECONDS ?? 20);
+const WINDOW_S = intFromEnv("CHAOS_WINDOW_SECONDS", 20);
 const LONG = WINDOW_S >= 60;
 const KEY = "chaos-key";
 const TENANT = "chaos-tenant";

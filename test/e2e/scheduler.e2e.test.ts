@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sleep } from "../../shared/clock.js";
 import { type Api, type ApiAuth, apiClient, authModeFromEnv } from "../support/api-client.js";
+import { intFromEnv } from "../support/env-knobs.js";
 import { type Receiver, startReceiver, verifyDelivery } from "../support/receiver.js";
 import { type SandboxProcess, spawnSandbox } from "../support/sandbox-process.js";
 import { waitFor } from "../support/wait.js";
@@ -92,7 +93,7 @@ const slow = new Set<string>();
 beforeAll(async () => {
   receiver = await startReceiver({
     secret: (path) => (path.startsWith("/hook/b") ? secrets.b : secrets.a),
-    port: Number(process.env.SCHEDULER_E2E_RECEIVER_PORT ?? 0),
+    port: intFromEnv("SCHEDULER_E2E_RECEIVER_PORT", 0, { min: 0, max: 65_535 }),
     delayMs: ({ idempotencyKey }) => (slow.has(idempotencyKey.split("@")[0] ?? "") ? 20_000 : 0),
     statusFor: ({ idempotencyKey, attempt }) => {
       const jobId = idempotencyKey.split("@")[0] ?? "";

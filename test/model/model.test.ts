@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, it } from "vitest";
-import { commandArbitrary, currentVersion, type ModelLimits, newModel } from "./commands.js";
+import { commandArbitrary, currentVersion, newModel } from "./commands.js";
 import {
   checkAttempts,
   checkInvariants,
@@ -8,6 +8,7 @@ import {
   checkReplays,
   checkStarts,
 } from "./invariants.js";
+import { modelSettings } from "./settings.js";
 import { type Expectation, ModelSystem, ModelViolation } from "./system.js";
 
 /**
@@ -36,26 +37,13 @@ import { type Expectation, ModelSystem, ModelViolation } from "./system.js";
  * a promise whose case no sequence reaches is not checked, whatever the test says.
  */
 const env = process.env;
-const long = env.MODEL_LONG === "1";
-const runs = Number(env.MODEL_RUNS ?? (long ? 2000 : 30));
-const limits: ModelLimits = long
-  ? { maxJumpMs: 7 * 86_400_000, maxTotalJumpMs: 10 * 86_400_000, maxOccurrencesPerJob: 300 }
-  : { maxJumpMs: 86_400_000, maxTotalJumpMs: 2 * 86_400_000, maxOccurrencesPerJob: 150 };
-/**
- * Sequences and a failure's shrinking stop here (the test fails if not all sequences ran): far
- * above a passing run's time (for npm test about 55 s alone here, 90 s beside the other files),
- * so it bounds shrinking, not the run.
- */
-const timeLimitMs = Number(env.MODEL_TIME_LIMIT_MS ?? (long ? 3 * 3_600_000 : 480_000));
-/** Survey mode: run every sequence, shrink nothing, and list each broken promise once with an example. */
-const survey = env.MODEL_SURVEY === "1";
+const { long, runs, limits, timeLimitMs, survey, maxCommands, seed } = modelSettings(env);
 /** Counts only the violations whose invariant or detail contains this text (to shrink towards one defect). */
 const only = env.MODEL_ONLY;
 const surveyed = new Map<
   string,
   { count: number; seed: number; run: number; detail: string; commands: string }
 >();
-const maxCommands = Number(env.MODEL_MAX_COMMANDS ?? (long ? 40 : 25));
 /**
  * Enough quiet time for retries (backoff up to 8 min), the reaper and the redrive DLQ to act, and
  * for the message of a Lambda worker that died to come back (the queue's visibility, 15 min): its
@@ -159,7 +147,6 @@ describe("model: random sequences keep the scheduler's promises", () => {
           }
         },
       );
-      const seed = env.MODEL_SEED === undefined ? undefined : Number(env.MODEL_SEED);
       const details = await fc.check(property, {
         numRuns: runs,
         ...(seed === undefined ? {} : { seed }),

@@ -1,9 +1,11 @@
+import { intFromEnv, positiveNumberFromEnv, SEED_RANGE } from "./env-knobs.js";
+
 /**
  * How many cases a fuzz suite runs: `npm test` runs each suite's own count, varied by a fresh
  * seed every run; `npm run test:fuzz` runs ten times as many (FUZZ_SCALE sets the factor). The
  * suite's time limit grows with it.
  */
-const FUZZ_SCALE = Number(process.env.FUZZ_SCALE ?? 1);
+const FUZZ_SCALE = positiveNumberFromEnv("FUZZ_SCALE", 1);
 
 export function fuzzCases(inNpmTest: number): number {
   return Math.max(1, Math.round(inNpmTest * FUZZ_SCALE));
@@ -11,4 +13,9 @@ export function fuzzCases(inNpmTest: number): number {
 
 export function fuzzTimeoutMs(inNpmTest: number): number {
   return Math.round(inNpmTest * Math.max(1, FUZZ_SCALE));
+}
+
+/** The seed of a fuzz suite's run: FUZZ_SEED replays one, else a fresh one every run. */
+export function fuzzSeed(): number {
+  return intFromEnv("FUZZ_SEED", Date.now() % 2 ** 31, SEED_RANGE);
 }

@@ -14,6 +14,7 @@ import {
   type ScheduleSpec,
   windowMsOf,
 } from "../../shared/schedule/index.js";
+import { intFromEnv } from "../support/env-knobs.js";
 import { transitionsOf } from "./schedule/support.js";
 
 /**
@@ -32,7 +33,7 @@ const GRACE = MINUTE;
 const LOOKAHEAD = 5 * MINUTE;
 const MAX_RUNS_PER_CLAIM = 50;
 /** Cases per property; CLAIM_SEQUENCE_RUNS=5000 searches further. */
-const RUNS = Number(process.env.CLAIM_SEQUENCE_RUNS ?? 150);
+const RUNS = intFromEnv("CLAIM_SEQUENCE_RUNS", 150);
 
 const ZONE_YEARS: readonly (readonly [string, readonly number[]])[] = [
   ["Australia/Lord_Howe", [2026, 2027]],
