@@ -6,20 +6,20 @@ import type { DueEntry, Run } from "../model.js";
 import { METRICS } from "../observability.js";
 import { recordShardCount } from "../shard-count.js";
 import { putRunsUnconditionally, writeClaim } from "../storage/claim.js";
-import { dueEntryKey, removeOrphanDueEntry } from "../storage/due-entries.js";
+import { removeOrphanDueEntry } from "../storage/due-entries.js";
 import { retryOnContention } from "../storage/dynamo-errors.js";
 import { completedJobExpiresAt } from "../storage/retention.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";
 import { getJob } from "../storage/run-reads.js";
-import { queuedRun, skippedRun } from "../storage/runs.js";
+import {
+  type Known,
+  noneKnown,
+  type PlannedWrites,
+  planWrites,
+  queuedThrough,
+} from "./claim-writes.js";
 import { claimReachEnd, mayAwaitItsJob } from "./fast-path-window.js";
-import { attemptOf, planClaim } from "./plan-claim.js";
 
-/**
- * Bounds a claim's run puts and the occurrences one claim plans (a per-second job's window, a
- * fire_all catch-up's chunk).
- */
-const MAX_RUNS_PER_CLAIM = 50;
 /** The skipped records that ride in the claim transaction; the rest are written right after it. */
 const MAX_SKIPPED_IN_TRANSACTION = 40;
 /** Endings in flight at once of the runs a claim lost to a cancel left (a claim's puts, at most 50). */
@@ -92,107 +92,12 @@ export async function claimDueEntry(
 /** Rounds of one claim: a re-read entry or occurrences found already handled start a new one. */
 const MAX_CLAIM_ROUNDS = 4;
 
-/**
- * What earlier rounds of a claim at the entry's version found: occurrences handled already (a
- * run past QUEUED, or an outcome on record), and the runs they put, which are not put again.
- */
-interface Known {
-  readonly run: ReadonlySet<string>;
-  readonly recorded: ReadonlySet<string>;
-  readonly put: ReadonlySet<string>;
-}
-
-const noneKnown = (): Known => ({ run: new Set(), recorded: new Set(), put: new Set() });
-
 type ClaimStep =
   | { readonly result: ClaimResult }
   /** The entry was rewritten (an edit kept its key): claim it as it is now. */
   | { readonly reread: DueEntry }
   /** Some occurrences are handled already: plan again without them. */
   | { readonly known: Known };
-
-/** The writes a claim of `entry` plans, before they are put in a transaction. */
-interface PlannedWrites {
-  readonly plan: ReturnType<typeof planClaim>;
-  readonly queued: readonly { readonly run: Run; readonly item: Record<string, unknown> }[];
-  readonly skippedItems: readonly Record<string, unknown>[];
-  readonly next: DueEntry | null;
-}
-
-function planWrites(
-  engine: Engine,
-  entry: DueEntry,
-  now: Date,
-  reachEnd: Date,
-  known: Known,
-): PlannedWrites {
-  const { settings } = engine;
-  const planned = planClaim({
-    entry,
-    now,
-    horizonEnd: reachEnd,
-    misfireGraceMs: settings.misfireGraceMs,
-    maxRunsPerClaim: MAX_RUNS_PER_CLAIM,
-    alreadyRun: known.run,
-  });
-  // An occurrence whose outcome is already on record (a run or a skip) needs no SKIPPED record.
-  const plan = {
-    ...planned,
-    skipped: planned.skipped.filter((s) => !known.recorded.has(s.scheduledFor.toISOString())),
-  };
-  const runSpec = (scheduledFor: Date, dueAt: Date, attempt: number, plannedFor?: Date) => ({
-    jobId: entry.jobId,
-    tenantId: entry.tenantId,
-    scheduledFor,
-    dueAt,
-    ...(plannedFor ? { plannedFor } : {}),
-    attempt,
-    priority: entry.priority,
-    jobVersion: entry.jobVersion,
-    ...(entry.runTrigger ? { trigger: entry.runTrigger } : {}),
-    ...(entry.retryOf ? { retryOf: entry.retryOf } : {}),
-    rerun: entry.kind === "occurrence" && attempt > 1,
-  });
-  // Read again here, not the pass's clock: the reaper's cursor may have passed `now + lease`
-  // by the time a long pass writes this claim, and a pass's `now` can be minutes old (below).
-  const writtenAt = engine.clock();
-  const queued = plan.runs.map((r) =>
-    queuedRun(runSpec(r.scheduledFor, r.dueAt, r.attempt, r.plannedFor), now, settings, writtenAt),
-  );
-  const skippedItems = plan.skipped.map((s) =>
-    skippedRun(
-      runSpec(s.scheduledFor, s.scheduledFor, attemptOf(entry, s.scheduledFor)),
-      s.reason,
-      now,
-      settings,
-    ),
-  );
-
-  let next: DueEntry | null = null;
-  if (plan.advancesJob && plan.next) {
-    // Filed at its planned time (jitter), so the pass that reads it claims it in time for that;
-    // when that is past, in the minute of this write: a pass that lost its lease claims on (no
-    // fence in the claim), and filed by its start it could land in a bucket the new owner has
-    // read and moved `sweepFrom` past, and the job would wait on an entry no pass reads again.
-    const { dueAt, scheduledFor } = plan.next;
-    next = {
-      ...entry,
-      key: dueEntryKey(entry.jobId, dueAt, 1, writtenAt, settings.shardCount),
-      kind: "occurrence",
-      dueAt: dueAt.toISOString(),
-      scheduledFor: scheduledFor.toISOString(),
-      attempt: 1,
-      catchUpCount: plan.next.catchUpCount,
-      queuedBefore: queuedThrough(entry, plan),
-    };
-  }
-  return { plan, queued, skippedItems, next };
-}
-
-/** The job's count of queued occurrences once this claim's are in. */
-function queuedThrough(entry: DueEntry, plan: ReturnType<typeof planClaim>): number {
-  return (entry.queuedBefore ?? 0) + (plan.occurrencesQueued ?? 0);
-}
 
 /** A new job's first claim, planned: its run items (QUEUED, and SKIPPED records) to write before the job. */
 export interface ClaimBeforeCreate {
