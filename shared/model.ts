@@ -163,6 +163,14 @@ export interface Job {
 export const isOneOffOccurrence = (job: Pick<Job, "schedule">, scheduledFor: string) =>
   "runAt" in job.schedule && Date.parse(job.schedule.runAt) === Date.parse(scheduledFor);
 
+/**
+ * Whether the run is a failure's retry or a replay: past attempt 1, and not a one-off's occurrence
+ * run again in place of its first attempt (`rerun`). Moved away from its one-off's time before it
+ * starts, such a run still runs there. A pause that cancels one leaves its next attempt one too.
+ */
+export const isRetryOrReplay = (run: Pick<Run, "attempt" | "rerun">) =>
+  run.attempt > 1 && run.rerun !== true;
+
 /** Whether the job has an end condition (endAt or maxRuns). */
 export const hasEnd = (job: Pick<Job, "endAt" | "maxRuns">) =>
   (job.endAt !== undefined && job.endAt !== null) ||
@@ -242,6 +250,12 @@ export interface DueEntry {
   readonly runTrigger?: RunTrigger;
   /** A retry entry: the failed attempt it follows, carried onto the run its claim queues. */
   readonly retryOf?: RetryOf;
+  /**
+   * A one-off's occurrence filed again past attempt 1 in place of a failure's retry or a replay a
+   * pause cancelled (a resume's): its run is one too, unmarked (no `rerun`), not a stand-in for
+   * the first attempt. A version before it ignores the note and marks the run, as before.
+   */
+  readonly retryAgain?: true;
 }
 
 export interface Run {
@@ -331,7 +345,8 @@ export interface Run {
   /**
    * A one-off's occurrence claimed again at a later attempt (a resume's after a pause cancelled its
    * run, an edit's to a runAt whose run ended): its occurrence's run as a first attempt is, which a
-   * new schedule without that occurrence skips. Neither a failure's retry nor a replay.
+   * new schedule without that occurrence skips. Neither a failure's retry nor a replay, nor a
+   * resume's in place of one a pause cancelled (`DueEntry.retryAgain`).
    */
   readonly rerun?: true;
 }

@@ -72,7 +72,7 @@ export function planWrites(
     jobVersion: entry.jobVersion,
     ...(entry.runTrigger ? { trigger: entry.runTrigger } : {}),
     ...(entry.retryOf ? { retryOf: entry.retryOf } : {}),
-    rerun: entry.kind === "occurrence" && attempt > 1,
+    rerun: entry.kind === "occurrence" && attempt > 1 && entry.retryAgain !== true,
   });
   // Read again here, not the pass's clock: the reaper's cursor may have passed `now + lease`
   // by the time a long pass writes this claim, and a pass's `now` can be minutes old (below).

@@ -1,5 +1,5 @@
 import type { Engine } from "../engine.js";
-import { isOneOffOccurrence, type Job, type Run } from "../model.js";
+import { isOneOffOccurrence, isRetryOrReplay, type Job, type Run } from "../model.js";
 import { runLogKeys } from "../observability.js";
 import { retryNotRunReason } from "../storage/next-attempt.js";
 import type { RunEnding } from "../storage/run-finish.js";
@@ -28,7 +28,9 @@ export type PredecessorDecision =
  * predecessor may still fail (again) and its ending then lets this attempt run. Ended otherwise
  * (succeeded on a later start, dead, cancelled, skipped): SKIPPED, naming it, so the occurrence
  * has no attempt its predecessor did not ask for. A one-off's occurrence cancelled by a pause is
- * the exception: its resume gives it a next attempt, and this is that attempt. A predecessor gone
+ * the exception: its resume gives it a next attempt, and this is that attempt; a failure's retry
+ * or a replay so cancelled gives a retry (`DueEntry.retryAgain`), which runs at its time even
+ * once the one-off was moved away, as it would have unpaused. A predecessor gone
  * (its TTL passed: it was written a retention ago) has ended long since: the attempt runs.
  */
 export function decideOnPredecessor(
@@ -52,7 +54,8 @@ export function decideOnPredecessor(
   if (
     predecessor.status === "CANCELLED" &&
     predecessor.cancelledBy === "pause" &&
-    isOneOffOccurrence(job, run.scheduledFor)
+    (isOneOffOccurrence(job, run.scheduledFor) ||
+      ("runAt" in job.schedule && isRetryOrReplay(predecessor)))
   )
     return { action: "run" };
   return {

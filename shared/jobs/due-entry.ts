@@ -3,6 +3,7 @@ import { MAX_ATTEMPT, parseDueSortKey } from "../keys.js";
 import { catchUpCountOf, type DueEntry, hasEnd, type Job, type Run } from "../model.js";
 import { plannedTime, windowMsOf } from "../schedule/index.js";
 import { dueEntryKey } from "../storage/due-entries.js";
+import { readDueEntry } from "../storage/job-edit.js";
 import { latestAttemptOf } from "../storage/job-queries.js";
 import { runsOnAfterEndMs } from "../storage/retention.js";
 import { ValidationError } from "../validation.js";
@@ -45,6 +46,7 @@ export function dueEntryFor(engine: Engine, job: Job, at: Date, now: Date, attem
 /**
  * A one-off's claimed occurrence as a due entry again, at `attempt` (a run's next attempt after a
  * pause cancelled it): not counted again, the occurrence was counted when it was first claimed.
+ * With `retryAgain`, in place of a failure's retry or a replay (`DueEntry.retryAgain`).
  */
 export function occurrenceAgain(
   engine: Engine,
@@ -52,22 +54,33 @@ export function occurrenceAgain(
   scheduledFor: string,
   attempt: number,
   now: Date,
+  retryAgain = false,
 ): DueEntry {
   const entry = dueEntryFor(engine, job, new Date(scheduledFor), now, attempt);
-  return { ...entry, queuedBefore: Math.max(0, (entry.queuedBefore ?? 0) - 1) };
+  return {
+    ...entry,
+    queuedBefore: Math.max(0, (entry.queuedBefore ?? 0) - 1),
+    ...(retryAgain ? { retryAgain: true } : {}),
+  };
 }
 
 /**
  * The entry of the job's pending occurrence at `at`, filed again (an edit that keeps it): at the
  * attempt the job's entry names. A one-off's pending entry may be its run's next attempt (a
  * resume's, after a pause cancelled the run); filed at attempt 1, its claim would find that
- * attempt's run handled and move the job on with nothing pending.
+ * attempt's run handled and move the job on with nothing pending. Such an entry is read (one
+ * consistent read), so that one in place of a retry a pause cancelled stays so (`retryAgain`).
  */
-export function pendingEntryAgain(engine: Engine, job: Job, at: Date, now: Date): DueEntry {
+export async function pendingEntryAgain(
+  engine: Engine,
+  job: Job,
+  at: Date,
+  now: Date,
+): Promise<DueEntry> {
   const attempt = job.nextDueKey ? (parseDueSortKey(job.nextDueKey.sk)?.attempt ?? 1) : 1;
-  return attempt > 1
-    ? occurrenceAgain(engine, job, at.toISOString(), attempt, now)
-    : dueEntryFor(engine, job, at, now);
+  if (attempt === 1 || job.nextDueKey === null) return dueEntryFor(engine, job, at, now);
+  const filed = await readDueEntry(engine, job.nextDueKey);
+  return occurrenceAgain(engine, job, at.toISOString(), attempt, now, filed?.retryAgain === true);
 }
 
 /**

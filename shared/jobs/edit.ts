@@ -199,7 +199,7 @@ async function editPlanned(
     const entry =
       next && job.status === "ACTIVE"
         ? kept
-          ? pendingEntryAgain(engine, edited, next, now)
+          ? await pendingEntryAgain(engine, edited, next, now)
           : runAtAttempt > 1
             ? occurrenceAgain(engine, edited, next.toISOString(), runAtAttempt, now)
             : dueEntryFor(engine, edited, next, now)

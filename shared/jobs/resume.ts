@@ -4,7 +4,7 @@ import type { Engine } from "../engine.js";
 import { IllegalTransitionError } from "../errors.js";
 import { endsOneOff } from "../execution/run-endings.js";
 import { MAX_ATTEMPT, parseRunId, shardOf } from "../keys.js";
-import { type DueEntry, hasEnd, type Job, type Run } from "../model.js";
+import { type DueEntry, hasEnd, isRetryOrReplay, type Job, type Run } from "../model.js";
 import { sendRuns } from "../queue/work-queue.js";
 import { recordShardCount } from "../shard-count.js";
 import { inflightPk, runMessageOf } from "../storage/items.js";
@@ -202,11 +202,13 @@ function cancelledByPause(run: Run): boolean {
 
 /**
  * The due entry of the next attempt of a one-off's run that a pause cancelled (one below the last
- * attempt). The run's key makes it one run however many writers plan it; the occurrence was
- * counted when it was first claimed and is not counted again.
+ * attempt), or that ended otherwise (`pendingOccurrence`). The run's key makes it one run however
+ * many writers plan it; the occurrence was counted when it was first claimed and is not counted
+ * again. A failure's retry or a replay the pause cancelled is filed as one (`retryAgain`).
  */
 function rerunOf(engine: Engine, job: Job, latest: Run, now: Date): DueEntry {
-  return occurrenceAgain(engine, job, latest.scheduledFor, latest.attempt + 1, now);
+  const retryAgain = cancelledByPause(latest) && isRetryOrReplay(latest);
+  return occurrenceAgain(engine, job, latest.scheduledFor, latest.attempt + 1, now, retryAgain);
 }
 
 /**

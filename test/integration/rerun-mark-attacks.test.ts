@@ -1,15 +1,18 @@
 import { beforeEach, describe, expect, it } from "vitest";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
+import { reap } from "../../shared/dispatch/reaper.js";
 import { type JobContext, JobError } from "../../shared/execution/job-contract.js";
-import { pauseJob, replayDeadLetter, resumeJob } from "../../shared/jobs/index.js";
+import { editJob, pauseJob, replayDeadLetter, resumeJob } from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
 import type { DueEntry } from "../../shared/model.js";
 import type { MisfirePolicy } from "../../shared/policies.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { SECOND, useClaimRace } from "../support/claim-race.js";
 import { deliveryOfRun, type EngineFixture } from "../support/engine-fixture.js";
+import { withHeartbeatsHeld } from "../support/faults.js";
 import { useOneOffMoves } from "../support/one-off-moves.js";
+import { waitFor } from "../support/wait.js";
 
 /**
  * Attacks on the `rerun` mark (a one-off's occurrence claimed again past attempt 1) and on what
@@ -18,8 +21,20 @@ import { useOneOffMoves } from "../support/one-off-moves.js";
  */
 
 const race = useClaimRace();
-const { clock, time, claimOptions, seedOne, runsOf, fixture, runsCalled, entriesOf, withHook } =
-  race;
+const {
+  clock,
+  time,
+  claimOptions,
+  seedOne,
+  runsOf,
+  fixture,
+  runsCalled,
+  entriesOf,
+  withHook,
+  withHooks,
+  isRunPut,
+  pastDeadlineOf,
+} = race;
 const { moveTo, attemptsOf, failedOnce, retryEntryOf, replayRefusal } = useOneOffMoves(race);
 let f: EngineFixture;
 beforeEach(() => {
@@ -178,6 +193,153 @@ describe("which runs carry the rerun mark", () => {
     expect(await attemptsOf(job.jobId, due)).toContainEqual([2, "SUCCEEDED"]);
     expect((await getTenantJob(f.engine, job.tenantId, job.jobId)).status).toBe("COMPLETED");
   });
+});
+
+/**
+ * A one-off due 5 s ago whose attempt 1 failed; its retry, attempt 2 (a QUEUED run: a draw of 0),
+ * is running when a pause with `running: "cancel"` asks it to stop.
+ */
+async function retryRunningWhenPaused() {
+  const { job, due, away, first } = await failedOnce(0);
+  const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
+  expect([retry?.status, retry?.retryOf?.runId]).toEqual(["QUEUED", first.runId]);
+  if (!retry) throw new Error("no retry");
+  expect((await startRun(f.engine, retry, "worker-a", clock())).kind).toBe("started");
+  await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+  return { job, due, away };
+}
+
+/**
+ * The queue's runs of the job delivered: attempt 3 of the occurrence at `due` (the one-off moved
+ * away since) runs once, after attempt 2 (`second`, as the pause left it). Then, at `away`, the
+ * one-off runs at its new time too, as it does beside a retry no pause cancelled.
+ */
+async function expectAttempt3RunsThenNewTime(
+  jobId: string,
+  due: Date,
+  away: Date,
+  second: "RUNNING" | "CANCELLED",
+) {
+  expect([await runsCalled(jobId), await attemptsOf(jobId, due)]).toEqual([
+    [[due.toISOString(), 1]],
+    [
+      [1, "FAILED"],
+      [2, second],
+      [3, "SUCCEEDED"],
+    ],
+  ]);
+  time.ms = Math.max(time.ms, away.getTime() + 5 * SECOND);
+  await dispatchShard(f.engine, 0, "pass-at-new-time");
+  expect(await runsCalled(jobId)).toEqual([[away.toISOString(), 1]]);
+}
+
+describe("a failure's retry that a pause cancelled while it ran, filed again by the resume", () => {
+  it.each([
+    ["claimed by the resume at once", null],
+    ["its claim throttled, then an edit that keeps the occurrence (its payload)", "edit"],
+    ["its claim throttled, then a pause and a resume", "pause and resume"],
+  ] as const)(
+    "%s: attempt 3 is a retry, unmarked; moved away before it runs, it still runs at its old time, and the one-off at its new time",
+    async (_, beforeClaim) => {
+      const { job, due, away } = await retryRunningWhenPaused();
+      let version = 1;
+      if (beforeClaim === null) await resumeJob(f.engine, job.tenantId, job.jobId);
+      else {
+        const { hooked } = await withHooks(
+          [{ command: "PutItemCommand", when: isRunPut, fail: () => new Error("throttled") }],
+          () => resumeJob(f.engine, job.tenantId, job.jobId),
+        );
+        expect(hooked).toBe(1);
+        if (beforeClaim === "edit")
+          await editJob(f.engine, job.tenantId, job.jobId, version++, {
+            payload: { edited: true },
+          });
+        else {
+          await pauseJob(f.engine, job.tenantId, job.jobId);
+          await resumeJob(f.engine, job.tenantId, job.jobId);
+        }
+        await dispatchShard(f.engine, 0, "pass-before-claim");
+      }
+      const again = (await runsOf(job.jobId)).find((r) => r.attempt === 3);
+      expect([again?.status, again?.rerun, again?.retryOf]).toEqual([
+        "QUEUED",
+        undefined,
+        undefined,
+      ]);
+
+      await moveTo(job, version, away);
+      time.ms = Math.max(time.ms, Date.parse(again?.dueAt ?? "") + SECOND);
+      await expectAttempt3RunsThenNewTime(job.jobId, due, away, "RUNNING");
+      expect((await getTenantJob(f.engine, job.tenantId, job.jobId)).status).toBe("COMPLETED");
+    },
+  );
+});
+
+describe("a failure's retry that fails as a pause's cancel lands (the narrow window): its next attempt, put before the refused ending, is not taken back", () => {
+  it.each([
+    ["a QUEUED run (a draw of 0)", 0],
+    ["an entry an hour out (a draw of 0.99)", 0.99],
+  ])(
+    "attempt 3 as %s: after the resume and a move away it runs once at its old time, and the one-off at its new time",
+    async (_, draw) => {
+      const { job, due, away } = await failedOnce(0);
+      const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
+      if (!retry) throw new Error("no retry");
+      // The heartbeats held (the fault): the failure's ending, not a beat, meets the pause's cancel.
+      const beatsHeld = withHeartbeatsHeld(f.engine);
+      const failsUnderPause = async (ctx: JobContext) => {
+        await waitFor("the retry's start", async () =>
+          (await runsOf(ctx.jobId)).some((r) => r.attempt === 2 && r.status === "RUNNING"),
+        );
+        beatsHeld.hold();
+        await pauseJob(f.engine, ctx.tenantId, ctx.jobId, { running: "cancel" });
+        throw new JobError("failed as the pause cancelled it", { retryable: true });
+      };
+      const deps = f.workerDeps("w", { noop: failsUnderPause }, 200);
+      try {
+        await f.process(
+          { ...deps, engine: { ...beatsHeld.engine, random: () => draw } },
+          deliveryOfRun(f.engine, retry),
+        );
+      } finally {
+        beatsHeld.destroy();
+      }
+      const next = (await runsOf(job.jobId)).find((r) => r.attempt === 3);
+      const [entry, ...more] = (await entriesOf(job.jobId)).filter((e) => e.kind === "retry");
+      expect([await attemptsOf(job.jobId, due), (next ?? entry)?.retryOf?.runId, more]).toEqual([
+        draw === 0
+          ? [
+              [1, "FAILED"],
+              [2, "CANCELLED"],
+              [3, "QUEUED"],
+            ]
+          : [
+              [1, "FAILED"],
+              [2, "CANCELLED"],
+            ],
+        retry.runId,
+        [],
+      ]);
+
+      await resumeJob(f.engine, job.tenantId, job.jobId);
+      await moveTo(job, 1, away);
+      // A QUEUED attempt 3 was never sent (its failure's ending, which sends it, was refused): the
+      // reaper sends it at its deadline. An entry's attempt 3 is the resume's, sent at once.
+      if (next) {
+        pastDeadlineOf(new Date(next.dueAt));
+        expect((await reap(f.engine)).resent).toBe(1);
+      } else time.ms += 5 * SECOND;
+      await expectAttempt3RunsThenNewTime(job.jobId, due, away, "CANCELLED");
+      if (entry) {
+        // The failure's retry entry, claimed at its time, finds its attempt run: it queues nothing.
+        time.ms = Math.max(time.ms, Date.parse(entry.dueAt) + 5 * SECOND);
+        await dispatchShard(f.engine, 0, "pass-at-retry");
+        expect([await runsCalled(job.jobId), await entriesOf(job.jobId)]).toEqual([[], []]);
+      }
+      expect(await attemptsOf(job.jobId, due)).toHaveLength(3);
+      expect((await getTenantJob(f.engine, job.tenantId, job.jobId)).status).toBe("COMPLETED");
+    },
+  );
 });
 
 /**
