@@ -218,28 +218,53 @@ describe("a failure's next attempt, written before its ending", () => {
     ]);
   }, 30_000);
 
+  /**
+   * Attempt 1 of a new one-off (its retry `retry`) delivered to a handler that cancels its own run
+   * once its start is written, then fails: its ending meets the cancel request, after the next
+   * attempt's put. With `takeBackFails`, the take-back's one write (the QUEUED run's SKIPPED update,
+   * the entry's delete) is refused as throttled. Later attempts succeed; `calls` counts every call.
+   */
+  async function failedAsCancelled(retry: typeof SOON, takeBackFails = false) {
+    const job = await oneOff(retry);
+    const beatsHeld = withHeartbeatsHeld(f.engine);
+    const takeBacks = { refused: 0 };
+    if (takeBackFails)
+      beatsHeld.engine.doc.middlewareStack.add(
+        (next) => async (args) => {
+          const { ConditionExpression } = args.input as { ConditionExpression?: string };
+          if (!String(ConditionExpression).includes("retryOf.fence = :fence")) return next(args);
+          takeBacks.refused++;
+          throw new Error("throttled");
+        },
+        { step: "initialize", name: "takeBackFails" },
+      );
+    const calls = { count: 0 };
+    const cancelsItself: JobHandler = async (ctx) => {
+      calls.count++;
+      if (ctx.attempt !== 1) return;
+      await waitFor("the run's start", async () =>
+        (await runsOf(ctx.jobId)).some((r) => r.status === "RUNNING"),
+      );
+      beatsHeld.hold();
+      await cancelRun(f.engine, TENANT, ctx.jobId, ctx.runId);
+      throw new JobError("failed as it was cancelled", { retryable: true });
+    };
+    const first = await attempt(job, 1);
+    const deps = {
+      ...f.workerDeps("w", { flaky: cancelsItself }, 200),
+      engine: { ...beatsHeld.engine, random: () => 0.99 },
+    };
+    try {
+      expect(await processRun(deps, deliveryOfRun(f.engine, first))).toBe("ack");
+    } finally {
+      beatsHeld.destroy();
+    }
+    return { job, first, cancelsItself, calls, takeBacks };
+  }
+
   it("a cancel asked during the ending takes the next attempt back at once: a run SKIPPED, a retry entry deleted", async () => {
     for (const retry of [SOON, LATER]) {
-      const job = await oneOff(retry);
-      const beatsHeld = withHeartbeatsHeld(f.engine);
-      const cancelsItself: JobHandler = async (ctx) => {
-        await waitFor("the run's start", async () =>
-          (await runsOf(ctx.jobId)).some((r) => r.status === "RUNNING"),
-        );
-        beatsHeld.hold();
-        await cancelRun(f.engine, TENANT, ctx.jobId, ctx.runId);
-        throw new JobError("failed as it was cancelled", { retryable: true });
-      };
-      const first = await attempt(job, 1);
-      const deps = {
-        ...f.workerDeps("w", { flaky: cancelsItself }, 200),
-        engine: { ...beatsHeld.engine, random: () => 0.99 },
-      };
-      try {
-        expect(await processRun(deps, deliveryOfRun(f.engine, first))).toBe("ack");
-      } finally {
-        beatsHeld.destroy();
-      }
+      const { job, first } = await failedAsCancelled(retry);
       const runs = await runsOf(job.jobId);
       expect(runs[0]).toMatchObject({ attempt: 1, status: "CANCELLED", cancelledBy: "api" });
       if (retry === SOON)
@@ -249,6 +274,44 @@ describe("a failure's next attempt, written before its ending", () => {
           reason: `${first.runId} ended CANCELLED, not FAILED: this retry does not run`,
         });
       else expect(runs).toHaveLength(1);
+      expect((await f.dueEntries()).filter((d) => d.jobId === job.jobId)).toEqual([]);
+    }
+  }, 30_000);
+
+  it("a cancel asked during the ending whose take-back of the next attempt fails (throttled): its worker skips the run, a claim of the entry queues one it skips, and nothing runs again", async () => {
+    for (const retry of [SOON, LATER]) {
+      const { job, first, cancelsItself, calls, takeBacks } = await failedAsCancelled(retry, true);
+      expect(takeBacks.refused).toBe(1);
+      expect((await runsOf(job.jobId))[0]).toMatchObject({
+        status: "CANCELLED",
+        cancelledBy: "api",
+      });
+      if (retry === LATER) {
+        // The entry left: its claim queues attempt 2, naming attempt 1.
+        const [entry, ...others] = (await f.dueEntries()).filter((d) => d.jobId === job.jobId);
+        expect([entry?.kind, others]).toEqual(["retry", []]);
+        if (!entry) throw new Error("no retry entry");
+        const due = new Date(entry.dueAt);
+        await claimDueEntry(f.engine, entry, {
+          now: due,
+          horizonEnd: new Date(due.getTime() + 60_000),
+        });
+      }
+      expect(await attempt(job, 2)).toMatchObject({
+        status: "QUEUED",
+        retryOf: { runId: first.runId },
+      });
+      expect(await deliver(job, 2, cancelsItself)).toBe("ack");
+      expect(await runsOf(job.jobId)).toMatchObject([
+        { attempt: 1, status: "CANCELLED" },
+        {
+          attempt: 2,
+          status: "SKIPPED",
+          reason: `${first.runId} ended CANCELLED, not FAILED: this retry does not run`,
+        },
+      ]);
+      expect(calls.count).toBe(1);
+      expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
       expect((await f.dueEntries()).filter((d) => d.jobId === job.jobId)).toEqual([]);
     }
   }, 30_000);
