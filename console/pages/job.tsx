@@ -1,4 +1,4 @@
-import { useState } from "preact/hooks";
+import { useRef, useState } from "preact/hooks";
 import { runWhy } from "../../client/run-why.js";
 import { ApiProblem, api, type EditJob, type FieldIssue, type Job, type Run } from "../api.js";
 import {
@@ -36,6 +36,11 @@ const RUN_STATUSES = ["queued", "running", "succeeded", "failed", "dead", "skipp
 export function JobPage({ id }: { id: string }) {
   const job = usePoll(() => api.getJob(id), 2000, [id]);
   const [actionError, setActionError] = useState<unknown>(null);
+  // An action under way: the action buttons wait for its answer, so a double click on "Trigger
+  // now" queues one run, not two (a trigger's repeat queues another). Marked aria-disabled, not
+  // disabled, which would take the keyboard's focus off the button pressed.
+  const [acting, setActing] = useState(false);
+  const actingNow = useRef(false);
   const current = job.data;
 
   if (job.error instanceof ApiProblem && job.error.status === 404) {
@@ -59,6 +64,10 @@ export function JobPage({ id }: { id: string }) {
   }
 
   const act = async (label: string, action: () => Promise<unknown>) => {
+    // Set at once, not at the next render, which a second click may come before.
+    if (actingNow.current) return;
+    actingNow.current = true;
+    setActing(true);
     setActionError(null);
     try {
       await action();
@@ -66,6 +75,9 @@ export function JobPage({ id }: { id: string }) {
       await job.reload();
     } catch (caught) {
       setActionError(caught);
+    } finally {
+      actingNow.current = false;
+      setActing(false);
     }
   };
   const zone = zoneOf(current.schedule);
@@ -84,6 +96,7 @@ export function JobPage({ id }: { id: string }) {
         {current.status === "active" ? (
           <button
             type="button"
+            aria-disabled={acting}
             onClick={() => void act("Job paused", () => api.changeStatus(id, "pause"))}
           >
             Pause
@@ -92,13 +105,18 @@ export function JobPage({ id }: { id: string }) {
         {current.status === "paused" ? (
           <button
             type="button"
+            aria-disabled={acting}
             onClick={() => void act("Job resumed", () => api.changeStatus(id, "resume"))}
           >
             Resume
           </button>
         ) : null}
         {!ended ? (
-          <button type="button" onClick={() => void act("Run queued", () => api.trigger(id))}>
+          <button
+            type="button"
+            aria-disabled={acting}
+            onClick={() => void act("Run queued", () => api.trigger(id))}
+          >
             Trigger now
           </button>
         ) : null}
@@ -106,6 +124,7 @@ export function JobPage({ id }: { id: string }) {
           <button
             type="button"
             class="danger"
+            aria-disabled={acting}
             onClick={() => {
               if (
                 confirm(`Cancel ${jobTitleInline(current)} for good? Queued runs are cancelled.`)

@@ -1096,6 +1096,37 @@ describe("web console", () => {
     expect(runs.items.filter((r) => r.attempt === 2)).toHaveLength(1);
   });
 
+  it("a double click on Trigger now queues one run: the button waits for the first trigger's answer", async () => {
+    // A one-off far ahead: its only run is the one a trigger queues.
+    const job = await api<Job>("POST", "/jobs", {
+      name: "triggered by a double click",
+      type: "noop",
+      schedule: { runAt: "2030-01-01T00:00:00Z" },
+    });
+    try {
+      await page.goto(`${sandbox.url}/console/jobs/${job.id}`);
+      const triggers: string[] = [];
+      const onRequest = (request: { url(): string; method(): string }) => {
+        if (request.method() === "POST" && request.url().endsWith(`/jobs/${job.id}/trigger`))
+          triggers.push(request.url());
+      };
+      page.on("request", onRequest);
+      try {
+        await page.getByRole("button", { name: "Trigger now" }).dblclick();
+        await page.getByText("Run queued").first().waitFor();
+        // The button is back, and only then could a second trigger have been sent.
+        await page.locator('button[aria-disabled="false"]', { hasText: "Trigger now" }).waitFor();
+      } finally {
+        page.off("request", onRequest);
+      }
+      expect(triggers).toHaveLength(1);
+      expect((await api<{ items: Run[] }>("GET", `/jobs/${job.id}/runs`)).items).toHaveLength(1);
+    } finally {
+      // Off the tenant's list, which the last case counts.
+      await api("DELETE", `/jobs/${job.id}`);
+    }
+  });
+
   it("the cancel confirmation names the job on one line, its direction kept inside it: a name cannot rewrite the question", async () => {
     // A name that answers the question itself, then pushes the real question out of the dialog.
     const name = `nightly export for good?\n\nNothing is cancelled: this only pauses it.${"\n".repeat(30)}\u202Edesrever`;
