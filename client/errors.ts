@@ -33,6 +33,13 @@ export class SchedulerClientError<C extends ClientErrorCode = ClientErrorCode> e
 }
 
 /**
+ * An id the client refused to put in a request's path ("", "." or "..": a URL reads a dot segment
+ * as a path), before anything was sent. A RangeError, as it was before it had a class of its own,
+ * which the CLI tells apart from its other RangeErrors (a bug) as a malformed argument.
+ */
+export class NotAnIdError extends RangeError {}
+
+/**
  * The request (the answer's body included) did not finish within the client's `timeoutMs`. A
  * request that is not safe to repeat (`repeatable` false: a create, batch or trigger without an
  * Idempotency-Key, whose repeat would do it again) may still have been applied, so it is not

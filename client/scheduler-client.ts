@@ -13,6 +13,7 @@ import {
 } from "./answers.js";
 import { authMiddleware, type ClientAuth } from "./auth.js";
 import { RequestWithSignal } from "./caller-signal.js";
+import { NotAnIdError } from "./errors.js";
 import type { components, paths } from "./generated/api.js";
 import { JobHandle } from "./job-handle.js";
 import { everyItem, type Page } from "./paging.js";
@@ -106,7 +107,7 @@ function runQuery(filter: RunFilter): { status?: string; from?: string; to?: str
 const segmentsOnly = (pathname: string, params: Record<string, unknown>): string => {
   for (const [name, value] of Object.entries(params)) {
     if (value === "" || value === "." || value === "..") {
-      throw new RangeError(
+      throw new NotAnIdError(
         `${name}: ${JSON.stringify(value)} is no id (a URL reads it as a path, not a segment)`,
       );
     }

@@ -1,3 +1,4 @@
+import { NotAnIdError } from "../errors.js";
 import {
   type ErrorCode,
   isSchedulerApiError,
@@ -130,6 +131,8 @@ export function exitCodeOf(error: unknown): number {
       ? EXIT.busy
       : EXIT.failed;
   if (error instanceof CliExit) return error.exitCode;
+  // An id argument ("", "." or "..") the client refused to send: malformed, nothing was sent.
+  if (error instanceof NotAnIdError) return EXIT.usage;
   if (isMissingCredentials(error)) return EXIT.unauthorized;
   if (error instanceof WaitTimeoutError) return EXIT.timedOut;
   if (isUnreachable(error)) return EXIT.unreachable;

@@ -18,9 +18,12 @@ interface RawAnswer {
 let server: Server;
 let baseUrl: string;
 let answer: RawAnswer = { status: 200, body: "{}" };
+/** Requests the server was sent. */
+let received = 0;
 
 beforeAll(async () => {
   server = createServer((request, response) => {
+    received += 1;
     request.resume();
     request.on("end", () => {
       response.writeHead(answer.status, answer.headers).end(answer.body);
@@ -392,5 +395,27 @@ describe("with -o json every error on stderr is one JSON line", () => {
     expect(plain.err).toMatch(
       /^error: missing required argument 'id'\n\nUsage: scheduler jobs get/,
     );
+  });
+
+  it("an id that is no id (empty, `.`, `..`) is a usage error too: exit 2, naming it, nothing sent", async () => {
+    const before = received;
+    for (const args of [
+      ["jobs", "get", ".."],
+      ["jobs", "delete", ""],
+      ["runs", "cancel", "J", ".."],
+      ["runs", "get", ".", "R"],
+      ["dead-letters", "replay", ".."],
+      ["quotas", "get", "."],
+    ]) {
+      const { code, out, err } = await cli("-o", "json", ...args);
+      expect(code, args.join(" ")).toBe(EXIT.usage);
+      expect(out).toBe("");
+      const parsed = JSON.parse(err) as { error: { message: string } };
+      expect(parsed.error.message, args.join(" ")).toMatch(/is no id/);
+    }
+    const plain = await cli("jobs", "trigger", "..");
+    expect(plain.code).toBe(EXIT.usage);
+    expect(plain.err).toBe('error: id: ".." is no id (a URL reads it as a path, not a segment)\n');
+    expect(received - before).toBe(0);
   });
 });
