@@ -76,6 +76,16 @@ async function answer<T>(
 
 const job = (id: string) => ({ path: { id } });
 
+/**
+ * A new Idempotency-Key, `<what>-<128 random bits in hex>`. Made with getRandomValues, which every
+ * page has: crypto.randomUUID exists only in a secure context, and the sandbox also answers plain
+ * http at API_URL's host, which need not be loopback.
+ */
+export function newIdempotencyKey(what: string): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return `${what}-${Array.from(bytes, (byte) => byte.toString(16).padStart(2, "0")).join("")}`;
+}
+
 export const api = {
   listJobs: (query: { status?: Job["status"] | ""; cursor?: string; limit?: number }) =>
     answer(
@@ -90,7 +100,10 @@ export const api = {
       }),
     ),
   getJob: (id: string) => answer(client.GET("/jobs/{id}", { params: job(id) })),
-  createJob: (body: CreateJob) => answer(client.POST("/jobs", { body })),
+  createJob: (body: CreateJob, idempotencyKey: string) =>
+    answer(
+      client.POST("/jobs", { body, params: { header: { "Idempotency-Key": idempotencyKey } } }),
+    ),
   editJob: (id: string, version: number, body: EditJob) =>
     answer(
       client.PATCH("/jobs/{id}", {
@@ -106,7 +119,12 @@ export const api = {
           ? client.POST("/jobs/{id}/resume", { params: job(id) })
           : client.POST("/jobs/{id}/cancel", { params: job(id) }),
     ),
-  trigger: (id: string) => answer(client.POST("/jobs/{id}/trigger", { params: job(id) })),
+  trigger: (id: string, idempotencyKey: string) =>
+    answer(
+      client.POST("/jobs/{id}/trigger", {
+        params: { ...job(id), header: { "Idempotency-Key": idempotencyKey } },
+      }),
+    ),
   cancelRun: (id: string, runId: string) =>
     answer(client.POST("/jobs/{id}/runs/{runId}/cancel", { params: { path: { id, runId } } })),
   listRuns: (id: string, query: { cursor?: string; limit?: number; status?: string }) =>

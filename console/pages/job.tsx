@@ -1,6 +1,14 @@
 import { useRef, useState } from "preact/hooks";
 import { runWhy } from "../../client/run-why.js";
-import { ApiProblem, api, type EditJob, type FieldIssue, type Job, type Run } from "../api.js";
+import {
+  ApiProblem,
+  api,
+  type EditJob,
+  type FieldIssue,
+  type Job,
+  newIdempotencyKey,
+  type Run,
+} from "../api.js";
 import {
   announce,
   ErrorMessage,
@@ -41,6 +49,10 @@ export function JobPage({ id }: { id: string }) {
   // disabled, which would take the keyboard's focus off the button pressed.
   const [acting, setActing] = useState(false);
   const actingNow = useRef(false);
+  // The key of a trigger whose outcome is unknown (no answer, or a 5xx such as API Gateway's 502
+  // or 504: it may have queued its run): pressed again, it is the same trigger, answered with that
+  // run. Forgotten once a trigger is answered, or refused (a 4xx queues nothing).
+  const unclearTrigger = useRef<{ readonly id: string; readonly key: string } | null>(null);
   const current = job.data;
 
   if (job.error instanceof ApiProblem && job.error.status === 404) {
@@ -80,6 +92,20 @@ export function JobPage({ id }: { id: string }) {
       setActing(false);
     }
   };
+  const trigger = async () => {
+    const key =
+      unclearTrigger.current?.id === id
+        ? unclearTrigger.current.key
+        : newIdempotencyKey("console-trigger");
+    unclearTrigger.current = { id, key };
+    try {
+      await api.trigger(id, key);
+      unclearTrigger.current = null;
+    } catch (caught) {
+      if (caught instanceof ApiProblem && caught.status < 500) unclearTrigger.current = null;
+      throw caught;
+    }
+  };
   const zone = zoneOf(current.schedule);
   const ended = current.status === "cancelled" || current.status === "completed";
 
@@ -115,7 +141,7 @@ export function JobPage({ id }: { id: string }) {
           <button
             type="button"
             aria-disabled={acting}
-            onClick={() => void act("Run queued", () => api.trigger(id))}
+            onClick={() => void act("Run queued", trigger)}
           >
             Trigger now
           </button>

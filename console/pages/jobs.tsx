@@ -1,5 +1,5 @@
-import { useState } from "preact/hooks";
-import { api, type FieldIssue, type Job } from "../api.js";
+import { useRef, useState } from "preact/hooks";
+import { api, type FieldIssue, type Job, newIdempotencyKey } from "../api.js";
 import { announce, ErrorMessage, ErrorSummary, messageOf, StatusBadge } from "../components.js";
 import { formatInstant, jobTitle, scheduleInWords, zoneOf } from "../format.js";
 import { createBody, emptyForm, issuesOf, JobFields, type JobForm } from "../job-form.js";
@@ -125,12 +125,20 @@ function CreateJobForm({ jobTypes }: { jobTypes: readonly string[] }) {
   const [issues, setIssues] = useState<FieldIssue[]>([]);
   const [error, setError] = useState<unknown>(null);
   const [busy, setBusy] = useState(false);
+  // The key of the last create sent, with its body. The same body sent again (a press of Create
+  // after an error: an answer lost on the way back, a 502 or 504 of a create that was applied)
+  // is the same create, answered with the job it made; a changed body is a create of its own.
+  const lastSent = useRef<{ readonly body: string; readonly key: string } | null>(null);
 
   const submit = async (event: Event) => {
     event.preventDefault();
     setBusy(true);
     try {
-      const job = await api.createJob(createBody(form));
+      const body = createBody(form);
+      const text = JSON.stringify(body);
+      if (lastSent.current?.body !== text)
+        lastSent.current = { body: text, key: newIdempotencyKey("console-create") };
+      const job = await api.createJob(body, lastSent.current.key);
       announce(`Job ${job.name} created`);
       navigate(`/console/jobs/${job.id}`);
     } catch (caught) {

@@ -1127,6 +1127,76 @@ describe("web console", () => {
     }
   });
 
+  it("Create job, and Trigger now, pressed again after an answer that was lost (a 502 of a request applied) make one job and one run", async () => {
+    const name = "created once, answered 502";
+    const namedSo = async () =>
+      (await api<{ items: Job[] }>("GET", "/jobs?limit=100")).items.filter((j) => j.name === name);
+    /**
+     * The page's POSTs to `pathname`, each applied by the API; the first one's answer is lost on
+     * the way back, as with API Gateway's 502 or 504 after the function wrote. Gives the
+     * Idempotency-Key each carried, and the function that ends the routing.
+     */
+    const firstAnswerLost = async (pathname: string) => {
+      const keys: (string | null)[] = [];
+      const matches = (url: URL) => url.pathname === pathname;
+      await page.route(matches, async (route) => {
+        if (route.request().method() !== "POST") return route.fallback();
+        keys.push(await route.request().headerValue("idempotency-key"));
+        const answer = await route.fetch();
+        if (keys.length > 1) return route.fulfill({ response: answer });
+        return route.fulfill({ status: 502, json: { message: "Internal Server Error" } });
+      });
+      return { keys, end: () => page.unroute(matches) };
+    };
+    const errorsBefore = browser.errors.length;
+    try {
+      const creates = await firstAnswerLost("/jobs");
+      try {
+        await page.goto(`${sandbox.url}/console`);
+        await page.getByText("Create a job", { exact: true }).click();
+        const form = page.getByRole("form", { name: "Create a job" });
+        await form.getByLabel("Name", { exact: true }).fill(name);
+        await form.getByLabel("Cron expression", { exact: true }).fill("0 3 * * *");
+        await form.getByLabel("Time zone", { exact: true }).fill("UTC");
+        await form.getByRole("button", { name: "Create job" }).click();
+        await form.getByRole("alert").waitFor();
+        await form.getByRole("button", { name: "Create job" }).click();
+        await page.waitForURL(/\/console\/jobs\/[0-9A-Z]+$/);
+      } finally {
+        await creates.end();
+      }
+      const created = await namedSo();
+      const id = page.url().split("/").at(-1) ?? "";
+      expect(created.map((j) => j.id)).toEqual([id]);
+      expect(creates.keys).toHaveLength(2);
+      expect(creates.keys[0]).toBe(creates.keys[1]);
+
+      const runsBefore = (await api<{ items: Run[] }>("GET", `/jobs/${id}/runs`)).items.length;
+      const triggers = await firstAnswerLost(`/jobs/${id}/trigger`);
+      try {
+        const button = page.getByRole("button", { name: "Trigger now" });
+        await button.click();
+        await page.getByRole("alert").waitFor();
+        await button.click();
+        await page.getByText("Run queued").first().waitFor();
+      } finally {
+        await triggers.end();
+      }
+      const runs = (await api<{ items: Run[] }>("GET", `/jobs/${id}/runs`)).items;
+      expect(runs.length - runsBefore).toBe(1);
+      expect(triggers.keys).toHaveLength(2);
+      expect(triggers.keys[0]).toBe(triggers.keys[1]);
+    } finally {
+      // Off the tenant's list, which the last case counts.
+      for (const job of await namedSo()) await api("DELETE", `/jobs/${job.id}`);
+      // The browser logs each 502 this case answered as an error; the last case counts the others.
+      const others = browser.errors
+        .splice(errorsBefore)
+        .filter((e) => !e.includes("status of 502"));
+      browser.errors.push(...others);
+    }
+  });
+
   it("the cancel confirmation names the job on one line, its direction kept inside it: a name cannot rewrite the question", async () => {
     // A name that answers the question itself, then pushes the real question out of the dialog.
     const name = `nightly export for good?\n\nNothing is cancelled: this only pauses it.${"\n".repeat(30)}\u202Edesrever`;
