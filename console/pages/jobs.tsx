@@ -139,6 +139,8 @@ function CreateJobForm({ jobTypes }: { jobTypes: readonly string[] }) {
       if (lastSent.current?.body !== text)
         lastSent.current = { body: text, key: newIdempotencyKey("console-create") };
       const job = await api.createJob(body, lastSent.current.key);
+      // Answered: the next press, of this body too, is a create of its own.
+      lastSent.current = null;
       announce(`Job ${job.name} created`);
       navigate(`/console/jobs/${job.id}`);
     } catch (caught) {
