@@ -32,6 +32,12 @@ const PHASE_MS = 50 * SECOND;
 const RULE_WAIT_MS = 20 * MINUTE;
 /** Ticks at `transaction` the cases run after the death: past the rule's wait. */
 const TICKS_AFTER = 25;
+/**
+ * How long a worker's receive after a tick waits for no more messages. A tick awaits its sends
+ * before it returns, so what it sent is in the queue when the receive starts, and one empty
+ * receive finds it all: the wait only ends the receive (400 ms a tick was 10 s of a case's time).
+ */
+const SENT_QUIET_MS = 100;
 
 type Input = Record<string, unknown>;
 
@@ -173,7 +179,9 @@ async function ticksUntilGone(
     const at = first + minute * MINUTE;
     const pass = await c.tick(c.atTransaction, at);
     if (pass.outcome === "swept") expect(pass.failed).toBe(0);
-    for (const received of await c.f.receiveAll(c.f.engine.queues.normal, { quietMs: 400 })) {
+    for (const received of await c.f.receiveAll(c.f.engine.queues.normal, {
+      quietMs: SENT_QUIET_MS,
+    })) {
       if (received.message.jobId === jobId) await c.f.process(deps, received);
     }
     if (goneAfterMs === null && (await entriesOf(c.f, jobId)).length === 0) {
@@ -366,7 +374,9 @@ function countingWorker(c: RollbackCase, jobId: string) {
   return {
     calls: () => [...calls],
     async drain() {
-      for (const received of await c.f.receiveAll(c.f.engine.queues.normal, { quietMs: 400 })) {
+      for (const received of await c.f.receiveAll(c.f.engine.queues.normal, {
+        quietMs: SENT_QUIET_MS,
+      })) {
         if (received.message.jobId === jobId) await c.f.process(deps, received);
       }
     },
