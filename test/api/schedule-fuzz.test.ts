@@ -98,7 +98,7 @@ async function seedJob(): Promise<{ id: string; version: number }> {
 }
 
 /** A clock reading: mostly real time, often near the end of the range, anywhere in it. */
-const CASES = fuzzCases(60);
+const CASES = fuzzCases(30);
 const TIMEOUT_MS = fuzzTimeoutMs(120_000);
 const clockArb = fc.oneof(fc.constant<number | null>(null), instantMsArb);
 

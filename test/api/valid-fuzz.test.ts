@@ -16,7 +16,7 @@ import { JOB_TYPES } from "./support.js";
  * jobs (triggers also two at once) while the clock moves on by whole seconds and milliseconds
  * and dispatcher passes claim what they wrote. No answer may be a 5xx, and no pass may fail.
  */
-const CASES = fuzzCases(12);
+const CASES = fuzzCases(6);
 const TIMEOUT_MS = fuzzTimeoutMs(300_000);
 const KEY = "valid-fuzz-key";
 let fixture: EngineFixture;

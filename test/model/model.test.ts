@@ -27,7 +27,7 @@ import { type Expectation, ModelSystem, ModelViolation } from "./system.js";
  * keyed or not. A pass or a delivery may fail on an SQS failure the model injected; what it left
  * undone must be done by the time the system settles.
  *
- * `npm test` runs thirty short sequences with jumps up to a day (about a minute);
+ * `npm test` runs twenty short sequences with jumps up to a day (under a minute);
  * `npm run test:model` runs thousands with jumps up to a week (MODEL_RUNS,
  * MODEL_LONG), hours, and says how far it is every 25 sequences. A failure prints its seed and path and the shrunk command
  * list; `MODEL_SEED=<seed> MODEL_PATH=<path> MODEL_REPLAY=<replayPath>` replays it. MODEL_SURVEY and

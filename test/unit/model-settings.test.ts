@@ -2,11 +2,11 @@ import { describe, expect, it } from "vitest";
 import { modelSettings } from "../model/settings.js";
 
 describe("the model suite's settings from the environment", () => {
-  it("runs 30 sequences under npm test, 2,000 under MODEL_LONG, MODEL_RUNS of them when given", () => {
-    expect(modelSettings({}).runs).toBe(30);
+  it("runs 20 sequences under npm test, 2,000 under MODEL_LONG, MODEL_RUNS of them when given", () => {
+    expect(modelSettings({}).runs).toBe(20);
     expect(modelSettings({ MODEL_LONG: "1" }).runs).toBe(2000);
     expect(modelSettings({ MODEL_RUNS: "12" }).runs).toBe(12);
-    expect(modelSettings({ MODEL_RUNS: "" }).runs).toBe(30);
+    expect(modelSettings({ MODEL_RUNS: "" }).runs).toBe(20);
   });
 
   it("refuses a MODEL_RUNS that is not a positive whole number, naming it", () => {
