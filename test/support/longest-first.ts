@@ -2,16 +2,17 @@ import { BaseSequencer, type TestSpecification } from "vitest/node";
 
 /**
  * The files that take longest in `npm test`, longest first within their group, by the last
- * fresh-clone CI (5 December 2026, 683 s; seconds on two cores, with coverage): console 76,
- * dst-dispatch 68, restart 44, model 38, clock-skew 32, dispatch-recovery 31, jobs-page-cursors 23,
- * restore-from-backup 23, listed-runs-bound 23, cli 21, silent-endpoint 20, quotas 18, dispatch 17,
- * parked-runs-limit 16, fairness 15, outage-past-retention 15, quota-accounting 15, security 14,
- * client 14, run-endings 14, unwritten-start 12, claim-puts 12, the sandbox's cli 11,
- * synth-offline 11; crashed-first-attempt (24 s then) is ranked by the 13-15 s it takes alone
- * since its misfire cases run side by side. Files under 11 s (hostile-server, allow-bound, endings
- * and batch-create among them since their waits went) are left to vitest's order. Of the timed
- * files: the end-to-end file 26, policies 22, worker-fencing 19, run-cancel 16 (22 then, its
- * describes one after another), retries 11, dispatch-on-time 10, worker-loop 8-9 (11 then).
+ * fresh-clone CI (5 December 2026, of b09799d, on a heavily loaded machine: seconds on two cores,
+ * with coverage, about 2.5 times a quiet machine's), the files trimmed since at what their
+ * trims took off (dst-dispatch 186 then, claim-plain-rollback 113, model 102, leap-day-max-runs
+ * 55): listed-runs-bound 181, console 153, offset-change-dispatch 138, cli 125,
+ * dispatch-recovery 113, restart 111, synth-offline 101, quota-accounting 86, the sandbox's cli 77,
+ * model about 77, claim-plain-rollback about 76, long-jobs 70, dispatch 70, clock-skew 67,
+ * resources 64, dst-dispatch about 62, stack 57, client 56, security 55, claim-plain-races 52,
+ * noisy-tenant 51, restore-from-backup 51, variants 50, run-control-attacks 49,
+ * jobs-page-cursors 45, oidc 43, claim-puts 40. Files under about 40 s there are left to vitest's
+ * order. Of the timed files: the end-to-end file 81, policies 49, worker-fencing 30,
+ * run-cancel 18, retries 16, dispatch-on-time 10, worker-loop 7.
  *
  * Vitest starts the longest files first only when its results cache knows their durations; a fresh
  * clone (CI) has no cache and runs the files of each project largest first, which is not longest
@@ -22,31 +23,33 @@ import { BaseSequencer, type TestSpecification } from "vitest/node";
  * spike and chaos run alone, one at a time: their order does not change when they end.
  */
 const LONGEST = [
-  "test/console/console.test.ts",
-  "test/integration/dst-dispatch.test.ts",
-  "test/sandbox/restart.test.ts",
-  "test/model/model.test.ts",
-  "test/integration/clock-skew.test.ts",
-  "test/integration/dispatch-recovery.test.ts",
-  "test/api/jobs-page-cursors.test.ts",
-  "test/integration/restore-from-backup.test.ts",
   "test/integration/listed-runs-bound.test.ts",
+  "test/console/console.test.ts",
+  "test/integration/offset-change-dispatch.test.ts",
   "test/client/cli.test.ts",
-  "test/integration/silent-endpoint.test.ts",
-  "test/integration/quotas.test.ts",
-  "test/integration/dispatch.test.ts",
-  "test/integration/parked-runs-limit.test.ts",
-  "test/integration/fairness.test.ts",
-  "test/integration/outage-past-retention.test.ts",
-  "test/api/quota-accounting.test.ts",
-  "test/console/security.test.ts",
-  "test/client/client.test.ts",
-  "test/api/run-endings.test.ts",
-  "test/integration/crashed-first-attempt.test.ts",
-  "test/integration/unwritten-start.test.ts",
-  "test/integration/claim-puts.test.ts",
-  "test/sandbox/cli.test.ts",
+  "test/integration/dispatch-recovery.test.ts",
+  "test/sandbox/restart.test.ts",
   "test/infra/synth-offline.test.ts",
+  "test/api/quota-accounting.test.ts",
+  "test/sandbox/cli.test.ts",
+  "test/model/model.test.ts",
+  "test/integration/claim-plain-rollback.test.ts",
+  "test/integration/long-jobs.test.ts",
+  "test/integration/dispatch.test.ts",
+  "test/integration/clock-skew.test.ts",
+  "test/sandbox/resources.test.ts",
+  "test/integration/dst-dispatch.test.ts",
+  "test/infra/stack.test.ts",
+  "test/client/client.test.ts",
+  "test/console/security.test.ts",
+  "test/integration/claim-plain-races.test.ts",
+  "test/integration/noisy-tenant.test.ts",
+  "test/integration/restore-from-backup.test.ts",
+  "test/infra/variants.test.ts",
+  "test/integration/run-control-attacks.test.ts",
+  "test/api/jobs-page-cursors.test.ts",
+  "test/console/oidc.test.ts",
+  "test/integration/claim-puts.test.ts",
   // The timed group.
   "test/e2e/scheduler.e2e.test.ts",
   "test/integration/policies.test.ts",
