@@ -3,7 +3,7 @@ import { isOneOffOccurrence, isRetryOrReplay, type Job, type Run } from "../mode
 import { runLogKeys } from "../observability.js";
 import { retryNotRunReason } from "../storage/next-attempt.js";
 import type { RunEnding } from "../storage/run-finish.js";
-import { getRetryPredecessor } from "../storage/run-reads.js";
+import { getRetryPredecessor, readRun } from "../storage/run-reads.js";
 import { endsOneOff } from "./run-endings.js";
 import type { StartDecision } from "./start-decision.js";
 
@@ -30,7 +30,8 @@ export type PredecessorDecision =
  * has no attempt its predecessor did not ask for. A one-off's occurrence cancelled by a pause is
  * the exception: its resume gives it a next attempt, and this is that attempt; a failure's retry
  * or a replay so cancelled gives a retry (`DueEntry.retryAgain`), which runs at its time even
- * once the one-off was moved away, as it would have unpaused. A predecessor gone
+ * once the one-off was moved away, as it would have unpaused (not a triggered run's or a
+ * dependent's, which no resume gives back: `retriedAfterPause`). A predecessor gone
  * (its TTL passed: it was written a retention ago) has ended long since: the attempt runs.
  */
 export function decideOnPredecessor(
@@ -38,6 +39,8 @@ export function decideOnPredecessor(
   run: Run,
   predecessor: Run | null,
   now: Date,
+  /** The run's attempt 1 was a trigger's (`retriedAfterPause`'s runs only: read for them alone). */
+  ofTriggeredRun = false,
 ): PredecessorDecision {
   if (predecessor === null || predecessor.status === "FAILED") return { action: "run" };
   if (predecessor.status === "QUEUED" || predecessor.status === "RUNNING") {
@@ -54,10 +57,10 @@ export function decideOnPredecessor(
   if (
     predecessor.status === "CANCELLED" &&
     predecessor.cancelledBy === "pause" &&
-    (isOneOffOccurrence(job, run.scheduledFor) ||
-      ("runAt" in job.schedule && isRetryOrReplay(predecessor)))
+    isOneOffOccurrence(job, run.scheduledFor)
   )
     return { action: "run" };
+  if (retriedAfterPause(job, run, predecessor) && !ofTriggeredRun) return { action: "run" };
   return {
     action: "end",
     ending: {
@@ -66,6 +69,24 @@ export function decideOnPredecessor(
       completesJob: job.status === "ACTIVE" && endsOneOff(job, run, "SKIPPED"),
     },
   };
+}
+
+/**
+ * Whether the run follows a failure's retry or a replay, of a one-off's occurrence moved away
+ * since, that a pause cancelled: the retry its resume would have filed (`DueEntry.retryAgain`),
+ * and so run. A dependent's run (`trigger`) is no occurrence of the one-off, nor is a triggered
+ * run, which a later attempt does not say: its attempt 1 does (`afterPredecessor` reads it).
+ * Neither is given back by a resume: the pause's cancel stands, and the attempt is skipped.
+ */
+function retriedAfterPause(job: Job, run: Run, predecessor: Run): boolean {
+  return (
+    predecessor.status === "CANCELLED" &&
+    predecessor.cancelledBy === "pause" &&
+    "runAt" in job.schedule &&
+    !isOneOffOccurrence(job, run.scheduledFor) &&
+    run.trigger === undefined &&
+    isRetryOrReplay(predecessor)
+  );
 }
 
 /**
@@ -81,7 +102,12 @@ export async function afterPredecessor(
 ): Promise<StartDecision | Extract<PredecessorDecision, { action: "wait" }>> {
   const predecessor =
     readWithRun === undefined ? await getRetryPredecessor(engine, run) : readWithRun;
-  const decided = decideOnPredecessor(job, run, predecessor, engine.clock());
+  // One more consistent read, only where a triggered run's chain would otherwise run.
+  const ofTriggeredRun =
+    predecessor !== null &&
+    retriedAfterPause(job, run, predecessor) &&
+    (await readRun(engine, { ...run, attempt: 1 }))?.triggered === true;
+  const decided = decideOnPredecessor(job, run, predecessor, engine.clock(), ofTriggeredRun);
   if (decided.action === "run") return { action: "run", job };
   if (decided.action === "end") return decided;
   engine.obs.log.info("a next attempt waits for the attempt before it to end", {

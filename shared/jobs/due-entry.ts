@@ -6,6 +6,7 @@ import { dueEntryKey } from "../storage/due-entries.js";
 import { readDueEntry } from "../storage/job-edit.js";
 import { latestAttemptOf } from "../storage/job-queries.js";
 import { runsOnAfterEndMs } from "../storage/retention.js";
+import { readRun } from "../storage/run-reads.js";
 import { ValidationError } from "../validation.js";
 
 /**
@@ -103,11 +104,22 @@ export function runGivenUp(run: Run): boolean {
  * with nothing pending, ACTIVE and never run: it is filed at the latest run's next attempt, as a
  * resume files a run a pause cancelled. A run still under way (a FAILED one too: its retry is to
  * come) is met by the claim at attempt 1, as before. The latest run at the last attempt a run can have leaves none: the edit is refused.
- * One consistent read of one run item, made by schedule edits to a one-off only.
+ * So is one that SUCCEEDED as an occurrence's run (its own, a failure's retry of it run at its old
+ * time after a move away, a recurring job's): the next attempt would be that occurrence's second
+ * success, under the same idempotency key. A triggered run's success is no occurrence's.
+ * One consistent read of one run item (two for a later attempt that succeeded), made by schedule
+ * edits to a one-off only.
  */
 export async function attemptForRunAt(engine: Engine, jobId: string, runAt: Date): Promise<number> {
   const latest = await latestAttemptOf(engine, jobId, runAt.toISOString());
   if (latest === null || !runGivenUp(latest)) return 1;
+  if (latest.status === "SUCCEEDED" && (await isOccurrenceRun(engine, latest)))
+    throw new ValidationError([
+      {
+        field: "schedule.runAt",
+        message: `its run at ${latest.scheduledFor} succeeded (${latest.runId}): that occurrence has run, and would run a second time; give another runAt`,
+      },
+    ]);
   if (latest.attempt >= MAX_ATTEMPT)
     throw new ValidationError([
       {
@@ -116,6 +128,19 @@ export async function attemptForRunAt(engine: Engine, jobId: string, runAt: Date
       },
     ]);
   return latest.attempt + 1;
+}
+
+/**
+ * Whether the run is of a schedule's occurrence, not a triggered run (or its retry or replay) or
+ * a dependent's run, which are no occurrence: another run at their time is no second success of
+ * one. A later attempt does not say it was triggered: its first attempt does (one consistent read;
+ * gone with its TTL, the run is taken for an occurrence's).
+ */
+async function isOccurrenceRun(engine: Engine, run: Run): Promise<boolean> {
+  if (run.trigger !== undefined || run.triggered === true) return false;
+  if (run.attempt === 1) return true;
+  const first = await readRun(engine, { ...run, attempt: 1 });
+  return first?.triggered !== true;
 }
 
 /**

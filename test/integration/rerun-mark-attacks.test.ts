@@ -8,11 +8,10 @@ import { getTenantJob } from "../../shared/jobs/queries.js";
 import type { DueEntry } from "../../shared/model.js";
 import type { MisfirePolicy } from "../../shared/policies.js";
 import { startRun } from "../../shared/storage/run-start.js";
+import { useCancelledAttempt } from "../support/cancelled-attempt.js";
 import { SECOND, useClaimRace } from "../support/claim-race.js";
 import { deliveryOfRun, type EngineFixture } from "../support/engine-fixture.js";
-import { withHeartbeatsHeld } from "../support/faults.js";
 import { useOneOffMoves } from "../support/one-off-moves.js";
-import { waitFor } from "../support/wait.js";
 
 /**
  * Attacks on the `rerun` mark (a one-off's occurrence claimed again past attempt 1) and on what
@@ -36,6 +35,7 @@ const {
   pastDeadlineOf,
 } = race;
 const { moveTo, attemptsOf, failedOnce, retryEntryOf, replayRefusal } = useOneOffMoves(race);
+const { failsAsPauseCancels } = useCancelledAttempt(race);
 let f: EngineFixture;
 beforeEach(() => {
   f = fixture();
@@ -285,25 +285,7 @@ describe("a failure's retry that fails as a pause's cancel lands (the narrow win
       const { job, due, away } = await failedOnce(0);
       const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
       if (!retry) throw new Error("no retry");
-      // The heartbeats held (the fault): the failure's ending, not a beat, meets the pause's cancel.
-      const beatsHeld = withHeartbeatsHeld(f.engine);
-      const failsUnderPause = async (ctx: JobContext) => {
-        await waitFor("the retry's start", async () =>
-          (await runsOf(ctx.jobId)).some((r) => r.attempt === 2 && r.status === "RUNNING"),
-        );
-        beatsHeld.hold();
-        await pauseJob(f.engine, ctx.tenantId, ctx.jobId, { running: "cancel" });
-        throw new JobError("failed as the pause cancelled it", { retryable: true });
-      };
-      const deps = f.workerDeps("w", { noop: failsUnderPause }, 200);
-      try {
-        await f.process(
-          { ...deps, engine: { ...beatsHeld.engine, random: () => draw } },
-          deliveryOfRun(f.engine, retry),
-        );
-      } finally {
-        beatsHeld.destroy();
-      }
+      await failsAsPauseCancels(retry, draw);
       const next = (await runsOf(job.jobId)).find((r) => r.attempt === 3);
       const [entry, ...more] = (await entriesOf(job.jobId)).filter((e) => e.kind === "retry");
       expect([await attemptsOf(job.jobId, due), (next ?? entry)?.retryOf?.runId, more]).toEqual([

@@ -1,10 +1,14 @@
 import { expect } from "vitest";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
+import { type JobContext, JobError } from "../../shared/execution/job-contract.js";
 import { pauseJob, resumeJob } from "../../shared/jobs/index.js";
-import type { Job } from "../../shared/model.js";
+import type { Job, Run } from "../../shared/model.js";
 import type { ScheduleSpec } from "../../shared/schedule/index.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { SECOND, type useClaimRace } from "./claim-race.js";
+import { deliveryOfRun } from "./engine-fixture.js";
+import { withHeartbeatsHeld } from "./faults.js";
+import { waitFor } from "./wait.js";
 
 /**
  * An occurrence whose attempt 1 a pause cancelled while it ran, so that the occurrence runs next
@@ -56,5 +60,38 @@ export function useCancelledAttempt(race: ReturnType<typeof useClaimRace>) {
     expect(await runsCalled(jobId)).toEqual([[due.toISOString(), 1]]);
   }
 
-  return { pausedWithRunCancelled, resumedUnclaimed, expectNextAttemptRunsOnce };
+  /**
+   * `run` delivered to a handler that pauses its job with `running: "cancel"` once the run says
+   * RUNNING, then fails retryably (the backoff's jitter drawn as `draw`): the failure's ending, not
+   * a heartbeat (held: the fault), meets the pause's cancel, so the run ends CANCELLED with its
+   * next attempt put before that refused ending (the narrow window).
+   */
+  async function failsAsPauseCancels(run: Run, draw: number) {
+    const f = fixture();
+    const beatsHeld = withHeartbeatsHeld(f.engine);
+    const failsUnderPause = async (ctx: JobContext) => {
+      await waitFor("the run's start", async () =>
+        (await runsOf(ctx.jobId)).some((r) => r.runId === run.runId && r.status === "RUNNING"),
+      );
+      beatsHeld.hold();
+      await pauseJob(f.engine, ctx.tenantId, ctx.jobId, { running: "cancel" });
+      throw new JobError("failed as the pause cancelled it", { retryable: true });
+    };
+    const deps = f.workerDeps("w", { noop: failsUnderPause }, 200);
+    try {
+      await f.process(
+        { ...deps, engine: { ...beatsHeld.engine, random: () => draw } },
+        deliveryOfRun(f.engine, run),
+      );
+    } finally {
+      beatsHeld.destroy();
+    }
+  }
+
+  return {
+    pausedWithRunCancelled,
+    resumedUnclaimed,
+    expectNextAttemptRunsOnce,
+    failsAsPauseCancels,
+  };
 }

@@ -108,4 +108,21 @@ describe("decideOnPredecessor: a failure's next attempt runs only once the attem
       ending: { status: "SKIPPED" },
     });
   });
+
+  it("runs after a pause-cancelled retry or replay of a one-off's occurrence moved away since; not a rerun's, a triggered run's or a dependent's", () => {
+    const moved: Job = { ...oneOff(), schedule: { runAt: NOW.toISOString() } };
+    const retryByPause = attempt(2, { status: "CANCELLED", cancelledBy: "pause", fence: 1 });
+    const third = attempt(3, { retryOf: { runId: retryByPause.runId, fence: 1 }, fence: 1 });
+    const skipped = { action: "end", ending: { status: "SKIPPED" } };
+    expect(decideOnPredecessor(moved, third, retryByPause, NOW)).toEqual({ action: "run" });
+    expect(decideOnPredecessor(moved, third, { ...retryByPause, rerun: true }, NOW)).toMatchObject(
+      skipped,
+    );
+    expect(decideOnPredecessor(moved, third, retryByPause, NOW, true)).toMatchObject(skipped);
+    const trigger = { jobId: "01UP", runId: "01UP#r", scheduledFor: OCCURRENCE.toISOString() };
+    expect(decideOnPredecessor(moved, { ...third, trigger }, retryByPause, NOW)).toMatchObject(
+      skipped,
+    );
+    expect(decideOnPredecessor(recurring(), third, retryByPause, NOW)).toMatchObject(skipped);
+  });
 });
