@@ -55,10 +55,16 @@ export class RequestTimeoutError extends SchedulerClientError<"timeout"> {
     readonly timeoutMs: number,
     /** Whether sending it again does what sending it once does (the client retried it if so). */
     readonly repeatable: boolean,
+    /**
+     * Whether it may have been applied, and sent again differently would do it again: a POST that
+     * is safe to repeat only under its Idempotency-Key (a create, trigger, batch, replay or
+     * rotation), even when the client retried it under the key; not a read, pause or edit.
+     */
+    mayHaveApplied = !repeatable,
   ) {
     super(
       "timeout",
-      `${method} ${path} did not finish within ${timeoutMs} ms${repeatable ? "" : ": it may have been applied"}`,
+      `${method} ${path} did not finish within ${timeoutMs} ms${mayHaveApplied ? ": it may have been applied" : ""}`,
     );
   }
 }

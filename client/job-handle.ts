@@ -1,6 +1,7 @@
 import { JOB, PREVIEW, RUN } from "./answers.js";
 import { errorOf, isSchedulerApiError, VersionConflictError } from "./errors.js";
 import {
+  callKey,
   pollForRun,
   type RequestOptions,
   signalOf,
@@ -34,7 +35,12 @@ export interface EditOptions {
 }
 
 export interface TriggerOptions {
-  /** The same key on the same job within 24 hours returns the first trigger's run. */
+  /**
+   * The trigger's Idempotency-Key: the same key on the same job within 24 hours returns the first
+   * trigger's run. Default a new random one per call, so the client's retries of a lost answer (a
+   * 502, 504, timeout or broken connection) queue one run. Give your own to make a trigger you
+   * send again yourself (after the retries ran out) the same one.
+   */
   readonly idempotencyKey?: string;
 }
 
@@ -60,9 +66,11 @@ export class JobHandle {
     readonly id: string,
     job?: Job,
     /**
-     * True only for a handle `jobs.create` answered with a new job (201): false when create found
-     * the job an earlier request with the same idempotency key made, and for a handle that only
-     * reads the job (`jobs.get`, `jobs.handle`).
+     * True only for a handle `jobs.create` answered with a new job: 201, or, under the key the
+     * client made for that call, the 200 that answers a retry with the job its first attempt made
+     * (the answer to that attempt lost). False when create found the job an earlier request with
+     * the caller's idempotency key made, and for a handle that only reads the job (`jobs.get`,
+     * `jobs.handle`).
      */
     readonly created = false,
   ) {
@@ -160,9 +168,10 @@ export class JobHandle {
   }
 
   /**
-   * One extra run now, outside the schedule; returns the queued run. With an
-   * `idempotencyKey`, a trigger repeated within 24 hours (a retry after a lost
-   * answer) returns the run the first one queued instead of queueing another.
+   * One extra run now, outside the schedule; returns the queued run. Sent with
+   * an Idempotency-Key (see `TriggerOptions`): a trigger repeated within 24
+   * hours under it (the client's retry after a lost answer, or yours with your
+   * key) returns the run the first one queued instead of queueing another.
    */
   trigger(options: TriggerOptions = {}): Promise<Run> {
     return unwrap(
@@ -170,9 +179,7 @@ export class JobHandle {
       this.client.http.POST("/jobs/{id}/trigger", {
         params: {
           path: { id: this.id },
-          ...(options.idempotencyKey
-            ? { header: { "Idempotency-Key": options.idempotencyKey } }
-            : {}),
+          header: { "Idempotency-Key": options.idempotencyKey ?? callKey("trigger") },
         },
       }),
       RUN,

@@ -33,6 +33,12 @@ export interface RequestOptions {
   readonly signal?: AbortSignal;
 }
 
+/**
+ * A key of the client's own for one call (`create-…`, `trigger-…`, …): reused across that call's
+ * retries, so the API answers a retry with what the first attempt did; a new call makes another.
+ */
+export const callKey = (operation: string) => `${operation}-${crypto.randomUUID()}`;
+
 /** The `signal` option of openapi-fetch's request, when one is given. */
 export const signalOf = (options: RequestOptions) =>
   options.signal === undefined ? {} : { signal: options.signal };

@@ -10,8 +10,10 @@ import { waitOrAbort } from "./requests.js";
  * repeat answers what the first did or the state it left (docs/api.md "Retrying requests"): GET,
  * HEAD, OPTIONS, PUT and DELETE; a job's pause, resume and cancel, a run's cancel, an edit (PATCH,
  * with the If-Match it was sent with), an async target's completion and heartbeat, and a
- * schedule's preview; and any other POST that carries an `Idempotency-Key`. A create, a batch, a
- * trigger, a replay or a rotation without a key is sent once: its repeat would do it again. An
+ * schedule's preview; and any other POST that carries an `Idempotency-Key` (the client's create,
+ * trigger, replay and rotation always do: the caller's key, else one it makes for the call), and a
+ * batch whose every job carries its `idempotencyKey`. A batch with a job without one, and a POST
+ * sent through `client.http` without a key, is sent once: its repeat would do it again. An
  * edit's 412 is never retried: another edit came first. Each retry waits the answer's
  * `Retry-After`; an answer without one waits 0.5 s, doubling per retry; a wait over `maxDelayMs`
  * is not waited, the last answer returned. A
@@ -127,7 +129,8 @@ type PathsTaking<M extends "post" | "patch"> = {
  * Idempotency-Key (docs/api.md "Retrying requests"): a job's pause, resume and cancel, a run's
  * cancel, an async target's completion (the same report) and heartbeat (a lease from now, as the
  * first gave), and a schedule's preview, which writes nothing. A create, a batch, a trigger, a
- * replay and a rotation are not among them: sent again without a key, each does it again.
+ * replay and a rotation are not among them: sent again without a key, each does it again (the
+ * client's methods send each with a key: isRepeatable, isKeyedBatch).
  */
 const REPEATABLE_POSTS: readonly PathsTaking<"post">[] = [
   "/jobs/{id}/pause",
@@ -175,6 +178,46 @@ export function isRepeatable(request: Request): boolean {
   );
 }
 
+const BATCH_PATTERN = routePattern("/jobs:batch" satisfies PathsTaking<"post">);
+
+/**
+ * Whether `request` is a batch create whose every job carries its `idempotencyKey`: sent again,
+ * each job the first attempt created answers 200 with that job, and one it refused (nothing of it
+ * written) is judged again (docs/api.md "Creating jobs in a batch"), so no job is made twice. The client gives a batch's jobs
+ * no key of its own: a job with one is written alone, not in the batch's shared writes, and a
+ * batch's jobs without one are created again by a repeat, so such a batch is sent once.
+ */
+async function isKeyedBatch(request: Request): Promise<boolean> {
+  if (request.method !== "POST" || !BATCH_PATTERN.test(new URL(request.url).pathname)) return false;
+  let body: unknown;
+  try {
+    body = JSON.parse(await request.clone().text());
+  } catch {
+    return false;
+  }
+  const jobs = typeof body === "object" && body !== null && "jobs" in body ? body.jobs : null;
+  return (
+    Array.isArray(jobs) &&
+    jobs.length > 0 &&
+    jobs.every(
+      (job: unknown) =>
+        typeof job === "object" &&
+        job !== null &&
+        "idempotencyKey" in job &&
+        typeof job.idempotencyKey === "string" &&
+        job.idempotencyKey !== "",
+    )
+  );
+}
+
+/**
+ * Whether `request`, sent twice, does what it does sent once: isRepeatable, or a batch create
+ * whose every job carries a key (isKeyedBatch, which reads the body).
+ */
+export async function repeatsAsOnce(request: Request): Promise<boolean> {
+  return isRepeatable(request) || (await isKeyedBatch(request));
+}
+
 /**
  * The wait an answer asks for, in ms: `Retry-After` in seconds or as an HTTP date, or null when it
  * gives none (or one that does not parse).
@@ -205,7 +248,7 @@ export function retryingFetch(base: typeof fetch, options: RetryOptions = {}): t
     const request = new Request(input, { ...init, signal: null });
     // With a Request, `init` holds only what is not part of one (openapi-fetch's requestInitExt).
     const extra = { ...(input instanceof Request ? init : undefined), signal };
-    if (!isRepeatable(request)) return base(request, extra);
+    if (!(await repeatsAsOnce(request))) return base(request, extra);
     let unclear = false;
     const answer = (response: Response) => {
       if (unclear) afterUnclearAttempt.add(response);

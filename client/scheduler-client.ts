@@ -18,6 +18,7 @@ import type { components, paths } from "./generated/api.js";
 import { JobHandle } from "./job-handle.js";
 import { everyItem, type Page } from "./paging.js";
 import {
+  callKey,
   pollForRun,
   type RequestOptions,
   signalOf,
@@ -219,26 +220,37 @@ export class SchedulerClient {
 }
 
 export interface CreateOptions {
-  /** The same key with the same body returns the first job instead of a second one. */
+  /**
+   * The create's Idempotency-Key: the same key with the same body returns the first job instead
+   * of a second one. Default the body's `idempotencyKey`, else a new random one per call, so the
+   * client's retries of a lost answer (a 502, 504, timeout or broken connection) make one job.
+   * Give your own to make a create you send again yourself (after the retries ran out) the same
+   * one, for 24 hours.
+   */
   readonly idempotencyKey?: string;
 }
 
 class JobsApi {
   constructor(private readonly client: SchedulerClient) {}
 
-  /** Schedules a job and returns its handle; the payload is typed by the job's type. */
+  /**
+   * Schedules a job and returns its handle; the payload is typed by the job's type. Sent with an
+   * Idempotency-Key (see `CreateOptions`), so a retry after a lost answer makes no second job.
+   */
   async create(body: NewJob, options: CreateOptions = {}): Promise<JobHandle> {
+    const given = options.idempotencyKey ?? body.idempotencyKey;
     const { data, response } = await unwrapWithResponse(
       "POST /jobs",
       this.client.http.POST("/jobs", {
         body,
-        ...(options.idempotencyKey
-          ? { params: { header: { "Idempotency-Key": options.idempotencyKey } } }
-          : {}),
+        params: { header: { "Idempotency-Key": given ?? callKey("create") } },
       }),
       JOB,
     );
-    return new JobHandle(this.client, data.id, data, response.status === 201);
+    // Under a key of this call's own a 200 can only answer this call's earlier attempt, whose
+    // answer was lost: the job is this call's. Under the caller's key it may be an earlier call's.
+    const created = response.status === 201 || (given === undefined && response.status === 200);
+    return new JobHandle(this.client, data.id, data, created);
   }
 
   /**
@@ -385,7 +397,7 @@ class DeadLettersApi {
    * queued rather than a 409.
    */
   replay(runId: string, options: ReplayOptions = {}): Promise<Run> {
-    const idempotencyKey = options.idempotencyKey ?? `replay-${crypto.randomUUID()}`;
+    const idempotencyKey = options.idempotencyKey ?? callKey("replay");
     return unwrap(
       "POST /dead-letters/{runId}/replay",
       this.client.http.POST("/dead-letters/{runId}/replay", {
@@ -461,7 +473,7 @@ class WebhookSecretApi {
    * still verify with.
    */
   async rotate(options: RotateOptions = {}): Promise<string> {
-    const idempotencyKey = options.idempotencyKey ?? `rotate-${crypto.randomUUID()}`;
+    const idempotencyKey = options.idempotencyKey ?? callKey("rotate");
     const answer = this.client.http.POST("/webhook-secret/rotate", {
       params: { header: { "Idempotency-Key": idempotencyKey } },
     });

@@ -1,6 +1,6 @@
 import { callerSignalOf } from "./caller-signal.js";
 import { RequestTimeoutError, SchedulerApiError } from "./errors.js";
-import { isRepeatable } from "./retries.js";
+import { isRepeatableRoute, repeatsAsOnce } from "./retries.js";
 
 /** How long a request may take, its answer's body read to the end, unless the client says. */
 export const DEFAULT_TIMEOUT_MS = 30_000;
@@ -97,6 +97,7 @@ export function boundedFetch(base: typeof fetch, timeoutMs: number): typeof fetc
     const request = new Request(input, { ...init, signal: null });
     const url = new URL(request.url);
     const what = `${request.method} ${url.pathname}${url.search}`;
+    const repeatable = await repeatsAsOnce(request);
     // The caller's abort and the limit each end the wait themselves, not only through fetch's
     // abort: Node 20's fetch can lose an abort (a Request follows the signal it was made with
     // through a controller held weakly, AbortSignal.any's too, and may be collected first). Lost,
@@ -120,7 +121,8 @@ export function boundedFetch(base: typeof fetch, timeoutMs: number): typeof fetc
           request.method,
           `${url.pathname}${url.search}`,
           timeoutMs,
-          isRepeatable(request),
+          repeatable,
+          !isRepeatableRoute(request.method, url.pathname),
         ),
       );
     }, timeoutMs);

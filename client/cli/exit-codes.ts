@@ -15,7 +15,8 @@ export const EXIT = {
   ok: 0,
   /**
    * Anything unforeseen: a 5xx, an answer not in the API's error shape, a bug; a create, trigger,
-   * replay or rotation that timed out (it may have been applied).
+   * batch, replay or rotation that timed out after the client's retries under its key, or was
+   * sent once (a batch with a job without a key): it may have been applied.
    */
   failed: 1,
   /** The command line itself: unknown command or option, a missing or malformed argument. */
@@ -124,8 +125,9 @@ export function exitCodeOf(error: unknown): number {
   // A timed-out request whose repeat answers what it did (a read, PUT, DELETE, pause, resume,
   // cancel, edit) can be run again as after a 503. Any other POST may have been applied, as after
   // a 500: even one the client retried under an Idempotency-Key, since the command run again sends
-  // the same key only when the user gave it (rotate and replay make a new one each run: a second
-  // rotation would cut off the secret receivers verify with).
+  // the same key only when the user gave it (create, trigger, rotate and replay make a new one each
+  // run: a second create or trigger would make another; a second rotation would cut off the secret
+  // receivers verify with).
   if (error instanceof RequestTimeoutError)
     return isRepeatableRoute(error.method, new URL(error.path, "http://api").pathname)
       ? EXIT.busy

@@ -57,10 +57,11 @@ unavailable, try again (503, or a read, PUT, DELETE, pause, resume, cancel, edit
 preview that timed out or got API Gateway's 502 or 504); 9 API unreachable, or its connection broke once a request was sent (which may have been applied); 10 runs watch timed out; 11 not supported by the API (405); 12 over a
 quota (403 quota_exceeded); 13 not allowed (403 forbidden). A 429 (rate_limited, or API
 Gateway's throttle) exits 8. A 429 or 503 to a request safe to repeat (a read, PUT, DELETE,
-pause, resume, cancel, edit, schedules preview, or a POST with an idempotency key) is retried
-3 times (Retry-After) first, and so is one that timed out or got a 502 or 504. A create,
-batch, trigger, replay or rotation that timed out or got a 502 or 504 exits 1: it may have
-been applied. See docs/cli.md.`,
+pause, resume, cancel, edit, schedules preview, or a POST with an idempotency key: a create,
+trigger, replay or rotation carries --idempotency-key or a random one of its own, a batch only
+the keys in its file) is retried 3 times (Retry-After) first, and so is one that timed out or
+got a 502 or 504. A create, batch, trigger, replay or rotation that still timed out or got a
+502 or 504 exits 1: it may have been applied. See docs/cli.md.`,
     );
   jobsCommand(program, io);
   runsCommand(program, io);

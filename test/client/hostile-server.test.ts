@@ -190,7 +190,7 @@ describe("a request that takes too long", () => {
     expect(waits).toEqual([500, 1000]);
   });
 
-  it("a POST with an Idempotency-Key is retried; one without is sent once (it may have been applied)", async () => {
+  it("a POST with an Idempotency-Key is retried, the client's own too; one without is sent once (it may have been applied)", async () => {
     const { client } = clientWith(100, { attempts: 1 });
     const newJob = { type: "noop", schedule: { runAt: "2030-01-01T00:00:00Z" } } as const;
     await rejection(client.jobs.create(newJob, { idempotencyKey: "k1" }), RequestTimeoutError);
@@ -201,13 +201,23 @@ describe("a request that takes too long", () => {
       ]),
     );
 
+    // A trigger carries a key the client made for it: retried under it, and still said to be
+    // maybe applied once the retries ran out.
     received = [];
     const error = await rejection(client.jobs.handle("01JOB").trigger(), RequestTimeoutError);
-    await arrived(() => expect(requests()).toEqual(["POST /jobs/01JOB/trigger"]));
-    expect(error.repeatable).toBe(false);
+    await arrived(() => {
+      expect(requests()).toEqual(Array(2).fill("POST /jobs/01JOB/trigger"));
+      expect(new Set(received.map((r) => r.idempotencyKey)).size).toBe(1);
+    });
+    expect(error.repeatable).toBe(true);
     expect(error.message).toBe(
       "POST /jobs/01JOB/trigger did not finish within 100 ms: it may have been applied",
     );
+
+    received = [];
+    const batch = await rejection(client.jobs.createBatch([newJob]), RequestTimeoutError);
+    await arrived(() => expect(requests()).toEqual(["POST /jobs:batch"]));
+    expect(batch.repeatable).toBe(false);
 
     // A pause's repeat answers the job as it stands: retried without a key.
     received = [];

@@ -107,3 +107,67 @@ describe("a pause and a run's cancel whose first answer was lost", () => {
     expect(runCancel.wasLost()).toBe(true);
   });
 });
+
+/** The jobs of the test's tenant, each once, by the listing. */
+async function jobIdsOf(client: SchedulerClient): Promise<string[]> {
+  const ids: string[] = [];
+  for await (const job of client.jobs.list()) ids.push(job.id);
+  return ids;
+}
+
+describe("a create or trigger without a key whose first answer was lost", () => {
+  for (const loss of ["gateway timeout", "connection reset"] as const) {
+    it(`(${loss}): the create is retried under the key the client made for it, and makes one job`, async () => {
+      const { client, sent, wasLost } = clientLosing(
+        loss,
+        (r) => r.method === "POST" && r.url.endsWith("/jobs"),
+      );
+      const before = await jobIdsOf(client);
+      const handle = await client.jobs.create({
+        type: "noop",
+        name: `lost create ${loss}`,
+        schedule: { runAt: inMinutes(600) },
+      });
+      expect(wasLost()).toBe(true);
+      expect(sent.filter((s) => s === "POST /jobs")).toHaveLength(2);
+      // The retry answered the job the lost attempt made (200): made by this call all the same.
+      expect(handle.created).toBe(true);
+      const made = (await jobIdsOf(client)).filter((id) => !before.includes(id));
+      expect(made).toEqual([handle.id]);
+    });
+
+    it(`(${loss}): the trigger is retried under the key the client made for it, and queues one run`, async () => {
+      const { client, sent, wasLost } = clientLosing(loss, (r) => r.url.endsWith("/trigger"));
+      const handle = await client.jobs.create({
+        type: "noop",
+        schedule: { cron: "0 0 1 1 *", timezone: "UTC" },
+      });
+      const run = await handle.trigger();
+      expect(wasLost()).toBe(true);
+      expect(sent.filter((s) => s.endsWith("/trigger"))).toHaveLength(2);
+      const runs: string[] = [];
+      for await (const listed of handle.runs()) runs.push(listed.runId);
+      expect(runs).toEqual([run.runId]);
+    });
+  }
+
+  it("a batch whose every job carries a key is retried and makes each job once", async () => {
+    const { client, sent, wasLost } = clientLosing("gateway timeout", (r) =>
+      r.url.endsWith("/jobs:batch"),
+    );
+    const before = await jobIdsOf(client);
+    const keys = ["lost-batch-a", "lost-batch-b"];
+    const results = await client.jobs.createBatch(
+      keys.map((idempotencyKey) => ({
+        type: "noop",
+        schedule: { runAt: inMinutes(600) },
+        idempotencyKey,
+      })),
+    );
+    expect(wasLost()).toBe(true);
+    expect(sent.filter((s) => s === "POST /jobs:batch")).toHaveLength(2);
+    expect(results.map((r) => r.status)).toEqual([200, 200]);
+    const made = (await jobIdsOf(client)).filter((id) => !before.includes(id));
+    expect(made.sort()).toEqual(results.map((r) => r.job?.id).sort());
+  });
+});

@@ -7,8 +7,10 @@ import { rejection } from "../support/rejection.js";
  * Which requests the client sends again after a 503 `busy` or API Gateway's 504 (an attempt that
  * may have been applied): those docs/api.md's "Retrying requests" table answers as the first
  * attempt did (a job's pause, resume and cancel, a run's cancel, an edit at the same If-Match, an
- * async target's completion and heartbeat, a schedule's preview), and not those whose repeat does
- * it again (a create, batch, trigger, replay or rotation without an Idempotency-Key). The fetch is
+ * async target's completion and heartbeat, a schedule's preview; a create or trigger under the key
+ * the client makes for it; a batch whose every job has its key), and not those whose repeat does
+ * it again (a batch with a job without a key; a create, replay or rotation sent through
+ * `client.http` without an Idempotency-Key). The fetch is
  * a fake that answers from a script and records what was sent.
  */
 interface Sent {
@@ -16,6 +18,7 @@ interface Sent {
   readonly path: string;
   readonly body: string;
   readonly ifMatch: string | null;
+  readonly idempotencyKey: string | null;
 }
 
 const JOB_ID = "01JOB";
@@ -42,6 +45,7 @@ function clientAnswering(first: () => Response, then: unknown, status = 200) {
       path: new URL(request.url).pathname,
       body: await request.text(),
       ifMatch: request.headers.get("if-match"),
+      idempotencyKey: request.headers.get("idempotency-key"),
     });
     return sent.length === 1 ? first() : Response.json(then, { status });
   };
@@ -82,16 +86,42 @@ const retried: ReadonlyArray<readonly [string, Call, unknown]> = [
     (c) => c.schedules.preview({ cron: "0 9 * * *", timezone: "UTC" }, 2),
     { occurrences: [], timezone: "UTC" },
   ],
+  // Under the Idempotency-Key the client makes for each call (or the caller's own).
+  [
+    "POST /jobs",
+    async (c) =>
+      (await c.jobs.create({ type: "noop", schedule: { runAt: "2030-01-01T00:00Z" } })).job,
+    job,
+  ],
+  ["POST /jobs/{id}/trigger", (c) => c.jobs.handle(JOB_ID).trigger(), run],
+  [
+    "POST /jobs:batch (every job with its idempotencyKey)",
+    async (c) => ({
+      results: await c.jobs.createBatch([
+        { type: "noop", schedule: { runAt: "2030-01-01T00:00Z" }, idempotencyKey: "b-1" },
+        { type: "noop", schedule: { runAt: "2030-01-02T00:00Z" }, idempotencyKey: "b-2" },
+      ]),
+    }),
+    { results: [{ index: 0, status: 200, job }] },
+  ],
 ];
 
 /** Each request whose repeat does it again: sent once, whatever the first answer. */
 const sentOnce: ReadonlyArray<readonly [string, Call]> = [
-  ["POST /jobs", (c) => c.jobs.create({ type: "noop", schedule: { runAt: "2030-01-01T00:00Z" } })],
+  // The client gives a batch's jobs no key of its own: one without a key would be created again.
   [
-    "POST /jobs:batch",
-    (c) => c.jobs.createBatch([{ type: "noop", schedule: { runAt: "2030-01-01T00:00Z" } }]),
+    "POST /jobs:batch (a job without an idempotencyKey)",
+    (c) =>
+      c.jobs.createBatch([
+        { type: "noop", schedule: { runAt: "2030-01-01T00:00Z" }, idempotencyKey: "b-1" },
+        { type: "noop", schedule: { runAt: "2030-01-02T00:00Z" } },
+      ]),
   ],
-  ["POST /jobs/{id}/trigger", (c) => c.jobs.handle(JOB_ID).trigger()],
+  [
+    "POST /jobs (a create sent through client.http without a key)",
+    (c) =>
+      c.http.POST("/jobs", { body: { type: "noop", schedule: { runAt: "2030-01-01T00:00Z" } } }),
+  ],
   [
     "POST /dead-letters/{runId}/replay",
     (c) => c.http.POST("/dead-letters/{runId}/replay", { params: { path: { runId: RUN_ID } } }),
@@ -163,7 +193,7 @@ describe("a request whose repeat does it again", () => {
       isRepeatable(new Request(`https://h${path}`, { method: "POST" }));
     expect(post("/jobs/01JOB/pause")).toBe(true);
     expect(post("/stage/jobs/01JOB/runs/r%2F1/cancel")).toBe(true);
-    expect(post("/jobs/01JOB/trigger")).toBe(false);
+    expect(post("/jobs/01JOB/trigger")).toBe(false); // without its Idempotency-Key
     expect(post("/jobs/01JOB/pause/trigger")).toBe(false);
     expect(post("/jobs")).toBe(false);
     expect(post("/pause")).toBe(false);

@@ -1,9 +1,11 @@
+import { mkdtempSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
 import { EXIT } from "../../client/cli/exit-codes.js";
 import {
-  isSchedulerApiError,
   RequestTimeoutError,
   type RetryOptions,
   SchedulerApiError,
@@ -213,24 +215,39 @@ describe("the client retries a 429 or 503 of a request safe to repeat", () => {
     expect(waits).toEqual([]);
   });
 
-  it("a POST without an Idempotency-Key is sent once; with one, it is sent again with the same body", async () => {
-    script = [refused(503, "1")];
+  it("a create carries a key of the client's own, the same on its retry, with the same body; each call its own", async () => {
+    script = [refused(503, "1"), { status: 201, body: job }];
     const { client, waits } = clientWith();
-    const error = await rejection(client.jobs.create(newJob), SchedulerApiError);
-    expect(isSchedulerApiError(error, "busy")).toBe(true);
-    expect(received).toHaveLength(1);
-    expect(waits).toEqual([]);
+    expect((await client.jobs.create(newJob)).created).toBe(true);
+    expect(waits).toEqual([1000]);
+    const [first, second] = received.map((r) => r.idempotencyKey);
+    expect(first).toMatch(/^create-[\x21-\x7E]{1,190}$/);
+    expect(second).toBe(first);
+    expect(received.map((r) => JSON.parse(r.body))).toEqual([newJob, newJob]);
 
     received = [];
+    script = [{ status: 201, body: job }];
+    await client.jobs.create(newJob);
+    expect(received[0]?.idempotencyKey).not.toBe(first);
+  });
+
+  it("a create sends the caller's key, given as an option or in the body, and is sent again with it", async () => {
     script = [refused(503, "1"), { status: 201, body: job }];
+    const { client } = clientWith();
     const handle = await client.jobs.create(newJob, { idempotencyKey: "key-1" });
     expect(handle.id).toBe(job.id);
-    expect(waits).toEqual([1000]);
     expect(received.map((r) => [r.method, r.idempotencyKey])).toEqual([
       ["POST", "key-1"],
       ["POST", "key-1"],
     ]);
-    expect(received.map((r) => JSON.parse(r.body))).toEqual([newJob, newJob]);
+
+    received = [];
+    script = [refused(503, "0"), ok(job)];
+    const inBody = { ...newJob, idempotencyKey: "key-in-body" };
+    // A 200 under the caller's key may answer an earlier call's create: not said to be this one's.
+    expect((await client.jobs.create(inBody)).created).toBe(false);
+    expect(received.map((r) => r.idempotencyKey)).toEqual(["key-in-body", "key-in-body"]);
+    expect(received.map((r) => JSON.parse(r.body))).toEqual([inBody, inBody]);
   });
 
   it("a DELETE is retried; other answers (500, 400) are not", async () => {
@@ -261,22 +278,19 @@ describe("the client retries API Gateway's 502 and 504 of a request safe to repe
     expect(received).toHaveLength(3);
   });
 
-  it("a POST with an Idempotency-Key is sent again with the same key; one without is sent once", async () => {
+  it("a POST with an Idempotency-Key, its own or the client's, is sent again with the same key", async () => {
     script = [gateway(504), { status: 201, body: job }];
     const { client } = clientWith();
     expect((await client.jobs.create(newJob, { idempotencyKey: "key-2" })).id).toBe(job.id);
     expect(received.map((r) => r.idempotencyKey)).toEqual(["key-2", "key-2"]);
 
     received = [];
-    script = [gateway(502)];
-    const error = await rejection(client.jobs.handle(job.id).trigger(), SchedulerApiError);
-    expect([error.status, error.code, error.method, error.operation]).toEqual([
-      502,
-      "unexpected_response",
-      "POST",
-      "POST /jobs/{id}/trigger",
-    ]);
-    expect(received).toHaveLength(1);
+    const run = { runId: `${job.id}-20300101T000000000-1`, jobId: job.id, status: "queued" };
+    script = [gateway(502), { status: 200, body: run }];
+    expect(await client.jobs.handle(job.id).trigger()).toEqual(run);
+    const [first, second] = received.map((r) => r.idempotencyKey);
+    expect(first).toMatch(/^trigger-/);
+    expect(second).toBe(first);
   });
 
   it("from the CLI: a pause answered 504 until the retries ran out exits 8 (run it again); a trigger, 1", async () => {
@@ -287,9 +301,11 @@ describe("the client retries API Gateway's 502 and 504 of a request safe to repe
       Array(4).fill(`POST /jobs/${job.id}/pause`),
     );
     received = [];
+    // Retried under one key, and still maybe applied: run again, the command would make another.
     const triggered = await runCaptured(["--api", baseUrl, "jobs", "trigger", job.id]);
     expect(triggered.code, triggered.err).toBe(EXIT.failed);
-    expect(received).toHaveLength(1);
+    expect(received).toHaveLength(4);
+    expect(new Set(received.map((r) => r.idempotencyKey)).size).toBe(1);
   });
 });
 
@@ -403,12 +419,13 @@ describe("a DELETE whose retry finds the job gone", () => {
 
   it("from the CLI: a POST whose connection broke once sent is not said to be unreachable", async () => {
     script = [{ ...ok({}), reset: true }];
-    const triggered = await runCaptured(["--api", baseUrl, "jobs", "trigger", job.id]);
+    // A batch with a job without a key: sent once (a trigger or create has a key, and is retried).
+    const file = join(mkdtempSync(join(tmpdir(), "retries-")), "batch.json");
+    writeFileSync(file, JSON.stringify([newJob]));
+    const batch = await runCaptured(["--api", baseUrl, "jobs", "create-batch", "--file", file]);
     expect(received.map((r) => r.method)).toEqual(["POST"]);
-    expect(triggered.err).toMatch(
-      /^error: the connection to the API broke .*may have been applied/,
-    );
-    expect(triggered.err).not.toMatch(/cannot reach/);
+    expect(batch.err).toMatch(/^error: the connection to the API broke .*may have been applied/);
+    expect(batch.err).not.toMatch(/cannot reach/);
   });
 });
 
@@ -569,12 +586,22 @@ describe("the CLI over a client that retries", () => {
     }
   });
 
-  it("a trigger answered 503 is sent once and exits 8 (busy), nothing printed to stdout", async () => {
-    script = [refused(503, "0")];
+  it("a trigger answered 503 then its run exits 0, printing the run once; sent again under its key", async () => {
+    const run = { runId: `${job.id}-20300101T000000000-1`, jobId: job.id, status: "queued" };
+    script = [refused(503, "0"), { status: 202, body: run }];
+    const { code, out, err } = await cliJson("jobs", "trigger", job.id);
+    expect(code, err).toBe(EXIT.ok);
+    expect(JSON.parse(out)).toEqual(run);
+    expect(received).toHaveLength(2);
+    expect(received[1]?.idempotencyKey).toBe(received[0]?.idempotencyKey);
+  });
+
+  it("a trigger answered 503 until the retries ran out exits 8 (busy), nothing printed to stdout", async () => {
+    always = refused(503, "0");
     const { code, out } = await cliJson("jobs", "trigger", job.id);
     expect(code).toBe(EXIT.busy);
     expect(out).toBe("");
-    expect(received).toHaveLength(1);
+    expect(received).toHaveLength(4);
   });
 
   it("a 429 that outlasts the retries still exits 8 (busy), after the retries", async () => {
