@@ -10,6 +10,7 @@ import {
   type WaitOptions,
 } from "./requests.js";
 import { followsUnclearAttempt } from "./retries.js";
+import { everyRunOf, runPolls } from "./run-follow.js";
 import type { ListOptions, RunFilter, SchedulerClient } from "./scheduler-client.js";
 import {
   type EditJobRequest,
@@ -239,17 +240,18 @@ export class JobHandle {
 
   /**
    * Waits for a run to reach a final status (or one of `until`) and returns
-   * it. Without `runId` each poll reads the job's runs of those statuses.
+   * it. Without `runId` the first poll reads the job's whole run history, and
+   * each later one only the runs that can have changed since (runPolls).
    */
   async waitForRun(options: WaitForRunOptions = {}): Promise<Run> {
     if (options.runId !== undefined) return this.client.waitForRun(this.id, options.runId, options);
     const until = options.until ?? FINAL_RUN_STATUSES;
-    const reached = async () => {
-      const runs: Run[] = [];
-      const listing = this.runs({ pageSize: 100, status: until, ...signalOf(options) });
-      for await (const run of listing) runs.push(run);
-      return runs;
-    };
+    const poll = runPolls((from) =>
+      everyRunOf(
+        this.runs({ pageSize: 100, ...(from === undefined ? {} : { from }), ...signalOf(options) }),
+      ),
+    );
+    const reached = async () => (await poll()).filter((run) => until.includes(run.status));
     const before = new Set((await reached()).map((run) => run.runId));
     return pollForRun(
       `the next run of job ${this.id}`,

@@ -1,6 +1,7 @@
 import { type Command, InvalidArgumentError } from "commander";
 import { FINAL_RUN_STATUSES, RUN_STATUSES, type Run, type RunStatus } from "../index.js";
 import { waitOrAbort } from "../requests.js";
+import { everyRunOf, runPolls } from "../run-follow.js";
 import { MAX_TIMEOUT_MS } from "../transport.js";
 import { contextOf } from "./context.js";
 import { CliExit, EXIT } from "./exit-codes.js";
@@ -150,7 +151,7 @@ export function runsCommand(program: Command, io: CliIo): void {
   runs
     .command("watch")
     .description(
-      "follow a job's runs live until Ctrl-C: prints the runs running now, then each run as it starts and as it ends (JSON: one object a line); each poll reads the job's run history",
+      "follow a job's runs live until Ctrl-C: prints the runs running now, then each run as it starts and as it ends (JSON: one object a line); the first poll reads the job's run history, each later one the runs that can have changed",
     )
     .argument("<job-id>", "the job's id")
     .option("--interval <ms>", "between polls", positiveWholeNumber(MAX_TIMEOUT_MS), 2000)
@@ -176,21 +177,25 @@ export function runsCommand(program: Command, io: CliIo): void {
         command: Command,
       ) => {
         const context = contextOf(command, io);
-        // Every run, oldest first; null once Ctrl-C aborted the read (or the wait before a retry of
-        // it), which ends the watch at once rather than when the API answers.
+        // The first read is every run; each later one the runs that can have changed (runPolls).
+        const poll = runPolls((from) =>
+          everyRunOf(
+            context.client.runs.list(jobId, {
+              pageSize: 100,
+              ...(from === undefined ? {} : { from }),
+              ...(io.signal === undefined ? {} : { signal: io.signal }),
+            }),
+          ),
+        );
+        // The runs read, oldest first; null once Ctrl-C aborted the read (or the wait before a
+        // retry of it), which ends the watch at once rather than when the API answers.
         const everyRun = async (): Promise<Run[] | null> => {
-          const runs: Run[] = [];
-          const listing = context.client.runs.list(jobId, {
-            pageSize: 100,
-            ...(io.signal === undefined ? {} : { signal: io.signal }),
-          });
           try {
-            for await (const run of listing) runs.push(run);
+            return (await poll()).reverse();
           } catch (error) {
             if (io.signal?.aborted) return null;
             throw error;
           }
-          return runs.reverse();
         };
         const line = (run: Run) =>
           `${context.format === "json" ? json(run, 0) : fixedColumns(runRow(run))}\n`;
@@ -212,8 +217,9 @@ export function runsCommand(program: Command, io: CliIo): void {
             ? Number.POSITIVE_INFINITY
             : Date.now() + flags.timeout * 1000;
         let ended = 0;
+        // The first pass shows what the first read found that ended since `since`.
+        let runs: Run[] | null = before;
         while (!io.signal?.aborted) {
-          const runs = await everyRun();
           if (runs === null) return;
           for (const run of runs) {
             if (seen.get(run.runId) === run.status) continue;
@@ -235,6 +241,8 @@ export function runsCommand(program: Command, io: CliIo): void {
             Math.min(flags.interval, Math.max(0, deadline - Date.now())),
             io.signal,
           );
+          if (io.signal?.aborted) return;
+          runs = await everyRun();
         }
       },
     );

@@ -1,0 +1,51 @@
+import { FINAL_RUN_STATUSES, type Run } from "./types.js";
+
+/**
+ * How far before the previous poll began the next one reads occurrences from: a run written between
+ * two polls at an occurrence a little before the second (a trigger's or a dependent's run, stamped
+ * by the API's clock, which may run behind the caller's; a claim a dispatcher pass late) is read.
+ */
+export const LOOK_BACK_MS = 2 * 60_000;
+
+/**
+ * Polls of a job's runs that read, after the first, only the runs that can have changed since the
+ * poll before, so that a poll's requests do not grow with the job's history: `read(from)` lists
+ * the job's runs, newest occurrence first, of occurrences at or after `from` (every run when
+ * undefined), and each call reads from the earliest of: LOOK_BACK_MS before the previous poll
+ * began; the oldest run that had not ended then (queued or running: it may end, or fail and its
+ * retry be written at its occurrence); and the newest occurrence seen so far (a claim writes no
+ * occurrence before the job's pending one, which lies after every run it queued: so a resumed
+ * job's late occurrence is read, however old). The first call reads every run.
+ *
+ * A run written between two polls at an occurrence older than all of these is not read: a replay
+ * of a dead run the earlier polls had seen ended, or a claim after a dispatcher outage of an
+ * occurrence older than a trigger since. Such a run is read by its id (`runs.get`).
+ */
+export function runPolls(
+  read: (from: Date | undefined) => Promise<Run[]>,
+  now: () => number = Date.now,
+): () => Promise<Run[]> {
+  let from: Date | undefined;
+  let newest = Number.NEGATIVE_INFINITY;
+  return async () => {
+    const startedAt = now();
+    const runs = await read(from);
+    let floor = startedAt - LOOK_BACK_MS;
+    for (const run of runs) {
+      const occurrence = Date.parse(run.scheduledFor);
+      newest = Math.max(newest, occurrence);
+      if (!FINAL_RUN_STATUSES.includes(run.status)) floor = Math.min(floor, occurrence);
+    }
+    // No run seen yet: the next poll reads every run, which is none or a few new ones.
+    floor = Math.min(floor, newest);
+    from = Number.isFinite(floor) ? new Date(floor) : undefined;
+    return runs;
+  };
+}
+
+/** Every run of a listing (its pages followed), in its order. */
+export async function everyRunOf(listing: AsyncIterable<Run>): Promise<Run[]> {
+  const runs: Run[] = [];
+  for await (const run of listing) runs.push(run);
+  return runs;
+}
