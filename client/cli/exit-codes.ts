@@ -50,6 +50,11 @@ export const EXIT = {
   quotaExceeded: 12,
   /** Not allowed for this caller (403 forbidden: an admin command by a tenant that is not one). */
   forbidden: 13,
+  /**
+   * Ctrl-C (SIGINT) and the command still running 2 s later (bin/scheduler.mjs): 128 + SIGINT's 2,
+   * as a shell reports a program the signal ended. What it sent may have been applied.
+   */
+  interrupted: 130,
 } as const;
 
 /** Raised to end a command with an exit code and a message of its own. */

@@ -1,3 +1,4 @@
+import { spawn } from "node:child_process";
 import { getEventListeners } from "node:events";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -864,4 +865,19 @@ describe("Ctrl-C during runs watch", () => {
     expect(watched.stoppedInMs).toBeLessThan(1000);
     expect(watched.stderr).toBe("");
   });
+});
+
+describe("Ctrl-C during another command", () => {
+  it("the bin exits 130 when the command is still running 2 s after Ctrl-C", async () => {
+    behave = silent;
+    const child = spawn(
+      process.execPath,
+      ["bin/scheduler.mjs", "--api", baseUrl, "--key", key, "jobs", "get", "01JOB"],
+      { stdio: ["ignore", "pipe", "pipe"] },
+    );
+    const exited = new Promise<number | null>((done) => child.once("exit", done));
+    await arrived(() => expect(requests()).toEqual(["GET /jobs/01JOB"]));
+    child.kill("SIGINT");
+    expect(await exited).toBe(EXIT.interrupted);
+  }, 20_000);
 });
