@@ -201,8 +201,21 @@ async function waitActive(clients: AwsClients, table: string): Promise<void> {
   }
 }
 
+/** The partition-key attribute of every GSI of the tables, for the counter's transaction units. */
+export function indexKeyAttributesOf(tables: TableNames): string[] {
+  return [
+    jobsTableDefinition(tables.jobs),
+    runsTableDefinition(tables.runs),
+    webhookSecretsTableDefinition(tables.webhookSecrets),
+  ].flatMap((table) =>
+    (table.GlobalSecondaryIndexes ?? []).flatMap((index) =>
+      (index.KeySchema ?? []).filter((k) => k.KeyType === "HASH").map((k) => k.AttributeName ?? ""),
+    ),
+  );
+}
+
 /** Does the endpoint bill a one-item transaction at twice a plain write (AWS), or not (DynamoDB Local)? */
-async function transactionsDoubled(clients: AwsClients, table: string): Promise<boolean> {
+export async function transactionsDoubled(clients: AwsClients, table: string): Promise<boolean> {
   const probe = await clients.doc.send(
     new TransactWriteCommand({
       TransactItems: [{ Put: { TableName: table, Item: { pk: "BENCH#probe", sk: "PROBE" } } }],
@@ -261,15 +274,7 @@ export async function createHarness(dynamoEndpoint: string, sqsEndpoint: string)
     low: await queueUrl("low", attributes),
   };
   const doubled = await transactionsDoubled(plain, tables.jobs);
-  const indexKeyAttributes = [
-    jobsTableDefinition(tables.jobs),
-    runsTableDefinition(tables.runs),
-    webhookSecretsTableDefinition(tables.webhookSecrets),
-  ].flatMap((table) =>
-    (table.GlobalSecondaryIndexes ?? []).flatMap((index) =>
-      (index.KeySchema ?? []).filter((k) => k.KeyType === "HASH").map((k) => k.AttributeName ?? ""),
-    ),
-  );
+  const indexKeyAttributes = indexKeyAttributesOf(tables);
   const sides = Object.fromEntries(
     SIDES.map((side) => {
       const clients = clientsFor();

@@ -40,9 +40,11 @@ export interface TriggerOptions {
    * The trigger's Idempotency-Key: the same key on the same job within 24 hours returns the first
    * trigger's run. Default a new random one per call, so the client's retries of a lost answer (a
    * 502, 504, timeout or broken connection) queue one run. Give your own to make a trigger you
-   * send again yourself (after the retries ran out) the same one.
+   * send again yourself (after the retries ran out) the same one. `false` sends none: the trigger
+   * costs fewer writes (docs/scaling.md), and is sent once, a lost answer failing with "it may have
+   * been applied".
    */
-  readonly idempotencyKey?: string;
+  readonly idempotencyKey?: string | false;
 }
 
 export interface WaitForRunOptions extends WaitOptions {
@@ -180,7 +182,9 @@ export class JobHandle {
       this.client.http.POST("/jobs/{id}/trigger", {
         params: {
           path: { id: this.id },
-          header: { "Idempotency-Key": options.idempotencyKey ?? callKey("trigger") },
+          ...(options.idempotencyKey === false
+            ? {}
+            : { header: { "Idempotency-Key": options.idempotencyKey ?? callKey("trigger") } }),
         },
       }),
       RUN,

@@ -225,9 +225,11 @@ export interface CreateOptions {
    * of a second one. Default the body's `idempotencyKey`, else a new random one per call, so the
    * client's retries of a lost answer (a 502, 504, timeout or broken connection) make one job.
    * Give your own to make a create you send again yourself (after the retries ran out) the same
-   * one, for 24 hours.
+   * one, for 24 hours. `false` sends none (a body carrying `idempotencyKey` is then refused before
+   * it is sent): the create costs fewer writes (docs/scaling.md), and is sent once, a lost answer
+   * failing with "it may have been applied".
    */
-  readonly idempotencyKey?: string;
+  readonly idempotencyKey?: string | false;
 }
 
 class JobsApi {
@@ -238,18 +240,25 @@ class JobsApi {
    * Idempotency-Key (see `CreateOptions`), so a retry after a lost answer makes no second job.
    */
   async create(body: NewJob, options: CreateOptions = {}): Promise<JobHandle> {
-    const given = options.idempotencyKey ?? body.idempotencyKey;
+    const option = options.idempotencyKey;
+    const declined = option === false;
+    if (declined && body.idempotencyKey !== undefined)
+      throw new TypeError("idempotencyKey: false declines a key, but the body carries one");
+    const given = option === false ? undefined : (option ?? body.idempotencyKey);
     const { data, response } = await unwrapWithResponse(
       "POST /jobs",
       this.client.http.POST("/jobs", {
         body,
-        params: { header: { "Idempotency-Key": given ?? callKey("create") } },
+        ...(declined
+          ? {}
+          : { params: { header: { "Idempotency-Key": given ?? callKey("create") } } }),
       }),
       JOB,
     );
     // Under a key of this call's own a 200 can only answer this call's earlier attempt, whose
     // answer was lost: the job is this call's. Under the caller's key it may be an earlier call's.
-    const created = response.status === 201 || (given === undefined && response.status === 200);
+    const created =
+      response.status === 201 || (!declined && given === undefined && response.status === 200);
     return new JobHandle(this.client, data.id, data, created);
   }
 

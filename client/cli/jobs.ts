@@ -2,7 +2,7 @@ import { type Command, Option } from "commander";
 import { SchedulerApiError } from "../errors.js";
 import type { Job } from "../index.js";
 import { contextOf } from "./context.js";
-import { CliExit, exitCodeOf } from "./exit-codes.js";
+import { CliExit, EXIT, exitCodeOf } from "./exit-codes.js";
 import {
   addDefinitionOptions,
   batchFile,
@@ -14,6 +14,18 @@ import {
   wholeNumber,
 } from "./job-options.js";
 import { batchResultsTable, type CliIo, jobFields, jobsTable, runFields } from "./output.js";
+
+const NO_KEY_HELP =
+  "send no Idempotency-Key (fewer writes; a lost answer is then not retried, exit 1)";
+
+interface KeyFlags {
+  /** --idempotency-key's key, or false for --no-idempotency-key. */
+  readonly idempotencyKey?: string | false;
+}
+
+/** The client's option for --idempotency-key or --no-idempotency-key; neither: the client's key. */
+const keyOption = (flags: KeyFlags): { idempotencyKey?: string | false } =>
+  flags.idempotencyKey === undefined ? {} : { idempotencyKey: flags.idempotencyKey };
 
 export function jobsCommand(program: Command, io: CliIo): void {
   const jobs = program.command("jobs").description("schedule jobs and change them");
@@ -27,14 +39,18 @@ export function jobsCommand(program: Command, io: CliIo): void {
         "--idempotency-key <key>",
         "the same key and body return the first job",
         idempotencyKeyArg,
-      ),
+      )
+      .option("--no-idempotency-key", NO_KEY_HELP),
   ).action(async (flags, command: Command) => {
     const context = contextOf(command, io);
     const body = createBodyFrom(flags);
-    const handle = await context.client.jobs.create(
-      body,
-      flags.idempotencyKey ? { idempotencyKey: flags.idempotencyKey } : {},
-    );
+    const key = keyOption(flags);
+    if (key.idempotencyKey === false && body.idempotencyKey !== undefined)
+      throw new CliExit(
+        EXIT.usage,
+        "--no-idempotency-key: the --body or --file carries an idempotencyKey",
+      );
+    const handle = await context.client.jobs.create(body, key);
     context.print(handle.job, (job) => (job ? jobFields(job) : handle.id));
   });
 
@@ -166,11 +182,10 @@ export function jobsCommand(program: Command, io: CliIo): void {
       "the same key on the same job within 24 hours returns the first trigger's run",
       idempotencyKeyArg,
     )
-    .action(async (id: string, flags: { idempotencyKey?: string }, command: Command) => {
+    .option("--no-idempotency-key", NO_KEY_HELP)
+    .action(async (id: string, flags: KeyFlags, command: Command) => {
       const context = contextOf(command, io);
-      const run = await context.client.jobs
-        .handle(id)
-        .trigger(flags.idempotencyKey ? { idempotencyKey: flags.idempotencyKey } : {});
+      const run = await context.client.jobs.handle(id).trigger(keyOption(flags));
       context.print(run, runFields);
     });
 

@@ -59,8 +59,8 @@ quota (403 quota_exceeded); 13 not allowed (403 forbidden); 130 interrupted (Ctr
 command still running 2 s later; runs watch exits 0). A 429 (rate_limited, or API
 Gateway's throttle) exits 8. A 429 or 503 to a request safe to repeat (a read, PUT, DELETE,
 pause, resume, cancel, edit, schedules preview, or a POST with an idempotency key: a create,
-trigger, replay or rotation carries --idempotency-key or a random one of its own, a batch only
-the keys in its file) is retried 3 times (Retry-After) first, and so is one that timed out or
+trigger, replay or rotation carries --idempotency-key or a random one of its own, unless a
+create or trigger has --no-idempotency-key, a batch only the keys in its file) is retried 3 times (Retry-After) first, and so is one that timed out or
 got a 502 or 504. A create, batch, trigger, replay or rotation that still timed out or got a
 502 or 504 exits 1: it may have been applied. See docs/cli.md.`,
     );

@@ -309,6 +309,106 @@ describe("the client retries API Gateway's 502 and 504 of a request safe to repe
   });
 });
 
+describe("a create or trigger that declines a key (idempotencyKey: false, --no-idempotency-key)", () => {
+  const timedOut: Answer = { status: 504, body: { message: "Endpoint request timed out" } };
+  const run = { runId: `${job.id}-20300101T000000000-1`, jobId: job.id, status: "queued" };
+
+  it("is sent without an Idempotency-Key, and answered at once", async () => {
+    script = [
+      { status: 201, body: job },
+      { status: 202, body: run },
+    ];
+    const { client } = clientWith();
+    expect((await client.jobs.create(newJob, { idempotencyKey: false })).created).toBe(true);
+    expect(await client.jobs.handle(job.id).trigger({ idempotencyKey: false })).toEqual(run);
+    expect(received.map((r) => [r.path, r.idempotencyKey])).toEqual([
+      ["/jobs", undefined],
+      [`/jobs/${job.id}/trigger`, undefined],
+    ]);
+    expect(received.map((r) => r.body)).toEqual([JSON.stringify(newJob), ""]);
+  });
+
+  it("is not retried after a 504: the 504 is thrown, the request sent once", async () => {
+    always = timedOut;
+    const { client, waits } = clientWith();
+    const create = await rejection(
+      client.jobs.create(newJob, { idempotencyKey: false }),
+      SchedulerApiError,
+    );
+    expect(create.status).toBe(504);
+    const trigger = await rejection(
+      client.jobs.handle(job.id).trigger({ idempotencyKey: false }),
+      SchedulerApiError,
+    );
+    expect(trigger.status).toBe(504);
+    expect(received.map((r) => [r.path, r.idempotencyKey])).toEqual([
+      ["/jobs", undefined],
+      [`/jobs/${job.id}/trigger`, undefined],
+    ]);
+    expect(waits).toEqual([]);
+  });
+
+  it("a create timed out is not retried and may have been applied", async () => {
+    always = { ...ok(job), delayMs: 1_000 };
+    const { client } = clientWith({}, { timeoutMs: 50 });
+    const error = await rejection(
+      client.jobs.create(newJob, { idempotencyKey: false }),
+      RequestTimeoutError,
+    );
+    expect(error.message).toContain("it may have been applied");
+    expect(error.repeatable).toBe(false);
+    expect(received).toHaveLength(1);
+  });
+
+  it("a body carrying an idempotencyKey is refused before anything is sent", async () => {
+    const { client } = clientWith();
+    const error = await rejection(
+      client.jobs.create({ ...newJob, idempotencyKey: "k-1" }, { idempotencyKey: false }),
+      TypeError,
+    );
+    expect(error.message).toContain("declines a key");
+    expect(received).toEqual([]);
+  });
+
+  it("from the CLI: sent once without a key, a 504 exits 1 (it may have been applied)", async () => {
+    always = timedOut;
+    const createFlags = ["--type", "noop", "--run-at", newJob.schedule.runAt];
+    const created = await runCaptured([
+      ...["--api", baseUrl, "jobs", "create", ...createFlags],
+      "--no-idempotency-key",
+    ]);
+    expect(created.code, created.err).toBe(EXIT.failed);
+    const triggered = await runCaptured([
+      "--api",
+      baseUrl,
+      "jobs",
+      "trigger",
+      job.id,
+      "--no-idempotency-key",
+    ]);
+    expect(triggered.code, triggered.err).toBe(EXIT.failed);
+    expect(received.map((r) => [`${r.method} ${r.path}`, r.idempotencyKey])).toEqual([
+      ["POST /jobs", undefined],
+      [`POST /jobs/${job.id}/trigger`, undefined],
+    ]);
+  });
+
+  it("from the CLI: with a --body carrying an idempotencyKey, a usage error before any request", async () => {
+    const { code, err } = await runCaptured([
+      "--api",
+      baseUrl,
+      "jobs",
+      "create",
+      "--body",
+      JSON.stringify({ ...newJob, idempotencyKey: "k-2" }),
+      "--no-idempotency-key",
+    ]);
+    expect(code).toBe(EXIT.usage);
+    expect(err).toContain("--no-idempotency-key");
+    expect(received).toEqual([]);
+  });
+});
+
 describe("a request that timed out is retried within maxDelayMs, as an answer without Retry-After is", () => {
   it("a doubling wait longer than maxDelayMs is not waited: the timeout is thrown", async () => {
     const waits: number[] = [];
