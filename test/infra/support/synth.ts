@@ -18,6 +18,9 @@ export interface CfnResourceJson {
   readonly DependsOn?: string | readonly string[];
 }
 
+/** The context that has CDK bundle no stack's assets. */
+const UNBUNDLED = { "aws:cdk:bundling-stacks": [] };
+
 export interface Synthesized {
   readonly app: App;
   readonly stack: SchedulerStack;
@@ -38,13 +41,17 @@ function cdkJsonContext(): Record<string, unknown> {
  * Builds and synthesizes the app once per named context. All variants share
  * one output directory, which is what lets CDK's per-process asset cache
  * bundle each function once for all of them (its key includes the outdir).
+ * `bundled: false` for a file that reads only the templates: its functions'
+ * code assets are placeholders, and no esbuild runs.
  */
 export function synthesizeVariants<K extends string>(
   variants: Readonly<Record<K, Readonly<Record<string, string>>>>,
+  { bundled = true }: { readonly bundled?: boolean } = {},
 ): { readonly variants: Readonly<Record<K, Synthesized>>; dispose(): void } {
   const outdir = mkdtempSync(join(tmpdir(), "scheduler-cdk-"));
   const entries = Object.entries<Readonly<Record<string, string>>>(variants).map(
-    ([name, context]) => [name, synthesizeInto(outdir, context)] as const,
+    ([name, context]) =>
+      [name, synthesizeInto(outdir, bundled ? context : { ...context, ...UNBUNDLED })] as const,
   );
   return {
     variants: Object.fromEntries(entries) as Record<K, Synthesized>,
@@ -62,7 +69,7 @@ export function synthesizeUnbundled(context: Readonly<Record<string, string>> = 
 } {
   const outdir = mkdtempSync(join(tmpdir(), "scheduler-cdk-"));
   return {
-    synth: synthesizeInto(outdir, { ...context, "aws:cdk:bundling-stacks": [] }),
+    synth: synthesizeInto(outdir, { ...context, ...UNBUNDLED }),
     dispose: () => rmSync(outdir, { recursive: true, force: true }),
   };
 }
