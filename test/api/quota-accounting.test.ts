@@ -6,6 +6,7 @@ import { receiveRuns } from "../../shared/queue/work-queue.js";
 import { isCounted, runsPerMinuteMeasure } from "../../shared/quotas/run-measure.js";
 import { type QuotaUsage, readQuotaUsage } from "../../shared/storage/tenant-quotas.js";
 import { intFromEnv, SEED_RANGE } from "../support/env-knobs.js";
+import { fuzzCases, fuzzTimeoutMs } from "../support/fuzz-scale.js";
 import { mulberry32 } from "../support/mulberry32.js";
 import { type ApiHarness, inMinutes, KEY_B, startApi } from "./support.js";
 
@@ -23,7 +24,8 @@ import { type ApiHarness, inMinutes, KEY_B, startApi } from "./support.js";
  * override set again, then a create) exactly what the tenant has. The last phase ends with a create
  * over runsPerMinute by what the tenant has, so a runsPerMinute refusal is always checked.
  * QUOTA_SEED=<n> repeats a run's draws (requests at once draw in the order their answers come, so
- * not always its requests); a failure names its seed.
+ * not always its requests); a failure names its seed. `npm test` runs 70 rounds of requests, a
+ * fresh seed each run; `npm run test:fuzz` 20 times as many (FUZZ_SCALE, fuzz-scale.ts).
  */
 const TENANT = "tenant-b";
 const asB = { key: KEY_B };
@@ -318,11 +320,11 @@ describe("quota usage against what the tenant has, over random requests", () => 
   // (docs/api.md "Quotas", Precision).
   it("keeps the usage at or above what the tenant has, never past a limit, and equal once recounted", async () => {
     onTestFailed(() => console.error(`quota-accounting failed: QUOTA_SEED=${seed} repeats it`));
-    await phase(LOOSE, 12, 6);
-    await phase(TIGHT, 50, 1);
-    await phase(LOOSE, 8, 6);
-    await phase(TIGHT, 30, 1);
-    await phase(RUNS, 40, 1);
+    await phase(LOOSE, fuzzCases(6), 6);
+    await phase(TIGHT, fuzzCases(25), 1);
+    await phase(LOOSE, fuzzCases(4), 6);
+    await phase(TIGHT, fuzzCases(15), 1);
+    await phase(RUNS, fuzzCases(20), 1);
     await createOverRunsPerMinute(RUNS);
     expect(refusals.length, at("no request was refused for a quota")).toBeGreaterThan(0);
     expect(recountsCompared, at("no recount was compared")).toBeGreaterThan(0);
@@ -363,5 +365,5 @@ describe("quota usage against what the tenant has, over random requests", () => 
         );
       }
     }
-  }, 240_000);
+  }, fuzzTimeoutMs(240_000));
 });

@@ -3,7 +3,8 @@ import { intFromEnv, positiveNumberFromEnv, SEED_RANGE } from "./env-knobs.js";
 /**
  * How many cases a fuzz suite runs: `npm test` runs each suite's own count, varied by a fresh
  * seed every run; `npm run test:fuzz` runs 20 times as many (FUZZ_SCALE sets the factor): 600
- * schedule cases and 120 valid-request ones. The suite's time limit grows with it.
+ * schedule cases, 120 valid-request ones and 1,400 rounds of quota-accounting's requests. The
+ * suite's time limit grows with it.
  */
 const FUZZ_SCALE = positiveNumberFromEnv("FUZZ_SCALE", 1);
 
