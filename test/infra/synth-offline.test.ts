@@ -101,6 +101,20 @@ describe("npx cdk synth", () => {
       (entry) => entry.startsWith("asset.") && existsSync(join(out, entry, "index.mjs")),
     );
     expect(bundles).toHaveLength(5);
+    // Each the code of a function on nodejs22.x arm64 (its S3 key is asset.<hash> with ".zip"),
+    // and an ESM bundle with a source map.
+    const functions = resources.filter((r) => r.Type === "AWS::Lambda::Function");
+    for (const bundle of bundles) {
+      const fn = functions.find((r) =>
+        JSON.stringify(r.Properties).includes(`"S3Key":"${bundle.slice("asset.".length)}.zip"`),
+      );
+      expect(JSON.stringify(fn?.Properties), bundle).toMatch(
+        /"Architectures":\["arm64"\].*"Runtime":"nodejs22\.x"|"Runtime":"nodejs22\.x".*"Architectures":\["arm64"\]/,
+      );
+      const code = readFileSync(join(out, bundle, "index.mjs"), "utf8");
+      expect(code.startsWith("import { createRequire } from 'module';"), bundle).toBe(true);
+      expect(existsSync(join(out, bundle, "index.mjs.map")), bundle).toBe(true);
+    }
     // The API function's bundle carries the web console's build beside its handler.
     const withConsole = bundles.filter((bundle) =>
       ["app.js", "app.css"].every((file) => existsSync(join(out, bundle, "console", file))),
