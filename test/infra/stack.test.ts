@@ -51,13 +51,10 @@ let dispose = () => {};
 
 beforeAll(() => {
   // Templates and constructs only: synth-offline reads the bundles `cdk synth` writes.
-  const synthesized = synthesizeVariants(
-    {
-      prod: { stage: "prod", shardCount: "16", lookaheadSeconds: "240" },
-      dev: { stage: "dev" },
-    },
-    { bundled: false },
-  );
+  const synthesized = synthesizeVariants({
+    prod: { stage: "prod", shardCount: "16", lookaheadSeconds: "240" },
+    dev: { stage: "dev" },
+  });
   ({ prod, dev } = synthesized.variants);
   dispose = synthesized.dispose;
 });

@@ -23,28 +23,23 @@ let variants: Readonly<Record<"dev" | "jwt" | "topic", Synthesized>>;
 let dispose = () => {};
 
 beforeAll(() => {
-  const synthesized = synthesizeVariants(
-    {
-      dev: { stage: "dev" },
-      jwt: {
-        stage: "prod",
-        jwtIssuer: "https://issuer.example.com/",
-        jwtAudience: "scheduler-api, scheduler-cli",
-        consoleClientId: "scheduler-console",
-        tracing: "true",
-        alarmEmail: "oncall@example.com",
-      },
-      topic: {
-        stage: "staging",
-        alarmTopicArn: TOPIC_ARN,
-        demoJobTypes: "true",
-        oneOffClaimWrites: "plain",
-      },
+  const synthesized = synthesizeVariants({
+    dev: { stage: "dev" },
+    jwt: {
+      stage: "prod",
+      jwtIssuer: "https://issuer.example.com/",
+      jwtAudience: "scheduler-api, scheduler-cli",
+      consoleClientId: "scheduler-console",
+      tracing: "true",
+      alarmEmail: "oncall@example.com",
     },
-    // Each case reads a template or the app's constructs, none a function's bundle (stack.test.ts
-    // reads those, synth-offline runs them): no esbuild.
-    { bundled: false },
-  );
+    topic: {
+      stage: "staging",
+      alarmTopicArn: TOPIC_ARN,
+      demoJobTypes: "true",
+      oneOffClaimWrites: "plain",
+    },
+  });
   variants = synthesized.variants;
   dispose = synthesized.dispose;
 });

@@ -38,20 +38,16 @@ function cdkJsonContext(): Record<string, unknown> {
 }
 
 /**
- * Builds and synthesizes the app once per named context. All variants share
- * one output directory, which is what lets CDK's per-process asset cache
- * bundle each function once for all of them (its key includes the outdir).
- * `bundled: false` for a file that reads only the templates: its functions'
- * code assets are placeholders, and no esbuild runs.
+ * Builds and synthesizes the app once per named context, without bundling the functions (their
+ * code assets are placeholders): the files that use it read templates and constructs, and
+ * synth-offline reads the bundles `cdk synth` writes.
  */
 export function synthesizeVariants<K extends string>(
   variants: Readonly<Record<K, Readonly<Record<string, string>>>>,
-  { bundled = true }: { readonly bundled?: boolean } = {},
 ): { readonly variants: Readonly<Record<K, Synthesized>>; dispose(): void } {
   const outdir = mkdtempSync(join(tmpdir(), "scheduler-cdk-"));
   const entries = Object.entries<Readonly<Record<string, string>>>(variants).map(
-    ([name, context]) =>
-      [name, synthesizeInto(outdir, bundled ? context : { ...context, ...UNBUNDLED })] as const,
+    ([name, context]) => [name, synthesizeInto(outdir, { ...context, ...UNBUNDLED })] as const,
   );
   return {
     variants: Object.fromEntries(entries) as Record<K, Synthesized>,
