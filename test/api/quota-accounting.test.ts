@@ -318,52 +318,56 @@ describe("quota usage against what the tenant has, over random requests", () => 
   // Requests at once run only under loose limits: at a tight one, a create whose recount runs while
   // another's reserved job is still being written leaves that job out, and both pass the limit
   // (docs/api.md "Quotas", Precision).
-  it("keeps the usage at or above what the tenant has, never past a limit, and equal once recounted", async () => {
-    onTestFailed(() => console.error(`quota-accounting failed: QUOTA_SEED=${seed} repeats it`));
-    await phase(LOOSE, fuzzCases(6), 6);
-    await phase(TIGHT, fuzzCases(25), 1);
-    await phase(LOOSE, fuzzCases(4), 6);
-    await phase(TIGHT, fuzzCases(15), 1);
-    await phase(RUNS, fuzzCases(20), 1);
-    await createOverRunsPerMinute(RUNS);
-    expect(refusals.length, at("no request was refused for a quota")).toBeGreaterThan(0);
-    expect(recountsCompared, at("no recount was compared")).toBeGreaterThan(0);
-    const ended = (await api.fixture.jobs()).filter(
-      (j) => j.tenantId === TENANT && j.status === "COMPLETED",
-    );
-    expect(ended.length, at("no job ran to its end")).toBeGreaterThan(0);
-    expect(
-      refusals.some((r) => r.quota === "runsPerMinute"),
-      at("no request was refused for runsPerMinute"),
-    ).toBe(true);
-    for (const { quota, before, error, limits } of refusals) {
-      const where = at(
-        `a refusal for ${String(quota)} at ${JSON.stringify(before)}: ${JSON.stringify(error)}`,
+  it(
+    "keeps the usage at or above what the tenant has, never past a limit, and equal once recounted",
+    async () => {
+      onTestFailed(() => console.error(`quota-accounting failed: QUOTA_SEED=${seed} repeats it`));
+      await phase(LOOSE, fuzzCases(6), 6);
+      await phase(TIGHT, fuzzCases(25), 1);
+      await phase(LOOSE, fuzzCases(4), 6);
+      await phase(TIGHT, fuzzCases(15), 1);
+      await phase(RUNS, fuzzCases(20), 1);
+      await createOverRunsPerMinute(RUNS);
+      expect(refusals.length, at("no request was refused for a quota")).toBeGreaterThan(0);
+      expect(recountsCompared, at("no recount was compared")).toBeGreaterThan(0);
+      const ended = (await api.fixture.jobs()).filter(
+        (j) => j.tenantId === TENANT && j.status === "COMPLETED",
       );
-      expect(["activeJobs", "runsPerMinute", "maxPriority"], where).toContain(quota);
-      // Refused from what the tenant has (a recount), or from the stored usage (within
-      // quotaRecountMs of the last recount).
-      if (quota === "activeJobs")
-        expect([before.counted.activeJobs, before.stored?.activeJobs], where).toContain(
-          limits.activeJobs,
+      expect(ended.length, at("no job ran to its end")).toBeGreaterThan(0);
+      expect(
+        refusals.some((r) => r.quota === "runsPerMinute"),
+        at("no request was refused for runsPerMinute"),
+      ).toBe(true);
+      for (const { quota, before, error, limits } of refusals) {
+        const where = at(
+          `a refusal for ${String(quota)} at ${JSON.stringify(before)}: ${JSON.stringify(error)}`,
         );
-      if (quota === "runsPerMinute") {
-        // The body and the message agree (the field), the message names the limit, and a sum
-        // over it from the count or the stored usage.
-        const said =
-          /adds (at least )?(\d+) runs per minute at its peak( \(a run for each run of its upstreams\))?(, before those of the jobs after it,)? to the (\d+) of this tenant's jobs; its runsPerMinute quota is (\d+)$/.exec(
-            String(error.message),
+        expect(["activeJobs", "runsPerMinute", "maxPriority"], where).toContain(quota);
+        // Refused from what the tenant has (a recount), or from the stored usage (within
+        // quotaRecountMs of the last recount).
+        if (quota === "activeJobs")
+          expect([before.counted.activeJobs, before.stored?.activeJobs], where).toContain(
+            limits.activeJobs,
           );
-        expect(said, where).not.toBeNull();
-        const [, least, adds, viaUpstreams, beforeBelow, usage, limit] = said ?? [];
-        expect(least === undefined, where).toBe(beforeBelow === undefined);
-        expect(error.field, where).toBe(viaUpstreams ? "schedule.after.jobs" : "schedule");
-        expect(Number(limit), where).toBe(limits.runsPerMinute);
-        expect(Number(usage) + Number(adds), where).toBeGreaterThan(limits.runsPerMinute);
-        expect([before.counted.runsPerMinute, before.stored?.runsPerMinute], where).toContain(
-          Number(usage),
-        );
+        if (quota === "runsPerMinute") {
+          // The body and the message agree (the field), the message names the limit, and a sum
+          // over it from the count or the stored usage.
+          const said =
+            /adds (at least )?(\d+) runs per minute at its peak( \(a run for each run of its upstreams\))?(, before those of the jobs after it,)? to the (\d+) of this tenant's jobs; its runsPerMinute quota is (\d+)$/.exec(
+              String(error.message),
+            );
+          expect(said, where).not.toBeNull();
+          const [, least, adds, viaUpstreams, beforeBelow, usage, limit] = said ?? [];
+          expect(least === undefined, where).toBe(beforeBelow === undefined);
+          expect(error.field, where).toBe(viaUpstreams ? "schedule.after.jobs" : "schedule");
+          expect(Number(limit), where).toBe(limits.runsPerMinute);
+          expect(Number(usage) + Number(adds), where).toBeGreaterThan(limits.runsPerMinute);
+          expect([before.counted.runsPerMinute, before.stored?.runsPerMinute], where).toContain(
+            Number(usage),
+          );
+        }
       }
-    }
-  }, fuzzTimeoutMs(240_000));
+    },
+    fuzzTimeoutMs(240_000),
+  );
 });
