@@ -129,7 +129,7 @@ describe("a one-off whose run failed (its retry an entry an hour out) while it w
 /** Every message of the job's runs the queue holds now, delivered to a worker whose `noop` handler is `handler`. */
 async function deliverQueued(jobId: string, handler: (ctx: JobContext) => Promise<unknown>) {
   const deps = f.workerDeps("w", { noop: handler });
-  for (const received of await f.receiveAll(f.engine.queues.normal, { quietMs: 1500 })) {
+  for (const received of await f.receiveAll(f.engine.queues.normal)) {
     if (received.message.jobId === jobId) await f.process(deps, received);
   }
 }
@@ -346,7 +346,7 @@ describe("replays of a dead one-off's run after an edit gave its time back", () 
         throw new JobError("broken", { retryable: false });
       },
     });
-    for (const received of await f.receiveAll(f.engine.queues.normal, { quietMs: 1500 })) {
+    for (const received of await f.receiveAll(f.engine.queues.normal)) {
       if (received.message.jobId === job.jobId) await f.process(deps, received);
     }
     const isReplayCommit = (input: Record<string, unknown>) =>
@@ -385,7 +385,7 @@ describe("replays of a dead one-off's run after an edit gave its time back", () 
         throw new JobError("flaky", { retryable: true });
       },
     });
-    for (const received of await f.receiveAll(f.engine.queues.normal, { quietMs: 1500 })) {
+    for (const received of await f.receiveAll(f.engine.queues.normal)) {
       if (received.message.jobId === job.jobId)
         await f.process({ ...deps, engine: { ...f.engine, random: () => 0.99 } }, received);
     }

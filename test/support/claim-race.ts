@@ -25,10 +25,6 @@ export const SECOND = 1000;
 export const ONE_OFF_CLAIM_WRITES: readonly OneOffClaimWrites[] = ["transaction", "plain"];
 
 const LEASE_MS = 60 * SECOND;
-/** How long a receive of what was sent before it waits for no more messages: it only ends the receive. */
-const SENT_QUIET_MS = 100;
-/** How long it waits when a message is in its SQS delay: a run due within a second becomes visible. */
-const DELAYED_QUIET_MS = 1500;
 
 type Input = Record<string, unknown>;
 
@@ -197,14 +193,8 @@ export function useClaimRace(settings: Partial<EngineSettings> = {}) {
     };
     const f = fx();
     const deps = f.workerDeps("worker", { noop: counting });
-    const queue = f.engine.queues.normal;
-    // What a claim, tick or reaper sent is in the queue before it returns, so one empty receive
-    // finds it all; only a message still in its SQS delay (due within a second) comes later,
-    // which the receive then waits for as it always did: until the queue stays empty 1.5 s.
-    const received = await f.receiveAll(queue, { quietMs: SENT_QUIET_MS });
-    if ((await f.queueDepth(queue)).delayed > 0) {
-      received.push(...(await f.receiveAll(queue, { quietMs: DELAYED_QUIET_MS })));
-    }
+    // What was sent before: a message still in its SQS delay is waited for (receiveAll).
+    const received = await f.receiveAll(f.engine.queues.normal);
     for (const message of received) {
       if (message.message.jobId === jobId) await f.process(deps, message);
     }

@@ -67,7 +67,12 @@ export interface EngineFixture {
   dueEntries(): Promise<DueEntry[]>;
   jobs(): Promise<ReturnType<typeof decodeJob>[]>;
   runs(): Promise<Run[]>;
-  /** Receives from one queue until it stays empty for `quietMs`, without deleting. */
+  /**
+   * Receives from one queue, without deleting: until it stays empty for `quietMs`; without it,
+   * what the queue holds now (what a claim, tick or reaper sent is in the queue when it returns,
+   * so one empty receive finds it all) and, when a message is still in its SQS delay (a run due
+   * within a second of the engine's clock when it was sent), on until it stays empty 1.5 s.
+   */
   receiveAll(
     queueUrl: string,
     options?: { quietMs?: number; visibilitySeconds?: number },
@@ -76,6 +81,11 @@ export interface EngineFixture {
   purge(): Promise<void>;
   destroy(): Promise<void>;
 }
+
+/** How long a receive of what was sent before it waits for no more messages: it only ends the receive. */
+const SENT_QUIET_MS = 100;
+/** How long it waits when a message is in its SQS delay: a run due within a second becomes visible. */
+const DELAYED_QUIET_MS = 1500;
 
 export interface FixtureOptions {
   readonly settings?: Partial<EngineSettings>;
@@ -134,6 +144,59 @@ export async function createEngineFixture(options: FixtureOptions = {}): Promise
   };
 
   const scanAll = (table: string) => scanTable(clients.doc, table);
+  /** Receives from one queue until it stays empty for `quietMs`, without deleting. */
+  const receiveUntilQuiet = async (
+    queueUrl: string,
+    quietMs: number,
+    visibilitySeconds: number,
+  ): Promise<ReceivedRun[]> => {
+    const received: ReceivedRun[] = [];
+    let quietSince = Date.now();
+    while (Date.now() - quietSince < quietMs) {
+      const result = await clients.sqs.send(
+        new ReceiveMessageCommand({
+          QueueUrl: queueUrl,
+          MaxNumberOfMessages: 10,
+          WaitTimeSeconds: 0,
+          VisibilityTimeout: visibilitySeconds,
+          MessageSystemAttributeNames: ["ApproximateReceiveCount"],
+        }),
+      );
+      const messages = result.Messages ?? [];
+      if (messages.length > 0) quietSince = Date.now();
+      else await sleep(100);
+      for (const m of messages) {
+        const message = decodeRunMessage(m.Body);
+        if (message && m.ReceiptHandle && m.MessageId) {
+          received.push({
+            message,
+            queueUrl,
+            receiptHandle: m.ReceiptHandle,
+            messageId: m.MessageId,
+            receiveCount: Number(m.Attributes?.ApproximateReceiveCount ?? "1"),
+          });
+        }
+      }
+    }
+    return received;
+  };
+  const queueDepth: EngineFixture["queueDepth"] = async (queueUrl) => {
+    const { Attributes = {} } = await clients.sqs.send(
+      new GetQueueAttributesCommand({
+        QueueUrl: queueUrl,
+        AttributeNames: [
+          "ApproximateNumberOfMessages",
+          "ApproximateNumberOfMessagesDelayed",
+          "ApproximateNumberOfMessagesNotVisible",
+        ],
+      }),
+    );
+    return {
+      visible: Number(Attributes.ApproximateNumberOfMessages ?? 0),
+      delayed: Number(Attributes.ApproximateNumberOfMessagesDelayed ?? 0),
+      inFlight: Number(Attributes.ApproximateNumberOfMessagesNotVisible ?? 0),
+    };
+  };
   const nextDelivery: EngineFixture["nextDelivery"] = async (
     queueUrl,
     jobId,
@@ -196,54 +259,15 @@ export async function createEngineFixture(options: FixtureOptions = {}): Promise
     async runs() {
       return (await scanAll(runsTable)).map(decodeRun);
     },
-    async receiveAll(queueUrl, { quietMs = 1500, visibilitySeconds = 60 } = {}) {
-      const received: ReceivedRun[] = [];
-      let quietSince = Date.now();
-      while (Date.now() - quietSince < quietMs) {
-        const result = await clients.sqs.send(
-          new ReceiveMessageCommand({
-            QueueUrl: queueUrl,
-            MaxNumberOfMessages: 10,
-            WaitTimeSeconds: 0,
-            VisibilityTimeout: visibilitySeconds,
-            MessageSystemAttributeNames: ["ApproximateReceiveCount"],
-          }),
-        );
-        const messages = result.Messages ?? [];
-        if (messages.length > 0) quietSince = Date.now();
-        else await sleep(100);
-        for (const m of messages) {
-          const message = decodeRunMessage(m.Body);
-          if (message && m.ReceiptHandle && m.MessageId) {
-            received.push({
-              message,
-              queueUrl,
-              receiptHandle: m.ReceiptHandle,
-              messageId: m.MessageId,
-              receiveCount: Number(m.Attributes?.ApproximateReceiveCount ?? "1"),
-            });
-          }
-        }
+    async receiveAll(queueUrl, { quietMs, visibilitySeconds = 60 } = {}) {
+      if (quietMs !== undefined) return receiveUntilQuiet(queueUrl, quietMs, visibilitySeconds);
+      const received = await receiveUntilQuiet(queueUrl, SENT_QUIET_MS, visibilitySeconds);
+      if ((await queueDepth(queueUrl)).delayed > 0) {
+        received.push(...(await receiveUntilQuiet(queueUrl, DELAYED_QUIET_MS, visibilitySeconds)));
       }
       return received;
     },
-    async queueDepth(queueUrl) {
-      const { Attributes = {} } = await clients.sqs.send(
-        new GetQueueAttributesCommand({
-          QueueUrl: queueUrl,
-          AttributeNames: [
-            "ApproximateNumberOfMessages",
-            "ApproximateNumberOfMessagesDelayed",
-            "ApproximateNumberOfMessagesNotVisible",
-          ],
-        }),
-      );
-      return {
-        visible: Number(Attributes.ApproximateNumberOfMessages ?? 0),
-        delayed: Number(Attributes.ApproximateNumberOfMessagesDelayed ?? 0),
-        inFlight: Number(Attributes.ApproximateNumberOfMessagesNotVisible ?? 0),
-      };
-    },
+    queueDepth,
     async purge() {
       await Promise.all(
         Object.values(queues).map((url) =>
