@@ -3,15 +3,15 @@ import { BaseSequencer, type TestSpecification } from "vitest/node";
 /**
  * The files that take longest in `npm test`, longest first within their group, by the last
  * fresh-clone CI (5 December 2026, of b09799d, on a heavily loaded machine: seconds on two cores,
- * with coverage, about 2.5 times a quiet machine's), the files trimmed since at what their
- * trims took off (dst-dispatch 186 then, claim-plain-rollback 113, model 102, leap-day-max-runs
- * 55): listed-runs-bound 181, console 153, offset-change-dispatch 138, cli 125,
- * dispatch-recovery 113, restart 111, synth-offline 101, quota-accounting 86, the sandbox's cli 77,
- * model about 77, claim-plain-rollback about 76, long-jobs 70, dispatch 70, clock-skew 67,
- * resources 64, dst-dispatch about 62, stack 57, client 56, security 55, claim-plain-races 52,
- * noisy-tenant 51, restore-from-backup 51, variants 50, run-control-attacks 49,
- * jobs-page-cursors 45, oidc 43, claim-puts 40. Files under about 40 s there are left to vitest's
- * order. Of the timed files: the end-to-end file 81, policies 49, worker-fencing 30,
+ * with coverage, about 2.5 times a quiet machine's), the files trimmed since at what their trims
+ * took off (dst-dispatch 186 then, claim-plain-rollback 113, model 102, leap-day-max-runs 55,
+ * quota-accounting 86, stack 57, variants 50, claim-plain-races 52, run-control-attacks 49,
+ * claim-puts 40): listed-runs-bound 181, console 153, offset-change-dispatch 138, cli 125,
+ * dispatch-recovery 113, restart 111, synth-offline 101, the sandbox's cli 77, model about 77,
+ * claim-plain-rollback about 76, long-jobs 70, dispatch 70, clock-skew 67, resources 64,
+ * dst-dispatch about 62, client 56, security 55, noisy-tenant 51, restore-from-backup 51,
+ * jobs-page-cursors 45, oidc 43, quota-accounting about 40. Files under about 40 s there are left
+ * to vitest's order. Of the timed files: the end-to-end file 81, policies 49, worker-fencing 30,
  * run-cancel 18, retries 16, dispatch-on-time 10, worker-loop 7.
  *
  * Vitest starts the longest files first only when its results cache knows their durations; a fresh
@@ -30,7 +30,6 @@ const LONGEST = [
   "test/integration/dispatch-recovery.test.ts",
   "test/sandbox/restart.test.ts",
   "test/infra/synth-offline.test.ts",
-  "test/api/quota-accounting.test.ts",
   "test/sandbox/cli.test.ts",
   "test/model/model.test.ts",
   "test/integration/claim-plain-rollback.test.ts",
@@ -39,17 +38,13 @@ const LONGEST = [
   "test/integration/clock-skew.test.ts",
   "test/sandbox/resources.test.ts",
   "test/integration/dst-dispatch.test.ts",
-  "test/infra/stack.test.ts",
   "test/client/client.test.ts",
   "test/console/security.test.ts",
-  "test/integration/claim-plain-races.test.ts",
   "test/integration/noisy-tenant.test.ts",
   "test/integration/restore-from-backup.test.ts",
-  "test/infra/variants.test.ts",
-  "test/integration/run-control-attacks.test.ts",
   "test/api/jobs-page-cursors.test.ts",
   "test/console/oidc.test.ts",
-  "test/integration/claim-puts.test.ts",
+  "test/api/quota-accounting.test.ts",
   // The timed group.
   "test/e2e/scheduler.e2e.test.ts",
   "test/integration/policies.test.ts",
