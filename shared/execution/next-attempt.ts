@@ -1,6 +1,6 @@
 import { needsFastPath } from "../dispatch/fast-path-window.js";
 import type { Engine } from "../engine.js";
-import type { Job, Run } from "../model.js";
+import { isOneOffOccurrence, type Job, type RetryOf, type Run } from "../model.js";
 import { dueEntryKey } from "../storage/due-entries.js";
 import { queuedRun } from "../storage/runs.js";
 
@@ -17,7 +17,11 @@ export function nextAttempt(
   dueAt: Date,
   now: Date,
 ) {
-  const retryOf = { runId: run.runId, fence: run.fence };
+  const retryOf: RetryOf = {
+    runId: run.runId,
+    fence: run.fence,
+    ...(isOneOffOccurrence(job, run.scheduledFor) ? { oneOff: true } : {}),
+  };
   const spec = {
     jobId: run.jobId,
     tenantId: run.tenantId,

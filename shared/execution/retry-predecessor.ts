@@ -76,7 +76,9 @@ export function decideOnPredecessor(
  * since, that a pause cancelled: the retry its resume would have filed (`DueEntry.retryAgain`),
  * and so run. A dependent's run (`trigger`) is no occurrence of the one-off, nor is a triggered
  * run, which a later attempt does not say: its attempt 1 does (`afterPredecessor` reads it).
- * Neither is given back by a resume: the pause's cancel stands, and the attempt is skipped.
+ * Neither is given back by a resume: the pause's cancel stands, and the attempt is skipped. So is
+ * a recurring job's occurrence made a one-off since: the attempt says whether its predecessor was
+ * the one-off's when it failed (`RetryOf.oneOff`).
  */
 function retriedAfterPause(job: Job, run: Run, predecessor: Run): boolean {
   return (
@@ -85,6 +87,7 @@ function retriedAfterPause(job: Job, run: Run, predecessor: Run): boolean {
     "runAt" in job.schedule &&
     !isOneOffOccurrence(job, run.scheduledFor) &&
     run.trigger === undefined &&
+    run.retryOf?.oneOff === true &&
     isRetryOrReplay(predecessor)
   );
 }

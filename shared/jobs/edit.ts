@@ -24,6 +24,7 @@ import {
 } from "./due-entry.js";
 import { recordRunsEndedBy } from "./ended-runs.js";
 import { getTenantJob, listRuns } from "./queries.js";
+import { retryLeftByMove } from "./retry-after-move.js";
 import { withJob } from "./with-job.js";
 
 export interface JobChanges {
@@ -166,6 +167,8 @@ async function editPlanned(
     let job: Job;
     // A new runAt whose run ended or was cancelled is filed at that run's next attempt.
     let runAtAttempt = 1;
+    // A paused one-off moved away from a retry a pause cancelled: that retry, filed beside.
+    let retryEntry: DueEntry | null = null;
     try {
       job =
         changesSchedule && (await claimDueBeforeEdit(engine, current, now))
@@ -174,6 +177,8 @@ async function editPlanned(
       if (changesSchedule && normalized.endAt === undefined) refuseKeptEndPassed(job, now);
       if (changesSchedule && normalized.schedule && "runAt" in normalized.schedule)
         runAtAttempt = await attemptForRunAt(engine, jobId, new Date(normalized.schedule.runAt));
+      if (changesSchedule && normalized.schedule)
+        retryEntry = await retryLeftByMove(engine, job, normalized.schedule, now);
     } catch (error) {
       await giveBackJobQuotas(engine, reservation);
       throw error;
@@ -218,6 +223,7 @@ async function editPlanned(
               completes,
               catchUpCount: edited.catchUpCount ?? 0,
               ...(lastEdit ? { lastEdit } : {}),
+              retryEntry,
             },
             links?.writes ?? [],
           );

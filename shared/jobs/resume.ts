@@ -13,6 +13,7 @@ import { writeResumedJob } from "../storage/job-status.js";
 import { rearmParkedRun } from "../storage/run-park.js";
 import { dueEntryFor, occurrenceAgain, runGivenUp } from "./due-entry.js";
 import { getTenantJob } from "./queries.js";
+import { cancelledByPause } from "./retry-after-move.js";
 import { withJob } from "./with-job.js";
 
 /**
@@ -193,11 +194,6 @@ function expiredOneOff(
   });
   if (parkedAttempts.length === 0) return { ended: true };
   return { rerun: occurrenceAgain(engine, job, runAt, Math.max(...parkedAttempts), now) };
-}
-
-/** Whether a pause with `running: "cancel"` cancelled the run (or is cancelling it). */
-function cancelledByPause(run: Run): boolean {
-  return run.cancelledBy === "pause" && (run.status === "CANCELLED" || run.status === "RUNNING");
 }
 
 /**

@@ -63,6 +63,8 @@ export async function writeEditedJob(
     readonly catchUpCount?: number;
     /** Which edit this is (`Job.lastEdit`): a retry of it finds it written. */
     readonly lastEdit?: EditMark;
+    /** A retry the edit files beside the job's entry, which the job does not name (`retryLeftByMove`). */
+    readonly retryEntry?: DueEntry | null;
   },
   upstreams: readonly NamedWrite<UpstreamWriteName>[] = [],
 ): Promise<void> {
@@ -121,5 +123,10 @@ export async function writeEditedJob(
         : putOverOlderDueEntry(engine, entry),
     });
   }
+  if (next.retryEntry)
+    writes.push({
+      name: "retryEntry",
+      write: { Put: { TableName: engine.tables.jobs, Item: encodeDueEntry(next.retryEntry) } },
+    });
   await writeJobChange(engine, job, [...writes, ...upstreams]);
 }

@@ -16,7 +16,9 @@ import {
  * job's update, conditioned on the job as the change was planned from it, and
  * the due entries it deletes or puts.
  */
-export type JobChangeWrite = NamedWrite<"job" | "pendingDueEntry" | "dueEntry" | "setAside">;
+export type JobChangeWrite = NamedWrite<
+  "job" | "pendingDueEntry" | "dueEntry" | "setAside" | "retryEntry"
+>;
 
 /** The job update shared by lifecycle changes: conditioned on the state the change was planned from. */
 export function updateJobFrom(

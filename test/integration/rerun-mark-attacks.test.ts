@@ -35,7 +35,7 @@ const {
   pastDeadlineOf,
 } = race;
 const { moveTo, attemptsOf, failedOnce, retryEntryOf, replayRefusal } = useOneOffMoves(race);
-const { failsAsPauseCancels } = useCancelledAttempt(race);
+const { failsAsPauseCancels, expectAttempt3RunsThenNewTime } = useCancelledAttempt(race);
 let f: EngineFixture;
 beforeEach(() => {
   f = fixture();
@@ -207,30 +207,6 @@ async function retryRunningWhenPaused() {
   expect((await startRun(f.engine, retry, "worker-a", clock())).kind).toBe("started");
   await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
   return { job, due, away };
-}
-
-/**
- * The queue's runs of the job delivered: attempt 3 of the occurrence at `due` (the one-off moved
- * away since) runs once, after attempt 2 (`second`, as the pause left it). Then, at `away`, the
- * one-off runs at its new time too, as it does beside a retry no pause cancelled.
- */
-async function expectAttempt3RunsThenNewTime(
-  jobId: string,
-  due: Date,
-  away: Date,
-  second: "RUNNING" | "CANCELLED",
-) {
-  expect([await runsCalled(jobId), await attemptsOf(jobId, due)]).toEqual([
-    [[due.toISOString(), 1]],
-    [
-      [1, "FAILED"],
-      [2, second],
-      [3, "SUCCEEDED"],
-    ],
-  ]);
-  time.ms = Math.max(time.ms, away.getTime() + 5 * SECOND);
-  await dispatchShard(f.engine, 0, "pass-at-new-time");
-  expect(await runsCalled(jobId)).toEqual([[away.toISOString(), 1]]);
 }
 
 describe("a failure's retry that a pause cancelled while it ran, filed again by the resume", () => {

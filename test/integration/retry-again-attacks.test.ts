@@ -1,6 +1,5 @@
 import { beforeEach, describe, expect, it } from "vitest";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
-import { reap } from "../../shared/dispatch/reaper.js";
 import { type JobContext, JobError } from "../../shared/execution/job-contract.js";
 import { createJob, pauseJob, resumeJob, triggerJob } from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
@@ -18,9 +17,9 @@ import { useOneOffMoves } from "../support/one-off-moves.js";
  */
 
 const race = useClaimRace();
-const { clock, runsOf, fixture, runsCalled, pastDeadlineOf } = race;
+const { clock, runsOf, fixture, runsCalled } = race;
 const { moveTo, attemptsOf, failedOnce } = useOneOffMoves(race);
-const { failsAsPauseCancels } = useCancelledAttempt(race);
+const { thirdPutAsPauseCancels, expectAttempt3Skipped } = useCancelledAttempt(race);
 let f: EngineFixture;
 beforeEach(() => {
   f = fixture();
@@ -103,29 +102,10 @@ describe("a triggered run of a one-off whose retry a pause cancelled as it faile
     await deliverQueued(job.jobId, async () => {
       throw new JobError("flaky", { retryable: true });
     });
-    const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
-    expect([retry?.status, retry?.retryOf?.runId]).toEqual(["QUEUED", triggered.runId]);
-    if (!retry) throw new Error("no retry");
-    await failsAsPauseCancels(retry, 0);
-    expect(await attemptsOf(job.jobId, at)).toEqual([
-      [1, "FAILED"],
-      [2, "CANCELLED"],
-      [3, "QUEUED"],
-    ]);
+    const retry = await thirdPutAsPauseCancels(job.jobId, at);
+    expect(retry.retryOf?.runId).toBe(triggered.runId);
 
     await resumeJob(f.engine, job.tenantId, job.jobId);
-    const next = (await runsOf(job.jobId)).find((r) => r.attempt === 3);
-    if (!next) throw new Error("no attempt 3");
-    pastDeadlineOf(new Date(next.dueAt));
-    expect((await reap(f.engine)).resent).toBe(1);
-
-    expect(await runsCalled(job.jobId)).toEqual([]);
-    expect(await attemptsOf(job.jobId, at)).toEqual([
-      [1, "FAILED"],
-      [2, "CANCELLED"],
-      [3, "SKIPPED"],
-    ]);
-    const after = await getTenantJob(f.engine, job.tenantId, job.jobId);
-    expect([after.status, after.nextRunAt]).toEqual(["ACTIVE", away.toISOString()]);
+    await expectAttempt3Skipped(job, at, away);
   });
 });

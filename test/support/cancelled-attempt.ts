@@ -1,7 +1,10 @@
 import { expect } from "vitest";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
+import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
+import { reap } from "../../shared/dispatch/reaper.js";
 import { type JobContext, JobError } from "../../shared/execution/job-contract.js";
 import { pauseJob, resumeJob } from "../../shared/jobs/index.js";
+import { getTenantJob } from "../../shared/jobs/queries.js";
 import type { Job, Run } from "../../shared/model.js";
 import type { ScheduleSpec } from "../../shared/schedule/index.js";
 import { startRun } from "../../shared/storage/run-start.js";
@@ -16,7 +19,16 @@ import { waitFor } from "./wait.js";
  * `useClaimRace`.
  */
 export function useCancelledAttempt(race: ReturnType<typeof useClaimRace>) {
-  const { clock, claimOptions, seedOne, runsOf, withHooks, isRunPut, fixture, runsCalled } = race;
+  const { clock, time, claimOptions, seedOne, runsOf, withHooks, isRunPut, fixture, runsCalled } =
+    race;
+  const { pastDeadlineOf } = race;
+
+  /** The runs of the job's occurrence at `at`, [attempt, status], by attempt. */
+  const attemptsAt = async (jobId: string, at: Date) =>
+    (await runsOf(jobId))
+      .filter((r) => r.scheduledFor === at.toISOString())
+      .sort((a, b) => a.attempt - b.attempt)
+      .map((r) => [r.attempt, r.status]);
 
   /** The job seeded due at `due` (5 s ago), claimed, its run started, then a pause that cancels it. */
   async function pausedWithRunCancelled(jobId: string, schedule?: ScheduleSpec) {
@@ -88,7 +100,71 @@ export function useCancelledAttempt(race: ReturnType<typeof useClaimRace>) {
     }
   }
 
+  /**
+   * The job's attempt 2 at `at` (a failure's retry, QUEUED) fails as a pause's cancel lands
+   * (`failsAsPauseCancels`, a draw of 0): attempt 3 is a QUEUED run its refused ending never sent.
+   */
+  async function thirdPutAsPauseCancels(jobId: string, at: Date) {
+    const retry = (await runsOf(jobId)).find((r) => r.attempt === 2);
+    if (!retry) throw new Error("no retry");
+    await failsAsPauseCancels(retry, 0);
+    expect(await attemptsAt(jobId, at)).toEqual([
+      [1, "FAILED"],
+      [2, "CANCELLED"],
+      [3, "QUEUED"],
+    ]);
+    return retry;
+  }
+
+  /**
+   * The queue's runs of the job delivered: attempt 3 of the occurrence at `due` (the one-off moved
+   * away since) runs once, after attempt 2 (`second`, as the pause left it). Then, at `away`, the
+   * one-off runs at its new time too, as it does beside a retry no pause cancelled.
+   */
+  async function expectAttempt3RunsThenNewTime(
+    jobId: string,
+    due: Date,
+    away: Date,
+    second: "RUNNING" | "CANCELLED",
+  ) {
+    expect([await runsCalled(jobId), await attemptsAt(jobId, due)]).toEqual([
+      [[due.toISOString(), 1]],
+      [
+        [1, "FAILED"],
+        [2, second],
+        [3, "SUCCEEDED"],
+      ],
+    ]);
+    time.ms = Math.max(time.ms, away.getTime() + 5 * SECOND);
+    await dispatchShard(fixture().engine, 0, "pass-at-new-time");
+    expect(await runsCalled(jobId)).toEqual([[away.toISOString(), 1]]);
+  }
+
+  /**
+   * Attempt 3 of the job's occurrence at `at`, put as attempt 2 failed while a pause cancelled it
+   * (a QUEUED run its refused ending never sent), sent by the reaper at its deadline: its worker
+   * skips it, unrun, and the job stays ACTIVE for its one-off at `away`.
+   */
+  async function expectAttempt3Skipped(job: Job, at: Date, away: Date) {
+    const { engine } = fixture();
+    const next = (await runsOf(job.jobId)).find((r) => r.attempt === 3);
+    if (!next) throw new Error("no attempt 3");
+    pastDeadlineOf(new Date(next.dueAt));
+    expect((await reap(engine)).resent).toBe(1);
+    expect(await runsCalled(job.jobId)).toEqual([]);
+    expect(await attemptsAt(job.jobId, at)).toEqual([
+      [1, "FAILED"],
+      [2, "CANCELLED"],
+      [3, "SKIPPED"],
+    ]);
+    const after = await getTenantJob(engine, job.tenantId, job.jobId);
+    expect([after.status, after.nextRunAt]).toEqual(["ACTIVE", away.toISOString()]);
+  }
+
   return {
+    expectAttempt3RunsThenNewTime,
+    expectAttempt3Skipped,
+    thirdPutAsPauseCancels,
     pausedWithRunCancelled,
     resumedUnclaimed,
     expectNextAttemptRunsOnce,

@@ -109,12 +109,16 @@ describe("decideOnPredecessor: a failure's next attempt runs only once the attem
     });
   });
 
-  it("runs after a pause-cancelled retry or replay of a one-off's occurrence moved away since; not a rerun's, a triggered run's or a dependent's", () => {
+  it("runs after a pause-cancelled retry or replay of a one-off's occurrence moved away since; not a rerun's, a triggered run's, a dependent's or a recurring job's", () => {
     const moved: Job = { ...oneOff(), schedule: { runAt: NOW.toISOString() } };
     const retryByPause = attempt(2, { status: "CANCELLED", cancelledBy: "pause", fence: 1 });
-    const third = attempt(3, { retryOf: { runId: retryByPause.runId, fence: 1 }, fence: 1 });
+    const retryOf = { runId: retryByPause.runId, fence: 1, oneOff: true } as const;
+    const third = attempt(3, { retryOf, fence: 1 });
     const skipped = { action: "end", ending: { status: "SKIPPED" } };
     expect(decideOnPredecessor(moved, third, retryByPause, NOW)).toEqual({ action: "run" });
+    // Put for a recurring job's occurrence (made a one-off since), or by a version before the flag.
+    const ofRecurring = { ...third, retryOf: { runId: retryByPause.runId, fence: 1 } };
+    expect(decideOnPredecessor(moved, ofRecurring, retryByPause, NOW)).toMatchObject(skipped);
     expect(decideOnPredecessor(moved, third, { ...retryByPause, rerun: true }, NOW)).toMatchObject(
       skipped,
     );

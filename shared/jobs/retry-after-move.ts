@@ -1,0 +1,60 @@
+import type { Engine } from "../engine.js";
+import { MAX_ATTEMPT } from "../keys.js";
+import { type DueEntry, isRetryOrReplay, type Job, type Run } from "../model.js";
+import type { ScheduleSpec } from "../schedule/index.js";
+import { dueEntryKey } from "../storage/due-entries.js";
+import { latestAttemptOf } from "../storage/job-queries.js";
+
+/** Whether a pause with `running: "cancel"` cancelled the run (or is cancelling it). */
+export function cancelledByPause(run: Run): boolean {
+  return run.cancelledBy === "pause" && (run.status === "CANCELLED" || run.status === "RUNNING");
+}
+
+/**
+ * A paused one-off moved away from its occurrence (a new `runAt`, or a recurring schedule) whose
+ * latest run there a pause cancelled as a failure's retry or a replay: that run's next attempt,
+ * a retry entry due now. The resume would have filed it (`DueEntry.retryAgain`), but reads the
+ * occurrence the job has by then, and a pause deletes an entry a resume filed and left unclaimed;
+ * a retry no pause cancelled runs at its time whatever the edit, and so does this one (its claim
+ * while paused queues a run its worker parks until the resume). It names the cancelled attempt
+ * (`retryOf`, the one-off's: `oneOff`): its worker runs it once that attempt has ended
+ * (`retriedAfterPause`), and its claim finds handled a run of it another writer put first (the
+ * resume's after a move back). Null otherwise: a first attempt a pause cancelled stands in for the
+ * occurrence, which the one-off's new time takes (`rerun`); a dependent's run is no occurrence of
+ * it. One consistent query of one item, made by such edits alone.
+ */
+export async function retryLeftByMove(
+  engine: Engine,
+  job: Job,
+  schedule: ScheduleSpec,
+  now: Date,
+): Promise<DueEntry | null> {
+  if (job.status !== "PAUSED" || !("runAt" in job.schedule)) return null;
+  if ("runAt" in schedule && Date.parse(schedule.runAt) === Date.parse(job.schedule.runAt))
+    return null;
+  const latest = await latestAttemptOf(engine, job.jobId, job.schedule.runAt);
+  if (
+    latest === null ||
+    !cancelledByPause(latest) ||
+    !isRetryOrReplay(latest) ||
+    latest.trigger !== undefined ||
+    latest.attempt >= MAX_ATTEMPT
+  )
+    return null;
+  const attempt = latest.attempt + 1;
+  return {
+    key: dueEntryKey(job.jobId, now, attempt, now, engine.settings.shardCount),
+    kind: "retry",
+    jobId: job.jobId,
+    tenantId: job.tenantId,
+    dueAt: now.toISOString(),
+    scheduledFor: latest.scheduledFor,
+    ...(latest.plannedFor ? { plannedFor: latest.plannedFor } : {}),
+    attempt,
+    jobVersion: latest.jobVersion,
+    priority: job.priority,
+    schedule: job.schedule,
+    misfire: job.policies.misfire,
+    retryOf: { runId: latest.runId, fence: latest.fence, oneOff: true },
+  };
+}

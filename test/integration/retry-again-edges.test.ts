@@ -1,0 +1,131 @@
+import { beforeEach, describe, expect, it } from "vitest";
+import { claimDueEntry } from "../../shared/dispatch/claim.js";
+import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
+import { reap } from "../../shared/dispatch/reaper.js";
+import { JobError } from "../../shared/execution/job-contract.js";
+import { editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
+import { getTenantJob } from "../../shared/jobs/queries.js";
+import type { Job } from "../../shared/model.js";
+import { startRun } from "../../shared/storage/run-start.js";
+import { useCancelledAttempt } from "../support/cancelled-attempt.js";
+import { SECOND, useClaimRace } from "../support/claim-race.js";
+import { deliveryOfRun, type EngineFixture } from "../support/engine-fixture.js";
+import { useOneOffMoves } from "../support/one-off-moves.js";
+
+/**
+ * The edges of the retry a resume files in place of a one-off's failure retry that a pause
+ * cancelled (`DueEntry.retryAgain`): an edit that moves the one-off away before that entry is
+ * claimed, and a recurring job whose retry a pause cancelled, made a one-off since.
+ */
+
+const race = useClaimRace();
+const { clock, claimOptions, runsOf, fixture, runsCalled, entriesOf, pastDeadlineOf, seedOne } =
+  race;
+const { moveTo, failedOnce } = useOneOffMoves(race);
+const {
+  thirdPutAsPauseCancels,
+  resumedUnclaimed,
+  expectAttempt3RunsThenNewTime,
+  expectAttempt3Skipped,
+} = useCancelledAttempt(race);
+let f: EngineFixture;
+beforeEach(() => {
+  f = fixture();
+});
+
+/**
+ * A one-off due 5 s ago whose attempt 1 failed; its retry, attempt 2 (a QUEUED run: a draw of 0),
+ * is running when a pause with `running: "cancel"` asks it to stop.
+ */
+async function retryCancelledByPause() {
+  const { job, due, away } = await failedOnce(0);
+  const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
+  if (!retry) throw new Error("no retry");
+  expect((await startRun(f.engine, retry, "worker-a", clock())).kind).toBe("started");
+  await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+  return { job, due, away };
+}
+
+/**
+ * The pause's cancel of attempt 2 lands: its worker died, the reaper sends it again past its
+ * lease, and its delivery ends it CANCELLED, unrun.
+ */
+async function cancelLands(job: Job) {
+  pastDeadlineOf(clock());
+  expect((await reap(f.engine)).resent).toBe(1);
+  expect(await runsCalled(job.jobId)).toEqual([]);
+}
+
+/**
+ * After the job's last write (resumed, ACTIVE at `away`): a pass claims what is due, and attempt 3
+ * of the occurrence at `due` has run once, after attempt 2 (`second`, as the pause left it), then
+ * the one-off once at `away`.
+ */
+async function expectRetryThenNewTime(
+  job: Job,
+  due: Date,
+  away: Date,
+  second: "RUNNING" | "CANCELLED",
+) {
+  await dispatchShard(f.engine, 0, "pass-after-resume");
+  await expectAttempt3RunsThenNewTime(job.jobId, due, away, second);
+  expect((await getTenantJob(f.engine, job.tenantId, job.jobId)).status).toBe("COMPLETED");
+}
+
+describe("a one-off's failure retry that a pause cancelled, its retry filed by the resume, moved away before that entry's claim", () => {
+  it("active: the edit claims the entry first (its planned time is the one-off's, which has passed), and the retry runs at its old time", async () => {
+    const { job, due, away } = await retryCancelledByPause();
+    await resumedUnclaimed(job);
+    const [pending] = (await entriesOf(job.jobId)).filter((e) => e.retryAgain === true);
+    expect([pending?.attempt, pending?.dueAt]).toEqual([3, due.toISOString()]);
+
+    await moveTo(job, 1, away);
+    await expectRetryThenNewTime(job, due, away, "RUNNING");
+  });
+
+  it("paused again before that claim, moved away while paused, then resumed: the retry still runs at its old time", async () => {
+    const { job, due, away } = await retryCancelledByPause();
+    await resumedUnclaimed(job);
+    await pauseJob(f.engine, job.tenantId, job.jobId);
+    await cancelLands(job);
+    await moveTo(job, 1, away);
+    await resumeJob(f.engine, job.tenantId, job.jobId);
+    await expectRetryThenNewTime(job, due, away, "CANCELLED");
+  });
+
+  it("moved away while still paused by the pause that cancelled it, then resumed: the retry still runs at its old time", async () => {
+    const { job, due, away } = await retryCancelledByPause();
+    await cancelLands(job);
+    await moveTo(job, 1, away);
+    await resumeJob(f.engine, job.tenantId, job.jobId);
+    await expectRetryThenNewTime(job, due, away, "CANCELLED");
+  });
+});
+
+describe("a recurring job whose retry a pause cancelled as it failed (the narrow window), made a one-off at another time", () => {
+  it("the retry's next attempt, put before the refused ending, is skipped: no resume gives a recurring job's cancelled run back", async () => {
+    const now = clock();
+    const due = new Date(now.getTime() - 5 * SECOND);
+    const away = new Date(now.getTime() + 600 * SECOND);
+    const schedule = { every: "PT1H", startAt: due.toISOString() };
+    const { job, entry } = await seedOne("recurring-made-one-off", schedule, due, now);
+    expect((await claimDueEntry(f.engine, entry, claimOptions(now))).outcome).toBe("claimed");
+    const first = (await runsOf(job.jobId)).find((r) => r.scheduledFor === due.toISOString());
+    if (!first) throw new Error("no first run");
+    const fails = async () => {
+      throw new JobError("flaky", { retryable: true });
+    };
+    const deps = f.workerDeps("w", { noop: fails });
+    await f.process(
+      { ...deps, engine: { ...f.engine, random: () => 0 } },
+      deliveryOfRun(f.engine, first),
+    );
+    await thirdPutAsPauseCancels(job.jobId, due);
+
+    await resumeJob(f.engine, job.tenantId, job.jobId);
+    await editJob(f.engine, job.tenantId, job.jobId, 1, {
+      schedule: { runAt: away.toISOString() },
+    });
+    await expectAttempt3Skipped(job, due, away);
+  });
+});
