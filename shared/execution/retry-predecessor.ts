@@ -3,7 +3,7 @@ import { isOneOffOccurrence, isRetryOrReplay, type Job, type Run } from "../mode
 import { runLogKeys } from "../observability.js";
 import { retryNotRunReason } from "../storage/next-attempt.js";
 import type { RunEnding } from "../storage/run-finish.js";
-import { getRetryPredecessor, readRun } from "../storage/run-reads.js";
+import { getRetryPredecessor, isOccurrenceRun } from "../storage/run-reads.js";
 import { endsOneOff } from "./run-endings.js";
 import type { StartDecision } from "./start-decision.js";
 
@@ -109,7 +109,7 @@ export async function afterPredecessor(
   const ofTriggeredRun =
     predecessor !== null &&
     retriedAfterPause(job, run, predecessor) &&
-    (await readRun(engine, { ...run, attempt: 1 }))?.triggered === true;
+    !(await isOccurrenceRun(engine, run));
   const decided = decideOnPredecessor(job, run, predecessor, engine.clock(), ofTriggeredRun);
   if (decided.action === "run") return { action: "run", job };
   if (decided.action === "end") return decided;

@@ -6,7 +6,7 @@ import { dueEntryKey } from "../storage/due-entries.js";
 import { readDueEntry } from "../storage/job-edit.js";
 import { latestAttemptOf } from "../storage/job-queries.js";
 import { runsOnAfterEndMs } from "../storage/retention.js";
-import { readRun } from "../storage/run-reads.js";
+import { isOccurrenceRun } from "../storage/run-reads.js";
 import { ValidationError } from "../validation.js";
 
 /**
@@ -103,11 +103,11 @@ export function runGivenUp(run: Run): boolean {
  * its time. Filed at attempt 1, its claim would find that attempt's run handled and move the job on
  * with nothing pending, ACTIVE and never run: it is filed at the latest run's next attempt, as a
  * resume files a run a pause cancelled. A run still under way (a FAILED one too: its retry is to
- * come) is met by the claim at attempt 1, as before. The latest run at the last attempt a run can have leaves none: the edit is refused.
- * So is one that SUCCEEDED as an occurrence's run (its own, a failure's retry of it run at its old
- * time after a move away, a recurring job's): the next attempt would be that occurrence's second
- * success, under the same idempotency key. A triggered run's success is no occurrence's.
- * One consistent read of one run item (two for a later attempt that succeeded), made by schedule
+ * come) is met by the claim at attempt 1, as before. The latest run at the last attempt a run can
+ * have leaves none: the edit is refused. So is one that SUCCEEDED as an occurrence's run (its own,
+ * a failure's retry of it run at its old time after a move away, a recurring job's): the next
+ * attempt would be that occurrence's second success, under the same idempotency key. A triggered
+ * run's success is no occurrence's (`isOccurrenceRun`). One consistent read of one run item (two for a later attempt that succeeded), made by schedule
  * edits to a one-off only.
  */
 export async function attemptForRunAt(engine: Engine, jobId: string, runAt: Date): Promise<number> {
@@ -128,19 +128,6 @@ export async function attemptForRunAt(engine: Engine, jobId: string, runAt: Date
       },
     ]);
   return latest.attempt + 1;
-}
-
-/**
- * Whether the run is of a schedule's occurrence, not a triggered run (or its retry or replay) or
- * a dependent's run, which are no occurrence: another run at their time is no second success of
- * one. A later attempt does not say it was triggered: its first attempt does (one consistent read;
- * gone with its TTL, the run is taken for an occurrence's).
- */
-async function isOccurrenceRun(engine: Engine, run: Run): Promise<boolean> {
-  if (run.trigger !== undefined || run.triggered === true) return false;
-  if (run.attempt === 1) return true;
-  const first = await readRun(engine, { ...run, attempt: 1 });
-  return first?.triggered !== true;
 }
 
 /**

@@ -61,3 +61,15 @@ export async function readRun(engine: Engine, ref: RunRef): Promise<Run | null> 
 export function getRetryPredecessor(engine: Engine, run: Run): Promise<Run | null> {
   return readRun(engine, { ...run, attempt: run.attempt - 1 });
 }
+
+/**
+ * Whether the run is of a schedule's occurrence, not a triggered run (or its retry or replay) or
+ * a dependent's run, which are no occurrence. A later attempt does not say it was triggered: its
+ * first attempt does (one consistent read; gone with its TTL, the run is taken for an occurrence's).
+ */
+export async function isOccurrenceRun(engine: Engine, run: Run): Promise<boolean> {
+  if (run.trigger !== undefined || run.triggered === true) return false;
+  if (run.attempt === 1) return true;
+  const first = await readRun(engine, { ...run, attempt: 1 });
+  return first?.triggered !== true;
+}
