@@ -81,6 +81,10 @@ function policyConnectingTo(origins: readonly string[]): string {
     "img-src 'self' data:",
     "object-src 'none'",
     "base-uri 'none'",
+    // The console's forms send fetch calls (their submit events are prevented), so no form posts
+    // natively; form-action does not fall back to default-src, and without it a form injected
+    // into the page could post what it holds (a typed API key) to any origin.
+    "form-action 'none'",
     "frame-ancestors 'none'",
   ].join("; ");
 }

@@ -16,7 +16,7 @@ export function docsRouter(document: () => unknown): Hono {
     page ??= String(await renderReference(asDocument(document())));
     c.header(
       "Content-Security-Policy",
-      "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; frame-ancestors 'none'",
+      "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
     );
     c.header("X-Content-Type-Options", "nosniff");
     return c.html(page);

