@@ -86,7 +86,11 @@ export function allowTableKey(grantee: IGrantable, key: IKey): void {
       ],
       resources: [key.keyArn],
       conditions: {
-        StringEquals: { "kms:ViaService": `dynamodb.${Stack.of(key).region}.amazonaws.com` },
+        // DynamoDB's endpoint host in this region, its suffix the partition's (AWS::URLSuffix:
+        // amazonaws.com.cn in China), or no call through DynamoDB would match there.
+        StringEquals: {
+          "kms:ViaService": `dynamodb.${Stack.of(key).region}.${Stack.of(key).urlSuffix}`,
+        },
       },
     }),
   );

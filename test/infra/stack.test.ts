@@ -694,6 +694,30 @@ describe("IAM", () => {
     }
     expect(actions("dlq")).not.toContain("sqs:SendMessage");
   });
+
+  it("lets the API and the worker use the webhook secrets key only through DynamoDB, in the partition deployed to", () => {
+    // kms:ViaService names the service's endpoint host, whose suffix is the partition's (China's
+    // amazonaws.com.cn): a literal amazonaws.com there matches no call, and the key is refused.
+    const { stack } = prod;
+    const keyId = logicalIdOf(stack, stack.storage.webhookSecretsKey);
+    const viaServiceIn = (component: Component, partition: string, region: string) =>
+      grantsOfRole(prod, roleOfComponent(prod, component), { ...unbound, partition, region })
+        .filter((grant) => grant.resources.some((resource) => resource.includes(keyId)))
+        .map((grant) => {
+          const condition = isObject(grant.condition) ? grant.condition.StringEquals : undefined;
+          const via = isObject(condition) ? condition["kms:ViaService"] : undefined;
+          expect(JSON.stringify(via), component).toContain('{"Ref":"AWS::URLSuffix"}');
+          return resolveValue(via, { ...unbound, partition, region });
+        });
+    for (const component of ["api", "worker"] as const) {
+      expect(viaServiceIn(component, "aws", "eu-west-1"), component).toEqual([
+        "dynamodb.eu-west-1.amazonaws.com",
+      ]);
+      expect(viaServiceIn(component, "aws-cn", "cn-north-1"), component).toEqual([
+        "dynamodb.cn-north-1.amazonaws.com.cn",
+      ]);
+    }
+  });
 });
 
 describe("API", () => {
