@@ -5,7 +5,7 @@ import {
   RequestTimeoutError,
   WaitTimeoutError,
 } from "../index.js";
-import { isRepeatableRoute } from "../retries.js";
+import { brokeOnceOpen, isRepeatableRoute } from "../retries.js";
 
 /**
  * What `scheduler` exits with, so that scripts can tell outcomes apart
@@ -144,4 +144,15 @@ export function exitCodeOf(error: unknown): number {
   if (error instanceof WaitTimeoutError) return EXIT.timedOut;
   if (isUnreachable(error)) return EXIT.unreachable;
   return EXIT.failed;
+}
+
+/**
+ * Whether a create or trigger that failed so may have been applied: it exits 1 (a 5xx but 503, an
+ * answer not the API's, a timeout, API Gateway's 502 or 504) or its connection broke once open
+ * (exit 9). A 4xx answer (400, 401, 403, 404, 409, 422, 429…) says nothing was written, as a 503
+ * does (exit 8); a request never sent (an API not reachable, a refused argument) wrote nothing.
+ */
+export function mayHaveBeenApplied(error: unknown): boolean {
+  if (isSchedulerApiError(error) && error.status >= 400 && error.status < 500) return false;
+  return exitCodeOf(error) === EXIT.failed || brokeOnceOpen(error);
 }

@@ -14,6 +14,7 @@ import {
   wholeNumber,
 } from "./job-options.js";
 import { batchResultsTable, type CliIo, jobFields, jobsTable, runFields } from "./output.js";
+import { withOwnKey } from "./own-key.js";
 
 const NO_KEY_HELP =
   "send no Idempotency-Key (fewer writes; a lost answer is then not retried, exit 1)";
@@ -22,10 +23,6 @@ interface KeyFlags {
   /** --idempotency-key's key, or false for --no-idempotency-key. */
   readonly idempotencyKey?: string | false;
 }
-
-/** The client's option for --idempotency-key or --no-idempotency-key; neither: the client's key. */
-const keyOption = (flags: KeyFlags): { idempotencyKey?: string | false } =>
-  flags.idempotencyKey === undefined ? {} : { idempotencyKey: flags.idempotencyKey };
 
 export function jobsCommand(program: Command, io: CliIo): void {
   const jobs = program.command("jobs").description("schedule jobs and change them");
@@ -44,13 +41,15 @@ export function jobsCommand(program: Command, io: CliIo): void {
   ).action(async (flags, command: Command) => {
     const context = contextOf(command, io);
     const body = createBodyFrom(flags);
-    const key = keyOption(flags);
-    if (key.idempotencyKey === false && body.idempotencyKey !== undefined)
+    const given: KeyFlags["idempotencyKey"] = flags.idempotencyKey;
+    if (given === false && body.idempotencyKey !== undefined)
       throw new CliExit(
         EXIT.usage,
         "--no-idempotency-key: the --body or --file carries an idempotencyKey",
       );
-    const handle = await context.client.jobs.create(body, key);
+    const handle = await withOwnKey("create", given ?? body.idempotencyKey, (idempotencyKey) =>
+      context.client.jobs.create(body, { idempotencyKey }),
+    );
     context.print(handle.job, (job) => (job ? jobFields(job) : handle.id));
   });
 
@@ -185,7 +184,9 @@ export function jobsCommand(program: Command, io: CliIo): void {
     .option("--no-idempotency-key", NO_KEY_HELP)
     .action(async (id: string, flags: KeyFlags, command: Command) => {
       const context = contextOf(command, io);
-      const run = await context.client.jobs.handle(id).trigger(keyOption(flags));
+      const run = await withOwnKey("trigger", flags.idempotencyKey, (idempotencyKey) =>
+        context.client.jobs.handle(id).trigger({ idempotencyKey }),
+      );
       context.print(run, runFields);
     });
 

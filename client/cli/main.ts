@@ -6,6 +6,7 @@ import { DEFAULT_API, positiveSeconds } from "./context.js";
 import { EXIT, exitCodeOf, isMissingCredentials, isUnreachable } from "./exit-codes.js";
 import { jobsCommand } from "./jobs.js";
 import { type CliIo, json as jsonText, printable } from "./output.js";
+import { FailedUnderOwnKey, retryHint } from "./own-key.js";
 import { quotasCommand } from "./quotas.js";
 import { deadLettersCommand, runsCommand } from "./runs.js";
 import { schedulesCommand, webhookSecretCommand } from "./schedules.js";
@@ -62,7 +63,8 @@ pause, resume, cancel, edit, schedules preview, or a POST with an idempotency ke
 trigger, replay or rotation carries --idempotency-key or a random one of its own, unless a
 create or trigger has --no-idempotency-key, a batch only the keys in its file) is retried 3 times (Retry-After) first, and so is one that timed out or
 got a 502 or 504. A create, batch, trigger, replay or rotation that still timed out or got a
-502 or 504 exits 1: it may have been applied. See docs/cli.md.`,
+502 or 504 exits 1: it may have been applied. A create or trigger that may have been applied
+under a key the command made prints it: retry with --idempotency-key KEY. See docs/cli.md.`,
     );
   jobsCommand(program, io);
   runsCommand(program, io);
@@ -73,7 +75,23 @@ got a 502 or 504. A create, batch, trigger, replay or rotation that still timed 
   return program;
 }
 
-function report(error: unknown, json: boolean, io: CliIo): void {
+/**
+ * Prints `error` on stderr: a line (and its details) for people, one JSON object for scripts. With
+ * `ownKey`, the Idempotency-Key the command made for a create or trigger that may have been
+ * applied: the only key whose repeat answers what it did instead of doing it again.
+ */
+function report(error: unknown, json: boolean, io: CliIo, ownKey?: string): void {
+  const { detail, lines } = described(error);
+  if (ownKey !== undefined) lines.push(`  ${retryHint(ownKey)}`);
+  io.stderr(
+    json
+      ? `${jsonText({ error: { ...detail, ...(ownKey !== undefined ? { idempotencyKey: ownKey } : {}) } }, 0)}\n`
+      : `${lines.join("\n")}\n`,
+  );
+}
+
+/** An error as the JSON object's fields, and as the lines people read. */
+function described(error: unknown): { detail: Record<string, unknown>; lines: string[] } {
   if (isSchedulerApiError(error)) {
     const detail = {
       status: error.status,
@@ -90,10 +108,6 @@ function report(error: unknown, json: boolean, io: CliIo): void {
         ? { retryAfterSeconds: error.retryAfterSeconds }
         : {}),
     };
-    if (json) {
-      io.stderr(`${jsonText({ error: detail }, 0)}\n`);
-      return;
-    }
     // The message and the issues may quote the input, or a page that is not the API's: printable.
     const lines = [`error: ${error.code} (${error.status}): ${printable(error.message)}`];
     for (const issue of error.issues.slice(1))
@@ -104,17 +118,14 @@ function report(error: unknown, json: boolean, io: CliIo): void {
       );
     if (error.retryAfterSeconds !== undefined)
       lines.push(`  try again in ${error.retryAfterSeconds} s`);
-    io.stderr(`${lines.join("\n")}\n`);
-    return;
+    return { detail, lines };
   }
   if (error instanceof SchedulerClientError) {
     // No answer to show: the client's own error (a timeout), by its code.
-    io.stderr(
-      json
-        ? `${jsonText({ error: { code: error.code, message: error.message } }, 0)}\n`
-        : `error: ${error.code}: ${printable(error.message)}\n`,
-    );
-    return;
+    return {
+      detail: { code: error.code, message: error.message },
+      lines: [`error: ${error.code}: ${printable(error.message)}`],
+    };
   }
   // A connection that broke once open reached the API: what was sent may have been done.
   const message = brokeOnceOpen(error)
@@ -126,7 +137,7 @@ function report(error: unknown, json: boolean, io: CliIo): void {
         : error instanceof Error
           ? error.message
           : String(error);
-  io.stderr(json ? `${jsonText({ error: { message } }, 0)}\n` : `error: ${printable(message)}\n`);
+  return { detail: { message }, lines: [`error: ${printable(message)}`] };
 }
 
 /**
@@ -160,6 +171,10 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
         io.stderr(`error: ${error.message}\n`);
       }
       return EXIT.usage;
+    }
+    if (error instanceof FailedUnderOwnKey) {
+      report(error.failure, jsonOutput(program), io, error.idempotencyKey);
+      return exitCodeOf(error.failure);
     }
     report(error, jsonOutput(program), io);
     return exitCodeOf(error);

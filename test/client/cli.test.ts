@@ -564,9 +564,103 @@ describe("jobs", () => {
   });
 });
 
+describe("a create or trigger that may have been applied, under the command's own key", () => {
+  /** API Gateway's 502 after the API applied the request, asking for the retry at once. */
+  const appliedThen502 = async (request: IncomingMessage, answer: () => Promise<ProxyReply>) => {
+    if (request.method !== "POST") return answer();
+    await answer();
+    return {
+      status: 502,
+      body: Buffer.from('{"message":"Internal server error"}'),
+      headers: { "Retry-After": "0" },
+    };
+  };
+  const HINT = /retry with --idempotency-key (\S+) to avoid a duplicate/;
+
+  it("a create answered 502 to its every attempt prints the key it sent (exit 1); run again with it, the one job it made", async () => {
+    const name = `lost-create-${randomBytes(4).toString("hex")}`;
+    const args = ["jobs", "create", "--type", "noop", "--name", name, "--run-at", tomorrow()];
+    const keys: string[] = [];
+    const outcome = await behindProxy((request, answer) => {
+      if (request.method === "POST") keys.push(String(request.headers["idempotency-key"]));
+      return appliedThen502(request, answer);
+    }, args);
+    expect(outcome.code, outcome.err).toBe(EXIT.failed);
+    expect(outcome.err).toMatch(HINT);
+    const key = HINT.exec(outcome.err)?.[1] ?? "";
+    // The client's retries sent it, and it is the only one sent.
+    expect(keys.length).toBeGreaterThan(1);
+    expect(new Set(keys)).toEqual(new Set([key]));
+    const again = await json<Job>(...args, "--idempotency-key", key);
+    const named = (await json<Job[]>("jobs", "list", "--limit", "10000")).filter(
+      (job) => job.name === name,
+    );
+    expect(named.map((job) => job.id)).toEqual([again.id]);
+  });
+
+  it("a trigger whose connection broke on every attempt prints the key it sent (exit 9; JSON: idempotencyKey); run again with it, the one run", async () => {
+    const job = await json<Job>("jobs", "create", "--type", "noop", "--run-at", tomorrow());
+    const keys: string[] = [];
+    const outcome = await behindProxy(
+      async (request, answer) => {
+        if (request.method !== "POST") return answer();
+        keys.push(String(request.headers["idempotency-key"]));
+        await answer();
+        return null;
+      },
+      ["-o", "json", "jobs", "trigger", job.id],
+    );
+    expect(outcome.code, outcome.err).toBe(EXIT.unreachable);
+    const error = (
+      JSON.parse(outcome.err) as { error: { message: string; idempotencyKey?: string } }
+    ).error;
+    expect(error.message).toMatch(/it may have been applied/);
+    const key = error.idempotencyKey ?? "";
+    expect(keys.length).toBeGreaterThan(1);
+    expect(new Set(keys)).toEqual(new Set([key]));
+    const again = await json<Run>("jobs", "trigger", job.id, "--idempotency-key", key);
+    const runs = await json<Run[]>("runs", "list", job.id);
+    expect(runs.map((run) => run.runId)).toEqual([again.runId]);
+  });
+
+  it("prints no key after a 4xx (nothing was written), nor for the user's own key or none", async () => {
+    const args = ["jobs", "create", "--type", "noop", "--run-at", tomorrow()];
+    for (const [status, code] of [
+      [400, "validation_failed"],
+      [401, "unauthorized"],
+      [403, "forbidden"],
+      [404, "not_found"],
+      [409, "conflict"],
+      [422, "validation_failed"],
+    ] as const) {
+      const refused = async () => ({
+        status,
+        body: Buffer.from(JSON.stringify({ error: { code, message: "refused" } })),
+      });
+      const outcome = await behindProxy(refused, args);
+      expect(outcome.code, `${status}: ${outcome.err}`).not.toBe(EXIT.ok);
+      expect(outcome.err, String(status)).not.toMatch(/idempotency-key/);
+    }
+    // A 500: it may have been applied, and the user knows the key, or sent none.
+    const internal = async () => ({
+      status: 500,
+      body: Buffer.from('{"error":{"code":"internal","message":"internal error"}}'),
+    });
+    const mine = await behindProxy(internal, [...args, "--idempotency-key", "my-own-key"]);
+    const none = await behindProxy(internal, [...args, "--no-idempotency-key"]);
+    for (const outcome of [mine, none]) {
+      expect(outcome.code, outcome.err).toBe(EXIT.failed);
+      expect(outcome.err).not.toMatch(HINT);
+    }
+    // The same 500 to a key of the command's own: the key is printed.
+    expect((await behindProxy(internal, args)).err).toMatch(HINT);
+  });
+});
+
 interface ProxyReply {
   readonly status: number;
   readonly body: Buffer;
+  readonly headers?: Readonly<Record<string, string>>;
 }
 
 /**
@@ -588,7 +682,12 @@ async function behindProxy(
       const answer = async () => {
         const reply = await fetch(`${sandbox.url}${request.url ?? "/"}`, {
           method: request.method ?? "GET",
-          headers: { authorization: request.headers.authorization ?? "" },
+          headers: Object.fromEntries(
+            ["authorization", "content-type", "idempotency-key"].flatMap((name) => {
+              const value = request.headers[name];
+              return typeof value === "string" ? [[name, value]] : [];
+            }),
+          ),
           ...(chunks.length > 0 ? { body: Buffer.concat(chunks) } : {}),
         });
         return { status: reply.status, body: Buffer.from(await reply.arrayBuffer()) };
@@ -598,7 +697,9 @@ async function behindProxy(
         response.destroy();
         return;
       }
-      response.writeHead(reply.status, { "Content-Type": "application/json" }).end(reply.body);
+      response
+        .writeHead(reply.status, { "Content-Type": "application/json", ...reply.headers })
+        .end(reply.body);
     })();
   });
   await new Promise<void>((done) => proxy.listen(0, "127.0.0.1", done));

@@ -289,6 +289,10 @@ describe("a request that takes too long", () => {
     ]);
     expect(write.code).toBe(EXIT.failed);
     expect(write.stderr).toContain("it may have been applied");
+    // The key the command made, sent again, answers the run the trigger queued, if it did.
+    expect(write.stderr).toMatch(
+      /\n {2}retry with --idempotency-key trigger-[0-9a-f-]{36} to avoid a duplicate\n$/,
+    );
     const asJson = await cli([
       ...["-o", "json", "--api", baseUrl, "--key", key, "--request-timeout", "0.2"],
       ...["jobs", "create", "--type", "noop", "--run-at", "2030-01-01T00:00:00Z"],
@@ -297,6 +301,7 @@ describe("a request that takes too long", () => {
       error: {
         code: "timeout",
         message: "POST /jobs did not finish within 200 ms: it may have been applied",
+        idempotencyKey: expect.stringMatching(/^create-[0-9a-f-]{36}$/),
       },
     });
   });
@@ -516,8 +521,9 @@ describe("a success answer without what the method relies on", () => {
       "2030-01-01T00:00:00Z",
     ]);
     expect(code).toBe(EXIT.failed);
-    expect(stderr).toBe(
-      "error: unexpected_response (201): POST /jobs: the 201 answer is not a job: id is not a string\n",
+    // The create was applied (a 201): the key the command made, sent again, answers its job.
+    expect(stderr).toMatch(
+      /^error: unexpected_response \(201\): POST \/jobs: the 201 answer is not a job: id is not a string\n {2}retry with --idempotency-key create-[0-9a-f-]{36} to avoid a duplicate\n$/,
     );
   });
 });
