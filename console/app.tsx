@@ -2,7 +2,7 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import { CALLBACK_PATH, type ConsoleConfig } from "../shared/console/config.js";
 import { whenUnauthorized } from "./api.js";
 import { currentCredential, finishSignIn, signOut, signOutOfProvider } from "./auth.js";
-import { Announcer, ErrorMessage } from "./components.js";
+import { Announcer, ErrorMessage, LivePollInterval } from "./components.js";
 import { DeadLettersPage } from "./pages/dead-letters.js";
 import { JobPage } from "./pages/job.js";
 import { JobsPage } from "./pages/jobs.js";
@@ -88,7 +88,7 @@ export function App({ config }: { config: ConsoleConfig }) {
   }
 
   return (
-    <>
+    <LivePollInterval.Provider value={config.pollIntervalMs}>
       <a class="skip" href="#main">
         Skip to content
       </a>
@@ -121,7 +121,7 @@ export function App({ config }: { config: ConsoleConfig }) {
       </main>
       {/* A new session, a new live region: "Job … created" is not left on the sign-in page. */}
       <Announcer key={signedIn ? "signed-in" : "signed-out"} />
-    </>
+    </LivePollInterval.Provider>
   );
 }
 

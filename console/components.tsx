@@ -1,5 +1,5 @@
-import type { ComponentChildren } from "preact";
-import { useEffect, useRef, useState } from "preact/hooks";
+import { type ComponentChildren, createContext } from "preact";
+import { useContext, useEffect, useRef, useState } from "preact/hooks";
 import { ApiProblem, type FieldIssue } from "./api.js";
 
 /** Messages read out by screen readers (one polite live region for the whole console). */
@@ -27,6 +27,14 @@ export function Announcer() {
   );
 }
 
+/** The server's poll interval for the live pages (ConsoleConfig.pollIntervalMs), if it sets one. */
+export const LivePollInterval = createContext<number | undefined>(undefined);
+
+/** How often a live page polls: every `defaultMs`, or as often as the server says. */
+export function useLivePollInterval(defaultMs: number): number {
+  return useContext(LivePollInterval) ?? defaultMs;
+}
+
 /**
  * Calls `load` now and every `intervalMs` while the tab is visible: the
  * console's live updates. (The API answers through API Gateway and Lambda,
@@ -42,8 +50,10 @@ export function usePoll<T>(
   const latest = useRef(load);
   latest.current = load;
   const generation = useRef(0);
+  const underWay = useRef(0);
   const reload = async () => {
     const mine = ++generation.current;
+    underWay.current++;
     try {
       const value = await latest.current();
       if (mine === generation.current) {
@@ -52,13 +62,17 @@ export function usePoll<T>(
       }
     } catch (caught) {
       if (mine === generation.current) setError(caught);
+    } finally {
+      underWay.current--;
     }
   };
   useEffect(() => {
     setData(null);
     void reload();
     const timer = setInterval(() => {
-      if (document.visibilityState === "visible") void reload();
+      // A read still under way is let land: a poll started now would supersede it, and where each
+      // answer takes longer than the interval (a slow network) none would ever be shown.
+      if (document.visibilityState === "visible" && underWay.current === 0) void reload();
     }, intervalMs);
     return () => {
       clearInterval(timer);

@@ -1,7 +1,7 @@
 import { useState } from "preact/hooks";
 import { runWhy } from "../../client/run-why.js";
 import { api, type Run } from "../api.js";
-import { announce, ErrorMessage, messageOf } from "../components.js";
+import { announce, ErrorMessage, messageOf, useLivePollInterval } from "../components.js";
 import { formatInstant } from "../format.js";
 import { usePagedPoll } from "../paging.js";
 import { Link } from "../router.js";
@@ -15,7 +15,7 @@ export function DeadLettersPage() {
     idOf: (run: Run) => run.runId,
     // The listing's order, newest highest: when the run died, then its id.
     orderOf: (run: Run) => `${run.finishedAt ?? ""}#${run.runId}`,
-    intervalMs: 3000,
+    intervalMs: useLivePollInterval(3000),
     filter: "",
   });
   const { first: data, error, reload, items: runs } = listing;

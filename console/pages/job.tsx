@@ -15,6 +15,7 @@ import {
   ErrorSummary,
   messageOf,
   StatusBadge,
+  useLivePollInterval,
   usePoll,
 } from "../components.js";
 import {
@@ -42,7 +43,7 @@ import { afterInWords } from "../schedule-form.js";
 const RUN_STATUSES = ["queued", "running", "succeeded", "failed", "dead", "skipped", "cancelled"];
 
 export function JobPage({ id }: { id: string }) {
-  const job = usePoll(() => api.getJob(id), 2000, [id]);
+  const job = usePoll(() => api.getJob(id), useLivePollInterval(2000), [id]);
   const [actionError, setActionError] = useState<unknown>(null);
   // An action under way: the action buttons wait for its answer, so a double click on "Trigger
   // now" queues one run, not two (a trigger's repeat queues another). Marked aria-disabled, not
@@ -455,7 +456,7 @@ function RunsTimeline({ id, zone }: { id: string; zone: string }) {
     idOf: (run: Run) => run.runId,
     // The listing's order, newest highest: the occurrence, then the attempt.
     orderOf: (run: Run) => `${run.scheduledFor}#${String(run.attempt).padStart(4, "0")}`,
-    intervalMs: 2000,
+    intervalMs: useLivePollInterval(2000),
     filter: JSON.stringify([id, status ?? null]),
   });
   const { first: data, error, items: runs } = listing;

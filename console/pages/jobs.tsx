@@ -1,6 +1,13 @@
 import { useRef, useState } from "preact/hooks";
 import { api, type FieldIssue, type Job, newIdempotencyKey } from "../api.js";
-import { announce, ErrorMessage, ErrorSummary, messageOf, StatusBadge } from "../components.js";
+import {
+  announce,
+  ErrorMessage,
+  ErrorSummary,
+  messageOf,
+  StatusBadge,
+  useLivePollInterval,
+} from "../components.js";
 import { formatInstant, jobTitle, scheduleInWords, zoneOf } from "../format.js";
 import { createBody, emptyForm, issuesOf, JobFields, type JobForm } from "../job-form.js";
 import { usePagedPoll } from "../paging.js";
@@ -15,7 +22,7 @@ export function JobsPage({ jobTypes }: { jobTypes: readonly string[] }) {
     idOf: (job: Job) => job.id,
     // Job ids are ULIDs: the listing's order, newest highest.
     orderOf: (job: Job) => job.id,
-    intervalMs: 3000,
+    intervalMs: useLivePollInterval(3000),
     filter: status,
   });
   const { first: data, error, items: jobs } = listing;

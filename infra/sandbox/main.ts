@@ -44,7 +44,8 @@ if (values.help) {
   SCHEDULER_API_KEYS=key=tenant,…       bearer keys (default: local-dev-key for tenant default)
   SCHEDULER_JWT_ISSUER, SCHEDULER_JWT_AUDIENCE  take tokens from this OIDC issuer instead, as the
                                         stack's JWT option does; the console at /console signs in there
-                                        as SCHEDULER_CONSOLE_CLIENT_ID (default: the first audience)`);
+                                        as SCHEDULER_CONSOLE_CLIENT_ID (default: the first audience)
+  SCHEDULER_CONSOLE_POLL_MS=N           the console's live pages poll every N ms (theirs: 2 s, 3 s)`);
   process.exit(0);
 }
 

@@ -2,6 +2,7 @@ import type { AddressInfo } from "node:net";
 import { serve } from "@hono/node-server";
 import { ENV, type Env } from "../config.js";
 import type { ConsoleAssets } from "../console/assets.js";
+import { parseConsolePollMs } from "../console/config.js";
 import type { Engine } from "../engine.js";
 import type { JobTypeCatalog } from "../job-types/registry.js";
 import { createApiApp } from "./app.js";
@@ -48,7 +49,11 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Loc
       ? {
           console: {
             assets: options.consoleAssets,
-            config: { auth: auth.console, jobTypes: options.jobTypes.accepted },
+            config: {
+              auth: auth.console,
+              jobTypes: options.jobTypes.accepted,
+              ...pollIntervalFrom(options.env ?? process.env),
+            },
           },
         }
       : {}),
@@ -115,4 +120,12 @@ function notNamedHere(host: string): Response {
     status: context.status,
     headers: { "Cache-Control": "no-store" },
   });
+}
+
+/** The console's live poll interval, when SCHEDULER_CONSOLE_POLL_MS sets one (ConsoleConfig). */
+function pollIntervalFrom(env: Readonly<Record<string, string | undefined>>): {
+  pollIntervalMs?: number;
+} {
+  const pollIntervalMs = parseConsolePollMs(env.SCHEDULER_CONSOLE_POLL_MS);
+  return pollIntervalMs === undefined ? {} : { pollIntervalMs };
 }

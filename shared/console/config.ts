@@ -23,6 +23,12 @@ export interface ConsoleConfig {
   readonly auth: ConsoleAuth;
   /** The job types this deployment accepts, for the create form. */
   readonly jobTypes: readonly string[];
+  /**
+   * How often the live pages poll, in place of their own intervals (the job and its runs 2 s, the
+   * lists 3 s): the sandbox's SCHEDULER_CONSOLE_POLL_MS, which the console's tests set short so
+   * that what they wait for lands sooner. Unset (a deployed stack, the sandbox by default): their own.
+   */
+  readonly pollIntervalMs?: number;
 }
 
 export const CONSOLE_PATH = "/console";
@@ -35,6 +41,17 @@ export const CALLBACK_PATH = `${CONSOLE_PATH}/callback`;
  * document, its token endpoint) before it tells the user so: a person is watching the page.
  */
 export const PROVIDER_TIMEOUT_MS = 15_000;
+
+/** SCHEDULER_CONSOLE_POLL_MS: unset or empty is none; anything but a whole number of 100 or more throws. */
+export function parseConsolePollMs(text: string | undefined): number | undefined {
+  if (text === undefined || text === "") return undefined;
+  const value = Number(text);
+  if (!Number.isInteger(value) || value < 100)
+    throw new Error(
+      `SCHEDULER_CONSOLE_POLL_MS must be a whole number of milliseconds, 100 or more: ${text}`,
+    );
+  return value;
+}
 
 /**
  * Plain http is for an identity provider on this machine only (a local one in

@@ -7,7 +7,11 @@ import { docsRouter } from "../../shared/api/docs-router.js";
 import { localAuthFromEnv } from "../../shared/api/local-auth.js";
 import { sleep } from "../../shared/clock.js";
 import { consoleAssetsFrom } from "../../shared/console/assets.js";
-import { type ConsoleConfig, parseConsoleAuth } from "../../shared/console/config.js";
+import {
+  type ConsoleConfig,
+  parseConsoleAuth,
+  parseConsolePollMs,
+} from "../../shared/console/config.js";
 import type { Logger } from "../../shared/observability.js";
 
 const assets = consoleAssetsFrom(
@@ -352,5 +356,15 @@ describe("the console's sign-in as the stack hands it over", () => {
     expect(() => parseConsoleAuth('{"kind":"oidc","issuer":"https://id.example.com"}')).toThrow(
       /CONSOLE_AUTH is not a console sign-in/,
     );
+  });
+});
+
+describe("the console's live poll interval as the sandbox is given it", () => {
+  it("reads SCHEDULER_CONSOLE_POLL_MS, none when unset or empty, and refuses anything under 100 ms or not whole", () => {
+    expect(parseConsolePollMs(undefined)).toBeUndefined();
+    expect(parseConsolePollMs("")).toBeUndefined();
+    expect(parseConsolePollMs("250")).toBe(250);
+    for (const text of ["99", "0", "-250", "2.5e2x", "250.5", "fast"])
+      expect(() => parseConsolePollMs(text), text).toThrow(/SCHEDULER_CONSOLE_POLL_MS must be/);
   });
 });
