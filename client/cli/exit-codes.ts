@@ -147,9 +147,9 @@ export function exitCodeOf(error: unknown): number {
 }
 
 /**
- * Whether a create or trigger that failed so may have been applied: it exits 1 (a 5xx but 503, an
- * answer not the API's, a timeout, API Gateway's 502 or 504) or its connection broke once open
- * (exit 9). A 4xx answer (400, 401, 403, 404, 409, 422, 429…) says nothing was written, as a 503
+ * Whether a create, trigger, replay or rotation that failed so may have been applied: it exits 1
+ * (a 5xx but 503, an answer not the API's, a timeout, API Gateway's 502 or 504) or its connection
+ * broke once open (exit 9). A 4xx answer (400, 401, 403, 404, 409, 422, 429…) says nothing was written, as a 503
  * does (exit 8); a request never sent (an API not reachable, a refused argument) wrote nothing.
  */
 export function mayHaveBeenApplied(error: unknown): boolean {

@@ -63,8 +63,9 @@ pause, resume, cancel, edit, schedules preview, or a POST with an idempotency ke
 trigger, replay or rotation carries --idempotency-key or a random one of its own, unless a
 create or trigger has --no-idempotency-key, a batch only the keys in its file) is retried 3 times (Retry-After) first, and so is one that timed out or
 got a 502 or 504. A create, batch, trigger, replay or rotation that still timed out or got a
-502 or 504 exits 1: it may have been applied. A create or trigger that may have been applied
-under a key the command made prints it: retry with --idempotency-key KEY. See docs/cli.md.`,
+502 or 504 exits 1: it may have been applied. A create, trigger, replay or rotation that may
+have been applied under a key the command made prints it: retry with --idempotency-key KEY.
+See docs/cli.md.`,
     );
   jobsCommand(program, io);
   runsCommand(program, io);
@@ -77,8 +78,8 @@ under a key the command made prints it: retry with --idempotency-key KEY. See do
 
 /**
  * Prints `error` on stderr: a line (and its details) for people, one JSON object for scripts. With
- * `ownKey`, the Idempotency-Key the command made for a create or trigger that may have been
- * applied: the only key whose repeat answers what it did instead of doing it again.
+ * `ownKey`, the Idempotency-Key the command made for a create, trigger, replay or rotation that
+ * may have been applied: the only key whose repeat answers what it did instead of doing it again.
  */
 function report(error: unknown, json: boolean, io: CliIo, ownKey?: string): void {
   const { detail, lines } = described(error);

@@ -2,9 +2,10 @@ import { callKey } from "../requests.js";
 import { mayHaveBeenApplied } from "./exit-codes.js";
 
 /**
- * A create or trigger that failed, maybe applied, under an Idempotency-Key the command made itself
- * (the user gave none): the key is printed with the failure, since only that key, sent again with
- * the same request, answers what the first did instead of doing it again.
+ * A create, trigger, replay or rotation that failed, maybe applied, under an Idempotency-Key the
+ * command made itself (the user gave none): the key is printed with the failure, since only that
+ * key, sent again with the same request, answers what the first did instead of doing it again
+ * (another job or run; a second rotation, cutting off the secret the first one made).
  */
 export class FailedUnderOwnKey extends Error {
   constructor(
@@ -17,14 +18,14 @@ export class FailedUnderOwnKey extends Error {
 }
 
 /**
- * Sends a create or trigger under `given` (the user's key, or false for none) or else a key of the
- * command's own, the one the client would make, so that a failure that may have been applied can
- * name it (FailedUnderOwnKey).
+ * Sends a create, trigger, replay or rotation under `given` (the user's key, or false for none
+ * where the command allows it) or else a key of the command's own, the one the client would make,
+ * so that a failure that may have been applied can name it (FailedUnderOwnKey).
  */
-export async function withOwnKey<T>(
-  operation: "create" | "trigger",
-  given: string | false | undefined,
-  send: (idempotencyKey: string | false) => Promise<T>,
+export async function withOwnKey<T, Given extends string | false>(
+  operation: "create" | "trigger" | "replay" | "rotate",
+  given: Given | undefined,
+  send: (idempotencyKey: Given | string) => Promise<T>,
 ): Promise<T> {
   if (given !== undefined) return send(given);
   const key = callKey(operation);
@@ -35,6 +36,6 @@ export async function withOwnKey<T>(
   }
 }
 
-/** What a user runs a create or trigger again with, so that it answers what the first did. */
+/** What a user runs the command again with, so that it answers what the first did. */
 export const retryHint = (key: string) =>
   `retry with --idempotency-key ${key} to avoid a duplicate`;

@@ -16,6 +16,7 @@ import {
   runsTable,
   table,
 } from "./output.js";
+import { withOwnKey } from "./own-key.js";
 
 async function firstRuns(list: AsyncIterable<Run>, limit: number): Promise<Run[]> {
   const runs: Run[] = [];
@@ -282,9 +283,8 @@ export function deadLettersCommand(program: Command, io: CliIo): void {
     )
     .action(async (runId: string, flags: { idempotencyKey?: string }, command: Command) => {
       const context = contextOf(command, io);
-      const run = await context.client.deadLetters.replay(
-        runId,
-        flags.idempotencyKey ? { idempotencyKey: flags.idempotencyKey } : {},
+      const run = await withOwnKey("replay", flags.idempotencyKey, (idempotencyKey) =>
+        context.client.deadLetters.replay(runId, { idempotencyKey }),
       );
       context.print(run, runFields);
     });

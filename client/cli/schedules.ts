@@ -3,6 +3,7 @@ import type { Preview } from "../index.js";
 import { contextOf } from "./context.js";
 import { addScheduleOptions, idempotencyKeyArg, scheduleFrom, wholeNumber } from "./job-options.js";
 import { type CliIo, describeSchedule, printable, table } from "./output.js";
+import { withOwnKey } from "./own-key.js";
 
 function previewTable(preview: Preview): string {
   // A job with a jitter window: each occurrence's planned time, a column of its own.
@@ -99,8 +100,8 @@ export function webhookSecretCommand(program: Command, io: CliIo): void {
     )
     .action(async (flags: { idempotencyKey?: string }, command: Command) => {
       const context = contextOf(command, io);
-      const secret = await context.client.webhookSecret.rotate(
-        flags.idempotencyKey ? { idempotencyKey: flags.idempotencyKey } : {},
+      const secret = await withOwnKey("rotate", flags.idempotencyKey, (idempotencyKey) =>
+        context.client.webhookSecret.rotate({ idempotencyKey }),
       );
       context.print({ secret }, (s) => printable(s.secret));
     });

@@ -70,6 +70,28 @@ async function failing(code: number, ...args: string[]) {
 const inSeconds = (seconds: number) => new Date(Date.now() + seconds * 1000).toISOString();
 const tomorrow = () => inSeconds(86_400);
 
+/** The run of a new job that failed for good at once, once the dead-letter list shows it. */
+async function deadRun(): Promise<Run> {
+  const job = await json<Job>(
+    "jobs",
+    "create",
+    "--type",
+    "fail",
+    "--payload",
+    '{"times":1,"retryable":false}',
+    "--run-at",
+    inSeconds(1),
+  );
+  let dead: Run | undefined;
+  for (let tries = 0; tries < 150 && !dead; tries++) {
+    await new Promise((done) => setTimeout(done, 200));
+    dead = (await json<Run[]>("dead-letters", "list")).find((run) => run.jobId === job.id);
+  }
+  expect(dead?.status).toBe("dead");
+  if (!dead) throw new Error(`no dead run of ${job.id}`);
+  return dead;
+}
+
 describe("jobs", () => {
   it("create from flags, get, list (json and table)", async () => {
     const job = await json<Job>(
@@ -564,7 +586,7 @@ describe("jobs", () => {
   });
 });
 
-describe("a create or trigger that may have been applied, under the command's own key", () => {
+describe("a create, trigger, replay or rotation that may have been applied, under the command's own key", () => {
   /** API Gateway's 502 after the API applied the request, asking for the retry at once. */
   const appliedThen502 = async (request: IncomingMessage, answer: () => Promise<ProxyReply>) => {
     if (request.method !== "POST") return answer();
@@ -621,6 +643,54 @@ describe("a create or trigger that may have been applied, under the command's ow
     const again = await json<Run>("jobs", "trigger", job.id, "--idempotency-key", key);
     const runs = await json<Run[]>("runs", "list", job.id);
     expect(runs.map((run) => run.runId)).toEqual([again.runId]);
+  });
+
+  it("a replay answered 502 to its every attempt prints the key it sent (exit 1); run again with it, the one run", async () => {
+    const dead = await deadRun();
+    const keys: string[] = [];
+    const outcome = await behindProxy(
+      (request, answer) => {
+        if (request.method === "POST") keys.push(String(request.headers["idempotency-key"]));
+        return appliedThen502(request, answer);
+      },
+      ["dead-letters", "replay", dead.runId],
+    );
+    expect(outcome.code, outcome.err).toBe(EXIT.failed);
+    expect(outcome.err).toMatch(HINT);
+    const key = HINT.exec(outcome.err)?.[1] ?? "";
+    expect(keys.length).toBeGreaterThan(1);
+    expect(new Set(keys)).toEqual(new Set([key]));
+    const again = await json<Run>("dead-letters", "replay", dead.runId, "--idempotency-key", key);
+    const replays = (await json<Run[]>("runs", "list", dead.jobId)).filter(
+      (run) => run.attempt === 2,
+    );
+    expect(replays.map((run) => run.runId)).toEqual([again.runId]);
+  });
+
+  it("a rotation answered 502 to its every attempt prints the key it sent (JSON: idempotencyKey); run again with it, the secret it made", async () => {
+    const before = await json<{ secret: string }>("webhook-secret", "get");
+    const keys: string[] = [];
+    const outcome = await behindProxy(
+      (request, answer) => {
+        if (request.method === "POST") keys.push(String(request.headers["idempotency-key"]));
+        return appliedThen502(request, answer);
+      },
+      ["-o", "json", "webhook-secret", "rotate"],
+    );
+    expect(outcome.code, outcome.err).toBe(EXIT.failed);
+    const key = (JSON.parse(outcome.err) as { error: { idempotencyKey?: string } }).error
+      .idempotencyKey;
+    expect(keys.length).toBeGreaterThan(1);
+    expect(new Set(keys)).toEqual(new Set([key]));
+    // The rotation the first attempt made, answered again, not a second one.
+    const again = await json<{ secret: string }>(
+      "webhook-secret",
+      "rotate",
+      "--idempotency-key",
+      key ?? "",
+    );
+    expect(again.secret).not.toBe(before.secret);
+    expect((await json<{ secret: string }>("webhook-secret", "get")).secret).toBe(again.secret);
   });
 
   it("prints no key after a 4xx (nothing was written), nor for the user's own key or none", async () => {
@@ -933,25 +1003,10 @@ describe.concurrent("runs and dead letters", () => {
   });
 
   it("dead-letters list and replay; a second replay exits 5", async () => {
-    const job = await json<Job>(
-      "jobs",
-      "create",
-      "--type",
-      "fail",
-      "--payload",
-      '{"times":1,"retryable":false}',
-      "--run-at",
-      inSeconds(1),
-    );
-    let dead: Run | undefined;
-    for (let tries = 0; tries < 150 && !dead; tries++) {
-      await new Promise((done) => setTimeout(done, 200));
-      dead = (await json<Run[]>("dead-letters", "list")).find((run) => run.jobId === job.id);
-    }
-    expect(dead?.status).toBe("dead");
-    const replayed = await json<Run>("dead-letters", "replay", dead?.runId ?? "");
-    expect(replayed).toMatchObject({ jobId: job.id, attempt: 2 });
-    const twice = await failing(EXIT.conflict, "dead-letters", "replay", dead?.runId ?? "");
+    const dead = await deadRun();
+    const replayed = await json<Run>("dead-letters", "replay", dead.runId);
+    expect(replayed).toMatchObject({ jobId: dead.jobId, attempt: 2 });
+    const twice = await failing(EXIT.conflict, "dead-letters", "replay", dead.runId);
     expect(twice.code).toBe("not_replayable");
     const table = await cli(["dead-letters", "list"]);
     expect(table.out).toMatch(/^JOB\s+RUN\s+ATTEMPT\s+STATUS/);
