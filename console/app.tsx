@@ -73,7 +73,9 @@ export function App({ config }: { config: ConsoleConfig }) {
   } else if (path === "/console" || path === "/console/jobs") {
     page = <JobsPage jobTypes={config.jobTypes} />;
   } else if (job !== undefined) {
-    page = <JobPage id={decodedSegment(job)} />;
+    // Keyed by the job: another job's page starts afresh, not busy with this one's action.
+    const id = decodedSegment(job);
+    page = <JobPage key={id} id={id} />;
   } else if (path === "/console/dead-letters") {
     page = <DeadLettersPage />;
   } else {

@@ -1,4 +1,4 @@
-import { useRef, useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 import { runWhy } from "../../client/run-why.js";
 import {
   ApiProblem,
@@ -53,7 +53,15 @@ export function JobPage({ id }: { id: string }) {
   // The key of a trigger whose outcome is unknown (no answer, or a 5xx such as API Gateway's 502
   // or 504: it may have queued its run): pressed again, it is the same trigger, answered with that
   // run. Forgotten once a trigger is answered, or refused (a 4xx queues nothing).
-  const unclearTrigger = useRef<{ readonly id: string; readonly key: string } | null>(null);
+  const unclearTrigger = useRef<string | null>(null);
+  // Left for another page: an action's answer that comes after shows nothing there.
+  const stillShown = useRef(true);
+  useEffect(
+    () => () => {
+      stillShown.current = false;
+    },
+    [],
+  );
   const current = job.data;
 
   if (job.error instanceof ApiProblem && job.error.status === 404) {
@@ -84,21 +92,19 @@ export function JobPage({ id }: { id: string }) {
     setActionError(null);
     try {
       await action();
+      if (!stillShown.current) return;
       announce(label);
       await job.reload();
     } catch (caught) {
-      setActionError(caught);
+      if (stillShown.current) setActionError(caught);
     } finally {
       actingNow.current = false;
-      setActing(false);
+      if (stillShown.current) setActing(false);
     }
   };
   const trigger = async () => {
-    const key =
-      unclearTrigger.current?.id === id
-        ? unclearTrigger.current.key
-        : newIdempotencyKey("console-trigger");
-    unclearTrigger.current = { id, key };
+    const key = unclearTrigger.current ?? newIdempotencyKey("console-trigger");
+    unclearTrigger.current = key;
     try {
       await api.trigger(id, key);
       unclearTrigger.current = null;

@@ -1,7 +1,8 @@
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type Browser, launchBrowser } from "../support/browser.js";
-import { type SandboxProcess, spawnSandbox } from "../support/sandbox-process.js";
+import type { Browser } from "../support/browser.js";
+import { apiAs, signedInConsole } from "../support/console-session.js";
+import type { SandboxProcess } from "../support/sandbox-process.js";
 import { waitFor } from "../support/wait.js";
 
 /**
@@ -29,19 +30,8 @@ let sandbox: SandboxProcess;
 let browser: Browser;
 let page: Page;
 
-async function api<T>(method: string, path: string, body?: unknown): Promise<T> {
-  const response = await fetch(`${sandbox.url}${path}`, {
-    method,
-    headers: {
-      Authorization: `Bearer ${KEY}`,
-      ...(body === undefined ? {} : { "Content-Type": "application/json" }),
-    },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  });
-  const text = await response.text();
-  if (!response.ok) throw new Error(`${method} ${path}: ${response.status} ${text}`);
-  return JSON.parse(text) as T;
-}
+const api = <T>(method: string, path: string, body?: unknown) =>
+  apiAs<T>(sandbox.url, KEY, method, path, body);
 
 const runsOf = async (job: Job) =>
   (await api<{ items: Run[] }>("GET", `/jobs/${job.id}/runs`)).items;
@@ -79,15 +69,9 @@ const DETAIL = 6;
 const DEAD_LETTER_REASON = 5;
 
 beforeAll(async () => {
-  [sandbox, browser] = await Promise.all([
-    spawnSandbox({ env: { SCHEDULER_API_KEYS: `${KEY}=run-reasons-tenant` }, tickSeconds: 1 }),
-    launchBrowser(),
-  ]);
-  page = await browser.context.newPage();
-  await page.goto(`${sandbox.url}/console`);
-  await page.getByLabel("API key", { exact: true }).fill(KEY);
-  await page.getByRole("button", { name: "Sign in" }).click();
-  await page.getByRole("heading", { name: "Jobs", level: 1 }).waitFor();
+  ({ sandbox, browser, page } = await signedInConsole(KEY, "run-reasons-tenant", {
+    tickSeconds: 1,
+  }));
 }, 180_000);
 
 afterAll(async () => {

@@ -3,6 +3,7 @@ import type { AddressInfo } from "node:net";
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
 import { type Browser, launchBrowser } from "../support/browser.js";
+import { apiAs } from "../support/console-session.js";
 import { type SandboxProcess, spawnSandbox } from "../support/sandbox-process.js";
 import { waitFor } from "../support/wait.js";
 
@@ -46,19 +47,8 @@ let receiverUrl: string;
 const stolen: string[] = [];
 const STOLEN_PATH = "/stolen";
 
-async function api<T>(method: string, path: string, body?: unknown): Promise<T> {
-  const response = await fetch(`${sandbox.url}${path}`, {
-    method,
-    headers: {
-      Authorization: `Bearer ${KEY}`,
-      ...(body === undefined ? {} : { "Content-Type": "application/json" }),
-    },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  });
-  const text = await response.text();
-  if (!response.ok) throw new Error(`${method} ${path}: ${response.status} ${text}`);
-  return JSON.parse(text) as T;
-}
+const api = <T>(method: string, path: string, body?: unknown) =>
+  apiAs<T>(sandbox.url, KEY, method, path, body);
 
 /** What the page made of the markup, if anything, and what it shows as text. */
 async function inspect(): Promise<{
