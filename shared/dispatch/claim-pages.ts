@@ -126,8 +126,8 @@ export async function claimPages(
       if (entry !== undefined) held -= readAheadWeight(entry);
       if (entry === undefined) {
         if (!reading) return;
-        // Nothing to claim until the next page: send what is claimed so far.
-        await sender.flush();
+        // Nothing to claim until the next page: what is claimed waits in the sender for its
+        // batch to fill, no longer than its linger (run-sender.ts), as it would beside claims.
         if (turns.size === 0 && reading && stopped === null) await queued.wait();
         continue;
       }

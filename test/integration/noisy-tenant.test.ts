@@ -13,6 +13,7 @@ import { getJob } from "../../shared/storage/run-reads.js";
 import {
   createEngineFixture,
   type EngineFixture,
+  engineAt,
   shiftedClock,
   testJob,
 } from "../support/engine-fixture.js";
@@ -52,8 +53,10 @@ const oneOffs = (tenantId: string, prefix: string, count: number, dueAt: Date): 
 /**
  * A tenant with many entries in a shard's recent buckets, beside a tenant with one: where in the
  * pass the quiet tenant's run is sent. The pass's clock is fixed 20 s into a minute, so which
- * bucket each entry sits in is known; the claims go one at a time, so the order of the sends is
- * the order of the claims.
+ * bucket each entry sits in is known, and its engine's clock runs on from there, so how long a
+ * claimed run waits for its batch (run-sender.ts: by how far off it is due) does not depend on the
+ * machine's second; the claims go one at a time, so the order of the sends is the order of the
+ * claims.
  */
 async function sweepRecent(
   f: EngineFixture,
@@ -63,7 +66,7 @@ async function sweepRecent(
   const recording = recordSends(f);
   try {
     const horizon = horizonOf(now, f.engine.settings.lookaheadMs);
-    const stats = await sweepShard(f.engine, 0, {
+    const stats = await sweepShard(engineAt(f.engine, now.getTime()), 0, {
       from: new Date(now.getTime() - 2 * MINUTE),
       to: new Date(horizon.end.getTime() - 1),
       now,
@@ -168,12 +171,9 @@ describe("a noisy tenant's fan-outs in a dispatcher pass", () => {
         new PutCommand({ TableName: f.engine.tables.jobs, Item: encodeDueEntry(entry) }),
       );
     }
-    // The quiet tenant: one one-off due 5 s after the pass began, behind them in key order.
-    await seedJobs(
-      f,
-      oneOffs("t-quiet-beside", "z3-", 1, new Date(now.getTime() + 5 * SECOND)),
-      now,
-    );
+    // The quiet tenant: one one-off due as the pass begins, behind them in key order (a run due
+    // seconds later may wait up to a second for its batch to fill).
+    await seedJobs(f, oneOffs("t-quiet-beside", "z3-", 1, now), now);
 
     // Two claims at once: one takes the first fan-out, the other the quiet tenant's entry (its
     // turn), then the next fan-out.
@@ -216,7 +216,8 @@ describe("a noisy tenant's entries that cannot be claimed, in a dispatcher pass"
     const now = new Date(Math.floor(Date.now() / MINUTE) * MINUTE + 20 * SECOND);
     const dueAt = new Date(now.getTime() - 5 * SECOND);
     // 200 jobs whose stored schedule the schedule core does not read: each claim fails for good and
-    // its entry is set aside, one transaction each. The quiet tenant's one-off sorts after them.
+    // its entry is set aside, one transaction each. The quiet tenant's one-off, due as the pass
+    // begins, sorts after them.
     await seedJobs(
       f,
       [
@@ -226,7 +227,7 @@ describe("a noisy tenant's entries that cannot be claimed, in a dispatcher pass"
           dueAt,
           tenantId: "t-unclaimable",
         })),
-        ...oneOffs("t-quiet-unclaimable", "z4-", 1, new Date(now.getTime() + 5 * SECOND)),
+        ...oneOffs("t-quiet-unclaimable", "z4-", 1, now),
       ],
       now,
     );

@@ -1,0 +1,137 @@
+import {
+  SendMessageBatchCommand,
+  type SendMessageBatchCommandInput,
+  SQSClient,
+} from "@aws-sdk/client-sqs";
+import { mockClient } from "aws-sdk-client-mock";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { DEFAULT_SETTINGS } from "../../shared/config.js";
+import { RunSender } from "../../shared/dispatch/run-sender.js";
+import type { Priority, Run } from "../../shared/model.js";
+import { decodeRunMessage } from "../../shared/queue/work-queue.js";
+import { queuedRun } from "../../shared/storage/runs.js";
+import { mockedEngine } from "../support/mocked-engine.js";
+
+const START = Date.parse("2026-03-01T12:00:00.000Z");
+
+beforeEach(() => {
+  vi.useFakeTimers({ now: START });
+});
+
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+/** A sender over an SQS that records each SendMessageBatch as its runs' job ids, on a clock the fake timers move. */
+function recordingSender() {
+  const batches: { queue: string | undefined; jobs: string[] }[] = [];
+  const sqs = new SQSClient({ region: "us-east-1" });
+  mockClient(sqs)
+    .on(SendMessageBatchCommand)
+    .callsFake(async (input: SendMessageBatchCommandInput) => {
+      const entries = input.Entries ?? [];
+      batches.push({
+        queue: input.QueueUrl,
+        jobs: entries.map((e) => decodeRunMessage(e.MessageBody)?.jobId ?? "?"),
+      });
+      return { Successful: entries.map((e) => ({ Id: e.Id, MessageId: e.Id })), Failed: [] };
+    });
+  const engine = mockedEngine({ sqs, clock: () => new Date() });
+  const sender = new RunSender(engine, { sendFailures: 0 });
+  return { sender, batches, jobsSent: () => batches.map((b) => b.jobs) };
+}
+
+/** A claimed run of job `jobId`, due `inMs` after the clock's now. */
+function runDue(jobId: string, inMs: number, priority: Priority = "normal"): Run {
+  const now = new Date();
+  const dueAt = new Date(now.getTime() + inMs);
+  const spec = {
+    jobId,
+    tenantId: "t1",
+    scheduledFor: dueAt,
+    dueAt,
+    attempt: 1,
+    priority,
+    jobVersion: 1,
+  };
+  return queuedRun(spec, now, DEFAULT_SETTINGS).run;
+}
+
+describe("RunSender: how long a run waits for its batch to fill", () => {
+  it.each([
+    { due: "now", inMs: 0, sentAfterMs: 100 },
+    { due: "30 s ago", inMs: -30_000, sentAfterMs: 100 },
+    { due: "in 1.1 s", inMs: 1_100, sentAfterMs: 100 },
+    { due: "in 1.5 s (a second before it is due)", inMs: 1_500, sentAfterMs: 500 },
+    { due: "in 5 s (the longest wait)", inMs: 5_000, sentAfterMs: 1_000 },
+  ])(
+    "sends a run due $due alone $sentAfterMs ms after it was claimed",
+    async ({ inMs, sentAfterMs }) => {
+      const { sender, jobsSent } = recordingSender();
+      await sender.add([runDue("alone", inMs)]);
+      await vi.advanceTimersByTimeAsync(sentAfterMs - 1);
+      expect(jobsSent()).toEqual([]);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(jobsSent()).toEqual([["alone"]]);
+    },
+  );
+
+  it("holds a run due 5 s ahead for up to a second, and sends it with the runs claimed meanwhile", async () => {
+    const { sender, jobsSent } = recordingSender();
+    await sender.add([runDue("later-0", 5_000)]);
+    await vi.advanceTimersByTimeAsync(500);
+    expect(jobsSent()).toEqual([]);
+    await sender.add([runDue("later-1", 5_000)]);
+    await vi.advanceTimersByTimeAsync(499);
+    expect(jobsSent()).toEqual([]);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(jobsSent()).toEqual([["later-0", "later-1"]]);
+  });
+
+  it("sends ten runs due later at once, without waiting for their deadline", async () => {
+    const { sender, jobsSent } = recordingSender();
+    for (let i = 0; i < 10; i++) await sender.add([runDue(`later-${i}`, 5_000)]);
+    expect(jobsSent()).toEqual([Array.from({ length: 10 }, (_, i) => `later-${i}`)]);
+  });
+
+  it("a run due now added to a lingering batch brings the whole batch's send forward", async () => {
+    const { sender, jobsSent } = recordingSender();
+    await sender.add([runDue("later", 5_000)]);
+    await vi.advanceTimersByTimeAsync(300);
+    await sender.add([runDue("due-now", 0)]);
+    await vi.advanceTimersByTimeAsync(99);
+    expect(jobsSent()).toEqual([]);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(jobsSent()).toEqual([["later", "due-now"]]);
+    // Nothing is left to send at the later run's own deadline.
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(jobsSent()).toHaveLength(1);
+  });
+
+  it("a run due later added to a batch of one due now changes nothing: the batch goes at 100 ms", async () => {
+    const { sender, jobsSent } = recordingSender();
+    await sender.add([runDue("due-now", 0)]);
+    await vi.advanceTimersByTimeAsync(50);
+    await sender.add([runDue("later", 5_000)]);
+    await vi.advanceTimersByTimeAsync(50);
+    expect(jobsSent()).toEqual([["due-now", "later"]]);
+  });
+
+  it("keeps a batch per queue: a high-priority run due now does not send the normal ones lingering", async () => {
+    const { sender, batches } = recordingSender();
+    await sender.add([runDue("normal-later", 5_000), runDue("high-now", 0, "high")]);
+    await vi.advanceTimersByTimeAsync(100);
+    expect(batches).toEqual([{ queue: "queue-high", jobs: ["high-now"] }]);
+    await vi.advanceTimersByTimeAsync(900);
+    expect(batches.map((b) => b.queue)).toEqual(["queue-high", "queue-normal"]);
+  });
+
+  it("a flush sends everything buffered at once, whatever its deadlines", async () => {
+    const { sender, batches } = recordingSender();
+    await sender.add([runDue("later", 5_000), runDue("high-now", 0, "high")]);
+    await sender.flush();
+    expect(batches.map((b) => b.jobs).sort()).toEqual([["high-now"], ["later"]]);
+    await vi.advanceTimersByTimeAsync(2_000);
+    expect(batches).toHaveLength(2);
+  });
+});
