@@ -12,28 +12,29 @@ import { runMessageOf } from "../storage/items.js";
 const SEND_LINGER_MS = 100;
 
 /**
- * The longest a run due later waits for its batch to fill. Its SQS delay is counted from the
- * moment it is sent, so the wait moves nothing but the send; the bound keeps short the time in
- * which a dispatcher that dies leaves a claimed run unsent (the reaper sends it a lease late).
+ * How long a run due later waits for its batch to fill: a whole second, when that second comes off
+ * its SQS delay (whole seconds, rounded down, counted from the send), so its message becomes
+ * visible as it would sent at once, 100 ms sooner than after SEND_LINGER_MS. A wait of another
+ * length, or a second that does not shorten its delay by a second, makes it visible later (a run
+ * due in 1.5 s sent 500 ms after its claim gets a delay of 1 s: visible at its due time, not
+ * 400 ms before, and it starts late by the receive). The bound keeps short the time in which a
+ * dispatcher that dies leaves a claimed run unsent (the reaper sends it a lease late).
  */
 const MAX_SEND_LINGER_MS = 1_000;
 
-/**
- * A run due later is sent at least this long before it is due: time for the send (its retries of
- * refused entries, a busy event loop) and the worker's receive. Its delay, whole seconds rounded
- * down from its due time, then makes it visible in the second before it is due, as sent at once,
- * and it starts as early.
- */
-const SEND_MARGIN_MS = 1_000;
+/** Whole seconds of SQS delay for a run due in `dueInMs`, sent `afterMs` from now (as `delaySecondsFor`). */
+const delayAfter = (dueInMs: number, afterMs: number) => Math.floor((dueInMs - afterMs) / 1000);
 
 /**
- * When a run claimed at `now` is sent at the latest, in the clock's milliseconds: SEND_LINGER_MS
- * from now for a run due within the margin (as every run waited before), else up to
- * MAX_SEND_LINGER_MS, never past its due time less SEND_MARGIN_MS.
+ * When a run claimed at `now` is sent at the latest, in the clock's milliseconds: MAX_SEND_LINGER_MS
+ * from now when that wait takes a whole second off its delay (so it is visible no later than after
+ * SEND_LINGER_MS), else SEND_LINGER_MS, as every run waited before.
  */
 function sendByOf(run: Run, now: number): number {
-  const untilMargin = Date.parse(run.dueAt) - SEND_MARGIN_MS - now;
-  return now + Math.min(MAX_SEND_LINGER_MS, Math.max(SEND_LINGER_MS, untilMargin));
+  const dueInMs = Date.parse(run.dueAt) - now;
+  const longer = delayAfter(dueInMs, MAX_SEND_LINGER_MS);
+  const secondOffDelay = longer >= 0 && longer === delayAfter(dueInMs, SEND_LINGER_MS) - 1;
+  return now + (secondOffDelay ? MAX_SEND_LINGER_MS : SEND_LINGER_MS);
 }
 
 interface Buffered {
@@ -45,8 +46,8 @@ interface Buffered {
 /**
  * Buffers claimed runs and sends them ten to a batch (one buffer per priority: a batch goes to one
  * queue), or what a buffer holds once the earliest `sendBy` among its runs has come: a run due now
- * waits SEND_LINGER_MS, one due seconds ahead up to a second, and a run due now added to a buffer
- * of later ones brings its send forward. A failed send is not fatal: the runs are QUEUED in the
+ * waits SEND_LINGER_MS, one due later a second when that second comes off its delay, and a run
+ * due now added to a buffer of later ones brings its send forward. A failed send is not fatal: the runs are QUEUED in the
  * table and the reaper sends them again.
  */
 export class RunSender {

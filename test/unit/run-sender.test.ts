@@ -61,9 +61,14 @@ describe("RunSender: how long a run waits for its batch to fill", () => {
   it.each([
     { due: "now", inMs: 0, sentAfterMs: 100 },
     { due: "30 s ago", inMs: -30_000, sentAfterMs: 100 },
-    { due: "in 1.1 s", inMs: 1_100, sentAfterMs: 100 },
-    { due: "in 1.5 s (a second before it is due)", inMs: 1_500, sentAfterMs: 500 },
-    { due: "in 5 s (the longest wait)", inMs: 5_000, sentAfterMs: 1_000 },
+    { due: "in 1.05 s", inMs: 1_050, sentAfterMs: 100 },
+    { due: "in 1.5 s (a second off its delay)", inMs: 1_500, sentAfterMs: 1_000 },
+    { due: "in 5.5 s (a second off its delay)", inMs: 5_500, sentAfterMs: 1_000 },
+    {
+      due: "in 5.05 s (a second's wait would not shorten its delay)",
+      inMs: 5_050,
+      sentAfterMs: 100,
+    },
   ])(
     "sends a run due $due alone $sentAfterMs ms after it was claimed",
     async ({ inMs, sentAfterMs }) => {
@@ -76,12 +81,12 @@ describe("RunSender: how long a run waits for its batch to fill", () => {
     },
   );
 
-  it("holds a run due 5 s ahead for up to a second, and sends it with the runs claimed meanwhile", async () => {
+  it("holds a run due 5.5 s ahead for up to a second, and sends it with the runs claimed meanwhile", async () => {
     const { sender, jobsSent } = recordingSender();
-    await sender.add([runDue("later-0", 5_000)]);
+    await sender.add([runDue("later-0", 5_500)]);
     await vi.advanceTimersByTimeAsync(500);
     expect(jobsSent()).toEqual([]);
-    await sender.add([runDue("later-1", 5_000)]);
+    await sender.add([runDue("later-1", 5_500)]);
     await vi.advanceTimersByTimeAsync(499);
     expect(jobsSent()).toEqual([]);
     await vi.advanceTimersByTimeAsync(1);
@@ -96,7 +101,7 @@ describe("RunSender: how long a run waits for its batch to fill", () => {
 
   it("a run due now added to a lingering batch brings the whole batch's send forward", async () => {
     const { sender, jobsSent } = recordingSender();
-    await sender.add([runDue("later", 5_000)]);
+    await sender.add([runDue("later", 5_500)]);
     await vi.advanceTimersByTimeAsync(300);
     await sender.add([runDue("due-now", 0)]);
     await vi.advanceTimersByTimeAsync(99);
@@ -112,14 +117,14 @@ describe("RunSender: how long a run waits for its batch to fill", () => {
     const { sender, jobsSent } = recordingSender();
     await sender.add([runDue("due-now", 0)]);
     await vi.advanceTimersByTimeAsync(50);
-    await sender.add([runDue("later", 5_000)]);
+    await sender.add([runDue("later", 5_500)]);
     await vi.advanceTimersByTimeAsync(50);
     expect(jobsSent()).toEqual([["due-now", "later"]]);
   });
 
   it("keeps a batch per queue: a high-priority run due now does not send the normal ones lingering", async () => {
     const { sender, batches } = recordingSender();
-    await sender.add([runDue("normal-later", 5_000), runDue("high-now", 0, "high")]);
+    await sender.add([runDue("normal-later", 5_500), runDue("high-now", 0, "high")]);
     await vi.advanceTimersByTimeAsync(100);
     expect(batches).toEqual([{ queue: "queue-high", jobs: ["high-now"] }]);
     await vi.advanceTimersByTimeAsync(900);
@@ -128,10 +133,42 @@ describe("RunSender: how long a run waits for its batch to fill", () => {
 
   it("a flush sends everything buffered at once, whatever its deadlines", async () => {
     const { sender, batches } = recordingSender();
-    await sender.add([runDue("later", 5_000), runDue("high-now", 0, "high")]);
+    await sender.add([runDue("later", 5_500), runDue("high-now", 0, "high")]);
     await sender.flush();
     expect(batches.map((b) => b.jobs).sort()).toEqual([["high-now"], ["later"]]);
     await vi.advanceTimersByTimeAsync(2_000);
     expect(batches).toHaveLength(2);
   });
+});
+
+describe("RunSender: a run's wait for its batch never makes it visible later", () => {
+  /** When the run's message becomes visible, sent `sendAfterMs` after its claim: the delay is whole seconds, rounded down. */
+  const visibleAfter = (dueInMs: number, sendAfterMs: number) =>
+    sendAfterMs + Math.max(0, Math.floor((dueInMs - sendAfterMs) / 1000)) * 1000;
+
+  it.each([0, 1_050, 1_100, 1_500, 1_999, 2_000, 2_050, 2_500, 3_050, 5_000, 5_999])(
+    "a run due %i ms after its claim is visible no later than after the 100 ms linger",
+    async (dueInMs) => {
+      const sentAt: { afterMs: number; delaySeconds: number }[] = [];
+      const sqs = new SQSClient({ region: "us-east-1" });
+      mockClient(sqs)
+        .on(SendMessageBatchCommand)
+        .callsFake(async (input: SendMessageBatchCommandInput) => {
+          const entries = input.Entries ?? [];
+          for (const e of entries) {
+            sentAt.push({ afterMs: Date.now() - START, delaySeconds: e.DelaySeconds ?? 0 });
+          }
+          return { Successful: entries.map((e) => ({ Id: e.Id, MessageId: e.Id })), Failed: [] };
+        });
+      const sender = new RunSender(mockedEngine({ sqs, clock: () => new Date() }), {
+        sendFailures: 0,
+      });
+      await sender.add([runDue("one", dueInMs)]);
+      await vi.advanceTimersByTimeAsync(1_000);
+      const [sent] = sentAt;
+      expect(sent).toBeDefined();
+      const visibleAfterMs = (sent?.afterMs ?? 0) + (sent?.delaySeconds ?? 0) * 1000;
+      expect(visibleAfterMs).toBeLessThanOrEqual(visibleAfter(dueInMs, 100));
+    },
+  );
 });
