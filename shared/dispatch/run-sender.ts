@@ -12,42 +12,42 @@ import { runMessageOf } from "../storage/items.js";
 const SEND_LINGER_MS = 100;
 
 /**
- * How long a run due later waits for its batch to fill: a whole second, when that second comes off
- * its SQS delay (whole seconds, rounded down, counted from the send), so its message becomes
- * visible as it would sent at once, 100 ms sooner than after SEND_LINGER_MS. A wait of another
- * length, or a second that does not shorten its delay by a second, makes it visible later (a run
- * due in 1.5 s sent 500 ms after its claim gets a delay of 1 s: visible at its due time, not
- * 400 ms before, and it starts late by the receive). The bound keeps short the time in which a
- * dispatcher that dies leaves a claimed run unsent (the reaper sends it a lease late).
+ * How long a run due 1.1 s or more after its claim waits for its batch to fill. Its SQS delay is
+ * counted to when it would be visible sent after SEND_LINGER_MS (`visibleBy`), so the wait moves
+ * only the send: counted to its due time, whole seconds rounded down from a later send, it became
+ * visible later (due 1.5 s ahead and sent at 400 ms: a delay of 1 s, visible at 1.4 s, not 1.1 s).
+ * The bound keeps short the time in which a dispatcher that dies leaves a claimed run unsent (the
+ * reaper sends it a lease late).
  */
 const MAX_SEND_LINGER_MS = 1_000;
 
-/** Whole seconds of SQS delay for a run due in `dueInMs`, sent `afterMs` from now (as `delaySecondsFor`). */
-const delayAfter = (dueInMs: number, afterMs: number) => Math.floor((dueInMs - afterMs) / 1000);
-
-/**
- * When a run claimed at `now` is sent at the latest, in the clock's milliseconds: MAX_SEND_LINGER_MS
- * from now when that wait takes a whole second off its delay (so it is visible no later than after
- * SEND_LINGER_MS), else SEND_LINGER_MS, as every run waited before.
- */
-function sendByOf(run: Run, now: number): number {
-  const dueInMs = Date.parse(run.dueAt) - now;
-  const longer = delayAfter(dueInMs, MAX_SEND_LINGER_MS);
-  const secondOffDelay = longer >= 0 && longer === delayAfter(dueInMs, SEND_LINGER_MS) - 1;
-  return now + (secondOffDelay ? MAX_SEND_LINGER_MS : SEND_LINGER_MS);
-}
-
 interface Buffered {
   readonly run: Run;
-  /** When it is sent at the latest (`sendByOf`). */
+  /** When it is sent at the latest. */
   readonly sendBy: number;
+  /**
+   * When its message is visible at the latest, as sent SEND_LINGER_MS after its claim: its delay
+   * is counted to this, so however early or late within its wait it goes, it is visible no later.
+   */
+  readonly visibleBy: number;
+}
+
+/** A run claimed at `now`, in the clock's milliseconds, with when it is sent and visible at the latest. */
+function buffered(run: Run, now: number): Buffered {
+  const sentAfterLinger = now + SEND_LINGER_MS;
+  const dueAt = Date.parse(run.dueAt);
+  const visibleBy =
+    sentAfterLinger + Math.max(0, Math.floor((dueAt - sentAfterLinger) / 1000)) * 1000;
+  // Sent by its `visibleBy`, its delay makes it visible no later (and under 2 s before it is due).
+  const sendBy = now + MAX_SEND_LINGER_MS <= visibleBy ? now + MAX_SEND_LINGER_MS : sentAfterLinger;
+  return { run, sendBy, visibleBy };
 }
 
 /**
  * Buffers claimed runs and sends them ten to a batch (one buffer per priority: a batch goes to one
  * queue), or what a buffer holds once the earliest `sendBy` among its runs has come: a run due now
- * waits SEND_LINGER_MS, one due later a second when that second comes off its delay, and a run
- * due now added to a buffer of later ones brings its send forward. A failed send is not fatal: the runs are QUEUED in the
+ * waits SEND_LINGER_MS, one due 1.1 s or more ahead a second, and a run due now added to a buffer
+ * of later ones brings its send forward. A failed send is not fatal: the runs are QUEUED in the
  * table and the reaper sends them again.
  */
 export class RunSender {
@@ -72,16 +72,13 @@ export class RunSender {
     const now = this.engine.clock().getTime();
     let filled = false;
     for (const run of runs) {
-      const buffer = [
-        ...(this.buffers.get(run.priority) ?? []),
-        { run, sendBy: sendByOf(run, now) },
-      ];
+      const buffer = [...(this.buffers.get(run.priority) ?? []), buffered(run, now)];
       if (buffer.length < SQS_BATCH) {
         this.keep(run.priority, buffer, now);
         continue;
       }
       this.keep(run.priority, [], now);
-      this.start(buffer.map((b) => b.run));
+      this.start(buffer);
       filled = true;
     }
     // A full batch waits for the sends under way, as a flush does: claims do not run ahead of them.
@@ -92,7 +89,7 @@ export class RunSender {
   async flush(): Promise<void> {
     for (const [priority, buffer] of this.buffers) {
       this.keep(priority, [], 0);
-      this.start(buffer.map((b) => b.run));
+      this.start(buffer);
     }
     await Promise.all([...this.sending]);
   }
@@ -115,31 +112,31 @@ export class RunSender {
       timer: setTimeout(() => {
         const due = this.buffers.get(priority) ?? [];
         this.keep(priority, [], 0);
-        this.start(due.map((b) => b.run));
+        this.start(due);
       }, at - now),
     });
   }
 
-  private start(batch: readonly Run[]): void {
+  private start(batch: readonly Buffered[]): void {
     if (batch.length === 0) return;
     const send = this.send(batch);
     this.sending.add(send);
     void send.finally(() => this.sending.delete(send));
   }
 
-  private async send(batch: readonly Run[]): Promise<void> {
+  private async send(batch: readonly Buffered[]): Promise<void> {
     try {
       await sendRuns(
         this.engine.sqs,
         this.engine.queues,
-        batch.map((run) => ({ message: runMessageOf(run), dueAt: new Date(run.dueAt) })),
+        batch.map((b) => ({ message: runMessageOf(b.run), dueAt: new Date(b.visibleBy) })),
         // Delays count from the moment of sending: a pass that took seconds must not send them late.
         this.engine.clock(),
       );
     } catch (error) {
       this.stats.sendFailures += batch.length;
       this.engine.obs.log.error("could not enqueue claimed runs; the reaper will resend them", {
-        runs: batch.map((r) => r.runId),
+        runs: batch.map((b) => b.run.runId),
         error: String(error),
       });
     }

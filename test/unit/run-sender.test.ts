@@ -25,6 +25,8 @@ afterEach(() => {
 /** A sender over an SQS that records each SendMessageBatch as its runs' job ids, on a clock the fake timers move. */
 function recordingSender() {
   const batches: { queue: string | undefined; jobs: string[] }[] = [];
+  /** When each message sent becomes visible, in ms after START: its send plus its whole seconds of delay. */
+  const visibleAfterMs: number[] = [];
   const sqs = new SQSClient({ region: "us-east-1" });
   mockClient(sqs)
     .on(SendMessageBatchCommand)
@@ -34,11 +36,13 @@ function recordingSender() {
         queue: input.QueueUrl,
         jobs: entries.map((e) => decodeRunMessage(e.MessageBody)?.jobId ?? "?"),
       });
+      for (const e of entries)
+        visibleAfterMs.push(Date.now() - START + (e.DelaySeconds ?? 0) * 1000);
       return { Successful: entries.map((e) => ({ Id: e.Id, MessageId: e.Id })), Failed: [] };
     });
   const engine = mockedEngine({ sqs, clock: () => new Date() });
   const sender = new RunSender(engine, { sendFailures: 0 });
-  return { sender, batches, jobsSent: () => batches.map((b) => b.jobs) };
+  return { sender, batches, visibleAfterMs, jobsSent: () => batches.map((b) => b.jobs) };
 }
 
 /** A claimed run of job `jobId`, due `inMs` after the clock's now. */
@@ -62,13 +66,9 @@ describe("RunSender: how long a run waits for its batch to fill", () => {
     { due: "now", inMs: 0, sentAfterMs: 100 },
     { due: "30 s ago", inMs: -30_000, sentAfterMs: 100 },
     { due: "in 1.05 s", inMs: 1_050, sentAfterMs: 100 },
-    { due: "in 1.5 s (a second off its delay)", inMs: 1_500, sentAfterMs: 1_000 },
-    { due: "in 5.5 s (a second off its delay)", inMs: 5_500, sentAfterMs: 1_000 },
-    {
-      due: "in 5.05 s (a second's wait would not shorten its delay)",
-      inMs: 5_050,
-      sentAfterMs: 100,
-    },
+    { due: "in 1.1 s", inMs: 1_100, sentAfterMs: 1_000 },
+    { due: "in 1.5 s", inMs: 1_500, sentAfterMs: 1_000 },
+    { due: "in 5.05 s", inMs: 5_050, sentAfterMs: 1_000 },
   ])(
     "sends a run due $due alone $sentAfterMs ms after it was claimed",
     async ({ inMs, sentAfterMs }) => {
@@ -149,26 +149,27 @@ describe("RunSender: a run's wait for its batch never makes it visible later", (
   it.each([0, 1_050, 1_100, 1_500, 1_999, 2_000, 2_050, 2_500, 3_050, 5_000, 5_999])(
     "a run due %i ms after its claim is visible no later than after the 100 ms linger",
     async (dueInMs) => {
-      const sentAt: { afterMs: number; delaySeconds: number }[] = [];
-      const sqs = new SQSClient({ region: "us-east-1" });
-      mockClient(sqs)
-        .on(SendMessageBatchCommand)
-        .callsFake(async (input: SendMessageBatchCommandInput) => {
-          const entries = input.Entries ?? [];
-          for (const e of entries) {
-            sentAt.push({ afterMs: Date.now() - START, delaySeconds: e.DelaySeconds ?? 0 });
-          }
-          return { Successful: entries.map((e) => ({ Id: e.Id, MessageId: e.Id })), Failed: [] };
-        });
-      const sender = new RunSender(mockedEngine({ sqs, clock: () => new Date() }), {
-        sendFailures: 0,
-      });
+      const { sender, visibleAfterMs } = recordingSender();
       await sender.add([runDue("one", dueInMs)]);
       await vi.advanceTimersByTimeAsync(1_000);
-      const [sent] = sentAt;
-      expect(sent).toBeDefined();
-      const visibleAfterMs = (sent?.afterMs ?? 0) + (sent?.delaySeconds ?? 0) * 1000;
-      expect(visibleAfterMs).toBeLessThanOrEqual(visibleAfter(dueInMs, 100));
+      expect(visibleAfterMs).toHaveLength(1);
+      const [visible = Number.NaN] = visibleAfterMs;
+      expect(visible).toBeLessThanOrEqual(visibleAfter(dueInMs, 100));
+      // Not so early that the worker sends it back instead of waiting (MAX_EARLY_WAIT_MS).
+      expect(visible).toBeGreaterThan(dueInMs - 2_000);
     },
   );
+});
+
+describe("RunSender: a run sent before its deadline is visible no later than after the 100 ms linger", () => {
+  it("a run due in 1.5 s, sent at 400 ms with a run due now, is visible by 1.1 s", async () => {
+    const { sender, jobsSent, visibleAfterMs } = recordingSender();
+    await sender.add([runDue("later", 1_500)]);
+    await vi.advanceTimersByTimeAsync(300);
+    await sender.add([runDue("due-now", 0)]);
+    await vi.advanceTimersByTimeAsync(100);
+    expect(jobsSent()).toEqual([["later", "due-now"]]);
+    const [later = Number.NaN] = visibleAfterMs;
+    expect(later).toBeLessThanOrEqual(1_100);
+  });
 });
