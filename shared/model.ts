@@ -211,7 +211,7 @@ export interface RunTrigger {
 /**
  * The failed attempt a next attempt was written for, written before that attempt's FAILED ending
  * (run-finish.ts): the next attempt runs only once this one says FAILED (retry-predecessor.ts
- * `decideOnPredecessor`). `fence` is the start of the predecessor whose failure wrote it.
+ * `decideOnPredecessor`). `fence`: the predecessor's start whose failure wrote it (0 after a pause).
  */
 export interface RetryOf {
   readonly runId: string;
@@ -255,7 +255,7 @@ export interface DueEntry {
   readonly fanOut?: TriggerFanOut;
   /** A retry of a dependent's run: the upstream run its first attempt records, kept on every attempt. */
   readonly runTrigger?: RunTrigger;
-  /** A retry entry: the failed attempt it follows, carried onto the run its claim queues. */
+  /** A retry entry (or an occurrence after a run a pause cancelled): the attempt it follows. */
   readonly retryOf?: RetryOf;
   /**
    * A one-off's occurrence filed again past attempt 1 in place of a failure's retry or a replay a
@@ -345,8 +345,8 @@ export interface Run {
   /** Who asked for the cancel: the run's own route, a cancel of its job, or a pause with running: cancel. */
   readonly cancelledBy?: CancelSource | null;
   /**
-   * A next attempt written by a failure (not a replay's, nor a resume's): the attempt before it,
-   * whose FAILED ending it waits for before it runs.
+   * A next attempt written by a failure (not a replay's), or filed after a run a pause cancelled
+   * (`afterCancelledRun`): the attempt before it, whose ending it waits for before it runs.
    */
   readonly retryOf?: RetryOf;
   /**

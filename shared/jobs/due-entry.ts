@@ -1,6 +1,13 @@
 import type { Engine } from "../engine.js";
 import { MAX_ATTEMPT, parseDueSortKey } from "../keys.js";
-import { catchUpCountOf, type DueEntry, hasEnd, type Job, type Run } from "../model.js";
+import {
+  catchUpCountOf,
+  type DueEntry,
+  hasEnd,
+  type Job,
+  type RetryOf,
+  type Run,
+} from "../model.js";
 import { plannedTime, windowMsOf } from "../schedule/index.js";
 import { dueEntryKey } from "../storage/due-entries.js";
 import { readDueEntry } from "../storage/job-edit.js";
@@ -8,6 +15,7 @@ import { latestAttemptOf } from "../storage/job-queries.js";
 import { runsOnAfterEndMs } from "../storage/retention.js";
 import { isOccurrenceRun } from "../storage/run-reads.js";
 import { ValidationError } from "../validation.js";
+import { afterCancelledRun } from "./retry-after-move.js";
 
 /**
  * The due entry of the job's occurrence at `at` (its first attempt, unless `attempt` says
@@ -47,7 +55,8 @@ export function dueEntryFor(engine: Engine, job: Job, at: Date, now: Date, attem
 /**
  * A one-off's claimed occurrence as a due entry again, at `attempt` (a run's next attempt after a
  * pause cancelled it): not counted again, the occurrence was counted when it was first claimed.
- * With `retryAgain`, in place of a failure's retry or a replay (`DueEntry.retryAgain`).
+ * With `retryAgain`, in place of a failure's retry or a replay (`DueEntry.retryAgain`); with
+ * `retryOf`, after a run a pause cancelled, which its worker waits for (`afterCancelledRun`).
  */
 export function occurrenceAgain(
   engine: Engine,
@@ -55,13 +64,14 @@ export function occurrenceAgain(
   scheduledFor: string,
   attempt: number,
   now: Date,
-  retryAgain = false,
+  follows: { readonly retryAgain?: boolean; readonly retryOf?: RetryOf | undefined } = {},
 ): DueEntry {
   const entry = dueEntryFor(engine, job, new Date(scheduledFor), now, attempt);
   return {
     ...entry,
     queuedBefore: Math.max(0, (entry.queuedBefore ?? 0) - 1),
-    ...(retryAgain ? { retryAgain: true } : {}),
+    ...(follows.retryAgain === true ? { retryAgain: true } : {}),
+    ...(follows.retryOf ? { retryOf: follows.retryOf } : {}),
   };
 }
 
@@ -70,7 +80,8 @@ export function occurrenceAgain(
  * attempt the job's entry names. A one-off's pending entry may be its run's next attempt (a
  * resume's, after a pause cancelled the run); filed at attempt 1, its claim would find that
  * attempt's run handled and move the job on with nothing pending. Such an entry is read (one
- * consistent read), so that one in place of a retry a pause cancelled stays so (`retryAgain`).
+ * consistent read), so that one in place of a retry a pause cancelled stays so (`retryAgain`), and
+ * one after a run a pause cancelled still waits for that run to end (`retryOf`).
  */
 export async function pendingEntryAgain(
   engine: Engine,
@@ -81,7 +92,10 @@ export async function pendingEntryAgain(
   const attempt = job.nextDueKey ? (parseDueSortKey(job.nextDueKey.sk)?.attempt ?? 1) : 1;
   if (attempt === 1 || job.nextDueKey === null) return dueEntryFor(engine, job, at, now);
   const filed = await readDueEntry(engine, job.nextDueKey);
-  return occurrenceAgain(engine, job, at.toISOString(), attempt, now, filed?.retryAgain === true);
+  return occurrenceAgain(engine, job, at.toISOString(), attempt, now, {
+    retryAgain: filed?.retryAgain === true,
+    retryOf: filed?.retryOf,
+  });
 }
 
 /**
@@ -107,12 +121,18 @@ export function runGivenUp(run: Run): boolean {
  * have leaves none: the edit is refused. So is one that SUCCEEDED as an occurrence's run (its own,
  * a failure's retry of it run at its old time after a move away, a recurring job's): the next
  * attempt would be that occurrence's second success, under the same idempotency key. A triggered
- * run's success is no occurrence's (`isOccurrenceRun`). One consistent read of one run item (two for a later attempt that succeeded), made by schedule
- * edits to a one-off only.
+ * run's success is no occurrence's (`isOccurrenceRun`). After a run a pause cancelled, the
+ * attempt names it (`retryOf`, `afterCancelledRun`): its worker may still hold it, and the next
+ * attempt waits for it to end. One consistent read of one run item (two for a later attempt that
+ * succeeded), made by schedule edits to a one-off only.
  */
-export async function attemptForRunAt(engine: Engine, jobId: string, runAt: Date): Promise<number> {
+export async function attemptForRunAt(
+  engine: Engine,
+  jobId: string,
+  runAt: Date,
+): Promise<{ readonly attempt: number; readonly retryOf?: RetryOf | undefined }> {
   const latest = await latestAttemptOf(engine, jobId, runAt.toISOString());
-  if (latest === null || !runGivenUp(latest)) return 1;
+  if (latest === null || !runGivenUp(latest)) return { attempt: 1 };
   if (latest.status === "SUCCEEDED" && (await isOccurrenceRun(engine, latest)))
     throw new ValidationError([
       {
@@ -127,7 +147,7 @@ export async function attemptForRunAt(engine: Engine, jobId: string, runAt: Date
         message: `its run at ${latest.scheduledFor} has had attempt ${latest.attempt}, the last attempt a run can have: give another runAt`,
       },
     ]);
-  return latest.attempt + 1;
+  return { attempt: latest.attempt + 1, retryOf: afterCancelledRun(latest) };
 }
 
 /**

@@ -166,7 +166,7 @@ async function editPlanned(
     // A claim leaves the version alone, so the caller's version is still the one checked.
     let job: Job;
     // A new runAt whose run ended or was cancelled is filed at that run's next attempt.
-    let runAtAttempt = 1;
+    let runAtFiled: Awaited<ReturnType<typeof attemptForRunAt>> = { attempt: 1 };
     // A paused one-off moved away from a retry a pause cancelled: that retry, filed beside.
     let retryEntry: DueEntry | null = null;
     try {
@@ -176,7 +176,7 @@ async function editPlanned(
           : current;
       if (changesSchedule && normalized.endAt === undefined) refuseKeptEndPassed(job, now);
       if (changesSchedule && normalized.schedule && "runAt" in normalized.schedule)
-        runAtAttempt = await attemptForRunAt(engine, jobId, new Date(normalized.schedule.runAt));
+        runAtFiled = await attemptForRunAt(engine, jobId, new Date(normalized.schedule.runAt));
       if (changesSchedule && normalized.schedule)
         retryEntry = await retryLeftByMove(engine, job, normalized.schedule, now);
     } catch (error) {
@@ -205,8 +205,10 @@ async function editPlanned(
       next && job.status === "ACTIVE"
         ? kept
           ? await pendingEntryAgain(engine, edited, next, now)
-          : runAtAttempt > 1
-            ? occurrenceAgain(engine, edited, next.toISOString(), runAtAttempt, now)
+          : runAtFiled.attempt > 1
+            ? occurrenceAgain(engine, edited, next.toISOString(), runAtFiled.attempt, now, {
+                retryOf: runAtFiled.retryOf,
+              })
             : dueEntryFor(engine, edited, next, now)
         : null;
     return {

@@ -13,7 +13,7 @@ import { writeResumedJob } from "../storage/job-status.js";
 import { rearmParkedRun } from "../storage/run-park.js";
 import { dueEntryFor, occurrenceAgain, runGivenUp } from "./due-entry.js";
 import { getTenantJob } from "./queries.js";
-import { cancelledByPause } from "./retry-after-move.js";
+import { afterCancelledRun, cancelledByPause } from "./retry-after-move.js";
 import { withJob } from "./with-job.js";
 
 /**
@@ -200,11 +200,15 @@ function expiredOneOff(
  * The due entry of the next attempt of a one-off's run that a pause cancelled (one below the last
  * attempt), or that ended otherwise (`pendingOccurrence`). The run's key makes it one run however
  * many writers plan it; the occurrence was counted when it was first claimed and is not counted
- * again. A failure's retry or a replay the pause cancelled is filed as one (`retryAgain`).
+ * again. A failure's retry or a replay the pause cancelled is filed as one (`retryAgain`). After a
+ * run the pause cancelled, it names that run (`retryOf`): its worker may still hold it under a live
+ * lease, and the next attempt waits for it to end rather than run beside it.
  */
 function rerunOf(engine: Engine, job: Job, latest: Run, now: Date): DueEntry {
-  const retryAgain = cancelledByPause(latest) && isRetryOrReplay(latest);
-  return occurrenceAgain(engine, job, latest.scheduledFor, latest.attempt + 1, now, retryAgain);
+  return occurrenceAgain(engine, job, latest.scheduledFor, latest.attempt + 1, now, {
+    retryAgain: cancelledByPause(latest) && isRetryOrReplay(latest),
+    retryOf: afterCancelledRun(latest),
+  });
 }
 
 /**

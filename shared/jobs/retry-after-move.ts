@@ -1,6 +1,6 @@
 import type { Engine } from "../engine.js";
 import { MAX_ATTEMPT } from "../keys.js";
-import { type DueEntry, isRetryOrReplay, type Job, type Run } from "../model.js";
+import { type DueEntry, isRetryOrReplay, type Job, type RetryOf, type Run } from "../model.js";
 import type { ScheduleSpec } from "../schedule/index.js";
 import { dueEntryKey } from "../storage/due-entries.js";
 import { latestAttemptOf } from "../storage/job-queries.js";
@@ -8,6 +8,20 @@ import { latestAttemptOf } from "../storage/job-queries.js";
 /** Whether a pause with `running: "cancel"` cancelled the run (or is cancelling it). */
 export function cancelledByPause(run: Run): boolean {
   return run.cancelledBy === "pause" && (run.status === "CANCELLED" || run.status === "RUNNING");
+}
+
+/**
+ * What a one-off's occurrence filed again after a pause cancelled its run (a resume's, an edit's
+ * back to its time) names (`retryOf`): that run, which may still be running under its worker's
+ * lease, since the worker sees the cancel at its next heartbeat. The worker of the new attempt
+ * waits for it to end (`decideOnPredecessor`), so two attempts of one occurrence never run at once.
+ * Fence 0, the fence of no start: no failure wrote it, so neither a failure's own retry of that
+ * run (put before its refused ending) nor `retryLeftByMove`'s entry, which name its start's fence,
+ * puts over the run this one queued, nor this one over theirs (`RETRY_RUN_PUT_CONDITION`). The
+ * one-off's (`oneOff`), as `retryLeftByMove`'s. Undefined for any other run.
+ */
+export function afterCancelledRun(run: Run): RetryOf | undefined {
+  return cancelledByPause(run) ? { runId: run.runId, fence: 0, oneOff: true } : undefined;
 }
 
 /**

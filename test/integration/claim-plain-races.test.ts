@@ -20,6 +20,7 @@ import { jobKey } from "../../shared/storage/items.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { queuedRun } from "../../shared/storage/runs.js";
 import { listSetAsideEntries } from "../../shared/storage/set-aside.js";
+import { useCancelledAttempt } from "../support/cancelled-attempt.js";
 import {
   ONE_OFF_CLAIM_WRITES,
   type RequestHook,
@@ -41,6 +42,7 @@ import type { EngineFixture } from "../support/engine-fixture.js";
  * this version's takes.
  */
 
+const race = useClaimRace({ oneOffClaimWrites: "plain" });
 const {
   clock,
   claimOptions,
@@ -56,7 +58,8 @@ const {
   fixture,
   entriesOf,
   runsCalled,
-} = useClaimRace({ oneOffClaimWrites: "plain" });
+} = race;
+const { expectRunsOnceCancelledEnded } = useCancelledAttempt(race);
 let f: EngineFixture;
 beforeEach(() => {
   f = fixture();
@@ -712,6 +715,6 @@ describe("a one-off's claimer that dies after its commit, then a lifecycle chang
       [1, "RUNNING", "pause"],
       [2, "QUEUED", null],
     ]);
-    expect(await runsCalled("died-rerun")).toEqual([[due.toISOString(), 1]]);
+    await expectRunsOnceCancelledEnded("died-rerun", due, 2);
   });
 });

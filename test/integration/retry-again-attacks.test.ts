@@ -19,7 +19,8 @@ import { useOneOffMoves } from "../support/one-off-moves.js";
 const race = useClaimRace();
 const { clock, runsOf, fixture, runsCalled } = race;
 const { moveTo, attemptsOf, failedOnce } = useOneOffMoves(race);
-const { thirdPutAsPauseCancels, expectAttempt3Skipped } = useCancelledAttempt(race);
+const { thirdPutAsPauseCancels, expectAttempt3Skipped, expectRunsOnceCancelledEnded } =
+  useCancelledAttempt(race);
 let f: EngineFixture;
 beforeEach(() => {
   f = fixture();
@@ -63,10 +64,10 @@ describe("a one-off's failure retry that a pause cancelled, run at its old time 
     await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
     await resumeJob(f.engine, job.tenantId, job.jobId);
     await moveTo(job, 1, away);
-    expect(await runsCalled(job.jobId)).toEqual([[due.toISOString(), 1]]);
+    await expectRunsOnceCancelledEnded(job.jobId, due, 3);
     expect(await attemptsOf(job.jobId, due)).toEqual([
       [1, "FAILED"],
-      [2, "RUNNING"],
+      [2, "CANCELLED"],
       [3, "SUCCEEDED"],
     ]);
 

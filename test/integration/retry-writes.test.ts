@@ -692,11 +692,12 @@ describe("a failure's next attempt, written before its ending", () => {
       if (!retryEntry) throw new Error("no retry entry");
 
       // Resume files the occurrence again at attempt 2 and claims it at once (it is overdue): its
-      // run is attempt 2, which names no predecessor. The retry entry is left as it was.
+      // run is attempt 2, which names attempt 1 under the fence of no start, so the retry entry's
+      // claim (its start's fence) finds it handled. The retry entry is left as it was.
       expect((await resumeJob(f.engine, TENANT, job.jobId)).status).toBe("ACTIVE");
       const queued = await attempt(job, 2);
       expect(queued).toMatchObject({ status: "QUEUED" });
-      expect(queued.retryOf).toBeUndefined();
+      expect(queued.retryOf).toEqual({ runId: first.runId, fence: 0, oneOff: true });
       expect(await entries()).toEqual([retryEntry]);
 
       const claimRetryEntry = async () => {

@@ -54,8 +54,9 @@ export function useCancelledAttempt(race: ReturnType<typeof useClaimRace>) {
   }
 
   /**
-   * The occurrence at `due`: the cancelled attempt, then one next attempt, run once. The job has
-   * no run of another occurrence unless `otherOccurrences` is "ignored" (a recurring job's).
+   * The occurrence at `due`: the cancelled attempt, then one next attempt, run once, and only once
+   * the cancelled attempt has ended. The job has no run of another occurrence unless
+   * `otherOccurrences` is "ignored" (a recurring job's).
    */
   async function expectNextAttemptRunsOnce(
     jobId: string,
@@ -69,7 +70,57 @@ export function useCancelledAttempt(race: ReturnType<typeof useClaimRace>) {
       [1, "RUNNING", "pause"],
       [2, "QUEUED", null],
     ]);
-    expect(await runsCalled(jobId)).toEqual([[due.toISOString(), 1]]);
+    await expectRunsOnceCancelledEnded(jobId, due, 2);
+  }
+
+  /**
+   * The pause's cancel of `run`, still running, lands: its worker's lease lapses, and a delivery
+   * of it ends it CANCELLED, unrun.
+   */
+  async function cancelLands(run: Run) {
+    const f = fixture();
+    pastDeadlineOf(clock());
+    await f.process(f.workerDeps("w", {}), deliveryOfRun(f.engine, run));
+    const ended = (await runsOf(run.jobId)).find((r) => r.runId === run.runId);
+    expect([ended?.status, ended?.cancelledBy]).toEqual(["CANCELLED", "pause"]);
+  }
+
+  /**
+   * Attempt `next` of the occurrence at `due`, delivered while attempt `next - 1`, which a pause
+   * cancelled, still runs (its worker holds it, or died holding it): it waits, unrun (two attempts
+   * of one occurrence never run at once). Once that worker's lease lapses, a delivery of the
+   * cancelled attempt ends it CANCELLED (the cancel lands); past the waiting attempt's recheck, the
+   * reaper sends it, and it runs once. Another occurrence's runs (a recurring job's) are not counted.
+   */
+  async function expectRunsOnceCancelledEnded(jobId: string, due: Date, next: number) {
+    const f = fixture();
+    const { engine } = f;
+    const ofDue = async () =>
+      (await runsOf(jobId)).filter((r) => r.scheduledFor === due.toISOString());
+    const attempt = async (n: number) => {
+      const run = (await ofDue()).find((r) => r.attempt === n);
+      if (!run) throw new Error(`no attempt ${n}`);
+      return run;
+    };
+    const callsOfDue = async () =>
+      (await runsCalled(jobId)).filter(([at]) => at === due.toISOString());
+    const cancelled = await attempt(next - 1);
+    expect(await callsOfDue()).toEqual([]);
+    expect(await attempt(next)).toMatchObject({
+      status: "QUEUED",
+      reason: `waiting: ${cancelled.runId} has not ended (RUNNING)`,
+      retryOf: { runId: cancelled.runId },
+    });
+
+    await cancelLands(cancelled);
+
+    pastDeadlineOf(new Date((await attempt(next)).dueAt));
+    await reap(engine);
+    expect(await callsOfDue()).toEqual([[due.toISOString(), 1]]);
+    expect((await attemptsAt(jobId, due)).slice(-2)).toEqual([
+      [next - 1, "CANCELLED"],
+      [next, "SUCCEEDED"],
+    ]);
   }
 
   /**
@@ -118,8 +169,9 @@ export function useCancelledAttempt(race: ReturnType<typeof useClaimRace>) {
 
   /**
    * The queue's runs of the job delivered: attempt 3 of the occurrence at `due` (the one-off moved
-   * away since) runs once, after attempt 2 (`second`, as the pause left it). Then, at `away`, the
-   * one-off runs at its new time too, as it does beside a retry no pause cancelled.
+   * away since) runs once, after attempt 2 (`second`, as the pause left it: still running, it
+   * waits for its cancel to land, `expectRunsOnceCancelledEnded`). Then, at `away`, the one-off
+   * runs at its new time too, as it does beside a retry no pause cancelled.
    */
   async function expectAttempt3RunsThenNewTime(
     jobId: string,
@@ -127,13 +179,12 @@ export function useCancelledAttempt(race: ReturnType<typeof useClaimRace>) {
     away: Date,
     second: "RUNNING" | "CANCELLED",
   ) {
-    expect([await runsCalled(jobId), await attemptsAt(jobId, due)]).toEqual([
-      [[due.toISOString(), 1]],
-      [
-        [1, "FAILED"],
-        [2, second],
-        [3, "SUCCEEDED"],
-      ],
+    if (second === "RUNNING") await expectRunsOnceCancelledEnded(jobId, due, 3);
+    else expect(await runsCalled(jobId)).toEqual([[due.toISOString(), 1]]);
+    expect(await attemptsAt(jobId, due)).toEqual([
+      [1, "FAILED"],
+      [2, "CANCELLED"],
+      [3, "SUCCEEDED"],
     ]);
     time.ms = Math.max(time.ms, away.getTime() + 5 * SECOND);
     await dispatchShard(fixture().engine, 0, "pass-at-new-time");
@@ -168,6 +219,8 @@ export function useCancelledAttempt(race: ReturnType<typeof useClaimRace>) {
     pausedWithRunCancelled,
     resumedUnclaimed,
     expectNextAttemptRunsOnce,
+    expectRunsOnceCancelledEnded,
+    cancelLands,
     failsAsPauseCancels,
   };
 }
