@@ -84,6 +84,8 @@ export interface Job {
   readonly nextRunAt: string | null;
   /** Sort/partition key of the due entry that holds `nextRunAt`, so edits and pauses can remove it. */
   readonly nextDueKey: DueKey | null;
+  /** The latest retry entry an edit filed beside it (`retryLeftByMove`): the next such edit keeps it. */
+  readonly retryLeftKey?: DueKey;
   readonly createdAt: string;
   readonly updatedAt: string;
   /** Runs of this job holding a live lease: runId → leaseUntil. Used only for overlap decisions. */
@@ -344,10 +346,7 @@ export interface Run {
   readonly cancelRequestedAt?: string | null;
   /** Who asked for the cancel: the run's own route, a cancel of its job, or a pause with running: cancel. */
   readonly cancelledBy?: CancelSource | null;
-  /**
-   * A next attempt written by a failure (not a replay's), or filed after a run a pause cancelled
-   * (`afterCancelledRun`): the attempt before it, whose ending it waits for before it runs.
-   */
+  /** A failure's next attempt, or one after a run a pause cancelled: the attempt it waits for. */
   readonly retryOf?: RetryOf;
   /**
    * A one-off's occurrence claimed again at a later attempt (a resume's after a pause cancelled its

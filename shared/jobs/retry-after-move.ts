@@ -3,6 +3,7 @@ import { MAX_ATTEMPT } from "../keys.js";
 import { type DueEntry, isRetryOrReplay, type Job, type RetryOf, type Run } from "../model.js";
 import type { ScheduleSpec } from "../schedule/index.js";
 import { dueEntryKey } from "../storage/due-entries.js";
+import { readDueEntry } from "../storage/job-edit.js";
 import { latestAttemptOf } from "../storage/job-queries.js";
 
 /** Whether a pause with `running: "cancel"` cancelled the run (or is cancelling it). */
@@ -35,7 +36,9 @@ export function afterCancelledRun(run: Run): RetryOf | undefined {
  * (`retriedAfterPause`), and its claim finds handled a run of it another writer put first (the
  * resume's after a move back). Null otherwise: a first attempt a pause cancelled stands in for the
  * occurrence, which the one-off's new time takes (`rerun`); a dependent's run is no occurrence of
- * it. One consistent query of one item, made by such edits alone.
+ * it. An entry an earlier such edit filed for the same attempt, still unclaimed (`Job.retryLeftKey`,
+ * one consistent read), is kept: none is filed beside it. One consistent query of one item, made
+ * by such edits alone.
  */
 export async function retryLeftByMove(
   engine: Engine,
@@ -56,6 +59,11 @@ export async function retryLeftByMove(
   )
     return null;
   const attempt = latest.attempt + 1;
+  // Moved away, back and away again before a pass claimed it: the entry an earlier move filed for
+  // this attempt is still there (its claim puts the attempt's run, which `latest` would then be),
+  // and a second, at another key, would send the run a second message. Kept, none is filed.
+  const filed = job.retryLeftKey ? await readDueEntry(engine, job.retryLeftKey) : null;
+  if (filed?.attempt === attempt && filed.retryOf?.runId === latest.runId) return null;
   return {
     key: dueEntryKey(job.jobId, now, attempt, now, engine.settings.shardCount),
     kind: "retry",

@@ -78,6 +78,7 @@ export async function writeEditedJob(
     nextDueKey: entry?.key ?? null,
     updatedAt: next.now.toISOString(),
     ...(next.lastEdit ? { lastEdit: next.lastEdit } : {}),
+    ...(next.retryEntry ? { retryLeftKey: next.retryEntry.key } : {}),
     ...(next.catchUpCount !== undefined && next.catchUpCount !== (job.catchUpCount ?? 0)
       ? { catchUpCount: next.catchUpCount }
       : {}),

@@ -19,8 +19,17 @@ import { useOneOffMoves } from "../support/one-off-moves.js";
  */
 
 const race = useClaimRace();
-const { clock, claimOptions, runsOf, fixture, runsCalled, entriesOf, pastDeadlineOf, seedOne } =
-  race;
+const {
+  clock,
+  time,
+  claimOptions,
+  runsOf,
+  fixture,
+  runsCalled,
+  entriesOf,
+  pastDeadlineOf,
+  seedOne,
+} = race;
 const { moveTo, failedOnce } = useOneOffMoves(race);
 const {
   thirdPutAsPauseCancels,
@@ -127,5 +136,23 @@ describe("a recurring job whose retry a pause cancelled as it failed (the narrow
       schedule: { runAt: away.toISOString() },
     });
     await expectAttempt3Skipped(job, due, away);
+  });
+});
+
+describe("a paused one-off whose failure retry a pause cancelled, moved away, back and away again before any pass", () => {
+  it("files one retry entry for that cancelled attempt, not one per move away", async () => {
+    const { job, due, away } = await retryCancelledByPause();
+    await moveTo(job, 1, away);
+    time.ms += 61 * SECOND;
+    await moveTo(job, 2, due);
+    time.ms += 61 * SECOND;
+    const later = new Date(away.getTime() + 600 * SECOND);
+    await moveTo(job, 3, later);
+    const retries = (await entriesOf(job.jobId)).filter((e) => e.kind === "retry");
+    expect(retries.map((e) => e.attempt)).toEqual([3]);
+
+    await cancelLands(job);
+    await resumeJob(f.engine, job.tenantId, job.jobId);
+    await expectRetryThenNewTime(job, due, later, "CANCELLED");
   });
 });
