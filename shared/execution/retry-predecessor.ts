@@ -54,6 +54,11 @@ export function decideOnPredecessor(
       recheckAt: new Date(now.getTime() + waitMs),
     };
   }
+  // Fence 0 names no failed start: a run a pause cancelled, which the attempt (a resume's, an
+  // edit's back to its time) only waits for (`afterCancelledRun`). Ended, it runs as the start
+  // decided, as such an attempt did before it named the run: a retry filed again (`retryAgain`)
+  // still runs once its one-off is made recurring.
+  if (run.retryOf?.fence === 0) return { action: "run" };
   if (
     predecessor.status === "CANCELLED" &&
     predecessor.cancelledBy === "pause" &&
@@ -108,6 +113,7 @@ export async function afterPredecessor(
   // One more consistent read, only where a triggered run's chain would otherwise run.
   const ofTriggeredRun =
     predecessor !== null &&
+    run.retryOf?.fence !== 0 &&
     retriedAfterPause(job, run, predecessor) &&
     !(await isOccurrenceRun(engine, run));
   const decided = decideOnPredecessor(job, run, predecessor, engine.clock(), ofTriggeredRun);

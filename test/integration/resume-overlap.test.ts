@@ -5,7 +5,7 @@ import { getTenantJob } from "../../shared/jobs/queries.js";
 import type { Job } from "../../shared/model.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { useCancelledAttempt } from "../support/cancelled-attempt.js";
-import { useClaimRace } from "../support/claim-race.js";
+import { SECOND, useClaimRace } from "../support/claim-race.js";
 import type { EngineFixture } from "../support/engine-fixture.js";
 import { useOneOffMoves } from "../support/one-off-moves.js";
 
@@ -17,8 +17,8 @@ import { useOneOffMoves } from "../support/one-off-moves.js";
  */
 
 const race = useClaimRace();
-const { clock, runsOf, fixture } = race;
-const { pausedWithRunCancelled, resumedUnclaimed, expectRunsOnceCancelledEnded } =
+const { clock, runsOf, fixture, runsCalled } = race;
+const { pausedWithRunCancelled, resumedUnclaimed, expectRunsOnceCancelledEnded, cancelLands } =
   useCancelledAttempt(race);
 const { failedOnce } = useOneOffMoves(race);
 let f: EngineFixture;
@@ -32,6 +32,16 @@ async function expectRunsOnlyAfterCancelledAttemptEnded(job: Job, due: Date, nex
   expect((await getTenantJob(f.engine, job.tenantId, job.jobId)).status).toBe("COMPLETED");
 }
 
+/** A one-off's failure retry (attempt 2) running when a pause with `running: "cancel"` asks it to stop. */
+async function retryRunningCancelledByPause() {
+  const { job, due } = await failedOnce(0);
+  const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
+  if (!retry) throw new Error("no retry");
+  expect((await startRun(f.engine, retry, "worker-a", clock())).kind).toBe("started");
+  await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+  return { job, due, retry };
+}
+
 describe("a one-off's running attempt cancelled by a pause, its worker still holding it, then resumed", () => {
   it("attempt 1: the resume's next attempt waits for it to end, then runs once", async () => {
     const { job, due } = await pausedWithRunCancelled("overlap-first");
@@ -40,11 +50,7 @@ describe("a one-off's running attempt cancelled by a pause, its worker still hol
   });
 
   it("a failure's retry (attempt 2): the retry the resume files (retryAgain) waits for it, then runs once", async () => {
-    const { job, due } = await failedOnce(0);
-    const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
-    if (!retry) throw new Error("no retry");
-    expect((await startRun(f.engine, retry, "worker-a", clock())).kind).toBe("started");
-    await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+    const { job, due } = await retryRunningCancelledByPause();
     await resumeJob(f.engine, job.tenantId, job.jobId);
     await expectRunsOnlyAfterCancelledAttemptEnded(job, due, 3);
   });
@@ -55,5 +61,23 @@ describe("a one-off's running attempt cancelled by a pause, its worker still hol
     await editJob(f.engine, job.tenantId, job.jobId, 1, { name: "renamed" });
     await dispatchShard(f.engine, 0, "pass-after-edit");
     await expectRunsOnlyAfterCancelledAttemptEnded(job, due, 2);
+  });
+});
+
+describe("a one-off's failure retry a pause cancelled, its cancel landed, resumed, then made recurring before the retry ran", () => {
+  it("the retry the resume filed (retryAgain) still runs at its old time, as a retry no pause cancelled does", async () => {
+    const { job, due, retry } = await retryRunningCancelledByPause();
+    await cancelLands(retry);
+    await resumeJob(f.engine, job.tenantId, job.jobId);
+    expect((await runsOf(job.jobId)).find((r) => r.attempt === 3)?.status).toBe("QUEUED");
+
+    const startAt = new Date(clock().getTime() + 600 * SECOND);
+    await editJob(f.engine, job.tenantId, job.jobId, 1, {
+      schedule: { every: "PT1H", startAt: startAt.toISOString() },
+    });
+
+    expect(await runsCalled(job.jobId)).toEqual([[due.toISOString(), 1]]);
+    const ran = (await runsOf(job.jobId)).find((r) => r.attempt === 3);
+    expect(ran?.status).toBe("SUCCEEDED");
   });
 });

@@ -129,4 +129,13 @@ describe("decideOnPredecessor: a failure's next attempt runs only once the attem
     );
     expect(decideOnPredecessor(recurring(), third, retryByPause, NOW)).toMatchObject(skipped);
   });
+  it("after a run a pause cancelled (fence 0, no failed start's): waits while it runs, then runs, whatever the schedule now", () => {
+    const byPause = attempt(2, { status: "CANCELLED", cancelledBy: "pause", fence: 1 });
+    const afterPause = attempt(3, { retryOf: { runId: byPause.runId, fence: 0, oneOff: true } });
+    const running = { ...byPause, status: "RUNNING" as const, leaseUntil: NOW.toISOString() };
+    expect(decideOnPredecessor(recurring(), afterPause, running, NOW)).toMatchObject({
+      action: "wait",
+    });
+    expect(decideOnPredecessor(recurring(), afterPause, byPause, NOW)).toEqual({ action: "run" });
+  });
 });
