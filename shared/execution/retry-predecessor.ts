@@ -83,13 +83,14 @@ export function decideOnPredecessor(
  * run, which a later attempt does not say: its attempt 1 does (`afterPredecessor` reads it).
  * Neither is given back by a resume: the pause's cancel stands, and the attempt is skipped. So is
  * a recurring job's occurrence made a one-off since: the attempt says whether its predecessor was
- * the one-off's when it failed (`RetryOf.oneOff`).
+ * the one-off's when it failed (`RetryOf.oneOff`). A one-off made recurring since is moved away
+ * too (`retryLeftByMove` files such a retry for that move): the retry runs, as one no pause
+ * cancelled does.
  */
 function retriedAfterPause(job: Job, run: Run, predecessor: Run): boolean {
   return (
     predecessor.status === "CANCELLED" &&
     predecessor.cancelledBy === "pause" &&
-    "runAt" in job.schedule &&
     !isOneOffOccurrence(job, run.scheduledFor) &&
     run.trigger === undefined &&
     run.retryOf?.oneOff === true &&

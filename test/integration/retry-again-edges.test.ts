@@ -156,3 +156,18 @@ describe("a paused one-off whose failure retry a pause cancelled, moved away, ba
     await expectRetryThenNewTime(job, due, later, "CANCELLED");
   });
 });
+
+describe("a paused one-off whose failure retry the pause cancelled, made recurring while paused", () => {
+  it("the retry the edit files beside (retryLeftByMove) runs at its old time once resumed, as when moved to another runAt", async () => {
+    const { job, due } = await retryCancelledByPause();
+    await cancelLands(job);
+    const startAt = new Date(clock().getTime() + 600 * SECOND);
+    await editJob(f.engine, job.tenantId, job.jobId, 1, {
+      schedule: { every: "PT1H", startAt: startAt.toISOString() },
+    });
+    await resumeJob(f.engine, job.tenantId, job.jobId);
+    await dispatchShard(f.engine, 0, "pass-after-resume");
+    expect(await runsCalled(job.jobId)).toEqual([[due.toISOString(), 1]]);
+    expect((await runsOf(job.jobId)).find((r) => r.attempt === 3)?.status).toBe("SUCCEEDED");
+  });
+});

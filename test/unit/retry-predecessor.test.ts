@@ -109,7 +109,7 @@ describe("decideOnPredecessor: a failure's next attempt runs only once the attem
     });
   });
 
-  it("runs after a pause-cancelled retry or replay of a one-off's occurrence moved away since; not a rerun's, a triggered run's, a dependent's or a recurring job's", () => {
+  it("runs after a pause-cancelled retry or replay of a one-off's occurrence moved away since (made recurring too); not a rerun's, a triggered run's, a dependent's or a recurring job's", () => {
     const moved: Job = { ...oneOff(), schedule: { runAt: NOW.toISOString() } };
     const retryByPause = attempt(2, { status: "CANCELLED", cancelledBy: "pause", fence: 1 });
     const retryOf = { runId: retryByPause.runId, fence: 1, oneOff: true } as const;
@@ -127,7 +127,9 @@ describe("decideOnPredecessor: a failure's next attempt runs only once the attem
     expect(decideOnPredecessor(moved, { ...third, trigger }, retryByPause, NOW)).toMatchObject(
       skipped,
     );
-    expect(decideOnPredecessor(recurring(), third, retryByPause, NOW)).toMatchObject(skipped);
+    // A one-off made recurring since: moved away too, and the retry runs.
+    expect(decideOnPredecessor(recurring(), third, retryByPause, NOW)).toEqual({ action: "run" });
+    expect(decideOnPredecessor(recurring(), ofRecurring, retryByPause, NOW)).toMatchObject(skipped);
   });
   it("after a run a pause cancelled (fence 0, no failed start's): waits while it runs, then runs, whatever the schedule now", () => {
     const byPause = attempt(2, { status: "CANCELLED", cancelledBy: "pause", fence: 1 });
