@@ -37,7 +37,8 @@ export function afterCancelledRun(run: Run): RetryOf | undefined {
  * resume's after a move back). Null otherwise: a first attempt a pause cancelled stands in for the
  * occurrence, which the one-off's new time takes (`rerun`); a dependent's run is no occurrence of
  * it. An entry an earlier such edit filed for the same attempt, still unclaimed (`Job.retryLeftKey`,
- * one consistent read), is kept: none is filed beside it. One consistent query of one item, made
+ * one consistent read, made before the query so that a claim between the two is seen), is kept:
+ * none is filed beside it. One consistent query of one item, made
  * by such edits alone.
  */
 export async function retryLeftByMove(
@@ -49,6 +50,10 @@ export async function retryLeftByMove(
   if (job.status !== "PAUSED" || !("runAt" in job.schedule)) return null;
   if ("runAt" in schedule && Date.parse(schedule.runAt) === Date.parse(job.schedule.runAt))
     return null;
+  // Read before the latest attempt: a claim puts its run before it deletes its entry, so an entry
+  // gone here has its run seen by the query below; read after, a claim between the two reads
+  // left neither seen, and a second entry was filed for the attempt that claim queued.
+  const filed = job.retryLeftKey ? await readDueEntry(engine, job.retryLeftKey) : null;
   const latest = await latestAttemptOf(engine, job.jobId, job.schedule.runAt);
   if (
     latest === null ||
@@ -62,7 +67,6 @@ export async function retryLeftByMove(
   // Moved away, back and away again before a pass claimed it: the entry an earlier move filed for
   // this attempt is still there (its claim puts the attempt's run, which `latest` would then be),
   // and a second, at another key, would send the run a second message. Kept, none is filed.
-  const filed = job.retryLeftKey ? await readDueEntry(engine, job.retryLeftKey) : null;
   if (filed?.attempt === attempt && filed.retryOf?.runId === latest.runId) return null;
   return {
     key: dueEntryKey(job.jobId, now, attempt, now, engine.settings.shardCount),

@@ -29,6 +29,7 @@ const {
   entriesOf,
   pastDeadlineOf,
   seedOne,
+  withHooks,
 } = race;
 const { moveTo, failedOnce } = useOneOffMoves(race);
 const {
@@ -154,6 +155,29 @@ describe("a paused one-off whose failure retry a pause cancelled, moved away, ba
     await cancelLands(job);
     await resumeJob(f.engine, job.tenantId, job.jobId);
     await expectRetryThenNewTime(job, due, later, "CANCELLED");
+  });
+
+  it("the first entry claimed as the last move reads: still no second entry, whose claim would put over that run", async () => {
+    const { job, due, away } = await retryCancelledByPause();
+    await moveTo(job, 1, away);
+    const [first] = (await entriesOf(job.jobId)).filter((e) => e.kind === "retry");
+    if (!first) throw new Error("no retry entry");
+    time.ms += 61 * SECOND;
+    await moveTo(job, 2, due);
+    time.ms += 61 * SECOND;
+    const isFirst = (input: Record<string, unknown>) => {
+      const key = input.Key as { pk?: string; sk?: string } | undefined;
+      return key?.pk === first.key.pk && key.sk === first.key.sk;
+    };
+    const claimFirst = async () => {
+      expect((await claimDueEntry(f.engine, first, claimOptions(clock()))).outcome).toBe("claimed");
+    };
+    const { hooked } = await withHooks(
+      [{ command: "GetItemCommand", when: isFirst, before: claimFirst }],
+      () => moveTo(job, 3, new Date(away.getTime() + 600 * SECOND)),
+    );
+    expect(hooked).toBe(1);
+    expect((await entriesOf(job.jobId)).filter((e) => e.kind === "retry")).toEqual([]);
   });
 });
 
