@@ -25,7 +25,8 @@ export type PredecessorDecision =
  * ending) runs, from its predecessor as read after the start. FAILED: it runs. Not ended yet
  * (its worker died or lost its fence between the two writes, or is still writing): it waits, a
  * little longer at each of its starts and not before the predecessor's lease lapses, since the
- * predecessor may still fail (again) and its ending then lets this attempt run. Ended otherwise
+ * predecessor may still fail (again) and its ending then lets this attempt run (a run a pause
+ * cancelled, fence 0, is looked at again sooner: any ending of it lets the attempt run). Ended otherwise
  * (succeeded on a later start, dead, cancelled, skipped): SKIPPED, naming it, so the occurrence
  * has no attempt its predecessor did not ask for. A one-off's occurrence cancelled by a pause is
  * the exception: its resume gives it a next attempt, and this is that attempt; a failure's retry
@@ -47,7 +48,14 @@ export function decideOnPredecessor(
     const backoff = PREDECESSOR_RECHECK_MS * 2 ** Math.max(0, run.fence - 1);
     const leaseLeft =
       predecessor.leaseUntil === null ? 0 : Date.parse(predecessor.leaseUntil) - now.getTime();
-    const waitMs = Math.min(PREDECESSOR_RECHECK_MAX_MS, Math.max(backoff, leaseLeft + 1_000));
+    // A run a pause asked to cancel (fence 0) ends at its worker's next heartbeat, well within its
+    // lease, and whatever it ends as the attempt runs: it looks again after the backoff alone, not
+    // past the lease, which only a predecessor that may still fail (again) is waited out for.
+    const afterCancel = run.retryOf?.fence === 0 && leaseLeft > 0;
+    const waitMs = Math.min(
+      PREDECESSOR_RECHECK_MAX_MS,
+      afterCancel ? Math.min(backoff, leaseLeft + 1_000) : Math.max(backoff, leaseLeft + 1_000),
+    );
     return {
       action: "wait",
       reason: `waiting: ${predecessor.runId} has not ended (${predecessor.status})`,

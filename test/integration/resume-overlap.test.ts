@@ -49,6 +49,17 @@ describe("a one-off's running attempt cancelled by a pause, its worker still hol
     await expectRunsOnlyAfterCancelledAttemptEnded(job, due, 2);
   });
 
+  it("the waiting attempt looks again before the cancelled run's lease lapses: that run's worker sees the cancel at its next heartbeat, well within its lease", async () => {
+    const { job } = await pausedWithRunCancelled("overlap-recheck");
+    await resumeJob(f.engine, job.tenantId, job.jobId);
+    expect(await runsCalled(job.jobId)).toEqual([]);
+    const runs = await runsOf(job.jobId);
+    const cancelled = runs.find((r) => r.attempt === 1);
+    const waiting = runs.find((r) => r.attempt === 2);
+    expect(waiting?.reason).toBe(`waiting: ${cancelled?.runId} has not ended (RUNNING)`);
+    expect(Date.parse(waiting?.dueAt ?? "")).toBeLessThan(Date.parse(cancelled?.leaseUntil ?? ""));
+  });
+
   it("a failure's retry (attempt 2): the retry the resume files (retryAgain) waits for it, then runs once", async () => {
     const { job, due } = await retryRunningCancelledByPause();
     await resumeJob(f.engine, job.tenantId, job.jobId);

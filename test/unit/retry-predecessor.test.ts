@@ -140,4 +140,20 @@ describe("decideOnPredecessor: a failure's next attempt runs only once the attem
     });
     expect(decideOnPredecessor(recurring(), afterPause, byPause, NOW)).toEqual({ action: "run" });
   });
+  it("after a run a pause cancelled: looks again after the backoff, not past the lease its worker's next heartbeat ends it within", () => {
+    const afterPause = attempt(2, { retryOf: { runId: attempt(1).runId, fence: 0 }, fence: 1 });
+    const leaseUntil = new Date(NOW.getTime() + 40_000).toISOString();
+    const held = predecessor("RUNNING", { cancelledBy: "pause", leaseUntil });
+    expect(decideOnPredecessor(oneOff(), afterPause, held, NOW)).toMatchObject({
+      recheckAt: new Date(NOW.getTime() + 5_000),
+    });
+    // Never past the lease, however many starts it waited; its worker gone, the backoff alone.
+    expect(decideOnPredecessor(oneOff(), { ...afterPause, fence: 20 }, held, NOW)).toMatchObject({
+      recheckAt: new Date(NOW.getTime() + 41_000),
+    });
+    const lapsed = { ...held, leaseUntil: new Date(NOW.getTime() - 1_000).toISOString() };
+    expect(decideOnPredecessor(oneOff(), { ...afterPause, fence: 3 }, lapsed, NOW)).toMatchObject({
+      recheckAt: new Date(NOW.getTime() + 20_000),
+    });
+  });
 });
