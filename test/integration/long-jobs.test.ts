@@ -13,6 +13,7 @@ import { processRun } from "../../shared/execution/worker.js";
 import { cancelJob } from "../../shared/jobs/cancel.js";
 import { cancelRun } from "../../shared/jobs/cancel-run.js";
 import { pauseJob } from "../../shared/jobs/pause.js";
+import { resumeJob } from "../../shared/jobs/resume.js";
 import { parseRunId, runId as runIdOf } from "../../shared/keys.js";
 import { METRICS, MetricsRecorder } from "../../shared/observability.js";
 import { receiveRuns } from "../../shared/queue/work-queue.js";
@@ -1686,5 +1687,36 @@ describe("an async target's run calls are charged for what they read", () => {
     } finally {
       await api.call("PUT", "/tenants/tenant-b/quotas", { body: {} });
     }
+  });
+});
+
+describe("async mode: a one-off's run a pause with running: cancel cancelled, then resumed", () => {
+  it("handed over: the pause ends it at once, and the resume's next attempt is delivered without waiting for its timeout", async () => {
+    const jobId = await createAsyncJob();
+    const first = await deliver(jobId);
+    await pauseJob(api.fixture.engine, TENANT_A, jobId, { running: "cancel" });
+    expect(await runOf(jobId, first.runId)).toMatchObject({ status: "cancelled" });
+    await resumeJob(api.fixture.engine, TENANT_A, jobId);
+    const second = await deliver(jobId);
+    expect([second.attempt, (await callBack(first.heartbeatUrl, first.token)).status]).toEqual([
+      2, 409,
+    ]);
+  });
+
+  it("its worker died after the 202: the next attempt waits, and the target's next heartbeat ends the run", async () => {
+    const jobId = await createAsyncJob();
+    const first = await deliverWorkerDyingAfter202(jobId);
+    await pauseJob(api.fixture.engine, TENANT_A, jobId, { running: "cancel" });
+    await resumeJob(api.fixture.engine, TENANT_A, jobId);
+    expect(await processNext(jobId)).toBe(1);
+    const next = { ...parseRunIdOrThrow(first.runId), attempt: 2 };
+    expect((await getRun(api.fixture.engine, next))?.reason).toBe(
+      `waiting: ${first.runId} has not ended (RUNNING)`,
+    );
+    expect((await callBack(first.heartbeatUrl, first.token)).status).toBe(409);
+    expect(await runOf(jobId, first.runId)).toMatchObject({ status: "cancelled" });
+    const recheckAt = (await getRun(api.fixture.engine, next))?.dueAt ?? "";
+    now = new Date(Date.parse(recheckAt));
+    expect((await deliver(jobId)).attempt).toBe(2);
   });
 });
