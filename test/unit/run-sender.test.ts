@@ -63,75 +63,38 @@ function runDue(jobId: string, inMs: number, priority: Priority = "normal"): Run
 
 describe("RunSender: how long a run waits for its batch to fill", () => {
   it.each([
-    { due: "now", inMs: 0, sentAfterMs: 100 },
-    { due: "30 s ago", inMs: -30_000, sentAfterMs: 100 },
-    { due: "in 1.05 s", inMs: 1_050, sentAfterMs: 100 },
-    { due: "in 1.1 s", inMs: 1_100, sentAfterMs: 1_000 },
-    { due: "in 1.5 s", inMs: 1_500, sentAfterMs: 1_000 },
-    { due: "in 5.05 s", inMs: 5_050, sentAfterMs: 1_000 },
-  ])(
-    "sends a run due $due alone $sentAfterMs ms after it was claimed",
-    async ({ inMs, sentAfterMs }) => {
-      const { sender, jobsSent } = recordingSender();
-      await sender.add([runDue("alone", inMs)]);
-      await vi.advanceTimersByTimeAsync(sentAfterMs - 1);
-      expect(jobsSent()).toEqual([]);
-      await vi.advanceTimersByTimeAsync(1);
-      expect(jobsSent()).toEqual([["alone"]]);
-    },
-  );
-
-  it("holds a run due 5.5 s ahead for up to a second, and sends it with the runs claimed meanwhile", async () => {
+    { due: "now", inMs: 0 },
+    { due: "30 s ago", inMs: -30_000 },
+    { due: "in 1.05 s", inMs: 1_050 },
+    { due: "in 1.5 s", inMs: 1_500 },
+    { due: "in 5.05 s", inMs: 5_050 },
+  ])("sends a run due $due alone 100 ms after it was claimed", async ({ inMs }) => {
     const { sender, jobsSent } = recordingSender();
-    await sender.add([runDue("later-0", 5_500)]);
-    await vi.advanceTimersByTimeAsync(500);
-    expect(jobsSent()).toEqual([]);
-    await sender.add([runDue("later-1", 5_500)]);
-    await vi.advanceTimersByTimeAsync(499);
+    await sender.add([runDue("alone", inMs)]);
+    await vi.advanceTimersByTimeAsync(99);
     expect(jobsSent()).toEqual([]);
     await vi.advanceTimersByTimeAsync(1);
-    expect(jobsSent()).toEqual([["later-0", "later-1"]]);
+    expect(jobsSent()).toEqual([["alone"]]);
   });
 
-  it("sends ten runs due later at once, without waiting for their deadline", async () => {
+  it("sends ten runs at once, without waiting", async () => {
     const { sender, jobsSent } = recordingSender();
     for (let i = 0; i < 10; i++) await sender.add([runDue(`later-${i}`, 5_000)]);
     expect(jobsSent()).toEqual([Array.from({ length: 10 }, (_, i) => `later-${i}`)]);
   });
 
-  it("a run due now added to a lingering batch brings the whole batch's send forward", async () => {
+  it("a run added to a waiting batch goes with it, 100 ms after the first was claimed", async () => {
     const { sender, jobsSent } = recordingSender();
-    await sender.add([runDue("later", 5_500)]);
-    await vi.advanceTimersByTimeAsync(300);
     await sender.add([runDue("due-now", 0)]);
-    await vi.advanceTimersByTimeAsync(99);
+    await vi.advanceTimersByTimeAsync(50);
+    await sender.add([runDue("later", 5_500)]);
+    await vi.advanceTimersByTimeAsync(49);
     expect(jobsSent()).toEqual([]);
     await vi.advanceTimersByTimeAsync(1);
-    expect(jobsSent()).toEqual([["later", "due-now"]]);
-    // Nothing is left to send at the later run's own deadline.
-    await vi.advanceTimersByTimeAsync(1_000);
-    expect(jobsSent()).toHaveLength(1);
-  });
-
-  it("a run due later added to a batch of one due now changes nothing: the batch goes at 100 ms", async () => {
-    const { sender, jobsSent } = recordingSender();
-    await sender.add([runDue("due-now", 0)]);
-    await vi.advanceTimersByTimeAsync(50);
-    await sender.add([runDue("later", 5_500)]);
-    await vi.advanceTimersByTimeAsync(50);
     expect(jobsSent()).toEqual([["due-now", "later"]]);
   });
 
-  it("keeps a batch per queue: a high-priority run due now does not send the normal ones lingering", async () => {
-    const { sender, batches } = recordingSender();
-    await sender.add([runDue("normal-later", 5_500), runDue("high-now", 0, "high")]);
-    await vi.advanceTimersByTimeAsync(100);
-    expect(batches).toEqual([{ queue: "queue-high", jobs: ["high-now"] }]);
-    await vi.advanceTimersByTimeAsync(900);
-    expect(batches.map((b) => b.queue)).toEqual(["queue-high", "queue-normal"]);
-  });
-
-  it("a flush sends everything buffered at once, whatever its deadlines", async () => {
+  it("a flush sends everything buffered at once", async () => {
     const { sender, batches } = recordingSender();
     await sender.add([runDue("later", 5_500), runDue("high-now", 0, "high")]);
     await sender.flush();
@@ -141,35 +104,27 @@ describe("RunSender: how long a run waits for its batch to fill", () => {
   });
 });
 
-describe("RunSender: a run's wait for its batch never makes it visible later", () => {
-  /** When the run's message becomes visible, sent `sendAfterMs` after its claim: the delay is whole seconds, rounded down. */
-  const visibleAfter = (dueInMs: number, sendAfterMs: number) =>
-    sendAfterMs + Math.max(0, Math.floor((dueInMs - sendAfterMs) / 1000)) * 1000;
-
+describe("RunSender: a run is visible in the second before it is due", () => {
   it.each([0, 1_050, 1_100, 1_500, 1_999, 2_000, 2_050, 2_500, 3_050, 5_000, 5_999])(
-    "a run due %i ms after its claim is visible no later than after the 100 ms linger",
+    "a run due %i ms after its claim, sent at 100 ms",
     async (dueInMs) => {
       const { sender, visibleAfterMs } = recordingSender();
       await sender.add([runDue("one", dueInMs)]);
       await vi.advanceTimersByTimeAsync(1_000);
       expect(visibleAfterMs).toHaveLength(1);
       const [visible = Number.NaN] = visibleAfterMs;
-      expect(visible).toBeLessThanOrEqual(visibleAfter(dueInMs, 100));
-      // Not so early that the worker sends it back instead of waiting (MAX_EARLY_WAIT_MS).
-      expect(visible).toBeGreaterThan(dueInMs - 2_000);
+      expect(visible).toBeLessThanOrEqual(Math.max(dueInMs, 100));
+      expect(visible).toBeGreaterThan(dueInMs - 1_000);
     },
   );
-});
 
-describe("RunSender: a run sent before its deadline is visible no later than after the 100 ms linger", () => {
-  it("a run due in 1.5 s, sent at 400 ms with a run due now, is visible by 1.1 s", async () => {
-    const { sender, jobsSent, visibleAfterMs } = recordingSender();
-    await sender.add([runDue("later", 1_500)]);
-    await vi.advanceTimersByTimeAsync(300);
-    await sender.add([runDue("due-now", 0)]);
+  it("a run due in 1.5 s, sent at once by a flush, or at 100 ms", async () => {
+    const { sender, visibleAfterMs } = recordingSender();
+    await sender.add([runDue("flushed", 1_500)]);
+    await sender.flush();
+    await sender.add([runDue("lingered", 1_400)]);
     await vi.advanceTimersByTimeAsync(100);
-    expect(jobsSent()).toEqual([["later", "due-now"]]);
-    const [later = Number.NaN] = visibleAfterMs;
-    expect(later).toBeLessThanOrEqual(1_100);
+    // Flushed at 0 ms: a delay of 1 s, visible at 1 s; claimed at 0 ms, due at 1.4 s, sent at 100 ms: 1 s, 1.1 s.
+    expect(visibleAfterMs).toEqual([1_000, 1_100]);
   });
 });
