@@ -244,7 +244,7 @@ class JobsApi {
     const declined = option === false;
     if (declined && body.idempotencyKey !== undefined)
       throw new TypeError("idempotencyKey: false declines a key, but the body carries one");
-    const given = option === false ? undefined : (option ?? body.idempotencyKey);
+    const given = declined ? undefined : (option ?? body.idempotencyKey);
     const { data, response } = await unwrapWithResponse(
       "POST /jobs",
       this.client.http.POST("/jobs", {
