@@ -13,11 +13,17 @@ for (const stream of [process.stdout, process.stderr])
 const { runCli } = await import("../client/cli/main.ts");
 const { EXIT } = await import("../client/cli/exit-codes.ts");
 const interrupted = new AbortController();
-// Ctrl-C ends runs watch (exit 0); a command still running 2 s later is stopped with 130. A second
-// Ctrl-C finds no handler: Node's default ends the process by the signal (a shell reports 130).
+const exiting = new AbortController();
+// Ctrl-C ends runs watch (exit 0); a command still running 2 s later is stopped with 130, once
+// `exiting` let it print what it must (the Idempotency-Key of a create in flight; stderr is
+// written synchronously). A second Ctrl-C finds no handler: Node's default ends the process by
+// the signal (a shell reports 130).
 process.once("SIGINT", () => {
   interrupted.abort();
-  setTimeout(() => process.exit(EXIT.interrupted), 2000).unref();
+  setTimeout(() => {
+    exiting.abort();
+    process.exit(EXIT.interrupted);
+  }, 2000).unref();
 });
 process.exitCode = await runCli(process.argv.slice(2), {
   stdout: (text) => process.stdout.write(text),
@@ -25,4 +31,5 @@ process.exitCode = await runCli(process.argv.slice(2), {
   env: process.env,
   startedAt: new Date(performance.timeOrigin),
   signal: interrupted.signal,
+  exiting: exiting.signal,
 });

@@ -47,8 +47,11 @@ export function jobsCommand(program: Command, io: CliIo): void {
         EXIT.usage,
         "--no-idempotency-key: the --body or --file carries an idempotencyKey",
       );
-    const handle = await withOwnKey("create", given ?? body.idempotencyKey, (idempotencyKey) =>
-      context.client.jobs.create(body, { idempotencyKey }),
+    const handle = await withOwnKey(
+      context,
+      "create",
+      given ?? body.idempotencyKey,
+      (idempotencyKey) => context.client.jobs.create(body, { idempotencyKey }),
     );
     context.print(handle.job, (job) => (job ? jobFields(job) : handle.id));
   });
@@ -184,7 +187,7 @@ export function jobsCommand(program: Command, io: CliIo): void {
     .option("--no-idempotency-key", NO_KEY_HELP)
     .action(async (id: string, flags: KeyFlags, command: Command) => {
       const context = contextOf(command, io);
-      const run = await withOwnKey("trigger", flags.idempotencyKey, (idempotencyKey) =>
+      const run = await withOwnKey(context, "trigger", flags.idempotencyKey, (idempotencyKey) =>
         context.client.jobs.handle(id).trigger({ idempotencyKey }),
       );
       context.print(run, runFields);

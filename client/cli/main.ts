@@ -57,7 +57,7 @@ Exit codes: 0 done; 1 failed unexpectedly; 2 usage; 3 input refused (400, 413, 4
 unavailable, try again (503, or a read, PUT, DELETE, pause, resume, cancel, edit or schedules
 preview that timed out or got API Gateway's 502 or 504); 9 API unreachable, or its connection broke once a request was sent (which may have been applied); 10 runs watch timed out; 11 not supported by the API (405); 12 over a
 quota (403 quota_exceeded); 13 not allowed (403 forbidden); 130 interrupted (Ctrl-C, and the
-command still running 2 s later; runs watch exits 0). A 429 (rate_limited, or API
+command still running 2 s later, a key it made printed as below; runs watch exits 0). A 429 (rate_limited, or API
 Gateway's throttle) exits 8. A 429 or 503 to a request safe to repeat (a read, PUT, DELETE,
 pause, resume, cancel, edit, schedules preview, or a POST with an idempotency key: a create,
 trigger, replay or rotation carries --idempotency-key or a random one of its own, unless a

@@ -14,6 +14,11 @@ export interface CliIo {
   /** Aborted on Ctrl-C: `runs watch` stops and exits 0. */
   readonly signal?: AbortSignal;
   /**
+   * Aborted just before the bin ends a command still running 2 s after Ctrl-C (exit 130): a
+   * create, trigger, replay or rotation then in flight under the command's own key prints it.
+   */
+  readonly exiting?: AbortSignal;
+  /**
    * How the client waits before a retry (default its own timer, raced with `signal`): a test of
    * what the CLI does once its retries are spent passes one that records the waits instead.
    */

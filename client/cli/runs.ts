@@ -283,7 +283,7 @@ export function deadLettersCommand(program: Command, io: CliIo): void {
     )
     .action(async (runId: string, flags: { idempotencyKey?: string }, command: Command) => {
       const context = contextOf(command, io);
-      const run = await withOwnKey("replay", flags.idempotencyKey, (idempotencyKey) =>
+      const run = await withOwnKey(context, "replay", flags.idempotencyKey, (idempotencyKey) =>
         context.client.deadLetters.replay(runId, { idempotencyKey }),
       );
       context.print(run, runFields);

@@ -100,7 +100,7 @@ export function webhookSecretCommand(program: Command, io: CliIo): void {
     )
     .action(async (flags: { idempotencyKey?: string }, command: Command) => {
       const context = contextOf(command, io);
-      const secret = await withOwnKey("rotate", flags.idempotencyKey, (idempotencyKey) =>
+      const secret = await withOwnKey(context, "rotate", flags.idempotencyKey, (idempotencyKey) =>
         context.client.webhookSecret.rotate({ idempotencyKey }),
       );
       context.print({ secret }, (s) => printable(s.secret));

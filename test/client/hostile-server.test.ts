@@ -12,6 +12,7 @@ import {
   SchedulerClient,
   SchedulerClientError,
 } from "../../client/index.js";
+import { spawnRunning } from "../support/cli-run.js";
 import { collector } from "../support/collector.js";
 import { rejection } from "../support/rejection.js";
 
@@ -886,4 +887,62 @@ describe("Ctrl-C during another command", () => {
     child.kill("SIGINT");
     expect(await exited).toBe(EXIT.interrupted);
   }, 20_000);
+
+  it("a create the API has not answered prints the key it was sent under before exiting 130", async () => {
+    behave = silent;
+    const args = ["jobs", "create", "--type", "noop", "--run-at", "2030-01-01T00:00:00Z"];
+    const child = spawnRunning(
+      process.execPath,
+      ["bin/scheduler.mjs", "--api", baseUrl, "--key", key, ...args],
+      { cwd: process.cwd(), env: process.env },
+    );
+    await arrived(() => expect(requests()).toEqual(["POST /jobs"]));
+    child.process.kill("SIGINT");
+    const { code, err } = await child.outcome;
+    expect(code).toBe(EXIT.interrupted);
+    const sent = received[0]?.idempotencyKey ?? "";
+    expect(sent).toMatch(/^create-/);
+    expect(err).toContain(`retry with --idempotency-key ${sent} to avoid a duplicate`);
+  }, 20_000);
+
+  it("-o json: a trigger's own key, as its failure would; the user's own key is not printed", async () => {
+    behave = silent;
+    /** `jobs trigger` whose bin is about to exit 130 once its request reached the server. */
+    const interruptedTrigger = async (...flags: string[]) => {
+      received = [];
+      const exiting = new AbortController();
+      let stderr = "";
+      const exited = runCli(
+        ["--api", baseUrl, "--key", key, "--request-timeout", "0.2", "-o", "json"].concat([
+          "jobs",
+          "trigger",
+          "01JOB",
+          ...flags,
+        ]),
+        {
+          stdout: () => undefined,
+          stderr: (text) => {
+            stderr += text;
+          },
+          env: {},
+          exiting: exiting.signal,
+          retrySleep: async () => undefined,
+        },
+      );
+      await arrived(() => expect(requests()[0]).toBe("POST /jobs/01JOB/trigger"));
+      exiting.abort();
+      const atExit = stderr;
+      await exited;
+      return { atExit, sent: received[0]?.idempotencyKey };
+    };
+    const own = await interruptedTrigger();
+    expect(own.sent).toMatch(/^trigger-/);
+    expect(JSON.parse(own.atExit)).toEqual({
+      error: {
+        message: "interrupted with the trigger unanswered: it may have been applied",
+        idempotencyKey: own.sent,
+      },
+    });
+    expect((await interruptedTrigger("--idempotency-key", "mine")).atExit).toBe("");
+  });
 });

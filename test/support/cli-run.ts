@@ -1,4 +1,4 @@
-import { spawn } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
 import { runCli } from "../../client/cli/main.js";
 
 /** What one CLI run printed and how it exited. */
@@ -33,8 +33,17 @@ export function spawnCaptured(
   args: readonly string[],
   options: { readonly cwd: string; readonly env: NodeJS.ProcessEnv },
 ): Promise<CliOutcome> {
-  return new Promise<CliOutcome>((done, fail) => {
-    const child = spawn(command, args, { ...options, stdio: ["ignore", "pipe", "pipe"] });
+  return spawnRunning(command, args, options).outcome;
+}
+
+/** As spawnCaptured, with the process itself, for a case that signals it while it runs. */
+export function spawnRunning(
+  command: string,
+  args: readonly string[],
+  options: { readonly cwd: string; readonly env: NodeJS.ProcessEnv },
+): { readonly process: ChildProcess; readonly outcome: Promise<CliOutcome> } {
+  const child = spawn(command, args, { ...options, stdio: ["ignore", "pipe", "pipe"] });
+  const outcome = new Promise<CliOutcome>((done, fail) => {
     let out = "";
     let err = "";
     child.stdout.on("data", (chunk: Buffer) => {
@@ -46,4 +55,5 @@ export function spawnCaptured(
     child.once("error", fail);
     child.once("exit", (code) => done({ code: code ?? -1, out, err }));
   });
+  return { process: child, outcome };
 }
