@@ -49,3 +49,21 @@ export async function everyRunOf(listing: AsyncIterable<Run>): Promise<Run[]> {
   for await (const run of listing) runs.push(run);
   return runs;
 }
+
+/**
+ * The runs of a listing, newest occurrence first, `pageSize` to a page, down to the first page that
+ * reaches an occurrence before `floor`, and no further: at least the newest page, and every run of
+ * an occurrence at or after `floor`, however many pages that takes.
+ */
+export async function runsDownTo(
+  listing: AsyncIterable<Run>,
+  floor: number,
+  pageSize: number,
+): Promise<Run[]> {
+  const runs: Run[] = [];
+  for await (const run of listing) {
+    runs.push(run);
+    if (runs.length % pageSize === 0 && Date.parse(run.scheduledFor) < floor) break;
+  }
+  return runs;
+}

@@ -1,7 +1,7 @@
 import { type Command, InvalidArgumentError } from "commander";
 import { FINAL_RUN_STATUSES, RUN_STATUSES, type Run, type RunStatus } from "../index.js";
 import { waitOrAbort } from "../requests.js";
-import { everyRunOf, runPolls } from "../run-follow.js";
+import { everyRunOf, LOOK_BACK_MS, runPolls, runsDownTo } from "../run-follow.js";
 import { MAX_TIMEOUT_MS } from "../transport.js";
 import { contextOf } from "./context.js";
 import { CliExit, EXIT } from "./exit-codes.js";
@@ -84,6 +84,9 @@ function runStatuses(value: string): RunStatus[] {
   return names.filter(known);
 }
 
+/** Runs a page `runs watch` reads, the most the API gives. */
+const WATCH_PAGE = 100;
+
 // Lines printed one at a time cannot be measured together: runs ids are about 48 characters.
 const WATCH_WIDTHS = [48, 7, 9, 24, 24, 9];
 const fixedColumns = (cells: readonly string[]) =>
@@ -152,7 +155,7 @@ export function runsCommand(program: Command, io: CliIo): void {
   runs
     .command("watch")
     .description(
-      "follow a job's runs live until Ctrl-C: prints the runs running now, then each run as it starts and as it ends (JSON: one object a line); the first poll reads the job's run history, each later one the runs that can have changed",
+      "follow a job's runs live until Ctrl-C: prints the runs running now, then each run as it starts and as it ends (JSON: one object a line); the first poll reads the newest page of runs and those since --since, each later one the runs that can have changed",
     )
     .argument("<job-id>", "the job's id")
     .option("--interval <ms>", "between polls", positiveWholeNumber(MAX_TIMEOUT_MS), 2000)
@@ -178,16 +181,21 @@ export function runsCommand(program: Command, io: CliIo): void {
         command: Command,
       ) => {
         const context = contextOf(command, io);
-        // The first read is every run; each later one the runs that can have changed (runPolls).
-        const poll = runPolls((from) =>
-          everyRunOf(
-            context.client.runs.list(jobId, {
-              pageSize: 100,
-              ...(from === undefined ? {} : { from }),
-              ...(io.signal === undefined ? {} : { signal: io.signal }),
-            }),
-          ),
-        );
+        const since = flags.since ?? (io.startedAt ?? new Date()).getTime();
+        // The first read is the newest page, and further pages only down to the occurrences of
+        // the look-back before `since` (what it shows: the runs running now, those ended since);
+        // each later one the runs that can have changed (runPolls).
+        const firstFloor = Math.min(since, Date.now()) - LOOK_BACK_MS;
+        const poll = runPolls((from) => {
+          const listing = context.client.runs.list(jobId, {
+            pageSize: WATCH_PAGE,
+            ...(from === undefined ? {} : { from }),
+            ...(io.signal === undefined ? {} : { signal: io.signal }),
+          });
+          return from === undefined
+            ? runsDownTo(listing, firstFloor, WATCH_PAGE)
+            : everyRunOf(listing);
+        });
         // The runs read, oldest first; null once Ctrl-C aborted the read (or the wait before a
         // retry of it), which ends the watch at once rather than when the API answers.
         const everyRun = async (): Promise<Run[] | null> => {
@@ -200,7 +208,6 @@ export function runsCommand(program: Command, io: CliIo): void {
         };
         const line = (run: Run) =>
           `${context.format === "json" ? json(run, 0) : fixedColumns(runRow(run))}\n`;
-        const since = flags.since ?? (io.startedAt ?? new Date()).getTime();
         const before = await everyRun();
         if (before === null) return;
         // A run that ended since `since` is news even when it ended before the first read.

@@ -874,6 +874,64 @@ describe("Ctrl-C during runs watch", () => {
   });
 });
 
+describe("runs watch on a job with a long history", () => {
+  it("the first poll reads the newest page, not every page; later polls only what is new", async () => {
+    // 250 runs a minute apart, newest first: the newest running, the others ended long ago.
+    const now = Date.now();
+    const history = Array.from({ length: 250 }, (_, i) => {
+      const occurrence = now - (i + 1) * 60_000;
+      return {
+        runId: `r${i}`,
+        jobId: "01JOBLONG",
+        status: i === 0 ? "running" : "succeeded",
+        scheduledFor: new Date(occurrence).toISOString(),
+        finishedAt: i === 0 ? null : new Date(occurrence + 1000).toISOString(),
+      };
+    });
+    behave = (request, response) => {
+      const url = new URL(request.url ?? "", baseUrl);
+      const from = Date.parse(url.searchParams.get("from") ?? "1970-01-01T00:00:00Z");
+      const start = Number(url.searchParams.get("cursor") ?? 0);
+      const listed = history.filter((run) => Date.parse(run.scheduledFor) >= from);
+      const end = start + Number(url.searchParams.get("limit"));
+      response.writeHead(200, { "Content-Type": "application/json" });
+      response.end(
+        JSON.stringify({
+          items: listed.slice(start, end),
+          nextCursor: end < listed.length ? String(end) : null,
+        }),
+      );
+    };
+    let stdout = "";
+    const code = await runCli(
+      ["--api", baseUrl, "--key", key, "-o", "json", "runs", "watch", "01JOBLONG"].concat([
+        "--timeout",
+        "1",
+      ]),
+      {
+        stdout: (text) => {
+          stdout += text;
+        },
+        stderr: () => undefined,
+        env: {},
+      },
+    );
+    expect(code).toBe(EXIT.ok);
+    expect(
+      stdout
+        .trim()
+        .split("\n")
+        .map((line) => JSON.parse(line).runId),
+    ).toEqual(["r0"]);
+    const paths = requests();
+    expect(paths[0]).toBe("GET /jobs/01JOBLONG/runs?limit=100");
+    expect(paths.filter((path) => path.includes("cursor="))).toEqual([]);
+    // The second poll: from 2 minutes before the first (runPolls), one request.
+    expect(paths).toHaveLength(2);
+    expect(paths[1]).toMatch(/^GET \/jobs\/01JOBLONG\/runs\?from=[^&]+&limit=100$/);
+  });
+});
+
 describe("Ctrl-C during another command", () => {
   it("the bin exits 130 when the command is still running 2 s after Ctrl-C", async () => {
     behave = silent;

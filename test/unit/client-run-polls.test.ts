@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { LOOK_BACK_MS, runPolls } from "../../client/run-follow.js";
+import { LOOK_BACK_MS, runPolls, runsDownTo } from "../../client/run-follow.js";
 import type { Run, RunStatus } from "../../client/types.js";
 
 /**
@@ -65,5 +65,33 @@ describe("runPolls", () => {
     await paused.poll();
     await paused.poll();
     expect(paused.asked).toEqual([undefined, at(-4000)]);
+  });
+});
+
+describe("runsDownTo", () => {
+  /** A listing of runs a minute apart from minute 0 back, pages of 3; the pages it was asked for. */
+  function listing(count: number) {
+    const pages: number[] = [];
+    async function* runs() {
+      for (let i = 0; i < count; i += 1) {
+        if (i % 3 === 0) pages.push(i / 3);
+        yield run(-i, "succeeded");
+      }
+    }
+    return { runs: runs(), pages };
+  }
+
+  it("reads the newest page, however old its runs", async () => {
+    const { runs, pages } = listing(10);
+    const read = await runsDownTo(runs, NOW + 60_000, 3);
+    expect(read.map((r) => r.runId)).toEqual(["r0", "r-1", "r-2"]);
+    expect(pages).toEqual([0]);
+  });
+
+  it("reads every page down to the one that reaches the floor, and that page whole", async () => {
+    const { runs, pages } = listing(10);
+    const read = await runsDownTo(runs, NOW - 4 * 60_000, 3);
+    expect(read).toHaveLength(6);
+    expect(pages).toEqual([0, 1]);
   });
 });
