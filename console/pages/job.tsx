@@ -39,6 +39,7 @@ import {
 import { usePagedPoll } from "../paging.js";
 import { Link } from "../router.js";
 import { afterInWords } from "../schedule-form.js";
+import { unclearTrigger } from "../unclear-trigger.js";
 
 const RUN_STATUSES = ["queued", "running", "succeeded", "failed", "dead", "skipped", "cancelled"];
 
@@ -50,10 +51,10 @@ export function JobPage({ id }: { id: string }) {
   // disabled, which would take the keyboard's focus off the button pressed.
   const [acting, setActing] = useState(false);
   const actingNow = useRef(false);
-  // The key of a trigger whose outcome is unknown (no answer, or a 5xx such as API Gateway's 502
-  // or 504: it may have queued its run): pressed again, it is the same trigger, answered with that
-  // run. Forgotten once a trigger is answered, or refused (a 4xx queues nothing).
-  const unclearTrigger = useRef<string | null>(null);
+  // Whether a trigger of this job had an unclear outcome (console/unclear-trigger.ts): its key is
+  // kept across pages, and "Trigger now" repeats it. Forgotten once a trigger is answered, or
+  // refused (a 4xx queues nothing).
+  const [triggerUnclear, setTriggerUnclear] = useState(() => unclearTrigger(id).key() !== null);
   // Left for another page: an action's answer that comes after shows nothing there.
   const stillShown = useRef(true);
   useEffect(
@@ -92,25 +93,33 @@ export function JobPage({ id }: { id: string }) {
     setActionError(null);
     try {
       await action();
-      if (!stillShown.current) return;
+      // Left for another page: announced with the job's name, to be told apart from that page's.
+      if (!stillShown.current) {
+        announce(`${label}: ${jobTitleInline(current)}`);
+        return;
+      }
       announce(label);
       await job.reload();
     } catch (caught) {
       if (stillShown.current) setActionError(caught);
+      else announce(`${jobTitleInline(current)}: ${messageOf(caught)}`);
     } finally {
       actingNow.current = false;
       if (stillShown.current) setActing(false);
     }
   };
   const trigger = async () => {
-    const key = unclearTrigger.current ?? newIdempotencyKey("console-trigger");
-    unclearTrigger.current = key;
+    const unclear = unclearTrigger(id);
+    const key = unclear.key() ?? newIdempotencyKey("console-trigger");
+    unclear.keep(key);
     try {
       await api.trigger(id, key);
-      unclearTrigger.current = null;
+      unclear.forget();
     } catch (caught) {
-      if (caught instanceof ApiProblem && caught.status < 500) unclearTrigger.current = null;
+      if (caught instanceof ApiProblem && caught.status < 500) unclear.forget();
       throw caught;
+    } finally {
+      if (stillShown.current) setTriggerUnclear(unclear.key() !== null);
     }
   };
   const zone = zoneOf(current.schedule);
@@ -170,6 +179,12 @@ export function JobPage({ id }: { id: string }) {
           </button>
         ) : null}
       </fieldset>
+      {triggerUnclear && !acting ? (
+        <p class="notice">
+          A trigger of this job got no clear answer: it may have queued a run. "Trigger now" sends
+          it again with the same Idempotency-Key, answered with that run if it did.
+        </p>
+      ) : null}
       <ErrorMessage error={actionError} />
 
       <div class="columns">

@@ -1,0 +1,138 @@
+import type { Route } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { apiAs, signedInConsole } from "../support/console-session.js";
+
+/**
+ * The job page's "Trigger now" in headless Chromium against `npm start`, its answer held on the
+ * way while the page is left for the jobs list: the key of a trigger whose outcome was unclear
+ * outlives the page, and an answer that comes after the page was left is announced.
+ */
+const KEY = "console-keys-key";
+
+let session: Awaited<ReturnType<typeof signedInConsole>> | undefined;
+/** The console's page, signed in; the sandbox and browser behind it. */
+const opened = () => {
+  if (session === undefined) throw new Error("the console did not start");
+  return session;
+};
+const page = () => opened().page;
+
+const api = <T>(method: string, path: string, body?: unknown) =>
+  apiAs<T>(opened().sandbox.url, KEY, method, path, body);
+
+/** A one-off job due far ahead, named `name`, and its page open, reached from the jobs list. */
+async function jobNamed(name: string): Promise<{ id: string }> {
+  const schedule = { runAt: "2030-01-01T00:00:00Z" };
+  const job = await api<{ id: string }>("POST", "/jobs", { name, type: "noop", schedule });
+  await page().reload();
+  await openJob(name);
+  return job;
+}
+
+const runsOf = async (job: { id: string }) =>
+  (await api<{ items: unknown[] }>("GET", `/jobs/${job.id}/runs`)).items;
+
+beforeAll(async () => {
+  session = await signedInConsole(KEY, "console-keys-tenant");
+}, 180_000);
+
+afterAll(async () => {
+  await session?.browser.close();
+  await session?.sandbox.stop();
+});
+
+/** A function to call and the promise it resolves. */
+function signal(): [() => void, Promise<void>] {
+  let call = () => {};
+  const called = new Promise<void>((resolve) => {
+    call = resolve;
+  });
+  return [call, called];
+}
+
+/**
+ * The page's triggers of `job`, each applied by the API and answered as `answer` says (the first
+ * one held until `release`): the Idempotency-Key each carried.
+ */
+async function triggersOf(
+  job: { id: string },
+  answer: (route: Route, sent: number) => Promise<void>,
+) {
+  const keys: (string | null)[] = [];
+  const [sent, firstSent] = signal();
+  const [release, released] = signal();
+  await page().route(
+    (url) => url.pathname === `/jobs/${job.id}/trigger`,
+    async (route) => {
+      keys.push(await route.request().headerValue("idempotency-key"));
+      sent();
+      if (keys.length === 1) await released;
+      await answer(route, keys.length);
+    },
+  );
+  return { keys, firstSent, release };
+}
+
+/** The job's page, from the jobs list, as a user reaches it. */
+async function openJob(name: string) {
+  await page().getByRole("link", { name: "Jobs", exact: true }).click();
+  await page().getByRole("link", { name }).click();
+  await page().getByRole("heading", { name, level: 1 }).waitFor();
+}
+
+const leaveForJobsList = async () => {
+  await page().getByRole("link", { name: "Jobs", exact: true }).click();
+  await page().getByRole("heading", { name: "Jobs", level: 1 }).waitFor();
+};
+
+/** The status region (what screen readers read out) saying `text`. */
+const announced = (text: string) => page().getByRole("status").filter({ hasText: text });
+const UNCLEAR = "A trigger of this job got no clear answer";
+
+describe("a trigger whose answer comes after its job's page was left", () => {
+  it("unclear (a 502 of a trigger applied): announced; the page revisited offers the repeat, which sends the same key and queues no second run", async () => {
+    const name = "keys: unclear trigger";
+    const job = await jobNamed(name);
+    const triggers = await triggersOf(job, async (route, sent) => {
+      const applied = await route.fetch();
+      if (sent > 1) return route.fulfill({ response: applied });
+      return route.fulfill({ status: 502, json: { message: "Internal Server Error" } });
+    });
+    await page().getByRole("button", { name: "Trigger now" }).click();
+    await triggers.firstSent;
+    await leaveForJobsList();
+    triggers.release();
+    await announced(name).waitFor();
+
+    await openJob(name);
+    await page().getByText(UNCLEAR).waitFor();
+    await page().getByRole("button", { name: "Trigger now" }).click();
+    await page().getByText("Run queued").first().waitFor();
+    expect(await page().getByText(UNCLEAR).count()).toBe(0);
+    expect(triggers.keys).toHaveLength(2);
+    expect(triggers.keys[1]).toBe(triggers.keys[0]);
+    expect(await runsOf(job)).toHaveLength(1);
+    // Answered: the page revisited offers nothing.
+    await openJob(name);
+    await page().getByRole("button", { name: "Trigger now" }).waitFor();
+    expect(await page().getByText(UNCLEAR).count()).toBe(0);
+    await page().unrouteAll();
+  });
+
+  it("answered: announced with the job's name; the page revisited offers no repeat", async () => {
+    const name = "keys: late answer";
+    const job = await jobNamed(name);
+    const triggers = await triggersOf(job, (route) => route.continue());
+    await page().getByRole("button", { name: "Trigger now" }).click();
+    await triggers.firstSent;
+    await leaveForJobsList();
+    triggers.release();
+    await announced(`Run queued: \u2068${name}\u2069`).waitFor();
+    await openJob(name);
+    await page().getByRole("button", { name: "Trigger now" }).waitFor();
+    expect(await page().getByText(UNCLEAR).count()).toBe(0);
+    await page().unrouteAll();
+    // The browser logs the first case's 502 as an error: not a fault of the page.
+    expect(opened().browser.errors.filter((error) => !error.includes("status of 502"))).toEqual([]);
+  });
+});
