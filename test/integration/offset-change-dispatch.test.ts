@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { PreviewSchema } from "../../shared/api/schemas/previews.js";
-import { tickOnce } from "../../shared/dispatch/tick.js";
+import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import type { Run } from "../../shared/model.js";
 import { occurrences } from "../../shared/schedule/index.js";
 import { type ApiHarness, startApi } from "../api/support.js";
@@ -11,7 +11,7 @@ import { type ApiHarness, startApi } from "../api/support.js";
  * 00:00 and back at 01:00 to 00:00, Beirut back at 24:00 to 23:00 the same day) and back by 30
  * minutes (Lord Howe), with jitter windows, `every`, `maxRuns` ending inside the night and an
  * `endAt` exactly on an occurrence. Jobs are created over the API, their previews read, the
- * dispatcher ticked through the night on a fixed clock, and the runs it queued must be the
+ * dispatcher's passes ticked through the night on a fixed clock, and the runs it queued must be the
  * previews' occurrences at the previews' planned times: each once, none missing, none extra. Then
  * an outage of the passes across the change: each misfire policy's runs and skipped records
  * together are every occurrence of the night, once. The nights are in 2027, ahead of the
@@ -52,9 +52,18 @@ async function preview(harness: ApiHarness, jobId: string): Promise<string[]> {
   );
 }
 
+/**
+ * The dispatcher's pass over the one shard, TICK_MS apart: a tick (tickOnce) without the reaper
+ * after it. No worker takes the queued runs here, so at each 10-minute step every one of them was
+ * past its deadline, and the reaper re-sent its message and moved its deadline on (up to 127 a
+ * tick, some 1,500 a night): half the file's CPU, for writes of no field this file reads (which
+ * runs, when planned, due when, skipped or queued are the passes' writes alone). The reaper's own
+ * files (reaper-cursor, cancel-killed-midway, clock-skew) test its re-sends.
+ */
 async function tickUntil(harness: ApiHarness, untilMs: number): Promise<void> {
   for (; nowMs <= untilMs; nowMs += TICK_MS) {
-    await tickOnce(harness.fixture.engine, "offset-change");
+    const pass = await dispatchShard(harness.fixture.engine, 0, "offset-change");
+    expect(pass.outcome).toBe("swept");
   }
 }
 
