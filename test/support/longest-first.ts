@@ -6,13 +6,13 @@ import { BaseSequencer, type TestSpecification } from "vitest/node";
  * with coverage, about 2.5 times a quiet machine's), the files trimmed since at what their trims
  * took off (dst-dispatch 186 then, claim-plain-rollback 113, model 102, leap-day-max-runs 55,
  * quota-accounting 86, stack 57, variants 50, claim-plain-races 52, run-control-attacks 49,
- * claim-puts 40): listed-runs-bound 181, console 153, offset-change-dispatch 138, cli 125,
+ * claim-puts 40, offset-change-dispatch 138): listed-runs-bound 181, console 153, cli 125,
  * dispatch-recovery 113, restart 111, synth-offline 101, the sandbox's cli 77, model about 77,
  * claim-plain-rollback about 76, long-jobs 70, dispatch 70, clock-skew 67, resources 64,
- * dst-dispatch about 62, client 56, security 55, noisy-tenant 51, restore-from-backup 51,
- * jobs-page-cursors 45, oidc 43, quota-accounting about 40. Files under about 40 s there are left
- * to vitest's order. Of the timed files: the end-to-end file 81, policies 49, worker-fencing 30,
- * run-cancel 18, retries 16, dispatch-on-time 10, worker-loop 7.
+ * dst-dispatch about 62, client 56, offset-change-dispatch about 55, security 55, noisy-tenant 51,
+ * restore-from-backup 51, jobs-page-cursors 45, oidc 43, quota-accounting about 40. Files under
+ * about 40 s there are left to vitest's order. Of the timed files: the end-to-end file 81,
+ * policies 49, worker-fencing 30, run-cancel 18, retries 16, dispatch-on-time 10, worker-loop 7.
  *
  * Vitest starts the longest files first only when its results cache knows their durations; a fresh
  * clone (CI) has no cache and runs the files of each project largest first, which is not longest
@@ -25,7 +25,6 @@ import { BaseSequencer, type TestSpecification } from "vitest/node";
 const LONGEST = [
   "test/integration/listed-runs-bound.test.ts",
   "test/console/console.test.ts",
-  "test/integration/offset-change-dispatch.test.ts",
   "test/client/cli.test.ts",
   "test/integration/dispatch-recovery.test.ts",
   "test/sandbox/restart.test.ts",
@@ -39,6 +38,7 @@ const LONGEST = [
   "test/sandbox/resources.test.ts",
   "test/integration/dst-dispatch.test.ts",
   "test/client/client.test.ts",
+  "test/integration/offset-change-dispatch.test.ts",
   "test/console/security.test.ts",
   "test/integration/noisy-tenant.test.ts",
   "test/integration/restore-from-backup.test.ts",
