@@ -12,17 +12,21 @@ export function cancelledByPause(run: Run): boolean {
 }
 
 /**
- * What a one-off's occurrence filed again after a pause cancelled its run (a resume's, an edit's
- * back to its time) names (`retryOf`): that run, which may still be running under its worker's
- * lease, since the worker sees the cancel at its next heartbeat. The worker of the new attempt
- * waits for it to end (`decideOnPredecessor`), so two attempts of one occurrence never run at once.
- * Fence 0, the fence of no start: no failure wrote it, so neither a failure's own retry of that
- * run (put before its refused ending) nor `retryLeftByMove`'s entry, which name its start's fence,
- * puts over the run this one queued, nor this one over theirs (`RETRY_RUN_PUT_CONDITION`). The
- * one-off's (`oneOff`), as `retryLeftByMove`'s. Undefined for any other run.
+ * What a one-off's occurrence filed again after its run was cancelled (a resume's, an edit's back
+ * to its time) names (`retryOf`): a run a pause cancelled, or any run still running under a cancel
+ * request (a run cancel's through the API too), which its worker holds under a live lease until
+ * its next heartbeat sees the cancel. The worker of the new attempt waits for it to end
+ * (`decideOnPredecessor`), so two attempts of one occurrence never run at once. Fence 0, the fence
+ * of no start: no failure wrote it, so neither a failure's own retry of that run (put before its
+ * refused ending) nor `retryLeftByMove`'s entry, which name its start's fence, puts over the run
+ * this one queued, nor this one over theirs (`RETRY_RUN_PUT_CONDITION`). The one-off's (`oneOff`),
+ * as `retryLeftByMove`'s. Undefined for any other run.
  */
 export function afterCancelledRun(run: Run): RetryOf | undefined {
-  return cancelledByPause(run) ? { runId: run.runId, fence: 0, oneOff: true } : undefined;
+  const stillCancelling = run.status === "RUNNING" && Boolean(run.cancelRequestedAt);
+  return cancelledByPause(run) || stillCancelling
+    ? { runId: run.runId, fence: 0, oneOff: true }
+    : undefined;
 }
 
 /**
