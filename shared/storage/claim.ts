@@ -108,15 +108,19 @@ const RUN_PUT_CONDITION =
   "attribute_not_exists(pk) OR (#status = :queued AND (jobVersion < :jobVersion OR (jobVersion = :jobVersion AND fence = :unstarted AND (attribute_not_exists(misfireFrom) OR attribute_type(misfireFrom, :null)))))";
 
 /**
- * A retry entry's run put (the entry names the failed start, `retryOf`): as `RUN_PUT_CONDITION`,
- * but a same-version run is the same entry's only when it names the same start. Two starts of one
- * attempt that each fail (one outlived its lease, or died before its ending) file an entry each,
- * under different keys, for the same next attempt: the run the first claim queued may be running
- * with its start unwritten (QUEUED, fence 0), and a second put over it, with its message, would
- * run it twice. The later claim finds the attempt handled and drops its entry.
+ * A run put of an entry that names the attempt before it (`retryOf`: a failure's retry entry, under
+ * the failed start's fence; a one-off's occurrence filed again after a cancel, under fence 0): as
+ * `RUN_PUT_CONDITION`, but only over a run that names the same (`retryOf.fence`), whatever its
+ * version. Two entries can file one next attempt under different keys: two starts of one attempt
+ * that each fail (one outlived its lease, or died before its ending), or a failure's own retry of
+ * a run a pause cancelled beside the resume's entry (fence 0). The run the first claim queued may
+ * be running with its start unwritten (QUEUED, fence 0), or parked: a second put over it, with its
+ * message, would run it twice, and so would one at a later version, an edit having rewritten the
+ * resume's entry in between (the held start's first write then fails on the version, and the new
+ * run runs again). The later claim finds the attempt handled and drops its entry.
  */
 const RETRY_RUN_PUT_CONDITION =
-  "attribute_not_exists(pk) OR (#status = :queued AND (jobVersion < :jobVersion OR (jobVersion = :jobVersion AND fence = :unstarted AND (attribute_not_exists(misfireFrom) OR attribute_type(misfireFrom, :null)) AND retryOf.fence = :retryFence)))";
+  "attribute_not_exists(pk) OR (#status = :queued AND retryOf.fence = :retryFence AND (jobVersion < :jobVersion OR (jobVersion = :jobVersion AND fence = :unstarted AND (attribute_not_exists(misfireFrom) OR attribute_type(misfireFrom, :null)))))";
 
 /**
  * Writes a claim. First each QUEUED run is put with a conditional PutItem

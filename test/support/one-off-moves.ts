@@ -58,22 +58,13 @@ export function useOneOffMoves(race: ReturnType<typeof useClaimRace>) {
   }
 
   /**
-   * A one-off due 5 s ago (retries an hour apart, `random` drawing the backoff's jitter, misfire
-   * `misfire`) whose first run fails retryably: attempt 1 FAILED, its next attempt filed (a retry
-   * entry for a draw near the top, a QUEUED run for one near 0); with `retryable` false it dies:
-   * attempt 1 DEAD. With `moveAway`, the run, while it runs, has the job moved 10 minutes away
-   * (version 2), and the job stays ACTIVE for its new time.
+   * A one-off created due 5 s ago (up to 3 attempts, retries an hour apart, misfire `misfire`): the
+   * job, its time and its first run, which the create queued.
    */
-  async function failedOnce(
-    random: number,
-    { moveAway = false, misfire = "fire_once" as MisfirePolicy, retryable = true } = {},
-  ) {
-    const f = fixture();
-    const now = clock();
-    const due = new Date(now.getTime() - 5 * SECOND);
-    const away = new Date(now.getTime() + 600 * SECOND);
+  async function retryingOneOff(misfire: MisfirePolicy = "fire_once") {
+    const due = new Date(clock().getTime() - 5 * SECOND);
     const { job } = await createJob(
-      f.engine,
+      fixture().engine,
       testJob({
         schedule: { runAt: due.toISOString() },
         policies: {
@@ -85,6 +76,23 @@ export function useOneOffMoves(race: ReturnType<typeof useClaimRace>) {
     );
     const [first] = await runsOf(job.jobId);
     if (!first) throw new Error("the create queued no run");
+    return { job, due, first };
+  }
+
+  /**
+   * A one-off due 5 s ago (retries an hour apart, `random` drawing the backoff's jitter, misfire
+   * `misfire`) whose first run fails retryably: attempt 1 FAILED, its next attempt filed (a retry
+   * entry for a draw near the top, a QUEUED run for one near 0); with `retryable` false it dies:
+   * attempt 1 DEAD. With `moveAway`, the run, while it runs, has the job moved 10 minutes away
+   * (version 2), and the job stays ACTIVE for its new time.
+   */
+  async function failedOnce(
+    random: number,
+    { moveAway = false, misfire = "fire_once" as MisfirePolicy, retryable = true } = {},
+  ) {
+    const f = fixture();
+    const away = new Date(clock().getTime() + 600 * SECOND);
+    const { job, due, first } = await retryingOneOff(misfire);
     const failing = async () => {
       if (moveAway) await moveTo(job, 1, away);
       throw new JobError(retryable ? "flaky" : "bad request", { retryable });
@@ -115,5 +123,13 @@ export function useOneOffMoves(race: ReturnType<typeof useClaimRace>) {
     return String((refused as NotReplayableError).context.why);
   }
 
-  return { moveTo, attemptsOf, deadWhileMovedAway, failedOnce, retryEntryOf, replayRefusal };
+  return {
+    moveTo,
+    attemptsOf,
+    deadWhileMovedAway,
+    retryingOneOff,
+    failedOnce,
+    retryEntryOf,
+    replayRefusal,
+  };
 }
