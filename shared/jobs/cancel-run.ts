@@ -149,7 +149,7 @@ function ranBefore(job: Job, run: Run, now: Date): boolean {
  * A running run is one listed in the job's `activeRuns` (every admitted run of
  * a recurring job), or a RUNNING run of an occurrence from one lookahead back
  * to the end of the fast-path window (runs started and not yet admitted; for a
- * one-off job the range reaches its occurrence too): one consistent query of
+ * one-off job, whose runs are not listed, its whole partition up to its occurrence): one consistent query of
  * the job's own partition, plus a read of each active run outside it. A listed run this ends
  * stays listed until the job's write of it (lastRun, out of activeRuns). A `repeat` (the job
  * already ended by this cancel) also brings the job's `lastRun` up to the newest run in that range
@@ -188,7 +188,10 @@ export async function cancelRunsOfJob(
       current = await getRun(engine, current);
     }
   };
-  // A one-off's retries and replays keep its occurrence, which may lie anywhere: its partition is small.
+  // A one-off's retries and replays keep their occurrence, which may lie anywhere, and unlisted
+  // (a one-off's runs are not) are found by the query alone: its whole partition, which is small.
+  // Its occurrence before an edit moved it counts too: a retry there runs at its old time
+  // (`retryLeftByMove`, a failure's retry), however long ago that was.
   const oneOff = "runAt" in job.schedule ? Date.parse(job.schedule.runAt) : null;
   // A jittered occurrence runs up to its window after scheduledFor: the range reaches back that far too.
   const windowFrom = now.getTime() - engine.settings.lookaheadMs - (windowMsOf(job.window) ?? 0);
@@ -196,7 +199,7 @@ export async function cancelRunsOfJob(
     now,
     fastPathHorizonEnd(now, engine.settings.lookaheadMs),
   ).getTime();
-  const from = new Date(oneOff === null ? windowFrom : Math.min(oneOff, windowFrom));
+  const from = new Date(oneOff === null ? windowFrom : 0);
   const to = new Date(oneOff === null ? windowTo : Math.max(oneOff, windowTo));
   const seen = new Set<string>();
   const ended: Run[] = [];

@@ -195,3 +195,23 @@ describe("a paused one-off whose failure retry the pause cancelled, made recurri
     expect((await runsOf(job.jobId)).find((r) => r.attempt === 3)?.status).toBe("SUCCEEDED");
   });
 });
+
+describe("a paused one-off's retry the edit filed at its old time (retryLeftByMove), running once resumed", () => {
+  it("a second pause with running: cancel asks it to stop, however long ago its occurrence was", async () => {
+    const { job } = await retryCancelledByPause();
+    await cancelLands(job);
+    time.ms += 600 * SECOND;
+    await editJob(f.engine, job.tenantId, job.jobId, 1, {
+      schedule: { runAt: new Date(clock().getTime() + 3600 * SECOND).toISOString() },
+    });
+    await resumeJob(f.engine, job.tenantId, job.jobId);
+    await dispatchShard(f.engine, 0, "pass-after-resume");
+    const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 3);
+    if (!retry) throw new Error("no retry");
+    expect((await startRun(f.engine, retry, "worker-b", clock())).kind).toBe("started");
+
+    await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+    const asked = (await runsOf(job.jobId)).find((r) => r.attempt === 3);
+    expect([asked?.status, asked?.cancelledBy]).toEqual(["RUNNING", "pause"]);
+  });
+});
