@@ -10,11 +10,25 @@ import { recordShardCount } from "../shard-count.js";
 import { inflightPk, runMessageOf } from "../storage/items.js";
 import { latestAttemptOf } from "../storage/job-queries.js";
 import { writeResumedJob } from "../storage/job-status.js";
+import { putNextAttempt } from "../storage/next-attempt.js";
 import { rearmParkedRun } from "../storage/run-park.js";
 import { dueEntryFor, occurrenceAgain, runGivenUp } from "./due-entry.js";
 import { getTenantJob } from "./queries.js";
-import { afterCancelledRun, cancelledByPause } from "./retry-after-move.js";
+import {
+  afterCancelledRun,
+  cancelledByPause,
+  type QueuedAttempt,
+  retriesCancelledElsewhere,
+} from "./retry-after-move.js";
 import { withJob } from "./with-job.js";
+
+/** What a resume wrote: its pending entry, the parked runs, the next attempts it put, the job. */
+interface Resumed {
+  readonly entry: DueEntry | null;
+  readonly parked: Run[];
+  readonly elsewhere: Run[];
+  readonly job: Job;
+}
 
 /**
  * Resumes a paused job: its pending occurrence gets its due entry back (the
@@ -24,63 +38,75 @@ import { withJob } from "./with-job.js";
  * policy at start). Each parked run gets its reaper deadline back before the
  * job says ACTIVE, so a resume that dies before sending loses none of them. A
  * one-off whose cancelled run was the last attempt a run can have cannot run
- * again: its resume is refused, and nothing is written.
+ * again: its resume is refused, and nothing is written. A one-off's retries a
+ * pause cancelled at occurrences it has left get their next attempts too, put
+ * as runs in the same write (`retriesCancelledElsewhere`).
  */
 export async function resumeJob(engine: Engine, tenantId: string, jobId: string): Promise<Job> {
-  const resumed = await withJob<{ entry: DueEntry | null; parked: Run[]; job: Job } | null>(
-    engine,
-    tenantId,
-    jobId,
-    async (job, now) => {
-      if (job.status === "ACTIVE") return { done: null };
-      if (job.status !== "PAUSED") throw new IllegalTransitionError("resume", job.status);
-      // Before any write: a resume it refuses leaves the job and its parked runs as they were.
-      const claimed = job.nextRunAt ? null : await claimedOneOff(engine, job, now);
-      await recordShardCount(engine);
-      const parked = await rearmParked(engine, job, now);
-      const due = job.nextRunAt
-        ? await pendingOccurrence(engine, job, job.nextRunAt, now)
-        : (claimed?.rerun ?? null);
-      // Nothing is left to run: an edit while paused set an end the job had already reached, or a
-      // one-off's occurrence ended for good while the job was paused.
-      const completes = due === null && (hasEnd(job) || claimed?.ended === true);
-      return {
-        write: async () => ({
-          entry: due,
-          parked,
-          job: await writeResumedJob(engine, job, due, now, completes),
-        }),
-      };
-    },
-  );
-  if (resumed) {
-    const now = engine.clock();
-    await sendRuns(
-      engine.sqs,
-      engine.queues,
-      resumed.parked.map((run) => {
-        const dueAt = new Date(Math.max(Date.parse(run.dueAt), now.getTime()));
-        return {
-          message: {
-            ...runMessageOf(run),
-            dueAt: dueAt.toISOString(),
-            priority: resumed.job.priority,
-          },
-          dueAt,
-        };
+  const resumed = await withJob<Resumed | null>(engine, tenantId, jobId, async (job, now) => {
+    if (job.status === "ACTIVE") return { done: null };
+    if (job.status !== "PAUSED") throw new IllegalTransitionError("resume", job.status);
+    // Before any write: a resume it refuses leaves the job and its parked runs as they were.
+    const claimed = job.nextRunAt ? null : await claimedOneOff(engine, job, now);
+    // Retries a pause cancelled at occurrences the one-off has left: put with the job's write.
+    const elsewhere = await retriesCancelledElsewhere(engine, job, now);
+    await recordShardCount(engine);
+    const parked = await rearmParked(engine, job, now);
+    const due = job.nextRunAt
+      ? await pendingOccurrence(engine, job, job.nextRunAt, now)
+      : (claimed?.rerun ?? null);
+    // Nothing is left to run: an edit while paused set an end the job had already reached, or a
+    // one-off's occurrence ended for good while the job was paused.
+    const completes = due === null && (hasEnd(job) || claimed?.ended === true);
+    return {
+      write: async () => ({
+        entry: due,
+        parked,
+        elsewhere: elsewhere.map(({ run }) => run),
+        job: await writeResumedJob(
+          engine,
+          job,
+          due,
+          now,
+          completes,
+          elsewhere.map(({ item }) => item),
+        ),
       }),
-      now,
-    ).catch((error: unknown) => {
-      // Each run has its reaper deadline back: the reaper sends what this could not.
-      engine.obs.log.warn("resume could not send every parked run; the reaper will", {
-        jobId,
-        error: String(error),
-      });
-    });
+    };
+  });
+  if (resumed) {
+    const { priority } = resumed.job;
+    await sendResumedRuns(engine, jobId, [
+      ...resumed.parked.map((run) => ({ ...run, priority })),
+      ...resumed.elsewhere,
+    ]);
     // The claim applies the misfire policy to whatever fell due while the job was paused.
     await dispatchAfterCommit(engine, resumed.entry, "resume");
   }
   return getTenantJob(engine, tenantId, jobId);
+}
+
+/** Sends the runs a resume (or a pause's check after one) gives back, at their due time or now. */
+async function sendResumedRuns(engine: Engine, jobId: string, runs: readonly Run[]): Promise<void> {
+  const now = engine.clock();
+  await sendRuns(
+    engine.sqs,
+    engine.queues,
+    runs.map((run) => {
+      const dueAt = new Date(Math.max(Date.parse(run.dueAt), now.getTime()));
+      return {
+        message: { ...runMessageOf(run), dueAt: dueAt.toISOString() },
+        dueAt,
+      };
+    }),
+    now,
+  ).catch((error: unknown) => {
+    // Each run has its reaper deadline (given back, or its first): the reaper sends what this could not.
+    engine.obs.log.warn("resume could not send every parked run; the reaper will", {
+      jobId,
+      error: String(error),
+    });
+  });
 }
 
 /**
@@ -217,26 +243,37 @@ function rerunOf(engine: Engine, job: Job, latest: Run, now: Date): DueEntry {
  * nothing pending. Once the requests are written, an ACTIVE one-off with nothing pending whose
  * latest run the pause cancelled gets that run's next attempt here, as the resume would have; at
  * the last attempt a run can have there is none, and the one-off, with nothing left to run, is
- * completed (the resume that would have refused has committed).
+ * completed (the resume that would have refused has committed). So does a retry it cancelled at
+ * an occurrence the one-off has left (`retriesCancelledElsewhere`): its next attempt is put here
+ * (on a free key: a repeat's, or the resume's own, finds it there) and sent.
  */
 export async function rerunIfResumedMeanwhile(
   engine: Engine,
   tenantId: string,
   jobId: string,
 ): Promise<void> {
-  const entry = await withJob<DueEntry | null>(engine, tenantId, jobId, async (job, now) => {
-    if (job.status !== "ACTIVE" || job.nextDueKey || job.nextRunAt || !("runAt" in job.schedule))
-      return { done: null };
-    const latest = await latestAttemptOf(engine, job.jobId, job.schedule.runAt);
-    if (latest === null || !cancelledByPause(latest)) return { done: null };
+  type Planned = { entry: DueEntry | null; elsewhere: QueuedAttempt[] } | null;
+  const planned = await withJob<Planned>(engine, tenantId, jobId, async (job, now) => {
+    if (job.status !== "ACTIVE" || !("runAt" in job.schedule)) return { done: null };
+    const elsewhere = await retriesCancelledElsewhere(engine, job, now);
+    const pending = job.nextDueKey !== null || job.nextRunAt !== null;
+    const latest = pending ? null : await latestAttemptOf(engine, job.jobId, job.schedule.runAt);
+    if (latest === null || !cancelledByPause(latest)) return { done: { entry: null, elsewhere } };
     const rerun = latest.attempt < MAX_ATTEMPT ? rerunOf(engine, job, latest, now) : null;
     return {
       write: async () => {
         await recordShardCount(engine);
         await writeResumedJob(engine, job, rerun, now, rerun === null);
-        return rerun;
+        return { entry: rerun, elsewhere };
       },
     };
   });
-  await dispatchAfterCommit(engine, entry, "resume");
+  if (planned === null) return;
+  await dispatchAfterCommit(engine, planned.entry, "resume");
+  // Sent only where this put it: a run already there is the resume's (sent) or a repeat's.
+  const put: Run[] = [];
+  await forEachConcurrently(planned.elsewhere, 16, async ({ run, item }) => {
+    if (await putNextAttempt(engine, { runItem: item }, "resume")) put.push(run);
+  });
+  await sendResumedRuns(engine, jobId, put);
 }

@@ -4,7 +4,8 @@ import { type DueEntry, isRetryOrReplay, type Job, type RetryOf, type Run } from
 import type { ScheduleSpec } from "../schedule/index.js";
 import { dueEntryKey } from "../storage/due-entries.js";
 import { readDueEntry } from "../storage/job-edit.js";
-import { latestAttemptOf } from "../storage/job-queries.js";
+import { latestAttemptOf, latestAttemptsOfJob } from "../storage/job-queries.js";
+import { queuedRun } from "../storage/runs.js";
 
 /** Whether a pause with `running: "cancel"` cancelled the run (or is cancelling it). */
 export function cancelledByPause(run: Run): boolean {
@@ -87,4 +88,56 @@ export async function retryLeftByMove(
     misfire: job.policies.misfire,
     retryOf: { runId: latest.runId, fence: latest.fence, oneOff: true },
   };
+}
+
+/** A next attempt put as a QUEUED run, and its item. */
+export type QueuedAttempt = ReturnType<typeof queuedRun>;
+
+/**
+ * The next attempts of a one-off's failure retries and replays that a pause cancelled (ended, or
+ * still asked to) at an occurrence that is no longer its own: a retry there runs at its old time
+ * (`retryLeftByMove`'s, a failure's own), and a pause with `running: "cancel"` cancels it there,
+ * however long ago that was (`cancelRunsOfJob`). The resume gives the one-off's own occurrence its
+ * next attempt (`claimedOneOff`), and these their own, as it would have given them had they been
+ * its own (`retryAgain`): each a QUEUED run due now, naming the cancelled attempt under fence 0
+ * (`afterCancelledRun`), so its worker waits for that attempt to end and then runs it. A run, not
+ * an entry: its key (the attempt) keeps it one run however many resumes file it, where entries
+ * filed apart lie under different keys. One `retryLeftByMove` filed for the same attempt, still
+ * unclaimed, is kept (read first, as there), and none is put beside it. Not a triggered run's or
+ * a dependent's, which no resume gives back, nor a first attempt's or a `rerun`'s, which the
+ * one-off's new time took. One consistent query of the one-off's whole partition.
+ */
+export async function retriesCancelledElsewhere(
+  engine: Engine,
+  job: Job,
+  now: Date,
+): Promise<QueuedAttempt[]> {
+  if (!("runAt" in job.schedule)) return [];
+  const own = Date.parse(job.schedule.runAt);
+  const filed = job.retryLeftKey ? await readDueEntry(engine, job.retryLeftKey) : null;
+  return (await latestAttemptsOfJob(engine, job.jobId)).flatMap(({ latest, triggered }) => {
+    const retryOf = afterCancelledRun(latest);
+    if (
+      retryOf === undefined ||
+      Date.parse(latest.scheduledFor) === own ||
+      !isRetryOrReplay(latest) ||
+      triggered ||
+      latest.trigger !== undefined ||
+      latest.attempt >= MAX_ATTEMPT ||
+      (filed?.attempt === latest.attempt + 1 && filed.retryOf?.runId === latest.runId)
+    )
+      return [];
+    const spec = {
+      jobId: job.jobId,
+      tenantId: job.tenantId,
+      scheduledFor: new Date(latest.scheduledFor),
+      dueAt: now,
+      ...(latest.plannedFor ? { plannedFor: new Date(latest.plannedFor) } : {}),
+      attempt: latest.attempt + 1,
+      priority: job.priority,
+      jobVersion: latest.jobVersion,
+      retryOf,
+    };
+    return [queuedRun(spec, now, engine.settings)];
+  });
 }

@@ -164,20 +164,30 @@ export async function* liveRunsOfJob(
   statuses: readonly ("QUEUED" | "RUNNING" | "CANCELLED")[],
 ): AsyncGenerator<Run[]> {
   const statusValues = Object.fromEntries(statuses.map((status, i) => [`:s${i}`, status]));
+  yield* consistentRunPages(engine, {
+    KeyConditionExpression: "pk = :pk AND sk BETWEEN :from AND :to",
+    FilterExpression: `#status IN (${Object.keys(statusValues).join(", ")})`,
+    ExpressionAttributeNames: { "#status": "status" },
+    ExpressionAttributeValues: {
+      ":pk": jobPk(jobId),
+      ":from": runSortKey(from, 1),
+      ":to": runSortKey(to, MAX_ATTEMPT),
+      ...statusValues,
+    },
+  });
+}
+
+/** Every page of a strongly consistent query of the runs table, in key order. */
+async function* consistentRunPages(
+  engine: Engine,
+  query: Omit<QueryCommandInput, "TableName" | "ConsistentRead" | "ExclusiveStartKey">,
+): AsyncGenerator<Run[]> {
   let startKey: Key | undefined;
   do {
     const page = await engine.doc.send(
       new QueryCommand({
+        ...query,
         TableName: engine.tables.runs,
-        KeyConditionExpression: "pk = :pk AND sk BETWEEN :from AND :to",
-        FilterExpression: `#status IN (${Object.keys(statusValues).join(", ")})`,
-        ExpressionAttributeNames: { "#status": "status" },
-        ExpressionAttributeValues: {
-          ":pk": jobPk(jobId),
-          ":from": runSortKey(from, 1),
-          ":to": runSortKey(to, MAX_ATTEMPT),
-          ...statusValues,
-        },
         ConsistentRead: true,
         ExclusiveStartKey: startKey,
       }),
@@ -209,6 +219,38 @@ export async function latestAttemptOf(
   );
   const [item] = page.Items ?? [];
   return item ? decodeRun(item) : null;
+}
+
+/** An occurrence's latest attempt, and whether its attempt 1 (when still there) was a trigger's. */
+export interface OccurrenceLatest {
+  readonly latest: Run;
+  readonly triggered: boolean;
+}
+
+/**
+ * The latest attempt of each occurrence of the job, oldest occurrence first: one consistent query
+ * of its whole partition, page by page, for a one-off's alone (small: its occurrences across
+ * moves, their retries, replays and triggers). A later attempt does not say it was triggered: its
+ * attempt 1 does (`triggered`).
+ */
+export async function latestAttemptsOfJob(
+  engine: Engine,
+  jobId: string,
+): Promise<OccurrenceLatest[]> {
+  const byOccurrence = new Map<string, { latest: Run; triggered: boolean }>();
+  const { lo, hi } = runRangeKeys({});
+  for await (const runs of consistentRunPages(engine, {
+    KeyConditionExpression: "pk = :pk AND sk BETWEEN :lo AND :hi",
+    ExpressionAttributeValues: { ":pk": jobPk(jobId), ":lo": lo, ":hi": hi },
+  })) {
+    // Sort keys order attempts within an occurrence: each later one read replaces the latest.
+    for (const run of runs) {
+      const seen = byOccurrence.get(run.scheduledFor);
+      const triggered = seen ? seen.triggered : run.attempt === 1 && run.triggered === true;
+      byOccurrence.set(run.scheduledFor, { latest: run, triggered });
+    }
+  }
+  return [...byOccurrence.values()];
 }
 
 /**

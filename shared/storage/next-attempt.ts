@@ -27,14 +27,19 @@ const ENTRY_AS_PUT = "attribute_exists(pk) AND retryOf.fence = :fence";
  * its ending; either waits for the attempt to say FAILED, so the ending that follows is what lets
  * it run. A retry entry's key holds its due time and the minute it was filed, so an earlier start's
  * entry lies elsewhere: both are claimed, and the run's put (one key) lets the attempt run once.
+ * Answers whether it was written (false: an item was there).
  */
-export async function putNextAttempt(engine: Engine, next: NextAttemptWrite): Promise<void> {
+export function putNextAttempt(
+  engine: Engine,
+  next: NextAttemptWrite,
+  operation = "finish",
+): Promise<boolean> {
   const put =
     "runItem" in next
       ? { TableName: engine.tables.runs, Item: next.runItem }
       : { TableName: engine.tables.jobs, Item: encodeDueEntry(next.dueEntry) };
-  await conditionalWrite(() =>
-    retryOnContention(engine, "finish", () =>
+  return conditionalWrite(() =>
+    retryOnContention(engine, operation, () =>
       engine.doc.send(new PutCommand({ ...put, ConditionExpression: NOT_WRITTEN_YET })),
     ),
   );

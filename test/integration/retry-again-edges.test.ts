@@ -2,9 +2,11 @@ import { beforeEach, describe, expect, it } from "vitest";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { reap } from "../../shared/dispatch/reaper.js";
+import { IllegalTransitionError } from "../../shared/errors.js";
 import { JobError } from "../../shared/execution/job-contract.js";
-import { editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
+import { cancelJob, deleteJob, editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
+import { runId } from "../../shared/keys.js";
 import type { Job } from "../../shared/model.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { useCancelledAttempt } from "../support/cancelled-attempt.js";
@@ -31,12 +33,13 @@ const {
   seedOne,
   withHooks,
 } = race;
-const { moveTo, failedOnce } = useOneOffMoves(race);
+const { moveTo, failedOnce, attemptsOf } = useOneOffMoves(race);
 const {
   thirdPutAsPauseCancels,
   resumedUnclaimed,
   expectAttempt3RunsThenNewTime,
   expectAttempt3Skipped,
+  expectRunsOnceCancelledEnded,
 } = useCancelledAttempt(race);
 let f: EngineFixture;
 beforeEach(() => {
@@ -196,22 +199,119 @@ describe("a paused one-off whose failure retry the pause cancelled, made recurri
   });
 });
 
+/**
+ * A paused one-off whose failure retry (attempt 2) the pause cancelled, moved an hour away 10
+ * minutes later (more than a lookahead on): the edit files attempt 3 at the old time
+ * (retryLeftByMove), and once resumed a pass queues it and a worker runs it.
+ */
+async function retryRunningAtOldTime() {
+  const { job, due } = await retryCancelledByPause();
+  await cancelLands(job);
+  time.ms += 600 * SECOND;
+  const away = new Date(clock().getTime() + 3600 * SECOND);
+  await moveTo(job, 1, away);
+  await resumeJob(f.engine, job.tenantId, job.jobId);
+  await dispatchShard(f.engine, 0, "pass-after-resume");
+  const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 3);
+  if (!retry) throw new Error("no retry");
+  expect((await startRun(f.engine, retry, "worker-b", clock())).kind).toBe("started");
+  return { job, due, away };
+}
+
 describe("a paused one-off's retry the edit filed at its old time (retryLeftByMove), running once resumed", () => {
   it("a second pause with running: cancel asks it to stop, however long ago its occurrence was", async () => {
-    const { job } = await retryCancelledByPause();
-    await cancelLands(job);
-    time.ms += 600 * SECOND;
-    await editJob(f.engine, job.tenantId, job.jobId, 1, {
-      schedule: { runAt: new Date(clock().getTime() + 3600 * SECOND).toISOString() },
-    });
-    await resumeJob(f.engine, job.tenantId, job.jobId);
-    await dispatchShard(f.engine, 0, "pass-after-resume");
-    const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 3);
-    if (!retry) throw new Error("no retry");
-    expect((await startRun(f.engine, retry, "worker-b", clock())).kind).toBe("started");
-
+    const { job } = await retryRunningAtOldTime();
     await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
     const asked = (await runsOf(job.jobId)).find((r) => r.attempt === 3);
     expect([asked?.status, asked?.cancelledBy]).toEqual(["RUNNING", "pause"]);
   });
+
+  it("resumed again, the attempt that pause cancelled is filed again: it runs once, after the cancelled attempt ended, and the one-off at its new time", async () => {
+    const { job, due, away } = await retryRunningAtOldTime();
+    await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+    await resumeJob(f.engine, job.tenantId, job.jobId);
+    expect(await attemptsOf(job.jobId, due)).toEqual([
+      [1, "FAILED"],
+      [2, "CANCELLED"],
+      [3, "RUNNING"],
+      [4, "QUEUED"],
+    ]);
+    const fourth = (await runsOf(job.jobId)).find((r) => r.attempt === 4);
+    expect(fourth?.retryOf).toEqual({ runId: runId(job.jobId, due, 3), fence: 0, oneOff: true });
+
+    await expectRunsOnceCancelledEnded(job.jobId, due, 4);
+    const resumed = await getTenantJob(f.engine, job.tenantId, job.jobId);
+    expect([resumed.status, resumed.nextRunAt]).toEqual(["ACTIVE", away.toISOString()]);
+    time.ms = away.getTime() + 5 * SECOND;
+    await dispatchShard(f.engine, 0, "pass-at-new-time");
+    expect(await runsCalled(job.jobId)).toEqual([[away.toISOString(), 1]]);
+  });
+
+  it("resumed twice, and paused and resumed again before it ran: one attempt filed again, run once", async () => {
+    const { job, due } = await retryRunningAtOldTime();
+    await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+    await resumeJob(f.engine, job.tenantId, job.jobId);
+    await resumeJob(f.engine, job.tenantId, job.jobId);
+    await pauseJob(f.engine, job.tenantId, job.jobId);
+    await resumeJob(f.engine, job.tenantId, job.jobId);
+    await expectRunsOnceCancelledEnded(job.jobId, due, 4);
+    expect((await attemptsOf(job.jobId, due)).map(([attempt]) => attempt)).toEqual([1, 2, 3, 4]);
+  });
+
+  it("moved away again while paused (its edit reads only the occurrence it leaves), then resumed: the attempt is filed again", async () => {
+    const { job, due, away } = await retryRunningAtOldTime();
+    await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+    await moveTo(job, 2, new Date(away.getTime() + 600 * SECOND));
+    await resumeJob(f.engine, job.tenantId, job.jobId);
+    await expectRunsOnceCancelledEnded(job.jobId, due, 4);
+  });
+
+  it("resumed between the pause's write and its cancel request: the pause's check files the attempt it cancelled", async () => {
+    const { job, due } = await retryRunningAtOldTime();
+    const isRunUpdate = (input: Record<string, unknown>) =>
+      input.TableName === f.engine.tables.runs;
+    const resume = async () => {
+      await resumeJob(f.engine, job.tenantId, job.jobId);
+    };
+    const { hooked } = await withHooks(
+      [{ command: "UpdateItemCommand", when: isRunUpdate, before: resume }],
+      () => pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" }),
+    );
+    expect(hooked).toBe(1);
+    expect((await getTenantJob(f.engine, job.tenantId, job.jobId)).status).toBe("ACTIVE");
+    await expectRunsOnceCancelledEnded(job.jobId, due, 4);
+  });
+
+  it("paused again with running: cancel, then the job cancelled: the attempt that pause cancelled is not filed again, and nothing runs", async () => {
+    const { job, due } = await retryRunningAtOldTime();
+    await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+    await cancelJob(f.engine, job.tenantId, job.jobId);
+    await expect(resumeJob(f.engine, job.tenantId, job.jobId)).rejects.toBeInstanceOf(
+      IllegalTransitionError,
+    );
+    await cancelLands(job);
+    expect(await attemptsOf(job.jobId, due)).toEqual([
+      [1, "FAILED"],
+      [2, "CANCELLED"],
+      [3, "CANCELLED"],
+    ]);
+  });
+
+  it.each(["cancelled", "deleted"] as const)(
+    "filed again by the resume, then the job %s before it ran: that attempt ends CANCELLED, unrun",
+    async (end) => {
+      const { job, due } = await retryRunningAtOldTime();
+      await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+      await resumeJob(f.engine, job.tenantId, job.jobId);
+      if (end === "cancelled") await cancelJob(f.engine, job.tenantId, job.jobId);
+      else await deleteJob(f.engine, job.tenantId, job.jobId);
+      await cancelLands(job);
+      expect(await attemptsOf(job.jobId, due)).toEqual([
+        [1, "FAILED"],
+        [2, "CANCELLED"],
+        [3, "CANCELLED"],
+        [4, "CANCELLED"],
+      ]);
+    },
+  );
 });
