@@ -315,3 +315,20 @@ describe("a paused one-off's retry the edit filed at its old time (retryLeftByMo
     },
   );
 });
+
+describe("a one-off moved away while its failure retry was queued at its old time, that retry running", () => {
+  it("paused with running: cancel, then resumed: the retry's next attempt is filed and runs once, after it ended", async () => {
+    const { job, due } = await failedOnce(0, { moveAway: true });
+    const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
+    if (!retry) throw new Error("no retry");
+    expect((await startRun(f.engine, retry, "worker-a", clock())).kind).toBe("started");
+    await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+    await resumeJob(f.engine, job.tenantId, job.jobId);
+    expect(await attemptsOf(job.jobId, due)).toEqual([
+      [1, "FAILED"],
+      [2, "RUNNING"],
+      [3, "QUEUED"],
+    ]);
+    await expectRunsOnceCancelledEnded(job.jobId, due, 3);
+  });
+});
