@@ -117,8 +117,11 @@ export async function retriesCancelledElsewhere(
   const filed = job.retryLeftKey ? await readDueEntry(engine, job.retryLeftKey) : null;
   return (await latestAttemptsOfJob(engine, job.jobId)).flatMap(({ latest, triggered }) => {
     const retryOf = afterCancelledRun(latest);
+    // A pause's cancel alone: a run cancel through the API, still running under its worker's lease
+    // (`afterCancelledRun` names that too), ends the attempt for good, as once it has landed.
     if (
       retryOf === undefined ||
+      !cancelledByPause(latest) ||
       Date.parse(latest.scheduledFor) === own ||
       !isRetryOrReplay(latest) ||
       triggered ||
