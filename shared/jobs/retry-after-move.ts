@@ -122,6 +122,9 @@ export async function retriesCancelledElsewhere(
     if (
       retryOf === undefined ||
       !cancelledByPause(latest) ||
+      // A retry whose failed attempt was not the one-off's (a recurring job's, made a one-off
+      // since): a pause's cancel of it stands (`RetryOf.oneOff`), as its worker reads it.
+      (latest.retryOf !== undefined && latest.retryOf.oneOff !== true) ||
       Date.parse(latest.scheduledFor) === own ||
       !isRetryOrReplay(latest) ||
       triggered ||

@@ -1,9 +1,11 @@
 import { beforeEach, describe, expect, it } from "vitest";
+import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { reap } from "../../shared/dispatch/reaper.js";
-import { cancelRun, pauseJob, resumeJob } from "../../shared/jobs/index.js";
+import { JobError } from "../../shared/execution/job-contract.js";
+import { cancelRun, editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { useCancelledAttempt } from "../support/cancelled-attempt.js";
-import { useClaimRace } from "../support/claim-race.js";
+import { SECOND, useClaimRace } from "../support/claim-race.js";
 import { deliveryOfRun, type EngineFixture } from "../support/engine-fixture.js";
 import { withSqsFaults } from "../support/faults.js";
 import { useOneOffMoves } from "../support/one-off-moves.js";
@@ -14,7 +16,7 @@ import { useOneOffMoves } from "../support/one-off-moves.js";
  */
 
 const race = useClaimRace();
-const { clock, runsOf, fixture, runsCalled, pastDeadlineOf } = race;
+const { clock, runsOf, fixture, runsCalled, pastDeadlineOf, seedOne, claimOptions } = race;
 const { failedOnce, attemptsOf } = useOneOffMoves(race);
 const { cancelLands } = useCancelledAttempt(race);
 let f: EngineFixture;
@@ -96,5 +98,44 @@ describe("a one-off's retry at an occurrence it left, cancelled by a pause", () 
       [2, "CANCELLED"],
       [3, "SUCCEEDED"],
     ]);
+  });
+});
+
+describe("a recurring job's failure retry running, the job made a one-off at another time", () => {
+  it("paused with running: cancel and resumed: the pause's cancel of a recurring job's retry stands, and nothing runs again", async () => {
+    const now = clock();
+    const due = new Date(now.getTime() - 5 * SECOND);
+    const away = new Date(now.getTime() + 600 * SECOND);
+    const schedule = { every: "PT1H", startAt: due.toISOString() };
+    const { job, entry } = await seedOne("recurring-retry-made-one-off", schedule, due, now);
+    expect((await claimDueEntry(f.engine, entry, claimOptions(now))).outcome).toBe("claimed");
+    const first = (await runsOf(job.jobId)).find((r) => r.scheduledFor === due.toISOString());
+    if (!first) throw new Error("no first run");
+    const fails = async () => {
+      throw new JobError("flaky", { retryable: true });
+    };
+    const deps = f.workerDeps("w", { noop: fails });
+    await f.process(
+      { ...deps, engine: { ...f.engine, random: () => 0 } },
+      deliveryOfRun(f.engine, first),
+    );
+    const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
+    if (!retry) throw new Error("no retry");
+    expect(retry.retryOf?.oneOff).toBeUndefined();
+    expect((await startRun(f.engine, retry, "worker-a", clock())).kind).toBe("started");
+    await editJob(f.engine, job.tenantId, job.jobId, 1, {
+      schedule: { runAt: away.toISOString() },
+    });
+
+    await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+    await resumeJob(f.engine, job.tenantId, job.jobId);
+    expect(await attemptsOf(job.jobId, due)).toEqual([
+      [1, "FAILED"],
+      [2, "RUNNING"],
+    ]);
+    await cancelLands(retry);
+    pastDeadlineOf(clock());
+    await reap(f.engine);
+    expect((await runsCalled(job.jobId)).filter(([at]) => at === due.toISOString())).toEqual([]);
   });
 });
