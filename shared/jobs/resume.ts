@@ -40,7 +40,7 @@ interface Resumed {
  * one-off whose cancelled run was the last attempt a run can have cannot run
  * again: its resume is refused, and nothing is written. A one-off's retries a
  * pause cancelled at occurrences it has left get their next attempts too, put
- * as runs in the same write (`retriesCancelledElsewhere`).
+ * as runs just before the job's write (`retriesCancelledElsewhere`).
  */
 export async function resumeJob(engine: Engine, tenantId: string, jobId: string): Promise<Job> {
   const resumed = await withJob<Resumed | null>(engine, tenantId, jobId, async (job, now) => {
@@ -48,7 +48,7 @@ export async function resumeJob(engine: Engine, tenantId: string, jobId: string)
     if (job.status !== "PAUSED") throw new IllegalTransitionError("resume", job.status);
     // Before any write: a resume it refuses leaves the job and its parked runs as they were.
     const claimed = job.nextRunAt ? null : await claimedOneOff(engine, job, now);
-    // Retries a pause cancelled at occurrences the one-off has left: put with the job's write.
+    // Retries a pause cancelled at occurrences the one-off has left: put before the job's write.
     const elsewhere = await retriesCancelledElsewhere(engine, job, now);
     await recordShardCount(engine);
     const parked = await rearmParked(engine, job, now);
@@ -59,19 +59,19 @@ export async function resumeJob(engine: Engine, tenantId: string, jobId: string)
     // one-off's occurrence ended for good while the job was paused.
     const completes = due === null && (hasEnd(job) || claimed?.ended === true);
     return {
-      write: async () => ({
-        entry: due,
-        parked,
-        elsewhere: elsewhere.map(({ run }) => run),
-        job: await writeResumedJob(
-          engine,
-          job,
-          due,
-          now,
-          completes,
-          elsewhere.map(({ item }) => item),
-        ),
-      }),
+      write: async () => {
+        // Each on its own, not in the job's transaction, which holds 100 items where a one-off can
+        // have left more such retries. Put while the job is PAUSED, a run the resume then fails to
+        // send (it died, or planned again: a fresh read finds the run there) is sent by the
+        // reaper at its deadline, and its worker parks it while the job stays PAUSED.
+        const put = await putQueuedAttempts(engine, elsewhere);
+        return {
+          entry: due,
+          parked,
+          elsewhere: put,
+          job: await writeResumedJob(engine, job, due, now, completes),
+        };
+      },
     };
   });
   if (resumed) {
@@ -271,9 +271,17 @@ export async function rerunIfResumedMeanwhile(
   if (planned === null) return;
   await dispatchAfterCommit(engine, planned.entry, "resume");
   // Sent only where this put it: a run already there is the resume's (sent) or a repeat's.
+  await sendResumedRuns(engine, jobId, await putQueuedAttempts(engine, planned.elsewhere));
+}
+
+/** Puts each attempt's QUEUED run on a free key: the runs this put (a run there is another's). */
+async function putQueuedAttempts(
+  engine: Engine,
+  attempts: readonly QueuedAttempt[],
+): Promise<Run[]> {
   const put: Run[] = [];
-  await forEachConcurrently(planned.elsewhere, 16, async ({ run, item }) => {
+  await forEachConcurrently(attempts, 16, async ({ run, item }) => {
     if (await putNextAttempt(engine, { runItem: item }, "resume")) put.push(run);
   });
-  await sendResumedRuns(engine, jobId, put);
+  return put;
 }

@@ -50,9 +50,7 @@ export async function writePausedJob(engine: Engine, job: Job, now: Date): Promi
  * ACTIVE, with `due` (its pending occurrence) as its due entry, conditioned on
  * the parked runs being the ones read: a run parked meanwhile would be left
  * unsent. COMPLETED instead when `completes` (its end condition left it
- * nothing to run), expiring at its retention. `runs`, the items of QUEUED runs
- * (a one-off's next attempts at occurrences it left, `retriesCancelledElsewhere`),
- * are put in the same transaction, each on a free key, so the job is not ACTIVE without them.
+ * nothing to run), expiring at its retention.
  */
 export async function writeResumedJob(
   engine: Engine,
@@ -60,7 +58,6 @@ export async function writeResumedJob(
   due: DueEntry | null,
   now: Date,
   completes = false,
-  runs: readonly Record<string, unknown>[] = [],
 ): Promise<Job> {
   const set = {
     status: completes ? "COMPLETED" : "ACTIVE",
@@ -77,16 +74,6 @@ export async function writeResumedJob(
     updateJobFrom(engine, job, { ...set, ...expiry }, { sameParkedRuns: true }),
     // Over a one-off's entry left by a dead plain claimer, of an older version (putOverOlderDueEntry).
     ...(due ? [{ name: "dueEntry" as const, write: putOverOlderDueEntry(engine, due) }] : []),
-    ...runs.map((item) => ({
-      name: "retryRun" as const,
-      write: {
-        Put: {
-          TableName: engine.tables.runs,
-          Item: item,
-          ConditionExpression: "attribute_not_exists(pk)",
-        },
-      },
-    })),
   ]);
   return { ...job, ...set };
 }

@@ -14,10 +14,10 @@ import {
 /**
  * The writes a lifecycle change (pause, resume, cancel, edit) is made of: the
  * job's update, conditioned on the job as the change was planned from it, and
- * the due entries it deletes or puts (and a resume's next attempts put as runs, `retryRun`).
+ * the due entries it deletes or puts.
  */
 export type JobChangeWrite = NamedWrite<
-  "job" | "pendingDueEntry" | "dueEntry" | "setAside" | "retryEntry" | "retryRun"
+  "job" | "pendingDueEntry" | "dueEntry" | "setAside" | "retryEntry"
 >;
 
 /** The job update shared by lifecycle changes: conditioned on the state the change was planned from. */
@@ -130,12 +130,7 @@ export async function writeJobChange(
     const upstreamChanged =
       error instanceof ConditionsFailedError &&
       [...error.failed].some((name) => upstreamOfWriteName(name) !== null);
-    // A run put beside the change (`retryRun`) whose key another writer took since the read: the
-    // change is planned again from a fresh read too, which finds that run.
-    if (
-      error instanceof ConditionsFailedError &&
-      (error.has("job") || error.has("retryRun") || upstreamChanged)
-    )
+    if (error instanceof ConditionsFailedError && (error.has("job") || upstreamChanged))
       throw new ConcurrentUpdateError(`job ${job.jobId} changed since it was read`, {
         cause: error,
       });

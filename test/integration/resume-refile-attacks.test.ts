@@ -1,9 +1,14 @@
+import { PutCommand } from "@aws-sdk/lib-dynamodb";
 import { beforeEach, describe, expect, it } from "vitest";
+import { forEachConcurrently } from "../../shared/concurrency.js";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import { JobError } from "../../shared/execution/job-contract.js";
 import { cancelRun, editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
+import { getTenantJob } from "../../shared/jobs/queries.js";
+import { runId } from "../../shared/keys.js";
 import { startRun } from "../../shared/storage/run-start.js";
+import { queuedRun } from "../../shared/storage/runs.js";
 import { useCancelledAttempt } from "../support/cancelled-attempt.js";
 import { SECOND, useClaimRace } from "../support/claim-race.js";
 import { deliveryOfRun, type EngineFixture } from "../support/engine-fixture.js";
@@ -16,8 +21,9 @@ import { useOneOffMoves } from "../support/one-off-moves.js";
  */
 
 const race = useClaimRace();
-const { clock, runsOf, fixture, runsCalled, pastDeadlineOf, seedOne, claimOptions } = race;
-const { failedOnce, attemptsOf } = useOneOffMoves(race);
+const { clock, runsOf, fixture, runsCalled, pastDeadlineOf, seedOne, claimOptions, withHooks } =
+  race;
+const { failedOnce, attemptsOf, retryingOneOff } = useOneOffMoves(race);
 const { cancelLands } = useCancelledAttempt(race);
 let f: EngineFixture;
 beforeEach(() => {
@@ -101,6 +107,43 @@ describe("a one-off's retry at an occurrence it left, cancelled by a pause", () 
   });
 });
 
+describe("a one-off's retry at an occurrence it left, cancelled by a pause, the resume dead after putting its next attempt", () => {
+  it("before the job's write: the job stays PAUSED, the attempt's worker parks it, and the next resume runs it once", async () => {
+    const { job, due, retry } = await retryRunningAtOldTime();
+    await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+    const dies = () => new Error("the resume died before its job's write");
+    const { result } = await withHooks([{ command: "TransactWriteItemsCommand", fail: dies }], () =>
+      resumeJob(f.engine, job.tenantId, job.jobId).catch((error: unknown) => error),
+    );
+    expect(result).toBeInstanceOf(Error);
+    expect((await getTenantJob(f.engine, job.tenantId, job.jobId)).status).toBe("PAUSED");
+    expect(await attemptsOf(job.jobId, due)).toEqual([
+      [1, "FAILED"],
+      [2, "RUNNING"],
+      [3, "QUEUED"],
+    ]);
+
+    await cancelLands(retry);
+    const third = (await runsOf(job.jobId)).find((r) => r.attempt === 3);
+    pastDeadlineOf(new Date(third?.dueAt ?? ""));
+    await reap(f.engine);
+    expect(await runsCalled(job.jobId)).toEqual([]);
+    expect(Object.keys((await getTenantJob(f.engine, job.tenantId, job.jobId)).parkedRuns)).toEqual(
+      [third?.runId],
+    );
+
+    await resumeJob(f.engine, job.tenantId, job.jobId);
+    expect((await runsCalled(job.jobId)).filter(([at]) => at === due.toISOString())).toEqual([
+      [due.toISOString(), 1],
+    ]);
+    expect(await attemptsOf(job.jobId, due)).toEqual([
+      [1, "FAILED"],
+      [2, "CANCELLED"],
+      [3, "SUCCEEDED"],
+    ]);
+  });
+});
+
 describe("a recurring job's failure retry running, the job made a one-off at another time", () => {
   it("paused with running: cancel and resumed: the pause's cancel of a recurring job's retry stands, and nothing runs again", async () => {
     const now = clock();
@@ -137,5 +180,53 @@ describe("a recurring job's failure retry running, the job made a one-off at ano
     pastDeadlineOf(clock());
     await reap(f.engine);
     expect((await runsCalled(job.jobId)).filter(([at]) => at === due.toISOString())).toEqual([]);
+  });
+});
+
+describe("a one-off moved on from 100 occurrences, each left with its failure retry running", () => {
+  /**
+   * What a one-off whose run fails as its handler moves it on (`failedOnce`'s `moveAway`), its
+   * retry then started at the time it left, leaves after 100 such moves: at each occurrence it
+   * left, attempt 2 (retryOf attempt 1's start, the one-off's) RUNNING. Written here as the
+   * claim's fast path writes such a retry (`queuedRun`) and started by a worker, 100 moves through
+   * the worker taking some 14 s.
+   */
+  async function retriesRunningAt100Occurrences() {
+    const { job, due } = await retryingOneOff();
+    const now = clock();
+    const left = Array.from({ length: 100 }, (_, i) => new Date(due.getTime() - (i + 1) * SECOND));
+    await forEachConcurrently(left, 16, async (at) => {
+      const { run, item } = queuedRun(
+        {
+          jobId: job.jobId,
+          tenantId: job.tenantId,
+          scheduledFor: at,
+          dueAt: now,
+          attempt: 2,
+          priority: job.priority,
+          jobVersion: 1,
+          retryOf: { runId: runId(job.jobId, at, 1), fence: 1, oneOff: true },
+        },
+        now,
+        f.engine.settings,
+      );
+      await f.engine.doc.send(new PutCommand({ TableName: f.engine.tables.runs, Item: item }));
+      expect((await startRun(f.engine, run, "worker-a", now)).kind).toBe("started");
+    });
+    return { job, left };
+  }
+
+  it("paused with running: cancel, then resumed: the resume commits and files each cancelled retry's next attempt", async () => {
+    const { job, left } = await retriesRunningAt100Occurrences();
+    await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+    await resumeJob(f.engine, job.tenantId, job.jobId);
+    expect((await getTenantJob(f.engine, job.tenantId, job.jobId)).status).toBe("ACTIVE");
+    const runs = await runsOf(job.jobId);
+    const filedAgain = left.filter((at) =>
+      runs.some(
+        (r) => r.scheduledFor === at.toISOString() && r.attempt === 3 && r.status === "QUEUED",
+      ),
+    );
+    expect(filedAgain).toHaveLength(left.length);
   });
 });
