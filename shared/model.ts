@@ -219,9 +219,10 @@ export interface RetryOf {
   readonly runId: string;
   readonly fence: number;
   /**
-   * The failed attempt was its one-off's occurrence's run (the job as its worker read it): a pause
-   * that cancels it gives a retry, which its next attempt is (`retriedAfterPause`), even once the
-   * one-off is moved away. A recurring job's, made a one-off since, has none: a pause's cancel of
+   * The failed attempt was its one-off's occurrence's run (the job as its worker read it), or a
+   * retry of such a run (failing at a time the one-off has left since): a pause that cancels it
+   * gives a retry, which its next attempt is (`retriedAfterPause`), even once the one-off is
+   * moved away. A recurring job's, made a one-off since, has none: a pause's cancel of
    * it stands. A version before it writes none, and such an attempt is skipped, as before.
    */
   readonly oneOff?: true;

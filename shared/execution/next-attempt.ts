@@ -20,7 +20,10 @@ export function nextAttempt(
   const retryOf: RetryOf = {
     runId: run.runId,
     fence: run.fence,
-    ...(isOneOffOccurrence(job, run.scheduledFor) ? { oneOff: true } : {}),
+    // A retry of the one-off's retry stays the one-off's, failing at the time it has left.
+    ...(isOneOffOccurrence(job, run.scheduledFor) || run.retryOf?.oneOff === true
+      ? { oneOff: true as const }
+      : {}),
   };
   const spec = {
     jobId: run.jobId,

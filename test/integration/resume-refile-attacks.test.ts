@@ -1,12 +1,12 @@
 import { PutCommand } from "@aws-sdk/lib-dynamodb";
 import { beforeEach, describe, expect, it } from "vitest";
 import { forEachConcurrently } from "../../shared/concurrency.js";
-import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import { JobError } from "../../shared/execution/job-contract.js";
 import { cancelRun, editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
 import { runId } from "../../shared/keys.js";
+import type { Run } from "../../shared/model.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { queuedRun } from "../../shared/storage/runs.js";
 import { useCancelledAttempt } from "../support/cancelled-attempt.js";
@@ -21,10 +21,9 @@ import { useOneOffMoves } from "../support/one-off-moves.js";
  */
 
 const race = useClaimRace();
-const { clock, runsOf, fixture, runsCalled, pastDeadlineOf, seedOne, claimOptions, withHooks } =
-  race;
-const { failedOnce, attemptsOf, retryingOneOff } = useOneOffMoves(race);
-const { cancelLands } = useCancelledAttempt(race);
+const { clock, runsOf, fixture, runsCalled, pastDeadlineOf, withHooks } = race;
+const { failedOnce, attemptsOf, retryingOneOff, recurringFailedOnce } = useOneOffMoves(race);
+const { cancelLands, expectRunsOnceCancelledEnded } = useCancelledAttempt(race);
 let f: EngineFixture;
 beforeEach(() => {
   f = fixture();
@@ -40,6 +39,38 @@ async function retryRunningAtOldTime() {
   if (!retry) throw new Error("no retry");
   expect((await startRun(f.engine, retry, "worker-a", clock())).kind).toBe("started");
   return { job, due, retry };
+}
+
+/** The occurrence left: attempt 1 failed, its retry still running under the cancel, the next attempt filed. */
+const THIRD_FILED = [
+  [1, "FAILED"],
+  [2, "RUNNING"],
+  [3, "QUEUED"],
+];
+
+/**
+ * The cancel of `retry` (attempt 2) lands (`cancelLands`), and past attempt 3's deadline the
+ * reaper sends it: attempt 3, as it then stands.
+ */
+async function thirdSentOnceCancelLands(jobId: string, retry: Run) {
+  await cancelLands(retry);
+  const third = (await runsOf(jobId)).find((r) => r.attempt === 3);
+  if (!third) throw new Error("no attempt 3");
+  pastDeadlineOf(new Date(third.dueAt));
+  await reap(f.engine);
+  return third;
+}
+
+/** The occurrence at `due` ran once more, as attempt 3, after attempt 2 ended CANCELLED. */
+async function expectThirdRanOnce(jobId: string, due: Date) {
+  expect((await runsCalled(jobId)).filter(([at]) => at === due.toISOString())).toEqual([
+    [due.toISOString(), 1],
+  ]);
+  expect(await attemptsOf(jobId, due)).toEqual([
+    [1, "FAILED"],
+    [2, "CANCELLED"],
+    [3, "SUCCEEDED"],
+  ]);
 }
 
 describe("a one-off's retry at an occurrence it left, cancelled through the API", () => {
@@ -86,24 +117,38 @@ describe("a one-off's retry at an occurrence it left, cancelled by a pause", () 
     }
     expect(refusing.injected.count).toBeGreaterThan(0);
     await resumeJob(f.engine, job.tenantId, job.jobId);
-    expect(await attemptsOf(job.jobId, due)).toEqual([
-      [1, "FAILED"],
-      [2, "RUNNING"],
-      [3, "QUEUED"],
-    ]);
+    expect(await attemptsOf(job.jobId, due)).toEqual(THIRD_FILED);
 
-    await cancelLands(retry);
+    await thirdSentOnceCancelLands(job.jobId, retry);
+    await expectThirdRanOnce(job.jobId, due);
+  });
+});
+
+describe("a one-off's retry at an occurrence it left failing there, its own retry running", () => {
+  it("paused with running: cancel and resumed: that retry's next attempt is filed and runs once, after it ended", async () => {
+    const { job, due } = await failedOnce(0, { moveAway: true });
+    const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
+    if (!retry) throw new Error("no retry");
+    const fails = async () => {
+      throw new JobError("flaky again", { retryable: true });
+    };
+    const deps = f.workerDeps("w", { noop: fails });
+    await f.process(
+      { ...deps, engine: { ...f.engine, random: () => 0 } },
+      deliveryOfRun(f.engine, retry),
+    );
     const third = (await runsOf(job.jobId)).find((r) => r.attempt === 3);
-    pastDeadlineOf(new Date(third?.dueAt ?? ""));
-    await reap(f.engine);
-    expect((await runsCalled(job.jobId)).filter(([at]) => at === due.toISOString())).toEqual([
-      [due.toISOString(), 1],
-    ]);
+    if (!third) throw new Error("no attempt 3");
+    expect((await startRun(f.engine, third, "worker-b", clock())).kind).toBe("started");
+    await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+    await resumeJob(f.engine, job.tenantId, job.jobId);
     expect(await attemptsOf(job.jobId, due)).toEqual([
       [1, "FAILED"],
-      [2, "CANCELLED"],
-      [3, "SUCCEEDED"],
+      [2, "FAILED"],
+      [3, "RUNNING"],
+      [4, "QUEUED"],
     ]);
+    await expectRunsOnceCancelledEnded(job.jobId, due, 4);
   });
 });
 
@@ -117,51 +162,22 @@ describe("a one-off's retry at an occurrence it left, cancelled by a pause, the 
     );
     expect(result).toBeInstanceOf(Error);
     expect((await getTenantJob(f.engine, job.tenantId, job.jobId)).status).toBe("PAUSED");
-    expect(await attemptsOf(job.jobId, due)).toEqual([
-      [1, "FAILED"],
-      [2, "RUNNING"],
-      [3, "QUEUED"],
-    ]);
+    expect(await attemptsOf(job.jobId, due)).toEqual(THIRD_FILED);
 
-    await cancelLands(retry);
-    const third = (await runsOf(job.jobId)).find((r) => r.attempt === 3);
-    pastDeadlineOf(new Date(third?.dueAt ?? ""));
-    await reap(f.engine);
+    const third = await thirdSentOnceCancelLands(job.jobId, retry);
     expect(await runsCalled(job.jobId)).toEqual([]);
     expect(Object.keys((await getTenantJob(f.engine, job.tenantId, job.jobId)).parkedRuns)).toEqual(
-      [third?.runId],
+      [third.runId],
     );
 
     await resumeJob(f.engine, job.tenantId, job.jobId);
-    expect((await runsCalled(job.jobId)).filter(([at]) => at === due.toISOString())).toEqual([
-      [due.toISOString(), 1],
-    ]);
-    expect(await attemptsOf(job.jobId, due)).toEqual([
-      [1, "FAILED"],
-      [2, "CANCELLED"],
-      [3, "SUCCEEDED"],
-    ]);
+    await expectThirdRanOnce(job.jobId, due);
   });
 });
 
 describe("a recurring job's failure retry running, the job made a one-off at another time", () => {
   it("paused with running: cancel and resumed: the pause's cancel of a recurring job's retry stands, and nothing runs again", async () => {
-    const now = clock();
-    const due = new Date(now.getTime() - 5 * SECOND);
-    const away = new Date(now.getTime() + 600 * SECOND);
-    const schedule = { every: "PT1H", startAt: due.toISOString() };
-    const { job, entry } = await seedOne("recurring-retry-made-one-off", schedule, due, now);
-    expect((await claimDueEntry(f.engine, entry, claimOptions(now))).outcome).toBe("claimed");
-    const first = (await runsOf(job.jobId)).find((r) => r.scheduledFor === due.toISOString());
-    if (!first) throw new Error("no first run");
-    const fails = async () => {
-      throw new JobError("flaky", { retryable: true });
-    };
-    const deps = f.workerDeps("w", { noop: fails });
-    await f.process(
-      { ...deps, engine: { ...f.engine, random: () => 0 } },
-      deliveryOfRun(f.engine, first),
-    );
+    const { job, due, away } = await recurringFailedOnce("recurring-retry-made-one-off");
     const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
     if (!retry) throw new Error("no retry");
     expect(retry.retryOf?.oneOff).toBeUndefined();

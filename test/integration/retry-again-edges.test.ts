@@ -3,7 +3,6 @@ import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import { IllegalTransitionError } from "../../shared/errors.js";
-import { JobError } from "../../shared/execution/job-contract.js";
 import { cancelJob, deleteJob, editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
 import { runId } from "../../shared/keys.js";
@@ -11,7 +10,7 @@ import type { Job } from "../../shared/model.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { useCancelledAttempt } from "../support/cancelled-attempt.js";
 import { SECOND, useClaimRace } from "../support/claim-race.js";
-import { deliveryOfRun, type EngineFixture } from "../support/engine-fixture.js";
+import type { EngineFixture } from "../support/engine-fixture.js";
 import { useOneOffMoves } from "../support/one-off-moves.js";
 
 /**
@@ -30,10 +29,9 @@ const {
   runsCalled,
   entriesOf,
   pastDeadlineOf,
-  seedOne,
   withHooks,
 } = race;
-const { moveTo, failedOnce, attemptsOf } = useOneOffMoves(race);
+const { moveTo, failedOnce, attemptsOf, recurringFailedOnce } = useOneOffMoves(race);
 const {
   thirdPutAsPauseCancels,
   resumedUnclaimed,
@@ -117,22 +115,7 @@ describe("a one-off's failure retry that a pause cancelled, its retry filed by t
 
 describe("a recurring job whose retry a pause cancelled as it failed (the narrow window), made a one-off at another time", () => {
   it("the retry's next attempt, put before the refused ending, is skipped: no resume gives a recurring job's cancelled run back", async () => {
-    const now = clock();
-    const due = new Date(now.getTime() - 5 * SECOND);
-    const away = new Date(now.getTime() + 600 * SECOND);
-    const schedule = { every: "PT1H", startAt: due.toISOString() };
-    const { job, entry } = await seedOne("recurring-made-one-off", schedule, due, now);
-    expect((await claimDueEntry(f.engine, entry, claimOptions(now))).outcome).toBe("claimed");
-    const first = (await runsOf(job.jobId)).find((r) => r.scheduledFor === due.toISOString());
-    if (!first) throw new Error("no first run");
-    const fails = async () => {
-      throw new JobError("flaky", { retryable: true });
-    };
-    const deps = f.workerDeps("w", { noop: fails });
-    await f.process(
-      { ...deps, engine: { ...f.engine, random: () => 0 } },
-      deliveryOfRun(f.engine, first),
-    );
+    const { job, due, away } = await recurringFailedOnce("recurring-made-one-off");
     await thirdPutAsPauseCancels(job.jobId, due);
 
     await resumeJob(f.engine, job.tenantId, job.jobId);

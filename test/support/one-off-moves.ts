@@ -106,6 +106,31 @@ export function useOneOffMoves(race: ReturnType<typeof useClaimRace>) {
     return { job, due, away, first };
   }
 
+  /**
+   * A recurring job (hourly) whose occurrence due 5 s ago, claimed, fails retryably (the backoff's
+   * jitter drawn as 0): attempt 1 FAILED, attempt 2 a QUEUED run. `away`: 10 minutes on.
+   */
+  async function recurringFailedOnce(jobId: string) {
+    const f = fixture();
+    const now = clock();
+    const due = new Date(now.getTime() - 5 * SECOND);
+    const away = new Date(now.getTime() + 600 * SECOND);
+    const schedule = { every: "PT1H", startAt: due.toISOString() };
+    const { job, entry } = await seedOne(jobId, schedule, due, now);
+    expect((await claimDueEntry(f.engine, entry, claimOptions(now))).outcome).toBe("claimed");
+    const first = (await runsOf(jobId)).find((r) => r.scheduledFor === due.toISOString());
+    if (!first) throw new Error("no first run");
+    const fails = async () => {
+      throw new JobError("flaky", { retryable: true });
+    };
+    const deps = f.workerDeps("w", { noop: fails });
+    await f.process(
+      { ...deps, engine: { ...f.engine, random: () => 0 } },
+      deliveryOfRun(f.engine, first),
+    );
+    return { job, due, away };
+  }
+
   /** The job's one retry entry, attempt 2's. */
   async function retryEntryOf(jobId: string): Promise<DueEntry> {
     const [retry, ...more] = (await entriesOf(jobId)).filter((e) => e.kind === "retry");
@@ -129,6 +154,7 @@ export function useOneOffMoves(race: ReturnType<typeof useClaimRace>) {
     deadWhileMovedAway,
     retryingOneOff,
     failedOnce,
+    recurringFailedOnce,
     retryEntryOf,
     replayRefusal,
   };
