@@ -86,6 +86,8 @@ export interface Job {
   readonly nextDueKey: DueKey | null;
   /** The latest retry entry an edit filed beside it (`retryLeftByMove`): the next such edit keeps it. */
   readonly retryLeftKey?: DueKey;
+  /** A one-off's floor, from which reads of its runs start (one-off-floor.ts); see architecture.md. */
+  readonly oneOffFrom?: string;
   readonly createdAt: string;
   readonly updatedAt: string;
   /** Runs of this job holding a live lease: runId → leaseUntil. Used only for overlap decisions. */
@@ -113,10 +115,7 @@ export interface Job {
    * other jobs pay nothing).
    */
   readonly rerunWaiting?: string | null;
-  /**
-   * Runs that came up while the job was PAUSED: runId → when they were parked. They stay QUEUED
-   * without a message or reaper deadline until resume sends them (or cancel cancels them).
-   */
+  /** Runs parked while PAUSED (runId → parkedAt): QUEUED, unsent, till a resume (or cancel). */
   readonly parkedRuns: Readonly<Record<string, string>>;
   readonly lastRun: RunSummary | null;
   /** Recurring jobs: no occurrence after this instant runs; reaching it completes the job. */

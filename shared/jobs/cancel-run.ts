@@ -14,6 +14,7 @@ import { requestRunCancel } from "../storage/run-cancel.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";
 import { recordRunOnJob } from "../storage/run-on-job.js";
 import { getRun } from "../storage/run-reads.js";
+import { oneOffRunsFrom } from "./one-off-floor.js";
 import { getTenantJob } from "./queries.js";
 
 const ATTEMPTS = 5;
@@ -149,7 +150,7 @@ function ranBefore(job: Job, run: Run, now: Date): boolean {
  * A running run is one listed in the job's `activeRuns` (every admitted run of
  * a recurring job), or a RUNNING run of an occurrence from one lookahead back
  * to the end of the fast-path window (runs started and not yet admitted; for a
- * one-off job, whose runs are not listed, its whole partition up to its occurrence): one consistent query of
+ * one-off job, whose runs are not listed, from its floor up to its occurrence: `oneOffRunsFrom`): one consistent query of
  * the job's own partition, plus a read of each active run outside it. A listed run this ends
  * stays listed until the job's write of it (lastRun, out of activeRuns). A `repeat` (the job
  * already ended by this cancel) also brings the job's `lastRun` up to the newest run in that range
@@ -188,19 +189,20 @@ export async function cancelRunsOfJob(
       current = await getRun(engine, current);
     }
   };
-  // A one-off's retries and replays keep their occurrence, which may lie anywhere, and unlisted
-  // (a one-off's runs are not) are found by the query alone: its whole partition, which is small.
-  // Its occurrence before an edit moved it counts too: a retry there runs at its old time
-  // (`retryLeftByMove`, a failure's retry), however long ago that was.
-  const oneOff = "runAt" in job.schedule ? Date.parse(job.schedule.runAt) : null;
+  // A one-off's retries and replays keep their occurrence, and unlisted (a one-off's runs are
+  // not) are found by the query alone: from its floor (`oneOffFrom`), the earliest occurrence it
+  // has had as a one-off, so its occurrences before an edit moved it count too (a retry there runs
+  // at its old time: `retryLeftByMove`, a failure's retry), however long ago that was; the history
+  // of a recurring job it was before is not read.
+  const oneOff = "runAt" in job.schedule ? job.schedule.runAt : null;
   // A jittered occurrence runs up to its window after scheduledFor: the range reaches back that far too.
   const windowFrom = now.getTime() - engine.settings.lookaheadMs - (windowMsOf(job.window) ?? 0);
   const windowTo = claimReachEnd(
     now,
     fastPathHorizonEnd(now, engine.settings.lookaheadMs),
   ).getTime();
-  const from = new Date(oneOff === null ? windowFrom : 0);
-  const to = new Date(oneOff === null ? windowTo : Math.max(oneOff, windowTo));
+  const from = oneOff === null ? new Date(windowFrom) : oneOffRunsFrom(engine, job, oneOff, now);
+  const to = new Date(oneOff === null ? windowTo : Math.max(Date.parse(oneOff), windowTo));
   const seen = new Set<string>();
   const ended: Run[] = [];
   for await (const runs of liveRunsOfJob(engine, job.jobId, from, to, [

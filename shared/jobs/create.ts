@@ -26,6 +26,7 @@ import { getJob } from "../storage/run-reads.js";
 import type { UsageReservation } from "../storage/tenant-quotas.js";
 import { linkNewDependent } from "./dependencies.js";
 import { dueEntryFor, withinJobEnd } from "./due-entry.js";
+import { withOneOffFloor } from "./one-off-floor.js";
 import { getTenantJob } from "./queries.js";
 
 /** A job as the API hands it over: validated, defaults applied. */
@@ -243,6 +244,7 @@ export function prepareNewJob(
     nextDueKey: null,
     createdAt: now.toISOString(),
     updatedAt: now.toISOString(),
+    ...withOneOffFloor(null, schedule, now),
     activeRuns: {},
     activeRevision: 0,
     bufferedRunId: null,

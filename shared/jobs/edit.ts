@@ -23,6 +23,7 @@ import {
   withinJobEnd,
 } from "./due-entry.js";
 import { recordRunsEndedBy } from "./ended-runs.js";
+import { withOneOffFloor } from "./one-off-floor.js";
 import { getTenantJob, listRuns } from "./queries.js";
 import { retryLeftByMove } from "./retry-after-move.js";
 import { withJob } from "./with-job.js";
@@ -184,9 +185,13 @@ async function editPlanned(
       throw error;
     }
     const lastEdit = requestHash === undefined ? undefined : { from: job.version, requestHash };
+    // A one-off's floor moves down to every occurrence it has as one (its reads start there).
+    const floor =
+      changesSchedule && normalized.schedule ? withOneOffFloor(job, normalized.schedule, now) : {};
     const edited: Job = {
       ...job,
       ...normalized,
+      ...floor,
       ...(lastEdit ? { lastEdit } : {}),
       version: job.version + 1,
       updatedAt: now.toISOString(),
@@ -217,7 +222,7 @@ async function editPlanned(
           await writeEditedJob(
             engine,
             job,
-            normalized,
+            { ...normalized, ...floor },
             {
               nextRunAt: next,
               entry,

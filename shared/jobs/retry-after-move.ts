@@ -6,6 +6,7 @@ import { dueEntryKey } from "../storage/due-entries.js";
 import { readDueEntry } from "../storage/job-edit.js";
 import { latestAttemptOf, latestAttemptsOfJob } from "../storage/job-queries.js";
 import { queuedRun } from "../storage/runs.js";
+import { oneOffRunsFrom } from "./one-off-floor.js";
 
 /** Whether a pause with `running: "cancel"` cancelled the run (or is cancelling it). */
 export function cancelledByPause(run: Run): boolean {
@@ -105,7 +106,8 @@ export type QueuedAttempt = ReturnType<typeof queuedRun>;
  * filed apart lie under different keys. One `retryLeftByMove` filed for the same attempt, still
  * unclaimed, is kept (read first, as there), and none is put beside it. Not a triggered run's or
  * a dependent's, which no resume gives back, nor a first attempt's or a `rerun`'s, which the
- * one-off's new time took. One consistent query of the one-off's whole partition.
+ * one-off's new time took. One consistent query of the one-off's runs from its floor
+ * (`oneOffRunsFrom`), never a recurring history it had before.
  */
 export async function retriesCancelledElsewhere(
   engine: Engine,
@@ -115,7 +117,8 @@ export async function retriesCancelledElsewhere(
   if (!("runAt" in job.schedule)) return [];
   const own = Date.parse(job.schedule.runAt);
   const filed = job.retryLeftKey ? await readDueEntry(engine, job.retryLeftKey) : null;
-  return (await latestAttemptsOfJob(engine, job.jobId)).flatMap(({ latest, triggered }) => {
+  const from = oneOffRunsFrom(engine, job, job.schedule.runAt, now);
+  return (await latestAttemptsOfJob(engine, job.jobId, from)).flatMap(({ latest, triggered }) => {
     const retryOf = afterCancelledRun(latest);
     // A pause's cancel alone: a run cancel through the API, still running under its worker's lease
     // (`afterCancelledRun` names that too), ends the attempt for good, as once it has landed.

@@ -28,6 +28,7 @@ type EditedFields = Partial<
     | "endAt"
     | "maxRuns"
     | "window"
+    | "oneOffFrom"
   >
 >;
 

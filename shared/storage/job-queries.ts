@@ -228,17 +228,18 @@ export interface OccurrenceLatest {
 }
 
 /**
- * The latest attempt of each occurrence of the job, oldest occurrence first: one consistent query
- * of its whole partition, page by page, for a one-off's alone (small: its occurrences across
+ * The latest attempt of each occurrence of the job from `from` on, oldest occurrence first: one
+ * consistent query, page by page, for a one-off's alone (from its floor: its occurrences across
  * moves, their retries, replays and triggers). A later attempt does not say it was triggered: its
  * attempt 1 does (`triggered`).
  */
 export async function latestAttemptsOfJob(
   engine: Engine,
   jobId: string,
+  from: Date,
 ): Promise<OccurrenceLatest[]> {
   const byOccurrence = new Map<string, { latest: Run; triggered: boolean }>();
-  const { lo, hi } = runRangeKeys({});
+  const { lo, hi } = runRangeKeys({ from });
   for await (const runs of consistentRunPages(engine, {
     KeyConditionExpression: "pk = :pk AND sk BETWEEN :lo AND :hi",
     ExpressionAttributeValues: { ":pk": jobPk(jobId), ":lo": lo, ":hi": hi },
