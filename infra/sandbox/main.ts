@@ -37,6 +37,8 @@ if (values.help) {
   --tick-seconds  SCHEDULER_TICK_SECONDS  seconds between dispatcher passes (60)
   --workers       SCHEDULER_WORKERS     runs in progress at once (8)
   --endpoint      AWS_ENDPOINT_URL      use this AWS-compatible endpoint instead of the emulators
+  AWS_ENDPOINT_URL_DYNAMODB=URL, AWS_ENDPOINT_URL_SQS=URL  one service's endpoint (before
+                                        AWS_ENDPOINT_URL): the other service's emulator still starts
   --prefix        SCHEDULER_SANDBOX_PREFIX  names of the tables and queues: <prefix>-jobs, … (sandbox)
   ALLOW_PRIVATE_TARGETS=false           refuse webhook targets that are not public addresses, as deployed
   DEMO_JOB_TYPES=false                  refuse the demo job types sleep and fail, as a deployed API does
@@ -77,7 +79,10 @@ function positive(
 }
 
 const env = process.env;
-const endpoint = values.endpoint ?? env.AWS_ENDPOINT_URL;
+// As the SDK resolves them: a service's own variable before AWS_ENDPOINT_URL (an empty one is unset);
+// `--endpoint` names both services'.
+const dynamoEndpoint = values.endpoint || env.AWS_ENDPOINT_URL_DYNAMODB || env.AWS_ENDPOINT_URL;
+const sqsEndpoint = values.endpoint || env.AWS_ENDPOINT_URL_SQS || env.AWS_ENDPOINT_URL;
 const prefix = values.prefix ?? env.SCHEDULER_SANDBOX_PREFIX;
 if (prefix !== undefined && !/^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$/.test(prefix)) {
   // Table and queue names allow letters, digits, "-" and "_"; queue names end at 80 characters.
@@ -110,7 +115,8 @@ const sandbox = await startSandbox({
   dataDir: values["data-dir"] ?? env.SCHEDULER_DATA_DIR ?? ".data",
   tickSeconds: positive("--tick-seconds", values["tick-seconds"] ?? env.SCHEDULER_TICK_SECONDS, 60),
   workers: positive("--workers", values.workers ?? env.SCHEDULER_WORKERS, 8),
-  ...(endpoint ? { endpoint } : {}),
+  ...(dynamoEndpoint ? { dynamoEndpoint } : {}),
+  ...(sqsEndpoint ? { sqsEndpoint } : {}),
   ...(prefix ? { prefix } : {}),
 }).catch((error: unknown) => {
   // Taken while the emulators started: they are stopped by now, and the stack says nothing more.
@@ -120,9 +126,11 @@ const sandbox = await startSandbox({
 });
 
 console.log(`scheduler sandbox ready at ${sandbox.url}`);
-console.log(
-  `  data:     ${sandbox.dataDir}${endpoint ? ` (tables and queues at ${endpoint})` : ""}`,
-);
+const atEndpoints = [
+  ...(dynamoEndpoint ? [`tables at ${dynamoEndpoint}`] : []),
+  ...(sqsEndpoint ? [`queues at ${sqsEndpoint}`] : []),
+].join(", ");
+console.log(`  data:     ${sandbox.dataDir}${atEndpoints ? ` (${atEndpoints})` : ""}`);
 console.log(
   env.ALLOW_PRIVATE_TARGETS === "false"
     ? "  webhooks: public addresses only (ALLOW_PRIVATE_TARGETS=false), as deployed"

@@ -35,8 +35,10 @@ export interface SandboxOptions {
   readonly tickSeconds: number | null;
   /** Runs in progress at once. */
   readonly workers: number;
-  /** Use this AWS-compatible endpoint (LocalStack, …) instead of starting the emulators. */
-  readonly endpoint?: string;
+  /** Use this AWS-compatible endpoint (LocalStack, …) for DynamoDB instead of starting DynamoDB Local. */
+  readonly dynamoEndpoint?: string;
+  /** Use this AWS-compatible endpoint for SQS instead of starting the SQS emulator. */
+  readonly sqsEndpoint?: string;
   /**
    * Names the tables and queues (`<prefix>-jobs`, …; default `sandbox`). At an endpoint they outlive
    * the sandbox, so sandboxes that must not share data (test runs) each take their own.
@@ -62,7 +64,7 @@ const SHUTDOWN_GRACE_MS = 3000;
 
 /**
  * The whole scheduler on one machine: DynamoDB Local persisted under the data
- * directory and an in-memory SQS emulator (or any endpoint given), tables and
+ * directory and an in-memory SQS emulator (each unless an endpoint is given for it), tables and
  * queues read from the synthesized CDK stack, the API, the tick (dispatcher
  * for every shard, then the reaper), a worker loop and the DLQ consumer: the
  * same code as the Lambdas.
@@ -77,22 +79,27 @@ export async function startSandbox(options: SandboxOptions): Promise<Sandbox> {
   // Awaited below; if start-up fails first, its failure is not the one to report.
   consoleAssets.catch(() => undefined);
   const emulators: RunningEmulator[] = [];
+  const started = (emulator: RunningEmulator) => {
+    emulators.push(emulator);
+    return emulator.endpoint;
+  };
   const stopEmulators = () => Promise.all(emulators.map((e) => e.stop()));
   try {
-    let dynamoEndpoint = options.endpoint;
-    let sqsEndpoint = options.endpoint;
-    if (!options.endpoint) {
-      const dbPath = join(dataDir, "dynamodb");
-      await mkdir(dbPath, { recursive: true });
-      const [dynamo, sqs] = await Promise.all([startDynamoDbLocal({ dbPath }), startSqsEmulator()]);
-      emulators.push(dynamo, sqs);
-      dynamoEndpoint = dynamo.endpoint;
-      sqsEndpoint = sqs.endpoint;
-    }
-    const dynamoSide = createAwsClients({
-      ...(dynamoEndpoint ? { endpoint: dynamoEndpoint } : {}),
-    });
-    const sqsSide = createAwsClients({ ...(sqsEndpoint ? { endpoint: sqsEndpoint } : {}) });
+    // Only the emulators no endpoint was given for (a test run passes its own pair). Both starts
+    // settle before a failure is thrown, so the catch below stops the one that did start.
+    const [dynamoEndpoint, sqsEndpoint] = settledOrThrow(
+      await Promise.allSettled([
+        options.dynamoEndpoint ??
+          (async () => {
+            const dbPath = join(dataDir, "dynamodb");
+            await mkdir(dbPath, { recursive: true });
+            return started(await startDynamoDbLocal({ dbPath }));
+          })(),
+        options.sqsEndpoint ?? startSqsEmulator().then(started),
+      ]),
+    );
+    const dynamoSide = createAwsClients({ endpoint: dynamoEndpoint });
+    const sqsSide = createAwsClients({ endpoint: sqsEndpoint });
     const plan = options.plan ?? (await stackResourcePlan());
     const resources = await provision(
       { dynamo: dynamoSide.dynamo, sqs: sqsSide.sqs },
@@ -111,9 +118,9 @@ export async function startSandbox(options: SandboxOptions): Promise<Sandbox> {
       obs,
     };
 
-    // An emulator started now has empty queues: every run in flight when the sandbox last stopped
-    // lost its message. Re-send them all at once rather than a lease later.
-    if (emulators.length > 0) {
+    // An SQS emulator started now has empty queues: every run in flight when the sandbox last
+    // stopped lost its message. Re-send them all at once rather than a lease later.
+    if (options.sqsEndpoint === undefined) {
       const recovered = await recoverLostMessages(engine);
       if (recovered.resent > 0)
         print(`recovered ${recovered.resent} run(s) in flight at the last stop`);
@@ -196,6 +203,13 @@ export async function startSandbox(options: SandboxOptions): Promise<Sandbox> {
     await stopEmulators();
     throw error;
   }
+}
+
+function settledOrThrow<T>(results: readonly PromiseSettledResult<T>[]): T[] {
+  return results.map((result) => {
+    if (result.status === "rejected") throw result.reason;
+    return result.value;
+  });
 }
 
 const SETTING_OVERRIDES = [

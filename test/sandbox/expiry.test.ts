@@ -2,10 +2,11 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { stackResourcePlan } from "../../infra/sandbox/plan-cache.js";
 import type { ResourcePlan } from "../../infra/sandbox/resources.js";
 import { type Sandbox, startSandbox } from "../../infra/sandbox/sandbox.js";
+import { testNamespace } from "../support/namespace.js";
 import { waitFor } from "../support/wait.js";
 
 /**
@@ -16,6 +17,8 @@ describe("sandbox expiry sweep", () => {
   let plan: ResourcePlan;
   let dataDir: string;
   let sandbox: Sandbox | null = null;
+  // The test run's emulators keep the tables across the restart; the prefix keeps them this file's.
+  const prefix = testNamespace("expiry").id;
 
   beforeAll(async () => {
     plan = await stackResourcePlan();
@@ -32,6 +35,9 @@ describe("sandbox expiry sweep", () => {
       dataDir,
       tickSeconds: null,
       workers: 1,
+      dynamoEndpoint: inject("dynamoEndpoint"),
+      sqsEndpoint: inject("sqsEndpoint"),
+      prefix,
       env: { SCHEDULER_API_KEYS: "k=t" },
       plan,
       print: () => undefined,

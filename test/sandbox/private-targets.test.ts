@@ -1,10 +1,14 @@
+import { existsSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { DescribeTableCommand } from "@aws-sdk/client-dynamodb";
+import { GetQueueAttributesCommand } from "@aws-sdk/client-sqs";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { stackResourcePlan } from "../../infra/sandbox/plan-cache.js";
 import { type Sandbox, startSandbox } from "../../infra/sandbox/sandbox.js";
 import { listRuns } from "../../shared/jobs/queries.js";
+import { createTestClients, testNamespace } from "../support/namespace.js";
 import { type Receiver, startReceiver } from "../support/receiver.js";
 import { waitFor } from "../support/wait.js";
 
@@ -24,6 +28,10 @@ describe("sandbox with ALLOW_PRIVATE_TARGETS=false", () => {
       dataDir,
       tickSeconds: 1,
       workers: 2,
+      // The test run's emulators, under a prefix of its own: it starts none.
+      dynamoEndpoint: inject("dynamoEndpoint"),
+      sqsEndpoint: inject("sqsEndpoint"),
+      prefix: testNamespace("private").id,
       env: {
         SCHEDULER_API_KEYS: `${KEY}=tenant-p`,
         ALLOW_PRIVATE_TARGETS: "false",
@@ -36,6 +44,23 @@ describe("sandbox with ALLOW_PRIVATE_TARGETS=false", () => {
     await sandbox?.stop();
     await receiver?.close();
     if (dataDir) await rm(dataDir, { recursive: true, force: true });
+  });
+
+  it("takes the endpoints given: its tables and queues are on the test run's emulators, and it starts no DynamoDB Local", async () => {
+    if (!sandbox) throw new Error("not started");
+    const { tables, queues } = sandbox.engine;
+    const clients = createTestClients();
+    try {
+      const table = await clients.dynamo.send(new DescribeTableCommand({ TableName: tables.jobs }));
+      expect(table.Table?.TableName).toBe(tables.jobs);
+      const queue = await clients.sqs.send(
+        new GetQueueAttributesCommand({ QueueUrl: queues.high, AttributeNames: ["QueueArn"] }),
+      );
+      expect(queue.Attributes?.QueueArn).toMatch(/-high$/);
+    } finally {
+      clients.destroy();
+    }
+    expect(existsSync(join(dataDir, "dynamodb"))).toBe(false);
   });
 
   it("refuses a loopback webhook as a deployed worker does: the run is DEAD at once, the receiver sees nothing", async () => {

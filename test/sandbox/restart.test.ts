@@ -1,13 +1,14 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { stackResourcePlan } from "../../infra/sandbox/plan-cache.js";
 import type { ResourcePlan } from "../../infra/sandbox/resources.js";
 import { type Sandbox, startSandbox } from "../../infra/sandbox/sandbox.js";
 import { sleep } from "../../shared/clock.js";
 import { listRuns } from "../../shared/jobs/queries.js";
 import type { Run } from "../../shared/model.js";
+import { testNamespace } from "../support/namespace.js";
 import { waitFor } from "../support/wait.js";
 
 const KEY = "restart-key";
@@ -24,6 +25,10 @@ describe("sandbox restart", () => {
   let plan: ResourcePlan;
   let dataDir: string;
   let sandbox: Sandbox | null = null;
+  // The test run's DynamoDB Local keeps the tables across the restart, as the sandbox's own does on
+  // disk; SQS is an emulator of the sandbox's own, whose queues a restart empties (what the
+  // recovery of lost messages is for). The prefix keeps the tables this file's.
+  const prefix = testNamespace("restart").id;
   const lines: string[] = [];
 
   beforeAll(async () => {
@@ -41,6 +46,8 @@ describe("sandbox restart", () => {
       dataDir,
       tickSeconds: 1,
       workers: 8,
+      dynamoEndpoint: inject("dynamoEndpoint"),
+      prefix,
       env: ENV,
       plan,
       print: (l) => lines.push(l),
