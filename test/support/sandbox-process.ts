@@ -2,6 +2,8 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { inject } from "vitest";
+import { testNamespace } from "./namespace.js";
 
 /** The sandbox CLI (`npm start`) as a child process: what a user runs, reached only over HTTP. */
 export interface SandboxProcess {
@@ -29,15 +31,35 @@ export interface SandboxProcessOptions {
   readonly keepData?: boolean;
   /** Where the temporary data directory is made (default: the OS's temporary directory). */
   readonly dataParent?: string;
-  /** Names its tables and queues (`--prefix`): at a shared endpoint (LocalStack), one per run. */
+  /**
+   * Names its tables and queues (`--prefix`): at a shared endpoint (the test run's emulators,
+   * LocalStack), one per sandbox. Default there: a fresh one.
+   */
   readonly prefix?: string;
 }
 
 const REPO = resolve(import.meta.dirname, "../..");
 const READY = /scheduler sandbox ready at (http:\/\/\S+)/;
 
+/**
+ * The test run's emulators (AWS_ENDPOINT_URL_DYNAMODB and AWS_ENDPOINT_URL_SQS) when the file's
+ * project provides them: a DynamoDB Local started per file cost seconds of CPU on two cores, and
+ * is slow until its JIT warms up. A project without the global setup (`alone`) provides none, and
+ * the sandbox starts its own, as `npm start` does.
+ */
+function runEmulators(): Record<string, string> {
+  // inject() is typed by what the global setup provides; a project without one provides nothing.
+  const dynamo: string | undefined = inject("dynamoEndpoint");
+  const sqs: string | undefined = inject("sqsEndpoint");
+  if (dynamo === undefined || sqs === undefined) return {};
+  return { AWS_ENDPOINT_URL_DYNAMODB: dynamo, AWS_ENDPOINT_URL_SQS: sqs };
+}
+
 export async function spawnSandbox(options: SandboxProcessOptions = {}): Promise<SandboxProcess> {
   const dataDir = await mkdtemp(join(options.dataParent ?? tmpdir(), "scheduler-e2e-"));
+  const endpoints = runEmulators();
+  const prefix =
+    options.prefix ?? (Object.keys(endpoints).length > 0 ? testNamespace("sandbox").id : undefined);
   const child: ChildProcess = spawn(
     process.execPath,
     [
@@ -54,7 +76,7 @@ export async function spawnSandbox(options: SandboxProcessOptions = {}): Promise
       String(options.tickSeconds ?? 1),
       "--workers",
       String(options.workers ?? 16),
-      ...(options.prefix ? ["--prefix", options.prefix] : []),
+      ...(prefix ? ["--prefix", prefix] : []),
     ],
     {
       cwd: REPO,
@@ -63,6 +85,7 @@ export async function spawnSandbox(options: SandboxProcessOptions = {}): Promise
         AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: "true",
         SHARD_COUNT: String(options.shards ?? 1),
         MAX_SHARD_COUNT: String(options.shards ?? 1),
+        ...endpoints,
         ...options.env,
       },
       stdio: ["ignore", "pipe", "pipe"],
