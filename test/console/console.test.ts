@@ -9,7 +9,7 @@ import { waitFor } from "../support/wait.js";
 
 /**
  * The web console in headless Chromium against `npm start` (the sandbox CLI,
- * its own DynamoDB Local and SQS emulator): what a user clicks, checked
+ * on the test run's DynamoDB Local and SQS emulator): what a user clicks, checked
  * against what the API says. With CONSOLE_SCREENSHOTS=<dir> each page is
  * also saved there (`npm run console:screenshots` writes docs/console/).
  */
