@@ -103,9 +103,15 @@ const documentTranslateConfig: TranslateConfig = {
   unmarshallOptions: { wrapNumbers: false },
 };
 
-/** Whether the SDK will pick up an endpoint override for this service from the environment. */
-function endpointInEnv(service: "DYNAMODB" | "SQS"): boolean {
-  return Boolean(process.env[`AWS_ENDPOINT_URL_${service}`] || process.env.AWS_ENDPOINT_URL);
+/**
+ * The endpoint override the SDK picks up for this service from the environment: the service's own
+ * variable before `AWS_ENDPOINT_URL` (an empty one is unset); undefined when neither is set.
+ */
+export function endpointFromEnv(
+  service: "DYNAMODB" | "SQS",
+  env: NodeJS.ProcessEnv = process.env,
+): string | undefined {
+  return env[`AWS_ENDPOINT_URL_${service}`] || env.AWS_ENDPOINT_URL || undefined;
 }
 
 function credentialsInEnv(): boolean {
@@ -163,10 +169,10 @@ export function createAwsClients(options: AwsClientOptions = {}): AwsClients {
     };
   };
   const explicit = options.endpoint !== undefined;
-  const dynamoLocal = explicit || endpointInEnv("DYNAMODB");
+  const dynamoLocal = explicit || endpointFromEnv("DYNAMODB") !== undefined;
   const dynamoTimeouts = timeoutsFor(dynamoLocal);
   const dynamo = new DynamoDBClient(config(dynamoLocal, dynamoTimeouts, dynamoTimeouts.requestMs));
-  const sqsLocal = explicit || endpointInEnv("SQS");
+  const sqsLocal = explicit || endpointFromEnv("SQS") !== undefined;
   // With an endpoint override every request goes to that endpoint. Left on, the SDK sends each
   // request to the host in its QueueUrl when that differs from an endpoint taken from the
   // environment, and emulators write host names into their URLs (fauxqs `sqs.<region>.localhost`,

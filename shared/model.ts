@@ -212,7 +212,7 @@ export interface RunTrigger {
 /**
  * The failed attempt a next attempt was written for, written before that attempt's FAILED ending
  * (run-finish.ts): the next attempt runs only once this one says FAILED (retry-predecessor.ts
- * `decideOnPredecessor`). `fence`: the predecessor's start whose failure wrote it (0 after a pause).
+ * `decideOnPredecessor`). `fence`: the predecessor's start whose failure wrote it (0 after a cancel).
  */
 export interface RetryOf {
   readonly runId: string;
@@ -257,7 +257,7 @@ export interface DueEntry {
   readonly fanOut?: TriggerFanOut;
   /** A retry of a dependent's run: the upstream run its first attempt records, kept on every attempt. */
   readonly runTrigger?: RunTrigger;
-  /** A retry entry (or an occurrence after a run a pause cancelled): the attempt it follows. */
+  /** A retry entry (or an occurrence after a cancelled run, `afterCancelledRun`): the attempt it follows. */
   readonly retryOf?: RetryOf;
   /**
    * A one-off's occurrence filed again past attempt 1 in place of a failure's retry or a replay a
@@ -346,7 +346,7 @@ export interface Run {
   readonly cancelRequestedAt?: string | null;
   /** Who asked for the cancel: the run's own route, a cancel of its job, or a pause with running: cancel. */
   readonly cancelledBy?: CancelSource | null;
-  /** A failure's next attempt, or one after a run a pause cancelled: the attempt it waits for. */
+  /** A failure's next attempt, or one after a cancelled run (`afterCancelledRun`): the attempt it waits for. */
   readonly retryOf?: RetryOf;
   /**
    * A one-off's occurrence claimed again at a later attempt (a resume's after a pause cancelled its

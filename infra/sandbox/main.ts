@@ -7,6 +7,7 @@ const { localAuthFromEnv } = await import("../../shared/api/local-auth.js");
 const { adminTenantsFrom } = await import("../../shared/api/auth.js");
 const { startSandbox, sandboxSettingOverrides } = await import("./sandbox.js");
 const { loadSettings } = await import("../../shared/config.js");
+const { endpointFromEnv } = await import("../../shared/aws.js");
 
 // `npm start`: the scheduler on this machine. Every option also reads an environment variable.
 const options = {
@@ -79,10 +80,9 @@ function positive(
 }
 
 const env = process.env;
-// As the SDK resolves them: a service's own variable before AWS_ENDPOINT_URL (an empty one is unset);
-// `--endpoint` names both services'.
-const dynamoEndpoint = values.endpoint || env.AWS_ENDPOINT_URL_DYNAMODB || env.AWS_ENDPOINT_URL;
-const sqsEndpoint = values.endpoint || env.AWS_ENDPOINT_URL_SQS || env.AWS_ENDPOINT_URL;
+// `--endpoint` names both services'; else each as the SDK resolves it (endpointFromEnv).
+const dynamoEndpoint = values.endpoint || endpointFromEnv("DYNAMODB", env);
+const sqsEndpoint = values.endpoint || endpointFromEnv("SQS", env);
 const prefix = values.prefix ?? env.SCHEDULER_SANDBOX_PREFIX;
 if (prefix !== undefined && !/^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$/.test(prefix)) {
   // Table and queue names allow letters, digits, "-" and "_"; queue names end at 80 characters.

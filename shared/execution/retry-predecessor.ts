@@ -25,8 +25,8 @@ export type PredecessorDecision =
  * ending) runs, from its predecessor as read after the start. FAILED: it runs. Not ended yet
  * (its worker died or lost its fence between the two writes, or is still writing): it waits, a
  * little longer at each of its starts and not before the predecessor's lease lapses, since the
- * predecessor may still fail (again) and its ending then lets this attempt run (a run a pause
- * cancelled, fence 0, is looked at again sooner: any ending of it lets the attempt run). Ended otherwise
+ * predecessor may still fail (again) and its ending then lets this attempt run (a cancelled run,
+ * fence 0, is looked at again sooner: any ending of it lets the attempt run). Ended otherwise
  * (succeeded on a later start, dead, cancelled, skipped): SKIPPED, naming it, so the occurrence
  * has no attempt its predecessor did not ask for. A one-off's occurrence cancelled by a pause is
  * the exception: its resume gives it a next attempt, and this is that attempt; a failure's retry
@@ -48,7 +48,7 @@ export function decideOnPredecessor(
     const backoff = PREDECESSOR_RECHECK_MS * 2 ** Math.max(0, run.fence - 1);
     const leaseLeft =
       predecessor.leaseUntil === null ? 0 : Date.parse(predecessor.leaseUntil) - now.getTime();
-    // A run a pause asked to cancel (fence 0) ends at its worker's next heartbeat, well within its
+    // A run asked to cancel (fence 0) ends at its worker's next heartbeat, well within its
     // lease, and whatever it ends as the attempt runs: it looks again after the backoff alone, not
     // past the lease, which only a predecessor that may still fail (again) is waited out for.
     const afterCancel = run.retryOf?.fence === 0 && leaseLeft > 0;
@@ -62,8 +62,8 @@ export function decideOnPredecessor(
       recheckAt: new Date(now.getTime() + waitMs),
     };
   }
-  // Fence 0 names no failed start: a run a pause cancelled, which the attempt (a resume's, an
-  // edit's back to its time) only waits for (`afterCancelledRun`). Ended, it runs as the start
+  // Fence 0 names no failed start: a cancelled run, which the attempt (a resume's, an edit's back
+  // to its time) only waits for (`afterCancelledRun`). Ended, it runs as the start
   // decided, as such an attempt did before it named the run: a retry filed again (`retryAgain`)
   // still runs once its one-off is made recurring.
   if (run.retryOf?.fence === 0) return { action: "run" };

@@ -121,7 +121,7 @@ export function runGivenUp(run: Run): boolean {
  * have leaves none: the edit is refused. So is one that SUCCEEDED as an occurrence's run (its own,
  * a failure's retry of it run at its old time after a move away, a recurring job's): the next
  * attempt would be that occurrence's second success, under the same idempotency key. A triggered
- * run's success is no occurrence's (`isOccurrenceRun`). After a run a pause cancelled, the
+ * run's success is no occurrence's (`isOccurrenceRun`). After a cancelled run, the
  * attempt names it (`retryOf`, `afterCancelledRun`): its worker may still hold it, and the next
  * attempt waits for it to end. One consistent read of one run item (two for a later attempt that
  * succeeded), made by schedule edits to a one-off only.

@@ -238,7 +238,7 @@ export async function latestAttemptsOfJob(
   jobId: string,
   from: Date,
 ): Promise<OccurrenceLatest[]> {
-  const byOccurrence = new Map<string, { latest: Run; triggered: boolean }>();
+  const byOccurrence = new Map<string, OccurrenceLatest>();
   const { lo, hi } = runRangeKeys({ from });
   for await (const runs of consistentRunPages(engine, {
     KeyConditionExpression: "pk = :pk AND sk BETWEEN :lo AND :hi",
