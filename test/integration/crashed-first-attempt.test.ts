@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, describe, it } from "vitest";
 import { sleep } from "../../shared/clock.js";
 import type { JobHandler } from "../../shared/execution/job-contract.js";
 import { processRun, type WorkerDeps } from "../../shared/execution/worker.js";
@@ -7,7 +7,6 @@ import type { MisfirePolicy, OverlapPolicy } from "../../shared/policies.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import {
   caseFixture,
-  createEngineFixture,
   type EngineFixture,
   shiftedClock,
   testJob,
@@ -21,14 +20,9 @@ const LEASE_MS = 4000;
 const GRACE_MS = 3000;
 const SETTINGS = { settings: { leaseMs: LEASE_MS, misfireGraceMs: GRACE_MS } };
 
-let f: EngineFixture;
 const made: TestClients[] = [];
-beforeAll(async () => {
-  f = await createEngineFixture(SETTINGS);
-});
-afterAll(async () => {
+afterAll(() => {
   for (const c of made) c.destroy();
-  await f.destroy();
 });
 
 /** A run held back by its overlap policy looks again a second later, not 5 s. */
@@ -55,23 +49,24 @@ function dyingWorker(
  * job's next run is under way, it waits for that run (beside buffer_one's waiting run, without
  * taking its place) and runs after it, rather than end SKIPPED with no retry and no dead letter.
  *
- * The four cases run side by side: each has a job of its own, triggered (no other message of it in
- * the queue), and most of a case's time is its wait for the crashed run's lease to lapse. The
- * misfire cases below stay one after another: run side by side too (three jobs running every
- * second, their messages in one queue), one run in three failed two of them (a start expected held
- * unwritten was written; a handler not run within 20 s).
+ * The four cases run side by side, most of each its wait for the crashed run's lease to lapse, each
+ * on tables and queues of its own (caseFixture): on one queue, a case's message that came back
+ * while the case was busy elsewhere (its run ahead ending) was received and put back by the other
+ * three until the redrive took it to the DLQ, and in one CI run all four waited out their 20 s.
  */
 describe.concurrent("a first attempt whose worker died after its admission, delivered again while the next run is under way", () => {
   const written = { status: "RUNNING", fence: 1 } as const;
   const unwritten = { status: "QUEUED", fence: 0 } as const;
-  it.each<[string, OverlapPolicy, number, typeof written | typeof unwritten]>([
+  it.for<[string, OverlapPolicy, number, typeof written | typeof unwritten]>([
     ["its start written (RUNNING, lease lapsed: a takeover)", "skip", 2, written],
     ["its start held unwritten (QUEUED, fence 0)", "skip", 1, unwritten],
     ["its start written (RUNNING, lease lapsed: a takeover)", "buffer_one", 2, written],
     ["its start held unwritten (QUEUED, fence 0)", "buffer_one", 1, unwritten],
   ])(
     "%s waits for the run under way and runs after it, under %s",
-    async (_, overlap, receiveCount, crashedAs) => {
+    { timeout: 30_000 },
+    async ([, overlap, receiveCount, crashedAs], { expect, onTestFinished }) => {
+      const f = await caseFixture(onTestFinished, SETTINGS);
       let ran = 0;
       let release: () => void = () => undefined;
       const blocking = new Promise<void>((resolve) => {
@@ -147,7 +142,6 @@ describe.concurrent("a first attempt whose worker died after its admission, deli
       expect(await getRun(f.engine, first)).toMatchObject({ status: "SUCCEEDED" });
       expect(ran).toBe(2);
     },
-    30_000,
   );
 });
 

@@ -197,23 +197,47 @@ export async function createEngineFixture(options: FixtureOptions = {}): Promise
       inFlight: Number(Attributes.ApproximateNumberOfMessagesNotVisible ?? 0),
     };
   };
+  /**
+   * Callers waiting in nextDelivery, by queue and job. A message one caller receives for another
+   * goes to that caller rather than back to the queue: each receive counts towards the redrive,
+   * and a message the others receive and put back five times goes to the DLQ. A case busy
+   * elsewhere while its message is visible is not helped (no one waits for it): cases side by
+   * side whose messages come back meanwhile need queues of their own (caseFixture).
+   */
+  const waiting = new Map<string, ReceivedRun[][]>();
+  const waitingKey = (queueUrl: string, jobId: string) => `${queueUrl} ${jobId}`;
+  const handOverOrPutBack = async (received: ReceivedRun) => {
+    const inbox = waiting.get(waitingKey(received.queueUrl, received.message.jobId))?.[0];
+    if (inbox) inbox.push(received);
+    else await setVisibility(engine.sqs, received.queueUrl, received.receiptHandle, 0);
+  };
   const nextDelivery: EngineFixture["nextDelivery"] = async (
     queueUrl,
     jobId,
     timeoutMs = 20_000,
   ) => {
+    const key = waitingKey(queueUrl, jobId);
+    const inbox: ReceivedRun[] = [];
+    waiting.set(key, [...(waiting.get(key) ?? []), inbox]);
     const deadline = Date.now() + timeoutMs;
-    while (Date.now() < deadline) {
-      const batch = await receiveRuns(engine.sqs, queueUrl, { max: 10, waitSeconds: 1 });
-      const mine = batch.find((r) => r.message.jobId === jobId);
-      // Others' messages go straight back for their own tests.
-      await Promise.all(
-        batch
-          .filter((r) => r !== mine)
-          .map((r) => setVisibility(engine.sqs, r.queueUrl, r.receiptHandle, 0)),
-      );
-      if (mine) return mine;
+    let mine: ReceivedRun | undefined;
+    try {
+      while (Date.now() < deadline && !mine) {
+        const batch =
+          inbox.length > 0
+            ? []
+            : await receiveRuns(engine.sqs, queueUrl, { max: 10, waitSeconds: 1 });
+        mine = inbox.shift() ?? batch.find((r) => r.message.jobId === jobId);
+        await Promise.all(batch.filter((r) => r !== mine).map(handOverOrPutBack));
+      }
+    } finally {
+      const others = (waiting.get(key) ?? []).filter((i) => i !== inbox);
+      if (others.length > 0) waiting.set(key, others);
+      else waiting.delete(key);
     }
+    // What was handed over after this caller's own message came: to the next caller, or back.
+    await Promise.all(inbox.map(handOverOrPutBack));
+    if (mine) return mine;
     throw new Error(`no delivery for job ${jobId} within ${timeoutMs} ms`);
   };
 
