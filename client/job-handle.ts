@@ -10,7 +10,7 @@ import {
   type WaitOptions,
 } from "./requests.js";
 import { followsUnclearAttempt } from "./retries.js";
-import { everyRunOf, runPolls } from "./run-follow.js";
+import { LOOK_BACK_MS, pagedRunPolls } from "./run-follow.js";
 import type { ListOptions, RunFilter, SchedulerClient } from "./scheduler-client.js";
 import {
   type EditJobRequest,
@@ -46,6 +46,9 @@ export interface TriggerOptions {
    */
   readonly idempotencyKey?: string | false;
 }
+
+/** Runs a page `waitForRun` without a `runId` reads, the most the API gives. */
+const WAIT_PAGE = 100;
 
 export interface WaitForRunOptions extends WaitOptions {
   /**
@@ -244,23 +247,53 @@ export class JobHandle {
 
   /**
    * Waits for a run to reach a final status (or one of `until`) and returns
-   * it. Without `runId` the first poll reads the job's whole run history, and
-   * each later one only the runs that can have changed since (runPolls).
+   * it. Without `runId` the first poll reads the job's newest page of runs
+   * (100), and further pages only down to the occurrences 2 minutes before the
+   * wait began, so its requests do not grow with the job's history; each later
+   * one reads only the runs that can have changed since (pagedRunPolls). A run
+   * not ended of an occurrence older than both is not waited for: wait for it
+   * by its `runId`.
    */
   async waitForRun(options: WaitForRunOptions = {}): Promise<Run> {
     if (options.runId !== undefined) return this.client.waitForRun(this.id, options.runId, options);
     const until = options.until ?? FINAL_RUN_STATUSES;
-    const poll = runPolls((from) =>
-      everyRunOf(
-        this.runs({ pageSize: 100, ...(from === undefined ? {} : { from }), ...signalOf(options) }),
-      ),
+    const poll = pagedRunPolls(
+      (from) =>
+        this.runs({
+          pageSize: WAIT_PAGE,
+          ...(from === undefined ? {} : { from }),
+          ...signalOf(options),
+        }),
+      Date.now() - LOOK_BACK_MS,
+      WAIT_PAGE,
     );
-    const reached = async () => (await poll()).filter((run) => until.includes(run.status));
-    const before = new Set((await reached()).map((run) => run.runId));
+    const reached = (run: Run) => until.includes(run.status);
+    const first = await poll();
+    // The runs that had reached a status waited for when the wait began, and those seen before
+    // they reached one (reaching it, each is news, at any occurrence).
+    const reachedBefore = new Set(first.filter(reached).map((run) => run.runId));
+    const notYet = new Set<string>();
+    // The first poll may have stopped within the runs of the oldest occurrence it read (a page
+    // ends between a retry and the attempt before it): a run the polls after it find there, or
+    // before it, first seen having reached a status, may have reached it before the wait began.
+    const oldestRead = first.at(-1);
+    const unsureUpTo =
+      first.length >= WAIT_PAGE && oldestRead !== undefined
+        ? Date.parse(oldestRead.scheduledFor)
+        : Number.NEGATIVE_INFINITY;
+    const isNews = (run: Run) =>
+      !reachedBefore.has(run.runId) &&
+      (notYet.has(run.runId) || Date.parse(run.scheduledFor) > unsureUpTo);
+    const note = (runs: readonly Run[]) => {
+      for (const run of runs) if (!reached(run)) notYet.add(run.runId);
+    };
+    note(first);
     return pollForRun(
       `the next run of job ${this.id}`,
       async () => {
-        const fresh = (await reached()).filter((run) => !before.has(run.runId));
+        const runs = await poll();
+        const fresh = runs.filter((run) => reached(run) && isNews(run));
+        note(runs);
         return { done: fresh.at(-1) ?? null, seen: null };
       },
       options,

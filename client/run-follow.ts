@@ -44,7 +44,7 @@ export function runPolls(
 }
 
 /** Every run of a listing (its pages followed), in its order. */
-export async function everyRunOf(listing: AsyncIterable<Run>): Promise<Run[]> {
+async function everyRunOf(listing: AsyncIterable<Run>): Promise<Run[]> {
   const runs: Run[] = [];
   for await (const run of listing) runs.push(run);
   return runs;
@@ -66,4 +66,21 @@ export async function runsDownTo(
     if (runs.length % pageSize === 0 && Date.parse(run.scheduledFor) < floor) break;
   }
   return runs;
+}
+
+/**
+ * runPolls of a listing of a job's runs, `pageSize` to a page: the first poll reads the newest
+ * page, and further pages only down to the occurrences before `firstFloor` (runsDownTo), so that
+ * its requests do not grow with the job's history; each later poll reads every page from where
+ * runPolls reads. `list(from)` lists the runs of occurrences at or after `from` (every run when
+ * undefined), newest first.
+ */
+export function pagedRunPolls(
+  list: (from: Date | undefined) => AsyncIterable<Run>,
+  firstFloor: number,
+  pageSize: number,
+): () => Promise<Run[]> {
+  return runPolls((from) =>
+    from === undefined ? runsDownTo(list(from), firstFloor, pageSize) : everyRunOf(list(from)),
+  );
 }

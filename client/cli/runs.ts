@@ -1,7 +1,7 @@
 import { type Command, InvalidArgumentError } from "commander";
 import { FINAL_RUN_STATUSES, RUN_STATUSES, type Run, type RunStatus } from "../index.js";
 import { waitOrAbort } from "../requests.js";
-import { everyRunOf, LOOK_BACK_MS, runPolls, runsDownTo } from "../run-follow.js";
+import { LOOK_BACK_MS, pagedRunPolls } from "../run-follow.js";
 import { MAX_TIMEOUT_MS } from "../transport.js";
 import { contextOf } from "./context.js";
 import { CliExit, EXIT } from "./exit-codes.js";
@@ -186,16 +186,16 @@ export function runsCommand(program: Command, io: CliIo): void {
         // the look-back before `since` (what it shows: the runs running now, those ended since);
         // each later one the runs that can have changed (runPolls).
         const firstFloor = Math.min(since, Date.now()) - LOOK_BACK_MS;
-        const poll = runPolls((from) => {
-          const listing = context.client.runs.list(jobId, {
-            pageSize: WATCH_PAGE,
-            ...(from === undefined ? {} : { from }),
-            ...(io.signal === undefined ? {} : { signal: io.signal }),
-          });
-          return from === undefined
-            ? runsDownTo(listing, firstFloor, WATCH_PAGE)
-            : everyRunOf(listing);
-        });
+        const poll = pagedRunPolls(
+          (from) =>
+            context.client.runs.list(jobId, {
+              pageSize: WATCH_PAGE,
+              ...(from === undefined ? {} : { from }),
+              ...(io.signal === undefined ? {} : { signal: io.signal }),
+            }),
+          firstFloor,
+          WATCH_PAGE,
+        );
         // The runs read, oldest first; null once Ctrl-C aborted the read (or the wait before a
         // retry of it), which ends the watch at once rather than when the API answers.
         const everyRun = async (): Promise<Run[] | null> => {

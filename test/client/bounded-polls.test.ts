@@ -15,7 +15,7 @@ import { createEngineFixture, type EngineFixture } from "../support/engine-fixtu
 /**
  * `runs watch` and `waitForRun` without a runId on a job with a long run history: each poll after
  * the first reads the runs that can have changed (docs/cli.md "Waiting"), not the whole history;
- * `runs watch`'s first poll reads its newest page and the occurrences since its look-back.
+ * the first reads the newest page and the occurrences since its look-back.
  * The API app on DynamoDB Local behind a local HTTP server that counts the listing's requests; the
  * history is 300 finished runs written straight into the table, days old.
  */
@@ -63,8 +63,18 @@ afterAll(async () => {
 
 const client = () => new SchedulerClient({ baseUrl, auth: { kind: "bearer", key: KEY } });
 
-/** A recurring job with HISTORY succeeded runs, an hour apart, ending a day ago. */
-async function jobWithHistory(): Promise<JobHandle> {
+/** A history run to write: its place among the HISTORY (0 the newest), attempt and status. */
+interface HistoryRun {
+  readonly index: number;
+  readonly attempt: number;
+  readonly status: "SUCCEEDED" | "FAILED" | "QUEUED";
+}
+
+/**
+ * A recurring job with HISTORY succeeded runs, an hour apart, ending a day ago; `runs` replace or
+ * add runs of those occurrences.
+ */
+async function jobWithHistory(runs: readonly HistoryRun[] = []): Promise<JobHandle> {
   const handle = await client().jobs.create({
     type: "noop",
     schedule: { cron: "0 0 1 1 *", timezone: "UTC" },
@@ -80,25 +90,38 @@ async function jobWithHistory(): Promise<JobHandle> {
   await client().runs.cancel(handle.id, model.runId);
   const { inflightPk: _pk, inflightSk: _sk, ...finished } = item;
   const dayAgo = Date.now() - 86_400_000;
-  const items = Array.from({ length: HISTORY }, (_, i) => {
-    const scheduledFor = new Date(dayAgo - i * 3_600_000).toISOString();
+  const succeeded = Array.from(
+    { length: HISTORY },
+    (_, index): HistoryRun => ({
+      index,
+      attempt: 1,
+      status: "SUCCEEDED",
+    }),
+  );
+  const items = [...succeeded, ...runs].map(({ index, attempt, status }) => {
+    const scheduledFor = new Date(dayAgo - index * 3_600_000).toISOString();
+    const ended = status !== "QUEUED";
     return {
       ...finished,
-      sk: runSortKey(scheduledFor, 1),
-      runId: runId(handle.id, scheduledFor, 1),
+      sk: runSortKey(scheduledFor, attempt),
+      runId: runId(handle.id, scheduledFor, attempt),
       scheduledFor,
+      attempt,
       dueAt: scheduledFor,
       plannedFor: scheduledFor,
-      status: "SUCCEEDED",
-      startedAt: scheduledFor,
-      finishedAt: scheduledFor,
+      status,
+      startedAt: ended ? scheduledFor : null,
+      finishedAt: ended ? scheduledFor : null,
     };
   });
-  for (let i = 0; i < items.length; i += 25) {
+  // The runs given replace the succeeded ones of their keys (a batch takes a key once).
+  const byKey = new Map(items.map((run) => [run.sk, run]));
+  const unique = [...byKey.values()];
+  for (let i = 0; i < unique.length; i += 25) {
     await f.engine.doc.send(
       new BatchWriteCommand({
         RequestItems: {
-          [f.engine.tables.runs]: items.slice(i, i + 25).map((Item) => ({ PutRequest: { Item } })),
+          [f.engine.tables.runs]: unique.slice(i, i + 25).map((Item) => ({ PutRequest: { Item } })),
         },
       }),
     );
@@ -124,20 +147,35 @@ const endedRun = (jobId: string) => async () => {
 };
 
 describe("polls of a job with a long run history", () => {
-  it("waitForRun without a runId: each poll after the first reads one page, from near the wait's start", async () => {
+  it("waitForRun without a runId: the first poll and each after it read one page", async () => {
     const handle = await jobWithHistory();
     listings = [];
     // The run the wait ends with ends just before its fourth read: three polls see nothing new.
     beforeRead = new Map([[4, endedRun(handle.id)]]);
     const run = await handle.waitForRun({ pollMs: 1, timeoutMs: 60_000 });
-    expect(run.status).toBe("cancelled");
-    const reads = requestsPerRead();
-    expect(reads).toHaveLength(4);
-    // The first read is the whole history (pages of 100); the polls only what can have changed.
-    expect(reads[0]).toBeGreaterThan(HISTORY / 100);
-    expect(reads.slice(1)).toEqual([1, 1, 1]);
-    for (const listing of listings.slice(reads[0]))
+    expect(run).toMatchObject({ jobId: handle.id, status: "cancelled" });
+    expect(Date.parse(run.scheduledFor)).toBeGreaterThan(Date.now() - 86_400_000);
+    // The first read too is one page: the history is days older than the wait's look-back; the
+    // polls after it read only what can have changed, from the newest occurrence on.
+    expect(requestsPerRead()).toEqual([1, 1, 1, 1]);
+    for (const listing of listings.slice(1))
       expect(Date.parse(listing.from ?? "")).toBeGreaterThan(Date.now() - 86_400_000);
+  });
+
+  it("waitForRun without a runId: a run that ended before the wait, next to the first page, is not the next one", async () => {
+    // The first page (100 runs: the job's cancelled trigger, then 99 of the history) ends with a
+    // queued retry (attempt 2) of an old occurrence: the polls after the first read from that
+    // occurrence, where its attempt 1, failed long ago, is the first run of the second page, which
+    // the first poll did not read.
+    const handle = await jobWithHistory([
+      { index: 98, attempt: 1, status: "FAILED" },
+      { index: 98, attempt: 2, status: "QUEUED" },
+    ]);
+    listings = [];
+    beforeRead = new Map([[3, endedRun(handle.id)]]);
+    const run = await handle.waitForRun({ pollMs: 1, timeoutMs: 60_000 });
+    expect(run).toMatchObject({ jobId: handle.id, status: "cancelled" });
+    expect(requestsPerRead()[0]).toBe(1);
   });
 
   it("runs watch: the first poll and each after it read one page", async () => {
