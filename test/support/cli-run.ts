@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { runCli } from "../../client/cli/main.js";
+import type { CliIo } from "../../client/cli/output.js";
 
 /** What one CLI run printed and how it exited. */
 export interface CliOutcome {
@@ -8,14 +9,19 @@ export interface CliOutcome {
   readonly err: string;
 }
 
-/** Runs the CLI in-process on exactly these arguments (no `--api` added), its output captured. */
+/**
+ * Runs the CLI in-process on exactly these arguments (no `--api` added), its output captured;
+ * `io` gives the rest of its CliIo (a retrySleep).
+ */
 export async function runCaptured(
   args: readonly string[],
   env: Record<string, string> = {},
+  io: Pick<CliIo, "retrySleep"> = {},
 ): Promise<CliOutcome> {
   let out = "";
   let err = "";
   const code = await runCli(args, {
+    ...io,
     stdout: (text) => {
       out += text;
     },

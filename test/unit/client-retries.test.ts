@@ -3,7 +3,7 @@ import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
 import { EXIT } from "../../client/cli/exit-codes.js";
 import {
   RequestTimeoutError,
@@ -27,6 +27,8 @@ interface Answer {
   readonly delayMs?: number;
   /** Not answered: the connection is destroyed once the request came (it is done all the same). */
   readonly reset?: true;
+  /** Not answered: done, and held until the client gives up on it (its timeout). */
+  readonly held?: true;
 }
 
 interface Received {
@@ -75,6 +77,7 @@ beforeAll(async () => {
         idempotencyKey: request.headers["idempotency-key"]?.toString(),
       });
       const answer = script.shift() ?? always;
+      if (answer.held) return;
       const send = () => {
         // A client that gave up waiting has closed the connection: nothing to answer.
         if (request.socket.destroyed) return;
@@ -441,17 +444,34 @@ describe("a DELETE whose retry finds the job gone", () => {
     status: 404,
     body: { error: { code: "not_found", message: `job ${job.id} not found` } },
   };
-  /** Done, but answered after the client gave up on it: the client's timeout is 100 ms. */
-  const lateDone: Answer = { status: 204, body: "", delayMs: 400 };
+  // The client's timeout is 100 ms of fake time (setTimeout), passed only once the server has the
+  // request it holds: no answer races it, however long a loaded machine takes to send one (a
+  // real 100 ms went by before a 404 of the server beside it was read, and the client sent the
+  // request again).
+  beforeEach(() => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+  /** Done, but answered only after the client gave up on it. */
+  const lateDone: Answer = { status: 204, body: "", held: true };
   const gateway504: Answer = { status: 504, body: { message: "Endpoint request timed out" } };
   const timingOut = () => clientWith({}, { timeoutMs: 100 }).client;
+  /** The client's timeout passes once the server has the request it holds (the first). */
+  const timeOutHeld = async () => {
+    while (received.length === 0) await new Promise((resolve) => setImmediate(resolve));
+    await vi.advanceTimersByTimeAsync(100);
+  };
 
   it("is gone after an attempt that timed out or was answered 502 or 504: that attempt may have deleted it", async () => {
     const gateway502: Answer = { status: 502, body: { message: "Internal server error" } };
     for (const first of [lateDone, gateway504, gateway502]) {
       received = [];
       script = [first, notFound];
-      expect(await timingOut().jobs.handle(job.id).delete()).toBe("gone");
+      const deleting = timingOut().jobs.handle(job.id).delete();
+      if (first.held) await timeOutHeld();
+      expect(await deleting).toBe("gone");
       expect(received.map((r) => `${r.method} ${r.path}`)).toEqual(
         Array(2).fill(`DELETE /jobs/${job.id}`),
       );
@@ -496,19 +516,16 @@ describe("a DELETE whose retry finds the job gone", () => {
 
   it("from the CLI: exit 0 after a timed-out attempt, 4 (not found) for a first attempt's 404", async () => {
     const cliDelete = () =>
-      runCaptured([
-        "--api",
-        baseUrl,
-        "--request-timeout",
-        "0.1",
-        "-o",
-        "json",
-        "jobs",
-        "delete",
-        job.id,
-      ]);
+      runCaptured(
+        ["--api", baseUrl, "--request-timeout", "0.1", "-o", "json", "jobs", "delete", job.id],
+        {},
+        // The wait before the retry, a setTimeout too, is not the case's.
+        { retrySleep: async () => undefined },
+      );
     script = [lateDone, notFound];
-    const retried = await cliDelete();
+    const retrying = cliDelete();
+    await timeOutHeld();
+    const retried = await retrying;
     expect(retried.code, retried.err).toBe(EXIT.ok);
     expect(JSON.parse(retried.out)).toEqual({ id: job.id, gone: true });
     expect(received).toHaveLength(2);
