@@ -10,7 +10,7 @@ import {
   type WaitOptions,
 } from "./requests.js";
 import { followsUnclearAttempt } from "./retries.js";
-import { LOOK_BACK_MS, pagedRunPolls } from "./run-follow.js";
+import { LOOK_BACK_MS, pagedRunPolls, unsureUpTo } from "./run-follow.js";
 import type { ListOptions, RunFilter, SchedulerClient } from "./scheduler-client.js";
 import {
   type EditJobRequest,
@@ -273,17 +273,12 @@ export class JobHandle {
     // they reached one (reaching it, each is news, at any occurrence).
     const reachedBefore = new Set(first.filter(reached).map((run) => run.runId));
     const notYet = new Set<string>();
-    // The first poll may have stopped within the runs of the oldest occurrence it read (a page
-    // ends between a retry and the attempt before it): a run the polls after it find there, or
-    // before it, first seen having reached a status, may have reached it before the wait began.
-    const oldestRead = first.at(-1);
-    const unsureUpTo =
-      first.length >= WAIT_PAGE && oldestRead !== undefined
-        ? Date.parse(oldestRead.scheduledFor)
-        : Number.NEGATIVE_INFINITY;
+    // A run the polls after the first find where it may not have read every run, first seen
+    // having reached a status, may have reached it before the wait began.
+    const unsure = unsureUpTo(first, WAIT_PAGE);
     const isNews = (run: Run) =>
       !reachedBefore.has(run.runId) &&
-      (notYet.has(run.runId) || Date.parse(run.scheduledFor) > unsureUpTo);
+      (notYet.has(run.runId) || Date.parse(run.scheduledFor) > unsure);
     const note = (runs: readonly Run[]) => {
       for (const run of runs) if (!reached(run)) notYet.add(run.runId);
     };

@@ -84,3 +84,18 @@ export function pagedRunPolls(
     from === undefined ? runsDownTo(list(from), firstFloor, pageSize) : everyRunOf(list(from)),
   );
 }
+
+/**
+ * Where the first poll of pagedRunPolls may not have read every run: up to the oldest occurrence
+ * it read when it read `pageSize` runs or more (a page may end between a retry and the attempt
+ * before it, the first run of the next page), else nowhere (-Infinity). A later poll reads there
+ * when a run it read there had not ended; a run it finds there, or before, ended, may have ended
+ * before the first poll.
+ */
+export function unsureUpTo(firstRead: readonly Run[], pageSize: number): number {
+  if (firstRead.length < pageSize) return Number.NEGATIVE_INFINITY;
+  return firstRead.reduce(
+    (oldest, run) => Math.min(oldest, Date.parse(run.scheduledFor)),
+    Number.POSITIVE_INFINITY,
+  );
+}

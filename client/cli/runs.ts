@@ -1,7 +1,7 @@
 import { type Command, InvalidArgumentError } from "commander";
 import { FINAL_RUN_STATUSES, RUN_STATUSES, type Run, type RunStatus } from "../index.js";
 import { waitOrAbort } from "../requests.js";
-import { LOOK_BACK_MS, pagedRunPolls } from "../run-follow.js";
+import { LOOK_BACK_MS, pagedRunPolls, unsureUpTo } from "../run-follow.js";
 import { MAX_TIMEOUT_MS } from "../transport.js";
 import { contextOf } from "./context.js";
 import { CliExit, EXIT } from "./exit-codes.js";
@@ -218,6 +218,11 @@ export function runsCommand(program: Command, io: CliIo): void {
             .filter((run) => !FINAL_RUN_STATUSES.includes(run.status) || endedBefore(run))
             .map((run) => [run.runId, run.status]),
         );
+        // A run a later poll finds where the first may not have read every run, ended before
+        // `since`, is no news either: the first read would have passed over it.
+        const unsure = unsureUpTo(before, WATCH_PAGE);
+        const oldNews = (run: Run) =>
+          !seen.has(run.runId) && endedBefore(run) && Date.parse(run.scheduledFor) <= unsure;
         if (context.format === "table") io.stdout(`${fixedColumns(RUN_COLUMNS)}\n`);
         for (const run of before) if (run.status === "running") io.stdout(line(run));
         const deadline =
@@ -230,7 +235,7 @@ export function runsCommand(program: Command, io: CliIo): void {
         while (!io.signal?.aborted) {
           if (runs === null) return;
           for (const run of runs) {
-            if (seen.get(run.runId) === run.status) continue;
+            if (seen.get(run.runId) === run.status || oldNews(run)) continue;
             seen.set(run.runId, run.status);
             // A queued run is a plan (the dispatcher queues minutes ahead): shown once it starts or ends.
             if (run.status === "queued") continue;

@@ -875,19 +875,31 @@ describe("Ctrl-C during runs watch", () => {
 });
 
 describe("runs watch on a job with a long history", () => {
-  it("the first poll reads the newest page, not every page; later polls only what is new", async () => {
-    // 250 runs a minute apart, newest first: the newest running, the others ended long ago.
-    const now = Date.now();
-    const history = Array.from({ length: 250 }, (_, i) => {
-      const occurrence = now - (i + 1) * 60_000;
-      return {
-        runId: `r${i}`,
-        jobId: "01JOBLONG",
-        status: i === 0 ? "running" : "succeeded",
-        scheduledFor: new Date(occurrence).toISOString(),
-        finishedAt: i === 0 ? null : new Date(occurrence + 1000).toISOString(),
-      };
-    });
+  interface ListedRun {
+    readonly runId: string;
+    readonly jobId: string;
+    readonly status: string;
+    readonly scheduledFor: string;
+    readonly finishedAt: string | null;
+  }
+
+  /**
+   * 250 runs a minute apart, newest first: the newest running, the others ended long ago (or
+   * `runs`, newest first), listed by the API's `from`, `limit` and `cursor`.
+   */
+  function listing(now: number, runs?: readonly ListedRun[]): void {
+    const history =
+      runs ??
+      Array.from({ length: 250 }, (_, i) => {
+        const occurrence = now - (i + 1) * 60_000;
+        return {
+          runId: `r${i}`,
+          jobId: "01JOBLONG",
+          status: i === 0 ? "running" : "succeeded",
+          scheduledFor: new Date(occurrence).toISOString(),
+          finishedAt: i === 0 ? null : new Date(occurrence + 1000).toISOString(),
+        };
+      });
     behave = (request, response) => {
       const url = new URL(request.url ?? "", baseUrl);
       const from = Date.parse(url.searchParams.get("from") ?? "1970-01-01T00:00:00Z");
@@ -902,6 +914,10 @@ describe("runs watch on a job with a long history", () => {
         }),
       );
     };
+  }
+
+  /** `runs watch 01JOBLONG` for a second (two polls): its exit code and the run ids it printed. */
+  async function watchASecond(): Promise<{ code: number; printed: string[] }> {
     let stdout = "";
     const code = await runCli(
       ["--api", baseUrl, "--key", key, "-o", "json", "runs", "watch", "01JOBLONG"].concat([
@@ -916,19 +932,51 @@ describe("runs watch on a job with a long history", () => {
         env: {},
       },
     );
+    const printed = stdout
+      .trim()
+      .split("\n")
+      .map((line) => JSON.parse(line).runId);
+    return { code, printed };
+  }
+
+  it("the first poll reads the newest page, not every page; later polls only what is new", async () => {
+    listing(Date.now());
+    const { code, printed } = await watchASecond();
     expect(code).toBe(EXIT.ok);
-    expect(
-      stdout
-        .trim()
-        .split("\n")
-        .map((line) => JSON.parse(line).runId),
-    ).toEqual(["r0"]);
+    expect(printed).toEqual(["r0"]);
     const paths = requests();
     expect(paths[0]).toBe("GET /jobs/01JOBLONG/runs?limit=100");
     expect(paths.filter((path) => path.includes("cursor="))).toEqual([]);
     // The second poll: from 2 minutes before the first (runPolls), one request.
     expect(paths).toHaveLength(2);
     expect(paths[1]).toMatch(/^GET \/jobs\/01JOBLONG\/runs\?from=[^&]+&limit=100$/);
+  });
+
+  it("a run ended long ago, of the occurrence the first page ends in, is not shown", async () => {
+    // The first page ends with a queued retry (attempt 2) of an old occurrence: the second poll
+    // reads from there, and finds its attempt 1, failed long ago, the first run of the next page.
+    const now = Date.now();
+    const run = (i: number, status: string, runId = `r${i}`): ListedRun => {
+      const occurrence = now - (i + 1) * 60_000;
+      const ended = status !== "running" && status !== "queued";
+      return {
+        runId,
+        jobId: "01JOBLONG",
+        status,
+        scheduledFor: new Date(occurrence).toISOString(),
+        finishedAt: ended ? new Date(occurrence + 1000).toISOString() : null,
+      };
+    };
+    listing(now, [
+      run(0, "running"),
+      ...Array.from({ length: 98 }, (_, i) => run(i + 1, "succeeded")),
+      run(99, "queued", "r99-retry"),
+      run(99, "failed"),
+      ...Array.from({ length: 150 }, (_, i) => run(i + 100, "succeeded")),
+    ]);
+    const { code, printed } = await watchASecond();
+    expect(code).toBe(EXIT.ok);
+    expect(printed).toEqual(["r0"]);
   });
 });
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { LOOK_BACK_MS, runPolls, runsDownTo } from "../../client/run-follow.js";
+import { LOOK_BACK_MS, runPolls, runsDownTo, unsureUpTo } from "../../client/run-follow.js";
 import type { Run, RunStatus } from "../../client/types.js";
 
 /**
@@ -93,5 +93,14 @@ describe("runsDownTo", () => {
     const read = await runsDownTo(runs, NOW - 4 * 60_000, 3);
     expect(read).toHaveLength(6);
     expect(pages).toEqual([0, 1]);
+  });
+});
+
+describe("unsureUpTo", () => {
+  it("is the oldest occurrence of a first read of a page or more, in any order; none of a shorter one", () => {
+    const read = [run(0, "queued"), run(-1, "succeeded"), run(-2, "failed")];
+    expect(unsureUpTo(read, 3)).toBe(Date.parse(at(-2)));
+    expect(unsureUpTo(read.toReversed(), 3)).toBe(Date.parse(at(-2)));
+    expect(unsureUpTo(read, 4)).toBe(Number.NEGATIVE_INFINITY);
   });
 });
