@@ -23,8 +23,6 @@ interface Answer {
   readonly status: number;
   readonly headers?: Record<string, string>;
   readonly body: unknown;
-  /** Answered this long after the request came (the request is done at once). */
-  readonly delayMs?: number;
   /** Not answered: the connection is destroyed once the request came (it is done all the same). */
   readonly reset?: true;
   /** Not answered: done, and held until the client gives up on it (its timeout). */
@@ -77,20 +75,15 @@ beforeAll(async () => {
         idempotencyKey: request.headers["idempotency-key"]?.toString(),
       });
       const answer = script.shift() ?? always;
-      if (answer.held) return;
-      const send = () => {
-        // A client that gave up waiting has closed the connection: nothing to answer.
-        if (request.socket.destroyed) return;
-        if (answer.reset) {
-          request.socket.destroy();
-          return;
-        }
-        response
-          .writeHead(answer.status, { "Content-Type": "application/json", ...answer.headers })
-          .end(JSON.stringify(answer.body));
-      };
-      if (answer.delayMs === undefined) send();
-      else setTimeout(send, answer.delayMs);
+      // A client that gave up waiting has closed the connection: nothing to answer.
+      if (answer.held || request.socket.destroyed) return;
+      if (answer.reset) {
+        request.socket.destroy();
+        return;
+      }
+      response
+        .writeHead(answer.status, { "Content-Type": "application/json", ...answer.headers })
+        .end(JSON.stringify(answer.body));
     });
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
@@ -104,6 +97,26 @@ beforeEach(() => {
   always = ok({ status: "ok" });
   received = [];
 });
+
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+/**
+ * Fakes setTimeout, which the client's timeout is: it passes only when a case passes it
+ * (timeOutHeld). A real timeout of 50 or 100 ms raced the server beside it: on a loaded machine
+ * it fired before the request reached the server (which had it during the next case), or before
+ * an answer was read (and the client sent the request again).
+ */
+function fakeTimeouts(): void {
+  vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+}
+
+/** Passes `ms` of fake time once the server has the request it holds (the first). */
+async function timeOutHeld(ms: number): Promise<void> {
+  while (received.length === 0) await new Promise((resolve) => setImmediate(resolve));
+  await vi.advanceTimersByTimeAsync(ms);
+}
 
 /** A client whose waits are recorded, not slept. */
 function clientWith(retry: RetryOptions = {}, options: { timeoutMs?: number } = {}) {
@@ -352,12 +365,15 @@ describe("a create or trigger that declines a key (idempotencyKey: false, --no-i
   });
 
   it("a create timed out is not retried and may have been applied", async () => {
-    always = { ...ok(job), delayMs: 1_000 };
+    fakeTimeouts();
+    always = { ...ok(job), held: true };
     const { client } = clientWith({}, { timeoutMs: 50 });
-    const error = await rejection(
+    const creating = rejection(
       client.jobs.create(newJob, { idempotencyKey: false }),
       RequestTimeoutError,
     );
+    await timeOutHeld(50);
+    const error = await creating;
     expect(error.message).toContain("it may have been applied");
     expect(error.repeatable).toBe(false);
     expect(received).toHaveLength(1);
@@ -444,25 +460,13 @@ describe("a DELETE whose retry finds the job gone", () => {
     status: 404,
     body: { error: { code: "not_found", message: `job ${job.id} not found` } },
   };
-  // The client's timeout is 100 ms of fake time (setTimeout), passed only once the server has the
-  // request it holds: no answer races it, however long a loaded machine takes to send one (a
-  // real 100 ms went by before a 404 of the server beside it was read, and the client sent the
-  // request again).
-  beforeEach(() => {
-    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
-  });
-  afterEach(() => {
-    vi.useRealTimers();
-  });
+  // The client's timeout is 100 ms of fake time, passed only once the server has the request it
+  // holds: no answer races it, however long a loaded machine takes to read one.
+  beforeEach(fakeTimeouts);
   /** Done, but answered only after the client gave up on it. */
   const lateDone: Answer = { status: 204, body: "", held: true };
   const gateway504: Answer = { status: 504, body: { message: "Endpoint request timed out" } };
   const timingOut = () => clientWith({}, { timeoutMs: 100 }).client;
-  /** The client's timeout passes once the server has the request it holds (the first). */
-  const timeOutHeld = async () => {
-    while (received.length === 0) await new Promise((resolve) => setImmediate(resolve));
-    await vi.advanceTimersByTimeAsync(100);
-  };
 
   it("is gone after an attempt that timed out or was answered 502 or 504: that attempt may have deleted it", async () => {
     const gateway502: Answer = { status: 502, body: { message: "Internal server error" } };
@@ -470,7 +474,7 @@ describe("a DELETE whose retry finds the job gone", () => {
       received = [];
       script = [first, notFound];
       const deleting = timingOut().jobs.handle(job.id).delete();
-      if (first.held) await timeOutHeld();
+      if (first.held) await timeOutHeld(100);
       expect(await deleting).toBe("gone");
       expect(received.map((r) => `${r.method} ${r.path}`)).toEqual(
         Array(2).fill(`DELETE /jobs/${job.id}`),
@@ -524,7 +528,7 @@ describe("a DELETE whose retry finds the job gone", () => {
       );
     script = [lateDone, notFound];
     const retrying = cliDelete();
-    await timeOutHeld();
+    await timeOutHeld(100);
     const retried = await retrying;
     expect(retried.code, retried.err).toBe(EXIT.ok);
     expect(JSON.parse(retried.out)).toEqual({ id: job.id, gone: true });
