@@ -8,6 +8,7 @@ import { isBeingDeleted } from "../storage/items.js";
 import { latestAttemptOf } from "../storage/job-queries.js";
 import { keepCompletedJobForRun } from "../storage/job-status.js";
 import { getJob, getRun } from "../storage/run-reads.js";
+import { floorLoweredTo } from "./one-off-floor.js";
 import { getTenantRun } from "./queries.js";
 import { runDueNow, sendRunDueNow } from "./run-now.js";
 
@@ -77,7 +78,9 @@ export async function replayDeadLetter(
     ...(dead.trigger ? { trigger: dead.trigger } : {}),
   });
   try {
-    await writeReplay(engine, dead, { runId: run.runId, item, keyHash });
+    // A one-off replaying a dead run from before it became one: its floor comes down to the replay.
+    const floor = floorLoweredTo(job, dead.scheduledFor);
+    await writeReplay(engine, dead, { runId: run.runId, item, keyHash, floor });
   } catch (error) {
     const replayed = await replayWithKey(
       engine,

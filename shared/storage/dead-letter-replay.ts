@@ -2,7 +2,7 @@ import type { Engine } from "../engine.js";
 import { IllegalTransitionError, NotReplayableError } from "../errors.js";
 import type { Run } from "../model.js";
 import { transactionCancellationCodes } from "./dynamo-errors.js";
-import { isBeingDeleted, jobNotCancelledCheck } from "./items.js";
+import { isBeingDeleted, jobNotCancelledCheck, jobNotCancelledLoweringFloor } from "./items.js";
 import { runKey } from "./runs.js";
 import { ConditionsFailedError, writeTransaction } from "./transaction.js";
 
@@ -29,7 +29,10 @@ const REPLAY_KEY_FREE =
  * A cancellation is `NotReplayableError`: what it contends with on the dead
  * run's item is another replay of it; on the replay's key, a retry of the dead
  * run still waiting to be skipped; on the job, its delete (a cancel is
- * `IllegalTransitionError`, as when the replay reads the job cancelled).
+ * `IllegalTransitionError`, as when the replay reads the job cancelled). With `floor`, the replay
+ * lies below its one-off's floor (`floorLoweredTo`), and the same write lowers the floor to it, so
+ * that a pause, cancel or delete reads the replay (`oneOffRunsFrom`); a floor lowered that far since
+ * the read needs no write, and the transaction goes again with the check alone.
  */
 export async function writeReplay(
   engine: Engine,
@@ -38,8 +41,13 @@ export async function writeReplay(
     readonly runId: string;
     readonly item: Record<string, unknown>;
     readonly keyHash: string | undefined;
+    readonly floor?: string | undefined;
   },
 ): Promise<void> {
+  const jobWrite =
+    replay.floor === undefined
+      ? jobNotCancelledCheck(engine.tables.jobs, dead.jobId)
+      : jobNotCancelledLoweringFloor(engine.tables.jobs, dead.jobId, replay.floor);
   try {
     await writeTransaction(engine, "replay", [
       {
@@ -58,7 +66,7 @@ export async function writeReplay(
       // The job as the replay read it: a cancel or delete (of a completed job: its mark) between
       // that read and this write would otherwise be outrun, the dead letter taken off the list for
       // a run its worker can only cancel.
-      { name: "job", write: jobNotCancelledCheck(engine.tables.jobs, dead.jobId) },
+      { name: "job", write: jobWrite },
       {
         name: "deadRun",
         write: {
@@ -84,6 +92,11 @@ export async function writeReplay(
       const job = error.item("job");
       if (job === null || isBeingDeleted(job))
         throw new NotReplayableError(dead.runId, JOB_DELETED);
+      if (job.status === "CANCELLED")
+        throw new IllegalTransitionError("replay a run of", String(job.status));
+      // The job stands, its floor at or below the replay's already (lowered since the read).
+      if (replay.floor !== undefined)
+        return writeReplay(engine, dead, { ...replay, floor: undefined });
       throw new IllegalTransitionError("replay a run of", String(job.status));
     }
     if (error instanceof ConditionsFailedError && error.has("replay") && !error.has("deadRun")) {

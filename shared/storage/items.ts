@@ -41,6 +41,33 @@ export const jobNotCancelledCheck = (jobsTable: string, jobId: string) => ({
   },
 });
 /**
+ * `jobNotCancelledCheck` that also lowers the one-off's floor (`oneOffFrom`) to `floor`, for a run
+ * written below it (a replay of a dead run from before the job became a one-off). A floor already
+ * at or below `floor` fails it too: the job as it stands is returned, to write with the check alone.
+ */
+export const jobNotCancelledLoweringFloor = (jobsTable: string, jobId: string, floor: string) => ({
+  Update: {
+    TableName: jobsTable,
+    Key: jobKey(jobId),
+    ConditionExpression: `attribute_exists(pk) AND #status <> :cancelled AND ${NOT_BEING_DELETED} AND (attribute_not_exists(oneOffFrom) OR oneOffFrom > :floor)`,
+    UpdateExpression: "SET oneOffFrom = :floor",
+    ExpressionAttributeNames: { "#status": "status" },
+    ExpressionAttributeValues: { ":cancelled": "CANCELLED", ":floor": floor },
+    ReturnValuesOnConditionCheckFailure: "ALL_OLD" as const,
+  },
+});
+/**
+ * A job write's condition that the one-off's floor (`oneOffFrom`) is as `job` was read with: a
+ * replay lowers it (`jobNotCancelledLoweringFloor`) without a new version, and a pause, cancel or
+ * delete planned from the job read before that must read it again, or its read of the one-off's
+ * runs (`oneOffRunsFrom`) starts above the replay. Sets its value in `values`.
+ */
+export function sameFloorCondition(job: Job, values: Record<string, unknown>): string {
+  if (job.oneOffFrom === undefined) return "attribute_not_exists(oneOffFrom)";
+  values[":seenFloor"] = job.oneOffFrom;
+  return "oneOffFrom = :seenFloor";
+}
+/**
  * A transaction's check that a job still has the status it was read with (a job gone has none)
  * and no delete has marked it, for a run written for the job as it was read (a trigger, a
  * dependent's fan-out) that a pause, cancel or delete between the read and the write must not be

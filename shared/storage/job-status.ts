@@ -9,7 +9,7 @@ import {
   isConditionalCheckFailed,
   retryOnContention,
 } from "./dynamo-errors.js";
-import { jobKey } from "./items.js";
+import { jobKey, sameFloorCondition } from "./items.js";
 import { deletePendingDueEntry, updateJobFrom, writeJobChange } from "./job-update.js";
 import {
   attemptsSpanMs,
@@ -113,16 +113,17 @@ export async function writeCancelledJob(engine: Engine, job: Job, now: Date): Pr
  */
 export async function writeDeletingJob(engine: Engine, job: Job, now: Date): Promise<Job> {
   const deleteRequestedAt = now.toISOString();
+  const values: Record<string, unknown> = { ":completed": "COMPLETED", ":at": deleteRequestedAt };
   try {
     await retryOnContention(engine, "delete", () =>
       engine.doc.send(
         new UpdateCommand({
           TableName: engine.tables.jobs,
           Key: jobKey(job.jobId),
-          ConditionExpression: "#status = :completed",
+          ConditionExpression: `#status = :completed AND ${sameFloorCondition(job, values)}`,
           UpdateExpression: "SET deleteRequestedAt = :at",
           ExpressionAttributeNames: { "#status": "status" },
-          ExpressionAttributeValues: { ":completed": "COMPLETED", ":at": deleteRequestedAt },
+          ExpressionAttributeValues: values,
         }),
       ),
     );

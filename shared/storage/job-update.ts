@@ -2,7 +2,7 @@ import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
 import type { DueEntry, DueKey, Job } from "../model.js";
 import { type UpstreamWriteName, upstreamOfWriteName } from "./dependents.js";
-import { encodeDueEntry, jobKey } from "./items.js";
+import { encodeDueEntry, jobKey, sameFloorCondition } from "./items.js";
 import { setAsideKeyOf } from "./set-aside.js";
 import {
   ConditionsFailedError,
@@ -66,13 +66,14 @@ export function updateJobFrom(
         ? " AND (attribute_not_exists(#links) OR #links = :seenLinks)"
         : " AND #links = :seenLinks";
   }
+  const floorCondition = sameFloorCondition(job, values);
   return {
     name: "job",
     write: {
       Update: {
         TableName: engine.tables.jobs,
         Key: jobKey(job.jobId),
-        ConditionExpression: `#status = :seenStatus AND version = :seenVersion AND ${dueCondition}${parkedCondition}${linkCondition}`,
+        ConditionExpression: `#status = :seenStatus AND version = :seenVersion AND ${floorCondition} AND ${dueCondition}${parkedCondition}${linkCondition}`,
         UpdateExpression: `SET ${assignments.join(", ")}`,
         ExpressionAttributeNames: names,
         ExpressionAttributeValues: values,

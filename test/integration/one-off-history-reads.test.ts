@@ -10,8 +10,12 @@ import {
   resumeJob,
 } from "../../shared/jobs/index.js";
 import type { Job } from "../../shared/model.js";
-import { queuedRun } from "../../shared/storage/runs.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  createEngineFixture,
+  type EngineFixture,
+  firstAttemptAt,
+  testJob,
+} from "../support/engine-fixture.js";
 import { countingEngine } from "../support/request-count.js";
 
 /**
@@ -53,19 +57,7 @@ async function oneOffWithLongHistory(): Promise<Job> {
   const now = f.engine.clock();
   const items = Array.from({ length: HISTORY }, (_, i) => {
     const at = new Date(now.getTime() - (HISTORY - i) * 1000 - 60 * 60 * 1000);
-    const { item } = queuedRun(
-      {
-        jobId: job.jobId,
-        tenantId: job.tenantId,
-        scheduledFor: at,
-        dueAt: at,
-        attempt: 1,
-        priority: job.priority,
-        jobVersion: 1,
-      },
-      at,
-      f.engine.settings,
-    );
+    const { item } = firstAttemptAt(f.engine, job, at);
     // Failed, each with an error message: a history of some megabytes, pages of the runs table.
     return { ...item, status: "FAILED", finishedAt: at.toISOString(), error: ERROR };
   });

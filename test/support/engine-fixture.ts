@@ -27,6 +27,7 @@ import {
   setVisibility,
 } from "../../shared/queue/work-queue.js";
 import { decodeDueEntry, decodeJob, decodeRun, runMessageOf } from "../../shared/storage/items.js";
+import { queuedRun } from "../../shared/storage/runs.js";
 import {
   JOBS_TTL_ATTRIBUTE,
   jobsTableDefinition,
@@ -421,6 +422,26 @@ export function testJob(overrides: Partial<NewJob> = {}) {
     },
     ...overrides,
   };
+}
+
+/**
+ * Attempt 1 of the job's occurrence at `at`, QUEUED, as a claim puts it (`queuedRun`): for a case
+ * that writes a job's runs straight into the table, changed as it needs (FAILED, DEAD, ...).
+ */
+export function firstAttemptAt(engine: Engine, job: Job, at: Date) {
+  return queuedRun(
+    {
+      jobId: job.jobId,
+      tenantId: job.tenantId,
+      scheduledFor: at,
+      dueAt: at,
+      attempt: 1,
+      priority: job.priority,
+      jobVersion: job.version,
+    },
+    at,
+    engine.settings,
+  );
 }
 
 /**
