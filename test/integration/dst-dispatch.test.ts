@@ -2,15 +2,15 @@ import { afterEach, describe, expect, it } from "vitest";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { PreviewSchema } from "../../shared/api/schemas/previews.js";
 import { RunPageSchema } from "../../shared/api/schemas/runs.js";
+import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { tickOnce } from "../../shared/dispatch/tick.js";
 import { type ApiHarness, startApi } from "../api/support.js";
 
 /**
  * The DST rules as a tenant in the zone meets them end to end: a job created over the API, the
- * dispatcher ticking through the night the clocks change (every 10 minutes of a fixed clock, on
- * the emulators) and again up to the day after's occurrence, the runs it queued read back over
- * the API. The schedule core's tests pin the
- * rules on plain functions; here the claims (their reach, the due entries' minute buckets, the
+ * dispatcher's passes ticking through the night the clocks change (every 10 minutes of a fixed
+ * clock, on the emulators) and again up to the day after's occurrence, the runs it queued read
+ * back over the API. The schedule core's tests pin the rules on plain functions; here the claims (their reach, the due entries' minute buckets, the
  * job's next occurrence) must queue exactly the occurrences the job's preview showed before the
  * night: each once, none missing. The nights are in 2027, ahead of the machine's clock, so no
  * item's TTL has passed on DynamoDB Local.
@@ -53,10 +53,18 @@ async function previewUtc(harness: ApiHarness, jobId: string, count: number): Pr
   return PreviewSchema.parse(reply.body).occurrences.map((o) => o.utc);
 }
 
-/** The dispatcher's ticks from the clock's reading up to `until`, TICK_MS apart. */
+/**
+ * The dispatcher's pass over the one shard from the clock's reading up to `until`, TICK_MS apart:
+ * a tick (tickOnce) without the reaper after it. No worker takes the queued runs here, so from a
+ * lease after each run's time the reaper re-sent its message and moved its deadline on at every
+ * step, writes of no field this file reads (which occurrences are queued, and their status, are
+ * the passes' writes alone); the reaper's own files (reaper-cursor, cancel-killed-midway,
+ * clock-skew) test its re-sends.
+ */
 async function tickUntil(harness: ApiHarness, until: string): Promise<void> {
   for (; nowMs <= Date.parse(until); nowMs += TICK_MS) {
-    await tickOnce(harness.fixture.engine, "dst-dispatch");
+    const pass = await dispatchShard(harness.fixture.engine, 0, "dst-dispatch");
+    expect(pass.outcome).toBe("swept");
   }
 }
 
