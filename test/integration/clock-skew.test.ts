@@ -315,9 +315,22 @@ describe("hosts whose clocks disagree", () => {
     }, 30_000);
   });
 
-  describe("what 2 s of skew costs a start", () => {
-    /** When the handler of a one-off due `dueInMs` from now, created by `api`, enters, less its due time. */
-    async function startLag(api: Engine, worker: WorkerDeps["engine"], dueInMs: number) {
+  /**
+   * Each case waits 4 or 5 s of real time for its run's time; side by side, each on tables and
+   * queues of its own (its deliveries are counted: another case's receive would be one), they take
+   * the longest case's time.
+   */
+  describe.concurrent("what 2 s of skew costs a start", () => {
+    /**
+     * When the handler of a one-off due `dueInMs` from now, created by `api` (an engine over `f`),
+     * enters, less its due time.
+     */
+    async function startLag(
+      f: EngineFixture,
+      api: Engine,
+      worker: WorkerDeps["engine"],
+      dueInMs: number,
+    ) {
       const dueAt = Date.now() + dueInMs;
       const { job } = await createJob(
         api,
@@ -343,27 +356,40 @@ describe("hosts whose clocks disagree", () => {
       return { lag: enteredAt - dueAt, deliveries };
     }
 
-    it("all on one clock: the run starts within a second of its time", async () => {
-      const { lag, deliveries } = await startLag(f.engine, f.engine, 4 * SECOND);
+    it("all on one clock: the run starts within a second of its time", async ({
+      onTestFinished,
+    }) => {
+      const f = await caseFixture(onTestFinished);
+      const { lag, deliveries } = await startLag(f, f.engine, f.engine, 4 * SECOND);
       expect(lag).toBeGreaterThanOrEqual(0);
       expect(lag).toBeLessThan(SECOND);
       expect(deliveries).toBe(1);
     }, 30_000);
 
-    it("an API 2 s behind sends the run's message 2 s late (its delay counts from its clock): up to 2 s late", async () => {
-      const { lag } = await startLag(skewed(f.engine, -2 * SECOND), f.engine, 4 * SECOND);
+    it("an API 2 s behind sends the run's message 2 s late (its delay counts from its clock): up to 2 s late", async ({
+      onTestFinished,
+    }) => {
+      const f = await caseFixture(onTestFinished);
+      const { lag } = await startLag(f, skewed(f.engine, -2 * SECOND), f.engine, 4 * SECOND);
       expect(lag).toBeGreaterThanOrEqual(SECOND);
       expect(lag).toBeLessThan(3 * SECOND);
     }, 30_000);
 
-    it("a worker 2 s behind takes the message for early and waits or sends it back for its time: about 2 s late", async () => {
-      const { lag } = await startLag(f.engine, skewed(f.engine, -2 * SECOND), 4 * SECOND);
+    it("a worker 2 s behind takes the message for early and waits or sends it back for its time: about 2 s late", async ({
+      onTestFinished,
+    }) => {
+      const f = await caseFixture(onTestFinished);
+      const { lag } = await startLag(f, f.engine, skewed(f.engine, -2 * SECOND), 4 * SECOND);
       expect(lag).toBeGreaterThanOrEqual(SECOND);
       expect(lag).toBeLessThan(4 * SECOND);
     }, 30_000);
 
-    it("an API 2 s ahead sends the message 2 to 3 s early (delays are whole seconds, rounded down): the worker sends it back for its time, and the run starts on time", async () => {
+    it("an API 2 s ahead sends the message 2 to 3 s early (delays are whole seconds, rounded down): the worker sends it back for its time, and the run starts on time", async ({
+      onTestFinished,
+    }) => {
+      const f = await caseFixture(onTestFinished);
       const { lag, deliveries } = await startLag(
+        f,
         skewed(f.engine, 2 * SECOND),
         f.engine,
         5 * SECOND,
