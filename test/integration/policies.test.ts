@@ -124,7 +124,11 @@ describe("overlap on a job whose runs take longer than its interval", () => {
     const jobs = await Promise.all([make("skip"), make("buffer_one"), make("allow", 2)]);
     await sleep(12_000);
     for (const { job } of jobs) await cancelJob(f.engine, job.tenantId, job.jobId);
-    await sleep(4000);
+    // The runs under way end within their handler's 3.5 s: wait for them, for 4 s at most (a fixed
+    // 4 s before, most of it after the last had ended).
+    const settled = Date.now() + 4000;
+    while (Object.values(concurrency).some((c) => c.active > 0) && Date.now() < settled)
+      await sleep(50);
 
     expect(concurrency.skip?.max).toBe(1);
     expect(concurrency.buffer_one?.max).toBe(1);
