@@ -72,7 +72,8 @@ export interface EngineFixture {
    * Receives from one queue, without deleting: until it stays empty for `quietMs`; without it,
    * what the queue holds now (what a claim, tick or reaper sent is in the queue when it returns,
    * so one empty receive finds it all) and, when a message is still in its SQS delay (a run due
-   * within a second of the engine's clock when it was sent), on until it stays empty 1.5 s.
+   * within a second of the engine's clock when it was sent), on until it stays empty 1.5 s, or
+   * until it holds no message, visible or delayed, after 100 ms of quiet, whichever comes first.
    */
   receiveAll(
     queueUrl: string,
@@ -145,15 +146,20 @@ export async function createEngineFixture(options: FixtureOptions = {}): Promise
   };
 
   const scanAll = (table: string) => scanTable(clients.doc, table);
-  /** Receives from one queue until it stays empty for `quietMs`, without deleting. */
+  /**
+   * Receives from one queue until it stays empty for `quietMs`, without deleting; with `settled`,
+   * also once it has stayed empty SENT_QUIET_MS and `settled` answers true.
+   */
   const receiveUntilQuiet = async (
     queueUrl: string,
     quietMs: number,
     visibilitySeconds: number,
+    settled?: () => Promise<boolean>,
   ): Promise<ReceivedRun[]> => {
     const received: ReceivedRun[] = [];
     let quietSince = Date.now();
     while (Date.now() - quietSince < quietMs) {
+      if (settled && Date.now() - quietSince >= SENT_QUIET_MS && (await settled())) break;
       const result = await clients.sqs.send(
         new ReceiveMessageCommand({
           QueueUrl: queueUrl,
@@ -288,7 +294,14 @@ export async function createEngineFixture(options: FixtureOptions = {}): Promise
       if (quietMs !== undefined) return receiveUntilQuiet(queueUrl, quietMs, visibilitySeconds);
       const received = await receiveUntilQuiet(queueUrl, SENT_QUIET_MS, visibilitySeconds);
       if ((await queueDepth(queueUrl)).delayed > 0) {
-        received.push(...(await receiveUntilQuiet(queueUrl, DELAYED_QUIET_MS, visibilitySeconds)));
+        // Until the queue holds no message, visible or in its delay: the delayed one has come.
+        const emptied = async () => {
+          const { visible, delayed } = await queueDepth(queueUrl);
+          return visible === 0 && delayed === 0;
+        };
+        received.push(
+          ...(await receiveUntilQuiet(queueUrl, DELAYED_QUIET_MS, visibilitySeconds, emptied)),
+        );
       }
       return received;
     },
