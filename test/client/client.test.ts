@@ -13,6 +13,7 @@ import {
 } from "../../client/index.js";
 import { sleep } from "../../shared/clock.js";
 import { type SandboxProcess, spawnSandbox } from "../support/sandbox-process.js";
+import { waitFor } from "../support/wait.js";
 
 /**
  * The typed client against the sandbox (`npm start` as a child process), over
@@ -374,8 +375,18 @@ describe.concurrent("dead letters, schedules, the webhook secret", () => {
       payload: { times: 1, retryable: false },
       schedule: { runAt: inSeconds(1) },
     });
-    const dead = await handle.waitForRun({ timeoutMs: 30_000, pollMs: 200 });
-    expect(dead.status).toBe("dead");
+    // Read from the job's runs, not waitForRun(): that waits for a run that had not ended when
+    // it began, and on a loaded machine this run (due a second after the create was sent) could
+    // be dead before its first poll, which then waited out its timeout.
+    const dead = await waitFor(
+      "the job's run to be dead",
+      async () => {
+        for await (const run of handle.runs()) if (run.status === "dead") return run;
+        return undefined;
+      },
+      30_000,
+      200,
+    );
     const letters: Run[] = [];
     for await (const run of client.deadLetters.list({ pageSize: 1 })) letters.push(run);
     expect(letters.map((run) => run.runId)).toContain(dead.runId);
