@@ -6,7 +6,6 @@ import { ConcurrentUpdateError, RunEndedError, RunNotFoundError } from "../error
 import { endsOneOff } from "../execution/run-endings.js";
 import { parseRunId } from "../keys.js";
 import type { CancelSource, Job, Run } from "../model.js";
-import { windowMsOf } from "../schedule/index.js";
 import { retryOnContention } from "../storage/dynamo-errors.js";
 import { liveRunsOfJob } from "../storage/job-queries.js";
 import { finishedAfter, ranForLastRun } from "../storage/last-run.js";
@@ -14,7 +13,7 @@ import { requestRunCancel } from "../storage/run-cancel.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";
 import { recordRunOnJob } from "../storage/run-on-job.js";
 import { getRun } from "../storage/run-reads.js";
-import { oneOffRunsFrom } from "./one-off-floor.js";
+import { liveRunsWindowFrom, oneOffRunsFrom } from "./one-off-floor.js";
 import { getTenantJob } from "./queries.js";
 
 const ATTEMPTS = 5;
@@ -195,8 +194,7 @@ export async function cancelRunsOfJob(
   // at its old time: `retryLeftByMove`, a failure's retry), however long ago that was; the history
   // of a recurring job it was before is not read.
   const oneOff = "runAt" in job.schedule ? job.schedule.runAt : null;
-  // A jittered occurrence runs up to its window after scheduledFor: the range reaches back that far too.
-  const windowFrom = now.getTime() - engine.settings.lookaheadMs - (windowMsOf(job.window) ?? 0);
+  const windowFrom = liveRunsWindowFrom(engine, job, now);
   const windowTo = claimReachEnd(
     now,
     fastPathHorizonEnd(now, engine.settings.lookaheadMs),

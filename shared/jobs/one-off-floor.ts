@@ -50,8 +50,16 @@ export function floorLoweredTo(job: Job, occurrence: string): string | undefined
  * no floor: read from its `runAt` or a lookahead back, as that version read it.
  */
 export function oneOffRunsFrom(engine: Engine, job: Job, runAt: string, now: Date): Date {
-  const windowFrom = now.getTime() - engine.settings.lookaheadMs - (windowMsOf(job.window) ?? 0);
   const floor =
     job.oneOffFrom === undefined ? Number.POSITIVE_INFINITY : Date.parse(job.oneOffFrom);
-  return new Date(Math.min(floor, Date.parse(runAt), windowFrom));
+  return new Date(Math.min(floor, Date.parse(runAt), liveRunsWindowFrom(engine, job, now)));
+}
+
+/**
+ * One lookahead and the job's window back from `now` (epoch ms): the earliest occurrence of a run
+ * the dispatcher can have queued and not yet seen end, since a jittered occurrence runs up to its
+ * window after `scheduledFor`.
+ */
+export function liveRunsWindowFrom(engine: Engine, job: Job, now: Date): number {
+  return now.getTime() - engine.settings.lookaheadMs - (windowMsOf(job.window) ?? 0);
 }
