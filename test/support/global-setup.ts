@@ -4,6 +4,7 @@ import {
   startSqsEmulator,
   type TimedEmulator,
 } from "../../infra/sandbox/emulators.js";
+import { endpointFromEnv } from "../../shared/aws.js";
 
 interface Target {
   endpoint: string;
@@ -27,8 +28,8 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const env = process.env;
 
   const [dynamo, sqs] = await Promise.allSettled([
-    target(env.AWS_ENDPOINT_URL_DYNAMODB || env.AWS_ENDPOINT_URL, startDynamoDbLocal),
-    target(env.AWS_ENDPOINT_URL_SQS || env.AWS_ENDPOINT_URL, startSqsEmulator),
+    target(endpointFromEnv("DYNAMODB", env), startDynamoDbLocal),
+    target(endpointFromEnv("SQS", env), startSqsEmulator),
   ]);
   const emulators = [dynamo, sqs].flatMap((result) =>
     result.status === "fulfilled" && result.value.emulator !== undefined
