@@ -2,7 +2,6 @@ import { PutCommand } from "@aws-sdk/lib-dynamodb";
 import { beforeEach, describe, expect, it } from "vitest";
 import { forEachConcurrently } from "../../shared/concurrency.js";
 import { reap } from "../../shared/dispatch/reaper.js";
-import { JobError } from "../../shared/execution/job-contract.js";
 import { cancelRun, editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
 import { runId } from "../../shared/keys.js";
@@ -22,7 +21,8 @@ import { useOneOffMoves } from "../support/one-off-moves.js";
 
 const race = useClaimRace();
 const { clock, runsOf, fixture, runsCalled, pastDeadlineOf, withHooks } = race;
-const { failedOnce, attemptsOf, retryingOneOff, recurringFailedOnce } = useOneOffMoves(race);
+const { failedOnce, attemptsOf, retryingOneOff, recurringFailedOnce, failRun } =
+  useOneOffMoves(race);
 const { cancelLands, expectRunsOnceCancelledEnded } = useCancelledAttempt(race);
 let f: EngineFixture;
 beforeEach(() => {
@@ -129,14 +129,7 @@ describe("a one-off's retry at an occurrence it left failing there, its own retr
     const { job, due } = await failedOnce(0, { moveAway: true });
     const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
     if (!retry) throw new Error("no retry");
-    const fails = async () => {
-      throw new JobError("flaky again", { retryable: true });
-    };
-    const deps = f.workerDeps("w", { noop: fails });
-    await f.process(
-      { ...deps, engine: { ...f.engine, random: () => 0 } },
-      deliveryOfRun(f.engine, retry),
-    );
+    await failRun(retry);
     const third = (await runsOf(job.jobId)).find((r) => r.attempt === 3);
     if (!third) throw new Error("no attempt 3");
     expect((await startRun(f.engine, third, "worker-b", clock())).kind).toBe("started");

@@ -4,7 +4,7 @@ import { NotReplayableError } from "../../shared/errors.js";
 import { JobError } from "../../shared/execution/job-contract.js";
 import { createJob, editJob, replayDeadLetter } from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
-import type { DueEntry, Job } from "../../shared/model.js";
+import type { DueEntry, Job, Run } from "../../shared/model.js";
 import type { MisfirePolicy } from "../../shared/policies.js";
 import { SECOND, type useClaimRace } from "./claim-race.js";
 import { deliveryOfRun, testJob } from "./engine-fixture.js";
@@ -90,18 +90,13 @@ export function useOneOffMoves(race: ReturnType<typeof useClaimRace>) {
     random: number,
     { moveAway = false, misfire = "fire_once" as MisfirePolicy, retryable = true } = {},
   ) {
-    const f = fixture();
     const away = new Date(clock().getTime() + 600 * SECOND);
     const { job, due, first } = await retryingOneOff(misfire);
-    const failing = async () => {
-      if (moveAway) await moveTo(job, 1, away);
-      throw new JobError(retryable ? "flaky" : "bad request", { retryable });
-    };
-    const deps = f.workerDeps("w", { noop: failing });
-    await f.process(
-      { ...deps, engine: { ...f.engine, random: () => random } },
-      deliveryOfRun(f.engine, first),
-    );
+    await failRun(first, {
+      random,
+      retryable,
+      ...(moveAway ? { before: () => moveTo(job, 1, away) } : {}),
+    });
     expect(await attemptsOf(job.jobId, due)).toContainEqual([1, retryable ? "FAILED" : "DEAD"]);
     return { job, due, away, first };
   }
@@ -120,15 +115,32 @@ export function useOneOffMoves(race: ReturnType<typeof useClaimRace>) {
     expect((await claimDueEntry(f.engine, entry, claimOptions(now))).outcome).toBe("claimed");
     const first = (await runsOf(jobId)).find((r) => r.scheduledFor === due.toISOString());
     if (!first) throw new Error("no first run");
-    const fails = async () => {
-      throw new JobError("flaky", { retryable: true });
-    };
-    const deps = f.workerDeps("w", { noop: fails });
-    await f.process(
-      { ...deps, engine: { ...f.engine, random: () => 0 } },
-      deliveryOfRun(f.engine, first),
-    );
+    await failRun(first);
     return { job, due, away };
+  }
+
+  /**
+   * Delivers `run` to a worker whose handler fails it (retryably unless told otherwise), the
+   * backoff's jitter drawn as `random` (0: its least delay, a QUEUED run), after `before` in it.
+   */
+  async function failRun(
+    run: Run,
+    {
+      random = 0,
+      retryable = true,
+      before,
+    }: { random?: number; retryable?: boolean; before?: () => Promise<unknown> } = {},
+  ) {
+    const f = fixture();
+    const failing = async () => {
+      await before?.();
+      throw new JobError(retryable ? "flaky" : "bad request", { retryable });
+    };
+    const deps = f.workerDeps("w", { noop: failing });
+    await f.process(
+      { ...deps, engine: { ...f.engine, random: () => random } },
+      deliveryOfRun(f.engine, run),
+    );
   }
 
   /** The job's one retry entry, attempt 2's. */
@@ -155,6 +167,7 @@ export function useOneOffMoves(race: ReturnType<typeof useClaimRace>) {
     retryingOneOff,
     failedOnce,
     recurringFailedOnce,
+    failRun,
     retryEntryOf,
     replayRefusal,
   };
