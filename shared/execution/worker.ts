@@ -24,11 +24,10 @@ import {
   timedOutResult,
 } from "./async-delivery.js";
 import { reportLostRun } from "./lost-run.js";
-import { afterPredecessor } from "./retry-predecessor.js";
+import { decideRun } from "./run-decision.js";
 import { endOnCancelRequest, type RunProgress, repairJobAfterRun } from "./run-endings.js";
 import { execute, heartbeatEveryMs, type RunExecutionDeps } from "./run-execution.js";
 import { endForDeletedJob, isRecurring, recordResult, resend, startLagMs } from "./run-outcome.js";
-import { decideStartReadingRuns } from "./start-decision.js";
 
 export interface WorkerDeps extends RunExecutionDeps {
   readonly workerId: string;
@@ -174,14 +173,11 @@ async function runStarted(
   const { engine } = deps;
   // Read after the start write (or with the run, for a start held unwritten), consistently:
   // whatever the job says then is what this run obeys.
-  const job = readWithRun === undefined ? await getJob(engine, run.jobId) : readWithRun;
+  const read = readWithRun === undefined ? await getJob(engine, run.jobId) : readWithRun;
   // A wait for the tenant's concurrent-runs quota in the worker loop is not lateness.
   const lateAsOf = new Date(engine.clock().getTime() - (received.waitedForQuotaMs ?? 0));
-  const decided = await decideStartReadingRuns(engine, job, run, lateAsOf);
-  const decision =
-    decided.action === "run" && run.retryOf !== undefined
-      ? await afterPredecessor(engine, decided.job, run, predecessor)
-      : decided;
+  // The job the decision was made on: read again when a one-off's floor lowering met a change.
+  const { decision, job } = await decideRun(engine, read, run, lateAsOf, predecessor);
   if (decision.action === "wait")
     return requeueUntil(engine, run, decision.reason, decision.recheckAt);
   if (decision.action === "end") {

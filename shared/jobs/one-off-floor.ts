@@ -31,19 +31,6 @@ export function withOneOffFloor(
 }
 
 /**
- * The floor a run of the one-off `job` at `occurrence` lowers its own to, when the one-off did not
- * put it there: a replay of a dead run from before the job became a one-off (the replay keeps its
- * occurrence, below the floor the job was given then). Undefined when the job is not a one-off, or
- * its floor (its `runAt`, for one written without a floor) already reaches that occurrence.
- */
-export function floorLoweredTo(job: Job, occurrence: string): string | undefined {
-  if (!("runAt" in job.schedule)) return undefined;
-  const floor = Date.parse(job.oneOffFrom ?? job.schedule.runAt);
-  const at = Date.parse(occurrence);
-  return at < floor ? new Date(at).toISOString() : undefined;
-}
-
-/**
  * The earliest occurrence a read of a one-off's runs starts from (a pause's or cancel's, a
  * resume's of the retries it left): its floor (`oneOffFrom`), its `runAt`, and one lookahead and
  * its window back from `now`, whichever is earliest. A one-off written by an earlier version has

@@ -4,11 +4,10 @@ import { idempotencyKeyHash, MAX_ATTEMPT, parseRunId } from "../keys.js";
 import type { Run } from "../model.js";
 import { recordShardCount } from "../shard-count.js";
 import { JOB_DELETED, writeReplay } from "../storage/dead-letter-replay.js";
-import { isBeingDeleted } from "../storage/items.js";
+import { floorLoweredTo, isBeingDeleted } from "../storage/items.js";
 import { latestAttemptOf } from "../storage/job-queries.js";
 import { keepCompletedJobForRun } from "../storage/job-status.js";
 import { getJob, getRun } from "../storage/run-reads.js";
-import { floorLoweredTo } from "./one-off-floor.js";
 import { getTenantRun } from "./queries.js";
 import { runDueNow, sendRunDueNow } from "./run-now.js";
 

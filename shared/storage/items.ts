@@ -41,6 +41,19 @@ export const jobNotCancelledCheck = (jobsTable: string, jobId: string) => ({
   },
 });
 /**
+ * The floor a run of the one-off `job` at `occurrence` lowers its own to, when the one-off did not
+ * put it there: a replay of a dead run from before the job became a one-off (the replay keeps its
+ * occurrence, below the floor the job was given then), or a retry or replay queued before an edit
+ * made the job a one-off, or made it one again, that a worker is about to run. Undefined when the job is not a one-off, or
+ * its floor (its `runAt`, for one written without a floor) already reaches that occurrence.
+ */
+export function floorLoweredTo(job: Job, occurrence: string): string | undefined {
+  if (!("runAt" in job.schedule)) return undefined;
+  const floor = Date.parse(job.oneOffFrom ?? job.schedule.runAt);
+  const at = Date.parse(occurrence);
+  return at < floor ? new Date(at).toISOString() : undefined;
+}
+/**
  * `jobNotCancelledCheck` that also lowers the one-off's floor (`oneOffFrom`) to `floor`, for a run
  * written below it (a replay of a dead run from before the job became a one-off). A floor already
  * at or below `floor` fails it too: the job as it stands is returned, to write with the check alone.
@@ -66,6 +79,31 @@ export function sameFloorCondition(job: Job, values: Record<string, unknown>): s
   if (job.oneOffFrom === undefined) return "attribute_not_exists(oneOffFrom)";
   values[":seenFloor"] = job.oneOffFrom;
   return "oneOffFrom = :seenFloor";
+}
+/**
+ * An update that lowers the one-off's floor (`oneOffFrom`) to `floor`, for a run of it below the
+ * floor that a worker is about to run (a retry or replay queued before an edit made the job a
+ * one-off, or made it one again), conditioned on the job being as `job` was read in all that a
+ * pause, cancel, delete or edit writes: its status, its version (an edit bumps it), no delete's
+ * mark, and its floor (a replay lowers it). A failure means one of those landed since the read: the
+ * worker reads the job again and decides again, and a pause, cancel or delete planned from the
+ * job before this write fails its own (`sameFloorCondition`) and reads the run.
+ */
+export function jobAsReadLoweringFloor(jobsTable: string, job: Job, floor: string) {
+  const values: Record<string, unknown> = {
+    ":seenStatus": job.status,
+    ":seenVersion": job.version,
+    ":floor": floor,
+  };
+  const sameFloor = sameFloorCondition(job, values);
+  return {
+    TableName: jobsTable,
+    Key: jobKey(job.jobId),
+    ConditionExpression: `#status = :seenStatus AND version = :seenVersion AND ${NOT_BEING_DELETED} AND ${sameFloor}`,
+    UpdateExpression: "SET oneOffFrom = :floor",
+    ExpressionAttributeNames: { "#status": "status" },
+    ExpressionAttributeValues: values,
+  };
 }
 /**
  * A transaction's check that a job still has the status it was read with (a job gone has none)

@@ -5,11 +5,12 @@ import { runId } from "../keys.js";
 import type { DueEntry, Job, Run } from "../model.js";
 import { putOverOlderDueEntry } from "./due-entries.js";
 import {
+  conditionalWrite,
   failedConditionItem,
   isConditionalCheckFailed,
   retryOnContention,
 } from "./dynamo-errors.js";
-import { jobKey, sameFloorCondition } from "./items.js";
+import { jobAsReadLoweringFloor, jobKey, sameFloorCondition } from "./items.js";
 import { deletePendingDueEntry, updateJobFrom, writeJobChange } from "./job-update.js";
 import {
   attemptsSpanMs,
@@ -132,6 +133,24 @@ export async function writeDeletingJob(engine: Engine, job: Job, now: Date): Pro
     throw new ConcurrentUpdateError(`job ${job.jobId} changed under its delete`);
   }
   return { ...job, deleteRequestedAt };
+}
+
+/**
+ * Lowers the one-off's floor to `floor`, the occurrence of a run below it that a worker has
+ * decided to run, so that a pause with `running: "cancel"`, a job cancel and a delete read that
+ * run (`oneOffRunsFrom`). False when the job is no longer as read (`jobAsReadLoweringFloor`): the
+ * worker reads it again and decides again.
+ */
+export async function lowerOneOffFloorForRun(
+  engine: Engine,
+  job: Job,
+  floor: string,
+): Promise<boolean> {
+  return conditionalWrite(() =>
+    retryOnContention(engine, "lower floor", () =>
+      engine.doc.send(new UpdateCommand(jobAsReadLoweringFloor(engine.tables.jobs, job, floor))),
+    ),
+  );
 }
 
 /**
