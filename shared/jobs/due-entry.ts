@@ -13,7 +13,7 @@ import { dueEntryKey } from "../storage/due-entries.js";
 import { readDueEntry } from "../storage/job-edit.js";
 import { latestAttemptOf } from "../storage/job-queries.js";
 import { runsOnAfterEndMs } from "../storage/retention.js";
-import { isOccurrenceRun } from "../storage/run-reads.js";
+import { getRetryPredecessor, isOccurrenceRun } from "../storage/run-reads.js";
 import { ValidationError } from "../validation.js";
 import { afterCancelledRun } from "./retry-after-move.js";
 
@@ -105,9 +105,50 @@ export async function pendingEntryAgain(
  * and the occurrence filed again at that attempt would take the retry's key as a first attempt
  * stands in, to be skipped as one (late, or moved away) with the retry never run.
  */
-export function runGivenUp(run: Run): boolean {
+function runGivenUp(run: Run): boolean {
   if (run.status === "FAILED") return false;
   return (run.status !== "QUEUED" && run.status !== "RUNNING") || Boolean(run.cancelRequestedAt);
+}
+
+/**
+ * A one-off's occurrence at `at` read to be filed again: its latest attempt (`latest`, whose next
+ * attempt it is filed at), the run whose ending gave it up (`ended`) and what the next attempt
+ * names to wait for (`retryOf`). The latest attempt has ended or been asked to cancel
+ * (`runGivenUp`), or it is a failure's next attempt still QUEUED that will not run: its
+ * predecessor ended otherwise than FAILED or is asked to cancel (an API cancel, a job cancel: not
+ * a pause's, whose one-off's occurrence runs that attempt), so that attempt is taken back or
+ * skipped by its worker (`decideOnPredecessor`). Met at attempt 1 as a run under way, such an
+ * occurrence was lost: the claim found attempt 1's run handled, and the retry was skipped. The
+ * next attempt names it under fence 0 and waits for it to end. Null when the latest attempt is
+ * still under way (or there is none): the occurrence is filed at attempt 1. One consistent query
+ * of one item, and one read more for a QUEUED retry.
+ */
+export async function givenUpAttemptAt(
+  engine: Engine,
+  jobId: string,
+  at: string,
+): Promise<{ readonly latest: Run; readonly ended: Run; readonly retryOf?: RetryOf } | null> {
+  const latest = await latestAttemptOf(engine, jobId, at);
+  if (latest === null) return null;
+  if (runGivenUp(latest)) {
+    const retryOf = afterCancelledRun(latest);
+    return { latest, ended: latest, ...(retryOf ? { retryOf } : {}) };
+  }
+  const ended = await predecessorThatNeverFails(engine, latest);
+  return ended === null
+    ? null
+    : { latest, ended, retryOf: { runId: latest.runId, fence: 0, oneOff: true } };
+}
+
+/**
+ * The predecessor of `run`, a failure's next attempt still QUEUED, when it will never say FAILED
+ * (so `run` will not run); null otherwise, or when `run` is no such attempt.
+ */
+async function predecessorThatNeverFails(engine: Engine, run: Run): Promise<Run | null> {
+  if (run.status !== "QUEUED" || run.retryOf === undefined || run.retryOf.fence === 0) return null;
+  const predecessor = await getRetryPredecessor(engine, run);
+  if (predecessor === null || predecessor.cancelledBy === "pause") return null;
+  return runGivenUp(predecessor) ? predecessor : null;
 }
 
 /**
@@ -116,7 +157,8 @@ export function runGivenUp(run: Run): boolean {
  * run a pause cancelled or its worker skipped meanwhile, or a recurring job's run made a one-off at
  * its time. Filed at attempt 1, its claim would find that attempt's run handled and move the job on
  * with nothing pending, ACTIVE and never run: it is filed at the latest run's next attempt, as a
- * resume files a run a pause cancelled. A run still under way (a FAILED one too: its retry is to
+ * resume files a run a pause cancelled (`givenUpAttemptAt`, which also counts a failure's retry
+ * still QUEUED that will not run). A run still under way (a FAILED one too: its retry is to
  * come) is met by the claim at attempt 1, as before. The latest run at the last attempt a run can
  * have leaves none: the edit is refused. So is one that SUCCEEDED as an occurrence's run (its own,
  * a failure's retry of it run at its old time after a move away, a recurring job's): the next
@@ -124,20 +166,21 @@ export function runGivenUp(run: Run): boolean {
  * run's success is no occurrence's (`isOccurrenceRun`). After a cancelled run, the
  * attempt names it (`retryOf`, `afterCancelledRun`): its worker may still hold it, and the next
  * attempt waits for it to end. One consistent read of one run item (two for a later attempt that
- * succeeded), made by schedule edits to a one-off only.
+ * succeeded, or a QUEUED retry), made by schedule edits to a one-off only.
  */
 export async function attemptForRunAt(
   engine: Engine,
   jobId: string,
   runAt: Date,
 ): Promise<{ readonly attempt: number; readonly retryOf?: RetryOf | undefined }> {
-  const latest = await latestAttemptOf(engine, jobId, runAt.toISOString());
-  if (latest === null || !runGivenUp(latest)) return { attempt: 1 };
-  if (latest.status === "SUCCEEDED" && (await isOccurrenceRun(engine, latest)))
+  const given = await givenUpAttemptAt(engine, jobId, runAt.toISOString());
+  if (given === null) return { attempt: 1 };
+  const { latest, ended } = given;
+  if (ended.status === "SUCCEEDED" && (await isOccurrenceRun(engine, ended)))
     throw new ValidationError([
       {
         field: "schedule.runAt",
-        message: `its run at ${latest.scheduledFor} succeeded (${latest.runId}): that occurrence has run, and would run a second time; give another runAt`,
+        message: `its run at ${ended.scheduledFor} succeeded (${ended.runId}): that occurrence has run, and would run a second time; give another runAt`,
       },
     ]);
   if (latest.attempt >= MAX_ATTEMPT)
@@ -147,7 +190,7 @@ export async function attemptForRunAt(
         message: `its run at ${latest.scheduledFor} has had attempt ${latest.attempt}, the last attempt a run can have: give another runAt`,
       },
     ]);
-  return { attempt: latest.attempt + 1, retryOf: afterCancelledRun(latest) };
+  return { attempt: latest.attempt + 1, retryOf: given.retryOf };
 }
 
 /**

@@ -12,7 +12,7 @@ import { latestAttemptOf } from "../storage/job-queries.js";
 import { writeResumedJob } from "../storage/job-status.js";
 import { putNextAttempt } from "../storage/next-attempt.js";
 import { rearmParkedRun } from "../storage/run-park.js";
-import { dueEntryFor, occurrenceAgain, runGivenUp } from "./due-entry.js";
+import { dueEntryFor, givenUpAttemptAt, occurrenceAgain } from "./due-entry.js";
 import { getTenantJob } from "./queries.js";
 import {
   afterCancelledRun,
@@ -112,9 +112,10 @@ async function sendResumedRuns(engine: Engine, jobId: string, runs: readonly Run
 /**
  * The due entry of the pending occurrence at `nextRunAt`. A one-off's may be a run's next attempt:
  * a resume gave back a run a pause cancelled, and a pause came before that attempt was claimed
- * (the pause deletes the entry, which named the attempt). Its run's latest attempt says so; filed
- * at attempt 1, its claim would find that attempt's run handled and move the job on with nothing
- * pending. Any other occurrence is filed at its first attempt.
+ * (the pause deletes the entry, which named the attempt). Its run's latest attempt says so (or a
+ * failure's retry still QUEUED that will not run, `givenUpAttemptAt`); filed at attempt 1, its
+ * claim would find that attempt's run handled and move the job on with nothing pending. Any other
+ * occurrence is filed at its first attempt.
  */
 async function pendingOccurrence(
   engine: Engine,
@@ -124,9 +125,9 @@ async function pendingOccurrence(
 ): Promise<DueEntry> {
   if (!("runAt" in job.schedule) || Date.parse(job.schedule.runAt) !== Date.parse(nextRunAt))
     return dueEntryFor(engine, job, new Date(nextRunAt), now);
-  const latest = await latestAttemptOf(engine, job.jobId, job.schedule.runAt);
-  return latest !== null && runGivenUp(latest) && latest.attempt < MAX_ATTEMPT
-    ? rerunOf(engine, job, latest, now)
+  const given = await givenUpAttemptAt(engine, job.jobId, job.schedule.runAt);
+  return given !== null && given.latest.attempt < MAX_ATTEMPT
+    ? rerunOf(engine, job, given.latest, now, given.retryOf)
     : dueEntryFor(engine, job, new Date(nextRunAt), now);
 }
 
@@ -228,12 +229,19 @@ function expiredOneOff(
  * many writers plan it; the occurrence was counted when it was first claimed and is not counted
  * again. A failure's retry or a replay the pause cancelled is filed as one (`retryAgain`). After a
  * run the pause cancelled, it names that run (`retryOf`): its worker may still hold it under a live
- * lease, and the next attempt waits for it to end rather than run beside it.
+ * lease, and the next attempt waits for it to end rather than run beside it; after a failure's
+ * retry that will not run, it names that retry (`retryOf`, from `givenUpAttemptAt`).
  */
-function rerunOf(engine: Engine, job: Job, latest: Run, now: Date): DueEntry {
+function rerunOf(
+  engine: Engine,
+  job: Job,
+  latest: Run,
+  now: Date,
+  retryOf = afterCancelledRun(latest),
+): DueEntry {
   return occurrenceAgain(engine, job, latest.scheduledFor, latest.attempt + 1, now, {
     retryAgain: cancelledByPause(latest) && isRetryOrReplay(latest),
-    retryOf: afterCancelledRun(latest),
+    retryOf,
   });
 }
 
