@@ -1,3 +1,4 @@
+import { CANCEL_REASONS } from "../cancel-reasons.js";
 import { forEachConcurrently } from "../concurrency.js";
 import { dispatchAfterCommit } from "../dispatch/fast-path.js";
 import type { Engine } from "../engine.js";
@@ -11,7 +12,9 @@ import { inflightPk, runMessageOf } from "../storage/items.js";
 import { latestAttemptOf } from "../storage/job-queries.js";
 import { writeResumedJob } from "../storage/job-status.js";
 import { putNextAttempt } from "../storage/next-attempt.js";
+import { endRunAsSeen } from "../storage/run-end-unowned.js";
 import { rearmParkedRun } from "../storage/run-park.js";
+import { getJob } from "../storage/run-reads.js";
 import { dueEntryFor, givenUpAttemptAt, occurrenceAgain } from "./due-entry.js";
 import { getTenantJob } from "./queries.js";
 import {
@@ -43,6 +46,9 @@ interface Resumed {
  * as runs just before the job's write (`retriesCancelledElsewhere`).
  */
 export async function resumeJob(engine: Engine, tenantId: string, jobId: string): Promise<Job> {
+  // The runs this resume put, over each plan: a job cancelled or deleted meanwhile refuses the
+  // resume's write, and those its sweep passed over are ended here (`putUnlessJobEnded`).
+  const putHere: Run[] = [];
   const resumed = await withJob<Resumed | null>(engine, tenantId, jobId, async (job, now) => {
     if (job.status === "ACTIVE") return { done: null };
     if (job.status !== "PAUSED") throw new IllegalTransitionError("resume", job.status);
@@ -65,6 +71,7 @@ export async function resumeJob(engine: Engine, tenantId: string, jobId: string)
         // send (it died, or planned again: a fresh read finds the run there) is sent by the
         // reaper at its deadline, and its worker parks it while the job stays PAUSED.
         const put = await putQueuedAttempts(engine, elsewhere);
+        putHere.push(...put);
         return {
           entry: due,
           parked,
@@ -73,6 +80,9 @@ export async function resumeJob(engine: Engine, tenantId: string, jobId: string)
         };
       },
     };
+  }).catch(async (error: unknown) => {
+    await putUnlessJobEnded(engine, jobId, putHere);
+    throw error;
   });
   if (resumed) {
     const { priority } = resumed.job;
@@ -279,7 +289,30 @@ export async function rerunIfResumedMeanwhile(
   if (planned === null) return;
   await dispatchAfterCommit(engine, planned.entry, "resume");
   // Sent only where this put it: a run already there is the resume's (sent) or a repeat's.
-  await sendResumedRuns(engine, jobId, await putQueuedAttempts(engine, planned.elsewhere));
+  const put = await putQueuedAttempts(engine, planned.elsewhere);
+  await sendResumedRuns(engine, jobId, await putUnlessJobEnded(engine, jobId, put));
+}
+
+/**
+ * The runs a resume (or a pause's check after one) put with plain PutItems, outside any write of
+ * the job, so a job cancel or a delete that committed since the job was read may have swept the
+ * one-off's runs before they landed: the job is read again (one consistent read, made only when
+ * runs were put), and if it is cancelled, gone or marked by a delete, each is ended CANCELLED as
+ * the cancel would have (conditioned on it as put: a worker that took it ends it itself) and none
+ * is answered. A cancel that commits after this read sweeps them itself: they were put before it.
+ * Otherwise answers them all.
+ */
+async function putUnlessJobEnded(engine: Engine, jobId: string, put: Run[]): Promise<Run[]> {
+  if (put.length === 0) return put;
+  const job = await getJob(engine, jobId);
+  if (job !== null && job.status !== "CANCELLED" && job.deleteRequestedAt === undefined) return put;
+  const now = engine.clock();
+  await forEachConcurrently(put, 16, async (run) => {
+    await endRunAsSeen(engine, run, "CANCELLED", CANCEL_REASONS["job-cancel"], now, {
+      by: "job-cancel",
+    });
+  });
+  return [];
 }
 
 /** Puts each attempt's QUEUED run on a free key: the runs this put (a run there is another's). */

@@ -21,25 +21,19 @@ import { useOneOffMoves } from "../support/one-off-moves.js";
 
 const race = useClaimRace();
 const { clock, runsOf, fixture, runsCalled, pastDeadlineOf, withHooks } = race;
-const { failedOnce, attemptsOf, retryingOneOff, recurringFailedOnce, failRun } =
-  useOneOffMoves(race);
+const {
+  failedOnce,
+  retryRunningAtOldTime,
+  attemptsOf,
+  retryingOneOff,
+  recurringFailedOnce,
+  failRun,
+} = useOneOffMoves(race);
 const { cancelLands, expectRunsOnceCancelledEnded } = useCancelledAttempt(race);
 let f: EngineFixture;
 beforeEach(() => {
   f = fixture();
 });
-
-/**
- * A one-off whose attempt 1 failed while it was moved 10 minutes away: its retry, attempt 2,
- * queued at the old time, is running under worker-a.
- */
-async function retryRunningAtOldTime() {
-  const { job, due } = await failedOnce(0, { moveAway: true });
-  const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
-  if (!retry) throw new Error("no retry");
-  expect((await startRun(f.engine, retry, "worker-a", clock())).kind).toBe("started");
-  return { job, due, retry };
-}
 
 /** The occurrence left: attempt 1 failed, its retry still running under the cancel, the next attempt filed. */
 const THIRD_FILED = [

@@ -6,6 +6,7 @@ import { createJob, editJob, replayDeadLetter } from "../../shared/jobs/index.js
 import { getTenantJob } from "../../shared/jobs/queries.js";
 import type { DueEntry, Job, Run } from "../../shared/model.js";
 import type { MisfirePolicy } from "../../shared/policies.js";
+import { startRun } from "../../shared/storage/run-start.js";
 import { SECOND, type useClaimRace } from "./claim-race.js";
 import { deliveryOfRun, testJob } from "./engine-fixture.js";
 
@@ -102,6 +103,18 @@ export function useOneOffMoves(race: ReturnType<typeof useClaimRace>) {
   }
 
   /**
+   * A one-off whose attempt 1 failed while it was moved 10 minutes away: its retry, attempt 2,
+   * queued at the old time, is running under worker-a.
+   */
+  async function retryRunningAtOldTime() {
+    const { job, due } = await failedOnce(0, { moveAway: true });
+    const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
+    if (!retry) throw new Error("no retry");
+    expect((await startRun(fixture().engine, retry, "worker-a", clock())).kind).toBe("started");
+    return { job, due, retry };
+  }
+
+  /**
    * A recurring job (hourly) whose occurrence due 5 s ago, claimed, fails retryably (the backoff's
    * jitter drawn as 0): attempt 1 FAILED, attempt 2 a QUEUED run. `away`: 10 minutes on.
    */
@@ -166,6 +179,7 @@ export function useOneOffMoves(race: ReturnType<typeof useClaimRace>) {
     deadWhileMovedAway,
     retryingOneOff,
     failedOnce,
+    retryRunningAtOldTime,
     recurringFailedOnce,
     failRun,
     retryEntryOf,
