@@ -1,6 +1,7 @@
 import type { Engine } from "../engine.js";
 import { MAX_ATTEMPT } from "../keys.js";
 import { type DueEntry, isRetryOrReplay, type Job, type RetryOf, type Run } from "../model.js";
+import { runLogKeys } from "../observability.js";
 import type { ScheduleSpec } from "../schedule/index.js";
 import { dueEntryKey } from "../storage/due-entries.js";
 import { readDueEntry } from "../storage/job-edit.js";
@@ -65,10 +66,13 @@ export async function retryLeftByMove(
     latest === null ||
     !cancelledByPause(latest) ||
     !isRetryOrReplay(latest) ||
-    latest.trigger !== undefined ||
-    latest.attempt >= MAX_ATTEMPT
+    latest.trigger !== undefined
   )
     return null;
+  if (latest.attempt >= MAX_ATTEMPT) {
+    logLastAttemptNotFiled(engine, latest);
+    return null;
+  }
   const attempt = latest.attempt + 1;
   // Moved away, back and away again before a pass claimed it: the entry an earlier move filed for
   // this attempt is still there (its claim puts the attempt's run, which `latest` would then be),
@@ -132,10 +136,13 @@ export async function retriesCancelledElsewhere(
       !isRetryOrReplay(latest) ||
       triggered ||
       latest.trigger !== undefined ||
-      latest.attempt >= MAX_ATTEMPT ||
       (filed?.attempt === latest.attempt + 1 && filed.retryOf?.runId === latest.runId)
     )
       return [];
+    if (latest.attempt >= MAX_ATTEMPT) {
+      logLastAttemptNotFiled(engine, latest);
+      return [];
+    }
     const spec = {
       jobId: job.jobId,
       tenantId: job.tenantId,
@@ -149,4 +156,17 @@ export async function retriesCancelledElsewhere(
     };
     return [queuedRun(spec, now, engine.settings)];
   });
+}
+
+/**
+ * A retry a pause cancelled at an occurrence the one-off has left, at the last attempt a run can
+ * have (attempts are four digits in keys): it gets no next attempt, as a failure there is DEAD,
+ * and the run reads CANCELLED by the pause. Logged, with its keys, so that an operator can tell
+ * why the retry stopped.
+ */
+function logLastAttemptNotFiled(engine: Engine, latest: Run): void {
+  engine.obs.log.warn(
+    "a retry a pause cancelled is at the last attempt a run can have: no next attempt is filed",
+    { ...runLogKeys(latest), scheduledFor: latest.scheduledFor },
+  );
 }

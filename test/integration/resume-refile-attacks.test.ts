@@ -4,8 +4,8 @@ import { forEachConcurrently } from "../../shared/concurrency.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import { cancelRun, editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
-import { runId } from "../../shared/keys.js";
-import type { Run } from "../../shared/model.js";
+import { MAX_ATTEMPT, runId } from "../../shared/keys.js";
+import type { Job, Run } from "../../shared/model.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { queuedRun } from "../../shared/storage/runs.js";
 import { useCancelledAttempt } from "../support/cancelled-attempt.js";
@@ -13,6 +13,7 @@ import { SECOND, useClaimRace } from "../support/claim-race.js";
 import { deliveryOfRun, type EngineFixture } from "../support/engine-fixture.js";
 import { withSqsFaults } from "../support/faults.js";
 import { useOneOffMoves } from "../support/one-off-moves.js";
+import { copyRunToAttempt } from "../support/seed.js";
 
 /**
  * Attacks on the next attempts a resume (or a pause's check after one) files for a one-off's
@@ -231,5 +232,70 @@ describe("a one-off moved on from 100 occurrences, each left with its failure re
       ),
     );
     expect(filedAgain).toHaveLength(left.length);
+  });
+});
+
+/** The engine with its warnings collected: the lines that name the last attempt, their fields. */
+function warningsOfLastAttempt() {
+  const warned: { message: string; fields: Record<string, unknown> }[] = [];
+  const warn = (message: string, fields: Record<string, unknown> = {}) =>
+    void warned.push({ message, fields });
+  const { engine } = f;
+  return {
+    engine: { ...engine, obs: { ...engine.obs, log: { ...engine.obs.log, warn } } },
+    lines: () => warned.filter((l) => l.message.includes("last attempt")).map((l) => l.fields),
+  };
+}
+
+/** A run's keys as its log line names them. */
+const keysOf = (job: Job, runId: string, at: Date) => ({
+  tenantId: job.tenantId,
+  jobId: job.jobId,
+  runId,
+  attempt: MAX_ATTEMPT,
+  scheduledFor: at.toISOString(),
+});
+
+describe("a one-off's retry at the last attempt a run can have, cancelled by a pause", () => {
+  it("at an occurrence it left: the resume files no next attempt and logs the run's keys", async () => {
+    const { job, due, retry } = await retryRunningAtOldTime();
+    const lastId = await copyRunToAttempt(f.engine, retry, MAX_ATTEMPT);
+    await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+    const last = (await runsOf(job.jobId)).find((r) => r.runId === lastId);
+    expect([last?.status, last?.cancelledBy]).toEqual(["RUNNING", "pause"]);
+
+    const warnings = warningsOfLastAttempt();
+    const resumed = await resumeJob(warnings.engine, job.tenantId, job.jobId);
+
+    expect(resumed.status).toBe("ACTIVE");
+    expect((await attemptsOf(job.jobId, due)).map(([attempt]) => attempt)).toEqual([
+      1,
+      2,
+      MAX_ATTEMPT,
+    ]);
+    expect(warnings.lines()).toEqual([keysOf(job, lastId, due)]);
+  });
+
+  it("at its own occurrence, moved away while paused: the edit files no next attempt and logs the run's keys", async () => {
+    const { job, due } = await failedOnce(0);
+    const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
+    if (!retry) throw new Error("no retry");
+    expect((await startRun(f.engine, retry, "worker-a", clock())).kind).toBe("started");
+    const lastId = await copyRunToAttempt(f.engine, retry, MAX_ATTEMPT);
+    await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+
+    const warnings = warningsOfLastAttempt();
+    const away = new Date(clock().getTime() + 600 * SECOND);
+    const moved = await editJob(warnings.engine, job.tenantId, job.jobId, 1, {
+      schedule: { runAt: away.toISOString() },
+    });
+
+    expect(moved.status).toBe("PAUSED");
+    expect((await attemptsOf(job.jobId, due)).map(([attempt]) => attempt)).toEqual([
+      1,
+      2,
+      MAX_ATTEMPT,
+    ]);
+    expect(warnings.lines()).toEqual([keysOf(job, lastId, due)]);
   });
 });
