@@ -300,19 +300,30 @@ export async function rerunIfResumedMeanwhile(
  * runs were put), and if it is cancelled, gone or marked by a delete, each is ended CANCELLED as
  * the cancel would have (conditioned on it as put: a worker that took it ends it itself) and none
  * is answered. A cancel that commits after this read sweeps them itself: they were put before it.
- * Otherwise answers them all.
+ * Otherwise answers them all, and so when the read or an ending fails (logged): the reaper sends
+ * them at their deadline, and their worker ends them if the job has ended.
  */
 async function putUnlessJobEnded(engine: Engine, jobId: string, put: Run[]): Promise<Run[]> {
   if (put.length === 0) return put;
-  const job = await getJob(engine, jobId);
-  if (job !== null && job.status !== "CANCELLED" && job.deleteRequestedAt === undefined) return put;
-  const now = engine.clock();
-  await forEachConcurrently(put, 16, async (run) => {
-    await endRunAsSeen(engine, run, "CANCELLED", CANCEL_REASONS["job-cancel"], now, {
-      by: "job-cancel",
+  try {
+    const job = await getJob(engine, jobId);
+    if (job !== null && job.status !== "CANCELLED" && job.deleteRequestedAt === undefined)
+      return put;
+    const now = engine.clock();
+    await forEachConcurrently(put, 16, async (run) => {
+      await endRunAsSeen(engine, run, "CANCELLED", CANCEL_REASONS["job-cancel"], now, {
+        by: "job-cancel",
+      });
     });
-  });
-  return [];
+    return [];
+  } catch (error) {
+    // Left as put: each has its reaper deadline, and its worker ends it if the job has ended.
+    engine.obs.log.warn("could not check the job after putting runs; the reaper will send them", {
+      jobId,
+      error: String(error),
+    });
+    return put;
+  }
 }
 
 /** Puts each attempt's QUEUED run on a free key: the runs this put (a run there is another's). */
