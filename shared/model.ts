@@ -86,8 +86,9 @@ export interface Job {
   readonly nextDueKey: DueKey | null;
   /** The latest retry entry an edit filed beside it (`retryLeftByMove`): the next such edit keeps it. */
   readonly retryLeftKey?: DueKey;
-  /** A one-off's floor, from which reads of its runs start (one-off-floor.ts); see architecture.md. */
+  /** A one-off's floor, and a one-off's era once made recurring: reads of its runs (one-off-floor.ts). */
   readonly oneOffFrom?: string;
+  readonly oneOffEra?: { readonly from: string; readonly until: string };
   readonly createdAt: string;
   readonly updatedAt: string;
   /** Runs of this job holding a live lease: runId → leaseUntil. Used only for overlap decisions. */

@@ -1,6 +1,5 @@
 import { CANCEL_REASONS } from "../cancel-reasons.js";
 import { forEachConcurrently } from "../concurrency.js";
-import { claimReachEnd, fastPathHorizonEnd } from "../dispatch/fast-path-window.js";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError, RunEndedError, RunNotFoundError } from "../errors.js";
 import { endsOneOff } from "../execution/run-endings.js";
@@ -13,7 +12,7 @@ import { requestRunCancel } from "../storage/run-cancel.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";
 import { recordRunOnJob } from "../storage/run-on-job.js";
 import { getRun } from "../storage/run-reads.js";
-import { liveRunsWindowFrom, oneOffRunsFrom } from "./one-off-floor.js";
+import { liveRunRanges } from "./one-off-floor.js";
 import { getTenantJob } from "./queries.js";
 
 const ATTEMPTS = 5;
@@ -149,8 +148,10 @@ function ranBefore(job: Job, run: Run, now: Date): boolean {
  * A running run is one listed in the job's `activeRuns` (every admitted run of
  * a recurring job), or a RUNNING run of an occurrence from one lookahead back
  * to the end of the fast-path window (runs started and not yet admitted; for a
- * one-off job, whose runs are not listed, from its floor up to its occurrence: `oneOffRunsFrom`): one consistent query of
- * the job's own partition, plus a read of each active run outside it. A listed run this ends
+ * one-off job, whose runs are not listed, from its floor up to its occurrence: `oneOffRunsFrom`;
+ * and the one-off era a job made recurring had, `oneOffEra`: `liveRunRanges`): one consistent
+ * query of the job's own partition (two when the era lies apart), plus a read of each active run
+ * outside it. A listed run this ends
  * stays listed until the job's write of it (lastRun, out of activeRuns). A `repeat` (the job
  * already ended by this cancel) also brings the job's `lastRun` up to the newest run in that range
  * or still listed that `by` ended after its handler ran, and takes the listed ones out: the cancel
@@ -193,29 +194,31 @@ export async function cancelRunsOfJob(
   // has had as a one-off, so its occurrences before an edit moved it count too (a retry there runs
   // at its old time: `retryLeftByMove`, a failure's retry), however long ago that was; the history
   // of a recurring job it was before is not read.
-  const oneOff = "runAt" in job.schedule ? job.schedule.runAt : null;
-  const windowFrom = liveRunsWindowFrom(engine, job, now);
-  const windowTo = claimReachEnd(
-    now,
-    fastPathHorizonEnd(now, engine.settings.lookaheadMs),
-  ).getTime();
-  const from = oneOff === null ? new Date(windowFrom) : oneOffRunsFrom(engine, job, oneOff, now);
-  const to = new Date(oneOff === null ? windowTo : Math.max(Date.parse(oneOff), windowTo));
+  // A recurring job's one-off era (`oneOffEra`) is read too: a run of the one-off under way when
+  // an edit made it recurring, unlisted, runs on under it however long ago its occurrence was.
+  const statuses = [
+    ...(queued ? (["QUEUED"] as const) : []),
+    "RUNNING" as const,
+    ...(repeat ? (["CANCELLED"] as const) : []),
+  ];
   const seen = new Set<string>();
   const ended: Run[] = [];
-  for await (const runs of liveRunsOfJob(engine, job.jobId, from, to, [
-    ...(queued ? (["QUEUED"] as const) : []),
-    "RUNNING",
-    ...(repeat ? (["CANCELLED"] as const) : []),
-  ])) {
-    for (const run of runs) seen.add(run.runId);
-    ended.push(...runs.filter((run) => endedBy(run, by)));
-    await forEachConcurrently(
-      runs.filter((run) => run.status !== "CANCELLED"),
-      16,
-      cancel,
-    );
-  }
+  for (const [from, to] of liveRunRanges(engine, job, now))
+    for await (const runs of liveRunsOfJob(
+      engine,
+      job.jobId,
+      new Date(from),
+      new Date(to),
+      statuses,
+    )) {
+      for (const run of runs) seen.add(run.runId);
+      ended.push(...runs.filter((run) => endedBy(run, by)));
+      await forEachConcurrently(
+        runs.filter((run) => run.status !== "CANCELLED"),
+        16,
+        cancel,
+      );
+    }
   const active = Object.entries(job.activeRuns).filter(([runId]) => !seen.has(runId));
   await forEachConcurrently(active, 16, async ([runId, leaseUntil]) => {
     const ref = parseRunId(runId);

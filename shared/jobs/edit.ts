@@ -23,7 +23,7 @@ import {
   withinJobEnd,
 } from "./due-entry.js";
 import { recordRunsEndedBy } from "./ended-runs.js";
-import { withOneOffFloor } from "./one-off-floor.js";
+import { withOneOffEra, withOneOffFloor } from "./one-off-floor.js";
 import { getTenantJob, listRuns } from "./queries.js";
 import { retryLeftByMove } from "./retry-after-move.js";
 import { withJob } from "./with-job.js";
@@ -185,9 +185,15 @@ async function editPlanned(
       throw error;
     }
     const lastEdit = requestHash === undefined ? undefined : { from: job.version, requestHash };
-    // A one-off's floor moves down to every occurrence it has as one (its reads start there).
+    // A one-off's floor moves down to every occurrence it has as one (its reads start there); a
+    // one-off made recurring keeps its occurrences as its era (its runs there are not listed).
     const floor =
-      changesSchedule && normalized.schedule ? withOneOffFloor(job, normalized.schedule, now) : {};
+      changesSchedule && normalized.schedule
+        ? {
+            ...withOneOffFloor(job, normalized.schedule, now),
+            ...withOneOffEra(engine, job, normalized.schedule, now),
+          }
+        : {};
     const edited: Job = {
       ...job,
       ...normalized,

@@ -1,3 +1,4 @@
+import { claimReachEnd, fastPathHorizonEnd } from "../dispatch/fast-path-window.js";
 import type { Engine } from "../engine.js";
 import type { Job } from "../model.js";
 import { type ScheduleSpec, windowMsOf } from "../schedule/index.js";
@@ -31,6 +32,62 @@ export function withOneOffFloor(
 }
 
 /**
+ * `oneOffEra` as written by an edit of `job` to `schedule` at `now`: when it makes a one-off
+ * recurring, the one-off's occurrences, from where a cancel of it read them (`oneOffRunsFrom`) to
+ * now or its `runAt`, whichever is later. Its runs there are not listed (a one-off's are not), and
+ * one that ran or was held unwritten then runs on unlisted under the recurring job. Absent
+ * otherwise: the era the job has stays as it is, also while it is a one-off again (whose floor is
+ * set anew), until an edit makes it recurring again.
+ */
+export function withOneOffEra(
+  engine: Engine,
+  job: Job,
+  schedule: ScheduleSpec,
+  now: Date,
+): Pick<Job, "oneOffEra"> {
+  if (!("runAt" in job.schedule) || "runAt" in schedule) return {};
+  const { runAt } = job.schedule;
+  const from = oneOffRunsFrom(engine, job, runAt, now);
+  const until = new Date(Math.max(Date.parse(runAt), now.getTime()));
+  return { oneOffEra: { from: from.toISOString(), until: until.toISOString() } };
+}
+
+/**
+ * The occurrences (epoch ms, from and to, in order and apart) a read of the job's runs that can
+ * still be under way covers at `now` (a pause's or cancel's): one lookahead and its window back to
+ * the claim reach; for a one-off, from its floor (`oneOffRunsFrom`) up to its occurrence when
+ * that is later; and the one-off era it had before an edit made it recurring (`oneOffEra`), up to
+ * one lookahead past its end: a trigger's run of the one-off is made at the trigger's time, which
+ * can fall after the edit's `now` and before its write.
+ */
+export function liveRunRanges(engine: Engine, job: Job, now: Date): [number, number][] {
+  const windowFrom = liveRunsWindowFrom(engine, job, now);
+  const windowTo = claimReachEnd(now, fastPathHorizonEnd(now, engine.settings.lookaheadMs));
+  const oneOff = "runAt" in job.schedule ? job.schedule.runAt : null;
+  const ranges: [number, number][] = [
+    oneOff === null
+      ? [windowFrom, windowTo.getTime()]
+      : [
+          oneOffRunsFrom(engine, job, oneOff, now).getTime(),
+          Math.max(Date.parse(oneOff), windowTo.getTime()),
+        ],
+  ];
+  if (job.oneOffEra)
+    ranges.push([
+      Date.parse(job.oneOffEra.from),
+      Date.parse(job.oneOffEra.until) + engine.settings.lookaheadMs,
+    ]);
+  ranges.sort(([a], [b]) => a - b);
+  const merged: [number, number][] = [];
+  for (const [from, to] of ranges) {
+    const last = merged.at(-1);
+    if (last && from <= last[1]) last[1] = Math.max(last[1], to);
+    else merged.push([from, to]);
+  }
+  return merged;
+}
+
+/**
  * The earliest occurrence a read of a one-off's runs starts from (a pause's or cancel's, a
  * resume's of the retries it left): its floor (`oneOffFrom`), its `runAt`, and one lookahead and
  * its window back from `now`, whichever is earliest. A one-off written by an earlier version has
@@ -47,6 +104,6 @@ export function oneOffRunsFrom(engine: Engine, job: Job, runAt: string, now: Dat
  * the dispatcher can have queued and not yet seen end, since a jittered occurrence runs up to its
  * window after `scheduledFor`.
  */
-export function liveRunsWindowFrom(engine: Engine, job: Job, now: Date): number {
+function liveRunsWindowFrom(engine: Engine, job: Job, now: Date): number {
   return now.getTime() - engine.settings.lookaheadMs - (windowMsOf(job.window) ?? 0);
 }

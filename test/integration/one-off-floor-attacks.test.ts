@@ -1,13 +1,6 @@
 import { PutCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  cancelJob,
-  createJob,
-  deleteJob,
-  editJob,
-  pauseJob,
-  replayDeadLetter,
-} from "../../shared/jobs/index.js";
+import { createJob, deleteJob, editJob, replayDeadLetter } from "../../shared/jobs/index.js";
 import type { Job } from "../../shared/model.js";
 import { deadLetterPk, jobKey } from "../../shared/storage/items.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
@@ -18,6 +11,7 @@ import {
   firstAttemptAt,
   testJob,
 } from "../support/engine-fixture.js";
+import { runEndings } from "../support/held-runs.js";
 
 /**
  * Attacks on a one-off's floor (`oneOffFrom`): a pause with running: "cancel", a job cancel and a
@@ -98,14 +92,7 @@ async function replayRunning(tenantId: string, deadRunId: string) {
   return run;
 }
 
-const ENDINGS = [
-  ["a job cancel", (job: Job) => cancelJob(f.engine, job.tenantId, job.jobId)],
-  ["a delete", (job: Job) => deleteJob(f.engine, job.tenantId, job.jobId)],
-  [
-    'a pause with running: "cancel"',
-    (job: Job) => pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" }),
-  ],
-] as const;
+const ENDINGS = runEndings(() => f.engine);
 
 describe("a replay of a dead run from before its job became a one-off", () => {
   it.each(ENDINGS)(

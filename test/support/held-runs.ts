@@ -1,8 +1,8 @@
 import { expect } from "vitest";
 import type { Engine } from "../../shared/engine.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
-import { createJob } from "../../shared/jobs/index.js";
-import type { Run } from "../../shared/model.js";
+import { cancelJob, createJob, deleteJob, pauseJob } from "../../shared/jobs/index.js";
+import type { Job, Run } from "../../shared/model.js";
 import { recordAdmission } from "../../shared/storage/admission.js";
 import { type EngineFixture, testJob } from "./engine-fixture.js";
 
@@ -44,3 +44,17 @@ export async function jobHoldingRunA(engine: Engine) {
   );
   return { job, leaseUntil };
 }
+
+/**
+ * The writes that end a job's runs under way, by name, for `it.each`: a job cancel, a delete and a
+ * pause with running: "cancel", each on the engine `engine()` gives when it runs.
+ */
+export const runEndings = (engine: () => Engine) =>
+  [
+    ["a job cancel", (job: Job) => cancelJob(engine(), job.tenantId, job.jobId)],
+    ["a delete", (job: Job) => deleteJob(engine(), job.tenantId, job.jobId)],
+    [
+      'a pause with running: "cancel"',
+      (job: Job) => pauseJob(engine(), job.tenantId, job.jobId, { running: "cancel" }),
+    ],
+  ] as const;
