@@ -34,8 +34,10 @@ export function withOneOffFloor(
 /**
  * `oneOffEra` as written by an edit of `job` to `schedule` at `now`: when it makes a one-off
  * recurring, the one-off's occurrences, from where a cancel of it read them (`oneOffRunsFrom`) to
- * now or its `runAt`, whichever is later. Its runs there are not listed (a one-off's are not), and
- * one that ran or was held unwritten then runs on unlisted under the recurring job. Absent
+ * now or its `runAt`, whichever is later, but no further than the claim reach (a `runAt` beyond
+ * it has no run yet: the recurring history of a week would be read). Its runs there are not
+ * listed (a one-off's are not), and one that ran or was held unwritten then runs on unlisted
+ * under the recurring job. Absent
  * otherwise: the era the job has stays as it is, also while it is a one-off again (whose floor is
  * set anew), until an edit makes it recurring again.
  */
@@ -48,7 +50,8 @@ export function withOneOffEra(
   if (!("runAt" in job.schedule) || "runAt" in schedule) return {};
   const { runAt } = job.schedule;
   const from = oneOffRunsFrom(engine, job, runAt, now);
-  const until = new Date(Math.max(Date.parse(runAt), now.getTime()));
+  const reach = claimReachEnd(now, fastPathHorizonEnd(now, engine.settings.lookaheadMs));
+  const until = new Date(Math.min(Math.max(Date.parse(runAt), now.getTime()), reach.getTime()));
   return { oneOffEra: { from: from.toISOString(), until: until.toISOString() } };
 }
 

@@ -1,4 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { CLAIM_REACH_SECONDS } from "../../shared/config.js";
 import { JobError } from "../../shared/execution/job-contract.js";
 import { cancelJob, createJob, editJob } from "../../shared/jobs/index.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
@@ -157,6 +158,22 @@ describe("a one-off's run under way when an edit makes the job recurring", () =>
     },
     30_000,
   );
+});
+
+describe("the era of a one-off due far ahead, made recurring", () => {
+  it("ends at the claim reach: no run of it lies beyond, and the recurring history there is not its", async () => {
+    const weekAhead = new Date(f.engine.clock().getTime() + 7 * 24 * 3_600_000);
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: weekAhead.toISOString() } }),
+    );
+    const edited = await editJob(f.engine, job.tenantId, job.jobId, job.version, {
+      schedule: dailyAwayFrom(f.engine.clock()).schedule,
+    });
+    const until = Date.parse(edited.oneOffEra?.until ?? "");
+    expect(until).toBeGreaterThanOrEqual(Date.parse(edited.updatedAt));
+    expect(until).toBeLessThanOrEqual(Date.parse(edited.updatedAt) + CLAIM_REACH_SECONDS * 1000);
+  });
 });
 
 /** A one-off due now whose first run failed retryably: attempt 2 QUEUED, a second after it. */
