@@ -12,6 +12,7 @@ import type { WorkerDeps } from "../../shared/execution/worker.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { cancelJob } from "../../shared/jobs/cancel.js";
 import { cancelRun } from "../../shared/jobs/cancel-run.js";
+import { editJob } from "../../shared/jobs/edit.js";
 import { pauseJob } from "../../shared/jobs/pause.js";
 import { resumeJob } from "../../shared/jobs/resume.js";
 import { parseRunId, runId as runIdOf } from "../../shared/keys.js";
@@ -21,6 +22,7 @@ import { requestRunCancel } from "../../shared/storage/run-cancel.js";
 import { getJob, getRun, runKeyOf } from "../../shared/storage/run-reads.js";
 import { cachedSigningSecrets, tenantWebhookSecrets } from "../../shared/webhooks/secrets.js";
 import { type ApiHarness, KEY_B, startApi, TENANT_A } from "../api/support.js";
+import { dailyAwayFrom } from "../support/engine-fixture.js";
 import { withFaults } from "../support/faults.js";
 import { createTestClients } from "../support/namespace.js";
 
@@ -1718,5 +1720,24 @@ describe("async mode: a one-off's run a pause with running: cancel cancelled, th
     const recheckAt = (await getRun(api.fixture.engine, next))?.dueAt ?? "";
     now = new Date(Date.parse(recheckAt));
     expect((await deliver(jobId)).attempt).toBe(2);
+  });
+});
+
+describe("a one-off's run handed over when an edit makes the job recurring", () => {
+  it("a job cancel 50 minutes on, within the attempt's timeout, still ends it: the recurring job reads the one-off era it keeps (oneOffEra)", async () => {
+    const jobId = await createAsyncJob();
+    await deliver(jobId);
+    const runId = runIdOf(jobId, now, 1);
+    const { engine } = api.fixture;
+    const job = await getJob(engine, jobId);
+    if (!job) throw new Error(`no job ${jobId}`);
+    await editJob(engine, job.tenantId, jobId, job.version, {
+      schedule: dailyAwayFrom(now).schedule,
+    });
+    // Past 900 s and a lease, the longest a sync attempt runs, and a lookahead; its 1 h timeout still ahead.
+    advance(50 * 60_000);
+    expect((await runOf(jobId, runId)).status).toBe("running");
+    await cancelJob(engine, job.tenantId, jobId);
+    expect((await runOf(jobId, runId)).status).toBe("cancelled");
   });
 });

@@ -4,6 +4,7 @@ import type { Job, Run } from "../../shared/model.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { useClaimRace } from "../support/claim-race.js";
 import { dailyAwayFrom, deliveryOfRun } from "../support/engine-fixture.js";
+import { withLostAnswers } from "../support/faults.js";
 import { useOneOffMoves } from "../support/one-off-moves.js";
 import { waitFor } from "../support/wait.js";
 
@@ -18,7 +19,7 @@ import { waitFor } from "../support/wait.js";
 // still holds its start unwritten (its first heartbeat comes before the run's reaper deadline).
 const race = useClaimRace({ leaseMs: 600_000 });
 const { clock, time, runsOf, fixture, withHook } = race;
-const { recurringFailedOnce, failedOnce, moveTo } = useOneOffMoves(race);
+const { recurringFailedOnce, failedOnce, moveTo, retryingOneOff } = useOneOffMoves(race);
 
 /** A recurring job's retry, still QUEUED when an edit made the job a one-off 10 minutes on. */
 async function retryOfRecurringJob(jobId: string) {
@@ -62,7 +63,7 @@ const STARTS = [
  * Delivers `run` (its message received `receiveCount` times) to a worker whose handler waits until
  * released; returns once the handler runs, or once the delivery ended without running it.
  */
-async function deliverBlocked(run: Run, receiveCount: number) {
+async function deliverBlocked(run: Run, receiveCount: number, engine = fixture().engine) {
   const f = fixture();
   // Its message due (the worker would send it again rather than wait for it), and its occurrence
   // more than a lookahead back: below what a one-off's reads take in from now (`oneOffRunsFrom`).
@@ -77,10 +78,13 @@ async function deliverBlocked(run: Run, receiveCount: number) {
     called++;
     await gate;
   };
-  const delivered = f.process(f.workerDeps("w", { noop: blocked }), {
-    ...deliveryOfRun(f.engine, run),
-    receiveCount,
-  });
+  const delivered = f.process(
+    { ...f.workerDeps("w", { noop: blocked }), engine },
+    {
+      ...deliveryOfRun(f.engine, run),
+      receiveCount,
+    },
+  );
   let ended = false;
   void delivered.finally(() => {
     ended = true;
@@ -227,5 +231,85 @@ describe("a run at or above its one-off's floor", () => {
     expect(hooked).toBe(0);
     expect(running?.called()).toBe(1);
     expect((await getJob(fixture().engine, job.jobId))?.oneOffFrom).toBe(job.oneOffFrom);
+  });
+});
+
+describe("a floor lowering whose answer is lost, the SDK sending it again", () => {
+  it.each([
+    ["nothing", async () => undefined, 1, "SUCCEEDED"],
+    [
+      "a job cancel",
+      (job: Job) => cancelJob(fixture().engine, job.tenantId, job.jobId),
+      0,
+      "CANCELLED",
+    ],
+  ] as const)(
+    "%s landing in between: the SDK's repeat fails, the job is read again, and the run runs at most once",
+    async (_, meanwhile, calls, status) => {
+      const { job, retry } = await retryOfRecurringJob("job-lowering-answer-lost");
+      const lossy = withLostAnswers(fixture().engine, {
+        operation: "UpdateItem",
+        times: 1,
+        match: isFloorLowering,
+        meanwhile: () => meanwhile(job),
+      });
+      try {
+        const running = await deliverBlocked(retry, 2, lossy.engine);
+        expect(running.called()).toBe(calls);
+        expect(await running.finish()).toBe("ack");
+      } finally {
+        lossy.destroy();
+      }
+      expect(lossy.injected.count).toBe(1);
+      expect((await getRun(fixture().engine, retry))?.status).toBe(status);
+      expect((await getJob(fixture().engine, job.jobId))?.oneOffFrom).toBe(retry.scheduledFor);
+    },
+  );
+});
+
+/** A one-off's run under way (started at its redelivery, its handler held): its job and the run. */
+const UNDER_WAY = [
+  [
+    "a run below the floor, its worker having lowered the floor to it",
+    async () => {
+      const { job, retry } = await retryOfRecurringJob("job-under-way");
+      return { job, run: retry };
+    },
+  ],
+  [
+    "a one-off's own run, its runAt by then more than a lookahead back",
+    async () => {
+      const { job, first } = await retryingOneOff();
+      return { job, run: first };
+    },
+  ],
+] as const;
+
+/** Edits that, while the run runs, make its job recurring, and again a one-off 10 minutes on. */
+const EDITS = [
+  ["an edit makes the job recurring", false],
+  ["edits make the job recurring and a one-off again", true],
+] as const;
+
+describe.for(UNDER_WAY)("%s, unlisted", ([, underWay]) => {
+  it.for(
+    EDITS.flatMap(([edits, again]) =>
+      ENDINGS.map(([ending, end]) => [edits, ending, again, end] as const),
+    ),
+  )("%s, then %s reaches it", async ([, , again, end]) => {
+    const { job, run } = await underWay();
+    const running = await deliverBlocked(run, 2);
+    expect(running.called()).toBe(1);
+    const f = fixture();
+    const recurring = await editJob(f.engine, job.tenantId, job.jobId, job.version, {
+      schedule: dailyAwayFrom(clock()).schedule,
+    });
+    const edited = again
+      ? await moveTo(recurring, recurring.version, new Date(clock().getTime() + 600_000))
+      : recurring;
+    await end(edited);
+    expect((await getRun(f.engine, run))?.cancelRequestedAt ?? null).not.toBeNull();
+    expect(await running.finish()).toBe("ack");
+    expect((await getRun(f.engine, run))?.status).toBe("CANCELLED");
   });
 });
