@@ -8,12 +8,14 @@ import {
   type RetryOf,
   type Run,
 } from "../model.js";
+import { runLogKeys } from "../observability.js";
 import { plannedTime, windowMsOf } from "../schedule/index.js";
 import { dueEntryKey } from "../storage/due-entries.js";
 import { readDueEntry } from "../storage/job-edit.js";
 import { latestAttemptOf } from "../storage/job-queries.js";
+import { retractNextAttempt, retryNotRunReason } from "../storage/next-attempt.js";
 import { runsOnAfterEndMs } from "../storage/retention.js";
-import { getRetryPredecessor, isOccurrenceRun } from "../storage/run-reads.js";
+import { getRetryPredecessor, isOccurrenceRun, runKeyOf } from "../storage/run-reads.js";
 import { ValidationError } from "../validation.js";
 import { afterCancelledRun } from "./retry-after-move.js";
 
@@ -135,9 +137,37 @@ export async function givenUpAttemptAt(
     return { latest, ended: latest, ...(retryOf ? { retryOf } : {}) };
   }
   const ended = await predecessorThatNeverFails(engine, latest);
-  return ended === null
-    ? null
-    : { latest, ended, retryOf: { runId: latest.runId, fence: 0, oneOff: true } };
+  if (ended === null) return null;
+  await takeBackRetry(engine, latest, ended);
+  return { latest, ended, retryOf: { runId: latest.runId, fence: 0, oneOff: true } };
+}
+
+/**
+ * Takes back a failure's next attempt that will not run (`retry`, its predecessor `ended`), as the
+ * failure's worker does once its ending is refused (`retractNextAttempt`): SKIPPED, only as it was
+ * put (QUEUED, never started). Its message is due at the failure's backoff (up to the retry
+ * policy's longest delay), when its worker would skip it: the occurrence filed after it, which
+ * waits for it to end, would wait that long. Best effort: a failed write is logged, and the
+ * attempt is skipped at its time, as before.
+ */
+async function takeBackRetry(engine: Engine, retry: Run, ended: Run): Promise<void> {
+  if (retry.retryOf === undefined) return;
+  // A run asked to cancel ends CANCELLED (no other ending of it can be written).
+  const status =
+    ended.status === "QUEUED" || ended.status === "RUNNING" ? "CANCELLED" : ended.status;
+  const reason = retryNotRunReason({ runId: ended.runId, status });
+  await retractNextAttempt(
+    engine,
+    { runItem: runKeyOf(retry) },
+    retry.retryOf.fence,
+    reason,
+    engine.clock(),
+  ).catch((error: unknown) => {
+    engine.obs.log.warn("could not take back a next attempt; its worker will skip it", {
+      ...runLogKeys(retry),
+      error: String(error),
+    });
+  });
 }
 
 /**

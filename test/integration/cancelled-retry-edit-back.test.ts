@@ -113,4 +113,33 @@ describe("a one-off's cancelled failure, its retry still QUEUED, and an edit bac
     const after = await getTenantJob(f.engine, job.tenantId, job.jobId);
     expect(after.status).toBe("COMPLETED");
   });
+
+  it.each([
+    ["edited back", async (job: Job, due: Date) => void (await moveTo(job, 2, due))],
+    [
+      "paused, edited back and resumed",
+      async (job: Job, due: Date) => {
+        await pauseJob(f.engine, job.tenantId, job.jobId);
+        await moveTo(job, 2, due);
+        await resumeJob(f.engine, job.tenantId, job.jobId);
+      },
+    ],
+  ])(
+    "the take-back failed, then %s: it runs at once, not at the retry's backoff",
+    async (_, back) => {
+      const { job, due } = await cancelledFailureMovedAway({ fail: true });
+      await back(job, due);
+
+      // The pass claims the occurrence, and the queue's messages due now are delivered: the retry
+      // that will not run is due at its backoff, an hour on, and the occurrence no longer waits for it.
+      await dispatchShard(f.engine, 0, "pass-after-edit-back");
+      expect(await runsCalled(job.jobId)).toEqual([[due.toISOString(), 1]]);
+      expect(await callsAfterPassAndReaper(job, due)).toEqual([]);
+      expect(await attemptsOf(job.jobId, due)).toEqual([
+        [1, "CANCELLED"],
+        [2, "SKIPPED"],
+        [3, "SUCCEEDED"],
+      ]);
+    },
+  );
 });
