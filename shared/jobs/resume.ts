@@ -56,11 +56,12 @@ export async function resumeJob(engine: Engine, tenantId: string, jobId: string)
     const claimed = job.nextRunAt ? null : await claimedOneOff(engine, job, now);
     // Retries a pause cancelled at occurrences the one-off has left: put before the job's write.
     const elsewhere = await retriesCancelledElsewhere(engine, job, now);
-    await recordShardCount(engine);
-    const parked = await rearmParked(engine, job, now);
+    // Before the re-arming too: a one-off's occurrence with no attempt left refuses the resume.
     const due = job.nextRunAt
       ? await pendingOccurrence(engine, job, job.nextRunAt, now)
       : (claimed?.rerun ?? null);
+    await recordShardCount(engine);
+    const parked = await rearmParked(engine, job, now);
     // Nothing is left to run: an edit while paused set an end the job had already reached, or a
     // one-off's occurrence ended for good while the job was paused.
     const completes = due === null && (hasEnd(job) || claimed?.ended === true);
@@ -136,9 +137,22 @@ async function pendingOccurrence(
   if (!("runAt" in job.schedule) || Date.parse(job.schedule.runAt) !== Date.parse(nextRunAt))
     return dueEntryFor(engine, job, new Date(nextRunAt), now);
   const given = await givenUpAttemptAt(engine, job.jobId, job.schedule.runAt);
-  return given !== null && given.latest.attempt < MAX_ATTEMPT
-    ? rerunOf(engine, job, given.latest, now, given.retryOf)
-    : dueEntryFor(engine, job, new Date(nextRunAt), now);
+  if (given === null) return dueEntryFor(engine, job, new Date(nextRunAt), now);
+  if (given.latest.attempt >= MAX_ATTEMPT) throw noAttemptLeft(job, given.latest, "");
+  return rerunOf(engine, job, given.latest, now, given.retryOf);
+}
+
+/**
+ * The refusal of a resume whose one-off's occurrence would be filed after its run at the last
+ * attempt a run can have (attempts are four digits in keys): filed at attempt 1 instead, its claim
+ * found that attempt's run handled, and the occurrence never ran.
+ */
+function noAttemptLeft(job: Job, latest: Run, how: string): IllegalTransitionError {
+  return new IllegalTransitionError(
+    "resume",
+    job.status,
+    `its run ${latest.runId}${how} is attempt ${latest.attempt}, the last attempt a run can have, and cannot run again; give the job a new runAt, or cancel it`,
+  );
 }
 
 /**
@@ -198,11 +212,7 @@ async function claimedOneOff(
   if (latest === null) return expiredOneOff(engine, job, job.schedule.runAt, now);
   if (cancelledByPause(latest)) {
     if (latest.attempt >= MAX_ATTEMPT)
-      throw new IllegalTransitionError(
-        "resume",
-        job.status,
-        `its run ${latest.runId}, which the pause cancelled, is attempt ${latest.attempt}, the last attempt a run can have, and cannot run again; give the job a new runAt, or cancel it`,
-      );
+      throw noAttemptLeft(job, latest, ", which the pause cancelled,");
     return { rerun: rerunOf(engine, job, latest, now) };
   }
   const ended =

@@ -2,6 +2,7 @@ import { PutCommand } from "@aws-sdk/lib-dynamodb";
 import { beforeEach, describe, expect, it } from "vitest";
 import { forEachConcurrently } from "../../shared/concurrency.js";
 import { reap } from "../../shared/dispatch/reaper.js";
+import { IllegalTransitionError } from "../../shared/errors.js";
 import { cancelRun, editJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
 import { MAX_ATTEMPT, runId } from "../../shared/keys.js";
@@ -21,7 +22,7 @@ import { copyRunToAttempt } from "../support/seed.js";
  */
 
 const race = useClaimRace();
-const { clock, runsOf, fixture, runsCalled, pastDeadlineOf, withHooks } = race;
+const { clock, runsOf, fixture, runsCalled, pastDeadlineOf, withHooks, entriesOf } = race;
 const {
   failedOnce,
   retryRunningAtOldTime,
@@ -297,5 +298,32 @@ describe("a one-off's retry at the last attempt a run can have, cancelled by a p
       MAX_ATTEMPT,
     ]);
     expect(warnings.lines()).toEqual([keysOf(job, lastId, due)]);
+  });
+});
+
+describe("a paused one-off moved back to a time whose run at the last attempt a run can have is running, then cancelled through the API", () => {
+  // Filed at attempt 1 (the claim found attempt 1's run FAILED, its retry to come), the occurrence
+  // never ran and the one-off completed; below the last attempt, it is filed at the next and runs.
+  it("the resume is refused, and nothing is written", async () => {
+    const { job, due, retry } = await retryRunningAtOldTime();
+    const lastId = await copyRunToAttempt(f.engine, retry, MAX_ATTEMPT);
+    await cancelRun(f.engine, job.tenantId, job.jobId, retry.runId);
+    await pauseJob(f.engine, job.tenantId, job.jobId);
+    // Still running uncancelled: the edit takes it for a run under way, met at attempt 1.
+    const paused = await getTenantJob(f.engine, job.tenantId, job.jobId);
+    await editJob(f.engine, job.tenantId, job.jobId, paused.version, {
+      schedule: { runAt: due.toISOString() },
+    });
+    await cancelRun(f.engine, job.tenantId, job.jobId, lastId);
+
+    const refused = await resumeJob(f.engine, job.tenantId, job.jobId).catch(
+      (error: unknown) => error,
+    );
+
+    expect(refused).toBeInstanceOf(IllegalTransitionError);
+    expect((refused as IllegalTransitionError).message).toContain(lastId);
+    const after = await getTenantJob(f.engine, job.tenantId, job.jobId);
+    expect([after.status, after.nextRunAt]).toEqual(["PAUSED", due.toISOString()]);
+    expect(await entriesOf(job.jobId)).toEqual([]);
   });
 });
