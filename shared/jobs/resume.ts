@@ -14,7 +14,7 @@ import { writeResumedJob } from "../storage/job-status.js";
 import { putNextAttempt } from "../storage/next-attempt.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";
 import { rearmParkedRun } from "../storage/run-park.js";
-import { getJob } from "../storage/run-reads.js";
+import { getJob, isOccurrenceRun } from "../storage/run-reads.js";
 import { dueEntryFor, givenUpAttemptAt, occurrenceAgain } from "./due-entry.js";
 import { getTenantJob } from "./queries.js";
 import {
@@ -57,14 +57,15 @@ export async function resumeJob(engine: Engine, tenantId: string, jobId: string)
     // Retries a pause cancelled at occurrences the one-off has left: put before the job's write.
     const elsewhere = await retriesCancelledElsewhere(engine, job, now);
     // Before the re-arming too: a one-off's occurrence with no attempt left refuses the resume.
-    const due = job.nextRunAt
+    const pending = job.nextRunAt
       ? await pendingOccurrence(engine, job, job.nextRunAt, now)
-      : (claimed?.rerun ?? null);
+      : undefined;
+    const due = pending === undefined ? (claimed?.rerun ?? null) : pending;
     await recordShardCount(engine);
     const parked = await rearmParked(engine, job, now);
     // Nothing is left to run: an edit while paused set an end the job had already reached, or a
-    // one-off's occurrence ended for good while the job was paused.
-    const completes = due === null && (hasEnd(job) || claimed?.ended === true);
+    // one-off's occurrence ended for good (or ran, `pending`) while the job was paused.
+    const completes = due === null && (hasEnd(job) || claimed?.ended === true || pending === null);
     return {
       write: async () => {
         // Each on its own, not in the job's transaction, which holds 100 items where a one-off can
@@ -126,18 +127,23 @@ async function sendResumedRuns(engine: Engine, jobId: string, runs: readonly Run
  * (the pause deletes the entry, which named the attempt). Its run's latest attempt says so (or a
  * failure's retry still QUEUED that will not run, `givenUpAttemptAt`); filed at attempt 1, its
  * claim would find that attempt's run handled and move the job on with nothing pending. Any other
- * occurrence is filed at its first attempt.
+ * occurrence is filed at its first attempt. Null when the one-off's occurrence has run: an edit
+ * while paused gave it back a time whose run, under way then (met at attempt 1), has since
+ * SUCCEEDED as an occurrence's (the edit refuses such a time, `attemptForRunAt`); filed at its next
+ * attempt, the occurrence ran a second time. One consistent read more, for such a success alone.
  */
 async function pendingOccurrence(
   engine: Engine,
   job: Job,
   nextRunAt: string,
   now: Date,
-): Promise<DueEntry> {
+): Promise<DueEntry | null> {
   if (!("runAt" in job.schedule) || Date.parse(job.schedule.runAt) !== Date.parse(nextRunAt))
     return dueEntryFor(engine, job, new Date(nextRunAt), now);
   const given = await givenUpAttemptAt(engine, job.jobId, job.schedule.runAt);
   if (given === null) return dueEntryFor(engine, job, new Date(nextRunAt), now);
+  if (given.ended.status === "SUCCEEDED" && (await isOccurrenceRun(engine, given.ended)))
+    return null;
   if (given.latest.attempt >= MAX_ATTEMPT) throw noAttemptLeft(job, given.latest, "");
   return rerunOf(engine, job, given.latest, now, given.retryOf);
 }

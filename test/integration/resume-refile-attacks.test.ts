@@ -327,3 +327,41 @@ describe("a paused one-off moved back to a time whose run at the last attempt a 
     expect(await entriesOf(job.jobId)).toEqual([]);
   });
 });
+
+describe("a one-off's failure retry running at the time it left, the one-off paused and moved back there meanwhile, the retry succeeding", () => {
+  it("the resume files no next attempt and completes the one-off: the occurrence ran once", async () => {
+    const { job, due } = await failedOnce(0, { moveAway: true });
+    const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
+    if (!retry) throw new Error("no retry");
+    let calls = 0;
+    // While it runs: paused, and moved back (the retry, running uncancelled, is met at attempt 1).
+    const succeeds = async () => {
+      calls++;
+      await pauseJob(f.engine, job.tenantId, job.jobId);
+      const paused = await getTenantJob(f.engine, job.tenantId, job.jobId);
+      await editJob(f.engine, job.tenantId, job.jobId, paused.version, {
+        schedule: { runAt: due.toISOString() },
+      });
+    };
+    await f.process(f.workerDeps("w", { noop: succeeds }), deliveryOfRun(f.engine, retry));
+    expect(await attemptsOf(job.jobId, due)).toEqual([
+      [1, "FAILED"],
+      [2, "SUCCEEDED"],
+    ]);
+
+    const resumed = await resumeJob(f.engine, job.tenantId, job.jobId);
+
+    expect(calls).toBe(1);
+    for (const run of await runsOf(job.jobId)) pastDeadlineOf(new Date(run.dueAt));
+    pastDeadlineOf(new Date(due.getTime() + 60 * SECOND));
+    await reap(f.engine);
+    expect(await runsCalled(job.jobId)).toEqual([]);
+    expect(await attemptsOf(job.jobId, due)).toEqual([
+      [1, "FAILED"],
+      [2, "SUCCEEDED"],
+    ]);
+    // The occurrence ran while the one-off was paused: the resume completes it.
+    expect([resumed.status, resumed.nextRunAt]).toEqual(["COMPLETED", null]);
+    expect(await entriesOf(job.jobId)).toEqual([]);
+  });
+});
