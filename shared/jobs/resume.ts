@@ -25,11 +25,10 @@ import {
 } from "./retry-after-move.js";
 import { withJob } from "./with-job.js";
 
-/** What a resume wrote: its pending entry, the parked runs, the next attempts it put, the job. */
+/** What a resume wrote: its pending entry, the parked runs, the job. */
 interface Resumed {
   readonly entry: DueEntry | null;
   readonly parked: Run[];
-  readonly elsewhere: Run[];
   readonly job: Job;
 }
 
@@ -47,7 +46,9 @@ interface Resumed {
  */
 export async function resumeJob(engine: Engine, tenantId: string, jobId: string): Promise<Job> {
   // The runs this resume put, over each plan: a job cancelled or deleted meanwhile refuses the
-  // resume's write, and those its sweep passed over are ended here (`putUnlessJobEnded`).
+  // resume's write, and those its sweep passed over are ended here (`putUnlessJobEnded`); a
+  // write refused by another change (an edit) is planned again, and the plan that commits finds
+  // an earlier plan's runs there, as another's: all are sent once it has committed.
   const putHere: Run[] = [];
   const resumed = await withJob<Resumed | null>(engine, tenantId, jobId, async (job, now) => {
     if (job.status === "ACTIVE") return { done: null };
@@ -70,14 +71,13 @@ export async function resumeJob(engine: Engine, tenantId: string, jobId: string)
       write: async () => {
         // Each on its own, not in the job's transaction, which holds 100 items where a one-off can
         // have left more such retries. Put while the job is PAUSED, a run the resume then fails to
-        // send (it died, or planned again: a fresh read finds the run there) is sent by the
-        // reaper at its deadline, and its worker parks it while the job stays PAUSED.
+        // send (it died) is sent by the reaper at its deadline, and its worker parks it while the
+        // job stays PAUSED.
         const put = await putQueuedAttempts(engine, elsewhere);
         putHere.push(...put);
         return {
           entry: due,
           parked,
-          elsewhere: put,
           job: await writeResumedJob(engine, job, due, now, completes),
         };
       },
@@ -90,7 +90,7 @@ export async function resumeJob(engine: Engine, tenantId: string, jobId: string)
     const { priority } = resumed.job;
     await sendResumedRuns(engine, jobId, [
       ...resumed.parked.map((run) => ({ ...run, priority })),
-      ...resumed.elsewhere,
+      ...putHere,
     ]);
     // The claim applies the misfire policy to whatever fell due while the job was paused.
     await dispatchAfterCommit(engine, resumed.entry, "resume");

@@ -365,3 +365,28 @@ describe("a one-off's failure retry running at the time it left, the one-off pau
     expect(await entriesOf(job.jobId)).toEqual([]);
   });
 });
+
+describe("a one-off's retry at an occurrence it left, cancelled by a pause, the resume's first write refused by an edit", () => {
+  it("the resume plans again and commits: the next attempt its first plan put is sent with it, and runs once", async () => {
+    const { job, due, retry } = await retryRunningAtOldTime();
+    await pauseJob(f.engine, job.tenantId, job.jobId, { running: "cancel" });
+    // An edit lands between the resume's read and its job's write: the write is refused, and the
+    // resume plans again from the edited job, on which the attempt its first plan put is there.
+    const renames = async () => {
+      const paused = await getTenantJob(f.engine, job.tenantId, job.jobId);
+      await editJob(f.engine, job.tenantId, job.jobId, paused.version, { name: "renamed" });
+    };
+    const { hooked } = await withHooks(
+      [{ command: "TransactWriteItemsCommand", before: renames }],
+      () => resumeJob(f.engine, job.tenantId, job.jobId),
+    );
+    expect(hooked).toBe(1);
+    const resumed = await getTenantJob(f.engine, job.tenantId, job.jobId);
+    expect([resumed.status, resumed.name]).toEqual(["ACTIVE", "renamed"]);
+    expect(await attemptsOf(job.jobId, due)).toEqual(THIRD_FILED);
+
+    // The cancel lands; the queue's messages are delivered, no reaper pass: attempt 3 runs once.
+    await cancelLands(retry);
+    await expectThirdRanOnce(job.jobId, due);
+  });
+});
