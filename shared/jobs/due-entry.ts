@@ -122,24 +122,35 @@ function runGivenUp(run: Run): boolean {
  * skipped by its worker (`decideOnPredecessor`). Met at attempt 1 as a run under way, such an
  * occurrence was lost: the claim found attempt 1's run handled, and the retry was skipped. The
  * next attempt names it under fence 0 and waits for it to end. Null when the latest attempt is
- * still under way (or there is none): the occurrence is filed at attempt 1. One consistent query
- * of one item, and one read more for a QUEUED retry.
+ * still under way (or there is none): the occurrence is filed at attempt 1. `occurrenceRan`: the
+ * ending SUCCEEDED as an occurrence's run (`isOccurrenceRun`), so the occurrence has run and is
+ * not filed again. One consistent query of one item, one read more for a QUEUED retry, and one for
+ * a later attempt that succeeded.
  */
 export async function givenUpAttemptAt(
   engine: Engine,
   jobId: string,
   at: string,
-): Promise<{ readonly latest: Run; readonly ended: Run; readonly retryOf?: RetryOf } | null> {
+): Promise<{
+  readonly latest: Run;
+  readonly ended: Run;
+  readonly occurrenceRan: boolean;
+  readonly retryOf?: RetryOf;
+} | null> {
   const latest = await latestAttemptOf(engine, jobId, at);
   if (latest === null) return null;
+  const occurrenceRan = async (ended: Run) =>
+    ended.status === "SUCCEEDED" && (await isOccurrenceRun(engine, ended));
   if (runGivenUp(latest)) {
     const retryOf = afterCancelledRun(latest);
-    return { latest, ended: latest, ...(retryOf ? { retryOf } : {}) };
+    const ran = await occurrenceRan(latest);
+    return { latest, ended: latest, occurrenceRan: ran, ...(retryOf ? { retryOf } : {}) };
   }
   const ended = await predecessorThatNeverFails(engine, latest);
   if (ended === null) return null;
   await takeBackRetry(engine, latest, ended);
-  return { latest, ended, retryOf: { runId: latest.runId, fence: 0, oneOff: true } };
+  const retryOf: RetryOf = { runId: latest.runId, fence: 0, oneOff: true };
+  return { latest, ended, occurrenceRan: await occurrenceRan(ended), retryOf };
 }
 
 /**
@@ -206,7 +217,7 @@ export async function attemptForRunAt(
   const given = await givenUpAttemptAt(engine, jobId, runAt.toISOString());
   if (given === null) return { attempt: 1 };
   const { latest, ended } = given;
-  if (ended.status === "SUCCEEDED" && (await isOccurrenceRun(engine, ended)))
+  if (given.occurrenceRan)
     throw new ValidationError([
       {
         field: "schedule.runAt",

@@ -50,9 +50,8 @@ export function withOneOffEra(
   if (!("runAt" in job.schedule) || "runAt" in schedule) return {};
   const { runAt } = job.schedule;
   const from = oneOffRunsFrom(engine, job, runAt, now);
-  const reach = claimReachEnd(now, fastPathHorizonEnd(now, engine.settings.lookaheadMs));
-  const until = new Date(Math.min(Math.max(Date.parse(runAt), now.getTime()), reach.getTime()));
-  return { oneOffEra: { from: from.toISOString(), until: until.toISOString() } };
+  const until = Math.min(Math.max(Date.parse(runAt), now.getTime()), claimReachFrom(engine, now));
+  return { oneOffEra: { from: from.toISOString(), until: new Date(until).toISOString() } };
 }
 
 /**
@@ -65,14 +64,14 @@ export function withOneOffEra(
  */
 export function liveRunRanges(engine: Engine, job: Job, now: Date): [number, number][] {
   const windowFrom = liveRunsWindowFrom(engine, job, now);
-  const windowTo = claimReachEnd(now, fastPathHorizonEnd(now, engine.settings.lookaheadMs));
+  const windowTo = claimReachFrom(engine, now);
   const oneOff = "runAt" in job.schedule ? job.schedule.runAt : null;
   const ranges: [number, number][] = [
     oneOff === null
-      ? [windowFrom, windowTo.getTime()]
+      ? [windowFrom, windowTo]
       : [
           oneOffRunsFrom(engine, job, oneOff, now).getTime(),
-          Math.max(Date.parse(oneOff), windowTo.getTime()),
+          Math.max(Date.parse(oneOff), windowTo),
         ],
   ];
   if (job.oneOffEra)
@@ -109,4 +108,9 @@ export function oneOffRunsFrom(engine: Engine, job: Job, runAt: string, now: Dat
  */
 function liveRunsWindowFrom(engine: Engine, job: Job, now: Date): number {
   return now.getTime() - engine.settings.lookaheadMs - (windowMsOf(job.window) ?? 0);
+}
+
+/** The latest occurrence a claim made at `now` can queue (epoch ms): the fast path's reach. */
+function claimReachFrom(engine: Engine, now: Date): number {
+  return claimReachEnd(now, fastPathHorizonEnd(now, engine.settings.lookaheadMs)).getTime();
 }

@@ -14,7 +14,7 @@ import { writeResumedJob } from "../storage/job-status.js";
 import { putNextAttempt } from "../storage/next-attempt.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";
 import { rearmParkedRun } from "../storage/run-park.js";
-import { getJob, isOccurrenceRun } from "../storage/run-reads.js";
+import { getJob } from "../storage/run-reads.js";
 import { dueEntryFor, givenUpAttemptAt, occurrenceAgain } from "./due-entry.js";
 import { getTenantJob } from "./queries.js";
 import {
@@ -142,8 +142,7 @@ async function pendingOccurrence(
     return dueEntryFor(engine, job, new Date(nextRunAt), now);
   const given = await givenUpAttemptAt(engine, job.jobId, job.schedule.runAt);
   if (given === null) return dueEntryFor(engine, job, new Date(nextRunAt), now);
-  if (given.ended.status === "SUCCEEDED" && (await isOccurrenceRun(engine, given.ended)))
-    return null;
+  if (given.occurrenceRan) return null;
   if (given.latest.attempt >= MAX_ATTEMPT) throw noAttemptLeft(job, given.latest, "");
   return rerunOf(engine, job, given.latest, now, given.retryOf);
 }

@@ -44,8 +44,9 @@ export const jobNotCancelledCheck = (jobsTable: string, jobId: string) => ({
  * The floor a run of the one-off `job` at `occurrence` lowers its own to, when the one-off did not
  * put it there: a replay of a dead run from before the job became a one-off (the replay keeps its
  * occurrence, below the floor the job was given then), or a retry or replay queued before an edit
- * made the job a one-off, or made it one again, that a worker is about to run. Undefined when the job is not a one-off, or
- * its floor (its `runAt`, for one written without a floor) already reaches that occurrence.
+ * made the job a one-off, or made it one again, that a worker is about to run. Undefined when the
+ * job is not a one-off, or its floor (its `runAt`, for one written without a floor) already
+ * reaches that occurrence.
  */
 export function floorLoweredTo(job: Job, occurrence: string): string | undefined {
   if (!("runAt" in job.schedule)) return undefined;
