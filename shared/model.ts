@@ -366,28 +366,6 @@ export type CancelSource = (typeof CANCEL_SOURCES)[number];
 export const PAUSE_RUNNING = ["finish", "cancel"] as const;
 export type PauseRunning = (typeof PAUSE_RUNNING)[number];
 
-/** The body of a work-queue message: enough to find the run and to check the job version without a read. */
-export interface RunMessage {
-  readonly jobId: string;
-  readonly scheduledFor: string;
-  /** When the run should start; a message that arrives early waits for it. */
-  readonly dueAt: string;
-  readonly attempt: number;
-  readonly jobVersion: number;
-  readonly priority: Priority;
-  /**
-   * The run's fence when this message was sent: starts beyond it happened while the message was
-   * out, which is how the redrive DLQ consumer tells a run that crashed its workers from a message
-   * whose deliveries never started it. Absent (0) for a run not yet started.
-   */
-  readonly fence?: number;
-  /**
-   * The job's tenant: the message's `MessageGroupId` (SQS fair queues) and what the worker loop
-   * takes turns between. Empty in a message sent before the field existed.
-   */
-  readonly tenantId: string;
-}
-
 /**
  * The fire_all catch-up count of the job's pending occurrence: `catchUpCount` while it counts for
  * that occurrence (`catchUpOf`, absent on counts written before it was kept), else 0.

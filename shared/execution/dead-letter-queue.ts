@@ -1,6 +1,6 @@
 import type { Engine } from "../engine.js";
-import type { RunMessage } from "../model.js";
 import { runLogKeys } from "../observability.js";
+import type { RunMessage } from "../queue/run-message.js";
 import { recordShardCount } from "../shard-count.js";
 import { releaseBufferSlot, releaseRerunMark } from "../storage/admission.js";
 import { ranForLastRun } from "../storage/last-run.js";

@@ -1,8 +1,9 @@
 import { runDurationMs } from "../clock.js";
 import { fanOutTrigger } from "../dispatch/trigger-fan-out.js";
 import type { Engine } from "../engine.js";
-import type { DueEntry, Job, Run, RunMessage } from "../model.js";
+import type { DueEntry, Job, Run } from "../model.js";
 import { METRICS, type RunLogKeys, runLogKeys, TENANT_LOG_EVENTS } from "../observability.js";
+import type { RunMessage } from "../queue/run-message.js";
 import { sendRuns } from "../queue/work-queue.js";
 import { decideAfterFailure } from "../retry.js";
 import { recordShardCount } from "../shard-count.js";

@@ -10,8 +10,9 @@ import {
 import { longPollTimeoutMs } from "../aws.js";
 import { MAX_SQS_DELAY_SECONDS } from "../config.js";
 import { JOB_ID_PATTERN, MAX_ATTEMPT, runId, runSortKey } from "../keys.js";
-import type { Priority, RunMessage } from "../model.js";
+import type { Priority } from "../model.js";
 import { type RunLogKeys, runLogKeys } from "../observability.js";
+import type { RunMessage } from "./run-message.js";
 
 export type QueueUrls = Readonly<Record<Priority, string>>;
 

@@ -1,4 +1,5 @@
-import type { DueEntry, HttpTarget, Job, Run, RunMessage } from "../model.js";
+import type { DueEntry, HttpTarget, Job, Run } from "../model.js";
+import type { RunMessage } from "../queue/run-message.js";
 
 /**
  * Item layouts of both tables and the codecs between items and the domain

@@ -1,6 +1,7 @@
 import { GetCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
-import type { Job, Run, RunMessage } from "../model.js";
+import type { Job, Run } from "../model.js";
+import type { RunMessage } from "../queue/run-message.js";
 import { batchGetItems } from "./batch-get.js";
 import { decodeJob, decodeRun, jobKey } from "./items.js";
 import { hasExpired } from "./retention.js";

@@ -5,7 +5,7 @@ import {
   type SQSClient,
 } from "@aws-sdk/client-sqs";
 import type { InitializeMiddleware, MetadataBearer } from "@smithy/types";
-import type { RunMessage } from "../../shared/model.js";
+import type { RunMessage } from "../../shared/queue/run-message.js";
 import { decodeRunMessage, encodeRunMessage } from "../../shared/queue/work-queue.js";
 import { injectedSqsError, refusedBatch } from "../support/faults.js";
 import { deliveryDied, InjectedCrash } from "./faults.js";
