@@ -89,6 +89,11 @@ export interface Job {
   /** A one-off's floor, and a one-off's era once made recurring: reads of its runs (one-off-floor.ts). */
   readonly oneOffFrom?: string;
   readonly oneOffEra?: { readonly from: string; readonly until: string };
+  /**
+   * The attempt an edit or a resume filed the one-off's occurrence `at` at (runs there ended): an
+   * earlier attempt's ending completes nothing (`isOneOffRun`). Absent, or another time's: 1.
+   */
+  readonly oneOffAttempt?: { readonly at: string; readonly attempt: number };
   readonly createdAt: string;
   readonly updatedAt: string;
   /** Runs of this job holding a live lease: runId → leaseUntil. Used only for overlap decisions. */
@@ -164,6 +169,23 @@ export interface Job {
  */
 export const isOneOffOccurrence = (job: Pick<Job, "schedule">, scheduledFor: string) =>
   "runAt" in job.schedule && Date.parse(job.schedule.runAt) === Date.parse(scheduledFor);
+
+/**
+ * Whether `run`'s ending may complete its one-off: of its occurrence, and not an attempt before the
+ * one an edit or a resume filed it at since (`oneOffAttempt`), which then runs.
+ */
+export const isOneOffRun = (
+  job: Pick<Job, "schedule" | "oneOffAttempt">,
+  run: Pick<Run, "scheduledFor" | "attempt">,
+) =>
+  isOneOffOccurrence(job, run.scheduledFor) &&
+  run.attempt >= oneOffAttemptOf(job, run.scheduledFor);
+
+/** The attempt the one-off's occurrence at `at` runs from (`oneOffAttempt`): 1 unless filed later. */
+export const oneOffAttemptOf = (job: Pick<Job, "oneOffAttempt">, at: string) =>
+  job.oneOffAttempt !== undefined && Date.parse(job.oneOffAttempt.at) === Date.parse(at)
+    ? job.oneOffAttempt.attempt
+    : 1;
 
 /**
  * Whether the run is a failure's retry or a replay: past attempt 1, and not a one-off's occurrence

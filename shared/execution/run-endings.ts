@@ -6,7 +6,7 @@ import {
   CANCEL_SOURCES,
   type CancelSource,
   type DueEntry,
-  isOneOffOccurrence,
+  isOneOffRun,
   type Job,
   type Run,
 } from "../model.js";
@@ -94,15 +94,17 @@ export function nextAdmissionSoon(job: Job, run: Pick<Run, "scheduledFor">, now:
  * Whether ending this run so leaves its one-off job nothing pending: its occurrence succeeded,
  * went dead (a replay can still run it), was skipped or cancelled. A FAILED run has its next
  * attempt, and so does a run a pause cancelled: the job's resume gives its occurrence a new run.
+ * A run of an attempt before the one an edit or a resume filed the occurrence at since
+ * (`isOneOffRun`) leaves it to that attempt.
  */
 export function endsOneOff(
   job: Job,
-  run: Pick<Run, "scheduledFor" | "cancelledBy">,
+  run: Pick<Run, "scheduledFor" | "attempt" | "cancelledBy">,
   status: FinalStatus,
 ): boolean {
   if (status === "CANCELLED" && run.cancelledBy === "pause") return false;
   return (
-    isOneOffOccurrence(job, run.scheduledFor) &&
+    isOneOffRun(job, run) &&
     (status === "SUCCEEDED" || status === "DEAD" || status === "SKIPPED" || status === "CANCELLED")
   );
 }

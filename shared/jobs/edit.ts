@@ -14,6 +14,7 @@ import { giveBackJobQuotas, refusedUnwritten, reserveJobQuotas } from "../quotas
 import { firstOccurrence, normalizeSchedule, type ScheduleSpec } from "../schedule/index.js";
 import { recordShardCount } from "../shard-count.js";
 import { readDueEntry, writeEditedJob } from "../storage/job-edit.js";
+import { oneOffAttemptAt } from "../storage/job-update.js";
 import { type DependentLinks, detachAfterEdit, relinkDependent } from "./dependencies.js";
 import {
   attemptForRunAt,
@@ -192,6 +193,10 @@ async function editPlanned(
         ? {
             ...withOneOffFloor(job, normalized.schedule, now),
             ...withOneOffEra(engine, job, normalized.schedule, now),
+            // A one-off's occurrence: its runs from the attempt filed complete it.
+            ...("runAt" in normalized.schedule
+              ? oneOffAttemptAt(job, normalized.schedule.runAt, runAtFiled.attempt)
+              : {}),
           }
         : {};
     const edited: Job = {

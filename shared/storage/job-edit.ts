@@ -30,6 +30,7 @@ type EditedFields = Partial<
     | "window"
     | "oneOffFrom"
     | "oneOffEra"
+    | "oneOffAttempt"
   >
 >;
 

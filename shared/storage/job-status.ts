@@ -2,7 +2,7 @@ import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
 import { runId } from "../keys.js";
-import type { DueEntry, Job, Run } from "../model.js";
+import { type DueEntry, isOneOffOccurrence, type Job, type Run } from "../model.js";
 import { putOverOlderDueEntry } from "./due-entries.js";
 import {
   conditionalWrite,
@@ -11,7 +11,12 @@ import {
   retryOnContention,
 } from "./dynamo-errors.js";
 import { jobAsReadLoweringFloor, jobKey, sameFloorCondition } from "./items.js";
-import { deletePendingDueEntry, updateJobFrom, writeJobChange } from "./job-update.js";
+import {
+  deletePendingDueEntry,
+  oneOffAttemptAt,
+  updateJobFrom,
+  writeJobChange,
+} from "./job-update.js";
 import {
   attemptsSpanMs,
   cancelledJobExpiresAt,
@@ -66,6 +71,10 @@ export async function writeResumedJob(
     nextDueKey: due?.key ?? null,
     parkedRuns: {},
     updatedAt: now.toISOString(),
+    // A one-off's occurrence filed at its next attempt: an earlier attempt's ending leaves it be.
+    ...(due !== null && isOneOffOccurrence(job, due.scheduledFor)
+      ? oneOffAttemptAt(job, due.scheduledFor, due.attempt)
+      : {}),
   } as const;
   // Its parked runs, sent now, still run and retry.
   const expiry = completes

@@ -1,6 +1,6 @@
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
-import type { DueEntry, DueKey, Job } from "../model.js";
+import { type DueEntry, type DueKey, type Job, oneOffAttemptOf } from "../model.js";
 import { type UpstreamWriteName, upstreamOfWriteName } from "./dependents.js";
 import { encodeDueEntry, jobKey, sameFloorCondition } from "./items.js";
 import { setAsideKeyOf } from "./set-aside.js";
@@ -81,6 +81,19 @@ export function updateJobFrom(
     },
   };
 }
+
+/**
+ * `oneOffAttempt` as a change that files the one-off's occurrence `at` at `attempt` (an edit that
+ * gives it that `runAt`, a resume's entry) writes it: nothing when it says so already.
+ */
+export const oneOffAttemptAt = (
+  job: Pick<Job, "oneOffAttempt">,
+  at: string,
+  attempt: number,
+): Pick<Job, "oneOffAttempt"> =>
+  attempt === oneOffAttemptOf(job, at)
+    ? {}
+    : { oneOffAttempt: { at: new Date(at).toISOString(), attempt } };
 
 /** Deletes the due entry the job points at, if any, and its set-aside record, if it has one. */
 export const deletePendingDueEntry = (engine: Engine, job: Job): JobChangeWrite[] =>

@@ -1,6 +1,6 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
-import { isOneOffOccurrence, type Job, type Run, type RunSummary } from "../model.js";
+import { isOneOffRun, type Job, type Run, type RunSummary } from "../model.js";
 import {
   failedConditionItem,
   isConditionalCheckFailed,
@@ -25,9 +25,12 @@ const JOB_EXISTS = "attribute_exists(pk)";
 const JOB_ACTIVE = "#status = :active";
 /**
  * ...and only while the job is still the one-off of the run's occurrence: an edit during the run
- * (a new runAt, a recurring schedule) gave it something else to run, which the ending must not end.
+ * (a new runAt, a recurring schedule) gave it something else to run, which the ending must not end;
+ * nor an edit or resume that filed the occurrence at a later attempt than the run's
+ * (`oneOffAttempt`), which that attempt's run completes (`isOneOffRun`).
  */
-const ONE_OFF_OF_RUN = "#schedule.runAt = :runAt";
+const ONE_OFF_OF_RUN =
+  "#schedule.runAt = :runAt AND (attribute_not_exists(oneOffAttempt) OR oneOffAttempt.#at <> :runAt OR oneOffAttempt.attempt <= :attempt)";
 /** A repair finds the run still listed as active: the job's write has not landed yet. */
 const RUN_STILL_ACTIVE = "attribute_exists(activeRuns.#runId)";
 /**
@@ -82,16 +85,14 @@ export async function recordRunOnJob(
 /**
  * What of the ending `ending` the job, as a refused write found it, still takes: lastRun only when
  * this run finished after the job's (`finishedAfter`), the completion only while the job is
- * ACTIVE (a pause or cancel meanwhile stands); the run leaves activeRuns all the same.
+ * ACTIVE (a pause or cancel meanwhile stands) and the one-off of this run (`isOneOffRun`); the run
+ * leaves activeRuns all the same.
  */
 function jobEndingAgainst(job: Job, run: Run, ending: JobEnding): JobEnding {
   return {
     ...ending,
     ran: ending.ran && finishedAfter(lastRunOf(run), job.lastRun),
-    completesJob:
-      ending.completesJob === true &&
-      job.status === "ACTIVE" &&
-      isOneOffOccurrence(job, run.scheduledFor),
+    completesJob: ending.completesJob === true && job.status === "ACTIVE" && isOneOffRun(job, run),
   };
 }
 
@@ -162,11 +163,13 @@ function jobAfterRun(
     conditions.push(JOB_ACTIVE, ONE_OFF_OF_RUN);
     names["#status"] = "status";
     names["#schedule"] = "schedule";
+    names["#at"] = "at";
     const completedAt = run.finishedAt === null ? engine.clock() : new Date(run.finishedAt);
     Object.assign(values, {
       ":completed": "COMPLETED",
       ":active": "ACTIVE",
       ":runAt": run.scheduledFor,
+      ":attempt": run.attempt,
       ":null": null,
       ":expiresAt": completedJobExpiresAt(completedAt, 0, engine.settings),
     });
