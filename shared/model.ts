@@ -86,9 +86,17 @@ export interface Job {
   readonly nextDueKey: DueKey | null;
   /** The latest retry entry an edit filed beside it (`retryLeftByMove`): the next such edit keeps it. */
   readonly retryLeftKey?: DueKey;
-  /** A one-off's floor, and a one-off's era once made recurring: reads of its runs (one-off-floor.ts). */
+  /**
+   * A one-off's floor, the occurrences below it its runs have (`oneOffBelow`, read each on its
+   * own), and a one-off's era once made recurring: reads of its runs (one-off-floor.ts).
+   */
   readonly oneOffFrom?: string;
-  readonly oneOffEra?: { readonly from: string; readonly until: string };
+  readonly oneOffBelow?: readonly string[];
+  readonly oneOffEra?: {
+    readonly from: string;
+    readonly until: string;
+    readonly below?: readonly string[];
+  };
   /**
    * The attempt an edit or a resume filed the one-off's occurrence `at` at (runs there ended): an
    * earlier attempt's ending completes nothing (`isOneOffRun`). Absent, or another time's: 1.

@@ -148,10 +148,11 @@ function ranBefore(job: Job, run: Run, now: Date): boolean {
  * A running run is one listed in the job's `activeRuns` (every admitted run of
  * a recurring job), or a RUNNING run of an occurrence from one lookahead back
  * to the end of the fast-path window (runs started and not yet admitted; for a
- * one-off job, whose runs are not listed, from its floor up to its occurrence: `oneOffRunsFrom`;
- * and the one-off era a job made recurring had, `oneOffEra`: `liveRunRanges`): one consistent
- * query of the job's own partition (two when the era lies apart), plus a read of each active run
- * outside it. A listed run this ends
+ * one-off job, whose runs are not listed, from its floor up to its occurrence: `oneOffRunsFrom`,
+ * and each occurrence it keeps below its floor, `oneOffBelow`; and the one-off era a job made
+ * recurring had, `oneOffEra`: `liveRunRanges`): one consistent query of the job's own partition
+ * (one more when the era lies apart, and for each occurrence kept below a floor), plus a read of
+ * each active run outside it. A listed run this ends
  * stays listed until the job's write of it (lastRun, out of activeRuns). A `repeat` (the job
  * already ended by this cancel) also brings the job's `lastRun` up to the newest run in that range
  * or still listed that `by` ended after its handler ran, and takes the listed ones out: the cancel
@@ -193,7 +194,8 @@ export async function cancelRunsOfJob(
   // not) are found by the query alone: from its floor (`oneOffFrom`), the earliest occurrence it
   // has had as a one-off, so its occurrences before an edit moved it count too (a retry there runs
   // at its old time: `retryLeftByMove`, a failure's retry), however long ago that was; the history
-  // of a recurring job it was before is not read.
+  // of a recurring job it was before is not read, but for each occurrence of it whose run started
+  // or was replayed below the floor since (`oneOffBelow`), each read on its own.
   // A recurring job's one-off era (`oneOffEra`) is read too: a run of the one-off under way when
   // an edit made it recurring, unlisted, runs on under it however long ago its occurrence was.
   const statuses = [

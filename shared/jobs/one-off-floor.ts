@@ -21,21 +21,37 @@ function oneOffFloorOf(job: Job | null, schedule: ScheduleSpec, now: Date): stri
   return new Date(Math.min(...times)).toISOString();
 }
 
-/** `oneOffFrom` as a job's field: absent when `oneOffFloorOf` has none to write. */
+/**
+ * `oneOffFrom` as a job's field: absent when `oneOffFloorOf` has none to write. A job made a
+ * one-off (again) has its floor set anew and keeps no occurrences below it (`oneOffBelow`): those
+ * of the one-off it was are its era's (`withOneOffEra`).
+ */
 export function withOneOffFloor(
   job: Job | null,
   schedule: ScheduleSpec,
   now: Date,
-): { readonly oneOffFrom?: string } {
+): Pick<Job, "oneOffFrom" | "oneOffBelow"> {
   const oneOffFrom = oneOffFloorOf(job, schedule, now);
-  return oneOffFrom === undefined ? {} : { oneOffFrom };
+  if (oneOffFrom === undefined) return {};
+  const madeOneOff = job !== null && !("runAt" in job.schedule) && job.oneOffBelow !== undefined;
+  return madeOneOff ? { oneOffFrom, oneOffBelow: [] } : { oneOffFrom };
+}
+
+/**
+ * The occurrences below a one-off's floor that its runs have (`oneOffBelow`), epoch ms: each is
+ * read on its own, every attempt of it. None for a recurring job (its one-off era keeps those of
+ * the one-off it was).
+ */
+export function oneOffPointsBelow(job: Job): number[] {
+  return "runAt" in job.schedule ? (job.oneOffBelow ?? []).map((at) => Date.parse(at)) : [];
 }
 
 /**
  * `oneOffEra` as written by an edit of `job` to `schedule` at `now`: when it makes a one-off
  * recurring, the one-off's occurrences, from where a cancel of it read them (`oneOffRunsFrom`) to
  * now or its `runAt`, whichever is later, but no further than the claim reach (a `runAt` beyond
- * it has no run yet: the recurring history of a week would be read). Its runs there are not
+ * it has no run yet: the recurring history of a week would be read), and those it kept below its
+ * floor (`oneOffBelow`, as `below`). Its runs there are not
  * listed (a one-off's are not), and one that ran or was held unwritten then runs on unlisted
  * under the recurring job. Absent
  * otherwise: the era the job has stays as it is, also while it is a one-off again (whose floor is
@@ -51,16 +67,25 @@ export function withOneOffEra(
   const { runAt } = job.schedule;
   const from = oneOffRunsFrom(engine, job, runAt, now);
   const until = Math.min(Math.max(Date.parse(runAt), now.getTime()), claimReachFrom(engine, now));
-  return { oneOffEra: { from: from.toISOString(), until: new Date(until).toISOString() } };
+  const below = job.oneOffBelow ?? [];
+  return {
+    oneOffEra: {
+      from: from.toISOString(),
+      until: new Date(until).toISOString(),
+      ...(below.length > 0 ? { below } : {}),
+    },
+  };
 }
 
 /**
  * The occurrences (epoch ms, from and to, in order and apart) a read of the job's runs that can
  * still be under way covers at `now` (a pause's or cancel's): one lookahead and its window back to
  * the claim reach; for a one-off, from its floor (`oneOffRunsFrom`) up to its occurrence when
- * that is later; and the one-off era it had before an edit made it recurring (`oneOffEra`), up to
- * one lookahead past its end: a trigger's run of the one-off is made at the trigger's time, which
- * can fall after the edit's `now` and before its write.
+ * that is later, and each occurrence it keeps below its floor (`oneOffBelow`) on its own; and the
+ * one-off era it had before an edit made it recurring (`oneOffEra`), up to one lookahead past its
+ * end (a trigger's run of the one-off is made at the trigger's time, which can fall after the
+ * edit's `now` and before its write), with the occurrences that one-off kept below its floor.
+ * A range of one occurrence (from equal to to) reads its attempts alone, however far back.
  */
 export function liveRunRanges(engine: Engine, job: Job, now: Date): [number, number][] {
   const windowFrom = liveRunsWindowFrom(engine, job, now);
@@ -74,11 +99,15 @@ export function liveRunRanges(engine: Engine, job: Job, now: Date): [number, num
           Math.max(Date.parse(oneOff), windowTo),
         ],
   ];
-  if (job.oneOffEra)
+  const points = oneOffPointsBelow(job);
+  if (job.oneOffEra) {
     ranges.push([
       Date.parse(job.oneOffEra.from),
       Date.parse(job.oneOffEra.until) + engine.settings.lookaheadMs,
     ]);
+    points.push(...(job.oneOffEra.below ?? []).map((at) => Date.parse(at)));
+  }
+  for (const at of points) ranges.push([at, at]);
   ranges.sort(([a], [b]) => a - b);
   const merged: [number, number][] = [];
   for (const [from, to] of ranges) {

@@ -4,7 +4,7 @@ import { idempotencyKeyHash, MAX_ATTEMPT, parseRunId } from "../keys.js";
 import type { Run } from "../model.js";
 import { recordShardCount } from "../shard-count.js";
 import { JOB_DELETED, writeReplay } from "../storage/dead-letter-replay.js";
-import { floorLoweredTo, isBeingDeleted } from "../storage/items.js";
+import { isBeingDeleted } from "../storage/items.js";
 import { latestAttemptOf } from "../storage/job-queries.js";
 import { keepCompletedJobForRun } from "../storage/job-status.js";
 import { getJob, getRun } from "../storage/run-reads.js";
@@ -77,9 +77,8 @@ export async function replayDeadLetter(
     ...(dead.trigger ? { trigger: dead.trigger } : {}),
   });
   try {
-    // A one-off replaying a dead run from before it became one: its floor comes down to the replay.
-    const floor = floorLoweredTo(job, dead.scheduledFor);
-    await writeReplay(engine, dead, { runId: run.runId, item, keyHash, floor });
+    // A one-off replaying a dead run from before it became one: its reads come down to the replay.
+    await writeReplay(engine, dead, { runId: run.runId, item, keyHash, job });
   } catch (error) {
     const replayed = await replayWithKey(
       engine,

@@ -7,7 +7,7 @@ import { dueEntryKey } from "../storage/due-entries.js";
 import { readDueEntry } from "../storage/job-edit.js";
 import { latestAttemptOf, latestAttemptsOfJob } from "../storage/job-queries.js";
 import { queuedRun } from "../storage/runs.js";
-import { oneOffRunsFrom } from "./one-off-floor.js";
+import { oneOffPointsBelow, oneOffRunsFrom } from "./one-off-floor.js";
 
 /** Whether a pause with `running: "cancel"` cancelled the run (or is cancelling it). */
 export function cancelledByPause(run: Run): boolean {
@@ -111,7 +111,8 @@ export type QueuedAttempt = ReturnType<typeof queuedRun>;
  * unclaimed, is kept (read first, as there), and none is put beside it. Not a triggered run's or
  * a dependent's, which no resume gives back, nor a first attempt's or a `rerun`'s, which the
  * one-off's new time took. One consistent query of the one-off's runs from its floor
- * (`oneOffRunsFrom`), never a recurring history it had before.
+ * (`oneOffRunsFrom`), and one of each occurrence it keeps below it (`oneOffBelow`), never a
+ * recurring history it had before.
  */
 export async function retriesCancelledElsewhere(
   engine: Engine,
@@ -122,7 +123,9 @@ export async function retriesCancelledElsewhere(
   const own = Date.parse(job.schedule.runAt);
   const filed = job.retryLeftKey ? await readDueEntry(engine, job.retryLeftKey) : null;
   const from = oneOffRunsFrom(engine, job, job.schedule.runAt, now);
-  return (await latestAttemptsOfJob(engine, job.jobId, from)).flatMap(({ latest, triggered }) => {
+  const below = oneOffPointsBelow(job).map((at) => new Date(at));
+  const attempts = await latestAttemptsOfJob(engine, job.jobId, from, below);
+  return attempts.flatMap(({ latest, triggered }) => {
     const retryOf = afterCancelledRun(latest);
     // A pause's cancel alone: a run cancel through the API, still running under its worker's lease
     // (`afterCancelledRun` names that too), ends the attempt for good, as once it has landed.

@@ -1,8 +1,14 @@
 import type { Engine } from "../engine.js";
 import { IllegalTransitionError, NotReplayableError } from "../errors.js";
-import type { Run } from "../model.js";
+import type { Job, Run } from "../model.js";
 import { transactionCancellationCodes } from "./dynamo-errors.js";
-import { isBeingDeleted, jobNotCancelledCheck, jobNotCancelledLoweringFloor } from "./items.js";
+import {
+  decodeJob,
+  floorLoweringFor,
+  isBeingDeleted,
+  jobNotCancelledCheck,
+  jobNotCancelledLoweringFloor,
+} from "./items.js";
 import { runKey } from "./runs.js";
 import { ConditionsFailedError, writeTransaction } from "./transaction.js";
 
@@ -29,10 +35,12 @@ const REPLAY_KEY_FREE =
  * A cancellation is `NotReplayableError`: what it contends with on the dead
  * run's item is another replay of it; on the replay's key, a retry of the dead
  * run still waiting to be skipped; on the job, its delete (a cancel is
- * `IllegalTransitionError`, as when the replay reads the job cancelled). With `floor`, the replay
- * lies below its one-off's floor (`floorLoweredTo`), and the same write lowers the floor to it, so
- * that a pause, cancel or delete reads the replay (`oneOffRunsFrom`); a floor lowered that far since
- * the read needs no write, and the transaction goes again with the check alone.
+ * `IllegalTransitionError`, as when the replay reads the job cancelled). A replay below its
+ * one-off's floor (`floorLoweringFor` of `job`, as read) has the same write keep its occurrence on
+ * the job (or lower the floor to it), so that a pause, cancel or delete reads the replay
+ * (`liveRunRanges`), conditioned on the floor and the occurrences below it as read; when those
+ * changed since, the transaction goes again decided on the job as it then stands (with the check
+ * alone once the job reaches the replay's occurrence).
  */
 export async function writeReplay(
   engine: Engine,
@@ -41,13 +49,15 @@ export async function writeReplay(
     readonly runId: string;
     readonly item: Record<string, unknown>;
     readonly keyHash: string | undefined;
-    readonly floor?: string | undefined;
+    /** The job as read, or as the last try found it. */
+    readonly job: Job;
   },
 ): Promise<void> {
+  const lowering = floorLoweringFor(replay.job, dead.scheduledFor);
   const jobWrite =
-    replay.floor === undefined
+    lowering === undefined
       ? jobNotCancelledCheck(engine.tables.jobs, dead.jobId)
-      : jobNotCancelledLoweringFloor(engine.tables.jobs, dead.jobId, replay.floor);
+      : jobNotCancelledLoweringFloor(engine.tables.jobs, replay.job, lowering);
   try {
     await writeTransaction(engine, "replay", [
       {
@@ -94,9 +104,9 @@ export async function writeReplay(
         throw new NotReplayableError(dead.runId, JOB_DELETED);
       if (job.status === "CANCELLED")
         throw new IllegalTransitionError("replay a run of", String(job.status));
-      // The job stands, its floor at or below the replay's already (lowered since the read).
-      if (replay.floor !== undefined)
-        return writeReplay(engine, dead, { ...replay, floor: undefined });
+      // The job stands, its floor or the occurrences below it changed since the read: decided again.
+      if (lowering !== undefined)
+        return writeReplay(engine, dead, { ...replay, job: decodeJob(job) });
       throw new IllegalTransitionError("replay a run of", String(job.status));
     }
     if (error instanceof ConditionsFailedError && error.has("replay") && !error.has("deadRun")) {

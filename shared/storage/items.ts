@@ -42,67 +42,112 @@ export const jobNotCancelledCheck = (jobsTable: string, jobId: string) => ({
   },
 });
 /**
- * The floor a run of the one-off `job` at `occurrence` lowers its own to, when the one-off did not
- * put it there: a replay of a dead run from before the job became a one-off (the replay keeps its
- * occurrence, below the floor the job was given then), or a retry or replay queued before an edit
- * made the job a one-off, or made it one again, that a worker is about to run. Undefined when the
- * job is not a one-off, or its floor (its `runAt`, for one written without a floor) already
- * reaches that occurrence.
+ * The most occurrences below a one-off's floor its job keeps (`oneOffBelow`), each read on its own
+ * by a pause, cancel or delete: a run below the floor past them lowers the floor to its occurrence
+ * instead, and those reads read every occurrence from there on.
  */
-export function floorLoweredTo(job: Job, occurrence: string): string | undefined {
+export const ONE_OFF_BELOW_MOST = 10;
+
+/**
+ * How a run of a one-off below its floor brings its job's reads to it: its occurrence added to
+ * those the job keeps below the floor (`below`: the list as it then stands), or, with those full,
+ * the floor lowered to it.
+ */
+export type FloorLowering = { readonly below: readonly string[] } | { readonly floor: string };
+
+/**
+ * What a run of the one-off `job` at `occurrence` writes to be read by a pause, cancel or delete,
+ * when the one-off did not put it in reach: a replay of a dead run from before the job became a
+ * one-off (the replay keeps its occurrence, below the floor the job was given then), or a retry or
+ * replay queued before an edit made the job a one-off, or made it one again, that a worker is
+ * about to run. Undefined when the job is not a one-off, its floor (its `runAt`, for one written
+ * without a floor) already reaches that occurrence, or the job keeps that occurrence already.
+ */
+export function floorLoweringFor(job: Job, occurrence: string): FloorLowering | undefined {
   if (!("runAt" in job.schedule)) return undefined;
   const floor = Date.parse(job.oneOffFrom ?? job.schedule.runAt);
-  const at = Date.parse(occurrence);
-  return at < floor ? new Date(at).toISOString() : undefined;
+  const at = new Date(occurrence);
+  const below = job.oneOffBelow ?? [];
+  if (at.getTime() >= floor || below.includes(at.toISOString())) return undefined;
+  if (below.length < ONE_OFF_BELOW_MOST) return { below: [...below, at.toISOString()] };
+  return { floor: at.toISOString() };
+}
+
+/** The job's fields once `lowering` is written. */
+export const loweredJob = (job: Job, lowering: FloorLowering): Job =>
+  "below" in lowering
+    ? { ...job, oneOffBelow: lowering.below }
+    : { ...job, oneOffFrom: lowering.floor };
+
+/** The update of `lowering`, its value set in `values`. */
+function loweringUpdate(lowering: FloorLowering, values: Record<string, unknown>): string {
+  if ("below" in lowering) {
+    values[":below"] = lowering.below;
+    return "SET oneOffBelow = :below";
+  }
+  values[":floor"] = lowering.floor;
+  return "SET oneOffFrom = :floor";
+}
+
+/**
+ * `jobNotCancelledCheck` that also writes `lowering` (`floorLoweringFor` of `job`, as read), for a
+ * run written below the one-off's floor (a replay of a dead run from before the job became a
+ * one-off), conditioned on the floor and the occurrences below it as read: a failure returns the
+ * job as it stands, to decide the write again from.
+ */
+export function jobNotCancelledLoweringFloor(jobsTable: string, job: Job, lowering: FloorLowering) {
+  const values: Record<string, unknown> = { ":cancelled": "CANCELLED" };
+  const sameFloor = sameFloorCondition(job, values);
+  return {
+    Update: {
+      TableName: jobsTable,
+      Key: jobKey(job.jobId),
+      ConditionExpression: `attribute_exists(pk) AND #status <> :cancelled AND ${NOT_BEING_DELETED} AND ${sameFloor}`,
+      UpdateExpression: loweringUpdate(lowering, values),
+      ExpressionAttributeNames: { "#status": "status" },
+      ExpressionAttributeValues: values,
+      ReturnValuesOnConditionCheckFailure: "ALL_OLD" as const,
+    },
+  };
 }
 /**
- * `jobNotCancelledCheck` that also lowers the one-off's floor (`oneOffFrom`) to `floor`, for a run
- * written below it (a replay of a dead run from before the job became a one-off). A floor already
- * at or below `floor` fails it too: the job as it stands is returned, to write with the check alone.
- */
-export const jobNotCancelledLoweringFloor = (jobsTable: string, jobId: string, floor: string) => ({
-  Update: {
-    TableName: jobsTable,
-    Key: jobKey(jobId),
-    ConditionExpression: `attribute_exists(pk) AND #status <> :cancelled AND ${NOT_BEING_DELETED} AND (attribute_not_exists(oneOffFrom) OR oneOffFrom > :floor)`,
-    UpdateExpression: "SET oneOffFrom = :floor",
-    ExpressionAttributeNames: { "#status": "status" },
-    ExpressionAttributeValues: { ":cancelled": "CANCELLED", ":floor": floor },
-    ReturnValuesOnConditionCheckFailure: "ALL_OLD" as const,
-  },
-});
-/**
- * A job write's condition that the one-off's floor (`oneOffFrom`) is as `job` was read with: a
- * replay lowers it (`jobNotCancelledLoweringFloor`) without a new version, and a pause, cancel or
- * delete planned from the job read before that must read it again, or its read of the one-off's
- * runs (`oneOffRunsFrom`) starts above the replay. Sets its value in `values`.
+ * A job write's condition that the one-off's floor (`oneOffFrom`) and the occurrences it keeps
+ * below it (`oneOffBelow`) are as `job` was read with: a replay or a worker's run below the floor
+ * changes them (`jobNotCancelledLoweringFloor`, `jobAsReadLoweringFloor`) without a new version,
+ * and a pause, cancel or delete planned from the job read before that must read it again, or its
+ * read of the one-off's runs (`liveRunRanges`) misses that run. Sets its values in `values`.
  */
 export function sameFloorCondition(job: Job, values: Record<string, unknown>): string {
-  if (job.oneOffFrom === undefined) return "attribute_not_exists(oneOffFrom)";
+  let below = "attribute_not_exists(oneOffBelow)";
+  if (job.oneOffBelow !== undefined) {
+    values[":seenBelow"] = job.oneOffBelow;
+    below = "oneOffBelow = :seenBelow";
+  }
+  if (job.oneOffFrom === undefined) return `attribute_not_exists(oneOffFrom) AND ${below}`;
   values[":seenFloor"] = job.oneOffFrom;
-  return "oneOffFrom = :seenFloor";
+  return `oneOffFrom = :seenFloor AND ${below}`;
 }
 /**
- * An update that lowers the one-off's floor (`oneOffFrom`) to `floor`, for a run of it below the
- * floor that a worker is about to run (a retry or replay queued before an edit made the job a
- * one-off, or made it one again), conditioned on the job being as `job` was read in all that a
- * pause, cancel, delete or edit writes: its status, its version (an edit bumps it), no delete's
- * mark, and its floor (a replay lowers it). A failure means one of those landed since the read: the
- * worker reads the job again and decides again, and a pause, cancel or delete planned from the
- * job before this write fails its own (`sameFloorCondition`) and reads the run.
+ * An update that writes `lowering` (`floorLoweringFor`), for a run of a one-off below its floor
+ * that a worker is about to run (a retry or replay queued before an edit made the job a one-off,
+ * or made it one again), conditioned on the job being as `job` was read in all that a pause,
+ * cancel, delete or edit writes: its status, its version (an edit bumps it), no delete's mark, and
+ * its floor and the occurrences below it (a replay changes them). A failure means one of those
+ * landed since the read: the worker reads the job again and decides again, and a pause, cancel or
+ * delete planned from the job before this write fails its own (`sameFloorCondition`) and reads
+ * the run.
  */
-export function jobAsReadLoweringFloor(jobsTable: string, job: Job, floor: string) {
+export function jobAsReadLoweringFloor(jobsTable: string, job: Job, lowering: FloorLowering) {
   const values: Record<string, unknown> = {
     ":seenStatus": job.status,
     ":seenVersion": job.version,
-    ":floor": floor,
   };
   const sameFloor = sameFloorCondition(job, values);
   return {
     TableName: jobsTable,
     Key: jobKey(job.jobId),
     ConditionExpression: `#status = :seenStatus AND version = :seenVersion AND ${NOT_BEING_DELETED} AND ${sameFloor}`,
-    UpdateExpression: "SET oneOffFrom = :floor",
+    UpdateExpression: loweringUpdate(lowering, values),
     ExpressionAttributeNames: { "#status": "status" },
     ExpressionAttributeValues: values,
   };

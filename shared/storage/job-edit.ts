@@ -29,6 +29,7 @@ type EditedFields = Partial<
     | "maxRuns"
     | "window"
     | "oneOffFrom"
+    | "oneOffBelow"
     | "oneOffEra"
     | "oneOffAttempt"
   >

@@ -228,29 +228,36 @@ export interface OccurrenceLatest {
 }
 
 /**
- * The latest attempt of each occurrence of the job from `from` on, oldest occurrence first: one
- * consistent query, page by page, for a one-off's alone (from its floor: its occurrences across
- * moves, their retries, replays and triggers). A later attempt does not say it was triggered: its
- * attempt 1 does (`triggered`).
+ * The latest attempt of each occurrence of the job from `from` on, and of each of `alsoAt` before
+ * it, oldest occurrence first: one consistent query, page by page (and one more of each of
+ * `alsoAt`), for a one-off's alone (from its floor: its occurrences across moves, their retries,
+ * replays and triggers; and those it keeps below it). A later attempt does not say it was
+ * triggered: its attempt 1 does (`triggered`).
  */
 export async function latestAttemptsOfJob(
   engine: Engine,
   jobId: string,
   from: Date,
+  /** Occurrences before `from` read too, each on its own (a one-off's `oneOffBelow`). */
+  alsoAt: readonly Date[] = [],
 ): Promise<OccurrenceLatest[]> {
   const byOccurrence = new Map<string, OccurrenceLatest>();
-  const { lo, hi } = runRangeKeys({ from });
-  for await (const runs of consistentRunPages(engine, {
-    KeyConditionExpression: "pk = :pk AND sk BETWEEN :lo AND :hi",
-    ExpressionAttributeValues: { ":pk": jobPk(jobId), ":lo": lo, ":hi": hi },
-  })) {
-    // Sort keys order attempts within an occurrence: each later one read replaces the latest.
-    for (const run of runs) {
-      const seen = byOccurrence.get(run.scheduledFor);
-      const triggered = seen ? seen.triggered : run.attempt === 1 && run.triggered === true;
-      byOccurrence.set(run.scheduledFor, { latest: run, triggered });
+  const ranges = [
+    ...alsoAt.filter((at) => at < from).map((at) => runRangeKeys({ from: at, through: at })),
+    runRangeKeys({ from }),
+  ];
+  for (const { lo, hi } of ranges)
+    for await (const runs of consistentRunPages(engine, {
+      KeyConditionExpression: "pk = :pk AND sk BETWEEN :lo AND :hi",
+      ExpressionAttributeValues: { ":pk": jobPk(jobId), ":lo": lo, ":hi": hi },
+    })) {
+      // Sort keys order attempts within an occurrence: each later one read replaces the latest.
+      for (const run of runs) {
+        const seen = byOccurrence.get(run.scheduledFor);
+        const triggered = seen ? seen.triggered : run.attempt === 1 && run.triggered === true;
+        byOccurrence.set(run.scheduledFor, { latest: run, triggered });
+      }
     }
-  }
   return [...byOccurrence.values()];
 }
 

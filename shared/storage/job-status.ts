@@ -10,7 +10,7 @@ import {
   isConditionalCheckFailed,
   retryOnContention,
 } from "./dynamo-errors.js";
-import { jobAsReadLoweringFloor, jobKey, sameFloorCondition } from "./items.js";
+import { type FloorLowering, jobAsReadLoweringFloor, jobKey, sameFloorCondition } from "./items.js";
 import {
   deletePendingDueEntry,
   oneOffAttemptAt,
@@ -145,19 +145,19 @@ export async function writeDeletingJob(engine: Engine, job: Job, now: Date): Pro
 }
 
 /**
- * Lowers the one-off's floor to `floor`, the occurrence of a run below it that a worker has
- * decided to run, so that a pause with `running: "cancel"`, a job cancel and a delete read that
- * run (`oneOffRunsFrom`). False when the job is no longer as read (`jobAsReadLoweringFloor`): the
- * worker reads it again and decides again.
+ * Writes `lowering` (`floorLoweringFor`) for a run below the one-off's floor that a worker has
+ * decided to run: its occurrence kept on the job, or the floor lowered to it, so that a pause with
+ * `running: "cancel"`, a job cancel and a delete read that run (`liveRunRanges`). False when the
+ * job is no longer as read (`jobAsReadLoweringFloor`): the worker reads it again and decides again.
  */
 export async function lowerOneOffFloorForRun(
   engine: Engine,
   job: Job,
-  floor: string,
+  lowering: FloorLowering,
 ): Promise<boolean> {
   return conditionalWrite(() =>
     retryOnContention(engine, "lower floor", () =>
-      engine.doc.send(new UpdateCommand(jobAsReadLoweringFloor(engine.tables.jobs, job, floor))),
+      engine.doc.send(new UpdateCommand(jobAsReadLoweringFloor(engine.tables.jobs, job, lowering))),
     ),
   );
 }

@@ -11,8 +11,9 @@ import { waitFor } from "../support/wait.js";
 /**
  * A one-off's run below its floor (`oneOffFrom`) that a worker runs: a retry queued before an edit
  * made the job a one-off, or made it one again. A pause with running: "cancel", a job cancel and a
- * delete read a one-off's runs from its floor on, so the worker lowers the floor to the run's
- * occurrence before it runs the run, in one write conditioned on the job as it read it.
+ * delete read a one-off's runs from its floor on and at the occurrences it keeps below it
+ * (`oneOffBelow`), so the worker adds the run's occurrence to those before it runs the run, in one
+ * write conditioned on the job as it read it.
  */
 
 // A lease longer than the lookahead: a first delivery past a lookahead after its run's occurrence
@@ -140,22 +141,22 @@ describe.each(CASES)("%s, running below the floor", (_, setUp) => {
     expect([started?.status, started?.fence]).toEqual(
       receiveCount > 1 ? ["RUNNING", 1] : ["QUEUED", 0],
     );
-    const floorAsRun = (await getJob(fixture().engine, job.jobId))?.oneOffFrom;
+    const keptAsRun = (await getJob(fixture().engine, job.jobId))?.oneOffBelow;
     await end(job);
     await expectReached(retry, receiveCount);
     expect(await running.finish()).toBe("ack");
     expect((await getRun(fixture().engine, retry))?.status).toBe("CANCELLED");
-    // The worker lowered the floor to the run's occurrence before the handler ran.
-    expect(floorAsRun).toBe(retry.scheduledFor);
+    // The worker kept the run's occurrence on the job before the handler ran.
+    expect(keptAsRun).toEqual([retry.scheduledFor]);
   });
 });
 
 /** The job write of a pause, a cancel or a delete: a transaction naming the job's status as read. */
 const isJobEndingWrite = (input: Record<string, unknown>) =>
   JSON.stringify(input).includes(":seenStatus");
-/** The worker's lowering of a one-off's floor. */
+/** The worker's lowering of a one-off's floor: its run's occurrence kept below it, or the floor lowered. */
 const isFloorLowering = (input: Record<string, unknown>) =>
-  String(input.UpdateExpression).includes("SET oneOffFrom = :floor");
+  /SET (oneOffBelow = :below|oneOffFrom = :floor)/.test(String(input.UpdateExpression));
 
 describe("a floor lowering racing a pause, a cancel or a delete", () => {
   it.each([
@@ -204,10 +205,11 @@ describe("a floor lowering racing a pause, a cancel or a delete", () => {
       expect(running?.called()).toBe(0);
       expect(await running?.finish()).toBe("ack");
       expect((await getRun(fixture().engine, retry))?.status).toBe(status);
-      // Parked, its floor left as the pause found it.
+      // Parked, its floor and what it keeps below it left as the pause found them.
       const after = await getJob(fixture().engine, job.jobId);
       if (status === "QUEUED") expect(Object.keys(after?.parkedRuns ?? {})).toEqual([retry.runId]);
       expect(after?.oneOffFrom).toBe(job.oneOffFrom);
+      expect(after?.oneOffBelow).toEqual(job.oneOffBelow);
     },
   );
 });
@@ -230,7 +232,8 @@ describe("a run at or above its one-off's floor", () => {
     );
     expect(hooked).toBe(0);
     expect(running?.called()).toBe(1);
-    expect((await getJob(fixture().engine, job.jobId))?.oneOffFrom).toBe(job.oneOffFrom);
+    const after = await getJob(fixture().engine, job.jobId);
+    expect([after?.oneOffFrom, after?.oneOffBelow]).toEqual([job.oneOffFrom, job.oneOffBelow]);
   });
 });
 
@@ -262,7 +265,9 @@ describe("a floor lowering whose answer is lost, the SDK sending it again", () =
       }
       expect(lossy.injected.count).toBe(1);
       expect((await getRun(fixture().engine, retry))?.status).toBe(status);
-      expect((await getJob(fixture().engine, job.jobId))?.oneOffFrom).toBe(retry.scheduledFor);
+      expect((await getJob(fixture().engine, job.jobId))?.oneOffBelow).toEqual([
+        retry.scheduledFor,
+      ]);
     },
   );
 });

@@ -2,7 +2,7 @@ import { PutCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createJob, deleteJob, editJob, replayDeadLetter } from "../../shared/jobs/index.js";
 import type { Job } from "../../shared/model.js";
-import { deadLetterPk, jobKey } from "../../shared/storage/items.js";
+import { deadLetterPk, jobKey, ONE_OFF_BELOW_MOST } from "../../shared/storage/items.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import {
@@ -162,7 +162,7 @@ describe("a replay of a dead run from before its job became a one-off", () => {
     expect(replay?.cancelRequestedAt ?? null).not.toBeNull();
   }, 30_000);
 
-  it("replayed while a replay of an older one lowers the floor: both replayed, the floor the older's", async () => {
+  it("replayed while a replay of an older one is kept below the floor: both replayed, both kept", async () => {
     const { job, deadRunId, olderDeadRunId, threeHoursAgo } =
       await oneOffWithDeadLettersFromBefore();
     const hook = beforeRequest(
@@ -177,6 +177,40 @@ describe("a replay of a dead run from before its job became a one-off", () => {
     expect(hook.ran()).toBe(true);
     const replayed = (await f.runs()).filter((r) => r.jobId === job.jobId && r.attempt === 2);
     expect(replayed).toHaveLength(2);
-    expect((await getJob(f.engine, job.jobId))?.oneOffFrom).toBe(threeHoursAgo.toISOString());
+    // Both occurrences kept on the job, each read on its own; its floor left where the edit put it.
+    const after = await getJob(f.engine, job.jobId);
+    expect(new Set(after?.oneOffBelow)).toEqual(new Set(replayed.map((r) => r.scheduledFor)));
+    expect(after?.oneOffBelow).toContain(threeHoursAgo.toISOString());
+    expect(after?.oneOffFrom).toBe(job.oneOffFrom);
   }, 30_000);
+});
+
+describe("replays below the floor past the occurrences a one-off keeps (ONE_OFF_BELOW_MOST)", () => {
+  it.each(ENDINGS)(
+    "each running: %s asks every one to cancel",
+    async (_, end) => {
+      const { job } = await createJob(f.engine, testJob());
+      const now = f.engine.clock().getTime();
+      // Oldest first: the last, past those kept, lowers the floor above the ones kept.
+      const times = Array.from(
+        { length: ONE_OFF_BELOW_MOST + 1 },
+        (_, i) => new Date(now - 3 * HOUR_MS + i * 60_000),
+      );
+      const deadRunIds: string[] = [];
+      for (const at of times) deadRunIds.push(await deadRunAt(job, at));
+      const oneOff = await editJob(f.engine, job.tenantId, job.jobId, job.version, {
+        schedule: { runAt: new Date(now + HOUR_MS).toISOString() },
+      });
+      const replays = [];
+      for (const deadRunId of deadRunIds)
+        replays.push(await replayRunning(job.tenantId, deadRunId));
+      const lowered = await getJob(f.engine, job.jobId);
+      expect(lowered?.oneOffBelow).toEqual(times.slice(0, -1).map((at) => at.toISOString()));
+      expect(lowered?.oneOffFrom).toBe(times.at(-1)?.toISOString());
+      await end(oneOff);
+      for (const replay of replays)
+        expect((await getRun(f.engine, replay))?.cancelRequestedAt ?? null).not.toBeNull();
+    },
+    30_000,
+  );
 });

@@ -1,4 +1,4 @@
-import { BatchWriteCommand } from "@aws-sdk/lib-dynamodb";
+import { BatchWriteCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { forEachConcurrently } from "../../shared/concurrency.js";
 import {
@@ -7,11 +7,16 @@ import {
   deleteJob,
   editJob,
   pauseJob,
+  replayDeadLetter,
   resumeJob,
 } from "../../shared/jobs/index.js";
 import type { Job } from "../../shared/model.js";
+import { deadLetterPk } from "../../shared/storage/items.js";
+import { getJob, getRun } from "../../shared/storage/run-reads.js";
+import { queuedRun } from "../../shared/storage/runs.js";
 import {
   createEngineFixture,
+  deliveryOfRun,
   type EngineFixture,
   firstAttemptAt,
   testJob,
@@ -50,18 +55,25 @@ afterAll(async () => {
   await f.destroy();
 });
 
-/** An every-minute job with `HISTORY` failed runs (an every-second job's hour) behind it, then edited into a one-off an hour ahead. */
-async function oneOffWithLongHistory(): Promise<Job> {
+/**
+ * An every-minute job with `length` failed runs (an every-second job's hour when `HISTORY`) behind
+ * it, the oldest first, then edited into a one-off an hour ahead. `before` runs before the edit.
+ */
+async function oneOffWithLongHistory(
+  length = HISTORY,
+  before: (job: Job, oldest: Date) => Promise<unknown> = async () => undefined,
+): Promise<Job> {
   const created = await createJob(f.engine, testJob());
   const job = created.job;
   const now = f.engine.clock();
-  const items = Array.from({ length: HISTORY }, (_, i) => {
-    const at = new Date(now.getTime() - (HISTORY - i) * 1000 - 60 * 60 * 1000);
+  const oldest = new Date(now.getTime() - length * 1000 - 60 * 60 * 1000);
+  const items = Array.from({ length }, (_, i) => {
+    const at = new Date(oldest.getTime() + i * 1000);
     const { item } = firstAttemptAt(f.engine, job, at);
     // Failed, each with an error message: a history of some megabytes, pages of the runs table.
     return { ...item, status: "FAILED", finishedAt: at.toISOString(), error: ERROR };
   });
-  const batches = Array.from({ length: Math.ceil(HISTORY / 25) }, (_, i) =>
+  const batches = Array.from({ length: Math.ceil(length / 25) }, (_, i) =>
     items.slice(i * 25, i * 25 + 25),
   );
   await forEachConcurrently(batches, 16, async (batch) => {
@@ -71,6 +83,7 @@ async function oneOffWithLongHistory(): Promise<Job> {
       }),
     );
   });
+  await before(job, oldest);
   const runAt = new Date(now.getTime() + 60 * 60 * 1000).toISOString();
   return editJob(f.engine, job.tenantId, job.jobId, job.version, { schedule: { runAt } });
 }
@@ -102,5 +115,78 @@ describe("a recurring job with a long history, edited into a one-off", () => {
     const job = await oneOffWithLongHistory();
     const del = () => deleteJob(counting.engine, job.tenantId, job.jobId);
     expect(await runsReadBy(del)).toBeLessThan(FEW);
+  }, 60_000);
+});
+
+/** Runs of a recurring history a few hundred long: far more than the `FEW` a cancel reads. */
+const SHORT_HISTORY = 400;
+
+/** Writes `item` (a run's) into the runs table as it is. */
+const putRun = (item: Record<string, unknown>) =>
+  f.engine.doc.send(new PutCommand({ TableName: f.engine.tables.runs, Item: item }));
+
+/** The retry (attempt 2, QUEUED) of the oldest run of the history, put before the edit. */
+async function retryAtOldest(job: Job, oldest: Date) {
+  const failed = firstAttemptAt(f.engine, job, oldest).run;
+  const retry = queuedRun(
+    {
+      jobId: job.jobId,
+      tenantId: job.tenantId,
+      scheduledFor: oldest,
+      dueAt: f.engine.clock(),
+      attempt: 2,
+      priority: job.priority,
+      jobVersion: job.version,
+      retryOf: { runId: failed.runId, fence: 0 },
+    },
+    f.engine.clock(),
+    f.engine.settings,
+  );
+  await putRun(retry.item);
+  return retry.run;
+}
+
+/** The oldest run of the history written DEAD, on its tenant's dead-letter list. */
+async function deadAtOldest(job: Job, oldest: Date) {
+  const { run, item } = firstAttemptAt(f.engine, job, oldest);
+  const finishedAt = new Date(oldest.getTime() + 500).toISOString();
+  await putRun({
+    ...item,
+    status: "DEAD",
+    finishedAt,
+    error: ERROR,
+    deadPk: deadLetterPk(job.tenantId),
+    deadSk: `${finishedAt}#${run.runId}`,
+  });
+  return run;
+}
+
+describe("a recurring job with a history, edited into a one-off, a run at its oldest occurrence then made", () => {
+  it("its retry, queued before the edit, run by a worker: the next cancel reads that occurrence, not the history", async () => {
+    let retryId = "";
+    const job = await oneOffWithLongHistory(SHORT_HISTORY, async (recurring, oldest) => {
+      retryId = (await retryAtOldest(recurring, oldest)).runId;
+    });
+    const retry = (await f.runs()).find((run) => run.runId === retryId);
+    if (!retry) throw new Error("no retry");
+    expect(await f.process(f.workerDeps("w"), deliveryOfRun(f.engine, retry))).toBe("ack");
+    expect((await getRun(f.engine, retry))?.status).toBe("SUCCEEDED");
+    const { tenantId, jobId } = job;
+    expect(await runsReadBy(() => cancelJob(counting.engine, tenantId, jobId))).toBeLessThan(FEW);
+    expect((await getJob(f.engine, jobId))?.status).toBe("CANCELLED");
+  }, 60_000);
+
+  it("a replay of its dead run: the next pause and cancel read that occurrence and reach the replay, not the history", async () => {
+    let deadId = "";
+    const job = await oneOffWithLongHistory(SHORT_HISTORY, async (recurring, oldest) => {
+      deadId = (await deadAtOldest(recurring, oldest)).runId;
+    });
+    const { run: replay } = await replayDeadLetter(f.engine, job.tenantId, deadId);
+    const { engine } = counting;
+    const { tenantId, jobId } = job;
+    const pause = () => pauseJob(engine, tenantId, jobId, { running: "cancel" });
+    expect(await runsReadBy(pause)).toBeLessThan(FEW);
+    expect(await runsReadBy(() => cancelJob(engine, tenantId, jobId))).toBeLessThan(FEW);
+    expect((await getRun(f.engine, replay))?.status).toBe("CANCELLED");
   }, 60_000);
 });
