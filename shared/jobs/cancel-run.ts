@@ -191,11 +191,11 @@ export async function cancelRunsOfJob(
     }
   };
   // A one-off's retries and replays keep their occurrence, and unlisted (a one-off's runs are
-  // not) are found by the query alone: from its floor (`oneOffFrom`), the earliest occurrence it
-  // has had as a one-off, so its occurrences before an edit moved it count too (a retry there runs
-  // at its old time: `retryLeftByMove`, a failure's retry), however long ago that was; the history
-  // of a recurring job it was before is not read, but for each occurrence of it whose run started
-  // or was replayed below the floor since (`oneOffBelow`), each read on its own.
+  // not) are found by the query alone: from its floor (`oneOffFrom`), and at each occurrence it
+  // keeps below it (`oneOffBelow`), so its occurrences before an edit moved it count too (a retry
+  // there runs at its old time: `retryLeftByMove`, a failure's retry), however long ago that was;
+  // the history of a recurring job it was before is not read, but for each occurrence of it whose
+  // run started or was replayed below the floor since, and a `runAt` far back, each on its own.
   // A recurring job's one-off era (`oneOffEra`) is read too: a run of the one-off under way when
   // an edit made it recurring, unlisted, runs on under it however long ago its occurrence was.
   const statuses = [

@@ -244,7 +244,7 @@ export function prepareNewJob(
     nextDueKey: null,
     createdAt: now.toISOString(),
     updatedAt: now.toISOString(),
-    ...withOneOffFloor(null, schedule, now),
+    ...withOneOffFloor(engine, null, schedule, now),
     activeRuns: {},
     activeRevision: 0,
     bufferedRunId: null,

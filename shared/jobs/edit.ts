@@ -191,7 +191,7 @@ async function editPlanned(
     const floor =
       changesSchedule && normalized.schedule
         ? {
-            ...withOneOffFloor(job, normalized.schedule, now),
+            ...withOneOffFloor(engine, job, normalized.schedule, now),
             ...withOneOffEra(engine, job, normalized.schedule, now),
             // A one-off's occurrence: its runs from the attempt filed complete it.
             ...("runAt" in normalized.schedule

@@ -2,39 +2,61 @@ import { claimReachEnd, fastPathHorizonEnd } from "../dispatch/fast-path-window.
 import type { Engine } from "../engine.js";
 import type { Job } from "../model.js";
 import { type ScheduleSpec, windowMsOf } from "../schedule/index.js";
+import { ONE_OFF_BELOW_MOST } from "../storage/items.js";
 
 /**
- * The job's `oneOffFrom` once it has `schedule`, written at `now` by a create (`job` null) or an
- * edit of `job`: the earliest occurrence it has had as a one-off. Its `runAt`, the time it became
- * one (a trigger's run is scheduled for its trigger's time, never before), and when it was a
- * one-off already, its floor and the `runAt` it leaves (a retry there runs at that old time).
- * Undefined for a schedule that is not a one-off's: its runs are listed, and a recurring job's
- * history before it became a one-off is none of the one-off's.
+ * The job's `oneOffFrom` and `oneOffBelow` once it has `schedule`, written at `now` by a create
+ * (`job` null) or an edit of `job`: the floor is the time it became one (a trigger's run is
+ * scheduled for its trigger's time, never before), or when it was a one-off already, its floor.
+ * Each `runAt` it has (and, a one-off already, the `runAt` it leaves: a retry there runs at that
+ * old time) below the floor is kept on the job when more than a lookahead below it, read on its
+ * own, as a run's below the floor is (`floorLoweringFor`): a `runAt` far in the past does not
+ * bring the recurring history the job had since into the reads of its runs. A nearer one, or one
+ * past the occurrences the job keeps, lowers the floor to it. Undefined for a schedule that is not
+ * a one-off's: its runs are listed, and a recurring job's history before it became a one-off is
+ * none of the one-off's.
  */
-function oneOffFloorOf(job: Job | null, schedule: ScheduleSpec, now: Date): string | undefined {
+function oneOffReachOf(
+  engine: Engine,
+  job: Job | null,
+  schedule: ScheduleSpec,
+  now: Date,
+): { readonly floor: number; readonly below: readonly string[] } | undefined {
   if (!("runAt" in schedule)) return undefined;
-  const times = [Date.parse(schedule.runAt), now.getTime()];
+  const runAts = [Date.parse(schedule.runAt)];
+  let floor = now.getTime();
+  const below: string[] = [];
   if (job !== null && "runAt" in job.schedule) {
-    times.push(Date.parse(job.schedule.runAt));
-    if (job.oneOffFrom !== undefined) times.push(Date.parse(job.oneOffFrom));
+    runAts.push(Date.parse(job.schedule.runAt));
+    if (job.oneOffFrom !== undefined) floor = Math.min(floor, Date.parse(job.oneOffFrom));
+    below.push(...(job.oneOffBelow ?? []));
   }
-  return new Date(Math.min(...times)).toISOString();
+  for (const at of runAts) {
+    const iso = new Date(at).toISOString();
+    if (at >= floor || below.includes(iso)) continue;
+    if (at < floor - engine.settings.lookaheadMs && below.length < ONE_OFF_BELOW_MOST)
+      below.push(iso);
+    else floor = at;
+  }
+  return { floor, below };
 }
 
 /**
- * `oneOffFrom` as a job's field: absent when `oneOffFloorOf` has none to write. A job made a
- * one-off (again) has its floor set anew and keeps no occurrences below it (`oneOffBelow`): those
- * of the one-off it was are its era's (`withOneOffEra`).
+ * `oneOffFrom` and `oneOffBelow` as a job's fields (`oneOffReachOf`): absent when it has none to
+ * write. A job made a one-off (again) has its floor set anew and keeps no occurrences below it but
+ * its `runAt`'s: those of the one-off it was are its era's (`withOneOffEra`).
  */
 export function withOneOffFloor(
+  engine: Engine,
   job: Job | null,
   schedule: ScheduleSpec,
   now: Date,
 ): Pick<Job, "oneOffFrom" | "oneOffBelow"> {
-  const oneOffFrom = oneOffFloorOf(job, schedule, now);
-  if (oneOffFrom === undefined) return {};
-  const madeOneOff = job !== null && !("runAt" in job.schedule) && job.oneOffBelow !== undefined;
-  return madeOneOff ? { oneOffFrom, oneOffBelow: [] } : { oneOffFrom };
+  const reach = oneOffReachOf(engine, job, schedule, now);
+  if (reach === undefined) return {};
+  const oneOffFrom = new Date(reach.floor).toISOString();
+  const written = reach.below.length > 0 || job?.oneOffBelow !== undefined;
+  return written ? { oneOffFrom, oneOffBelow: reach.below } : { oneOffFrom };
 }
 
 /**
@@ -120,14 +142,18 @@ export function liveRunRanges(engine: Engine, job: Job, now: Date): [number, num
 
 /**
  * The earliest occurrence a read of a one-off's runs starts from (a pause's or cancel's, a
- * resume's of the retries it left): its floor (`oneOffFrom`), its `runAt`, and one lookahead and
- * its window back from `now`, whichever is earliest. A one-off written by an earlier version has
- * no floor: read from its `runAt` or a lookahead back, as that version read it.
+ * resume's of the retries it left): its floor (`oneOffFrom`), its `runAt` (unless kept below the
+ * floor, `oneOffBelow`), and one lookahead and its window back from `now`, whichever is earliest.
+ * A one-off written by an earlier version has no floor: read from its `runAt` or a lookahead back,
+ * as that version read it.
  */
 export function oneOffRunsFrom(engine: Engine, job: Job, runAt: string, now: Date): Date {
   const floor =
     job.oneOffFrom === undefined ? Number.POSITIVE_INFINITY : Date.parse(job.oneOffFrom);
-  return new Date(Math.min(floor, Date.parse(runAt), liveRunsWindowFrom(engine, job, now)));
+  const at = new Date(runAt);
+  // A runAt kept below the floor is read on its own (`liveRunRanges`), not from here.
+  const own = job.oneOffBelow?.includes(at.toISOString()) ? Number.POSITIVE_INFINITY : at.getTime();
+  return new Date(Math.min(floor, own, liveRunsWindowFrom(engine, job, now)));
 }
 
 /**

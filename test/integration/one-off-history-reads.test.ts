@@ -13,6 +13,7 @@ import {
 import type { Job } from "../../shared/model.js";
 import { deadLetterPk } from "../../shared/storage/items.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
+import { startRun } from "../../shared/storage/run-start.js";
 import { queuedRun } from "../../shared/storage/runs.js";
 import {
   createEngineFixture,
@@ -62,6 +63,7 @@ afterAll(async () => {
 async function oneOffWithLongHistory(
   length = HISTORY,
   before: (job: Job, oldest: Date) => Promise<unknown> = async () => undefined,
+  runAtOf: (oldest: Date, now: Date) => Date = (_, now) => new Date(now.getTime() + 60 * 60 * 1000),
 ): Promise<Job> {
   const created = await createJob(f.engine, testJob());
   const job = created.job;
@@ -84,7 +86,7 @@ async function oneOffWithLongHistory(
     );
   });
   await before(job, oldest);
-  const runAt = new Date(now.getTime() + 60 * 60 * 1000).toISOString();
+  const runAt = runAtOf(oldest, now).toISOString();
   return editJob(f.engine, job.tenantId, job.jobId, job.version, { schedule: { runAt } });
 }
 
@@ -188,5 +190,23 @@ describe("a recurring job with a history, edited into a one-off, a run at its ol
     expect(await runsReadBy(pause)).toBeLessThan(FEW);
     expect(await runsReadBy(() => cancelJob(engine, tenantId, jobId))).toBeLessThan(FEW);
     expect((await getRun(f.engine, replay))?.status).toBe("CANCELLED");
+  }, 60_000);
+});
+
+describe("a recurring job with a history, edited into a one-off whose runAt lies before it", () => {
+  it("a cancel reads the runAt's attempts, not the history since, and reaches its run under way", async () => {
+    const job = await oneOffWithLongHistory(
+      SHORT_HISTORY,
+      async () => undefined,
+      (oldest) => new Date(oldest.getTime() - 30_000),
+    );
+    if (!("runAt" in job.schedule)) throw new Error("not a one-off");
+    // The one-off's own run at its runAt, as its claim puts it, started by a worker.
+    const { run, item } = firstAttemptAt(f.engine, job, new Date(job.schedule.runAt));
+    await putRun(item);
+    expect((await startRun(f.engine, run, "worker-a", f.engine.clock())).kind).toBe("started");
+    const { tenantId, jobId } = job;
+    expect(await runsReadBy(() => cancelJob(counting.engine, tenantId, jobId))).toBeLessThan(FEW);
+    expect((await getRun(f.engine, run))?.cancelRequestedAt ?? null).not.toBeNull();
   }, 60_000);
 });
