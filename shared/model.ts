@@ -171,31 +171,6 @@ export interface Job {
 }
 
 /**
- * Whether `scheduledFor` is the one-off's own occurrence: the job's schedule is a `runAt` at that
- * instant. An edit may have moved it (a new runAt) or made the job recurring since a run of it
- * began; that run's ending then leaves the job to what the edit gave it.
- */
-export const isOneOffOccurrence = (job: Pick<Job, "schedule">, scheduledFor: string) =>
-  "runAt" in job.schedule && Date.parse(job.schedule.runAt) === Date.parse(scheduledFor);
-
-/**
- * Whether `run`'s ending may complete its one-off: of its occurrence, and not an attempt before the
- * one an edit or a resume filed it at since (`oneOffAttempt`), which then runs.
- */
-export const isOneOffRun = (
-  job: Pick<Job, "schedule" | "oneOffAttempt">,
-  run: Pick<Run, "scheduledFor" | "attempt">,
-) =>
-  isOneOffOccurrence(job, run.scheduledFor) &&
-  run.attempt >= oneOffAttemptOf(job, run.scheduledFor);
-
-/** The attempt the one-off's occurrence at `at` runs from (`oneOffAttempt`): 1 unless filed later. */
-export const oneOffAttemptOf = (job: Pick<Job, "oneOffAttempt">, at: string) =>
-  job.oneOffAttempt !== undefined && Date.parse(job.oneOffAttempt.at) === Date.parse(at)
-    ? job.oneOffAttempt.attempt
-    : 1;
-
-/**
  * Whether the run is a failure's retry or a replay: past attempt 1, and not a one-off's occurrence
  * run again in place of its first attempt (`rerun`). Moved away from its one-off's time before it
  * starts, such a run still runs there. A pause that cancels one leaves its next attempt one too.

@@ -1,6 +1,7 @@
 import { needsFastPath } from "../dispatch/fast-path-window.js";
 import type { Engine } from "../engine.js";
-import { isOneOffOccurrence, type Job, type RetryOf, type Run } from "../model.js";
+import type { Job, RetryOf, Run } from "../model.js";
+import { isOneOffOccurrence } from "../one-off.js";
 import { dueEntryKey } from "../storage/due-entries.js";
 import { queuedRun } from "../storage/runs.js";
 

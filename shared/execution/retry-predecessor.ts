@@ -1,6 +1,7 @@
 import type { Engine } from "../engine.js";
-import { isOneOffOccurrence, isRetryOrReplay, type Job, type Run } from "../model.js";
+import { isRetryOrReplay, type Job, type Run } from "../model.js";
 import { runLogKeys } from "../observability.js";
+import { isOneOffOccurrence } from "../one-off.js";
 import { retryNotRunReason } from "../storage/next-attempt.js";
 import type { RunEnding } from "../storage/run-finish.js";
 import { getRetryPredecessor, isOccurrenceRun } from "../storage/run-reads.js";

@@ -2,15 +2,9 @@ import { CANCEL_REASONS } from "../cancel-reasons.js";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError, type RunCancelledError } from "../errors.js";
 import { parseRunId } from "../keys.js";
-import {
-  CANCEL_SOURCES,
-  type CancelSource,
-  type DueEntry,
-  isOneOffRun,
-  type Job,
-  type Run,
-} from "../model.js";
+import { CANCEL_SOURCES, type CancelSource, type DueEntry, type Job, type Run } from "../model.js";
 import { METRICS, type RunLogKeys, runLogKeys } from "../observability.js";
+import { isOneOffRun } from "../one-off.js";
 import { sendRuns } from "../queue/work-queue.js";
 import { finishedAfter, ranForLastRun } from "../storage/last-run.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";

@@ -2,7 +2,8 @@ import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
 import { runId } from "../keys.js";
-import { type DueEntry, isOneOffOccurrence, type Job, type Run } from "../model.js";
+import type { DueEntry, Job, Run } from "../model.js";
+import { isOneOffOccurrence } from "../one-off.js";
 import { putOverOlderDueEntry } from "./due-entries.js";
 import {
   conditionalWrite,

@@ -1,6 +1,7 @@
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
-import { type DueEntry, type DueKey, type Job, oneOffAttemptOf } from "../model.js";
+import type { DueEntry, DueKey, Job } from "../model.js";
+import { oneOffAttemptOf } from "../one-off.js";
 import { type UpstreamWriteName, upstreamOfWriteName } from "./dependents.js";
 import { encodeDueEntry, jobKey, sameFloorCondition } from "./items.js";
 import { setAsideKeyOf } from "./set-aside.js";

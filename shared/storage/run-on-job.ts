@@ -1,6 +1,7 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
-import { isOneOffRun, type Job, type Run, type RunSummary } from "../model.js";
+import type { Job, Run, RunSummary } from "../model.js";
+import { isOneOffRun } from "../one-off.js";
 import {
   failedConditionItem,
   isConditionalCheckFailed,
