@@ -97,9 +97,12 @@ describe("sandbox restart", () => {
       schedule: { runAt: inSeconds(8) },
     });
     // Created last, so it is still running when the sandbox stops however slow the creates were.
+    // The sandbox is stopped as soon as the run shows RUNNING, and the stop aborts it after its 3 s
+    // grace: 8 s outlasts that with seconds to spare. Its second attempt, after the restart, sleeps
+    // as long again, and the case waits for it (15 s, before, was 7 s of waiting more).
     const inFlight = await api("POST", "/jobs", {
       type: "sleep",
-      payload: { ms: 15_000 },
+      payload: { ms: 8_000 },
       timeoutSeconds: 60,
       schedule: { runAt: inSeconds(0) },
     });
