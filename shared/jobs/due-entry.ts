@@ -131,12 +131,24 @@ export async function givenUpAttemptAt(
   engine: Engine,
   jobId: string,
   at: string,
-): Promise<{
+): Promise<GivenUpAttempt | null> {
+  const read = await attemptAt(engine, jobId, at);
+  return read === null || "underWay" in read ? null : read;
+}
+
+interface GivenUpAttempt {
   readonly latest: Run;
   readonly ended: Run;
   readonly occurrenceRan: boolean;
   readonly retryOf?: RetryOf;
-} | null> {
+}
+
+/** `givenUpAttemptAt`, with the latest attempt it found still under way (`underWay`). */
+async function attemptAt(
+  engine: Engine,
+  jobId: string,
+  at: string,
+): Promise<GivenUpAttempt | { readonly underWay: Run } | null> {
   const latest = await latestAttemptOf(engine, jobId, at);
   if (latest === null) return null;
   const occurrenceRan = async (ended: Run) =>
@@ -147,7 +159,7 @@ export async function givenUpAttemptAt(
     return { latest, ended: latest, occurrenceRan: ran, ...(retryOf ? { retryOf } : {}) };
   }
   const ended = await predecessorThatNeverFails(engine, latest);
-  if (ended === null) return null;
+  if (ended === null) return { underWay: latest };
   await takeBackRetry(engine, latest, ended);
   const retryOf: RetryOf = { runId: latest.runId, fence: 0, oneOff: true };
   return { latest, ended, occurrenceRan: await occurrenceRan(ended), retryOf };
@@ -200,7 +212,10 @@ async function predecessorThatNeverFails(engine: Engine, run: Run): Promise<Run 
  * with nothing pending, ACTIVE and never run: it is filed at the latest run's next attempt, as a
  * resume files a run a pause cancelled (`givenUpAttemptAt`, which also counts a failure's retry
  * still QUEUED that will not run). A run still under way (a FAILED one too: its retry is to
- * come) is met by the claim at attempt 1, as before. The latest run at the last attempt a run can
+ * come) is met by the claim at attempt 1, as before; it is returned (`underWay`), for the edit's
+ * commit is conditioned on it still under way (`runStillUnderWay`): ended in between (skipped by
+ * its worker as an occurrence the job no longer has, say), it was not seen, and the claim at
+ * attempt 1 found it handled, the one-off ACTIVE with nothing pending. The latest run at the last attempt a run can
  * have leaves none: the edit is refused. So is one that SUCCEEDED as an occurrence's run (its own,
  * a failure's retry of it run at its old time after a move away, a recurring job's): the next
  * attempt would be that occurrence's second success, under the same idempotency key. A triggered
@@ -213,9 +228,14 @@ export async function attemptForRunAt(
   engine: Engine,
   jobId: string,
   runAt: Date,
-): Promise<{ readonly attempt: number; readonly retryOf?: RetryOf | undefined }> {
-  const given = await givenUpAttemptAt(engine, jobId, runAt.toISOString());
+): Promise<{
+  readonly attempt: number;
+  readonly retryOf?: RetryOf | undefined;
+  readonly underWay?: Run;
+}> {
+  const given = await attemptAt(engine, jobId, runAt.toISOString());
   if (given === null) return { attempt: 1 };
+  if ("underWay" in given) return { attempt: 1, underWay: given.underWay };
   const { latest, ended } = given;
   if (given.occurrenceRan)
     throw new ValidationError([

@@ -242,6 +242,7 @@ async function editPlanned(
               catchUpCount: edited.catchUpCount ?? 0,
               ...(lastEdit ? { lastEdit } : {}),
               retryEntry,
+              runUnderWay: runAtFiled.underWay,
             },
             links?.writes ?? [],
           );

@@ -18,7 +18,7 @@ import {
  * the due entries it deletes or puts.
  */
 export type JobChangeWrite = NamedWrite<
-  "job" | "pendingDueEntry" | "dueEntry" | "setAside" | "retryEntry"
+  "job" | "pendingDueEntry" | "dueEntry" | "setAside" | "retryEntry" | "runUnderWay"
 >;
 
 /** The job update shared by lifecycle changes: conditioned on the state the change was planned from. */
