@@ -26,7 +26,7 @@ import {
   type EngineFixture,
   testJob,
 } from "../support/engine-fixture.js";
-import { withFaults, withHeartbeatsHeld, withLostAnswers } from "../support/faults.js";
+import { dyingAtFailedEnding, withHeartbeatsHeld, withLostAnswers } from "../support/faults.js";
 import { waitFor } from "../support/wait.js";
 
 const TENANT = "tenant-a";
@@ -116,14 +116,7 @@ describe("a failure's next attempt, written before its ending", () => {
    * run's FAILED write never lands.
    */
   async function dieAfterNextAttempt(job: Job, handler: JobHandler, random?: number) {
-    const dying = withFaults(f.engine, {
-      operation: "UpdateItem",
-      times: 1,
-      match: (input) =>
-        (input.ExpressionAttributeValues as Record<string, unknown> | undefined)?.[":status"] ===
-        "FAILED",
-      error: () => new Error("process died"),
-    });
+    const dying = dyingAtFailedEnding(f.engine);
     try {
       const first = await attempt(job, 1);
       const engine =

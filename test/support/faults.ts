@@ -49,6 +49,20 @@ export interface FaultyEngine {
 }
 
 /**
+ * An engine like `base` whose process dies at a run's FAILED ending, its one write failing: after
+ * the next attempt's put, which stays QUEUED waiting for an ending that never came.
+ */
+export const dyingAtFailedEnding = (base: Engine): FaultyEngine =>
+  withFaults(base, {
+    operation: "UpdateItem",
+    times: 1,
+    match: (input) =>
+      (input.ExpressionAttributeValues as Record<string, unknown> | undefined)?.[":status"] ===
+      "FAILED",
+    error: () => new Error("process died"),
+  });
+
+/**
  * An engine like `base` whose DynamoDB client fails the first `times` matching
  * requests the way DynamoDB does under contention (the emulator serializes
  * transactions, so it never does), then passes every request through.

@@ -1,0 +1,95 @@
+import { describe, expect, it } from "vitest";
+import { NotReplayableError } from "../../shared/errors.js";
+import { JobError, type JobHandler } from "../../shared/execution/job-contract.js";
+import { processRun } from "../../shared/execution/worker.js";
+import { createJob, replayDeadLetter } from "../../shared/jobs/index.js";
+import { getTenantJob } from "../../shared/jobs/queries.js";
+import { SECOND, useClaimRace } from "../support/claim-race.js";
+import { deliveryOfRun, testJob } from "../support/engine-fixture.js";
+import { dyingAtFailedEnding } from "../support/faults.js";
+import { useOneOffMoves } from "../support/one-off-moves.js";
+
+/**
+ * A one-off's attempt 1 that fails, its worker dying between the retry's put and the FAILED
+ * ending, and then dies (DEAD) on its next delivery while the job is moved away: attempt 2, its
+ * retry, still QUEUED. An edit back to that time takes attempt 2 back (SKIPPED) and files the
+ * occurrence at attempt 3 (`oneOffAttempt`). A replay of the dead run before attempt 3's claim took
+ * attempt 2, over its skipped retry (the replay's key), and both ran: the occurrence twice, under
+ * one idempotency key, and the replay's success completed nothing. The replay is refused while the
+ * attempt an edit filed has no run: it runs the occurrence.
+ */
+
+const race = useClaimRace();
+const { clock, fixture, withHook, isRunPut, runsCalled } = race;
+const { moveTo, attemptsOf } = useOneOffMoves(race);
+
+describe("a replay of a one-off's dead run after an edit back filed its occurrence at a later attempt", () => {
+  it("is refused before that attempt's claim, and the filed attempt runs, once", async () => {
+    const f = fixture();
+    const due = new Date(clock().getTime() - 5 * SECOND);
+    const away = new Date(clock().getTime() + 600 * SECOND);
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        schedule: { runAt: due.toISOString() },
+        policies: {
+          ...testJob().policies,
+          retry: { maxAttempts: 3, initialDelayMs: 1000, maxDelayMs: 1000 },
+        },
+      }),
+    );
+    const [first] = await race.runsOf(job.jobId);
+    if (!first) throw new Error("the create queued no run");
+
+    // Attempt 1 fails; its worker dies between attempt 2's put and the FAILED ending.
+    const dying = dyingAtFailedEnding(f.engine);
+    const flaky: JobHandler = async () => {
+      throw new JobError("flaky", { retryable: true });
+    };
+    try {
+      await expect(
+        processRun(
+          { ...f.workerDeps("dies", { noop: flaky }, 100), engine: dying.engine },
+          deliveryOfRun(f.engine, first),
+        ),
+      ).rejects.toThrow("process died");
+    } finally {
+      dying.destroy();
+    }
+    // Delivered again, it dies while an edit moves the job away (version 2).
+    const dies: JobHandler = async () => {
+      await moveTo(job, 1, away);
+      throw new JobError("bad request", { retryable: false });
+    };
+    await f.process(f.workerDeps("w", { noop: dies }), deliveryOfRun(f.engine, first));
+    expect(await attemptsOf(job.jobId, due)).toEqual([
+      [1, "DEAD"],
+      [2, "QUEUED"],
+    ]);
+
+    // The edit back: attempt 2 taken back, attempt 3 filed; the replay lands before its claim.
+    let replayed: unknown;
+    const replay = async () => {
+      replayed = await replayDeadLetter(f.engine, job.tenantId, first.runId).catch(
+        (error: unknown) => error,
+      );
+    };
+    const { hooked } = await withHook(
+      "PutItemCommand",
+      replay,
+      () => moveTo(job, 2, due),
+      isRunPut,
+    );
+    expect(hooked).toBe(1);
+    expect(replayed).toBeInstanceOf(NotReplayableError);
+    expect(String((replayed as NotReplayableError).context.why)).toContain("attempt 3");
+
+    expect(await runsCalled(job.jobId)).toEqual([[due.toISOString(), 1]]);
+    expect(await attemptsOf(job.jobId, due)).toEqual([
+      [1, "DEAD"],
+      [2, "SKIPPED"],
+      [3, "SUCCEEDED"],
+    ]);
+    expect((await getTenantJob(f.engine, job.tenantId, job.jobId)).status).toBe("COMPLETED");
+  });
+});
