@@ -24,7 +24,8 @@ const TRANSACTION_ITEMS = 100;
 /**
  * An edit's own writes beside its upstreams' (job-edit.ts): the job, and its pending entry's and
  * set-aside record's deletes (a schedule of times edited to `after`) or its first entry (`after`
- * edited to times). An edit between schedules of times writes four, but has no upstreams.
+ * edited to times) and, for a one-off's `runAt` whose run there is under way, that run's check
+ * (`runStillUnderWay`). An edit between schedules of times writes up to six, but has no upstreams.
  */
 const EDIT_OWN_WRITES = 3;
 

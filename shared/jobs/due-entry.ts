@@ -112,6 +112,13 @@ function runGivenUp(run: Run): boolean {
   return (run.status !== "QUEUED" && run.status !== "RUNNING") || Boolean(run.cancelRequestedAt);
 }
 
+interface GivenUpAttempt {
+  readonly latest: Run;
+  readonly ended: Run;
+  readonly occurrenceRan: boolean;
+  readonly retryOf?: RetryOf;
+}
+
 /**
  * A one-off's occurrence at `at` read to be filed again: its latest attempt (`latest`, whose next
  * attempt it is filed at), the run whose ending gave it up (`ended`) and what the next attempt
@@ -121,30 +128,14 @@ function runGivenUp(run: Run): boolean {
  * a pause's, whose one-off's occurrence runs that attempt), so that attempt is taken back or
  * skipped by its worker (`decideOnPredecessor`). Met at attempt 1 as a run under way, such an
  * occurrence was lost: the claim found attempt 1's run handled, and the retry was skipped. The
- * next attempt names it under fence 0 and waits for it to end. Null when the latest attempt is
- * still under way (or there is none): the occurrence is filed at attempt 1. `occurrenceRan`: the
+ * next attempt names it under fence 0 and waits for it to end. `underWay` (that run) when the
+ * latest attempt is still under way, null when there is none: the occurrence is filed at attempt
+ * 1, by a write conditioned on that run still under way (`runStillUnderWay`). `occurrenceRan`: the
  * ending SUCCEEDED as an occurrence's run (`isOccurrenceRun`), so the occurrence has run and is
  * not filed again. One consistent query of one item, one read more for a QUEUED retry, and one for
  * a later attempt that succeeded.
  */
 export async function givenUpAttemptAt(
-  engine: Engine,
-  jobId: string,
-  at: string,
-): Promise<GivenUpAttempt | null> {
-  const read = await attemptAt(engine, jobId, at);
-  return read === null || "underWay" in read ? null : read;
-}
-
-interface GivenUpAttempt {
-  readonly latest: Run;
-  readonly ended: Run;
-  readonly occurrenceRan: boolean;
-  readonly retryOf?: RetryOf;
-}
-
-/** `givenUpAttemptAt`, with the latest attempt it found still under way (`underWay`). */
-async function attemptAt(
   engine: Engine,
   jobId: string,
   at: string,
@@ -233,7 +224,7 @@ export async function attemptForRunAt(
   readonly retryOf?: RetryOf | undefined;
   readonly underWay?: Run;
 }> {
-  const given = await attemptAt(engine, jobId, runAt.toISOString());
+  const given = await givenUpAttemptAt(engine, jobId, runAt.toISOString());
   if (given === null) return { attempt: 1 };
   if ("underWay" in given) return { attempt: 1, underWay: given.underWay };
   const { latest, ended } = given;

@@ -61,12 +61,13 @@ export async function resumeJob(engine: Engine, tenantId: string, jobId: string)
     const pending = job.nextRunAt
       ? await pendingOccurrence(engine, job, job.nextRunAt, now)
       : undefined;
-    const due = pending === undefined ? (claimed?.rerun ?? null) : pending;
+    const due = pending === undefined ? (claimed?.rerun ?? null) : pending.due;
     await recordShardCount(engine);
     const parked = await rearmParked(engine, job, now);
     // Nothing is left to run: an edit while paused set an end the job had already reached, or a
     // one-off's occurrence ended for good (or ran, `pending`) while the job was paused.
-    const completes = due === null && (hasEnd(job) || claimed?.ended === true || pending === null);
+    const completes =
+      due === null && (hasEnd(job) || claimed?.ended === true || pending?.due === null);
     return {
       write: async () => {
         // Each on its own, not in the job's transaction, which holds 100 items where a one-off can
@@ -78,7 +79,7 @@ export async function resumeJob(engine: Engine, tenantId: string, jobId: string)
         return {
           entry: due,
           parked,
-          job: await writeResumedJob(engine, job, due, now, completes),
+          job: await writeResumedJob(engine, job, due, now, completes, pending?.underWay),
         };
       },
     };
@@ -131,20 +132,25 @@ async function sendResumedRuns(engine: Engine, jobId: string, runs: readonly Run
  * while paused gave it back a time whose run, under way then (met at attempt 1), has since
  * SUCCEEDED as an occurrence's (the edit refuses such a time, `attemptForRunAt`); filed at its next
  * attempt, the occurrence ran a second time. One consistent read more, for such a success alone.
+ * With the run met under way there (`underWay`), filed at attempt 1: the resume's write is
+ * conditioned on it still under way (`runStillUnderWay`), for one that ended between this read and
+ * that write (succeeded, dead, cancelled) left the one-off ACTIVE with nothing pending.
  */
 async function pendingOccurrence(
   engine: Engine,
   job: Job,
   nextRunAt: string,
   now: Date,
-): Promise<DueEntry | null> {
+): Promise<{ readonly due: DueEntry | null; readonly underWay?: Run }> {
+  const first = () => ({ due: dueEntryFor(engine, job, new Date(nextRunAt), now) });
   if (!("runAt" in job.schedule) || Date.parse(job.schedule.runAt) !== Date.parse(nextRunAt))
-    return dueEntryFor(engine, job, new Date(nextRunAt), now);
+    return first();
   const given = await givenUpAttemptAt(engine, job.jobId, job.schedule.runAt);
-  if (given === null) return dueEntryFor(engine, job, new Date(nextRunAt), now);
-  if (given.occurrenceRan) return null;
+  if (given === null) return first();
+  if ("underWay" in given) return { ...first(), underWay: given.underWay };
+  if (given.occurrenceRan) return { due: null };
   if (given.latest.attempt >= MAX_ATTEMPT) throw noAttemptLeft(job, given.latest, "");
-  return rerunOf(engine, job, given.latest, now, given.retryOf);
+  return { due: await rerunOf(engine, job, given.latest, now, given.retryOf) };
 }
 
 /**

@@ -1,6 +1,5 @@
 import { GetCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
-import { ConcurrentUpdateError } from "../errors.js";
 import type { DueEntry, DueKey, EditMark, Job, Run } from "../model.js";
 import type { UpstreamWriteName } from "./dependents.js";
 import { putOverOlderDueEntry } from "./due-entries.js";
@@ -9,12 +8,12 @@ import {
   deletePendingDueEntry,
   deleteSetAside,
   type JobChangeWrite,
+  runStillUnderWay,
   updateJobFrom,
   writeJobChange,
 } from "./job-update.js";
 import { completedJobExpiresAt, runsOnAfterEndMs } from "./retention.js";
-import { runKeyOf } from "./run-reads.js";
-import { ConditionsFailedError, type NamedWrite } from "./transaction.js";
+import type { NamedWrite } from "./transaction.js";
 
 /** The fields of a job an edit may change. */
 type EditedFields = Partial<
@@ -138,39 +137,5 @@ export async function writeEditedJob(
       write: { Put: { TableName: engine.tables.jobs, Item: encodeDueEntry(next.retryEntry) } },
     });
   if (next.runUnderWay) writes.push(runStillUnderWay(engine, next.runUnderWay));
-  try {
-    await writeJobChange(engine, job, [...writes, ...upstreams]);
-  } catch (error) {
-    if (error instanceof ConditionsFailedError && error.has("runUnderWay"))
-      throw new ConcurrentUpdateError(`a run of job ${job.jobId} ended since it was read`, {
-        cause: error,
-      });
-    throw error;
-  }
-}
-
-/**
- * The condition of an edit that files a one-off's occurrence at attempt 1 beside its run read
- * under way there (`attemptForRunAt`): that run still QUEUED or RUNNING and not asked to cancel; for
- * a FAILED one, its next attempt (a retry entry's, not yet claimed) not yet put or under way so.
- * Ended in between, the claim at attempt 1 would find that attempt handled and leave the one-off
- * with nothing pending: refused, the edit reads it again (`ConcurrentUpdateError`) and files the
- * next attempt, or refuses a time whose run succeeded. A transaction item more, only for such an
- * edit: an edit back to a time whose run is under way.
- */
-function runStillUnderWay(engine: Engine, run: Run): JobChangeWrite {
-  const key =
-    run.status === "FAILED" ? runKeyOf({ ...run, attempt: run.attempt + 1 }) : runKeyOf(run);
-  return {
-    name: "runUnderWay",
-    write: {
-      ConditionCheck: {
-        TableName: engine.tables.runs,
-        Key: key,
-        ConditionExpression: `${run.status === "FAILED" ? "attribute_not_exists(pk) OR " : ""}(#status IN (:queued, :running) AND NOT attribute_type(cancelRequestedAt, :string))`,
-        ExpressionAttributeNames: { "#status": "status" },
-        ExpressionAttributeValues: { ":queued": "QUEUED", ":running": "RUNNING", ":string": "S" },
-      },
-    },
-  };
+  await writeJobChange(engine, job, [...writes, ...upstreams]);
 }

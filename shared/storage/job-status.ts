@@ -15,6 +15,7 @@ import { type FloorLowering, jobAsReadLoweringFloor, jobKey, sameFloorCondition 
 import {
   deletePendingDueEntry,
   oneOffAttemptAt,
+  runStillUnderWay,
   updateJobFrom,
   writeJobChange,
 } from "./job-update.js";
@@ -65,6 +66,8 @@ export async function writeResumedJob(
   due: DueEntry | null,
   now: Date,
   completes = false,
+  /** The run at the one-off's time read under way, its occurrence filed at attempt 1. */
+  runUnderWay?: Run,
 ): Promise<Job> {
   const set = {
     status: completes ? "COMPLETED" : "ACTIVE",
@@ -85,6 +88,7 @@ export async function writeResumedJob(
     updateJobFrom(engine, job, { ...set, ...expiry }, { sameParkedRuns: true }),
     // Over a one-off's entry left by a dead plain claimer, of an older version (putOverOlderDueEntry).
     ...(due ? [{ name: "dueEntry" as const, write: putOverOlderDueEntry(engine, due) }] : []),
+    ...(runUnderWay ? [runStillUnderWay(engine, runUnderWay)] : []),
   ]);
   return { ...job, ...set };
 }

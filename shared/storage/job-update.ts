@@ -1,9 +1,10 @@
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
-import type { DueEntry, DueKey, Job } from "../model.js";
+import type { DueEntry, DueKey, Job, Run } from "../model.js";
 import { oneOffAttemptOf } from "../one-off.js";
 import { type UpstreamWriteName, upstreamOfWriteName } from "./dependents.js";
 import { encodeDueEntry, jobKey, sameFloorCondition } from "./items.js";
+import { runKeyOf } from "./run-reads.js";
 import { setAsideKeyOf } from "./set-aside.js";
 import {
   ConditionsFailedError,
@@ -149,6 +150,36 @@ export async function writeJobChange(
       throw new ConcurrentUpdateError(`job ${job.jobId} changed since it was read`, {
         cause: error,
       });
+    if (error instanceof ConditionsFailedError && error.has("runUnderWay"))
+      throw new ConcurrentUpdateError(`a run of job ${job.jobId} ended since it was read`, {
+        cause: error,
+      });
     throw error;
   }
+}
+
+/**
+ * The condition of a change that files a one-off's occurrence at attempt 1 beside its run read
+ * under way there (an edit's `attemptForRunAt`, a resume's `pendingOccurrence`): that run still
+ * QUEUED or RUNNING and not asked to cancel; for a FAILED one, its next attempt (a retry entry's,
+ * not yet claimed) not yet put or under way so. Ended in between, the claim at attempt 1 would find
+ * that attempt handled and leave the one-off with nothing pending: refused, the change reads it
+ * again (`ConcurrentUpdateError`) and files the next attempt, or refuses (an edit) or completes (a
+ * resume) a time whose run succeeded. A transaction item more, only for such a change.
+ */
+export function runStillUnderWay(engine: Engine, run: Run): JobChangeWrite {
+  const key =
+    run.status === "FAILED" ? runKeyOf({ ...run, attempt: run.attempt + 1 }) : runKeyOf(run);
+  return {
+    name: "runUnderWay",
+    write: {
+      ConditionCheck: {
+        TableName: engine.tables.runs,
+        Key: key,
+        ConditionExpression: `${run.status === "FAILED" ? "attribute_not_exists(pk) OR " : ""}(#status IN (:queued, :running) AND NOT attribute_type(cancelRequestedAt, :string))`,
+        ExpressionAttributeNames: { "#status": "status" },
+        ExpressionAttributeValues: { ":queued": "QUEUED", ":running": "RUNNING", ":string": "S" },
+      },
+    },
+  };
 }

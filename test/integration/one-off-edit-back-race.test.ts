@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { JobError } from "../../shared/execution/job-contract.js";
-import { cancelRun, createJob } from "../../shared/jobs/index.js";
+import { cancelRun, createJob, pauseJob, resumeJob } from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
 import type { Job, Run } from "../../shared/model.js";
 import { ValidationError } from "../../shared/validation.js";
@@ -165,6 +165,40 @@ describe.each(ONE_OFF_CLAIM_WRITES)(
         [1, "FAILED"],
         [2, "SUCCEEDED"],
       ]);
+    });
+
+    /**
+     * Attempt 1 running while the job is moved away, paused, and given its time back (met under
+     * way: attempt 1); the resume, `between` its read and its commit, lets the run end.
+     */
+    async function resumedAsRunEnds(outcome: () => unknown, retryable = true) {
+      const f = fixture();
+      const { job, due, run } = await oneOffQueued(retryable);
+      const { ended } = await runningMovedAway(job, run, outcome);
+      const paused = await pauseJob(f.engine, job.tenantId, job.jobId);
+      await moveTo(job, paused.version, due);
+      const { hooked } = await withHook(
+        "TransactWriteItemsCommand",
+        ended,
+        () => resumeJob(f.engine, job.tenantId, job.jobId),
+        isEditCommit,
+      );
+      expect(hooked).toBe(1);
+      return { job, due };
+    }
+
+    it("paused and given its time back, attempt 1 DEAD between the resume's read and its commit: attempt 2 runs, once", async () => {
+      const { job, due } = await resumedAsRunEnds(() => {
+        throw new JobError("bad request", { retryable: false });
+      }, false);
+      await attempt2RunsOnce(job, due, "DEAD");
+    });
+
+    it("paused and given its time back, attempt 1 SUCCEEDED between the resume's read and its commit: the resume completes the job", async () => {
+      const f = fixture();
+      const { job, due } = await resumedAsRunEnds(() => ({ ok: true }));
+      expect((await getTenantJob(f.engine, job.tenantId, job.jobId)).status).toBe("COMPLETED");
+      expect(await attemptsOf(job.jobId, due)).toEqual([[1, "SUCCEEDED"]]);
     });
 
     it("attempt 1, running while moved away, SUCCEEDED: the edit is refused, as after that success", async () => {
