@@ -2,6 +2,7 @@ import { BatchWriteCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
 import { sleep } from "../clock.js";
 import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
+import { runId } from "../keys.js";
 import type { DueEntry, Run } from "../model.js";
 import {
   afterLostRace,
@@ -123,6 +124,40 @@ const RETRY_RUN_PUT_CONDITION =
   "attribute_not_exists(pk) OR (#status = :queued AND retryOf.fence = :retryFence AND (jobVersion < :jobVersion OR (jobVersion = :jobVersion AND fence = :unstarted AND (attribute_not_exists(misfireFrom) OR attribute_type(misfireFrom, :null)))))";
 
 /**
+ * What a run put of a one-off's occurrence filed again at a later attempt (an edit back to its
+ * time, a resume: the attempt before it was cancelled or ended) takes the key over from besides: a
+ * next attempt of that attempt before (it names it, `retryOf`) that never ran and never will. Its
+ * failure put it before its FAILED ending, which was refused (the run had been asked to cancel), so
+ * no message of it was sent: SKIPPED (taken back by that worker, or skipped at its start), or
+ * still QUEUED as put, no claim's (no `claimToken`), never started, never re-sent. Put after the
+ * edit's or resume's read of the runs, it was found by the claim and taken for the occurrence's
+ * run, and, taken back, left the one-off ACTIVE with nothing pending, never run.
+ */
+const OWN_RETRY_NEVER_RUN =
+  "(retryOf.runId = :before AND (#status = :skipped OR (#status = :queued AND fence = :unstarted AND attribute_not_exists(claimToken) AND (attribute_not_exists(misfireFrom) OR attribute_type(misfireFrom, :null)))))";
+
+/** The condition of a claim's run put for `entry`, with the values it names beyond the common ones. */
+function runPutCondition(entry: DueEntry): {
+  readonly condition: string;
+  readonly values: Record<string, unknown>;
+} {
+  const { retryOf } = entry;
+  const base = retryOf ? RETRY_RUN_PUT_CONDITION : RUN_PUT_CONDITION;
+  const values: Record<string, unknown> = retryOf ? { ":retryFence": retryOf.fence } : {};
+  // A failure's retry entry (its failed start's fence) is no occurrence filed again.
+  if (entry.kind !== "occurrence" || entry.attempt <= 1 || (retryOf && retryOf.fence !== 0))
+    return { condition: base, values };
+  return {
+    condition: `${base} OR ${OWN_RETRY_NEVER_RUN}`,
+    values: {
+      ...values,
+      ":before": runId(entry.jobId, entry.scheduledFor, entry.attempt - 1),
+      ":skipped": "SKIPPED",
+    },
+  };
+}
+
+/**
  * Writes a claim. First each QUEUED run is put with a conditional PutItem
  * (`RUN_PUT_CONDITION`): one write unit, where an item of a transaction bills
  * two. A run found handled already ends the call there (`occurrences-handled`):
@@ -159,6 +194,7 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
 
   const running: string[] = [];
   const put: string[] = [];
+  const putCondition = runPutCondition(entry);
   await forEachConcurrently(
     queued.filter(({ run }) => !alreadyPut.has(run.scheduledFor)),
     RUN_PUT_CONCURRENCY,
@@ -169,14 +205,14 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
             new PutCommand({
               TableName: tables.runs,
               Item: { ...item, claimToken: token },
-              ConditionExpression: entry.retryOf ? RETRY_RUN_PUT_CONDITION : RUN_PUT_CONDITION,
+              ConditionExpression: putCondition.condition,
               ExpressionAttributeNames: { "#status": "status" },
               ExpressionAttributeValues: {
                 ":queued": "QUEUED",
                 ":jobVersion": entry.jobVersion,
                 ":unstarted": 0,
                 ":null": "NULL",
-                ...(entry.retryOf ? { ":retryFence": entry.retryOf.fence } : {}),
+                ...putCondition.values,
               },
             }),
           ),
