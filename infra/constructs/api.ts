@@ -104,6 +104,9 @@ export class Api extends Construct {
     // a job lists read with it (BatchGetItem). DeleteItem: a fast-path claim (create, edit,
     // resume) whose transaction fails for good after its run puts deletes the runs it put
     // (storage/claim.ts, deleteOwnRuns); denied, the request failed and left them to the reaper.
+    // ConditionCheckItem: an edit or resume that files a one-off's occurrence beside its run read
+    // under way checks in its transaction that the run is still so (job-update.ts,
+    // runStillUnderWay); denied, every such edit and resume failed.
     allowTable(this.handler.fn, {
       ...storage.runs,
       actions: [
@@ -112,6 +115,7 @@ export class Api extends Construct {
         "PutItem",
         "UpdateItem",
         "DeleteItem",
+        "ConditionCheckItem",
         "Query",
         "BatchWriteItem",
       ],

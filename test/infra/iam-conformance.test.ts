@@ -551,6 +551,27 @@ describe("each handler, driven through its AWS-calling paths", () => {
     expect((await runsOf(id)).filter((run) => run.status === "QUEUED")).toEqual([]);
   });
 
+  it("api: an edit back to a one-off's time whose run there is still queued checks that run in its transaction (ConditionCheckItem on runs)", async () => {
+    // Due within the fast path's window: the create claims it and puts its run, QUEUED. Moved
+    // away and back, the edit files the occurrence at attempt 1 beside that run, on condition it
+    // is still under way (job-update.ts, runStillUnderWay).
+    const runAt = new Date(Date.now() + 30_000).toISOString();
+    const created = await api("POST", "/jobs", { body: { type: "noop", schedule: { runAt } } });
+    expect(created.status).toBe(201);
+    const id = String(field(created.body, "id"));
+    expect((await runsOf(id)).map((run) => run.status)).toEqual(["QUEUED"]);
+    const away = await api("PATCH", `/jobs/${id}`, {
+      body: { schedule: { runAt: new Date(Date.now() + 7_200_000).toISOString() } },
+      headers: { "if-match": `"${String(field(created.body, "version"))}"` },
+    });
+    expect(away.status).toBe(200);
+    const back = await api("PATCH", `/jobs/${id}`, {
+      body: { schedule: { runAt } },
+      headers: { "if-match": `"${String(field(away.body, "version"))}"` },
+    });
+    expect(back.status).toBe(200);
+  });
+
   it("tick: fans out one dispatcher invocation per shard, then the reaper re-sends overdue runs, keeping the completed job of one that has waited past half the retention", async () => {
     // Claimed ten minutes ago and never started: its reaper deadline has long passed.
     const { job } = await createJob(seedingEngine(-600_000), {
