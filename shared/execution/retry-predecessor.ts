@@ -1,7 +1,7 @@
 import type { Engine } from "../engine.js";
 import { isRetryOrReplay, type Job, type Run } from "../model.js";
 import { runLogKeys } from "../observability.js";
-import { isOneOffOccurrence } from "../one-off.js";
+import { isOneOffOccurrence, oneOffAttemptOf } from "../one-off.js";
 import { retryNotRunReason } from "../storage/next-attempt.js";
 import type { RunEnding } from "../storage/run-finish.js";
 import { getRetryPredecessor, isOccurrenceRun } from "../storage/run-reads.js";
@@ -33,8 +33,10 @@ export type PredecessorDecision =
  * the exception: its resume gives it a next attempt, and this is that attempt; a failure's retry
  * or a replay so cancelled gives a retry (`DueEntry.retryAgain`), which runs at its time even
  * once the one-off was moved away, as it would have unpaused (not a triggered run's or a
- * dependent's, which no resume gives back: `retriedAfterPause`). A predecessor gone
- * (its TTL passed: it was written a retention ago) has ended long since: the attempt runs.
+ * dependent's, which no resume gives back: `retriedAfterPause`). So is an attempt the one-off's
+ * occurrence was filed at again (`filedAtThisAttempt`): it is that occurrence's run. A
+ * predecessor gone (its TTL passed: it was written a retention ago) has ended long since: the
+ * attempt runs.
  */
 export function decideOnPredecessor(
   job: Job,
@@ -75,6 +77,7 @@ export function decideOnPredecessor(
   )
     return { action: "run" };
   if (retriedAfterPause(job, run, predecessor) && !ofTriggeredRun) return { action: "run" };
+  if (filedAtThisAttempt(job, run)) return { action: "run" };
   return {
     action: "end",
     ending: {
@@ -84,6 +87,18 @@ export function decideOnPredecessor(
     },
   };
 }
+
+/**
+ * Whether an edit back to the one-off's time, or a resume, filed its occurrence at this very
+ * attempt (`oneOffAttempt`) after the attempt before it was cancelled or ended: a failure of that
+ * attempt that put its own next attempt first holds the occurrence's key, and, re-sent by the
+ * reaper before the filing's claim, is the occurrence's run. It runs, as the claim's put over it
+ * would have (`OWN_RETRY_NEVER_RUN`); skipped, it ended the one-off unrun (completed it, its
+ * attempt being the filed one), and the claim then found the job completed or the key handled.
+ */
+const filedAtThisAttempt = (job: Job, run: Run) =>
+  isOneOffOccurrence(job, run.scheduledFor) &&
+  oneOffAttemptOf(job, run.scheduledFor) === run.attempt;
 
 /**
  * Whether the run follows a failure's retry or a replay, of a one-off's occurrence moved away

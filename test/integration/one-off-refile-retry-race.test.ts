@@ -30,8 +30,8 @@ describe.each(ONE_OFF_CLAIM_WRITES)(
   "an edit back racing a cancelled retry's own next attempt (oneOffClaimWrites %s)",
   (oneOffClaimWrites) => {
     const race = useClaimRace({ oneOffClaimWrites });
-    const { clock, fixture, withHooks, isRunPut, runsCalled, runsOf } = race;
-    const { failedOnce, retryRunningAtOldTime, moveTo, attemptsOf } = useOneOffMoves(race);
+    const { clock, fixture, withHooks, isRunPut, runsCalled } = race;
+    const { retryAtOldTime, retryRunningAtOldTime, moveTo, attemptsOf } = useOneOffMoves(race);
 
     /** The worker's FAILED ending of a run (refused here: the run was asked to cancel). */
     const isFailedEnding = (input: Input) =>
@@ -99,9 +99,7 @@ describe.each(ONE_OFF_CLAIM_WRITES)(
       "the failure's own attempt 3, put between the edit's read and its claim, %s: the occurrence runs once",
       async (_, claimBeforeTakeBack) => {
         const f = fixture();
-        const { job, due } = await failedOnce(0, { moveAway: true });
-        const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
-        if (!retry) throw new Error("no retry");
+        const { job, due, retry } = await retryAtOldTime();
         const { claimHeld, claimReached, release, releasedAtEnding } = claimHeldAtPut();
         let edit: Promise<unknown> = Promise.resolve();
         // Attempt 2 runs: asked to cancel through the API, the edit back committed (its claim

@@ -104,12 +104,18 @@ export function useOneOffMoves(race: ReturnType<typeof useClaimRace>) {
 
   /**
    * A one-off whose attempt 1 failed while it was moved 10 minutes away: its retry, attempt 2,
-   * queued at the old time, is running under worker-a.
+   * QUEUED at the old time.
    */
-  async function retryRunningAtOldTime() {
+  async function retryAtOldTime() {
     const { job, due } = await failedOnce(0, { moveAway: true });
     const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
     if (!retry) throw new Error("no retry");
+    return { job, due, retry };
+  }
+
+  /** As `retryAtOldTime`, the retry running under worker-a. */
+  async function retryRunningAtOldTime() {
+    const { job, due, retry } = await retryAtOldTime();
     expect((await startRun(fixture().engine, retry, "worker-a", clock())).kind).toBe("started");
     return { job, due, retry };
   }
@@ -179,6 +185,7 @@ export function useOneOffMoves(race: ReturnType<typeof useClaimRace>) {
     deadWhileMovedAway,
     retryingOneOff,
     failedOnce,
+    retryAtOldTime,
     retryRunningAtOldTime,
     recurringFailedOnce,
     failRun,

@@ -100,6 +100,21 @@ describe("decideOnPredecessor: a failure's next attempt runs only once the attem
     });
   });
 
+  it("runs when the one-off's occurrence was filed again at its very attempt (it is that occurrence's run); skipped at another attempt or time", () => {
+    const cancelled = predecessor("CANCELLED", { cancelledBy: "api" });
+    const filedAt = (attemptNo: number, at = OCCURRENCE): Job => ({
+      ...oneOff(),
+      oneOffAttempt: { at: at.toISOString(), attempt: attemptNo },
+    });
+    expect(decideOnPredecessor(filedAt(2), next, cancelled, NOW)).toEqual({ action: "run" });
+    expect(decideOnPredecessor(filedAt(3), next, cancelled, NOW)).toMatchObject({
+      ending: { status: "SKIPPED", completesJob: false },
+    });
+    expect(decideOnPredecessor(filedAt(2, NOW), next, cancelled, NOW)).toMatchObject({
+      ending: { status: "SKIPPED", completesJob: true },
+    });
+  });
+
   it("runs after a one-off's occurrence a pause cancelled (its resume gives it this attempt), not a recurring job's", () => {
     const byPause = predecessor("CANCELLED", { cancelledBy: "pause" });
     expect(decideOnPredecessor(oneOff(), next, byPause, NOW)).toEqual({ action: "run" });
