@@ -117,6 +117,8 @@ interface GivenUpAttempt {
   readonly ended: Run;
   readonly occurrenceRan: boolean;
   readonly retryOf?: RetryOf;
+  /** The failure's retry taken back, `latest` (`takeBackRetry`). */
+  readonly takenBack?: Run;
 }
 
 /**
@@ -153,7 +155,7 @@ export async function givenUpAttemptAt(
   if (ended === null) return { underWay: latest };
   await takeBackRetry(engine, latest, ended);
   const retryOf: RetryOf = { runId: latest.runId, fence: 0, oneOff: true };
-  return { latest, ended, occurrenceRan: await occurrenceRan(ended), retryOf };
+  return { latest, ended, occurrenceRan: await occurrenceRan(ended), retryOf, takenBack: latest };
 }
 
 /**
@@ -223,6 +225,7 @@ export async function attemptForRunAt(
   readonly attempt: number;
   readonly retryOf?: RetryOf | undefined;
   readonly underWay?: Run;
+  readonly takenBack?: Run | undefined;
 }> {
   const given = await givenUpAttemptAt(engine, jobId, runAt.toISOString());
   if (given === null) return { attempt: 1 };
@@ -242,7 +245,7 @@ export async function attemptForRunAt(
         message: `its run at ${latest.scheduledFor} has had attempt ${latest.attempt}, the last attempt a run can have: give another runAt`,
       },
     ]);
-  return { attempt: latest.attempt + 1, retryOf: given.retryOf };
+  return { attempt: latest.attempt + 1, retryOf: given.retryOf, takenBack: given.takenBack };
 }
 
 /**

@@ -243,6 +243,7 @@ async function editPlanned(
               ...(lastEdit ? { lastEdit } : {}),
               retryEntry,
               runUnderWay: runAtFiled.underWay,
+              retryTakenBack: runAtFiled.takenBack,
             },
             links?.writes ?? [],
           );

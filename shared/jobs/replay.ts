@@ -2,9 +2,8 @@ import type { Engine } from "../engine.js";
 import { IllegalTransitionError, NotReplayableError } from "../errors.js";
 import { idempotencyKeyHash, MAX_ATTEMPT, parseRunId } from "../keys.js";
 import type { Run } from "../model.js";
-import { isOneOffOccurrence, oneOffAttemptOf } from "../one-off.js";
 import { recordShardCount } from "../shard-count.js";
-import { JOB_DELETED, writeReplay } from "../storage/dead-letter-replay.js";
+import { filedPastReason, JOB_DELETED, writeReplay } from "../storage/dead-letter-replay.js";
 import { isBeingDeleted } from "../storage/items.js";
 import { latestAttemptOf } from "../storage/job-queries.js";
 import { keepCompletedJobForRun } from "../storage/job-status.js";
@@ -62,14 +61,8 @@ export async function replayDeadLetter(
   if (job === null) throw new NotReplayableError(runId, goneJobReason(engine, dead));
   if (isBeingDeleted(job)) throw new NotReplayableError(runId, JOB_DELETED);
   if (job.status === "CANCELLED") throw new IllegalTransitionError("replay a run of", job.status);
-  // An edit back filed the occurrence past this attempt (`oneOffAttempt`), unclaimed yet: it runs
-  // (a completed job runs none).
-  const filed = oneOffAttemptOf(job, dead.scheduledFor);
-  if (attempt < filed && job.status !== "COMPLETED" && isOneOffOccurrence(job, dead.scheduledFor))
-    throw new NotReplayableError(
-      runId,
-      `its occurrence is filed to run again as attempt ${filed}, when an edit gave its job this runAt again: replayable once that run and its retries have ended, unless one succeeds`,
-    );
+  const filedPast = filedPastReason(job, dead.scheduledFor, attempt);
+  if (filedPast !== null) throw new NotReplayableError(runId, filedPast);
   await recordShardCount(engine);
   // Before the run is written: a run left without its job's TTL pushed could outlive the job. One
   // that expired since the read (or was deleted) is gone.
@@ -87,7 +80,7 @@ export async function replayDeadLetter(
   });
   try {
     // A one-off replaying a dead run from before it became one: its reads come down to the replay.
-    await writeReplay(engine, dead, { runId: run.runId, item, keyHash, job });
+    await writeReplay(engine, dead, { runId: run.runId, attempt, item, keyHash, job });
   } catch (error) {
     const replayed = await replayWithKey(
       engine,

@@ -1,6 +1,7 @@
 import type { Engine } from "../engine.js";
 import { IllegalTransitionError, NotReplayableError } from "../errors.js";
 import type { Job, Run } from "../model.js";
+import { isOneOffOccurrence, oneOffAttemptOf } from "../one-off.js";
 import { transactionCancellationCodes } from "./dynamo-errors.js";
 import {
   decodeJob,
@@ -26,6 +27,52 @@ const REPLAY_KEY_FREE =
   "attribute_not_exists(pk) OR (#status = :skipped AND retryOf.runId = :deadRunId)";
 
 /**
+ * Why a replay at `attempt` of a dead run at `at` is refused when an edit back (or a resume) filed
+ * the one-off's occurrence there past it (`oneOffAttempt`), unclaimed yet: that attempt runs the
+ * occurrence (a completed job runs none). Null when it is not.
+ */
+export function filedPastReason(job: Job, at: string, attempt: number): string | null {
+  const filed = oneOffAttemptOf(job, at);
+  if (attempt >= filed || job.status === "COMPLETED" || !isOneOffOccurrence(job, at)) return null;
+  return `its occurrence is filed to run again as attempt ${filed}, when an edit gave its job this runAt again: replayable once that run and its retries have ended, unless one succeeds`;
+}
+
+/**
+ * The job write's condition that no edit back filed the occurrence past the replay's attempt
+ * since the read (`filedPastReason` of the job as it stands): such an edit took the skipped retry
+ * whose key the replay takes back, and its attempt would run beside the replay.
+ */
+function notFiledPast(
+  write: ReturnType<typeof jobNotCancelledCheck> | ReturnType<typeof jobNotCancelledLoweringFloor>,
+  at: string,
+  attempt: number,
+) {
+  const [kind, inner] =
+    "ConditionCheck" in write
+      ? (["ConditionCheck", write.ConditionCheck] as const)
+      : (["Update", write.Update] as const);
+  return {
+    [kind]: {
+      ...inner,
+      ConditionExpression: `${inner.ConditionExpression} AND NOT (#schedule.#runAt = :replayAt AND oneOffAttempt.#filedAt = :replayAt AND oneOffAttempt.#attempt > :replayAttempt AND #status <> :completed)`,
+      ExpressionAttributeNames: {
+        ...inner.ExpressionAttributeNames,
+        "#schedule": "schedule",
+        "#runAt": "runAt",
+        "#filedAt": "at",
+        "#attempt": "attempt",
+      },
+      ExpressionAttributeValues: {
+        ...inner.ExpressionAttributeValues,
+        ":replayAt": at,
+        ":replayAttempt": attempt,
+        ":completed": "COMPLETED",
+      },
+    },
+  };
+}
+
+/**
  * Puts the QUEUED item of `replay`, a new attempt of the dead run `dead`, and
  * takes `dead` off the dead-letter list (it names its replay, and keeps the
  * hash of the replay's Idempotency-Key, if any), in one
@@ -47,6 +94,7 @@ export async function writeReplay(
   dead: Run,
   replay: {
     readonly runId: string;
+    readonly attempt: number;
     readonly item: Record<string, unknown>;
     readonly keyHash: string | undefined;
     /** The job as read, or as the last try found it. */
@@ -54,10 +102,13 @@ export async function writeReplay(
   },
 ): Promise<void> {
   const lowering = floorLoweringFor(replay.job, dead.scheduledFor);
-  const jobWrite =
+  const jobWrite = notFiledPast(
     lowering === undefined
       ? jobNotCancelledCheck(engine.tables.jobs, dead.jobId)
-      : jobNotCancelledLoweringFloor(engine.tables.jobs, replay.job, lowering);
+      : jobNotCancelledLoweringFloor(engine.tables.jobs, replay.job, lowering),
+    dead.scheduledFor,
+    replay.attempt,
+  );
   try {
     await writeTransaction(engine, "replay", [
       {
@@ -104,6 +155,8 @@ export async function writeReplay(
         throw new NotReplayableError(dead.runId, JOB_DELETED);
       if (job.status === "CANCELLED")
         throw new IllegalTransitionError("replay a run of", String(job.status));
+      const filedPast = filedPastReason(decodeJob(job), dead.scheduledFor, replay.attempt);
+      if (filedPast !== null) throw new NotReplayableError(dead.runId, filedPast);
       // The job stands, its floor or the occurrences below it changed since the read: decided again.
       if (lowering !== undefined)
         return writeReplay(engine, dead, { ...replay, job: decodeJob(job) });

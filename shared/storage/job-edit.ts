@@ -8,6 +8,7 @@ import {
   deletePendingDueEntry,
   deleteSetAside,
   type JobChangeWrite,
+  retryStillTakenBack,
   runStillUnderWay,
   updateJobFrom,
   writeJobChange,
@@ -72,6 +73,8 @@ export async function writeEditedJob(
     readonly retryEntry?: DueEntry | null;
     /** The run at the new `runAt` read under way, its occurrence filed at attempt 1 (`runStillUnderWay`). */
     readonly runUnderWay?: Run | undefined;
+    /** A failure's retry taken back, the occurrence filed after it (`retryStillTakenBack`). */
+    readonly retryTakenBack?: Run | undefined;
   },
   upstreams: readonly NamedWrite<UpstreamWriteName>[] = [],
 ): Promise<void> {
@@ -137,5 +140,6 @@ export async function writeEditedJob(
       write: { Put: { TableName: engine.tables.jobs, Item: encodeDueEntry(next.retryEntry) } },
     });
   if (next.runUnderWay) writes.push(runStillUnderWay(engine, next.runUnderWay));
+  if (next.retryTakenBack) writes.push(retryStillTakenBack(engine, next.retryTakenBack));
   await writeJobChange(engine, job, [...writes, ...upstreams]);
 }

@@ -19,7 +19,13 @@ import {
  * the due entries it deletes or puts.
  */
 export type JobChangeWrite = NamedWrite<
-  "job" | "pendingDueEntry" | "dueEntry" | "setAside" | "retryEntry" | "runUnderWay"
+  | "job"
+  | "pendingDueEntry"
+  | "dueEntry"
+  | "setAside"
+  | "retryEntry"
+  | "runUnderWay"
+  | "retryTakenBack"
 >;
 
 /** The job update shared by lifecycle changes: conditioned on the state the change was planned from. */
@@ -154,6 +160,10 @@ export async function writeJobChange(
       throw new ConcurrentUpdateError(`a run of job ${job.jobId} ended since it was read`, {
         cause: error,
       });
+    if (error instanceof ConditionsFailedError && error.has("retryTakenBack"))
+      throw new ConcurrentUpdateError(`a replay of job ${job.jobId} took a retry's place`, {
+        cause: error,
+      });
     throw error;
   }
 }
@@ -179,6 +189,27 @@ export function runStillUnderWay(engine: Engine, run: Run): JobChangeWrite {
         ConditionExpression: `${run.status === "FAILED" ? "attribute_not_exists(pk) OR " : ""}(#status IN (:queued, :running) AND NOT attribute_type(cancelRequestedAt, :string))`,
         ExpressionAttributeNames: { "#status": "status" },
         ExpressionAttributeValues: { ":queued": "QUEUED", ":running": "RUNNING", ":string": "S" },
+      },
+    },
+  };
+}
+
+/**
+ * The condition of an edit that files a one-off's occurrence after a failure's retry it took back
+ * (`givenUpAttemptAt`): that retry's item still the retry of its predecessor. A replay of the dead
+ * predecessor takes a skipped retry's key (`REPLAY_KEY_FREE`, dead-letter-replay.ts); put between
+ * the take-back and this commit, it would run beside the attempt filed after it. Refused, the edit
+ * is planned again (`ConcurrentUpdateError`) and meets the replay's run under way.
+ */
+export function retryStillTakenBack(engine: Engine, retry: Run): JobChangeWrite {
+  return {
+    name: "retryTakenBack",
+    write: {
+      ConditionCheck: {
+        TableName: engine.tables.runs,
+        Key: runKeyOf(retry),
+        ConditionExpression: "retryOf.runId = :predecessor",
+        ExpressionAttributeValues: { ":predecessor": retry.retryOf?.runId ?? null },
       },
     },
   };
