@@ -117,8 +117,11 @@ interface GivenUpAttempt {
   readonly ended: Run;
   readonly occurrenceRan: boolean;
   readonly retryOf?: RetryOf;
-  /** The failure's retry taken back, `latest` (`takeBackRetry`). */
-  readonly takenBack?: Run;
+  /**
+   * `latest` when it is a failure's retry, taken back here (`takeBackRetry`) or SKIPPED: a replay
+   * of its dead predecessor may take its key (`stillARetry`).
+   */
+  readonly skippedRetry?: Run;
 }
 
 /**
@@ -149,13 +152,27 @@ export async function givenUpAttemptAt(
   if (runGivenUp(latest)) {
     const retryOf = afterCancelledRun(latest);
     const ran = await occurrenceRan(latest);
-    return { latest, ended: latest, occurrenceRan: ran, ...(retryOf ? { retryOf } : {}) };
+    const skippedRetry =
+      latest.status === "SKIPPED" && latest.retryOf ? { skippedRetry: latest } : {};
+    return {
+      latest,
+      ended: latest,
+      occurrenceRan: ran,
+      ...(retryOf ? { retryOf } : {}),
+      ...skippedRetry,
+    };
   }
   const ended = await predecessorThatNeverFails(engine, latest);
   if (ended === null) return { underWay: latest };
   await takeBackRetry(engine, latest, ended);
   const retryOf: RetryOf = { runId: latest.runId, fence: 0, oneOff: true };
-  return { latest, ended, occurrenceRan: await occurrenceRan(ended), retryOf, takenBack: latest };
+  return {
+    latest,
+    ended,
+    occurrenceRan: await occurrenceRan(ended),
+    retryOf,
+    skippedRetry: latest,
+  };
 }
 
 /**
@@ -225,7 +242,7 @@ export async function attemptForRunAt(
   readonly attempt: number;
   readonly retryOf?: RetryOf | undefined;
   readonly underWay?: Run;
-  readonly takenBack?: Run | undefined;
+  readonly skippedRetry?: Run | undefined;
 }> {
   const given = await givenUpAttemptAt(engine, jobId, runAt.toISOString());
   if (given === null) return { attempt: 1 };
@@ -245,7 +262,7 @@ export async function attemptForRunAt(
         message: `its run at ${latest.scheduledFor} has had attempt ${latest.attempt}, the last attempt a run can have: give another runAt`,
       },
     ]);
-  return { attempt: latest.attempt + 1, retryOf: given.retryOf, takenBack: given.takenBack };
+  return { attempt: latest.attempt + 1, retryOf: given.retryOf, skippedRetry: given.skippedRetry };
 }
 
 /**

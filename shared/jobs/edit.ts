@@ -243,7 +243,7 @@ async function editPlanned(
               ...(lastEdit ? { lastEdit } : {}),
               retryEntry,
               runUnderWay: runAtFiled.underWay,
-              retryTakenBack: runAtFiled.takenBack,
+              skippedRetry: runAtFiled.skippedRetry,
             },
             links?.writes ?? [],
           );

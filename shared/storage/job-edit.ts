@@ -8,8 +8,8 @@ import {
   deletePendingDueEntry,
   deleteSetAside,
   type JobChangeWrite,
-  retryStillTakenBack,
   runStillUnderWay,
+  stillARetry,
   updateJobFrom,
   writeJobChange,
 } from "./job-update.js";
@@ -73,8 +73,8 @@ export async function writeEditedJob(
     readonly retryEntry?: DueEntry | null;
     /** The run at the new `runAt` read under way, its occurrence filed at attempt 1 (`runStillUnderWay`). */
     readonly runUnderWay?: Run | undefined;
-    /** A failure's retry taken back, the occurrence filed after it (`retryStillTakenBack`). */
-    readonly retryTakenBack?: Run | undefined;
+    /** A failure's retry taken back or skipped, the occurrence filed after it (`stillARetry`). */
+    readonly skippedRetry?: Run | undefined;
   },
   upstreams: readonly NamedWrite<UpstreamWriteName>[] = [],
 ): Promise<void> {
@@ -140,6 +140,6 @@ export async function writeEditedJob(
       write: { Put: { TableName: engine.tables.jobs, Item: encodeDueEntry(next.retryEntry) } },
     });
   if (next.runUnderWay) writes.push(runStillUnderWay(engine, next.runUnderWay));
-  if (next.retryTakenBack) writes.push(retryStillTakenBack(engine, next.retryTakenBack));
+  if (next.skippedRetry) writes.push(stillARetry(engine, next.skippedRetry));
   await writeJobChange(engine, job, [...writes, ...upstreams]);
 }

@@ -25,7 +25,7 @@ export type JobChangeWrite = NamedWrite<
   | "setAside"
   | "retryEntry"
   | "runUnderWay"
-  | "retryTakenBack"
+  | "skippedRetry"
 >;
 
 /** The job update shared by lifecycle changes: conditioned on the state the change was planned from. */
@@ -160,7 +160,7 @@ export async function writeJobChange(
       throw new ConcurrentUpdateError(`a run of job ${job.jobId} ended since it was read`, {
         cause: error,
       });
-    if (error instanceof ConditionsFailedError && error.has("retryTakenBack"))
+    if (error instanceof ConditionsFailedError && error.has("skippedRetry"))
       throw new ConcurrentUpdateError(`a replay of job ${job.jobId} took a retry's place`, {
         cause: error,
       });
@@ -195,15 +195,16 @@ export function runStillUnderWay(engine: Engine, run: Run): JobChangeWrite {
 }
 
 /**
- * The condition of an edit that files a one-off's occurrence after a failure's retry it took back
- * (`givenUpAttemptAt`): that retry's item still the retry of its predecessor. A replay of the dead
- * predecessor takes a skipped retry's key (`REPLAY_KEY_FREE`, dead-letter-replay.ts); put between
- * the take-back and this commit, it would run beside the attempt filed after it. Refused, the edit
+ * The condition of an edit that files a one-off's occurrence after a failure's retry it took back,
+ * or read SKIPPED (`givenUpAttemptAt`): that retry's item still the retry of its predecessor. A
+ * replay of the dead predecessor takes a skipped retry's key (`REPLAY_KEY_FREE`,
+ * dead-letter-replay.ts); put between that read and this commit, it would run beside the attempt
+ * filed after it. Refused, the edit
  * is planned again (`ConcurrentUpdateError`) and meets the replay's run under way.
  */
-export function retryStillTakenBack(engine: Engine, retry: Run): JobChangeWrite {
+export function stillARetry(engine: Engine, retry: Run): JobChangeWrite {
   return {
-    name: "retryTakenBack",
+    name: "skippedRetry",
     write: {
       ConditionCheck: {
         TableName: engine.tables.runs,

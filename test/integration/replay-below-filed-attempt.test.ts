@@ -112,6 +112,30 @@ const FILED_ATTEMPT_RAN: [number, string][] = [
   [3, "SUCCEEDED"],
 ];
 
+/**
+ * The replay, whole, just before the edit back's commit: it stands, the edit is planned again and
+ * meets its run, which runs the occurrence, once.
+ */
+async function replayWithinEditBack(
+  job: Job,
+  due: Date,
+  replay: () => Promise<void>,
+  replayed: () => unknown,
+) {
+  const { hooked } = await withHook(
+    "TransactWriteItemsCommand",
+    replay,
+    () => moveTo(job, 2, due),
+    transactionWith("job"),
+  );
+  expect(hooked).toBe(1);
+  expect(replayed()).not.toBeInstanceOf(Error);
+  await expectRanOnce(job, due, [
+    [1, "DEAD"],
+    [2, "SUCCEEDED"],
+  ]);
+}
+
 describe("a replay of a one-off's dead run after an edit back filed its occurrence at a later attempt", () => {
   it("is refused before that attempt's claim, and the filed attempt runs, once", async () => {
     const { job, due, replay, replayed } = await deadWithRetryQueued();
@@ -148,17 +172,24 @@ describe("a replay of a one-off's dead run after an edit back filed its occurren
   // over the skipped retry, the edit then filed attempt 3, and both ran.
   it("stands when it lands between the edit's take-back and its commit: the edit, planned again, runs it", async () => {
     const { job, due, replay, replayed } = await deadWithRetryQueued();
-    const { hooked } = await withHook(
-      "TransactWriteItemsCommand",
-      replay,
-      () => moveTo(job, 2, due),
-      transactionWith("job"),
-    );
-    expect(hooked).toBe(1);
-    expect(replayed()).not.toBeInstanceOf(Error);
-    await expectRanOnce(job, due, [
+    await replayWithinEditBack(job, due, replay, replayed);
+  });
+
+  // The retry skipped by its own worker (its predecessor dead) before the edit back read it: the
+  // replay, whole, between that read and the edit's commit put attempt 2 over it, the edit then
+  // filed attempt 3, and both ran.
+  it("stands when it lands between an edit's read of a skipped retry and its commit: the edit, planned again, runs it", async () => {
+    const { f, job, due, replay, replayed } = await deadWithRetryQueued();
+    const retry = (await race.runsOf(job.jobId)).find((r) => r.attempt === 2);
+    if (!retry) throw new Error("no retry");
+    const unrun: JobHandler = async () => {
+      throw new Error("the skipped retry ran");
+    };
+    await f.process(f.workerDeps("w2", { noop: unrun }), deliveryOfRun(f.engine, retry));
+    expect(await attemptsOf(job.jobId, due)).toEqual([
       [1, "DEAD"],
-      [2, "SUCCEEDED"],
+      [2, "SKIPPED"],
     ]);
+    await replayWithinEditBack(job, due, replay, replayed);
   });
 });
