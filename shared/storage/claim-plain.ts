@@ -11,6 +11,7 @@ import {
   retryOnContention,
 } from "./dynamo-errors.js";
 import { jobKey } from "./items.js";
+import { UNSTARTED_UNSENT } from "./runs.js";
 
 /**
  * A claim made of plain conditional writes instead of a transaction: the one
@@ -54,8 +55,7 @@ export function recordsClaimOf(job: Item | null, entry: DueEntry): ClaimedEntryM
 }
 
 /** A run this claim put, unchanged since: deleted when the claim fails for good. */
-const OWN_UNTOUCHED_RUN =
-  "claimToken = :token AND #status = :queued AND fence = :unstarted AND (attribute_not_exists(misfireFrom) OR attribute_type(misfireFrom, :null))";
+const OWN_UNTOUCHED_RUN = `claimToken = :token AND #status = :queued AND ${UNSTARTED_UNSENT}`;
 
 /** Deletes of a failed claim's runs in flight at once (a claim puts at most 50). */
 const OWN_RUN_DELETES_IN_FLIGHT = 50;

@@ -14,6 +14,7 @@ import {
 import { putOverOlderDueEntry } from "./due-entries.js";
 import { conditionalWrite, retryOnContention } from "./dynamo-errors.js";
 import { decodeDueEntry, jobKey } from "./items.js";
+import { UNSTARTED_UNSENT } from "./runs.js";
 import { ConditionsFailedError, type NamedWrite, writeTransaction } from "./transaction.js";
 
 /**
@@ -105,8 +106,7 @@ const RUN_PUT_CONCURRENCY = 50;
  * committing claim sends. Anything else (a run started, parked, waiting, ended, re-sent, or of a
  * later version) handled the occurrence already.
  */
-const RUN_PUT_CONDITION =
-  "attribute_not_exists(pk) OR (#status = :queued AND (jobVersion < :jobVersion OR (jobVersion = :jobVersion AND fence = :unstarted AND (attribute_not_exists(misfireFrom) OR attribute_type(misfireFrom, :null)))))";
+const RUN_PUT_CONDITION = `attribute_not_exists(pk) OR (#status = :queued AND (jobVersion < :jobVersion OR (jobVersion = :jobVersion AND ${UNSTARTED_UNSENT})))`;
 
 /**
  * A run put of an entry that names the attempt before it (`retryOf`: a failure's retry entry, under
@@ -120,8 +120,7 @@ const RUN_PUT_CONDITION =
  * resume's entry in between (the held start's first write then fails on the version, and the new
  * run runs again). The later claim finds the attempt handled and drops its entry.
  */
-const RETRY_RUN_PUT_CONDITION =
-  "attribute_not_exists(pk) OR (#status = :queued AND retryOf.fence = :retryFence AND (jobVersion < :jobVersion OR (jobVersion = :jobVersion AND fence = :unstarted AND (attribute_not_exists(misfireFrom) OR attribute_type(misfireFrom, :null)))))";
+const RETRY_RUN_PUT_CONDITION = `attribute_not_exists(pk) OR (#status = :queued AND retryOf.fence = :retryFence AND (jobVersion < :jobVersion OR (jobVersion = :jobVersion AND ${UNSTARTED_UNSENT})))`;
 
 /**
  * What a run put of a one-off's occurrence filed again at a later attempt (an edit back to its
@@ -133,8 +132,7 @@ const RETRY_RUN_PUT_CONDITION =
  * edit's or resume's read of the runs, it was found by the claim and taken for the occurrence's
  * run, and, taken back, left the one-off ACTIVE with nothing pending, never run.
  */
-const OWN_RETRY_NEVER_RUN =
-  "(retryOf.runId = :before AND (#status = :skipped OR (#status = :queued AND fence = :unstarted AND attribute_not_exists(claimToken) AND (attribute_not_exists(misfireFrom) OR attribute_type(misfireFrom, :null)))))";
+const OWN_RETRY_NEVER_RUN = `(retryOf.runId = :before AND (#status = :skipped OR (#status = :queued AND attribute_not_exists(claimToken) AND ${UNSTARTED_UNSENT})))`;
 
 /** The condition of a claim's run put for `entry`, with the values it names beyond the common ones. */
 function runPutCondition(entry: DueEntry): {

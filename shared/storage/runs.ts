@@ -6,6 +6,14 @@ import { runExpiresAt } from "./retention.js";
 
 type Item = Record<string, unknown>;
 
+/**
+ * A QUEUED run as a put left it: no worker has started it (fence 0) and the reaper has not re-sent
+ * it (no `misfireFrom`). Every condition over a run that may still be taken over or deleted as put
+ * names it this way.
+ */
+export const UNSTARTED_UNSENT =
+  "fence = :unstarted AND (attribute_not_exists(misfireFrom) OR attribute_type(misfireFrom, :null))";
+
 export const runKey = (jobId: string, scheduledFor: string, attempt: number) => ({
   pk: jobPk(jobId),
   sk: runSortKey(scheduledFor, attempt),
