@@ -79,7 +79,7 @@ export async function resumeJob(engine: Engine, tenantId: string, jobId: string)
         return {
           entry: due,
           parked,
-          job: await writeResumedJob(engine, job, due, now, completes, pending?.underWay),
+          job: await writeResumedJob(engine, job, due, now, completes, pending),
         };
       },
     };
@@ -134,14 +134,21 @@ async function sendResumedRuns(engine: Engine, jobId: string, runs: readonly Run
  * attempt, the occurrence ran a second time. One consistent read more, for such a success alone.
  * With the run met under way there (`underWay`), filed at attempt 1: the resume's write is
  * conditioned on it still under way (`runStillUnderWay`), for one that ended between this read and
- * that write (succeeded, dead, cancelled) left the one-off ACTIVE with nothing pending.
+ * that write (succeeded, dead, cancelled) left the one-off ACTIVE with nothing pending. Filed after
+ * a failure's retry taken back or read SKIPPED (`skippedRetry`): the write is conditioned on it
+ * still a retry (`stillARetry`), for a replay of its dead predecessor put over it between this read
+ * and that write ran beside the attempt filed.
  */
 async function pendingOccurrence(
   engine: Engine,
   job: Job,
   nextRunAt: string,
   now: Date,
-): Promise<{ readonly due: DueEntry | null; readonly underWay?: Run }> {
+): Promise<{
+  readonly due: DueEntry | null;
+  readonly underWay?: Run;
+  readonly skippedRetry?: Run | undefined;
+}> {
   const first = () => ({ due: dueEntryFor(engine, job, new Date(nextRunAt), now) });
   if (!("runAt" in job.schedule) || Date.parse(job.schedule.runAt) !== Date.parse(nextRunAt))
     return first();
@@ -150,7 +157,10 @@ async function pendingOccurrence(
   if ("underWay" in given) return { ...first(), underWay: given.underWay };
   if (given.occurrenceRan) return { due: null };
   if (given.latest.attempt >= MAX_ATTEMPT) throw noAttemptLeft(job, given.latest, "");
-  return { due: await rerunOf(engine, job, given.latest, now, given.retryOf) };
+  return {
+    due: await rerunOf(engine, job, given.latest, now, given.retryOf),
+    skippedRetry: given.skippedRetry,
+  };
 }
 
 /**

@@ -16,6 +16,7 @@ import {
   deletePendingDueEntry,
   oneOffAttemptAt,
   runStillUnderWay,
+  stillARetry,
   updateJobFrom,
   writeJobChange,
 } from "./job-update.js";
@@ -58,7 +59,8 @@ export async function writePausedJob(engine: Engine, job: Job, now: Date): Promi
  * ACTIVE, with `due` (its pending occurrence) as its due entry, conditioned on
  * the parked runs being the ones read: a run parked meanwhile would be left
  * unsent. COMPLETED instead when `completes` (its end condition left it
- * nothing to run), expiring at its retention.
+ * nothing to run), expiring at its retention. Conditioned too on the one-off's
+ * runs `read` as the plan read them (`runStillUnderWay`, `stillARetry`).
  */
 export async function writeResumedJob(
   engine: Engine,
@@ -66,8 +68,12 @@ export async function writeResumedJob(
   due: DueEntry | null,
   now: Date,
   completes = false,
-  /** The run at the one-off's time read under way, its occurrence filed at attempt 1. */
-  runUnderWay?: Run,
+  read: {
+    /** The run at the one-off's time read under way, its occurrence filed at attempt 1. */
+    readonly underWay?: Run | undefined;
+    /** A failure's retry taken back or read SKIPPED, its occurrence filed after it. */
+    readonly skippedRetry?: Run | undefined;
+  } = {},
 ): Promise<Job> {
   const set = {
     status: completes ? "COMPLETED" : "ACTIVE",
@@ -88,7 +94,9 @@ export async function writeResumedJob(
     updateJobFrom(engine, job, { ...set, ...expiry }, { sameParkedRuns: true }),
     // Over a one-off's entry left by a dead plain claimer, of an older version (putOverOlderDueEntry).
     ...(due ? [{ name: "dueEntry" as const, write: putOverOlderDueEntry(engine, due) }] : []),
-    ...(runUnderWay ? [runStillUnderWay(engine, runUnderWay)] : []),
+    ...(read.underWay ? [runStillUnderWay(engine, read.underWay)] : []),
+    // A replay of its dead predecessor put over it since would run beside the attempt filed.
+    ...(read.skippedRetry ? [stillARetry(engine, read.skippedRetry)] : []),
   ]);
   return { ...job, ...set };
 }

@@ -195,12 +195,12 @@ export function runStillUnderWay(engine: Engine, run: Run): JobChangeWrite {
 }
 
 /**
- * The condition of an edit that files a one-off's occurrence after a failure's retry it took back,
- * or read SKIPPED (`givenUpAttemptAt`): that retry's item still the retry of its predecessor. A
- * replay of the dead predecessor takes a skipped retry's key (`REPLAY_KEY_FREE`,
+ * The condition of an edit, or a resume, that files a one-off's occurrence after a failure's retry
+ * it took back, or read SKIPPED (`givenUpAttemptAt`): that retry's item still the retry of its
+ * predecessor. A replay of the dead predecessor takes a skipped retry's key (`REPLAY_KEY_FREE`,
  * dead-letter-replay.ts); put between that read and this commit, it would run beside the attempt
- * filed after it. Refused, the edit
- * is planned again (`ConcurrentUpdateError`) and meets the replay's run under way.
+ * filed after it. Refused, the change is planned again (`ConcurrentUpdateError`) and meets the
+ * replay's run under way.
  */
 export function stillARetry(engine: Engine, retry: Run): JobChangeWrite {
   return {

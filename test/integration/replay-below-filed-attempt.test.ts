@@ -1,13 +1,9 @@
 import { describe, expect, it } from "vitest";
 import { NotReplayableError } from "../../shared/errors.js";
-import { JobError, type JobHandler } from "../../shared/execution/job-contract.js";
-import { processRun } from "../../shared/execution/worker.js";
-import { createJob, replayDeadLetter } from "../../shared/jobs/index.js";
-import { getTenantJob } from "../../shared/jobs/queries.js";
+import type { JobHandler } from "../../shared/execution/job-contract.js";
 import type { Job } from "../../shared/model.js";
-import { SECOND, useClaimRace } from "../support/claim-race.js";
-import { deliveryOfRun, testJob } from "../support/engine-fixture.js";
-import { dyingAtFailedEnding } from "../support/faults.js";
+import { useClaimRace } from "../support/claim-race.js";
+import { deliveryOfRun } from "../support/engine-fixture.js";
 import { useOneOffMoves } from "../support/one-off-moves.js";
 
 /**
@@ -23,82 +19,15 @@ import { useOneOffMoves } from "../support/one-off-moves.js";
  */
 
 const race = useClaimRace();
-const { clock, fixture, withHook, isRunPut, runsCalled } = race;
-const { moveTo, attemptsOf } = useOneOffMoves(race);
+const { withHook, isRunPut, runsOf } = race;
+const { moveTo, attemptsOf, deadWithRetryLeft, transactionWith, expectRanOnce } =
+  useOneOffMoves(race);
 
 /**
  * Attempt 1 DEAD (its worker died between attempt 2's put and the FAILED ending, and its next
  * delivery died while an edit moved the job away, version 2), attempt 2 its retry, still QUEUED.
  */
-async function deadWithRetryQueued() {
-  const f = fixture();
-  const due = new Date(clock().getTime() - 5 * SECOND);
-  const away = new Date(clock().getTime() + 600 * SECOND);
-  const { job } = await createJob(
-    f.engine,
-    testJob({
-      schedule: { runAt: due.toISOString() },
-      policies: {
-        ...testJob().policies,
-        retry: { maxAttempts: 3, initialDelayMs: 1000, maxDelayMs: 1000 },
-      },
-    }),
-  );
-  const [first] = await race.runsOf(job.jobId);
-  if (!first) throw new Error("the create queued no run");
-
-  // Attempt 1 fails; its worker dies between attempt 2's put and the FAILED ending.
-  const dying = dyingAtFailedEnding(f.engine);
-  const flaky: JobHandler = async () => {
-    throw new JobError("flaky", { retryable: true });
-  };
-  try {
-    await expect(
-      processRun(
-        { ...f.workerDeps("dies", { noop: flaky }, 100), engine: dying.engine },
-        deliveryOfRun(f.engine, first),
-      ),
-    ).rejects.toThrow("process died");
-  } finally {
-    dying.destroy();
-  }
-  // Delivered again, it dies while an edit moves the job away (version 2).
-  const dies: JobHandler = async () => {
-    await moveTo(job, 1, away);
-    throw new JobError("bad request", { retryable: false });
-  };
-  await f.process(f.workerDeps("w", { noop: dies }), deliveryOfRun(f.engine, first));
-  expect(await attemptsOf(job.jobId, due)).toEqual([
-    [1, "DEAD"],
-    [2, "QUEUED"],
-  ]);
-  let replayed: unknown;
-  const replay = async () => {
-    replayed = await replayDeadLetter(f.engine, job.tenantId, first.runId).catch(
-      (error: unknown) => error,
-    );
-  };
-  return { f, job, due, replay, replayed: () => replayed };
-}
-
-/** A transaction that writes a run (a replay's) or updates the job (an edit's commit). */
-const transactionWith = (table: "runs" | "job") => (input: Record<string, unknown>) =>
-  (
-    (input.TransactItems as
-      | { Put?: { TableName?: string }; Update?: { Key?: { pk?: unknown } } }[]
-      | undefined) ?? []
-  ).some((item) =>
-    table === "runs"
-      ? item.Put?.TableName === fixture().engine.tables.runs
-      : String(item.Update?.Key?.pk).startsWith("JOB#"),
-  );
-
-/** The occurrence ran once, as the last of `attempts`, and completed its one-off. */
-async function expectRanOnce(job: Job, due: Date, attempts: [number, string][]) {
-  expect(await runsCalled(job.jobId)).toEqual([[due.toISOString(), 1]]);
-  expect(await attemptsOf(job.jobId, due)).toEqual(attempts);
-  expect((await getTenantJob(fixture().engine, job.tenantId, job.jobId)).status).toBe("COMPLETED");
-}
+const deadWithRetryQueued = () => deadWithRetryLeft((job, { away }) => moveTo(job, 1, away));
 
 /** The replay refused, naming attempt 3, which the edit back filed and which runs. */
 function expectRefusedForAttempt3(replayed: unknown) {
@@ -180,7 +109,7 @@ describe("a replay of a one-off's dead run after an edit back filed its occurren
   // filed attempt 3, and both ran.
   it("stands when it lands between an edit's read of a skipped retry and its commit: the edit, planned again, runs it", async () => {
     const { f, job, due, replay, replayed } = await deadWithRetryQueued();
-    const retry = (await race.runsOf(job.jobId)).find((r) => r.attempt === 2);
+    const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
     if (!retry) throw new Error("no retry");
     const unrun: JobHandler = async () => {
       throw new Error("the skipped retry ran");

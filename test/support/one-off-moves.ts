@@ -1,7 +1,8 @@
 import { expect } from "vitest";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { NotReplayableError } from "../../shared/errors.js";
-import { JobError } from "../../shared/execution/job-contract.js";
+import { JobError, type JobHandler } from "../../shared/execution/job-contract.js";
+import { processRun } from "../../shared/execution/worker.js";
 import { createJob, editJob, replayDeadLetter } from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
 import type { DueEntry, Job, Run } from "../../shared/model.js";
@@ -9,6 +10,7 @@ import type { MisfirePolicy } from "../../shared/policies.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { SECOND, type useClaimRace } from "./claim-race.js";
 import { deliveryOfRun, testJob } from "./engine-fixture.js";
+import { dyingAtFailedEnding } from "./faults.js";
 
 const HOUR = 3_600_000;
 
@@ -170,6 +172,83 @@ export function useOneOffMoves(race: ReturnType<typeof useClaimRace>) {
     return retry;
   }
 
+  /**
+   * A one-off due 5 s ago (up to 3 attempts, 1 s apart) whose attempt 1 fails, its worker dying
+   * between attempt 2's put and the FAILED ending, and, delivered again, runs `meanwhile` (given
+   * the job, its time and one 10 minutes on) and dies: attempt 1 DEAD, attempt 2 its retry, still
+   * QUEUED. The job, its time, and a replay of the dead run that keeps what it answered (or threw).
+   */
+  async function deadWithRetryLeft(
+    meanwhile: (job: Job, at: { readonly due: Date; readonly away: Date }) => Promise<unknown>,
+  ) {
+    const f = fixture();
+    const due = new Date(clock().getTime() - 5 * SECOND);
+    const away = new Date(clock().getTime() + 600 * SECOND);
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        schedule: { runAt: due.toISOString() },
+        policies: {
+          ...testJob().policies,
+          retry: { maxAttempts: 3, initialDelayMs: 1000, maxDelayMs: 1000 },
+        },
+      }),
+    );
+    const [first] = await runsOf(job.jobId);
+    if (!first) throw new Error("the create queued no run");
+    const dying = dyingAtFailedEnding(f.engine);
+    const flaky: JobHandler = async () => {
+      throw new JobError("flaky", { retryable: true });
+    };
+    try {
+      await expect(
+        processRun(
+          { ...f.workerDeps("dies", { noop: flaky }, 100), engine: dying.engine },
+          deliveryOfRun(f.engine, first),
+        ),
+      ).rejects.toThrow("process died");
+    } finally {
+      dying.destroy();
+    }
+    const dies: JobHandler = async () => {
+      await meanwhile(job, { due, away });
+      throw new JobError("bad request", { retryable: false });
+    };
+    await f.process(f.workerDeps("w", { noop: dies }), deliveryOfRun(f.engine, first));
+    expect(await attemptsOf(job.jobId, due)).toEqual([
+      [1, "DEAD"],
+      [2, "QUEUED"],
+    ]);
+    let replayed: unknown;
+    const replay = async () => {
+      replayed = await replayDeadLetter(f.engine, job.tenantId, first.runId).catch(
+        (error: unknown) => error,
+      );
+    };
+    return { f, job, due, replay, replayed: () => replayed };
+  }
+
+  /** A transaction that writes a run (a replay's) or updates the job (an edit's or resume's commit). */
+  const transactionWith = (table: "runs" | "job") => (input: Record<string, unknown>) =>
+    (
+      (input.TransactItems as
+        | { Put?: { TableName?: string }; Update?: { Key?: { pk?: unknown } } }[]
+        | undefined) ?? []
+    ).some((item) =>
+      table === "runs"
+        ? item.Put?.TableName === fixture().engine.tables.runs
+        : String(item.Update?.Key?.pk).startsWith("JOB#"),
+    );
+
+  /** The occurrence ran once, as the last of `attempts`, and completed its one-off. */
+  async function expectRanOnce(job: Job, due: Date, attempts: [number, string][]) {
+    expect(await race.runsCalled(job.jobId)).toEqual([[due.toISOString(), 1]]);
+    expect(await attemptsOf(job.jobId, due)).toEqual(attempts);
+    expect((await getTenantJob(fixture().engine, job.tenantId, job.jobId)).status).toBe(
+      "COMPLETED",
+    );
+  }
+
   /** The refusal of a replay of `runId` (with `key`): a NotReplayableError, and the reason it gives. */
   async function replayRefusal(job: Job, runId: string, key?: string): Promise<string> {
     const refused = await replayDeadLetter(fixture().engine, job.tenantId, runId, key).catch(
@@ -191,5 +270,8 @@ export function useOneOffMoves(race: ReturnType<typeof useClaimRace>) {
     failRun,
     retryEntryOf,
     replayRefusal,
+    deadWithRetryLeft,
+    transactionWith,
+    expectRanOnce,
   };
 }
