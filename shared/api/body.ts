@@ -17,7 +17,8 @@ const JSON_CONTENT_TYPE = /^application\/([a-z-.]+\+)?json(;\s*[a-zA-Z0-9-]+=([^
  * way a body can be unreadable gets the API's own answer: 415 for another
  * media type, 413 past the size limit (checked while reading, so a huge body
  * is never buffered), 400 for bytes that are not UTF-8 JSON, too deeply nested,
- * that use `__proto__` as a field name outside the payload (at `payloadPath`),
+ * that hold a number past what a double holds (`1e400` reads as infinity, which would be stored
+ * as `null`, in a payload too), that use `__proto__` as a field name outside the payload (at `payloadPath`),
  * or whose text outside the payload holds an unpaired UTF-16 surrogate (JSON's
  * `\ud800` escape reads as one): no Unicode text, which DynamoDB's strings must
  * be. A payload is stored and delivered as JSON text, the escape as written.
@@ -148,6 +149,15 @@ async function readAtMost(request: Request, maxBytes: number): Promise<Uint8Arra
 /** A high surrogate not followed by a low one, or a low one not after a high one. */
 const UNPAIRED_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
+/** JSON.parse reads a number past ±1.8e308 as infinity, which JSON.stringify writes as null. */
+const outOfRange = (path: string) =>
+  new ApiError(
+    400,
+    "validation_failed",
+    `${path === "" ? "the body" : path}: is a number past ±1.8e308, the largest a number here can be (it would read, and be stored, as null)`,
+    path === "" ? {} : { field: path },
+  );
+
 const notText = (field: string) =>
   new ApiError(
     400,
@@ -165,6 +175,7 @@ function checkStructure(root: unknown, payloadPath: RegExp, maxDepth: number): v
     const { value, depth, path, inPayload } = item;
     if (typeof value === "string" && !inPayload && UNPAIRED_SURROGATE.test(value))
       throw notText(path);
+    if (typeof value === "number" && !Number.isFinite(value)) throw outOfRange(path);
     if (typeof value !== "object" || value === null) continue;
     if (depth >= maxDepth) {
       throw new ApiError(

@@ -518,6 +518,38 @@ describe("POST /jobs", () => {
     expect((await api.call("POST", "/jobs", { raw: inPayload, headers: json })).status).toBe(201);
   });
 
+  it("400 naming where it is for a number past ±1.8e308, which reads as infinity and JSON writes as null", async () => {
+    const json = { "Content-Type": "application/json" };
+    const before = await itemCounts();
+    const inPayload = `{"type":"report","schedule":{"runAt":"${inMinutes(60)}"},"payload":{"amounts":[1,-1e400]}}`;
+    expectError(await api.call("POST", "/jobs", { raw: inPayload, headers: json }), 400, {
+      code: "validation_failed",
+      field: "payload.amounts.1",
+    });
+    const inField = `{"type":"noop","schedule":{"every":"PT1H"},"maxRuns":1e400}`;
+    expectError(await api.call("POST", "/jobs", { raw: inField, headers: json }), 400, {
+      field: "maxRuns",
+    });
+    expect(await itemCounts()).toEqual(before);
+    const made = await create({
+      type: "report",
+      schedule: { runAt: inMinutes(60) },
+      payload: { amount: 1 },
+    });
+    const edit = await api.call("PATCH", `/jobs/${made.id}`, {
+      raw: '{"payload":{"amount":1e400}}',
+      headers: { ...json, "If-Match": `"${made.version}"` },
+    });
+    expectError(edit, 400, { code: "validation_failed", field: "payload.amount" });
+    const after = job(await api.call("GET", `/jobs/${made.id}`));
+    expect([after.version, after.payload]).toEqual([made.version, { amount: 1 }]);
+    // The largest double stands, and a number that underflows reads as 0, as JSON.parse reads it.
+    const held = `{"type":"report","schedule":{"runAt":"${inMinutes(60)}"},"payload":{"big":1.7976931348623157e308,"tiny":1e-400}}`;
+    const reply = await api.call("POST", "/jobs", { raw: held, headers: json });
+    expect(reply.status, reply.text).toBe(201);
+    expect(job(reply).payload).toEqual({ big: Number.MAX_VALUE, tiny: 0 });
+  });
+
   it("writes nothing for any request that fails", async () => {
     const before = await itemCounts();
     await api.call("POST", "/jobs", {
