@@ -6,8 +6,11 @@ import { retryNotRunReason } from "../storage/next-attempt.js";
 import type { RunEnding } from "../storage/run-finish.js";
 import { getRetryPredecessor, isOccurrenceRun } from "../storage/run-reads.js";
 import { endsOneOff } from "./run-endings.js";
+import { MAX_HEARTBEAT_MS } from "./run-execution.js";
 import type { StartDecision } from "./start-decision.js";
 
+/** Clocks that disagree (the cancel's, this worker's): a held start's first write is waited out by this much more. */
+const CLOCK_SLACK_MS = 1_000;
 /** How soon a next attempt whose predecessor has not ended looks again, at first. */
 const PREDECESSOR_RECHECK_MS = 5_000;
 /** ...and at most: SQS delays a message up to 15 minutes. */
@@ -68,8 +71,17 @@ export function decideOnPredecessor(
   // Fence 0 names no failed start: a cancelled run, which the attempt (a resume's, an edit's back
   // to its time) only waits for (`afterCancelledRun`). Ended, it runs as the start
   // decided, as such an attempt did before it named the run: a retry filed again (`retryAgain`)
-  // still runs once its one-off is made recurring.
-  if (run.retryOf?.fence === 0) return { action: "run" };
+  // still runs once its one-off is made recurring. One a cancel ended never started may have had
+  // its start held unwritten: it is waited out until that start's first write.
+  if (run.retryOf?.fence === 0) {
+    const heldUntil = heldStartLearnsBy(predecessor);
+    if (heldUntil === null || heldUntil <= now.getTime()) return { action: "run" };
+    return {
+      action: "wait",
+      reason: `waiting: ${predecessor.runId} was cancelled unstarted, and its handler may run on until its first write`,
+      recheckAt: new Date(heldUntil),
+    };
+  }
   if (
     predecessor.status === "CANCELLED" &&
     predecessor.cancelledBy === "pause" &&
@@ -99,6 +111,24 @@ export function decideOnPredecessor(
 const filedAtThisAttempt = (job: Job, run: Run) =>
   isOneOffOccurrence(job, run.scheduledFor) &&
   oneOffAttemptOf(job, run.scheduledFor) === run.attempt;
+
+/**
+ * Whether a cancel ended the run never started (fence 0): found QUEUED, though a worker may be
+ * running it with its start held unwritten (run-fence.ts), which a one-off's run leaves no trace of.
+ */
+export const cancelledUnstarted = (run: Pick<Run, "status" | "fence">) =>
+  run.status === "CANCELLED" && run.fence === 0;
+
+/**
+ * When a worker holding the start of `run`, cancelled unstarted, has surely made its first write
+ * (which fails on the cancel and aborts its handler): a held start's first write comes within a
+ * heartbeat of its take, which came before the cancel, and a second more covers clocks that
+ * disagree. Null for any other run.
+ */
+function heldStartLearnsBy(run: Run): number | null {
+  if (!cancelledUnstarted(run) || run.finishedAt == null) return null;
+  return Date.parse(run.finishedAt) + MAX_HEARTBEAT_MS + CLOCK_SLACK_MS;
+}
 
 /**
  * Whether the run follows a failure's retry or a replay, of a one-off's occurrence moved away

@@ -36,7 +36,7 @@ export interface RunExecutionDeps {
 }
 
 /** The longest wait between heartbeats, so a cancel request is seen within it. */
-const MAX_HEARTBEAT_MS = 10_000;
+export const MAX_HEARTBEAT_MS = 10_000;
 
 /** How often a run's heartbeat beats: lease / 3, at most `MAX_HEARTBEAT_MS`, unless a test says otherwise. */
 export function heartbeatEveryMs(

@@ -1,4 +1,5 @@
 import type { Engine } from "../engine.js";
+import { cancelledUnstarted } from "../execution/retry-predecessor.js";
 import { MAX_ATTEMPT } from "../keys.js";
 import { type DueEntry, isRetryOrReplay, type Job, type RetryOf, type Run } from "../model.js";
 import { runLogKeys } from "../observability.js";
@@ -18,7 +19,9 @@ export function cancelledByPause(run: Run): boolean {
  * What a one-off's occurrence filed again after its run was cancelled (a resume's, an edit's back
  * to its time) names (`retryOf`): a run a pause cancelled, or any run still running under a cancel
  * request (a run cancel's through the API too), which its worker holds under a live lease until
- * its next heartbeat sees the cancel. The worker of the new attempt waits for it to end
+ * its next heartbeat sees the cancel, or a run a cancel ended never started (fence 0): a worker
+ * may run it with its start held unwritten, its handler on until that worker's first write. The
+ * worker of the new attempt waits for it to end, or for that first write's time to pass
  * (`decideOnPredecessor`), so two attempts of one occurrence never run at once. Fence 0, the fence
  * of no start: no failure wrote it, so neither a failure's own retry of that run (put before its
  * refused ending) nor `retryLeftByMove`'s entry, which name its start's fence, puts over the run
@@ -27,7 +30,7 @@ export function cancelledByPause(run: Run): boolean {
  */
 export function afterCancelledRun(run: Run): RetryOf | undefined {
   const stillCancelling = run.status === "RUNNING" && Boolean(run.cancelRequestedAt);
-  return cancelledByPause(run) || stillCancelling
+  return cancelledByPause(run) || stillCancelling || cancelledUnstarted(run)
     ? { runId: run.runId, fence: 0, oneOff: true }
     : undefined;
 }

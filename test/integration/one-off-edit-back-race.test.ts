@@ -136,6 +136,9 @@ describe.each(ONE_OFF_CLAIM_WRITES)(
         await cancelRun(f.engine, job.tenantId, job.jobId, run.runId);
       };
       expect(await editBack(job, due, cancel)).toMatchObject({ version: 3 });
+      // Cancelled QUEUED, attempt 1 may be under way with its start held unwritten: attempt 2
+      // waits out that start's first write (within a heartbeat of the cancel, at most 10 s).
+      race.time.ms = clock().getTime() + 12 * SECOND;
       await attempt2RunsOnce(job, due, "CANCELLED");
     });
 

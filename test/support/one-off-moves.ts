@@ -15,6 +15,16 @@ import { dyingAtFailedEnding } from "./faults.js";
 const HOUR = 3_600_000;
 
 /**
+ * A one-off's occurrence whose attempt 1 failed and attempt 2 was cancelled, run by attempt 3
+ * (`attemptsOf`): as the files on filing it again after that cancel expect it.
+ */
+export const RAN_AT_ATTEMPT_3 = [
+  [1, "FAILED"],
+  [2, "CANCELLED"],
+  [3, "SUCCEEDED"],
+];
+
+/**
  * A one-off's run that fails or dies while an edit moves the one-off away, and what the tests of
  * moving it back, its retries and its replays read: bound to one `useClaimRace`.
  */

@@ -171,4 +171,19 @@ describe("decideOnPredecessor: a failure's next attempt runs only once the attem
       recheckAt: new Date(NOW.getTime() + 20_000),
     });
   });
+  it("after a run a cancel ended never started (fence 0): waits out the first write a start held unwritten owes, then runs", () => {
+    const finishedAt = new Date(NOW.getTime() - 4_000).toISOString();
+    const unstarted = predecessor("CANCELLED", { cancelledBy: "api", fence: 0, finishedAt });
+    const afterCancel = attempt(2, { retryOf: { runId: unstarted.runId, fence: 0, oneOff: true } });
+    // Within a heartbeat (at most 10 s) of the cancel, and a second for clocks that disagree.
+    expect(decideOnPredecessor(oneOff(), afterCancel, unstarted, NOW)).toMatchObject({
+      action: "wait",
+      recheckAt: new Date(NOW.getTime() + 7_000),
+    });
+    const later = new Date(NOW.getTime() + 7_000);
+    expect(decideOnPredecessor(oneOff(), afterCancel, unstarted, later)).toEqual({ action: "run" });
+    // Started once (fence 1): its worker's cancelled ending was its last write.
+    const started = { ...unstarted, fence: 1 };
+    expect(decideOnPredecessor(oneOff(), afterCancel, started, NOW)).toEqual({ action: "run" });
+  });
 });
