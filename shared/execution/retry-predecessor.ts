@@ -17,7 +17,11 @@ const PREDECESSOR_RECHECK_MS = 5_000;
 const PREDECESSOR_RECHECK_MAX_MS = 900_000;
 
 export type PredecessorDecision =
-  | { readonly action: "run" }
+  | {
+      readonly action: "run";
+      /** The attempt the one-off's occurrence was filed at (`filedAtThisAttempt`): it stands in for it. */
+      readonly filedAttempt?: true;
+    }
   | { readonly action: "wait"; readonly reason: string; readonly recheckAt: Date }
   | {
       readonly action: "end";
@@ -89,7 +93,7 @@ export function decideOnPredecessor(
   )
     return { action: "run" };
   if (retriedAfterPause(job, run, predecessor) && !ofTriggeredRun) return { action: "run" };
-  if (filedAtThisAttempt(job, run)) return { action: "run" };
+  if (filedAtThisAttempt(job, run)) return { action: "run", filedAttempt: true };
   return {
     action: "end",
     ending: {
@@ -172,7 +176,8 @@ export async function afterPredecessor(
     retriedAfterPause(job, run, predecessor) &&
     !(await isOccurrenceRun(engine, run));
   const decided = decideOnPredecessor(job, run, predecessor, engine.clock(), ofTriggeredRun);
-  if (decided.action === "run") return { action: "run", job };
+  if (decided.action === "run")
+    return { action: "run", job, ...(decided.filedAttempt ? { filedAttempt: true } : {}) };
   if (decided.action === "end") return decided;
   engine.obs.log.info("a next attempt waits for the attempt before it to end", {
     ...runLogKeys(run),

@@ -40,10 +40,22 @@ export async function decideRun(
   let read = job;
   for (let tries = 1; ; tries++) {
     const decided = await decideStartReadingRuns(engine, read, run, lateAsOf);
-    const decision =
+    const predecessorSaid =
       decided.action === "run" && run.retryOf !== undefined
         ? await afterPredecessor(engine, decided.job, run, predecessor)
         : decided;
+    // A failure's own next attempt that holds the key of the one-off's occurrence filed there
+    // runs as that occurrence's run: late, it is skipped as the claim's put of it (a `rerun`,
+    // standing in for a first attempt) would be, and completes the one-off as that one would.
+    const decision =
+      predecessorSaid.action === "run" && predecessorSaid.filedAttempt === true
+        ? await decideStartReadingRuns(
+            engine,
+            predecessorSaid.job,
+            { ...run, rerun: true },
+            lateAsOf,
+          )
+        : predecessorSaid;
     if (decision.action !== "run") return { decision, job: read };
     const lowering = floorLoweringFor(decision.job, run.scheduledFor);
     if (lowering === undefined) return { decision, job: read };

@@ -15,7 +15,15 @@ import { lateStartSkipReason } from "./late-start.js";
 import { endsOneOff } from "./run-endings.js";
 
 export type StartDecision =
-  | { readonly action: "run"; readonly job: Job }
+  | {
+      readonly action: "run";
+      readonly job: Job;
+      /**
+       * A failure's own next attempt the one-off's occurrence was filed at (`filedAtThisAttempt`),
+       * run as that occurrence's run: judged late as the claim's put of it (`rerun`) would be.
+       */
+      readonly filedAttempt?: true;
+    }
   | { readonly action: "park" }
   | {
       readonly action: "end";

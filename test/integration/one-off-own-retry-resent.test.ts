@@ -1,12 +1,9 @@
 import { describe, expect, it } from "vitest";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { reap } from "../../shared/dispatch/reaper.js";
-import { JobError } from "../../shared/execution/job-contract.js";
-import { cancelRun } from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
 import type { Job } from "../../shared/model.js";
 import { ONE_OFF_CLAIM_WRITES, useClaimRace } from "../support/claim-race.js";
-import { deliveryOfRun } from "../support/engine-fixture.js";
 import { RAN_AT_ATTEMPT_3, useOneOffMoves } from "../support/one-off-moves.js";
 
 /**
@@ -19,19 +16,12 @@ import { RAN_AT_ATTEMPT_3, useOneOffMoves } from "../support/one-off-moves.js";
  * and the occurrence runs once, whichever of the re-sent message and the claim comes first.
  */
 
-type Input = Record<string, unknown>;
-
 describe.each(ONE_OFF_CLAIM_WRITES)(
   "a cancelled retry's own next attempt re-sent before an edit back's claim (oneOffClaimWrites %s)",
   (oneOffClaimWrites) => {
     const race = useClaimRace({ oneOffClaimWrites });
-    const { clock, fixture, withHooks, isRunPut, runsCalled, entryOf, claimOptions } = race;
-    const { retryAtOldTime, moveTo, attemptsOf } = useOneOffMoves(race);
-
-    /** The worker's take-back of the next attempt it put (`RUN_AS_PUT`). */
-    const isTakeBack = (input: Input) =>
-      input.TableName === fixture().engine.tables.runs &&
-      String(input.ConditionExpression).includes("retryOf.fence = :fence");
+    const { clock, fixture, runsCalled, entryOf, claimOptions } = race;
+    const { retryAtOldTime, attemptsOf, cancelledAndMovedBack } = useOneOffMoves(race);
 
     const current = (job: Job) => getTenantJob(fixture().engine, job.tenantId, job.jobId);
 
@@ -43,24 +33,7 @@ describe.each(ONE_OFF_CLAIM_WRITES)(
       async (_, deliveredFirst) => {
         const f = fixture();
         const { job, due, retry } = await retryAtOldTime();
-        const failing = async () => {
-          await cancelRun(f.engine, job.tenantId, job.jobId, retry.runId);
-          await moveTo(job, 2, due);
-          throw new JobError("flaky", { retryable: true });
-        };
-        const deps = f.workerDeps("w", { noop: failing });
-        const { hooked } = await withHooks(
-          [
-            // The edit's fast-path claim fails at its run's put: the entry waits for a dispatcher.
-            { command: "PutItemCommand", when: isRunPut, fail: () => new Error("claim crashed") },
-            { command: "UpdateItemCommand", when: isTakeBack, fail: () => new Error("throttled") },
-          ],
-          () =>
-            f.process(
-              { ...deps, engine: { ...f.engine, random: () => 0 } },
-              deliveryOfRun(f.engine, retry),
-            ),
-        );
+        const hooked = await cancelledAndMovedBack(job, due, retry, true);
         expect(hooked).toBe(2);
         expect(await attemptsOf(job.jobId, due)).toEqual([
           [1, "FAILED"],

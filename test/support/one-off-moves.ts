@@ -3,7 +3,7 @@ import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import { NotReplayableError } from "../../shared/errors.js";
 import { JobError, type JobHandler } from "../../shared/execution/job-contract.js";
 import { processRun } from "../../shared/execution/worker.js";
-import { createJob, editJob, replayDeadLetter } from "../../shared/jobs/index.js";
+import { cancelRun, createJob, editJob, replayDeadLetter } from "../../shared/jobs/index.js";
 import { getTenantJob } from "../../shared/jobs/queries.js";
 import type { DueEntry, Job, Run } from "../../shared/model.js";
 import type { MisfirePolicy } from "../../shared/policies.js";
@@ -29,7 +29,7 @@ export const RAN_AT_ATTEMPT_3 = [
  * moving it back, its retries and its replays read: bound to one `useClaimRace`.
  */
 export function useOneOffMoves(race: ReturnType<typeof useClaimRace>) {
-  const { clock, claimOptions, seedOne, runsOf, fixture, entriesOf } = race;
+  const { clock, claimOptions, seedOne, runsOf, fixture, entriesOf, withHooks, isRunPut } = race;
 
   const moveTo = (job: Job, version: number, at: Date) =>
     editJob(fixture().engine, job.tenantId, job.jobId, version, {
@@ -174,6 +174,41 @@ export function useOneOffMoves(race: ReturnType<typeof useClaimRace>) {
     );
   }
 
+  /** The worker's take-back of the next attempt it put (`RUN_AS_PUT`). */
+  const isTakeBack = (input: Record<string, unknown>) =>
+    input.TableName === fixture().engine.tables.runs &&
+    String(input.ConditionExpression).includes("retryOf.fence = :fence");
+
+  /**
+   * Delivers `retry` (attempt 2 at `due`) to a worker whose handler cancels it through the API and
+   * moves the job (version 2) back to `due`, then, with `fails`, fails it retryably (the backoff's
+   * jitter drawn as 0): the edit's fast-path claim fails at its run's put (the entry waits for a
+   * dispatcher), and the worker's take-back of its own attempt 3 (put before its refused ending)
+   * fails too, leaving that attempt QUEUED. Without, the handler succeeds and no fault is made.
+   * Returns how many faults were made.
+   */
+  async function cancelledAndMovedBack(job: Job, due: Date, retry: Run, fails: boolean) {
+    const f = fixture();
+    const handler = async () => {
+      await cancelRun(f.engine, job.tenantId, job.jobId, retry.runId);
+      await moveTo(job, 2, due);
+      if (fails) throw new JobError("flaky", { retryable: true });
+      return { ok: true };
+    };
+    const deps = f.workerDeps("w", { noop: handler });
+    const faults = [
+      { command: "PutItemCommand", when: isRunPut, fail: () => new Error("claim crashed") },
+      { command: "UpdateItemCommand", when: isTakeBack, fail: () => new Error("throttled") },
+    ];
+    const { hooked } = await withHooks(fails ? faults : [], () =>
+      f.process(
+        { ...deps, engine: { ...f.engine, random: () => 0 } },
+        deliveryOfRun(f.engine, retry),
+      ),
+    );
+    return hooked;
+  }
+
   /** The job's one retry entry, attempt 2's. */
   async function retryEntryOf(jobId: string): Promise<DueEntry> {
     const [retry, ...more] = (await entriesOf(jobId)).filter((e) => e.kind === "retry");
@@ -283,5 +318,6 @@ export function useOneOffMoves(race: ReturnType<typeof useClaimRace>) {
     deadWithRetryLeft,
     transactionWith,
     expectRanOnce,
+    cancelledAndMovedBack,
   };
 }

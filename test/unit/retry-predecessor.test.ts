@@ -100,13 +100,16 @@ describe("decideOnPredecessor: a failure's next attempt runs only once the attem
     });
   });
 
-  it("runs when the one-off's occurrence was filed again at its very attempt (it is that occurrence's run); skipped at another attempt or time", () => {
+  it("runs when the one-off's occurrence was filed again at its very attempt (it is that occurrence's run, judged late as one); skipped at another attempt or time", () => {
     const cancelled = predecessor("CANCELLED", { cancelledBy: "api" });
     const filedAt = (attemptNo: number, at = OCCURRENCE): Job => ({
       ...oneOff(),
       oneOffAttempt: { at: at.toISOString(), attempt: attemptNo },
     });
-    expect(decideOnPredecessor(filedAt(2), next, cancelled, NOW)).toEqual({ action: "run" });
+    expect(decideOnPredecessor(filedAt(2), next, cancelled, NOW)).toEqual({
+      action: "run",
+      filedAttempt: true,
+    });
     expect(decideOnPredecessor(filedAt(3), next, cancelled, NOW)).toMatchObject({
       ending: { status: "SKIPPED", completesJob: false },
     });
