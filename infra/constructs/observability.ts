@@ -172,13 +172,20 @@ export class Observability extends Construct {
     for (const priority of PRIORITIES) {
       const dlq = queues.deadLetters[priority];
       // The DLQ consumer drains a message within seconds, so "visible" alone would miss most;
-      // every redriven message is also received by it at least once.
+      // every redriven message is also received by it at least once. One the consumer fails
+      // stays in flight for the DLQ's visibility timeout (3 minutes) between receives: counted
+      // in flight, it keeps the alarm in ALARM rather than flapping to OK and back (a
+      // notification each way) every 3 minutes for as long as it fails.
       alarm(
         `DeadLetterQueue-${priority}`,
         new MathExpression({
-          expression: "FILL(visible, 0) + FILL(received, 0)",
+          expression: "FILL(visible, 0) + FILL(inFlight, 0) + FILL(received, 0)",
           usingMetrics: {
             visible: dlq.metricApproximateNumberOfMessagesVisible({
+              statistic: "Maximum",
+              period: MINUTE,
+            }),
+            inFlight: dlq.metricApproximateNumberOfMessagesNotVisible({
               statistic: "Maximum",
               period: MINUTE,
             }),

@@ -832,6 +832,71 @@ describe("observability", () => {
     }
   });
 
+  /**
+   * A DLQ alarm's state minute by minute for a DLQ whose per-minute SQS metrics are as given,
+   * its math expression (FILL(id, 0) terms added) evaluated as CloudWatch does over one period.
+   */
+  function dlqAlarmStates(alarm: Record<string, Json>, minutes: Record<string, number>[]) {
+    const metricNames = new Map<string, string>();
+    let expression = "";
+    for (const m of asArray(alarm.Metrics)) {
+      if (!isObject(m)) continue;
+      if (typeof m.Expression === "string") expression = m.Expression;
+      else if (isObject(m.MetricStat) && isObject(m.MetricStat.Metric)) {
+        metricNames.set(String(m.Id), String(m.MetricStat.Metric.MetricName));
+      }
+    }
+    expect(alarm.ComparisonOperator).toBe("GreaterThanOrEqualToThreshold");
+    expect(alarm.EvaluationPeriods).toBe(1);
+    return minutes.map((values) => {
+      const terms = expression.split("+").map((term) => {
+        const id = /^\s*FILL\((\w+), 0\)\s*$/.exec(term)?.[1];
+        const name = metricNames.get(id ?? "");
+        if (name === undefined) throw new Error(`not a FILL(id, 0) term: ${term}`);
+        return values[name] ?? 0;
+      });
+      const value = terms.reduce((sum, v) => sum + v, 0);
+      return value >= Number(alarm.Threshold) ? "ALARM" : "OK";
+    });
+  }
+
+  it("keeps a DLQ alarm in ALARM while the DLQ consumer keeps failing on a message, and lets it go to OK once one is handled", () => {
+    const visibility = Number(
+      propertiesOf(prod, prod.stack.queues.deadLetters.high).VisibilityTimeout,
+    );
+    expect(visibility % 60).toBe(0);
+    const comesBackEvery = visibility / 60;
+    // The consumer receives the message within seconds of its being visible, fails it, and it
+    // stays in flight a visibility timeout (3 minutes), then again, for as long as it fails.
+    const failing = Array.from({ length: 4 * comesBackEvery }, (_, minute) => ({
+      NumberOfMessagesReceived: minute % comesBackEvery === 0 ? 1 : 0,
+      ApproximateNumberOfMessagesVisible: 0,
+      ApproximateNumberOfMessagesNotVisible: 1,
+    }));
+    // Handled at once: received and deleted in the first minute, nothing after.
+    const handled = [
+      {
+        NumberOfMessagesReceived: 1,
+        ApproximateNumberOfMessagesVisible: 0,
+        ApproximateNumberOfMessagesNotVisible: 1,
+      },
+      ...Array.from({ length: 3 }, () => ({
+        NumberOfMessagesReceived: 0,
+        ApproximateNumberOfMessagesVisible: 0,
+        ApproximateNumberOfMessagesNotVisible: 0,
+      })),
+    ];
+    const byId = new Map(prod.stack.observability.alarms.map((a) => [a.node.id, a]));
+    for (const priority of PRIORITIES) {
+      const construct = byId.get(`DeadLetterQueue-${priority}`);
+      if (construct === undefined) throw new Error(`no DeadLetterQueue-${priority} alarm`);
+      const alarm = propertiesOf(prod, construct);
+      // Notified at each change of state: a flapping alarm e-mails ALARM and OK every 3 minutes.
+      expect(dlqAlarmStates(alarm, failing), priority).toEqual(failing.map(() => "ALARM"));
+      expect(dlqAlarmStates(alarm, handled), priority).toEqual(["ALARM", "OK", "OK", "OK"]);
+    }
+  });
+
   it("alarms on dead runs, set-aside due entries, p99 scheduling lag, dispatcher and worker errors, and queue age", () => {
     const all = alarms(prod);
     const engine = (name: string) =>
