@@ -242,14 +242,15 @@ function validate(s: SchedulerSettings): void {
       `invalid scheduler settings:\n- lookaheadSeconds must be an integer from ${MIN_DEPLOYED_LOOKAHEAD_SECONDS} to ${MAX_LOOKAHEAD_SECONDS}, got ${lookahead}${why}`,
     );
   }
-  for (const [name, value, max] of [
-    ["activeJobs", s.quotas.activeJobs, QUOTA_MAXIMUM],
-    ["runsPerMinute", s.quotas.runsPerMinute, QUOTA_MAXIMUM],
-    ["concurrentRuns", s.quotas.concurrentRuns, MAX_CONCURRENT_RUNS_QUOTA],
+  // Named by their context keys, as the operator gives them (-c quotaActiveJobs=none).
+  for (const [key, value, max] of [
+    ["quotaActiveJobs", s.quotas.activeJobs, QUOTA_MAXIMUM],
+    ["quotaRunsPerMinute", s.quotas.runsPerMinute, QUOTA_MAXIMUM],
+    ["quotaConcurrentRuns", s.quotas.concurrentRuns, MAX_CONCURRENT_RUNS_QUOTA],
   ] as const) {
     if (value !== null && !(Number.isInteger(value) && value >= 1 && value <= max)) {
       throw new Error(
-        `quotas.${name} must be ${NO_QUOTA} (null) or an integer from 1 to ${max}, got ${value}`,
+        `invalid scheduler settings:\n- ${key} must be "${NO_QUOTA}" or an integer from 1 to ${max}, got ${value}`,
       );
     }
   }
@@ -275,14 +276,18 @@ function validate(s: SchedulerSettings): void {
     `leaseSeconds (${s.leaseSeconds}) must be below workerTimeoutSeconds (${s.workerTimeoutSeconds}): the worker heartbeats within its own lifetime`,
   );
   intIn("workerBatchSize", s.workerBatchSize, 1, 10);
-  for (const [priority, value] of Object.entries(s.workerConcurrency)) {
+  const { high, normal, low } = s.workerConcurrency;
+  for (const [key, value] of [
+    ["workerConcurrencyHigh", high],
+    ["workerConcurrencyNormal", normal],
+    ["workerConcurrencyLow", low],
+  ] as const) {
     // The limits AWS puts on an SQS event source's maximum concurrency.
-    intIn(`workerConcurrency.${priority}`, value, 2, 1000);
+    intIn(key, value, 2, 1000);
   }
   check(
-    s.workerConcurrency.high >= s.workerConcurrency.normal &&
-      s.workerConcurrency.normal >= s.workerConcurrency.low,
-    "workerConcurrency must not decrease with priority (high >= normal >= low)",
+    high >= normal && normal >= low,
+    `workerConcurrencyHigh, workerConcurrencyNormal and workerConcurrencyLow must not increase as priority falls (high >= normal >= low), got ${high}, ${normal}, ${low}`,
   );
   check(
     Number.isFinite(s.lowPriorityShare) && s.lowPriorityShare >= 0 && s.lowPriorityShare <= 0.5,

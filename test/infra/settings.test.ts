@@ -147,7 +147,7 @@ describe("settings", () => {
       QUOTA_CONCURRENT_RUNS: "none",
     });
     expect(loadSettings(env).quotas).toEqual(s.quotas);
-    expect(() => fromContext({ quotaConcurrentRuns: "0" })).toThrow(/concurrentRuns/);
+    expect(() => fromContext({ quotaConcurrentRuns: "0" })).toThrow(/quotaConcurrentRuns/);
     expect(() => loadSettings({ QUOTA_ACTIVE_JOBS: "0" })).toThrow(/QUOTA_ACTIVE_JOBS/);
   });
 
@@ -260,8 +260,8 @@ describe("settings", () => {
     [{ alarmTopicArn: "ops-alarms" }, /not an SNS topic ARN/],
     [{ workerTimeoutSeconds: "901" }, /workerTimeoutSeconds must be an integer from 30 to 900/],
     [{ leaseSeconds: "120", workerTimeoutSeconds: "90" }, /leaseSeconds \(120\) must be below/],
-    [{ workerConcurrencyLow: "50" }, /must not decrease with priority/],
-    [{ workerConcurrencyHigh: "1" }, /workerConcurrency.high must be an integer from 2/],
+    [{ workerConcurrencyLow: "50" }, /must not increase as priority falls/],
+    [{ workerConcurrencyHigh: "1" }, /workerConcurrencyHigh must be an integer from 2/],
     [{ logRetentionDays: "10" }, /logRetentionDays must be one CloudWatch Logs accepts/],
     [{ lowPriorityShare: "0.6" }, /lowPriorityShare must be a number from 0 to 0.5/],
     [{ lowPriorityShare: "ten" }, /lowPriorityShare must be a number/],
@@ -300,6 +300,39 @@ describe("settings", () => {
       expect(() => fromContext(context)).toThrow(`${key} must be an integer from ${range}`);
     },
   );
+
+  it.each([
+    [
+      { quotaActiveJobs: "0" },
+      'quotaActiveJobs must be "none" or an integer from 1 to 1000000, got 0',
+    ],
+    [
+      { quotaRunsPerMinute: "1000001" },
+      'quotaRunsPerMinute must be "none" or an integer from 1 to 1000000, got 1000001',
+    ],
+    [
+      { quotaConcurrentRuns: "0" },
+      'quotaConcurrentRuns must be "none" or an integer from 1 to 1000, got 0',
+    ],
+    [
+      { workerConcurrencyHigh: "1" },
+      "workerConcurrencyHigh must be an integer from 2 to 1000, got 1",
+    ],
+    [
+      { workerConcurrencyNormal: "1", workerConcurrencyLow: "1" },
+      "workerConcurrencyNormal must be an integer from 2 to 1000, got 1",
+    ],
+    [
+      { workerConcurrencyLow: "1001" },
+      "workerConcurrencyLow must be an integer from 2 to 1000, got 1001",
+    ],
+    [
+      { workerConcurrencyNormal: "60" },
+      "workerConcurrencyHigh, workerConcurrencyNormal and workerConcurrencyLow must not increase as priority falls (high >= normal >= low), got 50, 60, 5",
+    ],
+  ])("refuses %o naming the context key as the operator gave it", (context, message) => {
+    expect(() => fromContext(context)).toThrow(message);
+  });
 
   it.each(["1", "0"])(
     "refuses maxReceiveCount %s when the app is built, naming the setting and why",
