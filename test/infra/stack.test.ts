@@ -456,6 +456,26 @@ describe("dispatch", () => {
     });
   });
 
+  /**
+   * The async-failures queue takes two kinds of message: Lambda's on-failure records (the tick's
+   * and the dispatcher's invocations), whose body holds the error, and the tick rule's events
+   * EventBridge could not deliver, whose error EventBridge puts in message attributes (ERROR_CODE,
+   * ERROR_MESSAGE, RETRY_ATTEMPTS), which `receive-message` leaves out unless asked for by
+   * --message-attribute-names. The command docs/deploy.md gives for reading them asks for both.
+   */
+  it("docs/deploy.md reads the async-failures queue with the error EventBridge puts in message attributes", () => {
+    const { stack } = prod;
+    const asyncFailures = { "Fn::GetAtt": [logicalIdOf(stack, stack.queues.asyncFailures), "Arn"] };
+    const targets = asArray(propertiesOf(prod, stack.dispatch.rule).Targets);
+    expect(targets.map((t) => (isObject(t) ? t.DeadLetterConfig : undefined))).toEqual([
+      { Arn: asyncFailures },
+    ]);
+    const deploy = readFileSync(join(REPO_ROOT, "docs", "deploy.md"), "utf8");
+    const reads = [...deploy.matchAll(/`(aws sqs receive-message [^`]*)`/g)].map((m) => m[1]);
+    expect(reads.length).toBeGreaterThan(0);
+    for (const command of reads) expect(command).toContain("--message-attribute-names All");
+  });
+
   it.each(["60", "300", "600"])(
     "gives a dispatcher pass its whole shard lease (leaseSeconds=%s): a backlog or first-pass scan may take half of it",
     (leaseSeconds) => {
