@@ -42,3 +42,17 @@ export function isResolvableHost(hostname: string): boolean {
     name.split(".").every((label) => label.length > 0 && label.length <= MAX_LABEL_CHARS)
   );
 }
+
+/**
+ * Headers that belong to the connection, not the request: the delivery's HTTP client (undici)
+ * sets them itself or refuses to send them ("invalid upgrade header", "expect header not
+ * supported"), so a target naming one would fail every attempt of every run. Lower case.
+ */
+export const CONNECTION_HEADERS: ReadonlySet<string> = new Set([
+  "connection",
+  "content-length",
+  "expect",
+  "keep-alive",
+  "transfer-encoding",
+  "upgrade",
+]);

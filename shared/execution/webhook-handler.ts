@@ -13,7 +13,12 @@ import {
   refusalIn,
 } from "./outbound.js";
 import { receivedTooMuchIn } from "./received-bytes.js";
-import { DNS_NAME_RULE, FETCH_BLOCKED_PORTS, isResolvableHost } from "./target-reach.js";
+import {
+  CONNECTION_HEADERS,
+  DNS_NAME_RULE,
+  FETCH_BLOCKED_PORTS,
+  isResolvableHost,
+} from "./target-reach.js";
 
 /** Where deliveries may connect (OutboundOptions) and what signs them. */
 export interface WebhookSettings extends OutboundOptions {
@@ -75,6 +80,8 @@ export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHa
     if (literalRefusal) throw refusedJobError(literalRefusal);
     const unreachable = unreachableTarget(url);
     if (unreachable) throw refusedJobError(unreachable);
+    const unsendable = unsendableHeader(target.headers);
+    if (unsendable) throw unsendable;
     const body = JSON.stringify(ctx.payload ?? null);
     const timestamp = Math.floor(now().getTime() / 1000);
     const signature = webhookSignature(
@@ -255,6 +262,20 @@ function unreachableTarget(url: URL): RefusedTargetError | null {
       `names port ${url.port}, which fetch blocks (the Fetch standard's bad ports)`,
     );
   return null;
+}
+
+/**
+ * A connection header among the target's (./target-reach.ts), which the API refuses but a job
+ * stored before it did (Expect, Keep-Alive, Upgrade) can have: fetch refuses to send it on every
+ * attempt alike, so the run is dead at once, saying so, and nothing is sent.
+ */
+function unsendableHeader(headers: Readonly<Record<string, string>> | undefined): JobError | null {
+  const name = Object.keys(headers ?? {}).find((n) => CONNECTION_HEADERS.has(n.toLowerCase()));
+  if (name === undefined) return null;
+  return new JobError(
+    `the target's header ${name} is a connection header, which a delivery cannot send; refused`,
+    { retryable: false },
+  );
 }
 
 /** A refused target is refused every time: the run goes to the dead letters without a retry. */

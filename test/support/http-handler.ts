@@ -1,3 +1,6 @@
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterAll, beforeAll } from "vitest";
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import type { JobContext, JobHandler } from "../../shared/execution/job-contract.js";
 import type { Resolver } from "../../shared/execution/outbound.js";
@@ -58,3 +61,34 @@ export const LOOPBACK_WORKERS = [
   ],
   ["the sandbox (private targets allowed)", { allowPrivateTargets: true }, "127.0.0.1"],
 ] as const;
+
+/**
+ * A receiver for the describe block it is called in that answers 200 to every request and counts
+ * them: what tells a delivery refused before sending from one sent.
+ */
+export function useCountingReceiver(): {
+  readonly port: () => number;
+  readonly hits: () => number;
+} {
+  let server: Server | undefined;
+  let hits = 0;
+  beforeAll(async () => {
+    const started = createServer((_req, res) => {
+      hits++;
+      res.writeHead(200).end("ok");
+    });
+    server = started;
+    await new Promise<void>((resolve) => started.listen(0, "127.0.0.1", resolve));
+  });
+  afterAll(async () => {
+    server?.closeAllConnections();
+    await new Promise((resolve) => server?.close(resolve));
+  });
+  return {
+    port: () => {
+      if (server === undefined) throw new Error("the counting receiver is not started");
+      return (server.address() as AddressInfo).port;
+    },
+    hits: () => hits,
+  };
+}

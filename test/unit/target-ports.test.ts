@@ -1,11 +1,14 @@
-import { createServer, type Server } from "node:http";
 import { createRequire } from "node:module";
-import type { AddressInfo } from "node:net";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { TargetSchema } from "../../shared/api/schemas/target.js";
 import { isRetryable, JobError } from "../../shared/execution/job-contract.js";
 import { FETCH_BLOCKED_PORTS } from "../../shared/execution/target-reach.js";
-import { httpContext, httpHandlerWith, LOOPBACK_WORKERS } from "../support/http-handler.js";
+import {
+  httpContext,
+  httpHandlerWith,
+  LOOPBACK_WORKERS,
+  useCountingReceiver,
+} from "../support/http-handler.js";
 
 /**
  * The Fetch standard's "bad ports" (SMTP, IRC, X11, …): undici's fetch, which delivers every
@@ -58,26 +61,14 @@ describe("target ports fetch blocks", () => {
 });
 
 describe("a stored target on a port fetch blocks", () => {
-  let server: Server;
-  let hits = 0;
-  beforeAll(async () => {
-    server = createServer((_req, res) => {
-      hits++;
-      res.writeHead(200).end("ok");
-    });
-    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  });
-  afterAll(async () => {
-    server.closeAllConnections();
-    await new Promise((resolve) => server.close(resolve));
-  });
+  const receiver = useCountingReceiver();
 
   // A job stored before the API refused such ports still has one: its delivery can never be made,
   // so the run is dead at once, saying why, rather than retried to the end of its attempts.
   it.each(LOOPBACK_WORKERS)(
     "%s fails it without a retry, naming the port",
     async (_, settings, host) => {
-      const port = (server.address() as AddressInfo).port;
+      const port = receiver.port();
       expect(await httpHandlerWith(settings)(httpContext(`http://${host}:${port}/hook`))).toEqual({
         status: 200,
       });
@@ -90,7 +81,7 @@ describe("a stored target on a port fetch blocks", () => {
         `target ${host} names port 6000, which fetch blocks (the Fetch standard's bad ports); refused`,
       );
       expect(isRetryable(error as JobError)).toBe(false);
-      expect(hits).toBe(LOOPBACK_WORKERS.findIndex(([name]) => name === _) + 1);
+      expect(receiver.hits()).toBe(LOOPBACK_WORKERS.findIndex(([name]) => name === _) + 1);
     },
   );
 });

@@ -2,6 +2,7 @@
 import { z } from "@hono/zod-openapi";
 import { boundedInt } from "../../bounded-int.js";
 import {
+  CONNECTION_HEADERS,
   DNS_NAME_RULE,
   FETCH_BLOCKED_PORTS,
   isResolvableHost,
@@ -55,20 +56,6 @@ export const TargetSchema = z
   .openapi("HttpTarget", { description: "Where an http job POSTs its payload." });
 
 const RESERVED_HEADERS = new Set(["content-type", "host", "idempotency-key"]);
-
-/**
- * Headers that belong to the connection, not the request: the delivery's HTTP client (undici)
- * sets them itself or refuses to send them ("invalid upgrade header"), so a target naming one
- * would fail every attempt of every run.
- */
-const CONNECTION_HEADERS = new Set([
-  "connection",
-  "content-length",
-  "expect",
-  "keep-alive",
-  "transfer-encoding",
-  "upgrade",
-]);
 
 /** Names fetch would merge or that the worker sets itself would reach the receiver garbled. */
 function checkHeaderNames(headers: Record<string, string>, ctx: z.RefinementCtx): void {
