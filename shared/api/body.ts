@@ -1,4 +1,5 @@
 import type { MiddlewareHandler } from "hono";
+import { parseExact } from "../exact-json.js";
 import { textHead, wellFormed } from "../storage/stored-text.js";
 import { ApiError } from "./errors.js";
 
@@ -21,7 +22,9 @@ const JSON_CONTENT_TYPE = /^application\/([a-z-.]+\+)?json(;\s*[a-zA-Z0-9-]+=([^
  * as `null`, in a payload too), that use `__proto__` as a field name outside the payload (at `payloadPath`),
  * or whose text outside the payload holds an unpaired UTF-16 surrogate (JSON's
  * `\ud800` escape reads as one): no Unicode text, which DynamoDB's strings must
- * be. A payload is stored and delivered as JSON text, the escape as written.
+ * be. A payload is stored and delivered as JSON text, the escape as written, and
+ * its numbers as written (`parseExact`): the route reads the body with each payload
+ * in it read so, the rest as JSON.parse reads it (its schema checks numbers).
  * A body that holds create bodies `itemDepth` levels down (a batch's
  * `jobs[i]`: 2) may nest that much deeper, so each of them may nest as a create's.
  */
@@ -59,8 +62,12 @@ export function jsonBody(
       throw new ApiError(400, "malformed_json", `the body is not valid JSON${why}`);
     }
     checkStructure(value, payloadPath, MAX_JSON_DEPTH + itemDepth);
-    // The raw stream is spent; the route's validator reads this copy.
+    // Read again only now that its nesting is known to be bounded (that parser recurses).
+    const body = withExactPayloads(value, parseExact(text), payloadPath, "");
+    // The raw stream is spent; the route's validator reads this copy, and JSON.parse would
+    // change a payload's numbers a double does not hold: its body is the one read here.
     c.req.raw = new Request(c.req.raw, { body: text });
+    c.req.json = <T>() => Promise.resolve(body as T);
     await next();
   };
 }
@@ -165,6 +172,38 @@ const notText = (field: string) =>
     `${field}: holds an unpaired UTF-16 surrogate, which is not Unicode text`,
     { field },
   );
+
+/** `plain` (JSON.parse's reading) with each payload in it (at `payloadPath`) as `exact` reads it. */
+function withExactPayloads(
+  plain: unknown,
+  exact: unknown,
+  payloadPath: RegExp,
+  path: string,
+): unknown {
+  if (path !== "" && payloadPath.test(path)) return exact;
+  if (typeof plain !== "object" || plain === null || typeof exact !== "object" || exact === null)
+    return plain;
+  const fields = Object.entries(plain).map(([key, child]): [string, unknown] => [
+    key,
+    withExactPayloads(
+      child,
+      (exact as Record<string, unknown>)[key],
+      payloadPath,
+      path === "" ? key : `${path}.${key}`,
+    ),
+  ]);
+  if (Array.isArray(plain)) return fields.map(([, child]) => child);
+  const copy: Record<string, unknown> = {};
+  // As JSON.parse makes it: `__proto__` an own field, not the prototype.
+  for (const [key, child] of fields)
+    Object.defineProperty(copy, key, {
+      value: child,
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
+  return copy;
+}
 
 /** Iterative, so that the check itself cannot overflow the stack it protects. */
 function checkStructure(root: unknown, payloadPath: RegExp, maxDepth: number): void {

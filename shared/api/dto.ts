@@ -1,7 +1,25 @@
+import type { Context, TypedResponse } from "hono";
+import type { ContentfulStatusCode } from "hono/utils/http-status";
+import type { JSONParsed } from "hono/utils/types";
+import { stringifyExact } from "../exact-json.js";
 import type { Job, JobPolicies, Run, RunStatus } from "../model.js";
 import type { ScheduleSpec } from "../schedule/index.js";
 import type { JobDto } from "./schemas/jobs.js";
 import type { RunDto } from "./schemas/runs.js";
+
+/**
+ * `c.json(body, status)` for an answer that holds jobs: their payloads' numbers as the caller
+ * wrote them (a 64-bit id past 2^53 too), which JSON.stringify would write as a double's.
+ */
+export function jobsJson<T extends object, U extends ContentfulStatusCode>(
+  c: Context,
+  body: T,
+  status: U,
+): Response & TypedResponse<JSONParsed<T>, U, "json"> {
+  const answer = c.body(stringifyExact(body), status, { "Content-Type": "application/json" });
+  // The same answer c.json gives, typed as it types its own: only the numbers' text differs.
+  return answer as unknown as Response & TypedResponse<JSONParsed<T>, U, "json">;
+}
 
 /**
  * Domain objects as the API shows them: statuses in lowercase, retry delays in

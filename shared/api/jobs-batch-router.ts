@@ -10,7 +10,7 @@ import { committedJobsAsTheyStand } from "../jobs/queries.js";
 import type { Job } from "../model.js";
 import { BODY_OVERHEAD_BYTES, jsonBody } from "./body.js";
 import { newJobOrRepeat } from "./create-repeat.js";
-import { jobDto } from "./dto.js";
+import { jobDto, jobsJson } from "./dto.js";
 import { ApiError, type HttpAnswer, httpAnswerOf, invalid } from "./errors.js";
 import { schemaFailure, unknownFieldIssues } from "./issues.js";
 import { newJobFrom } from "./requests.js";
@@ -190,7 +190,8 @@ export function jobsBatchRouter({ engine, jobTypes }: RouterDeps) {
     });
     for (const { index, job } of repeated)
       results[index] = { index, status: 200, job: jobDto(standing.get(job.jobId) ?? job) };
-    return c.json(
+    return jobsJson(
+      c,
       { results: results.map((r, index) => r ?? failed(tenantId, index, undefined)) },
       200,
     );

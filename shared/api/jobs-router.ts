@@ -16,7 +16,7 @@ import type { Job, JobStatus } from "../model.js";
 import { ValidationError } from "../validation.js";
 import { noBody, optionalBody } from "./body.js";
 import { newJobOrRepeat } from "./create-repeat.js";
-import { jobDto, runDto } from "./dto.js";
+import { jobDto, jobsJson, runDto } from "./dto.js";
 import { jobsPage } from "./pages.js";
 import { jobChangesFrom, newJobFrom, parseIfMatch } from "./requests.js";
 import {
@@ -245,7 +245,7 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
     c.header("Location", `/jobs/${job.jobId}`);
     setJobHeaders(c, job);
     const shown = jobDto(await committedJobAsItStands(engine, job));
-    return created ? c.json(shown, 201) : c.json(shown, 200);
+    return created ? jobsJson(c, shown, 201) : jobsJson(c, shown, 200);
   });
 
   router.openapi(listJobs, async (c) => {
@@ -255,13 +255,13 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
       limit: query.limit ?? LIMITS.pageSize.default,
       ...(query.cursor ? { cursor: query.cursor } : {}),
     });
-    return c.json({ items: page.items.map(jobDto), nextCursor: page.nextCursor }, 200);
+    return jobsJson(c, { items: page.items.map(jobDto), nextCursor: page.nextCursor }, 200);
   });
 
   router.openapi(getJob, async (c) => {
     const job = await jobOf(engine, c, c.req.valid("param").id);
     setJobHeaders(c, job);
-    return c.json(jobDto(await jobAsItStands(engine, job)), 200);
+    return jobsJson(c, jobDto(await jobAsItStands(engine, job)), 200);
   });
 
   router.openapi(editJobRoute, async (c) => {
@@ -275,7 +275,7 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
     // answered as the edit was, the job as it stands, not a 412 against its own version.
     if (isEditWritten(job, expected, hash)) {
       setJobHeaders(c, job);
-      return c.json(jobDto(await committedJobAsItStands(engine, job)), 200);
+      return jobsJson(c, jobDto(await committedJobAsItStands(engine, job)), 200);
     }
     // The body is checked against the job as it stands: from another version, that check would
     // judge it by a job the caller has not seen, so a stale version is the answer first.
@@ -291,7 +291,7 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
       return current;
     });
     setJobHeaders(c, edited);
-    return c.json(jobDto(await committedJobAsItStands(engine, edited)), 200);
+    return jobsJson(c, jobDto(await committedJobAsItStands(engine, edited)), 200);
   });
 
   for (const [route, change] of lifecycle) {
@@ -300,7 +300,7 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
       await jobOf(engine, c, id);
       const job = await change(engine, tenantOf(c), id);
       setJobHeaders(c, job);
-      return c.json(jobDto(await committedJobAsItStands(engine, job)), 200);
+      return jobsJson(c, jobDto(await committedJobAsItStands(engine, job)), 200);
     });
   }
 
@@ -310,7 +310,7 @@ export function jobsRouter({ engine, jobTypes, body }: RouterDeps) {
     await jobOf(engine, c, id);
     const job = await pauseJob(engine, tenantOf(c), id, running ? { running } : {});
     setJobHeaders(c, job);
-    return c.json(jobDto(await committedJobAsItStands(engine, job)), 200);
+    return jobsJson(c, jobDto(await committedJobAsItStands(engine, job)), 200);
   });
 
   router.openapi(deleteJobRoute, async (c) => {

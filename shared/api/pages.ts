@@ -1,4 +1,5 @@
 import type { Engine } from "../engine.js";
+import { stringifyExact } from "../exact-json.js";
 import { boundCursor, decodeCursor, type Page } from "../jobs/cursor.js";
 import { listDeadLetters, listJobs, listRuns, type RunFilter } from "../jobs/queries.js";
 import { isRunSortKey, isStorageIso, JOB_ID_PATTERN, parseRunId } from "../keys.js";
@@ -118,7 +119,7 @@ const MAX_JOBS_PAGE_BYTES = 5 * 1024 * 1024;
 
 /** What a job adds to a page as the Lambda response carries it (see MAX_JOBS_PAGE_BYTES). */
 const responseBytesOf = (job: Job) =>
-  Buffer.byteLength(JSON.stringify(JSON.stringify(jobDto(job))), "utf8");
+  Buffer.byteLength(JSON.stringify(stringifyExact(jobDto(job))), "utf8");
 
 /** The cursor that resumes a tenant's jobs after `job`: its byTenant index key, and its binding. */
 const cursorAfter = (tenantId: string, job: Job, binding: string | undefined) =>

@@ -1,4 +1,5 @@
 import type { EngineSettings } from "../config.js";
+import { asDoubles, stringifyExact } from "../exact-json.js";
 import type { JobTypeCatalog } from "../job-types/registry.js";
 import type { JobChanges, NewJob } from "../jobs/index.js";
 import type { HttpTarget, Job, JobPolicies } from "../model.js";
@@ -52,8 +53,9 @@ function checkWindow(window: string | null | undefined, schedule: ScheduleSpec):
   if (!parsed.ok) throw new ValidationError([{ field: "window", message: parsed.message }]);
 }
 
+/** The payload's size as it is stored and delivered: its text, numbers as written. */
 function checkPayloadSize(payload: unknown, maxBytes: number): void {
-  const size = Buffer.byteLength(JSON.stringify(payload ?? null), "utf8");
+  const size = Buffer.byteLength(stringifyExact(payload ?? null), "utf8");
   if (size > maxBytes) {
     throw new ApiError(
       413,
@@ -64,9 +66,13 @@ function checkPayloadSize(payload: unknown, maxBytes: number): void {
   }
 }
 
-/** The payload as it would be stored (none is null) fits its type's schema, else a 400 naming payload.<field>. */
+/**
+ * The payload as it would be stored (none is null) fits its type's schema, else a 400 naming
+ * payload.<field>. Its numbers are checked as JSON.parse reads them (a schema's bounds on a
+ * number are a double's), as the worker checks them again (`jobType`).
+ */
 function checkPayloadFits(jobTypes: JobTypeCatalog, type: string, payload: unknown): void {
-  const issues = jobTypes.payloadIssues(type, payload ?? null);
+  const issues = jobTypes.payloadIssues(type, asDoubles(payload ?? null));
   if (issues.length > 0) throw new ValidationError(issues);
 }
 

@@ -1,4 +1,5 @@
 import { SchedulerError } from "../errors.js";
+import { asDoubles } from "../exact-json.js";
 import { fieldIssuesOf, type JobTypeDefinition, type PayloadOf } from "../job-types/registry.js";
 import type { HttpTarget, RunTrigger } from "../model.js";
 
@@ -80,14 +81,18 @@ export interface RegisteredJobType {
  * A type's definition and its handler, typed together: `handle` gets the
  * payload its schema produces. The payload is parsed again before each run
  * (a job stored before its type's schema changed may not match it): a payload
- * that does not parse fails the run without a retry, naming the field.
+ * that does not parse fails the run without a retry, naming the field. A number a
+ * double would change is handed over as its digits (lossless-json's `LosslessNumber`,
+ * `String()` gives them) wherever the schema takes it so (`z.unknown()`); a schema that
+ * asks for a number there gets it as JSON.parse reads it, as the API checked it.
  */
 export function jobType<T extends string>(
   definition: JobTypeDefinition<T>,
   handle: JobHandler<T>,
 ): RegisteredJobType {
   const handler: JobHandler = async (ctx) => {
-    const parsed = definition.payload.safeParse(ctx.payload);
+    const exact = definition.payload.safeParse(ctx.payload);
+    const parsed = exact.success ? exact : definition.payload.safeParse(asDoubles(ctx.payload));
     if (!parsed.success) {
       const issues = fieldIssuesOf(parsed.error.issues, "payload");
       const text = issues.map((issue) => `${issue.field}: ${issue.message}`).join("; ");

@@ -1,4 +1,5 @@
 import { fetch, type Response } from "undici";
+import { stringifyExact } from "../exact-json.js";
 import { textHead } from "../storage/stored-text.js";
 import { type TimeLimit, timeLimit } from "../time-limit.js";
 import type { WebhookSigningSecrets } from "../webhooks/secrets.js";
@@ -82,7 +83,8 @@ export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHa
     if (unreachable) throw refusedJobError(unreachable);
     const unsendable = unsendableHeader(target.headers);
     if (unsendable) throw unsendable;
-    const body = JSON.stringify(ctx.payload ?? null);
+    // The payload's numbers as the caller wrote them (a 64-bit id past 2^53 too).
+    const body = stringifyExact(ctx.payload ?? null);
     const timestamp = Math.floor(now().getTime() / 1000);
     const signature = webhookSignature(
       await webhook.signingSecrets(ctx.tenantId),

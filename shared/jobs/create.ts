@@ -9,6 +9,7 @@ import {
   JobNotFoundError,
   SchedulerError,
 } from "../errors.js";
+import { isExactNumber } from "../exact-json.js";
 import { newJobId } from "../keys.js";
 import type { DueEntry, Job } from "../model.js";
 import { QuotaExceededError } from "../quotas/limits.js";
@@ -81,9 +82,12 @@ export function idempotentCreate(key: string, job: NewJob, body: unknown): Idemp
 
 /**
  * JSON with object keys sorted, so two bodies that differ only in key order hash alike; a key
- * whose value is undefined is left out, as JSON would (a parsed body has none).
+ * whose value is undefined is left out, as JSON would (a parsed body has none). A payload's
+ * number a double would change is its digits as sent (others, as JSON.parse reads them, hash
+ * as they always have), so a request that differs from another only there is another.
  */
 function canonicalJson(value: unknown): string {
+  if (isExactNumber(value)) return value.toString();
   if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
   if (value !== null && typeof value === "object") {
     const entries = Object.entries(value as Record<string, unknown>)

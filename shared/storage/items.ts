@@ -1,3 +1,4 @@
+import { parseExact, stringifyExact } from "../exact-json.js";
 import type { DueEntry, HttpTarget, Job, Run } from "../model.js";
 import type { RunMessage } from "../queue/run-message.js";
 
@@ -206,8 +207,9 @@ export function encodeJob(job: Job): Item {
     ...(target ? { target: encodeTarget(target) } : {}),
     // A string set (ADD and DELETE keep it without a read); DynamoDB stores no empty set.
     ...(dependents.length > 0 ? { dependents: new Set(dependents) } : {}),
-    // Stored as text so any JSON (floats, big numbers, empty strings) round-trips exactly.
-    payloadJson: JSON.stringify(payload ?? null),
+    // Stored as text so any JSON (floats, big numbers, empty strings) round-trips exactly: its
+    // numbers as the caller wrote them (a 64-bit id past 2^53 too), which a double would change.
+    payloadJson: stringifyExact(payload ?? null),
   };
 }
 
@@ -235,7 +237,7 @@ export function decodeJob(item: Item): Job {
     lastRun: job.lastRun ?? null,
     nextDueKey: job.nextDueKey ?? null,
     nextRunAt: job.nextRunAt ?? null,
-    payload: typeof payloadJson === "string" ? JSON.parse(payloadJson) : null,
+    payload: typeof payloadJson === "string" ? parseExact(payloadJson) : null,
   };
 }
 

@@ -1,5 +1,6 @@
 import { GetCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
+import { stringifyExact } from "../exact-json.js";
 import type { DueEntry, DueKey, EditMark, Job, Run } from "../model.js";
 import type { UpstreamWriteName } from "./dependents.js";
 import { putOverOlderDueEntry } from "./due-entries.js";
@@ -83,7 +84,7 @@ export async function writeEditedJob(
   const set: Record<string, unknown> = {
     ...Object.fromEntries(Object.entries(fields).filter(([, value]) => value !== undefined)),
     ...(fields.target ? { target: encodeTarget(fields.target) } : {}),
-    ...("payload" in changes ? { payloadJson: JSON.stringify(payload ?? null) } : {}),
+    ...("payload" in changes ? { payloadJson: stringifyExact(payload ?? null) } : {}),
     nextRunAt: next.nextRunAt ? next.nextRunAt.toISOString() : null,
     nextDueKey: entry?.key ?? null,
     updatedAt: next.now.toISOString(),
