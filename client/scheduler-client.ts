@@ -14,6 +14,7 @@ import {
 import { authMiddleware, type ClientAuth } from "./auth.js";
 import { RequestWithSignal } from "./caller-signal.js";
 import { NotAnIdError } from "./errors.js";
+import { writeJson } from "./exact-json.js";
 import type { components, paths } from "./generated/api.js";
 import { JobHandle } from "./job-handle.js";
 import { everyItem, type Page } from "./paging.js";
@@ -150,6 +151,8 @@ export class SchedulerClient {
       createClient<paths>({
         baseUrl: options.baseUrl.replace(/\/+$/, ""),
         pathSerializer: segmentsOnly,
+        // A payload's number kept as its digits (a LosslessNumber) is sent as them.
+        bodySerializer: (body: unknown) => writeJson(body),
         // Keeps the caller's signal for the fetch layers below (caller-signal.ts).
         Request: RequestWithSignal,
         fetch: retryingFetch(

@@ -1,5 +1,6 @@
 import { callerSignalOf } from "./caller-signal.js";
 import { RequestTimeoutError, SchedulerApiError } from "./errors.js";
+import { readJson } from "./exact-json.js";
 import { isRepeatableRoute, repeatsAsOnce } from "./retries.js";
 
 /** How long a request may take, its answer's body read to the end, unless the client says. */
@@ -77,6 +78,18 @@ function notJsonCheck(status: number, body: Uint8Array, what: string): void {
 }
 
 /**
+ * An answer held whole, whose `json()` keeps the digits of a number a double would change (a
+ * job's payload holds the caller's numbers: a 64-bit id past 2^53), as lossless-json's
+ * `LosslessNumber`; every other number is a double, as JSON.parse reads it.
+ */
+function exactJsonAnswer(body: Uint8Array | null, init: ResponseInit): Response {
+  const answer = new Response(body, init);
+  const json = async (): Promise<unknown> => readJson(await answer.text());
+  Object.defineProperty(answer, "json", { value: json });
+  return answer;
+}
+
+/**
  * `fetch` that gives up on a request after `timeoutMs`, its answer's body included: a server or a
  * proxy that accepts the connection and never answers, or sends the headers and stalls the body,
  * would otherwise hold the caller (and every CLI command) for ever. The body is read here, within
@@ -135,10 +148,13 @@ export function boundedFetch(base: typeof fetch, timeoutMs: number): typeof fetc
       const response = await Promise.race([sent, ended]);
       const body = await Promise.race([wholeBody(response, what), ended]);
       if (response.ok && body !== null) notJsonCheck(response.status, body, what);
-      return new Response(NULL_BODY_STATUSES.has(response.status) ? null : body, {
+      const headers = new Headers(response.headers);
+      // openapi-fetch reads an answer of no stated length with JSON.parse, not with its json().
+      if (body !== null && body.length > 0) headers.set("content-length", String(body.length));
+      return exactJsonAnswer(NULL_BODY_STATUSES.has(response.status) ? null : body, {
         status: response.status,
         statusText: response.statusText,
-        headers: response.headers,
+        headers,
       });
     } catch (error) {
       // Fetch's own error for the abort (or one of reading the body it cut) is the ending's.

@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { type Command, InvalidArgumentError, Option } from "commander";
 import { isRecord } from "../answers.js";
+import { readJson } from "../exact-json.js";
 import type { EditJobRequest, Job, NewJob, Schedule } from "../index.js";
 
 /**
@@ -57,9 +58,10 @@ function orNone<T>(parse: (raw: string) => T): (raw: string) => T | typeof NONE 
 const noneAsNull = <T>(value: T | typeof NONE | undefined): T | null | undefined =>
   value === NONE ? null : value;
 
+/** JSON as written, a number a double would change kept as its digits (a payload's 64-bit id). */
 function jsonValue(raw: string): unknown {
   try {
-    return JSON.parse(raw);
+    return readJson(raw);
   } catch (error) {
     throw new InvalidArgumentError(`not JSON: ${(error as Error).message}`);
   }

@@ -1,4 +1,5 @@
 import { DateTime } from "luxon";
+import { writeJson } from "../exact-json.js";
 import type { BatchCreateResult, Job, Run, Schedule } from "../index.js";
 import { runWhy } from "../run-why.js";
 
@@ -150,10 +151,7 @@ export function jobFields(job: Job): string {
     ],
     ["target", job.target ? job.target.url : "-"],
     ["dependents", job.dependents.length > 0 ? job.dependents.join(", ") : "-"],
-    [
-      "payload",
-      job.payload === undefined || job.payload === null ? "-" : JSON.stringify(job.payload),
-    ],
+    ["payload", job.payload === undefined || job.payload === null ? "-" : writeJson(job.payload)],
     ["created", job.createdAt],
     ["updated", job.updatedAt],
   ]);
@@ -253,7 +251,8 @@ export function runsTable(runs: readonly Run[]): string {
 export function json(value: unknown, indent: 2 | 0 = 2): string {
   let text = "";
   // JSON.stringify answers undefined for undefined: null is what a script can read.
-  for (const char of JSON.stringify(value, null, indent) ?? "null") {
+  // A payload's number a double would change (a LosslessNumber) written as its digits.
+  for (const char of value === undefined ? "null" : writeJson(value, indent)) {
     const code = char.charCodeAt(0);
     text += (code >= 0x7f && code <= 0x9f) || isReordering(code) ? unicodeEscape(code) : char;
   }

@@ -285,6 +285,23 @@ describe("jobs", () => {
     expect(removed.payload).toBeNull();
   });
 
+  it("--payload and --body keep a number's digits a double would change, sent and shown", async () => {
+    const id = "12345678901234567890";
+    const fine = "0.1000000000000000055511151231257827";
+    const payload = `{"id":${id},"r":${fine}}`;
+    const noop = ["jobs", "create", "--type", "noop", "--run-at", tomorrow()];
+    const created = await cli(["-o", "json", ...noop, "--payload", payload]);
+    expect(created.code, created.err).toBe(EXIT.ok);
+    expect(created.out).toContain(`"id": ${id},\n    "r": ${fine}\n`);
+    const jobId = (JSON.parse(created.out) as Job).id;
+    expect((await cli(["-o", "json", "jobs", "get", jobId])).out).toContain(`"id": ${id},`);
+    expect((await cli(["jobs", "get", jobId])).out).toContain(payload);
+    const body = `{"payload":[${id}]}`;
+    const edited = await cli(["-o", "json", "jobs", "edit", jobId, "--body", body]);
+    expect(edited.code, edited.err).toBe(EXIT.ok);
+    expect(edited.out.replace(/\s+/g, "")).toContain(`"payload":[${id}]`);
+  });
+
   it("edit reads the version itself, or takes --version; a stale one exits 6", async () => {
     const job = await json<Job>("jobs", "create", "--type", "noop", "--run-at", tomorrow());
     const edited = await json<Job>(
