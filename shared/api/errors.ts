@@ -194,6 +194,7 @@ const ANSWERS: Answers = {
   target_refused: internal,
   run_timed_out: internal,
   worker_shutdown: internal,
+  start_unwritten: internal,
   run_token_invalid: (_, { message }) =>
     answer(401, "unauthorized", message, {
       headers: { "WWW-Authenticate": 'Bearer realm="scheduler-run"' },

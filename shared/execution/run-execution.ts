@@ -49,7 +49,7 @@ type Outcome =
   | { readonly kind: "succeeded" }
   | { readonly kind: "handed-over" }
   | { readonly kind: "cancelled"; readonly error: RunCancelledError }
-  | { readonly kind: "released" }
+  | { readonly kind: "released"; readonly reason: string }
   | { readonly kind: "failed"; readonly error: string; readonly retryable: boolean }
   | { readonly kind: "fence-lost"; readonly error: FenceLostError };
 
@@ -59,6 +59,8 @@ declare module "../errors.js" {
     readonly run_timed_out: { readonly timeoutMs: number };
     /** A run stopped because its worker is shutting down: released to another worker. */
     readonly worker_shutdown: Readonly<Record<string, never>>;
+    /** A run whose start, held unwritten, failed its first write twice: released, to run again. */
+    readonly start_unwritten: Readonly<Record<string, never>>;
   }
 }
 
@@ -75,6 +77,18 @@ class WorkerShutdownError extends SchedulerError<"worker_shutdown"> {
 
   constructor() {
     super("worker_shutdown", "worker shutting down", {});
+  }
+}
+
+class StartUnwrittenError extends SchedulerError<"start_unwritten"> {
+  override readonly name = "StartUnwrittenError";
+
+  constructor() {
+    super(
+      "start_unwritten",
+      "released: its start, held unwritten, failed its first write twice",
+      {},
+    );
   }
 }
 
@@ -132,6 +146,8 @@ export async function execute(
     const every = heartbeatEveryMs(deps);
     // A start still unwritten is written by the first beat, before the reaper would re-send the run.
     const unwritten = run.unwrittenStart?.written === false ? run.unwrittenStart : null;
+    // Failed writes of the start while it is unwritten (see the catch below).
+    let unwrittenFailures = 0;
     let wait =
       unwritten === null
         ? every
@@ -164,6 +180,20 @@ export async function execute(
         if (error instanceof FenceLostError || error instanceof RunCancelledError) {
           controller.abort(error);
           return;
+        }
+        // Nothing tells the others that a start held unwritten holds its run: a cancel ends it
+        // CANCELLED at once, and a one-off's occurrence filed after it starts once the first
+        // write it owed has passed (`heldStartLearnsBy`). Failed, the write is made once more at
+        // once (one whose answer was lost finds its start written, `ownStartWritten`); failed
+        // again, the handler stops rather than run on to a later beat beside that attempt, and
+        // the run is released, to run again.
+        if (unwritten !== null && !unwritten.written) {
+          unwrittenFailures++;
+          if (unwrittenFailures > 1) {
+            controller.abort(new StartUnwrittenError());
+            return;
+          }
+          wait = 0;
         }
         engine.obs.log.warn("heartbeat failed; will try again", {
           ...runLogKeys(run),
@@ -199,7 +229,9 @@ export async function execute(
     const reason: unknown = controller.signal.reason;
     if (reason instanceof FenceLostError) return { kind: "fence-lost", error: reason };
     if (reason instanceof RunCancelledError) return { kind: "cancelled", error: reason };
-    if (reason instanceof WorkerShutdownError) return { kind: "released" };
+    if (reason instanceof WorkerShutdownError)
+      return { kind: "released", reason: "released: the worker shut down mid-run" };
+    if (reason instanceof StartUnwrittenError) return { kind: "released", reason: reason.message };
     if (reason instanceof RunTimeoutError)
       return { kind: "failed", error: reason.message, retryable: true };
     return {

@@ -339,7 +339,7 @@ async function runInSlot(
   if (outcome.kind === "fence-lost" || outcome.kind === "cancelled") throw outcome.error;
   if (outcome.kind === "released") {
     // Back to QUEUED for whoever runs next; its message may die with this process, the reaper re-sends.
-    await requeueRun(engine, run, "released: the worker shut down mid-run", now);
+    await requeueRun(engine, run, outcome.reason, now);
     await resend(engine, runMessageOf(run), now).catch(() => undefined);
     return "ack";
   }
