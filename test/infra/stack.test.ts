@@ -461,9 +461,11 @@ describe("dispatch", () => {
    * and the dispatcher's invocations), whose body holds the error, and the tick rule's events
    * EventBridge could not deliver, whose error EventBridge puts in message attributes (ERROR_CODE,
    * ERROR_MESSAGE, RETRY_ATTEMPTS), which `receive-message` leaves out unless asked for by
-   * --message-attribute-names. The command docs/deploy.md gives for reading them asks for both.
+   * --message-attribute-names. The command docs/deploy.md gives for reading them asks for both,
+   * and leaves them visible (--visibility-timeout 0): the queue's alarm counts visible messages,
+   * and a read that hid them for the queue's 30 s would let it go to OK and back, notifying twice.
    */
-  it("docs/deploy.md reads the async-failures queue with the error EventBridge puts in message attributes", () => {
+  it("docs/deploy.md reads the async-failures queue with the error EventBridge puts in message attributes, its messages left visible", () => {
     const { stack } = prod;
     const asyncFailures = { "Fn::GetAtt": [logicalIdOf(stack, stack.queues.asyncFailures), "Arn"] };
     const targets = asArray(propertiesOf(prod, stack.dispatch.rule).Targets);
@@ -473,7 +475,10 @@ describe("dispatch", () => {
     const deploy = readFileSync(join(REPO_ROOT, "docs", "deploy.md"), "utf8");
     const reads = [...deploy.matchAll(/`(aws sqs receive-message [^`]*)`/g)].map((m) => m[1]);
     expect(reads.length).toBeGreaterThan(0);
-    for (const command of reads) expect(command).toContain("--message-attribute-names All");
+    for (const command of reads) {
+      expect(command).toContain("--message-attribute-names All");
+      expect(command).toContain("--visibility-timeout 0");
+    }
   });
 
   it.each(["60", "300", "600"])(
