@@ -1,4 +1,5 @@
 import createClient from "openapi-fetch";
+import { readJson, writeJson } from "../client/exact-json.js";
 import type { components, paths } from "../client/generated/api.js";
 import { currentCredential, currentSession } from "./auth.js";
 
@@ -37,7 +38,40 @@ export function whenUnauthorized(handler: () => void): void {
   onUnauthorized = handler;
 }
 
-const client = createClient<paths>({ baseUrl: location.origin });
+/** The statuses whose answer has no body (a Response made with one throws). */
+const NULL_BODY_STATUSES: ReadonlySet<number> = new Set([204, 205, 304]);
+
+/**
+ * `fetch` whose answers' `json()` keeps a number a double would change as its digits (a job's
+ * payload holds the caller's numbers: a 64-bit id past 2^53), as the client's does
+ * (client/exact-json.ts): the payload box shows them as written and an edit sends them back so.
+ */
+async function exactJsonFetch(request: Request): Promise<Response> {
+  const response = await fetch(request);
+  if (NULL_BODY_STATUSES.has(response.status)) return response;
+  const text = await response.text();
+  const headers = new Headers(response.headers);
+  // openapi-fetch reads an answer of no stated length with JSON.parse, not with its json().
+  headers.set("content-length", String(new TextEncoder().encode(text).length));
+  const exact = new Response(text, {
+    status: response.status,
+    statusText: response.statusText,
+    headers,
+  });
+  Object.defineProperties(exact, {
+    json: { value: async () => readJson(text) },
+    // An error answer with no body of the API's shape is named by its URL (answer(), below).
+    url: { value: response.url },
+  });
+  return exact;
+}
+
+const client = createClient<paths>({
+  baseUrl: location.origin,
+  fetch: exactJsonFetch,
+  // A payload's number kept as its digits (a LosslessNumber) is sent as them.
+  bodySerializer: (body: unknown) => writeJson(body),
+});
 client.use({
   onRequest({ request }) {
     const credential = currentCredential();

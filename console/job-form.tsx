@@ -1,3 +1,4 @@
+import { readJson, writeJson } from "../client/exact-json.js";
 import { ApiProblem, type CreateJob, type EditJob, type FieldIssue, type Job } from "./api.js";
 import { Field } from "./components.js";
 import {
@@ -57,8 +58,7 @@ export function formFromJob(job: Job): JobForm {
     ...scheduleFormOf(job.schedule),
     targetUrl: job.target?.url ?? "",
     targetKept: keptOf(job.target),
-    payload:
-      job.payload === null || job.payload === undefined ? "" : JSON.stringify(job.payload, null, 2),
+    payload: job.payload === null || job.payload === undefined ? "" : writeJson(job.payload, 2),
     maxAttempts: String(job.policies.retry.maxAttempts),
     misfirePolicy: job.policies.misfirePolicy,
     overlapPolicy: job.policies.overlapPolicy,
@@ -94,7 +94,8 @@ class FormProblem extends Error {
 function parsePayload(text: string): unknown {
   if (text.trim() === "") return undefined;
   try {
-    return JSON.parse(text) as unknown;
+    // A number a double would change (a 64-bit id) keeps its digits, shown and sent as typed.
+    return readJson(text);
   } catch {
     throw new FormProblem([{ field: "payload", message: "is not valid JSON" }]);
   }
@@ -151,7 +152,7 @@ export function changesBetween(base: JobForm, mine: JobForm): EditJob {
   const after = partsOf(mine) as Record<string, unknown>;
   const changes: Record<string, unknown> = {};
   for (const [part, value] of Object.entries(after)) {
-    if (JSON.stringify(value) !== JSON.stringify(before[part])) changes[part] = value;
+    if (writeJson(value) !== writeJson(before[part])) changes[part] = value;
   }
   return changes as EditJob;
 }

@@ -1,4 +1,5 @@
 import { useEffect, useRef, useState } from "preact/hooks";
+import { writeJson } from "../../client/exact-json.js";
 import { runWhy } from "../../client/run-why.js";
 import {
   ApiProblem,
@@ -281,7 +282,7 @@ interface Conflict {
 }
 
 const partLabel = (part: string) => part.replace(/([A-Z])/g, " $1").toLowerCase();
-const show = (value: unknown) => (typeof value === "string" ? value : JSON.stringify(value));
+const show = (value: unknown) => (typeof value === "string" ? value : writeJson(value));
 
 /**
  * A change as the conflict shows it. A target's header values are often the receiver's

@@ -1,4 +1,5 @@
 import { useRef, useState } from "preact/hooks";
+import { writeJson } from "../../client/exact-json.js";
 import { api, type FieldIssue, type Job, newIdempotencyKey } from "../api.js";
 import {
   announce,
@@ -142,7 +143,7 @@ function CreateJobForm({ jobTypes }: { jobTypes: readonly string[] }) {
     setBusy(true);
     try {
       const body = createBody(form);
-      const text = JSON.stringify(body);
+      const text = writeJson(body);
       if (lastSent.current?.body !== text)
         lastSent.current = { body: text, key: newIdempotencyKey("console-create") };
       const job = await api.createJob(body, lastSent.current.key);
