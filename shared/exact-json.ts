@@ -19,11 +19,14 @@ function exactNumber(text: string): number | LosslessNumber {
   return isSafeNumber(text) || String(double) === text ? double : new LosslessNumber(text);
 }
 
-/** JSON text to a value, numbers exact (above). The text's nesting is bounded by whoever read it first. */
-export function parseExact(text: string): unknown {
+/**
+ * JSON text to a value, numbers exact (above). The text's nesting is bounded by whoever read it
+ * first; `plain`, when given, is JSON.parse's reading of it, which a caller that has it need not
+ * make again.
+ */
+export function parseExact(text: string, plain: unknown = JSON.parse(text)): unknown {
   // A text JSON.stringify writes back as it is lost nothing to doubles: every payload stored
   // before, and most since, read at JSON.parse's speed (lossless-json's parser takes 4 times it).
-  const plain: unknown = JSON.parse(text);
   if (JSON.stringify(plain) === text) return plain;
   return parse(text, null, {
     parseNumber: exactNumber,

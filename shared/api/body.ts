@@ -63,7 +63,7 @@ export function jsonBody(
     }
     checkStructure(value, payloadPath, MAX_JSON_DEPTH + itemDepth);
     // Read again only now that its nesting is known to be bounded (that parser recurses).
-    const body = withExactPayloads(value, parseExact(text), payloadPath, "");
+    const body = withExactPayloads(value, parseExact(text, value), payloadPath, "");
     // The raw stream is spent; the route's validator reads this copy, and JSON.parse would
     // change a payload's numbers a double does not hold: its body is the one read here.
     c.req.raw = new Request(c.req.raw, { body: text });
