@@ -29,3 +29,20 @@ export function readJson(text: string): unknown {
 export function writeJson(value: unknown, indent = 0): string {
   return stringify(value, undefined, indent) ?? "null";
 }
+
+/**
+ * An answer held whole (`body`), whose `json()` reads it with `readJson`, and whose URL is `url`
+ * (a Response made here has none; an error answer is named by it).
+ */
+export function exactJsonAnswer(
+  body: ConstructorParameters<typeof Response>[0],
+  init: ResponseInit,
+  url = "",
+): Response {
+  const answer = new Response(body, init);
+  Object.defineProperties(answer, {
+    json: { value: async (): Promise<unknown> => readJson(await answer.text()) },
+    url: { value: url },
+  });
+  return answer;
+}

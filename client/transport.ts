@@ -1,6 +1,6 @@
 import { callerSignalOf } from "./caller-signal.js";
 import { RequestTimeoutError, SchedulerApiError } from "./errors.js";
-import { readJson } from "./exact-json.js";
+import { exactJsonAnswer } from "./exact-json.js";
 import { isRepeatableRoute, repeatsAsOnce } from "./retries.js";
 
 /** How long a request may take, its answer's body read to the end, unless the client says. */
@@ -75,18 +75,6 @@ function notJsonCheck(status: number, body: Uint8Array, what: string): void {
       `${what}: the ${status} answer is not JSON: ${text.slice(0, 200)}`,
     );
   }
-}
-
-/**
- * An answer held whole, whose `json()` keeps the digits of a number a double would change (a
- * job's payload holds the caller's numbers: a 64-bit id past 2^53), as lossless-json's
- * `LosslessNumber`; every other number is a double, as JSON.parse reads it.
- */
-function exactJsonAnswer(body: Uint8Array | null, init: ResponseInit): Response {
-  const answer = new Response(body, init);
-  const json = async (): Promise<unknown> => readJson(await answer.text());
-  Object.defineProperty(answer, "json", { value: json });
-  return answer;
 }
 
 /**

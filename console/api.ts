@@ -1,5 +1,5 @@
 import createClient from "openapi-fetch";
-import { readJson, writeJson } from "../client/exact-json.js";
+import { exactJsonAnswer, writeJson } from "../client/exact-json.js";
 import type { components, paths } from "../client/generated/api.js";
 import { currentCredential, currentSession } from "./auth.js";
 
@@ -53,17 +53,12 @@ async function exactJsonFetch(request: Request): Promise<Response> {
   const headers = new Headers(response.headers);
   // openapi-fetch reads an answer of no stated length with JSON.parse, not with its json().
   headers.set("content-length", String(new TextEncoder().encode(text).length));
-  const exact = new Response(text, {
-    status: response.status,
-    statusText: response.statusText,
-    headers,
-  });
-  Object.defineProperties(exact, {
-    json: { value: async () => readJson(text) },
-    // An error answer with no body of the API's shape is named by its URL (answer(), below).
-    url: { value: response.url },
-  });
-  return exact;
+  // An error answer with no body of the API's shape is named by its URL (answer(), below).
+  return exactJsonAnswer(
+    text,
+    { status: response.status, statusText: response.statusText, headers },
+    response.url,
+  );
 }
 
 const client = createClient<paths>({
