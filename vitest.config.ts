@@ -129,9 +129,9 @@ export default defineConfig({
       reporter: ["text-summary", "json-summary", "html"],
       reportsDirectory: "coverage",
       // The floor for shared/, a little under what the whole suite measures (README, Testing):
-      // 96.7 % of lines, 94.9 % of statements, 97.0 % of functions, 88.0 % of branches.
+      // 98.0 % of lines, 96.5 % of statements, 97.7 % of functions, 90.5 % of branches.
       thresholds: {
-        "shared/**/*.ts": { lines: 93, statements: 92, functions: 93, branches: 85 },
+        "shared/**/*.ts": { lines: 96, statements: 95, functions: 96, branches: 89 },
       },
     },
   },
