@@ -1,5 +1,5 @@
 import type { Engine } from "../engine.js";
-import { IllegalTransitionError, NotReplayableError } from "../errors.js";
+import { ConcurrentUpdateError, IllegalTransitionError, NotReplayableError } from "../errors.js";
 import type { Job, Run } from "../model.js";
 import { isOneOffOccurrence, oneOffAttemptOf } from "../one-off.js";
 import { transactionCancellationCodes } from "./dynamo-errors.js";
@@ -15,6 +15,8 @@ import { ConditionsFailedError, writeTransaction } from "./transaction.js";
 
 /** Why a dead letter of a job deleted (or being deleted) cannot be replayed. */
 export const JOB_DELETED = "its job was deleted";
+/** How many times a replay below its one-off's floor is written on a job that keeps changing. */
+export const REPLAY_TRIES = 3;
 
 /**
  * The replay's key is free, or holds the retry a failure of the dead run put before that run's
@@ -87,7 +89,8 @@ function notFiledPast(
  * the job (or lower the floor to it), so that a pause, cancel or delete reads the replay
  * (`liveRunRanges`), conditioned on the floor and the occurrences below it as read; when those
  * changed since, the transaction goes again decided on the job as it then stands (with the check
- * alone once the job reaches the replay's occurrence).
+ * alone once the job reaches the replay's occurrence), at most REPLAY_TRIES times in all: a job
+ * that keeps changing that way is `ConcurrentUpdateError`, and nothing is written.
  */
 export async function writeReplay(
   engine: Engine,
@@ -100,6 +103,7 @@ export async function writeReplay(
     /** The job as read, or as the last try found it. */
     readonly job: Job;
   },
+  tries = 1,
 ): Promise<void> {
   const lowering = floorLoweringFor(replay.job, dead.scheduledFor);
   const jobWrite = notFiledPast(
@@ -158,8 +162,14 @@ export async function writeReplay(
       const filedPast = filedPastReason(decodeJob(job), dead.scheduledFor, replay.attempt);
       if (filedPast !== null) throw new NotReplayableError(dead.runId, filedPast);
       // The job stands, its floor or the occurrences below it changed since the read: decided again.
-      if (lowering !== undefined)
-        return writeReplay(engine, dead, { ...replay, job: decodeJob(job) });
+      if (lowering !== undefined) {
+        if (tries >= REPLAY_TRIES)
+          throw new ConcurrentUpdateError(
+            `the job kept changing under the replay of ${dead.runId}; try again`,
+            { cause: error },
+          );
+        return writeReplay(engine, dead, { ...replay, job: decodeJob(job) }, tries + 1);
+      }
       throw new IllegalTransitionError("replay a run of", String(job.status));
     }
     if (error instanceof ConditionsFailedError && error.has("replay") && !error.has("deadRun")) {

@@ -1,7 +1,9 @@
 import { PutCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ConcurrentUpdateError } from "../../shared/errors.js";
 import { createJob, deleteJob, editJob, replayDeadLetter } from "../../shared/jobs/index.js";
 import type { Job } from "../../shared/model.js";
+import { REPLAY_TRIES } from "../../shared/storage/dead-letter-replay.js";
 import { deadLetterPk, jobKey, ONE_OFF_BELOW_MOST } from "../../shared/storage/items.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
@@ -182,6 +184,50 @@ describe("a replay of a dead run from before its job became a one-off", () => {
     expect(new Set(after?.oneOffBelow)).toEqual(new Set(replayed.map((r) => r.scheduledFor)));
     expect(after?.oneOffBelow).toContain(threeHoursAgo.toISOString());
     expect(after?.oneOffFrom).toBe(job.oneOffFrom);
+  }, 30_000);
+});
+
+describe("a replay whose job's floor keeps changing under it", () => {
+  it("gives up after a few tries, answering a concurrent update and writing nothing", async () => {
+    const { job, deadRunId } = await oneOffWithDeadLettersFromBefore();
+    // Before each of the replay's transactions, another writer keeps one more occurrence below
+    // the floor (as a replay of another dead run would): the replay's condition on the
+    // occurrences it read fails every time, up to CHANGES times.
+    const CHANGES = 6;
+    let changes = 0;
+    const name = "keepsChangingTheFloor";
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (
+          changes < CHANGES &&
+          context.commandName === "TransactWriteItemsCommand" &&
+          JSON.stringify(args.input).includes(deadRunId)
+        ) {
+          changes += 1;
+          const kept = new Date(f.engine.clock().getTime() - 5 * HOUR_MS + changes * 60_000);
+          await f.engine.doc.send(
+            new UpdateCommand({
+              TableName: f.engine.tables.jobs,
+              Key: jobKey(job.jobId),
+              UpdateExpression:
+                "SET oneOffBelow = list_append(if_not_exists(oneOffBelow, :none), :kept)",
+              ExpressionAttributeValues: { ":none": [], ":kept": [kept.toISOString()] },
+            }),
+          );
+        }
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    const replayed = replayDeadLetter(f.engine, job.tenantId, deadRunId).finally(() =>
+      f.engine.doc.middlewareStack.remove(name),
+    );
+    await expect(replayed).rejects.toBeInstanceOf(ConcurrentUpdateError);
+    expect(changes).toBe(REPLAY_TRIES);
+    const dead = (await f.runs()).find((r) => r.runId === deadRunId);
+    expect(dead?.status).toBe("DEAD");
+    expect(dead?.replayedBy ?? null).toBeNull();
+    expect((await f.runs()).filter((r) => r.jobId === job.jobId && r.attempt === 2)).toEqual([]);
   }, 30_000);
 });
 
