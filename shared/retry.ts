@@ -90,6 +90,11 @@ export interface FailureInput {
   readonly error: string;
   readonly now: Date;
   readonly random: () => number;
+  /**
+   * The least delay the failure asked for (a webhook receiver's `Retry-After`): the retry waits at
+   * least that long, but never past the policy's `maxDelayMs`.
+   */
+  readonly retryAfterMs?: number;
 }
 
 function shortened(error: string): string {
@@ -120,7 +125,10 @@ export function decideAfterFailure(input: FailureInput): FailureDecision {
     const attempts = attempt === 1 ? "1 attempt" : `${attempt} attempts`;
     return { kind: "dead", reason: `gave up after ${attempts}: ${shortened(error)}` };
   }
-  const delayMs = backoffDelay(attempt, policy, random);
+  // A handler's own ask may be anything a number is: only a positive one holds the retry back.
+  const asked = input.retryAfterMs ?? 0;
+  const askedMs = asked > 0 ? Math.min(Math.ceil(asked), policy.maxDelayMs) : 0;
+  const delayMs = Math.max(backoffDelay(attempt, policy, random), askedMs);
   return {
     kind: "retry",
     nextAttempt: attempt + 1,

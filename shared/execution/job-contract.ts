@@ -45,8 +45,11 @@ export type JobHandler<T extends string = string> = (ctx: JobContext<T>) => Prom
 
 declare module "../errors.js" {
   interface ErrorContexts {
-    /** A handler's failure, reported on purpose; the run is retried or dead by `retryable`. */
-    readonly job_failed: { readonly retryable: boolean };
+    /**
+     * A handler's failure, reported on purpose; the run is retried or dead by `retryable`, its
+     * retry no sooner than `retryAfterMs` (within the job's `maxDelaySeconds`).
+     */
+    readonly job_failed: { readonly retryable: boolean; readonly retryAfterMs?: number };
   }
 }
 
@@ -54,12 +57,26 @@ declare module "../errors.js" {
 export class JobError extends SchedulerError<"job_failed"> {
   override readonly name = "JobError";
 
-  constructor(message: string, options: { retryable: boolean; cause?: unknown }) {
-    super("job_failed", message, { retryable: options.retryable }, { cause: options.cause });
+  constructor(
+    message: string,
+    options: { retryable: boolean; retryAfterMs?: number; cause?: unknown },
+  ) {
+    const { retryable, retryAfterMs } = options;
+    super(
+      "job_failed",
+      message,
+      { retryable, ...(retryAfterMs === undefined ? {} : { retryAfterMs }) },
+      { cause: options.cause },
+    );
   }
 
   get retryable(): boolean {
     return this.context.retryable;
+  }
+
+  /** How long the failure asked its retry to wait at the least (a receiver's `Retry-After`). */
+  get retryAfterMs(): number | undefined {
+    return this.context.retryAfterMs;
   }
 }
 

@@ -19,6 +19,7 @@ import {
   JobError,
   RunHandedOver,
 } from "./job-contract.js";
+import type { RunResult } from "./run-outcome.js";
 
 /** What running a job's handler needs from the worker. */
 export interface RunExecutionDeps {
@@ -50,7 +51,7 @@ type Outcome =
   | { readonly kind: "handed-over" }
   | { readonly kind: "cancelled"; readonly error: RunCancelledError }
   | { readonly kind: "released"; readonly reason: string }
-  | { readonly kind: "failed"; readonly error: string; readonly retryable: boolean }
+  | Extract<RunResult, { kind: "failed" }>
   | { readonly kind: "fence-lost"; readonly error: FenceLostError };
 
 declare module "../errors.js" {
@@ -234,10 +235,12 @@ export async function execute(
     if (reason instanceof StartUnwrittenError) return { kind: "released", reason: reason.message };
     if (reason instanceof RunTimeoutError)
       return { kind: "failed", error: reason.message, retryable: true };
+    const retryAfterMs = error instanceof JobError ? error.retryAfterMs : undefined;
     return {
       kind: "failed",
       error: failureText(engine, ctx, error),
       retryable: isRetryable(error),
+      ...(retryAfterMs === undefined ? {} : { retryAfterMs }),
     };
   } finally {
     deps.shutdown?.removeEventListener("abort", onShutdown);

@@ -16,7 +16,13 @@ import { endsOneOff, nextAdmissionSoon, wakeBuffered } from "./run-endings.js";
 /** How a handler's run came out: it succeeded, or it failed (retried or dead by `retryable`). */
 export type RunResult =
   | { readonly kind: "succeeded" }
-  | { readonly kind: "failed"; readonly error: string; readonly retryable: boolean };
+  | {
+      readonly kind: "failed";
+      readonly error: string;
+      readonly retryable: boolean;
+      /** The least wait its retry was asked (a receiver's `Retry-After`). */
+      readonly retryAfterMs?: number;
+    };
 
 export const isRecurring = (job: Job) => !("runAt" in job.schedule);
 
@@ -108,6 +114,7 @@ export async function recordResult(
       error: result.error,
       now,
       random: engine.random,
+      ...(result.retryAfterMs === undefined ? {} : { retryAfterMs: result.retryAfterMs }),
     });
     if (decision.kind === "dead") {
       const completesJob = !tracked && endsOneOff(job, run, "DEAD");

@@ -68,6 +68,25 @@ function isSchedulerHeader(name: string): boolean {
 }
 
 const RETRYABLE_STATUSES = new Set([408, 429]);
+/** The answers whose `Retry-After` says when to come back (RFC 9110 10.2.3, RFC 6585 4). */
+const RETRY_AFTER_STATUSES = new Set([429, 503]);
+
+/**
+ * How long a 429's or 503's `Retry-After` asks the sender to wait, in milliseconds: its seconds,
+ * or the time to its date; undefined when absent, unreadable or already past.
+ */
+export function retryAfterMs(value: string | null, now: Date): number | undefined {
+  if (value === null) return undefined;
+  const text = value.trim();
+  const waitMs = /^\d+$/.test(text)
+    ? Number(text) * 1000
+    : /[a-z]/i.test(text)
+      ? Date.parse(text) - now.getTime()
+      : Number.NaN;
+  if (!(waitMs > 0)) return undefined;
+  // However far out (the retry waits no longer than its job's maxDelaySeconds), a whole number.
+  return Math.min(Math.ceil(waitMs), Number.MAX_SAFE_INTEGER);
+}
 
 /** The `http` job type: POSTs the payload to the target, signed; connects only where allowed. */
 export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHandler<"http"> {
@@ -165,11 +184,12 @@ export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHa
     // status but a receiver's mistake a retry repeats, not retried as any other answer is not.
     const retryable =
       (response.status >= 500 && response.status <= 599) || RETRYABLE_STATUSES.has(response.status);
+    const waitMs = RETRY_AFTER_STATUSES.has(response.status)
+      ? retryAfterMs(response.headers.get("retry-after"), now())
+      : undefined;
     throw new JobError(
       `POST ${url.origin}${url.pathname}: HTTP ${response.status} ${textHead(text, 200)}`.trim(),
-      {
-        retryable,
-      },
+      { retryable, ...(waitMs === undefined ? {} : { retryAfterMs: waitMs }) },
     );
   };
 }

@@ -46,7 +46,7 @@ const UNFORESEEN = "a job's handler failed unexpectedly";
 let f: EngineFixture;
 let dns: FakeDns;
 let worker: WorkerDeps;
-/** Answers by path: a redirect, a 404, a 503, an async target's 202 and a 200. */
+/** Answers by path: a redirect, a 404, a 503, 429s and a 503 with `Retry-After`, an async target's 202 and a 200. */
 let http: HttpServer;
 /** Speaks raw TCP by path: never answers, resets the connection, or streams without end. */
 let raw: Server;
@@ -74,6 +74,16 @@ beforeAll(async () => {
       else if (request.url === "/not-found") response.writeHead(404).end("no such hook");
       else if (request.url === "/unavailable") response.writeHead(503).end("down for upkeep");
       else if (request.url === "/taken-over") response.writeHead(202).end();
+      else if (request.url === "/slow-down")
+        response.writeHead(429, { "Retry-After": "90" }).end("too many");
+      else if (request.url === "/back-at")
+        response
+          .writeHead(503, { "Retry-After": new Date(Date.now() + 120_000).toUTCString() })
+          .end("down for upkeep");
+      else if (request.url === "/slow-down-for-ever")
+        response.writeHead(429, { "Retry-After": "9".repeat(400) }).end("too many");
+      else if (request.url === "/not-found-after")
+        response.writeHead(404, { "Retry-After": "90" }).end("no such hook");
       else response.writeHead(200, { "Content-Type": "application/json" }).end('{"ok":true}');
     });
   });
@@ -322,5 +332,65 @@ describe("an unforeseen failure's log line", () => {
         /^the job's handler failed unexpectedly \((TypeError|UnrecognizedClientException)\)/,
       );
     }
+  });
+});
+
+describe("a receiver's Retry-After", () => {
+  /**
+   * The first run of a one-off due now delivering to `path`, retried after 1 s at the most by its
+   * policy and never more than `maxDelayMs` later, and the time its next attempt is due after
+   * its failure (a QUEUED run: every wait here is within the fast path's window).
+   */
+  async function retryWait(path: string, maxDelayMs = 600_000) {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "http",
+        target: { url: `http://receiver.test:${httpPort}${path}` },
+        payload: {},
+        schedule: { runAt: new Date().toISOString() },
+        policies: {
+          ...testJob().policies,
+          retry: { maxAttempts: 2, initialDelayMs: 1000, maxDelayMs },
+        },
+      }),
+    );
+    await f.process(worker, await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000));
+    const runs = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    const failed = runs.find((r) => r.attempt === 1);
+    const next = runs.find((r) => r.attempt === 2);
+    expect(failed?.status).toBe("FAILED");
+    if (!failed?.finishedAt || !next) throw new Error(`job ${job.jobId} has no next attempt`);
+    return Date.parse(next.dueAt) - Date.parse(failed.finishedAt);
+  }
+
+  it("in seconds on a 429 holds the retry back that long, past its backoff", async () => {
+    expect(await retryWait("/slow-down")).toBe(90_000);
+  });
+
+  it("as a date on a 503 holds the retry back until then", async () => {
+    const wait = await retryWait("/back-at");
+    // The date has whole seconds, written before the failure's time was taken.
+    expect(wait).toBeGreaterThan(110_000);
+    expect(wait).toBeLessThanOrEqual(120_000);
+  });
+
+  it("further out than the job's maxDelaySeconds waits that long instead", async () => {
+    expect(await retryWait("/slow-down-for-ever", 240_000)).toBe(240_000);
+  });
+
+  it("on an answer that is not retried changes nothing: the run is dead", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "http",
+        target: { url: `http://receiver.test:${httpPort}/not-found-after` },
+        payload: {},
+        schedule: { runAt: new Date().toISOString() },
+      }),
+    );
+    await f.process(worker, await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000));
+    const runs = (await f.runs()).filter((r) => r.jobId === job.jobId);
+    expect(runs.map((r) => [r.attempt, r.status])).toEqual([[1, "DEAD"]]);
   });
 });

@@ -164,6 +164,60 @@ describe("decideAfterFailure", () => {
     });
   });
 
+  it("waits at least the Retry-After a failure asked, within the policy's maxDelayMs", () => {
+    const decide = (retryAfterMs: number) =>
+      decideAfterFailure({ ...base, attempt: 1, retryable: true, retryAfterMs });
+    // Backoff's draw is 15 s here: a shorter ask changes nothing, a longer one is the wait.
+    expect(decide(5_000)).toMatchObject({ delayMs: 15_000 });
+    expect(decide(120_000)).toEqual({
+      kind: "retry",
+      nextAttempt: 2,
+      delayMs: 120_000,
+      dueAt: new Date("2026-03-01T09:02:00.000Z"),
+    });
+    expect(decide(Number.MAX_SAFE_INTEGER)).toMatchObject({ delayMs: 3_600_000 });
+    expect(decide(Number.POSITIVE_INFINITY)).toMatchObject({ delayMs: 3_600_000 });
+    expect(decide(20_000.2)).toMatchObject({ delayMs: 20_001 });
+    // A handler's ask that is no wait (negative, NaN) leaves backoff's.
+    for (const none of [-1, Number.NaN, Number.NEGATIVE_INFINITY])
+      expect(decide(none)).toMatchObject({ delayMs: 15_000 });
+    // A failure not retried, or out of attempts, is dead whatever it asked.
+    expect(
+      decideAfterFailure({ ...base, attempt: 1, retryable: false, retryAfterMs: 60_000 }).kind,
+    ).toBe("dead");
+    expect(
+      decideAfterFailure({ ...base, attempt: 5, retryable: true, retryAfterMs: 60_000 }).kind,
+    ).toBe("dead");
+  });
+
+  it("keeps every retry's wait between the asked (capped) and the larger of it and backoff's ceiling", () => {
+    fc.assert(
+      fc.property(
+        policyArb,
+        fc.integer({ min: 1, max: 64 }),
+        fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER }),
+        randomValueArb,
+        (policy, attempt, retryAfterMs, draw) => {
+          const decision = decideAfterFailure({
+            ...base,
+            policy: { ...policy, maxAttempts: 100 },
+            attempt,
+            retryable: true,
+            retryAfterMs,
+            random: () => draw,
+          });
+          if (decision.kind !== "retry") throw new Error("expected a retry");
+          const asked = Math.min(retryAfterMs, policy.maxDelayMs);
+          expect(decision.delayMs).toBeGreaterThanOrEqual(asked);
+          expect(decision.delayMs).toBeLessThanOrEqual(
+            Math.max(asked, backoffCeiling(attempt, policy)),
+          );
+        },
+      ),
+      RUNS,
+    );
+  });
+
   it("gives up on the last attempt and says so with the last error", () => {
     expect(decideAfterFailure({ ...base, attempt: 5, retryable: true })).toEqual({
       kind: "dead",

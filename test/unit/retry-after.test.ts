@@ -1,0 +1,28 @@
+import { describe, expect, it } from "vitest";
+import { retryAfterMs } from "../../shared/execution/webhook-handler.js";
+
+const now = new Date("2026-03-01T09:00:00.000Z");
+
+describe("retryAfterMs: a receiver's Retry-After, as a wait", () => {
+  it.each([
+    ["120", 120_000],
+    [" 5 ", 5_000],
+    ["Sun, 01 Mar 2026 09:02:00 GMT", 120_000],
+    ["Sun, 01 Mar 2026 09:00:00 GMT", undefined],
+    ["Sun, 01 Mar 2026 08:00:00 GMT", undefined],
+    ["0", undefined],
+    ["-5", undefined],
+    ["1.5", undefined],
+    ["1e3", undefined],
+    ["0x10", undefined],
+    ["", undefined],
+    ["soon", undefined],
+    [null, undefined],
+  ])("%j is %j ms", (header, wait) => {
+    expect(retryAfterMs(header, now)).toBe(wait);
+  });
+
+  it("reads seconds past any date as the largest whole wait", () => {
+    expect(retryAfterMs("9".repeat(400), now)).toBe(Number.MAX_SAFE_INTEGER);
+  });
+});
