@@ -407,6 +407,8 @@ export interface components {
             result?: unknown;
             /** @description With failed: false sends the run to the dead letters at once; default true (the job's retry policy). */
             retryable?: boolean;
+            /** @description With a retryable failure: the least wait before its retry, past the retry policy's backoff and never past the job's maxDelaySeconds (as a webhook receiver's Retry-After). */
+            retryAfterSeconds?: number;
             /** @enum {string} */
             status: "succeeded" | "failed";
         };

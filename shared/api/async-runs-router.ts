@@ -70,7 +70,7 @@ function runTokenOf(c: Context): string {
 
 function completionOf(body: CompleteRunBody): AsyncCompletion {
   if (body.status === "succeeded") {
-    for (const field of ["error", "retryable"] as const) {
+    for (const field of ["error", "retryable", "retryAfterSeconds"] as const) {
       if (body[field] !== undefined)
         throw invalid([{ field, message: 'only with status "failed"' }]);
     }
@@ -78,10 +78,15 @@ function completionOf(body: CompleteRunBody): AsyncCompletion {
   }
   if (body.result !== undefined)
     throw invalid([{ field: "result", message: 'only with status "succeeded"' }]);
+  if (body.retryable === false && body.retryAfterSeconds !== undefined)
+    throw invalid([{ field: "retryAfterSeconds", message: "only with a retryable failure" }]);
   return {
     status: "failed",
     ...(body.error !== undefined ? { error: body.error } : {}),
     ...(body.retryable !== undefined ? { retryable: body.retryable } : {}),
+    ...(body.retryAfterSeconds !== undefined
+      ? { retryAfterMs: body.retryAfterSeconds * 1000 }
+      : {}),
   };
 }
 

@@ -252,7 +252,13 @@ export async function heartbeatAsyncRun(
 /** What a target reports when it completes its run. */
 export type AsyncCompletion =
   | { readonly status: "succeeded"; readonly result?: unknown }
-  | { readonly status: "failed"; readonly error?: string; readonly retryable?: boolean };
+  | {
+      readonly status: "failed";
+      readonly error?: string;
+      readonly retryable?: boolean;
+      /** The least wait before the retry (within the job's maxDelaySeconds). */
+      readonly retryAfterMs?: number;
+    };
 
 /**
  * Completes the run as its target reports: SUCCEEDED, or a failure with the job's retry policy
@@ -301,6 +307,7 @@ function resultOf(completion: AsyncCompletion): RunResult {
         kind: "failed",
         error: boundedText(completion.error ?? "the target reported a failure"),
         retryable: completion.retryable ?? true,
+        ...(completion.retryAfterMs === undefined ? {} : { retryAfterMs: completion.retryAfterMs }),
       };
 }
 

@@ -109,6 +109,16 @@ describe("POST /runs/{runId}/heartbeat and /complete", () => {
       400,
       { field: "result" },
     );
+    for (const body of [
+      { status: "succeeded", retryAfterSeconds: 60 },
+      { status: "failed", retryable: false, retryAfterSeconds: 60 },
+      { status: "failed", retryAfterSeconds: 0 },
+      { status: "failed", retryAfterSeconds: 1.5 },
+      { status: "failed", retryAfterSeconds: 7 * 86_400 + 1 },
+    ])
+      expectError(await api.call("POST", `${runPath}/complete`, { ...token, body }), 400, {
+        field: "retryAfterSeconds",
+      });
     expectError(
       await api.call("POST", `${runPath}/complete`, {
         ...token,

@@ -803,6 +803,30 @@ describe("async mode (long jobs)", () => {
     expect(JSON.stringify(letters.body)).toContain(second.runId);
   });
 
+  it("a failure reported with retryAfterSeconds is retried no sooner, and never past the job's maxDelaySeconds", async () => {
+    const retryWait = async (retryAfterSeconds: number, maxDelaySeconds: number) => {
+      const jobId = await createAsyncJob({
+        retry: { maxAttempts: 2, initialDelaySeconds: 0, maxDelaySeconds },
+      });
+      const handOff = await deliver(jobId);
+      const failed = await callBack(handOff.completeUrl, handOff.token, {
+        status: "failed",
+        error: "rate limited upstream",
+        retryAfterSeconds,
+      });
+      expect(failed.body).toMatchObject({ status: "failed", attempt: 1 });
+      const listed = await api.call("GET", `/jobs/${jobId}/runs`);
+      const runs = (listed.body as { items: { attempt: number; dueAt: string }[] }).items;
+      const next = runs.find((r) => r.attempt === 2);
+      if (!next) throw new Error(`job ${jobId} has no next attempt: ${listed.text}`);
+      // Its queued retry would otherwise be the reaper's to re-send in the cases after this one.
+      expect((await api.call("POST", `/jobs/${jobId}/cancel`)).status).toBe(200);
+      return Date.parse(next.dueAt) - Date.parse(String(failed.body.finishedAt));
+    };
+    expect(await retryWait(120, 600)).toBe(120_000);
+    expect(await retryWait(120, 45)).toBe(45_000);
+  });
+
   it("a failure reported not retryable goes dead at once", async () => {
     const jobId = await createAsyncJob({ retry: { maxAttempts: 5, initialDelaySeconds: 0 } });
     const handOff = await deliver(jobId);

@@ -1,5 +1,7 @@
 /** What an async (long-job) target sends and gets back on its run's heartbeat and complete routes. */
 import { z } from "@hono/zod-openapi";
+import { boundedInt } from "../../bounded-int.js";
+import { LIMITS } from "./common.js";
 
 export const AsyncRunParams = z.object({
   runId: z
@@ -37,6 +39,10 @@ export const CompleteRunSchema = z
     retryable: z.boolean().optional().openapi({
       description:
         "With failed: false sends the run to the dead letters at once; default true (the job's retry policy).",
+    }),
+    retryAfterSeconds: boundedInt(1, LIMITS.retryDelaySeconds).optional().openapi({
+      description:
+        "With a retryable failure: the least wait before its retry, past the retry policy's backoff and never past the job's maxDelaySeconds (as a webhook receiver's Retry-After).",
     }),
   })
   .openapi("CompleteRunRequest", {
