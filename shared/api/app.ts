@@ -3,7 +3,7 @@ import type { Engine } from "../engine.js";
 import type { JobTypeCatalog } from "../job-types/registry.js";
 import { METRICS, TENANT_LOG_EVENTS } from "../observability.js";
 import { RequestRateLimiter } from "../quotas/request-rate.js";
-import { meterReads, ReadMeter, withReadMeter } from "../storage/read-meter.js";
+import { CapacityMeter, meterCapacity, withCapacityMeter } from "../storage/capacity-meter.js";
 import { asyncRunsRouter, RUN_TOKEN_PATH } from "./async-runs-router.js";
 import { type Authenticator, isValidTenantId } from "./auth.js";
 import { BODY_OVERHEAD_BYTES, jsonBody } from "./body.js";
@@ -51,7 +51,7 @@ const PUBLIC_PATHS: ReadonlySet<string> = new Set(PUBLIC_GET_PATHS);
 export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
   const { engine, authenticate } = options;
   const requestRate = new RequestRateLimiter(engine, options.elapsedMs);
-  meterReads(engine.doc);
+  meterCapacity(engine.doc);
   const deps: RouterDeps = {
     engine,
     jobTypes: options.jobTypes,
@@ -124,17 +124,18 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
     return c.json(context.body, context.status, context.headers);
   });
 
-  // A request is charged for what it read once it has run, answered or failed: a listing that read
-  // thousands of units costs its tenant that many tokens more, so its next requests wait
-  // (docs/api.md). `tenantOf` is read then: undefined (a run token that names no run) charges none.
-  const chargedForReads = async (tenantOf: () => string | undefined, next: () => Promise<void>) => {
-    const reads = new ReadMeter();
+  // A request is charged for what it read and wrote once it has run, answered or failed: a listing
+  // that read thousands of units, or a delete that wrote them to the large jobs it was after, costs
+  // its tenant that many tokens more, so its next requests wait (docs/api.md). `tenantOf` is read
+  // then: undefined (a run token that names no run) charges none.
+  const chargedForUnits = async (tenantOf: () => string | undefined, next: () => Promise<void>) => {
+    const meter = new CapacityMeter();
     try {
-      await withReadMeter(reads, next);
+      await withCapacityMeter(meter, next);
     } finally {
-      const units = reads.close();
+      const units = meter.close();
       const tenantId = tenantOf();
-      if (tenantId !== undefined) requestRate.chargeReads(tenantId, units);
+      if (tenantId !== undefined) requestRate.charge(tenantId, units);
     }
   };
 
@@ -158,7 +159,7 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
     // tenant their reads are charged to: a completion reads its job and fans out to its
     // dependents (up to 1,000 jobs read whole), as much as a listing.
     if (c.req.method === "POST" && RUN_TOKEN_PATH.test(c.req.path)) {
-      return chargedForReads(() => c.get("tenantId"), next);
+      return chargedForUnits(() => c.get("tenantId"), next);
     }
     const tenantId = await authenticate({ header: (name) => c.req.header(name), env: c.env });
     if (tenantId === null || !isValidTenantId(tenantId)) {
@@ -169,7 +170,7 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
     // Set before the rate is taken, so that its 429's `request throttled` line names the tenant.
     c.set("tenantId", tenantId);
     await requestRate.take(tenantId);
-    await chargedForReads(() => tenantId, next);
+    await chargedForUnits(() => tenantId, next);
   });
 
   // The document lists the operations in the order mounted here.

@@ -36,16 +36,16 @@ export class QuotaExceededError extends SchedulerError<"quota_exceeded"> {
 
 export class RateLimitedError extends SchedulerError<"rate_limited"> {
   /**
-   * `forReads`: the bucket is below zero, which only the charge for reads takes it to, so the
-   * message says why a tenant that sent few requests is refused.
+   * `forUnits`: the bucket is below zero, which only the charge for reads and writes takes it to,
+   * so the message says why a tenant that sent few requests is refused.
    */
-  constructor(limit: number, retryAfterSeconds: number, forReads = false) {
-    const reads = forReads
-      ? ", each 100 read units a request read past its first 100 counted as one request more"
+  constructor(limit: number, retryAfterSeconds: number, forUnits = false) {
+    const units = forUnits
+      ? ", each 100 read units a request read past its first 100, and each 100 write units it wrote past its first 100, counted as one request more"
       : "";
     super(
       "rate_limited",
-      `over the requestsPerSecond quota (${limit} requests per second${reads}); retry after ${retryAfterSeconds} s`,
+      `over the requestsPerSecond quota (${limit} requests per second${units}); retry after ${retryAfterSeconds} s`,
       { quota: "requestsPerSecond", retryAfterSeconds },
     );
   }

@@ -1,4 +1,5 @@
 import type { Engine } from "../engine.js";
+import type { ConsumedUnits } from "../storage/capacity-meter.js";
 import { effectiveQuotas, RateLimitedError } from "./limits.js";
 import { cachedQuotaOverride } from "./override-cache.js";
 
@@ -19,10 +20,27 @@ export const FREE_READ_UNITS = 100;
  * 50), an eighth of an on-demand table's default maximum (40,000).
  */
 export const READ_UNITS_PER_TOKEN = 100;
+/**
+ * The write units a request writes within its one token: a create (up to 13 units with its key and
+ * entry), an edit, pause or cancel of a job of a few KB, a trigger all write less. A write of a
+ * large item is billed by the item's size (an UpdateItem of a 60 KB job: 60 units, twice that in a
+ * transaction), so a request that writes many large items (the delete of a job after 20 jobs of
+ * 60 KB takes itself off each: 1,200 units) pays for them as a listing pays for its reads.
+ */
+export const FREE_WRITE_UNITS = 100;
+/**
+ * Beyond them, one token per this many write units: a tenant at its quota writes at most
+ * WRITE_UNITS_PER_TOKEN × requestsPerSecond units a second per API process (5,000 at the default
+ * 50), as it reads.
+ */
+export const WRITE_UNITS_PER_TOKEN = 100;
 
-/** The tokens a request that read `readUnits` owes beyond the one it took. */
-export function tokensOwedForReads(readUnits: number): number {
-  return Math.max(0, readUnits - FREE_READ_UNITS) / READ_UNITS_PER_TOKEN;
+/** The tokens a request that consumed `units` owes beyond the one it took, for reads and writes. */
+export function tokensOwed({ reads, writes }: ConsumedUnits): number {
+  return (
+    Math.max(0, reads - FREE_READ_UNITS) / READ_UNITS_PER_TOKEN +
+    Math.max(0, writes - FREE_WRITE_UNITS) / WRITE_UNITS_PER_TOKEN
+  );
 }
 
 interface Bucket {
@@ -34,9 +52,10 @@ interface Bucket {
 /**
  * One token bucket per tenant, refilled at its rate and holding two seconds' worth. A request
  * takes a token before it runs, or is refused (429, `Retry-After` the seconds until the bucket
- * holds a token again); once it has run, it is charged for what it read past FREE_READ_UNITS.
- * The charge can take the bucket below zero: the request that read has already read and is
- * answered, and the tenant's next requests are refused until the debt is refilled.
+ * holds a token again); once it has run, it is charged for what it read past FREE_READ_UNITS
+ * and wrote past FREE_WRITE_UNITS. The charge can take the bucket below zero: the request has
+ * already read and written and is answered, and the tenant's next requests are refused until
+ * the debt is refilled.
  */
 export class TenantBuckets {
   private readonly buckets = new Map<string, Bucket>();
@@ -62,12 +81,12 @@ export class TenantBuckets {
   }
 
   /**
-   * Debits the tenant's bucket for the read units a request it took a token for consumed, at the
-   * rate that take applied. Without a bucket (dropped as idle while the request ran, which only a
-   * process holding 10,000 tenants' buckets does) the charge is let go.
+   * Debits the tenant's bucket for the read and write units a request it took a token for
+   * consumed, at the rate that take applied. Without a bucket (dropped as idle while the request
+   * ran, which only a process holding 10,000 tenants' buckets does) the charge is let go.
    */
-  chargeReads(tenantId: string, readUnits: number): void {
-    const owed = tokensOwedForReads(readUnits);
+  charge(tenantId: string, units: ConsumedUnits): void {
+    const owed = tokensOwed(units);
     const held = this.buckets.get(tenantId);
     if (owed === 0 || held === undefined) return;
     const bucket = this.refilled(tenantId, held.perSecond, this.elapsedMs());
@@ -124,9 +143,9 @@ export class RequestRateLimiter {
     this.buckets.take(tenantId, await this.perSecond(tenantId));
   }
 
-  /** Charges the tenant's bucket for what a request it took a token for read (TenantBuckets). */
-  chargeReads(tenantId: string, readUnits: number): void {
-    this.buckets.chargeReads(tenantId, readUnits);
+  /** Charges the tenant's bucket for what a request it took a token for read and wrote (TenantBuckets). */
+  charge(tenantId: string, units: ConsumedUnits): void {
+    this.buckets.charge(tenantId, units);
   }
 
   private async perSecond(tenantId: string): Promise<number> {

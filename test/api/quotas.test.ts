@@ -311,7 +311,7 @@ describe("requests charged by what they read", () => {
       expect(error.quota).toBe("requestsPerSecond");
       // The message says why one request spent a bucket of two.
       expect(error.message).toMatch(
-        /each 100 read units a request read past its first 100 counted as one request more/,
+        /each 100 read units a request read past its first 100, and each 100 write units it wrote past its first 100, counted as one request more/,
       );
       // The bucket owes what the first listing read: about 3.8 tokens, at one a second.
       expect(Number(second.headers.get("retry-after"))).toBeGreaterThanOrEqual(3);
@@ -319,6 +319,52 @@ describe("requests charged by what they read", () => {
       expect((await api.call("GET", "/quotas", asB)).status).toBe(429);
       // Tenant A's bucket is its own.
       expect((await api.call("GET", "/jobs?limit=100")).status).toBe(200);
+      expect((await api.call("GET", "/quotas")).status).toBe(200);
+    } finally {
+      await api.close();
+    }
+  }, 60_000);
+
+  it("refuses a tenant whose request wrote past its budget, though it read little: a delete of a job after 20 large jobs", async () => {
+    // The buckets' clock moves only when the case moves it.
+    let elapsed = 0;
+    const api = await startApi({ elapsedMs: () => elapsed });
+    try {
+      // 20 jobs of 60 KB and one job after them all: its delete reads its own small item and
+      // takes itself off each of the 20 (an UpdateItem of a 60 KB item is 60 write units).
+      const blob = "x".repeat(60_000);
+      const upstreams = await Promise.all(
+        Array.from({ length: 20 }, async () => {
+          const reply = await api.call("POST", "/jobs", {
+            ...asB,
+            body: laterJob({ type: "report", payload: { blob } }),
+          });
+          expect(reply.status, reply.text).toBe(201);
+          return (reply.body as { id: string }).id;
+        }),
+      );
+      const dependent = await api.call("POST", "/jobs", {
+        ...asB,
+        body: { type: "noop", schedule: { after: { jobs: upstreams } } },
+      });
+      expect(dependent.status, dependent.text).toBe(201);
+      // One request a second, a bucket of two, refilled by a wait: without the charge for what it
+      // wrote, the delete leaves a token for the next request.
+      await api.call("PUT", "/tenants/tenant-b/quotas", { body: { requestsPerSecond: 1 } });
+      elapsed += 60_000;
+      const deleted = await api.call(
+        "DELETE",
+        `/jobs/${(dependent.body as { id: string }).id}`,
+        asB,
+      );
+      expect(deleted.status, deleted.text).toBe(204);
+
+      const next = await api.call("GET", "/quotas", asB);
+      const error = expectError(next, 429, { code: "rate_limited" });
+      expect(error.message).toMatch(/write units/);
+      // About 1,200 units written, 1,100 past the free 100: 11 tokens owed at 100 units a token.
+      expect(Number(next.headers.get("retry-after"))).toBeGreaterThanOrEqual(10);
+      // Tenant A's bucket is its own.
       expect((await api.call("GET", "/quotas")).status).toBe(200);
     } finally {
       await api.close();

@@ -2,10 +2,14 @@ import { describe, expect, it } from "vitest";
 import { RateLimitedError } from "../../shared/quotas/limits.js";
 import {
   FREE_READ_UNITS,
+  FREE_WRITE_UNITS,
   READ_UNITS_PER_TOKEN,
   TenantBuckets,
-  tokensOwedForReads,
+  tokensOwed,
+  WRITE_UNITS_PER_TOKEN,
 } from "../../shared/quotas/request-rate.js";
+
+const read = (reads: number) => ({ reads, writes: 0 });
 
 /** Buckets on a clock the test moves by hand. */
 function bucketsAt() {
@@ -33,7 +37,19 @@ describe("requests charged by what they read", () => {
   it("owes nothing within the free units, then a token per 100 units past them", () => {
     expect(FREE_READ_UNITS).toBe(100);
     expect(READ_UNITS_PER_TOKEN).toBe(100);
-    expect([0, 0.5, 100, 150, 200, 10_100].map(tokensOwedForReads)).toEqual([0, 0, 0, 0.5, 1, 100]);
+    expect([0, 0.5, 100, 150, 200, 10_100].map((units) => tokensOwed(read(units)))).toEqual([
+      0, 0, 0, 0.5, 1, 100,
+    ]);
+  });
+
+  it("owes for writes as for reads, each past its own free units, the two added", () => {
+    expect(FREE_WRITE_UNITS).toBe(100);
+    expect(WRITE_UNITS_PER_TOKEN).toBe(100);
+    const written = (writes: number) => tokensOwed({ reads: 0, writes });
+    expect([0, 13, 100, 150, 1_209].map(written)).toEqual([0, 0, 0, 0.5, 11.09]);
+    // A request within the free units of each owes nothing; past both, the sum.
+    expect(tokensOwed({ reads: 100, writes: 100 })).toBe(0);
+    expect(tokensOwed({ reads: 300, writes: 600 })).toBe(7);
   });
 
   it("costs a request that reads within the free units its one token, as before", () => {
@@ -41,7 +57,7 @@ describe("requests charged by what they read", () => {
     // Two requests a second: a bucket of four.
     for (let i = 0; i < 4; i++) {
       expect(retryAfterOf("t", 2)).toBeNull();
-      buckets.chargeReads("t", FREE_READ_UNITS);
+      buckets.charge("t", read(FREE_READ_UNITS));
     }
     expect(retryAfterOf("t", 2)).toBe(1);
   });
@@ -49,7 +65,7 @@ describe("requests charged by what they read", () => {
   it("takes the bucket below zero for a request that read much, and refuses the next ones until the debt is refilled", () => {
     const { buckets, retryAfterOf, advance } = bucketsAt();
     expect(retryAfterOf("t", 2)).toBeNull(); // 4 → 3
-    buckets.chargeReads("t", 1_100); // 10 tokens owed: 3 → −7
+    buckets.charge("t", read(1_100)); // 10 tokens owed: 3 → −7
     // One token needs 8 more: 4 s at two a second.
     expect(retryAfterOf("t", 2)).toBe(4);
     advance(3_500); // −7 → 0
@@ -62,12 +78,12 @@ describe("requests charged by what they read", () => {
 
   it("charges nothing to a tenant with no bucket, and a charge does not refill past the burst", () => {
     const { buckets, retryAfterOf, advance } = bucketsAt();
-    buckets.chargeReads("never-took", 10_000);
+    buckets.charge("never-took", read(10_000));
     expect(retryAfterOf("never-took", 1)).toBeNull();
     expect(retryAfterOf("never-took", 1)).toBeNull();
     expect(retryAfterOf("never-took", 1)).toBe(1);
     advance(60_000);
-    buckets.chargeReads("never-took", 200); // refilled to 2, then 1 owed
+    buckets.charge("never-took", read(200)); // refilled to 2, then 1 owed
     expect(retryAfterOf("never-took", 1)).toBeNull();
     expect(retryAfterOf("never-took", 1)).toBe(1);
   });
@@ -81,7 +97,7 @@ describe("requests charged by what they read", () => {
     for (let ms = 0; ms < seconds * 1000; ms += 10) {
       while (retryAfterOf("greedy", perSecond) === null) {
         units += unitsPerRequest;
-        buckets.chargeReads("greedy", unitsPerRequest);
+        buckets.charge("greedy", read(unitsPerRequest));
       }
       advance(10);
     }

@@ -1,17 +1,21 @@
-import { BatchGetCommand, GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
+import { BatchGetCommand, GetCommand, PutCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { meterReads, ReadMeter, withReadMeter } from "../../shared/storage/read-meter.js";
+import {
+  CapacityMeter,
+  meterCapacity,
+  withCapacityMeter,
+} from "../../shared/storage/capacity-meter.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
 
 /** Against DynamoDB Local, which reports ConsumedCapacity as the service does (by item size). */
-describe("the API's read meter", () => {
+describe("the API's capacity meter", () => {
   let f: EngineFixture;
   const key = { pk: "METER#1", sk: "ITEM" };
   beforeAll(async () => {
     f = await createEngineFixture();
-    meterReads(f.engine.doc);
+    meterCapacity(f.engine.doc);
     // Installing it again (a second API app on the same client) replaces it: counted once.
-    meterReads(f.engine.doc);
+    meterCapacity(f.engine.doc);
     // 40 KB: 10 units read consistently, 5 eventually consistent.
     await f.engine.doc.send(
       new PutCommand({
@@ -27,9 +31,9 @@ describe("the API's read meter", () => {
       new GetCommand({ TableName: f.engine.tables.jobs, Key: key, ConsistentRead: consistent }),
     );
 
-  it("counts the read units of the calls made inside a meter, single and batch reads, not writes", async () => {
-    const meter = new ReadMeter();
-    const answer = await withReadMeter(meter, async () => {
+  it("counts the read and write units of the calls made inside a meter, each by its kind: single and batch reads, writes by the size of the item written", async () => {
+    const meter = new CapacityMeter();
+    const answer = await withCapacityMeter(meter, async () => {
       const read = await get(true);
       await f.engine.doc.send(
         new BatchGetCommand({ RequestItems: { [f.engine.tables.jobs]: { Keys: [key] } } }),
@@ -37,39 +41,48 @@ describe("the API's read meter", () => {
       await f.engine.doc.send(
         new PutCommand({ TableName: f.engine.tables.jobs, Item: { pk: "METER#2", sk: "ITEM" } }),
       );
+      // One attribute added to the 40 KB item: billed as the whole item, 40 units.
+      await f.engine.doc.send(
+        new UpdateCommand({
+          TableName: f.engine.tables.jobs,
+          Key: key,
+          UpdateExpression: "ADD touched :one",
+          ExpressionAttributeValues: { ":one": 1 },
+        }),
+      );
       return read;
     });
     expect(answer.ConsumedCapacity).toMatchObject({ CapacityUnits: 10 });
-    expect(meter.close()).toBe(15);
+    expect(meter.close()).toEqual({ reads: 15, writes: 41 });
   });
 
   it("leaves calls outside a meter, and after it is closed, as they were: nothing asked, nothing counted", async () => {
     expect((await get(true)).ConsumedCapacity).toBeUndefined();
-    const meter = new ReadMeter();
-    const late = await withReadMeter(meter, async () => {
+    const meter = new CapacityMeter();
+    const late = await withCapacityMeter(meter, async () => {
       await get(false);
       meter.close();
       return get(true);
     });
     expect(late.ConsumedCapacity).toBeUndefined();
-    expect(meter.units).toBe(5);
+    expect(meter.units).toEqual({ reads: 5, writes: 0 });
   });
 
   it("counts on each meter only its own calls when two run at once, not a call started before it", async () => {
-    const large = new ReadMeter();
-    const small = new ReadMeter();
+    const large = new CapacityMeter();
+    const small = new CapacityMeter();
     // Started outside any meter, awaited inside one: sent as it was, counted on neither.
     const before = get(true);
     await Promise.all([
-      withReadMeter(large, () => Promise.all(Array.from({ length: 5 }, () => get(true)))),
-      withReadMeter(small, async () => {
+      withCapacityMeter(large, () => Promise.all(Array.from({ length: 5 }, () => get(true)))),
+      withCapacityMeter(small, async () => {
         await before;
         return get(false);
       }),
     ]);
     expect((await before).ConsumedCapacity).toBeUndefined();
-    expect(large.close()).toBe(50);
-    expect(small.close()).toBe(5);
+    expect(large.close()).toEqual({ reads: 50, writes: 0 });
+    expect(small.close()).toEqual({ reads: 5, writes: 0 });
   });
 
   it("counts a call the SDK sent again once, on the meter of the work that made it", async () => {
@@ -96,15 +109,15 @@ describe("the API's read meter", () => {
       { step: "finalizeRequest", priority: "low", name: "throttleOnce" },
     );
     try {
-      const retried = new ReadMeter();
-      const other = new ReadMeter();
+      const retried = new CapacityMeter();
+      const other = new CapacityMeter();
       await Promise.all([
-        withReadMeter(retried, () => get(true)),
-        withReadMeter(other, () => get(false)),
+        withCapacityMeter(retried, () => get(true)),
+        withCapacityMeter(other, () => get(false)),
       ]);
       expect(refused).toBe(1);
-      expect(retried.close()).toBe(10);
-      expect(other.close()).toBe(5);
+      expect(retried.close()).toEqual({ reads: 10, writes: 0 });
+      expect(other.close()).toEqual({ reads: 5, writes: 0 });
     } finally {
       f.engine.doc.middlewareStack.remove("throttleOnce");
     }
