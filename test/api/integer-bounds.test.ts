@@ -103,6 +103,7 @@ const BASES: Record<string, unknown> = {
   "PATCH /jobs/{id}": { target: HTTP_TARGET },
   "POST /schedules/preview": { schedule: CRON },
   "PUT /tenants/{tenantId}/quotas": {},
+  "POST /runs/{runId}/complete": { status: "failed" },
 };
 
 /** 1e308 and 2^53 past the maximum (2^53 is the first integer past the safe range), -1e308 below the minimum. */
