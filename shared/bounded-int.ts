@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { textHead } from "./storage/stored-text.js";
 
 /**
  * The one schema of every bounded integer the scheduler takes: the API's fields and query
@@ -10,22 +11,39 @@ import { z } from "zod";
 const STOP = { abort: true } as const;
 
 /**
- * An integer from `min` to `max` (a query parameter with `coerce`, read from its text). The bounds
- * are checked first and end the field's checks: a value far past them (1e308, 2^53) is refused
- * naming its own bound, and only that, not also the safe-integer range `int()` checks. The OpenAPI
- * document states the bounds and `integer`.
+ * A query parameter's integer as written: decimal digits only. What Number() would also read
+ * (`0x10` as 16, `1e1` as 10, ` 5`, `+5`, `5.0`, `-0`, an empty value as 0) is refused, so that a
+ * value is read as the number its caller wrote or not at all.
+ */
+const DECIMAL_DIGITS = /^[0-9]+$/;
+
+/**
+ * An integer from `min` to `max` (a query parameter with `fromQuery`, read from its text, which
+ * must be decimal digits). The bounds are checked first and end the field's checks: a value far
+ * past them (1e308, 2^53) is refused naming its own bound, and only that, not also the
+ * safe-integer range `int()` checks. The OpenAPI document states the bounds and `integer`.
  */
 export function boundedInt(min: number, max: number): z.ZodNumber;
 export function boundedInt(
   min: number,
   max: number,
-  options: { readonly coerce: true },
-): z.ZodCoercedNumber;
+  options: { readonly fromQuery: true },
+): z.ZodPreprocess<z.ZodNumber>;
 export function boundedInt(
   min: number,
   max: number,
-  options?: { readonly coerce: true },
-): z.ZodNumber | z.ZodCoercedNumber {
-  const number = options?.coerce ? z.coerce.number() : z.number();
-  return number.min(min, STOP).max(max, STOP).int();
+  options?: { readonly fromQuery: true },
+): z.ZodNumber | z.ZodPreprocess<z.ZodNumber> {
+  const number = z.number().min(min, STOP).max(max, STOP).int();
+  if (!options?.fromQuery) return number;
+  return z.preprocess((value, context) => {
+    if (typeof value !== "string") return value;
+    if (DECIMAL_DIGITS.test(value)) return Number(value);
+    context.issues.push({
+      code: "custom",
+      input: value,
+      message: `must be a whole number written in decimal digits (0-9); got ${JSON.stringify(textHead(value, 40))}`,
+    });
+    return z.NEVER;
+  }, number);
 }

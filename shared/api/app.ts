@@ -20,6 +20,7 @@ import { quotasRouter } from "./quotas-router.js";
 import type { ApiEnv, RouterDeps } from "./router.js";
 import { runsRouter } from "./runs-router.js";
 import { serviceRouter } from "./service-router.js";
+import { refuseUndeclaredQuery } from "./undeclared-query.js";
 import { webhookSecretRouter } from "./webhook-secret-router.js";
 
 export interface ApiOptions {
@@ -172,6 +173,9 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
     await requestRate.take(tenantId);
     await chargedForUnits(() => tenantId, next);
   });
+
+  // After authentication, as a route's own query schema is checked.
+  app.use("*", refuseUndeclaredQuery(app.openAPIRegistry));
 
   // The document lists the operations in the order mounted here.
   app.route("/", serviceRouter());

@@ -86,11 +86,18 @@ function repeatedParams(query: unknown): Set<string> {
 export function unknownFieldIssues(issue: Issue, target: string): FieldIssue[] {
   if (issue.code !== "unrecognized_keys") return [];
   const base = pathOf(issue.path, target);
-  return issue.keys.map((key) => ({
-    field: join(base, key),
-    message: `unknown ${target === "query" ? "parameter" : "field"} "${key}"`,
-  }));
+  return issue.keys.map((key) =>
+    target === "query"
+      ? unknownParameterIssue(key)
+      : { field: join(base, key), message: `unknown field "${key}"` },
+  );
 }
+
+/** A query parameter the route does not declare, named as such. */
+export const unknownParameterIssue = (name: string): FieldIssue => ({
+  field: name,
+  message: `unknown parameter "${name}"`,
+});
 
 function scheduleIssues(schedule: unknown, base: string, issue: Issue): FieldIssue[] {
   // A string over its length limit is reported as such, before the core spends time parsing it.

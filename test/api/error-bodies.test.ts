@@ -359,6 +359,71 @@ describe("error bodies, byte for byte", () => {
     ]);
   });
 
+  it("a number in a query is plain decimal digits: any other writing is a 400 naming its parameter", async () => {
+    const id = await createJob();
+    const written = (value: string) =>
+      `must be a whole number written in decimal digits (0-9); got ${JSON.stringify(value)}`;
+    // As sent in the URL, and as the parameter reads once decoded ("+" unencoded is a space).
+    const writings: [string, string][] = [
+      ["0x10", "0x10"],
+      ["1e1", "1e1"],
+      ["%205", " 5"],
+      ["5%20", "5 "],
+      ["5.0", "5.0"],
+      ["%2B5", "+5"],
+      ["+5", " 5"],
+      ["-0", "-0"],
+      ["", ""],
+      ["0b101", "0b101"],
+      ["Infinity", "Infinity"],
+    ];
+    const routes: [string, string][] = [
+      ["/jobs", "limit"],
+      [`/jobs/${id}/runs`, "limit"],
+      ["/dead-letters", "limit"],
+      [`/jobs/${id}/preview`, "count"],
+    ];
+    for (const [path, field] of routes) {
+      for (const [sent, read] of writings) {
+        const answer = await call("GET", `${path}?${field}=${sent}`);
+        expect(answer, `${path}?${field}=${sent}`).toEqual(
+          invalid([{ field, message: written(read) }]),
+        );
+      }
+      // Digits still read as the number they write, a leading zero included, bounds as before.
+      expect((await call("GET", `${path}?${field}=05`)).status).toBe(200);
+      expect(await call("GET", `${path}?${field}=0`)).toEqual(
+        invalid([{ field, message: "Too small: expected number to be >=1" }]),
+      );
+    }
+  });
+
+  it("a query parameter the route does not declare is a 400 naming it, on every route", async () => {
+    const id = await createJob();
+    const triggered = await call("POST", `/jobs/${id}/trigger`);
+    const runId = RunSchema.parse(JSON.parse(triggered.body)).runId;
+    const document = OpenApiOperations.parse(JSON.parse((await call("GET", "/openapi.json")).body));
+    const values: Record<string, string> = { id, runId, tenantId: TENANT };
+    const unknown = (...names: string[]) =>
+      invalid(names.map((name) => ({ field: name, message: `unknown parameter "${name}"` })));
+    let operations = 0;
+    for (const [template, methods] of Object.entries(document.paths)) {
+      const path = template.replace(/\{([^}]+)\}/g, (_, name: string) => values[name] ?? name);
+      for (const method of Object.keys(methods)) {
+        operations++;
+        const sent = `${path}?colour=red`;
+        expect(await call(method.toUpperCase(), sent), `${method} ${sent}`).toEqual(
+          unknown("colour"),
+        );
+      }
+    }
+    expect(operations).toBeGreaterThan(20);
+    // A misspelt parameter does not silently do nothing; each unknown one is named once.
+    expect(await call("GET", "/quotas?limt=5&x=1&x=2")).toEqual(unknown("limt", "x"));
+    expect(await call("HEAD", "/health?x=1")).toMatchObject({ status: 400 });
+    expect(await call("GET", `/jobs/${id}?`)).toMatchObject({ status: 200 });
+  });
+
   it("domain errors: 404, 428, 412, 409", async () => {
     const id = await createJob();
     const cancelled = await createJob();
@@ -680,6 +745,11 @@ const OpenApiPaths = z.object({
         .optional(),
     }),
   ),
+});
+
+/** Every operation of the OpenAPI document, by path and method. */
+const OpenApiOperations = z.object({
+  paths: z.record(z.string(), z.record(z.string(), z.unknown())),
 });
 
 /** A 400 listing `issues`, named by the first. */

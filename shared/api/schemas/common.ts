@@ -66,7 +66,7 @@ export const Priority = z.enum(PRIORITY_VALUES);
 export const instant = (description: string, example: string) =>
   z.string().max(LIMITS.instantChars).openapi({ description, example, format: "date-time" });
 
-export const pageLimit = boundedInt(1, LIMITS.pageSize.max, { coerce: true })
+export const pageLimit = boundedInt(1, LIMITS.pageSize.max, { fromQuery: true })
   .optional()
   .openapi({ description: "Page size; default 20." });
 export const cursor = z.string().max(LIMITS.cursorChars).optional().openapi({

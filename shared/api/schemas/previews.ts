@@ -4,7 +4,7 @@ import { boundedInt } from "../../bounded-int.js";
 import { instant, LIMITS } from "./common.js";
 import { ScheduleSchema } from "./schedule.js";
 
-const previewCount = boundedInt(1, LIMITS.previewCount.max, { coerce: true }).openapi({
+const previewCount = boundedInt(1, LIMITS.previewCount.max, { fromQuery: true }).openapi({
   description: "How many occurrences; default 5.",
   example: 5,
 });
