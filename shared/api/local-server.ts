@@ -1,5 +1,8 @@
+import { maxHeaderSize, Server, STATUS_CODES } from "node:http";
 import type { AddressInfo } from "node:net";
+import type { Duplex } from "node:stream";
 import { serve } from "@hono/node-server";
+import { HTTPException } from "hono/http-exception";
 import { ENV, type Env } from "../config.js";
 import type { ConsoleAssets } from "../console/assets.js";
 import { parseConsolePollMs } from "../console/config.js";
@@ -7,7 +10,7 @@ import type { Engine } from "../engine.js";
 import type { JobTypeCatalog } from "../job-types/registry.js";
 import { createApiApp } from "./app.js";
 import { type Authenticator, adminTenantsFrom } from "./auth.js";
-import { ApiError } from "./errors.js";
+import { ApiError, httpAnswerOf } from "./errors.js";
 import { localAuthFromEnv } from "./local-auth.js";
 
 export interface LocalServerOptions {
@@ -72,6 +75,7 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Loc
       started.once("error", reject);
     },
   );
+  if (server instanceof Server) server.on("clientError", answerParseRefusal);
   const host = hostname.includes(":") ? `[${hostname}]` : hostname;
   return {
     url: `http://${host}:${port}`,
@@ -128,4 +132,61 @@ function pollIntervalFrom(env: Readonly<Record<string, string | undefined>>): {
 } {
   const pollIntervalMs = parseConsolePollMs(env.SCHEDULER_CONSOLE_POLL_MS);
   return pollIntervalMs === undefined ? {} : { pollIntervalMs };
+}
+
+/** A refusal of Node's HTTP parser, as it throws it (`reason` is llhttp's words for what it met). */
+type ParseError = Error & { readonly code?: string; readonly reason?: string };
+
+/** The status Node itself answers each refusal with, and what the answer says. */
+function refusalOf(error: ParseError): { status: 400 | 408 | 413 | 431; message: string } {
+  switch (error.code) {
+    case "HPE_HEADER_OVERFLOW":
+      return {
+        status: 431,
+        message: `the request's headers are over the ${maxHeaderSize} bytes this server reads; send smaller ones`,
+      };
+    case "HPE_CHUNK_EXTENSIONS_OVERFLOW":
+      return {
+        status: 413,
+        message: "the request's chunk extensions are over what this server reads",
+      };
+    case "ERR_HTTP_REQUEST_TIMEOUT":
+      return { status: 408, message: "the request did not arrive in time; send it again" };
+    default:
+      return {
+        status: 400,
+        message: `the request is not HTTP/1.1 the server can read: ${error.reason ?? error.code ?? error.message}`,
+      };
+  }
+}
+
+/**
+ * A request Node's HTTP parser refuses (headers over its limit, a request line or header that is
+ * no HTTP, a request not received in time) never reaches the app: Node answers it itself with a
+ * bare status line and no body. Answered here instead in the API's one error shape, its status
+ * and code as the app gives a refusal of the HTTP layer (httpAnswerOf), then the connection
+ * closes, as Node closes it. As Node does, nothing is written to a connection whose peer has gone
+ * or whose answer to an earlier request has begun: a second answer there would corrupt the first.
+ */
+function answerParseRefusal(error: ParseError, socket: Duplex): void {
+  const inFlight = Reflect.get(socket, "_httpMessage") as { headersSent?: boolean } | null;
+  if (error.code === "ECONNRESET" || !socket.writable || inFlight?.headersSent === true) {
+    socket.destroy();
+    return;
+  }
+  const refusal = refusalOf(error);
+  const { status, body } = httpAnswerOf(new HTTPException(refusal.status, refusal));
+  const text = JSON.stringify(body);
+  socket.end(
+    [
+      `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ""}`,
+      "Content-Type: application/json",
+      `Content-Length: ${Buffer.byteLength(text, "utf8")}`,
+      "Cache-Control: no-store",
+      "Connection: close",
+      "",
+      text,
+    ].join("\r\n"),
+    () => socket.destroy(),
+  );
 }
