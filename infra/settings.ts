@@ -11,6 +11,7 @@ import {
   loadSettings,
   MAX_CONCURRENT_RUNS_QUOTA,
   MAX_LOOKAHEAD_SECONDS,
+  MAX_MISFIRE_GRACE_SECONDS,
   MAX_TIMEOUT_SECONDS,
   NO_QUOTA,
   type OneOffClaimWrites,
@@ -221,6 +222,16 @@ const MIN_RECEIVE_COUNT = 2;
  */
 const MIN_DEPLOYED_LOOKAHEAD_SECONDS = 120;
 
+/**
+ * The shortest misfire grace a deployment takes: lateness counts from a run's planned time, and a
+ * run that is on time still starts seconds after it: up to the lag the SchedulingLagP99 alarm
+ * lets pass (lagAlarmMs, 5 s by default), plus up to 4 s of clocks apart, which the design
+ * tolerates (docs/architecture.md), plus SQS's whole-second delays. A grace shorter than that
+ * would follow the misfire policy for runs that were merely on time (`skip` records them skipped).
+ * The sandbox and the tests, whose handlers read the variable alone, still take 1.
+ */
+const MIN_DEPLOYED_MISFIRE_GRACE_SECONDS = 10;
+
 function validate(s: SchedulerSettings): void {
   // Before the handlers' own parse, whose range alone would not say why 1 is refused.
   if (Number.isInteger(s.maxReceiveCount) && s.maxReceiveCount < MIN_RECEIVE_COUNT) {
@@ -228,20 +239,21 @@ function validate(s: SchedulerSettings): void {
       `invalid scheduler settings:\n- maxReceiveCount must be at least ${MIN_RECEIVE_COUNT}, got ${s.maxReceiveCount}: a run's message would get no second delivery, so one worker crash (or a batch lost with its worker) would send it to the DLQ and fire the DLQ alarm; the default is 5`,
     );
   }
-  // Before the handlers' own parse, whose range (60 to 600) is the sandbox's and the tests'.
+  // Before the handlers' own parse, whose ranges (60 to 600, 1 to 86400) are the sandbox's and the
+  // tests', and would not say why a deployment takes less.
   const lookahead = s.lookaheadSeconds;
-  if (
-    Number.isInteger(lookahead) &&
-    (lookahead < MIN_DEPLOYED_LOOKAHEAD_SECONDS || lookahead > MAX_LOOKAHEAD_SECONDS)
-  ) {
-    const why =
-      lookahead < MIN_DEPLOYED_LOOKAHEAD_SECONDS
-        ? `: the dispatcher ticks once a minute, so a minute's due entries have a claim window of lookaheadSeconds less 60 s in the worst tick phase (${Math.max(0, lookahead - 60)} s here), and their runs start late by however long their claims take past it; the default is 300`
-        : "";
-    throw new Error(
-      `invalid scheduler settings:\n- lookaheadSeconds must be an integer from ${MIN_DEPLOYED_LOOKAHEAD_SECONDS} to ${MAX_LOOKAHEAD_SECONDS}, got ${lookahead}${why}`,
-    );
-  }
+  refuseOutsideDeployedRange(
+    "lookaheadSeconds",
+    lookahead,
+    [MIN_DEPLOYED_LOOKAHEAD_SECONDS, MAX_LOOKAHEAD_SECONDS],
+    `the dispatcher ticks once a minute, so a minute's due entries have a claim window of lookaheadSeconds less 60 s in the worst tick phase (${Math.max(0, lookahead - 60)} s here), and their runs start late by however long their claims take past it; the default is 300`,
+  );
+  refuseOutsideDeployedRange(
+    "misfireGraceSeconds",
+    s.misfireGraceSeconds,
+    [MIN_DEPLOYED_MISFIRE_GRACE_SECONDS, MAX_MISFIRE_GRACE_SECONDS],
+    "lateness counts from a run's planned time, and a run on time starts seconds after it (up to lagAlarmMs, 5 s by default, at p99, and up to 4 s more between hosts' clocks), so a shorter grace would apply the misfire policy to runs that were merely on time (skip records them skipped); the default is 60",
+  );
   // Named by their context keys, as the operator gives them (-c quotaActiveJobs=none).
   for (const [key, value, max] of [
     ["quotaActiveJobs", s.quotas.activeJobs, QUOTA_MAXIMUM],
@@ -388,6 +400,19 @@ export function refuseAlarmTopicElsewhere(s: SchedulerSettings, region: string):
     return;
   throw new Error(
     `invalid scheduler settings:\n- alarmTopicArn must name a topic in the stack's region (${region}) and partition (${stackPartition ?? "unknown"}), got ${s.alarmTopicArn}: CloudWatch sends an alarm's notification only to a topic of the alarm's region, so the deploy would fail at the first alarm`,
+  );
+}
+
+/** An integer setting outside what a deployment takes is refused; below `min`, saying why. */
+function refuseOutsideDeployedRange(
+  key: ContextKey,
+  value: number,
+  [min, max]: readonly [number, number],
+  whyBelow: string,
+): void {
+  if (!Number.isInteger(value) || (value >= min && value <= max)) return;
+  throw new Error(
+    `invalid scheduler settings:\n- ${key} must be an integer from ${min} to ${max}, got ${value}${value < min ? `: ${whyBelow}` : ""}`,
   );
 }
 

@@ -231,6 +231,9 @@ export const MIN_LOOKAHEAD_SECONDS = 60;
 /** The longest `lookaheadSeconds` the handlers and a deployment take. */
 export const MAX_LOOKAHEAD_SECONDS = 600;
 
+/** The longest `misfireGraceSeconds` the handlers and a deployment take: a day. */
+export const MAX_MISFIRE_GRACE_SECONDS = 86_400;
+
 export function loadSettings(env: Env = process.env): EngineSettings {
   const shardCount = intFrom(
     env,
@@ -254,7 +257,7 @@ export function loadSettings(env: Env = process.env): EngineSettings {
     ),
     lookaheadMs: lookaheadSeconds * 1000,
     leaseMs: intFrom(env, ENV.leaseSeconds, 60, 6, 900) * 1000,
-    misfireGraceMs: intFrom(env, ENV.misfireGraceSeconds, 60, 1, 86_400) * 1000,
+    misfireGraceMs: intFrom(env, ENV.misfireGraceSeconds, 60, 1, MAX_MISFIRE_GRACE_SECONDS) * 1000,
     retentionDays: intFrom(env, ENV.retentionDays, 30, 1, 3650),
     deadLetterRetentionDays: intFrom(env, ENV.deadLetterRetentionDays, 30, 1, 3650),
     minIntervalMs: intFrom(

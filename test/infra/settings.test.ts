@@ -288,7 +288,8 @@ describe("settings", () => {
     [{ maxShardCount: "2000" }, "maxShardCount", "1 to 1024"],
     [{ lookaheadSeconds: "900" }, "lookaheadSeconds", "120 to 600"],
     [{ leaseSeconds: "5" }, "leaseSeconds", "6 to 900"],
-    [{ misfireGraceSeconds: "0" }, "misfireGraceSeconds", "1 to 86400"],
+    [{ misfireGraceSeconds: "0" }, "misfireGraceSeconds", "10 to 86400"],
+    [{ misfireGraceSeconds: "86401" }, "misfireGraceSeconds", "10 to 86400"],
     [{ retentionDays: "0" }, "retentionDays", "1 to 3650"],
     [{ deadLetterRetentionDays: "0" }, "deadLetterRetentionDays", "1 to 3650"],
     [{ minIntervalMs: "86400001" }, "minIntervalMs", "1000 to 86400000"],
@@ -363,6 +364,27 @@ describe("settings", () => {
       expect(loadSettings({ LOOKAHEAD_SECONDS: "60" }).lookaheadMs).toBe(60_000);
     },
   );
+
+  it.each(["9", "5", "1"])(
+    "refuses misfireGraceSeconds %s when the app is built, naming the setting and why; the handlers (the sandbox, the tests) still take 1",
+    (misfireGraceSeconds) => {
+      // An on-time run starts seconds after its planned time (the lag alarm's p99 of 5 s, clocks
+      // up to 4 s apart, whole-second SQS delays): a shorter grace would skip runs that were on time.
+      const refusal = new RegExp(
+        `misfireGraceSeconds must be an integer from 10 to 86400, got ${misfireGraceSeconds}: .*on time`,
+      );
+      expect(() => buildSchedulerApp({ context: { misfireGraceSeconds } })).toThrow(refusal);
+      expect(() => resolveSettings({ misfireGraceSeconds: Number(misfireGraceSeconds) })).toThrow(
+        refusal,
+      );
+      expect(loadSettings({ MISFIRE_GRACE_SECONDS: "1" }).misfireGraceMs).toBe(1_000);
+    },
+  );
+
+  it("accepts misfireGraceSeconds from 10 up", () => {
+    expect(fromContext({ misfireGraceSeconds: "10" }).misfireGraceSeconds).toBe(10);
+    expect(fromContext({ misfireGraceSeconds: 86_400 }).misfireGraceSeconds).toBe(86_400);
+  });
 
   it("accepts lookaheadSeconds from 120 up", () => {
     expect(fromContext({ lookaheadSeconds: "120" }).lookaheadSeconds).toBe(120);
