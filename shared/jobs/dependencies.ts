@@ -12,6 +12,7 @@ import {
 import { getJob } from "../storage/run-reads.js";
 import type { NamedWrite } from "../storage/transaction.js";
 import { ValidationError } from "../validation.js";
+import { checkEditedJobPaths, checkNewJobPaths } from "./path-bound.js";
 
 /**
  * Jobs a dependent's create or edit may read up its chain, and so hold unchanged in its
@@ -65,6 +66,7 @@ export async function linkNewDependent(
   const upstreams = upstreamsOf(schedule);
   const above = await walkUpstreams({ jobId, tenantId }, upstreams, read);
   checkRoomBelow(upstreams, above);
+  checkNewJobPaths(jobId, schedule, above);
   const writes = [...above.values()].map((job) =>
     upstreams.includes(job.jobId)
       ? linkUpstream(engine, job.jobId, jobId, tenantId, job.version)
@@ -116,6 +118,7 @@ export async function checkNewDependent(
     getJob(engine, id),
   );
   checkRoomBelow(upstreams, above);
+  checkNewJobPaths(NOT_YET_CREATED, schedule, above);
 }
 
 /**
@@ -138,6 +141,9 @@ export async function relinkDependent(
     after.filter((id) => !before.has(id)),
     above,
   );
+  // Paths change only when the upstreams do; then those to the jobs below it change too.
+  if (after.length > 0 && (after.length !== before.size || after.some((id) => !before.has(id))))
+    await checkEditedJobPaths(engine, job, schedule, above);
   const walked = new Map([...above].map(([id, upstream]) => [id, upstream.version]));
   const writes: NamedWrite<UpstreamWriteName>[] = [];
   const written = new Set<string>();

@@ -96,6 +96,20 @@ describe("runsPerMinute counts what a dependent runs: its upstreams' runs", () =
     expect(await recounted(tenant)).toEqual({ activeJobs: 6, runsPerMinute: 150 });
   });
 
+  it("counts a lattice once per path, not once per job: each layer after both jobs of the one above", async () => {
+    const tenant = "lattice";
+    await writeQuotaOverride(f.engine, tenant, { runsPerMinute: 10_000 }, new Date());
+    let above = [await create(tenant, everyTwoSeconds())];
+    for (let layer = 0; layer < 3; layer++) {
+      const jobs = above.map((j) => j.jobId);
+      above = [await create(tenant, runsAfter(...jobs)), await create(tenant, runsAfter(...jobs))];
+    }
+    // 30 for the root, then two jobs a layer at 30, 60, 120 each (once per job it would be 210).
+    const paths = { activeJobs: 7, runsPerMinute: 30 + 2 * (30 + 60 + 120) };
+    expect(await readQuotaUsage(f.engine, tenant)).toEqual(paths);
+    expect(await recounted(tenant)).toEqual(paths);
+  });
+
   it("checks an upstream's schedule edit for what it adds through every job below it, and counts again once a link goes", async () => {
     const tenant = "upstream-edit";
     await writeQuotaOverride(f.engine, tenant, { runsPerMinute: 100 }, new Date());

@@ -1,0 +1,116 @@
+import type { Engine } from "../engine.js";
+import type { Job } from "../model.js";
+import { readJobsAbove, readJobsBelow } from "../quotas/run-measure.js";
+import { isAfterSchedule, type ScheduleSpec } from "../schedule/index.js";
+import { ValidationError } from "../validation.js";
+
+/**
+ * The most runs of a job one run of a job above it may queue: one per path from that job down to
+ * it (docs/api.md, "Dependencies"). Each run of an upstream queues one run of each job after it,
+ * so jobs after several jobs that run after one another multiply: a lattice of width 2 (each
+ * layer's two jobs after both of the layer above) runs its layer k 2^(k-1) times per run of its
+ * top, and 40 layers would queue about 2^40 runs from one trigger (a request, outside
+ * runsPerMinute), written by the workers into the tables and queues every tenant shares. Bounded
+ * per pair of jobs, one run queues at most this many runs of each job below it, so what it
+ * queues grows with the tenant's jobs (activeJobs), not exponentially with its graph's depth.
+ * Chains and fan-outs make one path, a job after 20 jobs after one 20, a diamond 2.
+ */
+export const MAX_RUNS_PER_RUN_ABOVE = 100;
+
+const FIELD = "schedule.after.jobs";
+
+const upstreamIds = (schedule: ScheduleSpec): readonly string[] =>
+  isAfterSchedule(schedule) ? [...new Set(schedule.after.jobs)] : [];
+
+/**
+ * Refuses (400 naming `schedule.after.jobs`) a graph where one run of a job of `sources` would
+ * queue more than MAX_RUNS_PER_RUN_ABOVE runs of a job of `targets`. `schedules` holds every job
+ * on a path between them (each job's upstreams, by id); a job not in it starts no path.
+ */
+function checkPaths(
+  schedules: ReadonlyMap<string, ScheduleSpec>,
+  sources: ReadonlySet<string>,
+  targets: Iterable<string>,
+  target: (id: string) => string,
+): void {
+  // For each job, the paths to it from each source above it.
+  const pathsTo = new Map<string, Map<string, number>>();
+  const onChain = new Set<string>();
+  const of = (id: string): Map<string, number> => {
+    const known = pathsTo.get(id);
+    if (known !== undefined) return known;
+    const paths = new Map<string, number>();
+    const schedule = schedules.get(id);
+    // A cycle (which edits refuse) adds nothing more.
+    if (schedule === undefined || onChain.has(id)) return paths;
+    onChain.add(id);
+    for (const upstream of upstreamIds(schedule)) {
+      const add = (source: string, n: number) =>
+        paths.set(source, Math.min(Number.MAX_SAFE_INTEGER, (paths.get(source) ?? 0) + n));
+      if (sources.has(upstream)) add(upstream, 1);
+      for (const [source, n] of of(upstream)) add(source, n);
+    }
+    onChain.delete(id);
+    pathsTo.set(id, paths);
+    return paths;
+  };
+  for (const id of targets) {
+    for (const [source, n] of of(id)) {
+      if (n > MAX_RUNS_PER_RUN_ABOVE)
+        throw new ValidationError([
+          {
+            field: FIELD,
+            message: `one run of job ${source} would run ${target(id)} ${n.toLocaleString("en-US")} times, once for each path of after links from it down to it: at most ${MAX_RUNS_PER_RUN_ABOVE} are allowed`,
+          },
+        ]);
+    }
+  }
+}
+
+/**
+ * A new job after `schedule`'s upstreams: refused when one run of a job above it (`above`, the
+ * whole chain its check read) would run it more than MAX_RUNS_PER_RUN_ABOVE times. Nothing is
+ * below a new job, so the jobs above it are all the paths to it.
+ */
+export function checkNewJobPaths(
+  jobId: string,
+  schedule: ScheduleSpec,
+  above: ReadonlyMap<string, Job>,
+): void {
+  const schedules = new Map([...above].map(([id, job]) => [id, job.schedule]));
+  schedules.set(jobId, schedule);
+  checkPaths(schedules, new Set(above.keys()), [jobId], () => "this job");
+}
+
+/**
+ * An edit of `job`'s upstreams to `schedule`'s: refused when one run of a job now above it
+ * (`above`) would run it, or a job below it, more than MAX_RUNS_PER_RUN_ABOVE times. Only paths
+ * through the job change, so only the jobs above it are sources; a path from one of them to a job
+ * below may also pass by the job, through jobs above that one only: those are read too.
+ */
+export async function checkEditedJobPaths(
+  engine: Engine,
+  job: Job,
+  schedule: ScheduleSpec,
+  above: ReadonlyMap<string, Job>,
+): Promise<void> {
+  const sources = new Set(above.keys());
+  const named = (id: string) => (id === job.jobId ? "this job" : `job ${id}`);
+  if (job.dependents.length === 0) {
+    checkNewJobPaths(job.jobId, schedule, above);
+    return;
+  }
+  const below = await readJobsBelow(engine, job);
+  const known = new Map([...above, ...below]);
+  const reached = await readJobsAbove(
+    engine,
+    job.tenantId,
+    [...below.values()]
+      .filter((j) => j.jobId !== job.jobId)
+      .flatMap((j) => upstreamIds(j.schedule)),
+    known,
+  );
+  const schedules = new Map([...reached].map(([id, j]) => [id, j.schedule]));
+  schedules.set(job.jobId, schedule);
+  checkPaths(schedules, sources, below.keys(), named);
+}

@@ -1,0 +1,169 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { checkNewDependent } from "../../shared/jobs/dependencies.js";
+import { createJob, editJob } from "../../shared/jobs/index.js";
+import { MAX_RUNS_PER_RUN_ABOVE } from "../../shared/jobs/path-bound.js";
+import { triggerJob } from "../../shared/jobs/trigger.js";
+import type { Job } from "../../shared/model.js";
+import type { ScheduleSpec } from "../../shared/schedule/index.js";
+import { getJob } from "../../shared/storage/run-reads.js";
+import { ValidationError } from "../../shared/validation.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+
+/**
+ * A tenant's `after` graph where several paths lead from one job down to another: each run of the
+ * upstream queues one run of each dependent, so a job runs once per path from the job above it.
+ * A lattice of width 2 (each layer's two jobs after both jobs of the layer above) runs its layer k
+ * 2^(k-1) times per run of its root: 40 layers within the 80 jobs a create reads above a job would
+ * queue about 2^40 runs from one trigger, written by the workers into the tables every tenant shares.
+ */
+
+const far = (): ScheduleSpec => ({ runAt: new Date(Date.now() + 3_600_000).toISOString() });
+const runsAfter = (...jobs: Job[]): ScheduleSpec => ({
+  after: { jobs: jobs.map((j) => j.jobId), on: "success" },
+});
+
+describe("an after graph cannot multiply one run past the bound", () => {
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture({ settings: { shardCount: 1, maxShardCount: 1 } });
+  });
+  afterAll(() => f.destroy());
+
+  const create = async (tenantId: string, schedule: ScheduleSpec) =>
+    (await createJob(f.engine, testJob({ tenantId, schedule }))).job;
+
+  /** `layers` layers of two jobs below `root`: the first after it, each next after both above. */
+  async function lattice(tenantId: string, root: Job, layers: number): Promise<Job[][]> {
+    const built: Job[][] = [];
+    let above = [root];
+    for (let k = 0; k < layers; k++) {
+      const layer = [
+        await create(tenantId, runsAfter(...above)),
+        await create(tenantId, runsAfter(...above)),
+      ];
+      built.push(layer);
+      above = layer;
+    }
+    return built;
+  }
+
+  const refusal = (attempt: Promise<unknown>) =>
+    attempt.then(
+      () => {
+        throw new Error("accepted");
+      },
+      (e: unknown) => {
+        expect(e).toBeInstanceOf(ValidationError);
+        return (e as ValidationError).issues;
+      },
+    );
+
+  it("one trigger of a one-off runs each job of a lattice once per path from it: 2^(k-1) at layer k", async () => {
+    const tenant = "lattice-runs";
+    const root = await create(tenant, far());
+    const layers = await lattice(tenant, root, 4);
+    await triggerJob(f.engine, tenant, root.jobId);
+    // Every queued run is delivered and run, in order, until no more are queued.
+    const deps = f.workerDeps("worker");
+    for (;;) {
+      const received = await f.receiveAll(f.engine.queues.normal);
+      if (received.length === 0) break;
+      for (const message of received) expect(await f.process(deps, message)).toBe("ack");
+    }
+    const runs = (await f.runs()).filter((r) => r.tenantId === tenant);
+    const runsOf = (job: Job) => runs.filter((r) => r.jobId === job.jobId);
+    expect(runsOf(root)).toHaveLength(1);
+    layers.forEach((layer, k) => {
+      for (const job of layer) {
+        expect(runsOf(job)).toHaveLength(2 ** k);
+        expect(runsOf(job).every((r) => r.status === "SUCCEEDED")).toBe(true);
+      }
+    });
+  }, 60_000);
+
+  it("refuses a create that would run the job more than 100 times per run of a job above it, naming schedule.after.jobs", async () => {
+    const tenant = "lattice-create";
+    const root = await create(tenant, far());
+    // Layer 7 runs 64 times per root run: accepted.
+    const layers = await lattice(tenant, root, 7);
+    const last = layers.at(-1) ?? [];
+    // A job after both jobs of layer 7 would run 128 times per root run.
+    const issues = await refusal(create(tenant, runsAfter(...last)));
+    expect(issues).toEqual([
+      {
+        field: "schedule.after.jobs",
+        message: expect.stringContaining(`at most ${MAX_RUNS_PER_RUN_ABOVE}`),
+      },
+    ]);
+    expect(issues[0]?.message).toContain(
+      `one run of job ${root.jobId} would run this job 128 times`,
+    );
+    for (const job of last) expect((await getJob(f.engine, job.jobId))?.dependents).toEqual([]);
+    // A preview of that schedule is refused the same way.
+    expect(await refusal(checkNewDependent(f.engine, tenant, runsAfter(...last)))).toEqual(issues);
+    // After one of them it runs 64 times per root run: accepted.
+    await create(tenant, runsAfter(last[0] as Job));
+  }, 60_000);
+
+  it("refuses an edit that would run a job below it more than 100 times per run of a job above it", async () => {
+    const tenant = "lattice-edit";
+    const top = await create(tenant, far());
+    const left = await create(tenant, runsAfter(top));
+    const right = await create(tenant, runsAfter(top));
+    // A one-off with a lattice of 7 layers below it: 64 runs of layer 7 per run of it.
+    const root = await create(tenant, far());
+    const layers = await lattice(tenant, root, 7);
+    // After both `left` and `right`, each run of `top` would run layer 7 128 times.
+    const issues = await refusal(
+      editJob(f.engine, tenant, root.jobId, root.version, { schedule: runsAfter(left, right) }),
+    );
+    expect(issues).toEqual([
+      {
+        field: "schedule.after.jobs",
+        message: expect.stringContaining(`at most ${MAX_RUNS_PER_RUN_ABOVE}`),
+      },
+    ]);
+    const refusedBelow = layers[6]?.map(
+      (job) => `one run of job ${top.jobId} would run job ${job.jobId} 128 times`,
+    );
+    expect(refusedBelow?.some((m) => issues[0]?.message.startsWith(m))).toBe(true);
+    expect((await getJob(f.engine, root.jobId))?.schedule).toHaveProperty("runAt");
+    expect((await getJob(f.engine, left.jobId))?.dependents).toEqual([]);
+    // After one of them: 64 per run of `top`, accepted.
+    const edited = await editJob(f.engine, tenant, root.jobId, root.version, {
+      schedule: runsAfter(left),
+    });
+    expect(edited.schedule).toEqual(runsAfter(left));
+  }, 60_000);
+
+  it("counts, at an edit, the paths that pass by the edited job to the jobs below it", async () => {
+    const tenant = "lattice-pass-by";
+    const top = await create(tenant, far());
+    const side = (await lattice(tenant, top, 7)).at(-1) ?? [];
+    const root = await create(tenant, far());
+    const below = (await lattice(tenant, root, 6)).at(-1) ?? [];
+    // 64 paths from `top` (through `side`) and 64 from `root`.
+    const bottom = await create(tenant, runsAfter(...below, side[0] as Job));
+    // After `top`, `root` would add 64 more paths from `top` to `bottom`, which are 64 without it.
+    const issues = await refusal(
+      editJob(f.engine, tenant, root.jobId, root.version, { schedule: runsAfter(top) }),
+    );
+    expect(issues[0]?.message).toContain(
+      `one run of job ${top.jobId} would run job ${bottom.jobId} 128 times`,
+    );
+    expect((await getJob(f.engine, top.jobId))?.dependents).not.toContain(root.jobId);
+  }, 60_000);
+
+  it("takes ordinary graphs: a job after 20 jobs that all run after one, and diamonds below it", async () => {
+    const tenant = "ordinary";
+    const root = await create(tenant, far());
+    const twenty: Job[] = [];
+    for (let i = 0; i < 20; i++) twenty.push(await create(tenant, runsAfter(root)));
+    const fanIn = await create(tenant, runsAfter(...twenty));
+    const [b, c] = [await create(tenant, runsAfter(fanIn)), await create(tenant, runsAfter(fanIn))];
+    // 20 paths to the fan-in, 40 to the diamond's bottom, 80 to the next one's.
+    const d = await create(tenant, runsAfter(b, c));
+    const [e, g] = [await create(tenant, runsAfter(d)), await create(tenant, runsAfter(d))];
+    await create(tenant, runsAfter(e, g));
+  }, 60_000);
+});
