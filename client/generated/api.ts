@@ -377,7 +377,7 @@ export interface components {
     schemas: {
         AfterCondition: {
             /**
-             * @description Ids of 1 to 20 jobs of the same tenant. Each of their runs that ends as `on` says queues one run of this job; each upstream run triggers on its own (no fan-in: a job after A and B runs once per A run and once per B run). A job cannot depend on itself, directly or through others (400 naming the cycle).
+             * @description Ids of 1 to 20 jobs of the same tenant. Each of their runs that ends as `on` says queues one run of this job; each upstream run triggers on its own (no fan-in: a job after A and B runs once per A run and once per B run). A job cannot depend on itself, directly or through others (400 naming the cycle). This job runs once per path of `after` links from a job above it, at most 100 times per run of that job, and so does each job below it (400 naming the jobs and the count).
              * @example [
              *       "01JD3Q6Z8Y0000000000000000"
              *     ]

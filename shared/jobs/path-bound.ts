@@ -2,20 +2,20 @@ import type { Engine } from "../engine.js";
 import type { Job } from "../model.js";
 import { readJobsAbove, readJobsBelow } from "../quotas/run-measure.js";
 import { isAfterSchedule, type ScheduleSpec } from "../schedule/index.js";
+import { MAX_RUNS_PER_RUN_ABOVE } from "../schedule/parse.js";
 import { ValidationError } from "../validation.js";
 
-/**
- * The most runs of a job one run of a job above it may queue: one per path from that job down to
- * it (docs/api.md, "Dependencies"). Each run of an upstream queues one run of each job after it,
- * so jobs after several jobs that run after one another multiply: a lattice of width 2 (each
- * layer's two jobs after both of the layer above) runs its layer k 2^(k-1) times per run of its
- * top, and 40 layers would queue about 2^40 runs from one trigger (a request, outside
- * runsPerMinute), written by the workers into the tables and queues every tenant shares. Bounded
- * per pair of jobs, one run queues at most this many runs of each job below it, so what it
- * queues grows with the tenant's jobs (activeJobs), not exponentially with its graph's depth.
- * Chains and fan-outs make one path, a job after 20 jobs after one 20, a diamond 2.
+/*
+ * The bound on paths of `after` links (MAX_RUNS_PER_RUN_ABOVE, docs/api.md "Dependencies"). Each
+ * run of an upstream queues one run of each job after it, so a job runs once per path from a job
+ * above it down to it, and paths multiply: a lattice of width 2 (each layer's two jobs after both
+ * of the layer above) runs its layer k 2^(k-1) times per run of its top, and 40 layers would queue
+ * about 2^40 runs from one trigger (a request, outside runsPerMinute), written by the workers into
+ * the tables and queues every tenant shares. Bounded per pair of jobs, one run queues at most that
+ * many runs of each job below it: what it queues grows with the tenant's jobs (activeJobs), not
+ * exponentially with its graph's depth. Chains and fan-outs make one path, a diamond 2, a job
+ * after 20 jobs that run after one 20.
  */
-export const MAX_RUNS_PER_RUN_ABOVE = 100;
 
 const FIELD = "schedule.after.jobs";
 

@@ -30,6 +30,12 @@ const KINDS =
 
 /** The most upstream jobs one `after` schedule may name (each is one more write at create and edit). */
 export const MAX_AFTER_JOBS = 20;
+
+/**
+ * The most runs of a job one run of a job above it may queue, one per path of `after` links
+ * between them (shared/jobs/path-bound.ts checks it at create and edit).
+ */
+export const MAX_RUNS_PER_RUN_ABOVE = 100;
 /** What a job id may hold (as shared/keys.ts has it); an unknown id is refused by the API later. */
 const JOB_ID_TEXT = /^[0-9A-Za-z_-]{1,64}$/;
 

@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { checkNewDependent } from "../../shared/jobs/dependencies.js";
 import { createJob, editJob } from "../../shared/jobs/index.js";
-import { MAX_RUNS_PER_RUN_ABOVE } from "../../shared/jobs/path-bound.js";
 import { triggerJob } from "../../shared/jobs/trigger.js";
 import type { Job } from "../../shared/model.js";
 import type { ScheduleSpec } from "../../shared/schedule/index.js";
+import { MAX_RUNS_PER_RUN_ABOVE } from "../../shared/schedule/parse.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import { ValidationError } from "../../shared/validation.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";

@@ -1,7 +1,7 @@
 /** The four shapes of a schedule: once, cron in a zone, a fixed interval, or after other jobs. */
 import { z } from "@hono/zod-openapi";
 import { AFTER_ON } from "../../schedule/index.js";
-import { MAX_AFTER_JOBS } from "../../schedule/parse.js";
+import { MAX_AFTER_JOBS, MAX_RUNS_PER_RUN_ABOVE } from "../../schedule/parse.js";
 import { instant, LIMITS } from "./common.js";
 
 const RunAtScheduleSchema = z
@@ -51,7 +51,7 @@ const AfterScheduleSchema = z
           .min(1)
           .max(MAX_AFTER_JOBS)
           .openapi({
-            description: `Ids of 1 to ${MAX_AFTER_JOBS} jobs of the same tenant. Each of their runs that ends as \`on\` says queues one run of this job; each upstream run triggers on its own (no fan-in: a job after A and B runs once per A run and once per B run). A job cannot depend on itself, directly or through others (400 naming the cycle).`,
+            description: `Ids of 1 to ${MAX_AFTER_JOBS} jobs of the same tenant. Each of their runs that ends as \`on\` says queues one run of this job; each upstream run triggers on its own (no fan-in: a job after A and B runs once per A run and once per B run). A job cannot depend on itself, directly or through others (400 naming the cycle). This job runs once per path of \`after\` links from a job above it, at most ${MAX_RUNS_PER_RUN_ABOVE} times per run of that job, and so does each job below it (400 naming the jobs and the count).`,
             example: ["01JD3Q6Z8Y0000000000000000"],
           }),
         on: z.enum(AFTER_ON).optional().openapi({
