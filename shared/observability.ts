@@ -18,6 +18,11 @@ export const METRICS = {
    * entry it could not handle, and lost messages are re-sent that much later.
    */
   reaperBehindMs: "ReaperBehind",
+  /**
+   * How many shards the reaper's pass read, after each pass: below the stage's shard count when
+   * the pass ran out of its tick's time, and the next tick goes on from where it stopped.
+   */
+  reaperShardsReached: "ReaperShardsReached",
   fenceLost: "FenceLost",
   /** A due entry a pass could not claim, by `handling`: set aside for operators, or left for the next pass. */
   dueEntryFailures: "DueEntryFailures",

@@ -1,4 +1,5 @@
 import { InvokeCommand, LambdaClient } from "@aws-sdk/client-lambda";
+import type { Context } from "aws-lambda";
 import { ENV, requireEnv } from "../../shared/config.js";
 import { reap } from "../../shared/dispatch/reaper.js";
 import { dispatcherEvent, readTickShards, shardsOf } from "../../shared/dispatch/tick-shards.js";
@@ -11,9 +12,10 @@ const dispatcher = requireEnv(ENV.dispatcherFunction);
 
 /**
  * Once a minute: one asynchronous dispatcher invocation per shard the stage has run with (each
- * with Lambda's own retries and on-failure destination), then the reaper.
+ * with Lambda's own retries and on-failure destination), then the reaper, within what is left of
+ * the invocation's time (it stops short of it, and the next tick goes on where it stopped).
  */
-export async function handler() {
+export async function handler(_event: unknown, context: Context) {
   try {
     const tickShards = await readTickShards(engine, engine.clock());
     const shards = shardsOf(tickShards);
@@ -28,7 +30,10 @@ export async function handler() {
         ),
       ),
     );
-    const reaped = await reap(engine, { shards: tickShards });
+    const reaped = await reap(engine, {
+      shards: tickShards,
+      remainingMs: () => context.getRemainingTimeInMillis(),
+    });
     obs.log.info("tick", {
       shards: shards.length,
       configuredShards: engine.settings.maxShardCount,

@@ -479,8 +479,15 @@ export class Observability extends Construct {
     );
     this.dashboard.addWidgets(
       new GraphWidget({
-        title: "Reaper re-sends, and how far it stands behind (ms, right)",
-        left: [this.metric(METRICS.reaperResends, "tick").with({ label: "re-sent runs" })],
+        title:
+          "Reaper re-sends and shards reached a tick, and how far it stands behind (ms, right)",
+        left: [
+          this.metric(METRICS.reaperResends, "tick").with({ label: "re-sent runs" }),
+          // Below the stage's shard count: passes run out of the tick's time and go round in turns.
+          this.metric(METRICS.reaperShardsReached, "tick", {}, "Minimum").with({
+            label: "shards reached",
+          }),
+        ],
         right: [
           this.metric(METRICS.reaperBehindMs, "tick", {}, "Maximum").with({ label: "behind" }),
         ],

@@ -20,15 +20,19 @@ import { keepCompletedJobForWaitingRun } from "../storage/job-status.js";
 import {
   advanceReaperCursor,
   cursorDeadline,
+  recordReaperStart,
   rewindReaperCursor,
 } from "../storage/reaper-cursor.js";
 import { MAX_RESEND_INTERVAL_MS, runExpiresAt } from "../storage/retention.js";
+import { reaperOrder, reaperTime } from "./reaper-time.js";
 import { readTickShards, shardsOf, type TickShards } from "./tick-shards.js";
 
 export interface ReapResult {
   /** Index entries read, the ended runs' included. */
   readonly examined: number;
   readonly resent: number;
+  /** Shards the pass began (the last one read in part, when it ran out of time there). */
+  readonly shardsReached: number;
 }
 
 /**
@@ -60,6 +64,12 @@ export interface ReapOptions {
   readonly maxPerShard?: number;
   /** The shards and cursors the tick read before its dispatcher passes; read here when absent. */
   readonly shards?: TickShards;
+  /**
+   * The invocation's remaining time (Lambda's `context.getRemainingTimeInMillis`): the pass stops
+   * before it (`reaper-time.ts`), and the next tick starts at the shard it stopped at. Unbounded
+   * when absent.
+   */
+  readonly remainingMs?: () => number;
   /**
    * With `overdueBefore` past now: given each ended run the pass finds, whose job's side may be
    * missing (`recoverLostMessages`, shared/execution/restart-recovery.ts).
@@ -135,16 +145,53 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
   let failure: { readonly error: unknown } | undefined;
   const tickShards = options.shards ?? (await readTickShards(engine, now));
   const cursors = tickShards.cursors;
-  // Furthest behind first: a pass cut short (the tick's 60 s timeout, its reads growing with the
-  // runs a minute) leaves the shards it did not reach to start the next one, not to wait forever.
-  const behind = (shard: number) => {
-    const cursor = cursors.get(shard);
-    return cursor === undefined ? "" : cursorDeadline(cursor);
-  };
-  const order = shardsOf(tickShards).sort((a, b) =>
-    behind(a) < behind(b) ? -1 : behind(a) > behind(b) ? 1 : a - b,
-  );
-  for (const shard of order) {
+  const time = reaperTime(options.remainingMs);
+  // From where the last pass out of time stopped, round: each shard is read within the ticks it
+  // takes to go round once, however many the tick's time holds.
+  const order = reaperOrder(shardsOf(tickShards), tickShards.reaperStart);
+  let shardsReached = 0;
+  /** Where the next pass starts, when this one ran out of time before the end of its round. */
+  let resumeAt: number | undefined;
+  for (const [position, shard] of order.entries()) {
+    if (!time.nextShardFits()) {
+      resumeAt = shard;
+      break;
+    }
+    time.shardBegins();
+    shardsReached++;
+    try {
+      // A shard left part-read goes last in the next round: the shards after it come first.
+      if (await reapShard(shard)) {
+        resumeAt = order[(position + 1) % order.length];
+        break;
+      }
+    } catch (error) {
+      // The shards after it are reaped all the same (thrown here, a shard whose reads fail every
+      // time would stop every pass there, and the shards after it would never be read).
+      failure ??= { error };
+    } finally {
+      time.shardEnds();
+    }
+  }
+  if (resumeAt !== undefined) {
+    engine.obs.log.warn(
+      "reaper ran out of the tick's time; the next tick starts where it stopped",
+      {
+        shardsReached,
+        shards: order.length,
+        nextShard: resumeAt,
+      },
+    );
+    if (resumeAt !== tickShards.reaperStart) await recordReaperStart(engine, resumeAt, now);
+  }
+  engine.obs.metrics.add(METRICS.reaperShardsReached, shardsReached, "Count");
+  engine.obs.metrics.add(METRICS.reaperBehindMs, behindMs, "Milliseconds");
+  if (failure) throw failure.error;
+  return { examined, resent, shardsReached };
+
+  /** Reads one shard's overdue entries and deals with them; true when it ran out of time part-way. */
+  async function reapShard(shard: number): Promise<boolean> {
+    let outOfTime = false;
     const cursor = cursors.get(shard);
     let start: IndexStart;
     if (cursor === undefined) start = { fromStart: true };
@@ -171,6 +218,9 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
       entries.map((entry, index) => ({ entry, index })),
       16,
       async ({ entry, index }) => {
+        // Left unsettled: the cursor stops before it, and the next pass reads it again.
+        if (!outOfTime) outOfTime = time.outOfTime();
+        if (outOfTime) return;
         try {
           outcomes[index] = await examine(entry, runs.get(entryId(entry)) ?? null);
         } catch (error) {
@@ -246,6 +296,7 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
     const stoppedAt = stoppedBehind(entries, outcomes, settledBefore, max);
     if (stoppedAt !== undefined)
       behindMs = Math.max(behindMs, settled.getTime() - Date.parse(stoppedAt));
+    return outOfTime;
 
     /**
      * Deals with the run an entry names, read eventually consistent: when a conditional push
@@ -314,7 +365,4 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
       return "unsettled";
     }
   }
-  engine.obs.metrics.add(METRICS.reaperBehindMs, behindMs, "Milliseconds");
-  if (failure) throw failure.error;
-  return { examined, resent };
 }

@@ -9,6 +9,8 @@ export interface TickShards {
   /** Shards 0 to count − 1: the configured `maxShardCount`, or the stage's mark when higher. */
   readonly count: number;
   readonly cursors: ReadonlyMap<number, ReaperCursor>;
+  /** The shard the reaper starts at: where the last pass that ran out of time stopped. */
+  readonly reaperStart: number;
 }
 
 const shardRange = (from: number, to: number) =>
@@ -26,16 +28,19 @@ export const shardsOf = (tickShards: Pick<TickShards, "count">): number[] =>
  */
 export async function readTickShards(engine: Engine, now: Date): Promise<TickShards> {
   const configured = engine.settings.maxShardCount;
-  const { highWater, cursors } = await readShardHighWater(engine, shardRange(0, configured));
+  const { highWater, cursors, reaperStart } = await readShardHighWater(
+    engine,
+    shardRange(0, configured),
+  );
   if (highWater === null || highWater < configured) {
     if (await raiseShardHighWater(engine, configured, now))
       engine.obs.log.info("shard high-water mark raised", { from: highWater, to: configured });
-    return { count: configured, cursors };
+    return { count: configured, cursors, reaperStart };
   }
-  if (highWater === configured) return { count: configured, cursors };
+  if (highWater === configured) return { count: configured, cursors, reaperStart };
   // Deployed with fewer shards than the stage has run with: the ones above keep being passed over.
   const above = await readReaperCursors(engine, shardRange(configured, highWater));
-  return { count: highWater, cursors: new Map([...cursors, ...above]) };
+  return { count: highWater, cursors: new Map([...cursors, ...above]), reaperStart };
 }
 
 /** What the tick asks of one dispatcher invocation. */

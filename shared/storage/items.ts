@@ -13,6 +13,7 @@ const LEASE_SK = "LEASE";
 const REAPER_CURSOR_SK = "REAPER";
 const IDEMPOTENCY_SK = "IDEMP";
 const SHARD_HIGH_WATER_SK = "HIGH_WATER";
+const REAPER_START_SK = "REAPER_START";
 
 export const jobPk = (jobId: string) => `JOB#${jobId}`;
 export const jobKey = (jobId: string) => ({ pk: jobPk(jobId), sk: JOB_SK });
@@ -173,6 +174,8 @@ export const shardLeaseKey = (shard: number) => ({ pk: `SHARD#${shard}`, sk: LEA
 export const reaperCursorKey = (shard: number) => ({ pk: `SHARD#${shard}`, sk: REAPER_CURSOR_SK });
 /** One item per stage: the most shards its tick has passed over. */
 export const shardHighWaterKey = { pk: "SHARDS", sk: SHARD_HIGH_WATER_SK } as const;
+/** One item per stage: the shard the next tick's reaper starts at, after a tick out of time. */
+export const reaperStartKey = { pk: "SHARDS", sk: REAPER_START_SK } as const;
 export const idempotencyKey = (tenantId: string, key: string) => ({
   pk: `IDEMP#${tenantId}#${key}`,
   sk: IDEMPOTENCY_SK,

@@ -3,7 +3,7 @@ import type { Engine } from "../engine.js";
 import { batchGetItems } from "./batch-get.js";
 import { conditionalWrite } from "./dynamo-errors.js";
 import type { InflightEntry } from "./inflight.js";
-import { reaperCursorKey } from "./items.js";
+import { reaperCursorKey, reaperStartKey } from "./items.js";
 
 /**
  * How far the reaper has read a shard's `inflight` index: every entry up to
@@ -105,5 +105,32 @@ async function updateCursorIf(
     engine.doc.send(
       new UpdateCommand({ TableName: engine.tables.jobs, Key: reaperCursorKey(shard), ...write }),
     ),
+  );
+}
+
+/**
+ * The shard the next tick's reaper starts at (`SHARDS`/`REAPER_START`): written only by a pass
+ * that ran out of its tick's time, so that the next one goes on where it stopped; 0 when none was
+ * written. Read among the tick's cursors (`readShardHighWater`).
+ */
+export function reaperStartOf(items: readonly Record<string, unknown>[]): number {
+  const item = items.find((i) => i.pk === reaperStartKey.pk && i.sk === reaperStartKey.sk);
+  const shard = item?.startShard;
+  return typeof shard === "number" && Number.isSafeInteger(shard) && shard >= 0 ? shard : 0;
+}
+
+/**
+ * Records where the next tick's reaper starts. Unconditional: of two ticks at once (one ran over
+ * into the next minute), the later write wins, and either one's shard lets the passes after it
+ * go round every shard.
+ */
+export async function recordReaperStart(engine: Engine, shard: number, now: Date): Promise<void> {
+  await engine.doc.send(
+    new UpdateCommand({
+      TableName: engine.tables.jobs,
+      Key: reaperStartKey,
+      UpdateExpression: "SET startShard = :shard, recordedAt = :now",
+      ExpressionAttributeValues: { ":shard": shard, ":now": now.toISOString() },
+    }),
   );
 }

@@ -2,8 +2,8 @@ import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { batchGetItems } from "./batch-get.js";
 import { conditionalWrite } from "./dynamo-errors.js";
-import { reaperCursorKey, shardHighWaterKey } from "./items.js";
-import { type ReaperCursor, reaperCursorsOf } from "./reaper-cursor.js";
+import { reaperCursorKey, reaperStartKey, shardHighWaterKey } from "./items.js";
+import { type ReaperCursor, reaperCursorsOf, reaperStartOf } from "./reaper-cursor.js";
 
 /**
  * The shard high-water mark (`SHARDS`/`HIGH_WATER` in the jobs table): the most shards the
@@ -12,15 +12,22 @@ import { type ReaperCursor, reaperCursorsOf } from "./reaper-cursor.js";
  * above stay there, and the tick keeps passing over every shard up to this mark. It only rises.
  */
 
-/** The mark and the reaper cursors of these shards, read in one consistent BatchGetItem. */
+/**
+ * The mark, the reaper cursors of these shards and the shard the reaper starts at, read in one
+ * consistent BatchGetItem.
+ */
 export async function readShardHighWater(
   engine: Engine,
   shards: readonly number[],
-): Promise<{ readonly highWater: number | null; readonly cursors: Map<number, ReaperCursor> }> {
+): Promise<{
+  readonly highWater: number | null;
+  readonly cursors: Map<number, ReaperCursor>;
+  readonly reaperStart: number;
+}> {
   const items = await batchGetItems(
     engine,
     engine.tables.jobs,
-    [shardHighWaterKey, ...shards.map(reaperCursorKey)],
+    [shardHighWaterKey, reaperStartKey, ...shards.map(reaperCursorKey)],
     { consistentRead: true },
   );
   const mark = items.find(
@@ -30,6 +37,7 @@ export async function readShardHighWater(
   return {
     highWater: typeof count === "number" && Number.isSafeInteger(count) && count > 0 ? count : null,
     cursors: reaperCursorsOf(items, shards),
+    reaperStart: reaperStartOf(items),
   };
 }
 

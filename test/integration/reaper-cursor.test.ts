@@ -1,10 +1,14 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
-import { createJob } from "../../shared/jobs/index.js";
+import { REAPER_TIME_MARGIN_MS } from "../../shared/dispatch/reaper-time.js";
+import { readTickShards } from "../../shared/dispatch/tick-shards.js";
+import type { Engine } from "../../shared/engine.js";
+import { createJob, triggerJob } from "../../shared/jobs/index.js";
 import { shardOf } from "../../shared/keys.js";
 import { METRICS } from "../../shared/observability.js";
 import { deleteMessages } from "../../shared/queue/work-queue.js";
+import { inflightPk } from "../../shared/storage/items.js";
 import {
   advanceReaperCursor,
   cursorDeadline,
@@ -15,7 +19,7 @@ import { getRunItem } from "../../shared/storage/run-reads.js";
 import { runKey } from "../../shared/storage/runs.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { withFaults } from "../support/faults.js";
-import { createTestClients } from "../support/namespace.js";
+import { createTestClients, scanTable } from "../support/namespace.js";
 
 const LEASE_MS = 60_000;
 
@@ -69,6 +73,45 @@ async function passedByAClockAhead() {
   expect((await reap(f.engine)).examined).toBe(1);
 }
 
+/** The tick Lambda's timeout, and the time between ticks. */
+const TICK_MS = 60_000;
+
+/**
+ * Ticks as Lambda invocations on the test's clock, each a minute after the one before began: a
+ * request once its minute is up is never made (Lambda stops the process), and each request takes
+ * `costMs` of it (DynamoDB throttling, the SDK's retries: slowness the emulator cannot be made to
+ * show). `begin` starts the next tick and gives its `context.getRemainingTimeInMillis`.
+ */
+function lambdaTicks(
+  engine: Engine,
+  costMs: (command: string, input: Record<string, unknown>) => number,
+) {
+  const clients = createTestClients({ maxSockets: 8 });
+  let began = 0;
+  const remainingMs = () => began + TICK_MS - clock().getTime();
+  clients.doc.middlewareStack.add(
+    (next, context) => async (args) => {
+      if (began > 0 && remainingMs() <= 0) throw new Error("Task timed out after 60.00 seconds");
+      offsetMs += costMs(String(context.commandName), args.input as Record<string, unknown>);
+      return next(args);
+    },
+    { step: "initialize", name: "lambdaTicks" },
+  );
+  return {
+    engine: { ...engine, doc: clients.doc },
+    begin() {
+      offsetMs += began === 0 ? TICK_MS : began + TICK_MS - clock().getTime();
+      began = clock().getTime();
+      return remainingMs;
+    },
+    destroy: () => clients.destroy(),
+  };
+}
+
+/** A read of a shard's `inflight` index: the reaper's one request for a shard with nothing due. */
+const isIndexRead = (command: string, input: Record<string, unknown>) =>
+  command.startsWith("Query") && input.IndexName === "inflight";
+
 /** Past every deadline written so far (a lease after now), as the next tick would be. */
 const pastTheDeadlines = () => {
   offsetMs += LEASE_MS + 15_000;
@@ -81,9 +124,9 @@ describe("the reaper's cursor", () => {
     expect((await getRunItem(f.engine, run))?.inflightSk).toEqual(expect.any(String));
 
     pastTheDeadlines();
-    expect(await reap(f.engine)).toEqual({ examined: 1, resent: 0 });
+    expect(await reap(f.engine)).toEqual({ examined: 1, resent: 0, shardsReached: 1 });
     expect((await readReaperCursors(f.engine, [0])).get(0)).toMatchObject({ after: run });
-    expect(await reap(f.engine)).toEqual({ examined: 0, resent: 0 });
+    expect(await reap(f.engine)).toEqual({ examined: 0, resent: 0, shardsReached: 1 });
   }, 30_000);
 
   it("finds a lost run among ended ones, and passes it only once it is re-sent", async () => {
@@ -93,14 +136,14 @@ describe("the reaper's cursor", () => {
     pastTheDeadlines();
 
     const first = await reap(f.engine);
-    expect(first).toEqual({ examined: 3, resent: 1 });
+    expect(first).toEqual({ examined: 3, resent: 1, shardsReached: 1 });
     const again = await f.nextDelivery(f.engine.queues.normal, missing.job.jobId);
     expect(again.message.jobId).toBe(missing.job.jobId);
     // Re-filed a lease on: not read again until then.
-    expect(await reap(f.engine)).toEqual({ examined: 0, resent: 0 });
+    expect(await reap(f.engine)).toEqual({ examined: 0, resent: 0, shardsReached: 1 });
     await deleteMessages(f.engine.sqs, again.queueUrl, [again.receiptHandle]);
     pastTheDeadlines();
-    expect(await reap(f.engine)).toEqual({ examined: 1, resent: 1 });
+    expect(await reap(f.engine)).toEqual({ examined: 1, resent: 1, shardsReached: 1 });
   }, 30_000);
 
   it("reports how far a pass that stopped at its maximum left the reading behind, and 0 once caught up", async () => {
@@ -140,7 +183,7 @@ describe("the reaper's cursor", () => {
     }
     // The ended run before it was passed; the lost run was not.
     expect((await readReaperCursors(f.engine, [0])).get(0)).toMatchObject({ after: before.run });
-    expect(await reap(f.engine)).toEqual({ examined: 1, resent: 1 });
+    expect(await reap(f.engine)).toEqual({ examined: 1, resent: 1, shardsReached: 1 });
     const resent = await f.nextDelivery(f.engine.queues.normal, missing.job.jobId);
     expect(await f.process(f.workerDeps("w"), resent)).toBe("ack");
   }, 30_000);
@@ -167,7 +210,11 @@ describe("the reaper's cursor", () => {
       { step: "initialize", name: "finishBeforePush" },
     );
     try {
-      expect(await reap({ ...f.engine, doc: clients.doc })).toEqual({ examined: 1, resent: 0 });
+      expect(await reap({ ...f.engine, doc: clients.doc })).toEqual({
+        examined: 1,
+        resent: 0,
+        shardsReached: 1,
+      });
     } finally {
       clients.destroy();
     }
@@ -175,7 +222,7 @@ describe("the reaper's cursor", () => {
     expect((await f.runs()).filter((r) => r.jobId === job.jobId).map((r) => r.status)).toEqual([
       "SUCCEEDED",
     ]);
-    expect(await reap(f.engine)).toEqual({ examined: 0, resent: 0 });
+    expect(await reap(f.engine)).toEqual({ examined: 0, resent: 0, shardsReached: 1 });
   }, 30_000);
 
   it("a cursor moved by a clock ahead is read from well behind, so a run lost since is found", async () => {
@@ -226,7 +273,7 @@ describe("the reaper's cursor", () => {
     expect((await readReaperCursors(f.engine, [0])).get(0)).toEqual({ after: entry });
   });
 
-  it("a pass cut short by the tick's timeout every minute still reaches every shard in turn", async () => {
+  it("a pass out of the tick's time every minute still reaches every shard in turn", async () => {
     const shardCount = 4;
     const engine = {
       ...f.engine,
@@ -244,28 +291,16 @@ describe("the reaper's cursor", () => {
       const shard = shardOf(job.jobId, shardCount);
       if (!missing.has(shard)) missing.set(shard, job.jobId);
     }
-    // Each shard's read takes 25 s of the pass; the tick's Lambda is stopped at 60 s.
-    const clients = createTestClients({ maxSockets: 8 });
-    let passStarted = 0;
-    clients.doc.middlewareStack.add(
-      (next, context) => async (args) => {
-        const input = args.input as { IndexName?: string };
-        if (String(context.commandName).startsWith("Query") && input.IndexName === "inflight") {
-          if (Date.now() + offsetMs - passStarted >= 60_000) throw new Error("Task timed out");
-          offsetMs += 25_000;
-        }
-        return next(args);
-      },
-      { step: "initialize", name: "slowShards" },
+    // Each shard's read takes 25 s of the tick's minute.
+    const ticks = lambdaTicks(engine, (command, input) =>
+      isIndexRead(command, input) ? 25_000 : 0,
     );
     const resent = new Set<string>();
+    offsetMs += LEASE_MS;
     try {
       for (let pass = 0; pass < shardCount; pass++) {
-        offsetMs += 60_000 + LEASE_MS;
-        passStarted = Date.now() + offsetMs;
-        await reap({ ...engine, doc: clients.doc }).catch((error: unknown) => {
-          expect(String(error)).toMatch(/timed out/);
-        });
+        // It stops before the Lambda's time is up (it would throw "Task timed out" here).
+        await reap(ticks.engine, { remainingMs: ticks.begin() });
         const runs = await f.runs();
         for (const [, jobId] of missing) {
           const run = runs.find((r) => r.jobId === jobId);
@@ -273,7 +308,7 @@ describe("the reaper's cursor", () => {
         }
       }
     } finally {
-      clients.destroy();
+      ticks.destroy();
     }
     expect([...missing.values()].filter((jobId) => !resent.has(jobId))).toEqual([]);
   }, 60_000);
@@ -323,7 +358,7 @@ describe("the reaper's cursor", () => {
       const delivery = await f.nextDelivery(engine.queues.normal, other.jobId);
       expect(await f.process({ ...f.workerDeps("w"), engine }, delivery)).toBe("ack");
       offsetMs += leaseMs + REAPER_SETTLE_MS + 3_000;
-      expect(await reap(engine)).toEqual({ examined: 1, resent: 0 });
+      expect(await reap(engine)).toEqual({ examined: 1, resent: 0, shardsReached: 1 });
       expect((await readReaperCursors(engine, [0])).get(0)).toMatchObject({
         after: { pk: `JOB#${other.jobId}` },
       });
@@ -342,4 +377,101 @@ describe("the reaper's cursor", () => {
     const again = await f.nextDelivery(engine.queues.normal, job.jobId);
     expect(await f.process({ ...f.workerDeps("w"), engine }, again)).toBe("ack");
   }, 60_000);
+});
+
+describe("the reaper within the tick's time", () => {
+  it("a tick that cannot read every shard in its time still reaches every shard within a bounded number of ticks", async () => {
+    // A stage at a high shard count (scaled down: what matters is that a tick cannot read them all).
+    const shards = 32;
+    const engine = {
+      ...f.engine,
+      settings: { ...f.engine.settings, shardCount: shards, maxShardCount: shards },
+    };
+    // A run queued in the last shard, its message lost; every other shard holds no run.
+    const later = { runAt: new Date(clock().getTime() + 86_400_000).toISOString() };
+    let lost: string | undefined;
+    while (lost === undefined) {
+      // A one-off a day ahead files a due entry only: no run, nothing in the `inflight` index.
+      const { job } = await createJob(engine, testJob({ schedule: later }));
+      if (shardOf(job.jobId, shards) !== shards - 1) continue;
+      await triggerJob(engine, job.tenantId, job.jobId);
+      await f.purge();
+      lost = job.jobId;
+    }
+    offsetMs += LEASE_MS;
+    // Each shard's read of its index takes 5 s of the tick's minute.
+    const slowQueryMs = 5_000;
+    const reached = new Set<unknown>();
+    const ticks = lambdaTicks(engine, (command, input) => {
+      if (!isIndexRead(command, input)) return 0;
+      reached.add((input.ExpressionAttributeValues as Record<string, unknown>)[":pk"]);
+      return slowQueryMs;
+    });
+    const everyShard = Array.from({ length: shards }, (_, shard) => inflightPk(shard));
+    let tickCount = 0;
+    let timedOut = 0;
+    try {
+      // Every tick reaches at least one shard, so this many ticks reach them all.
+      while (tickCount < shards && everyShard.some((pk) => !reached.has(pk))) {
+        tickCount++;
+        const remainingMs = ticks.begin();
+        const tickShards = await readTickShards(ticks.engine, clock());
+        await reap(ticks.engine, { shards: tickShards, remainingMs }).catch((error: unknown) => {
+          expect(String(error)).toMatch(/timed out/);
+          timedOut++;
+        });
+      }
+    } finally {
+      ticks.destroy();
+    }
+    expect(everyShard.filter((pk) => !reached.has(pk))).toEqual([]);
+    const [run] = (await f.runs()).filter((r) => r.jobId === lost);
+    expect(run?.misfireFrom).toEqual(expect.any(String));
+    // It stopped on its own each time, before the Lambda was stopped under it,
+    expect(timedOut).toBe(0);
+    // and went round in as many ticks as the shards a tick's time holds allow.
+    const perTick = Math.floor((TICK_MS - REAPER_TIME_MARGIN_MS - slowQueryMs) / slowQueryMs);
+    expect(tickCount).toBeLessThanOrEqual(Math.ceil(shards / perTick));
+  }, 30_000);
+
+  it("a shard stopped part-way for time keeps its cursor before the first entry it did not deal with", async () => {
+    // More lost runs than the pass deals with at once (16), each re-send's write taking 3 s.
+    const jobIds: string[] = [];
+    for (let i = 0; i < 24; i++) {
+      const now = { runAt: clock().toISOString() };
+      jobIds.push((await createJob(f.engine, testJob({ schedule: now }))).job.jobId);
+    }
+    await f.purge();
+    offsetMs += LEASE_MS;
+    const ticks = lambdaTicks(f.engine, (command, input) =>
+      command.startsWith("UpdateItem") &&
+      String(input.UpdateExpression).startsWith("SET inflightSk")
+        ? 3_000
+        : 0,
+    );
+    /** The lost runs' items: `inflightSk` is the entry's deadline, `resentCount` its re-sends. */
+    const items = async () =>
+      (await scanTable(f.engine.doc, f.engine.tables.runs)).filter((item) =>
+        jobIds.includes(String(item.jobId)),
+      );
+    const resentRuns = async () => (await items()).filter((item) => item.misfireFrom != null);
+    try {
+      const first = await reap(ticks.engine, { remainingMs: ticks.begin() });
+      expect(first.resent).toBeGreaterThan(0);
+      expect(first.resent).toBeLessThan(jobIds.length);
+      // Every run the pass moved on was sent, and the cursor passed exactly those.
+      expect(await resentRuns()).toHaveLength(first.resent);
+      const cursor = (await readReaperCursors(f.engine, [0])).get(0);
+      const left = (await items()).filter((item) => item.misfireFrom == null);
+      expect(left).toHaveLength(jobIds.length - first.resent);
+      for (const item of left)
+        expect(cursor && cursorDeadline(cursor) < String(item.inflightSk)).toBe(true);
+      // The next tick deals with the rest, each run sent once in all.
+      const second = await reap(ticks.engine, { remainingMs: ticks.begin() });
+      expect(first.resent + second.resent).toBe(jobIds.length);
+      expect((await resentRuns()).map((r) => r.resentCount)).toEqual(jobIds.map(() => 1));
+    } finally {
+      ticks.destroy();
+    }
+  }, 30_000);
 });
