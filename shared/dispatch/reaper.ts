@@ -182,7 +182,12 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
         nextShard: resumeAt,
       },
     );
-    if (resumeAt !== tickShards.reaperStart) await recordReaperStart(engine, resumeAt, now);
+    // Not written, the next tick starts where this one did; the error is thrown once the metrics
+    // are in (the tick fails, and its errors alarm counts it).
+    if (resumeAt !== tickShards.reaperStart)
+      await recordReaperStart(engine, resumeAt, now).catch((error: unknown) => {
+        failure ??= { error };
+      });
   }
   engine.obs.metrics.add(METRICS.reaperShardsReached, shardsReached, "Count");
   engine.obs.metrics.add(METRICS.reaperBehindMs, behindMs, "Milliseconds");

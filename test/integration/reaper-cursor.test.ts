@@ -434,6 +434,43 @@ describe("the reaper within the tick's time", () => {
     expect(tickCount).toBeLessThanOrEqual(Math.ceil(shards / perTick));
   }, 30_000);
 
+  it("a shard whose index read fails every time does not keep the shards after it from being reaped", async () => {
+    const engine = {
+      ...f.engine,
+      settings: { ...f.engine.settings, shardCount: 2, maxShardCount: 2 },
+    };
+    // A run lost in shard 1; shard 0's Query fails every time (say its throttled partition).
+    let lost: string | undefined;
+    while (lost === undefined) {
+      const { job } = await createJob(
+        engine,
+        testJob({ schedule: { runAt: clock().toISOString() } }),
+      );
+      await f.purge();
+      if (shardOf(job.jobId, 2) === 1) lost = job.jobId;
+    }
+    pastTheDeadlines();
+    const faulty = withFaults(engine, {
+      operation: "Query",
+      times: Number.MAX_SAFE_INTEGER,
+      match: (input) =>
+        (input.ExpressionAttributeValues as Record<string, unknown> | undefined)?.[":pk"] ===
+        inflightPk(0),
+      error: () =>
+        Object.assign(new Error("Rate of requests exceeds the allowed throughput"), {
+          name: "ThrottlingException",
+        }),
+    });
+    try {
+      // The pass fails (the tick's errors alarm counts it), having reaped shard 1 all the same.
+      await expect(reap(faulty.engine)).rejects.toThrow(/allowed throughput/);
+    } finally {
+      faulty.destroy();
+    }
+    const [run] = (await f.runs()).filter((r) => r.jobId === lost);
+    expect(run?.misfireFrom).toEqual(expect.any(String));
+  }, 30_000);
+
   it("a shard stopped part-way for time keeps its cursor before the first entry it did not deal with", async () => {
     // More lost runs than the pass deals with at once (16), each re-send's write taking 3 s.
     const jobIds: string[] = [];
