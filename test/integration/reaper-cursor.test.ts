@@ -2,6 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { REAPER_TIME_MARGIN_MS } from "../../shared/dispatch/reaper-time.js";
+import { fanOutTick } from "../../shared/dispatch/tick-fan-out.js";
 import { readTickShards } from "../../shared/dispatch/tick-shards.js";
 import type { Engine } from "../../shared/engine.js";
 import { createJob, triggerJob } from "../../shared/jobs/index.js";
@@ -468,6 +469,29 @@ describe("the reaper within the tick's time", () => {
       faulty.destroy();
     }
     const [run] = (await f.runs()).filter((r) => r.jobId === lost);
+    expect(run?.misfireFrom).toEqual(expect.any(String));
+  }, 30_000);
+
+  it("a dispatcher invocation the tick could not make does not keep the reaper from running", async () => {
+    const { job } = await createJob(
+      f.engine,
+      testJob({ schedule: { runAt: clock().toISOString() } }),
+    );
+    await f.purge();
+    pastTheDeadlines();
+    const invoked: number[] = [];
+    const tick = fanOutTick(f.engine, {
+      // Lambda refuses the invocation past the SDK's retries (throttled, say).
+      invoke: async (event) => {
+        invoked.push(event.shard);
+        throw Object.assign(new Error("Rate exceeded"), { name: "TooManyRequestsException" });
+      },
+      remainingMs: () => TICK_MS,
+    });
+    // The tick fails (its errors alarm counts it), having reaped all the same.
+    await expect(tick).rejects.toThrow(/Rate exceeded/);
+    expect(invoked).toEqual([0]);
+    const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
     expect(run?.misfireFrom).toEqual(expect.any(String));
   }, 30_000);
 
