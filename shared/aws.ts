@@ -108,7 +108,7 @@ const documentTranslateConfig: TranslateConfig = {
  * variable before `AWS_ENDPOINT_URL` (an empty one is unset); undefined when neither is set.
  */
 export function endpointFromEnv(
-  service: "DYNAMODB" | "SQS",
+  service: "DYNAMODB" | "SQS" | "LAMBDA",
   env: NodeJS.ProcessEnv = process.env,
 ): string | undefined {
   return env[`AWS_ENDPOINT_URL_${service}`] || env.AWS_ENDPOINT_URL || undefined;
@@ -144,43 +144,63 @@ function requestHandler(
   });
 }
 
+/** One attempt's limits for a client: AWS's, or an emulator's when its endpoint is overridden. */
+export function timeoutsFor(options: AwsClientOptions, local: boolean): AwsTimeouts {
+  return { ...(local ? EMULATOR_TIMEOUTS : AWS_TIMEOUTS), ...options.timeouts };
+}
+
+/**
+ * A client's endpoint, region, credentials and request handler. Emulators accept any signature,
+ * but the SDK still refuses to send without credentials and a region; real AWS keeps the SDK's
+ * default chains.
+ */
+export function clientConfig(
+  options: AwsClientOptions,
+  local: boolean,
+  timeouts: AwsTimeouts,
+  socketIdleMs: number,
+) {
+  const region =
+    options.region ??
+    (local && !process.env.AWS_REGION && !process.env.AWS_PROFILE ? LOCAL_REGION : undefined);
+  return {
+    ...(options.endpoint !== undefined ? { endpoint: options.endpoint } : {}),
+    ...(region !== undefined ? { region } : {}),
+    ...(local && !credentialsInEnv() ? { credentials: LOCAL_CREDENTIALS } : {}),
+    requestHandler: requestHandler(
+      options.maxSockets ?? DEFAULT_MAX_SOCKETS,
+      timeouts,
+      socketIdleMs,
+    ),
+  };
+}
+
 /**
  * Builds the three clients the engine uses. Callers own them: call
  * `dynamo.destroy()` / `sqs.destroy()` when done so keep-alive sockets don't
  * hold the process open (`doc` shares `dynamo`'s handler).
  */
 export function createAwsClients(options: AwsClientOptions = {}): AwsClients {
-  const maxSockets = options.maxSockets ?? DEFAULT_MAX_SOCKETS;
-  const timeoutsFor = (local: boolean): AwsTimeouts => ({
-    ...(local ? EMULATOR_TIMEOUTS : AWS_TIMEOUTS),
-    ...options.timeouts,
-  });
-  const config = (local: boolean, timeouts: AwsTimeouts, socketIdleMs: number) => {
-    // Emulators accept any signature, but the SDK still refuses to send without
-    // credentials and a region; real AWS keeps the SDK's default chains.
-    const region =
-      options.region ??
-      (local && !process.env.AWS_REGION && !process.env.AWS_PROFILE ? LOCAL_REGION : undefined);
-    return {
-      ...(options.endpoint !== undefined ? { endpoint: options.endpoint } : {}),
-      ...(region !== undefined ? { region } : {}),
-      ...(local && !credentialsInEnv() ? { credentials: LOCAL_CREDENTIALS } : {}),
-      requestHandler: requestHandler(maxSockets, timeouts, socketIdleMs),
-    };
-  };
   const explicit = options.endpoint !== undefined;
   const dynamoLocal = explicit || endpointFromEnv("DYNAMODB") !== undefined;
-  const dynamoTimeouts = timeoutsFor(dynamoLocal);
-  const dynamo = new DynamoDBClient(config(dynamoLocal, dynamoTimeouts, dynamoTimeouts.requestMs));
+  const dynamoTimeouts = timeoutsFor(options, dynamoLocal);
+  const dynamo = new DynamoDBClient(
+    clientConfig(options, dynamoLocal, dynamoTimeouts, dynamoTimeouts.requestMs),
+  );
   const sqsLocal = explicit || endpointFromEnv("SQS") !== undefined;
   // With an endpoint override every request goes to that endpoint. Left on, the SDK sends each
   // request to the host in its QueueUrl when that differs from an endpoint taken from the
   // environment, and emulators write host names into their URLs (fauxqs `sqs.<region>.localhost`,
   // LocalStack `sqs.<region>.localhost.localstack.cloud`) that need not resolve where tests run.
-  const sqsTimeouts = timeoutsFor(sqsLocal);
+  const sqsTimeouts = timeoutsFor(options, sqsLocal);
   const sqs = new SQSClient({
     // A long poll's socket is silent for its wait: the SQS side's silence limit allows the longest.
-    ...config(sqsLocal, sqsTimeouts, SQS_LONGEST_WAIT_SECONDS * 1000 + sqsTimeouts.requestMs),
+    ...clientConfig(
+      options,
+      sqsLocal,
+      sqsTimeouts,
+      SQS_LONGEST_WAIT_SECONDS * 1000 + sqsTimeouts.requestMs,
+    ),
     ...(sqsLocal ? { useQueueUrlAsEndpoint: false } : {}),
   });
   sqsRequestTimeouts.set(sqs, sqsTimeouts.requestMs);

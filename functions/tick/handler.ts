@@ -1,12 +1,13 @@
-import { InvokeCommand, LambdaClient } from "@aws-sdk/client-lambda";
+import { InvokeCommand } from "@aws-sdk/client-lambda";
 import type { Context } from "aws-lambda";
 import { ENV, requireEnv } from "../../shared/config.js";
 import { fanOutTick } from "../../shared/dispatch/tick-fan-out.js";
+import { createLambdaClient } from "../../shared/lambda-client.js";
 import { engineFromEnv, powertoolsObservability } from "../../shared/runtime.js";
 
 const obs = powertoolsObservability("scheduler-tick");
 const engine = engineFromEnv(obs);
-const lambda = new LambdaClient({});
+const lambda = createLambdaClient();
 const dispatcher = requireEnv(ENV.dispatcherFunction);
 
 /**

@@ -1,4 +1,6 @@
+import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
+import { LAMBDA_INVOKE_CONCURRENCY } from "../lambda-client.js";
 import { type ReapResult, reap } from "./reaper.js";
 import { type DispatcherEvent, dispatcherEvent, readTickShards, shardsOf } from "./tick-shards.js";
 
@@ -17,14 +19,15 @@ export async function fanOutTick(
 ): Promise<{ shards: number; reaped: ReapResult }> {
   const tickShards = await readTickShards(engine, engine.clock());
   const shards = shardsOf(tickShards);
-  const invoked = await Promise.allSettled(
-    shards.map((shard) => options.invoke(dispatcherEvent(shard, tickShards))),
-  );
   // The reaper runs all the same: thrown at once, one refused invocation would keep it from running.
-  const failed = shards.flatMap((shard, i) => {
-    const outcome = invoked[i];
-    return outcome?.status === "rejected" ? [{ shard, error: outcome.reason as unknown }] : [];
+  const failed: { readonly shard: number; readonly error: unknown }[] = [];
+  // As many at once as the client has sockets: an attempt's time limits count its wait for one.
+  await forEachConcurrently(shards, LAMBDA_INVOKE_CONCURRENCY, async (shard) => {
+    await options.invoke(dispatcherEvent(shard, tickShards)).catch((error: unknown) => {
+      failed.push({ shard, error });
+    });
   });
+  failed.sort((a, b) => a.shard - b.shard);
   if (failed.length > 0)
     engine.obs.log.error("tick could not invoke the dispatcher; the next tick invokes it again", {
       shards: failed.map(({ shard }) => shard),

@@ -1,5 +1,6 @@
 import { createServer, type Socket } from "node:net";
 import { GetItemCommand } from "@aws-sdk/client-dynamodb";
+import { InvokeCommand } from "@aws-sdk/client-lambda";
 import { SendMessageCommand } from "@aws-sdk/client-sqs";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { startLocalServer } from "../../shared/api/local-server.js";
@@ -7,6 +8,7 @@ import { AWS_TIMEOUTS, createAwsClients } from "../../shared/aws.js";
 import { systemClock } from "../../shared/clock.js";
 import { DEFAULT_SETTINGS } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";
+import { createLambdaClient } from "../../shared/lambda-client.js";
 import { silentObservability } from "../../shared/observability.js";
 import { receiveRuns } from "../../shared/queue/work-queue.js";
 import { isTransientFailure } from "../../shared/storage/dynamo-errors.js";
@@ -166,6 +168,31 @@ describe.concurrent("storage that stops answering", () => {
             QueueUrl: `${server.endpoint}/000000000000/q`,
             MessageBody: "x",
           }),
+        ),
+        15_000,
+      );
+      expect(outcome.state).toBe("rejected");
+      expect(errorName(outcome)).toBe("TimeoutError");
+      expect(attemptsOf(outcome)).toBe(3);
+      expect(server.connections()).toBe(3);
+    });
+  });
+
+  describe("the tick's dispatcher invocation to a server that stops answering", () => {
+    // The tick settles every invocation before its reaper runs: one Invoke waited on until the
+    // tick's own timeout would keep that minute's reaper from running.
+    it("ends with a retryable timeout after the SDK's attempts (silent)", async ({
+      onTestFinished,
+    }) => {
+      const server = await startStallingServer("silent");
+      const lambda = createLambdaClient({ endpoint: server.endpoint, timeouts: SHORT });
+      onTestFinished(async () => {
+        lambda.destroy();
+        await server.close();
+      });
+      const outcome = await outcomeWithin(
+        lambda.send(
+          new InvokeCommand({ FunctionName: "dispatcher", InvocationType: "Event", Payload: "{}" }),
         ),
         15_000,
       );
