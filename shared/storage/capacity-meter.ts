@@ -80,16 +80,12 @@ export function meterCapacity(doc: DynamoDBDocumentClient): void {
       if (isRecord(input) && input.ReturnConsumedCapacity === undefined) {
         input.ReturnConsumedCapacity = "TOTAL";
       }
-      try {
-        const result = await next(args);
-        const output: unknown = result.output;
-        meter.add(unitsOf(isRecord(output) ? output.ConsumedCapacity : null, reads));
-        return result;
-      } catch (error) {
-        // A refused call can still carry what it consumed (a cancelled transaction's units).
-        meter.add(unitsOf(isRecord(error) ? error.ConsumedCapacity : null, reads));
-        throw error;
-      }
+      // A refused call (a condition that failed, a cancelled transaction) reports no units, though
+      // AWS bills a refused write by its item's size: it is not charged (docs/api.md).
+      const result = await next(args);
+      const output: unknown = result.output;
+      meter.add(unitsOf(isRecord(output) ? output.ConsumedCapacity : null, reads));
+      return result;
     },
     // Serialize step, before the serializer, so the added parameter goes on the wire.
     { step: "serialize", priority: "high", name: MIDDLEWARE_NAME, override: true },
