@@ -159,8 +159,13 @@ export async function relinkDependent(
   for (const id of before) {
     if (written.has(id)) continue;
     written.add(id);
+    // An old upstream still above the job by another path is held as the rest of the walked
+    // chain is, its unlink in the transaction: an edit of its schedule planned before this commit
+    // counted the job's old paths below it, and would otherwise commit beside it.
+    const held = walked.get(id);
+    if (held !== undefined) writes.push(unlinkUpstream(engine, id, job.jobId, held));
     // A deleted upstream has no dependents left to take this job out of.
-    if ((await getJob(engine, id)) !== null) leaving.push(id);
+    else if ((await getJob(engine, id)) !== null) leaving.push(id);
   }
   for (const [id, version] of walked) {
     if (!written.has(id)) writes.push(upstreamUnchanged(engine, id, version));

@@ -102,21 +102,35 @@ export function upstreamUnchanged(
   };
 }
 
-/** Takes `dependentId` out of the upstream's dependents (in a transaction). */
+/**
+ * Takes `dependentId` out of the upstream's dependents (in a transaction). With `seenVersion` (an
+ * old upstream still above the dependent by another path), it is also held as `upstreamUnchanged`
+ * holds a job of the walked chain: at that version, one more on its `linkRevision`.
+ */
 export function unlinkUpstream(
   engine: Engine,
   upstreamId: string,
   dependentId: string,
+  seenVersion?: number,
 ): NamedWrite<UpstreamWriteName> {
+  const held = seenVersion !== undefined;
   return {
     name: upstreamWriteName(upstreamId),
     write: {
       Update: {
         TableName: engine.tables.jobs,
         Key: jobKey(upstreamId),
-        ConditionExpression: "attribute_exists(pk)",
-        UpdateExpression: "DELETE dependents :dependent",
-        ExpressionAttributeValues: { ":dependent": new Set([dependentId]) },
+        ConditionExpression: held
+          ? "attribute_exists(pk) AND version = :seenVersion"
+          : "attribute_exists(pk)",
+        UpdateExpression: held
+          ? "DELETE dependents :dependent ADD linkRevision :one"
+          : "DELETE dependents :dependent",
+        ExpressionAttributeValues: {
+          ":dependent": new Set([dependentId]),
+          ...(held ? { ":seenVersion": seenVersion, ":one": 1 } : {}),
+        },
+        ...(held ? { ReturnValuesOnConditionCheckFailure: "ALL_OLD" as const } : {}),
       },
     },
   };

@@ -154,6 +154,53 @@ describe("an after graph cannot multiply one run past the bound", () => {
     expect((await getJob(f.engine, top.jobId))?.dependents).not.toContain(root.jobId);
   }, 60_000);
 
+  it("orders an edit that keeps an old upstream above the job by another path with an edit of that upstream", async () => {
+    const tenant = "moved-upstream";
+    const top = await create(tenant, far());
+    const upper = await create(tenant, far());
+    const eleven: Job[] = [];
+    for (let i = 0; i < 11; i++) eleven.push(await create(tenant, runsAfter(top)));
+    const ten: Job[] = [];
+    for (let i = 0; i < 10; i++) ten.push(await create(tenant, runsAfter(upper)));
+    const lower = await create(tenant, runsAfter(upper));
+    // `upper` after the eleven: 11 paths from `top` to `lower`. Planned, its write waits while
+    // `lower` moves from after `upper` to after the ten below it: 10 paths from `upper`, 110 from `top`.
+    let moved: Promise<unknown> | undefined;
+    const name = "moveLowerFirst";
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const items = JSON.stringify(args.input);
+        if (
+          moved === undefined &&
+          context.commandName === "TransactWriteItemsCommand" &&
+          items.includes(upper.jobId) &&
+          items.includes(eleven[0]?.jobId ?? "")
+        ) {
+          moved = editJob(f.engine, tenant, lower.jobId, lower.version, {
+            schedule: runsAfter(...ten),
+          });
+          await moved;
+        }
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    const edit = editJob(f.engine, tenant, upper.jobId, upper.version, {
+      schedule: runsAfter(...eleven),
+    }).then(
+      () => "accepted",
+      (e: unknown) => String(e),
+    );
+    const outcome = await edit.finally(() => f.engine.doc.middlewareStack.remove(name));
+    await moved;
+    expect((await getJob(f.engine, lower.jobId))?.schedule).toHaveProperty(
+      "after.jobs",
+      ten.map((j) => j.jobId).sort(),
+    );
+    // Whichever commits first, the other sees it: `upper`'s edit, planned again, is refused.
+    expect(outcome).toContain(`would run job ${lower.jobId} 110 times`);
+  }, 60_000);
+
   it("takes ordinary graphs: a job after 20 jobs that all run after one, and diamonds below it", async () => {
     const tenant = "ordinary";
     const root = await create(tenant, far());
