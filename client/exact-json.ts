@@ -30,6 +30,9 @@ export function writeJson(value: unknown, indent = 0): string {
   return stringify(value, undefined, indent) ?? "null";
 }
 
+/** The statuses of an answer that has no body (new Response refuses one for them). */
+export const NULL_BODY_STATUSES: ReadonlySet<number> = new Set([204, 205, 304]);
+
 /**
  * An answer held whole (`body`), whose `json()` reads it with `readJson`, and whose URL is `url`
  * (a Response made here has none; an error answer is named by it).

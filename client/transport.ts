@@ -1,6 +1,6 @@
 import { callerSignalOf } from "./caller-signal.js";
 import { RequestTimeoutError, SchedulerApiError } from "./errors.js";
-import { exactJsonAnswer } from "./exact-json.js";
+import { exactJsonAnswer, NULL_BODY_STATUSES } from "./exact-json.js";
 import { isRepeatableRoute, repeatsAsOnce } from "./retries.js";
 
 /** How long a request may take, its answer's body read to the end, unless the client says. */
@@ -16,9 +16,6 @@ export const MAX_TIMEOUT_MS = 2 ** 31 - 1;
  */
 const MAX_ANSWER_BYTES = 16 * 1024 * 1024;
 const MAX_ANSWER_TEXT = "16 MiB";
-
-/** The status of an answer that has no body (new Response refuses one for them). */
-const NULL_BODY_STATUSES: ReadonlySet<number> = new Set([204, 205, 304]);
 
 /**
  * The answer's whole body, or null when it has none; an unexpected_response error naming the limit

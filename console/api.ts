@@ -1,5 +1,5 @@
 import createClient from "openapi-fetch";
-import { exactJsonAnswer, writeJson } from "../client/exact-json.js";
+import { exactJsonAnswer, NULL_BODY_STATUSES, writeJson } from "../client/exact-json.js";
 import type { components, paths } from "../client/generated/api.js";
 import { currentCredential, currentSession } from "./auth.js";
 
@@ -37,9 +37,6 @@ let onUnauthorized: () => void = () => undefined;
 export function whenUnauthorized(handler: () => void): void {
   onUnauthorized = handler;
 }
-
-/** The statuses whose answer has no body (a Response made with one throws). */
-const NULL_BODY_STATUSES: ReadonlySet<number> = new Set([204, 205, 304]);
 
 /**
  * `fetch` whose answers' `json()` keeps a number a double would change as its digits (a job's
