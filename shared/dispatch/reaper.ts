@@ -28,7 +28,10 @@ import { reaperOrder, reaperTime } from "./reaper-time.js";
 import { readTickShards, shardsOf, type TickShards } from "./tick-shards.js";
 
 export interface ReapResult {
-  /** Index entries read, the ended runs' included. */
+  /**
+   * Index entries the pass dealt with (or tried to), the ended runs' included: not those a pass out
+   * of time read and left for the next tick.
+   */
   readonly examined: number;
   readonly resent: number;
   /** Shards the pass began (the last one read in part, when it ran out of time there). */
@@ -214,7 +217,6 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
       before: messagesLost ? overdueBefore : settled,
       max,
     });
-    examined += entries.length;
     const runs = await readInflightRuns(engine, entries, { consistentRead: false });
     const toSend: { readonly run: InflightRun; readonly pushed: PushedResend }[] = [];
     const ended: Run[] = [];
@@ -226,6 +228,7 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
         // Left unsettled: the cursor stops before it, and the next pass reads it again.
         if (!outOfTime) outOfTime = time.outOfTime();
         if (outOfTime) return;
+        examined++;
         try {
           outcomes[index] = await examine(entry, runs.get(entryId(entry)) ?? null);
         } catch (error) {

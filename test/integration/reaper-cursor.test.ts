@@ -520,6 +520,8 @@ describe("the reaper within the tick's time", () => {
       const first = await reap(ticks.engine, { remainingMs: ticks.begin() });
       expect(first.resent).toBeGreaterThan(0);
       expect(first.resent).toBeLessThan(jobIds.length);
+      // It counts the entries it dealt with, not those it read and left for the next tick.
+      expect(first.examined).toBe(first.resent);
       // Every run the pass moved on was sent, and the cursor passed exactly those.
       expect(await resentRuns()).toHaveLength(first.resent);
       const cursor = (await readReaperCursors(f.engine, [0])).get(0);
@@ -530,6 +532,7 @@ describe("the reaper within the tick's time", () => {
       // The next tick deals with the rest, each run sent once in all.
       const second = await reap(ticks.engine, { remainingMs: ticks.begin() });
       expect(first.resent + second.resent).toBe(jobIds.length);
+      expect(first.examined + second.examined).toBe(jobIds.length);
       expect((await resentRuns()).map((r) => r.resentCount)).toEqual(jobIds.map(() => 1));
     } finally {
       ticks.destroy();
