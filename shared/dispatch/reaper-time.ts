@@ -49,13 +49,3 @@ export function reaperTime(remainingMs: (() => number) | undefined): ReaperTime 
     },
   };
 }
-
-/**
- * The shards in the order a pass reads them: from `start` round to the one before it, so that a
- * pass that stopped at a shard has the next one start there, and every shard is read within as
- * many ticks as it takes to go round once.
- */
-export function reaperOrder(shards: readonly number[], start: number): number[] {
-  const at = shards.indexOf(start);
-  return at <= 0 ? [...shards] : [...shards.slice(at), ...shards.slice(0, at)];
-}

@@ -24,8 +24,8 @@ import {
   rewindReaperCursor,
 } from "../storage/reaper-cursor.js";
 import { MAX_RESEND_INTERVAL_MS, runExpiresAt } from "../storage/retention.js";
-import { reaperOrder, reaperTime } from "./reaper-time.js";
-import { readTickShards, shardsOf, type TickShards } from "./tick-shards.js";
+import { reaperTime } from "./reaper-time.js";
+import { readTickShards, shardsFrom, shardsOf, type TickShards } from "./tick-shards.js";
 
 export interface ReapResult {
   /**
@@ -151,7 +151,7 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
   const time = reaperTime(options.remainingMs);
   // From where the last pass out of time stopped, round: each shard is read within the ticks it
   // takes to go round once, however many the tick's time holds.
-  const order = reaperOrder(shardsOf(tickShards), tickShards.reaperStart);
+  const order = shardsFrom(shardsOf(tickShards), tickShards.reaperStart);
   let shardsReached = 0;
   /** Where the next pass starts, when this one ran out of time before the end of its round. */
   let resumeAt: number | undefined;

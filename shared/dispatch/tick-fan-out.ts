@@ -1,14 +1,36 @@
 import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
-import { LAMBDA_INVOKE_CONCURRENCY } from "../lambda-client.js";
+import { LAMBDA_INVOKE_CONCURRENCY, LAMBDA_INVOKE_LONGEST_MS } from "../lambda-client.js";
 import { type ReapResult, reap } from "./reaper.js";
-import { type DispatcherEvent, dispatcherEvent, readTickShards, shardsOf } from "./tick-shards.js";
+import { REAPER_TIME_MARGIN_MS } from "./reaper-time.js";
+import {
+  type DispatcherEvent,
+  dispatcherEvent,
+  readTickShards,
+  shardsFrom,
+  shardsOf,
+} from "./tick-shards.js";
+
+/**
+ * What the reaper is left of the tick's minute at the least: its margin, and 10 s of shards (all
+ * 1,024 quiet ones at up to about 10 ms each; a slower pass goes on at the next tick).
+ */
+const REAPER_LEAST_MS = REAPER_TIME_MARGIN_MS + 10_000;
+
+/**
+ * The fan-out starts no Invoke once less than this is left of the invocation's time: one started
+ * then could end (a silent connection, every attempt cut at its limit) past what the reaper needs.
+ * With every Invoke hanging, 50 at a time, a tick at a few hundred shards would otherwise spend
+ * its whole minute on them, and the reaper would never run.
+ */
+export const FAN_OUT_STOP_MS = REAPER_LEAST_MS + LAMBDA_INVOKE_LONGEST_MS;
 
 /**
  * One tick as the tick Lambda runs it: one asynchronous dispatcher invocation per shard the stage
  * has run with (`invoke`; each pass runs in an invocation of its own, with its own timeout, shard
  * lease, retries and on-failure destination), then the reaper, within what is left of the
- * invocation's time (`remainingMs`).
+ * invocation's time (`remainingMs`). Invokes are started only while `FAN_OUT_STOP_MS` is left; the
+ * shards not invoked then are logged and fail the tick, as a refused Invoke does.
  */
 export async function fanOutTick(
   engine: Engine,
@@ -17,23 +39,43 @@ export async function fanOutTick(
     readonly remainingMs: () => number;
   },
 ): Promise<{ shards: number; reaped: ReapResult }> {
-  const tickShards = await readTickShards(engine, engine.clock());
-  const shards = shardsOf(tickShards);
+  const now = engine.clock();
+  const tickShards = await readTickShards(engine, now);
+  // Each minute from a round of Invokes further on: a fan-out out of time leaves different shards
+  // each tick, and each is invoked within as many ticks as it takes rounds (at least one fits).
+  const minute = Math.floor(now.getTime() / 60_000);
+  const first = (minute * LAMBDA_INVOKE_CONCURRENCY) % Math.max(1, tickShards.count);
+  const shards = shardsFrom(shardsOf(tickShards), first);
   // The reaper runs all the same: thrown at once, one refused invocation would keep it from running.
   const failed: { readonly shard: number; readonly error: unknown }[] = [];
+  const left: number[] = [];
   // As many at once as the client has sockets: an attempt's time limits count its wait for one.
   await forEachConcurrently(shards, LAMBDA_INVOKE_CONCURRENCY, async (shard) => {
+    if (options.remainingMs() < FAN_OUT_STOP_MS) {
+      left.push(shard);
+      return;
+    }
     await options.invoke(dispatcherEvent(shard, tickShards)).catch((error: unknown) => {
       failed.push({ shard, error });
     });
   });
   failed.sort((a, b) => a.shard - b.shard);
+  left.sort((a, b) => a - b);
   if (failed.length > 0)
     engine.obs.log.error("tick could not invoke the dispatcher; the next tick invokes it again", {
       shards: failed.map(({ shard }) => shard),
       error: String(failed[0]?.error),
     });
+  if (left.length > 0)
+    engine.obs.log.error(
+      "tick ran out of time to invoke the dispatcher; the next tick invokes it again",
+      { shards: left, invoked: shards.length - left.length },
+    );
   const reaped = await reap(engine, { shards: tickShards, remainingMs: options.remainingMs });
   if (failed[0] !== undefined) throw failed[0].error;
+  if (left.length > 0)
+    throw new Error(
+      `the tick ran out of time to invoke the dispatcher for ${left.length} of ${shards.length} shards`,
+    );
   return { shards: shards.length, reaped };
 }

@@ -21,6 +21,15 @@ export const shardsOf = (tickShards: Pick<TickShards, "count">): number[] =>
   shardRange(0, tickShards.count);
 
 /**
+ * The shards from `start` round to the one before it: the order a reaper pass reads them in (a pass
+ * that stopped at a shard has the next one start there) and the fan-out invokes them in.
+ */
+export function shardsFrom(shards: readonly number[], start: number): number[] {
+  const at = shards.indexOf(start);
+  return at <= 0 ? [...shards] : [...shards.slice(at), ...shards.slice(0, at)];
+}
+
+/**
  * What a tick passes over: every shard up to the most the stage has ever run with, so that a
  * deploy that lowers (or leaves out) `shardCount` strands none of the due entries and in-flight
  * runs filed above it. The mark rides on the read of the reaper's cursors (one BatchGetItem);
