@@ -23,7 +23,7 @@ const REAPER_LEAST_MS = REAPER_TIME_MARGIN_MS + 10_000;
  * With every Invoke hanging, 50 at a time, a tick at a few hundred shards would otherwise spend
  * its whole minute on them, and the reaper would never run.
  */
-export const FAN_OUT_STOP_MS = REAPER_LEAST_MS + LAMBDA_INVOKE_LONGEST_MS;
+const FAN_OUT_STOP_MS = REAPER_LEAST_MS + LAMBDA_INVOKE_LONGEST_MS;
 
 /**
  * One tick as the tick Lambda runs it: one asynchronous dispatcher invocation per shard the stage
