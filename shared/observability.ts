@@ -23,6 +23,13 @@ export const METRICS = {
    * the pass ran out of its tick's time, and the next tick goes on from where it stopped.
    */
   reaperShardsReached: "ReaperShardsReached",
+  /**
+   * After each tick's reaper pass, how long ago the shard longest unread was last read through
+   * (its overdue entries read and dealt with): 0 when the pass read every shard; about a tick
+   * less than ⌈S ÷ K⌉ ticks when passes go round in turns; growing without end for a shard whose reads
+   * fail or outlast the tick's time every time, whose lost messages are then never re-sent.
+   */
+  reaperLongestUnreadMs: "ReaperLongestUnread",
   fenceLost: "FenceLost",
   /** A due entry a pass could not claim, by `handling`: set aside for operators, or left for the next pass. */
   dueEntryFailures: "DueEntryFailures",

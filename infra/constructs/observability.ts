@@ -38,6 +38,15 @@ export interface ObservabilityProps {
 const MINUTE = Duration.minutes(1);
 /** How far behind its settle line the reaper may read before it alarms: lost runs re-sent 5 min late. */
 const REAPER_BEHIND_ALARM_MS = 5 * 60_000;
+/**
+ * How long a shard may go unread by the reaper before it alarms (`ReaperLongestUnread`): the same
+ * 5 minutes of lateness for a lost run's re-send. Every shard is read within ⌈S ÷ K⌉ ticks (K the
+ * shards a tick reaches), so the metric stays within ⌈S ÷ K⌉ − 1 minutes: 0 while a tick reaches
+ * every shard (all 1,024 unless each costs more than about 38 ms); past 5 minutes only when a tick
+ * reaches fewer than about a sixth of the shards, or a shard's reads fail or outlast the tick's
+ * time every time it comes round, which no going round cures.
+ */
+const REAPER_UNREAD_ALARM_MS = 5 * 60_000;
 
 /**
  * A table's ReadThrottleEvents and WriteThrottleEvents, and each of its global secondary
@@ -280,6 +289,14 @@ export class Observability extends Construct {
       evaluationPeriods: 5,
       datapointsToAlarm: 3,
     });
+    alarm("ReaperShardUnread", this.metric(METRICS.reaperLongestUnreadMs, "tick", {}, "Maximum"), {
+      description:
+        "A shard went unread by the reaper for more than 5 minutes in 2 minutes running: its reads fail or outlast the tick's time each time it comes round, or a tick reaches too few shards to go round in 5 (DynamoDB slow): a run whose message was lost there is re-sent that much later, or never.",
+      threshold: REAPER_UNREAD_ALARM_MS,
+      operator: ComparisonOperator.GREATER_THAN_THRESHOLD,
+      evaluationPeriods: 2,
+      datapointsToAlarm: 2,
+    });
     const errors = (alarmId: string, fn: SchedulerFunction, what: string) =>
       alarm(alarmId, fn.fn.metricErrors({ period: MINUTE, statistic: "Sum" }), {
         description: `${what} invocations failed in 2 of the last 3 minutes.`,
@@ -480,7 +497,7 @@ export class Observability extends Construct {
     this.dashboard.addWidgets(
       new GraphWidget({
         title:
-          "Reaper re-sends and shards reached a tick, and how far it stands behind (ms, right)",
+          "Reaper re-sends and shards reached a tick, how far it stands behind and how long a shard went unread (ms, right)",
         left: [
           this.metric(METRICS.reaperResends, "tick").with({ label: "re-sent runs" }),
           // Below the stage's shard count: passes run out of the tick's time and go round in turns.
@@ -490,6 +507,9 @@ export class Observability extends Construct {
         ],
         right: [
           this.metric(METRICS.reaperBehindMs, "tick", {}, "Maximum").with({ label: "behind" }),
+          this.metric(METRICS.reaperLongestUnreadMs, "tick", {}, "Maximum").with({
+            label: "longest a shard unread",
+          }),
         ],
         width: 8,
         height: 6,

@@ -24,6 +24,7 @@ import {
   rewindReaperCursor,
 } from "../storage/reaper-cursor.js";
 import { MAX_RESEND_INTERVAL_MS, runExpiresAt } from "../storage/retention.js";
+import { longestUnreadMs, nothingToRecord, unreadAfterPass } from "./reaper-coverage.js";
 import { reaperTime } from "./reaper-time.js";
 import { readTickShards, shardsFrom, shardsOf, type TickShards } from "./tick-shards.js";
 
@@ -151,8 +152,9 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
   const time = reaperTime(options.remainingMs);
   // From where the last pass out of time stopped, round: each shard is read within the ticks it
   // takes to go round once, however many the tick's time holds.
-  const order = shardsFrom(shardsOf(tickShards), tickShards.reaperStart);
+  const order = shardsFrom(shardsOf(tickShards), tickShards.reaperStart.shard);
   let shardsReached = 0;
+  const readThrough = new Set<number>();
   /** Where the next pass starts, when this one ran out of time before the end of its round. */
   let resumeAt: number | undefined;
   for (const [position, shard] of order.entries()) {
@@ -168,6 +170,7 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
         resumeAt = order[(position + 1) % order.length];
         break;
       }
+      readThrough.add(shard);
     } catch (error) {
       // The shards after it are reaped all the same (thrown here, a shard whose reads fail every
       // time would stop every pass there, and the shards after it would never be read).
@@ -176,23 +179,28 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
       time.shardEnds();
     }
   }
-  if (resumeAt !== undefined) {
+  const unreadSince = unreadAfterPass(order, readThrough, tickShards.reaperStart, now);
+  const unreadMs = longestUnreadMs(unreadSince, now);
+  if (resumeAt !== undefined)
     engine.obs.log.warn(
       "reaper ran out of the tick's time; the next tick starts where it stopped",
       {
         shardsReached,
         shards: order.length,
         nextShard: resumeAt,
+        unreadShards: unreadSince.size,
+        longestUnreadMs: unreadMs,
       },
     );
-    // Not written, the next tick starts where this one did; the error is thrown once the metrics
-    // are in (the tick fails, and its errors alarm counts it).
-    if (resumeAt !== tickShards.reaperStart)
-      await recordReaperStart(engine, resumeAt, now).catch((error: unknown) => {
-        failure ??= { error };
-      });
-  }
+  const left = { shard: resumeAt ?? tickShards.reaperStart.shard, unreadSince };
+  // Not written, the next tick starts where this one did; the error is thrown once the metrics
+  // are in (the tick fails, and its errors alarm counts it).
+  if (!nothingToRecord(tickShards.reaperStart, left))
+    await recordReaperStart(engine, left, now).catch((error: unknown) => {
+      failure ??= { error };
+    });
   engine.obs.metrics.add(METRICS.reaperShardsReached, shardsReached, "Count");
+  engine.obs.metrics.add(METRICS.reaperLongestUnreadMs, unreadMs, "Milliseconds");
   engine.obs.metrics.add(METRICS.reaperBehindMs, behindMs, "Milliseconds");
   if (failure) throw failure.error;
   return { examined, resent, shardsReached };

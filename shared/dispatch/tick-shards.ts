@@ -1,6 +1,6 @@
 import { type EngineSettings, SHARD_COUNT_LIMIT } from "../config.js";
 import type { Engine } from "../engine.js";
-import type { ReaperCursor } from "../storage/reaper-cursor.js";
+import type { ReaperCursor, ReaperStart } from "../storage/reaper-cursor.js";
 import { readReaperCursors } from "../storage/reaper-cursor.js";
 import { raiseShardHighWater, readShardHighWater } from "../storage/shard-high-water.js";
 
@@ -9,8 +9,8 @@ export interface TickShards {
   /** Shards 0 to count − 1: the configured `maxShardCount`, or the stage's mark when higher. */
   readonly count: number;
   readonly cursors: ReadonlyMap<number, ReaperCursor>;
-  /** The shard the reaper starts at: where the last pass that ran out of time stopped. */
-  readonly reaperStart: number;
+  /** Where the reaper starts (where the last pass out of time stopped), and the shards it owes. */
+  readonly reaperStart: ReaperStart;
 }
 
 const shardRange = (from: number, to: number) =>

@@ -109,28 +109,65 @@ async function updateCursorIf(
 }
 
 /**
- * The shard the next tick's reaper starts at (`SHARDS`/`REAPER_START`): written only by a pass
- * that ran out of its tick's time, so that the next one goes on where it stopped; 0 when none was
- * written. Read among the tick's cursors (`readShardHighWater`).
+ * What the last reaper pass that wrote `SHARDS`/`REAPER_START` left for the next one (read among
+ * the tick's cursors, `readShardHighWater`). Written by a pass that ran out of its tick's time, or
+ * that did not read every shard through; a pass that read them all, after one that did too, writes
+ * nothing.
  */
-export function reaperStartOf(items: readonly Record<string, unknown>[]): number {
+export interface ReaperStart {
+  /** The shard the next pass starts at: where the last one out of time stopped; 0 when none was written. */
+  readonly shard: number;
+  /**
+   * The shards that pass did not read through (out of time in them or before them, or their reads
+   * failed), each with the time (ISO) a pass last did, or the first pass that did not when that is
+   * not known. Empty when it read every shard.
+   */
+  readonly unreadSince: ReadonlyMap<number, string>;
+  /** When that pass ran (its clock); null when none wrote. */
+  readonly recordedAt: string | null;
+}
+
+export function reaperStartOf(items: readonly Record<string, unknown>[]): ReaperStart {
   const item = items.find((i) => i.pk === reaperStartKey.pk && i.sk === reaperStartKey.sk);
   const shard = item?.startShard;
-  return typeof shard === "number" && Number.isSafeInteger(shard) && shard >= 0 ? shard : 0;
+  const unreadSince = new Map<number, string>();
+  const unread = item?.unreadSince;
+  if (typeof unread === "object" && unread !== null)
+    for (const [key, since] of Object.entries(unread)) {
+      const unreadShard = Number(key);
+      if (Number.isSafeInteger(unreadShard) && unreadShard >= 0 && typeof since === "string")
+        unreadSince.set(unreadShard, since);
+    }
+  return {
+    shard: typeof shard === "number" && Number.isSafeInteger(shard) && shard >= 0 ? shard : 0,
+    unreadSince,
+    recordedAt: typeof item?.recordedAt === "string" ? item.recordedAt : null,
+  };
 }
 
 /**
- * Records where the next tick's reaper starts. Unconditional: of two ticks at once (one ran over
- * into the next minute), the later write wins, and either one's shard lets the passes after it
- * go round every shard.
+ * Records what a pass leaves for the next (`ReaperStart`). Unconditional: of two ticks at once (one
+ * ran over into the next minute), the later write wins, and either one's shard lets the passes
+ * after it go round every shard; a shard the other one read may be counted unread until a pass
+ * reads it again.
  */
-export async function recordReaperStart(engine: Engine, shard: number, now: Date): Promise<void> {
+export async function recordReaperStart(
+  engine: Engine,
+  left: Omit<ReaperStart, "recordedAt">,
+  now: Date,
+): Promise<void> {
   await engine.doc.send(
     new UpdateCommand({
       TableName: engine.tables.jobs,
       Key: reaperStartKey,
-      UpdateExpression: "SET startShard = :shard, recordedAt = :now",
-      ExpressionAttributeValues: { ":shard": shard, ":now": now.toISOString() },
+      UpdateExpression: "SET startShard = :shard, unreadSince = :unread, recordedAt = :now",
+      ExpressionAttributeValues: {
+        ":shard": left.shard,
+        ":unread": Object.fromEntries(
+          [...left.unreadSince].map(([shard, since]) => [String(shard), since]),
+        ),
+        ":now": now.toISOString(),
+      },
     }),
   );
 }

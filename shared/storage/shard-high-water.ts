@@ -3,7 +3,12 @@ import type { Engine } from "../engine.js";
 import { batchGetItems } from "./batch-get.js";
 import { conditionalWrite } from "./dynamo-errors.js";
 import { reaperCursorKey, reaperStartKey, shardHighWaterKey } from "./items.js";
-import { type ReaperCursor, reaperCursorsOf, reaperStartOf } from "./reaper-cursor.js";
+import {
+  type ReaperCursor,
+  type ReaperStart,
+  reaperCursorsOf,
+  reaperStartOf,
+} from "./reaper-cursor.js";
 
 /**
  * The shard high-water mark (`SHARDS`/`HIGH_WATER` in the jobs table): the most shards the
@@ -13,7 +18,7 @@ import { type ReaperCursor, reaperCursorsOf, reaperStartOf } from "./reaper-curs
  */
 
 /**
- * The mark, the reaper cursors of these shards and the shard the reaper starts at, read in one
+ * The mark, the reaper cursors of these shards and where the reaper starts, read in one
  * consistent BatchGetItem.
  */
 export async function readShardHighWater(
@@ -22,7 +27,7 @@ export async function readShardHighWater(
 ): Promise<{
   readonly highWater: number | null;
   readonly cursors: Map<number, ReaperCursor>;
-  readonly reaperStart: number;
+  readonly reaperStart: ReaperStart;
 }> {
   const items = await batchGetItems(
     engine,

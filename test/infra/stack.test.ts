@@ -1026,6 +1026,38 @@ describe("observability", () => {
     ]);
   });
 
+  it("alarms when a shard goes unread by the reaper for minutes (its lost runs re-sent that much late, or never)", () => {
+    const unread = alarms(prod).filter((a) => a.MetricName === METRICS.reaperLongestUnreadMs);
+    expect(
+      unread.map((a) => [
+        a.Namespace,
+        dimension(a, "service"),
+        a.Statistic,
+        a.Period,
+        a.Threshold,
+        a.ComparisonOperator,
+        a.EvaluationPeriods,
+        a.DatapointsToAlarm,
+        a.TreatMissingData,
+      ]),
+    ).toEqual([
+      [
+        "Scheduler/prod",
+        { Name: "service", Value: SERVICE_NAMES.tick },
+        "Maximum",
+        60,
+        // 5 minutes: past ⌈S ÷ K⌉ − 1 ticks only when a tick reaches under a sixth of the shards,
+        // or one shard's reads fail or outlast the tick's time each time round.
+        300_000,
+        "GreaterThanThreshold",
+        2,
+        2,
+        // A tick that does not run sends nothing: TickNotRunning says so.
+        "notBreaching",
+      ],
+    ]);
+  });
+
   it("alarms on a lost fence: a worker's run taken over by another start, a dispatcher's shard lease by another pass", () => {
     // Each is something gone wrong that no other alarm sees: a run ran twice at once (its worker
     // stalled past its lease), or a pass outran its shard's lease.

@@ -435,6 +435,78 @@ describe("the reaper within the tick's time", () => {
     expect(tickCount).toBeLessThanOrEqual(Math.ceil(shards / perTick));
   }, 30_000);
 
+  /** `ReaperLongestUnread` after each pass so far, in whole ticks. */
+  const unreadTicks = () =>
+    f.metrics.points
+      .filter((p) => p.name === METRICS.reaperLongestUnreadMs)
+      .map((p) => Math.round(p.value / TICK_MS));
+
+  it("reports how long ago the shard longest unread was read, and 0 once a pass reads every shard", async () => {
+    const shardCount = 4;
+    const engine = {
+      ...f.engine,
+      settings: { ...f.engine.settings, shardCount, maxShardCount: shardCount },
+    };
+    // Each shard's read takes 25 s of the tick's minute: a tick reads one shard.
+    let slow = true;
+    const ticks = lambdaTicks(engine, (command, input) =>
+      slow && isIndexRead(command, input) ? 25_000 : 0,
+    );
+    try {
+      for (let pass = 0; pass < 6; pass++) await reap(ticks.engine, { remainingMs: ticks.begin() });
+      // Round in 4 ticks: once round, the shard a pass leaves longest unread was read 3 ticks ago.
+      expect(unreadTicks()).toEqual([0, 1, 2, 3, 3, 3]);
+      slow = false;
+      await reap(ticks.engine, { remainingMs: ticks.begin() });
+      expect(unreadTicks().at(-1)).toBe(0);
+    } finally {
+      ticks.destroy();
+    }
+    // It owes no shard, so the passes after it write nothing.
+    expect((await readTickShards(engine, clock())).reaperStart.unreadSince.size).toBe(0);
+  }, 30_000);
+
+  it("a shard whose reads outlast the tick's time every time goes last, the others are reaped, and it is reported unread", async () => {
+    const engine = {
+      ...f.engine,
+      settings: { ...f.engine.settings, shardCount: 2, maxShardCount: 2 },
+    };
+    // A run lost in each shard; shard 0's index read takes 45 s every time (say throttled).
+    const lost = new Map<number, string>();
+    while (lost.size < 2) {
+      const { job } = await createJob(
+        engine,
+        testJob({ schedule: { runAt: clock().toISOString() } }),
+      );
+      await f.purge();
+      const shard = shardOf(job.jobId, 2);
+      if (!lost.has(shard)) lost.set(shard, job.jobId);
+    }
+    offsetMs += LEASE_MS;
+    const ticks = lambdaTicks(engine, (command, input) =>
+      isIndexRead(command, input) &&
+      (input.ExpressionAttributeValues as Record<string, unknown>)[":pk"] === inflightPk(0)
+        ? 45_000
+        : 0,
+    );
+    const reached = () =>
+      f.metrics.points.filter((p) => p.name === METRICS.reaperShardsReached).map((p) => p.value);
+    try {
+      for (let pass = 0; pass < 7; pass++) await reap(ticks.engine, { remainingMs: ticks.begin() });
+    } finally {
+      ticks.destroy();
+    }
+    const runs = await f.runs();
+    const resent = (shard: number) =>
+      typeof runs.find((r) => r.jobId === lost.get(shard))?.misfireFrom === "string";
+    // Shard 1 goes first from the second pass on, and is reaped; shard 0 never gets through.
+    expect([resent(0), resent(1)]).toEqual([false, true]);
+    // Every pass begins both shards but the first: the shards reached say nothing of it,
+    expect(reached()).toEqual([1, 2, 2, 2, 2, 2, 2]);
+    // the time since shard 0 was last read through does, past the alarm's 5 minutes.
+    expect(unreadTicks()).toEqual([0, 1, 2, 3, 4, 5, 6]);
+  }, 30_000);
+
   it("a shard whose index read fails every time does not keep the shards after it from being reaped", async () => {
     const engine = {
       ...f.engine,
