@@ -1005,54 +1005,44 @@ describe("observability", () => {
     );
   });
 
-  it("alarms when the reaper's reading stands minutes behind (a lost run re-sent that much late)", () => {
-    const behind = alarms(prod).filter((a) => a.MetricName === METRICS.reaperBehindMs);
-    expect(
-      behind.map((a) => [
-        a.Namespace,
-        dimension(a, "service"),
-        a.Statistic,
-        a.Threshold,
-        a.ComparisonOperator,
-      ]),
-    ).toEqual([
-      [
-        "Scheduler/prod",
-        { Name: "service", Value: SERVICE_NAMES.tick },
-        "Maximum",
-        300_000,
-        "GreaterThanThreshold",
-      ],
-    ]);
-  });
-
-  it("alarms when a shard goes unread by the reaper for minutes (its lost runs re-sent that much late, or never)", () => {
-    const unread = alarms(prod).filter((a) => a.MetricName === METRICS.reaperLongestUnreadMs);
-    expect(
-      unread.map((a) => [
+  /** The alarms on one of the tick's metrics: what each reads, and when it fires. */
+  const tickAlarmsOn = (metricName: string) =>
+    alarms(prod)
+      .filter((a) => a.MetricName === metricName)
+      .map((a) => [
         a.Namespace,
         dimension(a, "service"),
         a.Statistic,
         a.Period,
         a.Threshold,
         a.ComparisonOperator,
-        a.EvaluationPeriods,
-        a.DatapointsToAlarm,
+        `${a.DatapointsToAlarm} of ${a.EvaluationPeriods}`,
         a.TreatMissingData,
-      ]),
-    ).toEqual([
+      ]);
+  // A lost run's re-send 5 minutes late either way. A shard's reads are left unread past ⌈S ÷ K⌉ − 1
+  // ticks only when a tick reaches under a sixth of the shards, or when one shard's reads fail or
+  // outlast the tick's time each time round. A tick that does not run sends neither: TickNotRunning.
+  it.each([
+    [
+      "the reaper's reading stands minutes behind (a lost run re-sent that much late)",
+      METRICS.reaperBehindMs,
+      "3 of 5",
+    ],
+    [
+      "a shard goes unread by the reaper for minutes (its lost runs re-sent that much late, or never)",
+      METRICS.reaperLongestUnreadMs,
+      "2 of 2",
+    ],
+  ])("alarms when %s", (_, metricName, datapoints) => {
+    expect(tickAlarmsOn(metricName)).toEqual([
       [
         "Scheduler/prod",
         { Name: "service", Value: SERVICE_NAMES.tick },
         "Maximum",
         60,
-        // 5 minutes: past ⌈S ÷ K⌉ − 1 ticks only when a tick reaches under a sixth of the shards,
-        // or one shard's reads fail or outlast the tick's time each time round.
         300_000,
         "GreaterThanThreshold",
-        2,
-        2,
-        // A tick that does not run sends nothing: TickNotRunning says so.
+        datapoints,
         "notBreaching",
       ],
     ]);
