@@ -193,8 +193,9 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
       },
     );
   const left = { shard: resumeAt ?? tickShards.reaperStart.shard, unreadSince };
-  // Not written, the next tick starts where this one did; the error is thrown once the metrics
-  // are in (the tick fails, and its errors alarm counts it).
+  // Written when it changes where the next pass starts or which shards are owed (a pass owing any
+  // writes its time, which the next counts from); the error is thrown once the metrics are in
+  // (the tick fails, and its errors alarm counts it).
   if (!nothingToRecord(tickShards.reaperStart, left))
     await recordReaperStart(engine, left, now).catch((error: unknown) => {
       failure ??= { error };
