@@ -183,6 +183,21 @@ function isErrorBody(body: unknown): body is { error: ErrorBody } {
   );
 }
 
+/**
+ * The issues of an error answer that are what FieldIssue says, a `field` and a `message` of text;
+ * none for anything but a list. The rest of the shape is checked (isErrorBody) but not each issue,
+ * and the CLI prints every issue as text: a server that is not the API (a newer one, a proxy, a
+ * hostile host at the URL) sending `[5]` made the CLI's report of the error throw, and the bin end
+ * with a stack trace instead of the error.
+ */
+function wellFormedIssues(issues: unknown): FieldIssue[] {
+  if (!Array.isArray(issues)) return [];
+  return issues.filter(
+    (issue): issue is FieldIssue =>
+      isRecord(issue) && typeof issue.field === "string" && typeof issue.message === "string",
+  );
+}
+
 /** Parses `"3"` or `W/"3"`. */
 function versionOfEtag(etag: string | null): number | null {
   const match = /^(?:W\/)?"(\d+)"$/.exec(etag?.trim() ?? "");
@@ -259,7 +274,7 @@ export function errorOf(response: Response, body: unknown, operation: string): S
   return new SchedulerApiError(response.status, code, message, {
     field,
     currentStatus,
-    issues,
+    issues: wellFormedIssues(issues),
     quota,
     retryAfterSeconds,
     currentVersion: versionOfEtag(response.headers.get("etag")) ?? undefined,

@@ -589,6 +589,54 @@ describe("API Gateway's own refusals, not in the API's error shape", () => {
   });
 });
 
+describe("an error answer in the API's shape whose issues are not", () => {
+  const refusedWith =
+    (issues: unknown): Behaviour =>
+    (_, response) => {
+      response.writeHead(400, { "Content-Type": "application/json" }).end(
+        JSON.stringify({
+          error: { code: "validation_failed", message: "name: too long", field: "name", issues },
+        }),
+      );
+    };
+
+  it("an issue that is not a { field, message } of strings is left out: the CLI prints the error and the others, exit 3", async () => {
+    behave = refusedWith([
+      { field: "name", message: "too long" },
+      5,
+      { field: 7, message: null },
+      { field: "payload.x" },
+      { field: "payload.y", message: "not a number" },
+    ]);
+    const run = await cli(["--api", baseUrl, "--key", key, "jobs", "list"]);
+    expect(run.stderr).toBe(
+      "error: validation_failed (400): name: too long\n  payload.y: not a number\n",
+    );
+    expect(run.code).toBe(EXIT.invalid);
+
+    const { client } = clientWith(5000, { attempts: 0 });
+    const error = await rejection(client.jobs.page(), SchedulerApiError);
+    expect(error.issues).toEqual([
+      { field: "name", message: "too long" },
+      { field: "payload.y", message: "not a number" },
+    ]);
+  });
+
+  it("issues that are no list are none", async () => {
+    for (const issues of ["name: too long", { field: "name", message: "too long" }, null]) {
+      behave = refusedWith(issues);
+      const run = await cli(["--api", baseUrl, "--key", key, "jobs", "list"]);
+      expect(run.stderr, JSON.stringify(issues)).toBe(
+        "error: validation_failed (400): name: too long\n",
+      );
+      expect(run.code, JSON.stringify(issues)).toBe(EXIT.invalid);
+      const { client } = clientWith(5000, { attempts: 0 });
+      const error = await rejection(client.jobs.page(), SchedulerApiError);
+      expect(error.issues, JSON.stringify(issues)).toEqual([]);
+    }
+  });
+});
+
 describe("the CLI does not send a bearer key over plain http to another host", () => {
   /** A documentation address (RFC 5737): nothing answers there. */
   const remote = "http://192.0.2.1:3000";
