@@ -71,9 +71,12 @@ export function jobsCommand(program: Command, io: CliIo): void {
       context.print(results, batchResultsTable);
       const refused = results.filter((r) => r.status >= 300);
       const first = refused[0];
-      if (first?.error) {
+      if (first !== undefined) {
+        // A refusal without its error (from something that is not the API) is unforeseen: 1.
         throw new CliExit(
-          exitCodeOf(new SchedulerApiError(first.status, first.error.code, first.error.message)),
+          first.error
+            ? exitCodeOf(new SchedulerApiError(first.status, first.error.code, first.error.message))
+            : EXIT.failed,
           `${refused.length} of ${results.length} jobs were not created`,
         );
       }

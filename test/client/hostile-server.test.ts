@@ -1,7 +1,10 @@
 import { spawn } from "node:child_process";
 import { getEventListeners } from "node:events";
+import { mkdtempSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
 import { EXIT } from "../../client/cli/exit-codes.js";
 import { runCli } from "../../client/cli/main.js";
@@ -634,6 +637,42 @@ describe("an error answer in the API's shape whose issues are not", () => {
       const error = await rejection(client.jobs.page(), SchedulerApiError);
       expect(error.issues, JSON.stringify(issues)).toEqual([]);
     }
+  });
+});
+
+describe("a batch whose refused job the CLI cannot read", () => {
+  let file: string;
+  beforeAll(() => {
+    file = join(mkdtempSync(join(tmpdir(), "batch-")), "jobs.json");
+    writeFileSync(
+      file,
+      JSON.stringify([{ type: "noop", schedule: { runAt: "2030-01-01T00:00:00Z" } }]),
+    );
+  });
+  const batchAnswers =
+    (results: unknown): Behaviour =>
+    (_, response) => {
+      response
+        .writeHead(200, { "Content-Type": "application/json" })
+        .end(JSON.stringify({ results }));
+    };
+  const createBatch = () =>
+    cli(["--api", baseUrl, "--key", key, "jobs", "create-batch", "--file", file]);
+
+  it("a refusal with a code this CLI does not know (a newer server's) exits 1, not 0", async () => {
+    behave = batchAnswers([
+      { index: 0, status: 422, error: { code: "a_newer_code", message: "refused" } },
+    ]);
+    const run = await createBatch();
+    expect(run.stderr).toBe("error: 1 of 1 jobs were not created\n");
+    expect(run.code).toBe(EXIT.failed);
+  });
+
+  it("a refusal without its error exits 1, not 0", async () => {
+    behave = batchAnswers([{ index: 0, status: 500 }]);
+    const run = await createBatch();
+    expect(run.stderr).toBe("error: 1 of 1 jobs were not created\n");
+    expect(run.code).toBe(EXIT.failed);
   });
 });
 
