@@ -28,7 +28,10 @@ export function cliProgram(io: CliIo): Command {
       "--api <url>",
       `the API's URL (env SCHEDULER_API_URL; default ${DEFAULT_API}, the sandbox)`,
     )
-    .option("--key <key>", "a bearer key (env SCHEDULER_API_KEY); the sandbox's is local-dev-key")
+    .option(
+      "--key <key>",
+      "a bearer key (env SCHEDULER_API_KEY, which other users' ps and the shell's history do not show, as they do --key); the sandbox's is local-dev-key",
+    )
     .option(
       "--allow-insecure-http",
       "send the bearer key to an http:// URL that is not loopback (refused without it)",
