@@ -24,6 +24,22 @@ export function App({ config }: { config: ConsoleConfig }) {
     [],
   );
 
+  // A page the browser restores from its back/forward cache comes back as it was left: the tenant
+  // it showed on it, and signed in as far as it knows, until its next poll is refused. Back after
+  // "Sign out" in a later page of this tab (one reached from /docs) showed the last tenant's jobs to
+  // the next person at the screen for those seconds, and the jobs of the one signed in since then.
+  // Restored, it asks who is signed in now and starts its page afresh.
+  const [restores, setRestores] = useState(0);
+  useEffect(() => {
+    const restored = (event: PageTransitionEvent) => {
+      if (!event.persisted) return;
+      setSignedIn(currentCredential() !== null);
+      setRestores((count) => count + 1);
+    };
+    addEventListener("pageshow", restored);
+    return () => removeEventListener("pageshow", restored);
+  }, []);
+
   const path = url.pathname.replace(/\/+$/, "");
   const atCallback = path === CALLBACK_PATH;
 
@@ -118,11 +134,12 @@ export function App({ config }: { config: ConsoleConfig }) {
           ) : null}
         </nav>
       </header>
-      <main id="main" ref={main}>
+      {/* Keyed by the restores too: a page restored from the cache reads its data again. */}
+      <main id="main" ref={main} key={restores}>
         {page}
       </main>
       {/* A new session, a new live region: "Job … created" is not left on the sign-in page. */}
-      <Announcer key={signedIn ? "signed-in" : "signed-out"} />
+      <Announcer key={`${signedIn ? "signed-in" : "signed-out"} ${restores}`} />
     </LivePollInterval.Provider>
   );
 }

@@ -27,13 +27,20 @@ export interface Browser {
   close(): Promise<void>;
 }
 
-/** Headless Chromium with a fresh profile, driven over CDP by playwright-core. */
-export async function launchBrowser(): Promise<Browser> {
+/**
+ * Headless Chromium with a fresh profile, driven over CDP by playwright-core. playwright-core
+ * turns the back/forward cache off; `backForwardCache` keeps it, as every user's browser has it:
+ * Back then restores a page as it was left, scripts and all, instead of loading it again.
+ */
+export async function launchBrowser(
+  options: { readonly backForwardCache?: boolean } = {},
+): Promise<Browser> {
   const profile = await mkdtemp(join(tmpdir(), "scheduler-chromium-"));
   const context = await chromium.launchPersistentContext(profile, {
     executablePath: CHROMIUM_PATH,
     headless: true,
     args: FLAGS,
+    ...(options.backForwardCache ? { ignoreDefaultArgs: ["--disable-back-forward-cache"] } : {}),
     viewport: { width: 1280, height: 900 },
     locale: "en-GB",
     timezoneId: "Europe/Berlin",

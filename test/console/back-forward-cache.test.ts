@@ -1,0 +1,92 @@
+import type { Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type Browser, launchBrowser } from "../support/browser.js";
+import { apiAs } from "../support/console-session.js";
+import { type SandboxProcess, spawnSandbox } from "../support/sandbox-process.js";
+
+/**
+ * The console in a browser whose back/forward cache is on, as every user's is: Back to a page of
+ * the console that was left for another document (the API reference, then the console again from
+ * its link) restores that page as it was, with the tenant it showed. Its polls run every 3 s here
+ * (no SCHEDULER_CONSOLE_POLL_MS), the console's own interval.
+ */
+const KEY = "bfcache-key";
+const OTHER_KEY = "bfcache-next-user";
+const SECRET_NAME = "merger with Initech";
+
+let sandbox: SandboxProcess;
+let browser: Browser;
+let page: Page;
+
+const bodyText = async () => (await page.locator("body").textContent()) ?? "";
+
+async function signIn(key: string): Promise<void> {
+  await page.getByLabel("API key", { exact: true }).fill(key);
+  await page.getByRole("button", { name: "Sign in" }).click();
+}
+
+/** Signed in as KEY, the jobs list shown, left for /docs and back to the console by its link. */
+async function signedInTwice(): Promise<void> {
+  await page.goto(`${sandbox.url}/console`);
+  await signIn(KEY);
+  await page.getByText(SECRET_NAME).first().waitFor();
+  await page.getByRole("link", { name: "API reference" }).click();
+  await page.waitForURL(`${sandbox.url}/docs`);
+  await page.getByRole("link", { name: "/console" }).click();
+  await page.getByText(SECRET_NAME).first().waitFor();
+}
+
+/** Back through the history to the first console page; `waitUntil: "commit"`, as a page the cache restores fires no load. */
+async function backToFirstConsolePage(): Promise<void> {
+  await page.goBack({ waitUntil: "commit" }); // the sign-out's own entry: /console, this page
+  await page.goBack({ waitUntil: "commit" }); // /docs
+  await page.waitForURL(`${sandbox.url}/docs`, { waitUntil: "commit" });
+  await page.goBack({ waitUntil: "commit" }); // the first console page
+  await page.waitForURL(`${sandbox.url}/console`, { waitUntil: "commit" });
+}
+
+beforeAll(async () => {
+  [sandbox, browser] = await Promise.all([
+    spawnSandbox({ env: { SCHEDULER_API_KEYS: `${KEY}=bf-tenant,${OTHER_KEY}=bf-next-tenant` } }),
+    launchBrowser({ backForwardCache: true }),
+  ]);
+  await apiAs(sandbox.url, KEY, "POST", "/jobs", {
+    name: SECRET_NAME,
+    type: "noop",
+    schedule: { runAt: "2031-01-01T00:00:00Z" },
+  });
+}, 180_000);
+
+afterAll(async () => {
+  await browser?.close();
+  await sandbox?.stop();
+});
+
+describe("Back after Sign out, to a console page the browser kept", () => {
+  it("shows the sign-in, not the last tenant's jobs (before its next poll too)", async () => {
+    page = await browser.context.newPage();
+    await signedInTwice();
+    await page.getByRole("button", { name: /Sign out/ }).click();
+    await page.getByRole("heading", { name: "Sign in", level: 1 }).waitFor();
+    await backToFirstConsolePage();
+    // Restored from the cache (a load would start signed out): what it shows at once.
+    expect(await page.evaluate("performance.getEntriesByType('navigation')[0].type")).not.toBe(
+      "back_forward",
+    );
+    expect(await bodyText()).not.toContain(SECRET_NAME);
+    await page.getByRole("heading", { name: "Sign in", level: 1 }).waitFor();
+    await page.close();
+  });
+
+  it("signed in as someone else meanwhile: their jobs, not the last tenant's", async () => {
+    page = await browser.context.newPage();
+    await signedInTwice();
+    await page.getByRole("button", { name: /Sign out/ }).click();
+    await signIn(OTHER_KEY);
+    await page.getByText("No jobs yet.").waitFor();
+    await backToFirstConsolePage();
+    expect(await bodyText()).not.toContain(SECRET_NAME);
+    await page.getByText("No jobs yet.").waitFor();
+    await page.close();
+  });
+});
