@@ -172,9 +172,15 @@ async function editPlanned(
     // A paused one-off moved away from a retry a pause cancelled: that retry, filed beside.
     let retryEntry: DueEntry | null = null;
     try {
+      // Read again for what the claim moved; still conditioned on the linkRevision the path check
+      // and the share above read jobs below at: a job linked in below since then sends the edit
+      // back to plan again (its claim done), else the re-read's revision would let it commit.
       job =
         changesSchedule && (await claimDueBeforeEdit(engine, current, now))
-          ? checked(await getTenantJob(engine, tenantId, jobId))
+          ? {
+              ...checked(await getTenantJob(engine, tenantId, jobId)),
+              linkRevision: current.linkRevision ?? 0,
+            }
           : current;
       if (changesSchedule && normalized.endAt === undefined) refuseKeptEndPassed(job, now);
       if (changesSchedule && normalized.schedule && "runAt" in normalized.schedule)

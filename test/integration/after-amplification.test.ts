@@ -7,7 +7,12 @@ import type { ScheduleSpec } from "../../shared/schedule/index.js";
 import { MAX_RUNS_PER_RUN_ABOVE } from "../../shared/schedule/parse.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import { ValidationError } from "../../shared/validation.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  createEngineFixture,
+  type EngineFixture,
+  engineAt,
+  testJob,
+} from "../support/engine-fixture.js";
 
 /**
  * A tenant's `after` graph where several paths lead from one job down to another: each run of the
@@ -199,6 +204,61 @@ describe("an after graph cannot multiply one run past the bound", () => {
     );
     // Whichever commits first, the other sees it: `upper`'s edit, planned again, is refused.
     expect(outcome).toContain(`would run job ${lower.jobId} 110 times`);
+  }, 60_000);
+
+  it("plans again an edit whose due occurrence it claimed first when a job was linked in below it meanwhile", async () => {
+    const tenant = "claimed-then-linked";
+    const top = await create(tenant, far());
+    const eleven: Job[] = [];
+    for (let i = 0; i < 11; i++) eleven.push(await create(tenant, runsAfter(top)));
+    // A job of times with ten jobs after it, its next minute's occurrence due when the edit runs.
+    const job = (
+      await createJob(
+        f.engine,
+        testJob({ tenantId: tenant, schedule: { cron: "* * * * *", timezone: "UTC" } }),
+      )
+    ).job;
+    const ten: Job[] = [];
+    for (let i = 0; i < 10; i++) ten.push(await create(tenant, runsAfter(job)));
+    const read = await getJob(f.engine, job.jobId);
+    const due = read?.nextDueKey;
+    expect(due).toBeTruthy();
+    // The edit to after the eleven checks 11 paths from `top` to each of the ten. Between that
+    // check and its claim of the due occurrence, a job is created after all ten: 10 paths from
+    // `job`, 110 from `top` once the edit commits. The create holds `job` at its version (which
+    // a claim leaves alone) and adds one to its linkRevision.
+    let linked: Promise<Job> | undefined;
+    const name = "linkBelowBeforeClaim";
+    f.engine.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const key = (args.input as { Key?: { pk?: unknown; sk?: unknown } }).Key;
+        if (
+          linked === undefined &&
+          context.commandName === "GetItemCommand" &&
+          key?.pk === due?.pk &&
+          key?.sk === due?.sk
+        ) {
+          linked = create(tenant, runsAfter(...ten));
+          await linked;
+        }
+        return next(args);
+      },
+      { step: "initialize", name },
+    );
+    const later = engineAt(f.engine, Date.parse(read?.nextRunAt ?? "") + 60_000);
+    const outcome = await editJob(later, tenant, job.jobId, job.version, {
+      schedule: runsAfter(...eleven),
+    })
+      .then(
+        () => "accepted",
+        (e: unknown) => String(e),
+      )
+      .finally(() => f.engine.doc.middlewareStack.remove(name));
+    const bottom = await linked;
+    expect(bottom).toBeDefined();
+    // The create committed first: the edit, planned again from a read that sees it, is refused.
+    expect(outcome).toContain(`would run job ${bottom?.jobId} 110 times`);
+    expect((await getJob(f.engine, job.jobId))?.schedule).toHaveProperty("cron");
   }, 60_000);
 
   it("takes ordinary graphs: a job after 20 jobs that all run after one, and diamonds below it", async () => {
