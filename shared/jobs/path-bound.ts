@@ -1,3 +1,4 @@
+import { depthFirstFold } from "../depth-first.js";
 import type { Engine } from "../engine.js";
 import type { Job } from "../model.js";
 import { readJobsAbove, readJobsBelow } from "../quotas/run-measure.js";
@@ -23,9 +24,36 @@ const upstreamIds = (schedule: ScheduleSpec): readonly string[] =>
   isAfterSchedule(schedule) ? [...new Set(schedule.after.jobs)] : [];
 
 /**
+ * The paths to each job from each job of `sources` above it, by source (in the order met).
+ * `schedules` holds every job on a path between them (each job's upstreams, by id); a job not in
+ * it starts no path. Walked on a stack of its own (`depthFirstFold`): a chain below an edited
+ * job is as deep as the tenant has jobs.
+ */
+export function pathsFrom(
+  schedules: ReadonlyMap<string, ScheduleSpec>,
+  sources: ReadonlySet<string>,
+): (id: string) => ReadonlyMap<string, number> {
+  const add = (paths: Map<string, number>, source: string, n: number) =>
+    paths.set(source, Math.min(Number.MAX_SAFE_INTEGER, (paths.get(source) ?? 0) + n));
+  return depthFirstFold<Map<string, number>, ReadonlyMap<string, number>>({
+    children: (id) => {
+      const schedule = schedules.get(id);
+      return schedule === undefined ? undefined : upstreamIds(schedule);
+    },
+    start: () => new Map(),
+    add: (paths, upstream, above) => {
+      if (sources.has(upstream)) add(paths, upstream, 1);
+      for (const [source, n] of above) add(paths, source, n);
+    },
+    end: (paths) => paths,
+    // A cycle (which edits refuse) adds nothing more.
+    none: () => new Map(),
+  });
+}
+
+/**
  * Refuses (400 naming `schedule.after.jobs`) a graph where one run of a job of `sources` would
- * queue more than MAX_RUNS_PER_RUN_ABOVE runs of a job of `targets`. `schedules` holds every job
- * on a path between them (each job's upstreams, by id); a job not in it starts no path.
+ * queue more than MAX_RUNS_PER_RUN_ABOVE runs of a job of `targets` (`pathsFrom`).
  */
 function checkPaths(
   schedules: ReadonlyMap<string, ScheduleSpec>,
@@ -33,29 +61,9 @@ function checkPaths(
   targets: Iterable<string>,
   target: (id: string) => string,
 ): void {
-  // For each job, the paths to it from each source above it.
-  const pathsTo = new Map<string, Map<string, number>>();
-  const onChain = new Set<string>();
-  const of = (id: string): Map<string, number> => {
-    const known = pathsTo.get(id);
-    if (known !== undefined) return known;
-    const paths = new Map<string, number>();
-    const schedule = schedules.get(id);
-    // A cycle (which edits refuse) adds nothing more.
-    if (schedule === undefined || onChain.has(id)) return paths;
-    onChain.add(id);
-    for (const upstream of upstreamIds(schedule)) {
-      const add = (source: string, n: number) =>
-        paths.set(source, Math.min(Number.MAX_SAFE_INTEGER, (paths.get(source) ?? 0) + n));
-      if (sources.has(upstream)) add(upstream, 1);
-      for (const [source, n] of of(upstream)) add(source, n);
-    }
-    onChain.delete(id);
-    pathsTo.set(id, paths);
-    return paths;
-  };
+  const pathsTo = pathsFrom(schedules, sources);
   for (const id of targets) {
-    for (const [source, n] of of(id)) {
+    for (const [source, n] of pathsTo(id)) {
       if (n > MAX_RUNS_PER_RUN_ABOVE)
         throw new ValidationError([
           {

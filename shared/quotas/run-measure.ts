@@ -1,3 +1,4 @@
+import { depthFirstFold } from "../depth-first.js";
 import type { Engine } from "../engine.js";
 import type { Job } from "../model.js";
 import { isAfterSchedule, type ScheduleSpec } from "../schedule/index.js";
@@ -28,65 +29,66 @@ const saturated = (n: number): number => Math.min(n, Number.MAX_SAFE_INTEGER);
 /**
  * The measure of a schedule among `jobs` (the tenant's jobs by id, as read: those above it for one
  * job, all of them for a recount). Memoized per job, so a recount measures each job once. A job met
- * again on its own chain (a cycle, which edits refuse) adds nothing more.
+ * again on its own chain (a cycle, which edits refuse) adds nothing more. Walked on a stack of its
+ * own (`depthFirstFold`): a tenant's chain is as deep as it has jobs.
  */
 export function runsPerMinuteMeasure(
   jobs: ReadonlyMap<string, Job>,
   now: Date,
 ): (schedule: ScheduleSpec) => number {
-  const measured = new Map<string, number>();
-  const onChain = new Set<string>();
-  const ofSchedule = (schedule: ScheduleSpec): number => {
+  const ofJob = depthFirstFold<{ sum: number }, number>({
+    children: (id) => {
+      const job = jobs.get(id);
+      if (job === undefined || !isCounted(job)) return undefined;
+      return isAfterSchedule(job.schedule) ? job.schedule.after.jobs : [];
+    },
+    // A schedule of times counts its peak; an `after` one (peak 0) its upstreams' sum.
+    start: (id) => {
+      const schedule = jobs.get(id)?.schedule;
+      return { sum: schedule === undefined ? 0 : peakRunsPerMinute(schedule, now) };
+    },
+    add: (measure, _upstream, n) => {
+      measure.sum = saturated(measure.sum + n);
+    },
+    end: ({ sum }) => sum,
+    none: () => 0,
+  });
+  return (schedule) => {
     if (!isAfterSchedule(schedule)) return peakRunsPerMinute(schedule, now);
     let sum = 0;
     for (const id of schedule.after.jobs) sum = saturated(sum + ofJob(id));
     return sum;
   };
-  const ofJob = (id: string): number => {
-    const known = measured.get(id);
-    if (known !== undefined) return known;
-    const job = jobs.get(id);
-    if (job === undefined || !isCounted(job) || onChain.has(id)) return 0;
-    onChain.add(id);
-    const measure = ofSchedule(job.schedule);
-    onChain.delete(id);
-    measured.set(id, measure);
-    return measure;
-  };
-  return ofSchedule;
 }
 
 /**
  * How many runs one run of the job makes among `jobs` (the job and those below it, as read): its
  * own, and for each counted job after it, as many as one run of that job makes. One for a job
- * nothing runs after.
+ * nothing runs after. Walked on a stack of its own, as `runsPerMinuteMeasure` is.
  */
 export function runsPerRun(jobId: string, jobs: ReadonlyMap<string, Job>): number {
-  const counted = new Map<string, number>();
-  const onChain = new Set<string>();
-  const of = (id: string): number => {
-    const known = counted.get(id);
-    if (known !== undefined) return known;
-    const job = jobs.get(id);
-    if (job === undefined || onChain.has(id)) return 0;
-    onChain.add(id);
-    let runs = 1;
-    for (const dependentId of job.dependents) {
-      const dependent = jobs.get(dependentId);
+  return depthFirstFold<{ runs: number }, number>({
+    children: (id) => {
+      const job = jobs.get(id);
       // The dependents set is taken from after a cancel's commit: the schedule is the truth.
-      const runsAfter =
-        dependent !== undefined &&
-        dependent.tenantId === job.tenantId &&
-        isCounted(dependent) &&
-        isAfterSchedule(dependent.schedule) &&
-        dependent.schedule.after.jobs.includes(id);
-      if (runsAfter) runs = saturated(runs + of(dependentId));
-    }
-    onChain.delete(id);
-    counted.set(id, runs);
-    return runs;
-  };
-  return of(jobId);
+      return job?.dependents.filter((dependentId) => {
+        const dependent = jobs.get(dependentId);
+        return (
+          dependent !== undefined &&
+          dependent.tenantId === job.tenantId &&
+          isCounted(dependent) &&
+          isAfterSchedule(dependent.schedule) &&
+          dependent.schedule.after.jobs.includes(id)
+        );
+      });
+    },
+    start: () => ({ runs: 1 }),
+    add: (counted, _dependent, n) => {
+      counted.runs = saturated(counted.runs + n);
+    },
+    end: ({ runs }) => runs,
+    none: () => 0,
+  })(jobId);
 }
 
 /** The product, saturated as the sums are. */
