@@ -212,12 +212,7 @@ describe("an after graph cannot multiply one run past the bound", () => {
     const eleven: Job[] = [];
     for (let i = 0; i < 11; i++) eleven.push(await create(tenant, runsAfter(top)));
     // A job of times with ten jobs after it, its next minute's occurrence due when the edit runs.
-    const job = (
-      await createJob(
-        f.engine,
-        testJob({ tenantId: tenant, schedule: { cron: "* * * * *", timezone: "UTC" } }),
-      )
-    ).job;
+    const job = await create(tenant, { cron: "* * * * *", timezone: "UTC" });
     const ten: Job[] = [];
     for (let i = 0; i < 10; i++) ten.push(await create(tenant, runsAfter(job)));
     const read = await getJob(f.engine, job.jobId);

@@ -438,6 +438,29 @@ export function testJob(overrides: Partial<NewJob> = {}) {
 }
 
 /**
+ * `testJob` as a create at `at` stores it, with no run, no pending occurrence and no job after it:
+ * for a case that builds its jobs without the engine, changed as it needs.
+ */
+export function storedJob(jobId: string, at: Date, overrides: Partial<NewJob> = {}): Job {
+  return {
+    ...testJob(overrides),
+    jobId,
+    status: "ACTIVE",
+    version: 1,
+    nextRunAt: null,
+    nextDueKey: null,
+    createdAt: at.toISOString(),
+    updatedAt: at.toISOString(),
+    activeRuns: {},
+    activeRevision: 0,
+    bufferedRunId: null,
+    parkedRuns: {},
+    lastRun: null,
+    dependents: [],
+  };
+}
+
+/**
  * Attempt 1 of the job's occurrence at `at`, QUEUED, as a claim puts it (`queuedRun`): for a case
  * that writes a job's runs straight into the table, changed as it needs (FAILED, DEAD, ...).
  */

@@ -7,7 +7,7 @@ import type { ScheduleSpec } from "../../shared/schedule/index.js";
 import { dueEntryKey } from "../../shared/storage/due-entries.js";
 import { encodeDueEntry, encodeJob, shardLeaseKey } from "../../shared/storage/items.js";
 import { type RunRef, runKeyOf } from "../../shared/storage/run-reads.js";
-import { type EngineFixture, testJob } from "./engine-fixture.js";
+import { type EngineFixture, storedJob, testJob } from "./engine-fixture.js";
 
 export interface SeedSpec {
   readonly jobId: string;
@@ -64,21 +64,10 @@ export async function seedJobs(
       misfire: policies.misfire,
     };
     const job: Job = {
-      ...base,
+      ...storedJob(spec.jobId, now, base),
       policies,
-      jobId: spec.jobId,
-      status: "ACTIVE",
-      version: 1,
       nextRunAt: entry.scheduledFor,
       nextDueKey: entry.key,
-      createdAt: now.toISOString(),
-      updatedAt: now.toISOString(),
-      activeRuns: {},
-      activeRevision: 0,
-      bufferedRunId: null,
-      parkedRuns: {},
-      lastRun: null,
-      dependents: [],
     };
     jobs.push(job);
     items.push(encodeJob(job), encodeDueEntry(entry));

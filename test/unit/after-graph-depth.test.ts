@@ -5,7 +5,7 @@ import type { Job } from "../../shared/model.js";
 import { peakRunsPerMinute } from "../../shared/quotas/limits.js";
 import { isCounted, runsPerMinuteMeasure, runsPerRun } from "../../shared/quotas/run-measure.js";
 import { isAfterSchedule, type ScheduleSpec } from "../../shared/schedule/index.js";
-import { testJob } from "../support/engine-fixture.js";
+import { storedJob } from "../support/engine-fixture.js";
 
 /**
  * The walks of an `after` graph that count paths and runs, on graphs too deep for a recursion:
@@ -19,22 +19,7 @@ const DEEP = 50_000;
 
 const runsAfter = (...ids: string[]): ScheduleSpec => ({ after: { jobs: ids, on: "success" } });
 
-const BASE: Job = {
-  ...testJob({ tenantId: "deep" }),
-  jobId: "",
-  status: "ACTIVE",
-  version: 1,
-  nextRunAt: null,
-  nextDueKey: null,
-  createdAt: NOW.toISOString(),
-  updatedAt: NOW.toISOString(),
-  activeRuns: {},
-  activeRevision: 0,
-  bufferedRunId: null,
-  parkedRuns: {},
-  lastRun: null,
-  dependents: [],
-};
+const BASE = storedJob("", NOW, { tenantId: "deep" });
 
 const jobOf = (jobId: string, schedule: ScheduleSpec, dependents: string[] = []): Job => ({
   ...BASE,

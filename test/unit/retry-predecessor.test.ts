@@ -3,29 +3,15 @@ import { DEFAULT_SETTINGS } from "../../shared/config.js";
 import { decideOnPredecessor } from "../../shared/execution/retry-predecessor.js";
 import type { Job, Run, RunStatus } from "../../shared/model.js";
 import { queuedRun } from "../../shared/storage/runs.js";
-import { testJob } from "../support/engine-fixture.js";
+import { storedJob } from "../support/engine-fixture.js";
 
 const NOW = new Date("2026-03-01T12:00:00.000Z");
 const OCCURRENCE = new Date("2026-03-01T11:59:00.000Z");
 
-function oneOff(status: Job["status"] = "ACTIVE"): Job {
-  return {
-    ...testJob({ schedule: { runAt: OCCURRENCE.toISOString() } }),
-    jobId: "01JOB",
-    status,
-    version: 1,
-    nextRunAt: null,
-    nextDueKey: null,
-    createdAt: OCCURRENCE.toISOString(),
-    updatedAt: OCCURRENCE.toISOString(),
-    activeRuns: {},
-    activeRevision: 0,
-    bufferedRunId: null,
-    parkedRuns: {},
-    lastRun: null,
-    dependents: [],
-  };
-}
+const oneOff = (status: Job["status"] = "ACTIVE"): Job => ({
+  ...storedJob("01JOB", OCCURRENCE, { schedule: { runAt: OCCURRENCE.toISOString() } }),
+  status,
+});
 
 const recurring = (): Job => ({ ...oneOff(), schedule: { cron: "* * * * *", timezone: "UTC" } });
 
