@@ -40,6 +40,10 @@ export function consoleRouter(options: ConsoleOptions, deps: ConsolePolicyDeps):
     c.header("Cache-Control", "no-cache");
     c.header("X-Content-Type-Options", "nosniff");
     c.header("Referrer-Policy", "no-referrer");
+    // A page that opened the console (window.open, a link with target=_blank and an opener) keeps
+    // no handle to its tab, so it cannot later send that tab to a look-alike sign-in. same-origin,
+    // not same-origin-allow-popups: the OIDC sign-in navigates the tab itself and opens no popup.
+    c.header("Cross-Origin-Opener-Policy", "same-origin");
     if (assets === null) {
       return c.text(
         "The console was not built into this bundle (infra/constructs/api.ts builds it at synth).",

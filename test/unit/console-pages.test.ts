@@ -126,7 +126,7 @@ describe("console pages", () => {
     expect((await app.request("/console/assets/secrets.json")).status).toBe(404);
   });
 
-  it("is never framed, sniffed or named in a Referer; runs no inline script; its files are not sniffed", async () => {
+  it("is never framed, sniffed, named in a Referer or kept by its opener; runs no inline script; its files are not sniffed", async () => {
     const app = consoleRouter({ assets, config: oidc() }, deps);
     const directives = (policy: string | null) =>
       new Map((policy ?? "").split("; ").map((d) => [d.split(" ")[0], d.split(" ").slice(1)]));
@@ -144,6 +144,9 @@ describe("console pages", () => {
       expect(response.headers.get("X-Content-Type-Options"), path).toBe("nosniff");
       // The callback's address holds the authorization code: no request from it may carry it.
       expect(response.headers.get("Referrer-Policy"), path).toBe("no-referrer");
+      // A page that opened the console (window.open) keeps no handle to it, so cannot later send
+      // its tab to a look-alike sign-in; the OIDC sign-in navigates the tab itself, no popup.
+      expect(response.headers.get("Cross-Origin-Opener-Policy"), path).toBe("same-origin");
     }
     for (const file of ["app.js", "app.css"]) {
       const response = await app.request(`/console/assets/${file}?v=${assets.version}`);
