@@ -28,42 +28,55 @@ export function bearerKeyProblem(key: string): string | null {
   return `character ${position} of the bearer key is a space, a control character or not ASCII; a key is visible ASCII characters (the key is not shown)`;
 }
 
-/** The middleware that authenticates every request the client sends. */
-export function authMiddleware(auth: ClientAuth, baseUrl: string): Middleware {
-  switch (auth.kind) {
-    case "none":
-      return { onRequest: () => undefined };
-    case "bearer": {
-      const problem = bearerKeyProblem(auth.key);
-      if (problem !== null) throw new RangeError(`auth.key: ${problem}`);
-      const key = auth.key.trim();
-      return {
-        onRequest({ request }) {
-          request.headers.set("Authorization", `Bearer ${key}`);
-          return request;
-        },
-      };
-    }
-    case "sigv4": {
-      const sign = sigV4Signer(auth, new URL(baseUrl));
-      return {
-        async onRequest({ request }) {
-          const body = request.body === null ? undefined : await request.clone().text();
-          const url = new URL(request.url);
-          const headers: Record<string, string> = {};
-          request.headers.forEach((value, name) => {
-            headers[name] = value;
-          });
-          const signed = await sign({ url, method: request.method, headers, body });
-          // The caller's signal itself, not the request's, which follows it only weakly.
-          return new RequestWithSignal(url, {
-            method: request.method,
-            headers: signed,
-            ...(body === undefined ? {} : { body }),
-            signal: callerSignalOf(request, undefined),
-          });
-        },
-      };
-    }
-  }
+/**
+ * The middleware that authenticates every request the client sends with a bearer key (none for
+ * SigV4, whose signature is made for each attempt: signedAttempts).
+ */
+export function authMiddleware(auth: ClientAuth): Middleware {
+  if (auth.kind !== "bearer") return { onRequest: () => undefined };
+  const problem = bearerKeyProblem(auth.key);
+  if (problem !== null) throw new RangeError(`auth.key: ${problem}`);
+  const key = auth.key.trim();
+  return {
+    onRequest({ request }) {
+      request.headers.set("Authorization", `Bearer ${key}`);
+      return request;
+    },
+  };
+}
+
+/**
+ * `fetch` for each attempt of a request, below the client's retries: with SigV4, the attempt signed
+ * at the time it is sent (`now`). A signature holds for 5 minutes from its X-Amz-Date, and a retry
+ * may come later than that after the first attempt (a long timeoutMs that ran out, a Retry-After):
+ * signed once, in a middleware above the retries, the retry was sent with the first attempt's
+ * signature and refused 403. With any other auth, `base` itself.
+ */
+export function signedAttempts(
+  auth: ClientAuth,
+  baseUrl: string,
+  base: typeof fetch,
+): typeof fetch {
+  if (auth.kind !== "sigv4") return base;
+  const sign = sigV4Signer(auth, new URL(baseUrl));
+  return async (input, init) => {
+    const caller = callerSignalOf(input, init);
+    const request = new Request(input, { ...init, signal: null });
+    const body = request.body === null ? undefined : await request.text();
+    const url = new URL(request.url);
+    const headers: Record<string, string> = {};
+    request.headers.forEach((value, name) => {
+      headers[name] = value;
+    });
+    const signed = await sign({ url, method: request.method, headers, body });
+    // The caller's signal itself, not the request's, which follows it only weakly.
+    const attempt = new RequestWithSignal(url, {
+      method: request.method,
+      headers: signed,
+      ...(body === undefined ? {} : { body }),
+      signal: caller,
+    });
+    // With a Request, `init` holds only what is not part of one (openapi-fetch's requestInitExt).
+    return base(attempt, input instanceof Request ? init : { signal: caller });
+  };
 }

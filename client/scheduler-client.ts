@@ -11,7 +11,7 @@ import {
   RUN_PAGE,
   SECRET,
 } from "./answers.js";
-import { authMiddleware, type ClientAuth } from "./auth.js";
+import { authMiddleware, type ClientAuth, signedAttempts } from "./auth.js";
 import { RequestWithSignal } from "./caller-signal.js";
 import { NotAnIdError } from "./errors.js";
 import { writeJson } from "./exact-json.js";
@@ -147,7 +147,8 @@ export class SchedulerClient {
     // whose answer passed for the job created, and a 307 or 308 sent the body (payload, target
     // headers) to the other host. Manual: the 3xx comes back and is an error (errorOf).
     const base: typeof fetch = (input, init) => given(input, { ...init, redirect: "manual" });
-    const http = () =>
+    const attempt = boundedFetch(base, options.timeoutMs ?? DEFAULT_TIMEOUT_MS);
+    const http = (send: typeof fetch) =>
       createClient<paths>({
         baseUrl: options.baseUrl.replace(/\/+$/, ""),
         pathSerializer: segmentsOnly,
@@ -155,14 +156,12 @@ export class SchedulerClient {
         bodySerializer: (body: unknown) => writeJson(body),
         // Keeps the caller's signal for the fetch layers below (caller-signal.ts).
         Request: RequestWithSignal,
-        fetch: retryingFetch(
-          boundedFetch(base, options.timeoutMs ?? DEFAULT_TIMEOUT_MS),
-          options.retry,
-        ),
+        fetch: retryingFetch(send, options.retry),
       });
-    this.http = http();
-    this.runTokenHttp = http();
-    this.http.use(authMiddleware(options.auth, options.baseUrl));
+    // A SigV4 signature is made for each attempt, below the retries (signedAttempts).
+    this.http = http(signedAttempts(options.auth, options.baseUrl, attempt));
+    this.runTokenHttp = http(attempt);
+    this.http.use(authMiddleware(options.auth));
     this.jobs = new JobsApi(this);
     this.runs = new RunsApi(this);
     this.deadLetters = new DeadLettersApi(this);

@@ -36,6 +36,8 @@ const ANSWER = { id: "01J0ABC", status: "active", version: 3, items: [], nextCur
 let server: Server;
 let origin: string;
 let captured: Captured[] = [];
+/** The statuses of the next answers, in turn (then 200); a 503 asks to wait 360 s (Retry-After). */
+let statuses: number[] = [];
 
 beforeAll(async () => {
   server = createServer((request, response) => {
@@ -48,8 +50,12 @@ beforeAll(async () => {
         headers: request.headers,
         body: Buffer.concat(chunks),
       });
-      response.writeHead(200, { "content-type": "application/json" });
-      response.end(JSON.stringify(ANSWER));
+      const status = statuses.shift() ?? 200;
+      response.writeHead(status, {
+        "content-type": "application/json",
+        ...(status === 503 ? { "retry-after": "360" } : {}),
+      });
+      response.end(JSON.stringify(status === 200 ? ANSWER : { error: { code: "busy" } }));
     });
   });
   await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
@@ -62,6 +68,7 @@ afterAll(async () => {
 
 beforeEach(() => {
   captured = [];
+  statuses = [];
 });
 
 function only(): Captured {
@@ -299,7 +306,7 @@ describe("SchedulerClient with SigV4", () => {
       auth: { kind: "sigv4", region: "eu-west-1", credentials, now: () => SIGNING_DATE },
     });
 
-  function verify(sent: Captured): void {
+  function verify(sent: Captured, amzDate = AMZ_DATE): void {
     const match = AUTHORIZATION.exec(sent.headers.authorization ?? "");
     expect(match, sent.headers.authorization).not.toBeNull();
     const names = (match?.[5] ?? "").split(";");
@@ -312,7 +319,7 @@ describe("SchedulerClient with SigV4", () => {
       rawQuery,
       headers,
       body: sent.body,
-      amzDate: AMZ_DATE,
+      amzDate,
       region: "eu-west-1",
       service: "execute-api",
       secretAccessKey: SECRET_KEY,
@@ -331,6 +338,33 @@ describe("SchedulerClient with SigV4", () => {
       "content-type;host;if-match;x-amz-date",
     );
     verify(sent);
+  });
+
+  it("signs each attempt when it is sent: a retry 6 minutes after the first carries its own time", async () => {
+    // The clock moves only as the client waits before its retry (the 503's Retry-After: 360 s).
+    let now = SIGNING_DATE.getTime();
+    const retrying = new SchedulerClient({
+      baseUrl: origin,
+      auth: { kind: "sigv4", region: "eu-west-1", credentials, now: () => new Date(now) },
+      retry: {
+        maxDelayMs: 600_000,
+        sleep: async (ms) => {
+          now += ms;
+        },
+      },
+    });
+    statuses = [503];
+    await retrying.jobs.get("01J0ABC");
+    expect(captured.map((sent) => sent.headers["x-amz-date"])).toEqual([
+      AMZ_DATE,
+      // SigV4 refuses a signature more than 5 minutes from the time it reaches API Gateway: the
+      // first attempt's, sent again, would be a 403.
+      "20150830T124200Z",
+    ]);
+    const [first, retry] = captured;
+    if (!first || !retry) throw new Error("the server received no retry");
+    verify(first);
+    verify(retry, "20150830T124200Z");
   });
 
   it("signs a listing's query as sent, cursor characters included", async () => {
