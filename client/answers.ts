@@ -11,7 +11,16 @@ export interface AnswerShape {
   readonly missing: (value: unknown) => string | null;
 }
 
-type FieldType = "string" | "number" | "array" | "object" | "string or null";
+type FieldType = "string" | "number" | "array" | "object" | "string or null" | "cursor";
+
+/**
+ * The longest cursor the API takes back (`cursor`, LIMITS.cursorChars in
+ * shared/api/schemas/common.ts): a page's `nextCursor` longer than that cannot be sent back, so it
+ * is no answer of the API's. Refused, a hostile server's cursors of megabytes are not kept one
+ * after another by a listing (everyItem keeps every cursor it was asked with). The client talks
+ * HTTP only, so the number is its own: test/unit/cli-hostile-answers.test.ts holds it to the API's.
+ */
+const CURSOR_CHARS = 2048;
 
 /** A JSON object: not null, not an array. */
 export const isRecord = (value: unknown): value is Record<string, unknown> =>
@@ -32,6 +41,18 @@ function fits(value: unknown, type: FieldType): boolean {
 
 const article = (type: FieldType) => (type === "array" || type === "object" ? "an" : "a");
 
+/** What is wrong with `value` as a field of `type` named `name`, or null. */
+function misfit(name: string, value: unknown, type: FieldType): string | null {
+  if (type === "cursor") {
+    if (value !== null && typeof value !== "string") return `${name} is not a string or null`;
+    return typeof value === "string" && value.length > CURSOR_CHARS
+      ? `${name} is ${value.length} characters, over the ${CURSOR_CHARS} a cursor sent back may be`
+      : null;
+  }
+  if (fits(value, type)) return null;
+  return `${name} is not ${type === "string or null" ? "a string or null" : `${article(type)} ${type}`}`;
+}
+
 /** An object with these fields of these types. */
 function fields(kind: string, spec: Readonly<Record<string, FieldType>>): AnswerShape {
   return {
@@ -39,8 +60,8 @@ function fields(kind: string, spec: Readonly<Record<string, FieldType>>): Answer
     missing(value) {
       if (!isRecord(value)) return "not an object";
       for (const [name, type] of Object.entries(spec)) {
-        if (!fits(value[name], type))
-          return `${name} is not ${type === "string or null" ? "a string or null" : `${article(type)} ${type}`}`;
+        const wrong = misfit(name, value[name], type);
+        if (wrong !== null) return wrong;
       }
       return null;
     },
@@ -72,7 +93,7 @@ function listOf(
 
 export const JOB = fields("a job", { id: "string", status: "string", version: "number" });
 export const RUN = fields("a run", { runId: "string", jobId: "string", status: "string" });
-const PAGE_FIELDS = { nextCursor: "string or null" } as const;
+const PAGE_FIELDS = { nextCursor: "cursor" } as const;
 export const JOB_PAGE = listOf("a page of jobs", "items", PAGE_FIELDS, JOB);
 export const RUN_PAGE = listOf("a page of runs", "items", PAGE_FIELDS, RUN);
 export const BATCH = listOf(

@@ -2,7 +2,10 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { EXIT } from "../../client/cli/exit-codes.js";
+import { SchedulerApiError, SchedulerClient } from "../../client/index.js";
+import { LIMITS } from "../../shared/api/schemas/common.js";
 import { runCaptured } from "../support/cli-run.js";
+import { rejection } from "../support/rejection.js";
 
 /**
  * The CLI against answers the API does not give: whatever sits at the URL it was pointed at (a
@@ -370,6 +373,71 @@ describe("a listing whose answer would never end it", () => {
       );
     } finally {
       await new Promise<void>((resolve) => cycling.close(() => resolve()));
+    }
+  });
+});
+
+describe("a listing whose next cursor could not be sent back", () => {
+  /** A server answering each page with `page(n)` (n from 1), and past 5 requests a 500 that ends a failing test. */
+  async function listing(page: (n: number) => object) {
+    const asked: string[] = [];
+    // Its request line may be as long as a 4 MiB cursor makes it (Node's own limit is 16 KiB).
+    const lister = createServer({ maxHeaderSize: 16 * 1024 * 1024 }, (request, response) => {
+      asked.push(new URL(request.url ?? "/", "http://x").searchParams.get("cursor") ?? "");
+      request.resume();
+      response
+        .writeHead(asked.length > 5 ? 500 : 200, { "Content-Type": "application/json" })
+        .end(JSON.stringify(page(asked.length)));
+    });
+    await new Promise<void>((resolve) => lister.listen(0, "127.0.0.1", resolve));
+    return {
+      asked,
+      url: `http://127.0.0.1:${(lister.address() as AddressInfo).port}`,
+      close: () => new Promise<void>((resolve) => lister.close(() => resolve())),
+    };
+  }
+
+  it("jobs list: pages of 4 MiB cursors, each new, are refused at the first, not held one after another", async () => {
+    // Each cursor a new one: the check for a cursor asked before never fires, and every cursor
+    // followed was kept (272 MB in 10 s).
+    const { asked, url, close } = await listing((n) => ({
+      items: [],
+      nextCursor: `${n}`.padEnd(4 * 1024 * 1024, "x"),
+    }));
+    try {
+      const { code, out, err } = await runCaptured(["--api", url, "--key", "k", "jobs", "list"]);
+      expect(asked.map((cursor) => cursor.length)).toEqual([0]);
+      expect(code).toBe(EXIT.failed);
+      expect(out).toBe("");
+      expect(err).toBe(
+        `error: unexpected_response (200): GET /jobs: the 200 answer is not a page of jobs: nextCursor is ${4 * 1024 * 1024} characters, over the ${LIMITS.cursorChars} a cursor sent back may be\n`,
+      );
+    } finally {
+      await close();
+    }
+  });
+
+  it("the client's listing follows a cursor as long as the API takes back, and refuses one longer", async () => {
+    const { asked, url, close } = await listing((n) => ({
+      items: [{ runId: `R${n}`, jobId: "J1", status: "succeeded" }],
+      nextCursor: "c".repeat(LIMITS.cursorChars - 1 + n),
+    }));
+    try {
+      const client = new SchedulerClient({ baseUrl: url, auth: { kind: "bearer", key: "k" } });
+      const seen: string[] = [];
+      const listed = (async () => {
+        for await (const run of client.runs.list("J1")) seen.push(run.runId);
+      })();
+      const error = await rejection(listed, SchedulerApiError);
+      expect([error.code, error.message]).toEqual([
+        "unexpected_response",
+        `GET /jobs/{id}/runs: the 200 answer is not a page of runs: nextCursor is ${LIMITS.cursorChars + 1} characters, over the ${LIMITS.cursorChars} a cursor sent back may be`,
+      ]);
+      expect(asked.map((cursor) => cursor.length)).toEqual([0, LIMITS.cursorChars]);
+      // The page that carried the cursor is refused whole: its run is not listed either.
+      expect(seen).toEqual(["R1"]);
+    } finally {
+      await close();
     }
   });
 });
