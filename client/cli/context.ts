@@ -1,7 +1,7 @@
 import { type Command, InvalidArgumentError } from "commander";
-import ipaddr from "ipaddr.js";
 import { bearerKeyProblem } from "../auth.js";
 import { type ClientAuth, SchedulerClient } from "../index.js";
+import { isLoopback, plainHttpKeyProblem } from "../plain-http.js";
 import { signingRegion } from "../sigv4.js";
 import { MAX_TIMEOUT_MS } from "../transport.js";
 import { CliExit, EXIT } from "./exit-codes.js";
@@ -33,23 +33,16 @@ export function positiveSeconds(raw: string): number {
   return value;
 }
 
-/** `localhost`, or an address in 127.0.0.0/8 or ::1 (IPv4-mapped too), as URL's hostname spells it. */
-function isLoopback(hostname: string): boolean {
-  if (hostname === "localhost") return true;
-  const literal = hostname.startsWith("[") ? hostname.slice(1, -1) : hostname;
-  return ipaddr.isValid(literal) && ipaddr.process(literal).range() === "loopback";
-}
-
 /**
- * A bearer key over plain http is readable by anyone on the way (and kept by any proxy's log), and
- * a key is the tenant's: refused, before any request, unless the host is loopback (the sandbox,
- * where nothing is on the way) or the user says --allow-insecure-http.
+ * A bearer key over plain http to a host that is not loopback (plainHttpKeyProblem) is refused,
+ * before any request, unless the user says --allow-insecure-http.
  */
 function plainHttpCheck(source: string, api: URL, flags: GlobalFlags): void {
-  if (api.protocol !== "http:" || isLoopback(api.hostname) || flags.allowInsecureHttp) return;
+  const problem = plainHttpKeyProblem(api);
+  if (problem === null || flags.allowInsecureHttp) return;
   throw new CliExit(
     EXIT.usage,
-    `${source}: a bearer key is not sent over ${api.protocol} to ${api.host}, where anyone on the way can read it: use an https URL, or --allow-insecure-http`,
+    `${source}: ${problem}: use an https URL, or --allow-insecure-http`,
   );
 }
 

@@ -1,4 +1,5 @@
 import { useState } from "preact/hooks";
+import { plainHttpKeyProblem } from "../../client/plain-http.js";
 import type { ConsoleAuth } from "../../shared/console/config.js";
 import { ApiProblem, api } from "../api.js";
 import { rememberKey, signOut, startSignIn } from "../auth.js";
@@ -41,6 +42,17 @@ export function SignInPage({ auth, onSignedIn }: { auth: ConsoleAuth; onSignedIn
   }
   const submit = async (event: Event) => {
     event.preventDefault();
+    // The key goes to this page's origin: over plain http to a host that is not loopback (a
+    // tunnel's http:// name for the sandbox), anyone on the way would read it. The CLI's rule.
+    const problem = plainHttpKeyProblem(new URL(location.href));
+    if (problem !== null) {
+      setError(
+        new Error(
+          `API key: ${problem}: open the console at an https:// address, or at localhost on the sandbox's machine.`,
+        ),
+      );
+      return;
+    }
     rememberKey(key.trim());
     try {
       await api.listJobs({ limit: 1 });

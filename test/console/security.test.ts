@@ -348,6 +348,42 @@ describe("where the credential is kept", () => {
   });
 });
 
+describe("a key typed into the console reached over plain http by a name that is not loopback", () => {
+  it("is refused naming the field, as the CLI refuses it: nothing is sent with it, nothing kept", async () => {
+    // The sandbox behind a tunnel's http:// name (API_URL's host, which it answers): every
+    // request to that name is passed on to it, as the tunnel would, and the key seen on the way.
+    const origin = "http://tunnel.example";
+    const sentWithKey: string[] = [];
+    const tab = await browser.context.newPage();
+    onTestFinished(() => tab.close());
+    await tab.route(`${origin}/**`, async (route) => {
+      const request = route.request();
+      const { authorization, ...headers } = await request.allHeaders();
+      const url = new URL(request.url());
+      if (authorization !== undefined) sentWithKey.push(`${request.method()} ${url.pathname}`);
+      const { host: _host, ...passed } = headers;
+      const response = await route.fetch({
+        url: `${sandbox.url}${url.pathname}${url.search}`,
+        headers: authorization === undefined ? passed : { ...passed, authorization },
+      });
+      await route.fulfill({ response });
+    });
+    await tab.goto(`${origin}/console`);
+    await tab.getByLabel("API key", { exact: true }).fill(KEY);
+    await tab.getByRole("button", { name: "Sign in" }).click();
+    const refusal = tab.getByText(
+      "API key: a bearer key is not sent over http: to tunnel.example, where anyone on the way can read it",
+    );
+    await refusal
+      .or(tab.getByRole("heading", { name: "Jobs", level: 1 }))
+      .first()
+      .waitFor();
+    expect(sentWithKey).toEqual([]);
+    expect(await refusal.isVisible()).toBe(true);
+    expect(await tab.evaluate("sessionStorage.length")).toBe(0);
+  });
+});
+
 describe("the OIDC callback's address where sign-in takes a key", () => {
   it("leads to the key sign-in form, and from there to the jobs (a bookmark, an old history entry)", async () => {
     // A deployment that signed in with OIDC once, or a callback link kept in history: this one
