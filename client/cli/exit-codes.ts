@@ -126,8 +126,9 @@ export function exitCodeOf(error: unknown): number {
         ? EXIT.busy
         : EXIT.failed;
     // A code this CLI does not know is unforeseen: a batch's results pass each job's refusal on as
-    // the server wrote it (a newer server's code), and an exit code of undefined exited 0.
-    return BY_CODE[error.code] ?? EXIT.failed;
+    // the server wrote it (a newer server's code), and an exit code of undefined exited 0. Its own
+    // codes only: "constructor" or "__proto__" would find Object's, which is no exit code.
+    return Object.hasOwn(BY_CODE, error.code) ? BY_CODE[error.code] : EXIT.failed;
   }
   // A timed-out request whose repeat answers what it did (a read, PUT, DELETE, pause, resume,
   // cancel, edit) can be run again as after a 503. Any other POST may have been applied, as after

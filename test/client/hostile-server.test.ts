@@ -668,6 +668,15 @@ describe("a batch whose refused job the CLI cannot read", () => {
     expect(run.code).toBe(EXIT.failed);
   });
 
+  it("a refusal whose code names a property every object has (constructor, toString, __proto__) exits 1, not with that property", async () => {
+    for (const code of ["constructor", "toString", "__proto__", "hasOwnProperty"]) {
+      behave = batchAnswers([{ index: 0, status: 422, error: { code, message: "refused" } }]);
+      const run = await createBatch();
+      expect(run.stderr, code).toBe("error: 1 of 1 jobs were not created\n");
+      expect(run.code, code).toBe(EXIT.failed);
+    }
+  });
+
   it("a refusal without its error exits 1, not 0", async () => {
     behave = batchAnswers([{ index: 0, status: 500 }]);
     const run = await createBatch();
