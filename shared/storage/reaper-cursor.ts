@@ -120,7 +120,8 @@ export interface ReaperStart {
   /**
    * The shards that pass did not read through (out of time in them or before them, or their reads
    * failed), each with the time (ISO) a pass last did, or the first pass that did not when that is
-   * not known. Empty when it read every shard.
+   * not known. Empty when it read every shard, or when the map is not the one written with
+   * `recordedAt` (`unreadAt`).
    */
   readonly unreadSince: ReadonlyMap<number, string>;
   /** When that pass ran (its clock); null when none wrote. */
@@ -132,7 +133,10 @@ export function reaperStartOf(items: readonly Record<string, unknown>[]): Reaper
   const shard = item?.startShard;
   const unreadSince = new Map<number, string>();
   const unread = item?.unreadSince;
-  if (typeof unread === "object" && unread !== null)
+  // Only as written with `recordedAt`: code from before `unreadSince` (a rollback) moves
+  // `recordedAt` on and leaves the map, whose times would then say shards it read went unread.
+  const current = typeof item?.unreadAt === "string" && item.unreadAt === item.recordedAt;
+  if (current && typeof unread === "object" && unread !== null)
     for (const [key, since] of Object.entries(unread)) {
       const unreadShard = Number(key);
       if (Number.isSafeInteger(unreadShard) && unreadShard >= 0 && typeof since === "string")
@@ -160,7 +164,8 @@ export async function recordReaperStart(
     new UpdateCommand({
       TableName: engine.tables.jobs,
       Key: reaperStartKey,
-      UpdateExpression: "SET startShard = :shard, unreadSince = :unread, recordedAt = :now",
+      UpdateExpression:
+        "SET startShard = :shard, unreadSince = :unread, unreadAt = :now, recordedAt = :now",
       ExpressionAttributeValues: {
         ":shard": left.shard,
         ":unread": Object.fromEntries(

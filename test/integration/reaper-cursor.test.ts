@@ -1,3 +1,4 @@
+import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
@@ -9,7 +10,7 @@ import { createJob, triggerJob } from "../../shared/jobs/index.js";
 import { shardOf } from "../../shared/keys.js";
 import { METRICS } from "../../shared/observability.js";
 import { deleteMessages } from "../../shared/queue/work-queue.js";
-import { inflightPk } from "../../shared/storage/items.js";
+import { inflightPk, reaperStartKey } from "../../shared/storage/items.js";
 import {
   advanceReaperCursor,
   cursorDeadline,
@@ -465,6 +466,45 @@ describe("the reaper within the tick's time", () => {
     // It owes no shard, so the passes after it write nothing.
     expect((await readTickShards(engine, clock())).reaperStart.unreadSince.size).toBe(0);
   }, 30_000);
+
+  it("after ticks of code older than unreadSince (a rollback, then the deploy again), the shards it read are not reported unread since before it ran", async () => {
+    const shardCount = 4;
+    const engine = {
+      ...f.engine,
+      settings: { ...f.engine.settings, shardCount, maxShardCount: shardCount },
+    };
+    // Each shard's read takes 25 s of the tick's minute: a tick reads one shard, round in 4.
+    const ticks = lambdaTicks(engine, (command, input) =>
+      isIndexRead(command, input) ? 25_000 : 0,
+    );
+    try {
+      for (let pass = 0; pass < 3; pass++) await reap(ticks.engine, { remainingMs: ticks.begin() });
+      expect(unreadTicks()).toEqual([0, 1, 2]);
+      // An hour of ticks of the code before unreadSince (rolled back): each reads the next shard
+      // and writes what that code wrote (its UpdateExpression as it was), leaving unreadSince be.
+      for (let tick = 0; tick < 60; tick++) {
+        ticks.begin();
+        await f.engine.doc.send(
+          new UpdateCommand({
+            TableName: f.engine.tables.jobs,
+            Key: reaperStartKey,
+            UpdateExpression: "SET startShard = :shard, recordedAt = :now",
+            ExpressionAttributeValues: {
+              ":shard": (3 + tick + 1) % shardCount,
+              ":now": clock().toISOString(),
+            },
+          }),
+        );
+      }
+      // Deployed again: every shard was read within the last 4 ticks, by the older code.
+      for (let pass = 0; pass < 2; pass++) await reap(ticks.engine, { remainingMs: ticks.begin() });
+    } finally {
+      ticks.destroy();
+    }
+    // Read round in 4 ticks all along, no shard went unread past 3: not past the alarm's 5. (The
+    // passes after the older code count from their own time, as after the first deploy: 0, 1.)
+    expect(Math.max(...unreadTicks().slice(3))).toBeLessThanOrEqual(3);
+  }, 60_000);
 
   it("a shard whose reads outlast the tick's time every time goes last, the others are reaped, and it is reported unread", async () => {
     const engine = {
