@@ -18,19 +18,27 @@ import {
 const REAPER_LEAST_MS = REAPER_TIME_MARGIN_MS + 10_000;
 
 /**
- * The fan-out starts no Invoke once less than this is left of the invocation's time: one started
- * then could end (a silent connection, every attempt cut at its limit) past what the reaper needs.
- * With every Invoke hanging, 50 at a time, a tick at a few hundred shards would otherwise spend
- * its whole minute on them, and the reaper would never run.
+ * Whether the fan-out may start another Invoke with `remainingMs` left of the invocation: the first
+ * round of `LAMBDA_INVOKE_CONCURRENCY` always starts (a tick whose read of the shards was slow
+ * still invokes some, and the rotation below brings every shard round); after it, one starts only
+ * while what is left holds the reaper's least and the slowest Invoke this tick has seen and a
+ * second (one may take a little longer than the last), at most the longest one can take (a silent
+ * connection, every attempt cut at its limit). With every
+ * Invoke hanging, 50 at a time, a tick at a few hundred shards would otherwise spend its whole
+ * minute on them, and the reaper would never run.
  */
-const FAN_OUT_STOP_MS = REAPER_LEAST_MS + LAMBDA_INVOKE_LONGEST_MS;
+function mayStartInvoke(started: number, remainingMs: number, slowestMs: number): boolean {
+  if (started < LAMBDA_INVOKE_CONCURRENCY) return true;
+  return remainingMs >= REAPER_LEAST_MS + Math.min(slowestMs + 1_000, LAMBDA_INVOKE_LONGEST_MS);
+}
 
 /**
  * One tick as the tick Lambda runs it: one asynchronous dispatcher invocation per shard the stage
  * has run with (`invoke`; each pass runs in an invocation of its own, with its own timeout, shard
  * lease, retries and on-failure destination), then the reaper, within what is left of the
- * invocation's time (`remainingMs`). Invokes are started only while `FAN_OUT_STOP_MS` is left; the
- * shards not invoked then are logged and fail the tick, as a refused Invoke does.
+ * invocation's time (`remainingMs`). Invokes past the first round start only while the time left
+ * holds them and the reaper (`mayStartInvoke`); the shards not invoked then are logged and fail
+ * the tick, as a refused Invoke does.
  */
 export async function fanOutTick(
   engine: Engine,
@@ -50,14 +58,19 @@ export async function fanOutTick(
   const failed: { readonly shard: number; readonly error: unknown }[] = [];
   const left: number[] = [];
   // As many at once as the client has sockets: an attempt's time limits count its wait for one.
+  let started = 0;
+  let slowestMs = 0;
   await forEachConcurrently(shards, LAMBDA_INVOKE_CONCURRENCY, async (shard) => {
-    if (options.remainingMs() < FAN_OUT_STOP_MS) {
+    const remaining = options.remainingMs();
+    if (!mayStartInvoke(started, remaining, slowestMs)) {
       left.push(shard);
       return;
     }
+    started++;
     await options.invoke(dispatcherEvent(shard, tickShards)).catch((error: unknown) => {
       failed.push({ shard, error });
     });
+    slowestMs = Math.max(slowestMs, remaining - options.remainingMs());
   });
   failed.sort((a, b) => a.shard - b.shard);
   left.sort((a, b) => a - b);

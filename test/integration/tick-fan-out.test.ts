@@ -86,3 +86,22 @@ describe("the tick's fan-out within its minute", () => {
     expect(SHARDS - invoked.size).toBe(0);
   }, 60_000);
 });
+
+describe("the tick's fan-out after a slow start", () => {
+  it("a tick whose read of the shards took 15 s (DynamoDB's retries) still invokes the dispatchers, whose Invokes answer at once", async () => {
+    const invoked: number[] = [];
+    const outcome = await fanOutTick(f.engine, {
+      invoke: async (event: DispatcherEvent) => {
+        invoked.push(event.shard);
+      },
+      // 15 s of the minute gone before the fan-out: the shards' read met a timeout and its retry.
+      remainingMs: () => TICK_MS - 15_000,
+    }).then(
+      () => "returned",
+      (error: unknown) => String(error),
+    );
+    // Each Invoke answers in milliseconds: all 120 fit in a second beside the reaper's 30.
+    expect(invoked).toHaveLength(SHARDS);
+    expect(outcome).toBe("returned");
+  }, 60_000);
+});
