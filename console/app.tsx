@@ -28,16 +28,26 @@ export function App({ config }: { config: ConsoleConfig }) {
   // it showed on it, and signed in as far as it knows, until its next poll is refused. Back after
   // "Sign out" in a later page of this tab (one reached from /docs) showed the last tenant's jobs to
   // the next person at the screen for those seconds, and the jobs of the one signed in since then.
-  // Restored, it asks who is signed in now and starts its page afresh.
+  // Restored, it asks who is signed in now and, when that is not who was as it was left, starts
+  // its page afresh. The same person back from the API reference finds the page as they left it:
+  // a create form half filled in, the filter chosen (its polls go on as before).
   const [restores, setRestores] = useState(0);
   useEffect(() => {
+    let leftAs: string | null = null;
+    const left = () => {
+      leftAs = currentCredential()?.token ?? null;
+    };
     const restored = (event: PageTransitionEvent) => {
-      if (!event.persisted) return;
+      if (!event.persisted || (currentCredential()?.token ?? null) === leftAs) return;
       setSignedIn(currentCredential() !== null);
       setRestores((count) => count + 1);
     };
+    addEventListener("pagehide", left);
     addEventListener("pageshow", restored);
-    return () => removeEventListener("pageshow", restored);
+    return () => {
+      removeEventListener("pagehide", left);
+      removeEventListener("pageshow", restored);
+    };
   }, []);
 
   const path = url.pathname.replace(/\/+$/, "");

@@ -90,3 +90,25 @@ describe("Back after Sign out, to a console page the browser kept", () => {
     await page.close();
   });
 });
+
+describe("Back to a console page the browser kept, still signed in as the same tenant", () => {
+  it("keeps what the user typed in the create form and the filter chosen (read the API reference, came back)", async () => {
+    page = await browser.context.newPage();
+    await page.goto(`${sandbox.url}/console`);
+    await signIn(KEY);
+    await page.getByText(SECRET_NAME).first().waitFor();
+    await page.getByText("Create a job").click();
+    await page.getByLabel("Name", { exact: true }).fill("nightly export, half written");
+    await page.getByLabel("Status", { exact: true }).selectOption("active");
+    await page.getByRole("link", { name: "API reference" }).click();
+    await page.waitForURL(`${sandbox.url}/docs`);
+    await page.goBack({ waitUntil: "commit" });
+    await page.waitForURL(`${sandbox.url}/console`, { waitUntil: "commit" });
+    await page.getByText(SECRET_NAME).first().waitFor();
+    expect(await page.getByLabel("Status", { exact: true }).inputValue()).toBe("active");
+    expect(await page.getByLabel("Name", { exact: true }).inputValue()).toBe(
+      "nightly export, half written",
+    );
+    await page.close();
+  });
+});
