@@ -18,7 +18,8 @@ import { seedJobs } from "../support/seed.js";
  * (claim-plain-races, the earlier-version case). So a rollback goes first to this version at
  * `transaction`, then waits 20 minutes. These cases measure that wait on a clock of their own: the
  * stage's ticks (the dispatcher's pass over the shard, then the reaper) a minute apart, 50 s into
- * each minute, plain for 20 minutes before (the passes' line and look-back as in steady state);
+ * each minute, plain for STEADY_TICKS minutes before (the passes' line and look-back as in steady
+ * state);
  * then the claimer's death; then the ticks of the deploy at `transaction`, with a worker taking
  * what they send. Each case names how long after the death the first tick found the entry gone,
  * and the occurrence runs once, sent by the reaper (the claimer died before its send).
@@ -30,6 +31,15 @@ const MINUTE = 60 * SECOND;
 const PHASE_MS = 50 * SECOND;
 /** The wait docs/deploy.md asks for between the deploy at `transaction` and the rollback. */
 const RULE_WAIT_MS = 20 * MINUTE;
+/**
+ * The plain ticks before a case's minute. The first scans the shard; from the second on, a pass
+ * reads from the line the last completed pass recorded (its backlog), its recent window and the
+ * look-back 15 minutes behind that line (lookback.ts), so what a pass reads depends on the last
+ * pass's line alone, not on how long passes have run: the shard's line and lease are one item
+ * each, overwritten by every pass. Three ticks after the scan leave the state 20 did (each
+ * case's exact removal time, backlog and look-back counts hold), for a seventh of the ticks.
+ */
+const STEADY_TICKS = 4;
 /** Ticks at `transaction` the cases run after the death: past the rule's wait. */
 const TICKS_AFTER = 25;
 /**
@@ -55,7 +65,7 @@ interface RollbackCase {
   tick(engine: Engine, ms: number): Promise<TickPass>;
 }
 
-/** A case's stage, with 20 minutes of plain ticks behind it (the first one scans the shard). */
+/** A case's stage, with STEADY_TICKS plain ticks behind it (the first one scans the shard). */
 async function rollbackCase(atEnd: (cleanup: () => Promise<void>) => void): Promise<RollbackCase> {
   const time = { ms: Date.now() };
   const f = await caseFixture(atEnd, {
@@ -85,7 +95,7 @@ async function rollbackCase(atEnd: (cleanup: () => Promise<void>) => void): Prom
     return pass;
   };
   const m = Math.floor(Date.now() / MINUTE) * MINUTE;
-  for (let minute = -20; minute < 0; minute++) {
+  for (let minute = -STEADY_TICKS; minute < 0; minute++) {
     expect((await tick(atPlain, m + minute * MINUTE + PHASE_MS)).outcome).toBe("swept");
   }
   return { f, m, atPlain, atTransaction, at, tick };
