@@ -180,20 +180,28 @@ describe("the job quotas at create and edit", () => {
   });
 
   it("refuses a schedule, at create or edit, whose peak runs per minute go past runsPerMinute", async () => {
-    const everySecond = { every: "PT1S" };
+    // The schedules start in an hour: a schedule's peak counts from its first occurrence, wherever
+    // that is, and a per-second one starting now had each create and edit that took it claim the
+    // next 14 minutes of its runs (840, 1,250 requests, the rest of the file's twice over), which
+    // no quota here reads.
+    const startAt = new Date(Date.now() + 3_600_000).toISOString();
+    const everySecond = { every: "PT1S", startAt };
     const a = await createJob(f.engine, testJob({ tenantId: "rate", schedule: everySecond }));
     const refused = await createJob(
       f.engine,
-      testJob({ tenantId: "rate", schedule: { every: "PT1S" } }),
+      testJob({ tenantId: "rate", schedule: everySecond }),
     ).catch((e: unknown) => e);
     expect((refused as QuotaExceededError).context).toMatchObject({
       quota: "runsPerMinute",
       field: "schedule",
     });
     // Every two seconds: 30 a minute, 90 with the first, within 100.
-    const b = await createJob(f.engine, testJob({ tenantId: "rate", schedule: { every: "PT2S" } }));
+    const b = await createJob(
+      f.engine,
+      testJob({ tenantId: "rate", schedule: { every: "PT2S", startAt } }),
+    );
     const edit = await editJob(f.engine, "rate", b.job.jobId, b.job.version, {
-      schedule: { every: "PT1S" },
+      schedule: everySecond,
     }).catch((e: unknown) => e);
     expect((edit as QuotaExceededError).context.quota).toBe("runsPerMinute");
     // Lowering the first makes room for the edit, at the next recount: one a refusal makes once
@@ -202,12 +210,12 @@ describe("the job quotas at create and edit", () => {
       schedule: { cron: "* * * * *", timezone: "UTC" },
     });
     const early = await editJob(f.engine, "rate", b.job.jobId, b.job.version, {
-      schedule: { every: "PT1S" },
+      schedule: everySecond,
     }).catch((e: unknown) => e);
     expect((early as QuotaExceededError).context.quota).toBe("runsPerMinute");
     const later = engineAt(f.engine, Date.now() + f.engine.settings.quotaRecountMs);
     const edited = await editJob(later, "rate", b.job.jobId, b.job.version, {
-      schedule: { every: "PT1S" },
+      schedule: everySecond,
     });
     expect(edited.version).toBe(2);
   });
