@@ -313,7 +313,7 @@ describe("dependencies: a job runs after other jobs", () => {
   });
 
   it.each(["fire_once", "skip"] as const)(
-    "a triggered run on a whole second, its dependent edited to a per-second cron before it starts late, runs (misfire %s does not skip it)",
+    "a triggered run on a whole second, its dependent edited to a cron naming that second of every minute since before it starts late, runs (misfire %s does not skip it)",
     async (misfire) => {
       const a = await upstreamJob();
       const b = await createJob(
@@ -338,10 +338,24 @@ describe("dependencies: a job runs after other jobs", () => {
       const [triggered] = await runsOf(b.jobId);
       if (!triggered) throw new Error("the fan-out wrote no run");
       expect(triggered.scheduledFor).toBe(new Date(onTheSecond).toISOString());
-      // Meanwhile the dependent becomes a per-second job: the run's instant is now one of its
-      // occurrences, though the schedule never queued it.
+      // Meanwhile the dependent gets a schedule of which the run's instant is one occurrence,
+      // though the schedule never queued it, and whose later occurrences (that second of each
+      // minute since, the last within the minute before now) would stand in for it under both
+      // policies were it a scheduled run. Not a per-second cron: the edit's claim queued its next
+      // 14 minutes (840 runs) and the cancel ended them, half the file's requests; the hours and
+      // minutes named reach no occurrence within a claim's 14 minutes ahead.
+      const since = new Date(onTheSecond);
+      const minutes = new Set<number>();
+      const hours = new Set<number>();
+      for (let at = onTheSecond; at <= Date.now(); at += 60_000) {
+        minutes.add(new Date(at).getUTCMinutes());
+        hours.add(new Date(at).getUTCHours());
+      }
       await editJob(f.engine, b.tenantId, b.jobId, b.version, {
-        schedule: { cron: "* * * * * *", timezone: "UTC" },
+        schedule: {
+          cron: `${since.getUTCSeconds()} ${[...minutes].join(",")} ${[...hours].join(",")} * * *`,
+          timezone: "UTC",
+        },
       });
       const delivery = await f.nextDeliveryOfRun(triggered);
       expect(await f.process(deps(), delivery)).toBe("ack");
