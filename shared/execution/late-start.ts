@@ -18,7 +18,8 @@ export interface LateStartInput {
   readonly queuedOffSchedule?: boolean;
   /**
    * A worker started this run before: it was interrupted (its worker died or
-   * shut down) or held back by its overlap policy. It was on time then. (A
+   * shut down) or held back by a wait of the scheduler's own (its overlap policy, its tenant's
+   * quota, the attempt before it, its one-off's floor lowering). It was on time then. (A
    * start that parked the run because its job was paused does not count: a
    * parked run meets its misfire policy when the job resumes.)
    */
@@ -53,8 +54,8 @@ export interface LateStartInput {
  * Retries, replays, triggered runs and the runs an upstream queued (not occurrences of the
  * schedule, whatever instant they hold) always run.
  *
- * Recovery is not a misfire. A run started before (interrupted, or waiting on
- * its overlap policy) runs again whatever the time. A run whose message was
+ * Recovery is not a misfire. A run started before (interrupted, or held back by a wait of the
+ * scheduler's own, whose requeue wrote its start) runs again whatever the time. A run whose message was
  * lost is late only if it starts more than the grace after the reaper re-sent
  * it: the reaper looks a lease after the run was due, and the lease is as long
  * as the grace, so counting from the occurrence would skip every such run.
