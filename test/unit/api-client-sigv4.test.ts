@@ -367,6 +367,37 @@ describe("SchedulerClient with SigV4", () => {
     verify(retry, "20150830T124200Z");
   });
 
+  it("signs a create's retry with the same Idempotency-Key and body, and sends a 403 once", async () => {
+    let now = SIGNING_DATE.getTime();
+    const retrying = new SchedulerClient({
+      baseUrl: `${origin}/prefix/v1`,
+      auth: { kind: "sigv4", region: "eu-west-1", credentials, now: () => new Date(now) },
+      retry: {
+        maxDelayMs: 600_000,
+        sleep: async (ms) => {
+          now -= ms; // a clock that went back between the attempts
+        },
+      },
+    });
+    statuses = [503];
+    await retrying.jobs.create(
+      { type: "noop", schedule: { runAt: "2030-01-01T00:00:00.000Z" } },
+      { idempotencyKey: "key-1" },
+    );
+    const [first, retry] = captured;
+    if (!first || !retry) throw new Error("the server received no retry");
+    expect(retry.headers["idempotency-key"]).toBe("key-1");
+    expect(first.headers["idempotency-key"]).toBe("key-1");
+    expect(retry.body.toString("utf8")).toBe(first.body.toString("utf8"));
+    expect(retry.url).toBe("/prefix/v1/jobs");
+    verify(first);
+    verify(retry, "20150830T123000Z");
+    captured = [];
+    statuses = [403];
+    await retrying.jobs.get("01J0ABC").catch(() => undefined);
+    expect(captured).toHaveLength(1);
+  });
+
   it("signs a listing's query as sent, cursor characters included", async () => {
     const cursor = "a/b+c= d*'";
     await client().runs.page("01J0ABC", { limit: 3, cursor });

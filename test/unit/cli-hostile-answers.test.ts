@@ -3,7 +3,11 @@ import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { EXIT } from "../../client/cli/exit-codes.js";
 import { SchedulerApiError, SchedulerClient } from "../../client/index.js";
-import { LIMITS } from "../../shared/api/schemas/common.js";
+import { LIMITS, RUN_STATUSES } from "../../shared/api/schemas/common.js";
+import { boundCursor } from "../../shared/jobs/cursor.js";
+import { runId, runSortKey } from "../../shared/keys.js";
+import { deadLetterPk, jobKey, tenantPk } from "../../shared/storage/items.js";
+import { runKey } from "../../shared/storage/runs.js";
 import { runCaptured } from "../support/cli-run.js";
 import { rejection } from "../support/rejection.js";
 
@@ -439,6 +443,32 @@ describe("a listing whose next cursor could not be sent back", () => {
     } finally {
       await close();
     }
+  });
+
+  it("holds every cursor the API makes: its longest, at the longest ids, tenant and filters, is well within", () => {
+    // base64url of ASCII JSON: characters and bytes are one, so the API's and the client's counts agree.
+    const tenant = "|".repeat(256);
+    const job = "-".repeat(64);
+    const when = "9999-12-31T23:59:59.999Z";
+    const statuses = RUN_STATUSES.map((status) => status.toUpperCase()).join(",");
+    const farthest = [new Date(-8.64e15), new Date(8.64e15)].map((at) => at.toISOString());
+    const cursors = [
+      boundCursor({ tenantPk: tenantPk(tenant), tenantSk: job, ...jobKey(job) }, "status=PAUSED"),
+      boundCursor(
+        { ...jobKey(job), sk: runSortKey(when, 9999) },
+        `status=${statuses}&from=${farthest[0]}&to=${farthest[1]}`,
+      ),
+      boundCursor(
+        {
+          deadPk: deadLetterPk(tenant),
+          deadSk: `${when}#${runId(job, when, 9999)}`,
+          ...runKey(job, when, 9999),
+        },
+        undefined,
+      ),
+    ];
+    const longest = Math.max(...cursors.map((cursor) => cursor?.length ?? 0));
+    expect(longest).toBeLessThanOrEqual(LIMITS.cursorChars);
   });
 });
 
