@@ -43,8 +43,11 @@ export function SignInPage({ auth, onSignedIn }: { auth: ConsoleAuth; onSignedIn
   const submit = async (event: Event) => {
     event.preventDefault();
     // The key goes to this page's origin: over plain http to a host that is not loopback (a
-    // tunnel's http:// name for the sandbox), anyone on the way would read it. The CLI's rule.
-    const problem = plainHttpKeyProblem(new URL(location.href));
+    // tunnel's http:// name for the sandbox), anyone on the way would read it. The CLI's rule, and
+    // beside it the browser's own: a secure context is https, or a name it keeps on loopback itself
+    // (`*.localhost`, which the sandbox answers; the CLI, whose resolver promises no such thing,
+    // does not take it).
+    const problem = window.isSecureContext ? null : plainHttpKeyProblem(new URL(location.href));
     if (problem !== null) {
       setError(
         new Error(

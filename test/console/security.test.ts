@@ -384,6 +384,34 @@ describe("a key typed into the console reached over plain http by a name that is
   });
 });
 
+describe("a key typed into the console reached over plain http by a loopback name under localhost", () => {
+  it("signs in: the sandbox answers the names under localhost as loopback (RFC 6761), and so do browsers", async () => {
+    // The sandbox's own rule (shared/api/local-server.ts isLoopbackName) answers console.localhost;
+    // the page route stands in for the browser's own resolution of the name to 127.0.0.1.
+    const origin = "http://console.localhost";
+    const tab = await browser.context.newPage();
+    onTestFinished(() => tab.close());
+    await tab.route(`${origin}/**`, async (route) => {
+      const url = new URL(route.request().url());
+      const { host: _host, ...headers } = await route.request().allHeaders();
+      const response = await route.fetch({
+        url: `${sandbox.url}${url.pathname}${url.search}`,
+        headers,
+      });
+      await route.fulfill({ response });
+    });
+    await tab.goto(`${origin}/console`);
+    await tab.getByLabel("API key", { exact: true }).fill(KEY);
+    await tab.getByRole("button", { name: "Sign in" }).click();
+    const refusal = tab.getByText("API key: a bearer key is not sent over http:");
+    await refusal
+      .or(tab.getByRole("heading", { name: "Jobs", level: 1 }))
+      .first()
+      .waitFor();
+    expect(await refusal.isVisible()).toBe(false);
+  });
+});
+
 describe("the OIDC callback's address where sign-in takes a key", () => {
   it("leads to the key sign-in form, and from there to the jobs (a bookmark, an old history entry)", async () => {
     // A deployment that signed in with OIDC once, or a callback link kept in history: this one
