@@ -18,16 +18,25 @@ import {
 const REAPER_LEAST_MS = REAPER_TIME_MARGIN_MS + 10_000;
 
 /**
- * Whether the fan-out may start another Invoke with `remainingMs` left of the invocation: the first
- * round of `LAMBDA_INVOKE_CONCURRENCY` always starts (a tick whose read of the shards was slow
- * still invokes some, and the rotation below brings every shard round); after it, one starts only
- * while what is left holds the reaper's least and the slowest Invoke this tick has seen and a
- * second (one may take a little longer than the last), at most the longest one can take (a silent
- * connection, every attempt cut at its limit). With every
- * Invoke hanging, 50 at a time, a tick at a few hundred shards would otherwise spend its whole
- * minute on them, and the reaper would never run.
+ * The least left of the invocation for any Invoke to start: the longest one Invoke takes (a silent
+ * connection, every attempt cut at its limit) on top of the reaper's margin, so that whatever the
+ * Invokes do the reaper starts with its margin, and the tick ends, logging the shards it did not
+ * invoke, before the invocation's timeout. A fan-out begun with less (its read of the shards took
+ * over 24 s) invokes none, and the next tick's does.
+ */
+const INVOKE_LEAST_MS = REAPER_TIME_MARGIN_MS + LAMBDA_INVOKE_LONGEST_MS;
+
+/**
+ * Whether the fan-out may start another Invoke with `remainingMs` left of the invocation: while
+ * `INVOKE_LEAST_MS` is left, the first round of `LAMBDA_INVOKE_CONCURRENCY` starts (a tick whose
+ * read of the shards was slow still invokes some when the Invokes answer at once, and the rotation
+ * below brings every shard round); after it, one starts only while what is left also holds the
+ * reaper's least and the slowest Invoke this tick has seen and a second, at most the longest one.
+ * With every Invoke hanging, 50 at a time, a tick at a few hundred shards would otherwise spend
+ * its whole minute on them, and the reaper would never run.
  */
 function mayStartInvoke(started: number, remainingMs: number, slowestMs: number): boolean {
+  if (remainingMs < INVOKE_LEAST_MS) return false;
   if (started < LAMBDA_INVOKE_CONCURRENCY) return true;
   return remainingMs >= REAPER_LEAST_MS + Math.min(slowestMs + 1_000, LAMBDA_INVOKE_LONGEST_MS);
 }
@@ -36,9 +45,9 @@ function mayStartInvoke(started: number, remainingMs: number, slowestMs: number)
  * One tick as the tick Lambda runs it: one asynchronous dispatcher invocation per shard the stage
  * has run with (`invoke`; each pass runs in an invocation of its own, with its own timeout, shard
  * lease, retries and on-failure destination), then the reaper, within what is left of the
- * invocation's time (`remainingMs`). Invokes past the first round start only while the time left
- * holds them and the reaper (`mayStartInvoke`); the shards not invoked then are logged and fail
- * the tick, as a refused Invoke does.
+ * invocation's time (`remainingMs`). Invokes start only while the time left holds them and the
+ * reaper (`mayStartInvoke`); the shards not invoked then are logged and fail the tick, as a
+ * refused Invoke does.
  */
 export async function fanOutTick(
   engine: Engine,

@@ -24,11 +24,12 @@ beforeEach(async () => {
 afterEach(() => f.destroy());
 
 /**
- * One tick as a Lambda invocation whose every dispatcher Invoke hangs on a silent connection until
- * the client's limits end it: the Invokes in flight at once end together, 15 s on its countdown
- * (`remainingMs`), which nothing else moves.
+ * One tick as a Lambda invocation whose fan-out begins with `startMs` left (less than the minute:
+ * its read of the shards was slow) and whose dispatcher Invokes answer at once until `silentFrom`
+ * have started, then hang on a silent connection until the client's limits end them: the Invokes
+ * in flight at once end together, 15 s on its countdown (`remainingMs`), which nothing else moves.
  */
-async function silentTick() {
+async function silentTick(startMs = TICK_MS, silentFrom = 0) {
   let elapsedMs = 0;
   const invoked: number[] = [];
   const errors: { message: string; fields: Record<string, unknown> }[] = [];
@@ -41,20 +42,26 @@ async function silentTick() {
   const engine = { ...f.engine, obs: { ...f.engine.obs, log } };
   const outcome = await fanOutTick(engine, {
     invoke: async (event: DispatcherEvent) => {
-      invoked.push(event.shard);
+      if (invoked.push(event.shard) <= silentFrom) return;
       const began = elapsedMs;
       // Every lane starts its Invoke before any of them ends: they are in flight together.
       await new Promise((resolve) => setImmediate(resolve));
       elapsedMs = Math.max(elapsedMs, began + SILENT_INVOKE_MS);
       throw Object.assign(new Error("connection timed out"), { name: "TimeoutError" });
     },
-    remainingMs: () => TICK_MS - elapsedMs,
+    remainingMs: () => startMs - elapsedMs,
   }).then(
     () => "returned",
     (error: unknown) => String(error),
   );
   const reached = f.metrics.points.filter((p) => p.name === METRICS.reaperShardsReached);
-  return { outcome, invoked, errors, reached: reached.at(-1)?.value };
+  return {
+    outcome,
+    invoked,
+    errors,
+    reached: reached.at(-1)?.value,
+    reaperLeftMs: startMs - elapsedMs,
+  };
 }
 
 describe("the tick's fan-out within its minute", () => {
@@ -103,5 +110,30 @@ describe("the tick's fan-out after a slow start", () => {
     // Each Invoke answers in milliseconds: all 120 fit in a second beside the reaper's 30.
     expect(invoked).toHaveLength(SHARDS);
     expect(outcome).toBe("returned");
+  }, 60_000);
+});
+
+describe("the tick's fan-out when the Invokes slow down", () => {
+  it("a fan-out begun with less than an Invoke's longest and the reaper's margin (34 s) starts none, and the reaper reads every shard", async () => {
+    // 26 s of the minute gone on the shards' read; the Invokes would answer at once, then hang.
+    const tick = await silentTick(TICK_MS - 26_000, LAMBDA_INVOKE_CONCURRENCY);
+    expect(tick.invoked).toEqual([]);
+    // The reaper's least is its 20 s margin and 10 s of shards: 30 s.
+    expect(tick.reaperLeftMs).toBeGreaterThanOrEqual(30_000);
+    expect(tick.reached).toBe(SHARDS);
+    const left = tick.errors.find((e) => e.message.startsWith("tick ran out of time"));
+    expect(left?.fields.shards).toHaveLength(SHARDS);
+  }, 60_000);
+
+  it("every Invoke hanging after a slow read: the reaper still reaches the shards", async () => {
+    const tick = await silentTick(TICK_MS - 26_000, 0);
+    expect(tick.reached).toBe(SHARDS);
+  }, 60_000);
+
+  it("Invokes answering at once, then hanging, with 45 s left: the round started on the first's times still leaves the reaper its least", async () => {
+    const tick = await silentTick(TICK_MS - 15_000, LAMBDA_INVOKE_CONCURRENCY);
+    expect(tick.invoked).toHaveLength(2 * LAMBDA_INVOKE_CONCURRENCY);
+    expect(tick.reaperLeftMs).toBeGreaterThanOrEqual(30_000);
+    expect(tick.reached).toBe(SHARDS);
   }, 60_000);
 });
