@@ -45,9 +45,11 @@ const READY = /scheduler sandbox ready at (http:\/\/\S+)/;
  * The test run's emulators (AWS_ENDPOINT_URL_DYNAMODB and AWS_ENDPOINT_URL_SQS) when the file's
  * project provides them: a DynamoDB Local started per file cost seconds of CPU on two cores, and
  * is slow until its JIT warms up. A project without the global setup (`alone`) provides none, and
- * the sandbox starts its own, as `npm start` does.
+ * neither does a run outside vitest (the benches, `npm run bench:spike`, whose inject() would
+ * throw): the sandbox starts its own, as `npm start` does.
  */
-function runEmulators(): Record<string, string> {
+export function runEmulators(): Record<string, string> {
+  if (process.env.VITEST === undefined) return {};
   // inject() is typed by what the global setup provides; a project without one provides nothing.
   const dynamo: string | undefined = inject("dynamoEndpoint");
   const sqs: string | undefined = inject("sqsEndpoint");
