@@ -1,6 +1,7 @@
 import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
 import { LAMBDA_INVOKE_CONCURRENCY, LAMBDA_INVOKE_LONGEST_MS } from "../lambda-client.js";
+import { MINUTE_MS } from "../schedule/calendar.js";
 import { type ReapResult, reap } from "./reaper.js";
 import { REAPER_TIME_MARGIN_MS } from "./reaper-time.js";
 import {
@@ -60,7 +61,7 @@ export async function fanOutTick(
   const tickShards = await readTickShards(engine, now);
   // Each minute from a round of Invokes further on: a fan-out out of time leaves different shards
   // each tick, and each is invoked within as many ticks as it takes rounds (at least one fits).
-  const minute = Math.floor(now.getTime() / 60_000);
+  const minute = Math.floor(now.getTime() / MINUTE_MS);
   const first = (minute * LAMBDA_INVOKE_CONCURRENCY) % Math.max(1, tickShards.count);
   const shards = shardsFrom(shardsOf(tickShards), first);
   // The reaper runs all the same: thrown at once, one refused invocation would keep it from running.
