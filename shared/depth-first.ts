@@ -1,7 +1,7 @@
 /**
  * A value for each node of a graph of jobs from its children's values, depth first and memoized,
  * as a recursion would compute it, but on a stack of its own on the heap: a chain of `after` links
- * is as deep as the tenant has jobs (edits join chains of 80 read above end to end), and a
+ * built before edits bounded the depth below a job may be as deep as the tenant has jobs, and a
  * recursion thousands of frames deep overflows the call stack (a 500). Same order, same results:
  * the children in the order given, each finished before the next is begun, a node met again on
  * the chain being folded (a cycle, which edits refuse) or no node at all (`children` undefined)

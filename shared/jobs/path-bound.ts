@@ -20,14 +20,22 @@ import { ValidationError } from "../validation.js";
 
 const FIELD = "schedule.after.jobs";
 
+/**
+ * Levels below a job an edit of its upstreams reads (to count the paths to them). Creates and
+ * edits read at most 80 jobs above new upstreams (dependencies.ts), so with this a chain that
+ * creates and edits build is at most 80 + 1 + 80 jobs long, and every walk of a tenant's graph (a
+ * round trip a level) stays within the API's time. Without it, edits joined chains end to end.
+ */
+export const MAX_LEVELS_BELOW_EDIT = 80;
+
 const upstreamIds = (schedule: ScheduleSpec): readonly string[] =>
   isAfterSchedule(schedule) ? [...new Set(schedule.after.jobs)] : [];
 
 /**
  * The paths to each job from each job of `sources` above it, by source (in the order met).
  * `schedules` holds every job on a path between them (each job's upstreams, by id); a job not in
- * it starts no path. Walked on a stack of its own (`depthFirstFold`): a chain below an edited
- * job is as deep as the tenant has jobs.
+ * it starts no path. Walked on a stack of its own (`depthFirstFold`): the jobs above those below
+ * an edited job are read without a depth bound, and a graph built before it may be thousands deep.
  */
 export function pathsFrom(
   schedules: ReadonlyMap<string, ScheduleSpec>,
@@ -108,7 +116,14 @@ export async function checkEditedJobPaths(
     checkNewJobPaths(job.jobId, schedule, above);
     return;
   }
-  const below = await readJobsBelow(engine, job);
+  const below = await readJobsBelow(engine, job, MAX_LEVELS_BELOW_EDIT);
+  if (below === undefined)
+    throw new ValidationError([
+      {
+        field: FIELD,
+        message: `the jobs after this one reach more than ${MAX_LEVELS_BELOW_EDIT} levels below it: too deep to count the runs this edit would make them run`,
+      },
+    ]);
   const known = new Map([...above, ...below]);
   const reached = await readJobsAbove(
     engine,

@@ -99,42 +99,62 @@ export const timesRuns = (measure: number, runs: number): number => saturated(me
  * level at a time, added to `known` (jobs already read, which are not read again). Another
  * tenant's job is left out (it counts 0).
  */
-export function readJobsAbove(
+export async function readJobsAbove(
   engine: Engine,
   tenantId: string,
   upstreams: readonly string[],
   known: Map<string, Job> = new Map(),
 ): Promise<Map<string, Job>> {
-  return readJobsReachable(engine, tenantId, known, upstreams, (job) =>
+  await readJobsReachable(engine, tenantId, known, upstreams, (job) =>
     isAfterSchedule(job.schedule) ? job.schedule.after.jobs : [],
   );
+  return known;
 }
 
 /**
  * The job and the tenant's jobs below it (its dependents, and theirs in turn), by id, read
  * consistently one level at a time after the job was: a dependent linked before the job's read is
- * among them.
+ * among them. With `levels`, at most that many levels below the job are read, and `undefined`
+ * answers when jobs lie deeper (what it read past that is not returned).
  */
-export function readJobsBelow(engine: Engine, job: Job): Promise<Map<string, Job>> {
-  return readJobsReachable(
+export function readJobsBelow(engine: Engine, job: Job): Promise<Map<string, Job>>;
+export function readJobsBelow(
+  engine: Engine,
+  job: Job,
+  levels: number,
+): Promise<Map<string, Job> | undefined>;
+export async function readJobsBelow(
+  engine: Engine,
+  job: Job,
+  levels = Number.POSITIVE_INFINITY,
+): Promise<Map<string, Job> | undefined> {
+  const found = new Map([[job.jobId, job]]);
+  const deeper = await readJobsReachable(
     engine,
     job.tenantId,
-    new Map([[job.jobId, job]]),
+    found,
     [...job.dependents],
     (dependent) => dependent.dependents,
+    levels,
   );
+  return deeper ? undefined : found;
 }
 
-/** `found` and the tenant's jobs reached from `start` through `next`, read level by level. */
+/**
+ * Adds to `found` the tenant's jobs reached from `start` through `next`, read level by level, at
+ * most `levels` levels; true when jobs are left unread below the last.
+ */
 async function readJobsReachable(
   engine: Engine,
   tenantId: string,
   found: Map<string, Job>,
   start: readonly string[],
   next: (job: Job) => Iterable<string>,
-): Promise<Map<string, Job>> {
+  levels = Number.POSITIVE_INFINITY,
+): Promise<boolean> {
   let frontier = [...new Set(start)].filter((id) => !found.has(id));
-  while (frontier.length > 0) {
+  for (let level = 0; frontier.length > 0; level++) {
+    if (level === levels) return true;
     const reached = new Set<string>();
     for (const job of await getJobs(engine, frontier, { consistent: true })) {
       if (job.tenantId !== tenantId) continue;
@@ -143,5 +163,5 @@ async function readJobsReachable(
     }
     frontier = [...reached].filter((id) => !found.has(id));
   }
-  return found;
+  return false;
 }

@@ -1,16 +1,21 @@
+import { BatchWriteCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { checkNewDependent } from "../../shared/jobs/dependencies.js";
 import { createJob, editJob } from "../../shared/jobs/index.js";
+import { MAX_LEVELS_BELOW_EDIT } from "../../shared/jobs/path-bound.js";
 import { triggerJob } from "../../shared/jobs/trigger.js";
+import { newJobId } from "../../shared/keys.js";
 import type { Job } from "../../shared/model.js";
 import type { ScheduleSpec } from "../../shared/schedule/index.js";
 import { MAX_RUNS_PER_RUN_ABOVE } from "../../shared/schedule/parse.js";
+import { encodeJob, jobKey } from "../../shared/storage/items.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import { ValidationError } from "../../shared/validation.js";
 import {
   createEngineFixture,
   type EngineFixture,
   engineAt,
+  storedJob,
   testJob,
 } from "../support/engine-fixture.js";
 
@@ -23,7 +28,7 @@ import {
  */
 
 const far = (): ScheduleSpec => ({ runAt: new Date(Date.now() + 3_600_000).toISOString() });
-const runsAfter = (...jobs: Job[]): ScheduleSpec => ({
+const runsAfter = (...jobs: Pick<Job, "jobId">[]): ScheduleSpec => ({
   after: { jobs: jobs.map((j) => j.jobId), on: "success" },
 });
 
@@ -267,5 +272,76 @@ describe("an after graph cannot multiply one run past the bound", () => {
     const d = await create(tenant, runsAfter(b, c));
     const [e, g] = [await create(tenant, runsAfter(d)), await create(tenant, runsAfter(d))];
     await create(tenant, runsAfter(e, g));
+  }, 60_000);
+
+  /*
+   * Creates and edits read at most 80 jobs above a job's new upstreams. An edit of the upstreams
+   * of a job with jobs after it also reads the jobs below it, one round trip a level: unbounded,
+   * edits joined chains of 80 end to end, so a tenant's chain grew as deep as it had jobs and every
+   * walk of it (this edit's, the quota's, a cancel's) ran out of the API's time some thousands deep.
+   */
+
+  /**
+   * A chain of `levels` jobs below `top`, written straight into the table (as creates would link
+   * them one after another, each after the last); `top` lists the first as its dependent.
+   */
+  async function chainBelow(top: Job, levels: number): Promise<void> {
+    const now = new Date();
+    const ids = Array.from({ length: levels }, () => newJobId(now));
+    const items = ids.map((jobId, i) =>
+      encodeJob({
+        ...storedJob(jobId, now, testJob({ tenantId: top.tenantId, schedule: far() })),
+        schedule: runsAfter({ jobId: i === 0 ? top.jobId : (ids[i - 1] ?? "") }),
+        dependents: i + 1 < ids.length ? [ids[i + 1] ?? ""] : [],
+      }),
+    );
+    for (let i = 0; i < items.length; i += 25) {
+      const puts = items.slice(i, i + 25).map((Item) => ({ PutRequest: { Item } }));
+      await f.engine.doc.send(
+        new BatchWriteCommand({ RequestItems: { [f.engine.tables.jobs]: puts } }),
+      );
+    }
+    await f.engine.doc.send(
+      new UpdateCommand({
+        TableName: f.engine.tables.jobs,
+        Key: jobKey(top.jobId),
+        UpdateExpression: "ADD dependents :first, linkRevision :one",
+        ExpressionAttributeValues: { ":first": new Set([ids[0]]), ":one": 1 },
+      }),
+    );
+  }
+
+  it(`takes an edit of the upstreams of a job with ${MAX_LEVELS_BELOW_EDIT} levels of jobs below it`, async () => {
+    const tenant = "depth-at-bound";
+    const upstream = await create(tenant, far());
+    const top = await create(tenant, far());
+    await chainBelow(top, MAX_LEVELS_BELOW_EDIT);
+    const read = await getJob(f.engine, top.jobId);
+    const edited = await editJob(f.engine, tenant, top.jobId, read?.version ?? 0, {
+      schedule: runsAfter(upstream),
+    });
+    expect(edited.schedule).toEqual(runsAfter(upstream));
+    expect((await getJob(f.engine, upstream.jobId))?.dependents).toEqual([top.jobId]);
+  }, 60_000);
+
+  it("refuses, naming schedule.after.jobs and writing nothing, one with a level more below it", async () => {
+    const tenant = "depth-past-bound";
+    const upstream = await create(tenant, far());
+    const top = await create(tenant, far());
+    await chainBelow(top, MAX_LEVELS_BELOW_EDIT + 1);
+    const read = await getJob(f.engine, top.jobId);
+    const issues = await refusal(
+      editJob(f.engine, tenant, top.jobId, read?.version ?? 0, { schedule: runsAfter(upstream) }),
+    );
+    expect(issues).toEqual([
+      {
+        field: "schedule.after.jobs",
+        message: `the jobs after this one reach more than ${MAX_LEVELS_BELOW_EDIT} levels below it: too deep to count the runs this edit would make them run`,
+      },
+    ]);
+    const afterRefusal = await getJob(f.engine, top.jobId);
+    expect(afterRefusal?.schedule).toHaveProperty("runAt");
+    expect(afterRefusal?.version).toBe(read?.version);
+    expect((await getJob(f.engine, upstream.jobId))?.dependents).toEqual([]);
   }, 60_000);
 });
