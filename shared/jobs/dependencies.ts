@@ -141,9 +141,9 @@ export async function relinkDependent(
     after.filter((id) => !before.has(id)),
     above,
   );
-  // Paths change only when the upstreams do; then those to the jobs below it change too.
-  if (after.length > 0 && (after.length !== before.size || after.some((id) => !before.has(id))))
-    await checkEditedJobPaths(engine, job, schedule, above);
+  // Paths grow only with a new upstream (then those to the jobs below it too); an edit that only
+  // drops upstreams makes fewer, and is taken over a graph deeper below than an edit may read.
+  if (after.some((id) => !before.has(id))) await checkEditedJobPaths(engine, job, schedule, above);
   const walked = new Map([...above].map(([id, upstream]) => [id, upstream.version]));
   const writes: NamedWrite<UpstreamWriteName>[] = [];
   const written = new Set<string>();

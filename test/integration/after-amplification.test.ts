@@ -344,4 +344,17 @@ describe("an after graph cannot multiply one run past the bound", () => {
     expect(afterRefusal?.version).toBe(read?.version);
     expect((await getJob(f.engine, upstream.jobId))?.dependents).toEqual([]);
   }, 60_000);
+  it("takes an edit that only drops upstreams of a job with jobs deeper below it (a graph built before the bound)", async () => {
+    const tenant = "depth-past-bound-drop";
+    const [left, right] = [await create(tenant, far()), await create(tenant, far())];
+    const top = await create(tenant, runsAfter(left, right));
+    await chainBelow(top, MAX_LEVELS_BELOW_EDIT + 1);
+    const read = await getJob(f.engine, top.jobId);
+    // Fewer upstreams make fewer paths: the tenant can shorten what it can no longer deepen.
+    const edited = await editJob(f.engine, tenant, top.jobId, read?.version ?? 0, {
+      schedule: runsAfter(left),
+    });
+    expect(edited.schedule).toEqual(runsAfter(left));
+    expect((await getJob(f.engine, right.jobId))?.dependents).toEqual([]);
+  }, 60_000);
 });
