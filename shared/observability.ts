@@ -26,8 +26,10 @@ export const METRICS = {
   /**
    * After each tick's reaper pass, how long ago the shard longest unread was last read through
    * (its overdue entries read and dealt with): 0 when the pass read every shard; about a tick
-   * less than ⌈S ÷ K⌉ ticks when passes go round in turns; growing without end for a shard whose reads
-   * fail or outlast the tick's time every time, whose lost messages are then never re-sent.
+   * less than ⌈S ÷ K⌉ ticks when passes go round in turns; growing for a shard that holds more than
+   * the passes deal with until they work through it, and without end for one whose reads fail or
+   * whose first read alone outlasts the tick's time every time, whose lost messages are then never
+   * re-sent.
    */
   reaperLongestUnreadMs: "ReaperLongestUnread",
   fenceLost: "FenceLost",

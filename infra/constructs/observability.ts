@@ -291,7 +291,7 @@ export class Observability extends Construct {
     });
     alarm("ReaperShardUnread", this.metric(METRICS.reaperLongestUnreadMs, "tick", {}, "Maximum"), {
       description:
-        "A shard went unread by the reaper for more than 5 minutes in 2 minutes running: its reads fail or outlast the tick's time each time it comes round, or a tick reaches too few shards to go round in 5 (DynamoDB slow): a run whose message was lost there is re-sent that much later, or never.",
+        "A shard went unread by the reaper for more than 5 minutes in 2 minutes running: it holds more than the passes deal with (they work through it, its cursor moving on: ReaperBehind), its reads fail or its first read alone outlasts the tick's time each time it comes round, or a tick reaches too few shards to go round in 5 (DynamoDB slow): a run whose message was lost there is re-sent that much later, or never.",
       threshold: REAPER_UNREAD_ALARM_MS,
       operator: ComparisonOperator.GREATER_THAN_THRESHOLD,
       evaluationPeriods: 2,

@@ -4,9 +4,11 @@ import type { ReaperStart } from "../storage/reaper-cursor.js";
  * How long the reaper has left shards unread: a shard is read through when a pass reads its
  * overdue entries and takes each in hand (its reads did not fail, and the pass did not run out of
  * time before it or in it; an entry it failed on stops its cursor, which `ReaperBehind` shows). Every shard is read within ⌈S ÷ K⌉ ticks (K the shards a tick reaches),
- * unless one's reads fail or outlast the tick's time each time it comes round: then it goes
- * unread, and a run whose message was lost there is not re-sent, while `ReaperShardsReached`
- * (shards begun) stays at the shard count. The passes carry the shards they did not read through
+ * unless one holds more than a pass deals with (the passes work through it, its cursor moving on,
+ * and it goes unread until one gets to its end), or its reads fail or its first read alone
+ * outlasts the tick's time each time it comes round: then it goes unread, and a run whose message
+ * was lost there is not re-sent, while `ReaperShardsReached` (shards begun) stays at the shard
+ * count. The passes carry the shards they did not read through
  * in `SHARDS`/`REAPER_START`, each with when one was last read through.
  */
 

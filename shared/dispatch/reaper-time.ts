@@ -6,7 +6,8 @@
  * after it would never be read: their lost messages never re-sent. So a pass given its
  * invocation's remaining time (`context.getRemainingTimeInMillis()`) stops by itself before it,
  * between shards or between a shard's entries, and the next tick starts where it stopped
- * (`recordReaperStart`).
+ * (`recordReaperStart`). Within a shard it reads pages sized to what is left, so that a pass
+ * that begins a shard deals with some of its entries before it runs out, and its cursor moves on.
  */
 
 /**
@@ -16,6 +17,16 @@
  */
 export const REAPER_TIME_MARGIN_MS = 20_000;
 
+/** Entries one read of a shard's index asks for at most (keys only: well within a 1 MB page). */
+const REAPER_PAGE = 1_000;
+/**
+ * Entries the first read of a shard asks for in a pass on the tick's time. A read's time grows with
+ * the entries it reads where the index is throttled (its read capacity), and a shard's reads are
+ * taken in hand page by page: a small first page is read and dealt with where a whole one, read in
+ * what the pass had left, would leave no time to deal with any, every pass alike.
+ */
+const REAPER_FIRST_PAGE = 100;
+
 export interface ReaperTime {
   /** Whether another shard fits: what is left, less the longest shard's pass so far, exceeds the margin. */
   nextShardFits(): boolean;
@@ -24,6 +35,16 @@ export interface ReaperTime {
   /** Marks a shard's pass begun, and then ended: its length counts for the shards after it. */
   shardBegins(): void;
   shardEnds(): void;
+  /** How many entries a shard's first read asks for. */
+  firstPage(): number;
+  /** Marks a read of a shard's index begun; `nextPage` measures it. */
+  pageBegins(): void;
+  /**
+   * How many entries the shard's next read asks for, the read just made having asked for `asked`:
+   * at that read's time an entry, it takes half of what is left above the margin (the other half
+   * deals with what it reads), up to a page.
+   */
+  nextPage(asked: number): number;
 }
 
 /** The pass's time: unbounded without `remainingMs` (the sandbox's tick, a restart's recovery). */
@@ -34,10 +55,14 @@ export function reaperTime(remainingMs: (() => number) | undefined): ReaperTime 
       outOfTime: () => false,
       shardBegins: () => {},
       shardEnds: () => {},
+      firstPage: () => REAPER_PAGE,
+      pageBegins: () => {},
+      nextPage: () => REAPER_PAGE,
     };
   // Measured on the invocation's own countdown, so that no clock of the pass's is needed.
   let longestMs = 0;
   let beganAt = 0;
+  let pageBeganAt = 0;
   return {
     nextShardFits: () => remainingMs() - longestMs > REAPER_TIME_MARGIN_MS,
     outOfTime: () => remainingMs() <= REAPER_TIME_MARGIN_MS,
@@ -46,6 +71,17 @@ export function reaperTime(remainingMs: (() => number) | undefined): ReaperTime 
     },
     shardEnds: () => {
       longestMs = Math.max(longestMs, beganAt - remainingMs());
+    },
+    firstPage: () => REAPER_FIRST_PAGE,
+    pageBegins: () => {
+      pageBeganAt = remainingMs();
+    },
+    nextPage: (asked) => {
+      const left = remainingMs();
+      // At least a millisecond: a read the countdown did not see end took next to nothing.
+      const readMs = Math.max(1, pageBeganAt - left);
+      const fits = Math.floor((asked * (left - REAPER_TIME_MARGIN_MS)) / (2 * readMs));
+      return Math.min(REAPER_PAGE, Math.max(1, fits));
     },
   };
 }

@@ -3,19 +3,15 @@ import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
 import { METRICS, runLogKeys } from "../observability.js";
-import { type OutgoingRun, sendRunsSettled } from "../queue/work-queue.js";
 import {
   entryId,
   type IndexStart,
   type InflightEntry,
   type InflightRun,
-  overdueEntries,
-  type PushedResend,
+  overduePage,
   pushInflightDeadline,
   readInflightRuns,
-  undoResend,
 } from "../storage/inflight.js";
-import { runMessageOf } from "../storage/items.js";
 import { keepCompletedJobForWaitingRun } from "../storage/job-status.js";
 import {
   advanceReaperCursor,
@@ -25,6 +21,7 @@ import {
 } from "../storage/reaper-cursor.js";
 import { MAX_RESEND_INTERVAL_MS, runExpiresAt } from "../storage/retention.js";
 import { longestUnreadMs, nothingToRecord, unreadAfterPass } from "./reaper-coverage.js";
+import { type Resend, resendInterval, resendRuns, resendsSinceStart } from "./reaper-resend.js";
 import { reaperTime } from "./reaper-time.js";
 import { readTickShards, shardsFrom, shardsOf, type TickShards } from "./tick-shards.js";
 
@@ -86,41 +83,23 @@ type Examined = "done" | "unsettled";
 
 /**
  * Where a shard's next pass reads from, when that is behind the settle line: the first entry its
- * cursor did not pass, or the last one read by a pass that stopped at its maximum (more may
- * follow). Undefined when the shard's reading caught up.
+ * cursor did not pass, or the last one read by a pass that stopped with more to read (at its
+ * maximum, or out of time between pages). Undefined when the shard's reading caught up.
  */
 function stoppedBehind(
   entries: readonly InflightEntry[],
   outcomes: readonly Examined[],
   settledBefore: string,
-  max: number,
+  more: boolean,
 ): string | undefined {
   const left = entries.find(
     (entry, index) => outcomes[index] !== "done" || entry.deadline >= settledBefore,
   );
   if (left !== undefined) return left.deadline < settledBefore ? left.deadline : undefined;
-  return entries.length >= max ? entries.at(-1)?.deadline : undefined;
+  return more ? entries.at(-1)?.deadline : undefined;
 }
 
 export { MAX_RESEND_INTERVAL_MS };
-
-/** How many times the reaper has re-sent the run since a worker last started it. */
-function resendsSinceStart(run: InflightRun): number {
-  return run.resends !== null && run.resends.fence === run.fence ? run.resends.count : 0;
-}
-
-/**
- * How long after its `count`-th re-send (since its last start) the reaper looks at a run again: a
- * lease, doubling with each re-send no worker started, up to 15 minutes. A message that was lost
- * is re-sent a lease after it was due, as ever; one that waits in a backlog (the workers down or
- * saturated) is not copied into it every pass, which would feed the backlog it waits in.
- */
-export function resendInterval(count: number, leaseMs: number): number {
-  return Math.min(
-    leaseMs * 2 ** Math.min(count - 1, 20),
-    Math.max(leaseMs, MAX_RESEND_INTERVAL_MS),
-  );
-}
 
 /**
  * Finds runs whose message should have been acted on by now and was not:
@@ -220,107 +199,110 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
       await rewindReaperCursor(engine, shard, cursor, start.from);
     }
     const max = options.maxPerShard ?? MAX_PER_SHARD;
-    const entries = await overdueEntries(engine, shard, {
-      start,
-      // After a restart every run still waiting is re-sent, however far ahead its deadline.
-      before: messagesLost ? overdueBefore : settled,
-      max,
-    });
-    const runs = await readInflightRuns(engine, entries, { consistentRead: false });
-    const toSend: { readonly run: InflightRun; readonly pushed: PushedResend }[] = [];
-    const ended: Run[] = [];
-    const outcomes: Examined[] = entries.map(() => "unsettled");
-    await forEachConcurrently(
-      entries.map((entry, index) => ({ entry, index })),
-      16,
-      async ({ entry, index }) => {
-        // Left unsettled: the cursor stops before it, and the next pass reads it again.
-        if (!outOfTime) outOfTime = time.outOfTime();
-        if (outOfTime) return;
-        examined++;
-        try {
-          outcomes[index] = await examine(entry, runs.get(entryId(entry)) ?? null);
-        } catch (error) {
-          failure ??= { error };
-        }
-      },
-    );
-    if (toSend.length > 0) {
-      const outgoing = new Map<OutgoingRun, (typeof toSend)[number]>(
-        toSend.map((resend) => [
-          { message: runMessageOf(resend.run), dueAt: new Date(resend.run.dueAt) },
-          resend,
-        ]),
-      );
-      const { unsent, failure: sendFailure } = await sendRunsSettled(
-        engine.sqs,
-        engine.queues,
-        [...outgoing.keys()],
-        // Delays count from the moment of sending, not from the start of a pass that may take seconds.
-        options.now ?? engine.clock(),
-      );
-      const sent = toSend.length - unsent.length;
-      resent += sent;
-      if (sent > 0) {
-        engine.obs.metrics.add(METRICS.reaperResends, sent, "Count");
-        engine.obs.log.warn("reaper re-sent runs", { shard, runs: sent });
+    // Every entry read so far and what became of it; the cursor has passed the first `passed`.
+    const entries: InflightEntry[] = [];
+    const outcomes: Examined[] = [];
+    let passed = 0;
+    let more = true;
+    let limit = time.firstPage();
+    // A page at a time, each dealt with before the next is read: a pass out of time part-way has
+    // moved the cursor past what it dealt with, and the next reads on from there, where one that
+    // read every page first ran out before it dealt with any, each time alike.
+    while (more && entries.length < max && !outOfTime) {
+      if (time.outOfTime()) {
+        outOfTime = true;
+        break;
       }
-      if (sendFailure) {
-        // The shards after this one are reaped all the same (thrown here, the send stopped the
-        // pass, and every shard after it waited for the next tick).
-        failure ??= sendFailure;
-        const notSent = unsent.flatMap((o) => outgoing.get(o) ?? []);
-        engine.obs.log.error("reaper could not re-send runs; it tries again a lease on", {
-          shard,
-          runs: notSent.map(({ run }) => run.runId),
-          error: String(sendFailure.error),
-        });
-        // Their deadlines have moved on, so a later pass finds them again; a send that did not
-        // happen is not counted: it doubles no interval and starts no misfire clock.
-        await forEachConcurrently(notSent, 16, async ({ run, pushed }) => {
-          const retryAt = Math.max(engine.clock().getTime(), Date.parse(run.dueAt));
-          const retry = new Date(
-            Math.min(retryAt + engine.settings.leaseMs, pushed.deadline.getTime()),
-          );
-          await undoResend(engine, run, pushed, retry).catch((error: unknown) => {
-            // Left counted: the run is re-sent at the later deadline the push gave it.
-            engine.obs.log.warn("reaper could not take back a failed re-send's count", {
-              ...runLogKeys(run),
-              error: String(error),
-            });
-          });
-        });
+      time.pageBegins();
+      const page = await overduePage(engine, shard, {
+        start,
+        after: entries.at(-1),
+        // After a restart every run still waiting is re-sent, however far ahead its deadline.
+        before: messagesLost ? overdueBefore : settled,
+        limit: Math.min(limit, max - entries.length),
+      });
+      limit = time.nextPage(limit);
+      more = page.more;
+      entries.push(...page.entries);
+      outcomes.push(...(await takeInHand(page.entries)));
+      // The cursor passes the entries dealt with, in order, up to the first one that was not.
+      const before = passed;
+      for (let next = entries[passed]; next !== undefined; next = entries[passed]) {
+        if (outcomes[passed] !== "done" || next.deadline >= settledBefore) break;
+        passed++;
       }
+      const last = entries[passed - 1];
+      if (passed > before && last !== undefined) await advanceReaperCursor(engine, shard, last);
     }
-    const repairEnded = options.repairEnded;
-    if (repairEnded) {
-      await forEachConcurrently(ended, 16, (run) =>
-        repairEnded(run).catch((error: unknown) => {
-          engine.obs.log.warn("reaper could not write an ended run's side on its job", {
-            ...runLogKeys(run),
-            error: String(error),
-          });
-        }),
-      );
-    }
-    // The cursor passes the entries dealt with, in order, up to the first one that was not.
-    let passed: InflightEntry | null = null;
-    for (const [index, entry] of entries.entries()) {
-      if (outcomes[index] !== "done" || entry.deadline >= settledBefore) break;
-      passed = entry;
-    }
-    if (passed) await advanceReaperCursor(engine, shard, passed);
-    const stoppedAt = stoppedBehind(entries, outcomes, settledBefore, max);
+    const stoppedAt = stoppedBehind(entries, outcomes, settledBefore, more);
     if (stoppedAt !== undefined)
       behindMs = Math.max(behindMs, settled.getTime() - Date.parse(stoppedAt));
     return outOfTime;
+
+    /** Deals with a page of entries; those it did not reach for time are left unsettled. */
+    async function takeInHand(page: readonly InflightEntry[]): Promise<Examined[]> {
+      const pageOutcomes: Examined[] = page.map(() => "unsettled");
+      if (page.length === 0) return pageOutcomes;
+      // Out of time in the read itself: its runs are not read for nothing.
+      if (!outOfTime) outOfTime = time.outOfTime();
+      if (outOfTime) return pageOutcomes;
+      const runs = await readInflightRuns(engine, page, { consistentRead: false });
+      const toSend: Resend[] = [];
+      const ended: Run[] = [];
+      await forEachConcurrently(
+        page.map((entry, index) => ({ entry, index })),
+        16,
+        async ({ entry, index }) => {
+          // Left unsettled: the cursor stops before it, and the next pass reads it again.
+          if (!outOfTime) outOfTime = time.outOfTime();
+          if (outOfTime) return;
+          examined++;
+          try {
+            pageOutcomes[index] = await examine(entry, runs.get(entryId(entry)) ?? null, {
+              toSend,
+              ended,
+            });
+          } catch (error) {
+            failure ??= { error };
+          }
+        },
+      );
+      const sending = await resendRuns(engine, toSend, {
+        shard,
+        // Delays count from the moment of sending, not from the start of a pass that may take seconds.
+        now: options.now ?? engine.clock(),
+      });
+      resent += sending.sent;
+      // The shards after this one are reaped all the same (thrown here, the send stopped the
+      // pass, and every shard after it waited for the next tick).
+      if (sending.failure) failure ??= sending.failure;
+      const repairEnded = options.repairEnded;
+      if (repairEnded) {
+        await forEachConcurrently(ended, 16, (run) =>
+          repairEnded(run).catch((error: unknown) => {
+            engine.obs.log.warn("reaper could not write an ended run's side on its job", {
+              ...runLogKeys(run),
+              error: String(error),
+            });
+          }),
+        );
+      }
+      return pageOutcomes;
+    }
 
     /**
      * Deals with the run an entry names, read eventually consistent: when a conditional push
      * finds the run changed, it reads it again and decides anew, so that the cursor passes no
      * run still QUEUED or RUNNING under a deadline behind it.
      */
-    async function examine(entry: InflightEntry, read: InflightRun | null): Promise<Examined> {
+    async function examine(
+      entry: InflightEntry,
+      read: InflightRun | null,
+      found: {
+        readonly toSend: Resend[];
+        readonly ended: Run[];
+      },
+    ): Promise<Examined> {
       let run = read;
       for (let attempt = 0; attempt < 3; attempt++) {
         if (attempt > 0) {
@@ -329,7 +311,7 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
         }
         if (run === null) return "done";
         if (run.status !== "QUEUED" && run.status !== "RUNNING") {
-          if (messagesLost) ended.push(run);
+          if (messagesLost) found.ended.push(run);
           return "done";
         }
         // Filed again further along (moved on since the index was read): that entry is the one.
@@ -372,7 +354,7 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
         ) {
           if (keepUntil !== null) await keepCompletedJobForWaitingRun(engine, run, now);
           if (resend)
-            toSend.push({
+            found.toSend.push({
               run,
               pushed: { deadline: new Date(deadline), resentCount, misfireFrom },
             });

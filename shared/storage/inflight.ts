@@ -41,13 +41,21 @@ export type IndexStart =
   | { readonly from: string }
   | { readonly fromStart: true };
 
-/** The shard's entries from `start` whose deadline is before `before`, in index order, at most `max`. */
-export async function overdueEntries(
+/**
+ * One read of the shard's entries from `start` whose deadline is before `before`, in index order:
+ * at most `limit`, after `after` (the last entry of the read before) when given. `more` when the
+ * index may hold further ones.
+ */
+export async function overduePage(
   engine: Engine,
   shard: number,
-  { start, before, max }: { start: IndexStart; before: Date; max: number },
-): Promise<InflightEntry[]> {
-  const found: InflightEntry[] = [];
+  {
+    start,
+    before,
+    limit,
+    after,
+  }: { start: IndexStart; before: Date; limit: number; after?: InflightEntry | undefined },
+): Promise<{ readonly entries: InflightEntry[]; readonly more: boolean }> {
   const pk = inflightPk(shard);
   const range =
     "from" in start
@@ -63,26 +71,29 @@ export async function overdueEntries(
           KeyConditionExpression: "inflightPk = :pk AND inflightSk < :before",
           ExpressionAttributeValues: { ":pk": pk, ":before": before.toISOString() },
         };
-  let startKey: Record<string, unknown> | undefined =
-    "after" in start
-      ? { inflightPk: pk, inflightSk: start.after.deadline, pk: start.after.pk, sk: start.after.sk }
-      : undefined;
-  do {
-    const page = await engine.doc.send(
-      new QueryCommand({
-        TableName: engine.tables.runs,
-        IndexName: RUNS_INFLIGHT_INDEX,
-        ...range,
-        ExclusiveStartKey: startKey,
-        Limit: Math.min(max - found.length, 1000),
-      }),
-    );
-    for (const item of page.Items ?? []) {
-      found.push({ pk: String(item.pk), sk: String(item.sk), deadline: String(item.inflightSk) });
-    }
-    startKey = found.length < max ? page.LastEvaluatedKey : undefined;
-  } while (startKey);
-  return found;
+  const from = after ?? ("after" in start ? start.after : undefined);
+  const page = await engine.doc.send(
+    new QueryCommand({
+      TableName: engine.tables.runs,
+      IndexName: RUNS_INFLIGHT_INDEX,
+      ...range,
+      ExclusiveStartKey: from && {
+        inflightPk: pk,
+        inflightSk: from.deadline,
+        pk: from.pk,
+        sk: from.sk,
+      },
+      Limit: limit,
+    }),
+  );
+  return {
+    entries: (page.Items ?? []).map((item) => ({
+      pk: String(item.pk),
+      sk: String(item.sk),
+      deadline: String(item.inflightSk),
+    })),
+    more: page.LastEvaluatedKey !== undefined,
+  };
 }
 
 /** The run's item carries an index entry: it is the reaper's to look at. */

@@ -1020,8 +1020,9 @@ describe("observability", () => {
         a.TreatMissingData,
       ]);
   // A lost run's re-send 5 minutes late either way. A shard's reads are left unread past ⌈S ÷ K⌉ − 1
-  // ticks only when a tick reaches under a sixth of the shards, or when one shard's reads fail or
-  // outlast the tick's time each time round. A tick that does not run sends neither: TickNotRunning.
+  // ticks only when a tick reaches under a sixth of the shards, or when one shard holds more than
+  // the passes deal with, or its reads fail or its first read outlasts the tick's time each time.
+  // A tick that does not run sends neither: TickNotRunning.
   it.each([
     [
       "the reaper's reading stands minutes behind (a lost run re-sent that much late)",

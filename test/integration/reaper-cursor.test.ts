@@ -1,4 +1,4 @@
-import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import { BatchWriteCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
@@ -87,6 +87,8 @@ const TICK_MS = 60_000;
 function lambdaTicks(
   engine: Engine,
   costMs: (command: string, input: Record<string, unknown>) => number,
+  /** Taken once the answer is in: a cost that grows with what the request read. */
+  answerCostMs: (command: string, output: Record<string, unknown>) => number = () => 0,
 ) {
   const clients = createTestClients({ maxSockets: 8 });
   let began = 0;
@@ -95,7 +97,12 @@ function lambdaTicks(
     (next, context) => async (args) => {
       if (began > 0 && remainingMs() <= 0) throw new Error("Task timed out after 60.00 seconds");
       offsetMs += costMs(String(context.commandName), args.input as Record<string, unknown>);
-      return next(args);
+      const answer = await next(args);
+      offsetMs += answerCostMs(
+        String(context.commandName),
+        answer.output as unknown as Record<string, unknown>,
+      );
+      return answer;
     },
     { step: "initialize", name: "lambdaTicks" },
   );
@@ -113,6 +120,36 @@ function lambdaTicks(
 /** A read of a shard's `inflight` index: the reaper's one request for a shard with nothing due. */
 const isIndexRead = (command: string, input: Record<string, unknown>) =>
   command.startsWith("Query") && input.IndexName === "inflight";
+
+/**
+ * `count` index entries of runs that ended, in shard 0, filed just before `before` (the deadline
+ * of a lost run's entry, which they come ahead of): what a busy shard holds behind its cursor.
+ * Written as bare items, as only their keys, deadline and status matter to the reaper.
+ */
+async function endedEntriesBefore(before: string, count: number) {
+  const at = Date.parse(before) - 1_000;
+  const items = Array.from({ length: count }, (_, i) => ({
+    pk: "JOB#ended-filler",
+    sk: `RUN#${String(i).padStart(6, "0")}`,
+    jobId: "ended-filler",
+    status: "SUCCEEDED",
+    inflightPk: inflightPk(0),
+    inflightSk: new Date(at - (count - i)).toISOString(),
+  }));
+  for (let i = 0; i < items.length; i += 25) {
+    let requests: { PutRequest: { Item: Record<string, unknown> } }[] = items
+      .slice(i, i + 25)
+      .map((Item) => ({ PutRequest: { Item } }));
+    while (requests.length > 0) {
+      const result = await f.engine.doc.send(
+        new BatchWriteCommand({ RequestItems: { [f.engine.tables.runs]: requests } }),
+      );
+      requests = (result.UnprocessedItems?.[f.engine.tables.runs] ?? []).flatMap((r) =>
+        r.PutRequest?.Item ? [{ PutRequest: { Item: r.PutRequest.Item } }] : [],
+      );
+    }
+  }
+}
 
 /** Past every deadline written so far (a lease after now), as the next tick would be. */
 const pastTheDeadlines = () => {
@@ -506,12 +543,13 @@ describe("the reaper within the tick's time", () => {
     expect(Math.max(...unreadTicks().slice(3))).toBeLessThanOrEqual(3);
   }, 60_000);
 
-  it("a shard whose reads outlast the tick's time every time goes last, the others are reaped, and it is reported unread", async () => {
+  it("a shard whose first read alone outlasts the tick's time every time goes last, the others are reaped, and it is reported unread", async () => {
     const engine = {
       ...f.engine,
       settings: { ...f.engine.settings, shardCount: 2, maxShardCount: 2 },
     };
-    // A run lost in each shard; shard 0's index read takes 45 s every time (say throttled).
+    // A run lost in each shard; every read of shard 0's index takes 45 s, however few entries it
+    // asks for (DynamoDB that slow to answer): what the reaper's reads sized to the time leave.
     const lost = new Map<number, string>();
     while (lost.size < 2) {
       const { job } = await createJob(
@@ -546,6 +584,62 @@ describe("the reaper within the tick's time", () => {
     // the time since shard 0 was last read through does, past the alarm's 5 minutes.
     expect(unreadTicks()).toEqual([0, 1, 2, 3, 4, 5, 6]);
   }, 30_000);
+
+  /** A run lost in shard 0 behind `ended` entries of runs that ended, each tick then reaping it. */
+  async function lostBehindEnded(ended: number) {
+    const { job, run } = await lost();
+    const item = await getRunItem(f.engine, run);
+    await endedEntriesBefore(String(item?.inflightSk), ended);
+    offsetMs += LEASE_MS;
+    return job.jobId;
+  }
+
+  /** Reaps a tick at a time until the lost run is re-sent, at most `ticks`; what each pass dealt with. */
+  async function passesUntilResent(ticks: ReturnType<typeof lambdaTicks>, jobId: string) {
+    const examined: number[] = [];
+    const resent = async () =>
+      typeof (await f.runs()).find((r) => r.jobId === jobId)?.misfireFrom === "string";
+    try {
+      while (examined.length < 12 && !(await resent()))
+        examined.push((await reap(ticks.engine, { remainingMs: ticks.begin() })).examined);
+    } finally {
+      ticks.destroy();
+    }
+    return { examined, resent: await resent() };
+  }
+
+  it("a shard whose index is throttled (each entry read costs time) re-sends its lost run within a few ticks", async () => {
+    const jobId = await lostBehindEnded(300);
+    // Reading the shard's index costs 150 ms an entry (its partition throttled): its 301 entries
+    // at once take 45 s, past what the tick has left above the reaper's margin.
+    const ticks = lambdaTicks(
+      f.engine,
+      () => 0,
+      (command, output) =>
+        command.startsWith("Query") && Array.isArray(output.Items) ? output.Items.length * 150 : 0,
+    );
+    const { examined, resent } = await passesUntilResent(ticks, jobId);
+    // Every pass takes entries in hand, so the passes go on through the shard,
+    expect(examined.filter((count) => count === 0)).toEqual([]);
+    // and reach the lost run within a few (each reads what it can deal with in its time: two here).
+    expect(resent).toBe(true);
+    expect(examined.length).toBeLessThanOrEqual(3);
+  }, 60_000);
+
+  it("a shard with pages of entries to read, each read slow, re-sends its lost run within a bounded number of ticks", async () => {
+    const jobId = await lostBehindEnded(2_100);
+    // Each read of the shard's index takes 14 s however many entries it returns: its three pages
+    // of 1,000 take 42 s, past what the tick has left above the reaper's margin.
+    const ticks = lambdaTicks(f.engine, (command, input) =>
+      isIndexRead(command, input) ? 14_000 : 0,
+    );
+    const { examined, resent } = await passesUntilResent(ticks, jobId);
+    expect(examined.filter((count) => count === 0)).toEqual([]);
+    expect(resent).toBe(true);
+    // Two reads a pass, each sized as if its time grew with its entries (slower than need be when
+    // it does not: a page each would do), the cursor moving on by what the pass dealt with.
+    expect(examined.reduce((sum, count) => sum + count, 0)).toBe(2_101);
+  }, 120_000);
 
   it("a shard whose index read fails every time does not keep the shards after it from being reaped", async () => {
     const engine = {
@@ -607,47 +701,51 @@ describe("the reaper within the tick's time", () => {
     expect(run?.misfireFrom).toEqual(expect.any(String));
   }, 30_000);
 
-  it("a shard stopped part-way for time keeps its cursor before the first entry it did not deal with", async () => {
-    // More lost runs than the pass deals with at once (16), each re-send's write taking 3 s.
-    const jobIds: string[] = [];
-    for (let i = 0; i < 24; i++) {
-      const now = { runAt: clock().toISOString() };
-      jobIds.push((await createJob(f.engine, testJob({ schedule: now }))).job.jobId);
-    }
-    await f.purge();
-    offsetMs += LEASE_MS;
-    const ticks = lambdaTicks(f.engine, (command, input) =>
-      command.startsWith("UpdateItem") &&
-      String(input.UpdateExpression).startsWith("SET inflightSk")
-        ? 3_000
-        : 0,
-    );
-    /** The lost runs' items: `inflightSk` is the entry's deadline, `resentCount` its re-sends. */
-    const items = async () =>
-      (await scanTable(f.engine.doc, f.engine.tables.runs)).filter((item) =>
-        jobIds.includes(String(item.jobId)),
+  // Also behind runs that ended, a first read's worth and more: the pass stops in its second read.
+  for (const endedAhead of [0, 150])
+    it(`a shard stopped part-way for time keeps its cursor before the first entry it did not deal with (${endedAhead} ended ahead)`, async () => {
+      // More lost runs than the pass deals with at once (16), each re-send's write taking 3 s.
+      const jobIds: string[] = [];
+      for (let i = 0; i < 24; i++) {
+        const now = { runAt: clock().toISOString() };
+        jobIds.push((await createJob(f.engine, testJob({ schedule: now }))).job.jobId);
+      }
+      await f.purge();
+      /** The lost runs' items: `inflightSk` is the entry's deadline, `resentCount` its re-sends. */
+      const items = async () =>
+        (await scanTable(f.engine.doc, f.engine.tables.runs)).filter((item) =>
+          jobIds.includes(String(item.jobId)),
+        );
+      const deadlines = (await items()).map((item) => String(item.inflightSk)).sort();
+      await endedEntriesBefore(deadlines[0] ?? "", endedAhead);
+      offsetMs += LEASE_MS;
+      const ticks = lambdaTicks(f.engine, (command, input) =>
+        command.startsWith("UpdateItem") &&
+        String(input.UpdateExpression).startsWith("SET inflightSk")
+          ? 3_000
+          : 0,
       );
-    const resentRuns = async () => (await items()).filter((item) => item.misfireFrom != null);
-    try {
-      const first = await reap(ticks.engine, { remainingMs: ticks.begin() });
-      expect(first.resent).toBeGreaterThan(0);
-      expect(first.resent).toBeLessThan(jobIds.length);
-      // It counts the entries it dealt with, not those it read and left for the next tick.
-      expect(first.examined).toBe(first.resent);
-      // Every run the pass moved on was sent, and the cursor passed exactly those.
-      expect(await resentRuns()).toHaveLength(first.resent);
-      const cursor = (await readReaperCursors(f.engine, [0])).get(0);
-      const left = (await items()).filter((item) => item.misfireFrom == null);
-      expect(left).toHaveLength(jobIds.length - first.resent);
-      for (const item of left)
-        expect(cursor && cursorDeadline(cursor) < String(item.inflightSk)).toBe(true);
-      // The next tick deals with the rest, each run sent once in all.
-      const second = await reap(ticks.engine, { remainingMs: ticks.begin() });
-      expect(first.resent + second.resent).toBe(jobIds.length);
-      expect(first.examined + second.examined).toBe(jobIds.length);
-      expect((await resentRuns()).map((r) => r.resentCount)).toEqual(jobIds.map(() => 1));
-    } finally {
-      ticks.destroy();
-    }
-  }, 30_000);
+      const resentRuns = async () => (await items()).filter((item) => item.misfireFrom != null);
+      try {
+        const first = await reap(ticks.engine, { remainingMs: ticks.begin() });
+        expect(first.resent).toBeGreaterThan(0);
+        expect(first.resent).toBeLessThan(jobIds.length);
+        // It counts the entries it dealt with, not those it read and left for the next tick.
+        expect(first.examined).toBe(endedAhead + first.resent);
+        // Every run the pass moved on was sent, and the cursor passed exactly those.
+        expect(await resentRuns()).toHaveLength(first.resent);
+        const cursor = (await readReaperCursors(f.engine, [0])).get(0);
+        const left = (await items()).filter((item) => item.misfireFrom == null);
+        expect(left).toHaveLength(jobIds.length - first.resent);
+        for (const item of left)
+          expect(cursor && cursorDeadline(cursor) < String(item.inflightSk)).toBe(true);
+        // The next tick deals with the rest, each run sent once in all.
+        const second = await reap(ticks.engine, { remainingMs: ticks.begin() });
+        expect(first.resent + second.resent).toBe(jobIds.length);
+        expect(first.examined + second.examined).toBe(endedAhead + jobIds.length);
+        expect((await resentRuns()).map((r) => r.resentCount)).toEqual(jobIds.map(() => 1));
+      } finally {
+        ticks.destroy();
+      }
+    }, 30_000);
 });

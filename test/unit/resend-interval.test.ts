@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { MAX_RESEND_INTERVAL_MS, resendInterval } from "../../shared/dispatch/reaper.js";
+import { MAX_RESEND_INTERVAL_MS } from "../../shared/dispatch/reaper.js";
+import { resendInterval } from "../../shared/dispatch/reaper-resend.js";
 
 describe("resendInterval", () => {
   it("is a lease after the first re-send, doubling with each, up to 15 minutes", () => {
