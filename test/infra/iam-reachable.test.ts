@@ -72,6 +72,21 @@ describe("every AWS call a handler's bundle can make", () => {
     expect(refusals(grants, calls)).toEqual([]);
   });
 
+  it("is found, with its table, where a transaction item's input is built apart", async () => {
+    // run-finish.ts, run-end-unowned.ts and job-create.ts write `{ Update: runUpdate }`,
+    // `{ Update: update }`, `{ Put: putJob }`: the reading follows each to its literal.
+    const calls = (await reachableCalls(handlerEntry("api"))).map(
+      (call) => `${call.action} ${call.table} (${call.site})`,
+    );
+    expect(calls).toEqual(
+      expect.arrayContaining([
+        "dynamodb:UpdateItem runs (shared/storage/run-finish.ts finishRun (a transaction item))",
+        "dynamodb:UpdateItem runs (shared/storage/run-end-unowned.ts endRunAsSeen (a transaction item))",
+        "dynamodb:PutItem jobs (shared/storage/job-create.ts writeNewJob (a transaction item))",
+      ]),
+    );
+  });
+
   it("reports a call its role lacks, naming the table and where the code sends it", async () => {
     // The tick's role without GetItem on the jobs table, as it was before its reaper's
     // keepCompletedJobForWaitingRun was granted the read it makes.
