@@ -21,10 +21,11 @@ import { ValidationError } from "../validation.js";
 const FIELD = "schedule.after.jobs";
 
 /**
- * Levels below a job an edit of its upstreams reads (to count the paths to them). Creates and
- * edits read at most 80 jobs above new upstreams (dependencies.ts), so with this a chain that
- * creates and edits build is at most 80 + 1 + 80 jobs long, and every walk of a tenant's graph (a
- * round trip a level) stays within the API's time. Without it, edits joined chains end to end.
+ * The most levels below a job an edit of its upstreams takes: on its longest path of `after` links
+ * down, and so in its read below too (a level a round trip, by the shortest path to each job).
+ * Creates and edits take at most 80 jobs above new upstreams (dependencies.ts), so with this a
+ * chain that creates and edits build is at most 80 + 1 + 80 jobs long, and every walk of a
+ * tenant's graph stays within the API's time. Without it, edits joined chains end to end.
  */
 export const MAX_LEVELS_BELOW_EDIT = 80;
 
@@ -117,7 +118,9 @@ export async function checkEditedJobPaths(
     return;
   }
   const below = await readJobsBelow(engine, job, MAX_LEVELS_BELOW_EDIT);
-  if (below === undefined)
+  // The read stops at the shortest path's levels; a link from the job into the middle of a longer
+  // chain below it makes that shallow, so the longest path is measured on what was read.
+  if (below === undefined || longestPathBelow(job.jobId, below) > MAX_LEVELS_BELOW_EDIT)
     throw new ValidationError([
       {
         field: FIELD,
@@ -136,4 +139,18 @@ export async function checkEditedJobPaths(
   const schedules = new Map([...reached].map(([id, j]) => [id, j.schedule]));
   schedules.set(job.jobId, schedule);
   checkPaths(schedules, sources, below.keys(), named);
+}
+
+/** The links on the longest path down from `jobId` through `below` (jobs by id, by their dependents). */
+function longestPathBelow(jobId: string, below: ReadonlyMap<string, Job>): number {
+  return depthFirstFold<{ links: number }, number>({
+    children: (id) => below.get(id)?.dependents.filter((dependent) => below.has(dependent)),
+    start: () => ({ links: 0 }),
+    add: (longest, _dependent, links) => {
+      longest.links = Math.max(longest.links, links + 1);
+    },
+    end: ({ links }) => links,
+    // A cycle (which edits refuse) adds nothing more.
+    none: () => 0,
+  })(jobId);
 }

@@ -282,16 +282,19 @@ describe("an after graph cannot multiply one run past the bound", () => {
    */
 
   /**
-   * A chain of `levels` jobs below `top`, written straight into the table (as creates would link
-   * them one after another, each after the last); `top` lists the first as its dependent.
+   * A chain of `levels` jobs below `above` (one job, or several the first runs after), written
+   * straight into the table as creates would link them, each after the last; each of `above` lists
+   * the first as its dependent. The chain's job ids, top first.
    */
-  async function chainBelow(top: Job, levels: number): Promise<void> {
+  async function chainBelow(above: Job | readonly Job[], levels: number): Promise<string[]> {
+    const uppers = Array.isArray(above) ? above : [above];
+    const tenantId = uppers[0]?.tenantId ?? "";
     const now = new Date();
     const ids = Array.from({ length: levels }, () => newJobId(now));
     const items = ids.map((jobId, i) =>
       encodeJob({
-        ...storedJob(jobId, now, testJob({ tenantId: top.tenantId, schedule: far() })),
-        schedule: runsAfter({ jobId: i === 0 ? top.jobId : (ids[i - 1] ?? "") }),
+        ...storedJob(jobId, now, testJob({ tenantId, schedule: far() })),
+        schedule: runsAfter(...(i === 0 ? uppers : [{ jobId: ids[i - 1] ?? "" }])),
         dependents: i + 1 < ids.length ? [ids[i + 1] ?? ""] : [],
       }),
     );
@@ -301,14 +304,16 @@ describe("an after graph cannot multiply one run past the bound", () => {
         new BatchWriteCommand({ RequestItems: { [f.engine.tables.jobs]: puts } }),
       );
     }
-    await f.engine.doc.send(
-      new UpdateCommand({
-        TableName: f.engine.tables.jobs,
-        Key: jobKey(top.jobId),
-        UpdateExpression: "ADD dependents :first, linkRevision :one",
-        ExpressionAttributeValues: { ":first": new Set([ids[0]]), ":one": 1 },
-      }),
-    );
+    for (const upper of uppers)
+      await f.engine.doc.send(
+        new UpdateCommand({
+          TableName: f.engine.tables.jobs,
+          Key: jobKey(upper.jobId),
+          UpdateExpression: "ADD dependents :first, linkRevision :one",
+          ExpressionAttributeValues: { ":first": new Set([ids[0]]), ":one": 1 },
+        }),
+      );
+    return ids;
   }
 
   it(`takes an edit of the upstreams of a job with ${MAX_LEVELS_BELOW_EDIT} levels of jobs below it`, async () => {
@@ -356,5 +361,27 @@ describe("an after graph cannot multiply one run past the bound", () => {
     });
     expect(edited.schedule).toEqual(runsAfter(left));
     expect((await getJob(f.engine, right.jobId))?.dependents).toEqual([]);
+  }, 60_000);
+
+  it("refuses an edit of the upstreams of a job whose longest chain below passes the bound, though a link from it reaches the chain's middle at once", async () => {
+    const tenant = "depth-shortcut";
+    const upstream = await create(tenant, far());
+    const top = await create(tenant, far());
+    // 40 jobs below `top`, then 41 after both the 40th and `top` itself: 81 links on the long
+    // side, 41 levels by the shortest paths, which is all a read level by level sees.
+    const left = await chainBelow(top, 40);
+    const leftEnd = (await getJob(f.engine, left.at(-1) ?? "")) as Job;
+    await chainBelow([top, leftEnd], 41);
+    const read = await getJob(f.engine, top.jobId);
+    const issues = await refusal(
+      editJob(f.engine, tenant, top.jobId, read?.version ?? 0, { schedule: runsAfter(upstream) }),
+    );
+    expect(issues).toEqual([
+      {
+        field: "schedule.after.jobs",
+        message: expect.stringContaining(`more than ${MAX_LEVELS_BELOW_EDIT} levels below it`),
+      },
+    ]);
+    expect((await getJob(f.engine, upstream.jobId))?.dependents).toEqual([]);
   }, 60_000);
 });
