@@ -202,6 +202,10 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
     // Every entry read so far and what became of it; the cursor has passed the first `passed`.
     const entries: InflightEntry[] = [];
     const outcomes: Examined[] = [];
+    // The runs this pass has taken in hand: one it re-filed further along is met again on a later
+    // page when the pass reads past the settle line (a restart's reads every run waiting), and is
+    // not taken in hand twice, which would send it twice and double its interval.
+    const takenInHand = new Set<string>();
     let passed = 0;
     let more = true;
     let limit = time.firstPage();
@@ -246,7 +250,8 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
       // Out of time in the read itself: its runs are not read for nothing.
       if (!outOfTime) outOfTime = time.outOfTime();
       if (outOfTime) return pageOutcomes;
-      const runs = await readInflightRuns(engine, page, { consistentRead: false });
+      const fresh = page.filter((entry) => !takenInHand.has(entryId(entry)));
+      const runs = await readInflightRuns(engine, fresh, { consistentRead: false });
       const toSend: Resend[] = [];
       const ended: Run[] = [];
       await forEachConcurrently(
@@ -256,6 +261,11 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
           // Left unsettled: the cursor stops before it, and the next pass reads it again.
           if (!outOfTime) outOfTime = time.outOfTime();
           if (outOfTime) return;
+          if (takenInHand.has(entryId(entry))) {
+            pageOutcomes[index] = "done";
+            return;
+          }
+          takenInHand.add(entryId(entry));
           examined++;
           try {
             pageOutcomes[index] = await examine(entry, runs.get(entryId(entry)) ?? null, {

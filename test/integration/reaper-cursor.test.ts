@@ -6,6 +6,7 @@ import { REAPER_TIME_MARGIN_MS } from "../../shared/dispatch/reaper-time.js";
 import { fanOutTick } from "../../shared/dispatch/tick-fan-out.js";
 import { readTickShards } from "../../shared/dispatch/tick-shards.js";
 import type { Engine } from "../../shared/engine.js";
+import { recoverLostMessages } from "../../shared/execution/restart-recovery.js";
 import { createJob, triggerJob } from "../../shared/jobs/index.js";
 import { shardOf } from "../../shared/keys.js";
 import { METRICS } from "../../shared/observability.js";
@@ -121,20 +122,15 @@ function lambdaTicks(
 const isIndexRead = (command: string, input: Record<string, unknown>) =>
   command.startsWith("Query") && input.IndexName === "inflight";
 
-/**
- * `count` index entries of runs that ended, in shard 0, filed just before `before` (the deadline
- * of a lost run's entry, which they come ahead of): what a busy shard holds behind its cursor.
- * Written as bare items, as only their keys, deadline and status matter to the reaper.
- */
-async function endedEntriesBefore(before: string, count: number) {
-  const at = Date.parse(before) - 1_000;
+/** `count` ended runs' entries in shard 0 at `deadline(i)`, as bare items (keys, deadline, status). */
+async function endedEntries(count: number, deadline: (i: number) => string) {
   const items = Array.from({ length: count }, (_, i) => ({
     pk: "JOB#ended-filler",
     sk: `RUN#${String(i).padStart(6, "0")}`,
     jobId: "ended-filler",
     status: "SUCCEEDED",
     inflightPk: inflightPk(0),
-    inflightSk: new Date(at - (count - i)).toISOString(),
+    inflightSk: deadline(i),
   }));
   for (let i = 0; i < items.length; i += 25) {
     let requests: { PutRequest: { Item: Record<string, unknown> } }[] = items
@@ -149,6 +145,16 @@ async function endedEntriesBefore(before: string, count: number) {
       );
     }
   }
+}
+
+/**
+ * `count` index entries of runs that ended, in shard 0, filed just before `before` (the deadline
+ * of a lost run's entry, which they come ahead of), `apartMs` apart: what a busy shard holds
+ * behind its cursor.
+ */
+async function endedEntriesBefore(before: string, count: number, apartMs = 1) {
+  const at = Date.parse(before) - 1_000;
+  await endedEntries(count, (i) => new Date(at - (count - i) * apartMs).toISOString());
 }
 
 /** Past every deadline written so far (a lease after now), as the next tick would be. */
@@ -586,10 +592,10 @@ describe("the reaper within the tick's time", () => {
   }, 30_000);
 
   /** A run lost in shard 0 behind `ended` entries of runs that ended, each tick then reaping it. */
-  async function lostBehindEnded(ended: number) {
+  async function lostBehindEnded(ended: number, apartMs = 1) {
     const { job, run } = await lost();
     const item = await getRunItem(f.engine, run);
-    await endedEntriesBefore(String(item?.inflightSk), ended);
+    await endedEntriesBefore(String(item?.inflightSk), ended, apartMs);
     offsetMs += LEASE_MS;
     return job.jobId;
   }
@@ -639,6 +645,38 @@ describe("the reaper within the tick's time", () => {
     // Two reads a pass, each sized as if its time grew with its entries (slower than need be when
     // it does not: a page each would do), the cursor moving on by what the pass dealt with.
     expect(examined.reduce((sum, count) => sum + count, 0)).toBe(2_101);
+  }, 120_000);
+
+  it("h68: a shard worked through over several passes reports how far behind it stands, falling, and unread until a pass reads it through", async () => {
+    // 2,100 ended runs' entries a second apart behind the lost run: 35 minutes of deadlines.
+    await lostBehindEnded(2_100, 1_000);
+    const ticks = lambdaTicks(f.engine, (command, input) =>
+      isIndexRead(command, input) ? 14_000 : 0,
+    );
+    const metric = (name: string) =>
+      f.metrics.points.filter((p) => p.name === name).map((p) => p.value);
+    const examined: number[] = [];
+    try {
+      for (let pass = 0; pass < 14; pass++)
+        examined.push((await reap(ticks.engine, { remainingMs: ticks.begin() })).examined);
+    } finally {
+      ticks.destroy();
+    }
+    const behind = metric(METRICS.reaperBehindMs);
+    const figures = {
+      examined,
+      behindS: behind.map((ms) => Math.round(ms / 1_000)),
+      unreadTicks: unreadTicks(),
+    };
+    // Behind falls each pass while part-read, and is 0 once read through; unread grows meanwhile.
+    const through = examined.findIndex((_, i) => (behind[i] ?? 0) === 0);
+    expect(through, JSON.stringify(figures)).toBeGreaterThan(0);
+    for (let i = 1; i < through; i++)
+      expect(behind[i], JSON.stringify(figures)).toBeLessThan(behind[i - 1] ?? 0);
+    expect(unreadTicks().slice(0, through + 1), JSON.stringify(figures)).toEqual(
+      // From the first pass that left it part-read (0: when it was last read through is not known).
+      Array.from({ length: through + 1 }, (_, i) => (i === through ? 0 : i)),
+    );
   }, 120_000);
 
   it("a shard whose index read fails every time does not keep the shards after it from being reaped", async () => {
@@ -748,4 +786,155 @@ describe("the reaper within the tick's time", () => {
         ticks.destroy();
       }
     }, 30_000);
+});
+
+/** `count` one-offs due now whose messages were lost (queue purged). */
+async function lostRuns(count: number) {
+  const jobIds: string[] = [];
+  for (let i = 0; i < count; i++) {
+    const schedule = { runAt: clock().toISOString() };
+    jobIds.push((await createJob(f.engine, testJob({ schedule }))).job.jobId);
+  }
+  await f.purge();
+  return jobIds;
+}
+
+const runItems = async (jobIds: readonly string[]) =>
+  (await scanTable(f.engine.doc, f.engine.tables.runs)).filter((item) =>
+    jobIds.includes(String(item.jobId)),
+  );
+
+describe("h68: the reaper a page at a time", () => {
+  it("restart recovery re-sends a run once, however many pages the shard holds", async () => {
+    const [jobId = ""] = await lostRuns(1);
+    const [item] = await runItems([jobId]);
+    const deadline = Date.parse(String(item?.inflightSk));
+    // 1,000 ended runs' entries just after the lost run's: the first page (1,000) ends among them.
+    await endedEntries(1_000, (i) => new Date(deadline + 1 + i).toISOString());
+    // The scheduler restarts five minutes on: the lost run is pushed to a lease from then, ahead
+    // of every entry of the first page, where the second page reads on.
+    offsetMs += 5 * 60_000;
+    const result = await recoverLostMessages(f.engine);
+    const [after] = await runItems([jobId]);
+    // The pass sent it once and dealt with each entry once (its re-filed entry is not read again).
+    expect({ ...result, resentCount: after?.resentCount }).toEqual({
+      examined: 1_001,
+      resent: 1,
+      shardsReached: 1,
+      resentCount: 1,
+    });
+  }, 60_000);
+
+  it("a page ending among entries that share a deadline, its last entry moved on meanwhile, goes on exactly after it", async () => {
+    const jobIds = await lostRuns(120);
+    // Every lost run filed under one deadline: the first page (100) ends among them, at an entry
+    // the pass pushes on (re-files) before it reads the second page from after it.
+    const shared = new Date(clock().getTime() + 1_000).toISOString();
+    for (const item of await runItems(jobIds))
+      await f.engine.doc.send(
+        new UpdateCommand({
+          TableName: f.engine.tables.runs,
+          Key: { pk: item.pk, sk: item.sk },
+          UpdateExpression: "SET inflightSk = :d",
+          ExpressionAttributeValues: { ":d": shared },
+        }),
+      );
+    offsetMs += LEASE_MS + 15_000;
+    const result = await reap(f.engine, { remainingMs: () => 60_000 });
+    expect(result).toMatchObject({ examined: 120, resent: 120 });
+    expect((await runItems(jobIds)).map((r) => r.resentCount)).toEqual(jobIds.map(() => 1));
+  }, 120_000);
+
+  it("an entry that fails mid-page keeps the cursor before it through the pages after, and only it is sent by the next pass", async () => {
+    const jobIds = await lostRuns(130);
+    const ordered = (await runItems(jobIds)).sort((a, b) =>
+      `${String(a.inflightSk)}|${String(a.pk)}|${String(a.sk)}` <
+      `${String(b.inflightSk)}|${String(b.pk)}|${String(b.sk)}`
+        ? -1
+        : 1,
+    );
+    // The 50th entry of the first page (100) fails its push; the second page is read and dealt with.
+    const failing = ordered[49];
+    offsetMs += LEASE_MS + 15_000;
+    const faulty = withFaults(f.engine, {
+      operation: "UpdateItem",
+      times: 1,
+      match: (input) => (input.Key as { sk?: string } | undefined)?.sk === failing?.sk,
+      error: () =>
+        Object.assign(new Error("Rate of requests exceeds the allowed throughput"), {
+          name: "ThrottlingException",
+        }),
+    });
+    try {
+      await expect(reap(faulty.engine, { remainingMs: () => 60_000 })).rejects.toThrow(
+        /allowed throughput/,
+      );
+    } finally {
+      faulty.destroy();
+    }
+    const cursor = (await readReaperCursors(f.engine, [0])).get(0);
+    expect(cursor).toMatchObject({ after: { pk: ordered[48]?.pk, sk: ordered[48]?.sk } });
+    expect((await runItems(jobIds)).filter((r) => r.resentCount === 1)).toHaveLength(129);
+    expect(await reap(f.engine, { remainingMs: () => 60_000 })).toEqual({
+      examined: 1,
+      resent: 1,
+      shardsReached: 1,
+    });
+    expect((await runItems(jobIds)).map((r) => r.resentCount)).toEqual(jobIds.map(() => 1));
+  }, 120_000);
+
+  it("a pass reaching its maximum mid-page leaves the cursor at its last entry, and the next reads on after it", async () => {
+    await endedEntries(300, (i) => new Date(clock().getTime() - 120_000 + i * 10).toISOString());
+    const pass = () => reap(f.engine, { maxPerShard: 150, remainingMs: () => 60_000 });
+    expect((await pass()).examined).toBe(150);
+    expect((await readReaperCursors(f.engine, [0])).get(0)).toMatchObject({
+      after: { sk: "RUN#000149" },
+    });
+    expect((await pass()).examined).toBe(150);
+    expect((await readReaperCursors(f.engine, [0])).get(0)).toMatchObject({
+      after: { sk: "RUN#000299" },
+    });
+    expect((await pass()).examined).toBe(0);
+  }, 60_000);
+
+  /** What a steady tick sends DynamoDB for a shard with `count` ended entries to read. */
+  async function steadyTickCost(count: number) {
+    await endedEntries(count, (i) => new Date(clock().getTime() - 120_000 + i * 10).toISOString());
+    const clients = createTestClients({ maxSockets: 8 });
+    const calls: string[] = [];
+    clients.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const input = args.input as Record<string, unknown>;
+        const name = String(context.commandName);
+        if (name.startsWith("Query") && input.IndexName === "inflight") calls.push("indexQuery");
+        else if (name.startsWith("UpdateItem") && String(input.UpdateExpression).includes("runPk"))
+          calls.push("cursorWrite");
+        else calls.push(name);
+        return next(args);
+      },
+      { step: "initialize", name: "count" },
+    );
+    try {
+      const result = await reap(
+        { ...f.engine, doc: clients.doc },
+        // A tick's time, as the Lambda gives it: the pages are sized to it.
+        { remainingMs: () => 60_000 },
+      );
+      expect(result.examined).toBe(count);
+    } finally {
+      clients.destroy();
+    }
+    const counted = (name: string) => calls.filter((c) => c === name).length;
+    return { queries: counted("indexQuery"), cursorWrites: counted("cursorWrite") };
+  }
+
+  for (const [count, expected] of [
+    [50, { queries: 1, cursorWrites: 1 }],
+    [100, { queries: 2, cursorWrites: 1 }],
+    [150, { queries: 2, cursorWrites: 2 }],
+    [1_050, { queries: 2, cursorWrites: 2 }],
+  ] as const)
+    it(`figures: a steady tick with ${count} entries in a shard (the code before read them in ${Math.ceil((count + 1) / 1_000)} Query, one cursor write)`, async () => {
+      expect(await steadyTickCost(count)).toEqual(expected);
+    }, 60_000);
 });
