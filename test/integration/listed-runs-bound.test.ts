@@ -1,6 +1,6 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { PutCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Engine } from "../../shared/engine.js";
 import { handOverRun, issueRunToken } from "../../shared/execution/async-delivery.js";
@@ -23,6 +23,7 @@ import { runId } from "../../shared/keys.js";
 import type { Run } from "../../shared/model.js";
 import { MAX_CONCURRENT_LIMIT } from "../../shared/policies.js";
 import { MAX_LISTED_RUNS } from "../../shared/storage/admission.js";
+import { putRunsUnconditionally } from "../../shared/storage/claim.js";
 import { jobKey } from "../../shared/storage/items.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
@@ -173,9 +174,9 @@ describe.concurrent("the runs a job lists as under way", () => {
    * the worker, for the cases whose subject is what happens at a full list (jobFilledByWorker
    * fills one through it, about 35 ms a run, a run at a time: deliveries side by side lose their
    * admissions to the job's revision). Each run is queued as a trigger queues it (its item from
-   * runDueNow, its message left unsent: the cases deliver by hand), then started, given its run
-   * token and handed over by the operations the worker calls for it (startRun, issueRunToken,
-   * handOverRun), runs side by side, a second apart; the job's activeRuns and the marks its
+   * runDueNow, the items put 25 to a request; its message left unsent: the cases deliver by hand),
+   * then started, given its run token and handed over by the operations the worker calls for it
+   * (startRun, issueRunToken, handOverRun), runs side by side, a second apart; the job's activeRuns and the marks its
    * admissions leave (activeRevision, firstWriteLeadMs) are written at once, as the worker's
    * admissions would have. Compared item by item with a worker's fill, the job's and the runs' items
    * differ only in instants, ids, token hashes and the admissions' marks (admissionMarks, which only
@@ -194,7 +195,7 @@ describe.concurrent("the runs a job lists as under way", () => {
     const { leaseMs } = f.engine.settings;
     const quiet: Run[] = [];
     const leases: Record<string, string> = {};
-    const handOverOne = async (i: number) => {
+    const queued = Array.from({ length: MAX_LISTED_RUNS }, (_, i) => {
       const at = engineAt(f.engine, start + i * 1_000);
       const { run, item } = runDueNow(at, {
         jobId: job.jobId,
@@ -205,13 +206,18 @@ describe.concurrent("the runs a job lists as under way", () => {
         jobVersion: job.version,
         triggered: true,
       });
-      await f.engine.doc.send(
-        new PutCommand({
-          TableName: f.engine.tables.runs,
-          Item: item,
-          ConditionExpression: "attribute_not_exists(pk)",
-        }),
-      );
+      return { at, run, item };
+    });
+    // Their items 25 to a request, as a claim puts a new job's runs (each id is its own second's,
+    // so no put meets an item): 8 requests where one a run was 200 of the fill's 800.
+    await putRunsUnconditionally(
+      f.engine,
+      queued.map((q) => q.item),
+    );
+    const handOverOne = async (i: number) => {
+      const made = queued[i];
+      if (made === undefined) throw new Error(`no run ${i}`);
+      const { at, run } = made;
       const started = await startRun(at, run, "w", at.clock());
       if (started.kind !== "started") throw new Error(`run ${run.runId} not started`);
       tokens.set(run.runId, await issueRunToken(at, started.run, job.timeoutSeconds, at.clock()));
