@@ -791,11 +791,15 @@ async function behindProxy(
   });
   await new Promise<void>((done) => proxy.listen(0, "127.0.0.1", done));
   try {
-    return await runCaptured([
-      "--api",
-      `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`,
-      ...args,
-    ]);
+    // The client's backoff between attempts (500 ms doubling: 3.5 s for a trigger whose every
+    // attempt broke) is not waited out: the cases assert which attempts were sent, with which key,
+    // and what the CLI made of their answers, none of it when; the attempts and delays decided are
+    // the client's own (client-retries.test.ts pins them).
+    return await runCaptured(
+      ["--api", `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`, ...args],
+      {},
+      { retrySleep: async () => undefined },
+    );
   } finally {
     proxy.closeAllConnections();
     await new Promise<void>((done) => proxy.close(() => done()));
