@@ -55,7 +55,9 @@ const ENTRIES = 240;
 // Four racers: each entry is met by up to four claims at once, so by two at once among them. A
 // race of two besides, the same entries and assertions, proved nothing this one does not, for a
 // quarter of the file's requests (1,240 of 4,800).
-describe.each([4])(`%i dispatchers racing on one shard over ${ENTRIES} due entries`, (racers) => {
+const RACERS = 4;
+
+describe(`${RACERS} dispatchers racing on one shard over ${ENTRIES} due entries`, () => {
   let f: EngineFixture;
   beforeAll(async () => {
     f = await createEngineFixture({ settings: { shardCount: 1, maxShardCount: 1 } });
@@ -67,7 +69,7 @@ describe.each([4])(`%i dispatchers racing on one shard over ${ENTRIES} due entri
     const jobs = await seed(f, ENTRIES, now);
     const horizon = horizonOf(now, f.engine.settings.lookaheadMs);
     const sweeps = await Promise.all(
-      Array.from({ length: racers }, () =>
+      Array.from({ length: RACERS }, () =>
         // No lease: the due entry's conditional delete alone must make claims exclusive.
         sweepShard(f.engine, 0, {
           from: new Date(now.getTime() - 120 * SECOND),
