@@ -283,7 +283,7 @@ export class Observability extends Construct {
     });
     alarm("ReaperBehind", this.metric(METRICS.reaperBehindMs, "tick", {}, "Maximum"), {
       description:
-        "The reaper's reading of a shard's in-flight runs stood more than 5 minutes behind in 3 of 5 minutes (a pass stopping at its maximum, or at an entry it cannot handle): a run whose message was lost is re-sent that much later than a lease after it was due.",
+        "The reaper's reading of a shard's in-flight runs stood more than 5 minutes behind in 3 of 5 minutes (a pass stopping at its maximum, out of the tick's time part-way through a shard, or at an entry it cannot handle): a run whose message was lost is re-sent that much later than a lease after it was due.",
       threshold: REAPER_BEHIND_ALARM_MS,
       operator: ComparisonOperator.GREATER_THAN_THRESHOLD,
       evaluationPeriods: 5,
