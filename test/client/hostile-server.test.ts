@@ -124,8 +124,13 @@ function clientWith(timeoutMs: number, retry: RetryOptions = {}) {
 }
 
 const requests = () => received.map((r) => `${r.method} ${r.path}`);
-/** Until `check` passes: a request given up on may reach the server a moment after the error. */
-const arrived = (check: () => void) => vi.waitFor(check, { timeout: 5000, interval: 20 });
+/**
+ * Until `check` passes: a request given up on may reach the server a moment after the error, and
+ * a bin spawned here (node starting, its modules loading) sends its first request only seconds on
+ * a loaded machine (under a load of 13 on 2 cores, more than 5 s): a failing check waits up to
+ * 15 s, within the cases' 20 s.
+ */
+const arrived = (check: () => void) => vi.waitFor(check, { timeout: 15_000, interval: 20 });
 
 async function cli(
   args: readonly string[],
