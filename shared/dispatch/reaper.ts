@@ -88,13 +88,11 @@ type Examined = "done" | "unsettled";
  */
 function stoppedBehind(
   entries: readonly InflightEntry[],
-  outcomes: readonly Examined[],
+  passed: number,
   settledBefore: string,
   more: boolean,
 ): string | undefined {
-  const left = entries.find(
-    (entry, index) => outcomes[index] !== "done" || entry.deadline >= settledBefore,
-  );
+  const left = entries[passed];
   if (left !== undefined) return left.deadline < settledBefore ? left.deadline : undefined;
   return more ? entries.at(-1)?.deadline : undefined;
 }
@@ -238,7 +236,7 @@ export async function reap(engine: Engine, options: ReapOptions = {}): Promise<R
       const last = entries[passed - 1];
       if (passed > before && last !== undefined) await advanceReaperCursor(engine, shard, last);
     }
-    const stoppedAt = stoppedBehind(entries, outcomes, settledBefore, more);
+    const stoppedAt = stoppedBehind(entries, passed, settledBefore, more);
     if (stoppedAt !== undefined)
       behindMs = Math.max(behindMs, settled.getTime() - Date.parse(stoppedAt));
     return outOfTime;
