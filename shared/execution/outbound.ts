@@ -104,17 +104,29 @@ const defaultResolver = dnsResolver();
 
 declare module "../errors.js" {
   interface ErrorContexts {
-    /** A webhook target the worker will not connect to (not a public unicast address). */
-    readonly target_refused: { readonly hostname: string };
+    /**
+     * A webhook target the worker will not connect to (not a public unicast address); `address`,
+     * for a name, is the refused address it resolved to.
+     */
+    readonly target_refused: { readonly hostname: string; readonly address?: string };
   }
 }
 
-/** A target the worker will not connect to; delivering to it again cannot succeed. */
+/**
+ * A target the worker will not connect to; delivering to it again cannot succeed. Its message is
+ * the run's error, which the tenant reads: for a name it says which kind of address the name
+ * resolves to, never the address, which stays in `context.address` for the worker's log. A
+ * worker's resolver may answer names the tenant cannot ask (a private DNS zone, a VPC's
+ * resolver), and naming the address would map them for any tenant that creates jobs.
+ */
 export class RefusedTargetError extends SchedulerError<"target_refused"> {
   override readonly name = "RefusedTargetError";
 
-  constructor(hostname: string, why: string) {
-    super("target_refused", `target ${hostname} ${why}; refused`, { hostname });
+  constructor(hostname: string, why: string, address?: string) {
+    super("target_refused", `target ${hostname} ${why}; refused`, {
+      hostname,
+      ...(address === undefined ? {} : { address }),
+    });
   }
 }
 
@@ -175,7 +187,8 @@ function vettedLookup(
         for (const { address } of resolved) {
           const why = refusal(address);
           if (why !== null) {
-            callback(new RefusedTargetError(hostname, `resolves to ${address} (${why})`), "");
+            const refused = `resolves to a non-public address (${why})`;
+            callback(new RefusedTargetError(hostname, refused, address), "");
             return;
           }
         }

@@ -19,6 +19,7 @@ import {
   JobError,
   RunHandedOver,
 } from "./job-contract.js";
+import { refusalIn } from "./outbound.js";
 import type { RunResult } from "./run-outcome.js";
 
 /** What running a job's handler needs from the worker. */
@@ -268,7 +269,10 @@ function rejectOnAbort(signal: AbortSignal): Promise<never> {
  * run's keys.
  */
 function failureText(engine: Engine, ctx: JobContext, error: unknown): string {
-  if (error instanceof JobError) return boundedText(error.message || error.name);
+  if (error instanceof JobError) {
+    logRefusal(engine, ctx, error);
+    return boundedText(error.message || error.name);
+  }
   engine.obs.log.error("a job's handler failed unexpectedly", {
     ...runLogKeys(ctx),
     type: ctx.type,
@@ -276,4 +280,20 @@ function failureText(engine: Engine, ctx: JobContext, error: unknown): string {
   });
   const name = error instanceof Error ? textHead(error.name, 100) : typeof error;
   return `the job's handler failed unexpectedly (${name}); the operator's worker log has the details`;
+}
+
+/**
+ * A delivery's refused target, for the operator: the address its name resolved to is in this line
+ * only, since the run's error, which the tenant reads, must not map names the worker's resolver
+ * answers and the tenant's cannot (RefusedTargetError).
+ */
+function logRefusal(engine: Engine, ctx: JobContext, error: JobError): void {
+  const refusal = refusalIn(error);
+  if (refusal === undefined) return;
+  engine.obs.log.warn("a delivery's target was refused", {
+    ...runLogKeys(ctx),
+    type: ctx.type,
+    ...refusal.context,
+    refusal: refusal.message,
+  });
 }

@@ -43,6 +43,13 @@ const capturing: Logger = {
 };
 const UNFORESEEN = "a job's handler failed unexpectedly";
 
+/** The fake DNS server's answers. 127.0.0.1, where the receivers listen, stands in for a public address. */
+const RECORDS = {
+  "receiver.test": ["127.0.0.1"],
+  "private.test": ["10.1.2.3"],
+};
+const standIn = (address: string) => (address === "127.0.0.1" ? null : addressRefusal(address));
+
 let f: EngineFixture;
 let dns: FakeDns;
 let worker: WorkerDeps;
@@ -65,7 +72,7 @@ const listen = async (server: Server | HttpServer): Promise<number> => {
 
 beforeAll(async () => {
   f = await createEngineFixture({ obs: { ...silentObservability, log: capturing } });
-  dns = await fakeDns({ "receiver.test": ["127.0.0.1"], "private.test": ["10.1.2.3"] }, []);
+  dns = await fakeDns(RECORDS, []);
   http = createHttpServer((request, response) => {
     request.resume();
     request.on("end", () => {
@@ -126,7 +133,7 @@ beforeAll(async () => {
         signingSecrets: cachedSigningSecrets(f.engine),
         allowPrivateTargets: false,
         resolve: dnsResolver({ servers: [dns.server] }),
-        addressRefusal: (address) => (address === "127.0.0.1" ? null : addressRefusal(address)),
+        addressRefusal: standIn,
         apiUrl: "http://api.test",
         leaseSeconds: 60,
       },
@@ -196,7 +203,7 @@ const FAILURES: readonly {
   {
     failure: "a name that resolves to a private address",
     target: () => ({ url: `http://private.test:${httpPort}/hook` }),
-    error: /^target private\.test resolves to 10\.1\.2\.3 \(private\); refused$/,
+    error: /^target private\.test resolves to a non-public address \(private\); refused$/,
     status: "DEAD",
   },
   {
@@ -263,6 +270,31 @@ describe("a delivery that fails", () => {
   });
 });
 
+/**
+ * What the worker's resolver answered for a tenant's name stays with the operator: a worker that
+ * resolves names the tenant cannot (a private DNS zone) would otherwise map them for any tenant
+ * that creates jobs and reads their runs' errors.
+ */
+describe("the address a target's name resolves to", () => {
+  it("of a refused name is in the operator's log line for the refusal, not in the run's error", async () => {
+    const before = lines.length;
+    const run = await firstRun({ url: `http://private.test:${httpPort}/hook`, mode: "async" });
+    expect(run.status).toBe("DEAD");
+    expect(run.error).not.toContain("10.1.2.3");
+    const refused = lines
+      .slice(before)
+      .filter((l) => l.message === "a delivery's target was refused");
+    expect(refused.map((l) => l.fields)).toEqual([
+      expect.objectContaining({
+        runId: run.runId,
+        tenantId: run.tenantId,
+        hostname: "private.test",
+        address: "10.1.2.3",
+      }),
+    ]);
+  });
+});
+
 describe("an async target's answers", () => {
   it("a 202 hands the run over; a 200 is its result; without the API's URL the run fails saying why", async () => {
     const url = (path: string) => `http://receiver.test:${httpPort}${path}`;
@@ -277,7 +309,7 @@ describe("an async target's answers", () => {
           signingSecrets: cachedSigningSecrets(f.engine),
           allowPrivateTargets: false,
           resolve: dnsResolver({ servers: [dns.server] }),
-          addressRefusal: (address) => (address === "127.0.0.1" ? null : addressRefusal(address)),
+          addressRefusal: standIn,
         },
         f.engine.clock,
       ),

@@ -3,7 +3,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isRetryable, JobError } from "../../shared/execution/job-contract.js";
-import { addressRefusal, dnsResolver } from "../../shared/execution/outbound.js";
+import { addressRefusal, dnsResolver, refusalIn } from "../../shared/execution/outbound.js";
 import { type BlockedThreadpool, blockThreadpool } from "../support/blocked-threadpool.js";
 import { type FakeDns, fakeDns } from "../support/fake-dns.js";
 import { httpContext, httpHandlerWith } from "../support/http-handler.js";
@@ -84,9 +84,10 @@ describe("with libuv's threadpool taken", () => {
     );
     expect(outcome).not.toBe("still waiting");
     const error = (outcome as { value: JobError }).value;
-    expect(error.message).toMatch(
-      /target localhost resolves to (127\.0\.0\.1|::1) \(loopback\); refused/,
+    expect(error.message).toBe(
+      "target localhost resolves to a non-public address (loopback); refused",
     );
+    expect(refusalIn(error)?.context.address).toMatch(/^(127\.0\.0\.1|::1)$/);
     expect(isRetryable(error)).toBe(false);
   });
 
@@ -106,9 +107,9 @@ describe("with libuv's threadpool taken", () => {
 
   it("every address a name resolves to is vetted, an AAAA's too", async () => {
     const resolve = dnsResolver({ servers: [dns.server] });
-    for (const [host, refused] of [
-      ["sneaky.test", "::1 (loopback)"],
-      ["v6only.test", "fd00::7 (uniqueLocal)"],
+    for (const [host, address, why] of [
+      ["sneaky.test", "::1", "loopback"],
+      ["v6only.test", "fd00::7", "uniqueLocal"],
     ] as const) {
       const outcome = await within(
         2000,
@@ -116,7 +117,10 @@ describe("with libuv's threadpool taken", () => {
       );
       expect(outcome).toHaveProperty("value");
       const error = (outcome as { value: JobError }).value;
-      expect(error.message).toBe(`target ${host} resolves to ${refused}; refused`);
+      expect(error.message).toBe(
+        `target ${host} resolves to a non-public address (${why}); refused`,
+      );
+      expect(refusalIn(error)?.context.address).toBe(address);
       expect(isRetryable(error)).toBe(false);
     }
   });

@@ -2,7 +2,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { isRetryable, JobError } from "../../shared/execution/job-contract.js";
-import { dnsResolver } from "../../shared/execution/outbound.js";
+import { dnsResolver, refusalIn } from "../../shared/execution/outbound.js";
 import { type FakeDns, fakeDns } from "../support/fake-dns.js";
 import { httpContext, httpHandlerWith } from "../support/http-handler.js";
 
@@ -80,9 +80,11 @@ describe("a deployed worker", () => {
   ])(
     "takes %s for loopback without asking DNS, which would answer a public address",
     async (host, name) => {
-      expect((await refusal(host)).message).toBe(
-        `target ${name} resolves to 127.0.0.1 (loopback); refused`,
+      const error = await refusal(host);
+      expect(error.message).toBe(
+        `target ${name} resolves to a non-public address (loopback); refused`,
       );
+      expect(refusalIn(error)?.context.address).toBe("127.0.0.1");
       expect(dns.queries.get("localhost") ?? 0).toBe(0);
       expect(dns.queries.get("api.localhost") ?? 0).toBe(0);
     },
@@ -100,8 +102,12 @@ describe("a deployed worker", () => {
       "ec2-v6-metadata.test": "fd00:ec2::254 (uniqueLocal)",
       "compatible.test": "::127.0.0.1 (loopback)",
     }),
-  )("refuses %s, whose DNS answer is %s", async (host, why) => {
-    expect((await refusal(host)).message).toBe(`target ${host} resolves to ${why}; refused`);
+  )("refuses %s, whose DNS answer is %s", async (host, answer) => {
+    // The address stays in the refusal's context, for the worker's log: the message is the tenant's.
+    const [address, why] = answer.split(" ");
+    const error = await refusal(host);
+    expect(error.message).toBe(`target ${host} resolves to a non-public address ${why}; refused`);
+    expect(refusalIn(error)?.context.address).toBe(address);
     expect(dns.queries.get(host)).toBeGreaterThan(0);
   });
 

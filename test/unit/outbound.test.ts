@@ -9,6 +9,7 @@ import {
   isPublicAddress,
   literalTargetRefusal,
   type Resolver,
+  refusalIn,
 } from "../../shared/execution/outbound.js";
 import { httpContext, httpHandlerWith, TEST_SIGNING_SECRET } from "../support/http-handler.js";
 
@@ -193,8 +194,8 @@ describe("http deliveries with private targets refused", () => {
     const error = await refusalOf(
       httpHandlerWith({})(contextFor(`http://localhost:${server.port}/admin`)),
     );
-    expect(error.message).toMatch(
-      /target localhost resolves to (127\.0\.0\.1|::1) \(loopback\); refused/,
+    expect(error.message).toBe(
+      "target localhost resolves to a non-public address (loopback); refused",
     );
     expect(isRetryable(error)).toBe(false);
     expect(server.requests.length).toBe(before);
@@ -206,7 +207,10 @@ describe("http deliveries with private targets refused", () => {
     const error = await refusalOf(
       httpHandlerWith({ resolve })(contextFor(`http://intranet.test:${server.port}/`)),
     );
-    expect(error.message).toMatch(/intranet\.test resolves to 10\.0\.0\.7 \(private\); refused/);
+    expect(error.message).toBe(
+      "target intranet.test resolves to a non-public address (private); refused",
+    );
+    expect(refusalIn(error)?.context).toEqual({ hostname: "intranet.test", address: "10.0.0.7" });
     expect(server.requests.length).toBe(before);
   });
 
@@ -218,7 +222,8 @@ describe("http deliveries with private targets refused", () => {
     const error = await refusalOf(
       httpHandlerWith({ resolve })(contextFor(`http://mixed.test:${server.port}/`)),
     );
-    expect(error.message).toMatch(/resolves to 127\.0\.0\.1 \(loopback\); refused/);
+    expect(error.message).toMatch(/resolves to a non-public address \(loopback\); refused/);
+    expect(refusalIn(error)?.context.address).toBe("127.0.0.1");
   });
 
   it("connect to the address that was vetted: a resolver answering public, then private, reaches nothing", async () => {
@@ -243,7 +248,8 @@ describe("http deliveries with private targets refused", () => {
 
     // The next delivery resolves afresh, gets the private answer, and is refused before connecting.
     const second = await refusalOf(handler(contextFor(`http://rebind.test:${server.port}/admin`)));
-    expect(second.message).toMatch(/rebind\.test resolves to 127\.0\.0\.1 \(loopback\); refused/);
+    expect(second.message).toMatch(/rebind\.test resolves to a non-public address \(loopback\)/);
+    expect(refusalIn(second)?.context.address).toBe("127.0.0.1");
     expect(server.requests.length).toBe(before);
   });
 
