@@ -1,3 +1,4 @@
+import { isIP } from "node:net";
 import { fetch, type Response } from "undici";
 import { stringifyExact } from "../exact-json.js";
 import { textHead } from "../storage/stored-text.js";
@@ -160,7 +161,7 @@ export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHa
           ? tooMuch.message
           : limit.expired
             ? `timed out after ${timeoutSeconds} s`
-            : describe(error);
+            : describe(error, url.hostname);
         throw new JobError(`POST ${url.origin}${url.pathname}: ${why}`, {
           retryable: true,
           cause: error,
@@ -169,7 +170,7 @@ export function webhookHandler(webhook: WebhookSettings, now: () => Date): JobHa
       // A receiver's answer is not stored: only its start is read (see answerStart).
       text = await answerStart(response, limit).catch((error: unknown) => {
         // The receiver sent more than a delivery may read (its body's framing, not its body).
-        throw new JobError(`POST ${url.origin}${url.pathname}: ${describe(error)}`, {
+        throw new JobError(`POST ${url.origin}${url.pathname}: ${describe(error, url.hostname)}`, {
           retryable: true,
           cause: error,
         });
@@ -251,12 +252,38 @@ function asyncHeaders(webhook: WebhookSettings, ctx: JobContext<"http">): Record
   };
 }
 
-function describe(error: unknown): string {
-  if (error instanceof Error) {
-    const cause = error.cause instanceof Error ? `: ${error.cause.message}` : "";
-    return `${error.message}${cause}`;
-  }
-  return String(error);
+/**
+ * A failed request's text for the run's error, which the tenant reads: the error's message and its
+ * cause's, every IP address in them told as the URL's host. Node names the address a connection
+ * failed at (`connect ECONNREFUSED 203.0.113.7:443`) and undici the ones its connect timeout
+ * attempted: what the worker's resolver answered, which may be for a name only the worker can
+ * resolve (see RefusedTargetError). A name's addresses, each refusing the connection, fail it as
+ * one AggregateError, which has no message of its own: its errors' say what happened.
+ */
+function describe(error: unknown, host: string): string {
+  if (!(error instanceof Error)) return String(error);
+  const { cause } = error;
+  const text = addressesAs(host, error.message);
+  if (!(cause instanceof Error)) return text;
+  const causes =
+    cause instanceof AggregateError && cause.message === ""
+      ? cause.errors.map((each: unknown) => (each instanceof Error ? each.message : String(each)))
+      : [cause.message];
+  // Told by the host, the addresses' failures are often one and the same.
+  return `${text}: ${[...new Set(causes.map((each) => addressesAs(host, each)))].join("; ")}`;
+}
+
+/** A run of characters an IP address (with a port, IPv6 in brackets) can be written in. */
+const ADDRESS_LIKE = /[0-9A-Fa-f:.[\]]*[0-9A-Fa-f\]]/g;
+
+/** `text` with each IP address in it (and its port) as `host` (and the port). */
+function addressesAs(host: string, text: string): string {
+  return text.replace(ADDRESS_LIKE, (run) => {
+    const bare = (literal: string) => literal.replace(/^\[|\]$/g, "");
+    if (isIP(bare(run)) !== 0) return host;
+    const port = /^(.+):(\d+)$/.exec(run);
+    return port?.[1] !== undefined && isIP(bare(port[1])) !== 0 ? `${host}:${port[2]}` : run;
+  });
 }
 
 /**

@@ -2,11 +2,12 @@ import { createServer as createHttpServer, type Server as HttpServer } from "nod
 import {
   type AddressInfo,
   createServer as createTcpServer,
+  isIP,
   type Server,
   type Socket,
 } from "node:net";
 import { createServer as createTlsServer } from "node:tls";
-import { fetch } from "undici";
+import { errors, fetch } from "undici";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import type { JobHandler } from "../../shared/execution/job-contract.js";
@@ -43,12 +44,19 @@ const capturing: Logger = {
 };
 const UNFORESEEN = "a job's handler failed unexpectedly";
 
-/** The fake DNS server's answers. 127.0.0.1, where the receivers listen, stands in for a public address. */
+/**
+ * The fake DNS server's answers. 127.0.0.1 and 127.0.0.2 stand in for public addresses; a
+ * tenant's run error names none of these (it knows the name it wrote, not what the worker's
+ * resolver answers for it: a deployed worker's can answer names the tenant cannot ask).
+ */
 const RECORDS = {
   "receiver.test": ["127.0.0.1"],
+  "twice.test": ["127.0.0.1", "127.0.0.2"],
   "private.test": ["10.1.2.3"],
 };
-const standIn = (address: string) => (address === "127.0.0.1" ? null : addressRefusal(address));
+const RESOLVED = /127\.0\.0\.[12]|10\.1\.2\.3/;
+const standIn = (address: string) =>
+  address === "127.0.0.1" || address === "127.0.0.2" ? null : addressRefusal(address);
 
 let f: EngineFixture;
 let dns: FakeDns;
@@ -191,7 +199,14 @@ const FAILURES: readonly {
     failure: "a connection refused",
     target: () => ({ url: `http://receiver.test:${closedPort}/hook` }),
     error:
-      /^POST http:\/\/receiver\.test:\d+\/hook: fetch failed: connect ECONNREFUSED 127\.0\.0\.1:\d+$/,
+      /^POST http:\/\/receiver\.test:\d+\/hook: fetch failed: connect ECONNREFUSED receiver\.test:\d+$/,
+    status: "FAILED",
+  },
+  {
+    failure: "a connection refused at each of the name's addresses",
+    target: () => ({ url: `http://twice.test:${closedPort}/hook` }),
+    error:
+      /^POST http:\/\/twice\.test:\d+\/hook: fetch failed: connect ECONNREFUSED twice\.test:\d+$/,
     status: "FAILED",
   },
   {
@@ -263,9 +278,13 @@ const FAILURES: readonly {
 describe("a delivery that fails", () => {
   it.each(FAILURES)("$failure: the run's error says so", async ({ target, error, status }) => {
     const before = lines.length;
+    const url = target().url;
     const run = await firstRun(target());
     expect(run.error).toMatch(error);
     expect(run.status).toBe(status);
+    // A literal address is the tenant's own; a name's addresses are the worker's resolver's.
+    if (URL.canParse(url) && isIP(new URL(url).hostname) === 0)
+      expect(run.error).not.toMatch(RESOLVED);
     expect(lines.slice(before).filter((l) => l.message === UNFORESEEN)).toEqual([]);
   });
 });
@@ -292,6 +311,35 @@ describe("the address a target's name resolves to", () => {
         address: "10.1.2.3",
       }),
     ]);
+  });
+
+  it("is not in a connect timeout's error, which names the addresses undici attempted", async () => {
+    // A connect that never completes needs an address that drops SYNs, which loopback does not:
+    // the stub fails the fetch as undici does at its connect timeout (onConnectTimeout's text).
+    const timingOut: WorkerDeps = {
+      ...worker,
+      handlers: builtInHandlers(
+        {
+          signingSecrets: cachedSigningSecrets(f.engine),
+          allowPrivateTargets: false,
+          resolve: dnsResolver({ servers: [dns.server] }),
+          addressRefusal: standIn,
+          fetch: async () => {
+            throw new TypeError("fetch failed", {
+              cause: new errors.ConnectTimeoutError(
+                "Connect Timeout Error (attempted addresses: 127.0.0.1:443, 127.0.0.2:443, timeout: 10000ms)",
+              ),
+            });
+          },
+        },
+        f.engine.clock,
+      ),
+    };
+    const run = await firstRun({ url: "https://twice.test/hook" }, timingOut);
+    expect(run.status).toBe("FAILED");
+    expect(run.error).toBe(
+      "POST https://twice.test/hook: fetch failed: Connect Timeout Error (attempted addresses: twice.test:443, twice.test:443, timeout: 10000ms)",
+    );
   });
 });
 
