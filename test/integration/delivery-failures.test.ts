@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { builtInHandlers } from "../../shared/execution/built-in-handlers.js";
 import type { JobHandler } from "../../shared/execution/job-contract.js";
 import { addressRefusal, dnsResolver } from "../../shared/execution/outbound.js";
+import type { WebhookSettings } from "../../shared/execution/webhook-handler.js";
 import type { WorkerDeps } from "../../shared/execution/worker.js";
 import { createJob } from "../../shared/jobs/index.js";
 import type { HttpTarget, Run } from "../../shared/model.js";
@@ -133,21 +134,7 @@ beforeAll(async () => {
   const closed = createTcpServer();
   closedPort = await listen(closed);
   await new Promise((resolve) => closed.close(resolve));
-  worker = {
-    engine: f.engine,
-    workerId: "delivery-failures",
-    handlers: builtInHandlers(
-      {
-        signingSecrets: cachedSigningSecrets(f.engine),
-        allowPrivateTargets: false,
-        resolve: dnsResolver({ servers: [dns.server] }),
-        addressRefusal: standIn,
-        apiUrl: "http://api.test",
-        leaseSeconds: 60,
-      },
-      f.engine.clock,
-    ),
-  };
+  worker = workerWith({ apiUrl: "http://api.test", leaseSeconds: 60 });
 });
 afterAll(async () => {
   for (const socket of sockets) socket.destroy();
@@ -158,6 +145,24 @@ afterAll(async () => {
   await dns?.close();
   await f?.destroy();
 });
+
+/** A worker as deployed (names resolved by the fake DNS, private addresses refused) with `settings`. */
+function workerWith(settings: Partial<WebhookSettings>): WorkerDeps {
+  return {
+    engine: f.engine,
+    workerId: "delivery-failures",
+    handlers: builtInHandlers(
+      {
+        signingSecrets: cachedSigningSecrets(f.engine),
+        allowPrivateTargets: false,
+        resolve: dnsResolver({ servers: [dns.server] }),
+        addressRefusal: standIn,
+        ...settings,
+      },
+      f.engine.clock,
+    ),
+  };
+}
 
 /** The first run of a one-off due now delivering to `target` (two attempts, the second an hour on), once the worker has processed it. */
 async function firstRun(target: HttpTarget, by: WorkerDeps = worker): Promise<Run> {
@@ -316,25 +321,15 @@ describe("the address a target's name resolves to", () => {
   it("is not in a connect timeout's error, which names the addresses undici attempted", async () => {
     // A connect that never completes needs an address that drops SYNs, which loopback does not:
     // the stub fails the fetch as undici does at its connect timeout (onConnectTimeout's text).
-    const timingOut: WorkerDeps = {
-      ...worker,
-      handlers: builtInHandlers(
-        {
-          signingSecrets: cachedSigningSecrets(f.engine),
-          allowPrivateTargets: false,
-          resolve: dnsResolver({ servers: [dns.server] }),
-          addressRefusal: standIn,
-          fetch: async () => {
-            throw new TypeError("fetch failed", {
-              cause: new errors.ConnectTimeoutError(
-                "Connect Timeout Error (attempted addresses: 127.0.0.1:443, 127.0.0.2:443, timeout: 10000ms)",
-              ),
-            });
-          },
-        },
-        f.engine.clock,
-      ),
-    };
+    const timingOut = workerWith({
+      fetch: async () => {
+        throw new TypeError("fetch failed", {
+          cause: new errors.ConnectTimeoutError(
+            "Connect Timeout Error (attempted addresses: 127.0.0.1:443, 127.0.0.2:443, timeout: 10000ms)",
+          ),
+        });
+      },
+    });
     const run = await firstRun({ url: "https://twice.test/hook" }, timingOut);
     expect(run.status).toBe("FAILED");
     expect(run.error).toBe(
@@ -350,18 +345,7 @@ describe("an async target's answers", () => {
     expect(handedOver.status).toBe("RUNNING");
     const answered = await firstRun({ url: url("/answered"), mode: "async" });
     expect(answered.status).toBe("SUCCEEDED");
-    const noApi: WorkerDeps = {
-      ...worker,
-      handlers: builtInHandlers(
-        {
-          signingSecrets: cachedSigningSecrets(f.engine),
-          allowPrivateTargets: false,
-          resolve: dnsResolver({ servers: [dns.server] }),
-          addressRefusal: standIn,
-        },
-        f.engine.clock,
-      ),
-    };
+    const noApi = workerWith({});
     const unconfigured = await firstRun({ url: url("/taken-over"), mode: "async" }, noApi);
     expect(unconfigured.status).toBe("DEAD");
     expect(unconfigured.error).toMatch(/^async mode needs the scheduler API's URL/);
