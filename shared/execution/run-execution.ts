@@ -261,7 +261,8 @@ function rejectOnAbort(signal: AbortSignal): Promise<never> {
 
 /**
  * The run's error for a handler's failure. A JobError is the handler's report, written for the
- * run's tenant: its message is stored. Any other exception is a failure the handler did not
+ * run's tenant: its message is stored (a refused target's facts the tenant is not told are
+ * logged, logRefusal). Any other exception is a failure the handler did not
  * foresee (its own bug; a service of the deployment's refusing it, as the webhook handler's read
  * of the tenant's signing secret can be), and its text is the deployment's: AWS's errors name the
  * account, roles, keys and tables. The tenant reads the run's error in its history and dead
