@@ -1300,7 +1300,9 @@ describe("credentials, reachability, help", () => {
     await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
     const api = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
     const home = await mkdtemp(join(tmpdir(), "cli-no-aws-"));
-    // No AWS configuration, keys or instance role: the default chain finds nothing.
+    // No AWS configuration, keys or instance role: the default chain finds nothing. The SDK's
+    // chain reads the process's environment and files, so these runs are processes of their own
+    // (about a second of CPU each), side by side.
     const env = {
       PATH: process.env.PATH ?? "",
       HOME: home,
@@ -1314,28 +1316,21 @@ describe("credentials, reachability, help", () => {
         env: { ...env, ...extra },
       });
     try {
-      const noCredentials = await bin(["--profile", "nosuch", "jobs", "list"], {
-        AWS_REGION: "eu-west-1",
-      });
+      const [noCredentials, asJson] = await Promise.all([
+        bin(["--profile", "nosuch", "jobs", "list"], { AWS_REGION: "eu-west-1" }),
+        bin(["-o", "json", "--profile", "nosuch", "--region", "eu-west-1", "jobs", "list"]),
+      ]);
       expect(noCredentials.code, noCredentials.err).toBe(EXIT.unauthorized);
       expect(noCredentials.err).toMatch(/^error: no AWS credentials to sign requests with/);
       expect(noCredentials.err).toContain("--key");
-      const asJson = await bin([
-        "-o",
-        "json",
-        "--profile",
-        "nosuch",
-        "--region",
-        "eu-west-1",
-        "jobs",
-        "list",
-      ]);
       expect(asJson.code, asJson.err).toBe(EXIT.unauthorized);
       expect(asJson.out).toBe("");
       expect(JSON.parse(asJson.err)).toEqual({
         error: { message: expect.stringMatching(/^no AWS credentials/) },
       });
-      const noRegion = await bin(["--profile", "nosuch", "jobs", "list"]);
+      // The region is the CLI's own reading of its flags and the environment it is given (io.env),
+      // refused before a client or the SDK's chain is made: run in this process, with none.
+      const noRegion = await runCaptured(["--api", api, "--profile", "nosuch", "jobs", "list"], {});
       expect(noRegion.code, noRegion.err).toBe(EXIT.usage);
       expect(noRegion.err).toMatch(/^error: no region to sign requests to 127\.0\.0\.1:\d+ for/);
       expect(noRegion.err).toContain("--region");
