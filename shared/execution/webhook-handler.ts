@@ -1,10 +1,10 @@
-import { isIP } from "node:net";
 import { fetch, type Response } from "undici";
 import { stringifyExact } from "../exact-json.js";
 import { textHead } from "../storage/stored-text.js";
 import { type TimeLimit, timeLimit } from "../time-limit.js";
 import type { WebhookSigningSecrets } from "../webhooks/secrets.js";
 import { webhookSignature } from "../webhooks/secrets.js";
+import { addressesAs } from "./address-text.js";
 import { type JobContext, JobError, type JobHandler, RunHandedOver } from "./job-contract.js";
 import {
   abortedBy,
@@ -261,7 +261,7 @@ function asyncHeaders(webhook: WebhookSettings, ctx: JobContext<"http">): Record
  * one AggregateError, which has no message of its own: its errors' say what happened.
  */
 function describe(error: unknown, host: string): string {
-  if (!(error instanceof Error)) return String(error);
+  if (!(error instanceof Error)) return addressesAs(host, String(error));
   const { cause } = error;
   const text = addressesAs(host, error.message);
   if (!(cause instanceof Error)) return text;
@@ -271,19 +271,6 @@ function describe(error: unknown, host: string): string {
       : [cause.message];
   // Told by the host, the addresses' failures are often one and the same.
   return `${text}: ${[...new Set(causes.map((each) => addressesAs(host, each)))].join("; ")}`;
-}
-
-/** A run of characters an IP address (with a port, IPv6 in brackets) can be written in. */
-const ADDRESS_LIKE = /[0-9A-Fa-f:.[\]]*[0-9A-Fa-f\]]/g;
-
-/** `text` with each IP address in it (and its port) as `host` (and the port). */
-function addressesAs(host: string, text: string): string {
-  return text.replace(ADDRESS_LIKE, (run) => {
-    const bare = (literal: string) => literal.replace(/^\[|\]$/g, "");
-    if (isIP(bare(run)) !== 0) return host;
-    const port = /^(.+):(\d+)$/.exec(run);
-    return port?.[1] !== undefined && isIP(bare(port[1])) !== 0 ? `${host}:${port[2]}` : run;
-  });
 }
 
 /**

@@ -20,7 +20,7 @@ import { type Logger, silentObservability } from "../../shared/observability.js"
 import { cachedSigningSecrets } from "../../shared/webhooks/secrets.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { type FakeDns, fakeDns } from "../support/fake-dns.js";
-import { TEST_TLS_CERT, TEST_TLS_KEY } from "../support/tls-certificate.js";
+import { nameMismatch, TEST_TLS_CERT, TEST_TLS_KEY } from "../support/tls-certificate.js";
 
 /**
  * Each way a delivery fails that a tenant must be able to tell for itself, from the run's error
@@ -456,5 +456,34 @@ describe("a receiver's Retry-After", () => {
     await f.process(worker, await f.nextDelivery(f.engine.queues.normal, job.jobId, 15_000));
     const runs = (await f.runs()).filter((r) => r.jobId === job.jobId);
     expect(runs.map((r) => [r.attempt, r.status])).toEqual([[1, "DEAD"]]);
+  });
+});
+
+/**
+ * Review h75: a run's error, read through the run as the API, CLI and console show it, after a
+ * real pass of the worker. The TLS case's fetch is a stub failing as undici does, since a name
+ * mismatch is only reached with a certificate the worker trusts, which this machine cannot be.
+ */
+describe("masking a run's error (review h75)", () => {
+  it("an async target's TLS name mismatch does not name the certificate's IP address", async () => {
+    const mismatch = nameMismatch("receiver.test", "DNS:internal.example, IP Address:127.0.0.1");
+    const mismatched = workerWith({
+      apiUrl: "http://api.test",
+      fetch: async () => {
+        throw new TypeError("fetch failed", { cause: mismatch });
+      },
+    });
+    const run = await firstRun({ url: "https://receiver.test/hook", mode: "async" }, mismatched);
+    expect(run.status).toBe("FAILED");
+    expect(run.error).toMatch(/^POST https:\/\/receiver\.test\/hook: fetch failed: Hostname\/IP/);
+    expect(run.error).not.toMatch(RESOLVED);
+  });
+
+  it("a name that starts with a dotted quad, unknown to DNS, is named as the tenant wrote it", async () => {
+    const run = await firstRun({ url: `http://10.9.8.7.nip.test:${httpPort}/hook` });
+    expect(run.status).toBe("FAILED");
+    expect(run.error).toBe(
+      `POST http://10.9.8.7.nip.test:${httpPort}/hook: fetch failed: 10.9.8.7.nip.test has no A or AAAA record`,
+    );
   });
 });

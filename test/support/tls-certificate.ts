@@ -1,3 +1,5 @@
+import { checkServerIdentity, type PeerCertificate } from "node:tls";
+
 /**
  * A self-signed certificate for localhost and 127.0.0.1 (until 2126), made for the tests alone:
  * a TLS receiver a test's client trusts by naming it as `ca`, and a deployed worker does not.
@@ -19,3 +21,18 @@ VR0TAQH/BAUwAwEB/zAaBgNVHREEEzARgglsb2NhbGhvc3SHBH8AAAEwCgYIKoZI
 zj0EAwIDRwAwRAIgWqrSCpyCIfP5ZwVpfUvkjVUdhbYSXSgMXSfBWyyT3nYCIGU8
 TsI5yG8mDRbWmPhWXuwj6VbjEi36w5bpZpLXB0Hy
 -----END CERTIFICATE-----`;
+
+/**
+ * Node's own error (checkServerIdentity's) for a certificate the client trusts that does not cover
+ * `host`, with `subjectaltname` as Node writes it (`DNS:a.example, IP Address:203.0.113.7`): a
+ * fault only a publicly trusted certificate brings, which no receiver here can have.
+ */
+export function nameMismatch(host: string, subjectaltname: string): Error {
+  const cert = {
+    subject: { CN: "internal.example" },
+    subjectaltname,
+  } as unknown as PeerCertificate;
+  const error = checkServerIdentity(host, cert);
+  if (error === undefined) throw new Error(`${subjectaltname} covers ${host}`);
+  return error;
+}
