@@ -125,8 +125,15 @@ async function ownFixture(
   return { f, at };
 }
 
+/**
+ * Each case waits out a heartbeat of A's (SLOW_HEARTBEAT_MS) for its start to be written, then
+ * restores, re-sends and starts the run again before A's next: side by side, each on tables and
+ * queues of its own (it.concurrent: the suite stays apart from the concurrent one after it, which
+ * vitest would otherwise run beside these), the three waits overlap where one after another they
+ * were most of the file.
+ */
 describe("a restore while a worker holds a run it started after the backup point", () => {
-  it("refuses that worker's ending once the run was started again: one run recorded, by its holder", async ({
+  it.concurrent("refuses that worker's ending once the run was started again: one run recorded, by its holder", async ({
     onTestFinished,
   }) => {
     const { f } = await ownFixture(onTestFinished);
@@ -184,7 +191,7 @@ describe("a restore while a worker holds a run it started after the backup point
     expect((await getJob(f.engine, job.jobId))?.status).toBe("COMPLETED");
   }, 60_000);
 
-  it("leaves the tenant's concurrent-runs slot to the start that holds the run now", async ({
+  it.concurrent("leaves the tenant's concurrent-runs slot to the start that holds the run now", async ({
     onTestFinished,
   }) => {
     const { f } = await ownFixture(onTestFinished);
@@ -242,7 +249,7 @@ describe("a restore while a worker holds a run it started after the backup point
     expect(await slotsNow()).toEqual([]);
   }, 60_000);
 
-  it("leaves the job's activeRuns entry to the start that holds the run now (allow, maxConcurrent 1)", async ({
+  it.concurrent("leaves the job's activeRuns entry to the start that holds the run now (allow, maxConcurrent 1)", async ({
     onTestFinished,
   }) => {
     const { f } = await ownFixture(onTestFinished);
@@ -306,8 +313,8 @@ describe("a restore while a worker holds a run it started after the backup point
 });
 
 /**
- * Side by side, each on tables of its own: they bound no real time (the case above does, restoring
- * between two of A's heartbeats, and runs first, alone).
+ * Side by side, each on tables of its own: they bound no real time (the cases above do, restoring
+ * between two of A's heartbeats, and run first, without these beside them).
  */
 describe.concurrent("restores that bound no real time", () => {
   describe("a restore to before a run ended", () => {
