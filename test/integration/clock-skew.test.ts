@@ -713,17 +713,25 @@ describe.concurrent("an overdue entry filed by a writer behind the dispatcher pa
 
 /**
  * The bound architecture.md states (Known limits, "Clocks that disagree"), measured on a clock of
- * the cases' own: passes a minute apart, 50 s into each minute, steady for 20 minutes before the
- * write (the first one scans for the shard's backlog), so the look-back has read every bucket up to
- * 18 minutes before the last pass's minute when the entry lands. An entry is claimed when its
+ * the cases' own: passes a minute apart, 50 s into each minute, from FIRST_PASS_MINUTE on (the
+ * first one scans for the shard's backlog, the ones after it are steady), so the look-back has read
+ * every bucket up to 18 minutes before the last pass's minute when the entry lands (the scan every
+ * one before those). An entry is claimed when its
  * bucket's minute is at most 17 minutes before the minute of the last pass begun before its write
  * (m_P), within 15 minutes of its write and the time to the next pass; never when earlier.
  */
 describe.concurrent("the look-back's bound, measured on the passes' own clock", () => {
   const PHASE_MS = 50 * SECOND;
+  /**
+   * The minute, relative to the write's (`m`), of the cases' first pass. A pass's look-back range
+   * comes from the line the pass before it recorded, so from the second pass after the scan on
+   * each reads one bucket, as after hours of passes; the table holds no entry before the write.
+   * The cases began 20 minutes before it once: 17 passes more each, over empty buckets.
+   */
+  const FIRST_PASS_MINUTE = -3;
 
   /**
-   * Passes a minute apart from `m` - 20 min to `m` + 20 min (each PHASE_MS into its minute), and
+   * Passes a minute apart from FIRST_PASS_MINUTE to `m` + 20 min (each PHASE_MS into its minute), and
    * between them, at `m` + `writtenAtMs`, the write of a writer `behindMs` behind (an hourly job's
    * entry due a minute before its clock, filed in its clock's minute). Returns how long after the
    * write the pass that claimed it began, or null when none did.
@@ -742,7 +750,10 @@ describe.concurrent("the look-back's bound, measured on the passes' own clock", 
       return pass;
     };
     const writtenAt = m + writtenAtMs;
-    const passes = Array.from({ length: 41 }, (_, i) => m + (i - 20) * MINUTE + PHASE_MS);
+    const passes = Array.from(
+      { length: 21 - FIRST_PASS_MINUTE },
+      (_, i) => m + (i + FIRST_PASS_MINUTE) * MINUTE + PHASE_MS,
+    );
     for (const at of passes.filter((at) => at < writtenAt)) await passAt(at);
     const writerNow = new Date(writtenAt - behindMs);
     const dueAt = new Date(writerNow.getTime() - MINUTE);
@@ -816,7 +827,8 @@ describe.concurrent("the look-back's bound, measured on the passes' own clock", 
         if (pass.outcome !== "swept") throw new Error(`pass at ${ms}: ${pass.outcome}`);
         return pass;
       };
-      for (let minute = -20; minute < 0; minute++) await passAt(m + minute * MINUTE + PHASE_MS);
+      for (let minute = FIRST_PASS_MINUTE; minute < 0; minute++)
+        await passAt(m + minute * MINUTE + PHASE_MS);
       // It finds `sweepFrom` ahead of its window, reads back 15 minutes as backlog and the 15
       // before those as look-back, and records its line, two minutes before its clock.
       const back = await passAt(m + PHASE_MS - behind * MINUTE);
@@ -839,7 +851,7 @@ describe.concurrent("the look-back's bound, measured on the passes' own clock", 
     );
     const passAt = (ms: number, owner: string) =>
       dispatchShard({ ...f.engine, clock: () => new Date(ms) }, 0, owner);
-    for (let minute = -20; minute < 8; minute++) {
+    for (let minute = FIRST_PASS_MINUTE; minute < 8; minute++) {
       if (minute === 1) {
         // Writers 10 minutes behind the passes file minutely jobs' overdue entries, at m + 55 s.
         const writerNow = new Date(m + 55 * SECOND - 10 * MINUTE);
