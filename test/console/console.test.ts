@@ -419,9 +419,133 @@ describe("web console", () => {
    * Each on a page of its own, signed in as a tenant of its own (a tab's key is its own
    * sessionStorage), reading and writing only that tenant's jobs: side by side they wait for their
    * polls and dead letters together (vitest's maxConcurrency, 5 at a time). One after another they
-   * took 40 s of the file's 90 s, most of it waiting for a poll.
+   * took 40 s of the file's 90 s, most of it waiting for a poll. The longer ones start first:
+   * "edits a job after other jobs", one of the longest, was the last to start and ended the block
+   * 10 s after the others.
    */
   describe.concurrent("other tenants' pages, side by side", () => {
+    it(
+      "edits a job after other jobs as one: its upstreams and `on` shown and kept, changed as asked, its preview saying it has no times of its own; the create form makes one too",
+      async ({ expect }) => {
+        const other = await signedInJobsPage(DEPENDENT_KEY);
+        const call = <T>(method: string, path: string, body?: unknown) =>
+          api<T>(method, path, body, {}, DEPENDENT_KEY);
+        try {
+          const daily = { cron: "0 2 * * *", timezone: "UTC" };
+          const exporter = await call<Job>("POST", "/jobs", {
+            name: "export",
+            type: "noop",
+            schedule: daily,
+          });
+          const importer = await call<Job>("POST", "/jobs", {
+            name: "import",
+            type: "noop",
+            schedule: daily,
+          });
+          const after = { jobs: [exporter.id], on: "failure" };
+          const dependent = await call<Job>("POST", "/jobs", {
+            name: "alert",
+            type: "noop",
+            schedule: { after },
+          });
+          await other.goto(`${sandbox.url}/console/jobs/${dependent.id}`);
+          const nextRuns = other.getByRole("region", { name: "Next runs", exact: true });
+          const inWords = `No times of its own: it runs once for each run of ${exporter.id} that fails for good: ends dead (failure).`;
+
+          const openForm = async () => {
+            await other.getByRole("button", { name: "Edit job" }).click();
+            return other.getByRole("form", { name: "Edit job" });
+          };
+          let form = await openForm();
+          const checkedKind = () =>
+            form.locator('input[name="scheduleKind"]:checked').getAttribute("value");
+          const upstreams = form.getByLabel("Upstream job ids");
+          const on = form.getByLabel("Runs when an upstream run");
+          const preview = form.getByRole("region", { name: "Next runs of this schedule" });
+          expect(await checkedKind()).toBe("after");
+          expect(await upstreams.inputValue()).toBe(exporter.id);
+          expect(await on.inputValue()).toBe("failure");
+          // What the previews say: the form's once the API took the schedule, the job page's at once.
+          await preview.locator("p").waitFor();
+          expect(await preview.locator("p").textContent()).toBe(inWords);
+          expect(await preview.locator("li").count()).toBe(0);
+          await nextRuns.locator("p").waitFor();
+          expect(await nextRuns.locator("p").textContent()).toBe(inWords);
+          expect(await accessibilityViolations(other)).toEqual([]);
+
+          // A rename sends the name alone: the schedule stays as it was.
+          await form.getByLabel("Name", { exact: true }).fill("failure alert");
+          await form.getByRole("button", { name: "Save changes" }).click();
+          await other.getByRole("heading", { name: /failure alert/, level: 1 }).waitFor();
+          expect(await call<Job>("GET", `/jobs/${dependent.id}`)).toMatchObject({
+            name: "failure alert",
+            version: 2,
+            schedule: { after },
+          });
+
+          // Its upstreams, typed in another order, and `on` change; the API sorts the ids.
+          form = await openForm();
+          await upstreams.fill(`${importer.id}, ${exporter.id}`);
+          await on.selectOption("completion");
+          await preview.getByText(`${exporter.id} or ${importer.id} that ends`).waitFor();
+          await form.getByRole("button", { name: "Save changes" }).click();
+          await other.getByRole("button", { name: "Edit job" }).waitFor();
+          const both = { jobs: [exporter.id, importer.id].sort(), on: "completion" };
+          expect(await call<Job>("GET", `/jobs/${dependent.id}`)).toMatchObject({
+            version: 3,
+            schedule: { after: both },
+          });
+
+          // An id of no job of the tenant: the preview and the save name the field; nothing is written.
+          form = await openForm();
+          await upstreams.fill("01JD3Q6Z8Y0000000000000000");
+          await preview.getByText("no job 01JD3Q6Z8Y0000000000000000 of this tenant").waitFor();
+          await form.getByRole("button", { name: "Save changes" }).click();
+          await form.getByRole("link", { name: /^schedule\.after\.jobs: / }).waitFor();
+          expect(await call<Job>("GET", `/jobs/${dependent.id}`)).toMatchObject({
+            version: 3,
+            schedule: { after: both },
+          });
+          await form.getByRole("button", { name: "Close without saving" }).click();
+
+          // The create form offers a schedule after other jobs.
+          await other.goto(`${sandbox.url}/console`);
+          await other.getByText("Create a job", { exact: true }).click();
+          const create = other.getByRole("form", { name: "Create a job" });
+          await create.getByLabel("Name", { exact: true }).fill("after import");
+          await create.getByRole("radio", { name: "After other jobs" }).check();
+          await create.getByLabel("Upstream job ids").fill(importer.id);
+          await create
+            .getByText(
+              `No times of its own: it runs once for each run of ${importer.id} that succeeds`,
+            )
+            .waitFor();
+          await create.getByRole("button", { name: "Create job" }).click();
+          await other.waitForURL(/\/console\/jobs\/[0-9A-Z]+$/);
+          const created = await call<Job>("GET", `/jobs/${other.url().split("/").at(-1) ?? ""}`);
+          expect(created).toMatchObject({
+            name: "after import",
+            schedule: { after: { jobs: [importer.id], on: "success" } },
+          });
+
+          // A job of times edited into one after another job.
+          await other.goto(`${sandbox.url}/console/jobs/${importer.id}`);
+          form = await openForm();
+          await form.getByRole("radio", { name: "After other jobs" }).check();
+          await upstreams.fill(exporter.id);
+          await form.getByRole("button", { name: "Save changes" }).click();
+          await other.getByRole("button", { name: "Edit job" }).waitFor();
+          expect(await call<Job>("GET", `/jobs/${importer.id}`)).toMatchObject({
+            version: 2,
+            schedule: { after: { jobs: [exporter.id], on: "success" } },
+          });
+        } finally {
+          await other.close();
+        }
+      },
+      SIDE_BY_SIDE_TIMEOUT_MS,
+    );
+
     it(
       "a runs filter whose first page read no match but has more says so, not 'No runs yet.', and Load older runs finds the match",
       async ({ expect }) => {
@@ -445,11 +569,22 @@ describe("web console", () => {
             )
           ).items.length;
         // One after the other: a trigger that starts while the first run is under way is recorded
-        // skipped under the job's overlap policy (skip), which the cases beside make likely.
-        const oldest = await trigger();
-        await waitFor("the first run to succeed", async () => (await succeeded()) === 1, 30_000);
-        const newest = await trigger();
-        await waitFor("both runs to succeed", async () => (await succeeded()) === 2, 30_000);
+        // skipped under the job's overlap policy (skip), which the cases beside make likely. The
+        // page signs in meanwhile: its jobs list is not what this case reads.
+        const [other, [oldest, newest]] = await Promise.all([
+          signedInJobsPage(FILTERED_RUNS_KEY),
+          (async () => {
+            const first = await trigger();
+            await waitFor(
+              "the first run to succeed",
+              async () => (await succeeded()) === 1,
+              30_000,
+            );
+            const second = await trigger();
+            await waitFor("both runs to succeed", async () => (await succeeded()) === 2, 30_000);
+            return [first, second] as const;
+          })(),
+        ]);
         // A filtered page gives up after ten reads (6,550 runs at the console's limit of 50), empty
         // with a cursor when none of them matched. The sandbox's table is out of this test's reach
         // and thousands of runs through the API take minutes, so the first filtered page is answered
@@ -460,7 +595,6 @@ describe("web console", () => {
           url.pathname === runsPath &&
           url.searchParams.has("status") &&
           !url.searchParams.has("cursor");
-        const other = await signedInJobsPage(FILTERED_RUNS_KEY);
         await other.route(firstFiltered, async (route) => {
           const url = new URL(route.request().url());
           url.searchParams.set("limit", "1");
@@ -524,13 +658,18 @@ describe("web console", () => {
           30_000,
           250,
         );
-        for (let batch = 0; batch < 5; batch++) {
-          const jobs = Array.from({ length: 21 }, (_, i) => failing(1 + batch * 21 + i));
-          const answered = await asOther<{ results: { status: number }[] }>("POST", "/jobs:batch", {
-            jobs,
-          });
-          expect(answered.results.map((r) => r.status)).toEqual(jobs.map(() => 201));
-        }
+        // The other 105 in five batches at once: which of them dies first does not matter.
+        await Promise.all(
+          [0, 1, 2, 3, 4].map(async (batch) => {
+            const jobs = Array.from({ length: 21 }, (_, i) => failing(1 + batch * 21 + i));
+            const answered = await asOther<{ results: { status: number }[] }>(
+              "POST",
+              "/jobs:batch",
+              { jobs },
+            );
+            expect(answered.results.map((r) => r.status)).toEqual(jobs.map(() => 201));
+          }),
+        );
         await waitFor(
           "106 dead letters",
           async () => {
@@ -605,15 +744,17 @@ describe("web console", () => {
       async ({ expect }) => {
         const asOther = <T>(method: string, path: string, body?: unknown) =>
           api<T>(method, path, body, {}, REPLAY_RACE_KEY);
-        for (let batch = 0; batch < 3; batch++) {
-          const jobs = Array.from({ length: 17 }, (_, i) => ({
-            name: `race ${batch * 17 + i}`,
-            type: "fail",
-            payload: { retryable: false },
-            schedule: { runAt: new Date().toISOString() },
-          }));
-          await asOther("POST", "/jobs:batch", { jobs });
-        }
+        await Promise.all(
+          [0, 1, 2].map((batch) => {
+            const jobs = Array.from({ length: 17 }, (_, i) => ({
+              name: `race ${batch * 17 + i}`,
+              type: "fail",
+              payload: { retryable: false },
+              schedule: { runAt: new Date().toISOString() },
+            }));
+            return asOther("POST", "/jobs:batch", { jobs });
+          }),
+        );
         await waitFor(
           "51 dead letters",
           async () => {
@@ -942,128 +1083,6 @@ describe("web console", () => {
           const onJobPage = await statusLines();
           expect(onJobPage.length).toBeGreaterThanOrEqual(2);
           expect(onJobPage.filter((lines) => lines !== 1)).toEqual([]);
-        } finally {
-          await other.close();
-        }
-      },
-      SIDE_BY_SIDE_TIMEOUT_MS,
-    );
-
-    it(
-      "edits a job after other jobs as one: its upstreams and `on` shown and kept, changed as asked, its preview saying it has no times of its own; the create form makes one too",
-      async ({ expect }) => {
-        const other = await signedInJobsPage(DEPENDENT_KEY);
-        const call = <T>(method: string, path: string, body?: unknown) =>
-          api<T>(method, path, body, {}, DEPENDENT_KEY);
-        try {
-          const daily = { cron: "0 2 * * *", timezone: "UTC" };
-          const exporter = await call<Job>("POST", "/jobs", {
-            name: "export",
-            type: "noop",
-            schedule: daily,
-          });
-          const importer = await call<Job>("POST", "/jobs", {
-            name: "import",
-            type: "noop",
-            schedule: daily,
-          });
-          const after = { jobs: [exporter.id], on: "failure" };
-          const dependent = await call<Job>("POST", "/jobs", {
-            name: "alert",
-            type: "noop",
-            schedule: { after },
-          });
-          await other.goto(`${sandbox.url}/console/jobs/${dependent.id}`);
-          const nextRuns = other.getByRole("region", { name: "Next runs", exact: true });
-          const inWords = `No times of its own: it runs once for each run of ${exporter.id} that fails for good: ends dead (failure).`;
-
-          const openForm = async () => {
-            await other.getByRole("button", { name: "Edit job" }).click();
-            return other.getByRole("form", { name: "Edit job" });
-          };
-          let form = await openForm();
-          const checkedKind = () =>
-            form.locator('input[name="scheduleKind"]:checked').getAttribute("value");
-          const upstreams = form.getByLabel("Upstream job ids");
-          const on = form.getByLabel("Runs when an upstream run");
-          const preview = form.getByRole("region", { name: "Next runs of this schedule" });
-          expect(await checkedKind()).toBe("after");
-          expect(await upstreams.inputValue()).toBe(exporter.id);
-          expect(await on.inputValue()).toBe("failure");
-          // What the previews say: the form's once the API took the schedule, the job page's at once.
-          await preview.locator("p").waitFor();
-          expect(await preview.locator("p").textContent()).toBe(inWords);
-          expect(await preview.locator("li").count()).toBe(0);
-          await nextRuns.locator("p").waitFor();
-          expect(await nextRuns.locator("p").textContent()).toBe(inWords);
-          expect(await accessibilityViolations(other)).toEqual([]);
-
-          // A rename sends the name alone: the schedule stays as it was.
-          await form.getByLabel("Name", { exact: true }).fill("failure alert");
-          await form.getByRole("button", { name: "Save changes" }).click();
-          await other.getByRole("heading", { name: /failure alert/, level: 1 }).waitFor();
-          expect(await call<Job>("GET", `/jobs/${dependent.id}`)).toMatchObject({
-            name: "failure alert",
-            version: 2,
-            schedule: { after },
-          });
-
-          // Its upstreams, typed in another order, and `on` change; the API sorts the ids.
-          form = await openForm();
-          await upstreams.fill(`${importer.id}, ${exporter.id}`);
-          await on.selectOption("completion");
-          await preview.getByText(`${exporter.id} or ${importer.id} that ends`).waitFor();
-          await form.getByRole("button", { name: "Save changes" }).click();
-          await other.getByRole("button", { name: "Edit job" }).waitFor();
-          const both = { jobs: [exporter.id, importer.id].sort(), on: "completion" };
-          expect(await call<Job>("GET", `/jobs/${dependent.id}`)).toMatchObject({
-            version: 3,
-            schedule: { after: both },
-          });
-
-          // An id of no job of the tenant: the preview and the save name the field; nothing is written.
-          form = await openForm();
-          await upstreams.fill("01JD3Q6Z8Y0000000000000000");
-          await preview.getByText("no job 01JD3Q6Z8Y0000000000000000 of this tenant").waitFor();
-          await form.getByRole("button", { name: "Save changes" }).click();
-          await form.getByRole("link", { name: /^schedule\.after\.jobs: / }).waitFor();
-          expect(await call<Job>("GET", `/jobs/${dependent.id}`)).toMatchObject({
-            version: 3,
-            schedule: { after: both },
-          });
-          await form.getByRole("button", { name: "Close without saving" }).click();
-
-          // The create form offers a schedule after other jobs.
-          await other.goto(`${sandbox.url}/console`);
-          await other.getByText("Create a job", { exact: true }).click();
-          const create = other.getByRole("form", { name: "Create a job" });
-          await create.getByLabel("Name", { exact: true }).fill("after import");
-          await create.getByRole("radio", { name: "After other jobs" }).check();
-          await create.getByLabel("Upstream job ids").fill(importer.id);
-          await create
-            .getByText(
-              `No times of its own: it runs once for each run of ${importer.id} that succeeds`,
-            )
-            .waitFor();
-          await create.getByRole("button", { name: "Create job" }).click();
-          await other.waitForURL(/\/console\/jobs\/[0-9A-Z]+$/);
-          const created = await call<Job>("GET", `/jobs/${other.url().split("/").at(-1) ?? ""}`);
-          expect(created).toMatchObject({
-            name: "after import",
-            schedule: { after: { jobs: [importer.id], on: "success" } },
-          });
-
-          // A job of times edited into one after another job.
-          await other.goto(`${sandbox.url}/console/jobs/${importer.id}`);
-          form = await openForm();
-          await form.getByRole("radio", { name: "After other jobs" }).check();
-          await upstreams.fill(exporter.id);
-          await form.getByRole("button", { name: "Save changes" }).click();
-          await other.getByRole("button", { name: "Edit job" }).waitFor();
-          expect(await call<Job>("GET", `/jobs/${importer.id}`)).toMatchObject({
-            version: 2,
-            schedule: { after: { jobs: [exporter.id], on: "success" } },
-          });
         } finally {
           await other.close();
         }
