@@ -6,10 +6,10 @@ import { BaseSequencer, type TestSpecification } from "vitest/node";
  * with coverage, about 2.5 times a quiet machine's), the files trimmed since at what their trims
  * took off (dst-dispatch 186 then, claim-plain-rollback 113, model 102, leap-day-max-runs 55,
  * quota-accounting 86, stack 57, variants 50, claim-plain-races 52, run-control-attacks 49,
- * claim-puts 40, offset-change-dispatch 138, clock-skew 67): listed-runs-bound 181, console 153,
- * cli 125, dispatch-recovery 113, restart 111, synth-offline 101, the sandbox's cli 77, model
- * about 77, claim-plain-rollback about 76, long-jobs 70, dispatch 70, resources 64, dst-dispatch
- * about 62, client 56, offset-change-dispatch about 55, security 55, noisy-tenant 51,
+ * claim-puts 40, offset-change-dispatch 138, clock-skew 67, console 153): listed-runs-bound 181,
+ * console about 135, cli 125, dispatch-recovery 113, restart 111, synth-offline 101, the sandbox's
+ * cli 77, model about 77, claim-plain-rollback about 76, long-jobs 70, dispatch 70, resources 64,
+ * dst-dispatch about 62, client 56, offset-change-dispatch about 55, security 55, noisy-tenant 51,
  * restore-from-backup 51, jobs-page-cursors 45, clock-skew about 44, oidc 43, quota-accounting
  * about 40. Files under about 40 s there are left to vitest's order. Of the timed files: the end-to-end file 81,
  * policies 49, worker-fencing 30, run-cancel 18, retries 16, dispatch-on-time 10, worker-loop 7.
