@@ -336,7 +336,8 @@ export interface Run {
   readonly timesOutAt?: string | null;
   /**
    * Async mode: the job's timeout (seconds) at the attempt's first delivery, which `timesOutAt`
-   * counts; a timed-out ending names it, not the timeout of the job as since edited.
+   * counts; a timed-out ending names it, not the timeout of the job as since edited. Absent on a
+   * run an older version handed over: derived from its times then (`recordedDeadline`).
    */
   readonly handedOverTimeoutSeconds?: number;
   /**

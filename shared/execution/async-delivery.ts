@@ -21,20 +21,26 @@ import type { RunResult } from "./run-outcome.js";
  * records when the attempt times out, once: `jobTimeoutSeconds` after its first start, or the
  * `timesOutAt` an earlier delivery of it recorded (should the worker die after the target's 202,
  * the target runs the run with no hand-over recorded, and a later start must not count the
- * timeout from itself), and keeps the run for the retention after it, as a hand-over does.
+ * timeout from itself), and keeps the run for the retention after it, as a hand-over does. It
+ * records the version of `job` (the definition the delivery sends) as the run's executedVersion,
+ * as a hand-over does too: a run whose worker died after the 202 ends naming the version it ran.
  * Returns the token, which only the delivery carries.
  */
 export async function issueRunToken(
   engine: Engine,
   run: HeldRun,
-  jobTimeoutSeconds: number,
+  job: Pick<Job, "timeoutSeconds" | "version">,
   now: Date,
 ): Promise<string> {
   const token = newRunToken(run.fence);
-  const startedAt = Date.parse(run.startedAt ?? now.toISOString());
-  const timeoutSeconds = attemptTimeoutSeconds(run, jobTimeoutSeconds);
-  const timesOutAt = attemptTimeout(run) ?? new Date(startedAt + timeoutSeconds * 1000);
-  await recordRunToken(engine, run, runTokenHash(token), { timesOutAt, timeoutSeconds }, now);
+  const { at: timesOutAt, seconds: timeoutSeconds } = attemptDeadline(run, job.timeoutSeconds, now);
+  await recordRunToken(
+    engine,
+    run,
+    runTokenHash(token),
+    { timesOutAt, timeoutSeconds, executedVersion: job.version },
+    now,
+  );
   return token;
 }
 
@@ -50,11 +56,9 @@ export async function handOverRun(
   now: Date,
 ): Promise<void> {
   const leaseUntil = new Date(now.getTime() + engine.settings.leaseMs);
-  const startedAt = Date.parse(run.startedAt ?? now.toISOString());
   // A start after a lapsed lease keeps the attempt's time: it runs from the first delivery's
   // start, under the timeout it had then (the job may have been edited since).
-  const timeoutSeconds = attemptTimeoutSeconds(run, job.timeoutSeconds);
-  const timesOutAt = attemptTimeout(run) ?? new Date(startedAt + timeoutSeconds * 1000);
+  const { at: timesOutAt, seconds: timeoutSeconds } = attemptDeadline(run, job.timeoutSeconds, now);
   try {
     await recordHandOver(
       engine,
@@ -83,13 +87,57 @@ export async function handOverRun(
   });
 }
 
+/** When an async attempt times out, and the timeout (seconds) that counts: a timed-out ending names it. */
+export interface AttemptDeadline {
+  readonly at: Date;
+  readonly seconds: number;
+}
+
+type AttemptTimes = Pick<
+  Run,
+  "timesOutAt" | "handedOverTimeoutSeconds" | "startedAt" | "handedOverAt"
+>;
+
 /**
- * When an async attempt times out: an earlier start of this run (its lease lapsed, the reaper sent
- * it again) delivered it and set it, with its token (or, before that was so, its hand-over). Null
- * for a run never delivered in async mode.
+ * The attempt's deadline as its first delivery recorded it: `timesOutAt`, set with its token (or,
+ * before that was so, its hand-over) and kept by every later start of the run (its lease lapsed,
+ * the reaper sent it again), and the timeout beside it. Null for a run never delivered in async
+ * mode (or whose token an older version wrote, its hand-over unrecorded).
+ *
+ * A run handed over by a version before `handedOverTimeoutSeconds` has `timesOutAt` alone. Its
+ * timeout is the one that set it, `timesOutAt` less the start it counted from, not the job's
+ * (edited since, perhaps): written beside it by the next delivery, it would stand for good. That
+ * start is the run's `startedAt` while it still holds the run; once a later start replaced it, the
+ * hand-over's instant (`handedOverAt`, its 202, moments after the start) stands in for it, and
+ * the timeout is rounded up to whole seconds.
  */
-function attemptTimeout(run: Pick<Run, "timesOutAt">): Date | null {
-  return run.timesOutAt ? new Date(run.timesOutAt) : null;
+export function recordedDeadline(run: AttemptTimes): AttemptDeadline | null {
+  if (typeof run.timesOutAt !== "string") return null;
+  const at = new Date(run.timesOutAt);
+  if (run.handedOverTimeoutSeconds !== undefined)
+    return { at, seconds: run.handedOverTimeoutSeconds };
+  // The earlier of the two is that start: a later start's startedAt comes after the 202.
+  const from = Math.min(
+    Date.parse(run.startedAt ?? run.timesOutAt),
+    Date.parse(run.handedOverAt ?? run.timesOutAt),
+  );
+  return { at, seconds: Math.ceil((at.getTime() - from) / 1000) };
+}
+
+/**
+ * The deadline an async attempt runs under: the one a delivery of it recorded, else (its first
+ * delivery, or one whose token an older version wrote) `jobTimeoutSeconds` (the job's now) after
+ * its start.
+ */
+export function attemptDeadline(
+  run: AttemptTimes,
+  jobTimeoutSeconds: number,
+  now: Date,
+): AttemptDeadline {
+  const recorded = recordedDeadline(run);
+  if (recorded !== null) return recorded;
+  const startedAt = Date.parse(run.startedAt ?? now.toISOString());
+  return { at: new Date(startedAt + jobTimeoutSeconds * 1000), seconds: jobTimeoutSeconds };
 }
 
 /**
@@ -100,20 +148,8 @@ function attemptTimeout(run: Pick<Run, "timesOutAt">): Date | null {
  * attempt never fails.
  */
 export function handedOverAndTimedOut(run: Run, now: Date): boolean {
-  const timeout = attemptTimeout(run);
-  return timeout !== null && timeout.getTime() <= now.getTime();
-}
-
-/**
- * The timeout an async attempt runs under: the one its first delivery recorded with its
- * `timesOutAt`. `jobTimeoutSeconds` (the job's now) stands in for a run not delivered yet, or
- * delivered before the run kept it.
- */
-export function attemptTimeoutSeconds(
-  run: Pick<Run, "handedOverTimeoutSeconds">,
-  jobTimeoutSeconds: number,
-): number {
-  return run.handedOverTimeoutSeconds ?? jobTimeoutSeconds;
+  const deadline = recordedDeadline(run);
+  return deadline !== null && deadline.at.getTime() <= now.getTime();
 }
 
 /** The failure of an attempt past its timeout, as every ending of one says it. */

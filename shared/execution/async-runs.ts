@@ -7,7 +7,13 @@ import { extendLease } from "../storage/run-heartbeat.js";
 import { getJob, getRun } from "../storage/run-reads.js";
 import { boundedText, textHead } from "../storage/stored-text.js";
 import { runTokenFence, runTokenMatches } from "../webhooks/run-token.js";
-import { ENDED, timedOutResult } from "./async-delivery.js";
+import {
+  type AttemptDeadline,
+  attemptDeadline,
+  ENDED,
+  recordedDeadline,
+  timedOutResult,
+} from "./async-delivery.js";
 import { endOnCancelRequest, repairJobAfterRun } from "./run-endings.js";
 import { endForDeletedJob, type RunResult, recordResult } from "./run-outcome.js";
 
@@ -152,42 +158,43 @@ async function cancelled(engine: Engine, run: Run, cancel: RunCancelledError): P
 }
 
 /**
- * When the run times out: the `timesOutAt` its hand-over recorded. A run whose hand-over is not
- * recorded (its worker still waits for the target's 202, or died after it: the target holds the
- * token and heartbeats all the same) times out at its start plus the job's timeout, as a worker
- * holding it would stop it; without this, a target whose worker died after its 202 could keep the
- * run RUNNING past its timeout for good. Null when nothing bounds it (the job is gone).
+ * When the run times out, and the timeout that counts: the `timesOutAt` its first delivery
+ * recorded, with the timeout beside it (`attemptDeadline`: the job may have been edited since). A
+ * run with none (its token written by an older version, and its hand-over not recorded: its worker
+ * still waits for the target's 202, or died after it; the target holds the token and heartbeats all
+ * the same) times out at its start plus the job's timeout, as a worker holding it would stop it;
+ * without this, a target whose worker died after its 202 could keep the run RUNNING past its
+ * timeout for good. Null when nothing bounds it (the job is gone).
  */
-async function timesOutAtOf(engine: Engine, run: Run): Promise<Date | null> {
-  if (typeof run.timesOutAt === "string") return new Date(run.timesOutAt);
+async function deadlineOf(engine: Engine, run: Run, now: Date): Promise<AttemptDeadline | null> {
+  const recorded = recordedDeadline(run);
+  if (recorded !== null) return recorded;
   if (run.startedAt === null) return null;
   const job = await getJob(engine, run.jobId);
   if (job === null) return null;
-  return new Date(Date.parse(run.startedAt) + job.timeoutSeconds * 1000);
+  return attemptDeadline(run, job.timeoutSeconds, now);
 }
 
 /**
  * Ends a handed-over run past its timeout as a failure (retried by the job's policy) and says so.
  * A call that finds it ended meanwhile (another call timed it out, or completed it first) says why.
  */
-async function timeOut(engine: Engine, run: Run, now: Date): Promise<never> {
-  // The start the timeout counts from is the attempt's first hand-over, not this start, and its
-  // length the one recorded then: the job may have been edited since.
+async function timeOut(
+  engine: Engine,
+  run: Run,
+  deadline: AttemptDeadline,
+  now: Date,
+): Promise<never> {
   const job = await getJob(engine, run.jobId);
-  const startedAt = Date.parse(run.startedAt ?? now.toISOString());
-  const seconds =
-    run.handedOverTimeoutSeconds ??
-    job?.timeoutSeconds ??
-    Math.round((Date.parse(run.timesOutAt ?? "") - startedAt) / 1000);
   try {
-    await finish(engine, run, timedOutResult(seconds), now, job);
+    await finish(engine, run, timedOutResult(deadline.seconds), now, job);
   } catch (error) {
     if (!(error instanceof FenceLostError)) throw error;
     throw staleToken(await runAfterLostWrite(engine, run), run.fence);
   }
   throw new RunTokenStaleError(
     { ...run, status: "FAILED" },
-    `the run timed out after ${seconds} s`,
+    `the run timed out after ${deadline.seconds} s`,
   );
 }
 
@@ -232,9 +239,9 @@ export async function heartbeatAsyncRun(
 ): Promise<{ readonly leaseUntil: Date; readonly timesOutAt: string | null }> {
   const run = await heldRun(engine, runId, token, charge);
   const now = engine.clock();
-  const timesOutAt = await timesOutAtOf(engine, run);
-  if (timesOutAt !== null && timesOutAt.getTime() <= now.getTime())
-    return timeOut(engine, run, now);
+  const deadline = await deadlineOf(engine, run, now);
+  if (deadline !== null && deadline.at.getTime() <= now.getTime())
+    return timeOut(engine, run, deadline, now);
   let leaseUntil: Date;
   try {
     leaseUntil = await extendLease(engine, run, now);
@@ -246,7 +253,7 @@ export async function heartbeatAsyncRun(
   }
   // Conditioned on the run being listed: a one-off's run is not, and the write changes nothing.
   await extendAdmission(engine, run.jobId, run.runId, leaseUntil);
-  return { leaseUntil, timesOutAt: timesOutAt?.toISOString() ?? null };
+  return { leaseUntil, timesOutAt: deadline?.at.toISOString() ?? null };
 }
 
 /** What a target reports when it completes its run. */
@@ -284,9 +291,9 @@ export async function completeAsyncRun(
       new RunCancelledError(run.runId, run.cancelledBy ?? "api", run.cancelRequestedAt),
     );
   const now = engine.clock();
-  const timesOutAt = await timesOutAtOf(engine, run);
-  if (timesOutAt !== null && timesOutAt.getTime() <= now.getTime())
-    return timeOut(engine, run, now);
+  const deadline = await deadlineOf(engine, run, now);
+  if (deadline !== null && deadline.at.getTime() <= now.getTime())
+    return timeOut(engine, run, deadline, now);
   try {
     await finish(engine, run, resultOf(completion), now);
   } catch (error) {

@@ -17,7 +17,7 @@ import { startRun, takeRun } from "../storage/run-start.js";
 import type { RunSlot } from "../storage/tenant-quotas.js";
 import { admitRun, unwrittenStartOf } from "./admission.js";
 import {
-  attemptTimeoutSeconds,
+  attemptDeadline,
   handedOverAndTimedOut,
   handOverRun,
   issueRunToken,
@@ -320,7 +320,9 @@ async function runInSlot(
   if (handedOverAndTimedOut(run, engine.clock())) {
     // An earlier start delivered it and its target went quiet past the attempt's timeout: not
     // delivered again. Under the timeout and version it went with (an edit waits for the next).
-    const timedOut = timedOutResult(attemptTimeoutSeconds(run, job.timeoutSeconds));
+    const timedOut = timedOutResult(
+      attemptDeadline(run, job.timeoutSeconds, engine.clock()).seconds,
+    );
     progress.error = timedOut.error;
     const executedVersion = run.executedVersion ?? job.version;
     await recordResult(engine, job, run, timedOut, engine.clock(), executedVersion);
@@ -331,7 +333,7 @@ async function runInSlot(
   // asked meanwhile fails this write: the run ends CANCELLED and is not delivered.
   const runToken =
     job.target?.mode === "async"
-      ? await issueRunToken(engine, run, job.timeoutSeconds, engine.clock())
+      ? await issueRunToken(engine, run, job, engine.clock())
       : undefined;
   progress.executedVersion = job.version;
   const outcome = await execute(deps, received, job, run, tracked, slot, runToken);

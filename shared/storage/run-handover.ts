@@ -11,12 +11,15 @@ const NOT_THIS_TOKEN = "(attribute_not_exists(runTokenHash) OR runTokenHash <> :
 
 /**
  * Before an async delivery is sent: the run keeps the hash of the run token the delivery carries
- * (and the previous delivery's, so that a token of the start before answers as stale), with a
+ * (and the previous delivery's, so that a token of the delivery before answers as stale), with a
  * lease from now, under this start's fence. The attempt's first delivery records when it times
  * out and the timeout that counts (`timesOutAt`, `handedOverTimeoutSeconds`; a later start's
  * write keeps them), and its history is kept for the retention after that instant: its target may
  * run it with no hand-over recorded, should the worker die after the 202, and a later start of it
- * must neither count the timeout from itself nor let TTL delete it. A start still unwritten is
+ * must neither count the timeout from itself nor let TTL delete it. Each delivery records the job
+ * version whose definition it sends (`executedVersion`, as its hand-over would) for the same
+ * reason: that run's endings (its target's completion, a timeout) name the version it ran, not
+ * the job's as edited since. A start still unwritten is
  * written with it: the target may call back under the new fence before it answers. Throws FenceLostError when the run
  * is no longer held, RunCancelledError once a cancel of it was asked.
  *
@@ -31,10 +34,12 @@ export async function recordRunToken(
   engine: Engine,
   run: HeldRun,
   tokenHash: string,
-  attempt: {
+  delivery: {
     /** When the attempt times out: its first start plus `timeoutSeconds`, or as recorded before. */
     readonly timesOutAt: Date;
     readonly timeoutSeconds: number;
+    /** The job version whose definition the delivery sends. */
+    readonly executedVersion: number;
   },
   now: Date,
 ): Promise<void> {
@@ -44,7 +49,7 @@ export async function recordRunToken(
   // side reads the item as it was: the previous hash is the one this write replaces (its own on
   // the run's first delivery).
   const set = [
-    "#status = :running, leaseUntil = :leaseUntil, previousRunTokenHash = if_not_exists(runTokenHash, :tokenHash), runTokenHash = :tokenHash, timesOutAt = if_not_exists(timesOutAt, :timesOutAt), handedOverTimeoutSeconds = if_not_exists(handedOverTimeoutSeconds, :timeoutSeconds), expiresAt = :expiresAt",
+    "#status = :running, leaseUntil = :leaseUntil, previousRunTokenHash = if_not_exists(runTokenHash, :tokenHash), runTokenHash = :tokenHash, timesOutAt = if_not_exists(timesOutAt, :timesOutAt), handedOverTimeoutSeconds = if_not_exists(handedOverTimeoutSeconds, :timeoutSeconds), executedVersion = :executedVersion, expiresAt = :expiresAt",
     ...held.startSets,
   ].join(", ");
   try {
@@ -53,8 +58,8 @@ export async function recordRunToken(
         TableName: engine.tables.runs,
         Key: runKeyOf(run),
         // Not applied already: a write sent again (the SDK does when an answer is lost) would
-        // otherwise move this token's own hash to previousRunTokenHash, and the token of the start
-        // before, which the target of that start still holds, would answer 401 instead of 409.
+        // otherwise move this token's own hash to previousRunTokenHash, and the token of the
+        // delivery before, which its target still holds, would answer 401 instead of 409.
         ConditionExpression: `(${held.condition}) AND ${NOT_THIS_TOKEN}`,
         UpdateExpression: `SET ${set} REMOVE reason`,
         ExpressionAttributeNames: held.names,
@@ -62,9 +67,10 @@ export async function recordRunToken(
           ":running": "RUNNING",
           ":leaseUntil": leaseUntil.toISOString(),
           ":tokenHash": tokenHash,
-          ":timesOutAt": attempt.timesOutAt.toISOString(),
-          ":timeoutSeconds": attempt.timeoutSeconds,
-          ":expiresAt": runExpiresAt(attempt.timesOutAt, engine.settings),
+          ":timesOutAt": delivery.timesOutAt.toISOString(),
+          ":timeoutSeconds": delivery.timeoutSeconds,
+          ":executedVersion": delivery.executedVersion,
+          ":expiresAt": runExpiresAt(delivery.timesOutAt, engine.settings),
           ...held.values,
         },
         ReturnValuesOnConditionCheckFailure: "ALL_OLD",

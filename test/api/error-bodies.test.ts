@@ -124,7 +124,12 @@ describe("error bodies, byte for byte", () => {
     if (ref === null) throw new Error(`not a run id: ${runId}`);
     const started = await startRun(fixture.engine, ref, "error-bodies-worker", NOW);
     if (started.kind !== "started") throw new Error(`run ${runId} did not start`);
-    const token = await issueRunToken(fixture.engine, started.run, 300, NOW);
+    const token = await issueRunToken(
+      fixture.engine,
+      started.run,
+      { timeoutSeconds: 300, version: started.run.jobVersion },
+      NOW,
+    );
     await requeueRun(fixture.engine, started.run, "released: the worker shut down mid-run", NOW);
     const heartbeat = `/runs/${runId}/heartbeat`;
     const runRealm = { ...JSON_TYPE, "www-authenticate": 'Bearer realm="scheduler-run"' };

@@ -1,10 +1,7 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CallCounter, countDynamoDb } from "../../bench/aws-counter.js";
-import { indexKeyAttributesOf, transactionsDoubled } from "../../bench/requests-per-run.js";
+import { describe, expect, it } from "vitest";
+import { CallCounter } from "../../bench/aws-counter.js";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
-import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
-import { createTestClients, type TestClients } from "../support/namespace.js";
-import { inProcessApi } from "./support.js";
+import { useBilledApi } from "../support/request-count.js";
 
 /**
  * What an Idempotency-Key costs a create and a trigger in billed DynamoDB units (the client sends
@@ -15,24 +12,8 @@ import { inProcessApi } from "./support.js";
  */
 const KEY = "key-write-units-key";
 
-let f: EngineFixture;
-let clients: TestClients;
-let api: ReturnType<typeof inProcessApi>;
 const counter = new CallCounter();
-
-beforeAll(async () => {
-  f = await createEngineFixture();
-  clients = createTestClients();
-  countDynamoDb(clients.dynamo, counter, {
-    transactionsDoubled: await transactionsDoubled(clients, f.engine.tables.jobs),
-    indexKeyAttributes: indexKeyAttributesOf(f.engine.tables),
-  });
-  api = inProcessApi({ ...f.engine, doc: clients.doc }, { key: KEY, tenant: "tenant-key-units" });
-});
-afterAll(async () => {
-  clients.destroy();
-  await f.destroy();
-});
+const { api } = useBilledApi(counter, { key: KEY, tenant: "tenant-key-units" });
 
 const oneOff = (minutes: number) => ({
   type: "noop",

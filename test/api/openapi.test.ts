@@ -37,7 +37,12 @@ async function runTokenOfStarted(runId: string): Promise<string> {
   const engine = api.fixture.engine;
   const started = await startRun(engine, ref, "openapi-test", engine.clock());
   if (started.kind !== "started") throw new Error(`run ${runId} did not start`);
-  return issueRunToken(engine, started.run, 300, engine.clock());
+  return issueRunToken(
+    engine,
+    started.run,
+    { timeoutSeconds: 300, version: started.run.jobVersion },
+    engine.clock(),
+  );
 }
 
 function operations(doc: OpenAPIV3.Document) {

@@ -943,7 +943,7 @@ describe("each handler, driven through its AWS-calling paths", () => {
     await clients.doc.send(new PutCommand({ TableName: seed.tables.runs, Item: item }));
     const started = await startRun(seed, run, "async-worker", new Date());
     if (started.kind !== "started") throw new Error("the async run did not start");
-    const token = await issueRunToken(seed, started.run, 300, new Date());
+    const token = await issueRunToken(seed, started.run, job, new Date());
     return { seed, job, run, headers: { Authorization: `Bearer ${token}` } };
   }
 

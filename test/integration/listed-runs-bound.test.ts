@@ -244,7 +244,7 @@ describe.concurrent("the runs a job lists as under way", () => {
       const { at, run } = made;
       const started = await startRun(at, run, "w", at.clock());
       if (started.kind !== "started") throw new Error(`run ${run.runId} not started`);
-      tokens.set(run.runId, await issueRunToken(at, started.run, job.timeoutSeconds, at.clock()));
+      tokens.set(run.runId, await issueRunToken(at, started.run, job, at.clock()));
       const now = at.clock();
       await handOverRun(at, started.run, job, false, now);
       leases[run.runId] = new Date(now.getTime() + leaseMs).toISOString();

@@ -59,22 +59,32 @@ interface AsyncTarget {
   close(): Promise<void>;
 }
 
-/** A long-job service: takes every delivery over with 202 and keeps what it was handed. */
-async function startAsyncTarget(): Promise<AsyncTarget> {
+/**
+ * A long-job service: takes every delivery over with 202 (or `answer`) and keeps what it was
+ * handed; with `before`, it makes its own calls back first, as a target may before it answers.
+ */
+async function startAsyncTarget({
+  answer = 202,
+  before,
+}: {
+  readonly answer?: number;
+  readonly before?: (handOff: HandOff) => Promise<void>;
+} = {}): Promise<AsyncTarget> {
   const handOffs: HandOff[] = [];
   const header = (headers: IncomingHttpHeaders, name: string) => String(headers[name] ?? "");
   const server: Server = createServer((request, response) => {
     request.resume();
     request.on("end", () => {
-      handOffs.push({
+      const handOff = {
         runId: header(request.headers, "x-scheduler-run-id"),
         attempt: Number(header(request.headers, "x-scheduler-attempt")),
         token: header(request.headers, "x-scheduler-run-token"),
         heartbeatUrl: header(request.headers, "x-scheduler-heartbeat-url"),
         completeUrl: header(request.headers, "x-scheduler-complete-url"),
         leaseSeconds: header(request.headers, "x-scheduler-lease-seconds"),
-      });
-      response.writeHead(202).end();
+      };
+      handOffs.push(handOff);
+      void (before?.(handOff) ?? Promise.resolve()).finally(() => response.writeHead(answer).end());
     });
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
@@ -130,9 +140,13 @@ async function createAsyncJob(overrides: Record<string, unknown> = {}): Promise<
   return (created.body as { id: string }).id;
 }
 
-/** Has the worker process the job's next queued messages (within 20 s); returns how many. */
-async function processNext(jobId: string, by: WorkerDeps = worker): Promise<number> {
-  const deadline = Date.now() + 20_000;
+/** Has the worker process the job's next queued messages (within `waitMs`); returns how many. */
+async function processNext(
+  jobId: string,
+  by: WorkerDeps = worker,
+  waitMs = 20_000,
+): Promise<number> {
+  const deadline = Date.now() + waitMs;
   while (Date.now() < deadline) {
     const batch = await receiveRuns(api.fixture.engine.sqs, api.fixture.engine.queues.normal, {
       max: 10,
@@ -146,10 +160,10 @@ async function processNext(jobId: string, by: WorkerDeps = worker): Promise<numb
 }
 
 /** Delivers the job's next queued message to the worker; returns what the target was handed. */
-async function deliver(jobId: string, by: WorkerDeps = worker): Promise<HandOff> {
-  const before = target.handOffs.length;
+async function deliver(jobId: string, by: WorkerDeps = worker, to = target): Promise<HandOff> {
+  const before = to.handOffs.length;
   await processNext(jobId, by);
-  const handOff = target.handOffs[before];
+  const handOff = to.handOffs[before];
   if (handOff === undefined) throw new Error(`job ${jobId} was not delivered`);
   return handOff;
 }
@@ -237,6 +251,28 @@ async function dyingAtTheJobWrite(call: (engine: Engine) => Promise<unknown>): P
   } finally {
     dying.destroy();
   }
+}
+
+/** An engine whose first run write matching `update` lets `first` run before it is sent. */
+function racing(update: string, first: () => Promise<void>) {
+  const clients = createTestClients();
+  let raced = false;
+  clients.doc.middlewareStack.add(
+    (next) => async (args) => {
+      const input: object = args.input;
+      const expression = "UpdateExpression" in input ? String(input.UpdateExpression) : "";
+      if (!raced && expression.includes(update)) {
+        raced = true;
+        await first();
+      }
+      return next(args);
+    },
+    { step: "initialize", name: "raceAhead" },
+  );
+  return {
+    engine: { ...api.fixture.engine, doc: clients.doc },
+    destroy: () => clients.destroy(),
+  };
 }
 
 async function runOf(jobId: string, runId: string) {
@@ -1234,27 +1270,6 @@ describe("async mode (long jobs)", () => {
   });
 
   it("a repeat racing the first completion answers as it; a heartbeat racing it answers as one after it", async () => {
-    /** An engine whose first run write matching `update` lets `first` run before it is sent. */
-    const racing = (update: string, first: () => Promise<void>) => {
-      const clients = createTestClients();
-      let raced = false;
-      clients.doc.middlewareStack.add(
-        (next) => async (args) => {
-          const input: object = args.input;
-          const expression = "UpdateExpression" in input ? String(input.UpdateExpression) : "";
-          if (!raced && expression.includes(update)) {
-            raced = true;
-            await first();
-          }
-          return next(args);
-        },
-        { step: "initialize", name: "raceAhead" },
-      );
-      return {
-        engine: { ...api.fixture.engine, doc: clients.doc },
-        destroy: () => clients.destroy(),
-      };
-    };
     const { engine } = api.fixture;
 
     // Same outcome: the repeat lands first, a millisecond on; the first answers the run as ended.
@@ -1763,5 +1778,237 @@ describe("a one-off's run handed over when an edit makes the job recurring", () 
     expect((await runOf(jobId, runId)).status).toBe("running");
     await cancelJob(engine, job.tenantId, jobId);
     expect((await runOf(jobId, runId)).status).toBe("cancelled");
+  });
+});
+
+describe("async mode at odd moments (an adversarial review): what holds", () => {
+  it("a success and a retryable failure completed at once: one ending, and no retry runs after the success", async () => {
+    const jobId = await createAsyncJob({
+      retry: { maxAttempts: 3, initialDelaySeconds: 0, maxDelaySeconds: 0 },
+    });
+    const handOff = await deliver(jobId);
+    const { engine } = api.fixture;
+    // The failure's next attempt is put, then, before its FAILED ending is sent, the success lands.
+    const failing = racing("finishedAt = :finishedAt", async () => {
+      advance(1);
+      await completeAsyncRun(engine, handOff.runId, handOff.token, { status: "succeeded" });
+    });
+    try {
+      await expect(
+        completeAsyncRun(failing.engine, handOff.runId, handOff.token, {
+          status: "failed",
+          error: "upstream export failed",
+        }),
+      ).rejects.toMatchObject({ code: "run_token_stale", context: { status: "SUCCEEDED" } });
+    } finally {
+      failing.destroy();
+    }
+    expect(await runOf(jobId, handOff.runId)).toMatchObject({ status: "succeeded" });
+    // The next attempt the failure put is taken back: it never runs, nor is delivered.
+    const ref = parseRunIdOrThrow(handOff.runId);
+    expect(await getRun(engine, { ...ref, attempt: 2 })).toMatchObject({ status: "SKIPPED" });
+    advance(10 * 60_000);
+    await reap(engine, { now });
+    const delivered = target.handOffs.length;
+    await processNext(jobId, worker, 3_000);
+    expect(target.handOffs.length).toBe(delivered);
+  });
+
+  it("a target that reports a retryable failure before its 202 reaches the worker: the run is FAILED once, its retry is delivered once", async () => {
+    const early: number[] = [];
+    const failingFirst = await startAsyncTarget({
+      before: async (handOff) => {
+        const body = { status: "failed", error: "no disk" };
+        early.push((await callBack(handOff.completeUrl, handOff.token, body)).status);
+      },
+    });
+    try {
+      const jobId = await createAsyncJob({
+        target: { url: failingFirst.url, mode: "async" },
+        retry: { maxAttempts: 2, initialDelaySeconds: 0, maxDelaySeconds: 0 },
+      });
+      const first = await deliver(jobId, worker, failingFirst);
+      expect(early).toEqual([200]);
+      expect(await runOf(jobId, first.runId)).toMatchObject({
+        status: "failed",
+        error: "no disk",
+        fence: 1,
+      });
+      // The worker let go of the run the target ended; the retry the failure queued runs once.
+      advance(1_000);
+      const second = await deliver(jobId, worker, failingFirst);
+      expect(second.runId).toBe(runIdOf(jobId, parseRunIdOrThrow(first.runId).scheduledFor, 2));
+      expect(await runOf(jobId, second.runId)).toMatchObject({ status: "dead" });
+      const delivered = failingFirst.handOffs.length;
+      advance(10 * 60_000);
+      await reap(api.fixture.engine, { now });
+      await processNext(jobId, worker, 3_000);
+      expect(failingFirst.handOffs.length).toBe(delivered);
+    } finally {
+      await failingFirst.close();
+    }
+  });
+
+  it("a triggered run of a one-off handed over hours ago is ended by its job's cancel: its target's next heartbeat is 409", async () => {
+    const created = await api.call("POST", "/jobs", {
+      body: {
+        type: "http",
+        schedule: { runAt: new Date(now.getTime() + 86_400_000).toISOString() },
+        target: { url: target.url, mode: "async" },
+        timeoutSeconds: 86_400,
+      },
+    });
+    expect(created.status, created.text).toBe(201);
+    const jobId = (created.body as { id: string }).id;
+    const triggered = await api.call("POST", `/jobs/${jobId}/trigger`);
+    expect(triggered.status, triggered.text).toBe(202);
+    const handOff = await deliver(jobId);
+    expect(await runOf(jobId, handOff.runId)).toMatchObject({ status: "running" });
+    // The target heartbeats for two hours (every 50 s), then its job is cancelled.
+    for (let beat = 0; beat < 144; beat++) {
+      advance(50_000);
+      expect((await callBack(handOff.heartbeatUrl, handOff.token)).status).toBe(200);
+    }
+    const cancelled = await api.call("POST", `/jobs/${jobId}/cancel`);
+    expect(cancelled.status, cancelled.text).toBe(200);
+    expect(await runOf(jobId, handOff.runId)).toMatchObject({ status: "cancelled" });
+    expect((await callBack(handOff.heartbeatUrl, handOff.token)).status).toBe(409);
+  });
+
+  it("a target that completes its run with success and then answers its delivery 500: the run stays SUCCEEDED and no retry is delivered", async () => {
+    const early: number[] = [];
+    const contrary = await startAsyncTarget({
+      answer: 500,
+      before: async (handOff) => {
+        const body = { status: "succeeded" };
+        early.push((await callBack(handOff.completeUrl, handOff.token, body)).status);
+      },
+    });
+    try {
+      const jobId = await createAsyncJob({
+        target: { url: contrary.url, mode: "async" },
+        retry: { maxAttempts: 3, initialDelaySeconds: 0, maxDelaySeconds: 0 },
+      });
+      const first = await deliver(jobId, worker, contrary);
+      expect(early).toEqual([200]);
+      expect(await runOf(jobId, first.runId)).toMatchObject({ status: "succeeded" });
+      const ref = parseRunIdOrThrow(first.runId);
+      expect(await getRun(api.fixture.engine, { ...ref, attempt: 2 })).toMatchObject({
+        status: "SKIPPED",
+      });
+      advance(10 * 60_000);
+      await reap(api.fixture.engine, { now });
+      await processNext(jobId, worker, 3_000);
+      expect(contrary.handOffs.length).toBe(1);
+    } finally {
+      await contrary.close();
+    }
+  });
+
+  it("after the worker timed the attempt out (FAILED, a retry queued), the first delivery's success is 409 and only the retry can succeed", async () => {
+    const jobId = await createAsyncJob({
+      timeoutSeconds: 120,
+      retry: { maxAttempts: 2, initialDelaySeconds: 0, maxDelaySeconds: 0 },
+    });
+    const first = await deliver(jobId);
+    // Quiet past its lease and its timeout: the reaper re-sends, the worker ends it timed out.
+    advance(121_000 + REAPER_SETTLE_MS);
+    expect((await reap(api.fixture.engine, { now })).resent).toBe(1);
+    const before = target.handOffs.length;
+    await processNext(jobId);
+    expect(target.handOffs.length).toBe(before);
+    expect(await runOf(jobId, first.runId)).toMatchObject({ status: "failed" });
+    const late = await callBack(first.completeUrl, first.token, { status: "succeeded" });
+    expect(late.status, late.text).toBe(409);
+    const retry = await deliver(jobId);
+    expect(retry.runId).not.toBe(first.runId);
+    const done = await callBack(retry.completeUrl, retry.token, { status: "succeeded" });
+    expect(done.status, done.text).toBe(200);
+    const runs = await api.call("GET", `/jobs/${jobId}/runs`);
+    const statuses = (runs.body as { items: { status: string }[] }).items.map((r) => r.status);
+    expect(statuses.filter((status) => status === "succeeded")).toHaveLength(1);
+  });
+
+  it("a token two starts old whose later start delivered nothing (a park while paused) is still the previous delivery's: 409, not 401", async () => {
+    const jobId = await createAsyncJob();
+    const first = await deliver(jobId);
+    await pauseJob(api.fixture.engine, TENANT_A, jobId);
+    // Quiet past its lease: the reaper re-sends, and the worker parks the run (a start, fence 2).
+    advance(LEASE_MS + 1 + REAPER_SETTLE_MS);
+    expect((await reap(api.fixture.engine, { now })).resent).toBe(1);
+    const delivered = target.handOffs.length;
+    await processNext(jobId);
+    expect(target.handOffs.length).toBe(delivered);
+    await resumeJob(api.fixture.engine, TENANT_A, jobId);
+    const third = await deliver(jobId);
+    expect(await runOf(jobId, third.runId)).toMatchObject({ status: "running", fence: 3 });
+    // The latest delivery's token works; the one before it, two starts old, is stale (409).
+    expect((await callBack(first.heartbeatUrl, first.token)).status).toBe(409);
+    expect((await callBack(third.heartbeatUrl, third.token)).status).toBe(200);
+  });
+});
+
+describe("async mode at odd moments (an adversarial review): defects", () => {
+  it("a run handed over by a version before handedOverTimeoutSeconds times out naming the timeout it was handed over with, not the job's as edited since", async () => {
+    const { engine } = api.fixture;
+    /** Delivers a job with a 600 s timeout, takes the timeout off the run as that version left it, and edits the job's to 60 s. */
+    const handedOverByThatVersion = async () => {
+      const jobId = await createAsyncJob({ timeoutSeconds: 600, retry: { maxAttempts: 1 } });
+      const handOff = await deliver(jobId);
+      await engine.doc.send(
+        new UpdateCommand({
+          TableName: engine.tables.runs,
+          Key: runKeyOf(parseRunIdOrThrow(handOff.runId)),
+          UpdateExpression: "REMOVE handedOverTimeoutSeconds",
+        }),
+      );
+      const edited = await api.call("PATCH", `/jobs/${jobId}`, {
+        body: { timeoutSeconds: 60 },
+        headers: { "If-Match": '"1"' },
+      });
+      expect(edited.status, edited.text).toBe(200);
+      return { jobId, handOff };
+    };
+
+    // Timed out by its target's heartbeat past timesOutAt.
+    const beating = await handedOverByThatVersion();
+    advance(600_000);
+    const late = await callBack(beating.handOff.heartbeatUrl, beating.handOff.token);
+    expect(late.status, late.text).toBe(409);
+    // Soft, so that the worker's side below is checked too.
+    expect.soft(await runOf(beating.jobId, beating.handOff.runId)).toMatchObject({
+      status: "dead",
+      error: "timed out after 600 s",
+      durationMs: 600_000,
+    });
+
+    // Started again by the worker (its target quiet past a lease): the start keeps timesOutAt, and
+    // writes the edited job's timeout beside it as the one that counts.
+    const quiet = await handedOverByThatVersion();
+    const { timesOutAt } = await runOf(quiet.jobId, quiet.handOff.runId);
+    advance(LEASE_MS + 1 + REAPER_SETTLE_MS);
+    // Earlier cases' runs come due again with the clock (ten minutes here alone): the delivery
+    // below is what shows this run was re-sent.
+    expect((await reap(engine, { now })).resent).toBeGreaterThanOrEqual(1);
+    await deliver(quiet.jobId);
+    expect(await getRun(engine, parseRunIdOrThrow(quiet.handOff.runId))).toMatchObject({
+      fence: 2,
+      timesOutAt,
+      handedOverTimeoutSeconds: 600,
+    });
+  });
+
+  it("a run whose worker died after the target's 202 records, when its target completes it after an edit, the version the target ran, not the edited one", async () => {
+    const jobId = await createAsyncJob({ payload: { export: "v1" } });
+    const handOff = await deliverWorkerDyingAfter202(jobId);
+    // The target runs version 1's payload; the job is edited to version 2 meanwhile.
+    const edited = await api.call("PATCH", `/jobs/${jobId}`, {
+      body: { payload: { export: "v2" } },
+      headers: { "If-Match": '"1"' },
+    });
+    expect(edited.status, edited.text).toBe(200);
+    const done = await callBack(handOff.completeUrl, handOff.token, { status: "succeeded" });
+    expect(done.status, done.text).toBe(200);
+    expect(done.body).toMatchObject({ status: "succeeded", executedVersion: 1 });
   });
 });

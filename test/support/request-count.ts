@@ -1,5 +1,10 @@
+import { afterAll, beforeAll } from "vitest";
+import { type CallCounter, countDynamoDb } from "../../bench/aws-counter.js";
+import { indexKeyAttributesOf, transactionsDoubled } from "../../bench/requests-per-run.js";
 import type { Engine } from "../../shared/engine.js";
-import { createTestClients } from "./namespace.js";
+import { inProcessApi } from "../api/support.js";
+import { createEngineFixture, type EngineFixture } from "./engine-fixture.js";
+import { createTestClients, type TestClients } from "./namespace.js";
 
 export interface SentRequest {
   readonly command: string;
@@ -48,3 +53,37 @@ export const byCommand = (sent: readonly SentRequest[]) =>
       sent.filter((s) => s.command === c).length,
     ]),
   );
+
+/**
+ * The API in-process over a fresh fixture for the file's tests (set up before them, torn down
+ * after), whose DynamoDB calls `counter` books in billed units as the requests bench does
+ * (bench/aws-counter.ts: a transaction as AWS bills it, an index unit per index key written).
+ */
+export function useBilledApi(counter: CallCounter, identity: { key: string; tenant: string }) {
+  let fixture: EngineFixture | undefined;
+  let clients: TestClients | undefined;
+  let call: ReturnType<typeof inProcessApi> | undefined;
+  beforeAll(async () => {
+    fixture = await createEngineFixture();
+    clients = createTestClients();
+    countDynamoDb(clients.dynamo, counter, {
+      transactionsDoubled: await transactionsDoubled(clients, fixture.engine.tables.jobs),
+      indexKeyAttributes: indexKeyAttributesOf(fixture.engine.tables),
+    });
+    call = inProcessApi({ ...fixture.engine, doc: clients.doc }, identity);
+  });
+  afterAll(async () => {
+    clients?.destroy();
+    await fixture?.destroy();
+  });
+  return {
+    api: (...args: Parameters<ReturnType<typeof inProcessApi>>) => {
+      if (call === undefined) throw new Error("no API outside a test");
+      return call(...args);
+    },
+    fixture: (): EngineFixture => {
+      if (fixture === undefined) throw new Error("no fixture outside a test");
+      return fixture;
+    },
+  };
+}
