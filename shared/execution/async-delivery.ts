@@ -141,15 +141,16 @@ export function attemptDeadline(
 }
 
 /**
- * Whether the worker that has just started `run` must end it as timed out rather than deliver it:
- * an earlier start delivered it to its async target, which went quiet (or whose worker died after
- * its 202) past the attempt's timeout. Without this, a target that answers 202 and never calls
- * back is delivered again a lease apart for good, each start setting a new timeout, and its
- * attempt never fails.
+ * The recorded deadline the worker that has just started `run` finds passed, when it must end the
+ * run as timed out (under that deadline's timeout) rather than deliver it: an earlier start
+ * delivered it to its async target, which went quiet (or whose worker died after its 202) past the
+ * attempt's timeout. Without this, a target that answers 202 and never calls back is delivered
+ * again a lease apart for good, each start setting a new timeout, and its attempt never fails.
+ * Null when the run is to be delivered.
  */
-export function handedOverAndTimedOut(run: Run, now: Date): boolean {
+export function handedOverDeadlinePassed(run: Run, now: Date): AttemptDeadline | null {
   const deadline = recordedDeadline(run);
-  return deadline !== null && deadline.at.getTime() <= now.getTime();
+  return deadline !== null && deadline.at.getTime() <= now.getTime() ? deadline : null;
 }
 
 /** The failure of an attempt past its timeout, as every ending of one says it. */

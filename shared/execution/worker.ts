@@ -17,8 +17,7 @@ import { startRun, takeRun } from "../storage/run-start.js";
 import type { RunSlot } from "../storage/tenant-quotas.js";
 import { admitRun, unwrittenStartOf } from "./admission.js";
 import {
-  attemptDeadline,
-  handedOverAndTimedOut,
+  handedOverDeadlinePassed,
   handOverRun,
   issueRunToken,
   timedOutResult,
@@ -317,12 +316,11 @@ async function runInSlot(
   }
 
   progress.tracked = tracked;
-  if (handedOverAndTimedOut(run, engine.clock())) {
+  const passed = handedOverDeadlinePassed(run, engine.clock());
+  if (passed !== null) {
     // An earlier start delivered it and its target went quiet past the attempt's timeout: not
     // delivered again. Under the timeout and version it went with (an edit waits for the next).
-    const timedOut = timedOutResult(
-      attemptDeadline(run, job.timeoutSeconds, engine.clock()).seconds,
-    );
+    const timedOut = timedOutResult(passed.seconds);
     progress.error = timedOut.error;
     const executedVersion = run.executedVersion ?? job.version;
     await recordResult(engine, job, run, timedOut, engine.clock(), executedVersion);
