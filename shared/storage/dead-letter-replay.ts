@@ -2,7 +2,6 @@ import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError, IllegalTransitionError, NotReplayableError } from "../errors.js";
 import type { Job, Run } from "../model.js";
 import { isOneOffOccurrence, oneOffAttemptOf } from "../one-off.js";
-import { transactionCancellationCodes } from "./dynamo-errors.js";
 import {
   decodeJob,
   floorLoweringFor,
@@ -176,7 +175,9 @@ export async function writeReplay(
       const taken = error.item("replay");
       if (taken !== null) throw new NotReplayableError(dead.runId, keyTakenReason(dead, taken));
     }
-    if (error instanceof ConditionsFailedError || transactionCancellationCodes(error) !== null)
+    // A cancellation without a failed condition (contention or throttling past the retries) wrote
+    // nothing, and nobody replayed the run: it goes on as it came, answered busy.
+    if (error instanceof ConditionsFailedError)
       throw new NotReplayableError(dead.runId, "it was replayed concurrently");
     throw error;
   }
