@@ -280,3 +280,14 @@ export function withinJobEnd(job: Job, at: Date | null): Date | null {
     return null;
   return at;
 }
+
+/**
+ * Whether the job's end condition, as `entry` carries it, lets the entry's occurrence run: not
+ * after `endAt`, and fewer than `maxRuns` occurrences queued before it (an occurrence filed again
+ * is not counted again, `occurrenceAgain`). Its claim would cut it so (`withinEnd`, plan-claim.ts).
+ */
+export function entryWithinEnd(entry: DueEntry): boolean {
+  const { endAt = null, maxRuns = null } = entry.end ?? {};
+  if (endAt !== null && Date.parse(entry.scheduledFor) > Date.parse(endAt)) return false;
+  return maxRuns === null || (entry.queuedBefore ?? 0) < maxRuns;
+}

@@ -57,6 +57,7 @@ export interface JobChanges {
  * A new `endAt` or `maxRuns` applies from the pending occurrence: when it
  * leaves nothing more to run, the job completes (runs already queued still
  * run, but first attempts of occurrences after `endAt`, which their workers skip).
+ * A paused job's end applies at its resume: its pending occurrence is kept meanwhile.
  * A new `runAt` whose time has a run that ended or was cancelled runs as its next attempt.
  */
 export async function editJob(
@@ -218,7 +219,9 @@ async function editPlanned(
       catchUpCount: changesSchedule ? 0 : catchUpCountOf(job),
     };
     const unbounded = nextAfterEdit(job, edited, now);
-    const next = withinJobEnd(edited, unbounded);
+    // A paused job keeps its pending occurrence whatever its end: the resume applies the end in
+    // force then (a later edit may lift it), as its claim would. Nothing claims while it is paused.
+    const next = job.status === "PAUSED" ? unbounded : withinJobEnd(edited, unbounded);
     // The new endAt or maxRuns leaves nothing more to run: the job is complete.
     const completes = unbounded !== null && next === null && job.status === "ACTIVE";
     // An occurrence kept is filed again at the attempt its entry names (a one-off's next attempt).

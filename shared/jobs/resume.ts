@@ -15,7 +15,7 @@ import { putNextAttempt } from "../storage/next-attempt.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";
 import { rearmParkedRun } from "../storage/run-park.js";
 import { getJob } from "../storage/run-reads.js";
-import { dueEntryFor, givenUpAttemptAt, occurrenceAgain } from "./due-entry.js";
+import { dueEntryFor, entryWithinEnd, givenUpAttemptAt, occurrenceAgain } from "./due-entry.js";
 import { getTenantJob } from "./queries.js";
 import {
   afterCancelledRun,
@@ -58,14 +58,17 @@ export async function resumeJob(engine: Engine, tenantId: string, jobId: string)
     // Retries a pause cancelled at occurrences the one-off has left: put before the job's write.
     const elsewhere = await retriesCancelledElsewhere(engine, job, now);
     // Before the re-arming too: a one-off's occurrence with no attempt left refuses the resume.
-    const pending = job.nextRunAt
+    const filed = job.nextRunAt
       ? await pendingOccurrence(engine, job, job.nextRunAt, now)
       : undefined;
+    // The end in force now applies to the pending occurrence, which edits while paused kept
+    // whatever end they set (one may have lowered it, a later one lifted it again).
+    const pending = filed?.due && !entryWithinEnd(filed.due) ? { due: null } : filed;
     const due = pending === undefined ? (claimed?.rerun ?? null) : pending.due;
     await recordShardCount(engine);
     const parked = await rearmParked(engine, job, now);
-    // Nothing is left to run: an edit while paused set an end the job had already reached, or a
-    // one-off's occurrence ended for good (or ran, `pending`) while the job was paused.
+    // Nothing is left to run: the job's end (an edit while paused set it) leaves its pending
+    // occurrence out, or a one-off's occurrence ended for good (or ran, `pending`) while paused.
     const completes =
       due === null && (hasEnd(job) || claimed?.ended === true || pending?.due === null);
     return {
