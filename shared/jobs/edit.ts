@@ -176,16 +176,24 @@ async function editPlanned(
       // Read again for what the claim moved; still conditioned on the linkRevision the path check
       // and the share above read jobs below at: a job linked in below since then sends the edit
       // back to plan again (its claim done), else the re-read's revision would let it commit.
-      job =
-        changesSchedule && (await claimDueBeforeEdit(engine, current, now))
-          ? {
-              ...checked(await getTenantJob(engine, tenantId, jobId)),
-              linkRevision: current.linkRevision ?? 0,
-            }
-          : current;
+      const runAt =
+        changesSchedule && normalized.schedule && "runAt" in normalized.schedule
+          ? new Date(normalized.schedule.runAt)
+          : null;
+      // A runAt refused (its run succeeded, or has no attempt left) is refused before the claim,
+      // so the 400 writes nothing. The claim puts QUEUED runs only, over no run that ended, so it
+      // turns no runAt accepted here into one refused.
+      if (runAt) runAtFiled = await attemptForRunAt(engine, jobId, runAt);
+      const claimed = changesSchedule && (await claimDueBeforeEdit(engine, current, now));
+      job = claimed
+        ? {
+            ...checked(await getTenantJob(engine, tenantId, jobId)),
+            linkRevision: current.linkRevision ?? 0,
+          }
+        : current;
       if (changesSchedule && normalized.endAt === undefined) refuseKeptEndPassed(job, now);
-      if (changesSchedule && normalized.schedule && "runAt" in normalized.schedule)
-        runAtFiled = await attemptForRunAt(engine, jobId, new Date(normalized.schedule.runAt));
+      // Read again after a claim: a run it queued at that time is the occurrence's, under way.
+      if (runAt && claimed) runAtFiled = await attemptForRunAt(engine, jobId, runAt);
       if (changesSchedule && normalized.schedule)
         retryEntry = await retryLeftByMove(engine, job, normalized.schedule, now);
     } catch (error) {

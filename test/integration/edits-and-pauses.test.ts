@@ -7,6 +7,7 @@ import {
   cancelJob,
   createJob,
   editJob,
+  type JobChanges,
   pauseJob,
   replayDeadLetter,
   resumeJob,
@@ -230,25 +231,57 @@ describe("edits, pauses and retries keep the runs that should run", () => {
     }
   });
 
-  it("a schedule edit refused (an upstream that does not exist) after a dispatcher outage writes nothing, not even the old schedule's claim", async () => {
+  /**
+   * An hourly job created at `createdAt`, given `prepare` (its runs so far), then edited with
+   * `changes` an hour and a minute on, no dispatcher pass having run past its next occurrence:
+   * the edit is refused (`refusal`), and writes nothing, not even the old schedule's claim
+   * (docs/api.md, "Editing a job": an edit refused decides none of them).
+   */
+  const refusedAfterOutage = async (
+    changes: (createdAt: number) => JobChanges,
+    refusal: RegExp,
+    prepare: (jobId: string, createdAt: number) => Promise<void> = async () => {},
+  ) => {
     const createdAt = Math.ceil((Date.now() + 30 * MINUTE) / MINUTE) * MINUTE;
     const { job } = await createJob(
       withClock(() => new Date(createdAt)),
       testJob({ type: "recorded", schedule: { every: "PT1H" } }),
     );
+    await prepare(job.jobId, createdAt);
     const before = await getJob(f.engine, job.jobId);
     const runsBefore = await runsOf(job.jobId);
-    // No dispatcher pass runs past the next occurrence; then an edit names a job that is not there.
     const refused = editJob(
       withClock(() => new Date(createdAt + 61 * MINUTE)),
       TENANT,
       job.jobId,
       1,
-      { schedule: { after: { jobs: ["01ZZZZZZZZZZZZZZZZZZZZZZZZ"], on: "success" } } },
+      changes(createdAt),
     );
-    await expect(refused).rejects.toThrow(/01ZZZZZZZZZZZZZZZZZZZZZZZZ/);
+    await expect(refused).rejects.toThrow(refusal);
     expect(await runsOf(job.jobId)).toEqual(runsBefore);
     expect(await getJob(f.engine, job.jobId)).toEqual(before);
+  };
+
+  it("a schedule edit refused (an upstream that does not exist) after a dispatcher outage writes nothing, not even the old schedule's claim", async () => {
+    await refusedAfterOutage(
+      () => ({ schedule: { after: { jobs: ["01ZZZZZZZZZZZZZZZZZZZZZZZZ"], on: "success" } } }),
+      /01ZZZZZZZZZZZZZZZZZZZZZZZZ/,
+    );
+  });
+
+  it("an edit refused 400 for its runAt (the run there succeeded) after a dispatcher outage writes nothing, not even the old schedule's claim", async () => {
+    // Made a one-off at the time of its run that succeeded: a 400 naming schedule.runAt.
+    await refusedAfterOutage(
+      (createdAt) => ({ schedule: { runAt: new Date(createdAt).toISOString() } }),
+      /runAt/,
+      async (jobId, createdAt) => {
+        seen = [];
+        const [first] = await runsOf(jobId);
+        if (!first) throw new Error("the create claimed no run");
+        await deliver(first, at(createdAt + 1000));
+        expect((await runsOf(jobId)).map((r) => r.status)).toEqual(["SUCCEEDED"]);
+      },
+    );
   });
 
   it("a schedule edit after a resume whose claim failed records every occurrence due before it", async () => {
