@@ -35,6 +35,7 @@ type EditedFields = Partial<
     | "oneOffBelow"
     | "oneOffEra"
     | "oneOffAttempt"
+    | "occurrencesQueued"
   >
 >;
 
