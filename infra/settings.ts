@@ -550,16 +550,17 @@ type ContextKey = (typeof CONTEXT_KEYS)[number];
  */
 export function settingsFromContext(node: Node): SchedulerSettings {
   refuseMisspeltSettings(Object.keys(node.getAllContext()));
+  refuseEmptySettings(node);
   const raw = (key: ContextKey): unknown => node.tryGetContext(key);
   const text = (key: ContextKey): string | undefined => {
     const value = raw(key);
-    if (value === undefined || value === null || value === "") return undefined;
+    if (value === undefined || value === null) return undefined;
     if (typeof value !== "string") throw new Error(`context ${key} must be a string`);
     return value;
   };
   const int = (key: ContextKey): number | undefined => {
     const value = raw(key);
-    if (value === undefined || value === null || value === "") return undefined;
+    if (value === undefined || value === null) return undefined;
     const n = typeof value === "number" ? value : Number(value);
     if (!Number.isInteger(n)) throw new Error(`context ${key} must be an integer, got "${value}"`);
     return n;
@@ -569,14 +570,14 @@ export function settingsFromContext(node: Node): SchedulerSettings {
     raw(key) === NO_QUOTA ? null : int(key);
   const bool = (key: ContextKey): boolean | undefined => {
     const value = raw(key);
-    if (value === undefined || value === null || value === "") return undefined;
+    if (value === undefined || value === null) return undefined;
     if (value === true || value === "true") return true;
     if (value === false || value === "false") return false;
     throw new Error(`context ${key} must be true or false, got "${String(value)}"`);
   };
   const num = (key: ContextKey): number | undefined => {
     const value = raw(key);
-    if (value === undefined || value === null || value === "") return undefined;
+    if (value === undefined || value === null) return undefined;
     const n = typeof value === "number" ? value : Number(value);
     if (!Number.isFinite(n)) throw new Error(`context ${key} must be a number, got "${value}"`);
     return n;
@@ -649,6 +650,22 @@ export function settingsFromContext(node: Node): SchedulerSettings {
       targetUtilizationPercent: int("tableTargetUtilization"),
     },
   });
+}
+
+/**
+ * `-c stage=$STAGE` with the variable unset reaches the app as "": taken as "not given", it would
+ * deploy the default (stage dev, no quota, 8 shards) without a word. Every key is checked, also
+ * those read only beside another (consoleClientId without jwtIssuer).
+ */
+function refuseEmptySettings(node: Node): void {
+  const empty = CONTEXT_KEYS.find((key) => {
+    const value: unknown = node.tryGetContext(key);
+    return typeof value === "string" && value.trim() === "";
+  });
+  if (empty === undefined) return;
+  throw new Error(
+    `context ${empty} is empty (an unset shell variable?): give it a value, or leave out -c ${empty} for its default`,
+  );
 }
 
 /**
