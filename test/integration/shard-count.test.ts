@@ -1,4 +1,4 @@
-import { DeleteCommand, ScanCommand } from "@aws-sdk/lib-dynamodb";
+import { DeleteCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { offsetClock } from "../../shared/clock.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
@@ -12,6 +12,7 @@ import { shardHighWaterKey } from "../../shared/storage/items.js";
 import { readShardHighWater } from "../../shared/storage/shard-high-water.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { scanTable } from "../support/namespace.js";
+import { dueEntriesAbove, liveRunsAbove } from "../support/shard-runbook.js";
 
 /** The shard count a stage was deployed with (`-c shardCount=4`). */
 const DEPLOYED = 4;
@@ -110,46 +111,12 @@ describe("the shard high-water mark", () => {
 /**
  * docs/deploy.md ("Deploy") on a count lowered on purpose: the tick passes over the shards above
  * until the mark is deleted, which is safe once its two counts (due entries `DUE#<minute>#<shard>`
- * with shard at or above the new count; queued or running runs whose `inflightPk` is one of those
- * shards) are 0. A recurring job's chain moves below the new count at its next claim; a one-off's
+ * with shard at or above the new count; queued or running runs whose `inflightPk` names one of
+ * those shards) are 0. A recurring job's chain moves below the new count at its next claim; a one-off's
  * entry stays above until it is due. Once the mark is deleted, the next tick records the deployed
- * count and passes over its shards alone. The counts below use the runbook's expressions.
+ * count and passes over its shards alone. The counts are the runbook's (test/support/shard-runbook.ts).
  */
 describe("docs/deploy.md's runbook for lowering the shard count", () => {
-  /** The runbook's first count: due entries filed at or above the new count. */
-  async function dueEntriesAbove(engine: Engine, count: number): Promise<number> {
-    const { Items = [] } = await engine.doc.send(
-      new ScanCommand({
-        TableName: engine.tables.jobs,
-        ConsistentRead: true,
-        ProjectionExpression: "pk",
-        FilterExpression: "begins_with(pk, :due)",
-        ExpressionAttributeValues: { ":due": "DUE#" },
-      }),
-    );
-    return Items.filter((item) => Number(String(item.pk).split("#")[2]) >= count).length;
-  }
-
-  /** The runbook's second count: queued or running runs filed in the shards from `count` up to `mark`. */
-  async function liveRunsAbove(engine: Engine, count: number, mark: number): Promise<number> {
-    const shards = Array.from({ length: mark - count }, (_, i) => count + i);
-    const { Count = 0 } = await engine.doc.send(
-      new ScanCommand({
-        TableName: engine.tables.runs,
-        ConsistentRead: true,
-        Select: "COUNT",
-        FilterExpression: `inflightPk IN (${shards.map((n) => `:s${n}`).join(",")}) AND #s IN (:q, :r)`,
-        ExpressionAttributeNames: { "#s": "status" },
-        ExpressionAttributeValues: {
-          ...Object.fromEntries(shards.map((n) => [`:s${n}`, `INFLIGHT#${n}`])),
-          ":q": "QUEUED",
-          ":r": "RUNNING",
-        },
-      }),
-    );
-    return Count;
-  }
-
   async function createdAbove(engine: Engine, schedule: ScheduleSpec): Promise<string> {
     for (;;) {
       const { job } = await createJob(engine, testJob({ schedule }));
@@ -185,7 +152,7 @@ describe("docs/deploy.md's runbook for lowering the shard count", () => {
       expect(shardOf(recurring, REDEPLOYED)).toBeLessThan(REDEPLOYED);
       // The one-off's entry is still above: the mark must stay.
       expect(await dueEntriesAbove(stage.engine, REDEPLOYED)).toBe(1);
-      expect(await liveRunsAbove(stage.engine, REDEPLOYED, DEPLOYED)).toBe(0);
+      expect(await liveRunsAbove(stage.engine, REDEPLOYED)).toBe(0);
 
       // At the one-off's occurrence its claim files its run under the new count: both counts 0.
       const later = deployedWith(stage.engine, REDEPLOYED, offset + 2 * HOUR_MS);
@@ -193,7 +160,7 @@ describe("docs/deploy.md's runbook for lowering the shard count", () => {
         0, 1, 2, 3,
       ]);
       expect(await dueEntriesAbove(stage.engine, REDEPLOYED)).toBe(0);
-      expect(await liveRunsAbove(stage.engine, REDEPLOYED, DEPLOYED)).toBe(0);
+      expect(await liveRunsAbove(stage.engine, REDEPLOYED)).toBe(0);
 
       // The mark deleted, the next tick records the deployed count and passes over its shards.
       await stage.engine.doc.send(
