@@ -5,6 +5,7 @@ import type { Job, Run } from "../model.js";
 import { METRICS, runLogKeys } from "../observability.js";
 import { type ReceivedRun, runKeysOf, setVisibility } from "../queue/work-queue.js";
 import { takeTenantSlot } from "../quotas/concurrency.js";
+import { quotaRecheckMs } from "../quotas/recheck.js";
 import { releaseBufferSlot, releaseRerunMark } from "../storage/admission.js";
 import { runMessageOf } from "../storage/items.js";
 import { type HeldRun, lostToStartAtFence } from "../storage/run-fence.js";
@@ -46,9 +47,6 @@ export function receiveVisibilitySeconds(leaseSeconds: number): number {
 
 /** How soon a run held back by its overlap policy looks again, unless its deps say otherwise. */
 const OVERLAP_RECHECK_MS = 5_000;
-/** How soon a run held back by its tenant's concurrent-runs quota first looks again, and at most. */
-const QUOTA_RECHECK_MS = 1_000;
-const QUOTA_RECHECK_MAX_MS = 16_000;
 
 /**
  * Handles one delivery of a run message. Safe to call for a duplicate or late
@@ -216,7 +214,7 @@ async function runAdmitted(
   const { engine } = deps;
   const taken = await takeTenantSlot(engine, run, engine.clock());
   if (taken.kind === "full") {
-    const retryAt = new Date(engine.clock().getTime() + quotaRecheckMs(run, engine.random));
+    const retryAt = new Date(engine.clock().getTime() + quotaRecheckMs(run.fence, engine.random));
     const reason = `waiting: tenant at its concurrentRuns quota (${taken.limit})`;
     return requeueUntil(engine, run, reason, retryAt);
   }
@@ -245,19 +243,6 @@ async function runAdmitted(
       });
     });
   }
-}
-
-/**
- * How long a run over its tenant's concurrent-runs quota waits: 1 s, doubling
- * with each start it has had up to 16 s, less up to half at random so waiting
- * runs do not come back together.
- */
-function quotaRecheckMs(run: Run, random: () => number): number {
-  const ceiling = Math.min(
-    QUOTA_RECHECK_MAX_MS,
-    QUOTA_RECHECK_MS * 2 ** Math.max(0, run.fence - 1),
-  );
-  return Math.round(ceiling * (1 - random() / 2));
 }
 
 async function runInSlot(

@@ -231,7 +231,7 @@ describe.concurrent("a run waiting on its tenant's concurrent-runs quota longer 
     o.state.offsetMs += 1000;
     await deliverOnce();
     expect(await status()).toEqual([["QUEUED", "waiting: tenant at its concurrentRuns quota (1)"]]);
-    // It waits on, delivered again and again (every 16 s at most: one of those deliveries here).
+    // It waits on, delivered again and again (every 60 s at most: one of those deliveries here).
     o.state.offsetMs += 0.8 * RETENTION_DAYS * DAY_MS;
     expect(await o.holdTheSlot(tenantId)).toBe(true);
     await deliverOnce();
