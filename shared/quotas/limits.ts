@@ -99,10 +99,15 @@ export function peakRunsPerMinute(schedule: ScheduleSpec, now: Date): number {
     new Date(at + MINUTE_MS - 1),
     2 * 60 + 1,
   ).map((d) => d.getTime());
+  return mostInAMinute(around);
+}
+
+/** The most of `sorted` (instants in ms, ascending) inside any half-open 60 s span. */
+export function mostInAMinute(sorted: readonly number[]): number {
   let peak = 0;
   let from = 0;
-  around.forEach((time, to) => {
-    while ((around[from] ?? time) <= time - MINUTE_MS) from++;
+  sorted.forEach((time, to) => {
+    while ((sorted[from] ?? time) <= time - MINUTE_MS) from++;
     peak = Math.max(peak, to - from + 1);
   });
   return peak;

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DEFAULT_QUOTAS } from "../../shared/config.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { createJob, editJob } from "../../shared/jobs/index.js";
+import { mostInAMinute } from "../../shared/quotas/limits.js";
 import { plannedTime } from "../../shared/schedule/index.js";
 import { readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
@@ -22,17 +23,8 @@ import { mulberry32 } from "../support/mulberry32.js";
 const MINUTE = 60_000;
 const T = Date.UTC(2031, 0, 1);
 
-/** The most of `times` (ms) inside any half-open 60 s window. */
-function peakInAMinute(times: readonly number[]): number {
-  const sorted = [...times].sort((a, b) => a - b);
-  let peak = 0;
-  let from = 0;
-  sorted.forEach((time, to) => {
-    while ((sorted[from] ?? time) <= time - MINUTE) from++;
-    peak = Math.max(peak, to - from + 1);
-  });
-  return peak;
-}
+/** The most of `times` (ms) inside any half-open 60 s span, as the measure counts a schedule's. */
+const peakInAMinute = (times: readonly number[]) => mostInAMinute([...times].sort((a, b) => a - b));
 
 describe("runsPerMinute against jitter windows", () => {
   let f: EngineFixture;

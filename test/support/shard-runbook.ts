@@ -19,25 +19,38 @@ async function scanAll(engine: Engine, input: ConstructorParameters<typeof ScanC
   return items;
 }
 
+/**
+ * The items the Scan `input` keeps whose `key` (`DUE#<minute>#<shard>`, `INFLIGHT#<shard>`) names,
+ * as its `part`-th field, a shard at or above `count`: what the runbook's `jq` counts.
+ */
+async function countAbove(
+  engine: Engine,
+  input: ConstructorParameters<typeof ScanCommand>[0],
+  key: string,
+  part: number,
+  count: number,
+): Promise<number> {
+  const items = await scanAll(engine, { ...input, ProjectionExpression: key });
+  return items.filter((item) => Number(String(item[key]).split("#")[part]) >= count).length;
+}
+
 /** The first count: due entries `DUE#<minute>#<shard>` filed at or above the new count. */
-export async function dueEntriesAbove(engine: Engine, count: number): Promise<number> {
-  const items = await scanAll(engine, {
+export function dueEntriesAbove(engine: Engine, count: number): Promise<number> {
+  const input = {
     TableName: engine.tables.jobs,
-    ProjectionExpression: "pk",
     FilterExpression: "begins_with(pk, :due)",
     ExpressionAttributeValues: { ":due": "DUE#" },
-  });
-  return items.filter((item) => Number(String(item.pk).split("#")[2]) >= count).length;
+  };
+  return countAbove(engine, input, "pk", 2, count);
 }
 
 /** The second count: queued or running runs whose `inflightPk` is `INFLIGHT#<shard>` at or above it. */
-export async function liveRunsAbove(engine: Engine, count: number): Promise<number> {
-  const items = await scanAll(engine, {
+export function liveRunsAbove(engine: Engine, count: number): Promise<number> {
+  const input = {
     TableName: engine.tables.runs,
-    ProjectionExpression: "inflightPk",
     FilterExpression: "begins_with(inflightPk, :inflight) AND #s IN (:q, :r)",
     ExpressionAttributeNames: { "#s": "status" },
     ExpressionAttributeValues: { ":inflight": "INFLIGHT#", ":q": "QUEUED", ":r": "RUNNING" },
-  });
-  return items.filter((item) => Number(String(item.inflightPk).split("#")[1]) >= count).length;
+  };
+  return countAbove(engine, input, "inflightPk", 1, count);
 }
