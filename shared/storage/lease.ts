@@ -28,6 +28,13 @@ export interface ShardLease {
   readonly scan: UnfinishedScan | null;
   /** The lease was still held by another owner whose time ran out. */
   readonly tookOver: boolean;
+  /**
+   * When the last pass on the shard ended, by its clock (its release), or when its lease ran
+   * out (it died, or ran past it); null for a shard no pass has taken.
+   */
+  readonly lastPassAt: Date | null;
+  /** The last completed pass left the entries its clock judged late to this one (`clockInDoubt`). */
+  readonly lateLeft: boolean;
 }
 
 /**
@@ -101,6 +108,8 @@ export async function acquireShardLease(
       scan: decodeScan(old),
       // The condition only lets another owner's lease through once it has expired.
       tookOver: previousOwner !== null && previousOwner !== owner && old?.released !== true,
+      lastPassAt: typeof old?.leaseUntil === "string" ? new Date(old.leaseUntil) : null,
+      lateLeft: old?.lateLeft === true,
     };
   } catch (error) {
     if (isConditionalCheckFailed(error)) return null;
@@ -119,25 +128,27 @@ export async function advanceWatermark(
 
 /**
  * Ends a completed pass in one write under the fence: records how far it
- * swept and where the next pass starts, and releases the lease. A first scan
- * is over once a pass completes, so its position goes.
+ * swept, where the next pass starts and whether it left late entries to it
+ * (`lateLeft`), and releases the lease. A first scan is over once a pass
+ * completes, so its position goes.
  */
 export async function endPass(
   engine: Engine,
   lease: ShardLease,
-  progress: { readonly watermark: string; readonly sweepFrom: string },
+  progress: { readonly watermark: string; readonly sweepFrom: string; readonly lateLeft: boolean },
   now: Date,
 ): Promise<void> {
   await fencedLeaseUpdate(
     engine,
     lease,
-    "SET watermark = :minute, sweepFrom = :sweepFrom, leaseUntil = :now, released = :true " +
-      "REMOVE scanFrom, scanBefore, scanLeftFrom",
+    "SET watermark = :minute, sweepFrom = :sweepFrom, leaseUntil = :now, released = :true, " +
+      "lateLeft = :lateLeft REMOVE scanFrom, scanBefore, scanLeftFrom",
     {
       ":minute": progress.watermark,
       ":sweepFrom": progress.sweepFrom,
       ":now": now.toISOString(),
       ":true": true,
+      ":lateLeft": progress.lateLeft,
     },
   );
 }
