@@ -234,6 +234,13 @@ export const MAX_LOOKAHEAD_SECONDS = 600;
 /** The longest `misfireGraceSeconds` the handlers and a deployment take: a day. */
 export const MAX_MISFIRE_GRACE_SECONDS = 86_400;
 
+/**
+ * The shortest `retentionDays` and `deadLetterRetentionDays` a deployment may set. A completed job
+ * is kept at least this long after any run it has could have run, whatever retention the deploy
+ * that wrote its expiry had: a waiting run counts on it (`keepCompletedJobForWaitingRun`).
+ */
+export const MIN_RETENTION_DAYS = 1;
+
 export function loadSettings(env: Env = process.env): EngineSettings {
   const shardCount = intFrom(
     env,
@@ -258,8 +265,14 @@ export function loadSettings(env: Env = process.env): EngineSettings {
     lookaheadMs: lookaheadSeconds * 1000,
     leaseMs: intFrom(env, ENV.leaseSeconds, 60, 6, 900) * 1000,
     misfireGraceMs: intFrom(env, ENV.misfireGraceSeconds, 60, 1, MAX_MISFIRE_GRACE_SECONDS) * 1000,
-    retentionDays: intFrom(env, ENV.retentionDays, 30, 1, 3650),
-    deadLetterRetentionDays: intFrom(env, ENV.deadLetterRetentionDays, 30, 1, 3650),
+    retentionDays: intFrom(env, ENV.retentionDays, 30, MIN_RETENTION_DAYS, 3650),
+    deadLetterRetentionDays: intFrom(
+      env,
+      ENV.deadLetterRetentionDays,
+      30,
+      MIN_RETENTION_DAYS,
+      3650,
+    ),
     minIntervalMs: intFrom(
       env,
       ENV.minIntervalMs,

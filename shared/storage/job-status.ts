@@ -1,4 +1,5 @@
-import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import { GetCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import { MIN_RETENTION_DAYS } from "../config.js";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
 import { runId } from "../keys.js";
@@ -11,7 +12,13 @@ import {
   isConditionalCheckFailed,
   retryOnContention,
 } from "./dynamo-errors.js";
-import { type FloorLowering, jobAsReadLoweringFloor, jobKey, sameFloorCondition } from "./items.js";
+import {
+  decodeJob,
+  type FloorLowering,
+  jobAsReadLoweringFloor,
+  jobKey,
+  sameFloorCondition,
+} from "./items.js";
 import {
   deletePendingDueEntry,
   oneOffAttemptAt,
@@ -29,7 +36,6 @@ import {
   MAX_RESEND_INTERVAL_MS,
   runsOnAfterEndMs,
 } from "./retention.js";
-import { getJob } from "./run-reads.js";
 
 /**
  * The status changes of a job as read (`ConcurrentUpdateError` when it has
@@ -217,33 +223,52 @@ export async function keepCompletedJobForRun(
 }
 
 /**
+ * The least a waiting run's occurrence lies before its COMPLETED job's expiry: the job is kept a
+ * retention after any run it has could have run, and no deploy sets one under MIN_RETENTION_DAYS.
+ * The retention counted is the one in force when the expiry was written, which a later deploy may
+ * have raised: not the settings of the process that looks.
+ */
+const KEPT_PAST_OCCURRENCE_MS = MIN_RETENTION_DAYS * 24 * 3_600_000;
+
+/**
  * A run that waits to start (the workers down, its tenant at its quota) may outwait its COMPLETED
  * job's retention, which counts from when its runs could have run, and a job taken as gone ends
  * it unrun. Each look at such a run (a re-send, a requeue, a hold) keeps the job, never in, until
  * it expires, as a trigger's run is kept: a retention (of dead letters, when longer) after the
  * run, started by the next look at the latest, can have run and retried, so that its retries find
  * the job and its dead letter stays replayable while listed. A COMPLETED job expires no sooner
- * than a retention after the occurrence of any run it has (its end counts from its last runs, a
- * trigger from its run; a replay's occurrence is older, so its run is only kept sooner), so a run
- * that has waited less than half of it since its occurrence is let be: a run that waits as runs
- * do costs its job no read and no write, and one that waits longer is looked at (every 15 minutes
- * at most) many times before its job would expire. The wait counts from the occurrence, which a
- * retry or replay keeps: one of an occurrence older than that pays a read of its job (and a
- * COMPLETED job's write) at each look, every few seconds while it is requeued at its tenant's
- * quota (architecture.md, Known limits). A failed write is logged, not thrown.
+ * than a day (`KEPT_PAST_OCCURRENCE_MS`) after the occurrence of any run it has, so a run that has
+ * waited less than half of that since its occurrence is let be: a run that waits as runs do costs
+ * its job no read and no write. One that waits longer has its job read at each look (every 15
+ * minutes at most), and the job is pushed out only when its stored expiry falls within half a
+ * retention of what this look would give it: a write every half retention at most, and every
+ * look before the job expires leaves it at least half a day ahead. The wait counts from the
+ * occurrence, which a retry or replay keeps: one of an occurrence older than half a day pays a
+ * read of its job at each look, every few seconds while it is requeued at its tenant's quota
+ * (architecture.md, Known limits). A failed read or write is logged, not thrown.
  */
 export async function keepCompletedJobForWaitingRun(
   engine: Engine,
   run: Pick<Run, "tenantId" | "jobId" | "scheduledFor" | "attempt">,
   now: Date,
 ): Promise<void> {
-  const retentionMs = (completedJobExpiresAt(now, 0, engine.settings) - epochSeconds(now)) * 1000;
-  if (now.getTime() - Date.parse(run.scheduledFor) < retentionMs / 2) return;
+  if (now.getTime() - Date.parse(run.scheduledFor) < KEPT_PAST_OCCURRENCE_MS / 2) return;
   try {
-    // Its attempts span and status: gone or no longer COMPLETED, nothing to keep.
-    const job = await getJob(engine, run.jobId);
-    if (job === null) return;
+    const read = await engine.doc.send(
+      new GetCommand({
+        TableName: engine.tables.jobs,
+        Key: jobKey(run.jobId),
+        ConsistentRead: true,
+      }),
+    );
+    // Gone, expired or no longer COMPLETED: nothing to keep.
+    const item = read.Item;
+    if (item === undefined || hasExpired(item, now) || item.status !== "COMPLETED") return;
+    const job = decodeJob(item);
     const nextLookMs = Math.max(engine.settings.leaseMs, MAX_RESEND_INTERVAL_MS);
+    const wanted = completedJobExpiresAt(now, nextLookMs + attemptsSpanMs(job), engine.settings);
+    const halfRetention = (completedJobExpiresAt(now, 0, engine.settings) - epochSeconds(now)) / 2;
+    if (typeof item.expiresAt === "number" && item.expiresAt > wanted - halfRetention) return;
     await keepCompletedJobForRun(engine, job, now, nextLookMs);
   } catch (error) {
     // Not failed for it: the run's own write stands, and the next look keeps the job again.

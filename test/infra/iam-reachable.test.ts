@@ -95,7 +95,7 @@ describe("every AWS call a handler's bundle can make", () => {
       actions: grant.actions.filter((action) => action !== "dynamodb:GetItem"),
     }));
     expect(refusals(grants, await reachableCalls(handlerEntry("tick")))).toContain(
-      "dynamodb:GetItem on jobs is not allowed (shared/storage/run-reads.ts getJob)",
+      "dynamodb:GetItem on jobs is not allowed (shared/storage/job-status.ts keepCompletedJobForWaitingRun)",
     );
   });
 });
