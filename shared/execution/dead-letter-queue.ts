@@ -3,6 +3,7 @@ import { runLogKeys } from "../observability.js";
 import type { RunMessage } from "../queue/run-message.js";
 import { recordShardCount } from "../shard-count.js";
 import { releaseBufferSlot, releaseRerunMark } from "../storage/admission.js";
+import { keepCompletedJobForDeadLetter } from "../storage/job-status.js";
 import { ranForLastRun } from "../storage/last-run.js";
 import { recordRunOnJob } from "../storage/run-on-job.js";
 import { getJob, getRun } from "../storage/run-reads.js";
@@ -60,6 +61,10 @@ export async function handleCrashedRun(
     job !== null && job.dependents.length > 0
       ? triggerEntryOf(engine, job, seen, "DEAD", now)
       : undefined;
+  // Its dead letter's job kept as long as it is listed, before the ending (a run asked to cancel
+  // ends CANCELLED instead, no dead letter).
+  if (job !== null && !seen.cancelRequestedAt)
+    await keepCompletedJobForDeadLetter(engine, job, seen, now);
   const run = await endUnownedRun(
     engine,
     message,

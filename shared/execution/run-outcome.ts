@@ -8,6 +8,7 @@ import { sendRuns } from "../queue/work-queue.js";
 import { decideAfterFailure } from "../retry.js";
 import { recordShardCount } from "../shard-count.js";
 import { runMessageOf } from "../storage/items.js";
+import { keepCompletedJobForDeadLetter } from "../storage/job-status.js";
 import { finishRun } from "../storage/run-finish.js";
 import { triggerEntryOf } from "../storage/trigger.js";
 import { nextAttempt } from "./next-attempt.js";
@@ -119,6 +120,7 @@ export async function recordResult(
     if (decision.kind === "dead") {
       const completesJob = !tracked && endsOneOff(job, run, "DEAD");
       const trigger = triggerOf("DEAD");
+      await keepCompletedJobForDeadLetter(engine, job, run, now);
       await finishRun(
         engine,
         run,

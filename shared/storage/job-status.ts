@@ -31,6 +31,7 @@ import {
   attemptsSpanMs,
   cancelledJobExpiresAt,
   completedJobExpiresAt,
+  deadRunExpiresAt,
   epochSeconds,
   hasExpired,
   MAX_RESEND_INTERVAL_MS,
@@ -197,17 +198,35 @@ export async function keepCompletedJobForRun(
 ): Promise<"kept" | "gone"> {
   if (job.status !== "COMPLETED") return "kept";
   const runsOnMs = startsWithinMs + attemptsSpanMs(job);
+  return pushCompletedJobExpiry(
+    engine,
+    job.jobId,
+    completedJobExpiresAt(now, runsOnMs, engine.settings),
+    now,
+  );
+}
+
+/**
+ * Pushes a COMPLETED job's `expiresAt` out to `expiresAt`, never in, while it has not passed at
+ * `now`: "gone" when it has, or the job is no longer there (`keepCompletedJobForRun`).
+ */
+async function pushCompletedJobExpiry(
+  engine: Engine,
+  jobId: string,
+  expiresAt: number,
+  now: Date,
+): Promise<"kept" | "gone"> {
   try {
     await engine.doc.send(
       new UpdateCommand({
         TableName: engine.tables.jobs,
-        Key: jobKey(job.jobId),
+        Key: jobKey(jobId),
         ConditionExpression: "#status = :completed AND expiresAt < :expiresAt AND expiresAt > :now",
         UpdateExpression: "SET expiresAt = :expiresAt",
         ExpressionAttributeNames: { "#status": "status" },
         ExpressionAttributeValues: {
           ":completed": "COMPLETED",
-          ":expiresAt": completedJobExpiresAt(now, runsOnMs, engine.settings),
+          ":expiresAt": expiresAt,
           ":now": epochSeconds(now),
         },
         ReturnValuesOnConditionCheckFailure: "ALL_OLD",
@@ -220,6 +239,37 @@ export async function keepCompletedJobForRun(
     // Kept as long already: a dead letter's retention, another run's push.
   }
   return "kept";
+}
+
+/**
+ * A run of a COMPLETED job about to end DEAD at `now` is listed as a dead letter until
+ * `deadRunExpiresAt`, and its replay needs the job. The job's expiry counted on the
+ * `deadLetterRetentionDays` of the deploy that wrote it; a later deploy that raised the setting
+ * lists the dead letter longer. Pushes the job out to the dead letter's expiry, never in, before
+ * the run's DEAD write, so that whenever the dead letter is listed its job is there to replay it.
+ * One conditional write, only for a job read COMPLETED (a run's death is rare, and most jobs
+ * whose runs die are not completed): no read. A job that completes with this death (a one-off's
+ * run) is written COMPLETED by the ending itself, kept as long. A failed write is logged, not
+ * thrown: the run's ending stands, and a crash here must not run the handler again.
+ */
+export async function keepCompletedJobForDeadLetter(
+  engine: Engine,
+  job: Pick<Job, "jobId" | "status">,
+  run: Pick<Run, "tenantId" | "jobId" | "runId" | "attempt">,
+  now: Date,
+): Promise<void> {
+  if (job.status !== "COMPLETED") return;
+  try {
+    await pushCompletedJobExpiry(engine, job.jobId, deadRunExpiresAt(now, engine.settings), now);
+  } catch (error) {
+    engine.obs.log.warn("could not keep a completed job for its dead letter", {
+      tenantId: run.tenantId,
+      jobId: run.jobId,
+      runId: run.runId,
+      attempt: run.attempt,
+      error: String(error),
+    });
+  }
 }
 
 /**

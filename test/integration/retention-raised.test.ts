@@ -3,14 +3,22 @@ import { describe, expect, it, type TestContext } from "vitest";
 import { MAX_RESEND_INTERVAL_MS, reap } from "../../shared/dispatch/reaper.js";
 import { tickOnce } from "../../shared/dispatch/tick.js";
 import type { Engine } from "../../shared/engine.js";
+import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import { HeldMessages } from "../../shared/execution/held-messages.js";
-import { createJob, type NewJob } from "../../shared/jobs/index.js";
+import { processRun } from "../../shared/execution/worker.js";
+import { createJob, type NewJob, replayDeadLetter } from "../../shared/jobs/index.js";
 import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
 import { jobKey } from "../../shared/storage/items.js";
 import { getJob } from "../../shared/storage/run-reads.js";
 import { takeRunSlot } from "../../shared/storage/run-slots.js";
+import { startRun } from "../../shared/storage/run-start.js";
 import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  createEngineFixture,
+  deliveryOfRun,
+  type EngineFixture,
+  testJob,
+} from "../support/engine-fixture.js";
 import { waitFor } from "../support/wait.js";
 
 /**
@@ -174,4 +182,69 @@ describe.concurrent("a completed job's last run waiting out a worker outage past
       await held.stop();
     }
   }, 60_000);
+});
+
+/**
+ * The same seam without an outage: docs/deploy.md ("Settings", `deadLetterRetentionDays`) keeps a
+ * completed job as long as its dead letters are listed, "so its dead letters stay replayable while
+ * listed". A job completed under 1 day whose last run dies after a deploy raised
+ * `deadLetterRetentionDays` to 30 has a dead letter listed for 30 days: the death pushes the job's
+ * expiry out to the dead letter's.
+ */
+/** The stage after a deploy that raised `deadLetterRetentionDays` alone to 30 days. */
+const deadLettersRaised = (engine: Engine): Engine => ({
+  ...engine,
+  settings: { ...engine.settings, deadLetterRetentionDays: 30 },
+});
+
+/**
+ * Three days after the job's one run died under `next`, well inside its dead letter's 30: the run
+ * is listed, and the replay's run, queued.
+ */
+async function replayedThreeDaysOn(
+  o: Awaited<ReturnType<typeof completedUnderOneDay>>,
+  next: Engine,
+) {
+  const [dead] = (await o.f.runs()).filter((r) => r.jobId === o.job.jobId);
+  expect(dead?.status).toBe("DEAD");
+  o.state.offsetMs += 3 * DAY_MS;
+  await sweepExpired(next, o.clock());
+  expect(await o.statuses()).toEqual([["DEAD", expect.any(String)]]);
+  return (await replayDeadLetter(next, o.job.tenantId, dead?.runId ?? "")).run.status;
+}
+
+describe.concurrent("a deploy that raises deadLetterRetentionDays between a job's completion and its last run's death", () => {
+  it("keeps the dead letter of a run its worker ends replayable while it is listed", async ({
+    onTestFinished,
+  }) => {
+    const o = await completedUnderOneDay(onTestFinished, {
+      type: "fail",
+      payload: { times: 1, retryable: false },
+    });
+    const next = deadLettersRaised(o.f.engine);
+
+    // The raised deploy's worker runs it: it dies, a dead letter listed for 30 days.
+    const [queued] = (await o.f.runs()).filter((r) => r.jobId === o.job.jobId);
+    if (queued === undefined) throw new Error("no run queued");
+    await processRun({ ...o.f.workerDeps("w"), engine: next }, deliveryOfRun(next, queued));
+    expect(await replayedThreeDaysOn(o, next)).toBe("QUEUED");
+  }, 120_000);
+
+  it("keeps the dead letter of a run the redrive DLQ ends replayable while it is listed", async ({
+    onTestFinished,
+  }) => {
+    const o = await completedUnderOneDay(onTestFinished);
+    const next = deadLettersRaised(o.f.engine);
+
+    // Every delivery of its message started it and crashed its worker, the last lease lapsed: the
+    // raised deploy's DLQ consumer ends it DEAD.
+    const received = await o.f.nextDelivery(o.f.engine.queues.normal, o.job.jobId);
+    const { maxReceiveCount, leaseMs } = next.settings;
+    for (let start = 1; start < maxReceiveCount; start++) {
+      const at = new Date(o.clock().getTime() - (maxReceiveCount - start) * (leaseMs + 1000));
+      expect((await startRun(next, received.message, `crash-${start}`, at)).kind).toBe("started");
+    }
+    await handleCrashedRun(next, received.message, maxReceiveCount);
+    expect(await replayedThreeDaysOn(o, next)).toBe("QUEUED");
+  }, 120_000);
 });
