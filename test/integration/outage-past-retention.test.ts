@@ -6,11 +6,10 @@ import { HeldMessages } from "../../shared/execution/held-messages.js";
 import { recoverLostMessages } from "../../shared/execution/restart-recovery.js";
 import { createJob, type NewJob, replayDeadLetter } from "../../shared/jobs/index.js";
 import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
-import { jobKey } from "../../shared/storage/items.js";
 import { getJob, runKeyOf } from "../../shared/storage/run-reads.js";
-import { takeRunSlot } from "../../shared/storage/run-slots.js";
 import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { holdTenantSlotAnHour, storedJobExpiresAt } from "../support/outwaiting.js";
 import { waitFor } from "../support/wait.js";
 
 const DAY_MS = 24 * 3_600_000;
@@ -70,21 +69,8 @@ async function outage(onTestFinished: TestContext["onTestFinished"]) {
     return lastResend;
   }
 
-  /** The tenant's one concurrent-runs slot, held by its other runs (one after another) for an hour. */
-  const holdTheSlot = (tenantId: string) =>
-    takeRunSlot(
-      f.engine,
-      {
-        tenantId,
-        index: 0,
-        runId: "the-tenant-s-other-runs",
-        fence: 1,
-        leaseUntil: new Date(clock().getTime() + 3_600_000).toISOString(),
-        // Each hold another take, which moves the slot's lease on.
-        taker: `hold-${clock().toISOString()}`,
-      },
-      clock(),
-    );
+  /** The tenant's one concurrent-runs slot, held by its other runs for an hour from now. */
+  const holdTheSlot = (tenantId: string) => holdTenantSlotAnHour(f.engine, tenantId, clock());
 
   /** The reaper deadline of a run (its `inflight` entry's sort key). */
   const reaperDeadlineOf = async (received: { message: Parameters<typeof runKeyOf>[0] }) =>
@@ -342,12 +328,7 @@ describe.concurrent("a run the worker loop holds at its tenant's gate longer tha
     const held = new HeldMessages(f.engine, 6, () => elapsedMs);
     try {
       held.track(received);
-      const jobExpiry = async () =>
-        (
-          await f.engine.doc.send(
-            new GetCommand({ TableName: f.engine.tables.jobs, Key: jobKey(job.jobId) }),
-          )
-        ).Item?.expiresAt;
+      const jobExpiry = () => storedJobExpiresAt(f.engine, job.jobId);
       // Most of a day at the gate, then the next look; the job's retention from its claim ends
       // about 1 day 4.5 hours after it.
       const waitMs = 0.8 * RETENTION_DAYS * DAY_MS;

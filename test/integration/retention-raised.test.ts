@@ -1,4 +1,3 @@
-import { GetCommand } from "@aws-sdk/lib-dynamodb";
 import { describe, expect, it, type TestContext } from "vitest";
 import { MAX_RESEND_INTERVAL_MS, reap } from "../../shared/dispatch/reaper.js";
 import { tickOnce } from "../../shared/dispatch/tick.js";
@@ -8,9 +7,7 @@ import { HeldMessages } from "../../shared/execution/held-messages.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { createJob, type NewJob, replayDeadLetter } from "../../shared/jobs/index.js";
 import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
-import { jobKey } from "../../shared/storage/items.js";
 import { getJob } from "../../shared/storage/run-reads.js";
-import { takeRunSlot } from "../../shared/storage/run-slots.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import {
@@ -19,6 +16,7 @@ import {
   type EngineFixture,
   testJob,
 } from "../support/engine-fixture.js";
+import { holdTenantSlotAnHour, storedJobExpiresAt } from "../support/outwaiting.js";
 import { waitFor } from "../support/wait.js";
 
 /**
@@ -115,20 +113,8 @@ describe.concurrent("a completed job's last run waiting out a worker outage past
     });
     const next = raised(f.engine);
     await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 1 }, clock());
-    // The tenant's one slot, held by its other runs (one after another) for an hour from each hold.
-    const holdTheSlot = () =>
-      takeRunSlot(
-        f.engine,
-        {
-          tenantId,
-          index: 0,
-          runId: "the-tenant-s-other-runs",
-          fence: 1,
-          leaseUntil: new Date(clock().getTime() + 3_600_000).toISOString(),
-          taker: `hold-${clock().toISOString()}`,
-        },
-        clock(),
-      );
+    // The tenant's one slot, held by its other runs for an hour from each hold.
+    const holdTheSlot = () => holdTenantSlotAnHour(f.engine, tenantId, clock());
     const deps = { ...f.workerDeps("w"), engine: next };
     const deliverOnce = async () =>
       f.process(deps, await f.nextDelivery(f.engine.queues.normal, job.jobId));
@@ -163,12 +149,7 @@ describe.concurrent("a completed job's last run waiting out a worker outage past
     const held = new HeldMessages(next, 6, () => elapsedMs);
     try {
       held.track(received);
-      const jobExpiry = async () =>
-        (
-          await f.engine.doc.send(
-            new GetCommand({ TableName: f.engine.tables.jobs, Key: jobKey(job.jobId) }),
-          )
-        ).Item?.expiresAt;
+      const jobExpiry = () => storedJobExpiresAt(f.engine, job.jobId);
       // Most of a day at the gate, then the next look; the claim kept the job about a day.
       const before = await jobExpiry();
       state.offsetMs += 0.8 * DAY_MS;
