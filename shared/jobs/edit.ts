@@ -15,7 +15,6 @@ import { firstOccurrence, normalizeSchedule, type ScheduleSpec } from "../schedu
 import { recordShardCount } from "../shard-count.js";
 import { readDueEntry, writeEditedJob } from "../storage/job-edit.js";
 import { oneOffAttemptAt } from "../storage/job-update.js";
-import { queuedAfterScheduleEdit } from "./counted-again.js";
 import { type DependentLinks, detachAfterEdit, relinkDependent } from "./dependencies.js";
 import {
   attemptForRunAt,
@@ -59,8 +58,6 @@ export interface JobChanges {
  * leaves nothing more to run, the job completes (runs already queued still
  * run, but first attempts of occurrences after `endAt`, which their workers skip).
  * A paused job's end applies at its resume: its pending occurrence is kept meanwhile.
- * Occurrences queued under the old schedule that the new one has are counted once toward
- * `maxRuns` (`queuedAfterScheduleEdit`).
  * A new `runAt` whose time has a run that ended or was cancelled runs as its next attempt.
  */
 export async function editJob(
@@ -217,7 +214,7 @@ async function editPlanned(
               : {}),
           }
         : {};
-    const planned: Job = {
+    const edited: Job = {
       ...job,
       ...normalized,
       ...floor,
@@ -229,11 +226,7 @@ async function editPlanned(
       // rewritten entry carries it, so the catch-up goes on towards the same cap.
       catchUpCount: changesSchedule ? 0 : catchUpCountOf(job),
     };
-    const unbounded = nextAfterEdit(job, planned, now);
-    // The occurrences the old schedule queued ahead that the new one's claims count again.
-    const edited: Job = changesSchedule
-      ? { ...planned, occurrencesQueued: queuedAfterScheduleEdit(job, planned, unbounded) }
-      : planned;
+    const unbounded = nextAfterEdit(job, edited, now);
     // A paused job keeps its pending occurrence whatever its end: the resume applies the end in
     // force then (a later edit may lift it), as its claim would. Nothing claims while it is paused.
     const next = job.status === "PAUSED" ? unbounded : withinJobEnd(edited, unbounded);
@@ -257,13 +250,7 @@ async function editPlanned(
           await writeEditedJob(
             engine,
             job,
-            {
-              ...normalized,
-              ...floor,
-              ...(edited.occurrencesQueued === job.occurrencesQueued
-                ? {}
-                : { occurrencesQueued: edited.occurrencesQueued }),
-            },
+            { ...normalized, ...floor },
             {
               nextRunAt: next,
               entry,

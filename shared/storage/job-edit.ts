@@ -35,7 +35,6 @@ type EditedFields = Partial<
     | "oneOffBelow"
     | "oneOffEra"
     | "oneOffAttempt"
-    | "occurrencesQueued"
   >
 >;
 
