@@ -247,18 +247,20 @@ async function pushCompletedJobExpiry(
  * `deadLetterRetentionDays` of the deploy that wrote it; a later deploy that raised the setting
  * lists the dead letter longer. Pushes the job out to the dead letter's expiry, never in, before
  * the run's DEAD write, so that whenever the dead letter is listed its job is there to replay it.
- * One conditional write, only for a job read COMPLETED (a run's death is rare, and most jobs
- * whose runs die are not completed): no read. A job that completes with this death (a one-off's
- * run) is written COMPLETED by the ending itself, kept as long. A failed write is logged, not
+ * One conditional write at each death (a run's death is rare), whatever status the job was read
+ * with, and no read: the condition finds a job COMPLETED since the run's start read it ACTIVE (a
+ * claim reached its end, a one-off's own run succeeded). A job that completes with this death (a
+ * one-off's run) is written COMPLETED by the ending itself, kept as long. A failed write is logged, not
  * thrown: the run's ending stands, and a crash here must not run the handler again.
  */
 export async function keepCompletedJobForDeadLetter(
   engine: Engine,
-  job: Pick<Job, "jobId" | "status">,
+  job: Pick<Job, "jobId">,
   run: Pick<Run, "tenantId" | "jobId" | "runId" | "attempt">,
   now: Date,
 ): Promise<void> {
-  if (job.status !== "COMPLETED") return;
+  // Not decided from `job.status`: the job the ending holds was read at the run's start, and a
+  // claim or another run may have completed it since. The push's condition decides (COMPLETED).
   try {
     await pushCompletedJobExpiry(engine, job.jobId, deadRunExpiresAt(now, engine.settings), now);
   } catch (error) {

@@ -33,7 +33,11 @@ export interface ShardLease {
    * out (it died, or ran past it); null for a shard no pass has taken.
    */
   readonly lastPassAt: Date | null;
-  /** The last completed pass left the entries its clock judged late to this one (`clockInDoubt`). */
+  /**
+   * The last pass left the entries its clock judged late to this one (`clockInDoubt`): its
+   * `lateLeft`, the time of its release, still equals `leaseUntil`. Any later write of the lease's
+   * end (a failed pass's release, an earlier version's pass) moves `leaseUntil` past it.
+   */
   readonly lateLeft: boolean;
 }
 
@@ -109,7 +113,7 @@ export async function acquireShardLease(
       // The condition only lets another owner's lease through once it has expired.
       tookOver: previousOwner !== null && previousOwner !== owner && old?.released !== true,
       lastPassAt: typeof old?.leaseUntil === "string" ? new Date(old.leaseUntil) : null,
-      lateLeft: old?.lateLeft === true,
+      lateLeft: typeof old?.lateLeft === "string" && old.lateLeft === old.leaseUntil,
     };
   } catch (error) {
     if (isConditionalCheckFailed(error)) return null;
@@ -129,7 +133,7 @@ export async function advanceWatermark(
 /**
  * Ends a completed pass in one write under the fence: records how far it
  * swept, where the next pass starts and whether it left late entries to it
- * (`lateLeft`), and releases the lease. A first scan is over once a pass
+ * (`lateLeft`: the time of this release, which only holds beside it), and releases the lease. A first scan is over once a pass
  * completes, so its position goes.
  */
 export async function endPass(
@@ -148,7 +152,7 @@ export async function endPass(
       ":sweepFrom": progress.sweepFrom,
       ":now": now.toISOString(),
       ":true": true,
-      ":lateLeft": progress.lateLeft,
+      ":lateLeft": progress.lateLeft ? now.toISOString() : false,
     },
   );
 }
