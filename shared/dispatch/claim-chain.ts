@@ -16,8 +16,6 @@ export interface SweepStats {
   setAside: number;
   /** Entries that failed for a transient reason and stay in their bucket for the next pass. */
   failed: number;
-  /** Occurrences late by a pass's clock in doubt, left in their bucket for the next pass. */
-  lateLeft: number;
 }
 
 export interface ChainOptions {
@@ -36,7 +34,6 @@ export const emptySweepStats = (): SweepStats => ({
   sendFailures: 0,
   setAside: 0,
   failed: 0,
-  lateLeft: 0,
 });
 
 /** What a pass does with the entries a chain leaves in their buckets. */

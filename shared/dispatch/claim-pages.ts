@@ -5,7 +5,6 @@ import type { DueEntry } from "../model.js";
 import { METRICS } from "../observability.js";
 import { type ChainOptions, claimChain, type SweepStats } from "./claim-chain.js";
 import { isolateFailure } from "./failed-claims.js";
-import { isLateLeft } from "./pass-clock.js";
 import { RunSender } from "./run-sender.js";
 
 /**
@@ -24,12 +23,6 @@ const READ_AHEAD_ENTRIES = 50_000;
  */
 function readAheadWeight(entry: DueEntry): number {
   return 1 + Math.ceil((entry.fanOut?.dependents.length ?? 0) / 8);
-}
-
-export interface PageOptions extends ChainOptions {
-  readonly concurrency?: number | undefined;
-  /** The pass's clock is in doubt (`clockInDoubt`): occurrences late by it are left. */
-  readonly leavesLate?: boolean;
 }
 
 /**
@@ -55,7 +48,7 @@ export async function claimPages(
   engine: Engine,
   shard: number,
   pages: AsyncIterable<readonly DueEntry[]>,
-  options: PageOptions,
+  options: ChainOptions & { readonly concurrency?: number | undefined },
   stats: SweepStats,
 ): Promise<string | null> {
   const sender = new RunSender(engine, stats);
@@ -136,12 +129,6 @@ export async function claimPages(
         // Nothing to claim until the next page: what is claimed waits in the sender for its
         // batch to fill, no longer than its linger (run-sender.ts), as it would beside claims.
         if (turns.size === 0 && reading && stopped === null) await queued.wait();
-        continue;
-      }
-      if (options.leavesLate && isLateLeft(entry, options.now, engine.settings.misfireGraceMs)) {
-        stats.lateLeft++;
-        leftFrom = earliest([leftFrom, bucketMinuteOf(entry)]);
-        taken.notify();
         continue;
       }
       claiming++;

@@ -19,9 +19,8 @@ import {
   type UnfinishedScan,
 } from "../storage/lease.js";
 import { type ChainOptions, emptySweepStats, type SweepStats } from "./claim-chain.js";
-import { claimPages, earliest, type PageOptions } from "./claim-pages.js";
+import { claimPages, earliest } from "./claim-pages.js";
 import { lookbackBuckets, sweepLookback } from "./lookback.js";
-import { clockInDoubt, warnLateLeft } from "./pass-clock.js";
 
 const MINUTE_MS = 60_000;
 /**
@@ -127,15 +126,13 @@ export async function dispatchShard(
   let ended = false;
   try {
     const pass = await sweepPass(engine, lease, now, options);
-    const lateLeft = pass.stats.lateLeft > 0;
-    if (lateLeft) warnLateLeft(engine, lease, now, pass.stats.lateLeft);
     if (pass.sweepFrom === null) {
       await endScanningPass(engine, lease, pass.scan, engine.clock());
     } else {
       await endPass(
         engine,
         lease,
-        { watermark: pass.watermark, sweepFrom: pass.sweepFrom, lateLeft },
+        { watermark: pass.watermark, sweepFrom: pass.sweepFrom },
         engine.clock(),
       );
     }
@@ -199,7 +196,6 @@ async function sweepPass(
     now,
     horizonEnd: horizon.end,
     concurrency: options.concurrency,
-    leavesLate: clockInDoubt(lease, now, engine.settings.misfireGraceMs),
   };
   const stats = emptySweepStats();
   // Recent buckets first: they hold what is due now, a backlog only what is late already.
@@ -309,7 +305,7 @@ async function sweepBuckets(
   engine: Engine,
   shard: number,
   minutes: readonly string[],
-  options: PageOptions,
+  options: Pick<SweepOptions, "now" | "horizonEnd" | "concurrency">,
   stats: SweepStats,
 ): Promise<string | null> {
   return claimPages(engine, shard, dueBucketPages(engine, shard, minutes), options, stats);
@@ -331,7 +327,7 @@ async function sweepUnpositionedBacklog(
   shard: number,
   scan: UnfinishedScan,
   deadlineMs: number,
-  options: PageOptions,
+  options: Pick<SweepOptions, "now" | "horizonEnd" | "concurrency">,
   stats: SweepStats,
 ): Promise<{ nextKey: Record<string, unknown> | null | undefined; leftFrom: string | null }> {
   const position: { nextKey: Record<string, unknown> | null | undefined } = {

@@ -4,8 +4,8 @@ import type { Engine } from "../engine.js";
 import { bucketsBetween } from "../keys.js";
 import type { DueEntry } from "../model.js";
 import { dueBucketPages } from "../storage/due-entries.js";
-import type { SweepStats } from "./claim-chain.js";
-import { claimPages, earliest, type PageOptions } from "./claim-pages.js";
+import type { ChainOptions, SweepStats } from "./claim-chain.js";
+import { claimPages, earliest } from "./claim-pages.js";
 
 /** Look-back buckets read at once: at most 15 of them, after an outage. */
 const LOOKBACK_CONCURRENCY = 8;
@@ -46,7 +46,7 @@ export async function sweepLookback(
   engine: Engine,
   shard: number,
   minutes: readonly string[],
-  options: PageOptions,
+  options: ChainOptions & { readonly concurrency?: number | undefined },
   stats: SweepStats,
 ): Promise<{ leftFrom: string | null; entries: number }> {
   const left: (string | null)[] = [];

@@ -28,17 +28,6 @@ export interface ShardLease {
   readonly scan: UnfinishedScan | null;
   /** The lease was still held by another owner whose time ran out. */
   readonly tookOver: boolean;
-  /**
-   * When the last pass on the shard ended, by its clock (its release), or when its lease ran
-   * out (it died, or ran past it); null for a shard no pass has taken.
-   */
-  readonly lastPassAt: Date | null;
-  /**
-   * The last pass left the entries its clock judged late to this one (`clockInDoubt`): its
-   * `lateLeft`, the time of its release, still equals `leaseUntil`. Any later write of the lease's
-   * end (a failed pass's release, an earlier version's pass) moves `leaseUntil` past it.
-   */
-  readonly lateLeft: boolean;
 }
 
 /**
@@ -112,8 +101,6 @@ export async function acquireShardLease(
       scan: decodeScan(old),
       // The condition only lets another owner's lease through once it has expired.
       tookOver: previousOwner !== null && previousOwner !== owner && old?.released !== true,
-      lastPassAt: typeof old?.leaseUntil === "string" ? new Date(old.leaseUntil) : null,
-      lateLeft: typeof old?.lateLeft === "string" && old.lateLeft === old.leaseUntil,
     };
   } catch (error) {
     if (isConditionalCheckFailed(error)) return null;
@@ -132,27 +119,25 @@ export async function advanceWatermark(
 
 /**
  * Ends a completed pass in one write under the fence: records how far it
- * swept, where the next pass starts and whether it left late entries to it
- * (`lateLeft`: the time of this release, which only holds beside it), and releases the lease. A first scan is over once a pass
- * completes, so its position goes.
+ * swept and where the next pass starts, and releases the lease. A first scan
+ * is over once a pass completes, so its position goes.
  */
 export async function endPass(
   engine: Engine,
   lease: ShardLease,
-  progress: { readonly watermark: string; readonly sweepFrom: string; readonly lateLeft: boolean },
+  progress: { readonly watermark: string; readonly sweepFrom: string },
   now: Date,
 ): Promise<void> {
   await fencedLeaseUpdate(
     engine,
     lease,
-    "SET watermark = :minute, sweepFrom = :sweepFrom, leaseUntil = :now, released = :true, " +
-      "lateLeft = :lateLeft REMOVE scanFrom, scanBefore, scanLeftFrom",
+    "SET watermark = :minute, sweepFrom = :sweepFrom, leaseUntil = :now, released = :true " +
+      "REMOVE scanFrom, scanBefore, scanLeftFrom",
     {
       ":minute": progress.watermark,
       ":sweepFrom": progress.sweepFrom,
       ":now": now.toISOString(),
       ":true": true,
-      ":lateLeft": progress.lateLeft ? now.toISOString() : false,
     },
   );
 }

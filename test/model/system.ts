@@ -389,8 +389,6 @@ export class Sequence {
         const resweepFrom = this.nowMs - 2 * 60_000 - 60_000;
         if ("sweepFrom" in result && Date.parse(`${result.sweepFrom}:00.000Z`) < resweepFrom)
           this.backlog = true;
-        // A pass after ticks with nothing due leaves what its clock judges late to the next tick.
-        if ("lateLeft" in result && result.lateLeft > 0) this.backlog = true;
       } catch (error) {
         if (!byInjectedSqsFault(error))
           this.violate("no dispatcher pass throws", `shard ${shard}: ${describe(error)}`);
@@ -742,9 +740,7 @@ export class Sequence {
    * at each next thing to happen (a message becoming visible, a due entry
    * entering the lookahead, a reaper deadline, a tick at most apart while
    * anything is in flight) for `windowMs` of virtual time. A tick in which
-   * nothing is due does nothing, so skipping it changes nothing but when the
-   * pass after it judges misfire: one more than a tick and the grace after the
-   * last leaves what its clock judges late to the next tick, which then comes.
+   * nothing is due does nothing, so skipping it changes nothing.
    */
   async settle(windowMs: number): Promise<void> {
     this.clearFaults();
