@@ -266,19 +266,20 @@ export async function attemptForRunAt(
 }
 
 /**
+ * Whether an end (`endAt`, `maxRuns`) lets an occurrence at `atMs` run, with `queued` occurrences
+ * counted before it: not after `endAt`, and fewer than `maxRuns` queued.
+ */
+function endLets(end: Pick<Job, "endAt" | "maxRuns">, atMs: number, queued: number): boolean {
+  if (end.endAt && atMs > Date.parse(end.endAt)) return false;
+  return end.maxRuns === undefined || end.maxRuns === null || queued < end.maxRuns;
+}
+
+/**
  * `at` when the job's end condition still lets an occurrence there run: not after `endAt`, and
  * fewer than `maxRuns` occurrences queued so far. Null when the job has ended before it.
  */
 export function withinJobEnd(job: Job, at: Date | null): Date | null {
-  if (at === null) return null;
-  if (job.endAt && at.getTime() > Date.parse(job.endAt)) return null;
-  if (
-    job.maxRuns !== undefined &&
-    job.maxRuns !== null &&
-    (job.occurrencesQueued ?? 0) >= job.maxRuns
-  )
-    return null;
-  return at;
+  return at !== null && endLets(job, at.getTime(), job.occurrencesQueued ?? 0) ? at : null;
 }
 
 /**
@@ -287,7 +288,5 @@ export function withinJobEnd(job: Job, at: Date | null): Date | null {
  * is not counted again, `occurrenceAgain`). Its claim would cut it so (`withinEnd`, plan-claim.ts).
  */
 export function entryWithinEnd(entry: DueEntry): boolean {
-  const { endAt = null, maxRuns = null } = entry.end ?? {};
-  if (endAt !== null && Date.parse(entry.scheduledFor) > Date.parse(endAt)) return false;
-  return maxRuns === null || (entry.queuedBefore ?? 0) < maxRuns;
+  return endLets(entry.end ?? {}, Date.parse(entry.scheduledFor), entry.queuedBefore ?? 0);
 }
