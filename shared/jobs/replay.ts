@@ -9,7 +9,7 @@ import { latestAttemptOf } from "../storage/job-queries.js";
 import { keepCompletedJobForRun } from "../storage/job-status.js";
 import { getJob, getRun } from "../storage/run-reads.js";
 import { getTenantRun } from "./queries.js";
-import { runDueNow, sendRunDueNow } from "./run-now.js";
+import { runDueNow, sendRunDueNow, sendRunIfUnsent } from "./run-now.js";
 
 /** The replay's run, and whether this request queued it or an earlier one with its key did. */
 export interface Replayed {
@@ -94,7 +94,7 @@ export async function replayDeadLetter(
       return { run: replayed, earlier: true };
     // Not refused but failed, and yet replayed with this key: this request's own write, applied
     // with its answer lost, whose run nobody else sends.
-    await sendRunDueNow(engine, replayed, now);
+    await sendRunIfUnsent(engine, replayed, now);
     return { run: replayed, earlier: false };
   }
   await sendRunDueNow(engine, run, now);

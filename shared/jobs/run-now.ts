@@ -39,3 +39,16 @@ export async function sendRunDueNow(engine: Engine, run: Run, now: Date): Promis
     });
   });
 }
+
+/**
+ * Sends the message of a run a request stored with its key and then found stored again (its own
+ * write, applied with its answer lost, or an earlier send's of the same request), when that run
+ * may be unsent: QUEUED and never started (fence 0). The request that wrote it may have died
+ * before its send, leaving it to the reaper a lease past its due time. A second message of a run
+ * sent already is harmless (workers dedupe a run's deliveries); a run past QUEUED, or one a
+ * worker took, was sent.
+ */
+export async function sendRunIfUnsent(engine: Engine, run: Run, now: Date): Promise<void> {
+  if (run.status !== "QUEUED" || run.fence !== 0) return;
+  await sendRunDueNow(engine, run, now);
+}

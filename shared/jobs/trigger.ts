@@ -13,7 +13,7 @@ import { keepCompletedJobForRun } from "../storage/job-status.js";
 import { readTriggerRecord, type TriggerKey, writeTriggeredRun } from "../storage/job-trigger.js";
 import { getRun } from "../storage/run-reads.js";
 import { getTenantJob } from "./queries.js";
-import { runDueNow, sendRunDueNow } from "./run-now.js";
+import { runDueNow, sendRunDueNow, sendRunIfUnsent } from "./run-now.js";
 
 // A run's occurrence is its identity, so two triggers in one millisecond need two instants.
 const TRIGGER_INSTANTS_TRIED = 20;
@@ -122,12 +122,18 @@ export async function triggerJob(engine: Engine, tenantId: string, jobId: string
   return (await triggerJobWithKey(engine, tenantId, jobId, undefined)).run;
 }
 
-/** The run an earlier trigger with this key queued, within the key's window. */
+/**
+ * The run an earlier trigger with this key queued, within the key's window, its message sent when
+ * it may be unsent: that trigger's write may have applied with every answer lost (a 500, which its
+ * client sends again with the key), and it died before its send, leaving the run to the reaper a
+ * lease past its due time, though a trigger is one extra run now.
+ */
 async function earlierTrigger(engine: Engine, key: TriggerKey): Promise<Run | null> {
   const scheduledFor = await readTriggerRecord(engine, key);
   if (scheduledFor === null) return null;
   const run = await getRun(engine, { jobId: key.jobId, scheduledFor, attempt: 1 });
   if (run === null)
     throw new IdempotencyConflictError(key.key, `queued run ${scheduledFor}, which is gone`);
+  await sendRunIfUnsent(engine, run, engine.clock());
   return run;
 }
