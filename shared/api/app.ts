@@ -75,7 +75,11 @@ export function createApiApp(options: ApiOptions): OpenAPIHono<ApiEnv> {
 
   app.onError((error, c) => {
     const reads = c.req.method === "GET" || c.req.method === "HEAD";
-    const answer = httpAnswerOf(error, { writes: !reads });
+    // A create takes its key as the header or as `idempotencyKey` (equal when both are sent); the
+    // other keyed routes take the header only.
+    const keyField =
+      c.req.header("Idempotency-Key") === undefined ? "idempotencyKey" : "Idempotency-Key";
+    const answer = httpAnswerOf(error, { writes: !reads, keyField });
     if (answer.status === 429) {
       // Counted per tenant by the stack's Contributor Insights rule (TENANT_LOG_EVENTS).
       engine.obs.log.warn(TENANT_LOG_EVENTS.requestThrottled, {

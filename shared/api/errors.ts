@@ -153,10 +153,24 @@ const INTERNAL = answer(500, "internal", "internal error");
 // reaches the API it is a fault of the API's own, answered without its details.
 const internal = () => INTERNAL;
 
+/**
+ * The input an idempotency key came as: the `Idempotency-Key` header, or a create's body field
+ * (a batch's only way). A 409 names the one the request used, for its client to change.
+ */
+type KeyField = "Idempotency-Key" | "idempotencyKey";
+
+/** What an answer depends on of the request besides its error. */
+interface RequestSeen {
+  /** Whether it may write: a read's transient storage failure is "busy", a write's a 500. */
+  readonly writes: boolean;
+  readonly keyField: KeyField;
+}
+
 type Answers = {
   readonly [Code in SchedulerErrorCode]: (
     context: ErrorContexts[Code],
     error: SchedulerError<Code>,
+    request: RequestSeen,
   ) => HttpAnswer;
 };
 
@@ -173,8 +187,8 @@ const ANSWERS: Answers = {
     }),
   illegal_transition: ({ status }, { message }) =>
     answer(409, "illegal_transition", message, { currentStatus: status.toLowerCase() }),
-  idempotency_conflict: (_, { message }) =>
-    answer(409, "idempotency_conflict", message, { field: "idempotencyKey" }),
+  idempotency_conflict: (_, { message }, { keyField }) =>
+    answer(409, "idempotency_conflict", message, { field: keyField }),
   not_replayable: (_, { message }) => answer(409, "not_replayable", message),
   run_ended: ({ status }, { message }) =>
     answer(409, "illegal_transition", message, { currentStatus: status.toLowerCase() }),
@@ -202,9 +216,12 @@ const ANSWERS: Answers = {
   run_token_stale: (_, { message }) => answer(409, "stale_run_token", message),
 };
 
-function answerTo<Code extends SchedulerErrorCode>(error: SchedulerError<Code>): HttpAnswer {
+function answerTo<Code extends SchedulerErrorCode>(
+  error: SchedulerError<Code>,
+  request: RequestSeen,
+): HttpAnswer {
   const answerOf: Answers[Code] = ANSWERS[error.code];
-  return answerOf(error.context, error);
+  return answerOf(error.context, error, request);
 }
 
 const BY_STATUS: Partial<Record<number, ErrorCode>> = {
@@ -228,9 +245,9 @@ const BY_STATUS: Partial<Record<number, ErrorCode>> = {
  */
 export function httpAnswerOf(
   error: unknown,
-  request: { readonly writes: boolean } = { writes: true },
+  request: RequestSeen = { writes: true, keyField: "Idempotency-Key" },
 ): HttpAnswer {
-  if (error instanceof SchedulerError) return answerTo(error);
+  if (error instanceof SchedulerError) return answerTo(error, request);
   if (isBusy(error)) return isThrottling(error) ? THROTTLED : BUSY.job;
   if (!request.writes && isTransientFailure(error)) return UNAVAILABLE;
   if (error instanceof HTTPException) {

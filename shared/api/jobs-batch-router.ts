@@ -198,7 +198,8 @@ export function jobsBatchRouter({ engine, jobTypes }: RouterDeps) {
   });
 
   function failed(tenantId: string, index: number, error: unknown): BatchResult {
-    const answer = httpAnswerOf(error);
+    // A batch's jobs take their keys in the body only (the header is refused).
+    const answer = httpAnswerOf(error, { writes: true, keyField: "idempotencyKey" });
     if (answer.status >= 500) {
       engine.obs.log.error("a job of a batch create failed", {
         tenantId,

@@ -511,7 +511,7 @@ describe("error bodies, byte for byte", () => {
       error(409, {
         code: "idempotency_conflict",
         message: 'idempotency key "same" was already used with a different request',
-        field: "idempotencyKey",
+        field: "Idempotency-Key",
       }),
     );
     expect(await call("POST", `/dead-letters/${runId}/replay`)).toEqual(
