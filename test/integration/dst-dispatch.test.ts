@@ -272,3 +272,151 @@ describe("a job paused across the night the clocks go back", () => {
     expect(ended).toMatchObject({ status: "completed", occurrencesQueued: 12, nextRunAt: null });
   }, 60_000);
 });
+
+/*
+ * With a jitter window (adversarial review h87, all holding): what a job's preview shows, planned
+ * times included, is what the passes queue, across the nights the clocks change, with maxRuns and
+ * an endAt exactly at an occurrence, through an outage over the fall-back night, a pass whose clock
+ * reads earlier, and a zone edited in the repeated hour.
+ */
+/** The job's preview as `utc plannedFor` (`-` without a window). */
+async function plannedPreview(
+  harness: ApiHarness,
+  jobId: string,
+  count: number,
+): Promise<string[]> {
+  const reply = await harness.call("GET", `/jobs/${jobId}/preview?count=${count}`);
+  expect(reply.status, reply.text).toBe(200);
+  return PreviewSchema.parse(reply.body).occurrences.map((o) => `${o.utc} ${o.plannedFor ?? "-"}`);
+}
+
+/** The job's runs as `scheduledFor plannedFor`, `skipped` ones marked, oldest first. */
+async function plannedRuns(harness: ApiHarness, jobId: string): Promise<string[]> {
+  const reply = await harness.call("GET", `/jobs/${jobId}/runs?limit=100`);
+  expect(reply.status, reply.text).toBe(200);
+  const page = RunPageSchema.parse(reply.body);
+  expect(page.nextCursor).toBeNull();
+  return page.items
+    .map((r) => `${r.scheduledFor} ${r.plannedFor}${r.status === "skipped" ? " skipped" : ""}`)
+    .sort();
+}
+
+const through = (lines: readonly string[], last: string) =>
+  lines.filter((line) => line.slice(0, 24) <= last);
+
+describe("with a jitter window, the preview is what runs", () => {
+  it("New York spring forward, 30 1,3 * * * (an hour apart that night) with maxRuns 3", async () => {
+    const harness = await started("2027-03-14T04:00:00Z");
+    const job = await create(harness, {
+      schedule: { cron: "30 1,3 * * *", timezone: "America/New_York" },
+      window: "PT2H",
+      maxRuns: 3,
+    });
+    const shown = await plannedPreview(harness, job.id, 10);
+    expect(shown).toHaveLength(3);
+    await tickUntil(harness, "2027-03-14T10:00:00Z");
+    nowMs = Date.parse("2027-03-15T04:30:00Z");
+    await tickUntil(harness, "2027-03-15T08:00:00Z");
+    expect(await plannedRuns(harness, job.id)).toEqual(shown);
+  }, 120_000);
+
+  it("an every with endAt exactly at an occurrence whose planned time lies after it", async () => {
+    const harness = await started("2027-03-13T00:00:00Z");
+    const job = await create(harness, {
+      schedule: { every: "PT1H", startAt: "2027-03-13T01:00:00Z" },
+      window: "PT1H",
+      endAt: "2027-03-13T05:00:00Z",
+    });
+    const shown = await plannedPreview(harness, job.id, 10);
+    expect(shown.map((line) => line.slice(0, 24))).toEqual([
+      "2027-03-13T01:00:00.000Z",
+      "2027-03-13T02:00:00.000Z",
+      "2027-03-13T03:00:00.000Z",
+      "2027-03-13T04:00:00.000Z",
+      "2027-03-13T05:00:00.000Z",
+    ]);
+    await tickUntil(harness, "2027-03-13T06:10:00Z");
+    expect(await plannedRuns(harness, job.id)).toEqual(shown);
+    const ended = JobSchema.parse((await harness.call("GET", `/jobs/${job.id}`)).body);
+    expect(ended).toMatchObject({ status: "completed", nextRunAt: null });
+  }, 120_000);
+
+  it("New York fall back, */30 * * * *, with a pass whose clock reads an hour behind", async () => {
+    const harness = await started("2027-11-07T04:00:00Z");
+    const job = await create(harness, {
+      schedule: { cron: "*/30 * * * *", timezone: "America/New_York" },
+      window: "PT30M",
+    });
+    const shown = await plannedPreview(harness, job.id, 8);
+    await tickUntil(harness, "2027-11-07T05:40:00Z");
+    // 01:00 EST read as 01:00 EDT.
+    nowMs = Date.parse("2027-11-07T04:50:00Z");
+    await dispatchShard(harness.fixture.engine, 0, "behind");
+    nowMs = Date.parse("2027-11-07T05:50:00Z");
+    await tickUntil(harness, "2027-11-07T08:10:00Z");
+    const last = "2027-11-07T07:30:00.000Z";
+    expect(through(await plannedRuns(harness, job.id), last)).toEqual(through(shown, last));
+  }, 120_000);
+
+  it("an outage over the fall-back night under fire_once with maxRuns: the preview during it is what runs after", async () => {
+    const harness = await started("2027-11-07T03:50:00Z");
+    const job = await create(harness, {
+      schedule: { cron: "*/30 * * * *", timezone: "America/New_York" },
+      window: "PT30M",
+      maxRuns: 6,
+      misfirePolicy: "fire_once",
+    });
+    await tickUntil(harness, "2027-11-07T04:20:00Z");
+    const before = await plannedRuns(harness, job.id);
+    // Down from 00:20 EDT to 01:47 EST.
+    nowMs = Date.parse("2027-11-07T06:47:00Z");
+    const shown = await plannedPreview(harness, job.id, 10);
+    await tickUntil(harness, "2027-11-07T10:00:00Z");
+    const after = (await plannedRuns(harness, job.id)).filter((line) => !before.includes(line));
+    const ran = after.filter((line) => !line.endsWith("skipped"));
+    // fire_once runs the latest occurrence planned past the grace (06:00Z or 06:30Z, by the
+    // hash), one planned after it runs as planned, and from the clock's reading on the preview's.
+    expect(ran.filter((line) => line.slice(0, 24) >= "2027-11-07T06:47:00.000Z")).toEqual(shown);
+    expect(before.length + ran.length).toBe(6);
+    const ended = JobSchema.parse((await harness.call("GET", `/jobs/${job.id}`)).body);
+    expect(ended).toMatchObject({ status: "completed", occurrencesQueued: 6 });
+  }, 120_000);
+});
+
+describe("a zone edited in the repeated hour", () => {
+  const edits = [
+    {
+      cron: "*/30 * * * *",
+      to: "US/Eastern",
+      at: "2027-11-07T05:40:00Z",
+      runs: ["04:00", "04:30", "05:00", "05:30", "06:00", "06:30", "07:00", "07:30"],
+    },
+    { cron: "30 1 * * *", to: "US/Eastern", at: "2027-11-07T06:10:00Z", runs: ["05:30"] },
+    {
+      cron: "30 1 * * *",
+      to: "America/Chicago",
+      at: "2027-11-07T06:10:00Z",
+      runs: ["05:30", "06:30"],
+    },
+  ] as const;
+  for (const edit of edits) {
+    it(`${edit.cron} edited to ${edit.to} at ${edit.at}: each occurrence once`, async () => {
+      const harness = await started("2027-11-07T03:50:00Z");
+      const job = await create(harness, {
+        schedule: { cron: edit.cron, timezone: "America/New_York" },
+      });
+      await tickUntil(harness, edit.at);
+      nowMs = Date.parse(edit.at);
+      const patched = await harness.call("PATCH", `/jobs/${job.id}`, {
+        body: { schedule: { cron: edit.cron, timezone: edit.to } },
+        headers: { "If-Match": '"1"' },
+      });
+      expect(patched.status, patched.text).toBe(200);
+      await tickUntil(harness, "2027-11-07T07:40:00Z");
+      const ran = (await plannedRuns(harness, job.id)).map((line) => line.slice(0, 24));
+      expect(through(ran, "2027-11-07T07:30:00.000Z")).toEqual(
+        edit.runs.map((hhmm) => `2027-11-07T${hhmm}:00.000Z`),
+      );
+    }, 120_000);
+  }
+});
