@@ -1,5 +1,6 @@
 import type { Engine } from "../engine.js";
 import type { DueEntry, Run } from "../model.js";
+import { plannedTime, windowMsOf } from "../schedule/index.js";
 import { dueEntryKey } from "../storage/due-entries.js";
 import { queuedRun, skippedRun } from "../storage/runs.js";
 import { attemptOf, planClaim } from "./plan-claim.js";
@@ -80,14 +81,25 @@ export function planWrites(
   const queued = plan.runs.map((r) =>
     queuedRun(runSpec(r.scheduledFor, r.dueAt, r.attempt, r.plannedFor), now, settings, writtenAt),
   );
-  const skippedItems = plan.skipped.map((s) =>
-    skippedRun(
-      runSpec(s.scheduledFor, s.scheduledFor, attemptOf(entry, s.scheduledFor)),
+  // A record of an occurrence the misfire policy skipped shows its planned time, as its run would.
+  const windowMs = windowMsOf(entry.window);
+  const skippedItems = plan.skipped.map((s) => {
+    const plannedFor =
+      windowMs === null
+        ? undefined
+        : plannedTime(entry.jobId, s.scheduledFor, windowMs, entry.schedule);
+    return skippedRun(
+      runSpec(
+        s.scheduledFor,
+        plannedFor ?? s.scheduledFor,
+        attemptOf(entry, s.scheduledFor),
+        plannedFor,
+      ),
       s.reason,
       now,
       settings,
-    ),
-  );
+    );
+  });
 
   let next: DueEntry | null = null;
   if (plan.advancesJob && plan.next) {
