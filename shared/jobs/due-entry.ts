@@ -221,18 +221,20 @@ async function predecessorThatNeverFails(engine: Engine, run: Run): Promise<Run 
  * its time. Filed at attempt 1, its claim would find that attempt's run handled and move the job on
  * with nothing pending, ACTIVE and never run: it is filed at the latest run's next attempt, as a
  * resume files a run a pause cancelled (`givenUpAttemptAt`, which also counts a failure's retry
- * still QUEUED that will not run). A run still under way (a FAILED one too: its retry is to
- * come) is met by the claim at attempt 1, as before; it is returned (`underWay`), for the edit's
- * commit is conditioned on it still under way (`runStillUnderWay`): ended in between (skipped by
- * its worker as an occurrence the job no longer has, say), it was not seen, and the claim at
- * attempt 1 found it handled, the one-off ACTIVE with nothing pending. The latest run at the last attempt a run can
- * have leaves none: the edit is refused. So is one that SUCCEEDED as an occurrence's run (its own,
- * a failure's retry of it run at its old time after a move away, a recurring job's): the next
- * attempt would be that occurrence's second success, under the same idempotency key. A triggered
- * run's success is no occurrence's (`isOccurrenceRun`). After a cancelled run, the
- * attempt names it (`retryOf`, `afterCancelledRun`): its worker may still hold it, and the next
- * attempt waits for it to end. One consistent read of one run item (two for a later attempt that
- * succeeded, or a QUEUED retry), made by schedule edits to a one-off only.
+ * still QUEUED that will not run). An occurrence's run still under way (a FAILED one too: its
+ * retry is to come) is met by the claim at attempt 1, as before; it is returned (`underWay`), for
+ * the edit's commit is conditioned on it still under way (`runStillUnderWay`): ended in between
+ * (skipped by its worker as an occurrence the job no longer has, say), it was not seen, and the
+ * claim at attempt 1 found it handled, the one-off ACTIVE with nothing pending. The latest run at
+ * the last attempt a run can have leaves none: the edit is refused. So is one that SUCCEEDED as
+ * an occurrence's run (its own, a failure's retry of it run at its old time after a move away, a
+ * recurring job's): the next attempt would be that occurrence's second success, under the same
+ * idempotency key. So is the time of a run that is no occurrence's, a triggered or a dependent's,
+ * whatever its status (`refuseNoOccurrenceTime`): that time is the run's own. After a cancelled
+ * run, the attempt names it (`retryOf`, `afterCancelledRun`): its worker may still hold it, and
+ * the next attempt waits for it to end. One consistent read of one run item (more for a later
+ * attempt, whose first says whether it was triggered, or a QUEUED retry), made by schedule edits
+ * to a one-off only.
  */
 export async function attemptForRunAt(
   engine: Engine,
@@ -246,6 +248,7 @@ export async function attemptForRunAt(
 }> {
   const given = await givenUpAttemptAt(engine, jobId, runAt.toISOString());
   if (given === null) return { attempt: 1 };
+  await refuseNoOccurrenceTime(engine, "underWay" in given ? given.underWay : given.latest);
   if ("underWay" in given) return { attempt: 1, underWay: given.underWay };
   const { latest, ended } = given;
   if (given.occurrenceRan)
@@ -263,6 +266,24 @@ export async function attemptForRunAt(
       },
     ]);
   return { attempt: latest.attempt + 1, retryOf: given.retryOf, skippedRetry: given.skippedRetry };
+}
+
+/**
+ * Refuses a `runAt` at the time of `held`, a run there that is no occurrence's: a triggered run,
+ * or a dependent's run queued after its upstream (`isOccurrenceRun`), whatever its status. The
+ * time is that run's identity (its `webhook-id` and `Idempotency-Key`): the one-off's occurrence
+ * filed there would be that run's next attempt, delivered under its key (a receiver applying each
+ * key once drops it), counted against its attempts, and would take the key a replay of it needs.
+ */
+async function refuseNoOccurrenceTime(engine: Engine, held: Run): Promise<void> {
+  if (await isOccurrenceRun(engine, held)) return;
+  const run = held.trigger ? `the run queued after ${held.trigger.runId}` : "a triggered run";
+  throw new ValidationError([
+    {
+      field: "schedule.runAt",
+      message: `${held.scheduledFor} is the time of ${run} (${held.runId}, ${held.status.toLowerCase()}), which is no occurrence of the schedule and keeps that time as its own: give another runAt`,
+    },
+  ]);
 }
 
 /**

@@ -16,6 +16,7 @@ import {
 import { withFaults, withSqsFaults } from "../support/faults.js";
 import { lambdaContext, sqsEvent } from "../support/lambda-events.js";
 import { createTestClients, type TestClients } from "../support/namespace.js";
+import { upstreamWithDependent } from "../support/triggered-instant.js";
 import { waitFor } from "../support/wait.js";
 
 /**
@@ -336,14 +337,7 @@ describe("the worker's lines about a delivery's message", () => {
     await expectNamesItsRun(f, line?.fields, upstream);
   });
   it("a fan-out whose runs SQS refused names the upstream's tenant, job and run", async () => {
-    const { job: upstream } = await createJob(
-      f.engine,
-      testJob({ schedule: { runAt: new Date().toISOString() } }),
-    );
-    const { job: dependent } = await createJob(
-      f.engine,
-      testJob({ schedule: { after: { jobs: [upstream.jobId], on: "success" } } }),
-    );
+    const { upstream, dependent } = await upstreamWithDependent(f.engine);
     const received = await f.nextDelivery(f.engine.queues.normal, upstream.jobId, 15_000);
     const refused = withSqsFaults(f.engine, {
       operation: "SendMessageBatch",
