@@ -34,7 +34,12 @@ export async function replayDeadLetter(
   const keyHash = idempotencyKey === undefined ? undefined : idempotencyKeyHash(idempotencyKey);
   const dead = await getTenantRun(engine, tenantId, runId);
   const earlier = await replayWithKey(engine, dead, keyHash);
-  if (earlier) return { run: earlier, earlier: true };
+  if (earlier) {
+    // The request that replayed it may have died before its send (its answer lost, then its
+    // read back failed): the run waits for the reaper unless sent here.
+    await sendRunIfUnsent(engine, earlier, engine.clock());
+    return { run: earlier, earlier: true };
+  }
   if (dead.status !== "DEAD")
     throw new NotReplayableError(runId, `it is ${dead.status.toLowerCase()}, not dead`);
   if (dead.replayedBy)
