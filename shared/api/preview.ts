@@ -50,6 +50,15 @@ function luxonZone(label: string): Zone | string {
 }
 
 /**
+ * Where a preview asked `from` an instant starts: not before `now`. A job runs nothing before the
+ * clock (what a claim queued ahead of it is still shown), and a job created now nothing before its
+ * first occurrence, at or after now: a `from` in the past would list times that never run.
+ */
+export function previewStart(from: Date, now: Date): Date {
+  return from < now ? now : from;
+}
+
+/**
  * The next `count` occurrences at or after `now` (the current time, or the
  * instant a caller asks from; to the second, as a new job's first occurrence
  * is computed), in UTC and in the display zone. `schedule`

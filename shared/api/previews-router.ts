@@ -7,6 +7,7 @@ import {
   displayZoneOf,
   previewOf,
   previewOfJob,
+  previewStart,
   queuedRange,
   withPlannedTimes,
   withQueuedPlannedTimes,
@@ -54,7 +55,8 @@ export function previewsRouter({ engine, body }: RouterDeps) {
   router.openapi(previewJob, async (c) => {
     const query = c.req.valid("query");
     const now = engine.clock();
-    const from = query.from === undefined ? now : queryInstantParam("from", query.from);
+    const from =
+      query.from === undefined ? now : previewStart(queryInstantParam("from", query.from), now);
     const job = await jobOf(engine, c, c.req.valid("param").id);
     const count = query.count ?? LIMITS.previewCount.default;
     const pending = { job, now, misfireGraceMs: engine.settings.misfireGraceMs };
@@ -70,7 +72,8 @@ export function previewsRouter({ engine, body }: RouterDeps) {
   router.openapi(previewSchedule, async (c) => {
     const request = c.req.valid("json");
     const now = engine.clock();
-    const from = request.from === undefined ? now : instantParam("from", request.from);
+    const from =
+      request.from === undefined ? now : previewStart(instantParam("from", request.from), now);
     const schedule = parseScheduleInput(request.schedule, engine.settings, now);
     const count = request.count ?? LIMITS.previewCount.default;
     const zone = displayZoneOf(request.schedule);
