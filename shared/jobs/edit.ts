@@ -11,7 +11,12 @@ import {
   type Run,
 } from "../model.js";
 import { giveBackJobQuotas, refusedUnwritten, reserveJobQuotas } from "../quotas/usage.js";
-import { firstOccurrence, normalizeSchedule, type ScheduleSpec } from "../schedule/index.js";
+import {
+  firstOccurrence,
+  normalizeSchedule,
+  type ScheduleSpec,
+  sameSchedule,
+} from "../schedule/index.js";
 import { recordShardCount } from "../shard-count.js";
 import { readDueEntry, writeEditedJob } from "../storage/job-edit.js";
 import { oneOffAttemptAt } from "../storage/job-update.js";
@@ -137,8 +142,7 @@ async function editPlanned(
       : changes;
     const current = checked(read);
     const changesSchedule =
-      normalized.schedule !== undefined &&
-      JSON.stringify(normalized.schedule) !== JSON.stringify(current.schedule);
+      normalized.schedule !== undefined && !sameSchedule(normalized.schedule, current.schedule);
     // Bad input (an upstream not the tenant's, a cycle) and a quota refusal come before anything
     // is written, the claim below included. Neither reads what a claim changes (the job's next
     // occurrence): the links and the quota share depend on its schedule and its upstreams alone.
@@ -345,10 +349,7 @@ function refuseKeptEndPassed(job: Job, now: Date): void {
 }
 
 function nextAfterEdit(job: Job, edited: Job, now: Date): Date | null {
-  if (
-    edited.schedule === job.schedule ||
-    JSON.stringify(edited.schedule) === JSON.stringify(job.schedule)
-  ) {
+  if (sameSchedule(edited.schedule, job.schedule)) {
     return job.nextRunAt ? new Date(job.nextRunAt) : null;
   }
   // A one-off that has not completed runs at its new time, even a past one (the misfire policy judges it).

@@ -55,6 +55,7 @@ export {
   type ParseScheduleOptions,
   parseSchedule,
   safeParseSchedule,
+  sameSchedule,
 } from "./parse.js";
 export {
   AFTER_ON,

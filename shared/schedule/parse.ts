@@ -101,6 +101,20 @@ export function parseSchedule(input: unknown, options: ParseScheduleOptions = {}
 }
 
 /**
+ * Whether two stored or normalized schedules are the same: a cron zone stored in the case it was
+ * typed (`us/eastern`, as links were before they were stored in tzdb's casing) is the zone it names.
+ */
+export function sameSchedule(a: ScheduleSpec, b: ScheduleSpec): boolean {
+  return a === b || JSON.stringify(zoneCased(a)) === JSON.stringify(zoneCased(b));
+}
+
+function zoneCased(spec: ScheduleSpec): ScheduleSpec {
+  if (!("cron" in spec)) return spec;
+  const zone = checkTimeZone(spec.timezone);
+  return zone.ok ? { cron: spec.cron, timezone: zone.name } : spec;
+}
+
+/**
  * Makes a (valid) spec fully determined so that computing occurrences never depends on when it
  * happens: `every` without `startAt` starts at `now` truncated to the second, instants are
  * re-serialised as UTC with milliseconds. Idempotent. Throws {@link ValidationError} if a

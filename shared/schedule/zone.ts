@@ -202,8 +202,8 @@ export type ZoneCheck =
  * Accepts location-based IANA names (`Area/Location`, including `Etc/…` and backward links such
  * as `US/Eastern`) and `UTC`. Bare abbreviations and legacy names (`EST`, `CET`, `EST5EDT`, `GMT`)
  * are valid to Intl but are rejected: `EST` is a fixed -05:00 with no DST, which is rarely what
- * someone writing "EST" means. Returns the name with Intl's canonical casing when that only
- * differs in case.
+ * someone writing "EST" means. Returns the name in tzdb's casing (`us/eastern` is `US/Eastern`),
+ * never another zone's name: a link stays the link it names.
  */
 export function checkTimeZone(name: string): ZoneCheck {
   let check = zoneChecks.get(name);
@@ -251,5 +251,55 @@ function checkUncached(name: string): ZoneCheck {
   }
   if (!name.includes("/") && name.toUpperCase() !== "UTC") return legacyName(name);
   const resolved = new Intl.DateTimeFormat("en-US", { timeZone: name }).resolvedOptions().timeZone;
-  return { ok: true, name: resolved.toLowerCase() === name.toLowerCase() ? resolved : name };
+  return { ok: true, name: resolved.toLowerCase() === name.toLowerCase() ? resolved : cased(name) };
+}
+
+/**
+ * Words of tzdb's links (`backward`) that no zone Intl lists holds and that are not title case.
+ * Node 20's ICU resolves a link to its target (`US/Eastern` is `America/New_York`) and lists
+ * canonical ids only, so nothing in Intl spells a link; test/unit/schedule/zone-casing.test.ts
+ * checks every name of the tz database the machine has against {@link cased}.
+ */
+const LINK_WORDS = [
+  "ACT",
+  "BajaNorte",
+  "BajaSur",
+  "ComodRivadavia",
+  "DeNoronha",
+  "EasterIsland",
+  "Knox_IN",
+  "LHI",
+  "NSW",
+  "UCT",
+  "US",
+  "UTC",
+];
+
+let wordsByLowerCase: Map<string, string> | undefined;
+
+/**
+ * A valid zone name in tzdb's casing where Intl resolves it to another zone (a link, an old name):
+ * each part as a zone Intl lists spells it (`argentina`, `buenos_aires`), as LINK_WORDS does, a
+ * `GMT` offset in capitals, else each word of it capitalized (`fort_wayne` is `Fort_Wayne`).
+ */
+function cased(name: string): string {
+  if (wordsByLowerCase === undefined) {
+    wordsByLowerCase = new Map();
+    for (const zone of Intl.supportedValuesOf("timeZone"))
+      for (const part of zone.split("/")) wordsByLowerCase.set(part.toLowerCase(), part);
+    for (const word of LINK_WORDS) wordsByLowerCase.set(word.toLowerCase(), word);
+  }
+  const words = wordsByLowerCase;
+  return name
+    .split("/")
+    .map((part) => {
+      const known = words.get(part.toLowerCase());
+      if (known !== undefined) return known;
+      if (/^gmt(?:[+-]\d+|0)?$/i.test(part)) return part.toUpperCase();
+      return part.replace(
+        /[^_-]+/g,
+        (word) => word.charAt(0).toUpperCase() + word.slice(1).toLowerCase(),
+      );
+    })
+    .join("/");
 }
