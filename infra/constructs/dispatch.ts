@@ -67,13 +67,12 @@ export class Dispatch extends Construct {
         "ConditionCheckItem",
       ],
     });
-    // A claim puts its QUEUED runs (PutItem) and its transaction the SKIPPED ones; skipped runs
-    // past the transaction's size go out in BatchWriteItem; a claim that fails for good deletes
-    // the runs it put (DeleteItem); one that loses its entry to a cancel ends them CANCELLED
-    // (UpdateItem).
+    // A claim puts its QUEUED runs and its SKIPPED records (PutItem, each before its
+    // transaction); a claim that fails for good deletes the runs it put (DeleteItem); one that
+    // loses its entry to a cancel ends them CANCELLED (UpdateItem).
     allowTable(this.dispatcher.fn, {
       ...storage.runs,
-      actions: ["PutItem", "BatchWriteItem", "DeleteItem", "UpdateItem"],
+      actions: ["PutItem", "DeleteItem", "UpdateItem"],
     });
     allowQueues(this.dispatcher.fn, queues.allWork, ["SendMessage"]);
 

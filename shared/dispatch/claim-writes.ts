@@ -19,15 +19,15 @@ const MAX_RUNS_PER_CLAIM = 50;
 
 /**
  * What earlier rounds of a claim at the entry's version found: occurrences handled already (a
- * run past QUEUED, or an outcome on record), and the runs they put, which are not put again.
+ * run past QUEUED, re-sent or ended), and the runs they put, which are not put again. A SKIPPED
+ * record needs nothing here: one that meets an item keeps it and the claim goes on.
  */
 export interface Known {
   readonly run: ReadonlySet<string>;
-  readonly recorded: ReadonlySet<string>;
   readonly put: ReadonlySet<string>;
 }
 
-export const noneKnown = (): Known => ({ run: new Set(), recorded: new Set(), put: new Set() });
+export const noneKnown = (): Known => ({ run: new Set(), put: new Set() });
 
 /** The writes a claim of `entry` plans, before they are put in a transaction. */
 export interface PlannedWrites {
@@ -49,7 +49,7 @@ export function planWrites(
   known: Known,
 ): PlannedWrites {
   const { settings } = engine;
-  const planned = planClaim({
+  const plan = planClaim({
     entry,
     now,
     horizonEnd: reachEnd,
@@ -57,11 +57,6 @@ export function planWrites(
     maxRunsPerClaim: MAX_RUNS_PER_CLAIM,
     alreadyRun: known.run,
   });
-  // An occurrence whose outcome is already on record (a run or a skip) needs no SKIPPED record.
-  const plan = {
-    ...planned,
-    skipped: planned.skipped.filter((s) => !known.recorded.has(s.scheduledFor.toISOString())),
-  };
   const runSpec = (scheduledFor: Date, dueAt: Date, attempt: number, plannedFor?: Date) => ({
     jobId: entry.jobId,
     tenantId: entry.tenantId,

@@ -11,17 +11,9 @@ import { retryOnContention } from "../storage/dynamo-errors.js";
 import { completedJobExpiresAt } from "../storage/retention.js";
 import { endRunAsSeen } from "../storage/run-end-unowned.js";
 import { getJob } from "../storage/run-reads.js";
-import {
-  type Known,
-  noneKnown,
-  type PlannedWrites,
-  planWrites,
-  queuedThrough,
-} from "./claim-writes.js";
+import { type Known, noneKnown, planWrites, queuedThrough } from "./claim-writes.js";
 import { claimReachEnd, mayAwaitItsJob } from "./fast-path-window.js";
 
-/** The skipped records that ride in the claim transaction; the rest are written right after it. */
-const MAX_SKIPPED_IN_TRANSACTION = 40;
 /** Endings in flight at once of the runs a claim lost to a cancel left (a claim's puts, at most 50). */
 const LEFT_RUN_ENDINGS_IN_FLIGHT = 16;
 
@@ -53,9 +45,9 @@ export interface ClaimOptions {
 
 /**
  * Claims one due entry: plan which occurrences run, which are SKIPPED and
- * where the job goes next, then write it (`writeClaim`: the QUEUED runs with
- * conditional puts, then one transaction that moves the entry and the job on,
- * retrying contention). What a failed condition says decides the next
+ * where the job goes next, then write it (`writeClaim`: the QUEUED runs and
+ * the SKIPPED records with conditional puts, then one transaction that moves
+ * the entry and the job on, retrying contention). What a failed condition says decides the next
  * step: an entry rewritten since it was read (an edit) is claimed as it is
  * now; occurrences already handled are planned again without them; an entry
  * its job no longer points at is removed as an orphan; a lost race is
@@ -195,7 +187,7 @@ async function attemptClaim(
     queued,
     alreadyPut: known.put,
     token,
-    skipped: skippedItems.slice(0, MAX_SKIPPED_IN_TRANSACTION),
+    skipped: skippedItems,
     mayAwaitItsJob: mayAwaitItsJob(entry, now),
   });
   switch (written.outcome) {
@@ -224,28 +216,27 @@ async function attemptClaim(
       return { result: { outcome: "stale" } };
     case "occurrences-handled":
       // These occurrences are handled already: a run past QUEUED (say, a run the reaper re-sent
-      // after an earlier claim died before its transaction) or an outcome on record. Advance over them rather than run or record them twice.
+      // after an earlier claim died before its transaction) or ended. Advance over them rather
+      // than run them twice.
       engine.obs.log.warn("claim found occurrences already handled; claiming without them", {
         tenantId: entry.tenantId,
         jobId: entry.jobId,
         running: written.running,
-        recorded: written.recorded,
       });
       return {
         known: {
           run: new Set([...known.run, ...written.running]),
-          recorded: new Set([...known.recorded, ...written.recorded]),
           put: new Set([...known.put, ...written.put]),
         },
       };
   }
 
-  await afterClaim(engine, entry, { plan, queued, skippedItems, next });
+  afterClaim(engine, entry, plan.note, queued.length);
   return {
     result: {
       outcome: "claimed",
       runs: queued.map((q) => q.run),
-      skipped: skippedItems.length,
+      skipped: written.skipped,
       next,
       entryLeft: written.entryLeft === true,
     },
@@ -289,12 +280,10 @@ async function cancelRunsLeftForEndedJob(engine: Engine, left: readonly Run[]): 
   }
 }
 
-/** What follows a committed claim: the skipped records that did not fit in it, a note, the count. */
-async function afterClaim(engine: Engine, entry: DueEntry, planned: PlannedWrites): Promise<void> {
-  await putRunsUnconditionally(engine, planned.skippedItems.slice(MAX_SKIPPED_IN_TRANSACTION));
-  if (planned.plan.note)
-    engine.obs.log.warn(planned.plan.note, { tenantId: entry.tenantId, jobId: entry.jobId });
-  engine.obs.metrics.add(METRICS.claims, planned.queued.length, "Count");
+/** What follows a committed claim: the plan's note, and the count of the runs it queued. */
+function afterClaim(engine: Engine, entry: DueEntry, note: string | null, queued: number): void {
+  if (note) engine.obs.log.warn(note, { tenantId: entry.tenantId, jobId: entry.jobId });
+  engine.obs.metrics.add(METRICS.claims, queued, "Count");
 }
 
 /** An entry its job no longer points at: removed, unless it was rewritten meanwhile (returned). */

@@ -218,7 +218,10 @@ async function afterFailedCommit(
 
 /** A committed claim, its entry `removed` or left (`entryLeft`: its delete failed). */
 const committed = (removed: boolean): ClaimWriteResult =>
-  removed ? { outcome: "committed" } : { outcome: "committed", entryLeft: true };
+  // A plain claim records nothing SKIPPED (writeClaim takes it only for a claim that records none).
+  removed
+    ? { outcome: "committed", skipped: 0 }
+    : { outcome: "committed", skipped: 0, entryLeft: true };
 
 /**
  * The committed claim's entry, deleted as it was read; false when that failed. Its failure is

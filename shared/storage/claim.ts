@@ -15,10 +15,11 @@ import { putOverOlderDueEntry } from "./due-entries.js";
 import { conditionalWrite, retryOnContention } from "./dynamo-errors.js";
 import { decodeDueEntry, jobKey } from "./items.js";
 import { UNSTARTED_UNSENT } from "./runs.js";
+import { putSkippedRecords } from "./skipped-records.js";
 import { ConditionsFailedError, type NamedWrite, writeTransaction } from "./transaction.js";
 
 /**
- * The claim of a due entry: its QUEUED runs put one by one, then one
+ * The claim of a due entry: its QUEUED runs and SKIPPED records put one by one, then one
  * transaction that moves the entry and the job on; and the plain writes of runs
  * around it. Each write carries the name of its condition; a failed one is read
  * by that name into what the claimer does next.
@@ -50,7 +51,10 @@ export interface ClaimWrites {
    * own puts, never a run another claimer put over them.
    */
   readonly token: string;
-  /** SKIPPED records written in the transaction. */
+  /**
+   * SKIPPED records, put after the QUEUED runs and before the transaction, each only where no item
+   * is (`putSkippedRecords`).
+   */
   readonly skipped: readonly Item[];
   /**
    * The entry's job may not be written yet (`mayAwaitItsJob`): a plain claim that finds no job item
@@ -60,8 +64,11 @@ export interface ClaimWrites {
 }
 
 export type ClaimWriteResult =
-  /** `entryLeft`: a plain commit whose entry's delete failed; the entry awaits the next pass. */
-  | { readonly outcome: "committed"; readonly entryLeft?: true }
+  /**
+   * `skipped`: the SKIPPED records it wrote (one found there is not counted). `entryLeft`: a plain
+   * commit whose entry's delete failed; the entry awaits the next pass.
+   */
+  | { readonly outcome: "committed"; readonly skipped: number; readonly entryLeft?: true }
   /**
    * The entry is gone: another claimer took it, or a pause, cancel or edit deleted it. `left`:
    * the runs this claim put, left as they are (the claimer ends them if a cancel took it).
@@ -80,19 +87,16 @@ export type ClaimWriteResult =
    */
   | { readonly outcome: "orphan-removed" }
   /**
-   * Occurrences handled already: runs past QUEUED (or re-sent by the reaper), and outcomes on
-   * record (by scheduledFor); and the runs this call put, which the next round does not put again.
+   * Occurrences handled already: runs past QUEUED, re-sent by the reaper, or ended (by
+   * scheduledFor); and the runs this call put, which the next round does not put again.
    */
   | {
       readonly outcome: "occurrences-handled";
       readonly running: readonly string[];
-      readonly recorded: readonly string[];
       readonly put: readonly string[];
     };
 
-type ClaimCondition = "dueEntry" | "job" | "nextEntry" | `skipped:${string}`;
-
-const skippedCondition = (scheduledFor: string): ClaimCondition => `skipped:${scheduledFor}`;
+type ClaimCondition = "dueEntry" | "job" | "nextEntry";
 
 /** Puts of a claim's QUEUED runs in flight at once. */
 const RUN_PUT_CONCURRENCY = 50;
@@ -159,17 +163,21 @@ function runPutCondition(entry: DueEntry): {
  * Writes a claim. First each QUEUED run is put with a conditional PutItem
  * (`RUN_PUT_CONDITION`): one write unit, where an item of a transaction bills
  * two. A run found handled already ends the call there (`occurrences-handled`):
- * the claimer plans again without it. Then one transaction (retrying
+ * the claimer plans again without it. Then each SKIPPED record is put where
+ * no item is (`putSkippedRecords`: one there is the occurrence's outcome on
+ * record, kept, and the claim goes on). Then one transaction (retrying
  * contention): delete the due entry (it must exist and still carry the job
  * version it was read with, which is what makes the claim exclusive and
  * current); advance the job (it must still point at this entry and be active)
- * and put its next entry, or, for a retry entry, check that the job exists; put
- * the SKIPPED records (they must not exist). A failed condition that says
- * nothing the claimer can act on is thrown as the `ConditionsFailedError`
- * naming it.
+ * and put its next entry, or, for a retry entry, check that the job exists. A
+ * failed condition that says nothing the claimer can act on is thrown as the
+ * `ConditionsFailedError` naming it.
  *
- * The runs exist, with their `inflight` entries, before the claim commits, so
- * the reaper finds every claimed run. A claim whose transaction then fails
+ * The runs exist, with their `inflight` entries, and the SKIPPED records are
+ * on record, before the claim commits, so the reaper finds every claimed run
+ * and the history holds every occurrence the claim passed over. The records
+ * stay whatever the transaction meets: each records an occurrence missed by
+ * this claim's clock, as any claim of the entry then would. A claim whose transaction then fails
  * leaves its runs behind only where that is safe: another claimer took the
  * entry (its puts are the same runs, which it sends), or a pause, cancel or
  * edit removed or rewrote it (the claimer ends them when a cancel did, else the
@@ -220,7 +228,7 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
       else running.push(run.scheduledFor);
     },
   );
-  if (running.length > 0) return { outcome: "occurrences-handled", running, recorded: [], put };
+  if (running.length > 0) return { outcome: "occurrences-handled", running, put };
   const own: OwnRun[] = queued.filter(
     ({ run }) => alreadyPut.has(run.scheduledFor) || put.includes(run.scheduledFor),
   );
@@ -315,22 +323,13 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
       });
     }
   }
-  for (const item of skipped) {
-    writes.push({
-      name: skippedCondition(String(item.scheduledFor)),
-      write: {
-        Put: {
-          TableName: tables.runs,
-          Item: item,
-          ConditionExpression: "attribute_not_exists(pk)",
-        },
-      },
-    });
-  }
+  // After the runs, which may end this round, and before the commit: a record that cannot be put
+  // fails the claim here, as its transaction would, and the next pass plans it again.
+  const skippedWritten = await putSkippedRecords(engine, skipped);
 
   try {
     await writeTransaction(engine, "claim", writes);
-    return { outcome: "committed" };
+    return { outcome: "committed", skipped: skippedWritten };
   } catch (error) {
     if (!(error instanceof ConditionsFailedError)) throw error;
     if (error.has("dueEntry")) {
@@ -346,12 +345,6 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
       await deleteOwnRuns(engine, own, token);
       return { outcome: "job-moved", jobGone: error.item("job") === null };
     }
-    const recorded = skipped
-      .map((item) => String(item.scheduledFor))
-      .filter((scheduledFor) => error.has(skippedCondition(scheduledFor)));
-    if (recorded.length > 0) {
-      return { outcome: "occurrences-handled", running: [], recorded, put };
-    }
     await deleteOwnRuns(engine, own, token);
     throw error;
   }
@@ -360,9 +353,8 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
 const MAX_BATCH_WRITE_ROUNDS = 6;
 
 /**
- * Puts run items that need no condition (the runs of a job not yet written,
- * SKIPPED records beyond a transaction's share), 25 to a request, retrying
- * what DynamoDB leaves unprocessed.
+ * Puts run items that need no condition (the runs and SKIPPED records of a job not yet written),
+ * 25 to a request, retrying what DynamoDB leaves unprocessed.
  */
 export async function putRunsUnconditionally(
   engine: Engine,

@@ -622,7 +622,7 @@ describe("each handler, driven through its AWS-calling paths", () => {
   it("dispatcher: passes over the shards the tick asked for claim due entries, skipping misfires", async () => {
     // Created a quarter of an hour ago, so the fast path left them to the dispatcher: one due in
     // a minute, and one due every second of the minute two minutes ago (skip on misfire), whose
-    // 60 SKIPPED records overflow the claim transaction into a batch write.
+    // 60 SKIPPED records the claim puts before its transaction.
     const engine = seedingEngine(-900_000);
     const { job: due } = await createJob(engine, {
       ...testJob(),
