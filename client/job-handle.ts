@@ -220,7 +220,10 @@ export class JobHandle {
     }
   }
 
-  /** The job's next occurrences, in UTC and in its zone, from `from` (default now). */
+  /**
+   * The job's next occurrences, in UTC and in its zone, from `from` (default now; one before now
+   * starts at the earliest occurrence the job has not run yet).
+   */
   preview(count?: number, from?: Date | string): Promise<Preview> {
     const query = {
       ...(count === undefined ? {} : { count }),

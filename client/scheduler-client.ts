@@ -424,7 +424,8 @@ class SchedulesApi {
 
   /**
    * The schedule's next occurrences, in UTC and in its zone, from `from`
-   * (default now), stopping where a job created now with `end` (its `endAt`,
+   * (default now; one before now starts at the first occurrence a job created
+   * now would have), stopping where a job created now with `end` (its `endAt`,
    * `maxRuns`) would; a 400 names what is wrong.
    */
   preview(

@@ -811,7 +811,7 @@ export interface components {
             endAt?: string;
             /**
              * Format: date-time
-             * @description Occurrences at or after this instant (to the second); default now. A DST night months ahead can be checked.
+             * @description Occurrences at or after this instant (to the second); default now. A DST night months ahead can be checked. One before now shows only what still runs: a job's preview starts at its earliest occurrence not yet run (a queued run not started, its pending occurrence), a schedule's at the first occurrence a job created now would have (a `runAt` a little in the past runs at once).
              * @example 2030-03-31T00:00:00Z
              */
             from?: string;
@@ -1887,7 +1887,7 @@ export interface operations {
             query?: {
                 /** @description How many occurrences; default 5. */
                 count?: number;
-                /** @description Occurrences at or after this instant (to the second); default now. A DST night months ahead can be checked. */
+                /** @description Occurrences at or after this instant (to the second); default now. A DST night months ahead can be checked. One before now shows only what still runs: a job's preview starts at its earliest occurrence not yet run (a queued run not started, its pending occurrence), a schedule's at the first occurrence a job created now would have (a `runAt` a little in the past runs at once). */
                 from?: string;
             };
             header?: never;

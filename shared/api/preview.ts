@@ -50,12 +50,34 @@ function luxonZone(label: string): Zone | string {
 }
 
 /**
- * Where a preview asked `from` an instant starts: not before `now`. A job runs nothing before the
- * clock (what a claim queued ahead of it is still shown), and a job created now nothing before its
- * first occurrence, at or after now: a `from` in the past would list times that never run.
+ * Where a job's preview asked `from` an instant before `now` starts: at the earliest occurrence
+ * the job still runs, if later. A job runs nothing before the clock but what it has not run yet:
+ * a run a claim queued and no worker has started (`unstarted`: a one-off whose `runAt` is a little
+ * in the past, an occurrence whose jittered planned time is still ahead) and its pending
+ * occurrence (`nextRunAt`). A `from` earlier would list times that never run.
  */
-export function previewStart(from: Date, now: Date): Date {
-  return from < now ? now : from;
+export function jobPreviewStart(
+  from: Date,
+  now: Date,
+  nextRunAt: string | null,
+  unstarted: Date | null,
+): Date {
+  if (from >= now) return from;
+  let earliest = now;
+  if (unstarted !== null && unstarted < earliest) earliest = unstarted;
+  if (nextRunAt !== null && Date.parse(nextRunAt) < earliest.getTime())
+    earliest = new Date(nextRunAt);
+  return from < earliest ? earliest : from;
+}
+
+/**
+ * Where a schedule's preview asked `from` starts: not before the first occurrence a job created
+ * now with it has (`first`, as a create computes it: a `runAt` as is, even a little in the past,
+ * which runs at once; another schedule's at or after now), nor before now when it has none.
+ */
+export function newJobPreviewStart(from: Date, now: Date, first: Date | null): Date {
+  const earliest = first === null || first > now ? now : first;
+  return from < earliest ? earliest : from;
 }
 
 /**

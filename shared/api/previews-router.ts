@@ -1,13 +1,14 @@
 import { createRoute } from "@hono/zod-openapi";
 import { checkNewDependent } from "../jobs/dependencies.js";
-import { firstOccurrence } from "../schedule/index.js";
-import { plannedTimesOfRuns } from "../storage/job-queries.js";
+import { firstOccurrence, isAfterSchedule } from "../schedule/index.js";
+import { earliestUnstartedRun, plannedTimesOfRuns } from "../storage/job-queries.js";
 import { checkedNewEnd } from "./end-conditions.js";
 import {
   displayZoneOf,
+  jobPreviewStart,
+  newJobPreviewStart,
   previewOf,
   previewOfJob,
-  previewStart,
   queuedRange,
   withPlannedTimes,
   withQueuedPlannedTimes,
@@ -55,9 +56,12 @@ export function previewsRouter({ engine, body }: RouterDeps) {
   router.openapi(previewJob, async (c) => {
     const query = c.req.valid("query");
     const now = engine.clock();
-    const from =
-      query.from === undefined ? now : previewStart(queryInstantParam("from", query.from), now);
+    const asked = query.from === undefined ? now : queryInstantParam("from", query.from);
     const job = await jobOf(engine, c, c.req.valid("param").id);
+    // Before now, only what the job has not run yet is shown: its queued runs no worker started.
+    const unstarted =
+      asked < now ? await earliestUnstartedRun(engine, job.jobId, asked, now) : null;
+    const from = jobPreviewStart(asked, now, job.nextRunAt, unstarted);
     const count = query.count ?? LIMITS.previewCount.default;
     const pending = { job, now, misfireGraceMs: engine.settings.misfireGraceMs };
     const preview = withPlannedTimes(job, previewOfJob(job, from, count, { pending }));
@@ -72,9 +76,10 @@ export function previewsRouter({ engine, body }: RouterDeps) {
   router.openapi(previewSchedule, async (c) => {
     const request = c.req.valid("json");
     const now = engine.clock();
-    const from =
-      request.from === undefined ? now : previewStart(instantParam("from", request.from), now);
+    const asked = request.from === undefined ? now : instantParam("from", request.from);
     const schedule = parseScheduleInput(request.schedule, engine.settings, now);
+    const first = isAfterSchedule(schedule) ? null : firstOccurrence(schedule, now);
+    const from = newJobPreviewStart(asked, now, first);
     const count = request.count ?? LIMITS.previewCount.default;
     const zone = displayZoneOf(request.schedule);
     // Ended as a job created now with this end would be.
@@ -83,7 +88,6 @@ export function previewsRouter({ engine, body }: RouterDeps) {
     await checkNewDependent(engine, tenantOf(c), schedule);
     if (request.endAt === undefined && request.maxRuns === undefined)
       return c.json(previewOf(schedule, zone, from, count), 200);
-    const first = firstOccurrence(schedule, now);
     const asJob = {
       schedule,
       endAt,

@@ -295,3 +295,40 @@ export async function plannedTimesOfRuns(
   } while (startKey);
   return planned;
 }
+
+/**
+ * The earliest occurrence in [from, before) whose run is QUEUED and not started, read newest first
+ * and stopping at the first run that has started or ended: occurrences run in order, so what lies
+ * behind a started run has run too, and the read costs the queued runs it finds, not the job's
+ * history since `from`. Null when the newest run in the range has started (or there is none).
+ */
+export async function earliestUnstartedRun(
+  engine: Engine,
+  jobId: string,
+  from: Date,
+  before: Date,
+): Promise<Date | null> {
+  const { lo, hi } = runRangeKeys({ from, through: new Date(before.getTime() - 1) });
+  let earliest: Date | null = null;
+  let startKey: Key | undefined;
+  do {
+    const page = await engine.doc.send(
+      new QueryCommand({
+        TableName: engine.tables.runs,
+        KeyConditionExpression: "pk = :pk AND sk BETWEEN :lo AND :hi",
+        ProjectionExpression: "scheduledFor, #status",
+        ExpressionAttributeNames: { "#status": "status" },
+        ExpressionAttributeValues: { ":pk": jobPk(jobId), ":lo": lo, ":hi": hi },
+        ScanIndexForward: false,
+        Limit: 25,
+        ExclusiveStartKey: startKey,
+      }),
+    );
+    for (const item of page.Items ?? []) {
+      if (item.status !== "QUEUED" || typeof item.scheduledFor !== "string") return earliest;
+      earliest = new Date(item.scheduledFor);
+    }
+    startKey = page.LastEvaluatedKey;
+  } while (startKey);
+  return earliest;
+}

@@ -10,7 +10,7 @@ const previewCount = boundedInt(1, LIMITS.previewCount.max, { fromQuery: true })
 });
 
 const previewFrom = instant(
-  "Occurrences at or after this instant (to the second); default now. A DST night months ahead can be checked.",
+  "Occurrences at or after this instant (to the second); default now. A DST night months ahead can be checked. One before now shows only what still runs: a job's preview starts at its earliest occurrence not yet run (a queued run not started, its pending occurrence), a schedule's at the first occurrence a job created now would have (a `runAt` a little in the past runs at once).",
   "2030-03-31T00:00:00Z",
 );
 
