@@ -262,6 +262,38 @@ export async function latestAttemptsOfJob(
 }
 
 /**
+ * The items of a job's runs scheduled from `from` through `through`, with the attributes
+ * `projection` names (`#name` for a reserved word), read a page at a time as they are asked for.
+ */
+async function* runItemsOf(
+  engine: Engine,
+  jobId: string,
+  range: { readonly from: Date; readonly through: Date; readonly newestFirst?: boolean },
+  projection: string,
+  names?: Record<string, string>,
+): AsyncGenerator<Record<string, unknown>> {
+  const { lo, hi } = runRangeKeys(range);
+  let startKey: Key | undefined;
+  do {
+    const page = await engine.doc.send(
+      new QueryCommand({
+        TableName: engine.tables.runs,
+        KeyConditionExpression: "pk = :pk AND sk BETWEEN :lo AND :hi",
+        ProjectionExpression: projection,
+        ExpressionAttributeNames: names,
+        ExpressionAttributeValues: { ":pk": jobPk(jobId), ":lo": lo, ":hi": hi },
+        ScanIndexForward: range.newestFirst !== true,
+        // Newest first is read to the first run started: a small page, as few runs are queued.
+        Limit: range.newestFirst === true ? 25 : undefined,
+        ExclusiveStartKey: startKey,
+      }),
+    );
+    yield* page.Items ?? [];
+    startKey = page.LastEvaluatedKey;
+  } while (startKey);
+}
+
+/**
  * The planned time (`plannedFor`, or the occurrence itself when it has none) of each occurrence
  * of the job that has a run scheduled from `from` through `through`, by occurrence (ISO). Every
  * attempt of an occurrence keeps its planned time, so any of them tells it.
@@ -273,26 +305,17 @@ export async function plannedTimesOfRuns(
   through: Date,
 ): Promise<Map<string, string>> {
   const planned = new Map<string, string>();
-  const { lo, hi } = runRangeKeys({ from, through });
-  let startKey: Key | undefined;
-  do {
-    const page = await engine.doc.send(
-      new QueryCommand({
-        TableName: engine.tables.runs,
-        KeyConditionExpression: "pk = :pk AND sk BETWEEN :lo AND :hi",
-        ProjectionExpression: "scheduledFor, plannedFor",
-        ExpressionAttributeValues: { ":pk": jobPk(jobId), ":lo": lo, ":hi": hi },
-        ExclusiveStartKey: startKey,
-      }),
-    );
-    for (const item of page.Items ?? []) {
-      const scheduledFor = item.scheduledFor;
-      if (typeof scheduledFor !== "string") continue;
-      const plannedFor = typeof item.plannedFor === "string" ? item.plannedFor : scheduledFor;
-      planned.set(scheduledFor, plannedFor);
-    }
-    startKey = page.LastEvaluatedKey;
-  } while (startKey);
+  for await (const item of runItemsOf(
+    engine,
+    jobId,
+    { from, through },
+    "scheduledFor, plannedFor",
+  )) {
+    const scheduledFor = item.scheduledFor;
+    if (typeof scheduledFor !== "string") continue;
+    const plannedFor = typeof item.plannedFor === "string" ? item.plannedFor : scheduledFor;
+    planned.set(scheduledFor, plannedFor);
+  }
   return planned;
 }
 
@@ -308,27 +331,13 @@ export async function earliestUnstartedRun(
   from: Date,
   before: Date,
 ): Promise<Date | null> {
-  const { lo, hi } = runRangeKeys({ from, through: new Date(before.getTime() - 1) });
+  const range = { from, through: new Date(before.getTime() - 1), newestFirst: true };
   let earliest: Date | null = null;
-  let startKey: Key | undefined;
-  do {
-    const page = await engine.doc.send(
-      new QueryCommand({
-        TableName: engine.tables.runs,
-        KeyConditionExpression: "pk = :pk AND sk BETWEEN :lo AND :hi",
-        ProjectionExpression: "scheduledFor, #status",
-        ExpressionAttributeNames: { "#status": "status" },
-        ExpressionAttributeValues: { ":pk": jobPk(jobId), ":lo": lo, ":hi": hi },
-        ScanIndexForward: false,
-        Limit: 25,
-        ExclusiveStartKey: startKey,
-      }),
-    );
-    for (const item of page.Items ?? []) {
-      if (item.status !== "QUEUED" || typeof item.scheduledFor !== "string") return earliest;
-      earliest = new Date(item.scheduledFor);
-    }
-    startKey = page.LastEvaluatedKey;
-  } while (startKey);
+  for await (const item of runItemsOf(engine, jobId, range, "scheduledFor, #status", {
+    "#status": "status",
+  })) {
+    if (item.status !== "QUEUED" || typeof item.scheduledFor !== "string") return earliest;
+    earliest = new Date(item.scheduledFor);
+  }
   return earliest;
 }
