@@ -37,7 +37,7 @@ export function schedulesCommand(program: Command, io: CliIo): void {
       .option("--count <n>", "how many occurrences (default 5, at most 100)", wholeNumber)
       .option(
         "--from <instant>",
-        "occurrences at or after this ISO-8601 instant, such as a DST night months ahead (default now)",
+        "occurrences at or after this ISO-8601 instant, such as a DST night months ahead (default now; one before now shows only what still runs)",
       )
       .option(
         "--end-at <instant>",

@@ -155,10 +155,11 @@ describe("GET /jobs/{id}/runs, a job that fires every second", () => {
     expect(times(raw.items)).toEqual(newestFirst(30, 5));
     const preview = await api.call(
       "GET",
-      `/jobs/${jobId}/preview?count=1&from=2030-01-01T01:00:30+01:00`,
+      `/jobs/${jobId}/preview?count=1&from=2030-01-01T01:01:30+01:00`,
     );
     expect(preview.status, preview.text).toBe(200);
-    expect(PreviewSchema.parse(preview.body).occurrences[0]?.utc).toBe(at(30));
+    // A preview starts at what the job still runs: from an instant after the clock (60 s).
+    expect(PreviewSchema.parse(preview.body).occurrences[0]?.utc).toBe(at(90));
     // A space anywhere else is still no instant.
     const spaced = await api.call("GET", `/jobs/${jobId}/runs?from=2030-01-01+01:00:30Z`);
     expectError(spaced, 400, { field: "from" });
