@@ -264,6 +264,14 @@ async function editPlanned(
               ...(lastEdit ? { lastEdit } : {}),
               retryEntry,
               runUnderWay: runAtFiled.underWay,
+              // Filed where the edit read no run: conditioned on none put there since.
+              runAtFiled:
+                entry && changesSchedule && normalized.schedule && "runAt" in normalized.schedule
+                  ? {
+                      scheduledFor: new Date(normalized.schedule.runAt).toISOString(),
+                      attempt: runAtFiled.attempt,
+                    }
+                  : undefined,
               skippedRetry: runAtFiled.skippedRetry,
             },
             links?.writes ?? [],

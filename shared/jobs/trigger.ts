@@ -60,8 +60,9 @@ export async function triggerJobWithKey(
   idempotencyKey: string | undefined,
 ): Promise<TriggerResult> {
   const key = idempotencyKey === undefined ? undefined : { tenantId, jobId, key: idempotencyKey };
-  // The run's write holds the job at the status read: one that moved meanwhile (a cancel, delete
-  // or pause) is read again, and refused as it now stands.
+  // The run's write holds the job at the status and version read: one that moved meanwhile (a
+  // cancel, delete or pause; an edit, whose new schedule may make the instant an occurrence) is
+  // read again, and refused or triggered as it now stands.
   for (let read = 0; read < JOB_READS; read++) {
     const job = await getTenantJob(engine, tenantId, jobId);
     // The repeat answers what the first trigger did, whatever the job's status has become since.

@@ -158,15 +158,24 @@ export function jobAsReadLoweringFloor(jobsTable: string, job: Job, lowering: Fl
  * A transaction's check that a job still has the status it was read with (a job gone has none)
  * and no delete has marked it, for a run written for the job as it was read (a trigger, a
  * dependent's fan-out) that a pause, cancel or delete between the read and the write must not be
- * outrun by.
+ * outrun by. With `version`, that version too: a trigger chose its instant off the schedule read,
+ * and an edit committed since may have made that instant its one-off's (`runAtStillFree`).
  */
-export const jobStatusCheck = (jobsTable: string, jobId: string, status: string) => ({
+export const jobStatusCheck = (
+  jobsTable: string,
+  jobId: string,
+  status: string,
+  version?: number,
+) => ({
   ConditionCheck: {
     TableName: jobsTable,
     Key: jobKey(jobId),
-    ConditionExpression: `#status = :seen AND ${NOT_BEING_DELETED}`,
+    ConditionExpression: `#status = :seen AND ${NOT_BEING_DELETED}${version === undefined ? "" : " AND version = :seenVersion"}`,
     ExpressionAttributeNames: { "#status": "status" },
-    ExpressionAttributeValues: { ":seen": status },
+    ExpressionAttributeValues: {
+      ":seen": status,
+      ...(version === undefined ? {} : { ":seenVersion": version }),
+    },
   },
 });
 export const tenantPk = (tenantId: string) => `TENANT#${tenantId}`;

@@ -9,6 +9,7 @@ import {
   deletePendingDueEntry,
   deleteSetAside,
   type JobChangeWrite,
+  runAtStillFree,
   runStillUnderWay,
   stillARetry,
   updateJobFrom,
@@ -74,6 +75,8 @@ export async function writeEditedJob(
     readonly retryEntry?: DueEntry | null;
     /** The run at the new `runAt` read under way, its occurrence filed at attempt 1 (`runStillUnderWay`). */
     readonly runUnderWay?: Run | undefined;
+    /** The one-off's occurrence filed where the edit read no run (`runAtStillFree`). */
+    readonly runAtFiled?: { readonly scheduledFor: string; readonly attempt: number } | undefined;
     /** A failure's retry taken back or skipped, the occurrence filed after it (`stillARetry`). */
     readonly skippedRetry?: Run | undefined;
   },
@@ -141,6 +144,8 @@ export async function writeEditedJob(
       write: { Put: { TableName: engine.tables.jobs, Item: encodeDueEntry(next.retryEntry) } },
     });
   if (next.runUnderWay) writes.push(runStillUnderWay(engine, next.runUnderWay));
+  else if (next.runAtFiled)
+    writes.push(runAtStillFree(engine, { jobId: job.jobId, ...next.runAtFiled }));
   if (next.skippedRetry) writes.push(stillARetry(engine, next.skippedRetry));
   await writeJobChange(engine, job, [...writes, ...upstreams]);
 }

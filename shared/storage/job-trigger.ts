@@ -15,17 +15,17 @@ export type TriggeredRunWrite = "written" | "instantTaken" | "keyTaken" | "jobCh
 
 /**
  * Puts a triggered run's QUEUED item, conditioned on its key being free and on its job still
- * existing with the status the trigger read (a cancel, delete or pause between the read and this
- * write would otherwise be outrun: a run queued for a worker to end unrun, or to wait out a pause
- * the trigger is refused under), and with an idempotency key its record in the same transaction
+ * existing with the status and version the trigger read (a cancel, delete or pause between the
+ * read and this write would otherwise be outrun: a run queued for a worker to end unrun, or to
+ * wait out a pause the trigger is refused under; an edit, a run at its one-off's new runAt), and with an idempotency key its record in the same transaction
  * (a record past its window is replaced). `instantTaken` when the job already has a run for that
  * occurrence (another trigger in the same millisecond, or a claimed occurrence of the schedule at
  * that instant); `keyTaken` when another trigger with this key was written meanwhile;
- * `jobChanged` when the job is gone or its status moved on. Nothing is written but on `written`.
+ * `jobChanged` when the job is gone, or its status or version moved on. Nothing is written but on `written`.
  */
 export async function writeTriggeredRun(
   engine: Engine,
-  job: { readonly jobId: string; readonly status: string },
+  job: { readonly jobId: string; readonly status: string; readonly version: number },
   item: Record<string, unknown>,
   key: TriggerKey | undefined,
 ): Promise<TriggeredRunWrite> {
@@ -40,7 +40,10 @@ export async function writeTriggeredRun(
         },
       },
     },
-    { name: "job", write: jobStatusCheck(engine.tables.jobs, job.jobId, job.status) },
+    {
+      name: "job",
+      write: jobStatusCheck(engine.tables.jobs, job.jobId, job.status, job.version),
+    },
   ];
   if (key) {
     writes.push({

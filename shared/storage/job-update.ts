@@ -25,6 +25,7 @@ export type JobChangeWrite = NamedWrite<
   | "setAside"
   | "retryEntry"
   | "runUnderWay"
+  | "runAtFree"
   | "skippedRetry"
 >;
 
@@ -160,6 +161,10 @@ export async function writeJobChange(
       throw new ConcurrentUpdateError(`a run of job ${job.jobId} ended since it was read`, {
         cause: error,
       });
+    if (error instanceof ConditionsFailedError && error.has("runAtFree"))
+      throw new ConcurrentUpdateError(`a run of job ${job.jobId} was put at its new runAt`, {
+        cause: error,
+      });
     if (error instanceof ConditionsFailedError && error.has("skippedRetry"))
       throw new ConcurrentUpdateError(`a replay of job ${job.jobId} took a retry's place`, {
         cause: error,
@@ -189,6 +194,30 @@ export function runStillUnderWay(engine: Engine, run: Run): JobChangeWrite {
         ConditionExpression: `${run.status === "FAILED" ? "attribute_not_exists(pk) OR " : ""}(#status IN (:queued, :running) AND NOT attribute_type(cancelRequestedAt, :string))`,
         ExpressionAttributeNames: { "#status": "status" },
         ExpressionAttributeValues: { ":queued": "QUEUED", ":running": "RUNNING", ":string": "S" },
+      },
+    },
+  };
+}
+
+/**
+ * The condition of an edit that files a one-off's occurrence at `attempt` of `runAt` where its read
+ * saw no run (`attemptForRunAt`): that run item still absent. A trigger's run put there between the
+ * read and this commit (the trigger read the job before the edit) would otherwise be taken by the
+ * one-off's claim for its own attempt, unstarted and of an older version, and replaced: the run
+ * the trigger answered for gone. Refused, the edit is planned again (`ConcurrentUpdateError`) and
+ * refuses that time as the triggered run's (`refuseNoOccurrenceTime`).
+ */
+export function runAtStillFree(
+  engine: Engine,
+  run: { readonly jobId: string; readonly scheduledFor: string; readonly attempt: number },
+): JobChangeWrite {
+  return {
+    name: "runAtFree",
+    write: {
+      ConditionCheck: {
+        TableName: engine.tables.runs,
+        Key: runKeyOf(run),
+        ConditionExpression: "attribute_not_exists(pk)",
       },
     },
   };
