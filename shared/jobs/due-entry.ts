@@ -15,7 +15,7 @@ import { readDueEntry } from "../storage/job-edit.js";
 import { latestAttemptOf } from "../storage/job-queries.js";
 import { retractNextAttempt, retryNotRunReason } from "../storage/next-attempt.js";
 import { runsOnAfterEndMs } from "../storage/retention.js";
-import { getRetryPredecessor, isOccurrenceRun, runKeyOf } from "../storage/run-reads.js";
+import { getRetryPredecessor, isOccurrenceRun, runKeyOf, runOrigin } from "../storage/run-reads.js";
 import { ValidationError } from "../validation.js";
 import { afterCancelledRun } from "./retry-after-move.js";
 
@@ -270,18 +270,30 @@ export async function attemptForRunAt(
 
 /**
  * Refuses a `runAt` at the time of `held`, a run there that is no occurrence's: a triggered run,
- * or a dependent's run queued after its upstream (`isOccurrenceRun`), whatever its status. The
+ * or a dependent's run queued after its upstream (`runOrigin`), whatever its status; or a later
+ * attempt whose first attempt has expired, which cannot be told from an occurrence's. The
  * time is that run's identity (its `webhook-id` and `Idempotency-Key`): the one-off's occurrence
  * filed there would be that run's next attempt, delivered under its key (a receiver applying each
  * key once drops it), counted against its attempts, and would take the key a replay of it needs.
  */
 async function refuseNoOccurrenceTime(engine: Engine, held: Run): Promise<void> {
-  if (await isOccurrenceRun(engine, held)) return;
+  const origin = await runOrigin(engine, held);
+  if (origin === "occurrence") return;
+  const status = `${held.runId}, ${held.status.toLowerCase()}`;
+  // A later attempt says nothing of its trigger: with its first attempt expired (a replay outlives
+  // it), it may be a triggered run's, and is refused as one could be.
+  if (origin === "firstGone")
+    throw new ValidationError([
+      {
+        field: "schedule.runAt",
+        message: `${held.scheduledFor} is the time of a run whose first attempt has expired, so it cannot be told whether it is an occurrence's or a triggered run (${status}) or a dependent's, which keeps that time as its own: give another runAt`,
+      },
+    ]);
   const run = held.trigger ? `the run queued after ${held.trigger.runId}` : "a triggered run";
   throw new ValidationError([
     {
       field: "schedule.runAt",
-      message: `${held.scheduledFor} is the time of ${run} (${held.runId}, ${held.status.toLowerCase()}), which is no occurrence of the schedule and keeps that time as its own: give another runAt`,
+      message: `${held.scheduledFor} is the time of ${run} (${status}), which is no occurrence of the schedule and keeps that time as its own: give another runAt`,
     },
   ]);
 }

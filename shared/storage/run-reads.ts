@@ -64,13 +64,26 @@ export function getRetryPredecessor(engine: Engine, run: Run): Promise<Run | nul
 }
 
 /**
- * Whether the run is of a schedule's occurrence, not a triggered run (or its retry or replay) or
- * a dependent's run, which are no occurrence. A later attempt does not say it was triggered: its
- * first attempt does (one consistent read; gone with its TTL, the run is taken for an occurrence's).
+ * What the run is of: a schedule's occurrence, or not one (a triggered run, or its retry or
+ * replay, or a dependent's run); `firstGone` for a later attempt whose first attempt TTL has
+ * removed, which cannot be told. A later attempt does not say it was triggered: its first attempt
+ * does (one consistent read).
+ */
+export async function runOrigin(
+  engine: Engine,
+  run: Run,
+): Promise<"occurrence" | "notOccurrence" | "firstGone"> {
+  if (run.trigger !== undefined || run.triggered === true) return "notOccurrence";
+  if (run.attempt === 1) return "occurrence";
+  const first = await readRun(engine, { ...run, attempt: 1 });
+  if (first === null) return "firstGone";
+  return first.triggered === true ? "notOccurrence" : "occurrence";
+}
+
+/**
+ * Whether the run is of a schedule's occurrence (`runOrigin`); a later attempt whose first is gone
+ * with its TTL is taken for an occurrence's.
  */
 export async function isOccurrenceRun(engine: Engine, run: Run): Promise<boolean> {
-  if (run.trigger !== undefined || run.triggered === true) return false;
-  if (run.attempt === 1) return true;
-  const first = await readRun(engine, { ...run, attempt: 1 });
-  return first?.triggered !== true;
+  return (await runOrigin(engine, run)) !== "notOccurrence";
 }
