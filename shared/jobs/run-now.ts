@@ -45,8 +45,10 @@ export async function sendRunDueNow(engine: Engine, run: Run, now: Date): Promis
  * write, applied with its answer lost, or an earlier send's of the same request), when that run
  * may be unsent: QUEUED and never started (fence 0). The request that wrote it may have died
  * before its send, leaving it to the reaper a lease past its due time. A second message of a run
- * sent already is harmless (workers dedupe a run's deliveries); a run past QUEUED, or one a
- * worker took, was sent.
+ * sent already is harmless (workers dedupe a run's deliveries); a run past QUEUED, or one whose
+ * start is written (fence above 0), was sent. A run a worker took with its start held unwritten
+ * (`takeRun`) still reads QUEUED, fence 0, while its handler runs, until its first write: it is
+ * sent again, and that delivery does not run it again (trigger-repeat-held-start.test.ts).
  */
 export async function sendRunIfUnsent(engine: Engine, run: Run, now: Date): Promise<void> {
   if (run.status !== "QUEUED" || run.fence !== 0) return;
