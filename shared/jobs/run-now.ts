@@ -48,7 +48,7 @@ export async function sendRunDueNow(engine: Engine, run: Run, now: Date): Promis
  * sent already is harmless (workers dedupe a run's deliveries); a run past QUEUED, or one whose
  * start is written (fence above 0), was sent. A run a worker took with its start held unwritten
  * (`takeRun`) still reads QUEUED, fence 0, while its handler runs, until its first write: it is
- * sent again, and that delivery does not run it again (trigger-repeat-held-start.test.ts).
+ * sent again, and that delivery does not run it again (keyed-repeat-sends.test.ts).
  */
 export async function sendRunIfUnsent(engine: Engine, run: Run, now: Date): Promise<void> {
   if (run.status !== "QUEUED" || run.fence !== 0) return;
