@@ -20,7 +20,7 @@ import {
   testJob,
 } from "../support/engine-fixture.js";
 import { heldHandler, runOf } from "../support/held-runs.js";
-import { scanTable } from "../support/namespace.js";
+import { createTestClients, scanTable } from "../support/namespace.js";
 import { seedJobs } from "../support/seed.js";
 import { waitFor } from "../support/wait.js";
 
@@ -31,6 +31,15 @@ import { waitFor } from "../support/wait.js";
  */
 const SECOND = 1000;
 const MINUTE = 60 * SECOND;
+
+/** A promise and what settles it, for ordering two passes' requests. */
+function signal(): { promise: Promise<void>; resolve: () => void } {
+  let resolve: () => void = () => undefined;
+  const promise = new Promise<void>((settle) => {
+    resolve = settle;
+  });
+  return { promise, resolve };
+}
 
 /** The engine as a host whose clock is `skewMs` ahead of the others (behind when negative). */
 const skewed = (engine: Engine, skewMs: number): Engine => ({
@@ -869,12 +878,53 @@ describe.concurrent("the look-back's bound, measured on the passes' own clock", 
       expect((await passAt(m + minute * MINUTE + PHASE_MS, `p${minute}`)).outcome).toBe("swept");
     }
     expect((await f.runs()).filter((r) => jobIds.includes(r.jobId))).toEqual([]);
-    // The pass at m + 8 min reads the writers' bucket; one on a clock a lease on takes its lease.
+    // The pass at m + 8 min reads the writers' bucket; one on a clock a lease on takes its lease
+    // once the first holds it, and the first sweeps only after that (each on a client of its own,
+    // so that the order does not rest on which request the emulator answers first).
     const at = m + 8 * MINUTE + PHASE_MS;
+    const firstClients = createTestClients();
+    const secondClients = createTestClients();
+    onTestFinished(() => {
+      firstClients.destroy();
+      secondClients.destroy();
+    });
+    const firstLeased = signal();
+    const secondLeased = signal();
+    let firstRequests = 0;
+    firstClients.doc.middlewareStack.add(
+      (next) => async (args) => {
+        const request = firstRequests++;
+        if (request > 0) await secondLeased.promise;
+        try {
+          return await next(args);
+        } finally {
+          if (request === 0) firstLeased.resolve();
+        }
+      },
+      { step: "initialize", name: "firstSweepsAfterTakeover" },
+    );
+    let secondRequests = 0;
+    secondClients.doc.middlewareStack.add(
+      (next) => async (args) => {
+        const request = secondRequests++;
+        if (request === 0) await firstLeased.promise;
+        try {
+          return await next(args);
+        } finally {
+          if (request === 0) secondLeased.resolve();
+        }
+      },
+      { step: "initialize", name: "secondTakesOver" },
+    );
     const [first, second] = await Promise.all([
-      passAt(at, "first"),
-      passAt(at + leaseMs + SECOND, "second"),
+      dispatchShard({ ...f.engine, doc: firstClients.doc, clock: () => new Date(at) }, 0, "first"),
+      dispatchShard(
+        { ...f.engine, doc: secondClients.doc, clock: () => new Date(at + leaseMs + SECOND) },
+        0,
+        "second",
+      ),
     ]);
+    expect(second).toMatchObject({ outcome: "swept", tookOver: true });
     expect([first.outcome, second.outcome].sort()).toEqual(["fence-lost", "swept"]);
     const runs = (await f.runs()).filter((r) => jobIds.includes(r.jobId));
     const occurrences = runs.map((r) => `${r.jobId}@${r.scheduledFor}`);
