@@ -1,6 +1,5 @@
 import type { Engine } from "../engine.js";
 import type { DueEntry, Run } from "../model.js";
-import { plannedTime, windowMsOf } from "../schedule/index.js";
 import { dueEntryKey } from "../storage/due-entries.js";
 import { queuedRun, skippedRun } from "../storage/runs.js";
 import { attemptOf, planClaim } from "./plan-claim.js";
@@ -77,24 +76,19 @@ export function planWrites(
     queuedRun(runSpec(r.scheduledFor, r.dueAt, r.attempt, r.plannedFor), now, settings, writtenAt),
   );
   // A record of an occurrence the misfire policy skipped shows its planned time, as its run would.
-  const windowMs = windowMsOf(entry.window);
-  const skippedItems = plan.skipped.map((s) => {
-    const plannedFor =
-      windowMs === null
-        ? undefined
-        : plannedTime(entry.jobId, s.scheduledFor, windowMs, entry.schedule);
-    return skippedRun(
+  const skippedItems = plan.skipped.map((s) =>
+    skippedRun(
       runSpec(
         s.scheduledFor,
-        plannedFor ?? s.scheduledFor,
+        s.plannedFor ?? s.scheduledFor,
         attemptOf(entry, s.scheduledFor),
-        plannedFor,
+        s.plannedFor,
       ),
       s.reason,
       now,
       settings,
-    );
-  });
+    ),
+  );
 
   let next: DueEntry | null = null;
   if (plan.advancesJob && plan.next) {

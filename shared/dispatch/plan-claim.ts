@@ -29,9 +29,15 @@ interface PlannedRun {
   readonly attempt: number;
 }
 
+/** An occurrence the misfire policy skipped, with its planned time as its run would have had. */
+interface PlannedSkip extends SkippedOccurrence {
+  /** Absent when the job has no window. */
+  readonly plannedFor?: Date;
+}
+
 export interface ClaimPlan {
   readonly runs: readonly PlannedRun[];
-  readonly skipped: readonly SkippedOccurrence[];
+  readonly skipped: readonly PlannedSkip[];
   readonly note: string | null;
   /** Occurrence entries move the job on to `next`; retry entries leave the job alone. */
   readonly advancesJob: boolean;
@@ -138,7 +144,7 @@ function planOccurrences(input: ClaimPlanInput): ClaimPlan {
   };
   const plannedBy = (bound: Date) => (at: Date) => planned(at) <= bound;
   const runs: PlannedRun[] = [];
-  let skipped: SkippedOccurrence[] = [];
+  let skipped: PlannedSkip[] = [];
   let note: string | null = null;
   let cursor: Date | null = scheduledFor;
   let catchUpCount = entry.catchUpCount ?? 0;
@@ -151,6 +157,8 @@ function planOccurrences(input: ClaimPlanInput): ClaimPlan {
           plannedFor: planned(at),
           attempt: attemptOf(entry, at),
         };
+  const withPlanned = (skip: SkippedOccurrence): PlannedSkip =>
+    windowMs === null ? skip : { ...skip, plannedFor: planned(skip.scheduledFor) };
 
   if (isMisfired(planned(scheduledFor), now, misfireGraceMs)) {
     const cutoff = misfireCutoff(now, misfireGraceMs);
@@ -180,7 +188,7 @@ function planOccurrences(input: ClaimPlanInput): ClaimPlan {
           };
         }
         note = `misfire: fire_all ran its cap of ${MAX_MISFIRE_CATCH_UP} missed occurrences; those missed from ${cursor.toISOString()} to ${missedUntil.toISOString()} were not run`;
-        skipped = [{ scheduledFor: cursor, reason: note }];
+        skipped = [withPlanned({ scheduledFor: cursor, reason: note })];
         cursor = firstPlannedAfter(spec, scheduledFor, cutoff, windowMs, missedBy);
       }
     } else {
@@ -197,7 +205,7 @@ function planOccurrences(input: ClaimPlanInput): ClaimPlan {
         graceMs: misfireGraceMs,
       });
       runs.push(...plan.run.map(onTime));
-      skipped = plan.skipped;
+      skipped = plan.skipped.map(withPlanned);
       note = plan.note;
       cursor = firstPlannedAfter(spec, scheduledFor, cutoff, windowMs, missedBy);
     }

@@ -176,14 +176,14 @@ async function editPlanned(
     let runAtFiled: Awaited<ReturnType<typeof attemptForRunAt>> = { attempt: 1 };
     // A paused one-off moved away from a retry a pause cancelled: that retry, filed beside.
     let retryEntry: DueEntry | null = null;
+    const runAt =
+      changesSchedule && normalized.schedule && "runAt" in normalized.schedule
+        ? new Date(normalized.schedule.runAt)
+        : null;
     try {
       // Read again for what the claim moved; still conditioned on the linkRevision the path check
       // and the share above read jobs below at: a job linked in below since then sends the edit
       // back to plan again (its claim done), else the re-read's revision would let it commit.
-      const runAt =
-        changesSchedule && normalized.schedule && "runAt" in normalized.schedule
-          ? new Date(normalized.schedule.runAt)
-          : null;
       // A runAt refused (its run succeeded, or has no attempt left) is refused before the claim,
       // so the 400 writes nothing. The claim puts QUEUED runs only, over no run that ended, so it
       // turns no runAt accepted here into one refused.
@@ -266,11 +266,8 @@ async function editPlanned(
               runUnderWay: runAtFiled.underWay,
               // Filed where the edit read no run: conditioned on none put there since.
               runAtFiled:
-                entry && changesSchedule && normalized.schedule && "runAt" in normalized.schedule
-                  ? {
-                      scheduledFor: new Date(normalized.schedule.runAt).toISOString(),
-                      attempt: runAtFiled.attempt,
-                    }
+                entry && runAt
+                  ? { scheduledFor: runAt.toISOString(), attempt: runAtFiled.attempt }
                   : undefined,
               skippedRetry: runAtFiled.skippedRetry,
             },
