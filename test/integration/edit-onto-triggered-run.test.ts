@@ -23,6 +23,7 @@ import {
   farJob,
   testJob,
 } from "../support/engine-fixture.js";
+import { createTestClients } from "../support/namespace.js";
 import { type Receiver, startReceiver } from "../support/receiver.js";
 import { refusedEditOnto, upstreamWithDependent } from "../support/triggered-instant.js";
 import { waitFor } from "../support/wait.js";
@@ -187,6 +188,84 @@ describe("a trigger landing on an edit's new runAt between the edit's read and c
     if (edited instanceof Error) return;
     expect(after.status).toBe("COMPLETED");
     expect(runs).toContainEqual([runAt, 1, "SUCCEEDED", true]);
+  });
+});
+
+describe("an edit landing on a trigger's instant between the trigger's read and its write", () => {
+  let f: EngineFixture;
+  const T = Math.floor(Date.now() / 1000) * 1000 + 5 * 60_000;
+  beforeAll(async () => {
+    f = await createEngineFixture({
+      settings: { shardCount: 1, maxShardCount: 1 },
+      clock: () => new Date(T),
+    });
+  });
+  afterAll(() => f.destroy());
+
+  it("sends the trigger back to read the job: its run takes the next millisecond, and both run", async ({
+    onTestFinished,
+  }) => {
+    const { job } = await createJob(f.engine, farJob("tenant-a"));
+    const runAt = new Date(T).toISOString();
+    // The edit's process dies right after its commit, before its fast path puts the one-off's run
+    // at T: the trigger's write then meets no run there, only the job's new version.
+    const editClients = createTestClients();
+    onTestFinished(() => editClients.destroy());
+    let committed = false;
+    editClients.doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        if (committed) throw new Error("process died");
+        const result = await next(args);
+        const input = args.input as Input;
+        committed =
+          context.commandName === "TransactWriteItemsCommand" &&
+          JSON.stringify(input.TransactItems ?? []).includes(`"JOB#${job.jobId}"`);
+        return result;
+      },
+      { step: "initialize", name: "diesAfterEditCommit" },
+    );
+    const { doc } = f.engine;
+    doc.middlewareStack.add(
+      (next, context) => async (args) => {
+        const input = args.input as Input;
+        if (
+          !committed &&
+          context.commandName === "TransactWriteItemsCommand" &&
+          JSON.stringify(input.TransactItems ?? []).includes('"triggered":true')
+        ) {
+          await editJob(
+            { ...f.engine, doc: editClients.doc },
+            job.tenantId,
+            job.jobId,
+            job.version,
+            {
+              schedule: { runAt },
+            },
+          ).catch(() => undefined);
+        }
+        return next(args);
+      },
+      { step: "initialize", name: "editBeforeTriggerWrite" },
+    );
+    const triggered = await triggerJob(f.engine, job.tenantId, job.jobId).finally(() =>
+      doc.middlewareStack.remove("editBeforeTriggerWrite"),
+    );
+    expect(committed).toBe(true);
+    // T is now an occurrence of the job's schedule, which a trigger leaves to it.
+    expect(triggered.scheduledFor).toBe(new Date(T + 1).toISOString());
+
+    await dispatchShard(f.engine, 0, "pass");
+    for (const run of (await f.runs()).filter(
+      (r) => r.jobId === job.jobId && r.status === "QUEUED",
+    ))
+      await processRun(f.workerDeps("w"), deliveryOfRun(f.engine, run));
+    const runs = (await f.runs())
+      .filter((r) => r.jobId === job.jobId)
+      .map((r) => [r.scheduledFor, r.attempt, r.status, r.triggered === true]);
+    expect(runs.sort()).toEqual([
+      [runAt, 1, "SUCCEEDED", false],
+      [triggered.scheduledFor, 1, "SUCCEEDED", true],
+    ]);
   });
 });
 
