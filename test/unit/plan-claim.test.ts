@@ -166,6 +166,35 @@ describe("fire_all catch-up is bounded", () => {
   });
 });
 
+describe("planClaim, more than 1,000 occurrences missed", () => {
+  // An hour of a per-second job missed: 3,541 occurrences past the grace.
+  const now = at(3_600_000);
+  const cutoff = now.getTime() - MINUTE - 1;
+  const missedEntry = (misfire: MisfirePolicy) =>
+    entry({ schedule: perSecond, misfire, scheduledFor: iso(T0), dueAt: iso(T0) });
+
+  it.each([
+    ["skip", 1000, 0],
+    ["fire_once", 999, 1],
+  ] as const)(
+    "%s decides the latest 1,000 (skipped %i, run %i); the earlier are neither run nor recorded",
+    (policy, skippedCount, runCount) => {
+      const p = plan(missedEntry(policy), now, MINUTE, 50);
+      const decided = [
+        ...p.skipped.map((s) => s.scheduledFor),
+        ...p.runs.map((r) => r.scheduledFor),
+      ]
+        .filter((d) => d.getTime() <= cutoff)
+        .sort((a, b) => a.getTime() - b.getTime());
+      expect(p.skipped).toHaveLength(skippedCount);
+      expect(p.runs.filter((r) => r.scheduledFor.getTime() <= cutoff)).toHaveLength(runCount);
+      expect(decided).toHaveLength(1000);
+      expect(decided[0]).toEqual(new Date(Math.floor(cutoff / 1000) * 1000 - 999_000));
+      expect(p.note).toMatch(/only the latest 1000 are planned/);
+    },
+  );
+});
+
 describe("latestOccurrences", () => {
   it("lists the latest occurrences when more were missed than the limit", () => {
     const from = T0;
