@@ -13,7 +13,14 @@ import {
   overTarget,
   wholeNumber,
 } from "./job-options.js";
-import { batchResultsTable, type CliIo, jobFields, jobsTable, runFields } from "./output.js";
+import {
+  batchResultsTable,
+  type CliIo,
+  jobFields,
+  jobsTable,
+  printable,
+  runFields,
+} from "./output.js";
 import { withOwnKey } from "./own-key.js";
 
 const NO_KEY_HELP =
@@ -53,7 +60,7 @@ export function jobsCommand(program: Command, io: CliIo): void {
       given ?? body.idempotencyKey,
       (idempotencyKey) => context.client.jobs.create(body, { idempotencyKey }),
     );
-    context.print(handle.job, (job) => (job ? jobFields(job) : handle.id));
+    context.print(handle.job, (job) => (job ? jobFields(job) : printable(handle.id)));
   });
 
   jobs

@@ -32,11 +32,16 @@ const SHORT_ESCAPES: Readonly<Record<string, string>> = { "\n": "\\n", "\r": "\\
  * Characters that are not C0 or C1 controls but that a terminal still acts on: the bidirectional
  * embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069), with which a name reorders the
  * rest of its line in a terminal that lays out right-to-left text (a row's status, another column's
- * id), and the line and paragraph separators (U+2028, U+2029).
+ * id), the directional marks (U+200E, U+200F, U+061C), which turn the direction of the neutral
+ * characters beside them (a column's spaces, another cell's punctuation), and the line and
+ * paragraph separators (U+2028, U+2029).
  */
 const isReordering = (code: number) =>
   (code >= 0x202a && code <= 0x202e) ||
   (code >= 0x2066 && code <= 0x2069) ||
+  code === 0x200e ||
+  code === 0x200f ||
+  code === 0x061c ||
   code === 0x2028 ||
   code === 0x2029;
 
@@ -46,8 +51,13 @@ const unicodeEscape = (code: number) => `\\u${code.toString(16).padStart(4, "0")
  * Text as one line with nothing a terminal acts on: a line break, a tab or another control
  * character in a name or an error (an ESC starting a terminal sequence, say), or a bidirectional
  * override, is printed as its escape (`\n`, `\u001b`, `\u202e`), so a table keeps one line a row.
+ * It takes any value, not only a string: the client checks the types of only some of an answer's
+ * fields, and a server that is not the API (a wrong --api, a proxy) may answer a list or an object
+ * where the API sends a string. Such a value is printed as its JSON text, escaped the same way;
+ * walked as it was, `for…of` went over a list's elements and passed each one whole.
  */
-export function printable(text: string): string {
+export function printable(value: unknown): string {
+  const text = typeof value === "string" ? value : writeJson(value);
   let shown = "";
   for (const char of text) {
     const code = char.charCodeAt(0);

@@ -151,12 +151,15 @@ const jobNamed = (name: string) => ({
  * Characters JSON.stringify leaves as they are that a terminal still acts on: an 8-bit CSI
  * (U+009B, a C1 control xterm obeys in UTF-8), the right-to-left override and the other
  * bidirectional embeddings, overrides and isolates (they reorder the rest of the line in a terminal
- * that lays out bidirectional text), and the Unicode line and paragraph separators.
+ * that lays out bidirectional text), the directional marks (they turn the neutral characters
+ * beside them, a column's spaces), and the Unicode line and paragraph separators.
  */
 const REORDERING =
-  "\u009b2J\u202eevil\u202a\u202b\u202c\u202d\u2066\u2067\u2068\u2069 \u2028\u2029 plain";
+  "\u009b2J\u202eevil\u202a\u202b\u202c\u202d\u2066\u2067\u2068\u2069 \u200e\u200f\u061c \u2028\u2029 plain";
 const reorderingIn = (text: string) =>
-  [...text].filter((char) => /[\u202a-\u202e\u2066-\u2069\u2028\u2029]/.test(char));
+  [...text].filter((char) =>
+    /[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c\u2028\u2029]/.test(char),
+  );
 
 describe("names a terminal would reorder or obey", () => {
   it("-o json escapes them, and the JSON still reads back as the API answered", async () => {

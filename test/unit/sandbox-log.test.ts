@@ -1,19 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { sandboxObservability } from "../../infra/sandbox/sandbox.js";
-
-/** The characters in `line` a terminal acts on: C0 and C1 controls, DEL, bidi overrides and isolates, line separators. */
-const actedOn = (line: string | undefined) =>
-  [...(line ?? "")].filter((char) => {
-    const code = char.charCodeAt(0);
-    return (
-      code < 0x20 ||
-      (code >= 0x7f && code <= 0x9f) ||
-      (code >= 0x202a && code <= 0x202e) ||
-      (code >= 0x2066 && code <= 0x2069) ||
-      code === 0x2028 ||
-      code === 0x2029
-    );
-  });
+import { actedOn } from "../support/terminal-text.js";
 
 describe("the sandbox's log lines", () => {
   // A run's error quotes its webhook receiver's answer, which the tenant's server writes.
