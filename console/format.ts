@@ -1,6 +1,7 @@
 import cronstrue from "cronstrue";
 import { Duration } from "luxon";
 import type { Job } from "./api.js";
+import { isolable } from "./isolable.js";
 
 export type Schedule = Job["schedule"];
 
@@ -11,18 +12,20 @@ export function zoneOf(schedule: Schedule): string {
 
 /**
  * What a job is called on its page and in links: its name, or its id when the name is blank
- * (the API takes any name up to 200 characters, "" and "  " too), so every link has text.
+ * (the API takes any name up to 200 characters, "" and "  " too), so every link has text; made
+ * isolable, as it is always shown isolated.
  */
 export function jobTitle(job: Pick<Job, "name" | "id">): string {
-  return job.name.trim() === "" ? job.id : job.name;
+  return isolable(job.name.trim() === "" ? job.id : job.name);
 }
 
 /**
- * A job's title inside text the console does not lay out itself (a confirm dialog), where a name's
- * line breaks could push the question out of view and write another, and its right-to-left
- * override reverse the question's words after it: line breaks, controls and runs of spaces as one
- * space, and the whole between U+2068 (first strong isolate) and U+2069 (pop directional isolate),
- * which ends any embedding or override the name opened.
+ * A job's title inside text the console does not lay out itself (a confirm dialog, an
+ * announcement), where a name's line breaks could push the question out of view and write another,
+ * and its right-to-left override reverse the question's words after it: line breaks, controls and
+ * runs of spaces as one space, and the whole between U+2068 (first strong isolate) and U+2069 (pop
+ * directional isolate), which ends any embedding or override the name opened (jobTitle has left
+ * out a U+2069 of the name's own that would end it before).
  */
 export function jobTitleInline(job: Pick<Job, "name" | "id">): string {
   return `\u2068${jobTitle(job)

@@ -29,6 +29,7 @@ import {
   scheduleInWords,
   zoneOf,
 } from "../format.js";
+import { isolable } from "../isolable.js";
 import {
   changesBetween,
   changesOnto,
@@ -71,7 +72,7 @@ export function JobPage({ id }: { id: string }) {
       <>
         <h1 tabIndex={-1}>Job not found</h1>
         <p>
-          No job <code>{id}</code> for you. <Link href="/console">All jobs</Link>
+          No job <code>{isolable(id)}</code> for you. <Link href="/console">All jobs</Link>
         </p>
       </>
     );
@@ -132,7 +133,7 @@ export function JobPage({ id }: { id: string }) {
         <bdi>{jobTitle(current)}</bdi> <StatusBadge status={current.status} />
       </h1>
       <p class="hint">
-        {current.type} job <code>{current.id}</code>, version {current.version}
+        {current.type} job <code>{isolable(current.id)}</code>, version {current.version}
       </p>
       <fieldset class="actions">
         <legend class="visually-hidden">Job actions</legend>
@@ -265,7 +266,7 @@ function Policies({ job }: { job: Job }) {
           <>
             <dt>Webhook</dt>
             <dd>
-              <code>{job.target.url}</code>
+              <code>{isolable(job.target.url)}</code>
             </dd>
           </>
         ) : null}
@@ -447,7 +448,7 @@ function ChangeList({ title, changes }: { title: string; changes: EditJob }) {
         <ul>
           {entries.map(([part, value]) => (
             <li key={part}>
-              {partLabel(part)}: <code>{shownChange(part, value)}</code>
+              {partLabel(part)}: <code>{isolable(shownChange(part, value))}</code>
             </li>
           ))}
         </ul>

@@ -9,7 +9,7 @@ import {
   StatusBadge,
   useLivePollInterval,
 } from "../components.js";
-import { formatInstant, jobTitle, scheduleInWords, zoneOf } from "../format.js";
+import { formatInstant, jobTitle, jobTitleInline, scheduleInWords, zoneOf } from "../format.js";
 import { createBody, emptyForm, issuesOf, JobFields, type JobForm } from "../job-form.js";
 import { usePagedPoll } from "../paging.js";
 import { Link, navigate } from "../router.js";
@@ -149,7 +149,7 @@ function CreateJobForm({ jobTypes }: { jobTypes: readonly string[] }) {
       const job = await api.createJob(body, lastSent.current.key);
       // Answered: the next press, of this body too, is a create of its own.
       lastSent.current = null;
-      announce(`Job ${job.name} created`);
+      announce(`Job ${jobTitleInline(job)} created`);
       navigate(`/console/jobs/${job.id}`);
     } catch (caught) {
       const found = issuesOf(caught);

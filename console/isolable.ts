@@ -1,0 +1,59 @@
+/*
+ * No import: test/unit/console-isolable.test.ts runs this under the tests' tsconfig, which has no
+ * DOM types (the rest of format.ts reaches the console's api.ts and auth.ts).
+ */
+
+/** What a bidirectional control does to the controls open before it. */
+const BIDI_CONTROLS: Readonly<
+  Record<string, "isolate" | "embedding" | "pop isolate" | "pop embedding" | "paragraph">
+> = {
+  "\u2066": "isolate",
+  "\u2067": "isolate",
+  "\u2068": "isolate",
+  "\u202a": "embedding",
+  "\u202b": "embedding",
+  "\u202d": "embedding",
+  "\u202e": "embedding",
+  "\u2069": "pop isolate",
+  "\u202c": "pop embedding",
+  "\n": "paragraph",
+  "\r": "paragraph",
+  "\u001c": "paragraph",
+  "\u001d": "paragraph",
+  "\u001e": "paragraph",
+  "\u0085": "paragraph",
+  "\u2029": "paragraph",
+};
+
+/**
+ * Text someone else chose (a job's name, an id from a link's address, a URL) made safe to isolate,
+ * as the console shows every such text: inside a <bdi>, a `main code` (unicode-bidi: isolate) or
+ * between U+2068 and U+2069 (jobTitleInline). An isolate ends at the first U+2069 (pop directional
+ * isolate) that does not close one the text opened itself, and a browser lays an isolating element
+ * out as if its text were wrapped in U+2068..U+2069: a name's own unmatched U+2069 closed the
+ * console's isolate early, and a U+202E (right-to-left override) after it reversed the console's
+ * words. So a U+2069 or U+202C (pop directional formatting) that closes nothing the text opened
+ * before it (in the same paragraph) is left out; the text's other controls stay, shown as written,
+ * and the end of the isolate closes any it leaves open. Only invisible characters are left out.
+ */
+export function isolable(text: string): string {
+  const open: ("isolate" | "embedding")[] = [];
+  let kept = "";
+  for (const char of text) {
+    const control = BIDI_CONTROLS[char];
+    if (control === "isolate" || control === "embedding") open.push(control);
+    else if (control === "paragraph") open.length = 0;
+    else if (control === "pop embedding") {
+      // Within an isolate the text opened, a U+202C closes nothing outside it.
+      if (open.at(-1) !== "embedding") continue;
+      open.pop();
+    } else if (control === "pop isolate") {
+      // It closes its isolate and every embedding opened inside it.
+      const at = open.lastIndexOf("isolate");
+      if (at < 0) continue;
+      open.length = at;
+    }
+    kept += char;
+  }
+  return kept;
+}

@@ -1,0 +1,124 @@
+import type { Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Browser } from "../support/browser.js";
+import { apiAs, signedInConsole } from "../support/console-session.js";
+import type { SandboxProcess } from "../support/sandbox-process.js";
+
+/**
+ * A job's name (or a link's job id) laid out inside text the console writes around it: the name's
+ * own bidirectional controls must not reorder the console's words. The console isolates it between
+ * U+2068 and U+2069 (format.ts jobTitleInline), in a <bdi>, or in `main code` (unicode-bidi:
+ * isolate); but a name that carries a U+2069 of its own, shown as written, closes that isolate
+ * early, in each of the three (Chromium lays an isolating element out as if its text were wrapped
+ * in those controls), and the U+202E after it then reverses the rest of the line: so the console
+ * leaves out such a U+2069 (console/isolable.ts). Where the text is a native dialog the
+ * test lays the dialog's own message out in a paragraph of the page.
+ */
+const KEY = "bidi-breakout-key";
+
+let sandbox: SandboxProcess;
+let browser: Browser;
+let page: Page;
+
+beforeAll(async () => {
+  ({ sandbox, browser, page } = await signedInConsole(KEY, "bidi-tenant"));
+}, 180_000);
+
+afterAll(async () => {
+  await browser?.close();
+  await sandbox?.stop();
+});
+
+/**
+ * Browser code (the tests' tsconfig has no DOM types): the left edges of the letter at `word`'s
+ * start and of the one `after` it, in the first text node under `root` that holds `word`.
+ */
+const LETTER_LEFTS = `(root, word, after) => {
+  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node !== null; node = walker.nextNode()) {
+    const start = node.data.indexOf(word);
+    if (start < 0) continue;
+    const at = (i) => {
+      const range = document.createRange();
+      range.setStart(node, i);
+      range.setEnd(node, i + 1);
+      return range.getBoundingClientRect().left;
+    };
+    return [at(start), at(start + after)];
+  }
+  return [];
+}`;
+
+/** LETTER_LEFTS in the first element `selector` finds. */
+async function laidOut(selector: string, word: string, after: number): Promise<number[]> {
+  await page.locator(selector).first().waitFor();
+  return (await page.evaluate(
+    `(${LETTER_LEFTS})(document.querySelector(${JSON.stringify(selector)}), ${JSON.stringify(word)}, ${after})`,
+  )) as number[];
+}
+
+/** LETTER_LEFTS in `text` laid out as a paragraph of the page (left to right), then removed. */
+async function lettersOf(text: string, word: string, after: number): Promise<number[]> {
+  return (await page.evaluate(
+    `(() => { const p = document.body.appendChild(document.createElement("p")); p.textContent = ${JSON.stringify(text)}; const lefts = (${LETTER_LEFTS})(p, ${JSON.stringify(word)}, ${after}); p.remove(); return lefts; })()`,
+  )) as number[];
+}
+
+describe("a job name that closes the console's isolate itself", () => {
+  it("reverses none of the Cancel confirmation's own words after it", async () => {
+    const job = await apiAs<{ id: string }>(sandbox.url, KEY, "POST", "/jobs", {
+      name: "nightly report\u2069\u202E",
+      type: "noop",
+      schedule: { cron: "0 9 * * *", timezone: "UTC" },
+    });
+    await page.goto(`${sandbox.url}/console/jobs/${job.id}`);
+    await page.getByRole("button", { name: "Cancel job" }).waitFor();
+    const asked = new Promise<string>((resolve) => {
+      page.once("dialog", (dialog) => {
+        resolve(dialog.message());
+        void dialog.dismiss();
+      });
+    });
+    await page.getByRole("button", { name: "Cancel job" }).click();
+    const question = await asked;
+    expect(question).toContain("for good? Queued runs are cancelled.");
+    // "for good" reads left to right: its "f" left of its "g".
+    const [f, g] = await lettersOf(question, "for good", 4);
+    expect(f).toBeLessThan(g ?? Number.NaN);
+  });
+
+  it("reverses none of the 'Job … created' announcement's words after a name with an override", async () => {
+    await page.goto(`${sandbox.url}/console`);
+    await page.getByText("Create a job", { exact: true }).click();
+    const form = page.getByRole("form", { name: "Create a job" });
+    await form.getByLabel("Name", { exact: true }).fill("weekly\u202E");
+    await form.getByRole("button", { name: "Create job" }).click();
+    await page.locator(".announcer").filter({ hasText: "created" }).waitFor();
+    // Laid out where the user reads it: "created" still left to right, its "c" left of its "a".
+    const lefts = await laidOut(".announcer", "created", 3);
+    expect(lefts[0]).toBeLessThan(lefts[1] ?? Number.NaN);
+  });
+
+  it("a link's job id with its own U+2069 reverses none of the 'Job not found' page's words after it", async () => {
+    // security.test.ts shows "\u202Ediova" isolated by main code's unicode-bidi: isolate; the
+    // browser closes that isolate at the id's own U+2069, and the U+202E after it runs on.
+    await page.goto(`${sandbox.url}/console/jobs/%E2%81%A9%E2%80%AEdiova`);
+    await page.getByRole("heading", { name: "Job not found", level: 1 }).waitFor();
+    const [f, y] = await laidOut("main p", "for you", 4);
+    expect(f).toBeLessThan(y ?? Number.NaN);
+  });
+
+  it("a name with its own U+2069 reverses none of its row's other words in the jobs list (its <bdi> closed early)", async () => {
+    const job = await apiAs<{ id: string }>(sandbox.url, KEY, "POST", "/jobs", {
+      name: "closes its isolate\u2069\u202E",
+      type: "noop",
+      schedule: { cron: "0 9 * * *", timezone: "UTC" },
+    });
+    await page.goto(`${sandbox.url}/console`);
+    const row = `main tr:has(a[href="/console/jobs/${job.id}"])`;
+    await page.locator(row).waitFor();
+    // The job's type beside its name, " noop": its "n" left of its "o".
+    const [n, o] = await laidOut(row, "noop", 2);
+    expect(n).toBeLessThan(o ?? Number.NaN);
+  });
+});

@@ -1,0 +1,30 @@
+import { describe, expect, it } from "vitest";
+import { isolable } from "../../console/isolable.js";
+
+/**
+ * isolable (console/isolable.ts): the bidirectional controls a text someone else chose may carry
+ * inside the console's isolates. The browser cases (test/console/bidi-breakout.test.ts) show what a
+ * stray U+2069 did; these pin which closers are kept.
+ */
+describe("isolable", () => {
+  it("leaves out a U+2069 or U+202C that closes nothing the text opened", () => {
+    expect(isolable("report\u2069\u202Eevil")).toBe("report\u202Eevil");
+    expect(isolable("\u202Cx\u2069\u2069")).toBe("x");
+  });
+
+  it("keeps the closers of what the text opened itself, and its other controls", () => {
+    expect(isolable("a \u2067عربي\u2069 b \u202Bx\u202C")).toBe(
+      "a \u2067عربي\u2069 b \u202Bx\u202C",
+    );
+    // A U+2069 closes its isolate and the embeddings opened inside it.
+    expect(isolable("\u2066\u202Ex\u2069\u202C")).toBe("\u2066\u202Ex\u2069");
+  });
+
+  it("keeps no U+202C that would close, from inside an isolate of the text's, an embedding outside it", () => {
+    expect(isolable("\u202Ea\u2068b\u202Cc\u2069\u202C")).toBe("\u202Ea\u2068bc\u2069\u202C");
+  });
+
+  it("counts nothing opened before a paragraph's end: the U+2069 after it is left out", () => {
+    expect(isolable("\u2068a\u2029\u2069\u202Eb")).toBe("\u2068a\u2029\u202Eb");
+  });
+});
