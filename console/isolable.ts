@@ -33,8 +33,10 @@ const BIDI_CONTROLS: Readonly<
  * out as if its text were wrapped in U+2068..U+2069: a name's own unmatched U+2069 closed the
  * console's isolate early, and a U+202E (right-to-left override) after it reversed the console's
  * words. So a U+2069 or U+202C (pop directional formatting) that closes nothing the text opened
- * before it (in the same paragraph) is left out; the text's other controls stay, shown as written,
- * and the end of the isolate closes any it leaves open. Only invisible characters are left out.
+ * before it is left out, and a paragraph separator (U+2029, U+0085, U+001C-U+001E, a line break),
+ * which ends every isolate open, the console's too, becomes a space; the text's other controls
+ * stay, shown as written, and the end of the isolate closes any it leaves open. Only invisible
+ * characters are changed.
  */
 export function isolable(text: string): string {
   const open: ("isolate" | "embedding")[] = [];
@@ -42,8 +44,12 @@ export function isolable(text: string): string {
   for (const char of text) {
     const control = BIDI_CONTROLS[char];
     if (control === "isolate" || control === "embedding") open.push(control);
-    else if (control === "paragraph") open.length = 0;
-    else if (control === "pop embedding") {
+    else if (control === "paragraph") {
+      // A paragraph's end inside the console's isolate ends that isolate too (an override after it
+      // reversed the rest of a list's row): shown as the space it reads as.
+      kept += " ";
+      continue;
+    } else if (control === "pop embedding") {
       // Within an isolate the text opened, a U+202C closes nothing outside it.
       if (open.at(-1) !== "embedding") continue;
       open.pop();

@@ -121,4 +121,23 @@ describe("a job name that closes the console's isolate itself", () => {
     const [n, o] = await laidOut(row, "noop", 2);
     expect(n).toBeLessThan(o ?? Number.NaN);
   });
+  it.each([
+    ["U+2029", "\u2029"],
+    ["U+0085", "\u0085"],
+    ["U+001C", "\u001c"],
+  ])(
+    "a name with a paragraph separator (%s) and an override after it reverses none of its row's other words",
+    async (_, end) => {
+      const job = await apiAs<{ id: string }>(sandbox.url, KEY, "POST", "/jobs", {
+        name: `ends its paragraph${end}\u202E`,
+        type: "noop",
+        schedule: { cron: "0 9 * * *", timezone: "UTC" },
+      });
+      await page.goto(`${sandbox.url}/console`);
+      const row = `main tr:has(a[href="/console/jobs/${job.id}"])`;
+      await page.locator(row).waitFor();
+      const [n, o] = await laidOut(row, "noop", 2);
+      expect(n).toBeLessThan(o ?? Number.NaN);
+    },
+  );
 });

@@ -24,7 +24,8 @@ describe("isolable", () => {
     expect(isolable("\u202Ea\u2068b\u202Cc\u2069\u202C")).toBe("\u202Ea\u2068bc\u2069\u202C");
   });
 
-  it("counts nothing opened before a paragraph's end: the U+2069 after it is left out", () => {
-    expect(isolable("\u2068a\u2029\u2069\u202Eb")).toBe("\u2068a\u2029\u202Eb");
+  it("shows a paragraph separator as a space, which ends no isolate", () => {
+    for (const end of ["\u2029", "\u0085", "\u001c", "\u001d", "\u001e", "\n", "\r"])
+      expect(isolable(`\u2068a${end}\u2069\u202Eb${end}\u2069`)).toBe("\u2068a \u2069\u202Eb ");
   });
 });
