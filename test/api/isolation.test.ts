@@ -12,6 +12,7 @@ import {
   KEY_B,
   laterJob,
   type Reply,
+  recordStorageRequests,
   startApi,
 } from "./support.js";
 
@@ -245,29 +246,13 @@ describe("tenant B's view of A's ids is the view of ids that do not exist", () =
     ["delete", "DELETE", ({ job }) => `/jobs/${job}`],
   ];
   const requests: string[] = [];
+  let stopRecording = () => {};
 
   beforeAll(async () => {
     ownJob = JobSchema.parse((await asB("POST", "/jobs", { body: laterJob() })).body).id;
-    api.fixture.engine.doc.middlewareStack.add(
-      (next, context) => (args) => {
-        const input = args.input as { TableName?: string };
-        requests.push(`${String(context.commandName)} ${input.TableName ?? ""}`);
-        return next(args);
-      },
-      { step: "initialize", name: "countRequests" },
-    );
-    api.fixture.engine.sqs.middlewareStack.add(
-      (next, context) => (args) => {
-        requests.push(String(context.commandName));
-        return next(args);
-      },
-      { step: "initialize", name: "countSends" },
-    );
+    stopRecording = recordStorageRequests(api.fixture.engine, requests);
   });
-  afterAll(() => {
-    api.fixture.engine.doc.middlewareStack.remove("countRequests");
-    api.fixture.engine.sqs.middlewareStack.remove("countSends");
-  });
+  afterAll(() => stopRecording());
 
   const runsCursor = (job: string, run: string) => {
     const { scheduledFor, attempt } = refOf(run);
@@ -411,6 +396,140 @@ describe("a job id no job can have", () => {
       if (reached.length > 0) answers.push(`${method} ${path("ID")} reached storage`);
     }
     expect(answers.filter((a) => !/: 404 /.test(a) || a.endsWith("reached storage"))).toEqual([]);
+  });
+});
+
+/**
+ * The parts of the tenant surface the sweeps above leave out: a schedule preview naming A's job
+ * as an upstream, every operation of the OpenAPI document called without good credentials, and
+ * the admin routes called by a tenant that is not an admin. Each compares what the caller sees and
+ * the storage requests made to answer.
+ */
+describe("the rest of the surface", () => {
+  const surfaceRequests: string[] = [];
+  let stopRecording = () => {};
+  let deletedA: string;
+  beforeAll(async () => {
+    deletedA = JobSchema.parse(
+      (await api.call("POST", "/jobs", { key: KEY_A, body: laterJob() })).body,
+    ).id;
+    await api.call("POST", `/jobs/${deletedA}/trigger`, { key: KEY_A });
+    expect((await api.call("DELETE", `/jobs/${deletedA}`, { key: KEY_A })).status).toBe(204);
+    // B's quota override is cached already (quotaCacheMs): no request below reads it and another not.
+    await asB("GET", "/quotas");
+    stopRecording = recordStorageRequests(api.fixture.engine, surfaceRequests);
+  });
+  afterAll(() => stopRecording());
+
+  /** What the caller sees of a request, and the storage requests made to answer it. */
+  async function seenAsked(
+    method: string,
+    path: string,
+    options: { key?: string | null; body?: unknown; headers?: Record<string, string> },
+    blind: (text: string) => string = (text) => text,
+  ) {
+    surfaceRequests.length = 0;
+    const reply = await api.call(method, path, options);
+    const headers = [...reply.headers].filter(([name]) => name !== "date");
+    return {
+      status: reply.status,
+      headers,
+      body: blind(reply.text),
+      requests: [...surfaceRequests],
+    };
+  }
+
+  describe("POST /schedules/preview naming another tenant's job as an upstream", () => {
+    it("answers and reads as for a job that does not exist, live or deleted", async () => {
+      const preview = (id: string) =>
+        seenAsked(
+          "POST",
+          "/schedules/preview",
+          { key: KEY_B, body: { schedule: { after: { jobs: [id] } } } },
+          (text) => text.replaceAll(id, "ID"),
+        );
+      const absent = await preview(newJobId(new Date()));
+      expect(absent.status).toBe(400);
+      expect(await preview(jobA)).toEqual(absent);
+      expect(await preview(deletedA)).toEqual(absent);
+    });
+  });
+
+  describe("every operation without good credentials", () => {
+    /** The operations of the OpenAPI document, their path parameters filled with A's ids. */
+    async function operations(): Promise<[string, string][]> {
+      const document = (await api.call("GET", "/openapi.json", { key: null })).body as {
+        paths: Record<string, Record<string, { security?: Record<string, unknown>[] }>>;
+      };
+      const out: [string, string][] = [];
+      for (const [template, methods] of Object.entries(document.paths)) {
+        for (const [method, operation] of Object.entries(methods)) {
+          const security = operation.security ?? [];
+          // The public documents take none; the run-token routes take the run token (long-jobs.test.ts).
+          if (security.length === 0 || security.some((s) => "runToken" in s)) continue;
+          const path = template
+            .replace("{id}", jobA)
+            .replace("{runId}", runA)
+            .replace("{tenantId}", "tenant-a");
+          out.push([method.toUpperCase(), path]);
+        }
+      }
+      return out;
+    }
+
+    const credentials: [string, Record<string, string>][] = [
+      ["none", {}],
+      ["another scheme", { Authorization: `Basic ${Buffer.from(`${KEY_A}:`).toString("base64")}` }],
+      ["the key in another case", { Authorization: `Bearer ${KEY_A.toUpperCase()}` }],
+      ["the key with a character more", { Authorization: `Bearer ${KEY_A}x` }],
+      ["two keys in one header", { Authorization: `Bearer ${KEY_A}, Bearer ${KEY_B}` }],
+      ["the key as a query-like token", { Authorization: `Bearer key=${KEY_A}` }],
+      ["a tenant header", { "X-Tenant-Id": "tenant-a", "X-Scheduler-Tenant": "tenant-a" }],
+    ];
+
+    it("is a 401 that reads and writes nothing, whatever the credentials are short of", async () => {
+      const ops = await operations();
+      expect(ops.length).toBeGreaterThan(15);
+      const wrong: string[] = [];
+      for (const [name, headers] of credentials) {
+        for (const [method, path] of ops) {
+          const body = method === "GET" || method === "DELETE" ? undefined : {};
+          const answer = await seenAsked(method, path, {
+            key: null,
+            headers,
+            ...(body ? { body } : {}),
+          });
+          if (answer.status !== 401 || answer.requests.length > 0)
+            wrong.push(
+              `${name}: ${method} ${path} → ${answer.status} ${answer.requests.join(",")}`,
+            );
+        }
+      }
+      expect(wrong).toEqual([]);
+    });
+  });
+
+  describe("the admin routes called by a tenant that is not an admin", () => {
+    it("are the same 403 for an existing tenant and an unknown one, and read nothing", async () => {
+      const override = { activeJobs: 3 };
+      const adminRoute = async (method: string, tenant: string) =>
+        seenAsked(
+          method,
+          `/tenants/${encodeURIComponent(tenant)}/quotas`,
+          { key: KEY_B, ...(method === "PUT" ? { body: override } : {}) },
+          (text) => text.replaceAll(tenant, "TENANT"),
+        );
+      for (const method of ["GET", "PUT"]) {
+        const unknown = await adminRoute(method, "tenant-nobody");
+        expect(unknown.status).toBe(403);
+        expect(unknown.requests).toEqual([]);
+        expect(await adminRoute(method, "tenant-a"), method).toEqual(unknown);
+        expect(await adminRoute(method, "tenant-b"), method).toEqual(unknown);
+      }
+      // A's override is as it was: none.
+      const quotasOfA = await api.call("GET", "/quotas", { key: KEY_A });
+      expect((quotasOfA.body as { override: unknown }).override).toEqual({});
+    });
   });
 });
 

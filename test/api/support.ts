@@ -212,3 +212,30 @@ export async function deadRunVia(api: ApiHarness, key = KEY_A): Promise<{ jobId:
   await runOnce(api, jobId);
   return { jobId };
 }
+
+/**
+ * Records each DynamoDB request (command and table) and SQS send `engine` makes into `sink`, for
+ * a test comparing what two requests cost in storage calls; returns what stops the recording.
+ */
+export function recordStorageRequests(engine: Engine, sink: string[]): () => void {
+  const name = { doc: "recordStorageRequests", sqs: "recordStorageSends" };
+  engine.doc.middlewareStack.add(
+    (next, context) => (args) => {
+      const input = args.input as { TableName?: string };
+      sink.push(`${String(context.commandName)} ${input.TableName ?? ""}`);
+      return next(args);
+    },
+    { step: "initialize", name: name.doc },
+  );
+  engine.sqs.middlewareStack.add(
+    (next, context) => (args) => {
+      sink.push(String(context.commandName));
+      return next(args);
+    },
+    { step: "initialize", name: name.sqs },
+  );
+  return () => {
+    engine.doc.middlewareStack.remove(name.doc);
+    engine.sqs.middlewareStack.remove(name.sqs);
+  };
+}
