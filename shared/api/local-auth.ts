@@ -1,4 +1,5 @@
 import { createRemoteJWKSet, type JWTPayload, jwtVerify } from "jose";
+import { type Clock, systemClock } from "../clock.js";
 import type { Env } from "../config.js";
 import type { ConsoleAuth } from "../console/config.js";
 import {
@@ -16,13 +17,18 @@ interface LocalJwtOptions {
   readonly issuer: string;
   /** A token is accepted when its `aud` names one of these. */
   readonly audience: readonly string[];
+  /** The current time that `exp`, `nbf` and `iat` are checked against. */
+  readonly now: Clock;
 }
 
 /**
  * The stack's JWT option on a local server: what API Gateway's JWT authorizer
  * does before the API function sees a request (signature against the
- * issuer's keys, `iss`, `aud`, `exp`, `nbf`), then the same claims-to-tenant
- * mapping as the deployed API (`jwtAuthenticator`).
+ * issuer's keys, `iss`, `aud`, an `exp` after now, and `nbf` and `iat` not
+ * after now), then the same claims-to-tenant mapping as the deployed API
+ * (`jwtAuthenticator`). jose's own checks take a token without `exp` and
+ * leave `iat` unchecked without `maxTokenAge`; the authorizer refuses both, so
+ * a token the local server takes would be refused once deployed.
  */
 function localJwtAuthenticator(
   options: LocalJwtOptions,
@@ -42,15 +48,20 @@ function localJwtAuthenticator(
   return async ({ header }) => {
     const token = /^Bearer +(\S+)\s*$/i.exec(header("authorization") ?? "")?.[1];
     if (token === undefined) return null;
+    const now = options.now();
     let claims: JWTPayload;
     try {
       ({ payload: claims } = await jwtVerify(token, await keySet(), {
         issuer: options.issuer,
         audience: [...options.audience],
+        requiredClaims: ["exp"],
+        currentDate: now,
       }));
     } catch {
       return null;
     }
+    // jose has checked that an iat present is a number; with no clock tolerance, as for exp and nbf.
+    if (claims.iat !== undefined && claims.iat > Math.floor(now.getTime() / 1000)) return null;
     return tenantOf(claims as JwtClaims);
   };
 }
@@ -78,7 +89,7 @@ export interface LocalAuth {
  * and the console signing in there as the public client
  * SCHEDULER_CONSOLE_CLIENT_ID (default: the first audience).
  */
-export function localAuthFromEnv(env: Env = process.env): LocalAuth {
+export function localAuthFromEnv(env: Env = process.env, now: Clock = systemClock): LocalAuth {
   const issuer = env[LOCAL_JWT_ENV.issuer]?.trim();
   const audience = (env[LOCAL_JWT_ENV.audience] ?? "")
     .split(",")
@@ -98,7 +109,7 @@ export function localAuthFromEnv(env: Env = process.env): LocalAuth {
     );
   }
   return {
-    authenticate: localJwtAuthenticator({ issuer, audience }),
+    authenticate: localJwtAuthenticator({ issuer, audience, now }),
     console: {
       kind: "oidc",
       issuer,

@@ -41,7 +41,7 @@ export interface LocalServer {
 
 /** The API on a plain Node HTTP server, for the sandbox and for tests over real HTTP. */
 export async function startLocalServer(options: LocalServerOptions): Promise<LocalServer> {
-  const auth = localAuthFromEnv(options.env ?? process.env);
+  const auth = localAuthFromEnv(options.env ?? process.env, options.engine.clock);
   const app = createApiApp({
     engine: options.engine,
     jobTypes: options.jobTypes,

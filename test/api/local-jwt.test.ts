@@ -1,0 +1,112 @@
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { exportJWK, generateKeyPair, type JWTPayload, SignJWT } from "jose";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { localAuthFromEnv } from "../../shared/api/local-auth.js";
+
+/**
+ * The local server's JWT option (SCHEDULER_JWT_ISSUER, an adversarial review): it is to do what
+ * API Gateway's JWT authorizer does before the deployed API sees a request, then map the claims
+ * to a tenant as the deployed API does. An issuer on loopback serves its discovery document and
+ * key set; tokens are signed with its key, or forged. API Gateway's checks are those its developer
+ * guide lists for HTTP API JWT authorizers: exp after the current time, nbf and iat before it.
+ */
+const AUDIENCE = "scheduler-api";
+let server: Server;
+let issuer: string;
+let sign: (claims: JWTPayload, options?: { expires?: boolean }) => Promise<string>;
+
+beforeAll(async () => {
+  const { privateKey, publicKey } = await generateKeyPair("RS256");
+  const jwk = { ...(await exportJWK(publicKey)), kid: "k1", alg: "RS256", use: "sig" };
+  server = createServer((req, res) => {
+    res.setHeader("Content-Type", "application/json");
+    if (req.url === "/.well-known/openid-configuration") {
+      res.end(JSON.stringify({ issuer, jwks_uri: `${issuer}/jwks` }));
+    } else if (req.url === "/jwks") {
+      res.end(JSON.stringify({ keys: [jwk] }));
+    } else {
+      res.statusCode = 404;
+      res.end("{}");
+    }
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  issuer = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  // The claims given replace the defaults: an issuer's token for the audience, valid 5 minutes.
+  sign = (claims, { expires = true } = {}) => {
+    const now = Math.floor(Date.now() / 1000);
+    const defaults = {
+      iss: issuer,
+      aud: AUDIENCE,
+      iat: now,
+      ...(expires ? { exp: now + 300 } : {}),
+    };
+    return new SignJWT({ ...defaults, ...claims })
+      .setProtectedHeader({ alg: "RS256", kid: "k1" })
+      .sign(privateKey);
+  };
+});
+afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
+
+const tenantOf = (token: string, now?: () => Date) =>
+  localAuthFromEnv(
+    { SCHEDULER_JWT_ISSUER: issuer, SCHEDULER_JWT_AUDIENCE: AUDIENCE },
+    now,
+  ).authenticate({
+    header: (name) => (name === "authorization" ? `Bearer ${token}` : undefined),
+    env: {},
+  });
+
+describe("the local server's JWT option", () => {
+  it("takes a token of the issuer's, for the audience, unexpired: the subject's tenant", async () => {
+    expect(await tenantOf(await sign({ sub: "alice" }))).toBe("sub:alice");
+  });
+
+  it("refuses a token of another audience, an expired one, an unsigned one, one signed with the public key as an HMAC secret, and a tenant_id that is no string", async () => {
+    const signed = await sign({ sub: "alice" });
+    const [header = "", payload = ""] = signed.split(".");
+    const encode = (value: unknown) => Buffer.from(JSON.stringify(value)).toString("base64url");
+    const unsigned = `${encode({ alg: "none", kid: "k1" })}.${payload}.`;
+    const keys = (await (await fetch(`${issuer}/jwks`)).json()) as { keys: { n: string }[] };
+    const hmacHeader = encode({ alg: "HS256", kid: "k1" });
+    const { createHmac } = await import("node:crypto");
+    const hmac = createHmac("sha256", Buffer.from(keys.keys[0]?.n ?? "", "base64url"))
+      .update(`${hmacHeader}.${payload}`)
+      .digest("base64url");
+    const refused = [
+      await sign({ sub: "alice", aud: "another-api" }),
+      await sign({ sub: "alice", exp: Math.floor(Date.now() / 1000) - 60 }),
+      unsigned,
+      `${hmacHeader}.${payload}.${hmac}`,
+      `${header}.${payload}.${"A".repeat(342)}`,
+      await sign({ sub: "alice", tenant_id: 7 }),
+    ];
+    expect(await Promise.all(refused.map((token) => tenantOf(token)))).toEqual(
+      refused.map(() => null),
+    );
+  });
+
+  it("refuses a token issued in the future, as API Gateway's authorizer does (iat must be before now)", async () => {
+    const hour = 3600;
+    const now = Math.floor(Date.now() / 1000);
+    expect(
+      await tenantOf(await sign({ sub: "alice", iat: now + hour, exp: now + 2 * hour })),
+    ).toBeNull();
+  });
+
+  it("refuses a token that never expires, as API Gateway's authorizer does (exp must be after now)", async () => {
+    expect(await tenantOf(await sign({ sub: "alice" }, { expires: false }))).toBeNull();
+  });
+
+  it("checks exp and iat against the clock it is given, not the machine's", async () => {
+    const hour = 3600;
+    const now = Math.floor(Date.now() / 1000);
+    const token = await sign({ sub: "alice", iat: now + hour, exp: now + 3 * hour });
+    const twoHoursOn = () => new Date(Date.now() + 2 * hour * 1000);
+    const fourHoursOn = () => new Date(Date.now() + 4 * hour * 1000);
+    expect([await tenantOf(token, twoHoursOn), await tenantOf(token, fourHoursOn)]).toEqual([
+      "sub:alice",
+      null,
+    ]);
+  });
+});
