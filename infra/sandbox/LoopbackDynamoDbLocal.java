@@ -6,8 +6,8 @@ import software.amazon.dynamodb.services.local.main.ServerRunner;
 import software.amazon.dynamodb.services.local.server.DynamoDBProxyServer;
 
 /**
- * Starts DynamoDB Local listening on 127.0.0.1 only (infra/sandbox/emulators.ts runs this file
- * with java's source-file mode, the jar on the class path, in place of `java -jar`).
+ * Starts DynamoDB Local listening on 127.0.0.1 only (infra/sandbox/emulators.ts compiles this
+ * file once and runs its class, the jar on the class path, in place of `java -jar`).
  *
  * DynamoDB Local accepts any signature, so whoever reaches its port reads and writes every
  * tenant's data; its own main (`java -jar`) has no host option and builds Jetty with
