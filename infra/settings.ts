@@ -16,8 +16,10 @@ import {
   NO_QUOTA,
   type OneOffClaimWrites,
   QUOTA_MAXIMUM,
+  SHARD_COUNT_LIMIT,
   type TenantQuotas,
 } from "../shared/config.js";
+import { decimalDigitsValue } from "../shared/decimal-digits.js";
 import type { Priority } from "../shared/model.js";
 import {
   resolveTableCapacity,
@@ -131,6 +133,8 @@ export function resolveSettings(input: SettingsInput = {}): SchedulerSettings {
     throw new Error(`stage must match ${STAGE_PATTERN}, got "${stage}"`);
   }
   const shardCount = input.shardCount ?? DEFAULT_SETTINGS.shardCount;
+  // Checked before it is raised to shardCount, which would take 0 or -5 for shardCount unsaid.
+  refuseOutsideDeployedRange("maxShardCount", input.maxShardCount, [1, SHARD_COUNT_LIMIT], "");
   const lookaheadSeconds = input.lookaheadSeconds ?? DEFAULT_SETTINGS.lookaheadMs / 1000;
   const workerTimeoutSeconds = input.workerTimeoutSeconds ?? MAX_LAMBDA_TIMEOUT_SECONDS;
   const leaseSeconds = input.leaseSeconds ?? DEFAULT_SETTINGS.leaseMs / 1000;
@@ -403,16 +407,20 @@ export function refuseAlarmTopicElsewhere(s: SchedulerSettings, region: string):
   );
 }
 
-/** An integer setting outside what a deployment takes is refused; below `min`, saying why. */
+/**
+ * An integer setting outside what a deployment takes is refused (so is one that is no integer);
+ * below `min`, saying why when `whyBelow` says anything.
+ */
 function refuseOutsideDeployedRange(
   key: ContextKey,
-  value: number,
+  value: number | undefined,
   [min, max]: readonly [number, number],
   whyBelow: string,
 ): void {
-  if (!Number.isInteger(value) || (value >= min && value <= max)) return;
+  if (value === undefined || (Number.isInteger(value) && value >= min && value <= max)) return;
+  const why = value < min && whyBelow !== "" ? `: ${whyBelow}` : "";
   throw new Error(
-    `invalid scheduler settings:\n- ${key} must be an integer from ${min} to ${max}, got ${value}${value < min ? `: ${whyBelow}` : ""}`,
+    `invalid scheduler settings:\n- ${key} must be an integer from ${min} to ${max}, got ${value}${why}`,
   );
 }
 
@@ -558,11 +566,23 @@ export function settingsFromContext(node: Node): SchedulerSettings {
     if (typeof value !== "string") throw new Error(`context ${key} must be a string`);
     return value;
   };
+  // Text as decimal digits only: Number() would deploy `-c shardCount=0x10` as 16 shards and keep
+  // `-c retentionDays=1e1` 10 days. A JSON number (cdk.json) is taken as it is; its range is checked
+  // with every other setting's.
   const int = (key: ContextKey): number | undefined => {
     const value = raw(key);
     if (value === undefined || value === null) return undefined;
-    const n = typeof value === "number" ? value : Number(value);
-    if (!Number.isInteger(n)) throw new Error(`context ${key} must be an integer, got "${value}"`);
+    const n =
+      typeof value === "number"
+        ? value
+        : typeof value === "string"
+          ? decimalDigitsValue(value)
+          : undefined;
+    if (n === undefined || !Number.isInteger(n)) {
+      throw new Error(
+        `context ${key} must be an integer written in decimal digits (no sign, no 0x, no exponent), got "${String(value)}"`,
+      );
+    }
     return n;
   };
   // A counted quota: a whole number, or "none" for no limit.

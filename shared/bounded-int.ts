@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { decimalDigitsValue } from "./decimal-digits.js";
 import { textHead } from "./storage/stored-text.js";
 
 /**
@@ -9,13 +10,6 @@ import { textHead } from "./storage/stored-text.js";
 
 /** A bound's check, which stops the field's later checks when it fails. */
 const STOP = { abort: true } as const;
-
-/**
- * A query parameter's integer as written: decimal digits only. What Number() would also read
- * (`0x10` as 16, `1e1` as 10, ` 5`, `+5`, `5.0`, `-0`, an empty value as 0) is refused, so that a
- * value is read as the number its caller wrote or not at all.
- */
-const DECIMAL_DIGITS = /^[0-9]+$/;
 
 /**
  * An integer from `min` to `max` (a query parameter with `fromQuery`, read from its text, which
@@ -38,7 +32,8 @@ export function boundedInt(
   if (!options?.fromQuery) return number;
   return z.preprocess((value, context) => {
     if (typeof value !== "string") return value;
-    if (DECIMAL_DIGITS.test(value)) return Number(value);
+    const digits = decimalDigitsValue(value);
+    if (digits !== undefined) return digits;
     context.issues.push({
       code: "custom",
       input: value,

@@ -1,3 +1,4 @@
+import { decimalDigitsValue } from "./decimal-digits.js";
 import type { Priority } from "./model.js";
 
 /**
@@ -201,8 +202,8 @@ function intFrom(
 ): number {
   const raw = env[name];
   if (raw === undefined || raw === "") return fallback;
-  const value = Number(raw);
-  if (!Number.isInteger(value) || value < min || value > max) {
+  const value = decimalDigitsValue(raw);
+  if (value === undefined || !Number.isInteger(value) || value < min || value > max) {
     const because = why === undefined ? "" : `: ${why}`;
     throw new Error(`${name} must be an integer from ${min} to ${max}, got "${raw}"${because}`);
   }

@@ -241,6 +241,43 @@ describe("settings", () => {
     expect(fromContext({ shardCount: "12", maxShardCount: "4" }).maxShardCount).toBe(12);
   });
 
+  // docs/deploy.md: "Out-of-range values stop the synth with a message naming the setting". Raised
+  // to shardCount unchecked, 0 and -5 were taken without a word where 5000 was refused (review h100).
+  it.each([
+    ["5000", "5000"],
+    ["0", "0"],
+    [-5, "-5"],
+  ])("refuses maxShardCount=%s, naming it and its range", (value, shown) => {
+    expect(() => fromContext({ maxShardCount: value })).toThrow(
+      `maxShardCount must be an integer from 1 to 1024, got ${shown}`,
+    );
+  });
+
+  // Read with Number(), `-c shardCount=0x10` deployed 16 shards and `-c retentionDays=1e1` kept 10
+  // days, where the refusal of a non-integer says "must be an integer" (review h100).
+  it.each([
+    ["shardCount", "0x10"],
+    ["retentionDays", "1e1"],
+    ["maxShardCount", "-5"],
+    ["workerBatchSize", "+5"],
+    ["apiRateLimit", "100.0"],
+    ["tableMinUnits", " 50"],
+  ])("refuses %s=%s: an integer setting is decimal digits", (key, value) => {
+    expect(() => fromContext({ [key]: value })).toThrow(
+      `context ${key} must be an integer written in decimal digits`,
+    );
+  });
+
+  it("reads the handlers' integer variables as decimal digits too", () => {
+    expect(loadSettings({ SHARD_COUNT: "16" }).shardCount).toBe(16);
+    expect(() => loadSettings({ SHARD_COUNT: "0x10" })).toThrow(
+      'SHARD_COUNT must be an integer from 1 to 1024, got "0x10"',
+    );
+    expect(() => loadSettings({ RUN_RETENTION_DAYS: "1e1" })).toThrow(
+      'RUN_RETENTION_DAYS must be an integer from 1 to 3650, got "1e1"',
+    );
+  });
+
   it.each([
     [{ shardCount: "0" }, /shardCount must be an integer from 1 to 1024/],
     [{ lookaheadSeconds: "30" }, /lookaheadSeconds must be an integer from 120 to 600, got 30: /],

@@ -1,0 +1,16 @@
+/**
+ * An integer as written: decimal digits only. What Number() would also read (`0x10` as 16, `1e1`
+ * as 10, ` 5`, `+5`, `5.0`, `-0`, an empty value as 0) is refused, so that a value is read as the
+ * number its writer wrote or not at all.
+ */
+const DECIMAL_DIGITS = /^[0-9]+$/;
+
+/**
+ * The one reader of an integer given as text: the API's query parameters (shared/bounded-int.ts),
+ * the deployment's settings (CDK context, infra/settings.ts) and the handlers' variables
+ * (shared/config.ts). undefined for anything but decimal digits. No sign: none of them takes a
+ * negative, and each one's range check refuses 0 where it must.
+ */
+export function decimalDigitsValue(text: string): number | undefined {
+  return DECIMAL_DIGITS.test(text) ? Number(text) : undefined;
+}
