@@ -610,6 +610,16 @@ export function settingsFromContext(node: Node): SchedulerSettings {
   if ((issuer === undefined) !== (audience.length === 0)) {
     throw new Error("jwtIssuer and jwtAudience go together: set both for a JWT authorizer");
   }
+  // Read only beside jwtIssuer: without it the stage authorizes by IAM and its console signs in at
+  // no issuer, so taking them unsaid would leave the operator thinking they were in force.
+  const consoleSettings = (["consoleClientId", "consoleScope"] as const).filter(
+    (key) => raw(key) !== undefined && raw(key) !== null,
+  );
+  if (issuer === undefined && consoleSettings.length > 0) {
+    throw new Error(
+      `invalid scheduler settings:\n- ${consoleSettings.join(", ")} ${consoleSettings.length === 1 ? "applies" : "apply"} only with jwtIssuer and jwtAudience (the console signs in at the JWT issuer; with IAM authorization it signs in at none)`,
+    );
+  }
   const logRetention = int("logRetentionDays");
   return resolveSettings({
     stage: text("stage"),

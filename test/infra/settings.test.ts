@@ -268,6 +268,20 @@ describe("settings", () => {
     );
   });
 
+  // docs/deploy.md lists them "With jwtIssuer"; without it they were dropped without a word (the
+  // stage deployed with IAM authorization), where tableMinUnits without tableCapacity=provisioned
+  // is refused (review h100).
+  it.each([
+    [{ consoleClientId: "scheduler-console" }, "consoleClientId applies"],
+    [{ consoleScope: "openid profile" }, "consoleScope applies"],
+    [
+      { consoleClientId: "scheduler-console", consoleScope: "openid" },
+      "consoleClientId, consoleScope apply",
+    ],
+  ])("refuses %o without jwtIssuer, naming what it needs", (context, named) => {
+    expect(() => fromContext(context)).toThrow(`${named} only with jwtIssuer and jwtAudience`);
+  });
+
   it("reads the handlers' integer variables as decimal digits too", () => {
     expect(loadSettings({ SHARD_COUNT: "16" }).shardCount).toBe(16);
     expect(() => loadSettings({ SHARD_COUNT: "0x10" })).toThrow(
