@@ -19,8 +19,16 @@ import {
   SHARD_COUNT_LIMIT,
   type TenantQuotas,
 } from "../shared/config.js";
+import type { ConsoleAuth } from "../shared/console/config.js";
 import { decimalDigitsValue } from "../shared/decimal-digits.js";
 import type { Priority } from "../shared/model.js";
+import {
+  DEPLOY_TIME_VARIABLES,
+  type DeployTimeValue,
+  environmentBytes,
+  functionEnvironment,
+  LAMBDA_ENVIRONMENT_LIMIT_BYTES,
+} from "./lambda-environment.js";
 import {
   resolveTableCapacity,
   type TableCapacity,
@@ -385,8 +393,37 @@ function validate(s: SchedulerSettings): void {
       );
     }
   }
+  if (problems.length === 0) refuseApiEnvironmentPastLimit(s, problems);
   if (problems.length > 0)
     throw new Error(`invalid scheduler settings:\n- ${problems.join("\n- ")}`);
+}
+
+/**
+ * The API function's environment holds settings of any length (adminTenants, jwtIssuer,
+ * consoleClientId, consoleScope, metricsNamespace); past Lambda's 4 KB the deploy fails creating
+ * the function, naming none of them. Counted as the stack sets it, every variable of the function,
+ * the table names and queue URLs at the longest they can be (DEPLOY_TIME_VARIABLES).
+ */
+function refuseApiEnvironmentPastLimit(s: SchedulerSettings, problems: string[]): void {
+  const bytes = environmentBytes(apiFunctionEnvironment(s));
+  if (bytes <= LAMBDA_ENVIRONMENT_LIMIT_BYTES) return;
+  const lengths: Record<string, number> = {
+    adminTenants: Buffer.byteLength(s.adminTenants.join(",")),
+    ...(s.auth.kind === "jwt"
+      ? {
+          jwtIssuer: Buffer.byteLength(s.auth.issuer),
+          consoleClientId: Buffer.byteLength(s.auth.consoleClientId),
+          consoleScope: Buffer.byteLength(s.auth.consoleScope),
+        }
+      : {}),
+    metricsNamespace: Buffer.byteLength(s.metricsNamespace),
+  };
+  const given = Object.entries(lengths)
+    .filter(([, length]) => length > 0)
+    .map(([key, length]) => `${key} ${length}`);
+  problems.push(
+    `adminTenants, jwtIssuer, consoleClientId, consoleScope and metricsNamespace make the API function's environment up to ${bytes} bytes, past Lambda's limit of ${LAMBDA_ENVIRONMENT_LIMIT_BYTES} (the deploy would fail creating the function): ${given.join(", ")} bytes here; shorten them by ${bytes - LAMBDA_ENVIRONMENT_LIMIT_BYTES} bytes, such as fewer admin tenants (docs/deploy.md, "Settings")`,
+  );
 }
 
 /**
@@ -501,6 +538,41 @@ export function engineEnvironment(s: SchedulerSettings): Record<string, string> 
     [ENV.maxReceiveCount]: String(s.maxReceiveCount),
     // The dispatcher's and the API's fast path claim one-offs; every function gets it alike.
     [ENV.oneOffClaimWrites]: s.oneOffClaimWrites,
+  };
+}
+
+/**
+ * The API function's whole environment as the stack gives it (SchedulerStack, Api,
+ * SchedulerFunction), its table names and queue URLs by the most they can hold.
+ */
+export function apiFunctionEnvironment(
+  s: SchedulerSettings,
+): Record<string, string | DeployTimeValue> {
+  return functionEnvironment("api", s.metricsNamespace, {
+    ...DEPLOY_TIME_VARIABLES,
+    ...engineEnvironment(s),
+    ...apiEnvironment(s),
+  });
+}
+
+/** The API function's own variables (beside the engine's), as infra/constructs/api.ts sets them. */
+export function apiEnvironment(s: SchedulerSettings): Record<string, string> {
+  return {
+    [ENV.apiAuth]: s.auth.kind,
+    // The demo types (sleep, fail) are refused with a 400 naming `type` unless enabled.
+    [ENV.demoJobTypes]: String(s.demoJobTypes),
+    [ENV.adminTenants]: s.adminTenants.join(","),
+    // How the web console signs in: at the JWT issuer, or not at all (a browser cannot sign).
+    [ENV.consoleAuth]: JSON.stringify(
+      (s.auth.kind === "jwt"
+        ? {
+            kind: "oidc",
+            issuer: s.auth.issuer,
+            clientId: s.auth.consoleClientId,
+            scope: s.auth.consoleScope,
+          }
+        : { kind: "iam" }) satisfies ConsoleAuth,
+    ),
   };
 }
 

@@ -13,12 +13,11 @@ import { HttpLambdaIntegration } from "aws-cdk-lib/aws-apigatewayv2-integrations
 import { LogGroup } from "aws-cdk-lib/aws-logs";
 import { Construct } from "constructs";
 import { PUBLIC_GET_PATHS } from "../../shared/api/public-paths.js";
-import { ENV } from "../../shared/config.js";
 import { writeConsoleAssets } from "../../shared/console/build.js";
-import { CONSOLE_PATH, type ConsoleAuth } from "../../shared/console/config.js";
+import { CONSOLE_PATH } from "../../shared/console/config.js";
 import { JOBS_BY_TENANT_INDEX, RUNS_DEAD_LETTER_INDEX } from "../../shared/storage/tables.js";
 import { allowQueues, allowTable, allowTableKey } from "../access.js";
-import { isDevStage, type SchedulerSettings } from "../settings.js";
+import { apiEnvironment, isDevStage, type SchedulerSettings } from "../settings.js";
 import type { Queues } from "./queues.js";
 import { SchedulerFunction } from "./scheduler-function.js";
 import type { Storage } from "./storage.js";
@@ -52,24 +51,7 @@ export class Api extends Construct {
       // HTTP API integrations give up after 30 s.
       timeout: Duration.seconds(29),
       memorySize: 512,
-      environment: {
-        ...props.engineEnvironment,
-        [ENV.apiAuth]: settings.auth.kind,
-        // The demo types (sleep, fail) are refused with a 400 naming `type` unless enabled.
-        [ENV.demoJobTypes]: String(settings.demoJobTypes),
-        [ENV.adminTenants]: settings.adminTenants.join(","),
-        // How the web console signs in: at the JWT issuer, or not at all (a browser cannot sign).
-        [ENV.consoleAuth]: JSON.stringify(
-          (settings.auth.kind === "jwt"
-            ? {
-                kind: "oidc",
-                issuer: settings.auth.issuer,
-                clientId: settings.auth.consoleClientId,
-                scope: settings.auth.consoleScope,
-              }
-            : { kind: "iam" }) satisfies ConsoleAuth,
-        ),
-      },
+      environment: { ...props.engineEnvironment, ...apiEnvironment(settings) },
       settings,
       // The console's browser bundle, beside the handler (functions/api/handler.ts reads console/).
       addToBundle: (outputDir) => writeConsoleAssets(join(outputDir, "console")),

@@ -18,11 +18,12 @@ import { EmailSubscription } from "aws-cdk-lib/aws-sns-subscriptions";
 import { Construct } from "constructs";
 import { PRIORITIES } from "../../shared/model.js";
 import { METRICS, type MetricName, TENANT_LOG_EVENTS } from "../../shared/observability.js";
+import { type Component, SERVICE_NAMES } from "../lambda-environment.js";
 import { isDevStage, type SchedulerSettings } from "../settings.js";
 import type { Api } from "./api.js";
 import type { Dispatch } from "./dispatch.js";
 import type { Queues } from "./queues.js";
-import { type Component, type SchedulerFunction, SERVICE_NAMES } from "./scheduler-function.js";
+import type { SchedulerFunction } from "./scheduler-function.js";
 import type { DeclaredTable, Storage } from "./storage.js";
 import type { Worker } from "./worker.js";
 

@@ -6,26 +6,10 @@ import { Architecture, Runtime, Tracing } from "aws-cdk-lib/aws-lambda";
 import { LogLevel, NodejsFunction, OutputFormat } from "aws-cdk-lib/aws-lambda-nodejs";
 import { LogGroup } from "aws-cdk-lib/aws-logs";
 import { Construct } from "constructs";
+import { type Component, functionEnvironment } from "../lambda-environment.js";
 import { isDevStage, type SchedulerSettings } from "../settings.js";
 
 const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
-
-/** One folder per function under functions/, each with a `handler.ts` exporting `handler`. */
-export type Component = "api" | "tick" | "dispatcher" | "worker" | "dlq";
-
-/**
- * The Powertools service name of each function. The handlers pass the same
- * literal to `powertoolsObservability`, and Powertools Metrics adds it to
- * every metric as the `service` dimension, so alarms must name it exactly
- * (test/infra checks both sides agree).
- */
-export const SERVICE_NAMES: Readonly<Record<Component, string>> = {
-  api: "scheduler-api",
-  tick: "scheduler-tick",
-  dispatcher: "scheduler-dispatcher",
-  worker: "scheduler-worker",
-  dlq: "scheduler-dlq",
-};
 
 export function handlerEntry(component: Component): string {
   return join(REPO_ROOT, "functions", component, "handler.ts");
@@ -92,11 +76,11 @@ export class SchedulerFunction extends Construct {
       tracing: settings.tracing ? Tracing.ACTIVE : Tracing.DISABLED,
       projectRoot: REPO_ROOT,
       depsLockFilePath: join(REPO_ROOT, "package-lock.json"),
-      environment: {
-        POWERTOOLS_SERVICE_NAME: SERVICE_NAMES[props.component],
-        POWERTOOLS_METRICS_NAMESPACE: settings.metricsNamespace,
-        ...props.environment,
-      },
+      environment: functionEnvironment(
+        props.component,
+        settings.metricsNamespace,
+        props.environment,
+      ),
       bundling: {
         // Synth must work on a machine with no Docker engine: esbuild from node_modules only.
         forceDockerBundling: false,

@@ -1,7 +1,8 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
-import { type Component, handlerEntry } from "../../infra/constructs/scheduler-function.js";
+import { handlerEntry } from "../../infra/constructs/scheduler-function.js";
+import type { Component } from "../../infra/lambda-environment.js";
 import { COMPONENTS } from "./support/iam-policy.js";
 import { treeShakenBundle } from "./support/reachable-calls.js";
 import { REPO_ROOT } from "./support/repo-root.js";

@@ -15,7 +15,7 @@ import {
 import { CfnElement } from "aws-cdk-lib";
 import type { Context } from "aws-lambda";
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from "vitest";
-import type { Component } from "../../infra/constructs/scheduler-function.js";
+import type { Component } from "../../infra/lambda-environment.js";
 import { sleep } from "../../shared/clock.js";
 import { loadSettings } from "../../shared/config.js";
 import type { Engine } from "../../shared/engine.js";

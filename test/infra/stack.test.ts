@@ -2,12 +2,8 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Match } from "aws-cdk-lib/assertions";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  type Component,
-  handlerEntry,
-  type SchedulerFunction,
-  SERVICE_NAMES,
-} from "../../infra/constructs/scheduler-function.js";
+import { handlerEntry, type SchedulerFunction } from "../../infra/constructs/scheduler-function.js";
+import { type Component, SERVICE_NAMES } from "../../infra/lambda-environment.js";
 import { CONTEXT_KEYS } from "../../infra/settings.js";
 import { ENV } from "../../shared/config.js";
 import { PRIORITIES } from "../../shared/model.js";

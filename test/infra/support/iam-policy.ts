@@ -1,4 +1,4 @@
-import type { Component } from "../../../infra/constructs/scheduler-function.js";
+import type { Component } from "../../../infra/lambda-environment.js";
 import { type Bindings, type Grant, resolveValue } from "./iam-evaluator.js";
 import { logicalIdOf, type Synthesized } from "./synth.js";
 import { asArray, isObject, type Json, referencedId } from "./template-json.js";
