@@ -1,11 +1,12 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { handlerEntry } from "../../infra/constructs/scheduler-function.js";
 import type { Component } from "../../infra/lambda-environment.js";
 import { COMPONENTS } from "./support/iam-policy.js";
 import { treeShakenBundle } from "./support/reachable-calls.js";
 import { REPO_ROOT } from "./support/repo-root.js";
+import { propertiesOf, type Synthesized, synthesizeUnbundled } from "./support/synth.js";
 
 /**
  * docs/deploy.md's alarm table tells an operator, for each alarm, which function's log group to
@@ -33,13 +34,18 @@ interface QuotedLine {
   readonly line: string;
 }
 
-function quotedLines(): QuotedLine[] {
+/** The alarm table's rows, each split into its cells. */
+function alarmRows(): string[][] {
   const deploy = readFileSync(join(REPO_ROOT, "docs", "deploy.md"), "utf8");
   const section = deploy.split(/^### Alarms$/m)[1]?.split(/^###? /m)[0] ?? "";
-  const rows = section
+  return section
     .split("\n")
     .filter((row) => row.startsWith("| `"))
     .map((row) => row.split("|").map((cell) => cell.trim()));
+}
+
+function quotedLines(): QuotedLine[] {
+  const rows = alarmRows();
   const logGroup = new RegExp(`\\b(${Object.keys(OWNERS).join("|")})'s(?: log group)?:`);
   // Left to right, a backtick span first: `filter runId = "<runId>"` is one span, not a quote.
   const quote = /`([^`]*)`|"([^"]+)"/g;
@@ -63,12 +69,16 @@ function quotedLines(): QuotedLine[] {
 }
 
 const bundles = new Map<Component, string>();
+let synth: Synthesized;
+let dispose = () => {};
 
 beforeAll(async () => {
   for (const component of COMPONENTS) {
     bundles.set(component, await treeShakenBundle(handlerEntry(component)));
   }
+  ({ synth, dispose } = synthesizeUnbundled({ stage: "prod" }));
 });
+afterAll(() => dispose());
 
 describe("docs/deploy.md's alarm table", () => {
   it("quotes log lines from the log groups of the DLQ consumer, the dispatcher, the worker, the tick and the API", () => {
@@ -106,5 +116,24 @@ describe("docs/deploy.md's alarm table", () => {
         : [`${alarm}: "${line}" is not logged by the ${owner} function`];
     });
     expect(missing).toEqual([]);
+  });
+
+  /**
+   * The WorkerErrors row sent the operator of an out-of-memory worker to "the dashboard's worker
+   * duration and memory", which the dashboard does not graph: Lambda publishes no memory metric
+   * without Lambda Insights (review h100). Each REPORT line Lambda writes to the function's log
+   * group says its invocation's Max Memory Used, which Logs Insights reads as @maxMemoryUsed.
+   */
+  it("sends the WorkerErrors operator to the worker's memory where it is: the REPORT lines, not the dashboard", () => {
+    const body = JSON.stringify(
+      propertiesOf(synth, synth.stack.observability.dashboard).DashboardBody,
+    );
+    const titles = [...body.matchAll(/\\"title\\":\\"([^\\]+)\\"/g)].map((m) => m[1] ?? "");
+    expect(titles).toContain("Function duration p99 (ms)");
+    const memoryGraphed = titles.some((title) => /memory/i.test(title));
+    const where = alarmRows().find((row) => row[1] === "`WorkerErrors`")?.[3] ?? "";
+    const dashboardClause = /the dashboard's [^;]*/.exec(where)?.[0] ?? "";
+    if (!memoryGraphed) expect(dashboardClause).not.toMatch(/memory/i);
+    expect(where).toMatch(/`stats max\(@maxMemoryUsed \/ 1000 \/ 1000\)/);
   });
 });
