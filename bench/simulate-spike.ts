@@ -1,5 +1,10 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import {
+  MAX_WORKER_CONCURRENCY,
+  resolveSettings,
+  workerEventSourceConcurrency,
+} from "../infra/settings.js";
 
 /**
  * Scale on paper: N one-off jobs all due at 00:00:00. Arithmetic, not a
@@ -33,7 +38,11 @@ interface Inputs {
   /** Claims in flight per dispatcher pass and the latency of one claim transaction on AWS. */
   readonly claimConcurrency: number;
   readonly claimLatencyMs: number;
-  /** Worker: runs started per second by the pool (concurrency × batch / invocation seconds). */
+  /**
+   * Worker: runs started per second by the pool (concurrency × batch / invocation seconds). The
+   * concurrency is the invocations the runs' queue takes: a one-off is normal priority unless
+   * given, and the stack caps the normal queue's event source at workerConcurrencyNormal.
+   */
   readonly workerConcurrency: number;
   readonly batchSize: number;
   readonly invocationMs: number;
@@ -99,6 +108,12 @@ function measuredDefaults(): Partial<Inputs> {
   };
 }
 
+/** What a stack deployed with its defaults runs the spike's (normal-priority) runs with. */
+const STACK = resolveSettings();
+
+/** The precision spike: the runs due on one second the page also sizes. */
+const PRECISION_SPIKE_JOBS = 10_000;
+
 const defaults: Inputs = {
   jobs: 1_000_000,
   bucketWcuPerClaim: 2,
@@ -110,8 +125,8 @@ const defaults: Inputs = {
   tableWruPerSecond: 40_000,
   claimConcurrency: 16,
   claimLatencyMs: 15,
-  workerConcurrency: 1_250,
-  batchSize: 10,
+  workerConcurrency: workerEventSourceConcurrency(STACK).normal,
+  batchSize: STACK.workerBatchSize,
   invocationMs: 100,
   ...measuredDefaults(),
 };
@@ -192,10 +207,19 @@ export function report(input: Inputs = defaults): string {
       );
     }
   }
+  const startLine = (label: string, pool: Inputs) => {
+    const s = startSide(pool);
+    const precision = startSide({ ...pool, jobs: PRECISION_SPIKE_JOBS });
+    return `${label}: worker pool ${n(s.poolRate)} starts/s; ${Number.isFinite(s.startWriteRate) ? `start writes under the table ceiling ${n(s.startWriteRate)}/s` : "no write before the handler"}; all worker writes ${n(s.sustainedRate)}/s → p99 start lag ≈ ${n(s.p99LagSeconds, 1)} s (${n(PRECISION_SPIKE_JOBS)} due: ≈ ${n(precision.p99LagSeconds, 1)} s).`;
+  };
   const s = startSide(input);
   lines.push(
     "",
-    `Start side at 00:00: worker pool ${n(s.poolRate)} starts/s; ${Number.isFinite(s.startWriteRate) ? `start writes under the table ceiling ${n(s.startWriteRate)}/s` : "no write before the handler"}; all worker writes ${n(s.sustainedRate)}/s → p99 start lag ≈ ${n(s.p99LagSeconds, 1)} s.`,
+    startLine(`Start side at 00:00, ${n(input.workerConcurrency)} workers`, input),
+    startLine(`With workerConcurrencyNormal ${n(MAX_WORKER_CONCURRENCY)} (its highest)`, {
+      ...input,
+      workerConcurrency: MAX_WORKER_CONCURRENCY,
+    }),
     `For p99 < 1 s: ${n(s.neededTableWruPerSecond)} WRU/s on the tables for that second and ${n(s.neededConcurrency)} concurrent worker invocations already running.`,
   );
   return lines.join("\n");

@@ -114,6 +114,8 @@ export type SettingsInput = Partial<
 };
 
 const STAGE_PATTERN = /^[a-z][a-z0-9-]{0,19}$/;
+/** The highest maximum concurrency AWS takes for an SQS event source (workerConcurrency*). */
+export const MAX_WORKER_CONCURRENCY = 1000;
 /** Lambda's hard ceiling; the SQS event source also needs visibility >= timeout, so it bounds both. */
 const MAX_LAMBDA_TIMEOUT_SECONDS = MAX_TIMEOUT_SECONDS;
 const RETENTION_CHOICES = new Set<number>(
@@ -306,8 +308,7 @@ function validate(s: SchedulerSettings): void {
     ["workerConcurrencyNormal", normal],
     ["workerConcurrencyLow", low],
   ] as const) {
-    // The limits AWS puts on an SQS event source's maximum concurrency.
-    intIn(key, value, 2, 1000);
+    intIn(key, value, 2, MAX_WORKER_CONCURRENCY);
   }
   check(
     high >= normal && normal >= low,
@@ -318,8 +319,8 @@ function validate(s: SchedulerSettings): void {
     `lowPriorityShare must be a number from 0 to 0.5, got ${s.lowPriorityShare}`,
   );
   check(
-    workerEventSourceConcurrency(s).low <= 1000,
-    "lowPriorityShare asks for more than 1000 concurrent low-priority workers",
+    workerEventSourceConcurrency(s).low <= MAX_WORKER_CONCURRENCY,
+    `lowPriorityShare asks for more than ${MAX_WORKER_CONCURRENCY} concurrent low-priority workers`,
   );
   intIn("maxReceiveCount", s.maxReceiveCount, MIN_RECEIVE_COUNT, 1000);
   intIn("apiRateLimit", s.apiRateLimit, 1, 10_000);
