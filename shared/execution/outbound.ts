@@ -260,17 +260,57 @@ const CLIENT_OPTIONS = {
 } as const;
 
 /**
+ * The cipher suites a delivery offers: Node's default less finite-field Diffie-Hellman (DHE) and
+ * static RSA, so that the key exchange is elliptic-curve whatever TLS version the receiver picks.
+ * A TLS 1.2 server picking DHE names the group itself, of any size up to 10,000 bits (Node bounds
+ * it from below only, `minDHSize`), and the worker's half of the exchange, two modular
+ * exponentiations of that size, runs on its main thread before the certificate is judged: two
+ * such deliveries held the event loop, which runs every tenant's runs, heartbeats and polls, for
+ * 3 s. Every current server offers ECDHE; static RSA is left out too, having no forward secrecy.
+ */
+const DELIVERY_CIPHERS = [
+  // TLS 1.3: its key exchange is DELIVERY_GROUPS'.
+  "TLS_AES_256_GCM_SHA384",
+  "TLS_CHACHA20_POLY1305_SHA256",
+  "TLS_AES_128_GCM_SHA256",
+  "ECDHE-RSA-AES128-GCM-SHA256",
+  "ECDHE-ECDSA-AES128-GCM-SHA256",
+  "ECDHE-RSA-AES256-GCM-SHA384",
+  "ECDHE-ECDSA-AES256-GCM-SHA384",
+  "ECDHE-RSA-CHACHA20-POLY1305",
+  "ECDHE-ECDSA-CHACHA20-POLY1305",
+  "ECDHE-RSA-AES128-SHA256",
+  "ECDHE-ECDSA-AES128-SHA256",
+  "ECDHE-RSA-AES256-SHA384",
+  "ECDHE-ECDSA-AES256-SHA384",
+  "ECDHE-RSA-AES128-SHA",
+  "ECDHE-ECDSA-AES128-SHA",
+  "ECDHE-RSA-AES256-SHA",
+  "ECDHE-ECDSA-AES256-SHA",
+].join(":");
+
+/**
+ * The key-exchange groups a delivery offers (`ecdhCurve`, OpenSSL's groups list): elliptic curves
+ * only, so that a TLS 1.3 receiver cannot pick an ffdhe group either (ffdhe8192 cost the worker's
+ * main thread about 61 ms a handshake).
+ */
+const DELIVERY_GROUPS = "X25519:P-256:P-384";
+
+/** What every delivery's TLS client offers; certificates are verified as Node does by default. */
+const TLS_OPTIONS = { ciphers: DELIVERY_CIPHERS, ecdhCurve: DELIVERY_GROUPS } as const;
+
+/**
  * The connection pool webhook deliveries go through. Every connection, the sandbox's too, is
  * metered: a receiver sending more than MAX_RECEIVED_BYTES for one delivery has it closed.
  */
 export function outboundDispatcher(options: OutboundOptions): Dispatcher {
   if (options.allowPrivateTargets)
-    return new Agent({ ...CLIENT_OPTIONS, connect: meteredConnector({}) });
+    return new Agent({ ...CLIENT_OPTIONS, connect: meteredConnector({ ...TLS_OPTIONS }) });
   const lookup = vettedLookup(
     options.resolve ?? defaultResolver,
     options.addressRefusal ?? addressRefusal,
   );
-  return new Agent({ ...CLIENT_OPTIONS, connect: meteredConnector({ lookup }) });
+  return new Agent({ ...CLIENT_OPTIONS, connect: meteredConnector({ ...TLS_OPTIONS, lookup }) });
 }
 
 /**
