@@ -1,4 +1,5 @@
 import { createServer as createHttpServer } from "node:http";
+import { createServer as createHttpsServer } from "node:https";
 import { type AddressInfo, createServer, type Server, type Socket } from "node:net";
 import { createServer as createTlsServer } from "node:tls";
 import { Agent, request } from "undici";
@@ -137,7 +138,38 @@ describe("a receiver's kept-alive connection", () => {
 });
 
 describe("a TLS connection", () => {
-  it("is metered on what it decrypts: endless chunk extensions over https close it past 1 MiB", async () => {
+  it("carries many deliveries whose answers add up to more than 1 MiB, counting each from its request", async () => {
+    // As over plain HTTP: the count over TLS starts again when undici writes a request through the
+    // TLS socket, though what is counted is the TCP socket's bytes.
+    const answer = "x".repeat(60 * 1024);
+    const answered = new Map<Socket, number>();
+    const server = createHttpsServer({ key: TEST_TLS_KEY, cert: TEST_TLS_CERT }, (req, res) => {
+      answered.set(req.socket, (answered.get(req.socket) ?? 0) + 1);
+      req.resume();
+      req.on("end", () => res.writeHead(200).end(answer));
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const port = (server.address() as AddressInfo).port;
+    const dispatcher = new Agent({ connect: meteredConnector({ ca: TEST_TLS_CERT }) });
+    try {
+      for (let i = 0; i < 40; i++) {
+        const response = await request(`https://localhost:${port}/hook`, {
+          method: "POST",
+          body: "{}",
+          dispatcher,
+        });
+        expect((await response.body.text()).length).toBe(answer.length);
+      }
+      const most = Math.max(...answered.values());
+      expect(most * answer.length).toBeGreaterThan(MAX_RECEIVED_BYTES);
+    } finally {
+      await dispatcher.destroy();
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+
+  it("is metered on what it receives: endless chunk extensions over https close it past 1 MiB", async () => {
     const state = { written: 0, closed: false };
     const server = createTlsServer({ key: TEST_TLS_KEY, cert: TEST_TLS_CERT }, (socket) => {
       socket.on("error", () => {});

@@ -1,9 +1,9 @@
 import type { LookupAddress } from "node:dns";
 import { createServer, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
+import { type AddressInfo, createServer as createTcpServer } from "node:net";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { TargetSchema } from "../../shared/api/schemas/target.js";
-import { isRetryable, JobError } from "../../shared/execution/job-contract.js";
+import { isRetryable, JobError, type JobHandler } from "../../shared/execution/job-contract.js";
 import {
   addressRefusal,
   isPublicAddress,
@@ -157,6 +157,24 @@ async function loopbackServer(): Promise<LoopbackServer> {
   };
 }
 
+/**
+ * A deployed worker's handler whose resolver answers a name with 127.0.0.2, then 127.0.0.1.
+ * Loopback only: 127.0.0.2 stands in for a public address (nothing listens on it), and
+ * 127.0.0.1, where the tests' servers listen, is the private address a rebinding name turns to.
+ */
+function rebindingHandler(): { handler: JobHandler; calls: () => number } {
+  const answers: LookupAddress[][] = [
+    [{ address: "127.0.0.2", family: 4 }],
+    [{ address: "127.0.0.1", family: 4 }],
+  ];
+  let calls = 0;
+  const rebinding: Resolver = async () => answers[Math.min(calls++, answers.length - 1)] ?? [];
+  const standIn = (address: string) =>
+    address === "127.0.0.2" ? null : (addressRefusal(address) ?? null);
+  const handler = httpHandlerWith({ resolve: rebinding, addressRefusal: standIn });
+  return { handler, calls: () => calls };
+}
+
 async function refusalOf(promise: Promise<unknown>): Promise<JobError> {
   const outcome = await promise.then(
     (value) => ({ value }),
@@ -227,23 +245,13 @@ describe("http deliveries with private targets refused", () => {
   });
 
   it("connect to the address that was vetted: a resolver answering public, then private, reaches nothing", async () => {
-    // Loopback only: 127.0.0.2 stands in for a public address (nothing listens on it), and
-    // 127.0.0.1, where the server listens, is the private address a rebinding name turns to.
-    const answers: LookupAddress[][] = [
-      [{ address: "127.0.0.2", family: 4 }],
-      [{ address: "127.0.0.1", family: 4 }],
-    ];
-    let calls = 0;
-    const rebinding: Resolver = async () => answers[Math.min(calls++, answers.length - 1)] ?? [];
-    const standIn = (address: string) =>
-      address === "127.0.0.2" ? null : (addressRefusal(address) ?? null);
-    const handler = httpHandlerWith({ resolve: rebinding, addressRefusal: standIn });
+    const { handler, calls } = rebindingHandler();
     const before = server.requests.length;
     const error = await refusalOf(handler(contextFor(`http://rebind.test:${server.port}/admin`)));
     // The public answer was used to connect (and refused there: nothing listens on 127.0.0.2).
     expect(error.message).toMatch(/ECONNREFUSED/);
     expect(isRetryable(error)).toBe(true);
-    expect(calls).toBe(1);
+    expect(calls()).toBe(1);
     expect(server.requests.length).toBe(before);
 
     // The next delivery resolves afresh, gets the private answer, and is refused before connecting.
@@ -251,6 +259,32 @@ describe("http deliveries with private targets refused", () => {
     expect(second.message).toMatch(/rebind\.test resolves to a non-public address \(loopback\)/);
     expect(refusalIn(second)?.context.address).toBe("127.0.0.1");
     expect(server.requests.length).toBe(before);
+  });
+
+  it("over https too: the TCP socket the TLS one is wrapped around connects to the vetted address only", async () => {
+    // received-bytes.ts opens that socket itself (to meter it), with the vetted lookup.
+    let accepted = 0;
+    const tcp = createTcpServer((socket) => {
+      accepted++;
+      socket.destroy();
+    });
+    await new Promise<void>((resolve) => tcp.listen(0, "127.0.0.1", resolve));
+    const port = (tcp.address() as AddressInfo).port;
+    const { handler, calls } = rebindingHandler();
+    try {
+      const error = await refusalOf(handler(contextFor(`https://rebind.test:${port}/admin`)));
+      expect(error.message).toMatch(/ECONNREFUSED/);
+      expect(calls()).toBe(1);
+      const second = await refusalOf(handler(contextFor(`https://rebind.test:${port}/admin`)));
+      expect(second.message).toBe(
+        "target rebind.test resolves to a non-public address (loopback); refused",
+      );
+      expect(isRetryable(second)).toBe(false);
+      expect(refusalIn(second)?.context.address).toBe("127.0.0.1");
+      expect(accepted).toBe(0);
+    } finally {
+      await new Promise((resolve) => tcp.close(resolve));
+    }
   });
 
   it("follow no redirect: a 3xx is the receiver's answer", async () => {
