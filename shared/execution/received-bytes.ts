@@ -115,7 +115,8 @@ export function meteredConnector(
     const { hostname, port, localAddress } = connectOptions;
     tcp.connect({
       host: hostname,
-      port: Number(port) || 443,
+      // A URL's own port, as undici's connector takes it (port 0 too, which fails); 443 when none.
+      port: Number(port || 443),
       ...(options.lookup ? { lookup: options.lookup } : {}),
       ...(localAddress ? { localAddress } : {}),
     });
