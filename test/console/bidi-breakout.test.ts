@@ -1,5 +1,6 @@
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { laidOut, lettersOf } from "../support/bidi-layout.js";
 import type { Browser } from "../support/browser.js";
 import { apiAs, signedInConsole } from "../support/console-session.js";
 import type { SandboxProcess } from "../support/sandbox-process.js";
@@ -29,41 +30,6 @@ afterAll(async () => {
   await sandbox?.stop();
 });
 
-/**
- * Browser code (the tests' tsconfig has no DOM types): the left edges of the letter at `word`'s
- * start and of the one `after` it, in the first text node under `root` that holds `word`.
- */
-const LETTER_LEFTS = `(root, word, after) => {
-  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
-  for (let node = walker.nextNode(); node !== null; node = walker.nextNode()) {
-    const start = node.data.indexOf(word);
-    if (start < 0) continue;
-    const at = (i) => {
-      const range = document.createRange();
-      range.setStart(node, i);
-      range.setEnd(node, i + 1);
-      return range.getBoundingClientRect().left;
-    };
-    return [at(start), at(start + after)];
-  }
-  return [];
-}`;
-
-/** LETTER_LEFTS in the first element `selector` finds. */
-async function laidOut(selector: string, word: string, after: number): Promise<number[]> {
-  await page.locator(selector).first().waitFor();
-  return (await page.evaluate(
-    `(${LETTER_LEFTS})(document.querySelector(${JSON.stringify(selector)}), ${JSON.stringify(word)}, ${after})`,
-  )) as number[];
-}
-
-/** LETTER_LEFTS in `text` laid out as a paragraph of the page (left to right), then removed. */
-async function lettersOf(text: string, word: string, after: number): Promise<number[]> {
-  return (await page.evaluate(
-    `(() => { const p = document.body.appendChild(document.createElement("p")); p.textContent = ${JSON.stringify(text)}; const lefts = (${LETTER_LEFTS})(p, ${JSON.stringify(word)}, ${after}); p.remove(); return lefts; })()`,
-  )) as number[];
-}
-
 describe("a job name that closes the console's isolate itself", () => {
   it("reverses none of the Cancel confirmation's own words after it", async () => {
     const job = await apiAs<{ id: string }>(sandbox.url, KEY, "POST", "/jobs", {
@@ -83,7 +49,7 @@ describe("a job name that closes the console's isolate itself", () => {
     const question = await asked;
     expect(question).toContain("for good? Queued runs are cancelled.");
     // "for good" reads left to right: its "f" left of its "g".
-    const [f, g] = await lettersOf(question, "for good", 4);
+    const [f, g] = await lettersOf(page, question, "for good", 4);
     expect(f).toBeLessThan(g ?? Number.NaN);
   });
 
@@ -95,7 +61,7 @@ describe("a job name that closes the console's isolate itself", () => {
     await form.getByRole("button", { name: "Create job" }).click();
     await page.locator(".announcer").filter({ hasText: "created" }).waitFor();
     // Laid out where the user reads it: "created" still left to right, its "c" left of its "a".
-    const lefts = await laidOut(".announcer", "created", 3);
+    const lefts = await laidOut(page, ".announcer", "created", 3);
     expect(lefts[0]).toBeLessThan(lefts[1] ?? Number.NaN);
   });
 
@@ -104,7 +70,7 @@ describe("a job name that closes the console's isolate itself", () => {
     // browser closes that isolate at the id's own U+2069, and the U+202E after it runs on.
     await page.goto(`${sandbox.url}/console/jobs/%E2%81%A9%E2%80%AEdiova`);
     await page.getByRole("heading", { name: "Job not found", level: 1 }).waitFor();
-    const [f, y] = await laidOut("main p", "for you", 4);
+    const [f, y] = await laidOut(page, "main p", "for you", 4);
     expect(f).toBeLessThan(y ?? Number.NaN);
   });
 
@@ -118,7 +84,7 @@ describe("a job name that closes the console's isolate itself", () => {
     const row = `main tr:has(a[href="/console/jobs/${job.id}"])`;
     await page.locator(row).waitFor();
     // The job's type beside its name, " noop": its "n" left of its "o".
-    const [n, o] = await laidOut(row, "noop", 2);
+    const [n, o] = await laidOut(page, row, "noop", 2);
     expect(n).toBeLessThan(o ?? Number.NaN);
   });
   it.each([
@@ -136,7 +102,7 @@ describe("a job name that closes the console's isolate itself", () => {
       await page.goto(`${sandbox.url}/console`);
       const row = `main tr:has(a[href="/console/jobs/${job.id}"])`;
       await page.locator(row).waitFor();
-      const [n, o] = await laidOut(row, "noop", 2);
+      const [n, o] = await laidOut(page, row, "noop", 2);
       expect(n).toBeLessThan(o ?? Number.NaN);
     },
   );
