@@ -35,8 +35,11 @@ const BIDI_CONTROLS: Readonly<
  * words. So a U+2069 or U+202C (pop directional formatting) that closes nothing the text opened
  * before it is left out, and a paragraph separator (U+2029, U+0085, U+001C-U+001E, a line break),
  * which ends every isolate open, the console's too, becomes a space; the text's other controls
- * stay, shown as written, and the end of the isolate closes any it leaves open. Only invisible
- * characters are changed.
+ * stay, shown as written. An opener the text leaves open gets its closer at the end, innermost
+ * first (U+202C for an embedding or override, U+2069 for an isolate): the end of the console's
+ * isolate closes embeddings only, and its U+2069 (or the end of the <bdi>) would close the text's
+ * innermost open isolate instead of the console's, so an override between two such openers
+ * reversed the console's words after the text. Only invisible characters are changed or added.
  */
 export function isolable(text: string): string {
   const open: ("isolate" | "embedding")[] = [];
@@ -61,5 +64,13 @@ export function isolable(text: string): string {
     }
     kept += char;
   }
-  return kept;
+  return kept + closersOf(open);
+}
+
+/** The closers of `open`, innermost first, so that nothing opened runs on past the text. */
+function closersOf(open: readonly ("isolate" | "embedding")[]): string {
+  return open
+    .map((control) => (control === "isolate" ? "\u2069" : "\u202c"))
+    .reverse()
+    .join("");
 }

@@ -30,6 +30,19 @@ afterAll(async () => {
   await sandbox?.stop();
 });
 
+/** The question the job page shown asks when its "Cancel job" is clicked (the dialog dismissed). */
+async function cancelQuestion(): Promise<string> {
+  await page.getByRole("button", { name: "Cancel job" }).waitFor();
+  const asked = new Promise<string>((resolve) => {
+    page.once("dialog", (dialog) => {
+      resolve(dialog.message());
+      void dialog.dismiss();
+    });
+  });
+  await page.getByRole("button", { name: "Cancel job" }).click();
+  return asked;
+}
+
 describe("a job name that closes the console's isolate itself", () => {
   it("reverses none of the Cancel confirmation's own words after it", async () => {
     const job = await apiAs<{ id: string }>(sandbox.url, KEY, "POST", "/jobs", {
@@ -38,15 +51,7 @@ describe("a job name that closes the console's isolate itself", () => {
       schedule: { cron: "0 9 * * *", timezone: "UTC" },
     });
     await page.goto(`${sandbox.url}/console/jobs/${job.id}`);
-    await page.getByRole("button", { name: "Cancel job" }).waitFor();
-    const asked = new Promise<string>((resolve) => {
-      page.once("dialog", (dialog) => {
-        resolve(dialog.message());
-        void dialog.dismiss();
-      });
-    });
-    await page.getByRole("button", { name: "Cancel job" }).click();
-    const question = await asked;
+    const question = await cancelQuestion();
     expect(question).toContain("for good? Queued runs are cancelled.");
     // "for good" reads left to right: its "f" left of its "g".
     const [f, g] = await lettersOf(page, question, "for good", 4);
@@ -106,4 +111,76 @@ describe("a job name that closes the console's isolate itself", () => {
       expect(n).toBeLessThan(o ?? Number.NaN);
     },
   );
+});
+
+/**
+ * Reviewer's cases (h106) for console/isolable.ts: a text's own isolate OPENER left open. The
+ * console's isolate ends at the first unmatched U+2069, and a browser ends an isolating element
+ * (<bdi>, `main code`) as if with a U+2069: that U+2069 closes the text's innermost open isolate,
+ * not the console's. An override opened between two of the text's isolates then runs on past
+ * the console's isolate over the console's own words. isolable keeps every opener.
+ */
+/** An isolate, an override inside it, another isolate: the console's closer ends only the last. */
+const OPENERS = "x\u2066\u202E\u2066";
+
+async function createJob(name: string): Promise<string> {
+  const job = await apiAs<{ id: string }>(sandbox.url, KEY, "POST", "/jobs", {
+    name,
+    type: "noop",
+    schedule: { cron: "0 9 * * *", timezone: "UTC" },
+  });
+  return job.id;
+}
+
+describe("a text that leaves its own isolates open, an override between them", () => {
+  it("reverses none of its jobs-list row's other words (<bdi>)", async () => {
+    const id = await createJob(`list ${OPENERS}`);
+    await page.goto(`${sandbox.url}/console`);
+    const row = `main tr:has(a[href="/console/jobs/${id}"])`;
+    await page.locator(row).waitFor();
+    const [n, o] = await laidOut(page, row, "noop", 2);
+    expect(n).toBeLessThan(o ?? Number.NaN);
+  });
+
+  it("reverses none of the job page heading's status after the name (<bdi>)", async () => {
+    const id = await createJob(`heading ${OPENERS}`);
+    await page.goto(`${sandbox.url}/console/jobs/${id}`);
+    await page.getByRole("button", { name: "Cancel job" }).waitFor();
+    const [a, t] = await laidOut(page, "main h1", "active", 2);
+    expect(a).toBeLessThan(t ?? Number.NaN);
+  });
+
+  it("reverses none of the Cancel confirmation's words (U+2068 … U+2069)", async () => {
+    const id = await createJob(`confirm ${OPENERS}`);
+    await page.goto(`${sandbox.url}/console/jobs/${id}`);
+    const question = await cancelQuestion();
+    const [f, g] = await lettersOf(page, question, "for good", 4);
+    expect(f).toBeLessThan(g ?? Number.NaN);
+  });
+
+  it("a link's job id reverses none of the 'Job not found' page's words (main code)", async () => {
+    await page.goto(`${sandbox.url}/console/jobs/${encodeURIComponent(`diova${OPENERS}`)}`);
+    await page.getByRole("heading", { name: "Job not found", level: 1 }).waitFor();
+    const [f, y] = await laidOut(page, "main p", "for you", 4);
+    expect(f).toBeLessThan(y ?? Number.NaN);
+  });
+
+  it("reverses none of the 'Job … created' announcement's words", async () => {
+    await page.goto(`${sandbox.url}/console`);
+    await page.getByText("Create a job", { exact: true }).click();
+    const form = page.getByRole("form", { name: "Create a job" });
+    await form.getByLabel("Name", { exact: true }).fill(`announced ${OPENERS}`);
+    await form.getByRole("button", { name: "Create job" }).click();
+    await page.locator(".announcer").filter({ hasText: "created" }).waitFor();
+    const lefts = await laidOut(page, ".announcer", "created", 3);
+    expect(lefts[0]).toBeLessThan(lefts[1] ?? Number.NaN);
+  });
+
+  it("past the isolate depth limit (125): 130 isolates opened and closed, then an override, in a link's id", async () => {
+    const id = `diova${"\u2066".repeat(130)}${"\u2069".repeat(130)}\u202E`;
+    await page.goto(`${sandbox.url}/console/jobs/${encodeURIComponent(id)}`);
+    await page.getByRole("heading", { name: "Job not found", level: 1 }).waitFor();
+    const [f, y] = await laidOut(page, "main p", "for you", 4);
+    expect(f).toBeLessThan(y ?? Number.NaN);
+  });
 });

@@ -1290,10 +1290,11 @@ describe("web console", () => {
       await other.goto(`${sandbox.url}/console/jobs/${spoofing.id}`);
       await other.getByRole("button", { name: "Cancel job" }).click();
       await waitFor("the confirmation", () => asked.length === 1);
-      // Line breaks and runs of spaces as one space; U+2068 (first strong isolate) and U+2069 (pop
-      // directional isolate) end the override with the name, so the question after it reads forward.
+      // Line breaks and runs of spaces as one space; the override closed at the name's end (U+202C,
+      // isolable), and U+2068 (first strong isolate) and U+2069 (pop directional isolate) around
+      // the name, so the question after it reads forward.
       expect(asked).toEqual([
-        "Cancel \u2068nightly export for good? Nothing is cancelled: this only pauses it. \u202Edesrever\u2069 for good? Queued runs are cancelled.",
+        "Cancel \u2068nightly export for good? Nothing is cancelled: this only pauses it. \u202Edesrever\u202C\u2069 for good? Queued runs are cancelled.",
       ]);
       // Dismissed: the job is as it was.
       expect(

@@ -8,7 +8,7 @@ import { isolable } from "../../console/isolable.js";
  */
 describe("isolable", () => {
   it("leaves out a U+2069 or U+202C that closes nothing the text opened", () => {
-    expect(isolable("report\u2069\u202Eevil")).toBe("report\u202Eevil");
+    expect(isolable("report\u2069\u202Eevil")).toBe("report\u202Eevil\u202C");
     expect(isolable("\u202Cx\u2069\u2069")).toBe("x");
   });
 
@@ -24,8 +24,15 @@ describe("isolable", () => {
     expect(isolable("\u202Ea\u2068b\u202Cc\u2069\u202C")).toBe("\u202Ea\u2068bc\u2069\u202C");
   });
 
+  it("closes, innermost first, what the text leaves open", () => {
+    // The console's closing U+2069 would close the text's inner U+2066, not the console's isolate,
+    // and leave the U+202E reversing the console's words after the text.
+    expect(isolable("x\u2066\u202E\u2066")).toBe("x\u2066\u202E\u2066\u2069\u202C\u2069");
+    expect(isolable("\u202Ba\u2067b")).toBe("\u202Ba\u2067b\u2069\u202C");
+  });
+
   it("shows a paragraph separator as a space, which ends no isolate", () => {
     for (const end of ["\u2029", "\u0085", "\u001c", "\u001d", "\u001e", "\n", "\r"])
-      expect(isolable(`\u2068a${end}\u2069\u202Eb${end}\u2069`)).toBe("\u2068a \u2069\u202Eb ");
+      expect(isolable(`\u2068a${end}\u2069\u202Eb${end}\u2069`)).toBe("\u2068a \u2069\u202Eb \u202C");
   });
 });
