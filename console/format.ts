@@ -1,7 +1,7 @@
 import cronstrue from "cronstrue";
 import { Duration } from "luxon";
 import type { Job } from "./api.js";
-import { isolable } from "./isolable.js";
+import { isolable, showsNothing } from "./isolable.js";
 
 export type Schedule = Job["schedule"];
 
@@ -11,12 +11,12 @@ export function zoneOf(schedule: Schedule): string {
 }
 
 /**
- * What a job is called on its page and in links: its name, or its id when the name is blank
- * (the API takes any name up to 200 characters, "" and "  " too), so every link has text; made
- * isolable, as it is always shown isolated.
+ * What a job is called on its page and in links: its name, or its id when the name shows nothing
+ * (the API takes any name up to 200 characters, "", "  " and "\u200b" too), so every link has
+ * text; made isolable, as it is always shown isolated.
  */
 export function jobTitle(job: Pick<Job, "name" | "id">): string {
-  return isolable(job.name.trim() === "" ? job.id : job.name);
+  return isolable(showsNothing(job.name) ? job.id : job.name);
 }
 
 /**

@@ -74,3 +74,20 @@ function closersOf(open: readonly ("isolate" | "embedding")[]): string {
     .reverse()
     .join("");
 }
+
+/**
+ * Characters a browser draws nothing for: white space, controls, format characters (U+200B,
+ * the bidirectional controls, tag characters), the other default-ignorable code points (variation
+ * selectors, the Hangul fillers U+115F, U+1160, U+3164, U+FFA0) and the blank Braille pattern
+ * U+2800, which fonts draw empty. Combining marks are not among them: a browser draws one alone
+ * on a dotted circle or on its own.
+ */
+const INVISIBLE_ONLY = /^[\s\p{Cc}\p{Cf}\p{Default_Ignorable_Code_Point}\u2800]*$/u;
+
+/**
+ * Whether a text shows nothing: a name of U+200B only is no less blank than "  ", and a link with
+ * it as its text has nothing to see or click (0 px wide).
+ */
+export function showsNothing(text: string): boolean {
+  return INVISIBLE_ONLY.test(text);
+}

@@ -184,3 +184,18 @@ describe("a text that leaves its own isolates open, an override between them", (
     expect(f).toBeLessThan(y ?? Number.NaN);
   });
 });
+
+describe("a name of invisible characters only", () => {
+  it.each([
+    ["U+200B", "\u200b"],
+    ["U+2066 U+202E", "\u2066\u202E"],
+  ])("leaves its jobs-list link some text to see (%s)", async (_, name) => {
+    // jobTitle shows the id for a name that shows nothing, so the link has text; trim() kept these.
+    const id = await createJob(name);
+    await page.goto(`${sandbox.url}/console`);
+    const link = page.locator(`main a[href="/console/jobs/${id}"]`);
+    await link.waitFor({ state: "attached" });
+    const width = (await link.boundingBox())?.width ?? 0;
+    expect(width).toBeGreaterThan(0);
+  });
+});

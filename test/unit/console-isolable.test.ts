@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { isolable } from "../../console/isolable.js";
+import { isolable, showsNothing } from "../../console/isolable.js";
 
 /**
  * isolable (console/isolable.ts): the bidirectional controls a text someone else chose may carry
@@ -33,6 +33,30 @@ describe("isolable", () => {
 
   it("shows a paragraph separator as a space, which ends no isolate", () => {
     for (const end of ["\u2029", "\u0085", "\u001c", "\u001d", "\u001e", "\n", "\r"])
-      expect(isolable(`\u2068a${end}\u2069\u202Eb${end}\u2069`)).toBe("\u2068a \u2069\u202Eb \u202C");
+      expect(isolable(`\u2068a${end}\u2069\u202Eb${end}\u2069`)).toBe(
+        "\u2068a \u2069\u202Eb \u202C",
+      );
+  });
+});
+
+describe("showsNothing", () => {
+  it("takes a text of white space, format characters and fillers for blank", () => {
+    for (const blank of [
+      "",
+      "  ",
+      "\u200b",
+      "\u2066\u202E",
+      "\u3164",
+      "\u115F\u1160",
+      "\uFFA0",
+      "\u2800",
+      "\u{E0041}\uFE0F",
+    ])
+      expect(showsNothing(blank)).toBe(true);
+  });
+
+  it("takes a text with any letter, digit, symbol or mark for shown", () => {
+    for (const shown of ["a", "\u200bx", "\u2066\u202Eعربي", "\u3000\u0301", "·"])
+      expect(showsNothing(shown)).toBe(false);
   });
 });
