@@ -1,29 +1,4 @@
-/*
- * No import: test/unit/console-isolable.test.ts runs this under the tests' tsconfig, which has no
- * DOM types (the rest of format.ts reaches the console's api.ts and auth.ts).
- */
-
-/** What a bidirectional control does to the controls open before it. */
-const BIDI_CONTROLS: Readonly<
-  Record<string, "isolate" | "embedding" | "pop isolate" | "pop embedding" | "paragraph">
-> = {
-  "\u2066": "isolate",
-  "\u2067": "isolate",
-  "\u2068": "isolate",
-  "\u202a": "embedding",
-  "\u202b": "embedding",
-  "\u202d": "embedding",
-  "\u202e": "embedding",
-  "\u2069": "pop isolate",
-  "\u202c": "pop embedding",
-  "\n": "paragraph",
-  "\r": "paragraph",
-  "\u001c": "paragraph",
-  "\u001d": "paragraph",
-  "\u001e": "paragraph",
-  "\u0085": "paragraph",
-  "\u2029": "paragraph",
-};
+import { type BidiOpen, closersOf, isParagraphEnd, trackBidi } from "../shared/bidi-closers.js";
 
 /**
  * Text someone else chose (a job's name, an id from a link's address, a URL) made safe to isolate,
@@ -42,37 +17,22 @@ const BIDI_CONTROLS: Readonly<
  * reversed the console's words after the text. Only invisible characters are changed or added.
  */
 export function isolable(text: string): string {
-  const open: ("isolate" | "embedding")[] = [];
+  const open: BidiOpen[] = [];
   let kept = "";
   for (const char of text) {
-    const control = BIDI_CONTROLS[char];
-    if (control === "isolate" || control === "embedding") open.push(control);
-    else if (control === "paragraph") {
+    if (isParagraphEnd(char)) {
       // A paragraph's end inside the console's isolate ends that isolate too (an override after it
       // reversed the rest of a list's row): shown as the space it reads as.
       kept += " ";
       continue;
-    } else if (control === "pop embedding") {
-      // Within an isolate the text opened, a U+202C closes nothing outside it.
-      if (open.at(-1) !== "embedding") continue;
-      open.pop();
-    } else if (control === "pop isolate") {
-      // It closes its isolate and every embedding opened inside it.
-      const at = open.lastIndexOf("isolate");
-      if (at < 0) continue;
-      open.length = at;
     }
+    const depth = open.length;
+    trackBidi(open, char);
+    // A closer that closes nothing the text opened would close the console's isolate instead.
+    if ((char === "\u2069" || char === "\u202c") && open.length === depth) continue;
     kept += char;
   }
   return kept + closersOf(open);
-}
-
-/** The closers of `open`, innermost first, so that nothing opened runs on past the text. */
-function closersOf(open: readonly ("isolate" | "embedding")[]): string {
-  return open
-    .map((control) => (control === "isolate" ? "\u2069" : "\u202c"))
-    .reverse()
-    .join("");
 }
 
 /**

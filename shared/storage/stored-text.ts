@@ -1,3 +1,5 @@
+import { type BidiOpen, closersOf, trackBidi } from "../bidi-closers.js";
+
 /**
  * Error and reason texts are stored on run items, and an item may not exceed
  * DynamoDB's 400 KB. A handler's error can be anything (a whole response body,
@@ -5,7 +7,10 @@
  */
 export const MAX_STORED_TEXT_BYTES = 4096;
 
-/** The text, or its head and a note of the full size, within `maxBytes` UTF-8 bytes. */
+/**
+ * The text, or its head and a note of the full size, within `maxBytes` UTF-8 bytes; the head's
+ * open bidirectional embeddings and isolates are closed before the note.
+ */
 export function boundedText(text: string, maxBytes: number = MAX_STORED_TEXT_BYTES): string {
   // Every UTF-16 unit is at most 3 bytes in UTF-8: short texts need no count.
   if (text.length * 3 <= maxBytes) return text;
@@ -15,14 +20,23 @@ export function boundedText(text: string, maxBytes: number = MAX_STORED_TEXT_BYT
   const budget = maxBytes - Buffer.byteLength(note, "utf8");
   let bytes = 0;
   let end = 0;
+  // What the head leaves open is closed before the note: an override the full text closed later
+  // would otherwise run on over the note (shown reversed in the console's Detail cell). Each
+  // closer is 3 bytes, so the head is cut where it, its closers and the note fit.
+  const open: BidiOpen[] = [];
   // By code point, so that a character is never split.
   for (const char of text) {
     const size = Buffer.byteLength(char, "utf8");
-    if (bytes + size > budget) break;
+    trackBidi(open, char);
+    if (bytes + size + 3 * open.length > budget) break;
     bytes += size;
     end += char.length;
   }
-  return `${text.slice(0, end)}${note}`;
+  const head = text.slice(0, end);
+  // Counted again over the head alone: the loop's last step took in the character left out.
+  const left: BidiOpen[] = [];
+  for (const char of head) trackBidi(left, char);
+  return `${head}${closersOf(left)}${note}`;
 }
 
 /** boundedText for a text that may be absent. */

@@ -1,5 +1,6 @@
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { boundedText } from "../../shared/storage/stored-text.js";
 import { laidOut, lettersOf } from "../support/bidi-layout.js";
 import type { Browser } from "../support/browser.js";
 import { apiAs, signedInConsole } from "../support/console-session.js";
@@ -182,6 +183,34 @@ describe("a text that leaves its own isolates open, an override between them", (
     await page.getByRole("heading", { name: "Job not found", level: 1 }).waitFor();
     const [f, y] = await laidOut(page, "main p", "for you", 4);
     expect(f).toBeLessThan(y ?? Number.NaN);
+  });
+});
+
+describe("a third party's text in a run's Detail cell, with the console's words after it", () => {
+  it("reverses none of the cut note boundedText adds to an async target's long error", async () => {
+    // An async target's completion error (≤ 4096 characters, shared/api/schemas/async-runs.ts)
+    // is stored as boundedText (shared/execution/async-runs.ts): 4096 bytes and the console's
+    // " … [cut: N bytes in all]". Here two-byte letters, an override among them.
+    const error = boundedText(`\u202E${"\u0436".repeat(4000)}`);
+    expect(error).toMatch(/ … \[cut: 8003 bytes in all\]$/);
+    const id = await createJob("long error");
+    const run = await apiAs<{ runId: string }>(sandbox.url, KEY, "POST", `/jobs/${id}/trigger`);
+    // No target here answers the run's completion: the page reads the run as such a one answers
+    // (as run-reasons.test.ts does for an error it cannot make).
+    await page.route(
+      (url) => url.pathname === `/jobs/${id}/runs`,
+      async (route) => {
+        const answer = await route.fetch();
+        const body = (await answer.json()) as { items: { runId: string }[] };
+        const items = body.items.map((item) =>
+          item.runId === run.runId ? { ...item, status: "failed", error } : item,
+        );
+        await route.fulfill({ response: answer, json: { ...body, items } });
+      },
+    );
+    await page.goto(`${sandbox.url}/console/jobs/${id}`);
+    const [b, t] = await laidOut(page, `tr[data-run-id="${run.runId}"] td.free-text`, "bytes", 2);
+    expect(b).toBeLessThan(t ?? Number.NaN);
   });
 });
 

@@ -27,4 +27,22 @@ describe("boundedText", () => {
       expect([...head].every((c) => c === char)).toBe(true);
     }
   });
+
+  it("closes, innermost first, what the cut head leaves open before the note", () => {
+    // An override closed only past the cut would run on over the note (the console's Detail cell).
+    const cut = boundedText(`a\u2067b\u202E${"x".repeat(200)}\u202C\u2069`, 100);
+    expect(cut).toMatch(/^a\u2067b\u202Ex+\u202C\u2069 … \[cut: 214 bytes in all\]$/);
+    // A closer of the text's own, a paragraph's end: nothing left open, nothing added.
+    expect(boundedText(`\u202Ea\u202C${"x".repeat(200)}`, 100)).toMatch(/^\u202Ea\u202Cx+ … /);
+    expect(boundedText(`\u202Ea\n${"x".repeat(200)}`, 100)).toMatch(/^\u202Ea\nx+ … /);
+  });
+
+  it("keeps the head, its closers and the note within the limit, however many it opens", () => {
+    const cut = boundedText("\u202E".repeat(1000), 100);
+    expect(bytes(cut)).toBeLessThanOrEqual(100);
+    const head = cut.slice(0, cut.indexOf(" … [cut: "));
+    const opened = [...head].filter((c) => c === "\u202E").length;
+    expect(opened).toBeGreaterThan(0);
+    expect(head).toBe("\u202E".repeat(opened) + "\u202C".repeat(opened));
+  });
 });
