@@ -2,6 +2,7 @@ import { DateTime } from "luxon";
 import { writeJson } from "../exact-json.js";
 import type { BatchCreateResult, Job, Run, Schedule } from "../index.js";
 import { runWhy } from "../run-why.js";
+import { displayWidth } from "./display-width.js";
 
 export type OutputFormat = "table" | "json";
 
@@ -29,6 +30,14 @@ export interface CliIo {
 const SHORT_ESCAPES: Readonly<Record<string, string>> = { "\n": "\\n", "\r": "\\r", "\t": "\\t" };
 
 /**
+ * Characters a terminal draws in no column and a table would pad as one (U+200B-U+200D, the word
+ * joiner and invisible operators U+2060-U+2064, U+FEFF, the tag characters U+E0001-U+E007F, every
+ * other format character): a name of them put the row's real cells off their headers, so they
+ * are escaped as controls are.
+ */
+const FORMAT = /^\p{Cf}$/u;
+
+/**
  * Characters that are not C0 or C1 controls but that a terminal still acts on: the bidirectional
  * embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069), with which a name reorders the
  * rest of its line in a terminal that lays out right-to-left text (a row's status, another column's
@@ -45,7 +54,9 @@ const isReordering = (code: number) =>
   code === 0x2028 ||
   code === 0x2029;
 
-const unicodeEscape = (code: number) => `\\u${code.toString(16).padStart(4, "0")}`;
+/** `\u202e`, or `\u{e0041}` for a code point beyond U+FFFF. */
+const unicodeEscape = (code: number) =>
+  code > 0xffff ? `\\u{${code.toString(16)}}` : `\\u${code.toString(16).padStart(4, "0")}`;
 
 /**
  * Text as one line with nothing a terminal acts on: a line break, a tab or another control
@@ -60,14 +71,18 @@ export function printable(value: unknown): string {
   const text = typeof value === "string" ? value : writeJson(value);
   let shown = "";
   for (const char of text) {
-    const code = char.charCodeAt(0);
-    const control = code < 0x20 || (code >= 0x7f && code <= 0x9f) || isReordering(code);
+    const code = char.codePointAt(0) ?? 0;
+    const control =
+      code < 0x20 || (code >= 0x7f && code <= 0x9f) || isReordering(code) || FORMAT.test(char);
     shown += control ? (SHORT_ESCAPES[char] ?? unicodeEscape(code)) : char;
   }
   return shown;
 }
 
-/** Columns padded to their widest cell; the last column is not padded. */
+/**
+ * Columns padded to their widest cell, by the columns a terminal draws (a CJK character takes two,
+ * a combining mark none), not by UTF-16 length; the last column is not padded.
+ */
 export function table(
   unprintedHeaders: readonly string[],
   unprintedRows: readonly (readonly string[])[],
@@ -76,12 +91,14 @@ export function table(
   const headers = unprintedHeaders.map(printable);
   const rows = unprintedRows.map((row) => row.map(printable));
   const widths = headers.map((header, column) =>
-    Math.max(header.length, ...rows.map((row) => (row[column] ?? "").length)),
+    Math.max(displayWidth(header), ...rows.map((row) => displayWidth(row[column] ?? ""))),
   );
   const line = (cells: readonly string[]) =>
     cells
       .map((cell, column) =>
-        column === cells.length - 1 ? cell : cell.padEnd(widths[column] ?? 0),
+        column === cells.length - 1
+          ? cell
+          : cell + " ".repeat(Math.max(0, (widths[column] ?? 0) - displayWidth(cell))),
       )
       .join("  ")
       .trimEnd();
