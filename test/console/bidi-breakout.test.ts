@@ -80,34 +80,23 @@ describe("a job name that closes the console's isolate itself", () => {
     expect(f).toBeLessThan(y ?? Number.NaN);
   });
 
-  it("a name with its own U+2069 reverses none of its row's other words in the jobs list (its <bdi> closed early)", async () => {
-    const job = await apiAs<{ id: string }>(sandbox.url, KEY, "POST", "/jobs", {
-      name: "closes its isolate\u2069\u202E",
-      type: "noop",
-      schedule: { cron: "0 9 * * *", timezone: "UTC" },
-    });
-    await page.goto(`${sandbox.url}/console`);
-    const row = `main tr:has(a[href="/console/jobs/${job.id}"])`;
-    await page.locator(row).waitFor();
-    // The job's type beside its name, " noop": its "n" left of its "o".
-    const [n, o] = await laidOut(page, row, "noop", 2);
-    expect(n).toBeLessThan(o ?? Number.NaN);
-  });
   it.each([
-    ["U+2029", "\u2029"],
-    ["U+0085", "\u0085"],
-    ["U+001C", "\u001c"],
+    ["its own U+2069 (its <bdi> closed early)", "closes its isolate\u2069\u202E"],
+    ["a paragraph separator (U+2029)", "ends its paragraph\u2029\u202E"],
+    ["a paragraph separator (U+0085)", "ends its paragraph\u0085\u202E"],
+    ["a paragraph separator (U+001C)", "ends its paragraph\u001c\u202E"],
   ])(
-    "a name with a paragraph separator (%s) and an override after it reverses none of its row's other words",
-    async (_, end) => {
+    "a name with %s and an override after it reverses none of its row's other words in the jobs list",
+    async (_, name) => {
       const job = await apiAs<{ id: string }>(sandbox.url, KEY, "POST", "/jobs", {
-        name: `ends its paragraph${end}\u202E`,
+        name,
         type: "noop",
         schedule: { cron: "0 9 * * *", timezone: "UTC" },
       });
       await page.goto(`${sandbox.url}/console`);
       const row = `main tr:has(a[href="/console/jobs/${job.id}"])`;
       await page.locator(row).waitFor();
+      // The job's type beside its name, " noop": its "n" left of its "o".
       const [n, o] = await laidOut(page, row, "noop", 2);
       expect(n).toBeLessThan(o ?? Number.NaN);
     },
