@@ -134,6 +134,16 @@ describe("a trigger and an edit onto its instant, one landing between the other'
   });
   afterAll(() => f.destroy());
 
+  /** A dispatcher pass, then each of the job's QUEUED runs processed: its runs after, in short. */
+  async function passAndRun(jobId: string, owner: string) {
+    await dispatchShard(f.engine, 0, owner);
+    for (const run of (await f.runs()).filter((r) => r.jobId === jobId && r.status === "QUEUED"))
+      await processRun(f.workerDeps("w"), deliveryOfRun(f.engine, run));
+    return (await f.runs())
+      .filter((r) => r.jobId === jobId)
+      .map((r) => [r.scheduledFor, r.attempt, r.status, r.triggered === true]);
+  }
+
   it("either refuses the edit or runs the one-off as its own run", async () => {
     const { job } = await createJob(f.engine, farJob("tenant-a"));
     const isJobWrite = (input: Input) =>
@@ -166,20 +176,8 @@ describe("a trigger and an edit onto its instant, one landing between the other'
 
     // Whatever the edit answered, both runs asked for run: the trigger's, and the one-off's
     // unless its edit was refused.
-    await dispatchShard(f.engine, 0, "pass-1");
-    for (const run of (await f.runs()).filter(
-      (r) => r.jobId === job.jobId && r.status === "QUEUED",
-    ))
-      await processRun(f.workerDeps("w"), deliveryOfRun(f.engine, run));
-    await dispatchShard(f.engine, 0, "pass-2");
-    for (const run of (await f.runs()).filter(
-      (r) => r.jobId === job.jobId && r.status === "QUEUED",
-    ))
-      await processRun(f.workerDeps("w"), deliveryOfRun(f.engine, run));
-
-    const runs = (await f.runs())
-      .filter((r) => r.jobId === job.jobId)
-      .map((r) => [r.scheduledFor, r.attempt, r.status, r.triggered === true]);
+    await passAndRun(job.jobId, "pass-1");
+    const runs = await passAndRun(job.jobId, "pass-2");
     // The edit's transaction meets the trigger's run at runAt (runAtStillFree) and plans again, and
     // its read then refuses the time as the triggered run's: the trigger's run runs as itself, and
     // the job keeps its own runAt, an hour on.
@@ -243,14 +241,7 @@ describe("a trigger and an edit onto its instant, one landing between the other'
     // T is now an occurrence of the job's schedule, which a trigger leaves to it.
     expect(triggered.scheduledFor).toBe(new Date(T + 1).toISOString());
 
-    await dispatchShard(f.engine, 0, "pass");
-    for (const run of (await f.runs()).filter(
-      (r) => r.jobId === job.jobId && r.status === "QUEUED",
-    ))
-      await processRun(f.workerDeps("w"), deliveryOfRun(f.engine, run));
-    const runs = (await f.runs())
-      .filter((r) => r.jobId === job.jobId)
-      .map((r) => [r.scheduledFor, r.attempt, r.status, r.triggered === true]);
+    const runs = await passAndRun(job.jobId, "pass");
     expect(runs.sort()).toEqual([
       [runAt, 1, "SUCCEEDED", false],
       [triggered.scheduledFor, 1, "SUCCEEDED", true],
