@@ -104,11 +104,12 @@ describe("a job name that closes the console's isolate itself", () => {
 });
 
 /**
- * Reviewer's cases (h106) for console/isolable.ts: a text's own isolate OPENER left open. The
+ * console/isolable.ts and a text's own isolate OPENER left open. The
  * console's isolate ends at the first unmatched U+2069, and a browser ends an isolating element
  * (<bdi>, `main code`) as if with a U+2069: that U+2069 closes the text's innermost open isolate,
  * not the console's. An override opened between two of the text's isolates then runs on past
- * the console's isolate over the console's own words. isolable keeps every opener.
+ * the console's isolate over the console's own words, unless isolable closes what the text leaves
+ * open.
  */
 /** An isolate, an override inside it, another isolate: the console's closer ends only the last. */
 const OPENERS = "x\u2066\u202E\u2066";

@@ -121,7 +121,7 @@ describe("docs/deploy.md's alarm table", () => {
   /**
    * The WorkerErrors row sent the operator of an out-of-memory worker to "the dashboard's worker
    * duration and memory", which the dashboard does not graph: Lambda publishes no memory metric
-   * without Lambda Insights (review h100). Each REPORT line Lambda writes to the function's log
+   * without Lambda Insights. Each REPORT line Lambda writes to the function's log
    * group says its invocation's Max Memory Used, which Logs Insights reads as @maxMemoryUsed.
    */
   it("sends the WorkerErrors operator to the worker's memory where it is: the REPORT lines, not the dashboard", () => {

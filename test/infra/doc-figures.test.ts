@@ -68,7 +68,7 @@ describe("docs/deploy.md's figures for a default stack", () => {
  * docs/scaling.md sized the 00:00 spike "With the defaults (1,250 workers, 40,000 WRU/s per
  * table)", concluding a p99 lag of about 50 s for 1,000,000 runs, where the stack's default caps
  * the normal queue's event source (a job's priority unless given) at 20 concurrent invocations:
- * an operator planning by that figure was an order of magnitude out (review h100).
+ * an operator planning by that figure was an order of magnitude out.
  */
 describe("docs/scaling.md's figures for a default stack", () => {
   it("name the worker concurrency the stack deploys by default for a normal-priority job", () => {

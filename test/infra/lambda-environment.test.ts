@@ -21,8 +21,7 @@ import { isObject, type Json, referencedId } from "./support/template-json.js";
  * exceeded the 4KB limit"): CreateFunction/UpdateFunctionConfiguration fail and the deploy rolls
  * back. docs/deploy.md promises that a setting the deployment cannot take stops the synth with a
  * message naming it. adminTenants (each id up to 256 characters, any number of them), jwtIssuer,
- * consoleClientId and consoleScope all go into the API function's environment unbounded
- * (review h100).
+ * consoleClientId and consoleScope all go into the API function's environment, so synth counts it.
  */
 
 const fromContext = (context: Record<string, string>) =>

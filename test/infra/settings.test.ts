@@ -242,7 +242,7 @@ describe("settings", () => {
   });
 
   // docs/deploy.md: "Out-of-range values stop the synth with a message naming the setting". Raised
-  // to shardCount unchecked, 0 and -5 were taken without a word where 5000 was refused (review h100).
+  // to shardCount unchecked, 0 and -5 were taken without a word where 5000 was refused.
   it.each([
     ["5000", "5000"],
     ["0", "0"],
@@ -254,7 +254,7 @@ describe("settings", () => {
   });
 
   // Read with Number(), `-c shardCount=0x10` deployed 16 shards and `-c retentionDays=1e1` kept 10
-  // days, where the refusal of a non-integer says "must be an integer" (review h100).
+  // days, where the refusal of a non-integer says "must be an integer".
   it.each([
     ["shardCount", "0x10"],
     ["retentionDays", "1e1"],
@@ -270,7 +270,7 @@ describe("settings", () => {
 
   // docs/deploy.md lists them "With jwtIssuer"; without it they were dropped without a word (the
   // stage deployed with IAM authorization), where tableMinUnits without tableCapacity=provisioned
-  // is refused (review h100).
+  // is refused.
   it.each([
     [{ consoleClientId: "scheduler-console" }, "consoleClientId applies"],
     [{ consoleScope: "openid profile" }, "consoleScope applies"],

@@ -2,11 +2,10 @@ import { describe, expect, it } from "vitest";
 import { printable, table } from "../../client/cli/output.js";
 
 /**
- * Reviewer's cases (h106): the CLI's table pads each cell by its UTF-16 length, but a terminal
- * shows a wide character (CJK, U+3000 ideographic space) in two columns and a zero-width one
- * (U+200B, a combining mark, a tag character) in none; printable escapes neither. A name made of
- * printable characters then puts its own words under another column's header, and the row's real
- * cells beside them.
+ * The CLI's table pads each cell by the columns a terminal draws for it: a wide character (CJK,
+ * U+3000 ideographic space) two, a combining mark none, and printable escapes the zero-width
+ * format characters (U+200B, tag characters). Padded by UTF-16 length, a name of such characters
+ * put its own words under another column's header, and the row's real cells beside them.
  */
 
 /** How many terminal columns `text` takes (wcwidth's rules for the characters used here). */

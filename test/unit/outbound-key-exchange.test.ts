@@ -6,15 +6,15 @@ import { JobError } from "../../shared/execution/job-contract.js";
 import { httpContext, httpHandlerWith, LOOPBACK_WORKERS } from "../support/http-handler.js";
 
 /**
- * Review h99: what a hostile TLS receiver costs the worker's event loop. A TLS 1.2 server picks
- * the cipher suite, and the worker's client offers DHE (Node's default ciphers hold four
- * DHE-RSA suites) and puts no upper bound on the group the server names (`minDHSize` is a
- * minimum; OpenSSL takes any odd modulus up to 10,000 bits and does not test it for primality).
- * The client's half of the key exchange is two modular exponentiations of that size, done by
- * OpenSSL on the main thread, before the certificate is even judged: while they run, nothing
- * else the worker does (other tenants' deliveries, lease heartbeats, queue polls) runs. The
- * receiver pays almost nothing: it can sign a ServerKeyExchange with any key of its own and
- * abort. Here the receiver is a child process, so that its own work is not counted.
+ * What a hostile TLS receiver can cost the worker's event loop. A TLS 1.2 server picks the cipher
+ * suite, and with Node's default ciphers (four DHE-RSA suites among them) it could pick DHE with a
+ * group of its own naming: `minDHSize` is a minimum, and OpenSSL takes any odd modulus up to
+ * 10,000 bits without testing it for primality. The client's half of that exchange is two modular
+ * exponentiations of that size on the main thread, before the certificate is judged, while
+ * nothing else the worker does (other tenants' deliveries, lease heartbeats, queue polls) runs;
+ * the receiver pays almost nothing. A delivery offers elliptic-curve key exchange only
+ * (outbound.ts DELIVERY_TLS_OPTIONS). The receiver is a child process, so that its own work is
+ * not counted.
  */
 
 /** An RSA certificate for receiver.test (self-signed: the worker refuses it, after the key exchange). */
@@ -161,7 +161,7 @@ async function longestStall(port: number, deliveries: number): Promise<number> {
   return delay.max / 1e6;
 }
 
-describe("a TLS receiver offering a 10,000-bit Diffie-Hellman group (review h99)", () => {
+describe("a TLS receiver offering a 10,000-bit Diffie-Hellman group", () => {
   it("with a 2048-bit group, as a control, holds the event loop for little", async () => {
     expect(await longestStall(ordinaryPort, 2)).toBeLessThan(250);
   });

@@ -14,14 +14,13 @@ import {
 import { TEST_TLS_CERT, TEST_TLS_KEY } from "../support/tls-certificate.js";
 
 /**
- * Review h99: what the 1 MiB a delivery reads from its connection (received-bytes.ts) leaves
- * out over TLS. The meter wraps the TLS socket's `push`, so it counts the application data
- * OpenSSL decrypts, not the handshake messages it consumes itself; and TLS 1.3 lets a server send
- * post-handshake messages without end. A receiver that sends NewSessionTicket after
- * NewSessionTicket (`openssl s_server -num_tickets`) is read, decrypted and parsed by OpenSSL on
- * the worker's main thread, each ticket also handed to undici's session cache (a 'session'
- * event), and never counted: the connection is not closed past 1 MiB, and the delivery lasts to
- * its timeout (up to 900 s). A counting forwarder in front of the receiver measures what it sent.
+ * The 1 MiB a delivery reads from its connection (received-bytes.ts) over TLS: TLS 1.3 lets a
+ * server send post-handshake messages without end, which OpenSSL consumes itself, so a meter of
+ * the decrypted application data never saw them. A receiver that sends NewSessionTicket after
+ * NewSessionTicket (`openssl s_server -num_tickets`) has each read, decrypted and parsed on the
+ * worker's main thread and handed to undici's session cache; the meter counts the TCP socket's
+ * bytes, so the connection is closed past 1 MiB rather than lasting to the delivery's timeout (up
+ * to 900 s). A counting forwarder in front of the receiver measures what it sent.
  * A receiver with a publicly trusted certificate (any domain's) does this to a deployed worker;
  * here the client trusts the test's certificate, with the connector outboundDispatcher uses.
  */
@@ -59,7 +58,7 @@ async function accepting(port: number): Promise<void> {
 }
 
 beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), "h99-tickets-"));
+  dir = mkdtempSync(join(tmpdir(), "tls-tickets-"));
   writeFileSync(join(dir, "key.pem"), `${TEST_TLS_KEY}\n`);
   writeFileSync(join(dir, "cert.pem"), `${TEST_TLS_CERT}\n`);
   const port = await freePort();
@@ -99,7 +98,7 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-describe("a TLS 1.3 receiver that sends session tickets without end (review h99)", () => {
+describe("a TLS 1.3 receiver that sends session tickets without end", () => {
   it("has its connection closed past 1 MiB, as any receiver sending more does", async () => {
     const dispatcher = new Agent({ connect: meteredConnector({ ca: TEST_TLS_CERT }) });
     try {
