@@ -20,7 +20,7 @@ import {
   type TenantQuotas,
 } from "../shared/config.js";
 import type { ConsoleAuth } from "../shared/console/config.js";
-import { decimalDigitsValue } from "../shared/decimal-digits.js";
+import { decimalDigitsValue, decimalNumberValue } from "../shared/decimal-digits.js";
 import type { Priority } from "../shared/model.js";
 import {
   DEPLOY_TIME_VARIABLES,
@@ -671,8 +671,17 @@ export function settingsFromContext(node: Node): SchedulerSettings {
   const num = (key: ContextKey): number | undefined => {
     const value = raw(key);
     if (value === undefined || value === null) return undefined;
-    const n = typeof value === "number" ? value : Number(value);
-    if (!Number.isFinite(n)) throw new Error(`context ${key} must be a number, got "${value}"`);
+    const n =
+      typeof value === "number"
+        ? value
+        : typeof value === "string"
+          ? decimalNumberValue(value)
+          : undefined;
+    if (n === undefined || !Number.isFinite(n)) {
+      throw new Error(
+        `context ${key} must be a number written in decimal digits, such as 0.25 (no sign, no 0x, no exponent), got "${String(value)}"`,
+      );
+    }
     return n;
   };
   const issuer = text("jwtIssuer");

@@ -14,3 +14,13 @@ const DECIMAL_DIGITS = /^[0-9]+$/;
 export function decimalDigitsValue(text: string): number | undefined {
   return DECIMAL_DIGITS.test(text) ? Number(text) : undefined;
 }
+
+const DECIMAL_FRACTION = /^[0-9]+(\.[0-9]+)?$/;
+
+/**
+ * A number as written: decimal digits, with one point between digits if it has a fraction (`0.25`,
+ * `1`); `0x0`, `2e-1`, `.2`, `0.`, a sign or white space are refused, as for an integer.
+ */
+export function decimalNumberValue(text: string): number | undefined {
+  return DECIMAL_FRACTION.test(text) ? Number(text) : undefined;
+}

@@ -5,9 +5,11 @@ import { parseArgs } from "node:util";
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= "true";
 const { localAuthFromEnv } = await import("../../shared/api/local-auth.js");
 const { adminTenantsFrom } = await import("../../shared/api/auth.js");
-const { startSandbox, sandboxSettingOverrides } = await import("./sandbox.js");
+const { startSandbox, sandboxSettingOverrides, lowPriorityShareFrom, secretCacheFrom } =
+  await import("./sandbox.js");
 const { loadSettings } = await import("../../shared/config.js");
 const { endpointFromEnv } = await import("../../shared/aws.js");
+const { decimalDigitsValue } = await import("../../shared/decimal-digits.js");
 
 // `npm start`: the scheduler on this machine. Every option also reads an environment variable.
 const options = {
@@ -71,9 +73,11 @@ function positive(
   allowZero = false,
 ): number {
   if (raw === undefined || raw === "") return fallback;
-  const value = Number(raw);
-  if (!Number.isInteger(value) || value < (allowZero ? 0 : 1)) {
-    console.error(`${name} must be a whole number${allowZero ? "" : " above 0"}, got "${raw}"`);
+  const value = decimalDigitsValue(raw);
+  if (value === undefined || value < (allowZero ? 0 : 1)) {
+    console.error(
+      `${name} must be a whole number${allowZero ? "" : " above 0"} written in decimal digits, got "${raw}"`,
+    );
     process.exit(2);
   }
   return value;
@@ -96,6 +100,8 @@ try {
   adminTenantsFrom(env);
   // Likewise the settings taken from the environment (MIN_INTERVAL_MS, SHARD_COUNT, …).
   loadSettings(sandboxSettingOverrides(env));
+  lowPriorityShareFrom(env);
+  secretCacheFrom(env);
 } catch (error) {
   console.error(error instanceof Error ? error.message : String(error));
   process.exit(2);

@@ -8,6 +8,7 @@ import { createAwsClients } from "../../shared/aws.js";
 import { sleep, systemClock } from "../../shared/clock.js";
 import { DEFAULT_LOW_PRIORITY_SHARE, ENV, type Env, loadSettings } from "../../shared/config.js";
 import { buildConsoleAssets } from "../../shared/console/build.js";
+import { decimalDigitsValue, decimalNumberValue } from "../../shared/decimal-digits.js";
 import { runTickLoop } from "../../shared/dispatch/tick.js";
 import type { Engine } from "../../shared/engine.js";
 import { asyncCallbacksFrom } from "../../shared/execution/async-callbacks.js";
@@ -316,23 +317,25 @@ export function sandboxObservability(printRaw: (line: string) => void): Observab
  * How long the worker reuses a tenant's webhook secrets (WEBHOOK_SECRET_CACHE_SECONDS; unset, the
  * deployed worker's 30 s): a test that rotates a secret sets it short rather than wait 30 s.
  */
-function secretCacheFrom(env: Env): SecretCacheOptions {
+export function secretCacheFrom(env: Env): SecretCacheOptions {
   const raw = env.WEBHOOK_SECRET_CACHE_SECONDS;
   if (raw === undefined || raw === "") return {};
-  const value = Number(raw);
-  if (!Number.isInteger(value) || value < 0 || value > 3600)
+  const value = decimalDigitsValue(raw);
+  if (value === undefined || value > 3600)
     throw new Error(
-      `WEBHOOK_SECRET_CACHE_SECONDS must be a whole number from 0 to 3600, got "${raw}"`,
+      `WEBHOOK_SECRET_CACHE_SECONDS must be a whole number from 0 to 3600 written in decimal digits, got "${raw}"`,
     );
   return { ttlMs: value * 1000 };
 }
 
 /** The worker loop's starvation guard: the share of its slots normal and low each keep (0 to 0.5). */
-function lowPriorityShareFrom(env: Env): number {
+export function lowPriorityShareFrom(env: Env): number {
   const raw = env.LOW_PRIORITY_SHARE;
   if (raw === undefined || raw === "") return DEFAULT_LOW_PRIORITY_SHARE;
-  const value = Number(raw);
-  if (!Number.isFinite(value) || value < 0 || value > 0.5)
-    throw new Error(`LOW_PRIORITY_SHARE must be a number from 0 to 0.5, got "${raw}"`);
+  const value = decimalNumberValue(raw);
+  if (value === undefined || value > 0.5)
+    throw new Error(
+      `LOW_PRIORITY_SHARE must be a number from 0 to 0.5 written in decimal digits, such as 0.25, got "${raw}"`,
+    );
   return value;
 }

@@ -268,6 +268,17 @@ describe("settings", () => {
     );
   });
 
+  // Read with Number(), `-c lowPriorityShare=0x0`, ` 0.2` or `2e-1` were taken as numbers their
+  // writer did not write, where an integer setting is decimal digits.
+  it.each(["0x0", " 0.2", "2e-1", ".2", "0.", "+0.2"])(
+    "refuses lowPriorityShare=%j: a fraction is decimal digits with one point",
+    (value) => {
+      expect(() => fromContext({ lowPriorityShare: value })).toThrow(
+        "context lowPriorityShare must be a number written in decimal digits",
+      );
+    },
+  );
+
   // docs/deploy.md lists them "With jwtIssuer"; without it they were dropped without a word (the
   // stage deployed with IAM authorization), where tableMinUnits without tableCapacity=provisioned
   // is refused.

@@ -185,6 +185,49 @@ describe("npm start", () => {
     }
   }, 60_000);
 
+  // Read with Number(), `--port 0xBB8` served on 3000, `--workers 1e1` ran 10 workers and
+  // LOW_PRIORITY_SHARE=0x0 kept low-priority runs no share, each unsaid.
+  it("refuses a number not written in decimal digits at once (exit 2, naming it), before any emulator starts", async () => {
+    const refusedDir = await mkdtemp(join(tmpdir(), "scheduler-cli-digits-"));
+    try {
+      const cases: { args: string[]; env: Record<string, string>; names: string }[] = [
+        {
+          args: ["--port", "0xBB8"],
+          env: {},
+          names: '--port must be a whole number written in decimal digits, got "0xBB8"',
+        },
+        {
+          args: ["--workers", "1e1"],
+          env: {},
+          names: '--workers must be a whole number above 0 written in decimal digits, got "1e1"',
+        },
+        {
+          args: [],
+          env: { LOW_PRIORITY_SHARE: "0x0" },
+          names:
+            'LOW_PRIORITY_SHARE must be a number from 0 to 0.5 written in decimal digits, such as 0.25, got "0x0"',
+        },
+        {
+          args: [],
+          env: { WEBHOOK_SECRET_CACHE_SECONDS: "1e1" },
+          names:
+            'WEBHOOK_SECRET_CACHE_SECONDS must be a whole number from 0 to 3600 written in decimal digits, got "1e1"',
+        },
+      ];
+      for (const { args, env, names } of cases) {
+        const { code, output } = await startRefused(
+          ["--port", "0", "--data-dir", refusedDir, ...args],
+          env,
+        );
+        expect(code, output).toBe(2);
+        expect(output).toBe(names);
+      }
+      expect(javaFor(refusedDir)).toEqual([]);
+    } finally {
+      await rm(refusedDir, { recursive: true, force: true });
+    }
+  }, 180_000);
+
   it("refuses a port already in use at once (exit 1, naming the port and --port), before any emulator starts", async () => {
     const refusedDir = await mkdtemp(join(tmpdir(), "scheduler-cli-port-"));
     // Another program, or a sandbox started earlier in another terminal, holds the port.
