@@ -181,23 +181,37 @@ export type TenantOfClaims = (claims: JwtClaims) => string | null;
 const SUBJECT_TENANT_PREFIX = "sub:";
 
 /**
+ * API Gateway hands the function every claim as text: a JSON true or false as these words, and a
+ * null (undocumented) likely as "null" (Go's "<nil>" holds characters no id takes), so each would
+ * name one tenant shared by every token of the issuer that carries it. Refused as they are written, lowercase: JSON's literals have no other
+ * case, so "Null" is an issuer's own string, not a stringified literal. Numbers arrive as their
+ * digits, the tenant of the string; arrays ("[a b]") and objects hold characters no id takes.
+ */
+const STRINGIFIED_LITERALS: ReadonlySet<unknown> = new Set(["null", "true", "false"]);
+
+/** A claim's value as a tenant's name: a string, none of the texts a non-string becomes. */
+const nameOf = (claim: unknown): string | null =>
+  typeof claim === "string" && !STRINGIFIED_LITERALS.has(claim) ? claim : null;
+
+/**
  * The default: the `tenant_id` claim when the issuer puts one in its tokens,
  * else `sub:<sub>` (for a client-credentials token, the client). The two never
  * meet: a `tenant_id` starting with `sub:` is refused, so a token without the
  * claim whose subject happens to equal another tenant's id acts only as
- * `sub:<that id>`, never as that tenant.
+ * `sub:<that id>`, never as that tenant. Either claim reading `null`, `true`
+ * or `false` is refused, whether the issuer wrote it so or API Gateway made it
+ * text (STRINGIFIED_LITERALS), so the local server and the deployed API agree.
  */
 export const defaultTenantOfClaims: TenantOfClaims = (claims) => {
   if (claims.tenant_id !== undefined) {
-    const tenant = claims.tenant_id;
-    return typeof tenant === "string" &&
-      !tenant.startsWith(SUBJECT_TENANT_PREFIX) &&
-      isValidTenantId(tenant)
+    const tenant = nameOf(claims.tenant_id);
+    return tenant !== null && !tenant.startsWith(SUBJECT_TENANT_PREFIX) && isValidTenantId(tenant)
       ? tenant
       : null;
   }
-  if (typeof claims.sub !== "string" || claims.sub === "") return null;
-  const tenant = `${SUBJECT_TENANT_PREFIX}${claims.sub}`;
+  const sub = nameOf(claims.sub);
+  if (sub === null || sub === "") return null;
+  const tenant = `${SUBJECT_TENANT_PREFIX}${sub}`;
   return isValidTenantId(tenant) ? tenant : null;
 };
 

@@ -62,7 +62,7 @@ describe("the local server's JWT option", () => {
     expect(await tenantOf(await sign({ sub: "alice" }))).toBe("sub:alice");
   });
 
-  it("refuses a token of another audience, an expired one, an unsigned one, one signed with the public key as an HMAC secret, and a tenant_id that is no string", async () => {
+  it("refuses a token of another audience, an expired one, an unsigned one, one signed with the public key as an HMAC secret, and a tenant_id that is no string or reads as null, true or false", async () => {
     const signed = await sign({ sub: "alice" });
     const [header = "", payload = ""] = signed.split(".");
     const encode = (value: unknown) => Buffer.from(JSON.stringify(value)).toString("base64url");
@@ -80,6 +80,10 @@ describe("the local server's JWT option", () => {
       `${hmacHeader}.${payload}.${hmac}`,
       `${header}.${payload}.${"A".repeat(342)}`,
       await sign({ sub: "alice", tenant_id: 7 }),
+      // Refused as API Gateway's text of a JSON null is, so that one rule holds on both paths.
+      await sign({ sub: "alice", tenant_id: null }),
+      await sign({ sub: "alice", tenant_id: "null" }),
+      await sign({ sub: "true" }),
     ];
     expect(await Promise.all(refused.map((token) => tenantOf(token)))).toEqual(
       refused.map(() => null),

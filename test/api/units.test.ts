@@ -292,6 +292,18 @@ describe("JWT claims → tenant", () => {
     expect(await authenticate(request({ sub: "client-1", tenant_id: "" }))).toBeNull();
   });
 
+  it("refuses a tenant_id or sub of null, true or false: API Gateway hands a JSON null, true or false over as that text, so every such token would share one tenant", async () => {
+    for (const text of ["null", "true", "false"]) {
+      expect(await authenticate(request({ sub: "client-1", tenant_id: text }))).toBeNull();
+      expect(await authenticate(request({ sub: text }))).toBeNull();
+    }
+    // JSON's literals are lowercase only: no non-string claim becomes these, so they are ids.
+    expect(await authenticate(request({ sub: "client-1", tenant_id: "Null" }))).toBe("Null");
+    expect(await authenticate(request({ sub: "TRUE" }))).toBe("sub:TRUE");
+    // A number arrives as its digits and acts as the tenant of the string.
+    expect(await authenticate(request({ sub: "client-1", tenant_id: "7" }))).toBe("7");
+  });
+
   it("refuses a tenant_id of . or ..: a URL resolves the dot segment, so no admin could name it in /tenants/{tenantId}/quotas", async () => {
     for (const tenant_id of [".", ".."]) {
       expect(await authenticate(request({ sub: "client-1", tenant_id }))).toBeNull();
