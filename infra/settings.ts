@@ -44,8 +44,13 @@ type ApiAuth =
       readonly audience: readonly string[];
       /** The web console signs in at the issuer as this public client (PKCE); default the first audience. */
       readonly consoleClientId: string;
-      /** The scopes the console asks for; default "openid". */
+      /** The scopes the console asks for; default "openid" and the jwtScopes. */
       readonly consoleScope: string;
+      /**
+       * The OAuth scopes of which every authorized API route takes a token carrying one (API
+       * Gateway's route authorizationScopes); none, any token of the issuer for the audiences.
+       */
+      readonly scopes: readonly string[];
     };
 
 /** Everything a deployment can choose. Each has a default; `-c key=value` overrides it. */
@@ -199,6 +204,9 @@ export function resolveSettings(input: SettingsInput = {}): SchedulerSettings {
 
 /** A CloudWatch namespace, without spaces (and not ":" first, CloudWatch's rule). */
 const METRICS_NAMESPACE = /^[A-Za-z0-9._/#-][A-Za-z0-9._/#:-]*$/;
+
+/** OAuth scope tokens (RFC 6749: visible ASCII but `"` and `\`), one space between each two. */
+const OAUTH_SCOPES = /^[\x21\x23-\x5B\x5D-\x7E]+( [\x21\x23-\x5B\x5D-\x7E]+)*$/;
 
 /**
  * One address as SNS takes it: a local part of letters (any script), digits and RFC 5322's atom
@@ -362,8 +370,19 @@ function validate(s: SchedulerSettings): void {
       "consoleClientId must be a client id (visible ASCII, at most 256 characters)",
     );
     check(
-      /^[\x21\x23-\x5B\x5D-\x7E]+( [\x21\x23-\x5B\x5D-\x7E]+)*$/.test(s.auth.consoleScope),
+      OAUTH_SCOPES.test(s.auth.consoleScope),
       "consoleScope must be space-separated OAuth scopes",
+    );
+    check(
+      s.auth.scopes.length === 0 || OAUTH_SCOPES.test(s.auth.scopes.join(" ")),
+      "jwtScopes must be space-separated OAuth scopes",
+    );
+    // The console calls the API routes with its own access token: without one of the scopes there,
+    // API Gateway would refuse every call of every user signed in to it.
+    const consoleScopes = s.auth.consoleScope.split(" ");
+    check(
+      s.auth.scopes.length === 0 || s.auth.scopes.some((scope) => consoleScopes.includes(scope)),
+      `consoleScope "${s.auth.consoleScope}" carries none of jwtScopes "${s.auth.scopes.join(" ")}", so API Gateway would refuse the console's every call: add one to consoleScope, or leave consoleScope out (its default is openid and the jwtScopes)`,
     );
   }
   check(
@@ -595,6 +614,7 @@ export const CONTEXT_KEYS = [
   "jwtAudience",
   "consoleClientId",
   "consoleScope",
+  "jwtScopes",
   "tracing",
   "metricsNamespace",
   "workerTimeoutSeconds",
@@ -694,14 +714,16 @@ export function settingsFromContext(node: Node): SchedulerSettings {
   }
   // Read only beside jwtIssuer: without it the stage authorizes by IAM and its console signs in at
   // no issuer, so taking them unsaid would leave the operator thinking they were in force.
-  const consoleSettings = (["consoleClientId", "consoleScope"] as const).filter(
+  const jwtSettings = (["consoleClientId", "consoleScope", "jwtScopes"] as const).filter(
     (key) => raw(key) !== undefined && raw(key) !== null,
   );
-  if (issuer === undefined && consoleSettings.length > 0) {
+  if (issuer === undefined && jwtSettings.length > 0) {
     throw new Error(
-      `invalid scheduler settings:\n- ${consoleSettings.join(", ")} ${consoleSettings.length === 1 ? "applies" : "apply"} only with jwtIssuer and jwtAudience (the console signs in at the JWT issuer; with IAM authorization it signs in at none)`,
+      `invalid scheduler settings:\n- ${jwtSettings.join(", ")} ${jwtSettings.length === 1 ? "applies" : "apply"} only with jwtIssuer and jwtAudience (the JWT authorizer checks scopes and the console signs in at its issuer; IAM authorization has neither)`,
     );
   }
+  // Split at each space, so that two spaces or one at an end leave an empty scope to refuse.
+  const scopes = text("jwtScopes")?.split(" ") ?? [];
   const logRetention = int("logRetentionDays");
   return resolveSettings({
     stage: text("stage"),
@@ -724,7 +746,9 @@ export function settingsFromContext(node: Node): SchedulerSettings {
             issuer,
             audience,
             consoleClientId: text("consoleClientId") ?? audience[0] ?? "",
-            consoleScope: text("consoleScope") ?? "openid",
+            // The console's token must carry one of the scopes for the API routes to take it.
+            consoleScope: text("consoleScope") ?? ["openid", ...scopes].join(" "),
+            scopes,
           },
     tracing: bool("tracing"),
     metricsNamespace: text("metricsNamespace"),

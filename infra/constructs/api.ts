@@ -124,6 +124,11 @@ export class Api extends Construct {
       createDefaultStage: false,
       defaultIntegration: new HttpLambdaIntegration("Lambda", this.handler.fn),
       defaultAuthorizer: authorizer,
+      // With jwtScopes, a token of the issuer for an audience is not enough: it must carry one of
+      // them (`scope` or `scp`), which an OIDC ID token for the console's client does not.
+      ...(settings.auth.kind === "jwt" && settings.auth.scopes.length > 0
+        ? { defaultAuthorizationScopes: [...settings.auth.scopes] }
+        : {}),
     });
     const integration = new HttpLambdaIntegration("Pages", this.handler.fn);
     // A route each for the paths the app answers without credentials (PUBLIC_GET_PATHS): on
@@ -136,6 +141,8 @@ export class Api extends Construct {
         methods: [HttpMethod.GET, HttpMethod.HEAD],
         integration,
         authorizer: new HttpNoneAuthorizer(),
+        // Else CDK gives the route the API's default scopes, which only a JWT route can check.
+        authorizationScopes: [],
       })) {
         Validations.of(route).acknowledge({
           id: "AwsSolutions-APIG4",
@@ -153,6 +160,8 @@ export class Api extends Construct {
         methods: [HttpMethod.POST],
         integration,
         authorizer: new HttpNoneAuthorizer(),
+        // Else CDK gives the route the API's default scopes, which only a JWT route can check.
+        authorizationScopes: [],
       })) {
         Validations.of(route).acknowledge({
           id: "AwsSolutions-APIG4",

@@ -11,12 +11,15 @@ import {
   localAuthNotice,
   type TenantOfClaims,
 } from "./auth.js";
+import { ApiError } from "./errors.js";
 
 interface LocalJwtOptions {
   /** The OIDC issuer: its discovery document names the keys tokens are signed with. */
   readonly issuer: string;
   /** A token is accepted when its `aud` names one of these. */
   readonly audience: readonly string[];
+  /** A token must carry one of these in `scope` or `scp`, when there are any (jwtScopes). */
+  readonly scopes: readonly string[];
   /** The current time that `exp`, `nbf` and `iat` are checked against. */
   readonly now: Clock;
 }
@@ -26,7 +29,8 @@ interface LocalJwtOptions {
  * does before the API function sees a request (signature against the
  * issuer's keys, `iss`, `aud`, an `exp` after now, and `nbf` and `iat` not
  * after now), then the same claims-to-tenant mapping as the deployed API
- * (`jwtAuthenticator`). jose's own checks take a token without `exp` and
+ * (`jwtAuthenticator`); with scopes, a token carrying none of them is a 403,
+ * as API Gateway answers it. jose's own checks take a token without `exp` and
  * leave `iat` unchecked without `maxTokenAge`; the authorizer refuses both, so
  * a token the local server takes would be refused once deployed.
  */
@@ -62,9 +66,26 @@ function localJwtAuthenticator(
     }
     // jose has checked that an iat present is a number; with no clock tolerance, as for exp and nbf.
     if (claims.iat !== undefined && claims.iat > Math.floor(now.getTime() / 1000)) return null;
+    const carried = [...scopesIn(claims.scope), ...scopesIn(claims.scp)];
+    if (options.scopes.length > 0 && !options.scopes.some((scope) => carried.includes(scope))) {
+      const wanted = options.scopes.join(" ");
+      throw new ApiError(403, "forbidden", `the token carries none of the scopes ${wanted}`, {
+        headers: {
+          "WWW-Authenticate": `Bearer realm="scheduler", error="insufficient_scope", scope="${wanted}"`,
+        },
+      });
+    }
     return tenantOf(claims as JwtClaims);
   };
 }
+
+/** A scope claim: space-separated (OAuth's `scope`, Entra's `scp`) or an array (Okta's `scp`). */
+const scopesIn = (claim: unknown): string[] =>
+  typeof claim === "string"
+    ? claim.split(" ")
+    : Array.isArray(claim)
+      ? claim.filter((scope) => typeof scope === "string")
+      : [];
 
 const withSlash = (url: string) => (url.endsWith("/") ? url : `${url}/`);
 
@@ -73,6 +94,7 @@ const LOCAL_JWT_ENV = {
   audience: "SCHEDULER_JWT_AUDIENCE",
   consoleClientId: "SCHEDULER_CONSOLE_CLIENT_ID",
   consoleScope: "SCHEDULER_CONSOLE_SCOPE",
+  scopes: "SCHEDULER_JWT_SCOPES",
 } as const;
 
 export interface LocalAuth {
@@ -87,7 +109,9 @@ export interface LocalAuth {
  * Bearer keys (SCHEDULER_API_KEYS), or, with SCHEDULER_JWT_ISSUER and
  * SCHEDULER_JWT_AUDIENCE set, the stack's JWT option: tokens from that issuer,
  * and the console signing in there as the public client
- * SCHEDULER_CONSOLE_CLIENT_ID (default: the first audience).
+ * SCHEDULER_CONSOLE_CLIENT_ID (default: the first audience). SCHEDULER_JWT_SCOPES
+ * (space-separated) are the stack's jwtScopes: a token must carry one, and the
+ * console asks for them (SCHEDULER_CONSOLE_SCOPE, default openid and them).
  */
 export function localAuthFromEnv(env: Env = process.env, now: Clock = systemClock): LocalAuth {
   const issuer = env[LOCAL_JWT_ENV.issuer]?.trim();
@@ -108,14 +132,17 @@ export function localAuthFromEnv(env: Env = process.env, now: Clock = systemCloc
       `${LOCAL_JWT_ENV.issuer} (an issuer URL) and ${LOCAL_JWT_ENV.audience} (comma-separated audiences) go together`,
     );
   }
+  const scopes = (env[LOCAL_JWT_ENV.scopes] ?? "").split(" ").filter((s) => s !== "");
+  const consoleScope = env[LOCAL_JWT_ENV.consoleScope]?.trim() || ["openid", ...scopes].join(" ");
+  // As the stack's synth: a console without one of the scopes would be refused every call.
+  if (scopes.length > 0 && !scopes.some((scope) => consoleScope.split(" ").includes(scope))) {
+    throw new Error(
+      `${LOCAL_JWT_ENV.consoleScope} "${consoleScope}" carries none of ${LOCAL_JWT_ENV.scopes} "${scopes.join(" ")}": add one, or leave ${LOCAL_JWT_ENV.consoleScope} unset (openid and the scopes)`,
+    );
+  }
   return {
-    authenticate: localJwtAuthenticator({ issuer, audience, now }),
-    console: {
-      kind: "oidc",
-      issuer,
-      clientId,
-      scope: env[LOCAL_JWT_ENV.consoleScope]?.trim() || "openid",
-    },
+    authenticate: localJwtAuthenticator({ issuer, audience, scopes, now }),
+    console: { kind: "oidc", issuer, clientId, scope: consoleScope },
     notice: `tokens from ${issuer} for ${audience.join(", ")} (${LOCAL_JWT_ENV.issuer}); the console signs in there as client ${clientId}`,
   };
 }

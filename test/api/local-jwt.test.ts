@@ -3,6 +3,9 @@ import type { AddressInfo } from "node:net";
 import { exportJWK, generateKeyPair, type JWTPayload, SignJWT } from "jose";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { localAuthFromEnv } from "../../shared/api/local-auth.js";
+import { startLocalServer } from "../../shared/api/local-server.js";
+import { jobTypeCatalog } from "../../shared/job-types/registry.js";
+import { createEngineFixture } from "../support/engine-fixture.js";
 
 /**
  * The local server's JWT option (SCHEDULER_JWT_ISSUER, an adversarial review): it is to do what
@@ -112,5 +115,60 @@ describe("the local server's JWT option", () => {
       "sub:alice",
       null,
     ]);
+  });
+});
+
+describe("the local server's JWT option with SCHEDULER_JWT_SCOPES (the stack's jwtScopes)", () => {
+  it("answers a token carrying none of the scopes 403, as API Gateway does, and one carrying one in scope or scp as before", async () => {
+    const fixture = await createEngineFixture();
+    const api = await startLocalServer({
+      engine: fixture.engine,
+      jobTypes: jobTypeCatalog({ demoTypes: false }),
+      env: {
+        SCHEDULER_JWT_ISSUER: issuer,
+        SCHEDULER_JWT_AUDIENCE: AUDIENCE,
+        SCHEDULER_JWT_SCOPES: "scheduler/api scheduler/admin",
+      },
+    });
+    try {
+      const statusOf = async (claims: JWTPayload) => {
+        const response = await fetch(`${api.url}/jobs`, {
+          headers: { authorization: `Bearer ${await sign({ sub: "alice", ...claims })}` },
+        });
+        return [
+          response.status,
+          ((await response.json()) as { error?: { code: string } }).error?.code,
+        ];
+      };
+      // An ID token for the console's client carries no scope; nor does an access token for others.
+      expect(await statusOf({})).toEqual([403, "forbidden"]);
+      expect(await statusOf({ scope: "openid profile" })).toEqual([403, "forbidden"]);
+      expect(await statusOf({ scp: ["scheduler/read"] })).toEqual([403, "forbidden"]);
+      // A scope is a whole word of the claim, not a part of one.
+      expect(await statusOf({ scope: "scheduler/api2" })).toEqual([403, "forbidden"]);
+      expect(await statusOf({ scope: "openid scheduler/api" })).toEqual([200, undefined]);
+      expect(await statusOf({ scp: ["scheduler/admin"] })).toEqual([200, undefined]);
+      expect(await statusOf({ scp: "email scheduler/admin" })).toEqual([200, undefined]);
+      // Still a 401 for a token the authorizer refuses, whatever its scopes.
+      expect(await statusOf({ scope: "scheduler/api", aud: "another-api" })).toEqual([
+        401,
+        "unauthorized",
+      ]);
+    } finally {
+      await api.close();
+      await fixture.destroy();
+    }
+  });
+
+  it("has the console ask for openid and the scopes, and refuses a console scope with none of them", () => {
+    const env = {
+      SCHEDULER_JWT_ISSUER: "https://id.example.com",
+      SCHEDULER_JWT_AUDIENCE: AUDIENCE,
+      SCHEDULER_JWT_SCOPES: "scheduler/api",
+    };
+    expect(localAuthFromEnv(env).console).toMatchObject({ scope: "openid scheduler/api" });
+    expect(() => localAuthFromEnv({ ...env, SCHEDULER_CONSOLE_SCOPE: "openid profile" })).toThrow(
+      'SCHEDULER_CONSOLE_SCOPE "openid profile" carries none of SCHEDULER_JWT_SCOPES "scheduler/api"',
+    );
   });
 });

@@ -142,7 +142,14 @@ describe("the API function's environment against Lambda's 4 KB limit", () => {
     const s = resolveSettings({ stage: "s".repeat(20) });
     const emptyJwt = {
       ...s,
-      auth: { kind: "jwt", issuer: "", audience: [], consoleClientId: "", consoleScope: "" },
+      auth: {
+        kind: "jwt",
+        issuer: "",
+        audience: [],
+        consoleClientId: "",
+        consoleScope: "",
+        scopes: [],
+      },
     } as const;
     const bytes = environmentBytes(apiFunctionEnvironment(emptyJwt));
     expect(LAMBDA_ENVIRONMENT_LIMIT_BYTES - bytes).toBeGreaterThanOrEqual(

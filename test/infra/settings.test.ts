@@ -289,8 +289,46 @@ describe("settings", () => {
       { consoleClientId: "scheduler-console", consoleScope: "openid" },
       "consoleClientId, consoleScope apply",
     ],
+    [{ jwtScopes: "scheduler/api" }, "jwtScopes applies"],
   ])("refuses %o without jwtIssuer, naming what it needs", (context, named) => {
     expect(() => fromContext(context)).toThrow(`${named} only with jwtIssuer and jwtAudience`);
+  });
+
+  describe("jwtScopes", () => {
+    const jwt = { jwtIssuer: "https://id.example.com", jwtAudience: "api" };
+    const authOf = (context: Record<string, unknown>) => fromContext({ ...jwt, ...context }).auth;
+
+    it("requires none by default, and the console asks for openid", () => {
+      expect(authOf({})).toMatchObject({ scopes: [], consoleScope: "openid" });
+    });
+
+    it("reads space-separated scopes; the console asks for openid and them unless consoleScope says otherwise", () => {
+      expect(authOf({ jwtScopes: "scheduler/api scheduler/admin" })).toMatchObject({
+        scopes: ["scheduler/api", "scheduler/admin"],
+        consoleScope: "openid scheduler/api scheduler/admin",
+      });
+      expect(
+        authOf({
+          jwtScopes: "scheduler/api scheduler/admin",
+          consoleScope: "openid scheduler/admin",
+        }),
+      ).toMatchObject({ consoleScope: "openid scheduler/admin" });
+    });
+
+    it("refuses a consoleScope that carries none of them, naming both: API Gateway would refuse the console's every call", () => {
+      expect(() => authOf({ jwtScopes: "scheduler/api", consoleScope: "openid profile" })).toThrow(
+        'consoleScope "openid profile" carries none of jwtScopes "scheduler/api", so API Gateway would refuse the console\'s every call',
+      );
+    });
+
+    it.each(["a  b", " a", "a ", 'a "b"', "a\\b", "a\tb"])(
+      "refuses %j as OAuth scopes, as consoleScope is",
+      (jwtScopes) => {
+        expect(() => authOf({ jwtScopes, consoleScope: "openid a" })).toThrow(
+          "jwtScopes must be space-separated OAuth scopes",
+        );
+      },
+    );
   });
 
   it("reads the handlers' integer variables as decimal digits too", () => {

@@ -259,7 +259,8 @@ describe("a setting changed on a live stage", () => {
     jwtIssuer: "https://issuer.example.com/",
     jwtAudience: "scheduler-api",
     consoleClientId: "scheduler-console",
-    consoleScope: "openid profile",
+    consoleScope: "openid profile scheduler/api",
+    jwtScopes: "scheduler/api scheduler/admin",
     tracing: "true",
     metricsNamespace: "Acme/Scheduler",
     workerTimeoutSeconds: "600",
@@ -748,6 +749,8 @@ describe("API", () => {
     const open: string[] = [];
     const authorized: string[] = [];
     for (const [, route] of routes) {
+      // Scopes only with jwtScopes, which needs the JWT authorizer.
+      expect(route.Properties?.AuthorizationScopes).toBeUndefined();
       if (route.Properties?.AuthorizationType === "NONE")
         open.push(String(route.Properties.RouteKey));
       else {

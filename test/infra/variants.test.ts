@@ -30,6 +30,7 @@ beforeAll(() => {
       jwtIssuer: "https://issuer.example.com/",
       jwtAudience: "scheduler-api, scheduler-cli",
       consoleClientId: "scheduler-console",
+      jwtScopes: "scheduler/api scheduler/admin",
       tracing: "true",
       alarmEmail: "oncall@example.com",
     },
@@ -164,9 +165,16 @@ describe("options", () => {
     });
     const open: string[] = [];
     for (const [, route] of resourcesOfType(synth, "AWS::ApiGatewayV2::Route")) {
-      if (route.Properties?.AuthorizationType === "NONE")
+      if (route.Properties?.AuthorizationType === "NONE") {
         open.push(String(route.Properties.RouteKey));
-      else expect(route.Properties?.AuthorizationType).toBe("JWT");
+        // Scopes are for JWT routes alone: a public route takes no token to hold them.
+        expect(route.Properties.AuthorizationScopes).toBeUndefined();
+      } else {
+        expect(route.Properties?.AuthorizationType).toBe("JWT");
+        // jwtScopes: a token of the issuer for an audience (an ID token for the console's client,
+        // say) is refused unless it carries one of them.
+        expect(route.Properties?.AuthorizationScopes).toEqual(["scheduler/api", "scheduler/admin"]);
+      }
     }
     // Only the console's page and bundle, the API reference, the OpenAPI document and the health
     // check; every API route needs a token, and an async target's run routes, which authenticate
@@ -193,7 +201,9 @@ describe("options", () => {
       kind: "oidc",
       issuer: "https://issuer.example.com/",
       clientId: "scheduler-console",
-      scope: "openid",
+      // Without consoleScope the console asks for openid and the jwtScopes, for the API to take
+      // its token.
+      scope: "openid scheduler/api scheduler/admin",
     });
     expect(apiEnvironment(variants.dev).API_AUTH).toBe("iam");
     expect(parseConsoleAuth(String(apiEnvironment(variants.dev).CONSOLE_AUTH))).toEqual({
