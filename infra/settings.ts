@@ -2,6 +2,7 @@ import { RetentionDays } from "aws-cdk-lib/aws-logs";
 import { RegionInfo } from "aws-cdk-lib/region-info";
 import type { Node } from "constructs";
 import { isValidTenantId, TENANT_ID_CHARS } from "../shared/api/auth.js";
+import { defaultConsoleScope, OAUTH_SCOPES, scopesRefusal } from "../shared/api/oauth-scopes.js";
 import {
   CLAIM_REACH_SECONDS,
   DEFAULT_LOW_PRIORITY_SHARE,
@@ -205,9 +206,6 @@ export function resolveSettings(input: SettingsInput = {}): SchedulerSettings {
 /** A CloudWatch namespace, without spaces (and not ":" first, CloudWatch's rule). */
 const METRICS_NAMESPACE = /^[A-Za-z0-9._/#-][A-Za-z0-9._/#:-]*$/;
 
-/** OAuth scope tokens (RFC 6749: visible ASCII but `"` and `\`), one space between each two. */
-const OAUTH_SCOPES = /^[\x21\x23-\x5B\x5D-\x7E]+( [\x21\x23-\x5B\x5D-\x7E]+)*$/;
-
 /**
  * One address as SNS takes it: a local part of letters (any script), digits and RFC 5322's atom
  * signs, dot-separated; a domain of two or more labels (letters, digits, inner hyphens), the last
@@ -369,14 +367,14 @@ function validate(s: SchedulerSettings): void {
       /^[\x21-\x7E]{1,256}$/.test(s.auth.consoleClientId),
       "consoleClientId must be a client id (visible ASCII, at most 256 characters)",
     );
+    // Left out, consoleScope is made of jwtScopes: what is wrong with it is theirs to say.
+    const consoleScopeGiven = s.auth.consoleScope !== defaultConsoleScope(s.auth.scopes);
     check(
-      OAUTH_SCOPES.test(s.auth.consoleScope),
+      !consoleScopeGiven || OAUTH_SCOPES.test(s.auth.consoleScope),
       "consoleScope must be space-separated OAuth scopes",
     );
-    check(
-      s.auth.scopes.length === 0 || OAUTH_SCOPES.test(s.auth.scopes.join(" ")),
-      "jwtScopes must be space-separated OAuth scopes",
-    );
+    const scopesWrong = s.auth.scopes.length === 0 ? null : scopesRefusal(s.auth.scopes.join(" "));
+    check(scopesWrong === null, `jwtScopes ${scopesWrong}`);
     // The console calls the API routes with its own access token: without one of the scopes there,
     // API Gateway would refuse every call of every user signed in to it.
     const consoleScopes = s.auth.consoleScope.split(" ");
@@ -433,7 +431,9 @@ function refuseApiEnvironmentPastLimit(s: SchedulerSettings, problems: string[])
       ? {
           jwtIssuer: Buffer.byteLength(s.auth.issuer),
           consoleClientId: Buffer.byteLength(s.auth.consoleClientId),
-          consoleScope: Buffer.byteLength(s.auth.consoleScope),
+          [s.auth.consoleScope === defaultConsoleScope(s.auth.scopes) && s.auth.scopes.length > 0
+            ? "consoleScope (not given: openid and the jwtScopes)"
+            : "consoleScope"]: Buffer.byteLength(s.auth.consoleScope),
         }
       : {}),
     metricsNamespace: Buffer.byteLength(s.metricsNamespace),
@@ -442,7 +442,7 @@ function refuseApiEnvironmentPastLimit(s: SchedulerSettings, problems: string[])
     .filter(([, length]) => length > 0)
     .map(([key, length]) => `${key} ${length}`);
   problems.push(
-    `adminTenants, jwtIssuer, consoleClientId, consoleScope and metricsNamespace make the API function's environment up to ${bytes} bytes, past Lambda's limit of ${LAMBDA_ENVIRONMENT_LIMIT_BYTES} (the deploy would fail creating the function): ${given.join(", ")} bytes here; shorten them by ${bytes - LAMBDA_ENVIRONMENT_LIMIT_BYTES} bytes, such as fewer admin tenants (docs/deploy.md, "Settings")`,
+    `adminTenants, jwtIssuer, consoleClientId, consoleScope (or the jwtScopes it is made of) and metricsNamespace make the API function's environment up to ${bytes} bytes, past Lambda's limit of ${LAMBDA_ENVIRONMENT_LIMIT_BYTES} (the deploy would fail creating the function): ${given.join(", ")} bytes here; shorten them by ${bytes - LAMBDA_ENVIRONMENT_LIMIT_BYTES} bytes, such as fewer admin tenants (docs/deploy.md, "Settings")`,
   );
 }
 
@@ -747,7 +747,7 @@ export function settingsFromContext(node: Node): SchedulerSettings {
             audience,
             consoleClientId: text("consoleClientId") ?? audience[0] ?? "",
             // The console's token must carry one of the scopes for the API routes to take it.
-            consoleScope: text("consoleScope") ?? ["openid", ...scopes].join(" "),
+            consoleScope: text("consoleScope") ?? defaultConsoleScope(scopes),
             scopes,
           },
     tracing: bool("tracing"),

@@ -189,6 +189,17 @@ const SUBJECT_TENANT_PREFIX = "sub:";
  */
 const STRINGIFIED_LITERALS: ReadonlySet<unknown> = new Set(["null", "true", "false"]);
 
+/**
+ * The claims of a verified token as API Gateway's payload 2.0 hands them to the function: each value
+ * as text (a number as its digits, true and false as those words, null as "null", an array as
+ * "[a b]"), so that a local server judges a token's JSON as the deployed API judges its text.
+ */
+export function claimsAsText(claims: Readonly<Record<string, unknown>>): JwtClaims {
+  const asText = (value: unknown): string =>
+    Array.isArray(value) ? `[${value.map(asText).join(" ")}]` : String(value);
+  return Object.fromEntries(Object.entries(claims).map(([key, value]) => [key, asText(value)]));
+}
+
 /** A claim's value as a tenant's name: a string, none of the texts a non-string becomes. */
 const nameOf = (claim: unknown): string | null =>
   typeof claim === "string" && !STRINGIFIED_LITERALS.has(claim) ? claim : null;

@@ -5,13 +5,14 @@ import type { ConsoleAuth } from "../console/config.js";
 import {
   type Authenticator,
   bearerAuthenticator,
+  claimsAsText,
   defaultTenantOfClaims,
-  type JwtClaims,
   localApiKeys,
   localAuthNotice,
   type TenantOfClaims,
 } from "./auth.js";
 import { ApiError } from "./errors.js";
+import { defaultConsoleScope, scopesCarried, scopesRefusal } from "./oauth-scopes.js";
 
 interface LocalJwtOptions {
   /** The OIDC issuer: its discovery document names the keys tokens are signed with. */
@@ -66,7 +67,7 @@ function localJwtAuthenticator(
     }
     // jose has checked that an iat present is a number; with no clock tolerance, as for exp and nbf.
     if (claims.iat !== undefined && claims.iat > Math.floor(now.getTime() / 1000)) return null;
-    const carried = [...scopesIn(claims.scope), ...scopesIn(claims.scp)];
+    const carried = scopesCarried(claims);
     if (options.scopes.length > 0 && !options.scopes.some((scope) => carried.includes(scope))) {
       const wanted = options.scopes.join(" ");
       throw new ApiError(403, "forbidden", `the token carries none of the scopes ${wanted}`, {
@@ -75,17 +76,9 @@ function localJwtAuthenticator(
         },
       });
     }
-    return tenantOf(claims as JwtClaims);
+    return tenantOf(claimsAsText(claims));
   };
 }
-
-/** A scope claim: space-separated (OAuth's `scope`, Entra's `scp`) or an array (Okta's `scp`). */
-const scopesIn = (claim: unknown): string[] =>
-  typeof claim === "string"
-    ? claim.split(" ")
-    : Array.isArray(claim)
-      ? claim.filter((scope) => typeof scope === "string")
-      : [];
 
 const withSlash = (url: string) => (url.endsWith("/") ? url : `${url}/`);
 
@@ -119,7 +112,12 @@ export function localAuthFromEnv(env: Env = process.env, now: Clock = systemCloc
     .split(",")
     .map((a) => a.trim())
     .filter((a) => a !== "");
+  const scopesText = env[LOCAL_JWT_ENV.scopes];
   if (!issuer && audience.length === 0) {
+    if (scopesText !== undefined && scopesText !== "")
+      throw new Error(
+        `${LOCAL_JWT_ENV.scopes} applies only with ${LOCAL_JWT_ENV.issuer} and ${LOCAL_JWT_ENV.audience}, as the stack's jwtScopes only with jwtIssuer: without them the server takes API keys, which carry no scopes`,
+      );
     return {
       authenticate: bearerAuthenticator(localApiKeys(env).keys),
       console: { kind: "key" },
@@ -132,8 +130,11 @@ export function localAuthFromEnv(env: Env = process.env, now: Clock = systemCloc
       `${LOCAL_JWT_ENV.issuer} (an issuer URL) and ${LOCAL_JWT_ENV.audience} (comma-separated audiences) go together`,
     );
   }
-  const scopes = (env[LOCAL_JWT_ENV.scopes] ?? "").split(" ").filter((s) => s !== "");
-  const consoleScope = env[LOCAL_JWT_ENV.consoleScope]?.trim() || ["openid", ...scopes].join(" ");
+  const scopesWrong =
+    scopesText === undefined || scopesText === "" ? null : scopesRefusal(scopesText);
+  if (scopesWrong !== null) throw new Error(`${LOCAL_JWT_ENV.scopes} ${scopesWrong}`);
+  const scopes = scopesText ? [...new Set(scopesText.split(" "))] : [];
+  const consoleScope = env[LOCAL_JWT_ENV.consoleScope]?.trim() || defaultConsoleScope(scopes);
   // As the stack's synth: a console without one of the scopes would be refused every call.
   if (scopes.length > 0 && !scopes.some((scope) => consoleScope.split(" ").includes(scope))) {
     throw new Error(

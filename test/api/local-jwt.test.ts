@@ -2,6 +2,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { exportJWK, generateKeyPair, type JWTPayload, SignJWT } from "jose";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { jwtAuthenticator } from "../../shared/api/auth.js";
 import { localAuthFromEnv } from "../../shared/api/local-auth.js";
 import { startLocalServer } from "../../shared/api/local-server.js";
 import { jobTypeCatalog } from "../../shared/job-types/registry.js";
@@ -65,7 +66,7 @@ describe("the local server's JWT option", () => {
     expect(await tenantOf(await sign({ sub: "alice" }))).toBe("sub:alice");
   });
 
-  it("refuses a token of another audience, an expired one, an unsigned one, one signed with the public key as an HMAC secret, and a tenant_id that is no string or reads as null, true or false", async () => {
+  it("refuses a token of another audience, an expired one, an unsigned one, one signed with the public key as an HMAC secret, and a tenant_id that reads as null, true or false or is an array", async () => {
     const signed = await sign({ sub: "alice" });
     const [header = "", payload = ""] = signed.split(".");
     const encode = (value: unknown) => Buffer.from(JSON.stringify(value)).toString("base64url");
@@ -82,7 +83,7 @@ describe("the local server's JWT option", () => {
       unsigned,
       `${hmacHeader}.${payload}.${hmac}`,
       `${header}.${payload}.${"A".repeat(342)}`,
-      await sign({ sub: "alice", tenant_id: 7 }),
+      await sign({ sub: "alice", tenant_id: ["acme"] }),
       // Refused as API Gateway's text of a JSON null is, so that one rule holds on both paths.
       await sign({ sub: "alice", tenant_id: null }),
       await sign({ sub: "alice", tenant_id: "null" }),
@@ -149,6 +150,11 @@ describe("the local server's JWT option with SCHEDULER_JWT_SCOPES (the stack's j
       expect(await statusOf({ scope: "openid scheduler/api" })).toEqual([200, undefined]);
       expect(await statusOf({ scp: ["scheduler/admin"] })).toEqual([200, undefined]);
       expect(await statusOf({ scp: "email scheduler/admin" })).toEqual([200, undefined]);
+      // API Gateway reads scp when the token has one, and scope only when it has not.
+      expect(await statusOf({ scope: "scheduler/api", scp: ["email"] })).toEqual([
+        403,
+        "forbidden",
+      ]);
       // Still a 401 for a token the authorizer refuses, whatever its scopes.
       expect(await statusOf({ scope: "scheduler/api", aud: "another-api" })).toEqual([
         401,
@@ -167,8 +173,108 @@ describe("the local server's JWT option with SCHEDULER_JWT_SCOPES (the stack's j
       SCHEDULER_JWT_SCOPES: "scheduler/api",
     };
     expect(localAuthFromEnv(env).console).toMatchObject({ scope: "openid scheduler/api" });
+    // Each scope once, openid too.
+    expect(
+      localAuthFromEnv({ ...env, SCHEDULER_JWT_SCOPES: "openid scheduler/api scheduler/api" })
+        .console,
+    ).toMatchObject({ scope: "openid scheduler/api" });
     expect(() => localAuthFromEnv({ ...env, SCHEDULER_CONSOLE_SCOPE: "openid profile" })).toThrow(
       'SCHEDULER_CONSOLE_SCOPE "openid profile" carries none of SCHEDULER_JWT_SCOPES "scheduler/api"',
     );
+  });
+});
+
+describe("the local server and the deployed API on the same token", () => {
+  /**
+   * A claim as API Gateway's payload 2.0 hands it to the function, as docs/deploy.md ("First
+   * request") describes it: a number as its digits, true and false as those words, null as "null",
+   * an array as "[a b]".
+   */
+  const asText = (value: unknown): string =>
+    Array.isArray(value) ? `[${value.map(asText).join(" ")}]` : String(value);
+  const deployed = jwtAuthenticator();
+  const deployedTenantOf = (claims: Record<string, unknown>) =>
+    deployed({
+      env: {
+        requestContext: {
+          authorizer: {
+            jwt: {
+              claims: Object.fromEntries(Object.entries(claims).map(([k, v]) => [k, asText(v)])),
+              scopes: null,
+            },
+          },
+        },
+      },
+      header: () => undefined,
+    });
+
+  it("maps every claim value to the tenant the deployed API maps API Gateway's text of it to", async () => {
+    const tokens: Record<string, unknown>[] = [
+      { sub: "alice", tenant_id: "acme" },
+      { sub: "alice" },
+      { sub: "alice", tenant_id: null },
+      { sub: "alice", tenant_id: true },
+      { sub: "alice", tenant_id: ["acme"] },
+      { sub: "alice", tenant_id: 7 },
+      { sub: "alice", tenant_id: 0 },
+      { sub: "alice", tenant_id: -1 },
+    ];
+    const local = await Promise.all(tokens.map(async (claims) => tenantOf(await sign(claims))));
+    const remote = await Promise.all(tokens.map((claims) => deployedTenantOf(claims)));
+    expect(tokens.map((claims, i) => [JSON.stringify(claims), local[i]])).toEqual(
+      tokens.map((claims, i) => [JSON.stringify(claims), remote[i]]),
+    );
+  });
+});
+
+describe("SCHEDULER_JWT_SCOPES the stack's jwtScopes would refuse", () => {
+  const env = { SCHEDULER_JWT_AUDIENCE: AUDIENCE, SCHEDULER_JWT_SCOPES: "scheduler/api" };
+
+  it("is refused at start, naming it, as synth refuses jwtScopes: a tab, a quote, a line break", () => {
+    for (const scopes of [
+      "scheduler/api\tscheduler/admin",
+      'scheduler/api "x"',
+      "scheduler/api\n",
+    ]) {
+      expect(
+        () =>
+          localAuthFromEnv({ ...env, SCHEDULER_JWT_ISSUER: issuer, SCHEDULER_JWT_SCOPES: scopes }),
+        JSON.stringify(scopes),
+      ).toThrow("SCHEDULER_JWT_SCOPES");
+    }
+  });
+
+  it("is refused without SCHEDULER_JWT_ISSUER, as synth refuses jwtScopes without jwtIssuer, not left unsaid while API keys are taken", () => {
+    expect(() => localAuthFromEnv({ SCHEDULER_JWT_SCOPES: "scheduler/api" })).toThrow(
+      "SCHEDULER_JWT_SCOPES",
+    );
+  });
+
+  it("never answers 500: with a line break at its end (an env file's), the server refuses to start or takes a token carrying the scope", async () => {
+    const fixture = await createEngineFixture();
+    try {
+      const started = await startLocalServer({
+        engine: fixture.engine,
+        jobTypes: jobTypeCatalog({ demoTypes: false }),
+        env: { ...env, SCHEDULER_JWT_ISSUER: issuer, SCHEDULER_JWT_SCOPES: "scheduler/api\n" },
+      }).catch((error: unknown) => error);
+      if (started instanceof Error) {
+        expect(started.message).toContain("SCHEDULER_JWT_SCOPES");
+        return;
+      }
+      const api = started as Awaited<ReturnType<typeof startLocalServer>>;
+      try {
+        const response = await fetch(`${api.url}/jobs`, {
+          headers: {
+            authorization: `Bearer ${await sign({ sub: "alice", scope: "scheduler/api" })}`,
+          },
+        });
+        expect(response.status).toBe(200);
+      } finally {
+        await api.close();
+      }
+    } finally {
+      await fixture.destroy();
+    }
   });
 });

@@ -313,12 +313,37 @@ describe("settings", () => {
           consoleScope: "openid scheduler/admin",
         }),
       ).toMatchObject({ consoleScope: "openid scheduler/admin" });
+      // Each scope asked for once, openid too.
+      expect(authOf({ jwtScopes: "openid scheduler/api scheduler/api" })).toMatchObject({
+        consoleScope: "openid scheduler/api",
+      });
     });
 
     it("refuses a consoleScope that carries none of them, naming both: API Gateway would refuse the console's every call", () => {
       expect(() => authOf({ jwtScopes: "scheduler/api", consoleScope: "openid profile" })).toThrow(
         'consoleScope "openid profile" carries none of jwtScopes "scheduler/api", so API Gateway would refuse the console\'s every call',
       );
+    });
+
+    it("refuses more than 10 scopes: API Gateway takes at most 10 per route (not raisable), so the deploy would fail creating the $default route", () => {
+      const eleven = Array.from({ length: 11 }, (_, i) => `scheduler/s${i}`).join(" ");
+      expect(() => authOf({ jwtScopes: eleven })).toThrow("jwtScopes");
+    });
+
+    it("refuses malformed jwtScopes naming jwtScopes alone when consoleScope is not given: the operator wrote no consoleScope to correct", () => {
+      expect(() => authOf({ jwtScopes: "scheduler/api  scheduler/admin" })).toThrow(
+        "jwtScopes must be space-separated OAuth scopes",
+      );
+      expect(() => authOf({ jwtScopes: "scheduler/api  scheduler/admin" })).not.toThrow(
+        "consoleScope must be space-separated OAuth scopes",
+      );
+    });
+
+    it("names jwtScopes when the console's default scope, made of them, takes the API function's environment past 4 KB", () => {
+      const long = Array.from({ length: 10 }, (_, i) => `scheduler/${i}`.padEnd(220, "x")).join(
+        " ",
+      );
+      expect(() => authOf({ jwtScopes: long })).toThrow(/past Lambda's limit.*jwtScopes/s);
     });
 
     it.each(["a  b", " a", "a ", 'a "b"', "a\\b", "a\tb"])(
