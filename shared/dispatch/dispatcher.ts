@@ -3,13 +3,8 @@ import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
 import { FenceLostError } from "../errors.js";
 import { bucketsBetween, minuteOf } from "../keys.js";
-import type { DueEntry } from "../model.js";
 import { METRICS } from "../observability.js";
-import {
-  type DueEntryScanPage,
-  dueBucketPages,
-  scanDueEntriesBefore,
-} from "../storage/due-entries.js";
+import { dueBucketPages } from "../storage/due-entries.js";
 import {
   acquireShardLease,
   endPass,
@@ -18,6 +13,7 @@ import {
   type ShardLease,
   type UnfinishedScan,
 } from "../storage/lease.js";
+import { sweepUnpositionedBacklog } from "./backlog-scan.js";
 import { type ChainOptions, emptySweepStats, type SweepStats } from "./claim-chain.js";
 import { claimPages, earliest } from "./claim-pages.js";
 import { lookbackBuckets, sweepLookback } from "./lookback.js";
@@ -81,6 +77,20 @@ const floorMinute = (ms: number) => Math.floor(ms / MINUTE_MS) * MINUTE_MS;
 const minuteMs = (minute: string) => Date.parse(`${minute}:00.000Z`);
 
 /**
+ * Where the recent buckets a pass claims after its backlog begin: at the first minute that begins
+ * a minute or more after the backlog's time budget ends (`deadlineMs`, half a lease from the
+ * pass's `now`: the backlog loop starts no chunk past it), or at the horizon's end when that comes
+ * first. The buckets before hold what falls due while the backlog may still be read, and go first;
+ * those from here on, due at least a minute after the budget, wait for the backlog and the
+ * look-back, whose entries are late already. The minute is their allowance for the backlog chunk
+ * begun before the budget ended (up to 64 buckets, claimed to their end) and the look-back (up to
+ * 15 buckets), so an entry here is still claimed before it is due.
+ */
+function aheadFromMs(deadlineMs: number, horizonEnd: Date): number {
+  return Math.min(horizonEnd.getTime(), floorMinute(deadlineMs + MINUTE_MS) + MINUTE_MS);
+}
+
+/**
  * Where a pass starts reading: where the last completed pass said (two minutes
  * before it began, or the rest of a backlog, or a bucket with a failed entry),
  * or well behind this pass's window when that lies ahead of it (a clock ahead
@@ -99,16 +109,18 @@ function sweepStartMs(lease: ShardLease, recentFromMs: number): number | null {
 
 /**
  * One dispatcher pass over a shard: take the lease; sweep the recent buckets
- * (two minutes back to the horizon), then any backlog left by passes that did
- * not run or did not complete (bounded per pass), then the buckets 15 minutes
- * behind the line it moves on (`lookbackBuckets`: what writers behind the
- * passes' clocks filed there); record where the next pass starts and release
- * the lease. A due entry that cannot be claimed does not stop the pass (see
- * `sweepBuckets`), and the lease is released however the pass ends, so the next
- * tick need not wait for it to lapse. A pass whose lease lapsed and was taken
- * over claims on, racing the new owner entry by entry (a claim needs no lease:
- * the due entry's delete lets one claimer through), and learns it at its end
- * write, which records nothing and releases nothing.
+ * (two minutes back to the horizon) in two parts around what is late already:
+ * first those due before the backlog's time budget can end and a minute on
+ * (`aheadFromMs`), then any backlog left by passes that did not run or did not
+ * complete (bounded per pass) and the buckets 15 minutes behind the line it
+ * moves on (`lookbackBuckets`: what writers behind the passes' clocks filed
+ * there), then the rest of the window; record where the next pass starts and
+ * release the lease. A due entry that cannot be claimed does not stop the pass
+ * (see `sweepBuckets`), and the lease is released however the pass ends, so the
+ * next tick need not wait for it to lapse. A pass whose lease lapsed and was
+ * taken over claims on, racing the new owner entry by entry (a claim needs no
+ * lease: the due entry's delete lets one claimer through), and learns it at its
+ * end write, which records nothing and releases nothing.
  */
 export async function dispatchShard(
   engine: Engine,
@@ -198,10 +210,38 @@ async function sweepPass(
     concurrency: options.concurrency,
   };
   const stats = emptySweepStats();
-  // Recent buckets first: they hold what is due now, a backlog only what is late already.
-  const recent = bucketsBetween(new Date(recentFromMs), new Date(horizon.end.getTime() - 1));
-  let leftFrom = await sweepBuckets(engine, lease.shard, recent, sweep, stats);
   const deadline = now.getTime() + engine.settings.leaseMs / 2;
+  // What is due before the backlog's budget can end first, then what is late already (the
+  // backlog, the look-back), then the rest of the window, due a minute or more after that budget
+  // (see `aheadFromMs`): a late entry does not wait for every claim up to the horizon, minutes on.
+  const aheadFrom = new Date(aheadFromMs(deadline, horizon.end));
+  const dueSoon = bucketsBetween(new Date(recentFromMs), new Date(aheadFrom.getTime() - 1));
+  const ahead =
+    aheadFrom < horizon.end ? bucketsBetween(aheadFrom, new Date(horizon.end.getTime() - 1)) : [];
+  let leftFrom = await sweepBuckets(engine, lease.shard, dueSoon, sweep, stats);
+  /**
+   * Claims what is late already, then the window's rest, however the first ends: a pass that fails
+   * in its backlog still claims its whole window, as when the window went first (the failure is
+   * thrown after it). The rest lies past the line, so its left bucket moves neither the look-back's
+   * range nor `sweepFrom`; it is recorded with the others all the same.
+   */
+  async function overdueThenAhead<T>(
+    overdue: () => Promise<T>,
+  ): Promise<{ value: T; aheadLeft: string | null }> {
+    let value: T;
+    try {
+      value = await overdue();
+    } catch (error) {
+      await sweepBuckets(engine, lease.shard, ahead, sweep, stats).catch((aheadError: unknown) =>
+        engine.obs.log.warn("could not sweep the window's rest after the backlog failed", {
+          shard: lease.shard,
+          error: String(aheadError),
+        }),
+      );
+      throw error;
+    }
+    return { value, aheadLeft: await sweepBuckets(engine, lease.shard, ahead, sweep, stats) };
+  }
 
   const startMs = sweepStartMs(lease, recentFromMs);
   if (startMs === null) {
@@ -210,15 +250,10 @@ async function sweepPass(
       before: minuteOf(new Date(recentFromMs)),
       leftFrom: null,
     };
-    const backlog = await sweepUnpositionedBacklog(
-      engine,
-      lease.shard,
-      scan,
-      deadline,
-      sweep,
-      stats,
+    const { value: backlog, aheadLeft } = await overdueThenAhead(() =>
+      sweepUnpositionedBacklog(engine, lease.shard, scan, deadline, sweep, stats),
     );
-    leftFrom = earliest([leftFrom, backlog.leftFrom, scan.leftFrom]);
+    leftFrom = earliest([leftFrom, aheadLeft, backlog.leftFrom, scan.leftFrom]);
     if (backlog.nextKey !== undefined) {
       const left = { ...scan, from: backlog.nextKey, leftFrom };
       const scanning = { backlogBuckets: 0, lookbackBuckets: 0, lookbackEntries: 0 };
@@ -247,30 +282,31 @@ async function sweepPass(
   const budget = options.maxBacklogBuckets ?? MAX_BACKLOG_BUCKETS_PER_PASS;
   const backlogEndMs = Math.min(recentFromMs, startMs + budget * MINUTE_MS);
   let nextMs = startMs;
-  while (nextMs < backlogEndMs && engine.clock().getTime() < deadline) {
-    const chunkEndMs = Math.min(backlogEndMs, nextMs + BACKLOG_CHUNK * MINUTE_MS);
-    const chunk = bucketsBetween(new Date(nextMs), new Date(chunkEndMs - 1));
-    const results = await mapConcurrently(chunk, BACKLOG_CONCURRENCY, (minute) =>
-      sweepBuckets(engine, lease.shard, [minute], sweep, stats),
-    );
-    leftFrom = earliest([leftFrom, ...results]);
-    nextMs = chunkEndMs;
-  }
-  const backlogBuckets = Math.max(0, (nextMs - startMs) / MINUTE_MS);
   // Unread backlog, or a bucket where an entry failed for now, is where the next pass starts.
   const lineMs = (left: string | null) =>
     Math.min(nextMs, recentFromMs, left === null ? Number.POSITIVE_INFINITY : minuteMs(left));
-  // What writers behind the passes' clocks filed before the line, as far as the line moves on.
-  const lookback = lookbackBuckets(startMs, lineMs(leftFrom));
-  const behind = await sweepLookback(engine, lease.shard, lookback, sweep, stats);
-  leftFrom = earliest([leftFrom, behind.leftFrom]);
+  const { value: lookback, aheadLeft } = await overdueThenAhead(async () => {
+    while (nextMs < backlogEndMs && engine.clock().getTime() < deadline) {
+      const chunkEndMs = Math.min(backlogEndMs, nextMs + BACKLOG_CHUNK * MINUTE_MS);
+      const chunk = bucketsBetween(new Date(nextMs), new Date(chunkEndMs - 1));
+      const results = await mapConcurrently(chunk, BACKLOG_CONCURRENCY, (minute) =>
+        sweepBuckets(engine, lease.shard, [minute], sweep, stats),
+      );
+      leftFrom = earliest([leftFrom, ...results]);
+      nextMs = chunkEndMs;
+    }
+    // What writers behind the passes' clocks filed before the line, as far as the line moves on.
+    const buckets = lookbackBuckets(startMs, lineMs(leftFrom));
+    return { buckets, ...(await sweepLookback(engine, lease.shard, buckets, sweep, stats)) };
+  });
+  leftFrom = earliest([leftFrom, lookback.leftFrom, aheadLeft]);
   return {
     stats,
     watermark: horizon.minute,
     sweepFrom: minuteOf(new Date(lineMs(leftFrom))),
-    backlogBuckets,
-    lookbackBuckets: lookback.length,
-    lookbackEntries: behind.entries,
+    backlogBuckets: Math.max(0, (nextMs - startMs) / MINUTE_MS),
+    lookbackBuckets: lookback.buckets.length,
+    lookbackEntries: lookback.entries,
   };
 }
 
@@ -309,69 +345,6 @@ async function sweepBuckets(
   stats: SweepStats,
 ): Promise<string | null> {
   return claimPages(engine, shard, dueBucketPages(engine, shard, minutes), options, stats);
-}
-
-/**
- * The backlog of a shard no pass has completed on: every due entry of the
- * shard in a bucket before the scan's bound, however old, found by one strongly
- * consistent scan of the jobs table (bucket by bucket there is no telling
- * where to start). It runs once in a shard's life, over as many passes as it
- * takes: each reads pages until its time budget runs out or a Scan request
- * fails, and returns the key the next one goes on from (`nextKey`, undefined
- * once the scan has ended).
- * Entries written meanwhile are filed at the current minute or later, which
- * the recent sweeps read.
- */
-async function sweepUnpositionedBacklog(
-  engine: Engine,
-  shard: number,
-  scan: UnfinishedScan,
-  deadlineMs: number,
-  options: Pick<SweepOptions, "now" | "horizonEnd" | "concurrency">,
-  stats: SweepStats,
-): Promise<{ nextKey: Record<string, unknown> | null | undefined; leftFrom: string | null }> {
-  const position: { nextKey: Record<string, unknown> | null | undefined } = {
-    nextKey: scan.from,
-  };
-  let pagesRead = 0;
-  let failed: unknown;
-  async function* pages(): AsyncGenerator<DueEntry[]> {
-    do {
-      if (engine.clock().getTime() >= deadlineMs) return;
-      let page: DueEntryScanPage;
-      try {
-        page = await scanDueEntriesBefore(
-          engine,
-          shard,
-          scan.before,
-          position.nextKey ?? undefined,
-        );
-      } catch (error) {
-        // Ends this pass's share of the scan as its time running out does, so the pages read are
-        // recorded: a failure as far into every pass (a provisioned table's burst used up) would
-        // otherwise hold the scan there for good.
-        failed = error;
-        return;
-      }
-      pagesRead++;
-      yield page.entries;
-      position.nextKey = page.nextKey;
-    } while (position.nextKey);
-  }
-  const leftFrom = await claimPages(engine, shard, pages(), options, stats);
-  engine.obs.log.info("scanned for the backlog of a shard never swept", {
-    shard,
-    pages: pagesRead,
-    resumed: scan.from !== null,
-    complete: position.nextKey === undefined,
-  });
-  if (failed !== undefined) {
-    engine.obs.log.error("could not read the scan's next page; the next pass goes on from it", {
-      shard,
-      error: String(failed),
-    });
-  }
-  return { nextKey: position.nextKey, leftFrom };
 }
 
 async function mapConcurrently<T, R>(

@@ -12,6 +12,7 @@ import {
 } from "../../shared/dispatch/dispatcher.js";
 import { sendClaimed } from "../../shared/dispatch/fast-path.js";
 import { createJob, editJob } from "../../shared/jobs/index.js";
+import { bucketKey } from "../../shared/keys.js";
 import type { DueEntry } from "../../shared/model.js";
 import { METRICS } from "../../shared/observability.js";
 import { dueEntryKey, scanDueEntriesBefore } from "../../shared/storage/due-entries.js";
@@ -203,6 +204,52 @@ describe("a due entry that cannot be claimed", () => {
     time.ms += 20 * SECOND;
     const next = await dispatchShard(f.engine, 0, "next-pass");
     expect(next.outcome).toBe("swept");
+  });
+
+  it("a pass whose backlog cannot be read claims the rest of its recent window before it fails", async () => {
+    // The backlog goes between the two parts of the recent window: the part due a minute or more
+    // past the backlog's budget (half a lease) comes after it, and is claimed however it ends.
+    time.ms = Math.ceil(time.ms / MINUTE) * MINUTE + 30 * SECOND;
+    swept(await dispatchShard(f.engine, 0, "before-gap"));
+    const before = new Date(time.ms);
+    const lateDue = new Date(before.getTime() + 5 * MINUTE);
+    const aheadDue = new Date(before.getTime() + 14 * MINUTE);
+    await seedJobs(
+      f,
+      [
+        { jobId: "backlog-unread", schedule: { runAt: lateDue.toISOString() }, dueAt: lateDue },
+        { jobId: "window-rest", schedule: { runAt: aheadDue.toISOString() }, dueAt: aheadDue },
+      ],
+      before,
+    );
+    // Ten minutes without a pass: the first entry's bucket is backlog; the second is due four
+    // minutes after the next pass, in the rest of its window.
+    time.ms += 10 * MINUTE;
+    const faulty = withFaults(f.engine, {
+      operation: "Query",
+      times: 1,
+      match: (input) =>
+        (input.ExpressionAttributeValues as Record<string, unknown>)[":pk"] ===
+        bucketKey(lateDue, 0),
+      error: () =>
+        Object.assign(new Error("injected: the backlog bucket could not be read"), {
+          name: "ValidationException",
+        }),
+    });
+    try {
+      await expect(dispatchShard(faulty.engine, 0, "backlog-fails")).rejects.toThrow(/injected/);
+    } finally {
+      faulty.destroy();
+    }
+    const claimed = async () =>
+      (await f.runs())
+        .filter((r) => r.jobId === "backlog-unread" || r.jobId === "window-rest")
+        .map((r) => r.jobId);
+    expect(await claimed()).toEqual(["window-rest"]);
+    // The pass recorded nothing: the next one reads the backlog again.
+    time.ms += 20 * SECOND;
+    swept(await dispatchShard(f.engine, 0, "after-failure"));
+    expect((await claimed()).sort()).toEqual(["backlog-unread", "window-rest"]);
   });
 });
 

@@ -280,13 +280,14 @@ describe("a noisy tenant's load that holds no one back", () => {
     expect(JSON.stringify(item).length).toBeLessThan(1_000);
   });
 
-  it("a fire_all catch-up storm after an outage goes after another tenant's run due in the recent window", async () => {
+  it("a fire_all catch-up storm after an outage goes after another tenant's run due before the backlog's budget ends", async () => {
     time.offsetMs = Math.floor(Date.now() / MINUTE) * MINUTE + 20 * SECOND - Date.now();
     const before = new Date(time.clock().getTime());
     expect((await dispatchShard(f.engine, 0, "before-outage")).outcome).toBe("swept");
     // Ten per-minute fire_all jobs due a minute on, then 31 minutes without a pass: each has 30
-    // occurrences to catch up in the backlog. The quiet tenant's one-off is due 3 minutes after
-    // the outage, in the recent window of the first pass after it.
+    // occurrences to catch up in the backlog. The quiet tenant's one-off is due a minute after
+    // the outage, before the backlog's budget of the first pass after it ends and a minute on
+    // (half the default 60 s lease: the minutes up to the one 90 s on, from 20 s into a minute).
     const outageEnd = new Date(before.getTime() + 31 * MINUTE);
     const firstMissed = new Date(before.getTime() - 20 * SECOND + MINUTE);
     await seedJobs(
@@ -299,7 +300,7 @@ describe("a noisy tenant's load that holds no one back", () => {
           misfire: "fire_all" as const,
           tenantId: "t-catching-up",
         })),
-        ...oneOffs("t-quiet-after-outage", "z5-", 1, new Date(outageEnd.getTime() + 3 * MINUTE)),
+        ...oneOffs("t-quiet-after-outage", "z5-", 1, new Date(outageEnd.getTime() + MINUTE)),
       ],
       before,
     );
@@ -310,11 +311,120 @@ describe("a noisy tenant's load that holds no one back", () => {
       expect(pass).toMatchObject({ outcome: "swept" });
       const caughtUp = recording.tenants.filter((t) => t === "t-catching-up").length;
       expect(caughtUp).toBeGreaterThanOrEqual(10 * 30);
-      // The recent window first: the quiet run went out before any of the catch-up's.
+      // What is due while the backlog may be read first: the quiet run went out before any of the
+      // catch-up's.
       expect(recording.tenants.indexOf("t-quiet-after-outage")).toBe(0);
     } finally {
       recording.stop();
     }
+  }, 120_000);
+  // An entry in the backlog (missed by passes that did not run, or one whose claim failed for now,
+  // which holds `sweepFrom` at its bucket) is late already; a noisy tenant's entries in a bucket
+  // minutes ahead are not due yet. A pass claims the backlog after the recent buckets due before
+  // its backlog's budget can end (and a minute on), and before the rest of its recent window.
+  it("another tenant's entry late in the backlog goes out before a noisy tenant's entries due minutes ahead", async () => {
+    // On from where the case before left the clock (a pass's line only moves forward), 20 s into
+    // a minute.
+    const at = time.clock().getTime();
+    time.offsetMs += Math.ceil(at / MINUTE) * MINUTE + MINUTE + 20 * SECOND - at;
+    const before = new Date(time.clock().getTime());
+    expect((await dispatchShard(f.engine, 0, "before-gap")).outcome).toBe("swept");
+    // Ten minutes without a pass. The quiet tenant's one-off was due 5 minutes into them (its
+    // bucket is backlog for the next pass); the noisy tenant's 200 are due 3 minutes after the
+    // gap, in a bucket of the next pass's recent window.
+    const gapEnd = new Date(before.getTime() + 10 * MINUTE);
+    await seedJobs(
+      f,
+      [
+        ...oneOffs("t-quiet-late", "a6-", 1, new Date(before.getTime() + 5 * MINUTE)),
+        ...oneOffs("t-noisy-ahead", "z6-", 200, new Date(gapEnd.getTime() + 3 * MINUTE)),
+      ],
+      before,
+    );
+    time.offsetMs += 10 * MINUTE;
+    const recording = recordSends(f);
+    try {
+      const pass = await dispatchShard(f.engine, 0, "after-gap");
+      expect(pass).toMatchObject({ outcome: "swept" });
+      // The two tenants' runs alone: the case before's per-minute jobs go on being claimed too.
+      const sent = recording.tenants.filter((t) => t === "t-quiet-late" || t === "t-noisy-ahead");
+      expect(sent.filter((t) => t === "t-noisy-ahead")).toHaveLength(200);
+      // Five minutes late already, it should go out among the first claims (16 lanes), not after
+      // every run of the noisy tenant's that is due three minutes from now.
+      expect(sent.indexOf("t-quiet-late")).toBeLessThan(16);
+    } finally {
+      recording.stop();
+    }
+  }, 120_000);
+});
+
+describe("a pass's late entries between the two parts of its recent window (30 s lease, 3-minute lookahead)", () => {
+  // The backlog's budget is half the lease: 15 s from the pass's start. From 35 s into a minute,
+  // the recent buckets claimed before the backlog (or the first pass's scan) are those up to the
+  // next minute's (the minutes that begin before the budget's end and a minute on, 1:50 on the
+  // minute), the rest of the window after it. A 60 s lease would take the minute after that too.
+  const time = shiftedClock();
+  let f: EngineFixture;
+  beforeAll(async () => {
+    f = await createEngineFixture({
+      clock: time.clock,
+      settings: { shardCount: 1, maxShardCount: 1, leaseMs: 30 * SECOND, lookaheadMs: 3 * MINUTE },
+    });
+  });
+  afterAll(() => f.destroy());
+
+  /**
+   * Seeds a tenant's entry due at `lateDueAt` (late for the pass at `passAt`), 30 of a tenant's
+   * due 70 s after `passAt` (1:45 on the minute: in the first part, 55 s after the budget ends)
+   * and 30 of a tenant's due 90 s after it (2:05 on: the window's rest); then passes at `passAt`
+   * and returns the tenants of the runs it sends, in order.
+   */
+  async function passOrder(prefix: string, lateDueAt: Date, passAt: Date): Promise<string[]> {
+    const seededAt = time.clock();
+    await seedJobs(
+      f,
+      [
+        ...oneOffs("t-late", `${prefix}a-`, 1, lateDueAt),
+        ...oneOffs("t-due-soon", `${prefix}m-`, 30, new Date(passAt.getTime() + 70 * SECOND)),
+        ...oneOffs("t-due-later", `${prefix}z-`, 30, new Date(passAt.getTime() + 90 * SECOND)),
+      ],
+      seededAt,
+    );
+    time.offsetMs += passAt.getTime() - seededAt.getTime();
+    const recording = recordSends(f);
+    try {
+      expect(await dispatchShard(f.engine, 0, `pass-${prefix}`)).toMatchObject({
+        outcome: "swept",
+      });
+      return [...recording.tenants];
+    } finally {
+      recording.stop();
+    }
+  }
+
+  function expectOrder(sent: readonly string[]) {
+    expect(sent.filter((t) => t === "t-due-soon")).toHaveLength(30);
+    expect(sent.filter((t) => t === "t-due-later")).toHaveLength(30);
+    // Due before the backlog's budget ends and a minute on: claimed before the late entry, so
+    // not made late by it; due after that, claimed after it.
+    expect(sent.indexOf("t-late")).toBe(30);
+  }
+
+  it("the first pass's scan for a shard's backlog goes between them", async () => {
+    const at = Date.now();
+    const passAt = new Date(Math.ceil(at / MINUTE) * MINUTE + 35 * SECOND);
+    time.offsetMs = passAt.getTime() - 10 * SECOND - at;
+    expectOrder(await passOrder("s7-", new Date(passAt.getTime() - 5 * MINUTE), passAt));
+  }, 120_000);
+
+  it("a backlog after passes that did not run goes between them", async () => {
+    const at = time.clock().getTime();
+    time.offsetMs += Math.ceil(at / MINUTE) * MINUTE + MINUTE + 35 * SECOND - at;
+    const before = time.clock();
+    expect((await dispatchShard(f.engine, 0, "before-gap")).outcome).toBe("swept");
+    // Ten minutes without a pass; the late entry was due five minutes into them.
+    const passAt = new Date(before.getTime() + 10 * MINUTE);
+    expectOrder(await passOrder("b7-", new Date(before.getTime() + 5 * MINUTE), passAt));
   }, 120_000);
 });
 
