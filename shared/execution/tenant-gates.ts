@@ -1,5 +1,14 @@
 import { PRIORITIES, type Priority } from "../model.js";
 
+/** What a message met at its tenant's gate. */
+export type GateAnswer = "passed" | "stopped" | "full";
+
+/** How many messages may wait at one tenant's gate, and at all the gates together. */
+export interface WaitingLimits {
+  readonly perTenant: number;
+  readonly total: number;
+}
+
 interface Gate {
   /** Messages held in the loop, wherever they are. */
   held: number;
@@ -20,17 +29,27 @@ interface Gate {
  * receives past a capped tenant's backlog to the other tenants' messages behind it, as SQS fair
  * queues deliver a quiet tenant's messages before a noisy one's backlog on AWS.
  *
+ * A gate keeps at most `limits.perTenant` messages waiting, and the gates together
+ * `limits.total`: a message past either is turned away (`enter` answers "full") for the loop to
+ * hand back to SQS (hand-back.ts). Held, a backlog would fill the loop's hold of messages however
+ * many it may hold, and the loop would stop receiving for every tenant until the backlog drained.
+ *
  * The quota itself holds across every worker at start (shared/quotas/concurrency.ts): the gate
  * only keeps a tenant at its cap from spending this loop's slots, and the table's requests, on
  * runs that would be sent back.
  */
 export class TenantGates {
   private readonly gates = new Map<string, Gate>();
+  /** Messages waiting at all the gates. */
+  private waiting = 0;
+  /** By priority: the last message to meet its gate found it full (a capped tenant's backlog). */
+  private readonly lastFull: Record<Priority, boolean> = { high: false, normal: false, low: false };
 
   /** `capRead` is told when a tenant's cap is read, as it may change what counts. */
   constructor(
     private readonly capOf: (tenantId: string) => Promise<number | null>,
     private readonly capRead: () => void = () => {},
+    private readonly limits: WaitingLimits = { perTenant: Infinity, total: Infinity },
   ) {}
 
   /** A message of the tenant was received. */
@@ -63,32 +82,55 @@ export class TenantGates {
 
   /**
    * Waits until the tenant has fewer than its cap past the gate (reading the cap, which is
-   * cached), then passes: true. A stop ends the wait without passing: false.
+   * cached), then passes: "passed". A stop ends the wait without passing: "stopped". A message
+   * that would wait while its gate, or the gates together, hold as many waiting as they may does
+   * not wait: "full".
    */
-  async enter(tenantId: string, priority: Priority, signal: AbortSignal): Promise<boolean> {
+  async enter(tenantId: string, priority: Priority, signal: AbortSignal): Promise<GateAnswer> {
     const cap = await this.capOf(tenantId);
     const gate = this.gate(tenantId);
     this.setCap(gate, cap);
+    this.lastFull[priority] = false;
     if (cap === null || (gate.passed < cap && waitingAt(gate) === 0)) {
       gate.passed++;
-      return true;
+      return "passed";
     }
-    return new Promise<boolean>((resolve) => {
-      if (signal.aborted) return resolve(false);
+    if (signal.aborted) return "stopped";
+    if (waitingAt(gate) >= this.limits.perTenant || this.waiting >= this.limits.total) {
+      this.lastFull[priority] = true;
+      return "full";
+    }
+    return new Promise<GateAnswer>((resolve) => {
       const queue = gate.waiting[priority];
       const onAbort = () => {
         const index = queue.indexOf(admit);
-        if (index >= 0) queue.splice(index, 1);
-        resolve(false);
+        if (index >= 0) {
+          queue.splice(index, 1);
+          this.waiting--;
+        }
+        resolve("stopped");
       };
       // The one who frees its place counts it (see `admit`).
       const admit = () => {
         signal.removeEventListener("abort", onAbort);
-        resolve(true);
+        resolve("passed");
       };
       signal.addEventListener("abort", onAbort, { once: true });
       queue.push(admit);
+      this.waiting++;
     });
+  }
+
+  /**
+   * Whether the last message of the priority (of any, without one) to meet its gate was turned
+   * away, and messages still wait at a gate: the messages coming in are a capped tenant's
+   * backlog, and the loop reads on past them.
+   */
+  turningAway(priority?: Priority): boolean {
+    if (this.waiting === 0) return false;
+    return priority === undefined
+      ? PRIORITIES.some((p) => this.lastFull[p])
+      : this.lastFull[priority];
   }
 
   /** A message that passed the gate is done: the next one waiting may pass. */
@@ -124,6 +166,7 @@ export class TenantGates {
       const next = PRIORITIES.find((p) => gate.waiting[p].length > 0);
       if (next === undefined) return;
       gate.passed++;
+      this.waiting--;
       gate.waiting[next].shift()?.();
     }
   }

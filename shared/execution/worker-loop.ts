@@ -7,8 +7,10 @@ import { type ReceivedRun, receiveRuns, runKeysOf, SQS_BATCH } from "../queue/wo
 import { concurrentRunsCap } from "../quotas/concurrency.js";
 import { AckBatcher } from "./ack-batcher.js";
 import { DueTimers, FairSlots } from "./fair-slots.js";
+import { HandBacks, quotaWaitStart } from "./hand-back.js";
 import { HeldMessages } from "./held-messages.js";
-import { TenantGates } from "./tenant-gates.js";
+import { IdleWait } from "./idle-wait.js";
+import { type GateAnswer, TenantGates } from "./tenant-gates.js";
 import {
   MAX_EARLY_WAIT_MS,
   processRun,
@@ -45,6 +47,14 @@ const HELD_PER_SLOT = 2;
 /** Messages held at all, those waiting at a gate too, per slot of concurrency. */
 const MOST_HELD_PER_SLOT = 100;
 
+/**
+ * The share of the loop's hold (MOST_HELD_PER_SLOT a slot) that messages waiting at their tenants'
+ * gates may take together. Past it, as past a tenant's own limit, a message is handed back to SQS
+ * (hand-back.ts): however many capped tenants have a backlog, the other half of the hold stays
+ * for the messages that run, and the loop receives on for the uncapped tenants.
+ */
+const WAITING_SHARE_OF_MOST_HELD = 0.5;
+
 /** How often the caps of tenants with messages waiting at their gates are read again (cached 10 s). */
 const CAP_REFRESH_MS = 5_000;
 
@@ -60,7 +70,8 @@ const MAX_RECEIVERS = 8;
  * a priority, the runs it holds take slots in turn by tenant, so a tenant with
  * a backlog does not hold back another's runs; a tenant at its concurrent-runs
  * quota waits at its gate without taking the loop's capacity (tenant-gates.ts),
- * so the loop receives past its backlog. The Lambda worker runs the same
+ * so the loop receives past its backlog; what its gate may not keep goes back
+ * to SQS for a while (hand-back.ts). The Lambda worker runs the same
  * `processRun` per SQS record.
  *
  * A message that arrives early (SQS delays are whole seconds, rounded down)
@@ -91,7 +102,11 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
   const gates = new TenantGates(
     (tenantId) => concurrentRunsCap(deps.engine, tenantId),
     () => settled.notify(),
+    // A tenant keeps as many waiting as the loop holds ready to run: two turns of every slot, more
+    // than it can run at once, so its slots do not wait for its messages handed back.
+    { perTenant: capacity, total: Math.floor(mostHeld * WAITING_SHARE_OF_MOST_HELD) },
   );
+  const handBacks = new HandBacks(deps.engine, acks);
   const due = new DueTimers();
   const kept = new HeldMessages(
     deps.engine,
@@ -118,7 +133,8 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
     for (const received of batch) {
       const { tenantId } = received.message;
       gates.hold(tenantId);
-      const task = handle(deps, received, { due, slots, gates, kept, acks }, signal).finally(() => {
+      const parts = { due, slots, gates, kept, acks, handBacks };
+      const task = handle(deps, received, parts, signal).finally(() => {
         gates.unhold(tenantId);
         held.delete(task);
         settled.notify();
@@ -136,12 +152,16 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
         joined = true;
         continue;
       }
+      // While the messages coming in go back to SQS from full gates, a receive asks for a full
+      // batch, not only for the loop's free slots: one message a round trip, a backlog of hundreds
+      // would hold a quiet tenant's run behind it for seconds. What passes its gate of such a
+      // batch is held ready past the capacity by up to a batch, and no receive follows until
+      // that is back under it.
+      const ready = Math.min(options.concurrency - slots.busy, capacity - gates.counted());
       const free =
-        Math.min(
-          options.concurrency - slots.busy,
-          capacity - gates.counted(),
-          mostHeld - held.size,
-        ) - asked;
+        ready <= 0
+          ? 0
+          : Math.min(gates.turningAway() ? SQS_BATCH : ready, mostHeld - held.size) - asked;
       if (free <= 0) {
         await settled.wait();
         continue;
@@ -150,7 +170,7 @@ export async function runWorkerLoop(deps: WorkerDeps, options: WorkerLoopOptions
       asked += max;
       let batch: ReceivedRun[];
       try {
-        batch = await receiveByPriority(deps, guard, max, first ? idle : null, signal);
+        batch = await receiveByPriority(deps, guard, gates, max, first ? idle : null, signal);
       } finally {
         asked -= max;
         // What this receive did not fill is free again for a receiver waiting on it.
@@ -194,6 +214,11 @@ class ReceiveGuard {
       .filter(({ owed }) => owed > 0);
   }
 
+  /** Not asked out of turn: it came back empty less than GUARD_EMPTY_BACKOFF_MS ago. */
+  resting(priority: Priority): boolean {
+    return this.emptyUntil[priority] > this.clock().getTime();
+  }
+
   cameBackEmpty(priority: Priority): void {
     this.emptyUntil[priority] = this.clock().getTime() + GUARD_EMPTY_BACKOFF_MS;
   }
@@ -202,6 +227,7 @@ class ReceiveGuard {
 async function receiveByPriority(
   deps: WorkerDeps,
   guard: ReceiveGuard,
+  gates: TenantGates,
   max: number,
   idle: IdleWait | null,
   signal: AbortSignal,
@@ -230,6 +256,17 @@ async function receiveByPriority(
     if (batch.length > 0) return batch;
     guard.cameBackEmpty(priority);
   }
+  // A queue whose messages go back to SQS from full gates runs none of them: the queues below it
+  // are asked before it (each once a second at most while empty), so a capped tenant's backlog
+  // cycling through it does not hold back their runs.
+  const blocked = PRIORITIES.findIndex((p) => gates.turningAway(p));
+  const below = blocked < 0 ? [] : PRIORITIES.slice(blocked + 1);
+  for (const priority of below.filter((p) => !gates.turningAway(p) && !guard.resting(p))) {
+    const batch = await receive(priority, max, 0);
+    if (batch === null) return [];
+    if (batch.length > 0) return batch;
+    guard.cameBackEmpty(priority);
+  }
   for (const priority of PRIORITIES) {
     const batch = await receive(priority, max, 0);
     if (batch === null) return [];
@@ -238,73 +275,13 @@ async function receiveByPriority(
   return idle === null ? [] : idle.next(receive, max);
 }
 
-/**
- * The idle wait of a loop whose queues all came back empty: every queue long-polled at once, so a
- * run sent to any of them starts as soon as it is visible, none waiting out another queue's poll
- * (short polls instead kept a fifth of a core busy in the sandbox, whose emulator runs in its
- * process; on AWS each is a billed request). Each poll asks for a share of what is free; the first
- * batch is the loop's answer, one that comes after it is taken as it comes. A queue whose poll is
- * still out is not polled again, so a trickle of runs does not pile polls up.
- */
-class IdleWait {
-  private readonly out = new Set<Priority>();
-  private readonly polled = new Wakeup();
-
-  constructor(
-    private readonly seconds: number,
-    private readonly take: (batch: readonly ReceivedRun[]) => void,
-  ) {}
-
-  /** Once no poll is out: a stopping loop takes what the last ones brought before it waits for its runs. */
-  async drained(): Promise<void> {
-    while (this.out.size > 0) await this.polled.wait();
-  }
-
-  async next(
-    receive: (priority: Priority, count: number, seconds: number) => Promise<ReceivedRun[] | null>,
-    max: number,
-  ): Promise<ReceivedRun[]> {
-    const queues = PRIORITIES.filter((priority) => !this.out.has(priority));
-    if (queues.length === 0) {
-      await this.polled.wait();
-      return [];
-    }
-    return new Promise((answer) => {
-      let left = queues.length;
-      let answered = false;
-      queues.forEach((priority, index) => {
-        this.out.add(priority);
-        void receive(priority, shareOf(max, index, queues.length), this.seconds).then((batch) => {
-          this.out.delete(priority);
-          left -= 1;
-          if (batch !== null && batch.length > 0) {
-            if (answered) this.take(batch);
-            else {
-              answered = true;
-              answer(batch);
-            }
-          } else if (left === 0 && !answered) {
-            answered = true;
-            answer([]);
-          }
-          this.polled.notify();
-        });
-      });
-    });
-  }
-}
-
-/** Part `index` of `total` split into `parts` nearly equal parts, the larger first; at least 1. */
-function shareOf(total: number, index: number, parts: number): number {
-  return Math.max(1, Math.floor(total / parts) + (index < total % parts ? 1 : 0));
-}
-
 interface LoopParts {
   readonly due: DueTimers;
   readonly slots: FairSlots;
   readonly gates: TenantGates;
   readonly kept: HeldMessages;
   readonly acks: AckBatcher;
+  readonly handBacks: HandBacks;
 }
 
 async function handle(
@@ -318,9 +295,9 @@ async function handle(
   const heldTooLong = parts.kept.track(received);
   try {
     const arrivedAt = clock().getTime();
-    let passed: boolean;
+    let answer: GateAnswer;
     try {
-      passed = await parts.gates.enter(tenantId, priority, AbortSignal.any([signal, heldTooLong]));
+      answer = await parts.gates.enter(tenantId, priority, AbortSignal.any([signal, heldTooLong]));
     } catch (error) {
       // Its tenant's quota could not be read: left undeleted, the message comes back.
       deps.engine.obs.log.warn("could not read the tenant's quota; the message will come back", {
@@ -329,16 +306,20 @@ async function handle(
       });
       return;
     }
+    // Its tenant's gate full: back to SQS for a while, the loop not held by its backlog.
+    if (answer === "full")
+      return await parts.handBacks.handBack(received, quotaWaitStart(received.message, arrivedAt));
     // Stopping: made visible again for the next loop (HeldMessages.stop); held near SQS's 12 hours
     // (HOLD_LIMIT_MS): made visible again now, to be received again.
-    if (!passed)
+    if (answer === "stopped")
       return signal.aborted ? parts.kept.release(received) : await parts.kept.giveBack(received);
     // Renewed from here on until its run starts, whatever the hold limit (HeldMessages.passedGate).
     parts.kept.passedGate(received);
-    // Lateness the gate caused: from when it was due (or arrived, if later) until it passed.
+    // Lateness the gate caused: from when it was due (or arrived, if later) until it passed, and
+    // from when an earlier loop's gate began to hold it back if one handed it back.
     const waitedForQuotaMs = Math.max(
       0,
-      clock().getTime() - Math.max(arrivedAt, Date.parse(received.message.dueAt)),
+      clock().getTime() - quotaWaitStart(received.message, arrivedAt),
     );
     parts.slots.hold(priority);
     try {

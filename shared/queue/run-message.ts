@@ -20,4 +20,10 @@ export interface RunMessage {
    * takes turns between. Empty in a message sent before the field existed.
    */
   readonly tenantId: string;
+  /**
+   * When the run began waiting for its tenant's concurrent-runs quota in a worker loop that handed
+   * the message back to SQS (its tenant's gate full, hand-back.ts): the loop that takes it again
+   * counts the wait since as the quota's, not as lateness. Absent on every other message.
+   */
+  readonly quotaWaitSince?: string;
 }

@@ -104,6 +104,10 @@ export function decodeRunMessage(body: string | undefined): RunMessage | null {
     priority: v.priority,
     ...(typeof v.fence === "number" && v.fence > 0 ? { fence: v.fence } : {}),
     tenantId: typeof v.tenantId === "string" ? v.tenantId : "",
+    // Only a time: anything else is no wait to count (the run is judged as it arrives).
+    ...(typeof v.quotaWaitSince === "string" && Number.isFinite(Date.parse(v.quotaWaitSince))
+      ? { quotaWaitSince: v.quotaWaitSince }
+      : {}),
   };
 }
 

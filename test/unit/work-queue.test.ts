@@ -41,6 +41,15 @@ describe("run messages", () => {
     expect(decodeRunMessage(JSON.stringify(withoutTenant))).toEqual({ ...message, tenantId: "" });
   });
 
+  it("keeps when a worker loop's gate began to hold the run back, and drops a value that is no time", () => {
+    const handedBack = { ...message, quotaWaitSince: "2026-03-01T12:00:31.000Z" };
+    expect(decodeRunMessage(encodeRunMessage(handedBack))).toEqual(handedBack);
+    expect(decodeRunMessage(JSON.stringify({ ...message, quotaWaitSince: "soon" }))).toEqual(
+      message,
+    );
+    expect(decodeRunMessage(JSON.stringify({ ...message, quotaWaitSince: 5 }))).toEqual(message);
+  });
+
   it("anything else is poison, not a crash", () => {
     for (const body of [
       undefined,

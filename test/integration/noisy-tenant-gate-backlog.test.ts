@@ -1,0 +1,216 @@
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import type { JobHandler } from "../../shared/execution/job-contract.js";
+import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
+import { createJob, triggerJob } from "../../shared/jobs/index.js";
+import type { Priority } from "../../shared/model.js";
+import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { waitFor } from "../support/wait.js";
+
+/**
+ * A tenant held to `concurrentRuns: 1` (the setting docs/api.md tells a deployment serving
+ * tenants it does not trust to use) whose backlog is larger than the loop's 100 messages per slot
+ * (`MOST_HELD_PER_SLOT` in worker-loop.ts), beside a quiet tenant with one run queued after it.
+ * Architecture.md ("Fair delivery") says a capped tenant's messages wait at its gate without
+ * taking the loop's capacity, "so the loop keeps receiving past a capped tenant's backlog to the
+ * other tenants' messages behind it". A hostile tenant needs only its own credentials to queue
+ * that many runs: 210 creates of a one-off due now (4 s of its default 50 requests a second), or
+ * one trigger of a one-off with 1,000 jobs after it. What its gate may not keep goes back to SQS
+ * (hand-back.ts), so the loop's hold never fills with it.
+ */
+describe("a capped tenant's backlog past the loop's hold limit", () => {
+  let f: EngineFixture;
+  // A fixture each: a case leaves most of the noisy backlog in its queues.
+  beforeEach(async () => {
+    f = await createEngineFixture();
+  });
+  afterEach(() => f.destroy());
+
+  // The second case puts the backlog on the high queue (any tenant may: `maxPriority` defaults to
+  // high) and the quiet run on normal, whose share of the slots the starvation guard keeps.
+  it.each<[Priority, Priority]>([
+    ["normal", "normal"],
+    ["high", "normal"],
+  ])(
+    "does not hold back another tenant's run queued behind it while the loop has a free slot (backlog %s, quiet run %s)",
+    async (noisyPriority, quietPriority) => {
+      const concurrency = 2;
+      // Past the 100 messages a slot the loop holds in all (200 at 2 slots), by ten.
+      const backlogSize = concurrency * 100 + 10;
+      const startedAt = new Map<string, number>();
+      const handler: JobHandler = async (ctx) => {
+        startedAt.set(ctx.jobId, Date.now());
+        // The noisy tenant's target takes a second; the quiet tenant's answers at once.
+        if (ctx.tenantId === "t-noisy") await new Promise((resolve) => setTimeout(resolve, 1_000));
+      };
+      await writeQuotaOverride(f.engine, "t-noisy", { concurrentRuns: 1 }, new Date());
+      const runAt = new Date().toISOString();
+      const noisy: string[] = [];
+      // One at a time: the queue holds them in this order, the quiet tenant's run last.
+      for (let i = 0; i < backlogSize; i++) {
+        const created = await createJob(
+          f.engine,
+          testJob({
+            tenantId: "t-noisy",
+            type: "held-back",
+            priority: noisyPriority,
+            schedule: { runAt },
+          }),
+        );
+        noisy.push(created.job.jobId);
+      }
+      const quiet = await createJob(
+        f.engine,
+        testJob({
+          tenantId: "t-quiet",
+          type: "held-back",
+          priority: quietPriority,
+          schedule: { runAt },
+        }),
+      );
+      const quietId = quiet.job.jobId;
+
+      const stop = new AbortController();
+      const loopStart = Date.now();
+      const loop = runWorkerLoop(f.workerDeps("gate-limit", { "held-back": handler }), {
+        concurrency,
+        signal: stop.signal,
+        idleWaitSeconds: 0,
+        idleSleepMs: 20,
+      });
+      try {
+        await waitFor("the quiet tenant's run to start", () => startedAt.has(quietId), 60_000);
+      } finally {
+        stop.abort();
+        await loop;
+      }
+      const quietStart = startedAt.get(quietId) ?? Number.NaN;
+      const noisyBefore = noisy.filter((id) => (startedAt.get(id) ?? Infinity) < quietStart).length;
+      // The noisy tenant runs one at a time and one slot is always free: the quiet run should
+      // start beside its first run, not after its runs have drained the loop's hold one by one.
+      const lagMs = quietStart - loopStart;
+      expect(
+        { atMostTwoNoisyStartedBeforeQuiet: noisyBefore <= 2, quietLagUnder3s: lagMs < 3_000 },
+        `the quiet run started ${lagMs} ms after the loop did, after ${noisyBefore} noisy runs`,
+      ).toEqual({
+        atMostTwoNoisyStartedBeforeQuiet: true,
+        quietLagUnder3s: true,
+      });
+    },
+    120_000,
+  );
+  it("does not hold back another tenant's run queued after one trigger of its one-off with 210 jobs after it", async () => {
+    const concurrency = 2;
+    const startedAt = new Map<string, number>();
+    const handler: JobHandler = async (ctx) => {
+      startedAt.set(ctx.jobId, Date.now());
+      if (ctx.tenantId === "t-noisy") await new Promise((resolve) => setTimeout(resolve, 1_000));
+    };
+    await writeQuotaOverride(f.engine, "t-noisy", { concurrentRuns: 1 }, new Date());
+    // A one-off a day out: it runs only when triggered, and counts 0 towards runsPerMinute, as
+    // do the jobs after it (docs/api.md "Quotas").
+    const upstream = await createJob(
+      f.engine,
+      testJob({
+        tenantId: "t-noisy",
+        type: "held-back",
+        schedule: { runAt: new Date(Date.now() + 86_400_000).toISOString() },
+      }),
+    );
+    const dependents: string[] = [];
+    for (let i = 0; i < concurrency * 100 + 10; i++) {
+      const created = await createJob(
+        f.engine,
+        testJob({
+          tenantId: "t-noisy",
+          type: "held-back",
+          schedule: { after: { jobs: [upstream.job.jobId], on: "success" } },
+        }),
+      );
+      dependents.push(created.job.jobId);
+    }
+    const stop = new AbortController();
+    const loop = runWorkerLoop(f.workerDeps("gate-trigger", { "held-back": handler }), {
+      concurrency,
+      signal: stop.signal,
+      idleWaitSeconds: 0,
+      idleSleepMs: 20,
+    });
+    let quietStart = Number.NaN;
+    let quietCreated = Number.NaN;
+    try {
+      // The tenant's one request: its one-off's run ends and its worker fans out 210 runs.
+      await triggerJob(f.engine, "t-noisy", upstream.job.jobId);
+      await waitFor(
+        "the fan-out to queue and send every dependent's run",
+        async () =>
+          (await f.runs()).filter((r) => dependents.includes(r.jobId)).length ===
+            dependents.length &&
+          // The fan-out deletes its trigger entry once it has sent the runs it wrote.
+          !(await f.dueEntries()).some((d) => d.kind === "trigger"),
+        60_000,
+        200,
+      );
+      quietCreated = Date.now();
+      const quiet = await createJob(
+        f.engine,
+        testJob({
+          tenantId: "t-quiet",
+          type: "held-back",
+          schedule: { runAt: new Date().toISOString() },
+        }),
+      );
+      const quietId = quiet.job.jobId;
+      await waitFor("the quiet tenant's run to start", () => startedAt.has(quietId), 90_000);
+      quietStart = startedAt.get(quietId) ?? Number.NaN;
+    } finally {
+      stop.abort();
+      await loop;
+    }
+    const lagMs = quietStart - quietCreated;
+    expect(lagMs, `the quiet run started ${lagMs} ms after it was created`).toBeLessThan(3_000);
+  }, 180_000);
+
+  it("does not hold back another tenant's run behind the backlogs of several capped tenants", async () => {
+    // Three tenants capped at 1 run in three of the four slots: one is always free.
+    const concurrency = 4;
+    const noisyTenants = ["t-noisy-1", "t-noisy-2", "t-noisy-3"];
+    // 420 in all, 20 past the loop's hold of 400: each gate keeps 8 waiting, the rest go back.
+    const perTenant = 140;
+    const startedAt = new Map<string, number>();
+    const handler: JobHandler = async (ctx) => {
+      startedAt.set(ctx.jobId, Date.now());
+      if (ctx.tenantId !== "t-quiet") await new Promise((resolve) => setTimeout(resolve, 1_000));
+    };
+    for (const tenantId of noisyTenants)
+      await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 1 }, new Date());
+    const runAt = new Date().toISOString();
+    for (let i = 0; i < perTenant; i++)
+      for (const tenantId of noisyTenants)
+        await createJob(f.engine, testJob({ tenantId, type: "held-back", schedule: { runAt } }));
+    const quiet = await createJob(
+      f.engine,
+      testJob({ tenantId: "t-quiet", type: "held-back", schedule: { runAt } }),
+    );
+    const stop = new AbortController();
+    const loopStart = Date.now();
+    const loop = runWorkerLoop(f.workerDeps("gate-many", { "held-back": handler }), {
+      concurrency,
+      signal: stop.signal,
+      idleWaitSeconds: 0,
+      idleSleepMs: 20,
+    });
+    try {
+      await waitFor(
+        "the quiet tenant's run to start",
+        () => startedAt.has(quiet.job.jobId),
+        90_000,
+      );
+    } finally {
+      stop.abort();
+      await loop;
+    }
+    const lagMs = (startedAt.get(quiet.job.jobId) ?? Number.NaN) - loopStart;
+    expect(lagMs, `the quiet run started ${lagMs} ms after the loop did`).toBeLessThan(3_000);
+  }, 180_000);
+});
