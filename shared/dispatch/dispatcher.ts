@@ -188,6 +188,9 @@ export async function dispatchShard(
   }
 }
 
+/** How often a pass in its backlog looks whether the budget has ended, to start the window's rest. */
+const AHEAD_CHECK_MS = 1000;
+
 async function sweepPass(
   engine: Engine,
   lease: ShardLease,
@@ -222,17 +225,35 @@ async function sweepPass(
   /**
    * Claims what is late already, then the window's rest, however the first ends: a pass that fails
    * in its backlog still claims its whole window, as when the window went first (the failure is
-   * thrown after it). The rest lies past the line, so its left bucket moves neither the look-back's
-   * range nor `sweepFrom`; it is recorded with the others all the same.
+   * thrown after it). The rest starts at the backlog's budget at the latest, beside a chunk still
+   * claiming (or a read that hangs): the pass's Lambda stops a lease after the pass began (a
+   * minute at the least), and a pass stopped there in its backlog would leave the rest, due from
+   * 90 s on, to a pass a tick or two later. The rest lies past the line, so its left bucket moves
+   * neither the look-back's range nor `sweepFrom`; it is recorded with the others all the same.
    */
   async function overdueThenAhead<T>(
     overdue: () => Promise<T>,
   ): Promise<{ value: T; aheadLeft: string | null }> {
+    let aheadSweep: Promise<string | null> | undefined;
+    const sweepAhead = () => {
+      if (aheadSweep === undefined) {
+        aheadSweep = sweepBuckets(engine, lease.shard, ahead, sweep, stats);
+        // Awaited below; until then a failure must not count as unhandled.
+        aheadSweep.catch(() => undefined);
+      }
+      return aheadSweep;
+    };
+    // Read on the engine's clock, as the budget is: a second's lag is nothing beside the minute.
+    const atBudget = setInterval(() => {
+      if (engine.clock().getTime() >= deadline) void sweepAhead();
+    }, AHEAD_CHECK_MS);
+    atBudget.unref();
     let value: T;
     try {
       value = await overdue();
     } catch (error) {
-      await sweepBuckets(engine, lease.shard, ahead, sweep, stats).catch((aheadError: unknown) =>
+      clearInterval(atBudget);
+      await sweepAhead().catch((aheadError: unknown) =>
         engine.obs.log.warn("could not sweep the window's rest after the backlog failed", {
           shard: lease.shard,
           error: String(aheadError),
@@ -240,7 +261,8 @@ async function sweepPass(
       );
       throw error;
     }
-    return { value, aheadLeft: await sweepBuckets(engine, lease.shard, ahead, sweep, stats) };
+    clearInterval(atBudget);
+    return { value, aheadLeft: await sweepAhead() };
   }
 
   const startMs = sweepStartMs(lease, recentFromMs);
