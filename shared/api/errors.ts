@@ -209,6 +209,7 @@ const ANSWERS: Answers = {
   run_timed_out: internal,
   worker_shutdown: internal,
   start_unwritten: internal,
+  lease_lapsed: internal,
   run_token_invalid: (_, { message }) =>
     answer(401, "unauthorized", message, {
       headers: { "WWW-Authenticate": 'Bearer realm="scheduler-run"' },

@@ -17,8 +17,8 @@ import { getJob } from "../storage/run-reads.js";
  * job's activeRevision, so two runs starting at once cannot both see a free
  * slot. A run's ending leaves its entry in place (job-runs.ts): the listed
  * runs are read, and the entries of ended runs are dropped on the way (the
- * latest run that ran becomes the job's lastRun). Only live leases count, so
- * a crashed run blocks its job for one lease at most; its lapsed entry stays
+ * latest run that ran becomes the job's lastRun). Only live leases count (the
+ * entry's, or the run's own as read), so a crashed run blocks its job for one lease at most; its lapsed entry stays
  * until the run ends, so that its own admission, when it is delivered again,
  * knows it was admitted before (a rerun). A job deleted meanwhile is
  * `JobNotFoundError`.
@@ -125,7 +125,10 @@ export async function admitRun(
     };
     // A lapsed entry whose run has not ended (its worker died, or shut down mid-run) stays: the
     // run's own admission, when it comes back, reads it there and waits rather than be skipped.
-    const live = underWayFor(view, runId, now);
+    // One whose run reads RUNNING under a live lease of its own counts as live: its heartbeats
+    // keep the run's lease and failed to extend the entry (a throttled job item). Read anyway
+    // (a run that starts by the entries reads the lapsed ones), it costs no request.
+    const live = [...new Set([...underWayFor(view, runId, now), ...(listed?.heldPastEntry ?? [])])];
     // The marked rerun waits still, or its mark is stale (its run ended unadmitted: cancelled,
     // dead) and is dropped by this admission's write.
     const rerunWaiting = listed?.rerunWaiting ?? null;

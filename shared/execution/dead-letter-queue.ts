@@ -20,9 +20,10 @@ import { reportRunFinished } from "./run-outcome.js";
  * replay) only when every delivery of this message started it, each start
  * ending in a crash: maxReceiveCount starts, or maxReceiveCount − 1 for a
  * message sent while its run was never started, whose first delivery may run
- * it without writing its start (`takeRun`). Otherwise it stays QUEUED, or RUNNING
- * with a lapsed lease, and the reaper sends it again once its deadline passes,
- * as it does for any run whose message went missing.
+ * it without writing its start (`takeRun`), and the last start left it RUNNING
+ * (a start that parked it or made it wait left it QUEUED). Otherwise it stays
+ * QUEUED, or RUNNING with a lapsed lease, and its wait, or the reaper once its
+ * deadline passes, sends it again, as for any run whose message went missing.
  */
 export async function handleCrashedRun(
   engine: Engine,
@@ -50,6 +51,20 @@ export async function handleCrashedRun(
           deliveries: receiveCount,
         },
       );
+    return;
+  }
+  // A crash leaves its start RUNNING, its lease lapsing. A start that ended in a park (a paused job)
+  // or a wait (overlap, the tenant's quota, the attempt before it), or that its delivery gave back
+  // on a storage error, put the run back QUEUED: counted as a start, it crashed nothing, and the
+  // run's own message (or its resume, or the reaper) comes for it. Its deliveries were
+  // acknowledged, or failed without running it; the batch they came in was lost.
+  if (seen.status === "QUEUED") {
+    engine.obs.log.warn("redrive: the run's last start did not crash it; left to its wait", {
+      ...runLogKeys(seen),
+      starts,
+      deliveries: receiveCount,
+      reason: seen.reason,
+    });
     return;
   }
   const times = receiveCount ? ` after ${receiveCount} deliveries` : "";

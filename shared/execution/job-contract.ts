@@ -20,7 +20,11 @@ export interface JobContext<T extends string = string> {
    * run id and occurrence); absent for a run of the schedule's own times, a trigger or a replay.
    */
   readonly trigger?: RunTrigger;
-  /** Fires at the job's timeout, or when another worker has taken the run over. */
+  /**
+   * Fires at the job's timeout, on a cancel request, when another worker has taken the run over,
+   * or once the run's lease, as this worker last wrote it, has run out while its heartbeats
+   * failed (`reason`: a LeaseLapsedError; the worker writes nothing more).
+   */
   readonly signal: AbortSignal;
   /** The fence of this start: a later start of the run (its lease lapsed) has a higher one. */
   readonly fence: number;

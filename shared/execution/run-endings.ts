@@ -106,6 +106,7 @@ export function endsOneOff(
 /**
  * Ends a run that no worker holds (its message reached the DLQ, or its job is
  * gone): only a run not already finished is changed. Returns null when it was.
+ * A run asked to cancel, before the DEAD write or while it is made, ends CANCELLED as asked.
  */
 export async function endUnownedRun(
   engine: Engine,
@@ -137,7 +138,15 @@ export async function endUnownedRun(
       crashedRunning: extra.crashedRunning,
     });
   }
-  return endRunAsSeen(engine, current, status, reason, now, extra);
+  const ended = await endRunAsSeen(engine, current, status, reason, now, extra);
+  if (ended !== null || status !== "DEAD") return ended;
+  // The DEAD write finds no cancel request (`endRunAsSeen`): a cancel accepted after the read above
+  // leaves the run's status and fence as they were, and it ends CANCELLED as asked, as it would
+  // have, read a moment later. Another change (a start, an ending) leaves it to whoever made it.
+  const again = await getRun(engine, ref);
+  if (again === null || !again.cancelRequestedAt) return null;
+  if (again.status !== current.status || again.fence !== current.fence) return null;
+  return endUnownedRun(engine, ref, status, reason, now, again, extra);
 }
 
 /** How far a started run got, for ending it CANCELLED when a cancel request stops it anywhere. */

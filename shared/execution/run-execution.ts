@@ -1,3 +1,4 @@
+import { performance } from "node:perf_hooks";
 import { sleep } from "../clock.js";
 import { WORKER_RESULT_MARGIN_MS } from "../config.js";
 import type { Engine } from "../engine.js";
@@ -19,6 +20,7 @@ import {
   JobError,
   RunHandedOver,
 } from "./job-contract.js";
+import { LeaseLapsedError, watchLease } from "./lease-watch.js";
 import { refusalIn } from "./outbound.js";
 import type { RunResult } from "./run-outcome.js";
 
@@ -27,8 +29,9 @@ export interface RunExecutionDeps {
   readonly engine: Engine;
   readonly handlers: HandlerRegistry;
   /**
-   * Tests stretch this past the lease to play a worker that froze. Defaults to lease / 3, at most
-   * `MAX_HEARTBEAT_MS`: a heartbeat is also how the worker learns its run was cancelled.
+   * Tests stretch this past the lease to play a worker that froze (its lease's end, as it last
+   * wrote it, then stops its handler first). Defaults to lease / 3, at most `MAX_HEARTBEAT_MS`: a
+   * heartbeat is also how the worker learns its run was cancelled.
    */
   readonly heartbeatEveryMs?: number;
   /** Fires when a long-lived worker stops: runs in progress are released to QUEUED, not failed. */
@@ -53,7 +56,8 @@ type Outcome =
   | { readonly kind: "cancelled"; readonly error: RunCancelledError }
   | { readonly kind: "released"; readonly reason: string }
   | Extract<RunResult, { kind: "failed" }>
-  | { readonly kind: "fence-lost"; readonly error: FenceLostError };
+  | { readonly kind: "fence-lost"; readonly error: FenceLostError }
+  | { readonly kind: "lease-lapsed"; readonly error: LeaseLapsedError };
 
 declare module "../errors.js" {
   interface ErrorContexts {
@@ -99,8 +103,10 @@ class StartUnwrittenError extends SchedulerError<"start_unwritten"> {
  * the run's lease and its tenant's concurrent-runs slot every lease/3 (at most
  * every 10 s). A heartbeat that fails its fence aborts the handler's signal:
  * another worker owns the run now, or (RunCancelledError, the signal's reason)
- * a cancel of the run was requested. Either way the outcome no longer waits for
- * the handler.
+ * a cancel of the run was requested. So does the lease, as the heartbeats last
+ * wrote it, running out (LeaseLapsedError: they failed since, and another worker
+ * may take the run over). In each case the outcome no longer
+ * waits for the handler.
  */
 export async function execute(
   deps: RunExecutionDeps,
@@ -143,6 +149,11 @@ export async function execute(
       ),
     timeoutMs,
   );
+  const lease = watchLease(
+    engine,
+    controller,
+    new Date(run.leaseUntil ?? engine.clock().getTime() + engine.settings.leaseMs),
+  );
   const stopHeartbeat = new AbortController();
   const heartbeat = (async () => {
     const every = heartbeatEveryMs(deps);
@@ -154,12 +165,16 @@ export async function execute(
       unwritten === null
         ? every
         : Math.max(0, Math.min(every, unwritten.writeBy.getTime() - engine.clock().getTime()));
-    while (!stopHeartbeat.signal.aborted) {
+    // Once the handler's signal aborted (the lease lapsed, say), this worker writes nothing more.
+    while (!stopHeartbeat.signal.aborted && !controller.signal.aborted) {
       await sleep(wait, stopHeartbeat.signal);
       wait = every;
-      if (stopHeartbeat.signal.aborted) return;
+      if (stopHeartbeat.signal.aborted || controller.signal.aborted) return;
       try {
-        const leaseUntil = await extendLease(engine, run, engine.clock());
+        const readAt = engine.clock();
+        const sentAt = performance.now();
+        const leaseUntil = await extendLease(engine, run, readAt);
+        lease.extendTo(leaseUntil, readAt, sentAt);
         // Best effort, and not in the way of the job's and the tenant's leases below: SQS refuses a
         // receipt handle for good once the message was received again (by a worker that found the
         // run held and acknowledged it), and were that to skip them, the run's admission and its
@@ -226,11 +241,14 @@ export async function execute(
       return { kind: "fence-lost", error: controller.signal.reason };
     if (controller.signal.reason instanceof RunCancelledError)
       return { kind: "cancelled", error: controller.signal.reason };
+    if (controller.signal.reason instanceof LeaseLapsedError)
+      return { kind: "lease-lapsed", error: controller.signal.reason };
     return result instanceof RunHandedOver ? { kind: "handed-over" } : { kind: "succeeded" };
   } catch (error) {
     const reason: unknown = controller.signal.reason;
     if (reason instanceof FenceLostError) return { kind: "fence-lost", error: reason };
     if (reason instanceof RunCancelledError) return { kind: "cancelled", error: reason };
+    if (reason instanceof LeaseLapsedError) return { kind: "lease-lapsed", error: reason };
     if (reason instanceof WorkerShutdownError)
       return { kind: "released", reason: "released: the worker shut down mid-run" };
     if (reason instanceof StartUnwrittenError) return { kind: "released", reason: reason.message };
@@ -246,6 +264,7 @@ export async function execute(
   } finally {
     deps.shutdown?.removeEventListener("abort", onShutdown);
     clearTimeout(timeout);
+    lease.stop();
     stopHeartbeat.abort();
     await heartbeat;
   }

@@ -28,6 +28,7 @@ import { decideRun } from "./run-decision.js";
 import { endOnCancelRequest, type RunProgress, repairJobAfterRun } from "./run-endings.js";
 import { execute, heartbeatEveryMs, type RunExecutionDeps } from "./run-execution.js";
 import { endForDeletedJob, isRecurring, recordResult, resend, startLagMs } from "./run-outcome.js";
+import { giveStartBackOnStorageError } from "./start-give-back.js";
 
 export interface WorkerDeps extends RunExecutionDeps {
   readonly workerId: string;
@@ -153,6 +154,9 @@ async function processDelivery(
       reportLostRun(engine, run, error);
       return "ack";
     }
+    // Failed on storage before its handler had the run: not a crash to count (the redrive DLQ).
+    if (progress.executedVersion === null)
+      await giveStartBackOnStorageError(engine, run, error, progress);
     throw error;
   }
 }
@@ -322,6 +326,19 @@ async function runInSlot(
   const outcome = await execute(deps, received, job, run, tracked, slot, runToken);
   const now = engine.clock();
   if (outcome.kind === "fence-lost" || outcome.kind === "cancelled") throw outcome.error;
+  if (outcome.kind === "lease-lapsed") {
+    // This worker no longer holds the run: another may have taken it over, and any write of it
+    // would land beside (or after) that start's. The reaper re-sends it if none has, so the
+    // message goes, as a lost fence's does, rather than count a start towards the redrive DLQ.
+    engine.obs.log.warn(
+      "the run's lease lapsed before a heartbeat extended it; this worker writes nothing more",
+      {
+        ...runLogKeys(run),
+        leaseUntil: outcome.error.context.leaseUntil,
+      },
+    );
+    return "ack";
+  }
   if (outcome.kind === "released") {
     // Back to QUEUED for whoever runs next; its message may die with this process, the reaper re-sends.
     await requeueRun(engine, run, outcome.reason, now);

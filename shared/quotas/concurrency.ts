@@ -1,7 +1,12 @@
 import { randomUUID } from "node:crypto";
 import type { Engine } from "../engine.js";
 import type { Run } from "../model.js";
-import { joinRunSlot, type TakenSlot, takeRunSlot } from "../storage/run-slots.js";
+import {
+  joinRunSlot,
+  slotsHeldPastLease,
+  type TakenSlot,
+  takeRunSlot,
+} from "../storage/run-slots.js";
 import { readQuotaPartition } from "../storage/tenant-quotas.js";
 import { effectiveQuotas } from "./limits.js";
 import { cachedQuotaOverride } from "./override-cache.js";
@@ -26,7 +31,8 @@ export async function concurrentRunsCap(engine: Engine, tenantId: string): Promi
  * The tenant's concurrent-runs quota at a run's start: takes one of the
  * tenant's slots `0 … concurrentRuns − 1` for the run, under the run's lease,
  * or answers `full`. A slot is free when no run holds it, its lease lapsed
- * (its worker died), or an earlier start of this same run holds it (a
+ * (its worker died) and its run is not read RUNNING under it with a live lease
+ * of its own (`slotsHeldPastLease`), or an earlier start of this same run holds it (a
  * redelivery after a crash takes its own slot back). When another delivery of
  * this very start (the same fence) holds one, this take joins that slot, and
  * the delivery that does not run the run leaves it (storage/run-slots.ts).
@@ -51,15 +57,21 @@ export async function takeTenantSlot(engine: Engine, run: Run, now: Date): Promi
     // The run's slot under this start's fence first: another delivery's take of it, joined.
     const ownSlots = partition.slots.filter((s) => s.runId === run.runId && s.index < limit);
     const own = ownSlots.find((s) => s.fence === run.fence) ?? ownSlots[0];
-    const live = new Set(
-      partition.slots
-        .filter((s) => s.leaseUntil >= nowIso && s.runId !== run.runId)
-        .map((s) => s.index),
-    );
+    const others = partition.slots.filter((s) => s.runId !== run.runId);
+    const live = new Set(others.filter((s) => s.leaseUntil >= nowIso).map((s) => s.index));
+    const lapsed = others.filter((s) => s.leaseUntil < nowIso);
+    // A lapsed slot is free only once its run no longer holds it: a run whose heartbeats keep its
+    // own lease may have failed to extend the slot. Its run is read only when such slots could
+    // fill the quota; below that, slots never taken are left and those are tried alone.
+    const readLapsed = own === undefined && lapsed.length > 0 && live.size + lapsed.length >= limit;
+    const held = readLapsed ? await slotsHeldPastLease(engine, lapsed, now) : new Set<number>();
+    for (const index of held) live.add(index);
     // Runs in slots above a lowered quota count too: new runs wait until they end.
     if (own === undefined && live.size >= limit) return { kind: "full", limit };
+    const unknown = new Set(readLapsed ? [] : lapsed.map((s) => s.index));
     const free: number[] = [];
-    for (let index = 0; index < limit; index++) if (!live.has(index)) free.push(index);
+    for (let index = 0; index < limit; index++)
+      if (!live.has(index) && !unknown.has(index)) free.push(index);
     // From a random free slot on, so starts at the same moment mostly try different ones.
     const offset = Math.floor(engine.random() * free.length);
     const candidates =

@@ -21,6 +21,12 @@ export interface ListedRuns {
   readonly bufferedWaiting: boolean;
   /** The job's `rerunWaiting` while that run waits still (QUEUED or RUNNING); null otherwise. */
   readonly rerunWaiting: string | null;
+  /**
+   * The listed runs whose entry's lease lapsed but which read RUNNING under a live lease of their
+   * own: their heartbeats extend the run's lease and failed to extend the entry (a throttled job
+   * item), so they are under way as much as a run whose entry is live.
+   */
+  readonly heldPastEntry: readonly string[];
 }
 
 const underWay = (run: Run) => run.status === "QUEUED" || run.status === "RUNNING";
@@ -33,6 +39,10 @@ const underWay = (run: Run) => run.status === "QUEUED" || run.status === "RUNNIN
  */
 const listedUnderWay = (run: Run, leaseUntil: string, now: string) =>
   underWay(run) || (run.fence === 0 && leaseUntil > now);
+
+/** The run is RUNNING under a lease of its own that has not lapsed, whatever its entry says. */
+const heldUnderOwnLease = (run: Run, now: string) =>
+  run.status === "RUNNING" && run.leaseUntil !== null && run.leaseUntil > now;
 
 /**
  * The jobs as their listed runs stand: one consistent BatchGetItem of every
@@ -67,11 +77,13 @@ const listedRunIds = (job: Job) => [
 function withListedRuns(job: Job, runs: ReadonlyMap<string, Run>, now: string): ListedRuns {
   const activeRuns: Record<string, string> = {};
   const ended: string[] = [];
+  const heldPastEntry: string[] = [];
   let lastRun = job.lastRun;
   for (const [runId, leaseUntil] of Object.entries(job.activeRuns)) {
     const run = runs.get(runId);
     if (run !== undefined && listedUnderWay(run, leaseUntil, now)) {
       activeRuns[runId] = leaseUntil;
+      if (leaseUntil <= now && heldUnderOwnLease(run, now)) heldPastEntry.push(runId);
       continue;
     }
     ended.push(runId);
@@ -85,6 +97,7 @@ function withListedRuns(job: Job, runs: ReadonlyMap<string, Run>, now: string): 
     ended,
     bufferedWaiting: buffered !== undefined && underWay(buffered),
     rerunWaiting: rerun !== undefined && underWay(rerun) ? rerun.runId : null,
+    heldPastEntry,
   };
 }
 

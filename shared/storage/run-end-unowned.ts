@@ -16,13 +16,18 @@ import { ConditionsFailedError, writeTransaction } from "./transaction.js";
 
 /** Unchanged since the caller read it: a worker that started it meanwhile keeps it. */
 const AS_SEEN = "#status = :was AND fence = :fence";
+/**
+ * A DEAD ending also finds no cancel request: one accepted since the caller's read (it leaves the
+ * status and fence as they were) is answered, and the run ends CANCELLED as asked instead.
+ */
+const AS_SEEN_UNCANCELLED = `${AS_SEEN} AND attribute_not_exists(cancelRequestedAt)`;
 /** The job item is still there: removing an entry must not create it. */
 const JOB_EXISTS = "attribute_exists(pk)";
 
 /**
  * Ends a run that no worker holds, as DEAD (listed for replay) or CANCELLED,
- * conditioned on the run being as the caller saw it. Returns the ended run,
- * or null when it had changed. A RUNNING run's entry in its job's activeRuns
+ * conditioned on the run being as the caller saw it (and, for DEAD, on no cancel
+ * request since). Returns the ended run, or null when it had changed. A RUNNING run's entry in its job's activeRuns
  * goes too (overlap would otherwise wait a lease for nothing), unless the caller's job write of
  * the run takes it out with its lastRun (`keepListed`). A cancel names
  * who asked (`cancelledBy`, with `cancelRequestedAt`) when `by` is given, and a run the redrive
@@ -71,7 +76,7 @@ export async function endRunAsSeen(
   const update = {
     TableName: engine.tables.runs,
     Key: runKeyOf(seen),
-    ConditionExpression: AS_SEEN,
+    ConditionExpression: dead ? AS_SEEN_UNCANCELLED : AS_SEEN,
     // A parked run has no TTL while its job is paused (run-park.ts): ended, it gets one back.
     UpdateExpression: `SET #status = :status, reason = :reason, finishedAt = :finishedAt${
       dead

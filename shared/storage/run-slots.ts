@@ -1,11 +1,15 @@
 import { DeleteCommand, PutCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
+import { parseRunId } from "../keys.js";
+import { batchGetItems } from "./batch-get.js";
 import {
   conditionalWrite,
   failedConditionItem,
   isConditionalCheckFailed,
 } from "./dynamo-errors.js";
+import { decodeRun } from "./items.js";
 import { runSlotExpiresAt } from "./retention.js";
+import { runKeyOf } from "./run-reads.js";
 import { quotaPk, type RunSlot, slotSk } from "./tenant-quotas.js";
 
 /**
@@ -204,4 +208,42 @@ export async function leaveRunSlot(engine: Engine, slot: TakenSlot): Promise<voi
     );
     if (left) return;
   }
+}
+
+/**
+ * Of `slots`, whose leases lapsed, the indexes of those whose run reads RUNNING under the slot's
+ * start (its fence) and a live lease of its own: its heartbeats keep the run's lease and failed to
+ * extend the slot (a throttled jobs table), so the run holds the slot still. A run handed over to
+ * its async target holds none. One consistent BatchGetItem of the runs.
+ */
+export async function slotsHeldPastLease(
+  engine: Engine,
+  slots: readonly RunSlot[],
+  now: Date,
+): Promise<Set<number>> {
+  const keys = slots.flatMap((slot) => {
+    const ref = parseRunId(slot.runId);
+    return ref === null ? [] : [runKeyOf(ref)];
+  });
+  if (keys.length === 0) return new Set();
+  const runs = new Map(
+    (await batchGetItems(engine, engine.tables.runs, keys, { consistentRead: true }))
+      .map(decodeRun)
+      .map((run) => [run.runId, run]),
+  );
+  const nowIso = now.toISOString();
+  return new Set(
+    slots
+      .filter((slot) => {
+        const run = runs.get(slot.runId);
+        return (
+          run !== undefined &&
+          run.status === "RUNNING" &&
+          run.fence === slot.fence &&
+          (run.leaseUntil ?? "") >= nowIso &&
+          (run.handedOverAt ?? null) === null
+        );
+      })
+      .map((slot) => slot.index),
+  );
 }

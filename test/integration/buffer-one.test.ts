@@ -8,6 +8,7 @@ import type { Run } from "../../shared/model.js";
 import { sendRuns } from "../../shared/queue/work-queue.js";
 import { runMessageOf } from "../../shared/storage/items.js";
 import { getJob } from "../../shared/storage/run-reads.js";
+import { startRun } from "../../shared/storage/run-start.js";
 import {
   caseFixture,
   deliveryOfRun,
@@ -84,18 +85,22 @@ function casesOn(f: EngineFixture, time: ShiftedClock) {
   }
 
   /**
-   * The engine as a queue whose redrive allows one delivery sees it: the start that put the run in the
-   * buffer is the one its message crashed on, so the DLQ consumer marks it DEAD.
+   * The buffered run's message came back (the batch of the delivery that buffered it was lost) and
+   * its next delivery started the run and crashed its worker, whose lease has lapsed since: the
+   * engine as a queue whose redrive allows two deliveries (the least the stack takes) sees it, so
+   * the DLQ consumer marks the run DEAD. A run still waiting in the buffer (QUEUED) crashed nothing.
    */
-  function oneDeliveryRedrive(): Engine {
-    return { ...f.engine, settings: { ...f.engine.settings, maxReceiveCount: 1 } };
+  async function crashedOnItsNextStart(run: Run): Promise<Engine> {
+    const lapsed = new Date(clock().getTime() - f.engine.settings.leaseMs - 1);
+    expect((await startRun(f.engine, run, "crashed", lapsed)).kind).toBe("started");
+    return { ...f.engine, settings: { ...f.engine.settings, maxReceiveCount: 2 } };
   }
 
   async function statusOf(jobId: string, runId: string) {
     const run = (await runsOf(jobId)).find((r) => r.runId === runId);
     return { status: run?.status, reason: run?.reason };
   }
-  return { runsOf, jobWithARunningRun, deliverOccurrence, oneDeliveryRedrive, statusOf };
+  return { runsOf, jobWithARunningRun, deliverOccurrence, crashedOnItsNextStart, statusOf };
 }
 
 /** A fixture and clock of the case's own (the fixture destroyed when the case ends), and the helpers on them. */
@@ -116,16 +121,17 @@ describe.concurrent("buffer_one, its cases side by side", () => {
     it("a buffered run that dies (redrive DLQ) or is skipped (edited out of the schedule) frees the slot for the next overlap", async ({
       onTestFinished,
     }) => {
-      const { f, jobWithARunningRun, deliverOccurrence, oneDeliveryRedrive, statusOf } =
+      const { f, jobWithARunningRun, deliverOccurrence, crashedOnItsNextStart, statusOf } =
         await ownFixture(onTestFinished);
       const { job, handlers, release, running } = await jobWithARunningRun();
       const worker = f.workerDeps("next", handlers);
 
-      // Occurrence 1 overlaps the running one and waits in the buffer; its message then reaches the DLQ.
+      // Occurrence 1 overlaps the running one and waits in the buffer; its next start crashes its
+      // worker, and its message then reaches the DLQ.
       const one = await deliverOccurrence(job.jobId, 1);
       expect(await f.process(worker, one.received)).toBe("ack");
       expect((await getJob(f.engine, job.jobId))?.bufferedRunId).toBe(one.run.runId);
-      await handleCrashedRun(oneDeliveryRedrive(), runMessageOf(one.run), 1);
+      await handleCrashedRun(await crashedOnItsNextStart(one.run), runMessageOf(one.run), 2);
       expect(await statusOf(job.jobId, one.run.runId)).toMatchObject({ status: "DEAD" });
       expect((await getJob(f.engine, job.jobId))?.bufferedRunId).toBeNull();
 
@@ -161,11 +167,12 @@ describe.concurrent("buffer_one, its cases side by side", () => {
     it("a slot whose run ended without freeing it (the worker died in between) is taken over by the next overlap", async ({
       onTestFinished,
     }) => {
-      const { f, jobWithARunningRun, deliverOccurrence, oneDeliveryRedrive, statusOf } =
+      const { f, jobWithARunningRun, deliverOccurrence, crashedOnItsNextStart, statusOf } =
         await ownFixture(onTestFinished);
       const { job, handlers, release, running } = await jobWithARunningRun();
       const one = await deliverOccurrence(job.jobId, 1);
       expect(await f.process(f.workerDeps("next", handlers), one.received)).toBe("ack");
+      const redrive = await crashedOnItsNextStart(one.run);
       // Fault injection on a real client: the write that frees the slot fails, as if the process died.
       const dying = createTestClients();
       dying.doc.middlewareStack.add(
@@ -179,7 +186,7 @@ describe.concurrent("buffer_one, its cases side by side", () => {
       );
       try {
         await expect(
-          handleCrashedRun({ ...oneDeliveryRedrive(), doc: dying.doc }, runMessageOf(one.run), 1),
+          handleCrashedRun({ ...redrive, doc: dying.doc }, runMessageOf(one.run), 2),
         ).rejects.toThrow("process died");
       } finally {
         dying.destroy();

@@ -142,12 +142,15 @@ describe("a start held unwritten until the run's first write", () => {
 
   /** Stores the run RUNNING under `fence` with its lease lapsed: its last start's worker crashed. */
   async function storeCrashed(run: Run, fence: number): Promise<void> {
+    // Stored as the scheduler stores a run no cancel was asked for: without the attributes (a
+    // null one reads as a cancel request to the fenced writes and the DLQ's DEAD write).
+    const { cancelRequestedAt: _asked, cancelledBy: _by, ...uncancelled } = run;
     await f.engine.doc.send(
       new PutCommand({
         TableName: f.engine.tables.runs,
         Item: {
           ...runKeyOf(run),
-          ...run,
+          ...uncancelled,
           status: "RUNNING",
           fence,
           leaseUntil: new Date(Date.now() - 1000).toISOString(),

@@ -3,9 +3,9 @@ import { mockClient } from "aws-sdk-client-mock";
 import { afterAll, beforeAll, describe, expect, it, type TestContext } from "vitest";
 import { sleep } from "../../shared/clock.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
-import { FenceLostError } from "../../shared/errors.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import type { JobContext } from "../../shared/execution/job-contract.js";
+import { LeaseLapsedError } from "../../shared/execution/lease-watch.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { cancelRun, createJob, pauseJob, resumeJob, triggerJob } from "../../shared/jobs/index.js";
 import { getTenantJob, jobAsItStands, listDeadLetters } from "../../shared/jobs/queries.js";
@@ -13,7 +13,6 @@ import { silentObservability } from "../../shared/observability.js";
 import {
   deleteMessages,
   type ReceivedRun,
-  receiveRuns,
   sendRuns,
   setVisibility,
 } from "../../shared/queue/work-queue.js";
@@ -26,6 +25,7 @@ import { createEngineFixture, type EngineFixture, testJob } from "../support/eng
 import { withFaults } from "../support/faults.js";
 import { runOf } from "../support/held-runs.js";
 import { createTestClients } from "../support/namespace.js";
+import { redriven } from "../support/redriven.js";
 import { waitFor } from "../support/wait.js";
 
 const LEASE_MS = 3000;
@@ -126,31 +126,56 @@ describe("fenced execution", () => {
 
     expect(await stale).toBe("ack");
     expect(staleSignal?.aborted).toBe(true);
-    expect(staleSignal?.reason).toBeInstanceOf(FenceLostError);
-    // The line the FenceLost alarm points the operator to names the run as its other lines do.
-    const lost = warnings.filter(
+    // Its timers fire as it wakes, in the order they were due: the lease's, set for the lease it
+    // last wrote, before its late heartbeat. It writes nothing more.
+    expect(staleSignal?.reason).toBeInstanceOf(LeaseLapsedError);
+    // The line the operator reads names the run as its other lines do.
+    const lapsed = warnings.filter(
       (w) =>
-        w.message === "another worker took the run over; this one writes nothing more" &&
+        w.message ===
+          "the run's lease lapsed before a heartbeat extended it; this worker writes nothing more" &&
         String(w.fields.runId).startsWith(`${job.jobId}-`),
     );
-    expect(lost).toHaveLength(1);
-    expect(lost[0]?.fields).toMatchObject({ tenantId: job.tenantId, jobId: job.jobId, attempt: 1 });
+    expect(lapsed).toHaveLength(1);
+    expect(lapsed[0]?.fields).toMatchObject({
+      tenantId: job.tenantId,
+      jobId: job.jobId,
+      attempt: 1,
+    });
     const run = await runOf(f, job.jobId);
     expect(run).toMatchObject({ status: "SUCCEEDED", workerId: "worker-b", fence: 2 });
-    expect(f.metrics.sum("FenceLost", { component: "worker" })).toBeGreaterThanOrEqual(1);
   }, 30_000);
 
   it("a stale worker that completes after losing the run is rejected and writes nothing", async () => {
-    const ignoresSignal = f.workerDeps("worker-a", { slow: () => sleep(LEASE_MS + 2500) }, 60_000);
-    const healthy = f.workerDeps("worker-b", {
-      slow: () => Promise.reject(new Error("boom on attempt 1")),
+    let failedElsewhere: () => void = () => undefined;
+    const takenOver = new Promise<void>((resolve) => {
+      failedElsewhere = resolve;
     });
+    const ignoresSignal = f.workerDeps("worker-a", { slow: () => takenOver }, 60_000);
+    // On a host whose clock is 30 s ahead (off by more than a lease, a known limit), the holder's
+    // live lease reads lapsed: a copy of the message started there takes the run over, before
+    // the lease's end stops the holder's handler.
+    const ahead = {
+      ...f.workerDeps("worker-b", {
+        slow: () => Promise.reject(new Error("boom on attempt 1")),
+      }),
+      engine: { ...f.engine, clock: () => new Date(Date.now() + 30_000) },
+    };
     const { job, received } = await dueNow(f, "slow", {});
     const stale = processRun(ignoresSignal, received);
-    const again = await resentOnceLapsed(f, job.jobId);
-    await f.process(healthy, again);
+    await waitFor("the run's start", async () => (await runOf(f, job.jobId)).status === "RUNNING");
+    expect(await processRun(ahead, { ...received, receiveCount: 2 })).toBe("ack");
+    failedElsewhere();
     // B failed it and queued attempt 2; A's late success must not overwrite either.
     expect(await stale).toBe("ack");
+    expect(
+      warnings.filter(
+        (w) =>
+          w.message === "another worker took the run over; this one writes nothing more" &&
+          String(w.fields.runId).startsWith(`${job.jobId}-`),
+      ),
+    ).toHaveLength(1);
+    expect(f.metrics.sum("FenceLost", { component: "worker" })).toBeGreaterThanOrEqual(1);
     const runs = (await f.runs())
       .filter((r) => r.jobId === job.jobId)
       .sort((a, b) => a.attempt - b.attempt);
@@ -532,7 +557,7 @@ describe.concurrent("crashes", () => {
     await setVisibility(f.engine.sqs, received.queueUrl, received.receiptHandle, 1);
     const second = await f.nextDelivery(f.engine.queues.normal, job.jobId);
     await setVisibility(f.engine.sqs, second.queueUrl, second.receiptHandle, 1);
-    const inDlq = await redriven(f, job.jobId);
+    const inDlq = await redriven(f, job.jobId, LEASE_MS + 10_000);
     await handleCrashedRun(f.engine, inDlq.message, inDlq.receiveCount);
     const run = await runOf(f, job.jobId);
     expect(run).toMatchObject({ status: "QUEUED", fence: 0 });
@@ -581,7 +606,7 @@ describe.concurrent("crashes", () => {
       expect(delivery.message.fence).toBe(2);
       await setVisibility(f.engine.sqs, delivery.queueUrl, delivery.receiptHandle, 1);
     }
-    const inDlq = await redriven(f, job.jobId);
+    const inDlq = await redriven(f, job.jobId, LEASE_MS + 10_000);
     await handleCrashedRun(f.engine, inDlq.message, inDlq.receiveCount);
     expect(await runOf(f, job.jobId)).toMatchObject({ status: "QUEUED", fence: 2 });
   }, 30_000);
@@ -609,7 +634,7 @@ async function crashEveryDeliveryIntoDlq(
   expect((await startRun(f.engine, second.message, "crash-2", afterLease)).kind).toBe("started");
   await whileRunning?.();
   await setVisibility(f.engine.sqs, second.queueUrl, second.receiptHandle, 1);
-  const inDlq = await redriven(f, run.jobId);
+  const inDlq = await redriven(f, run.jobId, LEASE_MS + 10_000);
   await waitFor(
     "the crashed run's lease to lapse",
     async () => ((await getRun(f.engine, run))?.leaseUntil ?? "") < new Date().toISOString(),
@@ -618,23 +643,7 @@ async function crashEveryDeliveryIntoDlq(
   await handleCrashedRun(f.engine, inDlq.message, inDlq.receiveCount);
 }
 
-/** Waits for the job's message to be moved to the redrive DLQ and receives it there. */
 /** The job as GET /jobs/{id} answers it (its lastRun as the runs stand). */
 async function asGetShows(f: EngineFixture, job: { tenantId: string; jobId: string }) {
   return jobAsItStands(f.engine, await getTenantJob(f.engine, job.tenantId, job.jobId));
-}
-
-async function redriven(f: EngineFixture, jobId: string) {
-  const inDlq = await waitFor(
-    "the message in the DLQ",
-    async () => {
-      // Receiving from the work queue is what makes SQS move an over-received message.
-      await receiveRuns(f.engine.sqs, f.engine.queues.normal, { max: 1, waitSeconds: 1 });
-      const batch = await receiveRuns(f.engine.sqs, f.dlqUrl, { max: 10, waitSeconds: 0 });
-      return batch.find((r) => r.message.jobId === jobId);
-    },
-    LEASE_MS + 10_000,
-  );
-  expect(inDlq.message.jobId).toBe(jobId);
-  return inDlq;
 }

@@ -1,0 +1,66 @@
+import { describe, expect, it } from "vitest";
+import { sleep } from "../../shared/clock.js";
+import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
+import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
+import { processRun } from "../../shared/execution/worker.js";
+import { createJob } from "../../shared/jobs/index.js";
+import { setVisibility } from "../../shared/queue/work-queue.js";
+import { createEngineFixture, testJob } from "../support/engine-fixture.js";
+import { runOf } from "../support/held-runs.js";
+import { throttled, withJobReadHook } from "../support/job-reads-hook.js";
+import { redriven } from "../support/redriven.js";
+
+/**
+ * A run whose last delivery gave its start back (a storage failure before its
+ * handler) reaches the redrive DLQ QUEUED; the consumer leaves it, and the reaper, past the
+ * give-back's deadline, sends it again: it is not stranded without a message.
+ */
+const LEASE_MS = 3000;
+
+describe("a run given back by the last delivery of its message", () => {
+  it("is left QUEUED by the redrive DLQ consumer and sent again by the reaper, then runs once", async ({
+    onTestFinished,
+  }) => {
+    const f = await createEngineFixture({ settings: { leaseMs: LEASE_MS }, maxReceiveCount: 2 });
+    onTestFinished(() => f.destroy());
+    const failing = { on: true };
+    const engine = withJobReadHook(f, onTestFinished, () => {
+      if (failing.on) throw throttled();
+    });
+    const calls = { count: 0 };
+    const handlers = {
+      counted: async () => {
+        calls.count++;
+      },
+    };
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "counted",
+        schedule: { runAt: new Date().toISOString() },
+        timeoutSeconds: 30,
+      }),
+    );
+    const failingWorker = { ...f.workerDeps("worker", handlers), engine };
+    for (let i = 0; i < 2; i++) {
+      const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+      await expect(processRun(failingWorker, delivery)).rejects.toThrow("throughput");
+      await setVisibility(f.engine.sqs, delivery.queueUrl, delivery.receiptHandle, 1);
+    }
+    failing.on = false;
+    const inDlq = await redriven(f, job.jobId, LEASE_MS + 10_000);
+    await handleCrashedRun(f.engine, inDlq.message, inDlq.receiveCount);
+    const given = await runOf(f, job.jobId);
+    expect(given.status).toBe("QUEUED");
+    // Past the give-back's deadline (a lease after it), the reaper sends the run again.
+    const deadline = Date.parse(given.dueAt) + LEASE_MS;
+    await sleep(Math.max(0, deadline + 100 - Date.now()));
+    expect(
+      (await reap(f.engine, { now: new Date(Date.now() + REAPER_SETTLE_MS + 500) })).resent,
+    ).toBe(1);
+    const again = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(await f.process(f.workerDeps("worker", handlers), again)).toBe("ack");
+    expect(calls.count).toBe(1);
+    expect((await runOf(f, job.jobId)).status).toBe("SUCCEEDED");
+  }, 40_000);
+});

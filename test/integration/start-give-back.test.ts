@@ -1,0 +1,103 @@
+import { describe, expect, it, type TestContext } from "vitest";
+import type { Engine } from "../../shared/engine.js";
+import { processRun } from "../../shared/execution/worker.js";
+import { createJob } from "../../shared/jobs/index.js";
+import { setVisibility } from "../../shared/queue/work-queue.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { runOf } from "../support/held-runs.js";
+import { createTestClients } from "../support/namespace.js";
+
+/**
+ * A delivery whose message came back writes its start before it reads the job. Failing on storage
+ * then, before the handler has the run, it gives the start back (QUEUED again); failing otherwise,
+ * it leaves the run RUNNING under its lapsing lease, as a crash does, for the redrive DLQ to count.
+ */
+const LEASE_MS = 3000;
+
+/** A fixture, and its engine whose jobs-table reads fail with `failure()` while `failing.on` is set. */
+async function failingJobReads(
+  onTestFinished: TestContext["onTestFinished"],
+  failure: () => Error,
+): Promise<{ f: EngineFixture; engine: Engine; failing: { on: boolean } }> {
+  const f = await createEngineFixture({ settings: { leaseMs: LEASE_MS } });
+  onTestFinished(() => f.destroy());
+  const clients = createTestClients();
+  onTestFinished(() => clients.destroy());
+  const failing = { on: true };
+  clients.doc.middlewareStack.add(
+    (next, context) => async (args) => {
+      const input = args.input as Record<string, unknown>;
+      const command = context.commandName ?? "";
+      const readsJobs =
+        (command.startsWith("GetItem") && input.TableName === f.engine.tables.jobs) ||
+        (command.startsWith("BatchGetItem") &&
+          Object.keys((input.RequestItems as Record<string, unknown> | undefined) ?? {}).includes(
+            f.engine.tables.jobs,
+          ));
+      if (failing.on && readsJobs) throw failure();
+      return next(args);
+    },
+    { step: "initialize", name: "failJobReads" },
+  );
+  return { f, engine: { ...f.engine, doc: clients.doc }, failing };
+}
+
+/**
+ * A one-off due now whose handler counts its calls, delivered twice to a worker on `engine`: the
+ * first delivery fails before any start, the second (its message came back) after writing its start.
+ */
+async function secondDeliveryFails(f: EngineFixture, engine: Engine) {
+  const calls = { count: 0 };
+  const handlers = {
+    counted: async () => {
+      calls.count++;
+    },
+  };
+  const worker = { ...f.workerDeps("worker", handlers), engine };
+  const { job } = await createJob(
+    f.engine,
+    testJob({ type: "counted", schedule: { runAt: new Date().toISOString() }, timeoutSeconds: 30 }),
+  );
+  for (let i = 0; i < 2; i++) {
+    const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(delivery.receiveCount).toBe(i + 1);
+    await expect(processRun(worker, delivery)).rejects.toThrow();
+    await setVisibility(f.engine.sqs, delivery.queueUrl, delivery.receiptHandle, 0);
+  }
+  return { job, worker: f.workerDeps("worker", handlers), calls };
+}
+
+describe("a delivery that wrote its start and then failed before its handler had the run", () => {
+  it("gives the start back when storage failed (throttled past the SDK's retries): QUEUED, and the next delivery runs it", async ({
+    onTestFinished,
+  }) => {
+    const { f, engine, failing } = await failingJobReads(onTestFinished, () =>
+      Object.assign(new Error("The level of configured provisioned throughput was exceeded"), {
+        name: "ProvisionedThroughputExceededException",
+      }),
+    );
+    const { job, worker, calls } = await secondDeliveryFails(f, engine);
+    expect(await runOf(f, job.jobId)).toMatchObject({
+      status: "QUEUED",
+      fence: 1,
+      reason: "released: its delivery failed on storage before running it",
+    });
+    failing.on = false;
+    const again = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(await f.process(worker, again)).toBe("ack");
+    expect(calls.count).toBe(1);
+    expect(await runOf(f, job.jobId)).toMatchObject({ status: "SUCCEEDED", fence: 2 });
+  }, 30_000);
+
+  it("leaves it RUNNING under its lease when the failure says nothing of storage, as a crash does", async ({
+    onTestFinished,
+  }) => {
+    const { f, engine } = await failingJobReads(
+      onTestFinished,
+      () => new Error("Cannot read properties of undefined"),
+    );
+    const { job, calls } = await secondDeliveryFails(f, engine);
+    expect(calls.count).toBe(0);
+    expect(await runOf(f, job.jobId)).toMatchObject({ status: "RUNNING", fence: 1 });
+  }, 30_000);
+});
