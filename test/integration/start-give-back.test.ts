@@ -5,7 +5,7 @@ import { createJob } from "../../shared/jobs/index.js";
 import { setVisibility } from "../../shared/queue/work-queue.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { runOf } from "../support/held-runs.js";
-import { createTestClients } from "../support/namespace.js";
+import { withJobReadHook } from "../support/job-reads-hook.js";
 
 /**
  * A delivery whose message came back writes its start before it reads the job. Failing on storage
@@ -21,25 +21,11 @@ async function failingJobReads(
 ): Promise<{ f: EngineFixture; engine: Engine; failing: { on: boolean } }> {
   const f = await createEngineFixture({ settings: { leaseMs: LEASE_MS } });
   onTestFinished(() => f.destroy());
-  const clients = createTestClients();
-  onTestFinished(() => clients.destroy());
   const failing = { on: true };
-  clients.doc.middlewareStack.add(
-    (next, context) => async (args) => {
-      const input = args.input as Record<string, unknown>;
-      const command = context.commandName ?? "";
-      const readsJobs =
-        (command.startsWith("GetItem") && input.TableName === f.engine.tables.jobs) ||
-        (command.startsWith("BatchGetItem") &&
-          Object.keys((input.RequestItems as Record<string, unknown> | undefined) ?? {}).includes(
-            f.engine.tables.jobs,
-          ));
-      if (failing.on && readsJobs) throw failure();
-      return next(args);
-    },
-    { step: "initialize", name: "failJobReads" },
-  );
-  return { f, engine: { ...f.engine, doc: clients.doc }, failing };
+  const engine = withJobReadHook(f, onTestFinished, () => {
+    if (failing.on) throw failure();
+  });
+  return { f, engine, failing };
 }
 
 /**

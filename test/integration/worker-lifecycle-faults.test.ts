@@ -14,6 +14,7 @@ import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { withFaults } from "../support/faults.js";
 import { heldHandler, runOf } from "../support/held-runs.js";
+import { throttled, withJobReadHook } from "../support/job-reads-hook.js";
 import { createTestClients } from "../support/namespace.js";
 import { redriven } from "../support/redriven.js";
 import { waitFor } from "../support/wait.js";
@@ -166,28 +167,16 @@ describe("a jobs table throttled past the SDK's retries", () => {
   }) => {
     const f = await dlqFixture(onTestFinished);
     // Every read of the jobs table is throttled (a hot job item); the runs table answers.
-    const doc = docWith(onTestFinished, async (command, input) => {
-      const readsJobs =
-        (command.startsWith("GetItem") && input.TableName === f.engine.tables.jobs) ||
-        (command.startsWith("BatchGetItem") &&
-          Object.keys((input.RequestItems as Record<string, unknown> | undefined) ?? {}).includes(
-            f.engine.tables.jobs,
-          ));
-      if (readsJobs)
-        throw Object.assign(
-          new Error("The level of configured provisioned throughput for the table was exceeded"),
-          {
-            name: "ProvisionedThroughputExceededException",
-          },
-        );
+    const engine = withJobReadHook(f, onTestFinished, () => {
+      throw throttled();
     });
     const { job, worker, calls } = await countedOneOffDueNow(f);
-    const throttled = { ...worker, engine: { ...f.engine, doc } };
+    const throttledWorker = { ...worker, engine };
     // Two deliveries, each failing on its read of the job (the second after writing its start),
     // each message shown again at once as a lease would.
     for (let i = 0; i < 2; i++) {
       const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-      await expect(processRun(throttled, delivery)).rejects.toThrow("provisioned throughput");
+      await expect(processRun(throttledWorker, delivery)).rejects.toThrow("provisioned throughput");
       await setVisibility(f.engine.sqs, delivery.queueUrl, delivery.receiptHandle, 1);
     }
     const inDlq = await redriven(f, job.jobId, LEASE_MS + 10_000);
