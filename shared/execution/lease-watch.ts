@@ -33,6 +33,12 @@ export interface LeaseWatch {
    * reading it was sent with, taken at `sentAt` (`performance.now()`).
    */
   extendTo(leaseUntil: Date, readAt: Date, sentAt: number): void;
+  /**
+   * Whether the lease has run out, aborting the handler if the timer has not yet: a process that
+   * froze past it wakes with its heartbeat's timer and the watch's both due, and the beat must not
+   * write a fresh lease for a run this worker no longer holds.
+   */
+  lapsed(): boolean;
   stop(): void;
 }
 
@@ -75,6 +81,11 @@ export function watchLease(
       until = next;
       endsAt = nextEndsAt;
       arm();
+    },
+    lapsed() {
+      if (!stopped && !controller.signal.aborted && endsAt - performance.now() < 0)
+        controller.abort(new LeaseLapsedError(until));
+      return controller.signal.reason instanceof LeaseLapsedError;
     },
     stop() {
       stopped = true;

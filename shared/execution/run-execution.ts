@@ -168,31 +168,39 @@ export async function execute(
     // Once the handler's signal aborted (the lease lapsed, say), this worker writes nothing more.
     while (!stopHeartbeat.signal.aborted && !controller.signal.aborted) {
       await sleep(wait, stopHeartbeat.signal);
+      // The next beat is due `every` after this one began, however long its requests take: a slow
+      // answer (an SQS call takes up to its 5 s request timeout) must not push the next lease
+      // write past the lease's end, which the lease watch would take for a lapse.
+      const beganAt = performance.now();
       wait = every;
-      if (stopHeartbeat.signal.aborted || controller.signal.aborted) return;
+      if (stopHeartbeat.signal.aborted || lease.lapsed()) return;
       try {
         const readAt = engine.clock();
-        const sentAt = performance.now();
         const leaseUntil = await extendLease(engine, run, readAt);
-        lease.extendTo(leaseUntil, readAt, sentAt);
-        // Best effort, and not in the way of the job's and the tenant's leases below: SQS refuses a
-        // receipt handle for good once the message was received again (by a worker that found the
-        // run held and acknowledged it), and were that to skip them, the run's admission and its
-        // concurrent-runs slot would lapse while it runs, letting a run past its overlap policy and
-        // the tenant past its quota. The run's own lease is what keeps it; the reaper covers the rest.
-        await setVisibility(
-          engine.sqs,
-          received.queueUrl,
-          received.receiptHandle,
-          engine.settings.leaseMs / 1000,
-        ).catch((error: unknown) => {
-          engine.obs.log.warn("heartbeat could not extend the message's visibility", {
-            ...runLogKeys(run),
-            error: String(error),
-          });
-        });
-        if (tracked) await extendAdmission(engine, run.jobId, run.runId, leaseUntil);
-        if (slot !== null) await extendRunSlot(engine, slot, leaseUntil);
+        lease.extendTo(leaseUntil, readAt, beganAt);
+        // Lapsed while the write was under way: the run may be another's now, nothing more is written.
+        if (controller.signal.aborted) return;
+        // Side by side, each best effort or its own: SQS refuses a receipt handle for good once the
+        // message was received again (by a worker that found the run held and acknowledged it), and
+        // were that to skip the others, the run's admission and its concurrent-runs slot would lapse
+        // while it runs, letting a run past its overlap policy and the tenant past its quota. The
+        // run's own lease is what keeps it; the reaper covers the rest.
+        await Promise.all([
+          setVisibility(
+            engine.sqs,
+            received.queueUrl,
+            received.receiptHandle,
+            engine.settings.leaseMs / 1000,
+          ).catch((error: unknown) => {
+            engine.obs.log.warn("heartbeat could not extend the message's visibility", {
+              ...runLogKeys(run),
+              error: String(error),
+            });
+          }),
+          tracked ? extendAdmission(engine, run.jobId, run.runId, leaseUntil) : undefined,
+          slot !== null ? extendRunSlot(engine, slot, leaseUntil) : undefined,
+        ]);
+        wait = Math.max(0, every - (performance.now() - beganAt));
       } catch (error) {
         if (error instanceof FenceLostError || error instanceof RunCancelledError) {
           controller.abort(error);
