@@ -24,22 +24,28 @@ export function settingsFromContext(node: Node): SchedulerSettings {
   // Text as decimal digits only: Number() would deploy `-c shardCount=0x10` as 16 shards and keep
   // `-c retentionDays=1e1` 10 days. A JSON number (cdk.json) is taken as it is; its range is checked
   // with every other setting's.
-  const int = (key: ContextKey): number | undefined => {
+  const numeric = (
+    key: ContextKey,
+    parse: (text: string) => number | undefined,
+    taken: (n: number) => boolean,
+    what: string,
+  ): number | undefined => {
     const value = raw(key);
     if (value === undefined || value === null) return undefined;
     const n =
-      typeof value === "number"
-        ? value
-        : typeof value === "string"
-          ? decimalDigitsValue(value)
-          : undefined;
-    if (n === undefined || !Number.isInteger(n)) {
-      throw new Error(
-        `context ${key} must be an integer written in decimal digits (no sign, no 0x, no exponent), got "${String(value)}"`,
-      );
+      typeof value === "number" ? value : typeof value === "string" ? parse(value) : undefined;
+    if (n === undefined || !taken(n)) {
+      throw new Error(`context ${key} must be ${what}, got "${String(value)}"`);
     }
     return n;
   };
+  const int = (key: ContextKey) =>
+    numeric(
+      key,
+      decimalDigitsValue,
+      Number.isInteger,
+      "an integer written in decimal digits (no sign, no 0x, no exponent)",
+    );
   // A counted quota: a whole number, or "none" for no limit.
   const capOf = (key: ContextKey): number | null | undefined =>
     raw(key) === NO_QUOTA ? null : int(key);
@@ -50,22 +56,13 @@ export function settingsFromContext(node: Node): SchedulerSettings {
     if (value === false || value === "false") return false;
     throw new Error(`context ${key} must be true or false, got "${String(value)}"`);
   };
-  const num = (key: ContextKey): number | undefined => {
-    const value = raw(key);
-    if (value === undefined || value === null) return undefined;
-    const n =
-      typeof value === "number"
-        ? value
-        : typeof value === "string"
-          ? decimalNumberValue(value)
-          : undefined;
-    if (n === undefined || !Number.isFinite(n)) {
-      throw new Error(
-        `context ${key} must be a number written in decimal digits, such as 0.25 (no sign, no 0x, no exponent), got "${String(value)}"`,
-      );
-    }
-    return n;
-  };
+  const num = (key: ContextKey) =>
+    numeric(
+      key,
+      decimalNumberValue,
+      Number.isFinite,
+      "a number written in decimal digits, such as 0.25 (no sign, no 0x, no exponent)",
+    );
   const issuer = text("jwtIssuer");
   const audience = (text("jwtAudience") ?? "")
     .split(",")
