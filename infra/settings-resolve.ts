@@ -7,6 +7,7 @@ import {
   SHARD_COUNT_LIMIT,
 } from "../shared/config.js";
 import {
+  MAX_API_BURST_LIMIT,
   MAX_LAMBDA_TIMEOUT_SECONDS,
   type SchedulerSettings,
   type SettingsInput,
@@ -24,6 +25,15 @@ const STAGE_PATTERN = /^[a-z][a-z0-9-]{0,19}$/;
  */
 function defaultRequestsPerSecond(apiRateLimit: number): number {
   return Math.max(1, Math.floor(apiRateLimit / 2));
+}
+
+/**
+ * The stage's burst unless set: two seconds' worth of its rate, as a tenant's own bucket holds, so
+ * that `-c apiRateLimit=1000` alone deploys a bucket that takes a second's requests arriving
+ * together, not a fifth of them.
+ */
+function defaultBurstLimit(apiRateLimit: number): number {
+  return Math.min(MAX_API_BURST_LIMIT, apiRateLimit * 2);
 }
 
 /** Applies the design's defaults and refuses what the handlers or AWS would refuse later. */
@@ -67,7 +77,7 @@ export function resolveSettings(input: SettingsInput = {}): SchedulerSettings {
     lowPriorityShare: input.lowPriorityShare ?? DEFAULT_LOW_PRIORITY_SHARE,
     maxReceiveCount: input.maxReceiveCount ?? 5,
     apiRateLimit,
-    apiBurstLimit: input.apiBurstLimit ?? 200,
+    apiBurstLimit: input.apiBurstLimit ?? defaultBurstLimit(apiRateLimit),
     lagAlarmMs: input.lagAlarmMs ?? 5_000,
     // Messages wait out their SQS delay (up to a claim's reach) and stay in flight while a job
     // runs (up to the worker timeout); only age beyond both means nobody is consuming.

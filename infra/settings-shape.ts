@@ -95,6 +95,8 @@ export type SettingsInput = Partial<
 
 /** The highest maximum concurrency AWS takes for an SQS event source (workerConcurrency*). */
 export const MAX_WORKER_CONCURRENCY = 1000;
+/** The most apiBurstLimit takes: the account's default burst in a region, which bounds every API. */
+export const MAX_API_BURST_LIMIT = 5_000;
 /** Lambda's hard ceiling; the SQS event source also needs visibility >= timeout, so it bounds both. */
 export const MAX_LAMBDA_TIMEOUT_SECONDS = MAX_TIMEOUT_SECONDS;
 

@@ -20,6 +20,7 @@ import {
 } from "./settings-derived.js";
 import {
   type ContextKey,
+  MAX_API_BURST_LIMIT,
   MAX_LAMBDA_TIMEOUT_SECONDS,
   MAX_WORKER_CONCURRENCY,
   type SchedulerSettings,
@@ -156,7 +157,7 @@ export function validateSettings(s: SchedulerSettings): void {
   );
   intIn("maxReceiveCount", s.maxReceiveCount, MIN_RECEIVE_COUNT, 1000);
   intIn("apiRateLimit", s.apiRateLimit, 1, 10_000);
-  intIn("apiBurstLimit", s.apiBurstLimit, 1, 5_000);
+  intIn("apiBurstLimit", s.apiBurstLimit, 1, MAX_API_BURST_LIMIT);
   intIn("lagAlarmMs", s.lagAlarmMs, 100, 3_600_000);
   // A run's message waits out its SQS delay (up to a claim's reach) and stays in flight while the
   // run runs (up to the worker timeout): a healthy stage has messages that old, and a threshold

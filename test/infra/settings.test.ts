@@ -64,6 +64,23 @@ describe("settings", () => {
     expect(chosen.quotas.requestsPerSecond).toBe(2000);
   });
 
+  // API Gateway's throttle is a token bucket holding apiBurstLimit requests, refilled at
+  // apiRateLimit a second. `-c apiRateLimit=1000` alone deployed a burst of 200, so more than 200
+  // requests arriving together were answered 429 at a fifth of the rate asked for. A burst given
+  // below the rate is taken, as API Gateway takes it (its account default: 10,000 and 5,000).
+  it("bursts to twice apiRateLimit (at most 5000) unless apiBurstLimit says otherwise", () => {
+    const throttle = (context: Record<string, unknown>) => {
+      const s = fromContext(context);
+      return [s.apiRateLimit, s.apiBurstLimit];
+    };
+    expect(throttle({})).toEqual([100, 200]);
+    expect(throttle({ apiRateLimit: "1000" })).toEqual([1000, 2000]);
+    expect(throttle({ apiRateLimit: "4000" })).toEqual([4000, 5000]);
+    expect(throttle({ apiRateLimit: "10000" })).toEqual([10000, 5000]);
+    expect(throttle({ apiRateLimit: "300", apiBurstLimit: "200" })).toEqual([300, 200]);
+    expect(throttle({ apiBurstLimit: "50" })).toEqual([100, 50]);
+  });
+
   it("alarms on queue age only past a claim's reach (the longest SQS delay a run is sent with) plus the worker timeout", () => {
     const s = resolveSettings();
     // A per-minute job's run is sent up to 14 minutes before it is due.
