@@ -269,19 +269,32 @@ export function runsTable(runs: readonly Run[]): string {
 }
 
 /**
+ * A character as JSON's `\u` escapes of its UTF-16 units: JSON has no `\u{…}`, so a tag character
+ * (U+E0041) is its surrogate pair, `\udb40\udc41`, which any parser reads back as the one character.
+ */
+const jsonEscape = (char: string) => {
+  let escaped = "";
+  for (let unit = 0; unit < char.length; unit++) escaped += unicodeEscape(char.charCodeAt(unit));
+  return escaped;
+};
+
+/**
  * JSON as JSON.stringify writes it, with the characters it leaves as they are that a terminal acts
  * on (DEL, the C1 controls, among them U+009B, an 8-bit CSI; the bidirectional overrides and the
- * line separators of isReordering) written as `\u` escapes: the same values, read back by any
- * parser, and `-o json` in a terminal prints nothing the terminal obeys. Outside strings JSON is
- * ASCII, so every such character is inside a string, where an escape is valid.
+ * line separators of isReordering) or draws as nothing (the format characters, U+200B or U+FEFF:
+ * a name `a\u200bb` looked like `ab` and was another name) written as `\u` escapes: the same
+ * values, read back by any parser, and `-o json` in a terminal prints nothing the terminal obeys
+ * or hides. Outside strings JSON is ASCII, so every such character is inside a string, where an
+ * escape is valid.
  */
 export function json(value: unknown, indent: 2 | 0 = 2): string {
   let text = "";
   // JSON.stringify answers undefined for undefined: null is what a script can read.
   // A payload's number a double would change (a LosslessNumber) written as its digits.
   for (const char of value === undefined ? "null" : writeJson(value, indent)) {
-    const code = char.charCodeAt(0);
-    text += (code >= 0x7f && code <= 0x9f) || isReordering(code) ? unicodeEscape(code) : char;
+    const code = char.codePointAt(0) ?? 0;
+    const escaped = (code >= 0x7f && code <= 0x9f) || isReordering(code) || FORMAT.test(char);
+    text += escaped ? jsonEscape(char) : char;
   }
   return text;
 }

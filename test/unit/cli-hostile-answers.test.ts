@@ -161,15 +161,20 @@ const reorderingIn = (text: string) =>
     /[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c\u2028\u2029]/.test(char),
   );
 
+/** `jobs get` (after `flags`) of a job named `name`, as the server answers it, and that job. */
+async function getJobNamed(name: string, ...flags: string[]) {
+  const job = jobNamed(name);
+  answer = {
+    status: 200,
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(job),
+  };
+  return { job, ...(await cli(...flags, "jobs", "get", job.id)) };
+}
+
 describe("names a terminal would reorder or obey", () => {
   it("-o json escapes them, and the JSON still reads back as the API answered", async () => {
-    const job = jobNamed(REORDERING);
-    answer = {
-      status: 200,
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify(job),
-    };
-    const { code, out } = await cli("-o", "json", "jobs", "get", job.id);
+    const { job, code, out } = await getJobNamed(REORDERING, "-o", "json");
     expect(code).toBe(EXIT.ok);
     expect(JSON.parse(out)).toEqual(job);
     expect(controlsIn(out)).toEqual([]);
@@ -177,14 +182,20 @@ describe("names a terminal would reorder or obey", () => {
     expect(out).toContain(String.raw`"name": "\u009b2J\u202eevil`);
   });
 
+  it("-o json escapes the format characters a terminal draws as nothing, and reads back the same", async () => {
+    // A zero-width space, a right-to-left override, a word joiner, a byte order mark and a tag
+    // character (beyond U+FFFF, its surrogate pair's escapes: JSON has no \u{…}).
+    const name = "pay\u200broll\u202eevil\u2060\ufeff\u{e0041}end";
+    const { job, code, out } = await getJobNamed(name, "-o", "json");
+    expect(code).toBe(EXIT.ok);
+    expect(out).toContain(String.raw`"name": "pay\u200broll\u202eevil\u2060\ufeff\udb40\udc41end"`);
+    expect([...out].filter((char) => /\p{Cf}/u.test(char))).toEqual([]);
+    expect(JSON.parse(out)).toEqual(job);
+    expect((JSON.parse(out) as { name: string }).name).toBe(name);
+  });
+
   it("tables print them as escapes", async () => {
-    const job = jobNamed(REORDERING);
-    answer = {
-      status: 200,
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify(job),
-    };
-    const got = await cli("jobs", "get", job.id);
+    const got = await getJobNamed(REORDERING);
     expect(got.code).toBe(EXIT.ok);
     expect(controlsIn(got.out)).toEqual([]);
     expect(reorderingIn(got.out)).toEqual([]);
