@@ -72,6 +72,16 @@ client.use({
   },
 });
 
+/**
+ * A 403 not in the API's error shape: answered before the request reached the scheduler. With the
+ * JWT option that is API Gateway refusing a token whose `scope` (or `scp`) claim carries none of
+ * the deployment's `jwtScopes` (docs/deploy.md), with a bare `{"message":"Forbidden"}` that told
+ * the user nothing; a sign-in made before the deployment's scopes changed gets a token with the
+ * new ones, and otherwise the provider does not grant the console's client one of them.
+ */
+const FORBIDDEN =
+  "Forbidden (403), answered before the scheduler saw the request: this deployment requires every call's token to carry one of its scopes (its jwtScopes setting), and yours carries none. Sign out and in again; if it goes on, the identity provider does not grant the console one of those scopes (consoleScope): ask whoever runs the deployment.";
+
 /** Settles never: what waits on it does nothing more. */
 const dropped = new Promise<never>(() => undefined);
 
@@ -90,10 +100,12 @@ async function answer<T>(
   if (response.ok && data !== undefined) return data;
   if (response.status === 401) onUnauthorized();
   const body = (error as Partial<ErrorBody> | undefined)?.error;
+  // The API's own 403s (a quota, an admin route) come in its shape, with a message of their own.
+  const gatewayForbidden = body === undefined && response.status === 403;
   throw new ApiProblem(
     response.status,
-    body?.code ?? "internal",
-    body?.message ?? `${response.url}: ${response.status}`,
+    body?.code ?? (gatewayForbidden ? "forbidden" : "internal"),
+    body?.message ?? (gatewayForbidden ? FORBIDDEN : `${response.url}: ${response.status}`),
     body?.field,
     body?.issues ?? [],
     body?.currentStatus,
