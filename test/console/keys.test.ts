@@ -1,11 +1,14 @@
 import type { Route } from "playwright-core";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { apiAs, signedInConsole } from "../support/console-session.js";
 
 /**
- * The job page's "Trigger now" in headless Chromium against `npm start`, its answer held on the
- * way while the page is left for the jobs list: the key of a trigger whose outcome was unclear
- * outlives the page, and an answer that comes after the page was left is announced.
+ * The console in headless Chromium against `npm start`, its API calls' answers held or replaced
+ * on the way. The job page's "Trigger now", its answer held while the page is left for the jobs
+ * list: the key of a trigger whose outcome was unclear outlives the page, and an answer that comes
+ * after the page was left is announced. A 403 answered as API Gateway answers a token without one
+ * of the deployment's `jwtScopes` (a bare `{"message":"Forbidden"}`, which the sandbox never sends:
+ * it explains itself in the API's shape): the page says what the 403 means and what to do.
  */
 const KEY = "console-keys-key";
 
@@ -134,5 +137,52 @@ describe("a trigger whose answer comes after its job's page was left", () => {
     await page().unrouteAll();
     // The browser logs the first case's 502 as an error: not a fault of the page.
     expect(opened().browser.errors.filter((error) => !error.includes("status of 502"))).toEqual([]);
+  });
+});
+
+/** The jobs list's reads of the API (not the console's own page under /console). */
+const jobsListing = (url: URL) => url.pathname === "/jobs";
+
+describe("a 403 answered in front of the API", () => {
+  // Each case reloads the jobs list, whose read of /jobs the route answers.
+  beforeEach(leaveForJobsList);
+
+  it("API Gateway's {message: Forbidden} is explained: the token lacks a jwtScopes scope, sign in again or ask", async () => {
+    await page().route(jobsListing, (route) =>
+      route.fulfill({ status: 403, json: { message: "Forbidden" } }),
+    );
+    try {
+      await page().reload();
+      const alert = page().getByRole("alert").filter({ hasText: "403" });
+      await alert.waitFor();
+      const text = await alert.textContent();
+      expect(text).toContain(
+        "Forbidden (403), answered before the scheduler saw the request: this deployment requires every call's token to carry one of its scopes (its jwtScopes setting), and yours carries none.",
+      );
+      expect(text).toContain("Sign out and in again");
+      expect(text).not.toContain(`${opened().sandbox.url}/jobs`);
+    } finally {
+      await page().unroute(jobsListing);
+    }
+  });
+
+  it("the API's own 403, in its shape, keeps its own message", async () => {
+    const message = "the token carries none of the scopes scheduler/api";
+    await page().route(jobsListing, (route) =>
+      route.fulfill({ status: 403, json: { error: { code: "forbidden", message } } }),
+    );
+    try {
+      await page().reload();
+      const alert = page().getByRole("alert").filter({ hasText: message });
+      await alert.waitFor();
+      expect(await alert.textContent()).not.toContain("jwtScopes setting");
+    } finally {
+      await page().unroute(jobsListing);
+    }
+    // The browser logs each 403 and the trigger case's 502 as errors: not faults of the page.
+    const pageErrors = opened().browser.errors.filter(
+      (error) => !error.includes("status of 403") && !error.includes("status of 502"),
+    );
+    expect(pageErrors).toEqual([]);
   });
 });
