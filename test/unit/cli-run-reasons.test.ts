@@ -3,6 +3,7 @@ import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EXIT } from "../../client/cli/exit-codes.js";
 import type { Run } from "../../client/index.js";
+import { endedRun } from "../support/api-runs.js";
 import { runCaptured } from "../support/cli-run.js";
 
 /**
@@ -40,30 +41,7 @@ const ended = (
   status: Run["status"],
   error: string | null,
   reason: string | null,
-): Run => ({
-  runId: `${JOB}-20300101T000000000-${attempt}`,
-  jobId: JOB,
-  scheduledFor: "2030-01-01T00:00:00.000Z",
-  plannedFor: "2030-01-01T00:00:00.000Z",
-  dueAt: "2030-01-01T00:00:00.000Z",
-  attempt,
-  status,
-  priority: "normal",
-  enqueuedAt: "2030-01-01T00:00:00.000Z",
-  startedAt: "2030-01-01T00:00:00.100Z",
-  finishedAt: "2030-01-01T00:00:01.100Z",
-  durationMs: 1000,
-  error,
-  reason,
-  workerId: "w-1",
-  fence: attempt,
-  jobVersion: 1,
-  executedVersion: 1,
-  replayedBy: null,
-  trigger: null,
-  cancelRequestedAt: null,
-  cancelledBy: null,
-});
+) => endedRun(JOB, attempt, status, error, reason);
 
 const GAVE_UP = "gave up after 2 attempts: HTTP 500: internal error";
 const dead = ended(2, "dead", "HTTP 500: internal error", GAVE_UP);
