@@ -23,7 +23,7 @@ export {
   type TriggerOptions,
   type WaitForRunOptions,
 } from "./job-handle.js";
-export type { Page } from "./paging.js";
+export type { Page, PagesRead } from "./paging.js";
 export { type RequestOptions, type WaitOptions, WaitTimeoutError } from "./requests.js";
 export type { RetryOptions } from "./retries.js";
 export {

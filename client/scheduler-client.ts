@@ -17,7 +17,7 @@ import { NotAnIdError } from "./errors.js";
 import { writeJson } from "./exact-json.js";
 import type { components, paths } from "./generated/api.js";
 import { JobHandle } from "./job-handle.js";
-import { everyItem, type Page } from "./paging.js";
+import { everyItem, type Page, type PagesRead } from "./paging.js";
 import {
   callKey,
   pollForRun,
@@ -71,6 +71,11 @@ export interface SchedulerClientOptions {
 export interface ListOptions extends RequestOptions {
   /** Items per request (1-100); the iterator fetches as many pages as the caller reads. */
   readonly pageSize?: number;
+  /**
+   * Told after each page the iterator reads (pages so far, items they held): a filtered listing
+   * may read many empty pages before an item, and a caller can show it is still reading.
+   */
+  readonly onPage?: (read: PagesRead) => void;
 }
 
 export interface PageOptions {
@@ -294,15 +299,17 @@ class JobsApi {
 
   /** Every job of the caller, newest first, over as many pages as are read. */
   list(options: ListOptions & { status?: JobStatus } = {}): AsyncGenerator<Job, void, undefined> {
-    return everyItem((cursor) =>
-      this.page(
-        {
-          ...(options.status ? { status: options.status } : {}),
-          ...(options.pageSize ? { limit: options.pageSize } : {}),
-          ...(cursor ? { cursor } : {}),
-        },
-        signalOf(options),
-      ),
+    return everyItem(
+      (cursor) =>
+        this.page(
+          {
+            ...(options.status ? { status: options.status } : {}),
+            ...(options.pageSize ? { limit: options.pageSize } : {}),
+            ...(cursor ? { cursor } : {}),
+          },
+          signalOf(options),
+        ),
+      options.onPage,
     );
   }
 
@@ -326,16 +333,18 @@ class RunsApi {
    * read; only runs of these statuses and occurrences when a filter is given.
    */
   list(jobId: string, options: ListOptions & RunFilter = {}): AsyncGenerator<Run, void, undefined> {
-    return everyItem((cursor) =>
-      this.page(
-        jobId,
-        {
-          ...runQuery(options),
-          ...(options.pageSize ? { limit: options.pageSize } : {}),
-          ...(cursor ? { cursor } : {}),
-        },
-        signalOf(options),
-      ),
+    return everyItem(
+      (cursor) =>
+        this.page(
+          jobId,
+          {
+            ...runQuery(options),
+            ...(options.pageSize ? { limit: options.pageSize } : {}),
+            ...(cursor ? { cursor } : {}),
+          },
+          signalOf(options),
+        ),
+      options.onPage,
     );
   }
 
@@ -383,14 +392,16 @@ class DeadLettersApi {
 
   /** Dead runs not yet replayed, newest first. */
   list(options: ListOptions = {}): AsyncGenerator<Run, void, undefined> {
-    return everyItem((cursor) =>
-      this.page(
-        {
-          ...(options.pageSize ? { limit: options.pageSize } : {}),
-          ...(cursor ? { cursor } : {}),
-        },
-        signalOf(options),
-      ),
+    return everyItem(
+      (cursor) =>
+        this.page(
+          {
+            ...(options.pageSize ? { limit: options.pageSize } : {}),
+            ...(cursor ? { cursor } : {}),
+          },
+          signalOf(options),
+        ),
+      options.onPage,
     );
   }
 
