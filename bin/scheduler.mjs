@@ -28,6 +28,7 @@ process.once("SIGINT", () => {
 process.exitCode = await runCli(process.argv.slice(2), {
   stdout: (text) => process.stdout.write(text),
   stderr: (text) => process.stderr.write(text),
+  stderrIsTty: process.stderr.isTTY === true,
   env: process.env,
   startedAt: new Date(performance.timeOrigin),
   signal: interrupted.signal,

@@ -22,6 +22,7 @@ import {
   runFields,
 } from "./output.js";
 import { withOwnKey } from "./own-key.js";
+import { withProgress } from "./progress.js";
 
 const NO_KEY_HELP =
   "send no Idempotency-Key (fewer writes; a lost answer is then not retried, exit 1)";
@@ -98,16 +99,20 @@ export function jobsCommand(program: Command, io: CliIo): void {
     .option("--limit <n>", "at most this many (pages are followed)", wholeNumber, 50)
     .action(async (flags: { status?: Job["status"]; limit: number }, command: Command) => {
       const context = contextOf(command, io);
-      const listed: Job[] = [];
-      if (flags.limit > 0) {
-        for await (const job of context.client.jobs.list({
-          ...(flags.status ? { status: flags.status } : {}),
-          pageSize: Math.min(flags.limit, 100),
-        })) {
-          listed.push(job);
-          if (listed.length >= flags.limit) break;
+      const listed = await withProgress(io, "job", async (onPage) => {
+        const jobs: Job[] = [];
+        if (flags.limit > 0) {
+          for await (const job of context.client.jobs.list({
+            ...(flags.status ? { status: flags.status } : {}),
+            pageSize: Math.min(flags.limit, 100),
+            onPage,
+          })) {
+            jobs.push(job);
+            if (jobs.length >= flags.limit) break;
+          }
         }
-      }
+        return jobs;
+      });
       context.print(listed, jobsTable);
     });
 

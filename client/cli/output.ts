@@ -25,6 +25,13 @@ export interface CliIo {
    * what the CLI does once its retries are spent passes one that records the waits instead.
    */
   readonly retrySleep?: (ms: number) => Promise<void>;
+  /**
+   * Whether stderr is a terminal (the bin's process.stderr.isTTY): only then does a listing show
+   * how far it has read (withProgress), which a script's stderr must not get. Unset: not one.
+   */
+  readonly stderrIsTty?: boolean;
+  /** The clock a listing's progress is timed by (default Date.now). */
+  readonly now?: () => number;
 }
 
 const SHORT_ESCAPES: Readonly<Record<string, string>> = { "\n": "\\n", "\r": "\\r", "\t": "\\t" };

@@ -1,5 +1,11 @@
 import { type Command, InvalidArgumentError } from "commander";
-import { FINAL_RUN_STATUSES, RUN_STATUSES, type Run, type RunStatus } from "../index.js";
+import {
+  FINAL_RUN_STATUSES,
+  type PagesRead,
+  RUN_STATUSES,
+  type Run,
+  type RunStatus,
+} from "../index.js";
 import { waitOrAbort } from "../requests.js";
 import { LOOK_BACK_MS, pagedRunPolls, unsureUpTo } from "../run-follow.js";
 import { MAX_TIMEOUT_MS } from "../transport.js";
@@ -17,6 +23,7 @@ import {
   table,
 } from "./output.js";
 import { withOwnKey } from "./own-key.js";
+import { withProgress } from "./progress.js";
 
 async function firstRuns(list: AsyncIterable<Run>, limit: number): Promise<Run[]> {
   const runs: Run[] = [];
@@ -117,14 +124,17 @@ export function runsCommand(program: Command, io: CliIo): void {
         command: Command,
       ) => {
         const context = contextOf(command, io);
-        const listed = await firstRuns(
-          context.client.runs.list(jobId, {
-            pageSize: Math.min(Math.max(flags.limit, 1), 100),
-            ...(flags.status ? { status: flags.status } : {}),
-            ...(flags.from === undefined ? {} : { from: instantFlag(flags.from) }),
-            ...(flags.to === undefined ? {} : { to: instantFlag(flags.to) }),
-          }),
-          flags.limit,
+        const listed = await withProgress(io, "run", (onPage) =>
+          firstRuns(
+            context.client.runs.list(jobId, {
+              pageSize: Math.min(Math.max(flags.limit, 1), 100),
+              ...(flags.status ? { status: flags.status } : {}),
+              ...(flags.from === undefined ? {} : { from: instantFlag(flags.from) }),
+              ...(flags.to === undefined ? {} : { to: instantFlag(flags.to) }),
+              onPage,
+            }),
+            flags.limit,
+          ),
         );
         context.print(listed, runsTable);
       },
@@ -186,12 +196,15 @@ export function runsCommand(program: Command, io: CliIo): void {
         // the look-back before `since` (what it shows: the runs running now, those ended since);
         // each later one the runs that can have changed (runPolls).
         const firstFloor = Math.min(since, Date.now()) - LOOK_BACK_MS;
+        // The poll in progress's, told of each page it reads (withProgress).
+        let onPage: ((read: PagesRead) => void) | undefined;
         const poll = pagedRunPolls(
           (from) =>
             context.client.runs.list(jobId, {
               pageSize: WATCH_PAGE,
               ...(from === undefined ? {} : { from }),
               ...(io.signal === undefined ? {} : { signal: io.signal }),
+              ...(onPage === undefined ? {} : { onPage }),
             }),
           firstFloor,
           WATCH_PAGE,
@@ -200,7 +213,11 @@ export function runsCommand(program: Command, io: CliIo): void {
         // retry of it), which ends the watch at once rather than when the API answers.
         const everyRun = async (): Promise<Run[] | null> => {
           try {
-            return (await poll()).reverse();
+            const read = await withProgress(io, "run", (told) => {
+              onPage = told;
+              return poll();
+            });
+            return read.reverse();
           } catch (error) {
             if (io.signal?.aborted) return null;
             throw error;
@@ -272,9 +289,14 @@ export function deadLettersCommand(program: Command, io: CliIo): void {
     .option("--limit <n>", "at most this many (pages are followed)", wholeNumber, 20)
     .action(async (flags: { limit: number }, command: Command) => {
       const context = contextOf(command, io);
-      const listed = await firstRuns(
-        context.client.deadLetters.list({ pageSize: Math.min(Math.max(flags.limit, 1), 100) }),
-        flags.limit,
+      const listed = await withProgress(io, "run", (onPage) =>
+        firstRuns(
+          context.client.deadLetters.list({
+            pageSize: Math.min(Math.max(flags.limit, 1), 100),
+            onPage,
+          }),
+          flags.limit,
+        ),
       );
       context.print(listed, (runs) =>
         table(

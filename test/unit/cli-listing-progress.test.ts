@@ -1,8 +1,11 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { EXIT } from "../../client/cli/exit-codes.js";
+import { withProgress } from "../../client/cli/progress.js";
 import { type PagesRead, SchedulerClient } from "../../client/index.js";
 import { endedRun } from "../support/api-runs.js";
+import { runCaptured } from "../support/cli-run.js";
 
 /**
  * A listing that reads page after empty page (a filtered listing of a job with millions of runs,
@@ -47,6 +50,46 @@ beforeEach(() => {
   emptyPages = 0;
 });
 
+/** The CLI with stderr a terminal (`tty`) or not, and a clock `tick` ms further each time it is read. */
+const cli = (tty: boolean, args: readonly string[], tick = 0) => {
+  let clock = 0;
+  return runCaptured(
+    ["--api", baseUrl, "--key", "k", ...args],
+    {},
+    {
+      stderrIsTty: tty,
+      now: () => {
+        clock += tick;
+        return clock;
+      },
+    },
+  );
+};
+
+/**
+ * What a terminal shows of `text`: a carriage return goes back to the line's start, and what is
+ * written after it overwrites what was there; each line's trailing spaces are dropped.
+ */
+function screen(text: string): string {
+  const lines: string[][] = [[]];
+  let column = 0;
+  for (const char of text) {
+    const line = lines[lines.length - 1] ?? [];
+    if (char === "\n") {
+      lines.push([]);
+      column = 0;
+    } else if (char === "\r") column = 0;
+    else line[column++] = char;
+  }
+  return lines.map((line) => line.join("").trimEnd()).join("\n");
+}
+
+const LISTINGS = [
+  ["runs", "list", JOB, "--status", "dead"],
+  ["jobs", "list", "--status", "paused"],
+  ["dead-letters", "list"],
+].map((args) => ({ command: `${args[0]} ${args[1]}`, args }));
+
 describe("the client's listings", () => {
   it("tell onPage of each page read, before its items", async () => {
     emptyPages = 3;
@@ -61,5 +104,110 @@ describe("the client's listings", () => {
       { pages: 4, items: 1 },
       run.runId,
     ]);
+  });
+});
+
+describe("a listing of many empty pages, stderr a terminal", () => {
+  it("runs list --status dead shows the pages read, then erases the line and prints the run", async () => {
+    emptyPages = 25;
+    const { code, out, err } = await cli(true, ["runs", "list", JOB, "--status", "dead"]);
+    expect(code).toBe(EXIT.ok);
+    expect(err).toContain("\rreading: 10 pages, no match yet (Ctrl-C stops)");
+    expect(err).toContain("\rreading: 25 pages, no match yet (Ctrl-C stops)");
+    // The last page held the run.
+    expect(err).toContain("\rreading: 26 pages, 1 run so far (Ctrl-C stops)");
+    // Nothing of it stays on the screen, and stdout is what it is without a terminal.
+    expect(screen(err)).toBe("");
+    expect(out).toBe((await cli(false, ["runs", "list", JOB, "--status", "dead"])).out);
+    expect(out.split("\n")[1]).toMatch(new RegExp(`^${run.runId}\\s+2\\s+dead\\s`));
+  });
+
+  it("-o json: the progress is on stderr, stdout is the JSON alone", async () => {
+    emptyPages = 12;
+    const { code, out, err } = await cli(true, ["-o", "json", "runs", "list", JOB]);
+    expect(code).toBe(EXIT.ok);
+    expect(err).toContain("reading: 12 pages, no match yet");
+    expect(JSON.parse(out)).toEqual([run]);
+  });
+
+  it("a slow listing shows it after 2 s, before 10 pages", async () => {
+    emptyPages = 3;
+    // Each read of the clock 1 s on: the command's start, then a page each.
+    const { code, err } = await cli(true, ["runs", "list", JOB], 1000);
+    expect(code).toBe(EXIT.ok);
+    expect(err).not.toContain("reading: 1 page,");
+    expect(err).toContain("\rreading: 2 pages, no match yet (Ctrl-C stops)");
+    expect(screen(err)).toBe("");
+  });
+
+  it("a short listing shows nothing", async () => {
+    emptyPages = 3;
+    const { code, err } = await cli(true, ["runs", "list", JOB]);
+    expect(code).toBe(EXIT.ok);
+    expect(err).toBe("");
+  });
+
+  it.each(LISTINGS)(
+    "$command: pages that never end show progress, erased before the error",
+    async ({ args }) => {
+      emptyPages = Number.POSITIVE_INFINITY;
+      const { code, out, err } = await cli(true, args);
+      expect(code).toBe(EXIT.failed);
+      expect(out).toBe("");
+      expect(err).toContain(`\rreading: ${MOST} pages, no match yet (Ctrl-C stops)`);
+      expect(screen(err)).toMatch(/^error: internal \(500\): no end\n$/);
+    },
+  );
+
+  it("runs watch shows a poll's pages, erased before the runs print", async () => {
+    emptyPages = 15;
+    const { code, out, err } = await cli(true, [
+      ...["runs", "watch", JOB, "--since", "2029-12-31T00:00:00Z", "--count", "1"],
+    ]);
+    expect(code).toBe(EXIT.ok);
+    expect(err).toContain("\rreading: 15 pages, no match yet (Ctrl-C stops)");
+    expect(screen(err)).toBe("");
+    expect(out.split("\n")[1]).toMatch(new RegExp(`^${run.runId}\\s+2\\s+dead\\s`));
+  });
+});
+
+describe("stderr not a terminal", () => {
+  it.each(LISTINGS)("$command: nothing but the error, however many pages", async ({ args }) => {
+    emptyPages = Number.POSITIVE_INFINITY;
+    const { code, err } = await cli(false, args, 1000);
+    expect(code).toBe(EXIT.failed);
+    expect(err).toBe("error: internal (500): no end\n");
+  });
+
+  it("runs list prints the run alone", async () => {
+    emptyPages = 25;
+    const { code, out, err } = await cli(false, ["runs", "list", JOB, "--status", "dead"], 1000);
+    expect(code).toBe(EXIT.ok);
+    expect(err).toBe("");
+    expect(out).not.toContain("reading");
+  });
+});
+
+describe("Ctrl-C", () => {
+  it("the line is erased when the bin ends the command still reading (exiting)", async () => {
+    let err = "";
+    const exiting = new AbortController();
+    const io = {
+      stdout: () => {},
+      stderr: (text: string) => {
+        err += text;
+      },
+      env: {},
+      stderrIsTty: true,
+      exiting: exiting.signal,
+    };
+    let onScreen: string | undefined;
+    await withProgress(io, "run", async (onPage) => {
+      for (let pages = 1; pages <= 12; pages++) onPage({ pages, items: 0 });
+      expect(screen(err)).toBe("reading: 12 pages, no match yet (Ctrl-C stops)");
+      exiting.abort();
+      onScreen = screen(err);
+    });
+    expect(onScreen).toBe("");
   });
 });
