@@ -286,7 +286,18 @@ async function recordSomeEndedRuns(
   }
 }
 
-/** Keeps the job's view of a running run's lease current, so overlap sees it as live. */
+/**
+ * The listed lease is not later than the one written. A stale worker's extension, sent before its
+ * lease lapsed and landing after a new start's admission (a slow request, the SDK's retries), would
+ * otherwise move that start's lease back, and the run would read lapsed to overlap while it runs.
+ * Entries of every version are ISO instants of one length (`toISOString`), so they order as text.
+ */
+const LEASE_NOT_LATER = "activeRuns.#runId <= :leaseUntil";
+
+/**
+ * Keeps the job's view of a running run's lease current, so overlap sees it as live; never moves
+ * it back (`LEASE_NOT_LATER`): a refused extension is a stale one, and is dropped.
+ */
 export async function extendAdmission(
   engine: Engine,
   jobId: string,
@@ -298,7 +309,7 @@ export async function extendAdmission(
       new UpdateCommand({
         TableName: engine.tables.jobs,
         Key: jobKey(jobId),
-        ConditionExpression: RUN_LISTED,
+        ConditionExpression: `${RUN_LISTED} AND ${LEASE_NOT_LATER}`,
         UpdateExpression: "SET activeRuns.#runId = :leaseUntil",
         ExpressionAttributeNames: { "#runId": runId },
         ExpressionAttributeValues: { ":leaseUntil": leaseUntil.toISOString() },
