@@ -33,6 +33,12 @@ export const METRICS = {
    */
   reaperLongestUnreadMs: "ReaperLongestUnread",
   fenceLost: "FenceLost",
+  /**
+   * A worker's run whose lease, as the worker last wrote it, ran out before a heartbeat extended it
+   * (its beats failed, or did not come): the worker stopped its handler part-way and wrote nothing
+   * more, and the run is started again (the reaper, a redelivery), so its target may see it twice.
+   */
+  leaseLapsed: "LeaseLapsed",
   /** A due entry a pass could not claim, by `handling`: set aside for operators, or left for the next pass. */
   dueEntryFailures: "DueEntryFailures",
   /** A write sent again because a transaction conflict or throttling cancelled it, by `operation`. */

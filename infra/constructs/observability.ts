@@ -515,7 +515,7 @@ export class Observability extends Construct {
         width: 8,
         height: 6,
       }),
-      graph("Lease takeovers and lost fences", [
+      graph("Lease takeovers, lost fences and lapsed run leases", [
         // One series per shard would need the shard count at deploy time; a search sums them all.
         new MathExpression({
           expression: `SUM(SEARCH('{"${settings.metricsNamespace}",service,shard} MetricName="${METRICS.leaseTakeovers}"', 'Sum', 60))`,
@@ -528,6 +528,7 @@ export class Observability extends Construct {
             label: `fence lost (${component})`,
           }),
         ),
+        this.metric(METRICS.leaseLapsed, "worker").with({ label: "run lease lapsed (worker)" }),
       ]),
       graph(
         "Function errors",

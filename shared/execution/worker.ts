@@ -330,6 +330,8 @@ async function runInSlot(
     // This worker no longer holds the run: another may have taken it over, and any write of it
     // would land beside (or after) that start's. The reaper re-sends it if none has, so the
     // message goes, as a lost fence's does, rather than count a start towards the redrive DLQ.
+    // Counted as a lost fence is: the handler stopped part-way, and the run starts again.
+    engine.obs.metrics.add(METRICS.leaseLapsed, 1, "Count");
     engine.obs.log.warn(
       "the run's lease lapsed before a heartbeat extended it; this worker writes nothing more",
       {

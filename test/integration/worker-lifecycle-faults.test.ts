@@ -6,6 +6,7 @@ import type { JobContext, JobHandler } from "../../shared/execution/job-contract
 import { LeaseLapsedError } from "../../shared/execution/lease-watch.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { cancelRun, createJob, pauseJob, resumeJob, triggerJob } from "../../shared/jobs/index.js";
+import { METRICS } from "../../shared/observability.js";
 import type { OverlapPolicy } from "../../shared/policies.js";
 import { setVisibility } from "../../shared/queue/work-queue.js";
 import { getRun } from "../../shared/storage/run-reads.js";
@@ -150,6 +151,8 @@ describe("a worker whose heartbeats keep failing", () => {
       // Its handler is told why, and A writes nothing more: the run stays worker B's.
       expect(staleSignal?.reason).toBeInstanceOf(LeaseLapsedError);
       expect(disposition).toBe("ack");
+      // Counted where an operator looks, beside a lost fence, not only logged.
+      expect(f.metrics.sum(METRICS.leaseLapsed)).toBe(1);
       expect(await runOf(f, job.jobId)).toMatchObject({
         status: "SUCCEEDED",
         workerId: "worker-b",
