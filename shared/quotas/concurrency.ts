@@ -62,8 +62,14 @@ export async function takeTenantSlot(engine: Engine, run: Run, now: Date): Promi
     const lapsed = others.filter((s) => s.leaseUntil < nowIso);
     // A lapsed slot is free only once its run no longer holds it: a run whose heartbeats keep its
     // own lease may have failed to extend the slot. Its run is read only when such slots could
-    // fill the quota; below that, slots never taken are left and those are tried alone.
-    const readLapsed = own === undefined && lapsed.length > 0 && live.size + lapsed.length >= limit;
+    // fill the quota; below that, slots never taken are left and those are tried alone. Live
+    // slots that fill it already (a quota lowered below the slots taken) leave nothing to read:
+    // the run waits whatever the lapsed slots' runs say.
+    const readLapsed =
+      own === undefined &&
+      lapsed.length > 0 &&
+      live.size < limit &&
+      live.size + lapsed.length >= limit;
     const held = readLapsed ? await slotsHeldPastLease(engine, lapsed, now) : new Set<number>();
     for (const index of held) live.add(index);
     // Runs in slots above a lowered quota count too: new runs wait until they end.
