@@ -83,7 +83,8 @@ export class Api extends Construct {
     // Run history and cancelling queued runs (Query of the job's partition), run reads, trigger
     // and replay transactions, cancel and resume (UpdateItem), dead-letter listing, the fast
     // path's BatchWriteItem (a create's runs, a batch create's runs of all its jobs), the runs
-    // a job lists read with it (BatchGetItem). DeleteItem: a fast-path claim (create, edit,
+    // a job lists read with it and those of a tenant's lapsed concurrent-runs slots, which GET
+    // /quotas counts as a start does (BatchGetItem). DeleteItem: a fast-path claim (create, edit,
     // resume) whose transaction fails for good after its run puts deletes the runs it put
     // (storage/claim.ts, deleteOwnRuns); denied, the request failed and left them to the reaper.
     // ConditionCheckItem: an edit or resume that files a one-off's occurrence beside its run read

@@ -1,6 +1,7 @@
 import type { SQSBatchResponse, SQSRecord } from "aws-lambda";
 import type { QueueUrls } from "../queue/work-queue.js";
-import { decodeRunMessage, runKeysOf } from "../queue/work-queue.js";
+import { decodeRunMessage, runKeysOf, sentAtOf } from "../queue/work-queue.js";
+import { quotaWaitedMs } from "./hand-back.js";
 import { processRun, type WorkerDeps } from "./worker.js";
 
 /**
@@ -28,6 +29,8 @@ async function processRecord(deps: WorkerDeps, record: SQSRecord): Promise<strin
     });
     return null;
   }
+  const arrivedAt = deps.engine.clock().getTime();
+  const sent = sentAtOf(record.attributes.SentTimestamp);
   try {
     const disposition = await processRun(deps, {
       message,
@@ -35,6 +38,10 @@ async function processRecord(deps: WorkerDeps, record: SQSRecord): Promise<strin
       receiptHandle: record.receiptHandle,
       messageId: record.messageId,
       receiveCount: Number(record.attributes.ApproximateReceiveCount) || 1,
+      ...sent,
+      // A message a worker loop handed back (its tenant's gate full) was out for the quota, up
+      // to the hand-back's delay after it was sent.
+      waitedForQuotaMs: quotaWaitedMs(message, { arrivedAt, ...sent }, arrivedAt),
     });
     return disposition === "ack" ? null : record.messageId;
   } catch (error) {

@@ -34,16 +34,38 @@ export function handBackDelayMs(waitedMs: number, random: () => number): number 
   return Math.max(MIN_OUT_MS, Math.ceil((ceiling * (1 - random() / 2)) / 1000) * 1000);
 }
 
+/** How a message came to a worker: when it arrived, and when it was sent (SQS's SentTimestamp). */
+export interface Arrival {
+  readonly arrivedAt: number;
+  /** Absent where SQS did not say. */
+  readonly sentAt?: number | undefined;
+}
+
 /**
- * When the message's run began waiting for its tenant's quota, taking it to wait from now (it
- * arrived `arrivedAt`): since an earlier loop handed it back, or else since it arrived or was
- * due, whichever is later.
+ * When the message's run began waiting for its tenant's quota, taking it to wait from now: since
+ * it arrived or was due, whichever is later; or, handed back by an earlier loop, as long before
+ * it arrived as it had waited by then. Its time out counts only up to the longest a hand-back
+ * delays a message (60 s) after it was sent: past that it was back on the queue, and a wait for a
+ * worker (the workers down, a priority's invocations full) is lateness, as for any message. With
+ * no SentTimestamp it is taken to have been sent as its wait began (at most 60 s out counted).
+ * A loop that hands it back again passes this on as `quotaWaitSince`, so each time out is bounded.
  */
-export function quotaWaitStart(message: RunMessage, arrivedAt: number): number {
+export function quotaWaitStart(message: RunMessage, { arrivedAt, sentAt }: Arrival): number {
   const here = Math.max(arrivedAt, Date.parse(message.dueAt));
-  return message.quotaWaitSince === undefined
-    ? here
-    : Math.min(here, Date.parse(message.quotaWaitSince));
+  if (message.quotaWaitSince === undefined) return here;
+  const since = Date.parse(message.quotaWaitSince);
+  const backBy = Math.min(arrivedAt, (sentAt ?? since) + MAX_OUT_MS);
+  return Math.min(here, arrivedAt - Math.max(0, backBy - since));
+}
+
+/**
+ * How long the message's run had waited for its tenant's quota when the wait ended at `endedAt`
+ * (`ReceivedRun.waitedForQuotaMs`, which the start's misfire decision does not count as lateness):
+ * at the worker loop, as it passes its tenant's gate; at the Lambda worker, which has no gate, as
+ * it arrives, so that only the time out since a loop handed it back counts (`quotaWaitStart`).
+ */
+export function quotaWaitedMs(message: RunMessage, arrival: Arrival, endedAt: number): number {
+  return Math.max(0, endedAt - quotaWaitStart(message, arrival));
 }
 
 interface Pending {

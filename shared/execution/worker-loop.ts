@@ -7,7 +7,7 @@ import { type ReceivedRun, receiveRuns, runKeysOf, SQS_BATCH } from "../queue/wo
 import { concurrentRunsCap } from "../quotas/concurrency.js";
 import { AckBatcher } from "./ack-batcher.js";
 import { DueTimers, FairSlots } from "./fair-slots.js";
-import { HandBacks, quotaWaitStart } from "./hand-back.js";
+import { HandBacks, quotaWaitedMs, quotaWaitStart } from "./hand-back.js";
 import { HeldMessages } from "./held-messages.js";
 import { IdleWait } from "./idle-wait.js";
 import { type GateAnswer, TenantGates } from "./tenant-gates.js";
@@ -294,7 +294,7 @@ async function handle(
   const clock = deps.engine.clock;
   const heldTooLong = parts.kept.track(received);
   try {
-    const arrivedAt = clock().getTime();
+    const arrival = { arrivedAt: clock().getTime(), sentAt: received.sentAt };
     let answer: GateAnswer;
     try {
       answer = await parts.gates.enter(tenantId, priority, AbortSignal.any([signal, heldTooLong]));
@@ -308,7 +308,7 @@ async function handle(
     }
     // Its tenant's gate full: back to SQS for a while, the loop not held by its backlog.
     if (answer === "full")
-      return await parts.handBacks.handBack(received, quotaWaitStart(received.message, arrivedAt));
+      return await parts.handBacks.handBack(received, quotaWaitStart(received.message, arrival));
     // Stopping: made visible again for the next loop (HeldMessages.stop); held near SQS's 12 hours
     // (HOLD_LIMIT_MS): made visible again now, to be received again.
     if (answer === "stopped")
@@ -316,11 +316,8 @@ async function handle(
     // Renewed from here on until its run starts, whatever the hold limit (HeldMessages.passedGate).
     parts.kept.passedGate(received);
     // Lateness the gate caused: from when it was due (or arrived, if later) until it passed, and
-    // from when an earlier loop's gate began to hold it back if one handed it back.
-    const waitedForQuotaMs = Math.max(
-      0,
-      clock().getTime() - quotaWaitStart(received.message, arrivedAt),
-    );
+    // the wait before it arrived if a loop handed it back (its time out bounded, quotaWaitStart).
+    const waitedForQuotaMs = quotaWaitedMs(received.message, arrival, clock().getTime());
     parts.slots.hold(priority);
     try {
       await runHeld(deps, { ...received, waitedForQuotaMs }, parts, signal);

@@ -175,7 +175,8 @@ async function runStarted(
   // Read after the start write (or with the run, for a start held unwritten), consistently:
   // whatever the job says then is what this run obeys.
   const read = readWithRun === undefined ? await getJob(engine, run.jobId) : readWithRun;
-  // A wait for the tenant's concurrent-runs quota in the worker loop is not lateness.
+  // A wait for the tenant's concurrent-runs quota before this delivery (at a worker loop's gate,
+  // or out in SQS once a loop handed the message back) is not lateness.
   const lateAsOf = new Date(engine.clock().getTime() - (received.waitedForQuotaMs ?? 0));
   // The job the decision was made on: read again when a one-off's floor lowering met a change.
   const { decision, job } = await decideRun(engine, read, run, lateAsOf, predecessor);

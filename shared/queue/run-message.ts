@@ -22,8 +22,9 @@ export interface RunMessage {
   readonly tenantId: string;
   /**
    * When the run began waiting for its tenant's concurrent-runs quota in a worker loop that handed
-   * the message back to SQS (its tenant's gate full, hand-back.ts): the loop that takes it again
-   * counts the wait since as the quota's, not as lateness. Absent on every other message.
+   * the message back to SQS (its tenant's gate full, hand-back.ts): the worker that takes it again,
+   * a loop or the Lambda worker, counts the wait since as the quota's, not as lateness, up to the
+   * longest hand-back delay after it was sent (`quotaWaitStart`). Absent on every other message.
    */
   readonly quotaWaitSince?: string;
 }

@@ -28,11 +28,15 @@ export interface ReceivedRun {
   readonly receiptHandle: string;
   readonly messageId: string;
   readonly receiveCount: number;
+  /** When it was sent to SQS (its SentTimestamp, epoch ms); absent where SQS did not say. */
+  readonly sentAt?: number;
   /** The visibility it was received with, when the receiver chose one; else the queue's default. */
   readonly visibilitySeconds?: number;
   /**
-   * How long the worker loop held it back because its tenant was at its concurrent-runs quota:
-   * a wait for the quota is not lateness (the misfire policy does not count it).
+   * How long its run waited for its tenant's concurrent-runs quota before it was taken to start
+   * (`quotaWaitedMs`): held at a worker loop's gate, and out in SQS since a loop handed it back
+   * (`quotaWaitSince`) up to 60 s after it was sent, whichever worker received it. A wait for the quota is not lateness (the
+   * misfire policy does not count it).
    */
   readonly waitedForQuotaMs?: number;
 }
@@ -245,7 +249,7 @@ export async function receiveRuns(
       MaxNumberOfMessages: Math.min(SQS_BATCH, options.max),
       WaitTimeSeconds: options.waitSeconds,
       ...(visibilitySeconds === undefined ? {} : { VisibilityTimeout: visibilitySeconds }),
-      MessageSystemAttributeNames: ["ApproximateReceiveCount"],
+      MessageSystemAttributeNames: ["ApproximateReceiveCount", "SentTimestamp"],
     }),
     // SQS holds the answer for up to the wait: the request timeout counts from the wait's end.
     { abortSignal: options.signal, requestTimeout: longPollTimeoutMs(sqs, options.waitSeconds) },
@@ -260,10 +264,17 @@ export async function receiveRuns(
       receiptHandle: m.ReceiptHandle,
       messageId: m.MessageId,
       receiveCount: Number(m.Attributes?.ApproximateReceiveCount ?? "1"),
+      ...sentAtOf(m.Attributes?.SentTimestamp),
       ...(visibilitySeconds === undefined ? {} : { visibilitySeconds }),
     });
   }
   return runs;
+}
+
+/** `sentAt` from a message's SentTimestamp attribute, where SQS gave one that reads as a time. */
+export function sentAtOf(sentTimestamp: string | undefined): { readonly sentAt?: number } {
+  const sentAt = Number(sentTimestamp);
+  return sentTimestamp !== undefined && Number.isFinite(sentAt) && sentAt > 0 ? { sentAt } : {};
 }
 
 export async function setVisibility(

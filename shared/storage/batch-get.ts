@@ -1,3 +1,4 @@
+import { ProvisionedThroughputExceededException } from "@aws-sdk/client-dynamodb";
 import { BatchGetCommand } from "@aws-sdk/lib-dynamodb";
 import { sleep } from "../clock.js";
 import type { Engine } from "../engine.js";
@@ -15,15 +16,23 @@ export const BATCH_BACKOFF_BASE_MS = 50;
  * The items of one table at these keys that exist (one BatchGetItem per 100
  * distinct keys, keys DynamoDB leaves unprocessed asked again with backoff), in
  * no particular order. Once a key is still unprocessed after the last round it
- * throws `exhausted()`, or a plain error naming the table.
+ * throws `exhausted()`, or else the error DynamoDB gives a request throttled past the SDK's
+ * retries (`keptThrottling`), so that callers take it as throttling (a read answered 503 busy).
  */
 export async function batchGetItems(
   engine: Engine,
   table: string,
   keys: readonly Item[],
-  options: { readonly consistentRead: boolean; readonly exhausted?: () => Error },
+  options: BatchGetOptions,
 ): Promise<Item[]> {
   return (await batchGetByTable(engine, { [table]: keys }, options))[table] ?? [];
+}
+
+interface BatchGetOptions {
+  readonly consistentRead: boolean;
+  readonly exhausted?: () => Error;
+  /** Only these attributes of each item (ProjectionExpression); the whole item by default. */
+  readonly attributes?: readonly string[];
 }
 
 /**
@@ -35,10 +44,11 @@ export async function batchGetByTable(
   keysByTable: Readonly<Record<string, readonly Item[]>>,
   {
     consistentRead,
-    exhausted = () =>
-      new Error(`${Object.keys(keysByTable).join(", ")} kept throttling BatchGetItem`),
-  }: { readonly consistentRead: boolean; readonly exhausted?: () => Error },
+    exhausted = () => keptThrottling(Object.keys(keysByTable)),
+    attributes,
+  }: BatchGetOptions,
 ): Promise<Record<string, Item[]>> {
+  const projection = attributes === undefined ? {} : projectionOf(attributes);
   const found: Record<string, Item[]> = Object.fromEntries(
     Object.keys(keysByTable).map((table) => [table, []]),
   );
@@ -57,7 +67,7 @@ export async function batchGetByTable(
           RequestItems: Object.fromEntries(
             Object.entries(pending).map(([table, keys]) => [
               table,
-              { Keys: keys, ConsistentRead: consistentRead },
+              { Keys: keys, ConsistentRead: consistentRead, ...projection },
             ]),
           ),
         }),
@@ -72,6 +82,25 @@ export async function batchGetByTable(
     }
   }
   return found;
+}
+
+function projectionOf(attributes: readonly string[]) {
+  // Names, not the attributes themselves: DynamoDB reserves words such as "status".
+  return {
+    ProjectionExpression: attributes.map((_, i) => `#a${i}`).join(", "),
+    ExpressionAttributeNames: Object.fromEntries(attributes.map((name, i) => [`#a${i}`, name])),
+  };
+}
+
+/**
+ * Keys DynamoDB left unprocessed round after round: its answer to a table out of capacity, as
+ * when it throttles the whole request past the SDK's retries (`isThrottling` takes it so).
+ */
+function keptThrottling(tables: readonly string[]): Error {
+  return new ProvisionedThroughputExceededException({
+    message: `${tables.join(", ")} kept throttling BatchGetItem: keys left unprocessed after ${MAX_BATCH_ROUNDS} rounds`,
+    $metadata: {},
+  });
 }
 
 function distinct(keys: readonly Item[]): Item[] {

@@ -1,13 +1,13 @@
 import { DeleteCommand, PutCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../engine.js";
 import { parseRunId } from "../keys.js";
+import type { Run } from "../model.js";
 import { batchGetItems } from "./batch-get.js";
 import {
   conditionalWrite,
   failedConditionItem,
   isConditionalCheckFailed,
 } from "./dynamo-errors.js";
-import { decodeRun } from "./items.js";
 import { runSlotExpiresAt } from "./retention.js";
 import { runKeyOf } from "./run-reads.js";
 import { quotaPk, type RunSlot, slotSk } from "./tenant-quotas.js";
@@ -210,11 +210,15 @@ export async function leaveRunSlot(engine: Engine, slot: TakenSlot): Promise<voi
   }
 }
 
+/** What of a run says whether it holds its slot still: all `slotsHeldPastLease` reads of it. */
+const HOLD_FIELDS = ["runId", "status", "fence", "leaseUntil", "handedOverAt"] as const;
+type RunHold = Pick<Run, (typeof HOLD_FIELDS)[number]>;
+
 /**
  * Of `slots`, whose leases lapsed, the indexes of those whose run reads RUNNING under the slot's
  * start (its fence) and a live lease of its own: its heartbeats keep the run's lease and failed to
  * extend the slot (a throttled jobs table), so the run holds the slot still. A run handed over to
- * its async target holds none. One consistent BatchGetItem of the runs.
+ * its async target holds none. One consistent BatchGetItem of the runs, of those fields alone.
  */
 export async function slotsHeldPastLease(
   engine: Engine,
@@ -226,11 +230,11 @@ export async function slotsHeldPastLease(
     return ref === null ? [] : [runKeyOf(ref)];
   });
   if (keys.length === 0) return new Set();
-  const runs = new Map(
-    (await batchGetItems(engine, engine.tables.runs, keys, { consistentRead: true }))
-      .map(decodeRun)
-      .map((run) => [run.runId, run]),
-  );
+  const read = await batchGetItems(engine, engine.tables.runs, keys, {
+    consistentRead: true,
+    attributes: HOLD_FIELDS,
+  });
+  const runs = new Map(read.map((item) => [String(item.runId), item as RunHold]));
   const nowIso = now.toISOString();
   return new Set(
     slots

@@ -22,7 +22,7 @@ import type { Engine } from "../../shared/engine.js";
 import { admitRun } from "../../shared/execution/admission.js";
 import { issueRunToken } from "../../shared/execution/async-delivery.js";
 import { cancelJob, createJob } from "../../shared/jobs/index.js";
-import { shardOf } from "../../shared/keys.js";
+import { newJobId, runId, shardOf } from "../../shared/keys.js";
 import type { DueEntry, Run } from "../../shared/model.js";
 import { MetricsRecorder, silentObservability } from "../../shared/observability.js";
 import { decodeRunMessage, encodeRunMessage } from "../../shared/queue/work-queue.js";
@@ -35,6 +35,7 @@ import {
   runMessageOf,
 } from "../../shared/storage/items.js";
 import { getJob } from "../../shared/storage/run-reads.js";
+import { takeRunSlot } from "../../shared/storage/run-slots.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { queuedRun } from "../../shared/storage/runs.js";
 import { triggerEntryOf } from "../../shared/storage/trigger.js";
@@ -978,6 +979,24 @@ describe("each handler, driven through its AWS-calling paths", () => {
     const quotas = await api("GET", "/quotas");
     expect(quotas.status).toBe(200);
     expect(field(quotas.body, "override")).toEqual({});
+  });
+
+  it("api: counts in the caller's quotas a lapsed slot's run (a BatchGetItem of the runs table)", async () => {
+    const seed = seedingEngine(0);
+    const now = new Date();
+    const slot = {
+      tenantId: TENANT,
+      index: 0,
+      runId: runId(newJobId(now), now, 1),
+      fence: 1,
+      leaseUntil: new Date(now.getTime() - 60_000).toISOString(),
+      taker: "crashed-worker",
+    };
+    expect(await takeRunSlot(seed, slot, now)).toBe(true);
+    const quotas = await api("GET", "/quotas");
+    expect(quotas.status).toBe(200);
+    // Its run is gone: the slot is free, not counted.
+    expect(field(quotas.body, "runningRuns")).toBe(0);
   });
 
   it("api: lists the dead letters and replays one", async () => {

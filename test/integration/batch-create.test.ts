@@ -2,12 +2,7 @@ import {
   InternalServerError,
   ProvisionedThroughputExceededException,
 } from "@aws-sdk/client-dynamodb";
-import type {
-  BatchGetCommandInput,
-  BatchGetCommandOutput,
-  BatchWriteCommandInput,
-  BatchWriteCommandOutput,
-} from "@aws-sdk/lib-dynamodb";
+import type { BatchWriteCommandInput, BatchWriteCommandOutput } from "@aws-sdk/lib-dynamodb";
 import { describe, it } from "vitest";
 import { DEFAULT_QUOTAS } from "../../shared/config.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
@@ -19,7 +14,7 @@ import { isContention, MAX_CONTENTION_ATTEMPTS } from "../../shared/storage/dyna
 import { shardHighWaterKey } from "../../shared/storage/items.js";
 import { readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { caseFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
-import { withFaults, withLostAnswers } from "../support/faults.js";
+import { leaveBatchGetsUnprocessed, withFaults, withLostAnswers } from "../support/faults.js";
 import { createTestClients } from "../support/namespace.js";
 
 type WriteRequests = NonNullable<BatchWriteCommandInput["RequestItems"]>;
@@ -551,23 +546,8 @@ describe.concurrent("a batch create under write faults: each job is created whol
   }) => {
     const f = await caseFixture(onTestFinished, SETTINGS);
     const tenant = "records-unread";
-    let reads = 0;
-    const name = "leaveRecordsUnprocessed";
     // DynamoDB's answer under throttling: none of the keys read, all of them UnprocessedKeys.
-    f.engine.doc.middlewareStack.add(
-      (next, context) => async (args) => {
-        if (context.commandName !== "BatchGetItemCommand") return next(args);
-        const input = args.input as BatchGetCommandInput;
-        reads++;
-        const output: BatchGetCommandOutput = {
-          $metadata: {},
-          Responses: {},
-          UnprocessedKeys: input.RequestItems,
-        };
-        return { output, response: {} } as Awaited<ReturnType<typeof next>>;
-      },
-      { step: "initialize", name },
-    );
+    const unread = leaveBatchGetsUnprocessed(f.engine.doc);
     let outcomes: BatchCreateOutcome[];
     try {
       outcomes = await createJobs(f.engine, tenant, [
@@ -579,9 +559,9 @@ describe.concurrent("a batch create under write faults: each job is created whol
         { input: testJob({ tenantId: tenant, name: "per minute" }) },
       ]);
     } finally {
-      f.engine.doc.middlewareStack.remove(name);
+      unread.restore();
     }
-    expect(reads).toBe(6);
+    expect(unread.reads()).toBe(6);
     expect(outcomes.map(createdName)).toEqual(["plain", null, "per minute"]);
     const keyed = outcomes[1];
     expect(keyed && "error" in keyed && keyed.error).toBeInstanceOf(ConcurrentUpdateError);

@@ -3,7 +3,9 @@ import { createJob } from "../../shared/jobs/index.js";
 import { newJobId, runId } from "../../shared/keys.js";
 import type { Run } from "../../shared/model.js";
 import { takeTenantSlot } from "../../shared/quotas/concurrency.js";
+import { quotaView } from "../../shared/quotas/overrides.js";
 import { takeRunSlot } from "../../shared/storage/run-slots.js";
+import { startRun } from "../../shared/storage/run-start.js";
 import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createQuotaFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { byCommand, countingEngine } from "../support/request-count.js";
@@ -30,21 +32,21 @@ async function runOf(tenantId: string): Promise<Run> {
   return waitFor("the job's run", async () => (await f.runs()).find((r) => r.jobId === job.jobId));
 }
 
-describe("a take of a slot beside lapsed slots above a lowered concurrentRuns", () => {
-  /** Slot `index` held by a run no one else has, its lease until `leaseUntil`. */
-  async function slotAt(tenantId: string, index: number, leaseUntil: number): Promise<void> {
-    const now = new Date();
-    const slot = {
-      tenantId,
-      index,
-      runId: runId(newJobId(now), now, 1),
-      fence: 1,
-      leaseUntil: new Date(leaseUntil).toISOString(),
-      taker: `taker-${index}`,
-    };
-    expect(await takeRunSlot(f.engine, slot, now)).toBe(true);
-  }
+/** Slot `index` held by a run no one else has, its lease until `leaseUntil`. */
+async function slotAt(tenantId: string, index: number, leaseUntil: number): Promise<void> {
+  const now = new Date();
+  const slot = {
+    tenantId,
+    index,
+    runId: runId(newJobId(now), now, 1),
+    fence: 1,
+    leaseUntil: new Date(leaseUntil).toISOString(),
+    taker: `taker-${index}`,
+  };
+  expect(await takeRunSlot(f.engine, slot, now)).toBe(true);
+}
 
+describe("a take of a slot beside lapsed slots above a lowered concurrentRuns", () => {
   /** Slots 0 … 3 taken under a quota of 4, those in `lapsedAt` lapsed; then the quota lowered to 2. */
   async function loweredTenant(tenantId: string, lapsedAt: readonly number[]): Promise<void> {
     const now = Date.now();
@@ -89,5 +91,56 @@ describe("a take of a slot beside lapsed slots above a lowered concurrentRuns", 
       BatchGetItemCommand: 1,
       PutItemCommand: 1,
     });
+  });
+});
+
+/**
+ * `GET /quotas` answers `runningRuns`, the runs holding a slot, by the rule a take of a slot
+ * follows: a slot under a live lease, or a lapsed one whose run reads RUNNING under the slot's
+ * fence and a live lease of its own (its heartbeats extend the run and failed to extend the slot).
+ */
+describe("the quotas overview's runningRuns beside a slot whose lease lapsed while its run runs on", () => {
+  it("counts the run the take counts: the quota reads full and the overview shows it running", async () => {
+    const tenant = "overview-held-past-lease";
+    await writeQuotaOverride(f.engine, tenant, { concurrentRuns: 1 }, new Date());
+    const holder = await runOf(tenant);
+    const now = new Date();
+    const started = await startRun(f.engine, holder, "worker-a", now);
+    if (started.kind !== "started") throw new Error(`the holder did not start: ${started.kind}`);
+    const slot = {
+      tenantId: tenant,
+      index: 0,
+      runId: holder.runId,
+      fence: started.run.fence,
+      leaseUntil: new Date(now.getTime() - MINUTE_MS).toISOString(),
+      taker: "worker-a",
+    };
+    expect(await takeRunSlot(f.engine, slot, now)).toBe(true);
+
+    const waiter = await runOf(tenant);
+    expect(await takeTenantSlot(f.engine, waiter, new Date())).toEqual({ kind: "full", limit: 1 });
+    expect((await quotaView(f.engine, tenant, new Date())).runningRuns).toBe(1);
+  });
+});
+
+/**
+ * `runningRuns` is 0 while the tenant has no limit (docs/api.md "Quotas"): slots taken under a
+ * limit since lifted hold nothing back, so the overview reads none of their runs.
+ */
+describe("the quotas overview of a tenant whose concurrentRuns limit was lifted", () => {
+  it("shows no running runs and reads only the quota partition, a lapsed slot's run unread", async () => {
+    const tenant = "overview-limit-lifted";
+    const now = new Date();
+    await writeQuotaOverride(f.engine, tenant, { concurrentRuns: 1 }, now);
+    await slotAt(tenant, 0, now.getTime() - MINUTE_MS);
+    await writeQuotaOverride(f.engine, tenant, {}, now);
+
+    const counting = countingEngine(f.engine);
+    try {
+      expect((await quotaView(counting.engine, tenant, new Date())).runningRuns).toBe(0);
+      expect(byCommand(counting.sent)).toEqual({ QueryCommand: 1 });
+    } finally {
+      counting.destroy();
+    }
   });
 });

@@ -4,6 +4,11 @@ import {
   TransactionConflictException,
   TransactionInProgressException,
 } from "@aws-sdk/client-dynamodb";
+import type {
+  BatchGetCommandInput,
+  BatchGetCommandOutput,
+  DynamoDBDocumentClient,
+} from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../../shared/engine.js";
 import { createTestClients, type TestClients } from "./namespace.js";
 
@@ -379,4 +384,31 @@ export function clientsDyingAfterAdmission(): TestClients {
     { step: "initialize", name: "dieAfterTheAdmission" },
   );
   return dying;
+}
+
+/**
+ * Until `restore()`, every BatchGetItem `doc` sends is answered as DynamoDB answers one under
+ * throttling: none of its keys read, all of them UnprocessedKeys (the emulator never does).
+ */
+export function leaveBatchGetsUnprocessed(doc: DynamoDBDocumentClient): {
+  readonly reads: () => number;
+  restore(): void;
+} {
+  const name = "leaveBatchGetsUnprocessed";
+  let reads = 0;
+  doc.middlewareStack.add(
+    (next, context) => async (args) => {
+      if (context.commandName !== "BatchGetItemCommand") return next(args);
+      reads++;
+      const input = args.input as BatchGetCommandInput;
+      const output: BatchGetCommandOutput = {
+        $metadata: {},
+        Responses: {},
+        UnprocessedKeys: input.RequestItems,
+      };
+      return { output, response: {} } as Awaited<ReturnType<typeof next>>;
+    },
+    { step: "initialize", name },
+  );
+  return { reads: () => reads, restore: () => doc.middlewareStack.remove(name) };
 }
