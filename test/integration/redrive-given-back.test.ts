@@ -3,9 +3,9 @@ import { sleep } from "../../shared/clock.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import { processRun } from "../../shared/execution/worker.js";
-import { createJob } from "../../shared/jobs/index.js";
 import { setVisibility } from "../../shared/queue/work-queue.js";
-import { createEngineFixture, testJob } from "../support/engine-fixture.js";
+import { countedOneOffDueNow } from "../support/counted-runs.js";
+import { createEngineFixture } from "../support/engine-fixture.js";
 import { runOf } from "../support/held-runs.js";
 import { throttled, withJobReadHook } from "../support/job-reads-hook.js";
 import { redriven } from "../support/redriven.js";
@@ -27,21 +27,8 @@ describe("a run given back by the last delivery of its message", () => {
     const engine = withJobReadHook(f, onTestFinished, () => {
       if (failing.on) throw throttled();
     });
-    const calls = { count: 0 };
-    const handlers = {
-      counted: async () => {
-        calls.count++;
-      },
-    };
-    const { job } = await createJob(
-      f.engine,
-      testJob({
-        type: "counted",
-        schedule: { runAt: new Date().toISOString() },
-        timeoutSeconds: 30,
-      }),
-    );
-    const failingWorker = { ...f.workerDeps("worker", handlers), engine };
+    const { job, worker, calls } = await countedOneOffDueNow(f);
+    const failingWorker = { ...worker, engine };
     for (let i = 0; i < 2; i++) {
       const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
       await expect(processRun(failingWorker, delivery)).rejects.toThrow("throughput");
@@ -59,7 +46,7 @@ describe("a run given back by the last delivery of its message", () => {
       (await reap(f.engine, { now: new Date(Date.now() + REAPER_SETTLE_MS + 500) })).resent,
     ).toBe(1);
     const again = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-    expect(await f.process(f.workerDeps("worker", handlers), again)).toBe("ack");
+    expect(await f.process(worker, again)).toBe("ack");
     expect(calls.count).toBe(1);
     expect((await runOf(f, job.jobId)).status).toBe("SUCCEEDED");
   }, 40_000);

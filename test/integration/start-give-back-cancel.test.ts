@@ -1,8 +1,9 @@
 import { describe, expect, it } from "vitest";
 import { processRun } from "../../shared/execution/worker.js";
-import { cancelRun, createJob } from "../../shared/jobs/index.js";
+import { cancelRun } from "../../shared/jobs/index.js";
 import { setVisibility } from "../../shared/queue/work-queue.js";
-import { createEngineFixture, testJob } from "../support/engine-fixture.js";
+import { countedOneOffDueNow } from "../support/counted-runs.js";
+import { createEngineFixture } from "../support/engine-fixture.js";
 import { runOf } from "../support/held-runs.js";
 import { throttled, withJobReadHook } from "../support/job-reads-hook.js";
 
@@ -22,14 +23,7 @@ describe("a cancel accepted while a delivery that wrote its start fails on stora
   }) => {
     const f = await createEngineFixture({ settings: { leaseMs: LEASE_MS } });
     onTestFinished(() => f.destroy());
-    const { job } = await createJob(
-      f.engine,
-      testJob({
-        type: "counted",
-        schedule: { runAt: new Date().toISOString() },
-        timeoutSeconds: 30,
-      }),
-    );
+    const { job, worker: counting } = await countedOneOffDueNow(f);
     const cancelled = { done: false };
     // Once the start is written, a client cancels the run, then the job's read is throttled; the
     // reads after that one pass.
@@ -42,7 +36,7 @@ describe("a cancel accepted while a delivery that wrote its start fails on stora
       }
       throw throttled();
     });
-    const worker = { ...f.workerDeps("worker", { counted: async () => undefined }), engine };
+    const worker = { ...counting, engine };
     for (let i = 0; i < 2; i++) {
       const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
       expect(delivery.receiveCount).toBe(i + 1);

@@ -12,6 +12,7 @@ import { setVisibility } from "../../shared/queue/work-queue.js";
 import { getRun } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
+import { countedOneOffDueNow } from "../support/counted-runs.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { withFaults } from "../support/faults.js";
 import { heldHandler, runOf } from "../support/held-runs.js";
@@ -52,21 +53,6 @@ function docWith(
     { step: "initialize", name: "beforeRequest" },
   );
   return clients.doc;
-}
-
-/** A one-off due now of a type whose handler counts its calls, and a worker that runs it. */
-async function countedOneOffDueNow(f: EngineFixture) {
-  const calls = { count: 0 };
-  const worker = f.workerDeps("worker", {
-    counted: async () => {
-      calls.count++;
-    },
-  });
-  const { job } = await createJob(
-    f.engine,
-    testJob({ type: "counted", schedule: { runAt: new Date().toISOString() }, timeoutSeconds: 30 }),
-  );
-  return { job, worker, calls };
 }
 
 describe("a worker whose heartbeats keep failing", () => {
