@@ -51,8 +51,9 @@ export const EXIT = {
   /** Not allowed for this caller (403 forbidden: an admin command by a tenant that is not one). */
   forbidden: 13,
   /**
-   * Ctrl-C (SIGINT) and the command still running 2 s later (bin/scheduler.mjs): 128 + SIGINT's 2,
-   * as a shell reports a program the signal ended. What it sent may have been applied.
+   * Ctrl-C (SIGINT): a listing it aborted (withProgress), or a command still running 2 s later
+   * (bin/scheduler.mjs), whose requests may have been applied. 128 + SIGINT's 2, as a shell reports
+   * a program the signal ended.
    */
   interrupted: 130,
 } as const;

@@ -99,13 +99,13 @@ export function jobsCommand(program: Command, io: CliIo): void {
     .option("--limit <n>", "at most this many (pages are followed)", wholeNumber, 50)
     .action(async (flags: { status?: Job["status"]; limit: number }, command: Command) => {
       const context = contextOf(command, io);
-      const listed = await withProgress(io, "job", async (onPage) => {
+      const listed = await withProgress(io, "job", async (listing) => {
         const jobs: Job[] = [];
         if (flags.limit > 0) {
           for await (const job of context.client.jobs.list({
             ...(flags.status ? { status: flags.status } : {}),
             pageSize: Math.min(flags.limit, 100),
-            onPage,
+            ...listing,
           })) {
             jobs.push(job);
             if (jobs.length >= flags.limit) break;

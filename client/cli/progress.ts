@@ -1,28 +1,36 @@
+import type { ListOptions } from "../index.js";
 import type { PagesRead } from "../paging.js";
+import { CliExit, EXIT } from "./exit-codes.js";
 import type { CliIo } from "./output.js";
+
+/** What withProgress passes on to the client's list: its onPage, and Ctrl-C's signal. */
+export type ListingOptions = Pick<ListOptions, "onPage" | "signal">;
 
 /** A listing shows its progress once it has read this long, or this many pages, without an end. */
 const PROGRESS_AFTER_MS = 2000;
 const PROGRESS_AFTER_PAGES = 10;
 
 /**
- * Reads a listing (`read` passes `onPage` to the client's list) and, while it reads, shows on a
- * terminal's stderr how far it got: a filtered listing of a job with millions of runs reads page
- * after empty page, minutes of nothing, and a person cannot tell it from a hung one, or from a
- * server that answers empty pages with new cursors for ever. No bound on the pages ends it: an
- * honest listing can pass any, and its answer is a correct one. The line appears once the listing
- * has read PROGRESS_AFTER_MS or PROGRESS_AFTER_PAGES, is rewritten in place after each page (a
- * carriage return), and is erased before anything else prints: when the read ends, fails, or the
- * bin ends the command after Ctrl-C (`io.exiting`). Only when stderr is a terminal: a script's
- * stderr, and every stdout, get nothing of it.
+ * Reads a listing (`read` passes `listing`, its onPage and Ctrl-C's signal, to the client's list)
+ * and, while it reads, shows on a terminal's stderr how far it got: a filtered listing of a job
+ * with millions of runs reads page after empty page, minutes of nothing, and a person cannot tell
+ * it from a hung one, or from a server that answers empty pages with new cursors for ever. No
+ * bound on the pages ends it: an honest listing can pass any, and its answer is a correct one. The
+ * line appears once the listing has read PROGRESS_AFTER_MS or PROGRESS_AFTER_PAGES, is rewritten
+ * in place after each page (a carriage return), and is erased before anything else prints: when
+ * the read ends, fails, or the bin ends the command after Ctrl-C (`io.exiting`). Only when stderr
+ * is a terminal: a script's stderr, and every stdout, get nothing of it. Ctrl-C (`io.signal`)
+ * aborts the page in flight, or the wait before a retry of it: the listing ends at once, exit 130
+ * with nothing printed (a listing only reads: nothing it sent can have been applied).
  */
 export async function withProgress<T>(
   io: CliIo,
   /** What the listing lists, one of them ("run"). */
   noun: string,
-  read: (onPage: (read: PagesRead) => void) => Promise<T>,
+  read: (listing: ListingOptions) => Promise<T>,
 ): Promise<T> {
-  if (io.stderrIsTty !== true) return read(() => {});
+  const signal = io.signal === undefined ? {} : { signal: io.signal };
+  if (io.stderrIsTty !== true) return interruptible(io, read(signal));
   const now = io.now ?? Date.now;
   const startedAt = now();
   // The length of the line shown, 0 when none: it is ASCII, one column a character, and erased
@@ -41,9 +49,19 @@ export async function withProgress<T>(
   };
   io.exiting?.addEventListener("abort", erase);
   try {
-    return await read(onPage);
+    return await interruptible(io, read({ onPage, ...signal }));
   } finally {
     io.exiting?.removeEventListener("abort", erase);
     erase();
+  }
+}
+
+/** `reading`, or exit 130 once Ctrl-C aborted it. */
+async function interruptible<T>(io: CliIo, reading: Promise<T>): Promise<T> {
+  try {
+    return await reading;
+  } catch (error) {
+    if (io.signal?.aborted) throw new CliExit(EXIT.interrupted, "interrupted by Ctrl-C");
+    throw error;
   }
 }

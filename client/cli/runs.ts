@@ -1,11 +1,5 @@
 import { type Command, InvalidArgumentError } from "commander";
-import {
-  FINAL_RUN_STATUSES,
-  type PagesRead,
-  RUN_STATUSES,
-  type Run,
-  type RunStatus,
-} from "../index.js";
+import { FINAL_RUN_STATUSES, RUN_STATUSES, type Run, type RunStatus } from "../index.js";
 import { waitOrAbort } from "../requests.js";
 import { LOOK_BACK_MS, pagedRunPolls, unsureUpTo } from "../run-follow.js";
 import { MAX_TIMEOUT_MS } from "../transport.js";
@@ -23,7 +17,7 @@ import {
   table,
 } from "./output.js";
 import { withOwnKey } from "./own-key.js";
-import { withProgress } from "./progress.js";
+import { type ListingOptions, withProgress } from "./progress.js";
 
 async function firstRuns(list: AsyncIterable<Run>, limit: number): Promise<Run[]> {
   const runs: Run[] = [];
@@ -124,14 +118,14 @@ export function runsCommand(program: Command, io: CliIo): void {
         command: Command,
       ) => {
         const context = contextOf(command, io);
-        const listed = await withProgress(io, "run", (onPage) =>
+        const listed = await withProgress(io, "run", (listing) =>
           firstRuns(
             context.client.runs.list(jobId, {
               pageSize: Math.min(Math.max(flags.limit, 1), 100),
               ...(flags.status ? { status: flags.status } : {}),
               ...(flags.from === undefined ? {} : { from: instantFlag(flags.from) }),
               ...(flags.to === undefined ? {} : { to: instantFlag(flags.to) }),
-              onPage,
+              ...listing,
             }),
             flags.limit,
           ),
@@ -196,15 +190,14 @@ export function runsCommand(program: Command, io: CliIo): void {
         // the look-back before `since` (what it shows: the runs running now, those ended since);
         // each later one the runs that can have changed (runPolls).
         const firstFloor = Math.min(since, Date.now()) - LOOK_BACK_MS;
-        // The poll in progress's, told of each page it reads (withProgress).
-        let onPage: ((read: PagesRead) => void) | undefined;
+        // The poll in progress's onPage, told of each page it reads, and Ctrl-C's signal (withProgress).
+        let listing: ListingOptions = {};
         const poll = pagedRunPolls(
           (from) =>
             context.client.runs.list(jobId, {
               pageSize: WATCH_PAGE,
               ...(from === undefined ? {} : { from }),
-              ...(io.signal === undefined ? {} : { signal: io.signal }),
-              ...(onPage === undefined ? {} : { onPage }),
+              ...listing,
             }),
           firstFloor,
           WATCH_PAGE,
@@ -213,8 +206,8 @@ export function runsCommand(program: Command, io: CliIo): void {
         // retry of it), which ends the watch at once rather than when the API answers.
         const everyRun = async (): Promise<Run[] | null> => {
           try {
-            const read = await withProgress(io, "run", (told) => {
-              onPage = told;
+            const read = await withProgress(io, "run", (given) => {
+              listing = given;
               return poll();
             });
             return read.reverse();
@@ -289,11 +282,11 @@ export function deadLettersCommand(program: Command, io: CliIo): void {
     .option("--limit <n>", "at most this many (pages are followed)", wholeNumber, 20)
     .action(async (flags: { limit: number }, command: Command) => {
       const context = contextOf(command, io);
-      const listed = await withProgress(io, "run", (onPage) =>
+      const listed = await withProgress(io, "run", (listing) =>
         firstRuns(
           context.client.deadLetters.list({
             pageSize: Math.min(Math.max(flags.limit, 1), 100),
-            onPage,
+            ...listing,
           }),
           flags.limit,
         ),

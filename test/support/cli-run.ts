@@ -11,12 +11,12 @@ export interface CliOutcome {
 
 /**
  * Runs the CLI in-process on exactly these arguments (no `--api` added), its output captured;
- * `io` gives the rest of its CliIo (a retrySleep; a terminal's stderr and a clock).
+ * `io` gives the rest of its CliIo (a retrySleep; a terminal's stderr and a clock; Ctrl-C's signal).
  */
 export async function runCaptured(
   args: readonly string[],
   env: Record<string, string> = {},
-  io: Pick<CliIo, "retrySleep" | "stderrIsTty" | "now"> = {},
+  io: Pick<CliIo, "retrySleep" | "stderrIsTty" | "now" | "signal"> = {},
 ): Promise<CliOutcome> {
   let out = "";
   let err = "";

@@ -5,20 +5,25 @@ import { EXIT } from "../../client/cli/exit-codes.js";
 import { withProgress } from "../../client/cli/progress.js";
 import { type PagesRead, SchedulerClient } from "../../client/index.js";
 import { endedRun } from "../support/api-runs.js";
-import { runCaptured } from "../support/cli-run.js";
+import { runCaptured, spawnRunning } from "../support/cli-run.js";
 
 /**
  * A listing that reads page after empty page (a filtered listing of a job with millions of runs,
  * or a server that answers empty pages with new cursors for ever) shows how far it has read on a
  * terminal's stderr, and nothing anywhere else. A local server answers the cursor `p<n>` with an
  * empty page and the cursor `p<n+1>`, until `emptyPages`, where it answers one run and no cursor;
- * past MOST pages it answers 500, so a listing that would never end fails rather than hangs.
+ * past MOST pages it answers 500, so a listing that would never end fails rather than hangs. It
+ * answers `answerAfterMs` after each request, and tells `arrived` of each request's number.
  */
 let server: Server;
 let baseUrl: string;
 /** Empty pages before the page with the run; Infinity: never a run. */
 let emptyPages = 0;
 const MOST = 40;
+let answerAfterMs = 0;
+/** The requests the server has received this case. */
+let requests = 0;
+let arrived: (request: number) => void = () => {};
 
 const JOB = "01M8VCNM4ZMPF7BCFTZR1WJYJ7";
 const run = endedRun(
@@ -34,11 +39,16 @@ beforeAll(async () => {
     const cursor = new URL(request.url ?? "/", "http://x").searchParams.get("cursor") ?? "p0";
     const n = Number(cursor.slice(1));
     request.resume();
+    requests += 1;
+    arrived(requests);
     const page =
       n < emptyPages ? { items: [], nextCursor: `p${n + 1}` } : { items: [run], nextCursor: null };
-    response
-      .writeHead(n >= MOST ? 500 : 200, { "Content-Type": "application/json" })
-      .end(JSON.stringify(n >= MOST ? { error: { code: "internal", message: "no end" } } : page));
+    const answer = () =>
+      response
+        .writeHead(n >= MOST ? 500 : 200, { "Content-Type": "application/json" })
+        .end(JSON.stringify(n >= MOST ? { error: { code: "internal", message: "no end" } } : page));
+    if (answerAfterMs === 0) answer();
+    else setTimeout(answer, answerAfterMs);
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -48,6 +58,9 @@ afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
 
 beforeEach(() => {
   emptyPages = 0;
+  answerAfterMs = 0;
+  requests = 0;
+  arrived = () => {};
 });
 
 /** The CLI with stderr a terminal (`tty`) or not, and a clock `tick` ms further each time it is read. */
@@ -189,6 +202,56 @@ describe("stderr not a terminal", () => {
 });
 
 describe("Ctrl-C", () => {
+  // Each page answered 300 ms after its request: Ctrl-C comes while the third is unanswered.
+  const SLOW_PAGE_MS = 300;
+
+  it.each(LISTINGS)(
+    "$command: the bin ends at once, exit 130, nothing printed, no page asked for after",
+    async ({ args }) => {
+      emptyPages = Number.POSITIVE_INFINITY;
+      answerAfterMs = SLOW_PAGE_MS;
+      const child = spawnRunning(
+        process.execPath,
+        ["bin/scheduler.mjs", "--api", baseUrl, "--key", "k", ...args],
+        { cwd: process.cwd(), env: process.env },
+      );
+      let interruptedAt = 0;
+      arrived = (request) => {
+        if (request !== 3) return;
+        interruptedAt = Date.now();
+        child.process.kill("SIGINT");
+      };
+      const { code, out, err } = await child.outcome;
+      const endedInMs = Date.now() - interruptedAt;
+      expect(code).toBe(EXIT.interrupted);
+      // The bin's own end of a command still running comes 2 s after Ctrl-C.
+      expect(endedInMs).toBeLessThan(1000);
+      expect(requests).toBe(3);
+      expect(out).toBe("");
+      expect(err).toBe("");
+    },
+    20_000,
+  );
+
+  it("a listing showing its progress erases the line and exits 130", async () => {
+    emptyPages = Number.POSITIVE_INFINITY;
+    answerAfterMs = SLOW_PAGE_MS;
+    const interrupt = new AbortController();
+    arrived = (request) => {
+      if (request === 12) interrupt.abort();
+    };
+    const { code, out, err } = await runCaptured(
+      ["--api", baseUrl, "--key", "k", "runs", "list", JOB, "--status", "dead"],
+      {},
+      { stderrIsTty: true, signal: interrupt.signal },
+    );
+    expect(code).toBe(EXIT.interrupted);
+    expect(requests).toBe(12);
+    expect(err).toContain("\rreading: 11 pages, no match yet (Ctrl-C stops)");
+    expect(screen(err)).toBe("");
+    expect(out).toBe("");
+  });
+
   it("the line is erased when the bin ends the command still reading (exiting)", async () => {
     let err = "";
     const exiting = new AbortController();
@@ -202,8 +265,8 @@ describe("Ctrl-C", () => {
       exiting: exiting.signal,
     };
     let onScreen: string | undefined;
-    await withProgress(io, "run", async (onPage) => {
-      for (let pages = 1; pages <= 12; pages++) onPage({ pages, items: 0 });
+    await withProgress(io, "run", async ({ onPage }) => {
+      for (let pages = 1; pages <= 12; pages++) onPage?.({ pages, items: 0 });
       expect(screen(err)).toBe("reading: 12 pages, no match yet (Ctrl-C stops)");
       exiting.abort();
       onScreen = screen(err);
