@@ -230,7 +230,7 @@ function gatewayMessage(body: unknown): string | null {
  * The seconds a `Retry-After` asks to wait: its number, or the whole seconds from now to its HTTP
  * date (a proxy's form, which the retries wait for too); undefined without one that parses.
  */
-function retryAfterSecondsOf(header: string | null): number | undefined {
+export function retryAfterSecondsOf(header: string | null): number | undefined {
   const value = header?.trim() ?? "";
   if (value === "") return undefined;
   const seconds = Number(value);

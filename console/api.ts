@@ -1,4 +1,5 @@
 import createClient from "openapi-fetch";
+import { retryAfterSecondsOf } from "../client/errors.js";
 import { exactJsonAnswer, NULL_BODY_STATUSES, writeJson } from "../client/exact-json.js";
 import type { components, paths } from "../client/generated/api.js";
 import { currentCredential, currentSession } from "./auth.js";
@@ -82,6 +83,49 @@ client.use({
 const FORBIDDEN =
   "Forbidden (403), answered before the scheduler saw the request: this deployment requires every call's token to carry one of its scopes (its jwtScopes setting), and yours carries none. Sign out and in again; if it goes on, the identity provider does not grant the console one of those scopes (consoleScope): ask whoever runs the deployment.";
 
+const PERSISTS = "Try again; if it goes on, tell whoever runs the deployment.";
+
+/**
+ * What an answer not in the API's error shape means, for the statuses API Gateway answers itself
+ * with a bare `{"message": …}` that told the user nothing (docs/console.md, "Signing in"): 403, a
+ * token without one of the `jwtScopes`; 413, a body over its payload limit, refused before the
+ * scheduler saw it; 429, the deployment's rate limit (`apiRateLimit`, every tenant's requests
+ * together) spent, with a `Retry-After` only when a proxy in front adds one; 502 and 504, the
+ * API's function failed or ran out of time. null for any other status: shown as its URL and status.
+ */
+function gatewayProblem(response: Response): { code: string; message: string } | null {
+  switch (response.status) {
+    case 403:
+      return { code: "forbidden", message: FORBIDDEN };
+    case 413:
+      return {
+        code: "payload_too_large",
+        message:
+          "Request too large (413): API Gateway refused it before the scheduler saw it. Send less (a smaller payload).",
+      };
+    case 429: {
+      const seconds = retryAfterSecondsOf(response.headers.get("retry-after"));
+      const when = seconds === undefined ? "" : ` in ${seconds} s`;
+      return {
+        code: "rate_limited",
+        message: `Too many requests (429): this deployment's rate limit, which every tenant's requests share (apiRateLimit), is spent for now, and API Gateway refused the request before the scheduler saw it. Wait and try again${when}.`,
+      };
+    }
+    case 502:
+      return {
+        code: "internal",
+        message: `Bad gateway (502): the API's function failed before it answered. ${PERSISTS}`,
+      };
+    case 504:
+      return {
+        code: "internal",
+        message: `Gateway timeout (504): the API's function did not answer in time. ${PERSISTS}`,
+      };
+    default:
+      return null;
+  }
+}
+
 /** Settles never: what waits on it does nothing more. */
 const dropped = new Promise<never>(() => undefined);
 
@@ -100,12 +144,13 @@ async function answer<T>(
   if (response.ok && data !== undefined) return data;
   if (response.status === 401) onUnauthorized();
   const body = (error as Partial<ErrorBody> | undefined)?.error;
-  // The API's own 403s (a quota, an admin route) come in its shape, with a message of their own.
-  const gatewayForbidden = body === undefined && response.status === 403;
+  // The API's own refusals (a quota's 403, a tenant's 429 rate_limited) come in its shape, with a
+  // message of their own.
+  const gateway = body === undefined ? gatewayProblem(response) : null;
   throw new ApiProblem(
     response.status,
-    body?.code ?? (gatewayForbidden ? "forbidden" : "internal"),
-    body?.message ?? (gatewayForbidden ? FORBIDDEN : `${response.url}: ${response.status}`),
+    body?.code ?? gateway?.code ?? "internal",
+    body?.message ?? gateway?.message ?? `${response.url}: ${response.status}`,
     body?.field,
     body?.issues ?? [],
     body?.currentStatus,

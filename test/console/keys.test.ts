@@ -8,7 +8,9 @@ import { apiAs, signedInConsole } from "../support/console-session.js";
  * list: the key of a trigger whose outcome was unclear outlives the page, and an answer that comes
  * after the page was left is announced. A 403 answered as API Gateway answers a token without one
  * of the deployment's `jwtScopes` (a bare `{"message":"Forbidden"}`, which the sandbox never sends:
- * it explains itself in the API's shape): the page says what the 403 means and what to do.
+ * it explains itself in the API's shape), and API Gateway's other bare answers (its throttle's 429,
+ * its payload limit's 413, the function's failure, 502, or timeout, 504): the page says what each
+ * means and what to do.
  */
 const KEY = "console-keys-key";
 
@@ -143,7 +145,7 @@ describe("a trigger whose answer comes after its job's page was left", () => {
 /** The jobs list's reads of the API (not the console's own page under /console). */
 const jobsListing = (url: URL) => url.pathname === "/jobs";
 
-describe("a 403 answered in front of the API", () => {
+describe("statuses answered in front of the API", () => {
   // Each case reloads the jobs list, whose read of /jobs the route answers.
   beforeEach(leaveForJobsList);
 
@@ -166,23 +168,109 @@ describe("a 403 answered in front of the API", () => {
     }
   });
 
-  it("the API's own 403, in its shape, keeps its own message", async () => {
-    const message = "the token carries none of the scopes scheduler/api";
-    await page().route(jobsListing, (route) =>
-      route.fulfill({ status: 403, json: { error: { code: "forbidden", message } } }),
-    );
-    try {
-      await page().reload();
-      const alert = page().getByRole("alert").filter({ hasText: message });
-      await alert.waitFor();
-      expect(await alert.textContent()).not.toContain("jwtScopes setting");
-    } finally {
-      await page().unroute(jobsListing);
-    }
-    // The browser logs each 403 and the trigger case's 502 as errors: not faults of the page.
-    const pageErrors = opened().browser.errors.filter(
-      (error) => !error.includes("status of 403") && !error.includes("status of 502"),
-    );
-    expect(pageErrors).toEqual([]);
-  });
+  /** API Gateway's own answers, in place of the API's, and what the page says of each. */
+  const GATEWAY_ANSWERS: {
+    readonly what: string;
+    readonly status: number;
+    readonly message: string;
+    readonly headers: Record<string, string>;
+    readonly says: string;
+  }[] = [
+    {
+      what: "the throttle's 429",
+      status: 429,
+      message: "Too Many Requests",
+      headers: {},
+      says: "Too many requests (429): this deployment's rate limit, which every tenant's requests share (apiRateLimit), is spent for now, and API Gateway refused the request before the scheduler saw it. Wait and try again.",
+    },
+    {
+      what: "a 429 with Retry-After",
+      status: 429,
+      message: "Too Many Requests",
+      headers: { "Retry-After": "7" },
+      says: "Wait and try again in 7 s.",
+    },
+    {
+      what: "the payload limit's 413",
+      status: 413,
+      message: "Request Entity Too Large",
+      headers: {},
+      says: "Request too large (413): API Gateway refused it before the scheduler saw it. Send less (a smaller payload).",
+    },
+    {
+      what: "the function's failure, 502",
+      status: 502,
+      message: "Internal Server Error",
+      headers: {},
+      says: "Bad gateway (502): the API's function failed before it answered. Try again; if it goes on, tell whoever runs the deployment.",
+    },
+    {
+      what: "the function's timeout, 504",
+      status: 504,
+      message: "Service Unavailable",
+      headers: {},
+      says: "Gateway timeout (504): the API's function did not answer in time. Try again; if it goes on, tell whoever runs the deployment.",
+    },
+  ];
+
+  it.each(GATEWAY_ANSWERS)(
+    "API Gateway's $what says what it means and what to do",
+    async ({ status, message, headers, says }) => {
+      await page().route(jobsListing, (route) =>
+        route.fulfill({ status, headers, json: { message } }),
+      );
+      try {
+        await page().reload();
+        const alert = page()
+          .getByRole("alert")
+          .filter({ hasText: String(status) });
+        await alert.waitFor();
+        const text = await alert.textContent();
+        expect(text).toContain(says);
+        expect(text).not.toContain(`${opened().sandbox.url}/jobs`);
+      } finally {
+        await page().unroute(jobsListing);
+      }
+    },
+  );
+
+  it.each([
+    {
+      status: 403,
+      code: "forbidden",
+      message: "the token carries none of the scopes scheduler/api",
+      explanation: "jwtScopes setting",
+    },
+    {
+      status: 429,
+      code: "rate_limited",
+      message: "too many requests for this tenant: try again in 1 s",
+      explanation: "apiRateLimit",
+    },
+  ])(
+    "the API's own $status, in its shape, keeps its own message",
+    async ({ status, code, message, explanation }) => {
+      await page().route(jobsListing, (route) =>
+        route.fulfill({
+          status,
+          headers: { "Retry-After": "1" },
+          json: { error: { code, message } },
+        }),
+      );
+      try {
+        await page().reload();
+        const alert = page().getByRole("alert").filter({ hasText: message });
+        await alert.waitFor();
+        expect(await alert.textContent()).not.toContain(explanation);
+      } finally {
+        await page().unroute(jobsListing);
+      }
+      // The browser logs each status answered in place of the API's, and the trigger case's 502,
+      // as errors: not faults of the page.
+      const pageErrors = opened().browser.errors.filter(
+        (error) => !/status of (403|413|429|502|504)\b/.test(error),
+      );
+      expect(pageErrors).toEqual([]);
+    },
+  );
 });
