@@ -1,5 +1,5 @@
 import { join } from "node:path";
-import { Duration, RemovalPolicy, Validations } from "aws-cdk-lib";
+import { Annotations, Duration, RemovalPolicy, Validations } from "aws-cdk-lib";
 import {
   HttpApi,
   HttpMethod,
@@ -186,5 +186,13 @@ export class Api extends Construct {
       throttle: { rateLimit: settings.apiRateLimit, burstLimit: settings.apiBurstLimit },
       accessLogSettings: { destination: new LogGroupLogDestination(accessLogs) },
     });
+    // A warning, not a refusal: the stage still throttles every tenant together, and an operator
+    // may mean to lean on it alone; but the tenant quota they set then does nothing.
+    const { requestsPerSecond } = settings.quotas;
+    if (requestsPerSecond > settings.apiRateLimit)
+      Annotations.of(this).addWarningV2(
+        "scheduler:quota-above-api-rate",
+        `quotaRequestsPerSecond ${requestsPerSecond} is above apiRateLimit ${settings.apiRateLimit}: every tenant's requests share API Gateway's ${settings.apiRateLimit} a second, which answers 429 first, so a tenant never reaches its quota and one tenant can spend the whole rate; set quotaRequestsPerSecond a few times below apiRateLimit (docs/deploy.md, "Settings")`,
+      );
   }
 }

@@ -26,6 +26,19 @@ const stackIn = (region: string | undefined, context: Record<string, unknown>) =
   return new SchedulerStack(app, "Scheduler-dev", { settings, env: { region } });
 };
 
+/**
+ * The warnings building `stack` left on its constructs, each as its path and message: what synth
+ * reports (CDK's warning metadata), read without a synth, which costs seconds a stack.
+ */
+const warningsOf = (stack: SchedulerStack) =>
+  stack.node
+    .findAll()
+    .flatMap((construct) =>
+      construct.node.metadata
+        .filter((entry) => entry.type === "aws:cdk:warning")
+        .map((entry) => `${construct.node.path}: ${String(entry.data)}`),
+    );
+
 describe("settings", () => {
   it("defaults to the design's values in a dev stage", () => {
     const s = resolveSettings();
@@ -62,6 +75,17 @@ describe("settings", () => {
     expect(fromContext({ apiRateLimit: "1" }).quotas.requestsPerSecond).toBe(1);
     const chosen = fromContext({ apiRateLimit: "1000", quotaRequestsPerSecond: "2000" });
     expect(chosen.quotas.requestsPerSecond).toBe(2000);
+  });
+
+  it("warns at synth, and deploys all the same, when quotaRequestsPerSecond is above apiRateLimit", () => {
+    const above = stackIn(undefined, { apiRateLimit: "1000", quotaRequestsPerSecond: "2000" });
+    expect(warningsOf(above)).toEqual([
+      expect.stringMatching(
+        /^Scheduler-dev\/Api: quotaRequestsPerSecond 2000 is above apiRateLimit 1000: .*never reaches its quota.*\[ack: scheduler:quota-above-api-rate\]$/,
+      ),
+    ]);
+    const atRate = stackIn(undefined, { apiRateLimit: "1000", quotaRequestsPerSecond: "1000" });
+    expect(warningsOf(atRate)).toEqual([]);
   });
 
   // API Gateway's throttle is a token bucket holding apiBurstLimit requests, refilled at
