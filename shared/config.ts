@@ -226,7 +226,7 @@ export const SHARD_COUNT_LIMIT = 1024;
 
 /**
  * The shortest `lookaheadSeconds` the handlers take (the sandbox's and the tests' floor); a
- * deployment's settings refuse below 120 (infra/settings.ts).
+ * deployment's settings refuse below 120 (infra/settings-validation.ts).
  */
 export const MIN_LOOKAHEAD_SECONDS = 60;
 /** The longest `lookaheadSeconds` the handlers and a deployment take. */
@@ -287,7 +287,8 @@ export function loadSettings(env: Env = process.env): EngineSettings {
     maxTimeoutSeconds: jobTimeoutLimitSeconds(
       intFrom(env, ENV.workerTimeoutSeconds, MAX_TIMEOUT_SECONDS, 1, 86_400),
     ),
-    // The stack refuses fewer than 2 (infra/settings.ts): one crash would dead-letter a run.
+    // The stack refuses fewer than 2 (infra/settings-validation.ts): one crash would
+    // dead-letter a run.
     maxReceiveCount: intFrom(env, ENV.maxReceiveCount, DEFAULT_SETTINGS.maxReceiveCount, 2, 1000),
     quotas: quotasFrom(env),
     quotaCacheMs: DEFAULT_SETTINGS.quotaCacheMs,

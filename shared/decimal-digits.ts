@@ -7,7 +7,7 @@ const DECIMAL_DIGITS = /^[0-9]+$/;
 
 /**
  * The one reader of an integer given as text: the API's query parameters (shared/bounded-int.ts),
- * the deployment's settings (CDK context, infra/settings.ts) and the handlers' variables
+ * the deployment's settings (CDK context, infra/settings-context.ts) and the handlers' variables
  * (shared/config.ts). undefined for anything but decimal digits. No sign: none of them takes a
  * negative, and each one's range check refuses 0 where it must.
  */
