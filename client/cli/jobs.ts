@@ -99,7 +99,8 @@ export function jobsCommand(program: Command, io: CliIo): void {
     .option("--limit <n>", "at most this many (pages are followed)", wholeNumber, 50)
     .action(async (flags: { status?: Job["status"]; limit: number }, command: Command) => {
       const context = contextOf(command, io);
-      const listed = await withProgress(io, "job", async (listing) => {
+      const filtered = flags.status !== undefined;
+      const listed = await withProgress(io, { noun: "job", filtered }, async (listing) => {
         const jobs: Job[] = [];
         if (flags.limit > 0) {
           for await (const job of context.client.jobs.list({

@@ -6,6 +6,18 @@ import type { CliIo } from "./output.js";
 /** What withProgress passes on to the client's list: its onPage, and Ctrl-C's signal. */
 export type ListingOptions = Pick<ListOptions, "onPage" | "signal">;
 
+/** What a listing lists, for its progress line. */
+export interface Listed {
+  /** One of the items ("run"). */
+  readonly noun: string;
+  /**
+   * Whether a filter the server applies after reading (a status) can pass over a whole page:
+   * then an empty page is an honest one, "no match yet"; without one, only a server answering
+   * empty pages with cursors reads on with nothing, "nothing yet".
+   */
+  readonly filtered: boolean;
+}
+
 /** A listing shows its progress once it has read this long, or this many pages, without an end. */
 const PROGRESS_AFTER_MS = 2000;
 const PROGRESS_AFTER_PAGES = 10;
@@ -25,8 +37,7 @@ const PROGRESS_AFTER_PAGES = 10;
  */
 export async function withProgress<T>(
   io: CliIo,
-  /** What the listing lists, one of them ("run"). */
-  noun: string,
+  { noun, filtered }: Listed,
   read: (listing: ListingOptions) => Promise<T>,
 ): Promise<T> {
   const signal = io.signal === undefined ? {} : { signal: io.signal };
@@ -43,7 +54,8 @@ export async function withProgress<T>(
   const onPage = ({ pages, items }: PagesRead) => {
     if (shown === 0 && pages < PROGRESS_AFTER_PAGES && now() - startedAt < PROGRESS_AFTER_MS)
       return;
-    const line = `reading: ${pages} ${pages === 1 ? "page" : "pages"}, ${items === 0 ? "no match yet" : `${items} ${noun}${items === 1 ? "" : "s"} so far`} (Ctrl-C stops)`;
+    const none = filtered ? "no match yet" : "nothing yet";
+    const line = `reading: ${pages} ${pages === 1 ? "page" : "pages"}, ${items === 0 ? none : `${items} ${noun}${items === 1 ? "" : "s"} so far`} (Ctrl-C stops)`;
     io.stderr(`\r${line}${" ".repeat(Math.max(0, shown - line.length))}`);
     shown = line.length;
   };

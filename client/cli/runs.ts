@@ -118,7 +118,8 @@ export function runsCommand(program: Command, io: CliIo): void {
         command: Command,
       ) => {
         const context = contextOf(command, io);
-        const listed = await withProgress(io, "run", (listing) =>
+        const filtered = flags.status !== undefined;
+        const listed = await withProgress(io, { noun: "run", filtered }, (listing) =>
           firstRuns(
             context.client.runs.list(jobId, {
               pageSize: Math.min(Math.max(flags.limit, 1), 100),
@@ -206,7 +207,7 @@ export function runsCommand(program: Command, io: CliIo): void {
         // retry of it), which ends the watch at once rather than when the API answers.
         const everyRun = async (): Promise<Run[] | null> => {
           try {
-            const read = await withProgress(io, "run", (given) => {
+            const read = await withProgress(io, { noun: "run", filtered: false }, (given) => {
               listing = given;
               return poll();
             });
@@ -282,7 +283,7 @@ export function deadLettersCommand(program: Command, io: CliIo): void {
     .option("--limit <n>", "at most this many (pages are followed)", wholeNumber, 20)
     .action(async (flags: { limit: number }, command: Command) => {
       const context = contextOf(command, io);
-      const listed = await withProgress(io, "run", (listing) =>
+      const listed = await withProgress(io, { noun: "run", filtered: false }, (listing) =>
         firstRuns(
           context.client.deadLetters.list({
             pageSize: Math.min(Math.max(flags.limit, 1), 100),

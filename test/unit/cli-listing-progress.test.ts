@@ -97,11 +97,16 @@ function screen(text: string): string {
   return lines.map((line) => line.join("").trimEnd()).join("\n");
 }
 
+/**
+ * Each listing, and what its line says while it has read nothing: a listing filtered by status
+ * reads empty pages honestly (a page's items the filter passed over), an unfiltered one only from
+ * a server answering empty pages with cursors.
+ */
 const LISTINGS = [
-  ["runs", "list", JOB, "--status", "dead"],
-  ["jobs", "list", "--status", "paused"],
-  ["dead-letters", "list"],
-].map((args) => ({ command: `${args[0]} ${args[1]}`, args }));
+  { args: ["runs", "list", JOB, "--status", "dead"], none: "no match yet" },
+  { args: ["jobs", "list", "--status", "paused"], none: "no match yet" },
+  { args: ["dead-letters", "list"], none: "nothing yet" },
+].map((listing) => ({ command: `${listing.args[0]} ${listing.args[1]}`, ...listing }));
 
 describe("the client's listings", () => {
   it("tell onPage of each page read, before its items", async () => {
@@ -139,7 +144,8 @@ describe("a listing of many empty pages, stderr a terminal", () => {
     emptyPages = 12;
     const { code, out, err } = await cli(true, ["-o", "json", "runs", "list", JOB]);
     expect(code).toBe(EXIT.ok);
-    expect(err).toContain("reading: 12 pages, no match yet");
+    // Unfiltered: no run was passed over, the server answered empty pages.
+    expect(err).toContain("reading: 12 pages, nothing yet (Ctrl-C stops)");
     expect(JSON.parse(out)).toEqual([run]);
   });
 
@@ -149,7 +155,7 @@ describe("a listing of many empty pages, stderr a terminal", () => {
     const { code, err } = await cli(true, ["runs", "list", JOB], 1000);
     expect(code).toBe(EXIT.ok);
     expect(err).not.toContain("reading: 1 page,");
-    expect(err).toContain("\rreading: 2 pages, no match yet (Ctrl-C stops)");
+    expect(err).toContain("\rreading: 2 pages, nothing yet (Ctrl-C stops)");
     expect(screen(err)).toBe("");
   });
 
@@ -162,12 +168,12 @@ describe("a listing of many empty pages, stderr a terminal", () => {
 
   it.each(LISTINGS)(
     "$command: pages that never end show progress, erased before the error",
-    async ({ args }) => {
+    async ({ args, none }) => {
       emptyPages = Number.POSITIVE_INFINITY;
       const { code, out, err } = await cli(true, args);
       expect(code).toBe(EXIT.failed);
       expect(out).toBe("");
-      expect(err).toContain(`\rreading: ${MOST} pages, no match yet (Ctrl-C stops)`);
+      expect(err).toContain(`\rreading: ${MOST} pages, ${none} (Ctrl-C stops)`);
       expect(screen(err)).toMatch(/^error: internal \(500\): no end\n$/);
     },
   );
@@ -178,7 +184,7 @@ describe("a listing of many empty pages, stderr a terminal", () => {
       ...["runs", "watch", JOB, "--since", "2029-12-31T00:00:00Z", "--count", "1"],
     ]);
     expect(code).toBe(EXIT.ok);
-    expect(err).toContain("\rreading: 15 pages, no match yet (Ctrl-C stops)");
+    expect(err).toContain("\rreading: 15 pages, nothing yet (Ctrl-C stops)");
     expect(screen(err)).toBe("");
     expect(out.split("\n")[1]).toMatch(new RegExp(`^${run.runId}\\s+2\\s+dead\\s`));
   });
@@ -265,7 +271,7 @@ describe("Ctrl-C", () => {
       exiting: exiting.signal,
     };
     let onScreen: string | undefined;
-    await withProgress(io, "run", async ({ onPage }) => {
+    await withProgress(io, { noun: "run", filtered: true }, async ({ onPage }) => {
       for (let pages = 1; pages <= 12; pages++) onPage?.({ pages, items: 0 });
       expect(screen(err)).toBe("reading: 12 pages, no match yet (Ctrl-C stops)");
       exiting.abort();
