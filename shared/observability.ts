@@ -39,6 +39,12 @@ export const METRICS = {
    * more, and the run is started again (the reaper, a redelivery), so its target may see it twice.
    */
   leaseLapsed: "LeaseLapsed",
+  /**
+   * A start a worker's delivery gave back, the run QUEUED again, because the delivery failed on
+   * storage before its handler had the run. Such a run is never dead-lettered for it: rising round
+   * after round, it is a run waiting for storage (docs/architecture.md, "Known limits").
+   */
+  startsGivenBack: "StartsGivenBack",
   /** A due entry a pass could not claim, by `handling`: set aside for operators, or left for the next pass. */
   dueEntryFailures: "DueEntryFailures",
   /** A write sent again because a transaction conflict or throttling cancelled it, by `operation`. */

@@ -515,7 +515,7 @@ export class Observability extends Construct {
         width: 8,
         height: 6,
       }),
-      graph("Lease takeovers, lost fences and lapsed run leases", [
+      graph("Lease takeovers, lost fences, lapsed run leases and starts given back", [
         // One series per shard would need the shard count at deploy time; a search sums them all.
         new MathExpression({
           expression: `SUM(SEARCH('{"${settings.metricsNamespace}",service,shard} MetricName="${METRICS.leaseTakeovers}"', 'Sum', 60))`,
@@ -529,6 +529,10 @@ export class Observability extends Construct {
           }),
         ),
         this.metric(METRICS.leaseLapsed, "worker").with({ label: "run lease lapsed (worker)" }),
+        // Rising round after round: a run whose deliveries keep failing on storage, never dead-lettered.
+        this.metric(METRICS.startsGivenBack, "worker").with({
+          label: "start given back on storage failure (worker)",
+        }),
       ]),
       graph(
         "Function errors",

@@ -1,6 +1,6 @@
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError, FenceLostError, RunCancelledError } from "../errors.js";
-import { runLogKeys } from "../observability.js";
+import { METRICS, runLogKeys } from "../observability.js";
 import { isThrottling, isTransientFailure } from "../storage/dynamo-errors.js";
 import type { HeldRun } from "../storage/run-fence.js";
 import { requeueRun } from "../storage/run-requeue.js";
@@ -41,6 +41,9 @@ export async function giveStartBackOnStorageError(
   if (run.handedOverAt || run.executedVersion !== null) return;
   try {
     await requeueRun(engine, run, GIVEN_BACK, engine.clock());
+    // The DLQ consumer leaves such a run to its wait, so a run whose storage keeps failing goes
+    // round for ever: counted, so that an operator sees it without reading the consumer's logs.
+    engine.obs.metrics.add(METRICS.startsGivenBack, 1, "Count");
     engine.obs.log.warn("delivery failed on storage before running the run; its start given back", {
       ...runLogKeys(run),
       error: String(error),

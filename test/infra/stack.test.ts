@@ -1337,6 +1337,7 @@ describe("observability", () => {
       METRICS.runOutcome,
       METRICS.reaperResends,
       METRICS.leaseTakeovers,
+      METRICS.startsGivenBack,
       "ApproximateNumberOfMessagesVisible",
       "ApproximateAgeOfOldestMessage",
       "ReadThrottleEvents",

@@ -3,6 +3,7 @@ import { sleep } from "../../shared/clock.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import { processRun } from "../../shared/execution/worker.js";
+import { METRICS } from "../../shared/observability.js";
 import { setVisibility } from "../../shared/queue/work-queue.js";
 import { countedOneOffDueNow } from "../support/counted-runs.js";
 import { createEngineFixture } from "../support/engine-fixture.js";
@@ -50,4 +51,50 @@ describe("a run given back by the last delivery of its message", () => {
     expect(calls.count).toBe(1);
     expect((await runOf(f, job.jobId)).status).toBe("SUCCEEDED");
   }, 40_000);
+});
+
+describe("a run whose every delivery fails on storage before its handler, round after round", () => {
+  it("counts each give-back and stays QUEUED, never DEAD, then runs once when storage answers", async ({
+    onTestFinished,
+  }) => {
+    const f = await createEngineFixture({ settings: { leaseMs: LEASE_MS }, maxReceiveCount: 2 });
+    onTestFinished(() => f.destroy());
+    const failing = { on: true };
+    const engine = withJobReadHook(f, onTestFinished, () => {
+      if (failing.on) throw throttled();
+    });
+    const { job, worker, calls } = await countedOneOffDueNow(f);
+    const failingWorker = { ...worker, engine };
+    const rounds = 3;
+    for (let round = 1; round <= rounds; round++) {
+      // The message's first delivery fails on its read of the run with its job, before any start;
+      // its second writes its start, fails on its read of the job and gives the start back.
+      for (let i = 0; i < 2; i++) {
+        const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+        await expect(processRun(failingWorker, delivery)).rejects.toThrow("throughput");
+        await setVisibility(f.engine.sqs, delivery.queueUrl, delivery.receiptHandle, 1);
+      }
+      expect(f.metrics.sum(METRICS.startsGivenBack)).toBe(round);
+      const inDlq = await redriven(f, job.jobId, LEASE_MS + 10_000);
+      await handleCrashedRun(f.engine, inDlq.message, inDlq.receiveCount);
+      const given = await runOf(f, job.jobId);
+      expect(given).toMatchObject({
+        status: "QUEUED",
+        reason: "released: its delivery failed on storage before running it",
+      });
+      expect(given.crashedRunning ?? false).toBe(false);
+      const deadline = Date.parse(given.dueAt) + LEASE_MS;
+      await sleep(Math.max(0, deadline + 100 - Date.now()));
+      expect(
+        (await reap(f.engine, { now: new Date(Date.now() + REAPER_SETTLE_MS + 500) })).resent,
+      ).toBe(1);
+    }
+    expect(calls.count).toBe(0);
+    failing.on = false;
+    const again = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(await f.process(worker, again)).toBe("ack");
+    expect(calls.count).toBe(1);
+    expect((await runOf(f, job.jobId)).status).toBe("SUCCEEDED");
+    expect(f.metrics.sum(METRICS.startsGivenBack)).toBe(rounds);
+  }, 90_000);
 });
