@@ -1,7 +1,7 @@
-import { ProvisionedThroughputExceededException } from "@aws-sdk/client-dynamodb";
 import { BatchGetCommand } from "@aws-sdk/lib-dynamodb";
 import { sleep } from "../clock.js";
 import type { Engine } from "../engine.js";
+import { keptThrottling } from "./dynamo-errors.js";
 
 type Item = Record<string, unknown>;
 
@@ -44,7 +44,7 @@ export async function batchGetByTable(
   keysByTable: Readonly<Record<string, readonly Item[]>>,
   {
     consistentRead,
-    exhausted = () => keptThrottling(Object.keys(keysByTable)),
+    exhausted = () => keptThrottling("BatchGetItem", Object.keys(keysByTable), MAX_BATCH_ROUNDS),
     attributes,
   }: BatchGetOptions,
 ): Promise<Record<string, Item[]>> {
@@ -90,17 +90,6 @@ function projectionOf(attributes: readonly string[]) {
     ProjectionExpression: attributes.map((_, i) => `#a${i}`).join(", "),
     ExpressionAttributeNames: Object.fromEntries(attributes.map((name, i) => [`#a${i}`, name])),
   };
-}
-
-/**
- * Keys DynamoDB left unprocessed round after round: its answer to a table out of capacity, as
- * when it throttles the whole request past the SDK's retries (`isThrottling` takes it so).
- */
-function keptThrottling(tables: readonly string[]): Error {
-  return new ProvisionedThroughputExceededException({
-    message: `${tables.join(", ")} kept throttling BatchGetItem: keys left unprocessed after ${MAX_BATCH_ROUNDS} rounds`,
-    $metadata: {},
-  });
 }
 
 function distinct(keys: readonly Item[]): Item[] {

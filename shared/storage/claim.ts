@@ -4,6 +4,7 @@ import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
 import { runId } from "../keys.js";
 import type { DueEntry, Run } from "../model.js";
+import { BATCH_BACKOFF_BASE_MS, MAX_BATCH_ROUNDS } from "./batch-get.js";
 import {
   afterLostRace,
   commitPlainClaim,
@@ -12,7 +13,7 @@ import {
   recordsClaimOf,
 } from "./claim-plain.js";
 import { putOverOlderDueEntry } from "./due-entries.js";
-import { conditionalWrite, retryOnContention } from "./dynamo-errors.js";
+import { conditionalWrite, keptThrottling, retryOnContention } from "./dynamo-errors.js";
 import { decodeDueEntry, jobKey } from "./items.js";
 import { UNSTARTED_UNSENT } from "./runs.js";
 import { putSkippedRecords } from "./skipped-records.js";
@@ -350,11 +351,10 @@ export async function writeClaim(engine: Engine, claim: ClaimWrites): Promise<Cl
   }
 }
 
-const MAX_BATCH_WRITE_ROUNDS = 6;
-
 /**
  * Puts run items that need no condition (the runs and SKIPPED records of a job not yet written),
- * 25 to a request, retrying what DynamoDB leaves unprocessed.
+ * 25 to a request, sending again what DynamoDB leaves unprocessed (50 ms doubling, 6 rounds, as
+ * a batch read does); still unprocessed after them, they fail as throttling (`keptThrottling`).
  */
 export async function putRunsUnconditionally(
   engine: Engine,
@@ -363,10 +363,10 @@ export async function putRunsUnconditionally(
   const table = engine.tables.runs;
   for (let i = 0; i < items.length; i += 25) {
     let requests = items.slice(i, i + 25).map((Item) => ({ PutRequest: { Item } }));
-    for (let round = 0; requests.length > 0; round++) {
-      if (round === MAX_BATCH_WRITE_ROUNDS)
-        throw new Error(`${table} kept throttling BatchWriteItem`);
-      if (round > 0) await sleep(50 * 2 ** round);
+    for (let round = 1; requests.length > 0; round++) {
+      if (round > MAX_BATCH_ROUNDS)
+        throw keptThrottling("BatchWriteItem", [table], MAX_BATCH_ROUNDS);
+      if (round > 1) await sleep(BATCH_BACKOFF_BASE_MS * 2 ** (round - 2));
       const result = await engine.doc.send(
         new BatchWriteCommand({ RequestItems: { [table]: requests } }),
       );

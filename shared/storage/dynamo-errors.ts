@@ -1,4 +1,7 @@
-import type { AttributeValue } from "@aws-sdk/client-dynamodb";
+import {
+  type AttributeValue,
+  ProvisionedThroughputExceededException,
+} from "@aws-sdk/client-dynamodb";
 import { unmarshall } from "@aws-sdk/util-dynamodb";
 import { sleep } from "../clock.js";
 import type { Engine } from "../engine.js";
@@ -136,6 +139,23 @@ export function isThrottling(error: unknown): boolean {
   return (
     transactionCancellationCodes(error)?.some((code) => THROTTLE_CODES.includes(code)) ?? false
   );
+}
+
+/**
+ * A batch request whose keys or items DynamoDB left unprocessed round after round: its answer to a
+ * table out of capacity, so it fails as a request throttled whole past the SDK's retries does
+ * (`isThrottling` takes it so): a busy 503 in the API, a start given back in a worker.
+ */
+export function keptThrottling(
+  operation: "BatchGetItem" | "BatchWriteItem",
+  tables: readonly string[],
+  rounds: number,
+): Error {
+  const left = operation === "BatchGetItem" ? "keys" : "items";
+  return new ProvisionedThroughputExceededException({
+    message: `${tables.join(", ")} kept throttling ${operation}: ${left} left unprocessed after ${rounds} rounds`,
+    $metadata: {},
+  });
 }
 
 const NETWORK_ERROR_CODES = new Set([

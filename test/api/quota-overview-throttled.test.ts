@@ -41,7 +41,7 @@ describe("GET /quotas while DynamoDB leaves the lapsed slots' runs unread (throt
     const unread = leaveBatchGetsUnprocessed(engine.doc);
     try {
       const reply = await api.call("GET", "/quotas", { key: KEY_B });
-      expect(unread.reads()).toBe(6);
+      expect(unread.requests()).toBe(6);
       expect(reply.status).toBe(503);
       expect(reply.body).toMatchObject({ error: { code: "busy" } });
     } finally {

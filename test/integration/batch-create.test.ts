@@ -561,7 +561,7 @@ describe.concurrent("a batch create under write faults: each job is created whol
     } finally {
       unread.restore();
     }
-    expect(unread.reads()).toBe(6);
+    expect(unread.requests()).toBe(6);
     expect(outcomes.map(createdName)).toEqual(["plain", null, "per minute"]);
     const keyed = outcomes[1];
     expect(keyed && "error" in keyed && keyed.error).toBeInstanceOf(ConcurrentUpdateError);

@@ -7,6 +7,8 @@ import {
 import type {
   BatchGetCommandInput,
   BatchGetCommandOutput,
+  BatchWriteCommandInput,
+  BatchWriteCommandOutput,
   DynamoDBDocumentClient,
 } from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../../shared/engine.js";
@@ -390,25 +392,46 @@ export function clientsDyingAfterAdmission(): TestClients {
  * Until `restore()`, every BatchGetItem `doc` sends is answered as DynamoDB answers one under
  * throttling: none of its keys read, all of them UnprocessedKeys (the emulator never does).
  */
-export function leaveBatchGetsUnprocessed(doc: DynamoDBDocumentClient): {
-  readonly reads: () => number;
+export function leaveBatchGetsUnprocessed(doc: DynamoDBDocumentClient): BatchesLeftUnprocessed {
+  return leaveBatchesUnprocessed(doc, "BatchGetItem", (input) => ({
+    $metadata: {},
+    Responses: {},
+    UnprocessedKeys: (input as BatchGetCommandInput).RequestItems,
+  }));
+}
+
+/**
+ * Until `restore()`, every BatchWriteItem `doc` sends is answered as DynamoDB answers one under
+ * throttling: none of its items written, all of them UnprocessedItems (the emulator never does).
+ */
+export function leaveBatchWritesUnprocessed(doc: DynamoDBDocumentClient): BatchesLeftUnprocessed {
+  return leaveBatchesUnprocessed(doc, "BatchWriteItem", (input) => ({
+    $metadata: {},
+    UnprocessedItems: (input as BatchWriteCommandInput).RequestItems,
+  }));
+}
+
+interface BatchesLeftUnprocessed {
+  /** The requests answered so far. */
+  readonly requests: () => number;
   restore(): void;
-} {
-  const name = "leaveBatchGetsUnprocessed";
-  let reads = 0;
+}
+
+function leaveBatchesUnprocessed(
+  doc: DynamoDBDocumentClient,
+  operation: "BatchGetItem" | "BatchWriteItem",
+  answer: (input: unknown) => BatchGetCommandOutput | BatchWriteCommandOutput,
+): BatchesLeftUnprocessed {
+  const name = `leave${operation}Unprocessed`;
+  let answered = 0;
   doc.middlewareStack.add(
     (next, context) => async (args) => {
-      if (context.commandName !== "BatchGetItemCommand") return next(args);
-      reads++;
-      const input = args.input as BatchGetCommandInput;
-      const output: BatchGetCommandOutput = {
-        $metadata: {},
-        Responses: {},
-        UnprocessedKeys: input.RequestItems,
-      };
+      if (context.commandName !== `${operation}Command`) return next(args);
+      answered++;
+      const output = answer(args.input);
       return { output, response: {} } as Awaited<ReturnType<typeof next>>;
     },
     { step: "initialize", name },
   );
-  return { reads: () => reads, restore: () => doc.middlewareStack.remove(name) };
+  return { requests: () => answered, restore: () => doc.middlewareStack.remove(name) };
 }
