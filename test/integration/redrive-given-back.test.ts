@@ -4,8 +4,8 @@ import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { METRICS } from "../../shared/observability.js";
-import { setVisibility } from "../../shared/queue/work-queue.js";
 import { countedOneOffDueNow } from "../support/counted-runs.js";
+import { deliverEach } from "../support/deliver-each.js";
 import { createEngineFixture } from "../support/engine-fixture.js";
 import { runOf } from "../support/held-runs.js";
 import { throttled, withJobReadHook } from "../support/job-reads-hook.js";
@@ -30,11 +30,15 @@ describe("a run given back by the last delivery of its message", () => {
     });
     const { job, worker, calls } = await countedOneOffDueNow(f);
     const failingWorker = { ...worker, engine };
-    for (let i = 0; i < 2; i++) {
-      const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-      await expect(processRun(failingWorker, delivery)).rejects.toThrow("throughput");
-      await setVisibility(f.engine.sqs, delivery.queueUrl, delivery.receiptHandle, 1);
-    }
+    await deliverEach(
+      f,
+      job.jobId,
+      2,
+      async (delivery) => {
+        await expect(processRun(failingWorker, delivery)).rejects.toThrow("throughput");
+      },
+      { visibleAgainSeconds: 1 },
+    );
     failing.on = false;
     const inDlq = await redriven(f, job.jobId, LEASE_MS + 10_000);
     await handleCrashedRun(f.engine, inDlq.message, inDlq.receiveCount);
@@ -69,11 +73,15 @@ describe("a run whose every delivery fails on storage before its handler, round 
     for (let round = 1; round <= rounds; round++) {
       // The message's first delivery fails on its read of the run with its job, before any start;
       // its second writes its start, fails on its read of the job and gives the start back.
-      for (let i = 0; i < 2; i++) {
-        const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-        await expect(processRun(failingWorker, delivery)).rejects.toThrow("throughput");
-        await setVisibility(f.engine.sqs, delivery.queueUrl, delivery.receiptHandle, 1);
-      }
+      await deliverEach(
+        f,
+        job.jobId,
+        2,
+        async (delivery) => {
+          await expect(processRun(failingWorker, delivery)).rejects.toThrow("throughput");
+        },
+        { visibleAgainSeconds: 1 },
+      );
       expect(f.metrics.sum(METRICS.startsGivenBack)).toBe(round);
       const inDlq = await redriven(f, job.jobId, LEASE_MS + 10_000);
       await handleCrashedRun(f.engine, inDlq.message, inDlq.receiveCount);

@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { processRun } from "../../shared/execution/worker.js";
 import { cancelRun } from "../../shared/jobs/index.js";
-import { setVisibility } from "../../shared/queue/work-queue.js";
 import { countedOneOffDueNow } from "../support/counted-runs.js";
+import { deliverEach } from "../support/deliver-each.js";
 import { createEngineFixture } from "../support/engine-fixture.js";
 import { runOf } from "../support/held-runs.js";
 import { throttled, withJobReadHook } from "../support/job-reads-hook.js";
@@ -37,12 +37,10 @@ describe("a cancel accepted while a delivery that wrote its start fails on stora
       throw throttled();
     });
     const worker = { ...counting, engine };
-    for (let i = 0; i < 2; i++) {
-      const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    await deliverEach(f, job.jobId, 2, async (delivery, i) => {
       expect(delivery.receiveCount).toBe(i + 1);
       await expect(processRun(worker, delivery)).rejects.toThrow();
-      await setVisibility(f.engine.sqs, delivery.queueUrl, delivery.receiptHandle, 0);
-    }
+    });
     expect(cancelled.done).toBe(true);
     const run = await runOf(f, job.jobId);
     expect(run.cancelRequestedAt).toBeTruthy();

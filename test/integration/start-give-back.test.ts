@@ -2,7 +2,7 @@ import { describe, expect, it, type TestContext } from "vitest";
 import type { Engine } from "../../shared/engine.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { createJob } from "../../shared/jobs/index.js";
-import { setVisibility } from "../../shared/queue/work-queue.js";
+import { deliverEach } from "../support/deliver-each.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { runOf } from "../support/held-runs.js";
 import { withJobReadHook } from "../support/job-reads-hook.js";
@@ -44,12 +44,10 @@ async function secondDeliveryFails(f: EngineFixture, engine: Engine) {
     f.engine,
     testJob({ type: "counted", schedule: { runAt: new Date().toISOString() }, timeoutSeconds: 30 }),
   );
-  for (let i = 0; i < 2; i++) {
-    const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+  await deliverEach(f, job.jobId, 2, async (delivery, i) => {
     expect(delivery.receiveCount).toBe(i + 1);
     await expect(processRun(worker, delivery)).rejects.toThrow();
-    await setVisibility(f.engine.sqs, delivery.queueUrl, delivery.receiptHandle, 0);
-  }
+  });
   return { job, worker: f.workerDeps("worker", handlers), calls };
 }
 

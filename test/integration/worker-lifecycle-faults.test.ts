@@ -13,6 +13,7 @@ import { getRun } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { countedOneOffDueNow } from "../support/counted-runs.js";
+import { deliverEach } from "../support/deliver-each.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { withFaults } from "../support/faults.js";
 import { heldHandler, runOf } from "../support/held-runs.js";
@@ -163,11 +164,17 @@ describe("a jobs table throttled past the SDK's retries", () => {
     const throttledWorker = { ...worker, engine };
     // Two deliveries, each failing on its read of the job (the second after writing its start),
     // each message shown again at once as a lease would.
-    for (let i = 0; i < 2; i++) {
-      const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-      await expect(processRun(throttledWorker, delivery)).rejects.toThrow("provisioned throughput");
-      await setVisibility(f.engine.sqs, delivery.queueUrl, delivery.receiptHandle, 1);
-    }
+    await deliverEach(
+      f,
+      job.jobId,
+      2,
+      async (delivery) => {
+        await expect(processRun(throttledWorker, delivery)).rejects.toThrow(
+          "provisioned throughput",
+        );
+      },
+      { visibleAgainSeconds: 1 },
+    );
     const inDlq = await redriven(f, job.jobId, LEASE_MS + 10_000);
     await waitFor(
       "the run's lease to lapse",
@@ -194,11 +201,15 @@ describe("a Lambda batch lost after its records were handled", () => {
     await pauseJob(f.engine, job.tenantId, job.jobId);
     // Each delivery parks the run and is acknowledged, but the invocation then dies on a
     // batch-mate (out of memory): with ReportBatchItemFailures the whole batch comes back.
-    for (let i = 0; i < 2; i++) {
-      const delivery = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-      expect(await processRun(worker, delivery)).toBe("ack");
-      await setVisibility(f.engine.sqs, delivery.queueUrl, delivery.receiptHandle, 1);
-    }
+    await deliverEach(
+      f,
+      job.jobId,
+      2,
+      async (delivery) => {
+        expect(await processRun(worker, delivery)).toBe("ack");
+      },
+      { visibleAgainSeconds: 1 },
+    );
     expect(await runOf(f, job.jobId)).toMatchObject({
       status: "QUEUED",
       reason: "waiting: job paused",
