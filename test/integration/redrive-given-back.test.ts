@@ -1,12 +1,13 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, type TestContext } from "vitest";
 import { sleep } from "../../shared/clock.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
 import { processRun } from "../../shared/execution/worker.js";
+import type { Run } from "../../shared/model.js";
 import { METRICS } from "../../shared/observability.js";
 import { countedOneOffDueNow } from "../support/counted-runs.js";
 import { deliverEach } from "../support/deliver-each.js";
-import { createEngineFixture } from "../support/engine-fixture.js";
+import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
 import { runOf } from "../support/held-runs.js";
 import { throttled, withJobReadHook } from "../support/job-reads-hook.js";
 import { redriven } from "../support/redriven.js";
@@ -18,19 +19,23 @@ import { redriven } from "../support/redriven.js";
  */
 const LEASE_MS = 3000;
 
-describe("a run given back by the last delivery of its message", () => {
-  it("is left QUEUED by the redrive DLQ consumer and sent again by the reaper, then runs once", async ({
-    onTestFinished,
-  }) => {
-    const f = await createEngineFixture({ settings: { leaseMs: LEASE_MS }, maxReceiveCount: 2 });
-    onTestFinished(() => f.destroy());
-    const failing = { on: true };
-    const engine = withJobReadHook(f, onTestFinished, () => {
-      if (failing.on) throw throttled();
-    });
-    const { job, worker, calls } = await countedOneOffDueNow(f);
-    const failingWorker = { ...worker, engine };
-    await deliverEach(
+/**
+ * A fixture whose work messages go to the DLQ on their third receive, and a counted one-off due
+ * now whose job's reads are throttled while `failing.on` is set; `deliverFailing` delivers its
+ * message twice, each delivery failing on a read of the job (the second after writing its start
+ * and then giving it back), each message shown again a second later.
+ */
+async function oneOffWithJobReadsThrottled(onTestFinished: TestContext["onTestFinished"]) {
+  const f = await createEngineFixture({ settings: { leaseMs: LEASE_MS }, maxReceiveCount: 2 });
+  onTestFinished(() => f.destroy());
+  const failing = { on: true };
+  const engine = withJobReadHook(f, onTestFinished, () => {
+    if (failing.on) throw throttled();
+  });
+  const { job, worker, calls } = await countedOneOffDueNow(f);
+  const failingWorker = { ...worker, engine };
+  const deliverFailing = () =>
+    deliverEach(
       f,
       job.jobId,
       2,
@@ -39,17 +44,30 @@ describe("a run given back by the last delivery of its message", () => {
       },
       { visibleAgainSeconds: 1 },
     );
+  return { f, failing, job, worker, calls, deliverFailing };
+}
+
+/** Past the give-back's deadline (a lease after it), a reaper pass: the runs it sent again. */
+async function resentPastGiveBack(f: EngineFixture, given: Run): Promise<number> {
+  const deadline = Date.parse(given.dueAt) + LEASE_MS;
+  await sleep(Math.max(0, deadline + 100 - Date.now()));
+  return (await reap(f.engine, { now: new Date(Date.now() + REAPER_SETTLE_MS + 500) })).resent;
+}
+
+describe("a run given back by the last delivery of its message", () => {
+  it("is left QUEUED by the redrive DLQ consumer and sent again by the reaper, then runs once", async ({
+    onTestFinished,
+  }) => {
+    const { f, failing, job, worker, calls, deliverFailing } =
+      await oneOffWithJobReadsThrottled(onTestFinished);
+    await deliverFailing();
     failing.on = false;
     const inDlq = await redriven(f, job.jobId, LEASE_MS + 10_000);
     await handleCrashedRun(f.engine, inDlq.message, inDlq.receiveCount);
     const given = await runOf(f, job.jobId);
     expect(given.status).toBe("QUEUED");
     // Past the give-back's deadline (a lease after it), the reaper sends the run again.
-    const deadline = Date.parse(given.dueAt) + LEASE_MS;
-    await sleep(Math.max(0, deadline + 100 - Date.now()));
-    expect(
-      (await reap(f.engine, { now: new Date(Date.now() + REAPER_SETTLE_MS + 500) })).resent,
-    ).toBe(1);
+    expect(await resentPastGiveBack(f, given)).toBe(1);
     const again = await f.nextDelivery(f.engine.queues.normal, job.jobId);
     expect(await f.process(worker, again)).toBe("ack");
     expect(calls.count).toBe(1);
@@ -61,27 +79,13 @@ describe("a run whose every delivery fails on storage before its handler, round 
   it("counts each give-back and stays QUEUED, never DEAD, then runs once when storage answers", async ({
     onTestFinished,
   }) => {
-    const f = await createEngineFixture({ settings: { leaseMs: LEASE_MS }, maxReceiveCount: 2 });
-    onTestFinished(() => f.destroy());
-    const failing = { on: true };
-    const engine = withJobReadHook(f, onTestFinished, () => {
-      if (failing.on) throw throttled();
-    });
-    const { job, worker, calls } = await countedOneOffDueNow(f);
-    const failingWorker = { ...worker, engine };
+    const { f, failing, job, worker, calls, deliverFailing } =
+      await oneOffWithJobReadsThrottled(onTestFinished);
     const rounds = 3;
     for (let round = 1; round <= rounds; round++) {
       // The message's first delivery fails on its read of the run with its job, before any start;
       // its second writes its start, fails on its read of the job and gives the start back.
-      await deliverEach(
-        f,
-        job.jobId,
-        2,
-        async (delivery) => {
-          await expect(processRun(failingWorker, delivery)).rejects.toThrow("throughput");
-        },
-        { visibleAgainSeconds: 1 },
-      );
+      await deliverFailing();
       expect(f.metrics.sum(METRICS.startsGivenBack)).toBe(round);
       const inDlq = await redriven(f, job.jobId, LEASE_MS + 10_000);
       await handleCrashedRun(f.engine, inDlq.message, inDlq.receiveCount);
@@ -91,11 +95,7 @@ describe("a run whose every delivery fails on storage before its handler, round 
         reason: "released: its delivery failed on storage before running it",
       });
       expect(given.crashedRunning ?? false).toBe(false);
-      const deadline = Date.parse(given.dueAt) + LEASE_MS;
-      await sleep(Math.max(0, deadline + 100 - Date.now()));
-      expect(
-        (await reap(f.engine, { now: new Date(Date.now() + REAPER_SETTLE_MS + 500) })).resent,
-      ).toBe(1);
+      expect(await resentPastGiveBack(f, given)).toBe(1);
     }
     expect(calls.count).toBe(0);
     failing.on = false;
