@@ -1,56 +1,63 @@
 import { BaseSequencer, type TestSpecification } from "vitest/node";
 
 /**
- * The files that take longest in `npm test`, longest first within their group, by the last
- * fresh-clone CI (5 December 2026, of b09799d, on a heavily loaded machine: seconds on two cores,
- * with coverage, about 2.5 times a quiet machine's), the files trimmed since at what their trims
- * took off (dst-dispatch 186 then, claim-plain-rollback 113, model 102, leap-day-max-runs 55,
- * quota-accounting 86, stack 57, variants 50, claim-plain-races 52, run-control-attacks 49,
- * claim-puts 40, offset-change-dispatch 138, clock-skew 67, console 153): listed-runs-bound 181,
- * console about 135, cli 125, dispatch-recovery 113, restart 111, synth-offline 101, the sandbox's
- * cli 77, model about 77, claim-plain-rollback about 76, long-jobs 70, dispatch 70, resources 64,
- * dst-dispatch about 62, client 56, offset-change-dispatch about 55, security 55, noisy-tenant 51,
- * restore-from-backup 51, jobs-page-cursors 45, clock-skew about 44, oidc 43, quota-accounting
- * about 40. Files under about 40 s there are left to vitest's order. Of the timed files: the end-to-end file 81,
- * policies 49, worker-fencing 30, run-cancel 18, retries 16, dispatch-on-time 10, worker-loop 7.
+ * The files that take longest in `npm test`, longest first within their group, by a profile of the
+ * whole suite (7 December 2026, of 8d02171, seconds per file on two cores with coverage; other
+ * helpers' runs loaded the machine in its second half, so the figures are about 1.5 times a quiet
+ * machine's): shard-count-rolling 212, dst-dispatch 140, model 88, the sandbox's cli 82, long-jobs
+ * 75, console 68, noisy-tenant-gate-backlog 58, listed-runs-bound 50, dispatch-recovery 48,
+ * claim-plain-rollback 48, worker-lifecycle-faults 47, history-paused-edit-resume 47, restart 44,
+ * dispatch 43, reaper-cursor 42, noisy-tenant 38, zone-cache 37, clock-skew 35, overlap-reruns 34,
+ * dst-rules.property 34, the client's cli 33, bench-args 27, fairness 26, edit-kept-end 26,
+ * catch-up-cap 26, stack 25, history-skipped-records 25, offset-change-dispatch 24,
+ * retry-again-edges 24. Files under about 24 s there are left to vitest's order. Of the timed
+ * files: the end-to-end file 45, policies 45, run-cancel 20, retries 18; worker-fencing,
+ * dispatch-on-time and worker-loop under 15.
  *
  * Vitest starts the longest files first only when its results cache knows their durations; a fresh
  * clone (CI) has no cache and runs the files of each project largest first, which is not longest
- * first (fairness, 15 s, is a third the size of contract, under 3 s): dst-dispatch and
- * crashed-first-attempt, absent from this list once, started 306 and 318 s into a run. Vitest runs
- * the files of one group (`sequence.groupOrder`) from one queue whatever their project, so a long
- * file of one project starts among the long files of another rather than after all of them. The
- * spike and chaos run alone, one at a time: their order does not change when they end.
+ * first: shard-count-rolling, a 90-line file of one test, absent from this list, started 1,226 s
+ * into that run and ended the services group 212 s later. Vitest runs the files of one group
+ * (`sequence.groupOrder`) from one queue whatever their project, so a long file of one project
+ * (a unit file) starts among the long files of another rather than after all of them. The spike
+ * and chaos run alone, one at a time: their order does not change when they end.
  */
 const LONGEST = [
-  "test/integration/listed-runs-bound.test.ts",
-  "test/console/console.test.ts",
-  "test/client/cli.test.ts",
-  "test/integration/dispatch-recovery.test.ts",
-  "test/sandbox/restart.test.ts",
-  "test/infra/synth-offline.test.ts",
-  "test/sandbox/cli.test.ts",
-  "test/model/model.test.ts",
-  "test/integration/claim-plain-rollback.test.ts",
-  "test/integration/long-jobs.test.ts",
-  "test/integration/dispatch.test.ts",
-  "test/sandbox/resources.test.ts",
+  "test/integration/shard-count-rolling.test.ts",
   "test/integration/dst-dispatch.test.ts",
-  "test/client/client.test.ts",
-  "test/integration/offset-change-dispatch.test.ts",
-  "test/console/security.test.ts",
+  "test/model/model.test.ts",
+  "test/sandbox/cli.test.ts",
+  "test/integration/long-jobs.test.ts",
+  "test/console/console.test.ts",
+  "test/integration/noisy-tenant-gate-backlog.test.ts",
+  "test/integration/listed-runs-bound.test.ts",
+  "test/integration/dispatch-recovery.test.ts",
+  "test/integration/claim-plain-rollback.test.ts",
+  "test/integration/worker-lifecycle-faults.test.ts",
+  "test/api/history-paused-edit-resume.test.ts",
+  "test/sandbox/restart.test.ts",
+  "test/integration/dispatch.test.ts",
+  "test/integration/reaper-cursor.test.ts",
   "test/integration/noisy-tenant.test.ts",
-  "test/integration/restore-from-backup.test.ts",
-  "test/api/jobs-page-cursors.test.ts",
+  "test/unit/schedule/zone-cache.test.ts",
   "test/integration/clock-skew.test.ts",
-  "test/console/oidc.test.ts",
-  "test/api/quota-accounting.test.ts",
+  "test/integration/overlap-reruns.test.ts",
+  "test/unit/schedule/dst-rules.property.test.ts",
+  "test/client/cli.test.ts",
+  "test/unit/bench-args.test.ts",
+  "test/integration/fairness.test.ts",
+  "test/api/edit-kept-end.test.ts",
+  "test/integration/catch-up-cap.test.ts",
+  "test/infra/stack.test.ts",
+  "test/integration/history-skipped-records.test.ts",
+  "test/integration/offset-change-dispatch.test.ts",
+  "test/integration/retry-again-edges.test.ts",
   // The timed group.
   "test/e2e/scheduler.e2e.test.ts",
   "test/integration/policies.test.ts",
-  "test/integration/worker-fencing.test.ts",
   "test/integration/run-cancel.test.ts",
   "test/integration/retries-and-types.test.ts",
+  "test/integration/worker-fencing.test.ts",
   "test/integration/dispatch-on-time.test.ts",
   "test/integration/worker-loop.test.ts",
 ];
