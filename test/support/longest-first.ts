@@ -4,10 +4,12 @@ import { BaseSequencer, type TestSpecification } from "vitest/node";
  * The files that take longest in `npm test`, longest first within their group, by a profile of the
  * whole suite (7 December 2026, of 8d02171, seconds per file on two cores with coverage; other
  * helpers' runs loaded the machine in its second half, so the figures are about 1.5 times a quiet
- * machine's): shard-count-rolling 212, dst-dispatch 140, model 88, the sandbox's cli 82, long-jobs
- * 75, console 68, noisy-tenant-gate-backlog 58, listed-runs-bound 50, dispatch-recovery 48,
- * claim-plain-rollback 48, worker-lifecycle-faults 47, history-paused-edit-resume 47, restart 44,
- * dispatch 43, reaper-cursor 42, noisy-tenant 38, zone-cache 37, clock-skew 35, overlap-reruns 34,
+ * machine's), the files trimmed since at what their trims left of them (shard-count-rolling 212
+ * then, about 61 now: 128 s then 37 s back to back here, loaded): dst-dispatch 140, model 88, the
+ * sandbox's cli 82, long-jobs 75, console 68, shard-count-rolling about 61,
+ * noisy-tenant-gate-backlog 58, listed-runs-bound 50, dispatch-recovery 48, claim-plain-rollback
+ * 48, worker-lifecycle-faults 47, history-paused-edit-resume 47, restart 44, dispatch 43,
+ * reaper-cursor 42, noisy-tenant 38, zone-cache 37, clock-skew 35, overlap-reruns 34,
  * dst-rules.property 34, the client's cli 33, bench-args 27, fairness 26, edit-kept-end 26,
  * catch-up-cap 26, stack 25, history-skipped-records 25, offset-change-dispatch 24,
  * retry-again-edges 24. Files under about 24 s there are left to vitest's order. Of the timed
@@ -23,12 +25,12 @@ import { BaseSequencer, type TestSpecification } from "vitest/node";
  * and chaos run alone, one at a time: their order does not change when they end.
  */
 const LONGEST = [
-  "test/integration/shard-count-rolling.test.ts",
   "test/integration/dst-dispatch.test.ts",
   "test/model/model.test.ts",
   "test/sandbox/cli.test.ts",
   "test/integration/long-jobs.test.ts",
   "test/console/console.test.ts",
+  "test/integration/shard-count-rolling.test.ts",
   "test/integration/noisy-tenant-gate-backlog.test.ts",
   "test/integration/listed-runs-bound.test.ts",
   "test/integration/dispatch-recovery.test.ts",
