@@ -11,7 +11,13 @@ import {
   zonedInstantArb,
 } from "./support.js";
 
-const RUNS = { numRuns: 1_000 };
+/**
+ * 300 runs of each property, on a fresh seed every run: a gap resolved at the offset after the
+ * jump rather than before it failed each property within 2 to 43 runs (three seeds each), and a
+ * run lands at the Apia skip about one time in 23 (one zone of nine, two weights of five), so
+ * some 13 times a property (1,000 runs took three times as long).
+ */
+const RUNS = { numRuns: 300 };
 const ms = (ds: readonly Date[]): number[] => ds.map((d) => d.getTime());
 
 describe("the DST rules, per local day and per local hour, 2010-2040", () => {
