@@ -1,4 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { forEachConcurrently } from "../../shared/concurrency.js";
 import type { JobHandler } from "../../shared/execution/job-contract.js";
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
 import { createJob, triggerJob } from "../../shared/jobs/index.js";
@@ -18,6 +19,22 @@ import { waitFor } from "../support/wait.js";
  * one trigger of a one-off with 1,000 jobs after it. What its gate may not keep goes back to SQS
  * (hand-back.ts), so the loop's hold never fills with it.
  */
+/**
+ * The jobs' ids, created ten at a time: their order among themselves is not what a case asserts,
+ * only that the quiet tenant's job comes after all of them. One at a time, the creates were most of
+ * the file's time.
+ */
+async function createdMany(
+  f: EngineFixture,
+  jobs: readonly Parameters<typeof createJob>[1][],
+): Promise<string[]> {
+  const ids: string[] = [];
+  await forEachConcurrently(jobs, 10, async (job) => {
+    ids.push((await createJob(f.engine, job)).job.jobId);
+  });
+  return ids;
+}
+
 describe("a capped tenant's backlog past the loop's hold limit", () => {
   let f: EngineFixture;
   // A fixture each: a case leaves most of the noisy backlog in its queues.
@@ -45,20 +62,18 @@ describe("a capped tenant's backlog past the loop's hold limit", () => {
       };
       await writeQuotaOverride(f.engine, "t-noisy", { concurrentRuns: 1 }, new Date());
       const runAt = new Date().toISOString();
-      const noisy: string[] = [];
-      // One at a time: the queue holds them in this order, the quiet tenant's run last.
-      for (let i = 0; i < backlogSize; i++) {
-        const created = await createJob(
-          f.engine,
+      // The backlog first, then the quiet tenant's run: the queue holds it last.
+      const noisy = await createdMany(
+        f,
+        Array.from({ length: backlogSize }, () =>
           testJob({
             tenantId: "t-noisy",
             type: "held-back",
             priority: noisyPriority,
             schedule: { runAt },
           }),
-        );
-        noisy.push(created.job.jobId);
-      }
+        ),
+      );
       const quiet = await createJob(
         f.engine,
         testJob({
@@ -117,18 +132,16 @@ describe("a capped tenant's backlog past the loop's hold limit", () => {
         schedule: { runAt: new Date(Date.now() + 86_400_000).toISOString() },
       }),
     );
-    const dependents: string[] = [];
-    for (let i = 0; i < concurrency * 100 + 10; i++) {
-      const created = await createJob(
-        f.engine,
+    const dependents = await createdMany(
+      f,
+      Array.from({ length: concurrency * 100 + 10 }, () =>
         testJob({
           tenantId: "t-noisy",
           type: "held-back",
           schedule: { after: { jobs: [upstream.job.jobId], on: "success" } },
         }),
-      );
-      dependents.push(created.job.jobId);
-    }
+      ),
+    );
     const stop = new AbortController();
     const loop = runWorkerLoop(f.workerDeps("gate-trigger", { "held-back": handler }), {
       concurrency,
@@ -185,9 +198,14 @@ describe("a capped tenant's backlog past the loop's hold limit", () => {
     for (const tenantId of noisyTenants)
       await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 1 }, new Date());
     const runAt = new Date().toISOString();
-    for (let i = 0; i < perTenant; i++)
-      for (const tenantId of noisyTenants)
-        await createJob(f.engine, testJob({ tenantId, type: "held-back", schedule: { runAt } }));
+    await createdMany(
+      f,
+      Array.from({ length: perTenant }, () =>
+        noisyTenants.map((tenantId) =>
+          testJob({ tenantId, type: "held-back", schedule: { runAt } }),
+        ),
+      ).flat(),
+    );
     const quiet = await createJob(
       f.engine,
       testJob({ tenantId: "t-quiet", type: "held-back", schedule: { runAt } }),
