@@ -4,14 +4,15 @@ import { BaseSequencer, type TestSpecification } from "vitest/node";
  * The files that take longest in `npm test`, longest first within their group, by a profile of the
  * whole suite (7 December 2026, of 8d02171, seconds per file on two cores with coverage; other
  * helpers' runs loaded the machine in its second half, so the figures are about 1.5 times a quiet
- * machine's), the files trimmed since at what their trims left of them (shard-count-rolling 212
- * then, about 61 now: 128 s then 37 s back to back here, loaded): dst-dispatch 140, model 88, the
- * sandbox's cli 82, long-jobs 75, console 68, shard-count-rolling about 61,
- * noisy-tenant-gate-backlog 58, listed-runs-bound 50, dispatch-recovery 48, claim-plain-rollback
- * 48, worker-lifecycle-faults 47, history-paused-edit-resume 47, restart 44, dispatch 43,
- * reaper-cursor 42, noisy-tenant 38, zone-cache 37, clock-skew 35, overlap-reruns 34,
- * dst-rules.property 34, the client's cli 33, bench-args 27, fairness 26, edit-kept-end 26,
- * catch-up-cap 26, stack 25, history-skipped-records 25, offset-change-dispatch 24,
+ * machine's), the files trimmed since at what their trims left of them (each back to back here
+ * before and after, loaded: shard-count-rolling 212 then, about 61 now; noisy-tenant-gate-backlog
+ * 58, about 35; history-paused-edit-resume 47, about 31; zone-cache 37 and dst-rules.property 34,
+ * under 15 now and off the list): dst-dispatch 140, model 88, the sandbox's cli 82, long-jobs 75,
+ * console 68, shard-count-rolling about 61, listed-runs-bound 50, dispatch-recovery 48,
+ * claim-plain-rollback 48, worker-lifecycle-faults 47, restart 44, dispatch 43, reaper-cursor 42,
+ * noisy-tenant 38, clock-skew 35, noisy-tenant-gate-backlog about 35, overlap-reruns 34, the
+ * client's cli 33, history-paused-edit-resume about 31, bench-args 27, fairness 26, edit-kept-end
+ * 26, catch-up-cap 26, stack 25, history-skipped-records 25, offset-change-dispatch 24,
  * retry-again-edges 24. Files under about 24 s there are left to vitest's order. Of the timed
  * files: the end-to-end file 45, policies 45, run-cancel 20, retries 18; worker-fencing,
  * dispatch-on-time and worker-loop under 15.
@@ -31,21 +32,19 @@ const LONGEST = [
   "test/integration/long-jobs.test.ts",
   "test/console/console.test.ts",
   "test/integration/shard-count-rolling.test.ts",
-  "test/integration/noisy-tenant-gate-backlog.test.ts",
   "test/integration/listed-runs-bound.test.ts",
   "test/integration/dispatch-recovery.test.ts",
   "test/integration/claim-plain-rollback.test.ts",
   "test/integration/worker-lifecycle-faults.test.ts",
-  "test/api/history-paused-edit-resume.test.ts",
   "test/sandbox/restart.test.ts",
   "test/integration/dispatch.test.ts",
   "test/integration/reaper-cursor.test.ts",
   "test/integration/noisy-tenant.test.ts",
-  "test/unit/schedule/zone-cache.test.ts",
   "test/integration/clock-skew.test.ts",
+  "test/integration/noisy-tenant-gate-backlog.test.ts",
   "test/integration/overlap-reruns.test.ts",
-  "test/unit/schedule/dst-rules.property.test.ts",
   "test/client/cli.test.ts",
+  "test/api/history-paused-edit-resume.test.ts",
   "test/unit/bench-args.test.ts",
   "test/integration/fairness.test.ts",
   "test/api/edit-kept-end.test.ts",
