@@ -66,6 +66,15 @@ describe("shard count changed up, down and back under two deploys' ticks at once
         }
       }
     }
+    // Then the rolling deploy has ended: its new count ticks alone while a claim's reach (14
+    // minutes) passes, so that an entry the counts' changes stranded, in a shard no tick reads (the
+    // high-water mark passed over), shows as a job whose claims stop.
+    const last = phases[phases.length - 1]?.at(-1) ?? 2;
+    for (let m = 0; m < 15; m++) {
+      minute += 1;
+      const tick = await tickOnce(deployedWith(f.engine, last, minute * MINUTE), `tail-${minute}`);
+      for (const pass of tick.passes) expect(pass.outcome).not.toBe("failed");
+    }
     const endMs = Date.now() + minute * MINUTE;
     const runs = (await f.runs()).filter((run) => run.attempt === 1);
     const problems: string[] = [];
