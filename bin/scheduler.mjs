@@ -14,8 +14,8 @@ const { runCli } = await import("../client/cli/main.ts");
 const { EXIT } = await import("../client/cli/exit-codes.ts");
 const interrupted = new AbortController();
 const exiting = new AbortController();
-// Ctrl-C ends runs watch (exit 0) and a listing (130) at once; a command still running 2 s later
-// is stopped with 130, once `exiting` let it print what it must (the Idempotency-Key of a create
+// Ctrl-C ends runs watch (exit 0) and a command that only reads (130) at once; a write still
+// running 2 s later is stopped with 130, once `exiting` let it print what it must (the Idempotency-Key of a create
 // in flight; stderr is written synchronously). A second Ctrl-C finds no handler: Node's default
 // ends the process by the signal (a shell reports 130).
 process.once("SIGINT", () => {

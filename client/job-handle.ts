@@ -94,11 +94,14 @@ export class JobHandle {
   }
 
   /** Reads the job again. */
-  async get(): Promise<Job> {
+  async get(options: RequestOptions = {}): Promise<Job> {
     return this.#seen(
       await unwrap(
         "GET /jobs/{id}",
-        this.client.http.GET("/jobs/{id}", { params: { path: { id: this.id } } }),
+        this.client.http.GET("/jobs/{id}", {
+          params: { path: { id: this.id } },
+          ...signalOf(options),
+        }),
         JOB,
       ),
     );
@@ -224,14 +227,17 @@ export class JobHandle {
    * The job's next occurrences, in UTC and in its zone, from `from` (default now; one before now
    * starts at the earliest occurrence the job has not run yet).
    */
-  preview(count?: number, from?: Date | string): Promise<Preview> {
+  preview(count?: number, from?: Date | string, options: RequestOptions = {}): Promise<Preview> {
     const query = {
       ...(count === undefined ? {} : { count }),
       ...(from === undefined ? {} : { from: from instanceof Date ? from.toISOString() : from }),
     };
     return unwrap(
       "GET /jobs/{id}/preview",
-      this.client.http.GET("/jobs/{id}/preview", { params: { path: { id: this.id }, query } }),
+      this.client.http.GET("/jobs/{id}/preview", {
+        params: { path: { id: this.id }, query },
+        ...signalOf(options),
+      }),
       PREVIEW,
     );
   }

@@ -291,9 +291,9 @@ class JobsApi {
   }
 
   /** Reads the job and returns its handle (which knows its version for edits). */
-  async get(id: string): Promise<JobHandle> {
+  async get(id: string, options: RequestOptions = {}): Promise<JobHandle> {
     const handle = this.handle(id);
-    await handle.get();
+    await handle.get(options);
     return handle;
   }
 
@@ -444,6 +444,7 @@ class SchedulesApi {
     count?: number,
     from?: Date | string,
     end: { readonly endAt?: Date | string; readonly maxRuns?: number } = {},
+    options: RequestOptions = {},
   ): Promise<Preview> {
     return unwrap(
       "POST /schedules/preview",
@@ -455,6 +456,7 @@ class SchedulesApi {
           ...(end.endAt === undefined ? {} : { endAt: instantText(end.endAt) }),
           ...(end.maxRuns === undefined ? {} : { maxRuns: end.maxRuns }),
         },
+        ...signalOf(options),
       }),
       PREVIEW,
     );
@@ -485,9 +487,9 @@ class WebhookSecretApi {
   constructor(private readonly client: SchedulerClient) {}
 
   /** The secret the caller's webhook deliveries are signed with (made on first use). */
-  async get(): Promise<string> {
-    return (await unwrap("GET /webhook-secret", this.client.http.GET("/webhook-secret"), SECRET))
-      .secret;
+  async get(options: RequestOptions = {}): Promise<string> {
+    const answer = this.client.http.GET("/webhook-secret", signalOf(options));
+    return (await unwrap("GET /webhook-secret", answer, SECRET)).secret;
   }
 
   /**
@@ -508,15 +510,18 @@ class QuotasApi {
   constructor(private readonly client: SchedulerClient) {}
 
   /** The caller's quotas: what applies, its override, and its runs running now. */
-  async get(): Promise<TenantQuotas> {
-    return unwrap("GET /quotas", this.client.http.GET("/quotas"), QUOTAS);
+  async get(options: RequestOptions = {}): Promise<TenantQuotas> {
+    return unwrap("GET /quotas", this.client.http.GET("/quotas", signalOf(options)), QUOTAS);
   }
 
   /** Any tenant's quotas; for the deployment's admin tenants only (403 `forbidden` otherwise). */
-  async getTenant(tenantId: string): Promise<TenantQuotas> {
+  async getTenant(tenantId: string, options: RequestOptions = {}): Promise<TenantQuotas> {
     return unwrap(
       "GET /tenants/{tenantId}/quotas",
-      this.client.http.GET("/tenants/{tenantId}/quotas", { params: { path: { tenantId } } }),
+      this.client.http.GET("/tenants/{tenantId}/quotas", {
+        params: { path: { tenantId } },
+        ...signalOf(options),
+      }),
       QUOTAS,
     );
   }

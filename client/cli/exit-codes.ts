@@ -51,7 +51,7 @@ export const EXIT = {
   /** Not allowed for this caller (403 forbidden: an admin command by a tenant that is not one). */
   forbidden: 13,
   /**
-   * Ctrl-C (SIGINT): a listing it aborted (withProgress), or a command still running 2 s later
+   * Ctrl-C (SIGINT): a read it aborted (interruptible), or a write still running 2 s later
    * (bin/scheduler.mjs), whose requests may have been applied. 128 + SIGINT's 2, as a shell reports
    * a program the signal ended.
    */

@@ -3,6 +3,7 @@ import { SchedulerApiError } from "../errors.js";
 import type { Job } from "../index.js";
 import { contextOf } from "./context.js";
 import { CliExit, EXIT, exitCodeOf } from "./exit-codes.js";
+import { readInterruptibly } from "./interrupt.js";
 import {
   addDefinitionOptions,
   batchFile,
@@ -123,7 +124,7 @@ export function jobsCommand(program: Command, io: CliIo): void {
     .argument("<id>", "the job's id")
     .action(async (id: string, _flags, command: Command) => {
       const context = contextOf(command, io);
-      const handle = await context.client.jobs.get(id);
+      const handle = await readInterruptibly(io, (options) => context.client.jobs.get(id, options));
       context.print(handle.job, (job) => (job ? jobFields(job) : id));
     });
 

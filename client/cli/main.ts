@@ -59,8 +59,9 @@ Exit codes: 0 done; 1 failed unexpectedly; 2 usage; 3 input refused (400, 413, 4
 4 not found; 5 conflict (409); 6 stale version (412); 7 unauthorized; 8 busy or
 unavailable, try again (503, or a read, PUT, DELETE, pause, resume, cancel, edit or schedules
 preview that timed out or got API Gateway's 502 or 504); 9 API unreachable, or its connection broke once a request was sent (which may have been applied); 10 runs watch timed out; 11 not supported by the API (405); 12 over a
-quota (403 quota_exceeded); 13 not allowed (403 forbidden); 130 interrupted (Ctrl-C: a listing at
-once; another command still running 2 s later, a key it made printed as below; runs watch exits 0). A 429 (rate_limited, or API
+quota (403 quota_exceeded); 13 not allowed (403 forbidden); 130 interrupted (Ctrl-C: a read (a
+listing, jobs get, runs get, schedules preview, quotas get, webhook-secret get) at once; a write
+still running 2 s later, a key it made printed as below; runs watch exits 0). A 429 (rate_limited, or API
 Gateway's throttle) exits 8. A 429 or 503 to a request safe to repeat (a read, PUT, DELETE,
 pause, resume, cancel, edit, schedules preview, or a POST with an idempotency key: a create,
 trigger, replay or rotation carries --idempotency-key or a random one of its own, unless a
@@ -176,7 +177,7 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
       }
       return EXIT.usage;
     }
-    // Ctrl-C ended a listing (withProgress): the user stopped it, there is nothing to tell them.
+    // Ctrl-C ended a read (interruptible): the user stopped it, there is nothing to tell them.
     if (error instanceof CliExit && error.exitCode === EXIT.interrupted) return EXIT.interrupted;
     if (error instanceof FailedUnderOwnKey) {
       report(error.failure, jsonOutput(program), io, error.idempotencyKey);

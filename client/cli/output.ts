@@ -13,7 +13,7 @@ export interface CliIo {
   readonly env: Readonly<Record<string, string | undefined>>;
   /** When the command started (the process's start for the bin): `runs watch` shows runs ended since. */
   readonly startedAt?: Date;
-  /** Aborted on Ctrl-C: `runs watch` stops and exits 0, a listing stops and exits 130. */
+  /** Aborted on Ctrl-C: `runs watch` stops and exits 0, a read (listing or not) stops and exits 130. */
   readonly signal?: AbortSignal;
   /**
    * Aborted just before the bin ends a command still running 2 s after Ctrl-C (exit 130): a

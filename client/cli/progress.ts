@@ -1,6 +1,6 @@
 import type { ListOptions } from "../index.js";
 import type { PagesRead } from "../paging.js";
-import { CliExit, EXIT } from "./exit-codes.js";
+import { ctrlC, interruptible } from "./interrupt.js";
 import type { CliIo } from "./output.js";
 
 /** What withProgress passes on to the client's list: its onPage, and Ctrl-C's signal. */
@@ -40,7 +40,7 @@ export async function withProgress<T>(
   { noun, filtered }: Listed,
   read: (listing: ListingOptions) => Promise<T>,
 ): Promise<T> {
-  const signal = io.signal === undefined ? {} : { signal: io.signal };
+  const signal = ctrlC(io);
   if (io.stderrIsTty !== true) return interruptible(io, read(signal));
   const now = io.now ?? Date.now;
   const startedAt = now();
@@ -65,15 +65,5 @@ export async function withProgress<T>(
   } finally {
     io.exiting?.removeEventListener("abort", erase);
     erase();
-  }
-}
-
-/** `reading`, or exit 130 once Ctrl-C aborted it. */
-async function interruptible<T>(io: CliIo, reading: Promise<T>): Promise<T> {
-  try {
-    return await reading;
-  } catch (error) {
-    if (io.signal?.aborted) throw new CliExit(EXIT.interrupted, "interrupted by Ctrl-C");
-    throw error;
   }
 }

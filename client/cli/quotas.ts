@@ -1,6 +1,7 @@
 import { type Command, Option } from "commander";
 import type { QuotaOverride, TenantQuotas } from "../index.js";
 import { contextOf } from "./context.js";
+import { readInterruptibly } from "./interrupt.js";
 import { wholeNumber } from "./job-options.js";
 import { type CliIo, printable, table } from "./output.js";
 
@@ -47,10 +48,11 @@ export function quotasCommand(program: Command, io: CliIo): void {
     .argument("[tenant]", "another tenant (admin tenants only)")
     .action(async (tenant: string | undefined, _flags, command: Command) => {
       const context = contextOf(command, io);
-      const view =
+      const view = await readInterruptibly(io, (options) =>
         tenant === undefined
-          ? await context.client.quotas.get()
-          : await context.client.quotas.getTenant(tenant);
+          ? context.client.quotas.get(options)
+          : context.client.quotas.getTenant(tenant, options),
+      );
       context.print(view, quotasTable);
     });
 

@@ -5,6 +5,7 @@ import { LOOK_BACK_MS, pagedRunPolls, unsureUpTo } from "../run-follow.js";
 import { MAX_TIMEOUT_MS } from "../transport.js";
 import { contextOf } from "./context.js";
 import { CliExit, EXIT } from "./exit-codes.js";
+import { readInterruptibly } from "./interrupt.js";
 import { idempotencyKeyArg, positiveWholeNumber, wholeNumber } from "./job-options.js";
 import {
   type CliIo,
@@ -142,7 +143,10 @@ export function runsCommand(program: Command, io: CliIo): void {
     .argument("<run-id>", "the run's id")
     .action(async (jobId: string, runId: string, _flags, command: Command) => {
       const context = contextOf(command, io);
-      context.print(await context.client.runs.get(jobId, runId), runFields);
+      const run = await readInterruptibly(io, (options) =>
+        context.client.runs.get(jobId, runId, options),
+      );
+      context.print(run, runFields);
     });
 
   runs

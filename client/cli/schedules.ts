@@ -1,6 +1,7 @@
 import { type Command, InvalidArgumentError } from "commander";
 import type { Preview } from "../index.js";
 import { contextOf } from "./context.js";
+import { readInterruptibly } from "./interrupt.js";
 import { addScheduleOptions, idempotencyKeyArg, scheduleFrom, wholeNumber } from "./job-options.js";
 import { type CliIo, describeSchedule, printable, table } from "./output.js";
 import { withOwnKey } from "./own-key.js";
@@ -63,13 +64,18 @@ export function schedulesCommand(program: Command, io: CliIo): void {
         throw new InvalidArgumentError(
           "--end-at and --max-runs go with a schedule; a job's preview stops at the job's own end",
         );
-      preview = await context.client.jobs.handle(flags.job).preview(flags.count, flags.from);
+      const job = context.client.jobs.handle(flags.job);
+      preview = await readInterruptibly(io, (options) =>
+        job.preview(flags.count, flags.from, options),
+      );
     } else {
       if (schedule === undefined)
         throw new InvalidArgumentError(
           "give a schedule (--run-at, --cron with --timezone, or --every) or --job",
         );
-      preview = await context.client.schedules.preview(schedule, flags.count, flags.from, end);
+      preview = await readInterruptibly(io, (options) =>
+        context.client.schedules.preview(schedule, flags.count, flags.from, end, options),
+      );
     }
     context.print(preview, previewTable);
   });
@@ -85,9 +91,10 @@ export function webhookSecretCommand(program: Command, io: CliIo): void {
     .description("the current secret (made on first use)")
     .action(async (_flags, command: Command) => {
       const context = contextOf(command, io);
-      context.print({ secret: await context.client.webhookSecret.get() }, (s) =>
-        printable(s.secret),
+      const secret = await readInterruptibly(io, (options) =>
+        context.client.webhookSecret.get(options),
       );
+      context.print({ secret }, (s) => printable(s.secret));
     });
 
   secret

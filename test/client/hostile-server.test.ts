@@ -1,4 +1,3 @@
-import { spawn } from "node:child_process";
 import { getEventListeners } from "node:events";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
@@ -1082,17 +1081,70 @@ describe("runs watch on a job with a long history", () => {
 });
 
 describe("Ctrl-C during another command", () => {
-  it("the bin exits 130 when the command is still running 2 s after Ctrl-C", async () => {
+  /** The bin running `args` against a server that never answers, sent SIGINT once `request` reached it. */
+  async function interrupted(args: readonly string[], request: string) {
     behave = silent;
-    const child = spawn(
+    const child = spawnRunning(
       process.execPath,
-      ["bin/scheduler.mjs", "--api", baseUrl, "--key", key, "jobs", "get", "01JOB"],
-      { stdio: ["ignore", "pipe", "pipe"] },
+      ["bin/scheduler.mjs", "--api", baseUrl, "--key", key, ...args],
+      { cwd: process.cwd(), env: process.env },
     );
-    const exited = new Promise<number | null>((done) => child.once("exit", done));
-    await arrived(() => expect(requests()).toEqual(["GET /jobs/01JOB"]));
-    child.kill("SIGINT");
-    expect(await exited).toBe(EXIT.interrupted);
+    await arrived(() => expect(requests()).toEqual([request]));
+    const interruptedAt = Date.now();
+    child.process.kill("SIGINT");
+    const outcome = await child.outcome;
+    return { ...outcome, endedInMs: Date.now() - interruptedAt };
+  }
+
+  // A read's request cannot have changed anything: Ctrl-C aborts it rather than wait for the bin.
+  it.each([
+    { command: "jobs get", args: ["jobs", "get", "01JOB"], request: "GET /jobs/01JOB" },
+    {
+      command: "runs get",
+      args: ["runs", "get", "01JOB", "01RUN"],
+      request: "GET /jobs/01JOB/runs/01RUN",
+    },
+    {
+      command: "schedules preview --job",
+      args: ["schedules", "preview", "--job", "01JOB"],
+      request: "GET /jobs/01JOB/preview",
+    },
+    {
+      command: "schedules preview --every",
+      args: ["schedules", "preview", "--every", "60"],
+      request: "POST /schedules/preview",
+    },
+    { command: "quotas get", args: ["quotas", "get"], request: "GET /quotas" },
+    {
+      command: "quotas get TENANT",
+      args: ["quotas", "get", "acme"],
+      request: "GET /tenants/acme/quotas",
+    },
+    {
+      command: "webhook-secret get",
+      args: ["webhook-secret", "get"],
+      request: "GET /webhook-secret",
+    },
+  ])(
+    "$command ends at once, exit 130, nothing printed",
+    async ({ args, request }) => {
+      const { code, out, err, endedInMs } = await interrupted(args, request);
+      expect(code).toBe(EXIT.interrupted);
+      // The bin's own end of a command still running comes 2 s after Ctrl-C.
+      expect(endedInMs).toBeLessThan(1000);
+      expect(out).toBe("");
+      expect(err).toBe("");
+    },
+    20_000,
+  );
+
+  it("a write (jobs pause) still runs until the bin exits 130, 2 s after Ctrl-C", async () => {
+    const { code, endedInMs } = await interrupted(
+      ["jobs", "pause", "01JOB"],
+      "POST /jobs/01JOB/pause",
+    );
+    expect(code).toBe(EXIT.interrupted);
+    expect(endedInMs).toBeGreaterThanOrEqual(1900);
   }, 20_000);
 
   it("a create the API has not answered prints the key it was sent under before exiting 130", async () => {
