@@ -227,16 +227,17 @@ function gatewayMessage(body: unknown): string | null {
 }
 
 /**
- * The seconds a `Retry-After` asks to wait: its number, or the whole seconds from now to its HTTP
- * date (a proxy's form, which the retries wait for too); undefined without one that parses.
+ * The seconds a `Retry-After` asks to wait: its number, or the whole seconds from `now` (ms since
+ * the epoch) to its HTTP date (a proxy's form, which the retries wait for too); undefined without
+ * one that parses.
  */
-export function retryAfterSecondsOf(header: string | null): number | undefined {
+export function retryAfterSecondsOf(header: string | null, now: number): number | undefined {
   const value = header?.trim() ?? "";
   if (value === "") return undefined;
   const seconds = Number(value);
   if (Number.isFinite(seconds)) return seconds;
   const at = Date.parse(value);
-  return Number.isNaN(at) ? undefined : Math.max(0, Math.ceil((at - Date.now()) / 1000));
+  return Number.isNaN(at) ? undefined : Math.max(0, Math.ceil((at - now) / 1000));
 }
 
 /**
@@ -245,7 +246,8 @@ export function retryAfterSecondsOf(header: string | null): number | undefined {
  */
 export function errorOf(response: Response, body: unknown, operation: string): SchedulerApiError {
   const method = operation.slice(0, operation.indexOf(" "));
-  const retryAfterSeconds = retryAfterSecondsOf(response.headers.get("retry-after"));
+  // No clock reaches here (RetryOptions.now stays in the retrying fetch): the date's wait is from now.
+  const retryAfterSeconds = retryAfterSecondsOf(response.headers.get("retry-after"), Date.now());
   const gatewayCode = isErrorBody(body) ? undefined : GATEWAY_CODES[response.status];
   if (gatewayCode !== undefined) {
     const text = gatewayMessage(body) ?? (typeof body === "string" ? body : JSON.stringify(body));

@@ -104,7 +104,7 @@ function gatewayProblem(response: Response): { code: string; message: string } |
           "Request too large (413): API Gateway refused it before the scheduler saw it. Send less (a smaller payload).",
       };
     case 429: {
-      const seconds = retryAfterSecondsOf(response.headers.get("retry-after"));
+      const seconds = retryAfterSecondsOf(response.headers.get("retry-after"), Date.now());
       const when = seconds === undefined ? "" : ` in ${seconds} s`;
       return {
         code: "rate_limited",

@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { retryAfterSecondsOf } from "../../client/errors.js";
 import { retryAfterMs } from "../../shared/execution/webhook-handler.js";
 
 const now = new Date("2026-03-01T09:00:00.000Z");
@@ -24,5 +25,25 @@ describe("retryAfterMs: a receiver's Retry-After, as a wait", () => {
 
   it("reads seconds past any date as the largest whole wait", () => {
     expect(retryAfterMs("9".repeat(400), now)).toBe(Number.MAX_SAFE_INTEGER);
+  });
+});
+
+describe("retryAfterSecondsOf: the API's Retry-After, in seconds, by the clock given", () => {
+  it.each([
+    ["120", 120],
+    [" 5 ", 5],
+    ["0", 0],
+    ["Sun, 01 Mar 2026 09:02:00 GMT", 120],
+    ["Sun, 01 Mar 2026 09:00:00 GMT", 0],
+    ["Sun, 01 Mar 2026 08:00:00 GMT", 0],
+    ["", undefined],
+    ["soon", undefined],
+    [null, undefined],
+  ])("%j is %j s", (header, seconds) => {
+    expect(retryAfterSecondsOf(header, now.getTime())).toBe(seconds);
+  });
+
+  it("rounds a date's part of a second up: it is not due before then", () => {
+    expect(retryAfterSecondsOf("Sun, 01 Mar 2026 09:02:00 GMT", now.getTime() + 500)).toBe(120);
   });
 });
