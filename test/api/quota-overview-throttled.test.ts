@@ -8,11 +8,11 @@ import { type ApiHarness, KEY_B, startApi } from "./support.js";
 const MINUTE_MS = 60_000;
 
 /**
- * Review r121 of h121: `GET /quotas` now reads the runs of a tenant's lapsed concurrent-runs slots
- * (`slotsHeldPastLease`, a BatchGetItem). Under throttling DynamoDB answers a BatchGetItem with
- * every key unprocessed; `batchGetItems` asks again 6 rounds and then throws a plain Error. A read
- * the table throttled is answered 503 "busy" with Retry-After elsewhere (THROTTLED, UNAVAILABLE in
- * shared/api/errors.ts); the overview, a read that writes nothing, answers 500 "internal".
+ * `GET /quotas` reads the runs of a tenant's lapsed concurrent-runs slots (`slotsHeldPastLease`, a
+ * BatchGetItem). Under throttling DynamoDB answers a BatchGetItem with every key unprocessed;
+ * `batchGetItems` asks again for MAX_BATCH_ROUNDS (6) rounds and then fails as a
+ * ProvisionedThroughputExceededException (`keptThrottling`), which the API answers as any read the
+ * table throttled: 503 "busy" with Retry-After (THROTTLED in shared/api/errors.ts), not 500.
  */
 describe("GET /quotas while DynamoDB leaves the lapsed slots' runs unread (throttling)", () => {
   let api: ApiHarness;
