@@ -18,6 +18,8 @@ const LEASE_MS = 3000;
 const LATE_MS = 700;
 /** The run's lease write that answers slowly, then the beats after it fail. */
 const SLOW_ANSWER_MS = 1500;
+/** A lease write that hangs past the lease (a request that does not answer), then fails. */
+const HUNG_MS = 8000;
 const BEAT = "#status = :running, leaseUntil =";
 
 let f: EngineFixture;
@@ -30,7 +32,7 @@ afterAll(() => f.destroy());
  * An engine like the fixture's whose heartbeats' lease writes (`UpdateItem` of the run's lease)
  * go through `onBeat`, which sees the lease sent and returns what to do with the write.
  */
-function beatsThrough(onBeat: (leaseUntil: string) => "pass" | "slow" | "fail") {
+function beatsThrough(onBeat: (leaseUntil: string) => "pass" | "slow" | "hang" | "fail") {
   const clients = createTestClients({ maxSockets: 16 });
   clients.doc.middlewareStack.add(
     (next, context) => async (args) => {
@@ -41,7 +43,8 @@ function beatsThrough(onBeat: (leaseUntil: string) => "pass" | "slow" | "fail") 
       ) {
         const values = input.ExpressionAttributeValues as Record<string, unknown>;
         const action = onBeat(String(values[":leaseUntil"]));
-        if (action === "fail")
+        if (action === "hang") await sleep(HUNG_MS);
+        if (action === "fail" || action === "hang")
           throw Object.assign(new Error("rate of requests exceeds the allowed throughput"), {
             name: "ThrottlingException",
           });
@@ -108,6 +111,44 @@ describe("a worker whose lease write answered slowly, its beats failing after it
       const reason: unknown = seen.signal?.reason;
       expect(reason).toBeInstanceOf(LeaseLapsedError);
       expect(reason instanceof LeaseLapsedError ? reason.context.leaseUntil : "").toBe(written);
+      expect(seen.abortedAt ?? 0).toBeLessThanOrEqual(Date.parse(written) + LATE_MS);
+    } finally {
+      faulty.destroy();
+    }
+  }, 30_000);
+});
+
+describe("a worker whose next lease write hangs past the lease", () => {
+  it("stops its handler when the lease it wrote runs out, not when the write gives up", async () => {
+    let beats = 0;
+    let written = "";
+    const faulty = beatsThrough((leaseUntil) => {
+      beats++;
+      if (beats === 1) {
+        written = leaseUntil;
+        return "pass";
+      }
+      return "hang";
+    });
+    const { seen, handler } = stoppedHandler();
+    try {
+      const worker = {
+        ...f.workerDeps("worker-a", { waiting: handler }, 500),
+        engine: faulty.engine,
+      };
+      const { job } = await createJob(
+        f.engine,
+        testJob({
+          type: "waiting",
+          schedule: { runAt: new Date().toISOString() },
+          timeoutSeconds: 60,
+        }),
+      );
+      const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+      expect(await processRun(worker, received)).toBe("ack");
+      expect(written).not.toBe("");
+      expect(seen.signal?.reason).toBeInstanceOf(LeaseLapsedError);
+      // No beat looked at the lease while the write hung: the watch's timer stopped the handler.
       expect(seen.abortedAt ?? 0).toBeLessThanOrEqual(Date.parse(written) + LATE_MS);
     } finally {
       faulty.destroy();
