@@ -65,6 +65,22 @@ describe("quotaWaitStart", () => {
       at("2026-03-01T12:30:00.000Z") - 60_000,
     );
   });
+
+  it("counts no time out before it arrived on a clock behind the loop that handed it back", () => {
+    // Loop A, its clock 5 s ahead, held the message from 12:00:05 by its clock and handed it back;
+    // loop B receives it at 12:00:00 by its own, before the run's due time as B reads it.
+    const handedBack = {
+      ...message,
+      scheduledFor: "2026-03-01T12:00:10.000Z",
+      dueAt: "2026-03-01T12:00:10.000Z",
+      quotaWaitSince: "2026-03-01T12:00:05.000Z",
+    };
+    const arrival = {
+      arrivedAt: at("2026-03-01T12:00:00.000Z"),
+      sentAt: at("2026-03-01T12:00:06.000Z"),
+    };
+    expect(quotaWaitStart(handedBack, arrival)).toBeLessThanOrEqual(arrival.arrivedAt);
+  });
 });
 
 describe("quotaWaitedMs", () => {
