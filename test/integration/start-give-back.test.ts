@@ -1,16 +1,24 @@
+import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { describe, expect, it, type TestContext } from "vitest";
 import type { Engine } from "../../shared/engine.js";
+import { ConcurrentUpdateError } from "../../shared/errors.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { createJob } from "../../shared/jobs/index.js";
+import { setVisibility } from "../../shared/queue/work-queue.js";
+import { runKeyOf } from "../../shared/storage/run-reads.js";
+import { startRun } from "../../shared/storage/run-start.js";
+import { countedOneOffDueNow } from "../support/counted-runs.js";
 import { deliverEach } from "../support/deliver-each.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { runOf } from "../support/held-runs.js";
-import { withJobReadHook } from "../support/job-reads-hook.js";
+import { throttled, withJobReadHook } from "../support/job-reads-hook.js";
 
 /**
  * A delivery whose message came back writes its start before it reads the job. Failing on storage
- * then, before the handler has the run, it gives the start back (QUEUED again); failing otherwise,
- * it leaves the run RUNNING under its lapsing lease, as a crash does, for the redrive DLQ to count.
+ * then, before the handler has the run, it gives the start back (QUEUED again): on every failure
+ * that says storage failed for now, not throttling alone. Failing otherwise, or on a run an earlier
+ * start handed to its async target or ran to a recorded version (that start's, not this one's), it
+ * leaves the run RUNNING under its lapsing lease, as a crash does, for the redrive DLQ to count.
  */
 const LEASE_MS = 3000;
 
@@ -51,27 +59,43 @@ async function secondDeliveryFails(f: EngineFixture, engine: Engine) {
   return { job, worker: f.workerDeps("worker", handlers), calls };
 }
 
-describe("a delivery that wrote its start and then failed before its handler had the run", () => {
-  it("gives the start back when storage failed (throttled past the SDK's retries): QUEUED, and the next delivery runs it", async ({
-    onTestFinished,
-  }) => {
-    const { f, engine, failing } = await failingJobReads(onTestFinished, () =>
-      Object.assign(new Error("The level of configured provisioned throughput was exceeded"), {
-        name: "ProvisionedThroughputExceededException",
+/** Failures that say storage failed for now, each as the SDK throws it past its retries. */
+const storageFailures: readonly (readonly [string, () => Error])[] = [
+  ["throttled past the SDK's retries", throttled],
+  [
+    "a 5xx",
+    () =>
+      Object.assign(new Error("Internal server error"), {
+        name: "InternalServerError",
+        $metadata: { httpStatusCode: 500 },
       }),
-    );
-    const { job, worker, calls } = await secondDeliveryFails(f, engine);
-    expect(await runOf(f, job.jobId)).toMatchObject({
-      status: "QUEUED",
-      fence: 1,
-      reason: "released: its delivery failed on storage before running it",
-    });
-    failing.on = false;
-    const again = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-    expect(await f.process(worker, again)).toBe("ack");
-    expect(calls.count).toBe(1);
-    expect(await runOf(f, job.jobId)).toMatchObject({ status: "SUCCEEDED", fence: 2 });
-  }, 30_000);
+  ],
+  [
+    "a request timeout",
+    () => Object.assign(new Error("Request timed out"), { name: "TimeoutError" }),
+  ],
+  ["contention past its attempts", () => new ConcurrentUpdateError("the job changed meanwhile")],
+];
+
+describe("a delivery that wrote its start and then failed before its handler had the run", () => {
+  it.for(storageFailures)(
+    "gives the start back when storage failed (%s): QUEUED, and the next delivery runs it",
+    { timeout: 30_000 },
+    async ([, failure], { onTestFinished }) => {
+      const { f, engine, failing } = await failingJobReads(onTestFinished, failure);
+      const { job, worker, calls } = await secondDeliveryFails(f, engine);
+      expect(await runOf(f, job.jobId)).toMatchObject({
+        status: "QUEUED",
+        fence: 1,
+        reason: "released: its delivery failed on storage before running it",
+      });
+      failing.on = false;
+      const again = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+      expect(await f.process(worker, again)).toBe("ack");
+      expect(calls.count).toBe(1);
+      expect(await runOf(f, job.jobId)).toMatchObject({ status: "SUCCEEDED", fence: 2 });
+    },
+  );
 
   it("leaves it RUNNING under its lease when the failure says nothing of storage, as a crash does", async ({
     onTestFinished,
@@ -84,4 +108,44 @@ describe("a delivery that wrote its start and then failed before its handler had
     expect(calls.count).toBe(0);
     expect(await runOf(f, job.jobId)).toMatchObject({ status: "RUNNING", fence: 1 });
   }, 30_000);
+});
+
+const earlierStarts: readonly (readonly [string, string, Record<string, unknown>])[] = [
+  ["handed it to its async target", "handedOverAt = :v", { ":v": new Date().toISOString() }],
+  ["ran it to a recorded version", "executedVersion = :v", { ":v": 1 }],
+];
+
+describe("a redelivery that fails on storage after an earlier start", () => {
+  it.for(earlierStarts)(
+    "leaves the run RUNNING when that start %s",
+    { timeout: 30_000 },
+    async ([, set, values], { onTestFinished }) => {
+      const { f, engine } = await failingJobReads(onTestFinished, throttled);
+      const { job, worker, calls } = await countedOneOffDueNow(f);
+      const queued = await runOf(f, job.jobId);
+      // The earlier start, its worker gone since, its lease lapsed.
+      const earlier = await startRun(
+        f.engine,
+        queued,
+        "worker-gone",
+        new Date(Date.now() - 60_000),
+      );
+      if (earlier.kind !== "started") throw new Error(`not started: ${earlier.kind}`);
+      await f.engine.doc.send(
+        new UpdateCommand({
+          TableName: f.engine.tables.runs,
+          Key: runKeyOf(queued),
+          UpdateExpression: `SET ${set}`,
+          ExpressionAttributeValues: values,
+        }),
+      );
+      const first = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+      await setVisibility(f.engine.sqs, first.queueUrl, first.receiptHandle, 0);
+      const again = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+      expect(again.receiveCount).toBe(2);
+      await expect(processRun({ ...worker, engine }, again)).rejects.toThrow("throughput");
+      expect(calls.count).toBe(0);
+      expect(await runOf(f, job.jobId)).toMatchObject({ status: "RUNNING", fence: 2 });
+    },
+  );
 });
