@@ -77,11 +77,39 @@ function stoppedHandler() {
   return { seen, handler };
 }
 
+/**
+ * A waiting job's run, processed to its ack by a worker whose beats' lease writes go through
+ * `onBeat` (see `beatsThrough`); the job, and what its handler saw of its signal.
+ */
+async function runUnderBeats(onBeat: Parameters<typeof beatsThrough>[0]) {
+  const faulty = beatsThrough(onBeat);
+  const { seen, handler } = stoppedHandler();
+  try {
+    const worker = {
+      ...f.workerDeps("worker-a", { waiting: handler }, 500),
+      engine: faulty.engine,
+    };
+    const { job } = await createJob(
+      f.engine,
+      testJob({
+        type: "waiting",
+        schedule: { runAt: new Date().toISOString() },
+        timeoutSeconds: 60,
+      }),
+    );
+    const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(await processRun(worker, received)).toBe("ack");
+    return { job, seen };
+  } finally {
+    faulty.destroy();
+  }
+}
+
 describe("a worker whose lease write answered slowly, its beats failing after it", () => {
   it("stops its handler when the lease it wrote runs out, its reason naming that lease", async () => {
     let beats = 0;
     let written = "";
-    const faulty = beatsThrough((leaseUntil) => {
+    const { job, seen } = await runUnderBeats((leaseUntil) => {
       beats++;
       if (beats === 1) return "pass";
       if (beats === 2) {
@@ -90,31 +118,12 @@ describe("a worker whose lease write answered slowly, its beats failing after it
       }
       return "fail";
     });
-    const { seen, handler } = stoppedHandler();
-    try {
-      const worker = {
-        ...f.workerDeps("worker-a", { waiting: handler }, 500),
-        engine: faulty.engine,
-      };
-      const { job } = await createJob(
-        f.engine,
-        testJob({
-          type: "waiting",
-          schedule: { runAt: new Date().toISOString() },
-          timeoutSeconds: 60,
-        }),
-      );
-      const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-      expect(await processRun(worker, received)).toBe("ack");
-      expect(written).not.toBe("");
-      expect(await runOf(f, job.jobId)).toMatchObject({ status: "RUNNING", leaseUntil: written });
-      const reason: unknown = seen.signal?.reason;
-      expect(reason).toBeInstanceOf(LeaseLapsedError);
-      expect(reason instanceof LeaseLapsedError ? reason.context.leaseUntil : "").toBe(written);
-      expect(seen.abortedAt ?? 0).toBeLessThanOrEqual(Date.parse(written) + LATE_MS);
-    } finally {
-      faulty.destroy();
-    }
+    expect(written).not.toBe("");
+    expect(await runOf(f, job.jobId)).toMatchObject({ status: "RUNNING", leaseUntil: written });
+    const reason: unknown = seen.signal?.reason;
+    expect(reason).toBeInstanceOf(LeaseLapsedError);
+    expect(reason instanceof LeaseLapsedError ? reason.context.leaseUntil : "").toBe(written);
+    expect(seen.abortedAt ?? 0).toBeLessThanOrEqual(Date.parse(written) + LATE_MS);
   }, 30_000);
 });
 
@@ -122,7 +131,7 @@ describe("a worker whose next lease write hangs past the lease", () => {
   it("stops its handler when the lease it wrote runs out, not when the write gives up", async () => {
     let beats = 0;
     let written = "";
-    const faulty = beatsThrough((leaseUntil) => {
+    const { seen } = await runUnderBeats((leaseUntil) => {
       beats++;
       if (beats === 1) {
         written = leaseUntil;
@@ -130,28 +139,9 @@ describe("a worker whose next lease write hangs past the lease", () => {
       }
       return "hang";
     });
-    const { seen, handler } = stoppedHandler();
-    try {
-      const worker = {
-        ...f.workerDeps("worker-a", { waiting: handler }, 500),
-        engine: faulty.engine,
-      };
-      const { job } = await createJob(
-        f.engine,
-        testJob({
-          type: "waiting",
-          schedule: { runAt: new Date().toISOString() },
-          timeoutSeconds: 60,
-        }),
-      );
-      const received = await f.nextDelivery(f.engine.queues.normal, job.jobId);
-      expect(await processRun(worker, received)).toBe("ack");
-      expect(written).not.toBe("");
-      expect(seen.signal?.reason).toBeInstanceOf(LeaseLapsedError);
-      // No beat looked at the lease while the write hung: the watch's timer stopped the handler.
-      expect(seen.abortedAt ?? 0).toBeLessThanOrEqual(Date.parse(written) + LATE_MS);
-    } finally {
-      faulty.destroy();
-    }
+    expect(written).not.toBe("");
+    expect(seen.signal?.reason).toBeInstanceOf(LeaseLapsedError);
+    // No beat looked at the lease while the write hung: the watch's timer stopped the handler.
+    expect(seen.abortedAt ?? 0).toBeLessThanOrEqual(Date.parse(written) + LATE_MS);
   }, 30_000);
 });
