@@ -7,9 +7,10 @@ import { createJob } from "../../shared/jobs/index.js";
 import { setVisibility } from "../../shared/queue/work-queue.js";
 import { runKeyOf } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
-import { countedOneOffDueNow } from "../support/counted-runs.js";
+import { countedJob, countedOneOffDueNow } from "../support/counted-runs.js";
 import { deliverEach } from "../support/deliver-each.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { withFaults } from "../support/faults.js";
 import { runOf } from "../support/held-runs.js";
 import { throttled, withJobReadHook } from "../support/job-reads-hook.js";
 
@@ -148,4 +149,32 @@ describe("a redelivery that fails on storage after an earlier start", () => {
       expect(await runOf(f, job.jobId)).toMatchObject({ status: "RUNNING", fence: 2 });
     },
   );
+});
+
+describe("a first delivery that fails on storage after taking its run, its start held unwritten", () => {
+  it("leaves the run as it was, QUEUED under fence 0: it wrote no start to give back", async ({
+    onTestFinished,
+  }) => {
+    const f = await createEngineFixture({ settings: { leaseMs: LEASE_MS } });
+    onTestFinished(() => f.destroy());
+    const { job, worker, calls } = await countedJob(f, { every: "PT1H" });
+    // The recurring job's admission (an UpdateItem of the job) throttled past the SDK's retries.
+    const admissionThrottled = withFaults(f.engine, {
+      operation: "UpdateItem",
+      times: 100,
+      match: (input) => input.TableName === f.engine.tables.jobs,
+      error: throttled,
+    });
+    onTestFinished(() => admissionThrottled.destroy());
+    const first = await f.nextDelivery(f.engine.queues.normal, job.jobId);
+    expect(first.receiveCount).toBe(1);
+    await expect(
+      processRun({ ...worker, engine: admissionThrottled.engine }, first),
+    ).rejects.toThrow("throughput");
+    expect(admissionThrottled.injected.count).toBeGreaterThan(0);
+    expect(calls.count).toBe(0);
+    const run = await runOf(f, job.jobId);
+    expect(run).toMatchObject({ status: "QUEUED", fence: 0 });
+    expect(run.reason ?? "").not.toContain("released");
+  }, 30_000);
 });

@@ -1,8 +1,8 @@
-import { createJob } from "../../shared/jobs/index.js";
+import { createJob, type NewJob } from "../../shared/jobs/index.js";
 import { type EngineFixture, testJob } from "./engine-fixture.js";
 
-/** A one-off due now of a type whose handler counts its calls, and a worker that runs it. */
-export async function countedOneOffDueNow(f: EngineFixture) {
+/** A job on `schedule` of a type whose handler counts its calls, and a worker that runs it. */
+export async function countedJob(f: EngineFixture, schedule: NewJob["schedule"]) {
   const calls = { count: 0 };
   const worker = f.workerDeps("worker", {
     counted: async () => {
@@ -11,7 +11,11 @@ export async function countedOneOffDueNow(f: EngineFixture) {
   });
   const { job } = await createJob(
     f.engine,
-    testJob({ type: "counted", schedule: { runAt: new Date().toISOString() }, timeoutSeconds: 30 }),
+    testJob({ type: "counted", schedule, timeoutSeconds: 30 }),
   );
   return { job, worker, calls };
 }
+
+/** A one-off due now of a type whose handler counts its calls, and a worker that runs it. */
+export const countedOneOffDueNow = (f: EngineFixture) =>
+  countedJob(f, { runAt: new Date().toISOString() });
