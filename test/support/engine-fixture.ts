@@ -18,6 +18,7 @@ import {
   type Observability,
   silentObservability,
 } from "../../shared/observability.js";
+import type { RunMessage } from "../../shared/queue/run-message.js";
 import {
   decodeRunMessage,
   deleteMessages,
@@ -59,11 +60,15 @@ export interface EngineFixture {
   ): WorkerDeps;
   /** Processes a delivery as the worker loop does: the message is deleted when the worker acknowledges it. */
   process(deps: WorkerDeps, received: ReceivedRun): Promise<"ack" | "keep">;
-  /** Waits for the next delivery of a message of `jobId` on a queue (others are left alone). */
+  /**
+   * Waits for the next delivery of a message of `jobId` on a queue; others go to whoever waits for
+   * them, or back once this wait ends.
+   */
   nextDelivery(queueUrl: string, jobId: string, timeoutMs?: number): Promise<ReceivedRun>;
   /**
    * Waits for the next delivery of this run (its occurrence and attempt) on the normal queue; its
-   * job's other messages (a retry due meanwhile, the next occurrence) go back for their own turn.
+   * job's other messages (a retry due meanwhile, the next occurrence) go to whoever waits for
+   * them, or back once this wait ends.
    */
   nextDeliveryOfRun(run: Pick<Run, "jobId" | "scheduledFor" | "attempt">): Promise<ReceivedRun>;
   dueEntries(): Promise<DueEntry[]>;
@@ -208,48 +213,68 @@ export async function createEngineFixture(options: FixtureOptions = {}): Promise
     };
   };
   /**
-   * Callers waiting in nextDelivery, by queue and job. A message one caller receives for another
-   * goes to that caller rather than back to the queue: each receive counts towards the redrive,
-   * and a message the others receive and put back five times goes to the DLQ. A case busy
+   * Callers waiting for a delivery, each for the messages it wants on one queue. A message one
+   * caller receives for another goes to that caller rather than back to the queue: each receive
+   * counts towards the redrive, and a message received five times goes to the DLQ. A case busy
    * elsewhere while its message is visible is not helped (no one waits for it): cases side by
    * side whose messages come back meanwhile need queues of their own (caseFixture).
    */
-  const waiting = new Map<string, ReceivedRun[][]>();
-  const waitingKey = (queueUrl: string, jobId: string) => `${queueUrl} ${jobId}`;
+  interface Waiter {
+    readonly queueUrl: string;
+    readonly wants: (message: RunMessage) => boolean;
+    readonly inbox: ReceivedRun[];
+  }
+  const waiters: Waiter[] = [];
+  const waiterFor = (received: ReceivedRun) =>
+    waiters.find((w) => w.queueUrl === received.queueUrl && w.wants(received.message));
   const handOverOrPutBack = async (received: ReceivedRun) => {
-    const inbox = waiting.get(waitingKey(received.queueUrl, received.message.jobId))?.[0];
-    if (inbox) inbox.push(received);
+    const waiter = waiterFor(received);
+    if (waiter) waiter.inbox.push(received);
     else await setVisibility(engine.sqs, received.queueUrl, received.receiptHandle, 0);
   };
-  const nextDelivery: EngineFixture["nextDelivery"] = async (
-    queueUrl,
-    jobId,
-    timeoutMs = 20_000,
-  ) => {
-    const key = waitingKey(queueUrl, jobId);
-    const inbox: ReceivedRun[] = [];
-    waiting.set(key, [...(waiting.get(key) ?? []), inbox]);
+  const deliveryWanted = async (
+    queueUrl: string,
+    wants: (message: RunMessage) => boolean,
+    what: string,
+    timeoutMs: number,
+  ): Promise<ReceivedRun> => {
+    const me: Waiter = { queueUrl, wants, inbox: [] };
+    waiters.push(me);
+    // Messages no caller wants yet stay received until this wait ends: put back, they would come
+    // straight back to this wait's next receive, each time counting towards the redrive.
+    let held: ReceivedRun[] = [];
     const deadline = Date.now() + timeoutMs;
     let mine: ReceivedRun | undefined;
     try {
       while (Date.now() < deadline && !mine) {
         const batch =
-          inbox.length > 0
+          me.inbox.length > 0
             ? []
             : await receiveRuns(engine.sqs, queueUrl, { max: 10, waitSeconds: 1 });
-        mine = inbox.shift() ?? batch.find((r) => r.message.jobId === jobId);
-        await Promise.all(batch.filter((r) => r !== mine).map(handOverOrPutBack));
+        mine = me.inbox.shift() ?? batch.find((r) => wants(r.message));
+        // Those held for no one before may have a caller since.
+        const others = [...held, ...batch.filter((r) => r !== mine)];
+        held = [];
+        for (const received of others) {
+          const waiter = waiterFor(received);
+          if (waiter) waiter.inbox.push(received);
+          else held.push(received);
+        }
       }
     } finally {
-      const others = (waiting.get(key) ?? []).filter((i) => i !== inbox);
-      if (others.length > 0) waiting.set(key, others);
-      else waiting.delete(key);
+      waiters.splice(waiters.indexOf(me), 1);
     }
-    // What was handed over after this caller's own message came: to the next caller, or back.
-    await Promise.all(inbox.map(handOverOrPutBack));
+    // What was handed over after this caller's own message came, and what it held: to the next
+    // caller, or back.
+    await Promise.all([...me.inbox, ...held].map(handOverOrPutBack));
     if (mine) return mine;
-    throw new Error(`no delivery for job ${jobId} within ${timeoutMs} ms`);
+    const [depth, dlqDepth] = await Promise.all([queueDepth(queueUrl), queueDepth(dlq.url)]);
+    throw new Error(
+      `no delivery for ${what} within ${timeoutMs} ms (queue ${JSON.stringify(depth)}, DLQ ${JSON.stringify(dlqDepth)})`,
+    );
   };
+  const nextDelivery: EngineFixture["nextDelivery"] = (queueUrl, jobId, timeoutMs = 20_000) =>
+    deliveryWanted(queueUrl, (m) => m.jobId === jobId, `job ${jobId}`, timeoutMs);
 
   return {
     engine,
@@ -272,14 +297,13 @@ export async function createEngineFixture(options: FixtureOptions = {}): Promise
       return disposition;
     },
     nextDelivery,
-    async nextDeliveryOfRun(run) {
-      for (;;) {
-        const received = await nextDelivery(engine.queues.normal, run.jobId);
-        const { scheduledFor, attempt } = received.message;
-        if (scheduledFor === run.scheduledFor && attempt === run.attempt) return received;
-        await setVisibility(engine.sqs, received.queueUrl, received.receiptHandle, 0);
-      }
-    },
+    nextDeliveryOfRun: ({ jobId, scheduledFor, attempt }) =>
+      deliveryWanted(
+        engine.queues.normal,
+        (m) => m.jobId === jobId && m.scheduledFor === scheduledFor && m.attempt === attempt,
+        `job ${jobId}'s run at ${scheduledFor}, attempt ${attempt}`,
+        20_000,
+      ),
     async dueEntries() {
       return (await scanAll(jobsTable))
         .filter((i) => String(i.pk).startsWith("DUE#"))
