@@ -35,15 +35,19 @@ function casesOn(f: EngineFixture) {
    */
   async function jobWithBehaviours(overlap: OverlapPolicy) {
     let behaviour: Behaviour = "succeed";
+    const blocked = new Set<string>();
     let release: () => void = () => undefined;
     const blocking = new Promise<void>((resolve) => {
       release = resolve;
     });
     const handlers: Record<string, JobHandler> = {
-      gate: async () => {
+      gate: async (ctx) => {
         if (behaviour === "fail") throw new JobError("target down", { retryable: false });
         if (behaviour === "fail retryable") throw new JobError("target down", { retryable: true });
-        if (behaviour === "block") await blocking;
+        if (behaviour === "block") {
+          blocked.add(ctx.runId);
+          await blocking;
+        }
       },
     };
     const { job } = await createJob(
@@ -61,6 +65,7 @@ function casesOn(f: EngineFixture) {
     return {
       job,
       handlers,
+      blocked: blocked as ReadonlySet<string>,
       release,
       set: (next: Behaviour) => {
         behaviour = next;
@@ -68,14 +73,22 @@ function casesOn(f: EngineFixture) {
     };
   }
 
-  /** A run of the job under way (its handler blocks until released), listed in its activeRuns. */
-  async function runAhead(job: Job, handlers: Record<string, JobHandler>) {
+  /**
+   * A run of the job under way, listed in its activeRuns and its handler blocking until released.
+   * Admitted is not enough: a handler that starts after the case sets "succeed" ends at once.
+   */
+  async function runAhead(
+    job: Job,
+    handlers: Record<string, JobHandler>,
+    blocked: ReadonlySet<string>,
+  ) {
     const ahead = await triggerJob(f.engine, job.tenantId, job.jobId);
     const running = f.process(
       f.workerDeps("ahead", handlers, 200),
       await f.nextDeliveryOfRun(ahead),
     );
-    await waitFor("the run ahead to be admitted", async () => {
+    await waitFor("the run ahead to be admitted and blocking", async () => {
+      if (!blocked.has(ahead.runId)) return false;
       const current = await getJob(f.engine, job.jobId);
       return current?.activeRuns[ahead.runId] !== undefined;
     });
@@ -211,7 +224,7 @@ describe.concurrent("retries, replays and triggers that meet the overlap policy,
       async (overlap, { onTestFinished }) => {
         const { f, jobWithBehaviours, runAhead, fillTheBuffer, waitsThenRuns } =
           await ownFixture(onTestFinished);
-        const { job, handlers, release, set } = await jobWithBehaviours(overlap);
+        const { job, handlers, blocked, release, set } = await jobWithBehaviours(overlap);
 
         // The target is down: a run goes DEAD and is listed.
         set("fail");
@@ -222,7 +235,7 @@ describe.concurrent("retries, replays and triggers that meet the overlap policy,
         // Another run of the job is under way (and under buffer_one, another waits) when the
         // operator replays the dead letter, which leaves the list.
         set("block");
-        const { running } = await runAhead(job, handlers);
+        const { running } = await runAhead(job, handlers, blocked);
         const buffered = overlap === "buffer_one" ? await fillTheBuffer(job, handlers) : null;
         set("succeed");
         const replay = (await replayDeadLetter(f.engine, job.tenantId, failing.runId)).run;
@@ -239,7 +252,7 @@ describe.concurrent("retries, replays and triggers that meet the overlap policy,
       async (overlap, { onTestFinished }) => {
         const { f, jobWithBehaviours, runAhead, fillTheBuffer, waitsThenRuns } =
           await ownFixture(onTestFinished);
-        const { job, handlers, release, set } = await jobWithBehaviours(overlap);
+        const { job, handlers, blocked, release, set } = await jobWithBehaviours(overlap);
 
         // The target fails an attempt; its retry is due a second later.
         set("fail retryable");
@@ -249,7 +262,7 @@ describe.concurrent("retries, replays and triggers that meet the overlap policy,
 
         // Meanwhile another run of the job gets under way.
         set("block");
-        const { running } = await runAhead(job, handlers);
+        const { running } = await runAhead(job, handlers, blocked);
         const buffered = overlap === "buffer_one" ? await fillTheBuffer(job, handlers) : null;
         set("succeed");
 
@@ -269,9 +282,9 @@ describe.concurrent("retries, replays and triggers that meet the overlap policy,
       onTestFinished,
     }) => {
       const { f, jobWithBehaviours, runAhead } = await ownFixture(onTestFinished);
-      const { job, handlers, release, set } = await jobWithBehaviours("skip");
+      const { job, handlers, blocked, release, set } = await jobWithBehaviours("skip");
       set("block");
-      const { running } = await runAhead(job, handlers);
+      const { running } = await runAhead(job, handlers, blocked);
       const triggered = await triggerJob(f.engine, job.tenantId, job.jobId);
       await f.process(f.workerDeps("trigger", handlers), await f.nextDeliveryOfRun(triggered));
       const skipped = await getRun(f.engine, triggered);
