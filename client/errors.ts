@@ -82,7 +82,10 @@ export class SchedulerApiError<C extends ErrorCode = ErrorCode> extends Schedule
   readonly currentStatus: ErrorBody["currentStatus"];
   /** With `validation_failed`: every issue. */
   readonly issues: readonly FieldIssue[];
-  /** With `busy` and `rate_limited`: the seconds the API asks to wait (Retry-After). */
+  /**
+   * With `busy` and `rate_limited`: the seconds the API asks to wait (Retry-After: its whole
+   * seconds, or those to its HTTP date by the client's clock); undefined for one that is neither.
+   */
   readonly retryAfterSeconds: number | undefined;
   /** With `quota_exceeded` and `rate_limited`: the tenant's quota the request is over. */
   readonly quota: ErrorBody["quota"];
@@ -227,27 +230,41 @@ function gatewayMessage(body: unknown): string | null {
 }
 
 /**
- * The seconds a `Retry-After` asks to wait: its number, or the whole seconds from `now` (ms since
- * the epoch) to its HTTP date (a proxy's form, which the retries wait for too); undefined without
- * one that parses.
+ * The wait a `Retry-After` asks for, in ms from `now` (ms since the epoch): its delay-seconds
+ * (digits only, RFC 9110 10.2.3), or the time to its HTTP date (0 once past; a date names its day
+ * and month, so a number is never read as one: Date.parse takes "-3" and "1.5" for days of 2001).
+ * Undefined without one, and for anything else: a negative, fractional, exponent or hex number is
+ * no delay. However many digits, a whole number of ms.
+ */
+export function retryAfterMsOf(header: string | null, now: number): number | undefined {
+  const value = header?.trim() ?? "";
+  if (/^\d+$/.test(value)) return Math.min(Number(value) * 1000, Number.MAX_SAFE_INTEGER);
+  if (!/[a-z]/i.test(value)) return undefined;
+  const at = Date.parse(value);
+  return Number.isNaN(at) ? undefined : Math.max(0, at - now);
+}
+
+/**
+ * The seconds a `Retry-After` asks to wait (retryAfterMsOf), a date's part of a second rounded
+ * up: it is not due before then.
  */
 export function retryAfterSecondsOf(header: string | null, now: number): number | undefined {
-  const value = header?.trim() ?? "";
-  if (value === "") return undefined;
-  const seconds = Number(value);
-  if (Number.isFinite(seconds)) return seconds;
-  const at = Date.parse(value);
-  return Number.isNaN(at) ? undefined : Math.max(0, Math.ceil((at - now) / 1000));
+  const ms = retryAfterMsOf(header, now);
+  return ms === undefined ? undefined : Math.ceil(ms / 1000);
 }
 
 /**
  * The error an answer that is not a success, to `operation` (its method and path template,
- * `POST /jobs/{id}/pause`), stands for.
+ * `POST /jobs/{id}/pause`), stands for; a `Retry-After` date's wait is counted from `now`.
  */
-export function errorOf(response: Response, body: unknown, operation: string): SchedulerApiError {
+export function errorOf(
+  response: Response,
+  body: unknown,
+  operation: string,
+  now: () => number,
+): SchedulerApiError {
   const method = operation.slice(0, operation.indexOf(" "));
-  // No clock reaches here (RetryOptions.now stays in the retrying fetch): the date's wait is from now.
-  const retryAfterSeconds = retryAfterSecondsOf(response.headers.get("retry-after"), Date.now());
+  const retryAfterSeconds = retryAfterSecondsOf(response.headers.get("retry-after"), now());
   const gatewayCode = isErrorBody(body) ? undefined : GATEWAY_CODES[response.status];
   if (gatewayCode !== undefined) {
     const text = gatewayMessage(body) ?? (typeof body === "string" ? body : JSON.stringify(body));

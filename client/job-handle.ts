@@ -103,6 +103,7 @@ export class JobHandle {
           ...signalOf(options),
         }),
         JOB,
+        this.client.now,
       ),
     );
   }
@@ -120,6 +121,7 @@ export class JobHandle {
           ...(options.running ? { body: { running: options.running } } : {}),
         }),
         JOB,
+        this.client.now,
       ),
     );
   }
@@ -130,6 +132,7 @@ export class JobHandle {
         "POST /jobs/{id}/resume",
         this.client.http.POST("/jobs/{id}/resume", { params: { path: { id: this.id } } }),
         JOB,
+        this.client.now,
       ),
     );
   }
@@ -141,6 +144,7 @@ export class JobHandle {
         "POST /jobs/{id}/cancel",
         this.client.http.POST("/jobs/{id}/cancel", { params: { path: { id: this.id } } }),
         JOB,
+        this.client.now,
       ),
     );
   }
@@ -160,7 +164,7 @@ export class JobHandle {
       params: { path: { id: this.id } },
     });
     if (response.ok) return "deleted";
-    const refused = errorOf(response, error, "DELETE /jobs/{id}");
+    const refused = errorOf(response, error, "DELETE /jobs/{id}", this.client.now);
     if (refused.is("not_found") && followsUnclearAttempt(response)) return "gone";
     throw refused;
   }
@@ -194,6 +198,7 @@ export class JobHandle {
         },
       }),
       RUN,
+      this.client.now,
     );
   }
 
@@ -215,6 +220,7 @@ export class JobHandle {
           body: changes,
         }),
         JOB,
+        this.client.now,
       );
       return this.#seen(data);
     } catch (error) {
@@ -239,6 +245,7 @@ export class JobHandle {
         ...signalOf(options),
       }),
       PREVIEW,
+      this.client.now,
     );
   }
 

@@ -51,23 +51,25 @@ type Operation = `${"GET" | "POST" | "PUT" | "PATCH" | "DELETE"} /${string}`;
 /**
  * The data of a success that has the shape `operation` relies on, or the typed error of anything
  * else (an `unexpected_response` naming the operation and what is missing, for a success that
- * does not).
+ * does not); `now` is the client's clock, which an error's `Retry-After` date is counted by.
  */
 export async function unwrap<T>(
   operation: Operation,
   pending: Promise<Result<T>>,
   shape: AnswerShape,
+  now: () => number,
 ): Promise<T> {
-  return (await unwrapWithResponse(operation, pending, shape)).data;
+  return (await unwrapWithResponse(operation, pending, shape, now)).data;
 }
 
 export async function unwrapWithResponse<T>(
   operation: Operation,
   pending: Promise<Result<T>>,
   shape: AnswerShape,
+  now: () => number,
 ): Promise<{ data: T; response: Response }> {
   const { data, error, response } = await pending;
-  if (!response.ok) throw errorOf(response, error, operation);
+  if (!response.ok) throw errorOf(response, error, operation, now);
   const missing = shape.missing(data);
   if (data === undefined || missing !== null) {
     throw new SchedulerApiError(

@@ -1,5 +1,5 @@
 import { callerSignalOf } from "./caller-signal.js";
-import { RequestTimeoutError } from "./errors.js";
+import { RequestTimeoutError, retryAfterMsOf } from "./errors.js";
 import type { paths } from "./generated/api.js";
 import { waitOrAbort } from "./requests.js";
 
@@ -15,7 +15,8 @@ import { waitOrAbort } from "./requests.js";
  * batch whose every job carries its `idempotencyKey`. A batch with a job without one, and a POST
  * sent through `client.http` without a key, is sent once: its repeat would do it again. An
  * edit's 412 is never retried: another edit came first. Each retry waits the answer's
- * `Retry-After`; an answer without one waits 0.5 s, doubling per retry; a wait over `maxDelayMs`
+ * `Retry-After` (whole seconds or an HTTP date, retryAfterMsOf); an answer without one, or with
+ * one that is neither (`-3`, `1.5`), waits 0.5 s, doubling per retry; a wait over `maxDelayMs`
  * is not waited, the last answer returned. A
  * request of those that timed out (a RequestTimeoutError), or whose connection broke once it was
  * open (reset or closed by the other side), is retried too, after the same doubling wait: it may
@@ -34,7 +35,10 @@ export interface RetryOptions {
   readonly maxDelayMs?: number;
   /** Waits `ms` (default setTimeout); tests pass one that only records. */
   readonly sleep?: (ms: number) => Promise<void>;
-  /** The time now, for a `Retry-After` given as an HTTP date (default `Date.now`). */
+  /**
+   * The time now, for a `Retry-After` given as an HTTP date (default `Date.now`): the wait before
+   * a retry, and the error's `retryAfterSeconds`, are counted from it.
+   */
   readonly now?: () => number;
 }
 
@@ -219,18 +223,6 @@ export async function repeatsAsOnce(request: Request): Promise<boolean> {
 }
 
 /**
- * The wait an answer asks for, in ms: `Retry-After` in seconds or as an HTTP date, or null when it
- * gives none (or one that does not parse).
- */
-function retryAfterMs(response: Response, now: number): number | null {
-  const value = response.headers.get("retry-after")?.trim();
-  if (value === undefined || value === "") return null;
-  if (/^\d+$/.test(value)) return Number(value) * 1000;
-  const at = Date.parse(value);
-  return Number.isNaN(at) ? null : Math.max(0, at - now);
-}
-
-/**
  * `fetch` that sends a repeatable request again while it is answered 429, 502, 503 or 504, times
  * out or its connection breaks, as `options` allow; the last answer (or the first that is not
  * retried) is returned as it came, and the last timeout thrown.
@@ -271,7 +263,8 @@ export function retryingFetch(base: typeof fetch, options: RetryOptions = {}): t
         continue;
       }
       if (!RETRIED_STATUSES.has(response.status) || retry >= attempts) return answer(response);
-      const delay = retryAfterMs(response, now()) ?? BASE_DELAY_MS * 2 ** retry;
+      const delay =
+        retryAfterMsOf(response.headers.get("retry-after"), now()) ?? BASE_DELAY_MS * 2 ** retry;
       if (delay > maxDelayMs) return answer(response);
       if (MAYBE_APPLIED_STATUSES.has(response.status)) unclear = true;
       await response.body?.cancel();

@@ -142,10 +142,16 @@ export class SchedulerClient {
   readonly schedules: SchedulesApi;
   readonly webhookSecret: WebhookSecretApi;
   readonly quotas: QuotasApi;
+  /**
+   * The client's clock (`retry.now`, default Date.now): a `Retry-After` given as an HTTP date is
+   * a wait from it, before a retry and as an error's `retryAfterSeconds`.
+   */
+  readonly now: () => number;
   /** The same API without the tenant's credentials: an async target's calls carry its run token. */
   private readonly runTokenHttp: Client<paths>;
 
   constructor(options: SchedulerClientOptions) {
+    this.now = options.retry?.now ?? Date.now;
     const given = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
     // The API never redirects: a redirect is something else at the base URL (a custom domain's
     // http-to-https redirect, a proxy, a wrong host). Followed, a 301-303 turned a POST into a GET
@@ -176,7 +182,7 @@ export class SchedulerClient {
   }
 
   async health(): Promise<{ status: "ok" }> {
-    return unwrap("GET /health", this.http.GET("/health"), HEALTH);
+    return unwrap("GET /health", this.http.GET("/health"), HEALTH, this.now);
   }
 
   /**
@@ -193,6 +199,7 @@ export class SchedulerClient {
         headers: { Authorization: `Bearer ${token}` },
       }),
       HEARTBEAT,
+      this.now,
     );
   }
 
@@ -206,6 +213,7 @@ export class SchedulerClient {
         headers: { Authorization: `Bearer ${token}` },
       }),
       RUN,
+      this.now,
     );
   }
 
@@ -261,6 +269,7 @@ class JobsApi {
           : { params: { header: { "Idempotency-Key": given ?? callKey("create") } } }),
       }),
       JOB,
+      this.client.now,
     );
     // Under a key of this call's own a 200 can only answer this call's earlier attempt, whose
     // answer was lost: the job is this call's. Under the caller's key it may be an earlier call's.
@@ -281,6 +290,7 @@ class JobsApi {
       "POST /jobs:batch",
       this.client.http.POST("/jobs:batch", { body: { jobs: [...jobs] } }),
       BATCH,
+      this.client.now,
     );
     return results;
   }
@@ -321,6 +331,7 @@ class JobsApi {
       "GET /jobs",
       this.client.http.GET("/jobs", { params: { query }, ...signalOf(options) }),
       JOB_PAGE,
+      this.client.now,
     );
   }
 }
@@ -361,6 +372,7 @@ class RunsApi {
         ...signalOf(options),
       }),
       RUN_PAGE,
+      this.client.now,
     );
   }
 
@@ -372,6 +384,7 @@ class RunsApi {
         ...signalOf(options),
       }),
       RUN,
+      this.client.now,
     );
   }
 
@@ -383,6 +396,7 @@ class RunsApi {
         params: { path: { id: jobId, runId } },
       }),
       RUN,
+      this.client.now,
     );
   }
 }
@@ -410,6 +424,7 @@ class DeadLettersApi {
       "GET /dead-letters",
       this.client.http.GET("/dead-letters", { params: { query }, ...signalOf(options) }),
       RUN_PAGE,
+      this.client.now,
     );
   }
 
@@ -426,6 +441,7 @@ class DeadLettersApi {
         params: { path: { runId }, header: { "Idempotency-Key": idempotencyKey } },
       }),
       RUN,
+      this.client.now,
     );
   }
 }
@@ -459,6 +475,7 @@ class SchedulesApi {
         ...signalOf(options),
       }),
       PREVIEW,
+      this.client.now,
     );
   }
 }
@@ -489,7 +506,7 @@ class WebhookSecretApi {
   /** The secret the caller's webhook deliveries are signed with (made on first use). */
   async get(options: RequestOptions = {}): Promise<string> {
     const answer = this.client.http.GET("/webhook-secret", signalOf(options));
-    return (await unwrap("GET /webhook-secret", answer, SECRET)).secret;
+    return (await unwrap("GET /webhook-secret", answer, SECRET, this.client.now)).secret;
   }
 
   /**
@@ -502,7 +519,7 @@ class WebhookSecretApi {
     const answer = this.client.http.POST("/webhook-secret/rotate", {
       params: { header: { "Idempotency-Key": idempotencyKey } },
     });
-    return (await unwrap("POST /webhook-secret/rotate", answer, SECRET)).secret;
+    return (await unwrap("POST /webhook-secret/rotate", answer, SECRET, this.client.now)).secret;
   }
 }
 
@@ -511,7 +528,12 @@ class QuotasApi {
 
   /** The caller's quotas: what applies, its override, and its runs running now. */
   async get(options: RequestOptions = {}): Promise<TenantQuotas> {
-    return unwrap("GET /quotas", this.client.http.GET("/quotas", signalOf(options)), QUOTAS);
+    return unwrap(
+      "GET /quotas",
+      this.client.http.GET("/quotas", signalOf(options)),
+      QUOTAS,
+      this.client.now,
+    );
   }
 
   /** Any tenant's quotas; for the deployment's admin tenants only (403 `forbidden` otherwise). */
@@ -523,6 +545,7 @@ class QuotasApi {
         ...signalOf(options),
       }),
       QUOTAS,
+      this.client.now,
     );
   }
 
@@ -538,6 +561,7 @@ class QuotasApi {
         body: override,
       }),
       QUOTAS,
+      this.client.now,
     );
   }
 }

@@ -188,6 +188,35 @@ describe("the client retries a 429 or 503 of a request safe to repeat", () => {
     expect(waits).toEqual([3000]);
   });
 
+  it("a Retry-After that is no delay-seconds (-3, 1.5, 1e3, 0x10) is no Retry-After: the base wait, no retryAfterSeconds", async () => {
+    // Date.parse reads "-3" and "1.5" as dates in 2001: a wait of 0 ms.
+    script = [refused(503, "-3"), refused(503, "1.5"), refused(429, "1e3")];
+    always = refused(429, "0x10");
+    const { client, waits } = clientWith();
+    const error = await rejection(client.health(), SchedulerApiError);
+    expect(waits).toEqual([500, 1000, 2000]);
+    expect(error.retryAfterSeconds).toBeUndefined();
+    for (const value of ["-3", "1.5"]) {
+      script = [refused(429, value)];
+      const once = clientWith({ attempts: 0 }).client;
+      expect((await rejection(once.health(), SchedulerApiError)).retryAfterSeconds).toBeUndefined();
+    }
+  });
+
+  it("an error's retryAfterSeconds of an HTTP date is counted by the client's clock", async () => {
+    const at = Date.parse("2030-01-01T00:01:00Z");
+    let now = at - 60_000;
+    script = [refused(503, new Date(at).toUTCString())];
+    const { client, waits } = clientWith({ now: () => now, maxDelayMs: 5_000 });
+    expect((await rejection(client.health(), SchedulerApiError)).retryAfterSeconds).toBe(60);
+    expect(waits).toEqual([]);
+    // The DELETE of a job builds its error apart from the other requests.
+    now = at - 30_500;
+    script = [refused(503, new Date(at).toUTCString())];
+    const refusal = await rejection(client.jobs.handle("01JOB").delete(), SchedulerApiError);
+    expect(refusal.retryAfterSeconds).toBe(31);
+  });
+
   it("gives up after `attempts` retries: the caller gets the last answer's error with its Retry-After", async () => {
     always = refused(429, "1");
     const { client, waits } = clientWith({ attempts: 2 });

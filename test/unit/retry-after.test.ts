@@ -36,11 +36,22 @@ describe("retryAfterSecondsOf: the API's Retry-After, in seconds, by the clock g
     ["Sun, 01 Mar 2026 09:02:00 GMT", 120],
     ["Sun, 01 Mar 2026 09:00:00 GMT", 0],
     ["Sun, 01 Mar 2026 08:00:00 GMT", 0],
+    ["-3", undefined],
+    ["1.5", undefined],
+    ["1e3", undefined],
+    ["0x10", undefined],
+    ["+5", undefined],
     ["", undefined],
     ["soon", undefined],
     [null, undefined],
   ])("%j is %j s", (header, seconds) => {
     expect(retryAfterSecondsOf(header, now.getTime())).toBe(seconds);
+  });
+
+  it("reads seconds past any date as a whole wait, not as none", () => {
+    expect(retryAfterSecondsOf("9".repeat(400), now.getTime())).toBe(
+      Math.ceil(Number.MAX_SAFE_INTEGER / 1000),
+    );
   });
 
   it("rounds a date's part of a second up: it is not due before then", () => {
