@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
-import { leaveBatchWritesUnprocessed } from "../support/faults.js";
+import { leaveBatchWritesUnprocessed, strayWaits } from "../support/faults.js";
 import { createTestClients, type TestClients } from "../support/namespace.js";
 import { inProcessApi } from "./support.js";
 
@@ -36,5 +36,21 @@ describe("POST /jobs of a job due now while DynamoDB leaves its runs' BatchWrite
     expect(reply.body).toMatchObject({ error: { code: "busy" } });
     expect(reply.headers.get("Retry-After")).toBe("1");
     expect((await f.jobs()).filter((job) => job.tenantId === TENANT)).toEqual([]);
+  }, 20_000);
+
+  it("sends the runs again 50 ms after the first round, twice as long after each later one", async () => {
+    // Clients of its own: the case above leaves its clients' batch writes unprocessed for good.
+    const own = createTestClients();
+    try {
+      const unwritten = leaveBatchWritesUnprocessed(own.doc);
+      const call = inProcessApi({ ...f.engine, doc: own.doc }, { key: KEY, tenant: TENANT });
+      const reply = await call("POST", "/jobs", {
+        body: { type: "noop", schedule: { runAt: new Date().toISOString() } },
+      });
+      expect(reply.status, reply.text).toBe(503);
+      expect(strayWaits(unwritten.waits(), [50, 100, 200, 400, 800])).toEqual([]);
+    } finally {
+      own.destroy();
+    }
   }, 20_000);
 });

@@ -12,9 +12,16 @@ import { createJob } from "../../shared/jobs/index.js";
 import { shardOf } from "../../shared/keys.js";
 import { isContention, MAX_CONTENTION_ATTEMPTS } from "../../shared/storage/dynamo-errors.js";
 import { shardHighWaterKey } from "../../shared/storage/items.js";
+import { readIdempotencyRecords } from "../../shared/storage/job-batch-create.js";
 import { readQuotaUsage, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { caseFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
-import { leaveBatchGetsUnprocessed, withFaults, withLostAnswers } from "../support/faults.js";
+import {
+  leaveBatchGetsUnprocessed,
+  leaveBatchWritesUnprocessed,
+  strayWaits,
+  withFaults,
+  withLostAnswers,
+} from "../support/faults.js";
 import { createTestClients } from "../support/namespace.js";
 
 type WriteRequests = NonNullable<BatchWriteCommandInput["RequestItems"]>;
@@ -567,5 +574,41 @@ describe.concurrent("a batch create under write faults: each job is created whol
     expect(keyed && "error" in keyed && keyed.error).toBeInstanceOf(ConcurrentUpdateError);
     const jobs = (await f.jobs()).filter((j) => j.tenantId === tenant);
     expect(jobs.map((j) => j.name).sort()).toEqual(["per minute", "plain"]);
+  });
+});
+
+/** The waits between a batch request's rounds: 50 ms before the second, doubling after. */
+const ROUND_WAITS_MS = [50, 100, 200, 400, 800];
+
+// Apart from the concurrent cases above, which would stretch these waits.
+describe("a batch create's batch requests DynamoDB keeps leaving unprocessed", () => {
+  it("a job due now whose runs stay unwritten is sent in 6 rounds, 50 ms doubling between, and not created", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await caseFixture(onTestFinished, SETTINGS);
+    const tenant = "runs-unwritten";
+    const unwritten = leaveBatchWritesUnprocessed(f.engine.doc);
+    const [outcome] = await createJobs(f.engine, tenant, [
+      { input: testJob({ tenantId: tenant, name: "due now", schedule: now() }) },
+    ]);
+    unwritten.restore();
+    expect(unwritten.requests()).toBe(6);
+    expect(strayWaits(unwritten.waits(), ROUND_WAITS_MS)).toEqual([]);
+    expect(outcome && "error" in outcome && outcome.error).toBeInstanceOf(ConcurrentUpdateError);
+    expect((await f.jobs()).filter((j) => j.tenantId === tenant)).toEqual([]);
+  });
+
+  it("idempotency records left unread are asked again in 6 rounds, 50 ms doubling between", async ({
+    expect,
+    onTestFinished,
+  }) => {
+    const f = await caseFixture(onTestFinished, SETTINGS);
+    const unread = leaveBatchGetsUnprocessed(f.engine.doc);
+    await expect(readIdempotencyRecords(f.engine, "records-unread-waits", ["k"])).rejects.toThrow(
+      ConcurrentUpdateError,
+    );
+    expect(unread.requests()).toBe(6);
+    expect(strayWaits(unread.waits(), ROUND_WAITS_MS)).toEqual([]);
   });
 });

@@ -414,7 +414,28 @@ export function leaveBatchWritesUnprocessed(doc: DynamoDBDocumentClient): Batche
 interface BatchesLeftUnprocessed {
   /** The requests answered so far. */
   readonly requests: () => number;
+  /** The time from each request answered to the next, in ms. */
+  readonly waits: () => number[];
   restore(): void;
+}
+
+/**
+ * Where the waits between a batch request's rounds stray from `expected`: a wait shorter than its
+ * own (a timer may fire a millisecond early), or longer by more than a busy machine's `slackMs`.
+ */
+export function strayWaits(
+  waits: readonly number[],
+  expected: readonly number[],
+  slackMs = 150,
+): string[] {
+  const stray =
+    waits.length === expected.length ? [] : [`${waits.length} waits, not ${expected.length}`];
+  expected.forEach((ms, i) => {
+    const wait = waits[i];
+    if (wait !== undefined && (wait < ms - 2 || wait > ms + slackMs))
+      stray.push(`wait ${i + 1}: ${Math.round(wait)} ms, not ${ms} ms`);
+  });
+  return stray;
 }
 
 function leaveBatchesUnprocessed(
@@ -423,15 +444,19 @@ function leaveBatchesUnprocessed(
   answer: (input: unknown) => BatchGetCommandOutput | BatchWriteCommandOutput,
 ): BatchesLeftUnprocessed {
   const name = `leave${operation}Unprocessed`;
-  let answered = 0;
+  const answeredAt: number[] = [];
   doc.middlewareStack.add(
     (next, context) => async (args) => {
       if (context.commandName !== `${operation}Command`) return next(args);
-      answered++;
+      answeredAt.push(performance.now());
       const output = answer(args.input);
       return { output, response: {} } as Awaited<ReturnType<typeof next>>;
     },
     { step: "initialize", name },
   );
-  return { requests: () => answered, restore: () => doc.middlewareStack.remove(name) };
+  return {
+    requests: () => answeredAt.length,
+    waits: () => answeredAt.slice(1).map((at, i) => at - (answeredAt[i] ?? at)),
+    restore: () => doc.middlewareStack.remove(name),
+  };
 }
