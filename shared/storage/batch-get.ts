@@ -1,16 +1,12 @@
 import { BatchGetCommand } from "@aws-sdk/lib-dynamodb";
-import { sleep } from "../clock.js";
 import type { Engine } from "../engine.js";
+import { MAX_BATCH_ROUNDS, sendInRounds } from "./batch-rounds.js";
 import { keptThrottling } from "./dynamo-errors.js";
 
 type Item = Record<string, unknown>;
 
 /** DynamoDB's limit of keys per BatchGetItem. */
 const KEYS_PER_REQUEST = 100;
-/** Rounds of one request while DynamoDB leaves some of it unprocessed (throttling), the first included. */
-export const MAX_BATCH_ROUNDS = 6;
-/** The wait before the second round; it doubles each round after. */
-export const BATCH_BACKOFF_BASE_MS = 50;
 
 /**
  * The items of one table at these keys that exist (one BatchGetItem per 100
@@ -58,28 +54,30 @@ export async function batchGetByTable(
     distinct(keys).map((key) => ({ table, key })),
   );
   for (let i = 0; i < all.length; i += KEYS_PER_REQUEST) {
-    let pending = byTable(all.slice(i, i + KEYS_PER_REQUEST));
-    for (let round = 1; Object.keys(pending).length > 0; round++) {
-      if (round > MAX_BATCH_ROUNDS) throw exhausted();
-      if (round > 1) await sleep(BATCH_BACKOFF_BASE_MS * 2 ** (round - 2));
-      const result = await engine.doc.send(
-        new BatchGetCommand({
-          RequestItems: Object.fromEntries(
-            Object.entries(pending).map(([table, keys]) => [
-              table,
-              { Keys: keys, ConsistentRead: consistentRead, ...projection },
-            ]),
-          ),
-        }),
-      );
-      for (const [table, items] of Object.entries(result.Responses ?? {}))
-        found[table]?.push(...items);
-      pending = Object.fromEntries(
-        Object.entries(result.UnprocessedKeys ?? {})
-          .map(([table, request]) => [table, request.Keys ?? []] as const)
-          .filter(([, keys]) => keys.length > 0),
-      );
-    }
+    const left = await sendInRounds(
+      byTable(all.slice(i, i + KEYS_PER_REQUEST)),
+      async (pending) => {
+        const result = await engine.doc.send(
+          new BatchGetCommand({
+            RequestItems: Object.fromEntries(
+              Object.entries(pending).map(([table, keys]) => [
+                table,
+                { Keys: keys, ConsistentRead: consistentRead, ...projection },
+              ]),
+            ),
+          }),
+        );
+        for (const [table, items] of Object.entries(result.Responses ?? {}))
+          found[table]?.push(...items);
+        return Object.fromEntries(
+          Object.entries(result.UnprocessedKeys ?? {}).map(([table, request]) => [
+            table,
+            request.Keys ?? [],
+          ]),
+        );
+      },
+    );
+    if (left !== null) throw exhausted();
   }
   return found;
 }

@@ -1,10 +1,9 @@
 import { BatchWriteCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
-import { sleep } from "../clock.js";
 import { forEachConcurrently } from "../concurrency.js";
 import type { Engine } from "../engine.js";
 import { runId } from "../keys.js";
 import type { DueEntry, Run } from "../model.js";
-import { BATCH_BACKOFF_BASE_MS, MAX_BATCH_ROUNDS } from "./batch-get.js";
+import { MAX_BATCH_ROUNDS, putsLeft, sendInRounds } from "./batch-rounds.js";
 import {
   afterLostRace,
   commitPlainClaim,
@@ -362,17 +361,11 @@ export async function putRunsUnconditionally(
 ): Promise<void> {
   const table = engine.tables.runs;
   for (let i = 0; i < items.length; i += 25) {
-    let requests = items.slice(i, i + 25).map((Item) => ({ PutRequest: { Item } }));
-    for (let round = 1; requests.length > 0; round++) {
-      if (round > MAX_BATCH_ROUNDS)
-        throw keptThrottling("BatchWriteItem", [table], MAX_BATCH_ROUNDS);
-      if (round > 1) await sleep(BATCH_BACKOFF_BASE_MS * 2 ** (round - 2));
-      const result = await engine.doc.send(
-        new BatchWriteCommand({ RequestItems: { [table]: requests } }),
-      );
-      requests = (result.UnprocessedItems?.[table] ?? []).flatMap((r) =>
-        r.PutRequest?.Item ? [{ PutRequest: { Item: r.PutRequest.Item } }] : [],
-      );
-    }
+    const request = { [table]: items.slice(i, i + 25).map((Item) => ({ PutRequest: { Item } })) };
+    const left = await sendInRounds(request, async (pending) => {
+      const result = await engine.doc.send(new BatchWriteCommand({ RequestItems: pending }));
+      return { [table]: putsLeft(result.UnprocessedItems?.[table] ?? []) };
+    });
+    if (left !== null) throw keptThrottling("BatchWriteItem", [table], MAX_BATCH_ROUNDS);
   }
 }

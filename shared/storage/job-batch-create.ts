@@ -1,9 +1,9 @@
 import { BatchWriteCommand } from "@aws-sdk/lib-dynamodb";
-import { sleep } from "../clock.js";
 import type { Engine } from "../engine.js";
 import { ConcurrentUpdateError } from "../errors.js";
 import type { DueEntry, Job } from "../model.js";
-import { BATCH_BACKOFF_BASE_MS, batchGetItems, MAX_BATCH_ROUNDS } from "./batch-get.js";
+import { batchGetItems } from "./batch-get.js";
+import { type ByTable, type PutRequest, putsLeft, sendInRounds } from "./batch-rounds.js";
 import { isThrottling, isTransientFailure, sentMoreThanOnce } from "./dynamo-errors.js";
 import { encodeDueEntry, idempotencyKey } from "./items.js";
 import { decodeIdempotencyRecord, type IdempotencyRecord, newJobItem } from "./job-create.js";
@@ -75,9 +75,17 @@ export async function putBatchItems(
   const ownerOf = new Map<string, number>();
   const keyOf = (table: string, item: Item) => `${table}|${String(item.pk)}|${String(item.sk)}`;
   for (const put of puts) ownerOf.set(keyOf(tableName(put.table), put.item), put.owner);
-  const markMaybeApplied = (sent: Record<string, { PutRequest: { Item: Item } }[]>) => {
+  const markMaybeApplied = (sent: ByTable<PutRequest>) => {
     for (const [table, requests] of Object.entries(sent))
       for (const r of requests) maybeApplied.add(keyOf(table, r.PutRequest.Item));
+  };
+  /** Each put of `requests` by its key and the job it belongs to. */
+  const eachPut = (requests: ByTable<PutRequest>, visit: (key: string, owner: number) => void) => {
+    for (const [table, puts] of Object.entries(requests))
+      for (const r of puts) {
+        const key = keyOf(table, r.PutRequest.Item);
+        visit(key, ownerOf.get(key) ?? -1);
+      }
   };
 
   const chunks: BatchPut[][] = [];
@@ -85,49 +93,39 @@ export async function putBatchItems(
     chunks.push(puts.slice(i, i + WRITES_PER_REQUEST));
   await Promise.all(
     chunks.map(async (chunk) => {
-      let pending: Record<string, { PutRequest: { Item: Item } }[]> = {};
+      const request: ByTable<PutRequest> = {};
       for (const put of chunk) {
         const table = tableName(put.table);
-        pending[table] = [...(pending[table] ?? []), { PutRequest: { Item: put.item } }];
+        request[table] = [...(request[table] ?? []), { PutRequest: { Item: put.item } }];
       }
-      for (let round = 1; Object.keys(pending).length > 0; round++) {
-        if (round > MAX_BATCH_ROUNDS) {
-          for (const [table, requests] of Object.entries(pending))
-            for (const r of requests) {
-              const key = keyOf(table, r.PutRequest.Item);
-              const owner = ownerOf.get(key) ?? -1;
-              if (!maybeApplied.has(key)) unwritten.add(owner);
-              else if (!uncertain.has(owner)) uncertain.set(owner, unconfirmedError());
-            }
-          return;
-        }
-        if (round > 1) await sleep(BATCH_BACKOFF_BASE_MS * 2 ** (round - 2));
+      const left = await sendInRounds(request, async (pending) => {
         try {
           const result = await engine.doc.send(new BatchWriteCommand({ RequestItems: pending }));
           if ((result.$metadata.attempts ?? 1) > 1) markMaybeApplied(pending);
-          pending = {};
-          for (const [table, requests] of Object.entries(result.UnprocessedItems ?? {})) {
-            const items = requests.flatMap((r) =>
-              r.PutRequest?.Item ? [{ PutRequest: { Item: r.PutRequest.Item } }] : [],
-            );
-            if (items.length > 0) pending[table] = items;
-          }
+          return Object.fromEntries(
+            Object.entries(result.UnprocessedItems ?? {}).map(([table, requests]) => [
+              table,
+              putsLeft(requests),
+            ]),
+          );
         } catch (error) {
           // Throttling of the whole request applied none of it, unless the SDK sent it more than
           // once; other failures may have applied some.
           if (sentMoreThanOnce(error)) markMaybeApplied(pending);
           const known = isTransientFailure(error) && isThrottling(error);
-          for (const [table, requests] of Object.entries(pending)) {
-            for (const r of requests) {
-              const key = keyOf(table, r.PutRequest.Item);
-              const owner = ownerOf.get(key) ?? -1;
-              if (known && !maybeApplied.has(key)) unwritten.add(owner);
-              else if (!unwritten.has(owner)) uncertain.set(owner, error);
-            }
-          }
-          return;
+          eachPut(pending, (key, owner) => {
+            if (known && !maybeApplied.has(key)) unwritten.add(owner);
+            else if (!unwritten.has(owner)) uncertain.set(owner, error);
+          });
+          // Its owners are answered here: nothing of this chunk is sent again.
+          return {};
         }
-      }
+      });
+      if (left === null) return;
+      eachPut(left, (key, owner) => {
+        if (!maybeApplied.has(key)) unwritten.add(owner);
+        else if (!uncertain.has(owner)) uncertain.set(owner, unconfirmedError());
+      });
     }),
   );
   for (const owner of unwritten) uncertain.delete(owner);
