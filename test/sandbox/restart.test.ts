@@ -1,4 +1,5 @@
 import { mkdtemp, rm } from "node:fs/promises";
+import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
@@ -30,13 +31,30 @@ describe("sandbox restart", () => {
   // recovery of lost messages is for). The prefix keeps the tables this file's.
   const prefix = testNamespace("restart").id;
   const lines: string[] = [];
+  // The in-flight run's webhook target: it holds the first delivery unanswered, so that the run is
+  // still in progress when the sandbox stops however late the stop comes, and answers every later
+  // delivery at once, so that the run's attempt after the restart waits for nothing.
+  let target: Server;
+  let targetUrl = "";
+  let deliveries = 0;
 
   beforeAll(async () => {
     plan = await stackResourcePlan();
     dataDir = await mkdtemp(join(tmpdir(), "scheduler-restart-"));
+    target = createServer((req, res) => {
+      req.resume();
+      deliveries += 1;
+      if (deliveries > 1) res.writeHead(200).end("ok");
+    });
+    await new Promise<void>((resolve) => target.listen(0, "127.0.0.1", resolve));
+    const address = target.address();
+    if (address === null || typeof address !== "object") throw new Error("target has no port");
+    targetUrl = `http://127.0.0.1:${address.port}/hook`;
   }, 60_000);
   afterAll(async () => {
     await sandbox?.stop();
+    target.closeAllConnections();
+    await new Promise((done) => target.close(done));
     await rm(dataDir, { recursive: true, force: true });
   });
 
@@ -96,20 +114,18 @@ describe("sandbox restart", () => {
       type: "noop",
       schedule: { runAt: inSeconds(8) },
     });
-    // Created last, so it is still running when the sandbox stops however slow the creates were.
-    // The sandbox is stopped as soon as the run shows RUNNING, and the stop aborts it after its 3 s
-    // grace: 8 s outlasts that with seconds to spare. Its second attempt, after the restart, sleeps
-    // as long again, and the case waits for it (15 s, before, was 7 s of waiting more).
+    // Created last, so it is in progress when the sandbox stops however slow the creates were: the
+    // target holds its delivery until the stop aborts it after its 3 s grace.
     const inFlight = await api("POST", "/jobs", {
-      type: "sleep",
-      payload: { ms: 8_000 },
+      type: "http",
+      target: { url: targetUrl },
       timeoutSeconds: 60,
       schedule: { runAt: inSeconds(0) },
     });
 
-    // Let the sleep job start, then stop: it is released back to QUEUED after the 3 s grace.
+    // Let the delivery start, then stop: the run is released back to QUEUED after the 3 s grace.
     await waitFor(
-      "the sleep run to start",
+      "the webhook run to start",
       async () => (await runsOf(String(inFlight.id)))[0]?.status === "RUNNING",
       45_000,
     );
