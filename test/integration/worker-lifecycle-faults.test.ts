@@ -14,7 +14,12 @@ import { startRun } from "../../shared/storage/run-start.js";
 import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { countedOneOffDueNow } from "../support/counted-runs.js";
 import { deliverEach } from "../support/deliver-each.js";
-import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import {
+  createEngineFixture,
+  type EngineFixture,
+  engineAt,
+  testJob,
+} from "../support/engine-fixture.js";
 import { withFaults } from "../support/faults.js";
 import { heldHandler, runOf } from "../support/held-runs.js";
 import { throttled, withJobReadHook } from "../support/job-reads-hook.js";
@@ -27,7 +32,12 @@ import { waitFor } from "../support/wait.js";
  * lost with its invocation, a cancel landing between two writes), injected with SDK middleware.
  * Each case states what the design promises.
  */
-const LEASE_MS = 3000;
+
+/**
+ * Shorter than any deployment's (6 s at least): the cases wait in real time for leases to lapse.
+ * Three of the workers' 500 ms beats to a lease keep a healthy run's lease live between beats.
+ */
+const LEASE_MS = 1500;
 
 /** Tables and queues of its own, whose messages SQS moves to the DLQ on their third receive. */
 async function dlqFixture(onTestFinished: TestContext["onTestFinished"]): Promise<EngineFixture> {
@@ -246,7 +256,8 @@ describe("the redrive DLQ consumer beside a cancel", () => {
     await setVisibility(f.engine.sqs, second.queueUrl, second.receiptHandle, 1);
     const inDlq = await redriven(f, job.jobId, LEASE_MS + 10_000);
     const leaseUntil = Date.parse(two.run.leaseUntil ?? "");
-    await sleep(leaseUntil + 100 - Date.now());
+    // The consumer runs once the second start's lease has lapsed, by its clock.
+    const consumer = engineAt(f.engine, leaseUntil + 100);
     // The tenant's cancel decided on the run while its lease was still live (its read a moment
     // before the lapse), so it asks the holder to cancel; its write lands after the consumer read
     // the run, before the consumer's DEAD write.
@@ -261,7 +272,7 @@ describe("the redrive DLQ consumer beside a cancel", () => {
       )
         answered = await cancelRun(api, job.tenantId, job.jobId, two.run.runId);
     });
-    await handleCrashedRun({ ...f.engine, doc }, inDlq.message, inDlq.receiveCount);
+    await handleCrashedRun({ ...consumer, doc }, inDlq.message, inDlq.receiveCount);
     expect(answered).toMatchObject({ status: "RUNNING", cancelledBy: "api" });
     // The cancel was accepted: the run ends CANCELLED, not DEAD (a dead letter, its failure
     // dependents triggered) over the request it answered.
