@@ -39,8 +39,10 @@ describe("a heartbeat whose visibility extension is slow but succeeds", () => {
         calls++;
         signal = ctx.signal;
         slow = true;
-        // Twelve seconds of work, two leases.
-        await sleep(12_000, ctx.signal).catch(() => undefined);
+        // Ten seconds of work: past the lease its first beat wrote (at most 2 s in, so ending by
+        // 8 s), which a next lease write waiting behind the slow answer (4.5 s on, then a beat's
+        // 2 s) would have let lapse.
+        await sleep(10_000, ctx.signal).catch(() => undefined);
       },
     });
     try {
@@ -79,8 +81,8 @@ describe("a worker frozen past its lease (its event loop blocked)", () => {
       frozen: async (ctx: JobContext) => {
         signal = ctx.signal;
         await sleep(100);
-        // The process is paused 4.5 s, past its 3 s lease (a long GC pause, a stopped container).
-        const until = Date.now() + 4500;
+        // The process is paused 3.5 s, past its 3 s lease (a long GC pause, a stopped container).
+        const until = Date.now() + 3500;
         while (Date.now() < until) {
           // blocked
         }
