@@ -140,6 +140,13 @@ async function createAsyncJob(overrides: Record<string, unknown> = {}): Promise<
   return (created.body as { id: string }).id;
 }
 
+/**
+ * How long a look for a delivery that must not come waits after a reaper's pass: what the pass
+ * sent is in the queue when it returns, visible at once (due by the engine's clock, so sent with
+ * no SQS delay), and one receive finds it.
+ */
+const NO_DELIVERY_WAIT_MS = 1_000;
+
 /** Has the worker process the job's next queued messages (within `waitMs`); returns how many. */
 async function processNext(
   jobId: string,
@@ -1810,7 +1817,7 @@ describe("async mode at odd moments (an adversarial review): what holds", () => 
     advance(10 * 60_000);
     await reap(engine, { now });
     const delivered = target.handOffs.length;
-    await processNext(jobId, worker, 3_000);
+    await processNext(jobId, worker, NO_DELIVERY_WAIT_MS);
     expect(target.handOffs.length).toBe(delivered);
   });
 
@@ -1842,7 +1849,7 @@ describe("async mode at odd moments (an adversarial review): what holds", () => 
       const delivered = failingFirst.handOffs.length;
       advance(10 * 60_000);
       await reap(api.fixture.engine, { now });
-      await processNext(jobId, worker, 3_000);
+      await processNext(jobId, worker, NO_DELIVERY_WAIT_MS);
       expect(failingFirst.handOffs.length).toBe(delivered);
     } finally {
       await failingFirst.close();
@@ -1898,7 +1905,7 @@ describe("async mode at odd moments (an adversarial review): what holds", () => 
       });
       advance(10 * 60_000);
       await reap(api.fixture.engine, { now });
-      await processNext(jobId, worker, 3_000);
+      await processNext(jobId, worker, NO_DELIVERY_WAIT_MS);
       expect(contrary.handOffs.length).toBe(1);
     } finally {
       await contrary.close();
