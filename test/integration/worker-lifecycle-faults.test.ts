@@ -6,12 +6,13 @@ import type { JobContext, JobHandler } from "../../shared/execution/job-contract
 import { LeaseLapsedError } from "../../shared/execution/lease-watch.js";
 import { processRun } from "../../shared/execution/worker.js";
 import { cancelRun, createJob, pauseJob, resumeJob, triggerJob } from "../../shared/jobs/index.js";
+import type { Run } from "../../shared/model.js";
 import { METRICS } from "../../shared/observability.js";
 import type { OverlapPolicy } from "../../shared/policies.js";
 import { setVisibility } from "../../shared/queue/work-queue.js";
-import { getRun } from "../../shared/storage/run-reads.js";
+import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
-import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
+import { readQuotaPartition, writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { countedOneOffDueNow } from "../support/counted-runs.js";
 import { deliverEach } from "../support/deliver-each.js";
 import {
@@ -282,14 +283,18 @@ describe("the redrive DLQ consumer beside a cancel", () => {
 
 /**
  * Runs `job`'s first delivery on a worker whose every heartbeat extends the run's own lease while
- * the jobs table throttles `throttledUpdate` (a hot item), and calls `whileHeld` once the lease that
- * write would have kept lapsed, the run still held under a live lease, with a count of the calls
- * of the `held` type's handler made beside the holder's.
+ * the jobs table throttles `throttled.update` (a hot item), and calls `whileHeld` once the lease that
+ * write would have kept (`throttled.keptLease`) lapsed, the run still held under a live lease, with
+ * a count of the calls of the `held` type's handler made beside the holder's.
  */
 async function besideAHolder(
   f: EngineFixture,
   onTestFinished: TestContext["onTestFinished"],
-  throttledUpdate: string,
+  throttled: {
+    readonly update: string;
+    /** The run's entry as the job or the tenant lists it. */
+    readonly keptLease: (run: Run) => Promise<string | undefined>;
+  },
   job: { readonly jobId: string },
   whileHeld: (handlerBeside: JobHandler, beside: () => number) => Promise<void>,
 ): Promise<void> {
@@ -297,7 +302,7 @@ async function besideAHolder(
     if (
       command.startsWith("UpdateItem") &&
       input.TableName === f.engine.tables.jobs &&
-      input.UpdateExpression === throttledUpdate
+      input.UpdateExpression === throttled.update
     )
       throw Object.assign(new Error("Rate of requests exceeds the allowed throughput"), {
         name: "ThrottlingException",
@@ -315,7 +320,12 @@ async function besideAHolder(
       const run = await runOf(f, job.jobId).catch(() => undefined);
       return run?.status === "RUNNING" ? run : undefined;
     });
-    await sleep(Date.parse(started.leaseUntil ?? "") + LEASE_MS - Date.now());
+    // Listed still, under a lease lapsed: only the run's own lease says it is held.
+    await waitFor(
+      "the lease the throttled write keeps to lapse",
+      async () => ((await throttled.keptLease(started)) ?? "9") < new Date().toISOString(),
+      LEASE_MS + 10_000,
+    );
     const held = await runOf(f, job.jobId);
     expect(held).toMatchObject({ status: "RUNNING", fence: started.fence });
     expect(Date.parse(held.leaseUntil ?? "")).toBeGreaterThan(Date.now());
@@ -333,7 +343,10 @@ async function besideAHolder(
 
 describe("a run whose heartbeats extend its lease but not its job's admission", () => {
   // The heartbeat's extension of the run's `activeRuns` entry is what the jobs table throttles.
-  const extendAdmission = "SET activeRuns.#runId = :leaseUntil";
+  const entry = (f: EngineFixture, job: { readonly jobId: string }) => ({
+    update: "SET activeRuns.#runId = :leaseUntil",
+    keptLease: async (run: Run) => (await getJob(f.engine, job.jobId))?.activeRuns[run.runId],
+  });
 
   it("keeps its job's overlap policy: a run due beside it under skip is skipped", async ({
     onTestFinished,
@@ -348,7 +361,7 @@ describe("a run whose heartbeats extend its lease but not its job's admission", 
       }),
     );
     expect(job.policies.overlap).toBe("skip");
-    await besideAHolder(f, onTestFinished, extendAdmission, job, async (held, beside) => {
+    await besideAHolder(f, onTestFinished, entry(f, job), job, async (held, beside) => {
       const triggered = await triggerJob(f.engine, job.tenantId, job.jobId);
       const second = await f.nextDelivery(f.engine.queues.normal, job.jobId);
       expect(second.message.scheduledFor).toBe(triggered.scheduledFor);
@@ -373,7 +386,7 @@ describe("a run whose heartbeats extend its lease but not its job's admission", 
           policies: { ...defaults, overlap, maxConcurrent: 1 },
         }),
       );
-      await besideAHolder(f, onTestFinished, extendAdmission, job, async (held, beside) => {
+      await besideAHolder(f, onTestFinished, entry(f, job), job, async (held, beside) => {
         const triggered = await triggerJob(f.engine, job.tenantId, job.jobId);
         const second = await f.nextDelivery(f.engine.queues.normal, job.jobId);
         expect(second.message.scheduledFor).toBe(triggered.scheduledFor);
@@ -403,8 +416,13 @@ describe("a run whose heartbeats extend its lease but not its tenant's concurren
       );
     const { job } = await oneOff();
     // The heartbeat's extension of the run's slot is what the jobs table throttles.
-    const extendSlot = "SET leaseUntil = :leaseUntil, expiresAt = :expiresAt";
-    await besideAHolder(f, onTestFinished, extendSlot, job, async (held, beside) => {
+    const slot = {
+      update: "SET leaseUntil = :leaseUntil, expiresAt = :expiresAt",
+      keptLease: async (run: Run) =>
+        (await readQuotaPartition(f.engine, tenantId)).slots.find((s) => s.runId === run.runId)
+          ?.leaseUntil,
+    };
+    await besideAHolder(f, onTestFinished, slot, job, async (held, beside) => {
       const { job: other } = await oneOff();
       const delivery = await f.nextDelivery(f.engine.queues.normal, other.jobId);
       expect(await f.process(f.workerDeps("worker-b", { held }), delivery)).toBe("ack");
