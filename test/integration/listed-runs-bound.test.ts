@@ -145,6 +145,12 @@ describe.concurrent("the runs a job lists as under way", () => {
       )
     ).job;
 
+  /**
+   * How many runs of the first case's list the worker admits and hands over, one at a time, beside
+   * the lapsed entries of those before, up to the bound.
+   */
+  const WORKER_ROUND = 10;
+
   /** How many runs the fill hands over, and their targets complete, at a time. */
   const SIDE_BY_SIDE = 20;
 
@@ -176,71 +182,26 @@ describe.concurrent("the runs a job lists as under way", () => {
   };
 
   /**
-   * An allow job at its largest maxConcurrent, whose async target has taken over its most listed
-   * runs through the worker and gone quiet: rounds of maxConcurrent runs, each round a lease after
-   * the one before, so none is live. A round's runs are queued at once, a second apart (queueRuns:
-   * a trigger a run, its transaction and its message, lay on the case's critical path and is none
-   * of what it asserts; 2,761 requests for the case then, 2,478 now), and each is delivered through the worker to the target at its own second, one at a time
-   * (deliveries side by side lose their admissions to the job's revision): the worker admits,
-   * starts, hands over and lists each as it did a triggered one. Returns the job, the runs and the
-   * instant after the last round.
+   * Hands `job`'s runs at `instants` over to its quiet target without the worker, for the cases
+   * whose subject is what happens at a full list (the worker takes about 35 ms a run, a run at a
+   * time: deliveries side by side lose their admissions to the job's revision). Each run is queued
+   * as a trigger queues it (queueRuns), then started, given its run token and handed over by the
+   * operations the worker calls for it (startRun, issueRunToken, handOverRun), SIDE_BY_SIDE at a
+   * time; the job's activeRuns and the marks its admissions leave (activeRevision,
+   * firstWriteLeadMs) are written at once, as the worker's admissions would have. Compared item by
+   * item with a worker's fill, the job's and the runs' items differ only in instants, ids, token
+   * hashes and the admissions' marks (admissionMarks, which only an admission whose answer was
+   * lost reads). Returns the runs and the instant at which the last one's lease lapses.
    */
-  const jobFilledByWorker = async () => {
-    const job = await quietTargetJob(f.engine, { cron: "0 0 1 1 *", timezone: "UTC" }, "allow");
-    // Half past a second: no run's instant is an occurrence of the schedule, which a trigger leaves to it.
-    const start = Math.floor(Date.now() / 1_000) * 1_000 + 500;
-    const rounds = Math.ceil(MAX_LISTED_RUNS / MAX_CONCURRENT_LIMIT);
-    const quiet: Run[] = [];
-    for (let round = 0; round < rounds; round++) {
-      const count = Math.min(MAX_CONCURRENT_LIMIT, MAX_LISTED_RUNS - round * MAX_CONCURRENT_LIMIT);
-      const queued = await queueRuns(
-        job,
-        Array.from({ length: count }, (_, i) => start + round * ROUND_MS + i * 1_000),
-      );
-      for (const { at, run } of queued) {
-        await processRun(workerAt(at), deliveryOfRun(at, run));
-        quiet.push(run);
-      }
-    }
-    expect(handedOver.get(job.jobId)).toBe(MAX_LISTED_RUNS);
-    const full = await getJob(f.engine, job.jobId);
-    expect(Object.keys(full?.activeRuns ?? {})).toHaveLength(MAX_LISTED_RUNS);
-    return { job, quiet, after: start + rounds * ROUND_MS };
-  };
-
-  /**
-   * A job whose async target has taken over its most listed runs and gone quiet, built without
-   * the worker, for the cases whose subject is what happens at a full list (jobFilledByWorker
-   * fills one through it, about 35 ms a run, a run at a time: deliveries side by side lose their
-   * admissions to the job's revision). Each run is queued as a trigger queues it (queueRuns),
-   * then started, given its run token and handed over by the operations the worker calls for it
-   * (startRun, issueRunToken, handOverRun), runs side by side, a second apart; the job's activeRuns and the marks its
-   * admissions leave (activeRevision, firstWriteLeadMs) are written at once, as the worker's
-   * admissions would have. Compared item by item with a worker's fill, the job's and the runs' items
-   * differ only in instants, ids, token hashes and the admissions' marks (admissionMarks, which only
-   * an admission whose answer was lost reads). The job is created and its runs handed over at
-   * clocks from ten past the current hour, whatever the wall clock reads (START_PAST_HOUR_MS).
-   * Returns the job, the runs and an instant at which every lease has lapsed.
-   */
-  const jobFullOfQuietRuns = async (
-    schedule: { cron: string; timezone: string } = { cron: "0 0 1 1 *", timezone: "UTC" },
-    overlap: "allow" | "skip" | "buffer_one" = "allow",
-  ) => {
-    // Half past a second: no instant of the runs is an occurrence of a cron schedule, which a
-    // trigger leaves to the schedule.
-    const start = Math.floor(Date.now() / HOUR_MS) * HOUR_MS + START_PAST_HOUR_MS + 500;
-    const job = await quietTargetJob(engineAt(f.engine, start), schedule, overlap);
+  const handOverQuietRuns = async (job: Job, instants: readonly number[]) => {
     const { leaseMs } = f.engine.settings;
     const quiet: Run[] = [];
     const leases: Record<string, string> = {};
-    // Their items 25 to a request: 8 requests where one a run was 200 of the fill's 800.
-    const queued = await queueRuns(
-      job,
-      Array.from({ length: MAX_LISTED_RUNS }, (_, i) => start + i * 1_000),
-    );
+    // Their items 25 to a request: 8 requests for 200 where one a run was 200 of the fill's 800.
+    const queued = await queueRuns(job, instants);
     const handOverOne = async (i: number) => {
       const made = queued[i];
-      if (made === undefined) throw new Error(`no run ${i}`);
+      if (made === undefined) return;
       const { at, run } = made;
       const started = await startRun(at, run, "w", at.clock());
       if (started.kind !== "started") throw new Error(`run ${run.runId} not started`);
@@ -250,9 +211,9 @@ describe.concurrent("the runs a job lists as under way", () => {
       leases[run.runId] = new Date(now.getTime() + leaseMs).toISOString();
       quiet[i] = run;
     };
-    for (let from = 0; from < MAX_LISTED_RUNS; from += SIDE_BY_SIDE)
+    for (let from = 0; from < instants.length; from += SIDE_BY_SIDE)
       await Promise.all(Array.from({ length: SIDE_BY_SIDE }, (_, i) => handOverOne(from + i)));
-    // Two writes: DynamoDB holds an update expression to 4 KB (admission.ts).
+    // A write per 100: DynamoDB holds an update expression to 4 KB (admission.ts).
     const ids = Object.keys(leases);
     for (let from = 0; from < ids.length; from += MAX_LISTED_RUNS / 2) {
       const some = ids.slice(from, from + MAX_LISTED_RUNS / 2);
@@ -272,12 +233,70 @@ describe.concurrent("the runs a job lists as under way", () => {
         }),
       );
     }
+    expect(quiet.filter((run) => tokens.has(run.runId))).toHaveLength(instants.length);
+    return { quiet, lastLease: Math.max(...Object.values(leases).map(Date.parse)) };
+  };
+
+  /**
+   * An allow job at its largest maxConcurrent, whose async target has taken over its most listed
+   * runs and gone quiet, the last WORKER_ROUND of them through the worker, a lease after the runs
+   * before, so that none of those is live. The runs before are handed over without it
+   * (handOverQuietRuns). The round's runs are queued at once, a second apart (queueRuns:
+   * a trigger a run, its transaction and its message, is none of what the case asserts), and each
+   * is delivered through the worker to the target at its own instant, one at a time (deliveries
+   * side by side lose their admissions to the job's revision): the worker admits each beside the
+   * lapsed entries, which it reads and keeps, then starts, hands over and lists it as it did a
+   * triggered one, up to the bound. Returns the job, the runs and the instant after the round.
+   */
+  const jobFilledByWorker = async () => {
+    const job = await quietTargetJob(f.engine, { cron: "0 0 1 1 *", timezone: "UTC" }, "allow");
+    // Half past a second: no run's instant is an occurrence of the schedule, which a trigger
+    // leaves to it.
+    const start = Math.floor(Date.now() / 1_000) * 1_000 + 500;
+    const before = MAX_LISTED_RUNS - WORKER_ROUND;
+    const { quiet, lastLease } = await handOverQuietRuns(
+      job,
+      Array.from({ length: before }, (_, i) => start + i * 1_000),
+    );
+    const round = Math.floor((lastLease + ROUND_MS) / 1_000) * 1_000 + 500;
+    const queued = await queueRuns(
+      job,
+      Array.from({ length: WORKER_ROUND }, (_, i) => round + i * 1_000),
+    );
+    for (const { at, run } of queued) {
+      await processRun(workerAt(at), deliveryOfRun(at, run));
+      quiet.push(run);
+    }
+    expect(handedOver.get(job.jobId)).toBe(WORKER_ROUND);
     const full = await getJob(f.engine, job.jobId);
     expect(Object.keys(full?.activeRuns ?? {})).toHaveLength(MAX_LISTED_RUNS);
-    expect(quiet.filter((run) => tokens.has(run.runId))).toHaveLength(MAX_LISTED_RUNS);
+    return { job, quiet, after: round + ROUND_MS };
+  };
+
+  /**
+   * A job whose async target has taken over its most listed runs and gone quiet
+   * (handOverQuietRuns), for the cases whose subject is what happens at a full list. The job is
+   * created and its runs handed over at clocks from ten past the current hour, whatever the wall
+   * clock reads (START_PAST_HOUR_MS). Returns the job, the runs and an instant at which every
+   * lease has lapsed.
+   */
+  const jobFullOfQuietRuns = async (
+    schedule: { cron: string; timezone: string } = { cron: "0 0 1 1 *", timezone: "UTC" },
+    overlap: "allow" | "skip" | "buffer_one" = "allow",
+  ) => {
+    // Half past a second: no instant of the runs is an occurrence of a cron schedule, which a
+    // trigger leaves to the schedule.
+    const start = Math.floor(Date.now() / HOUR_MS) * HOUR_MS + START_PAST_HOUR_MS + 500;
+    const job = await quietTargetJob(engineAt(f.engine, start), schedule, overlap);
+    const { quiet, lastLease } = await handOverQuietRuns(
+      job,
+      Array.from({ length: MAX_LISTED_RUNS }, (_, i) => start + i * 1_000),
+    );
+    const full = await getJob(f.engine, job.jobId);
+    expect(Object.keys(full?.activeRuns ?? {})).toHaveLength(MAX_LISTED_RUNS);
     // A run's lease runs from its hand-over, which a loaded machine delays past the run's second:
     // at load 7 the last one lapsed 0.1 s before start + 200 s + lease + 1 s.
-    const lastLease = Math.max(...Object.values(leases).map(Date.parse));
+    const { leaseMs } = f.engine.settings;
     const lapsed = Math.max(start + MAX_LISTED_RUNS * 1_000 + leaseMs, lastLease) + 1_000;
     return { job, quiet, after: lapsed };
   };
