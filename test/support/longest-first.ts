@@ -1,21 +1,21 @@
 import { BaseSequencer, type TestSpecification } from "vitest/node";
 
 /**
- * The files that take longest in `npm test`, longest first within their group, by a profile of the
- * whole suite (7 December 2026, of 8d02171, seconds per file on two cores with coverage; other
- * helpers' runs loaded the machine in its second half, so the figures are about 1.5 times a quiet
- * machine's), the files trimmed since at what their trims left of them (each back to back here
- * before and after, loaded: shard-count-rolling 212 then, about 61 now; noisy-tenant-gate-backlog
- * 58, about 35; history-paused-edit-resume 47, about 31; zone-cache 37 and dst-rules.property 34,
- * under 15 now and off the list): dst-dispatch 140, model 88, the sandbox's cli 82, long-jobs 75,
- * console 68, shard-count-rolling about 61, listed-runs-bound 50, dispatch-recovery 48,
- * claim-plain-rollback 48, worker-lifecycle-faults 47, restart 44, dispatch 43, reaper-cursor 42,
- * noisy-tenant 38, clock-skew 35, noisy-tenant-gate-backlog about 35, overlap-reruns 34, the
- * client's cli 33, history-paused-edit-resume about 31, bench-args 27, fairness 26, edit-kept-end
- * 26, catch-up-cap 26, stack 25, history-skipped-records 25, offset-change-dispatch 24,
- * retry-again-edges 24. Files under about 24 s there are left to vitest's order. Of the timed
- * files: the end-to-end file 45, policies 45, run-cancel 20, retries 18; worker-fencing,
- * dispatch-on-time and worker-loop under 15.
+ * The files that take longest in `npm test`, longest first within their group. The `services`
+ * files are ranked by a run of that project alone on a quiet machine (7 December 2026, of
+ * 40797be7, two at a time, seconds per file): console 84, dst-dispatch 65, listed-runs-bound 64,
+ * model 58, worker-lifecycle-faults 46, reaper-cursor 43, the sandbox's cli 41, dispatch-recovery
+ * 40, shard-count-rolling 39, long-jobs 35, jobs-page-cursors 31, restart 30, quota-accounting 27,
+ * silent-endpoint, oidc and quota-recount-parts-races 23, clock-skew, noisy-tenant, security and
+ * offset-change-dispatch 22, the client's cli, fairness, valid-fuzz, claim-plain-rollback,
+ * lease-watch-slow-beat and noisy-tenant-gate-backlog 21, one-off-below-floor and
+ * outage-past-retention 20. Files trimmed since keep their place (dst-dispatch, listed-runs-bound,
+ * worker-lifecycle-faults, long-jobs, restart, lease-watch-slow-beat and console's cases do less
+ * now). The unit project's hostile-server (24) and the synth project's synth-offline (17), from
+ * the fresh-clone CI run of the same commit, are placed among them, since vitest runs the three
+ * projects' files from one queue. Files under about 20 s are left to vitest's order. Of the timed
+ * files (that CI run): the end-to-end file 25, policies 22, run-cancel 16, lease-watch-deadline
+ * 13, retries 13, worker-fencing 12, dispatch-on-time 10, worker-loop 8.
  *
  * Vitest starts the longest files first only when its results cache knows their durations; a fresh
  * clone (CI) has no cache and runs the files of each project largest first, which is not longest
@@ -26,37 +26,41 @@ import { BaseSequencer, type TestSpecification } from "vitest/node";
  * and chaos run alone, one at a time: their order does not change when they end.
  */
 const LONGEST = [
-  "test/integration/dst-dispatch.test.ts",
-  "test/model/model.test.ts",
-  "test/sandbox/cli.test.ts",
-  "test/integration/long-jobs.test.ts",
   "test/console/console.test.ts",
-  "test/integration/shard-count-rolling.test.ts",
+  "test/integration/dst-dispatch.test.ts",
   "test/integration/listed-runs-bound.test.ts",
-  "test/integration/dispatch-recovery.test.ts",
-  "test/integration/claim-plain-rollback.test.ts",
+  "test/model/model.test.ts",
   "test/integration/worker-lifecycle-faults.test.ts",
-  "test/sandbox/restart.test.ts",
-  "test/integration/dispatch.test.ts",
   "test/integration/reaper-cursor.test.ts",
-  "test/integration/noisy-tenant.test.ts",
+  "test/sandbox/cli.test.ts",
+  "test/integration/dispatch-recovery.test.ts",
+  "test/integration/shard-count-rolling.test.ts",
+  "test/integration/long-jobs.test.ts",
+  "test/api/jobs-page-cursors.test.ts",
+  "test/sandbox/restart.test.ts",
+  "test/api/quota-accounting.test.ts",
+  "test/client/hostile-server.test.ts",
+  "test/integration/silent-endpoint.test.ts",
+  "test/console/oidc.test.ts",
+  "test/integration/quota-recount-parts-races.test.ts",
   "test/integration/clock-skew.test.ts",
-  "test/integration/noisy-tenant-gate-backlog.test.ts",
-  "test/integration/overlap-reruns.test.ts",
-  "test/client/cli.test.ts",
-  "test/api/history-paused-edit-resume.test.ts",
-  "test/unit/bench-args.test.ts",
-  "test/integration/fairness.test.ts",
-  "test/api/edit-kept-end.test.ts",
-  "test/integration/catch-up-cap.test.ts",
-  "test/infra/stack.test.ts",
-  "test/integration/history-skipped-records.test.ts",
+  "test/integration/noisy-tenant.test.ts",
+  "test/console/security.test.ts",
   "test/integration/offset-change-dispatch.test.ts",
-  "test/integration/retry-again-edges.test.ts",
+  "test/client/cli.test.ts",
+  "test/integration/fairness.test.ts",
+  "test/api/valid-fuzz.test.ts",
+  "test/integration/claim-plain-rollback.test.ts",
+  "test/integration/lease-watch-slow-beat.test.ts",
+  "test/integration/noisy-tenant-gate-backlog.test.ts",
+  "test/integration/one-off-below-floor.test.ts",
+  "test/integration/outage-past-retention.test.ts",
+  "test/infra/synth-offline.test.ts",
   // The timed group.
   "test/e2e/scheduler.e2e.test.ts",
   "test/integration/policies.test.ts",
   "test/integration/run-cancel.test.ts",
+  "test/integration/lease-watch-deadline.test.ts",
   "test/integration/retries-and-types.test.ts",
   "test/integration/worker-fencing.test.ts",
   "test/integration/dispatch-on-time.test.ts",
