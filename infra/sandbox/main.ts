@@ -3,13 +3,6 @@ import { parseArgs } from "node:util";
 
 // The SDK warns on every start that it will drop Node 20 next year; the sandbox says nothing it can act on.
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= "true";
-const { localAuthFromEnv } = await import("../../shared/api/local-auth.js");
-const { adminTenantsFrom } = await import("../../shared/api/auth.js");
-const { startSandbox, sandboxSettingOverrides, lowPriorityShareFrom, secretCacheFrom } =
-  await import("./sandbox.js");
-const { loadSettings } = await import("../../shared/config.js");
-const { endpointFromEnv } = await import("../../shared/aws.js");
-const { decimalDigitsValue } = await import("../../shared/decimal-digits.js");
 
 // `npm start`: the scheduler on this machine. Every option also reads an environment variable.
 const options = {
@@ -83,10 +76,16 @@ function positive(
   return value;
 }
 
+// The options and the environment are checked with only what that needs loaded: a refusal comes at
+// once, not after the engine, the AWS SDK and the emulators' code (sandbox.ts, ~3 s of CPU).
+const { localAuthFromEnv } = await import("../../shared/api/local-auth.js");
+const { adminTenantsFrom } = await import("../../shared/api/auth.js");
+const { lowPriorityShareFrom, sandboxSettingOverrides, secretCacheFrom } = await import(
+  "./sandbox-env.js"
+);
+const { loadSettings } = await import("../../shared/config.js");
+const { decimalDigitsValue } = await import("../../shared/decimal-digits.js");
 const env = process.env;
-// `--endpoint` names both services'; else each as the SDK resolves it (endpointFromEnv).
-const dynamoEndpoint = values.endpoint || endpointFromEnv("DYNAMODB", env);
-const sqsEndpoint = values.endpoint || endpointFromEnv("SQS", env);
 const prefix = values.prefix ?? env.SCHEDULER_SANDBOX_PREFIX;
 if (prefix !== undefined && !/^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$/.test(prefix)) {
   // Table and queue names allow letters, digits, "-" and "_"; queue names end at 80 characters.
@@ -107,6 +106,12 @@ try {
   process.exit(2);
 }
 const port = positive("--port", values.port ?? env.PORT, 3000, true);
+const tickSeconds = positive(
+  "--tick-seconds",
+  values["tick-seconds"] ?? env.SCHEDULER_TICK_SECONDS,
+  60,
+);
+const workers = positive("--workers", values.workers ?? env.SCHEDULER_WORKERS, 8);
 const portTaken = `port ${port} on 127.0.0.1 is in use (a sandbox already running?): stop what holds it, or give another with --port N or PORT`;
 const isPortTaken = (error: unknown) =>
   error instanceof Error && "code" in error && error.code === "EADDRINUSE";
@@ -116,11 +121,16 @@ if (port !== 0 && (await portInUse(port))) {
   console.error(portTaken);
   process.exit(1);
 }
+const { startSandbox } = await import("./sandbox.js");
+const { endpointFromEnv } = await import("../../shared/aws.js");
+// `--endpoint` names both services'; else each as the SDK resolves it (endpointFromEnv).
+const dynamoEndpoint = values.endpoint || endpointFromEnv("DYNAMODB", env);
+const sqsEndpoint = values.endpoint || endpointFromEnv("SQS", env);
 const sandbox = await startSandbox({
   port,
   dataDir: values["data-dir"] ?? env.SCHEDULER_DATA_DIR ?? ".data",
-  tickSeconds: positive("--tick-seconds", values["tick-seconds"] ?? env.SCHEDULER_TICK_SECONDS, 60),
-  workers: positive("--workers", values.workers ?? env.SCHEDULER_WORKERS, 8),
+  tickSeconds,
+  workers,
   ...(dynamoEndpoint ? { dynamoEndpoint } : {}),
   ...(sqsEndpoint ? { sqsEndpoint } : {}),
   ...(prefix ? { prefix } : {}),
