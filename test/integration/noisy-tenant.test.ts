@@ -94,15 +94,15 @@ describe("a noisy tenant's entries in a dispatcher pass", () => {
   }
 
   it("does not hold another tenant's run due now behind its overdue entries in the minute before", async () => {
-    // 20 s into a minute: the noisy tenant's 150 one-offs were due 25 s ago (the minute before's
+    // 20 s into a minute: the noisy tenant's 30 one-offs were due 25 s ago (the minute before's
     // bucket: fast-path claims that failed, say), the quiet tenant's is due in 5 s (this minute's).
     const now = new Date(Math.floor(Date.now() / MINUTE) * MINUTE + 20 * SECOND);
     const tenants = await sweepAt(now, [
-      ...oneOffs("t-noisy-overdue", "a1-", 150, new Date(now.getTime() - 25 * SECOND)),
+      ...oneOffs("t-noisy-overdue", "a1-", 30, new Date(now.getTime() - 25 * SECOND)),
       ...oneOffs("t-quiet-due", "z1-", 1, new Date(now.getTime() + 5 * SECOND)),
     ]);
     // Both minutes have begun: their entries take turns, so the quiet run goes out among the first,
-    // not after the noisy tenant's 150 (each claim here takes about 10 ms; 50,000 take minutes).
+    // not after the noisy tenant's 30 (each claim here takes about 10 ms; 50,000 take minutes).
     expect(tenants.indexOf("t-quiet-due")).toBeLessThanOrEqual(2);
   }, 120_000);
 
@@ -126,15 +126,16 @@ describe("a noisy tenant's fan-outs in a dispatcher pass", () => {
   afterAll(() => f.destroy());
 
   const DEPENDENTS = 100;
+  const FAN_OUTS = 2;
 
   it("sends another tenant's run claimed beside them without waiting for the fan-outs to end", async () => {
-    // The noisy tenant: a job with 100 jobs after it, and four of its runs' trigger entries that
+    // The noisy tenant: a job with 100 jobs after it, and two of its runs' trigger entries that
     // their workers did not fan out (they died, say), due 5 s before the pass in this minute's
     // bucket. Each fan-out writes 100 runs, 16 at a time, and sends them itself at its end: seven
     // rounds of writes where the quiet tenant's claim is a run's put, its commit and a send. 300
     // dependents (their creates and 1,200 runs: 3,000 of the file's 4,200 requests) proved no
-    // more: a pass that held the quiet run behind the fan-outs would send it after 100 runs or
-    // more, and the case asserts it goes first.
+    // more, nor did four fan-outs: a pass that held the quiet run behind the fan-outs would send it
+    // after 100 runs or more, and the case asserts it goes first.
     const upstream = await createJob(
       f.engine,
       testJob({
@@ -157,7 +158,7 @@ describe("a noisy tenant's fan-outs in a dispatcher pass", () => {
     expect(job.dependents).toHaveLength(DEPENDENTS);
     const now = new Date(Math.floor(Date.now() / MINUTE) * MINUTE + 20 * SECOND);
     const endedAt = new Date(now.getTime() - 5 * SECOND);
-    for (let i = 0; i < 4; i++) {
+    for (let i = 0; i < FAN_OUTS; i++) {
       const runId = `${upstreamId}-ended-${i}`;
       const entry: DueEntry = {
         key: { pk: bucketKey(endedAt, 0), sk: triggerSortKey(endedAt, runId) },
@@ -182,11 +183,11 @@ describe("a noisy tenant's fan-outs in a dispatcher pass", () => {
     await seedJobs(f, oneOffs("t-quiet-beside", "z3-", 1, now), now);
 
     // Two claims at once: one takes the first fan-out, the other the quiet tenant's entry (its
-    // turn), then the next fan-out.
+    // turn), then the second fan-out.
     const { tenants, runs } = await sweepRecent(f, now, 2);
-    expect(runs).toBe(4 * DEPENDENTS + 1);
+    expect(runs).toBe(FAN_OUTS * DEPENDENTS + 1);
     // Claimed at once, its run goes out while the first fan-out is still writing, not once the
-    // lanes run out of fan-outs to take (after two or three of them, 200 to 300 runs later).
+    // lanes run out of fan-outs to take (after both of them, 200 runs later).
     expect(tenants.indexOf("t-quiet-beside")).toBe(0);
   }, 240_000);
 });
