@@ -52,7 +52,7 @@ function recordSends(f: EngineFixture): { sent: SentMessage[]; stop(): void } {
 
 /**
  * The four groups below each have a fixture of their own and wait on worker loops, leases and
- * handlers that sleep (the file took 28 s in CI, 12 of them the held messages' case): side by side,
+ * handlers that sleep (the file took 28 s in CI, 12 of them the held messages' case, 7.5 s now): side by side,
  * they take the longest group's time. The cases of a group share its fixture (a recording of its
  * sends, its worker loop's queues) and run one after another (it.sequential).
  */
@@ -372,11 +372,11 @@ describe.concurrent("fairness, its groups side by side", () => {
     }, 90_000);
 
     it.sequential("gives a freed slot to the tenant with no run in progress before one whose runs fill the slots", async () => {
-      // The first run takes 0.5 s and the second 3 s, so one slot is freed well before the other.
-      const track = tracked(500, 3000, 100);
-      // Due together 3 s out: the loop holds four messages (two per slot) while they wait for
+      // The first run takes 0.5 s and the second 1.5 s, so one slot is freed well before the other.
+      const track = tracked(500, 1500, 100);
+      // Due together 2 s out: the loop holds four messages (two per slot) while they wait for
       // their second, in queue order big, big, big, small.
-      const runAt = new Date(Math.ceil(Date.now() / SECOND) * SECOND + 3 * SECOND).toISOString();
+      const runAt = new Date(Math.ceil(Date.now() / SECOND) * SECOND + 2 * SECOND).toISOString();
       const big = await createMany(3, {
         tenantId: "t-big",
         priority: "normal",
@@ -414,9 +414,9 @@ describe.concurrent("fairness, its groups side by side", () => {
 
   describe("messages held at a tenant's gate", () => {
     let f: EngineFixture;
-    // A 3 s lease: the loop receives with 5 s of visibility (the lease and the early wait).
+    // A 2 s lease: the loop receives with 4 s of visibility (the lease and the early wait).
     beforeAll(async () => {
-      f = await createEngineFixture({ settings: { leaseMs: 3_000, misfireGraceMs: 60_000 } });
+      f = await createEngineFixture({ settings: { leaseMs: 2_000, misfireGraceMs: 60_000 } });
     });
     afterAll(() => f.destroy());
 
@@ -446,16 +446,16 @@ describe.concurrent("fairness, its groups side by side", () => {
         );
         ids.push(created.job.jobId);
       }
-      const handler: JobHandler = () => sleep(4_000);
+      const handler: JobHandler = () => sleep(2_500);
       const stop = new AbortController();
-      const loop = runWorkerLoop(f.workerDeps("held", { "slow-gate": handler }, 1_000), {
+      const loop = runWorkerLoop(f.workerDeps("held", { "slow-gate": handler }, 500), {
         concurrency: 4,
         signal: stop.signal,
         idleWaitSeconds: 0,
         idleSleepMs: 20,
       });
       let resent = 0;
-      // The tick's reaper, as the sandbox runs it (here every second; the lease is 3 s).
+      // The tick's reaper, as the sandbox runs it (here every second; the lease is 2 s).
       const ticking = (async () => {
         while (!stop.signal.aborted) {
           resent += (await reap(f.engine)).resent;
@@ -463,7 +463,7 @@ describe.concurrent("fairness, its groups side by side", () => {
         }
       })();
       try {
-        // The third waits about 8 s at the gate, past its 5 s of visibility and its 3 s lease.
+        // The third waits about 5 s at the gate, past its 4 s of visibility and its 2 s lease.
         await waitFor(
           "every run to succeed",
           async () => {
