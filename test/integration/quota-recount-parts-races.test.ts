@@ -36,7 +36,10 @@ const HOURLY = { cron: "0 * * * *", timezone: "UTC" } as const;
  * tenant's jobs and the tenant passes its quota.
  */
 describe("a recount in parts raced by the tenant between its parts", () => {
-  const pages = 4;
+  // Parts of 2 pages (200 jobs) over JOBS: each recount takes three parts, the last one short; the
+  // parts are what the cases race, so the tenant need be no larger.
+  const pages = 2;
+  const JOBS = 500;
   let f: EngineFixture;
   beforeAll(async () => {
     f = await createEngineFixture({
@@ -86,7 +89,7 @@ describe("a recount in parts raced by the tenant between its parts", () => {
 
   it("never counts under the tenant's jobs when a create and a cancel between parts leave the counters as they were", async () => {
     const tenant = "tenant-recount-aba";
-    const jobs = 1_000;
+    const jobs = JOBS;
     const start = Date.now();
     const seeded = await seedTenant(tenant, jobs, new Date(start));
     await writeQuotaOverride(f.engine, tenant, { activeJobs: jobs }, new Date(start));
@@ -99,7 +102,7 @@ describe("a recount in parts raced by the tenant between its parts", () => {
     );
     const interval = f.engine.settings.quotaRecountMs;
     const at = (n: number) => engineAt(f.engine, start + n * (interval + 1_000));
-    // At its quota: a create recounts, its first part reads the newest 400 jobs.
+    // At its quota: a create recounts, its first part reads the newest 200 jobs.
     const outcomes = [await outcomeOf(at(1), tenant)];
     // Between parts: the oldest job (not yet read) cancelled, its share given back, and a new
     // hourly job (newest: on the pages already read) takes the room.
@@ -118,7 +121,7 @@ describe("a recount in parts raced by the tenant between its parts", () => {
 
   it("starts afresh after an override is set between parts: the jobs created while the tenant had no limit are counted", async () => {
     const tenant = "tenant-recount-override";
-    const jobs = 1_000;
+    const jobs = JOBS;
     const limit = jobs + 3;
     const start = Date.now();
     await seedTenant(tenant, jobs, new Date(start));
@@ -136,7 +139,7 @@ describe("a recount in parts raced by the tenant between its parts", () => {
     const usage = await readQuotaUsage(f.engine, tenant);
     const active = await activeJobsOf(tenant);
     expect(outcomes.slice(0, 6)).toEqual(["busy", ...Array(5).fill("created")]);
-    // Over its limit once the 1,005 jobs are counted: nothing more is created.
+    // Over its limit once the JOBS + 5 jobs are counted: nothing more is created.
     expect(active).toBe(jobs + 5);
     expect(usage?.activeJobs).toBeGreaterThanOrEqual(active);
   }, 120_000);
@@ -149,7 +152,7 @@ describe("a recount in parts raced by the tenant between its parts", () => {
   ] as const)(
     "goes on past a RECOUNT item this version cannot read (%s), replacing it",
     async (_what, tenant, fields) => {
-      const jobs = 1_000;
+      const jobs = JOBS;
       const start = Date.now();
       await seedTenant(tenant, jobs, new Date(start));
       await setQuotaOverride(engineAt(f.engine, start), tenant, { activeJobs: 2 * jobs });
@@ -164,7 +167,7 @@ describe("a recount in parts raced by the tenant between its parts", () => {
       const outcomes: string[] = [];
       for (let n = 1; n < 8 && !outcomes.includes("created"); n++)
         outcomes.push(await outcomeOf(at(n), tenant));
-      // 1,000 jobs at 400 a part: two parts busy, the third counts them all and creates.
+      // 500 jobs at 200 a part: two parts busy, the third counts them all and creates.
       expect(outcomes).toEqual(["busy", "busy", "created"]);
       expect(await readQuotaUsage(f.engine, tenant)).toMatchObject({ activeJobs: jobs + 1 });
     },
