@@ -1,12 +1,11 @@
 import { JOB, PREVIEW, RUN } from "./answers.js";
-import { errorOf, isSchedulerApiError, VersionConflictError } from "./errors.js";
+import { isSchedulerApiError, VersionConflictError } from "./errors.js";
 import {
+  ANSWERS,
   callKey,
   pollForRun,
   type RequestOptions,
   signalOf,
-  unwrap,
-  unwrapWithResponse,
   type WaitOptions,
 } from "./requests.js";
 import { followsUnclearAttempt } from "./retries.js";
@@ -96,14 +95,13 @@ export class JobHandle {
   /** Reads the job again. */
   async get(options: RequestOptions = {}): Promise<Job> {
     return this.#seen(
-      await unwrap(
+      await this.client[ANSWERS].unwrap(
         "GET /jobs/{id}",
         this.client.http.GET("/jobs/{id}", {
           params: { path: { id: this.id } },
           ...signalOf(options),
         }),
         JOB,
-        this.client.now,
       ),
     );
   }
@@ -114,25 +112,23 @@ export class JobHandle {
    */
   async pause(options: { running?: "finish" | "cancel" } = {}): Promise<Job> {
     return this.#seen(
-      await unwrap(
+      await this.client[ANSWERS].unwrap(
         "POST /jobs/{id}/pause",
         this.client.http.POST("/jobs/{id}/pause", {
           params: { path: { id: this.id } },
           ...(options.running ? { body: { running: options.running } } : {}),
         }),
         JOB,
-        this.client.now,
       ),
     );
   }
 
   async resume(): Promise<Job> {
     return this.#seen(
-      await unwrap(
+      await this.client[ANSWERS].unwrap(
         "POST /jobs/{id}/resume",
         this.client.http.POST("/jobs/{id}/resume", { params: { path: { id: this.id } } }),
         JOB,
-        this.client.now,
       ),
     );
   }
@@ -140,11 +136,10 @@ export class JobHandle {
   /** Stops the job for good: queued runs end cancelled, running runs within a heartbeat. */
   async cancel(): Promise<Job> {
     return this.#seen(
-      await unwrap(
+      await this.client[ANSWERS].unwrap(
         "POST /jobs/{id}/cancel",
         this.client.http.POST("/jobs/{id}/cancel", { params: { path: { id: this.id } } }),
         JOB,
-        this.client.now,
       ),
     );
   }
@@ -164,7 +159,7 @@ export class JobHandle {
       params: { path: { id: this.id } },
     });
     if (response.ok) return "deleted";
-    const refused = errorOf(response, error, "DELETE /jobs/{id}", this.client.now);
+    const refused = this.client[ANSWERS].errorOf(response, error, "DELETE /jobs/{id}");
     if (refused.is("not_found") && followsUnclearAttempt(response)) return "gone";
     throw refused;
   }
@@ -187,7 +182,7 @@ export class JobHandle {
    * key) returns the run the first one queued instead of queueing another.
    */
   trigger(options: TriggerOptions = {}): Promise<Run> {
-    return unwrap(
+    return this.client[ANSWERS].unwrap(
       "POST /jobs/{id}/trigger",
       this.client.http.POST("/jobs/{id}/trigger", {
         params: {
@@ -198,7 +193,6 @@ export class JobHandle {
         },
       }),
       RUN,
-      this.client.now,
     );
   }
 
@@ -213,14 +207,13 @@ export class JobHandle {
   async edit(changes: EditJobRequest, options: EditOptions = {}): Promise<Job> {
     const version = options.version ?? this.#job?.version ?? (await this.get()).version;
     try {
-      const { data } = await unwrapWithResponse(
+      const { data } = await this.client[ANSWERS].unwrapWithResponse(
         "PATCH /jobs/{id}",
         this.client.http.PATCH("/jobs/{id}", {
           params: { path: { id: this.id }, header: { "If-Match": `"${version}"` } },
           body: changes,
         }),
         JOB,
-        this.client.now,
       );
       return this.#seen(data);
     } catch (error) {
@@ -238,14 +231,13 @@ export class JobHandle {
       ...(count === undefined ? {} : { count }),
       ...(from === undefined ? {} : { from: from instanceof Date ? from.toISOString() : from }),
     };
-    return unwrap(
+    return this.client[ANSWERS].unwrap(
       "GET /jobs/{id}/preview",
       this.client.http.GET("/jobs/{id}/preview", {
         params: { path: { id: this.id }, query },
         ...signalOf(options),
       }),
       PREVIEW,
-      this.client.now,
     );
   }
 

@@ -49,36 +49,54 @@ type Result<T> = { data?: T; error?: unknown; response: Response };
 type Operation = `${"GET" | "POST" | "PUT" | "PATCH" | "DELETE"} /${string}`;
 
 /**
- * The data of a success that has the shape `operation` relies on, or the typed error of anything
- * else (an `unexpected_response` naming the operation and what is missing, for a success that
- * does not); `now` is the client's clock, which an error's `Retry-After` date is counted by.
+ * The key of a client's AnswerReader (`SchedulerClient[ANSWERS]`), which its API classes and job
+ * handles read answers with. The package does not export it: the reader, and the clock in it, are
+ * no API of the client's.
  */
-export async function unwrap<T>(
-  operation: Operation,
-  pending: Promise<Result<T>>,
-  shape: AnswerShape,
-  now: () => number,
-): Promise<T> {
-  return (await unwrapWithResponse(operation, pending, shape, now)).data;
-}
+export const ANSWERS = Symbol("answers");
 
-export async function unwrapWithResponse<T>(
-  operation: Operation,
-  pending: Promise<Result<T>>,
-  shape: AnswerShape,
-  now: () => number,
-): Promise<{ data: T; response: Response }> {
-  const { data, error, response } = await pending;
-  if (!response.ok) throw errorOf(response, error, operation, now);
-  const missing = shape.missing(data);
-  if (data === undefined || missing !== null) {
-    throw new SchedulerApiError(
-      response.status,
-      "unexpected_response",
-      `${operation}: the ${response.status} answer is not ${shape.kind}: ${data === undefined ? "it is empty" : missing}`,
-    );
+/**
+ * Reads one client's answers. A `Retry-After` date in an error is a wait from the client's clock
+ * (`retry.now`, as the retries count it), which only this reader holds.
+ */
+export class AnswerReader {
+  constructor(private readonly now: () => number) {}
+
+  /**
+   * The data of a success that has the shape `operation` relies on, or the typed error of
+   * anything else (an `unexpected_response` naming the operation and what is missing, for a
+   * success that does not).
+   */
+  async unwrap<T>(
+    operation: Operation,
+    pending: Promise<Result<T>>,
+    shape: AnswerShape,
+  ): Promise<T> {
+    return (await this.unwrapWithResponse(operation, pending, shape)).data;
   }
-  return { data, response };
+
+  async unwrapWithResponse<T>(
+    operation: Operation,
+    pending: Promise<Result<T>>,
+    shape: AnswerShape,
+  ): Promise<{ data: T; response: Response }> {
+    const { data, error, response } = await pending;
+    if (!response.ok) throw this.errorOf(response, error, operation);
+    const missing = shape.missing(data);
+    if (data === undefined || missing !== null) {
+      throw new SchedulerApiError(
+        response.status,
+        "unexpected_response",
+        `${operation}: the ${response.status} answer is not ${shape.kind}: ${data === undefined ? "it is empty" : missing}`,
+      );
+    }
+    return { data, response };
+  }
+
+  /** The error an answer that is not a success, to `operation`, stands for (errorOf). */
+  errorOf(response: Response, body: unknown, operation: Operation): SchedulerApiError {
+    return errorOf(response, body, operation, this.now);
+  }
 }
 
 /**

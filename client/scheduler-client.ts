@@ -19,12 +19,12 @@ import type { components, paths } from "./generated/api.js";
 import { JobHandle } from "./job-handle.js";
 import { everyItem, type Page, type PagesRead } from "./paging.js";
 import {
+  ANSWERS,
+  AnswerReader,
   callKey,
   pollForRun,
   type RequestOptions,
   signalOf,
-  unwrap,
-  unwrapWithResponse,
   type WaitOptions,
 } from "./requests.js";
 import { type RetryOptions, retryingFetch } from "./retries.js";
@@ -142,16 +142,13 @@ export class SchedulerClient {
   readonly schedules: SchedulesApi;
   readonly webhookSecret: WebhookSecretApi;
   readonly quotas: QuotasApi;
-  /**
-   * The client's clock (`retry.now`, default Date.now): a `Retry-After` given as an HTTP date is
-   * a wait from it, before a retry and as an error's `retryAfterSeconds`.
-   */
-  readonly now: () => number;
+  /** Reads this client's answers, an error's `Retry-After` date on its clock (`retry.now`). */
+  readonly [ANSWERS]: AnswerReader;
   /** The same API without the tenant's credentials: an async target's calls carry its run token. */
   private readonly runTokenHttp: Client<paths>;
 
   constructor(options: SchedulerClientOptions) {
-    this.now = options.retry?.now ?? Date.now;
+    this[ANSWERS] = new AnswerReader(options.retry?.now ?? Date.now);
     const given = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
     // The API never redirects: a redirect is something else at the base URL (a custom domain's
     // http-to-https redirect, a proxy, a wrong host). Followed, a 301-303 turned a POST into a GET
@@ -182,7 +179,7 @@ export class SchedulerClient {
   }
 
   async health(): Promise<{ status: "ok" }> {
-    return unwrap("GET /health", this.http.GET("/health"), HEALTH, this.now);
+    return this[ANSWERS].unwrap("GET /health", this.http.GET("/health"), HEALTH);
   }
 
   /**
@@ -192,20 +189,19 @@ export class SchedulerClient {
    * run ended, was cancelled or was started again.
    */
   runHeartbeat(runId: string, token: string): Promise<RunHeartbeat> {
-    return unwrap(
+    return this[ANSWERS].unwrap(
       "POST /runs/{runId}/heartbeat",
       this.runTokenHttp.POST("/runs/{runId}/heartbeat", {
         params: { path: { runId } },
         headers: { Authorization: `Bearer ${token}` },
       }),
       HEARTBEAT,
-      this.now,
     );
   }
 
   /** For an async target: ends its run, succeeded or failed (the job's retry policy applies). */
   completeRun(runId: string, token: string, completion: RunCompletion): Promise<Run> {
-    return unwrap(
+    return this[ANSWERS].unwrap(
       "POST /runs/{runId}/complete",
       this.runTokenHttp.POST("/runs/{runId}/complete", {
         params: { path: { runId } },
@@ -213,7 +209,6 @@ export class SchedulerClient {
         headers: { Authorization: `Bearer ${token}` },
       }),
       RUN,
-      this.now,
     );
   }
 
@@ -260,7 +255,7 @@ class JobsApi {
     if (declined && body.idempotencyKey !== undefined)
       throw new TypeError("idempotencyKey: false declines a key, but the body carries one");
     const given = declined ? undefined : (option ?? body.idempotencyKey);
-    const { data, response } = await unwrapWithResponse(
+    const { data, response } = await this.client[ANSWERS].unwrapWithResponse(
       "POST /jobs",
       this.client.http.POST("/jobs", {
         body,
@@ -269,7 +264,6 @@ class JobsApi {
           : { params: { header: { "Idempotency-Key": given ?? callKey("create") } } }),
       }),
       JOB,
-      this.client.now,
     );
     // Under a key of this call's own a 200 can only answer this call's earlier attempt, whose
     // answer was lost: the job is this call's. Under the caller's key it may be an earlier call's.
@@ -286,11 +280,10 @@ class JobsApi {
    * request that is not 1 to 25 jobs throws (a 400 naming `jobs`).
    */
   async createBatch(jobs: readonly NewJob[]): Promise<BatchCreateResult[]> {
-    const { results } = await unwrap(
+    const { results } = await this.client[ANSWERS].unwrap(
       "POST /jobs:batch",
       this.client.http.POST("/jobs:batch", { body: { jobs: [...jobs] } }),
       BATCH,
-      this.client.now,
     );
     return results;
   }
@@ -327,11 +320,10 @@ class JobsApi {
     query: PageOptions & { status?: JobStatus } = {},
     options: RequestOptions = {},
   ): Promise<Page<Job>> {
-    return unwrap(
+    return this.client[ANSWERS].unwrap(
       "GET /jobs",
       this.client.http.GET("/jobs", { params: { query }, ...signalOf(options) }),
       JOB_PAGE,
-      this.client.now,
     );
   }
 }
@@ -365,38 +357,35 @@ class RunsApi {
     query: PageOptions & { status?: string; from?: string; to?: string } = {},
     options: RequestOptions = {},
   ): Promise<Page<Run>> {
-    return unwrap(
+    return this.client[ANSWERS].unwrap(
       "GET /jobs/{id}/runs",
       this.client.http.GET("/jobs/{id}/runs", {
         params: { path: { id: jobId }, query },
         ...signalOf(options),
       }),
       RUN_PAGE,
-      this.client.now,
     );
   }
 
   get(jobId: string, runId: string, options: RequestOptions = {}): Promise<Run> {
-    return unwrap(
+    return this.client[ANSWERS].unwrap(
       "GET /jobs/{id}/runs/{runId}",
       this.client.http.GET("/jobs/{id}/runs/{runId}", {
         params: { path: { id: jobId, runId } },
         ...signalOf(options),
       }),
       RUN,
-      this.client.now,
     );
   }
 
   /** Cancels one run (see `JobHandle.cancelRun`). */
   cancel(jobId: string, runId: string): Promise<Run> {
-    return unwrap(
+    return this.client[ANSWERS].unwrap(
       "POST /jobs/{id}/runs/{runId}/cancel",
       this.client.http.POST("/jobs/{id}/runs/{runId}/cancel", {
         params: { path: { id: jobId, runId } },
       }),
       RUN,
-      this.client.now,
     );
   }
 }
@@ -420,11 +409,10 @@ class DeadLettersApi {
   }
 
   page(query: PageOptions = {}, options: RequestOptions = {}): Promise<Page<Run>> {
-    return unwrap(
+    return this.client[ANSWERS].unwrap(
       "GET /dead-letters",
       this.client.http.GET("/dead-letters", { params: { query }, ...signalOf(options) }),
       RUN_PAGE,
-      this.client.now,
     );
   }
 
@@ -435,13 +423,12 @@ class DeadLettersApi {
    */
   replay(runId: string, options: ReplayOptions = {}): Promise<Run> {
     const idempotencyKey = options.idempotencyKey ?? callKey("replay");
-    return unwrap(
+    return this.client[ANSWERS].unwrap(
       "POST /dead-letters/{runId}/replay",
       this.client.http.POST("/dead-letters/{runId}/replay", {
         params: { path: { runId }, header: { "Idempotency-Key": idempotencyKey } },
       }),
       RUN,
-      this.client.now,
     );
   }
 }
@@ -462,7 +449,7 @@ class SchedulesApi {
     end: { readonly endAt?: Date | string; readonly maxRuns?: number } = {},
     options: RequestOptions = {},
   ): Promise<Preview> {
-    return unwrap(
+    return this.client[ANSWERS].unwrap(
       "POST /schedules/preview",
       this.client.http.POST("/schedules/preview", {
         body: {
@@ -475,7 +462,6 @@ class SchedulesApi {
         ...signalOf(options),
       }),
       PREVIEW,
-      this.client.now,
     );
   }
 }
@@ -506,7 +492,7 @@ class WebhookSecretApi {
   /** The secret the caller's webhook deliveries are signed with (made on first use). */
   async get(options: RequestOptions = {}): Promise<string> {
     const answer = this.client.http.GET("/webhook-secret", signalOf(options));
-    return (await unwrap("GET /webhook-secret", answer, SECRET, this.client.now)).secret;
+    return (await this.client[ANSWERS].unwrap("GET /webhook-secret", answer, SECRET)).secret;
   }
 
   /**
@@ -519,7 +505,8 @@ class WebhookSecretApi {
     const answer = this.client.http.POST("/webhook-secret/rotate", {
       params: { header: { "Idempotency-Key": idempotencyKey } },
     });
-    return (await unwrap("POST /webhook-secret/rotate", answer, SECRET, this.client.now)).secret;
+    return (await this.client[ANSWERS].unwrap("POST /webhook-secret/rotate", answer, SECRET))
+      .secret;
   }
 }
 
@@ -528,24 +515,22 @@ class QuotasApi {
 
   /** The caller's quotas: what applies, its override, and its runs running now. */
   async get(options: RequestOptions = {}): Promise<TenantQuotas> {
-    return unwrap(
+    return this.client[ANSWERS].unwrap(
       "GET /quotas",
       this.client.http.GET("/quotas", signalOf(options)),
       QUOTAS,
-      this.client.now,
     );
   }
 
   /** Any tenant's quotas; for the deployment's admin tenants only (403 `forbidden` otherwise). */
   async getTenant(tenantId: string, options: RequestOptions = {}): Promise<TenantQuotas> {
-    return unwrap(
+    return this.client[ANSWERS].unwrap(
       "GET /tenants/{tenantId}/quotas",
       this.client.http.GET("/tenants/{tenantId}/quotas", {
         params: { path: { tenantId } },
         ...signalOf(options),
       }),
       QUOTAS,
-      this.client.now,
     );
   }
 
@@ -554,14 +539,13 @@ class QuotasApi {
    * create, start or request; those left out take the deployment's defaults; `{}` removes it.
    */
   async setTenant(tenantId: string, override: QuotaOverride): Promise<TenantQuotas> {
-    return unwrap(
+    return this.client[ANSWERS].unwrap(
       "PUT /tenants/{tenantId}/quotas",
       this.client.http.PUT("/tenants/{tenantId}/quotas", {
         params: { path: { tenantId } },
         body: override,
       }),
       QUOTAS,
-      this.client.now,
     );
   }
 }

@@ -215,6 +215,11 @@ describe("the client retries a 429 or 503 of a request safe to repeat", () => {
     script = [refused(503, new Date(at).toUTCString())];
     const refusal = await rejection(client.jobs.handle("01JOB").delete(), SchedulerApiError);
     expect(refusal.retryAfterSeconds).toBe(31);
+    // So do the API classes' requests and a job handle's others.
+    for (const request of [() => client.jobs.page(), () => client.jobs.handle("01JOB").get()]) {
+      script = [refused(503, new Date(at).toUTCString())];
+      expect((await rejection(request(), SchedulerApiError)).retryAfterSeconds).toBe(31);
+    }
   });
 
   it("gives up after `attempts` retries: the caller gets the last answer's error with its Retry-After", async () => {
