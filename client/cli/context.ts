@@ -132,7 +132,8 @@ class CommandContext {
       ...(flags.requestTimeout === undefined
         ? {}
         : { timeoutMs: Math.ceil(flags.requestTimeout * 1000) }),
-      ...(io.retrySleep === undefined ? {} : { retry: { sleep: io.retrySleep } }),
+      // The CLI's clock is the client's: a Retry-After date's `try again in N s` counts from it.
+      retry: { ...(io.retrySleep && { sleep: io.retrySleep }), ...(io.now && { now: io.now }) },
     });
     this.format = flags.output;
   }

@@ -30,7 +30,10 @@ export interface CliIo {
    * how far it has read (withProgress), which a script's stderr must not get. Unset: not one.
    */
   readonly stderrIsTty?: boolean;
-  /** The clock a listing's progress is timed by (default Date.now). */
+  /**
+   * The clock a listing's progress is timed by, and the client's (`retry.now`), which a Retry-After
+   * date is counted from (default Date.now).
+   */
   readonly now?: () => number;
 }
 

@@ -776,4 +776,15 @@ describe("the CLI over a client that retries", () => {
       Array(4).fill(`GET /jobs/${job.id}`),
     );
   });
+
+  it("a Retry-After date is counted by the CLI's clock: its `try again in N s`", async () => {
+    const at = Date.parse("2030-01-01T00:01:00Z");
+    always = refused(503, new Date(at).toUTCString());
+    const now = () => at - 60_000;
+    const { code, err } = await runCaptured(["--api", baseUrl, "jobs", "get", job.id], {}, { now });
+    expect(code, err).toBe(EXIT.busy);
+    expect(err).toContain("try again in 60 s");
+    // 60 s is past the longest wait (10 s): not waited for, as by the client's own clock.
+    expect(received).toHaveLength(1);
+  });
 });
