@@ -1,5 +1,6 @@
 import { GetCommand, type TransactWriteCommandInput } from "@aws-sdk/lib-dynamodb";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { MIN_LOOKAHEAD_SECONDS } from "../../shared/config.js";
 import { type ClaimResult, claimDueEntry } from "../../shared/dispatch/claim.js";
 import {
   dispatchShard,
@@ -48,13 +49,14 @@ function seed(
   );
 }
 
-// 240 entries per race: enough that racers collide on many of them; DynamoDB Local's transaction
-// rate, not the race, sets how long this takes (400 took 16-22 s a race in CI).
-const ENTRIES = 240;
+// 24 entries per race, three rounds of each racer's 8 claims at once: the racers meet on nearly
+// every entry (three of the four lose it), and each losing claim has put the same runs as the
+// winner, which is what a claim that mishandles a lost race breaks. Each entry costs the race
+// about 11 requests (a run put and a transaction a racer), so more entries only repeat the meeting.
+const ENTRIES = 24;
 
-// Four racers: each entry is met by up to four claims at once, so by two at once among them. A
-// race of two besides, the same entries and assertions, proved nothing this one does not, for a
-// quarter of the file's requests (1,240 of 4,800).
+// Four racers: each entry is met by up to four claims at once, so by two at once among them; a
+// race of two besides, the same entries and assertions, would prove nothing this one does not.
 const RACERS = 4;
 
 describe(`${RACERS} dispatchers racing on one shard over ${ENTRIES} due entries`, () => {
@@ -198,10 +200,11 @@ function claimingAround(
 describe("a pass whose shard lease was taken over", () => {
   let f: EngineFixture;
   const time = { ms: Math.floor(Date.now() / MINUTE) * MINUTE };
-  // A table each: a pass sweeps every job of its shard.
+  // A table each: a pass sweeps every job of its shard. The shortest lookahead: a pass claims a
+  // per-second job's chain up to its horizon, a run put an occurrence (the late-claim case).
   beforeEach(async () => {
     f = await createEngineFixture({
-      settings: { shardCount: 1, maxShardCount: 1 },
+      settings: { shardCount: 1, maxShardCount: 1, lookaheadMs: MIN_LOOKAHEAD_SECONDS * SECOND },
       clock: () => new Date(time.ms),
     });
   });
@@ -296,9 +299,10 @@ describe("a pass whose shard lease was taken over", () => {
     const a = await acquireShardLease(f.engine, 0, "dispatcher-a", t0);
     if (!a) throw new Error("A could not take the lease");
 
-    // Minutes later B takes the lapsed lease and sweeps; A, having read the entry at t0, claims it
-    // just before B does, after B has read its bucket.
-    time.ms += 5 * MINUTE;
+    // Three minutes later B takes the lapsed lease and sweeps, reading again from two minutes before
+    // its start, a minute past t0's; A, having read the entry at t0, claims it just before B does,
+    // after B has read its bucket.
+    time.ms += 3 * MINUTE;
     const claimA: { result?: ClaimResult } = {};
     const b = claimingAround(f, (key) => key.pk === entry.key.pk && key.sk === entry.key.sk, {
       before: async () => {
@@ -325,7 +329,6 @@ describe("a pass whose shard lease was taken over", () => {
     expect(Date.parse(afterA.nextRunAt)).toBeLessThan(t0.getTime());
     expect(next.pk >= bucketKeyForMinute(passB.sweepFrom, 0)).toBe(true);
 
-    time.ms += MINUTE;
     expect((await dispatchShard(f.engine, 0, "dispatcher-c")).outcome).toBe("swept");
     const afterC = (await f.jobs()).find((j) => j.jobId === "late-claim");
     expect(Date.parse(afterC?.nextRunAt ?? "")).toBeGreaterThan(Date.parse(afterA.nextRunAt));
