@@ -1,6 +1,7 @@
 import { GetCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { offsetClock } from "../../shared/clock.js";
+import { MIN_LOOKAHEAD_SECONDS } from "../../shared/config.js";
 import { tickOnce } from "../../shared/dispatch/tick.js";
 import type { Engine } from "../../shared/engine.js";
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
@@ -34,6 +35,11 @@ const MINUTE = 60 * SECOND;
 const DAY = 24 * 60 * MINUTE;
 const DAY_SECONDS = 86_400;
 const epoch = (at: number | Date) => Math.floor(new Date(at).getTime() / 1000);
+/**
+ * For the cases that tick: a pass reads each minute bucket once a shard, and an hour's passes over
+ * the default 8 shards were most of this file's requests; what a job's end does is the same on one.
+ */
+const ONE_SHARD = { shardCount: 1, maxShardCount: 1 };
 
 async function rawItem(
   f: EngineFixture,
@@ -71,7 +77,7 @@ describe.concurrent("end conditions: maxRuns and endAt", () => {
     expect,
     onTestFinished,
   }) => {
-    const f = await caseFixture(onTestFinished);
+    const f = await caseFixture(onTestFinished, { settings: ONE_SHARD });
     const start = new Date(Math.ceil((Date.now() + 30 * MINUTE) / MINUTE) * MINUTE);
     const { job } = await createJob(
       f.engine,
@@ -101,7 +107,7 @@ describe.concurrent("end conditions: maxRuns and endAt", () => {
     expect((await f.dueEntries()).filter((d) => d.jobId === job.jobId)).toEqual([]);
 
     // Later passes find nothing of it to claim.
-    await tickOnce(at(f, start.getTime() + 60 * MINUTE - Date.now()), "endings-3");
+    await tickOnce(at(f, start.getTime() + 30 * MINUTE - Date.now()), "endings-3");
     expect(await runsOf(f, job.jobId)).toHaveLength(20);
     // Completed by the claim: it expires a retention after its last runs can have run and retried
     // (14 minutes' reach, 5 attempts of up to 60 s, 4 backoffs of up to an hour).
@@ -119,7 +125,7 @@ describe.concurrent("end conditions: maxRuns and endAt", () => {
     expect,
     onTestFinished,
   }) => {
-    const f = await caseFixture(onTestFinished);
+    const f = await caseFixture(onTestFinished, { settings: ONE_SHARD });
     const start = new Date(Math.ceil((Date.now() + 30 * MINUTE) / MINUTE) * MINUTE);
     const endAt = new Date(start.getTime() + 6 * MINUTE);
     const { job } = await createJob(
@@ -230,7 +236,7 @@ describe.concurrent("end conditions: maxRuns and endAt", () => {
     expect,
     onTestFinished,
   }) => {
-    const f = await caseFixture(onTestFinished);
+    const f = await caseFixture(onTestFinished, { settings: ONE_SHARD });
     const start = new Date(Math.ceil((Date.now() + 30 * MINUTE) / MINUTE) * MINUTE);
     const { job } = await createJob(
       f.engine,
@@ -250,7 +256,11 @@ describe.concurrent("end conditions: maxRuns and endAt", () => {
     expect,
     onTestFinished,
   }) => {
-    const f = await caseFixture(onTestFinished);
+    // The shortest lookahead: the create claims the per-second job's occurrences up to its fast-path
+    // window (lookahead + 2 minutes), one run put each.
+    const f = await caseFixture(onTestFinished, {
+      settings: { lookaheadMs: MIN_LOOKAHEAD_SECONDS * SECOND },
+    });
     const start = new Date(Math.ceil((Date.now() + 3 * SECOND) / SECOND) * SECOND);
     const { job } = await createJob(
       f.engine,
@@ -531,8 +541,12 @@ describe.concurrent("retention: TTL values, idempotency window, dead letters, th
 describe.concurrent("a completed job's retries", () => {
   let f: EngineFixture;
   beforeAll(async () => {
-    // Retries drawn at the top of their backoff: each lands a full two days after its failure.
-    f = await createEngineFixture({ settings: { retentionDays: 1 }, random: () => 0.999 });
+    // Retries drawn at the top of their backoff: each lands a full two days after its failure. A
+    // completed job is kept the longer of the two retentions after its runs: one day each here.
+    f = await createEngineFixture({
+      settings: { ...ONE_SHARD, retentionDays: 1, deadLetterRetentionDays: 1 },
+      random: () => 0.999,
+    });
   });
   afterAll(() => f.destroy());
 
@@ -583,7 +597,10 @@ describe.concurrent("a completed job's retries", () => {
 describe.concurrent("a completed job's triggered runs", () => {
   let f: EngineFixture;
   beforeAll(async () => {
-    f = await createEngineFixture({ settings: { retentionDays: 1 }, random: () => 0.999 });
+    f = await createEngineFixture({
+      settings: { ...ONE_SHARD, retentionDays: 1, deadLetterRetentionDays: 1 },
+      random: () => 0.999,
+    });
   });
   afterAll(() => f.destroy());
 
