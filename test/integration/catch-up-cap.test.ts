@@ -28,7 +28,9 @@ describe("the fire_all catch-up cap across an edit or a resume", () => {
 
   beforeAll(async () => {
     f = await createEngineFixture({
-      settings: { shardCount: 1, maxShardCount: 1 },
+      // The shortest lookahead: after the cap, a fast path queues a per-second job's runs up to
+      // its horizon (a run a second), which no case here counts.
+      settings: { shardCount: 1, maxShardCount: 1, lookaheadMs: 60_000 },
       obs: {
         ...silentObservability,
         log: {
