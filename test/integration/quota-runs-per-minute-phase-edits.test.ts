@@ -20,7 +20,11 @@ const MINUTE = 60 * SECOND;
 describe("runsPerMinute against schedule edits under inFlight: complete", () => {
   let f: EngineFixture;
   beforeAll(async () => {
-    f = await createEngineFixture({ settings: { quotas: DEFAULT_QUOTAS, quotaCacheMs: 0 } });
+    // The shortest lookahead: each phase queues its runs to its horizon (three minutes: a run a
+    // second), past the minute counted.
+    f = await createEngineFixture({
+      settings: { quotas: DEFAULT_QUOTAS, quotaCacheMs: 0, lookaheadMs: 60_000 },
+    });
   });
   afterAll(() => f.destroy());
 
