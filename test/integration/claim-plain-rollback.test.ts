@@ -74,6 +74,9 @@ async function rollbackCase(atEnd: (cleanup: () => Promise<void>) => void): Prom
       shardCount: 1,
       maxShardCount: 1,
       leaseMs: MINUTE,
+      // The shortest lookahead: every entry here is due before the tick that reads it, and a
+      // pass's line and look-back do not depend on how far ahead its window reaches.
+      lookaheadMs: MINUTE,
       // The run starts minutes after its occurrence here (the reaper sends it): still on time.
       misfireGraceMs: 60 * MINUTE,
       oneOffClaimWrites: "plain",
