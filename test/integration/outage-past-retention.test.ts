@@ -1,6 +1,5 @@
 import { GetCommand } from "@aws-sdk/lib-dynamodb";
 import { describe, expect, it, type TestContext } from "vitest";
-import { MAX_RESEND_INTERVAL_MS, reap } from "../../shared/dispatch/reaper.js";
 import { tickOnce } from "../../shared/dispatch/tick.js";
 import { HeldMessages } from "../../shared/execution/held-messages.js";
 import { recoverLostMessages } from "../../shared/execution/restart-recovery.js";
@@ -9,7 +8,11 @@ import { sweepExpired } from "../../shared/storage/expiry-sweep.js";
 import { getJob, runKeyOf } from "../../shared/storage/run-reads.js";
 import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
-import { holdTenantSlotAnHour, storedJobExpiresAt } from "../support/outwaiting.js";
+import {
+  holdTenantSlotAnHour,
+  reaperPassesThroughOutage,
+  storedJobExpiresAt,
+} from "../support/outwaiting.js";
 import { waitFor } from "../support/wait.js";
 
 const DAY_MS = 24 * 3_600_000;
@@ -28,9 +31,9 @@ async function outage(onTestFinished: TestContext["onTestFinished"]) {
   const state = { offsetMs: 0 };
   const clock = () => new Date(Date.now() + state.offsetMs);
   const f: EngineFixture = await createEngineFixture({
-    // One shard: each of the reaper's passes through a day and a half (135 of them) read the
-    // default's 8, its cursor and index for each, where the runs here lie on one; which shard a
-    // run's entry is on changes nothing its re-sends and its TTL do.
+    // One shard: each of the reaper's passes through a day and a half read the default's 8, its
+    // cursor and index for each, where the runs here lie on one; which shard a run's entry is on
+    // changes nothing its re-sends and its TTL do.
     settings: {
       retentionDays: RETENTION_DAYS,
       deadLetterRetentionDays: RETENTION_DAYS,
@@ -55,19 +58,21 @@ async function outage(onTestFinished: TestContext["onTestFinished"]) {
   /**
    * The workers are down for `ms`: the tick's reaper re-sends what waits every few minutes (each
    * pass a tick that found the run due again), and DynamoDB's TTL deletes what has expired, at any
-   * time (on AWS within days of it). Returns when the last re-send was.
+   * time (on AWS within days of it); the passes that bear on the retention are made
+   * (`reaperPassesThroughOutage`). Returns when the last re-send was.
    */
-  async function workersDownFor(ms: number): Promise<number> {
-    const outageEnd = clock().getTime() + ms;
-    let lastResend = clock().getTime();
-    while (clock().getTime() < outageEnd) {
-      state.offsetMs += MAX_RESEND_INTERVAL_MS + 60_000;
-      lastResend = clock().getTime();
-      await reap(f.engine);
-      await sweepExpired(f.engine, clock());
-    }
-    return lastResend;
-  }
+  const workersDownFor = (ms: number): Promise<number> =>
+    reaperPassesThroughOutage(
+      f.engine,
+      {
+        now: clock,
+        advance: (by) => {
+          state.offsetMs += by;
+        },
+      },
+      ms,
+      RETENTION_DAYS * DAY_MS,
+    );
 
   /** The tenant's one concurrent-runs slot, held by its other runs for an hour from now. */
   const holdTheSlot = (tenantId: string) => holdTenantSlotAnHour(f.engine, tenantId, clock());

@@ -1,5 +1,4 @@
 import { describe, expect, it, type TestContext } from "vitest";
-import { MAX_RESEND_INTERVAL_MS, reap } from "../../shared/dispatch/reaper.js";
 import { tickOnce } from "../../shared/dispatch/tick.js";
 import type { Engine } from "../../shared/engine.js";
 import { handleCrashedRun } from "../../shared/execution/dead-letter-queue.js";
@@ -16,7 +15,11 @@ import {
   type EngineFixture,
   testJob,
 } from "../support/engine-fixture.js";
-import { holdTenantSlotAnHour, storedJobExpiresAt } from "../support/outwaiting.js";
+import {
+  holdTenantSlotAnHour,
+  reaperPassesThroughOutage,
+  storedJobExpiresAt,
+} from "../support/outwaiting.js";
 import { waitFor } from "../support/wait.js";
 
 /**
@@ -76,12 +79,10 @@ async function lastRunAfterOutage(
   const next = later(f.engine);
 
   // The workers are down for a day and a half; the next deploy's tick re-sends the run.
-  const outageEnd = clock().getTime() + 1.5 * DAY_MS;
-  while (clock().getTime() < outageEnd) {
-    state.offsetMs += MAX_RESEND_INTERVAL_MS + 60_000;
-    await reap(next);
-    await sweepExpired(next, clock());
-  }
+  const advance = (by: number) => {
+    state.offsetMs += by;
+  };
+  await reaperPassesThroughOutage(next, { now: clock, advance }, 1.5 * DAY_MS, DAY_MS);
 
   // The workers are back (the next deploy's): the first copy runs the job's last run.
   const deps = { ...f.workerDeps("w"), engine: next };
