@@ -126,6 +126,13 @@ describe("a per-minute job after a 100-minute dispatcher outage", () => {
   }, 60_000);
 });
 
+/**
+ * How late the per-second job's claim comes: the occurrences before the minute's misfire grace
+ * are missed, at least 120 of them, more than the 100 seconds its runs below lie in, and past the
+ * 40 records a claim's transaction held before.
+ */
+const LATE_MINUTES = 3;
+
 describe("a late per-second claim meets runs at some of its missed occurrences", () => {
   /**
    * A run of the job's schedule there before the schedule's claim: an edit keeps the old
@@ -134,7 +141,7 @@ describe("a late per-second claim meets runs at some of its missed occurrences",
    * passes were down), it records the occurrences missed since the edit.
    */
   it("leaves a run that ran as it ended, whether among the first 40 missed or past them", async () => {
-    const { job, first } = await lateJob("job_history_overwrite", "* * * * * *", 5);
+    const { job, first } = await lateJob("job_history_overwrite", "* * * * * *", LATE_MINUTES);
     // Two runs that ran and succeeded: the 11th missed occurrence and the 46th (inside and past
     // the 40 records a claim's transaction held before).
     const ranAt = [10, 45].map((s) => new Date(first.getTime() + s * SECOND));
@@ -162,7 +169,7 @@ describe("a late per-second claim meets runs at some of its missed occurrences",
    * through the API alone).
    */
   it("is claimed when runs lie at every other missed second: the job moves on", async () => {
-    const { job, first, now } = await lateJob("job_history_scattered", "* * * * * *", 5);
+    const { job, first, now } = await lateJob("job_history_scattered", "* * * * * *", LATE_MINUTES);
     for (let i = 0; i < 50; i++)
       await putQueuedRun(job, new Date(first.getTime() + 2 * i * SECOND));
     for (let pass = 0; pass < 3; pass++) await dispatchShard(f.engine, 0, `scattered-${pass}`);
@@ -175,7 +182,7 @@ describe("a late per-second claim meets runs at some of its missed occurrences",
     const { job, first, now } = await lateJob(
       "job_history_scattered_once",
       "* * * * * *",
-      5,
+      LATE_MINUTES,
       "fire_once",
     );
     for (let i = 0; i < 50; i++)
