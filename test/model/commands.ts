@@ -511,7 +511,7 @@ class MakeDeadLetter implements Cmd {
       await seq.pass();
       await seq.deliver(6, "normal");
       if (seq.violations.length > 0) return;
-      const { runs } = await seq.snapshot();
+      const runs = await seq.storedRuns();
       if (runs.some((r) => r.jobId === job.id && r.status === "DEAD")) return;
       const step = new AdvanceClock(5_000);
       if (!step.check(model)) return;
@@ -688,8 +688,8 @@ class Replay implements Cmd {
   async run(model: Model, seq: Sequence): Promise<void> {
     const { spec } = this;
     if (model.jobs.length === 0) await this.makeDeadLetter(model, seq);
-    const snap = await seq.snapshot();
-    const deadRuns = snap.runs
+    const runs = await seq.storedRuns();
+    const deadRuns = runs
       .filter((r) => r.status === "DEAD")
       .sort((a, b) => a.runId.localeCompare(b.runId));
     const unreplayed = deadRuns.filter((r) => r.replayedBy === null);
@@ -711,20 +711,20 @@ class Replay implements Cmd {
     if (spec.target !== "missing" && dead === undefined) {
       await this.makeDeadLetter(model, seq);
       if (seq.violations.length > 0) return;
-      const made = (await seq.snapshot()).runs.find(
+      const made = (await seq.storedRuns()).find(
         (r) => r.status === "DEAD" && r.replayedBy === null,
       );
       if (made === undefined) {
         seq.reached.add("replay command with no dead letter");
         return;
       }
-      await this.replay(model, seq, made.runId, made, await seq.snapshot());
+      await this.replay(model, seq, made.runId, made, await seq.storedRuns());
       return;
     }
     if (dead === undefined && someJob === undefined) return;
     // Attempt 9999 of an occurrence at this millisecond: a run id of the right form that no run has.
     const runId = dead?.runId ?? runIdFor(someJob?.id ?? "", new Date(seq.nowMs), MAX_ATTEMPT);
-    await this.replay(model, seq, runId, dead, snap);
+    await this.replay(model, seq, runId, dead, runs);
   }
 
   /** None yet: makes one, so that a replay early in a sequence is not spent on an empty list. */
@@ -740,7 +740,7 @@ class Replay implements Cmd {
     seq: Sequence,
     runId: string,
     dead: SnapshotRun | undefined,
-    snap: Snapshot,
+    runs: readonly SnapshotRun[],
   ): Promise<void> {
     const { spec } = this;
     const key = spec.key === null ? null : `rk-${spec.key}`;
@@ -751,7 +751,7 @@ class Replay implements Cmd {
     const change = () =>
       job === undefined || race === null ? Promise.resolve() : lifecycle(model, seq, job, race.op);
     if (race?.when === "between") seq.plan.replayHook = { run: change };
-    let expected = expectReplay(model, dead, key, snap.runs);
+    let expected = expectReplay(model, dead, key, runs);
     const racing = race?.when === "concurrent" ? change() : null;
     const sends = race?.when === "between" ? 1 : spec.sends;
     const [lost, injected] = [seq.plan.lost.length, seq.plan.injected.length];
@@ -793,7 +793,7 @@ class Replay implements Cmd {
       };
     this.judge(model, seq, dead, key, expected, first);
     for (let i = 0; i < spec.repeats; i++) {
-      const again = expectReplay(model, dead, key, snap.runs);
+      const again = expectReplay(model, dead, key, runs);
       this.judge(model, seq, dead, key, again, [await this.send(model, seq, runId, key, dead)]);
       if (dead !== undefined && key !== null && model.replays.get(dead.runId)?.key === key)
         seq.reached.add("replay repeated with its key");
@@ -906,7 +906,7 @@ class CancelRun implements Cmd {
   constructor(readonly index: number) {}
   check = (m: Readonly<Model>) => m.jobs.length > 0;
   async run(model: Model, seq: Sequence): Promise<void> {
-    const { runs } = await seq.snapshot();
+    const runs = await seq.storedRuns();
     const live = runs
       .filter((r) => r.status === "QUEUED" || r.status === "RUNNING")
       .sort((a, b) => a.runId.localeCompare(b.runId));

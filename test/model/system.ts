@@ -718,20 +718,26 @@ export class Sequence {
 
   async snapshot(): Promise<Snapshot> {
     await this.queues.pull();
-    const [jobItems, runItems] = await Promise.all([
+    const [jobItems, runs] = await Promise.all([
       scanTable(this.clients.doc, this.tables.jobs),
-      scanTable(this.clients.doc, this.tables.runs),
+      this.storedRuns(),
     ]);
     return {
       now: this.nowMs,
       jobs: jobItems.filter((i) => String(i.pk).startsWith("JOB#")).map(decodeJob),
       due: jobItems.filter((i) => String(i.pk).startsWith("DUE#")).map(decodeDueEntry),
-      runs: runItems.map((item) => ({
-        ...decodeRun(item),
-        inflightSk: typeof item.inflightSk === "string" ? item.inflightSk : null,
-      })),
+      runs,
       messages: this.queues.all(),
     };
+  }
+
+  /** The runs as stored now: what a command reads to pick a run or see one end, without the rest of a snapshot. */
+  async storedRuns(): Promise<Snapshot["runs"]> {
+    const runItems = await scanTable(this.clients.doc, this.tables.runs);
+    return runItems.map((item) => ({
+      ...decodeRun(item),
+      inflightSk: typeof item.inflightSk === "string" ? item.inflightSk : null,
+    }));
   }
 
   /**
@@ -770,22 +776,26 @@ export class Sequence {
       const due = Date.parse(m.message.dueAt);
       times.push(due - m.visibleAt > MAX_EARLY_WAIT_MS ? m.visibleAt : Math.max(m.visibleAt, due));
     }
-    const jobItems = await scanTable(this.clients.doc, this.tables.jobs);
+    const [jobItems, ...firstInflight] = await Promise.all([
+      scanTable(this.clients.doc, this.tables.jobs),
+      ...Array.from({ length: MODEL_SETTINGS.maxShardCount }, async (_, shard) => {
+        const page = await this.clients.doc.send(
+          new QueryCommand({
+            TableName: this.tables.runs,
+            IndexName: RUNS_INFLIGHT_INDEX,
+            KeyConditionExpression: "inflightPk = :pk",
+            ExpressionAttributeValues: { ":pk": inflightPk(shard) },
+            Limit: 1,
+          }),
+        );
+        return page.Items?.[0]?.inflightSk;
+      }),
+    ]);
     for (const item of jobItems) {
       if (String(item.pk).startsWith("DUE#"))
         times.push(Date.parse(String(item.dueAt)) - MODEL_SETTINGS.lookaheadMs);
     }
-    for (let shard = 0; shard < MODEL_SETTINGS.maxShardCount; shard++) {
-      const page = await this.clients.doc.send(
-        new QueryCommand({
-          TableName: this.tables.runs,
-          IndexName: RUNS_INFLIGHT_INDEX,
-          KeyConditionExpression: "inflightPk = :pk",
-          ExpressionAttributeValues: { ":pk": inflightPk(shard) },
-          Limit: 1,
-        }),
-      );
-      const first = page.Items?.[0]?.inflightSk;
+    for (const first of firstInflight) {
       if (typeof first === "string") times.push(Date.parse(first) + 1);
     }
     if (this.backlog) times.push(this.nowMs + TICK_MS);
@@ -803,9 +813,12 @@ export class Sequence {
     for (const delivery of this.deliveries.values()) delivery.context.killed = true;
     await this.releaseSleepers();
     await this.queues.pull();
-    for (const held of this.queues.all()) {
-      await deleteMessages(this.engine.sqs, held.queueUrl, [held.receiptHandle]);
-      this.queues.forget(held.receiptHandle);
+    const byQueue = new Map<string, string[]>();
+    for (const held of this.queues.all())
+      byQueue.set(held.queueUrl, [...(byQueue.get(held.queueUrl) ?? []), held.receiptHandle]);
+    for (const [queueUrl, handles] of byQueue) {
+      await deleteMessages(this.engine.sqs, queueUrl, handles);
+      for (const handle of handles) this.queues.forget(handle);
     }
     try {
       await recoverLostMessages(this.engine);

@@ -1,4 +1,5 @@
 import {
+  type Message,
   ReceiveMessageCommand,
   type SendMessageBatchRequestEntry,
   SendMessageCommand,
@@ -58,45 +59,77 @@ export class VirtualQueues {
   /** Messages sent but not yet pulled from the emulator: their virtual visibility. */
   private readonly sent = new Map<string, number>();
   private seq = 0;
+  /** Queues a send went to since their last pull (all of them at first: nothing is known yet). */
+  private readonly sentTo: Set<string>;
+  private pulling: Promise<void> = Promise.resolve();
   readonly faults: SqsFaults = { sends: [], expiredReceipts: 0, injected: [] };
 
   constructor(
     private readonly sqs: SQSClient,
     readonly urls: readonly string[],
     private readonly now: () => number,
-  ) {}
+  ) {
+    this.sentTo = new Set(urls);
+  }
 
-  /** Receives every message the emulator has for the model and holds it. */
-  async pull(): Promise<void> {
-    for (const url of this.urls) {
-      for (;;) {
-        const result = await this.sqs.send(
-          new ReceiveMessageCommand({
-            QueueUrl: url,
-            MaxNumberOfMessages: 10,
-            WaitTimeSeconds: 0,
-            VisibilityTimeout: HIDDEN_SECONDS,
-          }),
-        );
-        const messages = result.Messages ?? [];
-        if (messages.length === 0) break;
-        for (const m of messages) {
-          const message = decodeRunMessage(m.Body);
-          if (!message || !m.MessageId || !m.ReceiptHandle) continue;
-          const visibleAt = this.sent.get(m.MessageId) ?? this.now();
-          this.sent.delete(m.MessageId);
-          this.held.set(m.ReceiptHandle, {
-            seq: this.seq++,
-            messageId: m.MessageId,
-            queueUrl: url,
-            receiptHandle: m.ReceiptHandle,
-            message,
-            visibleAt,
-            receives: 0,
-            busy: false,
-          });
-        }
+  /**
+   * Receives every message the emulator has for the model and holds it. Only the queues a send
+   * went to since their last pull can have any (a received message stays hidden in the emulator),
+   * so a queue no send touched is not asked; pulls run one at a time, each queue's messages held in
+   * the order of `urls`.
+   */
+  pull(): Promise<void> {
+    const pulled = this.pulling.then(() => this.pullSent());
+    this.pulling = pulled.catch(() => undefined);
+    return pulled;
+  }
+
+  private async pullSent(): Promise<void> {
+    const urls = this.urls.filter((url) => this.sentTo.has(url));
+    // Cleared before receiving: a send that ends while the receives run marks its queue again.
+    for (const url of urls) this.sentTo.delete(url);
+    const received = await Promise.all(
+      urls.map((url) =>
+        this.receiveAll(url).catch((error: unknown) => {
+          this.sentTo.add(url);
+          throw error;
+        }),
+      ),
+    );
+    for (const [index, url] of urls.entries()) {
+      for (const m of received[index] ?? []) {
+        const message = decodeRunMessage(m.Body);
+        if (!message || !m.MessageId || !m.ReceiptHandle) continue;
+        const visibleAt = this.sent.get(m.MessageId) ?? this.now();
+        this.sent.delete(m.MessageId);
+        this.held.set(m.ReceiptHandle, {
+          seq: this.seq++,
+          messageId: m.MessageId,
+          queueUrl: url,
+          receiptHandle: m.ReceiptHandle,
+          message,
+          visibleAt,
+          receives: 0,
+          busy: false,
+        });
       }
+    }
+  }
+
+  private async receiveAll(url: string): Promise<Message[]> {
+    const all: Message[] = [];
+    for (;;) {
+      const result = await this.sqs.send(
+        new ReceiveMessageCommand({
+          QueueUrl: url,
+          MaxNumberOfMessages: 10,
+          WaitTimeSeconds: 0,
+          VisibilityTimeout: HIDDEN_SECONDS,
+        }),
+      );
+      const messages = result.Messages ?? [];
+      if (messages.length === 0) return all;
+      all.push(...messages);
     }
   }
 
@@ -173,7 +206,7 @@ export class VirtualQueues {
           const result = await next({
             ...args,
             input: { ...input, Entries: entries.map((e) => ({ ...e, DelaySeconds: 0 })) },
-          });
+          }).finally(() => this.sentTo.add(String(input.QueueUrl)));
           const output = result.output as { Successful?: { Id?: string; MessageId?: string }[] };
           for (const ok of output.Successful ?? []) {
             if (ok.MessageId)
@@ -191,7 +224,9 @@ export class VirtualQueues {
       if (command === "SendMessageCommand") {
         const sentAt = this.now();
         const delay = typeof input.DelaySeconds === "number" ? input.DelaySeconds : 0;
-        const result = await next({ ...args, input: { ...input, DelaySeconds: 0 } });
+        const result = await next({ ...args, input: { ...input, DelaySeconds: 0 } }).finally(() =>
+          this.sentTo.add(String(input.QueueUrl)),
+        );
         const output = result.output as { MessageId?: string };
         if (output.MessageId) this.sent.set(output.MessageId, sentAt + delay * 1000);
         return result;
