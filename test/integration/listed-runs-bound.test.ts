@@ -1,7 +1,7 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { isDeepStrictEqual } from "node:util";
-import { GetCommand, QueryCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import { QueryCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Engine } from "../../shared/engine.js";
 import { handOverRun, issueRunToken } from "../../shared/execution/async-delivery.js";
@@ -26,7 +26,7 @@ import { MAX_CONCURRENT_LIMIT } from "../../shared/policies.js";
 import { MAX_LISTED_RUNS } from "../../shared/storage/admission.js";
 import { putRunsUnconditionally } from "../../shared/storage/claim.js";
 import { decodeRun, jobKey } from "../../shared/storage/items.js";
-import { getJob, getRun, runKeyOf } from "../../shared/storage/run-reads.js";
+import { getJob, getRun, getRunItem, runKeyOf } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
 import { newRunToken, runTokenHash } from "../../shared/webhooks/run-token.js";
 import { cachedSigningSecrets } from "../../shared/webhooks/secrets.js";
@@ -188,15 +188,7 @@ describe.concurrent("the runs a job lists as under way", () => {
 
   /** A run's item as stored. */
   const runItem = async (run: Run): Promise<Item> =>
-    (
-      await f.engine.doc.send(
-        new GetCommand({
-          TableName: f.engine.tables.runs,
-          Key: runKeyOf(run),
-          ConsistentRead: true,
-        }),
-      )
-    ).Item ?? {};
+    (await getRunItem(f.engine, runKeyOf(run))) ?? {};
 
   /** The job's runs as stored, read a page at a time (a read a run was 200 requests). */
   const runsOf = async (jobId: string) => {
