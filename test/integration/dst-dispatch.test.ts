@@ -3,26 +3,27 @@ import { afterEach, describe, expect, it } from "vitest";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { PreviewSchema } from "../../shared/api/schemas/previews.js";
 import { RunPageSchema } from "../../shared/api/schemas/runs.js";
-import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
+import { dispatchShard, horizonOf } from "../../shared/dispatch/dispatcher.js";
 import { tickOnce } from "../../shared/dispatch/tick.js";
+import { scanDueEntriesBefore } from "../../shared/storage/due-entries.js";
 import { shardLeaseKey } from "../../shared/storage/items.js";
 import { type ApiHarness, startApi } from "../api/support.js";
 
 /**
  * The DST rules as a tenant in the zone meets them end to end: a job created over the API, the
- * dispatcher's passes ticking through the night the clocks change (every 10 minutes of a fixed
- * clock, on the emulators) and again up to the day after's occurrence, the runs it queued read
- * back over the API. The schedule core's tests pin the rules on plain functions; here the claims (their reach, the due entries' minute buckets, the
- * job's next occurrence) must queue exactly the occurrences the job's preview showed before the
- * night: each once, none missing. The nights are in 2027, ahead of the machine's clock, so no
- * item's TTL has passed on DynamoDB Local.
+ * dispatcher's passes through the night the clocks change (at instants 10 minutes apart on a fixed
+ * clock, on the emulators) and on to the day after's occurrence, the runs it queued read back over
+ * the API. The schedule core's tests pin the rules on plain functions; here the claims (their
+ * reach, the due entries' minute buckets, the job's next occurrence) must queue exactly the
+ * occurrences the job's preview showed before the night: each once, none missing. The nights are
+ * in 2027, ahead of the machine's clock, so no item's TTL has passed on DynamoDB Local.
  *
- * The file is CPU-bound, not waiting: a tick 10 minutes after the last is 32 DynamoDB requests,
- * 26 of them a minute bucket's Query (6 of the window, 10 swept again, 10 of the look-back), each
- * about a millisecond of CPU in this process (the SDK's work; shared/'s code, the dispatcher, cron
- * and zones included, is about 5% of it) and as much in DynamoDB Local's JVM; a pass reading a
- * day's backlog bucket by bucket is some 1,200 Queries. Run side by side, the cases only share the
- * two cores (262c947, reverted).
+ * The file is CPU-bound, not waiting: a pass 10 minutes after the last is some 30 DynamoDB
+ * requests, 26 of them a minute bucket's Query (the window, 10 swept again, 10 of the look-back),
+ * each about a millisecond of CPU in this process (the SDK's work) and as much in DynamoDB Local's
+ * JVM. So the passes are made only at the instants where one can claim something (`tickUntil`):
+ * a case is some 50-320 requests, not 650-1,750. Run side by side, the cases only share the two
+ * cores (262c947, reverted).
  */
 const MINUTE = 60_000;
 const TICK_MS = 10 * MINUTE;
@@ -55,30 +56,26 @@ async function previewUtc(harness: ApiHarness, jobId: string, count: number): Pr
   return PreviewSchema.parse(reply.body).occurrences.map((o) => o.utc);
 }
 
-/**
- * The dispatcher's pass over the one shard from the clock's reading up to `until`, TICK_MS apart:
- * a tick (tickOnce) without the reaper after it. No worker takes the queued runs here, so from a
- * lease after each run's time the reaper re-sent its message and moved its deadline on at every
- * step, writes of no field this file reads (which occurrences are queued, and their status, are
- * the passes' writes alone); the reaper's own files (reaper-cursor, cancel-killed-midway,
- * clock-skew) test its re-sends.
- */
-async function tickUntil(harness: ApiHarness, until: string): Promise<void> {
-  for (; nowMs <= Date.parse(until); nowMs += TICK_MS) {
-    const pass = await dispatchShard(harness.fixture.engine, 0, "dst-dispatch");
-    expect(pass.outcome).toBe("swept");
-  }
+/** The minute of the bucket holding the shard's earliest due entry (its job's next), or null. */
+async function earliestDueBucket(harness: ApiHarness): Promise<string | null> {
+  let earliest: string | null = null;
+  let from: Record<string, unknown> | undefined;
+  do {
+    // Before the last minute there is: every bucket.
+    const page = await scanDueEntriesBefore(harness.fixture.engine, 0, "9999-12-31T23:59", from);
+    for (const { key } of page.entries) {
+      const minute = key.pk.slice("DUE#".length, "DUE#".length + 16);
+      if (earliest === null || minute < earliest) earliest = minute;
+    }
+    from = page.nextKey;
+  } while (from !== undefined);
+  return earliest;
 }
-
-/** Ticks from the night's start cover this much: its change, and a repeated hour after it. */
-const NIGHT_MS = 3 * 60 * MINUTE;
 
 /**
  * Forgets where the shard's passes stopped (its lease item), as for a shard no pass has completed
  * on: the next pass finds its backlog by one strongly consistent scan of every due entry before its
- * window, however old, instead of reading each minute bucket since the last pass's line (some
- * 1,200 Queries over a day, most of a night's case). What the scan finds it claims, so an entry a
- * claim filed anywhere in the skipped time would still be claimed, and show among the runs.
+ * window, however old, instead of reading each minute bucket since the last pass's line.
  */
 async function forgetShardPosition(harness: ApiHarness): Promise<void> {
   const { engine } = harness.fixture;
@@ -88,23 +85,41 @@ async function forgetShardPosition(harness: ApiHarness): Promise<void> {
 }
 
 /**
- * A night and the day after it: ticks TICK_MS apart for NIGHT_MS, then none until half an hour or
- * less before the day after's occurrence (`nextDay`), then TICK_MS apart again up to `until`, at
- * the instants they had without the gap. Nothing falls due in the day between; its first pass
- * after the gap reads it by the scan of a shard's first pass (`forgetShardPosition`).
+ * The dispatcher's pass over the one shard (a tick, tickOnce, without the reaper after it) at
+ * instants TICK_MS apart from the clock's reading up to `until`, made only where it can claim
+ * something, and at the last instant. With one job the shard's due entries are its own, and a pass
+ * whose buckets (the backlog since the passes' line, the window up to its horizon, the look-back
+ * behind the line) hold none claims nothing and only moves the line on. So a pass is made at the
+ * first instant whose horizon reaches the bucket of the shard's earliest due entry (a claim files
+ * the next), and at the last instant, leaving the line where a pass at every instant leaves it for
+ * what comes after (an edit, a pass on a clock behind, an outage). The first pass after some were
+ * left out forgets the shard's position: its scan, as a shard's first pass's, finds what lies
+ * before its window, which is what its backlog would have held (the entries from that earliest
+ * bucket on; none lies behind the line for a look-back), and it ends at the same line. An entry
+ * behind the line is the earliest and within every horizon: from then on a pass is made at every
+ * instant, reading their buckets, as before.
+ *
+ * No worker takes the queued runs, so from a lease after each run's time the reaper re-sent its
+ * message and moved its deadline on at every step, writes of no field this file reads (which
+ * occurrences are queued, and their status, are the passes' writes alone); the reaper's own files
+ * (reaper-cursor, cancel-killed-midway, clock-skew) test its re-sends.
  */
-async function tickNightAndDayAfter(
-  harness: ApiHarness,
-  until: string,
-  nextDay: string,
-): Promise<void> {
-  const resume = Date.parse(nextDay) - 30 * MINUTE;
-  await tickUntil(harness, new Date(Math.min(nowMs + NIGHT_MS, resume)).toISOString());
-  if (nowMs < resume) {
-    await forgetShardPosition(harness);
-    nowMs += Math.ceil((resume - nowMs) / TICK_MS) * TICK_MS;
+async function tickUntil(harness: ApiHarness, until: string): Promise<void> {
+  const { engine } = harness.fixture;
+  const reaches = (atMs: number, bucket: string) =>
+    horizonOf(new Date(atMs), engine.settings.lookaheadMs).minute >= bucket;
+  const untilMs = Date.parse(until);
+  while (nowMs <= untilMs) {
+    const due = await earliestDueBucket(harness);
+    const lastMs = nowMs + Math.floor((untilMs - nowMs) / TICK_MS) * TICK_MS;
+    let atMs = nowMs;
+    while (atMs < lastMs && (due === null || !reaches(atMs, due))) atMs += TICK_MS;
+    if (atMs > nowMs) await forgetShardPosition(harness);
+    nowMs = atMs;
+    const pass = await dispatchShard(engine, 0, "dst-dispatch");
+    expect(pass.outcome).toBe("swept");
+    nowMs += TICK_MS;
   }
-  await tickUntil(harness, until);
 }
 
 /** The job's runs over the API, as `scheduledFor status`, oldest occurrence first. */
@@ -203,7 +218,7 @@ describe("the night the clocks change, as the dispatcher queues it", () => {
       const shown = await previewUtc(harness, job.id, night.runs.length);
       expect(shown).toEqual(night.runs);
 
-      await tickNightAndDayAfter(harness, night.until, night.runs.at(-1) ?? night.until);
+      await tickUntil(harness, night.until);
       expect(await runsOf(harness, job.id)).toEqual(queued(night.runs));
     }, 60_000);
   }
@@ -331,9 +346,6 @@ describe("with a jitter window, the preview is what runs", () => {
     });
     const shown = await plannedPreview(harness, job.id, 10);
     expect(shown).toHaveLength(3);
-    await tickUntil(harness, "2027-03-14T10:00:00Z");
-    await forgetShardPosition(harness);
-    nowMs = Date.parse("2027-03-15T04:30:00Z");
     await tickUntil(harness, "2027-03-15T08:00:00Z");
     expect(await plannedRuns(harness, job.id)).toEqual(shown);
   }, 120_000);
