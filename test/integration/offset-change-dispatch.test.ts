@@ -85,6 +85,14 @@ interface Night {
   readonly timezone: string;
   /** The instant the offset changes. */
   readonly change: string;
+  /**
+   * The minutes before and after the change that the dispatcher is ticked through (from the jobs'
+   * creation): the first occurrence of the night's jobs in their local 23:00 to 01:59 up to the
+   * last, and the planned time of the last with its window. The passes before and after would
+   * only queue every 20, 10 and 50 minutes where the offset holds.
+   */
+  readonly minutesBefore: number;
+  readonly minutesAfter: number;
 }
 
 const nights: readonly Night[] = [
@@ -92,21 +100,34 @@ const nights: readonly Night[] = [
     what: "Havana forward at midnight",
     timezone: "America/Havana",
     change: "2027-03-14T05:00:00Z",
+    // 23:00 EST, 60 minutes before; the per-30 s job's hour 0, run as 01:00 to 01:59 CDT.
+    minutesBefore: 70,
+    minutesAfter: 70,
   },
   {
     what: "Havana back at 01:00 to 00:00",
     timezone: "America/Havana",
     change: "2027-11-07T05:00:00Z",
+    // 23:00 CDT, 120 minutes before; 01:30 CST, 90 minutes after, planned up to 10 minutes later.
+    minutesBefore: 120,
+    minutesAfter: 100,
   },
   {
     what: "Beirut back at 24:00 to 23:00",
     timezone: "Asia/Beirut",
     change: "2027-10-30T21:00:00Z",
+    // 23:00 EEST, 60 minutes before; 00:00 to 00:59 EET and 01:00 EET, 60 to 120 minutes after.
+    minutesBefore: 70,
+    minutesAfter: 120,
   },
   {
     what: "Lord Howe back 30 minutes",
     timezone: "Australia/Lord_Howe",
     change: "2027-04-03T15:00:00Z",
+    // 00:00 (+11), 120 minutes before; 01:40 again (+10:30) and 02:00, 10 and 30 minutes after,
+    // the per-20-minute job planned up to 19 minutes later.
+    minutesBefore: 120,
+    minutesAfter: 50,
   },
 ];
 
@@ -131,10 +152,11 @@ function jobsFor(night: Night, createdAt: number): Record<string, Record<string,
       schedule: { cron: "0,30 23,0,1 * * *", timezone: zone },
       window: "PT10M",
     },
-    "every 10 minutes, ending inside the night at 20 runs": {
+    "every 10 minutes, ending inside the night at its maxRuns": {
       schedule: { cron: "*/10 * * * *", timezone: zone },
       window: "PT5M",
-      maxRuns: 20,
+      // Its last run 20 minutes or more before the night's last tick.
+      maxRuns: (night.minutesBefore + night.minutesAfter) / 10 - 2,
     },
     "every 50 minutes of elapsed time": {
       schedule: { every: "PT50M" },
@@ -154,15 +176,16 @@ describe("a night a zone changes offset, as its preview shows it and the dispatc
   for (const night of nights) {
     it(`${night.what} (${night.timezone}, ${night.change})`, async () => {
       const change = Date.parse(night.change);
-      const harness = await started(change - 2 * HOUR);
-      const jobs = Object.entries(jobsFor(night, change - 2 * HOUR));
+      const createdAt = change - night.minutesBefore * MINUTE;
+      const harness = await started(createdAt);
+      const jobs = Object.entries(jobsFor(night, createdAt));
       const created = new Map<string, { id: string; shown: string[] }>();
       for (const [name, body] of jobs) {
         const job = await create(harness, body);
         created.set(name, { id: job.id, shown: await preview(harness, job.id) });
       }
 
-      const until = change + 2 * HOUR;
+      const until = change + night.minutesAfter * MINUTE;
       await tickUntil(harness, until);
       const lastTick = nowMs - TICK_MS;
       const byJob = await runsByJob(harness);
