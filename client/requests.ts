@@ -117,20 +117,22 @@ export const waitOrAbort = (ms: number, signal: AbortSignal | undefined) =>
 
 /**
  * Polls `probe` until it returns a run, or gives up after `timeoutMs` with a
- * WaitTimeoutError naming `what`.
+ * WaitTimeoutError naming `what`. The timeout is real time elapsed, on the monotonic clock: a step
+ * of the wall clock during the wait (an NTP correction, a machine waking) neither ends it early
+ * nor makes it overstay.
  */
 export async function pollForRun(
   what: string,
   probe: () => Promise<{ done: Run | null; seen: Run | null }>,
   options: WaitOptions,
 ): Promise<Run> {
-  const deadline = Date.now() + (options.timeoutMs ?? 60_000);
+  const deadline = performance.now() + (options.timeoutMs ?? 60_000);
   let lastSeen: Run | null = null;
   for (;;) {
     const { done, seen } = await probe();
     if (done) return done;
     lastSeen = seen ?? lastSeen;
-    if (Date.now() >= deadline) {
+    if (performance.now() >= deadline) {
       const status = lastSeen ? ` (last seen ${lastSeen.status})` : "";
       throw new WaitTimeoutError(
         `timed out after ${options.timeoutMs ?? 60_000} ms waiting for ${what}${status}`,

@@ -31,8 +31,8 @@ export interface CliIo {
    */
   readonly stderrIsTty?: boolean;
   /**
-   * The clock a listing's progress is timed by, and the client's (`retry.now`), which a Retry-After
-   * date is counted from (default Date.now).
+   * The clock a listing's progress is timed by (default the monotonic performance.now), and the
+   * client's (`retry.now`), which a Retry-After date is counted from (default Date.now).
    */
   readonly now?: () => number;
 }

@@ -42,7 +42,8 @@ export async function withProgress<T>(
 ): Promise<T> {
   const signal = ctrlC(io);
   if (io.stderrIsTty !== true) return interruptible(io, read(signal));
-  const now = io.now ?? Date.now;
+  // Only the time since the start counts: the monotonic clock, which a wall clock's step leaves be.
+  const now = io.now ?? (() => performance.now());
   const startedAt = now();
   // The length of the line shown, 0 when none: it is ASCII, one column a character, and erased
   // with spaces rather than an escape sequence, which a dumb terminal would print.

@@ -240,10 +240,11 @@ export function runsCommand(program: Command, io: CliIo): void {
           !seen.has(run.runId) && endedBefore(run) && Date.parse(run.scheduledFor) <= unsure;
         if (context.format === "table") io.stdout(`${fixedColumns(RUN_COLUMNS)}\n`);
         for (const run of before) if (run.status === "running") io.stdout(line(run));
+        // On the monotonic clock: --timeout is real time elapsed, whatever the wall clock does.
         const deadline =
           flags.timeout === undefined
             ? Number.POSITIVE_INFINITY
-            : Date.now() + flags.timeout * 1000;
+            : performance.now() + flags.timeout * 1000;
         let ended = 0;
         // The first pass shows what the first read found that ended since `since`.
         let runs: Run[] | null = before;
@@ -258,7 +259,7 @@ export function runsCommand(program: Command, io: CliIo): void {
             if (FINAL_RUN_STATUSES.includes(run.status)) ended += 1;
             if (flags.count !== undefined && ended >= flags.count) return;
           }
-          if (Date.now() >= deadline) {
+          if (performance.now() >= deadline) {
             if (flags.count === undefined) return;
             throw new CliExit(
               EXIT.timedOut,
@@ -266,7 +267,7 @@ export function runsCommand(program: Command, io: CliIo): void {
             );
           }
           await waitOrAbort(
-            Math.min(flags.interval, Math.max(0, deadline - Date.now())),
+            Math.min(flags.interval, Math.max(0, deadline - performance.now())),
             io.signal,
           );
           if (io.signal?.aborted) return;

@@ -1,6 +1,6 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
 import { EXIT } from "../../client/cli/exit-codes.js";
 import { withProgress } from "../../client/cli/progress.js";
 import { type PagesRead, SchedulerClient } from "../../client/index.js";
@@ -164,6 +164,27 @@ describe("a listing of many empty pages, stderr a terminal", () => {
     const { code, err } = await cli(true, ["runs", "list", JOB]);
     expect(code).toBe(EXIT.ok);
     expect(err).toBe("");
+  });
+
+  it("a short listing shows nothing when the wall clock steps an hour forward while it reads", async () => {
+    emptyPages = 3;
+    // No clock given; the machine's wall clock steps (NTP, a laptop waking) as the first page is
+    // asked for.
+    const machine = Date.now.bind(Date);
+    vi.spyOn(Date, "now").mockImplementation(() => machine() + (requests > 0 ? 3_600_000 : 0));
+    try {
+      const { code, err } = await runCaptured(
+        ["--api", baseUrl, "--key", "k", "runs", "list", JOB],
+        {},
+        {
+          stderrIsTty: true,
+        },
+      );
+      expect(code).toBe(EXIT.ok);
+      expect(err).toBe("");
+    } finally {
+      vi.restoreAllMocks();
+    }
   });
 
   it.each(LISTINGS)(
