@@ -257,7 +257,8 @@ export class JobHandle {
    * Waits for a run to reach a final status (or one of `until`) and returns
    * it. Without `runId` the first poll reads the job's newest page of runs
    * (100), and further pages only down to the occurrences 2 minutes before the
-   * wait began, so its requests do not grow with the job's history; each later
+   * wait began (on the client's clock, `retry.now`: the occurrences are the
+   * API's time), so its requests do not grow with the job's history; each later
    * one reads only the runs that can have changed since (pagedRunPolls). A run
    * not ended of an occurrence older than both is not waited for: wait for it
    * by its `runId`.
@@ -265,6 +266,8 @@ export class JobHandle {
   async waitForRun(options: WaitForRunOptions = {}): Promise<Run> {
     if (options.runId !== undefined) return this.client.waitForRun(this.id, options.runId, options);
     const until = options.until ?? FINAL_RUN_STATUSES;
+    // The look-backs are set against runs' occurrences, the API's time: on the client's clock.
+    const now = this.client[ANSWERS].now;
     const poll = pagedRunPolls(
       (from) =>
         this.runs({
@@ -272,8 +275,9 @@ export class JobHandle {
           ...(from === undefined ? {} : { from }),
           ...signalOf(options),
         }),
-      Date.now() - LOOK_BACK_MS,
+      now() - LOOK_BACK_MS,
       WAIT_PAGE,
+      now,
     );
     const reached = (run: Run) => until.includes(run.status);
     const first = await poll();

@@ -56,11 +56,12 @@ type Operation = `${"GET" | "POST" | "PUT" | "PATCH" | "DELETE"} /${string}`;
 export const ANSWERS = Symbol("answers");
 
 /**
- * Reads one client's answers. A `Retry-After` date in an error is a wait from the client's clock
- * (`retry.now`, as the retries count it), which only this reader holds.
+ * Reads one client's answers, and holds its clock (`retry.now`), against which the client sets the
+ * API's times: a `Retry-After` date in an error is a wait from it (as the retries count it), and a
+ * job handle's wait for the next run looks back from it (JobHandle.waitForRun).
  */
 export class AnswerReader {
-  constructor(private readonly now: () => number) {}
+  constructor(readonly now: () => number) {}
 
   /**
    * The data of a success that has the shape `operation` relies on, or the typed error of

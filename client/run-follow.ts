@@ -72,16 +72,19 @@ export async function runsDownTo(
  * runPolls of a listing of a job's runs, `pageSize` to a page: the first poll reads the newest
  * page, and further pages only down to the occurrences before `firstFloor` (runsDownTo), so that
  * its requests do not grow with the job's history; each later poll reads every page from where
- * runPolls reads. `list(from)` lists the runs of occurrences at or after `from` (every run when
- * undefined), newest first.
+ * runPolls reads, looking back from `now`. `list(from)` lists the runs of occurrences at or after
+ * `from` (every run when undefined), newest first.
  */
 export function pagedRunPolls(
   list: (from: Date | undefined) => AsyncIterable<Run>,
   firstFloor: number,
   pageSize: number,
+  now: () => number,
 ): () => Promise<Run[]> {
-  return runPolls((from) =>
-    from === undefined ? runsDownTo(list(from), firstFloor, pageSize) : everyRunOf(list(from)),
+  return runPolls(
+    (from) =>
+      from === undefined ? runsDownTo(list(from), firstFloor, pageSize) : everyRunOf(list(from)),
+    now,
   );
 }
 

@@ -206,6 +206,8 @@ export function runsCommand(program: Command, io: CliIo): void {
             }),
           firstFloor,
           WATCH_PAGE,
+          // The machine's clock, as `since` (the command's start) is.
+          Date.now,
         );
         // The runs read, oldest first; null once Ctrl-C aborted the read (or the wait before a
         // retry of it), which ends the watch at once rather than when the API answers.

@@ -9,9 +9,10 @@ import { rejection } from "../support/rejection.js";
 /**
  * The clocks of the client's waits. A wait's timeout (and `runs watch --timeout`) is real time
  * elapsed, whatever the machine's wall clock does meanwhile (an NTP step, a VM resumed, a laptop
- * waking). A local server lists the job's runs (`history`, newest occurrence first, by `from`,
- * `limit` and `cursor`) and answers a run by its id; `onRequest` runs as each request arrives,
- * before it is answered.
+ * waking); what a wait compares with the API's time (a run's occurrence) is on the client's clock
+ * (`retry.now`). A local server lists the job's runs (`history`, newest occurrence first, by
+ * `from`, `limit` and `cursor`) and answers a run by its id; `onRequest` runs as each request
+ * arrives, before it is answered.
  */
 const JOB = "01JOBCLOCKS";
 const HOUR = 3_600_000;
@@ -130,5 +131,72 @@ describe("a wait's timeout, while the wall clock steps", () => {
     expect(err).toBe("");
     expect(code).toBe(EXIT.ok);
     expect(JSON.parse(out).runId).toBe(id);
+  });
+});
+
+describe("JobHandle.waitForRun looks back on the client's clock (retry.now)", () => {
+  /** Requests of each read of the runs: the first request of a read and the pages it followed. */
+  const requestsPerRead = () => {
+    const reads: number[] = [];
+    for (const request of requests.filter((path) => /\/runs\?/.test(path))) {
+      if (request.includes("cursor=")) reads[reads.length - 1] = (reads.at(-1) ?? 0) + 1;
+      else reads.push(1);
+    }
+    return reads;
+  };
+  /** Runs `onLaterPoll` once, as the first read after the wait's first one arrives. */
+  const atLaterPoll = (onLaterPoll: () => void) => {
+    let done = false;
+    onRequest = (url) => {
+      if (done || !url.searchParams.has("from") || url.searchParams.has("cursor")) return;
+      done = true;
+      onLaterPoll();
+    };
+  };
+
+  it("an hour behind the machine: the first poll reads every run of the look-back", async () => {
+    const clock = () => machine() - HOUR;
+    // 150 runs queued in the last 75 s of the API's time (a burst of triggers): two pages.
+    const startedAt = clock();
+    history = Array.from({ length: 150 }, (_, i) => runAt(`r${i}`, startedAt - i * 500, "queued"));
+    // The oldest of them, on the second page, ends first.
+    atLaterPoll(() => {
+      history = history.map((run) =>
+        run.runId === "r149" ? { ...run, status: "succeeded" } : run,
+      );
+    });
+    const run = await clientOn(clock).jobs.handle(JOB).waitForRun({ pollMs: 10, timeoutMs: 3000 });
+    expect(run.runId).toBe("r149");
+  });
+
+  it("an hour behind the machine: a later poll reads a run written at an occurrence before the newest", async () => {
+    const clock = () => machine() - HOUR;
+    const startedAt = clock();
+    history = [runAt("r-before", startedAt - 10_000, "succeeded")];
+    // Written between two polls, 30 s before the newest occurrence seen (a dependent's run, or a
+    // trigger's stamped by an API instance whose clock runs behind).
+    atLaterPoll(() => {
+      history = [...history, runAt("r-late", startedAt - 40_000, "succeeded")];
+    });
+    const run = await clientOn(clock).jobs.handle(JOB).waitForRun({ pollMs: 10, timeoutMs: 3000 });
+    expect(run.runId).toBe("r-late");
+  });
+
+  it("an hour ahead of the machine: each poll reads one page, not the hour before", async () => {
+    const clock = () => machine() + HOUR;
+    const startedAt = clock();
+    // 400 runs 10 s apart, ended: the last 66 minutes of the API's time.
+    history = Array.from({ length: 400 }, (_, i) =>
+      runAt(`r${i}`, startedAt - 1000 - i * 10_000, "succeeded"),
+    );
+    let polls = 0;
+    onRequest = (url) => {
+      if (!url.searchParams.has("from") || url.searchParams.has("cursor")) return;
+      polls += 1;
+      if (polls === 2) history = [runAt("r-next", clock(), "succeeded"), ...history];
+    };
+    const run = await clientOn(clock).jobs.handle(JOB).waitForRun({ pollMs: 10, timeoutMs: 3000 });
+    expect(run.runId).toBe("r-next");
+    expect(requestsPerRead().filter((requests) => requests > 1)).toEqual([]);
   });
 });
