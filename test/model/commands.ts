@@ -385,6 +385,11 @@ const runIdOf = (body: unknown): string | undefined =>
     ? body.runId
     : undefined;
 
+const statusOf = (body: unknown): string | undefined =>
+  typeof body === "object" && body !== null && "status" in body && typeof body.status === "string"
+    ? body.status
+    : undefined;
+
 /** Remembers the run a trigger answered, or that it is unsure whether one was queued. */
 function noteTrigger(model: Model, job: ModelJob, reply: Reply): string | undefined {
   const runId = reply.status < 300 ? runIdOf(reply.body) : undefined;
@@ -523,6 +528,17 @@ class MakeDeadLetter implements Cmd {
   }
 }
 
+/** A one-off due now whose handler sleeps until released, stopped or timed out: a run that stays RUNNING. */
+const sleepingOneOff = (tag: number): JobSpec => ({
+  schedule: { kind: "once", offsetMs: 0 },
+  behaviour: { mode: "sleep", tag },
+  misfire: "fire_once",
+  overlap: "allow",
+  maxConcurrent: 2,
+  retry: { maxAttempts: 2, initialDelaySeconds: 1, maxDelaySeconds: 1 },
+  priority: "normal",
+});
+
 /**
  * A run's message back while its worker still holds the run: a one-off due now whose handler
  * sleeps is delivered; the heartbeats' visibility changes then meet an expired receipt (SQS refuses
@@ -536,15 +552,7 @@ class RedeliverWhileHeld implements Cmd {
   constructor(readonly tag: number) {}
   check = () => true;
   async run(model: Model, seq: Sequence): Promise<void> {
-    await new CreateJob({
-      schedule: { kind: "once", offsetMs: 0 },
-      behaviour: { mode: "sleep", tag: this.tag },
-      misfire: "fire_once",
-      overlap: "allow",
-      maxConcurrent: 2,
-      retry: { maxAttempts: 2, initialDelaySeconds: 1, maxDelaySeconds: 1 },
-      priority: "normal",
-    }).run(model, seq);
+    await new CreateJob(sleepingOneOff(this.tag)).run(model, seq);
     await seq.pass();
     await seq.deliver(6, "normal");
     if (seq.violations.length > 0 || seq.sleeping === 0) return;
@@ -912,12 +920,70 @@ class CancelRun implements Cmd {
       .sort((a, b) => a.runId.localeCompare(b.runId));
     const run = pick(live, this.index);
     if (!run) return;
-    await seq.api("POST", `/jobs/${run.jobId}/runs/${run.runId}/cancel`);
+    const reply = await seq.api("POST", `/jobs/${run.jobId}/runs/${run.runId}/cancel`);
+    if (statusOf(reply.body) === "running") seq.reached.add("a cancel asked of a running run");
     const job = model.jobs.find((j) => j.id === run.jobId);
     if (job && job.status !== DELETED) await sync(model, seq, job);
   }
   toString() {
     return `cancel(run ${this.index} not yet ended)`;
+  }
+}
+
+/** Which request asks a running run to cancel: its own cancel, its job's cancel or delete, or a pause that cancels. */
+type RunningCancel = "run" | "cancel" | "delete" | "pause-cancel";
+
+/**
+ * What happens next to a run asked to cancel while its handler runs: nothing yet (the commands
+ * after it decide), its handler ignores the signal and succeeds, or its worker's next heartbeat.
+ */
+type AfterCancel = "later" | "handler succeeds" | "heartbeat";
+
+/**
+ * A cancel asked of a run whose handler is running (docs/api.md, "Cancelling runs"): a one-off due
+ * now whose handler sleeps is delivered, and the request comes while the run is RUNNING under its
+ * worker's live lease, so the run stays running with the request on it. Whatever ends it then (the
+ * heartbeat, a handler that ignores its signal and succeeds, its timeout, a crash and the next
+ * delivery), the run must end CANCELLED (`checkInvariants`: a run asked to cancel ends cancelled).
+ */
+class CancelWhileRunning implements Cmd {
+  constructor(
+    readonly via: RunningCancel,
+    readonly after: AfterCancel,
+    readonly tag: number,
+  ) {}
+  check = () => true;
+  async run(model: Model, seq: Sequence): Promise<void> {
+    const count = model.jobs.length;
+    await new CreateJob(sleepingOneOff(this.tag)).run(model, seq);
+    const job = model.jobs[count];
+    if (job === undefined) return;
+    await seq.pass();
+    await seq.deliver(6, "normal");
+    if (seq.violations.length > 0) return;
+    const running = (await seq.storedRuns()).find(
+      (r) => r.jobId === job.id && r.status === "RUNNING",
+    );
+    if (running === undefined) return;
+    if (this.via === "run") {
+      const reply = await seq.api("POST", `/jobs/${job.id}/runs/${running.runId}/cancel`);
+      await sync(model, seq, job);
+      if (statusOf(reply.body) === "running") seq.reached.add("a cancel asked of a running run");
+    } else {
+      await lifecycle(model, seq, job, this.via);
+      const asked = (await seq.storedRuns()).find((r) => r.runId === running.runId);
+      if (asked?.status === "RUNNING" && asked.cancelRequestedAt)
+        seq.reached.add("a cancel asked of a running run");
+    }
+    if (this.after === "handler succeeds") await seq.releaseSleepers();
+    else if (this.after === "heartbeat") {
+      const step = new AdvanceClock(5_000);
+      if (step.check(model)) await step.run(model, seq);
+    }
+  }
+  toString() {
+    const via = this.via === "run" ? "its own cancel" : `job ${this.via}`;
+    return `cancel while running(by ${via}, then ${this.after}, tag ${this.tag})`;
   }
 }
 
@@ -1244,6 +1310,13 @@ export function commandArbitrary(limits: ModelLimits, maxCommands: number, repla
     makeDeadLetter,
     fc.nat(99).map((tag) => new RedeliverWhileHeld(tag)),
     fc.nat(7).map((i) => new CancelRun(i)),
+    fc
+      .tuple(
+        fc.constantFrom<RunningCancel>("run", "run", "cancel", "delete", "pause-cancel"),
+        fc.constantFrom<AfterCancel>("later", "handler succeeds", "heartbeat"),
+        fc.nat(99),
+      )
+      .map(([via, after, tag]) => new CancelWhileRunning(via, after, tag)),
     fc.constant(new DispatcherPass()),
     fc.constant(new ReaperPass()),
     fc

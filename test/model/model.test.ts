@@ -14,7 +14,8 @@ import { type Expectation, ModelSystem, ModelViolation } from "./system.js";
 /**
  * Model-based test (issue 13, item 15): fast-check drives random sequences of
  * API calls (triggers repeated under one `Idempotency-Key` among them; dead letters made and
- * replayed, keyed or not, repeated, sent at once, racing the job's changes), dispatcher and
+ * replayed, keyed or not, repeated, sent at once, racing the job's changes), cancels asked of runs
+ * whose handler is running, dispatcher and
  * reaper passes, worker deliveries (duplicated, crashing at each seam), clock jumps, injected
  * transaction conflicts, writes applied with their answer lost, and SQS refusing or losing
  * sends and visibility changes, against DynamoDB Local and the SQS emulator, then lets the system settle
