@@ -282,6 +282,28 @@ function racing(update: string, first: () => Promise<void>) {
   };
 }
 
+/**
+ * A target heartbeating its run `beats` times 50 s apart, of which its first and last are made:
+ * each beat writes the run's lease (`extendLease`) and its job's view of it (`extendAdmission`)
+ * over the one before, from its own time, so the last leaves what all of them do. Only for a
+ * stretch nothing reads the lease in (no reaper pass, no other call on the run).
+ */
+async function heartbeatsFor(
+  handOff: HandOff,
+  beats: number,
+  timesOutAt: Date | null = null,
+): Promise<void> {
+  for (const stretch of [50_000, (beats - 1) * 50_000]) {
+    advance(stretch);
+    const reply = await callBack(handOff.heartbeatUrl, handOff.token);
+    expect(reply.status, reply.text).toBe(200);
+    expect(reply.body).toMatchObject({
+      leaseUntil: new Date(now.getTime() + LEASE_MS).toISOString(),
+      ...(timesOutAt === null ? {} : { timesOutAt: timesOutAt.toISOString() }),
+    });
+  }
+}
+
 async function runOf(jobId: string, runId: string) {
   const reply = await api.call("GET", `/jobs/${jobId}/runs/${runId}`);
   expect(reply.status, reply.text).toBe(200);
@@ -313,16 +335,10 @@ describe("async mode (long jobs)", () => {
     });
 
     // 36 heartbeats 50 s apart: each extends the lease a minute from its own time, and the
-    // reaper, looking on the way, finds a live lease every time and sends nothing.
-    for (let beat = 1; beat <= 36; beat++) {
-      advance(50_000);
-      const reply = await callBack(handOff.heartbeatUrl, handOff.token);
-      expect(reply.status, reply.text).toBe(200);
-      expect(reply.body).toEqual({
-        leaseUntil: new Date(now.getTime() + LEASE_MS).toISOString(),
-        timesOutAt: new Date(startedAt + 3600_000).toISOString(),
-      });
-      if (beat % 6 === 0) expect((await reap(api.fixture.engine, { now })).resent).toBe(0);
+    // reaper, looking every sixth beat (five minutes), finds a live lease and sends nothing.
+    for (let look = 1; look <= 6; look++) {
+      await heartbeatsFor(handOff, 6, new Date(startedAt + 3600_000));
+      expect((await reap(api.fixture.engine, { now })).resent).toBe(0);
     }
     expect(now.getTime() - startedAt).toBe(30 * 60_000);
 
@@ -1141,11 +1157,7 @@ describe("async mode (long jobs)", () => {
       const handOff = await deliver(jobId);
       // Its target runs it for 20 minutes, heartbeating: its occurrence lies well behind the
       // lookahead (5 minutes), the run listed in its job's activeRuns alone.
-      for (let beat = 1; beat <= 24; beat++) {
-        advance(50_000);
-        const reply = await callBack(handOff.heartbeatUrl, handOff.token);
-        expect(reply.status, reply.text).toBe(200);
-      }
+      await heartbeatsFor(handOff, 24);
       const ending = (engine: Engine) =>
         how === "cancel"
           ? cancelJob(engine, TENANT_A, jobId)
@@ -1872,10 +1884,7 @@ describe("async mode at odd moments (an adversarial review): what holds", () => 
     const handOff = await deliver(jobId);
     expect(await runOf(jobId, handOff.runId)).toMatchObject({ status: "running" });
     // The target heartbeats for two hours (every 50 s), then its job is cancelled.
-    for (let beat = 0; beat < 144; beat++) {
-      advance(50_000);
-      expect((await callBack(handOff.heartbeatUrl, handOff.token)).status).toBe(200);
-    }
+    await heartbeatsFor(handOff, 144);
     const cancelled = await api.call("POST", `/jobs/${jobId}/cancel`);
     expect(cancelled.status, cancelled.text).toBe(200);
     expect(await runOf(jobId, handOff.runId)).toMatchObject({ status: "cancelled" });
