@@ -745,16 +745,17 @@ describe.concurrent("the look-back's bound, measured on the passes' own clock", 
   const FIRST_PASS_MINUTE = -3;
 
   /**
-   * Passes a minute apart from FIRST_PASS_MINUTE to `m` + 20 min (each PHASE_MS into its minute), and
-   * between them, at `m` + `writtenAtMs`, the write of a writer `behindMs` behind (an hourly job's
-   * entry due a minute before its clock, filed in its clock's minute). Returns how long after the
-   * write the pass that claimed it began, or null when none did.
+   * Passes a minute apart from FIRST_PASS_MINUTE to `m` + `lastPassMinute` min (each PHASE_MS into
+   * its minute), and between them, at `m` + `writtenAtMs`, the write of a writer `behindMs` behind
+   * (an hourly job's entry due a minute before its clock, filed in its clock's minute). Returns how
+   * long after the write the pass that claimed it began, or null when none did.
    */
   async function claimedAfterMs(
     f: EngineFixture,
     jobId: string,
     behindMs: number,
     writtenAtMs: number,
+    lastPassMinute: number,
   ): Promise<number | null> {
     const m = Math.floor(Date.now() / MINUTE) * MINUTE;
     const shard = shardOf(jobId, f.engine.settings.shardCount);
@@ -765,7 +766,7 @@ describe.concurrent("the look-back's bound, measured on the passes' own clock", 
     };
     const writtenAt = m + writtenAtMs;
     const passes = Array.from(
-      { length: 21 - FIRST_PASS_MINUTE },
+      { length: lastPassMinute + 1 - FIRST_PASS_MINUTE },
       (_, i) => m + (i + FIRST_PASS_MINUTE) * MINUTE + PHASE_MS,
     );
     for (const at of passes.filter((at) => at < writtenAt)) await passAt(at);
@@ -791,6 +792,13 @@ describe.concurrent("the look-back's bound, measured on the passes' own clock", 
     writtenAtMs: number;
     /** Derived from the rule above; the write is at `m` + writtenAtMs. */
     claimedAfterMs: number | null;
+    /**
+     * The minute of the case's last pass: 20, past the bound, for an entry claimed; for one never
+     * claimed, the fifth pass after its write. Each pass's look-back begins where the one before
+     * it ended, so once the passes' look-back has read past the entry's bucket (before the write),
+     * every later pass only moves away from it; five show it left behind.
+     */
+    lastPassMinute: number;
   }[] = [
     {
       // Bucket m-2 (m_P = m): the next pass re-sweeps from two minutes before m_P, 55 s on.
@@ -798,6 +806,7 @@ describe.concurrent("the look-back's bound, measured on the passes' own clock", 
       behindMs: 2.5 * MINUTE,
       writtenAtMs: 55 * SECOND,
       claimedAfterMs: 55 * SECOND,
+      lastPassMinute: 20,
     },
     {
       // Bucket m-3 (m_P - 3), before the next pass's re-sweep: the look-back reads it once the
@@ -806,6 +815,7 @@ describe.concurrent("the look-back's bound, measured on the passes' own clock", 
       behindMs: 3.5 * MINUTE,
       writtenAtMs: 55 * SECOND,
       claimedAfterMs: 14 * MINUTE + 55 * SECOND,
+      lastPassMinute: 20,
     },
     {
       // Bucket m-17 (m_P = m-1, so m_P - 16), read by the pass whose line reaches m-1: at m+1.
@@ -813,6 +823,7 @@ describe.concurrent("the look-back's bound, measured on the passes' own clock", 
       behindMs: 17 * MINUTE,
       writtenAtMs: 45 * SECOND,
       claimedAfterMs: MINUTE + 5 * SECOND,
+      lastPassMinute: 20,
     },
     {
       // Bucket m-18 (m_P - 17), which the pass at m reads 5 s after the write.
@@ -820,6 +831,7 @@ describe.concurrent("the look-back's bound, measured on the passes' own clock", 
       behindMs: 18 * MINUTE + 45 * SECOND,
       writtenAtMs: 45 * SECOND,
       claimedAfterMs: 5 * SECOND,
+      lastPassMinute: 20,
     },
     {
       // Bucket m-19 (m_P - 18), which the pass at m-1 min read before the write.
@@ -827,6 +839,7 @@ describe.concurrent("the look-back's bound, measured on the passes' own clock", 
       behindMs: 18 * MINUTE + 50 * SECOND,
       writtenAtMs: 45 * SECOND,
       claimedAfterMs: null,
+      lastPassMinute: 4,
     },
   ];
   for (const behind of [5, 20]) {
@@ -938,7 +951,13 @@ describe.concurrent("the look-back's bound, measured on the passes' own clock", 
   for (const c of cases) {
     it(c.name, async ({ onTestFinished }) => {
       const f = await caseFixture(onTestFinished);
-      const measured = await claimedAfterMs(f, "bound", c.behindMs, c.writtenAtMs);
+      const measured = await claimedAfterMs(
+        f,
+        "bound",
+        c.behindMs,
+        c.writtenAtMs,
+        c.lastPassMinute,
+      );
       expect(measured).toBe(c.claimedAfterMs);
       // Known limits: within 15 minutes of its write and a tick's phase (to the next pass).
       if (measured !== null) {
