@@ -1,5 +1,4 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { forEachConcurrently } from "../../shared/concurrency.js";
 import type { JobHandler } from "../../shared/execution/job-contract.js";
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
 import { createJobs, MAX_BATCH_JOBS } from "../../shared/jobs/create-batch.js";
@@ -7,6 +6,7 @@ import { createJob, triggerJob } from "../../shared/jobs/index.js";
 import type { Priority } from "../../shared/model.js";
 import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { seededDependents } from "../support/seeded-dependents.js";
 import { waitFor } from "../support/wait.js";
 
 /**
@@ -20,22 +20,6 @@ import { waitFor } from "../support/wait.js";
  * one trigger of a one-off with 1,000 jobs after it. What its gate may not keep goes back to SQS
  * (hand-back.ts), so the loop's hold never fills with it.
  */
-/**
- * The jobs' ids, created ten at a time: their order among themselves is not what a case asserts.
- * For jobs after one upstream, which a batch create does not take together (each link is written
- * on the upstream's version as read); one at a time, the creates were most of the case's time.
- */
-async function createdMany(
-  f: EngineFixture,
-  jobs: readonly Parameters<typeof createJob>[1][],
-): Promise<string[]> {
-  const ids: string[] = [];
-  await forEachConcurrently(jobs, 10, async (job) => {
-    ids.push((await createJob(f.engine, job)).job.jobId);
-  });
-  return ids;
-}
-
 /**
  * Each tenant's backlog of one-offs due now as it can queue it with batch creates (POST /jobs/batch,
  * 25 jobs a request), the tenants' batches in turn: each job's run claimed and sent at its create,
@@ -154,16 +138,10 @@ describe("a capped tenant's backlog past the loop's hold limit", () => {
         schedule: { runAt: new Date(Date.now() + 86_400_000).toISOString() },
       }),
     );
-    const dependents = await createdMany(
-      f,
-      Array.from({ length: concurrency * 100 + 10 }, () =>
-        testJob({
-          tenantId: "t-noisy",
-          type: "held-back",
-          schedule: { after: { jobs: [upstream.job.jobId], on: "success" } },
-        }),
-      ),
-    );
+    // Written as their creates would have: what the case asserts starts at the trigger.
+    const dependents = await seededDependents(f, upstream.job, concurrency * 100 + 10, "success", {
+      type: "held-back",
+    });
     const stop = new AbortController();
     const loop = runWorkerLoop(f.workerDeps("gate-trigger", { "held-back": handler }), {
       concurrency,
