@@ -18,6 +18,7 @@ import {
   testJob,
 } from "../support/engine-fixture.js";
 import { type SeedSpec, seedJobs } from "../support/seed.js";
+import { seededDependents } from "../support/seeded-dependents.js";
 
 const SECOND = 1000;
 const MINUTE = 60 * SECOND;
@@ -133,9 +134,9 @@ describe("a noisy tenant's fan-outs in a dispatcher pass", () => {
     // their workers did not fan out (they died, say), due 5 s before the pass in this minute's
     // bucket. Each fan-out writes 100 runs, 16 at a time, and sends them itself at its end: seven
     // rounds of writes where the quiet tenant's claim is a run's put, its commit and a send. 300
-    // dependents (their creates and 1,200 runs: 3,000 of the file's 4,200 requests) proved no
-    // more, nor did four fan-outs: a pass that held the quiet run behind the fan-outs would send it
-    // after 100 runs or more, and the case asserts it goes first.
+    // dependents proved no more, nor did four fan-outs: a pass that held the quiet run behind the
+    // fan-outs would send it after 100 runs or more, and the case asserts it goes first. The jobs
+    // after it are written as their creates would have (what the case asserts starts at the pass).
     const upstream = await createJob(
       f.engine,
       testJob({
@@ -144,15 +145,7 @@ describe("a noisy tenant's fan-outs in a dispatcher pass", () => {
       }),
     );
     const upstreamId = upstream.job.jobId;
-    for (let i = 0; i < DEPENDENTS; i++) {
-      await createJob(
-        f.engine,
-        testJob({
-          tenantId: "t-fan-out",
-          schedule: { after: { jobs: [upstreamId], on: "completion" } },
-        }),
-      );
-    }
+    await seededDependents(f, upstream.job, DEPENDENTS, "completion");
     const job = await getJob(f.engine, upstreamId);
     if (job === null) throw new Error("no upstream job");
     expect(job.dependents).toHaveLength(DEPENDENTS);
