@@ -143,11 +143,13 @@ describe("a capped tenant's backlog past the loop's hold limit", () => {
       type: "held-back",
     });
     const stop = new AbortController();
+    // The loop runs through the fan-out, its queues empty between the runs handed back: 100 ms
+    // between empty rounds (of three receives) is the default; the quiet run's 3 s bound holds it.
     const loop = runWorkerLoop(f.workerDeps("gate-trigger", { "held-back": handler }), {
       concurrency,
       signal: stop.signal,
       idleWaitSeconds: 0,
-      idleSleepMs: 20,
+      idleSleepMs: 100,
     });
     let quietStart = Number.NaN;
     let quietCreated = Number.NaN;
