@@ -1,21 +1,18 @@
 import { BaseSequencer, type TestSpecification } from "vitest/node";
 
 /**
- * The files that take longest in `npm test`, longest first within their group. The `services`
- * files are ranked by a run of that project alone on a quiet machine (7 December 2026, of
- * 40797be7, two at a time, seconds per file): console 84, dst-dispatch 65, listed-runs-bound 64,
- * model 58, worker-lifecycle-faults 46, reaper-cursor 43, the sandbox's cli 41, dispatch-recovery
- * 40, shard-count-rolling 39, long-jobs 35, jobs-page-cursors 31, restart 30, quota-accounting 27,
- * silent-endpoint, oidc and quota-recount-parts-races 23, clock-skew, noisy-tenant, security and
- * offset-change-dispatch 22, the client's cli, fairness, valid-fuzz, claim-plain-rollback,
- * lease-watch-slow-beat and noisy-tenant-gate-backlog 21, one-off-below-floor and
- * outage-past-retention 20. Files trimmed since keep their place (dst-dispatch, listed-runs-bound,
- * worker-lifecycle-faults, long-jobs, restart, lease-watch-slow-beat and console's cases do less
- * now). The unit project's hostile-server (24) and the synth project's synth-offline (17), from
- * the fresh-clone CI run of the same commit, are placed among them, since vitest runs the three
- * projects' files from one queue. Files under about 20 s are left to vitest's order. Of the timed
- * files (that CI run): the end-to-end file 25, policies 22, run-cancel 16, lease-watch-deadline
- * 13, retries 13, worker-fencing 12, dispatch-on-time 10, worker-loop 8.
+ * The files that take longest in `npm test`, longest first within their group, ranked by their
+ * times in a fresh-clone CI run (7 December 2026, of 24f6dcde, seconds per file): console 109,
+ * model 106 (its sequences are new every run: 65 in another), offset-change-dispatch 38,
+ * dispatch-recovery 35, reaper-cursor 34, the sandbox's cli 33, long-jobs 32, restart and the
+ * client's cli 28, schedule-fuzz 27, synth-offline and security 25, clock-skew 24,
+ * hostile-server, silent-endpoint and dst-dispatch 23, oidc 22, retry-again-edges and
+ * bidi-breakout 21, fairness and keys 20, worker-lifecycle-faults, redrive-given-back,
+ * catch-up-cap, run-endings and edit-kept-end 19. The unit project's hostile-server and the synth
+ * project's synth-offline are placed among them, since vitest runs the three projects' files from
+ * one queue. Files under about 19 s are left to vitest's order. Of the timed files (the same run):
+ * the end-to-end file 35, policies 29, run-cancel 18, worker-fencing and retries 15,
+ * lease-watch-deadline 13, dispatch-on-time 11, worker-loop 8.
  *
  * Vitest starts the longest files first only when its results cache knows their durations; a fresh
  * clone (CI) has no cache and runs the files of each project largest first, which is not longest
@@ -27,42 +24,38 @@ import { BaseSequencer, type TestSpecification } from "vitest/node";
  */
 const LONGEST = [
   "test/console/console.test.ts",
-  "test/integration/dst-dispatch.test.ts",
-  "test/integration/listed-runs-bound.test.ts",
   "test/model/model.test.ts",
-  "test/integration/worker-lifecycle-faults.test.ts",
+  "test/integration/offset-change-dispatch.test.ts",
+  "test/integration/dispatch-recovery.test.ts",
   "test/integration/reaper-cursor.test.ts",
   "test/sandbox/cli.test.ts",
-  "test/integration/dispatch-recovery.test.ts",
-  "test/integration/shard-count-rolling.test.ts",
   "test/integration/long-jobs.test.ts",
-  "test/api/jobs-page-cursors.test.ts",
   "test/sandbox/restart.test.ts",
-  "test/api/quota-accounting.test.ts",
+  "test/client/cli.test.ts",
+  "test/api/schedule-fuzz.test.ts",
+  "test/infra/synth-offline.test.ts",
+  "test/console/security.test.ts",
+  "test/integration/clock-skew.test.ts",
   "test/client/hostile-server.test.ts",
   "test/integration/silent-endpoint.test.ts",
+  "test/integration/dst-dispatch.test.ts",
   "test/console/oidc.test.ts",
-  "test/integration/quota-recount-parts-races.test.ts",
-  "test/integration/clock-skew.test.ts",
-  "test/integration/noisy-tenant.test.ts",
-  "test/console/security.test.ts",
-  "test/integration/offset-change-dispatch.test.ts",
-  "test/client/cli.test.ts",
+  "test/integration/retry-again-edges.test.ts",
+  "test/console/bidi-breakout.test.ts",
   "test/integration/fairness.test.ts",
-  "test/api/valid-fuzz.test.ts",
-  "test/integration/claim-plain-rollback.test.ts",
-  "test/integration/lease-watch-slow-beat.test.ts",
-  "test/integration/noisy-tenant-gate-backlog.test.ts",
-  "test/integration/one-off-below-floor.test.ts",
-  "test/integration/outage-past-retention.test.ts",
-  "test/infra/synth-offline.test.ts",
+  "test/console/keys.test.ts",
+  "test/integration/worker-lifecycle-faults.test.ts",
+  "test/integration/redrive-given-back.test.ts",
+  "test/integration/catch-up-cap.test.ts",
+  "test/api/run-endings.test.ts",
+  "test/api/edit-kept-end.test.ts",
   // The timed group.
   "test/e2e/scheduler.e2e.test.ts",
   "test/integration/policies.test.ts",
   "test/integration/run-cancel.test.ts",
-  "test/integration/lease-watch-deadline.test.ts",
-  "test/integration/retries-and-types.test.ts",
   "test/integration/worker-fencing.test.ts",
+  "test/integration/retries-and-types.test.ts",
+  "test/integration/lease-watch-deadline.test.ts",
   "test/integration/dispatch-on-time.test.ts",
   "test/integration/worker-loop.test.ts",
 ];
