@@ -380,15 +380,18 @@ interface Reply {
   readonly body: unknown;
 }
 
-const runIdOf = (body: unknown): string | undefined =>
-  typeof body === "object" && body !== null && "runId" in body && typeof body.runId === "string"
-    ? body.runId
-    : undefined;
+/** A string field of an answer's body (`runId`, `status`), or undefined. */
+const stringFieldOf = (body: unknown, field: string): string | undefined => {
+  const value =
+    typeof body === "object" && body !== null
+      ? (body as Record<string, unknown>)[field]
+      : undefined;
+  return typeof value === "string" ? value : undefined;
+};
 
-const statusOf = (body: unknown): string | undefined =>
-  typeof body === "object" && body !== null && "status" in body && typeof body.status === "string"
-    ? body.status
-    : undefined;
+const runIdOf = (body: unknown) => stringFieldOf(body, "runId");
+
+const statusOf = (body: unknown) => stringFieldOf(body, "status");
 
 /** Remembers the run a trigger answered, or that it is unsure whether one was queued. */
 function noteTrigger(model: Model, job: ModelJob, reply: Reply): string | undefined {

@@ -72,6 +72,19 @@ export async function seedJobs(
     jobs.push(job);
     items.push(encodeJob(job), encodeDueEntry(entry));
   }
+  await putItems(f, f.engine.tables.jobs, items);
+  return jobs;
+}
+
+/**
+ * Puts `items` into `table` with BatchWriteItems of 25, 16 of them at a time, each sent again with
+ * what DynamoDB left unprocessed until none is left.
+ */
+export async function putItems(
+  f: EngineFixture,
+  table: string,
+  items: readonly Record<string, unknown>[],
+): Promise<void> {
   const batches: Record<string, unknown>[][] = [];
   for (let i = 0; i < items.length; i += 25) batches.push(items.slice(i, i + 25));
   for (let i = 0; i < batches.length; i += 16) {
@@ -80,14 +93,13 @@ export async function seedJobs(
         let pending = batch.map((Item) => ({ PutRequest: { Item } }));
         while (pending.length > 0) {
           const result = await f.engine.doc.send(
-            new BatchWriteCommand({ RequestItems: { [f.engine.tables.jobs]: pending } }),
+            new BatchWriteCommand({ RequestItems: { [table]: pending } }),
           );
-          pending = (result.UnprocessedItems?.[f.engine.tables.jobs] ?? []) as typeof pending;
+          pending = (result.UnprocessedItems?.[table] ?? []) as typeof pending;
         }
       }),
     );
   }
-  return jobs;
 }
 
 /** Pretends the shard was last swept up to `lastSwept`: what a dispatcher outage leaves behind. */

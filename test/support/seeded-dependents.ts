@@ -1,15 +1,16 @@
-import { BatchWriteCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import type { NewJob } from "../../shared/jobs/index.js";
 import { newJobId } from "../../shared/keys.js";
 import type { Job } from "../../shared/model.js";
 import { jobKey } from "../../shared/storage/items.js";
 import { newJobItem } from "../../shared/storage/job-create.js";
 import { type EngineFixture, storedJob } from "./engine-fixture.js";
+import { putItems } from "./seed.js";
 
 /**
  * Writes `count` jobs after `upstream` (its tenant's, each its `testJob` with `overrides`) straight
  * into the table, and links them on it as their creates do (`linkUpstream`: ADD to `dependents`,
- * `linkRevision` one more each): 25-item BatchWriteItems and one UpdateItem, where each create
+ * `linkRevision` one more each): BatchWriteItems (putItems) and one UpdateItem, where each create
  * reads the upstream and writes a transaction, which the others' links on the same item make
  * conflict and retry. For a case about what runs after the upstream, not how the jobs were created.
  * Returns the jobs' ids.
@@ -29,16 +30,11 @@ export async function seededDependents(
       schedule: { after: { jobs: [upstream.jobId], on } },
     }),
   );
-  const items = jobs.map((job) => newJobItem(f.engine, job));
-  for (let i = 0; i < items.length; i += 25) {
-    let pending = items.slice(i, i + 25).map((Item) => ({ PutRequest: { Item } }));
-    while (pending.length > 0) {
-      const result = await f.engine.doc.send(
-        new BatchWriteCommand({ RequestItems: { [f.engine.tables.jobs]: pending } }),
-      );
-      pending = (result.UnprocessedItems?.[f.engine.tables.jobs] ?? []) as typeof pending;
-    }
-  }
+  await putItems(
+    f,
+    f.engine.tables.jobs,
+    jobs.map((job) => newJobItem(f.engine, job)),
+  );
   const ids = jobs.map((job) => job.jobId);
   await f.engine.doc.send(
     new UpdateCommand({

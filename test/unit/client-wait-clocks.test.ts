@@ -118,16 +118,10 @@ describe("a wait's timeout, while the wall clock steps", () => {
     endsAfter(id, 3);
     // The first poll reads before the watch takes its deadline; the second reads stepped.
     wallClockSteps(HOUR, 2);
-    const { code, out, err } = await runCaptured(
-      ["--api", baseUrl, "--key", "k", "-o", "json", "runs", "watch", JOB].concat([
-        "--interval",
-        "10",
-        "--count",
-        "1",
-        "--timeout",
-        "60",
-      ]),
-    );
+    const { code, out, err } = await runCaptured([
+      ...["--api", baseUrl, "--key", "k", "-o", "json", "runs", "watch", JOB],
+      ...["--interval", "10", "--count", "1", "--timeout", "60"],
+    ]);
     expect(err).toBe("");
     expect(code).toBe(EXIT.ok);
     expect(JSON.parse(out).runId).toBe(id);
