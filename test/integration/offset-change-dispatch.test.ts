@@ -1,7 +1,8 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { JobSchema } from "../../shared/api/schemas/jobs.js";
 import { PreviewSchema } from "../../shared/api/schemas/previews.js";
-import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
+import { dispatchShard, horizonOf } from "../../shared/dispatch/dispatcher.js";
+import { claimReachEnd } from "../../shared/dispatch/fast-path-window.js";
 import type { Run } from "../../shared/model.js";
 import { occurrences } from "../../shared/schedule/index.js";
 import { type ApiHarness, startApi } from "../api/support.js";
@@ -43,13 +44,26 @@ async function create(harness: ApiHarness, body: Record<string, unknown>) {
   return JobSchema.parse(reply.body);
 }
 
-/** The job's preview as `utc@planned` (planned is utc without a window). */
-async function preview(harness: ApiHarness, jobId: string): Promise<string[]> {
-  const reply = await harness.call("GET", `/jobs/${jobId}/preview?count=100`);
-  expect(reply.status, reply.text).toBe(200);
-  return PreviewSchema.parse(reply.body).occurrences.map(
-    (o) => `${o.utc}@${o.plannedFor ?? o.utc}`,
-  );
+const PREVIEW_PAGE = 100;
+
+/**
+ * The job's preview as `utc@planned` (planned is utc without a window), read a page at a time
+ * until an occurrence is planned at or past `throughMs` or the job has no more (the per-30 s job
+ * has more in a night than a page holds).
+ */
+async function preview(harness: ApiHarness, jobId: string, throughMs: number): Promise<string[]> {
+  const shown: { utc: string; planned: string }[] = [];
+  for (;;) {
+    const last = shown.at(-1);
+    const from =
+      last === undefined ? "" : `&from=${new Date(Date.parse(last.utc) + 1000).toISOString()}`;
+    const reply = await harness.call("GET", `/jobs/${jobId}/preview?count=${PREVIEW_PAGE}${from}`);
+    expect(reply.status, reply.text).toBe(200);
+    const page = PreviewSchema.parse(reply.body).occurrences;
+    shown.push(...page.map((o) => ({ utc: o.utc, planned: o.plannedFor ?? o.utc })));
+    const reached = Date.parse(shown.at(-1)?.planned ?? "") >= throughMs;
+    if (page.length < PREVIEW_PAGE || reached) return shown.map((o) => `${o.utc}@${o.planned}`);
+  }
 }
 
 /**
@@ -100,7 +114,8 @@ const nights: readonly Night[] = [
     what: "Havana forward at midnight",
     timezone: "America/Havana",
     change: "2027-03-14T05:00:00Z",
-    // 23:00 EST, 60 minutes before; the per-30 s job's hour 0, run as 01:00 to 01:59 CDT.
+    // 23:00 CST (Cuba Standard Time), 60 minutes before; the per-30 s job's hour 0, run as 01:00
+    // to 01:59 CDT.
     minutesBefore: 70,
     minutesAfter: 70,
   },
@@ -178,25 +193,38 @@ describe("a night a zone changes offset, as its preview shows it and the dispatc
       const change = Date.parse(night.change);
       const createdAt = change - night.minutesBefore * MINUTE;
       const harness = await started(createdAt);
+      const until = change + night.minutesAfter * MINUTE;
+      const lastTick = createdAt + Math.floor((until - createdAt) / TICK_MS) * TICK_MS;
+      // The last pass claims every entry due before its horizon, and a claim queues its job's
+      // occurrences planned before its reach: the runs end between the two.
+      const horizonEnd = horizonOf(
+        new Date(lastTick),
+        harness.fixture.engine.settings.lookaheadMs,
+      ).end.getTime();
+      const reachEnd = claimReachEnd(new Date(lastTick), new Date(horizonEnd)).getTime();
       const jobs = Object.entries(jobsFor(night, createdAt));
       const created = new Map<string, { id: string; shown: string[] }>();
       for (const [name, body] of jobs) {
         const job = await create(harness, body);
-        created.set(name, { id: job.id, shown: await preview(harness, job.id) });
+        created.set(name, { id: job.id, shown: await preview(harness, job.id, reachEnd) });
       }
 
-      const until = change + night.minutesAfter * MINUTE;
       await tickUntil(harness, until);
-      const lastTick = nowMs - TICK_MS;
+      expect(nowMs - TICK_MS).toBe(lastTick);
       const byJob = await runsByJob(harness);
+      const plannedMs = (s: string) => Date.parse(s.split("@")[1] ?? "");
       for (const [name, { id, shown }] of created) {
         const queued = (byJob.get(id) ?? []).map(asQueued);
-        // A prefix of the preview (or the preview a prefix of them), in order, each once...
-        const compared = Math.min(queued.length, shown.length);
-        expect(queued.slice(0, compared), name).toEqual(shown.slice(0, compared));
-        // ...reaching at least every occurrence planned inside the last pass's lookahead.
-        const due = shown.filter((s) => Date.parse(s.split("@")[1] ?? "") < lastTick + 5 * MINUTE);
+        // The preview's first occurrences, in order, each once (the preview is read past the
+        // reach, so a run it does not show is one too many)...
+        expect(queued, name).toEqual(shown.slice(0, queued.length));
+        // ...up to the last pass's horizon at least, and up to its reach at most.
+        const due = shown.filter((s) => plannedMs(s) < horizonEnd);
         expect(queued.length, name).toBeGreaterThanOrEqual(due.length);
+        expect(
+          queued.filter((s) => plannedMs(s) >= reachEnd),
+          name,
+        ).toEqual([]);
         // Each run is due at its planned time.
         for (const run of byJob.get(id) ?? []) {
           expect(run.dueAt, name).toBe(run.plannedFor ?? run.scheduledFor);
