@@ -754,12 +754,7 @@ describe("the reaper within the tick's time", () => {
   for (const endedAhead of [0, 150])
     it(`a shard stopped part-way for time keeps its cursor before the first entry it did not deal with (${endedAhead} ended ahead)`, async () => {
       // More lost runs than the pass deals with at once (16), each re-send's write taking 3 s.
-      const jobIds: string[] = [];
-      for (let i = 0; i < 24; i++) {
-        const now = { runAt: clock().toISOString() };
-        jobIds.push((await createJob(f.engine, testJob({ schedule: now }))).job.jobId);
-      }
-      await f.purge();
+      const jobIds = await lostRuns(24);
       /** The lost runs' items: `inflightSk` is the entry's deadline, `resentCount` its re-sends. */
       const items = async () =>
         (await scanTable(f.engine.doc, f.engine.tables.runs)).filter((item) =>
@@ -799,12 +794,29 @@ describe("the reaper within the tick's time", () => {
     }, 30_000);
 });
 
-/** `count` one-offs due now whose messages were lost (queue purged). */
+/** Runs a create queues at once, at most: a claim's (MAX_RUNS_PER_CLAIM, claim-writes.ts). */
+const RUNS_PER_CREATE = 50;
+
+/**
+ * `count` runs due in the minutes before now whose messages were lost (queue purged), as the job
+ * id of each: per-second jobs, the first created a minute back and each next a minute before the
+ * one before it (so no two runs share a second, nor an index deadline), each queuing its first
+ * `maxRuns` (up to 50) in one claim and sending them ten a request, where a one-off a run would
+ * make a create and a send a run.
+ */
 async function lostRuns(count: number) {
   const jobIds: string[] = [];
-  for (let i = 0; i < count; i++) {
-    const schedule = { runAt: clock().toISOString() };
-    jobIds.push((await createJob(f.engine, testJob({ schedule }))).job.jobId);
+  const atStart = offsetMs;
+  try {
+    while (jobIds.length < count) {
+      offsetMs -= 60_000;
+      const maxRuns = Math.min(RUNS_PER_CREATE, count - jobIds.length);
+      const schedule = { cron: "* * * * * *", timezone: "UTC" };
+      const { job } = await createJob(f.engine, testJob({ schedule, maxRuns }));
+      jobIds.push(...Array.from({ length: maxRuns }, () => job.jobId));
+    }
+  } finally {
+    offsetMs = atStart;
   }
   await f.purge();
   return jobIds;
