@@ -1,4 +1,5 @@
 import { intFromEnv, positiveNumberFromEnv, SEED_RANGE } from "./env-knobs.js";
+import { mulberry32 } from "./mulberry32.js";
 
 /**
  * How many cases a fuzz suite runs: `npm test` runs each suite's own count, varied by a fresh
@@ -19,4 +20,17 @@ export function fuzzTimeoutMs(inNpmTest: number): number {
 /** The seed of a fuzz suite's run: FUZZ_SEED replays one, else a fresh one every run. */
 export function fuzzSeed(): number {
   return intFromEnv("FUZZ_SEED", Date.now() % 2 ** 31, SEED_RANGE);
+}
+
+const FIRST_START_S = Date.UTC(2020, 0, 1) / 1000;
+const LAST_START_S = Date.UTC(2040, 0, 1) / 1000;
+
+/**
+ * The instant a fuzz suite's clock starts at, a whole second from 2020 to 2040 drawn from the
+ * run's seed: the handlers' answers depend on their `now`, so a replay of FUZZ_SEED needs the same
+ * clock as well as the same cases, and a fresh seed still starts the clock somewhere new.
+ */
+export function fuzzClockStart(seed: number): Date {
+  const second = FIRST_START_S + Math.floor(mulberry32(seed)() * (LAST_START_S - FIRST_START_S));
+  return new Date(second * 1000);
 }
