@@ -1,4 +1,3 @@
-import { BatchWriteCommand } from "@aws-sdk/lib-dynamodb";
 import { describe, expect, it } from "vitest";
 import { dispatchShard, type PassResult } from "../../shared/dispatch/dispatcher.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
@@ -28,6 +27,7 @@ import {
 } from "../support/engine-fixture.js";
 import { runOf } from "../support/held-runs.js";
 import { createTestClients, scanTable } from "../support/namespace.js";
+import { putItems, writeItems } from "../support/seed.js";
 import { waitFor } from "../support/wait.js";
 
 const LEASE_MS = 20_000;
@@ -52,37 +52,17 @@ async function snapshot(f: EngineFixture): Promise<Snapshot> {
   );
 }
 
-async function writeBatches(
-  f: EngineFixture,
-  table: string,
-  requests: Record<string, unknown>[],
-): Promise<void> {
-  for (let i = 0; i < requests.length; i += 25) {
-    let pending: Record<string, unknown>[] | undefined = requests.slice(i, i + 25);
-    while (pending && pending.length > 0) {
-      const answer = await f.engine.doc.send(
-        new BatchWriteCommand({ RequestItems: { [table]: pending } }),
-      );
-      pending = answer.UnprocessedItems?.[table] as Record<string, unknown>[] | undefined;
-    }
-  }
-}
-
 async function restore(f: EngineFixture, backup: Snapshot): Promise<void> {
   for (const [table, items] of backup) {
     const now = await scanTable(f.engine.doc, table);
     const keyOf = (item: Record<string, unknown>) =>
       Object.fromEntries(keyAttributes.filter((k) => k in item).map((k) => [k, item[k]]));
-    await writeBatches(
+    await writeItems(
       f,
       table,
       now.map((item) => ({ DeleteRequest: { Key: keyOf(item) } })),
     );
-    await writeBatches(
-      f,
-      table,
-      items.map((item) => ({ PutRequest: { Item: item } })),
-    );
+    await putItems(f, table, items);
   }
 }
 

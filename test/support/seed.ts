@@ -1,4 +1,9 @@
-import { BatchWriteCommand, GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
+import {
+  BatchWriteCommand,
+  type BatchWriteCommandInput,
+  GetCommand,
+  PutCommand,
+} from "@aws-sdk/lib-dynamodb";
 import type { Engine } from "../../shared/engine.js";
 import { minuteOf, runId, runSortKey } from "../../shared/keys.js";
 import type { DueEntry, Job } from "../../shared/model.js";
@@ -76,30 +81,46 @@ export async function seedJobs(
   return jobs;
 }
 
+/** One put or delete of a BatchWriteItem. */
+type WriteRequest = NonNullable<BatchWriteCommandInput["RequestItems"]>[string][number];
+
 /**
- * Puts `items` into `table` with BatchWriteItems of 25, 16 of them at a time, each sent again with
- * what DynamoDB left unprocessed until none is left.
+ * Sends `requests` (puts, deletes, or both of other keys) to `table` as BatchWriteItems of 25, 16
+ * of them at a time, each sent again with what DynamoDB left unprocessed until none is left.
  */
+export async function writeItems(
+  f: EngineFixture,
+  table: string,
+  requests: readonly WriteRequest[],
+): Promise<void> {
+  const batches: WriteRequest[][] = [];
+  for (let i = 0; i < requests.length; i += 25) batches.push(requests.slice(i, i + 25));
+  for (let i = 0; i < batches.length; i += 16) {
+    await Promise.all(
+      batches.slice(i, i + 16).map(async (batch) => {
+        let pending = batch;
+        while (pending.length > 0) {
+          const result = await f.engine.doc.send(
+            new BatchWriteCommand({ RequestItems: { [table]: pending } }),
+          );
+          pending = result.UnprocessedItems?.[table] ?? [];
+        }
+      }),
+    );
+  }
+}
+
+/** Puts `items` into `table` (writeItems). */
 export async function putItems(
   f: EngineFixture,
   table: string,
   items: readonly Record<string, unknown>[],
 ): Promise<void> {
-  const batches: Record<string, unknown>[][] = [];
-  for (let i = 0; i < items.length; i += 25) batches.push(items.slice(i, i + 25));
-  for (let i = 0; i < batches.length; i += 16) {
-    await Promise.all(
-      batches.slice(i, i + 16).map(async (batch) => {
-        let pending = batch.map((Item) => ({ PutRequest: { Item } }));
-        while (pending.length > 0) {
-          const result = await f.engine.doc.send(
-            new BatchWriteCommand({ RequestItems: { [table]: pending } }),
-          );
-          pending = (result.UnprocessedItems?.[table] ?? []) as typeof pending;
-        }
-      }),
-    );
-  }
+  await writeItems(
+    f,
+    table,
+    items.map((Item) => ({ PutRequest: { Item } })),
+  );
 }
 
 /** Pretends the shard was last swept up to `lastSwept`: what a dispatcher outage leaves behind. */
