@@ -23,6 +23,7 @@ import { runKey } from "../../shared/storage/runs.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { withFaults } from "../support/faults.js";
 import { createTestClients, scanTable } from "../support/namespace.js";
+import { putItems } from "../support/seed.js";
 
 const LEASE_MS = 60_000;
 
@@ -857,15 +858,11 @@ describe("h68: the reaper a page at a time", () => {
     // Every lost run filed under one deadline (their items written back with it, 25 a request).
     const shared = new Date(clock().getTime() + 1_000).toISOString();
     const items = await runItems(jobIds);
-    for (let i = 0; i < items.length; i += 25) {
-      const puts = items.slice(i, i + 25).map((item) => ({
-        PutRequest: { Item: { ...item, inflightSk: shared } },
-      }));
-      const result = await f.engine.doc.send(
-        new BatchWriteCommand({ RequestItems: { [f.engine.tables.runs]: puts } }),
-      );
-      expect(result.UnprocessedItems?.[f.engine.tables.runs] ?? []).toEqual([]);
-    }
+    await putItems(
+      f,
+      f.engine.tables.runs,
+      items.map((item) => ({ ...item, inflightSk: shared })),
+    );
     offsetMs += LEASE_MS + 15_000;
     const result = await reap(f.engine, { remainingMs: () => 60_000 });
     expect(result).toMatchObject({ examined: 101, resent: 101 });
