@@ -1394,43 +1394,49 @@ describe("credentials, reachability, help", () => {
         cwd: REPO,
         env: { ...process.env, npm_config_offline: "true" },
       });
-    const listed = await run(process.execPath, [
-      "bin/scheduler.mjs",
-      "--api",
-      sandbox.url,
-      "-o",
-      "json",
-      "jobs",
-      "list",
-      "--limit",
-      "2",
+    // Each process spends a second or more of CPU starting tsx (npx about three): side by side.
+    const job = await json<Job>("jobs", "create", "--type", "noop", "--run-at", tomorrow());
+    const [listed, deleted, watchExit, viaNpx] = await Promise.all([
+      run(process.execPath, [
+        "bin/scheduler.mjs",
+        "--api",
+        sandbox.url,
+        "-o",
+        "json",
+        "jobs",
+        "list",
+        "--limit",
+        "2",
+      ]),
+      run(process.execPath, [
+        "bin/scheduler.mjs",
+        "--api",
+        sandbox.url,
+        "jobs",
+        "delete",
+        "01J0000000000000000000000X",
+      ]),
+      // runs watch follows until Ctrl-C, then exits 0.
+      (async () => {
+        const watch = spawn(
+          process.execPath,
+          ["bin/scheduler.mjs", "--api", sandbox.url, "runs", "watch", job.id],
+          {
+            cwd: REPO,
+            stdio: ["ignore", "pipe", "pipe"],
+          },
+        );
+        const exit = new Promise<number | null>((done) => watch.once("exit", done));
+        await new Promise<void>((done) => watch.stdout.once("data", () => done()));
+        watch.kill("SIGINT");
+        return exit;
+      })(),
+      run("npx", ["scheduler", "--api", sandbox.url, "webhook-secret", "get"]),
     ]);
     expect(listed.code, listed.err).toBe(EXIT.ok);
     expect(JSON.parse(listed.out)).toHaveLength(2);
-    const deleted = await run(process.execPath, [
-      "bin/scheduler.mjs",
-      "--api",
-      sandbox.url,
-      "jobs",
-      "delete",
-      "01J0000000000000000000000X",
-    ]);
     expect(deleted.code).toBe(EXIT.notFound);
-    // runs watch follows until Ctrl-C, then exits 0.
-    const job = await json<Job>("jobs", "create", "--type", "noop", "--run-at", tomorrow());
-    const watch = spawn(
-      process.execPath,
-      ["bin/scheduler.mjs", "--api", sandbox.url, "runs", "watch", job.id],
-      {
-        cwd: REPO,
-        stdio: ["ignore", "pipe", "pipe"],
-      },
-    );
-    const watchExit = new Promise<number | null>((done) => watch.once("exit", done));
-    await new Promise<void>((done) => watch.stdout.once("data", () => done()));
-    watch.kill("SIGINT");
-    expect(await watchExit).toBe(EXIT.ok);
-    const viaNpx = await run("npx", ["scheduler", "--api", sandbox.url, "webhook-secret", "get"]);
+    expect(watchExit).toBe(EXIT.ok);
     expect(viaNpx.code, viaNpx.err).toBe(EXIT.ok);
     expect(viaNpx.out).toMatch(/^whsec_\S+\n$/);
   }, 60_000);
