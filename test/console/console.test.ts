@@ -61,6 +61,17 @@ let page: Page;
  * at the dispatcher's pace while the cases before it use the browser.
  */
 let everySecond: Promise<Job>;
+/**
+ * The one-off case's page, opened as the file starts on a one-off due 6 s later, with the runs it
+ * showed first and the navigations since: it waits for the run while the first case uses `page`.
+ */
+let oneOff: Promise<OneOffPage>;
+interface OneOffPage {
+  job: Job;
+  on: Page;
+  before: Map<string, string>;
+  navigations: () => number;
+}
 
 async function api<T>(
   method: string,
@@ -85,15 +96,15 @@ async function api<T>(
 }
 
 /** Each page is checked for accessibility where it is pictured. */
-async function checkPage(name: string, fullPage = true): Promise<void> {
-  expect(await accessibilityViolations(page), name).toEqual([]);
-  await screenshot(name, fullPage);
+async function checkPage(name: string, fullPage = true, on = page): Promise<void> {
+  expect(await accessibilityViolations(on), name).toEqual([]);
+  await screenshot(name, fullPage, on);
 }
 
-async function screenshot(name: string, fullPage: boolean): Promise<void> {
+async function screenshot(name: string, fullPage: boolean, on: Page): Promise<void> {
   if (!SCREENSHOTS) return;
   await mkdir(SCREENSHOTS, { recursive: true });
-  await page.screenshot({ path: join(SCREENSHOTS, `${name}.png`), fullPage });
+  await on.screenshot({ path: join(SCREENSHOTS, `${name}.png`), fullPage });
 }
 
 /** A noop job every second, once one of its runs has succeeded. */
@@ -148,6 +159,24 @@ async function signedInJobsPage(key: string): Promise<Page> {
   return other;
 }
 
+/** A one-off due 6 s from now, on a page of its own that shows its runs: see `oneOff`. */
+async function oneOffOnItsPage(): Promise<OneOffPage> {
+  const on = await signedInJobsPage(KEY);
+  const runAt = new Date(Date.now() + 6_000).toISOString();
+  const job = await api<Job>("POST", "/jobs", {
+    name: "one-off",
+    type: "noop",
+    schedule: { runAt },
+  });
+  await on.goto(`${sandbox.url}/console/jobs/${job.id}`);
+  await on.getByRole("heading", { name: /one-off/, level: 1 }).waitFor();
+  await on.getByRole("table").last().waitFor();
+  const before = await runRows(on);
+  let navigations = 0;
+  on.on("framenavigated", () => navigations++);
+  return { job, on, before, navigations: () => navigations };
+}
+
 /**
  * Holds the page's reads of GET /jobs that `match` picks (a slow network) until the function it
  * answers is called; each then reads the list as it is by then.
@@ -172,8 +201,8 @@ async function held(on: Page, match: (url: URL) => boolean): Promise<() => void>
  * row, a row the page took away between the count and its read (a poll that empties the table)
  * held the read for Playwright's 30 s wait for an element.
  */
-async function runRows(): Promise<Map<string, string>> {
-  const rows = await page
+async function runRows(on = page): Promise<Map<string, string>> {
+  const rows = await on
     .locator("tr[data-run-id]")
     .evaluateAll((found) =>
       found.map((row) => [
@@ -216,6 +245,7 @@ beforeAll(async () => {
   everySecond = started(
     api<Job>("POST", "/jobs", { name: "every second", type: "noop", schedule: { every: "PT1S" } }),
   );
+  oneOff = started(oneOffOnItsPage());
   page = await browser.context.newPage();
   await page.goto(`${sandbox.url}/console`);
   await checkPage("sign-in");
@@ -267,27 +297,19 @@ describe("web console", () => {
   });
 
   it("shows a one-off's run appear and finish without a reload", async () => {
-    const runAt = new Date(Date.now() + 6_000).toISOString();
-    const job = await api<Job>("POST", "/jobs", {
-      name: "one-off",
-      type: "noop",
-      schedule: { runAt },
-    });
-    await page.goto(`${sandbox.url}/console/jobs/${job.id}`);
-    await page.getByRole("heading", { name: /one-off/, level: 1 }).waitFor();
-    await page.getByRole("table").last().waitFor();
-    const before = await runRows();
-    expect([...before.values()]).not.toContain("succeeded");
-    let navigations = 0;
-    page.on("framenavigated", () => navigations++);
-
-    const row = page.locator("tr[data-run-id]", { has: page.locator(".status-succeeded") });
-    await row.waitFor({ timeout: 30_000 });
-    expect(navigations).toBe(0);
-    const runs = await api<{ items: Run[] }>("GET", `/jobs/${job.id}/runs`);
-    const succeeded = runs.items.find((r) => r.status === "succeeded");
-    expect(await row.getAttribute("data-run-id")).toBe(succeeded?.runId);
-    await checkPage("job-runs");
+    const { job, on, before, navigations } = await oneOff;
+    try {
+      expect([...before.values()]).not.toContain("succeeded");
+      const row = on.locator("tr[data-run-id]", { has: on.locator(".status-succeeded") });
+      await row.waitFor({ timeout: 30_000 });
+      expect(navigations()).toBe(0);
+      const runs = await api<{ items: Run[] }>("GET", `/jobs/${job.id}/runs`);
+      const succeeded = runs.items.find((r) => r.status === "succeeded");
+      expect(await row.getAttribute("data-run-id")).toBe(succeeded?.runId);
+      await checkPage("job-runs", true, on);
+    } finally {
+      await on.close();
+    }
   });
 
   it("cancels a queued run from its row: the run ends cancelled and its button goes", async () => {
