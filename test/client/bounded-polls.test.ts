@@ -1,5 +1,5 @@
 import type { AddressInfo } from "node:net";
-import { BatchWriteCommand, GetCommand } from "@aws-sdk/lib-dynamodb";
+import { GetCommand } from "@aws-sdk/lib-dynamodb";
 import { type ServerType, serve } from "@hono/node-server";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EXIT } from "../../client/cli/exit-codes.js";
@@ -11,6 +11,7 @@ import { runId, runSortKey } from "../../shared/keys.js";
 import { runKeyOf } from "../../shared/storage/run-reads.js";
 import { JOB_TYPES } from "../api/support.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
+import { putItems } from "../support/seed.js";
 
 /**
  * `runs watch` and `waitForRun` without a runId on a job with a long run history: each poll after
@@ -117,15 +118,7 @@ async function jobWithHistory(runs: readonly HistoryRun[] = []): Promise<JobHand
   // The runs given replace the succeeded ones of their keys (a batch takes a key once).
   const byKey = new Map(items.map((run) => [run.sk, run]));
   const unique = [...byKey.values()];
-  for (let i = 0; i < unique.length; i += 25) {
-    await f.engine.doc.send(
-      new BatchWriteCommand({
-        RequestItems: {
-          [f.engine.tables.runs]: unique.slice(i, i + 25).map((Item) => ({ PutRequest: { Item } })),
-        },
-      }),
-    );
-  }
+  await putItems(f, f.engine.tables.runs, unique);
   return handle;
 }
 

@@ -1,4 +1,4 @@
-import { BatchWriteCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { checkNewDependent } from "../../shared/jobs/dependencies.js";
 import { createJob, editJob } from "../../shared/jobs/index.js";
@@ -18,6 +18,7 @@ import {
   storedJob,
   testJob,
 } from "../support/engine-fixture.js";
+import { putItems } from "../support/seed.js";
 
 /**
  * A tenant's `after` graph where several paths lead from one job down to another: each run of the
@@ -298,12 +299,7 @@ describe("an after graph cannot multiply one run past the bound", () => {
         dependents: i + 1 < ids.length ? [ids[i + 1] ?? ""] : [],
       }),
     );
-    for (let i = 0; i < items.length; i += 25) {
-      const puts = items.slice(i, i + 25).map((Item) => ({ PutRequest: { Item } }));
-      await f.engine.doc.send(
-        new BatchWriteCommand({ RequestItems: { [f.engine.tables.jobs]: puts } }),
-      );
-    }
+    await putItems(f, f.engine.tables.jobs, items);
     for (const upper of uppers)
       await f.engine.doc.send(
         new UpdateCommand({

@@ -2,7 +2,7 @@ import {
   InternalServerError,
   ProvisionedThroughputExceededException,
 } from "@aws-sdk/client-dynamodb";
-import { BatchWriteCommand, GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
+import { GetCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { claimDueEntry } from "../../shared/dispatch/claim.js";
 import {
@@ -20,7 +20,7 @@ import { encodeDueEntry, shardLeaseKey } from "../../shared/storage/items.js";
 import { listSetAsideEntries } from "../../shared/storage/set-aside.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { withFaults } from "../support/faults.js";
-import { seedJobs } from "../support/seed.js";
+import { putItems, seedJobs } from "../support/seed.js";
 
 const SECOND = 1000;
 const MINUTE = 60 * SECOND;
@@ -686,17 +686,7 @@ describe("a shard's first pass ever", () => {
         sk: `filler-${String(i).padStart(4, "0")}`,
         filler,
       }));
-      for (let i = 0; i < items.length; i += 25) {
-        await big.f.engine.doc.send(
-          new BatchWriteCommand({
-            RequestItems: {
-              [big.f.engine.tables.jobs]: items
-                .slice(i, i + 25)
-                .map((Item) => ({ PutRequest: { Item } })),
-            },
-          }),
-        );
-      }
+      await putItems(big.f, big.f.engine.tables.jobs, items);
       const jobIds = Array.from({ length: 12 }, (_, i) => `scan-${String(i).padStart(2, "0")}`);
       await seedJobs(
         big.f,

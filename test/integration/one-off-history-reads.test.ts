@@ -1,6 +1,5 @@
-import { BatchWriteCommand, PutCommand } from "@aws-sdk/lib-dynamodb";
+import { PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { forEachConcurrently } from "../../shared/concurrency.js";
 import {
   cancelJob,
   createJob,
@@ -23,6 +22,7 @@ import {
   testJob,
 } from "../support/engine-fixture.js";
 import { countingEngine } from "../support/request-count.js";
+import { putItems } from "../support/seed.js";
 
 /**
  * A recurring job edited into a one-off keeps its recurring history (runs expire after the
@@ -75,16 +75,7 @@ async function oneOffWithLongHistory(
     // Failed, each with an error message: a history of some megabytes, pages of the runs table.
     return { ...item, status: "FAILED", finishedAt: at.toISOString(), error: ERROR };
   });
-  const batches = Array.from({ length: Math.ceil(length / 25) }, (_, i) =>
-    items.slice(i * 25, i * 25 + 25),
-  );
-  await forEachConcurrently(batches, 16, async (batch) => {
-    await f.engine.doc.send(
-      new BatchWriteCommand({
-        RequestItems: { [f.engine.tables.runs]: batch.map((Item) => ({ PutRequest: { Item } })) },
-      }),
-    );
-  });
+  await putItems(f, f.engine.tables.runs, items);
   await before(job, oldest);
   const runAt = runAtOf(oldest, now).toISOString();
   return editJob(f.engine, job.tenantId, job.jobId, job.version, { schedule: { runAt } });

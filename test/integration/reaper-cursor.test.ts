@@ -1,4 +1,4 @@
-import { BatchWriteCommand, UpdateCommand } from "@aws-sdk/lib-dynamodb";
+import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
@@ -133,19 +133,7 @@ async function endedEntries(count: number, deadline: (i: number) => string) {
     inflightPk: inflightPk(0),
     inflightSk: deadline(i),
   }));
-  for (let i = 0; i < items.length; i += 25) {
-    let requests: { PutRequest: { Item: Record<string, unknown> } }[] = items
-      .slice(i, i + 25)
-      .map((Item) => ({ PutRequest: { Item } }));
-    while (requests.length > 0) {
-      const result = await f.engine.doc.send(
-        new BatchWriteCommand({ RequestItems: { [f.engine.tables.runs]: requests } }),
-      );
-      requests = (result.UnprocessedItems?.[f.engine.tables.runs] ?? []).flatMap((r) =>
-        r.PutRequest?.Item ? [{ PutRequest: { Item: r.PutRequest.Item } }] : [],
-      );
-    }
-  }
+  await putItems(f, f.engine.tables.runs, items);
 }
 
 /**

@@ -1,9 +1,9 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { BatchWriteCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { inflightPk } from "../../shared/storage/items.js";
 import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
+import { putItems } from "../support/seed.js";
 import { dueEntriesAbove, liveRunsAbove } from "../support/shard-runbook.js";
 
 /**
@@ -46,20 +46,14 @@ describe("docs/deploy.md's count of runs above a lowered shard count", () => {
   });
 
   it("counts the live runs of a gap of 192 shards (256 lowered to 64), and no other", async () => {
-    await f.engine.doc.send(
-      new BatchWriteCommand({
-        RequestItems: {
-          [f.engine.tables.runs]: [
-            run("below", 63, "QUEUED"),
-            run("first", 64, "QUEUED"),
-            run("middle", 150, "RUNNING"),
-            run("last", 255, "QUEUED"),
-            // An ended run may keep its inflightPk: its status leaves it out.
-            run("ended", 200, "SUCCEEDED"),
-          ].map((Item) => ({ PutRequest: { Item } })),
-        },
-      }),
-    );
+    await putItems(f, f.engine.tables.runs, [
+      run("below", 63, "QUEUED"),
+      run("first", 64, "QUEUED"),
+      run("middle", 150, "RUNNING"),
+      run("last", 255, "QUEUED"),
+      // An ended run may keep its inflightPk: its status leaves it out.
+      run("ended", 200, "SUCCEEDED"),
+    ]);
     expect(await liveRunsAbove(f.engine, 64)).toBe(3);
     expect(await liveRunsAbove(f.engine, 1)).toBe(4);
     expect(await dueEntriesAbove(f.engine, 64)).toBe(0);
