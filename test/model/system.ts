@@ -1,6 +1,6 @@
 import { isDeepStrictEqual } from "node:util";
 import { GetItemCommand } from "@aws-sdk/client-dynamodb";
-import { BatchWriteCommand, QueryCommand } from "@aws-sdk/lib-dynamodb";
+import { QueryCommand } from "@aws-sdk/lib-dynamodb";
 import type { OpenAPIHono } from "@hono/zod-openapi";
 import { z } from "zod";
 import { createApiApp } from "../../shared/api/app.js";
@@ -42,6 +42,7 @@ import {
   type TestClients,
   testNamespace,
 } from "../support/namespace.js";
+import { writeItems } from "../support/seed.js";
 import {
   type CrashPoint,
   type DeliveryContext,
@@ -238,19 +239,11 @@ async function readRunItem(
 
 async function clearTable(clients: TestClients, table: string): Promise<void> {
   const items = await scanTable(clients.doc, table);
-  for (let i = 0; i < items.length; i += 25) {
-    let requests: { DeleteRequest: { Key: Record<string, unknown> } }[] = items
-      .slice(i, i + 25)
-      .map((item) => ({ DeleteRequest: { Key: { pk: item.pk, sk: item.sk } } }));
-    while (requests.length > 0) {
-      const result = await clients.doc.send(
-        new BatchWriteCommand({ RequestItems: { [table]: requests } }),
-      );
-      requests = (result.UnprocessedItems?.[table] ?? []).flatMap((r) =>
-        r.DeleteRequest?.Key ? [{ DeleteRequest: { Key: r.DeleteRequest.Key } }] : [],
-      );
-    }
-  }
+  await writeItems(
+    { engine: { doc: clients.doc } },
+    table,
+    items.map((item) => ({ DeleteRequest: { Key: { pk: item.pk, sk: item.sk } } })),
+  );
 }
 
 /**

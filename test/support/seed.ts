@@ -81,6 +81,14 @@ export async function seedJobs(
   return jobs;
 }
 
+/**
+ * What writeItems and putItems use of a fixture: its engine's Document client (test/model, which
+ * has no fixture, passes its clients' own).
+ */
+interface WritingFixture {
+  readonly engine: Pick<Engine, "doc">;
+}
+
 /** One put or delete of a BatchWriteItem. */
 type WriteRequest = NonNullable<BatchWriteCommandInput["RequestItems"]>[string][number];
 
@@ -89,7 +97,7 @@ type WriteRequest = NonNullable<BatchWriteCommandInput["RequestItems"]>[string][
  * of them at a time, each sent again with what DynamoDB left unprocessed until none is left.
  */
 export async function writeItems(
-  f: EngineFixture,
+  f: WritingFixture,
   table: string,
   requests: readonly WriteRequest[],
 ): Promise<void> {
@@ -112,7 +120,7 @@ export async function writeItems(
 
 /** Puts `items` into `table` (writeItems). */
 export async function putItems(
-  f: EngineFixture,
+  f: WritingFixture,
   table: string,
   items: readonly Record<string, unknown>[],
 ): Promise<void> {
