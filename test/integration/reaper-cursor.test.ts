@@ -910,6 +910,24 @@ describe("h68: the reaper a page at a time", () => {
     expect((await pass()).examined).toBe(0);
   }, 60_000);
 
+  it("a pass reaching its maximum among entries that share a deadline leaves the cursor there, and the next reads on after it, not from their first", async () => {
+    // Entries share a deadline to the millisecond where one pass filed them: a restart's recovery
+    // re-files every run due before it at its now plus one interval. Four of runs that ended, a
+    // lost run's entry after them, and passes of two entries each.
+    const [jobId = ""] = await lostRuns(1);
+    const [lostItem] = await runItems([jobId]);
+    await endedEntriesBefore(String(lostItem?.inflightSk), 4, 0);
+    pastTheDeadlines();
+    const passes = [];
+    for (let i = 0; i < 4; i++) passes.push(await reap(f.engine, { maxPerShard: 2 }));
+    expect(passes.map(({ examined, resent }) => ({ examined, resent }))).toEqual([
+      { examined: 2, resent: 0 },
+      { examined: 2, resent: 0 },
+      { examined: 1, resent: 1 },
+      { examined: 0, resent: 0 },
+    ]);
+  }, 60_000);
+
   /** What a steady tick sends DynamoDB for a shard with `count` ended entries to read. */
   async function steadyTickCost(count: number) {
     await endedEntries(count, (i) => new Date(clock().getTime() - 120_000 + i * 10).toISOString());
