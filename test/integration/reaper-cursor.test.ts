@@ -1,5 +1,6 @@
 import { UpdateCommand } from "@aws-sdk/lib-dynamodb";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { CLOCK_DISAGREEMENT_MS } from "../../shared/clock.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
 import { REAPER_TIME_MARGIN_MS } from "../../shared/dispatch/reaper-time.js";
@@ -286,6 +287,20 @@ describe("the reaper's cursor", () => {
     const resent = await f.nextDelivery(f.engine.queues.normal, missing.job.jobId);
     expect(resent.message.jobId).toBe(missing.job.jobId);
   }, 30_000);
+
+  it("a cursor moved back to a lost run's very deadline reads that run", async () => {
+    const missing = await lost();
+    const deadline = Date.parse(String((await getRunItem(f.engine, missing.run))?.inflightSk));
+    // Moved 20 minutes past it by a pass on a clock ahead,
+    const ahead = { pk: "JOB#ahead", sk: "RUN#x", deadline: new Date(deadline + 20 * 60_000) };
+    await advanceReaperCursor(f.engine, 0, { ...ahead, deadline: ahead.deadline.toISOString() });
+    // and back, by a pass whose line lies behind it, to exactly the lost run's deadline.
+    const now = new Date(deadline + REAPER_SETTLE_MS + CLOCK_DISAGREEMENT_MS);
+    expect((await reap(f.engine, { now })).resent).toBe(1);
+    expect((await readReaperCursors(f.engine, [0])).get(0)).toMatchObject({
+      after: { sk: missing.run.sk, deadline: new Date(deadline).toISOString() },
+    });
+  });
 
   it("a cursor is moved back only from where the pass read it", async () => {
     const entry = { pk: "JOB#a", sk: "RUN#x", deadline: "2030-01-01T00:10:00.000Z" };
