@@ -434,19 +434,20 @@ describe("overdue entries after an outage of passes", () => {
   /**
    * The passes that read on through a backlog longer than one pass's bound, as those after the
    * week-long outage's first (the case below) read its other five days at two days a pass: here
-   * the bound is lowered to an hour (`maxBacklogBuckets`, a pass's own option) and the outage to
-   * three and a half hours, some 210 bucket Queries where the rest of the week took 7,200.
+   * the bound is lowered to 20 minutes (`maxBacklogBuckets`, a pass's own option) and the outage
+   * to three and a half bounds (70 minutes), some 70 bucket Queries where the rest of the week
+   * took 7,200.
    */
-  it("a backlog longer than a pass's bound (an hour here): each pass reads the bound on from where the last one stopped, until every bucket of the outage is swept", async () => {
-    const HOUR = 60 * MINUTE;
-    const bound = { maxBacklogBuckets: HOUR / MINUTE };
+  it("a backlog longer than a pass's bound (20 minutes here): each pass reads the bound on from where the last one stopped, until every bucket of the outage is swept", async () => {
+    const BOUND_MS = 20 * MINUTE;
+    const bound = { maxBacklogBuckets: BOUND_MS / MINUTE };
     time.ms += MINUTE;
     const lineMs = msOfMinute(
       swept(await dispatchShard(f.engine, 0, "before-bounded-outage")).sweepFrom,
     );
     const outageStart = time.ms;
-    // Due 30, 90 and 150 minutes into the outage: each in the hour of backlog of another pass.
-    const dues = [30, 90, 150].map((m) => new Date(outageStart + m * MINUTE));
+    // Due 10, 30 and 50 minutes into the outage: each in the bound of backlog of another pass.
+    const dues = [10, 30, 50].map((m) => new Date(outageStart + m * MINUTE));
     await seedJobs(
       f,
       dues.map((dueAt, i) => ({
@@ -456,17 +457,19 @@ describe("overdue entries after an outage of passes", () => {
       })),
       new Date(outageStart),
     );
-    time.ms = outageStart + 3.5 * HOUR;
+    time.ms = outageStart + 3.5 * BOUND_MS;
     const passes = await passesUntilCaughtUp(10, bound);
     const backlog = passes.map((p) => p.backlogBuckets);
     expect(backlog.slice(0, 3)).toEqual(Array(3).fill(bound.maxBacklogBuckets));
     expect(Math.max(...backlog)).toBeLessThanOrEqual(bound.maxBacklogBuckets);
     // Each pass records where it stopped, and the next reads on from there.
     expect(passes.slice(0, 3).map((p) => p.sweepFrom)).toEqual(
-      [1, 2, 3].map((n) => minuteAt(lineMs + n * HOUR)),
+      [1, 2, 3].map((n) => minuteAt(lineMs + n * BOUND_MS)),
     );
     expect(Math.max(...passes.map((p) => p.lookbackBuckets))).toBeLessThanOrEqual(15);
-    expect(backlog.reduce((a, b) => a + b, 0)).toBeGreaterThanOrEqual(3.5 * (HOUR / MINUTE));
+    expect(backlog.reduce((a, b) => a + b, 0)).toBeGreaterThanOrEqual(
+      3.5 * bound.maxBacklogBuckets,
+    );
     const runs = (await f.runs()).filter((r) => r.jobId.startsWith("bounded-"));
     expect(runs.map((r) => [r.jobId, r.status]).sort()).toEqual([
       ["bounded-0", "QUEUED"],
@@ -952,15 +955,15 @@ describe("a shard's first scan over many passes", () => {
   }, 60_000);
 
   /**
-   * The backlog's bound per pass lowered to two hours (`maxBacklogBuckets`, a pass's own option),
-   * and the outage to three hours: the same shape as three days at the default two days a pass
-   * (a full first pass, the rest in the next, an entry filed a third of the way in), in some 180
-   * bucket Queries where three days took 4,320. That the default bound holds is the week-long
+   * The backlog's bound per pass lowered to 40 minutes (`maxBacklogBuckets`, a pass's own
+   * option), and the outage to 45 minutes: the same shape as three days at the default two days a
+   * pass (a full first pass, the rest in the next, an entry filed a third of the way in), in some
+   * 60 bucket Queries where three days took 4,320. That the default bound holds is the week-long
    * outage's case above.
    */
-  it("a scan cut short, then three hours without a pass: the pass that ends it leaves the backlog sweep every bucket since, its bound (two hours here) a pass", async () => {
-    const HOUR = 60 * MINUTE;
-    const bound = { maxBacklogBuckets: (2 * HOUR) / MINUTE };
+  it("a scan cut short, then 45 minutes without a pass: the pass that ends it leaves the backlog sweep every bucket since, its bound (40 minutes here) a pass", async () => {
+    const OUTAGE_MS = 45 * MINUTE;
+    const bound = { maxBacklogBuckets: 40 };
     const realStart = fx.time.ms;
     const jobIds = await seedBacklog(fx.f, "outage", 4, realStart);
     const cut = { on: true };
@@ -971,8 +974,8 @@ describe("a shard's first scan over many passes", () => {
     });
     expect(swept(await dispatchShard(fx.f.engine, 0, "cut", bound)).sweepFrom).toBeNull();
     cut.on = false;
-    // A writer files an overdue entry an hour into the outage, in that minute's bucket.
-    const writtenAt = new Date(realStart + HOUR);
+    // A writer files an overdue entry a third of the way into the outage, in that minute's bucket.
+    const writtenAt = new Date(realStart + OUTAGE_MS / 3);
     const due = new Date(writtenAt.getTime() - 30 * MINUTE);
     await seedJobs(
       fx.f,
@@ -986,7 +989,7 @@ describe("a shard's first scan over many passes", () => {
       ],
       writtenAt,
     );
-    fx.time.ms = realStart + 3 * HOUR;
+    fx.time.ms = realStart + OUTAGE_MS;
     const ending = swept(await dispatchShard(fx.f.engine, 0, "ends-scan", bound));
     expect(ending.sweepFrom).not.toBeNull();
     expect(Date.parse(`${ending.sweepFrom}:00.000Z`)).toBeLessThan(realStart);
