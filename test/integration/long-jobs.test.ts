@@ -524,8 +524,9 @@ describe("async mode (long jobs)", () => {
   });
 
   it("a run times out after the timeout it was handed over with, and says so, after an edit of the job's timeout", async () => {
-    // Handed over under a 600 s timeout; the job is then edited to 60 s. The attempt keeps its
-    // deadline, and its ending names the timeout it ran under, not the edited job's.
+    // Handed over under a 200 s timeout; the job is then edited to 60 s. The attempt keeps its
+    // deadline (its heartbeats at 50 to 150 s are taken, the one at 200 s refused), and its
+    // ending names the timeout it ran under, not the edited job's.
     const editTimeout = async (jobId: string, timeoutSeconds: number) => {
       const edited = await api.call("PATCH", `/jobs/${jobId}`, {
         body: { timeoutSeconds },
@@ -533,11 +534,11 @@ describe("async mode (long jobs)", () => {
       });
       expect(edited.status, edited.text).toBe(200);
     };
-    const heartbeaten = await createAsyncJob({ timeoutSeconds: 600, retry: { maxAttempts: 1 } });
+    const heartbeaten = await createAsyncJob({ timeoutSeconds: 200, retry: { maxAttempts: 1 } });
     const beating = await deliver(heartbeaten);
     await editTimeout(heartbeaten, 60);
     let refused: Awaited<ReturnType<typeof callBack>> | null = null;
-    for (let beat = 1; beat <= 12 && refused === null; beat++) {
+    for (let beat = 1; beat <= 4 && refused === null; beat++) {
       advance(50_000);
       const reply = await callBack(beating.heartbeatUrl, beating.token);
       if (reply.status !== 200) refused = reply;
@@ -545,12 +546,12 @@ describe("async mode (long jobs)", () => {
     if (refused === null) throw new Error("no heartbeat was refused");
     expect(refused.status, refused.text).toBe(409);
     expect(String((refused.body.error as { message: string }).message)).toContain(
-      "timed out after 600 s",
+      "timed out after 200 s",
     );
     expect(await runOf(heartbeaten, beating.runId)).toMatchObject({
       status: "dead",
-      error: "timed out after 600 s",
-      durationMs: 600_000,
+      error: "timed out after 200 s",
+      durationMs: 200_000,
       executedVersion: 1,
     });
 
