@@ -47,6 +47,37 @@ async function createdBacklogs(
   return ids;
 }
 
+/** The ReceiveMessage requests `f`'s SQS client makes from the call on. */
+function countedReceives(f: EngineFixture): { count: number } {
+  const receives = { count: 0 };
+  f.engine.sqs.middlewareStack.add(
+    (next, context) => (args) => {
+      if (context.commandName === "ReceiveMessageCommand") receives.count++;
+      return next(args);
+    },
+    { step: "initialize", name: "countReceives" },
+  );
+  return receives;
+}
+
+/**
+ * The receives the loop may make to reach a message behind `ahead` others: each round asks the
+ * high queue before the normal one, and the low queue at most once a second, so 3 for each batch
+ * of 10 it gets past (docs/architecture.md "Fair delivery": full batches, not one a free slot).
+ */
+function receivesToReach(ahead: number): number {
+  return 3 * Math.ceil((ahead + 1) / 10);
+}
+
+/** A handler's wait until `release` is called: the noisy runs end only once the case has looked. */
+function held(): { released: Promise<void>; release: () => void } {
+  let release = () => {};
+  const released = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  return { released, release };
+}
+
 describe("a capped tenant's backlog past the loop's hold limit", () => {
   let f: EngineFixture;
   // A fixture each: a case leaves most of the noisy backlog in its queues.
@@ -57,6 +88,11 @@ describe("a capped tenant's backlog past the loop's hold limit", () => {
 
   // The second case puts the backlog on the high queue (any tenant may: `maxPriority` defaults to
   // high) and the quiet run on normal, whose share of the slots the starvation guard keeps.
+  // The loop reaches the quiet run by receiving the backlog ahead of it and handing back what the
+  // noisy tenant's gate may not keep; how long the machine takes for those requests is its own.
+  // So the case bounds that work: the noisy runs are held until the quiet one has started (only
+  // the hand-backs, not a noisy run's end, can free room in the loop's hold), and the receives
+  // are counted.
   it.each<[Priority, Priority]>([
     ["normal", "normal"],
     ["high", "normal"],
@@ -67,10 +103,10 @@ describe("a capped tenant's backlog past the loop's hold limit", () => {
       // Past the 100 messages a slot the loop holds in all (200 at 2 slots), by ten.
       const backlogSize = concurrency * 100 + 10;
       const startedAt = new Map<string, number>();
+      const noisyRuns = held();
       const handler: JobHandler = async (ctx) => {
         startedAt.set(ctx.jobId, Date.now());
-        // The noisy tenant's target takes a second; the quiet tenant's answers at once.
-        if (ctx.tenantId === "t-noisy") await new Promise((resolve) => setTimeout(resolve, 1_000));
+        if (ctx.tenantId === "t-noisy") await noisyRuns.released;
       };
       await writeQuotaOverride(f.engine, "t-noisy", { concurrentRuns: 1 }, new Date());
       const runAt = new Date().toISOString();
@@ -90,6 +126,7 @@ describe("a capped tenant's backlog past the loop's hold limit", () => {
         }),
       );
       const quietId = quiet.job.jobId;
+      const receives = countedReceives(f);
 
       const stop = new AbortController();
       const loopStart = Date.now();
@@ -99,34 +136,30 @@ describe("a capped tenant's backlog past the loop's hold limit", () => {
         idleWaitSeconds: 0,
         idleSleepMs: 20,
       });
+      let receivesToQuiet = Number.NaN;
       try {
         await waitFor("the quiet tenant's run to start", () => startedAt.has(quietId), 60_000);
+        receivesToQuiet = receives.count;
       } finally {
         stop.abort();
+        noisyRuns.release();
         await loop;
       }
       const quietStart = startedAt.get(quietId) ?? Number.NaN;
       const noisyBefore = noisy.filter((id) => (startedAt.get(id) ?? Infinity) < quietStart).length;
-      // The noisy tenant runs one at a time and one slot is always free: the quiet run should
-      // start beside its first run, not after its runs have drained the loop's hold one by one.
-      const lagMs = quietStart - loopStart;
-      expect(
-        { atMostTwoNoisyStartedBeforeQuiet: noisyBefore <= 2, quietLagUnder3s: lagMs < 3_000 },
-        `the quiet run started ${lagMs} ms after the loop did, after ${noisyBefore} noisy runs`,
-      ).toEqual({
-        atMostTwoNoisyStartedBeforeQuiet: true,
-        quietLagUnder3s: true,
-      });
+      const what = `the quiet run started ${quietStart - loopStart} ms after the loop did, after ${noisyBefore} noisy runs and ${receivesToQuiet} receives`;
+      // The noisy tenant runs one at a time and its first run never ends: the quiet run starts
+      // beside it, not after the noisy runs have drained the loop's hold one by one.
+      expect(noisyBefore, what).toBeLessThanOrEqual(1);
+      expect(receivesToQuiet, what).toBeLessThanOrEqual(receivesToReach(noisy.length));
     },
     120_000,
   );
+  // As above: the loop gets past the fan-out's runs by receives and hand-backs, whatever the
+  // machine's speed, so the case counts the receives from the quiet run's create to its start.
   it("does not hold back another tenant's run queued after one trigger of its one-off with 210 jobs after it", async () => {
     const concurrency = 2;
     const startedAt = new Map<string, number>();
-    const handler: JobHandler = async (ctx) => {
-      startedAt.set(ctx.jobId, Date.now());
-      if (ctx.tenantId === "t-noisy") await new Promise((resolve) => setTimeout(resolve, 1_000));
-    };
     await writeQuotaOverride(f.engine, "t-noisy", { concurrentRuns: 1 }, new Date());
     // A one-off a day out: it runs only when triggered, and counts 0 towards runsPerMinute, as
     // do the jobs after it (docs/api.md "Quotas").
@@ -142,9 +175,17 @@ describe("a capped tenant's backlog past the loop's hold limit", () => {
     const dependents = await seededDependents(f, upstream.job, concurrency * 100 + 10, "success", {
       type: "held-back",
     });
+    // The upstream run ends, so that it fans out; its dependents' runs are held.
+    const dependentIds = new Set(dependents);
+    const noisyRuns = held();
+    const handler: JobHandler = async (ctx) => {
+      startedAt.set(ctx.jobId, Date.now());
+      if (dependentIds.has(ctx.jobId)) await noisyRuns.released;
+    };
+    const receives = countedReceives(f);
     const stop = new AbortController();
     // The loop runs through the fan-out, its queues empty between the runs handed back: 100 ms
-    // between empty rounds (of three receives) is the default; the quiet run's 3 s bound holds it.
+    // between empty rounds (of three receives) is the default.
     const loop = runWorkerLoop(f.workerDeps("gate-trigger", { "held-back": handler }), {
       concurrency,
       signal: stop.signal,
@@ -153,6 +194,7 @@ describe("a capped tenant's backlog past the loop's hold limit", () => {
     });
     let quietStart = Number.NaN;
     let quietCreated = Number.NaN;
+    let receivesToQuiet = Number.NaN;
     try {
       // The tenant's one request: its one-off's run ends and its worker fans out 210 runs.
       await triggerJob(f.engine, "t-noisy", upstream.job.jobId);
@@ -167,6 +209,7 @@ describe("a capped tenant's backlog past the loop's hold limit", () => {
         200,
       );
       quietCreated = Date.now();
+      const receivesBefore = receives.count;
       const quiet = await createJob(
         f.engine,
         testJob({
@@ -177,13 +220,20 @@ describe("a capped tenant's backlog past the loop's hold limit", () => {
       );
       const quietId = quiet.job.jobId;
       await waitFor("the quiet tenant's run to start", () => startedAt.has(quietId), 90_000);
+      receivesToQuiet = receives.count - receivesBefore;
       quietStart = startedAt.get(quietId) ?? Number.NaN;
     } finally {
       stop.abort();
+      noisyRuns.release();
       await loop;
     }
-    const lagMs = quietStart - quietCreated;
-    expect(lagMs, `the quiet run started ${lagMs} ms after it was created`).toBeLessThan(3_000);
+    const noisyBefore = dependents.filter(
+      (id) => (startedAt.get(id) ?? Infinity) < quietStart,
+    ).length;
+    const what = `the quiet run started ${quietStart - quietCreated} ms after it was created, after ${noisyBefore} noisy runs and ${receivesToQuiet} receives`;
+    expect(noisyBefore, what).toBeLessThanOrEqual(1);
+    // At most every dependent's message ahead of it.
+    expect(receivesToQuiet, what).toBeLessThanOrEqual(receivesToReach(dependents.length));
   }, 180_000);
 
   // The quiet run is the 421st message of the queue: the loop reaches it by receiving and turning
@@ -200,13 +250,10 @@ describe("a capped tenant's backlog past the loop's hold limit", () => {
     // 420 in all, 20 past the loop's hold of 400: each gate keeps 8 waiting, the rest go back.
     const perTenant = 140;
     const startedAt = new Map<string, number>();
-    let release = () => {};
-    const released = new Promise<void>((resolve) => {
-      release = resolve;
-    });
+    const noisyRuns = held();
     const handler: JobHandler = async (ctx) => {
       startedAt.set(ctx.jobId, Date.now());
-      if (ctx.tenantId !== "t-quiet") await released;
+      if (ctx.tenantId !== "t-quiet") await noisyRuns.released;
     };
     for (const tenantId of noisyTenants)
       await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 1 }, new Date());
@@ -219,14 +266,7 @@ describe("a capped tenant's backlog past the loop's hold limit", () => {
       f.engine,
       testJob({ tenantId: "t-quiet", type: "held-back", schedule: { runAt } }),
     );
-    const receives = { count: 0 };
-    f.engine.sqs.middlewareStack.add(
-      (next, context) => (args) => {
-        if (context.commandName === "ReceiveMessageCommand") receives.count++;
-        return next(args);
-      },
-      { step: "initialize", name: "countReceives" },
-    );
+    const receives = countedReceives(f);
     const stop = new AbortController();
     const loopStart = Date.now();
     const loop = runWorkerLoop(f.workerDeps("gate-many", { "held-back": handler }), {
@@ -245,7 +285,7 @@ describe("a capped tenant's backlog past the loop's hold limit", () => {
       receivesToQuiet = receives.count;
     } finally {
       stop.abort();
-      release();
+      noisyRuns.release();
       await loop;
     }
     const quietStart = startedAt.get(quiet.job.jobId) ?? Number.NaN;
@@ -253,8 +293,7 @@ describe("a capped tenant's backlog past the loop's hold limit", () => {
     const what = `the quiet run started ${quietStart - loopStart} ms after the loop did, after ${noisyBefore} noisy runs and ${receivesToQuiet} receives`;
     // One run a capped tenant, none of them ended: beside the first of them.
     expect(noisyBefore, what).toBeLessThanOrEqual(noisyTenants.length);
-    // Each round asks the high queue (empty) before the normal one, and the low queue at most once
-    // a second: 43 rounds of 10 reach it; a receive for each free slot took 788.
-    expect(receivesToQuiet, what).toBeLessThanOrEqual(3 * Math.ceil((noisy.length + 1) / 10));
+    // 43 rounds of 10 reach it; a receive for each free slot took 788.
+    expect(receivesToQuiet, what).toBeLessThanOrEqual(receivesToReach(noisy.length));
   }, 180_000);
 });
