@@ -19,6 +19,7 @@ import {
 } from "../support/engine-fixture.js";
 import { type SeedSpec, seedJobs } from "../support/seed.js";
 import { seededDependents } from "../support/seeded-dependents.js";
+import { waitFor } from "../support/wait.js";
 
 const SECOND = 1000;
 const MINUTE = 60 * SECOND;
@@ -490,10 +491,18 @@ describe("a noisy tenant's trigger entries read ahead by a pass", () => {
       () => "ended",
       (error: unknown) => String(error),
     );
-    await sleep(1_000);
-    const readAhead = read;
-    stopReading = true;
-    stopClaims(new Error("the case stopped the claims"));
+    // The pages are the case's, in memory: the pass reads them as fast as the machine lets it, and
+    // stops at the bound however long that takes. So the case waits for it to read 350, then gives
+    // it a second more to read past the bound if it would.
+    let readAhead = Number.NaN;
+    try {
+      await waitFor("the pass to read 350 entries ahead", () => read >= 350, 30_000);
+      await sleep(1_000);
+      readAhead = read;
+    } finally {
+      stopReading = true;
+      stopClaims(new Error("the case stopped the claims"));
+    }
     expect(await pass).toContain("the case stopped reading");
     f.engine.doc.middlewareStack.remove("holdClaims");
     // 50,000 entries' worth of memory (some 25 MB) is about 400 of these: 22 MB. Counted one each,
