@@ -6,6 +6,7 @@ import { createJob, triggerJob } from "../../shared/jobs/index.js";
 import type { Priority } from "../../shared/model.js";
 import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
+import { held } from "../support/held.js";
 import { seededDependents } from "../support/seeded-dependents.js";
 import { waitFor } from "../support/wait.js";
 
@@ -67,15 +68,6 @@ function countedReceives(f: EngineFixture): { count: number } {
  */
 function receivesToReach(ahead: number): number {
   return 3 * Math.ceil((ahead + 1) / 10);
-}
-
-/** A handler's wait until `release` is called: the noisy runs end only once the case has looked. */
-function held(): { released: Promise<void>; release: () => void } {
-  let release = () => {};
-  const released = new Promise<void>((resolve) => {
-    release = resolve;
-  });
-  return { released, release };
 }
 
 describe("a capped tenant's backlog past the loop's hold limit", () => {
