@@ -11,7 +11,7 @@ import type { Priority } from "../../shared/model.js";
 import { decodeRunMessage } from "../../shared/queue/work-queue.js";
 import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
-import { held } from "../support/held.js";
+import { held } from "../support/held-runs.js";
 import { seedJobs } from "../support/seed.js";
 import { waitFor } from "../support/wait.js";
 

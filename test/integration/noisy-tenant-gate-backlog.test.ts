@@ -6,7 +6,7 @@ import { createJob, triggerJob } from "../../shared/jobs/index.js";
 import type { Priority } from "../../shared/model.js";
 import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
 import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
-import { held } from "../support/held.js";
+import { held } from "../support/held-runs.js";
 import { seededDependents } from "../support/seeded-dependents.js";
 import { waitFor } from "../support/wait.js";
 

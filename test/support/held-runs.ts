@@ -6,13 +6,19 @@ import type { Job, Run } from "../../shared/model.js";
 import { recordAdmission } from "../../shared/storage/admission.js";
 import { type EngineFixture, testJob } from "./engine-fixture.js";
 
-/** A handler that runs until `release` is called (or its signal aborts), recording each call. */
-export function heldHandler() {
-  const contexts: JobContext[] = [];
-  let release: () => void = () => undefined;
+/** A handler's wait until `release` is called: held runs end only once the case has looked. */
+export function held(): { released: Promise<void>; release: () => void } {
+  let release = () => {};
   const released = new Promise<void>((resolve) => {
     release = resolve;
   });
+  return { released, release };
+}
+
+/** A handler that runs until `release` is called (or its signal aborts), recording each call. */
+export function heldHandler() {
+  const contexts: JobContext[] = [];
+  const { released, release } = held();
   const handler = async (ctx: JobContext) => {
     contexts.push(ctx);
     await Promise.race([
@@ -20,7 +26,7 @@ export function heldHandler() {
       new Promise((resolve) => ctx.signal.addEventListener("abort", resolve, { once: true })),
     ]);
   };
-  return { handler, contexts, release: () => release() };
+  return { handler, contexts, release };
 }
 
 /** The job's one run: asserts it has exactly one. */
