@@ -63,6 +63,23 @@ async function startRefused(
   return { code, output: output.trim() };
 }
 
+/**
+ * Runs `refusals` against a new data directory (named after `name`), then checks that no DynamoDB
+ * Local started for it, and removes it.
+ */
+async function refusedIn(
+  name: string,
+  refusals: (refusedDir: string) => Promise<void>,
+): Promise<void> {
+  const refusedDir = await mkdtemp(join(tmpdir(), `scheduler-cli-${name}-`));
+  try {
+    await refusals(refusedDir);
+    expect(javaFor(refusedDir)).toEqual([]);
+  } finally {
+    await rm(refusedDir, { recursive: true, force: true });
+  }
+}
+
 /** `npm start` launched in a process group of its own, as a shell's foreground job. */
 interface LaunchedInOwnGroup {
   readonly dataDir: string;
@@ -203,8 +220,7 @@ describe("npm start", () => {
     });
 
     it("refuses an ADMIN_TENANTS entry that is no tenant id at once (exit 2, naming it), before any emulator starts", async () => {
-      const refusedDir = await mkdtemp(join(tmpdir(), "scheduler-cli-admin-"));
-      try {
+      await refusedIn("admin", async (refusedDir) => {
         const refused = await startRefused(["--port", "0", "--data-dir", refusedDir], {
           ADMIN_TENANTS: "ops, ops team",
         });
@@ -213,15 +229,11 @@ describe("npm start", () => {
           output:
             'ADMIN_TENANTS: "ops team" is not a tenant id (1 to 256 letters, digits and ._:/@+=|-, not . or ..)',
         });
-        expect(javaFor(refusedDir)).toEqual([]);
-      } finally {
-        await rm(refusedDir, { recursive: true, force: true });
-      }
+      });
     }, 60_000);
 
     it("refuses a misspelt option, an option without its value and a stray argument at once (exit 2, naming it and --help), with no stack trace", async () => {
-      const refusedDir = await mkdtemp(join(tmpdir(), "scheduler-cli-usage-"));
-      try {
+      await refusedIn("usage", async (refusedDir) => {
         const cases = [
           { args: ["--tick-second", "5"], names: "'--tick-second'" },
           { args: ["--port"], names: "'--port <value>'" },
@@ -234,15 +246,11 @@ describe("npm start", () => {
           expect(output, args.join(" ")).toContain("npm start -- --help");
           expect(output, args.join(" ")).not.toMatch(/\n\s+at |node:internal/);
         }
-        expect(javaFor(refusedDir)).toEqual([]);
-      } finally {
-        await rm(refusedDir, { recursive: true, force: true });
-      }
+      });
     }, 60_000);
 
     it("refuses a MIN_INTERVAL_MS below one second at once (exit 2, naming it), before any emulator starts", async () => {
-      const refusedDir = await mkdtemp(join(tmpdir(), "scheduler-cli-interval-"));
-      try {
+      await refusedIn("interval", async (refusedDir) => {
         const { code, output } = await startRefused(["--port", "0", "--data-dir", refusedDir], {
           MIN_INTERVAL_MS: "100",
         });
@@ -250,17 +258,13 @@ describe("npm start", () => {
         expect(output).toMatch(
           /^MIN_INTERVAL_MS must be an integer from 1000 to 86400000, got "100": .*per-second/,
         );
-        expect(javaFor(refusedDir)).toEqual([]);
-      } finally {
-        await rm(refusedDir, { recursive: true, force: true });
-      }
+      });
     }, 60_000);
 
     // Read with Number(), `--port 0xBB8` served on 3000, `--workers 1e1` ran 10 workers and
     // LOW_PRIORITY_SHARE=0x0 kept low-priority runs no share, each unsaid.
     it("refuses a number not written in decimal digits at once (exit 2, naming it), before any emulator starts", async () => {
-      const refusedDir = await mkdtemp(join(tmpdir(), "scheduler-cli-digits-"));
-      try {
+      await refusedIn("digits", async (refusedDir) => {
         const cases: { args: string[]; env: Record<string, string>; names: string }[] = [
           {
             args: ["--port", "0xBB8"],
@@ -293,14 +297,10 @@ describe("npm start", () => {
           expect(code, output).toBe(2);
           expect(output).toBe(names);
         }
-        expect(javaFor(refusedDir)).toEqual([]);
-      } finally {
-        await rm(refusedDir, { recursive: true, force: true });
-      }
+      });
     }, 180_000);
 
     it("refuses a port already in use at once (exit 1, naming the port and --port), before any emulator starts", async () => {
-      const refusedDir = await mkdtemp(join(tmpdir(), "scheduler-cli-port-"));
       // Another program, or a sandbox started earlier in another terminal, holds the port.
       const holder = createServer();
       const port = await new Promise<number>((resolve, reject) => {
@@ -312,18 +312,18 @@ describe("npm start", () => {
         });
       });
       try {
-        const refused = await startRefused(["--port", String(port), "--data-dir", refusedDir], {
-          SCHEDULER_API_KEYS: "",
+        await refusedIn("port", async (refusedDir) => {
+          const refused = await startRefused(["--port", String(port), "--data-dir", refusedDir], {
+            SCHEDULER_API_KEYS: "",
+          });
+          expect(refused).toEqual({
+            code: 1,
+            output: `port ${port} on 127.0.0.1 is in use (a sandbox already running?): stop what holds it, or give another with --port N or PORT`,
+          });
+          expect(existsSync(join(refusedDir, "dynamodb"))).toBe(false); // no emulator started
         });
-        expect(refused).toEqual({
-          code: 1,
-          output: `port ${port} on 127.0.0.1 is in use (a sandbox already running?): stop what holds it, or give another with --port N or PORT`,
-        });
-        expect(javaFor(refusedDir)).toEqual([]);
-        expect(existsSync(join(refusedDir, "dynamodb"))).toBe(false); // no emulator started
       } finally {
         await new Promise((done) => holder.close(done));
-        await rm(refusedDir, { recursive: true, force: true });
       }
     }, 60_000);
 
