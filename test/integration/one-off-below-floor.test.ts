@@ -18,15 +18,21 @@ import { waitFor } from "../support/wait.js";
 
 // A lease longer than the lookahead: a first delivery past a lookahead after its run's occurrence
 // still holds its start unwritten (its first heartbeat comes before the run's reaper deadline).
-const race = useClaimRace({ leaseMs: 600_000 });
+// The tests share one fixture: none dispatches or reaps, and each seeds or creates its own job.
+const race = useClaimRace({ leaseMs: 600_000 }, { fixturePer: "file" });
 const { clock, time, runsOf, fixture, withHook } = race;
 const { recurringFailedOnce, failedOnce, moveTo, retryingOneOff } = useOneOffMoves(race);
 
-/** A recurring job's retry, still QUEUED when an edit made the job a one-off 10 minutes on. */
+let seeded = 0;
+
+/**
+ * A recurring job's retry, still QUEUED when an edit made the job a one-off 10 minutes on; its id
+ * `jobId` numbered, as the file's tests share a fixture.
+ */
 async function retryOfRecurringJob(jobId: string) {
-  const { job, due, away } = await recurringFailedOnce(jobId);
+  const { job, due, away } = await recurringFailedOnce(`${jobId}-${++seeded}`);
   const oneOff = await moveTo(job, job.version, away);
-  return { job: oneOff, retry: await retryAt(jobId, due) };
+  return { job: oneOff, retry: await retryAt(job.jobId, due) };
 }
 
 /**

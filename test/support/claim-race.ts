@@ -1,4 +1,4 @@
-import { afterEach, beforeEach, expect } from "vitest";
+import { afterAll, afterEach, beforeAll, beforeEach, expect } from "vitest";
 import type { EngineSettings, OneOffClaimWrites } from "../../shared/config.js";
 import type { ClaimOptions } from "../../shared/dispatch/claim.js";
 import { horizonOf } from "../../shared/dispatch/dispatcher.js";
@@ -42,15 +42,20 @@ export interface RequestHook {
  * Registers a fresh fixture per test (the reaper reads every run whose deadline passed, and its
  * cursor only moves on) and returns the helpers, bound to it. `settings` over the race's own:
  * `oneOffClaimWrites` for the files about a one-off's claim (called once per form, in a
- * `describe.each` over `ONE_OFF_CLAIM_WRITES`, for the files that run under both).
+ * `describe.each` over `ONE_OFF_CLAIM_WRITES`, for the files that run under both). With
+ * `fixturePer: "file"`, one fixture serves the file's tests, for files that neither dispatch nor
+ * reap (a pass or the reaper would meet the other tests' entries and runs) and whose tests each
+ * use their own jobs; its clock then never goes back between tests.
  */
-export function useClaimRace(settings: Partial<EngineSettings> = {}) {
+export function useClaimRace(
+  settings: Partial<EngineSettings> = {},
+  { fixturePer = "test" }: { fixturePer?: "test" | "file" } = {},
+) {
   let fixture: EngineFixture | undefined;
   // The engine's clock, moved by the tests; it starts at the machine's, so SQS delays stay short.
   const time = { ms: Date.now() };
   const clock = () => new Date(time.ms);
-  beforeEach(async () => {
-    time.ms = Date.now();
+  const create = async () => {
     fixture = await createEngineFixture({
       settings: {
         shardCount: 1,
@@ -61,8 +66,20 @@ export function useClaimRace(settings: Partial<EngineSettings> = {}) {
       },
       clock,
     });
-  });
-  afterEach(() => fixture?.destroy());
+  };
+  if (fixturePer === "file") {
+    beforeAll(create);
+    beforeEach(() => {
+      time.ms = Math.max(time.ms, Date.now());
+    });
+    afterAll(() => fixture?.destroy());
+  } else {
+    beforeEach(async () => {
+      time.ms = Date.now();
+      await create();
+    });
+    afterEach(() => fixture?.destroy());
+  }
   const fx = (): EngineFixture => {
     if (!fixture) throw new Error("no fixture outside a test");
     return fixture;
