@@ -46,24 +46,29 @@ beforeEach(() => {
   f = fixture();
 });
 
-const _HOUR = 3_600_000;
+/**
+ * Retries half an hour apart: a retry drawn near the top of the jitter is an entry past the
+ * lookahead and past every time the one-off is moved to (10 and 20 minutes on), and the pass at its
+ * time sweeps half an hour of buckets, not an hour's.
+ */
+const RETRY_APART_MS = 1_800_000;
 
 /**
- * A one-off due 5 s ago (retries an hour apart, at most 3 attempts) whose first run, while it
+ * A one-off due 5 s ago (retries half an hour apart, at most 3 attempts) whose first run, while it
  * runs, has the job moved 10 minutes away (version 2), then fails retryably: attempt 1 FAILED, its
- * retry an entry due in about an hour (a draw near the top of the backoff's jitter), the job
+ * retry an entry due in about half an hour (a draw near the top of the backoff's jitter), the job
  * ACTIVE at its new time.
  */
 async function failedWhileMovedAway(misfire: MisfirePolicy) {
-  const failed = await failedOnce(0.99, { moveAway: true, misfire });
+  const failed = await failedOnce(0.99, { moveAway: true, misfire, retryApartMs: RETRY_APART_MS });
   expect(await attemptsOf(failed.job.jobId, failed.due)).toEqual([[1, "FAILED"]]);
   return { ...failed, retry: await retryEntryOf(failed.job.jobId) };
 }
 
 /**
  * At the retry entry's time: a pass claims it, the queue's runs of the job are delivered, and the
- * calls of the handler for the occurrence at `due` are returned (the one-off's new time, an hour
- * past too, runs beside them).
+ * calls of the handler for the occurrence at `due` are returned (the one-off's new time, past
+ * too, runs beside them).
  */
 async function atRetryTime(jobId: string, retry: DueEntry, due: Date) {
   time.ms = Math.max(time.ms, Date.parse(retry.dueAt) + 5 * SECOND);
@@ -71,7 +76,7 @@ async function atRetryTime(jobId: string, retry: DueEntry, due: Date) {
   return (await runsCalled(jobId)).filter(([at]) => at === due.toISOString());
 }
 
-describe("a one-off whose run failed (its retry an entry an hour out) while it was moved away", () => {
+describe("a one-off whose run failed (its retry an entry half an hour out) while it was moved away", () => {
   it("moved away only: the retry runs at its time (the baseline the attacks below hold to)", async () => {
     const { job, due, retry } = await failedWhileMovedAway("fire_once");
     expect(await runsCalled(job.jobId)).toEqual([]);
@@ -264,11 +269,11 @@ describe("a failure's retry that a pause cancelled while it ran, filed again by 
 describe("a failure's retry that fails as a pause's cancel lands (the narrow window): its next attempt, put before the refused ending, is not taken back", () => {
   it.each([
     ["a QUEUED run (a draw of 0)", 0],
-    ["an entry an hour out (a draw of 0.99)", 0.99],
+    ["an entry half an hour out (a draw of 0.99)", 0.99],
   ])(
     "attempt 3 as %s: after the resume and a move away it runs once at its old time, and the one-off at its new time",
     async (_, draw) => {
-      const { job, due, away } = await failedOnce(0);
+      const { job, due, away } = await failedOnce(0, { retryApartMs: RETRY_APART_MS });
       const retry = (await runsOf(job.jobId)).find((r) => r.attempt === 2);
       if (!retry) throw new Error("no retry");
       await failsAsPauseCancels(retry, draw);
@@ -311,19 +316,23 @@ describe("a failure's retry that fails as a pause's cancel lands (the narrow win
 });
 
 /**
- * A one-off created due 5 s ago (retries an hour apart) whose first run, while it runs, has the job
- * moved 10 minutes away (version 2) and then dies: attempt 1 DEAD, listed. A retry of the run an
- * edit files in its place waits as an entry an hour out.
+ * A one-off created due 5 s ago (retries half an hour apart) whose first run, while it runs, has the
+ * job moved 10 minutes away (version 2) and then dies: attempt 1 DEAD, listed. A retry of the run
+ * an edit files in its place waits as an entry half an hour out.
  */
-async function deadWhileMovedAwayRetryingHourly() {
-  const { job, due, away, first } = await failedOnce(0.99, { moveAway: true, retryable: false });
+async function deadWhileMovedAwayRetrying() {
+  const { job, due, away, first } = await failedOnce(0.99, {
+    moveAway: true,
+    retryable: false,
+    retryApartMs: RETRY_APART_MS,
+  });
   expect(await attemptsOf(job.jobId, due)).toEqual([[1, "DEAD"]]);
   return { job, due, away, dead: first };
 }
 
 describe("replays of a dead one-off's run after an edit gave its time back", () => {
   it("two replays with different Idempotency-Keys after the edit's run died too: one is the attempt after it, the other refused, and each key's repeat answers as its first did", async () => {
-    const { job, due, dead } = await deadWhileMovedAwayRetryingHourly();
+    const { job, due, dead } = await deadWhileMovedAwayRetrying();
     await moveTo(job, 2, due);
     // The edit's run fails for good: the occurrence has not run (after a success, a replay is
     // refused for good).
@@ -363,8 +372,8 @@ describe("replays of a dead one-off's run after an edit gave its time back", () 
     );
   });
 
-  it("while the edit's run is FAILED with its retry an entry an hour out: refused naming that run, and the retry runs once at its time", async () => {
-    const { job, due, dead } = await deadWhileMovedAwayRetryingHourly();
+  it("while the edit's run is FAILED with its retry an entry half an hour out: refused naming that run, and the retry runs once at its time", async () => {
+    const { job, due, dead } = await deadWhileMovedAwayRetrying();
     await moveTo(job, 2, due);
     const deps = f.workerDeps("w", {
       noop: async () => {
@@ -394,7 +403,7 @@ describe("replays of a dead one-off's run after an edit gave its time back", () 
   });
 
   it("after the edit's run was skipped by a move away: the replay runs once, and the one-off stays active for its new time", async () => {
-    const { job, due, dead } = await deadWhileMovedAwayRetryingHourly();
+    const { job, due, dead } = await deadWhileMovedAwayRetrying();
     await moveTo(job, 2, due);
     const later = new Date(clock().getTime() + 1200 * SECOND);
     await moveTo(job, 3, later);

@@ -71,10 +71,10 @@ export function useOneOffMoves(race: ReturnType<typeof useClaimRace>) {
   }
 
   /**
-   * A one-off created due 5 s ago (up to 3 attempts, retries an hour apart, misfire `misfire`): the
-   * job, its time and its first run, which the create queued.
+   * A one-off created due 5 s ago (up to 3 attempts, retries `retryApartMs` apart, an hour unless
+   * told, misfire `misfire`): the job, its time and its first run, which the create queued.
    */
-  async function retryingOneOff(misfire: MisfirePolicy = "fire_once") {
+  async function retryingOneOff(misfire: MisfirePolicy = "fire_once", retryApartMs = HOUR) {
     const due = new Date(clock().getTime() - 5 * SECOND);
     const { job } = await createJob(
       fixture().engine,
@@ -83,7 +83,7 @@ export function useOneOffMoves(race: ReturnType<typeof useClaimRace>) {
         policies: {
           ...testJob().policies,
           misfire,
-          retry: { maxAttempts: 3, initialDelayMs: HOUR, maxDelayMs: HOUR },
+          retry: { maxAttempts: 3, initialDelayMs: retryApartMs, maxDelayMs: retryApartMs },
         },
       }),
     );
@@ -93,18 +93,23 @@ export function useOneOffMoves(race: ReturnType<typeof useClaimRace>) {
   }
 
   /**
-   * A one-off due 5 s ago (retries an hour apart, `random` drawing the backoff's jitter, misfire
-   * `misfire`) whose first run fails retryably: attempt 1 FAILED, its next attempt filed (a retry
-   * entry for a draw near the top, a QUEUED run for one near 0); with `retryable` false it dies:
-   * attempt 1 DEAD. With `moveAway`, the run, while it runs, has the job moved 10 minutes away
-   * (version 2), and the job stays ACTIVE for its new time.
+   * A one-off due 5 s ago (retries `retryApartMs` apart, an hour unless told, `random` drawing the
+   * backoff's jitter, misfire `misfire`) whose first run fails retryably: attempt 1 FAILED, its
+   * next attempt filed (a retry entry for a draw near the top, a QUEUED run for one near 0); with
+   * `retryable` false it dies: attempt 1 DEAD. With `moveAway`, the run, while it runs, has the job
+   * moved 10 minutes away (version 2), and the job stays ACTIVE for its new time.
    */
   async function failedOnce(
     random: number,
-    { moveAway = false, misfire = "fire_once" as MisfirePolicy, retryable = true } = {},
+    {
+      moveAway = false,
+      misfire = "fire_once" as MisfirePolicy,
+      retryable = true,
+      retryApartMs = HOUR,
+    } = {},
   ) {
     const away = new Date(clock().getTime() + 600 * SECOND);
-    const { job, due, first } = await retryingOneOff(misfire);
+    const { job, due, first } = await retryingOneOff(misfire, retryApartMs);
     await failRun(first, {
       random,
       retryable,
