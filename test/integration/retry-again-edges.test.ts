@@ -183,15 +183,17 @@ describe("a paused one-off whose failure retry the pause cancelled, made recurri
 });
 
 /**
- * A paused one-off whose failure retry (attempt 2) the pause cancelled, moved an hour away 10
+ * A paused one-off whose failure retry (attempt 2) the pause cancelled, moved 20 minutes away 10
  * minutes later (more than a lookahead on): the edit files attempt 3 at the old time
- * (retryLeftByMove), and once resumed a pass queues it and a worker runs it.
+ * (retryLeftByMove), and once resumed a pass queues it and a worker runs it. The new time stays
+ * more than a lookahead past what the cases do before they reach it, and a pass at it sweeps 20
+ * minutes of buckets, not an hour's.
  */
 async function retryRunningAtOldTime() {
   const { job, due } = await retryCancelledByPause();
   await cancelLands(job);
   time.ms += 600 * SECOND;
-  const away = new Date(clock().getTime() + 3600 * SECOND);
+  const away = new Date(clock().getTime() + 1200 * SECOND);
   await moveTo(job, 1, away);
   await resumeJob(f.engine, job.tenantId, job.jobId);
   await dispatchShard(f.engine, 0, "pass-after-resume");
