@@ -40,12 +40,15 @@ import { waitFor } from "../support/wait.js";
  */
 const LEASE_MS = 1500;
 
-/** Tables and queues of its own, whose messages SQS moves to the DLQ on their third receive. */
-async function dlqFixture(onTestFinished: TestContext["onTestFinished"]): Promise<EngineFixture> {
-  const f = await createEngineFixture({ settings: { leaseMs: LEASE_MS }, maxReceiveCount: 2 });
-  onTestFinished(() => f.destroy());
-  return f;
-}
+/**
+ * One fixture for the file's cases (one after another, each its own jobs): its messages SQS moves to
+ * the DLQ on their third receive.
+ */
+let f: EngineFixture;
+beforeAll(async () => {
+  f = await createEngineFixture({ settings: { leaseMs: LEASE_MS }, maxReceiveCount: 2 });
+});
+afterAll(() => f.destroy());
 
 /**
  * A document client that shows `before` each request (its command's name and its input, before
@@ -68,12 +71,6 @@ function docWith(
 }
 
 describe("a worker whose heartbeats keep failing", () => {
-  let f: EngineFixture;
-  beforeAll(async () => {
-    f = await createEngineFixture({ settings: { leaseMs: LEASE_MS } });
-  });
-  afterAll(() => f.destroy());
-
   it("stops its handler once its own lease has lapsed, before another worker takes the run over", async () => {
     // Its DynamoDB refuses every heartbeat once `failing` is set (throttled, or unreachable from
     // this worker), while the handler still reaches its target.
@@ -113,6 +110,7 @@ describe("a worker whose heartbeats keep failing", () => {
         aAbortedWhileBRan = staleSignal?.aborted;
       },
     });
+    const lapsedBefore = f.metrics.sum(METRICS.leaseLapsed);
     try {
       const { job } = await createJob(
         f.engine,
@@ -150,7 +148,7 @@ describe("a worker whose heartbeats keep failing", () => {
       expect(staleSignal?.reason).toBeInstanceOf(LeaseLapsedError);
       expect(disposition).toBe("ack");
       // Counted where an operator looks, beside a lost fence, not only logged.
-      expect(f.metrics.sum(METRICS.leaseLapsed)).toBe(1);
+      expect(f.metrics.sum(METRICS.leaseLapsed) - lapsedBefore).toBe(1);
       expect(await runOf(f, job.jobId)).toMatchObject({
         status: "SUCCEEDED",
         workerId: "worker-b",
@@ -166,7 +164,6 @@ describe("a jobs table throttled past the SDK's retries", () => {
   it("does not make a run whose handler never ran a dead letter of a crashed worker", async ({
     onTestFinished,
   }) => {
-    const f = await dlqFixture(onTestFinished);
     // Every read of the jobs table is throttled (a hot job item); the runs table answers.
     const engine = withJobReadHook(f, onTestFinished, () => {
       throw throttled();
@@ -204,10 +201,7 @@ describe("a jobs table throttled past the SDK's retries", () => {
 });
 
 describe("a Lambda batch lost after its records were handled", () => {
-  it("does not make a paused job's parked run, which never ran, a dead letter of a crashed worker", async ({
-    onTestFinished,
-  }) => {
-    const f = await dlqFixture(onTestFinished);
+  it("does not make a paused job's parked run, which never ran, a dead letter of a crashed worker", async () => {
     const { job, worker, calls } = await countedOneOffDueNow(f);
     await pauseJob(f.engine, job.tenantId, job.jobId);
     // Each delivery parks the run and is acknowledged, but the invocation then dies on a
@@ -240,7 +234,6 @@ describe("the redrive DLQ consumer beside a cancel", () => {
   it("ends CANCELLED, as asked, a poison run whose cancel was requested between the consumer's read and its write", async ({
     onTestFinished,
   }) => {
-    const f = await dlqFixture(onTestFinished);
     const { job } = await createJob(
       f.engine,
       testJob({ schedule: { runAt: new Date().toISOString() }, timeoutSeconds: 30 }),
@@ -288,7 +281,6 @@ describe("the redrive DLQ consumer beside a cancel", () => {
  * a count of the calls of the `held` type's handler made beside the holder's.
  */
 async function besideAHolder(
-  f: EngineFixture,
   onTestFinished: TestContext["onTestFinished"],
   throttled: {
     readonly update: string;
@@ -343,7 +335,7 @@ async function besideAHolder(
 
 describe("a run whose heartbeats extend its lease but not its job's admission", () => {
   // The heartbeat's extension of the run's `activeRuns` entry is what the jobs table throttles.
-  const entry = (f: EngineFixture, job: { readonly jobId: string }) => ({
+  const entry = (job: { readonly jobId: string }) => ({
     update: "SET activeRuns.#runId = :leaseUntil",
     keptLease: async (run: Run) => (await getJob(f.engine, job.jobId))?.activeRuns[run.runId],
   });
@@ -351,8 +343,6 @@ describe("a run whose heartbeats extend its lease but not its job's admission", 
   it("keeps its job's overlap policy: a run due beside it under skip is skipped", async ({
     onTestFinished,
   }) => {
-    const f = await createEngineFixture({ settings: { leaseMs: LEASE_MS } });
-    onTestFinished(() => f.destroy());
     const { job } = await createJob(
       f.engine,
       testJob({
@@ -361,7 +351,7 @@ describe("a run whose heartbeats extend its lease but not its job's admission", 
       }),
     );
     expect(job.policies.overlap).toBe("skip");
-    await besideAHolder(f, onTestFinished, entry(f, job), job, async (held, beside) => {
+    await besideAHolder(onTestFinished, entry(job), job, async (held, beside) => {
       const triggered = await triggerJob(f.engine, job.tenantId, job.jobId);
       const second = await f.nextDelivery(f.engine.queues.normal, job.jobId);
       expect(second.message.scheduledFor).toBe(triggered.scheduledFor);
@@ -375,8 +365,6 @@ describe("a run whose heartbeats extend its lease but not its job's admission", 
     "keeps its job's overlap policy: a run due beside it under %s (maxConcurrent 1) waits",
     { timeout: 30_000 },
     async (overlap, { onTestFinished }) => {
-      const f = await createEngineFixture({ settings: { leaseMs: LEASE_MS } });
-      onTestFinished(() => f.destroy());
       const defaults = testJob().policies;
       const { job } = await createJob(
         f.engine,
@@ -386,7 +374,7 @@ describe("a run whose heartbeats extend its lease but not its job's admission", 
           policies: { ...defaults, overlap, maxConcurrent: 1 },
         }),
       );
-      await besideAHolder(f, onTestFinished, entry(f, job), job, async (held, beside) => {
+      await besideAHolder(onTestFinished, entry(job), job, async (held, beside) => {
         const triggered = await triggerJob(f.engine, job.tenantId, job.jobId);
         const second = await f.nextDelivery(f.engine.queues.normal, job.jobId);
         expect(second.message.scheduledFor).toBe(triggered.scheduledFor);
@@ -405,8 +393,6 @@ describe("a run whose heartbeats extend its lease but not its tenant's concurren
   it("keeps its tenant within its concurrentRuns quota: another run of the tenant waits", async ({
     onTestFinished,
   }) => {
-    const f = await createEngineFixture({ settings: { leaseMs: LEASE_MS } });
-    onTestFinished(() => f.destroy());
     const tenantId = "quota-one";
     await writeQuotaOverride(f.engine, tenantId, { concurrentRuns: 1 }, new Date());
     const oneOff = () =>
@@ -422,7 +408,7 @@ describe("a run whose heartbeats extend its lease but not its tenant's concurren
         (await readQuotaPartition(f.engine, tenantId)).slots.find((s) => s.runId === run.runId)
           ?.leaseUntil,
     };
-    await besideAHolder(f, onTestFinished, slot, job, async (held, beside) => {
+    await besideAHolder(onTestFinished, slot, job, async (held, beside) => {
       const { job: other } = await oneOff();
       const delivery = await f.nextDelivery(f.engine.queues.normal, other.jobId);
       expect(await f.process(f.workerDeps("worker-b", { held }), delivery)).toBe("ack");
