@@ -1,8 +1,9 @@
+import { get } from "node:http";
 import { createServer, type Socket } from "node:net";
 import { GetItemCommand } from "@aws-sdk/client-dynamodb";
 import { InvokeCommand } from "@aws-sdk/client-lambda";
 import { SendMessageCommand } from "@aws-sdk/client-sqs";
-import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, it, vi } from "vitest";
 import { startLocalServer } from "../../shared/api/local-server.js";
 import { AWS_TIMEOUTS, createAwsClients } from "../../shared/aws.js";
 import { systemClock } from "../../shared/clock.js";
@@ -112,6 +113,53 @@ const attemptsOf = (outcome: Outcome) =>
     ? (outcome.error as { $metadata?: { attempts?: number } }).$metadata?.attempts
     : undefined;
 
+/** The timers' own setTimeout, taken before any case fakes it. */
+const realSetTimeout = globalThis.setTimeout;
+
+/**
+ * Waits for `settling` with setTimeout and clearTimeout faked, moving their clock on `stepMs` at a
+ * time, with a real pause after each step for the sockets' I/O (which the faked timers leave real):
+ * timeouts of seconds pass in a fraction of the time. `settling` must settle within a bound of its
+ * own on the faked clock (`outcomeWithin`'s), and its timers be set once the clock is faked.
+ */
+async function onFakedTimers<T>(start: () => Promise<T>, stepMs = 100, pauseMs = 10): Promise<T> {
+  vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+  try {
+    let settled = false;
+    const settling = start().finally(() => {
+      settled = true;
+    });
+    while (!settled) {
+      await vi.advanceTimersByTimeAsync(stepMs);
+      await new Promise((resolve) => realSetTimeout(resolve, pauseMs));
+    }
+    return await settling;
+  } finally {
+    vi.useRealTimers();
+  }
+}
+
+/** GET `url` (node:http, whose client sets no timer of its own): its status and parsed body. */
+function getJson(url: string, headers: Record<string, string>) {
+  return new Promise<{ status: number | undefined; body: unknown }>((resolve, reject) => {
+    get(url, { headers }, (reply) => {
+      const chunks: Buffer[] = [];
+      reply.on("data", (chunk: Buffer) => chunks.push(chunk));
+      reply.on("end", () => {
+        try {
+          resolve({
+            status: reply.statusCode,
+            body: JSON.parse(Buffer.concat(chunks).toString("utf8")),
+          });
+        } catch (error) {
+          reject(error);
+        }
+      });
+      reply.on("error", reject);
+    }).on("error", reject);
+  });
+}
+
 /** Short timeouts, so that the SDK's four attempts against a dead server take seconds. */
 const SHORT = { connectionMs: 1_000, requestMs: 1_000 };
 
@@ -130,8 +178,8 @@ async function stallingClients(atEnd: AtTestEnd, behaviour: Behaviour, options =
   return { server, ...made };
 }
 
-// Each case waits out real timeouts against its own server (or queue): side by side, the file
-// takes its longest case's time.
+// Each case waits out real timeouts against its own server (or queue): side by side, they take
+// their longest case's time.
 describe.concurrent("storage that stops answering", () => {
   describe("a DynamoDB call to a server that stops answering", () => {
     for (const behaviour of ["silent", "stalled body"] as const) {
@@ -251,48 +299,51 @@ describe.concurrent("storage that stops answering", () => {
       expect(outcome.elapsedMs).toBeGreaterThanOrEqual(2_500);
     });
   });
+});
 
-  describe("the API with its storage gone silent", () => {
-    it("answers a read 503 busy well inside API Gateway's 29 s, with the timeouts deployed on AWS", async ({
-      onTestFinished,
-    }) => {
-      const { doc, sqs, server } = await stallingClients(onTestFinished, "silent", {
-        timeouts: AWS_TIMEOUTS,
-      });
-      const engine: Engine = {
-        doc,
-        sqs,
-        tables: { jobs: "jobs", runs: "runs", webhookSecrets: "webhook-secrets" },
-        queues: {
-          high: `${server.endpoint}/000000000000/high`,
-          normal: `${server.endpoint}/000000000000/normal`,
-          low: `${server.endpoint}/000000000000/low`,
-        },
-        settings: DEFAULT_SETTINGS,
-        clock: systemClock,
-        random: Math.random,
-        obs: silentObservability,
-      };
-      const api = await startLocalServer({
-        engine,
-        jobTypes: JOB_TYPES,
-        env: { SCHEDULER_API_KEYS: `${KEY_A}=${TENANT_A}` },
-      });
-      try {
-        const outcome = await outcomeWithin(
-          fetch(`${api.url}/jobs/job-1`, { headers: { Authorization: `Bearer ${KEY_A}` } }).then(
-            async (reply) => ({ status: reply.status, body: await reply.json() }),
-          ),
+// Its timers are faked (for the worker's process): after the cases above, not beside them.
+describe("the API with its storage gone silent", () => {
+  // Its SDK's four attempts each wait out the 5 s request limit: on the faked clock, the 25 s
+  // bound too, they take about two seconds.
+  it("answers a read 503 busy well inside API Gateway's 29 s, with the timeouts deployed on AWS", async ({
+    onTestFinished,
+  }) => {
+    const { doc, sqs, server } = await stallingClients(onTestFinished, "silent", {
+      timeouts: AWS_TIMEOUTS,
+    });
+    const engine: Engine = {
+      doc,
+      sqs,
+      tables: { jobs: "jobs", runs: "runs", webhookSecrets: "webhook-secrets" },
+      queues: {
+        high: `${server.endpoint}/000000000000/high`,
+        normal: `${server.endpoint}/000000000000/normal`,
+        low: `${server.endpoint}/000000000000/low`,
+      },
+      settings: DEFAULT_SETTINGS,
+      clock: systemClock,
+      random: Math.random,
+      obs: silentObservability,
+    };
+    const api = await startLocalServer({
+      engine,
+      jobTypes: JOB_TYPES,
+      env: { SCHEDULER_API_KEYS: `${KEY_A}=${TENANT_A}` },
+    });
+    try {
+      const outcome = await onFakedTimers(() =>
+        outcomeWithin(
+          getJson(`${api.url}/jobs/job-1`, { Authorization: `Bearer ${KEY_A}` }),
           25_000,
-        );
-        expect(outcome.state).toBe("fulfilled");
-        expect(outcome.state === "fulfilled" && outcome.value).toMatchObject({
-          status: 503,
-          body: { error: { code: "busy" } },
-        });
-      } finally {
-        await api.close();
-      }
-    }, 40_000);
-  });
+        ),
+      );
+      expect(outcome.state).toBe("fulfilled");
+      expect(outcome.state === "fulfilled" && outcome.value).toMatchObject({
+        status: 503,
+        body: { error: { code: "busy" } },
+      });
+    } finally {
+      await api.close();
+    }
+  }, 40_000);
 });
