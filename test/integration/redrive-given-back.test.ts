@@ -31,7 +31,7 @@ afterAll(() => f.destroy());
 /**
  * A counted one-off due now whose job's reads are throttled while `failing.on` is set;
  * `deliverFailing` delivers its message twice, each delivery failing on a read of the job (the
- * second after writing its start and then giving it back), each message shown again a second later.
+ * second after writing its start and then giving it back), each message shown again at once.
  */
 async function oneOffWithJobReadsThrottled(onTestFinished: TestContext["onTestFinished"]) {
   const failing = { on: true };
@@ -41,15 +41,9 @@ async function oneOffWithJobReadsThrottled(onTestFinished: TestContext["onTestFi
   const { job, worker, calls } = await countedOneOffDueNow(f);
   const failingWorker = { ...worker, engine };
   const deliverFailing = () =>
-    deliverEach(
-      f,
-      job.jobId,
-      2,
-      async (delivery) => {
-        await expect(processRun(failingWorker, delivery)).rejects.toThrow("throughput");
-      },
-      { visibleAgainSeconds: 1 },
-    );
+    deliverEach(f, job.jobId, 2, async (delivery) => {
+      await expect(processRun(failingWorker, delivery)).rejects.toThrow("throughput");
+    });
   return { failing, job, worker, calls, deliverFailing };
 }
 
